@@ -1,0 +1,124 @@
+/* Schedule: the ordered events of one steady-state training step for one setting,
+ * derived from the recipe by one simulator that decides every tensor's lifetime:
+ * forward consumers, tensors saved for backward, checkpointed inputs, recompute,
+ * offload copies, gradients, the optimizer step. */
+#ifndef GCKPT_SCHEDULE_H
+#define GCKPT_SCHEDULE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gckpt/device.h"
+#include "gckpt/model.h"
+#include "gckpt/recipe.h"
+#include "gckpt/setting.h"
+
+typedef enum {
+    GCKPT_C_WEIGHTS,
+    GCKPT_C_GRADS,
+    GCKPT_C_OPTIMIZER,
+    GCKPT_C_ACTIVATIONS,  /* saved / in-flight activations of non-checkpointed work */
+    GCKPT_C_CHECKPOINTS,  /* checkpointed layer inputs kept on the device */
+    GCKPT_C_RECOMPUTE,    /* activations re-created in backward by checkpointed layers */
+    GCKPT_C_LOGITS,       /* logits, fp32 upcast, log-softmax and their grads */
+    GCKPT_C_BACKWARD,     /* activation gradients and backward temporaries */
+    GCKPT_C_WEIGHT_CASTS, /* autocast's low-precision weight copies (AMP) */
+    GCKPT_C_OPT_TEMP,     /* optimizer-step temporaries */
+    GCKPT_C_WORKSPACE,    /* cuBLAS workspace */
+    GCKPT_NCOMP
+} gckpt_component;
+
+extern const char *const gckpt_component_names[GCKPT_NCOMP];
+
+typedef enum {
+    GCKPT_PH_FORWARD,
+    GCKPT_PH_LOSS,
+    GCKPT_PH_BACKWARD,
+    GCKPT_PH_OPTIMIZER,
+    GCKPT_NPHASE
+} gckpt_phase;
+
+extern const char *const gckpt_phase_names[GCKPT_NPHASE];
+
+typedef enum {
+    GCKPT_EV_ALLOC,      /* device allocation (bytes, comp) */
+    GCKPT_EV_FREE,       /* device free (bytes, comp) */
+    GCKPT_EV_RETAG,      /* bytes move from comp to comp2 (a kept input becomes a checkpoint) */
+    GCKPT_EV_HOST_ALLOC, /* pinned host allocation */
+    GCKPT_EV_HOST_FREE,
+    GCKPT_EV_D2H,        /* copy to pinned host on the compute stream */
+    GCKPT_EV_H2D,
+    GCKPT_EV_FWD,        /* forward of recipe op `op` */
+    GCKPT_EV_RECOMPUTE,  /* forward of op `op` re-run in backward */
+    GCKPT_EV_BWD,        /* backward of op `op` */
+    GCKPT_EV_OPT,        /* optimizer step (memory-bound pass) */
+} gckpt_event_kind;
+
+typedef struct {
+    uint8_t kind, comp, comp2, phase;
+    uint8_t micro;    /* 0: first micro-step (no grads yet), 1: a later one (grads exist) */
+    int16_t op;       /* recipe op (compute) or recipe tensor (memory events); -1 none */
+    int32_t layer;    /* -1 embedding, 0..L-1 block, L head/loss, L+1 optimizer */
+    uint32_t inst;    /* tensor instance id for memory events */
+    uint64_t bytes;
+    double seconds;   /* compute and copy events */
+    double flops;     /* compute events */
+} gckpt_event;
+
+typedef struct {
+    gckpt_event *ev;
+    size_t n, cap;
+    bool oom;         /* event buffer could not grow */
+} gckpt_events;
+
+void gckpt_events_free(gckpt_events *e);
+
+/* Everything the simulator needs, resolved once per (model, setting, micro-batch, seq). */
+typedef struct {
+    const gckpt_model *model;
+    const gckpt_device *dev;
+    const gckpt_recipe *recipe;
+    gckpt_setting set;
+    uint64_t tbytes[GCKPT_MAX_TENSORS]; /* allocation bytes of each tensor (rounded) */
+    uint64_t raw[GCKPT_MAX_TENSORS];    /* exact bytes */
+    uint64_t tokens;                     /* micro_batch * seq */
+    /* persistent state, bytes (each parameter tensor rounded separately) */
+    uint64_t weights, grads, opt_states, opt_temp, workspace;
+    double opt_seconds;                  /* one optimizer step */
+} gckpt_ctx;
+
+/* Resolve sizes; false (err set) when a size overflows 64 bits. */
+bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
+                    const gckpt_recipe *r, const gckpt_setting *s, gckpt_err *err);
+
+/* Build the full steady-state step: micro-step 1 (no grads at start), one later
+ * micro-step when grad_accum > 1 (its time counts grad_accum - 1 times), the optimizer
+ * step and zero_grad. */
+bool gckpt_schedule_build(const gckpt_ctx *c, gckpt_events *out);
+
+/* --- the simulator's building blocks, shared with the fast evaluator ------------- */
+
+typedef enum { GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT, GCKPT_LAYER_CKPT_OFFLOAD, GCKPT_NLAYERMODE } gckpt_layer_mode;
+
+typedef struct gckpt_sim gckpt_sim;
+
+/* A simulator for one micro-step over `layers` layers; segments emit into `out`. */
+gckpt_sim *gckpt_sim_new(const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers);
+/* The mode HF gives layer i under a setting. */
+gckpt_layer_mode gckpt_layer_mode_of(const gckpt_setting *s, uint64_t i);
+void gckpt_sim_free(gckpt_sim *s);
+void gckpt_sim_embed_fwd(gckpt_sim *s, gckpt_events *out);
+void gckpt_sim_layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_events *out);
+void gckpt_sim_head_fwd(gckpt_sim *s, gckpt_events *out);
+void gckpt_sim_fwd_end_layer(gckpt_sim *s, int layer, gckpt_events *out);
+void gckpt_sim_fwd_end_head(gckpt_sim *s, gckpt_events *out);
+void gckpt_sim_head_bwd(gckpt_sim *s, gckpt_events *out);
+void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *out);
+void gckpt_sim_embed_bwd(gckpt_sim *s, gckpt_events *out);
+void gckpt_sim_step_end(gckpt_sim *s, gckpt_events *out);
+/* Optimizer step + zero_grad(set_to_none=True). */
+void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_events *out);
+/* Persistent memory at the start of a steady-state step (weights, states, workspace). */
+void gckpt_persistent(const gckpt_ctx *c, int64_t comp[GCKPT_NCOMP]);
+
+#endif

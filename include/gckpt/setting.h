@@ -1,0 +1,48 @@
+/* Run settings: everything about a training step that is not the model or the GPU. */
+#ifndef GCKPT_SETTING_H
+#define GCKPT_SETTING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum {
+    GCKPT_FP32,     /* fp32 weights, fp32 compute */
+    GCKPT_BF16,     /* pure bf16: weights, grads, optimizer states in bf16 */
+    GCKPT_AMP_BF16, /* fp32 weights under torch.autocast(bf16): HF Trainer bf16=True */
+    GCKPT_AMP_FP16, /* fp32 weights under torch.autocast(fp16): HF Trainer fp16=True */
+    GCKPT_NPREC
+} gckpt_precision;
+
+typedef enum { GCKPT_ADAMW, GCKPT_SGD, GCKPT_ADAMW_8BIT, GCKPT_NOPT } gckpt_optimizer;
+typedef enum { GCKPT_SDPA, GCKPT_EAGER, GCKPT_NATTN } gckpt_attention;
+
+typedef struct {
+    uint64_t seq, micro_batch, grad_accum;
+    gckpt_precision precision;
+    gckpt_optimizer optimizer;
+    gckpt_attention attention;
+    uint32_t every_n; /* 0: gradient checkpointing off */
+    bool offload;     /* checkpointed inputs to pinned host memory (needs every_n > 0) */
+} gckpt_setting;
+
+extern const char *const gckpt_precision_names[GCKPT_NPREC];
+extern const char *const gckpt_optimizer_names[GCKPT_NOPT];
+extern const char *const gckpt_attention_names[GCKPT_NATTN];
+
+/* Name -> enum; -1 if unknown. */
+int gckpt_precision_from(const char *s);
+int gckpt_optimizer_from(const char *s);
+int gckpt_attention_from(const char *s);
+
+/* Layer i (0-based) is checkpointed when every_n > 0 and i % every_n == 0 (HF's rule). */
+static inline bool gckpt_is_checkpointed(uint32_t every_n, uint64_t i)
+{
+    return every_n > 0 && i % every_n == 0;
+}
+/* Number of checkpointed layers among L: ceil(L / n). */
+static inline uint64_t gckpt_checkpointed_count(uint32_t every_n, uint64_t layers)
+{
+    return every_n ? (layers + every_n - 1) / every_n : 0;
+}
+
+#endif

@@ -1,0 +1,54 @@
+#include "gckpt/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/jsonget.h"
+
+bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_err *err)
+{
+    memset(d, 0, sizeof *d);
+    cJSON *j = gckpt_json_parse(f, text, err);
+    if (!j) return false;
+    char schema[64];
+    bool ok = gckpt_json_str(j, f, "schema", schema, sizeof schema, err);
+    if (ok && strcmp(schema, "gckpt.device/1") != 0) {
+        gckpt_seterr(err, "%s: field 'schema' = \"%s\", expected \"gckpt.device/1\"", f, schema);
+        ok = false;
+    }
+    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(j, "peak_tflops");
+    if (ok && !cJSON_IsObject(tf)) {
+        gckpt_seterr(err, "%s: missing field 'peak_tflops' (object with fp32, tf32, bf16, fp16)", f);
+        ok = false;
+    }
+    const double big = 1e6; /* TFLOP/s; GB/s scale bounds below */
+    ok = ok && gckpt_json_str(j, f, "name", d->name, sizeof d->name, err) &&
+         gckpt_json_u64(j, f, "memory_bytes", 1u << 20, (uint64_t)1 << 50, &d->memory_bytes, err) &&
+         gckpt_json_num(tf, f, "peak_tflops.fp32", 1e-3, big, &d->tflops_fp32, err) &&
+         gckpt_json_num(tf, f, "peak_tflops.tf32", 1e-3, big, &d->tflops_tf32, err) &&
+         gckpt_json_num(tf, f, "peak_tflops.bf16", 1e-3, big, &d->tflops_bf16, err) &&
+         gckpt_json_num(tf, f, "peak_tflops.fp16", 1e-3, big, &d->tflops_fp16, err) &&
+         gckpt_json_num(j, f, "matmul_efficiency", 0.01, 1, &d->matmul_efficiency, err) &&
+         gckpt_json_num(j, f, "hbm_bytes_per_s", 1e6, 1e15, &d->hbm_bytes_per_s, err) &&
+         gckpt_json_num(j, f, "hbm_efficiency", 0.01, 1, &d->hbm_efficiency, err) &&
+         gckpt_json_num(j, f, "h2d_bytes_per_s", 1e6, 1e15, &d->h2d_bytes_per_s, err) &&
+         gckpt_json_num(j, f, "d2h_bytes_per_s", 1e6, 1e15, &d->d2h_bytes_per_s, err) &&
+         gckpt_json_u64(j, f, "context_bytes", 0, (uint64_t)1 << 40, &d->context_bytes, err) &&
+         gckpt_json_u64(j, f, "workspace_bytes", 0, (uint64_t)1 << 40, &d->workspace_bytes, err) &&
+         gckpt_json_u64(j, f, "alloc_round_bytes", 1, 1u << 30, &d->alloc_round_bytes, err) &&
+         gckpt_json_u64(j, f, "segment_round_bytes", 1, 1u << 30, &d->segment_round_bytes, err);
+    cJSON_Delete(j);
+    return ok;
+}
+
+bool gckpt_device_load(const char *name_or_path, gckpt_device *d, gckpt_err *err)
+{
+    char path[4096];
+    if (!gckpt_resolve_data("devices", name_or_path, path, sizeof path, err)) return false;
+    char *text = gckpt_read_file(path, 1u << 20, err);
+    if (!text) return false;
+    bool ok = gckpt_device_parse(path, text, d, err);
+    free(text);
+    return ok;
+}

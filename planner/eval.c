@@ -1,0 +1,345 @@
+#include "gckpt/eval.h"
+
+#include <limits.h>
+#include <string.h>
+
+static double peak_rate(const gckpt_ctx *c)
+{
+    const gckpt_device *d = c->dev;
+    switch (c->set.precision) {
+    case GCKPT_FP32: return d->tflops_fp32 * 1e12;
+    case GCKPT_AMP_FP16: return d->tflops_fp16 * 1e12;
+    default: return d->tflops_bf16 * 1e12;
+    }
+}
+
+static void finish(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
+{
+    uint64_t seg = c->dev->segment_round_bytes;
+    res->device_peak_bytes = gckpt_round_up(res->peak_bytes, seg) + c->dev->context_bytes;
+    double tokens = (double)c->tokens * (double)grad_accum;
+    res->tokens_per_s = res->step_s > 0 ? tokens / res->step_s : 0;
+    res->mfu = res->step_s > 0 ? res->model_flops / (res->step_s * peak_rate(c)) : 0;
+}
+
+/* ---- event walk -------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t cur[GCKPT_NCOMP];
+    int64_t total, peak, host, host_peak;
+    int64_t at_peak[GCKPT_NCOMP];
+    bool has_peak;
+    uint8_t peak_phase, peak_micro;
+    int32_t peak_layer;
+    int16_t peak_tensor;
+} acct;
+
+static void on_event(acct *a, const gckpt_event *e)
+{
+    switch (e->kind) {
+    case GCKPT_EV_ALLOC:
+        a->cur[e->comp] += (int64_t)e->bytes;
+        a->total += (int64_t)e->bytes;
+        if (a->total > a->peak || !a->has_peak) {
+            if (a->total > a->peak) {
+                a->peak = a->total;
+                memcpy(a->at_peak, a->cur, sizeof a->cur);
+                a->peak_phase = e->phase;
+                a->peak_micro = e->micro;
+                a->peak_layer = e->layer;
+                a->peak_tensor = e->op;
+            }
+            a->has_peak = true;
+        }
+        break;
+    case GCKPT_EV_FREE:
+        a->cur[e->comp] -= (int64_t)e->bytes;
+        a->total -= (int64_t)e->bytes;
+        break;
+    case GCKPT_EV_RETAG:
+        a->cur[e->comp] -= (int64_t)e->bytes;
+        a->cur[e->comp2] += (int64_t)e->bytes;
+        break;
+    case GCKPT_EV_HOST_ALLOC:
+        a->host += (int64_t)e->bytes;
+        if (a->host > a->host_peak) a->host_peak = a->host;
+        break;
+    case GCKPT_EV_HOST_FREE:
+        a->host -= (int64_t)e->bytes;
+        break;
+    default: break;
+    }
+}
+
+void gckpt_walk(const gckpt_ctx *c, const gckpt_events *ev, gckpt_result *res)
+{
+    memset(res, 0, sizeof *res);
+    acct a;
+    memset(&a, 0, sizeof a);
+    gckpt_persistent(c, a.cur);
+    for (int i = 0; i < GCKPT_NCOMP; i++) a.total += a.cur[i];
+    a.peak = a.total;
+    memcpy(a.at_peak, a.cur, sizeof a.cur);
+    a.peak_phase = GCKPT_PH_FORWARD;
+    a.peak_layer = -1;
+    a.peak_tensor = -1;
+    double k = (double)c->set.grad_accum;
+    bool after_fwd_done = false;
+    for (size_t i = 0; i < ev->n; i++) {
+        const gckpt_event *e = &ev->ev[i];
+        if (!after_fwd_done && e->micro == 0 && e->phase == GCKPT_PH_LOSS &&
+            e->kind == GCKPT_EV_ALLOC && e->op == c->recipe->loss && e->comp == GCKPT_C_BACKWARD) {
+            /* the seed gradient of the loss: the forward is over */
+            res->after_forward_bytes = (uint64_t)a.total;
+            after_fwd_done = true;
+        }
+        on_event(&a, e);
+        double mult = e->micro == 1 ? k - 1 : 1;
+        double t = e->seconds * mult;
+        res->step_s += t;
+        res->model_flops += (e->kind == GCKPT_EV_RECOMPUTE ? 0 : e->flops) * mult;
+        switch (e->kind) {
+        case GCKPT_EV_FWD: res->forward_s += t; break;
+        case GCKPT_EV_BWD: res->backward_s += t; break;
+        case GCKPT_EV_RECOMPUTE: res->recompute_s += t; break;
+        case GCKPT_EV_D2H: case GCKPT_EV_H2D: res->copy_s += t; break;
+        case GCKPT_EV_OPT: res->optimizer_s += t; break;
+        default: break;
+        }
+    }
+    res->peak_bytes = (uint64_t)a.peak;
+    memcpy(res->breakdown, a.at_peak, sizeof a.at_peak);
+    res->host_pinned_bytes = (uint64_t)a.host_peak;
+    res->peak_phase = a.peak_phase;
+    res->peak_micro = a.peak_micro;
+    res->peak_layer = a.peak_layer;
+    res->peak_tensor = a.peak_tensor;
+    finish(c, c->set.grad_accum, res);
+}
+
+/* ---- segment profiles --------------------------------------------------------------- */
+
+static void summarize(const gckpt_events *ev, size_t from, size_t to, gckpt_segment *s)
+{
+    memset(s, 0, sizeof *s);
+    s->peak_rel = INT64_MIN;
+    s->peak_tensor = -1;
+    int64_t cur[GCKPT_NCOMP] = {0}, total = 0, host = 0;
+    for (size_t i = from; i < to; i++) {
+        const gckpt_event *e = &ev->ev[i];
+        switch (e->kind) {
+        case GCKPT_EV_ALLOC:
+            cur[e->comp] += (int64_t)e->bytes;
+            total += (int64_t)e->bytes;
+            if (!s->has_peak || total > s->peak_rel) {
+                s->has_peak = true;
+                s->peak_rel = total;
+                memcpy(s->at_peak, cur, sizeof cur);
+                s->peak_phase = e->phase;
+                s->peak_tensor = e->op;
+            }
+            break;
+        case GCKPT_EV_FREE:
+            cur[e->comp] -= (int64_t)e->bytes;
+            total -= (int64_t)e->bytes;
+            break;
+        case GCKPT_EV_RETAG:
+            cur[e->comp] -= (int64_t)e->bytes;
+            cur[e->comp2] += (int64_t)e->bytes;
+            break;
+        case GCKPT_EV_HOST_ALLOC:
+            host += (int64_t)e->bytes;
+            if (host > s->host_peak_rel) s->host_peak_rel = host;
+            break;
+        case GCKPT_EV_HOST_FREE: host -= (int64_t)e->bytes; break;
+        default: break;
+        }
+        s->seconds += e->seconds;
+        if (e->kind != GCKPT_EV_RECOMPUTE) s->flops += e->flops;
+        if (e->kind == GCKPT_EV_RECOMPUTE) s->recompute_s += e->seconds;
+        if (e->kind == GCKPT_EV_D2H || e->kind == GCKPT_EV_H2D) s->copy_s += e->seconds;
+        if (e->kind == GCKPT_EV_FWD) s->fwd_s += e->seconds;
+        if (e->kind == GCKPT_EV_BWD) s->bwd_s += e->seconds;
+    }
+    memcpy(s->net, cur, sizeof cur);
+    s->net_total = total;
+    s->host_net = host;
+}
+
+/* One micro-step over three layers, one of each mode, cut into segments. */
+static bool profile_micro(const gckpt_ctx *c, bool grads_exist, int micro, gckpt_profile *p)
+{
+    gckpt_events ev;
+    memset(&ev, 0, sizeof ev);
+    gckpt_sim *s = gckpt_sim_new(c, grads_exist, (uint8_t)micro, GCKPT_NLAYERMODE);
+    if (!s) return false;
+    size_t mark;
+#define SEG(dst, call)                    \
+    do {                                  \
+        mark = ev.n;                      \
+        call;                             \
+        summarize(&ev, mark, ev.n, dst);  \
+    } while (0)
+    SEG(&p->fixed[micro][GCKPT_SEG_EMBED_FWD], gckpt_sim_embed_fwd(s, &ev));
+    for (int m = 0; m < GCKPT_NLAYERMODE; m++)
+        SEG(&p->layer_fwd[micro][m], gckpt_sim_layer_fwd(s, m, (gckpt_layer_mode)m, &ev));
+    SEG(&p->fixed[micro][GCKPT_SEG_HEAD_FWD], gckpt_sim_head_fwd(s, &ev));
+    for (int m = 0; m < GCKPT_NLAYERMODE; m++)
+        SEG(&p->layer_fwd_end[micro][m], gckpt_sim_fwd_end_layer(s, m, &ev));
+    SEG(&p->fixed[micro][GCKPT_SEG_FWD_END_HEAD], gckpt_sim_fwd_end_head(s, &ev));
+    SEG(&p->fixed[micro][GCKPT_SEG_HEAD_BWD], gckpt_sim_head_bwd(s, &ev));
+    for (int m = GCKPT_NLAYERMODE - 1; m >= 0; m--)
+        SEG(&p->layer_bwd[micro][m], gckpt_sim_layer_bwd(s, m, &ev));
+    SEG(&p->fixed[micro][GCKPT_SEG_EMBED_BWD], gckpt_sim_embed_bwd(s, &ev));
+    SEG(&p->fixed[micro][GCKPT_SEG_STEP_END], gckpt_sim_step_end(s, &ev));
+#undef SEG
+    bool ok = !ev.oom;
+    gckpt_sim_free(s);
+    gckpt_events_free(&ev);
+    return ok;
+}
+
+bool gckpt_profile_build(const gckpt_ctx *c, gckpt_profile *p)
+{
+    memset(p, 0, sizeof *p);
+    if (!profile_micro(c, false, 0, p) || !profile_micro(c, true, 1, p)) return false;
+    gckpt_events ev;
+    memset(&ev, 0, sizeof ev);
+    gckpt_sim_optimizer(c, &ev);
+    bool ok = !ev.oom;
+    summarize(&ev, 0, ev.n, &p->optimizer);
+    gckpt_events_free(&ev);
+    return ok;
+}
+
+/* ---- composition -------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t total, peak, host, host_peak;
+    const gckpt_segment *peak_seg;
+    int64_t peak_base_index; /* sequence number of the segment holding the peak */
+    int64_t seq;
+    int32_t peak_layer;
+    uint8_t peak_micro;
+    double seconds, flops, recompute_s, copy_s, fwd_s, bwd_s;
+} comp_state;
+
+static inline void apply(comp_state *st, const gckpt_segment *s, int32_t layer, uint8_t micro,
+                         double mult)
+{
+    if (s->has_peak && st->total + s->peak_rel > st->peak) {
+        st->peak = st->total + s->peak_rel;
+        st->peak_seg = s;
+        st->peak_base_index = st->seq;
+        st->peak_layer = layer;
+        st->peak_micro = micro;
+    }
+    if (st->host + s->host_peak_rel > st->host_peak) st->host_peak = st->host + s->host_peak_rel;
+    st->total += s->net_total;
+    st->host += s->host_net;
+    st->seq++;
+    st->seconds += s->seconds * mult;
+    st->flops += s->flops * mult;
+    st->recompute_s += s->recompute_s * mult;
+    st->copy_s += s->copy_s * mult;
+    st->fwd_s += s->fwd_s * mult;
+    st->bwd_s += s->bwd_s * mult;
+}
+
+/* Walk the segment sequence of a step; calls apply() on each segment in order. When
+ * vec is given, accumulate component vectors up to segment index `upto` instead. */
+typedef struct {
+    int64_t *vec;
+    int64_t upto;
+    int64_t seq;
+    const gckpt_segment *stop_seg;
+} vec_state;
+
+static inline void vec_apply(vec_state *v, const gckpt_segment *s)
+{
+    if (v->seq < v->upto)
+        for (int i = 0; i < GCKPT_NCOMP; i++) v->vec[i] += s->net[i];
+    else if (v->seq == v->upto)
+        for (int i = 0; i < GCKPT_NCOMP; i++) v->vec[i] += s->at_peak[i];
+    v->seq++;
+}
+
+#define STEP_SEGMENTS(APPLY)                                                                   \
+    do {                                                                                       \
+        int nmicro = grad_accum > 1 ? 2 : 1;                                                   \
+        for (int mi = 0; mi < nmicro; mi++) {                                                  \
+            double mult = mi == 1 ? (double)(grad_accum - 1) : 1.0;                            \
+            APPLY(&p->fixed[mi][GCKPT_SEG_EMBED_FWD], -1, mi, mult);                           \
+            for (uint64_t i = 0; i < L; i++) APPLY(&p->layer_fwd[mi][MODE(i)], (int32_t)i, mi, mult); \
+            APPLY(&p->fixed[mi][GCKPT_SEG_HEAD_FWD], (int32_t)L, mi, mult);                    \
+            for (uint64_t i = 0; i < L; i++) APPLY(&p->layer_fwd_end[mi][MODE(i)], (int32_t)i, mi, mult); \
+            APPLY(&p->fixed[mi][GCKPT_SEG_FWD_END_HEAD], (int32_t)L, mi, mult);                \
+            APPLY(&p->fixed[mi][GCKPT_SEG_HEAD_BWD], (int32_t)L, mi, mult);                    \
+            for (uint64_t i = L; i-- > 0;) APPLY(&p->layer_bwd[mi][MODE(i)], (int32_t)i, mi, mult); \
+            APPLY(&p->fixed[mi][GCKPT_SEG_EMBED_BWD], -1, mi, mult);                           \
+            APPLY(&p->fixed[mi][GCKPT_SEG_STEP_END], -1, mi, mult);                            \
+        }                                                                                      \
+        APPLY(&p->optimizer, (int32_t)L + 1, 2, 1.0);                                          \
+    } while (0)
+
+void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
+                     uint64_t grad_accum, gckpt_result *res)
+{
+    memset(res, 0, sizeof *res);
+    uint64_t L = c->model->layers;
+    int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
+#define MODE(i) ((every_n && (i) % every_n == 0) ? ck : GCKPT_LAYER_PLAIN)
+    int64_t base[GCKPT_NCOMP];
+    gckpt_persistent(c, base);
+    comp_state st;
+    memset(&st, 0, sizeof st);
+    for (int i = 0; i < GCKPT_NCOMP; i++) st.total += base[i];
+    st.peak = st.total;
+    st.peak_base_index = -1;
+    st.peak_layer = -1;
+    int64_t after_fwd = 0;
+    bool after_done = false;
+#define APPLY_MAIN(seg, layer, micro, mult)                                         \
+    do {                                                                            \
+        if (!after_done && (seg) == &p->fixed[0][GCKPT_SEG_HEAD_BWD]) {             \
+            after_fwd = st.total;                                                   \
+            after_done = true;                                                      \
+        }                                                                           \
+        apply(&st, seg, layer, (uint8_t)(micro), mult);                             \
+    } while (0)
+    STEP_SEGMENTS(APPLY_MAIN);
+    res->peak_bytes = (uint64_t)st.peak;
+    res->host_pinned_bytes = (uint64_t)st.host_peak;
+    res->after_forward_bytes = (uint64_t)after_fwd;
+    res->step_s = st.seconds;
+    res->model_flops = st.flops;
+    res->recompute_s = st.recompute_s;
+    res->copy_s = st.copy_s;
+    res->forward_s = st.fwd_s;
+    res->backward_s = st.bwd_s;
+    res->optimizer_s = p->optimizer.seconds;
+    res->peak_layer = st.peak_layer;
+    res->peak_micro = st.peak_micro;
+    if (st.peak_seg) {
+        res->peak_phase = st.peak_seg->peak_phase;
+        res->peak_tensor = st.peak_seg->peak_tensor;
+        /* second pass: component vector at the peak */
+        memcpy(res->breakdown, base, sizeof base);
+        vec_state v = {.vec = res->breakdown, .upto = st.peak_base_index, .seq = 0};
+#define APPLY_VEC(seg, layer, micro, mult) \
+    do {                                   \
+        (void)(layer); (void)(micro); (void)(mult); \
+        if (v.seq > v.upto) break;         \
+        vec_apply(&v, seg);                \
+    } while (0)
+        STEP_SEGMENTS(APPLY_VEC);
+#undef APPLY_VEC
+    } else {
+        res->peak_phase = GCKPT_PH_FORWARD;
+        res->peak_tensor = -1;
+        memcpy(res->breakdown, base, sizeof base);
+    }
+#undef APPLY_MAIN
+#undef MODE
+    finish(c, grad_accum, res);
+}

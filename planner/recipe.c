@@ -1,0 +1,591 @@
+/* The recipe tracer. Each primitive below mirrors one PyTorch op as Hugging Face's
+ * modelling code calls it: the dtype of its output (type promotion, or torch.autocast's
+ * lower-precision / fp32 op lists under AMP), and which inputs or outputs autograd saves
+ * for backward (derivatives.yaml: mul saves the *other* operand of each input that
+ * requires grad; pow and silu save their input; rsqrt, tanh and softmax their output;
+ * add, cat, neg and casts save nothing). Views and no-op casts return the same tensor,
+ * so saved tensors are de-duplicated by storage as autograd does. */
+#include "gckpt/recipe.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum { F32 = 4, BF16 = 2, I64 = 8, BOOL = 1 };
+
+typedef struct {
+    gckpt_recipe *r;
+    const gckpt_model *m;
+    int sec;
+    bool amp;
+    uint8_t C;        /* matmul / autocast compute dtype bytes */
+    uint8_t D;        /* dtype of the residual stream */
+    const char *pfx;  /* name prefix of the current module */
+} B;
+
+static int tnew(B *b, const char *name, int kind, uint8_t dtype, uint64_t c0, uint64_t cS,
+                uint64_t cT, uint64_t cBSS, bool rg)
+{
+    gckpt_recipe *r = b->r;
+    int i = r->nt++;
+    gckpt_tensor *t = &r->t[i];
+    memset(t, 0, sizeof *t);
+    if (b->pfx && *b->pfx)
+        snprintf(t->name, sizeof t->name, "%s.%s", b->pfx, name);
+    else
+        snprintf(t->name, sizeof t->name, "%s", name);
+    t->kind = (uint8_t)kind;
+    t->section = (uint8_t)b->sec;
+    t->dtype = dtype;
+    t->c0 = c0;
+    t->cS = cS;
+    t->cT = cT;
+    t->cBSS = cBSS;
+    t->requires_grad = rg;
+    return i;
+}
+
+/* A new activation shaped like x (same element count) with dtype dt. */
+static int like(B *b, const char *name, int x, uint8_t dt, bool rg)
+{
+    const gckpt_tensor *t = &b->r->t[x];
+    return tnew(b, name, GCKPT_T_ACT, dt, t->c0, t->cS, t->cT, t->cBSS, rg);
+}
+
+static bool rg(B *b, int x) { return b->r->t[x].requires_grad; }
+static uint8_t dt(B *b, int x) { return b->r->t[x].dtype; }
+
+static int opnew(B *b, const char *name, int kind, int nin, const int *in, int out, int out2,
+                 int nsaved, const int *saved)
+{
+    gckpt_recipe *r = b->r;
+    int i = r->nop++;
+    gckpt_op *o = &r->op[i];
+    memset(o, 0, sizeof *o);
+    if (b->pfx && *b->pfx)
+        snprintf(o->name, sizeof o->name, "%s.%s", b->pfx, name);
+    else
+        snprintf(o->name, sizeof o->name, "%s", name);
+    o->kind = (uint8_t)kind;
+    o->section = (uint8_t)b->sec;
+    o->nin = (uint8_t)nin;
+    for (int k = 0; k < nin; k++) o->in[k] = (int16_t)in[k];
+    o->out[0] = (int16_t)out;
+    o->out[1] = (int16_t)out2;
+    o->nsaved = 0;
+    for (int k = 0; k < nsaved; k++) {
+        if (saved[k] < 0) continue;
+        /* parameters cost nothing to save; dedup repeated storages */
+        if (r->t[saved[k]].kind == GCKPT_T_PARAM) continue;
+        bool dup = false;
+        for (int q = 0; q < o->nsaved; q++) dup |= o->saved[q] == saved[k];
+        if (!dup) o->saved[o->nsaved++] = (int16_t)saved[k];
+    }
+    o->bwd_mult = 1.0;
+    return i;
+}
+
+/* ---- primitives -------------------------------------------------------------------- */
+
+/* x.to(dtype): same dtype is a no-op returning x (no copy, no op). */
+static int to(B *b, int x, uint8_t dtype, const char *name)
+{
+    if (dt(b, x) == dtype) return x;
+    int y = like(b, name, x, dtype, rg(b, x));
+    opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, y, -1, 0, NULL);
+    return y;
+}
+
+/* autocast's cast of an op input to the op's compute dtype (no-op without AMP). */
+static int ac(B *b, int x, uint8_t dtype, const char *name)
+{
+    return b->amp ? to(b, x, dtype, name) : x;
+}
+
+static uint8_t promote(B *b, int x, int y)
+{
+    /* floating promotion between float32 and a 16-bit type: the wider wins */
+    return dt(b, x) >= dt(b, y) ? dt(b, x) : dt(b, y);
+}
+
+/* x * y (broadcasting; the output is shaped like the larger operand x). */
+static int mul(B *b, int x, int y, const char *name)
+{
+    int o = like(b, name, x, promote(b, x, y), rg(b, x) || rg(b, y));
+    int saved[2] = {rg(b, x) ? y : -1, rg(b, y) ? x : -1};
+    opnew(b, name, GCKPT_OP_ELEM, 2, (int[]){x, y}, o, -1, 2, saved);
+    return o;
+}
+
+/* x * python scalar, x + scalar, -x: nothing saved. */
+static int scal(B *b, int x, const char *name)
+{
+    int o = like(b, name, x, dt(b, x), rg(b, x));
+    opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
+    b->r->op[b->r->nop - 1].grad_alias[0] = false;
+    return o;
+}
+
+/* x + y: nothing saved; the output grad flows to an input of the same dtype unchanged. */
+static int add(B *b, int x, int y, const char *name)
+{
+    int o = like(b, name, x, promote(b, x, y), rg(b, x) || rg(b, y));
+    int k = opnew(b, name, GCKPT_OP_ELEM, 2, (int[]){x, y}, o, -1, 0, NULL);
+    gckpt_op *op = &b->r->op[k];
+    /* the grad is passed through only to an input of the same dtype and shape (a
+     * broadcast input gets a reduced copy, another dtype a cast copy) */
+    const gckpt_tensor *to_ = &b->r->t[o];
+    for (int q = 0; q < 2; q++) {
+        const gckpt_tensor *ti = &b->r->t[q ? y : x];
+        op->grad_alias[q] = ti->dtype == to_->dtype && ti->c0 == to_->c0 && ti->cS == to_->cS &&
+                            ti->cT == to_->cT && ti->cBSS == to_->cBSS;
+    }
+    return o;
+}
+
+/* unary op that saves its input (pow, silu, gelu) or its output (rsqrt, tanh). */
+static int unary(B *b, int x, const char *name, bool save_out, bool fp32_list)
+{
+    if (fp32_list) x = ac(b, x, F32, "to_f32");
+    int o = like(b, name, x, dt(b, x), rg(b, x));
+    int s = save_out ? o : x;
+    opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 1, &s);
+    return o;
+}
+
+/* reduction over the last dimension (mean): output has per-token elements cT/width. */
+static int reduce_last(B *b, int x, uint64_t width, const char *name)
+{
+    const gckpt_tensor *t = &b->r->t[x];
+    int o = tnew(b, name, GCKPT_T_ACT, dt(b, x), 0, t->cS / width, t->cT / width,
+                 t->cBSS / width, rg(b, x));
+    opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
+    return o;
+}
+
+static int param(B *b, const char *name, uint64_t elems, uint8_t dtype)
+{
+    return tnew(b, name, GCKPT_T_PARAM, dtype, elems, 0, 0, 0, true);
+}
+
+/* autocast's cached cast of a weight; lives until the forward pass ends. */
+static int wcast(B *b, int w, const char *name)
+{
+    if (!b->amp) return w;
+    const gckpt_tensor *pw = &b->r->t[w];
+    int c = tnew(b, name, GCKPT_T_WCAST, b->C, pw->c0, 0, 0, 0, true);
+    b->r->t[c].fwd_end_free = true;
+    opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){w}, c, -1, 0, NULL);
+    return c;
+}
+
+/* Linear (F.linear / Conv1D addmm): saves its (autocast-cast) input and weight. */
+static int linear(B *b, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name)
+{
+    char nm[40];
+    snprintf(nm, sizeof nm, "%s.cast_in", name);
+    int xi = ac(b, x, b->C, nm);
+    snprintf(nm, sizeof nm, "%s.weight_cast", name);
+    int wc = wcast(b, w, nm);
+    const gckpt_tensor *tx = &b->r->t[x];
+    int o = tnew(b, name, GCKPT_T_ACT, b->amp ? b->C : dt(b, x), 0, tx->cS / in_f * out_f,
+                 tx->cT / in_f * out_f, 0, true);
+    int ins[3] = {xi, wc, bias};
+    int saved[2] = {xi, wc};
+    int k = opnew(b, name, GCKPT_OP_MATMUL, bias >= 0 ? 3 : 2, ins, o, -1, 2, saved);
+    b->r->op[k].fT = 2.0 * (double)in_f * (double)out_f;
+    b->r->op[k].bwd_mult = 2.0;
+    return o;
+}
+
+/* native_dropout with p > 0: output plus a saved bool mask. */
+static int dropout(B *b, int x, double p, const char *name)
+{
+    if (p <= 0) return x;
+    char nm[40];
+    snprintf(nm, sizeof nm, "%s.mask", name);
+    int o = like(b, name, x, dt(b, x), rg(b, x));
+    int mask = like(b, nm, x, BOOL, false);
+    opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, mask, 1, &mask);
+    return o;
+}
+
+/* ---- modules ----------------------------------------------------------------------- */
+
+/* HF LlamaRMSNorm: x.to(f32); pow(2).mean(-1); rsqrt(var+eps); x*r; .to(in dtype); w*y. */
+static int rmsnorm(B *b, int x, uint64_t width, const char *name)
+{
+    const char *save = b->pfx;
+    char pfx[40];
+    snprintf(pfx, sizeof pfx, "%s%s%s", save && *save ? save : "", save && *save ? "." : "", name);
+    b->pfx = pfx;
+    int w = param(b, "weight", width, b->amp ? F32 : b->D);
+    uint8_t in_dt = dt(b, x);
+    int x32 = to(b, x, F32, "to_f32");
+    int p = unary(b, x32, "pow", false, true);
+    int var = reduce_last(b, p, width, "mean");
+    int ve = scal(b, var, "add_eps");
+    int r = unary(b, ve, "rsqrt", true, true);
+    int n = mul(b, x32, r, "mul_rsqrt");
+    int y = to(b, n, in_dt, "to_in");
+    int o = mul(b, y, w, "mul_weight");
+    b->pfx = save;
+    return o;
+}
+
+/* nn.LayerNorm (native_layer_norm): saves input, mean and rstd (fp32, per token). */
+static int layernorm(B *b, int x, uint64_t width, const char *name)
+{
+    const char *save = b->pfx;
+    char pfx[40];
+    snprintf(pfx, sizeof pfx, "%s%s%s", save && *save ? save : "", save && *save ? "." : "", name);
+    b->pfx = pfx;
+    int w = param(b, "weight", width, b->amp ? F32 : b->D);
+    int bias = param(b, "bias", width, b->amp ? F32 : b->D);
+    int xi = ac(b, x, F32, "to_f32");
+    const gckpt_tensor *t = &b->r->t[xi];
+    int o = like(b, "out", xi, dt(b, xi), true);
+    /* mean and rstd: two fp32 values per row, kept as one tensor here */
+    int stats = tnew(b, "mean_rstd", GCKPT_T_ACT, F32, 0, 2 * t->cS / width, 2 * t->cT / width,
+                     0, false);
+    opnew(b, "layer_norm", GCKPT_OP_ELEM, 3, (int[]){xi, w, bias}, o, stats, 2,
+          (int[]){xi, stats});
+    b->pfx = save;
+    return o;
+}
+
+/* HF rotate_half + apply_rotary_pos_emb for one of q / k: x*cos + cat(-x2, x1)*sin. */
+static int rope(B *b, int x, int cos, int sin, const char *name)
+{
+    char nm[40];
+    snprintf(nm, sizeof nm, "%s.mul_cos", name);
+    int xc = mul(b, x, cos, nm);
+    const gckpt_tensor *t = &b->r->t[x];
+    snprintf(nm, sizeof nm, "%s.neg", name);
+    int ng = tnew(b, nm, GCKPT_T_ACT, dt(b, x), 0, t->cS / 2, t->cT / 2, 0, rg(b, x));
+    opnew(b, nm, GCKPT_OP_ELEM, 1, (int[]){x}, ng, -1, 0, NULL);
+    snprintf(nm, sizeof nm, "%s.cat", name);
+    int rot = like(b, nm, x, dt(b, x), rg(b, x));
+    opnew(b, nm, GCKPT_OP_ELEM, 2, (int[]){ng, x}, rot, -1, 0, NULL);
+    snprintf(nm, sizeof nm, "%s.mul_sin", name);
+    int rs = mul(b, rot, sin, nm);
+    snprintf(nm, sizeof nm, "%s.add", name);
+    return add(b, xc, rs, nm);
+}
+
+/* Fused SDPA (flash / memory-efficient on CUDA): saves q, k, v, out and logsumexp. The
+ * backward allocates an fp32 dq accumulator. GQA via enable_gqa: no repeated k/v. */
+static int sdpa(B *b, int q, int k, int v, double p)
+{
+    const gckpt_model *m = b->m;
+    q = ac(b, q, b->C, "sdpa.cast_q");
+    k = ac(b, k, b->C, "sdpa.cast_k");
+    v = ac(b, v, b->C, "sdpa.cast_v");
+    uint64_t qd = gckpt_q_dim(m);
+    int o = tnew(b, "sdpa", GCKPT_T_ACT, dt(b, q), 0, 0, qd, 0, true);
+    int lse = tnew(b, "sdpa.lse", GCKPT_T_ACT, F32, 0, 0, m->heads, 0, false);
+    int op = opnew(b, "sdpa", GCKPT_OP_ATTN, 3, (int[]){q, k, v}, o, lse, 5,
+                   (int[]){q, k, v, o, lse});
+    /* causal: QK^T and PV over half the score matrix */
+    b->r->op[op].fBSS = 2.0 * (double)m->heads * (double)m->head_dim;
+    b->r->op[op].bwd_mult = 2.5;
+    b->r->op[op].bws_cT = qd;
+    (void)p; /* dropout inside flash attention saves only RNG state */
+    return o;
+}
+
+/* repeat_kv (expand + reshape): a real copy when kv heads < heads. */
+static int repeat_kv(B *b, int x, const char *name)
+{
+    const gckpt_model *m = b->m;
+    if (m->kv_heads == m->heads) return x;
+    int o = tnew(b, name, GCKPT_T_ACT, dt(b, x), 0, 0, gckpt_q_dim(m), 0, rg(b, x));
+    opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
+    return o;
+}
+
+/* Eager attention: materialised scores, softmax in fp32, then P @ V. */
+static int eager(B *b, int q, int k, int v, int mask, double p, bool softmax_f32_then_cast)
+{
+    const gckpt_model *m = b->m;
+    uint64_t nh = m->heads, hd = m->head_dim;
+    int kr = repeat_kv(b, k, "repeat_k");
+    int vr = repeat_kv(b, v, "repeat_v");
+    int qc = ac(b, q, b->C, "qk.cast_q");
+    int kc = ac(b, kr, b->C, "qk.cast_k");
+    int sc = tnew(b, "scores", GCKPT_T_ACT, dt(b, qc), 0, 0, 0, nh, true);
+    int op = opnew(b, "qk", GCKPT_OP_MATMUL, 2, (int[]){qc, kc}, sc, -1, 2, (int[]){qc, kc});
+    b->r->op[op].fBSS = 2.0 * (double)nh * (double)hd;
+    b->r->op[op].bwd_mult = 2.0;
+    int ss = scal(b, sc, "scale");
+    int sm = mask >= 0 ? add(b, ss, mask, "add_mask") : ss;
+    int pr;
+    if (softmax_f32_then_cast) {
+        int s32 = sm; /* softmax(dtype=float32) converts inside the kernel */
+        pr = tnew(b, "softmax", GCKPT_T_ACT, F32, 0, 0, 0, nh, true);
+        opnew(b, "softmax", GCKPT_OP_ELEM, 1, (int[]){s32}, pr, -1, 1, (int[]){pr});
+        pr = to(b, pr, dt(b, q), "softmax.to_q");
+    } else {
+        int si = ac(b, sm, F32, "softmax.cast_in");
+        pr = like(b, "softmax", si, dt(b, si), true);
+        opnew(b, "softmax", GCKPT_OP_ELEM, 1, (int[]){si}, pr, -1, 1, (int[]){pr});
+        pr = to(b, pr, dt(b, v), "softmax.to_v");
+    }
+    pr = dropout(b, pr, p, "attn_dropout");
+    int pc = ac(b, pr, b->C, "pv.cast_p");
+    int vc = ac(b, vr, b->C, "pv.cast_v");
+    int o = tnew(b, "pv", GCKPT_T_ACT, dt(b, pc), 0, 0, nh * hd, 0, true);
+    op = opnew(b, "pv", GCKPT_OP_MATMUL, 2, (int[]){pc, vc}, o, -1, 2, (int[]){pc, vc});
+    b->r->op[op].fBSS = 2.0 * (double)nh * (double)hd;
+    b->r->op[op].bwd_mult = 2.0;
+    /* (b, nh, s, hd) -> (b, s, nh*hd): transpose + contiguous is a copy */
+    int oc = like(b, "transpose", o, dt(b, o), true);
+    opnew(b, "transpose", GCKPT_OP_ELEM, 1, (int[]){o}, oc, -1, 0, NULL);
+    return oc;
+}
+
+static void section(B *b, int sec)
+{
+    b->sec = sec;
+    b->r->sec_begin[sec] = b->r->nop;
+}
+
+static void end_section(B *b) { b->r->sec_end[b->sec] = b->r->nop; }
+
+static void build_llama(B *b, gckpt_attention attn)
+{
+    gckpt_recipe *r = b->r;
+    const gckpt_model *m = b->m;
+    uint64_t h = m->hidden, qd = gckpt_q_dim(m), kvd = gckpt_kv_dim(m), I = m->intermediate;
+    uint64_t hd = m->head_dim;
+    uint8_t W = b->amp ? F32 : b->D; /* parameter dtype */
+
+    /* embedding: ids (the batch) and labels; rotary cos/sin (1, s, head_dim) in the
+     * dtype of the embeddings; the eager path's (b, 1, s, s) additive causal mask */
+    section(b, GCKPT_SEC_EMBED);
+    b->pfx = "";
+    int ids = tnew(b, "input_ids", GCKPT_T_CONST, I64, 0, 0, 1, 0, false);
+    opnew(b, "input_ids", GCKPT_OP_ELEM, 0, NULL, ids, -1, 0, NULL);
+    int emb_w = param(b, "embed_tokens.weight", m->vocab * h, W);
+    int x = tnew(b, "embed_tokens", GCKPT_T_ACT, b->D, 0, 0, h, 0, true);
+    int k = opnew(b, "embed_tokens", GCKPT_OP_EMBED, 2, (int[]){emb_w, ids}, x, -1, 1, (int[]){ids});
+    (void)k;
+    int cos = tnew(b, "rotary.cos", GCKPT_T_CONST, b->D, 0, hd, 0, 0, false);
+    int sin = tnew(b, "rotary.sin", GCKPT_T_CONST, b->D, 0, hd, 0, 0, false);
+    opnew(b, "rotary.cos", GCKPT_OP_ELEM, 0, NULL, cos, sin, 0, NULL);
+    int mask = -1;
+    if (attn == GCKPT_EAGER) {
+        mask = tnew(b, "causal_mask", GCKPT_T_CONST, b->D, 0, 0, 0, 1, false);
+        opnew(b, "causal_mask", GCKPT_OP_ELEM, 0, NULL, mask, -1, 0, NULL);
+    }
+    r->embed_out = x;
+    end_section(b);
+
+    /* one decoder layer */
+    section(b, GCKPT_SEC_BLOCK);
+    b->pfx = "";
+    int xin = tnew(b, "hidden_states", GCKPT_T_ACT, b->D, 0, 0, h, 0, true);
+    r->block_in = xin;
+    int n1 = rmsnorm(b, xin, h, "input_layernorm");
+    b->pfx = "self_attn";
+    int wq = param(b, "q_proj.weight", h * qd, W), wk = param(b, "k_proj.weight", h * kvd, W);
+    int wv = param(b, "v_proj.weight", h * kvd, W), wo = param(b, "o_proj.weight", qd * h, W);
+    int bq = m->qkv_bias ? param(b, "q_proj.bias", qd, W) : -1;
+    int bk = m->qkv_bias ? param(b, "k_proj.bias", kvd, W) : -1;
+    int bv = m->qkv_bias ? param(b, "v_proj.bias", kvd, W) : -1;
+    int bo = m->o_bias ? param(b, "o_proj.bias", h, W) : -1;
+    int q = linear(b, n1, wq, bq, h, qd, "q_proj");
+    int kk = linear(b, n1, wk, bk, h, kvd, "k_proj");
+    int v = linear(b, n1, wv, bv, h, kvd, "v_proj");
+    if (m->qk_norm) {
+        q = rmsnorm(b, q, hd, "q_norm");
+        b->pfx = "self_attn";
+        kk = rmsnorm(b, kk, hd, "k_norm");
+        b->pfx = "self_attn";
+    }
+    q = rope(b, q, cos, sin, "rope_q");
+    kk = rope(b, kk, cos, sin, "rope_k");
+    int a = attn == GCKPT_SDPA ? sdpa(b, q, kk, v, m->attn_dropout)
+                               : eager(b, q, kk, v, mask, m->attn_dropout, true);
+    int ao = linear(b, a, wo, bo, qd, h, "o_proj");
+    b->pfx = "";
+    int h1 = add(b, xin, ao, "residual_attn");
+    int n2 = rmsnorm(b, h1, h, "post_attention_layernorm");
+    b->pfx = "mlp";
+    int wg = param(b, "gate_proj.weight", h * I, W), wu = param(b, "up_proj.weight", h * I, W);
+    int wd = param(b, "down_proj.weight", I * h, W);
+    int bg = m->mlp_bias ? param(b, "gate_proj.bias", I, W) : -1;
+    int bu = m->mlp_bias ? param(b, "up_proj.bias", I, W) : -1;
+    int bd = m->mlp_bias ? param(b, "down_proj.bias", h, W) : -1;
+    int g = linear(b, n2, wg, bg, h, I, "gate_proj");
+    int act = unary(b, g, "silu", false, false);
+    int u = linear(b, n2, wu, bu, h, I, "up_proj");
+    int gu = mul(b, act, u, "mul");
+    int dn = linear(b, gu, wd, bd, I, h, "down_proj");
+    b->pfx = "";
+    int out = add(b, h1, dn, "residual_mlp");
+    r->block_out = out;
+    end_section(b);
+
+    /* head: final norm, lm_head, HF ForCausalLMLoss = logits.float() -> cross_entropy */
+    section(b, GCKPT_SEC_HEAD);
+    b->pfx = "";
+    int hin = tnew(b, "final_hidden", GCKPT_T_ACT, b->D, 0, 0, h, 0, true);
+    r->head_in = hin;
+    int nf = rmsnorm(b, hin, h, "norm");
+    b->pfx = "";
+    int wl = m->tied ? emb_w : param(b, "lm_head.weight", m->vocab * h, W);
+    int logits = linear(b, nf, wl, -1, h, m->vocab, "lm_head");
+    (void)ids;
+    r->loss = -1;
+    {
+        gckpt_tensor *lt = &r->t[logits];
+        lt->logits = true;
+        lt->fwd_end_free = true; /* returned in the model output, dropped by the Trainer */
+    }
+    int lf = to(b, logits, F32, "logits.float");
+    r->t[lf].logits = true;
+    int lbl = tnew(b, "shift_labels", GCKPT_T_CONST, I64, 0, 0, 1, 0, false);
+    opnew(b, "shift_labels", GCKPT_OP_ELEM, 0, NULL, lbl, -1, 0, NULL);
+    int ls = like(b, "log_softmax", lf, F32, true);
+    r->t[ls].logits = true;
+    opnew(b, "log_softmax", GCKPT_OP_ELEM, 1, (int[]){lf}, ls, -1, 1, (int[]){ls});
+    int loss = tnew(b, "loss", GCKPT_T_ACT, F32, 1, 0, 0, 0, true);
+    opnew(b, "nll_loss", GCKPT_OP_ELEM, 2, (int[]){ls, lbl}, loss, -1, 1, (int[]){lbl});
+    r->loss = loss;
+    end_section(b);
+}
+
+static int gelu(B *b, int x)
+{
+    const gckpt_model *m = b->m;
+    if (m->act != GCKPT_ACT_GELU_NEW) return unary(b, x, "gelu", false, false);
+    /* NewGELUActivation: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*pow(x,3)))) in Python */
+    int p3 = unary(b, x, "act.pow3", false, true);
+    int t2 = scal(b, p3, "act.mul_c");
+    int t3 = add(b, x, t2, "act.add");
+    int t4 = scal(b, t3, "act.mul_sqrt");
+    int t5 = unary(b, t4, "act.tanh", true, false);
+    int t6 = scal(b, t5, "act.add_one");
+    int t7 = scal(b, x, "act.half_x");
+    return mul(b, t7, t6, "act.mul");
+}
+
+static void build_gpt2(B *b, gckpt_attention attn)
+{
+    gckpt_recipe *r = b->r;
+    const gckpt_model *m = b->m;
+    uint64_t h = m->hidden, I = m->intermediate, V = m->vocab;
+    uint8_t W = b->amp ? F32 : b->D;
+
+    section(b, GCKPT_SEC_EMBED);
+    b->pfx = "";
+    int ids = tnew(b, "input_ids", GCKPT_T_CONST, I64, 0, 0, 1, 0, false);
+    opnew(b, "input_ids", GCKPT_OP_ELEM, 0, NULL, ids, -1, 0, NULL);
+    int wte = param(b, "wte.weight", V * h, W);
+    int wpe = param(b, "wpe.weight", m->positions * h, W);
+    int te = tnew(b, "wte", GCKPT_T_ACT, b->D, 0, 0, h, 0, true);
+    opnew(b, "wte", GCKPT_OP_EMBED, 2, (int[]){wte, ids}, te, -1, 1, (int[]){ids});
+    int pos = tnew(b, "position_ids", GCKPT_T_CONST, I64, 0, 1, 0, 0, false);
+    opnew(b, "position_ids", GCKPT_OP_ELEM, 0, NULL, pos, -1, 0, NULL);
+    int pe = tnew(b, "wpe", GCKPT_T_ACT, b->D, 0, h, 0, 0, true);
+    opnew(b, "wpe", GCKPT_OP_EMBED, 2, (int[]){wpe, pos}, pe, -1, 1, (int[]){pos});
+    int x = add(b, te, pe, "add_pos");
+    x = dropout(b, x, m->embd_dropout, "drop");
+    int mask = -1;
+    if (attn == GCKPT_EAGER) {
+        mask = tnew(b, "causal_mask", GCKPT_T_CONST, b->D, 0, 0, 0, 1, false);
+        opnew(b, "causal_mask", GCKPT_OP_ELEM, 0, NULL, mask, -1, 0, NULL);
+    }
+    r->embed_out = x;
+    end_section(b);
+
+    section(b, GCKPT_SEC_BLOCK);
+    b->pfx = "";
+    int xin = tnew(b, "hidden_states", GCKPT_T_ACT, b->D, 0, 0, h, 0, true);
+    r->block_in = xin;
+    int n1 = layernorm(b, xin, h, "ln_1");
+    b->pfx = "attn";
+    int wa = param(b, "c_attn.weight", h * 3 * h, W), ba = param(b, "c_attn.bias", 3 * h, W);
+    int wp = param(b, "c_proj.weight", h * h, W), bp = param(b, "c_proj.bias", h, W);
+    int qkv = linear(b, n1, wa, ba, h, 3 * h, "c_attn");
+    /* q, k, v are views of c_attn's output: one storage */
+    int a = attn == GCKPT_SDPA ? sdpa(b, qkv, qkv, qkv, m->attn_dropout)
+                               : eager(b, qkv, qkv, qkv, mask, m->attn_dropout, false);
+    int ao = linear(b, a, wp, bp, h, h, "c_proj");
+    ao = dropout(b, ao, m->resid_dropout, "resid_dropout");
+    b->pfx = "";
+    int h1 = add(b, ao, xin, "residual_attn");
+    int n2 = layernorm(b, h1, h, "ln_2");
+    b->pfx = "mlp";
+    int wf = param(b, "c_fc.weight", h * I, W), bf = param(b, "c_fc.bias", I, W);
+    int wp2 = param(b, "c_proj.weight", I * h, W), bp2 = param(b, "c_proj.bias", h, W);
+    int f = linear(b, n2, wf, bf, h, I, "c_fc");
+    int g = gelu(b, f);
+    int d = linear(b, g, wp2, bp2, I, h, "c_proj");
+    d = dropout(b, d, m->resid_dropout, "dropout");
+    b->pfx = "";
+    int out = add(b, h1, d, "residual_mlp");
+    r->block_out = out;
+    end_section(b);
+
+    section(b, GCKPT_SEC_HEAD);
+    b->pfx = "";
+    int hin = tnew(b, "final_hidden", GCKPT_T_ACT, b->D, 0, 0, h, 0, true);
+    r->head_in = hin;
+    int nf = layernorm(b, hin, h, "ln_f");
+    b->pfx = "";
+    int wl = m->tied ? wte : param(b, "lm_head.weight", V * h, W);
+    int logits = linear(b, nf, wl, -1, h, V, "lm_head");
+    r->t[logits].logits = true;
+    r->t[logits].fwd_end_free = true;
+    int lf = to(b, logits, F32, "logits.float");
+    r->t[lf].logits = true;
+    int lbl = tnew(b, "shift_labels", GCKPT_T_CONST, I64, 0, 0, 1, 0, false);
+    opnew(b, "shift_labels", GCKPT_OP_ELEM, 0, NULL, lbl, -1, 0, NULL);
+    int ls = like(b, "log_softmax", lf, F32, true);
+    r->t[ls].logits = true;
+    opnew(b, "log_softmax", GCKPT_OP_ELEM, 1, (int[]){lf}, ls, -1, 1, (int[]){ls});
+    int loss = tnew(b, "loss", GCKPT_T_ACT, F32, 1, 0, 0, 0, true);
+    opnew(b, "nll_loss", GCKPT_OP_ELEM, 2, (int[]){ls, lbl}, loss, -1, 1, (int[]){lbl});
+    r->loss = loss;
+    (void)ids;
+    end_section(b);
+}
+
+void gckpt_recipe_build(const gckpt_model *m, gckpt_precision p, gckpt_attention a,
+                        gckpt_recipe *r)
+{
+    memset(r, 0, sizeof *r);
+    B b = {.r = r, .m = m};
+    b.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
+    b.C = p == GCKPT_FP32 ? F32 : BF16;  /* fp16 and bf16 are both 2 bytes */
+    b.D = p == GCKPT_BF16 ? BF16 : F32;   /* AMP keeps an fp32 residual stream */
+    r->amp = b.amp;
+    r->stream_dtype = b.D;
+    r->compute_dtype = b.C;
+    r->param_dtype = b.amp ? F32 : b.D;
+    r->grad_dtype = r->param_dtype;
+    r->hidden = m->hidden;
+    if (m->family == GCKPT_FAMILY_GPT2)
+        build_gpt2(&b, a);
+    else
+        build_llama(&b, a);
+}
+
+bool gckpt_tensor_bytes(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, uint64_t *bytes)
+{
+    const gckpt_tensor *t = &r->t[i];
+    uint64_t T, BSS, e = t->c0, x;
+    if (!gckpt_mul(b, s, &T) || !gckpt_mul(T, s, &BSS)) return false;
+    if (!gckpt_mul(t->cS, s, &x) || !gckpt_add(e, x, &e)) return false;
+    if (!gckpt_mul(t->cT, T, &x) || !gckpt_add(e, x, &e)) return false;
+    if (!gckpt_mul(t->cBSS, BSS, &x) || !gckpt_add(e, x, &e)) return false;
+    return gckpt_mul(e, t->dtype, bytes);
+}
+
+int gckpt_recipe_producer(const gckpt_recipe *r, int tensor)
+{
+    for (int i = 0; i < r->nop; i++)
+        if (r->op[i].out[0] == tensor || r->op[i].out[1] == tensor) return i;
+    return -1;
+}

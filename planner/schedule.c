@@ -1,0 +1,719 @@
+/* The simulator: derives every tensor's lifetime from the recipe and emits the events
+ * of a training step. Rules (PyTorch autograd + HF checkpointing):
+ *  - forward: an op's outputs are allocated, then inputs whose last consumer it was are
+ *    released unless saved for backward, held by a checkpoint, or held until the
+ *    forward ends (autocast's weight-cast cache; logits returned in the model output);
+ *  - a checkpointed layer saves nothing; it keeps its input (or, with offload, copies it
+ *    to pinned host memory on the compute stream) and in backward re-runs its forward up
+ *    to the last op that saves something (non-reentrant early stop), then back-propagates;
+ *  - backward, in reverse op order: the input gradients are allocated, then the output
+ *    gradients and the op's saved tensors are released. A gradient that flows through an
+ *    add unchanged is the same tensor. A second contribution to an existing gradient is
+ *    a temporary that is added and released. Parameter gradients become .grad on the
+ *    first micro-step; later micro-steps accumulate through a temporary. */
+#include "gckpt/schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *const gckpt_component_names[GCKPT_NCOMP] = {
+    "weights",     "gradients", "optimizer_states", "activations",  "checkpoints",
+    "recompute",   "logits_loss", "backward",       "weight_casts", "optimizer_temp",
+    "workspace",
+};
+
+const char *const gckpt_phase_names[GCKPT_NPHASE] = {"forward", "loss", "backward", "optimizer"};
+
+void gckpt_events_free(gckpt_events *e)
+{
+    free(e->ev);
+    memset(e, 0, sizeof *e);
+}
+
+static gckpt_event *push(gckpt_events *o)
+{
+    if (o->oom) return NULL;
+    if (o->n == o->cap) {
+        size_t nc = o->cap ? o->cap * 2 : 1024;
+        gckpt_event *ne = realloc(o->ev, nc * sizeof *ne);
+        if (!ne) {
+            o->oom = true;
+            return NULL;
+        }
+        o->ev = ne;
+        o->cap = nc;
+    }
+    gckpt_event *e = &o->ev[o->n++];
+    memset(e, 0, sizeof *e);
+    e->op = -1;
+    return e;
+}
+
+/* ---- sizes and time ---------------------------------------------------------------- */
+
+static double matmul_rate(const gckpt_ctx *c)
+{
+    const gckpt_device *d = c->dev;
+    double tf;
+    switch (c->set.precision) {
+    case GCKPT_FP32: tf = d->tflops_fp32; break;
+    case GCKPT_AMP_FP16: tf = d->tflops_fp16; break;
+    default: tf = d->tflops_bf16; break;
+    }
+    return tf * 1e12 * d->matmul_efficiency;
+}
+
+static double hbm_rate(const gckpt_ctx *c) { return c->dev->hbm_bytes_per_s * c->dev->hbm_efficiency; }
+
+static double param_bytes_of(const gckpt_ctx *c, const gckpt_tensor *t)
+{
+    return (double)t->c0 * (double)t->dtype;
+    (void)c;
+}
+
+/* Seconds and FLOPs of an op's forward (bwd=false) or backward. */
+static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, double *flops)
+{
+    const gckpt_recipe *r = c->recipe;
+    double T = (double)c->tokens, S = (double)c->set.seq;
+    double f = op->fT * T + op->fBSS * T * S;
+    double traffic = 0;
+    for (int k = 0; k < op->nin; k++) {
+        const gckpt_tensor *t = &r->t[op->in[k]];
+        traffic += t->kind == GCKPT_T_PARAM ? param_bytes_of(c, t) : (double)c->raw[op->in[k]];
+    }
+    for (int k = 0; k < 2; k++)
+        if (op->out[k] >= 0) traffic += (double)c->raw[op->out[k]];
+    if (bwd) {
+        f *= op->bwd_mult;
+        traffic *= 2.0;
+    }
+    *flops = (op->kind == GCKPT_OP_MATMUL || op->kind == GCKPT_OP_ATTN) ? f : 0;
+    double tm = *flops / matmul_rate(c), tb = traffic / hbm_rate(c);
+    return tm > tb ? tm : tb;
+}
+
+bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
+                    const gckpt_recipe *r, const gckpt_setting *s, gckpt_err *err)
+{
+    memset(c, 0, sizeof *c);
+    c->model = m;
+    c->dev = d;
+    c->recipe = r;
+    c->set = *s;
+    if (!gckpt_mul(s->micro_batch, s->seq, &c->tokens)) {
+        gckpt_seterr(err, "micro-batch %llu x seq %llu overflows 64 bits",
+                     (unsigned long long)s->micro_batch, (unsigned long long)s->seq);
+        return false;
+    }
+    uint64_t round = d->alloc_round_bytes;
+    for (int i = 0; i < r->nt; i++) {
+        uint64_t b;
+        if (!gckpt_tensor_bytes(r, i, s->micro_batch, s->seq, &b) || b > (UINT64_MAX >> 8)) {
+            gckpt_seterr(err, "tensor %s at micro-batch %llu, seq %llu overflows 64 bits",
+                         r->t[i].name, (unsigned long long)s->micro_batch,
+                         (unsigned long long)s->seq);
+            return false;
+        }
+        c->raw[i] = b;
+        c->tbytes[i] = gckpt_round_up(b, round);
+    }
+    /* persistent: every parameter tensor is its own allocation, as are its grad and
+     * optimizer states; block tensors repeat per layer */
+    uint64_t L = m->layers;
+    double opt_traffic = 0;
+    for (int i = 0; i < r->nt; i++) {
+        const gckpt_tensor *t = &r->t[i];
+        if (t->kind != GCKPT_T_PARAM) continue;
+        uint64_t n = t->section == GCKPT_SEC_BLOCK ? L : 1;
+        uint64_t e = t->c0;
+        uint64_t w = gckpt_round_up(e * r->param_dtype, round);
+        uint64_t g = gckpt_round_up(e * r->grad_dtype, round);
+        uint64_t st = 0, tmp = 0;
+        switch (s->optimizer) {
+        case GCKPT_ADAMW:
+            /* exp_avg, exp_avg_sq in the parameter dtype; the foreach implementation's
+             * sqrt(exp_avg_sq) is a full temporary copy */
+            st = 2 * gckpt_round_up(e * r->param_dtype, round);
+            tmp = gckpt_round_up(e * r->param_dtype, round);
+            break;
+        case GCKPT_SGD:
+            st = gckpt_round_up(e * r->param_dtype, round); /* momentum buffer */
+            break;
+        case GCKPT_ADAMW_8BIT:
+            /* bitsandbytes: 1-byte states with an fp32 absmax per 256-block for tensors
+             * of >= 4096 elements; smaller tensors keep fp32 states */
+            if (e >= 4096)
+                st = 2 * (gckpt_round_up(e, round) + gckpt_round_up((e + 255) / 256 * 4, round));
+            else
+                st = 2 * gckpt_round_up(e * 4, round);
+            break;
+        default: break;
+        }
+        c->weights += n * w;
+        c->grads += n * g;
+        c->opt_states += n * st;
+        c->opt_temp += n * tmp;
+        /* read p, g, states; write p, states; temporaries written and read */
+        opt_traffic += (double)n * (2.0 * (double)w + (double)g + 2.0 * (double)st + 2.0 * (double)tmp);
+    }
+    c->workspace = d->workspace_bytes;
+    c->opt_seconds = opt_traffic / hbm_rate(c);
+    return true;
+}
+
+void gckpt_persistent(const gckpt_ctx *c, int64_t comp[GCKPT_NCOMP])
+{
+    memset(comp, 0, sizeof(int64_t) * GCKPT_NCOMP);
+    comp[GCKPT_C_WEIGHTS] = (int64_t)c->weights;
+    comp[GCKPT_C_OPTIMIZER] = (int64_t)c->opt_states;
+    comp[GCKPT_C_WORKSPACE] = (int64_t)c->workspace;
+}
+
+/* ---- the simulator ------------------------------------------------------------------ */
+
+typedef struct {
+    uint64_t bytes;
+    int consumers, saved, refs;
+    uint8_t comp;
+    bool ckpt, hold, external, is_const, live;
+} inst_t;
+
+typedef struct {
+    int inst[GCKPT_MAX_TENSORS];
+    int grad[GCKPT_MAX_TENSORS];
+    bool saved_reg[GCKPT_MAX_OPS];
+    bool pgrad[GCKPT_MAX_TENSORS];
+    gckpt_layer_mode mode;
+    int xin;            /* instance of the block input */
+    uint64_t host;      /* pinned bytes of an offloaded input */
+} sec_t;
+
+struct gckpt_sim {
+    const gckpt_ctx *c;
+    bool grads_exist;
+    uint8_t micro;
+    inst_t *pool;
+    size_t n, cap;
+    sec_t embed, head;
+    sec_t *layer;
+    int stream; /* instance of the hidden state passed to the next section */
+    int gstream; /* grad instance passed to the previous section in backward */
+    int phase;
+    int cur_layer;
+};
+
+static int inst_new(gckpt_sim *s, uint64_t bytes, uint8_t comp)
+{
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 4096;
+        inst_t *np = realloc(s->pool, nc * sizeof *np);
+        if (!np) abort(); /* tiny structs; a failure here is not recoverable */
+        s->pool = np;
+        s->cap = nc;
+    }
+    inst_t *p = &s->pool[s->n];
+    memset(p, 0, sizeof *p);
+    p->bytes = bytes;
+    p->comp = comp;
+    p->live = true;
+    return (int)s->n++;
+}
+
+static void ev_mem(gckpt_sim *s, gckpt_events *o, int kind, int id, int16_t tensor)
+{
+    gckpt_event *e = push(o);
+    if (!e) return;
+    e->kind = (uint8_t)kind;
+    e->comp = s->pool[id].comp;
+    e->phase = (uint8_t)s->phase;
+    e->micro = s->micro;
+    e->layer = s->cur_layer;
+    e->op = tensor;
+    e->inst = (uint32_t)id;
+    e->bytes = s->pool[id].bytes;
+}
+
+static int alloc(gckpt_sim *s, gckpt_events *o, uint64_t bytes, uint8_t comp, int16_t tensor)
+{
+    int id = inst_new(s, bytes, comp);
+    ev_mem(s, o, GCKPT_EV_ALLOC, id, tensor);
+    return id;
+}
+
+static void release(gckpt_sim *s, gckpt_events *o, int id, int16_t tensor)
+{
+    inst_t *p = &s->pool[id];
+    if (!p->live) return;
+    p->live = false;
+    ev_mem(s, o, GCKPT_EV_FREE, id, tensor);
+}
+
+static void try_free(gckpt_sim *s, gckpt_events *o, int id, int16_t tensor)
+{
+    inst_t *p = &s->pool[id];
+    if (p->live && p->consumers <= 0 && p->saved <= 0 && !p->ckpt && !p->hold && !p->external &&
+        !p->is_const)
+        release(s, o, id, tensor);
+}
+
+static void ev_compute(gckpt_sim *s, gckpt_events *o, int kind, int op, bool bwd)
+{
+    gckpt_event *e = push(o);
+    if (!e) return;
+    e->kind = (uint8_t)kind;
+    e->phase = (uint8_t)s->phase;
+    e->micro = s->micro;
+    e->layer = s->cur_layer;
+    e->op = (int16_t)op;
+    e->seconds = op_seconds(s->c, &s->c->recipe->op[op], bwd, &e->flops);
+}
+
+static void ev_copy(gckpt_sim *s, gckpt_events *o, int kind, uint64_t bytes, int comp)
+{
+    gckpt_event *e = push(o);
+    if (!e) return;
+    e->kind = (uint8_t)kind;
+    e->phase = (uint8_t)s->phase;
+    e->micro = s->micro;
+    e->layer = s->cur_layer;
+    e->comp = (uint8_t)comp;
+    e->bytes = bytes;
+    if (kind == GCKPT_EV_D2H) e->seconds = (double)bytes / s->c->dev->d2h_bytes_per_s;
+    if (kind == GCKPT_EV_H2D) e->seconds = (double)bytes / s->c->dev->h2d_bytes_per_s;
+}
+
+gckpt_sim *gckpt_sim_new(const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers)
+{
+    gckpt_sim *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->c = c;
+    s->grads_exist = grads_exist;
+    s->micro = micro;
+    s->layer = calloc(layers ? layers : 1, sizeof *s->layer);
+    if (!s->layer) {
+        free(s);
+        return NULL;
+    }
+    s->stream = s->gstream = -1;
+    return s;
+}
+
+void gckpt_sim_free(gckpt_sim *s)
+{
+    if (!s) return;
+    free(s->pool);
+    free(s->layer);
+    free(s);
+}
+
+static sec_t *owner(gckpt_sim *s, sec_t *st, int t)
+{
+    int sec = s->c->recipe->t[t].section;
+    if (sec == GCKPT_SEC_EMBED) return &s->embed;
+    if (sec == GCKPT_SEC_HEAD) return &s->head;
+    return st;
+}
+
+enum { MODE_SAVE, MODE_NOSAVE, MODE_RECOMPUTE };
+
+/* Run the forward ops [begin, end) of a section. */
+static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, int sec_in,
+                    int sec_out, gckpt_events *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    int begin = r->sec_begin[sec];
+    int cons[GCKPT_MAX_TENSORS] = {0};
+    for (int i = begin; i < end; i++)
+        for (int k = 0; k < r->op[i].nin; k++) cons[r->op[i].in[k]]++;
+    if (sec_in >= 0) {
+        inst_t *x = &s->pool[st->inst[sec_in]];
+        x->consumers = cons[sec_in];
+        x->external = false;
+    }
+    int fwd_kind = mode == MODE_RECOMPUTE ? GCKPT_EV_RECOMPUTE : GCKPT_EV_FWD;
+    for (int i = begin; i < end; i++) {
+        const gckpt_op *op = &r->op[i];
+        for (int k = 0; k < 2; k++) {
+            int t = op->out[k];
+            if (t < 0) continue;
+            const gckpt_tensor *tt = &r->t[t];
+            uint8_t comp = GCKPT_C_ACTIVATIONS;
+            if (tt->logits) comp = GCKPT_C_LOGITS;
+            else if (tt->kind == GCKPT_T_WCAST) comp = GCKPT_C_WEIGHT_CASTS;
+            else if (mode == MODE_RECOMPUTE) comp = GCKPT_C_RECOMPUTE;
+            int id = alloc(s, o, s->c->tbytes[t], comp, (int16_t)t);
+            inst_t *p = &s->pool[id];
+            p->consumers = cons[t];
+            p->is_const = tt->kind == GCKPT_T_CONST;
+            p->hold = tt->fwd_end_free && mode != MODE_RECOMPUTE;
+            p->external = t == sec_out || t == r->loss;
+            st->inst[t] = id;
+        }
+        ev_compute(s, o, fwd_kind, i, false);
+        if (mode != MODE_NOSAVE) {
+            for (int k = 0; k < op->nsaved; k++) {
+                sec_t *ow = owner(s, st, op->saved[k]);
+                s->pool[ow->inst[op->saved[k]]].saved++;
+            }
+            st->saved_reg[i] = op->nsaved > 0;
+        } else {
+            st->saved_reg[i] = false;
+        }
+        for (int k = 0; k < op->nin; k++) {
+            int t = op->in[k];
+            if (r->t[t].kind == GCKPT_T_PARAM) continue;
+            sec_t *ow = owner(s, st, t);
+            int id = ow->inst[t];
+            s->pool[id].consumers--;
+            try_free(s, o, id, (int16_t)t);
+        }
+        for (int k = 0; k < 2; k++)
+            if (op->out[k] >= 0) try_free(s, o, st->inst[op->out[k]], op->out[k]);
+    }
+}
+
+static void param_grad(gckpt_sim *s, sec_t *st, int t, gckpt_events *o)
+{
+    const gckpt_ctx *c = s->c;
+    const gckpt_recipe *r = c->recipe;
+    sec_t *ow = owner(s, st, t);
+    uint64_t bytes = gckpt_round_up(r->t[t].c0 * r->grad_dtype, c->dev->alloc_round_bytes);
+    if (s->grads_exist || ow->pgrad[t]) {
+        int id = alloc(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
+        release(s, o, id, (int16_t)t);
+    } else {
+        alloc(s, o, bytes, GCKPT_C_GRADS, (int16_t)t);
+        ow->pgrad[t] = true;
+    }
+}
+
+static int grad_comp(const gckpt_recipe *r, int t)
+{
+    return r->t[t].logits ? GCKPT_C_LOGITS : GCKPT_C_BACKWARD;
+}
+
+static void grad_release(gckpt_sim *s, sec_t *st, int t, gckpt_events *o)
+{
+    sec_t *ow = owner(s, st, t);
+    int g = ow->grad[t];
+    if (g < 0) return;
+    ow->grad[t] = -1;
+    if (--s->pool[g].refs <= 0) release(s, o, g, (int16_t)t);
+}
+
+/* Backward of ops [begin, end) in reverse. */
+static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
+{
+    const gckpt_ctx *c = s->c;
+    const gckpt_recipe *r = c->recipe;
+    int begin = r->sec_begin[sec], end = r->sec_end[sec];
+    for (int i = end - 1; i >= begin; i--) {
+        const gckpt_op *op = &r->op[i];
+        bool any_in = false;
+        for (int k = 0; k < op->nin; k++) any_in |= r->t[op->in[k]].requires_grad;
+        int gout = op->out[0] >= 0 ? owner(s, st, op->out[0])->grad[op->out[0]] : -1;
+        if (any_in && gout >= 0) {
+            int ws = -1;
+            if (op->bws_cT) ws = alloc(s, o, gckpt_round_up(op->bws_cT * c->tokens * 4, c->dev->alloc_round_bytes),
+                                       GCKPT_C_BACKWARD, -1);
+            for (int k = 0; k < op->nin; k++) {
+                int t = op->in[k];
+                if (!r->t[t].requires_grad) continue;
+                bool dup = false; /* the same tensor twice (q = k = v views): one grad */
+                for (int q = 0; q < k; q++) dup |= op->in[q] == t;
+                if (dup) continue;
+                if (r->t[t].kind == GCKPT_T_PARAM) {
+                    param_grad(s, st, t, o);
+                    continue;
+                }
+                sec_t *ow = owner(s, st, t);
+                int g = ow->grad[t];
+                if (g < 0 && op->grad_alias[k]) {
+                    ow->grad[t] = gout;
+                    s->pool[gout].refs++;
+                } else if (g < 0) {
+                    int id = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                    s->pool[id].refs = 1;
+                    ow->grad[t] = id;
+                } else if (s->pool[g].refs > 1) {
+                    /* shared buffer: out-of-place sum into a new one */
+                    int tmp = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                    int sum = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                    release(s, o, tmp, (int16_t)t);
+                    s->pool[g].refs--;
+                    s->pool[sum].refs = 1;
+                    ow->grad[t] = sum;
+                } else {
+                    int tmp = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                    release(s, o, tmp, (int16_t)t);
+                }
+            }
+            ev_compute(s, o, GCKPT_EV_BWD, i, true);
+            if (ws >= 0) release(s, o, ws, -1);
+        }
+        for (int k = 0; k < 2; k++)
+            if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
+        if (st->saved_reg[i]) {
+            for (int k = 0; k < op->nsaved; k++) {
+                int t = op->saved[k];
+                sec_t *ow = owner(s, st, t);
+                int id = ow->inst[t];
+                s->pool[id].saved--;
+                try_free(s, o, id, (int16_t)t);
+            }
+            st->saved_reg[i] = false;
+        }
+    }
+}
+
+static void init_sec(sec_t *st)
+{
+    for (int i = 0; i < GCKPT_MAX_TENSORS; i++) st->inst[i] = st->grad[i] = -1;
+    memset(st->saved_reg, 0, sizeof st->saved_reg);
+    memset(st->pgrad, 0, sizeof st->pgrad);
+    st->xin = -1;
+    st->host = 0;
+}
+
+void gckpt_sim_embed_fwd(gckpt_sim *s, gckpt_events *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    init_sec(&s->embed);
+    init_sec(&s->head);
+    s->phase = GCKPT_PH_FORWARD;
+    s->cur_layer = -1;
+    sim_fwd(s, &s->embed, GCKPT_SEC_EMBED, MODE_SAVE, r->sec_end[GCKPT_SEC_EMBED], -1,
+            r->embed_out, o);
+    s->stream = s->embed.inst[r->embed_out];
+}
+
+void gckpt_sim_layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_events *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    sec_t *st = &s->layer[layer];
+    init_sec(st);
+    st->mode = mode;
+    s->phase = GCKPT_PH_FORWARD;
+    s->cur_layer = layer;
+    st->inst[r->block_in] = s->stream;
+    st->xin = s->stream;
+    inst_t *x = &s->pool[s->stream];
+    if (mode == GCKPT_LAYER_CKPT) {
+        /* the checkpoint keeps this layer's input on the device */
+        x->ckpt = true;
+        gckpt_event *e = push(o);
+        if (e) {
+            e->kind = GCKPT_EV_RETAG;
+            e->comp = x->comp;
+            e->comp2 = GCKPT_C_CHECKPOINTS;
+            e->phase = (uint8_t)s->phase;
+            e->micro = s->micro;
+            e->layer = layer;
+            e->op = (int16_t)r->block_in;
+            e->inst = (uint32_t)s->stream;
+            e->bytes = x->bytes;
+        }
+        x->comp = GCKPT_C_CHECKPOINTS;
+    } else if (mode == GCKPT_LAYER_CKPT_OFFLOAD) {
+        st->host = s->c->raw[r->block_in];
+        gckpt_event *e = push(o);
+        if (e) {
+            e->kind = GCKPT_EV_HOST_ALLOC;
+            e->phase = (uint8_t)s->phase;
+            e->micro = s->micro;
+            e->layer = layer;
+            e->op = (int16_t)r->block_in;
+            e->bytes = st->host;
+        }
+        ev_copy(s, o, GCKPT_EV_D2H, st->host, GCKPT_C_CHECKPOINTS);
+    }
+    sim_fwd(s, st, GCKPT_SEC_BLOCK, mode == GCKPT_LAYER_PLAIN ? MODE_SAVE : MODE_NOSAVE,
+            r->sec_end[GCKPT_SEC_BLOCK], r->block_in, r->block_out, o);
+    s->stream = st->inst[r->block_out];
+}
+
+void gckpt_sim_head_fwd(gckpt_sim *s, gckpt_events *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    s->phase = GCKPT_PH_LOSS;
+    s->cur_layer = (int)s->c->model->layers;
+    s->head.inst[r->head_in] = s->stream;
+    sim_fwd(s, &s->head, GCKPT_SEC_HEAD, MODE_SAVE, r->sec_end[GCKPT_SEC_HEAD], r->head_in, -1, o);
+}
+
+static void fwd_end(gckpt_sim *s, sec_t *st, gckpt_events *o)
+{
+    for (int t = 0; t < s->c->recipe->nt; t++) {
+        int id = st->inst[t];
+        if (id < 0 || !s->pool[id].live || !s->pool[id].hold) continue;
+        if (owner(s, st, t) != st) continue;
+        s->pool[id].hold = false;
+        try_free(s, o, id, (int16_t)t);
+    }
+}
+
+void gckpt_sim_fwd_end_layer(gckpt_sim *s, int layer, gckpt_events *o)
+{
+    s->phase = GCKPT_PH_LOSS;
+    s->cur_layer = layer;
+    fwd_end(s, &s->layer[layer], o);
+}
+
+void gckpt_sim_fwd_end_head(gckpt_sim *s, gckpt_events *o)
+{
+    s->phase = GCKPT_PH_LOSS;
+    s->cur_layer = (int)s->c->model->layers;
+    fwd_end(s, &s->head, o);
+}
+
+void gckpt_sim_head_bwd(gckpt_sim *s, gckpt_events *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    s->phase = GCKPT_PH_LOSS;
+    s->cur_layer = (int)s->c->model->layers;
+    /* loss.backward(): the seed gradient of the scalar loss */
+    int g = alloc(s, o, s->c->tbytes[r->loss], GCKPT_C_BACKWARD, (int16_t)r->loss);
+    s->pool[g].refs = 1;
+    s->head.grad[r->loss] = g;
+    sim_bwd(s, &s->head, GCKPT_SEC_HEAD, o);
+    s->gstream = s->head.grad[r->head_in];
+    s->head.grad[r->head_in] = -1;
+}
+
+void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *o)
+{
+    const gckpt_ctx *c = s->c;
+    const gckpt_recipe *r = c->recipe;
+    sec_t *st = &s->layer[layer];
+    s->phase = GCKPT_PH_BACKWARD;
+    s->cur_layer = layer;
+    st->grad[r->block_out] = s->gstream;
+    if (st->mode != GCKPT_LAYER_PLAIN) {
+        if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) {
+            int id = alloc(s, o, c->tbytes[r->block_in], GCKPT_C_CHECKPOINTS, (int16_t)r->block_in);
+            s->pool[id].ckpt = true;
+            ev_copy(s, o, GCKPT_EV_H2D, st->host, GCKPT_C_CHECKPOINTS);
+            st->xin = id;
+        }
+        st->inst[r->block_in] = st->xin;
+        /* non-reentrant early stop: re-run up to the last op that saves a tensor */
+        int stop = r->sec_begin[GCKPT_SEC_BLOCK];
+        for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+            if (r->op[i].nsaved) stop = i + 1;
+        sim_fwd(s, st, GCKPT_SEC_BLOCK, MODE_RECOMPUTE, stop, r->block_in, -1, o);
+        s->phase = GCKPT_PH_BACKWARD;
+    }
+    sim_bwd(s, st, GCKPT_SEC_BLOCK, o);
+    if (st->mode != GCKPT_LAYER_PLAIN) {
+        inst_t *x = &s->pool[st->xin];
+        x->ckpt = false;
+        try_free(s, o, st->xin, (int16_t)r->block_in);
+        if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) {
+            gckpt_event *e = push(o);
+            if (e) {
+                e->kind = GCKPT_EV_HOST_FREE;
+                e->phase = (uint8_t)s->phase;
+                e->micro = s->micro;
+                e->layer = layer;
+                e->op = (int16_t)r->block_in;
+                e->bytes = st->host;
+            }
+        }
+    }
+    s->gstream = st->grad[r->block_in];
+    st->grad[r->block_in] = -1;
+}
+
+void gckpt_sim_embed_bwd(gckpt_sim *s, gckpt_events *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    s->phase = GCKPT_PH_BACKWARD;
+    s->cur_layer = -1;
+    s->embed.grad[r->embed_out] = s->gstream;
+    sim_bwd(s, &s->embed, GCKPT_SEC_EMBED, o);
+}
+
+void gckpt_sim_step_end(gckpt_sim *s, gckpt_events *o)
+{
+    /* the batch, masks, rotary tables, labels and the loss go when the step ends */
+    sec_t *secs[2] = {&s->embed, &s->head};
+    for (int q = 0; q < 2; q++) {
+        s->cur_layer = q ? (int)s->c->model->layers : -1;
+        for (int t = 0; t < s->c->recipe->nt; t++) {
+            int id = secs[q]->inst[t];
+            if (id < 0 || !s->pool[id].live || owner(s, secs[q], t) != secs[q]) continue;
+            release(s, o, id, (int16_t)t);
+        }
+    }
+}
+
+void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_events *o)
+{
+    gckpt_event *e;
+    if (c->opt_temp && (e = push(o))) {
+        e->kind = GCKPT_EV_ALLOC;
+        e->comp = GCKPT_C_OPT_TEMP;
+        e->phase = GCKPT_PH_OPTIMIZER;
+        e->micro = 2;
+        e->layer = (int)c->model->layers + 1;
+        e->bytes = c->opt_temp;
+    }
+    if ((e = push(o))) {
+        e->kind = GCKPT_EV_OPT;
+        e->phase = GCKPT_PH_OPTIMIZER;
+        e->micro = 2;
+        e->layer = (int)c->model->layers + 1;
+        e->seconds = c->opt_seconds;
+    }
+    if (c->opt_temp && (e = push(o))) {
+        e->kind = GCKPT_EV_FREE;
+        e->comp = GCKPT_C_OPT_TEMP;
+        e->phase = GCKPT_PH_OPTIMIZER;
+        e->micro = 2;
+        e->layer = (int)c->model->layers + 1;
+        e->bytes = c->opt_temp;
+    }
+    /* zero_grad(set_to_none=True) */
+    if ((e = push(o))) {
+        e->kind = GCKPT_EV_FREE;
+        e->comp = GCKPT_C_GRADS;
+        e->phase = GCKPT_PH_OPTIMIZER;
+        e->micro = 2;
+        e->layer = (int)c->model->layers + 1;
+        e->bytes = c->grads;
+    }
+}
+
+gckpt_layer_mode gckpt_layer_mode_of(const gckpt_setting *s, uint64_t i)
+{
+    if (!gckpt_is_checkpointed(s->every_n, i)) return GCKPT_LAYER_PLAIN;
+    return s->offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
+}
+
+static bool micro_step(const gckpt_ctx *c, bool grads_exist, uint8_t micro, gckpt_events *o)
+{
+    gckpt_sim *s = gckpt_sim_new(c, grads_exist, micro, c->model->layers);
+    if (!s) return false;
+    int L = (int)c->model->layers;
+    gckpt_sim_embed_fwd(s, o);
+    for (int i = 0; i < L; i++) gckpt_sim_layer_fwd(s, i, gckpt_layer_mode_of(&c->set, (uint64_t)i), o);
+    gckpt_sim_head_fwd(s, o);
+    for (int i = 0; i < L; i++) gckpt_sim_fwd_end_layer(s, i, o);
+    gckpt_sim_fwd_end_head(s, o);
+    gckpt_sim_head_bwd(s, o);
+    for (int i = L - 1; i >= 0; i--) gckpt_sim_layer_bwd(s, i, o);
+    gckpt_sim_embed_bwd(s, o);
+    gckpt_sim_step_end(s, o);
+    gckpt_sim_free(s);
+    return !o->oom;
+}
+
+bool gckpt_schedule_build(const gckpt_ctx *c, gckpt_events *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!micro_step(c, false, 0, out)) return false;
+    if (c->set.grad_accum > 1 && !micro_step(c, true, 1, out)) return false;
+    gckpt_sim_optimizer(c, out);
+    return !out->oom;
+}

@@ -1,0 +1,932 @@
+#!/usr/bin/env python3
+"""Ground-truth memory probe for Hugging Face Transformers training with
+activation (gradient) checkpointing, run on CPU with tiny random models.
+
+For every case it runs two optimizer steps (AdamW, gradient accumulation 2)
+and writes one JSON fixture (schema gckpt.hf-fixture/1) with:
+  * every tensor autograd saves in the forward pass, per region
+    (embedding / layer.<i> / head), de-duplicated by storage;
+  * what a checkpointed layer retains, and what offload copies to host;
+  * the live tensor bytes over each step (all storages: params, grads,
+    optimizer states, activations, logits, loss, temporaries), its peak and
+    where it happens, a coarse timeline, and the optimizer's transient bytes.
+
+Usage:
+  probe.py --list                      # list case names
+  probe.py --all [--jobs 2]            # write every fixture
+  probe.py --filter 'llama-bf16-*'     # fnmatch on case names
+  probe.py --case llama-fp32-sdpa-n1-plain-b2s32 --stdout
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import gc
+import json
+import math
+import os
+import platform
+import re
+import sys
+import time
+import traceback
+import warnings
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+import transformers
+import transformers.modeling_utils as hf_modeling_utils
+
+SCHEMA = "gckpt.hf-fixture/1"
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_OUT = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "data", "hf"))
+
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2"]
+PRECISIONS = ["fp32", "bf16", "amp-bf16"]
+ATTENTIONS = ["sdpa", "eager"]
+CKPT = [(0, False), (1, False), (1, True), (2, False), (2, True), (3, False), (3, True)]
+SHAPES = [(2, 32), (1, 48)]
+GRAD_ACCUM = 2
+STEPS = 2
+VOCAB = 211
+
+
+# --------------------------------------------------------------------------
+# tiny models
+# --------------------------------------------------------------------------
+def make_config(family: str, attention: str):
+    common_llama = dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-6,
+        attention_dropout=0.0,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    if family == "llama":
+        cfg = transformers.LlamaConfig(**common_llama)
+    elif family == "mistral":
+        cfg = transformers.MistralConfig(**common_llama)
+    elif family == "qwen2":
+        kw = dict(common_llama)
+        kw.pop("head_dim")  # Qwen2 derives head_dim = hidden / heads = 16
+        cfg = transformers.Qwen2Config(**kw)
+    elif family == "qwen3":
+        kw = dict(common_llama)
+        kw["head_dim"] = 24  # heads * head_dim = 96 != hidden 64
+        cfg = transformers.Qwen3Config(**kw)
+    elif family == "gpt2":
+        cfg = transformers.GPT2Config(
+            vocab_size=VOCAB,
+            n_embd=48,
+            n_head=3,
+            n_layer=4,
+            n_positions=64,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+    else:
+        raise ValueError(family)
+    cfg._attn_implementation = attention
+    return cfg
+
+
+def make_model(family: str, attention: str):
+    cfg = make_config(family, attention)
+    cls = {
+        "llama": transformers.LlamaForCausalLM,
+        "mistral": transformers.MistralForCausalLM,
+        "qwen2": transformers.Qwen2ForCausalLM,
+        "qwen3": transformers.Qwen3ForCausalLM,
+        "gpt2": transformers.GPT2LMHeadModel,
+    }[family]
+    torch.manual_seed(0)
+    model = cls(cfg)
+    model.config._attn_implementation = attention
+    # What the HF Trainer does (TrainingArguments.use_cache defaults to False).
+    # With use_cache=True and no checkpointing, every layer would build a
+    # DynamicCache and torch.cat([empty, k]) copies of k and v.
+    model.config.use_cache = False
+    return model
+
+
+def layers_of(model, family):
+    return model.transformer.h if family == "gpt2" else model.model.layers
+
+
+def json_config(model) -> dict:
+    out = {}
+    for k, v in model.config.to_dict().items():
+        try:
+            json.dumps(v)
+        except (TypeError, ValueError):
+            continue
+        out[k] = v
+    return out
+
+
+# --------------------------------------------------------------------------
+# probe
+# --------------------------------------------------------------------------
+def _storage(t: torch.Tensor):
+    try:
+        return t.untyped_storage()
+    except Exception:  # noqa: BLE001 - tensors without storage
+        return None
+
+
+def node_to_op(name: str | None) -> str | None:
+    if not name:
+        return None
+    base = re.sub(r"Backward\d*$", "", name)
+    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower()
+    return "aten." + snake
+
+
+class Entry:
+    __slots__ = ("ref", "nbytes", "kind", "producer", "module", "region")
+
+    def __init__(self, ref, nbytes, kind, producer, module, region):
+        self.ref = ref
+        self.nbytes = nbytes
+        self.kind = kind
+        self.producer = producer
+        self.module = module
+        self.region = region
+
+
+class SavedHandle:
+    """What our pack hook returns: keeps the (detached) tensor alive exactly as
+    long as autograd keeps the saved variable, and points at its metadata."""
+
+    __slots__ = ("tensor", "meta")
+
+    def __init__(self, tensor, meta):
+        self.tensor = tensor
+        self.meta = meta
+
+
+class Probe(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.live: dict[int, Entry] = {}
+        self.dev = 0
+        self.host = 0
+        self.params: dict[int, str] = {}  # storage key -> param name
+        self.cast_of: dict[int, str] = {}  # storage key -> param name it is a cast copy of
+        self.phase = "idle"
+        self.micro = 0
+        self.region = "-"
+        self.module_stack: list[str] = []
+        self.last_op = None
+        self.in_hook = 0
+        self.in_offload_pack = 0
+        self.peak = 0
+        self.peak_where = None
+        self.peak_phase = None
+        self.window_max = 0
+        self.timeline: list[dict] = []
+        self.record_saved = False
+        self.saved: list[dict] = []
+        self.offload_records: list[dict] = []
+        self.record_offload = False
+        self.layer_live_before: dict[int, int] = {}
+        self.layer_retained: dict[int, int] = {}
+        self.record_retained = False
+        self.r512 = 0  # live bytes with every storage rounded up to 512 B
+        self.peak_r512 = 0
+
+    # -- storage bookkeeping ------------------------------------------------
+    def _key(self, st):
+        return st._cdata
+
+    def track(self, t: torch.Tensor, producer=None, kind=None):
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            return None
+        st = _storage(t)
+        if st is None:
+            return None
+        key = st._cdata
+        e = self.live.get(key)
+        if e is not None:
+            return e
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        n = st.nbytes()
+        if kind is None:
+            kind = "host" if self.in_offload_pack else "device"
+        e = Entry(StorageWeakRef(st), n, kind, producer, self.module_stack[-1] if self.module_stack else None, self.region)
+        self.live[key] = e
+        if kind == "device":
+            self.dev += n
+            self.r512 += (n + 511) // 512 * 512
+        else:
+            self.host += n
+        return e
+
+    def poll(self):
+        expired = torch.UntypedStorage._expired
+        dead = [k for k, e in self.live.items() if expired(e.ref.cdata)]
+        for k in dead:
+            e = self.live.pop(k)
+            if e.kind == "device":
+                self.dev -= e.nbytes
+                self.r512 -= (e.nbytes + 511) // 512 * 512
+            else:
+                self.host -= e.nbytes
+            self.cast_of.pop(k, None)
+
+    def where(self):
+        mod = self.module_stack[-1] if self.module_stack else "-"
+        rc = "(recompute)" if (self.phase == "backward" and self.module_stack) else ""
+        return f"micro{self.micro}/{self.phase}/{self.region}{rc}/{mod}/{self.last_op}"
+
+    def check_peak(self):
+        if self.dev > self.window_max:
+            self.window_max = self.dev
+        if self.dev > self.peak:
+            self.peak = self.dev
+            self.peak_phase = self.phase
+            self.peak_where = self.where()
+        if self.r512 > self.peak_r512:
+            self.peak_r512 = self.r512
+
+    def event(self, name):
+        self.poll()
+        self.check_peak()
+        self.timeline.append(
+            {"event": name, "live_bytes": self.dev, "host_bytes": self.host, "max_since_prev": self.window_max}
+        )
+        self.window_max = self.dev
+
+    def reset_peak(self):
+        self.poll()
+        self.peak = self.dev
+        self.peak_phase = self.phase
+        self.peak_where = self.where()
+        self.peak_r512 = self.r512
+        self.window_max = self.dev
+
+    # -- dispatch -----------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        opname = f"aten.{func.overloadpacket.__name__}"
+        if not self.in_hook:
+            self.last_op = opname
+        self.poll()
+        flat_in, _ = tree_flatten((args, kwargs))
+        for t in flat_in:
+            if isinstance(t, torch.Tensor):
+                self.track(t, producer="(pre-existing)")
+        flat_out, _ = tree_flatten(out)
+        for t in flat_out:
+            if isinstance(t, torch.Tensor):
+                self.track(t, producer=opname)
+        # autocast weight-cast copies: _to_copy of a parameter
+        if func.overloadpacket in (torch.ops.aten._to_copy, torch.ops.aten.to) and args and isinstance(args[0], torch.Tensor):
+            src = _storage(args[0])
+            if src is not None and src._cdata in self.params and isinstance(out, torch.Tensor):
+                dst = _storage(out)
+                if dst is not None and dst._cdata != src._cdata:
+                    self.cast_of[dst._cdata] = self.params[src._cdata]
+        self.check_peak()
+        return out
+
+    # -- saved tensors hooks (outermost; checkpoint's own hooks win inside
+    #    non-reentrant checkpointed layers) ---------------------------------
+    def pack(self, t):
+        self.in_hook += 1
+        try:
+            st = _storage(t)
+            key = st._cdata if st is not None else None
+            e = self.live.get(key) if key is not None else None
+            if e is None and st is not None:
+                e = self.track(t, producer="(untracked)")
+            meta = None
+            if self.record_saved:
+                op_hint = self.last_op
+                f = sys._getframe(1)
+                while f is not None:
+                    if f.f_code.co_name == "save_inputs" and "checkpoint" in f.f_code.co_filename:
+                        op_hint = "checkpoint.save_inputs"
+                        break
+                    f = f.f_back
+                meta = {
+                    "seq": len(self.saved),
+                    "region": self.region,
+                    "module": self.module_stack[-1] if self.module_stack else ("loss" if self.phase == "loss" else None),
+                    "last_op": op_hint,
+                    "shape": list(t.shape),
+                    "stride": list(t.stride()),
+                    "dtype": str(t.dtype).replace("torch.", ""),
+                    "storage_key": key,
+                    "bytes": st.nbytes() if st is not None else 0,
+                    "view_bytes": t.numel() * t.element_size(),
+                    "param": self.params.get(key),
+                    "cast_of_param": self.cast_of.get(key),
+                    "produced_by": e.producer if e else None,
+                    "produced_in": (e.region + "/" + (e.module or "-")) if e else None,
+                    "nodes": [],
+                }
+                self.saved.append(meta)
+            return SavedHandle(t.detach(), meta)
+        finally:
+            self.in_hook -= 1
+
+    def unpack(self, h):
+        if h.meta is not None:
+            node = torch._C._current_autograd_node()
+            h.meta["nodes"].append(node.name() if node is not None else None)
+        return h.tensor
+
+
+PROBE: Probe | None = None
+
+
+class ProbeSaveOnCpu(torch.autograd.graph.saved_tensors_hooks):
+    """Stand-in for torch.autograd.graph.save_on_cpu as transformers uses it.
+
+    On a machine without CUDA, torch.empty(pin_memory=True) raises, so the
+    real class (with device_type="cpu", torch.cpu.is_available() is True)
+    cannot run here.  This does the same thing - a fresh contiguous host
+    tensor of the saved view's size, copy_ into it - but accounts the copy as
+    host memory, and on unpack makes a fresh "device" copy (clone), which is
+    what `tensor.to("cuda")` allocates on a GPU machine.
+    """
+
+    def __init__(self, pin_memory: bool = False, device_type: str = "cuda") -> None:
+        probe = PROBE
+
+        def pack_to_cpu(tensor):
+            probe.in_offload_pack += 1
+            probe.in_hook += 1
+            try:
+                packed = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout)
+                packed.copy_(tensor)
+            finally:
+                probe.in_offload_pack -= 1
+                probe.in_hook -= 1
+            if probe.record_offload:
+                probe.offload_records.append(
+                    {
+                        "region": probe.region,
+                        "shape": list(tensor.shape),
+                        "dtype": str(tensor.dtype).replace("torch.", ""),
+                        "bytes": packed.numel() * packed.element_size(),
+                    }
+                )
+            return (tensor.device, packed)
+
+        def unpack_from_cpu(packed):
+            device, tensor = packed
+            probe.in_hook += 1
+            try:
+                return tensor.clone()  # emulates the host->device copy
+            finally:
+                probe.in_hook -= 1
+
+        super().__init__(pack_to_cpu, unpack_from_cpu)
+
+
+# --------------------------------------------------------------------------
+# one case
+# --------------------------------------------------------------------------
+def case_name(family, precision, attention, n, offload, b, s):
+    ck = "off" if n == 0 else str(n)
+    return f"{family}-{precision}-{attention}-n{ck}-{'offload' if offload else 'plain'}-b{b}s{s}"
+
+
+def all_cases():
+    out = []
+    for fam in FAMILIES:
+        for prec in PRECISIONS:
+            for attn in ATTENTIONS:
+                for n, off in CKPT:
+                    for b, s in SHAPES:
+                        out.append((fam, prec, attn, n, off, b, s))
+    return out
+
+
+def unique_bytes(tensors):
+    seen = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            st = t.untyped_storage()
+            seen[st._cdata] = st.nbytes()
+    return sum(seen.values())
+
+
+def state_tensors(model, opt):
+    params = list(model.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
+    bufs = list(model.buffers())
+    states = [v for stt in opt.state.values() for v in stt.values() if isinstance(v, torch.Tensor)]
+    return params, grads, bufs, states
+
+
+def track_state(probe, model, opt):
+    params, grads, bufs, states = state_tensors(model, opt)
+    for t in params:
+        probe.track(t, producer="parameter", kind="device")
+    for t in grads:
+        probe.track(t, producer="grad", kind="device")
+    for t in bufs:
+        probe.track(t, producer="buffer", kind="device")
+    for t in states:
+        probe.track(t, producer="optimizer_state", kind="device")
+
+
+def foreach_optimizer_probe(model, opt, probe):
+    """Transient bytes of one AdamW(foreach=True) step - the CUDA default -
+    from the steady state reached by `opt` (states present, grads set)."""
+    params = list(model.parameters())
+    gen = torch.Generator().manual_seed(99)
+    for p in params:
+        p.grad = (torch.randn(p.shape, generator=gen) * 1e-3).to(p.dtype)
+    opt2 = torch.optim.AdamW(params, lr=1e-3, foreach=True)
+    opt2.load_state_dict(opt.state_dict())
+    for g in opt2.param_groups:  # load_state_dict restored foreach=None
+        g["foreach"] = True
+    with probe:
+        probe.phase = "optimizer"
+        probe.region = "-"
+        probe.micro = 0
+        probe.last_op = None
+        track_state(probe, model, opt2)
+        probe.reset_peak()
+        before = probe.dev
+        opt2.step()
+        probe.poll()
+        res = {"transient_bytes": probe.peak - before, "peak_where": probe.peak_where, "before_bytes": before}
+    model.zero_grad(set_to_none=True)
+    del opt2
+    return res
+
+
+def run_case(family, precision, attention, every_n, offload, b, s):
+    global PROBE
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    model = make_model(family, attention)
+    if precision == "bf16":
+        model = model.to(torch.bfloat16)
+    model.train()
+    if every_n:
+        model.gradient_checkpointing_enable(every_n_layers=every_n, offload=offload)
+    layers = layers_of(model, family)
+    ckpt_layers = [i for i, l in enumerate(layers) if getattr(l, "gradient_checkpointing", False)]
+    nlayers = len(layers)
+
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    amp = precision == "amp-bf16"
+
+    probe = Probe()
+    PROBE = probe
+    hf_modeling_utils.save_on_cpu = ProbeSaveOnCpu
+
+    # param storages
+    for name, p in model.named_parameters():
+        probe.params[p.untyped_storage()._cdata] = name
+    uniq = {}
+    for p in params:
+        uniq[p.untyped_storage()._cdata] = p.untyped_storage().nbytes()
+    param_info = {"count": sum(p.numel() for p in params), "bytes": sum(uniq.values()), "tensors": len(params)}
+
+    # module-name stack hooks
+    names = {m: n for n, m in model.named_modules()}
+    handles = []
+
+    def short(n):
+        for pre in ("model.", "transformer."):
+            if n.startswith(pre):
+                return n[len(pre):]
+        return n
+
+    def pre_hook(mod, args):
+        probe.module_stack.append(short(names[mod]))
+
+    def post_hook(mod, args, out):
+        if probe.module_stack:
+            probe.module_stack.pop()
+
+    for n_, m in model.named_modules():
+        if n_ == "":
+            continue
+        handles.append(m.register_forward_pre_hook(pre_hook))
+        handles.append(m.register_forward_hook(post_hook))
+
+    # region hooks on layers (outside the checkpoint: transformers wraps forward)
+    def first_tensor(x):
+        if isinstance(x, torch.Tensor):
+            return x
+        if isinstance(x, (tuple, list)):
+            for y in x:
+                t = first_tensor(y)
+                if t is not None:
+                    return t
+        if hasattr(x, "to_tuple"):
+            return first_tensor(x.to_tuple())
+        return None
+
+    def make_layer_hooks(i):
+        def lpre(mod, args, kwargs):
+            if probe.phase not in ("forward",):
+                return
+            probe.region = f"layer.{i}"
+            probe.event(f"micro{probe.micro}.forward.layer.{i}.start")
+            probe.layer_live_before[i] = probe.dev
+            hs = args[0] if args else kwargs.get("hidden_states")
+            if isinstance(hs, torch.Tensor) and hs.requires_grad:
+                m = probe.micro
+
+                def on_grad(g, i=i, m=m):
+                    probe.module_stack.clear()
+                    probe.region = f"layer.{i - 1}" if i > 0 else "embedding"
+                    probe.event(f"micro{m}.backward.layer.{i}.end")
+                    return None
+
+                hs.register_hook(on_grad)
+
+        def lpost(mod, args, kwargs, out):
+            if probe.phase not in ("forward",):
+                return
+            t = first_tensor(out)
+            probe.poll()
+            out_bytes = 0
+            if t is not None:
+                st = _storage(t)
+                if st is not None and probe.live.get(st._cdata) is not None:
+                    e = probe.live[st._cdata]
+                    if e.region == f"layer.{i}":
+                        out_bytes = e.nbytes
+            if probe.record_retained:
+                probe.layer_retained[i] = probe.dev - probe.layer_live_before[i] - out_bytes
+            probe.event(f"micro{probe.micro}.forward.layer.{i}.end")
+            probe.region = "head" if i == nlayers - 1 else f"layer.{i}"
+            if t is not None and t.requires_grad:
+                m = probe.micro
+
+                def on_grad(g, i=i, m=m):
+                    probe.module_stack.clear()
+                    probe.region = f"layer.{i}"
+                    probe.event(f"micro{m}.backward.layer.{i}.start")
+                    return None
+
+                t.register_hook(on_grad)
+
+        return lpre, lpost
+
+    for i, l in enumerate(layers):
+        a, c = make_layer_hooks(i)
+        handles.append(l.register_forward_pre_hook(a, with_kwargs=True))
+        handles.append(l.register_forward_hook(c, with_kwargs=True))
+
+    # head: final norm + lm_head + loss. The loss phase starts after lm_head.
+    lm_head = model.lm_head
+
+    def lm_post(mod, args, out):
+        if probe.phase == "forward":
+            probe.event(f"micro{probe.micro}.forward.logits")
+            probe.phase = "loss"
+
+    handles.append(lm_head.register_forward_hook(lm_post))
+
+    gen = torch.Generator().manual_seed(1234)
+    inputs = [torch.randint(3, VOCAB, (b, s), generator=gen) for _ in range(STEPS * GRAD_ACCUM)]
+
+    steps_out = []
+    saved_meta = None
+    offload_meta = None
+    retained = None
+    for step in range(1, STEPS + 1):
+        probe.timeline = []
+        probe.phase = "idle"
+        probe.micro = 0
+        probe.region = "-"
+        track_state(probe, model, opt)
+        probe.reset_peak()
+        probe.event("step.start")
+        after_forward = []
+        after_backward = []
+        for micro in range(1, GRAD_ACCUM + 1):
+            ids = inputs[(step - 1) * GRAD_ACCUM + micro - 1]
+            record = step == STEPS and micro == 1
+            probe.record_saved = record
+            probe.record_offload = record
+            probe.record_retained = record
+            if record:
+                probe.saved = []
+                probe.offload_records = []
+                probe.layer_retained = {}
+            probe.micro = micro
+            probe.phase = "forward"
+            probe.region = "embedding"
+            probe.module_stack.clear()
+            probe.event(f"micro{micro}.forward.start")
+            with torch.autograd.graph.saved_tensors_hooks(probe.pack, probe.unpack):
+                with probe:
+                    if amp:
+                        with torch.autocast("cpu", dtype=torch.bfloat16):
+                            loss = model(input_ids=ids, labels=ids).loss / GRAD_ACCUM
+                    else:
+                        loss = model(input_ids=ids, labels=ids).loss / GRAD_ACCUM
+            probe.record_saved = False
+            probe.record_offload = False
+            probe.record_retained = False
+            probe.module_stack.clear()
+            with probe:
+                probe.event(f"micro{micro}.forward.end")
+                after_forward.append(probe.dev)
+                probe.phase = "backward"
+                probe.region = "head"
+                loss.backward()
+                del loss
+                probe.module_stack.clear()
+                probe.region = "-"
+                probe.event(f"micro{micro}.backward.end")
+                after_backward.append(probe.dev)
+            if record:
+                saved_meta = probe.saved
+                offload_meta = probe.offload_records
+                retained = dict(probe.layer_retained)
+        with probe:
+            probe.phase = "optimizer"
+            probe.region = "-"
+            probe.last_op = None
+            track_state(probe, model, opt)
+            probe.event("optimizer.start")
+            before_opt = probe.dev
+            peak_before_opt, where_before, phase_before, r512_before = (
+                probe.peak, probe.peak_where, probe.peak_phase, probe.peak_r512)
+            probe.peak = probe.dev
+            opt.step()
+            probe.poll()
+            opt_peak = probe.peak
+            opt_where = probe.peak_where
+            probe.event("optimizer.end")
+            after_opt = probe.dev
+            # merge optimizer window into the step peak
+            if peak_before_opt >= opt_peak:
+                probe.peak, probe.peak_where, probe.peak_phase = peak_before_opt, where_before, phase_before
+            probe.peak_r512 = max(probe.peak_r512, r512_before)
+            probe.phase = "zero_grad"
+            model.zero_grad(set_to_none=True)
+            probe.event("zero_grad.end")
+        pa, gr, bu, stt = state_tensors(model, opt)
+        steps_out.append(
+            {
+                "step": step,
+                "live_at_start_bytes": probe.timeline[0]["live_bytes"],
+                "live_peak_bytes": probe.peak,
+                "live_peak_bytes_round512": probe.peak_r512,
+                "peak_phase": probe.peak_phase,
+                "peak_where": probe.peak_where,
+                "after_forward_bytes": after_forward[0],
+                "after_forward_bytes_micro": after_forward,
+                "after_backward_bytes_micro": after_backward,
+                "optimizer_before_bytes": before_opt,
+                "optimizer_peak_bytes": opt_peak,
+                "optimizer_peak_where": opt_where,
+                "optimizer_transient_bytes": opt_peak - before_opt,
+                "optimizer_after_bytes": after_opt,
+                "live_at_end_bytes": probe.dev,
+                "optimizer_state_bytes": unique_bytes(stt),
+                "buffer_bytes": unique_bytes(bu),
+                "host_peak_bytes": max(ev["host_bytes"] for ev in probe.timeline),
+                "timeline": probe.timeline,
+            }
+        )
+
+    for h in handles:
+        h.remove()
+    opt_foreach = foreach_optimizer_probe(model, opt, probe)
+    hf_modeling_utils.save_on_cpu = torch.autograd.graph.save_on_cpu
+
+    # ---- assemble saved-tensor view -------------------------------------
+    def region_index(r):
+        if r == "embedding":
+            return ("embedding", None)
+        if r.startswith("layer."):
+            return ("layer", int(r.split(".")[1]))
+        return ("head", None)
+
+    seen_keys = {}
+    groups = {"embedding": [], "head": []}
+    layer_groups = {i: [] for i in range(nlayers)}
+    for m in saved_meta:
+        key = m["storage_key"]
+        nodes = [n for n in m["nodes"] if n]
+        node = nodes[0] if nodes else None
+        if key in seen_keys:
+            first = seen_keys[key]
+            first["saved_by"].append(node or m["last_op"])
+            if first["_region"] != m["region"]:
+                first.setdefault("also_saved_in", []).append(m["region"])
+            continue
+        ent = {
+            "op": node_to_op(node) if node else m["last_op"],
+            "node": node,
+            "last_op": m["last_op"],
+            "module": m["module"],
+            "shape": m["shape"],
+            "dtype": m["dtype"],
+            "bytes": m["bytes"],
+            "param": m["param"] is not None,
+            "param_name": m["param"],
+            "cast_of_param": m["cast_of_param"],
+            "produced_by": m["produced_by"],
+            "produced_in": m["produced_in"],
+            "saved_by": [node or m["last_op"]],
+            "_region": m["region"],
+        }
+        if m["view_bytes"] != m["bytes"]:
+            ent["view_bytes"] = m["view_bytes"]
+            ent["stride"] = m["stride"]
+        seen_keys[key] = ent
+        kind, idx = region_index(m["region"])
+        if kind == "layer":
+            layer_groups[idx].append(ent)
+        else:
+            groups[kind].append(ent)
+    for ent in seen_keys.values():
+        ent.pop("_region", None)
+
+    def summarize(tensors):
+        return sum(t["bytes"] for t in tensors if not t["param"])
+
+    saved = {
+        "embedding": {"bytes": summarize(groups["embedding"]), "tensors": groups["embedding"]},
+        "layers": [
+            {
+                "index": i,
+                "checkpointed": i in ckpt_layers,
+                "bytes": summarize(layer_groups[i]),
+                "retained_bytes": retained.get(i) if retained else None,
+                "tensors": layer_groups[i],
+            }
+            for i in range(nlayers)
+        ],
+        "head": {"bytes": summarize(groups["head"]), "tensors": groups["head"]},
+    }
+    saved["total_bytes"] = saved["embedding"]["bytes"] + saved["head"]["bytes"] + sum(
+        l["bytes"] for l in saved["layers"])
+
+    fixture = {
+        "schema": SCHEMA,
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+        },
+        "device": "cpu",
+        "config": json_config(model),
+        "setting": {
+            "family": family,
+            "model_class": type(model).__name__,
+            "every_n_layers": every_n,
+            "offload": offload,
+            "precision": precision,
+            "attention": attention,
+            "micro_batch": b,
+            "seq": s,
+            "grad_accum": GRAD_ACCUM,
+            "optimizer": "adamw",
+            "optimizer_impl": "torch.optim.AdamW defaults (foreach=None -> for-loop on CPU)",
+            "use_cache": False,
+            "tie_word_embeddings": bool(getattr(model.config, "tie_word_embeddings", False)),
+            "dropout": 0.0,
+            "labels": "input_ids",
+            "loss_scale": 1.0 / GRAD_ACCUM,
+            "measured_step_for_saved": STEPS,
+        },
+        "checkpointed_layers": ckpt_layers,
+        "parameters": param_info,
+        "saved": saved,
+        "optimizer_foreach_step": opt_foreach,
+        "offload_bytes": sum(r["bytes"] for r in offload_meta or []),
+        "offload": offload_meta or [],
+        "steps": steps_out,
+    }
+    PROBE = None
+    return fixture
+
+
+def dumps_fixture(fx) -> str:
+    """Indented JSON, but each tensor / timeline / offload record on one line."""
+    placeholders = {}
+
+    def squash(obj, path=()):
+        if isinstance(obj, dict):
+            leafy = all(not isinstance(v, (dict, list)) or (isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v)) for v in obj.values())
+            if leafy and path and path[-1] in ("tensors", "timeline", "offload"):
+                key = f"@@{len(placeholders)}@@"
+                placeholders[key] = json.dumps(obj, separators=(", ", ": "))
+                return key
+            return {k: squash(v, path + (k,)) for k, v in obj.items()}
+        if isinstance(obj, list):
+            if all(not isinstance(x, (dict, list)) for x in obj):
+                key = f"@@{len(placeholders)}@@"
+                placeholders[key] = json.dumps(obj)
+                return key
+            return [squash(v, path) for v in obj]
+        return obj
+
+    text = json.dumps(squash(fx), indent=1)
+    for k, v in placeholders.items():
+        text = text.replace(json.dumps(k), v, 1)
+    return text + "\n"
+
+
+def write_case(args_tuple, out_dir):
+    name = case_name(*args_tuple)
+    t0 = time.time()
+    fx = run_case(*args_tuple)
+    path = os.path.join(out_dir, name + ".json")
+    with open(path, "w") as f:
+        f.write(dumps_fixture(fx))
+    return name, time.time() - t0
+
+
+def _worker(item):
+    args_tuple, out_dir = item
+    torch.set_num_threads(1)
+    try:
+        return write_case(args_tuple, out_dir)
+    except Exception:  # noqa: BLE001
+        return case_name(*args_tuple), "ERROR\n" + traceback.format_exc()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--all", action="store_true")
+    ap.add_argument("--filter", action="append", default=[])
+    ap.add_argument("--case", action="append", default=[])
+    ap.add_argument("--stdout", action="store_true")
+    ap.add_argument("--jobs", type=int, default=1)
+    a = ap.parse_args(argv)
+
+    cases = all_cases()
+    by_name = {case_name(*c): c for c in cases}
+    sel = []
+    if a.all:
+        sel = cases
+    for pat in a.filter:
+        sel += [c for n, c in by_name.items() if fnmatch.fnmatch(n, pat) and c not in sel]
+    for n in a.case:
+        sel.append(by_name[n])
+    if a.list:
+        for c in (sel or cases):
+            print(case_name(*c))
+        return 0
+    if not sel:
+        ap.error("nothing selected (use --all, --filter or --case)")
+    if a.stdout:
+        torch.set_num_threads(1)
+        for c in sel:
+            json.dump(run_case(*c), sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        return 0
+    os.makedirs(a.out, exist_ok=True)
+    items = [(c, a.out) for c in sel]
+    failures = 0
+    t0 = time.time()
+    if a.jobs > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(a.jobs, maxtasksperchild=20) as pool:
+            for name, dt in pool.imap_unordered(_worker, items):
+                if isinstance(dt, str):
+                    failures += 1
+                    print(f"FAIL {name}\n{dt}", flush=True)
+                else:
+                    print(f"ok   {name} ({dt:.1f}s)", flush=True)
+    else:
+        for it in items:
+            name, dt = _worker(it)
+            if isinstance(dt, str):
+                failures += 1
+                print(f"FAIL {name}\n{dt}", flush=True)
+            else:
+                print(f"ok   {name} ({dt:.1f}s)", flush=True)
+    print(f"{len(items) - failures} written, {failures} failed, {time.time() - t0:.0f}s", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

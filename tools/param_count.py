@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Compute total parameter counts from the Hugging Face config.json files in
+models/ and check them against the published figures in models/README.md.
+
+Python 3 standard library only.
+
+Usage: python3 tools/param_count.py [MODELS_DIR]
+
+Prints one row per models/*.json file and exits 1 if any computed count
+differs from the "Published params" column of the README table, if a README
+row names a file that does not exist, or if a config has no README row.
+
+Counting rules (what transformers' model.num_parameters() reports; tied
+weights are counted once):
+
+  llama / mistral / qwen2 / qwen3 (decoder-only, SwiGLU, RMSNorm):
+    embed_tokens              V*h
+    per layer:
+      q_proj                  h*(nh*hd)       (+ nh*hd bias if attention bias)
+      k_proj, v_proj          h*(kv*hd) each  (+ kv*hd bias each if bias)
+      o_proj                  (nh*hd)*h       (+ h bias only if attention_bias
+                                               on llama; never for qwen2)
+      gate, up, down          3*h*I           (+ 2*I + h if mlp_bias)
+      input/post-attn norms   2*h
+      q_norm, k_norm (qwen3)  2*hd
+    final norm                h
+    lm_head                   V*h unless tie_word_embeddings
+  Qwen2 always has q/k/v biases (hard-coded in modeling_qwen2.py, not a
+  config key); Llama/Qwen3 follow "attention_bias" (default false).
+  head_dim defaults to hidden_size // num_attention_heads when absent.
+
+  gpt2:
+    wte V*h, wpe n_positions*h
+    per layer: ln_1, ln_2 (2h each), c_attn h*3h+3h, attn.c_proj h*h+h,
+               c_fc h*I+I, mlp.c_proj I*h+h   with I = n_inner or 4h
+    ln_f 2h; lm_head tied to wte (always, for GPT2LMHeadModel)
+"""
+
+import json
+import os
+import re
+import sys
+
+LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
+
+
+def count_llama_like(c):
+    mt = c["model_type"]
+    h = c["hidden_size"]
+    V = c["vocab_size"]
+    L = c["num_hidden_layers"]
+    I = c["intermediate_size"]
+    nh = c["num_attention_heads"]
+    kv = c.get("num_key_value_heads") or nh
+    hd = c.get("head_dim") or h // nh
+
+    qkv_bias = mt == "qwen2" or bool(c.get("attention_bias", False))
+    o_bias = mt != "qwen2" and bool(c.get("attention_bias", False))
+    mlp_bias = bool(c.get("mlp_bias", False))
+
+    attn = h * (nh * hd) + 2 * h * (kv * hd) + (nh * hd) * h
+    if qkv_bias:
+        attn += nh * hd + 2 * kv * hd
+    if o_bias:
+        attn += h
+    mlp = 3 * h * I
+    if mlp_bias:
+        mlp += 2 * I + h
+    norms = 2 * h
+    if mt == "qwen3":
+        norms += 2 * hd  # q_norm, k_norm (RMSNorm over head_dim)
+    per_layer = attn + mlp + norms
+
+    total = V * h + L * per_layer + h
+    if not c["tie_word_embeddings"]:
+        total += V * h
+    return total
+
+
+def count_gpt2(c):
+    h = c["n_embd"]
+    V = c["vocab_size"]
+    L = c["n_layer"]
+    P = c["n_positions"]
+    I = c.get("n_inner") or 4 * h
+    per_layer = (
+        2 * h  # ln_1
+        + h * 3 * h + 3 * h  # attn.c_attn
+        + h * h + h  # attn.c_proj
+        + 2 * h  # ln_2
+        + h * I + I  # mlp.c_fc
+        + I * h + h  # mlp.c_proj
+    )
+    return V * h + P * h + L * per_layer + 2 * h  # lm_head tied to wte
+
+
+def count_params(c):
+    mt = c.get("model_type")
+    if mt == "gpt2":
+        return count_gpt2(c)
+    if mt in LLAMA_LIKE:
+        # tie_word_embeddings default is True in PretrainedConfig; every
+        # config here states it explicitly except gpt2, so be strict.
+        if "tie_word_embeddings" not in c:
+            raise ValueError("config lacks tie_word_embeddings")
+        return count_llama_like(c)
+    raise ValueError("unsupported model_type %r" % mt)
+
+
+ROW = re.compile(r"^\|\s*`?([A-Za-z0-9._-]+\.json)`?\s*\|(.*)\|\s*$")
+
+
+def published_from_readme(path):
+    """Map config file name -> published count from the README table.
+
+    The table row starts with the file name; the published count is the
+    first cell that is a comma-grouped (or plain) integer of 6+ digits."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = ROW.match(line.strip())
+            if not m:
+                continue
+            cells = [x.strip() for x in m.group(2).split("|")]
+            for cell in cells:
+                digits = cell.replace(",", "")
+                if re.fullmatch(r"\d{6,}", digits):
+                    out[m.group(1)] = int(digits)
+                    break
+    return out
+
+
+def main(argv):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    models = argv[1] if len(argv) > 1 else os.path.join(root, "models")
+    readme = os.path.join(models, "README.md")
+    published = published_from_readme(readme)
+
+    files = sorted(f for f in os.listdir(models) if f.endswith(".json"))
+    bad = 0
+    print("%-22s %-8s %16s %16s  %s" % ("config", "type", "computed",
+                                         "published", "status"))
+    for name in files:
+        with open(os.path.join(models, name), encoding="utf-8") as f:
+            cfg = json.load(f)
+        try:
+            n = count_params(cfg)
+        except (KeyError, ValueError) as e:
+            print("%-22s %-8s %16s %16s  ERROR %s" % (
+                name, cfg.get("model_type", "?"), "-", "-", e))
+            bad += 1
+            continue
+        pub = published.get(name)
+        if pub is None:
+            status = "NO README ROW"
+            bad += 1
+        elif pub == n:
+            status = "ok"
+        else:
+            status = "MISMATCH (%+d)" % (n - pub)
+            bad += 1
+        print("%-22s %-8s %16s %16s  %s" % (
+            name, cfg["model_type"], format(n, ","),
+            format(pub, ",") if pub is not None else "-", status))
+    for name in sorted(set(published) - set(files)):
+        print("%-22s README row has no config file" % name)
+        bad += 1
+    if bad:
+        print("%d problem(s)" % bad)
+        return 1
+    print("all %d configs match the published counts" % len(files))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -132,8 +132,11 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
         uint64_t st = 0, tmp = 0;
         switch (s->optimizer) {
         case GCKPT_ADAMW:
-            /* exp_avg, exp_avg_sq in the parameter dtype; the foreach implementation's
-             * sqrt(exp_avg_sq) is a full temporary copy */
+            /* exp_avg, exp_avg_sq in the parameter dtype; the fused kernel updates in place */
+            st = 2 * gckpt_round_up(e * r->param_dtype, round);
+            break;
+        case GCKPT_ADAMW_FOREACH:
+            /* the foreach implementation's sqrt(exp_avg_sq) is a full temporary copy */
             st = 2 * gckpt_round_up(e * r->param_dtype, round);
             tmp = gckpt_round_up(e * r->param_dtype, round);
             break;

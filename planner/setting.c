@@ -3,7 +3,7 @@
 #include <string.h>
 
 const char *const gckpt_precision_names[GCKPT_NPREC] = {"fp32", "bf16", "amp-bf16", "amp-fp16"};
-const char *const gckpt_optimizer_names[GCKPT_NOPT] = {"adamw", "sgd", "adamw-8bit"};
+const char *const gckpt_optimizer_names[GCKPT_NOPT] = {"adamw", "adamw-foreach", "sgd", "adamw-8bit"};
 const char *const gckpt_attention_names[GCKPT_NATTN] = {"sdpa", "eager"};
 
 static int find(const char *const *names, int n, const char *s)

@@ -13,7 +13,10 @@ typedef enum {
     GCKPT_NPREC
 } gckpt_precision;
 
-typedef enum { GCKPT_ADAMW, GCKPT_SGD, GCKPT_ADAMW_8BIT, GCKPT_NOPT } gckpt_optimizer;
+/* adamw: torch.optim.AdamW(fused=True), HF's default optim "adamw_torch_fused" (torch >= 2.8);
+ * adamw-foreach: "adamw_torch" (foreach implementation, one state-sized temporary);
+ * sgd: SGD with momentum; adamw-8bit: bitsandbytes "adamw_bnb_8bit". */
+typedef enum { GCKPT_ADAMW, GCKPT_ADAMW_FOREACH, GCKPT_SGD, GCKPT_ADAMW_8BIT, GCKPT_NOPT } gckpt_optimizer;
 typedef enum { GCKPT_SDPA, GCKPT_EAGER, GCKPT_NATTN } gckpt_attention;
 
 typedef struct {

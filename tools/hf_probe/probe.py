@@ -20,6 +20,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import gc
 import json
@@ -44,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "data", "hf"))
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2"]
-PRECISIONS = ["fp32", "bf16", "amp-bf16"]
+PRECISIONS = ["fp32", "bf16", "amp-bf16", "amp-bf16-cudalists"]
 ATTENTIONS = ["sdpa", "eager"]
 CKPT = [(0, False), (1, False), (1, True), (2, False), (2, True), (3, False), (3, True)]
 SHAPES = [(2, 32), (1, 48)]
@@ -356,6 +357,58 @@ class Probe(TorchDispatchMode):
 PROBE: Probe | None = None
 
 
+class CudaAutocastLists(torch.overrides.TorchFunctionMode):
+    """Emulates, on CPU, the ops that CUDA autocast runs in fp32 but CPU
+    autocast leaves in bf16 (precision "amp-bf16-cudalists").
+
+    CUDA autocast (aten/src/ATen/autocast_mode.cpp) has an fp32 policy for
+    pow, rsqrt, exp, log, reciprocal, layer_norm, group_norm, nll_loss,
+    cross_entropy, ... (inputs cast to fp32: a copy) and an
+    fp32_set_opt_dtype policy for softmax, log_softmax, sum, cumsum, prod
+    (computed with dtype=float32, no input copy). CPU autocast has neither
+    for these ops. Active only while CPU autocast is enabled, so it also
+    covers the checkpoint recompute (which re-enters autocast).
+    """
+
+    F = torch.nn.functional
+    FP32_CAST = {
+        torch.pow, torch.Tensor.pow, torch.Tensor.__pow__, torch.Tensor.__rpow__,
+        torch.rsqrt, torch.Tensor.rsqrt, torch.exp, torch.Tensor.exp, torch.log, torch.Tensor.log,
+        torch.reciprocal, torch.Tensor.reciprocal, torch.layer_norm, F.layer_norm, F.group_norm,
+        F.nll_loss, F.cross_entropy, F.softplus, F.mse_loss,
+    }
+    FP32_OPT_DTYPE = {
+        torch.softmax, torch.Tensor.softmax, F.softmax, torch.log_softmax, torch.Tensor.log_softmax,
+        F.log_softmax, torch.sum, torch.Tensor.sum, torch.cumsum, torch.Tensor.cumsum,
+    }
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.backward and len(args) == 1 and not kwargs:
+            # Run the engine with this mode pushed again so that the
+            # checkpoint recompute (inside the backward) is covered too.
+            loss = args[0]
+            with self:
+                torch.autograd.graph._engine_run_backward(
+                    (loss,), (torch.ones_like(loss),), False, False, (),
+                    allow_unreachable=True, accumulate_grad=True)
+            return None
+        if torch.is_autocast_enabled("cpu"):
+            low = (torch.bfloat16, torch.float16)
+            if func in self.FP32_CAST:
+                def cast(x):
+                    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype in low:
+                        return x.float()
+                    return x
+                args = tuple(cast(a) for a in args)
+                kwargs = {k: cast(v) for k, v in kwargs.items()}
+            elif func in self.FP32_OPT_DTYPE and kwargs.get("dtype") is None:
+                x = args[0] if args else kwargs.get("input")
+                if isinstance(x, torch.Tensor) and x.dtype in low:
+                    kwargs["dtype"] = torch.float32
+        return func(*args, **kwargs)
+
+
 class ProbeSaveOnCpu(torch.autograd.graph.saved_tensors_hooks):
     """Stand-in for torch.autograd.graph.save_on_cpu as transformers uses it.
 
@@ -492,7 +545,8 @@ def run_case(family, precision, attention, every_n, offload, b, s):
 
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-3)
-    amp = precision == "amp-bf16"
+    amp = precision.startswith("amp-bf16")
+    cuda_lists = precision == "amp-bf16-cudalists"
 
     probe = Probe()
     PROBE = probe
@@ -637,7 +691,8 @@ def run_case(family, precision, attention, every_n, offload, b, s):
             probe.region = "embedding"
             probe.module_stack.clear()
             probe.event(f"micro{micro}.forward.start")
-            with torch.autograd.graph.saved_tensors_hooks(probe.pack, probe.unpack):
+            emu = CudaAutocastLists() if cuda_lists else contextlib.nullcontext()
+            with torch.autograd.graph.saved_tensors_hooks(probe.pack, probe.unpack), emu:
                 with probe:
                     if amp:
                         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -648,7 +703,8 @@ def run_case(family, precision, attention, every_n, offload, b, s):
             probe.record_offload = False
             probe.record_retained = False
             probe.module_stack.clear()
-            with probe:
+            emu = CudaAutocastLists() if cuda_lists else contextlib.nullcontext()
+            with probe, emu:
                 probe.event(f"micro{micro}.forward.end")
                 after_forward.append(probe.dev)
                 probe.phase = "backward"
@@ -731,6 +787,10 @@ def run_case(family, precision, attention, every_n, offload, b, s):
         key = m["storage_key"]
         nodes = [n for n in m["nodes"] if n]
         node = nodes[0] if nodes else None
+        if m["last_op"] == "checkpoint.save_inputs":
+            # saved by torch.utils.checkpoint's frame (its inputs), unpacked
+            # when the recompute starts, under whatever node triggered it
+            node = "CheckpointFrame.save_inputs"
         if key in seen_keys:
             first = seen_keys[key]
             first["saved_by"].append(node or m["last_op"])
@@ -738,7 +798,7 @@ def run_case(family, precision, attention, every_n, offload, b, s):
                 first.setdefault("also_saved_in", []).append(m["region"])
             continue
         ent = {
-            "op": node_to_op(node) if node else m["last_op"],
+            "op": (node_to_op(node) if node and not node.startswith("Checkpoint") else m["last_op"]),
             "node": node,
             "last_op": m["last_op"],
             "module": m["module"],
@@ -806,6 +866,7 @@ def run_case(family, precision, attention, every_n, offload, b, s):
             "grad_accum": GRAD_ACCUM,
             "optimizer": "adamw",
             "optimizer_impl": "torch.optim.AdamW defaults (foreach=None -> for-loop on CPU)",
+            "autocast_lists": ("cuda (emulated on cpu)" if cuda_lists else ("cpu" if amp else None)),
             "use_cache": False,
             "tie_word_embeddings": bool(getattr(model.config, "tie_word_embeddings", False)),
             "dropout": 0.0,

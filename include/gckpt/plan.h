@@ -1,0 +1,80 @@
+/* A plan: the sweep of every requested setting, what fits, the Pareto frontier and the
+ * recommendation; plus its JSON form (schema gckpt.plan/1) and human outputs. */
+#ifndef GCKPT_PLAN_H
+#define GCKPT_PLAN_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+#include "gckpt/eval.h"
+
+#define GCKPT_PLAN_SCHEMA "gckpt.plan/1"
+#define GCKPT_MAX_MB 64
+#define GCKPT_MAX_ENTRIES 1000000
+
+typedef enum { GCKPT_OFFLOAD_OFF, GCKPT_OFFLOAD_ON, GCKPT_OFFLOAD_BOTH } gckpt_offload_sel;
+
+typedef struct {
+    /* what to plan */
+    char model_ref[512], gpu_ref[512];
+    uint64_t seq;
+    uint64_t micro_batches[GCKPT_MAX_MB];
+    int n_micro;
+    uint64_t grad_accum;   /* used when global_batch == 0 */
+    uint64_t global_batch; /* 0: not given */
+    gckpt_precision precision;
+    gckpt_optimizer optimizer;
+    gckpt_attention attention;
+    uint32_t *every_n;     /* values to sweep (0 = off); NULL: off and 1..L */
+    int n_every;
+    gckpt_offload_sel offload;
+    uint64_t budget_bytes; /* 0: the device's memory */
+    double margin;         /* fraction of the budget kept free */
+} gckpt_plan_request;
+
+typedef struct {
+    uint32_t every_n;
+    bool offload;
+    uint64_t micro_batch, grad_accum;
+    gckpt_result r;
+    bool fits, pareto;
+} gckpt_entry;
+
+typedef struct {
+    gckpt_model model;
+    gckpt_device dev;
+    char *model_config_text; /* config.json as read, embedded in the plan */
+    gckpt_plan_request req;
+    uint64_t budget_bytes, usable_bytes;
+    gckpt_entry *entries;
+    size_t n;
+    long recommended; /* index or -1 */
+    long smallest;    /* index of the smallest device peak */
+    gckpt_recipe *recipe; /* of the request's precision and attention */
+} gckpt_plan;
+
+/* Load model and device, sweep, recommend. false with err set on bad input. */
+bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err);
+void gckpt_plan_free(gckpt_plan *p);
+
+/* Checkpointed layer indices of an entry, 0-based (HF: i % n == 0). */
+size_t gckpt_checkpointed_layers(uint32_t every_n, uint64_t layers, uint64_t *out, size_t max);
+
+/* "layer 31, backward: mlp.down_proj" */
+void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, size_t n);
+
+/* JSON plan (schema gckpt.plan/1). timeline: include the recommended entry's timeline. */
+cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline);
+
+/* Human outputs. */
+void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);
+void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f);
+
+/* Memory timeline of one entry: up to max points of (seconds, allocated bytes). */
+size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t, double *bytes,
+                           uint8_t *phase, size_t max);
+
+/* gnuplot output: writes FILE.gp and FILE.dat files, runs gnuplot when present. */
+bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err *err);
+
+#endif

@@ -1,0 +1,335 @@
+/* gckpt-plan: predict peak memory and step time for every gradient-checkpointing
+ * setting, recommend the fastest that fits, write the plan. */
+#include <dirent.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/plan.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: gckpt-plan [options]\n"
+"\n"
+"Predict peak GPU memory and step time of Hugging Face training for every\n"
+"gradient-checkpointing setting (every_n_layers x offload x micro-batch), say where\n"
+"the peak is, and recommend the fastest setting that fits.\n"
+"\n"
+"  --model NAME|PATH      model: a name in models/ or a path to an HF config.json\n"
+"                         (default llama-3.1-8b)\n"
+"  --gpu NAME|PATH        GPU profile: a name in devices/ or a path (default h100-sxm-80gb)\n"
+"  --seq N                sequence length in tokens (default 4096)\n"
+"  --micro-batch N[,N..]  per-device micro-batch sizes to sweep (default 1)\n"
+"  --grad-accum N         gradient accumulation steps (default 1)\n"
+"  --global-batch N       sequences per optimizer step per device; sets grad-accum =\n"
+"                         N / micro-batch for each micro-batch that divides N\n"
+"  --precision P          fp32 | bf16 (pure) | amp-bf16 (HF bf16=True, default) | amp-fp16\n"
+"  --optimizer O          adamw (fused, HF default adamw_torch_fused) | adamw-foreach\n"
+"                         (adamw_torch) | sgd (momentum) | adamw-8bit (adamw_bnb_8bit)\n"
+"  --attention A          sdpa (default) | eager\n"
+"  --every-n LIST         every_n_layers values: all (default: off and 1..L), off, or a\n"
+"                         list such as off,1,2,4 (0 = off)\n"
+"  --offload off|on|both  offload checkpointed inputs to pinned host memory (default both)\n"
+"  --budget SIZE          memory budget, e.g. 80GiB, 79GB (default: the GPU's memory)\n"
+"  --margin PCT           part of the budget kept free, e.g. 5%% or 0.05 (default 5%%)\n"
+"  -o, --output FILE      write the JSON plan (schema gckpt.plan/1); '-' for stdout\n"
+"  --plot FILE            plot (.png or .svg) memory vs step time and the recommended\n"
+"                         entry's memory timeline with gnuplot\n"
+"  --table frontier|all   rows of the table: notable entries (default) or all\n"
+"  -q, --quiet            no table or recommendation on stdout\n"
+"  --list                 list the models and GPUs shipped with gckpt\n"
+"  -h, --help             this help\n"
+"  -V, --version          version\n"
+"\n"
+"Exit status: 0 success (also when nothing fits: the plan says so), 2 bad usage or input.\n");
+}
+
+static int bad(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "gckpt-plan: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n");
+    return GCKPT_EXIT_INPUT;
+}
+
+static void list_dir(const char *sub)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", gckpt_data_dir(), sub);
+    DIR *d = opendir(path);
+    printf("%s (%s):\n", sub, path);
+    if (!d) {
+        printf("  (cannot open)\n");
+        return;
+    }
+    struct dirent *e;
+    char *names[512];
+    int n = 0;
+    while ((e = readdir(d)) && n < 512) {
+        size_t l = strlen(e->d_name);
+        if (l > 5 && !strcmp(e->d_name + l - 5, ".json")) names[n++] = strndup(e->d_name, l - 5);
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (strcmp(names[i], names[j]) > 0) {
+                char *t = names[i];
+                names[i] = names[j];
+                names[j] = t;
+            }
+    for (int i = 0; i < n; i++) {
+        printf("  %s\n", names[i]);
+        free(names[i]);
+    }
+}
+
+static bool parse_margin(const char *s, double *out)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v)) return false;
+    if (*end == '%') {
+        v /= 100.0;
+        end++;
+    }
+    if (*end || v < 0 || v >= 1) return false;
+    *out = v;
+    return true;
+}
+
+static int parse_every(const char *s, uint32_t **out, int *n)
+{
+    if (!strcmp(s, "all")) {
+        *out = NULL;
+        *n = 0;
+        return 0;
+    }
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    uint32_t *v = malloc(cap * sizeof *v);
+    if (!v) return -1;
+    int k = 0;
+    char *dup = strdup(s), *save = NULL;
+    if (!dup) {
+        free(v);
+        return -1;
+    }
+    for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        uint64_t x;
+        if (!strcmp(tok, "off")) x = 0;
+        else if (!gckpt_parse_u64(tok, 0, 100000, &x)) {
+            free(dup);
+            free(v);
+            return -1;
+        }
+        bool dupl = false;
+        for (int i = 0; i < k; i++) dupl |= v[i] == x;
+        if (!dupl) v[k++] = (uint32_t)x;
+    }
+    free(dup);
+    if (!k || s[strlen(s) - 1] == ',' || s[0] == ',') {
+        free(v);
+        return -1;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+/* When nothing fits: re-plan with cheaper precision / optimizer choices and say which
+ * of them would fit, so the user gets a way forward, not only a "no". */
+static void print_alternatives(const gckpt_plan_request *req, FILE *f)
+{
+    static const struct { int prec, opt; } alt[] = {
+        {-1, GCKPT_ADAMW_8BIT}, {GCKPT_BF16, -1}, {GCKPT_BF16, GCKPT_ADAMW_8BIT}, {GCKPT_BF16, GCKPT_SGD},
+    };
+    bool header = false;
+    for (size_t i = 0; i < sizeof alt / sizeof alt[0]; i++) {
+        gckpt_plan_request r = *req;
+        if (alt[i].prec >= 0) r.precision = (gckpt_precision)alt[i].prec;
+        if (alt[i].opt >= 0) r.optimizer = (gckpt_optimizer)alt[i].opt;
+        if (r.precision == req->precision && r.optimizer == req->optimizer) continue;
+        if (req->every_n) {
+            r.every_n = malloc(sizeof *r.every_n * (size_t)req->n_every);
+            if (!r.every_n) return;
+            memcpy(r.every_n, req->every_n, sizeof *r.every_n * (size_t)req->n_every);
+        }
+        gckpt_plan p;
+        gckpt_err err;
+        bool ok = gckpt_plan_run(&r, &p, &err);
+        free(r.every_n);
+        if (!ok) continue;
+        if (!header) {
+            fprintf(f, "\nWhat would fit instead (same model, GPU, sequence and batch):\n");
+            header = true;
+        }
+        fprintf(f, "  --precision %-8s --optimizer %-13s ", gckpt_precision_names[r.precision],
+                gckpt_optimizer_names[r.optimizer]);
+        if (p.recommended >= 0) {
+            const gckpt_entry *e = &p.entries[p.recommended];
+            char en[16];
+            if (e->every_n) snprintf(en, sizeof en, "%u", e->every_n);
+            else snprintf(en, sizeof en, "off");
+            fprintf(f, "fits: every_n_layers=%s offload=%s mb %llu, %.2f GiB, %.0f tokens/s\n", en,
+                    e->offload ? "on" : "off", (unsigned long long)e->micro_batch,
+                    (double)e->r.device_peak_bytes / 1073741824.0, e->r.tokens_per_s);
+        } else {
+            fprintf(f, "does not fit either (smallest %.2f GiB)\n",
+                    (double)p.entries[p.smallest].r.device_peak_bytes / 1073741824.0);
+        }
+        gckpt_plan_free(&p);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    gckpt_plan_request req = {.seq = 4096, .micro_batches = {1}, .n_micro = 1, .grad_accum = 1,
+                              .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
+                              .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05};
+    snprintf(req.model_ref, sizeof req.model_ref, "llama-3.1-8b");
+    snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
+    const char *out = NULL, *plot = NULL;
+    bool all = false, quiet = false, ga_set = false, gb_set = false;
+    enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
+           O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, O_MODEL}, {"gpu", required_argument, 0, O_GPU},
+        {"seq", required_argument, 0, O_SEQ}, {"micro-batch", required_argument, 0, O_MB},
+        {"grad-accum", required_argument, 0, O_GA}, {"global-batch", required_argument, 0, O_GB},
+        {"precision", required_argument, 0, O_PREC}, {"optimizer", required_argument, 0, O_OPT},
+        {"attention", required_argument, 0, O_ATTN}, {"every-n", required_argument, 0, O_EVERY},
+        {"offload", required_argument, 0, O_OFF}, {"budget", required_argument, 0, O_BUDGET},
+        {"margin", required_argument, 0, O_MARGIN}, {"output", required_argument, 0, 'o'},
+        {"plot", required_argument, 0, O_PLOT}, {"table", required_argument, 0, O_TABLE},
+        {"quiet", no_argument, 0, 'q'}, {"list", no_argument, 0, O_LIST},
+        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
+    int c, rc = GCKPT_EXIT_OK;
+    uint32_t *every = NULL;
+    int n_every = 0;
+    while ((c = getopt_long(argc, argv, "o:qhV", opts, NULL)) != -1) {
+        int v;
+        switch (c) {
+        case O_MODEL:
+        case O_GPU: {
+            char *dst = c == O_MODEL ? req.model_ref : req.gpu_ref;
+            if (strlen(optarg) >= sizeof req.model_ref) { rc = bad("--%s: name too long%s", c == O_MODEL ? "model" : "gpu", ""); goto done; }
+            strcpy(dst, optarg);
+            break;
+        }
+        case O_SEQ:
+            if (!gckpt_parse_u64(optarg, 1, 1u << 24, &req.seq)) { rc = bad("--seq: '%s' is not an integer in [1, 16777216]%s", optarg, ""); goto done; }
+            break;
+        case O_MB: {
+            int n = gckpt_parse_list(optarg, 1, 1u << 16, req.micro_batches, GCKPT_MAX_MB);
+            if (n <= 0) { rc = bad("--micro-batch: '%s' is not a list of integers in [1, 65536] (at most 64 values)%s", optarg, ""); goto done; }
+            req.n_micro = n;
+            break;
+        }
+        case O_GA:
+            if (!gckpt_parse_u64(optarg, 1, 1u << 20, &req.grad_accum)) { rc = bad("--grad-accum: '%s' is not an integer in [1, 1048576]%s", optarg, ""); goto done; }
+            ga_set = true;
+            break;
+        case O_GB:
+            if (!gckpt_parse_u64(optarg, 1, 1u << 26, &req.global_batch)) { rc = bad("--global-batch: '%s' is not an integer in [1, 67108864]%s", optarg, ""); goto done; }
+            gb_set = true;
+            break;
+        case O_PREC:
+            if ((v = gckpt_precision_from(optarg)) < 0) { rc = bad("--precision: unknown '%s' (fp32, bf16, amp-bf16, amp-fp16)%s", optarg, ""); goto done; }
+            req.precision = (gckpt_precision)v;
+            break;
+        case O_OPT:
+            if ((v = gckpt_optimizer_from(optarg)) < 0) { rc = bad("--optimizer: unknown '%s' (adamw, adamw-foreach, sgd, adamw-8bit)%s", optarg, ""); goto done; }
+            req.optimizer = (gckpt_optimizer)v;
+            break;
+        case O_ATTN:
+            if ((v = gckpt_attention_from(optarg)) < 0) { rc = bad("--attention: unknown '%s' (sdpa, eager)%s", optarg, ""); goto done; }
+            req.attention = (gckpt_attention)v;
+            break;
+        case O_EVERY:
+            free(every);
+            every = NULL;
+            if (parse_every(optarg, &every, &n_every) != 0) { rc = bad("--every-n: '%s' is not 'all' or a list like off,1,2,4%s", optarg, ""); goto done; }
+            break;
+        case O_OFF:
+            if (!strcmp(optarg, "off")) req.offload = GCKPT_OFFLOAD_OFF;
+            else if (!strcmp(optarg, "on")) req.offload = GCKPT_OFFLOAD_ON;
+            else if (!strcmp(optarg, "both")) req.offload = GCKPT_OFFLOAD_BOTH;
+            else { rc = bad("--offload: unknown '%s' (off, on, both)%s", optarg, ""); goto done; }
+            break;
+        case O_BUDGET:
+            if (!gckpt_parse_size(optarg, &req.budget_bytes) || req.budget_bytes < (1u << 20)) { rc = bad("--budget: '%s' is not a size such as 80GiB, 79GB or 512MiB (at least 1 MiB)%s", optarg, ""); goto done; }
+            break;
+        case O_MARGIN:
+            if (!parse_margin(optarg, &req.margin)) { rc = bad("--margin: '%s' is not a fraction in [0, 1) such as 5%% or 0.05%s", optarg, ""); goto done; }
+            break;
+        case 'o': out = optarg; break;
+        case O_PLOT: plot = optarg; break;
+        case O_TABLE:
+            if (!strcmp(optarg, "all")) all = true;
+            else if (!strcmp(optarg, "frontier")) all = false;
+            else { rc = bad("--table: unknown '%s' (frontier, all)%s", optarg, ""); goto done; }
+            break;
+        case 'q': quiet = true; break;
+        case O_LIST:
+            list_dir("models");
+            list_dir("devices");
+            goto done;
+        case 'h': usage(stdout); goto done;
+        case 'V': printf("gckpt-plan %s\n", GCKPT_VERSION); goto done;
+        default: usage(stderr); rc = GCKPT_EXIT_INPUT; goto done;
+        }
+    }
+    if (optind < argc) { rc = bad("unexpected argument '%s'%s (see --help)", argv[optind], ""); goto done; }
+    if (ga_set && gb_set) { rc = bad("--grad-accum and --global-batch exclude each other%s%s", "", ""); goto done; }
+    req.every_n = every;
+    req.n_every = n_every;
+
+    gckpt_plan p;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_run(&req, &p, &err)) {
+        fprintf(stderr, "gckpt-plan: %s\n", err.msg);
+        rc = GCKPT_EXIT_INPUT;
+        goto done;
+    }
+    FILE *human = (out && !strcmp(out, "-")) ? stderr : stdout;
+    if (!quiet) {
+        gckpt_plan_print_table(&p, human, all);
+        gckpt_plan_print_recommendation(&p, human);
+        if (p.recommended < 0) print_alternatives(&req, human);
+    }
+    if (out) {
+        cJSON *j = gckpt_plan_to_json(&p, true);
+        char *text = j ? cJSON_Print(j) : NULL;
+        cJSON_Delete(j);
+        if (!text) {
+            fprintf(stderr, "gckpt-plan: out of memory while writing the plan\n");
+            rc = GCKPT_EXIT_INPUT;
+        } else {
+            size_t l = strlen(text);
+            char *t2 = realloc(text, l + 2);
+            if (t2) {
+                text = t2;
+                strcat(text, "\n");
+            }
+            if (!gckpt_write_file_atomic(out, text, &err)) {
+                fprintf(stderr, "gckpt-plan: %s\n", err.msg);
+                rc = GCKPT_EXIT_INPUT;
+            } else if (strcmp(out, "-") != 0 && !quiet) {
+                fprintf(human, "\nplan written to %s\n", out);
+            }
+            free(text);
+        }
+    }
+    if (rc == GCKPT_EXIT_OK && plot && !gckpt_plan_plot(&p, plot, human, &err)) {
+        fprintf(stderr, "gckpt-plan: %s\n", err.msg);
+        rc = GCKPT_EXIT_INPUT;
+    }
+    gckpt_plan_free(&p);
+    every = NULL; /* owned by the plan now */
+done:
+    free(every);
+    return rc;
+}

@@ -1,0 +1,199 @@
+/* The sweep: every every_n_layers x offload x micro-batch split, evaluated with the
+ * fast evaluator (one segment profile per micro-batch), then fits / Pareto / choice. */
+#include "gckpt/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t gckpt_checkpointed_layers(uint32_t every_n, uint64_t layers, uint64_t *out, size_t max)
+{
+    size_t n = 0;
+    if (!every_n) return 0;
+    for (uint64_t i = 0; i < layers; i += every_n) {
+        if (n < max) out[n] = i;
+        n++;
+    }
+    return n;
+}
+
+void gckpt_plan_free(gckpt_plan *p)
+{
+    free(p->entries);
+    free(p->recipe);
+    free(p->model_config_text);
+    free(p->req.every_n);
+    memset(p, 0, sizeof *p);
+}
+
+static bool better(const gckpt_entry *a, const gckpt_entry *b)
+{
+    /* faster wins; on a tie the smaller footprint */
+    if (a->r.tokens_per_s != b->r.tokens_per_s) return a->r.tokens_per_s > b->r.tokens_per_s;
+    return a->r.device_peak_bytes < b->r.device_peak_bytes;
+}
+
+typedef struct {
+    uint64_t mem;
+    double tps;
+    size_t i;
+} key_t_;
+
+static int cmp_mem(const void *x, const void *y);
+
+bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err)
+{
+    memset(p, 0, sizeof *p);
+    p->req = *req;
+    p->req.every_n = NULL;
+    p->recommended = p->smallest = -1;
+    char path[4096];
+    if (!gckpt_model_load(req->model_ref, &p->model, err)) return false;
+    if (!gckpt_resolve_data("models", req->model_ref, path, sizeof path, err)) return false;
+    p->model_config_text = gckpt_read_file(path, 16u << 20, err);
+    if (!p->model_config_text) return false;
+    if (!gckpt_device_load(req->gpu_ref, &p->dev, err)) goto fail;
+    const uint64_t L = p->model.layers;
+
+    /* every_n values */
+    int ne = req->n_every;
+    uint32_t *ev = NULL;
+    if (req->every_n) {
+        ev = malloc(sizeof *ev * (size_t)(ne ? ne : 1));
+        if (!ev) { gckpt_seterr(err, "out of memory"); goto fail; }
+        for (int i = 0; i < ne; i++) {
+            if (req->every_n[i] > L) {
+                free(ev);
+                gckpt_seterr(err, "--every-n: %u exceeds the model's %llu layers", req->every_n[i],
+                             (unsigned long long)L);
+                goto fail;
+            }
+            ev[i] = req->every_n[i];
+        }
+    } else {
+        ne = (int)L + 1;
+        ev = malloc(sizeof *ev * (size_t)ne);
+        if (!ev) { gckpt_seterr(err, "out of memory"); goto fail; }
+        for (int i = 0; i < ne; i++) ev[i] = (uint32_t)i;
+    }
+    p->req.every_n = ev;
+    p->req.n_every = ne;
+
+    /* micro-batch x grad-accum splits */
+    uint64_t mbs[GCKPT_MAX_MB], gas[GCKPT_MAX_MB];
+    int nmb = 0;
+    for (int i = 0; i < req->n_micro; i++) {
+        uint64_t b = req->micro_batches[i], k = req->grad_accum;
+        if (req->global_batch) {
+            if (req->global_batch % b) continue;
+            k = req->global_batch / b;
+        }
+        mbs[nmb] = b;
+        gas[nmb++] = k;
+    }
+    if (!nmb) {
+        gckpt_seterr(err, "--global-batch %llu: no micro-batch size given divides it",
+                     (unsigned long long)req->global_batch);
+        goto fail;
+    }
+    int noff = req->offload == GCKPT_OFFLOAD_BOTH ? 2 : 1;
+    size_t total = 0;
+    for (int i = 0; i < ne; i++) total += ev[i] ? (size_t)noff : 1;
+    total *= (size_t)nmb;
+    if (total > GCKPT_MAX_ENTRIES) {
+        gckpt_seterr(err, "the sweep has %zu entries, more than the limit of %d; narrow --every-n or --micro-batch",
+                     total, GCKPT_MAX_ENTRIES);
+        goto fail;
+    }
+    p->entries = calloc(total, sizeof *p->entries);
+    p->recipe = malloc(sizeof *p->recipe);
+    if (!p->entries || !p->recipe) { gckpt_seterr(err, "out of memory"); goto fail; }
+    gckpt_recipe_build(&p->model, req->precision, req->attention, p->recipe);
+
+    p->budget_bytes = req->budget_bytes ? req->budget_bytes : p->dev.memory_bytes;
+    p->usable_bytes = (uint64_t)((double)p->budget_bytes * (1.0 - req->margin));
+
+    gckpt_profile *prof = malloc(sizeof *prof);
+    if (!prof) { gckpt_seterr(err, "out of memory"); goto fail; }
+    for (int mi = 0; mi < nmb; mi++) {
+        gckpt_setting s = {.seq = req->seq, .micro_batch = mbs[mi], .grad_accum = gas[mi],
+                           .precision = req->precision, .optimizer = req->optimizer,
+                           .attention = req->attention};
+        gckpt_ctx c;
+        if (!gckpt_ctx_init(&c, &p->model, &p->dev, p->recipe, &s, err)) {
+            free(prof);
+            goto fail;
+        }
+        if (!gckpt_profile_build(&c, prof)) {
+            free(prof);
+            gckpt_seterr(err, "out of memory while profiling");
+            goto fail;
+        }
+        for (int i = 0; i < ne; i++) {
+            for (int o = 0; o < (ev[i] ? noff : 1); o++) {
+                bool off = req->offload == GCKPT_OFFLOAD_ON || (req->offload == GCKPT_OFFLOAD_BOTH && o == 1);
+                if (!ev[i]) off = false;
+                gckpt_entry *e = &p->entries[p->n++];
+                e->every_n = ev[i];
+                e->offload = off;
+                e->micro_batch = mbs[mi];
+                e->grad_accum = gas[mi];
+                gckpt_fast_eval(&c, prof, ev[i], off, gas[mi], &e->r);
+                e->fits = e->r.device_peak_bytes <= p->usable_bytes;
+            }
+        }
+    }
+    free(prof);
+
+    /* recommendation, smallest, Pareto (memory vs tokens/s) */
+    for (size_t i = 0; i < p->n; i++) {
+        gckpt_entry *e = &p->entries[i];
+        if (p->smallest < 0 || e->r.device_peak_bytes < p->entries[p->smallest].r.device_peak_bytes)
+            p->smallest = (long)i;
+        if (e->fits && (p->recommended < 0 || better(e, &p->entries[p->recommended])))
+            p->recommended = (long)i;
+    }
+    key_t_ *ord = malloc(p->n * sizeof *ord);
+    if (!ord) { gckpt_seterr(err, "out of memory"); goto fail; }
+    for (size_t i = 0; i < p->n; i++)
+        ord[i] = (key_t_){p->entries[i].r.device_peak_bytes, p->entries[i].r.tokens_per_s, i};
+    qsort(ord, p->n, sizeof *ord, cmp_mem);
+    double best = -1;
+    for (size_t i = 0; i < p->n; i++) {
+        gckpt_entry *e = &p->entries[ord[i].i];
+        if (e->r.tokens_per_s > best) {
+            e->pareto = true;
+            best = e->r.tokens_per_s;
+        }
+    }
+    free(ord);
+    return true;
+fail:
+    gckpt_plan_free(p);
+    return false;
+}
+
+static int cmp_mem(const void *x, const void *y)
+{
+    const key_t_ *a = x, *b = y;
+    if (a->mem != b->mem) return a->mem < b->mem ? -1 : 1;
+    if (a->tps != b->tps) return a->tps > b->tps ? -1 : 1;
+    return a->i < b->i ? -1 : (a->i > b->i);
+}
+
+void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, size_t n)
+{
+    const char *tname = r->peak_tensor >= 0 ? p->recipe->t[r->peak_tensor].name : NULL;
+    long L = (long)p->model.layers;
+    char loc[64];
+    if (r->peak_layer < 0) snprintf(loc, sizeof loc, "embedding");
+    else if (r->peak_layer < L) snprintf(loc, sizeof loc, "layer %d", r->peak_layer);
+    else if (r->peak_layer == L) snprintf(loc, sizeof loc, "lm_head/loss");
+    else snprintf(loc, sizeof loc, "optimizer step");
+    const char *micro = r->peak_micro == 1 ? ", later micro-step (grads exist)" : "";
+    if (r->peak_phase == GCKPT_PH_OPTIMIZER)
+        snprintf(buf, n, "optimizer step (states + gradients + step temporaries)");
+    else if (tname)
+        snprintf(buf, n, "%s, %s%s: allocating %s", gckpt_phase_names[r->peak_phase], loc, micro, tname);
+    else
+        snprintf(buf, n, "%s, %s%s", gckpt_phase_names[r->peak_phase], loc, micro);
+}

@@ -1,0 +1,156 @@
+/* The plan as JSON (schema gckpt.plan/1, described by reports/schema/plan.schema.json). */
+#include "gckpt/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static cJSON *num(cJSON *o, const char *k, double v) { return cJSON_AddNumberToObject(o, k, v); }
+
+static cJSON *device_json(const gckpt_device *d)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "schema", "gckpt.device/1");
+    cJSON_AddStringToObject(o, "name", d->name);
+    num(o, "memory_bytes", (double)d->memory_bytes);
+    cJSON *tf = cJSON_AddObjectToObject(o, "peak_tflops");
+    num(tf, "fp32", d->tflops_fp32);
+    num(tf, "tf32", d->tflops_tf32);
+    num(tf, "bf16", d->tflops_bf16);
+    num(tf, "fp16", d->tflops_fp16);
+    num(o, "matmul_efficiency", d->matmul_efficiency);
+    num(o, "hbm_bytes_per_s", d->hbm_bytes_per_s);
+    num(o, "hbm_efficiency", d->hbm_efficiency);
+    num(o, "h2d_bytes_per_s", d->h2d_bytes_per_s);
+    num(o, "d2h_bytes_per_s", d->d2h_bytes_per_s);
+    num(o, "context_bytes", (double)d->context_bytes);
+    num(o, "workspace_bytes", (double)d->workspace_bytes);
+    num(o, "alloc_round_bytes", (double)d->alloc_round_bytes);
+    num(o, "segment_round_bytes", (double)d->segment_round_bytes);
+    return o;
+}
+
+static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
+{
+    const gckpt_entry *e = &p->entries[idx];
+    const gckpt_result *r = &e->r;
+    cJSON *o = cJSON_CreateObject();
+    num(o, "index", (double)idx);
+    num(o, "every_n_layers", e->every_n);
+    cJSON_AddBoolToObject(o, "offload", e->offload);
+    num(o, "micro_batch", (double)e->micro_batch);
+    num(o, "grad_accum", (double)e->grad_accum);
+    cJSON *cl = cJSON_AddArrayToObject(o, "checkpointed_layers");
+    if (e->every_n)
+        for (uint64_t i = 0; i < p->model.layers; i += e->every_n)
+            cJSON_AddItemToArray(cl, cJSON_CreateNumber((double)i));
+    cJSON *m = cJSON_AddObjectToObject(o, "memory");
+    num(m, "peak_bytes", (double)r->peak_bytes);
+    num(m, "device_peak_bytes", (double)r->device_peak_bytes);
+    num(m, "host_pinned_bytes", (double)r->host_pinned_bytes);
+    num(m, "after_forward_bytes", (double)r->after_forward_bytes);
+    cJSON_AddStringToObject(m, "peak_phase", gckpt_phase_names[r->peak_phase]);
+    if (r->peak_layer >= 0 && (uint64_t)r->peak_layer < p->model.layers)
+        num(m, "peak_layer", r->peak_layer);
+    else
+        cJSON_AddNullToObject(m, "peak_layer");
+    cJSON_AddStringToObject(m, "peak_micro_step", r->peak_micro == 0 ? "first" : r->peak_micro == 1 ? "later" : "optimizer");
+    char where[256];
+    gckpt_peak_where(p, r, where, sizeof where);
+    cJSON_AddStringToObject(m, "peak_where", where);
+    cJSON *bd = cJSON_AddObjectToObject(m, "breakdown");
+    for (int k = 0; k < GCKPT_NCOMP; k++) num(bd, gckpt_component_names[k], (double)r->breakdown[k]);
+    num(m, "context_bytes", (double)p->dev.context_bytes);
+    cJSON *t = cJSON_AddObjectToObject(o, "time");
+    num(t, "step_s", r->step_s);
+    num(t, "forward_s", r->forward_s);
+    num(t, "backward_s", r->backward_s);
+    num(t, "recompute_s", r->recompute_s);
+    num(t, "offload_copy_s", r->copy_s);
+    num(t, "optimizer_s", r->optimizer_s);
+    num(t, "tokens_per_s", r->tokens_per_s);
+    num(t, "mfu", r->mfu);
+    cJSON_AddBoolToObject(o, "fits", e->fits);
+    num(o, "headroom_bytes", (double)p->usable_bytes - (double)r->device_peak_bytes);
+    cJSON_AddBoolToObject(o, "pareto", e->pareto);
+    if (timeline) {
+        enum { MAXP = 1000 };
+        double *ts = malloc(sizeof *ts * MAXP), *bs = malloc(sizeof *bs * MAXP);
+        uint8_t *ph = malloc(MAXP);
+        if (ts && bs && ph) {
+            size_t np = gckpt_plan_timeline(p, e, ts, bs, ph, MAXP);
+            cJSON *tl = cJSON_AddObjectToObject(o, "timeline");
+            cJSON *a = cJSON_AddArrayToObject(tl, "seconds");
+            cJSON *b = cJSON_AddArrayToObject(tl, "allocated_bytes");
+            cJSON *c = cJSON_AddArrayToObject(tl, "phase");
+            for (size_t i = 0; i < np; i++) {
+                cJSON_AddItemToArray(a, cJSON_CreateNumber(ts[i]));
+                cJSON_AddItemToArray(b, cJSON_CreateNumber(bs[i]));
+                cJSON_AddItemToArray(c, cJSON_CreateString(gckpt_phase_names[ph[i]]));
+            }
+        }
+        free(ts);
+        free(bs);
+        free(ph);
+    }
+    return o;
+}
+
+cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schema", GCKPT_PLAN_SCHEMA);
+    cJSON *g = cJSON_AddObjectToObject(root, "generator");
+    cJSON_AddStringToObject(g, "name", "gckpt-plan");
+    cJSON_AddStringToObject(g, "version", GCKPT_VERSION);
+
+    cJSON *in = cJSON_AddObjectToObject(root, "inputs");
+    cJSON *m = cJSON_AddObjectToObject(in, "model");
+    cJSON_AddStringToObject(m, "name", p->model.name);
+    cJSON_AddStringToObject(m, "model_type", p->model.model_type);
+    num(m, "layers", (double)p->model.layers);
+    num(m, "hidden", (double)p->model.hidden);
+    num(m, "heads", (double)p->model.heads);
+    num(m, "kv_heads", (double)p->model.kv_heads);
+    num(m, "head_dim", (double)p->model.head_dim);
+    num(m, "intermediate", (double)p->model.intermediate);
+    num(m, "vocab", (double)p->model.vocab);
+    cJSON_AddBoolToObject(m, "tied_embeddings", p->model.tied);
+    num(m, "parameters", (double)gckpt_model_params(&p->model));
+    cJSON *cfg = cJSON_Parse(p->model_config_text);
+    if (cfg) cJSON_AddItemToObject(m, "config", cfg);
+    cJSON_AddItemToObject(in, "device", device_json(&p->dev));
+    num(in, "seq", (double)p->req.seq);
+    cJSON *mb = cJSON_AddArrayToObject(in, "micro_batches");
+    for (int i = 0; i < p->req.n_micro; i++)
+        cJSON_AddItemToArray(mb, cJSON_CreateNumber((double)p->req.micro_batches[i]));
+    if (p->req.global_batch) {
+        num(in, "global_batch", (double)p->req.global_batch);
+        cJSON_AddNullToObject(in, "grad_accum");
+    } else {
+        cJSON_AddNullToObject(in, "global_batch");
+        num(in, "grad_accum", (double)p->req.grad_accum);
+    }
+    cJSON_AddStringToObject(in, "precision", gckpt_precision_names[p->req.precision]);
+    cJSON_AddStringToObject(in, "optimizer", gckpt_optimizer_names[p->req.optimizer]);
+    cJSON_AddStringToObject(in, "attention", gckpt_attention_names[p->req.attention]);
+    cJSON *en = cJSON_AddArrayToObject(in, "every_n_layers");
+    for (int i = 0; i < p->req.n_every; i++)
+        cJSON_AddItemToArray(en, cJSON_CreateNumber(p->req.every_n[i]));
+    static const char *const offs[] = {"off", "on", "both"};
+    cJSON_AddStringToObject(in, "offload", offs[p->req.offload]);
+    num(in, "budget_bytes", (double)p->budget_bytes);
+    num(in, "margin", p->req.margin);
+    num(in, "usable_bytes", (double)p->usable_bytes);
+
+    cJSON_AddStringToObject(root, "steady_state",
+                            "figures are for step 2 onwards: optimizer states exist; with grad_accum > 1 "
+                            "the micro-steps after the first run with all gradients allocated");
+    cJSON *es = cJSON_AddArrayToObject(root, "entries");
+    for (size_t i = 0; i < p->n; i++)
+        cJSON_AddItemToArray(es, entry_json(p, i, timeline && (long)i == p->recommended));
+    if (p->recommended >= 0) num(root, "recommended", (double)p->recommended);
+    else cJSON_AddNullToObject(root, "recommended");
+    if (p->smallest >= 0) num(root, "smallest", (double)p->smallest);
+    else cJSON_AddNullToObject(root, "smallest");
+    return root;
+}

@@ -1,0 +1,128 @@
+/* Human outputs: the aligned table and the recommendation with the lines to paste. */
+#include "gckpt/plan.h"
+
+#include <string.h>
+
+static const char *gib(uint64_t b, char *buf, size_t n)
+{
+    snprintf(buf, n, "%.2f", (double)b / 1073741824.0);
+    return buf;
+}
+
+static bool notable(const gckpt_plan *p, size_t i)
+{
+    const gckpt_entry *e = &p->entries[i];
+    return e->pareto || (long)i == p->recommended || (long)i == p->smallest || e->every_n <= 1 ||
+           e->every_n == 2 || e->every_n == 4;
+}
+
+void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all)
+{
+    char a[32], b[32], c[32], where[256];
+    fprintf(f, "%-3s %-7s %-7s %4s %4s %5s %10s %11s %9s %8s %9s %5s %-4s  %s\n", "", "every_n",
+            "offload", "mb", "ga", "ckpt", "alloc GiB", "device GiB", "host GiB", "step s",
+            "tok/s", "MFU", "fits", "peak at");
+    size_t shown = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (!all && !notable(p, i)) continue;
+        const gckpt_entry *e = &p->entries[i];
+        const gckpt_result *r = &e->r;
+        char en[16];
+        if (e->every_n) snprintf(en, sizeof en, "%u", e->every_n);
+        else snprintf(en, sizeof en, "off");
+        gckpt_peak_where(p, r, where, sizeof where);
+        const char *mark = (long)i == p->recommended ? "=> " : e->pareto ? " * " : "   ";
+        fprintf(f, "%-3s %-7s %-7s %4llu %4llu %5llu %10s %11s %9s %8.3f %9.0f %5.2f %-4s  %s\n", mark,
+                en, e->every_n ? (e->offload ? "on" : "off") : "-", (unsigned long long)e->micro_batch,
+                (unsigned long long)e->grad_accum,
+                (unsigned long long)gckpt_checkpointed_count(e->every_n, p->model.layers),
+                gib(r->peak_bytes, a, sizeof a), gib(r->device_peak_bytes, b, sizeof b),
+                gib(r->host_pinned_bytes, c, sizeof c), r->step_s, r->tokens_per_s, r->mfu,
+                e->fits ? "yes" : "no", where);
+        shown++;
+    }
+    if (!all && shown < p->n)
+        fprintf(f, "(%zu of %zu entries shown: => recommended, * Pareto frontier of memory vs tokens/s; --table all shows every entry)\n",
+                shown, p->n);
+}
+
+static const char *hf_optim(gckpt_optimizer o)
+{
+    switch (o) {
+    case GCKPT_SGD: return "sgd";
+    case GCKPT_ADAMW_8BIT: return "adamw_bnb_8bit";
+    case GCKPT_ADAMW_FOREACH: return "adamw_torch";
+    default: return "adamw_torch_fused";
+    }
+}
+
+static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
+{
+    fprintf(f, "\nfrom transformers import TrainingArguments\n\nargs = TrainingArguments(\n    ...,\n");
+    fprintf(f, "    per_device_train_batch_size=%llu,\n", (unsigned long long)e->micro_batch);
+    fprintf(f, "    gradient_accumulation_steps=%llu,\n", (unsigned long long)e->grad_accum);
+    switch (p->req.precision) {
+    case GCKPT_AMP_BF16: fprintf(f, "    bf16=True,\n"); break;
+    case GCKPT_AMP_FP16: fprintf(f, "    fp16=True,\n"); break;
+    default: break;
+    }
+    fprintf(f, "    optim=\"%s\",\n", hf_optim(p->req.optimizer));
+    if (p->req.optimizer == GCKPT_SGD) fprintf(f, "    optim_args=\"momentum=0.9\",\n");
+    if (e->every_n) {
+        fprintf(f, "    gradient_checkpointing=True,\n");
+        fprintf(f, "    gradient_checkpointing_kwargs={\"every_n_layers\": %u, \"offload\": %s},\n",
+                e->every_n, e->offload ? "True" : "False");
+    } else {
+        fprintf(f, "    gradient_checkpointing=False,\n");
+    }
+    fprintf(f, ")\n");
+    fprintf(f, "# the model: from_pretrained(..., attn_implementation=\"%s\"%s)\n",
+            gckpt_attention_names[p->req.attention],
+            p->req.precision == GCKPT_BF16 ? ", torch_dtype=torch.bfloat16" : "");
+    if (e->every_n)
+        fprintf(f, "# or, without the Trainer:\nmodel.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"every_n_layers\": %u, \"offload\": %s})\n",
+                e->every_n, e->offload ? "True" : "False");
+}
+
+void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f)
+{
+    char a[32], b[32], where[256];
+    fprintf(f, "\n%s (%llu parameters) on %s, seq %llu, %s, %s, %s attention\n", p->model.name,
+            (unsigned long long)gckpt_model_params(&p->model), p->dev.name,
+            (unsigned long long)p->req.seq, gckpt_precision_names[p->req.precision],
+            gckpt_optimizer_names[p->req.optimizer], gckpt_attention_names[p->req.attention]);
+    fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",
+            gib(p->budget_bytes, a, sizeof a), gib(p->usable_bytes, b, sizeof b), p->req.margin * 100);
+    if (p->recommended < 0) {
+        const gckpt_entry *s = &p->entries[p->smallest];
+        gckpt_peak_where(p, &s->r, where, sizeof where);
+        char en[16];
+        if (s->every_n) snprintf(en, sizeof en, "%u", s->every_n);
+        else snprintf(en, sizeof en, "off");
+        fprintf(f, "\nNothing fits. The smallest footprint is every_n_layers=%s, offload=%s, micro-batch %llu:\n",
+                en, s->offload ? "on" : "off", (unsigned long long)s->micro_batch);
+        fprintf(f, "  device peak %s GiB, %s GiB over the usable budget; peak at %s.\n",
+                gib(s->r.device_peak_bytes, a, sizeof a),
+                gib(s->r.device_peak_bytes - p->usable_bytes, b, sizeof b), where);
+        fprintf(f, "  Breakdown at the peak:");
+        for (int k = 0; k < GCKPT_NCOMP; k++)
+            if (s->r.breakdown[k]) fprintf(f, " %s %s", gckpt_component_names[k], gib((uint64_t)s->r.breakdown[k], a, sizeof a));
+        fprintf(f, " (GiB)\n");
+        return;
+    }
+    const gckpt_entry *e = &p->entries[p->recommended];
+    gckpt_peak_where(p, &e->r, where, sizeof where);
+    fprintf(f, "\nRecommended: ");
+    if (e->every_n) fprintf(f, "every_n_layers=%u, offload=%s", e->every_n, e->offload ? "on" : "off");
+    else fprintf(f, "no gradient checkpointing");
+    fprintf(f, ", micro-batch %llu x grad-accum %llu\n", (unsigned long long)e->micro_batch,
+            (unsigned long long)e->grad_accum);
+    fprintf(f, "  device peak %s GiB (allocated %s GiB), peak at %s\n",
+            gib(e->r.device_peak_bytes, a, sizeof a), gib(e->r.peak_bytes, b, sizeof b), where);
+    fprintf(f, "  step %.3f s, %.0f tokens/s, MFU %.2f", e->r.step_s, e->r.tokens_per_s, e->r.mfu);
+    if (e->r.recompute_s > 0) fprintf(f, ", recompute %.3f s", e->r.recompute_s);
+    if (e->r.copy_s > 0) fprintf(f, ", offload copies %.3f s, %s GiB pinned host", e->r.copy_s,
+                                 gib(e->r.host_pinned_bytes, a, sizeof a));
+    fprintf(f, "\n");
+    print_args(p, e, f);
+}

@@ -1,0 +1,173 @@
+/* Memory timeline of one entry, and the gnuplot output of a plan. */
+#include "gckpt/plan.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t, double *bytes,
+                           uint8_t *phase, size_t max)
+{
+    gckpt_setting s = {.seq = p->req.seq, .micro_batch = e->micro_batch, .grad_accum = e->grad_accum,
+                       .precision = p->req.precision, .optimizer = p->req.optimizer,
+                       .attention = p->req.attention, .every_n = e->every_n, .offload = e->offload};
+    gckpt_ctx c;
+    gckpt_err err;
+    if (max == 0 || !gckpt_ctx_init(&c, &p->model, &p->dev, p->recipe, &s, &err)) return 0;
+    gckpt_events ev;
+    if (!gckpt_schedule_build(&c, &ev)) {
+        gckpt_events_free(&ev);
+        return 0;
+    }
+    double total_t = 0;
+    for (size_t i = 0; i < ev.n; i++) total_t += ev.ev[i].seconds;
+    int64_t comp[GCKPT_NCOMP], cur = 0;
+    gckpt_persistent(&c, comp);
+    for (int k = 0; k < GCKPT_NCOMP; k++) cur += comp[k];
+    for (size_t i = 0; i < max; i++) {
+        t[i] = -1;
+        bytes[i] = -1;
+        phase[i] = 0;
+    }
+    double now = 0;
+    for (size_t i = 0; i < ev.n; i++) {
+        const gckpt_event *x = &ev.ev[i];
+        if (x->kind == GCKPT_EV_ALLOC) cur += (int64_t)x->bytes;
+        if (x->kind == GCKPT_EV_FREE) cur -= (int64_t)x->bytes;
+        now += x->seconds;
+        size_t b = total_t > 0 ? (size_t)(now / total_t * (double)(max - 1)) : 0;
+        if (b >= max) b = max - 1;
+        if ((double)cur > bytes[b]) {
+            bytes[b] = (double)cur;
+            t[b] = now;
+            phase[b] = x->phase;
+        }
+    }
+    gckpt_events_free(&ev);
+    size_t n = 0;
+    for (size_t i = 0; i < max; i++)
+        if (t[i] >= 0) {
+            t[n] = t[i];
+            bytes[n] = bytes[i];
+            phase[n] = phase[i];
+            n++;
+        }
+    return n;
+}
+
+static bool on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    if (!path) return false;
+    char buf[4096];
+    const char *p = path;
+    while (*p) {
+        const char *c = strchr(p, ':');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len && len + strlen(prog) + 2 < sizeof buf) {
+            memcpy(buf, p, len);
+            buf[len] = '/';
+            strcpy(buf + len + 1, prog);
+            if (access(buf, X_OK) == 0) return true;
+        }
+        if (!c) break;
+        p = c + 1;
+    }
+    return false;
+}
+
+static FILE *open_side(const char *file, const char *suffix, char *path, size_t n, gckpt_err *err)
+{
+    snprintf(path, n, "%s%s", file, suffix);
+    FILE *f = fopen(path, "w");
+    if (!f) gckpt_seterr(err, "%s: cannot write: %s", path, strerror(errno));
+    return f;
+}
+
+bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err *err)
+{
+    size_t len = strlen(file);
+    const char *term = NULL;
+    if (len > 4 && !strcmp(file + len - 4, ".png")) term = "pngcairo size 1400,600 font 'Sans,10'";
+    else if (len > 4 && !strcmp(file + len - 4, ".svg")) term = "svg size 1400,600 dynamic font 'Sans,10'";
+    if (!term) {
+        gckpt_seterr(err, "--plot %s: the file name must end in .png or .svg", file);
+        return false;
+    }
+    char dat[4200], tl[4200], gp[4200];
+    FILE *f = open_side(file, ".entries.dat", dat, sizeof dat, err);
+    if (!f) return false;
+    fprintf(f, "# device_peak_GiB step_s tokens_per_s fits recommended every_n offload micro_batch\n");
+    for (size_t i = 0; i < p->n; i++) {
+        const gckpt_entry *e = &p->entries[i];
+        fprintf(f, "%.6f %.6f %.3f %d %d %u %d %llu\n", (double)e->r.device_peak_bytes / 1073741824.0,
+                e->r.step_s, e->r.tokens_per_s, e->fits, (long)i == p->recommended, e->every_n,
+                e->offload, (unsigned long long)e->micro_batch);
+    }
+    bool ok = fclose(f) == 0;
+    long shown = p->recommended >= 0 ? p->recommended : p->smallest;
+    f = open_side(file, ".timeline.dat", tl, sizeof tl, err);
+    if (!f) return false;
+    fprintf(f, "# seconds allocated_GiB phase\n");
+    enum { MAXP = 2000 };
+    double *ts = malloc(sizeof *ts * MAXP), *bs = malloc(sizeof *bs * MAXP);
+    uint8_t *ph = malloc(MAXP);
+    size_t np = (ts && bs && ph && shown >= 0) ? gckpt_plan_timeline(p, &p->entries[shown], ts, bs, ph, MAXP) : 0;
+    for (size_t i = 0; i < np; i++)
+        fprintf(f, "%.6f %.6f %d\n", ts[i], bs[i] / 1073741824.0, ph[i]);
+    free(ts);
+    free(bs);
+    free(ph);
+    ok = (fclose(f) == 0) && ok;
+    f = open_side(file, ".gp", gp, sizeof gp, err);
+    if (!f) return false;
+    double budget = (double)p->usable_bytes / 1073741824.0;
+    char title[256] = "";
+    if (shown >= 0) {
+        const gckpt_entry *e = &p->entries[shown];
+        snprintf(title, sizeof title, "%s entry: every_n=%u offload=%s mb=%llu", p->recommended >= 0 ? "recommended" : "smallest",
+                 e->every_n, e->offload ? "on" : "off", (unsigned long long)e->micro_batch);
+    }
+    fprintf(f, "set terminal %s\nset output '%s'\nset multiplot layout 1,2 title '%s on %s, seq %llu, %s, %s'\n",
+            term, file, p->model.name, p->dev.name, (unsigned long long)p->req.seq,
+            gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer]);
+    fprintf(f, "set grid\nset xlabel 'device peak (GiB)'\nset ylabel 'step time (s)'\nset key top right\n");
+    fprintf(f, "set arrow 1 from %.4f, graph 0 to %.4f, graph 1 nohead lw 2 dt 2 lc rgb '#cc0000'\n", budget, budget);
+    fprintf(f, "set label 1 'usable budget' at %.4f, graph 0.95 right offset -1,0 tc rgb '#cc0000'\n", budget);
+    fprintf(f, "plot '%s' using ($4==1?$1:1/0):2 with points pt 7 ps 0.6 lc rgb '#1f77b4' title 'fits', \\\n"
+               "     '%s' using ($4==0?$1:1/0):2 with points pt 6 ps 0.6 lc rgb '#999999' title 'does not fit', \\\n"
+               "     '%s' using ($5==1?$1:1/0):2 with points pt 3 ps 3 lw 2 lc rgb '#d62728' title 'recommended'\n",
+            dat, dat, dat);
+    fprintf(f, "unset arrow 1\nunset label 1\nset xlabel 'time in step (s)'\nset ylabel 'allocated (GiB)'\nset title '%s'\n", title);
+    fprintf(f, "set arrow 2 from graph 0, first %.4f to graph 1, first %.4f nohead lw 2 dt 2 lc rgb '#cc0000'\n", budget, budget);
+    fprintf(f, "plot '%s' using 1:2 with steps lw 2 lc rgb '#2ca02c' title 'allocated'\nunset multiplot\n", tl);
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) {
+        gckpt_seterr(err, "%s: write error", gp);
+        return false;
+    }
+    if (!on_path("gnuplot")) {
+        fprintf(msg, "gnuplot is not installed: wrote %s, %s and %s; run 'gnuplot %s' where it is (Debian: apt-get install gnuplot-nox)\n",
+                gp, dat, tl, gp);
+        return true;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        gckpt_seterr(err, "cannot start gnuplot: %s", strerror(errno));
+        return false;
+    }
+    if (pid == 0) {
+        execlp("gnuplot", "gnuplot", gp, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        gckpt_seterr(err, "gnuplot failed on %s (exit %d)", gp, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        return false;
+    }
+    fprintf(msg, "plot written to %s (gnuplot script %s)\n", file, gp);
+    return true;
+}

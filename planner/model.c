@@ -44,6 +44,8 @@ static bool parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err
         !gckpt_json_u64(j, f, "vocab_size", 1, MAX_VOCAB, &m->vocab, err) ||
         !gckpt_json_bool_opt(j, f, "tie_word_embeddings", false, &m->tied, err) ||
         !gckpt_json_num_opt(j, f, "attention_dropout", 0, 1, 0, &m->attn_dropout, err) ||
+        !gckpt_json_num_opt(j, f, "rms_norm_eps", 1e-30, 1, 1e-6, &m->norm_eps, err) ||
+        !gckpt_json_num_opt(j, f, "rope_theta", 1, 1e12, 10000, &m->rope_theta, err) ||
         !gckpt_json_str_opt(j, f, "hidden_act", "silu", act, sizeof act, err) ||
         !parse_act(f, "hidden_act", act, &m->act, err))
         return false;
@@ -93,6 +95,7 @@ static bool parse_gpt2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err 
         !gckpt_json_num_opt(j, f, "attn_pdrop", 0, 0.999999, 0.1, &m->attn_dropout, err) ||
         !gckpt_json_num_opt(j, f, "resid_pdrop", 0, 0.999999, 0.1, &m->resid_dropout, err) ||
         !gckpt_json_num_opt(j, f, "embd_pdrop", 0, 0.999999, 0.1, &m->embd_dropout, err) ||
+        !gckpt_json_num_opt(j, f, "layer_norm_epsilon", 1e-30, 1, 1e-5, &m->norm_eps, err) ||
         !gckpt_json_str_opt(j, f, "activation_function", "gelu_new", act, sizeof act, err) ||
         !parse_act(f, "activation_function", act, &m->act, err))
         return false;

@@ -7,8 +7,13 @@
  * so saved tensors are de-duplicated by storage as autograd does. */
 #include "gckpt/recipe.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
 
 enum { F32 = 4, BF16 = 2, I64 = 8, BOOL = 1 };
 
@@ -20,6 +25,7 @@ typedef struct {
     uint8_t C;        /* matmul / autocast compute dtype bytes */
     uint8_t D;        /* dtype of the residual stream */
     const char *pfx;  /* name prefix of the current module */
+    double eps;       /* norm epsilon */
 } B;
 
 static int tnew(B *b, const char *name, int kind, uint8_t dtype, uint64_t c0, uint64_t cS,
@@ -84,6 +90,32 @@ static int opnew(B *b, const char *name, int kind, int nin, const int *in, int o
     return i;
 }
 
+static gckpt_op *last(B *b) { return &b->r->op[b->r->nop - 1]; }
+
+static void setprim(B *b, int prim, int bcast, double sa, double sb, uint64_t width)
+{
+    gckpt_op *o = last(b);
+    o->prim = (uint8_t)prim;
+    o->bcast = (uint8_t)bcast;
+    o->sa = sa;
+    o->sb = sb;
+    o->width = width;
+}
+
+/* Broadcast mode of y against x from their symbolic shapes. */
+static int bcast_of(B *b, int x, int y, uint64_t *width)
+{
+    const gckpt_tensor *tx = &b->r->t[x], *ty = &b->r->t[y];
+    *width = 0;
+    if (tx->c0 == ty->c0 && tx->cS == ty->cS && tx->cT == ty->cT && tx->cBSS == ty->cBSS)
+        return GCKPT_BC_NONE;
+    if (ty->kind == GCKPT_T_PARAM) { *width = ty->c0; return GCKPT_BC_COL; }
+    if (ty->cBSS) return GCKPT_BC_MASK;
+    if (ty->cS) { *width = ty->cS; return GCKPT_BC_TABLE; }
+    *width = tx->cT / ty->cT;
+    return GCKPT_BC_ROW;
+}
+
 /* ---- primitives -------------------------------------------------------------------- */
 
 /* x.to(dtype): same dtype is a no-op returning x (no copy, no op). */
@@ -92,6 +124,7 @@ static int to(B *b, int x, uint8_t dtype, const char *name)
     if (dt(b, x) == dtype) return x;
     int y = like(b, name, x, dtype, rg(b, x));
     opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, y, -1, 0, NULL);
+    setprim(b, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
     return y;
 }
 
@@ -113,15 +146,18 @@ static int mul(B *b, int x, int y, const char *name)
     int o = like(b, name, x, promote(b, x, y), rg(b, x) || rg(b, y));
     int saved[2] = {rg(b, x) ? y : -1, rg(b, y) ? x : -1};
     opnew(b, name, GCKPT_OP_ELEM, 2, (int[]){x, y}, o, -1, 2, saved);
+    uint64_t w;
+    int bc = bcast_of(b, x, y, &w);
+    setprim(b, GCKPT_P_MUL, bc, 0, 0, w);
     return o;
 }
 
-/* x * python scalar, x + scalar, -x: nothing saved. */
-static int scal(B *b, int x, const char *name)
+/* x * sa + sb with python scalars: nothing saved. */
+static int scal(B *b, int x, const char *name, double sa, double sb)
 {
     int o = like(b, name, x, dt(b, x), rg(b, x));
     opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
-    b->r->op[b->r->nop - 1].grad_alias[0] = false;
+    setprim(b, GCKPT_P_AFFINE, GCKPT_BC_NONE, sa, sb, 0);
     return o;
 }
 
@@ -131,6 +167,9 @@ static int add(B *b, int x, int y, const char *name)
     int o = like(b, name, x, promote(b, x, y), rg(b, x) || rg(b, y));
     int k = opnew(b, name, GCKPT_OP_ELEM, 2, (int[]){x, y}, o, -1, 0, NULL);
     gckpt_op *op = &b->r->op[k];
+    uint64_t w;
+    int bc = bcast_of(b, x, y, &w);
+    setprim(b, GCKPT_P_ADD, bc, 0, 0, w);
     /* the grad is passed through only to an input of the same dtype and shape (a
      * broadcast input gets a reduced copy, another dtype a cast copy) */
     const gckpt_tensor *to_ = &b->r->t[o];
@@ -143,12 +182,13 @@ static int add(B *b, int x, int y, const char *name)
 }
 
 /* unary op that saves its input (pow, silu, gelu) or its output (rsqrt, tanh). */
-static int unary(B *b, int x, const char *name, bool save_out, bool fp32_list)
+static int unary(B *b, int x, const char *name, bool save_out, bool fp32_list, int prim, double sa)
 {
     if (fp32_list) x = ac(b, x, F32, "to_f32");
     int o = like(b, name, x, dt(b, x), rg(b, x));
     int s = save_out ? o : x;
     opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 1, &s);
+    setprim(b, prim, GCKPT_BC_NONE, sa, 0, 0);
     return o;
 }
 
@@ -159,6 +199,7 @@ static int reduce_last(B *b, int x, uint64_t width, const char *name)
     int o = tnew(b, name, GCKPT_T_ACT, dt(b, x), 0, t->cS / width, t->cT / width,
                  t->cBSS / width, rg(b, x));
     opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
+    setprim(b, GCKPT_P_MEAN, GCKPT_BC_NONE, 0, 0, width);
     return o;
 }
 
@@ -174,7 +215,9 @@ static int wcast(B *b, int w, const char *name)
     const gckpt_tensor *pw = &b->r->t[w];
     int c = tnew(b, name, GCKPT_T_WCAST, b->C, pw->c0, 0, 0, 0, true);
     b->r->t[c].fwd_end_free = true;
+    b->r->t[c].param = (int16_t)w;
     opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){w}, c, -1, 0, NULL);
+    setprim(b, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
     return c;
 }
 
@@ -192,6 +235,9 @@ static int linear(B *b, int x, int w, int bias, uint64_t in_f, uint64_t out_f, c
     int ins[3] = {xi, wc, bias};
     int saved[2] = {xi, wc};
     int k = opnew(b, name, GCKPT_OP_MATMUL, bias >= 0 ? 3 : 2, ins, o, -1, 2, saved);
+    setprim(b, GCKPT_P_LINEAR, GCKPT_BC_NONE, 0, 0, 0);
+    b->r->op[k].in_f = in_f;
+    b->r->op[k].out_f = out_f;
     b->r->op[k].fT = 2.0 * (double)in_f * (double)out_f;
     b->r->op[k].bwd_mult = 2.0;
     return o;
@@ -206,6 +252,7 @@ static int dropout(B *b, int x, double p, const char *name)
     int o = like(b, name, x, dt(b, x), rg(b, x));
     int mask = like(b, nm, x, BOOL, false);
     opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, mask, 1, &mask);
+    setprim(b, GCKPT_P_DROPOUT, GCKPT_BC_NONE, p, 0, 0);
     return o;
 }
 
@@ -221,10 +268,10 @@ static int rmsnorm(B *b, int x, uint64_t width, const char *name)
     int w = param(b, "weight", width, b->amp ? F32 : b->D);
     uint8_t in_dt = dt(b, x);
     int x32 = to(b, x, F32, "to_f32");
-    int p = unary(b, x32, "pow", false, true);
+    int p = unary(b, x32, "pow", false, true, GCKPT_P_POW, 2.0);
     int var = reduce_last(b, p, width, "mean");
-    int ve = scal(b, var, "add_eps");
-    int r = unary(b, ve, "rsqrt", true, true);
+    int ve = scal(b, var, "add_eps", 1.0, b->eps);
+    int r = unary(b, ve, "rsqrt", true, true, GCKPT_P_RSQRT, 0);
     int n = mul(b, x32, r, "mul_rsqrt");
     int y = to(b, n, in_dt, "to_in");
     int o = mul(b, y, w, "mul_weight");
@@ -249,6 +296,7 @@ static int layernorm(B *b, int x, uint64_t width, const char *name)
                      0, false);
     opnew(b, "layer_norm", GCKPT_OP_ELEM, 3, (int[]){xi, w, bias}, o, stats, 2,
           (int[]){xi, stats});
+    setprim(b, GCKPT_P_LAYERNORM, GCKPT_BC_NONE, b->eps, 0, width);
     b->pfx = save;
     return o;
 }
@@ -263,9 +311,11 @@ static int rope(B *b, int x, int cos, int sin, const char *name)
     snprintf(nm, sizeof nm, "%s.neg", name);
     int ng = tnew(b, nm, GCKPT_T_ACT, dt(b, x), 0, t->cS / 2, t->cT / 2, 0, rg(b, x));
     opnew(b, nm, GCKPT_OP_ELEM, 1, (int[]){x}, ng, -1, 0, NULL);
+    setprim(b, GCKPT_P_NEG_HALF, GCKPT_BC_NONE, 0, 0, b->m->head_dim);
     snprintf(nm, sizeof nm, "%s.cat", name);
     int rot = like(b, nm, x, dt(b, x), rg(b, x));
     opnew(b, nm, GCKPT_OP_ELEM, 2, (int[]){ng, x}, rot, -1, 0, NULL);
+    setprim(b, GCKPT_P_CAT_HALF, GCKPT_BC_NONE, 0, 0, b->m->head_dim);
     snprintf(nm, sizeof nm, "%s.mul_sin", name);
     int rs = mul(b, rot, sin, nm);
     snprintf(nm, sizeof nm, "%s.add", name);
@@ -286,10 +336,11 @@ static int sdpa(B *b, int q, int k, int v, double p)
     int op = opnew(b, "sdpa", GCKPT_OP_ATTN, 3, (int[]){q, k, v}, o, lse, 5,
                    (int[]){q, k, v, o, lse});
     /* causal: QK^T and PV over half the score matrix */
+    setprim(b, GCKPT_P_SDPA, GCKPT_BC_NONE, p, 0, m->head_dim);
     b->r->op[op].fBSS = 2.0 * (double)m->heads * (double)m->head_dim;
     b->r->op[op].bwd_mult = 2.5;
     b->r->op[op].bws_cT = qd;
-    (void)p; /* dropout inside flash attention saves only RNG state */
+    /* dropout inside flash attention saves only RNG state */
     return o;
 }
 
@@ -300,6 +351,7 @@ static int repeat_kv(B *b, int x, const char *name)
     if (m->kv_heads == m->heads) return x;
     int o = tnew(b, name, GCKPT_T_ACT, dt(b, x), 0, 0, gckpt_q_dim(m), 0, rg(b, x));
     opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
+    setprim(b, GCKPT_P_REPEAT_KV, GCKPT_BC_NONE, 0, 0, m->head_dim);
     return o;
 }
 
@@ -314,20 +366,23 @@ static int eager(B *b, int q, int k, int v, int mask, double p, bool softmax_f32
     int kc = ac(b, kr, b->C, "qk.cast_k");
     int sc = tnew(b, "scores", GCKPT_T_ACT, dt(b, qc), 0, 0, 0, nh, true);
     int op = opnew(b, "qk", GCKPT_OP_MATMUL, 2, (int[]){qc, kc}, sc, -1, 2, (int[]){qc, kc});
+    setprim(b, GCKPT_P_QK, GCKPT_BC_NONE, 1.0, 0, hd);
     b->r->op[op].fBSS = 2.0 * (double)nh * (double)hd;
     b->r->op[op].bwd_mult = 2.0;
-    int ss = scal(b, sc, "scale");
+    int ss = scal(b, sc, "scale", 1.0 / sqrt((double)hd), 0);
     int sm = mask >= 0 ? add(b, ss, mask, "add_mask") : ss;
     int pr;
     if (softmax_f32_then_cast) {
         int s32 = sm; /* softmax(dtype=float32) converts inside the kernel */
         pr = tnew(b, "softmax", GCKPT_T_ACT, F32, 0, 0, 0, nh, true);
         opnew(b, "softmax", GCKPT_OP_ELEM, 1, (int[]){s32}, pr, -1, 1, (int[]){pr});
+        setprim(b, GCKPT_P_SOFTMAX, GCKPT_BC_NONE, 0, 0, 0);
         pr = to(b, pr, dt(b, q), "softmax.to_q");
     } else {
         int si = ac(b, sm, F32, "softmax.cast_in");
         pr = like(b, "softmax", si, dt(b, si), true);
         opnew(b, "softmax", GCKPT_OP_ELEM, 1, (int[]){si}, pr, -1, 1, (int[]){pr});
+        setprim(b, GCKPT_P_SOFTMAX, GCKPT_BC_NONE, 0, 0, 0);
         pr = to(b, pr, dt(b, v), "softmax.to_v");
     }
     pr = dropout(b, pr, p, "attn_dropout");
@@ -335,11 +390,13 @@ static int eager(B *b, int q, int k, int v, int mask, double p, bool softmax_f32
     int vc = ac(b, vr, b->C, "pv.cast_v");
     int o = tnew(b, "pv", GCKPT_T_ACT, dt(b, pc), 0, 0, nh * hd, 0, true);
     op = opnew(b, "pv", GCKPT_OP_MATMUL, 2, (int[]){pc, vc}, o, -1, 2, (int[]){pc, vc});
+    setprim(b, GCKPT_P_PV, GCKPT_BC_NONE, 0, 0, hd);
     b->r->op[op].fBSS = 2.0 * (double)nh * (double)hd;
     b->r->op[op].bwd_mult = 2.0;
     /* (b, nh, s, hd) -> (b, s, nh*hd): transpose + contiguous is a copy */
     int oc = like(b, "transpose", o, dt(b, o), true);
     opnew(b, "transpose", GCKPT_OP_ELEM, 1, (int[]){o}, oc, -1, 0, NULL);
+    setprim(b, GCKPT_P_TRANSPOSE, GCKPT_BC_NONE, 0, 0, hd);
     return oc;
 }
 
@@ -367,8 +424,8 @@ static void build_llama(B *b, gckpt_attention attn)
     opnew(b, "input_ids", GCKPT_OP_ELEM, 0, NULL, ids, -1, 0, NULL);
     int emb_w = param(b, "embed_tokens.weight", m->vocab * h, W);
     int x = tnew(b, "embed_tokens", GCKPT_T_ACT, b->D, 0, 0, h, 0, true);
-    int k = opnew(b, "embed_tokens", GCKPT_OP_EMBED, 2, (int[]){emb_w, ids}, x, -1, 1, (int[]){ids});
-    (void)k;
+    opnew(b, "embed_tokens", GCKPT_OP_EMBED, 2, (int[]){emb_w, ids}, x, -1, 1, (int[]){ids});
+    setprim(b, GCKPT_P_EMBED, GCKPT_BC_NONE, 0, 0, h);
     int cos = tnew(b, "rotary.cos", GCKPT_T_CONST, b->D, 0, hd, 0, 0, false);
     int sin = tnew(b, "rotary.sin", GCKPT_T_CONST, b->D, 0, hd, 0, 0, false);
     opnew(b, "rotary.cos", GCKPT_OP_ELEM, 0, NULL, cos, sin, 0, NULL);
@@ -417,7 +474,7 @@ static void build_llama(B *b, gckpt_attention attn)
     int bu = m->mlp_bias ? param(b, "up_proj.bias", I, W) : -1;
     int bd = m->mlp_bias ? param(b, "down_proj.bias", h, W) : -1;
     int g = linear(b, n2, wg, bg, h, I, "gate_proj");
-    int act = unary(b, g, "silu", false, false);
+    int act = unary(b, g, "silu", false, false, GCKPT_P_SILU, 0);
     int u = linear(b, n2, wu, bu, h, I, "up_proj");
     int gu = mul(b, act, u, "mul");
     int dn = linear(b, gu, wd, bd, I, h, "down_proj");
@@ -449,8 +506,10 @@ static void build_llama(B *b, gckpt_attention attn)
     int ls = like(b, "log_softmax", lf, F32, true);
     r->t[ls].logits = true;
     opnew(b, "log_softmax", GCKPT_OP_ELEM, 1, (int[]){lf}, ls, -1, 1, (int[]){ls});
+    setprim(b, GCKPT_P_LOG_SOFTMAX, GCKPT_BC_NONE, 0, 0, m->vocab);
     int loss = tnew(b, "loss", GCKPT_T_ACT, F32, 1, 0, 0, 0, true);
     opnew(b, "nll_loss", GCKPT_OP_ELEM, 2, (int[]){ls, lbl}, loss, -1, 1, (int[]){lbl});
+    setprim(b, GCKPT_P_NLL, GCKPT_BC_NONE, 0, 0, m->vocab);
     r->loss = loss;
     end_section(b);
 }
@@ -458,15 +517,16 @@ static void build_llama(B *b, gckpt_attention attn)
 static int gelu(B *b, int x)
 {
     const gckpt_model *m = b->m;
-    if (m->act != GCKPT_ACT_GELU_NEW) return unary(b, x, "gelu", false, false);
+    if (m->act != GCKPT_ACT_GELU_NEW)
+        return unary(b, x, "gelu", false, false, GCKPT_P_GELU, m->act == GCKPT_ACT_GELU_TANH ? 1.0 : 0.0);
     /* NewGELUActivation: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*pow(x,3)))) in Python */
-    int p3 = unary(b, x, "act.pow3", false, true);
-    int t2 = scal(b, p3, "act.mul_c");
+    int p3 = unary(b, x, "act.pow3", false, true, GCKPT_P_POW, 3.0);
+    int t2 = scal(b, p3, "act.mul_c", 0.044715, 0);
     int t3 = add(b, x, t2, "act.add");
-    int t4 = scal(b, t3, "act.mul_sqrt");
-    int t5 = unary(b, t4, "act.tanh", true, false);
-    int t6 = scal(b, t5, "act.add_one");
-    int t7 = scal(b, x, "act.half_x");
+    int t4 = scal(b, t3, "act.mul_sqrt", sqrt(2.0 / M_PI), 0);
+    int t5 = unary(b, t4, "act.tanh", true, false, GCKPT_P_TANH, 0);
+    int t6 = scal(b, t5, "act.add_one", 1.0, 1.0);
+    int t7 = scal(b, x, "act.half_x", 0.5, 0);
     return mul(b, t7, t6, "act.mul");
 }
 
@@ -485,10 +545,12 @@ static void build_gpt2(B *b, gckpt_attention attn)
     int wpe = param(b, "wpe.weight", m->positions * h, W);
     int te = tnew(b, "wte", GCKPT_T_ACT, b->D, 0, 0, h, 0, true);
     opnew(b, "wte", GCKPT_OP_EMBED, 2, (int[]){wte, ids}, te, -1, 1, (int[]){ids});
+    setprim(b, GCKPT_P_EMBED, GCKPT_BC_NONE, 0, 0, h);
     int pos = tnew(b, "position_ids", GCKPT_T_CONST, I64, 0, 1, 0, 0, false);
     opnew(b, "position_ids", GCKPT_OP_ELEM, 0, NULL, pos, -1, 0, NULL);
     int pe = tnew(b, "wpe", GCKPT_T_ACT, b->D, 0, h, 0, 0, true);
     opnew(b, "wpe", GCKPT_OP_EMBED, 2, (int[]){wpe, pos}, pe, -1, 1, (int[]){pos});
+    setprim(b, GCKPT_P_EMBED, GCKPT_BC_NONE, 0, 0, h);
     int x = add(b, te, pe, "add_pos");
     x = dropout(b, x, m->embd_dropout, "drop");
     int mask = -1;
@@ -545,8 +607,10 @@ static void build_gpt2(B *b, gckpt_attention attn)
     int ls = like(b, "log_softmax", lf, F32, true);
     r->t[ls].logits = true;
     opnew(b, "log_softmax", GCKPT_OP_ELEM, 1, (int[]){lf}, ls, -1, 1, (int[]){ls});
+    setprim(b, GCKPT_P_LOG_SOFTMAX, GCKPT_BC_NONE, 0, 0, m->vocab);
     int loss = tnew(b, "loss", GCKPT_T_ACT, F32, 1, 0, 0, 0, true);
     opnew(b, "nll_loss", GCKPT_OP_ELEM, 2, (int[]){ls, lbl}, loss, -1, 1, (int[]){lbl});
+    setprim(b, GCKPT_P_NLL, GCKPT_BC_NONE, 0, 0, m->vocab);
     r->loss = loss;
     (void)ids;
     end_section(b);
@@ -556,7 +620,7 @@ void gckpt_recipe_build(const gckpt_model *m, gckpt_precision p, gckpt_attention
                         gckpt_recipe *r)
 {
     memset(r, 0, sizeof *r);
-    B b = {.r = r, .m = m};
+    B b = {.r = r, .m = m, .eps = m->norm_eps};
     b.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
     b.C = p == GCKPT_FP32 ? F32 : BF16;  /* fp16 and bf16 are both 2 bytes */
     b.D = p == GCKPT_BF16 ? BF16 : F32;   /* AMP keeps an fp32 residual stream */

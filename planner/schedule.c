@@ -46,6 +46,7 @@ static gckpt_event *push(gckpt_events *o)
     gckpt_event *e = &o->ev[o->n++];
     memset(e, 0, sizeof *e);
     e->op = -1;
+    for (int k = 0; k < 6; k++) e->arg[k] = GCKPT_NOINST;
     return e;
 }
 
@@ -204,7 +205,13 @@ struct gckpt_sim {
     int gstream; /* grad instance passed to the previous section in backward */
     int phase;
     int cur_layer;
+    uint32_t base; /* id of pool[0] */
 };
+
+uint32_t gckpt_sim_next_id(const gckpt_sim *s) { return s->base + (uint32_t)s->n; }
+void gckpt_sim_set_first_id(gckpt_sim *s, uint32_t first) { s->base = first; }
+
+static uint32_t gid(const gckpt_sim *s, int id) { return id < 0 ? GCKPT_NOINST : s->base + (uint32_t)id; }
 
 static int inst_new(gckpt_sim *s, uint64_t bytes, uint8_t comp)
 {
@@ -233,7 +240,7 @@ static void ev_mem(gckpt_sim *s, gckpt_events *o, int kind, int id, int16_t tens
     e->micro = s->micro;
     e->layer = s->cur_layer;
     e->op = tensor;
-    e->inst = (uint32_t)id;
+    e->inst = gid(s, id);
     e->bytes = s->pool[id].bytes;
 }
 
@@ -260,10 +267,11 @@ static void try_free(gckpt_sim *s, gckpt_events *o, int id, int16_t tensor)
         release(s, o, id, tensor);
 }
 
-static void ev_compute(gckpt_sim *s, gckpt_events *o, int kind, int op, bool bwd)
+static void ev_compute(gckpt_sim *s, gckpt_events *o, int kind, int op, bool bwd, const int *args)
 {
     gckpt_event *e = push(o);
     if (!e) return;
+    for (int k = 0; k < 6; k++) e->arg[k] = gid(s, args[k]);
     e->kind = (uint8_t)kind;
     e->phase = (uint8_t)s->phase;
     e->micro = s->micro;
@@ -272,10 +280,11 @@ static void ev_compute(gckpt_sim *s, gckpt_events *o, int kind, int op, bool bwd
     e->seconds = op_seconds(s->c, &s->c->recipe->op[op], bwd, &e->flops);
 }
 
-static void ev_copy(gckpt_sim *s, gckpt_events *o, int kind, uint64_t bytes, int comp)
+static void ev_copy(gckpt_sim *s, gckpt_events *o, int kind, uint64_t bytes, int comp, int inst)
 {
     gckpt_event *e = push(o);
     if (!e) return;
+    e->arg[0] = gid(s, inst);
     e->kind = (uint8_t)kind;
     e->phase = (uint8_t)s->phase;
     e->micro = s->micro;
@@ -353,7 +362,12 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, int sec
             p->external = t == sec_out || t == r->loss;
             st->inst[t] = id;
         }
-        ev_compute(s, o, fwd_kind, i, false);
+        int args[6] = {-1, -1, -1, -1, -1, -1};
+        for (int k = 0; k < op->nin; k++)
+            if (r->t[op->in[k]].kind != GCKPT_T_PARAM) args[k] = owner(s, st, op->in[k])->inst[op->in[k]];
+        for (int k = 0; k < 2; k++)
+            if (op->out[k] >= 0) args[4 + k] = st->inst[op->out[k]];
+        ev_compute(s, o, fwd_kind, i, false, args);
         if (mode != MODE_NOSAVE) {
             for (int k = 0; k < op->nsaved; k++) {
                 sec_t *ow = owner(s, st, op->saved[k]);
@@ -376,19 +390,38 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, int sec
     }
 }
 
-static void param_grad(gckpt_sim *s, sec_t *st, int t, gckpt_events *o)
+/* The buffer a parameter's gradient is written to: its new .grad on the first
+ * contribution of the first micro-step, else a temporary (*temp = true) that is then
+ * accumulated into .grad (AccumulateGrad) and released. */
+static int param_grad(gckpt_sim *s, sec_t *st, int t, gckpt_events *o, bool *temp)
 {
     const gckpt_ctx *c = s->c;
     const gckpt_recipe *r = c->recipe;
     sec_t *ow = owner(s, st, t);
     uint64_t bytes = gckpt_round_up(r->t[t].c0 * r->grad_dtype, c->dev->alloc_round_bytes);
     if (s->grads_exist || ow->pgrad[t]) {
-        int id = alloc(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
-        release(s, o, id, (int16_t)t);
-    } else {
-        alloc(s, o, bytes, GCKPT_C_GRADS, (int16_t)t);
-        ow->pgrad[t] = true;
+        *temp = true;
+        return alloc(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
     }
+    *temp = false;
+    ow->pgrad[t] = true;
+    return alloc(s, o, bytes, GCKPT_C_GRADS, (int16_t)t);
+}
+
+static void ev_grad_add(gckpt_sim *s, gckpt_events *o, int16_t tensor, int dst, int old, int add)
+{
+    gckpt_event *e = push(o);
+    if (!e) return;
+    e->kind = GCKPT_EV_GRAD_ADD;
+    e->phase = (uint8_t)s->phase;
+    e->micro = s->micro;
+    e->layer = s->cur_layer;
+    e->op = tensor;
+    e->arg[0] = gid(s, dst);
+    e->arg[1] = gid(s, old);
+    e->arg[2] = gid(s, add);
+    e->bytes = s->pool[add].bytes;
+    e->seconds = 3.0 * (double)e->bytes / (s->c->dev->hbm_bytes_per_s * s->c->dev->hbm_efficiency);
 }
 
 static int grad_comp(const gckpt_recipe *r, int t)
@@ -420,14 +453,20 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
             int ws = -1;
             if (op->bws_cT) ws = alloc(s, o, gckpt_round_up(op->bws_cT * c->tokens * 4, c->dev->alloc_round_bytes),
                                        GCKPT_C_BACKWARD, -1);
+            /* 1. the buffers this op's backward writes */
+            enum { G_NONE, G_NEW, G_ALIAS, G_ACC, G_PARAM, G_PARAM_ACC };
+            int mode[GCKPT_OP_MAX_IN] = {0}, dst[GCKPT_OP_MAX_IN];
             for (int k = 0; k < op->nin; k++) {
                 int t = op->in[k];
+                dst[k] = -1;
                 if (!r->t[t].requires_grad) continue;
                 bool dup = false; /* the same tensor twice (q = k = v views): one grad */
                 for (int q = 0; q < k; q++) dup |= op->in[q] == t;
                 if (dup) continue;
                 if (r->t[t].kind == GCKPT_T_PARAM) {
-                    param_grad(s, st, t, o);
+                    bool temp;
+                    dst[k] = param_grad(s, st, t, o, &temp);
+                    mode[k] = temp ? G_PARAM_ACC : G_PARAM;
                     continue;
                 }
                 sec_t *ow = owner(s, st, t);
@@ -435,24 +474,43 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                 if (g < 0 && op->grad_alias[k]) {
                     ow->grad[t] = gout;
                     s->pool[gout].refs++;
+                    dst[k] = gout;
+                    mode[k] = G_ALIAS;
                 } else if (g < 0) {
-                    int id = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
-                    s->pool[id].refs = 1;
-                    ow->grad[t] = id;
-                } else if (s->pool[g].refs > 1) {
-                    /* shared buffer: out-of-place sum into a new one */
-                    int tmp = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
-                    int sum = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
-                    release(s, o, tmp, (int16_t)t);
-                    s->pool[g].refs--;
-                    s->pool[sum].refs = 1;
-                    ow->grad[t] = sum;
+                    dst[k] = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                    s->pool[dst[k]].refs = 1;
+                    ow->grad[t] = dst[k];
+                    mode[k] = G_NEW;
                 } else {
-                    int tmp = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
-                    release(s, o, tmp, (int16_t)t);
+                    dst[k] = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                    mode[k] = G_ACC;
                 }
             }
-            ev_compute(s, o, GCKPT_EV_BWD, i, true);
+            int args[6] = {-1, -1, -1, -1, gout, ws};
+            for (int k = 0; k < op->nin; k++) args[k] = dst[k];
+            ev_compute(s, o, GCKPT_EV_BWD, i, true, args);
+            /* 2. accumulate second contributions, then drop the temporaries */
+            for (int k = 0; k < op->nin; k++) {
+                int t = op->in[k];
+                if (mode[k] == G_PARAM_ACC) {
+                    ev_grad_add(s, o, (int16_t)t, -1, -1, dst[k]);
+                    release(s, o, dst[k], (int16_t)t);
+                } else if (mode[k] == G_ACC) {
+                    sec_t *ow = owner(s, st, t);
+                    int g = ow->grad[t];
+                    if (s->pool[g].refs > 1) {
+                        /* the buffer is shared (a passed-through gradient): out-of-place sum */
+                        int sum = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                        ev_grad_add(s, o, (int16_t)t, sum, g, dst[k]);
+                        s->pool[g].refs--;
+                        s->pool[sum].refs = 1;
+                        ow->grad[t] = sum;
+                    } else {
+                        ev_grad_add(s, o, (int16_t)t, g, g, dst[k]);
+                    }
+                    release(s, o, dst[k], (int16_t)t);
+                }
+            }
             if (ws >= 0) release(s, o, ws, -1);
         }
         for (int k = 0; k < 2; k++)
@@ -514,7 +572,7 @@ void gckpt_sim_layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_e
             e->micro = s->micro;
             e->layer = layer;
             e->op = (int16_t)r->block_in;
-            e->inst = (uint32_t)s->stream;
+            e->inst = gid(s, s->stream);
             e->bytes = x->bytes;
         }
         x->comp = GCKPT_C_CHECKPOINTS;
@@ -529,7 +587,7 @@ void gckpt_sim_layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_e
             e->op = (int16_t)r->block_in;
             e->bytes = st->host;
         }
-        ev_copy(s, o, GCKPT_EV_D2H, st->host, GCKPT_C_CHECKPOINTS);
+        ev_copy(s, o, GCKPT_EV_D2H, st->host, GCKPT_C_CHECKPOINTS, s->stream);
     }
     sim_fwd(s, st, GCKPT_SEC_BLOCK, mode == GCKPT_LAYER_PLAIN ? MODE_SAVE : MODE_NOSAVE,
             r->sec_end[GCKPT_SEC_BLOCK], r->block_in, r->block_out, o);
@@ -596,7 +654,7 @@ void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *o)
         if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) {
             int id = alloc(s, o, c->tbytes[r->block_in], GCKPT_C_CHECKPOINTS, (int16_t)r->block_in);
             s->pool[id].ckpt = true;
-            ev_copy(s, o, GCKPT_EV_H2D, st->host, GCKPT_C_CHECKPOINTS);
+            ev_copy(s, o, GCKPT_EV_H2D, st->host, GCKPT_C_CHECKPOINTS, id);
             st->xin = id;
         }
         st->inst[r->block_in] = st->xin;
@@ -694,10 +752,12 @@ gckpt_layer_mode gckpt_layer_mode_of(const gckpt_setting *s, uint64_t i)
     return s->offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
 }
 
-static bool micro_step(const gckpt_ctx *c, bool grads_exist, uint8_t micro, gckpt_events *o)
+static bool micro_step(const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint32_t *next_id,
+                       gckpt_events *o)
 {
     gckpt_sim *s = gckpt_sim_new(c, grads_exist, micro, c->model->layers);
     if (!s) return false;
+    gckpt_sim_set_first_id(s, *next_id);
     int L = (int)c->model->layers;
     gckpt_sim_embed_fwd(s, o);
     for (int i = 0; i < L; i++) gckpt_sim_layer_fwd(s, i, gckpt_layer_mode_of(&c->set, (uint64_t)i), o);
@@ -708,6 +768,7 @@ static bool micro_step(const gckpt_ctx *c, bool grads_exist, uint8_t micro, gckp
     for (int i = L - 1; i >= 0; i--) gckpt_sim_layer_bwd(s, i, o);
     gckpt_sim_embed_bwd(s, o);
     gckpt_sim_step_end(s, o);
+    *next_id = gckpt_sim_next_id(s);
     gckpt_sim_free(s);
     return !o->oom;
 }
@@ -715,8 +776,9 @@ static bool micro_step(const gckpt_ctx *c, bool grads_exist, uint8_t micro, gckp
 bool gckpt_schedule_build(const gckpt_ctx *c, gckpt_events *out)
 {
     memset(out, 0, sizeof *out);
-    if (!micro_step(c, false, 0, out)) return false;
-    if (c->set.grad_accum > 1 && !micro_step(c, true, 1, out)) return false;
+    uint32_t next = 0;
+    if (!micro_step(c, false, 0, &next, out)) return false;
+    if (c->set.grad_accum > 1 && !micro_step(c, true, 1, &next, out)) return false;
     gckpt_sim_optimizer(c, out);
     return !out->oom;
 }

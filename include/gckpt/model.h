@@ -26,6 +26,7 @@ typedef struct {
     bool qkv_bias, o_bias, mlp_bias, qk_norm;
     gckpt_act act;
     double attn_dropout, resid_dropout, embd_dropout;
+    double norm_eps, rope_theta; /* for executors' numerics */
 } gckpt_model;
 
 /* Supported model_type values, comma separated, for error messages. */

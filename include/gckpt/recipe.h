@@ -46,11 +46,56 @@ typedef struct {
     bool fwd_end_free;   /* held until the forward pass ends (autocast cache, returned logits) */
     bool logits;         /* accounted as logits/loss memory */
     uint64_t c0, cS, cT, cBSS;     /* for PARAM and WCAST tensors only c0 is used */
+    int16_t param;        /* WCAST: the parameter it copies */
 } gckpt_tensor;
+
+/* What an op computes, for executors (the planner needs only sizes and FLOPs). Tensors
+ * are row-major [rows, width]: activations have b*s rows, rotary tables s rows,
+ * attention scores and masks are [b, n, s, s]. */
+typedef enum {
+    GCKPT_P_SOURCE,      /* produces a CONST: input ids, position ids, labels, rotary cos/sin, mask */
+    GCKPT_P_CAST,        /* dtype conversion (also autocast's weight casts) */
+    GCKPT_P_MUL,         /* x * y with broadcast `bcast` */
+    GCKPT_P_ADD,         /* x + y with broadcast `bcast` */
+    GCKPT_P_AFFINE,      /* x * sa + sb (python scalars) */
+    GCKPT_P_NEG_HALF,    /* per head of width `width`: -x[..., width/2:] */
+    GCKPT_P_CAT_HALF,    /* per head: cat(in0 (negated second halves), first halves of in1) */
+    GCKPT_P_POW,         /* x ** sa */
+    GCKPT_P_RSQRT,
+    GCKPT_P_TANH,
+    GCKPT_P_SILU,
+    GCKPT_P_GELU,        /* erf GELU; sa = 1: tanh approximation */
+    GCKPT_P_MEAN,        /* mean over groups of `width` elements */
+    GCKPT_P_LINEAR,      /* in0 [rows, in_f] @ W^T (W = in1 [out_f, in_f]) + in2 bias */
+    GCKPT_P_LAYERNORM,   /* over `width`; out[1] = (mean, rstd) per row */
+    GCKPT_P_DROPOUT,     /* p = sa; out[1] = bool mask */
+    GCKPT_P_SDPA,        /* causal attention, out[1] = logsumexp; q, k, v may be one packed tensor */
+    GCKPT_P_REPEAT_KV,   /* [rows, kv*hd] -> [rows, heads*hd] */
+    GCKPT_P_QK,          /* scores [b, heads, s, s] = q k^T per head */
+    GCKPT_P_SOFTMAX,     /* over the last dim (output dtype = out tensor's) */
+    GCKPT_P_PV,          /* [b, heads, s, hd] = P @ V */
+    GCKPT_P_TRANSPOSE,   /* [b, heads, s, hd] -> [b, s, heads*hd] */
+    GCKPT_P_EMBED,       /* rows of in0 (table) picked by in1 (ids) */
+    GCKPT_P_LOG_SOFTMAX,
+    GCKPT_P_NLL,         /* mean negative log-likelihood of in1 labels */
+} gckpt_prim;
+
+typedef enum {
+    GCKPT_BC_NONE,  /* same shape */
+    GCKPT_BC_ROW,   /* y has one value per group of `width` elements of x (norm scales) */
+    GCKPT_BC_COL,   /* y is a vector of `width` repeated over rows (norm weights) */
+    GCKPT_BC_TABLE, /* y is [s, width] repeated over batch and over heads of width `width` */
+    GCKPT_BC_MASK,  /* y is [b, 1, s, s] repeated over heads */
+} gckpt_bcast;
 
 typedef struct {
     char name[40];
     uint8_t kind;        /* gckpt_op_kind */
+    uint8_t prim;        /* gckpt_prim */
+    uint8_t bcast;       /* gckpt_bcast */
+    double sa, sb;       /* scalars of AFFINE / POW / DROPOUT / GELU */
+    uint64_t width;      /* group width (norms, means, rope heads, bcast) */
+    uint64_t in_f, out_f;/* LINEAR */
     uint8_t section;
     uint8_t nin, nout, nsaved;
     int16_t in[GCKPT_OP_MAX_IN];

@@ -52,7 +52,23 @@ typedef enum {
     GCKPT_EV_RECOMPUTE,  /* forward of op `op` re-run in backward */
     GCKPT_EV_BWD,        /* backward of op `op` */
     GCKPT_EV_OPT,        /* optimizer step (memory-bound pass) */
+    GCKPT_EV_GRAD_ADD,   /* arg[0] = arg[1] + arg[2] (gradient accumulation; may be in place) */
 } gckpt_event_kind;
+
+/* Operand bindings (arg) of events, for executors; GCKPT_NOINST where there is none.
+ *  FWD / RECOMPUTE: arg[k] (k < nin) = data instance of input k (NOINST for parameters:
+ *      they are found by (layer, tensor)); arg[4], arg[5] = instances of out[0], out[1].
+ *  BWD: arg[k] = instance that receives the gradient of input k: a fresh buffer, a
+ *      temporary that a following GRAD_ADD accumulates, or arg[4] itself when the
+ *      gradient passes through unchanged; NOINST when none is needed. For a parameter
+ *      it is its .grad (a GRADS allocation) or a temporary. arg[4] = gradient of out[0],
+ *      arg[5] = backward workspace. Saved tensors are the op's inputs and outputs as
+ *      bound by the latest FWD / RECOMPUTE of the op in that layer.
+ *  GRAD_ADD: arg[0] = arg[1] + arg[2]; for a parameter (op = its tensor) arg[0] =
+ *      arg[1] = NOINST: add arg[2] into the parameter's .grad.
+ *  D2H: arg[0] = device instance copied out to the layer's host buffer. H2D: arg[0] =
+ *      device instance filled from the layer's host buffer. */
+#define GCKPT_NOINST UINT32_MAX
 
 typedef struct {
     uint8_t kind, comp, comp2, phase;
@@ -63,6 +79,7 @@ typedef struct {
     uint64_t bytes;
     double seconds;   /* compute and copy events */
     double flops;     /* compute events */
+    uint32_t arg[6];  /* operand bindings, see above */
 } gckpt_event;
 
 typedef struct {
@@ -104,6 +121,9 @@ typedef struct gckpt_sim gckpt_sim;
 
 /* A simulator for one micro-step over `layers` layers; segments emit into `out`. */
 gckpt_sim *gckpt_sim_new(const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers);
+/* Instance ids are unique within a sim; a later micro-step continues the numbering. */
+uint32_t gckpt_sim_next_id(const gckpt_sim *s);
+void gckpt_sim_set_first_id(gckpt_sim *s, uint32_t first);
 /* The mode HF gives layer i under a setting. */
 gckpt_layer_mode gckpt_layer_mode_of(const gckpt_setting *s, uint64_t i);
 void gckpt_sim_free(gckpt_sim *s);

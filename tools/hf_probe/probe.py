@@ -384,15 +384,6 @@ class CudaAutocastLists(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.Tensor.backward and len(args) == 1 and not kwargs:
-            # Run the engine with this mode pushed again so that the
-            # checkpoint recompute (inside the backward) is covered too.
-            loss = args[0]
-            with self:
-                torch.autograd.graph._engine_run_backward(
-                    (loss,), (torch.ones_like(loss),), False, False, (),
-                    allow_unreachable=True, accumulate_grad=True)
-            return None
         if torch.is_autocast_enabled("cpu"):
             low = (torch.bfloat16, torch.float16)
             if func in self.FP32_CAST:
@@ -709,7 +700,15 @@ def run_case(family, precision, attention, every_n, offload, b, s):
                 after_forward.append(probe.dev)
                 probe.phase = "backward"
                 probe.region = "head"
-                loss.backward()
+                if cuda_lists:
+                    # loss.backward() would be handled by the function mode,
+                    # which runs it with the mode popped; the engine entry
+                    # keeps the mode on for the checkpoint recompute.
+                    torch.autograd.graph._engine_run_backward(
+                        (loss,), (torch.ones_like(loss),), False, False, (),
+                        allow_unreachable=True, accumulate_grad=True)
+                else:
+                    loss.backward()
                 del loss
                 probe.module_stack.clear()
                 probe.region = "-"

@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "data", "hf"))
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2"]
-PRECISIONS = ["fp32", "bf16", "amp-bf16"]
+PRECISIONS = ["fp32", "bf16", "amp-bf16", "amp-bf16-cudalists"]
 ATTENTIONS = ["sdpa", "eager"]
 DSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "bool": 1, "int32": 4}
 

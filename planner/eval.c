@@ -1,6 +1,7 @@
 #include "gckpt/eval.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 static double peak_rate(const gckpt_ctx *c)
@@ -166,71 +167,94 @@ static void summarize(const gckpt_events *ev, size_t from, size_t to, gckpt_segm
     s->host_net = host;
 }
 
-/* One micro-step over three layers, one of each mode, cut into segments. */
-static bool profile_micro(const gckpt_ctx *c, bool grads_exist, int micro, gckpt_profile *p)
-{
+struct gckpt_profiler {
+    gckpt_sim *sim;
     gckpt_events ev;
-    memset(&ev, 0, sizeof ev);
-    gckpt_sim *s = gckpt_sim_new(c, grads_exist, (uint8_t)micro, GCKPT_NLAYERMODE);
+};
+
+gckpt_profiler *gckpt_profiler_new(void) { return calloc(1, sizeof(gckpt_profiler)); }
+
+void gckpt_profiler_free(gckpt_profiler *pr)
+{
+    if (!pr) return;
+    gckpt_sim_free(pr->sim);
+    gckpt_events_free(&pr->ev);
+    free(pr);
+}
+
+/* One micro-step over three layers, one of each mode, cut into segments. */
+static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, bool grads_exist, int micro,
+                          gckpt_profile *p)
+{
+    gckpt_events *ev = &pr->ev;
+    ev->n = 0;
+    ev->oom = false;
+    if (!pr->sim) pr->sim = gckpt_sim_new(c, grads_exist, (uint8_t)micro, GCKPT_NLAYERMODE);
+    else if (!gckpt_sim_reset(pr->sim, c, grads_exist, (uint8_t)micro, GCKPT_NLAYERMODE)) return false;
+    gckpt_sim *s = pr->sim;
     if (!s) return false;
     size_t mark;
 #define SEG(dst, call)                    \
     do {                                  \
-        mark = ev.n;                      \
+        mark = ev->n;                     \
         call;                             \
-        summarize(&ev, mark, ev.n, dst);  \
+        summarize(ev, mark, ev->n, dst);  \
     } while (0)
-    SEG(&p->fixed[micro][GCKPT_SEG_EMBED_FWD], gckpt_sim_embed_fwd(s, &ev));
+    SEG(&p->fixed[micro][GCKPT_SEG_EMBED_FWD], gckpt_sim_embed_fwd(s, ev));
     for (int m = 0; m < GCKPT_NLAYERMODE; m++)
-        SEG(&p->layer_fwd[micro][m], gckpt_sim_layer_fwd(s, m, (gckpt_layer_mode)m, &ev));
-    SEG(&p->fixed[micro][GCKPT_SEG_HEAD_FWD], gckpt_sim_head_fwd(s, &ev));
+        SEG(&p->layer_fwd[micro][m], gckpt_sim_layer_fwd(s, m, (gckpt_layer_mode)m, ev));
+    SEG(&p->fixed[micro][GCKPT_SEG_HEAD_FWD], gckpt_sim_head_fwd(s, ev));
     for (int m = 0; m < GCKPT_NLAYERMODE; m++)
-        SEG(&p->layer_fwd_end[micro][m], gckpt_sim_fwd_end_layer(s, m, &ev));
-    SEG(&p->fixed[micro][GCKPT_SEG_FWD_END_HEAD], gckpt_sim_fwd_end_head(s, &ev));
-    SEG(&p->fixed[micro][GCKPT_SEG_HEAD_BWD], gckpt_sim_head_bwd(s, &ev));
+        SEG(&p->layer_fwd_end[micro][m], gckpt_sim_fwd_end_layer(s, m, ev));
+    SEG(&p->fixed[micro][GCKPT_SEG_FWD_END_HEAD], gckpt_sim_fwd_end_head(s, ev));
+    SEG(&p->fixed[micro][GCKPT_SEG_HEAD_BWD], gckpt_sim_head_bwd(s, ev));
     for (int m = GCKPT_NLAYERMODE - 1; m >= 0; m--)
-        SEG(&p->layer_bwd[micro][m], gckpt_sim_layer_bwd(s, m, &ev));
-    SEG(&p->fixed[micro][GCKPT_SEG_EMBED_BWD], gckpt_sim_embed_bwd(s, &ev));
-    SEG(&p->fixed[micro][GCKPT_SEG_STEP_END], gckpt_sim_step_end(s, &ev));
+        SEG(&p->layer_bwd[micro][m], gckpt_sim_layer_bwd(s, m, ev));
+    SEG(&p->fixed[micro][GCKPT_SEG_EMBED_BWD], gckpt_sim_embed_bwd(s, ev));
+    SEG(&p->fixed[micro][GCKPT_SEG_STEP_END], gckpt_sim_step_end(s, ev));
 #undef SEG
-    bool ok = !ev.oom;
-    gckpt_sim_free(s);
-    gckpt_events_free(&ev);
-    return ok;
+    return !ev->oom;
+}
+
+bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_profile *p)
+{
+    memset(p, 0, sizeof *p);
+    if (!profile_micro(pr, c, false, 0, p) || !profile_micro(pr, c, true, 1, p)) return false;
+    pr->ev.n = 0;
+    gckpt_sim_optimizer(c, &pr->ev);
+    summarize(&pr->ev, 0, pr->ev.n, &p->optimizer);
+    return !pr->ev.oom;
 }
 
 bool gckpt_profile_build(const gckpt_ctx *c, gckpt_profile *p)
 {
-    memset(p, 0, sizeof *p);
-    if (!profile_micro(c, false, 0, p) || !profile_micro(c, true, 1, p)) return false;
-    gckpt_events ev;
-    memset(&ev, 0, sizeof ev);
-    gckpt_sim_optimizer(c, &ev);
-    bool ok = !ev.oom;
-    summarize(&ev, 0, ev.n, &p->optimizer);
-    gckpt_events_free(&ev);
+    gckpt_profiler *pr = gckpt_profiler_new();
+    if (!pr) return false;
+    bool ok = gckpt_profile_build_with(pr, c, p);
+    gckpt_profiler_free(pr);
     return ok;
 }
 
 /* ---- composition -------------------------------------------------------------------- */
 
+/* Segments of a step in order: per micro-step embed fwd, L layer fwds, head fwd, L
+ * fwd-ends, head fwd-end, head bwd, L layer bwds (reversed), embed bwd, step end;
+ * then the optimizer. Time and FLOPs are sums, so they come from segment counts; the
+ * memory walk needs the order. */
 typedef struct {
     int64_t total, peak, host, host_peak;
     const gckpt_segment *peak_seg;
-    int64_t peak_base_index; /* sequence number of the segment holding the peak */
-    int64_t seq;
+    int64_t peak_seq, seq;
     int32_t peak_layer;
     uint8_t peak_micro;
-    double seconds, flops, recompute_s, copy_s, fwd_s, bwd_s;
 } comp_state;
 
-static inline void apply(comp_state *st, const gckpt_segment *s, int32_t layer, uint8_t micro,
-                         double mult)
+static inline void mem_apply(comp_state *st, const gckpt_segment *s, int32_t layer, uint8_t micro)
 {
     if (s->has_peak && st->total + s->peak_rel > st->peak) {
         st->peak = st->total + s->peak_rel;
         st->peak_seg = s;
-        st->peak_base_index = st->seq;
+        st->peak_seq = st->seq;
         st->peak_layer = layer;
         st->peak_micro = micro;
     }
@@ -238,108 +262,104 @@ static inline void apply(comp_state *st, const gckpt_segment *s, int32_t layer, 
     st->total += s->net_total;
     st->host += s->host_net;
     st->seq++;
-    st->seconds += s->seconds * mult;
-    st->flops += s->flops * mult;
-    st->recompute_s += s->recompute_s * mult;
-    st->copy_s += s->copy_s * mult;
-    st->fwd_s += s->fwd_s * mult;
-    st->bwd_s += s->bwd_s * mult;
 }
 
-/* Walk the segment sequence of a step; calls apply() on each segment in order. When
- * vec is given, accumulate component vectors up to segment index `upto` instead. */
-typedef struct {
-    int64_t *vec;
-    int64_t upto;
-    int64_t seq;
-    const gckpt_segment *stop_seg;
-} vec_state;
-
-static inline void vec_apply(vec_state *v, const gckpt_segment *s)
+static inline void time_add(gckpt_result *r, const gckpt_segment *s, double mult)
 {
-    if (v->seq < v->upto)
-        for (int i = 0; i < GCKPT_NCOMP; i++) v->vec[i] += s->net[i];
-    else if (v->seq == v->upto)
-        for (int i = 0; i < GCKPT_NCOMP; i++) v->vec[i] += s->at_peak[i];
-    v->seq++;
+    r->step_s += s->seconds * mult;
+    r->model_flops += s->flops * mult;
+    r->recompute_s += s->recompute_s * mult;
+    r->copy_s += s->copy_s * mult;
+    r->forward_s += s->fwd_s * mult;
+    r->backward_s += s->bwd_s * mult;
 }
 
-#define STEP_SEGMENTS(APPLY)                                                                   \
-    do {                                                                                       \
-        int nmicro = grad_accum > 1 ? 2 : 1;                                                   \
-        for (int mi = 0; mi < nmicro; mi++) {                                                  \
-            double mult = mi == 1 ? (double)(grad_accum - 1) : 1.0;                            \
-            APPLY(&p->fixed[mi][GCKPT_SEG_EMBED_FWD], -1, mi, mult);                           \
-            for (uint64_t i = 0; i < L; i++) APPLY(&p->layer_fwd[mi][MODE(i)], (int32_t)i, mi, mult); \
-            APPLY(&p->fixed[mi][GCKPT_SEG_HEAD_FWD], (int32_t)L, mi, mult);                    \
-            for (uint64_t i = 0; i < L; i++) APPLY(&p->layer_fwd_end[mi][MODE(i)], (int32_t)i, mi, mult); \
-            APPLY(&p->fixed[mi][GCKPT_SEG_FWD_END_HEAD], (int32_t)L, mi, mult);                \
-            APPLY(&p->fixed[mi][GCKPT_SEG_HEAD_BWD], (int32_t)L, mi, mult);                    \
-            for (uint64_t i = L; i-- > 0;) APPLY(&p->layer_bwd[mi][MODE(i)], (int32_t)i, mi, mult); \
-            APPLY(&p->fixed[mi][GCKPT_SEG_EMBED_BWD], -1, mi, mult);                           \
-            APPLY(&p->fixed[mi][GCKPT_SEG_STEP_END], -1, mi, mult);                            \
-        }                                                                                      \
-        APPLY(&p->optimizer, (int32_t)L + 1, 2, 1.0);                                          \
-    } while (0)
-
-void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
-                     uint64_t grad_accum, gckpt_result *res)
+void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
+                        uint64_t grad_accum, bool breakdown, gckpt_result *res)
 {
     memset(res, 0, sizeof *res);
-    uint64_t L = c->model->layers;
-    int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
-#define MODE(i) ((every_n && (i) % every_n == 0) ? ck : GCKPT_LAYER_PLAIN)
+    const uint64_t L = c->model->layers;
+    const int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
+    const uint64_t nck = every_n ? (L + every_n - 1) / every_n : 0, npl = L - nck;
     int64_t base[GCKPT_NCOMP];
     gckpt_persistent(c, base);
     comp_state st;
     memset(&st, 0, sizeof st);
     for (int i = 0; i < GCKPT_NCOMP; i++) st.total += base[i];
     st.peak = st.total;
-    st.peak_base_index = -1;
     st.peak_layer = -1;
     int64_t after_fwd = 0;
-    bool after_done = false;
-#define APPLY_MAIN(seg, layer, micro, mult)                                         \
-    do {                                                                            \
-        if (!after_done && (seg) == &p->fixed[0][GCKPT_SEG_HEAD_BWD]) {             \
-            after_fwd = st.total;                                                   \
-            after_done = true;                                                      \
-        }                                                                           \
-        apply(&st, seg, layer, (uint8_t)(micro), mult);                             \
-    } while (0)
-    STEP_SEGMENTS(APPLY_MAIN);
+    const int nmicro = grad_accum > 1 ? 2 : 1;
+#define MODE(i) ((every_n && (i) % every_n == 0) ? ck : GCKPT_LAYER_PLAIN)
+    for (int mi = 0; mi < nmicro; mi++) {
+        const gckpt_segment *fx = p->fixed[mi];
+        const uint8_t mu = (uint8_t)mi;
+        mem_apply(&st, &fx[GCKPT_SEG_EMBED_FWD], -1, mu);
+        for (uint64_t i = 0; i < L; i++) mem_apply(&st, &p->layer_fwd[mi][MODE(i)], (int32_t)i, mu);
+        mem_apply(&st, &fx[GCKPT_SEG_HEAD_FWD], (int32_t)L, mu);
+        for (uint64_t i = 0; i < L; i++) mem_apply(&st, &p->layer_fwd_end[mi][MODE(i)], (int32_t)i, mu);
+        mem_apply(&st, &fx[GCKPT_SEG_FWD_END_HEAD], (int32_t)L, mu);
+        if (mi == 0) after_fwd = st.total;
+        mem_apply(&st, &fx[GCKPT_SEG_HEAD_BWD], (int32_t)L, mu);
+        for (uint64_t i = L; i-- > 0;) mem_apply(&st, &p->layer_bwd[mi][MODE(i)], (int32_t)i, mu);
+        mem_apply(&st, &fx[GCKPT_SEG_EMBED_BWD], -1, mu);
+        mem_apply(&st, &fx[GCKPT_SEG_STEP_END], -1, mu);
+        double mult = mi == 1 ? (double)(grad_accum - 1) : 1.0;
+        for (int k = 0; k < GCKPT_NSEG_FIXED; k++) time_add(res, &fx[k], mult);
+        time_add(res, &p->layer_fwd[mi][GCKPT_LAYER_PLAIN], mult * (double)npl);
+        time_add(res, &p->layer_fwd_end[mi][GCKPT_LAYER_PLAIN], mult * (double)npl);
+        time_add(res, &p->layer_bwd[mi][GCKPT_LAYER_PLAIN], mult * (double)npl);
+        if (nck) {
+            time_add(res, &p->layer_fwd[mi][ck], mult * (double)nck);
+            time_add(res, &p->layer_fwd_end[mi][ck], mult * (double)nck);
+            time_add(res, &p->layer_bwd[mi][ck], mult * (double)nck);
+        }
+    }
+    mem_apply(&st, &p->optimizer, (int32_t)L + 1, 2);
+    time_add(res, &p->optimizer, 1.0);
+    res->optimizer_s = p->optimizer.seconds;
     res->peak_bytes = (uint64_t)st.peak;
     res->host_pinned_bytes = (uint64_t)st.host_peak;
     res->after_forward_bytes = (uint64_t)after_fwd;
-    res->step_s = st.seconds;
-    res->model_flops = st.flops;
-    res->recompute_s = st.recompute_s;
-    res->copy_s = st.copy_s;
-    res->forward_s = st.fwd_s;
-    res->backward_s = st.bwd_s;
-    res->optimizer_s = p->optimizer.seconds;
     res->peak_layer = st.peak_layer;
     res->peak_micro = st.peak_micro;
-    if (st.peak_seg) {
-        res->peak_phase = st.peak_seg->peak_phase;
-        res->peak_tensor = st.peak_seg->peak_tensor;
-        /* second pass: component vector at the peak */
-        memcpy(res->breakdown, base, sizeof base);
-        vec_state v = {.vec = res->breakdown, .upto = st.peak_base_index, .seq = 0};
-#define APPLY_VEC(seg, layer, micro, mult) \
-    do {                                   \
-        (void)(layer); (void)(micro); (void)(mult); \
-        if (v.seq > v.upto) break;         \
-        vec_apply(&v, seg);                \
+    res->peak_phase = st.peak_seg ? st.peak_seg->peak_phase : GCKPT_PH_FORWARD;
+    res->peak_tensor = st.peak_seg ? st.peak_seg->peak_tensor : -1;
+    memcpy(res->breakdown, base, sizeof base);
+    if (breakdown && st.peak_seg) {
+        /* replay the order up to the peak segment, now with component vectors */
+        int64_t seq = 0;
+        int64_t *v = res->breakdown;
+#define VEC(segp)                                                                   \
+    do {                                                                            \
+        const gckpt_segment *sg_ = (segp);                                          \
+        if (seq < st.peak_seq)                                                      \
+            for (int k_ = 0; k_ < GCKPT_NCOMP; k_++) v[k_] += sg_->net[k_];         \
+        else if (seq == st.peak_seq)                                                \
+            for (int k_ = 0; k_ < GCKPT_NCOMP; k_++) v[k_] += sg_->at_peak[k_];     \
+        seq++;                                                                      \
     } while (0)
-        STEP_SEGMENTS(APPLY_VEC);
-#undef APPLY_VEC
-    } else {
-        res->peak_phase = GCKPT_PH_FORWARD;
-        res->peak_tensor = -1;
-        memcpy(res->breakdown, base, sizeof base);
+        for (int mi = 0; mi < nmicro && seq <= st.peak_seq; mi++) {
+            const gckpt_segment *fx = p->fixed[mi];
+            VEC(&fx[GCKPT_SEG_EMBED_FWD]);
+            for (uint64_t i = 0; i < L; i++) VEC(&p->layer_fwd[mi][MODE(i)]);
+            VEC(&fx[GCKPT_SEG_HEAD_FWD]);
+            for (uint64_t i = 0; i < L; i++) VEC(&p->layer_fwd_end[mi][MODE(i)]);
+            VEC(&fx[GCKPT_SEG_FWD_END_HEAD]);
+            VEC(&fx[GCKPT_SEG_HEAD_BWD]);
+            for (uint64_t i = L; i-- > 0;) VEC(&p->layer_bwd[mi][MODE(i)]);
+            VEC(&fx[GCKPT_SEG_EMBED_BWD]);
+            VEC(&fx[GCKPT_SEG_STEP_END]);
+        }
+        if (seq <= st.peak_seq) VEC(&p->optimizer);
+#undef VEC
     }
-#undef APPLY_MAIN
 #undef MODE
     finish(c, grad_accum, res);
+}
+
+void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
+                     uint64_t grad_accum, gckpt_result *res)
+{
+    gckpt_fast_eval_ex(c, p, every_n, offload, grad_accum, true, res);
 }

@@ -113,7 +113,13 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     p->usable_bytes = (uint64_t)((double)p->budget_bytes * (1.0 - req->margin));
 
     gckpt_profile *prof = malloc(sizeof *prof);
-    if (!prof) { gckpt_seterr(err, "out of memory"); goto fail; }
+    gckpt_profiler *prr = gckpt_profiler_new();
+    if (!prof || !prr) {
+        free(prof);
+        gckpt_profiler_free(prr);
+        gckpt_seterr(err, "out of memory");
+        goto fail;
+    }
     for (int mi = 0; mi < nmb; mi++) {
         gckpt_setting s = {.seq = req->seq, .micro_batch = mbs[mi], .grad_accum = gas[mi],
                            .precision = req->precision, .optimizer = req->optimizer,
@@ -121,10 +127,12 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         gckpt_ctx c;
         if (!gckpt_ctx_init(&c, &p->model, &p->dev, p->recipe, &s, err)) {
             free(prof);
+            gckpt_profiler_free(prr);
             goto fail;
         }
-        if (!gckpt_profile_build(&c, prof)) {
+        if (!gckpt_profile_build_with(prr, &c, prof)) {
             free(prof);
+            gckpt_profiler_free(prr);
             gckpt_seterr(err, "out of memory while profiling");
             goto fail;
         }
@@ -143,6 +151,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         }
     }
     free(prof);
+    gckpt_profiler_free(prr);
 
     /* recommendation, smallest, Pareto (memory vs tokens/s) */
     for (size_t i = 0; i < p->n; i++) {

@@ -206,6 +206,7 @@ struct gckpt_sim {
     int phase;
     int cur_layer;
     uint32_t base; /* id of pool[0] */
+    uint64_t nlayer_cap;
 };
 
 uint32_t gckpt_sim_next_id(const gckpt_sim *s) { return s->base + (uint32_t)s->n; }
@@ -299,16 +300,31 @@ gckpt_sim *gckpt_sim_new(const gckpt_ctx *c, bool grads_exist, uint8_t micro, ui
 {
     gckpt_sim *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->c = c;
-    s->grads_exist = grads_exist;
-    s->micro = micro;
-    s->layer = calloc(layers ? layers : 1, sizeof *s->layer);
-    if (!s->layer) {
+    if (!gckpt_sim_reset(s, c, grads_exist, micro, layers)) {
         free(s);
         return NULL;
     }
-    s->stream = s->gstream = -1;
     return s;
+}
+
+bool gckpt_sim_reset(gckpt_sim *s, const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers)
+{
+    if (!layers) layers = 1;
+    if (layers > s->nlayer_cap) {
+        sec_t *nl = realloc(s->layer, layers * sizeof *nl);
+        if (!nl) return false;
+        s->layer = nl;
+        s->nlayer_cap = layers;
+    }
+    s->c = c;
+    s->grads_exist = grads_exist;
+    s->micro = micro;
+    s->n = 0;
+    s->base = 0;
+    s->stream = s->gstream = -1;
+    s->phase = 0;
+    s->cur_layer = 0;
+    return true;
 }
 
 void gckpt_sim_free(gckpt_sim *s)

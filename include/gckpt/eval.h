@@ -60,9 +60,18 @@ typedef struct {
 /* Profile the segments for c's model, precision, attention, micro-batch and seq
  * (every_n and offload in c are ignored). false on out of memory. */
 bool gckpt_profile_build(const gckpt_ctx *c, gckpt_profile *p);
+/* The same, reusing a profiler's buffers across many calls (sweeps). */
+typedef struct gckpt_profiler gckpt_profiler;
+gckpt_profiler *gckpt_profiler_new(void);
+void gckpt_profiler_free(gckpt_profiler *pr);
+bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_profile *p);
 
 /* Evaluate one setting from a profile. */
 void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
                      uint64_t grad_accum, gckpt_result *res);
+/* The same; breakdown = false skips the per-component vector at the peak (the rest of
+ * the result is identical), for sweeps that only rank settings. */
+void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
+                        uint64_t grad_accum, bool breakdown, gckpt_result *res);
 
 #endif

@@ -121,6 +121,8 @@ typedef struct gckpt_sim gckpt_sim;
 
 /* A simulator for one micro-step over `layers` layers; segments emit into `out`. */
 gckpt_sim *gckpt_sim_new(const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers);
+/* Reuse a simulator (keeps its buffers). false on out of memory. */
+bool gckpt_sim_reset(gckpt_sim *s, const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers);
 /* Instance ids are unique within a sim; a later micro-step continues the numbering. */
 uint32_t gckpt_sim_next_id(const gckpt_sim *s);
 void gckpt_sim_set_first_id(gckpt_sim *s, uint32_t first);

@@ -88,7 +88,7 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_events *ev, gckpt_result *res)
     bool after_fwd_done = false;
     for (size_t i = 0; i < ev->n; i++) {
         const gckpt_event *e = &ev->ev[i];
-        if (!after_fwd_done && e->micro == 0 && e->phase == GCKPT_PH_LOSS &&
+        if (!after_fwd_done && e->micro == 0 && e->phase == GCKPT_PH_BACKWARD &&
             e->kind == GCKPT_EV_ALLOC && e->op == c->recipe->loss && e->comp == GCKPT_C_BACKWARD) {
             /* the seed gradient of the loss: the forward is over */
             res->after_forward_bytes = (uint64_t)a.total;

@@ -26,6 +26,7 @@ typedef struct {
     uint8_t D;        /* dtype of the residual stream */
     const char *pfx;  /* name prefix of the current module */
     double eps;       /* norm epsilon */
+    bool cpu;         /* GCKPT_TARGET_CPU */
 } B;
 
 static int tnew(B *b, const char *name, int kind, uint8_t dtype, uint64_t c0, uint64_t cS,
@@ -87,6 +88,7 @@ static int opnew(B *b, const char *name, int kind, int nin, const int *in, int o
         if (!dup) o->saved[o->nsaved++] = (int16_t)saved[k];
     }
     o->bwd_mult = 1.0;
+    o->keep = -1;
     return i;
 }
 
@@ -292,8 +294,8 @@ static int layernorm(B *b, int x, uint64_t width, const char *name)
     const gckpt_tensor *t = &b->r->t[xi];
     int o = like(b, "out", xi, dt(b, xi), true);
     /* mean and rstd: two fp32 values per row, kept as one tensor here */
-    int stats = tnew(b, "mean_rstd", GCKPT_T_ACT, F32, 0, 2 * t->cS / width, 2 * t->cT / width,
-                     0, false);
+    int stats = tnew(b, "mean_rstd", GCKPT_T_ACT, b->cpu ? dt(b, xi) : F32, 0, 2 * t->cS / width,
+                     2 * t->cT / width, 0, false);
     opnew(b, "layer_norm", GCKPT_OP_ELEM, 3, (int[]){xi, w, bias}, o, stats, 2,
           (int[]){xi, stats});
     setprim(b, GCKPT_P_LAYERNORM, GCKPT_BC_NONE, b->eps, 0, width);
@@ -339,7 +341,7 @@ static int sdpa(B *b, int q, int k, int v, double p)
     setprim(b, GCKPT_P_SDPA, GCKPT_BC_NONE, p, 0, m->head_dim);
     b->r->op[op].fBSS = 2.0 * (double)m->heads * (double)m->head_dim;
     b->r->op[op].bwd_mult = 2.5;
-    b->r->op[op].bws_cT = qd;
+    b->r->op[op].bws_cT = b->cpu ? 0 : qd;
     /* dropout inside flash attention saves only RNG state */
     return o;
 }
@@ -431,9 +433,13 @@ static void build_llama(B *b, gckpt_attention attn)
     opnew(b, "rotary.cos", GCKPT_OP_ELEM, 0, NULL, cos, sin, 0, NULL);
     int mask = -1;
     if (attn == GCKPT_EAGER) {
+        /* passed to the layers as a keyword argument: checkpoints hold it by reference */
         mask = tnew(b, "causal_mask", GCKPT_T_CONST, b->D, 0, 0, 0, 1, false);
+        r->t[mask].fwd_end_free = true;
+        r->t[mask].base_end_free = true;
         opnew(b, "causal_mask", GCKPT_OP_ELEM, 0, NULL, mask, -1, 0, NULL);
     }
+    r->mask = mask;
     r->embed_out = x;
     end_section(b);
 
@@ -489,6 +495,7 @@ static void build_llama(B *b, gckpt_attention attn)
     int hin = tnew(b, "final_hidden", GCKPT_T_ACT, b->D, 0, 0, h, 0, true);
     r->head_in = hin;
     int nf = rmsnorm(b, hin, h, "norm");
+    r->t[nf].fwd_end_free = true; /* the base model's output, held until the forward returns */
     b->pfx = "";
     int wl = m->tied ? emb_w : param(b, "lm_head.weight", m->vocab * h, W);
     int logits = linear(b, nf, wl, -1, h, m->vocab, "lm_head");
@@ -508,8 +515,10 @@ static void build_llama(B *b, gckpt_attention attn)
     opnew(b, "log_softmax", GCKPT_OP_ELEM, 1, (int[]){lf}, ls, -1, 1, (int[]){ls});
     setprim(b, GCKPT_P_LOG_SOFTMAX, GCKPT_BC_NONE, 0, 0, m->vocab);
     int loss = tnew(b, "loss", GCKPT_T_ACT, F32, 1, 0, 0, 0, true);
-    opnew(b, "nll_loss", GCKPT_OP_ELEM, 2, (int[]){ls, lbl}, loss, -1, 1, (int[]){lbl});
+    int tw = tnew(b, "nll_loss.total_weight", GCKPT_T_ACT, F32, 1, 0, 0, 0, false);
+    opnew(b, "nll_loss", GCKPT_OP_ELEM, 2, (int[]){ls, lbl}, loss, tw, 2, (int[]){lbl, tw});
     setprim(b, GCKPT_P_NLL, GCKPT_BC_NONE, 0, 0, m->vocab);
+    last(b)->keep = (int16_t)lf; /* ForCausalLMLoss holds logits.float() until the loss is computed */
     r->loss = loss;
     end_section(b);
 }
@@ -555,9 +564,15 @@ static void build_gpt2(B *b, gckpt_attention attn)
     x = dropout(b, x, m->embd_dropout, "drop");
     int mask = -1;
     if (attn == GCKPT_EAGER) {
+        /* GPT2Block takes the mask positionally: the checkpoint saves it with the
+         * hidden states, and offload copies it to the host for every checkpointed layer */
         mask = tnew(b, "causal_mask", GCKPT_T_CONST, b->D, 0, 0, 0, 1, false);
+        r->t[mask].fwd_end_free = true;
+        r->t[mask].base_end_free = true;
         opnew(b, "causal_mask", GCKPT_OP_ELEM, 0, NULL, mask, -1, 0, NULL);
+        r->mask_positional = true;
     }
+    r->mask = mask;
     r->embed_out = x;
     end_section(b);
 
@@ -595,6 +610,7 @@ static void build_gpt2(B *b, gckpt_attention attn)
     int hin = tnew(b, "final_hidden", GCKPT_T_ACT, b->D, 0, 0, h, 0, true);
     r->head_in = hin;
     int nf = layernorm(b, hin, h, "ln_f");
+    r->t[nf].fwd_end_free = true; /* the base model's output, held until the forward returns */
     b->pfx = "";
     int wl = m->tied ? wte : param(b, "lm_head.weight", V * h, W);
     int logits = linear(b, nf, wl, -1, h, V, "lm_head");
@@ -609,8 +625,10 @@ static void build_gpt2(B *b, gckpt_attention attn)
     opnew(b, "log_softmax", GCKPT_OP_ELEM, 1, (int[]){lf}, ls, -1, 1, (int[]){ls});
     setprim(b, GCKPT_P_LOG_SOFTMAX, GCKPT_BC_NONE, 0, 0, m->vocab);
     int loss = tnew(b, "loss", GCKPT_T_ACT, F32, 1, 0, 0, 0, true);
-    opnew(b, "nll_loss", GCKPT_OP_ELEM, 2, (int[]){ls, lbl}, loss, -1, 1, (int[]){lbl});
+    int tw = tnew(b, "nll_loss.total_weight", GCKPT_T_ACT, F32, 1, 0, 0, 0, false);
+    opnew(b, "nll_loss", GCKPT_OP_ELEM, 2, (int[]){ls, lbl}, loss, tw, 2, (int[]){lbl, tw});
     setprim(b, GCKPT_P_NLL, GCKPT_BC_NONE, 0, 0, m->vocab);
+    last(b)->keep = (int16_t)lf; /* ForCausalLMLoss holds logits.float() until the loss is computed */
     r->loss = loss;
     (void)ids;
     end_section(b);
@@ -619,8 +637,15 @@ static void build_gpt2(B *b, gckpt_attention attn)
 void gckpt_recipe_build(const gckpt_model *m, gckpt_precision p, gckpt_attention a,
                         gckpt_recipe *r)
 {
+    gckpt_recipe_build_target(m, p, a, GCKPT_TARGET_CUDA, r);
+}
+
+void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_attention a,
+                               gckpt_target target, gckpt_recipe *r)
+{
     memset(r, 0, sizeof *r);
-    B b = {.r = r, .m = m, .eps = m->norm_eps};
+    r->mask = -1;
+    B b = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU};
     b.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
     b.C = p == GCKPT_FP32 ? F32 : BF16;  /* fp16 and bf16 are both 2 bytes */
     b.D = p == GCKPT_BF16 ? BF16 : F32;   /* AMP keeps an fp32 residual stream */
@@ -634,6 +659,14 @@ void gckpt_recipe_build(const gckpt_model *m, gckpt_precision p, gckpt_attention
         build_gpt2(&b, a);
     else
         build_llama(&b, a);
+    /* a parameter's gradient is complete (AccumulateGrad runs) after all its uses */
+    for (int i = 0; i < r->nop; i++)
+        for (int k = 0; k < r->op[i].nin; k++) {
+            int t = r->op[i].in[k];
+            bool dup = false;
+            for (int q = 0; q < k; q++) dup |= r->op[i].in[q] == t;
+            if (!dup && r->t[t].kind == GCKPT_T_PARAM) r->t[t].uses++;
+        }
 }
 
 bool gckpt_tensor_bytes(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, uint64_t *bytes)

@@ -179,8 +179,9 @@ void gckpt_persistent(const gckpt_ctx *c, int64_t comp[GCKPT_NCOMP])
 typedef struct {
     uint64_t bytes;
     int consumers, saved, refs;
+    int ckpt;       /* checkpoints holding it (a kept input, a mask held by reference) */
     uint8_t comp;
-    bool ckpt, hold, external, is_const, live;
+    bool hold, external, is_const, live;
 } inst_t;
 
 typedef struct {
@@ -188,8 +189,11 @@ typedef struct {
     int grad[GCKPT_MAX_TENSORS];
     bool saved_reg[GCKPT_MAX_OPS];
     bool pgrad[GCKPT_MAX_TENSORS];
+    int pend[GCKPT_MAX_TENSORS];     /* a multi-use parameter's gradient being summed */
+    uint8_t got[GCKPT_MAX_TENSORS];  /* contributions received so far */
     gckpt_layer_mode mode;
     int xin;            /* instance of the block input */
+    int mask;           /* this layer's device copy of an offloaded positional mask, or -1 */
     uint64_t host;      /* pinned bytes of an offloaded input */
 } sec_t;
 
@@ -263,7 +267,7 @@ static void release(gckpt_sim *s, gckpt_events *o, int id, int16_t tensor)
 static void try_free(gckpt_sim *s, gckpt_events *o, int id, int16_t tensor)
 {
     inst_t *p = &s->pool[id];
-    if (p->live && p->consumers <= 0 && p->saved <= 0 && !p->ckpt && !p->hold && !p->external &&
+    if (p->live && p->consumers <= 0 && p->saved <= 0 && p->ckpt <= 0 && !p->hold && !p->external &&
         !p->is_const)
         release(s, o, id, tensor);
 }
@@ -343,6 +347,13 @@ static sec_t *owner(gckpt_sim *s, sec_t *st, int t)
     return st;
 }
 
+/* The data instance slot of tensor t as seen from section state st. */
+static int *slot(gckpt_sim *s, sec_t *st, int t)
+{
+    if (t == s->c->recipe->mask && st->mask >= 0) return &st->mask;
+    return &owner(s, st, t)->inst[t];
+}
+
 enum { MODE_SAVE, MODE_NOSAVE, MODE_RECOMPUTE };
 
 /* Run the forward ops [begin, end) of a section. */
@@ -352,8 +363,10 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, int sec
     const gckpt_recipe *r = s->c->recipe;
     int begin = r->sec_begin[sec];
     int cons[GCKPT_MAX_TENSORS] = {0};
-    for (int i = begin; i < end; i++)
+    for (int i = begin; i < end; i++) {
         for (int k = 0; k < r->op[i].nin; k++) cons[r->op[i].in[k]]++;
+        if (r->op[i].keep >= 0) cons[r->op[i].keep]++;
+    }
     if (sec_in >= 0) {
         inst_t *x = &s->pool[st->inst[sec_in]];
         x->consumers = cons[sec_in];
@@ -373,22 +386,19 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, int sec
             int id = alloc(s, o, s->c->tbytes[t], comp, (int16_t)t);
             inst_t *p = &s->pool[id];
             p->consumers = cons[t];
-            p->is_const = tt->kind == GCKPT_T_CONST;
+            p->is_const = tt->kind == GCKPT_T_CONST && !tt->fwd_end_free;
             p->hold = tt->fwd_end_free && mode != MODE_RECOMPUTE;
             p->external = t == sec_out || t == r->loss;
             st->inst[t] = id;
         }
         int args[6] = {-1, -1, -1, -1, -1, -1};
         for (int k = 0; k < op->nin; k++)
-            if (r->t[op->in[k]].kind != GCKPT_T_PARAM) args[k] = owner(s, st, op->in[k])->inst[op->in[k]];
+            if (r->t[op->in[k]].kind != GCKPT_T_PARAM) args[k] = *slot(s, st, op->in[k]);
         for (int k = 0; k < 2; k++)
             if (op->out[k] >= 0) args[4 + k] = st->inst[op->out[k]];
         ev_compute(s, o, fwd_kind, i, false, args);
         if (mode != MODE_NOSAVE) {
-            for (int k = 0; k < op->nsaved; k++) {
-                sec_t *ow = owner(s, st, op->saved[k]);
-                s->pool[ow->inst[op->saved[k]]].saved++;
-            }
+            for (int k = 0; k < op->nsaved; k++) s->pool[*slot(s, st, op->saved[k])].saved++;
             st->saved_reg[i] = op->nsaved > 0;
         } else {
             st->saved_reg[i] = false;
@@ -396,10 +406,14 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, int sec
         for (int k = 0; k < op->nin; k++) {
             int t = op->in[k];
             if (r->t[t].kind == GCKPT_T_PARAM) continue;
-            sec_t *ow = owner(s, st, t);
-            int id = ow->inst[t];
+            int id = *slot(s, st, t);
             s->pool[id].consumers--;
             try_free(s, o, id, (int16_t)t);
+        }
+        if (op->keep >= 0) {
+            int id = *slot(s, st, op->keep);
+            s->pool[id].consumers--;
+            try_free(s, o, id, op->keep);
         }
         for (int k = 0; k < 2; k++)
             if (op->out[k] >= 0) try_free(s, o, st->inst[op->out[k]], op->out[k]);
@@ -415,6 +429,18 @@ static int param_grad(gckpt_sim *s, sec_t *st, int t, gckpt_events *o, bool *tem
     const gckpt_recipe *r = c->recipe;
     sec_t *ow = owner(s, st, t);
     uint64_t bytes = gckpt_round_up(r->t[t].c0 * r->grad_dtype, c->dev->alloc_round_bytes);
+    if (r->t[t].uses > 1) {
+        /* the autograd engine sums a tied weight's contributions in AccumulateGrad's
+         * input buffer, which lives until the last use's backward has run */
+        ow->got[t]++;
+        if (ow->pend[t] < 0) {
+            *temp = false;
+            ow->pend[t] = alloc(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
+            return ow->pend[t];
+        }
+        *temp = true;
+        return alloc(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
+    }
     if (s->grads_exist || ow->pgrad[t]) {
         *temp = true;
         return alloc(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
@@ -470,8 +496,11 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
             if (op->bws_cT) ws = alloc(s, o, gckpt_round_up(op->bws_cT * c->tokens * 4, c->dev->alloc_round_bytes),
                                        GCKPT_C_BACKWARD, -1);
             /* 1. the buffers this op's backward writes */
-            enum { G_NONE, G_NEW, G_ALIAS, G_ACC, G_PARAM, G_PARAM_ACC };
+            enum { G_NONE, G_NEW, G_ALIAS, G_ACC, G_PARAM, G_PARAM_ACC, G_WIDE };
             int mode[GCKPT_OP_MAX_IN] = {0}, dst[GCKPT_OP_MAX_IN];
+            /* mul of a 16-bit and a 32-bit tensor computes the 16-bit input's gradient in
+             * fp32; the engine casts it to the input's dtype afterwards */
+            uint8_t out_dt = op->out[0] >= 0 ? r->t[op->out[0]].dtype : 0;
             for (int k = 0; k < op->nin; k++) {
                 int t = op->in[k];
                 dst[k] = -1;
@@ -492,6 +521,10 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                     s->pool[gout].refs++;
                     dst[k] = gout;
                     mode[k] = G_ALIAS;
+                } else if (op->prim == GCKPT_P_MUL && out_dt > r->t[t].dtype) {
+                    uint64_t wide = gckpt_round_up(c->raw[t] / r->t[t].dtype * out_dt, c->dev->alloc_round_bytes);
+                    dst[k] = alloc(s, o, wide, (uint8_t)grad_comp(r, t), (int16_t)t);
+                    mode[k] = G_WIDE;
                 } else if (g < 0) {
                     dst[k] = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
                     s->pool[dst[k]].refs = 1;
@@ -505,11 +538,67 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
             int args[6] = {-1, -1, -1, -1, gout, ws};
             for (int k = 0; k < op->nin; k++) args[k] = dst[k];
             ev_compute(s, o, GCKPT_EV_BWD, i, true, args);
+            /* the engine drops the node's incoming gradients (and the kernel its
+             * workspace) before it casts and accumulates the outgoing ones */
+            if (ws >= 0) release(s, o, ws, -1);
+            ws = -1;
+            for (int k = 0; k < 2; k++)
+                if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
             /* 2. accumulate second contributions, then drop the temporaries */
             for (int k = 0; k < op->nin; k++) {
                 int t = op->in[k];
-                if (mode[k] == G_PARAM_ACC) {
+                if ((mode[k] == G_PARAM || mode[k] == G_PARAM_ACC) && r->t[t].uses > 1) {
+                    sec_t *ow = owner(s, st, t);
+                    int pend = ow->pend[t];
+                    if (mode[k] == G_PARAM_ACC) {
+                        ev_grad_add(s, o, (int16_t)t, pend, pend, dst[k]);
+                        release(s, o, dst[k], (int16_t)t);
+                    }
+                    if (ow->got[t] == r->t[t].uses) {
+                        if (!s->grads_exist && !ow->pgrad[t]) {
+                            /* the sum becomes .grad (an EV_RETAG with comp2 = GRADS) */
+                            gckpt_event *e = push(o);
+                            if (e) {
+                                e->kind = GCKPT_EV_RETAG;
+                                e->comp = GCKPT_C_BACKWARD;
+                                e->comp2 = GCKPT_C_GRADS;
+                                e->phase = (uint8_t)s->phase;
+                                e->micro = s->micro;
+                                e->layer = s->cur_layer;
+                                e->op = (int16_t)t;
+                                e->inst = gid(s, pend);
+                                e->bytes = s->pool[pend].bytes;
+                            }
+                            s->pool[pend].comp = GCKPT_C_GRADS;
+                            s->pool[pend].live = false; /* owned by .grad from now on */
+                            ow->pgrad[t] = true;
+                        } else {
+                            ev_grad_add(s, o, (int16_t)t, -1, -1, pend);
+                            release(s, o, pend, (int16_t)t);
+                        }
+                        ow->pend[t] = -1;
+                        ow->got[t] = 0;
+                    }
+                } else if (mode[k] == G_PARAM_ACC) {
                     ev_grad_add(s, o, (int16_t)t, -1, -1, dst[k]);
+                    release(s, o, dst[k], (int16_t)t);
+                } else if (mode[k] == G_WIDE) {
+                    sec_t *ow = owner(s, st, t);
+                    int g = ow->grad[t];
+                    if (g < 0) { /* the cast copy becomes the gradient */
+                        int nb = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                        ev_grad_add(s, o, (int16_t)t, nb, -1, dst[k]);
+                        s->pool[nb].refs = 1;
+                        ow->grad[t] = nb;
+                    } else if (s->pool[g].refs > 1) {
+                        int sum = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                        ev_grad_add(s, o, (int16_t)t, sum, g, dst[k]);
+                        s->pool[g].refs--;
+                        s->pool[sum].refs = 1;
+                        ow->grad[t] = sum;
+                    } else {
+                        ev_grad_add(s, o, (int16_t)t, g, g, dst[k]);
+                    }
                     release(s, o, dst[k], (int16_t)t);
                 } else if (mode[k] == G_ACC) {
                     sec_t *ow = owner(s, st, t);
@@ -534,8 +623,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
         if (st->saved_reg[i]) {
             for (int k = 0; k < op->nsaved; k++) {
                 int t = op->saved[k];
-                sec_t *ow = owner(s, st, t);
-                int id = ow->inst[t];
+                int id = *slot(s, st, t);
                 s->pool[id].saved--;
                 try_free(s, o, id, (int16_t)t);
             }
@@ -549,7 +637,10 @@ static void init_sec(sec_t *st)
     for (int i = 0; i < GCKPT_MAX_TENSORS; i++) st->inst[i] = st->grad[i] = -1;
     memset(st->saved_reg, 0, sizeof st->saved_reg);
     memset(st->pgrad, 0, sizeof st->pgrad);
+    memset(st->got, 0, sizeof st->got);
+    for (int i = 0; i < GCKPT_MAX_TENSORS; i++) st->pend[i] = -1;
     st->xin = -1;
+    st->mask = -1;
     st->host = 0;
 }
 
@@ -578,7 +669,7 @@ void gckpt_sim_layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_e
     inst_t *x = &s->pool[s->stream];
     if (mode == GCKPT_LAYER_CKPT) {
         /* the checkpoint keeps this layer's input on the device */
-        x->ckpt = true;
+        x->ckpt = 1;
         gckpt_event *e = push(o);
         if (e) {
             e->kind = GCKPT_EV_RETAG;
@@ -594,6 +685,7 @@ void gckpt_sim_layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_e
         x->comp = GCKPT_C_CHECKPOINTS;
     } else if (mode == GCKPT_LAYER_CKPT_OFFLOAD) {
         st->host = s->c->raw[r->block_in];
+        if (r->mask >= 0 && r->mask_positional) st->host += s->c->raw[r->mask];
         gckpt_event *e = push(o);
         if (e) {
             e->kind = GCKPT_EV_HOST_ALLOC;
@@ -603,8 +695,14 @@ void gckpt_sim_layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_e
             e->op = (int16_t)r->block_in;
             e->bytes = st->host;
         }
-        ev_copy(s, o, GCKPT_EV_D2H, st->host, GCKPT_C_CHECKPOINTS, s->stream);
+        ev_copy(s, o, GCKPT_EV_D2H, s->c->raw[r->block_in], GCKPT_C_CHECKPOINTS, s->stream);
+        if (r->mask >= 0 && r->mask_positional)
+            ev_copy(s, o, GCKPT_EV_D2H, s->c->raw[r->mask], GCKPT_C_CHECKPOINTS, s->embed.inst[r->mask]);
     }
+    /* a checkpoint keeps the mask by reference (as a keyword argument, or as a
+     * positional input that is not offloaded) */
+    if (mode != GCKPT_LAYER_PLAIN && r->mask >= 0 && !(mode == GCKPT_LAYER_CKPT_OFFLOAD && r->mask_positional))
+        s->pool[s->embed.inst[r->mask]].ckpt++;
     sim_fwd(s, st, GCKPT_SEC_BLOCK, mode == GCKPT_LAYER_PLAIN ? MODE_SAVE : MODE_NOSAVE,
             r->sec_end[GCKPT_SEC_BLOCK], r->block_in, r->block_out, o);
     s->stream = st->inst[r->block_out];
@@ -616,6 +714,13 @@ void gckpt_sim_head_fwd(gckpt_sim *s, gckpt_events *o)
     s->phase = GCKPT_PH_LOSS;
     s->cur_layer = (int)s->c->model->layers;
     s->head.inst[r->head_in] = s->stream;
+    /* the base model returns: its masks go unless a checkpoint holds them */
+    for (int t = 0; t < r->nt; t++) {
+        int id = s->embed.inst[t];
+        if (id < 0 || !r->t[t].base_end_free || !s->pool[id].live) continue;
+        s->pool[id].hold = false;
+        try_free(s, o, id, (int16_t)t);
+    }
     sim_fwd(s, &s->head, GCKPT_SEC_HEAD, MODE_SAVE, r->sec_end[GCKPT_SEC_HEAD], r->head_in, -1, o);
 }
 
@@ -642,12 +747,14 @@ void gckpt_sim_fwd_end_head(gckpt_sim *s, gckpt_events *o)
     s->phase = GCKPT_PH_LOSS;
     s->cur_layer = (int)s->c->model->layers;
     fwd_end(s, &s->head, o);
+    s->cur_layer = -1;
+    fwd_end(s, &s->embed, o); /* the model drops its masks when its forward returns */
 }
 
 void gckpt_sim_head_bwd(gckpt_sim *s, gckpt_events *o)
 {
     const gckpt_recipe *r = s->c->recipe;
-    s->phase = GCKPT_PH_LOSS;
+    s->phase = GCKPT_PH_BACKWARD;
     s->cur_layer = (int)s->c->model->layers;
     /* loss.backward(): the seed gradient of the scalar loss */
     int g = alloc(s, o, s->c->tbytes[r->loss], GCKPT_C_BACKWARD, (int16_t)r->loss);
@@ -669,9 +776,15 @@ void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *o)
     if (st->mode != GCKPT_LAYER_PLAIN) {
         if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) {
             int id = alloc(s, o, c->tbytes[r->block_in], GCKPT_C_CHECKPOINTS, (int16_t)r->block_in);
-            s->pool[id].ckpt = true;
-            ev_copy(s, o, GCKPT_EV_H2D, st->host, GCKPT_C_CHECKPOINTS, id);
+            s->pool[id].ckpt = 1;
+            ev_copy(s, o, GCKPT_EV_H2D, c->raw[r->block_in], GCKPT_C_CHECKPOINTS, id);
             st->xin = id;
+            if (r->mask >= 0 && r->mask_positional) {
+                int mid = alloc(s, o, c->tbytes[r->mask], GCKPT_C_CHECKPOINTS, (int16_t)r->mask);
+                s->pool[mid].ckpt = 1;
+                ev_copy(s, o, GCKPT_EV_H2D, c->raw[r->mask], GCKPT_C_CHECKPOINTS, mid);
+                st->mask = mid;
+            }
         }
         st->inst[r->block_in] = st->xin;
         /* non-reentrant early stop: re-run up to the last op that saves a tensor */
@@ -684,8 +797,17 @@ void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *o)
     sim_bwd(s, st, GCKPT_SEC_BLOCK, o);
     if (st->mode != GCKPT_LAYER_PLAIN) {
         inst_t *x = &s->pool[st->xin];
-        x->ckpt = false;
+        x->ckpt = 0;
         try_free(s, o, st->xin, (int16_t)r->block_in);
+        if (st->mask >= 0) {
+            s->pool[st->mask].ckpt = 0;
+            try_free(s, o, st->mask, (int16_t)r->mask);
+            st->mask = -1;
+        } else if (r->mask >= 0) {
+            int mid = s->embed.inst[r->mask];
+            s->pool[mid].ckpt--;
+            try_free(s, o, mid, (int16_t)r->mask);
+        }
         if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) {
             gckpt_event *e = push(o);
             if (e) {

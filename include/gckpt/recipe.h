@@ -44,9 +44,12 @@ typedef struct {
     uint8_t dtype;       /* bytes per element: 1, 2, 4, 8 */
     bool requires_grad;
     bool fwd_end_free;   /* held until the forward pass ends (autocast cache, returned logits) */
+    bool base_end_free;  /* with fwd_end_free: released already when the base model (the
+                          * layer stack) returns, before the LM head (attention masks) */
     bool logits;         /* accounted as logits/loss memory */
     uint64_t c0, cS, cT, cBSS;     /* for PARAM and WCAST tensors only c0 is used */
     int16_t param;        /* WCAST: the parameter it copies */
+    uint8_t uses;         /* PARAM: ops that take it (2 for a tied embedding / lm_head) */
 } gckpt_tensor;
 
 /* What an op computes, for executors (the planner needs only sizes and FLOPs). Tensors
@@ -102,6 +105,8 @@ typedef struct {
     int16_t out[2];               /* out[1] = -1 unless the op has a second output */
     int16_t saved[GCKPT_OP_MAX_SAVED];
     bool grad_alias[GCKPT_OP_MAX_IN]; /* input's grad is the output grad itself (add, view) */
+    int16_t keep;                 /* a tensor kept alive until this op ran (a Python
+                                   * reference, not an operand), or -1 */
     /* Time: forward FLOPs = fT*(b*s) + fBSS*(b*s*s); backward = bwd_mult * forward. */
     double fT, fBSS, bwd_mult;
     /* Elementwise traffic (bytes read + written) is derived from tensor sizes. */
@@ -120,16 +125,26 @@ typedef struct {
     int block_out;   /* tensor: the block's output */
     int head_in;     /* tensor: the head's input */
     int loss;        /* tensor: the scalar loss */
+    int mask;        /* tensor: eager attention's causal mask, or -1 */
+    bool mask_positional; /* the mask is a positional block input: checkpointed (and offloaded) with it */
     uint8_t stream_dtype, compute_dtype, param_dtype, grad_dtype;
     bool amp;
     /* For the closed form: elements of the checkpointed input per token (= hidden). */
     uint64_t hidden;
 } gckpt_recipe;
 
+/* Where the step runs. The planner models CUDA; the CPU target exists to compare with
+ * measurements of PyTorch on the CPU (tests/data/hf), whose kernels differ in two
+ * documented ways: no fp32 dq accumulator in the SDPA backward, and LayerNorm's saved
+ * mean/rstd in the input dtype instead of fp32. */
+typedef enum { GCKPT_TARGET_CUDA, GCKPT_TARGET_CPU } gckpt_target;
+
 /* Build the recipe of model m for the setting's precision and attention. Never fails
  * for a validated model. */
 void gckpt_recipe_build(const gckpt_model *m, gckpt_precision p, gckpt_attention a,
                         gckpt_recipe *r);
+void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_attention a,
+                               gckpt_target target, gckpt_recipe *r);
 
 /* Elements / bytes of tensor i for micro-batch b and sequence s; false on overflow. */
 bool gckpt_tensor_bytes(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, uint64_t *bytes);

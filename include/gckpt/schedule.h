@@ -43,7 +43,8 @@ extern const char *const gckpt_phase_names[GCKPT_NPHASE];
 typedef enum {
     GCKPT_EV_ALLOC,      /* device allocation (bytes, comp) */
     GCKPT_EV_FREE,       /* device free (bytes, comp) */
-    GCKPT_EV_RETAG,      /* bytes move from comp to comp2 (a kept input becomes a checkpoint) */
+    GCKPT_EV_RETAG,      /* bytes move from comp to comp2 (a kept input becomes a checkpoint;
+                          * with comp2 = GRADS: instance inst becomes the .grad of param op) */
     GCKPT_EV_HOST_ALLOC, /* pinned host allocation */
     GCKPT_EV_HOST_FREE,
     GCKPT_EV_D2H,        /* copy to pinned host on the compute stream */
@@ -64,8 +65,9 @@ typedef enum {
  *      it is its .grad (a GRADS allocation) or a temporary. arg[4] = gradient of out[0],
  *      arg[5] = backward workspace. Saved tensors are the op's inputs and outputs as
  *      bound by the latest FWD / RECOMPUTE of the op in that layer.
- *  GRAD_ADD: arg[0] = arg[1] + arg[2]; for a parameter (op = its tensor) arg[0] =
- *      arg[1] = NOINST: add arg[2] into the parameter's .grad.
+ *  GRAD_ADD: arg[0] = arg[1] + arg[2], converted to arg[0]'s dtype; arg[1] = NOINST:
+ *      arg[0] = arg[2] converted (a gradient computed in fp32 for a 16-bit input); for
+ *      a parameter (op = its tensor) arg[0] = arg[1] = NOINST: add arg[2] into .grad.
  *  D2H: arg[0] = device instance copied out to the layer's host buffer. H2D: arg[0] =
  *      device instance filled from the layer's host buffer. */
 #define GCKPT_NOINST UINT32_MAX

@@ -1,0 +1,583 @@
+/* Reading a plan (schema gckpt.plan/1) back with every field checked. Every message is
+ * "<file>: field '<path>' ..." so a user can find what to fix. */
+#include "gckpt/plan_read.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/jsonget.h"
+
+/* Byte counts are written as JSON numbers: exact up to 2^53. */
+#define MAXB ((uint64_t)1 << 53)
+
+typedef struct {
+    const char *f;
+    gckpt_err *err;
+} R;
+
+static const char *tname(const cJSON *it)
+{
+    if (!it) return "nothing";
+    if (cJSON_IsString(it)) return "a string";
+    if (cJSON_IsBool(it)) return "a boolean";
+    if (cJSON_IsNull(it)) return "null";
+    if (cJSON_IsArray(it)) return "an array";
+    if (cJSON_IsObject(it)) return "an object";
+    if (cJSON_IsNumber(it)) return "a number";
+    return "invalid JSON";
+}
+
+static bool fail(R *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool fail(R *r, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    gckpt_seterr(r->err, "%s: %s", r->f, msg);
+    return false;
+}
+
+static const cJSON *child(const cJSON *o, const char *path)
+{
+    const char *d = strrchr(path, '.');
+    return cJSON_GetObjectItemCaseSensitive(o, d ? d + 1 : path);
+}
+
+static const cJSON *obj(R *r, const cJSON *o, const char *path)
+{
+    const cJSON *it = child(o, path);
+    if (!cJSON_IsObject(it)) {
+        fail(r, it ? "field '%s' must be an object, got %s" : "missing field '%s' (object)", path, tname(it));
+        return NULL;
+    }
+    return it;
+}
+
+static const cJSON *arr(R *r, const cJSON *o, const char *path)
+{
+    const cJSON *it = child(o, path);
+    if (!cJSON_IsArray(it)) {
+        fail(r, it ? "field '%s' must be an array, got %s" : "missing field '%s' (array)", path, tname(it));
+        return NULL;
+    }
+    return it;
+}
+
+static bool u64(R *r, const cJSON *o, const char *path, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    return gckpt_json_u64(o, r->f, path, lo, hi, out, r->err);
+}
+
+/* An integer element of an array (or any item) in [lo, hi]. */
+static bool item_u64(R *r, const cJSON *it, const char *path, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble != floor(it->valuedouble))
+        return fail(r, "field '%s' must be an integer, got %s", path, tname(it));
+    if (it->valuedouble < (double)lo || it->valuedouble > (double)hi)
+        return fail(r, "field '%s' = %.0f is out of range [%llu, %llu]", path, it->valuedouble,
+                    (unsigned long long)lo, (unsigned long long)hi);
+    *out = (uint64_t)it->valuedouble;
+    return true;
+}
+
+static bool num(R *r, const cJSON *o, const char *path, double lo, double hi, double *out)
+{
+    return gckpt_json_num(o, r->f, path, lo, hi, out, r->err);
+}
+
+static bool boolean(R *r, const cJSON *o, const char *path, bool *out)
+{
+    const cJSON *it = child(o, path);
+    if (!cJSON_IsBool(it))
+        return fail(r, it ? "field '%s' must be true or false, got %s" : "missing field '%s' (boolean)", path,
+                    tname(it));
+    *out = cJSON_IsTrue(it);
+    return true;
+}
+
+static bool str(R *r, const cJSON *o, const char *path, char *out, size_t n)
+{
+    return gckpt_json_str(o, r->f, path, out, n, r->err);
+}
+
+/* A string naming one of names[0..n); index in *out. */
+static bool choice(R *r, const cJSON *o, const char *path, const char *const *names, int n, int *out)
+{
+    char s[64];
+    if (!str(r, o, path, s, sizeof s)) return false;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) {
+            *out = i;
+            return true;
+        }
+    char list[256] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(list, names[i], sizeof list - strlen(list) - 1);
+        if (i + 1 < n) strncat(list, ", ", sizeof list - strlen(list) - 1);
+    }
+    return fail(r, "field '%s' = \"%s\" is not one of: %s", path, s, list);
+}
+
+/* Integer or null: null -> *out = 0, *is_null = true. */
+static bool u64_or_null(R *r, const cJSON *o, const char *path, uint64_t lo, uint64_t hi, uint64_t *out,
+                        bool *is_null)
+{
+    const cJSON *it = child(o, path);
+    if (!it) return fail(r, "missing field '%s' (integer or null)", path);
+    *is_null = cJSON_IsNull(it);
+    *out = 0;
+    if (*is_null) return true;
+    return item_u64(r, it, path, lo, hi, out);
+}
+
+/* ---- inputs ------------------------------------------------------------------------- */
+
+static bool eq_u64(R *r, const cJSON *m, const char *path, uint64_t want, const char *what)
+{
+    uint64_t v;
+    if (!u64(r, m, path, 0, MAXB, &v)) return false;
+    if (v != want)
+        return fail(r, "field '%s' = %llu contradicts %s (%llu)", path, (unsigned long long)v, what,
+                    (unsigned long long)want);
+    return true;
+}
+
+static bool read_model(R *r, const cJSON *in, gckpt_plan_file *pf)
+{
+    const cJSON *m = obj(r, in, "inputs.model");
+    if (!m) return false;
+    const cJSON *cfg = obj(r, m, "inputs.model.config");
+    if (!cfg) return false;
+    pf->config_text = cJSON_Print(cfg);
+    if (!pf->config_text) return fail(r, "out of memory printing 'inputs.model.config'");
+    char label[600];
+    snprintf(label, sizeof label, "%s: inputs.model.config", r->f);
+    if (!gckpt_model_parse(label, pf->config_text, &pf->model, r->err)) return false;
+    char name[128], type[32];
+    if (!str(r, m, "inputs.model.name", name, sizeof name) ||
+        !str(r, m, "inputs.model.model_type", type, sizeof type))
+        return false;
+    if (!*name) return fail(r, "field 'inputs.model.name' is empty");
+    if (strcmp(type, pf->model.model_type))
+        return fail(r, "field 'inputs.model.model_type' = \"%s\" contradicts inputs.model.config (\"%s\")", type,
+                    pf->model.model_type);
+    snprintf(pf->model.name, sizeof pf->model.name, "%s", name);
+    const gckpt_model *md = &pf->model;
+    const char *cf = "inputs.model.config";
+    bool tied;
+    if (!eq_u64(r, m, "inputs.model.layers", md->layers, cf) ||
+        !eq_u64(r, m, "inputs.model.hidden", md->hidden, cf) ||
+        !eq_u64(r, m, "inputs.model.heads", md->heads, cf) ||
+        !eq_u64(r, m, "inputs.model.kv_heads", md->kv_heads, cf) ||
+        !eq_u64(r, m, "inputs.model.head_dim", md->head_dim, cf) ||
+        !eq_u64(r, m, "inputs.model.intermediate", md->intermediate, cf) ||
+        !eq_u64(r, m, "inputs.model.vocab", md->vocab, cf) ||
+        !eq_u64(r, m, "inputs.model.parameters", gckpt_model_params(md), "the parameter count of inputs.model.config") ||
+        !boolean(r, m, "inputs.model.tied_embeddings", &tied))
+        return false;
+    if (tied != md->tied)
+        return fail(r, "field 'inputs.model.tied_embeddings' = %s contradicts inputs.model.config", tied ? "true" : "false");
+    return true;
+}
+
+static bool read_device(R *r, const cJSON *in, gckpt_plan_file *pf)
+{
+    const cJSON *d = obj(r, in, "inputs.device");
+    if (!d) return false;
+    char *text = cJSON_Print(d);
+    if (!text) return fail(r, "out of memory printing 'inputs.device'");
+    char label[600];
+    snprintf(label, sizeof label, "%s: inputs.device", r->f);
+    bool ok = gckpt_device_parse(label, text, &pf->dev, r->err);
+    free(text);
+    return ok;
+}
+
+static bool read_inputs(R *r, const cJSON *root, gckpt_plan_file *pf, uint32_t *every, int *n_every)
+{
+    const cJSON *in = obj(r, root, "inputs");
+    if (!in || !read_model(r, in, pf) || !read_device(r, in, pf)) return false;
+    if (!u64(r, in, "inputs.seq", 1, (uint64_t)1 << 24, &pf->seq)) return false;
+    if (pf->model.family == GCKPT_FAMILY_GPT2 && pf->seq > pf->model.positions)
+        return fail(r, "field 'inputs.seq' = %llu exceeds the model's n_positions (%llu)",
+                    (unsigned long long)pf->seq, (unsigned long long)pf->model.positions);
+    const cJSON *mb = arr(r, in, "inputs.micro_batches");
+    if (!mb) return false;
+    int nmb = cJSON_GetArraySize(mb);
+    if (nmb < 1 || nmb > GCKPT_MAX_MB)
+        return fail(r, "field 'inputs.micro_batches' must hold 1 to %d sizes, has %d", GCKPT_MAX_MB, nmb);
+    for (int i = 0; i < nmb; i++) {
+        char p[64];
+        snprintf(p, sizeof p, "inputs.micro_batches[%d]", i);
+        if (!item_u64(r, cJSON_GetArrayItem(mb, i), p, 1, 1u << 20, &pf->micro_batches[i])) return false;
+    }
+    pf->n_micro = nmb;
+    bool gb_null, ga_null;
+    if (!u64_or_null(r, in, "inputs.global_batch", 1, (uint64_t)1 << 32, &pf->global_batch, &gb_null) ||
+        !u64_or_null(r, in, "inputs.grad_accum", 1, (uint64_t)1 << 32, &pf->grad_accum, &ga_null))
+        return false;
+    if (gb_null == ga_null)
+        return fail(r, "fields 'inputs.global_batch' and 'inputs.grad_accum': exactly one must be null");
+    int prec, opt, attn, off;
+    static const char *const offs[] = {"off", "on", "both"};
+    if (!choice(r, in, "inputs.precision", gckpt_precision_names, GCKPT_NPREC, &prec) ||
+        !choice(r, in, "inputs.optimizer", gckpt_optimizer_names, GCKPT_NOPT, &opt) ||
+        !choice(r, in, "inputs.attention", gckpt_attention_names, GCKPT_NATTN, &attn) ||
+        !choice(r, in, "inputs.offload", offs, 3, &off))
+        return false;
+    pf->precision = (gckpt_precision)prec;
+    pf->optimizer = (gckpt_optimizer)opt;
+    pf->attention = (gckpt_attention)attn;
+    pf->offload = (gckpt_offload_sel)off;
+    const cJSON *en = arr(r, in, "inputs.every_n_layers");
+    if (!en) return false;
+    int ne = cJSON_GetArraySize(en);
+    if (ne < 1 || (uint64_t)ne > pf->model.layers + 1)
+        return fail(r, "field 'inputs.every_n_layers' must hold 1 to %llu values, has %d",
+                    (unsigned long long)pf->model.layers + 1, ne);
+    for (int i = 0; i < ne; i++) {
+        char p[64];
+        uint64_t v;
+        snprintf(p, sizeof p, "inputs.every_n_layers[%d]", i);
+        if (!item_u64(r, cJSON_GetArrayItem(en, i), p, 0, pf->model.layers, &v)) return false;
+        every[i] = (uint32_t)v;
+    }
+    *n_every = ne;
+    if (!u64(r, in, "inputs.budget_bytes", 1, MAXB, &pf->budget_bytes) ||
+        !num(r, in, "inputs.margin", 0, 0.99, &pf->margin) ||
+        !u64(r, in, "inputs.usable_bytes", 0, MAXB, &pf->usable_bytes))
+        return false;
+    uint64_t want = (uint64_t)((double)pf->budget_bytes * (1.0 - pf->margin));
+    uint64_t diff = want > pf->usable_bytes ? want - pf->usable_bytes : pf->usable_bytes - want;
+    if (diff > 1)
+        return fail(r, "field 'inputs.usable_bytes' = %llu contradicts budget_bytes x (1 - margin) = %llu",
+                    (unsigned long long)pf->usable_bytes, (unsigned long long)want);
+    return true;
+}
+
+/* ---- entries ------------------------------------------------------------------------ */
+
+static bool read_memory(R *r, const cJSON *e, const char *pre, gckpt_plan_file *pf, gckpt_entry *en)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s.memory", pre);
+    const cJSON *m = obj(r, e, p);
+    if (!m) return false;
+    gckpt_result *res = &en->r;
+    uint64_t v, ctx;
+#define U(field, dst)                                                                              \
+    do {                                                                                           \
+        snprintf(p, sizeof p, "%s.memory.%s", pre, field);                                         \
+        if (!u64(r, m, p, 0, MAXB, &v)) return false;                                              \
+        dst = v;                                                                                   \
+    } while (0)
+    U("peak_bytes", res->peak_bytes);
+    U("device_peak_bytes", res->device_peak_bytes);
+    U("host_pinned_bytes", res->host_pinned_bytes);
+    U("after_forward_bytes", res->after_forward_bytes);
+    U("context_bytes", ctx);
+#undef U
+    if (ctx != pf->dev.context_bytes)
+        return fail(r, "field '%s.memory.context_bytes' = %llu contradicts inputs.device.context_bytes (%llu)", pre,
+                    (unsigned long long)ctx, (unsigned long long)pf->dev.context_bytes);
+    uint64_t dp = gckpt_round_up(res->peak_bytes, pf->dev.segment_round_bytes) + pf->dev.context_bytes;
+    if (res->device_peak_bytes != dp)
+        return fail(r, "field '%s.memory.device_peak_bytes' = %llu contradicts peak_bytes rounded to the device's segments plus its context (%llu)",
+                    pre, (unsigned long long)res->device_peak_bytes, (unsigned long long)dp);
+    if (res->after_forward_bytes > res->peak_bytes)
+        return fail(r, "field '%s.memory.after_forward_bytes' exceeds peak_bytes", pre);
+    if (!en->offload && res->host_pinned_bytes)
+        return fail(r, "field '%s.memory.host_pinned_bytes' = %llu but the entry does not offload", pre,
+                    (unsigned long long)res->host_pinned_bytes);
+    if (en->offload && !res->host_pinned_bytes)
+        return fail(r, "field '%s.memory.host_pinned_bytes' is 0 but the entry offloads", pre);
+    int ph;
+    snprintf(p, sizeof p, "%s.memory.peak_phase", pre);
+    if (!choice(r, m, p, gckpt_phase_names, GCKPT_NPHASE, &ph)) return false;
+    res->peak_phase = (uint8_t)ph;
+    bool null_layer;
+    snprintf(p, sizeof p, "%s.memory.peak_layer", pre);
+    if (!u64_or_null(r, m, p, 0, pf->model.layers - 1, &v, &null_layer)) return false;
+    res->peak_layer = null_layer ? -1 : (int32_t)v;
+    static const char *const micro[] = {"first", "later", "optimizer"};
+    int mi;
+    snprintf(p, sizeof p, "%s.memory.peak_micro_step", pre);
+    if (!choice(r, m, p, micro, 3, &mi)) return false;
+    if (mi == 1 && en->grad_accum < 2)
+        return fail(r, "field '%s.memory.peak_micro_step' = \"later\" but grad_accum is 1", pre);
+    res->peak_micro = (uint8_t)mi;
+    char where[256];
+    snprintf(p, sizeof p, "%s.memory.peak_where", pre);
+    if (!str(r, m, p, where, sizeof where)) return false;
+    snprintf(p, sizeof p, "%s.memory.breakdown", pre);
+    const cJSON *bd = obj(r, m, p);
+    if (!bd) return false;
+    int64_t sum = 0;
+    for (int k = 0; k < GCKPT_NCOMP; k++) {
+        snprintf(p, sizeof p, "%s.memory.breakdown.%s", pre, gckpt_component_names[k]);
+        const cJSON *it = child(bd, p);
+        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || fabs(it->valuedouble) > (double)MAXB)
+            return fail(r, it ? "field '%s' must be an integer byte count, got %s" : "missing field '%s' (integer)", p,
+                        tname(it));
+        res->breakdown[k] = (int64_t)it->valuedouble;
+        sum += res->breakdown[k];
+    }
+    if (sum != (int64_t)res->peak_bytes)
+        return fail(r, "field '%s.memory.breakdown' sums to %lld, not peak_bytes (%llu)", pre, (long long)sum,
+                    (unsigned long long)res->peak_bytes);
+    return true;
+}
+
+static bool read_time(R *r, const cJSON *e, const char *pre, gckpt_entry *en)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s.time", pre);
+    const cJSON *t = obj(r, e, p);
+    if (!t) return false;
+    gckpt_result *res = &en->r;
+    struct {
+        const char *k;
+        double *dst;
+    } f[] = {{"step_s", &res->step_s},         {"forward_s", &res->forward_s},
+             {"backward_s", &res->backward_s}, {"recompute_s", &res->recompute_s},
+             {"offload_copy_s", &res->copy_s}, {"optimizer_s", &res->optimizer_s},
+             {"tokens_per_s", &res->tokens_per_s}, {"mfu", &res->mfu}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        snprintf(p, sizeof p, "%s.time.%s", pre, f[i].k);
+        if (!num(r, t, p, 0, 1e12, f[i].dst)) return false;
+    }
+    if (!(res->step_s > 0)) return fail(r, "field '%s.time.step_s' must be positive", pre);
+    if (en->every_n == 0 && res->recompute_s != 0)
+        return fail(r, "field '%s.time.recompute_s' is not 0 but gradient checkpointing is off", pre);
+    if (!en->offload && res->copy_s != 0)
+        return fail(r, "field '%s.time.offload_copy_s' is not 0 but the entry does not offload", pre);
+    return true;
+}
+
+static bool read_timeline(R *r, const cJSON *e, const char *pre)
+{
+    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(e, "timeline");
+    if (!tl) return true;
+    char p[128];
+    snprintf(p, sizeof p, "%s.timeline", pre);
+    if (!cJSON_IsObject(tl)) return fail(r, "field '%s' must be an object, got %s", p, tname(tl));
+    static const char *const k[] = {"seconds", "allocated_bytes", "phase"};
+    int n = -1;
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s.timeline.%s", pre, k[i]);
+        const cJSON *a = arr(r, tl, p);
+        if (!a) return false;
+        int c = cJSON_GetArraySize(a);
+        if (n >= 0 && c != n) return fail(r, "field '%s' has %d items, the other timeline arrays %d", p, c, n);
+        n = c;
+        const cJSON *it;
+        int j = 0;
+        cJSON_ArrayForEach(it, a) {
+            bool ok = i == 2 ? cJSON_IsString(it) : cJSON_IsNumber(it) && isfinite(it->valuedouble) && it->valuedouble >= 0;
+            if (!ok) return fail(r, "field '%s[%d]' must be %s, got %s", p, j, i == 2 ? "a phase name" : "a number >= 0", tname(it));
+            j++;
+        }
+    }
+    return true;
+}
+
+static bool read_entry(R *r, const cJSON *e, size_t i, gckpt_plan_file *pf, const uint32_t *every, int ne)
+{
+    char pre[48], p[128];
+    snprintf(pre, sizeof pre, "entries[%zu]", i);
+    if (!cJSON_IsObject(e)) return fail(r, "field '%s' must be an object, got %s", pre, tname(e));
+    gckpt_entry *en = &pf->entries[i];
+    const uint64_t L = pf->model.layers;
+    uint64_t v;
+    snprintf(p, sizeof p, "%s.index", pre);
+    if (!u64(r, e, p, 0, MAXB, &v)) return false;
+    if (v != i) return fail(r, "field '%s' = %llu, expected %zu (entries are numbered in order)", p, (unsigned long long)v, i);
+    snprintf(p, sizeof p, "%s.every_n_layers", pre);
+    if (!u64(r, e, p, 0, L, &v)) return false;
+    en->every_n = (uint32_t)v;
+    bool listed = false;
+    for (int k = 0; k < ne; k++) listed |= every[k] == en->every_n;
+    if (!listed) return fail(r, "field '%s' = %u is not among inputs.every_n_layers", p, en->every_n);
+    snprintf(p, sizeof p, "%s.offload", pre);
+    if (!boolean(r, e, p, &en->offload)) return false;
+    if (en->offload && !en->every_n)
+        return fail(r, "field '%s' is true but every_n_layers is 0 (offload needs gradient checkpointing)", p);
+    if (en->offload && pf->offload == GCKPT_OFFLOAD_OFF)
+        return fail(r, "field '%s' is true but inputs.offload is \"off\"", p);
+    if (!en->offload && en->every_n && pf->offload == GCKPT_OFFLOAD_ON)
+        return fail(r, "field '%s' is false but inputs.offload is \"on\"", p);
+    snprintf(p, sizeof p, "%s.micro_batch", pre);
+    if (!u64(r, e, p, 1, 1u << 20, &en->micro_batch)) return false;
+    listed = false;
+    for (int k = 0; k < pf->n_micro; k++) listed |= pf->micro_batches[k] == en->micro_batch;
+    if (!listed) return fail(r, "field '%s' = %llu is not among inputs.micro_batches", p, (unsigned long long)en->micro_batch);
+    snprintf(p, sizeof p, "%s.grad_accum", pre);
+    if (!u64(r, e, p, 1, (uint64_t)1 << 32, &en->grad_accum)) return false;
+    if (pf->global_batch && en->micro_batch * en->grad_accum != pf->global_batch)
+        return fail(r, "fields '%s.micro_batch' x '%s.grad_accum' = %llu contradict inputs.global_batch (%llu)", pre, pre,
+                    (unsigned long long)(en->micro_batch * en->grad_accum), (unsigned long long)pf->global_batch);
+    if (!pf->global_batch && en->grad_accum != pf->grad_accum)
+        return fail(r, "field '%s' = %llu contradicts inputs.grad_accum (%llu)", p, (unsigned long long)en->grad_accum,
+                    (unsigned long long)pf->grad_accum);
+    uint64_t tok;
+    if (!gckpt_mul(en->micro_batch, pf->seq, &tok) || tok > ((uint64_t)1 << 40))
+        return fail(r, "fields '%s.micro_batch' x inputs.seq overflow", pre);
+    snprintf(p, sizeof p, "%s.checkpointed_layers", pre);
+    const cJSON *cl = arr(r, e, p);
+    if (!cl) return false;
+    uint64_t want = gckpt_checkpointed_count(en->every_n, L);
+    if ((uint64_t)cJSON_GetArraySize(cl) != want)
+        return fail(r, "field '%s' has %d layers, every_n_layers = %u checkpoints %llu of %llu", p,
+                    cJSON_GetArraySize(cl), en->every_n, (unsigned long long)want, (unsigned long long)L);
+    const cJSON *it;
+    uint64_t k = 0;
+    cJSON_ArrayForEach(it, cl) {
+        char q[160];
+        snprintf(q, sizeof q, "%s[%llu]", p, (unsigned long long)k);
+        if (!item_u64(r, it, q, 0, L - 1, &v)) return false;
+        if (v != k * en->every_n)
+            return fail(r, "field '%s' = %llu contradicts every_n_layers = %u (expected layer %llu)", q,
+                        (unsigned long long)v, en->every_n, (unsigned long long)(k * en->every_n));
+        k++;
+    }
+    if (!read_memory(r, e, pre, pf, en) || !read_time(r, e, pre, en) || !read_timeline(r, e, pre)) return false;
+    snprintf(p, sizeof p, "%s.fits", pre);
+    if (!boolean(r, e, p, &en->fits)) return false;
+    if (en->fits != (en->r.device_peak_bytes <= pf->usable_bytes))
+        return fail(r, "field '%s' = %s contradicts device_peak_bytes %s usable_bytes", p, en->fits ? "true" : "false",
+                    en->fits ? ">" : "<=");
+    double head;
+    snprintf(p, sizeof p, "%s.headroom_bytes", pre);
+    if (!num(r, e, p, -(double)MAXB, (double)MAXB, &head)) return false;
+    if (head != (double)pf->usable_bytes - (double)en->r.device_peak_bytes)
+        return fail(r, "field '%s' contradicts usable_bytes - device_peak_bytes", p);
+    snprintf(p, sizeof p, "%s.pareto", pre);
+    return boolean(r, e, p, &en->pareto);
+}
+
+static bool read_index(R *r, const cJSON *root, const char *k, const gckpt_plan_file *pf, long *out)
+{
+    uint64_t v;
+    bool is_null;
+    if (!u64_or_null(r, root, k, 0, MAXB, &v, &is_null)) return false;
+    *out = -1;
+    if (is_null) return true;
+    if (v >= pf->n) return fail(r, "field '%s' = %llu is not an entry index (the plan has %zu)", k, (unsigned long long)v, pf->n);
+    *out = (long)v;
+    return true;
+}
+
+bool gckpt_plan_parse(const char *file, const char *text, gckpt_plan_file *pf, gckpt_err *err)
+{
+    memset(pf, 0, sizeof *pf);
+    pf->recommended = pf->smallest = -1;
+    snprintf(pf->file, sizeof pf->file, "%s", file);
+    R r = {.f = file, .err = err};
+    cJSON *root = gckpt_json_parse(file, text, err);
+    if (!root) return false;
+    uint32_t *every = NULL;
+    bool ok = false;
+    char schema[64], gname[64];
+    if (!str(&r, root, "schema", schema, sizeof schema)) goto done;
+    if (strcmp(schema, GCKPT_PLAN_SCHEMA)) {
+        fail(&r, "field 'schema' = \"%s\", expected \"%s\" (this gckpt-run reads only that version)", schema,
+             GCKPT_PLAN_SCHEMA);
+        goto done;
+    }
+    const cJSON *gen = obj(&r, root, "generator");
+    if (!gen || !str(&r, gen, "generator.name", gname, sizeof gname) ||
+        !str(&r, gen, "generator.version", pf->generator_version, sizeof pf->generator_version))
+        goto done;
+    if (strcmp(gname, "gckpt-plan")) {
+        fail(&r, "field 'generator.name' = \"%s\", expected \"gckpt-plan\"", gname);
+        goto done;
+    }
+    /* every_n values: at most layers + 1 (checked against the model below) */
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "inputs");
+    const cJSON *enl = cJSON_IsObject(in) ? cJSON_GetObjectItemCaseSensitive(in, "every_n_layers") : NULL;
+    int cap = cJSON_IsArray(enl) ? cJSON_GetArraySize(enl) : 0;
+    every = malloc(sizeof *every * (size_t)(cap > 0 ? cap : 1));
+    if (!every) {
+        fail(&r, "out of memory");
+        goto done;
+    }
+    int ne = 0;
+    if (!read_inputs(&r, root, pf, every, &ne)) goto done;
+    char ss[512];
+    if (!str(&r, root, "steady_state", ss, sizeof ss)) goto done;
+    const cJSON *es = arr(&r, root, "entries");
+    if (!es) goto done;
+    int n = cJSON_GetArraySize(es);
+    if (n < 1 || n > GCKPT_MAX_ENTRIES) {
+        fail(&r, "field 'entries' must hold 1 to %d entries, has %d", GCKPT_MAX_ENTRIES, n);
+        goto done;
+    }
+    pf->entries = calloc((size_t)n, sizeof *pf->entries);
+    if (!pf->entries) {
+        fail(&r, "out of memory for %d entries", n);
+        goto done;
+    }
+    pf->n = (size_t)n;
+    size_t i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, es) {
+        if (!read_entry(&r, e, i, pf, every, ne)) goto done;
+        i++;
+    }
+    if (!read_index(&r, root, "recommended", pf, &pf->recommended) ||
+        !read_index(&r, root, "smallest", pf, &pf->smallest))
+        goto done;
+    if (pf->recommended >= 0 && !pf->entries[pf->recommended].fits) {
+        fail(&r, "field 'recommended' = %ld names an entry that does not fit", pf->recommended);
+        goto done;
+    }
+    ok = true;
+done:
+    free(every);
+    cJSON_Delete(root);
+    if (!ok) {
+        char keep[sizeof pf->file];
+        memcpy(keep, pf->file, sizeof keep);
+        gckpt_plan_file_free(pf);
+        memcpy(pf->file, keep, sizeof keep);
+    }
+    return ok;
+}
+
+bool gckpt_plan_read(const char *path, gckpt_plan_file *pf, gckpt_err *err)
+{
+    memset(pf, 0, sizeof *pf);
+    pf->recommended = pf->smallest = -1;
+    char *text = gckpt_read_file(path, GCKPT_PLAN_MAX_BYTES, err);
+    if (!text) return false;
+    bool ok = gckpt_plan_parse(path, text, pf, err);
+    free(text);
+    return ok;
+}
+
+void gckpt_plan_file_free(gckpt_plan_file *pf)
+{
+    free(pf->entries);
+    free(pf->config_text);
+    memset(pf, 0, sizeof *pf);
+    pf->recommended = pf->smallest = -1;
+}
+
+gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i)
+{
+    const gckpt_entry *e = &pf->entries[i];
+    gckpt_setting s = {.seq = pf->seq,
+                       .micro_batch = e->micro_batch,
+                       .grad_accum = e->grad_accum,
+                       .precision = pf->precision,
+                       .optimizer = pf->optimizer,
+                       .attention = pf->attention,
+                       .every_n = e->every_n,
+                       .offload = e->offload};
+    return s;
+}

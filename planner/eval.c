@@ -184,7 +184,7 @@ void gckpt_profiler_free(gckpt_profiler *pr)
 
 /* One micro-step over three layers, one of each mode, cut into segments. */
 static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, bool grads_exist, int micro,
-                          gckpt_profile *p)
+                          int held, gckpt_profile *p)
 {
     gckpt_events *ev = &pr->ev;
     ev->n = 0;
@@ -193,6 +193,7 @@ static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, bool grads_exi
     else if (!gckpt_sim_reset(pr->sim, c, grads_exist, (uint8_t)micro, GCKPT_NLAYERMODE)) return false;
     gckpt_sim *s = pr->sim;
     if (!s) return false;
+    gckpt_sim_set_mask_held(s, held);
     size_t mark;
 #define SEG(dst, call)                    \
     do {                                  \
@@ -200,18 +201,18 @@ static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, bool grads_exi
         call;                             \
         summarize(ev, mark, ev->n, dst);  \
     } while (0)
-    SEG(&p->fixed[micro][GCKPT_SEG_EMBED_FWD], gckpt_sim_embed_fwd(s, ev));
+    SEG(&p->fixed[held][micro][GCKPT_SEG_EMBED_FWD], gckpt_sim_embed_fwd(s, ev));
     for (int m = 0; m < GCKPT_NLAYERMODE; m++)
         SEG(&p->layer_fwd[micro][m], gckpt_sim_layer_fwd(s, m, (gckpt_layer_mode)m, ev));
-    SEG(&p->fixed[micro][GCKPT_SEG_HEAD_FWD], gckpt_sim_head_fwd(s, ev));
+    SEG(&p->fixed[held][micro][GCKPT_SEG_HEAD_FWD], gckpt_sim_head_fwd(s, ev));
     for (int m = 0; m < GCKPT_NLAYERMODE; m++)
         SEG(&p->layer_fwd_end[micro][m], gckpt_sim_fwd_end_layer(s, m, ev));
-    SEG(&p->fixed[micro][GCKPT_SEG_FWD_END_HEAD], gckpt_sim_fwd_end_head(s, ev));
-    SEG(&p->fixed[micro][GCKPT_SEG_HEAD_BWD], gckpt_sim_head_bwd(s, ev));
+    SEG(&p->fixed[held][micro][GCKPT_SEG_FWD_END_HEAD], gckpt_sim_fwd_end_head(s, ev));
+    SEG(&p->fixed[held][micro][GCKPT_SEG_HEAD_BWD], gckpt_sim_head_bwd(s, ev));
     for (int m = GCKPT_NLAYERMODE - 1; m >= 0; m--)
         SEG(&p->layer_bwd[micro][m], gckpt_sim_layer_bwd(s, m, ev));
-    SEG(&p->fixed[micro][GCKPT_SEG_EMBED_BWD], gckpt_sim_embed_bwd(s, ev));
-    SEG(&p->fixed[micro][GCKPT_SEG_STEP_END], gckpt_sim_step_end(s, ev));
+    SEG(&p->fixed[held][micro][GCKPT_SEG_EMBED_BWD], gckpt_sim_embed_bwd(s, ev));
+    SEG(&p->fixed[held][micro][GCKPT_SEG_STEP_END], gckpt_sim_step_end(s, ev));
 #undef SEG
     return !ev->oom;
 }
@@ -219,7 +220,10 @@ static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, bool grads_exi
 bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_profile *p)
 {
     memset(p, 0, sizeof *p);
-    if (!profile_micro(pr, c, false, 0, p) || !profile_micro(pr, c, true, 1, p)) return false;
+    /* layer segments do not depend on the mask policy; the fixed ones may */
+    for (int held = 1; held >= (c->recipe->mask >= 0 ? 0 : 1); held--)
+        if (!profile_micro(pr, c, false, 0, held, p) || !profile_micro(pr, c, true, 1, held, p)) return false;
+    if (c->recipe->mask < 0) memcpy(p->fixed[0], p->fixed[1], sizeof p->fixed[0]);
     pr->ev.n = 0;
     gckpt_sim_optimizer(c, &pr->ev);
     summarize(&pr->ev, 0, pr->ev.n, &p->optimizer);
@@ -281,6 +285,7 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     const uint64_t L = c->model->layers;
     const int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
     const uint64_t nck = every_n ? (L + every_n - 1) / every_n : 0, npl = L - nck;
+    const int held = gckpt_mask_held(c->recipe, every_n, offload);
     int64_t base[GCKPT_NCOMP];
     gckpt_persistent(c, base);
     comp_state st;
@@ -292,7 +297,7 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     const int nmicro = grad_accum > 1 ? 2 : 1;
 #define MODE(i) ((every_n && (i) % every_n == 0) ? ck : GCKPT_LAYER_PLAIN)
     for (int mi = 0; mi < nmicro; mi++) {
-        const gckpt_segment *fx = p->fixed[mi];
+        const gckpt_segment *fx = p->fixed[held][mi];
         const uint8_t mu = (uint8_t)mi;
         mem_apply(&st, &fx[GCKPT_SEG_EMBED_FWD], -1, mu);
         for (uint64_t i = 0; i < L; i++) mem_apply(&st, &p->layer_fwd[mi][MODE(i)], (int32_t)i, mu);
@@ -340,7 +345,7 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
         seq++;                                                                      \
     } while (0)
         for (int mi = 0; mi < nmicro && seq <= st.peak_seq; mi++) {
-            const gckpt_segment *fx = p->fixed[mi];
+            const gckpt_segment *fx = p->fixed[held][mi];
             VEC(&fx[GCKPT_SEG_EMBED_FWD]);
             for (uint64_t i = 0; i < L; i++) VEC(&p->layer_fwd[mi][MODE(i)]);
             VEC(&fx[GCKPT_SEG_HEAD_FWD]);

@@ -4,6 +4,22 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A key given twice is ambiguous (cJSON would silently take the first): refuse it. */
+static const char *duplicate_key(const cJSON *o, int depth)
+{
+    if (depth > 64) return NULL;
+    for (const cJSON *a = o ? o->child : NULL; a; a = a->next) {
+        if (cJSON_IsObject(o) && a->string)
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (b->string && !strcmp(a->string, b->string)) return a->string;
+        if (cJSON_IsObject(a) || cJSON_IsArray(a)) {
+            const char *d = duplicate_key(a, depth + 1);
+            if (d) return d;
+        }
+    }
+    return NULL;
+}
+
 cJSON *gckpt_json_parse(const char *file, const char *text, gckpt_err *err)
 {
     const char *where = NULL;
@@ -18,6 +34,12 @@ cJSON *gckpt_json_parse(const char *file, const char *text, gckpt_err *err)
     }
     if (!cJSON_IsObject(root)) {
         gckpt_seterr(err, "%s: expected a JSON object at top level", file);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    const char *dup = duplicate_key(root, 0);
+    if (dup) {
+        gckpt_seterr(err, "%s: field '%s' appears twice", file, dup);
         cJSON_Delete(root);
         return NULL;
     }

@@ -209,6 +209,7 @@ struct gckpt_sim {
     int gstream; /* grad instance passed to the previous section in backward */
     int phase;
     int cur_layer;
+    bool mask_held; /* checkpoints hold the attention mask until layer 0's backward ends */
     uint32_t base; /* id of pool[0] */
     uint64_t nlayer_cap;
 };
@@ -311,6 +312,15 @@ gckpt_sim *gckpt_sim_new(const gckpt_ctx *c, bool grads_exist, uint8_t micro, ui
     return s;
 }
 
+void gckpt_sim_set_mask_held(gckpt_sim *s, bool held) { s->mask_held = held; }
+
+bool gckpt_mask_held(const gckpt_recipe *r, uint32_t every_n, bool offload)
+{
+    /* checkpointed layers keep the mask by reference: as a keyword argument (llama
+     * family), or as a positional input that is not offloaded (gpt2) */
+    return r->mask >= 0 && every_n > 0 && !(offload && r->mask_positional);
+}
+
 bool gckpt_sim_reset(gckpt_sim *s, const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers)
 {
     if (!layers) layers = 1;
@@ -328,6 +338,7 @@ bool gckpt_sim_reset(gckpt_sim *s, const gckpt_ctx *c, bool grads_exist, uint8_t
     s->stream = s->gstream = -1;
     s->phase = 0;
     s->cur_layer = 0;
+    s->mask_held = gckpt_mask_held(c->recipe, c->set.every_n, c->set.offload);
     return true;
 }
 
@@ -389,6 +400,7 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, int sec
             p->is_const = tt->kind == GCKPT_T_CONST && !tt->fwd_end_free;
             p->hold = tt->fwd_end_free && mode != MODE_RECOMPUTE;
             p->external = t == sec_out || t == r->loss;
+            if (t == r->mask && s->mask_held) p->ckpt = 1;
             st->inst[t] = id;
         }
         int args[6] = {-1, -1, -1, -1, -1, -1};
@@ -699,10 +711,6 @@ void gckpt_sim_layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_e
         if (r->mask >= 0 && r->mask_positional)
             ev_copy(s, o, GCKPT_EV_D2H, s->c->raw[r->mask], GCKPT_C_CHECKPOINTS, s->embed.inst[r->mask]);
     }
-    /* a checkpoint keeps the mask by reference (as a keyword argument, or as a
-     * positional input that is not offloaded) */
-    if (mode != GCKPT_LAYER_PLAIN && r->mask >= 0 && !(mode == GCKPT_LAYER_CKPT_OFFLOAD && r->mask_positional))
-        s->pool[s->embed.inst[r->mask]].ckpt++;
     sim_fwd(s, st, GCKPT_SEC_BLOCK, mode == GCKPT_LAYER_PLAIN ? MODE_SAVE : MODE_NOSAVE,
             r->sec_end[GCKPT_SEC_BLOCK], r->block_in, r->block_out, o);
     s->stream = st->inst[r->block_out];
@@ -803,10 +811,6 @@ void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *o)
             s->pool[st->mask].ckpt = 0;
             try_free(s, o, st->mask, (int16_t)r->mask);
             st->mask = -1;
-        } else if (r->mask >= 0) {
-            int mid = s->embed.inst[r->mask];
-            s->pool[mid].ckpt--;
-            try_free(s, o, mid, (int16_t)r->mask);
         }
         if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) {
             gckpt_event *e = push(o);
@@ -829,6 +833,12 @@ void gckpt_sim_embed_bwd(gckpt_sim *s, gckpt_events *o)
     const gckpt_recipe *r = s->c->recipe;
     s->phase = GCKPT_PH_BACKWARD;
     s->cur_layer = -1;
+    if (r->mask >= 0 && s->embed.inst[r->mask] >= 0) {
+        /* the last checkpoint holding the mask (layer 0's) is gone */
+        int id = s->embed.inst[r->mask];
+        s->pool[id].ckpt = 0;
+        try_free(s, o, id, (int16_t)r->mask);
+    }
     s->embed.grad[r->embed_out] = s->gstream;
     sim_bwd(s, &s->embed, GCKPT_SEC_EMBED, o);
 }

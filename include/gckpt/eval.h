@@ -49,8 +49,8 @@ enum {
 };
 
 typedef struct {
-    /* [micro: 0 first, 1 later] */
-    gckpt_segment fixed[2][GCKPT_NSEG_FIXED];
+    /* [mask held by checkpoints: 0 no, 1 yes][micro: 0 first, 1 later] */
+    gckpt_segment fixed[2][2][GCKPT_NSEG_FIXED];
     gckpt_segment layer_fwd[2][GCKPT_NLAYERMODE];
     gckpt_segment layer_fwd_end[2][GCKPT_NLAYERMODE];
     gckpt_segment layer_bwd[2][GCKPT_NLAYERMODE];

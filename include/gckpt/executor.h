@@ -87,6 +87,16 @@ typedef struct {
     uint64_t device_total;
 } gckpt_memstat;
 
+/* What the backend runs on, for the report. */
+typedef struct {
+    char kind[8];           /* "cpu" or "gpu" */
+    char name[256];         /* CPU model or GPU name */
+    uint64_t memory_bytes;  /* host RAM or GPU memory */
+    char driver[32];        /* GPU driver version ("" on the CPU) */
+    char runtime[32];       /* CUDA runtime version ("" on the CPU) */
+    char arch[32];          /* compute capability, or the CPU's logical cores */
+} gckpt_devinfo;
+
 typedef struct gckpt_backend gckpt_backend;
 struct gckpt_backend {
     const char *name;       /* "host", "cuda" */
@@ -118,6 +128,7 @@ struct gckpt_backend {
     gckpt_xstatus (*timer_start)(gckpt_backend *be);
     gckpt_xstatus (*timer_stop)(gckpt_backend *be, double *seconds);
     gckpt_xstatus (*sync)(gckpt_backend *be);
+    void (*describe)(gckpt_backend *be, gckpt_devinfo *d);
     void (*destroy)(gckpt_backend *be);
 };
 

@@ -123,6 +123,11 @@ typedef struct gckpt_sim gckpt_sim;
 
 /* A simulator for one micro-step over `layers` layers; segments emit into `out`. */
 gckpt_sim *gckpt_sim_new(const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers);
+/* Whether checkpoints hold eager attention's mask until the backward ends (else the
+ * base model drops it when its forward returns). The only cross-layer effect in a
+ * step; the fast evaluator keeps a profile variant for each answer. */
+bool gckpt_mask_held(const gckpt_recipe *r, uint32_t every_n, bool offload);
+void gckpt_sim_set_mask_held(gckpt_sim *s, bool held);
 /* Reuse a simulator (keeps its buffers). false on out of memory. */
 bool gckpt_sim_reset(gckpt_sim *s, const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers);
 /* Instance ids are unique within a sim; a later micro-step continues the numbering. */

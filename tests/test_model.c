@@ -1,0 +1,157 @@
+/* Model configs: published parameter counts, family details, hostile configs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gckpt/model.h"
+
+static void published_parameter_counts(void **state)
+{
+    (void)state;
+    /* figures from the model cards / HF (see models/README.md) */
+    static const struct { const char *name; uint64_t params; } want[] = {
+        {"gpt2", 124439808ull},           {"gpt2-medium", 354823168ull},
+        {"gpt2-xl", 1557611200ull},       {"llama-3.2-1b", 1235814400ull},
+        {"llama-3.2-3b", 3212749824ull},  {"llama-3.1-8b", 8030261248ull},
+        {"llama-3.1-70b", 70553706496ull}, {"mistral-7b-v0.3", 7248023552ull},
+        {"qwen2.5-0.5b", 494032768ull},   {"qwen2.5-7b", 7615616512ull},
+        {"qwen3-8b", 8190735360ull},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        gckpt_model m;
+        gckpt_err err;
+        if (!gckpt_model_load(want[i].name, &m, &err)) fail_msg("%s", err.msg);
+        if (gckpt_model_params(&m) != want[i].params)
+            fail_msg("%s: %llu parameters, published %llu", want[i].name,
+                     (unsigned long long)gckpt_model_params(&m), (unsigned long long)want[i].params);
+    }
+}
+
+static void family_details(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    assert_true(gckpt_model_load("llama-3.1-8b", &m, &err));
+    assert_int_equal(m.family, GCKPT_FAMILY_LLAMA);
+    assert_int_equal(m.layers, 32);
+    assert_int_equal(m.kv_heads, 8);
+    assert_int_equal(m.head_dim, 128);
+    assert_false(m.tied);
+    assert_true(gckpt_model_load("qwen2.5-7b", &m, &err));
+    assert_true(m.qkv_bias);
+    assert_false(m.o_bias);
+    assert_true(gckpt_model_load("qwen3-8b", &m, &err));
+    assert_true(m.qk_norm);
+    assert_int_equal(m.head_dim, 128);
+    assert_true(gckpt_model_load("gpt2", &m, &err));
+    assert_int_equal(m.family, GCKPT_FAMILY_GPT2);
+    assert_int_equal(m.intermediate, 4 * 768);
+    assert_true(m.tied);
+    assert_int_equal(m.act, GCKPT_ACT_GELU_NEW);
+    /* a path works as well as a name */
+    assert_true(gckpt_model_load(GCKPT_TEST_DATA "/../../models/gpt2.json", &m, &err));
+    assert_string_equal(m.name, "gpt2");
+}
+
+static void expect_error(const char *json, const char *needle)
+{
+    gckpt_model m;
+    gckpt_err err = {{0}};
+    if (gckpt_model_parse("cfg.json", json, &m, &err)) fail_msg("accepted: %s", json);
+    if (!strstr(err.msg, needle)) fail_msg("error '%s' does not mention '%s'", err.msg, needle);
+    if (strncmp(err.msg, "cfg.json: ", 10)) fail_msg("error '%s' does not name the file", err.msg);
+    if (strchr(err.msg, '\n')) fail_msg("error '%s' is more than one line", err.msg);
+}
+
+#define LLAMA(extra)                                                                      \
+    "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":64,"              \
+    "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":176,"     \
+    "\"vocab_size\":211" extra "}"
+
+static void hostile_configs(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    assert_true(gckpt_model_parse("cfg.json", LLAMA(""), &m, &err));
+    expect_error("", "empty");
+    expect_error("{", "malformed JSON");
+    expect_error("{\"model_type\":\"llama\",}", "malformed JSON");
+    expect_error("[1,2]", "JSON object");
+    expect_error("{\"num_hidden_layers\":2}", "'model_type'");
+    expect_error("{\"model_type\":\"bert\"}", "llama, mistral, qwen2, qwen3, gpt2");
+    expect_error("{\"model_type\":7}", "'model_type' must be a string");
+    expect_error("{\"model_type\":\"llama\",\"hidden_size\":64}", "'num_hidden_layers'");
+    expect_error(LLAMA(",\"num_hidden_layers\":0"), "'num_hidden_layers' appears twice");
+}
+
+static void hostile_values(void **state)
+{
+    (void)state;
+    const char *base = "{\"model_type\":\"llama\",\"num_hidden_layers\":%s,\"hidden_size\":%s,"
+                       "\"num_attention_heads\":%s,\"num_key_value_heads\":%s,"
+                       "\"intermediate_size\":176,\"vocab_size\":%s}";
+    char buf[512];
+    static const struct { const char *L, *h, *nh, *kv, *V, *needle; } cases[] = {
+        {"0", "64", "4", "2", "211", "'num_hidden_layers' = 0"},
+        {"-3", "64", "4", "2", "211", "'num_hidden_layers'"},
+        {"2.5", "64", "4", "2", "211", "must be an integer"},
+        {"\"2\"", "64", "4", "2", "211", "must be an integer, got a string"},
+        {"null", "64", "4", "2", "211", "must be an integer, got null"},
+        {"1e30", "64", "4", "2", "211", "out of range"},
+        {"2", "65", "4", "2", "211", "not divisible"},
+        {"2", "64", "4", "3", "211", "does not divide"},
+        {"2", "64", "0", "2", "211", "'num_attention_heads'"},
+        {"2", "64", "4", "2", "99999999999", "'vocab_size'"},
+        {"2", "64", "4", "2", "true", "got a boolean"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(buf, sizeof buf, base, cases[i].L, cases[i].h, cases[i].nh, cases[i].kv, cases[i].V);
+        expect_error(buf, cases[i].needle);
+    }
+    expect_error("{\"model_type\":\"gpt2\",\"n_layer\":2,\"n_embd\":50,\"n_head\":3,\"vocab_size\":10}", "not divisible");
+    expect_error("{\"model_type\":\"gpt2\",\"n_layer\":2,\"n_embd\":48,\"n_head\":3,\"vocab_size\":10,\"activation_function\":\"swiglu\"}", "not supported");
+    expect_error(LLAMA(",\"hidden_act\":\"gelu\""), "silu");
+    expect_error(LLAMA(",\"tie_word_embeddings\":\"yes\""), "true or false");
+    expect_error(LLAMA(",\"attention_dropout\":1.5"), "'attention_dropout'");
+}
+
+static void head_dim_overrides(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    /* head_dim given: hidden need not be divisible by heads (Qwen3 style) */
+    assert_true(gckpt_model_parse("cfg.json", "{\"model_type\":\"qwen3\",\"num_hidden_layers\":2,"
+                "\"hidden_size\":64,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+                "\"head_dim\":24,\"intermediate_size\":176,\"vocab_size\":211}", &m, &err));
+    assert_int_equal(m.head_dim, 24);
+    assert_true(m.qk_norm);
+}
+
+static void unknown_name(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    assert_false(gckpt_model_load("no-such-model", &m, &err));
+    assert_non_null(strstr(err.msg, "unknown models"));
+    assert_false(gckpt_model_load("../etc/passwd", &m, &err)); /* a path: does not exist */
+    assert_false(gckpt_model_load("bad name!", &m, &err));
+    assert_false(gckpt_model_load(GCKPT_TEST_DATA, &m, &err)); /* a directory */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(published_parameter_counts), cmocka_unit_test(family_details),
+        cmocka_unit_test(hostile_configs),           cmocka_unit_test(hostile_values),
+        cmocka_unit_test(head_dim_overrides),        cmocka_unit_test(unknown_name),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -18,14 +18,14 @@ bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_
         ok = false;
     }
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(j, "peak_tflops");
+    const double big = 1e6; /* TFLOP/s */
+    ok = ok && gckpt_json_str(j, f, "name", d->name, sizeof d->name, err) &&
+         gckpt_json_u64(j, f, "memory_bytes", 1u << 20, (uint64_t)1 << 50, &d->memory_bytes, err);
     if (ok && !cJSON_IsObject(tf)) {
         gckpt_seterr(err, "%s: missing field 'peak_tflops' (object with fp32, tf32, bf16, fp16)", f);
         ok = false;
     }
-    const double big = 1e6; /* TFLOP/s; GB/s scale bounds below */
-    ok = ok && gckpt_json_str(j, f, "name", d->name, sizeof d->name, err) &&
-         gckpt_json_u64(j, f, "memory_bytes", 1u << 20, (uint64_t)1 << 50, &d->memory_bytes, err) &&
-         gckpt_json_num(tf, f, "peak_tflops.fp32", 1e-3, big, &d->tflops_fp32, err) &&
+    ok = ok && gckpt_json_num(tf, f, "peak_tflops.fp32", 1e-3, big, &d->tflops_fp32, err) &&
          gckpt_json_num(tf, f, "peak_tflops.tf32", 1e-3, big, &d->tflops_tf32, err) &&
          gckpt_json_num(tf, f, "peak_tflops.bf16", 1e-3, big, &d->tflops_bf16, err) &&
          gckpt_json_num(tf, f, "peak_tflops.fp16", 1e-3, big, &d->tflops_fp16, err) &&

@@ -1,0 +1,213 @@
+/* gckpt-plan as a user runs it: every bad input gives exit 2, one line on stderr that
+ * names the file or option, and no output file (an existing one is left untouched). */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#ifndef GCKPT_PLAN_EXE
+#error GCKPT_PLAN_EXE must name the gckpt-plan binary
+#endif
+
+static char tmpdir[256];
+
+static void write_text(const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Run gckpt-plan with argv (NULL-terminated, without argv[0]); capture stderr. */
+static int run(char *const args[], char *err, size_t n)
+{
+    char errpath[512];
+    snprintf(errpath, sizeof errpath, "%s/stderr.txt", tmpdir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int null = open("/dev/null", O_WRONLY);
+        if (fd < 0 || null < 0) _exit(99);
+        dup2(fd, 2);
+        dup2(null, 1);
+        char *argv[64] = {(char *)GCKPT_PLAN_EXE};
+        int k = 1;
+        for (int i = 0; args[i] && k < 63; i++) argv[k++] = args[i];
+        argv[k] = NULL;
+        if (chdir(tmpdir) != 0) _exit(98);
+        execv(GCKPT_PLAN_EXE, argv);
+        _exit(97);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    FILE *f = fopen(errpath, "r");
+    size_t got = f ? fread(err, 1, n - 1, f) : 0;
+    err[got] = 0;
+    if (f) fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static bool exists(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    struct stat s;
+    return stat(path, &s) == 0;
+}
+
+#define A(...) ((char *const[]){__VA_ARGS__, NULL})
+
+typedef struct {
+    const char *what;
+    char *const *args;
+    const char *needle; /* must appear in the error line */
+} bad_case;
+
+static void bad_inputs(void **state)
+{
+    (void)state;
+    write_text("malformed.json", "{\"model_type\": \"llama\", \"hidden_size\": 64,");
+    write_text("truncated.json", "{\"model_type\": \"llama\", \"num_hidden_la");
+    write_text("empty.json", "");
+    write_text("array.json", "[1, 2, 3]");
+    write_text("nan.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":NaN}");
+    write_text("missing.json", "{\"model_type\":\"llama\",\"hidden_size\":64}");
+    write_text("wrongtype.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":\"32\",\"hidden_size\":64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    write_text("zero.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":0,\"hidden_size\":64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    write_text("negative.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":-64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    write_text("fraction.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2.5,\"hidden_size\":64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    write_text("huge.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":1e300,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    write_text("indivisible.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":65,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    write_text("kvheads.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,\"num_key_value_heads\":3,\"intermediate_size\":8,\"vocab_size\":8}");
+    write_text("unknown.json", "{\"model_type\":\"t5\"}");
+    write_text("bigvocab.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":1048576,\"num_attention_heads\":4096,\"intermediate_size\":4194304,\"vocab_size\":16777216}");
+    write_text("gpu-missing.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\"}");
+    write_text("gpu-schema.json", "{\"schema\":\"gckpt.device/9\"}");
+    write_text("gpu-neg.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\",\"memory_bytes\":-5}");
+    char dirpath[300];
+    snprintf(dirpath, sizeof dirpath, "%s/adir.json", tmpdir);
+    mkdir(dirpath, 0755);
+    bad_case cases[] = {
+        {"malformed model", A("--model", "./malformed.json", "-o", "out.json"), "malformed JSON"},
+        {"truncated model", A("--model", "./truncated.json", "-o", "out.json"), "malformed JSON"},
+        {"empty model", A("--model", "./empty.json", "-o", "out.json"), "empty file"},
+        {"array model", A("--model", "./array.json", "-o", "out.json"), "JSON object"},
+        {"NaN", A("--model", "./nan.json", "-o", "out.json"), "malformed JSON"},
+        {"missing field", A("--model", "./missing.json", "-o", "out.json"), "'num_hidden_layers'"},
+        {"wrong type", A("--model", "./wrongtype.json", "-o", "out.json"), "'num_hidden_layers' must be an integer"},
+        {"zero", A("--model", "./zero.json", "-o", "out.json"), "'num_hidden_layers'"},
+        {"negative", A("--model", "./negative.json", "-o", "out.json"), "'hidden_size'"},
+        {"fraction", A("--model", "./fraction.json", "-o", "out.json"), "must be an integer"},
+        {"huge", A("--model", "./huge.json", "-o", "out.json"), "'hidden_size'"},
+        {"indivisible", A("--model", "./indivisible.json", "-o", "out.json"), "not divisible"},
+        {"kv heads", A("--model", "./kvheads.json", "-o", "out.json"), "does not divide"},
+        {"unknown model_type", A("--model", "./unknown.json", "-o", "out.json"), "supported: llama"},
+        {"overflowing sizes", A("--model", "./bigvocab.json", "--seq", "16777216", "--micro-batch", "65536", "--attention", "eager", "-o", "out.json"), "overflows"},
+        {"unknown model name", A("--model", "nope-7b", "-o", "out.json"), "nope-7b"},
+        {"model is a directory", A("--model", "./adir.json", "-o", "out.json"), "is a directory"},
+        {"model does not exist", A("--model", "./absent.json", "-o", "out.json"), "absent.json"},
+        {"unknown gpu", A("--gpu", "tpu-v9", "-o", "out.json"), "tpu-v9"},
+        {"gpu missing fields", A("--model", "gpt2", "--gpu", "./gpu-missing.json", "-o", "out.json"), "gpu-missing.json: missing field"},
+        {"gpu other schema", A("--model", "gpt2", "--gpu", "./gpu-schema.json", "-o", "out.json"), "gckpt.device/1"},
+        {"gpu negative memory", A("--model", "gpt2", "--gpu", "./gpu-neg.json", "-o", "out.json"), "'memory_bytes'"},
+        {"seq zero", A("--seq", "0", "-o", "out.json"), "--seq"},
+        {"seq negative", A("--seq", "-5", "-o", "out.json"), "--seq"},
+        {"seq junk", A("--seq", "4k", "-o", "out.json"), "--seq"},
+        {"seq absurd", A("--seq", "99999999999", "-o", "out.json"), "--seq"},
+        {"micro-batch list", A("--micro-batch", "1,,2", "-o", "out.json"), "--micro-batch"},
+        {"micro-batch zero", A("--micro-batch", "0", "-o", "out.json"), "--micro-batch"},
+        {"grad-accum zero", A("--grad-accum", "0", "-o", "out.json"), "--grad-accum"},
+        {"both accumulations", A("--grad-accum", "2", "--global-batch", "8", "-o", "out.json"), "exclude each other"},
+        {"global batch indivisible", A("--model", "gpt2", "--global-batch", "7", "--micro-batch", "2", "-o", "out.json"), "--global-batch"},
+        {"unknown precision", A("--precision", "fp8", "-o", "out.json"), "fp8"},
+        {"unknown optimizer", A("--optimizer", "lion", "-o", "out.json"), "lion"},
+        {"unknown attention", A("--attention", "flash3", "-o", "out.json"), "flash3"},
+        {"bad every-n", A("--every-n", "1,x", "-o", "out.json"), "--every-n"},
+        {"every-n too deep", A("--model", "gpt2", "--every-n", "40", "-o", "out.json"), "exceeds"},
+        {"bad offload", A("--offload", "maybe", "-o", "out.json"), "--offload"},
+        {"bad budget", A("--budget", "lots", "-o", "out.json"), "--budget"},
+        {"negative budget", A("--budget", "-80GiB", "-o", "out.json"), "--budget"},
+        {"bad margin", A("--margin", "150%", "-o", "out.json"), "--margin"},
+        {"unwritable output", A("--model", "gpt2", "--seq", "128", "-o", "/nonexistent-dir/out.json"), "cannot write"},
+        {"output is a directory", A("--model", "gpt2", "--seq", "128", "-o", "adir.json"), "is a directory"},
+        {"bad plot extension", A("--model", "gpt2", "--seq", "128", "--plot", "plot.gif"), ".png or .svg"},
+        {"unexpected argument", A("llama", "-o", "out.json"), "unexpected argument"},
+        {"bad table", A("--table", "some", "-o", "out.json"), "--table"},
+    };
+    char err[4096];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run(cases[i].args, err, sizeof err);
+        if (rc != 2) fail_msg("%s: exit %d (stderr: %s)", cases[i].what, rc, err);
+        size_t len = strlen(err);
+        if (len == 0 || err[len - 1] != '\n' || memchr(err, '\n', len - 1))
+            fail_msg("%s: stderr is not one line: '%s'", cases[i].what, err);
+        if (!strstr(err, cases[i].needle)) fail_msg("%s: '%s' does not mention '%s'", cases[i].what, err, cases[i].needle);
+        if (exists("out.json")) fail_msg("%s: out.json was created", cases[i].what);
+    }
+    printf("%zu hostile inputs rejected\n", sizeof cases / sizeof cases[0]);
+}
+
+static void existing_output_untouched(void **state)
+{
+    (void)state;
+    write_text("keep.json", "precious");
+    char err[4096];
+    assert_int_equal(run(A("--model", "./malformed.json", "-o", "keep.json"), err, sizeof err), 2);
+    char path[512];
+    snprintf(path, sizeof path, "%s/keep.json", tmpdir);
+    FILE *f = fopen(path, "r");
+    char buf[32] = {0};
+    assert_non_null(f);
+    assert_true(fread(buf, 1, sizeof buf - 1, f) > 0);
+    fclose(f);
+    assert_string_equal(buf, "precious");
+}
+
+static void good_runs(void **state)
+{
+    (void)state;
+    char err[4096];
+    assert_int_equal(run(A("--help"), err, sizeof err), 0);
+    assert_int_equal(run(A("--version"), err, sizeof err), 0);
+    assert_int_equal(run(A("--list"), err, sizeof err), 0);
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "--micro-batch", "1,2", "-o", "plan.json"), err, sizeof err), 0);
+    assert_true(exists("plan.json"));
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "--budget", "1GiB", "-q", "-o", "small.json"), err, sizeof err), 0);
+    assert_true(exists("small.json"));
+    /* the plot's data and script are written whether or not gnuplot is installed */
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "-q", "--plot", "p.svg"), err, sizeof err), 0);
+    assert_true(exists("p.svg.gp"));
+    assert_true(exists("p.svg.entries.dat"));
+    assert_true(exists("p.svg.timeline.dat"));
+    assert_int_equal(run(A("--bogus"), err, sizeof err), 2);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/gckpt-cli-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(bad_inputs),
+        cmocka_unit_test(existing_output_untouched),
+        cmocka_unit_test(good_runs),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return rc;
+}

@@ -1,0 +1,229 @@
+/* Plans: JSON against reports/schema/plan.schema.json, round trip, recommendation,
+ * Pareto frontier, budgets and batch splits. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gckpt/jsonget.h"
+#include "gckpt/plan.h"
+#include "schema_check.h"
+
+static cJSON *schema;
+
+static gckpt_plan_request req(const char *model, uint64_t seq)
+{
+    gckpt_plan_request q = {.seq = seq, .micro_batches = {1, 2}, .n_micro = 2, .grad_accum = 1,
+                            .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
+                            .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05};
+    snprintf(q.model_ref, sizeof q.model_ref, "%s", model);
+    snprintf(q.gpu_ref, sizeof q.gpu_ref, "h100-sxm-80gb");
+    return q;
+}
+
+static cJSON *roundtrip(const gckpt_plan *p)
+{
+    cJSON *j = gckpt_plan_to_json(p, true);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    gckpt_err err;
+    cJSON *back = gckpt_json_parse("plan.json", text, &err);
+    free(text);
+    if (!back) fail_msg("%s", err.msg);
+    return back;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(it)) fail_msg("field %s missing", k);
+    return it->valuedouble;
+}
+
+static void schema_and_roundtrip(void **state)
+{
+    (void)state;
+    const char *models[] = {"gpt2", "llama-3.2-1b", "qwen2.5-0.5b"};
+    for (int i = 0; i < 3; i++) {
+        gckpt_plan_request q = req(models[i], 512);
+        gckpt_plan p;
+        gckpt_err err;
+        if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s", err.msg);
+        cJSON *j = roundtrip(&p);
+        char why[512];
+        if (!schema_check(schema, j, why, sizeof why)) fail_msg("%s: %s", models[i], why);
+        const cJSON *es = cJSON_GetObjectItemCaseSensitive(j, "entries");
+        assert_int_equal((size_t)cJSON_GetArraySize(es), p.n);
+        for (size_t k = 0; k < p.n; k++) {
+            const gckpt_entry *e = &p.entries[k];
+            const cJSON *x = cJSON_GetArrayItem(es, (int)k);
+            const cJSON *mem = cJSON_GetObjectItemCaseSensitive(x, "memory");
+            assert_int_equal((uint64_t)num(mem, "peak_bytes"), e->r.peak_bytes);
+            assert_int_equal((uint64_t)num(mem, "device_peak_bytes"), e->r.device_peak_bytes);
+            assert_int_equal((uint64_t)num(mem, "host_pinned_bytes"), e->r.host_pinned_bytes);
+            assert_int_equal((uint32_t)num(x, "every_n_layers"), e->every_n);
+            assert_int_equal((uint64_t)num(x, "micro_batch"), e->micro_batch);
+            assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "offload")), e->offload);
+            assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "fits")), e->fits);
+            const cJSON *cl = cJSON_GetObjectItemCaseSensitive(x, "checkpointed_layers");
+            assert_int_equal((uint64_t)cJSON_GetArraySize(cl), gckpt_checkpointed_count(e->every_n, p.model.layers));
+            int idx = 0;
+            const cJSON *v;
+            cJSON_ArrayForEach(v, cl) assert_int_equal((uint64_t)v->valuedouble, (uint64_t)idx++ * e->every_n);
+            const cJSON *bd = cJSON_GetObjectItemCaseSensitive(mem, "breakdown");
+            double sum = 0;
+            cJSON_ArrayForEach(v, bd) sum += v->valuedouble;
+            assert_int_equal((uint64_t)sum, e->r.peak_bytes);
+            /* the recommended entry carries its timeline; its maximum is the peak */
+            const cJSON *tl = cJSON_GetObjectItemCaseSensitive(x, "timeline");
+            if ((long)k == p.recommended) {
+                assert_non_null(tl);
+                double mx = 0, prev = -1;
+                cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(tl, "allocated_bytes")) if (v->valuedouble > mx) mx = v->valuedouble;
+                cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(tl, "seconds")) {
+                    assert_true(v->valuedouble >= prev);
+                    prev = v->valuedouble;
+                }
+                assert_int_equal((uint64_t)mx, e->r.peak_bytes);
+            } else {
+                assert_null(tl);
+            }
+        }
+        /* the config travels with the plan */
+        const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "model"), "config");
+        char *ct = cJSON_PrintUnformatted(cfg);
+        gckpt_model m2;
+        assert_true(gckpt_model_parse("embedded", ct, &m2, &err));
+        free(ct);
+        assert_int_equal(gckpt_model_params(&m2), gckpt_model_params(&p.model));
+        cJSON_Delete(j);
+        gckpt_plan_free(&p);
+    }
+}
+
+static void schema_rejects(void **state)
+{
+    (void)state;
+    gckpt_plan_request q = req("gpt2", 256);
+    gckpt_plan p;
+    gckpt_err err;
+    assert_true(gckpt_plan_run(&q, &p, &err));
+    static const char *mutations[] = {"drop-entries", "bad-precision", "negative-bytes", "extra-field", "string-seq", "bad-schema"};
+    for (int i = 0; i < 6; i++) {
+        cJSON *j = roundtrip(&p);
+        cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "inputs");
+        cJSON *e0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "entries"), 0);
+        switch (i) {
+        case 0: cJSON_DeleteItemFromObject(j, "entries"); break;
+        case 1: cJSON_ReplaceItemInObject(in, "precision", cJSON_CreateString("fp8")); break;
+        case 2: cJSON_ReplaceItemInObject(cJSON_GetObjectItemCaseSensitive(e0, "memory"), "peak_bytes", cJSON_CreateNumber(-1)); break;
+        case 3: cJSON_AddNumberToObject(e0, "surprise", 1); break;
+        case 4: cJSON_ReplaceItemInObject(in, "seq", cJSON_CreateString("512")); break;
+        case 5: cJSON_ReplaceItemInObject(j, "schema", cJSON_CreateString("gckpt.plan/2")); break;
+        }
+        char why[512];
+        if (schema_check(schema, j, why, sizeof why)) fail_msg("mutation %s passed the schema", mutations[i]);
+        cJSON_Delete(j);
+    }
+    gckpt_plan_free(&p);
+}
+
+static void recommendation(void **state)
+{
+    (void)state;
+    gckpt_plan_request q = req("llama-3.2-1b", 2048);
+    q.micro_batches[2] = 4;
+    q.n_micro = 3;
+    gckpt_plan p;
+    gckpt_err err;
+    assert_true(gckpt_plan_run(&q, &p, &err));
+    assert_int_equal(p.usable_bytes, (uint64_t)((double)p.dev.memory_bytes * 0.95));
+    long best = -1, small = -1;
+    for (size_t i = 0; i < p.n; i++) {
+        const gckpt_entry *e = &p.entries[i];
+        assert_int_equal(e->fits, e->r.device_peak_bytes <= p.usable_bytes);
+        if (e->fits && (best < 0 || e->r.tokens_per_s > p.entries[best].r.tokens_per_s)) best = (long)i;
+        if (small < 0 || e->r.device_peak_bytes < p.entries[small].r.device_peak_bytes) small = (long)i;
+        /* nothing beats a Pareto entry on both memory and throughput */
+        if (e->pareto)
+            for (size_t k = 0; k < p.n; k++) {
+                const gckpt_entry *o = &p.entries[k];
+                assert_false(o->r.device_peak_bytes < e->r.device_peak_bytes && o->r.tokens_per_s > e->r.tokens_per_s);
+            }
+    }
+    assert_true(best >= 0);
+    assert_true(p.entries[best].r.tokens_per_s == p.entries[p.recommended].r.tokens_per_s);
+    assert_true(p.entries[p.recommended].fits);
+    assert_int_equal(p.entries[small].r.device_peak_bytes, p.entries[p.smallest].r.device_peak_bytes);
+    gckpt_plan_free(&p);
+
+    /* a budget nothing fits: no recommendation, the smallest entry is named */
+    q.budget_bytes = 1u << 30;
+    assert_true(gckpt_plan_run(&q, &p, &err));
+    assert_int_equal(p.recommended, -1);
+    assert_true(p.smallest >= 0);
+    for (size_t i = 0; i < p.n; i++) assert_false(p.entries[i].fits);
+    cJSON *j = roundtrip(&p);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "recommended")));
+    char why[512];
+    if (!schema_check(schema, j, why, sizeof why)) fail_msg("%s", why);
+    cJSON_Delete(j);
+    gckpt_plan_free(&p);
+}
+
+static void batch_splits(void **state)
+{
+    (void)state;
+    gckpt_plan_request q = req("gpt2", 1024);
+    q.micro_batches[0] = 1;
+    q.micro_batches[1] = 3;
+    q.micro_batches[2] = 4;
+    q.micro_batches[3] = 8;
+    q.n_micro = 4;
+    q.global_batch = 8;
+    gckpt_plan p;
+    gckpt_err err;
+    assert_true(gckpt_plan_run(&q, &p, &err));
+    bool seen3 = false;
+    for (size_t i = 0; i < p.n; i++) {
+        assert_int_equal(p.entries[i].micro_batch * p.entries[i].grad_accum, 8);
+        seen3 |= p.entries[i].micro_batch == 3;
+    }
+    assert_false(seen3); /* 3 does not divide 8 */
+    gckpt_plan_free(&p);
+    q.global_batch = 7;
+    q.micro_batches[0] = 2;
+    q.n_micro = 1;
+    assert_false(gckpt_plan_run(&q, &p, &err));
+    assert_non_null(strstr(err.msg, "--global-batch"));
+    /* every_n beyond the model's depth is refused */
+    q = req("gpt2", 128);
+    uint32_t ev[] = {0, 13};
+    q.every_n = ev;
+    q.n_every = 2;
+    assert_false(gckpt_plan_run(&q, &p, &err));
+    assert_non_null(strstr(err.msg, "exceeds the model's 12 layers"));
+}
+
+int main(void)
+{
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/../../reports/schema/plan.schema.json", 1 << 20, &err);
+    if (!text || !(schema = gckpt_json_parse("plan.schema.json", text, &err))) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    free(text);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(schema_rejects),
+        cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    cJSON_Delete(schema);
+    return rc;
+}

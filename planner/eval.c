@@ -29,10 +29,10 @@ typedef struct {
     int64_t cur[GCKPT_NCOMP];
     int64_t total, peak, host, host_peak;
     int64_t at_peak[GCKPT_NCOMP];
-    bool has_peak;
     uint8_t peak_phase, peak_micro;
     int32_t peak_layer;
     int16_t peak_tensor;
+    bool peak_grad;
 } acct;
 
 static void on_event(acct *a, const gckpt_event *e)
@@ -41,16 +41,14 @@ static void on_event(acct *a, const gckpt_event *e)
     case GCKPT_EV_ALLOC:
         a->cur[e->comp] += (int64_t)e->bytes;
         a->total += (int64_t)e->bytes;
-        if (a->total > a->peak || !a->has_peak) {
-            if (a->total > a->peak) {
-                a->peak = a->total;
-                memcpy(a->at_peak, a->cur, sizeof a->cur);
-                a->peak_phase = e->phase;
-                a->peak_micro = e->micro;
-                a->peak_layer = e->layer;
-                a->peak_tensor = e->op;
-            }
-            a->has_peak = true;
+        if (a->total > a->peak) {
+            a->peak = a->total;
+            memcpy(a->at_peak, a->cur, sizeof a->cur);
+            a->peak_phase = e->phase;
+            a->peak_micro = e->micro;
+            a->peak_layer = e->layer;
+            a->peak_tensor = e->op;
+            a->peak_grad = e->grad;
         }
         break;
     case GCKPT_EV_FREE:
@@ -115,6 +113,7 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_events *ev, gckpt_result *res)
     res->peak_micro = a.peak_micro;
     res->peak_layer = a.peak_layer;
     res->peak_tensor = a.peak_tensor;
+    res->peak_grad = a.peak_grad;
     finish(c, c->set.grad_accum, res);
 }
 
@@ -138,6 +137,7 @@ static void summarize(const gckpt_events *ev, size_t from, size_t to, gckpt_segm
                 memcpy(s->at_peak, cur, sizeof cur);
                 s->peak_phase = e->phase;
                 s->peak_tensor = e->op;
+                s->peak_grad = e->grad;
             }
             break;
         case GCKPT_EV_FREE:
@@ -330,6 +330,7 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     res->peak_micro = st.peak_micro;
     res->peak_phase = st.peak_seg ? st.peak_seg->peak_phase : GCKPT_PH_FORWARD;
     res->peak_tensor = st.peak_seg ? st.peak_seg->peak_tensor : -1;
+    res->peak_grad = st.peak_seg ? st.peak_seg->peak_grad : false;
     memcpy(res->breakdown, base, sizeof base);
     if (breakdown && st.peak_seg) {
         /* replay the order up to the peak segment, now with component vectors */

@@ -202,7 +202,8 @@ void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, siz
     if (r->peak_phase == GCKPT_PH_OPTIMIZER)
         snprintf(buf, n, "optimizer step (states + gradients + step temporaries)");
     else if (tname)
-        snprintf(buf, n, "%s, %s%s: allocating %s", gckpt_phase_names[r->peak_phase], loc, micro, tname);
+        snprintf(buf, n, "%s, %s%s: allocating %s%s", gckpt_phase_names[r->peak_phase], loc, micro,
+                 r->peak_grad ? "the gradient of " : "", tname);
     else
         snprintf(buf, n, "%s, %s%s", gckpt_phase_names[r->peak_phase], loc, micro);
 }

@@ -76,11 +76,15 @@ static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
         fprintf(f, "    gradient_checkpointing=False,\n");
     }
     fprintf(f, ")\n");
+    if (e->every_n)
+        fprintf(f, "# transformers >= 5.24 also calls these activation_checkpointing(_kwargs); the\n"
+                   "# gradient_checkpointing names keep working until v6\n");
     fprintf(f, "# the model: from_pretrained(..., attn_implementation=\"%s\"%s)\n",
             gckpt_attention_names[p->req.attention],
-            p->req.precision == GCKPT_BF16 ? ", torch_dtype=torch.bfloat16" : "");
+            p->req.precision == GCKPT_BF16 ? ", dtype=torch.bfloat16" : "");
     if (e->every_n)
-        fprintf(f, "# or, without the Trainer:\nmodel.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"every_n_layers\": %u, \"offload\": %s})\n",
+        fprintf(f, "# or, without the Trainer (keyword arguments, not gradient_checkpointing_kwargs):\n"
+                   "model.gradient_checkpointing_enable(every_n_layers=%u, offload=%s)\n",
                 e->every_n, e->offload ? "True" : "False");
 }
 

@@ -257,6 +257,14 @@ static int alloc(gckpt_sim *s, gckpt_events *o, uint64_t bytes, uint8_t comp, in
     return id;
 }
 
+/* A gradient buffer: marked so reports can say "the gradient of X". */
+static int alloc_g(gckpt_sim *s, gckpt_events *o, uint64_t bytes, uint8_t comp, int16_t tensor)
+{
+    int id = alloc(s, o, bytes, comp, tensor);
+    if (o->n && !o->oom) o->ev[o->n - 1].grad = 1;
+    return id;
+}
+
 static void release(gckpt_sim *s, gckpt_events *o, int id, int16_t tensor)
 {
     inst_t *p = &s->pool[id];
@@ -447,19 +455,19 @@ static int param_grad(gckpt_sim *s, sec_t *st, int t, gckpt_events *o, bool *tem
         ow->got[t]++;
         if (ow->pend[t] < 0) {
             *temp = false;
-            ow->pend[t] = alloc(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
+            ow->pend[t] = alloc_g(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
             return ow->pend[t];
         }
         *temp = true;
-        return alloc(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
+        return alloc_g(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
     }
     if (s->grads_exist || ow->pgrad[t]) {
         *temp = true;
-        return alloc(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
+        return alloc_g(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
     }
     *temp = false;
     ow->pgrad[t] = true;
-    return alloc(s, o, bytes, GCKPT_C_GRADS, (int16_t)t);
+    return alloc_g(s, o, bytes, GCKPT_C_GRADS, (int16_t)t);
 }
 
 static void ev_grad_add(gckpt_sim *s, gckpt_events *o, int16_t tensor, int dst, int old, int add)
@@ -535,15 +543,15 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                     mode[k] = G_ALIAS;
                 } else if (op->prim == GCKPT_P_MUL && out_dt > r->t[t].dtype) {
                     uint64_t wide = gckpt_round_up(c->raw[t] / r->t[t].dtype * out_dt, c->dev->alloc_round_bytes);
-                    dst[k] = alloc(s, o, wide, (uint8_t)grad_comp(r, t), (int16_t)t);
+                    dst[k] = alloc_g(s, o, wide, (uint8_t)grad_comp(r, t), (int16_t)t);
                     mode[k] = G_WIDE;
                 } else if (g < 0) {
-                    dst[k] = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                    dst[k] = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
                     s->pool[dst[k]].refs = 1;
                     ow->grad[t] = dst[k];
                     mode[k] = G_NEW;
                 } else {
-                    dst[k] = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                    dst[k] = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
                     mode[k] = G_ACC;
                 }
             }
@@ -598,12 +606,12 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                     sec_t *ow = owner(s, st, t);
                     int g = ow->grad[t];
                     if (g < 0) { /* the cast copy becomes the gradient */
-                        int nb = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                        int nb = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
                         ev_grad_add(s, o, (int16_t)t, nb, -1, dst[k]);
                         s->pool[nb].refs = 1;
                         ow->grad[t] = nb;
                     } else if (s->pool[g].refs > 1) {
-                        int sum = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                        int sum = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
                         ev_grad_add(s, o, (int16_t)t, sum, g, dst[k]);
                         s->pool[g].refs--;
                         s->pool[sum].refs = 1;
@@ -617,7 +625,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                     int g = ow->grad[t];
                     if (s->pool[g].refs > 1) {
                         /* the buffer is shared (a passed-through gradient): out-of-place sum */
-                        int sum = alloc(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                        int sum = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
                         ev_grad_add(s, o, (int16_t)t, sum, g, dst[k]);
                         s->pool[g].refs--;
                         s->pool[sum].refs = 1;
@@ -765,7 +773,7 @@ void gckpt_sim_head_bwd(gckpt_sim *s, gckpt_events *o)
     s->phase = GCKPT_PH_BACKWARD;
     s->cur_layer = (int)s->c->model->layers;
     /* loss.backward(): the seed gradient of the scalar loss */
-    int g = alloc(s, o, s->c->tbytes[r->loss], GCKPT_C_BACKWARD, (int16_t)r->loss);
+    int g = alloc_g(s, o, s->c->tbytes[r->loss], GCKPT_C_BACKWARD, (int16_t)r->loss);
     s->pool[g].refs = 1;
     s->head.grad[r->loss] = g;
     sim_bwd(s, &s->head, GCKPT_SEC_HEAD, o);

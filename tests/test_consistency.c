@@ -72,6 +72,7 @@ static void sweep(const char *model, const char *cfg_json)
                             assert_int_equal(a.peak_layer, b.peak_layer);
                             assert_int_equal(a.peak_tensor, b.peak_tensor);
                             assert_int_equal(a.peak_micro, b.peak_micro);
+                            assert_int_equal(a.peak_grad, b.peak_grad);
                             close_to(a.step_s, b.step_s, "step_s", ctx);
                             close_to(a.recompute_s, b.recompute_s, "recompute_s", ctx);
                             close_to(a.copy_s, b.copy_s, "copy_s", ctx);

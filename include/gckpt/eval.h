@@ -16,6 +16,7 @@ typedef struct {
     uint8_t peak_phase, peak_micro;
     int32_t peak_layer;         /* -1 embedding, 0..L-1, L head, L+1 optimizer */
     int16_t peak_tensor;        /* recipe tensor allocated at the peak, -1 if none */
+    bool peak_grad;             /* ... and that allocation is its gradient */
     double step_s, forward_s, backward_s, recompute_s, copy_s, optimizer_s;
     double model_flops;         /* forward + backward FLOPs of the step (no recompute) */
     double tokens_per_s, mfu;
@@ -34,6 +35,7 @@ typedef struct {
     bool has_peak;
     uint8_t peak_phase;
     int16_t peak_tensor;
+    bool peak_grad;
     double seconds, flops, recompute_s, copy_s;
     double fwd_s, bwd_s;
 } gckpt_segment;

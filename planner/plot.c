@@ -117,32 +117,46 @@ bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err
     size_t np = (ts && bs && ph && shown >= 0) ? gckpt_plan_timeline(p, &p->entries[shown], ts, bs, ph, MAXP) : 0;
     for (size_t i = 0; i < np; i++)
         fprintf(f, "%.6f %.6f %d\n", ts[i], bs[i] / 1073741824.0, ph[i]);
-    free(ts);
-    free(bs);
-    free(ph);
     ok = (fclose(f) == 0) && ok;
     f = open_side(file, ".gp", gp, sizeof gp, err);
-    if (!f) return false;
+    if (!f) {
+        free(ts);
+        free(bs);
+        free(ph);
+        return false;
+    }
     double budget = (double)p->usable_bytes / 1073741824.0;
     char title[256] = "";
     if (shown >= 0) {
         const gckpt_entry *e = &p->entries[shown];
-        snprintf(title, sizeof title, "%s entry: every_n=%u offload=%s mb=%llu", p->recommended >= 0 ? "recommended" : "smallest",
-                 e->every_n, e->offload ? "on" : "off", (unsigned long long)e->micro_batch);
+        char en[16];
+        if (e->every_n) snprintf(en, sizeof en, "%u", e->every_n);
+        else snprintf(en, sizeof en, "off");
+        snprintf(title, sizeof title, "%s entry: every_n_layers=%s offload=%s micro-batch=%llu",
+                 p->recommended >= 0 ? "recommended" : "smallest", en, e->offload ? "on" : "off",
+                 (unsigned long long)e->micro_batch);
     }
     fprintf(f, "set terminal %s\nset output '%s'\nset multiplot layout 1,2 title '%s on %s, seq %llu, %s, %s'\n",
             term, file, p->model.name, p->dev.name, (unsigned long long)p->req.seq,
             gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer]);
-    fprintf(f, "set grid\nset xlabel 'device peak (GiB)'\nset ylabel 'step time (s)'\nset key top right\n");
+    fprintf(f, "set termoption noenhanced\nset grid\nset xlabel 'device peak (GiB)'\nset ylabel 'tokens/s'\nset key bottom right\n");
     fprintf(f, "set arrow 1 from %.4f, graph 0 to %.4f, graph 1 nohead lw 2 dt 2 lc rgb '#cc0000'\n", budget, budget);
     fprintf(f, "set label 1 'usable budget' at %.4f, graph 0.95 right offset -1,0 tc rgb '#cc0000'\n", budget);
-    fprintf(f, "plot '%s' using ($4==1?$1:1/0):2 with points pt 7 ps 0.6 lc rgb '#1f77b4' title 'fits', \\\n"
-               "     '%s' using ($4==0?$1:1/0):2 with points pt 6 ps 0.6 lc rgb '#999999' title 'does not fit', \\\n"
-               "     '%s' using ($5==1?$1:1/0):2 with points pt 3 ps 3 lw 2 lc rgb '#d62728' title 'recommended'\n",
+    fprintf(f, "plot '%s' using ($4==1?$1:1/0):3 with points pt 7 ps 0.6 lc rgb '#1f77b4' title 'fits', \\\n"
+               "     '%s' using ($4==0?$1:1/0):3 with points pt 6 ps 0.6 lc rgb '#999999' title 'does not fit', \\\n"
+               "     '%s' using ($5==1?$1:1/0):3 with points pt 3 ps 3 lw 2 lc rgb '#d62728' title 'recommended'\n",
             dat, dat, dat);
     fprintf(f, "unset arrow 1\nunset label 1\nset xlabel 'time in step (s)'\nset ylabel 'allocated (GiB)'\nset title '%s'\n", title);
+    double top = budget;
+    for (size_t i = 0; i < np; i++)
+        if (bs[i] / 1073741824.0 > top) top = bs[i] / 1073741824.0;
+    fprintf(f, "set yrange [0:%.4f]\n", top * 1.08);
     fprintf(f, "set arrow 2 from graph 0, first %.4f to graph 1, first %.4f nohead lw 2 dt 2 lc rgb '#cc0000'\n", budget, budget);
+    fprintf(f, "set label 2 'usable budget' at graph 0.02, first %.4f offset 0,0.7 tc rgb '#cc0000'\n", budget);
     fprintf(f, "plot '%s' using 1:2 with steps lw 2 lc rgb '#2ca02c' title 'allocated'\nunset multiplot\n", tl);
+    free(ts);
+    free(bs);
+    free(ph);
     ok = (fclose(f) == 0) && ok;
     if (!ok) {
         gckpt_seterr(err, "%s: write error", gp);

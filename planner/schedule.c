@@ -500,6 +500,27 @@ static void grad_release(gckpt_sim *s, sec_t *st, int t, gckpt_events *o)
     if (--s->pool[g].refs <= 0) release(s, o, g, (int16_t)t);
 }
 
+/* Gradient contribution tmp (a temporary) for tensor t: becomes t's gradient as a
+ * converted copy when there is none yet, is summed out of place into a new buffer when
+ * the current one is shared (a passed-through gradient), else added in place. */
+static void accumulate(gckpt_sim *s, sec_t *st, int t, int tmp, gckpt_events *o)
+{
+    const gckpt_ctx *c = s->c;
+    const gckpt_recipe *r = c->recipe;
+    sec_t *ow = owner(s, st, t);
+    int g = ow->grad[t];
+    if (g < 0 || s->pool[g].refs > 1) {
+        int nb = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+        ev_grad_add(s, o, (int16_t)t, nb, g, tmp);
+        if (g >= 0) s->pool[g].refs--;
+        s->pool[nb].refs = 1;
+        ow->grad[t] = nb;
+    } else {
+        ev_grad_add(s, o, (int16_t)t, g, g, tmp);
+    }
+    release(s, o, tmp, (int16_t)t);
+}
+
 /* Backward of ops [begin, end) in reverse. */
 static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
 {
@@ -602,38 +623,8 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                 } else if (mode[k] == G_PARAM_ACC) {
                     ev_grad_add(s, o, (int16_t)t, -1, -1, dst[k]);
                     release(s, o, dst[k], (int16_t)t);
-                } else if (mode[k] == G_WIDE) {
-                    sec_t *ow = owner(s, st, t);
-                    int g = ow->grad[t];
-                    if (g < 0) { /* the cast copy becomes the gradient */
-                        int nb = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
-                        ev_grad_add(s, o, (int16_t)t, nb, -1, dst[k]);
-                        s->pool[nb].refs = 1;
-                        ow->grad[t] = nb;
-                    } else if (s->pool[g].refs > 1) {
-                        int sum = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
-                        ev_grad_add(s, o, (int16_t)t, sum, g, dst[k]);
-                        s->pool[g].refs--;
-                        s->pool[sum].refs = 1;
-                        ow->grad[t] = sum;
-                    } else {
-                        ev_grad_add(s, o, (int16_t)t, g, g, dst[k]);
-                    }
-                    release(s, o, dst[k], (int16_t)t);
-                } else if (mode[k] == G_ACC) {
-                    sec_t *ow = owner(s, st, t);
-                    int g = ow->grad[t];
-                    if (s->pool[g].refs > 1) {
-                        /* the buffer is shared (a passed-through gradient): out-of-place sum */
-                        int sum = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
-                        ev_grad_add(s, o, (int16_t)t, sum, g, dst[k]);
-                        s->pool[g].refs--;
-                        s->pool[sum].refs = 1;
-                        ow->grad[t] = sum;
-                    } else {
-                        ev_grad_add(s, o, (int16_t)t, g, g, dst[k]);
-                    }
-                    release(s, o, dst[k], (int16_t)t);
+                } else if (mode[k] == G_WIDE || mode[k] == G_ACC) {
+                    accumulate(s, st, t, dst[k], o);
                 }
             }
             if (ws >= 0) release(s, o, ws, -1);

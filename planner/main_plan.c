@@ -109,6 +109,7 @@ static int parse_every(const char *s, uint32_t **out, int *n)
     }
     size_t cap = 1;
     for (const char *p = s; *p; p++) cap += *p == ',';
+    if (cap > 4096) return -1; /* no model has that many layers */
     uint32_t *v = malloc(cap * sizeof *v);
     if (!v) return -1;
     int k = 0;

@@ -166,6 +166,21 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     return true;
 }
 
+uint64_t gckpt_layer_saved_bytes(const gckpt_ctx *c)
+{
+    const gckpt_recipe *r = c->recipe;
+    bool seen[GCKPT_MAX_TENSORS] = {false};
+    uint64_t sum = 0;
+    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+        for (int k = 0; k < r->op[i].nsaved; k++) {
+            int t = r->op[i].saved[k];
+            if (seen[t] || r->t[t].section != GCKPT_SEC_BLOCK) continue;
+            seen[t] = true;
+            sum += c->raw[t];
+        }
+    return sum;
+}
+
 void gckpt_persistent(const gckpt_ctx *c, int64_t comp[GCKPT_NCOMP])
 {
     memset(comp, 0, sizeof(int64_t) * GCKPT_NCOMP);

@@ -111,6 +111,10 @@ typedef struct {
 bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
                     const gckpt_recipe *r, const gckpt_setting *s, gckpt_err *err);
 
+/* Bytes one non-checkpointed layer keeps for its backward (the tensors its ops save,
+ * counted once per storage; shared tensors such as rotary tables excluded). */
+uint64_t gckpt_layer_saved_bytes(const gckpt_ctx *c);
+
 /* Build the full steady-state step: micro-step 1 (no grads at start), one later
  * micro-step when grad_accum > 1 (its time counts grad_accum - 1 times), the optimizer
  * step and zero_grad. */

@@ -113,7 +113,8 @@ struct gckpt_backend {
     gckpt_xstatus (*source)(gckpt_backend *be, gckpt_source what, const gckpt_xcall *c, const int64_t *host);
     gckpt_xstatus (*forward)(gckpt_backend *be, const gckpt_xcall *c);
     gckpt_xstatus (*backward)(gckpt_backend *be, const gckpt_xcall *c);
-    /* dst = a + b elementwise (dst may be a); all one dtype */
+    /* dst = a + b elementwise, or dst = b when a.p is NULL; dst may be a; dtypes may
+     * differ (computed in fp32, rounded to dst's) */
     gckpt_xstatus (*add)(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt b);
     /* dst = value (seed gradient of the loss) */
     gckpt_xstatus (*set_scalar)(gckpt_backend *be, gckpt_xt dst, float value);

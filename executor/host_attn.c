@@ -1,0 +1,415 @@
+/* Host kernels of the attention primitives: fused causal SDPA (with logsumexp and
+ * dropout from the counter-based generator), and eager attention's pieces (QK^T, softmax,
+ * P V, transpose, repeat_kv). q, k and v may be column blocks of one packed tensor
+ * (gpt2's c_attn output): an operand whose rows are 3 x heads x head_dim wide holds q, k,
+ * v in that order, and the gradient of such a tensor gets each role's block. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_num.h"
+#include "host_ops.h"
+
+bool host_is_attn(int prim)
+{
+    switch (prim) {
+    case GCKPT_P_SDPA: case GCKPT_P_QK: case GCKPT_P_PV: case GCKPT_P_SOFTMAX: case GCKPT_P_TRANSPOSE:
+    case GCKPT_P_REPEAT_KV: return true;
+    default: return false;
+    }
+}
+
+enum { ROLE_Q, ROLE_K, ROLE_V };
+
+/* Layout of input k in role: row width, column offset of the role's block, heads in it. */
+typedef struct {
+    uint64_t W, off, nh;
+} lay;
+
+static lay layout(const gckpt_xcall *c, int k, int role)
+{
+    uint64_t hd = c->m->head_dim, qd = c->m->heads * hd, W = host_cols(c, c->op->in[k]);
+    lay l = {W, 0, W / hd};
+    if (W == 3 * qd) {
+        l.off = (uint64_t)role * qd;
+        l.nh = c->m->heads;
+    }
+    return l;
+}
+
+/* fp32 copies of the distinct input tensors and accumulators of the distinct gradients */
+typedef struct {
+    float *in[GCKPT_OP_MAX_IN];
+    float *acc[GCKPT_OP_MAX_IN];
+    bool own_in[GCKPT_OP_MAX_IN], own_acc[GCKPT_OP_MAX_IN];
+} bufs;
+
+static int first_same(const gckpt_xcall *c, int k)
+{
+    for (int j = 0; j < k; j++)
+        if (c->op->in[j] == c->op->in[k]) return j;
+    return k;
+}
+
+static bool load_in(const gckpt_xcall *c, bufs *b, int k, gckpt_err *err)
+{
+    int j = first_same(c, k);
+    if (j != k) {
+        if (!b->in[j] && !load_in(c, b, j, err)) return false;
+        b->in[k] = b->in[j];
+        return true;
+    }
+    if (!c->in[k].p) {
+        gckpt_seterr(err, "op %s: input %d is not available (freed before use)", c->op->name, k);
+        return false;
+    }
+    b->in[k] = host_to_f32(&c->in[k], err);
+    b->own_in[k] = true;
+    return b->in[k] != NULL;
+}
+
+/* the accumulator receiving input k's gradient, NULL when none is wanted */
+static float *acc_of(const gckpt_xcall *c, bufs *b, int k, gckpt_err *err)
+{
+    int j = first_same(c, k);
+    if (!c->gin[j].p) return NULL;
+    if (!b->acc[j]) {
+        b->acc[j] = calloc(c->gin[j].n ? c->gin[j].n : 1, sizeof(float));
+        b->own_acc[j] = true;
+        if (!b->acc[j]) gckpt_seterr(err, "op %s: out of host memory for gradient scratch", c->op->name);
+    }
+    return b->acc[j];
+}
+
+static void bufs_store_free(const gckpt_xcall *c, bufs *b, bool store)
+{
+    for (int k = 0; k < GCKPT_OP_MAX_IN; k++) {
+        if (b->own_acc[k] && store) host_from_f32(&c->gin[k], b->acc[k]);
+        if (b->own_acc[k]) free(b->acc[k]);
+        if (b->own_in[k]) free(b->in[k]);
+    }
+}
+
+/* ---- eager pieces ------------------------------------------------------------------------ */
+
+static gckpt_xstatus qk(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+{
+    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads;
+    lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K);
+    float alpha = (float)c->op->sa;
+    bufs b = {0};
+    gckpt_xstatus rc = GCKPT_XS_ERROR;
+    float *g = NULL;
+    if (!bwd) {
+        float *sc = malloc(sizeof *sc * (c->out[0].n ? c->out[0].n : 1));
+        if (!sc || !load_in(c, &b, 0, err) || !load_in(c, &b, 1, err)) {
+            if (!sc) gckpt_seterr(err, "op %s: out of host memory", c->op->name);
+            free(sc);
+            goto out;
+        }
+        for (uint64_t bi = 0; bi < B; bi++)
+            for (uint64_t h = 0; h < nh; h++) {
+                uint64_t kh = h / (nh / lk.nh);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)S, (int)S, (int)hd, alpha,
+                            b.in[0] + bi * S * lq.W + lq.off + h * hd, (int)lq.W,
+                            b.in[1] + bi * S * lk.W + lk.off + kh * hd, (int)lk.W, 0.0f,
+                            sc + (bi * nh + h) * S * S, (int)S);
+            }
+        host_from_f32(&c->out[0], sc);
+        free(sc);
+        rc = GCKPT_XS_OK;
+        goto out;
+    }
+    if (!(g = host_to_f32(&c->gout, err))) goto out;
+    float *aq = acc_of(c, &b, 0, err), *ak = acc_of(c, &b, 1, err);
+    if ((c->gin[first_same(c, 0)].p && !aq) || (c->gin[first_same(c, 1)].p && !ak)) goto out;
+    if ((aq && !load_in(c, &b, 1, err)) || (ak && !load_in(c, &b, 0, err))) goto out;
+    for (uint64_t bi = 0; bi < B; bi++)
+        for (uint64_t h = 0; h < nh; h++) {
+            uint64_t kh = h / (nh / lk.nh);
+            const float *gs = g + (bi * nh + h) * S * S;
+            if (aq)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)S, (int)hd, (int)S, alpha, gs, (int)S,
+                            b.in[1] + bi * S * lk.W + lk.off + kh * hd, (int)lk.W, 1.0f,
+                            aq + bi * S * lq.W + lq.off + h * hd, (int)lq.W);
+            if (ak)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)hd, (int)S, alpha, gs, (int)S,
+                            b.in[0] + bi * S * lq.W + lq.off + h * hd, (int)lq.W, 1.0f,
+                            ak + bi * S * lk.W + lk.off + kh * hd, (int)lk.W);
+        }
+    rc = GCKPT_XS_OK;
+out:
+    free(g);
+    bufs_store_free(c, &b, rc == GCKPT_XS_OK && bwd);
+    return rc;
+}
+
+static gckpt_xstatus pv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+{
+    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads;
+    lay lv = layout(c, 1, ROLE_V);
+    bufs b = {0};
+    gckpt_xstatus rc = GCKPT_XS_ERROR;
+    float *g = NULL, *r = NULL;
+    if (!bwd) {
+        if (!load_in(c, &b, 0, err) || !load_in(c, &b, 1, err)) goto out;
+        if (!(r = malloc(sizeof *r * (c->out[0].n ? c->out[0].n : 1)))) {
+            gckpt_seterr(err, "op %s: out of host memory", c->op->name);
+            goto out;
+        }
+        for (uint64_t bi = 0; bi < B; bi++)
+            for (uint64_t h = 0; h < nh; h++) {
+                uint64_t kh = h / (nh / lv.nh);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)S, (int)hd, (int)S, 1.0f,
+                            b.in[0] + (bi * nh + h) * S * S, (int)S, b.in[1] + bi * S * lv.W + lv.off + kh * hd,
+                            (int)lv.W, 0.0f, r + (bi * nh + h) * S * hd, (int)hd);
+            }
+        host_from_f32(&c->out[0], r);
+        rc = GCKPT_XS_OK;
+        goto out;
+    }
+    if (!(g = host_to_f32(&c->gout, err))) goto out;
+    float *ap = acc_of(c, &b, 0, err), *av = acc_of(c, &b, 1, err);
+    if ((c->gin[0].p && !ap) || (c->gin[first_same(c, 1)].p && !av)) goto out;
+    if ((ap && !load_in(c, &b, 1, err)) || (av && !load_in(c, &b, 0, err))) goto out;
+    for (uint64_t bi = 0; bi < B; bi++)
+        for (uint64_t h = 0; h < nh; h++) {
+            uint64_t kh = h / (nh / lv.nh);
+            const float *go = g + (bi * nh + h) * S * hd;
+            if (ap)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)S, (int)S, (int)hd, 1.0f, go, (int)hd,
+                            b.in[1] + bi * S * lv.W + lv.off + kh * hd, (int)lv.W, 0.0f,
+                            ap + (bi * nh + h) * S * S, (int)S);
+            if (av)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)hd, (int)S, 1.0f,
+                            b.in[0] + (bi * nh + h) * S * S, (int)S, go, (int)hd, 1.0f,
+                            av + bi * S * lv.W + lv.off + kh * hd, (int)lv.W);
+        }
+    rc = GCKPT_XS_OK;
+out:
+    free(g);
+    free(r);
+    bufs_store_free(c, &b, rc == GCKPT_XS_OK && bwd);
+    return rc;
+}
+
+static gckpt_xstatus softmax(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+{
+    uint64_t S = c->s;
+    if (!bwd) {
+        const gckpt_xt *x = &c->in[0], *o = &c->out[0];
+        NEED(c, *x, "input");
+        float *row = malloc(sizeof *row * S);
+        if (!row) {
+            gckpt_seterr(err, "op %s: out of host memory", c->op->name);
+            return GCKPT_XS_ERROR;
+        }
+        for (uint64_t r = 0; r < x->n / S; r++) {
+            float mx = -INFINITY, sum = 0;
+            for (uint64_t j = 0; j < S; j++) mx = fmaxf(mx, ld(x, r * S + j));
+            for (uint64_t j = 0; j < S; j++) sum += row[j] = expf(ld(x, r * S + j) - mx);
+            for (uint64_t j = 0; j < S; j++) st(o, r * S + j, row[j] / sum);
+        }
+        free(row);
+        return GCKPT_XS_OK;
+    }
+    const gckpt_xt *y = &c->out[0], *g = &c->gout, *gi = &c->gin[0];
+    if (!gi->p) return GCKPT_XS_OK;
+    NEED(c, *y, "saved output");
+    for (uint64_t r = 0; r < y->n / S; r++) {
+        float dot = 0;
+        for (uint64_t j = 0; j < S; j++) dot += ld(g, r * S + j) * ld(y, r * S + j);
+        for (uint64_t j = 0; j < S; j++) st(gi, r * S + j, ld(y, r * S + j) * (ld(g, r * S + j) - dot));
+    }
+    return GCKPT_XS_OK;
+}
+
+/* [b, heads, s, hd] <-> [b, s, heads * hd] */
+static gckpt_xstatus transpose(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+{
+    uint64_t B = c->b, S = c->s, hd = c->op->width, qd = host_cols(c, c->op->out[0]), nh = qd / hd;
+    const gckpt_xt *src = bwd ? &c->gout : &c->in[0], *dst = bwd ? &c->gin[0] : &c->out[0];
+    if (!dst->p) return GCKPT_XS_OK;
+    NEED(c, *src, "input");
+    for (uint64_t bi = 0; bi < B; bi++)
+        for (uint64_t h = 0; h < nh; h++)
+            for (uint64_t i = 0; i < S; i++)
+                for (uint64_t d = 0; d < hd; d++) {
+                    uint64_t hm = ((bi * nh + h) * S + i) * hd + d, tm = (bi * S + i) * qd + h * hd + d;
+                    if (bwd) st(dst, hm, ld(src, tm));
+                    else st(dst, tm, ld(src, hm));
+                }
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus repeat_kv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+{
+    uint64_t hd = c->op->width, Wi = host_cols(c, c->op->in[0]), Wo = host_cols(c, c->op->out[0]);
+    uint64_t rep = (Wo / hd) / (Wi / hd), rows = c->b * c->s;
+    if (!bwd) {
+        NEED(c, c->in[0], "input");
+        for (uint64_t r = 0; r < rows; r++)
+            for (uint64_t j = 0; j < Wo; j++) st(&c->out[0], r * Wo + j, ld(&c->in[0], r * Wi + (j / hd / rep) * hd + j % hd));
+        return GCKPT_XS_OK;
+    }
+    if (!c->gin[0].p) return GCKPT_XS_OK;
+    for (uint64_t r = 0; r < rows; r++)
+        for (uint64_t j = 0; j < Wi; j++) {
+            uint64_t g = j / hd, d = j % hd;
+            float s = 0;
+            for (uint64_t q = 0; q < rep; q++) s += ld(&c->gout, r * Wo + (g * rep + q) * hd + d);
+            st(&c->gin[0], r * Wi + j, s);
+        }
+    return GCKPT_XS_OK;
+}
+
+/* ---- fused causal SDPA ---------------------------------------------------------------------- */
+
+static gckpt_xstatus sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads, qd = nh * hd;
+    lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
+    float scale = 1.0f / sqrtf((float)hd), p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    bufs b = {0};
+    gckpt_xstatus rc = GCKPT_XS_ERROR;
+    float *sc = malloc(sizeof *sc * S), *o = malloc(sizeof *o * hd);
+    if (!sc || !o) {
+        gckpt_seterr(err, "op %s: out of host memory", c->op->name);
+        goto out;
+    }
+    if (!load_in(c, &b, 0, err) || !load_in(c, &b, 1, err) || !load_in(c, &b, 2, err)) goto out;
+    for (uint64_t bi = 0; bi < B; bi++)
+        for (uint64_t h = 0; h < nh; h++) {
+            uint64_t kh = h / (nh / lk.nh), vh = h / (nh / lv.nh);
+            for (uint64_t i = 0; i < S; i++) {
+                const float *q = b.in[0] + (bi * S + i) * lq.W + lq.off + h * hd;
+                float mx = -INFINITY, sum = 0;
+                for (uint64_t j = 0; j <= i; j++) {
+                    const float *k = b.in[1] + (bi * S + j) * lk.W + lk.off + kh * hd;
+                    float d = 0;
+                    for (uint64_t t = 0; t < hd; t++) d += q[t] * k[t];
+                    sc[j] = d * scale;
+                    mx = fmaxf(mx, sc[j]);
+                }
+                for (uint64_t j = 0; j <= i; j++) sum += sc[j] = expf(sc[j] - mx);
+                memset(o, 0, sizeof *o * hd);
+                uint64_t base = ((bi * nh + h) * S + i) * S;
+                for (uint64_t j = 0; j <= i; j++) {
+                    float pj = sc[j] / sum;
+                    if (p > 0) pj = gckpt_keep(c->rng, base + j, p) ? pj * inv_keep : 0.0f;
+                    const float *v = b.in[2] + (bi * S + j) * lv.W + lv.off + vh * hd;
+                    for (uint64_t t = 0; t < hd; t++) o[t] += pj * v[t];
+                }
+                for (uint64_t t = 0; t < hd; t++) st(&c->out[0], (bi * S + i) * qd + h * hd + t, o[t]);
+                st(&c->out[1], (bi * nh + h) * S + i, mx + logf(sum));
+            }
+        }
+    rc = GCKPT_XS_OK;
+out:
+    free(sc);
+    free(o);
+    bufs_store_free(c, &b, false);
+    return rc;
+}
+
+static gckpt_xstatus sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads, qd = nh * hd;
+    lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
+    float scale = 1.0f / sqrtf((float)hd), p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    NEED(c, c->out[0], "saved output");
+    NEED(c, c->out[1], "saved logsumexp");
+    bufs b = {0};
+    gckpt_xstatus rc = GCKPT_XS_ERROR;
+    float *go = NULL, *dq = NULL;
+    bool own_dq = false;
+    float *aq = acc_of(c, &b, 0, err), *ak = acc_of(c, &b, 1, err), *av = acc_of(c, &b, 2, err);
+    if ((c->gin[first_same(c, 0)].p && !aq) || (c->gin[first_same(c, 1)].p && !ak) ||
+        (c->gin[first_same(c, 2)].p && !av))
+        goto out;
+    if (!load_in(c, &b, 0, err) || !load_in(c, &b, 1, err) || !load_in(c, &b, 2, err)) goto out;
+    if (!(go = host_to_f32(&c->gout, err))) goto out;
+    /* dq accumulates in the op's fp32 workspace [rows, heads * hd] as the recipe says */
+    if (c->ws.p && c->ws.dt == GCKPT_DT_F32 && c->ws.n >= B * S * qd) {
+        dq = c->ws.p;
+        memset(dq, 0, sizeof *dq * B * S * qd);
+    } else {
+        dq = calloc(B * S * qd, sizeof *dq);
+        own_dq = true;
+        if (!dq) {
+            gckpt_seterr(err, "op %s: out of host memory", c->op->name);
+            goto out;
+        }
+    }
+    for (uint64_t bi = 0; bi < B; bi++)
+        for (uint64_t h = 0; h < nh; h++) {
+            uint64_t kh = h / (nh / lk.nh), vh = h / (nh / lv.nh);
+            for (uint64_t i = 0; i < S; i++) {
+                const float *q = b.in[0] + (bi * S + i) * lq.W + lq.off + h * hd;
+                const float *dO = go + (bi * S + i) * qd + h * hd;
+                float lse = ld(&c->out[1], (bi * nh + h) * S + i), Di = 0;
+                for (uint64_t t = 0; t < hd; t++) Di += dO[t] * ld(&c->out[0], (bi * S + i) * qd + h * hd + t);
+                uint64_t base = ((bi * nh + h) * S + i) * S;
+                for (uint64_t j = 0; j <= i; j++) {
+                    const float *k = b.in[1] + (bi * S + j) * lk.W + lk.off + kh * hd;
+                    const float *v = b.in[2] + (bi * S + j) * lv.W + lv.off + vh * hd;
+                    float sdot = 0, dp = 0;
+                    for (uint64_t t = 0; t < hd; t++) {
+                        sdot += q[t] * k[t];
+                        dp += dO[t] * v[t];
+                    }
+                    float pij = expf(sdot * scale - lse), pd = pij;
+                    if (p > 0) {
+                        bool keep = gckpt_keep(c->rng, base + j, p);
+                        pd = keep ? pij * inv_keep : 0.0f;
+                        dp = keep ? dp * inv_keep : 0.0f;
+                    }
+                    float ds = pij * (dp - Di) * scale;
+                    if (av) {
+                        float *dv = av + (bi * S + j) * lv.W + lv.off + vh * hd;
+                        for (uint64_t t = 0; t < hd; t++) dv[t] += pd * dO[t];
+                    }
+                    float *dqi = dq + (bi * S + i) * qd + h * hd;
+                    for (uint64_t t = 0; t < hd; t++) dqi[t] += ds * k[t];
+                    if (ak) {
+                        float *dk = ak + (bi * S + j) * lk.W + lk.off + kh * hd;
+                        for (uint64_t t = 0; t < hd; t++) dk[t] += ds * q[t];
+                    }
+                }
+            }
+        }
+    if (aq)
+        for (uint64_t r = 0; r < B * S; r++)
+            for (uint64_t t = 0; t < qd; t++) aq[r * lq.W + lq.off + t] += dq[r * qd + t];
+    rc = GCKPT_XS_OK;
+out:
+    free(go);
+    if (own_dq) free(dq);
+    bufs_store_free(c, &b, rc == GCKPT_XS_OK);
+    return rc;
+}
+
+gckpt_xstatus host_attn_forward(const gckpt_xcall *c, gckpt_err *err)
+{
+    switch (c->op->prim) {
+    case GCKPT_P_SDPA: return sdpa_fwd(c, err);
+    case GCKPT_P_QK: return qk(c, false, err);
+    case GCKPT_P_PV: return pv(c, false, err);
+    case GCKPT_P_SOFTMAX: return softmax(c, false, err);
+    case GCKPT_P_TRANSPOSE: return transpose(c, false, err);
+    default: return repeat_kv(c, false, err);
+    }
+}
+
+gckpt_xstatus host_attn_backward(const gckpt_xcall *c, gckpt_err *err)
+{
+    switch (c->op->prim) {
+    case GCKPT_P_SDPA: return sdpa_bwd(c, err);
+    case GCKPT_P_QK: return qk(c, true, err);
+    case GCKPT_P_PV: return pv(c, true, err);
+    case GCKPT_P_SOFTMAX: return softmax(c, true, err);
+    case GCKPT_P_TRANSPOSE: return transpose(c, true, err);
+    default: return repeat_kv(c, true, err);
+    }
+}

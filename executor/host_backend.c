@@ -1,0 +1,227 @@
+/* The host (CPU reference) backend. "Device" memory is ordinary heap memory counted
+ * exactly: every allocation adds the requested bytes to the current total and the peak
+ * follows it, so the peak equals the schedule's prediction when the interpreter performs
+ * the same allocations. An optional limit makes allocations fail as a GPU out of memory
+ * would. Kernel scratch (fp32 copies around CBLAS, attention rows) is not counted: on a GPU
+ * it corresponds to registers and shared memory. */
+#include "gckpt/exec_host.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "host_num.h"
+#include "host_ops.h"
+
+typedef struct {
+    gckpt_backend be;     /* first: the interface */
+    uint64_t limit;       /* 0: none */
+    gckpt_memstat ms;
+    float records[GCKPT_MAX_RECORDS];
+    struct timespec t0;
+    bool timing;
+} host_be;
+
+static host_be *H(gckpt_backend *be) { return (host_be *)be; }
+
+static gckpt_xstatus h_alloc(gckpt_backend *be, gckpt_mem_kind k, uint64_t bytes, void **out)
+{
+    host_be *h = H(be);
+    *out = NULL;
+    if (k == GCKPT_MEM_DEVICE && h->limit && (bytes > h->limit || h->ms.allocated > h->limit - bytes)) {
+        gckpt_seterr(&be->err, "out of memory: %llu bytes requested with %llu of the %llu-byte limit in use",
+                     (unsigned long long)bytes, (unsigned long long)h->ms.allocated, (unsigned long long)h->limit);
+        return GCKPT_XS_OOM;
+    }
+    /* 64-byte aligned, at least one line (a zero-byte tensor still gets an address) */
+    uint64_t sz = gckpt_round_up(bytes ? bytes : 1, 64);
+    void *p = sz <= SIZE_MAX ? aligned_alloc(64, (size_t)sz) : NULL;
+    if (!p) {
+        gckpt_seterr(&be->err, "out of host memory allocating %llu bytes", (unsigned long long)bytes);
+        return GCKPT_XS_OOM;
+    }
+    if (k == GCKPT_MEM_DEVICE) {
+        h->ms.allocated += bytes;
+        if (h->ms.allocated > h->ms.allocated_peak) h->ms.allocated_peak = h->ms.allocated;
+    } else {
+        h->ms.pinned += bytes;
+        if (h->ms.pinned > h->ms.pinned_peak) h->ms.pinned_peak = h->ms.pinned;
+    }
+    *out = p;
+    return GCKPT_XS_OK;
+}
+
+static void h_release(gckpt_backend *be, gckpt_mem_kind k, void *p, uint64_t bytes)
+{
+    host_be *h = H(be);
+    if (!p) return;
+    free(p);
+    if (k == GCKPT_MEM_DEVICE) h->ms.allocated -= bytes;
+    else h->ms.pinned -= bytes;
+}
+
+static gckpt_xstatus h_copy(gckpt_backend *be, void *dst, const void *src, uint64_t bytes, bool to_host)
+{
+    (void)be;
+    (void)to_host;
+    memcpy(dst, src, (size_t)bytes);
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus h_updown(gckpt_backend *be, void *dst, const void *src, uint64_t bytes)
+{
+    (void)be;
+    memcpy(dst, src, (size_t)bytes);
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus h_init(gckpt_backend *be, gckpt_xt t, gckpt_init how, float scale, uint64_t key)
+{
+    (void)be;
+    for (uint64_t i = 0; i < t.n; i++)
+        st(&t, i, how == GCKPT_INIT_CONST ? scale : (2.0f * gckpt_rng_unit(key, i) - 1.0f) * scale);
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus h_source(gckpt_backend *be, gckpt_source what, const gckpt_xcall *c, const int64_t *host)
+{
+    return host_source(what, c, host, &be->err);
+}
+
+static gckpt_xstatus h_forward(gckpt_backend *be, const gckpt_xcall *c) { return host_op_forward(c, &be->err); }
+static gckpt_xstatus h_backward(gckpt_backend *be, const gckpt_xcall *c) { return host_op_backward(c, &be->err); }
+
+static gckpt_xstatus h_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt b)
+{
+    if (dst.n != a.n || dst.n != b.n) {
+        gckpt_seterr(&be->err, "gradient add: sizes %llu, %llu, %llu differ", (unsigned long long)dst.n,
+                     (unsigned long long)a.n, (unsigned long long)b.n);
+        return GCKPT_XS_ERROR;
+    }
+    if (!a.p)
+        for (uint64_t i = 0; i < dst.n; i++) st(&dst, i, ld(&b, i));
+    else
+        for (uint64_t i = 0; i < dst.n; i++) st(&dst, i, ld(&a, i) + ld(&b, i));
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus h_set_scalar(gckpt_backend *be, gckpt_xt dst, float v)
+{
+    (void)be;
+    for (uint64_t i = 0; i < dst.n; i++) st(&dst, i, v);
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus h_optim(gckpt_backend *be, const gckpt_optcall *c) { return host_optim(c, &be->err); }
+
+static gckpt_xstatus h_checksum(gckpt_backend *be, gckpt_xt t, uint64_t salt, uint64_t *hash, double *sumsq)
+{
+    (void)be;
+    uint64_t hsum = 0;
+    double ss = 0;
+    unsigned sz = gckpt_dtype_size((gckpt_dtype)t.dt);
+    for (uint64_t i = 0; i < t.n; i++) {
+        uint64_t bits = 0;
+        memcpy(&bits, (const char *)t.p + i * sz, sz);
+        hsum += gckpt_rng(salt ^ (bits * 0x9e3779b97f4a7c15ULL), i);
+        double v = ld(&t, i);
+        ss += v * v;
+    }
+    *hash = hsum;
+    *sumsq = ss;
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus h_record(gckpt_backend *be, gckpt_xt s, int slot)
+{
+    if (slot < 0 || slot >= GCKPT_MAX_RECORDS || !s.p || s.n < 1) {
+        gckpt_seterr(&be->err, "record: bad slot %d", slot);
+        return GCKPT_XS_ERROR;
+    }
+    H(be)->records[slot] = ld(&s, 0);
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus h_read_records(gckpt_backend *be, float *out, int n)
+{
+    if (n < 0 || n > GCKPT_MAX_RECORDS) return GCKPT_XS_ERROR;
+    memcpy(out, H(be)->records, sizeof *out * (size_t)n);
+    return GCKPT_XS_OK;
+}
+
+static void h_memstat(gckpt_backend *be, gckpt_memstat *m) { *m = H(be)->ms; }
+
+static void h_reset_peaks(gckpt_backend *be)
+{
+    host_be *h = H(be);
+    h->ms.allocated_peak = h->ms.allocated;
+    h->ms.pinned_peak = h->ms.pinned;
+}
+
+static gckpt_xstatus h_timer_start(gckpt_backend *be)
+{
+    clock_gettime(CLOCK_MONOTONIC, &H(be)->t0);
+    H(be)->timing = true;
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus h_timer_stop(gckpt_backend *be, double *s)
+{
+    host_be *h = H(be);
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!h->timing) {
+        gckpt_seterr(&be->err, "timer stopped before it was started");
+        return GCKPT_XS_ERROR;
+    }
+    h->timing = false;
+    *s = (double)(t1.tv_sec - h->t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - h->t0.tv_nsec);
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus h_sync(gckpt_backend *be)
+{
+    (void)be;
+    return GCKPT_XS_OK;
+}
+
+static void h_describe(gckpt_backend *be, gckpt_devinfo *d)
+{
+    (void)be;
+    gckpt_host_describe(d);
+}
+
+static void h_destroy(gckpt_backend *be) { free(be); }
+
+gckpt_backend *gckpt_host_backend_new(uint64_t memory_limit)
+{
+    host_be *h = calloc(1, sizeof *h);
+    if (!h) return NULL;
+    h->limit = memory_limit;
+    gckpt_backend *be = &h->be;
+    be->name = "host";
+    be->alloc = h_alloc;
+    be->release = h_release;
+    be->copy = h_copy;
+    be->upload = h_updown;
+    be->download = h_updown;
+    be->init = h_init;
+    be->source = h_source;
+    be->forward = h_forward;
+    be->backward = h_backward;
+    be->add = h_add;
+    be->set_scalar = h_set_scalar;
+    be->optim = h_optim;
+    be->checksum = h_checksum;
+    be->record = h_record;
+    be->read_records = h_read_records;
+    be->memstat = h_memstat;
+    be->reset_peaks = h_reset_peaks;
+    be->timer_start = h_timer_start;
+    be->timer_stop = h_timer_stop;
+    be->sync = h_sync;
+    be->describe = h_describe;
+    be->destroy = h_destroy;
+    return be;
+}

@@ -1,0 +1,595 @@
+/* Host kernels of the elementwise, norm, linear, embedding and loss primitives. Every
+ * value is loaded as fp32, computed in fp32 and rounded once to the output dtype; sums
+ * run in index order, so results are reproducible bit for bit. */
+#include "host_ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_num.h"
+
+float *host_to_f32(const gckpt_xt *t, gckpt_err *err)
+{
+    float *v = malloc(sizeof *v * (t->n ? t->n : 1));
+    if (!v) {
+        gckpt_seterr(err, "out of host memory for %llu-element kernel scratch", (unsigned long long)t->n);
+        return NULL;
+    }
+    if (t->dt == GCKPT_DT_F32) memcpy(v, t->p, sizeof *v * t->n);
+    else
+        for (uint64_t i = 0; i < t->n; i++) v[i] = ld(t, i);
+    return v;
+}
+
+void host_from_f32(const gckpt_xt *t, const float *v)
+{
+    if (t->dt == GCKPT_DT_F32) memcpy(t->p, v, sizeof *v * t->n);
+    else
+        for (uint64_t i = 0; i < t->n; i++) st(t, i, v[i]);
+}
+
+uint64_t host_cols(const gckpt_xcall *c, int tensor)
+{
+    const gckpt_tensor *t = &c->r->t[tensor];
+    if (t->cT) return t->cT;
+    if (t->cS) return t->cS;
+    if (t->cBSS) return c->s;
+    return t->c0;
+}
+
+static float *zeros(uint64_t n, gckpt_err *err)
+{
+    float *v = calloc(n ? n : 1, sizeof *v);
+    if (!v) gckpt_seterr(err, "out of host memory for %llu-element kernel scratch", (unsigned long long)n);
+    return v;
+}
+
+/* index into the broadcast operand y for element i of x */
+static uint64_t yidx(const gckpt_xcall *c, const gckpt_xt *x, uint64_t xcols, uint64_t i)
+{
+    const gckpt_op *op = c->op;
+    switch (op->bcast) {
+    case GCKPT_BC_ROW: return i / op->width;
+    case GCKPT_BC_COL: return i % op->width;
+    case GCKPT_BC_TABLE: {
+        uint64_t row = i / xcols, col = i % xcols;
+        return (row % c->s) * op->width + col % op->width;
+    }
+    case GCKPT_BC_MASK: {
+        uint64_t ss = c->s * c->s, per = x->n / c->b; /* heads * s * s per sequence */
+        return (i / per) * ss + i % ss;
+    }
+    default: return i;
+    }
+}
+
+/* ---- elementwise ----------------------------------------------------------------------- */
+
+static float gelu_f(float x, bool tanh_approx)
+{
+    if (tanh_approx) {
+        float k = 0.7978845608028654f, u = k * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(u));
+    }
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
+static float gelu_grad(float x, bool tanh_approx)
+{
+    if (tanh_approx) {
+        float k = 0.7978845608028654f, x2 = x * x, u = k * (x + 0.044715f * x2 * x);
+        float t = tanhf(u);
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x2);
+    }
+    float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
+    float pdf = expf(-0.5f * x * x) * 0.3989422804014327f;
+    return cdf + x * pdf;
+}
+
+static float powi(float x, double e)
+{
+    if (e == 2.0) return x * x;
+    if (e == 3.0) return x * x * x;
+    if (e == 1.0) return x;
+    return powf(x, (float)e);
+}
+
+static gckpt_xstatus unary_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_op *op = c->op;
+    const gckpt_xt *x = &c->in[0], *o = &c->out[0];
+    NEED(c, *x, "input 0");
+    float inv_keep = op->sa < 1 ? 1.0f / (1.0f - (float)op->sa) : 0.0f;
+    for (uint64_t i = 0; i < o->n; i++) {
+        float v = ld(x, i), y;
+        switch (op->prim) {
+        case GCKPT_P_CAST: y = v; break;
+        case GCKPT_P_AFFINE: y = v * (float)op->sa + (float)op->sb; break;
+        case GCKPT_P_POW: y = powi(v, op->sa); break;
+        case GCKPT_P_RSQRT: y = 1.0f / sqrtf(v); break;
+        case GCKPT_P_TANH: y = tanhf(v); break;
+        case GCKPT_P_SILU: y = v / (1.0f + expf(-v)); break;
+        case GCKPT_P_GELU: y = gelu_f(v, op->sa == 1.0); break;
+        case GCKPT_P_DROPOUT: {
+            int keep = gckpt_keep(c->rng, i, (float)op->sa);
+            st(&c->out[1], i, (float)keep);
+            y = keep ? v * inv_keep : 0.0f;
+            break;
+        }
+        default: gckpt_seterr(err, "op %s: not an elementwise primitive", op->name); return GCKPT_XS_ERROR;
+        }
+        st(o, i, y);
+    }
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus unary_bwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_op *op = c->op;
+    const gckpt_xt *g = &c->gout, *gi = &c->gin[0];
+    if (!gi->p) return GCKPT_XS_OK;
+    switch (op->prim) {
+    case GCKPT_P_POW: case GCKPT_P_SILU: case GCKPT_P_GELU: NEED(c, c->in[0], "saved input"); break;
+    case GCKPT_P_RSQRT: case GCKPT_P_TANH: NEED(c, c->out[0], "saved output"); break;
+    case GCKPT_P_DROPOUT: NEED(c, c->out[1], "saved mask"); break;
+    default: break;
+    }
+    float inv_keep = op->sa < 1 ? 1.0f / (1.0f - (float)op->sa) : 0.0f;
+    for (uint64_t i = 0; i < gi->n; i++) {
+        float d = ld(g, i), r;
+        switch (op->prim) {
+        case GCKPT_P_CAST: r = d; break;
+        case GCKPT_P_AFFINE: r = d * (float)op->sa; break;
+        case GCKPT_P_POW: {
+            float x = ld(&c->in[0], i);
+            r = d * ((float)op->sa * powi(x, op->sa - 1.0));
+            break;
+        }
+        case GCKPT_P_RSQRT: {
+            float y = ld(&c->out[0], i);
+            r = -0.5f * d * (y * y * y);
+            break;
+        }
+        case GCKPT_P_TANH: {
+            float y = ld(&c->out[0], i);
+            r = d * (1.0f - y * y);
+            break;
+        }
+        case GCKPT_P_SILU: {
+            float x = ld(&c->in[0], i), s = 1.0f / (1.0f + expf(-x));
+            r = d * (s * (1.0f + x * (1.0f - s)));
+            break;
+        }
+        case GCKPT_P_GELU: r = d * gelu_grad(ld(&c->in[0], i), op->sa == 1.0); break;
+        case GCKPT_P_DROPOUT: r = ld(&c->out[1], i) != 0 ? d * inv_keep : 0.0f; break;
+        default: gckpt_seterr(err, "op %s: not an elementwise primitive", op->name); return GCKPT_XS_ERROR;
+        }
+        st(gi, i, r);
+    }
+    return GCKPT_XS_OK;
+}
+
+/* x (*|+) y with broadcast */
+static gckpt_xstatus binary_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *x = &c->in[0], *y = &c->in[1], *o = &c->out[0];
+    NEED(c, *x, "input 0");
+    NEED(c, *y, "input 1");
+    uint64_t xc = host_cols(c, c->op->in[0]);
+    bool mul = c->op->prim == GCKPT_P_MUL;
+    for (uint64_t i = 0; i < o->n; i++) {
+        float a = ld(x, i), b = ld(y, yidx(c, x, xc, i));
+        st(o, i, mul ? a * b : a + b);
+    }
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus binary_bwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *x = &c->in[0], *y = &c->in[1], *g = &c->gout;
+    bool mul = c->op->prim == GCKPT_P_MUL;
+    uint64_t xc = host_cols(c, c->op->in[0]);
+    if (c->gin[0].p) {
+        if (mul) NEED(c, *y, "saved input 1");
+        for (uint64_t i = 0; i < c->gin[0].n; i++) {
+            float d = ld(g, i);
+            st(&c->gin[0], i, mul ? d * ld(y, yidx(c, x, xc, i)) : d);
+        }
+    }
+    if (c->gin[1].p) {
+        if (mul) NEED(c, *x, "saved input 0");
+        if (c->op->bcast == GCKPT_BC_NONE) {
+            for (uint64_t i = 0; i < c->gin[1].n; i++) {
+                float d = ld(g, i);
+                st(&c->gin[1], i, mul ? d * ld(x, i) : d);
+            }
+        } else {
+            float *acc = zeros(c->gin[1].n, err);
+            if (!acc) return GCKPT_XS_ERROR;
+            for (uint64_t i = 0; i < g->n; i++) {
+                float d = ld(g, i);
+                acc[yidx(c, x, xc, i)] += mul ? d * ld(x, i) : d;
+            }
+            host_from_f32(&c->gin[1], acc);
+            free(acc);
+        }
+    }
+    return GCKPT_XS_OK;
+}
+
+/* rotate_half pieces, per head of width w */
+static gckpt_xstatus half_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    uint64_t w = c->op->width, hw = w / 2;
+    const gckpt_xt *o = &c->out[0];
+    if (c->op->prim == GCKPT_P_NEG_HALF) {
+        const gckpt_xt *x = &c->in[0];
+        NEED(c, *x, "input");
+        uint64_t C = host_cols(c, c->op->in[0]), oc = C / 2;
+        for (uint64_t i = 0; i < o->n; i++) {
+            uint64_t row = i / oc, col = i % oc;
+            st(o, i, -ld(x, row * C + (col / hw) * w + hw + col % hw));
+        }
+    } else {
+        const gckpt_xt *a = &c->in[0], *x = &c->in[1];
+        NEED(c, *a, "input 0");
+        NEED(c, *x, "input 1");
+        uint64_t C = host_cols(c, c->op->in[1]), ac = C / 2;
+        for (uint64_t i = 0; i < o->n; i++) {
+            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
+            st(o, i, j < hw ? ld(a, row * ac + hd * hw + j) : ld(x, row * C + hd * w + j - hw));
+        }
+    }
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus half_bwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    (void)err;
+    uint64_t w = c->op->width, hw = w / 2;
+    const gckpt_xt *g = &c->gout;
+    if (c->op->prim == GCKPT_P_NEG_HALF) {
+        const gckpt_xt *gi = &c->gin[0];
+        if (!gi->p) return GCKPT_XS_OK;
+        uint64_t C = host_cols(c, c->op->in[0]), oc = C / 2;
+        for (uint64_t i = 0; i < gi->n; i++) {
+            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
+            st(gi, i, j < hw ? 0.0f : -ld(g, row * oc + hd * hw + j - hw));
+        }
+    } else {
+        uint64_t C = host_cols(c, c->op->in[1]), ac = C / 2;
+        if (c->gin[0].p)
+            for (uint64_t i = 0; i < c->gin[0].n; i++) {
+                uint64_t row = i / ac, col = i % ac;
+                st(&c->gin[0], i, ld(g, row * C + (col / hw) * w + col % hw));
+            }
+        if (c->gin[1].p)
+            for (uint64_t i = 0; i < c->gin[1].n; i++) {
+                uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
+                st(&c->gin[1], i, j < hw ? ld(g, row * C + hd * w + hw + j) : 0.0f);
+            }
+    }
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus mean_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *x = &c->in[0], *o = &c->out[0];
+    NEED(c, *x, "input");
+    uint64_t w = c->op->width;
+    for (uint64_t g = 0; g < o->n; g++) {
+        float s = 0;
+        for (uint64_t k = 0; k < w; k++) s += ld(x, g * w + k);
+        st(o, g, s / (float)w);
+    }
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus mean_bwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    (void)err;
+    const gckpt_xt *gi = &c->gin[0];
+    if (!gi->p) return GCKPT_XS_OK;
+    uint64_t w = c->op->width;
+    for (uint64_t i = 0; i < gi->n; i++) st(gi, i, ld(&c->gout, i / w) / (float)w);
+    return GCKPT_XS_OK;
+}
+
+/* ---- linear ------------------------------------------------------------------------------ */
+
+static gckpt_xstatus linear_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_op *op = c->op;
+    NEED(c, c->in[0], "input");
+    NEED(c, c->in[1], "weight");
+    uint64_t K = op->in_f, N = op->out_f, M = c->in[0].n / K;
+    float *x = host_to_f32(&c->in[0], err), *w = x ? host_to_f32(&c->in[1], err) : NULL;
+    float *y = w ? malloc(sizeof *y * (M * N + 1)) : NULL;
+    if (!y) {
+        if (w) gckpt_seterr(err, "out of host memory for a %llu x %llu product", (unsigned long long)M, (unsigned long long)N);
+        free(x);
+        free(w);
+        return GCKPT_XS_ERROR;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w, (int)K, 0.0f, y,
+                (int)N);
+    if (op->nin > 2) {
+        NEED(c, c->in[2], "bias");
+        for (uint64_t i = 0; i < M; i++)
+            for (uint64_t j = 0; j < N; j++) y[i * N + j] += ld(&c->in[2], j);
+    }
+    host_from_f32(&c->out[0], y);
+    free(x);
+    free(w);
+    free(y);
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus linear_bwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_op *op = c->op;
+    uint64_t K = op->in_f, N = op->out_f, M = c->gout.n / N;
+    float *g = host_to_f32(&c->gout, err);
+    if (!g) return GCKPT_XS_ERROR;
+    gckpt_xstatus rc = GCKPT_XS_ERROR;
+    float *w = NULL, *x = NULL, *r = NULL;
+    if (c->gin[0].p) {
+        if (!c->in[1].p) { gckpt_seterr(err, "op %s: saved weight is not available", op->name); goto out; }
+        if (!(w = host_to_f32(&c->in[1], err)) || !(r = malloc(sizeof *r * (M * K + 1)))) goto oom;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, g, (int)N, w, (int)K, 0.0f,
+                    r, (int)K);
+        host_from_f32(&c->gin[0], r);
+        free(r);
+        r = NULL;
+    }
+    if (c->gin[1].p) {
+        if (!c->in[0].p) { gckpt_seterr(err, "op %s: saved input is not available", op->name); goto out; }
+        if (!(x = host_to_f32(&c->in[0], err)) || !(r = malloc(sizeof *r * (N * K + 1)))) goto oom;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, g, (int)N, x, (int)K, 0.0f, r,
+                    (int)K);
+        host_from_f32(&c->gin[1], r);
+        free(r);
+        r = NULL;
+    }
+    if (op->nin > 2 && c->gin[2].p) {
+        if (!(r = zeros(N, err))) goto out;
+        for (uint64_t i = 0; i < M; i++)
+            for (uint64_t j = 0; j < N; j++) r[j] += g[i * N + j];
+        host_from_f32(&c->gin[2], r);
+    }
+    rc = GCKPT_XS_OK;
+    goto out;
+oom:
+    gckpt_seterr(err, "op %s: out of host memory for kernel scratch", op->name);
+out:
+    free(g);
+    free(w);
+    free(x);
+    free(r);
+    return rc;
+}
+
+/* ---- layer norm ----------------------------------------------------------------------------- */
+
+static gckpt_xstatus layernorm_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *x = &c->in[0], *w = &c->in[1], *b = &c->in[2], *o = &c->out[0], *stt = &c->out[1];
+    NEED(c, *x, "input");
+    NEED(c, *w, "weight");
+    NEED(c, *b, "bias");
+    uint64_t W = c->op->width, rows = x->n / W;
+    float eps = (float)c->op->sa;
+    for (uint64_t r = 0; r < rows; r++) {
+        float mean = 0, var = 0;
+        for (uint64_t k = 0; k < W; k++) mean += ld(x, r * W + k);
+        mean /= (float)W;
+        for (uint64_t k = 0; k < W; k++) {
+            float d = ld(x, r * W + k) - mean;
+            var += d * d;
+        }
+        var /= (float)W;
+        float rstd = 1.0f / sqrtf(var + eps);
+        for (uint64_t k = 0; k < W; k++)
+            st(o, r * W + k, (ld(x, r * W + k) - mean) * rstd * ld(w, k) + ld(b, k));
+        st(stt, 2 * r, mean);
+        st(stt, 2 * r + 1, rstd);
+    }
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus layernorm_bwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *x = &c->in[0], *w = &c->in[1], *stt = &c->out[1], *g = &c->gout;
+    NEED(c, *x, "saved input");
+    NEED(c, *w, "weight");
+    NEED(c, *stt, "saved mean and rstd");
+    uint64_t W = c->op->width, rows = x->n / W;
+    float *gw = zeros(W, err), *gb = gw ? zeros(W, err) : NULL;
+    if (!gb) {
+        free(gw);
+        return GCKPT_XS_ERROR;
+    }
+    for (uint64_t r = 0; r < rows; r++) {
+        float mean = ld(stt, 2 * r), rstd = ld(stt, 2 * r + 1);
+        float s1 = 0, s2 = 0;
+        for (uint64_t k = 0; k < W; k++) {
+            float xh = (ld(x, r * W + k) - mean) * rstd, d = ld(g, r * W + k), dxh = d * ld(w, k);
+            s1 += dxh;
+            s2 += dxh * xh;
+            gw[k] += d * xh;
+            gb[k] += d;
+        }
+        s1 /= (float)W;
+        s2 /= (float)W;
+        if (c->gin[0].p)
+            for (uint64_t k = 0; k < W; k++) {
+                float xh = (ld(x, r * W + k) - mean) * rstd, dxh = ld(g, r * W + k) * ld(w, k);
+                st(&c->gin[0], r * W + k, rstd * (dxh - s1 - xh * s2));
+            }
+    }
+    if (c->gin[1].p) host_from_f32(&c->gin[1], gw);
+    if (c->gin[2].p) host_from_f32(&c->gin[2], gb);
+    free(gw);
+    free(gb);
+    return GCKPT_XS_OK;
+}
+
+/* ---- embedding, log-softmax, nll ------------------------------------------------------------ */
+
+static gckpt_xstatus embed_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *tab = &c->in[0], *ids = &c->in[1], *o = &c->out[0];
+    NEED(c, *tab, "table");
+    NEED(c, *ids, "ids");
+    uint64_t W = c->op->width, V = tab->n / W;
+    for (uint64_t t = 0; t < ids->n; t++) {
+        int64_t id = ((const int64_t *)ids->p)[t];
+        if (id < 0 || (uint64_t)id >= V) {
+            gckpt_seterr(err, "op %s: id %lld at position %llu is outside the table's %llu rows", c->op->name,
+                         (long long)id, (unsigned long long)t, (unsigned long long)V);
+            return GCKPT_XS_ERROR;
+        }
+        for (uint64_t k = 0; k < W; k++) st(o, t * W + k, ld(tab, (uint64_t)id * W + k));
+    }
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus embed_bwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *gi = &c->gin[0], *ids = &c->in[1];
+    if (!gi->p) return GCKPT_XS_OK;
+    NEED(c, *ids, "saved ids");
+    uint64_t W = c->op->width;
+    float *acc = zeros(gi->n, err);
+    if (!acc) return GCKPT_XS_ERROR;
+    for (uint64_t t = 0; t < ids->n; t++) {
+        uint64_t id = (uint64_t)((const int64_t *)ids->p)[t];
+        for (uint64_t k = 0; k < W; k++) acc[id * W + k] += ld(&c->gout, t * W + k);
+    }
+    host_from_f32(gi, acc);
+    free(acc);
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus logsoftmax_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *x = &c->in[0], *o = &c->out[0];
+    NEED(c, *x, "input");
+    uint64_t W = c->op->width, rows = x->n / W;
+    for (uint64_t r = 0; r < rows; r++) {
+        float mx = -INFINITY, s = 0;
+        for (uint64_t k = 0; k < W; k++) mx = fmaxf(mx, ld(x, r * W + k));
+        for (uint64_t k = 0; k < W; k++) s += expf(ld(x, r * W + k) - mx);
+        float lse = mx + logf(s);
+        for (uint64_t k = 0; k < W; k++) st(o, r * W + k, ld(x, r * W + k) - lse);
+    }
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus logsoftmax_bwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *y = &c->out[0], *g = &c->gout, *gi = &c->gin[0];
+    if (!gi->p) return GCKPT_XS_OK;
+    NEED(c, *y, "saved output");
+    uint64_t W = c->op->width, rows = y->n / W;
+    for (uint64_t r = 0; r < rows; r++) {
+        float s = 0;
+        for (uint64_t k = 0; k < W; k++) s += ld(g, r * W + k);
+        for (uint64_t k = 0; k < W; k++) st(gi, r * W + k, ld(g, r * W + k) - expf(ld(y, r * W + k)) * s);
+    }
+    return GCKPT_XS_OK;
+}
+
+#define IGNORE_INDEX (-100)
+
+static gckpt_xstatus nll_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *x = &c->in[0], *lb = &c->in[1];
+    NEED(c, *x, "input");
+    NEED(c, *lb, "labels");
+    uint64_t W = c->op->width;
+    float s = 0, n = 0;
+    for (uint64_t r = 0; r < lb->n; r++) {
+        int64_t l = ((const int64_t *)lb->p)[r];
+        if (l == IGNORE_INDEX) continue;
+        if (l < 0 || (uint64_t)l >= W) {
+            gckpt_seterr(err, "op %s: label %lld at row %llu is outside [0, %llu)", c->op->name, (long long)l,
+                         (unsigned long long)r, (unsigned long long)W);
+            return GCKPT_XS_ERROR;
+        }
+        s += ld(x, r * W + (uint64_t)l);
+        n += 1;
+    }
+    st(&c->out[0], 0, -s / n);
+    if (c->out[1].p) st(&c->out[1], 0, n); /* total_weight, saved for backward */
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus nll_bwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *lb = &c->in[1], *gi = &c->gin[0];
+    if (!gi->p) return GCKPT_XS_OK;
+    NEED(c, *lb, "saved labels");
+    uint64_t W = c->op->width;
+    float n = 0;
+    if (c->op->out[1] >= 0) {
+        NEED(c, c->out[1], "saved total_weight");
+        n = ld(&c->out[1], 0);
+    } else {
+        for (uint64_t r = 0; r < lb->n; r++) n += ((const int64_t *)lb->p)[r] != IGNORE_INDEX;
+    }
+    float d = -ld(&c->gout, 0) / n;
+    for (uint64_t i = 0; i < gi->n; i++) st(gi, i, 0.0f);
+    for (uint64_t r = 0; r < lb->n; r++) {
+        int64_t l = ((const int64_t *)lb->p)[r];
+        if (l != IGNORE_INDEX) st(gi, r * W + (uint64_t)l, d);
+    }
+    return GCKPT_XS_OK;
+}
+
+/* ---- dispatch -------------------------------------------------------------------------------- */
+
+gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err)
+{
+    switch (c->op->prim) {
+    case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
+    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT:
+        return unary_fwd(c, err);
+    case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_fwd(c, err);
+    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_fwd(c, err);
+    case GCKPT_P_MEAN: return mean_fwd(c, err);
+    case GCKPT_P_LINEAR: return linear_fwd(c, err);
+    case GCKPT_P_LAYERNORM: return layernorm_fwd(c, err);
+    case GCKPT_P_EMBED: return embed_fwd(c, err);
+    case GCKPT_P_LOG_SOFTMAX: return logsoftmax_fwd(c, err);
+    case GCKPT_P_NLL: return nll_fwd(c, err);
+    default:
+        if (host_is_attn(c->op->prim)) return host_attn_forward(c, err);
+        gckpt_seterr(err, "op %s: primitive %d has no host forward", c->op->name, c->op->prim);
+        return GCKPT_XS_ERROR;
+    }
+}
+
+gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err)
+{
+    NEED(c, c->gout, "output gradient");
+    switch (c->op->prim) {
+    case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
+    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT:
+        return unary_bwd(c, err);
+    case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_bwd(c, err);
+    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_bwd(c, err);
+    case GCKPT_P_MEAN: return mean_bwd(c, err);
+    case GCKPT_P_LINEAR: return linear_bwd(c, err);
+    case GCKPT_P_LAYERNORM: return layernorm_bwd(c, err);
+    case GCKPT_P_EMBED: return embed_bwd(c, err);
+    case GCKPT_P_LOG_SOFTMAX: return logsoftmax_bwd(c, err);
+    case GCKPT_P_NLL: return nll_bwd(c, err);
+    default:
+        if (host_is_attn(c->op->prim)) return host_attn_backward(c, err);
+        gckpt_seterr(err, "op %s: primitive %d has no host backward", c->op->name, c->op->prim);
+        return GCKPT_XS_ERROR;
+    }
+}

@@ -1,0 +1,30 @@
+/* The host backend's kernels: forward and backward of every recipe primitive on the CPU,
+ * fp32 compute, CBLAS for matrix products. Deterministic: loops run in a fixed order. */
+#ifndef GCKPT_HOST_OPS_H
+#define GCKPT_HOST_OPS_H
+
+#include "gckpt/executor.h"
+
+gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err);
+gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err);
+/* attention-shaped primitives (host_attn.c) */
+gckpt_xstatus host_attn_forward(const gckpt_xcall *c, gckpt_err *err);
+gckpt_xstatus host_attn_backward(const gckpt_xcall *c, gckpt_err *err);
+bool host_is_attn(int prim);
+gckpt_xstatus host_optim(const gckpt_optcall *c, gckpt_err *err);
+gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t *host, gckpt_err *err);
+
+/* shared helpers */
+float *host_to_f32(const gckpt_xt *t, gckpt_err *err); /* malloc'd fp32 copy */
+void host_from_f32(const gckpt_xt *t, const float *v);  /* store with rounding */
+uint64_t host_cols(const gckpt_xcall *c, int tensor);   /* elements per token row */
+
+#define NEED(c, t, what)                                                                           \
+    do {                                                                                           \
+        if (!(t).p) {                                                                              \
+            gckpt_seterr(err, "op %s: %s is not available (freed before use)", (c)->op->name, what); \
+            return GCKPT_XS_ERROR;                                                                 \
+        }                                                                                          \
+    } while (0)
+
+#endif

@@ -1,0 +1,313 @@
+/* gckpt-run: run a plan's entries for real and compare with the predictions. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "gckpt/exec_host.h"
+#include "gckpt/exec_run.h"
+#include "gckpt/plan_read.h"
+#ifdef GCKPT_HAVE_CUDA
+#include "gckpt/exec_cuda.h"
+#endif
+
+static const char *const usage_text =
+    "usage: gckpt-run --plan FILE [options]\n"
+    "       gckpt-run --calibrate -o devices/local.json [--gpu BASE] [--model NAME|PATH]\n"
+    "\n"
+    "Run the entries of a plan written by gckpt-plan as real training steps (forward,\n"
+    "backward with the entry's checkpointing and offload, optimizer step) with the\n"
+    "model's dimensions, measure memory and time, and compare with the plan.\n"
+    "\n"
+    "  --plan FILE            the plan (schema gckpt.plan/1)\n"
+    "  --entry N[,N...]       entries to run, by index\n"
+    "  --recommended          the plan's recommended entry (default)\n"
+    "  --all                  every entry\n"
+    "  --backend cuda|host    where to run (default: cuda when a GPU is present, else host)\n"
+    "  --steps N              measured steps per entry (default 3)\n"
+    "  --warmup N             warm-up steps before them (default 1)\n"
+    "  --tolerance X          relative tolerance of the memory checks (default 0.02)\n"
+    "  --time-tolerance X     also judge the median step time (cuda only; default: report only)\n"
+    "  --force                run entries the plan predicts not to fit\n"
+    "  --host-memory-limit SIZE\n"
+    "                         fail allocations beyond SIZE, e.g. 64MiB (simulated out of memory)\n"
+    "  --seed N               weights, data and dropout seed (default 0)\n"
+    "  --sync-alloc           cuda: cudaMalloc/cudaFree instead of the stream-ordered allocator\n"
+    "  -o, --output FILE      write the report (schema gckpt.report/1), updated after every entry\n"
+    "  -q, --quiet            no table on stdout\n"
+    "  --calibrate            measure this GPU and write a device profile to -o (cuda only)\n"
+    "  --gpu NAME|PATH        with --calibrate: profile whose peak figures are kept\n"
+    "  --model NAME|PATH      with --calibrate: model whose GEMM shapes are measured\n"
+    "  -h, --help             this help\n"
+    "  -V, --version          version\n"
+    "\n"
+    "Exit status: 0 every entry run passed, 1 an entry failed (out of tolerance, out of\n"
+    "memory against the prediction, or an error), 2 bad usage or input.\n";
+
+typedef struct {
+    const char *plan, *out, *backend, *entries, *limit, *gpu, *model;
+    bool all, recommended, force, quiet, calibrate, sync_alloc;
+    uint64_t steps, warmup, seed, limit_bytes;
+    double tolerance, time_tolerance;
+} args_t;
+
+static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gckpt-run: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return GCKPT_EXIT_INPUT;
+}
+
+static bool parse_double(const char *s, double lo, double hi, double *out)
+{
+    if (!s || !*s) return false;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
+static int parse_args(int argc, char **argv, args_t *a)
+{
+    memset(a, 0, sizeof *a);
+    a->steps = 3;
+    a->warmup = 1;
+    a->tolerance = 0.02;
+    a->time_tolerance = -1;
+    int sel = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEEDV                                                                                      \
+    do {                                                                                           \
+        if (!v) return bad("%s needs a value", o);                                           \
+        i++;                                                                                       \
+    } while (0)
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            fputs(usage_text, stdout);
+            exit(0);
+        } else if (!strcmp(o, "-V") || !strcmp(o, "--version")) {
+            printf("gckpt-run %s\n", GCKPT_VERSION);
+            exit(0);
+        } else if (!strcmp(o, "--plan")) { NEEDV; a->plan = v; }
+        else if (!strcmp(o, "--entry")) { NEEDV; a->entries = v; sel++; }
+        else if (!strcmp(o, "--all")) { a->all = true; sel++; }
+        else if (!strcmp(o, "--recommended")) { a->recommended = true; sel++; }
+        else if (!strcmp(o, "--backend")) {
+            NEEDV;
+            if (strcmp(v, "cuda") && strcmp(v, "host")) return bad("--backend: \"%s\" is not cuda or host", v);
+            a->backend = v;
+        } else if (!strcmp(o, "--steps")) {
+            NEEDV;
+            if (!gckpt_parse_u64(v, 1, GCKPT_MAX_STEPS, &a->steps)) return bad("--steps: \"%s\" is not an integer in [1, 1000]", v);
+        } else if (!strcmp(o, "--warmup")) {
+            NEEDV;
+            if (!gckpt_parse_u64(v, 0, GCKPT_MAX_STEPS, &a->warmup)) return bad("--warmup: \"%s\" is not an integer in [0, 1000]", v);
+        } else if (!strcmp(o, "--tolerance")) {
+            NEEDV;
+            if (!parse_double(v, 0, 1, &a->tolerance)) return bad("--tolerance: \"%s\" is not a number in [0, 1]", v);
+        } else if (!strcmp(o, "--time-tolerance")) {
+            NEEDV;
+            if (!parse_double(v, 0, 100, &a->time_tolerance)) return bad("--time-tolerance: \"%s\" is not a number in [0, 100]", v);
+        } else if (!strcmp(o, "--force")) a->force = true;
+        else if (!strcmp(o, "--host-memory-limit")) {
+            NEEDV;
+            if (!gckpt_parse_size(v, &a->limit_bytes) || !a->limit_bytes) return bad("--host-memory-limit: \"%s\" is not a size such as 64MiB", v);
+            a->limit = v;
+        } else if (!strcmp(o, "--seed")) {
+            NEEDV;
+            if (!gckpt_parse_u64(v, 0, UINT64_MAX >> 1, &a->seed)) return bad("--seed: \"%s\" is not a non-negative integer", v);
+        } else if (!strcmp(o, "--sync-alloc")) a->sync_alloc = true;
+        else if (!strcmp(o, "-o") || !strcmp(o, "--output")) { NEEDV; a->out = v; }
+        else if (!strcmp(o, "-q") || !strcmp(o, "--quiet")) a->quiet = true;
+        else if (!strcmp(o, "--calibrate")) a->calibrate = true;
+        else if (!strcmp(o, "--gpu")) { NEEDV; a->gpu = v; }
+        else if (!strcmp(o, "--model")) { NEEDV; a->model = v; }
+        else return bad("unknown option \"%s\" (see --help)", o);
+#undef NEEDV
+    }
+    if (sel > 1) return bad("--entry, --recommended and --all exclude each other");
+    if (a->calibrate) {
+        if (a->plan || sel) return bad("--calibrate takes no plan or entries");
+        if (!a->out || !strcmp(a->out, "-")) return bad("--calibrate needs -o FILE for the device profile");
+    } else {
+        if (!a->plan) return bad("--plan FILE is required (see --help)");
+        if (a->gpu || a->model) return bad("--gpu and --model go with --calibrate only");
+    }
+    if (a->out && strcmp(a->out, "-")) {
+        struct stat st;
+        if (stat(a->out, &st) == 0 && S_ISDIR(st.st_mode)) return bad("%s: is a directory, expected a file name to write", a->out);
+    }
+    return 0;
+}
+
+static int calibrate(const args_t *a)
+{
+#ifdef GCKPT_HAVE_CUDA
+    if (a->backend && !strcmp(a->backend, "host"))
+        return bad("--calibrate measures a GPU; it does not run on the host backend");
+    gckpt_err err = {{0}};
+    gckpt_device base, *bp = NULL;
+    if (a->gpu) {
+        if (!gckpt_device_load(a->gpu, &base, &err)) return bad("%s", err.msg);
+        bp = &base;
+    }
+    uint64_t h = 0, inter = 0;
+    if (a->model) {
+        gckpt_model m;
+        if (!gckpt_model_load(a->model, &m, &err)) return bad("%s", err.msg);
+        h = m.hidden;
+        inter = m.intermediate;
+    }
+    if (!gckpt_cuda_available(&err)) return bad("--calibrate needs a CUDA GPU: %s", err.msg);
+    if (!gckpt_cuda_calibrate(0, bp, h, inter, 0, a->out, stderr, &err)) {
+        fprintf(stderr, "gckpt-run: calibration failed: %s\n", err.msg);
+        return GCKPT_EXIT_CHECK;
+    }
+    fprintf(stderr, "gckpt-run: device profile written to %s\n", a->out);
+    return 0;
+#else
+    (void)a;
+    return bad("--calibrate needs a GPU and this gckpt-run was built without CUDA (nvcc was not found); "
+               "it cannot calibrate on the host backend");
+#endif
+}
+
+/* Indices of the entries to run; count or -1 (message printed). */
+static long select_entries(const args_t *a, const gckpt_plan_file *pf, size_t **out)
+{
+    size_t *sel = NULL;
+    long n = 0;
+    if (a->all) {
+        sel = malloc(sizeof *sel * pf->n);
+        if (!sel) return bad("out of memory"), -1;
+        for (size_t i = 0; i < pf->n; i++) sel[n++] = i;
+    } else if (a->entries) {
+        uint64_t v[1024];
+        int k = gckpt_parse_list(a->entries, 0, pf->n - 1, v, 1024);
+        if (k <= 0) {
+            char hi[32];
+            snprintf(hi, sizeof hi, "%zu", pf->n - 1);
+            return bad("--entry: \"%s\" is not a list of entry indices in [0, %s]", a->entries, hi), -1;
+        }
+        sel = malloc(sizeof *sel * (size_t)k);
+        if (!sel) return bad("out of memory"), -1;
+        for (int i = 0; i < k; i++) sel[n++] = (size_t)v[i];
+    } else {
+        if (pf->recommended < 0)
+            return bad("%s: the plan recommends no entry (nothing fits); choose with --entry N or --all", pf->file), -1;
+        sel = malloc(sizeof *sel);
+        if (!sel) return bad("out of memory"), -1;
+        sel[n++] = (size_t)pf->recommended;
+    }
+    *out = sel;
+    return n;
+}
+
+static gckpt_backend *make_backend(const args_t *a, int *rc)
+{
+    bool want_cuda = a->backend && !strcmp(a->backend, "cuda");
+    bool want_host = a->backend && !strcmp(a->backend, "host");
+#ifdef GCKPT_HAVE_CUDA
+    gckpt_err err = {{0}};
+    if (!want_host) {
+        if (gckpt_cuda_available(&err)) {
+            gckpt_cuda_opts co = {.device = 0, .sync_alloc = a->sync_alloc, .memory_limit = a->limit_bytes};
+            gckpt_backend *be = gckpt_cuda_backend_new(&co, &err);
+            if (be) return be;
+            *rc = bad("--backend cuda: %s", err.msg);
+            return NULL;
+        }
+        if (want_cuda) {
+            *rc = bad("--backend cuda: no usable CUDA GPU: %s", err.msg);
+            return NULL;
+        }
+        fprintf(stderr, "gckpt-run: no CUDA GPU (%s); running on the host backend\n", err.msg);
+    }
+#else
+    (void)want_host;
+    if (want_cuda) {
+        *rc = bad("--backend cuda: this gckpt-run was built without CUDA (nvcc was not found)");
+        return NULL;
+    }
+#endif
+    gckpt_backend *be = gckpt_host_backend_new(a->limit_bytes);
+    if (!be) *rc = bad("out of memory");
+    return be;
+}
+
+int main(int argc, char **argv)
+{
+    args_t a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc;
+    if (a.calibrate) return calibrate(&a);
+    gckpt_err err = {{0}};
+    gckpt_plan_file pf;
+    if (!gckpt_plan_read(a.plan, &pf, &err)) return bad("%s", err.msg);
+    size_t *sel = NULL;
+    long nsel = select_entries(&a, &pf, &sel);
+    if (nsel < 0) {
+        gckpt_plan_file_free(&pf);
+        return GCKPT_EXIT_INPUT;
+    }
+    gckpt_backend *be = make_backend(&a, &rc);
+    if (!be) {
+        free(sel);
+        gckpt_plan_file_free(&pf);
+        return rc;
+    }
+    gckpt_report rep = {.plan = &pf, .backend = be->name, .planned = (size_t)nsel};
+    rep.opts = (gckpt_run_opts){.steps = (int)a.steps, .warmup = (int)a.warmup, .tolerance = a.tolerance,
+                                .time_tolerance = a.time_tolerance, .force = a.force, .seed = a.seed,
+                                .memory_limit = a.limit_bytes};
+    be->describe(be, &rep.dev);
+    rep.entries = calloc((size_t)nsel, sizeof *rep.entries);
+    if (!rep.entries) {
+        be->destroy(be);
+        free(sel);
+        gckpt_plan_file_free(&pf);
+        return bad("out of memory");
+    }
+    bool to_file = a.out && strcmp(a.out, "-");
+    int status = GCKPT_EXIT_OK;
+    for (long k = 0; k < nsel; k++) {
+        gckpt_entry_report *e = &rep.entries[k];
+        gckpt_run_entry(be, &pf, sel[k], &rep.opts, e);
+        rep.n = (size_t)k + 1;
+        rep.complete = rep.n == rep.planned;
+        gckpt_entry_progress(e, (size_t)k + 1, (size_t)nsel, stderr);
+        if (e->pass == 0) status = GCKPT_EXIT_CHECK;
+        if (to_file && !gckpt_report_write(&rep, a.out, &err)) {
+            fprintf(stderr, "gckpt-run: %s\n", err.msg);
+            status = GCKPT_EXIT_INPUT;
+            break;
+        }
+    }
+    if (a.out && !to_file && !gckpt_report_write(&rep, "-", &err)) {
+        fprintf(stderr, "gckpt-run: %s\n", err.msg);
+        status = GCKPT_EXIT_INPUT;
+    }
+    if (!a.quiet) {
+        FILE *f = a.out && !to_file ? stderr : stdout;
+        fprintf(f, "%s on %s (%s backend), seq %llu, %s, %s, %s attention\n", pf.model.name, rep.dev.name, be->name,
+                (unsigned long long)pf.seq, gckpt_precision_names[pf.precision], gckpt_optimizer_names[pf.optimizer],
+                gckpt_attention_names[pf.attention]);
+        gckpt_report_print_table(&rep, f);
+    }
+    if (to_file && status != GCKPT_EXIT_INPUT) fprintf(stderr, "gckpt-run: report written to %s\n", a.out);
+    free(rep.entries);
+    be->destroy(be);
+    free(sel);
+    gckpt_plan_file_free(&pf);
+    return status;
+}

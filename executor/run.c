@@ -1,0 +1,176 @@
+/* Running one plan entry: rebuild its schedule, allocate the persistent state, run
+ * warm-up and measured steps, read the backend's memory counters and timer, free
+ * everything, and judge the measurements against the plan. Out of memory and errors
+ * become the entry's status; the backend is left empty for the next entry. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gckpt/eval.h"
+#include "gckpt/exec_run.h"
+
+const char *const gckpt_run_status_names[GCKPT_NRS] = {"ok", "oom", "skipped", "error"};
+
+static void check(gckpt_check *c, uint64_t predicted, uint64_t value, double tol, bool judged)
+{
+    c->measured = true;
+    c->judged = judged;
+    c->predicted = predicted;
+    c->value = value;
+    if (predicted) c->rel = ((double)value - (double)predicted) / (double)predicted;
+    else c->rel = value ? NAN : 0.0;
+    c->pass = !isnan(c->rel) && fabs(c->rel) <= tol;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n)
+{
+    double *t = malloc(sizeof *t * (size_t)(n ? n : 1));
+    if (!t) return v[n / 2];
+    memcpy(t, v, sizeof *t * (size_t)n);
+    qsort(t, (size_t)n, sizeof *t, cmp_d);
+    double m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    free(t);
+    return m;
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void set_status(gckpt_entry_report *rep, gckpt_run_status st, const char *msg)
+{
+    rep->status = st;
+    if (msg && *msg) snprintf(rep->message, sizeof rep->message, "%s", msg);
+}
+
+/* Run the steps; the executor's allocations are released by the caller. */
+static void run_steps(gckpt_exec *x, gckpt_backend *be, const gckpt_run_opts *o, gckpt_entry_report *rep)
+{
+    gckpt_err err = {{0}};
+    gckpt_xstatus rc = gckpt_exec_setup(x, &err);
+    int total = o->warmup + o->steps;
+    for (int s = 0; rc == GCKPT_XS_OK && s < total; s++) {
+        bool last = s == total - 1;
+        gckpt_step_opts so = {.update = true, .checksum = last};
+        gckpt_step_result res;
+        rc = gckpt_exec_step(x, &so, &res, &err);
+        if (rc != GCKPT_XS_OK) break;
+        if (s >= o->warmup) rep->step_times[rep->nsteps++] = res.seconds;
+        if (last) {
+            rep->has_numbers = true;
+            rep->loss = res.loss;
+            rep->grad_hash = res.grad_hash;
+            rep->grad_norm = res.grad_norm;
+        }
+    }
+    if (rc == GCKPT_XS_OK && (rc = be->sync(be)) != GCKPT_XS_OK) snprintf(err.msg, sizeof err.msg, "%s", be->err.msg);
+    if (rc == GCKPT_XS_OOM) set_status(rep, GCKPT_RS_OOM, err.msg);
+    else if (rc != GCKPT_XS_OK) set_status(rep, GCKPT_RS_ERROR, err.msg);
+}
+
+static void judge(gckpt_entry_report *rep, const gckpt_entry *e, const gckpt_memstat *ms, const gckpt_run_opts *o)
+{
+    check(&rep->peak, e->r.peak_bytes, ms->allocated_peak, o->tolerance, true);
+    check(&rep->pinned, e->r.host_pinned_bytes, ms->pinned_peak, o->tolerance, true);
+    if (ms->has_device) {
+        check(&rep->device_peak, e->r.device_peak_bytes, ms->device_used_peak, o->tolerance, true);
+        rep->device_over_baseline = ms->device_used_peak > ms->device_baseline ? ms->device_used_peak - ms->device_baseline : 0;
+        rep->context_bytes = ms->device_baseline;
+    }
+    if (rep->nsteps > 0) {
+        rep->has_time = true;
+        rep->step_s = median(rep->step_times, rep->nsteps);
+        rep->step_rel = rep->pred_step_s > 0 ? (rep->step_s - rep->pred_step_s) / rep->pred_step_s : NAN;
+        /* the plan's times are for its GPU: judged only on a GPU and when asked */
+        rep->time_judged = ms->has_device && o->time_tolerance >= 0;
+        rep->time_pass = !isnan(rep->step_rel) && fabs(rep->step_rel) <= o->time_tolerance;
+    }
+    bool pass = rep->peak.pass && rep->pinned.pass;
+    if (rep->device_peak.measured) pass = pass && rep->device_peak.pass;
+    if (rep->time_judged) pass = pass && rep->time_pass;
+    rep->pass = pass;
+    if (!pass && !rep->message[0])
+        snprintf(rep->message, sizeof rep->message, "measured beyond the tolerance of %.3g", o->tolerance);
+}
+
+void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, const gckpt_run_opts *o,
+                     gckpt_entry_report *rep)
+{
+    double t0 = now();
+    const gckpt_entry *e = &pf->entries[i];
+    memset(rep, 0, sizeof *rep);
+    rep->index = i;
+    rep->every_n = e->every_n;
+    rep->offload = e->offload;
+    rep->micro_batch = e->micro_batch;
+    rep->grad_accum = e->grad_accum;
+    rep->fits = e->fits;
+    rep->pass = -1;
+    rep->pred_step_s = e->r.step_s;
+    rep->peak.predicted = e->r.peak_bytes;
+    rep->device_peak.predicted = e->r.device_peak_bytes;
+    rep->pinned.predicted = e->r.host_pinned_bytes;
+    if (!e->fits && !o->force) {
+        snprintf(rep->message, sizeof rep->message,
+                 "predicted not to fit (device peak %llu bytes > usable %llu); --force runs it",
+                 (unsigned long long)e->r.device_peak_bytes, (unsigned long long)pf->usable_bytes);
+        rep->status = GCKPT_RS_SKIPPED;
+        return;
+    }
+    gckpt_err err = {{0}};
+    gckpt_memstat ms;
+    be->memstat(be, &ms);
+    if (ms.allocated || ms.pinned) {
+        snprintf(rep->message, sizeof rep->message, "the backend still holds %llu bytes from an earlier run",
+                 (unsigned long long)(ms.allocated + ms.pinned));
+        rep->status = GCKPT_RS_ERROR;
+        rep->pass = 0;
+        return;
+    }
+    gckpt_setting s = gckpt_plan_file_setting(pf, i);
+    gckpt_exec_opts xo = {.seed = o->seed};
+    gckpt_exec *x = gckpt_exec_new(be, &pf->model, &pf->dev, &s, &xo, &err);
+    if (!x) {
+        set_status(rep, GCKPT_RS_ERROR, err.msg);
+        rep->pass = 0;
+        return;
+    }
+    gckpt_result walk;
+    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_events(x), &walk);
+    rep->pred_schedule_peak = walk.peak_bytes;
+    be->reset_peaks(be);
+    rep->status = GCKPT_RS_OK;
+    run_steps(x, be, o, rep);
+    be->memstat(be, &ms);
+    gckpt_exec_free(x);
+    gckpt_memstat after;
+    be->memstat(be, &after);
+    if (rep->status == GCKPT_RS_OK && (after.allocated || after.pinned)) {
+        snprintf(rep->message, sizeof rep->message, "%llu bytes still allocated after the run",
+                 (unsigned long long)(after.allocated + after.pinned));
+        rep->status = GCKPT_RS_ERROR;
+    }
+    if (rep->status == GCKPT_RS_OK) {
+        judge(rep, e, &ms, o);
+        if (walk.peak_bytes != e->r.peak_bytes && !rep->message[0])
+            snprintf(rep->message, sizeof rep->message,
+                     "note: the plan's peak (%llu) differs from this build's schedule (%llu): the plan is from another planner version",
+                     (unsigned long long)e->r.peak_bytes, (unsigned long long)walk.peak_bytes);
+    } else if (rep->status == GCKPT_RS_OOM) {
+        /* an out of memory agrees with a prediction that the entry does not fit */
+        rep->pass = !e->fits;
+    } else {
+        rep->pass = 0;
+    }
+    rep->wall_s = now() - t0;
+}

@@ -1,0 +1,84 @@
+/* Running plan entries on a backend and judging the measurements against the plan's
+ * predictions; the report (schema gckpt.report/1, reports/schema/report.schema.json). */
+#ifndef GCKPT_EXEC_RUN_H
+#define GCKPT_EXEC_RUN_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+#include "gckpt/executor.h"
+#include "gckpt/plan_read.h"
+
+#define GCKPT_REPORT_SCHEMA "gckpt.report/1"
+#define GCKPT_MAX_STEPS 1000
+
+typedef enum { GCKPT_RS_OK, GCKPT_RS_OOM, GCKPT_RS_SKIPPED, GCKPT_RS_ERROR, GCKPT_NRS } gckpt_run_status;
+extern const char *const gckpt_run_status_names[GCKPT_NRS];
+
+typedef struct {
+    int steps, warmup;        /* measured steps after warm-up steps */
+    double tolerance;         /* relative, for memory */
+    double time_tolerance;    /* relative, for the step time; < 0: reported, not judged */
+    bool force;               /* run entries predicted not to fit */
+    uint64_t seed;
+    uint64_t memory_limit;    /* host backend's simulated memory (0: none), for the report */
+} gckpt_run_opts;
+
+/* A measured value against its prediction. */
+typedef struct {
+    bool measured;            /* false: not measured on this backend (JSON null) */
+    bool judged;              /* counts towards pass */
+    uint64_t predicted, value;
+    double rel;               /* (value - predicted) / predicted; NAN when predicted is 0 and value is not */
+    bool pass;
+} gckpt_check;
+
+typedef struct {
+    size_t index;
+    uint32_t every_n;
+    bool offload;
+    uint64_t micro_batch, grad_accum;
+    bool fits;                        /* the plan's prediction */
+    gckpt_run_status status;
+    int pass;                         /* -1: not judged (skipped), 0, 1 */
+    char message[512];
+    /* predictions */
+    uint64_t pred_schedule_peak;      /* this build's event walk of the entry's schedule */
+    double pred_step_s;
+    /* measurements */
+    gckpt_check peak, device_peak, pinned;
+    uint64_t device_over_baseline, context_bytes;
+    bool has_time;
+    double step_s, step_rel;
+    bool time_judged, time_pass;
+    double step_times[GCKPT_MAX_STEPS];
+    int nsteps;
+    bool has_numbers;
+    double loss, grad_norm;
+    uint64_t grad_hash;
+    double wall_s;                    /* the entry's whole run, setup included */
+} gckpt_entry_report;
+
+/* Run entry i of the plan. Never fails as a whole: problems are the entry's status. */
+void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, const gckpt_run_opts *o,
+                     gckpt_entry_report *rep);
+
+typedef struct {
+    const gckpt_plan_file *plan;
+    const char *backend;
+    gckpt_devinfo dev;
+    gckpt_run_opts opts;
+    gckpt_entry_report *entries;
+    size_t n;                 /* entries done so far */
+    size_t planned;           /* entries selected */
+    bool complete;
+} gckpt_report;
+
+cJSON *gckpt_report_json(const gckpt_report *r);
+/* Write the report atomically (temporary name + rename). */
+bool gckpt_report_write(const gckpt_report *r, const char *path, gckpt_err *err);
+/* One line per entry for people. */
+void gckpt_report_print_table(const gckpt_report *r, FILE *f);
+void gckpt_entry_progress(const gckpt_entry_report *e, size_t k, size_t n, FILE *f);
+
+#endif

@@ -510,7 +510,8 @@ static gckpt_xstatus nll_fwd(const gckpt_xcall *c, gckpt_err *err)
     NEED(c, *x, "input");
     NEED(c, *lb, "labels");
     uint64_t W = c->op->width;
-    float s = 0, n = 0;
+    double s = 0; /* the loss sums in double: finite differences of it are meaningful */
+    float n = 0;
     for (uint64_t r = 0; r < lb->n; r++) {
         int64_t l = ((const int64_t *)lb->p)[r];
         if (l == IGNORE_INDEX) continue;
@@ -522,7 +523,7 @@ static gckpt_xstatus nll_fwd(const gckpt_xcall *c, gckpt_err *err)
         s += ld(x, r * W + (uint64_t)l);
         n += 1;
     }
-    st(&c->out[0], 0, -s / n);
+    st(&c->out[0], 0, (float)(-s / n));
     if (c->out[1].p) st(&c->out[1], 0, n); /* total_weight, saved for backward */
     return GCKPT_XS_OK;
 }

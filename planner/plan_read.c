@@ -454,7 +454,8 @@ static bool read_entry(R *r, const cJSON *e, size_t i, gckpt_plan_file *pf, cons
     double head;
     snprintf(p, sizeof p, "%s.headroom_bytes", pre);
     if (!num(r, e, p, -(double)MAXB, (double)MAXB, &head)) return false;
-    if (head != (double)pf->usable_bytes - (double)en->r.device_peak_bytes)
+    double want_head = (double)pf->usable_bytes - (double)en->r.device_peak_bytes;
+    if (fabs(head - want_head) > 0.5 + 1e-12 * fabs(want_head))
         return fail(r, "field '%s' contradicts usable_bytes - device_peak_bytes", p);
     snprintf(p, sizeof p, "%s.pareto", pre);
     return boolean(r, e, p, &en->pareto);

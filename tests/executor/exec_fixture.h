@@ -1,0 +1,137 @@
+/* Shared helpers of the executor tests: tiny models, one step with all gradients
+ * captured. */
+#ifndef GCKPT_TEST_EXEC_FIXTURE_H
+#define GCKPT_TEST_EXEC_FIXTURE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/eval.h"
+#include "gckpt/executor.h"
+
+#ifndef GCKPT_TEST_DATA
+#define GCKPT_TEST_DATA "tests/executor/data"
+#endif
+
+/* The model of fixture NAME (tests/executor/data/NAME.json); aborts on failure. */
+static inline gckpt_model fx_model(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.json", GCKPT_TEST_DATA, name);
+    gckpt_model m;
+    gckpt_err err = {{0}};
+    if (!gckpt_model_load(path, &m, &err)) {
+        fprintf(stderr, "fixture %s: %s\n", name, err.msg);
+        abort();
+    }
+    return m;
+}
+
+static inline gckpt_device fx_device(void)
+{
+    gckpt_device d;
+    gckpt_err err = {{0}};
+    if (!gckpt_device_load("h100-sxm-80gb", &d, &err)) {
+        fprintf(stderr, "device: %s\n", err.msg);
+        abort();
+    }
+    return d;
+}
+
+/* All parameter gradients of a step, raw bytes in parameter order. */
+typedef struct {
+    unsigned char *bytes;
+    size_t n, cap;
+    bool failed;
+    const gckpt_recipe *r;
+    uint64_t layers;
+} fx_grads;
+
+static inline void fx_collect(gckpt_exec *x, void *user)
+{
+    fx_grads *g = user;
+    const gckpt_recipe *r = g->r;
+    gckpt_err err = {{0}};
+    for (int t = 0; t < r->nt; t++) {
+        if (r->t[t].kind != GCKPT_T_PARAM) continue;
+        uint64_t nl = r->t[t].section == GCKPT_SEC_BLOCK ? g->layers : 1;
+        for (uint64_t l = 0; l < nl; l++) {
+            uint64_t bytes = r->t[t].c0 * r->t[t].dtype;
+            if (g->n + bytes > g->cap) {
+                size_t nc = (g->cap + bytes) * 2;
+                unsigned char *nb = realloc(g->bytes, nc);
+                if (!nb) {
+                    g->failed = true;
+                    return;
+                }
+                g->bytes = nb;
+                g->cap = nc;
+            }
+            if (gckpt_exec_read_grad_raw(x, (int)l, t, g->bytes + g->n, bytes, &err) != GCKPT_XS_OK) {
+                fprintf(stderr, "read grad: %s\n", err.msg);
+                g->failed = true;
+                return;
+            }
+            g->n += bytes;
+        }
+    }
+}
+
+/* The outcome of running steps of one setting. */
+typedef struct {
+    gckpt_xstatus rc;
+    char msg[512];
+    double loss[2];
+    uint64_t hash[2];
+    fx_grads grads[2];          /* gradients of each step */
+    uint64_t peak, pinned;      /* measured */
+    gckpt_result pred;          /* the event walk */
+    uint64_t left;              /* bytes still allocated after the executor is freed */
+} fx_run;
+
+static inline void fx_run_free(fx_run *r)
+{
+    free(r->grads[0].bytes);
+    free(r->grads[1].bytes);
+}
+
+/* Run `steps` (1 or 2) steps of setting s on backend be with all gradients captured. */
+static inline void fx_steps(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d, const gckpt_setting *s,
+                            int steps, fx_run *out)
+{
+    memset(out, 0, sizeof *out);
+    gckpt_err err = {{0}};
+    gckpt_exec_opts o = {.seed = 7, .init_std = 0.05};
+    gckpt_exec *x = gckpt_exec_new(be, m, d, s, &o, &err);
+    if (!x) {
+        out->rc = GCKPT_XS_ERROR;
+        snprintf(out->msg, sizeof out->msg, "%s", err.msg);
+        return;
+    }
+    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_events(x), &out->pred);
+    be->reset_peaks(be);
+    out->rc = gckpt_exec_setup(x, &err);
+    for (int i = 0; i < steps && out->rc == GCKPT_XS_OK; i++) {
+        out->grads[i].r = gckpt_exec_ctx(x)->recipe;
+        out->grads[i].layers = m->layers;
+        gckpt_step_opts so = {.update = true, .checksum = true, .on_grads = fx_collect, .user = &out->grads[i]};
+        gckpt_step_result res;
+        out->rc = gckpt_exec_step(x, &so, &res, &err);
+        out->loss[i] = res.loss;
+        out->hash[i] = res.grad_hash;
+        if (out->grads[i].failed) out->rc = GCKPT_XS_ERROR;
+    }
+    if (out->rc != GCKPT_XS_OK) snprintf(out->msg, sizeof out->msg, "%s", err.msg);
+    gckpt_memstat ms;
+    be->memstat(be, &ms);
+    out->peak = ms.allocated_peak;
+    out->pinned = ms.pinned_peak;
+    gckpt_exec_free(x);
+    be->memstat(be, &ms);
+    out->left = ms.allocated + ms.pinned;
+}
+
+#endif

@@ -1,0 +1,95 @@
+/* Plans of the tiny fixture models, made with the planner library, as JSON text. */
+#ifndef GCKPT_TEST_PLAN_FIXTURE_H
+#define GCKPT_TEST_PLAN_FIXTURE_H
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/plan.h"
+
+#ifndef GCKPT_TEST_DATA
+#define GCKPT_TEST_DATA "tests/executor/data"
+#endif
+
+/* every: values of every_n_layers (0 = off); global_batch 0: grad_accum is fixed. */
+static inline char *pf_plan_text(const char *fixture, gckpt_precision p, gckpt_attention a, const uint32_t *every,
+                                 int n_every, uint64_t mb, uint64_t grad_accum, uint64_t global_batch)
+{
+    gckpt_plan_request req = {.seq = 16, .micro_batches = {mb}, .n_micro = 1, .grad_accum = grad_accum,
+                              .global_batch = global_batch, .precision = p, .optimizer = GCKPT_ADAMW,
+                              .attention = a, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05};
+    if (global_batch && global_batch % mb == 0 && mb > 1) {
+        req.micro_batches[1] = 1;
+        req.n_micro = 2;
+    }
+    snprintf(req.model_ref, sizeof req.model_ref, "%s/%s.json", GCKPT_TEST_DATA, fixture);
+    snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
+    uint32_t ev[64];
+    memcpy(ev, every, sizeof *ev * (size_t)n_every);
+    req.every_n = ev;
+    req.n_every = n_every;
+    gckpt_plan plan;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_run(&req, &plan, &err)) {
+        fprintf(stderr, "plan: %s\n", err.msg);
+        return NULL;
+    }
+    cJSON *j = gckpt_plan_to_json(&plan, true);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    gckpt_plan_free(&plan);
+    return text;
+}
+
+/* The item at a path such as "entries[2].memory.peak_bytes" (NULL if absent). */
+static inline cJSON *pf_at(cJSON *root, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    cJSON *cur = root;
+    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, ".")) {
+        char *br = strchr(tok, '[');
+        if (br) *br = 0;
+        if (*tok) cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
+        while (br && cur) {
+            int idx = atoi(br + 1);
+            cur = cJSON_GetArrayItem(cur, idx);
+            br = strchr(br + 1, '[');
+        }
+    }
+    return cur;
+}
+
+/* Replace (or with repl NULL, delete) the item at path; false if the path is absent. */
+static inline bool pf_set(cJSON *root, const char *path, cJSON *repl)
+{
+    char parent[256];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *dot = strrchr(parent, '.');
+    char *br = strrchr(parent, '[');
+    cJSON *par;
+    if (br && (!dot || br > dot)) { /* array element */
+        int idx = atoi(br + 1);
+        *br = 0;
+        par = pf_at(root, parent);
+        if (!par || !cJSON_GetArrayItem(par, idx)) return false;
+        if (repl) cJSON_ReplaceItemInArray(par, idx, repl);
+        else cJSON_DeleteItemFromArray(par, idx);
+        return true;
+    }
+    const char *key = dot ? dot + 1 : parent;
+    if (dot) {
+        *dot = 0;
+        par = pf_at(root, parent);
+    } else {
+        par = root;
+    }
+    if (!par || !cJSON_GetObjectItemCaseSensitive(par, key)) return false;
+    if (repl) cJSON_ReplaceItemInObjectCaseSensitive(par, key, repl);
+    else cJSON_DeleteItemFromObjectCaseSensitive(par, key);
+    return true;
+}
+
+#endif

@@ -1,0 +1,244 @@
+/* The host backend runs tiny llama- and gpt2-family models for every setting:
+ * the allocator's measured peak equals the event walk's predicted peak exactly, pinned
+ * host bytes equal the prediction, and the loss and every parameter gradient are
+ * bitwise identical across every_n_layers / offload settings. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "exec_fixture.h"
+#include "gckpt/exec_host.h"
+
+static const struct {
+    uint32_t every_n;
+    bool offload;
+} settings[] = {{0, false}, {1, false}, {1, true}, {2, false}, {2, true}, {3, false}, {3, true}};
+#define NSET (sizeof settings / sizeof settings[0])
+
+static bool nonzero(const fx_grads *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (g->bytes[i]) return true;
+    return false;
+}
+
+/* Every setting of one (model, precision, attention, grad_accum, optimizer). */
+static void sweep(const char *fixture, gckpt_precision p, gckpt_attention a, uint64_t ga, gckpt_optimizer opt)
+{
+    gckpt_model m = fx_model(fixture);
+    gckpt_device d = fx_device();
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    assert_non_null(be);
+    fx_run ref;
+    bool have_ref = false;
+    for (size_t k = 0; k < NSET; k++) {
+        if (settings[k].every_n > m.layers) continue;
+        gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = ga, .precision = p, .optimizer = opt,
+                           .attention = a, .every_n = settings[k].every_n, .offload = settings[k].offload};
+        fx_run r;
+        fx_steps(be, &m, &d, &s, 2, &r);
+        if (r.rc != GCKPT_XS_OK) fail_msg("%s %s %s ga %llu every_n %u offload %d: %s", fixture, gckpt_precision_names[p],
+                                          gckpt_attention_names[a], (unsigned long long)ga, s.every_n, s.offload, r.msg);
+        printf("%-18s %-8s %-5s %-13s ga %llu  every_n %u offload %-3s  predicted %10llu  measured %10llu  %s  pinned %6llu/%6llu  loss %.6f  grads %016llx\n",
+               fixture, gckpt_precision_names[p], gckpt_attention_names[a], gckpt_optimizer_names[opt],
+               (unsigned long long)ga, s.every_n, s.offload ? "on" : "off", (unsigned long long)r.pred.peak_bytes,
+               (unsigned long long)r.peak, r.peak == r.pred.peak_bytes ? "equal" : "DIFFERENT",
+               (unsigned long long)r.pinned, (unsigned long long)r.pred.host_pinned_bytes, r.loss[1],
+               (unsigned long long)r.hash[1]);
+        assert_int_equal(r.peak, r.pred.peak_bytes);
+        assert_int_equal(r.pinned, r.pred.host_pinned_bytes);
+        assert_int_equal(r.left, 0);
+        if (s.offload) assert_true(r.pinned > 0);
+        assert_true(nonzero(&r.grads[0]));
+        assert_true(r.loss[0] > 0);
+        if (!have_ref) {
+            ref = r;
+            have_ref = true;
+            continue;
+        }
+        for (int i = 0; i < 2; i++) {
+            assert_memory_equal(&r.loss[i], &ref.loss[i], sizeof(double));
+            assert_int_equal(r.grads[i].n, ref.grads[i].n);
+            assert_memory_equal(r.grads[i].bytes, ref.grads[i].bytes, r.grads[i].n);
+            assert_int_equal(r.hash[i], ref.hash[i]);
+        }
+        fx_run_free(&r);
+    }
+    /* the second step ran on updated weights: its gradients differ from the first's */
+    assert_true(ref.grads[0].n == ref.grads[1].n);
+    assert_true(memcmp(ref.grads[0].bytes, ref.grads[1].bytes, ref.grads[0].n) != 0);
+    fx_run_free(&ref);
+    be->destroy(be);
+}
+
+static void family(const char *fixture)
+{
+    const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
+    for (int p = 0; p < 3; p++)
+        for (int a = 0; a < GCKPT_NATTN; a++)
+            for (uint64_t ga = 1; ga <= 2; ga++) sweep(fixture, precs[p], (gckpt_attention)a, ga, GCKPT_ADAMW);
+}
+
+static void test_llama(void **st) { (void)st; family("tiny-llama"); }
+static void test_qwen3(void **st) { (void)st; family("tiny-qwen3"); }
+static void test_gpt2(void **st) { (void)st; family("tiny-gpt2"); }
+static void test_gpt2_dropout(void **st) { (void)st; family("tiny-gpt2-dropout"); }
+
+static void test_amp_fp16(void **st)
+{
+    (void)st;
+    sweep("tiny-llama", GCKPT_AMP_FP16, GCKPT_SDPA, 1, GCKPT_ADAMW);
+    sweep("tiny-gpt2", GCKPT_AMP_FP16, GCKPT_EAGER, 2, GCKPT_ADAMW);
+}
+
+/* Optimizer states and temporaries are allocated as the planner counts them. */
+static void test_optimizers(void **st)
+{
+    (void)st;
+    for (int o = 0; o < GCKPT_NOPT; o++) {
+        sweep("tiny-llama", GCKPT_BF16, GCKPT_SDPA, 2, (gckpt_optimizer)o);
+        sweep("tiny-gpt2", GCKPT_AMP_BF16, GCKPT_EAGER, 1, (gckpt_optimizer)o);
+    }
+}
+
+/* Dropout really drops: with p > 0 the loss differs from the same model without. */
+static void test_dropout_active(void **st)
+{
+    (void)st;
+    gckpt_model a = fx_model("tiny-gpt2"), b = fx_model("tiny-gpt2-dropout");
+    gckpt_device d = fx_device();
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32, .attention = GCKPT_SDPA};
+    fx_run ra, rb;
+    fx_steps(be, &a, &d, &s, 1, &ra);
+    fx_steps(be, &b, &d, &s, 1, &rb);
+    assert_int_equal(ra.rc, GCKPT_XS_OK);
+    assert_int_equal(rb.rc, GCKPT_XS_OK);
+    assert_true(ra.loss[0] != rb.loss[0]);
+    fx_run_free(&ra);
+    fx_run_free(&rb);
+    be->destroy(be);
+}
+
+/* The byte counting is exact: a limit of exactly the predicted peak is enough, one
+ * byte less is an out of memory, reported and fully cleaned up. */
+static void test_limit_exact(void **st)
+{
+    (void)st;
+    gckpt_model m = fx_model("tiny-llama");
+    gckpt_device d = fx_device();
+    gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 2, .precision = GCKPT_AMP_BF16,
+                       .attention = GCKPT_EAGER, .every_n = 2, .offload = true};
+    gckpt_backend *probe = gckpt_host_backend_new(0);
+    fx_run r;
+    fx_steps(probe, &m, &d, &s, 1, &r);
+    assert_int_equal(r.rc, GCKPT_XS_OK);
+    uint64_t peak = r.pred.peak_bytes;
+    fx_run_free(&r);
+    probe->destroy(probe);
+    gckpt_backend *ok = gckpt_host_backend_new(peak);
+    fx_steps(ok, &m, &d, &s, 2, &r);
+    assert_int_equal(r.rc, GCKPT_XS_OK);
+    assert_int_equal(r.peak, peak);
+    fx_run_free(&r);
+    ok->destroy(ok);
+    gckpt_backend *tight = gckpt_host_backend_new(peak - 1);
+    fx_steps(tight, &m, &d, &s, 2, &r);
+    assert_int_equal(r.rc, GCKPT_XS_OOM);
+    assert_non_null(strstr(r.msg, "out of memory"));
+    assert_int_equal(r.left, 0);
+    fx_run_free(&r);
+    tight->destroy(tight);
+}
+
+/* The interpreter checks every event against its own state: a schedule that does not
+ * describe a real computation fails loudly (these are the checks that keep the exact
+ * byte equality above meaningful). */
+typedef enum { BREAK_LEAK, BREAK_SMALL_ALLOC, BREAK_EARLY_FREE, BREAK_NO_GRAD } breakage;
+
+static void break_schedule(gckpt_exec *x, breakage how)
+{
+    gckpt_events *ev = (gckpt_events *)gckpt_exec_events(x);
+    const gckpt_recipe *r = gckpt_exec_ctx(x)->recipe;
+    for (size_t i = 0; i < ev->n; i++) {
+        gckpt_event *e = &ev->ev[i];
+        if (how == BREAK_LEAK && e->kind == GCKPT_EV_FREE && e->micro == 0 && e->op >= 0 &&
+            r->t[e->op].kind == GCKPT_T_ACT) {
+            e->kind = GCKPT_EV_RETAG; /* the free becomes bookkeeping: the buffer leaks */
+            e->comp2 = e->comp;
+            return;
+        }
+        if (how == BREAK_SMALL_ALLOC && e->kind == GCKPT_EV_ALLOC && e->op >= 0 && e->bytes > 1024) {
+            e->bytes /= 4;
+            return;
+        }
+        if (how == BREAK_NO_GRAD && e->kind == GCKPT_EV_BWD) {
+            e->arg[4] = e->arg[4] + 100000; /* an output gradient that does not exist */
+            return;
+        }
+        if (how == BREAK_EARLY_FREE && e->kind == GCKPT_EV_BWD && e->layer == 0 && r->op[e->op].prim == GCKPT_P_LINEAR) {
+            /* free the saved input of a linear in a recomputed layer just before its backward */
+            uint32_t saved = GCKPT_NOINST;
+            for (size_t j = i; j-- > 0;)
+                if ((ev->ev[j].kind == GCKPT_EV_FWD || ev->ev[j].kind == GCKPT_EV_RECOMPUTE) && ev->ev[j].op == e->op &&
+                    ev->ev[j].layer == e->layer) {
+                    saved = ev->ev[j].arg[0];
+                    break;
+                }
+            assert_true(saved != GCKPT_NOINST);
+            for (size_t j = i + 1; j < ev->n; j++)
+                if (ev->ev[j].kind == GCKPT_EV_FREE && ev->ev[j].inst == saved) {
+                    gckpt_event f = ev->ev[j];
+                    memmove(&ev->ev[i + 1], &ev->ev[i], (j - i) * sizeof f);
+                    ev->ev[i] = f;
+                    return;
+                }
+            fail_msg("no free of the saved input");
+        }
+    }
+    fail_msg("nothing to break");
+}
+
+static void test_detects_broken_schedule(void **st)
+{
+    (void)st;
+    const struct {
+        breakage how;
+        const char *expect;
+    } cases[] = {{BREAK_LEAK, "schedule leak"},
+                 {BREAK_SMALL_ALLOC, "cannot hold"},
+                 {BREAK_EARLY_FREE, "not available"},
+                 {BREAK_NO_GRAD, "output gradient"}};
+    gckpt_model m = fx_model("tiny-llama");
+    gckpt_device d = fx_device();
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        gckpt_backend *be = gckpt_host_backend_new(0);
+        gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_BF16,
+                           .attention = GCKPT_SDPA, .every_n = 2};
+        gckpt_err err = {{0}};
+        gckpt_exec *x = gckpt_exec_new(be, &m, &d, &s, NULL, &err);
+        assert_non_null(x);
+        break_schedule(x, cases[k].how);
+        assert_int_equal(gckpt_exec_setup(x, &err), GCKPT_XS_OK);
+        gckpt_step_result res;
+        assert_int_equal(gckpt_exec_step(x, NULL, &res, &err), GCKPT_XS_ERROR);
+        if (!strstr(err.msg, cases[k].expect)) fail_msg("case %zu: \"%s\" lacks \"%s\"", k, err.msg, cases[k].expect);
+        gckpt_exec_free(x);
+        gckpt_memstat ms;
+        be->memstat(be, &ms);
+        assert_int_equal(ms.allocated + ms.pinned, 0);
+        be->destroy(be);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_llama),       cmocka_unit_test(test_qwen3),        cmocka_unit_test(test_gpt2),
+        cmocka_unit_test(test_gpt2_dropout), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
+        cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
+        cmocka_unit_test(test_detects_broken_schedule),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

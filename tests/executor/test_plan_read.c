@@ -1,0 +1,208 @@
+/* The plan reader: a plan written by the planner reads back to the same model, device
+ * and entries; every kind of damage or self-contradiction is rejected with one line
+ * naming the file and the field. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <unistd.h>
+
+#include "gckpt/plan_read.h"
+#include "plan_fixture.h"
+
+static const uint32_t every[] = {0, 1, 2, 3};
+
+static void test_round_trip(void **st)
+{
+    (void)st;
+    char *text = pf_plan_text("tiny-llama", GCKPT_AMP_BF16, GCKPT_EAGER, every, 4, 2, 2, 0);
+    assert_non_null(text);
+    gckpt_plan_file pf;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_parse("plan.json", text, &pf, &err)) fail_msg("%s", err.msg);
+    /* the same sweep from the library */
+    gckpt_plan_request req = {.seq = 16, .micro_batches = {2}, .n_micro = 1, .grad_accum = 2,
+                              .precision = GCKPT_AMP_BF16, .attention = GCKPT_EAGER, .offload = GCKPT_OFFLOAD_BOTH,
+                              .margin = 0.05};
+    snprintf(req.model_ref, sizeof req.model_ref, "%s/tiny-llama.json", GCKPT_TEST_DATA);
+    snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
+    uint32_t ev[4] = {0, 1, 2, 3};
+    req.every_n = ev;
+    req.n_every = 4;
+    gckpt_plan plan;
+    assert_true(gckpt_plan_run(&req, &plan, &err));
+    assert_int_equal(pf.n, plan.n);
+    assert_int_equal(pf.n, 7); /* off, then 1..3 x offload off/on */
+    assert_int_equal(pf.model.layers, plan.model.layers);
+    assert_int_equal(pf.model.hidden, plan.model.hidden);
+    assert_int_equal(pf.model.kv_heads, plan.model.kv_heads);
+    assert_int_equal(pf.model.head_dim, plan.model.head_dim);
+    assert_int_equal(pf.model.vocab, plan.model.vocab);
+    assert_true(pf.model.rope_theta == plan.model.rope_theta);
+    assert_string_equal(pf.model.name, "tiny-llama");
+    assert_string_equal(pf.dev.name, plan.dev.name);
+    assert_int_equal(pf.dev.memory_bytes, plan.dev.memory_bytes);
+    assert_int_equal(pf.dev.alloc_round_bytes, plan.dev.alloc_round_bytes);
+    assert_int_equal(pf.precision, GCKPT_AMP_BF16);
+    assert_int_equal(pf.attention, GCKPT_EAGER);
+    assert_int_equal(pf.seq, 16);
+    assert_int_equal(pf.recommended, plan.recommended);
+    for (size_t i = 0; i < pf.n; i++) {
+        const gckpt_entry *a = &pf.entries[i], *b = &plan.entries[i];
+        assert_int_equal(a->every_n, b->every_n);
+        assert_int_equal(a->offload, b->offload);
+        assert_int_equal(a->micro_batch, b->micro_batch);
+        assert_int_equal(a->grad_accum, b->grad_accum);
+        assert_int_equal(a->r.peak_bytes, b->r.peak_bytes);
+        assert_int_equal(a->r.device_peak_bytes, b->r.device_peak_bytes);
+        assert_int_equal(a->r.host_pinned_bytes, b->r.host_pinned_bytes);
+        /* cJSON prints 15 significant digits when they read back as nearly equal */
+        assert_true(fabs(a->r.step_s - b->r.step_s) <= 1e-13 * b->r.step_s);
+        gckpt_setting s = gckpt_plan_file_setting(&pf, i);
+        assert_int_equal(s.every_n, b->every_n);
+        assert_int_equal(s.grad_accum, 2);
+    }
+    gckpt_plan_free(&plan);
+    gckpt_plan_file_free(&pf);
+    /* from a file; a missing file names its path */
+    char path[] = "/tmp/gckpt-plan-read-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    assert_true(gckpt_plan_read(path, &pf, &err));
+    assert_string_equal(pf.file, path);
+    gckpt_plan_file_free(&pf);
+    unlink(path);
+    assert_false(gckpt_plan_read(path, &pf, &err));
+    assert_non_null(strstr(err.msg, path));
+    free(text);
+}
+
+typedef struct {
+    const char *path;   /* item to change */
+    const char *json;   /* its new value (NULL: delete it) */
+    const char *expect; /* a piece of the message */
+} mutation;
+
+static void expect_reject(const char *text, const char *what, const char *expect)
+{
+    gckpt_plan_file pf;
+    gckpt_err err = {{0}};
+    bool ok = gckpt_plan_parse("bad-plan.json", text, &pf, &err);
+    if (ok) {
+        gckpt_plan_file_free(&pf);
+        fail_msg("%s: accepted", what);
+    }
+    if (strncmp(err.msg, "bad-plan.json", 13) || !strstr(err.msg, expect) || strchr(err.msg, '\n'))
+        fail_msg("%s: message \"%s\" lacks \"%s\" or the file name", what, err.msg, expect);
+    assert_null(pf.entries);
+}
+
+static void mutate_all(const char *base, const mutation *ms, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        cJSON *root = cJSON_Parse(base);
+        assert_non_null(root);
+        cJSON *v = ms[i].json ? cJSON_Parse(ms[i].json) : NULL;
+        if (ms[i].json) assert_non_null(v);
+        if (!pf_set(root, ms[i].path, v)) fail_msg("no %s in the plan", ms[i].path);
+        char *t = cJSON_Print(root);
+        expect_reject(t, ms[i].path, ms[i].expect);
+        free(t);
+        cJSON_Delete(root);
+    }
+}
+
+static void test_rejects(void **st)
+{
+    (void)st;
+    char *base = pf_plan_text("tiny-llama", GCKPT_FP32, GCKPT_SDPA, every, 4, 2, 1, 0);
+    assert_non_null(base);
+    /* the entries are: 0 off, 1 n1, 2 n1 offload, 3 n2, 4 n2 offload, 5 n3, 6 n3 offload */
+    const mutation ms[] = {
+        {"schema", "\"gckpt.plan/2\"", "field 'schema'"},
+        {"schema", NULL, "'schema'"},
+        {"generator.name", "\"someone\"", "generator.name"},
+        {"inputs.seq", NULL, "inputs.seq"},
+        {"inputs.seq", "0", "inputs.seq"},
+        {"inputs.seq", "16.5", "inputs.seq"},
+        {"inputs.precision", "\"fp8\"", "inputs.precision"},
+        {"inputs.attention", "7", "inputs.attention"},
+        {"inputs.offload", "\"sometimes\"", "inputs.offload"},
+        {"inputs.micro_batches", "[]", "inputs.micro_batches"},
+        {"inputs.every_n_layers[1]", "9", "inputs.every_n_layers[1]"},
+        {"inputs.global_batch", "4", "global_batch"},
+        {"inputs.usable_bytes", "12345", "inputs.usable_bytes"},
+        {"inputs.model.layers", "4", "inputs.model.layers"},
+        {"inputs.model.parameters", "1", "inputs.model.parameters"},
+        {"inputs.model.tied_embeddings", "true", "inputs.model.tied_embeddings"},
+        {"inputs.model.model_type", "\"gpt2\"", "inputs.model.model_type"},
+        {"inputs.model.config.num_hidden_layers", "\"three\"", "num_hidden_layers"},
+        {"inputs.model.config.model_type", "\"t5\"", "inputs.model.config"},
+        {"inputs.model.config", NULL, "inputs.model.config"},
+        {"inputs.device.memory_bytes", NULL, "memory_bytes"},
+        {"inputs.device.schema", "\"gckpt.device/9\"", "inputs.device"},
+        {"entries", "[]", "entries"},
+        {"entries[0]", "5", "entries[0]"},
+        {"entries[1].index", "5", "entries[1].index"},
+        {"entries[0].every_n_layers", "7", "entries[0].every_n_layers"},
+        {"entries[0].offload", "true", "entries[0].offload"},
+        {"entries[1].offload", "\"yes\"", "entries[1].offload"},
+        {"entries[1].checkpointed_layers", "[0, 1]", "entries[1].checkpointed_layers"},
+        {"entries[3].checkpointed_layers", "[0, 1]", "entries[3].checkpointed_layers[1]"},
+        {"entries[2].micro_batch", "5", "entries[2].micro_batch"},
+        {"entries[2].grad_accum", "3", "entries[2].grad_accum"},
+        {"entries[0].memory.peak_bytes", "-5", "entries[0].memory.peak_bytes"},
+        {"entries[0].memory.peak_bytes", NULL, "entries[0].memory.peak_bytes"},
+        {"entries[0].memory.device_peak_bytes", "1", "entries[0].memory.device_peak_bytes"},
+        {"entries[0].memory.host_pinned_bytes", "1024", "entries[0].memory.host_pinned_bytes"},
+        {"entries[2].memory.host_pinned_bytes", "0", "entries[2].memory.host_pinned_bytes"},
+        {"entries[1].memory.breakdown.weights", "0", "entries[1].memory.breakdown"},
+        {"entries[1].memory.peak_phase", "\"lunch\"", "entries[1].memory.peak_phase"},
+        {"entries[1].memory.context_bytes", "7", "entries[1].memory.context_bytes"},
+        {"entries[1].time.step_s", "\"fast\"", "entries[1].time.step_s"},
+        {"entries[0].time.recompute_s", "0.5", "entries[0].time.recompute_s"},
+        {"entries[1].time.offload_copy_s", "0.5", "entries[1].time.offload_copy_s"},
+        {"entries[0].fits", "false", "entries[0].fits"},
+        {"entries[0].headroom_bytes", "0", "entries[0].headroom_bytes"},
+        {"entries[0].pareto", NULL, "entries[0].pareto"},
+        {"recommended", "99", "recommended"},
+        {"smallest", "\"0\"", "smallest"},
+    };
+    mutate_all(base, ms, sizeof ms / sizeof ms[0]);
+    expect_reject("{", "truncated", "malformed");
+    expect_reject("[]", "array", "object");
+    expect_reject("", "empty", "empty");
+    free(base);
+}
+
+/* With a global batch, micro_batch x grad_accum must make it. */
+static void test_rejects_global_batch(void **st)
+{
+    (void)st;
+    char *base = pf_plan_text("tiny-gpt2", GCKPT_BF16, GCKPT_EAGER, every, 2, 2, 1, 4);
+    assert_non_null(base);
+    gckpt_plan_file pf;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_parse("plan.json", base, &pf, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(pf.global_batch, 4);
+    assert_true(pf.n >= 2);
+    for (size_t i = 0; i < pf.n; i++) assert_int_equal(pf.entries[i].micro_batch * pf.entries[i].grad_accum, 4);
+    gckpt_plan_file_free(&pf);
+    const mutation ms[] = {
+        {"entries[0].grad_accum", "3", "inputs.global_batch"},
+        {"inputs.grad_accum", "2", "exactly one must be null"},
+        {"inputs.global_batch", "null", "exactly one must be null"},
+    };
+    mutate_all(base, ms, sizeof ms / sizeof ms[0]);
+    free(base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_rejects),
+                                       cmocka_unit_test(test_rejects_global_batch)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

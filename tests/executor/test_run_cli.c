@@ -1,0 +1,350 @@
+/* gckpt-run end to end on the host backend: reports that validate against
+ * reports/schema/report.schema.json, equal checksums across settings, out of memory
+ * reported as a status (not a crash) with the run going on, skipped entries, and bad
+ * input answered with exit 2, one line on stderr and no report file. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gckpt/util.h"
+#include "plan_fixture.h"
+#include "schema_check.h"
+
+static char dir[256];
+
+static void put(const char *name, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static bool exists(const char *name)
+{
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+/* Run gckpt-run with args (NULL-terminated); stdout and stderr are kept in files. */
+static int run(const char *const *args)
+{
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = GCKPT_RUN_EXE;
+    for (int i = 0; args[i]; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char o[512], e[512];
+        snprintf(o, sizeof o, "%s/stdout.txt", dir);
+        snprintf(e, sizeof e, "%s/stderr.txt", dir);
+        if (!freopen(o, "w", stdout) || !freopen(e, "w", stderr)) _exit(99);
+        if (chdir(dir)) _exit(99);
+        execv(argv[0], (char *const *)argv);
+        _exit(98);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static char *slurp(const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    gckpt_err err = {{0}};
+    char *t = gckpt_read_file(p, 64u << 20, &err);
+    if (!t) fail_msg("%s", err.msg);
+    return t;
+}
+
+/* stderr is exactly one line that contains want */
+static void one_line(const char *want)
+{
+    char *e = slurp("stderr.txt");
+    size_t lines = 0;
+    for (char *c = e; *c; c++) lines += *c == '\n';
+    if (lines != 1 || !strstr(e, want)) fail_msg("stderr \"%s\" is not one line with \"%s\"", e, want);
+    free(e);
+}
+
+static cJSON *report(const char *name)
+{
+    char *text = slurp(name);
+    cJSON *doc = cJSON_Parse(text);
+    free(text);
+    assert_non_null(doc);
+    gckpt_err err = {{0}};
+    char *st = gckpt_read_file(GCKPT_REPORT_SCHEMA_FILE, 1u << 20, &err);
+    assert_non_null(st);
+    cJSON *schema = cJSON_Parse(st);
+    free(st);
+    assert_non_null(schema);
+    char why[512];
+    if (!schema_check(schema, doc, why, sizeof why)) fail_msg("report %s does not validate: %s", name, why);
+    cJSON_Delete(schema);
+    /* the pattern the small validator does not check */
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
+        cJSON *h = pf_at(e, "numerics.grad_checksum");
+        if (cJSON_IsString(h)) {
+            assert_int_equal(strlen(h->valuestring), 16);
+            for (const char *c = h->valuestring; *c; c++) assert_true(isdigit((unsigned char)*c) || (*c >= 'a' && *c <= 'f'));
+        }
+    }
+    return doc;
+}
+
+static void no_temp_files(void)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strstr(de->d_name, ".tmp.")) fail_msg("temporary file %s left behind", de->d_name);
+    closedir(d);
+}
+
+static const uint32_t every[] = {0, 1, 2, 3};
+
+static int setup(void **st)
+{
+    (void)st;
+    snprintf(dir, sizeof dir, "/tmp/gckpt-run-test-XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    char *a = pf_plan_text("tiny-llama", GCKPT_AMP_BF16, GCKPT_SDPA, every, 4, 2, 2, 0);
+    char *b = pf_plan_text("tiny-gpt2-dropout", GCKPT_BF16, GCKPT_EAGER, every, 4, 2, 1, 0);
+    if (!a || !b) return -1;
+    put("llama.json", a);
+    put("gpt2.json", b);
+    free(a);
+    free(b);
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_all_entries(void **st)
+{
+    (void)st;
+    const char *args[] = {"--plan", "llama.json", "--all", "--steps", "2", "--warmup", "1", "-o", "r1.json", NULL};
+    assert_int_equal(run(args), 0);
+    cJSON *doc = report("r1.json");
+    cJSON *es = cJSON_GetObjectItem(doc, "entries");
+    assert_int_equal(cJSON_GetArraySize(es), 7);
+    const char *sum0 = NULL;
+    cJSON *e;
+    cJSON_ArrayForEach(e, es) {
+        assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "status")), "ok");
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(e, "pass")));
+        double pred = pf_at(e, "memory.peak_bytes.predicted")->valuedouble;
+        double meas = pf_at(e, "memory.peak_bytes.measured")->valuedouble;
+        assert_true(pred == meas);
+        assert_true(pf_at(e, "memory.host_pinned_bytes.predicted")->valuedouble ==
+                    pf_at(e, "memory.host_pinned_bytes.measured")->valuedouble);
+        assert_true(cJSON_IsNull(pf_at(e, "memory.device_peak_bytes.measured")));
+        assert_int_equal(cJSON_GetArraySize(pf_at(e, "time.steps_s")), 2);
+        const char *sum = pf_at(e, "numerics.grad_checksum")->valuestring;
+        if (!sum0) sum0 = sum;
+        assert_string_equal(sum, sum0); /* the same gradients for every setting */
+    }
+    assert_true(cJSON_IsTrue(pf_at(doc, "summary.complete")));
+    assert_int_equal(pf_at(doc, "summary.passed")->valueint, 7);
+    assert_string_equal(pf_at(doc, "backend")->valuestring, "host");
+    cJSON_Delete(doc);
+    no_temp_files();
+}
+
+/* A limit below some entries' peaks: those are out of memory, the others still run. */
+static void test_oom_goes_on(void **st)
+{
+    (void)st;
+    char *text = slurp("gpt2.json");
+    cJSON *plan = cJSON_Parse(text);
+    free(text);
+    uint64_t lo = UINT64_MAX, hi = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(plan, "entries")) {
+        uint64_t p = (uint64_t)pf_at(e, "memory.peak_bytes")->valuedouble;
+        lo = p < lo ? p : lo;
+        hi = p > hi ? p : hi;
+    }
+    cJSON_Delete(plan);
+    assert_true(lo < hi);
+    char lim[32];
+    snprintf(lim, sizeof lim, "%llu", (unsigned long long)lo);
+    const char *args[] = {"--plan", "gpt2.json", "--all", "--steps", "1", "--host-memory-limit", lim, "-o", "r2.json", NULL};
+    assert_int_equal(run(args), 1);
+    cJSON *doc = report("r2.json");
+    int ok = 0, oom = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
+        const char *s = pf_at(e, "status")->valuestring;
+        uint64_t p = (uint64_t)pf_at(e, "memory.peak_bytes.predicted")->valuedouble;
+        if (p <= lo) {
+            assert_string_equal(s, "ok");
+            assert_true(cJSON_IsTrue(pf_at(e, "pass")));
+            ok++;
+        } else {
+            assert_string_equal(s, "oom");
+            assert_true(cJSON_IsFalse(pf_at(e, "pass")));
+            assert_non_null(strstr(pf_at(e, "message")->valuestring, "out of memory"));
+            oom++;
+        }
+    }
+    assert_true(ok >= 1 && oom >= 1);
+    assert_int_equal(pf_at(doc, "summary.oom")->valueint, oom);
+    assert_int_equal(pf_at(doc, "options.memory_limit_bytes")->valuedouble, (double)lo);
+    cJSON_Delete(doc);
+    /* a tiny limit: everything is out of memory, nothing crashes */
+    const char *tiny[] = {"--plan", "llama.json", "--entry", "0,2", "--host-memory-limit", "1MiB", "-o", "r3.json", NULL};
+    assert_int_equal(run(tiny), 1);
+    doc = report("r3.json");
+    assert_int_equal(pf_at(doc, "summary.oom")->valueint, 2);
+    cJSON_Delete(doc);
+}
+
+/* Entries predicted not to fit are skipped unless --force. */
+static void test_skip_force(void **st)
+{
+    (void)st;
+    /* a budget below every entry's predicted device peak */
+    gckpt_plan_request req = {.seq = 16, .micro_batches = {2}, .n_micro = 1, .grad_accum = 1,
+                              .precision = GCKPT_FP32, .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH,
+                              .budget_bytes = 64u << 20, .margin = 0.05};
+    snprintf(req.model_ref, sizeof req.model_ref, "%s/tiny-qwen3.json", GCKPT_TEST_DATA);
+    snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
+    uint32_t ev[2] = {0, 1};
+    req.every_n = ev;
+    req.n_every = 2;
+    gckpt_plan p;
+    gckpt_err err = {{0}};
+    assert_true(gckpt_plan_run(&req, &p, &err));
+    assert_int_equal(p.recommended, -1);
+    cJSON *j = gckpt_plan_to_json(&p, false);
+    char *t = cJSON_Print(j);
+    put("nofit.json", t);
+    free(t);
+    cJSON_Delete(j);
+    gckpt_plan_free(&p);
+    const char *rec[] = {"--plan", "nofit.json", "-o", "r4.json", NULL};
+    assert_int_equal(run(rec), 2);
+    one_line("recommends no entry");
+    assert_false(exists("r4.json"));
+    const char *all[] = {"--plan", "nofit.json", "--all", "-o", "r5.json", NULL};
+    assert_int_equal(run(all), 0);
+    cJSON *doc = report("r5.json");
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
+        assert_string_equal(pf_at(e, "status")->valuestring, "skipped");
+        assert_true(cJSON_IsNull(pf_at(e, "pass")));
+        assert_true(cJSON_IsNull(pf_at(e, "memory.peak_bytes.measured")));
+    }
+    cJSON_Delete(doc);
+    const char *force[] = {"--plan", "nofit.json", "--all", "--force", "--steps", "1", "-o", "r6.json", NULL};
+    assert_int_equal(run(force), 0);
+    doc = report("r6.json");
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
+        assert_string_equal(pf_at(e, "status")->valuestring, "ok");
+        assert_true(cJSON_IsTrue(pf_at(e, "pass")));
+    }
+    assert_true(cJSON_IsTrue(pf_at(doc, "options.force")));
+    cJSON_Delete(doc);
+}
+
+typedef struct {
+    const char *args[12];
+    const char *expect;
+} bad_case;
+
+static void test_bad_input(void **st)
+{
+    (void)st;
+    char *text = slurp("llama.json");
+    cJSON *plan = cJSON_Parse(text);
+    free(text);
+    pf_set(plan, "entries[0].offload", cJSON_CreateTrue());
+    char *t = cJSON_Print(plan);
+    put("broken.json", t);
+    free(t);
+    cJSON_Delete(plan);
+    put("notjson.json", "{\"schema\": \"gckpt.plan/1\",");
+    char adir[512];
+    snprintf(adir, sizeof adir, "%s/adir", dir);
+    mkdir(adir, 0700);
+    const bad_case cases[] = {
+        {{NULL}, "--plan FILE is required"},
+        {{"--plan", "missing.json", "-o", "bad.json", NULL}, "missing.json"},
+        {{"--plan", "broken.json", "-o", "bad.json", NULL}, "entries[0].offload"},
+        {{"--plan", "notjson.json", "-o", "bad.json", NULL}, "notjson.json"},
+        {{"--plan", "llama.json", "--entry", "99", "-o", "bad.json", NULL}, "--entry"},
+        {{"--plan", "llama.json", "--entry", "1,x", "-o", "bad.json", NULL}, "--entry"},
+        {{"--plan", "llama.json", "--all", "--recommended", "-o", "bad.json", NULL}, "exclude"},
+        {{"--plan", "llama.json", "--steps", "0", "-o", "bad.json", NULL}, "--steps"},
+        {{"--plan", "llama.json", "--warmup", "-1", "-o", "bad.json", NULL}, "--warmup"},
+        {{"--plan", "llama.json", "--tolerance", "2", "-o", "bad.json", NULL}, "--tolerance"},
+        {{"--plan", "llama.json", "--tolerance", "nan", "-o", "bad.json", NULL}, "--tolerance"},
+        {{"--plan", "llama.json", "--host-memory-limit", "lots", "-o", "bad.json", NULL}, "--host-memory-limit"},
+        {{"--plan", "llama.json", "--backend", "tpu", "-o", "bad.json", NULL}, "--backend"},
+        {{"--plan", "llama.json", "--frobnicate", "-o", "bad.json", NULL}, "--frobnicate"},
+        {{"--plan", "llama.json", "-o", NULL}, "-o needs a value"},
+        {{"--plan", "llama.json", "-o", "adir", NULL}, "is a directory"},
+        {{"--calibrate", "-o", "bad.json", "--backend", "host", NULL}, "calibrate"},
+        {{"--calibrate", NULL}, "-o FILE"},
+        {{"--plan", "llama.json", "--gpu", "h200", "-o", "bad.json", NULL}, "--calibrate"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run(cases[i].args);
+        if (rc != 2) fail_msg("case %zu (%s): exit %d, expected 2", i, cases[i].expect, rc);
+        one_line(cases[i].expect);
+        assert_false(exists("bad.json"));
+    }
+#ifndef GCKPT_HAVE_CUDA
+    const char *cuda[] = {"--plan", "llama.json", "--backend", "cuda", "-o", "bad.json", NULL};
+    assert_int_equal(run(cuda), 2);
+    one_line("without CUDA");
+    assert_false(exists("bad.json"));
+#endif
+    no_temp_files();
+}
+
+static void test_help_version(void **st)
+{
+    (void)st;
+    const char *h[] = {"--help", NULL};
+    assert_int_equal(run(h), 0);
+    char *o = slurp("stdout.txt");
+    assert_non_null(strstr(o, "usage: gckpt-run"));
+    free(o);
+    const char *v[] = {"--version", NULL};
+    assert_int_equal(run(v), 0);
+    o = slurp("stdout.txt");
+    assert_non_null(strstr(o, GCKPT_VERSION));
+    free(o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_all_entries), cmocka_unit_test(test_oom_goes_on), cmocka_unit_test(test_skip_force),
+        cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_help_version),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

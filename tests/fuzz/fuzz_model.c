@@ -1,0 +1,54 @@
+/* libFuzzer target: the model-config reader (gckpt_model_parse) on arbitrary bytes.
+ * A config is either refused with one line naming the file, or accepted as a model
+ * whose dimensions are consistent and whose parameter count is exact (no 64-bit
+ * overflow: checked here in 128 bits). */
+#include "fuzz_common.h"
+#include "gckpt/model.h"
+
+static unsigned __int128 params128(const gckpt_model *m)
+{
+    typedef unsigned __int128 u;
+    u h = m->hidden, q = (u)m->heads * m->head_dim, kv = (u)m->kv_heads * m->head_dim,
+      I = m->intermediate, V = m->vocab, L = m->layers;
+    u layer;
+    if (m->family == GCKPT_FAMILY_GPT2) {
+        layer = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * I + I) + (I * h + h);
+    } else {
+        layer = h * q + 2 * h * kv + q * h + 3 * h * I + 2 * h;
+        if (m->qkv_bias) layer += q + 2 * kv;
+        if (m->o_bias) layer += h;
+        if (m->mlp_bias) layer += 2 * I + h;
+        if (m->qk_norm) layer += 2 * (u)m->head_dim;
+    }
+    u embed = V * h + (u)m->positions * h;
+    u head = (m->family == GCKPT_FAMILY_GPT2 ? 2 * h : h) + (m->tied ? 0 : V * h);
+    return embed + L * layer + head;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *text = fuzz_text(data, size);
+    gckpt_model m;
+    gckpt_err err = {{0}};
+    if (!gckpt_model_parse("fuzz.json", text, &m, &err)) {
+        fuzz_check_error(&err, "fuzz.json");
+    } else {
+        FUZZ_CHECK(m.layers >= 1 && m.hidden >= 1 && m.heads >= 1 && m.kv_heads >= 1 &&
+                       m.head_dim >= 1 && m.intermediate >= 1 && m.vocab >= 1,
+                   "a zero dimension was accepted");
+        FUZZ_CHECK(m.heads % m.kv_heads == 0, "kv heads %llu do not divide heads %llu",
+                   (unsigned long long)m.kv_heads, (unsigned long long)m.heads);
+        FUZZ_CHECK(m.family == GCKPT_FAMILY_LLAMA || m.family == GCKPT_FAMILY_GPT2, "family");
+        FUZZ_CHECK(memchr(m.model_type, 0, sizeof m.model_type) != NULL, "model_type unterminated");
+        FUZZ_CHECK(m.attn_dropout >= 0 && m.attn_dropout < 1 && m.resid_dropout >= 0 &&
+                       m.resid_dropout < 1 && m.embd_dropout >= 0 && m.embd_dropout < 1,
+                   "dropout out of [0, 1)");
+        FUZZ_CHECK(m.norm_eps > 0 && m.norm_eps <= 1, "norm eps %g", m.norm_eps);
+        unsigned __int128 p = params128(&m);
+        FUZZ_CHECK(p <= UINT64_MAX, "parameter count overflows 64 bits");
+        FUZZ_CHECK((uint64_t)p == gckpt_model_params(&m), "parameter count %llu != %llu",
+                   (unsigned long long)(uint64_t)p, (unsigned long long)gckpt_model_params(&m));
+    }
+    free(text);
+    return 0;
+}

@@ -17,6 +17,10 @@ void gckpt_seterr(gckpt_err *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    /* One line: a value echoed from a file or the command line may hold a newline or
+     * a terminal escape; show those as '?'. */
+    for (char *c = err->msg; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
 }
 
 bool gckpt_mul(uint64_t a, uint64_t b, uint64_t *out)

@@ -2,16 +2,41 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* A key given twice is ambiguous (cJSON would silently take the first): refuse it. */
+/* A key given twice is ambiguous (cJSON would silently take the first): refuse it.
+ * Large objects are checked by sorting their keys, so that a file with a million keys
+ * takes a moment, not hours. */
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static const char *duplicate_key(const cJSON *o, int depth)
 {
     if (depth > 64) return NULL;
+    if (cJSON_IsObject(o)) {
+        size_t n = 0;
+        for (const cJSON *a = o->child; a; a = a->next) n += a->string != NULL;
+        const char **keys = n > 16 ? malloc(n * sizeof *keys) : NULL;
+        if (keys) {
+            size_t k = 0;
+            for (const cJSON *a = o->child; a; a = a->next)
+                if (a->string) keys[k++] = a->string;
+            qsort(keys, n, sizeof *keys, cmp_key);
+            const char *dup = NULL;
+            for (size_t i = 1; i < n && !dup; i++)
+                if (!strcmp(keys[i - 1], keys[i])) dup = keys[i];
+            free(keys);
+            if (dup) return dup;
+        } else {
+            for (const cJSON *a = o->child; a; a = a->next)
+                for (const cJSON *b = a->next; a->string && b; b = b->next)
+                    if (b->string && !strcmp(a->string, b->string)) return a->string;
+        }
+    }
     for (const cJSON *a = o ? o->child : NULL; a; a = a->next) {
-        if (cJSON_IsObject(o) && a->string)
-            for (const cJSON *b = a->next; b; b = b->next)
-                if (b->string && !strcmp(a->string, b->string)) return a->string;
         if (cJSON_IsObject(a) || cJSON_IsArray(a)) {
             const char *d = duplicate_key(a, depth + 1);
             if (d) return d;

@@ -104,6 +104,12 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
                      total, GCKPT_MAX_ENTRIES);
         goto fail;
     }
+    if ((uint64_t)total * L > GCKPT_MAX_LAYER_EVALS) {
+        gckpt_seterr(err, "the sweep has %zu entries of %llu layers each (%llu layer evaluations), more than the limit of %llu; narrow --every-n or --micro-batch",
+                     total, (unsigned long long)L, (unsigned long long)total * L,
+                     (unsigned long long)GCKPT_MAX_LAYER_EVALS);
+        goto fail;
+    }
     p->entries = calloc(total, sizeof *p->entries);
     p->recipe = malloc(sizeof *p->recipe);
     if (!p->entries || !p->recipe) { gckpt_seterr(err, "out of memory"); goto fail; }

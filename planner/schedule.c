@@ -94,6 +94,42 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
     return tm > tb ? tm : tb;
 }
 
+/* An upper bound on the bytes one micro-step of section `sec` (one instance: the
+ * embedding, one block or the head) allocates: every tensor's forward output, its
+ * recompute and its host-to-device copy (3x); for every op input a gradient buffer of
+ * up to 8x its size (an fp32 gradient of a narrow input) and an accumulation buffer
+ * (9x); parameter gradients and temporaries (2x); the backward workspaces. */
+static bool section_bound(const gckpt_ctx *c, int sec, uint64_t *out)
+{
+    const gckpt_recipe *r = c->recipe;
+    uint64_t sum = 0, x;
+    for (int i = 0; i < r->nt; i++) {
+        if (r->t[i].section != sec || r->t[i].kind == GCKPT_T_PARAM) continue;
+        if (!gckpt_mul(c->tbytes[i], 3, &x) || !gckpt_add(sum, x, &sum)) return false;
+    }
+    for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++) {
+        const gckpt_op *op = &r->op[i];
+        for (int k = 0; k < op->nin; k++) {
+            const gckpt_tensor *t = &r->t[op->in[k]];
+            if (t->kind == GCKPT_T_PARAM) {
+                if (!gckpt_mul(t->c0, r->grad_dtype, &x) ||
+                    !gckpt_add(x, c->dev->alloc_round_bytes, &x) || !gckpt_mul(x, 2, &x))
+                    return false;
+            } else if (!gckpt_mul(c->tbytes[op->in[k]], 9, &x)) {
+                return false;
+            }
+            if (!gckpt_add(sum, x, &sum)) return false;
+        }
+        if (op->bws_cT) {
+            if (!gckpt_mul(op->bws_cT, c->tokens, &x) || !gckpt_mul(x, 4, &x) ||
+                !gckpt_add(x, c->dev->alloc_round_bytes, &x) || !gckpt_add(sum, x, &sum))
+                return false;
+        }
+    }
+    *out = sum;
+    return true;
+}
+
 bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
                     const gckpt_recipe *r, const gckpt_setting *s, gckpt_err *err)
 {
@@ -103,7 +139,7 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     c->recipe = r;
     c->set = *s;
     if (!gckpt_mul(s->micro_batch, s->seq, &c->tokens)) {
-        gckpt_seterr(err, "micro-batch %llu x seq %llu overflows 64 bits",
+        gckpt_seterr(err, "%s: micro-batch %llu x seq %llu overflows 64 bits", m->name,
                      (unsigned long long)s->micro_batch, (unsigned long long)s->seq);
         return false;
     }
@@ -111,8 +147,8 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     for (int i = 0; i < r->nt; i++) {
         uint64_t b;
         if (!gckpt_tensor_bytes(r, i, s->micro_batch, s->seq, &b) || b > (UINT64_MAX >> 8)) {
-            gckpt_seterr(err, "tensor %s at micro-batch %llu, seq %llu overflows 64 bits",
-                         r->t[i].name, (unsigned long long)s->micro_batch,
+            gckpt_seterr(err, "%s: tensor %s at micro-batch %llu, seq %llu overflows 64 bits",
+                         m->name, r->t[i].name, (unsigned long long)s->micro_batch,
                          (unsigned long long)s->seq);
             return false;
         }
@@ -123,6 +159,7 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
      * optimizer states; block tensors repeat per layer */
     uint64_t L = m->layers;
     double opt_traffic = 0;
+    bool ok = true;
     for (int i = 0; i < r->nt; i++) {
         const gckpt_tensor *t = &r->t[i];
         if (t->kind != GCKPT_T_PARAM) continue;
@@ -154,15 +191,34 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
             break;
         default: break;
         }
-        c->weights += n * w;
-        c->grads += n * g;
-        c->opt_states += n * st;
-        c->opt_temp += n * tmp;
+        /* one parameter tensor is below 2^50 bytes (model.c's bounds): only the sums
+         * over layers and tensors need checking */
+        uint64_t x;
+        ok = ok && gckpt_mul(n, w, &x) && gckpt_add(c->weights, x, &c->weights);
+        ok = ok && gckpt_mul(n, g, &x) && gckpt_add(c->grads, x, &c->grads);
+        ok = ok && gckpt_mul(n, st, &x) && gckpt_add(c->opt_states, x, &c->opt_states);
+        ok = ok && gckpt_mul(n, tmp, &x) && gckpt_add(c->opt_temp, x, &c->opt_temp);
         /* read p, g, states; write p, states; temporaries written and read */
         opt_traffic += (double)n * (2.0 * (double)w + (double)g + 2.0 * (double)st + 2.0 * (double)tmp);
     }
     c->workspace = d->workspace_bytes;
     c->opt_seconds = opt_traffic / hbm_rate(c);
+    /* Everything a step can hold at once stays below GCKPT_MAX_STEP_BYTES, so the
+     * simulator's and the evaluators' signed 64-bit running totals cannot overflow. */
+    uint64_t be, bb, bh, micro = 0, total = 0;
+    ok = ok && section_bound(c, GCKPT_SEC_EMBED, &be) && section_bound(c, GCKPT_SEC_BLOCK, &bb) &&
+         section_bound(c, GCKPT_SEC_HEAD, &bh) && gckpt_mul(bb, L, &micro) &&
+         gckpt_add(micro, be, &micro) && gckpt_add(micro, bh, &micro) &&
+         gckpt_mul(micro, 2, &total) && gckpt_add(total, c->weights, &total) &&
+         gckpt_add(total, c->grads, &total) && gckpt_add(total, c->opt_states, &total) &&
+         gckpt_add(total, c->opt_temp, &total) && gckpt_add(total, c->workspace, &total) &&
+         total <= GCKPT_MAX_STEP_BYTES;
+    if (!ok) {
+        gckpt_seterr(err, "%s: at micro-batch %llu, seq %llu a training step could hold more than "
+                     "2^62 bytes (4 EiB); sizes this large cannot be planned (reduce --seq or --micro-batch)",
+                     m->name, (unsigned long long)s->micro_batch, (unsigned long long)s->seq);
+        return false;
+    }
     return true;
 }
 

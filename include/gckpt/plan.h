@@ -11,6 +11,10 @@
 #define GCKPT_PLAN_SCHEMA "gckpt.plan/1"
 #define GCKPT_MAX_MB 64
 #define GCKPT_MAX_ENTRIES 1000000
+/* Entries x layers of a sweep: its evaluation work and the size of its plan grow with
+ * this product (every entry walks every layer and lists its checkpointed layers). The
+ * limit is about 2 s of evaluation and a few hundred MB of JSON plan. */
+#define GCKPT_MAX_LAYER_EVALS ((uint64_t)1 << 27)
 
 typedef enum { GCKPT_OFFLOAD_OFF, GCKPT_OFFLOAD_ON, GCKPT_OFFLOAD_BOTH } gckpt_offload_sel;
 

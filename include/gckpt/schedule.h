@@ -107,7 +107,13 @@ typedef struct {
     double opt_seconds;                  /* one optimizer step */
 } gckpt_ctx;
 
-/* Resolve sizes; false (err set) when a size overflows 64 bits. */
+/* The most bytes a step may allocate in total (persistent state + every allocation of
+ * its micro-steps, a bound computed from the recipe): far beyond any GPU, small enough
+ * that no byte count of the simulation can overflow. */
+#define GCKPT_MAX_STEP_BYTES ((uint64_t)1 << 62)
+
+/* Resolve sizes; false (err set) when a size overflows 64 bits or the step's bound
+ * exceeds GCKPT_MAX_STEP_BYTES. */
 bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
                     const gckpt_recipe *r, const gckpt_setting *s, gckpt_err *err);
 

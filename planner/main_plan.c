@@ -267,7 +267,12 @@ int main(int argc, char **argv)
             if (!parse_margin(optarg, &req.margin)) { rc = bad("--margin: '%s' is not a fraction in [0, 1) such as 5%% or 0.05%s", optarg, ""); goto done; }
             break;
         case 'o': out = optarg; break;
-        case O_PLOT: plot = optarg; break;
+        case O_PLOT: {
+            gckpt_err perr;
+            if (!gckpt_plot_name_ok(optarg, &perr)) { rc = bad("%s%s", perr.msg, ""); goto done; }
+            plot = optarg;
+            break;
+        }
         case O_TABLE:
             if (!strcmp(optarg, "all")) all = true;
             else if (!strcmp(optarg, "frontier")) all = false;
@@ -328,8 +333,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "gckpt-plan: %s\n", err.msg);
         rc = GCKPT_EXIT_INPUT;
     }
-    gckpt_plan_free(&p);
-    every = NULL; /* owned by the plan now */
+    gckpt_plan_free(&p); /* the plan keeps its own copy of the every_n list */
 done:
     free(every);
     return rc;

@@ -86,17 +86,51 @@ static FILE *open_side(const char *file, const char *suffix, char *path, size_t 
     return f;
 }
 
-bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err *err)
+bool gckpt_plot_name_ok(const char *file, gckpt_err *err)
 {
     size_t len = strlen(file);
-    const char *term = NULL;
-    if (len > 4 && !strcmp(file + len - 4, ".png")) term = "pngcairo size 1400,600 font 'Sans,10'";
-    else if (len > 4 && !strcmp(file + len - 4, ".svg")) term = "svg size 1400,600 dynamic font 'Sans,10'";
-    if (!term) {
+    if (!(len > 4 && (!strcmp(file + len - 4, ".png") || !strcmp(file + len - 4, ".svg")))) {
         gckpt_seterr(err, "--plot %s: the file name must end in .png or .svg", file);
         return false;
     }
+    if (len >= 4096) {
+        gckpt_seterr(err, "--plot: the file name is too long");
+        return false;
+    }
+    for (const char *c = file; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+            gckpt_seterr(err, "--plot %s: the file name contains a control character", file);
+            return false;
+        }
+    return true;
+}
+
+/* s as the inside of a gnuplot single-quoted string: a quote is doubled, control
+ * characters (which would end the command) become '?'. Model and GPU names come from
+ * files people download: without this a name could inject gnuplot commands (system()). */
+static const char *gp_quote(const char *s, char *out, size_t n)
+{
+    size_t k = 0;
+    for (; *s && k + 3 < n; s++) {
+        if (*s == '\'') {
+            out[k++] = '\'';
+            out[k++] = '\'';
+        } else {
+            out[k++] = ((unsigned char)*s < 0x20 || *s == 0x7f) ? '?' : *s;
+        }
+    }
+    out[k] = 0;
+    return out;
+}
+
+bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err *err)
+{
+    if (!gckpt_plot_name_ok(file, err)) return false;
+    size_t len = strlen(file);
+    const char *term = !strcmp(file + len - 4, ".png") ? "pngcairo size 1400,600 font 'Sans,10'"
+                                                       : "svg size 1400,600 dynamic font 'Sans,10'";
     char dat[4200], tl[4200], gp[4200];
+    char q_file[8400], q_dat[8400], q_tl[8400], q_model[300], q_dev[300];
     FILE *f = open_side(file, ".entries.dat", dat, sizeof dat, err);
     if (!f) return false;
     fprintf(f, "# device_peak_GiB step_s tokens_per_s fits recommended every_n offload micro_batch\n");
@@ -136,8 +170,12 @@ bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err
                  p->recommended >= 0 ? "recommended" : "smallest", en, e->offload ? "on" : "off",
                  (unsigned long long)e->micro_batch);
     }
+    gp_quote(file, q_file, sizeof q_file);
+    gp_quote(dat, q_dat, sizeof q_dat);
+    gp_quote(tl, q_tl, sizeof q_tl);
     fprintf(f, "set terminal %s\nset output '%s'\nset multiplot layout 1,2 title '%s on %s, seq %llu, %s, %s'\n",
-            term, file, p->model.name, p->dev.name, (unsigned long long)p->req.seq,
+            term, q_file, gp_quote(p->model.name, q_model, sizeof q_model),
+            gp_quote(p->dev.name, q_dev, sizeof q_dev), (unsigned long long)p->req.seq,
             gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer]);
     fprintf(f, "set termoption noenhanced\nset grid\nset xlabel 'device peak (GiB)'\nset ylabel 'tokens/s'\nset key bottom right\n");
     fprintf(f, "set arrow 1 from %.4f, graph 0 to %.4f, graph 1 nohead lw 2 dt 2 lc rgb '#cc0000'\n", budget, budget);
@@ -145,7 +183,7 @@ bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err
     fprintf(f, "plot '%s' using ($4==1?$1:1/0):3 with points pt 7 ps 0.6 lc rgb '#1f77b4' title 'fits', \\\n"
                "     '%s' using ($4==0?$1:1/0):3 with points pt 6 ps 0.6 lc rgb '#999999' title 'does not fit', \\\n"
                "     '%s' using ($5==1?$1:1/0):3 with points pt 3 ps 3 lw 2 lc rgb '#d62728' title 'recommended'\n",
-            dat, dat, dat);
+            q_dat, q_dat, q_dat);
     fprintf(f, "unset arrow 1\nunset label 1\nset xlabel 'time in step (s)'\nset ylabel 'allocated (GiB)'\nset title '%s'\n", title);
     double top = budget;
     for (size_t i = 0; i < np; i++)
@@ -153,7 +191,7 @@ bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err
     fprintf(f, "set yrange [0:%.4f]\n", top * 1.08);
     fprintf(f, "set arrow 2 from graph 0, first %.4f to graph 1, first %.4f nohead lw 2 dt 2 lc rgb '#cc0000'\n", budget, budget);
     fprintf(f, "set label 2 'usable budget' at graph 0.02, first %.4f offset 0,0.7 tc rgb '#cc0000'\n", budget);
-    fprintf(f, "plot '%s' using 1:2 with steps lw 2 lc rgb '#2ca02c' title 'allocated'\nunset multiplot\n", tl);
+    fprintf(f, "plot '%s' using 1:2 with steps lw 2 lc rgb '#2ca02c' title 'allocated'\nunset multiplot\n", q_tl);
     free(ts);
     free(bs);
     free(ph);

@@ -1,7 +1,8 @@
 /* Limits that protect users: a request whose host-side work or sizes are absurd is
  * refused at once (exit 2, one line naming the file or option, no output file) instead
  * of running for minutes, allocating gigabytes or overflowing 64-bit byte counts; a
- * large but sane one still plans. */
+ * large but sane one still plans. Names read from files cannot inject commands into the
+ * gnuplot script. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -220,6 +221,45 @@ static void many_keys(void **state)
     free(text);
 }
 
+/* Names from downloaded files end up in the gnuplot script inside single quotes: a
+ * quote in a GPU name must not end the string (it could run system()), a newline must
+ * not end the command. */
+static void plot_script_quotes_names(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/devices/h100-sxm-80gb.json", getenv("GCKPT_DATA_DIR") ? getenv("GCKPT_DATA_DIR") : ".");
+    gckpt_err err = {{0}};
+    char *text = gckpt_read_file(path, 1u << 20, &err);
+    if (!text) fail_msg("%s", err.msg);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    assert_non_null(j);
+    cJSON_ReplaceItemInObject(j, "name", cJSON_CreateString("H100' ; system('touch PWNED') ; print '\nsystem('touch PWNED2')"));
+    char *dev = cJSON_Print(j);
+    cJSON_Delete(j);
+    write_text("evil-gpu.json", dev);
+    free(dev);
+    char out[2048];
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--gpu", "./evil-gpu.json", "-q", "--plot", "it's.svg"), out, sizeof out), 0);
+    assert_false(exists("PWNED"));
+    assert_false(exists("PWNED2"));
+    path_of("it's.svg.gp", path, sizeof path);
+    text = gckpt_read_file(path, 1u << 20, &err);
+    if (!text) fail_msg("%s", err.msg);
+    assert_non_null(strstr(text, "set output 'it''s.svg'"));
+    assert_non_null(strstr(text, "on H100'' ; system(''touch PWNED'') ; print ''?system(''touch PWNED2''), seq 128"));
+    assert_non_null(strstr(text, "plot 'it''s.svg.entries.dat' using"));
+    free(text);
+    /* a control character in the plot's own name is refused before anything is written */
+    refused(A("--model", "gpt2", "--seq", "128", "-o", "out.json", "--plot", "a\nb.svg"), "control character");
+    const char *side[] = {"it's.svg", "it's.svg.gp", "it's.svg.entries.dat", "it's.svg.timeline.dat", "evil-gpu.json"};
+    for (size_t i = 0; i < sizeof side / sizeof side[0]; i++) {
+        path_of(side[i], path, sizeof path);
+        unlink(path);
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -248,6 +288,7 @@ int main(void)
         cmocka_unit_test(large_but_sane),
         cmocka_unit_test(sweep_work),
         cmocka_unit_test(many_keys),
+        cmocka_unit_test(plot_script_quotes_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

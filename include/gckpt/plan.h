@@ -78,6 +78,8 @@ void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f);
 size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t, double *bytes,
                            uint8_t *phase, size_t max);
 
+/* A --plot file name: ends in .png or .svg, no control characters. */
+bool gckpt_plot_name_ok(const char *file, gckpt_err *err);
 /* gnuplot output: writes FILE.gp and FILE.dat files, runs gnuplot when present. */
 bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err *err);
 

@@ -7,6 +7,10 @@
 
 #include "gckpt/util.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     char name[128];
     uint64_t memory_bytes;
@@ -22,5 +26,9 @@ typedef struct {
 
 bool gckpt_device_parse(const char *file, const char *text, gckpt_device *d, gckpt_err *err);
 bool gckpt_device_load(const char *name_or_path, gckpt_device *d, gckpt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,10 @@
 
 #include "gckpt/schedule.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     uint64_t peak_bytes;        /* allocated peak (compare: torch.cuda.max_memory_allocated) */
     uint64_t device_peak_bytes; /* + CUDA context, segment rounding (compare: cudaMemGetInfo) */
@@ -75,5 +79,9 @@ void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_
  * the result is identical), for sweeps that only rank settings. */
 void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
                         uint64_t grad_accum, bool breakdown, gckpt_result *res);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -8,6 +8,10 @@
 
 #include "gckpt/util.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Parse text; on failure err says "<file>: malformed JSON near ...". */
 cJSON *gckpt_json_parse(const char *file, const char *text, gckpt_err *err);
 
@@ -29,5 +33,9 @@ bool gckpt_json_str(const cJSON *obj, const char *file, const char *field, char 
                     gckpt_err *err);
 bool gckpt_json_str_opt(const cJSON *obj, const char *file, const char *field, const char *dflt,
                         char *out, size_t n, gckpt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,10 @@
 
 #include "gckpt/util.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     GCKPT_FAMILY_LLAMA, /* RMSNorm, RoPE, GQA, SwiGLU: llama, mistral, qwen2, qwen3 */
     GCKPT_FAMILY_GPT2,  /* LayerNorm, learned positions, MHA with biases, GELU */
@@ -46,5 +50,9 @@ uint64_t gckpt_model_head_params(const gckpt_model *m);    /* final norm + untie
 /* Convenience: attention widths. */
 static inline uint64_t gckpt_q_dim(const gckpt_model *m) { return m->heads * m->head_dim; }
 static inline uint64_t gckpt_kv_dim(const gckpt_model *m) { return m->kv_heads * m->head_dim; }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

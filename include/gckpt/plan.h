@@ -8,6 +8,10 @@
 
 #include "gckpt/eval.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define GCKPT_PLAN_SCHEMA "gckpt.plan/1"
 #define GCKPT_MAX_MB 64
 #define GCKPT_MAX_ENTRIES 1000000
@@ -82,5 +86,9 @@ size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t,
 bool gckpt_plot_name_ok(const char *file, gckpt_err *err);
 /* gnuplot output: writes FILE.gp and FILE.dat files, runs gnuplot when present. */
 bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

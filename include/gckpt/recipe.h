@@ -16,6 +16,10 @@
 #include "gckpt/model.h"
 #include "gckpt/setting.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define GCKPT_MAX_TENSORS 192
 #define GCKPT_MAX_OPS 160
 #define GCKPT_OP_MAX_IN 4
@@ -151,5 +155,9 @@ bool gckpt_tensor_bytes(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, ui
 
 /* Static op facts derived from the table. */
 int gckpt_recipe_producer(const gckpt_recipe *r, int tensor); /* op index or -1 */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

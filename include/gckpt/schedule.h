@@ -13,6 +13,10 @@
 #include "gckpt/recipe.h"
 #include "gckpt/setting.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     GCKPT_C_WEIGHTS,
     GCKPT_C_GRADS,
@@ -160,5 +164,9 @@ void gckpt_sim_step_end(gckpt_sim *s, gckpt_events *out);
 void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_events *out);
 /* Persistent memory at the start of a steady-state step (weights, states, workspace). */
 void gckpt_persistent(const gckpt_ctx *c, int64_t comp[GCKPT_NCOMP]);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     GCKPT_FP32,     /* fp32 weights, fp32 compute */
     GCKPT_BF16,     /* pure bf16: weights, grads, optimizer states in bf16 */
@@ -47,5 +51,9 @@ static inline uint64_t gckpt_checkpointed_count(uint32_t every_n, uint64_t layer
 {
     return every_n ? (layers + every_n - 1) / every_n : 0;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -6,6 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define GCKPT_VERSION "0.1.0"
 
 /* Exit codes shared by both programs (DESIGN.md §4). */
@@ -50,5 +54,9 @@ const char *gckpt_data_dir(void);
 /* Resolve NAME (looked up as <data>/<sub>/NAME.json) or a path. Writes into out. */
 bool gckpt_resolve_data(const char *sub, const char *name_or_path, char *out, size_t n,
                         gckpt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

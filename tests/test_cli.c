@@ -31,19 +31,29 @@ static void write_text(const char *name, const char *text)
     fclose(f);
 }
 
-/* Run gckpt-plan with argv (NULL-terminated, without argv[0]); capture stderr. */
-static int run(char *const args[], char *err, size_t n)
+/* Run gckpt-plan with argv (NULL-terminated, without argv[0]); capture stderr and
+ * stdout. path_env, when given, replaces PATH in the child. */
+static char out_text[1 << 16];
+
+static int run_env(char *const args[], const char *path_env, char *err, size_t n);
+
+static int run(char *const args[], char *err, size_t n) { return run_env(args, NULL, err, n); }
+
+static int run_env(char *const args[], const char *path_env, char *err, size_t n)
 {
     char errpath[512];
     snprintf(errpath, sizeof errpath, "%s/stderr.txt", tmpdir);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        char outpath[600];
+        snprintf(outpath, sizeof outpath, "%s.out", errpath);
         int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int null = open("/dev/null", O_WRONLY);
-        if (fd < 0 || null < 0) _exit(99);
+        int ofd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || ofd < 0) _exit(99);
         dup2(fd, 2);
-        dup2(null, 1);
+        dup2(ofd, 1);
+        if (path_env) setenv("PATH", path_env, 1);
         char *argv[64] = {(char *)GCKPT_PLAN_EXE};
         int k = 1;
         for (int i = 0; args[i] && k < 63; i++) argv[k++] = args[i];
@@ -57,6 +67,12 @@ static int run(char *const args[], char *err, size_t n)
     FILE *f = fopen(errpath, "r");
     size_t got = f ? fread(err, 1, n - 1, f) : 0;
     err[got] = 0;
+    if (f) fclose(f);
+    char outpath[600];
+    snprintf(outpath, sizeof outpath, "%s.out", errpath);
+    f = fopen(outpath, "r");
+    got = f ? fread(out_text, 1, sizeof out_text - 1, f) : 0;
+    out_text[got] = 0;
     if (f) fclose(f);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
@@ -194,6 +210,16 @@ static void good_runs(void **state)
     assert_true(exists("p.svg.entries.dat"));
     assert_true(exists("p.svg.timeline.dat"));
     assert_int_equal(run(A("--bogus"), err, sizeof err), 2);
+    /* without gnuplot: a clear message, and the script and data are still written */
+    assert_int_equal(run_env(A("--model", "gpt2", "--seq", "256", "-q", "--plot", "q.png"), "/nonexistent", err, sizeof err), 0);
+    assert_non_null(strstr(out_text, "gnuplot is not installed"));
+    assert_true(exists("q.png.gp"));
+    assert_false(exists("q.png"));
+    /* -o - puts the JSON alone on stdout */
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--every-n", "off,1", "-o", "-"), err, sizeof err), 0);
+    assert_true(out_text[0] == '{');
+    assert_non_null(strstr(out_text, "\"gckpt.plan/1\""));
+    assert_non_null(strstr(err, "Recommended")); /* the table went to stderr */
 }
 
 int main(void)

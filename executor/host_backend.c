@@ -186,6 +186,14 @@ static gckpt_xstatus h_sync(gckpt_backend *be)
     return GCKPT_XS_OK;
 }
 
+static gckpt_xstatus h_set_workspace(gckpt_backend *be, void *p, uint64_t bytes)
+{
+    (void)be;
+    (void)p;
+    (void)bytes;
+    return GCKPT_XS_OK; /* CBLAS needs no workspace */
+}
+
 static void h_describe(gckpt_backend *be, gckpt_devinfo *d)
 {
     (void)be;
@@ -221,6 +229,7 @@ gckpt_backend *gckpt_host_backend_new(uint64_t memory_limit)
     be->timer_start = h_timer_start;
     be->timer_stop = h_timer_stop;
     be->sync = h_sync;
+    be->set_workspace = h_set_workspace;
     be->describe = h_describe;
     be->destroy = h_destroy;
     return be;

@@ -368,6 +368,8 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
     if (x->ctx.workspace) {
         if ((rc = palloc(x, x->ctx.workspace, &x->workspace, err)) != GCKPT_XS_OK) return rc;
         x->workspace_bytes = x->ctx.workspace;
+        rc = x->be->set_workspace(x->be, x->workspace, x->workspace_bytes);
+        if (rc != GCKPT_XS_OK) return be_fail(x, rc, "setting the workspace", err);
     }
     x->setup_done = true;
     /* initial values: weights from the seed, states zero */
@@ -906,7 +908,10 @@ void gckpt_exec_release_all(gckpt_exec *x)
             p->nst = 0;
             p->grad = GCKPT_NOINST;
         }
-    if (x->workspace) be->release(be, GCKPT_MEM_DEVICE, x->workspace, x->workspace_bytes);
+    if (x->workspace) {
+        be->set_workspace(be, NULL, 0);
+        be->release(be, GCKPT_MEM_DEVICE, x->workspace, x->workspace_bytes);
+    }
     x->workspace = NULL;
     x->setup_done = false;
 }

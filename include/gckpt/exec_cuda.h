@@ -3,6 +3,8 @@
 #ifndef GCKPT_EXEC_CUDA_H
 #define GCKPT_EXEC_CUDA_H
 
+#include <stdio.h>
+
 #include "gckpt/executor.h"
 
 #ifdef __cplusplus

@@ -129,6 +129,8 @@ struct gckpt_backend {
     gckpt_xstatus (*timer_start)(gckpt_backend *be);
     gckpt_xstatus (*timer_stop)(gckpt_backend *be, double *seconds);
     gckpt_xstatus (*sync)(gckpt_backend *be);
+    /* the persistent cuBLAS workspace the schedule counts (NULL, 0: none) */
+    gckpt_xstatus (*set_workspace)(gckpt_backend *be, void *p, uint64_t bytes);
     void (*describe)(gckpt_backend *be, gckpt_devinfo *d);
     void (*destroy)(gckpt_backend *be);
 };

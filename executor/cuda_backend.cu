@@ -1,0 +1,389 @@
+// The CUDA backend: device memory per schedule event (the stream-ordered allocator by
+// default, cudaMalloc / cudaFree with sync_alloc), cudaMemGetInfo sampled after every
+// allocation against a baseline taken after context and cuBLAS initialisation, pinned host
+// buffers and copies on the compute stream for offload, CUDA events for time. Kernels live
+// in cuda_elem.cu, cuda_matmul.cu, cuda_attn.cu, cuda_source.cu and cuda_optim.cu.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+namespace {
+
+const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+// Pinned host frees wait until the copies queued before them have run.
+struct pending_free {
+    void *p;
+    cudaEvent_t ev;
+};
+
+struct cuda_state {
+    cuda_be b;
+    pending_free pend[256];
+    int npend;
+};
+
+cuda_state *ST(gckpt_backend *be) { return reinterpret_cast<cuda_state *>(be); }
+
+void sample(cuda_be *b)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    uint64_t used = static_cast<uint64_t>(tot - fr);
+    if (used > b->ms.device_used_peak) b->ms.device_used_peak = used;
+}
+
+gckpt_xstatus drain(gckpt_backend *be)
+{
+    cuda_state *s = ST(be);
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    for (int i = 0; i < s->npend; i++) {
+        cudaError_t e = cudaEventSynchronize(s->pend[i].ev);
+        if (e == cudaSuccess) e = cudaFreeHost(s->pend[i].p);
+        (void)cudaEventDestroy(s->pend[i].ev);
+        if (e != cudaSuccess && rc == GCKPT_XS_OK) rc = cu_fail(be, e, "freeing pinned host memory", __FILE__, __LINE__);
+    }
+    s->npend = 0;
+    return rc;
+}
+
+gckpt_xstatus c_alloc(gckpt_backend *be, gckpt_mem_kind k, uint64_t bytes, void **out)
+{
+    cuda_be *b = CB(be);
+    *out = nullptr;
+    size_t sz = static_cast<size_t>(bytes ? bytes : 1); // a zero-byte tensor still gets an address
+    if (k == GCKPT_MEM_PINNED) {
+        CUDA_TRY(be, cudaHostAlloc(out, sz, cudaHostAllocDefault));
+        b->ms.pinned += bytes;
+        if (b->ms.pinned > b->ms.pinned_peak) b->ms.pinned_peak = b->ms.pinned;
+        return GCKPT_XS_OK;
+    }
+    if (b->limit && (bytes > b->limit || b->ms.allocated > b->limit - bytes)) {
+        gckpt_seterr(&be->err, "out of memory: %llu bytes requested with %llu of the %llu-byte limit in use",
+                     static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(b->ms.allocated),
+                     static_cast<unsigned long long>(b->limit));
+        return GCKPT_XS_OOM;
+    }
+    if (b->sync_alloc) CUDA_TRY(be, cudaMalloc(out, sz));
+    else CUDA_TRY(be, cudaMallocAsync(out, sz, b->stream));
+    b->ms.allocated += bytes;
+    if (b->ms.allocated > b->ms.allocated_peak) b->ms.allocated_peak = b->ms.allocated;
+    sample(b);
+    return GCKPT_XS_OK;
+}
+
+void c_release(gckpt_backend *be, gckpt_mem_kind k, void *p, uint64_t bytes)
+{
+    cuda_be *b = CB(be);
+    cuda_state *s = ST(be);
+    if (!p) return;
+    if (k == GCKPT_MEM_PINNED) {
+        b->ms.pinned -= bytes;
+        cudaEvent_t ev;
+        if (s->npend == static_cast<int>(sizeof s->pend / sizeof s->pend[0])) (void)drain(be);
+        if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
+            cudaEventRecord(ev, b->stream) == cudaSuccess) {
+            s->pend[s->npend++] = {p, ev};
+            return;
+        }
+        (void)cudaGetLastError();
+        (void)cudaStreamSynchronize(b->stream);
+        (void)cudaFreeHost(p);
+        return;
+    }
+    b->ms.allocated -= bytes;
+    if (b->sync_alloc) (void)cudaFree(p);
+    else (void)cudaFreeAsync(p, b->stream);
+}
+
+gckpt_xstatus c_copy(gckpt_backend *be, void *dst, const void *src, uint64_t bytes, bool to_host)
+{
+    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, CB(be)->stream));
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus c_upload(gckpt_backend *be, void *dst, const void *src, uint64_t bytes)
+{
+    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, CB(be)->stream));
+    CUDA_TRY(be, cudaStreamSynchronize(CB(be)->stream));
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus c_download(gckpt_backend *be, void *dst, const void *src, uint64_t bytes)
+{
+    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, CB(be)->stream));
+    CUDA_TRY(be, cudaStreamSynchronize(CB(be)->stream));
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus c_init(gckpt_backend *be, gckpt_xt t, gckpt_init how, float scale, uint64_t key)
+{
+    return cuda_fill(CB(be), t, how, scale, key);
+}
+
+gckpt_xstatus c_source(gckpt_backend *be, gckpt_source what, const gckpt_xcall *c, const int64_t *host)
+{
+    return cuda_source(CB(be), what, c, host);
+}
+
+gckpt_xstatus c_forward(gckpt_backend *be, const gckpt_xcall *c)
+{
+    if (cuda_is_matmul(c->op->prim)) return cuda_matmul_forward(CB(be), c);
+    if (cuda_is_attn(c->op->prim)) return cuda_attn_forward(CB(be), c);
+    return cuda_elem_forward(CB(be), c);
+}
+
+gckpt_xstatus c_backward(gckpt_backend *be, const gckpt_xcall *c)
+{
+    if (cuda_is_matmul(c->op->prim)) return cuda_matmul_backward(CB(be), c);
+    if (cuda_is_attn(c->op->prim)) return cuda_attn_backward(CB(be), c);
+    return cuda_elem_backward(CB(be), c);
+}
+
+gckpt_xstatus c_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt x) { return cuda_add(CB(be), dst, a, x); }
+
+gckpt_xstatus c_set_scalar(gckpt_backend *be, gckpt_xt dst, float v) { return cuda_fill(CB(be), dst, GCKPT_INIT_CONST, v, 0); }
+
+gckpt_xstatus c_optim(gckpt_backend *be, const gckpt_optcall *c) { return cuda_optim(CB(be), c); }
+
+gckpt_xstatus c_checksum(gckpt_backend *be, gckpt_xt t, uint64_t salt, uint64_t *hash, double *sumsq)
+{
+    return cuda_checksum(CB(be), t, salt, hash, sumsq);
+}
+
+gckpt_xstatus c_record(gckpt_backend *be, gckpt_xt s, int slot)
+{
+    if (slot < 0 || slot >= GCKPT_MAX_RECORDS || !s.p || s.dt != GCKPT_DT_F32) {
+        gckpt_seterr(&be->err, "record: bad slot %d or a scalar that is not fp32", slot);
+        return GCKPT_XS_ERROR;
+    }
+    CUDA_TRY(be, cudaMemcpyAsync(CB(be)->records + slot, s.p, sizeof(float), cudaMemcpyDeviceToDevice, CB(be)->stream));
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus c_read_records(gckpt_backend *be, float *out, int n)
+{
+    if (n < 0 || n > GCKPT_MAX_RECORDS) return GCKPT_XS_ERROR;
+    if (!n) return GCKPT_XS_OK;
+    CUDA_TRY(be, cudaMemcpyAsync(out, CB(be)->records, sizeof(float) * static_cast<size_t>(n), cudaMemcpyDeviceToHost,
+                                 CB(be)->stream));
+    CUDA_TRY(be, cudaStreamSynchronize(CB(be)->stream));
+    return GCKPT_XS_OK;
+}
+
+void c_memstat(gckpt_backend *be, gckpt_memstat *m)
+{
+    *m = CB(be)->ms;
+    m->has_device = true;
+}
+
+// Between entries: everything is freed; give the pool's memory back so the next entry's
+// device peak starts from the baseline.
+void c_reset_peaks(gckpt_backend *be)
+{
+    cuda_be *b = CB(be);
+    (void)cudaStreamSynchronize(b->stream);
+    (void)drain(be);
+    if (!b->sync_alloc) (void)cudaMemPoolTrimTo(b->pool, 0);
+    (void)cudaGetLastError();
+    b->ms.allocated_peak = b->ms.allocated;
+    b->ms.pinned_peak = b->ms.pinned;
+    b->ms.device_used_peak = 0;
+    sample(b);
+}
+
+gckpt_xstatus c_timer_start(gckpt_backend *be)
+{
+    cuda_be *b = CB(be);
+    CUDA_TRY(be, cudaEventRecord(b->t0, b->stream));
+    b->timing = true;
+    sample(b);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus c_timer_stop(gckpt_backend *be, double *seconds)
+{
+    cuda_be *b = CB(be);
+    if (!b->timing) {
+        gckpt_seterr(&be->err, "timer stopped before it was started");
+        return GCKPT_XS_ERROR;
+    }
+    b->timing = false;
+    CUDA_TRY(be, cudaEventRecord(b->t1, b->stream));
+    CUDA_TRY(be, cudaEventSynchronize(b->t1));
+    float ms = 0.0f;
+    CUDA_TRY(be, cudaEventElapsedTime(&ms, b->t0, b->t1));
+    *seconds = 1e-3 * static_cast<double>(ms);
+    sample(b);
+    return drain(be);
+}
+
+gckpt_xstatus c_sync(gckpt_backend *be)
+{
+    CUDA_TRY(be, cudaStreamSynchronize(CB(be)->stream));
+    return drain(be);
+}
+
+gckpt_xstatus c_set_workspace(gckpt_backend *be, void *p, uint64_t bytes)
+{
+    cuda_be *b = CB(be);
+    if (!p || !bytes) {
+        /* the workspace is about to be freed: finish the work that may use it */
+        CUDA_TRY(be, cudaStreamSynchronize(b->stream));
+        CUBLAS_TRY(be, cublasSetWorkspace(b->blas, nullptr, 0));
+        return GCKPT_XS_OK;
+    }
+    CUBLAS_TRY(be, cublasSetWorkspace(b->blas, p, static_cast<size_t>(bytes)));
+    return GCKPT_XS_OK;
+}
+
+void version_str(int v, char *buf, size_t n) { snprintf(buf, n, "%d.%d", v / 1000, (v % 1000) / 10); }
+
+void c_describe(gckpt_backend *be, gckpt_devinfo *d)
+{
+    cuda_be *b = CB(be);
+    memset(d, 0, sizeof *d);
+    snprintf(d->kind, sizeof d->kind, "gpu");
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, b->device) == cudaSuccess) {
+        snprintf(d->name, sizeof d->name, "%s", prop.name);
+        d->memory_bytes = prop.totalGlobalMem;
+        snprintf(d->arch, sizeof d->arch, "sm_%d%d", prop.major, prop.minor);
+    }
+    int v = 0;
+    if (cudaDriverGetVersion(&v) == cudaSuccess) version_str(v, d->driver, sizeof d->driver);
+    if (cudaRuntimeGetVersion(&v) == cudaSuccess) version_str(v, d->runtime, sizeof d->runtime);
+    (void)cudaGetLastError();
+}
+
+void c_destroy(gckpt_backend *be)
+{
+    cuda_be *b = CB(be);
+    (void)cudaStreamSynchronize(b->stream);
+    (void)drain(be);
+    if (b->blas) (void)cublasDestroy(b->blas);
+    if (b->records) (void)cudaFree(b->records);
+    if (b->sums) (void)cudaFree(b->sums);
+    if (b->t0) (void)cudaEventDestroy(b->t0);
+    if (b->t1) (void)cudaEventDestroy(b->t1);
+    if (b->stream) (void)cudaStreamDestroy(b->stream);
+    free(ST(be));
+}
+
+} // namespace
+
+gckpt_xstatus cu_fail(gckpt_backend *be, cudaError_t e, const char *what, const char *file, int line)
+{
+    gckpt_seterr(&be->err, "%s:%d: %s: %s (%s)", base_name(file), line, what, cudaGetErrorString(e), cudaGetErrorName(e));
+    (void)cudaGetLastError(); /* clear a non-sticky error */
+    return e == cudaErrorMemoryAllocation ? GCKPT_XS_OOM : GCKPT_XS_ERROR;
+}
+
+gckpt_xstatus cublas_fail(gckpt_backend *be, cublasStatus_t s, const char *what, const char *file, int line)
+{
+    gckpt_seterr(&be->err, "%s:%d: %s: %s", base_name(file), line, what, cublasGetStatusString(s));
+    return s == CUBLAS_STATUS_ALLOC_FAILED ? GCKPT_XS_OOM : GCKPT_XS_ERROR;
+}
+
+extern "C" bool gckpt_cuda_available(gckpt_err *err)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        gckpt_seterr(err, "%s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return false;
+    }
+    if (n < 1) {
+        gckpt_seterr(err, "no CUDA device");
+        return false;
+    }
+    return true;
+}
+
+extern "C" gckpt_backend *gckpt_cuda_backend_new(const gckpt_cuda_opts *o, gckpt_err *err)
+{
+    if (!gckpt_cuda_available(err)) return nullptr;
+    cuda_state *s = static_cast<cuda_state *>(calloc(1, sizeof *s));
+    if (!s) {
+        gckpt_seterr(err, "out of memory");
+        return nullptr;
+    }
+    cuda_be *b = &s->b;
+    gckpt_backend *be = &b->be;
+    b->device = o ? o->device : 0;
+    b->sync_alloc = o && o->sync_alloc;
+    b->limit = o ? o->memory_limit : 0;
+    be->name = "cuda";
+    be->alloc = c_alloc;
+    be->release = c_release;
+    be->copy = c_copy;
+    be->upload = c_upload;
+    be->download = c_download;
+    be->init = c_init;
+    be->source = c_source;
+    be->forward = c_forward;
+    be->backward = c_backward;
+    be->add = c_add;
+    be->set_scalar = c_set_scalar;
+    be->optim = c_optim;
+    be->checksum = c_checksum;
+    be->record = c_record;
+    be->read_records = c_read_records;
+    be->memstat = c_memstat;
+    be->reset_peaks = c_reset_peaks;
+    be->timer_start = c_timer_start;
+    be->timer_stop = c_timer_stop;
+    be->sync = c_sync;
+    be->set_workspace = c_set_workspace;
+    be->describe = c_describe;
+    be->destroy = c_destroy;
+    cudaDeviceProp prop;
+    cudaError_t e;
+    cublasStatus_t bs;
+    uint64_t thr = UINT64_MAX;
+    size_t fr = 0, tot = 0;
+#define INIT(call)                                                                                  \
+    do {                                                                                            \
+        if ((e = (call)) != cudaSuccess) {                                                          \
+            cu_fail(be, e, #call, __FILE__, __LINE__);                                               \
+            goto fail;                                                                              \
+        }                                                                                           \
+    } while (0)
+    INIT(cudaSetDevice(b->device));
+    INIT(cudaFree(nullptr)); /* the context */
+    INIT(cudaGetDeviceProperties(&prop, b->device));
+    b->smem_optin = prop.sharedMemPerBlockOptin;
+    INIT(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+    if ((bs = cublasCreate(&b->blas)) != CUBLAS_STATUS_SUCCESS || (bs = cublasSetStream(b->blas, b->stream)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = cublasSetWorkspace(b->blas, nullptr, 0)) != CUBLAS_STATUS_SUCCESS) {
+        cublas_fail(be, bs, "cuBLAS initialisation", __FILE__, __LINE__);
+        goto fail;
+    }
+    INIT(cudaDeviceGetDefaultMemPool(&b->pool, b->device));
+    INIT(cudaMemPoolSetAttribute(b->pool, cudaMemPoolAttrReleaseThreshold, &thr));
+    INIT(cudaEventCreate(&b->t0));
+    INIT(cudaEventCreate(&b->t1));
+    INIT(cudaMalloc(reinterpret_cast<void **>(&b->records), sizeof(float) * (GCKPT_MAX_RECORDS + 1)));
+    INIT(cudaMalloc(reinterpret_cast<void **>(&b->sums), cuda_checksum_scratch_bytes()));
+    INIT(cudaDeviceSynchronize());
+    INIT(cudaMemGetInfo(&fr, &tot));
+#undef INIT
+    b->ms.device_total = tot;
+    b->ms.device_baseline = static_cast<uint64_t>(tot - fr);
+    b->ms.device_used_peak = b->ms.device_baseline;
+    return be;
+fail:
+    snprintf(err->msg, sizeof err->msg, "%s", be->err.msg);
+    c_destroy(be);
+    return nullptr;
+}

@@ -1,0 +1,739 @@
+// CUDA kernels of the elementwise, broadcast, norm, embedding and loss primitives, the
+// gradient add and parameter initialisation. Values load as fp32, compute in fp32 and
+// round once to the output dtype. Reductions run in a fixed order per thread or as fixed
+// shuffle trees (no atomics), so every result is reproducible bit for bit.
+#include <math.h>
+
+#include "cuda_common.cuh"
+
+namespace {
+
+constexpr unsigned kBlock = 256;
+
+enum { BC_NONE = GCKPT_BC_NONE, BC_ROW = GCKPT_BC_ROW, BC_COL = GCKPT_BC_COL, BC_TABLE = GCKPT_BC_TABLE, BC_MASK = GCKPT_BC_MASK };
+
+struct Bcast {
+    int mode;
+    uint64_t width, xcols, s, per; // per: elements of x per sequence (MASK)
+};
+
+__device__ __forceinline__ uint64_t yidx(const Bcast &bc, uint64_t i)
+{
+    switch (bc.mode) {
+    case BC_ROW: return i / bc.width;
+    case BC_COL: return i % bc.width;
+    case BC_TABLE: {
+        uint64_t row = i / bc.xcols, col = i % bc.xcols;
+        return (row % bc.s) * bc.width + col % bc.width;
+    }
+    case BC_MASK: return (i / bc.per) * bc.s * bc.s + i % (bc.s * bc.s);
+    default: return i;
+    }
+}
+
+__device__ __forceinline__ float powi(float x, float e)
+{
+    if (e == 2.0f) return x * x;
+    if (e == 3.0f) return x * x * x;
+    if (e == 1.0f) return x;
+    return powf(x, e);
+}
+
+__device__ __forceinline__ float gelu_f(float x, bool tanh_approx)
+{
+    if (tanh_approx) {
+        float k = 0.7978845608028654f, u = k * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(u));
+    }
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
+__device__ __forceinline__ float gelu_grad(float x, bool tanh_approx)
+{
+    if (tanh_approx) {
+        float k = 0.7978845608028654f, x2 = x * x, u = k * (x + 0.044715f * x2 * x);
+        float t = tanhf(u);
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x2);
+    }
+    float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
+    float pdf = expf(-0.5f * x * x) * 0.3989422804014327f;
+    return cdf + x * pdf;
+}
+
+struct Unary {
+    const void *x, *y, *mask, *g;
+    uint8_t xdt, ydt, mdt, gdt, odt, o2dt;
+    void *o, *o2;
+    uint64_t n;
+    int prim;
+    float sa, sb;
+    uint64_t rng;
+};
+
+__global__ void k_unary_fwd(Unary a)
+{
+    float inv_keep = a.sa < 1.0f ? 1.0f / (1.0f - a.sa) : 0.0f;
+    GRID_LOOP(i, a.n)
+    {
+        float v = ldx(a.x, a.xdt, i), r;
+        switch (a.prim) {
+        case GCKPT_P_AFFINE: r = v * a.sa + a.sb; break;
+        case GCKPT_P_POW: r = powi(v, a.sa); break;
+        case GCKPT_P_RSQRT: r = 1.0f / sqrtf(v); break;
+        case GCKPT_P_TANH: r = tanhf(v); break;
+        case GCKPT_P_SILU: r = v / (1.0f + expf(-v)); break;
+        case GCKPT_P_GELU: r = gelu_f(v, a.sa == 1.0f); break;
+        case GCKPT_P_DROPOUT: {
+            int keep = gckpt_keep(a.rng, i, a.sa);
+            stx(a.o2, a.o2dt, i, static_cast<float>(keep));
+            r = keep ? v * inv_keep : 0.0f;
+            break;
+        }
+        default: r = v; break; // CAST
+        }
+        stx(a.o, a.odt, i, r);
+    }
+}
+
+__global__ void k_unary_bwd(Unary a)
+{
+    float inv_keep = a.sa < 1.0f ? 1.0f / (1.0f - a.sa) : 0.0f;
+    GRID_LOOP(i, a.n)
+    {
+        float d = ldx(a.g, a.gdt, i), r;
+        switch (a.prim) {
+        case GCKPT_P_AFFINE: r = d * a.sa; break;
+        case GCKPT_P_POW: r = d * (a.sa * powi(ldx(a.x, a.xdt, i), a.sa - 1.0f)); break;
+        case GCKPT_P_RSQRT: {
+            float y = ldx(a.y, a.ydt, i);
+            r = -0.5f * d * (y * y * y);
+            break;
+        }
+        case GCKPT_P_TANH: {
+            float y = ldx(a.y, a.ydt, i);
+            r = d * (1.0f - y * y);
+            break;
+        }
+        case GCKPT_P_SILU: {
+            float x = ldx(a.x, a.xdt, i), s = 1.0f / (1.0f + expf(-x));
+            r = d * (s * (1.0f + x * (1.0f - s)));
+            break;
+        }
+        case GCKPT_P_GELU: r = d * gelu_grad(ldx(a.x, a.xdt, i), a.sa == 1.0f); break;
+        case GCKPT_P_DROPOUT: r = ldx(a.mask, a.mdt, i) != 0.0f ? d * inv_keep : 0.0f; break;
+        default: r = d; break; // CAST
+        }
+        stx(a.o, a.odt, i, r);
+    }
+}
+
+struct Binary {
+    const void *x, *y, *g;
+    uint8_t xdt, ydt, gdt, odt;
+    void *o;
+    uint64_t n;
+    bool mul;
+    Bcast bc;
+};
+
+__global__ void k_binary_fwd(Binary a)
+{
+    GRID_LOOP(i, a.n)
+    {
+        float u = ldx(a.x, a.xdt, i), v = ldx(a.y, a.ydt, yidx(a.bc, i));
+        stx(a.o, a.odt, i, a.mul ? u * v : u + v);
+    }
+}
+
+// gradient of x: g * y (mul) or g (add)
+__global__ void k_binary_bwd_x(Binary a)
+{
+    GRID_LOOP(i, a.n)
+    {
+        float d = ldx(a.g, a.gdt, i);
+        stx(a.o, a.odt, i, a.mul ? d * ldx(a.y, a.ydt, yidx(a.bc, i)) : d);
+    }
+}
+
+// gradient of an unbroadcast y: g * x (mul) or g (add); here a.y is x
+__global__ void k_binary_bwd_y_same(Binary a)
+{
+    GRID_LOOP(i, a.n)
+    {
+        float d = ldx(a.g, a.gdt, i);
+        stx(a.o, a.odt, i, a.mul ? d * ldx(a.x, a.xdt, i) : d);
+    }
+}
+
+// gradient of a broadcast y: the sum over the elements of x that read y[j]
+__global__ void k_binary_bwd_y_reduce(Binary a, uint64_t ny, uint64_t B, uint64_t heads)
+{
+    GRID_LOOP(j, ny)
+    {
+        float acc = 0.0f;
+        const Bcast &bc = a.bc;
+        switch (bc.mode) {
+        case BC_ROW:
+            for (uint64_t k = 0; k < bc.width; k++) {
+                uint64_t i = j * bc.width + k;
+                float d = ldx(a.g, a.gdt, i);
+                acc += a.mul ? d * ldx(a.x, a.xdt, i) : d;
+            }
+            break;
+        case BC_COL:
+            for (uint64_t i = j; i < a.n; i += bc.width) {
+                float d = ldx(a.g, a.gdt, i);
+                acc += a.mul ? d * ldx(a.x, a.xdt, i) : d;
+            }
+            break;
+        case BC_TABLE: {
+            uint64_t pos = j / bc.width, c = j % bc.width, hpr = bc.xcols / bc.width;
+            for (uint64_t b = 0; b < B; b++)
+                for (uint64_t h = 0; h < hpr; h++) {
+                    uint64_t i = (b * bc.s + pos) * bc.xcols + h * bc.width + c;
+                    float d = ldx(a.g, a.gdt, i);
+                    acc += a.mul ? d * ldx(a.x, a.xdt, i) : d;
+                }
+            break;
+        }
+        default: { // MASK: over heads
+            uint64_t ss = bc.s * bc.s, bi = j / ss, rem = j % ss;
+            for (uint64_t h = 0; h < heads; h++) {
+                uint64_t i = bi * bc.per + h * ss + rem;
+                float d = ldx(a.g, a.gdt, i);
+                acc += a.mul ? d * ldx(a.x, a.xdt, i) : d;
+            }
+            break;
+        }
+        }
+        stx(a.o, a.odt, j, acc);
+    }
+}
+
+// rotate_half pieces: mode 0 neg fwd, 1 cat fwd, 2 neg bwd, 3 cat bwd (in0), 4 cat bwd (in1)
+struct Half {
+    const void *a, *x;
+    uint8_t adt, xdt, odt;
+    void *o;
+    uint64_t n, w, C;
+    int mode;
+};
+
+__global__ void k_half(Half h)
+{
+    uint64_t w = h.w, hw = w / 2, C = h.C, half = C / 2;
+    GRID_LOOP(i, h.n)
+    {
+        float v;
+        switch (h.mode) {
+        case 0: {
+            uint64_t row = i / half, col = i % half;
+            v = -ldx(h.x, h.xdt, row * C + (col / hw) * w + hw + col % hw);
+            break;
+        }
+        case 1: {
+            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
+            v = j < hw ? ldx(h.a, h.adt, row * half + hd * hw + j) : ldx(h.x, h.xdt, row * C + hd * w + j - hw);
+            break;
+        }
+        case 2: {
+            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
+            v = j < hw ? 0.0f : -ldx(h.x, h.xdt, row * half + hd * hw + j - hw);
+            break;
+        }
+        case 3: {
+            uint64_t row = i / half, col = i % half;
+            v = ldx(h.x, h.xdt, row * C + (col / hw) * w + col % hw);
+            break;
+        }
+        default: {
+            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
+            v = j < hw ? ldx(h.x, h.xdt, row * C + hd * w + hw + j) : 0.0f;
+            break;
+        }
+        }
+        stx(h.o, h.odt, i, v);
+    }
+}
+
+// mean over groups of w: one warp per group
+__global__ void k_mean(const void *x, uint8_t xdt, void *o, uint8_t odt, uint64_t groups, uint64_t w)
+{
+    uint64_t warp = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) >> 5;
+    unsigned lane = threadIdx.x & 31;
+    uint64_t nwarps = (static_cast<uint64_t>(gridDim.x) * blockDim.x) >> 5;
+    for (uint64_t g = warp; g < groups; g += nwarps) {
+        float s = 0.0f;
+        for (uint64_t k = lane; k < w; k += 32) s += ldx(x, xdt, g * w + k);
+        s = warp_sum(s);
+        if (lane == 0) stx(o, odt, g, s / static_cast<float>(w));
+    }
+}
+
+__global__ void k_mean_bwd(const void *g, uint8_t gdt, void *o, uint8_t odt, uint64_t n, uint64_t w)
+{
+    GRID_LOOP(i, n) stx(o, odt, i, ldx(g, gdt, i / w) / static_cast<float>(w));
+}
+
+// layer norm: one block per row
+__global__ void k_layernorm(const void *x, uint8_t xdt, const void *w, uint8_t wdt, const void *b, uint8_t bdt, void *o,
+                            uint8_t odt, void *st, uint8_t sdt, uint64_t W, float eps)
+{
+    __shared__ float scratch[32];
+    uint64_t r = blockIdx.x;
+    float s = 0.0f;
+    for (uint64_t k = threadIdx.x; k < W; k += blockDim.x) s += ldx(x, xdt, r * W + k);
+    float mean = block_sum(s, scratch) / static_cast<float>(W);
+    float v = 0.0f;
+    for (uint64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float d = ldx(x, xdt, r * W + k) - mean;
+        v += d * d;
+    }
+    float rstd = 1.0f / sqrtf(block_sum(v, scratch) / static_cast<float>(W) + eps);
+    for (uint64_t k = threadIdx.x; k < W; k += blockDim.x)
+        stx(o, odt, r * W + k, (ldx(x, xdt, r * W + k) - mean) * rstd * ldx(w, wdt, k) + ldx(b, bdt, k));
+    if (threadIdx.x == 0) {
+        stx(st, sdt, 2 * r, mean);
+        stx(st, sdt, 2 * r + 1, rstd);
+    }
+}
+
+__global__ void k_layernorm_bwd_x(const void *x, uint8_t xdt, const void *w, uint8_t wdt, const void *st, uint8_t sdt,
+                                  const void *g, uint8_t gdt, void *gi, uint8_t gidt, uint64_t W)
+{
+    __shared__ float scratch[32];
+    uint64_t r = blockIdx.x;
+    float mean = ldx(st, sdt, 2 * r), rstd = ldx(st, sdt, 2 * r + 1), s1 = 0.0f, s2 = 0.0f;
+    for (uint64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float xh = (ldx(x, xdt, r * W + k) - mean) * rstd, dxh = ldx(g, gdt, r * W + k) * ldx(w, wdt, k);
+        s1 += dxh;
+        s2 += dxh * xh;
+    }
+    s1 = block_sum(s1, scratch) / static_cast<float>(W);
+    s2 = block_sum(s2, scratch) / static_cast<float>(W);
+    for (uint64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float xh = (ldx(x, xdt, r * W + k) - mean) * rstd, dxh = ldx(g, gdt, r * W + k) * ldx(w, wdt, k);
+        stx(gi, gidt, r * W + k, rstd * (dxh - s1 - xh * s2));
+    }
+}
+
+// weight and bias gradients: one thread per column over all rows
+__global__ void k_layernorm_bwd_wb(const void *x, uint8_t xdt, const void *st, uint8_t sdt, const void *g, uint8_t gdt,
+                                   void *gw, uint8_t gwdt, void *gb, uint8_t gbdt, uint64_t W, uint64_t rows)
+{
+    GRID_LOOP(k, W)
+    {
+        float aw = 0.0f, ab = 0.0f;
+        for (uint64_t r = 0; r < rows; r++) {
+            float xh = (ldx(x, xdt, r * W + k) - ldx(st, sdt, 2 * r)) * ldx(st, sdt, 2 * r + 1), d = ldx(g, gdt, r * W + k);
+            aw += d * xh;
+            ab += d;
+        }
+        if (gw) stx(gw, gwdt, k, aw);
+        if (gb) stx(gb, gbdt, k, ab);
+    }
+}
+
+__global__ void k_embed(const void *tab, uint8_t tdt, const int64_t *ids, void *o, uint8_t odt, uint64_t n, uint64_t W,
+                        uint64_t V)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t id = ids[i / W];
+        float v = id >= 0 && static_cast<uint64_t>(id) < V ? ldx(tab, tdt, static_cast<uint64_t>(id) * W + i % W) : NAN;
+        stx(o, odt, i, v);
+    }
+}
+
+// table gradient: one thread per column, tokens in order (the table was zeroed)
+__global__ void k_embed_bwd(const int64_t *ids, uint64_t T, const void *g, uint8_t gdt, void *gi, uint8_t gidt, uint64_t W,
+                            uint64_t V)
+{
+    GRID_LOOP(k, W)
+    {
+        for (uint64_t t = 0; t < T; t++) {
+            int64_t id = ids[t];
+            if (id < 0 || static_cast<uint64_t>(id) >= V) continue;
+            uint64_t j = static_cast<uint64_t>(id) * W + k;
+            stx(gi, gidt, j, ldx(gi, gidt, j) + ldx(g, gdt, t * W + k));
+        }
+    }
+}
+
+__global__ void k_logsoftmax(const void *x, uint8_t xdt, void *o, uint8_t odt, uint64_t W)
+{
+    __shared__ float scratch[32];
+    uint64_t r = blockIdx.x;
+    float mx = -INFINITY;
+    for (uint64_t k = threadIdx.x; k < W; k += blockDim.x) mx = fmaxf(mx, ldx(x, xdt, r * W + k));
+    mx = block_max(mx, scratch);
+    float s = 0.0f;
+    for (uint64_t k = threadIdx.x; k < W; k += blockDim.x) s += expf(ldx(x, xdt, r * W + k) - mx);
+    float lse = mx + logf(block_sum(s, scratch));
+    for (uint64_t k = threadIdx.x; k < W; k += blockDim.x) stx(o, odt, r * W + k, ldx(x, xdt, r * W + k) - lse);
+}
+
+__global__ void k_logsoftmax_bwd(const void *y, uint8_t ydt, const void *g, uint8_t gdt, void *gi, uint8_t gidt, uint64_t W)
+{
+    __shared__ float scratch[32];
+    uint64_t r = blockIdx.x;
+    float s = 0.0f;
+    for (uint64_t k = threadIdx.x; k < W; k += blockDim.x) s += ldx(g, gdt, r * W + k);
+    s = block_sum(s, scratch);
+    for (uint64_t k = threadIdx.x; k < W; k += blockDim.x)
+        stx(gi, gidt, r * W + k, ldx(g, gdt, r * W + k) - expf(ldx(y, ydt, r * W + k)) * s);
+}
+
+// mean negative log-likelihood over labels != -100, summed in double by one block
+__global__ void k_nll(const void *x, uint8_t xdt, const int64_t *lb, uint64_t rows, uint64_t W, void *o, uint8_t odt,
+                      void *tw, uint8_t twdt)
+{
+    __shared__ double scratch_d[32];
+    __shared__ float scratch_f[32];
+    double s = 0.0;
+    float n = 0.0f;
+    for (uint64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+        int64_t l = lb[r];
+        if (l == -100) continue;
+        if (l < 0 || static_cast<uint64_t>(l) >= W) {
+            s = NAN;
+            continue;
+        }
+        s += static_cast<double>(ldx(x, xdt, r * W + static_cast<uint64_t>(l)));
+        n += 1.0f;
+    }
+    s = block_sum(s, scratch_d);
+    n = block_sum(n, scratch_f);
+    if (threadIdx.x == 0) {
+        stx(o, odt, 0, static_cast<float>(-s / static_cast<double>(n)));
+        if (tw) stx(tw, twdt, 0, n);
+    }
+}
+
+__global__ void k_nll_bwd(const int64_t *lb, const void *g, uint8_t gdt, const void *tw, uint8_t twdt, void *gi, uint8_t gidt,
+                          uint64_t n, uint64_t W)
+{
+    float d = -ldx(g, gdt, 0) / ldx(tw, twdt, 0);
+    GRID_LOOP(i, n)
+    {
+        int64_t l = lb[i / W];
+        stx(gi, gidt, i, l != -100 && static_cast<uint64_t>(l) == i % W ? d : 0.0f);
+    }
+}
+
+__global__ void k_nll_count(const int64_t *lb, uint64_t rows, float *out)
+{
+    __shared__ float scratch[32];
+    float n = 0.0f;
+    for (uint64_t r = threadIdx.x; r < rows; r += blockDim.x) n += lb[r] != -100 ? 1.0f : 0.0f;
+    n = block_sum(n, scratch);
+    if (threadIdx.x == 0) *out = n;
+}
+
+__global__ void k_add(const void *a, uint8_t adt, const void *x, uint8_t xdt, void *o, uint8_t odt, uint64_t n)
+{
+    GRID_LOOP(i, n) stx(o, odt, i, (a ? ldx(a, adt, i) : 0.0f) + ldx(x, xdt, i));
+}
+
+__global__ void k_fill(void *o, uint8_t odt, uint64_t n, int uniform, float scale, uint64_t key)
+{
+    GRID_LOOP(i, n) stx(o, odt, i, uniform ? (2.0f * gckpt_rng_unit(key, i) - 1.0f) * scale : scale);
+}
+
+Bcast bcast_of(const gckpt_xcall *c)
+{
+    Bcast bc;
+    bc.mode = c->op->bcast;
+    bc.width = c->op->width;
+    bc.xcols = cuda_cols(c, c->op->in[0]);
+    bc.s = c->s;
+    bc.per = c->in[0].n / (c->b ? c->b : 1);
+    return bc;
+}
+
+} // namespace
+
+gckpt_xstatus op_fail(gckpt_backend *be, const gckpt_xcall *c, const char *why)
+{
+    gckpt_seterr(&be->err, "op %s: %s", c->op->name, why);
+    return GCKPT_XS_ERROR;
+}
+
+gckpt_xstatus cuda_elem_forward(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    cudaStream_t st = cb->stream;
+    const gckpt_op *op = c->op;
+    const gckpt_xt &x = c->in[0], &o = c->out[0];
+    NEED_T(be, c, x, "input 0");
+    NEED_T(be, c, o, "output");
+    switch (op->prim) {
+    case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
+    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: {
+        Unary a{};
+        a.x = x.p;
+        a.xdt = x.dt;
+        a.o = o.p;
+        a.odt = o.dt;
+        a.n = o.n;
+        a.prim = op->prim;
+        a.sa = static_cast<float>(op->sa);
+        a.sb = static_cast<float>(op->sb);
+        a.rng = c->rng;
+        if (op->prim == GCKPT_P_DROPOUT) {
+            NEED_T(be, c, c->out[1], "mask output");
+            a.o2 = c->out[1].p;
+            a.o2dt = c->out[1].dt;
+        }
+        k_unary_fwd<<<grid_for(a.n, kBlock), kBlock, 0, st>>>(a);
+        break;
+    }
+    case GCKPT_P_MUL: case GCKPT_P_ADD: {
+        NEED_T(be, c, c->in[1], "input 1");
+        Binary a{};
+        a.x = x.p;
+        a.xdt = x.dt;
+        a.y = c->in[1].p;
+        a.ydt = c->in[1].dt;
+        a.o = o.p;
+        a.odt = o.dt;
+        a.n = o.n;
+        a.mul = op->prim == GCKPT_P_MUL;
+        a.bc = bcast_of(c);
+        k_binary_fwd<<<grid_for(a.n, kBlock), kBlock, 0, st>>>(a);
+        break;
+    }
+    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: {
+        Half h{};
+        h.w = op->width;
+        h.o = o.p;
+        h.odt = o.dt;
+        h.n = o.n;
+        if (op->prim == GCKPT_P_NEG_HALF) {
+            h.mode = 0;
+            h.x = x.p;
+            h.xdt = x.dt;
+            h.C = cuda_cols(c, op->in[0]);
+        } else {
+            NEED_T(be, c, c->in[1], "input 1");
+            h.mode = 1;
+            h.a = x.p;
+            h.adt = x.dt;
+            h.x = c->in[1].p;
+            h.xdt = c->in[1].dt;
+            h.C = cuda_cols(c, op->in[1]);
+        }
+        k_half<<<grid_for(h.n, kBlock), kBlock, 0, st>>>(h);
+        break;
+    }
+    case GCKPT_P_MEAN:
+        k_mean<<<grid_for(o.n * 32, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, o.n, op->width);
+        break;
+    case GCKPT_P_LAYERNORM: {
+        NEED_T(be, c, c->in[1], "weight");
+        NEED_T(be, c, c->in[2], "bias");
+        NEED_T(be, c, c->out[1], "statistics output");
+        uint64_t rows = x.n / op->width;
+        if (rows) k_layernorm<<<static_cast<unsigned>(rows), kBlock, 0, st>>>(x.p, x.dt, c->in[1].p, c->in[1].dt, c->in[2].p,
+                                                                   c->in[2].dt, o.p, o.dt, c->out[1].p, c->out[1].dt,
+                                                                   op->width, static_cast<float>(op->sa));
+        break;
+    }
+    case GCKPT_P_EMBED: {
+        NEED_T(be, c, c->in[1], "ids");
+        k_embed<<<grid_for(o.n, kBlock), kBlock, 0, st>>>(x.p, x.dt, static_cast<const int64_t *>(c->in[1].p), o.p, o.dt,
+                                                          o.n, op->width, x.n / op->width);
+        break;
+    }
+    case GCKPT_P_LOG_SOFTMAX: {
+        uint64_t rows = x.n / op->width;
+        if (rows) k_logsoftmax<<<static_cast<unsigned>(rows), 1024, 0, st>>>(x.p, x.dt, o.p, o.dt, op->width);
+        break;
+    }
+    case GCKPT_P_NLL: {
+        NEED_T(be, c, c->in[1], "labels");
+        k_nll<<<1, 1024, 0, st>>>(x.p, x.dt, static_cast<const int64_t *>(c->in[1].p), c->in[1].n, op->width, o.p, o.dt,
+                                  c->out[1].p, c->out[1].dt);
+        break;
+    }
+    default: return op_fail(be, c, "no CUDA forward for this primitive");
+    }
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus cuda_elem_backward(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    cudaStream_t st = cb->stream;
+    const gckpt_op *op = c->op;
+    const gckpt_xt &g = c->gout, &gi = c->gin[0];
+    NEED_T(be, c, g, "output gradient");
+    switch (op->prim) {
+    case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
+    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: {
+        if (!gi.p) return GCKPT_XS_OK;
+        if (op->prim == GCKPT_P_POW || op->prim == GCKPT_P_SILU || op->prim == GCKPT_P_GELU) NEED_T(be, c, c->in[0], "saved input");
+        if (op->prim == GCKPT_P_RSQRT || op->prim == GCKPT_P_TANH) NEED_T(be, c, c->out[0], "saved output");
+        if (op->prim == GCKPT_P_DROPOUT) NEED_T(be, c, c->out[1], "saved mask");
+        Unary a{};
+        a.g = g.p;
+        a.gdt = g.dt;
+        a.x = c->in[0].p;
+        a.xdt = c->in[0].dt;
+        a.y = c->out[0].p;
+        a.ydt = c->out[0].dt;
+        a.mask = c->out[1].p;
+        a.mdt = c->out[1].dt;
+        a.o = gi.p;
+        a.odt = gi.dt;
+        a.n = gi.n;
+        a.prim = op->prim;
+        a.sa = static_cast<float>(op->sa);
+        k_unary_bwd<<<grid_for(a.n, kBlock), kBlock, 0, st>>>(a);
+        break;
+    }
+    case GCKPT_P_MUL: case GCKPT_P_ADD: {
+        bool mul = op->prim == GCKPT_P_MUL;
+        Binary a{};
+        a.x = c->in[0].p;
+        a.xdt = c->in[0].dt;
+        a.y = c->in[1].p;
+        a.ydt = c->in[1].dt;
+        a.g = g.p;
+        a.gdt = g.dt;
+        a.mul = mul;
+        a.bc = bcast_of(c);
+        if (gi.p) {
+            if (mul) NEED_T(be, c, c->in[1], "saved input 1");
+            Binary b = a;
+            b.o = gi.p;
+            b.odt = gi.dt;
+            b.n = gi.n;
+            k_binary_bwd_x<<<grid_for(b.n, kBlock), kBlock, 0, st>>>(b);
+            LAUNCH_TRY(be);
+        }
+        if (c->gin[1].p) {
+            if (mul) NEED_T(be, c, c->in[0], "saved input 0");
+            Binary b = a;
+            b.o = c->gin[1].p;
+            b.odt = c->gin[1].dt;
+            b.n = g.n;
+            if (op->bcast == GCKPT_BC_NONE) {
+                k_binary_bwd_y_same<<<grid_for(b.n, kBlock), kBlock, 0, st>>>(b);
+            } else {
+                uint64_t heads = c->b ? g.n / (c->b * c->s * c->s) : 0;
+                k_binary_bwd_y_reduce<<<grid_for(c->gin[1].n, kBlock), kBlock, 0, st>>>(b, c->gin[1].n, c->b, heads);
+            }
+            LAUNCH_TRY(be);
+        }
+        return GCKPT_XS_OK;
+    }
+    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: {
+        Half h{};
+        h.w = op->width;
+        h.x = g.p;
+        h.xdt = g.dt;
+        if (op->prim == GCKPT_P_NEG_HALF) {
+            if (!gi.p) return GCKPT_XS_OK;
+            h.mode = 2;
+            h.C = cuda_cols(c, op->in[0]);
+            h.o = gi.p;
+            h.odt = gi.dt;
+            h.n = gi.n;
+            k_half<<<grid_for(h.n, kBlock), kBlock, 0, st>>>(h);
+            LAUNCH_TRY(be);
+            return GCKPT_XS_OK;
+        }
+        h.C = cuda_cols(c, op->in[1]);
+        for (int k = 0; k < 2; k++) {
+            if (!c->gin[k].p) continue;
+            Half q = h;
+            q.mode = 3 + k;
+            q.o = c->gin[k].p;
+            q.odt = c->gin[k].dt;
+            q.n = c->gin[k].n;
+            k_half<<<grid_for(q.n, kBlock), kBlock, 0, st>>>(q);
+            LAUNCH_TRY(be);
+        }
+        return GCKPT_XS_OK;
+    }
+    case GCKPT_P_MEAN:
+        if (!gi.p) return GCKPT_XS_OK;
+        k_mean_bwd<<<grid_for(gi.n, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, gi.n, op->width);
+        break;
+    case GCKPT_P_LAYERNORM: {
+        NEED_T(be, c, c->in[0], "saved input");
+        NEED_T(be, c, c->in[1], "weight");
+        NEED_T(be, c, c->out[1], "saved mean and rstd");
+        uint64_t W = op->width, rows = c->in[0].n / W;
+        if (gi.p && rows) {
+            k_layernorm_bwd_x<<<static_cast<unsigned>(rows), kBlock, 0, st>>>(c->in[0].p, c->in[0].dt, c->in[1].p,
+                                                                          c->in[1].dt, c->out[1].p, c->out[1].dt, g.p,
+                                                                          g.dt, gi.p, gi.dt, W);
+            LAUNCH_TRY(be);
+        }
+        if (c->gin[1].p || c->gin[2].p)
+            k_layernorm_bwd_wb<<<grid_for(W, kBlock), kBlock, 0, st>>>(c->in[0].p, c->in[0].dt, c->out[1].p, c->out[1].dt,
+                                                                     g.p, g.dt, c->gin[1].p, c->gin[1].dt, c->gin[2].p,
+                                                                     c->gin[2].dt, W, rows);
+        break;
+    }
+    case GCKPT_P_EMBED: {
+        if (!gi.p) return GCKPT_XS_OK;
+        NEED_T(be, c, c->in[1], "saved ids");
+        CUDA_TRY(be, cudaMemsetAsync(gi.p, 0, gi.n * gckpt_dtype_size(static_cast<gckpt_dtype>(gi.dt)), st));
+        k_embed_bwd<<<grid_for(op->width, 128), 128, 0, st>>>(static_cast<const int64_t *>(c->in[1].p), c->in[1].n, g.p,
+                                                              g.dt, gi.p, gi.dt, op->width, gi.n / op->width);
+        break;
+    }
+    case GCKPT_P_LOG_SOFTMAX: {
+        if (!gi.p) return GCKPT_XS_OK;
+        NEED_T(be, c, c->out[0], "saved output");
+        uint64_t rows = gi.n / op->width;
+        if (rows) k_logsoftmax_bwd<<<static_cast<unsigned>(rows), 1024, 0, st>>>(c->out[0].p, c->out[0].dt, g.p, g.dt, gi.p,
+                                                                             gi.dt, op->width);
+        break;
+    }
+    case GCKPT_P_NLL: {
+        if (!gi.p) return GCKPT_XS_OK;
+        NEED_T(be, c, c->in[1], "saved labels");
+        const void *tw = c->out[1].p;
+        uint8_t twdt = c->out[1].dt;
+        if (op->out[1] < 0) { // no saved total_weight: count into the records' spare slot
+            k_nll_count<<<1, 1024, 0, st>>>(static_cast<const int64_t *>(c->in[1].p), c->in[1].n,
+                                            cb->records + GCKPT_MAX_RECORDS);
+            LAUNCH_TRY(be);
+            tw = cb->records + GCKPT_MAX_RECORDS;
+            twdt = GCKPT_DT_F32;
+        } else {
+            NEED_T(be, c, c->out[1], "saved total_weight");
+        }
+        k_nll_bwd<<<grid_for(gi.n, kBlock), kBlock, 0, st>>>(static_cast<const int64_t *>(c->in[1].p), g.p, g.dt, tw, twdt,
+                                                             gi.p, gi.dt, gi.n, op->width);
+        break;
+    }
+    default: return op_fail(be, c, "no CUDA backward for this primitive");
+    }
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus cuda_add(cuda_be *cb, gckpt_xt dst, gckpt_xt a, gckpt_xt x)
+{
+    if (dst.n != x.n || (a.p && a.n != x.n)) {
+        gckpt_seterr(&cb->be.err, "gradient add: sizes differ");
+        return GCKPT_XS_ERROR;
+    }
+    k_add<<<grid_for(dst.n, kBlock), kBlock, 0, cb->stream>>>(a.p, a.dt, x.p, x.dt, dst.p, dst.dt, dst.n);
+    LAUNCH_TRY(&cb->be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus cuda_fill(cuda_be *cb, gckpt_xt t, gckpt_init how, float scale, uint64_t key)
+{
+    if (!t.n) return GCKPT_XS_OK;
+    k_fill<<<grid_for(t.n, kBlock), kBlock, 0, cb->stream>>>(t.p, t.dt, t.n, how == GCKPT_INIT_UNIFORM, scale, key);
+    LAUNCH_TRY(&cb->be);
+    return GCKPT_XS_OK;
+}

@@ -1,0 +1,59 @@
+// SOURCE ops on the GPU: token ids, labels and positions copied from the interpreter's
+// host data, HF's default rotary tables and the eager path's additive causal mask.
+#include <math.h>
+
+#include "cuda_common.cuh"
+
+namespace {
+
+constexpr unsigned kBlock = 256;
+
+__global__ void k_rotary(void *cs, uint8_t cdt, void *sn, uint8_t sdt, uint64_t S, uint64_t hd, float theta)
+{
+    GRID_LOOP(e, S * hd)
+    {
+        uint64_t pos = e / hd, k = e % hd, j = k % (hd / 2);
+        float inv = 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(hd));
+        float f = static_cast<float>(pos) * inv;
+        stx(cs, cdt, e, cosf(f));
+        stx(sn, sdt, e, sinf(f));
+    }
+}
+
+__global__ void k_mask(void *o, uint8_t odt, uint64_t n, uint64_t S)
+{
+    float low = lowest_of(odt);
+    GRID_LOOP(i, n)
+    {
+        uint64_t r = (i / S) % S, col = i % S;
+        stx(o, odt, i, col <= r ? 0.0f : low);
+    }
+}
+
+} // namespace
+
+gckpt_xstatus cuda_source(cuda_be *cb, gckpt_source what, const gckpt_xcall *c, const int64_t *host)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_xt &o = c->out[0];
+    NEED_T(be, c, o, "output");
+    switch (what) {
+    case GCKPT_SRC_IDS: case GCKPT_SRC_LABELS: case GCKPT_SRC_POSITIONS:
+        if (o.dt != GCKPT_DT_I64 || !host) return op_fail(be, c, "ids must be int64 from the host");
+        /* from pageable memory: the call returns once the data is staged, so the host
+         * array may be refilled for the next micro-step */
+        CUDA_TRY(be, cudaMemcpyAsync(o.p, host, o.n * sizeof(int64_t), cudaMemcpyHostToDevice, cb->stream));
+        return GCKPT_XS_OK;
+    case GCKPT_SRC_ROTARY:
+        NEED_T(be, c, c->out[1], "sin output");
+        k_rotary<<<grid_for(c->s * c->m->head_dim, kBlock), kBlock, 0, cb->stream>>>(
+            o.p, o.dt, c->out[1].p, c->out[1].dt, c->s, c->m->head_dim, static_cast<float>(c->m->rope_theta));
+        break;
+    case GCKPT_SRC_MASK:
+        k_mask<<<grid_for(o.n, kBlock), kBlock, 0, cb->stream>>>(o.p, o.dt, o.n, c->s);
+        break;
+    default: return op_fail(be, c, "unknown source");
+    }
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}

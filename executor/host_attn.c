@@ -54,6 +54,7 @@ static int first_same(const gckpt_xcall *c, int k)
 
 static bool load_in(const gckpt_xcall *c, bufs *b, int k, gckpt_err *err)
 {
+    if (b->in[k]) return true;
     int j = first_same(c, k);
     if (j != k) {
         if (!b->in[j] && !load_in(c, b, j, err)) return false;

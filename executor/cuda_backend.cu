@@ -382,6 +382,7 @@ extern "C" gckpt_backend *gckpt_cuda_backend_new(const gckpt_cuda_opts *o, gckpt
     cublasStatus_t bs;
     uint64_t thr = UINT64_MAX;
     size_t fr = 0, tot = 0;
+    int pools = 0;
 #define INIT(call)                                                                                  \
     do {                                                                                            \
         if ((e = (call)) != cudaSuccess) {                                                          \
@@ -399,8 +400,13 @@ extern "C" gckpt_backend *gckpt_cuda_backend_new(const gckpt_cuda_opts *o, gckpt
         cublas_fail(be, bs, "cuBLAS initialisation", __FILE__, __LINE__);
         goto fail;
     }
-    INIT(cudaDeviceGetDefaultMemPool(&b->pool, b->device));
-    INIT(cudaMemPoolSetAttribute(b->pool, cudaMemPoolAttrReleaseThreshold, &thr));
+    INIT(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, b->device));
+    if (!pools) b->sync_alloc = true; /* no stream-ordered allocator here (e.g. some MIG setups) */
+    if (!b->sync_alloc) {
+        INIT(cudaDeviceGetDefaultMemPool(&b->pool, b->device));
+        /* keep freed memory in the pool, as PyTorch's caching allocator keeps its segments */
+        INIT(cudaMemPoolSetAttribute(b->pool, cudaMemPoolAttrReleaseThreshold, &thr));
+    }
     INIT(cudaEventCreate(&b->t0));
     INIT(cudaEventCreate(&b->t1));
     INIT(cudaMalloc(reinterpret_cast<void **>(&b->records), sizeof(float) * (GCKPT_MAX_RECORDS + 1)));

@@ -41,6 +41,13 @@ static int run(const char *const *args)
     const char *argv[32];
     int n = 0;
     argv[n++] = GCKPT_RUN_EXE;
+    /* the host backend unless a case names one (a GPU machine would pick cuda) */
+    bool named = false;
+    for (int i = 0; args[i]; i++) named |= !strcmp(args[i], "--backend");
+    if (!named) {
+        argv[n++] = "--backend";
+        argv[n++] = "host";
+    }
     for (int i = 0; args[i]; i++) argv[n++] = args[i];
     argv[n] = NULL;
     pid_t pid = fork();

@@ -231,6 +231,10 @@ static int linear(B *b, int x, int w, int bias, uint64_t in_f, uint64_t out_f, c
     int xi = ac(b, x, b->C, nm);
     snprintf(nm, sizeof nm, "%s.weight_cast", name);
     int wc = wcast(b, w, nm);
+    if (bias >= 0) { /* autocast caches a low-precision copy of the bias too */
+        snprintf(nm, sizeof nm, "%s.bias_cast", name);
+        bias = wcast(b, bias, nm);
+    }
     const gckpt_tensor *tx = &b->r->t[x];
     int o = tnew(b, name, GCKPT_T_ACT, b->amp ? b->C : dt(b, x), 0, tx->cS / in_f * out_f,
                  tx->cT / in_f * out_f, 0, true);

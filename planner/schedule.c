@@ -319,6 +319,7 @@ static void ev_mem(gckpt_sim *s, gckpt_events *o, int kind, int id, int16_t tens
     e->op = tensor;
     e->inst = gid(s, id);
     e->bytes = s->pool[id].bytes;
+    e->dtype = tensor >= 0 ? s->c->recipe->t[tensor].dtype : 4; /* workspaces are fp32 */
 }
 
 static int alloc(gckpt_sim *s, gckpt_events *o, uint64_t bytes, uint8_t comp, int16_t tensor)
@@ -636,6 +637,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                 } else if (op->prim == GCKPT_P_MUL && out_dt > r->t[t].dtype) {
                     uint64_t wide = gckpt_round_up(c->raw[t] / r->t[t].dtype * out_dt, c->dev->alloc_round_bytes);
                     dst[k] = alloc_g(s, o, wide, (uint8_t)grad_comp(r, t), (int16_t)t);
+                    if (!o->oom) o->ev[o->n - 1].dtype = out_dt;
                     mode[k] = G_WIDE;
                 } else if (g < 0) {
                     dst[k] = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
@@ -930,6 +932,7 @@ void gckpt_sim_step_end(gckpt_sim *s, gckpt_events *o)
 void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_events *o)
 {
     gckpt_event *e;
+    size_t first = o->n;
     if (c->opt_temp && (e = push(o))) {
         e->kind = GCKPT_EV_ALLOC;
         e->comp = GCKPT_C_OPT_TEMP;
@@ -961,6 +964,11 @@ void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_events *o)
         e->micro = 2;
         e->layer = (int)c->model->layers + 1;
         e->bytes = c->grads;
+    }
+    /* whole-state events: no single tensor instance */
+    for (size_t i = first; i < o->n; i++) {
+        o->ev[i].inst = GCKPT_NOINST;
+        o->ev[i].dtype = c->recipe->param_dtype;
     }
 }
 

@@ -80,6 +80,7 @@ typedef struct {
     uint8_t kind, comp, comp2, phase;
     uint8_t micro;    /* 0: first micro-step (no grads yet), 1: a later one (grads exist) */
     uint8_t grad;     /* ALLOC: 1 if it is a gradient (of tensor op) */
+    uint8_t dtype;    /* ALLOC: bytes per element of the buffer */
     int16_t op;       /* recipe op (compute) or recipe tensor (memory events); -1 none */
     int32_t layer;    /* -1 embedding, 0..L-1 block, L head/loss, L+1 optimizer */
     uint32_t inst;    /* tensor instance id for memory events */

@@ -85,7 +85,7 @@ bool gckpt_parse_size(const char *s, uint64_t *out)
         if (strcmp(end, units[i].unit) == 0) {
             double b = v * units[i].mult;
             if (b >= 1.8e19 || b < 1) return false;
-            *out = (uint64_t)llround(b);
+            *out = (uint64_t)(b + 0.5); /* b < 1.8e19 < 2^64; llround stops at 2^63 */
             return true;
         }
     }

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 command -v valgrind >/dev/null || { echo "valgrind.sh: valgrind is not installed (Debian: apt-get install valgrind)" >&2; exit 2; }
-cmake -S . -B build-valgrind -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90}" >/dev/null
+cmake -S . -B build-valgrind -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 timeout 200 cmake --build build-valgrind -j2 --target gckpt-plan >/dev/null
 exe=$PWD/build-valgrind/gckpt-plan
 tmp=$(mktemp -d)

@@ -16,7 +16,7 @@ names=("$@")
 [ ${#names[@]} -eq 0 ] && names=(model device plan cli)
 
 if [ -z "${GCKPT_FUZZ_NO_BUILD:-}" ]; then
-  cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DGCKPT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90}" >/dev/null
+  cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DGCKPT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build-fuzz -j2 --target fuzz >/dev/null
 fi
 

@@ -298,8 +298,11 @@ void c_describe(gckpt_backend *be, gckpt_devinfo *d)
 void c_destroy(gckpt_backend *be)
 {
     cuda_be *b = CB(be);
-    (void)cudaStreamSynchronize(b->stream);
+    // Also after an interrupted or failed entry: the work queued on the stream finishes,
+    // the cached pinned buffers and the pool's free memory go back to the driver.
+    if (b->stream) (void)cudaStreamSynchronize(b->stream);
     (void)drain(be);
+    if (b->pool) (void)cudaMemPoolTrimTo(b->pool, 0);
     if (b->blas) (void)cublasDestroy(b->blas);
     if (b->records) (void)cudaFree(b->records);
     if (b->sums) (void)cudaFree(b->sums);

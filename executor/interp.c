@@ -59,6 +59,20 @@ static gckpt_xstatus be_fail(gckpt_exec *x, gckpt_xstatus rc, const char *ctx, g
     return rc;
 }
 
+/* A stop request (a signal handler's flag): checked between events and between the
+ * persistent allocations only, so every event ran completely or not at all and the
+ * instance table says exactly what is allocated (gckpt_exec_release_all frees it). */
+static bool stop_requested(const gckpt_exec *x) { return x->o.stop && *x->o.stop; }
+
+static gckpt_xstatus interrupted(gckpt_exec *x, size_t i, gckpt_err *err)
+{
+    char at[160];
+    if (i < x->ev.n) where(x, i, &x->ev.ev[i], at, sizeof at);
+    if (i < x->ev.n) gckpt_seterr(err, "interrupted before %s", at);
+    else gckpt_seterr(err, "interrupted while setting up the weights and optimizer states");
+    return GCKPT_XS_INTERRUPTED;
+}
+
 /* ---- parameters ---------------------------------------------------------------------------- */
 
 static param_t *param_of(gckpt_exec *x, int tensor, int layer)
@@ -310,6 +324,7 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
     uint64_t wsum = 0, ssum = 0, tsum = 0;
     gckpt_xstatus rc;
     for (size_t i = 0; i < x->nparams; i++) {
+        if (stop_requested(x)) return interrupted(x, SIZE_MAX, err);
         param_t *p = &x->params[i];
         uint64_t e = p->n;
         p->wbytes = gckpt_round_up(e * pdt, round);
@@ -375,6 +390,7 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
     /* initial values: weights from the seed, states zero */
     float a = (float)(x->o.init_std * sqrt(3.0));
     for (size_t i = 0; i < x->nparams; i++) {
+        if (stop_requested(x)) return interrupted(x, SIZE_MAX, err);
         param_t *p = &x->params[i];
         float val;
         gckpt_init how = init_of(x->r, p->tensor, &val);
@@ -758,6 +774,7 @@ static gckpt_xstatus run_segment(gckpt_exec *x, int seg, uint64_t micro, bool up
     x->gen++;
     if (seg < 2) make_data(x, micro);
     for (size_t i = x->seg[seg][0]; i < x->seg[seg][1]; i++) {
+        if (stop_requested(x)) return interrupted(x, i, err);
         gckpt_xstatus rc = run_event(x, i, micro, update, err);
         if (rc != GCKPT_XS_OK) return rc;
         (*count)++;

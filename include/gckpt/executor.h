@@ -12,6 +12,7 @@
 #ifndef GCKPT_EXECUTOR_H
 #define GCKPT_EXECUTOR_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -43,7 +44,9 @@ typedef struct {
 
 typedef enum { GCKPT_MEM_DEVICE, GCKPT_MEM_PINNED } gckpt_mem_kind;
 
-typedef enum { GCKPT_XS_OK, GCKPT_XS_OOM, GCKPT_XS_ERROR } gckpt_xstatus;
+/* INTERRUPTED: the executor's stop flag (gckpt_exec_opts.stop) was set; the step or the
+ * setup stopped between two events (allocations stay held until released). */
+typedef enum { GCKPT_XS_OK, GCKPT_XS_OOM, GCKPT_XS_ERROR, GCKPT_XS_INTERRUPTED } gckpt_xstatus;
 
 /* One forward or backward of a recipe op. Forward reads in[] and writes out[]; backward
  * reads gout and what it needs of in[] / out[] (the tensors the op saved), and writes
@@ -143,6 +146,10 @@ typedef struct {
     uint64_t seed;          /* weights, data and dropout */
     double lr;              /* optimizer learning rate (default 1e-4 when 0) */
     double init_std;        /* weight init standard deviation (default 0.02, HF's) */
+    /* NULL, or a flag (set by a signal handler) read before every event of a step and
+     * every persistent allocation of the setup: nonzero stops there with
+     * GCKPT_XS_INTERRUPTED; gckpt_exec_release_all / gckpt_exec_free then free it all. */
+    const volatile sig_atomic_t *stop;
 } gckpt_exec_opts;
 
 typedef struct gckpt_exec gckpt_exec;
@@ -177,7 +184,8 @@ typedef struct {
 } gckpt_step_result;
 
 /* One training step: every event of the schedule (the later micro-step's events
- * grad_accum - 1 times), the optimizer and zero_grad. On OOM or error the step stops;
+ * grad_accum - 1 times), the optimizer and zero_grad. On OOM, error or a stop request
+ * (INTERRUPTED) the step stops;
  * call gckpt_exec_free (or gckpt_exec_release_all) to free everything. */
 gckpt_xstatus gckpt_exec_step(gckpt_exec *x, const gckpt_step_opts *o, gckpt_step_result *res,
                               gckpt_err *err);

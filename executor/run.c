@@ -1,8 +1,11 @@
 /* Running one plan entry: rebuild its schedule, allocate the persistent state, run
  * warm-up and measured steps, read the backend's memory counters and timer, free
- * everything, and judge the measurements against the plan. Out of memory and errors
- * become the entry's status; the backend is left empty for the next entry. */
+ * everything, and judge the measurements against the plan. Out of memory, errors and a
+ * stop request (a signal: status interrupted) become the entry's status; the backend is
+ * left empty for the next entry on every path. */
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,7 +13,27 @@
 #include "gckpt/eval.h"
 #include "gckpt/exec_run.h"
 
-const char *const gckpt_run_status_names[GCKPT_NRS] = {"ok", "oom", "skipped", "error"};
+const char *const gckpt_run_status_names[GCKPT_NRS] = {"ok", "oom", "skipped", "error", "interrupted"};
+
+const char *gckpt_signal_name(int sig)
+{
+    static char buf[24];
+    switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    default: snprintf(buf, sizeof buf, "signal %d", sig); return buf;
+    }
+}
+
+static bool stopping(const gckpt_run_opts *o) { return o->stop && *o->stop; }
+
+static void append(char *buf, size_t n, const char *text)
+{
+    size_t l = strlen(buf);
+    if (l + 1 < n) snprintf(buf + l, n - l, "%s", text);
+}
 
 static void check(gckpt_check *c, uint64_t predicted, uint64_t value, double tol, bool judged)
 {
@@ -53,13 +76,21 @@ static void set_status(gckpt_entry_report *rep, gckpt_run_status st, const char 
     if (msg && *msg) snprintf(rep->message, sizeof rep->message, "%s", msg);
 }
 
-/* Run the steps; the executor's allocations are released by the caller. */
+/* Run the steps; the executor's allocations are released by the caller. A stop request
+ * is honoured between the executor's events (inside gckpt_exec_setup / gckpt_exec_step)
+ * and between steps. */
 static void run_steps(gckpt_exec *x, gckpt_backend *be, const gckpt_run_opts *o, gckpt_entry_report *rep)
 {
     gckpt_err err = {{0}};
     gckpt_xstatus rc = gckpt_exec_setup(x, &err);
-    int total = o->warmup + o->steps;
-    for (int s = 0; rc == GCKPT_XS_OK && s < total; s++) {
+    bool set_up = rc == GCKPT_XS_OK;
+    int total = o->warmup + o->steps, s = 0;
+    for (; rc == GCKPT_XS_OK && s < total; s++) {
+        if (stopping(o)) {
+            gckpt_seterr(&err, "interrupted before the step");
+            rc = GCKPT_XS_INTERRUPTED;
+            break;
+        }
         bool last = s == total - 1;
         gckpt_step_opts so = {.update = true, .checksum = last};
         gckpt_step_result res;
@@ -74,8 +105,18 @@ static void run_steps(gckpt_exec *x, gckpt_backend *be, const gckpt_run_opts *o,
         }
     }
     if (rc == GCKPT_XS_OK && (rc = be->sync(be)) != GCKPT_XS_OK) snprintf(err.msg, sizeof err.msg, "%s", be->err.msg);
-    if (rc == GCKPT_XS_OOM) set_status(rep, GCKPT_RS_OOM, err.msg);
-    else if (rc != GCKPT_XS_OK) set_status(rep, GCKPT_RS_ERROR, err.msg);
+    if (rc == GCKPT_XS_INTERRUPTED) {
+        rep->status = GCKPT_RS_INTERRUPTED;
+        int sig = o->stop ? (int)*o->stop : 0;
+        const char *by = sig ? gckpt_signal_name(sig) : "a stop request";
+        if (!set_up) snprintf(rep->message, sizeof rep->message, "stopped by %s: ", by);
+        else snprintf(rep->message, sizeof rep->message, "stopped by %s in step %d of %d (%d warm-up): ", by, s + 1, total, o->warmup);
+        append(rep->message, sizeof rep->message, err.msg);
+    } else if (rc == GCKPT_XS_OOM) {
+        set_status(rep, GCKPT_RS_OOM, err.msg);
+    } else if (rc != GCKPT_XS_OK) {
+        set_status(rep, GCKPT_RS_ERROR, err.msg);
+    }
 }
 
 static void judge(gckpt_entry_report *rep, const gckpt_entry *e, const gckpt_memstat *ms, const gckpt_run_opts *o)
@@ -138,7 +179,7 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
         return;
     }
     gckpt_setting s = gckpt_plan_file_setting(pf, i);
-    gckpt_exec_opts xo = {.seed = o->seed};
+    gckpt_exec_opts xo = {.seed = o->seed, .stop = o->stop};
     gckpt_exec *x = gckpt_exec_new(be, &pf->model, &pf->dev, &s, &xo, &err);
     if (!x) {
         set_status(rep, GCKPT_RS_ERROR, err.msg);
@@ -155,10 +196,13 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
     gckpt_exec_free(x);
     gckpt_memstat after;
     be->memstat(be, &after);
-    if (rep->status == GCKPT_RS_OK && (after.allocated || after.pinned)) {
-        snprintf(rep->message, sizeof rep->message, "%llu bytes still allocated after the run",
-                 (unsigned long long)(after.allocated + after.pinned));
-        rep->status = GCKPT_RS_ERROR;
+    bool leaked = after.allocated || after.pinned;
+    if (leaked) {
+        /* every path (ok, out of memory, error, interrupted) must leave the backend empty */
+        size_t l = strlen(rep->message);
+        snprintf(rep->message + l, sizeof rep->message - l, "%s%llu bytes still allocated after the run",
+                 l ? "; " : "", (unsigned long long)(after.allocated + after.pinned));
+        if (rep->status == GCKPT_RS_OK) rep->status = GCKPT_RS_ERROR;
     }
     if (rep->status == GCKPT_RS_OK) {
         judge(rep, e, &ms, o);
@@ -170,7 +214,8 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
         /* an out of memory agrees with a prediction that the entry does not fit */
         rep->pass = !e->fits;
     } else {
-        rep->pass = 0;
+        rep->pass = 0; /* error, interrupted */
     }
+    if (leaked) rep->pass = 0;
     rep->wall_s = now() - t0;
 }

@@ -12,7 +12,8 @@
 #define GCKPT_REPORT_SCHEMA "gckpt.report/1"
 #define GCKPT_MAX_STEPS 1000
 
-typedef enum { GCKPT_RS_OK, GCKPT_RS_OOM, GCKPT_RS_SKIPPED, GCKPT_RS_ERROR, GCKPT_NRS } gckpt_run_status;
+/* INTERRUPTED: the run was stopped by a signal while this entry ran (pass is false). */
+typedef enum { GCKPT_RS_OK, GCKPT_RS_OOM, GCKPT_RS_SKIPPED, GCKPT_RS_ERROR, GCKPT_RS_INTERRUPTED, GCKPT_NRS } gckpt_run_status;
 extern const char *const gckpt_run_status_names[GCKPT_NRS];
 
 typedef struct {
@@ -22,6 +23,9 @@ typedef struct {
     bool force;               /* run entries predicted not to fit */
     uint64_t seed;
     uint64_t memory_limit;    /* host backend's simulated memory (0: none), for the report */
+    /* NULL, or a flag a signal handler sets to the signal's number: the entry stops at the
+     * next event or step boundary, frees everything and gets status interrupted */
+    const volatile sig_atomic_t *stop;
 } gckpt_run_opts;
 
 /* A measured value against its prediction. */
@@ -72,11 +76,18 @@ typedef struct {
     size_t n;                 /* entries done so far */
     size_t planned;           /* entries selected */
     bool complete;
+    int signal;               /* the signal that stopped the run (0: none) */
 } gckpt_report;
 
 cJSON *gckpt_report_json(const gckpt_report *r);
-/* Write the report atomically (temporary name + rename). */
+/* Write the report atomically: to PATH.tmp.PID, flushed and synced, then renamed over
+ * PATH, so PATH is always a whole report (the previous one or the new one). "-": stdout. */
 bool gckpt_report_write(const gckpt_report *r, const char *path, gckpt_err *err);
+/* Remove the temporary file of a report write in progress, if any. Async-signal-safe:
+ * for a signal handler that ends the process in the middle of gckpt_report_write. */
+void gckpt_report_discard_temp(void);
+/* "SIGINT", "SIGTERM", ... ("signal N" for others); static storage. */
+const char *gckpt_signal_name(int sig);
 /* One line per entry for people. */
 void gckpt_report_print_table(const gckpt_report *r, FILE *f);
 void gckpt_entry_progress(const gckpt_entry_report *e, size_t k, size_t n, FILE *f);

@@ -1,10 +1,12 @@
 /* gckpt-run: run a plan's entries for real and compare with the predictions. */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "gckpt/exec_host.h"
 #include "gckpt/exec_run.h"
@@ -44,7 +46,15 @@ static const char *const usage_text =
     "  -V, --version          version\n"
     "\n"
     "Exit status: 0 every entry run passed, 1 an entry failed (out of tolerance, out of\n"
-    "memory against the prediction, or an error), 2 bad usage or input.\n";
+    "memory against the prediction, or an error), 2 bad usage or input (or the report\n"
+    "could not be written), 128+N stopped by signal N: 130 SIGINT, 143 SIGTERM.\n"
+    "\n"
+    "SIGINT / SIGTERM stop the run at the next event or step boundary: the running entry\n"
+    "gets status \"interrupted\" (pass false), all device and pinned memory is freed,\n"
+    "the report (every finished entry and the interrupted one; entries not started are\n"
+    "left out and counted in summary.not_started) is written, and the exit status is\n"
+    "128+N. A second signal ends the process at once, killed by that signal; the report\n"
+    "file then holds the last whole version (it is only ever replaced by a rename).\n";
 
 typedef struct {
     const char *plan, *out, *backend, *entries, *limit, *gpu, *model;
@@ -245,6 +255,48 @@ static gckpt_backend *make_backend(const args_t *a, int *rc)
     return be;
 }
 
+/* ---- SIGINT / SIGTERM -------------------------------------------------------------------- */
+
+/* The first signal's number; the run stops at the next safe point (between the
+ * interpreter's events, between steps, between entries). */
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    if (!stop_signal) {
+        stop_signal = sig;
+        return;
+    }
+    /* A second signal while finishing: end now. Only async-signal-safe calls: remove the
+     * temporary file of a report write in progress (the report itself is replaced by
+     * rename only, so it stays whole), then die of the signal. */
+    gckpt_report_discard_temp();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(sig, &sa, NULL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    (void)raise(sig);
+    (void)sigprocmask(SIG_UNBLOCK, &set, NULL);
+    _exit(128 + sig);
+}
+
+static void install_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sa.sa_flags = SA_RESTART; /* reads and writes go on; the flag is polled */
+    (void)sigaction(SIGINT, &sa, NULL);
+    (void)sigaction(SIGTERM, &sa, NULL);
+}
+
 int main(int argc, char **argv)
 {
     args_t a;
@@ -280,22 +332,40 @@ int main(int argc, char **argv)
     }
     bool to_file = a.out && strcmp(a.out, "-");
     int status = GCKPT_EXIT_OK;
-    for (long k = 0; k < nsel; k++) {
+    bool write_failed = false;
+    /* From here on SIGINT / SIGTERM stop the run at the next safe point instead of killing
+     * it: the entry running is reported as interrupted and everything is freed. */
+    rep.opts.stop = &stop_signal;
+    install_handlers();
+    for (long k = 0; k < nsel && !stop_signal; k++) {
         gckpt_entry_report *e = &rep.entries[k];
         gckpt_run_entry(be, &pf, sel[k], &rep.opts, e);
         rep.n = (size_t)k + 1;
-        rep.complete = rep.n == rep.planned;
+        rep.complete = rep.n == rep.planned && e->status != GCKPT_RS_INTERRUPTED;
+        rep.signal = stop_signal;
         gckpt_entry_progress(e, (size_t)k + 1, (size_t)nsel, stderr);
         if (e->pass == 0) status = GCKPT_EXIT_CHECK;
         if (to_file && !gckpt_report_write(&rep, a.out, &err)) {
             fprintf(stderr, "gckpt-run: %s\n", err.msg);
-            status = GCKPT_EXIT_INPUT;
+            write_failed = true;
             break;
         }
     }
+    int sig = stop_signal;
+    if (sig && !write_failed) {
+        /* the final report: the signal noted (it may have come between two entries) */
+        rep.signal = sig;
+        if (to_file && !gckpt_report_write(&rep, a.out, &err)) {
+            fprintf(stderr, "gckpt-run: %s\n", err.msg);
+            write_failed = true;
+        }
+        size_t ni = rep.n && rep.entries[rep.n - 1].status == GCKPT_RS_INTERRUPTED;
+        fprintf(stderr, "gckpt-run: stopped by %s: %zu entr%s finished, %zu interrupted, %zu not started\n",
+                gckpt_signal_name(sig), rep.n - ni, rep.n - ni == 1 ? "y" : "ies", ni, rep.planned - rep.n);
+    }
     if (a.out && !to_file && !gckpt_report_write(&rep, "-", &err)) {
         fprintf(stderr, "gckpt-run: %s\n", err.msg);
-        status = GCKPT_EXIT_INPUT;
+        write_failed = true;
     }
     if (!a.quiet) {
         FILE *f = a.out && !to_file ? stderr : stdout;
@@ -304,7 +374,10 @@ int main(int argc, char **argv)
                 gckpt_attention_names[pf.attention]);
         gckpt_report_print_table(&rep, f);
     }
-    if (to_file && status != GCKPT_EXIT_INPUT) fprintf(stderr, "gckpt-run: report written to %s\n", a.out);
+    if (to_file && !write_failed) fprintf(stderr, "gckpt-run: report written to %s\n", a.out);
+    /* 2 when results were lost (no report), else 128 + N after a signal, else 0 / 1 */
+    if (write_failed) status = GCKPT_EXIT_INPUT;
+    else if (sig) status = 128 + sig;
     free(rep.entries);
     be->destroy(be);
     free(sel);

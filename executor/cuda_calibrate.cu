@@ -178,25 +178,8 @@ bool measure(Cal *c, const gckpt_device *base, uint64_t H, uint64_t I, uint64_t 
 
 char *profile_json(const gckpt_device *d, const char *note)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "schema", "gckpt.device/1");
-    cJSON_AddStringToObject(o, "name", d->name);
+    cJSON *o = gckpt_device_to_json(d);
     cJSON_AddStringToObject(o, "source", note);
-    cJSON_AddNumberToObject(o, "memory_bytes", static_cast<double>(d->memory_bytes));
-    cJSON *tf = cJSON_AddObjectToObject(o, "peak_tflops");
-    cJSON_AddNumberToObject(tf, "fp32", d->tflops_fp32);
-    cJSON_AddNumberToObject(tf, "tf32", d->tflops_tf32);
-    cJSON_AddNumberToObject(tf, "bf16", d->tflops_bf16);
-    cJSON_AddNumberToObject(tf, "fp16", d->tflops_fp16);
-    cJSON_AddNumberToObject(o, "matmul_efficiency", d->matmul_efficiency);
-    cJSON_AddNumberToObject(o, "hbm_bytes_per_s", d->hbm_bytes_per_s);
-    cJSON_AddNumberToObject(o, "hbm_efficiency", d->hbm_efficiency);
-    cJSON_AddNumberToObject(o, "h2d_bytes_per_s", d->h2d_bytes_per_s);
-    cJSON_AddNumberToObject(o, "d2h_bytes_per_s", d->d2h_bytes_per_s);
-    cJSON_AddNumberToObject(o, "context_bytes", static_cast<double>(d->context_bytes));
-    cJSON_AddNumberToObject(o, "workspace_bytes", static_cast<double>(d->workspace_bytes));
-    cJSON_AddNumberToObject(o, "alloc_round_bytes", static_cast<double>(d->alloc_round_bytes));
-    cJSON_AddNumberToObject(o, "segment_round_bytes", static_cast<double>(d->segment_round_bytes));
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     return text;

@@ -6,29 +6,6 @@
 
 static cJSON *num(cJSON *o, const char *k, double v) { return cJSON_AddNumberToObject(o, k, v); }
 
-static cJSON *device_json(const gckpt_device *d)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "schema", "gckpt.device/1");
-    cJSON_AddStringToObject(o, "name", d->name);
-    num(o, "memory_bytes", (double)d->memory_bytes);
-    cJSON *tf = cJSON_AddObjectToObject(o, "peak_tflops");
-    num(tf, "fp32", d->tflops_fp32);
-    num(tf, "tf32", d->tflops_tf32);
-    num(tf, "bf16", d->tflops_bf16);
-    num(tf, "fp16", d->tflops_fp16);
-    num(o, "matmul_efficiency", d->matmul_efficiency);
-    num(o, "hbm_bytes_per_s", d->hbm_bytes_per_s);
-    num(o, "hbm_efficiency", d->hbm_efficiency);
-    num(o, "h2d_bytes_per_s", d->h2d_bytes_per_s);
-    num(o, "d2h_bytes_per_s", d->d2h_bytes_per_s);
-    num(o, "context_bytes", (double)d->context_bytes);
-    num(o, "workspace_bytes", (double)d->workspace_bytes);
-    num(o, "alloc_round_bytes", (double)d->alloc_round_bytes);
-    num(o, "segment_round_bytes", (double)d->segment_round_bytes);
-    return o;
-}
-
 static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
 {
     const gckpt_entry *e = &p->entries[idx];
@@ -118,7 +95,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     num(m, "parameters", (double)gckpt_model_params(&p->model));
     cJSON *cfg = cJSON_Parse(p->model_config_text);
     if (cfg) cJSON_AddItemToObject(m, "config", cfg);
-    cJSON_AddItemToObject(in, "device", device_json(&p->dev));
+    cJSON_AddItemToObject(in, "device", gckpt_device_to_json(&p->dev));
     num(in, "seq", (double)p->req.seq);
     cJSON *mb = cJSON_AddArrayToObject(in, "micro_batches");
     for (int i = 0; i < p->req.n_micro; i++)

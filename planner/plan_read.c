@@ -137,6 +137,29 @@ static bool u64_or_null(R *r, const cJSON *o, const char *path, uint64_t lo, uin
 
 /* ---- inputs ------------------------------------------------------------------------- */
 
+/* The first number in o (depth first) that is not finite (1e999 parses as infinity), or
+ * NULL. The embedded config and profile are printed back to text for their own readers,
+ * and cJSON prints a non-finite number as null, which those readers take as "absent" for
+ * an optional field: the plan's value would be replaced by a default instead of refused.
+ * Depth is bounded by cJSON's nesting limit. */
+static const cJSON *nonfinite(const cJSON *o)
+{
+    if (cJSON_IsNumber(o)) return isfinite(o->valuedouble) ? NULL : o;
+    for (const cJSON *c = o ? o->child : NULL; c; c = c->next) {
+        const cJSON *bad = nonfinite(c);
+        if (bad) return bad;
+    }
+    return NULL;
+}
+
+static bool all_finite(R *r, const cJSON *o, const char *path)
+{
+    const cJSON *bad = nonfinite(o);
+    if (!bad) return true;
+    if (bad->string) return fail(r, "field '%s' holds a number beyond the range of a double (key '%s')", path, bad->string);
+    return fail(r, "field '%s' holds a number beyond the range of a double (in an array)", path);
+}
+
 static bool eq_u64(R *r, const cJSON *m, const char *path, uint64_t want, const char *what)
 {
     uint64_t v;
@@ -152,7 +175,7 @@ static bool read_model(R *r, const cJSON *in, gckpt_plan_file *pf)
     const cJSON *m = obj(r, in, "inputs.model");
     if (!m) return false;
     const cJSON *cfg = obj(r, m, "inputs.model.config");
-    if (!cfg) return false;
+    if (!cfg || !all_finite(r, cfg, "inputs.model.config")) return false;
     pf->config_text = cJSON_Print(cfg);
     if (!pf->config_text) return fail(r, "out of memory printing 'inputs.model.config'");
     char label[600];
@@ -188,7 +211,7 @@ static bool read_model(R *r, const cJSON *in, gckpt_plan_file *pf)
 static bool read_device(R *r, const cJSON *in, gckpt_plan_file *pf)
 {
     const cJSON *d = obj(r, in, "inputs.device");
-    if (!d) return false;
+    if (!d || !all_finite(r, d, "inputs.device")) return false;
     char *text = cJSON_Print(d);
     if (!text) return fail(r, "out of memory printing 'inputs.device'");
     char label[600];
@@ -320,11 +343,9 @@ static bool read_memory(R *r, const cJSON *e, const char *pre, gckpt_plan_file *
     int64_t sum = 0;
     for (int k = 0; k < GCKPT_NCOMP; k++) {
         snprintf(p, sizeof p, "%s.memory.breakdown.%s", pre, gckpt_component_names[k]);
-        const cJSON *it = child(bd, p);
-        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || fabs(it->valuedouble) > (double)MAXB)
-            return fail(r, it ? "field '%s' must be an integer byte count, got %s" : "missing field '%s' (integer)", p,
-                        tname(it));
-        res->breakdown[k] = (int64_t)it->valuedouble;
+        /* bytes held by a component at the peak: >= 0 (the schema's minimum) */
+        if (!u64(r, bd, p, 0, MAXB, &v)) return false;
+        res->breakdown[k] = (int64_t)v;
         sum += res->breakdown[k];
     }
     if (sum != (int64_t)res->peak_bytes)
@@ -378,8 +399,15 @@ static bool read_timeline(R *r, const cJSON *e, const char *pre)
         const cJSON *it;
         int j = 0;
         cJSON_ArrayForEach(it, a) {
-            bool ok = i == 2 ? cJSON_IsString(it) : cJSON_IsNumber(it) && isfinite(it->valuedouble) && it->valuedouble >= 0;
-            if (!ok) return fail(r, "field '%s[%d]' must be %s, got %s", p, j, i == 2 ? "a phase name" : "a number >= 0", tname(it));
+            bool ok = cJSON_IsNumber(it) && isfinite(it->valuedouble) && it->valuedouble >= 0;
+            if (i == 2) {
+                ok = false;
+                for (int ph = 0; ph < GCKPT_NPHASE && cJSON_IsString(it); ph++)
+                    ok |= !strcmp(it->valuestring, gckpt_phase_names[ph]);
+            }
+            if (!ok)
+                return fail(r, "field '%s[%d]' must be %s, got %s", p, j,
+                            i == 2 ? "a phase name (forward, loss, backward, optimizer)" : "a number >= 0", tname(it));
             j++;
         }
     }
@@ -426,7 +454,8 @@ static bool read_entry(R *r, const cJSON *e, size_t i, gckpt_plan_file *pf, cons
                     (unsigned long long)pf->grad_accum);
     uint64_t tok;
     if (!gckpt_mul(en->micro_batch, pf->seq, &tok) || tok > ((uint64_t)1 << 40))
-        return fail(r, "fields '%s.micro_batch' x inputs.seq overflow", pre);
+        return fail(r, "fields '%s.micro_batch' x inputs.seq = %llu tokens per micro-batch, more than 2^40", pre,
+                    (unsigned long long)tok);
     snprintf(p, sizeof p, "%s.checkpointed_layers", pre);
     const cJSON *cl = arr(r, e, p);
     if (!cl) return false;
@@ -537,6 +566,13 @@ bool gckpt_plan_parse(const char *file, const char *text, gckpt_plan_file *pf, g
         fail(&r, "field 'recommended' = %ld names an entry that does not fit", pf->recommended);
         goto done;
     }
+    for (size_t k = 0; pf->smallest >= 0 && k < pf->n; k++)
+        if (pf->entries[k].r.device_peak_bytes < pf->entries[pf->smallest].r.device_peak_bytes) {
+            fail(&r, "field 'smallest' = %ld contradicts the entries: entries[%zu] has a smaller device peak (%llu < %llu)",
+                 pf->smallest, k, (unsigned long long)pf->entries[k].r.device_peak_bytes,
+                 (unsigned long long)pf->entries[pf->smallest].r.device_peak_bytes);
+            goto done;
+        }
     ok = true;
 done:
     free(every);

@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets (clang, -DGCKPT_FUZZ=ON) in build-fuzz/ and runs each
 # for SECONDS (default 30) on its committed corpus and crash regressions.
 #
-#   tests/fuzz/run.sh [SECONDS] [NAME...]      NAME: model device plan cli (default: all)
+#   tests/fuzz/run.sh [SECONDS] [NAME...]      NAME: model device plan cli plan_read (default: all)
 #
 # Inputs that find new coverage go to build-fuzz/fuzz-work/NAME/, never into the
 # committed corpus. A crash, leak, sanitizer report, timeout (10 s) or allocation over
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 secs=${1:-30}
 [ $# -gt 0 ] && shift
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(model device plan cli)
+[ ${#names[@]} -eq 0 ] && names=(model device plan cli plan_read)
 
 if [ -z "${GCKPT_FUZZ_NO_BUILD:-}" ]; then
   cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DGCKPT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

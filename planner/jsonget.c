@@ -78,8 +78,9 @@ static const char *key_of(const char *field)
     return d ? d + 1 : field;
 }
 
-static const char *type_name(const cJSON *it)
+const char *gckpt_json_type_name(const cJSON *it)
 {
+    if (!it) return "nothing";
     if (cJSON_IsString(it)) return "a string";
     if (cJSON_IsBool(it)) return "a boolean";
     if (cJSON_IsNull(it)) return "null";
@@ -93,16 +94,16 @@ static bool get_u64(const cJSON *it, const char *file, const char *field, uint64
                     uint64_t *out, gckpt_err *err)
 {
     if (!cJSON_IsNumber(it)) {
-        gckpt_seterr(err, "%s: field '%s' must be an integer, got %s", file, field, type_name(it));
+        gckpt_seterr(err, "%s: field '%s' must be an integer, got %s", file, field, gckpt_json_type_name(it));
         return false;
     }
     double v = it->valuedouble;
     if (!isfinite(v) || v != floor(v)) {
-        gckpt_seterr(err, "%s: field '%s' must be an integer, got %g", file, field, v);
+        gckpt_seterr(err, "%s: field '%s' must be an integer, got %.17g", file, field, v);
         return false;
     }
     if (v < (double)lo || v > (double)hi) {
-        gckpt_seterr(err, "%s: field '%s' = %.0f is out of range [%llu, %llu]", file, field, v,
+        gckpt_seterr(err, "%s: field '%s' = %.6g is out of range [%llu, %llu]", file, field, v,
                      (unsigned long long)lo, (unsigned long long)hi);
         return false;
     }
@@ -136,7 +137,7 @@ static bool get_num(const cJSON *it, const char *file, const char *field, double
                     double *out, gckpt_err *err)
 {
     if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) {
-        gckpt_seterr(err, "%s: field '%s' must be a number, got %s", file, field, type_name(it));
+        gckpt_seterr(err, "%s: field '%s' must be a number, got %s", file, field, gckpt_json_type_name(it));
         return false;
     }
     double v = it->valuedouble;
@@ -179,7 +180,7 @@ bool gckpt_json_bool_opt(const cJSON *obj, const char *file, const char *field, 
         return true;
     }
     if (!cJSON_IsBool(it)) {
-        gckpt_seterr(err, "%s: field '%s' must be true or false, got %s", file, field, type_name(it));
+        gckpt_seterr(err, "%s: field '%s' must be true or false, got %s", file, field, gckpt_json_type_name(it));
         return false;
     }
     *out = cJSON_IsTrue(it);
@@ -190,7 +191,7 @@ static bool get_str(const cJSON *it, const char *file, const char *field, char *
                     gckpt_err *err)
 {
     if (!cJSON_IsString(it) || !it->valuestring) {
-        gckpt_seterr(err, "%s: field '%s' must be a string, got %s", file, field, type_name(it));
+        gckpt_seterr(err, "%s: field '%s' must be a string, got %s", file, field, gckpt_json_type_name(it));
         return false;
     }
     if (strlen(it->valuestring) >= n) {

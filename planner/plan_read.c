@@ -18,17 +18,6 @@ typedef struct {
     gckpt_err *err;
 } R;
 
-static const char *tname(const cJSON *it)
-{
-    if (!it) return "nothing";
-    if (cJSON_IsString(it)) return "a string";
-    if (cJSON_IsBool(it)) return "a boolean";
-    if (cJSON_IsNull(it)) return "null";
-    if (cJSON_IsArray(it)) return "an array";
-    if (cJSON_IsObject(it)) return "an object";
-    if (cJSON_IsNumber(it)) return "a number";
-    return "invalid JSON";
-}
 
 static bool fail(R *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static bool fail(R *r, const char *fmt, ...)
@@ -52,7 +41,7 @@ static const cJSON *obj(R *r, const cJSON *o, const char *path)
 {
     const cJSON *it = child(o, path);
     if (!cJSON_IsObject(it)) {
-        fail(r, it ? "field '%s' must be an object, got %s" : "missing field '%s' (object)", path, tname(it));
+        fail(r, it ? "field '%s' must be an object, got %s" : "missing field '%s' (object)", path, gckpt_json_type_name(it));
         return NULL;
     }
     return it;
@@ -62,7 +51,7 @@ static const cJSON *arr(R *r, const cJSON *o, const char *path)
 {
     const cJSON *it = child(o, path);
     if (!cJSON_IsArray(it)) {
-        fail(r, it ? "field '%s' must be an array, got %s" : "missing field '%s' (array)", path, tname(it));
+        fail(r, it ? "field '%s' must be an array, got %s" : "missing field '%s' (array)", path, gckpt_json_type_name(it));
         return NULL;
     }
     return it;
@@ -77,7 +66,7 @@ static bool u64(R *r, const cJSON *o, const char *path, uint64_t lo, uint64_t hi
 static bool item_u64(R *r, const cJSON *it, const char *path, uint64_t lo, uint64_t hi, uint64_t *out)
 {
     if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble != floor(it->valuedouble))
-        return fail(r, "field '%s' must be an integer, got %s", path, tname(it));
+        return fail(r, "field '%s' must be an integer, got %s", path, gckpt_json_type_name(it));
     if (it->valuedouble < (double)lo || it->valuedouble > (double)hi)
         return fail(r, "field '%s' = %.0f is out of range [%llu, %llu]", path, it->valuedouble,
                     (unsigned long long)lo, (unsigned long long)hi);
@@ -95,7 +84,7 @@ static bool boolean(R *r, const cJSON *o, const char *path, bool *out)
     const cJSON *it = child(o, path);
     if (!cJSON_IsBool(it))
         return fail(r, it ? "field '%s' must be true or false, got %s" : "missing field '%s' (boolean)", path,
-                    tname(it));
+                    gckpt_json_type_name(it));
     *out = cJSON_IsTrue(it);
     return true;
 }
@@ -386,7 +375,7 @@ static bool read_timeline(R *r, const cJSON *e, const char *pre)
     if (!tl) return true;
     char p[128];
     snprintf(p, sizeof p, "%s.timeline", pre);
-    if (!cJSON_IsObject(tl)) return fail(r, "field '%s' must be an object, got %s", p, tname(tl));
+    if (!cJSON_IsObject(tl)) return fail(r, "field '%s' must be an object, got %s", p, gckpt_json_type_name(tl));
     static const char *const k[] = {"seconds", "allocated_bytes", "phase"};
     int n = -1;
     for (int i = 0; i < 3; i++) {
@@ -407,7 +396,7 @@ static bool read_timeline(R *r, const cJSON *e, const char *pre)
             }
             if (!ok)
                 return fail(r, "field '%s[%d]' must be %s, got %s", p, j,
-                            i == 2 ? "a phase name (forward, loss, backward, optimizer)" : "a number >= 0", tname(it));
+                            i == 2 ? "a phase name (forward, loss, backward, optimizer)" : "a number >= 0", gckpt_json_type_name(it));
             j++;
         }
     }
@@ -418,7 +407,7 @@ static bool read_entry(R *r, const cJSON *e, size_t i, gckpt_plan_file *pf, cons
 {
     char pre[48], p[128];
     snprintf(pre, sizeof pre, "entries[%zu]", i);
-    if (!cJSON_IsObject(e)) return fail(r, "field '%s' must be an object, got %s", pre, tname(e));
+    if (!cJSON_IsObject(e)) return fail(r, "field '%s' must be an object, got %s", pre, gckpt_json_type_name(e));
     gckpt_entry *en = &pf->entries[i];
     const uint64_t L = pf->model.layers;
     uint64_t v;

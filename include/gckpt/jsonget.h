@@ -15,6 +15,9 @@ extern "C" {
 /* Parse text; on failure err says "<file>: malformed JSON near ...". */
 cJSON *gckpt_json_parse(const char *file, const char *text, gckpt_err *err);
 
+/* "a string", "a number", "null", ... for messages ("nothing" for NULL). */
+const char *gckpt_json_type_name(const cJSON *it);
+
 /* Required integer field in [lo, hi]. */
 bool gckpt_json_u64(const cJSON *obj, const char *file, const char *field, uint64_t lo,
                     uint64_t hi, uint64_t *out, gckpt_err *err);

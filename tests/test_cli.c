@@ -15,77 +15,18 @@
 
 #include <cmocka.h>
 
+#include "cli_harness.h"
+
+static int run(char *const args[], char *err, size_t n) { return cli_run(GCKPT_PLAN_EXE, args, NULL, err, n); }
+
 #ifndef GCKPT_PLAN_EXE
 #error GCKPT_PLAN_EXE must name the gckpt-plan binary
 #endif
 
-static char tmpdir[256];
 
-static void write_text(const char *name, const char *text)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
 
-/* Run gckpt-plan with argv (NULL-terminated, without argv[0]); capture stderr and
- * stdout. path_env, when given, replaces PATH in the child. */
-static char out_text[1 << 16];
 
-static int run_env(char *const args[], const char *path_env, char *err, size_t n);
 
-static int run(char *const args[], char *err, size_t n) { return run_env(args, NULL, err, n); }
-
-static int run_env(char *const args[], const char *path_env, char *err, size_t n)
-{
-    char errpath[512];
-    snprintf(errpath, sizeof errpath, "%s/stderr.txt", tmpdir);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char outpath[600];
-        snprintf(outpath, sizeof outpath, "%s.out", errpath);
-        int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int ofd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd < 0 || ofd < 0) _exit(99);
-        dup2(fd, 2);
-        dup2(ofd, 1);
-        if (path_env) setenv("PATH", path_env, 1);
-        char *argv[64] = {(char *)GCKPT_PLAN_EXE};
-        int k = 1;
-        for (int i = 0; args[i] && k < 63; i++) argv[k++] = args[i];
-        argv[k] = NULL;
-        if (chdir(tmpdir) != 0) _exit(98);
-        execv(GCKPT_PLAN_EXE, argv);
-        _exit(97);
-    }
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    FILE *f = fopen(errpath, "r");
-    size_t got = f ? fread(err, 1, n - 1, f) : 0;
-    err[got] = 0;
-    if (f) fclose(f);
-    char outpath[600];
-    snprintf(outpath, sizeof outpath, "%s.out", errpath);
-    f = fopen(outpath, "r");
-    got = f ? fread(out_text, 1, sizeof out_text - 1, f) : 0;
-    out_text[got] = 0;
-    if (f) fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static bool exists(const char *name)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    struct stat s;
-    return stat(path, &s) == 0;
-}
-
-#define A(...) ((char *const[]){__VA_ARGS__, NULL})
 
 typedef struct {
     const char *what;
@@ -96,26 +37,26 @@ typedef struct {
 static void bad_inputs(void **state)
 {
     (void)state;
-    write_text("malformed.json", "{\"model_type\": \"llama\", \"hidden_size\": 64,");
-    write_text("truncated.json", "{\"model_type\": \"llama\", \"num_hidden_la");
-    write_text("empty.json", "");
-    write_text("array.json", "[1, 2, 3]");
-    write_text("nan.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":NaN}");
-    write_text("missing.json", "{\"model_type\":\"llama\",\"hidden_size\":64}");
-    write_text("wrongtype.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":\"32\",\"hidden_size\":64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
-    write_text("zero.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":0,\"hidden_size\":64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
-    write_text("negative.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":-64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
-    write_text("fraction.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2.5,\"hidden_size\":64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
-    write_text("huge.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":1e300,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
-    write_text("indivisible.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":65,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
-    write_text("kvheads.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,\"num_key_value_heads\":3,\"intermediate_size\":8,\"vocab_size\":8}");
-    write_text("unknown.json", "{\"model_type\":\"t5\"}");
-    write_text("bigvocab.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":1048576,\"num_attention_heads\":4096,\"intermediate_size\":4194304,\"vocab_size\":16777216}");
-    write_text("gpu-missing.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\"}");
-    write_text("gpu-schema.json", "{\"schema\":\"gckpt.device/9\"}");
-    write_text("gpu-neg.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\",\"memory_bytes\":-5}");
+    cli_write("malformed.json", "{\"model_type\": \"llama\", \"hidden_size\": 64,");
+    cli_write("truncated.json", "{\"model_type\": \"llama\", \"num_hidden_la");
+    cli_write("empty.json", "");
+    cli_write("array.json", "[1, 2, 3]");
+    cli_write("nan.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":NaN}");
+    cli_write("missing.json", "{\"model_type\":\"llama\",\"hidden_size\":64}");
+    cli_write("wrongtype.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":\"32\",\"hidden_size\":64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    cli_write("zero.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":0,\"hidden_size\":64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    cli_write("negative.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":-64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    cli_write("fraction.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2.5,\"hidden_size\":64,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    cli_write("huge.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":1e300,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    cli_write("indivisible.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":65,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
+    cli_write("kvheads.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,\"num_key_value_heads\":3,\"intermediate_size\":8,\"vocab_size\":8}");
+    cli_write("unknown.json", "{\"model_type\":\"t5\"}");
+    cli_write("bigvocab.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":1048576,\"num_attention_heads\":4096,\"intermediate_size\":4194304,\"vocab_size\":16777216}");
+    cli_write("gpu-missing.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\"}");
+    cli_write("gpu-schema.json", "{\"schema\":\"gckpt.device/9\"}");
+    cli_write("gpu-neg.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\",\"memory_bytes\":-5}");
     char dirpath[300];
-    snprintf(dirpath, sizeof dirpath, "%s/adir.json", tmpdir);
+    snprintf(dirpath, sizeof dirpath, "%s/adir.json", cli_dir);
     mkdir(dirpath, 0755);
     bad_case cases[] = {
         {"malformed model", A("--model", "./malformed.json", "-o", "out.json"), "malformed JSON"},
@@ -172,7 +113,7 @@ static void bad_inputs(void **state)
         if (len == 0 || err[len - 1] != '\n' || memchr(err, '\n', len - 1))
             fail_msg("%s: stderr is not one line: '%s'", cases[i].what, err);
         if (!strstr(err, cases[i].needle)) fail_msg("%s: '%s' does not mention '%s'", cases[i].what, err, cases[i].needle);
-        if (exists("out.json")) fail_msg("%s: out.json was created", cases[i].what);
+        if (cli_exists("out.json")) fail_msg("%s: out.json was created", cases[i].what);
     }
     printf("%zu hostile inputs rejected\n", sizeof cases / sizeof cases[0]);
 }
@@ -180,11 +121,11 @@ static void bad_inputs(void **state)
 static void existing_output_untouched(void **state)
 {
     (void)state;
-    write_text("keep.json", "precious");
+    cli_write("keep.json", "precious");
     char err[4096];
     assert_int_equal(run(A("--model", "./malformed.json", "-o", "keep.json"), err, sizeof err), 2);
     char path[512];
-    snprintf(path, sizeof path, "%s/keep.json", tmpdir);
+    snprintf(path, sizeof path, "%s/keep.json", cli_dir);
     FILE *f = fopen(path, "r");
     char buf[32] = {0};
     assert_non_null(f);
@@ -201,39 +142,36 @@ static void good_runs(void **state)
     assert_int_equal(run(A("--version"), err, sizeof err), 0);
     assert_int_equal(run(A("--list"), err, sizeof err), 0);
     assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "--micro-batch", "1,2", "-o", "plan.json"), err, sizeof err), 0);
-    assert_true(exists("plan.json"));
+    assert_true(cli_exists("plan.json"));
     assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "--budget", "1GiB", "-q", "-o", "small.json"), err, sizeof err), 0);
-    assert_true(exists("small.json"));
+    assert_true(cli_exists("small.json"));
     /* the plot's data and script are written whether or not gnuplot is installed */
     assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "-q", "--plot", "p.svg"), err, sizeof err), 0);
-    assert_true(exists("p.svg.gp"));
-    assert_true(exists("p.svg.entries.dat"));
-    assert_true(exists("p.svg.timeline.dat"));
+    assert_true(cli_exists("p.svg.gp"));
+    assert_true(cli_exists("p.svg.entries.dat"));
+    assert_true(cli_exists("p.svg.timeline.dat"));
     assert_int_equal(run(A("--bogus"), err, sizeof err), 2);
     /* without gnuplot: a clear message, and the script and data are still written */
-    assert_int_equal(run_env(A("--model", "gpt2", "--seq", "256", "-q", "--plot", "q.png"), "/nonexistent", err, sizeof err), 0);
-    assert_non_null(strstr(out_text, "gnuplot is not installed"));
-    assert_true(exists("q.png.gp"));
-    assert_false(exists("q.png"));
+    assert_int_equal(cli_run(GCKPT_PLAN_EXE, A("--model", "gpt2", "--seq", "256", "-q", "--plot", "q.png"), "/nonexistent", err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "gnuplot is not installed"));
+    assert_true(cli_exists("q.png.gp"));
+    assert_false(cli_exists("q.png"));
     /* -o - puts the JSON alone on stdout */
     assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--every-n", "off,1", "-o", "-"), err, sizeof err), 0);
-    assert_true(out_text[0] == '{');
-    assert_non_null(strstr(out_text, "\"gckpt.plan/1\""));
+    assert_true(cli_out[0] == '{');
+    assert_non_null(strstr(cli_out, "\"gckpt.plan/1\""));
     assert_non_null(strstr(err, "Recommended")); /* the table went to stderr */
 }
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/gckpt-cli-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (!cli_setup("gckpt-cli")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_inputs),
         cmocka_unit_test(existing_output_untouched),
         cmocka_unit_test(good_runs),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    cli_teardown();
     return rc;
 }

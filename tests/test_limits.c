@@ -19,6 +19,10 @@
 
 #include <cmocka.h>
 
+#include "cli_harness.h"
+
+static int run(char *const args[], char *err, size_t n) { return cli_run(GCKPT_PLAN_EXE, args, NULL, err, n); }
+
 #include "gckpt/jsonget.h"
 #include "gckpt/plan.h"
 
@@ -26,7 +30,6 @@
 #error GCKPT_PLAN_EXE must name the gckpt-plan binary
 #endif
 
-static char tmpdir[256];
 
 /* 4096 layers (the reader's maximum) with every other dimension at its maximum. */
 static const char huge_cfg[] =
@@ -45,57 +48,10 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void path_of(const char *name, char *out, size_t n) { snprintf(out, n, "%s/%s", tmpdir, name); }
 
-static void write_text(const char *name, const char *text)
-{
-    char path[512];
-    path_of(name, path, sizeof path);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    assert_int_equal(fclose(f), 0);
-}
 
-static bool exists(const char *name)
-{
-    char path[512];
-    path_of(name, path, sizeof path);
-    struct stat s;
-    return stat(path, &s) == 0;
-}
 
-/* Run gckpt-plan (args NULL-terminated, without argv[0]) in tmpdir; capture stderr. */
-static int run(char *const args[], char *err, size_t n)
-{
-    char errpath[512];
-    path_of("stderr.txt", errpath, sizeof errpath);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int null = open("/dev/null", O_WRONLY);
-        if (fd < 0 || null < 0) _exit(99);
-        dup2(fd, 2);
-        dup2(null, 1);
-        char *argv[32] = {(char *)GCKPT_PLAN_EXE};
-        int k = 1;
-        for (int i = 0; args[i] && k < 31; i++) argv[k++] = args[i];
-        argv[k] = NULL;
-        if (chdir(tmpdir) != 0) _exit(98);
-        execv(GCKPT_PLAN_EXE, argv);
-        _exit(97);
-    }
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    FILE *f = fopen(errpath, "r");
-    size_t got = f ? fread(err, 1, n - 1, f) : 0;
-    err[got] = 0;
-    if (f) fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
-#define A(...) ((char *const[]){__VA_ARGS__, NULL})
 
 /* Exit 2 within a second, one line containing needle, no plan written. */
 static void refused(char *const args[], const char *needle)
@@ -109,7 +65,7 @@ static void refused(char *const args[], const char *needle)
     if (!nl || nl[1]) fail_msg("expected one line on stderr, got: %s", err);
     if (!strstr(err, needle)) fail_msg("'%s' not in: %s", needle, err);
     if (!strstr(err, "gckpt-plan: ")) fail_msg("no program name in: %s", err);
-    if (exists("out.json")) fail_msg("a plan was written although the request was refused");
+    if (cli_exists("out.json")) fail_msg("a plan was written although the request was refused");
     if (dt > 5.0) fail_msg("refusing took %.1f s", dt);
     printf("refused in %.3f s: %s", dt, err);
 }
@@ -120,7 +76,7 @@ static void refused(char *const args[], const char *needle)
 static void huge_dims(void **state)
 {
     (void)state;
-    write_text("huge.json", huge_cfg);
+    cli_write("huge.json", huge_cfg);
     refused(A("--model", "huge.json", "--seq", "16777216", "-o", "out.json"), "huge: at micro-batch 1, seq 16777216");
     refused(A("--model", "huge.json", "--seq", "16777216", "--micro-batch", "2", "-o", "out.json"), "2^62 bytes");
     refused(A("--model", "huge.json", "--seq", "16777216", "--micro-batch", "16", "-o", "out.json"), "reduce --seq");
@@ -173,13 +129,13 @@ static void large_but_sane(void **state)
 static void sweep_work(void **state)
 {
     (void)state;
-    write_text("deep.json", deep_cfg);
+    cli_write("deep.json", deep_cfg);
     char mbs[256] = "";
     for (int i = 1; i <= 64; i++) snprintf(mbs + strlen(mbs), sizeof mbs - strlen(mbs), "%s%d", i > 1 ? "," : "", i);
     refused(A("--model", "deep.json", "--seq", "1024", "--micro-batch", mbs, "-o", "out.json"), "layer evaluations");
 
     char path[512];
-    path_of("deep.json", path, sizeof path);
+    cli_path("deep.json", path, sizeof path);
     gckpt_plan_request q = {.seq = 1024, .micro_batches = {1}, .n_micro = 1, .grad_accum = 1,
                             .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
                             .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05};
@@ -238,13 +194,13 @@ static void plot_script_quotes_names(void **state)
     cJSON_ReplaceItemInObject(j, "name", cJSON_CreateString("H100' ; system('touch PWNED') ; print '\nsystem('touch PWNED2')"));
     char *dev = cJSON_Print(j);
     cJSON_Delete(j);
-    write_text("evil-gpu.json", dev);
+    cli_write("evil-gpu.json", dev);
     free(dev);
     char out[2048];
     assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--gpu", "./evil-gpu.json", "-q", "--plot", "it's.svg"), out, sizeof out), 0);
-    assert_false(exists("PWNED"));
-    assert_false(exists("PWNED2"));
-    path_of("it's.svg.gp", path, sizeof path);
+    assert_false(cli_exists("PWNED"));
+    assert_false(cli_exists("PWNED2"));
+    cli_path("it's.svg.gp", path, sizeof path);
     text = gckpt_read_file(path, 1u << 20, &err);
     if (!text) fail_msg("%s", err.msg);
     assert_non_null(strstr(text, "set output 'it''s.svg'"));
@@ -255,7 +211,7 @@ static void plot_script_quotes_names(void **state)
     refused(A("--model", "gpt2", "--seq", "128", "-o", "out.json", "--plot", "a\nb.svg"), "control character");
     const char *side[] = {"it's.svg", "it's.svg.gp", "it's.svg.entries.dat", "it's.svg.timeline.dat", "evil-gpu.json"};
     for (size_t i = 0; i < sizeof side / sizeof side[0]; i++) {
-        path_of(side[i], path, sizeof path);
+        cli_path(side[i], path, sizeof path);
         unlink(path);
     }
 }
@@ -263,21 +219,13 @@ static void plot_script_quotes_names(void **state)
 static int setup(void **state)
 {
     (void)state;
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/gckpt-limits-XXXXXX", t && *t ? t : "/tmp");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return cli_setup("gckpt-limits") ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    const char *names[] = {"huge.json", "deep.json", "stderr.txt", "out.json"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char path[512];
-        path_of(names[i], path, sizeof path);
-        unlink(path);
-    }
-    rmdir(tmpdir);
+    cli_teardown();
     return 0;
 }
 

@@ -1,0 +1,26 @@
+/* Running a program under test in a scratch directory: its exit status, stderr and
+ * stdout, and the files it leaves. Shared by the CLI tests. */
+#ifndef GCKPT_CLI_HARNESS_H
+#define GCKPT_CLI_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+extern char cli_dir[256];     /* the scratch directory (the child's working directory) */
+extern char cli_out[1 << 16]; /* stdout of the last run */
+
+/* Create the scratch directory (prefix like "gckpt-cli"); false on failure. */
+bool cli_setup(const char *prefix);
+/* Remove it and everything in it. */
+void cli_teardown(void);
+void cli_path(const char *name, char *out, size_t n);
+void cli_write(const char *name, const char *text);
+bool cli_exists(const char *name);
+/* Run exe with args (NULL-terminated, without argv[0]) in the scratch directory;
+ * path_env, when given, replaces PATH. stderr goes to err (NUL-terminated), stdout to
+ * cli_out. Returns the exit status, -1 when killed by a signal. */
+int cli_run(const char *exe, char *const args[], const char *path_env, char *err, size_t n);
+
+#define A(...) ((char *const[]){__VA_ARGS__, NULL})
+
+#endif

@@ -337,6 +337,42 @@ static void what_users_read(void **state)
     assert_non_null(strstr(cli_out, "loss, lm_head/loss: computing the loss (nll_loss)"));
 }
 
+/* --plot: the budget is inside the x range, points coloured by every_n and shaped by
+ * offload, no "recommended/fits" key when nothing fits, phases and the peak marked. */
+static void plot_script(void **state)
+{
+    (void)state;
+    assert_int_equal(cli_run(GCKPT_PLAN_EXE, A("-q", "--plot", "d.svg"), "/nonexistent", err, sizeof err), 0);
+    char path[512];
+    gckpt_err e;
+    cli_path("d.svg.gp", path, sizeof path);
+    char *gp = gckpt_read_file(path, 1 << 20, &e);
+    assert_non_null(gp);
+    double lo = 0, hi = 0;
+    const char *xr = strstr(gp, "set xrange [");
+    assert_non_null(xr);
+    assert_int_equal(sscanf(xr, "set xrange [%lf:%lf]", &lo, &hi), 2);
+    assert_true(lo < 75.67 && 75.67 < hi); /* the default plan's usable budget */
+    assert_non_null(strstr(gp, "lc palette title 'offload off (colour: every_n)'"));
+    assert_non_null(strstr(gp, "title 'offload on'"));
+    assert_null(strstr(gp, "recommended"));
+    assert_non_null(strstr(gp, "nothing fits"));
+    for (int k = 0; k < GCKPT_NPHASE; k++) {
+        char t[64];
+        snprintf(t, sizeof t, "title '%s'", gckpt_phase_names[k]);
+        assert_non_null(strstr(gp, t));
+    }
+    assert_non_null(strstr(gp, "set label 4 'peak 119.76 GiB'"));
+    free(gp);
+    assert_int_equal(cli_run(GCKPT_PLAN_EXE, A("-q", "--precision", "bf16", "--optimizer", "adamw-8bit", "--seq", "8192",
+                                               "--plot", "f.svg"), "/nonexistent", err, sizeof err), 0);
+    cli_path("f.svg.gp", path, sizeof path);
+    gp = gckpt_read_file(path, 1 << 20, &e);
+    assert_non_null(strstr(gp, "title 'recommended (fits)'"));
+    assert_null(strstr(gp, "nothing fits"));
+    free(gp);
+}
+
 int main(void)
 {
     gckpt_err e;
@@ -349,7 +385,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(snippets), cmocka_unit_test(positions), cmocka_unit_test(slow_profile),
         cmocka_unit_test(shipped_plans_read_back), cmocka_unit_test(warnings), cmocka_unit_test(aliases),
-        cmocka_unit_test(what_users_read),
+        cmocka_unit_test(what_users_read), cmocka_unit_test(plot_script),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     cJSON_Delete(schema);

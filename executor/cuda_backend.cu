@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
+#include "gckpt/cuda_diag.h"
 
 namespace {
 
@@ -327,25 +328,48 @@ gckpt_xstatus cublas_fail(gckpt_backend *be, cublasStatus_t s, const char *what,
     return s == CUBLAS_STATUS_ALLOC_FAILED ? GCKPT_XS_OOM : GCKPT_XS_ERROR;
 }
 
+/* A kernel whose image tells whether this binary has code for the GPU. */
+__global__ void gckpt_cuda_probe_kernel() {}
+
+static_assert((int)cudaErrorInsufficientDriver == (int)GCKPT_CUDA_ERR_INSUFFICIENT_DRIVER, "cuda_diag.h");
+static_assert((int)cudaErrorInvalidDeviceFunction == (int)GCKPT_CUDA_ERR_INVALID_DEVICE_FUNCTION, "cuda_diag.h");
+static_assert((int)cudaErrorNoDevice == (int)GCKPT_CUDA_ERR_NO_DEVICE, "cuda_diag.h");
+static_assert((int)cudaErrorNoKernelImageForDevice == (int)GCKPT_CUDA_ERR_NO_KERNEL_IMAGE, "cuda_diag.h");
+
 extern "C" bool gckpt_cuda_available(gckpt_err *err)
 {
-    int n = 0;
+    int n = 0, dv = 0, rv = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        gckpt_seterr(err, "%s", cudaGetErrorString(e));
+    if (e == cudaSuccess && n >= 1) return true;
+    (void)cudaGetLastError();
+    (void)cudaDriverGetVersion(&dv); /* 0 when no driver is installed */
+    (void)cudaRuntimeGetVersion(&rv);
+    gckpt_cuda_why_unavailable((int)e, n, dv, rv, cudaGetErrorString(e), err->msg, sizeof err->msg);
+    return false;
+}
+
+#ifndef GCKPT_CUDA_ARCHS
+#define GCKPT_CUDA_ARCHS "(unknown)"
+#endif
+
+/* Before anything runs: does this binary carry code the GPU can run? */
+static bool has_code_for(int device, gckpt_err *err)
+{
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
         (void)cudaGetLastError();
-        return false;
+        return true; /* the backend's own initialisation reports it */
     }
-    if (n < 1) {
-        gckpt_seterr(err, "no CUDA device");
-        return false;
-    }
-    return true;
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, (const void *)gckpt_cuda_probe_kernel);
+    (void)cudaGetLastError();
+    return gckpt_cuda_has_code((int)e, prop.name, prop.major, prop.minor, GCKPT_CUDA_ARCHS, err->msg,
+                               sizeof err->msg);
 }
 
 extern "C" gckpt_backend *gckpt_cuda_backend_new(const gckpt_cuda_opts *o, gckpt_err *err)
 {
-    if (!gckpt_cuda_available(err)) return nullptr;
+    if (!gckpt_cuda_available(err) || !has_code_for(o->device, err)) return nullptr;
     cuda_state *s = static_cast<cuda_state *>(calloc(1, sizeof *s));
     if (!s) {
         gckpt_seterr(err, "out of memory");

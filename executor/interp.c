@@ -8,6 +8,7 @@
  * that hold their tensors), so a schedule that does not describe a real computation
  * fails loudly instead of being counted. */
 #include "interp.h"
+#include "gckpt/optstate.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -330,36 +331,18 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
         p->wbytes = gckpt_round_up(e * pdt, round);
         if ((rc = palloc(x, p->wbytes, &p->w, err)) != GCKPT_XS_OK) return rc;
         wsum += p->wbytes;
-        /* optimizer states, as gckpt_ctx_init counts them */
+        /* optimizer states: the rule gckpt_ctx_init counts (gckpt/optstate.h) */
         uint64_t sb[4] = {0};
-        uint8_t sdt[4] = {p->dt, p->dt, p->dt, p->dt};
-        uint64_t sn[4] = {e, e, e, e};
-        int ns = 0;
-        switch (x->set.optimizer) {
-        case GCKPT_ADAMW: case GCKPT_ADAMW_FOREACH:
-            ns = 2;
-            sb[0] = sb[1] = gckpt_round_up(e * pdt, round);
-            break;
-        case GCKPT_SGD:
-            ns = 1;
-            sb[0] = gckpt_round_up(e * pdt, round);
-            break;
-        case GCKPT_ADAMW_8BIT:
-            if (e >= 4096) {
-                uint64_t nb = (e + GCKPT_Q_BLOCK - 1) / GCKPT_Q_BLOCK;
-                ns = 4; /* codes of exp_avg, codes of exp_avg_sq, their absmax scales */
-                sb[0] = sb[1] = gckpt_round_up(e, round);
-                sb[2] = sb[3] = gckpt_round_up(nb * 4, round);
-                sdt[0] = sdt[1] = GCKPT_DT_BOOL;
-                sdt[2] = sdt[3] = GCKPT_DT_F32;
-                sn[2] = sn[3] = nb;
-            } else {
-                ns = 2;
-                sb[0] = sb[1] = gckpt_round_up(e * 4, round);
-                sdt[0] = sdt[1] = GCKPT_DT_F32;
-            }
-            break;
-        default: break;
+        uint8_t sdt[4] = {0};
+        uint64_t sn[4] = {0};
+        gckpt_opt_layout ol;
+        gckpt_opt_layout_of(x->set.optimizer, x->r, p->tensor, &ol);
+        int ns = ol.n;
+        for (int k = 0; k < ns; k++) {
+            sn[k] = ol.buf[k].n;
+            sb[k] = gckpt_round_up(sn[k] * gckpt_state_elem_bytes(ol.buf[k].dtype, pdt), round);
+            sdt[k] = ol.buf[k].dtype == GCKPT_ST_U8 ? GCKPT_DT_BOOL
+                   : ol.buf[k].dtype == GCKPT_ST_F32 ? GCKPT_DT_F32 : p->dt;
         }
         p->nst = ns;
         for (int k = 0; k < ns; k++) {
@@ -369,9 +352,9 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
             if ((rc = palloc(x, sb[k], &p->st[k], err)) != GCKPT_XS_OK) return rc;
             ssum += sb[k];
         }
-        if (x->set.optimizer == GCKPT_ADAMW_FOREACH) {
+        if (ol.temp_n) {
             p->temp_off = tsum;
-            tsum += gckpt_round_up(e * pdt, round);
+            tsum += gckpt_round_up(ol.temp_n * pdt, round);
         }
     }
     if (wsum != x->ctx.weights || ssum != x->ctx.opt_states || tsum != x->ctx.opt_temp)

@@ -1,6 +1,7 @@
 /* gckpt-run: run a plan's entries for real and compare with the predictions. */
 #include <errno.h>
 #include <signal.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "gckpt/exec_host.h"
+#include "host_estimate.h"
 #include "gckpt/exec_run.h"
 #include "gckpt/plan_read.h"
 #ifdef GCKPT_HAVE_CUDA
@@ -297,6 +299,71 @@ static void install_handlers(void)
     (void)sigaction(SIGTERM, &sa, NULL);
 }
 
+/* Progress: before the run a first estimate from FLOPs and bytes at rates measured here;
+ * after the first entry's second step, an estimate from its measured setup and step
+ * times, scaled by the other entries' work; on a terminal the running entry's step. */
+typedef struct {
+    size_t index, k, n;
+    bool tty;
+    double gemm, elem;      /* measured rates (0: no estimate) */
+    double first_work;      /* seconds of work of the first entry's step at those rates */
+    double all_work;        /* the same summed over the entries that run */
+    int steps;              /* per entry, warm-up included */
+    struct timespec start;  /* the first entry's start */
+    double t1;              /* until the end of its first step */
+} progress;
+
+static double since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static void on_step(void *ctx, int step, int total)
+{
+    progress *p = ctx;
+    if (p->k == 1 && p->first_work > 0 && step <= 2) {
+        double t = since(&p->start);
+        if (step == 1) p->t1 = t;
+        else {
+            double per_step = t - p->t1, setup = p->t1 - per_step;
+            double est = (setup > 0 ? setup : 0) + per_step * total, all = est * p->all_work / p->first_work;
+            fprintf(stderr, "%sgckpt-run: measured: setup %.1f s, %.2f s per step: about %.0f s for the whole run\n",
+                    p->tty ? "\r" : "", setup > 0 ? setup : 0, per_step, all);
+        }
+    }
+    if (!p->tty) return;
+    fprintf(stderr, "\rgckpt-run: entry %zu (%zu/%zu): step %d of %d ", p->index, p->k, p->n, step, total);
+    if (step == total) fprintf(stderr, "\r%*s\r", 60, "");
+    fflush(stderr);
+}
+
+/* Before a host-backend run: roughly how long it will take. */
+static void say_estimate(const gckpt_plan_file *pf, const size_t *sel, long nsel, const args_t *a, progress *p)
+{
+    p->gemm = gckpt_host_gemm_rate();
+    p->elem = gckpt_host_elem_rate();
+    double flops = 0, bytes = 0;
+    long run = 0;
+    for (long k = 0; k < nsel; k++) {
+        double f, b;
+        if (!(pf->entries[sel[k]].fits || a->force) || !gckpt_entry_step_work(pf, sel[k], &f, &b))
+            continue; /* skipped entries take no time */
+        if (k == 0) p->first_work = f / p->gemm + b / p->elem;
+        flops += f;
+        bytes += b;
+        run++;
+    }
+    if (!run || p->gemm <= 0 || p->elem <= 0) return;
+    p->all_work = flops / p->gemm + bytes / p->elem;
+    double s = p->steps * p->all_work;
+    fprintf(stderr, "gckpt-run: host backend: at least %.0f s for %ld entr%s x %d steps (per step %.3g GFLOP at "
+                    "%.3g GFLOP/s and %.3g GB at %.3g GB/s, measured here); a measured estimate follows the first steps\n",
+            s < 1 ? 1 : s, run, run == 1 ? "y" : "ies", p->steps, flops / (double)run / 1e9, p->gemm / 1e9,
+            bytes / (double)run / 1e9, p->elem / 1e9);
+}
+
 int main(int argc, char **argv)
 {
     args_t a;
@@ -336,9 +403,16 @@ int main(int argc, char **argv)
     /* From here on SIGINT / SIGTERM stop the run at the next safe point instead of killing
      * it: the entry running is reported as interrupted and everything is freed. */
     rep.opts.stop = &stop_signal;
+    progress prog = {.n = (size_t)nsel, .tty = isatty(STDERR_FILENO), .steps = (int)(a.steps + a.warmup)};
+    if (!strcmp(be->name, "host")) say_estimate(&pf, sel, nsel, &a, &prog);
+    clock_gettime(CLOCK_MONOTONIC, &prog.start);
+    rep.opts.on_step = on_step;
+    rep.opts.on_step_ctx = &prog;
     install_handlers();
     for (long k = 0; k < nsel && !stop_signal; k++) {
         gckpt_entry_report *e = &rep.entries[k];
+        prog.index = sel[k];
+        prog.k = (size_t)k + 1;
         gckpt_run_entry(be, &pf, sel[k], &rep.opts, e);
         rep.n = (size_t)k + 1;
         rep.complete = rep.n == rep.planned && e->status != GCKPT_RS_INTERRUPTED;

@@ -97,6 +97,7 @@ static void run_steps(gckpt_exec *x, gckpt_backend *be, const gckpt_run_opts *o,
         rc = gckpt_exec_step(x, &so, &res, &err);
         if (rc != GCKPT_XS_OK) break;
         if (s >= o->warmup) rep->step_times[rep->nsteps++] = res.seconds;
+        if (o->on_step) o->on_step(o->on_step_ctx, s + 1, total);
         if (last) {
             rep->has_numbers = true;
             rep->loss = res.loss;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/cli_names.h"
 #include "gckpt/plan.h"
 
 static void usage(FILE *f)
@@ -21,15 +22,20 @@ static void usage(FILE *f)
 "  --model NAME|PATH      model: a name in models/ or a path to an HF config.json\n"
 "                         (default llama-3.1-8b)\n"
 "  --gpu NAME|PATH        GPU profile: a name in devices/ or a path (default h100-sxm-80gb)\n"
-"  --seq N                sequence length in tokens (default 4096)\n"
+"  --seq N                sequence length in tokens (default: 4096, or the model's\n"
+"                         max_position_embeddings / n_positions when smaller)\n"
+"  --allow-long-seq       plan a --seq beyond max_position_embeddings (RoPE models;\n"
+"                         recorded in the plan)\n"
 "  --micro-batch N[,N..]  per-device micro-batch sizes to sweep (default 1)\n"
 "  --grad-accum N         gradient accumulation steps (default 1)\n"
 "  --global-batch N       sequences per optimizer step per device; sets grad-accum =\n"
 "                         N / micro-batch for each micro-batch that divides N\n"
 "  --precision P          fp32 | bf16 (pure) | amp-bf16 (HF bf16=True, default) | amp-fp16\n"
+"                         (any case)\n"
 "  --optimizer O          adamw (fused, HF default adamw_torch_fused) | adamw-foreach\n"
-"                         (adamw_torch) | sgd (momentum) | adamw-8bit (adamw_bnb_8bit)\n"
-"  --attention A          sdpa (default) | eager\n"
+"                         (adamw_torch) | sgd (momentum) | adamw-8bit (adamw_bnb_8bit,\n"
+"                         adamw_8bit); the TrainingArguments optim names are accepted\n"
+"  --attention A          sdpa (default) | eager | flash_attention_2 (planned as sdpa)\n"
 "  --every-n LIST         every_n_layers values: all (default: off and 1..L), off, or a\n"
 "                         list such as off,1,2,4 (0 = off)\n"
 "  --offload off|on|both  offload checkpointed inputs to pinned host memory (default both)\n"
@@ -53,6 +59,17 @@ static int bad(const char *fmt, const char *a, const char *b)
     fprintf(stderr, fmt, a, b);
     fprintf(stderr, "\n");
     return GCKPT_EXIT_INPUT;
+}
+
+/* An unknown option: one line naming it (getopt leaves it at argv[optind - 1], or in
+ * optopt for an unknown letter inside a group such as -qx). */
+static int bad_option(int argc, char **argv)
+{
+    char name[64];
+    const char *arg = optind - 1 < argc ? argv[optind - 1] : "";
+    if (optopt && !(arg[0] == '-' && arg[1] == '-')) snprintf(name, sizeof name, "-%c", optopt);
+    else snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
+    return bad("unknown option '%s'%s (see --help)", name, "");
 }
 
 static void list_dir(const char *sub)
@@ -187,15 +204,16 @@ static void print_alternatives(const gckpt_plan_request *req, FILE *f)
 
 int main(int argc, char **argv)
 {
-    gckpt_plan_request req = {.seq = 4096, .micro_batches = {1}, .n_micro = 1, .grad_accum = 1,
+    gckpt_plan_request req = {.seq = 0 /* the model's default */, .micro_batches = {1}, .n_micro = 1, .grad_accum = 1,
                               .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
                               .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05};
     snprintf(req.model_ref, sizeof req.model_ref, "llama-3.1-8b");
     snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
     const char *out = NULL, *plot = NULL;
     bool all = false, quiet = false, ga_set = false, gb_set = false;
+    char attn_note[320] = "", hint[512];
     enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
-           O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST };
+           O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"gpu", required_argument, 0, O_GPU},
         {"seq", required_argument, 0, O_SEQ}, {"micro-batch", required_argument, 0, O_MB},
@@ -206,11 +224,13 @@ int main(int argc, char **argv)
         {"margin", required_argument, 0, O_MARGIN}, {"output", required_argument, 0, 'o'},
         {"plot", required_argument, 0, O_PLOT}, {"table", required_argument, 0, O_TABLE},
         {"quiet", no_argument, 0, 'q'}, {"list", no_argument, 0, O_LIST},
+        {"allow-long-seq", no_argument, 0, O_LONG},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c, rc = GCKPT_EXIT_OK;
     uint32_t *every = NULL;
     int n_every = 0;
-    while ((c = getopt_long(argc, argv, "o:qhV", opts, NULL)) != -1) {
+    opterr = 0; /* one line of ours instead of getopt's message and the usage */
+    while ((c = getopt_long(argc, argv, ":o:qhV", opts, NULL)) != -1) {
         int v;
         switch (c) {
         case O_MODEL:
@@ -238,16 +258,17 @@ int main(int argc, char **argv)
             gb_set = true;
             break;
         case O_PREC:
-            if ((v = gckpt_precision_from(optarg)) < 0) { rc = bad("--precision: unknown '%s' (fp32, bf16, amp-bf16, amp-fp16)%s", optarg, ""); goto done; }
+            if ((v = gckpt_precision_from_user(optarg)) < 0) { rc = bad("--precision: unknown '%s' (%s)", optarg, gckpt_precision_spellings); goto done; }
             req.precision = (gckpt_precision)v;
             break;
         case O_OPT:
-            if ((v = gckpt_optimizer_from(optarg)) < 0) { rc = bad("--optimizer: unknown '%s' (adamw, adamw-foreach, sgd, adamw-8bit)%s", optarg, ""); goto done; }
+            if ((v = gckpt_optimizer_from_user(optarg)) < 0) { rc = bad("--optimizer: unknown '%s' (%s)", optarg, gckpt_optimizer_spellings); goto done; }
             req.optimizer = (gckpt_optimizer)v;
             break;
         case O_ATTN:
-            if ((v = gckpt_attention_from(optarg)) < 0) { rc = bad("--attention: unknown '%s' (sdpa, eager)%s", optarg, ""); goto done; }
+            if ((v = gckpt_attention_from_user(optarg, attn_note, sizeof attn_note)) < 0) { rc = bad("--attention: unknown '%s' (%s)", optarg, gckpt_attention_spellings); goto done; }
             req.attention = (gckpt_attention)v;
+            snprintf(req.attn_impl, sizeof req.attn_impl, "%s", attn_note[0] ? optarg : "");
             break;
         case O_EVERY:
             free(every);
@@ -279,19 +300,23 @@ int main(int argc, char **argv)
             else { rc = bad("--table: unknown '%s' (frontier, all)%s", optarg, ""); goto done; }
             break;
         case 'q': quiet = true; break;
+        case O_LONG: req.allow_long_seq = true; break;
         case O_LIST:
             list_dir("models");
             list_dir("devices");
             goto done;
         case 'h': usage(stdout); goto done;
         case 'V': printf("gckpt-plan %s\n", GCKPT_VERSION); goto done;
-        default: usage(stderr); rc = GCKPT_EXIT_INPUT; goto done;
+        case ':': rc = bad("option '%s' needs a value%s (see --help)", argv[optind - 1], ""); goto done;
+        default: rc = bad_option(argc, argv); goto done;
         }
     }
     if (optind < argc) { rc = bad("unexpected argument '%s'%s (see --help)", argv[optind], ""); goto done; }
     if (ga_set && gb_set) { rc = bad("--grad-accum and --global-batch exclude each other%s%s", "", ""); goto done; }
     req.every_n = every;
     req.n_every = n_every;
+
+    if (gckpt_model_id_hint(req.model_ref, hint, sizeof hint)) { rc = bad("%s%s", hint, ""); goto done; }
 
     gckpt_plan p;
     gckpt_err err = {{0}};
@@ -302,6 +327,8 @@ int main(int argc, char **argv)
     }
     FILE *human = (out && !strcmp(out, "-")) ? stderr : stdout;
     if (!quiet) {
+        gckpt_plan_print_header(&p, human);
+        if (attn_note[0]) fprintf(human, "note: %s\n\n", attn_note);
         gckpt_plan_print_table(&p, human, all);
         gckpt_plan_print_recommendation(&p, human);
         if (p.recommended < 0) print_alternatives(&req, human);

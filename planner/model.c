@@ -17,6 +17,7 @@ const char *const gckpt_model_types = "llama, mistral, qwen2, qwen3, gpt2";
 #define MAX_INTER (1u << 22)
 #define MAX_VOCAB (1u << 24)
 #define MAX_POS (1u << 24)
+#define MAX_LIMIT ((uint64_t)1 << 40) /* sequence limits and windows: any value is only a bound */
 
 static bool parse_act(const char *file, const char *field, const char *s, gckpt_act *out,
                       gckpt_err *err)
@@ -31,6 +32,57 @@ static bool parse_act(const char *file, const char *field, const char *s, gckpt_
         return false;
     }
     return true;
+}
+
+/* Sliding-window attention as transformers 5.24 configures it: Mistral applies
+ * `sliding_window` (default 4096, null = none) to every layer; Qwen2/Qwen3 only with
+ * use_sliding_window (default false), to the layers `layer_types` marks
+ * "sliding_attention", by default those with index >= max_window_layers (default 28). */
+static bool parse_sliding(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+{
+    const char *t = m->model_type;
+    bool mistral = !strcmp(t, "mistral"), qwen = !strcmp(t, "qwen2") || !strcmp(t, "qwen3");
+    if (!mistral && !qwen) return true;
+    bool use = mistral;
+    if (qwen && !gckpt_json_bool_opt(j, f, "use_sliding_window", false, &use, err)) return false;
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "sliding_window");
+    uint64_t window = 0;
+    if (!cJSON_IsNull(w) && !gckpt_json_u64_opt(j, f, "sliding_window", 1, MAX_LIMIT, 4096, &window, err))
+        return false;
+    if (!use || !window) return true;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
+    uint64_t n = 0;
+    if (qwen && lt && !cJSON_IsNull(lt)) {
+        if (!cJSON_IsArray(lt)) {
+            gckpt_seterr(err, "%s: field 'layer_types' must be an array of strings, got %s", f, gckpt_json_type_name(lt));
+            return false;
+        }
+        const cJSON *x;
+        cJSON_ArrayForEach(x, lt) {
+            if (!cJSON_IsString(x)) {
+                gckpt_seterr(err, "%s: field 'layer_types' must be an array of strings", f);
+                return false;
+            }
+            n += !strcmp(x->valuestring, "sliding_attention");
+        }
+    } else if (qwen) {
+        uint64_t first = 28;
+        if (!gckpt_json_u64_opt(j, f, "max_window_layers", 0, MAX_LAYERS, 28, &first, err)) return false;
+        n = m->layers > first ? m->layers - first : 0;
+    } else {
+        n = m->layers;
+    }
+    m->sliding_window = n ? window : 0;
+    m->sliding_layers = n;
+    return true;
+}
+
+/* HF's max_position_embeddings defaults per model type (configuration_*.py, 5.24). */
+static uint64_t default_positions(const char *t)
+{
+    if (!strcmp(t, "llama")) return 2048;
+    if (!strcmp(t, "mistral")) return 4096 * 32;
+    return 32768; /* qwen2, qwen3 */
 }
 
 static bool parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
@@ -79,7 +131,9 @@ static bool parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err
         m->o_bias = false;
     }
     m->qk_norm = !strcmp(m->model_type, "qwen3");
-    return true;
+    return gckpt_json_u64_opt(j, f, "max_position_embeddings", 1, MAX_LIMIT, default_positions(m->model_type),
+                              &m->max_positions, err) &&
+           parse_sliding(f, j, m, err);
 }
 
 static bool parse_gpt2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
@@ -113,6 +167,7 @@ static bool parse_gpt2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err 
     m->head_dim = m->hidden / m->heads;
     m->qkv_bias = m->o_bias = m->mlp_bias = true;
     m->qk_norm = false;
+    m->max_positions = m->positions;
     return true;
 }
 
@@ -137,6 +192,7 @@ bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt
             ok = false;
         }
     }
+    if (ok) ok = gckpt_json_bool_opt(j, file, "use_cache", true, &m->use_cache, err);
     if (ok && m->heads % m->kv_heads) {
         gckpt_seterr(err, "%s: field 'num_key_value_heads' = %llu does not divide 'num_attention_heads' = %llu",
                      file, (unsigned long long)m->kv_heads, (unsigned long long)m->heads);

@@ -40,6 +40,42 @@ typedef struct {
 
 static int cmp_mem(const void *x, const void *y);
 
+/* seq 0 is the default, min(4096, the model's limit). Beyond the limit: GPT-2's learned
+ * position table has no row for it (the model cannot run); RoPE models run but were not
+ * trained for it, so the user says so (--allow-long-seq, recorded in the plan). */
+static bool resolve_seq(gckpt_plan *p, gckpt_err *err)
+{
+    uint64_t lim = p->model.max_positions;
+    if (!p->req.seq) p->req.seq = lim && lim < GCKPT_DEFAULT_SEQ ? lim : GCKPT_DEFAULT_SEQ;
+    if (!lim || p->req.seq <= lim) return true;
+    if (p->model.family == GCKPT_FAMILY_GPT2) {
+        gckpt_seterr(err, "--seq %llu: %s has n_positions = %llu (a learned position table); longer sequences cannot run",
+                     (unsigned long long)p->req.seq, p->model.name, (unsigned long long)lim);
+        return false;
+    }
+    if (!p->req.allow_long_seq) {
+        gckpt_seterr(err, "--seq %llu exceeds %s's max_position_embeddings = %llu; pass --allow-long-seq to plan it anyway",
+                     (unsigned long long)p->req.seq, p->model.name, (unsigned long long)lim);
+        return false;
+    }
+    return true;
+}
+
+/* Every figure of the plan stays within what gckpt-run's plan reader accepts. */
+static bool times_in_range(const gckpt_plan *p, gckpt_err *err)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        const gckpt_result *r = &p->entries[i].r;
+        if (!(r->step_s <= GCKPT_MAX_SECONDS) || !(r->tokens_per_s <= GCKPT_MAX_SECONDS)) {
+            gckpt_seterr(err, "%s: the profile's rates make a step of %s take %.3g s (limit %.0e s); check its "
+                              "peak_tflops, hbm_bytes_per_s and efficiencies",
+                         p->dev.name, p->model.name, r->step_s, GCKPT_MAX_SECONDS);
+            return false;
+        }
+    }
+    return true;
+}
+
 bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -53,6 +89,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     if (!p->model_config_text) return false;
     if (!gckpt_device_load(req->gpu_ref, &p->dev, err)) goto fail;
     const uint64_t L = p->model.layers;
+    if (!resolve_seq(p, err)) goto fail;
 
     /* every_n values */
     int ne = req->n_every;
@@ -127,7 +164,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         goto fail;
     }
     for (int mi = 0; mi < nmb; mi++) {
-        gckpt_setting s = {.seq = req->seq, .micro_batch = mbs[mi], .grad_accum = gas[mi],
+        gckpt_setting s = {.seq = p->req.seq, .micro_batch = mbs[mi], .grad_accum = gas[mi],
                            .precision = req->precision, .optimizer = req->optimizer,
                            .attention = req->attention};
         gckpt_ctx c;
@@ -181,6 +218,8 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         }
     }
     free(ord);
+    if (!times_in_range(p, err)) goto fail;
+    gckpt_plan_warnings(p);
     return true;
 fail:
     gckpt_plan_free(p);
@@ -195,21 +234,59 @@ static int cmp_mem(const void *x, const void *y)
     return a->i < b->i ? -1 : (a->i > b->i);
 }
 
+/* bf16 / fp16 / fp32 ... for a tensor of `bytes` per element under the plan's precision */
+static const char *dtype_word(const gckpt_plan *p, uint8_t bytes)
+{
+    switch (bytes) {
+    case 1: return "8-bit";
+    case 2: return p->req.precision == GCKPT_AMP_FP16 ? "fp16" : "bf16";
+    case 4: return "fp32";
+    default: return "int64";
+    }
+}
+
+/* The tensor allocated at the peak, in words a user knows: "fp32 logits gradient",
+ * "fp32 gradient of embed_tokens.weight", "bf16 autocast copy of lm_head.weight",
+ * "bf16 gradient of the mlp.up_proj output"; for a small allocation (a scalar of the
+ * loss) the op being computed, since the tensor itself is not what fills the memory. */
+static void tensor_role(const gckpt_plan *p, const gckpt_result *r, char *buf, size_t n)
+{
+    const gckpt_tensor *t = &p->recipe->t[r->peak_tensor];
+    const char *dt = dtype_word(p, t->dtype);
+    int prod = gckpt_recipe_producer(p->recipe, r->peak_tensor);
+    const gckpt_op *op = prod >= 0 ? &p->recipe->op[prod] : NULL;
+    uint64_t bytes = 0;
+    if (!gckpt_tensor_bytes(p->recipe, r->peak_tensor, p->req.micro_batches[0], p->req.seq, &bytes)) bytes = 0;
+    if (t->kind == GCKPT_T_PARAM) {
+        snprintf(buf, n, "%s gradient of %s", dtype_word(p, p->recipe->grad_dtype), t->name);
+    } else if (t->kind == GCKPT_T_WCAST) {
+        snprintf(buf, n, "%s autocast copy of %s", dt, p->recipe->t[t->param].name);
+    } else if (!r->peak_grad && bytes < 65536 && op) {
+        if (op->prim == GCKPT_P_NLL) snprintf(buf, n, "computing the loss (%s)", op->name);
+        else snprintf(buf, n, "computing %s", op->name);
+    } else if (t->logits && op) {
+        const char *what = op->prim == GCKPT_P_LOG_SOFTMAX ? "log-softmax of the logits" : "logits";
+        snprintf(buf, n, "%s %s%s", dt, what, r->peak_grad ? " gradient" : "");
+    } else if (r->peak_grad) {
+        snprintf(buf, n, "%s gradient of the %s output", dt, op ? op->name : t->name);
+    } else {
+        snprintf(buf, n, "%s %s output", dt, op ? op->name : t->name);
+    }
+}
+
 void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, size_t n)
 {
-    const char *tname = r->peak_tensor >= 0 ? p->recipe->t[r->peak_tensor].name : NULL;
     long L = (long)p->model.layers;
-    char loc[64];
+    char loc[64], role[160];
     if (r->peak_layer < 0) snprintf(loc, sizeof loc, "embedding");
     else if (r->peak_layer < L) snprintf(loc, sizeof loc, "layer %d", r->peak_layer);
-    else if (r->peak_layer == L) snprintf(loc, sizeof loc, "lm_head/loss");
-    else snprintf(loc, sizeof loc, "optimizer step");
-    const char *micro = r->peak_micro == 1 ? ", later micro-step (grads exist)" : "";
+    else snprintf(loc, sizeof loc, "lm_head/loss");
+    const char *micro = r->peak_micro == 1 ? ", later micro-step (gradients exist)" : "";
     if (r->peak_phase == GCKPT_PH_OPTIMIZER)
         snprintf(buf, n, "optimizer step (states + gradients + step temporaries)");
-    else if (tname)
-        snprintf(buf, n, "%s, %s%s: allocating %s%s", gckpt_phase_names[r->peak_phase], loc, micro,
-                 r->peak_grad ? "the gradient of " : "", tname);
-    else
+    else if (r->peak_tensor >= 0) {
+        tensor_role(p, r, role, sizeof role);
+        snprintf(buf, n, "%s, %s%s: %s", gckpt_phase_names[r->peak_phase], loc, micro, role);
+    } else
         snprintf(buf, n, "%s, %s%s", gckpt_phase_names[r->peak_phase], loc, micro);
 }

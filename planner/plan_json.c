@@ -118,6 +118,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     num(in, "budget_bytes", (double)p->budget_bytes);
     num(in, "margin", p->req.margin);
     num(in, "usable_bytes", (double)p->usable_bytes);
+    if (p->req.allow_long_seq) cJSON_AddBoolToObject(in, "allow_long_seq", true);
 
     cJSON_AddStringToObject(root, "steady_state",
                             "figures are for step 2 onwards: optimizer states exist; with grad_accum > 1 "
@@ -129,5 +130,12 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     else cJSON_AddNullToObject(root, "recommended");
     if (p->smallest >= 0) num(root, "smallest", (double)p->smallest);
     else cJSON_AddNullToObject(root, "smallest");
+    cJSON *ws = cJSON_AddArrayToObject(root, "warnings");
+    for (size_t i = 0; i < p->n_warnings; i++) {
+        cJSON *w = cJSON_CreateObject();
+        cJSON_AddItemToArray(ws, w);
+        cJSON_AddStringToObject(w, "code", p->warnings[i].code);
+        cJSON_AddStringToObject(w, "message", p->warnings[i].message);
+    }
     return root;
 }

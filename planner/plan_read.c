@@ -210,6 +210,30 @@ static bool read_device(R *r, const cJSON *in, gckpt_plan_file *pf)
     return ok;
 }
 
+/* Optional "warnings": [{code, message}] (GCKPT_MAX_WARNINGS at most). */
+static bool read_warnings(R *r, const cJSON *root, gckpt_plan_file *pf)
+{
+    pf->n_warnings = 0;
+    if (!child(root, "warnings")) return true;
+    const cJSON *ws = arr(r, root, "warnings");
+    if (!ws) return false;
+    if (cJSON_GetArraySize(ws) > GCKPT_MAX_WARNINGS)
+        return fail(r, "field 'warnings' holds more than %d warnings", GCKPT_MAX_WARNINGS);
+    const cJSON *w;
+    cJSON_ArrayForEach(w, ws) {
+        char p[64];
+        gckpt_warning *x = &pf->warnings[pf->n_warnings];
+        snprintf(p, sizeof p, "warnings[%zu]", pf->n_warnings);
+        if (!cJSON_IsObject(w)) return fail(r, "field '%s' must be an object, got %s", p, gckpt_json_type_name(w));
+        snprintf(p, sizeof p, "warnings[%zu].code", pf->n_warnings);
+        if (!str(r, w, p, x->code, sizeof x->code)) return false;
+        snprintf(p, sizeof p, "warnings[%zu].message", pf->n_warnings);
+        if (!str(r, w, p, x->message, sizeof x->message)) return false;
+        pf->n_warnings++;
+    }
+    return true;
+}
+
 static bool read_inputs(R *r, const cJSON *root, gckpt_plan_file *pf, uint32_t *every, int *n_every)
 {
     const cJSON *in = obj(r, root, "inputs");
@@ -218,6 +242,13 @@ static bool read_inputs(R *r, const cJSON *root, gckpt_plan_file *pf, uint32_t *
     if (pf->model.family == GCKPT_FAMILY_GPT2 && pf->seq > pf->model.positions)
         return fail(r, "field 'inputs.seq' = %llu exceeds the model's n_positions (%llu)",
                     (unsigned long long)pf->seq, (unsigned long long)pf->model.positions);
+    pf->allow_long_seq = false;
+    if (child(in, "inputs.allow_long_seq") && !boolean(r, in, "inputs.allow_long_seq", &pf->allow_long_seq))
+        return false;
+    if (pf->seq > pf->model.max_positions && !pf->allow_long_seq)
+        return fail(r, "field 'inputs.seq' = %llu exceeds the model's max_position_embeddings (%llu) and "
+                       "'inputs.allow_long_seq' is not true",
+                    (unsigned long long)pf->seq, (unsigned long long)pf->model.max_positions);
     const cJSON *mb = arr(r, in, "inputs.micro_batches");
     if (!mb) return false;
     int nmb = cJSON_GetArraySize(mb);
@@ -359,7 +390,7 @@ static bool read_time(R *r, const cJSON *e, const char *pre, gckpt_entry *en)
              {"tokens_per_s", &res->tokens_per_s}, {"mfu", &res->mfu}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         snprintf(p, sizeof p, "%s.time.%s", pre, f[i].k);
-        if (!num(r, t, p, 0, 1e12, f[i].dst)) return false;
+        if (!num(r, t, p, 0, GCKPT_MAX_SECONDS, f[i].dst)) return false;
     }
     if (!(res->step_s > 0)) return fail(r, "field '%s.time.step_s' must be positive", pre);
     if (en->every_n == 0 && res->recompute_s != 0)
@@ -555,6 +586,7 @@ bool gckpt_plan_parse(const char *file, const char *text, gckpt_plan_file *pf, g
         fail(&r, "field 'recommended' = %ld names an entry that does not fit", pf->recommended);
         goto done;
     }
+    if (!read_warnings(&r, root, pf)) goto done;
     for (size_t k = 0; pf->smallest >= 0 && k < pf->n; k++)
         if (pf->entries[k].r.device_peak_bytes < pf->entries[pf->smallest].r.device_peak_bytes) {
             fail(&r, "field 'smallest' = %ld contradicts the entries: entries[%zu] has a smaller device peak (%llu < %llu)",

@@ -1,4 +1,5 @@
 /* Human outputs: the aligned table and the recommendation with the lines to paste. */
+#include "gckpt/optstate.h"
 #include "gckpt/plan.h"
 
 #include <string.h>
@@ -49,16 +50,39 @@ void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all)
 static const char *hf_optim(gckpt_optimizer o)
 {
     switch (o) {
-    case GCKPT_SGD: return "sgd";
     case GCKPT_ADAMW_8BIT: return "adamw_bnb_8bit";
     case GCKPT_ADAMW_FOREACH: return "adamw_torch";
     default: return "adamw_torch_fused";
     }
 }
 
+/* The dtype the weights must be loaded in, and why (transformers v5's from_pretrained
+ * defaults to dtype="auto": the checkpoint's dtype, bf16 for most published models). */
+static void print_model_line(const gckpt_plan *p, FILE *f)
+{
+    const char *attn = p->req.attn_impl[0] ? p->req.attn_impl : gckpt_attention_names[p->req.attention];
+    switch (p->req.precision) {
+    case GCKPT_BF16:
+        fprintf(f, "# pure bf16: weights, gradients and optimizer states in bf16\n");
+        break;
+    case GCKPT_FP32:
+        fprintf(f, "# fp32 weights: transformers v5 would load the checkpoint's dtype (dtype=\"auto\")\n");
+        break;
+    default:
+        fprintf(f, "# fp32 master weights under autocast: transformers v5 would load the checkpoint's dtype (dtype=\"auto\")\n");
+        break;
+    }
+    fprintf(f, "model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"%s\", dtype=torch.%s)\n", attn,
+            p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32");
+}
+
+/* The lines to paste: model, TrainingArguments, Trainer. Every line is what the plan
+ * counts; tools/hf_probe/trainer_check.py runs them (with "..." filled in) on CPU. */
 static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
 {
-    fprintf(f, "\nfrom transformers import TrainingArguments\n\nargs = TrainingArguments(\n    ...,\n");
+    fprintf(f, "\nimport torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n\n");
+    print_model_line(p, f);
+    fprintf(f, "args = TrainingArguments(\n    ...,\n");
     fprintf(f, "    per_device_train_batch_size=%llu,\n", (unsigned long long)e->micro_batch);
     fprintf(f, "    gradient_accumulation_steps=%llu,\n", (unsigned long long)e->grad_accum);
     switch (p->req.precision) {
@@ -66,8 +90,7 @@ static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
     case GCKPT_AMP_FP16: fprintf(f, "    fp16=True,\n"); break;
     default: break;
     }
-    fprintf(f, "    optim=\"%s\",\n", hf_optim(p->req.optimizer));
-    if (p->req.optimizer == GCKPT_SGD) fprintf(f, "    optim_args=\"momentum=0.9\",\n");
+    if (p->req.optimizer != GCKPT_SGD) fprintf(f, "    optim=\"%s\",\n", hf_optim(p->req.optimizer));
     if (e->every_n) {
         fprintf(f, "    gradient_checkpointing=True,\n");
         fprintf(f, "    gradient_checkpointing_kwargs={\"every_n_layers\": %u, \"offload\": %s},\n",
@@ -76,27 +99,50 @@ static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
         fprintf(f, "    gradient_checkpointing=False,\n");
     }
     fprintf(f, ")\n");
+    if (p->req.optimizer == GCKPT_SGD)
+        fprintf(f, "# SGD with momentum 0.9 (the planned momentum buffer): optim=\"sgd\" reads optim_args only since\n"
+                   "# transformers PR #44203; an optimizer passed to the Trainer has momentum in every version\n"
+                   "sgd = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=0.9)\n"
+                   "trainer = Trainer(model=model, args=args, optimizers=(sgd, None), ...)\n");
+    else
+        fprintf(f, "trainer = Trainer(model=model, args=args, ...)\n");
     if (e->every_n)
         fprintf(f, "# transformers >= 5.24 also calls these activation_checkpointing(_kwargs); the\n"
-                   "# gradient_checkpointing names keep working until v6\n");
-    fprintf(f, "# the model: from_pretrained(..., attn_implementation=\"%s\"%s)\n",
-            gckpt_attention_names[p->req.attention],
-            p->req.precision == GCKPT_BF16 ? ", dtype=torch.bfloat16" : "");
-    if (e->every_n)
-        fprintf(f, "# or, without the Trainer (keyword arguments, not gradient_checkpointing_kwargs):\n"
-                   "model.gradient_checkpointing_enable(every_n_layers=%u, offload=%s)\n",
+                   "# gradient_checkpointing names keep working until v6\n"
+                   "# or, without the Trainer (keyword arguments, not gradient_checkpointing_kwargs):\n"
+                   "# model.gradient_checkpointing_enable(every_n_layers=%u, offload=%s)\n",
                 e->every_n, e->offload ? "True" : "False");
+}
+
+void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
+{
+    char a[32], b[32];
+    fprintf(f, "%s (%llu parameters) on %s, seq %llu%s, %s, %s, %s attention\n", p->model.name,
+            (unsigned long long)gckpt_model_params(&p->model), p->dev.name, (unsigned long long)p->req.seq,
+            p->req.seq > p->model.max_positions ? " (beyond max_position_embeddings: --allow-long-seq)" : "",
+            gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer],
+            gckpt_attention_names[p->req.attention]);
+    fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",
+            gib(p->budget_bytes, a, sizeof a), gib(p->usable_bytes, b, sizeof b), p->req.margin * 100);
+    for (size_t i = 0; i < p->n_warnings; i++)
+        fprintf(f, "warning [%s]: %s\n", p->warnings[i].code, p->warnings[i].message);
+    fprintf(f, "\n");
+}
+
+static void print_breakdown(const gckpt_plan *p, const gckpt_result *r, FILE *f)
+{
+    char a[32], note[512];
+    fprintf(f, "  Breakdown at the peak:");
+    for (int k = 0; k < GCKPT_NCOMP; k++)
+        if (r->breakdown[k]) fprintf(f, " %s %s", gckpt_component_names[k], gib((uint64_t)r->breakdown[k], a, sizeof a));
+    fprintf(f, " (GiB)\n");
+    gckpt_opt_fp32_note(p->req.optimizer, p->recipe, p->model.layers, note, sizeof note);
+    if (note[0]) fprintf(f, "  %s\n", note);
 }
 
 void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f)
 {
     char a[32], b[32], where[256];
-    fprintf(f, "\n%s (%llu parameters) on %s, seq %llu, %s, %s, %s attention\n", p->model.name,
-            (unsigned long long)gckpt_model_params(&p->model), p->dev.name,
-            (unsigned long long)p->req.seq, gckpt_precision_names[p->req.precision],
-            gckpt_optimizer_names[p->req.optimizer], gckpt_attention_names[p->req.attention]);
-    fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",
-            gib(p->budget_bytes, a, sizeof a), gib(p->usable_bytes, b, sizeof b), p->req.margin * 100);
     if (p->recommended < 0) {
         const gckpt_entry *s = &p->entries[p->smallest];
         gckpt_peak_where(p, &s->r, where, sizeof where);
@@ -108,10 +154,7 @@ void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f)
         fprintf(f, "  device peak %s GiB, %s GiB over the usable budget; peak at %s.\n",
                 gib(s->r.device_peak_bytes, a, sizeof a),
                 gib(s->r.device_peak_bytes - p->usable_bytes, b, sizeof b), where);
-        fprintf(f, "  Breakdown at the peak:");
-        for (int k = 0; k < GCKPT_NCOMP; k++)
-            if (s->r.breakdown[k]) fprintf(f, " %s %s", gckpt_component_names[k], gib((uint64_t)s->r.breakdown[k], a, sizeof a));
-        fprintf(f, " (GiB)\n");
+        print_breakdown(p, &s->r, f);
         return;
     }
     const gckpt_entry *e = &p->entries[p->recommended];
@@ -128,5 +171,6 @@ void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f)
     if (e->r.copy_s > 0) fprintf(f, ", offload copies %.3f s, %s GiB pinned host", e->r.copy_s,
                                  gib(e->r.host_pinned_bytes, a, sizeof a));
     fprintf(f, "\n");
+    print_breakdown(p, &e->r, f);
     print_args(p, e, f);
 }

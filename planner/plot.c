@@ -167,7 +167,7 @@ bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err
         if (e->every_n) snprintf(en, sizeof en, "%u", e->every_n);
         else snprintf(en, sizeof en, "off");
         snprintf(title, sizeof title, "%s entry: every_n_layers=%s offload=%s micro-batch=%llu",
-                 p->recommended >= 0 ? "recommended" : "smallest", en, e->offload ? "on" : "off",
+                 p->recommended >= 0 ? "recommended" : "nothing fits; smallest", en, e->offload ? "on" : "off",
                  (unsigned long long)e->micro_batch);
     }
     gp_quote(file, q_file, sizeof q_file);
@@ -177,21 +177,58 @@ bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err
             term, q_file, gp_quote(p->model.name, q_model, sizeof q_model),
             gp_quote(p->dev.name, q_dev, sizeof q_dev), (unsigned long long)p->req.seq,
             gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer]);
-    fprintf(f, "set termoption noenhanced\nset grid\nset xlabel 'device peak (GiB)'\nset ylabel 'tokens/s'\nset key bottom right\n");
+    /* left: every entry; x always spans the usable budget */
+    double lo = budget, hi = budget;
+    uint32_t max_n = 1;
+    for (size_t i = 0; i < p->n; i++) {
+        double g = (double)p->entries[i].r.device_peak_bytes / 1073741824.0;
+        lo = g < lo ? g : lo;
+        hi = g > hi ? g : hi;
+        max_n = p->entries[i].every_n > max_n ? p->entries[i].every_n : max_n;
+    }
+    double pad = (hi - lo) * 0.06 + 0.01 * hi;
+    fprintf(f, "set termoption noenhanced\nset grid\nset xlabel 'device peak (GiB)'\nset ylabel 'tokens/s'\n"
+               "set key outside bottom center horizontal\nset xrange [%.4f:%.4f]\n",
+            lo - pad > 0 ? lo - pad : 0, hi + pad);
+    fprintf(f, "set palette defined (0 '#440154', 0.5 '#21918c', 1 '#fde725')\nset cbrange [0:%u]\n"
+               "set cblabel 'every_n_layers (0 = off)'\n", max_n);
     fprintf(f, "set arrow 1 from %.4f, graph 0 to %.4f, graph 1 nohead lw 2 dt 2 lc rgb '#cc0000'\n", budget, budget);
-    fprintf(f, "set label 1 'usable budget' at %.4f, graph 0.95 right offset -1,0 tc rgb '#cc0000'\n", budget);
-    fprintf(f, "plot '%s' using ($4==1?$1:1/0):3 with points pt 7 ps 0.6 lc rgb '#1f77b4' title 'fits', \\\n"
-               "     '%s' using ($4==0?$1:1/0):3 with points pt 6 ps 0.6 lc rgb '#999999' title 'does not fit', \\\n"
-               "     '%s' using ($5==1?$1:1/0):3 with points pt 3 ps 3 lw 2 lc rgb '#d62728' title 'recommended'\n",
-            q_dat, q_dat, q_dat);
-    fprintf(f, "unset arrow 1\nunset label 1\nset xlabel 'time in step (s)'\nset ylabel 'allocated (GiB)'\nset title '%s'\n", title);
-    double top = budget;
-    for (size_t i = 0; i < np; i++)
-        if (bs[i] / 1073741824.0 > top) top = bs[i] / 1073741824.0;
-    fprintf(f, "set yrange [0:%.4f]\n", top * 1.08);
-    fprintf(f, "set arrow 2 from graph 0, first %.4f to graph 1, first %.4f nohead lw 2 dt 2 lc rgb '#cc0000'\n", budget, budget);
-    fprintf(f, "set label 2 'usable budget' at graph 0.02, first %.4f offset 0,0.7 tc rgb '#cc0000'\n", budget);
-    fprintf(f, "plot '%s' using 1:2 with steps lw 2 lc rgb '#2ca02c' title 'allocated'\nunset multiplot\n", q_tl);
+    fprintf(f, "set label 1 'usable budget %.2f GiB' at %.4f, graph 0.97 left offset 0.5,0 front tc rgb '#cc0000'\n",
+            budget, budget);
+    if (p->recommended < 0)
+        fprintf(f, "set label 3 'nothing fits: every entry is right of the budget' at graph 0.35, graph 0.04 front "
+                   "tc rgb '#cc0000'\n");
+    fprintf(f, "plot '%s' using ($7==0?$1:1/0):3:6 with points pt 7 ps 1.1 lc palette title 'offload off (colour: every_n)', \\\n"
+               "     '%s' using ($7==1?$1:1/0):3:6 with points pt 5 ps 0.9 lc palette title 'offload on'",
+            q_dat, q_dat);
+    if (p->recommended >= 0)
+        fprintf(f, ", \\\n     '%s' using ($5==1?$1:1/0):3 with points pt 6 ps 3.5 lw 2 lc rgb '#d62728' "
+                   "title 'recommended (fits)'", q_dat);
+    fprintf(f, "\n");
+    /* right: the shown entry's memory over the step, by phase, with its peak */
+    fprintf(f, "unset arrow 1\nunset label 1\nunset label 3\nunset colorbox\nset autoscale x\n"
+               "set xlabel 'time in step (s)'\nset ylabel 'allocated (GiB)'\nset title '%s'\n", title);
+    double top = budget, tpk = 0, bpk = -1;
+    for (size_t i = 0; i < np; i++) {
+        double g = bs[i] / 1073741824.0;
+        if (g > top) top = g;
+        if (g > bpk) {
+            bpk = g;
+            tpk = ts[i];
+        }
+    }
+    fprintf(f, "set yrange [0:%.4f]\n", top * 1.1);
+    fprintf(f, "set arrow 2 from graph 0, first %.4f to graph 1, first %.4f nohead front lw 2 dt 2 lc rgb '#cc0000'\n", budget, budget);
+    fprintf(f, "set label 2 'usable budget' at graph 0.02, first %.4f offset 0,0.7 front tc rgb '#cc0000'\n", budget);
+    if (bpk >= 0)
+        fprintf(f, "set label 4 'peak %.2f GiB' at %.6f, %.4f point pt 7 ps 1.5 lc rgb '#000000' offset 1,0.8\n", bpk,
+                tpk, bpk);
+    static const char *const colour[GCKPT_NPHASE] = {"#1f77b4", "#9467bd", "#ff7f0e", "#2ca02c"};
+    fprintf(f, "plot ");
+    for (int k = 0; k < GCKPT_NPHASE; k++)
+        fprintf(f, "%s'%s' using 1:($3==%d?$2:1/0) with impulses lw 2 lc rgb '%s' title '%s'", k ? ", \\\n     " : "",
+                q_tl, k, colour[k], gckpt_phase_names[k]);
+    fprintf(f, ", \\\n     '%s' using 1:2 with lines lw 1 lc rgb '#333333' notitle\nunset multiplot\n", q_tl);
     free(ts);
     free(bs);
     free(ph);

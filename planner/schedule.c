@@ -12,6 +12,7 @@
  *    a temporary that is added and released. Parameter gradients become .grad on the
  *    first micro-step; later micro-steps accumulate through a temporary. */
 #include "gckpt/schedule.h"
+#include "gckpt/optstate.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -168,29 +169,11 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
         uint64_t w = gckpt_round_up(e * r->param_dtype, round);
         uint64_t g = gckpt_round_up(e * r->grad_dtype, round);
         uint64_t st = 0, tmp = 0;
-        switch (s->optimizer) {
-        case GCKPT_ADAMW:
-            /* exp_avg, exp_avg_sq in the parameter dtype; the fused kernel updates in place */
-            st = 2 * gckpt_round_up(e * r->param_dtype, round);
-            break;
-        case GCKPT_ADAMW_FOREACH:
-            /* the foreach implementation's sqrt(exp_avg_sq) is a full temporary copy */
-            st = 2 * gckpt_round_up(e * r->param_dtype, round);
-            tmp = gckpt_round_up(e * r->param_dtype, round);
-            break;
-        case GCKPT_SGD:
-            st = gckpt_round_up(e * r->param_dtype, round); /* momentum buffer */
-            break;
-        case GCKPT_ADAMW_8BIT:
-            /* bitsandbytes: 1-byte states with an fp32 absmax per 256-block for tensors
-             * of >= 4096 elements; smaller tensors keep fp32 states */
-            if (e >= 4096)
-                st = 2 * (gckpt_round_up(e, round) + gckpt_round_up((e + 255) / 256 * 4, round));
-            else
-                st = 2 * gckpt_round_up(e * 4, round);
-            break;
-        default: break;
-        }
+        gckpt_opt_layout ol; /* the optimizer-state rule, shared with the executor */
+        gckpt_opt_layout_of(s->optimizer, r, i, &ol);
+        for (int k = 0; k < ol.n; k++)
+            st += gckpt_round_up(ol.buf[k].n * gckpt_state_elem_bytes(ol.buf[k].dtype, r->param_dtype), round);
+        if (ol.temp_n) tmp = gckpt_round_up(ol.temp_n * r->param_dtype, round);
         /* one parameter tensor is below 2^50 bytes (model.c's bounds): only the sums
          * over layers and tensors need checking */
         uint64_t x;

@@ -73,7 +73,7 @@ static void bad_inputs(void **state)
         {"indivisible", A("--model", "./indivisible.json", "-o", "out.json"), "not divisible"},
         {"kv heads", A("--model", "./kvheads.json", "-o", "out.json"), "does not divide"},
         {"unknown model_type", A("--model", "./unknown.json", "-o", "out.json"), "supported: llama"},
-        {"overflowing sizes", A("--model", "./bigvocab.json", "--seq", "16777216", "--micro-batch", "65536", "--attention", "eager", "-o", "out.json"), "overflows"},
+        {"overflowing sizes", A("--model", "./bigvocab.json", "--allow-long-seq", "--seq", "16777216", "--micro-batch", "65536", "--attention", "eager", "-o", "out.json"), "overflows"},
         {"unknown model name", A("--model", "nope-7b", "-o", "out.json"), "nope-7b"},
         {"model is a directory", A("--model", "./adir.json", "-o", "out.json"), "is a directory"},
         {"model does not exist", A("--model", "./absent.json", "-o", "out.json"), "absent.json"},

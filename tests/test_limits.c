@@ -77,9 +77,9 @@ static void huge_dims(void **state)
 {
     (void)state;
     cli_write("huge.json", huge_cfg);
-    refused(A("--model", "huge.json", "--seq", "16777216", "-o", "out.json"), "huge: at micro-batch 1, seq 16777216");
-    refused(A("--model", "huge.json", "--seq", "16777216", "--micro-batch", "2", "-o", "out.json"), "2^62 bytes");
-    refused(A("--model", "huge.json", "--seq", "16777216", "--micro-batch", "16", "-o", "out.json"), "reduce --seq");
+    refused(A("--model", "huge.json", "--allow-long-seq", "--seq", "16777216", "-o", "out.json"), "huge: at micro-batch 1, seq 16777216");
+    refused(A("--model", "huge.json", "--allow-long-seq", "--seq", "16777216", "--micro-batch", "2", "-o", "out.json"), "2^62 bytes");
+    refused(A("--model", "huge.json", "--allow-long-seq", "--seq", "16777216", "--micro-batch", "16", "-o", "out.json"), "reduce --seq");
 
     /* the library says the same, and names the model */
     gckpt_model m;
@@ -103,7 +103,8 @@ static void large_but_sane(void **state)
     (void)state;
     gckpt_plan_request q = {.seq = 1u << 24, .micro_batches = {1, 64}, .n_micro = 2, .grad_accum = 1,
                             .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
-                            .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05};
+                            .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05,
+                            .allow_long_seq = true};
     snprintf(q.model_ref, sizeof q.model_ref, "llama-3.1-70b");
     snprintf(q.gpu_ref, sizeof q.gpu_ref, "h100-sxm-80gb");
     gckpt_plan p;

@@ -26,6 +26,9 @@ typedef struct {
     /* NULL, or a flag a signal handler sets to the signal's number: the entry stops at the
      * next event or step boundary, frees everything and gets status interrupted */
     const volatile sig_atomic_t *stop;
+    /* NULL, or called after every step (step 1..total, warm-up included) */
+    void (*on_step)(void *ctx, int step, int total);
+    void *on_step_ctx;
 } gckpt_run_opts;
 
 /* A measured value against its prediction. */

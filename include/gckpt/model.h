@@ -31,6 +31,11 @@ typedef struct {
     gckpt_act act;
     double attn_dropout, resid_dropout, embd_dropout;
     double norm_eps, rope_theta; /* for executors' numerics */
+    /* What the config says about how the model may be run (HF defaults when absent). */
+    uint64_t max_positions;  /* longest sequence: max_position_embeddings, gpt2 n_positions */
+    bool use_cache;          /* config use_cache (the plans assume False, as the Trainer sets) */
+    uint64_t sliding_window; /* window of sliding-attention layers; 0: none */
+    uint64_t sliding_layers; /* how many layers use it */
 } gckpt_model;
 
 /* Supported model_type values, comma separated, for error messages. */

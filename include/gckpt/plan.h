@@ -38,7 +38,21 @@ typedef struct {
     gckpt_offload_sel offload;
     uint64_t budget_bytes; /* 0: the device's memory */
     double margin;         /* fraction of the budget kept free */
+    bool allow_long_seq;   /* plan a seq beyond the model's max_position_embeddings (RoPE) */
+    char attn_impl[24];    /* attn_implementation to print ("": the attention's name) */
 } gckpt_plan_request;
+
+/* The default sequence: min(4096, the model's limit); a request with seq 0 gets it. */
+#define GCKPT_DEFAULT_SEQ 4096
+/* Largest time (seconds) a plan may hold: gckpt-run's plan reader refuses more. */
+#define GCKPT_MAX_SECONDS 1e12
+
+/* A documented limit of the model that the planned setting hits (warnings.c). */
+typedef struct {
+    char code[40];
+    char message[480];
+} gckpt_warning;
+#define GCKPT_MAX_WARNINGS 16
 
 typedef struct {
     uint32_t every_n;
@@ -59,7 +73,13 @@ typedef struct {
     long recommended; /* index or -1 */
     long smallest;    /* index of the smallest device peak */
     gckpt_recipe *recipe; /* of the request's precision and attention */
+    gckpt_warning warnings[GCKPT_MAX_WARNINGS];
+    size_t n_warnings;
 } gckpt_plan;
+
+/* The warnings of a plan (model + run settings, and the plan's entries where a figure is
+ * said): fills p->warnings. Called by gckpt_plan_run. */
+void gckpt_plan_warnings(gckpt_plan *p);
 
 /* Load model and device, sweep, recommend. false with err set on bad input. */
 bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err);
@@ -74,7 +94,8 @@ void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, siz
 /* JSON plan (schema gckpt.plan/1). timeline: include the recommended entry's timeline. */
 cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline);
 
-/* Human outputs. */
+/* Human outputs: the header (model, GPU, budget, warnings) comes first. */
+void gckpt_plan_print_header(const gckpt_plan *p, FILE *f);
 void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);
 void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f);
 

@@ -43,6 +43,9 @@ typedef struct {
     size_t n;
     long recommended;         /* -1: none */
     long smallest;            /* -1: none */
+    bool allow_long_seq;      /* inputs.allow_long_seq (absent: false) */
+    gckpt_warning warnings[GCKPT_MAX_WARNINGS];
+    size_t n_warnings;
 } gckpt_plan_file;
 
 /* Parse plan text; file names the source in messages. */

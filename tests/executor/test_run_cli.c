@@ -178,6 +178,15 @@ static void test_all_entries(void **st)
     assert_string_equal(pf_at(doc, "backend")->valuestring, "host");
     cJSON_Delete(doc);
     no_temp_files();
+    /* the user is told how long it will take: before the run, and measured after the
+     * first entry's second step (stderr is not a terminal here: no per-step line) */
+    char *err = slurp("stderr.txt");
+    assert_non_null(strstr(err, "gckpt-run: host backend: at least "));
+    assert_non_null(strstr(err, " s for 7 entries x 3 steps ("));
+    assert_non_null(strstr(err, "gckpt-run: measured: setup "));
+    assert_non_null(strstr(err, " s for the whole run\n"));
+    assert_null(strstr(err, "step 1 of 3"));
+    free(err);
 }
 
 /* A limit below some entries' peaks: those are out of memory, the others still run. */

@@ -174,7 +174,7 @@ static void plan(const char *text, size_t len, const gckpt_model *m, const gckpt
                  uint8_t sel)
 {
     write_all(cfg_path, text, len);
-    gckpt_plan_request q = {.seq = s->seq, .micro_batches = {s->micro_batch, 1}, .n_micro = 2,
+    gckpt_plan_request q = {.seq = s->seq, .micro_batches = {s->micro_batch, 1}, .n_micro = 2, .allow_long_seq = true,
                             .grad_accum = s->grad_accum, .precision = s->precision,
                             .optimizer = s->optimizer, .attention = s->attention,
                             .offload = (gckpt_offload_sel)(sel % 3), .margin = 0.05};

@@ -1,0 +1,88 @@
+/* How long a host-backend run will take, roughly: the schedule's matrix FLOPs of every
+ * selected entry over a GEMM rate measured here with the CBLAS the backend uses, plus
+ * the bytes its other ops move (elementwise, reductions, the optimizer pass) over a rate
+ * measured here with the backend's own bf16 load/store. */
+#include "host_estimate.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "host_num.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+double gckpt_host_gemm_rate(void)
+{
+    enum { N = 384 };
+    float *a = calloc((size_t)N * N, sizeof *a), *b = calloc((size_t)N * N, sizeof *b),
+          *c = calloc((size_t)N * N, sizeof *c);
+    double rate = 0;
+    if (a && b && c) {
+        for (size_t i = 0; i < (size_t)N * N; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N); /* warm-up */
+        int reps = 0;
+        double t0 = now_s(), t;
+        do {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+            reps++;
+        } while ((t = now_s() - t0) < 0.15 && reps < 1000);
+        rate = 2.0 * N * N * (double)N * reps / t;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return rate;
+}
+
+double gckpt_host_elem_rate(void)
+{
+    enum { N = 1 << 22 };
+    float *a = malloc(N * sizeof *a);
+    uint16_t *b = malloc(N * sizeof *b);
+    double rate = 0;
+    if (a && b) {
+        for (size_t i = 0; i < N; i++) a[i] = (float)(i % 13) * 0.25f;
+        int reps = 0;
+        double t0 = now_s(), t;
+        do {
+            for (size_t i = 0; i < N; i++) b[i] = f32_to_bf16(a[i] * 1.0001f);
+            for (size_t i = 0; i < N; i++) a[i] = bf16_to_f32(b[i]) + 1.0f;
+            reps++;
+        } while ((t = now_s() - t0) < 0.1 && reps < 100);
+        rate = (double)N * 12.0 * reps / t; /* bytes read + written */
+    }
+    free(a);
+    free(b);
+    return rate;
+}
+
+bool gckpt_entry_step_work(const gckpt_plan_file *pf, size_t i, double *flops, double *bytes)
+{
+    gckpt_setting s = gckpt_plan_file_setting(pf, i);
+    gckpt_recipe *r = malloc(sizeof *r);
+    *flops = *bytes = 0;
+    if (!r) return false;
+    gckpt_recipe_build(&pf->model, s.precision, s.attention, r);
+    gckpt_ctx c;
+    gckpt_err err;
+    gckpt_events ev = {0};
+    bool ok = gckpt_ctx_init(&c, &pf->model, &pf->dev, r, &s, &err) && gckpt_schedule_build(&c, &ev);
+    /* the planner timed every op without FLOPs as its traffic at the profile's HBM rate */
+    double hbm = pf->dev.hbm_bytes_per_s * pf->dev.hbm_efficiency;
+    for (size_t k = 0; ok && k < ev.n; k++) {
+        const gckpt_event *e = &ev.ev[k];
+        double times = e->micro == 1 ? (double)(s.grad_accum - 1) : 1.0; /* a later micro-step stands for ga - 1 */
+        if (e->kind == GCKPT_EV_D2H || e->kind == GCKPT_EV_H2D) continue;
+        if (e->flops > 0) *flops += e->flops * times;
+        else *bytes += e->seconds * hbm * times;
+    }
+    gckpt_events_free(&ev);
+    free(r);
+    return ok;
+}

@@ -1,0 +1,132 @@
+/* Warnings: documented limits of the model that a plan's setting hits, each with a code
+ * and one sentence, in the table and in the plan's "warnings". A rule is one line in a
+ * table below: a predicate on the model and the run setting with a fixed sentence, or a
+ * function that writes its own sentence (with figures) when it applies. */
+#include "gckpt/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The request as one run setting: micro_batch is the largest one swept. */
+static gckpt_setting request_setting(const gckpt_plan *p)
+{
+    gckpt_setting s = {.seq = p->req.seq, .micro_batch = 1, .grad_accum = p->req.grad_accum,
+                       .precision = p->req.precision, .optimizer = p->req.optimizer,
+                       .attention = p->req.attention};
+    for (int i = 0; i < p->req.n_micro; i++)
+        if (p->req.micro_batches[i] > s.micro_batch) s.micro_batch = p->req.micro_batches[i];
+    return s;
+}
+
+/* ---- rules with a fixed sentence ------------------------------------------------------- */
+
+static bool padding_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    (void)m;
+    return s->micro_batch > 1;
+}
+
+static bool use_cache_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    (void)s;
+    return m->use_cache;
+}
+
+static const struct {
+    const char *code;
+    bool (*when)(const gckpt_model *m, const gckpt_setting *s);
+    const char *text;
+} fixed_rules[] = {
+    {"padding_not_modelled", padding_applies,
+     "micro-batches above 1 are planned as packed sequences of exactly --seq tokens without padding "
+     "(is_causal SDPA); padded batches pass a mask to SDPA, which may leave the fused kernels"},
+    {"use_cache_on", use_cache_applies,
+     "config.json has use_cache on; the plan assumes use_cache=False, which the Trainer sets "
+     "(TrainingArguments.use_cache defaults to False) and gradient checkpointing forces: in your own "
+     "training loop without checkpointing set model.config.use_cache = False, or every layer keeps "
+     "copies of its keys and values"},
+};
+
+/* ---- rules that write their own sentence ----------------------------------------------- */
+
+/* The entry the plan shows (recommended, else smallest) planned with eager attention:
+ * its device peak, or 0 when that cannot be planned. */
+static uint64_t eager_peak(const gckpt_plan *p, const gckpt_entry *e)
+{
+    gckpt_plan_request q = p->req;
+    uint32_t every = e->every_n;
+    q.attention = GCKPT_EAGER;
+    q.every_n = &every;
+    q.n_every = 1;
+    q.offload = e->offload ? GCKPT_OFFLOAD_ON : GCKPT_OFFLOAD_OFF;
+    q.micro_batches[0] = e->micro_batch;
+    q.n_micro = 1;
+    q.global_batch = 0;
+    q.grad_accum = e->grad_accum;
+    gckpt_plan ep;
+    gckpt_err err;
+    if (!gckpt_plan_run(&q, &ep, &err)) return 0;
+    uint64_t b = ep.entries[0].r.device_peak_bytes;
+    gckpt_plan_free(&ep);
+    return b;
+}
+
+static bool fp32_gqa(const gckpt_plan *p, char *msg, size_t n)
+{
+    const gckpt_model *m = &p->model;
+    if (p->req.precision != GCKPT_FP32 || p->req.attention != GCKPT_SDPA || m->kv_heads >= m->heads)
+        return false;
+    long shown = p->recommended >= 0 ? p->recommended : p->smallest;
+    if (shown < 0) return false;
+    const gckpt_entry *e = &p->entries[shown];
+    uint64_t eager = eager_peak(p, e);
+    int k = snprintf(msg, n, "fp32 with grouped-query attention (%llu query, %llu key/value heads) under SDPA: "
+                             "PyTorch may fall back from the fused kernels to the math kernel, which materialises "
+                             "the attention matrix as eager attention does",
+                     (unsigned long long)m->heads, (unsigned long long)m->kv_heads);
+    if (eager && k > 0 && (size_t)k < n)
+        snprintf(msg + k, n - (size_t)k, "; the %s entry would then need about %.2f GiB instead of %.2f GiB "
+                                         "(--attention eager)",
+                 p->recommended >= 0 ? "recommended" : "smallest", (double)eager / 1073741824.0,
+                 (double)e->r.device_peak_bytes / 1073741824.0);
+    return true;
+}
+
+static bool sliding_window(const gckpt_plan *p, char *msg, size_t n)
+{
+    const gckpt_model *m = &p->model;
+    if (!m->sliding_layers || m->sliding_window >= p->req.seq) return false;
+    snprintf(msg, n, "%llu of %llu layers use a sliding attention window of %llu tokens, shorter than seq %llu: "
+                     "sliding windows are not modelled (planned as full causal attention)",
+             (unsigned long long)m->sliding_layers, (unsigned long long)m->layers,
+             (unsigned long long)m->sliding_window, (unsigned long long)p->req.seq);
+    return true;
+}
+
+static const struct {
+    const char *code;
+    bool (*say)(const gckpt_plan *p, char *msg, size_t n);
+} computed_rules[] = {
+    {"sdpa_fp32_gqa_math_fallback", fp32_gqa},
+    {"sliding_window_not_modelled", sliding_window},
+};
+
+static void add(gckpt_plan *p, const char *code, const char *text)
+{
+    if (p->n_warnings >= GCKPT_MAX_WARNINGS) return;
+    gckpt_warning *w = &p->warnings[p->n_warnings++];
+    snprintf(w->code, sizeof w->code, "%s", code);
+    snprintf(w->message, sizeof w->message, "%s", text);
+}
+
+void gckpt_plan_warnings(gckpt_plan *p)
+{
+    p->n_warnings = 0;
+    gckpt_setting s = request_setting(p);
+    char msg[sizeof p->warnings[0].message];
+    for (size_t i = 0; i < sizeof computed_rules / sizeof computed_rules[0]; i++)
+        if (computed_rules[i].say(p, msg, sizeof msg)) add(p, computed_rules[i].code, msg);
+    for (size_t i = 0; i < sizeof fixed_rules / sizeof fixed_rules[0]; i++)
+        if (fixed_rules[i].when(&p->model, &s)) add(p, fixed_rules[i].code, fixed_rules[i].text);
+}

@@ -1,0 +1,393 @@
+/* What a user copies, reads and acts on (issue: "What a user copies, reads and looks at
+ * must be right"): the printed Trainer lines per precision and optimizer, the model's
+ * sequence limit, warnings (table and JSON, against the schema), the Transformers
+ * spellings of options, one line for an unknown option, the header before the table,
+ * the peak in words; and no plan that gckpt-run's reader refuses, for every shipped
+ * model x GPU. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli_harness.h"
+#include "gckpt/jsonget.h"
+#include "gckpt/plan.h"
+#include "gckpt/plan_read.h"
+#include "schema_check.h"
+
+#ifndef GCKPT_PLAN_EXE
+#error GCKPT_PLAN_EXE must name the gckpt-plan binary
+#endif
+
+static cJSON *schema;
+static char err[4096];
+
+static int run(char *const args[]) { return cli_run(GCKPT_PLAN_EXE, args, NULL, err, sizeof err); }
+
+static int setup(void **state)
+{
+    (void)state;
+    return cli_setup("gckpt-advice") ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    cli_teardown();
+    return 0;
+}
+
+/* Whole lines of the last run's stdout */
+static void has_line(const char *line)
+{
+    const char *p = cli_out;
+    size_t n = strlen(line);
+    while ((p = strstr(p, line))) {
+        if ((p == cli_out || p[-1] == '\n') && (p[n] == '\n' || !p[n])) return;
+        p += n;
+    }
+    fail_msg("line not printed: [%s]\n--- stdout:\n%s", line, cli_out);
+}
+
+static void one_line(const char *needle)
+{
+    size_t l = strlen(err);
+    if (!l || err[l - 1] != '\n' || strchr(err, '\n') != err + l - 1)
+        fail_msg("stderr is not one line: [%s]", err);
+    if (!strstr(err, needle)) fail_msg("'%s' not in: %s", needle, err);
+}
+
+static cJSON *read_plan(const char *name)
+{
+    char path[512];
+    gckpt_err e;
+    cli_path(name, path, sizeof path);
+    char *text = gckpt_read_file(path, 64u << 20, &e);
+    if (!text) fail_msg("%s", e.msg);
+    cJSON *j = gckpt_json_parse(name, text, &e);
+    free(text);
+    if (!j) fail_msg("%s", e.msg);
+    char why[512];
+    if (!schema_check(schema, j, why, sizeof why)) fail_msg("%s against the schema: %s", name, why);
+    return j;
+}
+
+static const char *warning_of(const cJSON *plan, const char *code)
+{
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(plan, "warnings"))
+        if (!strcmp(cJSON_GetObjectItem(w, "code")->valuestring, code))
+            return cJSON_GetObjectItem(w, "message")->valuestring;
+    return NULL;
+}
+
+/* Mixed precision loads fp32 master weights (transformers v5 defaults to dtype="auto"),
+ * pure bf16 loads bf16; the 8-bit line says which parameters keep 32-bit states; SGD
+ * with momentum is built as an optimizer handed to the Trainer. */
+static void snippets(void **state)
+{
+    (void)state;
+    const char *amp_comment =
+        "# fp32 master weights under autocast: transformers v5 would load the checkpoint's dtype (dtype=\"auto\")";
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--every-n", "off,1")), 0);
+    has_line(amp_comment);
+    has_line("model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"sdpa\", dtype=torch.float32)");
+    has_line("    bf16=True,");
+    has_line("    optim=\"adamw_torch_fused\",");
+    has_line("trainer = Trainer(model=model, args=args, ...)");
+
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--precision", "amp-fp16", "--every-n", "1")), 0);
+    has_line(amp_comment);
+    has_line("model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"sdpa\", dtype=torch.float32)");
+    has_line("    fp16=True,");
+
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--precision", "bf16", "--every-n", "1")), 0);
+    has_line("# pure bf16: weights, gradients and optimizer states in bf16");
+    has_line("model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"sdpa\", dtype=torch.bfloat16)");
+    assert_null(strstr(cli_out, "bf16=True"));
+
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--optimizer", "adamw-8bit", "--every-n", "1")), 0);
+    has_line("    optim=\"adamw_bnb_8bit\",");
+    has_line("  32-bit optimizer states: wte.weight, wpe.weight (nn.Embedding: the Trainer registers it for "
+             "32-bit states), 98 tensors under 4096 elements (bitsandbytes min_8bit_size)");
+
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--optimizer", "sgd", "--every-n", "2")), 0);
+    has_line("sgd = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=0.9)");
+    has_line("trainer = Trainer(model=model, args=args, optimizers=(sgd, None), ...)");
+    assert_null(strstr(cli_out, "    optim_args="));
+    assert_null(strstr(cli_out, "    optim=\"sgd\","));
+    has_line("    gradient_checkpointing_kwargs={\"every_n_layers\": 2, \"offload\": False},");
+}
+
+/* A sequence beyond the model's positions is an input error unless allowed; the default
+ * is min(4096, the limit); an allowed one is recorded and read back. */
+static void positions(void **state)
+{
+    (void)state;
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "4096", "-o", "p.json")), 2);
+    one_line("n_positions = 1024");
+    assert_false(cli_exists("p.json"));
+    assert_int_equal(run(A("--model", "gpt2", "--allow-long-seq", "--seq", "1025", "-o", "p.json")), 2);
+    one_line("cannot run");
+
+    assert_int_equal(run(A("--model", "gpt2", "--every-n", "off", "-q", "-o", "g.json")), 0);
+    cJSON *j = read_plan("g.json");
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "inputs"), "seq")->valueint, 1024);
+    cJSON_Delete(j);
+
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "262144", "--every-n", "1", "-o", "l.json")), 2);
+    one_line("--allow-long-seq");
+    assert_false(cli_exists("l.json"));
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "262144", "--allow-long-seq", "--every-n", "1",
+                           "--offload", "off", "-o", "l.json")), 0);
+    assert_non_null(strstr(cli_out, "seq 262144 (beyond max_position_embeddings: --allow-long-seq)"));
+    j = read_plan("l.json");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "inputs"), "allow_long_seq")));
+    char *text = cJSON_Print(j);
+    gckpt_plan_file pf;
+    gckpt_err e;
+    assert_true(gckpt_plan_parse("l.json", text, &pf, &e));
+    assert_true(pf.allow_long_seq);
+    gckpt_plan_file_free(&pf);
+    free(text);
+    /* without the flag the reader refuses it, naming the field */
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "inputs"), "allow_long_seq");
+    text = cJSON_Print(j);
+    assert_false(gckpt_plan_parse("l.json", text, &pf, &e));
+    assert_non_null(strstr(e.msg, "inputs.seq"));
+    free(text);
+    cJSON_Delete(j);
+}
+
+/* A profile slow enough to make a step longer than the reader's bound is refused
+ * before a plan is written. */
+static void slow_profile(void **state)
+{
+    (void)state;
+    cli_write("slow.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"slow\",\"memory_bytes\":1125899906842624,"
+                           "\"peak_tflops\":{\"fp32\":0.001,\"tf32\":0.001,\"bf16\":0.001,\"fp16\":0.001},"
+                           "\"matmul_efficiency\":0.01,\"hbm_bytes_per_s\":1e6,\"hbm_efficiency\":0.01,"
+                           "\"h2d_bytes_per_s\":1e6,\"d2h_bytes_per_s\":1e6,\"context_bytes\":0,"
+                           "\"workspace_bytes\":0,\"alloc_round_bytes\":512,\"segment_round_bytes\":2097152}");
+    assert_int_equal(run(A("--model", "llama-3.1-70b", "--gpu", "./slow.json", "--allow-long-seq", "--seq",
+                           "4194304", "--every-n", "off", "-o", "s.json")), 2);
+    one_line("profile's rates");
+    assert_false(cli_exists("s.json"));
+}
+
+/* Every shipped model on every shipped GPU, with the defaults: the plan reader of
+ * gckpt-run accepts the plan. */
+static void shipped_plans_read_back(void **state)
+{
+    (void)state;
+    static const char *models[] = {"gpt2", "gpt2-medium", "gpt2-xl", "llama-3.2-1b", "llama-3.2-3b",
+                                   "llama-3.1-8b", "llama-3.1-70b", "mistral-7b-v0.3", "qwen2.5-0.5b",
+                                   "qwen2.5-7b", "qwen3-8b"};
+    static const char *gpus[] = {"a100-40gb", "a100-80gb", "h100-pcie-80gb", "h100-sxm-80gb", "h200", "l40s",
+                                 "rtx-4090"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        for (size_t k = 0; k < sizeof gpus / sizeof gpus[0]; k++) {
+            gckpt_plan_request q = {.micro_batches = {1}, .n_micro = 1, .grad_accum = 1,
+                                    .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
+                                    .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05};
+            snprintf(q.model_ref, sizeof q.model_ref, "%s", models[i]);
+            snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", gpus[k]);
+            gckpt_plan p;
+            gckpt_err e;
+            if (!gckpt_plan_run(&q, &p, &e)) fail_msg("%s on %s: %s", models[i], gpus[k], e.msg);
+            cJSON *j = gckpt_plan_to_json(&p, true);
+            char *text = cJSON_Print(j);
+            gckpt_plan_file pf;
+            if (!gckpt_plan_parse("plan.json", text, &pf, &e)) fail_msg("%s on %s: %s", models[i], gpus[k], e.msg);
+            assert_int_equal(pf.n, p.n);
+            assert_int_equal(pf.n_warnings, p.n_warnings);
+            gckpt_plan_file_free(&pf);
+            free(text);
+            cJSON_Delete(j);
+            gckpt_plan_free(&p);
+        }
+}
+
+/* Each documented limit shows where it applies, in the table and in the JSON. */
+static void warnings(void **state)
+{
+    (void)state;
+    /* fp32 + GQA under SDPA: what eager-like memory would be */
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "2048", "--precision", "fp32", "--every-n", "1",
+                           "-o", "w.json")), 0);
+    cJSON *j = read_plan("w.json");
+    const char *m = warning_of(j, "sdpa_fp32_gqa_math_fallback");
+    assert_non_null(m);
+    assert_non_null(strstr(m, "GiB instead of"));
+    assert_non_null(strstr(cli_out, "warning [sdpa_fp32_gqa_math_fallback]: fp32 with grouped-query attention"));
+    assert_non_null(warning_of(j, "use_cache_on"));
+    assert_null(warning_of(j, "padding_not_modelled"));
+    cJSON_Delete(j);
+    /* not for bf16, not for eager, not without GQA (gpt2) */
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "2048", "--precision", "fp32", "--attention", "eager",
+                           "--every-n", "1", "-q", "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    assert_null(warning_of(j, "sdpa_fp32_gqa_math_fallback"));
+    cJSON_Delete(j);
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "--precision", "fp32", "--every-n", "1", "-q", "-o",
+                           "w.json")), 0);
+    j = read_plan("w.json");
+    assert_null(warning_of(j, "sdpa_fp32_gqa_math_fallback"));
+    cJSON_Delete(j);
+
+    /* sliding windows: Mistral's (default 4096 when the key is absent) below seq */
+    cli_write("mistral-sw.json", "{\"model_type\":\"mistral\",\"num_hidden_layers\":2,\"hidden_size\":64,"
+                                 "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":128,"
+                                 "\"vocab_size\":256,\"use_cache\":false}");
+    assert_int_equal(run(A("--model", "./mistral-sw.json", "--seq", "8192", "--micro-batch", "1,2", "-q", "-o",
+                           "w.json")), 0);
+    j = read_plan("w.json");
+    m = warning_of(j, "sliding_window_not_modelled");
+    assert_non_null(m);
+    assert_non_null(strstr(m, "2 of 2 layers use a sliding attention window of 4096 tokens, shorter than seq 8192"));
+    assert_non_null(warning_of(j, "padding_not_modelled"));
+    assert_null(warning_of(j, "use_cache_on"));
+    cJSON_Delete(j);
+    assert_int_equal(run(A("--model", "./mistral-sw.json", "--seq", "4096", "-q", "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    assert_null(warning_of(j, "sliding_window_not_modelled"));
+    cJSON_Delete(j);
+    /* Qwen2: only with use_sliding_window, only layers >= max_window_layers */
+    cli_write("qwen-sw.json", "{\"model_type\":\"qwen2\",\"num_hidden_layers\":6,\"hidden_size\":64,"
+                              "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":128,"
+                              "\"vocab_size\":256,\"use_sliding_window\":true,\"sliding_window\":1024,"
+                              "\"max_window_layers\":4}");
+    assert_int_equal(run(A("--model", "./qwen-sw.json", "--seq", "2048", "-q", "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    m = warning_of(j, "sliding_window_not_modelled");
+    assert_non_null(m);
+    assert_non_null(strstr(m, "2 of 6 layers"));
+    cJSON_Delete(j);
+    assert_int_equal(run(A("--model", "qwen2.5-7b", "--seq", "8192", "--every-n", "1", "-q", "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    assert_null(warning_of(j, "sliding_window_not_modelled")); /* use_sliding_window: false */
+    cJSON_Delete(j);
+}
+
+/* TrainingArguments / attn_implementation spellings, any-case precisions, Hub ids. */
+static void aliases(void **state)
+{
+    (void)state;
+    static const struct { const char *arg, *want; } opt[] = {
+        {"adamw_torch_fused", "adamw"}, {"adamw_torch", "adamw-foreach"}, {"adamw_bnb_8bit", "adamw-8bit"},
+        {"adamw_8bit", "adamw-8bit"},   {"sgd", "sgd"},
+    };
+    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
+        assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--every-n", "1", "--optimizer", (char *)opt[i].arg, "-q",
+                               "-o", "a.json")), 0);
+        cJSON *j = read_plan("a.json");
+        assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "inputs"), "optimizer")->valuestring,
+                            opt[i].want);
+        cJSON_Delete(j);
+    }
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--every-n", "1", "--precision", "BF16", "-q", "-o",
+                           "a.json")), 0);
+    cJSON *j = read_plan("a.json");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "inputs"), "precision")->valuestring, "bf16");
+    cJSON_Delete(j);
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--every-n", "1", "--precision", "Amp-BF16")), 0);
+
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--every-n", "1", "--attention", "flash_attention_2",
+                           "-o", "a.json")), 0);
+    assert_non_null(strstr(cli_out, "note: --attention flash_attention_2 is planned as sdpa"));
+    has_line("model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"flash_attention_2\", "
+             "dtype=torch.float32)");
+    j = read_plan("a.json");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "inputs"), "attention")->valuestring, "sdpa");
+    cJSON_Delete(j);
+
+    assert_int_equal(run(A("--model", "meta-llama/Llama-3.1-8B")), 2);
+    one_line("hf download meta-llama/Llama-3.1-8B config.json");
+    assert_int_equal(run(A("--optimizer", "adam")), 2);
+    one_line("adamw_bnb_8bit");
+}
+
+/* One line for an unknown option; header before the table; the peak in words. */
+static void what_users_read(void **state)
+{
+    (void)state;
+    assert_int_equal(run(A("--bogus", "--seq", "128")), 2);
+    one_line("unknown option '--bogus' (see --help)");
+    assert_int_equal(run(A("--budget=80GiB", "--frobnicate=3")), 2);
+    one_line("unknown option '--frobnicate' (see --help)");
+    assert_int_equal(run(A("-qz")), 2);
+    one_line("unknown option '-z'");
+    assert_int_equal(run(A("--seq")), 2);
+    one_line("option '--seq' needs a value");
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--every-n", "off,1,2")), 0);
+    const char *head = strstr(cli_out, "budget 79.65 GiB, usable 75.67 GiB");
+    const char *table = strstr(cli_out, "every_n offload");
+    assert_non_null(head);
+    assert_non_null(table);
+    assert_true(head < table);
+    assert_true(cli_out == strstr(cli_out, "llama-3.1-8b (8030261248 parameters) on NVIDIA H100 SXM5 80GB"));
+    assert_null(strstr(cli_out, "nll_loss.total_weight"));
+    assert_null(strstr(cli_out, "logits.float"));
+    assert_non_null(strstr(cli_out, "backward, lm_head/loss: fp32 logits gradient"));
+    assert_non_null(strstr(cli_out, "backward, embedding: fp32 gradient of embed_tokens.weight"));
+    assert_non_null(strstr(cli_out, "loss, lm_head/loss: computing the loss (nll_loss)"));
+}
+
+/* --plot: the budget is inside the x range, points coloured by every_n and shaped by
+ * offload, no "recommended/fits" key when nothing fits, phases and the peak marked. */
+static void plot_script(void **state)
+{
+    (void)state;
+    assert_int_equal(cli_run(GCKPT_PLAN_EXE, A("-q", "--plot", "d.svg"), "/nonexistent", err, sizeof err), 0);
+    char path[512];
+    gckpt_err e;
+    cli_path("d.svg.gp", path, sizeof path);
+    char *gp = gckpt_read_file(path, 1 << 20, &e);
+    assert_non_null(gp);
+    double lo = 0, hi = 0;
+    const char *xr = strstr(gp, "set xrange [");
+    assert_non_null(xr);
+    assert_int_equal(sscanf(xr, "set xrange [%lf:%lf]", &lo, &hi), 2);
+    assert_true(lo < 75.67 && 75.67 < hi); /* the default plan's usable budget */
+    assert_non_null(strstr(gp, "lc palette title 'offload off (colour: every_n)'"));
+    assert_non_null(strstr(gp, "title 'offload on'"));
+    assert_null(strstr(gp, "recommended"));
+    assert_non_null(strstr(gp, "nothing fits"));
+    for (int k = 0; k < GCKPT_NPHASE; k++) {
+        char t[64];
+        snprintf(t, sizeof t, "title '%s'", gckpt_phase_names[k]);
+        assert_non_null(strstr(gp, t));
+    }
+    assert_non_null(strstr(gp, "set label 4 'peak 119.76 GiB'"));
+    free(gp);
+    assert_int_equal(cli_run(GCKPT_PLAN_EXE, A("-q", "--precision", "bf16", "--optimizer", "adamw-8bit", "--seq", "8192",
+                                               "--plot", "f.svg"), "/nonexistent", err, sizeof err), 0);
+    cli_path("f.svg.gp", path, sizeof path);
+    gp = gckpt_read_file(path, 1 << 20, &e);
+    assert_non_null(strstr(gp, "title 'recommended (fits)'"));
+    assert_null(strstr(gp, "nothing fits"));
+    free(gp);
+}
+
+int main(void)
+{
+    gckpt_err e;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/../../reports/schema/plan.schema.json", 1 << 20, &e);
+    if (!text || !(schema = gckpt_json_parse("plan.schema.json", text, &e))) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    free(text);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(snippets), cmocka_unit_test(positions), cmocka_unit_test(slow_profile),
+        cmocka_unit_test(shipped_plans_read_back), cmocka_unit_test(warnings), cmocka_unit_test(aliases),
+        cmocka_unit_test(what_users_read), cmocka_unit_test(plot_script),
+    };
+    int rc = cmocka_run_group_tests(tests, setup, teardown);
+    cJSON_Delete(schema);
+    return rc;
+}

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gckpt/atomic_file.h"
 #include "gckpt/exec_host.h"
 #include "gckpt/exec_run.h"
 #include "gckpt/plan_read.h"
@@ -270,7 +271,7 @@ static void on_signal(int sig)
     /* A second signal while finishing: end now. Only async-signal-safe calls: remove the
      * temporary file of a report write in progress (the report itself is replaced by
      * rename only, so it stays whole), then die of the signal. */
-    gckpt_report_discard_temp();
+    gckpt_afile_discard_all();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_DFL;

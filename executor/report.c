@@ -1,17 +1,11 @@
 /* The report (schema gckpt.report/1): JSON for tools, a table and progress lines for
  * people. Byte counts are JSON integers; values that were not measured are null. */
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "gckpt/atomic_file.h"
 #include "gckpt/exec_run.h"
 
 static void num_or_null(cJSON *o, const char *k, bool have, double v)
@@ -138,73 +132,6 @@ cJSON *gckpt_report_json(const gckpt_report *r)
     return root;
 }
 
-/* The temporary file of the write in progress, for gckpt_report_discard_temp in a signal
- * handler: the name is complete before tmp_live is set and not changed while it is. */
-static char tmp_name[4096 + 32];
-static volatile sig_atomic_t tmp_live;
-
-void gckpt_report_discard_temp(void)
-{
-    if (tmp_live) (void)unlink(tmp_name); /* unlink is async-signal-safe */
-}
-
-/* Test hook (tests/executor/test_run_interrupt): GCKPT_RUN_TEST_RENAME_DELAY_MS holds the
- * temporary file this long before the rename, so that a test can signal the process
- * while the file exists. */
-static void test_delay(void)
-{
-    const char *v = getenv("GCKPT_RUN_TEST_RENAME_DELAY_MS");
-    long ms = v ? strtol(v, NULL, 10) : 0;
-    if (ms <= 0 || ms > 60000) return;
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L}, rem;
-    while (nanosleep(&t, &rem) != 0 && errno == EINTR) t = rem;
-}
-
-static bool write_atomic(const char *path, const char *text, gckpt_err *err)
-{
-    size_t len = strlen(text);
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        gckpt_seterr(err, "%s: is a directory, expected a file name to write", path);
-        return false;
-    }
-    char name[sizeof tmp_name];
-    if ((size_t)snprintf(name, sizeof name, "%s.tmp.%ld", path, (long)getpid()) >= sizeof name) {
-        gckpt_seterr(err, "%s: cannot write: file name too long", path);
-        return false;
-    }
-    memcpy(tmp_name, name, sizeof name);
-    atomic_signal_fence(memory_order_seq_cst);
-    tmp_live = 1;
-    atomic_signal_fence(memory_order_seq_cst);
-    bool ok = false;
-    int fd = open(tmp_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-        size_t done = 0;
-        while (done < len) {
-            ssize_t w = write(fd, text + done, len - done);
-            if (w < 0 && errno == EINTR) continue;
-            if (w == 0) errno = EIO;
-            if (w <= 0) break;
-            done += (size_t)w;
-        }
-        ok = done == len;
-        /* the data reaches the disk before the rename replaces the previous report */
-        ok = ok && (fsync(fd) == 0 || errno == EINVAL || errno == EROFS);
-        ok = (close(fd) == 0) && ok;
-        if (ok) test_delay();
-        ok = ok && rename(tmp_name, path) == 0;
-    }
-    if (!ok) {
-        int e = errno;
-        (void)unlink(tmp_name);
-        gckpt_seterr(err, "%s: cannot write: %s", path, strerror(e));
-    }
-    atomic_signal_fence(memory_order_seq_cst);
-    tmp_live = 0;
-    return ok;
-}
-
 bool gckpt_report_write(const gckpt_report *r, const char *path, gckpt_err *err)
 {
     cJSON *j = gckpt_report_json(r);
@@ -221,7 +148,7 @@ bool gckpt_report_write(const gckpt_report *r, const char *path, gckpt_err *err)
         text[n] = '\n';
         text[n + 1] = 0;
     }
-    bool ok = strcmp(path, "-") ? write_atomic(path, text, err) : gckpt_write_file_atomic(path, text, err);
+    bool ok = gckpt_write_file_atomic(path, text, err);
     free(text);
     return ok;
 }

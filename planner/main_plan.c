@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/atomic_file.h"
 #include "gckpt/plan.h"
 
 static void usage(FILE *f)

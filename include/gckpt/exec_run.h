@@ -80,12 +80,9 @@ typedef struct {
 } gckpt_report;
 
 cJSON *gckpt_report_json(const gckpt_report *r);
-/* Write the report atomically: to PATH.tmp.PID, flushed and synced, then renamed over
- * PATH, so PATH is always a whole report (the previous one or the new one). "-": stdout. */
+/* Write the report atomically (gckpt_write_file_atomic), so PATH is always a whole
+ * report (the previous one or the new one). "-": stdout. */
 bool gckpt_report_write(const gckpt_report *r, const char *path, gckpt_err *err);
-/* Remove the temporary file of a report write in progress, if any. Async-signal-safe:
- * for a signal handler that ends the process in the middle of gckpt_report_write. */
-void gckpt_report_discard_temp(void);
 /* "SIGINT", "SIGTERM", ... ("signal N" for others); static storage. */
 const char *gckpt_signal_name(int sig);
 /* One line per entry for people. */

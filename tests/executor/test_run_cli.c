@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gckpt/atomic_file.h"
 #include "gckpt/util.h"
 #include "plan_fixture.h"
 #include "schema_check.h"
@@ -120,7 +121,7 @@ static void no_temp_files(void)
     assert_non_null(d);
     struct dirent *de;
     while ((de = readdir(d)))
-        if (strstr(de->d_name, ".tmp.")) fail_msg("temporary file %s left behind", de->d_name);
+        if (strstr(de->d_name, GCKPT_TMP_MARK)) fail_msg("temporary file %s left behind", de->d_name);
     closedir(d);
 }
 

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gckpt/atomic_file.h"
 #include "gckpt/util.h"
 #include "plan_fixture.h"
 #include "schema_check.h"
@@ -172,7 +173,7 @@ static void no_temp_files(void)
     assert_non_null(d);
     struct dirent *de;
     while ((de = readdir(d)))
-        if (strstr(de->d_name, ".tmp.")) fail_msg("temporary file %s left behind", de->d_name);
+        if (strstr(de->d_name, GCKPT_TMP_MARK)) fail_msg("temporary file %s left behind", de->d_name);
     closedir(d);
 }
 
@@ -267,22 +268,22 @@ static bool temp_file_exists(void)
     assert_non_null(d);
     struct dirent *de;
     bool found = false;
-    while (!found && (de = readdir(d))) found = strstr(de->d_name, "report.json.tmp.") != NULL;
+    while (!found && (de = readdir(d))) found = strstr(de->d_name, "report.json" GCKPT_TMP_MARK) != NULL;
     closedir(d);
     return found;
 }
 
 /* A second SIGINT while the first is being dealt with, at the worst moment: while the
- * temporary file of a report write exists (the test hook GCKPT_RUN_TEST_RENAME_DELAY_MS
+ * temporary file of a report write exists (the test hook GCKPT_TEST_RENAME_DELAY_MS
  * holds it a second before the rename). The process must die of the signal at once,
  * remove the temporary file, and leave the last whole report: the entries finished
  * before the first signal, intact, and no interrupted entry (that write never landed). */
 static void test_second_signal(void **st)
 {
     (void)st;
-    setenv("GCKPT_RUN_TEST_RENAME_DELAY_MS", "1000", 1);
+    setenv("GCKPT_TEST_RENAME_DELAY_MS", "1000", 1);
     pid_t pid = start_run();
-    unsetenv("GCKPT_RUN_TEST_RENAME_DELAY_MS");
+    unsetenv("GCKPT_TEST_RENAME_DELAY_MS");
     cJSON *before = wait_finished_entry(pid);
     int nb = nentries(before);
     assert_int_equal(kill(pid, SIGINT), 0);

@@ -5,13 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gckpt/atomic_file.h"
 #include "gckpt/exec_host.h"
 #include "gckpt/exec_run.h"
+#include "gckpt/outpath.h"
 #include "gckpt/plan_read.h"
+#include "gckpt/stdio_check.h"
 #ifdef GCKPT_HAVE_CUDA
 #include "gckpt/exec_cuda.h"
 #endif
@@ -154,10 +155,20 @@ static int parse_args(int argc, char **argv, args_t *a)
         if (!a->plan) return bad("--plan FILE is required (see --help)");
         if (a->gpu || a->model) return bad("--gpu and --model go with --calibrate only");
     }
-    if (a->out && strcmp(a->out, "-")) {
-        struct stat st;
-        if (stat(a->out, &st) == 0 && S_ISDIR(st.st_mode)) return bad("%s: is a directory, expected a file name to write", a->out);
-    }
+    return 0;
+}
+
+/* The output (report or device profile) is checked before anything runs: a missing or
+ * read-only directory, a non-regular file or one of the inputs costs nothing. */
+static int check_output(const args_t *a)
+{
+    gckpt_err err = {{0}};
+    char gpu[4096] = "", model[4096] = "";
+    if ((a->gpu && !gckpt_resolve_data("devices", a->gpu, gpu, sizeof gpu, &err)) ||
+        (a->model && !gckpt_resolve_data("models", a->model, model, sizeof model, &err)))
+        return bad("%s", err.msg);
+    const char *ins[] = {a->plan, gpu[0] ? gpu : NULL, model[0] ? model : NULL};
+    if (!gckpt_outpath_check(&a->out, 1, ins, 3, &err)) return bad("%s", err.msg);
     return 0;
 }
 
@@ -300,8 +311,10 @@ static void install_handlers(void)
 
 int main(int argc, char **argv)
 {
+    gckpt_stdio_guard();
     args_t a;
     int rc = parse_args(argc, argv, &a);
+    if (!rc) rc = check_output(&a);
     if (rc) return rc;
     if (a.calibrate) return calibrate(&a);
     gckpt_err err = {{0}};
@@ -375,9 +388,12 @@ int main(int argc, char **argv)
                 gckpt_attention_names[pf.attention]);
         gckpt_report_print_table(&rep, f);
     }
+    bool stdout_failed = !gckpt_stdout_check(&err);
+    if (stdout_failed) fprintf(stderr, "gckpt-run: %s\n", err.msg);
     if (to_file && !write_failed) fprintf(stderr, "gckpt-run: report written to %s\n", a.out);
-    /* 2 when results were lost (no report), else 128 + N after a signal, else 0 / 1 */
-    if (write_failed) status = GCKPT_EXIT_INPUT;
+    /* 2 when results were lost (no report, or the table on stdout), else 128 + N after a
+     * signal, else 0 / 1 */
+    if (write_failed || stdout_failed) status = GCKPT_EXIT_INPUT;
     else if (sig) status = 128 + sig;
     free(rep.entries);
     be->destroy(be);

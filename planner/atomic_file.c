@@ -121,7 +121,7 @@ static unsigned remove_stale(int dirfd, const char *prefix)
 
 /* ---- the writer ------------------------------------------------------------------------ */
 
-static void afile_reset(gckpt_afile *f)
+void gckpt_afile_init(gckpt_afile *f)
 {
     memset(f, 0, sizeof *f);
     f->fd = f->dirfd = f->slot = -1;
@@ -149,7 +149,7 @@ static bool split_path(gckpt_afile *f, const char *path, char **dir, gckpt_err *
 
 bool gckpt_afile_open(gckpt_afile *f, const char *path, gckpt_err *err)
 {
-    afile_reset(f);
+    gckpt_afile_init(f);
     char *dir = NULL;
     if (!split_path(f, path, &dir, err)) goto fail;
     f->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -304,7 +304,7 @@ void gckpt_afile_close(gckpt_afile *f)
     if (f->dirfd >= 0) close(f->dirfd);
     free(f->path);
     free(f->base);
-    afile_reset(f);
+    gckpt_afile_init(f);
 }
 
 void gckpt_afile_abort(gckpt_afile *f)

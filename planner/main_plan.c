@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/atomic_file.h"
 #include "gckpt/plan.h"
+#include "gckpt/plan_output.h"
+#include "gckpt/stdio_check.h"
 
 static void usage(FILE *f)
 {
@@ -191,6 +192,7 @@ int main(int argc, char **argv)
     gckpt_plan_request req = {.seq = 4096, .micro_batches = {1}, .n_micro = 1, .grad_accum = 1,
                               .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
                               .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05};
+    gckpt_stdio_guard();
     snprintf(req.model_ref, sizeof req.model_ref, "llama-3.1-8b");
     snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
     const char *out = NULL, *plot = NULL;
@@ -294,9 +296,18 @@ int main(int argc, char **argv)
     req.every_n = every;
     req.n_every = n_every;
 
-    gckpt_plan p;
     gckpt_err err = {{0}};
+    /* every output is checked before any work: a bad one costs nothing */
+    gckpt_plan_output outs = {.json = out, .plot = plot};
+    if (!gckpt_plan_output_check(&outs, req.model_ref, req.gpu_ref, &err)) {
+        fprintf(stderr, "gckpt-plan: %s\n", err.msg);
+        rc = GCKPT_EXIT_INPUT;
+        gckpt_plan_output_free(&outs);
+        goto done;
+    }
+    gckpt_plan p;
     if (!gckpt_plan_run(&req, &p, &err)) {
+        gckpt_plan_output_free(&outs);
         fprintf(stderr, "gckpt-plan: %s\n", err.msg);
         rc = GCKPT_EXIT_INPUT;
         goto done;
@@ -307,33 +318,15 @@ int main(int argc, char **argv)
         gckpt_plan_print_recommendation(&p, human);
         if (p.recommended < 0) print_alternatives(&req, human);
     }
-    if (out) {
-        cJSON *j = gckpt_plan_to_json(&p, true);
-        char *text = j ? cJSON_Print(j) : NULL;
-        cJSON_Delete(j);
-        if (!text) {
-            fprintf(stderr, "gckpt-plan: out of memory while writing the plan\n");
-            rc = GCKPT_EXIT_INPUT;
-        } else {
-            size_t l = strlen(text);
-            char *t2 = realloc(text, l + 2);
-            if (t2) {
-                text = t2;
-                strcat(text, "\n");
-            }
-            if (!gckpt_write_file_atomic(out, text, &err)) {
-                fprintf(stderr, "gckpt-plan: %s\n", err.msg);
-                rc = GCKPT_EXIT_INPUT;
-            } else if (strcmp(out, "-") != 0 && !quiet) {
-                fprintf(human, "\nplan written to %s\n", out);
-            }
-            free(text);
-        }
-    }
-    if (rc == GCKPT_EXIT_OK && plot && !gckpt_plan_plot(&p, plot, human, &err)) {
+    if ((out || plot) && !gckpt_plan_output_write(&outs, &p, human, quiet, &err)) {
         fprintf(stderr, "gckpt-plan: %s\n", err.msg);
         rc = GCKPT_EXIT_INPUT;
     }
+    if (rc == GCKPT_EXIT_OK && !gckpt_stdout_check(&err)) {
+        fprintf(stderr, "gckpt-plan: %s\n", err.msg);
+        rc = GCKPT_EXIT_INPUT;
+    }
+    gckpt_plan_output_free(&outs);
     gckpt_plan_free(&p); /* the plan keeps its own copy of the every_n list */
 done:
     free(every);

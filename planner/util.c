@@ -1,5 +1,7 @@
 #include "gckpt/util.h"
 
+#include "gckpt/safe_text.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -19,8 +21,7 @@ void gckpt_seterr(gckpt_err *err, const char *fmt, ...)
     va_end(ap);
     /* One line: a value echoed from a file or the command line may hold a newline or
      * a terminal escape; show those as '?'. */
-    for (char *c = err->msg; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    gckpt_text_sanitize(err->msg);
 }
 
 bool gckpt_mul(uint64_t a, uint64_t b, uint64_t *out)

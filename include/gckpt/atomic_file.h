@@ -37,6 +37,8 @@ typedef struct {
     unsigned removed;   /* stale temporaries of this target removed when it was opened */
 } gckpt_afile;
 
+/* An unused f (nothing open; abort and close are no-ops). */
+void gckpt_afile_init(gckpt_afile *f);
 /* Create the temporary for path (removing stale ones of ours first). On failure err
  * names path and the reason; nothing is left behind. */
 bool gckpt_afile_open(gckpt_afile *f, const char *path, gckpt_err *err);

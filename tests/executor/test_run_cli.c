@@ -14,6 +14,7 @@
 #include "gckpt/atomic_file.h"
 #include "gckpt/util.h"
 #include "plan_fixture.h"
+#include "cli_harness.h"
 #include "schema_check.h"
 
 static char dir[256];
@@ -115,15 +116,7 @@ static cJSON *report(const char *name)
     return doc;
 }
 
-static void no_temp_files(void)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strstr(de->d_name, GCKPT_TMP_MARK)) fail_msg("temporary file %s left behind", de->d_name);
-    closedir(d);
-}
+static void no_temp_files(void) { cli_assert_no_temporaries(dir); }
 
 static const uint32_t every[] = {0, 1, 2, 3};
 

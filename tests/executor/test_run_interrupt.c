@@ -24,6 +24,7 @@
 #include "gckpt/atomic_file.h"
 #include "gckpt/util.h"
 #include "plan_fixture.h"
+#include "cli_harness.h"
 #include "schema_check.h"
 
 #define BUDGET_S 55.0   /* the whole test, all cases */
@@ -167,15 +168,7 @@ static cJSON *wait_finished_entry(pid_t pid)
     return latest;
 }
 
-static void no_temp_files(void)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strstr(de->d_name, GCKPT_TMP_MARK)) fail_msg("temporary file %s left behind", de->d_name);
-    closedir(d);
-}
+static void no_temp_files(void) { cli_assert_no_temporaries(dir); }
 
 static const char *str_at(cJSON *doc, const char *path)
 {

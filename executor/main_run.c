@@ -12,6 +12,8 @@
 #include "gckpt/exec_run.h"
 #include "gckpt/outpath.h"
 #include "gckpt/plan_read.h"
+#include "gckpt/report_file.h"
+#include "gckpt/stop_watchdog.h"
 #include "gckpt/stdio_check.h"
 #ifdef GCKPT_HAVE_CUDA
 #include "gckpt/exec_cuda.h"
@@ -277,6 +279,7 @@ static void on_signal(int sig)
 {
     if (!stop_signal) {
         stop_signal = sig;
+        gckpt_watchdog_notify(sig);
         return;
     }
     /* A second signal while finishing: end now. Only async-signal-safe calls: remove the
@@ -347,39 +350,46 @@ int main(int argc, char **argv)
     bool to_file = a.out && strcmp(a.out, "-");
     int status = GCKPT_EXIT_OK;
     bool write_failed = false;
+    gckpt_report_file rf;
+    if (!gckpt_report_file_open(&rf, a.out, &rep, &err)) {
+        fprintf(stderr, "gckpt-run: %s\n", err.msg);
+        write_failed = true;
+    }
     /* From here on SIGINT / SIGTERM stop the run at the next safe point instead of killing
-     * it: the entry running is reported as interrupted and everything is freed. */
+     * it: the entry running is reported as interrupted and everything is freed. Code that
+     * never reaches a safe point is cut off by the watchdog after GCKPT_STOP_GRACE_S. */
     rep.opts.stop = &stop_signal;
+    if (!gckpt_watchdog_start(&rf, GCKPT_STOP_GRACE_S))
+        fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
     install_handlers();
-    for (long k = 0; k < nsel && !stop_signal; k++) {
+    for (long k = 0; k < nsel && !stop_signal && !write_failed; k++) {
         gckpt_entry_report *e = &rep.entries[k];
-        gckpt_run_entry(be, &pf, sel[k], &rep.opts, e);
-        rep.n = (size_t)k + 1;
-        rep.complete = rep.n == rep.planned && e->status != GCKPT_RS_INTERRUPTED;
-        rep.signal = stop_signal;
-        gckpt_entry_progress(e, (size_t)k + 1, (size_t)nsel, stderr);
-        if (e->pass == 0) status = GCKPT_EXIT_CHECK;
-        if (to_file && !gckpt_report_write(&rep, a.out, &err)) {
+        gckpt_entry_begin(&pf, sel[k], e);
+        if (!gckpt_report_file_arm(&rf, &rep, e, GCKPT_STOP_GRACE_S, &err)) {
             fprintf(stderr, "gckpt-run: %s\n", err.msg);
             write_failed = true;
             break;
         }
-    }
-    int sig = stop_signal;
-    if (sig && !write_failed) {
-        /* the final report: the signal noted (it may have come between two entries) */
-        rep.signal = sig;
-        if (to_file && !gckpt_report_write(&rep, a.out, &err)) {
+        gckpt_run_entry(be, &pf, sel[k], &rep.opts, e);
+        rep.n = (size_t)k + 1;
+        gckpt_entry_progress(e, (size_t)k + 1, (size_t)nsel, stderr);
+        if (e->pass == 0) status = GCKPT_EXIT_CHECK;
+        if (!gckpt_report_file_add(&rf, &rep, (size_t)k, &err)) {
             fprintf(stderr, "gckpt-run: %s\n", err.msg);
             write_failed = true;
         }
+    }
+    int sig = stop_signal;
+    /* the summary: the signal noted (it may have come between two entries) */
+    if (!write_failed && !gckpt_report_file_finish(&rf, &rep, sig, &err)) {
+        fprintf(stderr, "gckpt-run: %s\n", err.msg);
+        write_failed = true;
+    }
+    gckpt_watchdog_done();
+    if (sig) {
         size_t ni = rep.n && rep.entries[rep.n - 1].status == GCKPT_RS_INTERRUPTED;
         fprintf(stderr, "gckpt-run: stopped by %s: %zu entr%s finished, %zu interrupted, %zu not started\n",
                 gckpt_signal_name(sig), rep.n - ni, rep.n - ni == 1 ? "y" : "ies", ni, rep.planned - rep.n);
-    }
-    if (a.out && !to_file && !gckpt_report_write(&rep, "-", &err)) {
-        fprintf(stderr, "gckpt-run: %s\n", err.msg);
-        write_failed = true;
     }
     if (!a.quiet) {
         FILE *f = a.out && !to_file ? stderr : stdout;
@@ -395,6 +405,7 @@ int main(int argc, char **argv)
      * signal, else 0 / 1 */
     if (write_failed || stdout_failed) status = GCKPT_EXIT_INPUT;
     else if (sig) status = 128 + sig;
+    gckpt_report_file_close(&rf);
     free(rep.entries);
     be->destroy(be);
     free(sel);

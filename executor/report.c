@@ -1,5 +1,6 @@
-/* The report (schema gckpt.report/1): JSON for tools, a table and progress lines for
- * people. Byte counts are JSON integers; values that were not measured are null. */
+/* The report's records (schema gckpt.report/2, written by report_file.c): JSON for
+ * tools, a table and progress lines for people. Byte counts are JSON integers; values
+ * that were not measured are null. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,9 +36,10 @@ static void check_json(cJSON *parent, const char *k, const gckpt_check *c)
     bool_or_null(o, "pass", c->measured && c->judged, c->pass);
 }
 
-static cJSON *entry_json(const gckpt_entry_report *e)
+cJSON *gckpt_report_entry_json(const gckpt_entry_report *e)
 {
     cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "record", "entry");
     cJSON_AddNumberToObject(o, "index", (double)e->index);
     cJSON_AddNumberToObject(o, "every_n_layers", e->every_n);
     cJSON_AddBoolToObject(o, "offload", e->offload);
@@ -76,11 +78,12 @@ static cJSON *entry_json(const gckpt_entry_report *e)
     return o;
 }
 
-cJSON *gckpt_report_json(const gckpt_report *r)
+cJSON *gckpt_report_header_json(const gckpt_report *r)
 {
     const gckpt_plan_file *pf = r->plan;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", GCKPT_REPORT_SCHEMA);
+    cJSON_AddStringToObject(root, "record", "header");
     cJSON *g = cJSON_AddObjectToObject(root, "generator");
     cJSON_AddStringToObject(g, "name", "gckpt-run");
     cJSON_AddStringToObject(g, "version", GCKPT_VERSION);
@@ -110,47 +113,38 @@ cJSON *gckpt_report_json(const gckpt_report *r)
     cJSON_AddBoolToObject(op, "force", r->opts.force);
     cJSON_AddNumberToObject(op, "seed", (double)r->opts.seed);
     num_or_null(op, "memory_limit_bytes", r->opts.memory_limit > 0, (double)r->opts.memory_limit);
-    cJSON *es = cJSON_AddArrayToObject(root, "entries");
-    size_t run = 0, passed = 0, failed = 0, cnt[GCKPT_NRS] = {0};
-    for (size_t i = 0; i < r->n; i++) {
-        const gckpt_entry_report *e = &r->entries[i];
-        cJSON_AddItemToArray(es, entry_json(e));
-        cnt[e->status]++;
-        if (e->status != GCKPT_RS_SKIPPED) run++;
-        if (e->pass == 1) passed++;
-        if (e->pass == 0) failed++;
-    }
-    cJSON *s = cJSON_AddObjectToObject(root, "summary");
-    cJSON_AddNumberToObject(s, "selected", (double)r->planned);
-    cJSON_AddNumberToObject(s, "run", (double)run);
-    cJSON_AddNumberToObject(s, "passed", (double)passed);
-    cJSON_AddNumberToObject(s, "failed", (double)failed);
-    for (int k = 0; k < GCKPT_NRS; k++) cJSON_AddNumberToObject(s, gckpt_run_status_names[k], (double)cnt[k]);
-    cJSON_AddNumberToObject(s, "not_started", (double)(r->planned > r->n ? r->planned - r->n : 0));
-    cJSON_AddBoolToObject(s, "complete", r->complete);
-    str_or_null(s, "signal", r->signal ? gckpt_signal_name(r->signal) : NULL);
+    cJSON_AddNumberToObject(root, "selected", (double)r->planned);
     return root;
 }
 
-bool gckpt_report_write(const gckpt_report *r, const char *path, gckpt_err *err)
+void gckpt_report_tally_add(gckpt_report_tally *t, const cJSON *entry)
 {
-    cJSON *j = gckpt_report_json(r);
-    char *text = j ? cJSON_Print(j) : NULL;
-    cJSON_Delete(j);
-    if (!text) {
-        gckpt_seterr(err, "%s: out of memory writing the report", path);
-        return false;
-    }
-    size_t n = strlen(text);
-    char *t2 = realloc(text, n + 2);
-    if (t2) {
-        text = t2;
-        text[n] = '\n';
-        text[n + 1] = 0;
-    }
-    bool ok = gckpt_write_file_atomic(path, text, err);
-    free(text);
-    return ok;
+    const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(entry, "status"));
+    const cJSON *pass = cJSON_GetObjectItemCaseSensitive(entry, "pass");
+    t->n++;
+    for (int k = 0; st && k < GCKPT_NRS; k++)
+        if (!strcmp(st, gckpt_run_status_names[k])) {
+            t->count[k]++;
+            if (!gckpt_run_status_skipped(k)) t->run++;
+        }
+    if (cJSON_IsTrue(pass)) t->passed++;
+    if (cJSON_IsFalse(pass)) t->failed++;
+}
+
+cJSON *gckpt_report_summary_json(const gckpt_report_tally *t, const char *signal, bool ended)
+{
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "record", "summary");
+    cJSON_AddNumberToObject(s, "selected", (double)t->selected);
+    cJSON_AddNumberToObject(s, "run", (double)t->run);
+    cJSON_AddNumberToObject(s, "passed", (double)t->passed);
+    cJSON_AddNumberToObject(s, "failed", (double)t->failed);
+    for (int k = 0; k < GCKPT_NRS; k++) cJSON_AddNumberToObject(s, gckpt_run_status_names[k], (double)t->count[k]);
+    cJSON_AddNumberToObject(s, "not_started", (double)(t->selected > t->n ? t->selected - t->n : 0));
+    cJSON_AddBoolToObject(s, "complete", t->n == t->selected && !t->count[GCKPT_RS_INTERRUPTED]);
+    str_or_null(s, "signal", signal);
+    cJSON_AddBoolToObject(s, "ended", ended);
+    return s;
 }
 
 static void fmt_rel(char *buf, size_t n, bool have, double rel)

@@ -13,7 +13,7 @@
 #include "gckpt/eval.h"
 #include "gckpt/exec_run.h"
 
-const char *const gckpt_run_status_names[GCKPT_NRS] = {"ok", "oom", "skipped", "error", "interrupted"};
+const char *const gckpt_run_status_names[GCKPT_NRS] = {"ok", "oom", "skipped", "error", "interrupted", "skipped_host_memory"};
 
 const char *gckpt_signal_name(int sig)
 {
@@ -144,10 +144,8 @@ static void judge(gckpt_entry_report *rep, const gckpt_entry *e, const gckpt_mem
         snprintf(rep->message, sizeof rep->message, "measured beyond the tolerance of %.3g", o->tolerance);
 }
 
-void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, const gckpt_run_opts *o,
-                     gckpt_entry_report *rep)
+void gckpt_entry_begin(const gckpt_plan_file *pf, size_t i, gckpt_entry_report *rep)
 {
-    double t0 = now();
     const gckpt_entry *e = &pf->entries[i];
     memset(rep, 0, sizeof *rep);
     rep->index = i;
@@ -161,6 +159,14 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
     rep->peak.predicted = e->r.peak_bytes;
     rep->device_peak.predicted = e->r.device_peak_bytes;
     rep->pinned.predicted = e->r.host_pinned_bytes;
+}
+
+void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, const gckpt_run_opts *o,
+                     gckpt_entry_report *rep)
+{
+    double t0 = now();
+    const gckpt_entry *e = &pf->entries[i];
+    gckpt_entry_begin(pf, i, rep);
     if (!e->fits && !o->force) {
         snprintf(rep->message, sizeof rep->message,
                  "predicted not to fit (device peak %llu bytes > usable %llu); --force runs it",

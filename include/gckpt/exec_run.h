@@ -9,12 +9,23 @@
 #include "gckpt/executor.h"
 #include "gckpt/plan_read.h"
 
-#define GCKPT_REPORT_SCHEMA "gckpt.report/1"
+#define GCKPT_REPORT_SCHEMA "gckpt.report/2"
 #define GCKPT_MAX_STEPS 1000
 
-/* INTERRUPTED: the run was stopped by a signal while this entry ran (pass is false). */
-typedef enum { GCKPT_RS_OK, GCKPT_RS_OOM, GCKPT_RS_SKIPPED, GCKPT_RS_ERROR, GCKPT_RS_INTERRUPTED, GCKPT_NRS } gckpt_run_status;
+/* INTERRUPTED: the run was stopped by a signal while this entry ran (pass is false).
+ * SKIPPED: predicted not to fit the plan's GPU; SKIPPED_HOST_MEMORY: the host backend
+ * would need more memory than this machine has available (both: not run, pass null). */
+typedef enum {
+    GCKPT_RS_OK,
+    GCKPT_RS_OOM,
+    GCKPT_RS_SKIPPED,
+    GCKPT_RS_ERROR,
+    GCKPT_RS_INTERRUPTED,
+    GCKPT_RS_SKIPPED_HOST_MEMORY,
+    GCKPT_NRS
+} gckpt_run_status;
 extern const char *const gckpt_run_status_names[GCKPT_NRS];
+static inline bool gckpt_run_status_skipped(int s) { return s == GCKPT_RS_SKIPPED || s == GCKPT_RS_SKIPPED_HOST_MEMORY; }
 
 typedef struct {
     int steps, warmup;        /* measured steps after warm-up steps */
@@ -63,6 +74,8 @@ typedef struct {
     double wall_s;                    /* the entry's whole run, setup included */
 } gckpt_entry_report;
 
+/* The entry's identity and predictions, before it runs (what gckpt_run_entry starts from). */
+void gckpt_entry_begin(const gckpt_plan_file *pf, size_t i, gckpt_entry_report *rep);
 /* Run entry i of the plan. Never fails as a whole: problems are the entry's status. */
 void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, const gckpt_run_opts *o,
                      gckpt_entry_report *rep);
@@ -75,14 +88,22 @@ typedef struct {
     gckpt_entry_report *entries;
     size_t n;                 /* entries done so far */
     size_t planned;           /* entries selected */
-    bool complete;
-    int signal;               /* the signal that stopped the run (0: none) */
 } gckpt_report;
 
-cJSON *gckpt_report_json(const gckpt_report *r);
-/* Write the report atomically (gckpt_write_file_atomic), so PATH is always a whole
- * report (the previous one or the new one). "-": stdout. */
-bool gckpt_report_write(const gckpt_report *r, const char *path, gckpt_err *err);
+/* The records of the report (one JSON object per line, include/gckpt/report_file.h):
+ * the header (what ran where, with which options; "selected" entries), one record per
+ * finished entry, and the summary once the run has ended. */
+cJSON *gckpt_report_header_json(const gckpt_report *r);
+cJSON *gckpt_report_entry_json(const gckpt_entry_report *e);
+
+/* The counts of a summary, from entry records: the one rule for writer and reader. */
+typedef struct {
+    size_t selected, n, run, passed, failed, count[GCKPT_NRS];
+} gckpt_report_tally;
+void gckpt_report_tally_add(gckpt_report_tally *t, const cJSON *entry);
+/* signal: the name of the signal that stopped the run or NULL; ended: the run is over
+ * (false for a summary computed from a report whose run is still going or was killed). */
+cJSON *gckpt_report_summary_json(const gckpt_report_tally *t, const char *signal, bool ended);
 /* "SIGINT", "SIGTERM", ... ("signal N" for others); static storage. */
 const char *gckpt_signal_name(int sig);
 /* One line per entry for people. */

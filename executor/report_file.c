@@ -21,20 +21,7 @@ static double mono(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* j printed on one line with its newline; j is consumed. NULL when out of memory. */
-static char *line_of(cJSON *j)
-{
-    char *t = j ? cJSON_PrintUnformatted(j) : NULL;
-    cJSON_Delete(j);
-    size_t n = t ? strlen(t) : 0;
-    char *l = t ? realloc(t, n + 2) : NULL;
-    if (!l) {
-        free(t);
-        return NULL;
-    }
-    memcpy(l + n, "\n", 2);
-    return l;
-}
+static char *line_of(cJSON *j) { return gckpt_json_text(j, false); }
 
 static bool to_stdout(const gckpt_report_file *rf) { return !strcmp(rf->path, "-"); }
 
@@ -86,15 +73,11 @@ static bool create(gckpt_report_file *rf, const gckpt_report *r, size_t k, const
     return ok;
 }
 
-bool gckpt_report_file_add(gckpt_report_file *rf, const gckpt_report *r, size_t k, gckpt_err *err)
+/* One record out: to stdout (after the header), into a new file with the records of
+ * entries 0..k-1 before it (the first time, or when our file was replaced), or appended;
+ * synced when sync says so. */
+static bool emit(gckpt_report_file *rf, const gckpt_report *r, size_t k, char *line, bool sync, gckpt_err *err)
 {
-    cJSON *e = gckpt_report_entry_json(&r->entries[k]);
-    if (e) gckpt_report_tally_add(&rf->tally, e);
-    if (!rf->path) {
-        cJSON_Delete(e);
-        return true;
-    }
-    char *line = line_of(e);
     if (!line) {
         gckpt_seterr(err, "%s: out of memory writing the report", rf->path);
         return false;
@@ -108,38 +91,35 @@ bool gckpt_report_file_add(gckpt_report_file *rf, const gckpt_report *r, size_t 
         ok = create(rf, r, k, line, err);
     } else {
         ok = put(rf, line, err);
-        /* an entry that ran is durable before the next starts; skipped ones ride along */
-        if (ok && (!gckpt_run_status_skipped(r->entries[k].status) || mono() - rf->last_sync > 1.0)) {
+        if (ok && (sync || mono() - rf->last_sync > 1.0)) {
             ok = gckpt_afile_sync(&rf->f, err);
             rf->last_sync = mono();
         }
     }
-    if (ok) rf->written++;
     pthread_mutex_unlock(&rf->lock);
     free(line);
+    return ok;
+}
+
+bool gckpt_report_file_add(gckpt_report_file *rf, const gckpt_report *r, size_t k, gckpt_err *err)
+{
+    cJSON *e = gckpt_report_entry_json(&r->entries[k]);
+    if (e) gckpt_report_tally_add(&rf->tally, e);
+    if (!rf->path) {
+        cJSON_Delete(e);
+        return true;
+    }
+    /* an entry that ran is durable before the next starts; skipped ones ride along */
+    bool ok = emit(rf, r, k, line_of(e), !gckpt_run_status_skipped(r->entries[k].status), err);
+    if (ok) rf->written++;
     return ok;
 }
 
 bool gckpt_report_file_finish(gckpt_report_file *rf, const gckpt_report *r, int signal, gckpt_err *err)
 {
     if (!rf->path) return true;
-    char *line = line_of(gckpt_report_summary_json(&rf->tally, signal ? gckpt_signal_name(signal) : NULL, true));
-    if (!line) {
-        gckpt_seterr(err, "%s: out of memory writing the report", rf->path);
-        return false;
-    }
-    pthread_mutex_lock(&rf->lock);
-    bool ok;
-    if (to_stdout(rf)) {
-        ok = (rf->created || put(rf, rf->header, err)) && put(rf, line, err);
-    } else if (!rf->created || !gckpt_afile_still_target(&rf->f)) {
-        ok = create(rf, r, rf->written, line, err);
-    } else {
-        ok = put(rf, line, err) && gckpt_afile_sync(&rf->f, err);
-    }
-    pthread_mutex_unlock(&rf->lock);
-    free(line);
-    return ok;
+    cJSON *s = gckpt_report_summary_json(&rf->tally, signal ? gckpt_signal_name(signal) : NULL, true);
+    return emit(rf, r, rf->written, line_of(s), true, err);
 }
 
 void gckpt_report_file_close(gckpt_report_file *rf)

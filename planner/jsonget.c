@@ -89,6 +89,20 @@ cJSON *gckpt_json_parse(const char *file, const char *text, gckpt_err *err)
     return root;
 }
 
+char *gckpt_json_text(cJSON *j, bool pretty)
+{
+    char *t = j ? (pretty ? cJSON_Print(j) : cJSON_PrintUnformatted(j)) : NULL;
+    cJSON_Delete(j);
+    size_t n = t ? strlen(t) : 0;
+    char *l = t ? realloc(t, n + 2) : NULL;
+    if (!l) {
+        free(t);
+        return NULL;
+    }
+    memcpy(l + n, "\n", 2);
+    return l;
+}
+
 /* Fields may be named by their dotted path ("peak_tflops.bf16"); the key is the last part. */
 static const char *key_of(const char *field)
 {

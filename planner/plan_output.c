@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/jsonget.h"
 #include "gckpt/outpath.h"
 #include "gckpt/stdio_check.h"
 
@@ -28,21 +29,6 @@ bool gckpt_plan_output_check(gckpt_plan_output *o, const char *model_ref, const 
     return gckpt_outpath_check(outs, 1 + GCKPT_NPLOT, ins, 2, err);
 }
 
-static char *plan_text(const gckpt_plan *p)
-{
-    cJSON *j = gckpt_plan_to_json(p, true);
-    char *text = j ? cJSON_Print(j) : NULL;
-    cJSON_Delete(j);
-    size_t l = text ? strlen(text) : 0;
-    char *t2 = text ? realloc(text, l + 2) : NULL;
-    if (!t2) {
-        free(text);
-        return NULL;
-    }
-    memcpy(t2 + l, "\n", 2);
-    return t2;
-}
-
 bool gckpt_plan_output_write(gckpt_plan_output *o, const gckpt_plan *p, FILE *msg, bool quiet, gckpt_err *err)
 {
     gckpt_afile json, plot[GCKPT_NPLOT];
@@ -51,7 +37,7 @@ bool gckpt_plan_output_write(gckpt_plan_output *o, const gckpt_plan *p, FILE *ms
     bool to_file = o->json && strcmp(o->json, "-");
     char *text = NULL, note[600] = "";
     bool ok = true, drawn = false;
-    if (o->json && !(text = plan_text(p))) {
+    if (o->json && !(text = gckpt_json_text(gckpt_plan_to_json(p, true), true))) {
         gckpt_seterr(err, "out of memory while writing the plan");
         ok = false;
     }

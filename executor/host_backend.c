@@ -89,7 +89,25 @@ static gckpt_xstatus h_source(gckpt_backend *be, gckpt_source what, const gckpt_
     return host_source(what, c, host, &be->err);
 }
 
-static gckpt_xstatus h_forward(gckpt_backend *be, const gckpt_xcall *c) { return host_op_forward(c, &be->err); }
+/* Test hook (tests/executor/test_run_outputs): GCKPT_TEST_HOST_STALL_MS makes the first
+ * forward op of the process take that long without looking at the stop flag, as a
+ * library call that never returns would. */
+static void test_stall(void)
+{
+    static bool done;
+    const char *v = done ? NULL : getenv("GCKPT_TEST_HOST_STALL_MS");
+    done = true;
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms <= 0 || ms > 600000) return;
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L}, rem;
+    while (nanosleep(&t, &rem) != 0) t = rem; /* signals do not shorten it */
+}
+
+static gckpt_xstatus h_forward(gckpt_backend *be, const gckpt_xcall *c)
+{
+    test_stall();
+    return host_op_forward(c, &be->err);
+}
 static gckpt_xstatus h_backward(gckpt_backend *be, const gckpt_xcall *c) { return host_op_backward(c, &be->err); }
 
 static gckpt_xstatus h_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt b)

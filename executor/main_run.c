@@ -398,8 +398,9 @@ int main(int argc, char **argv)
                 gckpt_attention_names[pf.attention]);
         gckpt_report_print_table(&rep, f);
     }
+    /* one error line: a report going to stdout has said it already */
     bool stdout_failed = !gckpt_stdout_check(&err);
-    if (stdout_failed) fprintf(stderr, "gckpt-run: %s\n", err.msg);
+    if (stdout_failed && !write_failed) fprintf(stderr, "gckpt-run: %s\n", err.msg);
     if (to_file && !write_failed) fprintf(stderr, "gckpt-run: report written to %s\n", a.out);
     /* 2 when results were lost (no report, or the table on stdout), else 128 + N after a
      * signal, else 0 / 1 */

@@ -54,6 +54,14 @@ bool cli_exists(const char *name)
     return stat(path, &s) == 0;
 }
 
+char *cli_slurp(const char *name)
+{
+    char p[512];
+    cli_path(name, p, sizeof p);
+    gckpt_err e = {{0}};
+    return gckpt_read_file(p, 1u << 30, &e);
+}
+
 void cli_assert_no_temporaries(const char *dir)
 {
     DIR *d = opendir(dir);

@@ -16,6 +16,8 @@ void cli_teardown(void);
 void cli_path(const char *name, char *out, size_t n);
 void cli_write(const char *name, const char *text);
 bool cli_exists(const char *name);
+/* The whole file, malloc'd; NULL when it cannot be read. */
+char *cli_slurp(const char *name);
 /* Fail when dir holds a temporary of gckpt's atomic writer (GCKPT_TMP_MARK in its name). */
 void cli_assert_no_temporaries(const char *dir);
 /* Run exe with args (NULL-terminated, without argv[0]) in the scratch directory;

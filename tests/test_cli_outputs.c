@@ -33,13 +33,7 @@ static char err[8192];
 
 static int plan(char *const args[]) { return cli_run(GCKPT_PLAN_EXE, args, NULL, err, sizeof err); }
 
-static char *slurp(const char *name)
-{
-    char p[512];
-    cli_path(name, p, sizeof p);
-    gckpt_err e = {{0}};
-    return gckpt_read_file(p, 64u << 20, &e);
-}
+static char *slurp(const char *name) { return cli_slurp(name); }
 
 static void assert_content(const char *name, const char *want)
 {

@@ -12,7 +12,9 @@
 #include <time.h>
 
 #include "host_num.h"
+#include "host_blas.h"
 #include "host_ops.h"
+#include "host_scratch.h"
 
 typedef struct {
     gckpt_backend be;     /* first: the interface */
@@ -103,12 +105,23 @@ static void test_stall(void)
     while (nanosleep(&t, &rem) != 0) t = rem; /* signals do not shorten it */
 }
 
+/* A kernel that could not get its scratch memory is an out of memory, not an error. */
+static gckpt_xstatus oom_if_scratch_failed(gckpt_xstatus rc) { return hs_take_failure() && rc == GCKPT_XS_ERROR ? GCKPT_XS_OOM : rc; }
+
 static gckpt_xstatus h_forward(gckpt_backend *be, const gckpt_xcall *c)
 {
     test_stall();
-    return host_op_forward(c, &be->err);
+    if (!host_blas_ready(&be->err)) return GCKPT_XS_OOM;
+    hs_take_failure();
+    return oom_if_scratch_failed(host_op_forward(c, &be->err));
 }
-static gckpt_xstatus h_backward(gckpt_backend *be, const gckpt_xcall *c) { return host_op_backward(c, &be->err); }
+
+static gckpt_xstatus h_backward(gckpt_backend *be, const gckpt_xcall *c)
+{
+    if (!host_blas_ready(&be->err)) return GCKPT_XS_OOM;
+    hs_take_failure();
+    return oom_if_scratch_failed(host_op_backward(c, &be->err));
+}
 
 static gckpt_xstatus h_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt b)
 {
@@ -173,6 +186,7 @@ static void h_memstat(gckpt_backend *be, gckpt_memstat *m) { *m = H(be)->ms; }
 static void h_reset_peaks(gckpt_backend *be)
 {
     host_be *h = H(be);
+    gckpt_host_scratch_reset_peak();
     h->ms.allocated_peak = h->ms.allocated;
     h->ms.pinned_peak = h->ms.pinned;
 }

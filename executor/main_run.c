@@ -338,7 +338,7 @@ int main(int argc, char **argv)
     gckpt_report rep = {.plan = &pf, .backend = be->name, .planned = (size_t)nsel};
     rep.opts = (gckpt_run_opts){.steps = (int)a.steps, .warmup = (int)a.warmup, .tolerance = a.tolerance,
                                 .time_tolerance = a.time_tolerance, .force = a.force, .seed = a.seed,
-                                .memory_limit = a.limit_bytes};
+                                .memory_limit = a.limit_bytes, .host_guard = !strcmp(be->name, "host")};
     be->describe(be, &rep.dev);
     rep.entries = calloc((size_t)nsel, sizeof *rep.entries);
     if (!rep.entries) {

@@ -178,7 +178,7 @@ void gckpt_entry_progress(const gckpt_entry_report *e, size_t k, size_t n, FILE 
 
 void gckpt_report_print_table(const gckpt_report *r, FILE *f)
 {
-    fprintf(f, "%5s %7s %7s %4s %4s %-11s %14s %14s %8s %14s %14s %8s %10s %10s %9s %-16s %s\n", "entry", "every_n",
+    fprintf(f, "%5s %7s %7s %4s %4s %-19s %14s %14s %8s %14s %14s %8s %10s %10s %9s %-16s %s\n", "entry", "every_n",
             "offload", "mb", "ga", "status", "pred alloc", "meas alloc", "err", "pred device", "meas device", "err",
             "pred s", "meas s", "loss", "grad checksum", "pass");
     for (size_t i = 0; i < r->n; i++) {
@@ -195,7 +195,7 @@ void gckpt_report_print_table(const gckpt_report *r, FILE *f)
             snprintf(ls, sizeof ls, "%.6f", e->loss);
             snprintf(hx, sizeof hx, "%016llx", (unsigned long long)e->grad_hash);
         }
-        fprintf(f, "%5zu %7s %7s %4llu %4llu %-11s %14llu %14s %8s %14llu %14s %8s %10.4g %10s %9s %-16s %s\n", e->index, en,
+        fprintf(f, "%5zu %7s %7s %4llu %4llu %-19s %14llu %14s %8s %14llu %14s %8s %10.4g %10s %9s %-16s %s\n", e->index, en,
                 e->every_n ? (e->offload ? "on" : "off") : "-", (unsigned long long)e->micro_batch,
                 (unsigned long long)e->grad_accum, gckpt_run_status_names[e->status],
                 (unsigned long long)e->peak.predicted, a1, r1, (unsigned long long)e->device_peak.predicted, d1, r2,

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "gckpt/eval.h"
+#include "gckpt/exec_host.h"
 #include "gckpt/exec_run.h"
 
 const char *const gckpt_run_status_names[GCKPT_NRS] = {"ok", "oom", "skipped", "error", "interrupted", "skipped_host_memory"};
@@ -195,6 +196,15 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
     gckpt_result walk;
     gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_events(x), &walk);
     rep->pred_schedule_peak = walk.peak_bytes;
+    /* the larger of the plan's counts and this build's */
+    uint64_t peak = walk.peak_bytes > e->r.peak_bytes ? walk.peak_bytes : e->r.peak_bytes;
+    uint64_t pinned = walk.host_pinned_bytes > e->r.host_pinned_bytes ? walk.host_pinned_bytes : e->r.host_pinned_bytes;
+    if (o->host_guard && !o->force && !gckpt_host_admit(x, peak, pinned, o->memory_limit, rep->message, sizeof rep->message)) {
+        rep->status = GCKPT_RS_SKIPPED_HOST_MEMORY;
+        gckpt_exec_free(x);
+        rep->wall_s = now() - t0;
+        return;
+    }
     be->reset_peaks(be);
     rep->status = GCKPT_RS_OK;
     run_steps(x, be, o, rep);

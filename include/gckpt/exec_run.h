@@ -31,7 +31,8 @@ typedef struct {
     int steps, warmup;        /* measured steps after warm-up steps */
     double tolerance;         /* relative, for memory */
     double time_tolerance;    /* relative, for the step time; < 0: reported, not judged */
-    bool force;               /* run entries predicted not to fit */
+    bool force;               /* run entries predicted not to fit (the GPU, or this host) */
+    bool host_guard;          /* host backend: skip entries this machine cannot hold */
     uint64_t seed;
     uint64_t memory_limit;    /* host backend's simulated memory (0: none), for the report */
     /* NULL, or a flag a signal handler sets to the signal's number: the entry stops at the

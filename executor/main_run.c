@@ -345,7 +345,7 @@ int main(int argc, char **argv)
         be->destroy(be);
         free(sel);
         gckpt_plan_file_free(&pf);
-        return bad("out of memory");
+        return bad("out of memory for the reports of %ld entries", nsel);
     }
     bool to_file = a.out && strcmp(a.out, "-");
     int status = GCKPT_EXIT_OK;
@@ -407,6 +407,7 @@ int main(int argc, char **argv)
     if (write_failed || stdout_failed) status = GCKPT_EXIT_INPUT;
     else if (sig) status = 128 + sig;
     gckpt_report_file_close(&rf);
+    for (size_t i = 0; i < rep.n; i++) gckpt_entry_report_free(&rep.entries[i]);
     free(rep.entries);
     be->destroy(be);
     free(sel);

@@ -145,6 +145,13 @@ static void judge(gckpt_entry_report *rep, const gckpt_entry *e, const gckpt_mem
         snprintf(rep->message, sizeof rep->message, "measured beyond the tolerance of %.3g", o->tolerance);
 }
 
+void gckpt_entry_report_free(gckpt_entry_report *rep)
+{
+    free(rep->step_times);
+    rep->step_times = NULL;
+    rep->nsteps = 0;
+}
+
 void gckpt_entry_begin(const gckpt_plan_file *pf, size_t i, gckpt_entry_report *rep)
 {
     const gckpt_entry *e = &pf->entries[i];
@@ -207,7 +214,9 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
     }
     be->reset_peaks(be);
     rep->status = GCKPT_RS_OK;
-    run_steps(x, be, o, rep);
+    rep->step_times = malloc(sizeof *rep->step_times * (size_t)(o->steps > 0 ? o->steps : 1));
+    if (rep->step_times) run_steps(x, be, o, rep);
+    else set_status(rep, GCKPT_RS_OOM, "out of host memory for the step times");
     be->memstat(be, &ms);
     gckpt_exec_free(x);
     gckpt_memstat after;

@@ -67,7 +67,7 @@ typedef struct {
     bool has_time;
     double step_s, step_rel;
     bool time_judged, time_pass;
-    double step_times[GCKPT_MAX_STEPS];
+    double *step_times;               /* the measured steps' times (malloc'd; gckpt_entry_report_free) */
     int nsteps;
     bool has_numbers;
     double loss, grad_norm;
@@ -75,6 +75,8 @@ typedef struct {
     double wall_s;                    /* the entry's whole run, setup included */
 } gckpt_entry_report;
 
+/* Free what an entry report holds (its step times). */
+void gckpt_entry_report_free(gckpt_entry_report *rep);
 /* The entry's identity and predictions, before it runs (what gckpt_run_entry starts from). */
 void gckpt_entry_begin(const gckpt_plan_file *pf, size_t i, gckpt_entry_report *rep);
 /* Run entry i of the plan. Never fails as a whole: problems are the entry's status. */

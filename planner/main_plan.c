@@ -46,7 +46,8 @@ static void usage(FILE *f)
 "  -h, --help             this help\n"
 "  -V, --version          version\n"
 "\n"
-"Exit status: 0 success (also when nothing fits: the plan says so), 2 bad usage or input.\n");
+"Exit status: 0 success (also when nothing fits: the plan says so), 2 bad usage or input,\n"
+"an output that cannot be written (checked before any work) or a failed write to stdout.\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b)

@@ -82,7 +82,7 @@ for MODEL in llama-3.1-8b qwen2.5-7b; do
     for SEQ in 2048 4096; do
         TAG="$MODEL-s$SEQ"
         P="$OUT/plan-$TAG.json"
-        R="$OUT/report-$TAG.json"
+        R="$OUT/report-$TAG.jsonl"
         if [ "$(left)" -lt 30 ]; then
             say "$TAG: skipped, the time budget is spent"
             STATUS=1

@@ -13,6 +13,7 @@
 #include "gckpt/outpath.h"
 #include "gckpt/plan_read.h"
 #include "gckpt/report_file.h"
+#include "gckpt/safe_text.h"
 #include "gckpt/stop_watchdog.h"
 #include "gckpt/stdio_check.h"
 #ifdef GCKPT_HAVE_CUDA
@@ -78,10 +79,11 @@ static int bad(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "gckpt-run: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char msg[1024]; /* one line, arguments sanitised */
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    gckpt_text_sanitize(msg);
+    fprintf(stderr, "gckpt-run: %s\n", msg);
     return GCKPT_EXIT_INPUT;
 }
 

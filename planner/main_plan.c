@@ -9,6 +9,7 @@
 
 #include "gckpt/plan.h"
 #include "gckpt/plan_output.h"
+#include "gckpt/safe_text.h"
 #include "gckpt/stdio_check.h"
 
 static void usage(FILE *f)
@@ -52,9 +53,9 @@ static void usage(FILE *f)
 
 static int bad(const char *fmt, const char *a, const char *b)
 {
-    fprintf(stderr, "gckpt-plan: ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\n");
+    gckpt_err e; /* one line, arguments sanitised */
+    gckpt_seterr(&e, fmt, a, b);
+    fprintf(stderr, "gckpt-plan: %s\n", e.msg);
     return GCKPT_EXIT_INPUT;
 }
 
@@ -73,7 +74,8 @@ static void list_dir(const char *sub)
     int n = 0;
     while ((e = readdir(d)) && n < 512) {
         size_t l = strlen(e->d_name);
-        if (l > 5 && !strcmp(e->d_name + l - 5, ".json")) names[n++] = strndup(e->d_name, l - 5);
+        if (l > 5 && !strcmp(e->d_name + l - 5, ".json") && (names[n] = strndup(e->d_name, l - 5)))
+            gckpt_text_sanitize(names[n++]);
     }
     closedir(d);
     for (int i = 0; i < n; i++)

@@ -324,6 +324,13 @@ static void test_names_sanitised(void **st)
     rc = plan(A("--model", "./absent\x1b]0;owned\x07\xc2\x9b.json", "--seq", "128"));
     assert_int_equal(rc, 2);
     no_controls("stderr", err);
+    /* and so is an option's value echoed back */
+    rc = plan(A("--precision", "\x1b]0;owned\x07"));
+    assert_int_equal(rc, 2);
+    no_controls("stderr", err);
+    /* --list shows file names sanitised */
+    rc = plan(A("--list"));
+    no_controls("stdout", cli_out);
 }
 
 int main(void)

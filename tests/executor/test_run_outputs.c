@@ -201,6 +201,25 @@ static void test_output_checked_first(void **st)
     assert_false(has_temporary());
 }
 
+/* A read-only directory (a read-only bind mount in a mount namespace of its own; skipped
+ * without one): refused before any entry runs. */
+static void test_read_only_directory(void **st)
+{
+    (void)st;
+    char ro[600];
+    cli_path("ro", ro, sizeof ro);
+    assert_int_equal(mkdir(ro, 0755), 0);
+    char script[2048];
+    snprintf(script, sizeof script,
+             "mount --bind '%s' '%s' && mount -o remount,bind,ro '%s' || exit 77; exec '%s' --backend host --plan tiny.json --all -o ro/r.json",
+             ro, ro, ro, GCKPT_RUN_EXE);
+    int rc = cli_run("/usr/bin/unshare", A("--mount", "/bin/sh", "-c", script), NULL, err, sizeof err);
+    rmdir(ro);
+    if (rc == 77 || (rc != 2 && strstr(err, "unshare"))) skip();
+    if (rc != 2) fail_msg("exit %d: %s", rc, err);
+    if (lines_with("\n") != 1 || !strstr(err, "Read-only file system")) fail_msg("stderr '%s'", err);
+}
+
 /* ---- stdout ------------------------------------------------------------------------------------ */
 
 static void test_stdout_errors(void **st)
@@ -467,7 +486,8 @@ static int teardown(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_output_checked_first), cmocka_unit_test(test_stdout_errors),
+        cmocka_unit_test(test_output_checked_first), cmocka_unit_test(test_read_only_directory),
+        cmocka_unit_test(test_stdout_errors),
         cmocka_unit_test(test_names_sanitised),      cmocka_unit_test(test_pid_namespaces),
         cmocka_unit_test(test_kill9_leftover),       cmocka_unit_test(test_linear_writes),
         cmocka_unit_test(test_watchdog),

@@ -9,6 +9,7 @@
 
 #include "cuda_common.cuh"
 #include "gckpt/cuda_diag.h"
+#include "gckpt/safe_text.h"
 
 namespace {
 
@@ -287,6 +288,7 @@ void c_describe(gckpt_backend *be, gckpt_devinfo *d)
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, b->device) == cudaSuccess) {
         snprintf(d->name, sizeof d->name, "%s", prop.name);
+        gckpt_text_sanitize(d->name);
         d->memory_bytes = prop.totalGlobalMem;
         snprintf(d->arch, sizeof d->arch, "sm_%d%d", prop.major, prop.minor);
     }

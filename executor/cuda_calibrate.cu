@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
+#include "gckpt/atomic_file.h"
 
 namespace {
 

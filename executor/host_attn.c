@@ -3,12 +3,13 @@
  * P V, transpose, repeat_kv). q, k and v may be column blocks of one packed tensor
  * (gpt2's c_attn output): an operand whose rows are 3 x heads x head_dim wide holds q, k,
  * v in that order, and the gradient of such a tensor gets each role's block. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_blas.h"
 #include "host_num.h"
+#include "host_scratch.h"
 #include "host_ops.h"
 
 bool host_is_attn(int prim)
@@ -76,7 +77,7 @@ static float *acc_of(const gckpt_xcall *c, bufs *b, int k, gckpt_err *err)
     int j = first_same(c, k);
     if (!c->gin[j].p) return NULL;
     if (!b->acc[j]) {
-        b->acc[j] = calloc(c->gin[j].n ? c->gin[j].n : 1, sizeof(float));
+        b->acc[j] = hs_calloc(c->gin[j].n ? c->gin[j].n : 1, sizeof(float));
         b->own_acc[j] = true;
         if (!b->acc[j]) gckpt_seterr(err, "op %s: out of host memory for gradient scratch", c->op->name);
     }
@@ -87,8 +88,8 @@ static void bufs_store_free(const gckpt_xcall *c, bufs *b, bool store)
 {
     for (int k = 0; k < GCKPT_OP_MAX_IN; k++) {
         if (b->own_acc[k] && store) host_from_f32(&c->gin[k], b->acc[k]);
-        if (b->own_acc[k]) free(b->acc[k]);
-        if (b->own_in[k]) free(b->in[k]);
+        if (b->own_acc[k]) hs_free(b->acc[k]);
+        if (b->own_in[k]) hs_free(b->in[k]);
     }
 }
 
@@ -103,22 +104,22 @@ static gckpt_xstatus qk(const gckpt_xcall *c, bool bwd, gckpt_err *err)
     gckpt_xstatus rc = GCKPT_XS_ERROR;
     float *g = NULL;
     if (!bwd) {
-        float *sc = malloc(sizeof *sc * (c->out[0].n ? c->out[0].n : 1));
+        float *sc = hs_malloc(sizeof *sc * (c->out[0].n ? c->out[0].n : 1));
         if (!sc || !load_in(c, &b, 0, err) || !load_in(c, &b, 1, err)) {
             if (!sc) gckpt_seterr(err, "op %s: out of host memory", c->op->name);
-            free(sc);
+            hs_free(sc);
             goto out;
         }
         for (uint64_t bi = 0; bi < B; bi++)
             for (uint64_t h = 0; h < nh; h++) {
                 uint64_t kh = h / (nh / lk.nh);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)S, (int)S, (int)hd, alpha,
+                host_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)S, (int)S, (int)hd, alpha,
                             b.in[0] + bi * S * lq.W + lq.off + h * hd, (int)lq.W,
                             b.in[1] + bi * S * lk.W + lk.off + kh * hd, (int)lk.W, 0.0f,
                             sc + (bi * nh + h) * S * S, (int)S);
             }
         host_from_f32(&c->out[0], sc);
-        free(sc);
+        hs_free(sc);
         rc = GCKPT_XS_OK;
         goto out;
     }
@@ -131,17 +132,17 @@ static gckpt_xstatus qk(const gckpt_xcall *c, bool bwd, gckpt_err *err)
             uint64_t kh = h / (nh / lk.nh);
             const float *gs = g + (bi * nh + h) * S * S;
             if (aq)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)S, (int)hd, (int)S, alpha, gs, (int)S,
+                host_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)S, (int)hd, (int)S, alpha, gs, (int)S,
                             b.in[1] + bi * S * lk.W + lk.off + kh * hd, (int)lk.W, 1.0f,
                             aq + bi * S * lq.W + lq.off + h * hd, (int)lq.W);
             if (ak)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)hd, (int)S, alpha, gs, (int)S,
+                host_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)hd, (int)S, alpha, gs, (int)S,
                             b.in[0] + bi * S * lq.W + lq.off + h * hd, (int)lq.W, 1.0f,
                             ak + bi * S * lk.W + lk.off + kh * hd, (int)lk.W);
         }
     rc = GCKPT_XS_OK;
 out:
-    free(g);
+    hs_free(g);
     bufs_store_free(c, &b, rc == GCKPT_XS_OK && bwd);
     return rc;
 }
@@ -155,14 +156,14 @@ static gckpt_xstatus pv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
     float *g = NULL, *r = NULL;
     if (!bwd) {
         if (!load_in(c, &b, 0, err) || !load_in(c, &b, 1, err)) goto out;
-        if (!(r = malloc(sizeof *r * (c->out[0].n ? c->out[0].n : 1)))) {
+        if (!(r = hs_malloc(sizeof *r * (c->out[0].n ? c->out[0].n : 1)))) {
             gckpt_seterr(err, "op %s: out of host memory", c->op->name);
             goto out;
         }
         for (uint64_t bi = 0; bi < B; bi++)
             for (uint64_t h = 0; h < nh; h++) {
                 uint64_t kh = h / (nh / lv.nh);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)S, (int)hd, (int)S, 1.0f,
+                host_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)S, (int)hd, (int)S, 1.0f,
                             b.in[0] + (bi * nh + h) * S * S, (int)S, b.in[1] + bi * S * lv.W + lv.off + kh * hd,
                             (int)lv.W, 0.0f, r + (bi * nh + h) * S * hd, (int)hd);
             }
@@ -179,18 +180,18 @@ static gckpt_xstatus pv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
             uint64_t kh = h / (nh / lv.nh);
             const float *go = g + (bi * nh + h) * S * hd;
             if (ap)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)S, (int)S, (int)hd, 1.0f, go, (int)hd,
+                host_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)S, (int)S, (int)hd, 1.0f, go, (int)hd,
                             b.in[1] + bi * S * lv.W + lv.off + kh * hd, (int)lv.W, 0.0f,
                             ap + (bi * nh + h) * S * S, (int)S);
             if (av)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)hd, (int)S, 1.0f,
+                host_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)hd, (int)S, 1.0f,
                             b.in[0] + (bi * nh + h) * S * S, (int)S, go, (int)hd, 1.0f,
                             av + bi * S * lv.W + lv.off + kh * hd, (int)lv.W);
         }
     rc = GCKPT_XS_OK;
 out:
-    free(g);
-    free(r);
+    hs_free(g);
+    hs_free(r);
     bufs_store_free(c, &b, rc == GCKPT_XS_OK && bwd);
     return rc;
 }
@@ -201,7 +202,7 @@ static gckpt_xstatus softmax(const gckpt_xcall *c, bool bwd, gckpt_err *err)
     if (!bwd) {
         const gckpt_xt *x = &c->in[0], *o = &c->out[0];
         NEED(c, *x, "input");
-        float *row = malloc(sizeof *row * S);
+        float *row = hs_malloc(sizeof *row * S);
         if (!row) {
             gckpt_seterr(err, "op %s: out of host memory", c->op->name);
             return GCKPT_XS_ERROR;
@@ -212,7 +213,7 @@ static gckpt_xstatus softmax(const gckpt_xcall *c, bool bwd, gckpt_err *err)
             for (uint64_t j = 0; j < S; j++) sum += row[j] = expf(ld(x, r * S + j) - mx);
             for (uint64_t j = 0; j < S; j++) st(o, r * S + j, row[j] / sum);
         }
-        free(row);
+        hs_free(row);
         return GCKPT_XS_OK;
     }
     const gckpt_xt *y = &c->out[0], *g = &c->gout, *gi = &c->gin[0];
@@ -274,7 +275,7 @@ static gckpt_xstatus sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
     float scale = 1.0f / sqrtf((float)hd), p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
     bufs b = {0};
     gckpt_xstatus rc = GCKPT_XS_ERROR;
-    float *sc = malloc(sizeof *sc * S), *o = malloc(sizeof *o * hd);
+    float *sc = hs_malloc(sizeof *sc * S), *o = hs_malloc(sizeof *o * hd);
     if (!sc || !o) {
         gckpt_seterr(err, "op %s: out of host memory", c->op->name);
         goto out;
@@ -308,8 +309,8 @@ static gckpt_xstatus sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
         }
     rc = GCKPT_XS_OK;
 out:
-    free(sc);
-    free(o);
+    hs_free(sc);
+    hs_free(o);
     bufs_store_free(c, &b, false);
     return rc;
 }
@@ -336,7 +337,7 @@ static gckpt_xstatus sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
         dq = c->ws.p;
         memset(dq, 0, sizeof *dq * B * S * qd);
     } else {
-        dq = calloc(B * S * qd, sizeof *dq);
+        dq = hs_calloc(B * S * qd, sizeof *dq);
         own_dq = true;
         if (!dq) {
             gckpt_seterr(err, "op %s: out of host memory", c->op->name);
@@ -385,8 +386,8 @@ static gckpt_xstatus sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
             for (uint64_t t = 0; t < qd; t++) aq[r * lq.W + lq.off + t] += dq[r * qd + t];
     rc = GCKPT_XS_OK;
 out:
-    free(go);
-    if (own_dq) free(dq);
+    hs_free(go);
+    if (own_dq) hs_free(dq);
     bufs_store_free(c, &b, rc == GCKPT_XS_OK);
     return rc;
 }

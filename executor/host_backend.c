@@ -12,7 +12,9 @@
 #include <time.h>
 
 #include "host_num.h"
+#include "host_blas.h"
 #include "host_ops.h"
+#include "host_scratch.h"
 
 typedef struct {
     gckpt_backend be;     /* first: the interface */
@@ -89,8 +91,37 @@ static gckpt_xstatus h_source(gckpt_backend *be, gckpt_source what, const gckpt_
     return host_source(what, c, host, &be->err);
 }
 
-static gckpt_xstatus h_forward(gckpt_backend *be, const gckpt_xcall *c) { return host_op_forward(c, &be->err); }
-static gckpt_xstatus h_backward(gckpt_backend *be, const gckpt_xcall *c) { return host_op_backward(c, &be->err); }
+/* Test hook (tests/executor/test_run_outputs): GCKPT_TEST_HOST_STALL_MS makes the first
+ * forward op of the process take that long without looking at the stop flag, as a
+ * library call that never returns would. */
+static void test_stall(void)
+{
+    static bool done;
+    const char *v = done ? NULL : getenv("GCKPT_TEST_HOST_STALL_MS");
+    done = true;
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms <= 0 || ms > 600000) return;
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L}, rem;
+    while (nanosleep(&t, &rem) != 0) t = rem; /* signals do not shorten it */
+}
+
+/* A kernel that could not get its scratch memory is an out of memory, not an error. */
+static gckpt_xstatus oom_if_scratch_failed(gckpt_xstatus rc) { return hs_take_failure() && rc == GCKPT_XS_ERROR ? GCKPT_XS_OOM : rc; }
+
+static gckpt_xstatus h_forward(gckpt_backend *be, const gckpt_xcall *c)
+{
+    test_stall();
+    if (!host_blas_ready(&be->err)) return GCKPT_XS_OOM;
+    hs_take_failure();
+    return oom_if_scratch_failed(host_op_forward(c, &be->err));
+}
+
+static gckpt_xstatus h_backward(gckpt_backend *be, const gckpt_xcall *c)
+{
+    if (!host_blas_ready(&be->err)) return GCKPT_XS_OOM;
+    hs_take_failure();
+    return oom_if_scratch_failed(host_op_backward(c, &be->err));
+}
 
 static gckpt_xstatus h_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt b)
 {
@@ -155,6 +186,7 @@ static void h_memstat(gckpt_backend *be, gckpt_memstat *m) { *m = H(be)->ms; }
 static void h_reset_peaks(gckpt_backend *be)
 {
     host_be *h = H(be);
+    gckpt_host_scratch_reset_peak();
     h->ms.allocated_peak = h->ms.allocated;
     h->ms.pinned_peak = h->ms.pinned;
 }

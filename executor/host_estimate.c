@@ -4,10 +4,14 @@
  * measured here with the backend's own bf16 load/store. */
 #include "host_estimate.h"
 
-#include <cblas.h>
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "host_blas.h"
 #include "host_num.h"
 
 static double now_s(void)
@@ -17,19 +21,22 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-double gckpt_host_gemm_rate(void)
+/* FLOP/s of an N x N x N sgemm with the backend's own OpenBLAS (single-threaded); 0 when
+ * it cannot be loaded. */
+static double measure_gemm(void)
 {
     enum { N = 384 };
     float *a = calloc((size_t)N * N, sizeof *a), *b = calloc((size_t)N * N, sizeof *b),
           *c = calloc((size_t)N * N, sizeof *c);
     double rate = 0;
-    if (a && b && c) {
+    gckpt_err err = {{0}};
+    if (a && b && c && host_blas_ready(&err)) {
         for (size_t i = 0; i < (size_t)N * N; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N); /* warm-up */
+        host_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N); /* warm-up */
         int reps = 0;
         double t0 = now_s(), t;
         do {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+            host_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
             reps++;
         } while ((t = now_s() - t0) < 0.15 && reps < 1000);
         rate = 2.0 * N * N * (double)N * reps / t;
@@ -37,6 +44,35 @@ double gckpt_host_gemm_rate(void)
     free(a);
     free(b);
     free(c);
+    return rate;
+}
+
+/* Measured in a child process: loading OpenBLAS maps its buffer and code (host_blas.h),
+ * memory the host memory guard counts on for the entries, so the estimate must not leave
+ * it in this process. Called before any thread exists. */
+double gckpt_host_gemm_rate(void)
+{
+    int fd[2];
+    if (pipe(fd)) return 0;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return 0;
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        double r = measure_gemm();
+        _exit(write(fd[1], &r, sizeof r) == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fd[1]);
+    double rate = 0;
+    ssize_t got;
+    while ((got = read(fd[0], &rate, sizeof rate)) < 0 && errno == EINTR) {}
+    if (got != (ssize_t)sizeof rate) rate = 0;
+    close(fd[0]);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
     return rate;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "gckpt/exec_host.h"
+#include "gckpt/safe_text.h"
 
 void gckpt_host_describe(gckpt_devinfo *d)
 {
@@ -23,6 +24,7 @@ void gckpt_host_describe(gckpt_devinfo *d)
                 while (*colon == ' ' || *colon == '\t') colon++;
                 snprintf(d->name, sizeof d->name, "%s", colon);
                 d->name[strcspn(d->name, "\n")] = 0;
+                gckpt_text_sanitize(d->name);
                 named = true;
             }
         }

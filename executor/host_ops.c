@@ -3,16 +3,17 @@
  * run in index order, so results are reproducible bit for bit. */
 #include "host_ops.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_blas.h"
 #include "host_num.h"
+#include "host_scratch.h"
 
 float *host_to_f32(const gckpt_xt *t, gckpt_err *err)
 {
-    float *v = malloc(sizeof *v * (t->n ? t->n : 1));
+    float *v = hs_malloc(sizeof *v * (t->n ? t->n : 1));
     if (!v) {
         gckpt_seterr(err, "out of host memory for %llu-element kernel scratch", (unsigned long long)t->n);
         return NULL;
@@ -41,7 +42,7 @@ uint64_t host_cols(const gckpt_xcall *c, int tensor)
 
 static float *zeros(uint64_t n, gckpt_err *err)
 {
-    float *v = calloc(n ? n : 1, sizeof *v);
+    float *v = hs_calloc(n ? n : 1, sizeof *v);
     if (!v) gckpt_seterr(err, "out of host memory for %llu-element kernel scratch", (unsigned long long)n);
     return v;
 }
@@ -213,7 +214,7 @@ static gckpt_xstatus binary_bwd(const gckpt_xcall *c, gckpt_err *err)
                 acc[yidx(c, x, xc, i)] += mul ? d * ld(x, i) : d;
             }
             host_from_f32(&c->gin[1], acc);
-            free(acc);
+            hs_free(acc);
         }
     }
     return GCKPT_XS_OK;
@@ -306,14 +307,14 @@ static gckpt_xstatus linear_fwd(const gckpt_xcall *c, gckpt_err *err)
     NEED(c, c->in[1], "weight");
     uint64_t K = op->in_f, N = op->out_f, M = c->in[0].n / K;
     float *x = host_to_f32(&c->in[0], err), *w = x ? host_to_f32(&c->in[1], err) : NULL;
-    float *y = w ? malloc(sizeof *y * (M * N + 1)) : NULL;
+    float *y = w ? hs_malloc(sizeof *y * (M * N + 1)) : NULL;
     if (!y) {
         if (w) gckpt_seterr(err, "out of host memory for a %llu x %llu product", (unsigned long long)M, (unsigned long long)N);
-        free(x);
-        free(w);
+        hs_free(x);
+        hs_free(w);
         return GCKPT_XS_ERROR;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w, (int)K, 0.0f, y,
+    host_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x, (int)K, w, (int)K, 0.0f, y,
                 (int)N);
     if (op->nin > 2) {
         NEED(c, c->in[2], "bias");
@@ -321,9 +322,9 @@ static gckpt_xstatus linear_fwd(const gckpt_xcall *c, gckpt_err *err)
             for (uint64_t j = 0; j < N; j++) y[i * N + j] += ld(&c->in[2], j);
     }
     host_from_f32(&c->out[0], y);
-    free(x);
-    free(w);
-    free(y);
+    hs_free(x);
+    hs_free(w);
+    hs_free(y);
     return GCKPT_XS_OK;
 }
 
@@ -337,20 +338,20 @@ static gckpt_xstatus linear_bwd(const gckpt_xcall *c, gckpt_err *err)
     float *w = NULL, *x = NULL, *r = NULL;
     if (c->gin[0].p) {
         if (!c->in[1].p) { gckpt_seterr(err, "op %s: saved weight is not available", op->name); goto out; }
-        if (!(w = host_to_f32(&c->in[1], err)) || !(r = malloc(sizeof *r * (M * K + 1)))) goto oom;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, g, (int)N, w, (int)K, 0.0f,
+        if (!(w = host_to_f32(&c->in[1], err)) || !(r = hs_malloc(sizeof *r * (M * K + 1)))) goto oom;
+        host_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, g, (int)N, w, (int)K, 0.0f,
                     r, (int)K);
         host_from_f32(&c->gin[0], r);
-        free(r);
+        hs_free(r);
         r = NULL;
     }
     if (c->gin[1].p) {
         if (!c->in[0].p) { gckpt_seterr(err, "op %s: saved input is not available", op->name); goto out; }
-        if (!(x = host_to_f32(&c->in[0], err)) || !(r = malloc(sizeof *r * (N * K + 1)))) goto oom;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, g, (int)N, x, (int)K, 0.0f, r,
+        if (!(x = host_to_f32(&c->in[0], err)) || !(r = hs_malloc(sizeof *r * (N * K + 1)))) goto oom;
+        host_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, g, (int)N, x, (int)K, 0.0f, r,
                     (int)K);
         host_from_f32(&c->gin[1], r);
-        free(r);
+        hs_free(r);
         r = NULL;
     }
     if (op->nin > 2 && c->gin[2].p) {
@@ -364,10 +365,10 @@ static gckpt_xstatus linear_bwd(const gckpt_xcall *c, gckpt_err *err)
 oom:
     gckpt_seterr(err, "op %s: out of host memory for kernel scratch", op->name);
 out:
-    free(g);
-    free(w);
-    free(x);
-    free(r);
+    hs_free(g);
+    hs_free(w);
+    hs_free(x);
+    hs_free(r);
     return rc;
 }
 
@@ -408,7 +409,7 @@ static gckpt_xstatus layernorm_bwd(const gckpt_xcall *c, gckpt_err *err)
     uint64_t W = c->op->width, rows = x->n / W;
     float *gw = zeros(W, err), *gb = gw ? zeros(W, err) : NULL;
     if (!gb) {
-        free(gw);
+        hs_free(gw);
         return GCKPT_XS_ERROR;
     }
     for (uint64_t r = 0; r < rows; r++) {
@@ -431,8 +432,8 @@ static gckpt_xstatus layernorm_bwd(const gckpt_xcall *c, gckpt_err *err)
     }
     if (c->gin[1].p) host_from_f32(&c->gin[1], gw);
     if (c->gin[2].p) host_from_f32(&c->gin[2], gb);
-    free(gw);
-    free(gb);
+    hs_free(gw);
+    hs_free(gb);
     return GCKPT_XS_OK;
 }
 
@@ -469,7 +470,7 @@ static gckpt_xstatus embed_bwd(const gckpt_xcall *c, gckpt_err *err)
         for (uint64_t k = 0; k < W; k++) acc[id * W + k] += ld(&c->gout, t * W + k);
     }
     host_from_f32(gi, acc);
-    free(acc);
+    hs_free(acc);
     return GCKPT_XS_OK;
 }
 

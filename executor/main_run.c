@@ -6,13 +6,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "gckpt/atomic_file.h"
 #include "gckpt/exec_host.h"
 #include "host_estimate.h"
 #include "gckpt/exec_run.h"
+#include "gckpt/outpath.h"
 #include "gckpt/plan_read.h"
+#include "gckpt/report_file.h"
+#include "gckpt/safe_text.h"
+#include "gckpt/stop_watchdog.h"
+#include "gckpt/stdio_check.h"
 #ifdef GCKPT_HAVE_CUDA
 #include "gckpt/exec_cuda.h"
 #endif
@@ -34,12 +39,14 @@ static const char *const usage_text =
     "  --warmup N             warm-up steps before them (default 1)\n"
     "  --tolerance X          relative tolerance of the memory checks (default 0.02)\n"
     "  --time-tolerance X     also judge the median step time (cuda only; default: report only)\n"
-    "  --force                run entries the plan predicts not to fit\n"
+    "  --force                run entries the plan predicts not to fit, and (host backend)\n"
+    "                         entries this machine has not the memory for\n"
     "  --host-memory-limit SIZE\n"
     "                         fail allocations beyond SIZE, e.g. 64MiB (simulated out of memory)\n"
     "  --seed N               weights, data and dropout seed (default 0)\n"
     "  --sync-alloc           cuda: cudaMalloc/cudaFree instead of the stream-ordered allocator\n"
-    "  -o, --output FILE      write the report (schema gckpt.report/1), updated after every entry\n"
+    "  -o, --output FILE      write the report (schema gckpt.report/2: JSON Lines, one record\n"
+    "                         per finished entry); '-' streams it to stdout\n"
     "  -q, --quiet            no table on stdout\n"
     "  --calibrate            measure this GPU and write a device profile to -o (cuda only)\n"
     "  --gpu NAME|PATH        with --calibrate: profile whose peak figures are kept\n"
@@ -48,15 +55,19 @@ static const char *const usage_text =
     "  -V, --version          version\n"
     "\n"
     "Exit status: 0 every entry run passed, 1 an entry failed (out of tolerance, out of\n"
-    "memory against the prediction, or an error), 2 bad usage or input (or the report\n"
-    "could not be written), 128+N stopped by signal N: 130 SIGINT, 143 SIGTERM.\n"
+    "memory against the prediction, or an error), 2 bad usage or input (or the report or\n"
+    "stdout could not be written), 128+N stopped by signal N: 130 SIGINT, 143 SIGTERM.\n"
+    "\n"
+    "On the host backend an entry that needs more memory than this machine has available\n"
+    "(MemAvailable, the cgroup's limit, ulimit -v and -d) gets status skipped_host_memory.\n"
     "\n"
     "SIGINT / SIGTERM stop the run at the next event or step boundary: the running entry\n"
     "gets status \"interrupted\" (pass false), all device and pinned memory is freed,\n"
     "the report (every finished entry and the interrupted one; entries not started are\n"
     "left out and counted in summary.not_started) is written, and the exit status is\n"
-    "128+N. A second signal ends the process at once, killed by that signal; the report\n"
-    "file then holds the last whole version (it is only ever replaced by a rename).\n";
+    "128+N. Without a safe point within 5 s (a call that does not return), the report of\n"
+    "the last safe point is written and the process exits 128+N. A second signal ends the\n"
+    "process at once, killed by that signal; the report keeps every record written.\n";
 
 typedef struct {
     const char *plan, *out, *backend, *entries, *limit, *gpu, *model;
@@ -70,10 +81,11 @@ static int bad(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "gckpt-run: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char msg[1024]; /* one line, arguments sanitised */
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    gckpt_text_sanitize(msg);
+    fprintf(stderr, "gckpt-run: %s\n", msg);
     return GCKPT_EXIT_INPUT;
 }
 
@@ -155,10 +167,20 @@ static int parse_args(int argc, char **argv, args_t *a)
         if (!a->plan) return bad("--plan FILE is required (see --help)");
         if (a->gpu || a->model) return bad("--gpu and --model go with --calibrate only");
     }
-    if (a->out && strcmp(a->out, "-")) {
-        struct stat st;
-        if (stat(a->out, &st) == 0 && S_ISDIR(st.st_mode)) return bad("%s: is a directory, expected a file name to write", a->out);
-    }
+    return 0;
+}
+
+/* The output (report or device profile) is checked before anything runs: a missing or
+ * read-only directory, a non-regular file or one of the inputs costs nothing. */
+static int check_output(const args_t *a)
+{
+    gckpt_err err = {{0}};
+    char gpu[4096] = "", model[4096] = "";
+    if ((a->gpu && !gckpt_resolve_data("devices", a->gpu, gpu, sizeof gpu, &err)) ||
+        (a->model && !gckpt_resolve_data("models", a->model, model, sizeof model, &err)))
+        return bad("%s", err.msg);
+    const char *ins[] = {a->plan, gpu[0] ? gpu : NULL, model[0] ? model : NULL};
+    if (!gckpt_outpath_check(&a->out, 1, ins, 3, &err)) return bad("%s", err.msg);
     return 0;
 }
 
@@ -267,12 +289,13 @@ static void on_signal(int sig)
 {
     if (!stop_signal) {
         stop_signal = sig;
+        gckpt_watchdog_notify(sig);
         return;
     }
     /* A second signal while finishing: end now. Only async-signal-safe calls: remove the
      * temporary file of a report write in progress (the report itself is replaced by
      * rename only, so it stays whole), then die of the signal. */
-    gckpt_report_discard_temp();
+    gckpt_afile_discard_all();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_DFL;
@@ -366,8 +389,10 @@ static void say_estimate(const gckpt_plan_file *pf, const size_t *sel, long nsel
 
 int main(int argc, char **argv)
 {
+    gckpt_stdio_guard();
     args_t a;
     int rc = parse_args(argc, argv, &a);
+    if (!rc) rc = check_output(&a);
     if (rc) return rc;
     if (a.calibrate) return calibrate(&a);
     gckpt_err err = {{0}};
@@ -388,58 +413,65 @@ int main(int argc, char **argv)
     gckpt_report rep = {.plan = &pf, .backend = be->name, .planned = (size_t)nsel};
     rep.opts = (gckpt_run_opts){.steps = (int)a.steps, .warmup = (int)a.warmup, .tolerance = a.tolerance,
                                 .time_tolerance = a.time_tolerance, .force = a.force, .seed = a.seed,
-                                .memory_limit = a.limit_bytes};
+                                .memory_limit = a.limit_bytes, .host_guard = !strcmp(be->name, "host")};
     be->describe(be, &rep.dev);
     rep.entries = calloc((size_t)nsel, sizeof *rep.entries);
     if (!rep.entries) {
         be->destroy(be);
         free(sel);
         gckpt_plan_file_free(&pf);
-        return bad("out of memory");
+        return bad("out of memory for the reports of %ld entries", nsel);
     }
     bool to_file = a.out && strcmp(a.out, "-");
     int status = GCKPT_EXIT_OK;
     bool write_failed = false;
+    gckpt_report_file rf;
+    if (!gckpt_report_file_open(&rf, a.out, &rep, &err)) {
+        fprintf(stderr, "gckpt-run: %s\n", err.msg);
+        write_failed = true;
+    }
     /* From here on SIGINT / SIGTERM stop the run at the next safe point instead of killing
-     * it: the entry running is reported as interrupted and everything is freed. */
+     * it: the entry running is reported as interrupted and everything is freed. Code that
+     * never reaches a safe point is cut off by the watchdog after GCKPT_STOP_GRACE_S. */
     rep.opts.stop = &stop_signal;
     progress prog = {.n = (size_t)nsel, .tty = isatty(STDERR_FILENO), .steps = (int)(a.steps + a.warmup)};
     if (!strcmp(be->name, "host")) say_estimate(&pf, sel, nsel, &a, &prog);
     clock_gettime(CLOCK_MONOTONIC, &prog.start);
     rep.opts.on_step = on_step;
     rep.opts.on_step_ctx = &prog;
+    if (!gckpt_watchdog_start(&rf, GCKPT_STOP_GRACE_S))
+        fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
     install_handlers();
-    for (long k = 0; k < nsel && !stop_signal; k++) {
+    for (long k = 0; k < nsel && !stop_signal && !write_failed; k++) {
         gckpt_entry_report *e = &rep.entries[k];
         prog.index = sel[k];
         prog.k = (size_t)k + 1;
-        gckpt_run_entry(be, &pf, sel[k], &rep.opts, e);
-        rep.n = (size_t)k + 1;
-        rep.complete = rep.n == rep.planned && e->status != GCKPT_RS_INTERRUPTED;
-        rep.signal = stop_signal;
-        gckpt_entry_progress(e, (size_t)k + 1, (size_t)nsel, stderr);
-        if (e->pass == 0) status = GCKPT_EXIT_CHECK;
-        if (to_file && !gckpt_report_write(&rep, a.out, &err)) {
+        gckpt_entry_begin(&pf, sel[k], e);
+        if (!gckpt_report_file_arm(&rf, &rep, e, GCKPT_STOP_GRACE_S, &err)) {
             fprintf(stderr, "gckpt-run: %s\n", err.msg);
             write_failed = true;
             break;
         }
-    }
-    int sig = stop_signal;
-    if (sig && !write_failed) {
-        /* the final report: the signal noted (it may have come between two entries) */
-        rep.signal = sig;
-        if (to_file && !gckpt_report_write(&rep, a.out, &err)) {
+        gckpt_run_entry(be, &pf, sel[k], &rep.opts, e);
+        rep.n = (size_t)k + 1;
+        gckpt_entry_progress(e, (size_t)k + 1, (size_t)nsel, stderr);
+        if (e->pass == 0) status = GCKPT_EXIT_CHECK;
+        if (!gckpt_report_file_add(&rf, &rep, (size_t)k, &err)) {
             fprintf(stderr, "gckpt-run: %s\n", err.msg);
             write_failed = true;
         }
+    }
+    int sig = stop_signal;
+    /* the summary: the signal noted (it may have come between two entries) */
+    if (!write_failed && !gckpt_report_file_finish(&rf, &rep, sig, &err)) {
+        fprintf(stderr, "gckpt-run: %s\n", err.msg);
+        write_failed = true;
+    }
+    gckpt_watchdog_done();
+    if (sig) {
         size_t ni = rep.n && rep.entries[rep.n - 1].status == GCKPT_RS_INTERRUPTED;
         fprintf(stderr, "gckpt-run: stopped by %s: %zu entr%s finished, %zu interrupted, %zu not started\n",
                 gckpt_signal_name(sig), rep.n - ni, rep.n - ni == 1 ? "y" : "ies", ni, rep.planned - rep.n);
-    }
-    if (a.out && !to_file && !gckpt_report_write(&rep, "-", &err)) {
-        fprintf(stderr, "gckpt-run: %s\n", err.msg);
-        write_failed = true;
     }
     if (!a.quiet) {
         FILE *f = a.out && !to_file ? stderr : stdout;
@@ -448,10 +480,16 @@ int main(int argc, char **argv)
                 gckpt_attention_names[pf.attention]);
         gckpt_report_print_table(&rep, f);
     }
+    /* one error line: a report going to stdout has said it already */
+    bool stdout_failed = !gckpt_stdout_check(&err);
+    if (stdout_failed && !write_failed) fprintf(stderr, "gckpt-run: %s\n", err.msg);
     if (to_file && !write_failed) fprintf(stderr, "gckpt-run: report written to %s\n", a.out);
-    /* 2 when results were lost (no report), else 128 + N after a signal, else 0 / 1 */
-    if (write_failed) status = GCKPT_EXIT_INPUT;
+    /* 2 when results were lost (no report, or the table on stdout), else 128 + N after a
+     * signal, else 0 / 1 */
+    if (write_failed || stdout_failed) status = GCKPT_EXIT_INPUT;
     else if (sig) status = 128 + sig;
+    gckpt_report_file_close(&rf);
+    for (size_t i = 0; i < rep.n; i++) gckpt_entry_report_free(&rep.entries[i]);
     free(rep.entries);
     be->destroy(be);
     free(sel);

@@ -1,17 +1,12 @@
-/* The report (schema gckpt.report/1): JSON for tools, a table and progress lines for
- * people. Byte counts are JSON integers; values that were not measured are null. */
-#include <errno.h>
-#include <fcntl.h>
+/* The report's records (schema gckpt.report/2, written by report_file.c): JSON for
+ * tools, a table and progress lines for people. Byte counts are JSON integers; values
+ * that were not measured are null. */
 #include <math.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "gckpt/atomic_file.h"
 #include "gckpt/exec_run.h"
 
 static void num_or_null(cJSON *o, const char *k, bool have, double v)
@@ -41,9 +36,10 @@ static void check_json(cJSON *parent, const char *k, const gckpt_check *c)
     bool_or_null(o, "pass", c->measured && c->judged, c->pass);
 }
 
-static cJSON *entry_json(const gckpt_entry_report *e)
+cJSON *gckpt_report_entry_json(const gckpt_entry_report *e)
 {
     cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "record", "entry");
     cJSON_AddNumberToObject(o, "index", (double)e->index);
     cJSON_AddNumberToObject(o, "every_n_layers", e->every_n);
     cJSON_AddBoolToObject(o, "offload", e->offload);
@@ -82,11 +78,12 @@ static cJSON *entry_json(const gckpt_entry_report *e)
     return o;
 }
 
-cJSON *gckpt_report_json(const gckpt_report *r)
+cJSON *gckpt_report_header_json(const gckpt_report *r)
 {
     const gckpt_plan_file *pf = r->plan;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", GCKPT_REPORT_SCHEMA);
+    cJSON_AddStringToObject(root, "record", "header");
     cJSON *g = cJSON_AddObjectToObject(root, "generator");
     cJSON_AddStringToObject(g, "name", "gckpt-run");
     cJSON_AddStringToObject(g, "version", GCKPT_VERSION);
@@ -116,114 +113,38 @@ cJSON *gckpt_report_json(const gckpt_report *r)
     cJSON_AddBoolToObject(op, "force", r->opts.force);
     cJSON_AddNumberToObject(op, "seed", (double)r->opts.seed);
     num_or_null(op, "memory_limit_bytes", r->opts.memory_limit > 0, (double)r->opts.memory_limit);
-    cJSON *es = cJSON_AddArrayToObject(root, "entries");
-    size_t run = 0, passed = 0, failed = 0, cnt[GCKPT_NRS] = {0};
-    for (size_t i = 0; i < r->n; i++) {
-        const gckpt_entry_report *e = &r->entries[i];
-        cJSON_AddItemToArray(es, entry_json(e));
-        cnt[e->status]++;
-        if (e->status != GCKPT_RS_SKIPPED) run++;
-        if (e->pass == 1) passed++;
-        if (e->pass == 0) failed++;
-    }
-    cJSON *s = cJSON_AddObjectToObject(root, "summary");
-    cJSON_AddNumberToObject(s, "selected", (double)r->planned);
-    cJSON_AddNumberToObject(s, "run", (double)run);
-    cJSON_AddNumberToObject(s, "passed", (double)passed);
-    cJSON_AddNumberToObject(s, "failed", (double)failed);
-    for (int k = 0; k < GCKPT_NRS; k++) cJSON_AddNumberToObject(s, gckpt_run_status_names[k], (double)cnt[k]);
-    cJSON_AddNumberToObject(s, "not_started", (double)(r->planned > r->n ? r->planned - r->n : 0));
-    cJSON_AddBoolToObject(s, "complete", r->complete);
-    str_or_null(s, "signal", r->signal ? gckpt_signal_name(r->signal) : NULL);
+    cJSON_AddNumberToObject(root, "selected", (double)r->planned);
     return root;
 }
 
-/* The temporary file of the write in progress, for gckpt_report_discard_temp in a signal
- * handler: the name is complete before tmp_live is set and not changed while it is. */
-static char tmp_name[4096 + 32];
-static volatile sig_atomic_t tmp_live;
-
-void gckpt_report_discard_temp(void)
+void gckpt_report_tally_add(gckpt_report_tally *t, const cJSON *entry)
 {
-    if (tmp_live) (void)unlink(tmp_name); /* unlink is async-signal-safe */
-}
-
-/* Test hook (tests/executor/test_run_interrupt): GCKPT_RUN_TEST_RENAME_DELAY_MS holds the
- * temporary file this long before the rename, so that a test can signal the process
- * while the file exists. */
-static void test_delay(void)
-{
-    const char *v = getenv("GCKPT_RUN_TEST_RENAME_DELAY_MS");
-    long ms = v ? strtol(v, NULL, 10) : 0;
-    if (ms <= 0 || ms > 60000) return;
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L}, rem;
-    while (nanosleep(&t, &rem) != 0 && errno == EINTR) t = rem;
-}
-
-static bool write_atomic(const char *path, const char *text, gckpt_err *err)
-{
-    size_t len = strlen(text);
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        gckpt_seterr(err, "%s: is a directory, expected a file name to write", path);
-        return false;
-    }
-    char name[sizeof tmp_name];
-    if ((size_t)snprintf(name, sizeof name, "%s.tmp.%ld", path, (long)getpid()) >= sizeof name) {
-        gckpt_seterr(err, "%s: cannot write: file name too long", path);
-        return false;
-    }
-    memcpy(tmp_name, name, sizeof name);
-    atomic_signal_fence(memory_order_seq_cst);
-    tmp_live = 1;
-    atomic_signal_fence(memory_order_seq_cst);
-    bool ok = false;
-    int fd = open(tmp_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-        size_t done = 0;
-        while (done < len) {
-            ssize_t w = write(fd, text + done, len - done);
-            if (w < 0 && errno == EINTR) continue;
-            if (w == 0) errno = EIO;
-            if (w <= 0) break;
-            done += (size_t)w;
+    const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(entry, "status"));
+    const cJSON *pass = cJSON_GetObjectItemCaseSensitive(entry, "pass");
+    t->n++;
+    for (int k = 0; st && k < GCKPT_NRS; k++)
+        if (!strcmp(st, gckpt_run_status_names[k])) {
+            t->count[k]++;
+            if (!gckpt_run_status_skipped(k)) t->run++;
         }
-        ok = done == len;
-        /* the data reaches the disk before the rename replaces the previous report */
-        ok = ok && (fsync(fd) == 0 || errno == EINVAL || errno == EROFS);
-        ok = (close(fd) == 0) && ok;
-        if (ok) test_delay();
-        ok = ok && rename(tmp_name, path) == 0;
-    }
-    if (!ok) {
-        int e = errno;
-        (void)unlink(tmp_name);
-        gckpt_seterr(err, "%s: cannot write: %s", path, strerror(e));
-    }
-    atomic_signal_fence(memory_order_seq_cst);
-    tmp_live = 0;
-    return ok;
+    if (cJSON_IsTrue(pass)) t->passed++;
+    if (cJSON_IsFalse(pass)) t->failed++;
 }
 
-bool gckpt_report_write(const gckpt_report *r, const char *path, gckpt_err *err)
+cJSON *gckpt_report_summary_json(const gckpt_report_tally *t, const char *signal, bool ended)
 {
-    cJSON *j = gckpt_report_json(r);
-    char *text = j ? cJSON_Print(j) : NULL;
-    cJSON_Delete(j);
-    if (!text) {
-        gckpt_seterr(err, "%s: out of memory writing the report", path);
-        return false;
-    }
-    size_t n = strlen(text);
-    char *t2 = realloc(text, n + 2);
-    if (t2) {
-        text = t2;
-        text[n] = '\n';
-        text[n + 1] = 0;
-    }
-    bool ok = strcmp(path, "-") ? write_atomic(path, text, err) : gckpt_write_file_atomic(path, text, err);
-    free(text);
-    return ok;
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "record", "summary");
+    cJSON_AddNumberToObject(s, "selected", (double)t->selected);
+    cJSON_AddNumberToObject(s, "run", (double)t->run);
+    cJSON_AddNumberToObject(s, "passed", (double)t->passed);
+    cJSON_AddNumberToObject(s, "failed", (double)t->failed);
+    for (int k = 0; k < GCKPT_NRS; k++) cJSON_AddNumberToObject(s, gckpt_run_status_names[k], (double)t->count[k]);
+    cJSON_AddNumberToObject(s, "not_started", (double)(t->selected > t->n ? t->selected - t->n : 0));
+    cJSON_AddBoolToObject(s, "complete", t->n == t->selected && !t->count[GCKPT_RS_INTERRUPTED]);
+    str_or_null(s, "signal", signal);
+    cJSON_AddBoolToObject(s, "ended", ended);
+    return s;
 }
 
 static void fmt_rel(char *buf, size_t n, bool have, double rel)
@@ -257,7 +178,7 @@ void gckpt_entry_progress(const gckpt_entry_report *e, size_t k, size_t n, FILE 
 
 void gckpt_report_print_table(const gckpt_report *r, FILE *f)
 {
-    fprintf(f, "%5s %7s %7s %4s %4s %-11s %14s %14s %8s %14s %14s %8s %10s %10s %9s %-16s %s\n", "entry", "every_n",
+    fprintf(f, "%5s %7s %7s %4s %4s %-19s %14s %14s %8s %14s %14s %8s %10s %10s %9s %-16s %s\n", "entry", "every_n",
             "offload", "mb", "ga", "status", "pred alloc", "meas alloc", "err", "pred device", "meas device", "err",
             "pred s", "meas s", "loss", "grad checksum", "pass");
     for (size_t i = 0; i < r->n; i++) {
@@ -274,7 +195,7 @@ void gckpt_report_print_table(const gckpt_report *r, FILE *f)
             snprintf(ls, sizeof ls, "%.6f", e->loss);
             snprintf(hx, sizeof hx, "%016llx", (unsigned long long)e->grad_hash);
         }
-        fprintf(f, "%5zu %7s %7s %4llu %4llu %-11s %14llu %14s %8s %14llu %14s %8s %10.4g %10s %9s %-16s %s\n", e->index, en,
+        fprintf(f, "%5zu %7s %7s %4llu %4llu %-19s %14llu %14s %8s %14llu %14s %8s %10.4g %10s %9s %-16s %s\n", e->index, en,
                 e->every_n ? (e->offload ? "on" : "off") : "-", (unsigned long long)e->micro_batch,
                 (unsigned long long)e->grad_accum, gckpt_run_status_names[e->status],
                 (unsigned long long)e->peak.predicted, a1, r1, (unsigned long long)e->device_peak.predicted, d1, r2,

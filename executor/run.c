@@ -11,9 +11,10 @@
 #include <time.h>
 
 #include "gckpt/eval.h"
+#include "gckpt/exec_host.h"
 #include "gckpt/exec_run.h"
 
-const char *const gckpt_run_status_names[GCKPT_NRS] = {"ok", "oom", "skipped", "error", "interrupted"};
+const char *const gckpt_run_status_names[GCKPT_NRS] = {"ok", "oom", "skipped", "error", "interrupted", "skipped_host_memory"};
 
 const char *gckpt_signal_name(int sig)
 {
@@ -145,10 +146,15 @@ static void judge(gckpt_entry_report *rep, const gckpt_entry *e, const gckpt_mem
         snprintf(rep->message, sizeof rep->message, "measured beyond the tolerance of %.3g", o->tolerance);
 }
 
-void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, const gckpt_run_opts *o,
-                     gckpt_entry_report *rep)
+void gckpt_entry_report_free(gckpt_entry_report *rep)
 {
-    double t0 = now();
+    free(rep->step_times);
+    rep->step_times = NULL;
+    rep->nsteps = 0;
+}
+
+void gckpt_entry_begin(const gckpt_plan_file *pf, size_t i, gckpt_entry_report *rep)
+{
     const gckpt_entry *e = &pf->entries[i];
     memset(rep, 0, sizeof *rep);
     rep->index = i;
@@ -162,6 +168,14 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
     rep->peak.predicted = e->r.peak_bytes;
     rep->device_peak.predicted = e->r.device_peak_bytes;
     rep->pinned.predicted = e->r.host_pinned_bytes;
+}
+
+void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, const gckpt_run_opts *o,
+                     gckpt_entry_report *rep)
+{
+    double t0 = now();
+    const gckpt_entry *e = &pf->entries[i];
+    gckpt_entry_begin(pf, i, rep);
     if (!e->fits && !o->force) {
         snprintf(rep->message, sizeof rep->message,
                  "predicted not to fit (device peak %llu bytes > usable %llu); --force runs it",
@@ -190,9 +204,20 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
     gckpt_result walk;
     gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_events(x), &walk);
     rep->pred_schedule_peak = walk.peak_bytes;
+    /* the larger of the plan's counts and this build's */
+    uint64_t peak = walk.peak_bytes > e->r.peak_bytes ? walk.peak_bytes : e->r.peak_bytes;
+    uint64_t pinned = walk.host_pinned_bytes > e->r.host_pinned_bytes ? walk.host_pinned_bytes : e->r.host_pinned_bytes;
+    if (o->host_guard && !o->force && !gckpt_host_admit(x, peak, pinned, o->memory_limit, rep->message, sizeof rep->message)) {
+        rep->status = GCKPT_RS_SKIPPED_HOST_MEMORY;
+        gckpt_exec_free(x);
+        rep->wall_s = now() - t0;
+        return;
+    }
     be->reset_peaks(be);
     rep->status = GCKPT_RS_OK;
-    run_steps(x, be, o, rep);
+    rep->step_times = malloc(sizeof *rep->step_times * (size_t)(o->steps > 0 ? o->steps : 1));
+    if (rep->step_times) run_steps(x, be, o, rep);
+    else set_status(rep, GCKPT_RS_OOM, "out of host memory for the step times");
     be->memstat(be, &ms);
     gckpt_exec_free(x);
     gckpt_memstat after;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gckpt/jsonget.h"
+#include "gckpt/safe_text.h"
 
 bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_err *err)
 {
@@ -39,6 +40,7 @@ bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_
          gckpt_json_u64(j, f, "alloc_round_bytes", 1, 1u << 30, &d->alloc_round_bytes, err) &&
          gckpt_json_u64(j, f, "segment_round_bytes", 1, 1u << 30, &d->segment_round_bytes, err);
     cJSON_Delete(j);
+    gckpt_text_sanitize(d->name); /* shown on terminals, in tables and plots */
     return ok;
 }
 

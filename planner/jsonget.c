@@ -45,13 +45,31 @@ static const char *duplicate_key(const cJSON *o, int depth)
     return NULL;
 }
 
+/* cJSON returns NULL both for a syntax error and for a failed allocation; these hooks
+ * tell the two apart (installed around the parse only). */
+static bool parse_oom;
+
+static void *noting_malloc(size_t n)
+{
+    void *p = malloc(n);
+    if (!p) parse_oom = true;
+    return p;
+}
+
 cJSON *gckpt_json_parse(const char *file, const char *text, gckpt_err *err)
 {
     const char *where = NULL;
+    cJSON_Hooks hooks = {.malloc_fn = noting_malloc, .free_fn = free};
+    parse_oom = false;
+    cJSON_InitHooks(&hooks);
     cJSON *root = cJSON_ParseWithOpts(text, &where, true);
+    cJSON_InitHooks(NULL);
     if (!root) {
         size_t off = where ? (size_t)(where - text) : 0;
-        if (!*text)
+        if (parse_oom)
+            gckpt_seterr(err, "%s: out of memory parsing %zu bytes of JSON (a memory limit, not a syntax error)", file,
+                         strlen(text));
+        else if (!*text)
             gckpt_seterr(err, "%s: empty file, expected a JSON object", file);
         else
             gckpt_seterr(err, "%s: malformed JSON at byte %zu", file, off);
@@ -69,6 +87,20 @@ cJSON *gckpt_json_parse(const char *file, const char *text, gckpt_err *err)
         return NULL;
     }
     return root;
+}
+
+char *gckpt_json_text(cJSON *j, bool pretty)
+{
+    char *t = j ? (pretty ? cJSON_Print(j) : cJSON_PrintUnformatted(j)) : NULL;
+    cJSON_Delete(j);
+    size_t n = t ? strlen(t) : 0;
+    char *l = t ? realloc(t, n + 2) : NULL;
+    if (!l) {
+        free(t);
+        return NULL;
+    }
+    memcpy(l + n, "\n", 2);
+    return l;
 }
 
 /* Fields may be named by their dotted path ("peak_tflops.bf16"); the key is the last part. */

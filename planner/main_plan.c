@@ -9,6 +9,9 @@
 
 #include "gckpt/cli_names.h"
 #include "gckpt/plan.h"
+#include "gckpt/plan_output.h"
+#include "gckpt/safe_text.h"
+#include "gckpt/stdio_check.h"
 
 static void usage(FILE *f)
 {
@@ -50,14 +53,15 @@ static void usage(FILE *f)
 "  -h, --help             this help\n"
 "  -V, --version          version\n"
 "\n"
-"Exit status: 0 success (also when nothing fits: the plan says so), 2 bad usage or input.\n");
+"Exit status: 0 success (also when nothing fits: the plan says so), 2 bad usage or input,\n"
+"an output that cannot be written (checked before any work) or a failed write to stdout.\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b)
 {
-    fprintf(stderr, "gckpt-plan: ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\n");
+    gckpt_err e; /* one line, arguments sanitised */
+    gckpt_seterr(&e, fmt, a, b);
+    fprintf(stderr, "gckpt-plan: %s\n", e.msg);
     return GCKPT_EXIT_INPUT;
 }
 
@@ -87,7 +91,8 @@ static void list_dir(const char *sub)
     int n = 0;
     while ((e = readdir(d)) && n < 512) {
         size_t l = strlen(e->d_name);
-        if (l > 5 && !strcmp(e->d_name + l - 5, ".json")) names[n++] = strndup(e->d_name, l - 5);
+        if (l > 5 && !strcmp(e->d_name + l - 5, ".json") && (names[n] = strndup(e->d_name, l - 5)))
+            gckpt_text_sanitize(names[n++]);
     }
     closedir(d);
     for (int i = 0; i < n; i++)
@@ -207,6 +212,7 @@ int main(int argc, char **argv)
     gckpt_plan_request req = {.seq = 0 /* the model's default */, .micro_batches = {1}, .n_micro = 1, .grad_accum = 1,
                               .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
                               .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05};
+    gckpt_stdio_guard();
     snprintf(req.model_ref, sizeof req.model_ref, "llama-3.1-8b");
     snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
     const char *out = NULL, *plot = NULL;
@@ -318,9 +324,18 @@ int main(int argc, char **argv)
 
     if (gckpt_model_id_hint(req.model_ref, hint, sizeof hint)) { rc = bad("%s%s", hint, ""); goto done; }
 
-    gckpt_plan p;
     gckpt_err err = {{0}};
+    /* every output is checked before any work: a bad one costs nothing */
+    gckpt_plan_output outs = {.json = out, .plot = plot};
+    if (!gckpt_plan_output_check(&outs, req.model_ref, req.gpu_ref, &err)) {
+        fprintf(stderr, "gckpt-plan: %s\n", err.msg);
+        rc = GCKPT_EXIT_INPUT;
+        gckpt_plan_output_free(&outs);
+        goto done;
+    }
+    gckpt_plan p;
     if (!gckpt_plan_run(&req, &p, &err)) {
+        gckpt_plan_output_free(&outs);
         fprintf(stderr, "gckpt-plan: %s\n", err.msg);
         rc = GCKPT_EXIT_INPUT;
         goto done;
@@ -333,33 +348,15 @@ int main(int argc, char **argv)
         gckpt_plan_print_recommendation(&p, human);
         if (p.recommended < 0) print_alternatives(&req, human);
     }
-    if (out) {
-        cJSON *j = gckpt_plan_to_json(&p, true);
-        char *text = j ? cJSON_Print(j) : NULL;
-        cJSON_Delete(j);
-        if (!text) {
-            fprintf(stderr, "gckpt-plan: out of memory while writing the plan\n");
-            rc = GCKPT_EXIT_INPUT;
-        } else {
-            size_t l = strlen(text);
-            char *t2 = realloc(text, l + 2);
-            if (t2) {
-                text = t2;
-                strcat(text, "\n");
-            }
-            if (!gckpt_write_file_atomic(out, text, &err)) {
-                fprintf(stderr, "gckpt-plan: %s\n", err.msg);
-                rc = GCKPT_EXIT_INPUT;
-            } else if (strcmp(out, "-") != 0 && !quiet) {
-                fprintf(human, "\nplan written to %s\n", out);
-            }
-            free(text);
-        }
-    }
-    if (rc == GCKPT_EXIT_OK && plot && !gckpt_plan_plot(&p, plot, human, &err)) {
+    if ((out || plot) && !gckpt_plan_output_write(&outs, &p, human, quiet, &err)) {
         fprintf(stderr, "gckpt-plan: %s\n", err.msg);
         rc = GCKPT_EXIT_INPUT;
     }
+    if (rc == GCKPT_EXIT_OK && !gckpt_stdout_check(&err)) {
+        fprintf(stderr, "gckpt-plan: %s\n", err.msg);
+        rc = GCKPT_EXIT_INPUT;
+    }
+    gckpt_plan_output_free(&outs);
     gckpt_plan_free(&p); /* the plan keeps its own copy of the every_n list */
 done:
     free(every);

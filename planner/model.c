@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gckpt/jsonget.h"
+#include "gckpt/safe_text.h"
 
 const char *const gckpt_model_types = "llama, mistral, qwen2, qwen3, gpt2";
 
@@ -175,6 +176,7 @@ bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt
 {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", file);
+    gckpt_text_sanitize(m->name);
     cJSON *j = gckpt_json_parse(file, text, err);
     if (!j) return false;
     bool ok = gckpt_json_str(j, file, "model_type", m->model_type, sizeof m->model_type, err);
@@ -217,6 +219,7 @@ bool gckpt_model_load(const char *name_or_path, gckpt_model *m, gckpt_err *err)
         snprintf(m->name, sizeof m->name, "%s", base);
         size_t l = strlen(m->name);
         if (l > 5 && !strcmp(m->name + l - 5, ".json")) m->name[l - 5] = 0;
+        gckpt_text_sanitize(m->name); /* shown on terminals, in tables and plots */
     }
     return ok;
 }

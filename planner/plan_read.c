@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gckpt/jsonget.h"
+#include "gckpt/safe_text.h"
 
 /* Byte counts are written as JSON numbers: exact up to 2^53. */
 #define MAXB ((uint64_t)1 << 53)
@@ -179,6 +180,7 @@ static bool read_model(R *r, const cJSON *in, gckpt_plan_file *pf)
         return fail(r, "field 'inputs.model.model_type' = \"%s\" contradicts inputs.model.config (\"%s\")", type,
                     pf->model.model_type);
     snprintf(pf->model.name, sizeof pf->model.name, "%s", name);
+    gckpt_text_sanitize(pf->model.name); /* shown on terminals and in tables */
     const gckpt_model *md = &pf->model;
     const char *cf = "inputs.model.config";
     bool tied;

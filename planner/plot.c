@@ -1,11 +1,11 @@
 /* Memory timeline of one entry, and the gnuplot output of a plan. */
 #include "gckpt/plan.h"
 
+#include "gckpt/gnuplot_run.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t, double *bytes,
                            uint8_t *phase, size_t max)
@@ -57,35 +57,6 @@ size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t,
     return n;
 }
 
-static bool on_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    if (!path) return false;
-    char buf[4096];
-    const char *p = path;
-    while (*p) {
-        const char *c = strchr(p, ':');
-        size_t len = c ? (size_t)(c - p) : strlen(p);
-        if (len && len + strlen(prog) + 2 < sizeof buf) {
-            memcpy(buf, p, len);
-            buf[len] = '/';
-            strcpy(buf + len + 1, prog);
-            if (access(buf, X_OK) == 0) return true;
-        }
-        if (!c) break;
-        p = c + 1;
-    }
-    return false;
-}
-
-static FILE *open_side(const char *file, const char *suffix, char *path, size_t n, gckpt_err *err)
-{
-    snprintf(path, n, "%s%s", file, suffix);
-    FILE *f = fopen(path, "w");
-    if (!f) gckpt_seterr(err, "%s: cannot write: %s", path, strerror(errno));
-    return f;
-}
-
 bool gckpt_plot_name_ok(const char *file, gckpt_err *err)
 {
     size_t len = strlen(file);
@@ -123,16 +94,23 @@ static const char *gp_quote(const char *s, char *out, size_t n)
     return out;
 }
 
-bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err *err)
+/* The side files of FILE, in the order of GCKPT_PLOT_* after the image. */
+static const char *const side_suffix[GCKPT_NPLOT] = {"", ".gp", ".entries.dat", ".timeline.dat"};
+
+bool gckpt_plot_paths(const char *file, char *out[GCKPT_NPLOT])
 {
-    if (!gckpt_plot_name_ok(file, err)) return false;
-    size_t len = strlen(file);
-    const char *term = !strcmp(file + len - 4, ".png") ? "pngcairo size 1400,600 font 'Sans,10'"
-                                                       : "svg size 1400,600 dynamic font 'Sans,10'";
-    char dat[4200], tl[4200], gp[4200];
-    char q_file[8400], q_dat[8400], q_tl[8400], q_model[300], q_dev[300];
-    FILE *f = open_side(file, ".entries.dat", dat, sizeof dat, err);
-    if (!f) return false;
+    bool ok = true;
+    for (int i = 0; i < GCKPT_NPLOT; i++) {
+        size_t n = strlen(file) + strlen(side_suffix[i]) + 1;
+        out[i] = malloc(n);
+        if (out[i]) snprintf(out[i], n, "%s%s", file, side_suffix[i]);
+        ok = ok && out[i];
+    }
+    return ok;
+}
+
+static void write_entries(const gckpt_plan *p, FILE *f)
+{
     fprintf(f, "# device_peak_GiB step_s tokens_per_s fits recommended every_n offload micro_batch\n");
     for (size_t i = 0; i < p->n; i++) {
         const gckpt_entry *e = &p->entries[i];
@@ -140,25 +118,17 @@ bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err
                 e->r.step_s, e->r.tokens_per_s, e->fits, (long)i == p->recommended, e->every_n,
                 e->offload, (unsigned long long)e->micro_batch);
     }
-    bool ok = fclose(f) == 0;
-    long shown = p->recommended >= 0 ? p->recommended : p->smallest;
-    f = open_side(file, ".timeline.dat", tl, sizeof tl, err);
-    if (!f) return false;
-    fprintf(f, "# seconds allocated_GiB phase\n");
-    enum { MAXP = 2000 };
-    double *ts = malloc(sizeof *ts * MAXP), *bs = malloc(sizeof *bs * MAXP);
-    uint8_t *ph = malloc(MAXP);
-    size_t np = (ts && bs && ph && shown >= 0) ? gckpt_plan_timeline(p, &p->entries[shown], ts, bs, ph, MAXP) : 0;
-    for (size_t i = 0; i < np; i++)
-        fprintf(f, "%.6f %.6f %d\n", ts[i], bs[i] / 1073741824.0, ph[i]);
-    ok = (fclose(f) == 0) && ok;
-    f = open_side(file, ".gp", gp, sizeof gp, err);
-    if (!f) {
-        free(ts);
-        free(bs);
-        free(ph);
-        return false;
-    }
+}
+
+/* The gnuplot script: the image goes to output (NULL: gnuplot's stdout), the data come
+ * from the files dat and tl. */
+static void write_script(const gckpt_plan *p, FILE *f, const char *file, const char *output, const char *dat,
+                         const char *tl, long shown, const double *ts, const double *bs, size_t np)
+{
+    size_t len = strlen(file);
+    const char *term = !strcmp(file + len - 4, ".png") ? "pngcairo size 1400,600 font 'Sans,10'"
+                                                       : "svg size 1400,600 dynamic font 'Sans,10'";
+    char q_file[8400], q_dat[8400], q_tl[8400], q_model[300], q_dev[300];
     double budget = (double)p->usable_bytes / 1073741824.0;
     char title[256] = "";
     if (shown >= 0) {
@@ -170,11 +140,12 @@ bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err
                  p->recommended >= 0 ? "recommended" : "nothing fits; smallest", en, e->offload ? "on" : "off",
                  (unsigned long long)e->micro_batch);
     }
-    gp_quote(file, q_file, sizeof q_file);
     gp_quote(dat, q_dat, sizeof q_dat);
     gp_quote(tl, q_tl, sizeof q_tl);
-    fprintf(f, "set terminal %s\nset output '%s'\nset multiplot layout 1,2 title '%s on %s, seq %llu, %s, %s'\n",
-            term, q_file, gp_quote(p->model.name, q_model, sizeof q_model),
+    fprintf(f, "set terminal %s\n", term);
+    if (output) fprintf(f, "set output '%s'\n", gp_quote(output, q_file, sizeof q_file));
+    fprintf(f, "set multiplot layout 1,2 title '%s on %s, seq %llu, %s, %s'\n",
+            gp_quote(p->model.name, q_model, sizeof q_model),
             gp_quote(p->dev.name, q_dev, sizeof q_dev), (unsigned long long)p->req.seq,
             gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer]);
     /* left: every entry; x always spans the usable budget */
@@ -229,34 +200,78 @@ bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err
         fprintf(f, "%s'%s' using 1:($3==%d?$2:1/0) with impulses lw 2 lc rgb '%s' title '%s'", k ? ", \\\n     " : "",
                 q_tl, k, colour[k], gckpt_phase_names[k]);
     fprintf(f, ", \\\n     '%s' using 1:2 with lines lw 1 lc rgb '#333333' notitle\nunset multiplot\n", q_tl);
+}
+
+/* fclose with its result folded into ok (a stream from gckpt_afile_stream) */
+static bool closed(FILE *f, bool ok, const char *path, gckpt_err *err)
+{
+    bool good = !ferror(f);
+    good = (fclose(f) == 0) && good;
+    if (!good && ok) gckpt_seterr(err, "%s: write error", path);
+    return ok && good;
+}
+
+bool gckpt_plan_plot(const gckpt_plan *p, const char *file, gckpt_afile f[GCKPT_NPLOT], bool *drawn, char *note,
+                     size_t note_n, gckpt_err *err)
+{
+    *drawn = false;
+    if (note_n) note[0] = 0;
+    if (!gckpt_plot_name_ok(file, err)) return false;
+    char *names[GCKPT_NPLOT];
+    bool ok = gckpt_plot_paths(file, names);
+    FILE *s = ok ? gckpt_afile_stream(&f[GCKPT_PLOT_ENTRIES], err) : NULL;
+    if (s) {
+        write_entries(p, s);
+        ok = closed(s, ok, names[GCKPT_PLOT_ENTRIES], err);
+    } else {
+        ok = false;
+    }
+    long shown = p->recommended >= 0 ? p->recommended : p->smallest;
+    enum { MAXP = 2000 };
+    double *ts = malloc(sizeof *ts * MAXP), *bs = malloc(sizeof *bs * MAXP);
+    uint8_t *ph = malloc(MAXP);
+    size_t np = (ts && bs && ph && shown >= 0) ? gckpt_plan_timeline(p, &p->entries[shown], ts, bs, ph, MAXP) : 0;
+    if (ok && (s = gckpt_afile_stream(&f[GCKPT_PLOT_TIMELINE], err))) {
+        fprintf(s, "# seconds allocated_GiB phase\n");
+        for (size_t i = 0; i < np; i++) fprintf(s, "%.6f %.6f %d\n", ts[i], bs[i] / 1073741824.0, ph[i]);
+        ok = closed(s, ok, names[GCKPT_PLOT_TIMELINE], err);
+    } else {
+        ok = false;
+    }
+    /* the script kept next to the image names the final files; the one gnuplot runs now
+     * reads the temporaries and writes to its stdout, the image's temporary */
+    if (ok && (s = gckpt_afile_stream(&f[GCKPT_PLOT_SCRIPT], err))) {
+        write_script(p, s, file, file, names[GCKPT_PLOT_ENTRIES], names[GCKPT_PLOT_TIMELINE], shown, ts, bs, np);
+        ok = closed(s, ok, names[GCKPT_PLOT_SCRIPT], err);
+    } else {
+        ok = false;
+    }
+    if (ok && gckpt_gnuplot_available()) {
+        char *text = NULL;
+        size_t len = 0;
+        char dat[4200], tl[4200];
+        FILE *m = open_memstream(&text, &len);
+        if (m) {
+            write_script(p, m, file, NULL, gckpt_afile_tmp_path(&f[GCKPT_PLOT_ENTRIES], dat, sizeof dat),
+                         gckpt_afile_tmp_path(&f[GCKPT_PLOT_TIMELINE], tl, sizeof tl), shown, ts, bs, np);
+            ok = fclose(m) == 0;
+        }
+        if (!m || !ok) {
+            gckpt_seterr(err, "--plot %s: out of memory", file);
+            ok = false;
+        } else if (!gckpt_gnuplot_run(text, len, f[GCKPT_PLOT_IMAGE].fd, note, note_n, err)) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            gckpt_seterr(err, "--plot %s: %s", file, why);
+            ok = false;
+        } else {
+            *drawn = true;
+        }
+        free(text);
+    }
     free(ts);
     free(bs);
     free(ph);
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) {
-        gckpt_seterr(err, "%s: write error", gp);
-        return false;
-    }
-    if (!on_path("gnuplot")) {
-        fprintf(msg, "gnuplot is not installed: wrote %s, %s and %s; run 'gnuplot %s' where it is (Debian: apt-get install gnuplot-nox)\n",
-                gp, dat, tl, gp);
-        return true;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        gckpt_seterr(err, "cannot start gnuplot: %s", strerror(errno));
-        return false;
-    }
-    if (pid == 0) {
-        execlp("gnuplot", "gnuplot", gp, (char *)NULL);
-        _exit(127);
-    }
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        gckpt_seterr(err, "gnuplot failed on %s (exit %d)", gp, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-        return false;
-    }
-    fprintf(msg, "plot written to %s (gnuplot script %s)\n", file, gp);
-    return true;
+    for (int i = 0; i < GCKPT_NPLOT; i++) free(names[i]);
+    return ok;
 }

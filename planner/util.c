@@ -1,5 +1,7 @@
 #include "gckpt/util.h"
 
+#include "gckpt/safe_text.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -19,8 +21,7 @@ void gckpt_seterr(gckpt_err *err, const char *fmt, ...)
     va_end(ap);
     /* One line: a value echoed from a file or the command line may hold a newline or
      * a terminal escape; show those as '?'. */
-    for (char *c = err->msg; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    gckpt_text_sanitize(err->msg);
 }
 
 bool gckpt_mul(uint64_t a, uint64_t b, uint64_t *out)
@@ -177,44 +178,6 @@ char *gckpt_read_file(const char *path, size_t max_bytes, gckpt_err *err)
         return NULL;
     }
     return buf;
-}
-
-bool gckpt_write_file_atomic(const char *path, const char *text, gckpt_err *err)
-{
-    size_t len = strlen(text);
-    if (strcmp(path, "-") == 0) {
-        if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) {
-            gckpt_seterr(err, "stdout: write error");
-            return false;
-        }
-        return true;
-    }
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        gckpt_seterr(err, "%s: is a directory, expected a file name to write", path);
-        return false;
-    }
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
-    if (!tmp) { gckpt_seterr(err, "%s: out of memory", path); return false; }
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        gckpt_seterr(err, "%s: cannot write: %s", path, strerror(errno));
-        free(tmp);
-        return false;
-    }
-    bool ok = fwrite(text, 1, len, f) == len;
-    ok = (fflush(f) == 0) && ok;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        gckpt_seterr(err, "%s: cannot write: %s", path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return false;
-    }
-    free(tmp);
-    return true;
 }
 
 #ifndef GCKPT_DEFAULT_DATA_DIR

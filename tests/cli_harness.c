@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <dirent.h>
+
+#include "gckpt/atomic_file.h"
 
 char cli_dir[256];
 char cli_out[1 << 16];
@@ -51,6 +54,24 @@ bool cli_exists(const char *name)
     return stat(path, &s) == 0;
 }
 
+char *cli_slurp(const char *name)
+{
+    char p[512];
+    cli_path(name, p, sizeof p);
+    gckpt_err e = {{0}};
+    return gckpt_read_file(p, 1u << 30, &e);
+}
+
+void cli_assert_no_temporaries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, GCKPT_TMP_MARK)) fail_msg("temporary file %s left behind", e->d_name);
+    closedir(d);
+}
+
 static void slurp(const char *path, char *buf, size_t n)
 {
     FILE *f = fopen(path, "r");
@@ -61,6 +82,12 @@ static void slurp(const char *path, char *buf, size_t n)
 
 int cli_run(const char *exe, char *const args[], const char *path_env, char *err, size_t n)
 {
+    cli_opts o = {.path_env = path_env};
+    return cli_run_opts(exe, args, &o, err, n);
+}
+
+int cli_run_opts(const char *exe, char *const args[], const cli_opts *o, char *err, size_t n)
+{
     char errpath[512], outpath[512];
     cli_path("stderr.txt", errpath, sizeof errpath);
     cli_path("stdout.txt", outpath, sizeof outpath);
@@ -68,11 +95,21 @@ int cli_run(const char *exe, char *const args[], const char *path_env, char *err
     assert_true(pid >= 0);
     if (pid == 0) {
         int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int ofd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int ofd = open(o->stdout_file ? o->stdout_file : outpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0 || ofd < 0) _exit(99);
         dup2(fd, 2);
         dup2(ofd, 1);
-        if (path_env) setenv("PATH", path_env, 1);
+        close(fd);
+        close(ofd);
+        if (o->close_stdout) close(1);
+        if (o->path_env) setenv("PATH", o->path_env, 1);
+        for (int i = 0; i < 4 && o->env[i]; i++) {
+            const char *eq = strchr(o->env[i], '=');
+            char name[128];
+            if (!eq || (size_t)(eq - o->env[i]) >= sizeof name) _exit(96);
+            snprintf(name, sizeof name, "%.*s", (int)(eq - o->env[i]), o->env[i]);
+            setenv(name, eq + 1, 1);
+        }
         char *argv[64] = {(char *)exe};
         int k = 1;
         for (int i = 0; args[i] && k < 63; i++) argv[k++] = args[i];
@@ -84,6 +121,7 @@ int cli_run(const char *exe, char *const args[], const char *path_env, char *err
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     slurp(errpath, err, n);
-    slurp(outpath, cli_out, sizeof cli_out);
+    if (o->stdout_file || o->close_stdout) cli_out[0] = 0;
+    else slurp(outpath, cli_out, sizeof cli_out);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

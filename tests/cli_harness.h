@@ -16,10 +16,23 @@ void cli_teardown(void);
 void cli_path(const char *name, char *out, size_t n);
 void cli_write(const char *name, const char *text);
 bool cli_exists(const char *name);
+/* The whole file, malloc'd; NULL when it cannot be read. */
+char *cli_slurp(const char *name);
+/* Fail when dir holds a temporary of gckpt's atomic writer (GCKPT_TMP_MARK in its name). */
+void cli_assert_no_temporaries(const char *dir);
 /* Run exe with args (NULL-terminated, without argv[0]) in the scratch directory;
  * path_env, when given, replaces PATH. stderr goes to err (NUL-terminated), stdout to
  * cli_out. Returns the exit status, -1 when killed by a signal. */
 int cli_run(const char *exe, char *const args[], const char *path_env, char *err, size_t n);
+
+/* cli_run with more control over the child. */
+typedef struct {
+    const char *path_env;     /* replaces PATH when given */
+    const char *stdout_file;  /* stdout goes here instead of cli_out (e.g. "/dev/full") */
+    bool close_stdout;        /* start the program with descriptor 1 closed */
+    const char *env[4];       /* "NAME=value" set in the child */
+} cli_opts;
+int cli_run_opts(const char *exe, char *const args[], const cli_opts *o, char *err, size_t n);
 
 #define A(...) ((char *const[]){__VA_ARGS__, NULL})
 

@@ -109,3 +109,12 @@ bool schema_check(const cJSON *schema, const cJSON *doc, char *err, size_t n)
     if (n) err[0] = 0;
     return check(&c, schema, doc, "");
 }
+
+bool schema_check_def(const cJSON *schema, const char *def, const cJSON *doc, char *err, size_t n)
+{
+    ctx c = {schema, err, n};
+    if (n) err[0] = 0;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(schema, "$defs"), def);
+    if (!t) return fail(&c, def, "no such definition in $defs");
+    return check(&c, t, doc, def);
+}

@@ -10,5 +10,7 @@
 
 /* true if doc validates; otherwise why (a path and a reason) is written to err. */
 bool schema_check(const cJSON *schema, const cJSON *doc, char *err, size_t n);
+/* The same against the schema's $defs/def (a record of a JSON Lines report). */
+bool schema_check_def(const cJSON *schema, const char *def, const cJSON *doc, char *err, size_t n);
 
 #endif

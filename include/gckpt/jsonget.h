@@ -15,6 +15,10 @@ extern "C" {
 /* Parse text; on failure err says "<file>: malformed JSON near ...". */
 cJSON *gckpt_json_parse(const char *file, const char *text, gckpt_err *err);
 
+/* j as text ending in a newline: indented (pretty) or on one line; j is consumed. NULL when
+ * out of memory (j is still freed). */
+char *gckpt_json_text(cJSON *j, bool pretty);
+
 /* "a string", "a number", "null", ... for messages ("nothing" for NULL). */
 const char *gckpt_json_type_name(const cJSON *it);
 

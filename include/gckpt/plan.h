@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 
+#include "gckpt/atomic_file.h"
 #include "gckpt/eval.h"
 
 #ifdef __cplusplus
@@ -105,8 +106,16 @@ size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t,
 
 /* A --plot file name: ends in .png or .svg, no control characters. */
 bool gckpt_plot_name_ok(const char *file, gckpt_err *err);
-/* gnuplot output: writes FILE.gp and FILE.dat files, runs gnuplot when present. */
-bool gckpt_plan_plot(const gckpt_plan *p, const char *file, FILE *msg, gckpt_err *err);
+/* The files of --plot FILE: the image FILE, the gnuplot script FILE.gp and the data
+ * FILE.entries.dat and FILE.timeline.dat. */
+enum { GCKPT_PLOT_IMAGE, GCKPT_PLOT_SCRIPT, GCKPT_PLOT_ENTRIES, GCKPT_PLOT_TIMELINE, GCKPT_NPLOT };
+/* Their paths, malloc'd (false when out of memory; free them all either way). */
+bool gckpt_plot_paths(const char *file, char *out[GCKPT_NPLOT]);
+/* Write the script and the data into the open (uncommitted) files f[SCRIPT..TIMELINE]
+ * and, when gnuplot is installed, run it with the image going to f[IMAGE] (*drawn);
+ * note: the gist of gnuplot's warnings ("" when none). Commits nothing. */
+bool gckpt_plan_plot(const gckpt_plan *p, const char *file, gckpt_afile f[GCKPT_NPLOT], bool *drawn, char *note,
+                     size_t note_n, gckpt_err *err);
 
 #ifdef __cplusplus
 }

@@ -45,9 +45,6 @@ const char *gckpt_fmt_bytes(uint64_t b, char *buf, size_t n);
  * Returns malloc'd NUL-terminated text or NULL with err set. */
 char *gckpt_read_file(const char *path, size_t max_bytes, gckpt_err *err);
 
-/* Write text to path atomically (temporary name + rename). path "-" is stdout. */
-bool gckpt_write_file_atomic(const char *path, const char *text, gckpt_err *err);
-
 /* Directory holding models/ and devices/ (env GCKPT_DATA_DIR, else build-time). */
 const char *gckpt_data_dir(void);
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gckpt/eval.h"
+#include "gckpt/exec_host.h"
 #include "gckpt/executor.h"
 
 #ifndef GCKPT_TEST_DATA
@@ -90,6 +91,8 @@ typedef struct {
     uint64_t peak, pinned;      /* measured */
     gckpt_result pred;          /* the event walk */
     uint64_t left;              /* bytes still allocated after the executor is freed */
+    uint64_t scratch;           /* host backend: measured kernel scratch peak */
+    gckpt_host_need need;       /* host backend: what the memory guard would ask for */
 } fx_run;
 
 static inline void fx_run_free(fx_run *r)
@@ -112,6 +115,7 @@ static inline void fx_steps(gckpt_backend *be, const gckpt_model *m, const gckpt
         return;
     }
     gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_events(x), &out->pred);
+    gckpt_host_need_of(x, out->pred.peak_bytes, out->pred.host_pinned_bytes, 0, &out->need);
     be->reset_peaks(be);
     out->rc = gckpt_exec_setup(x, &err);
     for (int i = 0; i < steps && out->rc == GCKPT_XS_OK; i++) {
@@ -129,6 +133,7 @@ static inline void fx_steps(gckpt_backend *be, const gckpt_model *m, const gckpt
     be->memstat(be, &ms);
     out->peak = ms.allocated_peak;
     out->pinned = ms.pinned_peak;
+    out->scratch = gckpt_host_scratch_peak();
     gckpt_exec_free(x);
     be->memstat(be, &ms);
     out->left = ms.allocated + ms.pinned;

@@ -23,6 +23,9 @@ static bool nonzero(const fx_grads *g)
     return false;
 }
 
+/* the largest measured kernel scratch / the host memory guard's bound on it */
+static double worst_scratch;
+
 /* Every setting of one (model, precision, attention, grad_accum, optimizer). */
 static void sweep(const char *fixture, gckpt_precision p, gckpt_attention a, uint64_t ga, gckpt_optimizer opt)
 {
@@ -49,6 +52,12 @@ static void sweep(const char *fixture, gckpt_precision p, gckpt_attention a, uin
         assert_int_equal(r.peak, r.pred.peak_bytes);
         assert_int_equal(r.pinned, r.pred.host_pinned_bytes);
         assert_int_equal(r.left, 0);
+        /* the host memory guard's bound on the kernels' scratch holds */
+        double ratio = (double)r.scratch / (double)r.need.scratch;
+        if (ratio > worst_scratch) worst_scratch = ratio;
+        if (r.scratch > r.need.scratch)
+            fail_msg("kernel scratch %llu bytes > the guard's bound %llu", (unsigned long long)r.scratch,
+                     (unsigned long long)r.need.scratch);
         if (s.offload) assert_true(r.pinned > 0);
         assert_true(nonzero(&r.grads[0]));
         assert_true(r.loss[0] > 0);
@@ -240,5 +249,7 @@ int main(void)
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
         cmocka_unit_test(test_detects_broken_schedule),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    printf("kernel scratch: at most %.0f%% of the host memory guard's bound\n", 100.0 * worst_scratch);
+    return rc;
 }

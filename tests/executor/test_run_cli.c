@@ -11,8 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gckpt/atomic_file.h"
 #include "gckpt/util.h"
 #include "plan_fixture.h"
+#include "cli_harness.h"
+#include "report_fixture.h"
 #include "schema_check.h"
 
 static char dir[256];
@@ -89,18 +92,12 @@ static void one_line(const char *want)
 
 static cJSON *report(const char *name)
 {
-    char *text = slurp(name);
-    cJSON *doc = cJSON_Parse(text);
-    free(text);
-    assert_non_null(doc);
-    gckpt_err err = {{0}};
-    char *st = gckpt_read_file(GCKPT_REPORT_SCHEMA_FILE, 1u << 20, &err);
-    assert_non_null(st);
-    cJSON *schema = cJSON_Parse(st);
-    free(st);
+    char p[512], why[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    cJSON *schema = rf_schema();
     assert_non_null(schema);
-    char why[512];
-    if (!schema_check(schema, doc, why, sizeof why)) fail_msg("report %s does not validate: %s", name, why);
+    cJSON *doc = rf_load_valid(p, schema, why, sizeof why);
+    if (!doc) fail_msg("%s", why);
     cJSON_Delete(schema);
     /* the pattern the small validator does not check */
     cJSON *e;
@@ -114,15 +111,7 @@ static cJSON *report(const char *name)
     return doc;
 }
 
-static void no_temp_files(void)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strstr(de->d_name, ".tmp.")) fail_msg("temporary file %s left behind", de->d_name);
-    closedir(d);
-}
+static void no_temp_files(void) { cli_assert_no_temporaries(dir); }
 
 static const uint32_t every[] = {0, 1, 2, 3};
 

@@ -82,7 +82,7 @@ for MODEL in llama-3.1-8b qwen2.5-7b; do
     for SEQ in 2048 4096; do
         TAG="$MODEL-s$SEQ"
         P="$OUT/plan-$TAG.json"
-        R="$OUT/report-$TAG.json"
+        R="$OUT/report-$TAG.jsonl"
         if [ "$(left)" -lt 30 ]; then
             say "$TAG: skipped, the time budget is spent"
             STATUS=1
@@ -125,8 +125,22 @@ print()
 print("%-13s %5s %5s %7s %7s %-7s %9s %9s %7s %9s %9s %7s %8s %8s %7s %s" % (
     "model", "seq", "entry", "every_n", "offload", "status", "pred GiB", "meas GiB", "err",
     "pred dev", "meas dev", "err", "pred s", "meas s", "err", "pass"))
+def load(path):
+    """a report (JSON Lines): the header, the entry records, the summary if the run ended"""
+    r = {"entries": []}
+    for line in open(path):
+        if not line.endswith("\n"):
+            break  # a write cut short
+        rec = json.loads(line)
+        if rec["record"] == "header":
+            r.update(rec)
+        elif rec["record"] == "entry":
+            r["entries"].append(rec)
+        else:
+            r["summary"] = rec
+    return r
 for path in sys.argv[1:]:
-    r = json.load(open(path))
+    r = load(path)
     for e in r["entries"]:
         m, t = e["memory"], e["time"]
         print("%-13s %5d %5d %7s %7s %-7s %9s %9s %7s %9s %9s %7s %8s %8s %7s %s" % (

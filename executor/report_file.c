@@ -1,0 +1,309 @@
+/* The report as JSON Lines: created atomically with its first records, then appended
+ * (include/gckpt/report_file.h). */
+#define _GNU_SOURCE /* pthread_mutex_timedlock, fdatasync */
+#include "gckpt/report_file.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gckpt/jsonget.h"
+
+#define SIG_MARK "@SIGNAL@"
+
+static double mono(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static char *line_of(cJSON *j) { return gckpt_json_text(j, false); }
+
+static bool to_stdout(const gckpt_report_file *rf) { return !strcmp(rf->path, "-"); }
+
+static bool put(gckpt_report_file *rf, const char *text, gckpt_err *err)
+{
+    if (!to_stdout(rf)) return gckpt_afile_write(&rf->f, text, strlen(text), err);
+    if (fputs(text, stdout) == EOF || fflush(stdout) != 0) {
+        gckpt_seterr(err, "stdout: write error: %s", strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+bool gckpt_report_file_open(gckpt_report_file *rf, const char *path, const gckpt_report *r, gckpt_err *err)
+{
+    memset(rf, 0, sizeof *rf);
+    gckpt_afile_init(&rf->f);
+    pthread_mutex_init(&rf->lock, NULL);
+    rf->path = path;
+    rf->tally.selected = r->planned;
+    if (!path) return true;
+    rf->header = line_of(gckpt_report_header_json(r));
+    if (!rf->header) {
+        gckpt_seterr(err, "%s: out of memory writing the report", path);
+        return false;
+    }
+    return true;
+}
+
+/* The file under a new temporary: the header and the records of entries 0..k, renamed
+ * into place (the first time, and when another program replaced our file). */
+static bool create(gckpt_report_file *rf, const gckpt_report *r, size_t k, const char *last_line, gckpt_err *err)
+{
+    gckpt_afile old = rf->f;
+    if (rf->created) gckpt_afile_init(&rf->f); /* the replaced one is closed below */
+    bool ok = rf->f.fd >= 0 || gckpt_afile_open(&rf->f, rf->path, err);
+    ok = ok && put(rf, rf->header, err);
+    for (size_t i = 0; ok && i < k; i++) {
+        char *l = line_of(gckpt_report_entry_json(&r->entries[i]));
+        ok = l && put(rf, l, err);
+        if (!l) gckpt_seterr(err, "%s: out of memory writing the report", rf->path);
+        free(l);
+    }
+    ok = ok && put(rf, last_line, err) && gckpt_afile_commit(&rf->f, true, err);
+    if (!ok) gckpt_afile_abort(&rf->f);
+    if (rf->created) gckpt_afile_close(&old);
+    rf->created = ok;
+    rf->last_sync = mono();
+    return ok;
+}
+
+/* One record out: to stdout (after the header), into a new file with the records of
+ * entries 0..k-1 before it (the first time, or when our file was replaced), or appended;
+ * synced when sync says so. */
+static bool emit(gckpt_report_file *rf, const gckpt_report *r, size_t k, char *line, bool sync, gckpt_err *err)
+{
+    if (!line) {
+        gckpt_seterr(err, "%s: out of memory writing the report", rf->path);
+        return false;
+    }
+    pthread_mutex_lock(&rf->lock);
+    bool ok;
+    if (to_stdout(rf)) {
+        ok = (rf->created || put(rf, rf->header, err)) && put(rf, line, err);
+        rf->created = rf->created || ok;
+    } else if (!rf->created || !gckpt_afile_still_target(&rf->f)) {
+        ok = create(rf, r, k, line, err);
+    } else {
+        ok = put(rf, line, err);
+        if (ok && (sync || mono() - rf->last_sync > 1.0)) {
+            ok = gckpt_afile_sync(&rf->f, err);
+            rf->last_sync = mono();
+        }
+    }
+    pthread_mutex_unlock(&rf->lock);
+    free(line);
+    return ok;
+}
+
+bool gckpt_report_file_add(gckpt_report_file *rf, const gckpt_report *r, size_t k, gckpt_err *err)
+{
+    cJSON *e = gckpt_report_entry_json(&r->entries[k]);
+    if (e) gckpt_report_tally_add(&rf->tally, e);
+    if (!rf->path) {
+        cJSON_Delete(e);
+        return true;
+    }
+    /* an entry that ran is durable before the next starts; skipped ones ride along */
+    bool ok = emit(rf, r, k, line_of(e), !gckpt_run_status_skipped(r->entries[k].status), err);
+    if (ok) rf->written++;
+    return ok;
+}
+
+bool gckpt_report_file_finish(gckpt_report_file *rf, const gckpt_report *r, int signal, gckpt_err *err)
+{
+    if (!rf->path) return true;
+    cJSON *s = gckpt_report_summary_json(&rf->tally, signal ? gckpt_signal_name(signal) : NULL, true);
+    return emit(rf, r, rf->written, line_of(s), true, err);
+}
+
+void gckpt_report_file_close(gckpt_report_file *rf)
+{
+    pthread_mutex_lock(&rf->lock);
+    gckpt_afile_abort(&rf->f); /* a temporary that never became the report, or the file's descriptors */
+    free(rf->header);
+    free(rf->cut_text);
+    rf->header = rf->cut_text = NULL;
+    pthread_mutex_unlock(&rf->lock);
+    pthread_mutex_destroy(&rf->lock);
+}
+
+/* ---- the watchdog's records ------------------------------------------------------------ */
+
+bool gckpt_report_file_arm(gckpt_report_file *rf, const gckpt_report *r, const gckpt_entry_report *running,
+                           double grace_s, gckpt_err *err)
+{
+    if (!rf->path) return true;
+    (void)r;
+    gckpt_entry_report *cut = malloc(sizeof *cut);
+    if (!cut) {
+        gckpt_seterr(err, "%s: out of memory writing the report", rf->path);
+        return false;
+    }
+    *cut = *running;
+    cut->status = GCKPT_RS_INTERRUPTED;
+    cut->pass = 0;
+    snprintf(cut->message, sizeof cut->message,
+             "stopped by " SIG_MARK ": no safe point was reached within %g s, so the entry was abandoned where it "
+             "was (inside the backend) and the process ended",
+             grace_s);
+    cJSON *e = gckpt_report_entry_json(cut);
+    free(cut);
+    gckpt_report_tally t = rf->tally;
+    if (e) gckpt_report_tally_add(&t, e);
+    char *a = line_of(e), *b = line_of(gckpt_report_summary_json(&t, SIG_MARK, true));
+    /* the file may not exist yet: then the header comes first, into a temporary made now */
+    pthread_mutex_lock(&rf->lock);
+    bool with_header = !rf->created;
+    bool ok = a && b;
+    if (ok && with_header && !to_stdout(rf) && rf->f.fd < 0) ok = gckpt_afile_open(&rf->f, rf->path, err);
+    else if (!ok) gckpt_seterr(err, "%s: out of memory writing the report", rf->path);
+    size_t n = (with_header ? strlen(rf->header) : 0) + (a ? strlen(a) : 0) + (b ? strlen(b) : 0) + 1;
+    char *text = ok ? malloc(n) : NULL;
+    if (ok && !text) {
+        gckpt_seterr(err, "%s: out of memory writing the report", rf->path);
+        ok = false;
+    }
+    if (ok) {
+        snprintf(text, n, "%s%s%s", with_header ? rf->header : "", a, b);
+        /* cut the text at the markers: the signal's name goes into each gap */
+        int np = 0;
+        char *w = text;
+        for (const char *p = text; *p;) {
+            if (!strncmp(p, SIG_MARK, strlen(SIG_MARK)) && np < 4) {
+                rf->cut_part[np++] = (size_t)(w - text);
+                p += strlen(SIG_MARK);
+            } else {
+                *w++ = *p++;
+            }
+        }
+        *w = 0;
+        free(rf->cut_text);
+        rf->cut_text = text;
+        rf->cut_nparts = np;
+    }
+    pthread_mutex_unlock(&rf->lock);
+    free(a);
+    free(b);
+    return ok;
+}
+
+static bool write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+bool gckpt_report_file_cut(gckpt_report_file *rf, int sig)
+{
+    if (!rf->path || !rf->cut_text) return false;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    if (pthread_mutex_timedlock(&rf->lock, &until) != 0) return false; /* the main thread is writing */
+    int fd = to_stdout(rf) ? 1 : rf->f.fd;
+    if (fd < 0) return false;
+    const char *name = gckpt_signal_name(sig);
+    size_t at = 0;
+    bool ok = true;
+    for (int i = 0; i < rf->cut_nparts; i++) {
+        ok = ok && write_all(fd, rf->cut_text + at, rf->cut_part[i] - at) && write_all(fd, name, strlen(name));
+        at = rf->cut_part[i];
+    }
+    ok = ok && write_all(fd, rf->cut_text + at, strlen(rf->cut_text + at));
+    if (ok && !to_stdout(rf)) {
+        if (!rf->created) {
+            ok = fsync(fd) == 0 && renameat(rf->f.dirfd, rf->f.tmp, rf->f.dirfd, rf->f.base) == 0;
+            if (ok) (void)fsync(rf->f.dirfd);
+        } else {
+            (void)fdatasync(fd);
+        }
+    }
+    return ok; /* the lock stays held: the process ends now */
+}
+
+/* ---- reading ----------------------------------------------------------------------------- */
+
+static cJSON *take_record(cJSON *o, const char *want)
+{
+    cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "record");
+    if (!cJSON_IsString(rec) || strcmp(rec->valuestring, want)) return NULL;
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "record");
+    return o;
+}
+
+cJSON *gckpt_report_load(const char *path, gckpt_err *err)
+{
+    char *text = gckpt_read_file(path, 1u << 30, err);
+    if (!text) return NULL;
+    cJSON *doc = NULL, *entries = NULL, *summary = NULL;
+    gckpt_report_tally t = {0};
+    size_t lineno = 0;
+    bool ok = true;
+    for (char *p = text; ok && *p;) {
+        char *nl = strchr(p, '\n');
+        if (!nl) break; /* a last line without its newline: a write cut short, not a record */
+        *nl = 0;
+        lineno++;
+        char label[600];
+        snprintf(label, sizeof label, "%s: line %zu", path, lineno);
+        cJSON *o = gckpt_json_parse(label, p, err);
+        ok = o != NULL;
+        if (ok && lineno == 1) {
+            const char *schema = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "schema"));
+            const cJSON *sel = cJSON_GetObjectItemCaseSensitive(o, "selected");
+            if (!take_record(o, "header") || !schema || strcmp(schema, GCKPT_REPORT_SCHEMA) || !cJSON_IsNumber(sel)) {
+                gckpt_seterr(err, "%s: not a gckpt report header (schema %s)", label, GCKPT_REPORT_SCHEMA);
+                ok = false;
+            } else {
+                t.selected = (size_t)sel->valuedouble;
+                cJSON_DeleteItemFromObjectCaseSensitive(o, "selected");
+                doc = o;
+                entries = cJSON_AddArrayToObject(doc, "entries");
+                o = NULL;
+            }
+        } else if (ok && summary) {
+            gckpt_seterr(err, "%s: a record after the summary", label);
+            ok = false;
+        } else if (ok && take_record(o, "entry")) {
+            gckpt_report_tally_add(&t, o);
+            cJSON_AddItemToArray(entries, o);
+            o = NULL;
+        } else if (ok && take_record(o, "summary")) {
+            summary = o;
+            o = NULL;
+        } else if (ok) {
+            gckpt_seterr(err, "%s: field 'record' must be \"entry\" or \"summary\"", label);
+            ok = false;
+        }
+        cJSON_Delete(o);
+        p = nl + 1;
+    }
+    free(text);
+    if (ok && !doc) {
+        gckpt_seterr(err, "%s: no complete record", path);
+        ok = false;
+    }
+    if (ok && !summary) {
+        summary = gckpt_report_summary_json(&t, NULL, false);
+        cJSON_DeleteItemFromObjectCaseSensitive(summary, "record");
+    }
+    if (!ok) {
+        cJSON_Delete(doc);
+        cJSON_Delete(summary);
+        return NULL;
+    }
+    cJSON_AddItemToObject(doc, "summary", summary);
+    return doc;
+}

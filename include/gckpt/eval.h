@@ -55,8 +55,16 @@ enum {
 };
 
 typedef struct {
-    /* [mask held by checkpoints: 0 no, 1 yes][micro: 0 first, 1 later] */
-    gckpt_segment fixed[2][2][GCKPT_NSEG_FIXED];
+    /* The first layer is apart: the base model holds its input (the embedding output)
+     * until it returns, and its mode (every_n off: plain; else checkpointed, offloaded
+     * or not) also decides whether checkpoints hold eager attention's mask: the fixed
+     * segments and the first layer's are kept per first-layer mode.
+     * [first layer's mode][micro: 0 first, 1 later] */
+    gckpt_segment fixed[GCKPT_NLAYERMODE][2][GCKPT_NSEG_FIXED];
+    gckpt_segment first_fwd[GCKPT_NLAYERMODE][2];
+    gckpt_segment first_fwd_end[GCKPT_NLAYERMODE][2];
+    gckpt_segment first_bwd[GCKPT_NLAYERMODE][2];
+    /* every later layer: [micro][mode] */
     gckpt_segment layer_fwd[2][GCKPT_NLAYERMODE];
     gckpt_segment layer_fwd_end[2][GCKPT_NLAYERMODE];
     gckpt_segment layer_bwd[2][GCKPT_NLAYERMODE];

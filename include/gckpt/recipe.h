@@ -24,6 +24,7 @@ extern "C" {
 #define GCKPT_MAX_OPS 160
 #define GCKPT_OP_MAX_IN 4
 #define GCKPT_OP_MAX_SAVED 6
+#define GCKPT_OP_MAX_UNHOLD 8
 
 typedef enum { GCKPT_SEC_EMBED, GCKPT_SEC_BLOCK, GCKPT_SEC_HEAD, GCKPT_NSEC } gckpt_section;
 
@@ -51,7 +52,13 @@ typedef struct {
     bool base_end_free;  /* with fwd_end_free: released already when the base model (the
                           * layer stack) returns, before the LM head (attention masks) */
     bool logits;         /* accounted as logits/loss memory */
+    bool ckpt_held;      /* a layer argument (keyword arguments: mask, position ids, rotary
+                          * tables; gpt2's positional mask) that every checkpointed layer's
+                          * frame holds by reference until its backward; an offloaded
+                          * positional mask is copied instead */
     uint64_t c0, cS, cT, cBSS;     /* for PARAM and WCAST tensors only c0 is used */
+    int16_t hold_to;      /* a Python variable of HF's code holds it until this op of its
+                           * section ran (also through a recompute that stops earlier), or -1 */
     int16_t param;        /* WCAST: the parameter it copies */
     uint8_t uses;         /* PARAM: ops that take it (2 for a tied embedding / lm_head) */
 } gckpt_tensor;
@@ -109,13 +116,27 @@ typedef struct {
     int16_t out[2];               /* out[1] = -1 unless the op has a second output */
     int16_t saved[GCKPT_OP_MAX_SAVED];
     bool grad_alias[GCKPT_OP_MAX_IN]; /* input's grad is the output grad itself (add, view) */
-    int16_t keep;                 /* a tensor kept alive until this op ran (a Python
-                                   * reference, not an operand), or -1 */
+    bool grad_view[GCKPT_OP_MAX_IN];  /* input's grad is a view of a larger result (F.linear's
+                                       * reshape / weight transpose): the autograd engine sums
+                                       * a later contribution into a new buffer, not in place */
+    /* Python references that end after this op: the tensors whose hold_to it is */
+    int16_t unhold[GCKPT_OP_MAX_UNHOLD];
+    uint8_t nunhold;
+    bool batched_copy;   /* matmul's batch folding ([b, n, ...] as [b*n, ...]): a copy when
+                          * the micro-batch is > 1, a view of input 0 when it is 1 */
+    bool view_fwd;       /* the forward is a view of input 0 (an expand): no allocation,
+                          * the output is input 0's storage; its gradient still has the
+                          * output's size (repeat_kv of one kv head) */
     /* Time: forward FLOPs = fT*(b*s) + fBSS*(b*s*s); backward = bwd_mult * forward. */
     double fT, fBSS, bwd_mult;
     /* Elementwise traffic (bytes read + written) is derived from tensor sizes. */
-    /* Backward workspace elements (fp32), allocated and freed inside the op's backward. */
+    /* Backward workspace, allocated and freed inside the op's backward: bws_cT fp32
+     * elements per token (SDPA's dq accumulator), plus bws_in temporaries shaped like
+     * input 0 and bws_out shaped like output 0, in their dtypes (the tensors a
+     * derivative formula makes on the way: pow's x.pow(e-1) and e*that; a broadcast
+     * operand's grad*other before the engine reduces it to the operand's shape). */
     uint64_t bws_cT;
+    uint8_t bws_in, bws_out;
 } gckpt_op;
 
 typedef struct {

@@ -157,6 +157,18 @@ static uint8_t promote(B *b, int x, int y)
     return dt(b, x) >= dt(b, y) ? dt(b, x) : dt(b, y);
 }
 
+/* The CPU target's mixed-dtype elementwise op x (op) y (recipe.h, fws_promote): the
+ * narrower operand is copied to the result dtype for the forward, and for a mul the
+ * backward's grad * other copies a narrower `other` the same way. */
+static void cpu_promotion(B *b, int x, int y)
+{
+    if (!b->cpu || dt(b, x) == dt(b, y)) return;
+    gckpt_op *op = last(b);
+    int narrow = dt(b, x) < dt(b, y) ? 0 : 1;
+    op->fws_promote = (uint8_t)(1u << narrow);
+    if (op->prim == GCKPT_P_MUL && rg(b, narrow ? x : y)) op->bws_promote = (uint8_t)(1u << narrow);
+}
+
 /* x * y (broadcasting; the output is shaped like the larger operand x). A broadcast y
  * that needs a gradient gets grad * x at the output's size first; the autograd engine
  * then reduces it to y's shape (validate_outputs): one output-sized temporary. */
@@ -169,6 +181,7 @@ static int mul(B *b, int x, int y, const char *name)
     int bc = bcast_of(b, x, y, &w);
     setprim(b, GCKPT_P_MUL, bc, 0, 0, w);
     last(b)->bws_out = bc != GCKPT_BC_NONE && rg(b, y);
+    cpu_promotion(b, x, y);
     return o;
 }
 
@@ -192,6 +205,7 @@ static int add(B *b, int x, int y, const char *name)
     setprim(b, GCKPT_P_ADD, bc, 0, 0, w);
     /* the grad is passed through only to an input of the same dtype and shape (a
      * broadcast input gets a reduced copy, another dtype a cast copy) */
+    cpu_promotion(b, x, y);
     const gckpt_tensor *to_ = &b->r->t[o];
     for (int q = 0; q < 2; q++) {
         const gckpt_tensor *ti = &b->r->t[q ? y : x];
@@ -768,11 +782,14 @@ static void build_gpt2(B *b, gckpt_attention attn)
                                : eager_gpt2(b, qkv, mask, m->attn_dropout, &weights);
     int ao = conv1d(b, a, wp, bp, h, h, "c_proj");
     ao = dropout(b, ao, m->resid_dropout, "resid_dropout");
-    hold_here(b, n1); /* GPT2Attention returns: its argument and the q / k / v views go */
-    hold_here(b, qkv);
+    hold_here(b, qkv); /* GPT2Attention returns: the q / k / v views go */
+    /* the block's `attn_output` and `_` live until it returns; its `hidden_states`
+     * (ln_1's output) until the residual sum rebinds it */
+    hold(b, ao, HOLD_END);
     hold(b, weights, HOLD_END);
     b->pfx = "";
     int h1 = add(b, ao, xin, "residual_attn");
+    hold_here(b, n1);
     hold(b, h1, HOLD_END);
     int n2 = layernorm(b, h1, h, "ln_2");
     b->pfx = "mlp";
@@ -783,9 +800,9 @@ static void build_gpt2(B *b, gckpt_attention attn)
     hold_here(b, f); /* the activation's argument until it returns */
     int d = conv1d(b, g, wp2, bp2, I, h, "c_proj");
     d = dropout(b, d, m->resid_dropout, "dropout");
-    hold_here(b, n2); /* the MLP's argument until it returns */
     b->pfx = "";
     int out = add(b, h1, d, "residual_mlp");
+    hold_here(b, n2); /* `hidden_states` (ln_2's output) until the residual sum rebinds it */
     r->block_out = out;
     end_section(b);
 

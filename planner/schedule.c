@@ -96,6 +96,20 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
 
 /* Bytes of an op's backward workspace (recipe.h: bws_cT, bws_in, bws_out); false on
  * overflow. */
+/* Bytes of copies of the inputs in `mask` in the dtype of op's output (the CPU
+ * target's promotion copies, recipe.h); tensor sizes are checked by gckpt_ctx_init. */
+static uint64_t promoted_bytes(const gckpt_ctx *c, const gckpt_op *op, uint8_t mask)
+{
+    const gckpt_recipe *r = c->recipe;
+    uint64_t sum = 0;
+    for (int k = 0; k < op->nin; k++)
+        if (mask & (1u << k)) {
+            int t = op->in[k];
+            sum += gckpt_round_up(c->raw[t] / r->t[t].dtype * r->t[op->out[0]].dtype, c->dev->alloc_round_bytes);
+        }
+    return sum;
+}
+
 static bool bwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
 {
     uint64_t x = 0, y;
@@ -499,6 +513,10 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
     for (int i = begin; i < end; i++) {
         const gckpt_op *op = &r->op[i];
         bool save_only = save_only_last && i == end - 1;
+        int fws = -1; /* the CPU target's promotion copies, made before the output */
+        if (op->fws_promote && !save_only && !c->fwd_view[i])
+            fws = alloc(s, o, promoted_bytes(c, op, op->fws_promote),
+                        mode == MODE_RECOMPUTE ? GCKPT_C_RECOMPUTE : GCKPT_C_ACTIVATIONS, -1);
         if (c->fwd_view[i]) {
             /* a view: the output is input 0's storage, with the output's consumers */
             int id = *slot(s, st, op->in[0]);
@@ -518,7 +536,9 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
             inst_t *p = &s->pool[id];
             p->consumers = cons[t];
             p->is_const = tt->kind == GCKPT_T_CONST && !tt->fwd_end_free;
-            p->hold = tt->fwd_end_free && mode != MODE_RECOMPUTE;
+            /* held until the forward ends; in a recompute autocast's weight-cast cache
+             * lives until the recompute ends (it re-enters autocast) */
+            p->hold = tt->fwd_end_free && (mode != MODE_RECOMPUTE || tt->kind == GCKPT_T_WCAST);
             p->external = t == sec_out || t == r->loss;
             if (ckpt_holds(s, t)) p->ckpt = 1;
             st->inst[t] = id;
@@ -533,6 +553,7 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
         if ((save_only || c->fwd_view[i]) && !o->oom && o->n) /* a view, or a recompute that stops
                                                               * once the op saved its inputs */
             o->ev[o->n - 1].seconds = o->ev[o->n - 1].flops = 0;
+        if (fws >= 0) release(s, o, fws, -1);
         if (mode != MODE_NOSAVE) {
             for (int k = 0; k < op->nsaved; k++) s->pool[*slot(s, st, op->saved[k])].saved++;
             st->saved_reg[i] = op->nsaved > 0;
@@ -560,6 +581,12 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
         for (int k = 0; k < 2; k++)
             if (op->out[k] >= 0) try_free(s, o, st->inst[op->out[k]], op->out[k]);
     }
+    /* a recompute ends: its autocast cache goes */
+    for (int t = 0; mode == MODE_RECOMPUTE && t < r->nt; t++)
+        if (made[t] && r->t[t].kind == GCKPT_T_WCAST && st->inst[t] >= 0) {
+            s->pool[st->inst[t]].hold = false;
+            try_free(s, o, st->inst[t], (int16_t)t);
+        }
     /* a recompute that stopped early: HF's frames unwind, every reference goes */
     for (int i = released; i < send; i++)
         for (int k = 0; k < r->op[i].nunhold; k++) {
@@ -673,27 +700,41 @@ static void accumulate(gckpt_sim *s, sec_t *st, int t, int tmp, gckpt_events *o)
 }
 
 /* Backward of ops [begin, end) in reverse. */
-static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
+/* Backward of ops [begin, end) of a section in reverse (end < 0: to the section's end). */
+static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_events *o)
 {
     const gckpt_ctx *c = s->c;
     const gckpt_recipe *r = c->recipe;
-    int begin = r->sec_begin[sec], end = r->sec_end[sec];
+    if (begin < 0) begin = r->sec_begin[sec];
+    if (end < 0) end = r->sec_end[sec];
     for (int i = end - 1; i >= begin; i--) {
         const gckpt_op *op = &r->op[i];
         bool any_in = false;
         for (int k = 0; k < op->nin; k++) any_in |= r->t[op->in[k]].requires_grad;
         int gout = op->out[0] >= 0 ? owner(s, st, op->out[0])->grad[op->out[0]] : -1;
         if (any_in && gout >= 0) {
-            int ws = -1;
+            int ws = -1, promo = -1;
             uint64_t wsb;
             if (bwd_ws_bytes(c, op, &wsb) && wsb) ws = alloc(s, o, wsb, GCKPT_C_BACKWARD, -1);
+            /* the CPU target's promoted copy of a narrow operand lives while the other
+             * operand's gradient (grad * this) is made, before the narrow one's */
+            if (op->bws_promote) promo = alloc(s, o, promoted_bytes(c, op, op->bws_promote), GCKPT_C_BACKWARD, -1);
             /* 1. the buffers this op's backward writes */
             enum { G_NONE, G_NEW, G_ALIAS, G_ACC, G_PARAM, G_PARAM_ACC, G_WIDE };
             int mode[GCKPT_OP_MAX_IN] = {0}, dst[GCKPT_OP_MAX_IN];
             /* mul of a 16-bit and a 32-bit tensor computes the 16-bit input's gradient in
              * fp32; the engine casts it to the input's dtype afterwards */
             uint8_t out_dt = op->out[0] >= 0 ? r->t[op->out[0]].dtype : 0;
-            for (int k = 0; k < op->nin; k++) {
+            int order[GCKPT_OP_MAX_IN], no = 0; /* the promoted operands last */
+            for (int pass = 0; pass < 2; pass++)
+                for (int k = 0; k < op->nin; k++)
+                    if (((op->bws_promote >> k) & 1) == pass) order[no++] = k;
+            for (int j = 0; j < op->nin; j++) {
+                int k = order[j];
+                if (promo >= 0 && (op->bws_promote & (1u << k))) {
+                    release(s, o, promo, -1);
+                    promo = -1;
+                }
                 int t = op->in[k];
                 dst[k] = -1;
                 if (!r->t[t].requires_grad) continue;
@@ -729,6 +770,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                     mode[k] = G_ACC;
                 }
             }
+            if (promo >= 0) release(s, o, promo, -1);
             int args[6] = {-1, -1, -1, -1, gout, ws};
             for (int k = 0; k < op->nin; k++) args[k] = dst[k];
             ev_compute(s, o, GCKPT_EV_BWD, i, true, args);
@@ -919,7 +961,7 @@ void gckpt_sim_head_bwd(gckpt_sim *s, gckpt_events *o)
     int g = alloc_g(s, o, s->c->tbytes[r->loss], GCKPT_C_BACKWARD, (int16_t)r->loss);
     s->pool[g].refs = 1;
     s->head.grad[r->loss] = g;
-    sim_bwd(s, &s->head, GCKPT_SEC_HEAD, o);
+    sim_bwd(s, &s->head, GCKPT_SEC_HEAD, -1, -1, o);
     s->gstream = s->head.grad[r->head_in];
     s->head.grad[r->head_in] = -1;
 }
@@ -932,7 +974,16 @@ void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *o)
     s->phase = GCKPT_PH_BACKWARD;
     s->cur_layer = layer;
     st->grad[r->block_out] = s->gstream;
+    /* non-reentrant early stop: the recompute ends when the last tensor the forward
+     * saved is saved again; an op that saves only inputs saves them before it computes,
+     * so the last saving op runs only if it saves an output */
+    int stop = r->sec_begin[GCKPT_SEC_BLOCK];
+    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+        if (r->op[i].nsaved) stop = i + 1;
     if (st->mode != GCKPT_LAYER_PLAIN) {
+        /* the ops after the last saving one need nothing saved: their backward runs
+         * before a saved tensor is unpacked (which starts the recompute) */
+        sim_bwd(s, st, GCKPT_SEC_BLOCK, stop, -1, o);
         if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) {
             /* save_on_cpu's unpack: a fresh device copy, held only by the recompute's
              * arguments and by what the recompute saves */
@@ -947,12 +998,6 @@ void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *o)
             }
         }
         st->inst[r->block_in] = st->xin;
-        /* non-reentrant early stop: the recompute ends when the last tensor the forward
-         * saved is saved again; an op that saves only inputs saves them before it
-         * computes, so the last saving op runs only if it saves an output */
-        int stop = r->sec_begin[GCKPT_SEC_BLOCK];
-        for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
-            if (r->op[i].nsaved) stop = i + 1;
         const gckpt_op *lo = &r->op[stop - 1];
         bool save_only = true;
         for (int k = 0; k < lo->nsaved; k++) save_only &= lo->saved[k] != lo->out[0] && lo->saved[k] != lo->out[1];
@@ -963,7 +1008,7 @@ void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *o)
         }
         s->phase = GCKPT_PH_BACKWARD;
     }
-    sim_bwd(s, st, GCKPT_SEC_BLOCK, o);
+    sim_bwd(s, st, GCKPT_SEC_BLOCK, -1, st->mode != GCKPT_LAYER_PLAIN ? stop : -1, o);
     if (st->mode != GCKPT_LAYER_PLAIN) {
         inst_t *x = &s->pool[st->xin];
         x->ckpt = 0;
@@ -1002,7 +1047,7 @@ void gckpt_sim_embed_bwd(gckpt_sim *s, gckpt_events *o)
         try_free(s, o, id, (int16_t)t);
     }
     s->embed.grad[r->embed_out] = s->gstream;
-    sim_bwd(s, &s->embed, GCKPT_SEC_EMBED, o);
+    sim_bwd(s, &s->embed, GCKPT_SEC_EMBED, -1, -1, o);
 }
 
 void gckpt_sim_step_end(gckpt_sim *s, gckpt_events *o)

@@ -137,6 +137,11 @@ typedef struct {
      * operand's grad*other before the engine reduces it to the operand's shape). */
     uint64_t bws_cT;
     uint8_t bws_in, bws_out;
+    /* CPU target only: PyTorch's CPU kernels compute a mixed-dtype elementwise op on
+     * copies of the narrower operands in the result dtype (CUDA casts on the fly).
+     * fws_promote: inputs copied for the forward (bitmask); bws_promote: inputs copied
+     * for the backward's grad * other (bitmask of the `other`s). */
+    uint8_t fws_promote, bws_promote;
 } gckpt_op;
 
 typedef struct {

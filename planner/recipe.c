@@ -304,12 +304,22 @@ static int conv1d(B *b, int x, int w, int bias, uint64_t in_f, uint64_t out_f, c
     return linear_op(b, x, w, bias, in_f, out_f, name, true);
 }
 
-/* native_dropout with p > 0: output plus a saved bool mask. */
+/* F.dropout / nn.Dropout with p > 0. CUDA: native_dropout, the output plus a bool mask
+ * (1 byte per element) that its backward keeps. CPU target: at::dropout's composite
+ * (native_dropout is CUDA-only there): noise = empty_like(x).bernoulli_(1-p).div_(1-p) in
+ * x's dtype, then x * noise, which keeps the noise. */
+static int mul(B *b, int x, int y, const char *name);
 static int dropout(B *b, int x, double p, const char *name)
 {
     if (p <= 0) return x;
     char nm[40];
     snprintf(nm, sizeof nm, "%s.mask", name);
+    if (b->cpu) {
+        int noise = like(b, nm, x, dt(b, x), false);
+        opnew(b, nm, GCKPT_OP_ELEM, 1, (int[]){x}, noise, -1, 0, NULL);
+        setprim(b, GCKPT_P_DROPOUT, GCKPT_BC_NONE, p, 0, 0);
+        return mul(b, x, noise, name);
+    }
     int o = like(b, name, x, dt(b, x), rg(b, x));
     int mask = like(b, nm, x, BOOL, false);
     opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, mask, 1, &mask);
@@ -460,6 +470,99 @@ static int kv_operand(B *b, int x, const char *name)
     if (m->kv_heads == m->heads) return fold(b, ac(b, x, b->C, name), GCKPT_P_CAST, nm);
     if (b->amp && dt(b, x) != b->C) return repeat_to(b, x, b->C, name); /* from the expanded view */
     return fold(b, x, GCKPT_P_REPEAT_KV, nm);
+}
+
+/* One role (q, k or v) of SDPA's inputs, [rows, heads * hd]: gpt2's q, k, v are views
+ * of one packed [rows, 3 * hidden] tensor (a view op here: no allocation). */
+static int sdpa_role(B *b, int x, uint64_t width, const char *name)
+{
+    const gckpt_tensor *t = &b->r->t[x];
+    if (t->cT == width) return x;
+    int o = tnew(b, name, GCKPT_T_ACT, dt(b, x), 0, 0, width, 0, rg(b, x));
+    opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
+    setprim(b, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+    last(b)->view_fwd = true;
+    return o;
+}
+
+/* CPU target, SDPA with dropout: the CPU flash kernel has no dropout, so PyTorch runs
+ * _scaled_dot_product_attention_math, a composite (measured op by op with the allocator,
+ * FINDINGS.md): 16-bit q, k, v upcast to fp32; q * sqrt(scale); a [s, s] fp32 causal
+ * mask; GQA expands and clones k and v; k^T * sqrt(scale); matmul (batch folding);
+ * the mask added in place; _safe_softmax (with bool isneginf / all temporaries);
+ * dropout; matmul; the output (and the returned weights) cast back. Its locals live
+ * until it returns. HF's transpose(1, 2).contiguous() then copies the output. */
+static int sdpa_math_cpu(B *b, int q, int k, int v, double p)
+{
+    const gckpt_model *m = b->m;
+    uint64_t nh = m->heads, kv = m->kv_heads, hd = m->head_dim, qd = gckpt_q_dim(m), kvd = gckpt_kv_dim(m);
+    q = ac(b, q, b->C, "sdpa.cast_q");
+    k = ac(b, k, b->C, "sdpa.cast_k");
+    v = ac(b, v, b->C, "sdpa.cast_v");
+    int ac_in[3] = {q, k, v};
+    bool packed = q == k; /* gpt2: views of one tensor, laid out [b, s, 3h]: not dense */
+    q = sdpa_role(b, q, qd, "math.q");
+    k = sdpa_role(b, k, kvd, "math.k");
+    v = sdpa_role(b, v, kvd, "math.v");
+    uint8_t odt = dt(b, q);
+    int up[3] = {-1, -1, -1};
+    if (odt != F32) {
+        q = up[0] = to(b, q, F32, "math.q_f32");
+        k = up[1] = to(b, k, F32, "math.k_f32");
+        v = up[2] = to(b, v, F32, "math.v_f32");
+    }
+    double sf = sqrt(1.0 / sqrt((double)hd));
+    int qs = scal(b, q, "math.scale_q", sf, 0);
+    int mask = tnew(b, "math.mask", GCKPT_T_ACT, F32, 0, 0, 0, 0, false);
+    b->r->t[mask].cSS = 1;
+    opnew(b, "math.mask", GCKPT_OP_ELEM, 1, (int[]){q}, mask, -1, 0, NULL);
+    setprim(b, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+    int kr = k, vr = v;
+    if (kv < nh) { /* expand + clone: contiguous */
+        kr = repeat_to(b, k, F32, "math.repeat_k");
+        vr = repeat_to(b, v, F32, "math.repeat_v");
+    }
+    int ks = scal(b, kr, "math.scale_k", sf, 0);
+    /* q and k straight from rope keep the [b, s, heads, hd] layout through the casts and
+     * scalings (folding copies them when b > 1); views of a packed tensor are not dense:
+     * those results are contiguous, as are the GQA clones */
+    bool lay = !packed;
+    int qf = lay ? fold(b, qs, GCKPT_P_CAST, "math.fold_q") : qs;
+    int kf = lay && kv == nh ? fold(b, ks, GCKPT_P_CAST, "math.fold_k") : ks;
+    int sc = tnew(b, "math.scores", GCKPT_T_ACT, F32, 0, 0, 0, nh, true);
+    opnew(b, "math.qk", GCKPT_OP_MATMUL, 2, (int[]){qf, kf}, sc, -1, 2, (int[]){qf, kf});
+    setprim(b, GCKPT_P_QK, GCKPT_BC_NONE, 1.0, 0, hd);
+    last(b)->grad_view[0] = last(b)->grad_view[1] = true;
+    int pr = tnew(b, "math.softmax", GCKPT_T_ACT, F32, 0, 0, 0, nh, true);
+    opnew(b, "math.softmax", GCKPT_OP_ELEM, 1, (int[]){sc}, pr, -1, 1, (int[]){pr});
+    setprim(b, GCKPT_P_SOFTMAX, GCKPT_BC_NONE, 0, 0, 0);
+    last(b)->fws_bBSS = nh;      /* isneginf: bool [b, heads, s, s] */
+    last(b)->fws_bT = nh;        /* all: bool [b, heads, s] */
+    int pd = dropout(b, pr, p, "math.dropout");
+    int vf = (kv == nh && !packed) || (packed && kv == nh) ? fold(b, vr, GCKPT_P_CAST, "math.fold_v") : vr;
+    if (odt != F32) { /* the returned attention weights, cast and dropped at once */
+        int w = tnew(b, "math.weights", GCKPT_T_ACT, odt, 0, 0, 0, nh, false);
+        opnew(b, "math.weights", GCKPT_OP_ELEM, 1, (int[]){pd}, w, -1, 0, NULL);
+        setprim(b, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+    }
+    int o = tnew(b, "math.pv", GCKPT_T_ACT, F32, 0, 0, qd, 0, true);
+    opnew(b, "math.pv", GCKPT_OP_MATMUL, 2, (int[]){pd, vf}, o, -1, 2, (int[]){pd, vf});
+    setprim(b, GCKPT_P_PV, GCKPT_BC_NONE, 0, 0, hd);
+    last(b)->grad_view[0] = last(b)->grad_view[1] = true;
+    o = to(b, o, odt, "math.out");
+    /* the function's locals, and autocast's casts until SDPA returns */
+    int held[] = {up[0], up[1], up[2], qs, kr, mask, ac_in[0], ac_in[1], ac_in[2]};
+    for (size_t i = 0; i < sizeof held / sizeof *held; i++) hold_here(b, held[i]);
+    int oc = like(b, "math.transpose", o, odt, true);
+    opnew(b, "math.transpose", GCKPT_OP_ELEM, 1, (int[]){o}, oc, -1, 0, NULL);
+    setprim(b, GCKPT_P_TRANSPOSE, GCKPT_BC_NONE, 0, 0, hd);
+    return oc;
+}
+
+/* Scaled-dot-product attention as the target runs it. */
+static int attention_sdpa(B *b, int q, int k, int v, double p)
+{
+    return b->cpu && p > 0 ? sdpa_math_cpu(b, q, k, v, p) : sdpa(b, q, k, v, p);
 }
 
 /* Eager attention (HF's eager_attention_forward), llama family: QK^T, scale, mask,
@@ -660,7 +763,7 @@ static void build_llama(B *b, gckpt_attention attn)
     hold_here(b, qp); /* apply_rotary_pos_emb's arguments until it returns */
     hold_here(b, kp);
     int weights = -1;
-    int a = attn == GCKPT_SDPA ? sdpa(b, q, kk, v, m->attn_dropout)
+    int a = attn == GCKPT_SDPA ? attention_sdpa(b, q, kk, v, m->attn_dropout)
                                : eager(b, q, kk, v, mask, m->attn_dropout, &weights);
     int ao = linear(b, a, wo, bo, qd, h, "o_proj");
     /* LlamaAttention.forward returns: its argument and query/key/value_states go; the
@@ -778,7 +881,7 @@ static void build_gpt2(B *b, gckpt_attention attn)
     int qkv = conv1d(b, n1, wa, ba, h, 3 * h, "c_attn");
     /* q, k, v are views of c_attn's output: one storage */
     int weights = -1;
-    int a = attn == GCKPT_SDPA ? sdpa(b, qkv, qkv, qkv, m->attn_dropout)
+    int a = attn == GCKPT_SDPA ? attention_sdpa(b, qkv, qkv, qkv, m->attn_dropout)
                                : eager_gpt2(b, qkv, mask, m->attn_dropout, &weights);
     int ao = conv1d(b, a, wp, bp, h, h, "c_proj");
     ao = dropout(b, ao, m->resid_dropout, "resid_dropout");
@@ -866,6 +969,7 @@ bool gckpt_tensor_bytes(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, ui
     const gckpt_tensor *t = &r->t[i];
     uint64_t T, BSS, e = t->c0, x;
     if (!gckpt_mul(b, s, &T) || !gckpt_mul(T, s, &BSS)) return false;
+    if (t->cSS && (!gckpt_mul(s, s, &x) || !gckpt_mul(t->cSS, x, &x) || !gckpt_add(e, x, &e))) return false;
     if (!gckpt_mul(t->cS, s, &x) || !gckpt_add(e, x, &e)) return false;
     if (!gckpt_mul(t->cT, T, &x) || !gckpt_add(e, x, &e)) return false;
     if (!gckpt_mul(t->cBSS, BSS, &x) || !gckpt_add(e, x, &e)) return false;

@@ -110,6 +110,19 @@ static uint64_t promoted_bytes(const gckpt_ctx *c, const gckpt_op *op, uint8_t m
     return sum;
 }
 
+/* Bytes of an op's forward temporaries (recipe.h: fws_promote, fws_bBSS, fws_bT). */
+static bool fwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
+{
+    uint64_t x = promoted_bytes(c, op, op->fws_promote), y, bss;
+    if (!gckpt_mul(c->tokens, c->set.seq, &bss)) return false;
+    if (op->fws_bBSS && (!gckpt_mul(op->fws_bBSS, bss, &y) || !gckpt_add(x, gckpt_round_up(y, c->dev->alloc_round_bytes), &x)))
+        return false;
+    if (op->fws_bT && (!gckpt_mul(op->fws_bT, c->tokens, &y) || !gckpt_add(x, gckpt_round_up(y, c->dev->alloc_round_bytes), &x)))
+        return false;
+    *out = x;
+    return true;
+}
+
 static bool bwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
 {
     uint64_t x = 0, y;
@@ -149,6 +162,7 @@ static bool section_bound(const gckpt_ctx *c, int sec, uint64_t *out)
             if (!gckpt_add(sum, x, &sum)) return false;
         }
         if (!bwd_ws_bytes(c, op, &x) || !gckpt_add(sum, x, &sum)) return false;
+        if (!fwd_ws_bytes(c, op, &x) || !gckpt_mul(x, 2, &x) || !gckpt_add(sum, x, &sum)) return false;
     }
     *out = sum;
     return true;
@@ -513,10 +527,10 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
     for (int i = begin; i < end; i++) {
         const gckpt_op *op = &r->op[i];
         bool save_only = save_only_last && i == end - 1;
-        int fws = -1; /* the CPU target's promotion copies, made before the output */
-        if (op->fws_promote && !save_only && !c->fwd_view[i])
-            fws = alloc(s, o, promoted_bytes(c, op, op->fws_promote),
-                        mode == MODE_RECOMPUTE ? GCKPT_C_RECOMPUTE : GCKPT_C_ACTIVATIONS, -1);
+        int fws = -1; /* the op's forward temporaries (CPU target), made with its output */
+        uint64_t fwsb;
+        if (!save_only && !c->fwd_view[i] && fwd_ws_bytes(c, op, &fwsb) && fwsb)
+            fws = alloc(s, o, fwsb, mode == MODE_RECOMPUTE ? GCKPT_C_RECOMPUTE : GCKPT_C_ACTIVATIONS, -1);
         if (c->fwd_view[i]) {
             /* a view: the output is input 0's storage, with the output's consumers */
             int id = *slot(s, st, op->in[0]);

@@ -6,7 +6,7 @@
  * A recipe is built by tracing primitive ops (mul, linear, sdpa, ...) whose save rules
  * follow PyTorch's derivatives.yaml and whose dtypes follow type promotion and
  * torch.autocast's op lists. Sizes are symbolic in the micro-batch b and sequence s:
- *     elements = c0 + cS * s + cT * (b*s) + cBSS * (b*s*s)                              */
+ *     elements = c0 + cS * s + cT * (b*s) + cBSS * (b*s*s) + cSS * (s*s)                */
 #ifndef GCKPT_RECIPE_H
 #define GCKPT_RECIPE_H
 
@@ -57,6 +57,7 @@ typedef struct {
                           * frame holds by reference until its backward; an offloaded
                           * positional mask is copied instead */
     uint64_t c0, cS, cT, cBSS;     /* for PARAM and WCAST tensors only c0 is used */
+    uint64_t cSS;                  /* only the CPU target's [s, s] SDPA mask */
     int16_t hold_to;      /* a Python variable of HF's code holds it until this op of its
                            * section ran (also through a recompute that stops earlier), or -1 */
     int16_t param;        /* WCAST: the parameter it copies */
@@ -142,6 +143,9 @@ typedef struct {
      * fws_promote: inputs copied for the forward (bitmask); bws_promote: inputs copied
      * for the backward's grad * other (bitmask of the `other`s). */
     uint8_t fws_promote, bws_promote;
+    /* Forward temporaries (bytes per b*s*s and per b*s token), allocated with the op's
+     * output and freed when it returns (CPU _safe_softmax's isneginf / all masks). */
+    uint64_t fws_bBSS, fws_bT;
 } gckpt_op;
 
 typedef struct {

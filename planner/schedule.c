@@ -714,6 +714,20 @@ static void accumulate(gckpt_sim *s, sec_t *st, int t, int tmp, gckpt_events *o)
 }
 
 /* Backward of ops [begin, end) in reverse. */
+/* The tensors op i saved are released (once). */
+static void release_saved(gckpt_sim *s, sec_t *st, int i, gckpt_events *o)
+{
+    const gckpt_op *op = &s->c->recipe->op[i];
+    if (!st->saved_reg[i]) return;
+    for (int k = 0; k < op->nsaved; k++) {
+        int t = op->saved[k];
+        int id = *slot(s, st, t);
+        s->pool[id].saved--;
+        try_free(s, o, id, (int16_t)t);
+    }
+    st->saved_reg[i] = false;
+}
+
 /* Backward of ops [begin, end) of a section in reverse (end < 0: to the section's end). */
 static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_events *o)
 {
@@ -789,11 +803,13 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
             for (int k = 0; k < op->nin; k++) args[k] = dst[k];
             ev_compute(s, o, GCKPT_EV_BWD, i, true, args);
             /* the engine drops the node's incoming gradients (and the kernel its
-             * workspace) before it casts and accumulates the outgoing ones */
+             * workspace), then its saved tensors (release_variables), before it casts
+             * and accumulates the outgoing ones */
             if (ws >= 0) release(s, o, ws, -1);
             ws = -1;
             for (int k = 0; k < 2; k++)
                 if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
+            release_saved(s, st, i, o);
             /* 2. accumulate second contributions, then drop the temporaries */
             for (int k = 0; k < op->nin; k++) {
                 int t = op->in[k];
@@ -839,15 +855,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
         }
         for (int k = 0; k < 2; k++)
             if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
-        if (st->saved_reg[i]) {
-            for (int k = 0; k < op->nsaved; k++) {
-                int t = op->saved[k];
-                int id = *slot(s, st, t);
-                s->pool[id].saved--;
-                try_free(s, o, id, (int16_t)t);
-            }
-            st->saved_reg[i] = false;
-        }
+        release_saved(s, st, i, o);
     }
 }
 

@@ -540,8 +540,9 @@ static int sdpa_math_cpu(B *b, int q, int k, int v, double p)
     last(b)->fws_bT = nh;        /* all: bool [b, heads, s] */
     int pd = dropout(b, pr, p, "math.dropout");
     int vf = (kv == nh && !packed) || (packed && kv == nh) ? fold(b, vr, GCKPT_P_CAST, "math.fold_v") : vr;
-    if (odt != F32) { /* the returned attention weights, cast and dropped at once */
-        int w = tnew(b, "math.weights", GCKPT_T_ACT, odt, 0, 0, 0, nh, false);
+    int w = -1;
+    if (odt != F32) { /* the returned attention weights, cast back: dropped with the tuple */
+        w = tnew(b, "math.weights", GCKPT_T_ACT, odt, 0, 0, 0, nh, false);
         opnew(b, "math.weights", GCKPT_OP_ELEM, 1, (int[]){pd}, w, -1, 0, NULL);
         setprim(b, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
     }
@@ -551,7 +552,7 @@ static int sdpa_math_cpu(B *b, int q, int k, int v, double p)
     last(b)->grad_view[0] = last(b)->grad_view[1] = true;
     o = to(b, o, odt, "math.out");
     /* the function's locals, and autocast's casts until SDPA returns */
-    int held[] = {up[0], up[1], up[2], qs, kr, mask, ac_in[0], ac_in[1], ac_in[2]};
+    int held[] = {up[0], up[1], up[2], qs, kr, mask, w, ac_in[0], ac_in[1], ac_in[2]};
     for (size_t i = 0; i < sizeof held / sizeof *held; i++) hold_here(b, held[i]);
     int oc = like(b, "math.transpose", o, odt, true);
     opnew(b, "math.transpose", GCKPT_OP_ELEM, 1, (int[]){o}, oc, -1, 0, NULL);
@@ -947,12 +948,15 @@ void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_at
         build_gpt2(&b, a);
     else
         build_llama(&b, a);
-    /* each op lists the Python references that end after it */
+    /* each op lists the Python references that end after it (a full list would move
+     * the release to the next op: never with the recipes here, 10 at most) */
     for (int t = 0; t < r->nt; t++) {
         int h = r->t[t].hold_to;
         if (h < 0 || h >= r->nop) continue;
+        while (h < r->nop - 1 && r->op[h].nunhold == GCKPT_OP_MAX_UNHOLD) h++;
         gckpt_op *op = &r->op[h];
         if (op->nunhold < GCKPT_OP_MAX_UNHOLD) op->unhold[op->nunhold++] = (int16_t)t;
+        r->t[t].hold_to = (int16_t)h;
     }
     /* a parameter's gradient is complete (AccumulateGrad runs) after all its uses */
     for (int i = 0; i < r->nop; i++)

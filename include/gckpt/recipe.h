@@ -24,7 +24,7 @@ extern "C" {
 #define GCKPT_MAX_OPS 160
 #define GCKPT_OP_MAX_IN 4
 #define GCKPT_OP_MAX_SAVED 6
-#define GCKPT_OP_MAX_UNHOLD 8
+#define GCKPT_OP_MAX_UNHOLD 16
 
 typedef enum { GCKPT_SEC_EMBED, GCKPT_SEC_BLOCK, GCKPT_SEC_HEAD, GCKPT_NSEC } gckpt_section;
 

@@ -26,7 +26,7 @@ ATTENTIONS = ["sdpa", "eager"]
 
 def _seq(rng: random.Random) -> int:
     while True:
-        s = rng.randint(9, 72)
+        s = rng.randint(33, 97)
         if s & (s - 1):
             return s
 
@@ -38,16 +38,16 @@ def _llama_like(rng: random.Random, fam: str, tied: bool, kv_mode: int, dropout:
     else:
         heads = rng.choice([2, 3, 4, 6])
         kv = 1 if kv_mode == 0 else heads
-    hd = rng.choice([8, 12, 16, 24])
+    hd = rng.choice([12, 16, 24, 32])
     if rng.random() < 0.5:
         hidden = heads * hd
     else:  # head_dim != hidden / heads (transformers wants hidden divisible by heads)
-        hidden = heads * rng.choice([k for k in (6, 8, 10, 12, 16) if k != hd])
+        hidden = heads * rng.choice([k for k in (12, 16, 20, 24, 32) if k != hd])
     cfg = {
         "model_type": fam,
-        "vocab_size": rng.randint(61, 263),
+        "vocab_size": rng.randint(97, 509),
         "hidden_size": hidden,
-        "intermediate_size": rng.randint(20, 200),
+        "intermediate_size": rng.randint(40, 320),
         "num_hidden_layers": rng.choice([1, 2, 3, 4, 5]),
         "num_attention_heads": heads,
         "num_key_value_heads": kv,
@@ -69,18 +69,18 @@ def _llama_like(rng: random.Random, fam: str, tied: bool, kv_mode: int, dropout:
 
 def _gpt2(rng: random.Random, tied: bool, act_mode: int, dropout: bool) -> dict:
     heads = rng.choice([2, 3, 4, 6])
-    hd = rng.choice([8, 12, 16])
+    hd = rng.choice([12, 16, 24])
     p = [0.1 if dropout and rng.random() < 0.8 else 0.0 for _ in range(3)]
     if dropout and not any(p):
         p[0] = 0.1
     return {
         "model_type": "gpt2",
-        "vocab_size": rng.randint(61, 263),
+        "vocab_size": rng.randint(97, 509),
         "n_embd": heads * hd,
         "n_head": heads,
         "n_layer": rng.choice([1, 2, 3, 4, 5]),
         "n_positions": 128,
-        "n_inner": None if rng.random() < 0.5 else rng.randint(40, 200),
+        "n_inner": None if rng.random() < 0.5 else rng.randint(64, 320),
         "activation_function": ["gelu_new", "gelu_pytorch_tanh", "gelu"][act_mode],
         "attn_pdrop": p[0],
         "resid_pdrop": p[1],

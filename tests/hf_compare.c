@@ -103,6 +103,14 @@ static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_
         !str(last, path, "steps[].peak_where", f->peak_where, sizeof f->peak_where, err))
         return false;
     f->virtual_states = cJSON_IsTrue(item(last, "optimizer_states_virtual"));
+    const cJSON *rp = item(last, "region_peaks"), *e;
+    cJSON_ArrayForEach(e, rp)
+    {
+        if (f->nregion == 16) break;
+        if (!cJSON_IsNumber(e)) continue;
+        snprintf(f->region_key[f->nregion], sizeof f->region_key[0], "%s", e->string);
+        f->region_peak[f->nregion++] = e->valuedouble;
+    }
     return true;
 }
 
@@ -183,6 +191,14 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
     c->e_after = ((double)c->after - f->after) / f->after;
     bool head_region = strstr(f->peak_where, "/head/") != NULL;
     c->same_phase = !strcmp(f->peak_phase, c->peak_phase) && head_region == (c->peak_layer == L);
+    if (res.peak_phase == GCKPT_PH_OPTIMIZER) snprintf(c->peak_key, sizeof c->peak_key, "optimizer/-");
+    else if (res.peak_layer < 0) snprintf(c->peak_key, sizeof c->peak_key, "%s/embedding", c->peak_phase);
+    else if (res.peak_layer >= L) snprintf(c->peak_key, sizeof c->peak_key, "%s/head", c->peak_phase);
+    else snprintf(c->peak_key, sizeof c->peak_key, "%s/layer.%d", c->peak_phase, res.peak_layer);
+    c->measured_there = -1;
+    for (int i = 0; i < f->nregion; i++)
+        if (!strcmp(f->region_key[i], c->peak_key)) c->measured_there = f->region_peak[i];
+    if (!c->same_phase && c->measured_there >= f->peak * (1 - hf_tolerance(f))) c->same_phase = true;
     return true;
 }
 
@@ -242,6 +258,13 @@ void hf_print(FILE *out, const hf_fixture *f, const hf_cmp *c)
     else snprintf(layer, sizeof layer, "layer %d", c->peak_layer);
     fprintf(out, "  peak measured at %s\n  peak planned at  %s, %s: allocating %s\n", f->peak_where, c->peak_phase,
             layer, c->peak_what);
+    if (strncmp(f->peak_where + strcspn(f->peak_where, "/") + 1, c->peak_key, strlen(c->peak_key))) {
+        if (c->measured_there >= 0)
+            fprintf(out, "  measured in %s: %.0f (%.3f%% below the peak)\n", c->peak_key, c->measured_there,
+                    (f->peak - c->measured_there) / f->peak * 100);
+        else if (f->nregion)
+            fprintf(out, "  measured in %s: not within 2%% of the peak\n", c->peak_key);
+    }
     fprintf(out, "  %s (tolerance %.1f%%; saved and offloaded bytes exact)\n",
             hf_pass(f, c) ? "PASS" : "FAIL", hf_tolerance(f) * 100);
 }

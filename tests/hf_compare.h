@@ -46,6 +46,11 @@ typedef struct {
     uint64_t head_saved, embed_saved, offload;
     double peak, after;       /* live bytes: steady-state step's peak, after micro-step 1's forward */
     char peak_phase[32], peak_where[256];
+    /* the most live bytes per "phase/region" near the peak (steps[].region_peaks; older
+     * fixtures lack it: nregion 0) */
+    int nregion;
+    char region_key[16][48];
+    double region_peak[16];
 } hf_fixture;
 
 typedef struct {
@@ -56,6 +61,8 @@ typedef struct {
     const char *peak_phase;
     int peak_layer;           /* -1 embedding, 0..L-1, L head, L+1 optimizer */
     char peak_what[96];
+    char peak_key[48];        /* "phase/region" as the probe names it */
+    double measured_there;    /* measured most live bytes in that region (-1 unknown) */
     /* the comparison */
     bool params_ok, saved_ok, offload_ok, same_phase;
     int first_bad_layer;      /* -1 none, L head, L+1 embedding */
@@ -72,7 +79,9 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
 double hf_tolerance(const hf_fixture *f);
 
 /* Whether c passes: parameters, saved and offloaded bytes exact, peak and after-forward
- * within hf_tolerance, peak in the same phase and region. */
+ * within hf_tolerance, and the planned peak where it is measured: in the same phase and
+ * region, or (near ties) in a region where the measured live bytes come within
+ * hf_tolerance of the measured peak. */
 bool hf_pass(const hf_fixture *f, const hf_cmp *c);
 
 /* The planner's events of f's setting, one line each with the running total (a tool to

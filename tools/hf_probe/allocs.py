@@ -245,6 +245,21 @@ class Timeline:
         w, ph = self.where(bi)
         return best, w, ph
 
+    def region_peaks(self, t0, t1, floor):
+        """{"phase/region": the most live bytes while that region runs} over [t0, t1], for
+        the events at or above floor (the regions that come near the peak; a recompute
+        counts to its layer's backward)."""
+        lo, hi = bisect.bisect_left(self.ts, t0), bisect.bisect_right(self.ts, t1)
+        out = {}
+        for i in range(lo, hi):
+            if self.cur[i] < floor:
+                continue
+            w, _ = self.where(i)
+            _, ph, region, _, _ = w.split("/", 4)
+            key = f"{ph}/{region.replace('(recompute)', '')}"
+            out[key] = max(out.get(key, 0), self.cur[i])
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
     def host_peak(self, t0, t1):
         lo, hi = bisect.bisect_left(self.ts, t0), bisect.bisect_right(self.ts, t1)
         return max([self.host[i] for i in range(lo, hi)] + [0])

@@ -749,6 +749,9 @@ def run_alloc_pass(spec: dict):
                 "live_peak_bytes": peak,
                 "peak_phase": phase or "idle",
                 "peak_where": where or "-",
+                # regions within 2% of the peak: a planned peak location counts as right
+                # where the measured bytes come within tolerance (near ties)
+                "region_peaks": tl.region_peaks(0, t_opt[1], peak * 0.98),
                 "after_forward_bytes": after_fwd[0],
                 "after_forward_bytes_micro": after_fwd,
                 "after_backward_bytes_micro": after_bwd,

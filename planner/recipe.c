@@ -269,15 +269,26 @@ static int wcast(B *b, int w, const char *name)
 static int linear_op(B *b, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name,
                      bool conv1d)
 {
+    /* autocast casts the arguments in the order the compiler evaluates its wrapper's
+     * call arguments, right to left with GCC: F.linear(x, w, bias) casts bias, w, x;
+     * Conv1D's addmm(bias, x, w) casts w, x, bias. The later cast's ToCopyBackward runs
+     * first (the engine takes the highest sequence number) */
     char nm[40];
-    snprintf(nm, sizeof nm, "%s.cast_in", name);
-    int xi = ac(b, x, b->C, nm);
-    snprintf(nm, sizeof nm, "%s.weight_cast", name);
-    int wc = wcast(b, w, nm);
-    if (bias >= 0) { /* autocast caches a low-precision copy of the bias too */
-        snprintf(nm, sizeof nm, "%s.bias_cast", name);
-        bias = wcast(b, bias, nm);
+    int xi = x, wc = w, bc = bias;
+    for (int step = 0; step < 3; step++) {
+        int what = conv1d ? (int[]){1, 0, 2}[step] : (int[]){2, 1, 0}[step]; /* 0 x, 1 w, 2 bias */
+        if (what == 0) {
+            snprintf(nm, sizeof nm, "%s.cast_in", name);
+            xi = ac(b, x, b->C, nm);
+        } else if (what == 1) {
+            snprintf(nm, sizeof nm, "%s.weight_cast", name);
+            wc = wcast(b, w, nm);
+        } else if (bias >= 0) { /* autocast caches a low-precision copy of the bias too */
+            snprintf(nm, sizeof nm, "%s.bias_cast", name);
+            bc = wcast(b, bias, nm);
+        }
     }
+    bias = bc;
     const gckpt_tensor *tx = &b->r->t[x];
     int o = tnew(b, name, GCKPT_T_ACT, b->amp ? b->C : dt(b, x), 0, tx->cS / in_f * out_f,
                  tx->cT / in_f * out_f, 0, true);
@@ -443,6 +454,30 @@ static int fold(B *b, int x, int prim, const char *name)
     return o;
 }
 
+/* One of q, k, v (role 0, 1, 2) of gpt2's packed c_attn output: HF's split, a view.
+ * Autograd's SplitBackward waits for the three roles' gradients (the engine's input
+ * buffer holds them) and cats them into one buffer: the first role's backward in the
+ * planner's order allocates the packed gradient, the others write their block into it
+ * (recipe.h, GCKPT_P_SPLIT). */
+static int split_role(B *b, int x, int role, uint64_t width, const char *name)
+{
+    int o = tnew(b, name, GCKPT_T_ACT, dt(b, x), 0, 0, width, 0, rg(b, x));
+    opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
+    setprim(b, GCKPT_P_SPLIT, GCKPT_BC_NONE, role, 0, b->m->head_dim);
+    last(b)->view_fwd = true;
+    return o;
+}
+
+/* matmul's batch folding of a role view (a copy of its block when b > 1), or of a
+ * tensor that autocast cast (dense) */
+static int fold_role(B *b, int x, int view, int role, const char *name)
+{
+    if (x != view) return fold(b, x, GCKPT_P_CAST, name);
+    int o = fold(b, x, GCKPT_P_SPLIT, name);
+    b->r->op[b->r->nop - 1].sa = role;
+    return o;
+}
+
 /* repeat_kv(k or v) at the start of HF's eager attention (expand + reshape): a copy
  * when 1 < kv heads < heads; the tensor itself when kv = heads; for one kv head a view
  * (the reshape only merges a size-1 dimension) whose gradient is still per query head
@@ -474,15 +509,11 @@ static int kv_operand(B *b, int x, const char *name)
 
 /* One role (q, k or v) of SDPA's inputs, [rows, heads * hd]: gpt2's q, k, v are views
  * of one packed [rows, 3 * hidden] tensor (a view op here: no allocation). */
-static int sdpa_role(B *b, int x, uint64_t width, const char *name)
+static int sdpa_role(B *b, int x, int role, uint64_t width, const char *name)
 {
     const gckpt_tensor *t = &b->r->t[x];
     if (t->cT == width) return x;
-    int o = tnew(b, name, GCKPT_T_ACT, dt(b, x), 0, 0, width, 0, rg(b, x));
-    opnew(b, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
-    setprim(b, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
-    last(b)->view_fwd = true;
-    return o;
+    return split_role(b, x, role, width, name);
 }
 
 /* CPU target, SDPA with dropout: the CPU flash kernel has no dropout, so PyTorch runs
@@ -501,9 +532,9 @@ static int sdpa_math_cpu(B *b, int q, int k, int v, double p)
     v = ac(b, v, b->C, "sdpa.cast_v");
     int ac_in[3] = {q, k, v};
     bool packed = q == k; /* gpt2: views of one tensor, laid out [b, s, 3h]: not dense */
-    q = sdpa_role(b, q, qd, "math.q");
-    k = sdpa_role(b, k, kvd, "math.k");
-    v = sdpa_role(b, v, kvd, "math.v");
+    q = sdpa_role(b, q, 0, qd, "math.q");
+    k = sdpa_role(b, k, 1, kvd, "math.k");
+    v = sdpa_role(b, v, 2, kvd, "math.v");
     uint8_t odt = dt(b, q);
     int up[3] = {-1, -1, -1};
     if (odt != F32) {
@@ -614,34 +645,43 @@ static int eager(B *b, int q, int k, int v, int mask, double p, int *weights)
     return oc;
 }
 
-/* GPT-2's eager attention: q, k, v are views of c_attn's output; softmax in the scores'
- * dtype (fp32 under autocast: the fp32 mask promotes them), .type(value dtype), dropout,
- * P V, transpose (HF's reshape + contiguous copies). */
+/* GPT-2's eager attention: q, k, v are views of c_attn's output (HF's split); matmul
+ * folds each (a copy when b > 1); softmax in the scores' dtype (fp32 under autocast: the
+ * fp32 mask promotes them), .type(value dtype), dropout, P V, transpose (HF's reshape +
+ * contiguous copies). */
 static int eager_gpt2(B *b, int qkv, int mask, double p, int *weights)
 {
     const gckpt_model *m = b->m;
     uint64_t nh = m->heads, hd = m->head_dim;
-    int qc = ac(b, qkv, b->C, "qk.cast_q");
-    int sc = tnew(b, "scores", GCKPT_T_ACT, dt(b, qc), 0, 0, 0, nh, true);
-    int op = opnew(b, "qk", GCKPT_OP_MATMUL, 2, (int[]){qc, qc}, sc, -1, 2, (int[]){qc, qc});
+    int q = split_role(b, qkv, 0, nh * hd, "q");
+    int k = split_role(b, qkv, 1, nh * hd, "k");
+    int v = split_role(b, qkv, 2, nh * hd, "v");
+    int qc = ac(b, q, b->C, "qk.cast_q"), kc = ac(b, k, b->C, "qk.cast_k");
+    int qf = fold_role(b, qc, q, 0, "qk.fold_q");
+    int kf = fold_role(b, kc, k, 1, "qk.fold_k");
+    int sc = tnew(b, "scores", GCKPT_T_ACT, dt(b, qf), 0, 0, 0, nh, true);
+    int op = opnew(b, "qk", GCKPT_OP_MATMUL, 2, (int[]){qf, kf}, sc, -1, 2, (int[]){qf, kf});
     setprim(b, GCKPT_P_QK, GCKPT_BC_NONE, 1.0, 0, hd);
     b->r->op[op].fBSS = 2.0 * (double)nh * (double)hd;
     b->r->op[op].bwd_mult = 2.0;
+    b->r->op[op].grad_view[0] = b->r->op[op].grad_view[1] = true;
     int ss = scal(b, sc, "scale", 1.0 / sqrt((double)hd), 0);
     int sm = mask >= 0 ? add(b, ss, mask, "add_mask") : ss;
     int si = ac(b, sm, F32, "softmax.cast_in");
     int pr = like(b, "softmax", si, dt(b, si), true);
     opnew(b, "softmax", GCKPT_OP_ELEM, 1, (int[]){si}, pr, -1, 1, (int[]){pr});
     setprim(b, GCKPT_P_SOFTMAX, GCKPT_BC_NONE, 0, 0, 0);
-    pr = to(b, pr, dt(b, qkv), "softmax.to_v");
+    pr = to(b, pr, dt(b, v), "softmax.to_v");
     pr = dropout(b, pr, p, "attn_dropout");
     *weights = pr;
-    int pc = ac(b, pr, b->C, "pv.cast_p");
+    int pc = ac(b, pr, b->C, "pv.cast_p"), vc = ac(b, v, b->C, "pv.cast_v");
+    int vf = fold_role(b, vc, v, 2, "pv.fold_v");
     int o = tnew(b, "pv", GCKPT_T_ACT, dt(b, pc), 0, 0, nh * hd, 0, true);
-    op = opnew(b, "pv", GCKPT_OP_MATMUL, 2, (int[]){pc, qc}, o, -1, 2, (int[]){pc, qc});
+    op = opnew(b, "pv", GCKPT_OP_MATMUL, 2, (int[]){pc, vf}, o, -1, 2, (int[]){pc, vf});
     setprim(b, GCKPT_P_PV, GCKPT_BC_NONE, 0, 0, hd);
     b->r->op[op].fBSS = 2.0 * (double)nh * (double)hd;
     b->r->op[op].bwd_mult = 2.0;
+    b->r->op[op].grad_view[0] = b->r->op[op].grad_view[1] = true;
     int oc = like(b, "transpose", o, dt(b, o), true);
     opnew(b, "transpose", GCKPT_OP_ELEM, 1, (int[]){o}, oc, -1, 0, NULL);
     setprim(b, GCKPT_P_TRANSPOSE, GCKPT_BC_NONE, 0, 0, hd);
@@ -700,6 +740,7 @@ static void build_llama(B *b, gckpt_attention attn)
     section(b, GCKPT_SEC_EMBED);
     b->pfx = "";
     int ids = tnew(b, "input_ids", GCKPT_T_CONST, I64, 0, 0, 1, 0, false);
+    r->t[ids].step_held = true;
     opnew(b, "input_ids", GCKPT_OP_ELEM, 0, NULL, ids, -1, 0, NULL);
     int emb_w = param(b, "embed_tokens.weight", m->vocab * h, W);
     int x = tnew(b, "embed_tokens", GCKPT_T_ACT, b->D, 0, 0, h, 0, true);
@@ -746,18 +787,23 @@ static void build_llama(B *b, gckpt_attention attn)
     int bk = m->qkv_bias ? param(b, "k_proj.bias", kvd, W) : -1;
     int bv = m->qkv_bias ? param(b, "v_proj.bias", kvd, W) : -1;
     int bo = m->o_bias ? param(b, "o_proj.bias", h, W) : -1;
+    /* Qwen3: q_norm(q_proj(x)), then k_norm(k_proj(x)), then v_proj(x), one statement
+     * each; a norm holds its argument until it returns */
     int q = linear(b, n1, wq, bq, h, qd, "q_proj");
-    int kk = linear(b, n1, wk, bk, h, kvd, "k_proj");
-    int v = linear(b, n1, wv, bv, h, kvd, "v_proj");
     if (m->qk_norm) {
-        int q0 = q, k0 = kk; /* a norm holds its argument until it returns */
+        int q0 = q;
         q = rmsnorm(b, q, hd, "q_norm");
         hold_here(b, q0);
         b->pfx = "self_attn";
+    }
+    int kk = linear(b, n1, wk, bk, h, kvd, "k_proj");
+    if (m->qk_norm) {
+        int k0 = kk;
         kk = rmsnorm(b, kk, hd, "k_norm");
         hold_here(b, k0);
         b->pfx = "self_attn";
     }
+    int v = linear(b, n1, wv, bv, h, kvd, "v_proj");
     int qp = q, kp = kk;
     q = rope(b, q, cos, sin, "rope_q");
     kk = rope(b, kk, cos, sin, "rope_k");
@@ -837,6 +883,7 @@ static void build_gpt2(B *b, gckpt_attention attn)
     section(b, GCKPT_SEC_EMBED);
     b->pfx = "";
     int ids = tnew(b, "input_ids", GCKPT_T_CONST, I64, 0, 0, 1, 0, false);
+    r->t[ids].step_held = true;
     opnew(b, "input_ids", GCKPT_OP_ELEM, 0, NULL, ids, -1, 0, NULL);
     int wte = param(b, "wte.weight", V * h, W);
     int wpe = param(b, "wpe.weight", m->positions * h, W);

@@ -549,7 +549,7 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
             int id = alloc(s, o, c->tbytes[t], comp, (int16_t)t);
             inst_t *p = &s->pool[id];
             p->consumers = cons[t];
-            p->is_const = tt->kind == GCKPT_T_CONST && !tt->fwd_end_free;
+            p->is_const = tt->step_held;
             /* held until the forward ends; in a recompute autocast's weight-cast cache
              * lives until the recompute ends (it re-enters autocast) */
             p->hold = tt->fwd_end_free && (mode != MODE_RECOMPUTE || tt->kind == GCKPT_T_WCAST);
@@ -748,7 +748,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
              * operand's gradient (grad * this) is made, before the narrow one's */
             if (op->bws_promote) promo = alloc(s, o, promoted_bytes(c, op, op->bws_promote), GCKPT_C_BACKWARD, -1);
             /* 1. the buffers this op's backward writes */
-            enum { G_NONE, G_NEW, G_ALIAS, G_ACC, G_PARAM, G_PARAM_ACC, G_WIDE };
+            enum { G_NONE, G_NEW, G_ALIAS, G_ACC, G_PARAM, G_PARAM_ACC, G_WIDE, G_CAST, G_BLOCK };
             int mode[GCKPT_OP_MAX_IN] = {0}, dst[GCKPT_OP_MAX_IN];
             /* mul of a 16-bit and a 32-bit tensor computes the 16-bit input's gradient in
              * fp32; the engine casts it to the input's dtype afterwards */
@@ -787,6 +787,10 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
                     dst[k] = alloc_g(s, o, wide, (uint8_t)grad_comp(r, t), (int16_t)t);
                     if (!o->oom) o->ev[o->n - 1].dtype = out_dt;
                     mode[k] = G_WIDE;
+                } else if (g >= 0 && op->prim == GCKPT_P_SPLIT && op->view_fwd) {
+                    /* a role of a packed tensor: its block of the one gradient buffer */
+                    dst[k] = g;
+                    mode[k] = G_BLOCK;
                 } else if (g < 0) {
                     dst[k] = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
                     s->pool[dst[k]].refs = 1;
@@ -802,11 +806,24 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
             int args[6] = {-1, -1, -1, -1, gout, ws};
             for (int k = 0; k < op->nin; k++) args[k] = dst[k];
             ev_compute(s, o, GCKPT_EV_BWD, i, true, args);
-            /* the engine drops the node's incoming gradients (and the kernel its
-             * workspace), then its saved tensors (release_variables), before it casts
-             * and accumulates the outgoing ones */
+            /* the kernel drops its workspace; the engine casts a gradient made in a wider
+             * dtype to its input's (validate_outputs), then drops the node's incoming
+             * gradients, then its saved tensors (release_variables), then accumulates the
+             * outgoing ones. A recomputed layer's saved tensors go first: the checkpoint
+             * drops its reference when the node unpacks them, so they die with the
+             * node's apply, before the cast */
             if (ws >= 0) release(s, o, ws, -1);
             ws = -1;
+            if (st->mode != GCKPT_LAYER_PLAIN) release_saved(s, st, i, o);
+            for (int k = 0; k < op->nin; k++) {
+                if (mode[k] != G_WIDE) continue;
+                int t = op->in[k];
+                int nb = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                ev_grad_add(s, o, (int16_t)t, nb, -1, dst[k]);
+                release(s, o, dst[k], (int16_t)t);
+                dst[k] = nb;
+                mode[k] = G_CAST;
+            }
             for (int k = 0; k < 2; k++)
                 if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
             release_saved(s, st, i, o);
@@ -847,7 +864,10 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
                 } else if (mode[k] == G_PARAM_ACC) {
                     ev_grad_add(s, o, (int16_t)t, -1, -1, dst[k]);
                     release(s, o, dst[k], (int16_t)t);
-                } else if (mode[k] == G_WIDE || mode[k] == G_ACC) {
+                } else if (mode[k] == G_CAST && owner(s, st, t)->grad[t] < 0) {
+                    owner(s, st, t)->grad[t] = dst[k]; /* the cast copy is the gradient */
+                    s->pool[dst[k]].refs = 1;
+                } else if (mode[k] == G_CAST || mode[k] == G_ACC) {
                     accumulate(s, st, t, dst[k], o);
                 }
             }
@@ -869,6 +889,7 @@ static void init_sec(sec_t *st)
     st->xin = -1;
     st->mask = -1;
     st->host = 0;
+    st->mode = GCKPT_LAYER_PLAIN;
 }
 
 void gckpt_sim_embed_fwd(gckpt_sim *s, gckpt_events *o)

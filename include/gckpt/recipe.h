@@ -56,6 +56,9 @@ typedef struct {
                           * tables; gpt2's positional mask) that every checkpointed layer's
                           * frame holds by reference until its backward; an offloaded
                           * positional mask is copied instead */
+    bool step_held;      /* the Trainer's batch dict holds it until the micro-step ends (the
+                          * input ids); other sources live as their uses and saves say
+                          * (the loss's shifted labels go with nll_loss's backward) */
     uint64_t c0, cS, cT, cBSS;     /* for PARAM and WCAST tensors only c0 is used */
     uint64_t cSS;                  /* only the CPU target's [s, s] SDPA mask */
     int16_t hold_to;      /* a Python variable of HF's code holds it until this op of its
@@ -93,6 +96,12 @@ typedef enum {
     GCKPT_P_EMBED,       /* rows of in0 (table) picked by in1 (ids) */
     GCKPT_P_LOG_SOFTMAX,
     GCKPT_P_NLL,         /* mean negative log-likelihood of in1 labels */
+    GCKPT_P_SPLIT,       /* column block sa (0 q, 1 k, 2 v) of gpt2's packed [rows, 3 x width]
+                          * c_attn output: a view (view_fwd), or with batched_copy a dense copy
+                          * when the micro-batch is > 1 (matmul's batch folding). The view's
+                          * backward writes its gradient into that block of the packed
+                          * tensor's gradient: autograd's SplitBackward cats the roles'
+                          * gradients into one buffer once all three arrived */
 } gckpt_prim;
 
 typedef enum {

@@ -424,7 +424,12 @@ static int sdpa(B *b, int q, int k, int v, double p)
     b->r->op[op].fBSS = 2.0 * (double)m->heads * (double)m->head_dim;
     b->r->op[op].bwd_mult = 2.5;
     b->r->op[op].bws_cT = b->cpu ? 0 : qd;
-    /* dropout inside flash attention saves only RNG state */
+    /* CUDA with dropout: the fused kernel (flash for 16-bit, memory-efficient for fp32;
+     * cuDNN only takes p a multiple of 1/16) keeps no mask, only the Philox seed and
+     * offset (two 8-byte values) to regenerate it in the backward: counted with the
+     * logsumexp. The CPU runs the math path instead (sdpa_math_cpu), so this is not
+     * measured (gckpt_recipe_unverified) */
+    if (p > 0 && !b->cpu) b->r->t[lse].c0 = 16 / F32;
     return o;
 }
 
@@ -974,6 +979,26 @@ void gckpt_recipe_build(const gckpt_model *m, gckpt_precision p, gckpt_attention
                         gckpt_recipe *r)
 {
     gckpt_recipe_build_target(m, p, a, GCKPT_TARGET_CUDA, r);
+}
+
+bool gckpt_recipe_unverified(const gckpt_model *m, gckpt_attention a, const char **code,
+                             const char **sentence)
+{
+    const char *c = NULL, *why = NULL;
+    bool attn = m->attn_dropout > 0, other = m->resid_dropout > 0 || m->embd_dropout > 0;
+    if (attn && a == GCKPT_SDPA) {
+        c = "dropout-cuda-sdpa";
+        why = "attention dropout with SDPA is modelled as CUDA's fused kernel, which keeps the RNG seed and "
+              "offset instead of a mask (and native_dropout's 1-byte masks elsewhere); the CPU runs the math "
+              "path there, so tools/hf_probe could not measure it";
+    } else if (attn || other) {
+        c = "dropout-cuda-mask";
+        why = "dropout is modelled as CUDA's native_dropout, which keeps a 1-byte mask per element; the CPU "
+              "keeps a noise tensor in the input dtype instead, so tools/hf_probe could not measure it";
+    }
+    if (code) *code = c;
+    if (sentence) *sentence = why;
+    return c != NULL;
 }
 
 void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_attention a,

@@ -177,10 +177,22 @@ typedef struct {
 } gckpt_recipe;
 
 /* Where the step runs. The planner models CUDA; the CPU target exists to compare with
- * measurements of PyTorch on the CPU (tests/data/hf), whose kernels differ in two
- * documented ways: no fp32 dq accumulator in the SDPA backward, and LayerNorm's saved
- * mean/rstd in the input dtype instead of fp32. */
+ * measurements of PyTorch on the CPU (tests/data/hf, tools/hf_probe), whose kernels
+ * differ in documented ways (tools/hf_probe/FINDINGS.md): no fp32 dq accumulator in the
+ * SDPA backward; LayerNorm's saved mean/rstd in the input dtype; mixed-dtype elementwise
+ * ops on promoted copies; dropout as a noise tensor in the input dtype (CUDA:
+ * native_dropout's bool mask); SDPA with dropout on the math path (CUDA: a fused kernel
+ * that keeps the RNG seed and offset). */
 typedef enum { GCKPT_TARGET_CUDA, GCKPT_TARGET_CPU } gckpt_target;
+
+/* Whether the CUDA plan of model m with attention a rests on a rule the CPU probe
+ * cannot measure, because the CPU runs other kernels there: dropout > 0 (CUDA's
+ * native_dropout and its bool mask; with SDPA, a fused kernel that regenerates the mask
+ * from the saved RNG seed and offset). false: every rule of the setting was measured.
+ * true: *code (a short stable identifier) and *sentence (one sentence for a plan's
+ * warnings) say which; either pointer may be NULL. */
+bool gckpt_recipe_unverified(const gckpt_model *m, gckpt_attention a, const char **code,
+                             const char **sentence);
 
 /* Build the recipe of model m for the setting's precision and attention. Never fails
  * for a validated model. */

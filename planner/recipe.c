@@ -426,10 +426,9 @@ static int sdpa(B *b, int q, int k, int v, double p)
     b->r->op[op].bws_cT = b->cpu ? 0 : qd;
     /* CUDA with dropout: the fused kernel (flash for 16-bit, memory-efficient for fp32;
      * cuDNN only takes p a multiple of 1/16) keeps no mask, only the Philox seed and
-     * offset (two 8-byte values) to regenerate it in the backward: counted with the
-     * logsumexp. The CPU runs the math path instead (sdpa_math_cpu), so this is not
-     * measured (gckpt_recipe_unverified) */
-    if (p > 0 && !b->cpu) b->r->t[lse].c0 = 16 / F32;
+     * offset to regenerate it in the backward, as CPU scalar tensors outside CUDA-graph
+     * capture: no device bytes. The CPU runs the math path instead (sdpa_math_cpu), so
+     * this is not measured (gckpt_recipe_unverified) */
     return o;
 }
 

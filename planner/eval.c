@@ -228,8 +228,9 @@ bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_prof
     memset(p, 0, sizeof *p);
     /* the later layers' segments come with the plain first layer; a first layer that is
      * checkpointed needs only itself and the fixed segments */
+    p->later_micro = c->set.grad_accum > 1;
     for (int m0 = 0; m0 < GCKPT_NLAYERMODE; m0++)
-        for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < (p->later_micro ? 2 : 1); mi++)
             if (!profile_micro(pr, c, mi == 1, mi, m0, m0 == GCKPT_LAYER_PLAIN, p)) return false;
     pr->ev.n = 0;
     gckpt_sim_optimizer(c, &pr->ev);
@@ -289,6 +290,10 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
                         uint64_t grad_accum, bool breakdown, gckpt_result *res)
 {
     memset(res, 0, sizeof *res);
+    if (grad_accum > 1 && !p->later_micro) {
+        res->peak_bytes = res->device_peak_bytes = UINT64_MAX;
+        return;
+    }
     const uint64_t L = c->model->layers;
     const int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
     const uint64_t nck = every_n ? (L + every_n - 1) / every_n : 0, npl = L - nck;
@@ -303,19 +308,22 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     int64_t after_fwd = 0;
     const int nmicro = grad_accum > 1 ? 2 : 1;
 #define MODE(i) ((every_n && (i) % every_n == 0) ? ck : GCKPT_LAYER_PLAIN)
+    /* layers 1..L-1 in order (or reversed) with their segment by mode, the mode by a
+     * running position in the every_n period (no division per layer) */
+#define LAYERS(segs, reversed)                                                             do {                                                                                       const gckpt_segment *plain_ = &(segs)[GCKPT_LAYER_PLAIN], *ck_ = &(segs)[ck];          uint64_t ph_ = every_n ? ((reversed) ? (L - 1) % every_n : 1 % every_n) : 1;           for (uint64_t j_ = 1; j_ < L; j_++) {                                                      uint64_t i_ = (reversed) ? L - j_ : j_;                                                mem_apply(&st, every_n && ph_ == 0 ? ck_ : plain_, (int32_t)i_, mu);                   if (!every_n) continue;                                                                if (reversed) ph_ = ph_ ? ph_ - 1 : every_n - 1;                                       else if (++ph_ == every_n) ph_ = 0;                                                }                                                                                  } while (0)
     for (int mi = 0; mi < nmicro; mi++) {
         const gckpt_segment *fx = p->fixed[m0][mi];
         const uint8_t mu = (uint8_t)mi;
         mem_apply(&st, &fx[GCKPT_SEG_EMBED_FWD], -1, mu);
         mem_apply(&st, &p->first_fwd[m0][mi], 0, mu);
-        for (uint64_t i = 1; i < L; i++) mem_apply(&st, &p->layer_fwd[mi][MODE(i)], (int32_t)i, mu);
+        LAYERS(p->layer_fwd[mi], false);
         mem_apply(&st, &fx[GCKPT_SEG_HEAD_FWD], (int32_t)L, mu);
         mem_apply(&st, &p->first_fwd_end[m0][mi], 0, mu);
-        for (uint64_t i = 1; i < L; i++) mem_apply(&st, &p->layer_fwd_end[mi][MODE(i)], (int32_t)i, mu);
+        LAYERS(p->layer_fwd_end[mi], false);
         mem_apply(&st, &fx[GCKPT_SEG_FWD_END_HEAD], (int32_t)L, mu);
         if (mi == 0) after_fwd = st.total;
         mem_apply(&st, &fx[GCKPT_SEG_HEAD_BWD], (int32_t)L, mu);
-        for (uint64_t i = L; i-- > 1;) mem_apply(&st, &p->layer_bwd[mi][MODE(i)], (int32_t)i, mu);
+        LAYERS(p->layer_bwd[mi], true);
         mem_apply(&st, &p->first_bwd[m0][mi], 0, mu);
         mem_apply(&st, &fx[GCKPT_SEG_EMBED_BWD], -1, mu);
         mem_apply(&st, &fx[GCKPT_SEG_STEP_END], -1, mu);
@@ -380,6 +388,7 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
         if (seq <= st.peak_seq) VEC(&p->optimizer);
 #undef VEC
     }
+#undef LAYERS
 #undef MODE
     finish(c, grad_accum, res);
 }

@@ -247,6 +247,14 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     }
     c->workspace = d->workspace_bytes;
     c->opt_seconds = opt_traffic / hbm_rate(c);
+    for (int i = 0; i < r->nop; i++) {
+        for (int bwd = 0; bwd < 2; bwd++)
+            c->op_s[bwd][i] = op_seconds(c, &r->op[i], bwd, &c->op_flops[bwd][i]);
+        /* (section_bound below refuses a setting where these overflow) */
+        if (!fwd_ws_bytes(c, &r->op[i], &c->op_ws[0][i])) c->op_ws[0][i] = 0;
+        if (!bwd_ws_bytes(c, &r->op[i], &c->op_ws[1][i])) c->op_ws[1][i] = 0;
+        c->op_promo[i] = promoted_bytes(c, &r->op[i], r->op[i].bws_promote);
+    }
     /* Everything a step can hold at once stays below GCKPT_MAX_STEP_BYTES, so the
      * simulator's and the evaluators' signed 64-bit running totals cannot overflow. */
     uint64_t be, bb, bh, micro = 0, total = 0;
@@ -410,7 +418,8 @@ static void ev_compute(gckpt_sim *s, gckpt_events *o, int kind, int op, bool bwd
     e->micro = s->micro;
     e->layer = s->cur_layer;
     e->op = (int16_t)op;
-    e->seconds = op_seconds(s->c, &s->c->recipe->op[op], bwd, &e->flops);
+    e->seconds = s->c->op_s[bwd][op];
+    e->flops = s->c->op_flops[bwd][op];
 }
 
 static void ev_copy(gckpt_sim *s, gckpt_events *o, int kind, uint64_t bytes, int comp, int inst)
@@ -528,9 +537,8 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
         const gckpt_op *op = &r->op[i];
         bool save_only = save_only_last && i == end - 1;
         int fws = -1; /* the op's forward temporaries (CPU target), made with its output */
-        uint64_t fwsb;
-        if (!save_only && !c->fwd_view[i] && fwd_ws_bytes(c, op, &fwsb) && fwsb)
-            fws = alloc(s, o, fwsb, mode == MODE_RECOMPUTE ? GCKPT_C_RECOMPUTE : GCKPT_C_ACTIVATIONS, -1);
+        if (!save_only && !c->fwd_view[i] && c->op_ws[0][i])
+            fws = alloc(s, o, c->op_ws[0][i], mode == MODE_RECOMPUTE ? GCKPT_C_RECOMPUTE : GCKPT_C_ACTIVATIONS, -1);
         if (c->fwd_view[i]) {
             /* a view: the output is input 0's storage, with the output's consumers */
             int id = *slot(s, st, op->in[0]);
@@ -742,11 +750,10 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
         int gout = op->out[0] >= 0 ? owner(s, st, op->out[0])->grad[op->out[0]] : -1;
         if (any_in && gout >= 0) {
             int ws = -1, promo = -1;
-            uint64_t wsb;
-            if (bwd_ws_bytes(c, op, &wsb) && wsb) ws = alloc(s, o, wsb, GCKPT_C_BACKWARD, -1);
+            if (c->op_ws[1][i]) ws = alloc(s, o, c->op_ws[1][i], GCKPT_C_BACKWARD, -1);
             /* the CPU target's promoted copy of a narrow operand lives while the other
              * operand's gradient (grad * this) is made, before the narrow one's */
-            if (op->bws_promote) promo = alloc(s, o, promoted_bytes(c, op, op->bws_promote), GCKPT_C_BACKWARD, -1);
+            if (op->bws_promote) promo = alloc(s, o, c->op_promo[i], GCKPT_C_BACKWARD, -1);
             /* 1. the buffers this op's backward writes */
             enum { G_NONE, G_NEW, G_ALIAS, G_ACC, G_PARAM, G_PARAM_ACC, G_WIDE, G_CAST, G_BLOCK };
             int mode[GCKPT_OP_MAX_IN] = {0}, dst[GCKPT_OP_MAX_IN];

@@ -53,6 +53,11 @@ static void sweep(const char *model, const char *cfg_json)
                             gckpt_events_free(&ev);
                             gckpt_fast_eval(&c, &prof, n, off, ga, &b);
                             gckpt_fast_eval_ex(&c, &prof, n, off, ga, false, &b2);
+                            if (ga == 1) { /* no later micro-steps profiled: refused, visibly */
+                                gckpt_result bad;
+                                gckpt_fast_eval(&c, &prof, n, off, 3, &bad);
+                                assert_true(bad.peak_bytes == UINT64_MAX && bad.device_peak_bytes == UINT64_MAX);
+                            }
                             char ctx[160];
                             snprintf(ctx, sizeof ctx, "%s %s %s mb %llu ga %llu n %u off %d", model,
                                      gckpt_precision_names[prec], gckpt_attention_names[attn],

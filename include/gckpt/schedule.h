@@ -115,6 +115,10 @@ typedef struct {
     /* persistent state, bytes (each parameter tensor rounded separately) */
     uint64_t weights, grads, opt_states, opt_temp, workspace;
     double opt_seconds;                  /* one optimizer step */
+    /* each op at this setting: forward [0] and backward [1] seconds, matmul FLOPs and
+     * workspace bytes; the backward's promoted copies (CPU target) */
+    double op_s[2][GCKPT_MAX_OPS], op_flops[2][GCKPT_MAX_OPS];
+    uint64_t op_ws[2][GCKPT_MAX_OPS], op_promo[GCKPT_MAX_OPS];
 } gckpt_ctx;
 
 /* The most bytes a step may allocate in total (persistent state + every allocation of

@@ -539,9 +539,10 @@ gckpt_xstatus cuda_attn_forward(cuda_be *cb, const gckpt_xcall *c)
         break;
     }
     default: {
+        /* the input's own width: a view of one kv head has kv heads (see host_attn.c) */
         NEED_T(be, c, x, "input");
-        uint64_t hd = c->op->width, Wi = cuda_cols(c, c->op->in[0]), Wo = cuda_cols(c, c->op->out[0]);
-        uint64_t rows = c->b * c->s;
+        uint64_t hd = c->op->width, rows = c->b * c->s, Wi = rows ? x.n / rows : 0, Wo = cuda_cols(c, c->op->out[0]);
+        if (!Wi || Wi % hd || Wo % Wi) return op_fail(be, c, "input columns do not repeat into the output");
         k_repeat_kv<<<grid_for(rows * Wo, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, rows, Wi, Wo, hd, (Wo / hd) / (Wi / hd));
         break;
     }
@@ -573,9 +574,10 @@ gckpt_xstatus cuda_attn_backward(cuda_be *cb, const gckpt_xcall *c)
         break;
     }
     default: {
+        /* the gradient's own width: an expanded kv head's gradient has every head (rep 1) */
         if (!gi.p) return GCKPT_XS_OK;
-        uint64_t hd = c->op->width, Wi = cuda_cols(c, c->op->in[0]), Wo = cuda_cols(c, c->op->out[0]);
-        uint64_t rows = c->b * c->s;
+        uint64_t hd = c->op->width, rows = c->b * c->s, Wi = rows ? gi.n / rows : 0, Wo = cuda_cols(c, c->op->out[0]);
+        if (!Wi || Wi % hd || Wo % Wi) return op_fail(be, c, "gradient columns do not sum from the output");
         k_repeat_kv_bwd<<<grid_for(rows * Wi, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, rows, Wi, Wo, hd,
                                                                          (Wo / hd) / (Wi / hd));
         break;

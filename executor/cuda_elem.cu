@@ -256,6 +256,30 @@ __global__ void k_half(Half h)
     }
 }
 
+// gpt2's packed q / k / v (GCKPT_P_SPLIT): n elements of a [rows, Wn] role, column block
+// off of a [rows, Ww] packed tensor; bwd: the role into the block (the rest untouched)
+__global__ void k_split(const void *src, uint8_t sdt, void *dst, uint8_t ddt, uint64_t n, uint64_t Ww,
+                        uint64_t Wn, uint64_t off, int bwd)
+{
+    GRID_LOOP(i, n)
+    {
+        uint64_t wide = (i / Wn) * Ww + off + i % Wn;
+        if (bwd)
+            stx(dst, ddt, wide, ldx(src, sdt, i));
+        else
+            stx(dst, ddt, i, ldx(src, sdt, wide));
+    }
+}
+
+static void split_cols(const gckpt_xcall *c, uint64_t nwide, uint64_t nnarrow, uint64_t *Ww, uint64_t *Wn,
+                       uint64_t *off)
+{
+    uint64_t rows = c->b * c->s;
+    *Ww = rows ? nwide / rows : 0;
+    *Wn = rows ? nnarrow / rows : 0;
+    *off = *Ww > *Wn ? static_cast<uint64_t>(c->op->sa) * *Wn : 0;
+}
+
 // mean over groups of w: one warp per group
 __global__ void k_mean(const void *x, uint8_t xdt, void *o, uint8_t odt, uint64_t groups, uint64_t w)
 {
@@ -526,6 +550,12 @@ gckpt_xstatus cuda_elem_forward(cuda_be *cb, const gckpt_xcall *c)
         k_half<<<grid_for(h.n, kBlock), kBlock, 0, st>>>(h);
         break;
     }
+    case GCKPT_P_SPLIT: {
+        uint64_t Ww, Wn, off;
+        split_cols(c, x.n, o.n, &Ww, &Wn, &off);
+        if (o.n) k_split<<<grid_for(o.n, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, o.n, Ww, Wn, off, 0);
+        break;
+    }
     case GCKPT_P_MEAN:
         k_mean<<<grid_for(o.n * 32, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, o.n, op->width);
         break;
@@ -627,6 +657,14 @@ gckpt_xstatus cuda_elem_backward(cuda_be *cb, const gckpt_xcall *c)
             }
             LAUNCH_TRY(be);
         }
+        return GCKPT_XS_OK;
+    }
+    case GCKPT_P_SPLIT: {
+        if (!gi.p) return GCKPT_XS_OK;
+        uint64_t Ww, Wn, off;
+        split_cols(c, gi.n, g.n, &Ww, &Wn, &off);
+        if (g.n) k_split<<<grid_for(g.n, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, g.n, Ww, Wn, off, 1);
+        LAUNCH_TRY(be);
         return GCKPT_XS_OK;
     }
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: {

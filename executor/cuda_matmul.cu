@@ -121,9 +121,12 @@ struct Lay {
     uint64_t W, off, nh;
 };
 
-Lay layout(const gckpt_xcall *c, int k, int role)
+/* of a buffer of n elements (rows of b * s tokens): the bound operand may be the storage
+ * a view reads (an expanded kv head has kv heads, its gradient all heads) */
+Lay layout_n(const gckpt_xcall *c, uint64_t n, int role)
 {
-    uint64_t hd = c->m->head_dim, qd = c->m->heads * hd, W = cuda_cols(c, c->op->in[k]);
+    uint64_t rows = c->b * c->s;
+    uint64_t hd = c->m->head_dim, qd = c->m->heads * hd, W = rows ? n / rows : 0;
     Lay l = {W, 0, W / hd};
     if (W == 3 * qd) {
         l.off = static_cast<uint64_t>(role) * qd;
@@ -131,6 +134,8 @@ Lay layout(const gckpt_xcall *c, int k, int role)
     }
     return l;
 }
+
+Lay layout(const gckpt_xcall *c, int k, int role) { return layout_n(c, c->in[k].n, role); }
 
 int first_same(const gckpt_xcall *c, int k)
 {
@@ -203,6 +208,10 @@ gckpt_xstatus qk(cuda_be *cb, const gckpt_xcall *c, bool bwd)
     const gckpt_xt &g = c->gout;
     int jq = first_same(c, 0), jk = first_same(c, 1);
     const gckpt_xt &gq = c->gin[jq], &gk = c->gin[jk];
+    /* the gradients' own layouts (an expanded kv head's gradient has every head) */
+    Lay gl_q = layout_n(c, gq.n, 0), gl_k = layout_n(c, gk.n, 1);
+    if ((gq.p && !fits_int(gl_q.W)) || (gk.p && (!fits_int(gl_k.W) || !gl_k.nh))) return op_fail(be, c, "gradient layout");
+    uint64_t rgk = gk.p ? nh / gl_k.nh : 1;
     gckpt_xstatus rc;
     if ((rc = zero(cb, gq)) != GCKPT_XS_OK) return rc;
     if (jk != jq && (rc = zero(cb, gk)) != GCKPT_XS_OK) return rc;
@@ -211,17 +220,17 @@ gckpt_xstatus qk(cuda_be *cb, const gckpt_xcall *c, bool bwd)
         NEED_T(be, c, c->in[1], "saved k");
         HeadGemm h = {false, false, Si, Hi, Si, alpha, G,
                       {at(c->in[1].p, c->in[1].dt, lk.off), c->in[1].dt, static_cast<long long>(lk.W), static_cast<long long>(hd)},
-                      {at(gq.p, gq.dt, lq.off), gq.dt, static_cast<long long>(lq.W), static_cast<long long>(hd)},
-                      nh * S * S, S * lk.W, S * lq.W, 1, rk, 1};
+                      {at(gq.p, gq.dt, gl_q.off), gq.dt, static_cast<long long>(gl_q.W), static_cast<long long>(hd)},
+                      nh * S * S, S * lk.W, S * gl_q.W, 1, rk, 1};
         if ((rc = head_gemm(cb, c, h, false)) != GCKPT_XS_OK) return rc;
     }
     if (gk.p) {
         NEED_T(be, c, c->in[0], "saved q");
         HeadGemm h = {true, false, Si, Hi, Si, alpha, G,
                       {at(c->in[0].p, c->in[0].dt, lq.off), c->in[0].dt, static_cast<long long>(lq.W), static_cast<long long>(hd)},
-                      {at(gk.p, gk.dt, lk.off), gk.dt, static_cast<long long>(lk.W), static_cast<long long>(hd)},
-                      nh * S * S, S * lq.W, S * lk.W, 1, 1, rk};
-        if ((rc = head_gemm(cb, c, h, rk > 1)) != GCKPT_XS_OK) return rc;
+                      {at(gk.p, gk.dt, gl_k.off), gk.dt, static_cast<long long>(gl_k.W), static_cast<long long>(hd)},
+                      nh * S * S, S * lq.W, S * gl_k.W, 1, 1, rgk};
+        if ((rc = head_gemm(cb, c, h, rgk > 1)) != GCKPT_XS_OK) return rc;
     }
     return GCKPT_XS_OK;
 }
@@ -244,6 +253,9 @@ gckpt_xstatus pv(cuda_be *cb, const gckpt_xcall *c, bool bwd)
         return head_gemm(cb, c, h, false);
     }
     const gckpt_xt &g = c->gout, &gp = c->gin[0], &gv = c->gin[first_same(c, 1)];
+    Lay gl_v = layout_n(c, gv.n, 2);
+    if (gv.p && (!fits_int(gl_v.W) || !gl_v.nh)) return op_fail(be, c, "gradient layout");
+    uint64_t rgv = gv.p ? nh / gl_v.nh : 1;
     Mat G = {g.p, g.dt, Hi, static_cast<long long>(S * hd)};
     gckpt_xstatus rc;
     if (gp.p) {
@@ -257,9 +269,9 @@ gckpt_xstatus pv(cuda_be *cb, const gckpt_xcall *c, bool bwd)
         NEED_T(be, c, c->in[0], "saved probabilities");
         if ((rc = zero(cb, gv)) != GCKPT_XS_OK) return rc;
         HeadGemm h = {true, false, Si, Hi, Si, 1.0f, {c->in[0].p, c->in[0].dt, Si, static_cast<long long>(S * S)}, G,
-                      {at(gv.p, gv.dt, lv.off), gv.dt, static_cast<long long>(lv.W), static_cast<long long>(hd)},
-                      nh * S * S, nh * S * hd, S * lv.W, 1, 1, rv};
-        if ((rc = head_gemm(cb, c, h, rv > 1)) != GCKPT_XS_OK) return rc;
+                      {at(gv.p, gv.dt, gl_v.off), gv.dt, static_cast<long long>(gl_v.W), static_cast<long long>(hd)},
+                      nh * S * S, nh * S * hd, S * gl_v.W, 1, 1, rgv};
+        if ((rc = head_gemm(cb, c, h, rgv > 1)) != GCKPT_XS_OK) return rc;
     }
     return GCKPT_XS_OK;
 }

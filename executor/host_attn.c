@@ -28,9 +28,12 @@ typedef struct {
     uint64_t W, off, nh;
 } lay;
 
-static lay layout(const gckpt_xcall *c, int k, int role)
+/* of a buffer of n elements (rows of b * s tokens): the bound operand may be the storage
+ * a view reads (an expanded kv head has kv heads, its gradient all heads) */
+static lay layout_n(const gckpt_xcall *c, uint64_t n, int role)
 {
-    uint64_t hd = c->m->head_dim, qd = c->m->heads * hd, W = host_cols(c, c->op->in[k]);
+    uint64_t rows = c->b * c->s;
+    uint64_t hd = c->m->head_dim, qd = c->m->heads * hd, W = rows ? n / rows : 0;
     lay l = {W, 0, W / hd};
     if (W == 3 * qd) {
         l.off = (uint64_t)role * qd;
@@ -38,6 +41,8 @@ static lay layout(const gckpt_xcall *c, int k, int role)
     }
     return l;
 }
+
+static lay layout(const gckpt_xcall *c, int k, int role) { return layout_n(c, c->in[k].n, role); }
 
 /* fp32 copies of the distinct input tensors and accumulators of the distinct gradients */
 typedef struct {
@@ -127,18 +132,19 @@ static gckpt_xstatus qk(const gckpt_xcall *c, bool bwd, gckpt_err *err)
     float *aq = acc_of(c, &b, 0, err), *ak = acc_of(c, &b, 1, err);
     if ((c->gin[first_same(c, 0)].p && !aq) || (c->gin[first_same(c, 1)].p && !ak)) goto out;
     if ((aq && !load_in(c, &b, 1, err)) || (ak && !load_in(c, &b, 0, err))) goto out;
+    lay gq = layout_n(c, c->gin[first_same(c, 0)].n, ROLE_Q), gk = layout_n(c, c->gin[first_same(c, 1)].n, ROLE_K);
     for (uint64_t bi = 0; bi < B; bi++)
         for (uint64_t h = 0; h < nh; h++) {
-            uint64_t kh = h / (nh / lk.nh);
+            uint64_t kh = h / (nh / lk.nh), gkh = gk.nh ? h / (nh / gk.nh) : 0;
             const float *gs = g + (bi * nh + h) * S * S;
             if (aq)
                 host_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)S, (int)hd, (int)S, alpha, gs, (int)S,
                             b.in[1] + bi * S * lk.W + lk.off + kh * hd, (int)lk.W, 1.0f,
-                            aq + bi * S * lq.W + lq.off + h * hd, (int)lq.W);
+                            aq + bi * S * gq.W + gq.off + h * hd, (int)gq.W);
             if (ak)
                 host_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)hd, (int)S, alpha, gs, (int)S,
                             b.in[0] + bi * S * lq.W + lq.off + h * hd, (int)lq.W, 1.0f,
-                            ak + bi * S * lk.W + lk.off + kh * hd, (int)lk.W);
+                            ak + bi * S * gk.W + gk.off + gkh * hd, (int)gk.W);
         }
     rc = GCKPT_XS_OK;
 out:
@@ -175,9 +181,10 @@ static gckpt_xstatus pv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
     float *ap = acc_of(c, &b, 0, err), *av = acc_of(c, &b, 1, err);
     if ((c->gin[0].p && !ap) || (c->gin[first_same(c, 1)].p && !av)) goto out;
     if ((ap && !load_in(c, &b, 1, err)) || (av && !load_in(c, &b, 0, err))) goto out;
+    lay gv = layout_n(c, c->gin[first_same(c, 1)].n, ROLE_V);
     for (uint64_t bi = 0; bi < B; bi++)
         for (uint64_t h = 0; h < nh; h++) {
-            uint64_t kh = h / (nh / lv.nh);
+            uint64_t kh = h / (nh / lv.nh), gvh = gv.nh ? h / (nh / gv.nh) : 0;
             const float *go = g + (bi * nh + h) * S * hd;
             if (ap)
                 host_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)S, (int)S, (int)hd, 1.0f, go, (int)hd,
@@ -186,7 +193,7 @@ static gckpt_xstatus pv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
             if (av)
                 host_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)S, (int)hd, (int)S, 1.0f,
                             b.in[0] + (bi * nh + h) * S * S, (int)S, go, (int)hd, 1.0f,
-                            av + bi * S * lv.W + lv.off + kh * hd, (int)lv.W);
+                            av + bi * S * gv.W + gv.off + gvh * hd, (int)gv.W);
         }
     rc = GCKPT_XS_OK;
 out:
@@ -245,10 +252,20 @@ static gckpt_xstatus transpose(const gckpt_xcall *c, bool bwd, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
+/* repeat kv heads (an expand materialised), or the gradient's sum over them; the input
+ * (forward) or its gradient (backward) has its own width: a view of one kv head has
+ * kv heads, its gradient all of them (then rep = 1: a copy) */
 static gckpt_xstatus repeat_kv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
-    uint64_t hd = c->op->width, Wi = host_cols(c, c->op->in[0]), Wo = host_cols(c, c->op->out[0]);
-    uint64_t rep = (Wo / hd) / (Wi / hd), rows = c->b * c->s;
+    uint64_t hd = c->op->width, rows = c->b * c->s, Wo = host_cols(c, c->op->out[0]);
+    if (bwd && !c->gin[0].p) return GCKPT_XS_OK; /* no gradient wanted, or passed through */
+    uint64_t Wi = rows ? (bwd ? c->gin[0].n : c->in[0].n) / rows : 0;
+    if (!Wi || Wi % hd || Wo % Wi) {
+        gckpt_seterr(err, "op %s: %llu input columns do not repeat into %llu", c->op->name, (unsigned long long)Wi,
+                     (unsigned long long)Wo);
+        return GCKPT_XS_ERROR;
+    }
+    uint64_t rep = (Wo / hd) / (Wi / hd);
     if (!bwd) {
         NEED(c, c->in[0], "input");
         for (uint64_t r = 0; r < rows; r++)

@@ -220,6 +220,38 @@ static gckpt_xstatus binary_bwd(const gckpt_xcall *c, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
+/* gpt2's packed q / k / v: column block sa of a [rows, 3 x width] input (recipe.h,
+ * GCKPT_P_SPLIT); an input as wide as the output (a role already dense) is copied */
+static void split_cols(const gckpt_xcall *c, uint64_t nwide, uint64_t nnarrow, uint64_t *Ww, uint64_t *Wn, uint64_t *off)
+{
+    uint64_t rows = c->b * c->s;
+    *Ww = rows ? nwide / rows : 0;
+    *Wn = rows ? nnarrow / rows : 0;
+    *off = *Ww > *Wn ? (uint64_t)c->op->sa * *Wn : 0;
+}
+
+static gckpt_xstatus split_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *x = &c->in[0], *o = &c->out[0];
+    NEED(c, *x, "input");
+    uint64_t Ww, Wn, off;
+    split_cols(c, x->n, o->n, &Ww, &Wn, &off);
+    for (uint64_t i = 0; i < o->n; i++) st(o, i, ld(x, (i / Wn) * Ww + off + i % Wn));
+    return GCKPT_XS_OK;
+}
+
+/* the role's gradient into its block of the packed gradient (the other roles write theirs) */
+static gckpt_xstatus split_bwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    (void)err;
+    const gckpt_xt *g = &c->gout, *gi = &c->gin[0];
+    if (!gi->p) return GCKPT_XS_OK;
+    uint64_t Ww, Wn, off;
+    split_cols(c, gi->n, g->n, &Ww, &Wn, &off);
+    for (uint64_t i = 0; i < g->n; i++) st(gi, (i / Wn) * Ww + off + i % Wn, ld(g, i));
+    return GCKPT_XS_OK;
+}
+
 /* rotate_half pieces, per head of width w */
 static gckpt_xstatus half_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
@@ -561,6 +593,7 @@ gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err)
         return unary_fwd(c, err);
     case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_fwd(c, err);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_fwd(c, err);
+    case GCKPT_P_SPLIT: return split_fwd(c, err);
     case GCKPT_P_MEAN: return mean_fwd(c, err);
     case GCKPT_P_LINEAR: return linear_fwd(c, err);
     case GCKPT_P_LAYERNORM: return layernorm_fwd(c, err);
@@ -583,6 +616,7 @@ gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err)
         return unary_bwd(c, err);
     case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_bwd(c, err);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_bwd(c, err);
+    case GCKPT_P_SPLIT: return split_bwd(c, err);
     case GCKPT_P_MEAN: return mean_bwd(c, err);
     case GCKPT_P_LINEAR: return linear_bwd(c, err);
     case GCKPT_P_LAYERNORM: return layernorm_bwd(c, err);

@@ -582,6 +582,20 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, uint64_t micro,
     for (int k = 0; k < op->nin; k++)
         if (!in_view(x, op, k, e->layer, e->arg[k], true, &c.in[k]))
             return fail(x, err, "%s: input %d (%s, instance %u) is not allocated", at, k, x->r->t[op->in[k]].name, e->arg[k]);
+    if (op->nin > 0 && op->out[0] >= 0 && e->arg[4] == e->arg[0]) {
+        /* a view (an expand, or batch folding at micro-batch 1): the output is input 0's
+         * storage; consumers read it with its own width */
+        if (!live(x, e->arg[0])) return fail(x, err, "%s: the viewed input is not allocated", at);
+        return GCKPT_XS_OK;
+    }
+    if (e->kind == GCKPT_EV_RECOMPUTE && op->out[0] >= 0 && e->arg[4] == GCKPT_NOINST) {
+        /* a recompute that stops inside this op once it saved its inputs (they are saved
+         * before it computes): the inputs are bound for its backward, nothing runs */
+        for (int k = 0; k < op->nsaved; k++)
+            if (op->saved[k] == op->out[0] || op->saved[k] == op->out[1])
+                return fail(x, err, "%s: a recompute cannot stop before an op that saves its output", at);
+        return GCKPT_XS_OK;
+    }
     for (int k = 0; k < 2; k++) {
         if (op->out[k] < 0) continue;
         if (!live(x, e->arg[4 + k])) return fail(x, err, "%s: output %d is not allocated", at, k);
@@ -644,9 +658,11 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, uint64_t micro,
             in->dt = wdt;
         }
         c.gin[k] = iview(x, id);
-        if (c.gin[k].n != c.in[k].n)
+        /* the gradient has the recipe tensor's size (the bound input may be the storage
+         * a view reads: fewer kv heads) */
+        if (c.gin[k].n != x->tnumel[op->in[k]])
             return fail(x, err, "%s: gradient buffer %d holds %llu elements, its input %llu", at, k,
-                        (unsigned long long)c.gin[k].n, (unsigned long long)c.in[k].n);
+                        (unsigned long long)c.gin[k].n, (unsigned long long)x->tnumel[op->in[k]]);
     }
     if (e->arg[5] != GCKPT_NOINST) {
         if (!live(x, e->arg[5])) return fail(x, err, "%s: workspace is not allocated", at);

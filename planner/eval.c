@@ -182,18 +182,21 @@ void gckpt_profiler_free(gckpt_profiler *pr)
     free(pr);
 }
 
-/* One micro-step over three layers, one of each mode, cut into segments. */
-static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, bool grads_exist, int micro,
-                          int held, gckpt_profile *p)
+/* One micro-step cut into segments: the first layer in mode m0, then (full) three more
+ * layers, one of each mode. */
+static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, bool grads_exist, int micro, int m0, bool full,
+                          gckpt_profile *p)
 {
     gckpt_events *ev = &pr->ev;
     ev->n = 0;
     ev->oom = false;
-    if (!pr->sim) pr->sim = gckpt_sim_new(c, grads_exist, (uint8_t)micro, GCKPT_NLAYERMODE);
-    else if (!gckpt_sim_reset(pr->sim, c, grads_exist, (uint8_t)micro, GCKPT_NLAYERMODE)) return false;
+    uint64_t nl = full ? 1 + GCKPT_NLAYERMODE : 1;
+    if (!pr->sim) pr->sim = gckpt_sim_new(c, grads_exist, (uint8_t)micro, nl);
+    else if (!gckpt_sim_reset(pr->sim, c, grads_exist, (uint8_t)micro, nl)) return false;
     gckpt_sim *s = pr->sim;
     if (!s) return false;
-    gckpt_sim_set_mask_held(s, held);
+    gckpt_sim_set_checkpointing(s, m0 != GCKPT_LAYER_PLAIN, m0 == GCKPT_LAYER_CKPT_OFFLOAD);
+    gckpt_segment *fx = p->fixed[m0][micro];
     size_t mark;
 #define SEG(dst, call)                    \
     do {                                  \
@@ -201,18 +204,21 @@ static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, bool grads_exi
         call;                             \
         summarize(ev, mark, ev->n, dst);  \
     } while (0)
-    SEG(&p->fixed[held][micro][GCKPT_SEG_EMBED_FWD], gckpt_sim_embed_fwd(s, ev));
-    for (int m = 0; m < GCKPT_NLAYERMODE; m++)
-        SEG(&p->layer_fwd[micro][m], gckpt_sim_layer_fwd(s, m, (gckpt_layer_mode)m, ev));
-    SEG(&p->fixed[held][micro][GCKPT_SEG_HEAD_FWD], gckpt_sim_head_fwd(s, ev));
-    for (int m = 0; m < GCKPT_NLAYERMODE; m++)
-        SEG(&p->layer_fwd_end[micro][m], gckpt_sim_fwd_end_layer(s, m, ev));
-    SEG(&p->fixed[held][micro][GCKPT_SEG_FWD_END_HEAD], gckpt_sim_fwd_end_head(s, ev));
-    SEG(&p->fixed[held][micro][GCKPT_SEG_HEAD_BWD], gckpt_sim_head_bwd(s, ev));
-    for (int m = GCKPT_NLAYERMODE - 1; m >= 0; m--)
-        SEG(&p->layer_bwd[micro][m], gckpt_sim_layer_bwd(s, m, ev));
-    SEG(&p->fixed[held][micro][GCKPT_SEG_EMBED_BWD], gckpt_sim_embed_bwd(s, ev));
-    SEG(&p->fixed[held][micro][GCKPT_SEG_STEP_END], gckpt_sim_step_end(s, ev));
+    SEG(&fx[GCKPT_SEG_EMBED_FWD], gckpt_sim_embed_fwd(s, ev));
+    SEG(&p->first_fwd[m0][micro], gckpt_sim_layer_fwd(s, 0, (gckpt_layer_mode)m0, ev));
+    for (int m = 0; full && m < GCKPT_NLAYERMODE; m++)
+        SEG(&p->layer_fwd[micro][m], gckpt_sim_layer_fwd(s, m + 1, (gckpt_layer_mode)m, ev));
+    SEG(&fx[GCKPT_SEG_HEAD_FWD], gckpt_sim_head_fwd(s, ev));
+    SEG(&p->first_fwd_end[m0][micro], gckpt_sim_fwd_end_layer(s, 0, ev));
+    for (int m = 0; full && m < GCKPT_NLAYERMODE; m++)
+        SEG(&p->layer_fwd_end[micro][m], gckpt_sim_fwd_end_layer(s, m + 1, ev));
+    SEG(&fx[GCKPT_SEG_FWD_END_HEAD], gckpt_sim_fwd_end_head(s, ev));
+    SEG(&fx[GCKPT_SEG_HEAD_BWD], gckpt_sim_head_bwd(s, ev));
+    for (int m = GCKPT_NLAYERMODE - 1; full && m >= 0; m--)
+        SEG(&p->layer_bwd[micro][m], gckpt_sim_layer_bwd(s, m + 1, ev));
+    SEG(&p->first_bwd[m0][micro], gckpt_sim_layer_bwd(s, 0, ev));
+    SEG(&fx[GCKPT_SEG_EMBED_BWD], gckpt_sim_embed_bwd(s, ev));
+    SEG(&fx[GCKPT_SEG_STEP_END], gckpt_sim_step_end(s, ev));
 #undef SEG
     return !ev->oom;
 }
@@ -220,10 +226,12 @@ static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, bool grads_exi
 bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_profile *p)
 {
     memset(p, 0, sizeof *p);
-    /* layer segments do not depend on the mask policy; the fixed ones may */
-    for (int held = 1; held >= (c->recipe->mask >= 0 ? 0 : 1); held--)
-        if (!profile_micro(pr, c, false, 0, held, p) || !profile_micro(pr, c, true, 1, held, p)) return false;
-    if (c->recipe->mask < 0) memcpy(p->fixed[0], p->fixed[1], sizeof p->fixed[0]);
+    /* the later layers' segments come with the plain first layer; a first layer that is
+     * checkpointed needs only itself and the fixed segments */
+    p->later_micro = c->set.grad_accum > 1;
+    for (int m0 = 0; m0 < GCKPT_NLAYERMODE; m0++)
+        for (int mi = 0; mi < (p->later_micro ? 2 : 1); mi++)
+            if (!profile_micro(pr, c, mi == 1, mi, m0, m0 == GCKPT_LAYER_PLAIN, p)) return false;
     pr->ev.n = 0;
     gckpt_sim_optimizer(c, &pr->ev);
     summarize(&pr->ev, 0, pr->ev.n, &p->optimizer);
@@ -282,10 +290,14 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
                         uint64_t grad_accum, bool breakdown, gckpt_result *res)
 {
     memset(res, 0, sizeof *res);
+    if (grad_accum > 1 && !p->later_micro) {
+        res->peak_bytes = res->device_peak_bytes = UINT64_MAX;
+        return;
+    }
     const uint64_t L = c->model->layers;
     const int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
     const uint64_t nck = every_n ? (L + every_n - 1) / every_n : 0, npl = L - nck;
-    const int held = gckpt_mask_held(c->recipe, every_n, offload);
+    const int m0 = every_n ? ck : GCKPT_LAYER_PLAIN; /* layer 0 is checkpointed whenever any is */
     int64_t base[GCKPT_NCOMP];
     gckpt_persistent(c, base);
     comp_state st;
@@ -296,28 +308,41 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     int64_t after_fwd = 0;
     const int nmicro = grad_accum > 1 ? 2 : 1;
 #define MODE(i) ((every_n && (i) % every_n == 0) ? ck : GCKPT_LAYER_PLAIN)
+    /* layers 1..L-1 in order (or reversed) with their segment by mode, the mode by a
+     * running position in the every_n period (no division per layer) */
+#define LAYERS(segs, reversed)                                                             do {                                                                                       const gckpt_segment *plain_ = &(segs)[GCKPT_LAYER_PLAIN], *ck_ = &(segs)[ck];          uint64_t ph_ = every_n ? ((reversed) ? (L - 1) % every_n : 1 % every_n) : 1;           for (uint64_t j_ = 1; j_ < L; j_++) {                                                      uint64_t i_ = (reversed) ? L - j_ : j_;                                                mem_apply(&st, every_n && ph_ == 0 ? ck_ : plain_, (int32_t)i_, mu);                   if (!every_n) continue;                                                                if (reversed) ph_ = ph_ ? ph_ - 1 : every_n - 1;                                       else if (++ph_ == every_n) ph_ = 0;                                                }                                                                                  } while (0)
     for (int mi = 0; mi < nmicro; mi++) {
-        const gckpt_segment *fx = p->fixed[held][mi];
+        const gckpt_segment *fx = p->fixed[m0][mi];
         const uint8_t mu = (uint8_t)mi;
         mem_apply(&st, &fx[GCKPT_SEG_EMBED_FWD], -1, mu);
-        for (uint64_t i = 0; i < L; i++) mem_apply(&st, &p->layer_fwd[mi][MODE(i)], (int32_t)i, mu);
+        mem_apply(&st, &p->first_fwd[m0][mi], 0, mu);
+        LAYERS(p->layer_fwd[mi], false);
         mem_apply(&st, &fx[GCKPT_SEG_HEAD_FWD], (int32_t)L, mu);
-        for (uint64_t i = 0; i < L; i++) mem_apply(&st, &p->layer_fwd_end[mi][MODE(i)], (int32_t)i, mu);
+        mem_apply(&st, &p->first_fwd_end[m0][mi], 0, mu);
+        LAYERS(p->layer_fwd_end[mi], false);
         mem_apply(&st, &fx[GCKPT_SEG_FWD_END_HEAD], (int32_t)L, mu);
         if (mi == 0) after_fwd = st.total;
         mem_apply(&st, &fx[GCKPT_SEG_HEAD_BWD], (int32_t)L, mu);
-        for (uint64_t i = L; i-- > 0;) mem_apply(&st, &p->layer_bwd[mi][MODE(i)], (int32_t)i, mu);
+        LAYERS(p->layer_bwd[mi], true);
+        mem_apply(&st, &p->first_bwd[m0][mi], 0, mu);
         mem_apply(&st, &fx[GCKPT_SEG_EMBED_BWD], -1, mu);
         mem_apply(&st, &fx[GCKPT_SEG_STEP_END], -1, mu);
         double mult = mi == 1 ? (double)(grad_accum - 1) : 1.0;
         for (int k = 0; k < GCKPT_NSEG_FIXED; k++) time_add(res, &fx[k], mult);
-        time_add(res, &p->layer_fwd[mi][GCKPT_LAYER_PLAIN], mult * (double)npl);
-        time_add(res, &p->layer_fwd_end[mi][GCKPT_LAYER_PLAIN], mult * (double)npl);
-        time_add(res, &p->layer_bwd[mi][GCKPT_LAYER_PLAIN], mult * (double)npl);
-        if (nck) {
-            time_add(res, &p->layer_fwd[mi][ck], mult * (double)nck);
-            time_add(res, &p->layer_fwd_end[mi][ck], mult * (double)nck);
-            time_add(res, &p->layer_bwd[mi][ck], mult * (double)nck);
+        time_add(res, &p->first_fwd[m0][mi], mult);
+        time_add(res, &p->first_fwd_end[m0][mi], mult);
+        time_add(res, &p->first_bwd[m0][mi], mult);
+        /* the later layers: layer 0 is the plain one when every_n is off, else a checkpointed one */
+        double npl1 = (double)npl - (every_n ? 0.0 : 1.0), nck1 = (double)nck - (every_n ? 1.0 : 0.0);
+        if (npl1 > 0) {
+            time_add(res, &p->layer_fwd[mi][GCKPT_LAYER_PLAIN], mult * npl1);
+            time_add(res, &p->layer_fwd_end[mi][GCKPT_LAYER_PLAIN], mult * npl1);
+            time_add(res, &p->layer_bwd[mi][GCKPT_LAYER_PLAIN], mult * npl1);
+        }
+        if (nck1 > 0) {
+            time_add(res, &p->layer_fwd[mi][ck], mult * nck1);
+            time_add(res, &p->layer_fwd_end[mi][ck], mult * nck1);
+            time_add(res, &p->layer_bwd[mi][ck], mult * nck1);
         }
     }
     mem_apply(&st, &p->optimizer, (int32_t)L + 1, 2);
@@ -346,20 +371,24 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
         seq++;                                                                      \
     } while (0)
         for (int mi = 0; mi < nmicro && seq <= st.peak_seq; mi++) {
-            const gckpt_segment *fx = p->fixed[held][mi];
+            const gckpt_segment *fx = p->fixed[m0][mi];
             VEC(&fx[GCKPT_SEG_EMBED_FWD]);
-            for (uint64_t i = 0; i < L; i++) VEC(&p->layer_fwd[mi][MODE(i)]);
+            VEC(&p->first_fwd[m0][mi]);
+            for (uint64_t i = 1; i < L; i++) VEC(&p->layer_fwd[mi][MODE(i)]);
             VEC(&fx[GCKPT_SEG_HEAD_FWD]);
-            for (uint64_t i = 0; i < L; i++) VEC(&p->layer_fwd_end[mi][MODE(i)]);
+            VEC(&p->first_fwd_end[m0][mi]);
+            for (uint64_t i = 1; i < L; i++) VEC(&p->layer_fwd_end[mi][MODE(i)]);
             VEC(&fx[GCKPT_SEG_FWD_END_HEAD]);
             VEC(&fx[GCKPT_SEG_HEAD_BWD]);
-            for (uint64_t i = L; i-- > 0;) VEC(&p->layer_bwd[mi][MODE(i)]);
+            for (uint64_t i = L; i-- > 1;) VEC(&p->layer_bwd[mi][MODE(i)]);
+            VEC(&p->first_bwd[m0][mi]);
             VEC(&fx[GCKPT_SEG_EMBED_BWD]);
             VEC(&fx[GCKPT_SEG_STEP_END]);
         }
         if (seq <= st.peak_seq) VEC(&p->optimizer);
 #undef VEC
     }
+#undef LAYERS
 #undef MODE
     finish(c, grad_accum, res);
 }

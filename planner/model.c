@@ -89,10 +89,15 @@ static uint64_t default_positions(const char *t)
 static bool parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
     char act[32];
+    /* defaults of the config classes (transformers 5.24) for keys a config.json omits:
+     * num_key_value_heads = heads (Llama), 8 (Mistral), 32 (Qwen2, Qwen3) */
+    const char *t = m->model_type;
+    bool qwen = !strcmp(t, "qwen2") || !strcmp(t, "qwen3");
     if (!gckpt_json_u64(j, f, "num_hidden_layers", 1, MAX_LAYERS, &m->layers, err) ||
         !gckpt_json_u64(j, f, "hidden_size", 1, MAX_HIDDEN, &m->hidden, err) ||
         !gckpt_json_u64(j, f, "num_attention_heads", 1, MAX_HEADS, &m->heads, err) ||
-        !gckpt_json_u64_opt(j, f, "num_key_value_heads", 1, MAX_HEADS, m->heads, &m->kv_heads, err) ||
+        !gckpt_json_u64_opt(j, f, "num_key_value_heads", 1, MAX_HEADS,
+                            !strcmp(t, "mistral") ? 8 : qwen ? 32 : m->heads, &m->kv_heads, err) ||
         !gckpt_json_u64(j, f, "intermediate_size", 1, MAX_INTER, &m->intermediate, err) ||
         !gckpt_json_u64(j, f, "vocab_size", 1, MAX_VOCAB, &m->vocab, err) ||
         !gckpt_json_bool_opt(j, f, "tie_word_embeddings", false, &m->tied, err) ||
@@ -110,10 +115,13 @@ static bool parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err
         gckpt_seterr(err, "%s: field 'attention_dropout' must be below 1", f);
         return false;
     }
-    uint64_t dflt_hd = m->hidden / m->heads;
+    /* head_dim: Qwen3Config's default is 128, the others derive hidden / heads */
+    bool qwen3 = !strcmp(t, "qwen3");
+    uint64_t dflt_hd = qwen3 ? 128 : m->hidden / m->heads;
     if (!gckpt_json_u64_opt(j, f, "head_dim", 1, MAX_HEAD_DIM, dflt_hd, &m->head_dim, err))
         return false;
-    if (!cJSON_GetObjectItemCaseSensitive(j, "head_dim") || cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "head_dim"))) {
+    if (!qwen3 && (!cJSON_GetObjectItemCaseSensitive(j, "head_dim") ||
+                   cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "head_dim")))) {
         if (m->hidden % m->heads) {
             gckpt_seterr(err, "%s: field 'hidden_size' = %llu is not divisible by 'num_attention_heads' = %llu (and no 'head_dim' is given)",
                          f, (unsigned long long)m->hidden, (unsigned long long)m->heads);
@@ -124,14 +132,13 @@ static bool parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err
     if (!gckpt_json_bool_opt(j, f, "attention_bias", false, &attn_bias, err) ||
         !gckpt_json_bool_opt(j, f, "mlp_bias", false, &mlp_bias, err))
         return false;
-    m->qkv_bias = attn_bias;
-    m->o_bias = attn_bias;
-    m->mlp_bias = mlp_bias;
-    if (!strcmp(m->model_type, "qwen2")) { /* Qwen2 attention: q/k/v biases, no o bias */
-        m->qkv_bias = true;
-        m->o_bias = false;
-    }
-    m->qk_norm = !strcmp(m->model_type, "qwen3");
+    /* which config keys each modelling file reads (transformers 5.24): llama both,
+     * qwen3 attention_bias only; mistral none; qwen2 has q/k/v biases, no o bias */
+    bool llama = !strcmp(t, "llama"), qwen2 = !strcmp(t, "qwen2");
+    m->qkv_bias = qwen2 || ((llama || qwen3) && attn_bias);
+    m->o_bias = (llama || qwen3) && attn_bias;
+    m->mlp_bias = llama && mlp_bias;
+    m->qk_norm = qwen3;
     return gckpt_json_u64_opt(j, f, "max_position_embeddings", 1, MAX_LIMIT, default_positions(m->model_type),
                               &m->max_positions, err) &&
            parse_sliding(f, j, m, err);

@@ -82,7 +82,7 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
     double traffic = 0;
     for (int k = 0; k < op->nin; k++) {
         const gckpt_tensor *t = &r->t[op->in[k]];
-        traffic += t->kind == GCKPT_T_PARAM ? param_bytes_of(c, t) : (double)c->raw[op->in[k]];
+        traffic += t->kind == GCKPT_T_PARAM ? param_bytes_of(c, t) : (double)c->raw[c->storage[op->in[k]]];
     }
     for (int k = 0; k < 2; k++)
         if (op->out[k] >= 0) traffic += (double)c->raw[op->out[k]];
@@ -93,6 +93,47 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
     *flops = (op->kind == GCKPT_OP_MATMUL || op->kind == GCKPT_OP_ATTN) ? f : 0;
     double tm = *flops / matmul_rate(c), tb = traffic / hbm_rate(c);
     return tm > tb ? tm : tb;
+}
+
+/* Bytes of an op's backward workspace (recipe.h: bws_cT, bws_in, bws_out); false on
+ * overflow. */
+/* Bytes of copies of the inputs in `mask` in the dtype of op's output (the CPU
+ * target's promotion copies, recipe.h); tensor sizes are checked by gckpt_ctx_init. */
+static uint64_t promoted_bytes(const gckpt_ctx *c, const gckpt_op *op, uint8_t mask)
+{
+    const gckpt_recipe *r = c->recipe;
+    uint64_t sum = 0;
+    for (int k = 0; k < op->nin; k++)
+        if (mask & (1u << k)) {
+            int t = op->in[k];
+            sum += gckpt_round_up(c->raw[t] / r->t[t].dtype * r->t[op->out[0]].dtype, c->dev->alloc_round_bytes);
+        }
+    return sum;
+}
+
+/* Bytes of an op's forward temporaries (recipe.h: fws_promote, fws_bBSS, fws_bT). */
+static bool fwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
+{
+    uint64_t x = promoted_bytes(c, op, op->fws_promote), y, bss;
+    if (!gckpt_mul(c->tokens, c->set.seq, &bss)) return false;
+    if (op->fws_bBSS && (!gckpt_mul(op->fws_bBSS, bss, &y) || !gckpt_add(x, gckpt_round_up(y, c->dev->alloc_round_bytes), &x)))
+        return false;
+    if (op->fws_bT && (!gckpt_mul(op->fws_bT, c->tokens, &y) || !gckpt_add(x, gckpt_round_up(y, c->dev->alloc_round_bytes), &x)))
+        return false;
+    *out = x;
+    return true;
+}
+
+static bool bwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
+{
+    uint64_t x = 0, y;
+    *out = 0;
+    if (op->bws_cT && (!gckpt_mul(op->bws_cT, c->tokens, &x) || !gckpt_mul(x, 4, &x))) return false;
+    x = gckpt_round_up(x, c->dev->alloc_round_bytes);
+    if (op->bws_in && (!gckpt_mul(op->bws_in, c->tbytes[op->in[0]], &y) || !gckpt_add(x, y, &x))) return false;
+    if (op->bws_out && (!gckpt_mul(op->bws_out, c->tbytes[op->out[0]], &y) || !gckpt_add(x, y, &x))) return false;
+    *out = x;
+    return true;
 }
 
 /* An upper bound on the bytes one micro-step of section `sec` (one instance: the
@@ -121,11 +162,8 @@ static bool section_bound(const gckpt_ctx *c, int sec, uint64_t *out)
             }
             if (!gckpt_add(sum, x, &sum)) return false;
         }
-        if (op->bws_cT) {
-            if (!gckpt_mul(op->bws_cT, c->tokens, &x) || !gckpt_mul(x, 4, &x) ||
-                !gckpt_add(x, c->dev->alloc_round_bytes, &x) || !gckpt_add(sum, x, &sum))
-                return false;
-        }
+        if (!bwd_ws_bytes(c, op, &x) || !gckpt_add(sum, x, &sum)) return false;
+        if (!fwd_ws_bytes(c, op, &x) || !gckpt_mul(x, 2, &x) || !gckpt_add(sum, x, &sum)) return false;
     }
     *out = sum;
     return true;
@@ -145,6 +183,12 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
         return false;
     }
     uint64_t round = d->alloc_round_bytes;
+    for (int i = 0; i < r->nt; i++) c->storage[i] = (int16_t)i;
+    for (int i = 0; i < r->nop; i++) {
+        const gckpt_op *op = &r->op[i];
+        c->fwd_view[i] = op->view_fwd || (op->batched_copy && s->micro_batch == 1);
+        if (c->fwd_view[i]) c->storage[op->out[0]] = c->storage[op->in[0]];
+    }
     for (int i = 0; i < r->nt; i++) {
         uint64_t b;
         if (!gckpt_tensor_bytes(r, i, s->micro_batch, s->seq, &b) || b > (UINT64_MAX >> 8)) {
@@ -186,6 +230,14 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     }
     c->workspace = d->workspace_bytes;
     c->opt_seconds = opt_traffic / hbm_rate(c);
+    for (int i = 0; i < r->nop; i++) {
+        for (int bwd = 0; bwd < 2; bwd++)
+            c->op_s[bwd][i] = op_seconds(c, &r->op[i], bwd, &c->op_flops[bwd][i]);
+        /* (section_bound below refuses a setting where these overflow) */
+        if (!fwd_ws_bytes(c, &r->op[i], &c->op_ws[0][i])) c->op_ws[0][i] = 0;
+        if (!bwd_ws_bytes(c, &r->op[i], &c->op_ws[1][i])) c->op_ws[1][i] = 0;
+        c->op_promo[i] = promoted_bytes(c, &r->op[i], r->op[i].bws_promote);
+    }
     /* Everything a step can hold at once stays below GCKPT_MAX_STEP_BYTES, so the
      * simulator's and the evaluators' signed 64-bit running totals cannot overflow. */
     uint64_t be, bb, bh, micro = 0, total = 0;
@@ -205,20 +257,22 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     return true;
 }
 
-uint64_t gckpt_layer_saved_bytes(const gckpt_ctx *c)
+uint64_t gckpt_section_saved_bytes(const gckpt_ctx *c, int sec)
 {
     const gckpt_recipe *r = c->recipe;
     bool seen[GCKPT_MAX_TENSORS] = {false};
     uint64_t sum = 0;
-    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+    for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++)
         for (int k = 0; k < r->op[i].nsaved; k++) {
-            int t = r->op[i].saved[k];
-            if (seen[t] || r->t[t].section != GCKPT_SEC_BLOCK) continue;
+            int t = c->storage[r->op[i].saved[k]];
+            if (seen[t] || r->t[t].section != sec || r->t[t].kind == GCKPT_T_PARAM) continue;
             seen[t] = true;
             sum += c->raw[t];
         }
     return sum;
 }
+
+uint64_t gckpt_layer_saved_bytes(const gckpt_ctx *c) { return gckpt_section_saved_bytes(c, GCKPT_SEC_BLOCK); }
 
 void gckpt_persistent(const gckpt_ctx *c, int64_t comp[GCKPT_NCOMP])
 {
@@ -236,6 +290,7 @@ typedef struct {
     int ckpt;       /* checkpoints holding it (a kept input, a mask held by reference) */
     uint8_t comp;
     bool hold, external, is_const, live;
+    bool view;      /* a gradient that is a view of a larger result: summed out of place */
 } inst_t;
 
 typedef struct {
@@ -263,7 +318,7 @@ struct gckpt_sim {
     int gstream; /* grad instance passed to the previous section in backward */
     int phase;
     int cur_layer;
-    bool mask_held; /* checkpoints hold the attention mask until layer 0's backward ends */
+    bool ckpt_any, ckpt_offload; /* layers are checkpointed / offloaded (ckpt_held tensors) */
     uint32_t base; /* id of pool[0] */
     uint64_t nlayer_cap;
 };
@@ -346,7 +401,8 @@ static void ev_compute(gckpt_sim *s, gckpt_events *o, int kind, int op, bool bwd
     e->micro = s->micro;
     e->layer = s->cur_layer;
     e->op = (int16_t)op;
-    e->seconds = op_seconds(s->c, &s->c->recipe->op[op], bwd, &e->flops);
+    e->seconds = s->c->op_s[bwd][op];
+    e->flops = s->c->op_flops[bwd][op];
 }
 
 static void ev_copy(gckpt_sim *s, gckpt_events *o, int kind, uint64_t bytes, int comp, int inst)
@@ -375,13 +431,18 @@ gckpt_sim *gckpt_sim_new(const gckpt_ctx *c, bool grads_exist, uint8_t micro, ui
     return s;
 }
 
-void gckpt_sim_set_mask_held(gckpt_sim *s, bool held) { s->mask_held = held; }
-
-bool gckpt_mask_held(const gckpt_recipe *r, uint32_t every_n, bool offload)
+void gckpt_sim_set_checkpointing(gckpt_sim *s, bool any, bool offload)
 {
-    /* checkpointed layers keep the mask by reference: as a keyword argument (llama
-     * family), or as a positional input that is not offloaded (gpt2) */
-    return r->mask >= 0 && every_n > 0 && !(offload && r->mask_positional);
+    s->ckpt_any = any;
+    s->ckpt_offload = offload;
+}
+
+/* Checkpointed layers keep their arguments by reference: keyword arguments, and a
+ * positional input that is not offloaded (gpt2's mask). */
+static bool ckpt_holds(const gckpt_sim *s, int t)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    return r->t[t].ckpt_held && s->ckpt_any && !(s->ckpt_offload && t == r->mask && r->mask_positional);
 }
 
 bool gckpt_sim_reset(gckpt_sim *s, const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers)
@@ -401,7 +462,7 @@ bool gckpt_sim_reset(gckpt_sim *s, const gckpt_ctx *c, bool grads_exist, uint8_t
     s->stream = s->gstream = -1;
     s->phase = 0;
     s->cur_layer = 0;
-    s->mask_held = gckpt_mask_held(c->recipe, c->set.every_n, c->set.offload);
+    gckpt_sim_set_checkpointing(s, c->set.every_n > 0, c->set.offload);
     return true;
 }
 
@@ -430,26 +491,45 @@ static int *slot(gckpt_sim *s, sec_t *st, int t)
 
 enum { MODE_SAVE, MODE_NOSAVE, MODE_RECOMPUTE };
 
-/* Run the forward ops [begin, end) of a section. */
-static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, int sec_in,
+/* Run the forward ops [begin, end) of a section. save_only_last: the last op only
+ * saves its inputs (a recompute stops there, before computing its output). Python
+ * references (recipe.h, hold_to) count as one more consumer each, released after the
+ * op that ends them, or all at once when a recompute stops before that op (the
+ * exception unwinds HF's frames). */
+static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool save_only_last, int sec_in,
                     int sec_out, gckpt_events *o)
 {
-    const gckpt_recipe *r = s->c->recipe;
-    int begin = r->sec_begin[sec];
+    const gckpt_ctx *c = s->c;
+    const gckpt_recipe *r = c->recipe;
+    int begin = r->sec_begin[sec], send = r->sec_end[sec];
     int cons[GCKPT_MAX_TENSORS] = {0};
-    for (int i = begin; i < end; i++) {
+    bool made[GCKPT_MAX_TENSORS] = {false};
+    for (int i = begin; i < end; i++)
         for (int k = 0; k < r->op[i].nin; k++) cons[r->op[i].in[k]]++;
-        if (r->op[i].keep >= 0) cons[r->op[i].keep]++;
-    }
+    for (int i = begin; i < send; i++)
+        for (int k = 0; k < r->op[i].nunhold; k++) cons[r->op[i].unhold[k]]++;
     if (sec_in >= 0) {
         inst_t *x = &s->pool[st->inst[sec_in]];
         x->consumers = cons[sec_in];
         x->external = false;
+        made[sec_in] = true;
     }
     int fwd_kind = mode == MODE_RECOMPUTE ? GCKPT_EV_RECOMPUTE : GCKPT_EV_FWD;
+    int released = end; /* ops from here on have their Python references dropped at the end */
     for (int i = begin; i < end; i++) {
         const gckpt_op *op = &r->op[i];
-        for (int k = 0; k < 2; k++) {
+        bool save_only = save_only_last && i == end - 1;
+        int fws = -1; /* the op's forward temporaries (CPU target), made with its output */
+        if (!save_only && !c->fwd_view[i] && c->op_ws[0][i])
+            fws = alloc(s, o, c->op_ws[0][i], mode == MODE_RECOMPUTE ? GCKPT_C_RECOMPUTE : GCKPT_C_ACTIVATIONS, -1);
+        if (c->fwd_view[i]) {
+            /* a view: the output is input 0's storage, with the output's consumers */
+            int id = *slot(s, st, op->in[0]);
+            s->pool[id].consumers += cons[op->out[0]];
+            st->inst[op->out[0]] = id;
+            made[op->out[0]] = true;
+        }
+        for (int k = 0; k < 2 && !save_only && !c->fwd_view[i]; k++) {
             int t = op->out[k];
             if (t < 0) continue;
             const gckpt_tensor *tt = &r->t[t];
@@ -457,21 +537,28 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, int sec
             if (tt->logits) comp = GCKPT_C_LOGITS;
             else if (tt->kind == GCKPT_T_WCAST) comp = GCKPT_C_WEIGHT_CASTS;
             else if (mode == MODE_RECOMPUTE) comp = GCKPT_C_RECOMPUTE;
-            int id = alloc(s, o, s->c->tbytes[t], comp, (int16_t)t);
+            int id = alloc(s, o, c->tbytes[t], comp, (int16_t)t);
             inst_t *p = &s->pool[id];
             p->consumers = cons[t];
-            p->is_const = tt->kind == GCKPT_T_CONST && !tt->fwd_end_free;
-            p->hold = tt->fwd_end_free && mode != MODE_RECOMPUTE;
+            p->is_const = tt->step_held;
+            /* held until the forward ends; in a recompute autocast's weight-cast cache
+             * lives until the recompute ends (it re-enters autocast) */
+            p->hold = tt->fwd_end_free && (mode != MODE_RECOMPUTE || tt->kind == GCKPT_T_WCAST);
             p->external = t == sec_out || t == r->loss;
-            if (t == r->mask && s->mask_held) p->ckpt = 1;
+            if (ckpt_holds(s, t)) p->ckpt = 1;
             st->inst[t] = id;
+            made[t] = true;
         }
         int args[6] = {-1, -1, -1, -1, -1, -1};
         for (int k = 0; k < op->nin; k++)
             if (r->t[op->in[k]].kind != GCKPT_T_PARAM) args[k] = *slot(s, st, op->in[k]);
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 2 && !save_only; k++)
             if (op->out[k] >= 0) args[4 + k] = st->inst[op->out[k]];
         ev_compute(s, o, fwd_kind, i, false, args);
+        if ((save_only || c->fwd_view[i]) && !o->oom && o->n) /* a view, or a recompute that stops
+                                                              * once the op saved its inputs */
+            o->ev[o->n - 1].seconds = o->ev[o->n - 1].flops = 0;
+        if (fws >= 0) release(s, o, fws, -1);
         if (mode != MODE_NOSAVE) {
             for (int k = 0; k < op->nsaved; k++) s->pool[*slot(s, st, op->saved[k])].saved++;
             st->saved_reg[i] = op->nsaved > 0;
@@ -485,20 +572,41 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, int sec
             s->pool[id].consumers--;
             try_free(s, o, id, (int16_t)t);
         }
-        if (op->keep >= 0) {
-            int id = *slot(s, st, op->keep);
+        if (save_only) {
+            released = i;
+            break;
+        }
+        for (int k = 0; k < op->nunhold; k++) {
+            int t = op->unhold[k];
+            int id = st->inst[t];
+            if (!made[t] || id < 0) continue;
             s->pool[id].consumers--;
-            try_free(s, o, id, op->keep);
+            try_free(s, o, id, (int16_t)t);
         }
         for (int k = 0; k < 2; k++)
             if (op->out[k] >= 0) try_free(s, o, st->inst[op->out[k]], op->out[k]);
     }
+    /* a recompute ends: its autocast cache goes */
+    for (int t = 0; mode == MODE_RECOMPUTE && t < r->nt; t++)
+        if (made[t] && r->t[t].kind == GCKPT_T_WCAST && st->inst[t] >= 0) {
+            s->pool[st->inst[t]].hold = false;
+            try_free(s, o, st->inst[t], (int16_t)t);
+        }
+    /* a recompute that stopped early: HF's frames unwind, every reference goes */
+    for (int i = released; i < send; i++)
+        for (int k = 0; k < r->op[i].nunhold; k++) {
+            int t = r->op[i].unhold[k];
+            int id = st->inst[t];
+            if (!made[t] || id < 0) continue;
+            s->pool[id].consumers--;
+            try_free(s, o, id, (int16_t)t);
+        }
 }
 
 /* The buffer a parameter's gradient is written to: its new .grad on the first
  * contribution of the first micro-step, else a temporary (*temp = true) that is then
  * accumulated into .grad (AccumulateGrad) and released. */
-static int param_grad(gckpt_sim *s, sec_t *st, int t, gckpt_events *o, bool *temp)
+static int param_grad(gckpt_sim *s, sec_t *st, int t, bool view, gckpt_events *o, bool *temp)
 {
     const gckpt_ctx *c = s->c;
     const gckpt_recipe *r = c->recipe;
@@ -511,6 +619,7 @@ static int param_grad(gckpt_sim *s, sec_t *st, int t, gckpt_events *o, bool *tem
         if (ow->pend[t] < 0) {
             *temp = false;
             ow->pend[t] = alloc_g(s, o, bytes, GCKPT_C_BACKWARD, (int16_t)t);
+            s->pool[ow->pend[t]].view = view;
             return ow->pend[t];
         }
         *temp = true;
@@ -555,49 +664,95 @@ static void grad_release(gckpt_sim *s, sec_t *st, int t, gckpt_events *o)
     if (--s->pool[g].refs <= 0) release(s, o, g, (int16_t)t);
 }
 
+/* The autograd engine's InputBuffer: a second contribution tmp to a gradient buffer g
+ * of tensor t (refs holders) is added in place when g is its storage's only reference,
+ * else g + tmp goes into a new buffer (g shared with another branch, g a view; torch's
+ * can_accumulate_inplace). g's slot is overwritten (its last holder frees it), tmp
+ * freed. Returns the buffer holding the sum. */
+static int sum_into(gckpt_sim *s, int16_t t, int g, int tmp, uint8_t comp, gckpt_events *o)
+{
+    inst_t *p = &s->pool[g];
+    if (p->refs <= 1 && !p->view) {
+        ev_grad_add(s, o, t, g, g, tmp);
+        release(s, o, tmp, t);
+        return g;
+    }
+    int nb = alloc_g(s, o, p->bytes, comp, t);
+    ev_grad_add(s, o, t, nb, g, tmp);
+    s->pool[nb].refs = 1;
+    if (--s->pool[g].refs <= 0) release(s, o, g, t);
+    release(s, o, tmp, t);
+    return nb;
+}
+
 /* Gradient contribution tmp (a temporary) for tensor t: becomes t's gradient as a
- * converted copy when there is none yet, is summed out of place into a new buffer when
- * the current one is shared (a passed-through gradient), else added in place. */
+ * converted copy when there is none yet, else is summed as the engine does. */
 static void accumulate(gckpt_sim *s, sec_t *st, int t, int tmp, gckpt_events *o)
 {
     const gckpt_ctx *c = s->c;
     const gckpt_recipe *r = c->recipe;
     sec_t *ow = owner(s, st, t);
     int g = ow->grad[t];
-    if (g < 0 || s->pool[g].refs > 1) {
+    if (g < 0) {
         int nb = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
-        ev_grad_add(s, o, (int16_t)t, nb, g, tmp);
-        if (g >= 0) s->pool[g].refs--;
+        ev_grad_add(s, o, (int16_t)t, nb, -1, tmp);
         s->pool[nb].refs = 1;
         ow->grad[t] = nb;
-    } else {
-        ev_grad_add(s, o, (int16_t)t, g, g, tmp);
+        release(s, o, tmp, (int16_t)t);
+        return;
     }
-    release(s, o, tmp, (int16_t)t);
+    ow->grad[t] = sum_into(s, (int16_t)t, g, tmp, (uint8_t)grad_comp(r, t), o);
 }
 
 /* Backward of ops [begin, end) in reverse. */
-static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
+/* The tensors op i saved are released (once). */
+static void release_saved(gckpt_sim *s, sec_t *st, int i, gckpt_events *o)
+{
+    const gckpt_op *op = &s->c->recipe->op[i];
+    if (!st->saved_reg[i]) return;
+    for (int k = 0; k < op->nsaved; k++) {
+        int t = op->saved[k];
+        int id = *slot(s, st, t);
+        s->pool[id].saved--;
+        try_free(s, o, id, (int16_t)t);
+    }
+    st->saved_reg[i] = false;
+}
+
+/* Backward of ops [begin, end) of a section in reverse (end < 0: to the section's end). */
+static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_events *o)
 {
     const gckpt_ctx *c = s->c;
     const gckpt_recipe *r = c->recipe;
-    int begin = r->sec_begin[sec], end = r->sec_end[sec];
+    if (begin < 0) begin = r->sec_begin[sec];
+    if (end < 0) end = r->sec_end[sec];
     for (int i = end - 1; i >= begin; i--) {
         const gckpt_op *op = &r->op[i];
         bool any_in = false;
         for (int k = 0; k < op->nin; k++) any_in |= r->t[op->in[k]].requires_grad;
         int gout = op->out[0] >= 0 ? owner(s, st, op->out[0])->grad[op->out[0]] : -1;
         if (any_in && gout >= 0) {
-            int ws = -1;
-            if (op->bws_cT) ws = alloc(s, o, gckpt_round_up(op->bws_cT * c->tokens * 4, c->dev->alloc_round_bytes),
-                                       GCKPT_C_BACKWARD, -1);
+            int ws = -1, promo = -1;
+            if (c->op_ws[1][i]) ws = alloc(s, o, c->op_ws[1][i], GCKPT_C_BACKWARD, -1);
+            /* the CPU target's promoted copy of a narrow operand lives while the other
+             * operand's gradient (grad * this) is made, before the narrow one's */
+            if (op->bws_promote) promo = alloc(s, o, c->op_promo[i], GCKPT_C_BACKWARD, -1);
             /* 1. the buffers this op's backward writes */
-            enum { G_NONE, G_NEW, G_ALIAS, G_ACC, G_PARAM, G_PARAM_ACC, G_WIDE };
+            enum { G_NONE, G_NEW, G_ALIAS, G_ACC, G_PARAM, G_PARAM_ACC, G_WIDE, G_CAST, G_BLOCK };
             int mode[GCKPT_OP_MAX_IN] = {0}, dst[GCKPT_OP_MAX_IN];
             /* mul of a 16-bit and a 32-bit tensor computes the 16-bit input's gradient in
              * fp32; the engine casts it to the input's dtype afterwards */
             uint8_t out_dt = op->out[0] >= 0 ? r->t[op->out[0]].dtype : 0;
-            for (int k = 0; k < op->nin; k++) {
+            int order[GCKPT_OP_MAX_IN], no = 0; /* the promoted operands last */
+            for (int pass = 0; pass < 2; pass++)
+                for (int k = 0; k < op->nin; k++)
+                    if (((op->bws_promote >> k) & 1) == pass) order[no++] = k;
+            for (int j = 0; j < op->nin; j++) {
+                int k = order[j];
+                if (promo >= 0 && (op->bws_promote & (1u << k))) {
+                    release(s, o, promo, -1);
+                    promo = -1;
+                }
                 int t = op->in[k];
                 dst[k] = -1;
                 if (!r->t[t].requires_grad) continue;
@@ -606,7 +761,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                 if (dup) continue;
                 if (r->t[t].kind == GCKPT_T_PARAM) {
                     bool temp;
-                    dst[k] = param_grad(s, st, t, o, &temp);
+                    dst[k] = param_grad(s, st, t, op->grad_view[k], o, &temp);
                     mode[k] = temp ? G_PARAM_ACC : G_PARAM;
                     continue;
                 }
@@ -622,9 +777,14 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                     dst[k] = alloc_g(s, o, wide, (uint8_t)grad_comp(r, t), (int16_t)t);
                     if (!o->oom) o->ev[o->n - 1].dtype = out_dt;
                     mode[k] = G_WIDE;
+                } else if (g >= 0 && op->prim == GCKPT_P_SPLIT && op->view_fwd) {
+                    /* a role of a packed tensor: its block of the one gradient buffer */
+                    dst[k] = g;
+                    mode[k] = G_BLOCK;
                 } else if (g < 0) {
                     dst[k] = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
                     s->pool[dst[k]].refs = 1;
+                    s->pool[dst[k]].view = op->grad_view[k];
                     ow->grad[t] = dst[k];
                     mode[k] = G_NEW;
                 } else {
@@ -632,15 +792,31 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                     mode[k] = G_ACC;
                 }
             }
+            if (promo >= 0) release(s, o, promo, -1);
             int args[6] = {-1, -1, -1, -1, gout, ws};
             for (int k = 0; k < op->nin; k++) args[k] = dst[k];
             ev_compute(s, o, GCKPT_EV_BWD, i, true, args);
-            /* the engine drops the node's incoming gradients (and the kernel its
-             * workspace) before it casts and accumulates the outgoing ones */
+            /* the kernel drops its workspace; the engine casts a gradient made in a wider
+             * dtype to its input's (validate_outputs), then drops the node's incoming
+             * gradients, then its saved tensors (release_variables), then accumulates the
+             * outgoing ones. A recomputed layer's saved tensors go first: the checkpoint
+             * drops its reference when the node unpacks them, so they die with the
+             * node's apply, before the cast */
             if (ws >= 0) release(s, o, ws, -1);
             ws = -1;
+            if (st->mode != GCKPT_LAYER_PLAIN) release_saved(s, st, i, o);
+            for (int k = 0; k < op->nin; k++) {
+                if (mode[k] != G_WIDE) continue;
+                int t = op->in[k];
+                int nb = alloc_g(s, o, c->tbytes[t], (uint8_t)grad_comp(r, t), (int16_t)t);
+                ev_grad_add(s, o, (int16_t)t, nb, -1, dst[k]);
+                release(s, o, dst[k], (int16_t)t);
+                dst[k] = nb;
+                mode[k] = G_CAST;
+            }
             for (int k = 0; k < 2; k++)
                 if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
+            release_saved(s, st, i, o);
             /* 2. accumulate second contributions, then drop the temporaries */
             for (int k = 0; k < op->nin; k++) {
                 int t = op->in[k];
@@ -648,8 +824,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                     sec_t *ow = owner(s, st, t);
                     int pend = ow->pend[t];
                     if (mode[k] == G_PARAM_ACC) {
-                        ev_grad_add(s, o, (int16_t)t, pend, pend, dst[k]);
-                        release(s, o, dst[k], (int16_t)t);
+                        pend = ow->pend[t] = sum_into(s, (int16_t)t, pend, dst[k], GCKPT_C_BACKWARD, o);
                     }
                     if (ow->got[t] == r->t[t].uses) {
                         if (!s->grads_exist && !ow->pgrad[t]) {
@@ -679,7 +854,10 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
                 } else if (mode[k] == G_PARAM_ACC) {
                     ev_grad_add(s, o, (int16_t)t, -1, -1, dst[k]);
                     release(s, o, dst[k], (int16_t)t);
-                } else if (mode[k] == G_WIDE || mode[k] == G_ACC) {
+                } else if (mode[k] == G_CAST && owner(s, st, t)->grad[t] < 0) {
+                    owner(s, st, t)->grad[t] = dst[k]; /* the cast copy is the gradient */
+                    s->pool[dst[k]].refs = 1;
+                } else if (mode[k] == G_CAST || mode[k] == G_ACC) {
                     accumulate(s, st, t, dst[k], o);
                 }
             }
@@ -687,15 +865,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, gckpt_events *o)
         }
         for (int k = 0; k < 2; k++)
             if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
-        if (st->saved_reg[i]) {
-            for (int k = 0; k < op->nsaved; k++) {
-                int t = op->saved[k];
-                int id = *slot(s, st, t);
-                s->pool[id].saved--;
-                try_free(s, o, id, (int16_t)t);
-            }
-            st->saved_reg[i] = false;
-        }
+        release_saved(s, st, i, o);
     }
 }
 
@@ -709,6 +879,7 @@ static void init_sec(sec_t *st)
     st->xin = -1;
     st->mask = -1;
     st->host = 0;
+    st->mode = GCKPT_LAYER_PLAIN;
 }
 
 void gckpt_sim_embed_fwd(gckpt_sim *s, gckpt_events *o)
@@ -718,7 +889,7 @@ void gckpt_sim_embed_fwd(gckpt_sim *s, gckpt_events *o)
     init_sec(&s->head);
     s->phase = GCKPT_PH_FORWARD;
     s->cur_layer = -1;
-    sim_fwd(s, &s->embed, GCKPT_SEC_EMBED, MODE_SAVE, r->sec_end[GCKPT_SEC_EMBED], -1,
+    sim_fwd(s, &s->embed, GCKPT_SEC_EMBED, MODE_SAVE, r->sec_end[GCKPT_SEC_EMBED], false, -1,
             r->embed_out, o);
     s->stream = s->embed.inst[r->embed_out];
 }
@@ -767,7 +938,7 @@ void gckpt_sim_layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_e
             ev_copy(s, o, GCKPT_EV_D2H, s->c->raw[r->mask], GCKPT_C_CHECKPOINTS, s->embed.inst[r->mask]);
     }
     sim_fwd(s, st, GCKPT_SEC_BLOCK, mode == GCKPT_LAYER_PLAIN ? MODE_SAVE : MODE_NOSAVE,
-            r->sec_end[GCKPT_SEC_BLOCK], r->block_in, r->block_out, o);
+            r->sec_end[GCKPT_SEC_BLOCK], false, r->block_in, r->block_out, o);
     s->stream = st->inst[r->block_out];
 }
 
@@ -784,7 +955,7 @@ void gckpt_sim_head_fwd(gckpt_sim *s, gckpt_events *o)
         s->pool[id].hold = false;
         try_free(s, o, id, (int16_t)t);
     }
-    sim_fwd(s, &s->head, GCKPT_SEC_HEAD, MODE_SAVE, r->sec_end[GCKPT_SEC_HEAD], r->head_in, -1, o);
+    sim_fwd(s, &s->head, GCKPT_SEC_HEAD, MODE_SAVE, r->sec_end[GCKPT_SEC_HEAD], false, r->head_in, -1, o);
 }
 
 static void fwd_end(gckpt_sim *s, sec_t *st, gckpt_events *o)
@@ -823,7 +994,7 @@ void gckpt_sim_head_bwd(gckpt_sim *s, gckpt_events *o)
     int g = alloc_g(s, o, s->c->tbytes[r->loss], GCKPT_C_BACKWARD, (int16_t)r->loss);
     s->pool[g].refs = 1;
     s->head.grad[r->loss] = g;
-    sim_bwd(s, &s->head, GCKPT_SEC_HEAD, o);
+    sim_bwd(s, &s->head, GCKPT_SEC_HEAD, -1, -1, o);
     s->gstream = s->head.grad[r->head_in];
     s->head.grad[r->head_in] = -1;
 }
@@ -836,10 +1007,20 @@ void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *o)
     s->phase = GCKPT_PH_BACKWARD;
     s->cur_layer = layer;
     st->grad[r->block_out] = s->gstream;
+    /* non-reentrant early stop: the recompute ends when the last tensor the forward
+     * saved is saved again; an op that saves only inputs saves them before it computes,
+     * so the last saving op runs only if it saves an output */
+    int stop = r->sec_begin[GCKPT_SEC_BLOCK];
+    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+        if (r->op[i].nsaved) stop = i + 1;
     if (st->mode != GCKPT_LAYER_PLAIN) {
+        /* the ops after the last saving one need nothing saved: their backward runs
+         * before a saved tensor is unpacked (which starts the recompute) */
+        sim_bwd(s, st, GCKPT_SEC_BLOCK, stop, -1, o);
         if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) {
+            /* save_on_cpu's unpack: a fresh device copy, held only by the recompute's
+             * arguments and by what the recompute saves */
             int id = alloc(s, o, c->tbytes[r->block_in], GCKPT_C_CHECKPOINTS, (int16_t)r->block_in);
-            s->pool[id].ckpt = 1;
             ev_copy(s, o, GCKPT_EV_H2D, c->raw[r->block_in], GCKPT_C_CHECKPOINTS, id);
             st->xin = id;
             if (r->mask >= 0 && r->mask_positional) {
@@ -850,14 +1031,17 @@ void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *o)
             }
         }
         st->inst[r->block_in] = st->xin;
-        /* non-reentrant early stop: re-run up to the last op that saves a tensor */
-        int stop = r->sec_begin[GCKPT_SEC_BLOCK];
-        for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
-            if (r->op[i].nsaved) stop = i + 1;
-        sim_fwd(s, st, GCKPT_SEC_BLOCK, MODE_RECOMPUTE, stop, r->block_in, -1, o);
+        const gckpt_op *lo = &r->op[stop - 1];
+        bool save_only = true;
+        for (int k = 0; k < lo->nsaved; k++) save_only &= lo->saved[k] != lo->out[0] && lo->saved[k] != lo->out[1];
+        sim_fwd(s, st, GCKPT_SEC_BLOCK, MODE_RECOMPUTE, stop, save_only, r->block_in, -1, o);
+        if (st->mask >= 0) { /* an offloaded mask's device copy: the recompute's argument */
+            s->pool[st->mask].ckpt = 0;
+            try_free(s, o, st->mask, (int16_t)r->mask);
+        }
         s->phase = GCKPT_PH_BACKWARD;
     }
-    sim_bwd(s, st, GCKPT_SEC_BLOCK, o);
+    sim_bwd(s, st, GCKPT_SEC_BLOCK, -1, st->mode != GCKPT_LAYER_PLAIN ? stop : -1, o);
     if (st->mode != GCKPT_LAYER_PLAIN) {
         inst_t *x = &s->pool[st->xin];
         x->ckpt = 0;
@@ -888,14 +1072,15 @@ void gckpt_sim_embed_bwd(gckpt_sim *s, gckpt_events *o)
     const gckpt_recipe *r = s->c->recipe;
     s->phase = GCKPT_PH_BACKWARD;
     s->cur_layer = -1;
-    if (r->mask >= 0 && s->embed.inst[r->mask] >= 0) {
-        /* the last checkpoint holding the mask (layer 0's) is gone */
-        int id = s->embed.inst[r->mask];
+    /* the last checkpoint holding the layers' arguments (layer 0's) is gone */
+    for (int t = 0; t < r->nt; t++) {
+        int id = s->embed.inst[t];
+        if (!r->t[t].ckpt_held || id < 0 || !s->pool[id].live) continue;
         s->pool[id].ckpt = 0;
-        try_free(s, o, id, (int16_t)r->mask);
+        try_free(s, o, id, (int16_t)t);
     }
     s->embed.grad[r->embed_out] = s->gstream;
-    sim_bwd(s, &s->embed, GCKPT_SEC_EMBED, o);
+    sim_bwd(s, &s->embed, GCKPT_SEC_EMBED, -1, -1, o);
 }
 
 void gckpt_sim_step_end(gckpt_sim *s, gckpt_events *o)

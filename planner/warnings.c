@@ -104,6 +104,15 @@ static bool sliding_window(const gckpt_plan *p, char *msg, size_t n)
     return true;
 }
 
+/* A CUDA rule the CPU probe could not measure (the recipe says which). */
+static bool unverified_rule(const gckpt_plan *p, const char **code, char *msg, size_t n)
+{
+    const char *sentence;
+    if (!gckpt_recipe_unverified(&p->model, p->req.attention, code, &sentence)) return false;
+    snprintf(msg, n, "%s", sentence);
+    return true;
+}
+
 static const struct {
     const char *code;
     bool (*say)(const gckpt_plan *p, char *msg, size_t n);
@@ -127,6 +136,8 @@ void gckpt_plan_warnings(gckpt_plan *p)
     char msg[sizeof p->warnings[0].message];
     for (size_t i = 0; i < sizeof computed_rules / sizeof computed_rules[0]; i++)
         if (computed_rules[i].say(p, msg, sizeof msg)) add(p, computed_rules[i].code, msg);
+    const char *code;
+    if (unverified_rule(p, &code, msg, sizeof msg)) add(p, code, msg);
     for (size_t i = 0; i < sizeof fixed_rules / sizeof fixed_rules[0]; i++)
         if (fixed_rules[i].when(&p->model, &s)) add(p, fixed_rules[i].code, fixed_rules[i].text);
 }

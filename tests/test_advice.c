@@ -271,6 +271,25 @@ static void warnings(void **state)
     j = read_plan("w.json");
     assert_null(warning_of(j, "sliding_window_not_modelled")); /* use_sliding_window: false */
     cJSON_Delete(j);
+
+    /* dropout: modelled as CUDA runs it, which the CPU probe cannot measure (gpt2 ships 0.1) */
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "--every-n", "1", "-q", "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    m = warning_of(j, "dropout_cuda_sdpa_unverified");
+    assert_non_null(m);
+    assert_non_null(strstr(m, "could not measure"));
+    cJSON_Delete(j);
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "--every-n", "1", "--attention", "eager", "-o", "w.json")), 0);
+    assert_non_null(strstr(cli_out, "warning [dropout_cuda_mask_unverified]"));
+    j = read_plan("w.json");
+    assert_null(warning_of(j, "dropout_cuda_sdpa_unverified"));
+    assert_non_null(warning_of(j, "dropout_cuda_mask_unverified"));
+    cJSON_Delete(j);
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "256", "--every-n", "1", "-q", "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    assert_null(warning_of(j, "dropout_cuda_sdpa_unverified"));
+    assert_null(warning_of(j, "dropout_cuda_mask_unverified"));
+    cJSON_Delete(j);
 }
 
 /* TrainingArguments / attn_implementation spellings, any-case precisions, Hub ids. */
@@ -342,7 +361,7 @@ static void what_users_read(void **state)
 static void plot_script(void **state)
 {
     (void)state;
-    assert_int_equal(cli_run(GCKPT_PLAN_EXE, A("-q", "--plot", "d.svg"), "/nonexistent", err, sizeof err), 0);
+    assert_int_equal(cli_run(GCKPT_PLAN_EXE, A("-q", "--plot", "d.svg", "-o", "d.json"), "/nonexistent", err, sizeof err), 0);
     char path[512];
     gckpt_err e;
     cli_path("d.svg.gp", path, sizeof path);
@@ -362,7 +381,15 @@ static void plot_script(void **state)
         snprintf(t, sizeof t, "title '%s'", gckpt_phase_names[k]);
         assert_non_null(strstr(gp, t));
     }
-    assert_non_null(strstr(gp, "set label 4 'peak 119.76 GiB'"));
+    /* the peak marked is the shown (smallest) entry's allocated peak */
+    cJSON *j = read_plan("d.json");
+    cJSON *ent = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "entries"),
+                                    (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "smallest")));
+    double pk = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(ent, "memory"), "peak_bytes"));
+    char want[64];
+    snprintf(want, sizeof want, "set label 4 'peak %.2f GiB'", pk / 1073741824.0);
+    if (!strstr(gp, want)) fail_msg("no \"%s\" in the script", want);
+    cJSON_Delete(j);
     free(gp);
     assert_int_equal(cli_run(GCKPT_PLAN_EXE, A("-q", "--precision", "bf16", "--optimizer", "adamw-8bit", "--seq", "8192",
                                                "--plot", "f.svg"), "/nonexistent", err, sizeof err), 0);

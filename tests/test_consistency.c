@@ -53,6 +53,11 @@ static void sweep(const char *model, const char *cfg_json)
                             gckpt_events_free(&ev);
                             gckpt_fast_eval(&c, &prof, n, off, ga, &b);
                             gckpt_fast_eval_ex(&c, &prof, n, off, ga, false, &b2);
+                            if (ga == 1) { /* no later micro-steps profiled: refused, visibly */
+                                gckpt_result bad;
+                                gckpt_fast_eval(&c, &prof, n, off, 3, &bad);
+                                assert_true(bad.peak_bytes == UINT64_MAX && bad.device_peak_bytes == UINT64_MAX);
+                            }
                             char ctx[160];
                             snprintf(ctx, sizeof ctx, "%s %s %s mb %llu ga %llu n %u off %d", model,
                                      gckpt_precision_names[prec], gckpt_attention_names[attn],
@@ -119,6 +124,44 @@ static void odd_dims(void **state)
                        "\"vocab_size\":101,\"n_positions\":128,\"activation_function\":\"gelu\"}");
 }
 
+/* Every Python reference a recipe records ends at exactly one op (an op's list of
+ * releases is bounded: an overflowing one used to drop the release silently, and the
+ * tensor then stayed live to the end of the step) */
+static void holds_released(void **state)
+{
+    (void)state;
+    static const char *cfgs[] = {
+        "{\"model_type\":\"qwen3\",\"num_hidden_layers\":2,\"hidden_size\":72,\"num_attention_heads\":6,"
+        "\"num_key_value_heads\":2,\"head_dim\":20,\"intermediate_size\":200,\"vocab_size\":333,"
+        "\"attention_dropout\":0.1}",
+        "{\"model_type\":\"mistral\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,"
+        "\"num_key_value_heads\":1,\"intermediate_size\":100,\"vocab_size\":200,\"attention_dropout\":0.1}",
+        "{\"model_type\":\"gpt2\",\"n_layer\":2,\"n_embd\":48,\"n_head\":3,\"vocab_size\":101,"
+        "\"n_positions\":128}",
+    };
+    static gckpt_recipe r;
+    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
+        gckpt_model m;
+        gckpt_err err;
+        if (!gckpt_model_parse("holds", cfgs[c], &m, &err)) fail_msg("%s", err.msg);
+        for (int tg = 0; tg < 2; tg++)
+            for (int prec = 0; prec < GCKPT_NPREC; prec++)
+                for (int attn = 0; attn < GCKPT_NATTN; attn++) {
+                    gckpt_recipe_build_target(&m, (gckpt_precision)prec, (gckpt_attention)attn,
+                                              (gckpt_target)tg, &r);
+                    for (int t = 0; t < r.nt; t++) {
+                        int n = 0;
+                        for (int i = 0; i < r.nop; i++)
+                            for (int k = 0; k < r.op[i].nunhold; k++) n += r.op[i].unhold[k] == t;
+                        int want = r.t[t].hold_to >= 0 && r.t[t].hold_to < r.nop;
+                        if (n != want)
+                            fail_msg("config %zu target %d %s %s: tensor %s released %d times", c, tg,
+                                     gckpt_precision_names[prec], gckpt_attention_names[attn], r.t[t].name, n);
+                    }
+                }
+    }
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -127,6 +170,7 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(holds_released),
         cmocka_unit_test(llama_family),
         cmocka_unit_test(gpt2_family),
         cmocka_unit_test(odd_dims),

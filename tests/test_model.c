@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "gckpt/model.h"
+#include "gckpt/recipe.h"
 
 static void published_parameter_counts(void **state)
 {
@@ -134,6 +135,36 @@ static void head_dim_overrides(void **state)
     assert_true(m.qk_norm);
 }
 
+/* Settings whose memory rests on a CUDA-only dropout rule say so (gckpt_recipe_unverified) */
+static void unverified_dropout(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    const char *code = "x", *why = "x";
+    assert_true(gckpt_model_load("llama-3.2-1b", &m, &err));
+    assert_false(gckpt_recipe_unverified(&m, GCKPT_SDPA, &code, &why));
+    assert_null(code);
+    assert_null(why);
+    assert_false(gckpt_recipe_unverified(&m, GCKPT_EAGER, NULL, NULL));
+    m.attn_dropout = 0.1;
+    assert_true(gckpt_recipe_unverified(&m, GCKPT_SDPA, &code, &why));
+    assert_string_equal(code, "dropout_cuda_sdpa_unverified");
+    assert_non_null(strstr(why, "RNG seed"));
+    assert_true(gckpt_recipe_unverified(&m, GCKPT_EAGER, &code, &why));
+    assert_string_equal(code, "dropout_cuda_mask_unverified");
+    assert_non_null(strstr(why, "1-byte mask"));
+    /* gpt2's config defaults: resid / embd / attn dropout 0.1 */
+    assert_true(gckpt_model_load("gpt2", &m, &err));
+    assert_true(gckpt_recipe_unverified(&m, GCKPT_SDPA, &code, NULL));
+    assert_string_equal(code, "dropout_cuda_sdpa_unverified");
+    m.attn_dropout = 0;
+    assert_true(gckpt_recipe_unverified(&m, GCKPT_SDPA, &code, NULL));
+    assert_string_equal(code, "dropout_cuda_mask_unverified");
+    m.resid_dropout = m.embd_dropout = 0;
+    assert_false(gckpt_recipe_unverified(&m, GCKPT_SDPA, NULL, NULL));
+}
+
 static void unknown_name(void **state)
 {
     (void)state;
@@ -152,6 +183,7 @@ int main(void)
         cmocka_unit_test(published_parameter_counts), cmocka_unit_test(family_details),
         cmocka_unit_test(hostile_configs),           cmocka_unit_test(hostile_values),
         cmocka_unit_test(head_dim_overrides),        cmocka_unit_test(unknown_name),
+        cmocka_unit_test(unverified_dropout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,16 +55,26 @@ enum {
 };
 
 typedef struct {
-    /* [mask held by checkpoints: 0 no, 1 yes][micro: 0 first, 1 later] */
-    gckpt_segment fixed[2][2][GCKPT_NSEG_FIXED];
+    /* The first layer is apart: the base model holds its input (the embedding output)
+     * until it returns, and its mode (every_n off: plain; else checkpointed, offloaded
+     * or not) also decides whether checkpoints hold eager attention's mask: the fixed
+     * segments and the first layer's are kept per first-layer mode.
+     * [first layer's mode][micro: 0 first, 1 later] */
+    gckpt_segment fixed[GCKPT_NLAYERMODE][2][GCKPT_NSEG_FIXED];
+    gckpt_segment first_fwd[GCKPT_NLAYERMODE][2];
+    gckpt_segment first_fwd_end[GCKPT_NLAYERMODE][2];
+    gckpt_segment first_bwd[GCKPT_NLAYERMODE][2];
+    /* every later layer: [micro][mode] */
     gckpt_segment layer_fwd[2][GCKPT_NLAYERMODE];
     gckpt_segment layer_fwd_end[2][GCKPT_NLAYERMODE];
     gckpt_segment layer_bwd[2][GCKPT_NLAYERMODE];
     gckpt_segment optimizer;
+    bool later_micro; /* the [1] segments exist: built for a grad_accum > 1 */
 } gckpt_profile;
 
 /* Profile the segments for c's model, precision, attention, micro-batch and seq
- * (every_n and offload in c are ignored). false on out of memory. */
+ * (every_n and offload in c are ignored); the later micro-steps' segments only when c's
+ * grad_accum is > 1. false on out of memory. */
 bool gckpt_profile_build(const gckpt_ctx *c, gckpt_profile *p);
 /* The same, reusing a profiler's buffers across many calls (sweeps). */
 typedef struct gckpt_profiler gckpt_profiler;
@@ -72,7 +82,8 @@ gckpt_profiler *gckpt_profiler_new(void);
 void gckpt_profiler_free(gckpt_profiler *pr);
 bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_profile *p);
 
-/* Evaluate one setting from a profile. */
+/* Evaluate one setting from a profile. A grad_accum > 1 needs a profile built for one
+ * (later_micro); without, the result says so: peak and device peak UINT64_MAX. */
 void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
                      uint64_t grad_accum, gckpt_result *res);
 /* The same; breakdown = false skips the per-component vector at the peak (the rest of

@@ -6,7 +6,7 @@
  * A recipe is built by tracing primitive ops (mul, linear, sdpa, ...) whose save rules
  * follow PyTorch's derivatives.yaml and whose dtypes follow type promotion and
  * torch.autocast's op lists. Sizes are symbolic in the micro-batch b and sequence s:
- *     elements = c0 + cS * s + cT * (b*s) + cBSS * (b*s*s)                              */
+ *     elements = c0 + cS * s + cT * (b*s) + cBSS * (b*s*s) + cSS * (s*s)                */
 #ifndef GCKPT_RECIPE_H
 #define GCKPT_RECIPE_H
 
@@ -24,6 +24,7 @@ extern "C" {
 #define GCKPT_MAX_OPS 160
 #define GCKPT_OP_MAX_IN 4
 #define GCKPT_OP_MAX_SAVED 6
+#define GCKPT_OP_MAX_UNHOLD 16
 
 typedef enum { GCKPT_SEC_EMBED, GCKPT_SEC_BLOCK, GCKPT_SEC_HEAD, GCKPT_NSEC } gckpt_section;
 
@@ -51,7 +52,17 @@ typedef struct {
     bool base_end_free;  /* with fwd_end_free: released already when the base model (the
                           * layer stack) returns, before the LM head (attention masks) */
     bool logits;         /* accounted as logits/loss memory */
+    bool ckpt_held;      /* a layer argument (keyword arguments: mask, position ids, rotary
+                          * tables; gpt2's positional mask) that every checkpointed layer's
+                          * frame holds by reference until its backward; an offloaded
+                          * positional mask is copied instead */
+    bool step_held;      /* the Trainer's batch dict holds it until the micro-step ends (the
+                          * input ids); other sources live as their uses and saves say
+                          * (the loss's shifted labels go with nll_loss's backward) */
     uint64_t c0, cS, cT, cBSS;     /* for PARAM and WCAST tensors only c0 is used */
+    uint64_t cSS;                  /* only the CPU target's [s, s] SDPA mask */
+    int16_t hold_to;      /* a Python variable of HF's code holds it until this op of its
+                           * section ran (also through a recompute that stops earlier), or -1 */
     int16_t param;        /* WCAST: the parameter it copies */
     uint8_t uses;         /* PARAM: ops that take it (2 for a tied embedding / lm_head) */
 } gckpt_tensor;
@@ -85,6 +96,12 @@ typedef enum {
     GCKPT_P_EMBED,       /* rows of in0 (table) picked by in1 (ids) */
     GCKPT_P_LOG_SOFTMAX,
     GCKPT_P_NLL,         /* mean negative log-likelihood of in1 labels */
+    GCKPT_P_SPLIT,       /* column block sa (0 q, 1 k, 2 v) of gpt2's packed [rows, 3 x width]
+                          * c_attn output: a view (view_fwd), or with batched_copy a dense copy
+                          * when the micro-batch is > 1 (matmul's batch folding). The view's
+                          * backward writes its gradient into that block of the packed
+                          * tensor's gradient: autograd's SplitBackward cats the roles'
+                          * gradients into one buffer once all three arrived */
 } gckpt_prim;
 
 typedef enum {
@@ -109,13 +126,35 @@ typedef struct {
     int16_t out[2];               /* out[1] = -1 unless the op has a second output */
     int16_t saved[GCKPT_OP_MAX_SAVED];
     bool grad_alias[GCKPT_OP_MAX_IN]; /* input's grad is the output grad itself (add, view) */
-    int16_t keep;                 /* a tensor kept alive until this op ran (a Python
-                                   * reference, not an operand), or -1 */
+    bool grad_view[GCKPT_OP_MAX_IN];  /* input's grad is a view of a larger result (F.linear's
+                                       * reshape / weight transpose): the autograd engine sums
+                                       * a later contribution into a new buffer, not in place */
+    /* Python references that end after this op: the tensors whose hold_to it is */
+    int16_t unhold[GCKPT_OP_MAX_UNHOLD];
+    uint8_t nunhold;
+    bool batched_copy;   /* matmul's batch folding ([b, n, ...] as [b*n, ...]): a copy when
+                          * the micro-batch is > 1, a view of input 0 when it is 1 */
+    bool view_fwd;       /* the forward is a view of input 0 (an expand): no allocation,
+                          * the output is input 0's storage; its gradient still has the
+                          * output's size (repeat_kv of one kv head) */
     /* Time: forward FLOPs = fT*(b*s) + fBSS*(b*s*s); backward = bwd_mult * forward. */
     double fT, fBSS, bwd_mult;
     /* Elementwise traffic (bytes read + written) is derived from tensor sizes. */
-    /* Backward workspace elements (fp32), allocated and freed inside the op's backward. */
+    /* Backward workspace, allocated and freed inside the op's backward: bws_cT fp32
+     * elements per token (SDPA's dq accumulator), plus bws_in temporaries shaped like
+     * input 0 and bws_out shaped like output 0, in their dtypes (the tensors a
+     * derivative formula makes on the way: pow's x.pow(e-1) and e*that; a broadcast
+     * operand's grad*other before the engine reduces it to the operand's shape). */
     uint64_t bws_cT;
+    uint8_t bws_in, bws_out;
+    /* CPU target only: PyTorch's CPU kernels compute a mixed-dtype elementwise op on
+     * copies of the narrower operands in the result dtype (CUDA casts on the fly).
+     * fws_promote: inputs copied for the forward (bitmask); bws_promote: inputs copied
+     * for the backward's grad * other (bitmask of the `other`s). */
+    uint8_t fws_promote, bws_promote;
+    /* Forward temporaries (bytes per b*s*s and per b*s token), allocated with the op's
+     * output and freed when it returns (CPU _safe_softmax's isneginf / all masks). */
+    uint64_t fws_bBSS, fws_bT;
 } gckpt_op;
 
 typedef struct {
@@ -138,10 +177,22 @@ typedef struct {
 } gckpt_recipe;
 
 /* Where the step runs. The planner models CUDA; the CPU target exists to compare with
- * measurements of PyTorch on the CPU (tests/data/hf), whose kernels differ in two
- * documented ways: no fp32 dq accumulator in the SDPA backward, and LayerNorm's saved
- * mean/rstd in the input dtype instead of fp32. */
+ * measurements of PyTorch on the CPU (tests/data/hf, tools/hf_probe), whose kernels
+ * differ in documented ways (tools/hf_probe/FINDINGS.md): no fp32 dq accumulator in the
+ * SDPA backward; LayerNorm's saved mean/rstd in the input dtype; mixed-dtype elementwise
+ * ops on promoted copies; dropout as a noise tensor in the input dtype (CUDA:
+ * native_dropout's bool mask); SDPA with dropout on the math path (CUDA: a fused kernel
+ * that keeps the RNG seed and offset). */
 typedef enum { GCKPT_TARGET_CUDA, GCKPT_TARGET_CPU } gckpt_target;
+
+/* Whether the CUDA plan of model m with attention a rests on a rule the CPU probe
+ * cannot measure, because the CPU runs other kernels there: dropout > 0 (CUDA's
+ * native_dropout and its bool mask; with SDPA, a fused kernel that regenerates the mask
+ * from the saved RNG seed and offset). false: every rule of the setting was measured.
+ * true: *code (a short stable identifier) and *sentence (one sentence for a plan's
+ * warnings) say which; either pointer may be NULL. */
+bool gckpt_recipe_unverified(const gckpt_model *m, gckpt_attention a, const char **code,
+                             const char **sentence);
 
 /* Build the recipe of model m for the setting's precision and attention. Never fails
  * for a validated model. */

@@ -107,9 +107,18 @@ typedef struct {
     uint64_t tbytes[GCKPT_MAX_TENSORS]; /* allocation bytes of each tensor (rounded) */
     uint64_t raw[GCKPT_MAX_TENSORS];    /* exact bytes */
     uint64_t tokens;                     /* micro_batch * seq */
+    /* ops whose forward is a view of input 0 (recipe.h: view_fwd, and batched_copy at
+     * micro-batch 1): no allocation, the output is input 0's storage (storage[t]: the
+     * tensor whose allocation holds t); their backward runs as recipe ops do */
+    bool fwd_view[GCKPT_MAX_OPS];
+    int16_t storage[GCKPT_MAX_TENSORS];
     /* persistent state, bytes (each parameter tensor rounded separately) */
     uint64_t weights, grads, opt_states, opt_temp, workspace;
     double opt_seconds;                  /* one optimizer step */
+    /* each op at this setting: forward [0] and backward [1] seconds, matmul FLOPs and
+     * workspace bytes; the backward's promoted copies (CPU target) */
+    double op_s[2][GCKPT_MAX_OPS], op_flops[2][GCKPT_MAX_OPS];
+    uint64_t op_ws[2][GCKPT_MAX_OPS], op_promo[GCKPT_MAX_OPS];
 } gckpt_ctx;
 
 /* The most bytes a step may allocate in total (persistent state + every allocation of
@@ -125,6 +134,8 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
 /* Bytes one non-checkpointed layer keeps for its backward (the tensors its ops save,
  * counted once per storage; shared tensors such as rotary tables excluded). */
 uint64_t gckpt_layer_saved_bytes(const gckpt_ctx *c);
+/* The same for any section (embedding, block, head). */
+uint64_t gckpt_section_saved_bytes(const gckpt_ctx *c, int sec);
 
 /* Build the full steady-state step: micro-step 1 (no grads at start), one later
  * micro-step when grad_accum > 1 (its time counts grad_accum - 1 times), the optimizer
@@ -139,11 +150,11 @@ typedef struct gckpt_sim gckpt_sim;
 
 /* A simulator for one micro-step over `layers` layers; segments emit into `out`. */
 gckpt_sim *gckpt_sim_new(const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers);
-/* Whether checkpoints hold eager attention's mask until the backward ends (else the
- * base model drops it when its forward returns). The only cross-layer effect in a
- * step; the fast evaluator keeps a profile variant for each answer. */
-bool gckpt_mask_held(const gckpt_recipe *r, uint32_t every_n, bool offload);
-void gckpt_sim_set_mask_held(gckpt_sim *s, bool held);
+/* Whether layers are checkpointed (every_n > 0) and offloaded: checkpoints then hold the
+ * layers' arguments (recipe.h, ckpt_held) until layer 0's backward ends, else the base
+ * model drops them when its forward returns. A cross-layer effect; the fast evaluator
+ * keeps a profile variant per first-layer mode, which decides it. */
+void gckpt_sim_set_checkpointing(gckpt_sim *s, bool any, bool offload);
 /* Reuse a simulator (keeps its buffers). false on out of memory. */
 bool gckpt_sim_reset(gckpt_sim *s, const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers);
 /* Instance ids are unique within a sim; a later micro-step continues the numbering. */

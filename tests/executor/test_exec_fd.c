@@ -50,13 +50,13 @@ static double loss_of(gckpt_exec *x)
     return res.loss;
 }
 
-static void fd_check(const char *fixture, gckpt_attention attn, uint32_t every_n, bool offload, const char *const *names,
-                     const int *layers, int np)
+static void fd_check(const char *fixture, gckpt_attention attn, uint64_t mb, uint32_t every_n, bool offload,
+                     const char *const *names, const int *layers, int np)
 {
     gckpt_model m = fx_model(fixture);
     gckpt_device d = fx_device();
     gckpt_backend *be = gckpt_host_backend_new(0);
-    gckpt_setting s = {.seq = 12, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32,
+    gckpt_setting s = {.seq = 12, .micro_batch = mb, .grad_accum = 1, .precision = GCKPT_FP32,
                        .attention = attn, .every_n = every_n, .offload = offload};
     gckpt_err err = {{0}};
     gckpt_exec_opts o = {.seed = 3, .init_std = 0.2};
@@ -133,7 +133,7 @@ static void test_fd_llama(void **st)
                            "self_attn.k_proj.weight", "self_attn.v_proj.weight", "mlp.down_proj.weight",
                            "mlp.gate_proj.weight", "norm.weight", "lm_head.weight"};
     const int layers[] = {-1, 0, 1, 2, 0, 2, 1, -1, -1};
-    fd_check("tiny-llama", GCKPT_SDPA, 2, true, names, layers, 9);
+    fd_check("tiny-llama", GCKPT_SDPA, 2, 2, true, names, layers, 9);
 }
 
 static void test_fd_gpt2(void **st)
@@ -142,11 +142,22 @@ static void test_fd_gpt2(void **st)
     const char *names[] = {"wte.weight", "wpe.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
                            "mlp.c_fc.weight", "mlp.c_proj.bias", "ln_f.weight"};
     const int layers[] = {-1, -1, 0, 1, 2, 0, 2, -1};
-    fd_check("tiny-gpt2", GCKPT_EAGER, 1, false, names, layers, 8);
+    fd_check("tiny-gpt2", GCKPT_EAGER, 2, 1, false, names, layers, 8);
+}
+
+/* micro-batch 1: matmul reads q, k, v as views of the packed c_attn output (no folding
+ * copies), and SplitBackward's blocks come straight from the attention's gradients */
+static void test_fd_gpt2_mb1(void **st)
+{
+    (void)st;
+    const char *names[] = {"attn.c_attn.weight", "attn.c_attn.bias", "ln_1.weight"};
+    const int layers[] = {0, 1, 2};
+    fd_check("tiny-gpt2", GCKPT_EAGER, 1, 2, true, names, layers, 3);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2),
+                                       cmocka_unit_test(test_fd_gpt2_mb1)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,8 +26,9 @@ static bool nonzero(const fx_grads *g)
 /* the largest measured kernel scratch / the host memory guard's bound on it */
 static double worst_scratch;
 
-/* Every setting of one (model, precision, attention, grad_accum, optimizer). */
-static void sweep(const char *fixture, gckpt_precision p, gckpt_attention a, uint64_t ga, gckpt_optimizer opt)
+/* Every setting of one (model, precision, attention, micro-batch, grad_accum, optimizer). */
+static void sweep_mb(const char *fixture, gckpt_precision p, gckpt_attention a, uint64_t mb, uint64_t ga,
+                     gckpt_optimizer opt)
 {
     gckpt_model m = fx_model(fixture);
     gckpt_device d = fx_device();
@@ -37,15 +38,16 @@ static void sweep(const char *fixture, gckpt_precision p, gckpt_attention a, uin
     bool have_ref = false;
     for (size_t k = 0; k < NSET; k++) {
         if (settings[k].every_n > m.layers) continue;
-        gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = ga, .precision = p, .optimizer = opt,
+        gckpt_setting s = {.seq = 16, .micro_batch = mb, .grad_accum = ga, .precision = p, .optimizer = opt,
                            .attention = a, .every_n = settings[k].every_n, .offload = settings[k].offload};
         fx_run r;
         fx_steps(be, &m, &d, &s, 2, &r);
-        if (r.rc != GCKPT_XS_OK) fail_msg("%s %s %s ga %llu every_n %u offload %d: %s", fixture, gckpt_precision_names[p],
-                                          gckpt_attention_names[a], (unsigned long long)ga, s.every_n, s.offload, r.msg);
-        printf("%-18s %-8s %-5s %-13s ga %llu  every_n %u offload %-3s  predicted %10llu  measured %10llu  %s  pinned %6llu/%6llu  loss %.6f  grads %016llx\n",
+        if (r.rc != GCKPT_XS_OK) fail_msg("%s %s %s mb %llu ga %llu every_n %u offload %d: %s", fixture,
+                                          gckpt_precision_names[p], gckpt_attention_names[a], (unsigned long long)mb,
+                                          (unsigned long long)ga, s.every_n, s.offload, r.msg);
+        printf("%-18s %-8s %-5s %-13s mb %llu ga %llu  every_n %u offload %-3s  predicted %10llu  measured %10llu  %s  pinned %6llu/%6llu  loss %.6f  grads %016llx\n",
                fixture, gckpt_precision_names[p], gckpt_attention_names[a], gckpt_optimizer_names[opt],
-               (unsigned long long)ga, s.every_n, s.offload ? "on" : "off", (unsigned long long)r.pred.peak_bytes,
+               (unsigned long long)mb, (unsigned long long)ga, s.every_n, s.offload ? "on" : "off", (unsigned long long)r.pred.peak_bytes,
                (unsigned long long)r.peak, r.peak == r.pred.peak_bytes ? "equal" : "DIFFERENT",
                (unsigned long long)r.pinned, (unsigned long long)r.pred.host_pinned_bytes, r.loss[1],
                (unsigned long long)r.hash[1]);
@@ -81,6 +83,11 @@ static void sweep(const char *fixture, gckpt_precision p, gckpt_attention a, uin
     be->destroy(be);
 }
 
+static void sweep(const char *fixture, gckpt_precision p, gckpt_attention a, uint64_t ga, gckpt_optimizer opt)
+{
+    sweep_mb(fixture, p, a, 2, ga, opt);
+}
+
 static void family(const char *fixture)
 {
     const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
@@ -93,6 +100,22 @@ static void test_llama(void **st) { (void)st; family("tiny-llama"); }
 static void test_qwen3(void **st) { (void)st; family("tiny-qwen3"); }
 static void test_gpt2(void **st) { (void)st; family("tiny-gpt2"); }
 static void test_gpt2_dropout(void **st) { (void)st; family("tiny-gpt2-dropout"); }
+
+/* One kv head (repeat_kv is a view) and kv heads = heads (no repeat), at micro-batch 1
+ * (eager attention's batch folding is a view: the schedule binds k / v with their own
+ * heads) and 2 (folding copies). */
+static void test_kv_heads(void **st)
+{
+    (void)st;
+    const char *fixtures[] = {"tiny-mistral-kv1", "tiny-llama-mha"};
+    const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
+    for (int f = 0; f < 2; f++)
+        for (int p = 0; p < 3; p++)
+            for (uint64_t mb = 1; mb <= 2; mb++) {
+                sweep_mb(fixtures[f], precs[p], GCKPT_EAGER, mb, 1, GCKPT_ADAMW);
+                sweep_mb(fixtures[f], precs[p], GCKPT_SDPA, mb, 2, GCKPT_ADAMW);
+            }
+}
 
 static void test_amp_fp16(void **st)
 {
@@ -245,7 +268,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama),       cmocka_unit_test(test_qwen3),        cmocka_unit_test(test_gpt2),
-        cmocka_unit_test(test_gpt2_dropout), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
+        cmocka_unit_test(test_gpt2_dropout),
+        cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
         cmocka_unit_test(test_detects_broken_schedule),
     };

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Ground-truth memory probe for Hugging Face Transformers training with
-activation (gradient) checkpointing, run on CPU with tiny random models.
+activation (gradient) checkpointing, run on CPU.
 
-For every case it runs two optimizer steps (AdamW, gradient accumulation 2)
+For every case it runs real training steps (AdamW, gradient accumulation)
 and writes one JSON fixture (schema gckpt.hf-fixture/1) with:
   * every tensor autograd saves in the forward pass, per region
     (embedding / layer.<i> / head), de-duplicated by storage;
@@ -12,10 +12,14 @@ and writes one JSON fixture (schema gckpt.hf-fixture/1) with:
     where it happens, a coarse timeline, and the optimizer's transient bytes.
 
 Usage:
-  probe.py --list                      # list case names
-  probe.py --all [--jobs 2]            # write every fixture
+  probe.py --list                      # list the hand-written cases (tests/data/hf)
+  probe.py --all [--jobs 2]            # write every hand-written fixture
+  probe.py --set gen --all --jobs 2    # the generated set (tests/data/hf-gen, gen_cases.py)
   probe.py --filter 'llama-bf16-*'     # fnmatch on case names
   probe.py --case llama-fp32-sdpa-n1-plain-b2s32 --stdout
+  # any config.json and setting, measured and compared with gckpt's plan:
+  probe.py --config path/to/config.json --precision bf16 --attention sdpa \
+           --every-n 2 --offload --batch 1 --seq 128
 """
 from __future__ import annotations
 
@@ -28,7 +32,10 @@ import math
 import os
 import platform
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -40,9 +47,15 @@ from torch.utils._pytree import tree_flatten
 import transformers
 import transformers.modeling_utils as hf_modeling_utils
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import allocs  # noqa: E402
+import gen_cases  # noqa: E402
+
 SCHEMA = "gckpt.hf-fixture/1"
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_OUT = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "data", "hf"))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+DEFAULT_OUT = os.path.join(ROOT, "tests", "data", "hf")
+GEN_OUT = os.path.join(ROOT, "tests", "data", "hf-gen")
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2"]
 PRECISIONS = ["fp32", "bf16", "amp-bf16", "amp-bf16-cudalists"]
@@ -52,6 +65,7 @@ SHAPES = [(2, 32), (1, 48)]
 GRAD_ACCUM = 2
 STEPS = 2
 VOCAB = 211
+DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop")
 
 
 # --------------------------------------------------------------------------
@@ -104,15 +118,32 @@ def make_config(family: str, attention: str):
     return cfg
 
 
-def make_model(family: str, attention: str):
-    cfg = make_config(family, attention)
-    cls = {
-        "llama": transformers.LlamaForCausalLM,
-        "mistral": transformers.MistralForCausalLM,
-        "qwen2": transformers.Qwen2ForCausalLM,
-        "qwen3": transformers.Qwen3ForCausalLM,
-        "gpt2": transformers.GPT2LMHeadModel,
-    }[family]
+MODEL_CLASSES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "gpt2": "GPT2LMHeadModel",
+}
+
+
+def config_from_dict(d: dict, attention: str):
+    """A transformers config from a config.json dict (any of the five model types)."""
+    d = dict(d)
+    mt = d.pop("model_type", None)
+    if mt not in MODEL_CLASSES:
+        raise SystemExit(f"model_type {mt!r} is not one of {', '.join(MODEL_CLASSES)}")
+    for k in ("architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path"):
+        d.pop(k, None)
+    cfg = transformers.AutoConfig.for_model(mt, **d)
+    cfg._attn_implementation = attention
+    return cfg
+
+
+def make_model(spec: dict):
+    family, attention = spec["family"], spec["attention"]
+    cfg = config_from_dict(spec["config"], attention) if spec.get("config") else make_config(family, attention)
+    cls = getattr(transformers, MODEL_CLASSES[cfg.model_type])
     torch.manual_seed(0)
     model = cls(cfg)
     model.config._attn_implementation = attention
@@ -207,6 +238,8 @@ class Probe(TorchDispatchMode):
         self.layer_retained: dict[int, int] = {}
         self.record_retained = False
         self.r512 = 0  # live bytes with every storage rounded up to 512 B
+        self.tracing = False  # record live bytes after every aten op (trace)
+        self.trace: list[list] = []
         self.peak_r512 = 0
 
     # -- storage bookkeeping ------------------------------------------------
@@ -304,6 +337,9 @@ class Probe(TorchDispatchMode):
                 if dst is not None and dst._cdata != src._cdata:
                     self.cast_of[dst._cdata] = self.params[src._cdata]
         self.check_peak()
+        if self.tracing:
+            outb = [t.untyped_storage().nbytes() for t in flat_out if isinstance(t, torch.Tensor) and t.device.type != "meta"]
+            self.trace.append([self.where(), self.dev, outb])
         return out
 
     # -- saved tensors hooks (outermost; checkpoint's own hooks win inside
@@ -502,8 +538,9 @@ def foreach_optimizer_probe(model, opt, probe):
         p.grad = (torch.randn(p.shape, generator=gen) * 1e-3).to(p.dtype)
     opt2 = torch.optim.AdamW(params, lr=1e-3, foreach=True)
     opt2.load_state_dict(opt.state_dict())
-    for g in opt2.param_groups:  # load_state_dict restored foreach=None
+    for g in opt2.param_groups:  # load_state_dict restored the first optimizer's flags
         g["foreach"] = True
+        g["fused"] = False
     with probe:
         probe.phase = "optimizer"
         probe.region = "-"
@@ -520,36 +557,248 @@ def foreach_optimizer_probe(model, opt, probe):
     return res
 
 
-def run_case(family, precision, attention, every_n, offload, b, s):
-    global PROBE
+def setup(spec: dict):
+    """The model, optimizer and settings of a case, as both measurements start."""
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
-    model = make_model(family, attention)
-    if precision == "bf16":
+    c = argparse.Namespace()
+    c.family, c.precision, c.attention = spec["family"], spec["precision"], spec["attention"]
+    c.every_n, c.offload, c.b, c.s = spec["every_n"], spec["offload"], spec["b"], spec["s"]
+    c.grad_accum = spec.get("grad_accum", GRAD_ACCUM)
+    c.warmup = spec.get("warmup", "step")
+    model = make_model(spec)
+    if c.precision == "bf16":
         model = model.to(torch.bfloat16)
     model.train()
-    if every_n:
-        model.gradient_checkpointing_enable(every_n_layers=every_n, offload=offload)
-    layers = layers_of(model, family)
-    ckpt_layers = [i for i, l in enumerate(layers) if getattr(l, "gradient_checkpointing", False)]
-    nlayers = len(layers)
+    if c.every_n:
+        model.gradient_checkpointing_enable(every_n_layers=c.every_n, offload=c.offload)
+    c.model = model
+    c.layers = layers_of(model, c.family)
+    c.ckpt_layers = [i for i, l in enumerate(c.layers) if getattr(l, "gradient_checkpointing", False)]
+    c.nlayers = len(c.layers)
+    c.params = list(model.parameters())
+    c.opt = torch.optim.AdamW(c.params, lr=1e-3, fused=True)  # what the planner models (HF: adamw_torch_fused)
+    c.amp = c.precision.startswith("amp-bf16")
+    c.cuda_lists = c.precision == "amp-bf16-cudalists"
+    c.steps = STEPS if c.warmup == "step" else 1
+    uniq = {}
+    for p in c.params:
+        uniq[p.untyped_storage()._cdata] = p.untyped_storage().nbytes()
+    c.param_info = {"count": sum(p.numel() for p in c.params), "bytes": sum(uniq.values()), "tensors": len(c.params)}
+    gen = torch.Generator().manual_seed(1234)
+    vocab = model.config.vocab_size
+    c.next_ids = lambda: torch.randint(3, vocab, (c.b, c.s), generator=gen)
+    c.virtual_states = 0
+    if c.warmup == "states":
+        # the steady state without a first forward/backward: AdamW creates its states
+        # (exp_avg, exp_avg_sq, step) in its first step, whatever the gradients are
+        for p in c.params:
+            p.grad = torch.zeros_like(p)
+        c.opt.step()
+        model.zero_grad(set_to_none=True)
+    elif c.warmup == "virtual":
+        # too big for this machine's RAM: AdamW's states (exp_avg and exp_avg_sq in the
+        # parameter dtype, one fp32 step scalar per parameter) counted, not allocated
+        c.virtual_states = 2 * c.param_info["bytes"] + 4 * len(c.params)
+    return c
 
-    params = list(model.parameters())
-    opt = torch.optim.AdamW(params, lr=1e-3)
-    amp = precision.startswith("amp-bf16")
-    cuda_lists = precision == "amp-bf16-cudalists"
+
+def forward_loss(c, ids):
+    if c.amp:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return c.model(input_ids=ids, labels=ids).loss / c.grad_accum
+    return c.model(input_ids=ids, labels=ids).loss / c.grad_accum
+
+
+def backward(c, loss):
+    if c.cuda_lists:
+        # loss.backward() would be handled by the function mode, which runs it with the
+        # mode popped; the engine entry keeps the mode on for the checkpoint recompute.
+        torch.autograd.graph._engine_run_backward(
+            (loss,), (torch.ones_like(loss),), False, False, (),
+            allow_unreachable=True, accumulate_grad=True)
+    else:
+        loss.backward()
+
+
+def run_case(spec: dict):
+    """One measured case: the storage tracker's pass (saved tensors, offload, a timeline)
+    and the allocator's pass (live bytes, allocs.py), merged into one fixture."""
+    fx = run_storage_pass(spec)
+    alloc_steps = run_alloc_pass(spec)
+    for st, al in zip(fx["steps"], alloc_steps):
+        st["storage_tracker"] = {k: st[k] for k in STORAGE_KEYS if k in st}
+        st.update(al)
+    return fx
+
+
+# what the allocator's pass measures; the storage tracker's values are kept beside them
+STORAGE_KEYS = ("live_peak_bytes", "live_peak_bytes_round512", "peak_phase", "peak_where", "after_forward_bytes",
+                "after_forward_bytes_micro", "after_backward_bytes_micro", "optimizer_peak_bytes",
+                "optimizer_peak_where", "optimizer_transient_bytes", "optimizer_after_bytes", "live_at_end_bytes",
+                "host_peak_bytes")
+
+
+class AllocSaveOnCpu(torch.autograd.graph.saved_tensors_hooks):
+    """ProbeSaveOnCpu for the allocator's pass: the packed copy is host memory."""
+
+    def __init__(self, pin_memory: bool = False, device_type: str = "cuda") -> None:
+        def pack_to_cpu(tensor):
+            with allocs.host():
+                packed = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout)
+                packed.copy_(tensor)
+            return (tensor.device, packed)
+
+        def unpack_from_cpu(packed):
+            return packed[1].clone()  # the host-to-device copy
+
+        super().__init__(pack_to_cpu, unpack_from_cpu)
+
+
+def run_alloc_pass(spec: dict):
+    """Live bytes of every step from the CPU allocator (allocs.py): no dispatch mode, no
+    saved-tensor hooks, only record_function markers."""
+    c = setup(spec)
+    model, opt, L = c.model, c.opt, c.nlayers
+    handles = []
+    state = {"phase": "idle", "micro": 0}
+
+    def layer_pre(i):
+        def hook(mod, args, kwargs):
+            if state["phase"] == "forward":
+                allocs.mark(f"region::layer.{i}")
+        return hook
+
+    def recompute_pre(i):
+        # a checkpoint re-runs the layer's wrapped forward: its submodules' hooks fire
+        def hook(mod, args):
+            if state["phase"] == "backward":
+                allocs.mark(f"recompute::layer.{i}")
+        return hook
+
+    def last_post(mod, args, kwargs, out):
+        if state["phase"] == "forward":
+            allocs.mark("region::head")
+
+    def lm_post(mod, args, out):
+        if state["phase"] == "forward":
+            allocs.mark(f"loss::micro{state['micro']}")
+
+    for i, l in enumerate(c.layers):
+        handles.append(l.register_forward_pre_hook(layer_pre(i), with_kwargs=True))
+        for sub in l.children():
+            handles.append(sub.register_forward_pre_hook(recompute_pre(i)))
+    handles.append(c.layers[L - 1].register_forward_hook(last_post, with_kwargs=True))
+    handles.append(model.lm_head.register_forward_hook(lm_post))
+    # the CPU RNG state a checkpoint keeps is host memory on a GPU machine
+    real_get, real_set = torch.get_rng_state, torch.set_rng_state
+
+    def get_rng_state():
+        with allocs.host():
+            return real_get()
+
+    def set_rng_state(st):
+        with allocs.host():
+            return real_set(st)
+
+    torch.get_rng_state, torch.set_rng_state = get_rng_state, set_rng_state
+    hf_modeling_utils.save_on_cpu = AllocSaveOnCpu
+    out = []
+    try:
+        for step in range(1, c.steps + 1):
+            pa, gr, bu, stt = state_tensors(model, opt)
+            baseline = unique_bytes(pa + gr + bu + stt) + c.virtual_states
+            with allocs.recorder() as prof:
+                for micro in range(1, c.grad_accum + 1):
+                    ids = c.next_ids()
+                    state.update(phase="forward", micro=micro)
+                    emu = CudaAutocastLists() if c.cuda_lists else contextlib.nullcontext()
+                    with allocs.span(f"micro{micro}/forward"), emu:
+                        allocs.mark("region::embedding")
+                        loss = forward_loss(c, ids)
+                    allocs.mark(f"fwd_end::micro{micro}")
+                    state["phase"] = "backward"
+                    emu = CudaAutocastLists() if c.cuda_lists else contextlib.nullcontext()
+                    with allocs.span(f"micro{micro}/backward"), emu:
+                        backward(c, loss)
+                        del loss
+                    allocs.mark(f"bwd_end::micro{micro}")
+                    del ids
+                state["phase"] = "optimizer"
+                with allocs.span("optimizer"):
+                    if not c.virtual_states:
+                        opt.step()
+                state["phase"] = "zero_grad"
+                with allocs.span("zero_grad"):
+                    model.zero_grad(set_to_none=True)
+                allocs.mark("end")
+            tl = allocs.Timeline(allocs.trace_events(prof), baseline)
+            marks = dict((n, t) for t, n in tl.marks)
+            t_end = marks["end"]
+            t_opt = tl.span("optimizer")
+            peak, where, phase = tl.peak(0, t_opt[0])
+            opt_peak, opt_where, _ = tl.peak(t_opt[0], t_opt[1])
+            before_opt = tl.live_at(t_opt[0])
+            after_fwd = [tl.live_at(marks[f"fwd_end::micro{m}"]) for m in range(1, c.grad_accum + 1)]
+            after_bwd = [tl.live_at(marks[f"bwd_end::micro{m}"]) for m in range(1, c.grad_accum + 1)]
+            if opt_peak > peak:
+                peak, where, phase = opt_peak, opt_where, "optimizer"
+            out.append({
+                "live_bytes_source": "allocator (torch.profiler, profile_memory)",
+                "live_at_start_bytes": baseline,
+                "live_peak_bytes": peak,
+                "peak_phase": phase or "idle",
+                "peak_where": where or "-",
+                # regions within 2% of the peak: a planned peak location counts as right
+                # where the measured bytes come within tolerance (near ties)
+                "region_peaks": tl.region_peaks(0, t_opt[1], peak * 0.98),
+                "after_forward_bytes": after_fwd[0],
+                "after_forward_bytes_micro": after_fwd,
+                "after_backward_bytes_micro": after_bwd,
+                "optimizer_before_bytes": before_opt,
+                "optimizer_peak_bytes": opt_peak,
+                "optimizer_peak_where": opt_where,
+                "optimizer_transient_bytes": opt_peak - before_opt,
+                "optimizer_after_bytes": tl.live_at(t_opt[1]),
+                "live_at_end_bytes": tl.live_at(t_end),
+                "host_peak_bytes": tl.host_peak(0, t_end),
+                "kernel_scratch_peak_bytes": tl.scratch_peak,
+            })
+            if spec.get("trace"):
+                # every allocation and free of the step: where, bytes, kind, device bytes after it
+                out[-1]["alloc_trace"] = [[tl.where(i)[0], m.nbytes, m.kind, tl.cur[i]] for i, m in enumerate(tl.mems)]
+    finally:
+        torch.get_rng_state, torch.set_rng_state = real_get, real_set
+        hf_modeling_utils.save_on_cpu = torch.autograd.graph.save_on_cpu
+        for h in handles:
+            h.remove()
+    return out
+
+
+def run_storage_pass(spec: dict):
+    """One measured case. spec: family, precision, attention, every_n, offload, b, s and
+    optionally config (a config.json dict; default: the tiny model of the family),
+    grad_accum (2), warmup ("step": a real first step; "states": the optimizer states
+    made by one step on zero gradients, without a forward; "virtual": the states are
+    not allocated, their bytes are counted as a constant), foreach (the extra foreach
+    AdamW step, default True), trace (record live bytes after every aten op)."""
+    global PROBE
+    cs = setup(spec)
+    family, precision, attention = cs.family, cs.precision, cs.attention
+    every_n, offload, b, s = cs.every_n, cs.offload, cs.b, cs.s
+    grad_accum, warmup, steps = cs.grad_accum, cs.warmup, cs.steps
+    model, layers, ckpt_layers, nlayers = cs.model, cs.layers, cs.ckpt_layers, cs.nlayers
+    params, opt, amp, cuda_lists = cs.params, cs.opt, cs.amp, cs.cuda_lists
+    param_info = cs.param_info
 
     probe = Probe()
+    probe.tracing = bool(spec.get("trace"))
     PROBE = probe
     hf_modeling_utils.save_on_cpu = ProbeSaveOnCpu
 
     # param storages
     for name, p in model.named_parameters():
         probe.params[p.untyped_storage()._cdata] = name
-    uniq = {}
-    for p in params:
-        uniq[p.untyped_storage()._cdata] = p.untyped_storage().nbytes()
-    param_info = {"count": sum(p.numel() for p in params), "bytes": sum(uniq.values()), "tensors": len(params)}
 
     # module-name stack hooks
     names = {m: n for n, m in model.named_modules()}
@@ -650,15 +899,17 @@ def run_case(family, precision, attention, every_n, offload, b, s):
 
     handles.append(lm_head.register_forward_hook(lm_post))
 
-    gen = torch.Generator().manual_seed(1234)
-    inputs = [torch.randint(3, VOCAB, (b, s), generator=gen) for _ in range(STEPS * GRAD_ACCUM)]
+    inputs = [cs.next_ids() for _ in range(steps * grad_accum)]
+    virtual_states = cs.virtual_states
+    probe.dev += virtual_states
 
     steps_out = []
     saved_meta = None
     offload_meta = None
     retained = None
-    for step in range(1, STEPS + 1):
+    for step in range(1, steps + 1):
         probe.timeline = []
+        probe.trace = []
         probe.phase = "idle"
         probe.micro = 0
         probe.region = "-"
@@ -667,9 +918,9 @@ def run_case(family, precision, attention, every_n, offload, b, s):
         probe.event("step.start")
         after_forward = []
         after_backward = []
-        for micro in range(1, GRAD_ACCUM + 1):
-            ids = inputs[(step - 1) * GRAD_ACCUM + micro - 1]
-            record = step == STEPS and micro == 1
+        for micro in range(1, grad_accum + 1):
+            ids = inputs[(step - 1) * grad_accum + micro - 1]
+            record = step == steps and micro == 1
             probe.record_saved = record
             probe.record_offload = record
             probe.record_retained = record
@@ -685,11 +936,7 @@ def run_case(family, precision, attention, every_n, offload, b, s):
             emu = CudaAutocastLists() if cuda_lists else contextlib.nullcontext()
             with torch.autograd.graph.saved_tensors_hooks(probe.pack, probe.unpack), emu:
                 with probe:
-                    if amp:
-                        with torch.autocast("cpu", dtype=torch.bfloat16):
-                            loss = model(input_ids=ids, labels=ids).loss / GRAD_ACCUM
-                    else:
-                        loss = model(input_ids=ids, labels=ids).loss / GRAD_ACCUM
+                    loss = forward_loss(cs, ids)
             probe.record_saved = False
             probe.record_offload = False
             probe.record_retained = False
@@ -700,15 +947,7 @@ def run_case(family, precision, attention, every_n, offload, b, s):
                 after_forward.append(probe.dev)
                 probe.phase = "backward"
                 probe.region = "head"
-                if cuda_lists:
-                    # loss.backward() would be handled by the function mode,
-                    # which runs it with the mode popped; the engine entry
-                    # keeps the mode on for the checkpoint recompute.
-                    torch.autograd.graph._engine_run_backward(
-                        (loss,), (torch.ones_like(loss),), False, False, (),
-                        allow_unreachable=True, accumulate_grad=True)
-                else:
-                    loss.backward()
+                backward(cs, loss)
                 del loss
                 probe.module_stack.clear()
                 probe.region = "-"
@@ -728,7 +967,8 @@ def run_case(family, precision, attention, every_n, offload, b, s):
             peak_before_opt, where_before, phase_before, r512_before = (
                 probe.peak, probe.peak_where, probe.peak_phase, probe.peak_r512)
             probe.peak = probe.dev
-            opt.step()
+            if not virtual_states:
+                opt.step()
             probe.poll()
             opt_peak = probe.peak
             opt_where = probe.peak_where
@@ -759,16 +999,19 @@ def run_case(family, precision, attention, every_n, offload, b, s):
                 "optimizer_transient_bytes": opt_peak - before_opt,
                 "optimizer_after_bytes": after_opt,
                 "live_at_end_bytes": probe.dev,
-                "optimizer_state_bytes": unique_bytes(stt),
+                "optimizer_state_bytes": virtual_states or unique_bytes(stt),
+                **({"optimizer_states_virtual": True} if virtual_states else {}),
                 "buffer_bytes": unique_bytes(bu),
                 "host_peak_bytes": max(ev["host_bytes"] for ev in probe.timeline),
                 "timeline": probe.timeline,
             }
         )
+        if probe.tracing:
+            steps_out[-1]["trace"] = probe.trace
 
     for h in handles:
         h.remove()
-    opt_foreach = foreach_optimizer_probe(model, opt, probe)
+    opt_foreach = foreach_optimizer_probe(model, opt, probe) if spec.get("foreach", True) and not virtual_states else None
     hf_modeling_utils.save_on_cpu = torch.autograd.graph.save_on_cpu
 
     # ---- assemble saved-tensor view -------------------------------------
@@ -862,16 +1105,17 @@ def run_case(family, precision, attention, every_n, offload, b, s):
             "attention": attention,
             "micro_batch": b,
             "seq": s,
-            "grad_accum": GRAD_ACCUM,
+            "grad_accum": grad_accum,
             "optimizer": "adamw",
-            "optimizer_impl": "torch.optim.AdamW defaults (foreach=None -> for-loop on CPU)",
+            "optimizer_impl": "torch.optim.AdamW(fused=True) (HF's adamw_torch_fused; also on CPU)",
             "autocast_lists": ("cuda (emulated on cpu)" if cuda_lists else ("cpu" if amp else None)),
             "use_cache": False,
             "tie_word_embeddings": bool(getattr(model.config, "tie_word_embeddings", False)),
-            "dropout": 0.0,
+            "dropout": max([float(getattr(model.config, k, 0.0) or 0.0) for k in DROPOUT_KEYS]),
             "labels": "input_ids",
-            "loss_scale": 1.0 / GRAD_ACCUM,
-            "measured_step_for_saved": STEPS,
+            "loss_scale": 1.0 / grad_accum,
+            "measured_step_for_saved": steps,
+            **({"warmup": warmup} if warmup != "step" else {}),
         },
         "checkpointed_layers": ckpt_layers,
         "parameters": param_info,
@@ -911,10 +1155,10 @@ def dumps_fixture(fx) -> str:
     return text + "\n"
 
 
-def write_case(args_tuple, out_dir):
-    name = case_name(*args_tuple)
+def write_case(spec, out_dir):
+    name = spec["name"]
     t0 = time.time()
-    fx = run_case(*args_tuple)
+    fx = run_case(spec)
     path = os.path.join(out_dir, name + ".json")
     with open(path, "w") as f:
         f.write(dumps_fixture(fx))
@@ -922,48 +1166,135 @@ def write_case(args_tuple, out_dir):
 
 
 def _worker(item):
-    args_tuple, out_dir = item
+    spec, out_dir = item
     torch.set_num_threads(1)
     try:
-        return write_case(args_tuple, out_dir)
+        return write_case(spec, out_dir)
     except Exception:  # noqa: BLE001
-        return case_name(*args_tuple), "ERROR\n" + traceback.format_exc()
+        return spec["name"], "ERROR\n" + traceback.format_exc()
+
+
+def hand_cases():
+    return [dict(name=case_name(*c), family=c[0], precision=c[1], attention=c[2], every_n=c[3], offload=c[4],
+                 b=c[5], s=c[6]) for c in all_cases()]
+
+
+def find_compare_tool(given):
+    if given:
+        return given
+    for cand in (os.path.join(ROOT, "build", "gckpt-hf-compare"), shutil.which("gckpt-hf-compare")):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def config_spec(a):
+    """The case --config and its options describe."""
+    path = a.config
+    if not os.path.exists(path) and os.path.exists(os.path.join(ROOT, "models", path + ".json")):
+        path = os.path.join(ROOT, "models", path + ".json")
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{path}: {e}")
+    mt = cfg.get("model_type")
+    if mt not in MODEL_CLASSES:
+        raise SystemExit(f"{path}: field 'model_type' = {mt!r} is not one of {', '.join(MODEL_CLASSES)}")
+    if a.dropout is not None:
+        for k in DROPOUT_KEYS:
+            if k in cfg or (mt == "gpt2") == (k != "attention_dropout"):
+                cfg[k] = a.dropout
+    every_n = 0 if a.every_n == "off" else int(a.every_n)
+    if a.offload and not every_n:
+        raise SystemExit("--offload needs --every-n N")
+    # amp: CUDA's autocast op lists, emulated (what the planner models)
+    prec = "amp-bf16-cudalists" if a.precision == "amp-bf16" else a.precision
+    stem = os.path.splitext(os.path.basename(path))[0]
+    name = (f"{stem}-{prec}-{a.attention}-n{every_n or 'off'}-{'offload' if a.offload else 'plain'}"
+            f"-b{a.batch}s{a.seq}-ga{a.grad_accum}")
+    return dict(name=name, family=mt, config=cfg, precision=prec, attention=a.attention, every_n=every_n,
+                offload=a.offload, b=a.batch, s=a.seq, grad_accum=a.grad_accum, warmup=a.warmup,
+                foreach=False, trace=a.trace)
+
+
+def run_config(a):
+    spec = config_spec(a)
+    tool = None if a.no_compare else find_compare_tool(a.compare_tool)
+    if not a.no_compare and not tool:
+        raise SystemExit("gckpt-hf-compare not found: build gckpt (cmake --build build) or pass --compare-tool")
+    t0 = time.time()
+    fx = run_case(spec)
+    out = a.o or os.path.join(tempfile.mkdtemp(prefix="gckpt-probe-"), spec["name"] + ".json")
+    with open(out, "w") as f:
+        f.write(dumps_fixture(fx))
+    print(f"measured {spec['name']} in {time.time() - t0:.0f} s" + (f", fixture {out}" if a.o else ""), flush=True)
+    rc = 0
+    if tool:
+        rc = subprocess.call([tool, out])
+    if not a.o:
+        shutil.rmtree(os.path.dirname(out), ignore_errors=True)
+    return rc
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--set", choices=["hand", "gen"], default="hand",
+                    help="fixture set: the hand-written one (tests/data/hf) or the generated one (tests/data/hf-gen)")
+    ap.add_argument("--out", default=None)
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--filter", action="append", default=[])
     ap.add_argument("--case", action="append", default=[])
     ap.add_argument("--stdout", action="store_true")
     ap.add_argument("--jobs", type=int, default=1)
+    g = ap.add_argument_group("one configuration (--config), compared with gckpt's plan")
+    g.add_argument("--config", help="a config.json, or a name in models/ (e.g. qwen2.5-0.5b)")
+    g.add_argument("--precision", choices=["fp32", "bf16", "amp-bf16"], default="amp-bf16",
+                   help="amp-bf16 runs CPU autocast with CUDA's op lists emulated (default)")
+    g.add_argument("--attention", choices=ATTENTIONS, default="sdpa")
+    g.add_argument("--every-n", default="off", help="off or N (every_n_layers)")
+    g.add_argument("--offload", action="store_true")
+    g.add_argument("--batch", type=int, default=1)
+    g.add_argument("--seq", type=int, default=128)
+    g.add_argument("--grad-accum", type=int, default=1)
+    g.add_argument("--dropout", type=float, default=None, help="override every dropout probability of the config")
+    g.add_argument("--warmup", choices=["states", "step", "virtual"], default="states",
+                   help="how the steady state is reached: AdamW states from a step on zero gradients (default), "
+                        "a real first step, or states counted but not allocated (models too big for the RAM)")
+    g.add_argument("--trace", action="store_true", help="record live bytes after every aten op in the fixture")
+    g.add_argument("-o", help="keep the fixture in this file")
+    g.add_argument("--no-compare", action="store_true", help="measure only")
+    g.add_argument("--compare-tool", help="path of gckpt-hf-compare (default: build/gckpt-hf-compare)")
     a = ap.parse_args(argv)
 
-    cases = all_cases()
-    by_name = {case_name(*c): c for c in cases}
+    if a.config:
+        torch.set_num_threads(max(1, a.jobs))
+        return run_config(a)
+    cases = hand_cases() if a.set == "hand" else gen_cases.cases()
+    out_dir = a.out or (DEFAULT_OUT if a.set == "hand" else GEN_OUT)
+    by_name = {c["name"]: c for c in cases}
     sel = []
     if a.all:
-        sel = cases
+        sel = list(cases)
     for pat in a.filter:
         sel += [c for n, c in by_name.items() if fnmatch.fnmatch(n, pat) and c not in sel]
     for n in a.case:
         sel.append(by_name[n])
     if a.list:
         for c in (sel or cases):
-            print(case_name(*c))
+            print(c["name"])
         return 0
     if not sel:
-        ap.error("nothing selected (use --all, --filter or --case)")
+        ap.error("nothing selected (use --all, --filter, --case or --config)")
     if a.stdout:
         torch.set_num_threads(1)
         for c in sel:
-            json.dump(run_case(*c), sys.stdout, indent=1)
+            json.dump(run_case(c), sys.stdout, indent=1)
             sys.stdout.write("\n")
         return 0
-    os.makedirs(a.out, exist_ok=True)
-    items = [(c, a.out) for c in sel]
+    os.makedirs(out_dir, exist_ok=True)
+    items = [(c, out_dir) for c in sel]
     failures = 0
     t0 = time.time()
     if a.jobs > 1:

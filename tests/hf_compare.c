@@ -1,0 +1,300 @@
+#include "hf_compare.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/eval.h"
+#include "gckpt/jsonget.h"
+
+static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+
+static bool need(const cJSON *it, const char *path, const char *field, int type, gckpt_err *err)
+{
+    bool ok = type == cJSON_Number ? cJSON_IsNumber(it) : type == cJSON_String ? cJSON_IsString(it) :
+              type == cJSON_Object ? cJSON_IsObject(it) : cJSON_IsArray(it);
+    if (!ok) gckpt_seterr(err, "%s: field '%s' is missing or %s", path, field, gckpt_json_type_name(it));
+    return ok;
+}
+
+/* field: "a.b.key" names the key (after the last dot) of object o in messages */
+static bool num(const cJSON *o, const char *path, const char *field, double *out, gckpt_err *err)
+{
+    const char *key = strrchr(field, '.') ? strrchr(field, '.') + 1 : field;
+    const cJSON *it = item(o, key);
+    if (!need(it, path, field, cJSON_Number, err)) return false;
+    *out = it->valuedouble;
+    return true;
+}
+
+static bool str(const cJSON *o, const char *path, const char *field, char *out, size_t n, gckpt_err *err)
+{
+    const char *key = strrchr(field, '.') ? strrchr(field, '.') + 1 : field;
+    const cJSON *it = item(o, key);
+    if (!need(it, path, field, cJSON_String, err)) return false;
+    snprintf(out, n, "%s", it->valuestring);
+    return true;
+}
+
+static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_err *err)
+{
+    const cJSON *set = item(root, "setting"), *saved = item(root, "saved"), *steps = item(root, "steps");
+    if (!need(set, path, "setting", cJSON_Object, err) || !need(saved, path, "saved", cJSON_Object, err) ||
+        !need(steps, path, "steps", cJSON_Array, err) || !need(item(root, "config"), path, "config", cJSON_Object, err))
+        return false;
+    if (!str(set, path, "family", f->family, sizeof f->family, err) ||
+        !str(set, path, "precision", f->precision, sizeof f->precision, err) ||
+        !str(set, path, "attention", f->attention, sizeof f->attention, err))
+        return false;
+    char *cfg = cJSON_PrintUnformatted(item(root, "config"));
+    bool ok = cfg && gckpt_model_parse(path, cfg, &f->m, err);
+    free(cfg);
+    if (!ok) return false;
+    double b, s, ga, n, d;
+    if (!num(set, path, "micro_batch", &b, err) || !num(set, path, "seq", &s, err) ||
+        !num(set, path, "grad_accum", &ga, err) || !num(set, path, "every_n_layers", &n, err))
+        return false;
+    f->dropout = num(set, path, "dropout", &d, err) ? d : 0;
+    gckpt_setting *st = &f->s;
+    memset(st, 0, sizeof *st);
+    int prec = !strncmp(f->precision, "amp-bf16", 8) ? GCKPT_AMP_BF16 : gckpt_precision_from(f->precision);
+    int attn = gckpt_attention_from(f->attention);
+    if (prec < 0 || attn < 0 || b < 1 || s < 1 || ga < 1 || n < 0) {
+        gckpt_seterr(err, "%s: setting '%s' / '%s' / sizes not understood", path, f->precision, f->attention);
+        return false;
+    }
+    st->precision = (gckpt_precision)prec;
+    st->attention = (gckpt_attention)attn;
+    st->micro_batch = (uint64_t)b;
+    st->seq = (uint64_t)s;
+    st->grad_accum = (uint64_t)ga;
+    st->every_n = (uint32_t)n;
+    st->offload = cJSON_IsTrue(item(set, "offload"));
+    st->optimizer = GCKPT_ADAMW;
+    f->comparable = !(f->m.family == GCKPT_FAMILY_GPT2 && !strcmp(f->precision, "amp-bf16"));
+
+    double p;
+    if (!num(item(root, "parameters"), path, "parameters.count", &p, err)) return false;
+    f->params = (uint64_t)p;
+    const cJSON *layers = item(saved, "layers");
+    if (!need(layers, path, "saved.layers", cJSON_Array, err)) return false;
+    f->nlayers = cJSON_GetArraySize(layers);
+    if (f->nlayers > HF_MAX_LAYERS) {
+        gckpt_seterr(err, "%s: more than %d layers", path, HF_MAX_LAYERS);
+        return false;
+    }
+    for (int i = 0; i < f->nlayers; i++) {
+        const cJSON *ly = cJSON_GetArrayItem(layers, i);
+        if (!num(ly, path, "saved.layers[].bytes", &p, err)) return false;
+        f->layer_saved[i] = (uint64_t)p;
+        f->ckpt[i] = cJSON_IsTrue(item(ly, "checkpointed"));
+    }
+    if (!num(item(saved, "head"), path, "saved.head.bytes", &p, err)) return false;
+    f->head_saved = (uint64_t)p;
+    if (!num(item(saved, "embedding"), path, "saved.embedding.bytes", &p, err)) return false;
+    f->embed_saved = (uint64_t)p;
+    if (!num(root, path, "offload_bytes", &p, err)) return false;
+    f->offload = (uint64_t)p;
+    /* the steady-state step is the last one recorded */
+    const cJSON *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
+    if (!last || !num(last, path, "steps[].live_peak_bytes", &f->peak, err) ||
+        !num(last, path, "steps[].after_forward_bytes", &f->after, err) ||
+        !str(last, path, "steps[].peak_phase", f->peak_phase, sizeof f->peak_phase, err) ||
+        !str(last, path, "steps[].peak_where", f->peak_where, sizeof f->peak_where, err))
+        return false;
+    f->virtual_states = cJSON_IsTrue(item(last, "optimizer_states_virtual"));
+    const cJSON *rp = item(last, "region_peaks"), *e;
+    cJSON_ArrayForEach(e, rp)
+    {
+        if (f->nregion == 16) break;
+        if (!cJSON_IsNumber(e)) continue;
+        snprintf(f->region_key[f->nregion], sizeof f->region_key[0], "%s", e->string);
+        f->region_peak[f->nregion++] = e->valuedouble;
+    }
+    return true;
+}
+
+bool hf_fixture_read(const char *path, hf_fixture *f, gckpt_err *err)
+{
+    memset(f, 0, sizeof *f);
+    snprintf(f->path, sizeof f->path, "%s", path);
+    char *text = gckpt_read_file(path, 256u << 20, err);
+    if (!text) return false;
+    cJSON *root = gckpt_json_parse(path, text, err);
+    free(text);
+    if (!root) return false;
+    bool ok = read_root(path, root, f, err);
+    cJSON_Delete(root);
+    return ok;
+}
+
+bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt_err *err)
+{
+    memset(c, 0, sizeof *c);
+    static gckpt_recipe r;
+    gckpt_recipe_build_target(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &r);
+    gckpt_ctx ctx;
+    if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;
+    c->params = gckpt_model_params(&f->m);
+    c->params_ok = c->params == f->params;
+
+    /* saved bytes, with the documented charging of shared tensors */
+    uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK), rope = 0;
+    for (int t = 0; t < r.nt; t++)
+        if (!strcmp(r.t[t].name, "rotary.cos") || !strcmp(r.t[t].name, "rotary.sin")) rope += ctx.raw[t];
+    uint64_t mask = r.mask >= 0 ? ctx.raw[r.mask] : 0;
+    bool first_plain = true, first_ckpt = true;
+    c->saved_ok = (uint64_t)f->nlayers == f->m.layers;
+    c->first_bad_layer = c->saved_ok ? -1 : 0;
+    for (int i = 0; i < f->nlayers && (uint64_t)i < f->m.layers; i++) {
+        uint64_t want;
+        bool ck = gckpt_is_checkpointed(f->s.every_n, (uint64_t)i);
+        if (!ck) {
+            want = plain + (first_plain ? rope : 0);
+            first_plain = false;
+        } else {
+            want = f->s.offload ? 0 : ctx.raw[r.block_in];
+            if (r.mask_positional && first_ckpt && !f->s.offload) want += mask;
+            first_ckpt = false;
+        }
+        c->layer_saved[i] = want;
+        if ((want != f->layer_saved[i] || ck != f->ckpt[i]) && c->first_bad_layer < 0) {
+            c->saved_ok = false;
+            c->first_bad_layer = i;
+        }
+    }
+    int L = (int)f->m.layers;
+    c->head_saved = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD) + (f->s.micro_batch == 1 ? 8 : 0);
+    c->embed_saved = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_EMBED);
+    if (c->head_saved != f->head_saved && c->first_bad_layer < 0) c->first_bad_layer = L;
+    if (c->embed_saved != f->embed_saved && c->first_bad_layer < 0) c->first_bad_layer = L + 1;
+    c->saved_ok = c->first_bad_layer < 0;
+
+    gckpt_events ev;
+    if (!gckpt_schedule_build(&ctx, &ev)) {
+        gckpt_events_free(&ev);
+        gckpt_seterr(err, "%s: out of memory building the schedule", f->path);
+        return false;
+    }
+    gckpt_result res;
+    gckpt_walk(&ctx, &ev, &res);
+    gckpt_events_free(&ev);
+    c->offload = res.host_pinned_bytes;
+    c->offload_ok = c->offload == f->offload;
+    c->peak = res.peak_bytes;
+    c->after = res.after_forward_bytes;
+    c->peak_phase = gckpt_phase_names[res.peak_phase];
+    c->peak_layer = res.peak_layer;
+    snprintf(c->peak_what, sizeof c->peak_what, "%s%s", res.peak_grad ? "gradient of " : "",
+             res.peak_tensor >= 0 ? r.t[res.peak_tensor].name : "-");
+    c->e_peak = ((double)c->peak - f->peak) / f->peak;
+    c->e_after = ((double)c->after - f->after) / f->after;
+    bool head_region = strstr(f->peak_where, "/head/") != NULL;
+    c->same_phase = !strcmp(f->peak_phase, c->peak_phase) && head_region == (c->peak_layer == L);
+    if (res.peak_phase == GCKPT_PH_OPTIMIZER) snprintf(c->peak_key, sizeof c->peak_key, "optimizer/-");
+    else if (res.peak_layer < 0) snprintf(c->peak_key, sizeof c->peak_key, "%s/embedding", c->peak_phase);
+    else if (res.peak_layer >= L) snprintf(c->peak_key, sizeof c->peak_key, "%s/head", c->peak_phase);
+    else snprintf(c->peak_key, sizeof c->peak_key, "%s/layer.%d", c->peak_phase, res.peak_layer);
+    c->measured_there = -1;
+    for (int i = 0; i < f->nregion; i++)
+        if (!strcmp(f->region_key[i], c->peak_key)) c->measured_there = f->region_peak[i];
+    if (!c->same_phase && c->measured_there >= f->peak * (1 - hf_tolerance(f))) c->same_phase = true;
+    return true;
+}
+
+double hf_tolerance(const hf_fixture *f) { return f->s.precision == GCKPT_BF16 ? 0.005 : 0.001; }
+
+bool hf_pass(const hf_fixture *f, const hf_cmp *c)
+{
+    double tol = hf_tolerance(f);
+    return c->params_ok && c->saved_ok && c->offload_ok && c->same_phase && fabs(c->e_peak) <= tol &&
+           fabs(c->e_after) <= tol;
+}
+
+void hf_print(FILE *out, const hf_fixture *f, const hf_cmp *c)
+{
+    const gckpt_setting *s = &f->s;
+    char n[16];
+    snprintf(n, sizeof n, "%u", s->every_n);
+    fprintf(out, "%s\n  %s, %s, %s attention, every_n %s, offload %s, batch %llu x seq %llu, grad_accum %llu%s%s\n",
+            f->path, f->m.model_type, f->precision, f->attention, s->every_n ? n : "off", s->offload ? "on" : "off",
+            (unsigned long long)s->micro_batch, (unsigned long long)s->seq, (unsigned long long)s->grad_accum,
+            f->dropout > 0 ? ", dropout" : "", f->virtual_states ? ", AdamW states counted, not allocated" : "");
+    if (!f->comparable) {
+        fprintf(out, "  not compared: gpt2 under CPU autocast op lists (the planner models CUDA's: amp-bf16-cudalists)\n");
+        return;
+    }
+    fprintf(out, "  %-34s %16s %16s %9s\n", "", "measured", "planned", "error");
+    fprintf(out, "  %-34s %16llu %16llu %9s\n", "parameters", (unsigned long long)f->params,
+            (unsigned long long)c->params, c->params_ok ? "exact" : "DIFFERS");
+    int L = (int)f->m.layers;
+    int shown_plain = 0, shown_ckpt = 0;
+    for (int i = 0; i < f->nlayers && i < L; i++) {
+        /* the first two plain layers (the first holds the rotary tables), the first
+         * checkpointed one, and every layer that differs */
+        bool differs = f->layer_saved[i] != c->layer_saved[i];
+        int *shown = f->ckpt[i] ? &shown_ckpt : &shown_plain;
+        if (!differs && *shown >= (f->ckpt[i] ? 1 : 2)) continue;
+        (*shown)++;
+        char what[48];
+        snprintf(what, sizeof what, "saved, layer %d%s", i, f->ckpt[i] ? " (checkpointed)" : "");
+        fprintf(out, "  %-34s %16llu %16llu %9s\n", what, (unsigned long long)f->layer_saved[i],
+                (unsigned long long)c->layer_saved[i], differs ? "DIFFERS" : "exact");
+    }
+    fprintf(out, "  %-34s %16llu %16llu %9s\n", "saved, head (norm, lm_head, loss)", (unsigned long long)f->head_saved,
+            (unsigned long long)c->head_saved, f->head_saved == c->head_saved ? "exact" : "DIFFERS");
+    fprintf(out, "  %-34s %16llu %16llu %9s\n", "saved, embedding", (unsigned long long)f->embed_saved,
+            (unsigned long long)c->embed_saved, f->embed_saved == c->embed_saved ? "exact" : "DIFFERS");
+    fprintf(out, "  %-34s %16llu %16llu %9s\n", "offloaded to host", (unsigned long long)f->offload,
+            (unsigned long long)c->offload, c->offload_ok ? "exact" : "DIFFERS");
+    fprintf(out, "  %-34s %16.0f %16llu %+8.3f%%\n", "live bytes after the forward", f->after,
+            (unsigned long long)c->after, c->e_after * 100);
+    fprintf(out, "  %-34s %16.0f %16llu %+8.3f%%\n", "live peak (steady-state step)", f->peak,
+            (unsigned long long)c->peak, c->e_peak * 100);
+    char layer[32];
+    if (c->peak_layer == L) snprintf(layer, sizeof layer, "head");
+    else if (c->peak_layer == L + 1) snprintf(layer, sizeof layer, "optimizer");
+    else if (c->peak_layer < 0) snprintf(layer, sizeof layer, "embedding");
+    else snprintf(layer, sizeof layer, "layer %d", c->peak_layer);
+    fprintf(out, "  peak measured at %s\n  peak planned at  %s, %s: allocating %s\n", f->peak_where, c->peak_phase,
+            layer, c->peak_what);
+    if (strncmp(f->peak_where + strcspn(f->peak_where, "/") + 1, c->peak_key, strlen(c->peak_key))) {
+        if (c->measured_there >= 0)
+            fprintf(out, "  measured in %s: %.0f (%.3f%% below the peak)\n", c->peak_key, c->measured_there,
+                    (f->peak - c->measured_there) / f->peak * 100);
+        else if (f->nregion)
+            fprintf(out, "  measured in %s: not within 2%% of the peak\n", c->peak_key);
+    }
+    fprintf(out, "  %s (tolerance %.1f%%; saved and offloaded bytes exact)\n",
+            hf_pass(f, c) ? "PASS" : "FAIL", hf_tolerance(f) * 100);
+}
+
+bool hf_events(FILE *out, const hf_fixture *f, const gckpt_device *exact, gckpt_err *err)
+{
+    static const char *const kinds[] = {"ALLOC", "FREE", "RETAG", "HOST_ALLOC", "HOST_FREE", "D2H",
+                                        "H2D", "FWD", "RECOMPUTE", "BWD", "OPT", "GRAD_ADD"};
+    static gckpt_recipe r;
+    gckpt_recipe_build_target(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &r);
+    gckpt_ctx ctx;
+    gckpt_events ev;
+    if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;
+    if (!gckpt_schedule_build(&ctx, &ev)) {
+        gckpt_events_free(&ev);
+        gckpt_seterr(err, "%s: out of memory building the schedule", f->path);
+        return false;
+    }
+    int64_t comp[GCKPT_NCOMP], total = 0;
+    gckpt_persistent(&ctx, comp);
+    for (int i = 0; i < GCKPT_NCOMP; i++) total += comp[i];
+    for (size_t i = 0; i < ev.n; i++) {
+        const gckpt_event *e = &ev.ev[i];
+        if (e->kind == GCKPT_EV_ALLOC) total += (int64_t)e->bytes;
+        if (e->kind == GCKPT_EV_FREE) total -= (int64_t)e->bytes;
+        bool compute = e->kind == GCKPT_EV_FWD || e->kind == GCKPT_EV_RECOMPUTE || e->kind == GCKPT_EV_BWD;
+        const char *what = e->op < 0 ? "-" : compute ? r.op[e->op].name : r.t[e->op].name;
+        fprintf(out, "%zu micro%u %s L%d %s %s%s %llu %lld\n", i, e->micro + 1, gckpt_phase_names[e->phase], e->layer,
+                kinds[e->kind], e->grad ? "grad:" : "", what, (unsigned long long)e->bytes, (long long)total);
+    }
+    gckpt_events_free(&ev);
+    return true;
+}

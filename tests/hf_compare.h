@@ -1,0 +1,94 @@
+/* The planner next to one HF probe fixture (tools/hf_probe: a training step of real
+ * Transformers measured on the CPU). One place holds the comparison rules, used by
+ * tests/test_hf_fixtures (which applies the tolerances) and by gckpt-hf-compare (which
+ * prints measured vs planned for any fixture, e.g. one the probe made from a user's own
+ * config.json).
+ *
+ * The planner runs with the CPU target (PyTorch's CPU kernels, recipe.h) and an exact
+ * byte-accounting device profile. Documented, explicit adjustments to what the probe
+ * records (tools/hf_probe/FINDINGS.md):
+ *   - rotary cos/sin (llama family) are saved once, by the first non-checkpointed
+ *     layer, and the probe charges them to it; the planner keeps them as shared tensors
+ *     of the embedding;
+ *   - gpt2 eager: the positional mask is saved once, by the first checkpointed layer;
+ *   - the HF loss's shifted labels are a view of the padded [1, s+1] labels when b = 1
+ *     (8 bytes more than the [T] copy made for b > 1);
+ *   - gpt2 under CPU autocast op lists (precision "amp-bf16") is not comparable: the
+ *     planner models CUDA's lists, which "amp-bf16-cudalists" fixtures emulate (for the
+ *     llama family both are byte-identical). */
+#ifndef GCKPT_HF_COMPARE_H
+#define GCKPT_HF_COMPARE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gckpt/device.h"
+#include "gckpt/model.h"
+#include "gckpt/setting.h"
+#include "gckpt/util.h"
+
+#define HF_MAX_LAYERS 256
+
+typedef struct {
+    char path[1024];
+    char family[16], precision[32], attention[16];
+    gckpt_model m;
+    gckpt_setting s;
+    bool comparable;          /* false: gpt2 under CPU autocast lists (see above) */
+    bool virtual_states;      /* the probe counted AdamW's states instead of allocating them */
+    double dropout;
+    /* measured */
+    uint64_t params;
+    int nlayers;
+    bool ckpt[HF_MAX_LAYERS];
+    uint64_t layer_saved[HF_MAX_LAYERS];
+    uint64_t head_saved, embed_saved, offload;
+    double peak, after;       /* live bytes: steady-state step's peak, after micro-step 1's forward */
+    char peak_phase[32], peak_where[256];
+    /* the most live bytes per "phase/region" near the peak (steps[].region_peaks; older
+     * fixtures lack it: nregion 0) */
+    int nregion;
+    char region_key[16][48];
+    double region_peak[16];
+} hf_fixture;
+
+typedef struct {
+    uint64_t params;
+    uint64_t layer_saved[HF_MAX_LAYERS];
+    uint64_t head_saved, embed_saved, offload;
+    uint64_t peak, after;
+    const char *peak_phase;
+    int peak_layer;           /* -1 embedding, 0..L-1, L head, L+1 optimizer */
+    char peak_what[96];
+    char peak_key[48];        /* "phase/region" as the probe names it */
+    double measured_there;    /* measured most live bytes in that region (-1 unknown) */
+    /* the comparison */
+    bool params_ok, saved_ok, offload_ok, same_phase;
+    int first_bad_layer;      /* -1 none, L head, L+1 embedding */
+    double e_peak, e_after;   /* (planned - measured) / measured */
+} hf_cmp;
+
+/* Read a fixture (schema gckpt.hf-fixture/1); false with err naming file and field. */
+bool hf_fixture_read(const char *path, hf_fixture *f, gckpt_err *err);
+
+/* Plan f's setting and compare; false (err) when the planner refuses it. */
+bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt_err *err);
+
+/* Live-peak (and after-forward) tolerance: 0.1 % for fp32 and amp, 0.5 % for bf16. */
+double hf_tolerance(const hf_fixture *f);
+
+/* Whether c passes: parameters, saved and offloaded bytes exact, peak and after-forward
+ * within hf_tolerance, and the planned peak where it is measured: in the same phase and
+ * region, or (near ties) in a region where the measured live bytes come within
+ * hf_tolerance of the measured peak. */
+bool hf_pass(const hf_fixture *f, const hf_cmp *c);
+
+/* The planner's events of f's setting, one line each with the running total (a tool to
+ * find where measured and planned part). */
+bool hf_events(FILE *out, const hf_fixture *f, const gckpt_device *exact, gckpt_err *err);
+
+/* Measured vs planned, a few lines. */
+void hf_print(FILE *out, const hf_fixture *f, const hf_cmp *c);
+
+#endif

@@ -185,7 +185,10 @@ def facts():
             "'offload': True}, optim='paged_adamw_8bit') on the prepared QLoRA model"] = {
             **ckpt_state(m), "inside the forward": seen, "optimizer": type(tr.optimizer.optimizer).__module__ + "." +
             type(tr.optimizer.optimizer).__name__, "paged warnings": paged,
-            "any state tensor paged": any(getattr(t, "is_paged", False) for t in states)}
+            "any state tensor paged": any(getattr(t, "is_paged", False) for t in states),
+            "parameters with optimizer state": len(tr.optimizer.state),
+            "trainable parameters": sum(p.requires_grad for p in pm.parameters()),
+            "parameters": sum(1 for _ in pm.parameters())}
 
     out["GEMMs in a backward (torch.profiler op counts)"] = gemm_counts()
     for n in (0, 1, 2):

@@ -517,8 +517,12 @@ def state_tensors(model, opt):
     return params, grads, bufs, states
 
 
-def track_state(probe, model, opt):
+def track_state(probe, model, opt, extra=()):
+    """extra: resident tensors that are none of the four kinds (bitsandbytes' quantization
+    statistics, probe_peft.py)."""
     params, grads, bufs, states = state_tensors(model, opt)
+    for t in extra:
+        probe.track(t, producer="resident", kind="device")
     for t in params:
         probe.track(t, producer="parameter", kind="device")
     for t in grads:
@@ -529,10 +533,11 @@ def track_state(probe, model, opt):
         probe.track(t, producer="optimizer_state", kind="device")
 
 
-def foreach_optimizer_probe(model, opt, probe):
+def foreach_optimizer_probe(model, opt, probe, extra=()):
     """Transient bytes of one AdamW(foreach=True) step - the CUDA default -
-    from the steady state reached by `opt` (states present, grads set)."""
-    params = list(model.parameters())
+    from the steady state reached by `opt` (states present, grads set), over the
+    parameters that train (all of them in full fine-tuning)."""
+    params = [p for p in model.parameters() if p.requires_grad]
     gen = torch.Generator().manual_seed(99)
     for p in params:
         p.grad = (torch.randn(p.shape, generator=gen) * 1e-3).to(p.dtype)
@@ -546,7 +551,7 @@ def foreach_optimizer_probe(model, opt, probe):
         probe.region = "-"
         probe.micro = 0
         probe.last_op = None
-        track_state(probe, model, opt2)
+        track_state(probe, model, opt2, extra)
         probe.reset_peak()
         before = probe.dev
         opt2.step()
@@ -621,11 +626,14 @@ def backward(c, loss):
         loss.backward()
 
 
-def run_case(spec: dict):
+def run_case(spec: dict, setup_fn=None):
     """One measured case: the storage tracker's pass (saved tensors, offload, a timeline)
-    and the allocator's pass (live bytes, allocs.py), merged into one fixture."""
-    fx = run_storage_pass(spec)
-    alloc_steps = run_alloc_pass(spec)
+    and the allocator's pass (live bytes, allocs.py), merged into one fixture.
+    setup_fn(spec) builds the model and optimizer (default: setup; probe_peft.py passes its
+    own); what it returns may list `resident` tensors that stay alive but are neither
+    parameters, gradients, buffers nor optimizer states."""
+    fx = run_storage_pass(spec, setup_fn)
+    alloc_steps = run_alloc_pass(spec, setup_fn)
     for st, al in zip(fx["steps"], alloc_steps):
         st["storage_tracker"] = {k: st[k] for k in STORAGE_KEYS if k in st}
         st.update(al)
@@ -655,10 +663,11 @@ class AllocSaveOnCpu(torch.autograd.graph.saved_tensors_hooks):
         super().__init__(pack_to_cpu, unpack_from_cpu)
 
 
-def run_alloc_pass(spec: dict):
+def run_alloc_pass(spec: dict, setup_fn=None):
     """Live bytes of every step from the CPU allocator (allocs.py): no dispatch mode, no
     saved-tensor hooks, only record_function markers."""
-    c = setup(spec)
+    c = (setup_fn or setup)(spec)
+    resident = list(getattr(c, "resident", ()))
     model, opt, L = c.model, c.opt, c.nlayers
     handles = []
     state = {"phase": "idle", "micro": 0}
@@ -707,7 +716,7 @@ def run_alloc_pass(spec: dict):
     try:
         for step in range(1, c.steps + 1):
             pa, gr, bu, stt = state_tensors(model, opt)
-            baseline = unique_bytes(pa + gr + bu + stt) + c.virtual_states
+            baseline = unique_bytes(pa + gr + bu + stt + resident) + c.virtual_states
             with allocs.recorder() as prof:
                 for micro in range(1, c.grad_accum + 1):
                     ids = c.next_ids()
@@ -775,7 +784,7 @@ def run_alloc_pass(spec: dict):
     return out
 
 
-def run_storage_pass(spec: dict):
+def run_storage_pass(spec: dict, setup_fn=None):
     """One measured case. spec: family, precision, attention, every_n, offload, b, s and
     optionally config (a config.json dict; default: the tiny model of the family),
     grad_accum (2), warmup ("step": a real first step; "states": the optimizer states
@@ -783,7 +792,8 @@ def run_storage_pass(spec: dict):
     not allocated, their bytes are counted as a constant), foreach (the extra foreach
     AdamW step, default True), trace (record live bytes after every aten op)."""
     global PROBE
-    cs = setup(spec)
+    cs = (setup_fn or setup)(spec)
+    resident = list(getattr(cs, "resident", ()))
     family, precision, attention = cs.family, cs.precision, cs.attention
     every_n, offload, b, s = cs.every_n, cs.offload, cs.b, cs.s
     grad_accum, warmup, steps = cs.grad_accum, cs.warmup, cs.steps
@@ -913,7 +923,7 @@ def run_storage_pass(spec: dict):
         probe.phase = "idle"
         probe.micro = 0
         probe.region = "-"
-        track_state(probe, model, opt)
+        track_state(probe, model, opt, resident)
         probe.reset_peak()
         probe.event("step.start")
         after_forward = []
@@ -961,7 +971,7 @@ def run_storage_pass(spec: dict):
             probe.phase = "optimizer"
             probe.region = "-"
             probe.last_op = None
-            track_state(probe, model, opt)
+            track_state(probe, model, opt, resident)
             probe.event("optimizer.start")
             before_opt = probe.dev
             peak_before_opt, where_before, phase_before, r512_before = (
@@ -1011,7 +1021,7 @@ def run_storage_pass(spec: dict):
 
     for h in handles:
         h.remove()
-    opt_foreach = foreach_optimizer_probe(model, opt, probe) if spec.get("foreach", True) and not virtual_states else None
+    opt_foreach = foreach_optimizer_probe(model, opt, probe, resident) if spec.get("foreach", True) and not virtual_states else None
     hf_modeling_utils.save_on_cpu = torch.autograd.graph.save_on_cpu
 
     # ---- assemble saved-tensor view -------------------------------------
@@ -1155,10 +1165,11 @@ def dumps_fixture(fx) -> str:
     return text + "\n"
 
 
-def write_case(spec, out_dir):
+def write_case(spec, out_dir, run=None):
+    """run: what measures the case (default run_case; probe_peft.py passes its own)."""
     name = spec["name"]
     t0 = time.time()
-    fx = run_case(spec)
+    fx = (run or run_case)(spec)
     path = os.path.join(out_dir, name + ".json")
     with open(path, "w") as f:
         f.write(dumps_fixture(fx))
@@ -1166,12 +1177,60 @@ def write_case(spec, out_dir):
 
 
 def _worker(item):
-    spec, out_dir = item
+    spec, out_dir, *run = item
     torch.set_num_threads(1)
     try:
-        return write_case(spec, out_dir)
+        return write_case(spec, out_dir, *run)
     except Exception:  # noqa: BLE001
         return spec["name"], "ERROR\n" + traceback.format_exc()
+
+
+def add_selection_args(ap):
+    """The options select_cases and write_cases read."""
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--all", action="store_true")
+    ap.add_argument("--filter", action="append", default=[])
+    ap.add_argument("--case", action="append", default=[])
+    ap.add_argument("--stdout", action="store_true")
+    ap.add_argument("--jobs", type=int, default=1)
+
+
+def select_cases(cases, all_, filters, names):
+    """The cases --all, --filter (fnmatch) and --case pick, in that order, once each."""
+    by_name = {c["name"]: c for c in cases}
+    sel = list(cases) if all_ else []
+    for pat in filters:
+        sel += [c for n, c in by_name.items() if fnmatch.fnmatch(n, pat) and c not in sel]
+    for n in names:
+        if n not in by_name:
+            raise SystemExit(f"no case {n!r} (see --list)")
+        sel.append(by_name[n])
+    return sel
+
+
+def write_cases(items, jobs):
+    """Measure (spec, out_dir[, run]) items, `jobs` at a time; prints a line per case."""
+    failures = 0
+    t0 = time.time()
+    if jobs > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(jobs, maxtasksperchild=20) as pool:
+            for name, dt in pool.imap_unordered(_worker, items):
+                failures += _report(name, dt)
+    else:
+        for it in items:
+            failures += _report(*_worker(it))
+    print(f"{len(items) - failures} written, {failures} failed, {time.time() - t0:.0f}s", flush=True)
+    return 1 if failures else 0
+
+
+def _report(name, dt):
+    if isinstance(dt, str):
+        print(f"FAIL {name}\n{dt}", flush=True)
+        return 1
+    print(f"ok   {name} ({dt:.1f}s)", flush=True)
+    return 0
 
 
 def hand_cases():
@@ -1242,12 +1301,7 @@ def main(argv=None):
     ap.add_argument("--set", choices=["hand", "gen"], default="hand",
                     help="fixture set: the hand-written one (tests/data/hf) or the generated one (tests/data/hf-gen)")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--list", action="store_true")
-    ap.add_argument("--all", action="store_true")
-    ap.add_argument("--filter", action="append", default=[])
-    ap.add_argument("--case", action="append", default=[])
-    ap.add_argument("--stdout", action="store_true")
-    ap.add_argument("--jobs", type=int, default=1)
+    add_selection_args(ap)
     g = ap.add_argument_group("one configuration (--config), compared with gckpt's plan")
     g.add_argument("--config", help="a config.json, or a name in models/ (e.g. qwen2.5-0.5b)")
     g.add_argument("--precision", choices=["fp32", "bf16", "amp-bf16"], default="amp-bf16",
@@ -1273,14 +1327,7 @@ def main(argv=None):
         return run_config(a)
     cases = hand_cases() if a.set == "hand" else gen_cases.cases()
     out_dir = a.out or (DEFAULT_OUT if a.set == "hand" else GEN_OUT)
-    by_name = {c["name"]: c for c in cases}
-    sel = []
-    if a.all:
-        sel = list(cases)
-    for pat in a.filter:
-        sel += [c for n, c in by_name.items() if fnmatch.fnmatch(n, pat) and c not in sel]
-    for n in a.case:
-        sel.append(by_name[n])
+    sel = select_cases(cases, a.all, a.filter, a.case)
     if a.list:
         for c in (sel or cases):
             print(c["name"])
@@ -1294,29 +1341,7 @@ def main(argv=None):
             sys.stdout.write("\n")
         return 0
     os.makedirs(out_dir, exist_ok=True)
-    items = [(c, out_dir) for c in sel]
-    failures = 0
-    t0 = time.time()
-    if a.jobs > 1:
-        import multiprocessing as mp
-
-        with mp.get_context("fork").Pool(a.jobs, maxtasksperchild=20) as pool:
-            for name, dt in pool.imap_unordered(_worker, items):
-                if isinstance(dt, str):
-                    failures += 1
-                    print(f"FAIL {name}\n{dt}", flush=True)
-                else:
-                    print(f"ok   {name} ({dt:.1f}s)", flush=True)
-    else:
-        for it in items:
-            name, dt = _worker(it)
-            if isinstance(dt, str):
-                failures += 1
-                print(f"FAIL {name}\n{dt}", flush=True)
-            else:
-                print(f"ok   {name} ({dt:.1f}s)", flush=True)
-    print(f"{len(items) - failures} written, {failures} failed, {time.time() - t0:.0f}s", flush=True)
-    return 1 if failures else 0
+    return write_cases([(c, out_dir) for c in sel], a.jobs)
 
 
 if __name__ == "__main__":

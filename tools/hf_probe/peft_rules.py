@@ -1,0 +1,555 @@
+#!/usr/bin/env python3
+"""The LoRA / QLoRA rules of FINDINGS.md section 12 as executable closed forms, checked
+against the measured fixtures (tests/data/hf-peft). A specification for the C planner: every
+number below is recomputed from the fixture's config and setting only, never read from its
+measurements, then compared with them.
+
+Checked per fixture:
+  * trainable parameters (= peft's print_trainable_parameters) and peft's "all params";
+  * every parameter's dtype as it trains;
+  * per quantized weight: packed bytes and each statistics tensor (bitsandbytes storage);
+  * resident bytes at the start of step 2 (parameters, quantization statistics, buffers,
+    optimizer states) and the optimizer states alone;
+  * saved bytes of every decoder layer, the head and the embedding; what a checkpointed
+    layer keeps besides its saved input (retained bytes); offloaded bytes.
+
+  python3 peft_rules.py [FIXTURE.json ...]     (default: every fixture in tests/data/hf-peft)
+
+Plain Python 3, no torch: the rules must not depend on running the libraries.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_DIR = os.path.join(HERE, "..", "..", "tests", "data", "hf-peft")
+SIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "uint8": 1, "int8": 1}
+BLOCK, NESTED_BLOCK = 64, 256          # bitsandbytes 4-bit blocksize, nested (double-quant) blocksize
+MIN_8BIT_SIZE, PAGED_MIN = 4096, 1e5   # bitsandbytes Optimizer2State / get_state_buffer
+
+
+# --------------------------------------------------------------------------
+# the model's linears and parameters
+# --------------------------------------------------------------------------
+def dims(cfg, family):
+    if family == "gpt2":
+        h = cfg["n_embd"]
+        return dict(h=h, nh=cfg["n_head"], kv=cfg["n_head"], hd=h // cfg["n_head"], i=cfg.get("n_inner") or 4 * h,
+                    V=cfg["vocab_size"], L=cfg["n_layer"], P=cfg["n_positions"])
+    h, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    return dict(h=h, nh=nh, kv=cfg["num_key_value_heads"], hd=cfg.get("head_dim") or h // nh,
+                i=cfg["intermediate_size"], V=cfg["vocab_size"], L=cfg["num_hidden_layers"])
+
+
+def layer_linears(family, d, cfg):
+    """(name inside a layer, in, out, has bias), in forward order."""
+    h, q, k, i = d["h"], d["nh"] * d["hd"], d["kv"] * d["hd"], d["i"]
+    if family == "gpt2":
+        return [("attn.c_attn", h, 3 * h, True), ("attn.c_proj", h, h, True),
+                ("mlp.c_fc", h, i, True), ("mlp.c_proj", i, h, True)]
+    qkv_bias = family == "qwen2" or bool(cfg.get("attention_bias"))
+    return [("self_attn.q_proj", h, q, qkv_bias), ("self_attn.k_proj", h, k, qkv_bias),
+            ("self_attn.v_proj", h, k, qkv_bias), ("self_attn.o_proj", q, h, bool(cfg.get("attention_bias"))),
+            ("mlp.gate_proj", h, i, bool(cfg.get("mlp_bias"))), ("mlp.up_proj", h, i, bool(cfg.get("mlp_bias"))),
+            ("mlp.down_proj", i, h, bool(cfg.get("mlp_bias")))]
+
+
+def targeted(name, targets):
+    """peft: "all-linear" = every nn.Linear / Conv1D but the output embedding; a list matches
+    a module whose name ends with an entry at a '.' boundary (GPT-2's "c_proj" takes both)."""
+    if targets == "all-linear":
+        return True
+    return any(name == t or name.endswith("." + t) for t in targets)
+
+
+def layer_prefix(family, li):
+    return f"h.{li}." if family == "gpt2" else f"layers.{li}."
+
+
+def base_params(family, d, cfg):
+    """(name, numel) of every parameter of the model before peft, tied weights once."""
+    h, V = d["h"], d["V"]
+    out = [("wte.weight", V * h), ("wpe.weight", d["P"] * h)] if family == "gpt2" else [("embed_tokens.weight", V * h)]
+    for li in range(d["L"]):
+        pre = layer_prefix(family, li)
+        norms = ("ln_1", "ln_2") if family == "gpt2" else ("input_layernorm", "post_attention_layernorm")
+        for n in norms:
+            out.append((pre + n + ".weight", h))
+            if family == "gpt2":
+                out.append((pre + n + ".bias", h))
+        for n, fin, fout, bias in layer_linears(family, d, cfg):
+            out.append((pre + n + ".weight", fin * fout))
+            if bias:
+                out.append((pre + n + ".bias", fout))
+    out.append(("ln_f.weight", h) if family == "gpt2" else ("norm.weight", h))
+    if family == "gpt2":
+        out.append(("ln_f.bias", h))
+    if not cfg.get("tie_word_embeddings"):
+        out.append(("lm_head.weight", V * h))
+    return out
+
+
+def mts_numel(family, d, mts):
+    return sum(d["V"] * d["h"] for m in mts if m in ("lm_head", "embed_tokens", "wte"))
+
+
+def trainable_closed(fx):
+    fam, cfg, lo = fx["setting"]["family"], fx["config"], fx["lora"]
+    d = dims(cfg, fam)
+    lora = sum(lo["r"] * (fin + fout) for _ in range(d["L"])
+               for n, fin, fout, _b in layer_linears(fam, d, cfg) if targeted(n, lo["targets"]))
+    return lora + mts_numel(fam, d, lo["modules_to_save"])
+
+
+def all_params_closed(fx):
+    """peft's "all params": every named parameter once (a Params4bit counted as numel*2*itemsize,
+    i.e. the unquantized count), the adapters, and for modules_to_save the original and the copy."""
+    fam, cfg = fx["setting"]["family"], fx["config"]
+    d = dims(cfg, fam)
+    return sum(n for _, n in base_params(fam, d, cfg)) + trainable_closed(fx)
+
+
+# --------------------------------------------------------------------------
+# dtypes and bytes at rest
+# --------------------------------------------------------------------------
+def regime(fx):
+    st, q, lo = fx["setting"], fx.get("quant"), fx["lora"]
+    fam, prec = st["family"], st["precision"]
+    d = dims(fx["config"], fam)
+    amp = prec.startswith("amp-bf16")
+    return dict(
+        fam=fam, d=d, cfg=fx["config"], method=fx["method"], amp=amp, cudalists=prec == "amp-bf16-cudalists",
+        # the dtype of every unquantized base parameter: bf16 for LoRA on model.to(bf16); fp32 for LoRA
+        # fp32/amp and for QLoRA (prepare_model_for_kbit_training casts fp16/bf16 parameters to fp32)
+        md=2 if (fx["method"] == "lora" and prec == "bf16") else 4,
+        base="dense" if not q else ("int8" if q["type"] == "int8" else "4bit"),
+        quant=q, T=st["micro_batch"] * st["seq"], b=st["micro_batch"], s=st["seq"], r=lo["r"],
+        dropout=lo["dropout"] > 0, targets=lo["targets"], mts=lo["modules_to_save"],
+        tied=bool(st["tie_word_embeddings"]),
+    )
+
+
+def bias_dtype_in_training(p, name):
+    """bitsandbytes casts a quantized layer's bias in its first forward, for good: Linear4bit to
+    the compute dtype (`bias.data = bias.data.to(x.dtype)` after x.to(compute_dtype)),
+    Linear8bitLt to its input's dtype (under autocast: bf16 where the input is a bf16
+    activation - GPT-2's attn.c_proj after SDPA, mlp.c_proj after gelu)."""
+    if p["base"] == "4bit":
+        return SIZE[{"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[p["quant"]["compute_dtype"]]]
+    if p["base"] == "int8" and p["amp"] and name.endswith(("attn.c_proj", "mlp.c_proj", "o_proj", "down_proj")):
+        return 2
+    return p["md"]
+
+
+def quant_weight_bytes(p, n, out):
+    """(packed bytes, statistics bytes) of one quantized weight as bitsandbytes stores it."""
+    q = p["quant"]
+    if q["type"] == "int8":
+        return n, 4 * out                              # Int8Params int8 [out,in] + SCB fp32 [out]
+    s = SIZE[{"uint8": "uint8", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[q["storage"]]]
+    packed = (n + 1) // (2 * s) * s                    # [(n+1)//(2s), 1] of the storage dtype
+    nb = -(-n // BLOCK)
+    code = 16 * 4                                      # quant_state.code: the 16-entry table, a copy per weight
+    if q["double_quant"]:
+        # absmax uint8 [nb] + offset fp32 scalar + state2.absmax fp32 [ceil(nb/256)] + state2.code fp32 [256]
+        return packed, nb + 4 + 4 * -(-nb // NESTED_BLOCK) + 256 * 4 + code
+    return packed, 4 * nb + code
+
+
+def params_closed(fx):
+    """{name: (dtype bytes, storage bytes)} of every parameter as it trains, and the resident
+    quantization statistics."""
+    p = regime(fx)
+    fam, d, cfg = p["fam"], p["d"], p["cfg"]
+    out, stats = {}, 0
+    lins = {layer_prefix(fam, li) + n: (fin, fout, bias) for li in range(d["L"])
+            for n, fin, fout, bias in layer_linears(fam, d, cfg)}
+    for name, n in base_params(fam, d, cfg):
+        mod = name.rsplit(".", 1)[0]
+        if mod in lins and p["base"] != "dense":
+            fin, fout, _ = lins[mod]
+            if name.endswith(".weight"):
+                packed, st = quant_weight_bytes(p, n, fout)
+                out[name] = ("q", packed)
+                stats += st
+            else:
+                ds = bias_dtype_in_training(p, mod)
+                out[name] = (ds, ds * n)
+        else:
+            out[name] = (p["md"], p["md"] * n)
+    for mod, (fin, fout, _) in lins.items():
+        if targeted(mod.split(".", 2)[2], p["targets"]):
+            out[mod + ".lora_A"] = (4, 4 * p["r"] * fin)  # adapters fp32 (peft autocast_adapter_dtype)
+            out[mod + ".lora_B"] = (4, 4 * p["r"] * fout)
+    for m in p["mts"]:
+        # the trainable copy has the original's dtype (modules_to_save deep-copies it)
+        out[m + ".modules_to_save"] = (p["md"], p["md"] * d["V"] * d["h"])
+    return out, stats
+
+
+def buffers_closed(fx):
+    """Rotary inv_freq and original_inv_freq [hd/2]: fp32, in bf16 after model.to(bf16) (LoRA bf16);
+    from_pretrained(dtype=bf16) keeps them fp32 and prepare_model_for_kbit_training casts only parameters."""
+    p = regime(fx)
+    if p["fam"] == "gpt2":
+        return 0
+    return 2 * p["md"] * (p["d"]["hd"] // 2)
+
+
+def optimizer_states_closed(fx):
+    """Bytes of the optimizer's states after its first step (trainable parameters only)."""
+    params, _ = params_closed(fx)
+    tr = [(name, b // ds) for name, (ds, b) in params.items() if ".lora_" in name or name.endswith(".modules_to_save")]
+    opt = fx["setting"]["optimizer"]
+    if opt == "adamw_torch_fused":
+        # exp_avg + exp_avg_sq in the parameter dtype (fp32 here), one fp32 step tensor each
+        return sum(2 * 4 * n + 4 for _, n in tr)
+    total, qmaps = 0, False
+    for _, n in tr:
+        if "8bit" in opt and n >= MIN_8BIT_SIZE:
+            total += 2 * n + 2 * 4 * -(-n // 256)       # state1/state2 uint8, absmax1/absmax2 fp32 [ceil(n/256)]
+            qmaps = True
+        else:
+            total += 2 * 4 * n                          # state1/state2 fp32 (below 4096 elements, or 32-bit)
+    return total + (2 * 256 * 4 if qmaps else 0)        # qmap1/qmap2, one pair shared by the optimizer
+
+
+def resident_closed(fx):
+    params, stats = params_closed(fx)
+    return sum(b for _, b in params.values()) + stats + buffers_closed(fx) + optimizer_states_closed(fx)
+
+
+# --------------------------------------------------------------------------
+# what autograd saves
+# --------------------------------------------------------------------------
+class Tn:
+    """An activation: bytes, dtype size, whether it requires grad, identity."""
+    _next = [0]
+
+    def __init__(self, numel, ds, rg):
+        Tn._next[0] += 1
+        self.id, self.numel, self.ds, self.rg = Tn._next[0], numel, ds, rg
+
+    @property
+    def bytes(self):
+        return self.numel * self.ds
+
+
+class Layer:
+    def __init__(self, p):
+        self.p = p
+        self.saved = {}          # id -> bytes, first saver counts (the probe de-duplicates by storage)
+        self.kept = {}           # int8 ctx.A: kept until the layer's backward, not a saved tensor
+        self.cached = 0          # autocast's cache of the adapters' bf16 weight casts
+
+    def save(self, t):
+        self.saved.setdefault(t.id, t.bytes)
+
+    def cast(self, t, ds):
+        return t if t.ds == ds else Tn(t.numel, ds, t.rg)
+
+
+def linear(c, x, fin, fout, name):
+    """A frozen base linear, plus its LoRA branch when targeted; returns the output."""
+    p, T = c.p, c.p["T"]
+    if p["base"] == "dense":
+        if p["amp"]:
+            if x.rg:
+                c.save(Tn(fin * fout, 2, False))  # the frozen weight's bf16 copy (not cached: not a grad leaf)
+            out = Tn(T * fout, 2, x.rg)
+        else:
+            out = Tn(T * fout, x.ds, x.rg)
+    elif p["base"] == "4bit":
+        out = Tn(T * fout, x.ds, x.rg)            # MatMul4Bit saves nothing; .to(input dtype) at the end
+    else:
+        if x.rg:
+            c.kept.setdefault(x.id, x.bytes)      # MatMul8bitFp: ctx.A = input
+        out = Tn(T * fout, 2 if p["amp"] else x.ds, x.rg)
+    if not targeted(name, p["targets"]):
+        return out
+    r = p["r"]
+    # peft lora.Linear always casts its input to the adapter dtype (fp32); the bitsandbytes
+    # LoRA layers only when torch.is_autocast_enabled() (the CUDA question) is False
+    convert = p["base"] == "dense" or not (p["amp"] and p["cudalists"])
+    xa = c.cast(x, 4) if convert else x
+    if p["dropout"]:
+        if xa.rg:
+            c.save(Tn(xa.numel, xa.ds, False))   # CPU dropout: the scaled mask in the input dtype
+        dr = Tn(xa.numel, xa.ds, xa.rg)
+    else:
+        dr = xa
+    if p["amp"]:
+        c.save(c.cast(dr, 2))                    # lora_A's input, cast to bf16
+        if dr.rg:
+            c.save(Tn(r * fin, 2, False))        # lora_A's weight cast (cached)
+        c.save(Tn(T * r, 2, True))               # lora_A's output, saved by lora_B
+        c.save(Tn(r * fout, 2, False))           # lora_B's weight cast (cached)
+        c.cached += 2 * r * (fin + fout)
+        bo_ds = 2
+    else:
+        c.save(dr)
+        c.save(Tn(T * r, 4, True))
+        bo_ds = 4
+    ds = out.ds if convert else max(out.ds, bo_ds)
+    return Tn(T * fout, ds, True)
+
+
+def rmsnorm(c, x, h):
+    if x.rg:
+        c.save(c.cast(x, 4))                     # x.to(fp32), saved by pow and mul
+        c.save(Tn(c.p["T"], 4, False))           # rsqrt
+    return Tn(c.p["T"] * h, c.p["md"], x.rg)
+
+
+def layernorm(c, x, h):
+    if x.rg:
+        c.save(x)
+        c.save(Tn(c.p["T"], x.ds, False))        # mean, rstd in the input dtype on CPU (fp32 on CUDA)
+        c.save(Tn(c.p["T"], x.ds, False))
+    return Tn(c.p["T"] * h, c.p["md"], x.rg)
+
+
+def llama_layer(c, x, holds_rope):
+    p, d, T = c.p, c.p["d"], c.p["T"]
+    h, nh, hd, i = d["h"], d["nh"], d["hd"], d["i"]
+    qw, kw = nh * hd, d["kv"] * hd
+    lin = {n: (fin, fout) for n, fin, fout, _ in layer_linears(p["fam"], d, p["cfg"])}
+    h1 = rmsnorm(c, x, h)
+    q = linear(c, h1, *lin["self_attn.q_proj"], "self_attn.q_proj")
+    k = linear(c, h1, *lin["self_attn.k_proj"], "self_attn.k_proj")
+    v = linear(c, h1, *lin["self_attn.v_proj"], "self_attn.v_proj")
+    rope_ds = p["md"]
+    if holds_rope and (q.rg or k.rg):
+        c.save(Tn(p["s"] * hd, rope_ds, False))  # cos, sin: saved by the first layer that keeps its tensors
+        c.save(Tn(p["s"] * hd, rope_ds, False))
+    qe, ke = Tn(T * qw, max(q.ds, rope_ds), q.rg), Tn(T * kw, max(k.ds, rope_ds), k.rg)
+    if p["amp"]:
+        qe, ke, v = c.cast(qe, 2), c.cast(ke, 2), c.cast(v, 2)
+    if qe.rg or ke.rg or v.rg:
+        for t in (ke, qe, v):
+            c.save(t)
+        c.save(Tn(T * nh, 4, False))             # logsumexp
+    out = Tn(T * qw, qe.ds, True)
+    c.save(out)
+    o = linear(c, out, *lin["self_attn.o_proj"], "self_attn.o_proj")
+    x2 = Tn(T * h, max(x.ds, o.ds), True)
+    h2 = rmsnorm(c, x2, h)
+    g = linear(c, h2, *lin["mlp.gate_proj"], "mlp.gate_proj")
+    u = linear(c, h2, *lin["mlp.up_proj"], "mlp.up_proj")
+    c.save(g)                                    # silu's input
+    sl = Tn(T * i, g.ds, True)
+    c.save(sl)                                   # the product saves both factors
+    c.save(u)
+    dn = linear(c, Tn(T * i, max(sl.ds, u.ds), True), *lin["mlp.down_proj"], "mlp.down_proj")
+    return Tn(T * h, max(x2.ds, dn.ds), True)
+
+
+def gpt2_layer(c, x):
+    p, d, T = c.p, c.p["d"], c.p["T"]
+    h, nh, i = d["h"], d["nh"], d["i"]
+    l1 = layernorm(c, x, h)
+    qkv = linear(c, l1, h, 3 * h, "attn.c_attn")
+    if p["amp"]:
+        qkv = c.cast(qkv, 2)                     # SDPA's q, k, v casts (views of one tensor otherwise)
+    c.save(qkv)
+    c.save(Tn(T * nh, 4, False))
+    out = Tn(T * h, qkv.ds, True)
+    c.save(out)
+    a = linear(c, out, h, h, "attn.c_proj")
+    x2 = Tn(T * h, max(x.ds, a.ds), True)
+    fc = linear(c, layernorm(c, x2, h), h, i, "mlp.c_fc")
+    if p["amp"] and p["cudalists"]:
+        c.save(c.cast(fc, 4))                    # gelu_new's pow under CUDA's fp32 policy: an fp32 copy
+        c.save(Tn(T * i, 4, True))               # tanh output, 1 + tanh (fp32)
+        c.save(Tn(T * i, 4, True))
+        c.save(Tn(T * i, fc.ds, True))           # 0.5 * x
+        act = Tn(T * i, 4, True)
+    else:
+        c.save(fc)
+        for _ in range(3):
+            c.save(Tn(T * i, fc.ds, True))
+        act = Tn(T * i, fc.ds, True)
+    m = linear(c, act, i, h, "mlp.c_proj")
+    return Tn(T * h, max(x2.ds, m.ds), True)
+
+
+def head_bytes(p):
+    c = Layer(p)
+    d, T = p["d"], p["T"]
+    x = Tn(T * d["h"], p["md"], True)
+    hf = (layernorm if p["fam"] == "gpt2" else rmsnorm)(c, x, d["h"])
+    if "lm_head" in p["mts"]:
+        c.save(c.cast(hf, 2) if p["amp"] else hf)  # the trainable copy saves its input
+        if p["amp"]:
+            c.save(Tn(d["V"] * d["h"], 2, False))
+    elif p["amp"]:
+        c.save(Tn(d["V"] * d["h"], 2, False))      # the frozen lm_head's bf16 weight copy (never quantized)
+    c.save(Tn(T * d["V"], 4, False))               # log_softmax output (fp32: the loss upcasts)
+    c.save(Tn(T if p["b"] > 1 else p["s"] + 1, 8, False))  # shifted labels (b=1: a view of the padded row)
+    c.save(Tn(1, 4, False))                        # total_weight
+    return sum(c.saved.values())
+
+
+def saved_closed(fx):
+    p = regime(fx)
+    st = fx["setting"]
+    ck = set(fx["checkpointed_layers"])
+    emb_trainable = any(m in ("embed_tokens", "wte") for m in p["mts"])
+    # the layer-0 input requires grad when checkpointing is on (transformers' and peft's
+    # enable_input_require_grads hook on the embedding) or the embedding trains
+    x_rg = bool(ck) or emb_trainable
+    T, h = p["T"], p["d"]["h"]
+    layers, retained, kept, rope_done = [], [], [], False
+    for li in range(p["d"]["L"]):
+        x = Tn(T * h, p["md"], x_rg)
+        c = Layer(p)
+        if p["fam"] == "gpt2":
+            gpt2_layer(c, x)
+        else:
+            llama_layer(c, x, li not in ck and not rope_done)
+        # past the forward, outside the saved tensors: int8's ctx.A inputs (all of them in a
+        # checkpointed layer, whose inner saves are dropped; those nothing saves otherwise in a
+        # plain one), and the 8-byte double of each `tensor * python_float` that MulBackward0
+        # keeps: a LoRA branch's `* scaling`, GPT-2's gelu_new (0.5, 0.044715, sqrt(2/pi)) - in
+        # a checkpointed layer too unless the checkpoint is reentrant (its forward builds no graph)
+        scalars = 8 * sum(targeted(n, p["targets"]) for n, *_ in layer_linears(p["fam"], p["d"], p["cfg"]))
+        scalars += 24 if p["fam"] == "gpt2" else 0
+        if li in ck:
+            layers.append(0 if st["offload"] else x.bytes)
+            retained.append(c.cached + sum(c.kept.values()))
+            kept.append(sum(c.kept.values()) + (0 if st.get("use_reentrant") else scalars))
+        else:
+            rope_done = True
+            layers.append(sum(c.saved.values()))
+            retained.append(None)
+            kept.append(sum(b for i, b in c.kept.items() if i not in c.saved) + scalars)
+        x_rg = True
+    offload = len(ck) * T * h * p["md"] if st["offload"] else 0
+    return dict(layers=layers, retained=retained, head=head_bytes(p), embedding=8 * T if emb_trainable else 0,
+                offload=offload, kept=kept)
+
+
+def after_forward_closed(fx, sv):
+    """Live bytes when the second micro-step's forward (and the loss) has returned: what was
+    resident at the step start, the adapters' gradients of micro-step 1, the input ids (which a
+    trainable embedding saves: the same tensor), every saved tensor, what the layers keep outside
+    them (above), the loss (its fp32 scalar and the 8-byte divisor of `/ grad_accum` that
+    DivBackward keeps), and what checkpointing keeps alive besides the saved inputs (the same
+    in full fine-tuning):
+      * the layer kwargs a checkpoint's recompute closure holds: the int64 [s] index tensor,
+        and (llama family) cos and sin when every layer is checkpointed (otherwise the first
+        plain layer saves them);
+      * the embedding output that enable_input_require_grads turned into a leaf: its
+        AccumulateGrad node holds it until the backward. In the llama family it is the layer-0
+        input (saved, unless layer 0 is checkpointed with offload); GPT-2 adds the position
+        embedding first, so its token embedding output is an extra [T, h]."""
+    p = regime(fx)
+    params, _ = params_closed(fx)
+    grads = sum(b for name, (ds, b) in params.items() if ".lora_" in name or name.endswith(".modules_to_save"))
+    T, s, h, md = p["T"], p["s"], p["d"]["h"], p["md"]
+    ck = set(fx["checkpointed_layers"])
+    extra = 0
+    if ck:
+        extra += 8 * s
+        if p["fam"] != "gpt2" and len(ck) == p["d"]["L"]:
+            extra += 2 * s * p["d"]["hd"] * md
+        hooked = not any(m in ("embed_tokens", "wte") for m in p["mts"])
+        if hooked and (p["fam"] == "gpt2" or (0 in ck and fx["setting"]["offload"])):
+            extra += T * h * md
+    return (resident_closed(fx) + grads + 8 * T + sum(sv["layers"]) + sv["head"] + sum(sv["kept"]) + 4 + 8
+            + extra)
+
+
+def head_backward_peak_closed(fx, after_forward):
+    """The most live bytes in the head's backward: at log_softmax's backward, nll_loss's
+    gradient [T, V] fp32 and log_softmax's [T, V] fp32 exist together; the shifted labels and
+    the 8 bytes of loss scalars are gone (frozen lm_head; as in full fine-tuning)."""
+    st = fx["setting"]
+    b, s = st["micro_batch"], st["seq"]
+    T, V = b * s, fx["config"]["vocab_size"]
+    return after_forward + 2 * 4 * T * V - (8 * T if b > 1 else 8 * (s + 1)) - 8
+
+
+# --------------------------------------------------------------------------
+# comparison
+# --------------------------------------------------------------------------
+def check(fx):
+    """[(what, planned, measured)] of every mismatch."""
+    bad = []
+
+    def eq(what, planned, measured):
+        if planned != measured:
+            bad.append((what, planned, measured))
+
+    eq("trainable_params", trainable_closed(fx), fx["trainable_params"])
+    eq("all_params_peft", all_params_closed(fx), fx["all_params_peft"])
+    params, stats = params_closed(fx)
+    pd = {}
+    for name, dtype in fx["param_dtypes"].items():
+        key = name.replace(".base_layer", "").replace(".default", "").replace(".original_module", "")
+        key = key.replace(".lora_A.weight", ".lora_A").replace(".lora_B.weight", ".lora_B")
+        key = key.replace(".modules_to_save.weight", ".modules_to_save")
+        pd[key] = dtype
+    planned_dt = {n: v[0] for n, v in params.items()}
+    for n, ds in planned_dt.items():
+        got = pd.get(n)
+        if got is None:
+            bad.append(("param " + n, "present", "missing"))
+        elif ds != "q" and SIZE[got] != ds:
+            bad.append(("param dtype " + n, ds, got))
+    if fx.get("quant"):
+        for t in fx["quant"]["tensors"]:
+            packed, st = quant_weight_bytes(regime(fx), t["numel"], t["shape"][0])
+            eq("packed " + t["name"], packed, t["weight"]["bytes"])
+            eq("stats " + t["name"], st, t["stats_bytes"])
+        eq("stats total", stats, fx["quant"]["stats_bytes_unique_storages"])
+    s2 = fx["steps"][-1]
+    eq("optimizer_state_bytes", optimizer_states_closed(fx), s2["optimizer_state_bytes"])
+    eq("resident at step 2", resident_closed(fx), s2["live_at_start_bytes"])
+    sv = saved_closed(fx)
+    eq("layers", sv["layers"], [l["bytes"] for l in fx["saved"]["layers"]])
+    eq("retained (checkpointed layers)", sv["retained"],
+       [l["retained_bytes"] if l["checkpointed"] else None for l in fx["saved"]["layers"]])
+    eq("head", sv["head"], fx["saved"]["head"]["bytes"])
+    eq("embedding", sv["embedding"], fx["saved"]["embedding"]["bytes"])
+    eq("offload", sv["offload"], fx["offload_bytes"])
+    af = after_forward_closed(fx, sv)
+    eq("live after the forward of micro-step 2 (allocator)", af, s2["after_forward_bytes_micro"][1])
+    head = s2["region_peaks"].get("backward/head")
+    if head is not None:
+        eq("head backward of micro-step 2 (allocator, where it comes within 2 % of the peak)",
+           head_backward_peak_closed(fx, af), head)
+    return bad
+
+
+def main(argv):
+    paths = argv or sorted(glob.glob(os.path.join(DEFAULT_DIR, "*.json")))
+    if not paths:
+        print(f"no fixtures in {DEFAULT_DIR}", file=sys.stderr)
+        return 2
+    nbad = 0
+    for path in paths:
+        try:
+            with open(path) as f:
+                fx = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"{path}: {e}", file=sys.stderr)
+            return 2
+        bad = check(fx)
+        if bad:
+            nbad += 1
+            print(f"MISMATCH {os.path.basename(path)}")
+            for what, planned, measured in bad:
+                print(f"   {what}: rules {planned}  measured {measured}")
+    print(f"{len(paths) - nbad}/{len(paths)} fixtures agree with the rules exactly (trainable and peft's all-params "
+          f"count, parameter dtypes, quantized bytes per weight, optimizer states, resident bytes, saved bytes per "
+          f"layer / head / embedding, retained bytes of checkpointed layers, offload bytes, allocator's live bytes after the forward and in the "
+          f"head's backward)")
+    return 1 if nbad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

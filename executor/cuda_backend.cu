@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
-#include "gckpt/cuda_diag.h"
-#include "gckpt/safe_text.h"
+#include "gckpt/executor/cuda_diag.h"
+#include "gckpt/util/safe_text.h"
 
 namespace {
 

@@ -16,13 +16,13 @@
 
 // The library's headers are C without linkage guards: declare them with C linkage here
 // (the system headers they include are included above, outside the block).
-#include "gckpt/exec_rng.h"
+#include "gckpt/executor/exec_rng.h"
 extern "C" {
-#include "gckpt/device.h"
-#include "gckpt/executor.h"
-#include "gckpt/util.h"
+#include "gckpt/core/device.h"
+#include "gckpt/executor/executor.h"
+#include "gckpt/util/util.h"
 }
-#include "gckpt/exec_cuda.h"
+#include "gckpt/executor/exec_cuda.h"
 
 struct cuda_be {
     gckpt_backend be;          // first: the interface

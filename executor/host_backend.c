@@ -4,7 +4,7 @@
  * the same allocations. An optional limit makes allocations fail as a GPU out of memory
  * would. Kernel scratch (fp32 copies around CBLAS, attention rows) is not counted: on a GPU
  * it corresponds to registers and shared memory. */
-#include "gckpt/exec_host.h"
+#include "gckpt/executor/exec_host.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
-/* The host backend's memory needs of an entry (gckpt_host_need_of, include/gckpt/exec_host.h). */
-#include "gckpt/exec_host.h"
+/* The host backend's memory needs of an entry (gckpt_host_need_of, include/gckpt/executor/exec_host.h). */
+#include "gckpt/executor/exec_host.h"
 
 #include <stdio.h>
 
-#include "gckpt/host_memory.h"
+#include "gckpt/executor/host_memory.h"
 #include "host_blas.h"
 
 /* Bytes of fp32 scratch per element of an op's operands: a kernel converts inputs,

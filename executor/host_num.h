@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gckpt/executor.h"
+#include "gckpt/executor/executor.h"
 
 static inline uint32_t f2u(float f)
 {

@@ -3,7 +3,7 @@
 #ifndef GCKPT_HOST_OPS_H
 #define GCKPT_HOST_OPS_H
 
-#include "gckpt/executor.h"
+#include "gckpt/executor/executor.h"
 
 gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err);
 gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err);

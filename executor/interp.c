@@ -8,7 +8,7 @@
  * that hold their tensors), so a schedule that does not describe a real computation
  * fails loudly instead of being counted. */
 #include "interp.h"
-#include "gckpt/optstate.h"
+#include "gckpt/core/optstate.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
 
 #include <stdarg.h>
 
-#include "gckpt/executor.h"
+#include "gckpt/executor/executor.h"
 #include "host_num.h"
 
 typedef struct {

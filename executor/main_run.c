@@ -8,18 +8,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gckpt/atomic_file.h"
-#include "gckpt/exec_host.h"
+#include "gckpt/util/atomic_file.h"
+#include "gckpt/executor/exec_host.h"
 #include "host_estimate.h"
-#include "gckpt/exec_run.h"
-#include "gckpt/outpath.h"
-#include "gckpt/plan_read.h"
-#include "gckpt/report_file.h"
-#include "gckpt/safe_text.h"
-#include "gckpt/stop_watchdog.h"
-#include "gckpt/stdio_check.h"
+#include "gckpt/executor/exec_run.h"
+#include "gckpt/util/outpath.h"
+#include "gckpt/planner/plan_read.h"
+#include "gckpt/executor/report_file.h"
+#include "gckpt/util/safe_text.h"
+#include "gckpt/executor/stop_watchdog.h"
+#include "gckpt/util/stdio_check.h"
 #ifdef GCKPT_HAVE_CUDA
-#include "gckpt/exec_cuda.h"
+#include "gckpt/executor/exec_cuda.h"
 #endif
 
 static const char *const usage_text =

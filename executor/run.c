@@ -10,9 +10,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "gckpt/eval.h"
-#include "gckpt/exec_host.h"
-#include "gckpt/exec_run.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/executor/exec_host.h"
+#include "gckpt/executor/exec_run.h"
 
 const char *const gckpt_run_status_names[GCKPT_NRS] = {"ok", "oom", "skipped", "error", "interrupted", "skipped_host_memory"};
 

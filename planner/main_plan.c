@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/cli_names.h"
-#include "gckpt/plan.h"
-#include "gckpt/plan_output.h"
-#include "gckpt/safe_text.h"
-#include "gckpt/stdio_check.h"
+#include "gckpt/planner/cli_names.h"
+#include "gckpt/planner/plan.h"
+#include "gckpt/planner/plan_output.h"
+#include "gckpt/util/safe_text.h"
+#include "gckpt/util/stdio_check.h"
 
 static void usage(FILE *f)
 {

@@ -1,6 +1,6 @@
 /* The sweep: every every_n_layers x offload x micro-batch split, evaluated with the
  * fast evaluator (one segment profile per micro-batch), then fits / Pareto / choice. */
-#include "gckpt/plan.h"
+#include "gckpt/planner/plan.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* The plan as JSON (schema gckpt.plan/1, described by reports/schema/plan.schema.json). */
-#include "gckpt/plan.h"
+#include "gckpt/planner/plan.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* Reading a plan (schema gckpt.plan/1) back with every field checked. Every message is
  * "<file>: field '<path>' ..." so a user can find what to fix. */
-#include "gckpt/plan_read.h"
+#include "gckpt/planner/plan_read.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/jsonget.h"
-#include "gckpt/safe_text.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/util/safe_text.h"
 
 /* Byte counts are written as JSON numbers: exact up to 2^53. */
 #define MAXB ((uint64_t)1 << 53)

@@ -1,6 +1,6 @@
 /* Human outputs: the aligned table and the recommendation with the lines to paste. */
-#include "gckpt/optstate.h"
-#include "gckpt/plan.h"
+#include "gckpt/core/optstate.h"
+#include "gckpt/planner/plan.h"
 
 #include <string.h>
 

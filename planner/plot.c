@@ -1,7 +1,7 @@
 /* Memory timeline of one entry, and the gnuplot output of a plan. */
-#include "gckpt/plan.h"
+#include "gckpt/planner/plan.h"
 
-#include "gckpt/gnuplot_run.h"
+#include "gckpt/planner/gnuplot_run.h"
 
 #include <errno.h>
 #include <stdlib.h>

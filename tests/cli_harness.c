@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <dirent.h>
 
-#include "gckpt/atomic_file.h"
+#include "gckpt/util/atomic_file.h"
 
 char cli_dir[256];
 char cli_out[1 << 16];

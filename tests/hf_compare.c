@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/eval.h"
-#include "gckpt/jsonget.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/util/jsonget.h"
 
 static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 

@@ -7,8 +7,8 @@
 
 #include <cmocka.h>
 
-#include "gckpt/eval.h"
-#include "gckpt/plan.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/planner/plan.h"
 
 static gckpt_device dev;
 

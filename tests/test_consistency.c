@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "gckpt/eval.h"
+#include "gckpt/core/eval.h"
 
 static gckpt_device dev;
 

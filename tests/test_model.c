@@ -7,8 +7,8 @@
 
 #include <cmocka.h>
 
-#include "gckpt/model.h"
-#include "gckpt/recipe.h"
+#include "gckpt/core/model.h"
+#include "gckpt/core/recipe.h"
 
 static void published_parameter_counts(void **state)
 {

@@ -10,8 +10,8 @@
 
 #include <cmocka.h>
 
-#include "gckpt/optstate.h"
-#include "gckpt/plan.h"
+#include "gckpt/core/optstate.h"
+#include "gckpt/planner/plan.h"
 
 static gckpt_device dev;
 

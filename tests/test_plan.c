@@ -9,8 +9,8 @@
 
 #include <cmocka.h>
 
-#include "gckpt/jsonget.h"
-#include "gckpt/plan.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/planner/plan.h"
 #include "schema_check.h"
 
 static cJSON *schema;

@@ -16,10 +16,10 @@
 
 #include <cmocka.h>
 
-#include "gckpt/cli_names.h"
-#include "gckpt/jsonget.h"
-#include "gckpt/optstate.h"
-#include "gckpt/plan.h"
+#include "gckpt/planner/cli_names.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/core/optstate.h"
+#include "gckpt/planner/plan.h"
 
 #define DIR_ GCKPT_TEST_DATA "/trainer"
 

@@ -13,10 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gckpt/eval.h"
-#include "gckpt/exec_host.h"
-#include "gckpt/executor.h"
-#include "gckpt/host_memory.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/executor/exec_host.h"
+#include "gckpt/executor/executor.h"
+#include "gckpt/executor/host_memory.h"
 
 typedef struct {
     const char *model;

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/eval.h"
-#include "gckpt/exec_host.h"
-#include "gckpt/executor.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/executor/exec_host.h"
+#include "gckpt/executor/executor.h"
 
 #ifndef GCKPT_TEST_DATA
 #define GCKPT_TEST_DATA "tests/executor/data"

@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "exec_fixture.h"
-#include "gckpt/exec_host.h"
+#include "gckpt/executor/exec_host.h"
 
 static const struct {
     uint32_t every_n;

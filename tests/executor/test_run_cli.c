@@ -11,8 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gckpt/atomic_file.h"
-#include "gckpt/util.h"
+#include "gckpt/util/atomic_file.h"
+#include "gckpt/util/util.h"
 #include "plan_fixture.h"
 #include "cli_harness.h"
 #include "report_fixture.h"

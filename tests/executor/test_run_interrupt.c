@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gckpt/atomic_file.h"
-#include "gckpt/util.h"
+#include "gckpt/util/atomic_file.h"
+#include "gckpt/util/util.h"
 #include "plan_fixture.h"
 #include "cli_harness.h"
 #include "report_fixture.h"

@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "cli_harness.h"
-#include "gckpt/exec_host.h"
-#include "gckpt/host_memory.h"
-#include "gckpt/jsonget.h"
+#include "gckpt/executor/exec_host.h"
+#include "gckpt/executor/host_memory.h"
+#include "gckpt/util/jsonget.h"
 #include "plan_fixture.h"
 #include "report_fixture.h"
 #include "sanitizer.h"

@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "cli_harness.h"
-#include "gckpt/atomic_file.h"
-#include "gckpt/jsonget.h"
+#include "gckpt/util/atomic_file.h"
+#include "gckpt/util/jsonget.h"
 #include "plan_fixture.h"
 #include "report_fixture.h"
 

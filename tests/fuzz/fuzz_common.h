@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/model.h"
-#include "gckpt/util.h"
+#include "gckpt/core/model.h"
+#include "gckpt/util/util.h"
 
 #define FUZZ_CHECK(cond, ...)                                                 \
     do {                                                                      \

@@ -3,7 +3,7 @@
  * whose dimensions are consistent and whose parameter count is exact (no 64-bit
  * overflow: checked here in 128 bits). */
 #include "fuzz_common.h"
-#include "gckpt/model.h"
+#include "gckpt/core/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

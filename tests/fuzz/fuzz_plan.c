@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
-#include "gckpt/jsonget.h"
-#include "gckpt/plan.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/planner/plan.h"
 #include "schema_check.h"
 
 static gckpt_device dev;

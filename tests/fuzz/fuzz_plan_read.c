@@ -25,8 +25,8 @@
 #include <math.h>
 
 #include "fuzz_common.h"
-#include "gckpt/jsonget.h"
-#include "gckpt/plan_read.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/planner/plan_read.h"
 
 #define FILE_NAME "fuzz.json"
 #define MAXB ((uint64_t)1 << 53)

@@ -5,17 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
-bool gckpt_param_is_embedding(const gckpt_recipe *r, int t)
-{
-    for (int i = 0; i < r->nop; i++)
-        if (r->op[i].prim == GCKPT_P_EMBED && r->op[i].nin > 0 && r->op[i].in[0] == t) return true;
-    return false;
-}
+bool gckpt_param_is_embedding(const gckpt_recipe *r, int t) { return r->t[t].role == GCKPT_ROLE_EMBEDDING; }
 
 void gckpt_opt_layout_of(gckpt_optimizer o, const gckpt_recipe *r, int t, gckpt_opt_layout *out)
 {
     memset(out, 0, sizeof *out);
-    uint64_t e = r->t[t].c0;
+    uint64_t e = gckpt_param_numel(r, t);
     switch (o) {
     case GCKPT_ADAMW_FOREACH:
         out->temp_n = e; /* sqrt(exp_avg_sq) / bias correction + eps, a full copy */

@@ -67,10 +67,10 @@ static double matmul_rate(const gckpt_ctx *c)
 
 static double hbm_rate(const gckpt_ctx *c) { return c->dev->hbm_bytes_per_s * c->dev->hbm_efficiency; }
 
-static double param_bytes_of(const gckpt_ctx *c, const gckpt_tensor *t)
+static double param_bytes_of(const gckpt_ctx *c, int t)
 {
-    return (double)t->c0 * (double)t->dtype;
-    (void)c;
+    const gckpt_recipe *r = c->recipe;
+    return (double)gckpt_param_numel(r, t) * (double)gckpt_dtype_size((gckpt_dtype)r->t[t].dtype);
 }
 
 /* Seconds and FLOPs of an op's forward (bwd=false) or backward. */
@@ -82,7 +82,7 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
     double traffic = 0;
     for (int k = 0; k < op->nin; k++) {
         const gckpt_tensor *t = &r->t[op->in[k]];
-        traffic += t->kind == GCKPT_T_PARAM ? param_bytes_of(c, t) : (double)c->raw[c->storage[op->in[k]]];
+        traffic += t->kind == GCKPT_T_PARAM ? param_bytes_of(c, op->in[k]) : (double)c->raw[c->storage[op->in[k]]];
     }
     for (int k = 0; k < 2; k++)
         if (op->out[k] >= 0) traffic += (double)c->raw[op->out[k]];
@@ -106,7 +106,7 @@ static uint64_t promoted_bytes(const gckpt_ctx *c, const gckpt_op *op, uint8_t m
     for (int k = 0; k < op->nin; k++)
         if (mask & (1u << k)) {
             int t = op->in[k];
-            sum += gckpt_round_up(c->raw[t] / r->t[t].dtype * r->t[op->out[0]].dtype, c->dev->alloc_round_bytes);
+            sum += gckpt_round_up(c->numel[t] * gckpt_dtype_size((gckpt_dtype)r->t[op->out[0]].dtype), c->dev->alloc_round_bytes);
         }
     return sum;
 }
@@ -154,7 +154,7 @@ static bool section_bound(const gckpt_ctx *c, int sec, uint64_t *out)
         for (int k = 0; k < op->nin; k++) {
             const gckpt_tensor *t = &r->t[op->in[k]];
             if (t->kind == GCKPT_T_PARAM) {
-                if (!gckpt_mul(t->c0, r->grad_dtype, &x) ||
+                if (!gckpt_mul(gckpt_param_numel(r, op->in[k]), gckpt_dtype_size((gckpt_dtype)r->grad_dtype), &x) ||
                     !gckpt_add(x, c->dev->alloc_round_bytes, &x) || !gckpt_mul(x, 2, &x))
                     return false;
             } else if (!gckpt_mul(c->tbytes[op->in[k]], 9, &x)) {
@@ -191,7 +191,8 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     }
     for (int i = 0; i < r->nt; i++) {
         uint64_t b;
-        if (!gckpt_tensor_bytes(r, i, s->micro_batch, s->seq, &b) || b > (UINT64_MAX >> 8)) {
+        if (!gckpt_tensor_numel(r, i, s->micro_batch, s->seq, &c->numel[i]) ||
+            !gckpt_tensor_bytes(r, i, s->micro_batch, s->seq, &b) || b > (UINT64_MAX >> 8)) {
             gckpt_seterr(err, "%s: tensor %s at micro-batch %llu, seq %llu overflows 64 bits",
                          m->name, r->t[i].name, (unsigned long long)s->micro_batch,
                          (unsigned long long)s->seq);
@@ -209,15 +210,15 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
         const gckpt_tensor *t = &r->t[i];
         if (t->kind != GCKPT_T_PARAM) continue;
         uint64_t n = t->section == GCKPT_SEC_BLOCK ? L : 1;
-        uint64_t e = t->c0;
-        uint64_t w = gckpt_round_up(e * r->param_dtype, round);
-        uint64_t g = gckpt_round_up(e * r->grad_dtype, round);
+        uint64_t e = gckpt_param_numel(r, i), pb = gckpt_dtype_size((gckpt_dtype)r->param_dtype);
+        uint64_t w = gckpt_round_up(e * pb, round);
+        uint64_t g = gckpt_round_up(e * gckpt_dtype_size((gckpt_dtype)r->grad_dtype), round);
         uint64_t st = 0, tmp = 0;
         gckpt_opt_layout ol; /* the optimizer-state rule, shared with the executor */
         gckpt_opt_layout_of(s->optimizer, r, i, &ol);
         for (int k = 0; k < ol.n; k++)
-            st += gckpt_round_up(ol.buf[k].n * gckpt_state_elem_bytes(ol.buf[k].dtype, r->param_dtype), round);
-        if (ol.temp_n) tmp = gckpt_round_up(ol.temp_n * r->param_dtype, round);
+            st += gckpt_round_up(ol.buf[k].n * gckpt_state_elem_bytes(ol.buf[k].dtype, pb), round);
+        if (ol.temp_n) tmp = gckpt_round_up(ol.temp_n * pb, round);
         /* one parameter tensor is below 2^50 bytes (model.c's bounds): only the sums
          * over layers and tensors need checking */
         uint64_t x;
@@ -357,7 +358,7 @@ static void ev_mem(gckpt_sim *s, gckpt_events *o, int kind, int id, int16_t tens
     e->op = tensor;
     e->inst = gid(s, id);
     e->bytes = s->pool[id].bytes;
-    e->dtype = tensor >= 0 ? s->c->recipe->t[tensor].dtype : 4; /* workspaces are fp32 */
+    e->dtype = tensor >= 0 ? s->c->recipe->t[tensor].dtype : GCKPT_DT_F32; /* workspaces are fp32 */
 }
 
 static int alloc(gckpt_sim *s, gckpt_events *o, uint64_t bytes, uint8_t comp, int16_t tensor)
@@ -611,7 +612,8 @@ static int param_grad(gckpt_sim *s, sec_t *st, int t, bool view, gckpt_events *o
     const gckpt_ctx *c = s->c;
     const gckpt_recipe *r = c->recipe;
     sec_t *ow = owner(s, st, t);
-    uint64_t bytes = gckpt_round_up(r->t[t].c0 * r->grad_dtype, c->dev->alloc_round_bytes);
+    uint64_t bytes = gckpt_round_up(gckpt_param_numel(r, t) * gckpt_dtype_size((gckpt_dtype)r->grad_dtype),
+                                    c->dev->alloc_round_bytes);
     if (r->t[t].uses > 1) {
         /* the autograd engine sums a tied weight's contributions in AccumulateGrad's
          * input buffer, which lives until the last use's backward has run */
@@ -742,7 +744,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
             int mode[GCKPT_OP_MAX_IN] = {0}, dst[GCKPT_OP_MAX_IN];
             /* mul of a 16-bit and a 32-bit tensor computes the 16-bit input's gradient in
              * fp32; the engine casts it to the input's dtype afterwards */
-            uint8_t out_dt = op->out[0] >= 0 ? r->t[op->out[0]].dtype : 0;
+            uint8_t out_dt = op->out[0] >= 0 ? r->t[op->out[0]].dtype : GCKPT_DT_F32;
             int order[GCKPT_OP_MAX_IN], no = 0; /* the promoted operands last */
             for (int pass = 0; pass < 2; pass++)
                 for (int k = 0; k < op->nin; k++)
@@ -772,8 +774,9 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
                     s->pool[gout].refs++;
                     dst[k] = gout;
                     mode[k] = G_ALIAS;
-                } else if (op->prim == GCKPT_P_MUL && out_dt > r->t[t].dtype) {
-                    uint64_t wide = gckpt_round_up(c->raw[t] / r->t[t].dtype * out_dt, c->dev->alloc_round_bytes);
+                } else if (op->prim == GCKPT_P_MUL &&
+                           gckpt_dtype_bits((gckpt_dtype)out_dt) > gckpt_dtype_bits((gckpt_dtype)r->t[t].dtype)) {
+                    uint64_t wide = gckpt_round_up(c->numel[t] * gckpt_dtype_size((gckpt_dtype)out_dt), c->dev->alloc_round_bytes);
                     dst[k] = alloc_g(s, o, wide, (uint8_t)grad_comp(r, t), (int16_t)t);
                     if (!o->oom) o->ev[o->n - 1].dtype = out_dt;
                     mode[k] = G_WIDE;

@@ -76,7 +76,8 @@ __device__ __forceinline__ float ldx(const void *p, uint8_t dt, uint64_t i)
     case GCKPT_DT_F32: return static_cast<const float *>(p)[i];
     case GCKPT_DT_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
     case GCKPT_DT_F16: return __half2float(static_cast<const __half *>(p)[i]);
-    case GCKPT_DT_BOOL: return static_cast<float>(static_cast<const uint8_t *>(p)[i]);
+    case GCKPT_DT_BOOL: case GCKPT_DT_U8: return static_cast<float>(static_cast<const uint8_t *>(p)[i]);
+    case GCKPT_DT_I8: return static_cast<float>(static_cast<const int8_t *>(p)[i]);
     default: return static_cast<float>(static_cast<const int64_t *>(p)[i]);
     }
 }
@@ -88,6 +89,8 @@ __device__ __forceinline__ void stx(void *p, uint8_t dt, uint64_t i, float v)
     case GCKPT_DT_BF16: static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); break;
     case GCKPT_DT_F16: static_cast<__half *>(p)[i] = __float2half_rn(v); break;
     case GCKPT_DT_BOOL: static_cast<uint8_t *>(p)[i] = v != 0.0f; break;
+    case GCKPT_DT_U8: static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(v); break;
+    case GCKPT_DT_I8: static_cast<int8_t *>(p)[i] = static_cast<int8_t>(v); break;
     default: static_cast<int64_t *>(p)[i] = static_cast<int64_t>(v); break;
     }
 }
@@ -172,15 +175,5 @@ size_t cuda_checksum_scratch_bytes();
 
 bool cuda_is_matmul(int prim);
 bool cuda_is_attn(int prim);
-
-// Row width (elements per token row) of recipe tensor t, as the host backend defines it.
-static inline uint64_t cuda_cols(const gckpt_xcall *c, int t)
-{
-    const gckpt_tensor *x = &c->r->t[t];
-    if (x->cT) return x->cT;
-    if (x->cS) return x->cS;
-    if (x->cBSS) return c->s;
-    return x->c0;
-}
 
 #endif

@@ -469,7 +469,7 @@ Bcast bcast_of(const gckpt_xcall *c)
     Bcast bc;
     bc.mode = c->op->bcast;
     bc.width = c->op->width;
-    bc.xcols = cuda_cols(c, c->op->in[0]);
+    bc.xcols = c->in[0].cols;
     bc.s = c->s;
     bc.per = c->in[0].n / (c->b ? c->b : 1);
     return bc;
@@ -537,7 +537,7 @@ gckpt_xstatus cuda_elem_forward(cuda_be *cb, const gckpt_xcall *c)
             h.mode = 0;
             h.x = x.p;
             h.xdt = x.dt;
-            h.C = cuda_cols(c, op->in[0]);
+            h.C = c->in[0].cols;
         } else {
             NEED_T(be, c, c->in[1], "input 1");
             h.mode = 1;
@@ -545,7 +545,7 @@ gckpt_xstatus cuda_elem_forward(cuda_be *cb, const gckpt_xcall *c)
             h.adt = x.dt;
             h.x = c->in[1].p;
             h.xdt = c->in[1].dt;
-            h.C = cuda_cols(c, op->in[1]);
+            h.C = c->in[1].cols;
         }
         k_half<<<grid_for(h.n, kBlock), kBlock, 0, st>>>(h);
         break;
@@ -675,7 +675,7 @@ gckpt_xstatus cuda_elem_backward(cuda_be *cb, const gckpt_xcall *c)
         if (op->prim == GCKPT_P_NEG_HALF) {
             if (!gi.p) return GCKPT_XS_OK;
             h.mode = 2;
-            h.C = cuda_cols(c, op->in[0]);
+            h.C = c->in[0].cols;
             h.o = gi.p;
             h.odt = gi.dt;
             h.n = gi.n;
@@ -683,7 +683,7 @@ gckpt_xstatus cuda_elem_backward(cuda_be *cb, const gckpt_xcall *c)
             LAUNCH_TRY(be);
             return GCKPT_XS_OK;
         }
-        h.C = cuda_cols(c, op->in[1]);
+        h.C = c->in[1].cols;
         for (int k = 0; k < 2; k++) {
             if (!c->gin[k].p) continue;
             Half q = h;

@@ -81,13 +81,12 @@ __global__ void __launch_bounds__(GCKPT_Q_BLOCK) k_adamw_8bit(Opt a, float *am, 
 constexpr unsigned kSumBlocks = 1024;
 
 // partial sums per block, summed in order by k_checksum_final
-__global__ void k_checksum(const void *t, uint8_t dt, uint64_t n, uint64_t salt, unsigned long long *hp, double *sp)
+__global__ void k_checksum(const void *t, uint8_t dt, unsigned sz, uint64_t n, uint64_t salt, unsigned long long *hp, double *sp)
 {
     __shared__ unsigned long long sh[32];
     __shared__ double sd[32];
     unsigned long long h = 0;
     double s = 0.0;
-    unsigned sz = dt == GCKPT_DT_F32 ? 4 : dt == GCKPT_DT_I64 ? 8 : dt == GCKPT_DT_BOOL ? 1 : 2;
     GRID_LOOP(i, n)
     {
         uint64_t bits = 0;
@@ -178,7 +177,8 @@ gckpt_xstatus cuda_checksum(cuda_be *cb, gckpt_xt t, uint64_t salt, uint64_t *ha
     gckpt_backend *be = &cb->be;
     unsigned long long *hp = cb->sums;
     double *sp = reinterpret_cast<double *>(cb->sums + kSumBlocks + 1);
-    k_checksum<<<kSumBlocks, kBlock, 0, cb->stream>>>(t.p, t.dt, t.n, salt, hp, sp);
+    k_checksum<<<kSumBlocks, kBlock, 0, cb->stream>>>(t.p, t.dt, gckpt_dtype_size(static_cast<gckpt_dtype>(t.dt)), t.n,
+                                                   salt, hp, sp);
     LAUNCH_TRY(be);
     k_checksum_final<<<1, 32, 0, cb->stream>>>(hp, sp, kSumBlocks);
     LAUNCH_TRY(be);

@@ -19,7 +19,7 @@
  * resident set and of the address space stays below the other parts alone. */
 #define FIXED_BYTES ((uint64_t)32 << 20)
 
-static uint64_t elements(const gckpt_ctx *c, int t) { return t >= 0 ? c->raw[t] / c->recipe->t[t].dtype : 0; }
+static uint64_t elements(const gckpt_ctx *c, int t) { return t >= 0 ? c->numel[t] : 0; }
 
 void gckpt_host_need_of(const gckpt_exec *x, uint64_t peak, uint64_t pinned, uint64_t limit, gckpt_host_need *n)
 {

@@ -31,15 +31,6 @@ void host_from_f32(const gckpt_xt *t, const float *v)
         for (uint64_t i = 0; i < t->n; i++) st(t, i, v[i]);
 }
 
-uint64_t host_cols(const gckpt_xcall *c, int tensor)
-{
-    const gckpt_tensor *t = &c->r->t[tensor];
-    if (t->cT) return t->cT;
-    if (t->cS) return t->cS;
-    if (t->cBSS) return c->s;
-    return t->c0;
-}
-
 static float *zeros(uint64_t n, gckpt_err *err)
 {
     float *v = hs_calloc(n ? n : 1, sizeof *v);
@@ -178,7 +169,7 @@ static gckpt_xstatus binary_fwd(const gckpt_xcall *c, gckpt_err *err)
     const gckpt_xt *x = &c->in[0], *y = &c->in[1], *o = &c->out[0];
     NEED(c, *x, "input 0");
     NEED(c, *y, "input 1");
-    uint64_t xc = host_cols(c, c->op->in[0]);
+    uint64_t xc = c->in[0].cols;
     bool mul = c->op->prim == GCKPT_P_MUL;
     for (uint64_t i = 0; i < o->n; i++) {
         float a = ld(x, i), b = ld(y, yidx(c, x, xc, i));
@@ -191,7 +182,7 @@ static gckpt_xstatus binary_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *y = &c->in[1], *g = &c->gout;
     bool mul = c->op->prim == GCKPT_P_MUL;
-    uint64_t xc = host_cols(c, c->op->in[0]);
+    uint64_t xc = c->in[0].cols;
     if (c->gin[0].p) {
         if (mul) NEED(c, *y, "saved input 1");
         for (uint64_t i = 0; i < c->gin[0].n; i++) {
@@ -260,7 +251,7 @@ static gckpt_xstatus half_fwd(const gckpt_xcall *c, gckpt_err *err)
     if (c->op->prim == GCKPT_P_NEG_HALF) {
         const gckpt_xt *x = &c->in[0];
         NEED(c, *x, "input");
-        uint64_t C = host_cols(c, c->op->in[0]), oc = C / 2;
+        uint64_t C = c->in[0].cols, oc = C / 2;
         for (uint64_t i = 0; i < o->n; i++) {
             uint64_t row = i / oc, col = i % oc;
             st(o, i, -ld(x, row * C + (col / hw) * w + hw + col % hw));
@@ -269,7 +260,7 @@ static gckpt_xstatus half_fwd(const gckpt_xcall *c, gckpt_err *err)
         const gckpt_xt *a = &c->in[0], *x = &c->in[1];
         NEED(c, *a, "input 0");
         NEED(c, *x, "input 1");
-        uint64_t C = host_cols(c, c->op->in[1]), ac = C / 2;
+        uint64_t C = c->in[1].cols, ac = C / 2;
         for (uint64_t i = 0; i < o->n; i++) {
             uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
             st(o, i, j < hw ? ld(a, row * ac + hd * hw + j) : ld(x, row * C + hd * w + j - hw));
@@ -286,13 +277,13 @@ static gckpt_xstatus half_bwd(const gckpt_xcall *c, gckpt_err *err)
     if (c->op->prim == GCKPT_P_NEG_HALF) {
         const gckpt_xt *gi = &c->gin[0];
         if (!gi->p) return GCKPT_XS_OK;
-        uint64_t C = host_cols(c, c->op->in[0]), oc = C / 2;
+        uint64_t C = c->in[0].cols, oc = C / 2;
         for (uint64_t i = 0; i < gi->n; i++) {
             uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
             st(gi, i, j < hw ? 0.0f : -ld(g, row * oc + hd * hw + j - hw));
         }
     } else {
-        uint64_t C = host_cols(c, c->op->in[1]), ac = C / 2;
+        uint64_t C = c->in[1].cols, ac = C / 2;
         if (c->gin[0].p)
             for (uint64_t i = 0; i < c->gin[0].n; i++) {
                 uint64_t row = i / ac, col = i % ac;

@@ -15,18 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const gckpt_dtype_names[GCKPT_NDT] = {"bool", "bf16", "fp16", "fp32", "int64"};
-
-gckpt_dtype gckpt_dtype_of(uint8_t bytes, gckpt_precision p)
-{
-    switch (bytes) {
-    case 1: return GCKPT_DT_BOOL;
-    case 2: return p == GCKPT_AMP_FP16 ? GCKPT_DT_F16 : GCKPT_DT_BF16;
-    case 8: return GCKPT_DT_I64;
-    default: return GCKPT_DT_F32;
-    }
-}
-
 static const char *const kind_names[] = {"ALLOC", "FREE", "RETAG", "HOST_ALLOC", "HOST_FREE", "D2H",
                                          "H2D",   "FWD",  "RECOMPUTE", "BWD", "OPT", "GRAD_ADD"};
 
@@ -105,34 +93,15 @@ static int lslot(const gckpt_exec *x, int32_t layer)
 
 /* ---- construction ------------------------------------------------------------------------- */
 
-static bool source_kind(const char *name, int8_t *out)
-{
-    if (!strcmp(name, "input_ids")) *out = GCKPT_SRC_IDS;
-    else if (!strcmp(name, "shift_labels")) *out = GCKPT_SRC_LABELS;
-    else if (!strcmp(name, "position_ids")) *out = GCKPT_SRC_POSITIONS;
-    else if (!strcmp(name, "rotary.cos")) *out = GCKPT_SRC_ROTARY;
-    else if (!strcmp(name, "causal_mask")) *out = GCKPT_SRC_MASK;
-    else return false;
-    return true;
-}
-
-/* How a parameter is initialised: norm weights 1, biases 0, the rest uniform. */
+/* How a parameter is initialised (its role in the recipe): norm weights 1, biases 0, the
+ * rest uniform. */
 static gckpt_init init_of(const gckpt_recipe *r, int t, float *val)
 {
-    for (int i = 0; i < r->nop; i++) {
-        const gckpt_op *op = &r->op[i];
-        for (int k = 0; k < op->nin; k++) {
-            if (op->in[k] != t) continue;
-            bool norm_w = (op->prim == GCKPT_P_LAYERNORM && k == 1) || (op->prim == GCKPT_P_MUL && op->bcast == GCKPT_BC_COL);
-            bool bias = (op->prim == GCKPT_P_LAYERNORM || op->prim == GCKPT_P_LINEAR) && k == 2;
-            if (norm_w || bias) {
-                *val = norm_w ? 1.0f : 0.0f;
-                return GCKPT_INIT_CONST;
-            }
-        }
+    switch (r->t[t].role) {
+    case GCKPT_ROLE_NORM_WEIGHT: *val = 1.0f; return GCKPT_INIT_CONST;
+    case GCKPT_ROLE_BIAS: *val = 0.0f; return GCKPT_INIT_CONST;
+    default: *val = 0; return GCKPT_INIT_UNIFORM;
     }
-    *val = 0;
-    return GCKPT_INIT_UNIFORM;
 }
 
 static bool check_recipe(gckpt_exec *x, gckpt_err *err)
@@ -140,10 +109,9 @@ static bool check_recipe(gckpt_exec *x, gckpt_err *err)
     const gckpt_recipe *r = x->r;
     for (int i = 0; i < r->nop; i++) {
         const gckpt_op *op = &r->op[i];
-        x->src_kind[i] = -1;
         if (op->nin == 0) {
-            if (!source_kind(r->t[op->out[0]].name, &x->src_kind[i])) {
-                gckpt_seterr(err, "recipe op %s: unknown source tensor '%s'", op->name, r->t[op->out[0]].name);
+            if (op->prim != GCKPT_P_SOURCE || op->source > GCKPT_SRC_LABELS) {
+                gckpt_seterr(err, "recipe op %s: an op without inputs that is not a known source", op->name);
                 return false;
             }
         } else if (op->prim == GCKPT_P_SOURCE) {
@@ -163,8 +131,8 @@ static bool check_recipe(gckpt_exec *x, gckpt_err *err)
     }
     for (int t = 0; t < r->nt; t++) {
         const gckpt_tensor *tt = &r->t[t];
-        x->tdt[t] = gckpt_dtype_of(tt->dtype, x->set.precision);
-        x->tnumel[t] = tt->kind == GCKPT_T_PARAM ? tt->c0 : x->ctx.raw[t] / tt->dtype;
+        x->tdt[t] = (gckpt_dtype)tt->dtype;
+        x->tnumel[t] = tt->kind == GCKPT_T_PARAM ? gckpt_param_numel(r, t) : x->ctx.numel[t];
         if (tt->kind == GCKPT_T_PARAM && tt->dtype != r->param_dtype) {
             gckpt_seterr(err, "recipe tensor %s: parameter dtype %u differs from the recipe's %u", tt->name, tt->dtype,
                          r->param_dtype);
@@ -294,7 +262,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
             param_t *p = &x->params[x->pidx[t] + (int)l];
             p->tensor = t;
             p->layer = x->r->t[t].section == GCKPT_SEC_BLOCK ? (int)l : -1;
-            p->n = x->r->t[t].c0;
+            p->n = gckpt_param_numel(x->r, t);
             p->dt = (uint8_t)x->tdt[t];
             p->grad = GCKPT_NOINST;
         }
@@ -321,7 +289,7 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
 {
     if (x->setup_done) return fail(x, err, "setup: already done");
     const uint64_t round = x->dev.alloc_round_bytes;
-    const uint8_t pdt = x->r->param_dtype;
+    const uint64_t pdt = gckpt_dtype_size((gckpt_dtype)x->r->param_dtype);
     uint64_t wsum = 0, ssum = 0, tsum = 0;
     gckpt_xstatus rc;
     for (size_t i = 0; i < x->nparams; i++) {
@@ -341,7 +309,7 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
         for (int k = 0; k < ns; k++) {
             sn[k] = ol.buf[k].n;
             sb[k] = gckpt_round_up(sn[k] * gckpt_state_elem_bytes(ol.buf[k].dtype, pdt), round);
-            sdt[k] = ol.buf[k].dtype == GCKPT_ST_U8 ? GCKPT_DT_BOOL
+            sdt[k] = ol.buf[k].dtype == GCKPT_ST_U8 ? GCKPT_DT_U8
                    : ol.buf[k].dtype == GCKPT_ST_F32 ? GCKPT_DT_F32 : p->dt;
         }
         p->nst = ns;
@@ -552,6 +520,16 @@ static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slo
     c->rng = gckpt_key(x->o.seed ^ 0xd50f0cULL, x->step, micro, (uint64_t)slot * (uint64_t)x->r->nop + (uint64_t)opi);
 }
 
+/* Every operand's row width, from the recipe's shape of the tensor it holds. */
+static void shape_call(const gckpt_exec *x, gckpt_xcall *c)
+{
+    const gckpt_op *op = c->op;
+    for (int k = 0; k < op->nin; k++) c->in[k].cols = c->gin[k].cols = gckpt_tensor_width(x->r, op->in[k], x->set.seq);
+    for (int k = 0; k < 2; k++)
+        if (op->out[k] >= 0) c->out[k].cols = gckpt_tensor_width(x->r, op->out[k], x->set.seq);
+    if (op->out[0] >= 0) c->gout.cols = c->out[0].cols;
+}
+
 /* the view of op input k: a parameter by (layer, tensor) or a bound instance */
 static bool in_view(gckpt_exec *x, const gckpt_op *op, int k, int32_t layer, uint32_t id, bool required, gckpt_xt *out)
 {
@@ -601,18 +579,19 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, uint64_t micro,
         if (!live(x, e->arg[4 + k])) return fail(x, err, "%s: output %d is not allocated", at, k);
         c.out[k] = iview(x, e->arg[4 + k]);
     }
+    shape_call(x, &c);
     gckpt_xstatus rc;
     if (op->nin == 0) {
         const int64_t *host = NULL;
-        switch (x->src_kind[e->op]) {
+        switch (op->source) {
         case GCKPT_SRC_IDS: host = x->ids; break;
         case GCKPT_SRC_LABELS: host = x->labels; break;
         case GCKPT_SRC_POSITIONS: host = x->positions; break;
         default: break;
         }
-        if (host && c.out[0].n > (x->src_kind[e->op] == GCKPT_SRC_POSITIONS ? x->set.seq : x->ctx.tokens))
+        if (host && c.out[0].n > (op->source == GCKPT_SRC_POSITIONS ? x->set.seq : x->ctx.tokens))
             return fail(x, err, "%s: source tensor larger than its data", at);
-        rc = x->be->source(x->be, (gckpt_source)x->src_kind[e->op], &c, host);
+        rc = x->be->source(x->be, (gckpt_source)op->source, &c, host);
     } else {
         rc = x->be->forward(x->be, &c);
     }
@@ -650,7 +629,8 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, uint64_t micro,
         /* a mul whose output is wider than input k computes that gradient in the output's
          * dtype; a GRAD_ADD casts it afterwards (schedule.h, GRAD_ADD) */
         int ot = op->out[0];
-        if (op->prim == GCKPT_P_MUL && x->r->t[ot].dtype > x->r->t[op->in[k]].dtype) {
+        if (op->prim == GCKPT_P_MUL &&
+            gckpt_dtype_bits((gckpt_dtype)x->r->t[ot].dtype) > gckpt_dtype_bits((gckpt_dtype)x->r->t[op->in[k]].dtype)) {
             inst_t *in = &x->inst[id];
             uint8_t wdt = (uint8_t)x->tdt[ot];
             if (in->n * gckpt_dtype_size((gckpt_dtype)wdt) > in->bytes)
@@ -668,6 +648,7 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, uint64_t micro,
         if (!live(x, e->arg[5])) return fail(x, err, "%s: workspace is not allocated", at);
         c.ws = iview(x, e->arg[5]);
     }
+    shape_call(x, &c);
     gckpt_xstatus rc;
     if (op->out[0] == x->r->loss) {
         /* loss.backward() of the micro-step's mean loss, scaled by 1 / grad_accum */
@@ -843,7 +824,7 @@ gckpt_xstatus gckpt_exec_step(gckpt_exec *x, const gckpt_step_opts *o, gckpt_ste
 uint64_t gckpt_exec_param_numel(const gckpt_exec *x, int tensor)
 {
     if (tensor < 0 || tensor >= x->r->nt || x->pidx[tensor] < 0) return 0;
-    return x->r->t[tensor].c0;
+    return gckpt_param_numel(x->r, tensor);
 }
 
 static gckpt_xstatus xfer(gckpt_exec *x, gckpt_xt t, float *host, bool down, gckpt_err *err)

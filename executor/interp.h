@@ -48,7 +48,6 @@ struct gckpt_exec {
     size_t seg[3][2];               /* [first micro-step, later micro-step, optimizer] */
     gckpt_dtype tdt[GCKPT_MAX_TENSORS];
     uint64_t tnumel[GCKPT_MAX_TENSORS];
-    int8_t src_kind[GCKPT_MAX_OPS];
     inst_t *inst;
     uint32_t ninst;
     int pidx[GCKPT_MAX_TENSORS];

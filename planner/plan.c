@@ -234,13 +234,15 @@ static int cmp_mem(const void *x, const void *y)
     return a->i < b->i ? -1 : (a->i > b->i);
 }
 
-/* bf16 / fp16 / fp32 ... for a tensor of `bytes` per element under the plan's precision */
-static const char *dtype_word(const gckpt_plan *p, uint8_t bytes)
+/* bf16 / fp16 / fp32 ... in a user's words */
+static const char *dtype_word(uint8_t dtype)
 {
-    switch (bytes) {
-    case 1: return "8-bit";
-    case 2: return p->req.precision == GCKPT_AMP_FP16 ? "fp16" : "bf16";
-    case 4: return "fp32";
+    switch (dtype) {
+    case GCKPT_DT_BOOL: case GCKPT_DT_U8: case GCKPT_DT_I8: return "8-bit";
+    case GCKPT_DT_NF4: return "4-bit";
+    case GCKPT_DT_BF16: return "bf16";
+    case GCKPT_DT_F16: return "fp16";
+    case GCKPT_DT_F32: return "fp32";
     default: return "int64";
     }
 }
@@ -252,13 +254,13 @@ static const char *dtype_word(const gckpt_plan *p, uint8_t bytes)
 static void tensor_role(const gckpt_plan *p, const gckpt_result *r, char *buf, size_t n)
 {
     const gckpt_tensor *t = &p->recipe->t[r->peak_tensor];
-    const char *dt = dtype_word(p, t->dtype);
+    const char *dt = dtype_word(t->dtype);
     int prod = gckpt_recipe_producer(p->recipe, r->peak_tensor);
     const gckpt_op *op = prod >= 0 ? &p->recipe->op[prod] : NULL;
     uint64_t bytes = 0;
     if (!gckpt_tensor_bytes(p->recipe, r->peak_tensor, p->req.micro_batches[0], p->req.seq, &bytes)) bytes = 0;
     if (t->kind == GCKPT_T_PARAM) {
-        snprintf(buf, n, "%s gradient of %s", dtype_word(p, p->recipe->grad_dtype), t->name);
+        snprintf(buf, n, "%s gradient of %s", dtype_word(p->recipe->grad_dtype), t->name);
     } else if (t->kind == GCKPT_T_WCAST) {
         snprintf(buf, n, "%s autocast copy of %s", dt, p->recipe->t[t->param].name);
     } else if (!r->peak_grad && bytes < 65536 && op) {

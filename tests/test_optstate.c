@@ -94,7 +94,7 @@ static void embedding_detection(void **state)
         assert_int_equal(l.buf[0].dtype, GCKPT_ST_PARAM);
         gckpt_opt_layout_of(GCKPT_ADAMW_FOREACH, &r, t, &l);
         assert_int_equal(l.n, 2);
-        assert_int_equal(l.temp_n, r.t[t].c0);
+        assert_int_equal(l.temp_n, gckpt_param_numel(&r, t));
     }
     char note[256];
     gckpt_opt_fp32_note(GCKPT_ADAMW, &r, m.layers, note, sizeof note);

@@ -60,7 +60,7 @@ static inline void fx_collect(gckpt_exec *x, void *user)
         if (r->t[t].kind != GCKPT_T_PARAM) continue;
         uint64_t nl = r->t[t].section == GCKPT_SEC_BLOCK ? g->layers : 1;
         for (uint64_t l = 0; l < nl; l++) {
-            uint64_t bytes = r->t[t].c0 * r->t[t].dtype;
+            uint64_t bytes = gckpt_param_numel(r, t) * gckpt_dtype_size((gckpt_dtype)r->t[t].dtype);
             if (g->n + bytes > g->cap) {
                 size_t nc = (g->cap + bytes) * 2;
                 unsigned char *nb = realloc(g->bytes, nc);

@@ -5,14 +5,15 @@
  *
  * A recipe is built by tracing primitive ops (mul, linear, sdpa, ...) whose save rules
  * follow PyTorch's derivatives.yaml and whose dtypes follow type promotion and
- * torch.autocast's op lists. Sizes are symbolic in the micro-batch b and sequence s:
- *     elements = c0 + cS * s + cT * (b*s) + cBSS * (b*s*s) + cSS * (s*s)                */
+ * torch.autocast's op lists. Shapes are symbolic in the micro-batch b and sequence s
+ * (gckpt_shape). (core: read by the planner and the executor) */
 #ifndef GCKPT_RECIPE_H
 #define GCKPT_RECIPE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "gckpt/core/dtype.h"
 #include "gckpt/core/model.h"
 #include "gckpt/core/setting.h"
 
@@ -42,11 +43,37 @@ typedef enum {
     GCKPT_OP_EMBED,  /* gather */
 } gckpt_op_kind;
 
+/* A tensor's shape, row-major [rows, width]: rows = mult x (1 | s | b*s) and width
+ * elements per row, or s elements when width is 0 (the last dimension of attention scores
+ * [b, heads, s, s]: TOKENS rows x heads, and of masks). Parameters are FIXED [out, in] as
+ * the module stores them (Conv1D: [in, out]); scalars FIXED [1, 1]. */
+typedef enum {
+    GCKPT_ROWS_FIXED,  /* mult rows */
+    GCKPT_ROWS_SEQ,    /* mult x s rows: rotary tables, position ids and embeddings */
+    GCKPT_ROWS_TOKENS, /* mult x b x s rows: activations */
+} gckpt_rows;
+
+typedef struct {
+    uint8_t rows;     /* gckpt_rows */
+    uint64_t mult;
+    uint64_t width;   /* 0: s */
+} gckpt_shape;
+
+/* What a parameter is to the model: how it is initialised and which optimizer rules
+ * apply (an embedding table's states stay 32-bit under 8-bit AdamW, gckpt/core/params.h). */
+typedef enum {
+    GCKPT_ROLE_MATRIX,      /* a projection weight */
+    GCKPT_ROLE_EMBEDDING,   /* the table of an embedding lookup (an nn.Embedding weight) */
+    GCKPT_ROLE_NORM_WEIGHT, /* a norm's scale (initialised to 1) */
+    GCKPT_ROLE_BIAS,        /* (initialised to 0) */
+} gckpt_param_role;
+
 typedef struct {
     char name[40];
     uint8_t kind;        /* gckpt_tensor_kind */
     uint8_t section;     /* gckpt_section */
-    uint8_t dtype;       /* bytes per element: 1, 2, 4, 8 */
+    uint8_t dtype;       /* gckpt_dtype */
+    uint8_t role;        /* PARAM: gckpt_param_role */
     bool requires_grad;
     bool fwd_end_free;   /* held until the forward pass ends (autocast cache, returned logits) */
     bool base_end_free;  /* with fwd_end_free: released already when the base model (the
@@ -59,8 +86,7 @@ typedef struct {
     bool step_held;      /* the Trainer's batch dict holds it until the micro-step ends (the
                           * input ids); other sources live as their uses and saves say
                           * (the loss's shifted labels go with nll_loss's backward) */
-    uint64_t c0, cS, cT, cBSS;     /* for PARAM and WCAST tensors only c0 is used */
-    uint64_t cSS;                  /* only the CPU target's [s, s] SDPA mask */
+    gckpt_shape shape;
     int16_t hold_to;      /* a Python variable of HF's code holds it until this op of its
                            * section ran (also through a recompute that stops earlier), or -1 */
     int16_t param;        /* WCAST: the parameter it copies */
@@ -104,6 +130,9 @@ typedef enum {
                           * gradients into one buffer once all three arrived */
 } gckpt_prim;
 
+/* The data a SOURCE op makes (GCKPT_P_SOURCE). */
+typedef enum { GCKPT_SRC_IDS, GCKPT_SRC_POSITIONS, GCKPT_SRC_ROTARY, GCKPT_SRC_MASK, GCKPT_SRC_LABELS } gckpt_source;
+
 typedef enum {
     GCKPT_BC_NONE,  /* same shape */
     GCKPT_BC_ROW,   /* y has one value per group of `width` elements of x (norm scales) */
@@ -117,6 +146,7 @@ typedef struct {
     uint8_t kind;        /* gckpt_op_kind */
     uint8_t prim;        /* gckpt_prim */
     uint8_t bcast;       /* gckpt_bcast */
+    uint8_t source;      /* SOURCE: gckpt_source */
     double sa, sb;       /* scalars of AFFINE / POW / DROPOUT / GELU */
     uint64_t width;      /* group width (norms, means, rope heads, bcast) */
     uint64_t in_f, out_f;/* LINEAR */
@@ -170,7 +200,7 @@ typedef struct {
     int loss;        /* tensor: the scalar loss */
     int mask;        /* tensor: eager attention's causal mask, or -1 */
     bool mask_positional; /* the mask is a positional block input: checkpointed (and offloaded) with it */
-    uint8_t stream_dtype, compute_dtype, param_dtype, grad_dtype;
+    uint8_t stream_dtype, compute_dtype, param_dtype, grad_dtype; /* gckpt_dtype */
     bool amp;
     /* For the closed form: elements of the checkpointed input per token (= hidden). */
     uint64_t hidden;
@@ -201,8 +231,20 @@ void gckpt_recipe_build(const gckpt_model *m, gckpt_precision p, gckpt_attention
 void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_attention a,
                                gckpt_target target, gckpt_recipe *r);
 
-/* Elements / bytes of tensor i for micro-batch b and sequence s; false on overflow. */
+/* Elements / bytes of tensor i for micro-batch b and sequence s; false on overflow (also
+ * when b x s x s overflows, whatever the tensor: attention grows with it). */
+bool gckpt_tensor_numel(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, uint64_t *numel);
 bool gckpt_tensor_bytes(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, uint64_t *bytes);
+/* Elements per row of tensor i at sequence length s (gckpt_shape). */
+static inline uint64_t gckpt_tensor_width(const gckpt_recipe *r, int i, uint64_t s)
+{
+    return r->t[i].shape.width ? r->t[i].shape.width : s;
+}
+/* Elements of a parameter (its FIXED shape). */
+static inline uint64_t gckpt_param_numel(const gckpt_recipe *r, int i)
+{
+    return r->t[i].shape.mult * r->t[i].shape.width;
+}
 
 /* Static op facts derived from the table. */
 int gckpt_recipe_producer(const gckpt_recipe *r, int tensor); /* op index or -1 */

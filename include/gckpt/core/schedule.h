@@ -106,6 +106,7 @@ typedef struct {
     gckpt_setting set;
     uint64_t tbytes[GCKPT_MAX_TENSORS]; /* allocation bytes of each tensor (rounded) */
     uint64_t raw[GCKPT_MAX_TENSORS];    /* exact bytes */
+    uint64_t numel[GCKPT_MAX_TENSORS];  /* elements */
     uint64_t tokens;                     /* micro_batch * seq */
     /* ops whose forward is a view of input 0 (recipe.h: view_fwd, and batched_copy at
      * micro-batch 1): no allocation, the output is input 0's storage (storage[t]: the

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "gckpt/core/device.h"
+#include "gckpt/core/dtype.h"
 #include "gckpt/executor/exec_rng.h"
 #include "gckpt/core/model.h"
 #include "gckpt/core/recipe.h"
@@ -26,20 +27,14 @@
 
 /* ---- tensors ------------------------------------------------------------------------ */
 
-typedef enum { GCKPT_DT_BOOL, GCKPT_DT_BF16, GCKPT_DT_F16, GCKPT_DT_F32, GCKPT_DT_I64, GCKPT_NDT } gckpt_dtype;
-
-extern const char *const gckpt_dtype_names[GCKPT_NDT];
-static inline unsigned gckpt_dtype_size(gckpt_dtype d)
-{
-    static const unsigned sz[GCKPT_NDT] = {1, 2, 2, 4, 8};
-    return sz[d];
-}
-
-/* A view of backend memory: n elements of dtype dt at p (NULL: absent). */
+/* A view of backend memory: n elements of dtype dt (gckpt_dtype) at p (NULL: absent);
+ * cols: elements per row of the tensor it holds, as the recipe shapes it (gckpt_shape;
+ * 0 where no tensor). */
 typedef struct {
     void *p;
     uint64_t n;
     uint8_t dt;
+    uint64_t cols;
 } gckpt_xt;
 
 typedef enum { GCKPT_MEM_DEVICE, GCKPT_MEM_PINNED } gckpt_mem_kind;
@@ -61,9 +56,6 @@ typedef struct {
     gckpt_xt gin[GCKPT_OP_MAX_IN], gout, ws;
     uint64_t rng;           /* dropout stream (step, micro-step, layer, op) */
 } gckpt_xcall;
-
-/* Data of SOURCE ops. */
-typedef enum { GCKPT_SRC_IDS, GCKPT_SRC_POSITIONS, GCKPT_SRC_ROTARY, GCKPT_SRC_MASK, GCKPT_SRC_LABELS } gckpt_source;
 
 /* Parameter initialisation: uniform(-scale, scale) from a counter-based generator keyed
  * by key, or the constant scale. */
@@ -203,10 +195,5 @@ gckpt_xstatus gckpt_exec_read_grad(gckpt_exec *x, int layer, int tensor, float *
 /* Free every backend allocation the executor holds (idempotent). */
 void gckpt_exec_release_all(gckpt_exec *x);
 void gckpt_exec_free(gckpt_exec *x);
-
-/* ---- shared numerics helpers (host side) -------------------------------------------- */
-
-/* The dtype of recipe tensor dtype bytes under a precision. */
-gckpt_dtype gckpt_dtype_of(uint8_t bytes, gckpt_precision p);
 
 #endif

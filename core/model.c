@@ -230,35 +230,3 @@ bool gckpt_model_load(const char *name_or_path, gckpt_model *m, gckpt_err *err)
     }
     return ok;
 }
-
-uint64_t gckpt_model_layer_params(const gckpt_model *m)
-{
-    uint64_t h = m->hidden, q = gckpt_q_dim(m), kv = gckpt_kv_dim(m), I = m->intermediate;
-    if (m->family == GCKPT_FAMILY_GPT2) {
-        /* ln_1, c_attn, c_proj, ln_2, c_fc, mlp c_proj (Conv1D weights + biases) */
-        return 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * I + I) + (I * h + h);
-    }
-    uint64_t p = h * q + 2 * h * kv + q * h + 3 * h * I + 2 * h;
-    if (m->qkv_bias) p += q + 2 * kv;
-    if (m->o_bias) p += h;
-    if (m->mlp_bias) p += 2 * I + h;
-    if (m->qk_norm) p += 2 * m->head_dim;
-    return p;
-}
-
-uint64_t gckpt_model_embed_params(const gckpt_model *m)
-{
-    return m->vocab * m->hidden + m->positions * m->hidden;
-}
-
-uint64_t gckpt_model_head_params(const gckpt_model *m)
-{
-    uint64_t norm = m->family == GCKPT_FAMILY_GPT2 ? 2 * m->hidden : m->hidden;
-    return norm + (m->tied ? 0 : m->vocab * m->hidden);
-}
-
-uint64_t gckpt_model_params(const gckpt_model *m)
-{
-    return gckpt_model_embed_params(m) + m->layers * gckpt_model_layer_params(m) +
-           gckpt_model_head_params(m);
-}

@@ -12,7 +12,6 @@
  *    a temporary that is added and released. Parameter gradients become .grad on the
  *    first micro-step; later micro-steps accumulate through a temporary. */
 #include "gckpt/core/schedule.h"
-#include "gckpt/core/optstate.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -169,20 +168,17 @@ static bool section_bound(const gckpt_ctx *c, int sec, uint64_t *out)
     return true;
 }
 
-bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
-                    const gckpt_recipe *r, const gckpt_setting *s, gckpt_err *err)
+/* Elements, exact and allocated bytes of every tensor, and which tensors are views
+ * (recipe.h: view_fwd, and batched_copy at micro-batch 1) of which storage. */
+static bool resolve_tensors(gckpt_ctx *c, gckpt_err *err)
 {
-    memset(c, 0, sizeof *c);
-    c->model = m;
-    c->dev = d;
-    c->recipe = r;
-    c->set = *s;
+    const gckpt_recipe *r = c->recipe;
+    const gckpt_setting *s = &c->set;
     if (!gckpt_mul(s->micro_batch, s->seq, &c->tokens)) {
-        gckpt_seterr(err, "%s: micro-batch %llu x seq %llu overflows 64 bits", m->name,
+        gckpt_seterr(err, "%s: micro-batch %llu x seq %llu overflows 64 bits", c->model->name,
                      (unsigned long long)s->micro_batch, (unsigned long long)s->seq);
         return false;
     }
-    uint64_t round = d->alloc_round_bytes;
     for (int i = 0; i < r->nt; i++) c->storage[i] = (int16_t)i;
     for (int i = 0; i < r->nop; i++) {
         const gckpt_op *op = &r->op[i];
@@ -193,63 +189,63 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
         uint64_t b;
         if (!gckpt_tensor_numel(r, i, s->micro_batch, s->seq, &c->numel[i]) ||
             !gckpt_tensor_bytes(r, i, s->micro_batch, s->seq, &b) || b > (UINT64_MAX >> 8)) {
-            gckpt_seterr(err, "%s: tensor %s at micro-batch %llu, seq %llu overflows 64 bits",
-                         m->name, r->t[i].name, (unsigned long long)s->micro_batch,
-                         (unsigned long long)s->seq);
+            gckpt_seterr(err, "%s: tensor %s at micro-batch %llu, seq %llu overflows 64 bits", c->model->name,
+                         r->t[i].name, (unsigned long long)s->micro_batch, (unsigned long long)s->seq);
             return false;
         }
         c->raw[i] = b;
-        c->tbytes[i] = gckpt_round_up(b, round);
+        c->tbytes[i] = gckpt_round_up(b, c->dev->alloc_round_bytes);
     }
-    /* persistent: every parameter tensor is its own allocation, as are its grad and
-     * optimizer states; block tensors repeat per layer */
-    uint64_t L = m->layers;
-    double opt_traffic = 0;
-    bool ok = true;
-    for (int i = 0; i < r->nt; i++) {
-        const gckpt_tensor *t = &r->t[i];
-        if (t->kind != GCKPT_T_PARAM) continue;
-        uint64_t n = t->section == GCKPT_SEC_BLOCK ? L : 1;
-        uint64_t e = gckpt_param_numel(r, i), pb = gckpt_dtype_size((gckpt_dtype)r->param_dtype);
-        uint64_t w = gckpt_round_up(e * pb, round);
-        uint64_t g = gckpt_round_up(e * gckpt_dtype_size((gckpt_dtype)r->grad_dtype), round);
-        uint64_t st = 0, tmp = 0;
-        gckpt_opt_layout ol; /* the optimizer-state rule, shared with the executor */
-        gckpt_opt_layout_of(s->optimizer, r, i, &ol);
-        for (int k = 0; k < ol.n; k++)
-            st += gckpt_round_up(ol.buf[k].n * gckpt_state_elem_bytes(ol.buf[k].dtype, pb), round);
-        if (ol.temp_n) tmp = gckpt_round_up(ol.temp_n * pb, round);
-        /* one parameter tensor is below 2^50 bytes (model.c's bounds): only the sums
-         * over layers and tensors need checking */
-        uint64_t x;
-        ok = ok && gckpt_mul(n, w, &x) && gckpt_add(c->weights, x, &c->weights);
-        ok = ok && gckpt_mul(n, g, &x) && gckpt_add(c->grads, x, &c->grads);
-        ok = ok && gckpt_mul(n, st, &x) && gckpt_add(c->opt_states, x, &c->opt_states);
-        ok = ok && gckpt_mul(n, tmp, &x) && gckpt_add(c->opt_temp, x, &c->opt_temp);
-        /* read p, g, states; write p, states; temporaries written and read */
-        opt_traffic += (double)n * (2.0 * (double)w + (double)g + 2.0 * (double)st + 2.0 * (double)tmp);
-    }
-    c->workspace = d->workspace_bytes;
-    c->opt_seconds = opt_traffic / hbm_rate(c);
+    return true;
+}
+
+/* Each op's seconds, FLOPs and workspace bytes at this setting. */
+static void op_costs(gckpt_ctx *c)
+{
+    const gckpt_recipe *r = c->recipe;
     for (int i = 0; i < r->nop; i++) {
-        for (int bwd = 0; bwd < 2; bwd++)
-            c->op_s[bwd][i] = op_seconds(c, &r->op[i], bwd, &c->op_flops[bwd][i]);
-        /* (section_bound below refuses a setting where these overflow) */
+        for (int bwd = 0; bwd < 2; bwd++) c->op_s[bwd][i] = op_seconds(c, &r->op[i], bwd, &c->op_flops[bwd][i]);
+        /* (step_bound_ok refuses a setting where these overflow) */
         if (!fwd_ws_bytes(c, &r->op[i], &c->op_ws[0][i])) c->op_ws[0][i] = 0;
         if (!bwd_ws_bytes(c, &r->op[i], &c->op_ws[1][i])) c->op_ws[1][i] = 0;
         c->op_promo[i] = promoted_bytes(c, &r->op[i], r->op[i].bws_promote);
     }
-    /* Everything a step can hold at once stays below GCKPT_MAX_STEP_BYTES, so the
-     * simulator's and the evaluators' signed 64-bit running totals cannot overflow. */
+}
+
+/* Everything a step can hold at once stays below GCKPT_MAX_STEP_BYTES, so the
+ * simulator's and the evaluators' signed 64-bit running totals cannot overflow. */
+static bool step_bound_ok(const gckpt_ctx *c)
+{
     uint64_t be, bb, bh, micro = 0, total = 0;
-    ok = ok && section_bound(c, GCKPT_SEC_EMBED, &be) && section_bound(c, GCKPT_SEC_BLOCK, &bb) &&
-         section_bound(c, GCKPT_SEC_HEAD, &bh) && gckpt_mul(bb, L, &micro) &&
-         gckpt_add(micro, be, &micro) && gckpt_add(micro, bh, &micro) &&
-         gckpt_mul(micro, 2, &total) && gckpt_add(total, c->weights, &total) &&
-         gckpt_add(total, c->grads, &total) && gckpt_add(total, c->opt_states, &total) &&
-         gckpt_add(total, c->opt_temp, &total) && gckpt_add(total, c->workspace, &total) &&
-         total <= GCKPT_MAX_STEP_BYTES;
-    if (!ok) {
+    return section_bound(c, GCKPT_SEC_EMBED, &be) && section_bound(c, GCKPT_SEC_BLOCK, &bb) &&
+           section_bound(c, GCKPT_SEC_HEAD, &bh) && gckpt_mul(bb, c->model->layers, &micro) &&
+           gckpt_add(micro, be, &micro) && gckpt_add(micro, bh, &micro) && gckpt_mul(micro, 2, &total) &&
+           gckpt_add(total, c->weights, &total) && gckpt_add(total, c->grads, &total) &&
+           gckpt_add(total, c->opt_states, &total) && gckpt_add(total, c->opt_temp, &total) &&
+           gckpt_add(total, c->workspace, &total) && total <= GCKPT_MAX_STEP_BYTES;
+}
+
+bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
+                    const gckpt_recipe *r, const gckpt_setting *s, gckpt_err *err)
+{
+    memset(c, 0, sizeof *c);
+    c->model = m;
+    c->dev = d;
+    c->recipe = r;
+    c->set = *s;
+    if (!resolve_tensors(c, err)) return false;
+    /* persistent: every parameter tensor is its own allocation, as are its grad and
+     * optimizer states; block tensors repeat per layer (the parameter state table) */
+    bool overflow;
+    if (!gckpt_params_build(r, m->layers, s->optimizer, d->alloc_round_bytes, &c->params, &overflow, err)) return false;
+    c->weights = c->params.weight_bytes;
+    c->grads = c->params.grad_bytes;
+    c->opt_states = c->params.state_bytes;
+    c->opt_temp = c->params.temp_bytes;
+    c->workspace = d->workspace_bytes;
+    c->opt_seconds = c->params.opt_traffic / hbm_rate(c);
+    op_costs(c);
+    if (overflow || !step_bound_ok(c)) {
         gckpt_seterr(err, "%s: at micro-batch %llu, seq %llu a training step could hold more than "
                      "2^62 bytes (4 EiB); sizes this large cannot be planned (reduce --seq or --micro-batch)",
                      m->name, (unsigned long long)s->micro_batch, (unsigned long long)s->seq);

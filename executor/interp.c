@@ -8,7 +8,6 @@
  * that hold their tensors), so a schedule that does not describe a real computation
  * fails loudly instead of being counted. */
 #include "interp.h"
-#include "gckpt/core/optstate.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -75,7 +74,12 @@ static param_t *param_of(gckpt_exec *x, int tensor, int layer)
     return &x->params[x->pidx[tensor]];
 }
 
-static gckpt_xt pview(const param_t *p) { return (gckpt_xt){p->w, p->n, p->dt}; }
+static gckpt_xt pview(const param_t *p) { return (gckpt_xt){p->w, p->spec->numel, p->spec->weight.dtype, p->spec->cols}; }
+static gckpt_xt state_view(const param_t *p, int k)
+{
+    const gckpt_buffer *b = &p->spec->state[k];
+    return (gckpt_xt){p->st[k], b->numel, b->dtype, 0};
+}
 
 static gckpt_xt iview(const gckpt_exec *x, uint32_t id)
 {
@@ -241,13 +245,13 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
-    /* parameter table: one entry per parameter tensor and layer */
+    /* one instance per parameter tensor and layer, as the parameter state table says */
+    const gckpt_params *ps = &x->ctx.params;
     size_t np = 0;
     for (int t = 0; t < x->r->nt; t++) {
-        x->pidx[t] = -1;
-        if (x->r->t[t].kind != GCKPT_T_PARAM) continue;
-        x->pidx[t] = (int)np;
-        np += x->r->t[t].section == GCKPT_SEC_BLOCK ? L : 1;
+        const gckpt_param *spec = gckpt_params_of(ps, t);
+        x->pidx[t] = spec ? (int)np : -1;
+        np += spec ? spec->copies : 0;
     }
     x->params = calloc(np ? np : 1, sizeof *x->params);
     if (!x->params) {
@@ -256,14 +260,12 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     }
     x->nparams = np;
     for (int t = 0; t < x->r->nt; t++) {
-        if (x->pidx[t] < 0) continue;
-        size_t nl = x->r->t[t].section == GCKPT_SEC_BLOCK ? L : 1;
-        for (size_t l = 0; l < nl; l++) {
+        const gckpt_param *spec = gckpt_params_of(ps, t);
+        for (uint64_t l = 0; spec && l < spec->copies; l++) {
             param_t *p = &x->params[x->pidx[t] + (int)l];
+            p->spec = spec;
             p->tensor = t;
-            p->layer = x->r->t[t].section == GCKPT_SEC_BLOCK ? (int)l : -1;
-            p->n = gckpt_param_numel(x->r, t);
-            p->dt = (uint8_t)x->tdt[t];
+            p->layer = spec->section == GCKPT_SEC_BLOCK ? (int)l : -1;
             p->grad = GCKPT_NOINST;
         }
     }
@@ -285,60 +287,27 @@ static gckpt_xstatus palloc(gckpt_exec *x, uint64_t bytes, void **out, gckpt_err
     return GCKPT_XS_OK;
 }
 
-gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
+/* The buffers of every parameter instance (parameter state table), and the offsets of
+ * their slices of the optimizer's step temporary. */
+static gckpt_xstatus alloc_params(gckpt_exec *x, gckpt_err *err)
 {
-    if (x->setup_done) return fail(x, err, "setup: already done");
-    const uint64_t round = x->dev.alloc_round_bytes;
-    const uint64_t pdt = gckpt_dtype_size((gckpt_dtype)x->r->param_dtype);
-    uint64_t wsum = 0, ssum = 0, tsum = 0;
+    uint64_t temp_off = 0;
     gckpt_xstatus rc;
     for (size_t i = 0; i < x->nparams; i++) {
         if (stop_requested(x)) return interrupted(x, SIZE_MAX, err);
         param_t *p = &x->params[i];
-        uint64_t e = p->n;
-        p->wbytes = gckpt_round_up(e * pdt, round);
-        if ((rc = palloc(x, p->wbytes, &p->w, err)) != GCKPT_XS_OK) return rc;
-        wsum += p->wbytes;
-        /* optimizer states: the rule gckpt_ctx_init counts (gckpt/optstate.h) */
-        uint64_t sb[4] = {0};
-        uint8_t sdt[4] = {0};
-        uint64_t sn[4] = {0};
-        gckpt_opt_layout ol;
-        gckpt_opt_layout_of(x->set.optimizer, x->r, p->tensor, &ol);
-        int ns = ol.n;
-        for (int k = 0; k < ns; k++) {
-            sn[k] = ol.buf[k].n;
-            sb[k] = gckpt_round_up(sn[k] * gckpt_state_elem_bytes(ol.buf[k].dtype, pdt), round);
-            sdt[k] = ol.buf[k].dtype == GCKPT_ST_U8 ? GCKPT_DT_U8
-                   : ol.buf[k].dtype == GCKPT_ST_F32 ? GCKPT_DT_F32 : p->dt;
-        }
-        p->nst = ns;
-        for (int k = 0; k < ns; k++) {
-            p->stbytes[k] = sb[k];
-            p->stdt[k] = sdt[k];
-            p->stn[k] = sn[k];
-            if ((rc = palloc(x, sb[k], &p->st[k], err)) != GCKPT_XS_OK) return rc;
-            ssum += sb[k];
-        }
-        if (ol.temp_n) {
-            p->temp_off = tsum;
-            tsum += gckpt_round_up(ol.temp_n * pdt, round);
-        }
+        if ((rc = palloc(x, p->spec->weight.bytes, &p->w, err)) != GCKPT_XS_OK) return rc;
+        for (int k = 0; k < p->spec->nstates; k++)
+            if ((rc = palloc(x, p->spec->state[k].bytes, &p->st[k], err)) != GCKPT_XS_OK) return rc;
+        p->temp_off = temp_off;
+        temp_off += p->spec->opt_temp.bytes;
     }
-    if (wsum != x->ctx.weights || ssum != x->ctx.opt_states || tsum != x->ctx.opt_temp)
-        return fail(x, err,
-                    "persistent sizes disagree with the planner: weights %llu vs %llu, optimizer states %llu vs %llu, "
-                    "optimizer temporaries %llu vs %llu",
-                    (unsigned long long)wsum, (unsigned long long)x->ctx.weights, (unsigned long long)ssum,
-                    (unsigned long long)x->ctx.opt_states, (unsigned long long)tsum, (unsigned long long)x->ctx.opt_temp);
-    if (x->ctx.workspace) {
-        if ((rc = palloc(x, x->ctx.workspace, &x->workspace, err)) != GCKPT_XS_OK) return rc;
-        x->workspace_bytes = x->ctx.workspace;
-        rc = x->be->set_workspace(x->be, x->workspace, x->workspace_bytes);
-        if (rc != GCKPT_XS_OK) return be_fail(x, rc, "setting the workspace", err);
-    }
-    x->setup_done = true;
-    /* initial values: weights from the seed, states zero */
+    return GCKPT_XS_OK;
+}
+
+/* Initial values: weights from the seed by their role, states zero. */
+static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
+{
     float a = (float)(x->o.init_std * sqrt(3.0));
     for (size_t i = 0; i < x->nparams; i++) {
         if (stop_requested(x)) return interrupted(x, SIZE_MAX, err);
@@ -346,12 +315,27 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
         float val;
         gckpt_init how = init_of(x->r, p->tensor, &val);
         uint64_t key = gckpt_key(x->o.seed, 0x5eedULL, (uint64_t)p->tensor, (uint64_t)(p->layer + 1));
-        rc = x->be->init(x->be, pview(p), how, how == GCKPT_INIT_CONST ? val : a, key);
-        for (int k = 0; rc == GCKPT_XS_OK && k < p->nst; k++)
-            rc = x->be->init(x->be, (gckpt_xt){p->st[k], p->stn[k], p->stdt[k]}, GCKPT_INIT_CONST, 0.0f, 0);
+        gckpt_xstatus rc = x->be->init(x->be, pview(p), how, how == GCKPT_INIT_CONST ? val : a, key);
+        for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates; k++)
+            rc = x->be->init(x->be, state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
         if (rc != GCKPT_XS_OK) return be_fail(x, rc, "initialising the weights", err);
     }
     return GCKPT_XS_OK;
+}
+
+gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
+{
+    if (x->setup_done) return fail(x, err, "setup: already done");
+    gckpt_xstatus rc = alloc_params(x, err);
+    if (rc != GCKPT_XS_OK) return rc;
+    if (x->ctx.workspace) {
+        if ((rc = palloc(x, x->ctx.workspace, &x->workspace, err)) != GCKPT_XS_OK) return rc;
+        x->workspace_bytes = x->ctx.workspace;
+        rc = x->be->set_workspace(x->be, x->workspace, x->workspace_bytes);
+        if (rc != GCKPT_XS_OK) return be_fail(x, rc, "setting the workspace", err);
+    }
+    x->setup_done = true;
+    return init_params(x, err);
 }
 
 /* ---- events ------------------------------------------------------------------------------ */
@@ -462,7 +446,7 @@ static gckpt_xstatus ev_retag(gckpt_exec *x, const gckpt_event *e, const char *a
     inst_t *in = &x->inst[e->inst];
     if (!p) return fail(x, err, "%s: a gradient retagged as the .grad of something that is not a parameter", at);
     if (p->grad != GCKPT_NOINST) return fail(x, err, "%s: the parameter's .grad exists already", at);
-    if (in->tensor != e->op || in->n != p->n || in->dt != p->dt)
+    if (in->tensor != e->op || in->n != p->spec->grad.numel || in->dt != p->spec->grad.dtype)
         return fail(x, err, "%s: instance %u does not hold this parameter's gradient", at, e->inst);
     in->is_pgrad = true;
     p->grad = e->inst;
@@ -700,15 +684,15 @@ static gckpt_xstatus ev_opt(gckpt_exec *x, const char *at, gckpt_err *err)
                            .weight_decay = x->set.optimizer == GCKPT_SGD ? 0.0 : 0.01,
                            .momentum = 0.9,
                            .step = step};
-        if (p->nst >= 1) c.s1 = (gckpt_xt){p->st[0], p->stn[0], p->stdt[0]};
-        if (p->nst >= 2) c.s2 = (gckpt_xt){p->st[1], p->stn[1], p->stdt[1]};
-        if (p->nst == 4) {
-            c.s1_absmax = (gckpt_xt){p->st[2], p->stn[2], p->stdt[2]};
-            c.s2_absmax = (gckpt_xt){p->st[3], p->stn[3], p->stdt[3]};
+        if (p->spec->nstates >= 1) c.s1 = state_view(p, 0);
+        if (p->spec->nstates >= 2) c.s2 = state_view(p, 1);
+        if (p->spec->nstates == 4) {
+            c.s1_absmax = state_view(p, 2);
+            c.s2_absmax = state_view(p, 3);
         }
         if (x->set.optimizer == GCKPT_ADAMW_FOREACH) {
             if (!x->opt_temp) return fail(x, err, "%s: the foreach temporary is not allocated", at);
-            c.temp = (gckpt_xt){(char *)x->opt_temp + p->temp_off, p->n, p->dt};
+            c.temp = (gckpt_xt){(char *)x->opt_temp + p->temp_off, p->spec->opt_temp.numel, p->spec->opt_temp.dtype, 0};
         }
         gckpt_xstatus rc = x->be->optim(x->be, &c);
         if (rc != GCKPT_XS_OK) return be_fail(x, rc, at, err);
@@ -864,7 +848,8 @@ gckpt_xstatus gckpt_exec_read_grad_raw(gckpt_exec *x, int layer, int tensor, voi
 {
     param_t *p = param_of(x, tensor, layer);
     if (!p || !x->in_grads || !live(x, p->grad)) return fail(x, err, "no gradient of parameter %d in layer %d here", tensor, layer);
-    if (bytes != p->n * gckpt_dtype_size((gckpt_dtype)p->dt)) return fail(x, err, "gradient read of the wrong size");
+    if (bytes != p->spec->numel * gckpt_dtype_size((gckpt_dtype)p->spec->grad.dtype))
+        return fail(x, err, "gradient read of the wrong size");
     gckpt_xstatus rc = x->be->download(x->be, out, x->inst[p->grad].p, bytes);
     return rc == GCKPT_XS_OK ? rc : be_fail(x, rc, "download", err);
 }
@@ -896,13 +881,12 @@ void gckpt_exec_release_all(gckpt_exec *x)
     if (x->params)
         for (size_t i = 0; i < x->nparams; i++) {
             param_t *p = &x->params[i];
-            if (p->w) be->release(be, GCKPT_MEM_DEVICE, p->w, p->wbytes);
+            if (p->w) be->release(be, GCKPT_MEM_DEVICE, p->w, p->spec->weight.bytes);
             p->w = NULL;
-            for (int k = 0; k < 4; k++) {
-                if (p->st[k]) be->release(be, GCKPT_MEM_DEVICE, p->st[k], p->stbytes[k]);
+            for (int k = 0; k < GCKPT_MAX_STATES; k++) {
+                if (p->st[k]) be->release(be, GCKPT_MEM_DEVICE, p->st[k], p->spec->state[k].bytes);
                 p->st[k] = NULL;
             }
-            p->nst = 0;
             p->grad = GCKPT_NOINST;
         }
     if (x->workspace) {

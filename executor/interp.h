@@ -16,16 +16,13 @@ typedef struct {
     bool is_pgrad;    /* a parameter's .grad (freed by zero_grad only) */
 } inst_t;
 
+/* One instance of a parameter (a block parameter has one per layer): its buffers as its
+ * entry in the parameter state table describes them. */
 typedef struct {
+    const gckpt_param *spec;
     int tensor, layer;  /* layer -1 for embedding / head parameters */
-    uint64_t n;
-    uint8_t dt;
     void *w;
-    uint64_t wbytes;
-    void *st[4];
-    uint64_t stbytes[4], stn[4];
-    uint8_t stdt[4];
-    int nst;
+    void *st[GCKPT_MAX_STATES];
     uint64_t temp_off;  /* adamw-foreach: offset in the optimizer temporary */
     uint32_t grad;      /* instance of .grad, GCKPT_NOINST when none */
 } param_t;

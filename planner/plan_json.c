@@ -92,7 +92,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     num(m, "intermediate", (double)p->model.intermediate);
     num(m, "vocab", (double)p->model.vocab);
     cJSON_AddBoolToObject(m, "tied_embeddings", p->model.tied);
-    num(m, "parameters", (double)gckpt_model_params(&p->model));
+    num(m, "parameters", (double)p->params->numel);
     cJSON *cfg = cJSON_Parse(p->model_config_text);
     if (cfg) cJSON_AddItemToObject(m, "config", cfg);
     cJSON_AddItemToObject(in, "device", gckpt_device_to_json(&p->dev));

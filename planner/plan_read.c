@@ -191,7 +191,7 @@ static bool read_model(R *r, const cJSON *in, gckpt_plan_file *pf)
         !eq_u64(r, m, "inputs.model.head_dim", md->head_dim, cf) ||
         !eq_u64(r, m, "inputs.model.intermediate", md->intermediate, cf) ||
         !eq_u64(r, m, "inputs.model.vocab", md->vocab, cf) ||
-        !eq_u64(r, m, "inputs.model.parameters", gckpt_model_params(md), "the parameter count of inputs.model.config") ||
+        !eq_u64(r, m, "inputs.model.parameters", gckpt_param_count(md), "the parameter count of inputs.model.config") ||
         !boolean(r, m, "inputs.model.tied_embeddings", &tied))
         return false;
     if (tied != md->tied)

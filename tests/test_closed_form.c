@@ -174,7 +174,7 @@ static void accumulation_steady_state(void **state)
         assert_false(w1.seen_fwd2);
         assert_true(w4.res.peak_bytes >= w1.res.peak_bytes);
         /* fp32 grads of amp: 4 bytes per parameter */
-        assert_int_equal(c.grads, gckpt_model_params(&m) * 4);
+        assert_int_equal(c.grads, gckpt_param_count(&m) * 4);
     }
 }
 
@@ -183,7 +183,7 @@ static void persistent_state(void **state)
     (void)state;
     gckpt_model m;
     load("llama-3.1-8b", &m);
-    uint64_t P = gckpt_model_params(&m);
+    uint64_t P = gckpt_param_count(&m);
     static const struct { gckpt_precision p; gckpt_optimizer o; uint64_t w, g, st, tmp; } cases[] = {
         {GCKPT_AMP_BF16, GCKPT_ADAMW, 4, 4, 8, 0},
         {GCKPT_AMP_BF16, GCKPT_ADAMW_FOREACH, 4, 4, 8, 4},

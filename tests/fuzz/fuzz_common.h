@@ -52,7 +52,7 @@ static inline void fuzz_check_error(const gckpt_err *err, const char *file)
 }
 
 /* An independent parameter count in 128 bits (no overflow possible), the oracle for
- * gckpt_model_params on anything the readers accept. */
+ * gckpt_param_count on anything the readers accept. */
 static inline unsigned __int128 params128(const gckpt_model *m)
 {
     typedef unsigned __int128 u;

@@ -4,6 +4,7 @@
  * overflow: checked here in 128 bits). */
 #include "fuzz_common.h"
 #include "gckpt/core/model.h"
+#include "gckpt/core/params.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -26,8 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(m.norm_eps > 0 && m.norm_eps <= 1, "norm eps %g", m.norm_eps);
         unsigned __int128 p = params128(&m);
         FUZZ_CHECK(p <= UINT64_MAX, "parameter count overflows 64 bits");
-        FUZZ_CHECK((uint64_t)p == gckpt_model_params(&m), "parameter count %llu != %llu",
-                   (unsigned long long)(uint64_t)p, (unsigned long long)gckpt_model_params(&m));
+        FUZZ_CHECK((uint64_t)p == gckpt_param_count(&m), "parameter count %llu != %llu",
+                   (unsigned long long)(uint64_t)p, (unsigned long long)gckpt_param_count(&m));
     }
     free(text);
     return 0;

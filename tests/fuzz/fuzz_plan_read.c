@@ -43,7 +43,7 @@ static void check_model(const gckpt_plan_file *pf)
     FUZZ_CHECK(memchr(m->name, 0, sizeof m->name) && m->name[0], "model name empty or unterminated");
     FUZZ_CHECK(memchr(m->model_type, 0, sizeof m->model_type), "model_type unterminated");
     unsigned __int128 p = params128(m);
-    FUZZ_CHECK(p <= UINT64_MAX && (uint64_t)p == gckpt_model_params(m), "parameter count");
+    FUZZ_CHECK(p <= UINT64_MAX && (uint64_t)p == gckpt_param_count(m), "parameter count");
 
     /* the embedded config, printed back, is the same model */
     FUZZ_CHECK(pf->config_text, "no config_text");

@@ -46,12 +46,6 @@ bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt
 /* Resolve a name (models/NAME.json) or a path and load it. */
 bool gckpt_model_load(const char *name_or_path, gckpt_model *m, gckpt_err *err);
 
-/* Parameter counts (exact; the model is validated so these cannot overflow). */
-uint64_t gckpt_model_params(const gckpt_model *m);
-uint64_t gckpt_model_layer_params(const gckpt_model *m);   /* one block */
-uint64_t gckpt_model_embed_params(const gckpt_model *m);   /* token (+position) tables */
-uint64_t gckpt_model_head_params(const gckpt_model *m);    /* final norm + untied lm_head */
-
 /* Convenience: attention widths. */
 static inline uint64_t gckpt_q_dim(const gckpt_model *m) { return m->heads * m->head_dim; }
 static inline uint64_t gckpt_kv_dim(const gckpt_model *m) { return m->kv_heads * m->head_dim; }

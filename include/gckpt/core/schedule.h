@@ -10,6 +10,7 @@
 
 #include "gckpt/core/device.h"
 #include "gckpt/core/model.h"
+#include "gckpt/core/params.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/setting.h"
 
@@ -113,7 +114,8 @@ typedef struct {
      * tensor whose allocation holds t); their backward runs as recipe ops do */
     bool fwd_view[GCKPT_MAX_OPS];
     int16_t storage[GCKPT_MAX_TENSORS];
-    /* persistent state, bytes (each parameter tensor rounded separately) */
+    gckpt_params params;                 /* the parameter state table */
+    /* persistent state, bytes (the table's totals), and the cuBLAS workspace */
     uint64_t weights, grads, opt_states, opt_temp, workspace;
     double opt_seconds;                  /* one optimizer step */
     /* each op at this setting: forward [0] and backward [1] seconds, matmul FLOPs and

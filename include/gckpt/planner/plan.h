@@ -74,6 +74,7 @@ typedef struct {
     long recommended; /* index or -1 */
     long smallest;    /* index of the smallest device peak */
     gckpt_recipe *recipe; /* of the request's precision and attention */
+    gckpt_params *params; /* its parameter state table under the request's optimizer */
     gckpt_warning warnings[GCKPT_MAX_WARNINGS];
     size_t n_warnings;
 } gckpt_plan;

@@ -42,7 +42,7 @@ static void check_model(const gckpt_plan_file *pf)
     FUZZ_CHECK(m->family == GCKPT_FAMILY_LLAMA || m->family == GCKPT_FAMILY_GPT2, "family");
     FUZZ_CHECK(memchr(m->name, 0, sizeof m->name) && m->name[0], "model name empty or unterminated");
     FUZZ_CHECK(memchr(m->model_type, 0, sizeof m->model_type), "model_type unterminated");
-    unsigned __int128 p = params128(m);
+    unsigned __int128 p = closed_form_params128(m);
     FUZZ_CHECK(p <= UINT64_MAX && (uint64_t)p == gckpt_param_count(m), "parameter count");
 
     /* the embedded config, printed back, is the same model */

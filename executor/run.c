@@ -202,7 +202,7 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
         return;
     }
     gckpt_result walk;
-    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_events(x), &walk);
+    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_schedule(x), &walk);
     rep->pred_schedule_peak = walk.peak_bytes;
     /* the larger of the plan's counts and this build's */
     uint64_t peak = walk.peak_bytes > e->r.peak_bytes ? walk.peak_bytes : e->r.peak_bytes;

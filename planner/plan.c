@@ -5,17 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t gckpt_checkpointed_layers(uint32_t every_n, uint64_t layers, uint64_t *out, size_t max)
-{
-    size_t n = 0;
-    if (!every_n) return 0;
-    for (uint64_t i = 0; i < layers; i += every_n) {
-        if (n < max) out[n] = i;
-        n++;
-    }
-    return n;
-}
-
 void gckpt_plan_free(gckpt_plan *p)
 {
     free(p->entries);
@@ -321,7 +310,7 @@ void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, siz
     if (r->peak_layer < 0) snprintf(loc, sizeof loc, "embedding");
     else if (r->peak_layer < L) snprintf(loc, sizeof loc, "layer %d", r->peak_layer);
     else snprintf(loc, sizeof loc, "lm_head/loss");
-    const char *micro = r->peak_micro == 1 ? ", later micro-step (gradients exist)" : "";
+    const char *micro = r->peak_micro == GCKPT_MICRO_LATER ? ", later micro-step (gradients exist)" : "";
     if (r->peak_phase == GCKPT_PH_OPTIMIZER)
         snprintf(buf, n, "optimizer step (states + gradients + step temporaries)");
     else if (r->peak_tensor >= 0) {

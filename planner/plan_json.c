@@ -17,9 +17,9 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(o, "micro_batch", (double)e->micro_batch);
     num(o, "grad_accum", (double)e->grad_accum);
     cJSON *cl = cJSON_AddArrayToObject(o, "checkpointed_layers");
-    if (e->every_n)
-        for (uint64_t i = 0; i < p->model.layers; i += e->every_n)
-            cJSON_AddItemToArray(cl, cJSON_CreateNumber((double)i));
+    gckpt_mode_cursor cur = gckpt_mode_cursor_at(e->every_n, e->offload, 0);
+    for (uint64_t i = 0; e->every_n && i < p->model.layers; i++, gckpt_mode_cursor_up(&cur))
+        if (gckpt_mode_cursor_mode(&cur) != GCKPT_LAYER_PLAIN) cJSON_AddItemToArray(cl, cJSON_CreateNumber((double)i));
     cJSON *m = cJSON_AddObjectToObject(o, "memory");
     num(m, "peak_bytes", (double)r->peak_bytes);
     num(m, "device_peak_bytes", (double)r->device_peak_bytes);
@@ -30,7 +30,9 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
         num(m, "peak_layer", r->peak_layer);
     else
         cJSON_AddNullToObject(m, "peak_layer");
-    cJSON_AddStringToObject(m, "peak_micro_step", r->peak_micro == 0 ? "first" : r->peak_micro == 1 ? "later" : "optimizer");
+    cJSON_AddStringToObject(m, "peak_micro_step", r->peak_micro == GCKPT_MICRO_FIRST   ? "first"
+                                                         : r->peak_micro == GCKPT_MICRO_LATER ? "later"
+                                                                                                : "optimizer");
     char where[256];
     gckpt_peak_where(p, r, where, sizeof where);
     cJSON_AddStringToObject(m, "peak_where", where);

@@ -114,7 +114,7 @@ static inline void fx_steps(gckpt_backend *be, const gckpt_model *m, const gckpt
         snprintf(out->msg, sizeof out->msg, "%s", err.msg);
         return;
     }
-    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_events(x), &out->pred);
+    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_schedule(x), &out->pred);
     gckpt_host_need_of(x, out->pred.peak_bytes, out->pred.host_pinned_bytes, 0, &out->need);
     be->reset_peaks(be);
     out->rc = gckpt_exec_setup(x, &err);

@@ -191,42 +191,44 @@ typedef enum { BREAK_LEAK, BREAK_SMALL_ALLOC, BREAK_EARLY_FREE, BREAK_NO_GRAD } 
 
 static void break_schedule(gckpt_exec *x, breakage how)
 {
-    gckpt_events *ev = (gckpt_events *)gckpt_exec_events(x);
+    gckpt_schedule *ev = (gckpt_schedule *)gckpt_exec_schedule(x);
     const gckpt_recipe *r = gckpt_exec_ctx(x)->recipe;
-    for (size_t i = 0; i < ev->n; i++) {
-        gckpt_event *e = &ev->ev[i];
-        if (how == BREAK_LEAK && e->kind == GCKPT_EV_FREE && e->micro == 0 && e->op >= 0 &&
-            r->t[e->op].kind == GCKPT_T_ACT) {
-            e->kind = GCKPT_EV_RETAG; /* the free becomes bookkeeping: the buffer leaks */
-            e->comp2 = e->comp;
-            return;
-        }
-        if (how == BREAK_SMALL_ALLOC && e->kind == GCKPT_EV_ALLOC && e->op >= 0 && e->bytes > 1024) {
-            e->bytes /= 4;
-            return;
-        }
-        if (how == BREAK_NO_GRAD && e->kind == GCKPT_EV_BWD) {
-            e->arg[4] = e->arg[4] + 100000; /* an output gradient that does not exist */
-            return;
-        }
-        if (how == BREAK_EARLY_FREE && e->kind == GCKPT_EV_BWD && e->layer == 0 && r->op[e->op].prim == GCKPT_P_LINEAR) {
-            /* free the saved input of a linear in a recomputed layer just before its backward */
-            uint32_t saved = GCKPT_NOINST;
-            for (size_t j = i; j-- > 0;)
-                if ((ev->ev[j].kind == GCKPT_EV_FWD || ev->ev[j].kind == GCKPT_EV_RECOMPUTE) && ev->ev[j].op == e->op &&
-                    ev->ev[j].layer == e->layer) {
-                    saved = ev->ev[j].arg[0];
-                    break;
-                }
-            assert_true(saved != GCKPT_NOINST);
-            for (size_t j = i + 1; j < ev->n; j++)
-                if (ev->ev[j].kind == GCKPT_EV_FREE && ev->ev[j].inst == saved) {
-                    gckpt_event f = ev->ev[j];
-                    memmove(&ev->ev[i + 1], &ev->ev[i], (j - i) * sizeof f);
-                    ev->ev[i] = f;
-                    return;
-                }
-            fail_msg("no free of the saved input");
+    for (size_t si = 0; si < ev->nseg; si++) {
+        const gckpt_seg *g = &ev->seg[si].seg;
+        for (size_t i = ev->seg[si].begin; i < ev->seg[si].end; i++) {
+            gckpt_event *e = &ev->ev[i];
+            if (how == BREAK_LEAK && e->kind == GCKPT_EV_FREE && g->micro == GCKPT_MICRO_FIRST && e->tensor >= 0 &&
+                r->t[e->tensor].kind == GCKPT_T_ACT) {
+                e->kind = GCKPT_EV_TO_CHECKPOINT; /* the free becomes bookkeeping: the buffer leaks */
+                return;
+            }
+            if (how == BREAK_SMALL_ALLOC && e->kind == GCKPT_EV_ALLOC && e->tensor >= 0 && e->bytes > 1024) {
+                e->bytes /= 4;
+                return;
+            }
+            if (how == BREAK_NO_GRAD && e->kind == GCKPT_EV_BWD) {
+                e->arg.bwd.grad_out += 100000; /* an output gradient that does not exist */
+                return;
+            }
+            if (how == BREAK_EARLY_FREE && e->kind == GCKPT_EV_BWD && g->part == GCKPT_PART_LAYER && g->layer == 0 &&
+                r->op[e->op].prim == GCKPT_P_LINEAR) {
+                /* free the saved input of a linear in a recomputed layer just before its backward */
+                uint32_t saved = GCKPT_NOINST;
+                for (size_t j = i; j-- > ev->seg[si].begin;)
+                    if ((ev->ev[j].kind == GCKPT_EV_FWD || ev->ev[j].kind == GCKPT_EV_RECOMPUTE) && ev->ev[j].op == e->op) {
+                        saved = ev->ev[j].arg.fwd.in[0];
+                        break;
+                    }
+                assert_true(saved != GCKPT_NOINST);
+                for (size_t j = i + 1; j < ev->seg[si].end; j++)
+                    if (ev->ev[j].kind == GCKPT_EV_FREE && ev->ev[j].inst == saved) {
+                        gckpt_event f = ev->ev[j];
+                        memmove(&ev->ev[i + 1], &ev->ev[i], (j - i) * sizeof f);
+                        ev->ev[i] = f;
+                        return;
+                    }
+                fail_msg("no free of the saved input");
+            }
         }
     }
     fail_msg("nothing to break");

@@ -1,7 +1,7 @@
 /* Evaluating a setting: the event walk over a full schedule, and the fast evaluator
  * that composes per-segment summaries (one layer of each mode, profiled once per
  * micro-batch and sequence length) for sweeps. Both give the same numbers; tests
- * check that on every entry of sweeps. */
+ * check that on every entry of sweeps. (core: read by the planner and the executor) */
 #ifndef GCKPT_EVAL_H
 #define GCKPT_EVAL_H
 
@@ -17,8 +17,9 @@ typedef struct {
     uint64_t host_pinned_bytes; /* peak pinned host memory (offload) */
     uint64_t after_forward_bytes; /* allocated after forward + loss, before backward (micro-step 1) */
     int64_t breakdown[GCKPT_NCOMP]; /* bytes per component at the peak; sums to peak_bytes */
-    uint8_t peak_phase, peak_micro;
-    int32_t peak_layer;         /* -1 embedding, 0..L-1, L head, L+1 optimizer */
+    uint8_t peak_phase;         /* gckpt_phase */
+    uint8_t peak_micro;         /* gckpt_micro */
+    int32_t peak_layer;         /* gckpt_seg_place: -1 embedding, 0..L-1, L head, L+1 optimizer */
     int16_t peak_tensor;        /* recipe tensor allocated at the peak, -1 if none */
     bool peak_grad;             /* ... and that allocation is its gradient */
     double step_s, forward_s, backward_s, recompute_s, copy_s, optimizer_s;
@@ -27,9 +28,9 @@ typedef struct {
 } gckpt_result;
 
 /* Walk a schedule built by gckpt_schedule_build. */
-void gckpt_walk(const gckpt_ctx *c, const gckpt_events *ev, gckpt_result *res);
+void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *s, gckpt_result *res);
 
-/* Summary of one segment of events. */
+/* Summary of one segment's events. */
 typedef struct {
     int64_t net[GCKPT_NCOMP];
     int64_t net_total;
@@ -37,39 +38,24 @@ typedef struct {
     int64_t at_peak[GCKPT_NCOMP]; /* running delta per component at that point */
     int64_t host_net, host_peak_rel;
     bool has_peak;
-    uint8_t peak_phase;
     int16_t peak_tensor;
     bool peak_grad;
     double seconds, flops, recompute_s, copy_s;
     double fwd_s, bwd_s;
-} gckpt_segment;
+} gckpt_seg_summary;
 
-enum {
-    GCKPT_SEG_EMBED_FWD,
-    GCKPT_SEG_HEAD_FWD,
-    GCKPT_SEG_FWD_END_HEAD,
-    GCKPT_SEG_HEAD_BWD,
-    GCKPT_SEG_EMBED_BWD,
-    GCKPT_SEG_STEP_END,
-    GCKPT_NSEG_FIXED
-};
-
+/* Every segment of a step, summarised once per micro-batch and sequence length: the
+ * fast evaluator composes a setting from them in the step's order (gckpt_micro_order).
+ * Layer 0 is apart: the base model holds its input (the embedding output) until it
+ * returns, and its mode (every_n off: plain; else checkpointed, offloaded or not) also
+ * decides whether checkpoints hold eager attention's mask, so the once-rows and layer 0
+ * are kept per layer 0's mode; the later layers per row and mode. [micro]: the first
+ * micro-step, a later one. */
 typedef struct {
-    /* The first layer is apart: the base model holds its input (the embedding output)
-     * until it returns, and its mode (every_n off: plain; else checkpointed, offloaded
-     * or not) also decides whether checkpoints hold eager attention's mask: the fixed
-     * segments and the first layer's are kept per first-layer mode.
-     * [first layer's mode][micro: 0 first, 1 later] */
-    gckpt_segment fixed[GCKPT_NLAYERMODE][2][GCKPT_NSEG_FIXED];
-    gckpt_segment first_fwd[GCKPT_NLAYERMODE][2];
-    gckpt_segment first_fwd_end[GCKPT_NLAYERMODE][2];
-    gckpt_segment first_bwd[GCKPT_NLAYERMODE][2];
-    /* every later layer: [micro][mode] */
-    gckpt_segment layer_fwd[2][GCKPT_NLAYERMODE];
-    gckpt_segment layer_fwd_end[2][GCKPT_NLAYERMODE];
-    gckpt_segment layer_bwd[2][GCKPT_NLAYERMODE];
-    gckpt_segment optimizer;
-    bool later_micro; /* the [1] segments exist: built for a grad_accum > 1 */
+    gckpt_seg_summary first[GCKPT_NLAYERMODE][2][GCKPT_MICRO_ROWS];
+    gckpt_seg_summary later[2][GCKPT_MICRO_ROWS][GCKPT_NLAYERMODE];
+    gckpt_seg_summary optimizer;
+    bool later_micro; /* the [1] summaries exist: built for a grad_accum > 1 */
 } gckpt_profile;
 
 /* Profile the segments for c's model, precision, attention, micro-batch and seq

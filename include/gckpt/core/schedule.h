@@ -1,7 +1,8 @@
-/* Schedule: the ordered events of one steady-state training step for one setting,
- * derived from the recipe by one simulator that decides every tensor's lifetime:
- * forward consumers, tensors saved for backward, checkpointed inputs, recompute,
- * offload copies, gradients, the optimizer step. */
+/* Schedule: the events of one steady-state training step for one setting, grouped by
+ * the step's segments (gckpt/core/step.h), derived from the recipe by one simulator that
+ * decides every tensor's lifetime: forward consumers, tensors saved for backward,
+ * checkpointed inputs, recompute, offload copies, gradients, the optimizer step.
+ * (core: read by the planner and the executor) */
 #ifndef GCKPT_SCHEDULE_H
 #define GCKPT_SCHEDULE_H
 
@@ -13,6 +14,7 @@
 #include "gckpt/core/params.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/setting.h"
+#include "gckpt/core/step.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,69 +37,134 @@ typedef enum {
 
 extern const char *const gckpt_component_names[GCKPT_NCOMP];
 
-typedef enum {
-    GCKPT_PH_FORWARD,
-    GCKPT_PH_LOSS,
-    GCKPT_PH_BACKWARD,
-    GCKPT_PH_OPTIMIZER,
-    GCKPT_NPHASE
-} gckpt_phase;
-
-extern const char *const gckpt_phase_names[GCKPT_NPHASE];
+/* ---- events ---------------------------------------------------------------------------- */
 
 typedef enum {
-    GCKPT_EV_ALLOC,      /* device allocation (bytes, comp) */
-    GCKPT_EV_FREE,       /* device free (bytes, comp) */
-    GCKPT_EV_RETAG,      /* bytes move from comp to comp2 (a kept input becomes a checkpoint;
-                          * with comp2 = GRADS: instance inst becomes the .grad of param op) */
-    GCKPT_EV_HOST_ALLOC, /* pinned host allocation */
+    GCKPT_EV_ALLOC,           /* a buffer of tensor `tensor` (grad: its gradient): numel of dtype */
+    GCKPT_EV_ALLOC_SCRATCH,   /* an op's temporaries (tensor -1): an fp32 accumulator of numel
+                               * elements (SDPA's dq), or raw bytes (dtype uint8) the kernels
+                               * need not touch (pow's, a broadcast operand's, the CPU target's) */
+    GCKPT_EV_FREE,
+    GCKPT_EV_TO_CHECKPOINT,   /* a checkpointed layer keeps its input: its bytes move from comp
+                               * to CHECKPOINTS */
+    GCKPT_EV_BECOME_GRAD,     /* a summed gradient (inst) becomes parameter `tensor`'s .grad:
+                               * its bytes move from comp (BACKWARD) to GRADS */
+    GCKPT_EV_HOST_ALLOC,      /* the layer's pinned host buffer */
     GCKPT_EV_HOST_FREE,
-    GCKPT_EV_D2H,        /* copy to pinned host on the compute stream */
-    GCKPT_EV_H2D,
-    GCKPT_EV_FWD,        /* forward of recipe op `op` */
-    GCKPT_EV_RECOMPUTE,  /* forward of op `op` re-run in backward */
-    GCKPT_EV_BWD,        /* backward of op `op` */
-    GCKPT_EV_OPT,        /* optimizer step (memory-bound pass) */
-    GCKPT_EV_GRAD_ADD,   /* arg[0] = arg[1] + arg[2] (gradient accumulation; may be in place) */
+    GCKPT_EV_D2H,             /* inst copied into the layer's host buffer (compute stream) */
+    GCKPT_EV_H2D,             /* inst filled from it, in the order the copies went out */
+    GCKPT_EV_FWD,             /* forward of recipe op `op` */
+    GCKPT_EV_RECOMPUTE,       /* forward of op `op` re-run in backward */
+    GCKPT_EV_BWD,             /* backward of op `op` */
+    GCKPT_EV_GRAD_SUM,        /* sum.dst = sum.a + sum.b in dst's dtype (dst may be a) */
+    GCKPT_EV_GRAD_CAST,       /* sum.dst = sum.b converted to dst's dtype (a gradient made
+                               * wider than its input) */
+    GCKPT_EV_GRAD_ACCUMULATE, /* parameter `tensor`'s .grad += sum.b (AccumulateGrad) */
+    GCKPT_EV_OPT_TEMP_ALLOC,  /* the optimizer step's temporaries (every parameter's slice) */
+    GCKPT_EV_OPT_STEP,        /* every parameter's update (a memory-bound pass) */
+    GCKPT_EV_OPT_TEMP_FREE,
+    GCKPT_EV_ZERO_GRAD,       /* zero_grad(set_to_none=True): every .grad freed (bytes: all) */
+    GCKPT_NEVENT
 } gckpt_event_kind;
 
-/* Operand bindings (arg) of events, for executors; GCKPT_NOINST where there is none.
- *  FWD / RECOMPUTE: arg[k] (k < nin) = data instance of input k (NOINST for parameters:
- *      they are found by (layer, tensor)); arg[4], arg[5] = instances of out[0], out[1].
- *  BWD: arg[k] = instance that receives the gradient of input k: a fresh buffer, a
- *      temporary that a following GRAD_ADD accumulates, or arg[4] itself when the
- *      gradient passes through unchanged; NOINST when none is needed. For a parameter
- *      it is its .grad (a GRADS allocation) or a temporary. arg[4] = gradient of out[0],
- *      arg[5] = backward workspace. Saved tensors are the op's inputs and outputs as
- *      bound by the latest FWD / RECOMPUTE of the op in that layer.
- *  GRAD_ADD: arg[0] = arg[1] + arg[2], converted to arg[0]'s dtype; arg[1] = NOINST:
- *      arg[0] = arg[2] converted (a gradient computed in fp32 for a 16-bit input); for
- *      a parameter (op = its tensor) arg[0] = arg[1] = NOINST: add arg[2] into .grad.
- *  D2H: arg[0] = device instance copied out to the layer's host buffer. H2D: arg[0] =
- *      device instance filled from the layer's host buffer. */
+extern const char *const gckpt_event_names[GCKPT_NEVENT];
+
+/* An instance that does not exist (an operand not needed). */
 #define GCKPT_NOINST UINT32_MAX
 
+/* One event. Operands name instances (ids unique within a schedule):
+ *  FWD / RECOMPUTE: fwd.in[k] = input k (GCKPT_NOINST for a parameter: found by tensor
+ *      and the segment's layer), fwd.out[k] = output k; a view's output is its input 0.
+ *  BWD: bwd.grad_in[k] receives the gradient of input k: a fresh buffer, a temporary a
+ *      following GRAD_* event accumulates, or bwd.grad_out itself when the gradient passes
+ *      through unchanged; GCKPT_NOINST when none is needed (a parameter's is its .grad or
+ *      a temporary). bwd.workspace: the op's scratch. The saved tensors are the operands
+ *      of the latest FWD / RECOMPUTE of the op in the same segment's layer. */
 typedef struct {
-    uint8_t kind, comp, comp2, phase;
-    uint8_t micro;    /* 0: first micro-step (no grads yet), 1: a later one (grads exist) */
-    uint8_t grad;     /* ALLOC: 1 if it is a gradient (of tensor op) */
-    uint8_t dtype;    /* ALLOC: bytes per element of the buffer */
-    int16_t op;       /* recipe op (compute) or recipe tensor (memory events); -1 none */
-    int32_t layer;    /* -1 embedding, 0..L-1 block, L head/loss, L+1 optimizer */
-    uint32_t inst;    /* tensor instance id for memory events */
-    uint64_t bytes;
-    double seconds;   /* compute and copy events */
-    double flops;     /* compute events */
-    uint32_t arg[6];  /* operand bindings, see above */
+    uint32_t in[GCKPT_OP_MAX_IN], out[2];
+} gckpt_fwd_args;
+typedef struct {
+    uint32_t grad_in[GCKPT_OP_MAX_IN], grad_out, workspace;
+} gckpt_bwd_args;
+typedef struct {
+    uint32_t dst, a, b;
+} gckpt_sum_args;
+
+typedef struct {
+    uint8_t kind;    /* gckpt_event_kind */
+    uint8_t comp;    /* memory events: the component its bytes count in (moves: from) */
+    uint8_t dtype;   /* ALLOC, ALLOC_SCRATCH: gckpt_dtype */
+    bool grad;       /* ALLOC: a gradient of `tensor` */
+    int16_t tensor;  /* memory, copy and gradient events: the recipe tensor; -1 none */
+    int16_t op;      /* FWD, RECOMPUTE, BWD: the recipe op; -1 otherwise */
+    uint32_t inst;   /* memory and copy events: the instance */
+    uint64_t numel;  /* ALLOC, ALLOC_SCRATCH: elements */
+    uint64_t bytes;  /* memory events: bytes allocated, freed or moved; copies: bytes copied */
+    double seconds;  /* compute, copy, gradient and optimizer events */
+    double flops;    /* compute events */
+    union {
+        gckpt_fwd_args fwd;
+        gckpt_bwd_args bwd;
+        gckpt_sum_args sum;
+    } arg;
 } gckpt_event;
+
+/* A segment of the step and its events [begin, end). */
+typedef struct {
+    gckpt_seg seg;
+    size_t begin, end;
+} gckpt_sched_seg;
 
 typedef struct {
     gckpt_event *ev;
     size_t n, cap;
-    bool oom;         /* event buffer could not grow */
-} gckpt_events;
+    gckpt_sched_seg *seg;
+    size_t nseg, seg_cap;
+    bool oom; /* a buffer could not grow */
+} gckpt_schedule;
 
-void gckpt_events_free(gckpt_events *e);
+void gckpt_schedule_free(gckpt_schedule *s);
+
+/* ---- memory accounting -------------------------------------------------------------------
+ * Current device bytes per component and pinned host bytes: the one accounting of memory
+ * events, applied by the walk, the segment profiles and the timeline. */
+typedef struct {
+    int64_t cur[GCKPT_NCOMP];
+    int64_t total, host;
+} gckpt_mem;
+
+enum { GCKPT_MEM_DEVICE_UP = 1, GCKPT_MEM_HOST_UP = 2 };
+
+/* Applies e; GCKPT_MEM_DEVICE_UP / GCKPT_MEM_HOST_UP when it allocated (a peak may follow). */
+static inline int gckpt_mem_apply(gckpt_mem *m, const gckpt_event *e)
+{
+    int64_t b = (int64_t)e->bytes;
+    switch (e->kind) {
+    case GCKPT_EV_ALLOC: case GCKPT_EV_ALLOC_SCRATCH: case GCKPT_EV_OPT_TEMP_ALLOC:
+        m->cur[e->comp] += b;
+        m->total += b;
+        return GCKPT_MEM_DEVICE_UP;
+    case GCKPT_EV_FREE: case GCKPT_EV_OPT_TEMP_FREE: case GCKPT_EV_ZERO_GRAD:
+        m->cur[e->comp] -= b;
+        m->total -= b;
+        return 0;
+    case GCKPT_EV_TO_CHECKPOINT:
+        m->cur[e->comp] -= b;
+        m->cur[GCKPT_C_CHECKPOINTS] += b;
+        return 0;
+    case GCKPT_EV_BECOME_GRAD:
+        m->cur[e->comp] -= b;
+        m->cur[GCKPT_C_GRADS] += b;
+        return 0;
+    case GCKPT_EV_HOST_ALLOC:
+        m->host += b;
+        return GCKPT_MEM_HOST_UP;
+    case GCKPT_EV_HOST_FREE:
+        m->host -= b;
+        return 0;
+    default: return 0;
+    }
+}
 
 /* Everything the simulator needs, resolved once per (model, setting, micro-batch, seq). */
 typedef struct {
@@ -140,43 +207,10 @@ uint64_t gckpt_layer_saved_bytes(const gckpt_ctx *c);
 /* The same for any section (embedding, block, head). */
 uint64_t gckpt_section_saved_bytes(const gckpt_ctx *c, int sec);
 
-/* Build the full steady-state step: micro-step 1 (no grads at start), one later
- * micro-step when grad_accum > 1 (its time counts grad_accum - 1 times), the optimizer
- * step and zero_grad. */
-bool gckpt_schedule_build(const gckpt_ctx *c, gckpt_events *out);
+/* Build the steady-state step of c's setting: its segments in order (gckpt_step_next)
+ * with their events. false when out of memory. */
+bool gckpt_schedule_build(const gckpt_ctx *c, gckpt_schedule *out);
 
-/* --- the simulator's building blocks, shared with the fast evaluator ------------- */
-
-typedef enum { GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT, GCKPT_LAYER_CKPT_OFFLOAD, GCKPT_NLAYERMODE } gckpt_layer_mode;
-
-typedef struct gckpt_sim gckpt_sim;
-
-/* A simulator for one micro-step over `layers` layers; segments emit into `out`. */
-gckpt_sim *gckpt_sim_new(const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers);
-/* Whether layers are checkpointed (every_n > 0) and offloaded: checkpoints then hold the
- * layers' arguments (recipe.h, ckpt_held) until layer 0's backward ends, else the base
- * model drops them when its forward returns. A cross-layer effect; the fast evaluator
- * keeps a profile variant per first-layer mode, which decides it. */
-void gckpt_sim_set_checkpointing(gckpt_sim *s, bool any, bool offload);
-/* Reuse a simulator (keeps its buffers). false on out of memory. */
-bool gckpt_sim_reset(gckpt_sim *s, const gckpt_ctx *c, bool grads_exist, uint8_t micro, uint64_t layers);
-/* Instance ids are unique within a sim; a later micro-step continues the numbering. */
-uint32_t gckpt_sim_next_id(const gckpt_sim *s);
-void gckpt_sim_set_first_id(gckpt_sim *s, uint32_t first);
-/* The mode HF gives layer i under a setting. */
-gckpt_layer_mode gckpt_layer_mode_of(const gckpt_setting *s, uint64_t i);
-void gckpt_sim_free(gckpt_sim *s);
-void gckpt_sim_embed_fwd(gckpt_sim *s, gckpt_events *out);
-void gckpt_sim_layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_events *out);
-void gckpt_sim_head_fwd(gckpt_sim *s, gckpt_events *out);
-void gckpt_sim_fwd_end_layer(gckpt_sim *s, int layer, gckpt_events *out);
-void gckpt_sim_fwd_end_head(gckpt_sim *s, gckpt_events *out);
-void gckpt_sim_head_bwd(gckpt_sim *s, gckpt_events *out);
-void gckpt_sim_layer_bwd(gckpt_sim *s, int layer, gckpt_events *out);
-void gckpt_sim_embed_bwd(gckpt_sim *s, gckpt_events *out);
-void gckpt_sim_step_end(gckpt_sim *s, gckpt_events *out);
-/* Optimizer step + zero_grad(set_to_none=True). */
-void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_events *out);
 /* Persistent memory at the start of a steady-state step (weights, states, workspace). */
 void gckpt_persistent(const gckpt_ctx *c, int64_t comp[GCKPT_NCOMP]);
 

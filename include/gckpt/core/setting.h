@@ -41,17 +41,6 @@ int gckpt_precision_from(const char *s);
 int gckpt_optimizer_from(const char *s);
 int gckpt_attention_from(const char *s);
 
-/* Layer i (0-based) is checkpointed when every_n > 0 and i % every_n == 0 (HF's rule). */
-static inline bool gckpt_is_checkpointed(uint32_t every_n, uint64_t i)
-{
-    return every_n > 0 && i % every_n == 0;
-}
-/* Number of checkpointed layers among L: ceil(L / n). */
-static inline uint64_t gckpt_checkpointed_count(uint32_t every_n, uint64_t layers)
-{
-    return every_n ? (layers + every_n - 1) / every_n : 0;
-}
-
 #ifdef __cplusplus
 }
 #endif

@@ -152,7 +152,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
                            const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err);
 /* The schedule and context (for the prediction: gckpt_walk). */
 const gckpt_ctx *gckpt_exec_ctx(const gckpt_exec *x);
-const gckpt_events *gckpt_exec_events(const gckpt_exec *x);
+const gckpt_schedule *gckpt_exec_schedule(const gckpt_exec *x);
 
 /* Allocate the persistent state (weights, optimizer states, workspace) and initialise
  * it. OOM when the backend cannot hold it. */

@@ -87,9 +87,6 @@ void gckpt_plan_warnings(gckpt_plan *p);
 bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err);
 void gckpt_plan_free(gckpt_plan *p);
 
-/* Checkpointed layer indices of an entry, 0-based (HF: i % n == 0). */
-size_t gckpt_checkpointed_layers(uint32_t every_n, uint64_t layers, uint64_t *out, size_t max);
-
 /* "layer 31, backward: mlp.down_proj" */
 void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, size_t n);
 

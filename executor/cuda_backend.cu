@@ -9,6 +9,9 @@
 
 #include "cuda_common.cuh"
 #include "gckpt/executor/cuda_diag.h"
+extern "C" {
+#include "gckpt/executor/op_sizes.h"
+}
 #include "gckpt/util/safe_text.h"
 
 namespace {
@@ -162,13 +165,16 @@ gckpt_xstatus c_init(gckpt_backend *be, gckpt_xt t, gckpt_init how, float scale,
     return cuda_fill(CB(be), t, how, scale, key);
 }
 
+// Every launch below is preceded by the op's own size checks (op_sizes.h), on the host.
 gckpt_xstatus c_source(gckpt_backend *be, gckpt_source what, const gckpt_xcall *c, const int64_t *host)
 {
+    if (gckpt_op_check_source(what, c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     return cuda_source(CB(be), what, c, host);
 }
 
 gckpt_xstatus c_forward(gckpt_backend *be, const gckpt_xcall *c)
 {
+    if (gckpt_op_check_forward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     if (cuda_is_matmul(c->op->prim)) return cuda_matmul_forward(CB(be), c);
     if (cuda_is_attn(c->op->prim)) return cuda_attn_forward(CB(be), c);
     return cuda_elem_forward(CB(be), c);
@@ -176,16 +182,25 @@ gckpt_xstatus c_forward(gckpt_backend *be, const gckpt_xcall *c)
 
 gckpt_xstatus c_backward(gckpt_backend *be, const gckpt_xcall *c)
 {
+    if (gckpt_op_check_backward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     if (cuda_is_matmul(c->op->prim)) return cuda_matmul_backward(CB(be), c);
     if (cuda_is_attn(c->op->prim)) return cuda_attn_backward(CB(be), c);
     return cuda_elem_backward(CB(be), c);
 }
 
-gckpt_xstatus c_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt x) { return cuda_add(CB(be), dst, a, x); }
+gckpt_xstatus c_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt x)
+{
+    if (gckpt_op_check_add(dst, a, x, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
+    return cuda_add(CB(be), dst, a, x);
+}
 
 gckpt_xstatus c_set_scalar(gckpt_backend *be, gckpt_xt dst, float v) { return cuda_fill(CB(be), dst, GCKPT_INIT_CONST, v, 0); }
 
-gckpt_xstatus c_optim(gckpt_backend *be, const gckpt_optcall *c) { return cuda_optim(CB(be), c); }
+gckpt_xstatus c_optim(gckpt_backend *be, const gckpt_optcall *c)
+{
+    if (gckpt_op_check_optim(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
+    return cuda_optim(CB(be), c);
+}
 
 gckpt_xstatus c_checksum(gckpt_backend *be, gckpt_xt t, uint64_t salt, uint64_t *hash, double *sumsq)
 {

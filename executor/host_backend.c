@@ -15,6 +15,7 @@
 #include "host_blas.h"
 #include "host_ops.h"
 #include "host_scratch.h"
+#include "gckpt/executor/op_sizes.h"
 
 typedef struct {
     gckpt_backend be;     /* first: the interface */
@@ -86,8 +87,10 @@ static gckpt_xstatus h_init(gckpt_backend *be, gckpt_xt t, gckpt_init how, float
     return GCKPT_XS_OK;
 }
 
+/* Every kernel below runs after the op's own size checks (op_sizes.h). */
 static gckpt_xstatus h_source(gckpt_backend *be, gckpt_source what, const gckpt_xcall *c, const int64_t *host)
 {
+    if (gckpt_op_check_source(what, c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     return host_source(what, c, host, &be->err);
 }
 
@@ -111,6 +114,7 @@ static gckpt_xstatus oom_if_scratch_failed(gckpt_xstatus rc) { return hs_take_fa
 static gckpt_xstatus h_forward(gckpt_backend *be, const gckpt_xcall *c)
 {
     test_stall();
+    if (gckpt_op_check_forward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     if (!host_blas_ready(&be->err)) return GCKPT_XS_OOM;
     hs_take_failure();
     return oom_if_scratch_failed(host_op_forward(c, &be->err));
@@ -118,6 +122,7 @@ static gckpt_xstatus h_forward(gckpt_backend *be, const gckpt_xcall *c)
 
 static gckpt_xstatus h_backward(gckpt_backend *be, const gckpt_xcall *c)
 {
+    if (gckpt_op_check_backward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     if (!host_blas_ready(&be->err)) return GCKPT_XS_OOM;
     hs_take_failure();
     return oom_if_scratch_failed(host_op_backward(c, &be->err));
@@ -125,11 +130,7 @@ static gckpt_xstatus h_backward(gckpt_backend *be, const gckpt_xcall *c)
 
 static gckpt_xstatus h_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt b)
 {
-    if (dst.n != a.n || dst.n != b.n) {
-        gckpt_seterr(&be->err, "gradient add: sizes %llu, %llu, %llu differ", (unsigned long long)dst.n,
-                     (unsigned long long)a.n, (unsigned long long)b.n);
-        return GCKPT_XS_ERROR;
-    }
+    if (gckpt_op_check_add(dst, a, b, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     if (!a.p)
         for (uint64_t i = 0; i < dst.n; i++) st(&dst, i, ld(&b, i));
     else
@@ -144,7 +145,11 @@ static gckpt_xstatus h_set_scalar(gckpt_backend *be, gckpt_xt dst, float v)
     return GCKPT_XS_OK;
 }
 
-static gckpt_xstatus h_optim(gckpt_backend *be, const gckpt_optcall *c) { return host_optim(c, &be->err); }
+static gckpt_xstatus h_optim(gckpt_backend *be, const gckpt_optcall *c)
+{
+    if (gckpt_op_check_optim(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
+    return host_optim(c, &be->err);
+}
 
 static gckpt_xstatus h_checksum(gckpt_backend *be, gckpt_xt t, uint64_t salt, uint64_t *hash, double *sumsq)
 {

@@ -72,7 +72,7 @@ param_t *exec_param(gckpt_exec *x, int tensor, int layer)
 
 gckpt_xt exec_param_view(const param_t *p)
 {
-    return (gckpt_xt){p->w, p->spec->numel, p->spec->weight.dtype, p->spec->cols};
+    return (gckpt_xt){p->w, p->spec->numel, p->spec->weight.dtype, p->spec->cols, p->spec->rows};
 }
 
 gckpt_xt exec_state_view(const param_t *p, int k)

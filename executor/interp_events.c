@@ -162,8 +162,12 @@ static gckpt_xstatus ev_host(gckpt_exec *x, const gckpt_event *e, const exec_sit
         const inst_t *in = &x->inst[e->inst];
         /* the layer's buffer is filled in order (hidden states, then a positional mask)
          * and read back in the same order */
-        uint64_t off = d2h ? h->wr : h->rd, lim = d2h ? h->bytes : h->wr;
-        if (!h->p || e->bytes > in->bytes || off + e->bytes > lim)
+        uint64_t off = d2h ? h->wr : h->rd, lim = d2h ? h->bytes : h->wr, holds = 0;
+        (void)gckpt_dtype_storage((gckpt_dtype)in->dt, in->n, &holds);
+        if (e->bytes != holds)
+            return exec_fail(err, "%s: copy of %llu bytes of an instance whose %llu elements take %llu", w->at,
+                             (unsigned long long)e->bytes, (unsigned long long)in->n, (unsigned long long)holds);
+        if (!h->p || off + e->bytes > lim)
             return exec_fail(err, "%s: copy of %llu bytes at offset %llu does not fit its buffers", w->at,
                              (unsigned long long)e->bytes, (unsigned long long)off);
         char *hp = (char *)h->p + off;
@@ -192,14 +196,28 @@ static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slo
 /* A tensor that has no buffer (absent: freed, or never needed): its recipe size. */
 static gckpt_xt absent(const gckpt_exec *x, int t) { return (gckpt_xt){NULL, x->ctx.numel[t], x->r->t[t].dtype, 0}; }
 
-/* Every operand's row width, from the recipe's shape of the tensor it holds. */
+/* The shape [rows, cols] of the tensor an operand holds, from the recipe. */
+static void shape_of(const gckpt_exec *x, int t, gckpt_xt *v)
+{
+    v->cols = gckpt_tensor_width(x->r, t, x->set.seq);
+    v->rows = v->cols ? x->ctx.numel[t] / v->cols : 0;
+}
+
+/* Every operand's shape (a gradient has its tensor's). */
 static void shape_call(const gckpt_exec *x, gckpt_xcall *c)
 {
     const gckpt_op *op = c->op;
-    for (int k = 0; k < op->nin; k++) c->in[k].cols = c->gin[k].cols = gckpt_tensor_width(x->r, op->in[k], x->set.seq);
+    for (int k = 0; k < op->nin; k++) {
+        shape_of(x, op->in[k], &c->in[k]);
+        c->gin[k].rows = c->in[k].rows;
+        c->gin[k].cols = c->in[k].cols;
+    }
     for (int k = 0; k < 2; k++)
-        if (op->out[k] >= 0) c->out[k].cols = gckpt_tensor_width(x->r, op->out[k], x->set.seq);
-    if (op->out[0] >= 0) c->gout.cols = c->out[0].cols;
+        if (op->out[k] >= 0) shape_of(x, op->out[k], &c->out[k]);
+    if (op->out[0] >= 0) {
+        c->gout.rows = c->out[0].rows;
+        c->gout.cols = c->out[0].cols;
+    }
 }
 
 /* the view of op input k: a parameter by (layer, tensor) or a bound instance */
@@ -220,13 +238,14 @@ static bool in_view(gckpt_exec *x, const gckpt_op *op, int k, int layer, uint32_
     return true;
 }
 
-/* The host data of a SOURCE op (ids, labels, positions), NULL for computed sources. */
-static const int64_t *source_data(gckpt_exec *x, const gckpt_op *op, uint64_t *n)
+/* The host data of a SOURCE op (ids, labels, positions: as many as the source's size
+ * check allows), NULL for computed sources. */
+static const int64_t *source_data(gckpt_exec *x, const gckpt_op *op)
 {
     switch (op->source) {
-    case GCKPT_SRC_IDS: *n = x->ctx.tokens; return x->ids;
-    case GCKPT_SRC_LABELS: *n = x->ctx.tokens; return x->labels;
-    case GCKPT_SRC_POSITIONS: *n = x->set.seq; return x->positions;
+    case GCKPT_SRC_IDS: return x->ids;
+    case GCKPT_SRC_LABELS: return x->labels;
+    case GCKPT_SRC_POSITIONS: return x->positions;
     default: return NULL;
     }
 }
@@ -267,10 +286,7 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     shape_call(x, &c);
     gckpt_xstatus rc;
     if (op->nin == 0) {
-        uint64_t have = 0;
-        const int64_t *host = source_data(x, op, &have);
-        if (host && c.out[0].n > have) return exec_fail(err, "%s: source tensor larger than its data", w->at);
-        rc = x->be->source(x->be, (gckpt_source)op->source, &c, host);
+        rc = x->be->source(x->be, (gckpt_source)op->source, &c, source_data(x, op));
     } else {
         rc = x->be->forward(x->be, &c);
     }

@@ -27,14 +27,16 @@
 
 /* ---- tensors ------------------------------------------------------------------------ */
 
-/* A view of backend memory: n elements of dtype dt (gckpt_dtype) at p (NULL: absent);
- * cols: elements per row of the tensor it holds, as the recipe shapes it (gckpt_shape;
- * 0 where no tensor). */
+/* A view of backend memory: n elements of dtype dt (gckpt_dtype) at p (NULL: absent).
+ * rows x cols: the shape of the tensor it holds, as the recipe shapes it (gckpt_shape at
+ * this micro-batch and sequence; 0 where no tensor). n may differ from rows x cols where
+ * the buffer is the storage a view reads (an expanded kv head, a role of gpt2's packed
+ * q/k/v); a buffer an op writes never does (op_sizes.h). */
 typedef struct {
     void *p;
     uint64_t n;
     uint8_t dt;
-    uint64_t cols;
+    uint64_t cols, rows;
 } gckpt_xt;
 
 typedef enum { GCKPT_MEM_DEVICE, GCKPT_MEM_PINNED } gckpt_mem_kind;

@@ -40,7 +40,8 @@ struct cuda_be {
     size_t smem_optin;         // max dynamic shared memory per block
 };
 
-static inline cuda_be *CB(gckpt_backend *be) { return reinterpret_cast<cuda_be *>(be); }
+// The backend behind the interface.
+static inline cuda_be *as_cuda(gckpt_backend *be) { return reinterpret_cast<cuda_be *>(be); }
 
 // Record a CUDA / cuBLAS failure in be->err as "file:line: call: reason".
 gckpt_xstatus cu_fail(gckpt_backend *be, cudaError_t e, const char *what, const char *file, int line);
@@ -93,11 +94,6 @@ __device__ __forceinline__ void stx(void *p, uint8_t dt, uint64_t i, float v)
     case GCKPT_DT_I8: static_cast<int8_t *>(p)[i] = static_cast<int8_t>(v); break;
     default: static_cast<int64_t *>(p)[i] = static_cast<int64_t>(v); break;
     }
-}
-
-__device__ __forceinline__ float lowest_of(uint8_t dt)
-{
-    return dt == GCKPT_DT_BF16 ? -3.38953139e38f : dt == GCKPT_DT_F16 ? -65504.0f : -3.40282347e38f;
 }
 
 // Grid for n elements with a grid-stride loop.

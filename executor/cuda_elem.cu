@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "cuda_common.cuh"
+#include "gckpt/executor/kernel_math.h"
 
 namespace {
 
@@ -19,45 +20,7 @@ struct Bcast {
 
 __device__ __forceinline__ uint64_t yidx(const Bcast &bc, uint64_t i)
 {
-    switch (bc.mode) {
-    case BC_ROW: return i / bc.width;
-    case BC_COL: return i % bc.width;
-    case BC_TABLE: {
-        uint64_t row = i / bc.xcols, col = i % bc.xcols;
-        return (row % bc.s) * bc.width + col % bc.width;
-    }
-    case BC_MASK: return (i / bc.per) * bc.s * bc.s + i % (bc.s * bc.s);
-    default: return i;
-    }
-}
-
-__device__ __forceinline__ float powi(float x, float e)
-{
-    if (e == 2.0f) return x * x;
-    if (e == 3.0f) return x * x * x;
-    if (e == 1.0f) return x;
-    return powf(x, e);
-}
-
-__device__ __forceinline__ float gelu_f(float x, bool tanh_approx)
-{
-    if (tanh_approx) {
-        float k = 0.7978845608028654f, u = k * (x + 0.044715f * x * x * x);
-        return 0.5f * x * (1.0f + tanhf(u));
-    }
-    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-}
-
-__device__ __forceinline__ float gelu_grad(float x, bool tanh_approx)
-{
-    if (tanh_approx) {
-        float k = 0.7978845608028654f, x2 = x * x, u = k * (x + 0.044715f * x2 * x);
-        float t = tanhf(u);
-        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x2);
-    }
-    float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
-    float pdf = expf(-0.5f * x * x) * 0.3989422804014327f;
-    return cdf + x * pdf;
+    return gckpt_bcast_index(bc.mode, bc.width, bc.xcols, bc.s, bc.per, i);
 }
 
 struct Unary {
@@ -78,11 +41,11 @@ __global__ void k_unary_fwd(Unary a)
         float v = ldx(a.x, a.xdt, i), r;
         switch (a.prim) {
         case GCKPT_P_AFFINE: r = v * a.sa + a.sb; break;
-        case GCKPT_P_POW: r = powi(v, a.sa); break;
+        case GCKPT_P_POW: r = gckpt_powi(v, a.sa); break;
         case GCKPT_P_RSQRT: r = 1.0f / sqrtf(v); break;
         case GCKPT_P_TANH: r = tanhf(v); break;
-        case GCKPT_P_SILU: r = v / (1.0f + expf(-v)); break;
-        case GCKPT_P_GELU: r = gelu_f(v, a.sa == 1.0f); break;
+        case GCKPT_P_SILU: r = gckpt_silu(v); break;
+        case GCKPT_P_GELU: r = gckpt_gelu(v, a.sa == 1.0f); break;
         case GCKPT_P_DROPOUT: {
             int keep = gckpt_keep(a.rng, i, a.sa);
             stx(a.o2, a.o2dt, i, static_cast<float>(keep));
@@ -103,23 +66,11 @@ __global__ void k_unary_bwd(Unary a)
         float d = ldx(a.g, a.gdt, i), r;
         switch (a.prim) {
         case GCKPT_P_AFFINE: r = d * a.sa; break;
-        case GCKPT_P_POW: r = d * (a.sa * powi(ldx(a.x, a.xdt, i), a.sa - 1.0f)); break;
-        case GCKPT_P_RSQRT: {
-            float y = ldx(a.y, a.ydt, i);
-            r = -0.5f * d * (y * y * y);
-            break;
-        }
-        case GCKPT_P_TANH: {
-            float y = ldx(a.y, a.ydt, i);
-            r = d * (1.0f - y * y);
-            break;
-        }
-        case GCKPT_P_SILU: {
-            float x = ldx(a.x, a.xdt, i), s = 1.0f / (1.0f + expf(-x));
-            r = d * (s * (1.0f + x * (1.0f - s)));
-            break;
-        }
-        case GCKPT_P_GELU: r = d * gelu_grad(ldx(a.x, a.xdt, i), a.sa == 1.0f); break;
+        case GCKPT_P_POW: r = d * gckpt_pow_grad(ldx(a.x, a.xdt, i), a.sa); break;
+        case GCKPT_P_RSQRT: r = d * gckpt_rsqrt_grad(ldx(a.y, a.ydt, i)); break;
+        case GCKPT_P_TANH: r = d * gckpt_tanh_grad(ldx(a.y, a.ydt, i)); break;
+        case GCKPT_P_SILU: r = d * gckpt_silu_grad(ldx(a.x, a.xdt, i)); break;
+        case GCKPT_P_GELU: r = d * gckpt_gelu_grad(ldx(a.x, a.xdt, i), a.sa == 1.0f); break;
         case GCKPT_P_DROPOUT: r = ldx(a.mask, a.mdt, i) != 0.0f ? d * inv_keep : 0.0f; break;
         default: r = d; break; // CAST
         }
@@ -210,10 +161,10 @@ __global__ void k_binary_bwd_y_reduce(Binary a, uint64_t ny, uint64_t B, uint64_
     }
 }
 
-// rotate_half pieces: mode 0 neg fwd, 1 cat fwd, 2 neg bwd, 3 cat bwd (in0), 4 cat bwd (in1)
+// rotate_half's pieces (kernel_math.h, gckpt_half_src): src1, and src2 for CAT's second
 struct Half {
-    const void *a, *x;
-    uint8_t adt, xdt, odt;
+    const void *src1, *src2;
+    uint8_t dt1, dt2, odt;
     void *o;
     uint64_t n, w, C;
     int mode;
@@ -221,38 +172,13 @@ struct Half {
 
 __global__ void k_half(Half h)
 {
-    uint64_t w = h.w, hw = w / 2, C = h.C, half = C / 2;
+    float sign = gckpt_half_negates(h.mode) ? -1.0f : 1.0f;
     GRID_LOOP(i, h.n)
     {
-        float v;
-        switch (h.mode) {
-        case 0: {
-            uint64_t row = i / half, col = i % half;
-            v = -ldx(h.x, h.xdt, row * C + (col / hw) * w + hw + col % hw);
-            break;
-        }
-        case 1: {
-            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
-            v = j < hw ? ldx(h.a, h.adt, row * half + hd * hw + j) : ldx(h.x, h.xdt, row * C + hd * w + j - hw);
-            break;
-        }
-        case 2: {
-            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
-            v = j < hw ? 0.0f : -ldx(h.x, h.xdt, row * half + hd * hw + j - hw);
-            break;
-        }
-        case 3: {
-            uint64_t row = i / half, col = i % half;
-            v = ldx(h.x, h.xdt, row * C + (col / hw) * w + col % hw);
-            break;
-        }
-        default: {
-            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
-            v = j < hw ? ldx(h.x, h.xdt, row * C + hd * w + hw + j) : 0.0f;
-            break;
-        }
-        }
-        stx(h.o, h.odt, i, v);
+        int which;
+        uint64_t k = gckpt_half_src(h.mode, i, h.C, h.w, &which);
+        float v = which == 0 ? 0.0f : which == 1 ? ldx(h.src1, h.dt1, k) : ldx(h.src2, h.dt2, k);
+        stx(h.o, h.odt, i, sign * v);
     }
 }
 
@@ -313,7 +239,7 @@ __global__ void k_layernorm(const void *x, uint8_t xdt, const void *w, uint8_t w
         float d = ldx(x, xdt, r * W + k) - mean;
         v += d * d;
     }
-    float rstd = 1.0f / sqrtf(block_sum(v, scratch) / static_cast<float>(W) + eps);
+    float rstd = gckpt_layernorm_rstd(block_sum(v, scratch) / static_cast<float>(W), eps);
     for (uint64_t k = threadIdx.x; k < W; k += blockDim.x)
         stx(o, odt, r * W + k, (ldx(x, xdt, r * W + k) - mean) * rstd * ldx(w, wdt, k) + ldx(b, bdt, k));
     if (threadIdx.x == 0) {
@@ -337,7 +263,7 @@ __global__ void k_layernorm_bwd_x(const void *x, uint8_t xdt, const void *w, uin
     s2 = block_sum(s2, scratch) / static_cast<float>(W);
     for (uint64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float xh = (ldx(x, xdt, r * W + k) - mean) * rstd, dxh = ldx(g, gdt, r * W + k) * ldx(w, wdt, k);
-        stx(gi, gidt, r * W + k, rstd * (dxh - s1 - xh * s2));
+        stx(gi, gidt, r * W + k, gckpt_layernorm_grad(rstd, dxh, xh, s1, s2));
     }
 }
 
@@ -533,18 +459,16 @@ gckpt_xstatus cuda_elem_forward(cuda_be *cb, const gckpt_xcall *c)
         h.o = o.p;
         h.odt = o.dt;
         h.n = o.n;
+        h.src1 = x.p;
+        h.dt1 = x.dt;
         if (op->prim == GCKPT_P_NEG_HALF) {
-            h.mode = 0;
-            h.x = x.p;
-            h.xdt = x.dt;
+            h.mode = GCKPT_HALF_NEG;
             h.C = c->in[0].cols;
         } else {
             NEED_T(be, c, c->in[1], "input 1");
-            h.mode = 1;
-            h.a = x.p;
-            h.adt = x.dt;
-            h.x = c->in[1].p;
-            h.xdt = c->in[1].dt;
+            h.mode = GCKPT_HALF_CAT;
+            h.src2 = c->in[1].p;
+            h.dt2 = c->in[1].dt;
             h.C = c->in[1].cols;
         }
         k_half<<<grid_for(h.n, kBlock), kBlock, 0, st>>>(h);
@@ -670,11 +594,11 @@ gckpt_xstatus cuda_elem_backward(cuda_be *cb, const gckpt_xcall *c)
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: {
         Half h{};
         h.w = op->width;
-        h.x = g.p;
-        h.xdt = g.dt;
+        h.src1 = g.p;
+        h.dt1 = g.dt;
         if (op->prim == GCKPT_P_NEG_HALF) {
             if (!gi.p) return GCKPT_XS_OK;
-            h.mode = 2;
+            h.mode = GCKPT_HALF_NEG_GRAD;
             h.C = c->in[0].cols;
             h.o = gi.p;
             h.odt = gi.dt;
@@ -687,7 +611,7 @@ gckpt_xstatus cuda_elem_backward(cuda_be *cb, const gckpt_xcall *c)
         for (int k = 0; k < 2; k++) {
             if (!c->gin[k].p) continue;
             Half q = h;
-            q.mode = 3 + k;
+            q.mode = k == 0 ? GCKPT_HALF_CAT_GRAD0 : GCKPT_HALF_CAT_GRAD1;
             q.o = c->gin[k].p;
             q.odt = c->gin[k].dt;
             q.n = c->gin[k].n;

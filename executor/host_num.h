@@ -97,13 +97,4 @@ static inline float rnd(uint8_t dt, float v)
     }
 }
 
-static inline float lowest_of(uint8_t dt)
-{
-    switch (dt) {
-    case GCKPT_DT_BF16: return -3.38953139e38f;
-    case GCKPT_DT_F16: return -65504.0f;
-    default: return -3.40282347e38f;
-    }
-}
-
 #endif

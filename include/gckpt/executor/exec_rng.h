@@ -44,29 +44,4 @@ GCKPT_HD uint64_t gckpt_key(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
 /* dropout: element i is kept when its draw is >= p */
 GCKPT_HD int gckpt_keep(uint64_t key, uint64_t i, float p) { return gckpt_rng_unit(key, i) >= p; }
 
-/* 8-bit optimizer state codes (the adamw-8bit approximation, see executor/README.md):
- * exp_avg: signed linear code in [-127, 127] of value / absmax, stored with offset 128;
- * exp_avg_sq: unsigned code in [0, 255] of sqrt(value / absmax). Blocks of 256. */
-#define GCKPT_Q_BLOCK 256
-GCKPT_HD uint8_t gckpt_q8_signed(float v, float absmax)
-{
-    float x = absmax > 0 ? v / absmax * 127.0f : 0.0f;
-    x = x > 127.0f ? 127.0f : x < -127.0f ? -127.0f : x;
-    int q = (int)(x < 0 ? x - 0.5f : x + 0.5f);
-    return (uint8_t)(q + 128);
-}
-GCKPT_HD float gckpt_dq8_signed(uint8_t q, float absmax) { return (float)((int)q - 128) / 127.0f * absmax; }
-GCKPT_HD uint8_t gckpt_q8_sqrt(float v, float absmax)
-{
-    float x = absmax > 0 && v > 0 ? v / absmax : 0.0f;
-    x = x > 1.0f ? 1.0f : x;
-    float r = sqrtf(x) * 255.0f; /* correctly rounded on host and device */
-    return (uint8_t)(int)(r + 0.5f);
-}
-GCKPT_HD float gckpt_dq8_sqrt(uint8_t q, float absmax)
-{
-    float r = (float)q / 255.0f;
-    return r * r * absmax;
-}
-
 #endif

@@ -16,6 +16,7 @@
 #include "host_ops.h"
 #include "host_scratch.h"
 #include "gckpt/executor/op_sizes.h"
+#include "gckpt/util/test_hooks.h"
 
 typedef struct {
     gckpt_backend be;     /* first: the interface */
@@ -94,26 +95,12 @@ static gckpt_xstatus h_source(gckpt_backend *be, gckpt_source what, const gckpt_
     return host_source(what, c, host, &be->err);
 }
 
-/* Test hook (tests/executor/test_run_outputs): GCKPT_TEST_HOST_STALL_MS makes the first
- * forward op of the process take that long without looking at the stop flag, as a
- * library call that never returns would. */
-static void test_stall(void)
-{
-    static bool done;
-    const char *v = done ? NULL : getenv("GCKPT_TEST_HOST_STALL_MS");
-    done = true;
-    long ms = v ? strtol(v, NULL, 10) : 0;
-    if (ms <= 0 || ms > 600000) return;
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L}, rem;
-    while (nanosleep(&t, &rem) != 0) t = rem; /* signals do not shorten it */
-}
-
 /* A kernel that could not get its scratch memory is an out of memory, not an error. */
 static gckpt_xstatus oom_if_scratch_failed(gckpt_xstatus rc) { return hs_take_failure() && rc == GCKPT_XS_ERROR ? GCKPT_XS_OOM : rc; }
 
 static gckpt_xstatus h_forward(gckpt_backend *be, const gckpt_xcall *c)
 {
-    test_stall();
+    if (gckpt_hook_host_forward) gckpt_hook_host_forward(); /* tests only (test_hooks.h) */
     if (gckpt_op_check_forward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     if (!host_blas_ready(&be->err)) return GCKPT_XS_OOM;
     hs_take_failure();

@@ -387,8 +387,15 @@ static void say_estimate(const gckpt_plan_file *pf, const size_t *sel, long nsel
             bytes / (double)run / 1e9, p->elem / 1e9);
 }
 
+#ifdef GCKPT_TEST_HOOKS
+void gckpt_test_hooks_install(void); /* the test build only (tests/executor/run_test_hooks.c) */
+#endif
+
 int main(int argc, char **argv)
 {
+#ifdef GCKPT_TEST_HOOKS
+    gckpt_test_hooks_install();
+#endif
     gckpt_stdio_guard();
     args_t a;
     int rc = parse_args(argc, argv, &a);

@@ -2,6 +2,7 @@
  * directory (include/gckpt/util/atomic_file.h). */
 #define _GNU_SOURCE /* flock, O_NOFOLLOW, getrandom */
 #include "gckpt/util/atomic_file.h"
+#include "gckpt/util/test_hooks.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -229,18 +230,6 @@ const char *gckpt_afile_tmp_path(const gckpt_afile *f, char *buf, size_t n)
     return buf;
 }
 
-/* Test hook (tests/executor/test_run_interrupt): GCKPT_TEST_RENAME_DELAY_MS holds the
- * temporary this long before the rename, so that a test can signal the process while
- * it exists. */
-static void test_delay(void)
-{
-    const char *v = getenv("GCKPT_TEST_RENAME_DELAY_MS");
-    long ms = v ? strtol(v, NULL, 10) : 0;
-    if (ms <= 0 || ms > 60000) return;
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L}, rem;
-    while (nanosleep(&t, &rem) != 0 && errno == EINTR) t = rem;
-}
-
 const char *gckpt_file_kind(unsigned m)
 {
     if (S_ISDIR(m)) return "a directory";
@@ -268,7 +257,7 @@ bool gckpt_afile_commit(gckpt_afile *f, bool keep_open, gckpt_err *err)
         gckpt_afile_abort(f);
         return false;
     }
-    test_delay();
+    if (gckpt_hook_before_rename) gckpt_hook_before_rename(); /* tests only (test_hooks.h) */
     if (renameat(f->dirfd, f->tmp, f->dirfd, f->base) != 0) {
         gckpt_seterr(err, "%s: cannot write: %s", f->path, strerror(errno));
         gckpt_afile_abort(f);

@@ -156,21 +156,13 @@ static gckpt_xstatus binary_bwd(const gckpt_xcall *c, gckpt_err *err)
 
 /* gpt2's packed q / k / v: column block sa of a [rows, 3 x width] input (recipe.h,
  * GCKPT_P_SPLIT); an input as wide as the output (a role already dense) is copied */
-static void split_cols(const gckpt_xcall *c, uint64_t nwide, uint64_t nnarrow, uint64_t *Ww, uint64_t *Wn, uint64_t *off)
-{
-    uint64_t rows = c->b * c->s;
-    *Ww = rows ? nwide / rows : 0;
-    *Wn = rows ? nnarrow / rows : 0;
-    *off = *Ww > *Wn ? (uint64_t)c->op->sa * *Wn : 0;
-}
-
 static gckpt_xstatus split_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *o = &c->out[0];
     NEED(c, *x, "input");
     uint64_t Ww, Wn, off;
-    split_cols(c, x->n, o->n, &Ww, &Wn, &off);
-    for (uint64_t i = 0; i < o->n; i++) st(o, i, ld(x, (i / Wn) * Ww + off + i % Wn));
+    gckpt_split_cols(c->b * c->s, x->n, o->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
+    for (uint64_t i = 0; i < o->n; i++) st(o, i, ld(x, gckpt_split_index(i, Ww, Wn, off)));
     return GCKPT_XS_OK;
 }
 
@@ -181,8 +173,8 @@ static gckpt_xstatus split_bwd(const gckpt_xcall *c, gckpt_err *err)
     const gckpt_xt *g = &c->gout, *gi = &c->gin[0];
     if (!gi->p) return GCKPT_XS_OK;
     uint64_t Ww, Wn, off;
-    split_cols(c, gi->n, g->n, &Ww, &Wn, &off);
-    for (uint64_t i = 0; i < g->n; i++) st(gi, (i / Wn) * Ww + off + i % Wn, ld(g, i));
+    gckpt_split_cols(c->b * c->s, gi->n, g->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
+    for (uint64_t i = 0; i < g->n; i++) st(gi, gckpt_split_index(i, Ww, Wn, off), ld(g, i));
     return GCKPT_XS_OK;
 }
 

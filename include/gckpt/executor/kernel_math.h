@@ -115,6 +115,19 @@ GCKPT_HD uint64_t gckpt_half_src(int mode, uint64_t i, uint64_t C, uint64_t w, i
 }
 GCKPT_HD bool gckpt_half_negates(int mode) { return mode == GCKPT_HALF_NEG || mode == GCKPT_HALF_NEG_GRAD; }
 
+/* gpt2's packed q / k / v (recipe.h, GCKPT_P_SPLIT): a role of nnarrow elements in rows
+ * of *Wn, column block role of the packed tensor's rows of *Ww (at offset *off; an input
+ * as wide as the role, already dense, at 0). */
+GCKPT_HD void gckpt_split_cols(uint64_t rows, uint64_t nwide, uint64_t nnarrow, uint64_t role, uint64_t *Ww,
+                               uint64_t *Wn, uint64_t *off)
+{
+    *Ww = rows ? nwide / rows : 0;
+    *Wn = rows ? nnarrow / rows : 0;
+    *off = *Ww > *Wn ? role * *Wn : 0;
+}
+/* the packed tensor's element holding element i of the role */
+GCKPT_HD uint64_t gckpt_split_index(uint64_t i, uint64_t Ww, uint64_t Wn, uint64_t off) { return (i / Wn) * Ww + off + i % Wn; }
+
 /* ---- broadcasting --------------------------------------------------------------------- */
 
 /* The element of a broadcast operand y read for element i of x (recipe.h, gckpt_bcast):

@@ -329,7 +329,7 @@ Att att_of(const gckpt_xcall *c)
 {
     Att a{};
     uint64_t hd = c->m->head_dim, qd = c->m->heads * hd;
-    const uint64_t W[3] = {cuda_cols(c, c->op->in[0]), cuda_cols(c, c->op->in[1]), cuda_cols(c, c->op->in[2])};
+    const uint64_t W[3] = {c->in[0].cols, c->in[1].cols, c->in[2].cols};
     uint64_t off[3] = {0, 0, 0};
     for (int k = 0; k < 3; k++)
         if (W[k] == 3 * qd) off[k] = static_cast<uint64_t>(k) * qd;
@@ -373,7 +373,7 @@ gckpt_xstatus sdpa_fwd(cuda_be *cb, const gckpt_xcall *c)
     a.outdt = c->out[0].dt;
     a.lse_out = c->out[1].p;
     a.lse_outdt = c->out[1].dt;
-    if (!a.nkv || a.nh % a.nkv || cuda_cols(c, c->op->in[1]) != cuda_cols(c, c->op->in[2]))
+    if (!a.nkv || a.nh % a.nkv || c->in[1].cols != c->in[2].cols)
         return op_fail(be, c, "k and v layouts do not match the heads");
     int hd = static_cast<int>(a.hd);
     dim3 grid(static_cast<unsigned>((a.S + F_BQ - 1) / F_BQ), static_cast<unsigned>(a.nh), static_cast<unsigned>(c->b));
@@ -534,14 +534,14 @@ gckpt_xstatus cuda_attn_forward(cuda_be *cb, const gckpt_xcall *c)
     }
     case GCKPT_P_TRANSPOSE: {
         NEED_T(be, c, x, "input");
-        uint64_t hd = c->op->width, nh = cuda_cols(c, c->op->out[0]) / hd;
+        uint64_t hd = c->op->width, nh = c->out[0].cols / hd;
         k_transpose<<<grid_for(o.n, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, c->b, c->s, nh, hd, false);
         break;
     }
     default: {
         /* the input's own width: a view of one kv head has kv heads (see host_attn.c) */
         NEED_T(be, c, x, "input");
-        uint64_t hd = c->op->width, rows = c->b * c->s, Wi = rows ? x.n / rows : 0, Wo = cuda_cols(c, c->op->out[0]);
+        uint64_t hd = c->op->width, rows = c->b * c->s, Wi = rows ? x.n / rows : 0, Wo = c->out[0].cols;
         if (!Wi || Wi % hd || Wo % Wi) return op_fail(be, c, "input columns do not repeat into the output");
         k_repeat_kv<<<grid_for(rows * Wo, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, rows, Wi, Wo, hd, (Wo / hd) / (Wi / hd));
         break;
@@ -569,14 +569,14 @@ gckpt_xstatus cuda_attn_backward(cuda_be *cb, const gckpt_xcall *c)
     }
     case GCKPT_P_TRANSPOSE: {
         if (!gi.p) return GCKPT_XS_OK;
-        uint64_t hd = c->op->width, nh = cuda_cols(c, c->op->out[0]) / hd;
+        uint64_t hd = c->op->width, nh = c->out[0].cols / hd;
         k_transpose<<<grid_for(gi.n, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, c->b, c->s, nh, hd, true);
         break;
     }
     default: {
         /* the gradient's own width: an expanded kv head's gradient has every head (rep 1) */
         if (!gi.p) return GCKPT_XS_OK;
-        uint64_t hd = c->op->width, rows = c->b * c->s, Wi = rows ? gi.n / rows : 0, Wo = cuda_cols(c, c->op->out[0]);
+        uint64_t hd = c->op->width, rows = c->b * c->s, Wi = rows ? gi.n / rows : 0, Wo = c->out[0].cols;
         if (!Wi || Wi % hd || Wo % Wi) return op_fail(be, c, "gradient columns do not sum from the output");
         k_repeat_kv_bwd<<<grid_for(rows * Wi, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, rows, Wi, Wo, hd,
                                                                          (Wo / hd) / (Wi / hd));

@@ -8,8 +8,11 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
-#include "gckpt/cuda_diag.h"
-#include "gckpt/safe_text.h"
+#include "gckpt/executor/cuda_diag.h"
+extern "C" {
+#include "gckpt/executor/op_sizes.h"
+}
+#include "gckpt/util/safe_text.h"
 
 namespace {
 
@@ -37,7 +40,7 @@ struct cuda_state {
     int ncache;
 };
 
-cuda_state *ST(gckpt_backend *be) { return reinterpret_cast<cuda_state *>(be); }
+cuda_state *state_of(gckpt_backend *be) { return reinterpret_cast<cuda_state *>(be); }
 
 void sample(cuda_be *b)
 {
@@ -53,7 +56,7 @@ void sample(cuda_be *b)
 // Free every cached pinned buffer (after its copies).
 gckpt_xstatus drain(gckpt_backend *be)
 {
-    cuda_state *s = ST(be);
+    cuda_state *s = state_of(be);
     gckpt_xstatus rc = GCKPT_XS_OK;
     for (int i = 0; i < s->ncache; i++) {
         cudaError_t e = s->cache[i].ev ? cudaEventSynchronize(s->cache[i].ev) : cudaSuccess;
@@ -88,11 +91,11 @@ void *reuse_pinned(cuda_state *s, size_t sz)
 
 gckpt_xstatus c_alloc(gckpt_backend *be, gckpt_mem_kind k, uint64_t bytes, void **out)
 {
-    cuda_be *b = CB(be);
+    cuda_be *b = as_cuda(be);
     *out = nullptr;
     size_t sz = static_cast<size_t>(bytes ? bytes : 1); // a zero-byte tensor still gets an address
     if (k == GCKPT_MEM_PINNED) {
-        *out = reuse_pinned(ST(be), sz);
+        *out = reuse_pinned(state_of(be), sz);
         if (!*out) CUDA_TRY(be, cudaHostAlloc(out, sz, cudaHostAllocDefault));
         b->ms.pinned += bytes;
         if (b->ms.pinned > b->ms.pinned_peak) b->ms.pinned_peak = b->ms.pinned;
@@ -114,8 +117,8 @@ gckpt_xstatus c_alloc(gckpt_backend *be, gckpt_mem_kind k, uint64_t bytes, void 
 
 void c_release(gckpt_backend *be, gckpt_mem_kind k, void *p, uint64_t bytes)
 {
-    cuda_be *b = CB(be);
-    cuda_state *s = ST(be);
+    cuda_be *b = as_cuda(be);
+    cuda_state *s = state_of(be);
     if (!p) return;
     if (k == GCKPT_MEM_PINNED) {
         b->ms.pinned -= bytes;
@@ -139,57 +142,69 @@ void c_release(gckpt_backend *be, gckpt_mem_kind k, void *p, uint64_t bytes)
 
 gckpt_xstatus c_copy(gckpt_backend *be, void *dst, const void *src, uint64_t bytes, bool to_host)
 {
-    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, CB(be)->stream));
+    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, as_cuda(be)->stream));
     return GCKPT_XS_OK;
 }
 
 gckpt_xstatus c_upload(gckpt_backend *be, void *dst, const void *src, uint64_t bytes)
 {
-    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, CB(be)->stream));
-    CUDA_TRY(be, cudaStreamSynchronize(CB(be)->stream));
+    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_cuda(be)->stream));
+    CUDA_TRY(be, cudaStreamSynchronize(as_cuda(be)->stream));
     return GCKPT_XS_OK;
 }
 
 gckpt_xstatus c_download(gckpt_backend *be, void *dst, const void *src, uint64_t bytes)
 {
-    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, CB(be)->stream));
-    CUDA_TRY(be, cudaStreamSynchronize(CB(be)->stream));
+    CUDA_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, as_cuda(be)->stream));
+    CUDA_TRY(be, cudaStreamSynchronize(as_cuda(be)->stream));
     return GCKPT_XS_OK;
 }
 
 gckpt_xstatus c_init(gckpt_backend *be, gckpt_xt t, gckpt_init how, float scale, uint64_t key)
 {
-    return cuda_fill(CB(be), t, how, scale, key);
+    return cuda_fill(as_cuda(be), t, how, scale, key);
 }
 
+// Every launch below is preceded by the op's own size checks (op_sizes.h), on the host.
 gckpt_xstatus c_source(gckpt_backend *be, gckpt_source what, const gckpt_xcall *c, const int64_t *host)
 {
-    return cuda_source(CB(be), what, c, host);
+    if (gckpt_op_check_source(what, c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
+    return cuda_source(as_cuda(be), what, c, host);
 }
 
 gckpt_xstatus c_forward(gckpt_backend *be, const gckpt_xcall *c)
 {
-    if (cuda_is_matmul(c->op->prim)) return cuda_matmul_forward(CB(be), c);
-    if (cuda_is_attn(c->op->prim)) return cuda_attn_forward(CB(be), c);
-    return cuda_elem_forward(CB(be), c);
+    if (gckpt_op_check_forward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
+    if (cuda_is_matmul(c->op->prim)) return cuda_matmul_forward(as_cuda(be), c);
+    if (cuda_is_attn(c->op->prim)) return cuda_attn_forward(as_cuda(be), c);
+    return cuda_elem_forward(as_cuda(be), c);
 }
 
 gckpt_xstatus c_backward(gckpt_backend *be, const gckpt_xcall *c)
 {
-    if (cuda_is_matmul(c->op->prim)) return cuda_matmul_backward(CB(be), c);
-    if (cuda_is_attn(c->op->prim)) return cuda_attn_backward(CB(be), c);
-    return cuda_elem_backward(CB(be), c);
+    if (gckpt_op_check_backward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
+    if (cuda_is_matmul(c->op->prim)) return cuda_matmul_backward(as_cuda(be), c);
+    if (cuda_is_attn(c->op->prim)) return cuda_attn_backward(as_cuda(be), c);
+    return cuda_elem_backward(as_cuda(be), c);
 }
 
-gckpt_xstatus c_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt x) { return cuda_add(CB(be), dst, a, x); }
+gckpt_xstatus c_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt x)
+{
+    if (gckpt_op_check_add(dst, a, x, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
+    return cuda_add(as_cuda(be), dst, a, x);
+}
 
-gckpt_xstatus c_set_scalar(gckpt_backend *be, gckpt_xt dst, float v) { return cuda_fill(CB(be), dst, GCKPT_INIT_CONST, v, 0); }
+gckpt_xstatus c_set_scalar(gckpt_backend *be, gckpt_xt dst, float v) { return cuda_fill(as_cuda(be), dst, GCKPT_INIT_CONST, v, 0); }
 
-gckpt_xstatus c_optim(gckpt_backend *be, const gckpt_optcall *c) { return cuda_optim(CB(be), c); }
+gckpt_xstatus c_optim(gckpt_backend *be, const gckpt_optcall *c)
+{
+    if (gckpt_op_check_optim(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
+    return cuda_optim(as_cuda(be), c);
+}
 
 gckpt_xstatus c_checksum(gckpt_backend *be, gckpt_xt t, uint64_t salt, uint64_t *hash, double *sumsq)
 {
-    return cuda_checksum(CB(be), t, salt, hash, sumsq);
+    return cuda_checksum(as_cuda(be), t, salt, hash, sumsq);
 }
 
 gckpt_xstatus c_record(gckpt_backend *be, gckpt_xt s, int slot)
@@ -198,7 +213,7 @@ gckpt_xstatus c_record(gckpt_backend *be, gckpt_xt s, int slot)
         gckpt_seterr(&be->err, "record: bad slot %d or a scalar that is not fp32", slot);
         return GCKPT_XS_ERROR;
     }
-    CUDA_TRY(be, cudaMemcpyAsync(CB(be)->records + slot, s.p, sizeof(float), cudaMemcpyDeviceToDevice, CB(be)->stream));
+    CUDA_TRY(be, cudaMemcpyAsync(as_cuda(be)->records + slot, s.p, sizeof(float), cudaMemcpyDeviceToDevice, as_cuda(be)->stream));
     return GCKPT_XS_OK;
 }
 
@@ -206,15 +221,15 @@ gckpt_xstatus c_read_records(gckpt_backend *be, float *out, int n)
 {
     if (n < 0 || n > GCKPT_MAX_RECORDS) return GCKPT_XS_ERROR;
     if (!n) return GCKPT_XS_OK;
-    CUDA_TRY(be, cudaMemcpyAsync(out, CB(be)->records, sizeof(float) * static_cast<size_t>(n), cudaMemcpyDeviceToHost,
-                                 CB(be)->stream));
-    CUDA_TRY(be, cudaStreamSynchronize(CB(be)->stream));
+    CUDA_TRY(be, cudaMemcpyAsync(out, as_cuda(be)->records, sizeof(float) * static_cast<size_t>(n), cudaMemcpyDeviceToHost,
+                                 as_cuda(be)->stream));
+    CUDA_TRY(be, cudaStreamSynchronize(as_cuda(be)->stream));
     return GCKPT_XS_OK;
 }
 
 void c_memstat(gckpt_backend *be, gckpt_memstat *m)
 {
-    *m = CB(be)->ms;
+    *m = as_cuda(be)->ms;
     m->has_device = true;
 }
 
@@ -222,7 +237,7 @@ void c_memstat(gckpt_backend *be, gckpt_memstat *m)
 // device peak starts from the baseline.
 void c_reset_peaks(gckpt_backend *be)
 {
-    cuda_be *b = CB(be);
+    cuda_be *b = as_cuda(be);
     (void)cudaStreamSynchronize(b->stream);
     (void)drain(be);
     if (!b->sync_alloc) (void)cudaMemPoolTrimTo(b->pool, 0);
@@ -235,7 +250,7 @@ void c_reset_peaks(gckpt_backend *be)
 
 gckpt_xstatus c_timer_start(gckpt_backend *be)
 {
-    cuda_be *b = CB(be);
+    cuda_be *b = as_cuda(be);
     CUDA_TRY(be, cudaEventRecord(b->t0, b->stream));
     b->timing = true;
     sample(b);
@@ -244,7 +259,7 @@ gckpt_xstatus c_timer_start(gckpt_backend *be)
 
 gckpt_xstatus c_timer_stop(gckpt_backend *be, double *seconds)
 {
-    cuda_be *b = CB(be);
+    cuda_be *b = as_cuda(be);
     if (!b->timing) {
         gckpt_seterr(&be->err, "timer stopped before it was started");
         return GCKPT_XS_ERROR;
@@ -261,13 +276,13 @@ gckpt_xstatus c_timer_stop(gckpt_backend *be, double *seconds)
 
 gckpt_xstatus c_sync(gckpt_backend *be)
 {
-    CUDA_TRY(be, cudaStreamSynchronize(CB(be)->stream));
+    CUDA_TRY(be, cudaStreamSynchronize(as_cuda(be)->stream));
     return GCKPT_XS_OK;
 }
 
 gckpt_xstatus c_set_workspace(gckpt_backend *be, void *p, uint64_t bytes)
 {
-    cuda_be *b = CB(be);
+    cuda_be *b = as_cuda(be);
     if (!p || !bytes) {
         /* the workspace is about to be freed: finish the work that may use it */
         CUDA_TRY(be, cudaStreamSynchronize(b->stream));
@@ -282,7 +297,7 @@ void version_str(int v, char *buf, size_t n) { snprintf(buf, n, "%d.%d", v / 100
 
 void c_describe(gckpt_backend *be, gckpt_devinfo *d)
 {
-    cuda_be *b = CB(be);
+    cuda_be *b = as_cuda(be);
     memset(d, 0, sizeof *d);
     snprintf(d->kind, sizeof d->kind, "gpu");
     cudaDeviceProp prop;
@@ -300,7 +315,7 @@ void c_describe(gckpt_backend *be, gckpt_devinfo *d)
 
 void c_destroy(gckpt_backend *be)
 {
-    cuda_be *b = CB(be);
+    cuda_be *b = as_cuda(be);
     // Also after an interrupted or failed entry: the work queued on the stream finishes,
     // the cached pinned buffers and the pool's free memory go back to the driver.
     if (b->stream) (void)cudaStreamSynchronize(b->stream);
@@ -312,7 +327,7 @@ void c_destroy(gckpt_backend *be)
     if (b->t0) (void)cudaEventDestroy(b->t0);
     if (b->t1) (void)cudaEventDestroy(b->t1);
     if (b->stream) (void)cudaStreamDestroy(b->stream);
-    free(ST(be));
+    free(state_of(be));
 }
 
 } // namespace

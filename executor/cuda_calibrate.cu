@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
-#include "gckpt/atomic_file.h"
+#include "gckpt/util/atomic_file.h"
 
 namespace {
 

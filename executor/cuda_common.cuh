@@ -16,13 +16,13 @@
 
 // The library's headers are C without linkage guards: declare them with C linkage here
 // (the system headers they include are included above, outside the block).
-#include "gckpt/exec_rng.h"
+#include "gckpt/executor/exec_rng.h"
 extern "C" {
-#include "gckpt/device.h"
-#include "gckpt/executor.h"
-#include "gckpt/util.h"
+#include "gckpt/core/device.h"
+#include "gckpt/executor/executor.h"
+#include "gckpt/util/util.h"
 }
-#include "gckpt/exec_cuda.h"
+#include "gckpt/executor/exec_cuda.h"
 
 struct cuda_be {
     gckpt_backend be;          // first: the interface
@@ -40,7 +40,8 @@ struct cuda_be {
     size_t smem_optin;         // max dynamic shared memory per block
 };
 
-static inline cuda_be *CB(gckpt_backend *be) { return reinterpret_cast<cuda_be *>(be); }
+// The backend behind the interface.
+static inline cuda_be *as_cuda(gckpt_backend *be) { return reinterpret_cast<cuda_be *>(be); }
 
 // Record a CUDA / cuBLAS failure in be->err as "file:line: call: reason".
 gckpt_xstatus cu_fail(gckpt_backend *be, cudaError_t e, const char *what, const char *file, int line);
@@ -76,7 +77,8 @@ __device__ __forceinline__ float ldx(const void *p, uint8_t dt, uint64_t i)
     case GCKPT_DT_F32: return static_cast<const float *>(p)[i];
     case GCKPT_DT_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
     case GCKPT_DT_F16: return __half2float(static_cast<const __half *>(p)[i]);
-    case GCKPT_DT_BOOL: return static_cast<float>(static_cast<const uint8_t *>(p)[i]);
+    case GCKPT_DT_BOOL: case GCKPT_DT_U8: return static_cast<float>(static_cast<const uint8_t *>(p)[i]);
+    case GCKPT_DT_I8: return static_cast<float>(static_cast<const int8_t *>(p)[i]);
     default: return static_cast<float>(static_cast<const int64_t *>(p)[i]);
     }
 }
@@ -88,13 +90,10 @@ __device__ __forceinline__ void stx(void *p, uint8_t dt, uint64_t i, float v)
     case GCKPT_DT_BF16: static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); break;
     case GCKPT_DT_F16: static_cast<__half *>(p)[i] = __float2half_rn(v); break;
     case GCKPT_DT_BOOL: static_cast<uint8_t *>(p)[i] = v != 0.0f; break;
+    case GCKPT_DT_U8: static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(v); break;
+    case GCKPT_DT_I8: static_cast<int8_t *>(p)[i] = static_cast<int8_t>(v); break;
     default: static_cast<int64_t *>(p)[i] = static_cast<int64_t>(v); break;
     }
-}
-
-__device__ __forceinline__ float lowest_of(uint8_t dt)
-{
-    return dt == GCKPT_DT_BF16 ? -3.38953139e38f : dt == GCKPT_DT_F16 ? -65504.0f : -3.40282347e38f;
 }
 
 // Grid for n elements with a grid-stride loop.
@@ -172,15 +171,5 @@ size_t cuda_checksum_scratch_bytes();
 
 bool cuda_is_matmul(int prim);
 bool cuda_is_attn(int prim);
-
-// Row width (elements per token row) of recipe tensor t, as the host backend defines it.
-static inline uint64_t cuda_cols(const gckpt_xcall *c, int t)
-{
-    const gckpt_tensor *x = &c->r->t[t];
-    if (x->cT) return x->cT;
-    if (x->cS) return x->cS;
-    if (x->cBSS) return c->s;
-    return x->c0;
-}
 
 #endif

@@ -1,5 +1,5 @@
-/* CUDA diagnoses in words (include/gckpt/cuda_diag.h). */
-#include "gckpt/cuda_diag.h"
+/* CUDA diagnoses in words (include/gckpt/executor/cuda_diag.h). */
+#include "gckpt/executor/cuda_diag.h"
 
 #include <stdio.h>
 

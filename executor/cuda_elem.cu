@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "cuda_common.cuh"
+#include "gckpt/executor/kernel_math.h"
 
 namespace {
 
@@ -19,45 +20,7 @@ struct Bcast {
 
 __device__ __forceinline__ uint64_t yidx(const Bcast &bc, uint64_t i)
 {
-    switch (bc.mode) {
-    case BC_ROW: return i / bc.width;
-    case BC_COL: return i % bc.width;
-    case BC_TABLE: {
-        uint64_t row = i / bc.xcols, col = i % bc.xcols;
-        return (row % bc.s) * bc.width + col % bc.width;
-    }
-    case BC_MASK: return (i / bc.per) * bc.s * bc.s + i % (bc.s * bc.s);
-    default: return i;
-    }
-}
-
-__device__ __forceinline__ float powi(float x, float e)
-{
-    if (e == 2.0f) return x * x;
-    if (e == 3.0f) return x * x * x;
-    if (e == 1.0f) return x;
-    return powf(x, e);
-}
-
-__device__ __forceinline__ float gelu_f(float x, bool tanh_approx)
-{
-    if (tanh_approx) {
-        float k = 0.7978845608028654f, u = k * (x + 0.044715f * x * x * x);
-        return 0.5f * x * (1.0f + tanhf(u));
-    }
-    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-}
-
-__device__ __forceinline__ float gelu_grad(float x, bool tanh_approx)
-{
-    if (tanh_approx) {
-        float k = 0.7978845608028654f, x2 = x * x, u = k * (x + 0.044715f * x2 * x);
-        float t = tanhf(u);
-        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x2);
-    }
-    float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
-    float pdf = expf(-0.5f * x * x) * 0.3989422804014327f;
-    return cdf + x * pdf;
+    return gckpt_bcast_index(bc.mode, bc.width, bc.xcols, bc.s, bc.per, i);
 }
 
 struct Unary {
@@ -78,11 +41,11 @@ __global__ void k_unary_fwd(Unary a)
         float v = ldx(a.x, a.xdt, i), r;
         switch (a.prim) {
         case GCKPT_P_AFFINE: r = v * a.sa + a.sb; break;
-        case GCKPT_P_POW: r = powi(v, a.sa); break;
+        case GCKPT_P_POW: r = gckpt_powi(v, a.sa); break;
         case GCKPT_P_RSQRT: r = 1.0f / sqrtf(v); break;
         case GCKPT_P_TANH: r = tanhf(v); break;
-        case GCKPT_P_SILU: r = v / (1.0f + expf(-v)); break;
-        case GCKPT_P_GELU: r = gelu_f(v, a.sa == 1.0f); break;
+        case GCKPT_P_SILU: r = gckpt_silu(v); break;
+        case GCKPT_P_GELU: r = gckpt_gelu(v, a.sa == 1.0f); break;
         case GCKPT_P_DROPOUT: {
             int keep = gckpt_keep(a.rng, i, a.sa);
             stx(a.o2, a.o2dt, i, static_cast<float>(keep));
@@ -103,23 +66,11 @@ __global__ void k_unary_bwd(Unary a)
         float d = ldx(a.g, a.gdt, i), r;
         switch (a.prim) {
         case GCKPT_P_AFFINE: r = d * a.sa; break;
-        case GCKPT_P_POW: r = d * (a.sa * powi(ldx(a.x, a.xdt, i), a.sa - 1.0f)); break;
-        case GCKPT_P_RSQRT: {
-            float y = ldx(a.y, a.ydt, i);
-            r = -0.5f * d * (y * y * y);
-            break;
-        }
-        case GCKPT_P_TANH: {
-            float y = ldx(a.y, a.ydt, i);
-            r = d * (1.0f - y * y);
-            break;
-        }
-        case GCKPT_P_SILU: {
-            float x = ldx(a.x, a.xdt, i), s = 1.0f / (1.0f + expf(-x));
-            r = d * (s * (1.0f + x * (1.0f - s)));
-            break;
-        }
-        case GCKPT_P_GELU: r = d * gelu_grad(ldx(a.x, a.xdt, i), a.sa == 1.0f); break;
+        case GCKPT_P_POW: r = d * gckpt_pow_grad(ldx(a.x, a.xdt, i), a.sa); break;
+        case GCKPT_P_RSQRT: r = d * gckpt_rsqrt_grad(ldx(a.y, a.ydt, i)); break;
+        case GCKPT_P_TANH: r = d * gckpt_tanh_grad(ldx(a.y, a.ydt, i)); break;
+        case GCKPT_P_SILU: r = d * gckpt_silu_grad(ldx(a.x, a.xdt, i)); break;
+        case GCKPT_P_GELU: r = d * gckpt_gelu_grad(ldx(a.x, a.xdt, i), a.sa == 1.0f); break;
         case GCKPT_P_DROPOUT: r = ldx(a.mask, a.mdt, i) != 0.0f ? d * inv_keep : 0.0f; break;
         default: r = d; break; // CAST
         }
@@ -210,10 +161,10 @@ __global__ void k_binary_bwd_y_reduce(Binary a, uint64_t ny, uint64_t B, uint64_
     }
 }
 
-// rotate_half pieces: mode 0 neg fwd, 1 cat fwd, 2 neg bwd, 3 cat bwd (in0), 4 cat bwd (in1)
+// rotate_half's pieces (kernel_math.h, gckpt_half_src): src1, and src2 for CAT's second
 struct Half {
-    const void *a, *x;
-    uint8_t adt, xdt, odt;
+    const void *src1, *src2;
+    uint8_t dt1, dt2, odt;
     void *o;
     uint64_t n, w, C;
     int mode;
@@ -221,38 +172,13 @@ struct Half {
 
 __global__ void k_half(Half h)
 {
-    uint64_t w = h.w, hw = w / 2, C = h.C, half = C / 2;
+    float sign = gckpt_half_negates(h.mode) ? -1.0f : 1.0f;
     GRID_LOOP(i, h.n)
     {
-        float v;
-        switch (h.mode) {
-        case 0: {
-            uint64_t row = i / half, col = i % half;
-            v = -ldx(h.x, h.xdt, row * C + (col / hw) * w + hw + col % hw);
-            break;
-        }
-        case 1: {
-            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
-            v = j < hw ? ldx(h.a, h.adt, row * half + hd * hw + j) : ldx(h.x, h.xdt, row * C + hd * w + j - hw);
-            break;
-        }
-        case 2: {
-            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
-            v = j < hw ? 0.0f : -ldx(h.x, h.xdt, row * half + hd * hw + j - hw);
-            break;
-        }
-        case 3: {
-            uint64_t row = i / half, col = i % half;
-            v = ldx(h.x, h.xdt, row * C + (col / hw) * w + col % hw);
-            break;
-        }
-        default: {
-            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
-            v = j < hw ? ldx(h.x, h.xdt, row * C + hd * w + hw + j) : 0.0f;
-            break;
-        }
-        }
-        stx(h.o, h.odt, i, v);
+        int which;
+        uint64_t k = gckpt_half_src(h.mode, i, h.C, h.w, &which);
+        float v = which == 0 ? 0.0f : which == 1 ? ldx(h.src1, h.dt1, k) : ldx(h.src2, h.dt2, k);
+        stx(h.o, h.odt, i, sign * v);
     }
 }
 
@@ -263,7 +189,7 @@ __global__ void k_split(const void *src, uint8_t sdt, void *dst, uint8_t ddt, ui
 {
     GRID_LOOP(i, n)
     {
-        uint64_t wide = (i / Wn) * Ww + off + i % Wn;
+        uint64_t wide = gckpt_split_index(i, Ww, Wn, off);
         if (bwd)
             stx(dst, ddt, wide, ldx(src, sdt, i));
         else
@@ -274,10 +200,7 @@ __global__ void k_split(const void *src, uint8_t sdt, void *dst, uint8_t ddt, ui
 static void split_cols(const gckpt_xcall *c, uint64_t nwide, uint64_t nnarrow, uint64_t *Ww, uint64_t *Wn,
                        uint64_t *off)
 {
-    uint64_t rows = c->b * c->s;
-    *Ww = rows ? nwide / rows : 0;
-    *Wn = rows ? nnarrow / rows : 0;
-    *off = *Ww > *Wn ? static_cast<uint64_t>(c->op->sa) * *Wn : 0;
+    gckpt_split_cols(c->b * c->s, nwide, nnarrow, static_cast<uint64_t>(c->op->sa), Ww, Wn, off);
 }
 
 // mean over groups of w: one warp per group
@@ -313,7 +236,7 @@ __global__ void k_layernorm(const void *x, uint8_t xdt, const void *w, uint8_t w
         float d = ldx(x, xdt, r * W + k) - mean;
         v += d * d;
     }
-    float rstd = 1.0f / sqrtf(block_sum(v, scratch) / static_cast<float>(W) + eps);
+    float rstd = gckpt_layernorm_rstd(block_sum(v, scratch) / static_cast<float>(W), eps);
     for (uint64_t k = threadIdx.x; k < W; k += blockDim.x)
         stx(o, odt, r * W + k, (ldx(x, xdt, r * W + k) - mean) * rstd * ldx(w, wdt, k) + ldx(b, bdt, k));
     if (threadIdx.x == 0) {
@@ -337,7 +260,7 @@ __global__ void k_layernorm_bwd_x(const void *x, uint8_t xdt, const void *w, uin
     s2 = block_sum(s2, scratch) / static_cast<float>(W);
     for (uint64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float xh = (ldx(x, xdt, r * W + k) - mean) * rstd, dxh = ldx(g, gdt, r * W + k) * ldx(w, wdt, k);
-        stx(gi, gidt, r * W + k, rstd * (dxh - s1 - xh * s2));
+        stx(gi, gidt, r * W + k, gckpt_layernorm_grad(rstd, dxh, xh, s1, s2));
     }
 }
 
@@ -469,10 +392,262 @@ Bcast bcast_of(const gckpt_xcall *c)
     Bcast bc;
     bc.mode = c->op->bcast;
     bc.width = c->op->width;
-    bc.xcols = cuda_cols(c, c->op->in[0]);
+    bc.xcols = c->in[0].cols;
     bc.s = c->s;
     bc.per = c->in[0].n / (c->b ? c->b : 1);
     return bc;
+}
+
+// ---- launches, one per primitive (the op's sizes were checked before: op_sizes.h) ----------
+
+gckpt_xstatus unary_fwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_op *op = c->op;
+    Unary a{};
+    a.x = c->in[0].p;
+    a.xdt = c->in[0].dt;
+    a.o = c->out[0].p;
+    a.odt = c->out[0].dt;
+    a.n = c->out[0].n;
+    a.prim = op->prim;
+    a.sa = static_cast<float>(op->sa);
+    a.sb = static_cast<float>(op->sb);
+    a.rng = c->rng;
+    if (op->prim == GCKPT_P_DROPOUT) {
+        NEED_T(be, c, c->out[1], "mask output");
+        a.o2 = c->out[1].p;
+        a.o2dt = c->out[1].dt;
+    }
+    k_unary_fwd<<<grid_for(a.n, kBlock), kBlock, 0, cb->stream>>>(a);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus unary_bwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_op *op = c->op;
+    const gckpt_xt &g = c->gout, &gi = c->gin[0];
+    if (!gi.p) return GCKPT_XS_OK;
+    if (op->prim == GCKPT_P_POW || op->prim == GCKPT_P_SILU || op->prim == GCKPT_P_GELU) NEED_T(be, c, c->in[0], "saved input");
+    if (op->prim == GCKPT_P_RSQRT || op->prim == GCKPT_P_TANH) NEED_T(be, c, c->out[0], "saved output");
+    if (op->prim == GCKPT_P_DROPOUT) NEED_T(be, c, c->out[1], "saved mask");
+    Unary a{};
+    a.g = g.p;
+    a.gdt = g.dt;
+    a.x = c->in[0].p;
+    a.xdt = c->in[0].dt;
+    a.y = c->out[0].p;
+    a.ydt = c->out[0].dt;
+    a.mask = c->out[1].p;
+    a.mdt = c->out[1].dt;
+    a.o = gi.p;
+    a.odt = gi.dt;
+    a.n = gi.n;
+    a.prim = op->prim;
+    a.sa = static_cast<float>(op->sa);
+    k_unary_bwd<<<grid_for(a.n, kBlock), kBlock, 0, cb->stream>>>(a);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+Binary binary_of(const gckpt_xcall *c)
+{
+    Binary a{};
+    a.x = c->in[0].p;
+    a.xdt = c->in[0].dt;
+    a.y = c->in[1].p;
+    a.ydt = c->in[1].dt;
+    a.mul = c->op->prim == GCKPT_P_MUL;
+    a.bc = bcast_of(c);
+    return a;
+}
+
+gckpt_xstatus binary_fwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    NEED_T(&cb->be, c, c->in[1], "input 1");
+    Binary a = binary_of(c);
+    a.o = c->out[0].p;
+    a.odt = c->out[0].dt;
+    a.n = c->out[0].n;
+    k_binary_fwd<<<grid_for(a.n, kBlock), kBlock, 0, cb->stream>>>(a);
+    LAUNCH_TRY(&cb->be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus binary_bwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_xt &g = c->gout, &gi = c->gin[0];
+    Binary a = binary_of(c);
+    a.g = g.p;
+    a.gdt = g.dt;
+    if (gi.p) {
+        if (a.mul) NEED_T(be, c, c->in[1], "saved input 1");
+        Binary b = a;
+        b.o = gi.p;
+        b.odt = gi.dt;
+        b.n = gi.n;
+        k_binary_bwd_x<<<grid_for(b.n, kBlock), kBlock, 0, cb->stream>>>(b);
+        LAUNCH_TRY(be);
+    }
+    if (c->gin[1].p) {
+        if (a.mul) NEED_T(be, c, c->in[0], "saved input 0");
+        Binary b = a;
+        b.o = c->gin[1].p;
+        b.odt = c->gin[1].dt;
+        b.n = g.n;
+        if (c->op->bcast == GCKPT_BC_NONE) {
+            k_binary_bwd_y_same<<<grid_for(b.n, kBlock), kBlock, 0, cb->stream>>>(b);
+        } else {
+            uint64_t heads = c->b ? g.n / (c->b * c->s * c->s) : 0;
+            k_binary_bwd_y_reduce<<<grid_for(c->gin[1].n, kBlock), kBlock, 0, cb->stream>>>(b, c->gin[1].n, c->b, heads);
+        }
+        LAUNCH_TRY(be);
+    }
+    return GCKPT_XS_OK;
+}
+
+// rotate_half's pieces into out with kernel_math.h's mode from src1 (and src2)
+gckpt_xstatus half_launch(cuda_be *cb, int mode, const gckpt_xt &out, const gckpt_xt &src1, const gckpt_xt *src2,
+                          uint64_t C, uint64_t w)
+{
+    Half h{};
+    h.mode = mode;
+    h.w = w;
+    h.C = C;
+    h.o = out.p;
+    h.odt = out.dt;
+    h.n = out.n;
+    h.src1 = src1.p;
+    h.dt1 = src1.dt;
+    if (src2) {
+        h.src2 = src2->p;
+        h.dt2 = src2->dt;
+    }
+    k_half<<<grid_for(h.n, kBlock), kBlock, 0, cb->stream>>>(h);
+    LAUNCH_TRY(&cb->be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus half_fwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    if (c->op->prim == GCKPT_P_NEG_HALF) return half_launch(cb, GCKPT_HALF_NEG, c->out[0], c->in[0], nullptr, c->in[0].cols, c->op->width);
+    NEED_T(&cb->be, c, c->in[1], "input 1");
+    return half_launch(cb, GCKPT_HALF_CAT, c->out[0], c->in[0], &c->in[1], c->in[1].cols, c->op->width);
+}
+
+gckpt_xstatus half_bwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    uint64_t w = c->op->width;
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    if (c->op->prim == GCKPT_P_NEG_HALF)
+        return c->gin[0].p ? half_launch(cb, GCKPT_HALF_NEG_GRAD, c->gin[0], c->gout, nullptr, c->in[0].cols, w) : rc;
+    if (c->gin[0].p) rc = half_launch(cb, GCKPT_HALF_CAT_GRAD0, c->gin[0], c->gout, nullptr, c->in[1].cols, w);
+    if (rc == GCKPT_XS_OK && c->gin[1].p) rc = half_launch(cb, GCKPT_HALF_CAT_GRAD1, c->gin[1], c->gout, nullptr, c->in[1].cols, w);
+    return rc;
+}
+
+gckpt_xstatus split_launch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
+{
+    const gckpt_xt &src = bwd ? c->gout : c->in[0], &dst = bwd ? c->gin[0] : c->out[0];
+    const gckpt_xt &wide = bwd ? dst : src, &narrow = bwd ? src : dst;
+    if (!dst.p) return GCKPT_XS_OK;
+    uint64_t Ww, Wn, off;
+    split_cols(c, wide.n, narrow.n, &Ww, &Wn, &off);
+    if (narrow.n)
+        k_split<<<grid_for(narrow.n, kBlock), kBlock, 0, cb->stream>>>(src.p, src.dt, dst.p, dst.dt, narrow.n, Ww, Wn, off,
+                                                                       bwd ? 1 : 0);
+    LAUNCH_TRY(&cb->be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus layernorm_fwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_xt &x = c->in[0], &o = c->out[0];
+    NEED_T(be, c, c->in[1], "weight");
+    NEED_T(be, c, c->in[2], "bias");
+    NEED_T(be, c, c->out[1], "statistics output");
+    uint64_t rows = x.n / c->op->width;
+    if (rows)
+        k_layernorm<<<static_cast<unsigned>(rows), kBlock, 0, cb->stream>>>(
+            x.p, x.dt, c->in[1].p, c->in[1].dt, c->in[2].p, c->in[2].dt, o.p, o.dt, c->out[1].p, c->out[1].dt,
+            c->op->width, static_cast<float>(c->op->sa));
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus layernorm_bwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_xt &g = c->gout, &gi = c->gin[0];
+    NEED_T(be, c, c->in[0], "saved input");
+    NEED_T(be, c, c->in[1], "weight");
+    NEED_T(be, c, c->out[1], "saved mean and rstd");
+    uint64_t W = c->op->width, rows = c->in[0].n / W;
+    if (gi.p && rows) {
+        k_layernorm_bwd_x<<<static_cast<unsigned>(rows), kBlock, 0, cb->stream>>>(
+            c->in[0].p, c->in[0].dt, c->in[1].p, c->in[1].dt, c->out[1].p, c->out[1].dt, g.p, g.dt, gi.p, gi.dt, W);
+        LAUNCH_TRY(be);
+    }
+    if (c->gin[1].p || c->gin[2].p)
+        k_layernorm_bwd_wb<<<grid_for(W, kBlock), kBlock, 0, cb->stream>>>(c->in[0].p, c->in[0].dt, c->out[1].p,
+                                                                           c->out[1].dt, g.p, g.dt, c->gin[1].p,
+                                                                           c->gin[1].dt, c->gin[2].p, c->gin[2].dt, W, rows);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus embed_bwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_xt &g = c->gout, &gi = c->gin[0];
+    if (!gi.p) return GCKPT_XS_OK;
+    NEED_T(be, c, c->in[1], "saved ids");
+    uint64_t W = c->op->width;
+    CUDA_TRY(be, cudaMemsetAsync(gi.p, 0, gi.n * gckpt_dtype_size(static_cast<gckpt_dtype>(gi.dt)), cb->stream));
+    k_embed_bwd<<<grid_for(W, 128), 128, 0, cb->stream>>>(static_cast<const int64_t *>(c->in[1].p), c->in[1].n, g.p, g.dt,
+                                                         gi.p, gi.dt, W, gi.n / W);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus logsoftmax_bwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    const gckpt_xt &g = c->gout, &gi = c->gin[0];
+    if (!gi.p) return GCKPT_XS_OK;
+    NEED_T(&cb->be, c, c->out[0], "saved output");
+    uint64_t rows = gi.n / c->op->width;
+    if (rows)
+        k_logsoftmax_bwd<<<static_cast<unsigned>(rows), 1024, 0, cb->stream>>>(c->out[0].p, c->out[0].dt, g.p, g.dt, gi.p,
+                                                                               gi.dt, c->op->width);
+    LAUNCH_TRY(&cb->be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus nll_bwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_xt &g = c->gout, &gi = c->gin[0];
+    if (!gi.p) return GCKPT_XS_OK;
+    NEED_T(be, c, c->in[1], "saved labels");
+    const int64_t *labels = static_cast<const int64_t *>(c->in[1].p);
+    const void *tw = c->out[1].p;
+    uint8_t twdt = c->out[1].dt;
+    if (c->op->out[1] < 0) { // no saved total_weight: count into the records' spare slot
+        k_nll_count<<<1, 1024, 0, cb->stream>>>(labels, c->in[1].n, cb->records + GCKPT_MAX_RECORDS);
+        LAUNCH_TRY(be);
+        tw = cb->records + GCKPT_MAX_RECORDS;
+        twdt = GCKPT_DT_F32;
+    } else {
+        NEED_T(be, c, c->out[1], "saved total_weight");
+    }
+    k_nll_bwd<<<grid_for(gi.n, kBlock), kBlock, 0, cb->stream>>>(labels, g.p, g.dt, tw, twdt, gi.p, gi.dt, gi.n,
+                                                                 c->op->width);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
 }
 
 } // namespace
@@ -493,99 +668,30 @@ gckpt_xstatus cuda_elem_forward(cuda_be *cb, const gckpt_xcall *c)
     NEED_T(be, c, o, "output");
     switch (op->prim) {
     case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
-    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: {
-        Unary a{};
-        a.x = x.p;
-        a.xdt = x.dt;
-        a.o = o.p;
-        a.odt = o.dt;
-        a.n = o.n;
-        a.prim = op->prim;
-        a.sa = static_cast<float>(op->sa);
-        a.sb = static_cast<float>(op->sb);
-        a.rng = c->rng;
-        if (op->prim == GCKPT_P_DROPOUT) {
-            NEED_T(be, c, c->out[1], "mask output");
-            a.o2 = c->out[1].p;
-            a.o2dt = c->out[1].dt;
-        }
-        k_unary_fwd<<<grid_for(a.n, kBlock), kBlock, 0, st>>>(a);
-        break;
-    }
-    case GCKPT_P_MUL: case GCKPT_P_ADD: {
-        NEED_T(be, c, c->in[1], "input 1");
-        Binary a{};
-        a.x = x.p;
-        a.xdt = x.dt;
-        a.y = c->in[1].p;
-        a.ydt = c->in[1].dt;
-        a.o = o.p;
-        a.odt = o.dt;
-        a.n = o.n;
-        a.mul = op->prim == GCKPT_P_MUL;
-        a.bc = bcast_of(c);
-        k_binary_fwd<<<grid_for(a.n, kBlock), kBlock, 0, st>>>(a);
-        break;
-    }
-    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: {
-        Half h{};
-        h.w = op->width;
-        h.o = o.p;
-        h.odt = o.dt;
-        h.n = o.n;
-        if (op->prim == GCKPT_P_NEG_HALF) {
-            h.mode = 0;
-            h.x = x.p;
-            h.xdt = x.dt;
-            h.C = cuda_cols(c, op->in[0]);
-        } else {
-            NEED_T(be, c, c->in[1], "input 1");
-            h.mode = 1;
-            h.a = x.p;
-            h.adt = x.dt;
-            h.x = c->in[1].p;
-            h.xdt = c->in[1].dt;
-            h.C = cuda_cols(c, op->in[1]);
-        }
-        k_half<<<grid_for(h.n, kBlock), kBlock, 0, st>>>(h);
-        break;
-    }
-    case GCKPT_P_SPLIT: {
-        uint64_t Ww, Wn, off;
-        split_cols(c, x.n, o.n, &Ww, &Wn, &off);
-        if (o.n) k_split<<<grid_for(o.n, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, o.n, Ww, Wn, off, 0);
-        break;
-    }
+    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT:
+        return unary_fwd(cb, c);
+    case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_fwd(cb, c);
+    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_fwd(cb, c);
+    case GCKPT_P_SPLIT: return split_launch(cb, c, false);
+    case GCKPT_P_LAYERNORM: return layernorm_fwd(cb, c);
     case GCKPT_P_MEAN:
         k_mean<<<grid_for(o.n * 32, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, o.n, op->width);
         break;
-    case GCKPT_P_LAYERNORM: {
-        NEED_T(be, c, c->in[1], "weight");
-        NEED_T(be, c, c->in[2], "bias");
-        NEED_T(be, c, c->out[1], "statistics output");
-        uint64_t rows = x.n / op->width;
-        if (rows) k_layernorm<<<static_cast<unsigned>(rows), kBlock, 0, st>>>(x.p, x.dt, c->in[1].p, c->in[1].dt, c->in[2].p,
-                                                                   c->in[2].dt, o.p, o.dt, c->out[1].p, c->out[1].dt,
-                                                                   op->width, static_cast<float>(op->sa));
-        break;
-    }
-    case GCKPT_P_EMBED: {
+    case GCKPT_P_EMBED:
         NEED_T(be, c, c->in[1], "ids");
         k_embed<<<grid_for(o.n, kBlock), kBlock, 0, st>>>(x.p, x.dt, static_cast<const int64_t *>(c->in[1].p), o.p, o.dt,
                                                           o.n, op->width, x.n / op->width);
         break;
-    }
     case GCKPT_P_LOG_SOFTMAX: {
         uint64_t rows = x.n / op->width;
         if (rows) k_logsoftmax<<<static_cast<unsigned>(rows), 1024, 0, st>>>(x.p, x.dt, o.p, o.dt, op->width);
         break;
     }
-    case GCKPT_P_NLL: {
+    case GCKPT_P_NLL:
         NEED_T(be, c, c->in[1], "labels");
         k_nll<<<1, 1024, 0, st>>>(x.p, x.dt, static_cast<const int64_t *>(c->in[1].p), c->in[1].n, op->width, o.p, o.dt,
                                   c->out[1].p, c->out[1].dt);
         break;
-    }
     default: return op_fail(be, c, "no CUDA forward for this primitive");
     }
     LAUNCH_TRY(be);
@@ -595,174 +701,30 @@ gckpt_xstatus cuda_elem_forward(cuda_be *cb, const gckpt_xcall *c)
 gckpt_xstatus cuda_elem_backward(cuda_be *cb, const gckpt_xcall *c)
 {
     gckpt_backend *be = &cb->be;
-    cudaStream_t st = cb->stream;
-    const gckpt_op *op = c->op;
     const gckpt_xt &g = c->gout, &gi = c->gin[0];
     NEED_T(be, c, g, "output gradient");
-    switch (op->prim) {
+    switch (c->op->prim) {
     case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
-    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: {
-        if (!gi.p) return GCKPT_XS_OK;
-        if (op->prim == GCKPT_P_POW || op->prim == GCKPT_P_SILU || op->prim == GCKPT_P_GELU) NEED_T(be, c, c->in[0], "saved input");
-        if (op->prim == GCKPT_P_RSQRT || op->prim == GCKPT_P_TANH) NEED_T(be, c, c->out[0], "saved output");
-        if (op->prim == GCKPT_P_DROPOUT) NEED_T(be, c, c->out[1], "saved mask");
-        Unary a{};
-        a.g = g.p;
-        a.gdt = g.dt;
-        a.x = c->in[0].p;
-        a.xdt = c->in[0].dt;
-        a.y = c->out[0].p;
-        a.ydt = c->out[0].dt;
-        a.mask = c->out[1].p;
-        a.mdt = c->out[1].dt;
-        a.o = gi.p;
-        a.odt = gi.dt;
-        a.n = gi.n;
-        a.prim = op->prim;
-        a.sa = static_cast<float>(op->sa);
-        k_unary_bwd<<<grid_for(a.n, kBlock), kBlock, 0, st>>>(a);
-        break;
-    }
-    case GCKPT_P_MUL: case GCKPT_P_ADD: {
-        bool mul = op->prim == GCKPT_P_MUL;
-        Binary a{};
-        a.x = c->in[0].p;
-        a.xdt = c->in[0].dt;
-        a.y = c->in[1].p;
-        a.ydt = c->in[1].dt;
-        a.g = g.p;
-        a.gdt = g.dt;
-        a.mul = mul;
-        a.bc = bcast_of(c);
-        if (gi.p) {
-            if (mul) NEED_T(be, c, c->in[1], "saved input 1");
-            Binary b = a;
-            b.o = gi.p;
-            b.odt = gi.dt;
-            b.n = gi.n;
-            k_binary_bwd_x<<<grid_for(b.n, kBlock), kBlock, 0, st>>>(b);
-            LAUNCH_TRY(be);
-        }
-        if (c->gin[1].p) {
-            if (mul) NEED_T(be, c, c->in[0], "saved input 0");
-            Binary b = a;
-            b.o = c->gin[1].p;
-            b.odt = c->gin[1].dt;
-            b.n = g.n;
-            if (op->bcast == GCKPT_BC_NONE) {
-                k_binary_bwd_y_same<<<grid_for(b.n, kBlock), kBlock, 0, st>>>(b);
-            } else {
-                uint64_t heads = c->b ? g.n / (c->b * c->s * c->s) : 0;
-                k_binary_bwd_y_reduce<<<grid_for(c->gin[1].n, kBlock), kBlock, 0, st>>>(b, c->gin[1].n, c->b, heads);
-            }
-            LAUNCH_TRY(be);
-        }
-        return GCKPT_XS_OK;
-    }
-    case GCKPT_P_SPLIT: {
-        if (!gi.p) return GCKPT_XS_OK;
-        uint64_t Ww, Wn, off;
-        split_cols(c, gi.n, g.n, &Ww, &Wn, &off);
-        if (g.n) k_split<<<grid_for(g.n, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, g.n, Ww, Wn, off, 1);
-        LAUNCH_TRY(be);
-        return GCKPT_XS_OK;
-    }
-    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: {
-        Half h{};
-        h.w = op->width;
-        h.x = g.p;
-        h.xdt = g.dt;
-        if (op->prim == GCKPT_P_NEG_HALF) {
-            if (!gi.p) return GCKPT_XS_OK;
-            h.mode = 2;
-            h.C = cuda_cols(c, op->in[0]);
-            h.o = gi.p;
-            h.odt = gi.dt;
-            h.n = gi.n;
-            k_half<<<grid_for(h.n, kBlock), kBlock, 0, st>>>(h);
-            LAUNCH_TRY(be);
-            return GCKPT_XS_OK;
-        }
-        h.C = cuda_cols(c, op->in[1]);
-        for (int k = 0; k < 2; k++) {
-            if (!c->gin[k].p) continue;
-            Half q = h;
-            q.mode = 3 + k;
-            q.o = c->gin[k].p;
-            q.odt = c->gin[k].dt;
-            q.n = c->gin[k].n;
-            k_half<<<grid_for(q.n, kBlock), kBlock, 0, st>>>(q);
-            LAUNCH_TRY(be);
-        }
-        return GCKPT_XS_OK;
-    }
+    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT:
+        return unary_bwd(cb, c);
+    case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_bwd(cb, c);
+    case GCKPT_P_SPLIT: return split_launch(cb, c, true);
+    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_bwd(cb, c);
+    case GCKPT_P_LAYERNORM: return layernorm_bwd(cb, c);
+    case GCKPT_P_EMBED: return embed_bwd(cb, c);
+    case GCKPT_P_LOG_SOFTMAX: return logsoftmax_bwd(cb, c);
+    case GCKPT_P_NLL: return nll_bwd(cb, c);
     case GCKPT_P_MEAN:
         if (!gi.p) return GCKPT_XS_OK;
-        k_mean_bwd<<<grid_for(gi.n, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, gi.n, op->width);
-        break;
-    case GCKPT_P_LAYERNORM: {
-        NEED_T(be, c, c->in[0], "saved input");
-        NEED_T(be, c, c->in[1], "weight");
-        NEED_T(be, c, c->out[1], "saved mean and rstd");
-        uint64_t W = op->width, rows = c->in[0].n / W;
-        if (gi.p && rows) {
-            k_layernorm_bwd_x<<<static_cast<unsigned>(rows), kBlock, 0, st>>>(c->in[0].p, c->in[0].dt, c->in[1].p,
-                                                                          c->in[1].dt, c->out[1].p, c->out[1].dt, g.p,
-                                                                          g.dt, gi.p, gi.dt, W);
-            LAUNCH_TRY(be);
-        }
-        if (c->gin[1].p || c->gin[2].p)
-            k_layernorm_bwd_wb<<<grid_for(W, kBlock), kBlock, 0, st>>>(c->in[0].p, c->in[0].dt, c->out[1].p, c->out[1].dt,
-                                                                     g.p, g.dt, c->gin[1].p, c->gin[1].dt, c->gin[2].p,
-                                                                     c->gin[2].dt, W, rows);
-        break;
-    }
-    case GCKPT_P_EMBED: {
-        if (!gi.p) return GCKPT_XS_OK;
-        NEED_T(be, c, c->in[1], "saved ids");
-        CUDA_TRY(be, cudaMemsetAsync(gi.p, 0, gi.n * gckpt_dtype_size(static_cast<gckpt_dtype>(gi.dt)), st));
-        k_embed_bwd<<<grid_for(op->width, 128), 128, 0, st>>>(static_cast<const int64_t *>(c->in[1].p), c->in[1].n, g.p,
-                                                              g.dt, gi.p, gi.dt, op->width, gi.n / op->width);
-        break;
-    }
-    case GCKPT_P_LOG_SOFTMAX: {
-        if (!gi.p) return GCKPT_XS_OK;
-        NEED_T(be, c, c->out[0], "saved output");
-        uint64_t rows = gi.n / op->width;
-        if (rows) k_logsoftmax_bwd<<<static_cast<unsigned>(rows), 1024, 0, st>>>(c->out[0].p, c->out[0].dt, g.p, g.dt, gi.p,
-                                                                             gi.dt, op->width);
-        break;
-    }
-    case GCKPT_P_NLL: {
-        if (!gi.p) return GCKPT_XS_OK;
-        NEED_T(be, c, c->in[1], "saved labels");
-        const void *tw = c->out[1].p;
-        uint8_t twdt = c->out[1].dt;
-        if (op->out[1] < 0) { // no saved total_weight: count into the records' spare slot
-            k_nll_count<<<1, 1024, 0, st>>>(static_cast<const int64_t *>(c->in[1].p), c->in[1].n,
-                                            cb->records + GCKPT_MAX_RECORDS);
-            LAUNCH_TRY(be);
-            tw = cb->records + GCKPT_MAX_RECORDS;
-            twdt = GCKPT_DT_F32;
-        } else {
-            NEED_T(be, c, c->out[1], "saved total_weight");
-        }
-        k_nll_bwd<<<grid_for(gi.n, kBlock), kBlock, 0, st>>>(static_cast<const int64_t *>(c->in[1].p), g.p, g.dt, tw, twdt,
-                                                             gi.p, gi.dt, gi.n, op->width);
-        break;
-    }
+        k_mean_bwd<<<grid_for(gi.n, kBlock), kBlock, 0, cb->stream>>>(g.p, g.dt, gi.p, gi.dt, gi.n, c->op->width);
+        LAUNCH_TRY(be);
+        return GCKPT_XS_OK;
     default: return op_fail(be, c, "no CUDA backward for this primitive");
     }
-    LAUNCH_TRY(be);
-    return GCKPT_XS_OK;
 }
 
 gckpt_xstatus cuda_add(cuda_be *cb, gckpt_xt dst, gckpt_xt a, gckpt_xt x)
 {
-    if (dst.n != x.n || (a.p && a.n != x.n)) {
-        gckpt_seterr(&cb->be.err, "gradient add: sizes differ");
-        return GCKPT_XS_ERROR;
-    }
     k_add<<<grid_for(dst.n, kBlock), kBlock, 0, cb->stream>>>(a.p, a.dt, x.p, x.dt, dst.p, dst.dt, dst.n);
     LAUNCH_TRY(&cb->be);
     return GCKPT_XS_OK;

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "cuda_common.cuh"
+#include "gckpt/executor/kernel_math.h"
 
 namespace {
 
@@ -20,11 +21,7 @@ struct Opt {
 
 __device__ __forceinline__ void adamw_elem(const Opt &a, float &p, float g, float &m, float &v, float &denom)
 {
-    p -= a.lr * a.wd * p;
-    m = a.b1 * m + (1.0f - a.b1) * g;
-    v = a.b2 * v + (1.0f - a.b2) * g * g;
-    denom = sqrtf(v) / a.bc2s + a.eps;
-    p -= a.lr / a.bc1 * m / denom;
+    denom = gckpt_adamw_update(&p, g, &m, &v, a.lr, a.b1, a.b2, a.eps, a.wd, a.bc1, a.bc2s);
 }
 
 __global__ void k_adamw(Opt a)
@@ -44,18 +41,18 @@ __global__ void k_sgd(Opt a)
 {
     GRID_LOOP(i, a.n)
     {
-        float p = ldx(a.p, a.pdt, i), g = ldx(a.g, a.gdt, i) + a.wd * p;
-        float buf = a.mom * ldx(a.m, a.mdt, i) + g;
+        float buf = ldx(a.m, a.mdt, i);
+        float p = gckpt_sgd_update(ldx(a.p, a.pdt, i), ldx(a.g, a.gdt, i), &buf, a.lr, a.mom, a.wd);
         stx(a.m, a.mdt, i, buf);
-        stx(a.p, a.pdt, i, p - a.lr * buf);
+        stx(a.p, a.pdt, i, p);
     }
 }
 
-// one block of GCKPT_Q_BLOCK threads per quantisation block
-__global__ void __launch_bounds__(GCKPT_Q_BLOCK) k_adamw_8bit(Opt a, float *am, float *av)
+// one block of GCKPT_OPT_8BIT_BLOCK threads per quantisation block
+__global__ void __launch_bounds__(GCKPT_OPT_8BIT_BLOCK) k_adamw_8bit(Opt a, float *am, float *av)
 {
     __shared__ float scratch[32];
-    uint64_t blk = blockIdx.x, i = blk * GCKPT_Q_BLOCK + threadIdx.x;
+    uint64_t blk = blockIdx.x, i = blk * GCKPT_OPT_8BIT_BLOCK + threadIdx.x;
     bool in = i < a.n;
     uint8_t *qm = static_cast<uint8_t *>(a.m), *qv = static_cast<uint8_t *>(a.v);
     float m = 0.0f, v = 0.0f;
@@ -81,13 +78,12 @@ __global__ void __launch_bounds__(GCKPT_Q_BLOCK) k_adamw_8bit(Opt a, float *am, 
 constexpr unsigned kSumBlocks = 1024;
 
 // partial sums per block, summed in order by k_checksum_final
-__global__ void k_checksum(const void *t, uint8_t dt, uint64_t n, uint64_t salt, unsigned long long *hp, double *sp)
+__global__ void k_checksum(const void *t, uint8_t dt, unsigned sz, uint64_t n, uint64_t salt, unsigned long long *hp, double *sp)
 {
     __shared__ unsigned long long sh[32];
     __shared__ double sd[32];
     unsigned long long h = 0;
     double s = 0.0;
-    unsigned sz = dt == GCKPT_DT_F32 ? 4 : dt == GCKPT_DT_I64 ? 8 : dt == GCKPT_DT_BOOL ? 1 : 2;
     GRID_LOOP(i, n)
     {
         uint64_t bits = 0;
@@ -123,7 +119,7 @@ __global__ void k_checksum_final(unsigned long long *hp, double *sp, unsigned nb
 gckpt_xstatus cuda_optim(cuda_be *cb, const gckpt_optcall *c)
 {
     gckpt_backend *be = &cb->be;
-    if (!c->param.p || !c->grad.p || c->grad.n != c->param.n) {
+    if (!c->param.p || !c->grad.p) {
         gckpt_seterr(&be->err, "optimizer: parameter or gradient missing");
         return GCKPT_XS_ERROR;
     }
@@ -145,8 +141,7 @@ gckpt_xstatus cuda_optim(cuda_be *cb, const gckpt_optcall *c)
     a.eps = static_cast<float>(c->eps);
     a.wd = static_cast<float>(c->weight_decay);
     a.mom = static_cast<float>(c->momentum);
-    a.bc1 = 1.0f - powf(a.b1, static_cast<float>(c->step));
-    a.bc2s = sqrtf(1.0f - powf(a.b2, static_cast<float>(c->step)));
+    gckpt_adam_corrections(a.b1, a.b2, c->step, &a.bc1, &a.bc2s);
     if (!a.n) return GCKPT_XS_OK;
     if (c->kind == GCKPT_SGD) {
         if (!a.m) {
@@ -155,12 +150,8 @@ gckpt_xstatus cuda_optim(cuda_be *cb, const gckpt_optcall *c)
         }
         k_sgd<<<grid_for(a.n, kBlock), kBlock, 0, cb->stream>>>(a);
     } else if (c->kind == GCKPT_ADAMW_8BIT && c->s1.dt != GCKPT_DT_F32) {
-        uint64_t nb = (a.n + GCKPT_Q_BLOCK - 1) / GCKPT_Q_BLOCK;
-        if (c->s1_absmax.n < nb || c->s2_absmax.n < nb) {
-            gckpt_seterr(&be->err, "adamw-8bit: %llu blocks need as many scales", static_cast<unsigned long long>(nb));
-            return GCKPT_XS_ERROR;
-        }
-        k_adamw_8bit<<<static_cast<unsigned>(nb), GCKPT_Q_BLOCK, 0, cb->stream>>>(a, static_cast<float *>(c->s1_absmax.p),
+        uint64_t nb = (a.n + GCKPT_OPT_8BIT_BLOCK - 1) / GCKPT_OPT_8BIT_BLOCK; // sizes: gckpt_op_check_optim
+        k_adamw_8bit<<<static_cast<unsigned>(nb), GCKPT_OPT_8BIT_BLOCK, 0, cb->stream>>>(a, static_cast<float *>(c->s1_absmax.p),
                                                                              static_cast<float *>(c->s2_absmax.p));
     } else {
         if (!a.m || !a.v) {
@@ -178,7 +169,8 @@ gckpt_xstatus cuda_checksum(cuda_be *cb, gckpt_xt t, uint64_t salt, uint64_t *ha
     gckpt_backend *be = &cb->be;
     unsigned long long *hp = cb->sums;
     double *sp = reinterpret_cast<double *>(cb->sums + kSumBlocks + 1);
-    k_checksum<<<kSumBlocks, kBlock, 0, cb->stream>>>(t.p, t.dt, t.n, salt, hp, sp);
+    k_checksum<<<kSumBlocks, kBlock, 0, cb->stream>>>(t.p, t.dt, gckpt_dtype_size(static_cast<gckpt_dtype>(t.dt)), t.n,
+                                                   salt, hp, sp);
     LAUNCH_TRY(be);
     k_checksum_final<<<1, 32, 0, cb->stream>>>(hp, sp, kSumBlocks);
     LAUNCH_TRY(be);

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "cuda_common.cuh"
+#include "gckpt/executor/kernel_math.h"
 
 namespace {
 
@@ -12,9 +13,7 @@ __global__ void k_rotary(void *cs, uint8_t cdt, void *sn, uint8_t sdt, uint64_t 
 {
     GRID_LOOP(e, S * hd)
     {
-        uint64_t pos = e / hd, k = e % hd, j = k % (hd / 2);
-        float inv = 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(hd));
-        float f = static_cast<float>(pos) * inv;
+        float f = gckpt_rope_angle(e / hd, e % hd, hd, theta);
         stx(cs, cdt, e, cosf(f));
         stx(sn, sdt, e, sinf(f));
     }
@@ -22,12 +21,8 @@ __global__ void k_rotary(void *cs, uint8_t cdt, void *sn, uint8_t sdt, uint64_t 
 
 __global__ void k_mask(void *o, uint8_t odt, uint64_t n, uint64_t S)
 {
-    float low = lowest_of(odt);
-    GRID_LOOP(i, n)
-    {
-        uint64_t r = (i / S) % S, col = i % S;
-        stx(o, odt, i, col <= r ? 0.0f : low);
-    }
+    float low = gckpt_dtype_lowest(odt);
+    GRID_LOOP(i, n) stx(o, odt, i, gckpt_causal_mask(i, S, low));
 }
 
 } // namespace

@@ -237,7 +237,7 @@ static gckpt_xstatus softmax(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 /* [b, heads, s, hd] <-> [b, s, heads * hd] */
 static gckpt_xstatus transpose(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->op->width, qd = host_cols(c, c->op->out[0]), nh = qd / hd;
+    uint64_t B = c->b, S = c->s, hd = c->op->width, qd = c->out[0].cols, nh = qd / hd;
     const gckpt_xt *src = bwd ? &c->gout : &c->in[0], *dst = bwd ? &c->gin[0] : &c->out[0];
     if (!dst->p) return GCKPT_XS_OK;
     NEED(c, *src, "input");
@@ -257,7 +257,7 @@ static gckpt_xstatus transpose(const gckpt_xcall *c, bool bwd, gckpt_err *err)
  * kv heads, its gradient all of them (then rep = 1: a copy) */
 static gckpt_xstatus repeat_kv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
-    uint64_t hd = c->op->width, rows = c->b * c->s, Wo = host_cols(c, c->op->out[0]);
+    uint64_t hd = c->op->width, rows = c->b * c->s, Wo = c->out[0].cols;
     if (bwd && !c->gin[0].p) return GCKPT_XS_OK; /* no gradient wanted, or passed through */
     uint64_t Wi = rows ? (bwd ? c->gin[0].n : c->in[0].n) / rows : 0;
     if (!Wi || Wi % hd || Wo % Wi) {

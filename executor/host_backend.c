@@ -4,7 +4,7 @@
  * the same allocations. An optional limit makes allocations fail as a GPU out of memory
  * would. Kernel scratch (fp32 copies around CBLAS, attention rows) is not counted: on a GPU
  * it corresponds to registers and shared memory. */
-#include "gckpt/exec_host.h"
+#include "gckpt/executor/exec_host.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +15,8 @@
 #include "host_blas.h"
 #include "host_ops.h"
 #include "host_scratch.h"
+#include "gckpt/executor/op_sizes.h"
+#include "gckpt/util/test_hooks.h"
 
 typedef struct {
     gckpt_backend be;     /* first: the interface */
@@ -86,23 +88,11 @@ static gckpt_xstatus h_init(gckpt_backend *be, gckpt_xt t, gckpt_init how, float
     return GCKPT_XS_OK;
 }
 
+/* Every kernel below runs after the op's own size checks (op_sizes.h). */
 static gckpt_xstatus h_source(gckpt_backend *be, gckpt_source what, const gckpt_xcall *c, const int64_t *host)
 {
+    if (gckpt_op_check_source(what, c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     return host_source(what, c, host, &be->err);
-}
-
-/* Test hook (tests/executor/test_run_outputs): GCKPT_TEST_HOST_STALL_MS makes the first
- * forward op of the process take that long without looking at the stop flag, as a
- * library call that never returns would. */
-static void test_stall(void)
-{
-    static bool done;
-    const char *v = done ? NULL : getenv("GCKPT_TEST_HOST_STALL_MS");
-    done = true;
-    long ms = v ? strtol(v, NULL, 10) : 0;
-    if (ms <= 0 || ms > 600000) return;
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L}, rem;
-    while (nanosleep(&t, &rem) != 0) t = rem; /* signals do not shorten it */
 }
 
 /* A kernel that could not get its scratch memory is an out of memory, not an error. */
@@ -110,7 +100,8 @@ static gckpt_xstatus oom_if_scratch_failed(gckpt_xstatus rc) { return hs_take_fa
 
 static gckpt_xstatus h_forward(gckpt_backend *be, const gckpt_xcall *c)
 {
-    test_stall();
+    if (gckpt_hook_host_forward) gckpt_hook_host_forward(); /* tests only (test_hooks.h) */
+    if (gckpt_op_check_forward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     if (!host_blas_ready(&be->err)) return GCKPT_XS_OOM;
     hs_take_failure();
     return oom_if_scratch_failed(host_op_forward(c, &be->err));
@@ -118,6 +109,7 @@ static gckpt_xstatus h_forward(gckpt_backend *be, const gckpt_xcall *c)
 
 static gckpt_xstatus h_backward(gckpt_backend *be, const gckpt_xcall *c)
 {
+    if (gckpt_op_check_backward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     if (!host_blas_ready(&be->err)) return GCKPT_XS_OOM;
     hs_take_failure();
     return oom_if_scratch_failed(host_op_backward(c, &be->err));
@@ -125,11 +117,7 @@ static gckpt_xstatus h_backward(gckpt_backend *be, const gckpt_xcall *c)
 
 static gckpt_xstatus h_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt b)
 {
-    if (dst.n != a.n || dst.n != b.n) {
-        gckpt_seterr(&be->err, "gradient add: sizes %llu, %llu, %llu differ", (unsigned long long)dst.n,
-                     (unsigned long long)a.n, (unsigned long long)b.n);
-        return GCKPT_XS_ERROR;
-    }
+    if (gckpt_op_check_add(dst, a, b, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
     if (!a.p)
         for (uint64_t i = 0; i < dst.n; i++) st(&dst, i, ld(&b, i));
     else
@@ -144,7 +132,11 @@ static gckpt_xstatus h_set_scalar(gckpt_backend *be, gckpt_xt dst, float v)
     return GCKPT_XS_OK;
 }
 
-static gckpt_xstatus h_optim(gckpt_backend *be, const gckpt_optcall *c) { return host_optim(c, &be->err); }
+static gckpt_xstatus h_optim(gckpt_backend *be, const gckpt_optcall *c)
+{
+    if (gckpt_op_check_optim(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
+    return host_optim(c, &be->err);
+}
 
 static gckpt_xstatus h_checksum(gckpt_backend *be, gckpt_xt t, uint64_t salt, uint64_t *hash, double *sumsq)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/host_memory.h"
+#include "gckpt/executor/host_memory.h"
 
 typedef void (*sgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint, blasint, blasint, float,
                          const float *, blasint, const float *, blasint, float, float *, blasint);

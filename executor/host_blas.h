@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "gckpt/util.h"
+#include "gckpt/util/util.h"
 
 /* One OpenBLAS buffer. */
 #define GCKPT_BLAS_BUFFER_BYTES (((uint64_t)32 << 22) + 4096)

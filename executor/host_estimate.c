@@ -105,20 +105,25 @@ bool gckpt_entry_step_work(const gckpt_plan_file *pf, size_t i, double *flops, d
     *flops = *bytes = 0;
     if (!r) return false;
     gckpt_recipe_build(&pf->model, s.precision, s.attention, r);
-    gckpt_ctx c;
+    gckpt_ctx *c = malloc(sizeof *c);
     gckpt_err err;
-    gckpt_events ev = {0};
-    bool ok = gckpt_ctx_init(&c, &pf->model, &pf->dev, r, &s, &err) && gckpt_schedule_build(&c, &ev);
+    gckpt_schedule ev = {0};
+    bool ok = c && gckpt_ctx_init(c, &pf->model, &pf->dev, r, &s, &err) && gckpt_schedule_build(c, &ev);
     /* the planner timed every op without FLOPs as its traffic at the profile's HBM rate */
     double hbm = pf->dev.hbm_bytes_per_s * pf->dev.hbm_efficiency;
-    for (size_t k = 0; ok && k < ev.n; k++) {
-        const gckpt_event *e = &ev.ev[k];
-        double times = e->micro == 1 ? (double)(s.grad_accum - 1) : 1.0; /* a later micro-step stands for ga - 1 */
-        if (e->kind == GCKPT_EV_D2H || e->kind == GCKPT_EV_H2D) continue;
-        if (e->flops > 0) *flops += e->flops * times;
-        else *bytes += e->seconds * hbm * times;
+    for (size_t si = 0; ok && si < ev.nseg; si++) {
+        const gckpt_sched_seg *g = &ev.seg[si];
+        /* a later micro-step stands for ga - 1 */
+        double times = g->seg.micro == GCKPT_MICRO_LATER ? (double)(s.grad_accum - 1) : 1.0;
+        for (size_t k = g->begin; k < g->end; k++) {
+            const gckpt_event *e = &ev.ev[k];
+            if (e->kind == GCKPT_EV_D2H || e->kind == GCKPT_EV_H2D) continue;
+            if (e->flops > 0) *flops += e->flops * times;
+            else *bytes += e->seconds * hbm * times;
+        }
     }
-    gckpt_events_free(&ev);
+    gckpt_schedule_free(&ev);
+    free(c);
     free(r);
     return ok;
 }

@@ -5,8 +5,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "gckpt/plan_read.h"
-#include "gckpt/schedule.h"
+#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/schedule.h"
 
 /* FLOP/s of cblas_sgemm on this machine (about 0.15 s of measuring); 0 on failure. */
 double gckpt_host_gemm_rate(void);

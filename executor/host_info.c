@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gckpt/exec_host.h"
-#include "gckpt/safe_text.h"
+#include "gckpt/executor/exec_host.h"
+#include "gckpt/util/safe_text.h"
 
 void gckpt_host_describe(gckpt_devinfo *d)
 {

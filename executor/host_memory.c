@@ -1,6 +1,6 @@
 /* Memory this process can still take: MemAvailable, cgroups v1 and v2, RLIMIT_AS and
- * RLIMIT_DATA (include/gckpt/host_memory.h). */
-#include "gckpt/host_memory.h"
+ * RLIMIT_DATA (include/gckpt/executor/host_memory.h). */
+#include "gckpt/executor/host_memory.h"
 
 #include <stdio.h>
 #include <stdlib.h>

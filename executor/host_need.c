@@ -1,9 +1,9 @@
-/* The host backend's memory needs of an entry (gckpt_host_need_of, include/gckpt/exec_host.h). */
-#include "gckpt/exec_host.h"
+/* The host backend's memory needs of an entry (gckpt_host_need_of, include/gckpt/executor/exec_host.h). */
+#include "gckpt/executor/exec_host.h"
 
 #include <stdio.h>
 
-#include "gckpt/host_memory.h"
+#include "gckpt/executor/host_memory.h"
 #include "host_blas.h"
 
 /* Bytes of fp32 scratch per element of an op's operands: a kernel converts inputs,
@@ -19,17 +19,19 @@
  * resident set and of the address space stays below the other parts alone. */
 #define FIXED_BYTES ((uint64_t)32 << 20)
 
-static uint64_t elements(const gckpt_ctx *c, int t) { return t >= 0 ? c->raw[t] / c->recipe->t[t].dtype : 0; }
+static uint64_t elements(const gckpt_ctx *c, int t) { return t >= 0 ? c->numel[t] : 0; }
 
 void gckpt_host_need_of(const gckpt_exec *x, uint64_t peak, uint64_t pinned, uint64_t limit, gckpt_host_need *n)
 {
     const gckpt_ctx *c = gckpt_exec_ctx(x);
-    const gckpt_events *ev = gckpt_exec_events(x);
+    const gckpt_schedule *ev = gckpt_exec_schedule(x);
     const gckpt_recipe *r = c->recipe;
     uint64_t scratch = 0, allocs = 1; /* the workspace */
     for (size_t i = 0; i < ev->n; i++) {
         const gckpt_event *e = &ev->ev[i];
-        if (e->kind == GCKPT_EV_ALLOC || e->kind == GCKPT_EV_HOST_ALLOC) allocs++;
+        if (e->kind == GCKPT_EV_ALLOC || e->kind == GCKPT_EV_ALLOC_SCRATCH || e->kind == GCKPT_EV_OPT_TEMP_ALLOC ||
+            e->kind == GCKPT_EV_HOST_ALLOC)
+            allocs++;
         if (e->kind != GCKPT_EV_FWD && e->kind != GCKPT_EV_RECOMPUTE && e->kind != GCKPT_EV_BWD) continue;
         const gckpt_op *op = &r->op[e->op];
         uint64_t el = 0;
@@ -39,8 +41,7 @@ void gckpt_host_need_of(const gckpt_exec *x, uint64_t peak, uint64_t pinned, uin
     }
     /* persistent allocations: each parameter (per layer), its gradient, up to four
      * optimizer buffers (8-bit AdamW: two states and two absmax tables) */
-    for (int t = 0; t < r->nt; t++)
-        if (r->t[t].kind == GCKPT_T_PARAM) allocs += 6 * (r->t[t].section == GCKPT_SEC_BLOCK ? c->model->layers : 1);
+    for (int i = 0; i < c->params.n; i++) allocs += 6 * c->params.p[i].copies;
     n->predicted = (limit && limit < peak ? limit : peak) + pinned;
     n->scratch = scratch;
     n->rounding = allocs * ROUNDING_PER_ALLOC;

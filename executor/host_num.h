@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gckpt/executor.h"
+#include "gckpt/executor/executor.h"
 
 static inline uint32_t f2u(float f)
 {
@@ -67,7 +67,8 @@ static inline float ld(const gckpt_xt *t, uint64_t i)
     case GCKPT_DT_F32: return ((const float *)t->p)[i];
     case GCKPT_DT_BF16: return bf16_to_f32(((const uint16_t *)t->p)[i]);
     case GCKPT_DT_F16: return f16_to_f32(((const uint16_t *)t->p)[i]);
-    case GCKPT_DT_BOOL: return (float)((const uint8_t *)t->p)[i];
+    case GCKPT_DT_BOOL: case GCKPT_DT_U8: return (float)((const uint8_t *)t->p)[i];
+    case GCKPT_DT_I8: return (float)((const int8_t *)t->p)[i];
     default: return (float)((const int64_t *)t->p)[i];
     }
 }
@@ -80,6 +81,8 @@ static inline void st(const gckpt_xt *t, uint64_t i, float v)
     case GCKPT_DT_BF16: ((uint16_t *)t->p)[i] = f32_to_bf16(v); break;
     case GCKPT_DT_F16: ((uint16_t *)t->p)[i] = f32_to_f16(v); break;
     case GCKPT_DT_BOOL: ((uint8_t *)t->p)[i] = v != 0; break;
+    case GCKPT_DT_U8: ((uint8_t *)t->p)[i] = (uint8_t)v; break;
+    case GCKPT_DT_I8: ((int8_t *)t->p)[i] = (int8_t)v; break;
     default: ((int64_t *)t->p)[i] = (int64_t)v; break;
     }
 }
@@ -91,15 +94,6 @@ static inline float rnd(uint8_t dt, float v)
     case GCKPT_DT_BF16: return bf16_to_f32(f32_to_bf16(v));
     case GCKPT_DT_F16: return f16_to_f32(f32_to_f16(v));
     default: return v;
-    }
-}
-
-static inline float lowest_of(uint8_t dt)
-{
-    switch (dt) {
-    case GCKPT_DT_BF16: return -3.38953139e38f;
-    case GCKPT_DT_F16: return -65504.0f;
-    default: return -3.40282347e38f;
     }
 }
 

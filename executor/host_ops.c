@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/executor/kernel_math.h"
 #include "host_blas.h"
 #include "host_num.h"
 #include "host_scratch.h"
@@ -31,15 +32,6 @@ void host_from_f32(const gckpt_xt *t, const float *v)
         for (uint64_t i = 0; i < t->n; i++) st(t, i, v[i]);
 }
 
-uint64_t host_cols(const gckpt_xcall *c, int tensor)
-{
-    const gckpt_tensor *t = &c->r->t[tensor];
-    if (t->cT) return t->cT;
-    if (t->cS) return t->cS;
-    if (t->cBSS) return c->s;
-    return t->c0;
-}
-
 static float *zeros(uint64_t n, gckpt_err *err)
 {
     float *v = hs_calloc(n ? n : 1, sizeof *v);
@@ -50,52 +42,10 @@ static float *zeros(uint64_t n, gckpt_err *err)
 /* index into the broadcast operand y for element i of x */
 static uint64_t yidx(const gckpt_xcall *c, const gckpt_xt *x, uint64_t xcols, uint64_t i)
 {
-    const gckpt_op *op = c->op;
-    switch (op->bcast) {
-    case GCKPT_BC_ROW: return i / op->width;
-    case GCKPT_BC_COL: return i % op->width;
-    case GCKPT_BC_TABLE: {
-        uint64_t row = i / xcols, col = i % xcols;
-        return (row % c->s) * op->width + col % op->width;
-    }
-    case GCKPT_BC_MASK: {
-        uint64_t ss = c->s * c->s, per = x->n / c->b; /* heads * s * s per sequence */
-        return (i / per) * ss + i % ss;
-    }
-    default: return i;
-    }
+    return gckpt_bcast_index(c->op->bcast, c->op->width, xcols, c->s, x->n / c->b, i);
 }
 
 /* ---- elementwise ----------------------------------------------------------------------- */
-
-static float gelu_f(float x, bool tanh_approx)
-{
-    if (tanh_approx) {
-        float k = 0.7978845608028654f, u = k * (x + 0.044715f * x * x * x);
-        return 0.5f * x * (1.0f + tanhf(u));
-    }
-    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-}
-
-static float gelu_grad(float x, bool tanh_approx)
-{
-    if (tanh_approx) {
-        float k = 0.7978845608028654f, x2 = x * x, u = k * (x + 0.044715f * x2 * x);
-        float t = tanhf(u);
-        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x2);
-    }
-    float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
-    float pdf = expf(-0.5f * x * x) * 0.3989422804014327f;
-    return cdf + x * pdf;
-}
-
-static float powi(float x, double e)
-{
-    if (e == 2.0) return x * x;
-    if (e == 3.0) return x * x * x;
-    if (e == 1.0) return x;
-    return powf(x, (float)e);
-}
 
 static gckpt_xstatus unary_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
@@ -108,11 +58,11 @@ static gckpt_xstatus unary_fwd(const gckpt_xcall *c, gckpt_err *err)
         switch (op->prim) {
         case GCKPT_P_CAST: y = v; break;
         case GCKPT_P_AFFINE: y = v * (float)op->sa + (float)op->sb; break;
-        case GCKPT_P_POW: y = powi(v, op->sa); break;
+        case GCKPT_P_POW: y = gckpt_powi(v, (float)op->sa); break;
         case GCKPT_P_RSQRT: y = 1.0f / sqrtf(v); break;
         case GCKPT_P_TANH: y = tanhf(v); break;
-        case GCKPT_P_SILU: y = v / (1.0f + expf(-v)); break;
-        case GCKPT_P_GELU: y = gelu_f(v, op->sa == 1.0); break;
+        case GCKPT_P_SILU: y = gckpt_silu(v); break;
+        case GCKPT_P_GELU: y = gckpt_gelu(v, op->sa == 1.0); break;
         case GCKPT_P_DROPOUT: {
             int keep = gckpt_keep(c->rng, i, (float)op->sa);
             st(&c->out[1], i, (float)keep);
@@ -143,27 +93,11 @@ static gckpt_xstatus unary_bwd(const gckpt_xcall *c, gckpt_err *err)
         switch (op->prim) {
         case GCKPT_P_CAST: r = d; break;
         case GCKPT_P_AFFINE: r = d * (float)op->sa; break;
-        case GCKPT_P_POW: {
-            float x = ld(&c->in[0], i);
-            r = d * ((float)op->sa * powi(x, op->sa - 1.0));
-            break;
-        }
-        case GCKPT_P_RSQRT: {
-            float y = ld(&c->out[0], i);
-            r = -0.5f * d * (y * y * y);
-            break;
-        }
-        case GCKPT_P_TANH: {
-            float y = ld(&c->out[0], i);
-            r = d * (1.0f - y * y);
-            break;
-        }
-        case GCKPT_P_SILU: {
-            float x = ld(&c->in[0], i), s = 1.0f / (1.0f + expf(-x));
-            r = d * (s * (1.0f + x * (1.0f - s)));
-            break;
-        }
-        case GCKPT_P_GELU: r = d * gelu_grad(ld(&c->in[0], i), op->sa == 1.0); break;
+        case GCKPT_P_POW: r = d * gckpt_pow_grad(ld(&c->in[0], i), (float)op->sa); break;
+        case GCKPT_P_RSQRT: r = d * gckpt_rsqrt_grad(ld(&c->out[0], i)); break;
+        case GCKPT_P_TANH: r = d * gckpt_tanh_grad(ld(&c->out[0], i)); break;
+        case GCKPT_P_SILU: r = d * gckpt_silu_grad(ld(&c->in[0], i)); break;
+        case GCKPT_P_GELU: r = d * gckpt_gelu_grad(ld(&c->in[0], i), op->sa == 1.0); break;
         case GCKPT_P_DROPOUT: r = ld(&c->out[1], i) != 0 ? d * inv_keep : 0.0f; break;
         default: gckpt_seterr(err, "op %s: not an elementwise primitive", op->name); return GCKPT_XS_ERROR;
         }
@@ -178,7 +112,7 @@ static gckpt_xstatus binary_fwd(const gckpt_xcall *c, gckpt_err *err)
     const gckpt_xt *x = &c->in[0], *y = &c->in[1], *o = &c->out[0];
     NEED(c, *x, "input 0");
     NEED(c, *y, "input 1");
-    uint64_t xc = host_cols(c, c->op->in[0]);
+    uint64_t xc = c->in[0].cols;
     bool mul = c->op->prim == GCKPT_P_MUL;
     for (uint64_t i = 0; i < o->n; i++) {
         float a = ld(x, i), b = ld(y, yidx(c, x, xc, i));
@@ -191,7 +125,7 @@ static gckpt_xstatus binary_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *y = &c->in[1], *g = &c->gout;
     bool mul = c->op->prim == GCKPT_P_MUL;
-    uint64_t xc = host_cols(c, c->op->in[0]);
+    uint64_t xc = c->in[0].cols;
     if (c->gin[0].p) {
         if (mul) NEED(c, *y, "saved input 1");
         for (uint64_t i = 0; i < c->gin[0].n; i++) {
@@ -222,21 +156,13 @@ static gckpt_xstatus binary_bwd(const gckpt_xcall *c, gckpt_err *err)
 
 /* gpt2's packed q / k / v: column block sa of a [rows, 3 x width] input (recipe.h,
  * GCKPT_P_SPLIT); an input as wide as the output (a role already dense) is copied */
-static void split_cols(const gckpt_xcall *c, uint64_t nwide, uint64_t nnarrow, uint64_t *Ww, uint64_t *Wn, uint64_t *off)
-{
-    uint64_t rows = c->b * c->s;
-    *Ww = rows ? nwide / rows : 0;
-    *Wn = rows ? nnarrow / rows : 0;
-    *off = *Ww > *Wn ? (uint64_t)c->op->sa * *Wn : 0;
-}
-
 static gckpt_xstatus split_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *o = &c->out[0];
     NEED(c, *x, "input");
     uint64_t Ww, Wn, off;
-    split_cols(c, x->n, o->n, &Ww, &Wn, &off);
-    for (uint64_t i = 0; i < o->n; i++) st(o, i, ld(x, (i / Wn) * Ww + off + i % Wn));
+    gckpt_split_cols(c->b * c->s, x->n, o->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
+    for (uint64_t i = 0; i < o->n; i++) st(o, i, ld(x, gckpt_split_index(i, Ww, Wn, off)));
     return GCKPT_XS_OK;
 }
 
@@ -247,33 +173,33 @@ static gckpt_xstatus split_bwd(const gckpt_xcall *c, gckpt_err *err)
     const gckpt_xt *g = &c->gout, *gi = &c->gin[0];
     if (!gi->p) return GCKPT_XS_OK;
     uint64_t Ww, Wn, off;
-    split_cols(c, gi->n, g->n, &Ww, &Wn, &off);
-    for (uint64_t i = 0; i < g->n; i++) st(gi, (i / Wn) * Ww + off + i % Wn, ld(g, i));
+    gckpt_split_cols(c->b * c->s, gi->n, g->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
+    for (uint64_t i = 0; i < g->n; i++) st(gi, gckpt_split_index(i, Ww, Wn, off), ld(g, i));
     return GCKPT_XS_OK;
 }
 
-/* rotate_half pieces, per head of width w */
+/* rotate_half's pieces: n elements of out, each from a or x at the index gckpt_half_src
+ * gives for its mode */
+static void half_map(int mode, const gckpt_xt *out, const gckpt_xt *a, const gckpt_xt *x, uint64_t C, uint64_t w)
+{
+    float sign = gckpt_half_negates(mode) ? -1.0f : 1.0f;
+    for (uint64_t i = 0; i < out->n; i++) {
+        int which;
+        uint64_t k = gckpt_half_src(mode, i, C, w, &which);
+        st(out, i, which == 0 ? 0.0f : sign * ld(which == 1 ? a : x, k));
+    }
+}
+
 static gckpt_xstatus half_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
-    uint64_t w = c->op->width, hw = w / 2;
-    const gckpt_xt *o = &c->out[0];
+    uint64_t w = c->op->width;
     if (c->op->prim == GCKPT_P_NEG_HALF) {
-        const gckpt_xt *x = &c->in[0];
-        NEED(c, *x, "input");
-        uint64_t C = host_cols(c, c->op->in[0]), oc = C / 2;
-        for (uint64_t i = 0; i < o->n; i++) {
-            uint64_t row = i / oc, col = i % oc;
-            st(o, i, -ld(x, row * C + (col / hw) * w + hw + col % hw));
-        }
+        NEED(c, c->in[0], "input");
+        half_map(GCKPT_HALF_NEG, &c->out[0], &c->in[0], NULL, c->in[0].cols, w);
     } else {
-        const gckpt_xt *a = &c->in[0], *x = &c->in[1];
-        NEED(c, *a, "input 0");
-        NEED(c, *x, "input 1");
-        uint64_t C = host_cols(c, c->op->in[1]), ac = C / 2;
-        for (uint64_t i = 0; i < o->n; i++) {
-            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
-            st(o, i, j < hw ? ld(a, row * ac + hd * hw + j) : ld(x, row * C + hd * w + j - hw));
-        }
+        NEED(c, c->in[0], "input 0");
+        NEED(c, c->in[1], "input 1");
+        half_map(GCKPT_HALF_CAT, &c->out[0], &c->in[0], &c->in[1], c->in[1].cols, w);
     }
     return GCKPT_XS_OK;
 }
@@ -281,28 +207,12 @@ static gckpt_xstatus half_fwd(const gckpt_xcall *c, gckpt_err *err)
 static gckpt_xstatus half_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     (void)err;
-    uint64_t w = c->op->width, hw = w / 2;
-    const gckpt_xt *g = &c->gout;
+    uint64_t w = c->op->width;
     if (c->op->prim == GCKPT_P_NEG_HALF) {
-        const gckpt_xt *gi = &c->gin[0];
-        if (!gi->p) return GCKPT_XS_OK;
-        uint64_t C = host_cols(c, c->op->in[0]), oc = C / 2;
-        for (uint64_t i = 0; i < gi->n; i++) {
-            uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
-            st(gi, i, j < hw ? 0.0f : -ld(g, row * oc + hd * hw + j - hw));
-        }
+        if (c->gin[0].p) half_map(GCKPT_HALF_NEG_GRAD, &c->gin[0], &c->gout, NULL, c->in[0].cols, w);
     } else {
-        uint64_t C = host_cols(c, c->op->in[1]), ac = C / 2;
-        if (c->gin[0].p)
-            for (uint64_t i = 0; i < c->gin[0].n; i++) {
-                uint64_t row = i / ac, col = i % ac;
-                st(&c->gin[0], i, ld(g, row * C + (col / hw) * w + col % hw));
-            }
-        if (c->gin[1].p)
-            for (uint64_t i = 0; i < c->gin[1].n; i++) {
-                uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
-                st(&c->gin[1], i, j < hw ? ld(g, row * C + hd * w + hw + j) : 0.0f);
-            }
+        if (c->gin[0].p) half_map(GCKPT_HALF_CAT_GRAD0, &c->gin[0], &c->gout, NULL, c->in[1].cols, w);
+        if (c->gin[1].p) half_map(GCKPT_HALF_CAT_GRAD1, &c->gin[1], &c->gout, NULL, c->in[1].cols, w);
     }
     return GCKPT_XS_OK;
 }
@@ -423,7 +333,7 @@ static gckpt_xstatus layernorm_fwd(const gckpt_xcall *c, gckpt_err *err)
             var += d * d;
         }
         var /= (float)W;
-        float rstd = 1.0f / sqrtf(var + eps);
+        float rstd = gckpt_layernorm_rstd(var, eps);
         for (uint64_t k = 0; k < W; k++)
             st(o, r * W + k, (ld(x, r * W + k) - mean) * rstd * ld(w, k) + ld(b, k));
         st(stt, 2 * r, mean);
@@ -459,7 +369,7 @@ static gckpt_xstatus layernorm_bwd(const gckpt_xcall *c, gckpt_err *err)
         if (c->gin[0].p)
             for (uint64_t k = 0; k < W; k++) {
                 float xh = (ld(x, r * W + k) - mean) * rstd, dxh = ld(g, r * W + k) * ld(w, k);
-                st(&c->gin[0], r * W + k, rstd * (dxh - s1 - xh * s2));
+                st(&c->gin[0], r * W + k, gckpt_layernorm_grad(rstd, dxh, xh, s1, s2));
             }
     }
     if (c->gin[1].p) host_from_f32(&c->gin[1], gw);

@@ -3,7 +3,7 @@
 #ifndef GCKPT_HOST_OPS_H
 #define GCKPT_HOST_OPS_H
 
-#include "gckpt/executor.h"
+#include "gckpt/executor/executor.h"
 
 gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err);
 gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err);
@@ -17,7 +17,6 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
 /* shared helpers */
 float *host_to_f32(const gckpt_xt *t, gckpt_err *err); /* fp32 copy (hs_malloc: free with hs_free) */
 void host_from_f32(const gckpt_xt *t, const float *v);  /* store with rounding */
-uint64_t host_cols(const gckpt_xcall *c, int tensor);   /* elements per token row */
 
 #define NEED(c, t, what)                                                                           \
     do {                                                                                           \

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "gckpt/exec_host.h"
+#include "gckpt/executor/exec_host.h"
 
 /* the host kernels run on one thread */
 static uint64_t cur, peak;

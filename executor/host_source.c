@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "gckpt/executor/kernel_math.h"
 #include "host_num.h"
 #include "host_ops.h"
 
@@ -20,25 +21,18 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
         return GCKPT_XS_OK;
     case GCKPT_SRC_ROTARY: {
         NEED(c, c->out[1], "sin output");
-        uint64_t hd = c->m->head_dim, half = hd / 2;
+        uint64_t hd = c->m->head_dim;
         for (uint64_t pos = 0; pos < c->s; pos++)
             for (uint64_t k = 0; k < hd; k++) {
-                /* inv_freq = 1 / theta^(2j / hd) in fp32; emb = cat(freqs, freqs) */
-                uint64_t j = k % half;
-                float inv = 1.0f / powf((float)c->m->rope_theta, (float)(2 * j) / (float)hd);
-                float f = (float)pos * inv;
+                float f = gckpt_rope_angle(pos, k, hd, (float)c->m->rope_theta);
                 st(o, pos * hd + k, cosf(f));
                 st(&c->out[1], pos * hd + k, sinf(f));
             }
         return GCKPT_XS_OK;
     }
     case GCKPT_SRC_MASK: {
-        float low = lowest_of(o->dt);
-        uint64_t S = c->s;
-        for (uint64_t i = 0; i < o->n; i++) {
-            uint64_t r = (i / S) % S, col = i % S;
-            st(o, i, col <= r ? 0.0f : low);
-        }
+        float low = gckpt_dtype_lowest(o->dt);
+        for (uint64_t i = 0; i < o->n; i++) st(o, i, gckpt_causal_mask(i, c->s, low));
         return GCKPT_XS_OK;
     }
     }

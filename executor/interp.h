@@ -1,31 +1,31 @@
-/* The interpreter's state (private to executor/). */
+/* The interpreter's state (private to executor/): interp.c builds it, sets up the
+ * persistent state and runs steps segment by segment; interp_events.c performs the
+ * events. */
 #ifndef GCKPT_INTERP_H
 #define GCKPT_INTERP_H
 
 #include <stdarg.h>
 
-#include "gckpt/executor.h"
+#include "gckpt/executor/executor.h"
 #include "host_num.h"
 
+/* A buffer the schedule allocated (an ALLOC, ALLOC_SCRATCH or the optimizer's). */
 typedef struct {
     void *p;
     uint64_t bytes, n;
-    int16_t tensor;   /* recipe tensor, -1 for a backward workspace */
-    uint8_t dt;
+    int16_t tensor;   /* recipe tensor, -1 for scratch */
+    uint8_t dt;       /* as the ALLOC said */
     bool live;
     bool is_pgrad;    /* a parameter's .grad (freed by zero_grad only) */
 } inst_t;
 
+/* One instance of a parameter (a block parameter has one per layer): its buffers as its
+ * entry in the parameter state table describes them. */
 typedef struct {
+    const gckpt_param *spec;
     int tensor, layer;  /* layer -1 for embedding / head parameters */
-    uint64_t n;
-    uint8_t dt;
     void *w;
-    uint64_t wbytes;
-    void *st[4];
-    uint64_t stbytes[4], stn[4];
-    uint8_t stdt[4];
-    int nst;
+    void *st[GCKPT_MAX_STATES];
     uint64_t temp_off;  /* adamw-foreach: offset in the optimizer temporary */
     uint32_t grad;      /* instance of .grad, GCKPT_NOINST when none */
 } param_t;
@@ -36,6 +36,10 @@ typedef struct {
     uint64_t wr, rd;    /* bytes copied out so far, bytes copied back so far */
 } hostbuf_t;
 
+/* The parts of a step: the first micro-step, the later one (run grad_accum - 1 times),
+ * the optimizer; each a range of the schedule's segments. */
+enum { PART_FIRST, PART_LATER, PART_OPTIMIZER, NPARTS };
+
 struct gckpt_exec {
     gckpt_backend *be;
     gckpt_model m;
@@ -44,18 +48,15 @@ struct gckpt_exec {
     gckpt_exec_opts o;
     gckpt_recipe *r;
     gckpt_ctx ctx;
-    gckpt_events ev;
-    size_t seg[3][2];               /* [first micro-step, later micro-step, optimizer] */
-    gckpt_dtype tdt[GCKPT_MAX_TENSORS];
-    uint64_t tnumel[GCKPT_MAX_TENSORS];
-    int8_t src_kind[GCKPT_MAX_OPS];
+    gckpt_schedule sched;
+    size_t part[NPARTS][2];         /* [begin, end) of the schedule's segments */
     inst_t *inst;
     uint32_t ninst;
     int pidx[GCKPT_MAX_TENSORS];
     param_t *params;
     size_t nparams;
     int nslot;                      /* layers + 2: embedding, blocks, head */
-    uint32_t (*bind)[6];            /* [slot * nop + op]: bindings of the latest forward */
+    gckpt_fwd_args *bind;           /* [slot * nop + op]: operands of the latest forward */
     uint32_t *bind_gen;
     uint32_t gen;
     hostbuf_t *hb;                  /* per layer */
@@ -65,6 +66,27 @@ struct gckpt_exec {
     int64_t *ids, *labels, *positions;
     bool setup_done, in_grads;
 };
+
+/* Where an event runs: its segment, its index in the schedule, the micro-step. */
+typedef struct {
+    const gckpt_seg *seg;
+    size_t index;
+    uint64_t micro;
+    bool update;       /* perform the optimizer's update */
+    char at[160];      /* "event 123 (BWD of self_attn.q_proj, layer 2)" */
+} exec_site;
+
+gckpt_xstatus exec_fail(gckpt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+gckpt_xstatus exec_be_fail(gckpt_exec *x, gckpt_xstatus rc, const char *ctx, gckpt_err *err);
+void exec_where(const gckpt_exec *x, const gckpt_seg *seg, size_t i, char *buf, size_t n);
+param_t *exec_param(gckpt_exec *x, int tensor, int layer);
+gckpt_xt exec_param_view(const param_t *p);
+gckpt_xt exec_state_view(const param_t *p, int k);
+gckpt_xt exec_inst_view(const gckpt_exec *x, uint32_t id);
+bool exec_live(const gckpt_exec *x, uint32_t id);
+void exec_inst_release(gckpt_exec *x, uint32_t id);
+/* Perform one event (interp_events.c). */
+gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *site, gckpt_err *err);
 
 static inline void exec_convert_to_f32(const gckpt_xt *t, float *out)
 {

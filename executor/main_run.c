@@ -8,18 +8,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gckpt/atomic_file.h"
-#include "gckpt/exec_host.h"
+#include "gckpt/util/atomic_file.h"
+#include "gckpt/executor/exec_host.h"
 #include "host_estimate.h"
-#include "gckpt/exec_run.h"
-#include "gckpt/outpath.h"
-#include "gckpt/plan_read.h"
-#include "gckpt/report_file.h"
-#include "gckpt/safe_text.h"
-#include "gckpt/stop_watchdog.h"
-#include "gckpt/stdio_check.h"
+#include "gckpt/executor/exec_run.h"
+#include "gckpt/util/outpath.h"
+#include "gckpt/planner/plan_read.h"
+#include "gckpt/executor/report_file.h"
+#include "gckpt/util/safe_text.h"
+#include "gckpt/executor/stop_watchdog.h"
+#include "gckpt/util/stdio_check.h"
 #ifdef GCKPT_HAVE_CUDA
-#include "gckpt/exec_cuda.h"
+#include "gckpt/executor/exec_cuda.h"
 #endif
 
 static const char *const usage_text =
@@ -387,8 +387,79 @@ static void say_estimate(const gckpt_plan_file *pf, const size_t *sel, long nsel
             bytes / (double)run / 1e9, p->elem / 1e9);
 }
 
+/* Every selected entry in turn, each one's report record written as it finishes; stops at
+ * a stop request or a failed write (*write_failed). Returns 0, or 1 when an entry failed. */
+static int run_entries(gckpt_backend *be, gckpt_plan_file *pf, const size_t *sel, long nsel, gckpt_report *rep,
+                       gckpt_report_file *rf, progress *prog, bool *write_failed)
+{
+    gckpt_err err = {{0}};
+    int status = GCKPT_EXIT_OK;
+    for (long k = 0; k < nsel && !stop_signal && !*write_failed; k++) {
+        gckpt_entry_report *e = &rep->entries[k];
+        prog->index = sel[k];
+        prog->k = (size_t)k + 1;
+        gckpt_entry_begin(pf, sel[k], e);
+        if (!gckpt_report_file_arm(rf, rep, e, GCKPT_STOP_GRACE_S, &err)) {
+            fprintf(stderr, "gckpt-run: %s\n", err.msg);
+            *write_failed = true;
+            break;
+        }
+        gckpt_run_entry(be, pf, sel[k], &rep->opts, e);
+        rep->n = (size_t)k + 1;
+        gckpt_entry_progress(e, (size_t)k + 1, (size_t)nsel, stderr);
+        if (e->pass == 0) status = GCKPT_EXIT_CHECK;
+        if (!gckpt_report_file_add(rf, rep, (size_t)k, &err)) {
+            fprintf(stderr, "gckpt-run: %s\n", err.msg);
+            *write_failed = true;
+        }
+    }
+    return status;
+}
+
+/* The run has ended: the summary record, the stop message, the table. Returns the exit
+ * status: 2 when results were lost (no report, or the table on stdout), else 128 + N
+ * after a signal, else status (0 / 1). */
+static int end_run(const args_t *a, const gckpt_backend *be, const gckpt_plan_file *pf, gckpt_report *rep,
+                   gckpt_report_file *rf, int status, bool write_failed)
+{
+    gckpt_err err = {{0}};
+    bool to_file = a->out && strcmp(a->out, "-");
+    int sig = stop_signal;
+    /* the summary: the signal noted (it may have come between two entries) */
+    if (!write_failed && !gckpt_report_file_finish(rf, rep, sig, &err)) {
+        fprintf(stderr, "gckpt-run: %s\n", err.msg);
+        write_failed = true;
+    }
+    gckpt_watchdog_done();
+    if (sig) {
+        size_t ni = rep->n && rep->entries[rep->n - 1].status == GCKPT_RS_INTERRUPTED;
+        fprintf(stderr, "gckpt-run: stopped by %s: %zu entr%s finished, %zu interrupted, %zu not started\n",
+                gckpt_signal_name(sig), rep->n - ni, rep->n - ni == 1 ? "y" : "ies", ni, rep->planned - rep->n);
+    }
+    if (!a->quiet) {
+        FILE *f = a->out && !to_file ? stderr : stdout;
+        fprintf(f, "%s on %s (%s backend), seq %llu, %s, %s, %s attention\n", pf->model.name, rep->dev.name, be->name,
+                (unsigned long long)pf->seq, gckpt_precision_names[pf->precision], gckpt_optimizer_names[pf->optimizer],
+                gckpt_attention_names[pf->attention]);
+        gckpt_report_print_table(rep, f);
+    }
+    /* one error line: a report going to stdout has said it already */
+    bool stdout_failed = !gckpt_stdout_check(&err);
+    if (stdout_failed && !write_failed) fprintf(stderr, "gckpt-run: %s\n", err.msg);
+    if (to_file && !write_failed) fprintf(stderr, "gckpt-run: report written to %s\n", a->out);
+    if (write_failed || stdout_failed) return GCKPT_EXIT_INPUT;
+    return sig ? 128 + sig : status;
+}
+
+#ifdef GCKPT_TEST_HOOKS
+void gckpt_test_hooks_install(void); /* the test build only (tests/executor/run_test_hooks.c) */
+#endif
+
 int main(int argc, char **argv)
 {
+#ifdef GCKPT_TEST_HOOKS
+    gckpt_test_hooks_install();
+#endif
     gckpt_stdio_guard();
     args_t a;
     int rc = parse_args(argc, argv, &a);
@@ -422,8 +493,6 @@ int main(int argc, char **argv)
         gckpt_plan_file_free(&pf);
         return bad("out of memory for the reports of %ld entries", nsel);
     }
-    bool to_file = a.out && strcmp(a.out, "-");
-    int status = GCKPT_EXIT_OK;
     bool write_failed = false;
     gckpt_report_file rf;
     if (!gckpt_report_file_open(&rf, a.out, &rep, &err)) {
@@ -442,52 +511,8 @@ int main(int argc, char **argv)
     if (!gckpt_watchdog_start(&rf, GCKPT_STOP_GRACE_S))
         fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
     install_handlers();
-    for (long k = 0; k < nsel && !stop_signal && !write_failed; k++) {
-        gckpt_entry_report *e = &rep.entries[k];
-        prog.index = sel[k];
-        prog.k = (size_t)k + 1;
-        gckpt_entry_begin(&pf, sel[k], e);
-        if (!gckpt_report_file_arm(&rf, &rep, e, GCKPT_STOP_GRACE_S, &err)) {
-            fprintf(stderr, "gckpt-run: %s\n", err.msg);
-            write_failed = true;
-            break;
-        }
-        gckpt_run_entry(be, &pf, sel[k], &rep.opts, e);
-        rep.n = (size_t)k + 1;
-        gckpt_entry_progress(e, (size_t)k + 1, (size_t)nsel, stderr);
-        if (e->pass == 0) status = GCKPT_EXIT_CHECK;
-        if (!gckpt_report_file_add(&rf, &rep, (size_t)k, &err)) {
-            fprintf(stderr, "gckpt-run: %s\n", err.msg);
-            write_failed = true;
-        }
-    }
-    int sig = stop_signal;
-    /* the summary: the signal noted (it may have come between two entries) */
-    if (!write_failed && !gckpt_report_file_finish(&rf, &rep, sig, &err)) {
-        fprintf(stderr, "gckpt-run: %s\n", err.msg);
-        write_failed = true;
-    }
-    gckpt_watchdog_done();
-    if (sig) {
-        size_t ni = rep.n && rep.entries[rep.n - 1].status == GCKPT_RS_INTERRUPTED;
-        fprintf(stderr, "gckpt-run: stopped by %s: %zu entr%s finished, %zu interrupted, %zu not started\n",
-                gckpt_signal_name(sig), rep.n - ni, rep.n - ni == 1 ? "y" : "ies", ni, rep.planned - rep.n);
-    }
-    if (!a.quiet) {
-        FILE *f = a.out && !to_file ? stderr : stdout;
-        fprintf(f, "%s on %s (%s backend), seq %llu, %s, %s, %s attention\n", pf.model.name, rep.dev.name, be->name,
-                (unsigned long long)pf.seq, gckpt_precision_names[pf.precision], gckpt_optimizer_names[pf.optimizer],
-                gckpt_attention_names[pf.attention]);
-        gckpt_report_print_table(&rep, f);
-    }
-    /* one error line: a report going to stdout has said it already */
-    bool stdout_failed = !gckpt_stdout_check(&err);
-    if (stdout_failed && !write_failed) fprintf(stderr, "gckpt-run: %s\n", err.msg);
-    if (to_file && !write_failed) fprintf(stderr, "gckpt-run: report written to %s\n", a.out);
-    /* 2 when results were lost (no report, or the table on stdout), else 128 + N after a
-     * signal, else 0 / 1 */
-    if (write_failed || stdout_failed) status = GCKPT_EXIT_INPUT;
-    else if (sig) status = 128 + sig;
+    int status = run_entries(be, &pf, sel, nsel, &rep, &rf, &prog, &write_failed);
+    status = end_run(&a, be, &pf, &rep, &rf, status, write_failed);
     gckpt_report_file_close(&rf);
     for (size_t i = 0; i < rep.n; i++) gckpt_entry_report_free(&rep.entries[i]);
     free(rep.entries);

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/atomic_file.h"
-#include "gckpt/exec_run.h"
+#include "gckpt/util/atomic_file.h"
+#include "gckpt/executor/exec_run.h"
 
 static void num_or_null(cJSON *o, const char *k, bool have, double v)
 {

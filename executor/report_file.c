@@ -1,7 +1,7 @@
 /* The report as JSON Lines: created atomically with its first records, then appended
- * (include/gckpt/report_file.h). */
+ * (include/gckpt/executor/report_file.h). */
 #define _GNU_SOURCE /* pthread_mutex_timedlock, fdatasync */
-#include "gckpt/report_file.h"
+#include "gckpt/executor/report_file.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gckpt/jsonget.h"
+#include "gckpt/util/jsonget.h"
 
 #define SIG_MARK "@SIGNAL@"
 

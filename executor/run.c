@@ -10,9 +10,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "gckpt/eval.h"
-#include "gckpt/exec_host.h"
-#include "gckpt/exec_run.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/executor/exec_host.h"
+#include "gckpt/executor/exec_run.h"
 
 const char *const gckpt_run_status_names[GCKPT_NRS] = {"ok", "oom", "skipped", "error", "interrupted", "skipped_host_memory"};
 
@@ -202,7 +202,7 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
         return;
     }
     gckpt_result walk;
-    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_events(x), &walk);
+    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_schedule(x), &walk);
     rep->pred_schedule_peak = walk.peak_bytes;
     /* the larger of the plan's counts and this build's */
     uint64_t peak = walk.peak_bytes > e->r.peak_bytes ? walk.peak_bytes : e->r.peak_bytes;

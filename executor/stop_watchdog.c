@@ -1,6 +1,6 @@
-/* The bound on how long a stop request may take (include/gckpt/stop_watchdog.h). */
+/* The bound on how long a stop request may take (include/gckpt/executor/stop_watchdog.h). */
 #define _GNU_SOURCE
-#include "gckpt/stop_watchdog.h"
+#include "gckpt/executor/stop_watchdog.h"
 
 #include <errno.h>
 #include <pthread.h>

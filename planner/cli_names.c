@@ -1,5 +1,5 @@
-/* Command-line spellings (include/gckpt/cli_names.h). */
-#include "gckpt/cli_names.h"
+/* Command-line spellings (include/gckpt/planner/cli_names.h). */
+#include "gckpt/planner/cli_names.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* gnuplot as a child process: script in, image out, stderr condensed
- * (include/gckpt/gnuplot_run.h). */
-#include "gckpt/gnuplot_run.h"
+ * (include/gckpt/planner/gnuplot_run.h). */
+#include "gckpt/planner/gnuplot_run.h"
 
 #include <errno.h>
 #include <fcntl.h>

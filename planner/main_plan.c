@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/cli_names.h"
-#include "gckpt/plan.h"
-#include "gckpt/plan_output.h"
-#include "gckpt/safe_text.h"
-#include "gckpt/stdio_check.h"
+#include "gckpt/planner/cli_names.h"
+#include "gckpt/planner/plan.h"
+#include "gckpt/planner/plan_output.h"
+#include "gckpt/util/safe_text.h"
+#include "gckpt/util/stdio_check.h"
 
 static void usage(FILE *f)
 {
@@ -207,19 +207,104 @@ static void print_alternatives(const gckpt_plan_request *req, FILE *f)
     }
 }
 
-int main(int argc, char **argv)
+enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
+       O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG };
+
+/* What the command line asks for. */
+typedef struct {
+    gckpt_plan_request req;
+    const char *out, *plot;
+    bool all, quiet, ga_set, gb_set;
+    char attn_note[320];
+    uint32_t *every;
+    int n_every;
+} cli_args;
+
+/* Sizes, counts and lists; 0, or the exit status of a bad value. */
+static int parse_number_option(int c, const char *arg, cli_args *a)
 {
-    gckpt_plan_request req = {.seq = 0 /* the model's default */, .micro_batches = {1}, .n_micro = 1, .grad_accum = 1,
-                              .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
-                              .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05};
-    gckpt_stdio_guard();
-    snprintf(req.model_ref, sizeof req.model_ref, "llama-3.1-8b");
-    snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
-    const char *out = NULL, *plot = NULL;
-    bool all = false, quiet = false, ga_set = false, gb_set = false;
-    char attn_note[320] = "", hint[512];
-    enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
-           O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG };
+    gckpt_plan_request *req = &a->req;
+    switch (c) {
+    case O_SEQ:
+        if (!gckpt_parse_u64(arg, 1, 1u << 24, &req->seq)) return bad("--seq: '%s' is not an integer in [1, 16777216]%s", arg, "");
+        return 0;
+    case O_MB: {
+        int n = gckpt_parse_list(arg, 1, 1u << 16, req->micro_batches, GCKPT_MAX_MB);
+        if (n <= 0) return bad("--micro-batch: '%s' is not a list of integers in [1, 65536] (at most 64 values)%s", arg, "");
+        req->n_micro = n;
+        return 0;
+    }
+    case O_GA:
+        if (!gckpt_parse_u64(arg, 1, 1u << 20, &req->grad_accum)) return bad("--grad-accum: '%s' is not an integer in [1, 1048576]%s", arg, "");
+        a->ga_set = true;
+        return 0;
+    case O_GB:
+        if (!gckpt_parse_u64(arg, 1, 1u << 26, &req->global_batch)) return bad("--global-batch: '%s' is not an integer in [1, 67108864]%s", arg, "");
+        a->gb_set = true;
+        return 0;
+    case O_EVERY:
+        free(a->every);
+        a->every = NULL;
+        if (parse_every(arg, &a->every, &a->n_every) != 0) return bad("--every-n: '%s' is not 'all' or a list like off,1,2,4%s", arg, "");
+        return 0;
+    case O_BUDGET:
+        if (!gckpt_parse_size(arg, &req->budget_bytes) || req->budget_bytes < (1u << 20))
+            return bad("--budget: '%s' is not a size such as 80GiB, 79GB or 512MiB (at least 1 MiB)%s", arg, "");
+        return 0;
+    default: /* O_MARGIN */
+        if (!parse_margin(arg, &req->margin)) return bad("--margin: '%s' is not a fraction in [0, 1) such as 5%% or 0.05%s", arg, "");
+        return 0;
+    }
+}
+
+/* Names and choices; 0, or the exit status of a bad value. */
+static int parse_name_option(int c, const char *arg, cli_args *a)
+{
+    gckpt_plan_request *req = &a->req;
+    int v;
+    switch (c) {
+    case O_MODEL: case O_GPU:
+        if (strlen(arg) >= sizeof req->model_ref) return bad("--%s: name too long%s", c == O_MODEL ? "model" : "gpu", "");
+        strcpy(c == O_MODEL ? req->model_ref : req->gpu_ref, arg);
+        return 0;
+    case O_PREC:
+        if ((v = gckpt_precision_from_user(arg)) < 0) return bad("--precision: unknown '%s' (%s)", arg, gckpt_precision_spellings);
+        req->precision = (gckpt_precision)v;
+        return 0;
+    case O_OPT:
+        if ((v = gckpt_optimizer_from_user(arg)) < 0) return bad("--optimizer: unknown '%s' (%s)", arg, gckpt_optimizer_spellings);
+        req->optimizer = (gckpt_optimizer)v;
+        return 0;
+    case O_ATTN:
+        if ((v = gckpt_attention_from_user(arg, a->attn_note, sizeof a->attn_note)) < 0)
+            return bad("--attention: unknown '%s' (%s)", arg, gckpt_attention_spellings);
+        req->attention = (gckpt_attention)v;
+        snprintf(req->attn_impl, sizeof req->attn_impl, "%s", a->attn_note[0] ? arg : "");
+        return 0;
+    case O_OFF:
+        if (!strcmp(arg, "off")) req->offload = GCKPT_OFFLOAD_OFF;
+        else if (!strcmp(arg, "on")) req->offload = GCKPT_OFFLOAD_ON;
+        else if (!strcmp(arg, "both")) req->offload = GCKPT_OFFLOAD_BOTH;
+        else return bad("--offload: unknown '%s' (off, on, both)%s", arg, "");
+        return 0;
+    case O_PLOT: {
+        gckpt_err perr;
+        if (!gckpt_plot_name_ok(arg, &perr)) return bad("%s%s", perr.msg, "");
+        a->plot = arg;
+        return 0;
+    }
+    default: /* O_TABLE */
+        if (!strcmp(arg, "all")) a->all = true;
+        else if (!strcmp(arg, "frontier")) a->all = false;
+        else return bad("--table: unknown '%s' (frontier, all)%s", arg, "");
+        return 0;
+    }
+}
+
+/* The command line into a; GCKPT_EXIT_OK with *answered set after --list, --help or
+ * --version; the exit status of a bad usage. */
+static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
+{
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"gpu", required_argument, 0, O_GPU},
         {"seq", required_argument, 0, O_SEQ}, {"micro-batch", required_argument, 0, O_MB},
@@ -233,132 +318,88 @@ int main(int argc, char **argv)
         {"allow-long-seq", no_argument, 0, O_LONG},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c, rc = GCKPT_EXIT_OK;
-    uint32_t *every = NULL;
-    int n_every = 0;
+    *answered = false;
     opterr = 0; /* one line of ours instead of getopt's message and the usage */
     while ((c = getopt_long(argc, argv, ":o:qhV", opts, NULL)) != -1) {
-        int v;
         switch (c) {
-        case O_MODEL:
-        case O_GPU: {
-            char *dst = c == O_MODEL ? req.model_ref : req.gpu_ref;
-            if (strlen(optarg) >= sizeof req.model_ref) { rc = bad("--%s: name too long%s", c == O_MODEL ? "model" : "gpu", ""); goto done; }
-            strcpy(dst, optarg);
+        case O_SEQ: case O_MB: case O_GA: case O_GB: case O_EVERY: case O_BUDGET: case O_MARGIN:
+            rc = parse_number_option(c, optarg, a);
             break;
-        }
-        case O_SEQ:
-            if (!gckpt_parse_u64(optarg, 1, 1u << 24, &req.seq)) { rc = bad("--seq: '%s' is not an integer in [1, 16777216]%s", optarg, ""); goto done; }
+        case O_MODEL: case O_GPU: case O_PREC: case O_OPT: case O_ATTN: case O_OFF: case O_PLOT: case O_TABLE:
+            rc = parse_name_option(c, optarg, a);
             break;
-        case O_MB: {
-            int n = gckpt_parse_list(optarg, 1, 1u << 16, req.micro_batches, GCKPT_MAX_MB);
-            if (n <= 0) { rc = bad("--micro-batch: '%s' is not a list of integers in [1, 65536] (at most 64 values)%s", optarg, ""); goto done; }
-            req.n_micro = n;
-            break;
-        }
-        case O_GA:
-            if (!gckpt_parse_u64(optarg, 1, 1u << 20, &req.grad_accum)) { rc = bad("--grad-accum: '%s' is not an integer in [1, 1048576]%s", optarg, ""); goto done; }
-            ga_set = true;
-            break;
-        case O_GB:
-            if (!gckpt_parse_u64(optarg, 1, 1u << 26, &req.global_batch)) { rc = bad("--global-batch: '%s' is not an integer in [1, 67108864]%s", optarg, ""); goto done; }
-            gb_set = true;
-            break;
-        case O_PREC:
-            if ((v = gckpt_precision_from_user(optarg)) < 0) { rc = bad("--precision: unknown '%s' (%s)", optarg, gckpt_precision_spellings); goto done; }
-            req.precision = (gckpt_precision)v;
-            break;
-        case O_OPT:
-            if ((v = gckpt_optimizer_from_user(optarg)) < 0) { rc = bad("--optimizer: unknown '%s' (%s)", optarg, gckpt_optimizer_spellings); goto done; }
-            req.optimizer = (gckpt_optimizer)v;
-            break;
-        case O_ATTN:
-            if ((v = gckpt_attention_from_user(optarg, attn_note, sizeof attn_note)) < 0) { rc = bad("--attention: unknown '%s' (%s)", optarg, gckpt_attention_spellings); goto done; }
-            req.attention = (gckpt_attention)v;
-            snprintf(req.attn_impl, sizeof req.attn_impl, "%s", attn_note[0] ? optarg : "");
-            break;
-        case O_EVERY:
-            free(every);
-            every = NULL;
-            if (parse_every(optarg, &every, &n_every) != 0) { rc = bad("--every-n: '%s' is not 'all' or a list like off,1,2,4%s", optarg, ""); goto done; }
-            break;
-        case O_OFF:
-            if (!strcmp(optarg, "off")) req.offload = GCKPT_OFFLOAD_OFF;
-            else if (!strcmp(optarg, "on")) req.offload = GCKPT_OFFLOAD_ON;
-            else if (!strcmp(optarg, "both")) req.offload = GCKPT_OFFLOAD_BOTH;
-            else { rc = bad("--offload: unknown '%s' (off, on, both)%s", optarg, ""); goto done; }
-            break;
-        case O_BUDGET:
-            if (!gckpt_parse_size(optarg, &req.budget_bytes) || req.budget_bytes < (1u << 20)) { rc = bad("--budget: '%s' is not a size such as 80GiB, 79GB or 512MiB (at least 1 MiB)%s", optarg, ""); goto done; }
-            break;
-        case O_MARGIN:
-            if (!parse_margin(optarg, &req.margin)) { rc = bad("--margin: '%s' is not a fraction in [0, 1) such as 5%% or 0.05%s", optarg, ""); goto done; }
-            break;
-        case 'o': out = optarg; break;
-        case O_PLOT: {
-            gckpt_err perr;
-            if (!gckpt_plot_name_ok(optarg, &perr)) { rc = bad("%s%s", perr.msg, ""); goto done; }
-            plot = optarg;
-            break;
-        }
-        case O_TABLE:
-            if (!strcmp(optarg, "all")) all = true;
-            else if (!strcmp(optarg, "frontier")) all = false;
-            else { rc = bad("--table: unknown '%s' (frontier, all)%s", optarg, ""); goto done; }
-            break;
-        case 'q': quiet = true; break;
-        case O_LONG: req.allow_long_seq = true; break;
+        case 'o': a->out = optarg; break;
+        case 'q': a->quiet = true; break;
+        case O_LONG: a->req.allow_long_seq = true; break;
         case O_LIST:
             list_dir("models");
             list_dir("devices");
-            goto done;
-        case 'h': usage(stdout); goto done;
-        case 'V': printf("gckpt-plan %s\n", GCKPT_VERSION); goto done;
-        case ':': rc = bad("option '%s' needs a value%s (see --help)", argv[optind - 1], ""); goto done;
-        default: rc = bad_option(argc, argv); goto done;
+            *answered = true;
+            return GCKPT_EXIT_OK;
+        case 'h': usage(stdout); *answered = true; return GCKPT_EXIT_OK;
+        case 'V': printf("gckpt-plan %s\n", GCKPT_VERSION); *answered = true; return GCKPT_EXIT_OK;
+        case ':': return bad("option '%s' needs a value%s (see --help)", argv[optind - 1], "");
+        default: return bad_option(argc, argv);
         }
+        if (rc) return rc;
     }
-    if (optind < argc) { rc = bad("unexpected argument '%s'%s (see --help)", argv[optind], ""); goto done; }
-    if (ga_set && gb_set) { rc = bad("--grad-accum and --global-batch exclude each other%s%s", "", ""); goto done; }
-    req.every_n = every;
-    req.n_every = n_every;
+    if (optind < argc) return bad("unexpected argument '%s'%s (see --help)", argv[optind], "");
+    if (a->ga_set && a->gb_set) return bad("--grad-accum and --global-batch exclude each other%s%s", "", "");
+    a->req.every_n = a->every;
+    a->req.n_every = a->n_every;
+    char hint[512];
+    if (gckpt_model_id_hint(a->req.model_ref, hint, sizeof hint)) return bad("%s%s", hint, "");
+    return GCKPT_EXIT_OK;
+}
 
-    if (gckpt_model_id_hint(req.model_ref, hint, sizeof hint)) { rc = bad("%s%s", hint, ""); goto done; }
+static int fail_line(const gckpt_err *err)
+{
+    fprintf(stderr, "gckpt-plan: %s\n", err->msg);
+    return GCKPT_EXIT_INPUT;
+}
 
+/* Check every output, plan, print, write the outputs. */
+static int plan_and_write(const cli_args *a)
+{
     gckpt_err err = {{0}};
     /* every output is checked before any work: a bad one costs nothing */
-    gckpt_plan_output outs = {.json = out, .plot = plot};
-    if (!gckpt_plan_output_check(&outs, req.model_ref, req.gpu_ref, &err)) {
-        fprintf(stderr, "gckpt-plan: %s\n", err.msg);
-        rc = GCKPT_EXIT_INPUT;
+    gckpt_plan_output outs = {.json = a->out, .plot = a->plot};
+    if (!gckpt_plan_output_check(&outs, a->req.model_ref, a->req.gpu_ref, &err)) {
         gckpt_plan_output_free(&outs);
-        goto done;
+        return fail_line(&err);
     }
     gckpt_plan p;
-    if (!gckpt_plan_run(&req, &p, &err)) {
+    if (!gckpt_plan_run(&a->req, &p, &err)) {
         gckpt_plan_output_free(&outs);
-        fprintf(stderr, "gckpt-plan: %s\n", err.msg);
-        rc = GCKPT_EXIT_INPUT;
-        goto done;
+        return fail_line(&err);
     }
-    FILE *human = (out && !strcmp(out, "-")) ? stderr : stdout;
-    if (!quiet) {
+    int rc = GCKPT_EXIT_OK;
+    FILE *human = (a->out && !strcmp(a->out, "-")) ? stderr : stdout;
+    if (!a->quiet) {
         gckpt_plan_print_header(&p, human);
-        if (attn_note[0]) fprintf(human, "note: %s\n\n", attn_note);
-        gckpt_plan_print_table(&p, human, all);
+        if (a->attn_note[0]) fprintf(human, "note: %s\n\n", a->attn_note);
+        gckpt_plan_print_table(&p, human, a->all);
         gckpt_plan_print_recommendation(&p, human);
-        if (p.recommended < 0) print_alternatives(&req, human);
+        if (p.recommended < 0) print_alternatives(&a->req, human);
     }
-    if ((out || plot) && !gckpt_plan_output_write(&outs, &p, human, quiet, &err)) {
-        fprintf(stderr, "gckpt-plan: %s\n", err.msg);
-        rc = GCKPT_EXIT_INPUT;
-    }
-    if (rc == GCKPT_EXIT_OK && !gckpt_stdout_check(&err)) {
-        fprintf(stderr, "gckpt-plan: %s\n", err.msg);
-        rc = GCKPT_EXIT_INPUT;
-    }
+    if ((a->out || a->plot) && !gckpt_plan_output_write(&outs, &p, human, a->quiet, &err)) rc = fail_line(&err);
+    if (rc == GCKPT_EXIT_OK && !gckpt_stdout_check(&err)) rc = fail_line(&err);
     gckpt_plan_output_free(&outs);
     gckpt_plan_free(&p); /* the plan keeps its own copy of the every_n list */
-done:
-    free(every);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    cli_args a = {.req = {.seq = 0 /* the model's default */, .micro_batches = {1}, .n_micro = 1, .grad_accum = 1,
+                          .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA,
+                          .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05}};
+    gckpt_stdio_guard();
+    snprintf(a.req.model_ref, sizeof a.req.model_ref, "llama-3.1-8b");
+    snprintf(a.req.gpu_ref, sizeof a.req.gpu_ref, "h100-sxm-80gb");
+    bool answered;
+    int rc = parse_args(argc, argv, &a, &answered);
+    if (rc == GCKPT_EXIT_OK && !answered) rc = plan_and_write(&a);
+    free(a.every);
     return rc;
 }

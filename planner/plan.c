@@ -1,25 +1,15 @@
 /* The sweep: every every_n_layers x offload x micro-batch split, evaluated with the
  * fast evaluator (one segment profile per micro-batch), then fits / Pareto / choice. */
-#include "gckpt/plan.h"
+#include "gckpt/planner/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-size_t gckpt_checkpointed_layers(uint32_t every_n, uint64_t layers, uint64_t *out, size_t max)
-{
-    size_t n = 0;
-    if (!every_n) return 0;
-    for (uint64_t i = 0; i < layers; i += every_n) {
-        if (n < max) out[n] = i;
-        n++;
-    }
-    return n;
-}
 
 void gckpt_plan_free(gckpt_plan *p)
 {
     free(p->entries);
     free(p->recipe);
+    free(p->params);
     free(p->model_config_text);
     free(p->req.every_n);
     memset(p, 0, sizeof *p);
@@ -31,14 +21,6 @@ static bool better(const gckpt_entry *a, const gckpt_entry *b)
     if (a->r.tokens_per_s != b->r.tokens_per_s) return a->r.tokens_per_s > b->r.tokens_per_s;
     return a->r.device_peak_bytes < b->r.device_peak_bytes;
 }
-
-typedef struct {
-    uint64_t mem;
-    double tps;
-    size_t i;
-} key_t_;
-
-static int cmp_mem(const void *x, const void *y);
 
 /* seq 0 is the default, min(4096, the model's limit). Beyond the limit: GPT-2's learned
  * position table has no row for it (the model cannot run); RoPE models run but were not
@@ -76,138 +58,160 @@ static bool times_in_range(const gckpt_plan *p, gckpt_err *err)
     return true;
 }
 
-bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err)
+/* The model (and its config.json as read, for the plan), the GPU, the sequence length. */
+static bool load_inputs(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err)
 {
-    memset(p, 0, sizeof *p);
-    p->req = *req;
-    p->req.every_n = NULL;
-    p->recommended = p->smallest = -1;
     char path[4096];
     if (!gckpt_model_load(req->model_ref, &p->model, err)) return false;
     if (!gckpt_resolve_data("models", req->model_ref, path, sizeof path, err)) return false;
     p->model_config_text = gckpt_read_file(path, 16u << 20, err);
-    if (!p->model_config_text) return false;
-    if (!gckpt_device_load(req->gpu_ref, &p->dev, err)) goto fail;
-    const uint64_t L = p->model.layers;
-    if (!resolve_seq(p, err)) goto fail;
+    return p->model_config_text && gckpt_device_load(req->gpu_ref, &p->dev, err) && resolve_seq(p, err);
+}
 
-    /* every_n values */
-    int ne = req->n_every;
-    uint32_t *ev = NULL;
-    if (req->every_n) {
-        ev = malloc(sizeof *ev * (size_t)(ne ? ne : 1));
-        if (!ev) { gckpt_seterr(err, "out of memory"); goto fail; }
-        for (int i = 0; i < ne; i++) {
-            if (req->every_n[i] > L) {
-                free(ev);
-                gckpt_seterr(err, "--every-n: %u exceeds the model's %llu layers", req->every_n[i],
-                             (unsigned long long)L);
-                goto fail;
-            }
-            ev[i] = req->every_n[i];
+/* The every_n values to sweep (default: off and 1..L) into p->req.every_n. */
+static bool every_n_values(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err)
+{
+    const uint64_t L = p->model.layers;
+    int ne = req->every_n ? req->n_every : (int)L + 1;
+    uint32_t *ev = malloc(sizeof *ev * (size_t)(ne ? ne : 1));
+    if (!ev) {
+        gckpt_seterr(err, "out of memory");
+        return false;
+    }
+    for (int i = 0; i < ne; i++) {
+        ev[i] = req->every_n ? req->every_n[i] : (uint32_t)i;
+        if (ev[i] > L) {
+            free(ev);
+            gckpt_seterr(err, "--every-n: %u exceeds the model's %llu layers", ev[i], (unsigned long long)L);
+            return false;
         }
-    } else {
-        ne = (int)L + 1;
-        ev = malloc(sizeof *ev * (size_t)ne);
-        if (!ev) { gckpt_seterr(err, "out of memory"); goto fail; }
-        for (int i = 0; i < ne; i++) ev[i] = (uint32_t)i;
     }
     p->req.every_n = ev;
     p->req.n_every = ne;
+    return true;
+}
 
-    /* micro-batch x grad-accum splits */
-    uint64_t mbs[GCKPT_MAX_MB], gas[GCKPT_MAX_MB];
-    int nmb = 0;
+/* A micro-batch with its accumulation steps. */
+typedef struct {
+    uint64_t micro_batch, grad_accum;
+} batch_split;
+
+/* The micro-batch x grad-accum splits of the request; 0 (err set) when none. */
+static int batch_splits(const gckpt_plan_request *req, batch_split out[GCKPT_MAX_MB], gckpt_err *err)
+{
+    int n = 0;
     for (int i = 0; i < req->n_micro; i++) {
         uint64_t b = req->micro_batches[i], k = req->grad_accum;
         if (req->global_batch) {
             if (req->global_batch % b) continue;
             k = req->global_batch / b;
         }
-        mbs[nmb] = b;
-        gas[nmb++] = k;
+        out[n++] = (batch_split){b, k};
     }
-    if (!nmb) {
+    if (!n)
         gckpt_seterr(err, "--global-batch %llu: no micro-batch size given divides it",
                      (unsigned long long)req->global_batch);
-        goto fail;
-    }
-    int noff = req->offload == GCKPT_OFFLOAD_BOTH ? 2 : 1;
-    size_t total = 0;
-    for (int i = 0; i < ne; i++) total += ev[i] ? (size_t)noff : 1;
-    total *= (size_t)nmb;
-    if (total > GCKPT_MAX_ENTRIES) {
+    return n;
+}
+
+static int offload_choices(const gckpt_plan *p) { return p->req.offload == GCKPT_OFFLOAD_BOTH ? 2 : 1; }
+
+/* The sweep's entries, refused when it is too large to plan. */
+static bool sweep_size(const gckpt_plan *p, int nsplit, size_t *total, gckpt_err *err)
+{
+    const uint64_t L = p->model.layers;
+    size_t n = 0;
+    for (int i = 0; i < p->req.n_every; i++) n += p->req.every_n[i] ? (size_t)offload_choices(p) : 1;
+    n *= (size_t)nsplit;
+    if (n > GCKPT_MAX_ENTRIES) {
         gckpt_seterr(err, "the sweep has %zu entries, more than the limit of %d; narrow --every-n or --micro-batch",
-                     total, GCKPT_MAX_ENTRIES);
-        goto fail;
+                     n, GCKPT_MAX_ENTRIES);
+        return false;
     }
-    if ((uint64_t)total * L > GCKPT_MAX_LAYER_EVALS) {
+    if ((uint64_t)n * L > GCKPT_MAX_LAYER_EVALS) {
         gckpt_seterr(err, "the sweep has %zu entries of %llu layers each (%llu layer evaluations), more than the limit of %llu; narrow --every-n or --micro-batch",
-                     total, (unsigned long long)L, (unsigned long long)total * L,
-                     (unsigned long long)GCKPT_MAX_LAYER_EVALS);
-        goto fail;
+                     n, (unsigned long long)L, (unsigned long long)n * L, (unsigned long long)GCKPT_MAX_LAYER_EVALS);
+        return false;
     }
-    p->entries = calloc(total, sizeof *p->entries);
-    p->recipe = malloc(sizeof *p->recipe);
-    if (!p->entries || !p->recipe) { gckpt_seterr(err, "out of memory"); goto fail; }
-    gckpt_recipe_build(&p->model, req->precision, req->attention, p->recipe);
+    *total = n;
+    return true;
+}
 
-    p->budget_bytes = req->budget_bytes ? req->budget_bytes : p->dev.memory_bytes;
-    p->usable_bytes = (uint64_t)((double)p->budget_bytes * (1.0 - req->margin));
+/* Every entry of one split from its segment profile. */
+static void evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profile *prof, batch_split sp)
+{
+    for (int i = 0; i < p->req.n_every; i++) {
+        uint32_t n = p->req.every_n[i];
+        for (int o = 0; o < (n ? offload_choices(p) : 1); o++) {
+            bool off = p->req.offload == GCKPT_OFFLOAD_ON || (p->req.offload == GCKPT_OFFLOAD_BOTH && o == 1);
+            if (!n) off = false;
+            gckpt_entry *e = &p->entries[p->n++];
+            e->every_n = n;
+            e->offload = off;
+            e->micro_batch = sp.micro_batch;
+            e->grad_accum = sp.grad_accum;
+            gckpt_fast_eval(c, prof, n, off, sp.grad_accum, &e->r);
+            e->fits = e->r.device_peak_bytes <= p->usable_bytes;
+        }
+    }
+}
 
+/* The sweep: one segment profile per split, every setting composed from it. */
+static bool sweep(gckpt_plan *p, const batch_split *sp, int nsplit, gckpt_err *err)
+{
     gckpt_profile *prof = malloc(sizeof *prof);
     gckpt_profiler *prr = gckpt_profiler_new();
-    if (!prof || !prr) {
-        free(prof);
-        gckpt_profiler_free(prr);
-        gckpt_seterr(err, "out of memory");
-        goto fail;
+    gckpt_ctx *c = malloc(sizeof *c);
+    bool ok = prof && prr && c;
+    if (!ok) gckpt_seterr(err, "out of memory");
+    for (int mi = 0; ok && mi < nsplit; mi++) {
+        gckpt_setting s = {.seq = p->req.seq, .micro_batch = sp[mi].micro_batch, .grad_accum = sp[mi].grad_accum,
+                           .precision = p->req.precision, .optimizer = p->req.optimizer, .attention = p->req.attention};
+        ok = gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, err);
+        if (ok && !(ok = gckpt_profile_build_with(prr, c, prof))) gckpt_seterr(err, "out of memory while profiling");
+        if (ok) evaluate_split(p, c, prof, sp[mi]);
     }
-    for (int mi = 0; mi < nmb; mi++) {
-        gckpt_setting s = {.seq = p->req.seq, .micro_batch = mbs[mi], .grad_accum = gas[mi],
-                           .precision = req->precision, .optimizer = req->optimizer,
-                           .attention = req->attention};
-        gckpt_ctx c;
-        if (!gckpt_ctx_init(&c, &p->model, &p->dev, p->recipe, &s, err)) {
-            free(prof);
-            gckpt_profiler_free(prr);
-            goto fail;
-        }
-        if (!gckpt_profile_build_with(prr, &c, prof)) {
-            free(prof);
-            gckpt_profiler_free(prr);
-            gckpt_seterr(err, "out of memory while profiling");
-            goto fail;
-        }
-        for (int i = 0; i < ne; i++) {
-            for (int o = 0; o < (ev[i] ? noff : 1); o++) {
-                bool off = req->offload == GCKPT_OFFLOAD_ON || (req->offload == GCKPT_OFFLOAD_BOTH && o == 1);
-                if (!ev[i]) off = false;
-                gckpt_entry *e = &p->entries[p->n++];
-                e->every_n = ev[i];
-                e->offload = off;
-                e->micro_batch = mbs[mi];
-                e->grad_accum = gas[mi];
-                gckpt_fast_eval(&c, prof, ev[i], off, gas[mi], &e->r);
-                e->fits = e->r.device_peak_bytes <= p->usable_bytes;
-            }
-        }
-    }
+    free(c);
     free(prof);
     gckpt_profiler_free(prr);
+    return ok;
+}
 
-    /* recommendation, smallest, Pareto (memory vs tokens/s) */
+/* The recommendation (the fastest entry that fits) and the smallest footprint. */
+static void choose(gckpt_plan *p)
+{
     for (size_t i = 0; i < p->n; i++) {
         gckpt_entry *e = &p->entries[i];
         if (p->smallest < 0 || e->r.device_peak_bytes < p->entries[p->smallest].r.device_peak_bytes)
             p->smallest = (long)i;
-        if (e->fits && (p->recommended < 0 || better(e, &p->entries[p->recommended])))
-            p->recommended = (long)i;
+        if (e->fits && (p->recommended < 0 || better(e, &p->entries[p->recommended]))) p->recommended = (long)i;
     }
-    key_t_ *ord = malloc(p->n * sizeof *ord);
-    if (!ord) { gckpt_seterr(err, "out of memory"); goto fail; }
-    for (size_t i = 0; i < p->n; i++)
-        ord[i] = (key_t_){p->entries[i].r.device_peak_bytes, p->entries[i].r.tokens_per_s, i};
+}
+
+/* An entry's place in the memory order of the Pareto frontier. */
+typedef struct {
+    uint64_t mem;
+    double tps;
+    size_t i;
+} pareto_key;
+
+static int cmp_mem(const void *x, const void *y)
+{
+    const pareto_key *a = x, *b = y;
+    if (a->mem != b->mem) return a->mem < b->mem ? -1 : 1;
+    if (a->tps != b->tps) return a->tps > b->tps ? -1 : 1;
+    return a->i < b->i ? -1 : (a->i > b->i);
+}
+
+/* The Pareto frontier of device memory vs tokens/s. */
+static bool mark_pareto(gckpt_plan *p, gckpt_err *err)
+{
+    pareto_key *ord = malloc((p->n ? p->n : 1) * sizeof *ord);
+    if (!ord) {
+        gckpt_seterr(err, "out of memory");
+        return false;
+    }
+    for (size_t i = 0; i < p->n; i++) ord[i] = (pareto_key){p->entries[i].r.device_peak_bytes, p->entries[i].r.tokens_per_s, i};
     qsort(ord, p->n, sizeof *ord, cmp_mem);
     double best = -1;
     for (size_t i = 0; i < p->n; i++) {
@@ -218,7 +222,38 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         }
     }
     free(ord);
-    if (!times_in_range(p, err)) goto fail;
+    return true;
+}
+
+bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err)
+{
+    memset(p, 0, sizeof *p);
+    p->req = *req;
+    p->req.every_n = NULL;
+    p->recommended = p->smallest = -1;
+    batch_split sp[GCKPT_MAX_MB];
+    int nsplit = 0;
+    size_t total = 0;
+    bool overflow = false;
+    if (!load_inputs(req, p, err) || !every_n_values(req, p, err) || !(nsplit = batch_splits(req, sp, err)) ||
+        !sweep_size(p, nsplit, &total, err))
+        goto fail;
+    p->entries = calloc(total, sizeof *p->entries);
+    p->recipe = malloc(sizeof *p->recipe);
+    p->params = malloc(sizeof *p->params);
+    if (!p->entries || !p->recipe || !p->params) {
+        gckpt_seterr(err, "out of memory");
+        goto fail;
+    }
+    gckpt_recipe_build(&p->model, req->precision, req->attention, p->recipe);
+    if (!gckpt_params_build(p->recipe, p->model.layers, req->optimizer, p->dev.alloc_round_bytes, p->params, &overflow,
+                            err))
+        goto fail;
+    p->budget_bytes = req->budget_bytes ? req->budget_bytes : p->dev.memory_bytes;
+    p->usable_bytes = (uint64_t)((double)p->budget_bytes * (1.0 - req->margin));
+    if (!sweep(p, sp, nsplit, err)) goto fail;
+    choose(p);
+    if (!mark_pareto(p, err) || !times_in_range(p, err)) goto fail;
     gckpt_plan_warnings(p);
     return true;
 fail:
@@ -226,21 +261,15 @@ fail:
     return false;
 }
 
-static int cmp_mem(const void *x, const void *y)
+/* bf16 / fp16 / fp32 ... in a user's words */
+static const char *dtype_word(uint8_t dtype)
 {
-    const key_t_ *a = x, *b = y;
-    if (a->mem != b->mem) return a->mem < b->mem ? -1 : 1;
-    if (a->tps != b->tps) return a->tps > b->tps ? -1 : 1;
-    return a->i < b->i ? -1 : (a->i > b->i);
-}
-
-/* bf16 / fp16 / fp32 ... for a tensor of `bytes` per element under the plan's precision */
-static const char *dtype_word(const gckpt_plan *p, uint8_t bytes)
-{
-    switch (bytes) {
-    case 1: return "8-bit";
-    case 2: return p->req.precision == GCKPT_AMP_FP16 ? "fp16" : "bf16";
-    case 4: return "fp32";
+    switch (dtype) {
+    case GCKPT_DT_BOOL: case GCKPT_DT_U8: case GCKPT_DT_I8: return "8-bit";
+    case GCKPT_DT_NF4: return "4-bit";
+    case GCKPT_DT_BF16: return "bf16";
+    case GCKPT_DT_F16: return "fp16";
+    case GCKPT_DT_F32: return "fp32";
     default: return "int64";
     }
 }
@@ -252,13 +281,13 @@ static const char *dtype_word(const gckpt_plan *p, uint8_t bytes)
 static void tensor_role(const gckpt_plan *p, const gckpt_result *r, char *buf, size_t n)
 {
     const gckpt_tensor *t = &p->recipe->t[r->peak_tensor];
-    const char *dt = dtype_word(p, t->dtype);
+    const char *dt = dtype_word(t->dtype);
     int prod = gckpt_recipe_producer(p->recipe, r->peak_tensor);
     const gckpt_op *op = prod >= 0 ? &p->recipe->op[prod] : NULL;
     uint64_t bytes = 0;
     if (!gckpt_tensor_bytes(p->recipe, r->peak_tensor, p->req.micro_batches[0], p->req.seq, &bytes)) bytes = 0;
     if (t->kind == GCKPT_T_PARAM) {
-        snprintf(buf, n, "%s gradient of %s", dtype_word(p, p->recipe->grad_dtype), t->name);
+        snprintf(buf, n, "%s gradient of %s", dtype_word(p->recipe->grad_dtype), t->name);
     } else if (t->kind == GCKPT_T_WCAST) {
         snprintf(buf, n, "%s autocast copy of %s", dt, p->recipe->t[t->param].name);
     } else if (!r->peak_grad && bytes < 65536 && op) {
@@ -281,7 +310,7 @@ void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, siz
     if (r->peak_layer < 0) snprintf(loc, sizeof loc, "embedding");
     else if (r->peak_layer < L) snprintf(loc, sizeof loc, "layer %d", r->peak_layer);
     else snprintf(loc, sizeof loc, "lm_head/loss");
-    const char *micro = r->peak_micro == 1 ? ", later micro-step (gradients exist)" : "";
+    const char *micro = r->peak_micro == GCKPT_MICRO_LATER ? ", later micro-step (gradients exist)" : "";
     if (r->peak_phase == GCKPT_PH_OPTIMIZER)
         snprintf(buf, n, "optimizer step (states + gradients + step temporaries)");
     else if (r->peak_tensor >= 0) {

@@ -1,5 +1,5 @@
 /* The plan as JSON (schema gckpt.plan/1, described by reports/schema/plan.schema.json). */
-#include "gckpt/plan.h"
+#include "gckpt/planner/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +17,9 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(o, "micro_batch", (double)e->micro_batch);
     num(o, "grad_accum", (double)e->grad_accum);
     cJSON *cl = cJSON_AddArrayToObject(o, "checkpointed_layers");
-    if (e->every_n)
-        for (uint64_t i = 0; i < p->model.layers; i += e->every_n)
-            cJSON_AddItemToArray(cl, cJSON_CreateNumber((double)i));
+    gckpt_mode_cursor cur = gckpt_mode_cursor_at(e->every_n, e->offload, 0);
+    for (uint64_t i = 0; e->every_n && i < p->model.layers; i++, gckpt_mode_cursor_up(&cur))
+        if (gckpt_mode_cursor_mode(&cur) != GCKPT_LAYER_PLAIN) cJSON_AddItemToArray(cl, cJSON_CreateNumber((double)i));
     cJSON *m = cJSON_AddObjectToObject(o, "memory");
     num(m, "peak_bytes", (double)r->peak_bytes);
     num(m, "device_peak_bytes", (double)r->device_peak_bytes);
@@ -30,7 +30,9 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
         num(m, "peak_layer", r->peak_layer);
     else
         cJSON_AddNullToObject(m, "peak_layer");
-    cJSON_AddStringToObject(m, "peak_micro_step", r->peak_micro == 0 ? "first" : r->peak_micro == 1 ? "later" : "optimizer");
+    cJSON_AddStringToObject(m, "peak_micro_step", r->peak_micro == GCKPT_MICRO_FIRST   ? "first"
+                                                         : r->peak_micro == GCKPT_MICRO_LATER ? "later"
+                                                                                                : "optimizer");
     char where[256];
     gckpt_peak_where(p, r, where, sizeof where);
     cJSON_AddStringToObject(m, "peak_where", where);
@@ -92,7 +94,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     num(m, "intermediate", (double)p->model.intermediate);
     num(m, "vocab", (double)p->model.vocab);
     cJSON_AddBoolToObject(m, "tied_embeddings", p->model.tied);
-    num(m, "parameters", (double)gckpt_model_params(&p->model));
+    num(m, "parameters", (double)p->params->numel);
     cJSON *cfg = cJSON_Parse(p->model_config_text);
     if (cfg) cJSON_AddItemToObject(m, "config", cfg);
     cJSON_AddItemToObject(in, "device", gckpt_device_to_json(&p->dev));

@@ -1,13 +1,13 @@
 /* gckpt-plan's outputs, checked up front and committed together
- * (include/gckpt/plan_output.h). */
-#include "gckpt/plan_output.h"
+ * (include/gckpt/planner/plan_output.h). */
+#include "gckpt/planner/plan_output.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/jsonget.h"
-#include "gckpt/outpath.h"
-#include "gckpt/stdio_check.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/util/outpath.h"
+#include "gckpt/util/stdio_check.h"
 
 bool gckpt_plan_output_check(gckpt_plan_output *o, const char *model_ref, const char *gpu_ref, gckpt_err *err)
 {

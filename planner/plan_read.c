@@ -1,6 +1,6 @@
 /* Reading a plan (schema gckpt.plan/1) back with every field checked. Every message is
  * "<file>: field '<path>' ..." so a user can find what to fix. */
-#include "gckpt/plan_read.h"
+#include "gckpt/planner/plan_read.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -8,20 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/jsonget.h"
-#include "gckpt/safe_text.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/util/safe_text.h"
 
 /* Byte counts are written as JSON numbers: exact up to 2^53. */
 #define MAXB ((uint64_t)1 << 53)
 
+/* The file being read and where its error goes. */
 typedef struct {
     const char *f;
     gckpt_err *err;
-} R;
+} plan_reader;
 
 
-static bool fail(R *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool fail(R *r, const char *fmt, ...)
+static bool fail(plan_reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool fail(plan_reader *r, const char *fmt, ...)
 {
     char msg[400];
     va_list ap;
@@ -38,7 +39,7 @@ static const cJSON *child(const cJSON *o, const char *path)
     return cJSON_GetObjectItemCaseSensitive(o, d ? d + 1 : path);
 }
 
-static const cJSON *obj(R *r, const cJSON *o, const char *path)
+static const cJSON *obj(plan_reader *r, const cJSON *o, const char *path)
 {
     const cJSON *it = child(o, path);
     if (!cJSON_IsObject(it)) {
@@ -48,7 +49,7 @@ static const cJSON *obj(R *r, const cJSON *o, const char *path)
     return it;
 }
 
-static const cJSON *arr(R *r, const cJSON *o, const char *path)
+static const cJSON *arr(plan_reader *r, const cJSON *o, const char *path)
 {
     const cJSON *it = child(o, path);
     if (!cJSON_IsArray(it)) {
@@ -58,13 +59,13 @@ static const cJSON *arr(R *r, const cJSON *o, const char *path)
     return it;
 }
 
-static bool u64(R *r, const cJSON *o, const char *path, uint64_t lo, uint64_t hi, uint64_t *out)
+static bool u64(plan_reader *r, const cJSON *o, const char *path, uint64_t lo, uint64_t hi, uint64_t *out)
 {
     return gckpt_json_u64(o, r->f, path, lo, hi, out, r->err);
 }
 
 /* An integer element of an array (or any item) in [lo, hi]. */
-static bool item_u64(R *r, const cJSON *it, const char *path, uint64_t lo, uint64_t hi, uint64_t *out)
+static bool item_u64(plan_reader *r, const cJSON *it, const char *path, uint64_t lo, uint64_t hi, uint64_t *out)
 {
     if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble != floor(it->valuedouble))
         return fail(r, "field '%s' must be an integer, got %s", path, gckpt_json_type_name(it));
@@ -75,12 +76,12 @@ static bool item_u64(R *r, const cJSON *it, const char *path, uint64_t lo, uint6
     return true;
 }
 
-static bool num(R *r, const cJSON *o, const char *path, double lo, double hi, double *out)
+static bool num(plan_reader *r, const cJSON *o, const char *path, double lo, double hi, double *out)
 {
     return gckpt_json_num(o, r->f, path, lo, hi, out, r->err);
 }
 
-static bool boolean(R *r, const cJSON *o, const char *path, bool *out)
+static bool boolean(plan_reader *r, const cJSON *o, const char *path, bool *out)
 {
     const cJSON *it = child(o, path);
     if (!cJSON_IsBool(it))
@@ -90,13 +91,13 @@ static bool boolean(R *r, const cJSON *o, const char *path, bool *out)
     return true;
 }
 
-static bool str(R *r, const cJSON *o, const char *path, char *out, size_t n)
+static bool str(plan_reader *r, const cJSON *o, const char *path, char *out, size_t n)
 {
     return gckpt_json_str(o, r->f, path, out, n, r->err);
 }
 
 /* A string naming one of names[0..n); index in *out. */
-static bool choice(R *r, const cJSON *o, const char *path, const char *const *names, int n, int *out)
+static bool choice(plan_reader *r, const cJSON *o, const char *path, const char *const *names, int n, int *out)
 {
     char s[64];
     if (!str(r, o, path, s, sizeof s)) return false;
@@ -114,7 +115,7 @@ static bool choice(R *r, const cJSON *o, const char *path, const char *const *na
 }
 
 /* Integer or null: null -> *out = 0, *is_null = true. */
-static bool u64_or_null(R *r, const cJSON *o, const char *path, uint64_t lo, uint64_t hi, uint64_t *out,
+static bool u64_or_null(plan_reader *r, const cJSON *o, const char *path, uint64_t lo, uint64_t hi, uint64_t *out,
                         bool *is_null)
 {
     const cJSON *it = child(o, path);
@@ -142,7 +143,7 @@ static const cJSON *nonfinite(const cJSON *o)
     return NULL;
 }
 
-static bool all_finite(R *r, const cJSON *o, const char *path)
+static bool all_finite(plan_reader *r, const cJSON *o, const char *path)
 {
     const cJSON *bad = nonfinite(o);
     if (!bad) return true;
@@ -150,7 +151,7 @@ static bool all_finite(R *r, const cJSON *o, const char *path)
     return fail(r, "field '%s' holds a number beyond the range of a double (in an array)", path);
 }
 
-static bool eq_u64(R *r, const cJSON *m, const char *path, uint64_t want, const char *what)
+static bool eq_u64(plan_reader *r, const cJSON *m, const char *path, uint64_t want, const char *what)
 {
     uint64_t v;
     if (!u64(r, m, path, 0, MAXB, &v)) return false;
@@ -160,7 +161,7 @@ static bool eq_u64(R *r, const cJSON *m, const char *path, uint64_t want, const 
     return true;
 }
 
-static bool read_model(R *r, const cJSON *in, gckpt_plan_file *pf)
+static bool read_model(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
 {
     const cJSON *m = obj(r, in, "inputs.model");
     if (!m) return false;
@@ -191,7 +192,7 @@ static bool read_model(R *r, const cJSON *in, gckpt_plan_file *pf)
         !eq_u64(r, m, "inputs.model.head_dim", md->head_dim, cf) ||
         !eq_u64(r, m, "inputs.model.intermediate", md->intermediate, cf) ||
         !eq_u64(r, m, "inputs.model.vocab", md->vocab, cf) ||
-        !eq_u64(r, m, "inputs.model.parameters", gckpt_model_params(md), "the parameter count of inputs.model.config") ||
+        !eq_u64(r, m, "inputs.model.parameters", gckpt_param_count(md), "the parameter count of inputs.model.config") ||
         !boolean(r, m, "inputs.model.tied_embeddings", &tied))
         return false;
     if (tied != md->tied)
@@ -199,7 +200,7 @@ static bool read_model(R *r, const cJSON *in, gckpt_plan_file *pf)
     return true;
 }
 
-static bool read_device(R *r, const cJSON *in, gckpt_plan_file *pf)
+static bool read_device(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
 {
     const cJSON *d = obj(r, in, "inputs.device");
     if (!d || !all_finite(r, d, "inputs.device")) return false;
@@ -213,7 +214,7 @@ static bool read_device(R *r, const cJSON *in, gckpt_plan_file *pf)
 }
 
 /* Optional "warnings": [{code, message}] (GCKPT_MAX_WARNINGS at most). */
-static bool read_warnings(R *r, const cJSON *root, gckpt_plan_file *pf)
+static bool read_warnings(plan_reader *r, const cJSON *root, gckpt_plan_file *pf)
 {
     pf->n_warnings = 0;
     if (!child(root, "warnings")) return true;
@@ -236,7 +237,7 @@ static bool read_warnings(R *r, const cJSON *root, gckpt_plan_file *pf)
     return true;
 }
 
-static bool read_inputs(R *r, const cJSON *root, gckpt_plan_file *pf, uint32_t *every, int *n_every)
+static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, uint32_t *every, int *n_every)
 {
     const cJSON *in = obj(r, root, "inputs");
     if (!in || !read_model(r, in, pf) || !read_device(r, in, pf)) return false;
@@ -307,7 +308,7 @@ static bool read_inputs(R *r, const cJSON *root, gckpt_plan_file *pf, uint32_t *
 
 /* ---- entries ------------------------------------------------------------------------ */
 
-static bool read_memory(R *r, const cJSON *e, const char *pre, gckpt_plan_file *pf, gckpt_entry *en)
+static bool read_memory(plan_reader *r, const cJSON *e, const char *pre, gckpt_plan_file *pf, gckpt_entry *en)
 {
     char p[128];
     snprintf(p, sizeof p, "%s.memory", pre);
@@ -376,7 +377,7 @@ static bool read_memory(R *r, const cJSON *e, const char *pre, gckpt_plan_file *
     return true;
 }
 
-static bool read_time(R *r, const cJSON *e, const char *pre, gckpt_entry *en)
+static bool read_time(plan_reader *r, const cJSON *e, const char *pre, gckpt_entry *en)
 {
     char p[128];
     snprintf(p, sizeof p, "%s.time", pre);
@@ -402,7 +403,7 @@ static bool read_time(R *r, const cJSON *e, const char *pre, gckpt_entry *en)
     return true;
 }
 
-static bool read_timeline(R *r, const cJSON *e, const char *pre)
+static bool read_timeline(plan_reader *r, const cJSON *e, const char *pre)
 {
     const cJSON *tl = cJSON_GetObjectItemCaseSensitive(e, "timeline");
     if (!tl) return true;
@@ -436,7 +437,7 @@ static bool read_timeline(R *r, const cJSON *e, const char *pre)
     return true;
 }
 
-static bool read_entry(R *r, const cJSON *e, size_t i, gckpt_plan_file *pf, const uint32_t *every, int ne)
+static bool read_entry(plan_reader *r, const cJSON *e, size_t i, gckpt_plan_file *pf, const uint32_t *every, int ne)
 {
     char pre[48], p[128];
     snprintf(pre, sizeof pre, "entries[%zu]", i);
@@ -485,17 +486,25 @@ static bool read_entry(R *r, const cJSON *e, size_t i, gckpt_plan_file *pf, cons
     if ((uint64_t)cJSON_GetArraySize(cl) != want)
         return fail(r, "field '%s' has %d layers, every_n_layers = %u checkpoints %llu of %llu", p,
                     cJSON_GetArraySize(cl), en->every_n, (unsigned long long)want, (unsigned long long)L);
+    uint64_t *layers = malloc(sizeof *layers * (want ? want : 1));
+    if (!layers) return fail(r, "out of memory");
+    gckpt_checkpointed_layers(en->every_n, L, layers, want);
     const cJSON *it;
     uint64_t k = 0;
+    bool ok = true;
     cJSON_ArrayForEach(it, cl) {
         char q[160];
         snprintf(q, sizeof q, "%s[%llu]", p, (unsigned long long)k);
-        if (!item_u64(r, it, q, 0, L - 1, &v)) return false;
-        if (v != k * en->every_n)
-            return fail(r, "field '%s' = %llu contradicts every_n_layers = %u (expected layer %llu)", q,
-                        (unsigned long long)v, en->every_n, (unsigned long long)(k * en->every_n));
+        if (!(ok = item_u64(r, it, q, 0, L - 1, &v))) break;
+        if (v != layers[k]) {
+            ok = fail(r, "field '%s' = %llu contradicts every_n_layers = %u (expected layer %llu)", q,
+                      (unsigned long long)v, en->every_n, (unsigned long long)layers[k]);
+            break;
+        }
         k++;
     }
+    free(layers);
+    if (!ok) return false;
     if (!read_memory(r, e, pre, pf, en) || !read_time(r, e, pre, en) || !read_timeline(r, e, pre)) return false;
     snprintf(p, sizeof p, "%s.fits", pre);
     if (!boolean(r, e, p, &en->fits)) return false;
@@ -512,7 +521,7 @@ static bool read_entry(R *r, const cJSON *e, size_t i, gckpt_plan_file *pf, cons
     return boolean(r, e, p, &en->pareto);
 }
 
-static bool read_index(R *r, const cJSON *root, const char *k, const gckpt_plan_file *pf, long *out)
+static bool read_index(plan_reader *r, const cJSON *root, const char *k, const gckpt_plan_file *pf, long *out)
 {
     uint64_t v;
     bool is_null;
@@ -529,7 +538,7 @@ bool gckpt_plan_parse(const char *file, const char *text, gckpt_plan_file *pf, g
     memset(pf, 0, sizeof *pf);
     pf->recommended = pf->smallest = -1;
     snprintf(pf->file, sizeof pf->file, "%s", file);
-    R r = {.f = file, .err = err};
+    plan_reader r = {.f = file, .err = err};
     cJSON *root = gckpt_json_parse(file, text, err);
     if (!root) return false;
     uint32_t *every = NULL;

@@ -1,6 +1,5 @@
 /* Human outputs: the aligned table and the recommendation with the lines to paste. */
-#include "gckpt/optstate.h"
-#include "gckpt/plan.h"
+#include "gckpt/planner/plan.h"
 
 #include <string.h>
 
@@ -118,7 +117,7 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
 {
     char a[32], b[32];
     fprintf(f, "%s (%llu parameters) on %s, seq %llu%s, %s, %s, %s attention\n", p->model.name,
-            (unsigned long long)gckpt_model_params(&p->model), p->dev.name, (unsigned long long)p->req.seq,
+            (unsigned long long)p->params->numel, p->dev.name, (unsigned long long)p->req.seq,
             p->req.seq > p->model.max_positions ? " (beyond max_position_embeddings: --allow-long-seq)" : "",
             gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer],
             gckpt_attention_names[p->req.attention]);
@@ -136,7 +135,7 @@ static void print_breakdown(const gckpt_plan *p, const gckpt_result *r, FILE *f)
     for (int k = 0; k < GCKPT_NCOMP; k++)
         if (r->breakdown[k]) fprintf(f, " %s %s", gckpt_component_names[k], gib((uint64_t)r->breakdown[k], a, sizeof a));
     fprintf(f, " (GiB)\n");
-    gckpt_opt_fp32_note(p->req.optimizer, p->recipe, p->model.layers, note, sizeof note);
+    gckpt_opt_fp32_note(p->params, p->req.optimizer, note, sizeof note);
     if (note[0]) fprintf(f, "  %s\n", note);
 }
 

@@ -1,7 +1,7 @@
 /* Memory timeline of one entry, and the gnuplot output of a plan. */
-#include "gckpt/plan.h"
+#include "gckpt/planner/plan.h"
 
-#include "gckpt/gnuplot_run.h"
+#include "gckpt/planner/gnuplot_run.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -13,39 +13,44 @@ size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t,
     gckpt_setting s = {.seq = p->req.seq, .micro_batch = e->micro_batch, .grad_accum = e->grad_accum,
                        .precision = p->req.precision, .optimizer = p->req.optimizer,
                        .attention = p->req.attention, .every_n = e->every_n, .offload = e->offload};
-    gckpt_ctx c;
+    gckpt_ctx *c = malloc(sizeof *c);
     gckpt_err err;
-    if (max == 0 || !gckpt_ctx_init(&c, &p->model, &p->dev, p->recipe, &s, &err)) return 0;
-    gckpt_events ev;
-    if (!gckpt_schedule_build(&c, &ev)) {
-        gckpt_events_free(&ev);
+    gckpt_schedule sc = {0};
+    if (max == 0 || !c || !gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, &err) || !gckpt_schedule_build(c, &sc)) {
+        gckpt_schedule_free(&sc);
+        free(c);
         return 0;
     }
     double total_t = 0;
-    for (size_t i = 0; i < ev.n; i++) total_t += ev.ev[i].seconds;
-    int64_t comp[GCKPT_NCOMP], cur = 0;
-    gckpt_persistent(&c, comp);
-    for (int k = 0; k < GCKPT_NCOMP; k++) cur += comp[k];
+    for (size_t i = 0; i < sc.n; i++) total_t += sc.ev[i].seconds;
+    gckpt_mem m;
+    memset(&m, 0, sizeof m);
+    gckpt_persistent(c, m.cur);
+    for (int k = 0; k < GCKPT_NCOMP; k++) m.total += m.cur[k];
     for (size_t i = 0; i < max; i++) {
         t[i] = -1;
         bytes[i] = -1;
         phase[i] = 0;
     }
+    /* each of the max buckets of time keeps its highest point */
     double now = 0;
-    for (size_t i = 0; i < ev.n; i++) {
-        const gckpt_event *x = &ev.ev[i];
-        if (x->kind == GCKPT_EV_ALLOC) cur += (int64_t)x->bytes;
-        if (x->kind == GCKPT_EV_FREE) cur -= (int64_t)x->bytes;
-        now += x->seconds;
-        size_t b = total_t > 0 ? (size_t)(now / total_t * (double)(max - 1)) : 0;
-        if (b >= max) b = max - 1;
-        if ((double)cur > bytes[b]) {
-            bytes[b] = (double)cur;
-            t[b] = now;
-            phase[b] = x->phase;
+    for (size_t si = 0; si < sc.nseg; si++) {
+        const gckpt_sched_seg *g = &sc.seg[si];
+        uint8_t ph = (uint8_t)gckpt_seg_phase(&g->seg);
+        for (size_t i = g->begin; i < g->end; i++) {
+            gckpt_mem_apply(&m, &sc.ev[i]);
+            now += sc.ev[i].seconds;
+            size_t b = total_t > 0 ? (size_t)(now / total_t * (double)(max - 1)) : 0;
+            if (b >= max) b = max - 1;
+            if ((double)m.total > bytes[b]) {
+                bytes[b] = (double)m.total;
+                t[b] = now;
+                phase[b] = ph;
+            }
         }
     }
-    gckpt_events_free(&ev);
+    gckpt_schedule_free(&sc);
+    free(c);
     size_t n = 0;
     for (size_t i = 0; i < max; i++)
         if (t[i] >= 0) {

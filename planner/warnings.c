@@ -2,7 +2,7 @@
  * and one sentence, in the table and in the plan's "warnings". A rule is one line in a
  * table below: a predicate on the model and the run setting with a fixed sentence, or a
  * function that writes its own sentence (with figures) when it applies. */
-#include "gckpt/plan.h"
+#include "gckpt/planner/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,14 +8,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <dirent.h>
 
-#include "gckpt/atomic_file.h"
+#include "gckpt/util/atomic_file.h"
 
 char cli_dir[256];
 char cli_out[1 << 16];
@@ -124,4 +127,74 @@ int cli_run_opts(const char *exe, char *const args[], const cli_opts *o, char *e
     if (o->stdout_file || o->close_stdout) cli_out[0] = 0;
     else slurp(outpath, cli_out, sizeof cli_out);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+double cli_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* In the child: what cli_spawn_opts asks for; exits (9x) when it cannot. */
+static void child_setup(const cli_spawn_opts *o)
+{
+    char out[600], err[600], name[300];
+    snprintf(name, sizeof name, "%s%s", o->tag ? o->tag : "stdout", o->tag ? ".out" : ".txt");
+    cli_path(name, out, sizeof out);
+    snprintf(name, sizeof name, "%s%s", o->tag ? o->tag : "stderr", o->tag ? ".err" : ".txt");
+    cli_path(name, err, sizeof err);
+    if (!freopen(out, "w", stdout) || !freopen(err, "w", stderr) || chdir(cli_dir)) _exit(99);
+    /* a clean signal state whatever the test runner had */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int i = 0; o->env && o->env[i]; i++) {
+        const char *eq = strchr(o->env[i], '=');
+        char k[128];
+        if (!eq || (size_t)(eq - o->env[i]) >= sizeof k) _exit(96);
+        snprintf(k, sizeof k, "%.*s", (int)(eq - o->env[i]), o->env[i]);
+        setenv(k, eq + 1, 1);
+    }
+    if (o->cgroup) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/cgroup.procs", o->cgroup);
+        FILE *f = fopen(p, "w");
+        if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) _exit(97);
+    }
+    if (o->rlimit_as) {
+        struct rlimit r = {(rlim_t)o->rlimit_as, (rlim_t)o->rlimit_as};
+        if (setrlimit(RLIMIT_AS, &r) != 0) _exit(96);
+    }
+}
+
+pid_t cli_spawn(char *const argv[], const cli_spawn_opts *o)
+{
+    static const cli_spawn_opts none = {0};
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        child_setup(o ? o : &none);
+        execv(argv[0], argv);
+        _exit(98);
+    }
+    return pid;
+}
+
+int cli_wait(pid_t pid, double seconds)
+{
+    double until = cli_now() + seconds;
+    int st;
+    for (;;) {
+        if (waitpid(pid, &st, WNOHANG) == pid) return st;
+        if (cli_now() > until) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            fail_msg("process %d did not end within %.0f s", (int)pid, seconds);
+        }
+        struct timespec z = {0, 5000000};
+        nanosleep(&z, NULL);
+    }
 }

@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 extern char cli_dir[256];     /* the scratch directory (the child's working directory) */
 extern char cli_out[1 << 16]; /* stdout of the last run */
@@ -33,6 +35,22 @@ typedef struct {
     const char *env[4];       /* "NAME=value" set in the child */
 } cli_opts;
 int cli_run_opts(const char *exe, char *const args[], const cli_opts *o, char *err, size_t n);
+
+/* Start a program (argv[0]) in the scratch directory without waiting for it: stdout and
+ * stderr go to TAG.out and TAG.err there (tag NULL: stdout.txt and stderr.txt), SIGINT
+ * and SIGTERM at their defaults and none blocked, env entries "NAME=value" set (NULL
+ * terminated), an address-space limit (0: none), a cgroup directory to join (NULL: none). */
+typedef struct {
+    const char *tag;
+    const char *const *env;
+    uint64_t rlimit_as;
+    const char *cgroup;
+} cli_spawn_opts;
+pid_t cli_spawn(char *const argv[], const cli_spawn_opts *o);
+/* The wait status of a spawned program; killed and the test failed after `seconds`. */
+int cli_wait(pid_t pid, double seconds);
+/* Monotonic seconds. */
+double cli_now(void);
 
 #define A(...) ((char *const[]){__VA_ARGS__, NULL})
 

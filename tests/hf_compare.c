@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/eval.h"
-#include "gckpt/jsonget.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/util/jsonget.h"
 
 static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
@@ -135,7 +135,7 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
     gckpt_recipe_build_target(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &r);
     gckpt_ctx ctx;
     if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;
-    c->params = gckpt_model_params(&f->m);
+    c->params = gckpt_param_count(&f->m);
     c->params_ok = c->params == f->params;
 
     /* saved bytes, with the documented charging of shared tensors */
@@ -148,7 +148,7 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
     c->first_bad_layer = c->saved_ok ? -1 : 0;
     for (int i = 0; i < f->nlayers && (uint64_t)i < f->m.layers; i++) {
         uint64_t want;
-        bool ck = gckpt_is_checkpointed(f->s.every_n, (uint64_t)i);
+        bool ck = gckpt_layer_mode_of(f->s.every_n, false, (uint64_t)i) != GCKPT_LAYER_PLAIN;
         if (!ck) {
             want = plain + (first_plain ? rope : 0);
             first_plain = false;
@@ -170,15 +170,15 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
     if (c->embed_saved != f->embed_saved && c->first_bad_layer < 0) c->first_bad_layer = L + 1;
     c->saved_ok = c->first_bad_layer < 0;
 
-    gckpt_events ev;
+    gckpt_schedule ev;
     if (!gckpt_schedule_build(&ctx, &ev)) {
-        gckpt_events_free(&ev);
+        gckpt_schedule_free(&ev);
         gckpt_seterr(err, "%s: out of memory building the schedule", f->path);
         return false;
     }
     gckpt_result res;
     gckpt_walk(&ctx, &ev, &res);
-    gckpt_events_free(&ev);
+    gckpt_schedule_free(&ev);
     c->offload = res.host_pinned_bytes;
     c->offload_ok = c->offload == f->offload;
     c->peak = res.peak_bytes;
@@ -271,30 +271,31 @@ void hf_print(FILE *out, const hf_fixture *f, const hf_cmp *c)
 
 bool hf_events(FILE *out, const hf_fixture *f, const gckpt_device *exact, gckpt_err *err)
 {
-    static const char *const kinds[] = {"ALLOC", "FREE", "RETAG", "HOST_ALLOC", "HOST_FREE", "D2H",
-                                        "H2D", "FWD", "RECOMPUTE", "BWD", "OPT", "GRAD_ADD"};
     static gckpt_recipe r;
     gckpt_recipe_build_target(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &r);
     gckpt_ctx ctx;
-    gckpt_events ev;
+    gckpt_schedule ev;
     if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;
     if (!gckpt_schedule_build(&ctx, &ev)) {
-        gckpt_events_free(&ev);
+        gckpt_schedule_free(&ev);
         gckpt_seterr(err, "%s: out of memory building the schedule", f->path);
         return false;
     }
-    int64_t comp[GCKPT_NCOMP], total = 0;
-    gckpt_persistent(&ctx, comp);
-    for (int i = 0; i < GCKPT_NCOMP; i++) total += comp[i];
-    for (size_t i = 0; i < ev.n; i++) {
-        const gckpt_event *e = &ev.ev[i];
-        if (e->kind == GCKPT_EV_ALLOC) total += (int64_t)e->bytes;
-        if (e->kind == GCKPT_EV_FREE) total -= (int64_t)e->bytes;
-        bool compute = e->kind == GCKPT_EV_FWD || e->kind == GCKPT_EV_RECOMPUTE || e->kind == GCKPT_EV_BWD;
-        const char *what = e->op < 0 ? "-" : compute ? r.op[e->op].name : r.t[e->op].name;
-        fprintf(out, "%zu micro%u %s L%d %s %s%s %llu %lld\n", i, e->micro + 1, gckpt_phase_names[e->phase], e->layer,
-                kinds[e->kind], e->grad ? "grad:" : "", what, (unsigned long long)e->bytes, (long long)total);
+    gckpt_mem m = {{0}};
+    gckpt_persistent(&ctx, m.cur);
+    for (int i = 0; i < GCKPT_NCOMP; i++) m.total += m.cur[i];
+    for (size_t si = 0; si < ev.nseg; si++) {
+        const gckpt_sched_seg *g = &ev.seg[si];
+        for (size_t i = g->begin; i < g->end; i++) {
+            const gckpt_event *e = &ev.ev[i];
+            gckpt_mem_apply(&m, e);
+            const char *what = e->op >= 0 ? r.op[e->op].name : e->tensor >= 0 ? r.t[e->tensor].name : "-";
+            fprintf(out, "%zu micro%u %s L%d %s %s%s %llu %lld\n", i, g->seg.micro + 1,
+                    gckpt_phase_names[gckpt_seg_phase(&g->seg)], gckpt_seg_place(&g->seg, f->m.layers),
+                    gckpt_event_names[e->kind], e->grad ? "grad:" : "", what, (unsigned long long)e->bytes,
+                    (long long)m.total);
+        }
     }
-    gckpt_events_free(&ev);
+    gckpt_schedule_free(&ev);
     return true;
 }

@@ -23,10 +23,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "gckpt/device.h"
-#include "gckpt/model.h"
-#include "gckpt/setting.h"
-#include "gckpt/util.h"
+#include "gckpt/core/device.h"
+#include "gckpt/core/model.h"
+#include "gckpt/core/setting.h"
+#include "gckpt/util/util.h"
 
 #define HF_MAX_LAYERS 256
 

@@ -14,9 +14,9 @@
 #include <cmocka.h>
 
 #include "cli_harness.h"
-#include "gckpt/jsonget.h"
-#include "gckpt/plan.h"
-#include "gckpt/plan_read.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/planner/plan.h"
+#include "gckpt/planner/plan_read.h"
 #include "schema_check.h"
 
 #ifndef GCKPT_PLAN_EXE

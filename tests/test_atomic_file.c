@@ -1,5 +1,5 @@
-/* The atomic writer (planner/atomic_file.c) and the up-front output checks
- * (planner/outpath.c): unpredictable temporaries created without following links, stale
+/* The atomic writer (util/atomic_file.c) and the up-front output checks
+ * (util/outpath.c): unpredictable temporaries created without following links, stale
  * temporaries of killed writers removed and live ones kept, commit / abort / append, and
  * refusals of outputs that are links, devices, FIFOs, directories or inputs. */
 #define _GNU_SOURCE
@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "cli_harness.h"
-#include "gckpt/atomic_file.h"
-#include "gckpt/outpath.h"
+#include "gckpt/util/atomic_file.h"
+#include "gckpt/util/outpath.h"
 
 static pid_t child; /* a live writer of test_stale_temporaries, killed on every path */
 

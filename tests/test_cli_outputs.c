@@ -23,7 +23,7 @@
 #include <cmocka.h>
 
 #include "cli_harness.h"
-#include "gckpt/atomic_file.h"
+#include "gckpt/util/atomic_file.h"
 
 #ifndef GCKPT_PLAN_EXE
 #error GCKPT_PLAN_EXE must name the gckpt-plan binary

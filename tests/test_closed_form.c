@@ -7,8 +7,8 @@
 
 #include <cmocka.h>
 
-#include "gckpt/eval.h"
-#include "gckpt/plan.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/planner/plan.h"
 
 static gckpt_device dev;
 
@@ -33,30 +33,40 @@ static void walk(const gckpt_model *m, gckpt_setting s, walked *w)
     gckpt_ctx c;
     gckpt_err err;
     if (!gckpt_ctx_init(&c, m, &dev, &r, &s, &err)) fail_msg("%s", err.msg);
-    gckpt_events ev;
+    gckpt_schedule ev;
     assert_true(gckpt_schedule_build(&c, &ev));
     memset(w, 0, sizeof *w);
     int64_t comp[GCKPT_NCOMP];
     gckpt_persistent(&c, comp);
-    for (size_t i = 0; i < ev.n; i++) {
-        const gckpt_event *e = &ev.ev[i];
-        if (!w->seen_bwd && e->micro == 0 && e->phase == GCKPT_PH_BACKWARD) {
-            memcpy(w->at_bwd, comp, sizeof comp);
-            w->seen_bwd = true;
-        }
-        if (!w->seen_fwd2 && e->micro == 1 && e->kind == GCKPT_EV_FWD) {
-            memcpy(w->at_fwd2, comp, sizeof comp);
-            w->seen_fwd2 = true;
-        }
-        if (e->kind == GCKPT_EV_ALLOC) comp[e->comp] += (int64_t)e->bytes;
-        if (e->kind == GCKPT_EV_FREE) comp[e->comp] -= (int64_t)e->bytes;
-        if (e->kind == GCKPT_EV_RETAG) {
-            comp[e->comp] -= (int64_t)e->bytes;
-            comp[e->comp2] += (int64_t)e->bytes;
+    for (size_t si = 0; si < ev.nseg; si++) {
+        const gckpt_sched_seg *g = &ev.seg[si];
+        for (size_t i = g->begin; i < g->end; i++) {
+            const gckpt_event *e = &ev.ev[i];
+            if (!w->seen_bwd && g->seg.micro == GCKPT_MICRO_FIRST && gckpt_seg_phase(&g->seg) == GCKPT_PH_BACKWARD) {
+                memcpy(w->at_bwd, comp, sizeof comp);
+                w->seen_bwd = true;
+            }
+            if (!w->seen_fwd2 && g->seg.micro == GCKPT_MICRO_LATER && e->kind == GCKPT_EV_FWD) {
+                memcpy(w->at_fwd2, comp, sizeof comp);
+                w->seen_fwd2 = true;
+            }
+            switch (e->kind) {
+            case GCKPT_EV_ALLOC: case GCKPT_EV_ALLOC_SCRATCH: case GCKPT_EV_OPT_TEMP_ALLOC:
+                comp[e->comp] += (int64_t)e->bytes;
+                break;
+            case GCKPT_EV_FREE: case GCKPT_EV_OPT_TEMP_FREE: case GCKPT_EV_ZERO_GRAD:
+                comp[e->comp] -= (int64_t)e->bytes;
+                break;
+            case GCKPT_EV_TO_CHECKPOINT: case GCKPT_EV_BECOME_GRAD:
+                comp[e->comp] -= (int64_t)e->bytes;
+                comp[e->kind == GCKPT_EV_BECOME_GRAD ? GCKPT_C_GRADS : GCKPT_C_CHECKPOINTS] += (int64_t)e->bytes;
+                break;
+            default: break;
+            }
         }
     }
     gckpt_walk(&c, &ev, &w->res);
-    gckpt_events_free(&ev);
+    gckpt_schedule_free(&ev);
 }
 
 static void checkpointed_layer_sets(void **state)
@@ -174,7 +184,7 @@ static void accumulation_steady_state(void **state)
         assert_false(w1.seen_fwd2);
         assert_true(w4.res.peak_bytes >= w1.res.peak_bytes);
         /* fp32 grads of amp: 4 bytes per parameter */
-        assert_int_equal(c.grads, gckpt_model_params(&m) * 4);
+        assert_int_equal(c.grads, gckpt_param_count(&m) * 4);
     }
 }
 
@@ -183,7 +193,7 @@ static void persistent_state(void **state)
     (void)state;
     gckpt_model m;
     load("llama-3.1-8b", &m);
-    uint64_t P = gckpt_model_params(&m);
+    uint64_t P = gckpt_param_count(&m);
     static const struct { gckpt_precision p; gckpt_optimizer o; uint64_t w, g, st, tmp; } cases[] = {
         {GCKPT_AMP_BF16, GCKPT_ADAMW, 4, 4, 8, 0},
         {GCKPT_AMP_BF16, GCKPT_ADAMW_FOREACH, 4, 4, 8, 4},

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "gckpt/eval.h"
+#include "gckpt/core/eval.h"
 
 static gckpt_device dev;
 
@@ -46,11 +46,11 @@ static void sweep(const char *model, const char *cfg_json)
                         for (int off = 0; off < (n ? 2 : 1); off++) {
                             c.set.every_n = n;
                             c.set.offload = off;
-                            gckpt_events ev;
+                            gckpt_schedule ev;
                             assert_true(gckpt_schedule_build(&c, &ev));
                             gckpt_result a, b, b2;
                             gckpt_walk(&c, &ev, &a);
-                            gckpt_events_free(&ev);
+                            gckpt_schedule_free(&ev);
                             gckpt_fast_eval(&c, &prof, n, off, ga, &b);
                             gckpt_fast_eval_ex(&c, &prof, n, off, ga, false, &b2);
                             if (ga == 1) { /* no later micro-steps profiled: refused, visibly */

@@ -1,4 +1,4 @@
-/* The JSON reader every input goes through (planner/jsonget.c): running out of memory
+/* The JSON reader every input goes through (util/jsonget.c): running out of memory
  * while parsing a valid file is said as such, not as "malformed JSON". */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gckpt/jsonget.h"
+#include "gckpt/util/jsonget.h"
 #include "sanitizer.h"
 
 /* {"a": [1, 1, ..., 1]}: n numbers, each a cJSON node of ~64 bytes */

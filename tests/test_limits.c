@@ -23,8 +23,8 @@
 
 static int run(char *const args[], char *err, size_t n) { return cli_run(GCKPT_PLAN_EXE, args, NULL, err, n); }
 
-#include "gckpt/jsonget.h"
-#include "gckpt/plan.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/planner/plan.h"
 
 #ifndef GCKPT_PLAN_EXE
 #error GCKPT_PLAN_EXE must name the gckpt-plan binary

@@ -7,8 +7,9 @@
 
 #include <cmocka.h>
 
-#include "gckpt/model.h"
-#include "gckpt/recipe.h"
+#include "gckpt/core/model.h"
+#include "gckpt/core/params.h"
+#include "gckpt/core/recipe.h"
 
 static void published_parameter_counts(void **state)
 {
@@ -26,9 +27,9 @@ static void published_parameter_counts(void **state)
         gckpt_model m;
         gckpt_err err;
         if (!gckpt_model_load(want[i].name, &m, &err)) fail_msg("%s", err.msg);
-        if (gckpt_model_params(&m) != want[i].params)
+        if (gckpt_param_count(&m) != want[i].params)
             fail_msg("%s: %llu parameters, published %llu", want[i].name,
-                     (unsigned long long)gckpt_model_params(&m), (unsigned long long)want[i].params);
+                     (unsigned long long)gckpt_param_count(&m), (unsigned long long)want[i].params);
     }
 }
 

@@ -9,8 +9,8 @@
 
 #include <cmocka.h>
 
-#include "gckpt/jsonget.h"
-#include "gckpt/plan.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/planner/plan.h"
 #include "schema_check.h"
 
 static cJSON *schema;
@@ -100,7 +100,7 @@ static void schema_and_roundtrip(void **state)
         gckpt_model m2;
         assert_true(gckpt_model_parse("embedded", ct, &m2, &err));
         free(ct);
-        assert_int_equal(gckpt_model_params(&m2), gckpt_model_params(&p.model));
+        assert_int_equal(gckpt_param_count(&m2), gckpt_param_count(&p.model));
         cJSON_Delete(j);
         gckpt_plan_free(&p);
     }

@@ -3,7 +3,7 @@
  * recorded what the Trainer built (the JSON files in tests/data/trainer). Here the plan of the same
  * request must print exactly the lines that were run, and its model must be what ran:
  * the model's dtype, the checkpointed layers, and every optimizer state per parameter
- * (elements and dtype, gckpt/optstate.h). Not compared: AdamW's one-element `step`
+ * (elements and dtype, gckpt/core/params.h). Not compared: AdamW's one-element `step`
  * scalars (left out of the model, see README) and bitsandbytes' qmap1/qmap2 (one shared
  * 256-entry code map per optimizer). */
 #include <dirent.h>
@@ -16,10 +16,10 @@
 
 #include <cmocka.h>
 
-#include "gckpt/cli_names.h"
-#include "gckpt/jsonget.h"
-#include "gckpt/optstate.h"
-#include "gckpt/plan.h"
+#include "gckpt/planner/cli_names.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/core/params.h"
+#include "gckpt/planner/plan.h"
 
 #define DIR_ GCKPT_TEST_DATA "/trainer"
 
@@ -76,23 +76,23 @@ static int tensor_of(const gckpt_recipe *r, const char *hf)
     return -1;
 }
 
-static const char *dtype_name(uint8_t st, gckpt_precision p)
+static const char *dtype_name(uint8_t dt)
 {
-    if (st == GCKPT_ST_U8) return "uint8";
-    if (st == GCKPT_ST_F32 || p != GCKPT_BF16) return "float32";
+    if (dt == GCKPT_DT_U8) return "uint8";
+    if (dt == GCKPT_DT_F32) return "float32";
     return "bfloat16";
 }
 
 /* the states of one parameter: "numel:dtype" strings sorted */
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static void check_states(const char *hf, const cJSON *got, const gckpt_opt_layout *l, gckpt_precision p)
+static void check_states(const char *hf, const cJSON *got, const gckpt_param *l)
 {
     char want[4][48], have[8][48];
     const char *w[4], *h[8];
     int nw = 0, nh = 0;
-    for (int k = 0; k < l->n; k++) {
-        snprintf(want[nw], sizeof want[nw], "%llu:%s", (unsigned long long)l->buf[k].n, dtype_name(l->buf[k].dtype, p));
+    for (int k = 0; k < l->nstates; k++) {
+        snprintf(want[nw], sizeof want[nw], "%llu:%s", (unsigned long long)l->state[k].numel, dtype_name(l->state[k].dtype));
         w[nw] = want[nw];
         nw++;
     }
@@ -148,9 +148,7 @@ static void one_fixture(const char *path)
     const cJSON *st, *states = cJSON_GetObjectItem(fx, "optimizer_states");
     int nparams = 0;
     cJSON_ArrayForEach(st, states) {
-        gckpt_opt_layout l;
-        gckpt_opt_layout_of(p.req.optimizer, p.recipe, tensor_of(p.recipe, st->string), &l);
-        check_states(st->string, st, &l, p.req.precision);
+        check_states(st->string, st, gckpt_params_of(p.params, tensor_of(p.recipe, st->string)));
         nparams++;
     }
     assert_int_equal(nparams, 2 + 9 * (int)p.model.layers + 1); /* embed, norm, lm_head; 9 per block */

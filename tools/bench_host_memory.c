@@ -13,10 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gckpt/eval.h"
-#include "gckpt/exec_host.h"
-#include "gckpt/executor.h"
-#include "gckpt/host_memory.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/executor/exec_host.h"
+#include "gckpt/executor/executor.h"
+#include "gckpt/executor/host_memory.h"
 
 typedef struct {
     const char *model;
@@ -52,7 +52,7 @@ static int one(const bench_case *c, const char *data)
         return 1;
     }
     gckpt_result w;
-    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_events(x), &w);
+    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_schedule(x), &w);
     gckpt_host_need need;
     gckpt_host_need_of(x, w.peak_bytes, w.host_pinned_bytes, 0, &need);
     unsigned long long rss0 = gckpt_self_status_bytes("VmRSS"), vm0 = gckpt_self_status_bytes("VmSize");

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gckpt/jsonget.h"
-#include "gckpt/plan.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/planner/plan.h"
 
 static double now(void)
 {

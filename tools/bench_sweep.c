@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gckpt/eval.h"
+#include "gckpt/core/eval.h"
 
 static double now(void)
 {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/eval.h"
+#include "gckpt/core/eval.h"
 
 int main(int argc, char **argv)
 {

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/eval.h"
-#include "gckpt/exec_host.h"
-#include "gckpt/executor.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/executor/exec_host.h"
+#include "gckpt/executor/executor.h"
 
 #ifndef GCKPT_TEST_DATA
 #define GCKPT_TEST_DATA "tests/executor/data"
@@ -60,7 +60,7 @@ static inline void fx_collect(gckpt_exec *x, void *user)
         if (r->t[t].kind != GCKPT_T_PARAM) continue;
         uint64_t nl = r->t[t].section == GCKPT_SEC_BLOCK ? g->layers : 1;
         for (uint64_t l = 0; l < nl; l++) {
-            uint64_t bytes = r->t[t].c0 * r->t[t].dtype;
+            uint64_t bytes = gckpt_param_numel(r, t) * gckpt_dtype_size((gckpt_dtype)r->t[t].dtype);
             if (g->n + bytes > g->cap) {
                 size_t nc = (g->cap + bytes) * 2;
                 unsigned char *nb = realloc(g->bytes, nc);
@@ -114,7 +114,7 @@ static inline void fx_steps(gckpt_backend *be, const gckpt_model *m, const gckpt
         snprintf(out->msg, sizeof out->msg, "%s", err.msg);
         return;
     }
-    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_events(x), &out->pred);
+    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_schedule(x), &out->pred);
     gckpt_host_need_of(x, out->pred.peak_bytes, out->pred.host_pinned_bytes, 0, &out->need);
     be->reset_peaks(be);
     out->rc = gckpt_exec_setup(x, &err);

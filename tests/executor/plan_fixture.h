@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/plan.h"
+#include "gckpt/planner/plan.h"
 
 #ifndef GCKPT_TEST_DATA
 #define GCKPT_TEST_DATA "tests/executor/data"

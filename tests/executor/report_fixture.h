@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/report_file.h"
+#include "gckpt/executor/report_file.h"
 #include "schema_check.h"
 
 /* The report at path, or NULL with why (when the file is missing, damaged or invalid). */

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "gckpt/cuda_diag.h"
+#include "gckpt/executor/cuda_diag.h"
 
 static void unavailable(void **state)
 {

@@ -10,7 +10,7 @@
 #include <math.h>
 
 #include "exec_fixture.h"
-#include "gckpt/exec_host.h"
+#include "gckpt/executor/exec_host.h"
 
 #define REL_TOL 0.03
 #define ABS_TOL 2e-4

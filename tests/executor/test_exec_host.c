@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "exec_fixture.h"
-#include "gckpt/exec_host.h"
+#include "gckpt/executor/exec_host.h"
 
 static const struct {
     uint32_t every_n;
@@ -191,42 +191,44 @@ typedef enum { BREAK_LEAK, BREAK_SMALL_ALLOC, BREAK_EARLY_FREE, BREAK_NO_GRAD } 
 
 static void break_schedule(gckpt_exec *x, breakage how)
 {
-    gckpt_events *ev = (gckpt_events *)gckpt_exec_events(x);
+    gckpt_schedule *ev = (gckpt_schedule *)gckpt_exec_schedule(x);
     const gckpt_recipe *r = gckpt_exec_ctx(x)->recipe;
-    for (size_t i = 0; i < ev->n; i++) {
-        gckpt_event *e = &ev->ev[i];
-        if (how == BREAK_LEAK && e->kind == GCKPT_EV_FREE && e->micro == 0 && e->op >= 0 &&
-            r->t[e->op].kind == GCKPT_T_ACT) {
-            e->kind = GCKPT_EV_RETAG; /* the free becomes bookkeeping: the buffer leaks */
-            e->comp2 = e->comp;
-            return;
-        }
-        if (how == BREAK_SMALL_ALLOC && e->kind == GCKPT_EV_ALLOC && e->op >= 0 && e->bytes > 1024) {
-            e->bytes /= 4;
-            return;
-        }
-        if (how == BREAK_NO_GRAD && e->kind == GCKPT_EV_BWD) {
-            e->arg[4] = e->arg[4] + 100000; /* an output gradient that does not exist */
-            return;
-        }
-        if (how == BREAK_EARLY_FREE && e->kind == GCKPT_EV_BWD && e->layer == 0 && r->op[e->op].prim == GCKPT_P_LINEAR) {
-            /* free the saved input of a linear in a recomputed layer just before its backward */
-            uint32_t saved = GCKPT_NOINST;
-            for (size_t j = i; j-- > 0;)
-                if ((ev->ev[j].kind == GCKPT_EV_FWD || ev->ev[j].kind == GCKPT_EV_RECOMPUTE) && ev->ev[j].op == e->op &&
-                    ev->ev[j].layer == e->layer) {
-                    saved = ev->ev[j].arg[0];
-                    break;
-                }
-            assert_true(saved != GCKPT_NOINST);
-            for (size_t j = i + 1; j < ev->n; j++)
-                if (ev->ev[j].kind == GCKPT_EV_FREE && ev->ev[j].inst == saved) {
-                    gckpt_event f = ev->ev[j];
-                    memmove(&ev->ev[i + 1], &ev->ev[i], (j - i) * sizeof f);
-                    ev->ev[i] = f;
-                    return;
-                }
-            fail_msg("no free of the saved input");
+    for (size_t si = 0; si < ev->nseg; si++) {
+        const gckpt_seg *g = &ev->seg[si].seg;
+        for (size_t i = ev->seg[si].begin; i < ev->seg[si].end; i++) {
+            gckpt_event *e = &ev->ev[i];
+            if (how == BREAK_LEAK && e->kind == GCKPT_EV_FREE && g->micro == GCKPT_MICRO_FIRST && e->tensor >= 0 &&
+                r->t[e->tensor].kind == GCKPT_T_ACT) {
+                e->kind = GCKPT_EV_TO_CHECKPOINT; /* the free becomes bookkeeping: the buffer leaks */
+                return;
+            }
+            if (how == BREAK_SMALL_ALLOC && e->kind == GCKPT_EV_ALLOC && e->tensor >= 0 && e->bytes > 1024) {
+                e->bytes /= 4;
+                return;
+            }
+            if (how == BREAK_NO_GRAD && e->kind == GCKPT_EV_BWD) {
+                e->arg.bwd.grad_out += 100000; /* an output gradient that does not exist */
+                return;
+            }
+            if (how == BREAK_EARLY_FREE && e->kind == GCKPT_EV_BWD && g->part == GCKPT_PART_LAYER && g->layer == 0 &&
+                r->op[e->op].prim == GCKPT_P_LINEAR) {
+                /* free the saved input of a linear in a recomputed layer just before its backward */
+                uint32_t saved = GCKPT_NOINST;
+                for (size_t j = i; j-- > ev->seg[si].begin;)
+                    if ((ev->ev[j].kind == GCKPT_EV_FWD || ev->ev[j].kind == GCKPT_EV_RECOMPUTE) && ev->ev[j].op == e->op) {
+                        saved = ev->ev[j].arg.fwd.in[0];
+                        break;
+                    }
+                assert_true(saved != GCKPT_NOINST);
+                for (size_t j = i + 1; j < ev->seg[si].end; j++)
+                    if (ev->ev[j].kind == GCKPT_EV_FREE && ev->ev[j].inst == saved) {
+                        gckpt_event f = ev->ev[j];
+                        memmove(&ev->ev[i + 1], &ev->ev[i], (j - i) * sizeof f);
+                        ev->ev[i] = f;
+                        return;
+                    }
+                fail_msg("no free of the saved input");
+            }
         }
     }
     fail_msg("nothing to break");
@@ -264,6 +266,95 @@ static void test_detects_broken_schedule(void **st)
     }
 }
 
+/* Every op computes the size of each buffer it writes from its inputs and requires the
+ * buffer to be exactly that (op_sizes.c), and every allocation is exactly as large as the
+ * elements it declares: a schedule that allocates any single activation (an op's output,
+ * or a checkpoint's device copy) one element larger fails the step, whichever it is.
+ * Without these checks the host backend would count the larger allocation and still
+ * agree with the planner byte for byte. */
+static int oversize_each(const char *fixture, const gckpt_setting *s)
+{
+    gckpt_model m = fx_model(fixture);
+    gckpt_device d = fx_device();
+    gckpt_err err = {{0}};
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    gckpt_exec *probe = gckpt_exec_new(be, &m, &d, s, NULL, &err);
+    assert_non_null(probe);
+    const gckpt_recipe *r = gckpt_exec_ctx(probe)->recipe;
+    int tried = 0;
+    for (int t = 0; t < r->nt; t++) {
+        if (r->t[t].kind != GCKPT_T_ACT && r->t[t].kind != GCKPT_T_CONST) continue;
+        gckpt_exec *x = gckpt_exec_new(be, &m, &d, s, NULL, &err);
+        assert_non_null(x);
+        gckpt_schedule *ev = (gckpt_schedule *)gckpt_exec_schedule(x);
+        int changed = 0;
+        for (size_t i = 0; i < ev->n; i++) {
+            gckpt_event *e = &ev->ev[i];
+            if (e->kind != GCKPT_EV_ALLOC || e->tensor != t || e->grad) continue;
+            uint64_t bytes = 0;
+            assert_true(gckpt_dtype_storage((gckpt_dtype)e->dtype, ++e->numel, &bytes));
+            e->bytes = gckpt_round_up(bytes, d.alloc_round_bytes);
+            changed++;
+        }
+        if (changed) {
+            assert_int_equal(gckpt_exec_setup(x, &err), GCKPT_XS_OK);
+            gckpt_step_result res;
+            gckpt_xstatus rc = gckpt_exec_step(x, NULL, &res, &err);
+            if (rc != GCKPT_XS_ERROR) fail_msg("%s: %s one element larger ran", fixture, r->t[t].name);
+            if (!strstr(err.msg, "its inputs make") && !strstr(err.msg, "elements take"))
+                fail_msg("%s: %s one element larger: \"%s\"", fixture, r->t[t].name, err.msg);
+            tried++;
+        }
+        gckpt_exec_free(x);
+    }
+    gckpt_exec_free(probe);
+    gckpt_memstat ms;
+    be->memstat(be, &ms);
+    assert_int_equal(ms.allocated + ms.pinned, 0);
+    be->destroy(be);
+    return tried;
+}
+
+static void test_oversized_activation_fails(void **st)
+{
+    (void)st;
+    /* checkpointed and offloaded layers (device copies of their inputs), GQA, eager's
+     * masks and scores, gpt2's packed q/k/v, dropout masks */
+    gckpt_setting a = {.seq = 16, .micro_batch = 2, .grad_accum = 2, .precision = GCKPT_AMP_BF16,
+                       .attention = GCKPT_EAGER, .every_n = 2, .offload = true};
+    gckpt_setting b = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_BF16,
+                       .attention = GCKPT_SDPA, .every_n = 1};
+    int n = oversize_each("tiny-llama", &a) + oversize_each("tiny-qwen3", &b) + oversize_each("tiny-gpt2-dropout", &a);
+    printf("one element larger: %d activations, every one refused\n", n);
+    assert_true(n > 150);
+}
+
+/* An allocation larger than its elements (the rounding, not the tensor, grown) is refused
+ * by the interpreter before any op runs. */
+static void test_allocation_larger_than_elements(void **st)
+{
+    (void)st;
+    gckpt_model m = fx_model("tiny-llama");
+    gckpt_device d = fx_device();
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32, .attention = GCKPT_SDPA};
+    gckpt_err err = {{0}};
+    gckpt_exec *x = gckpt_exec_new(be, &m, &d, &s, NULL, &err);
+    assert_non_null(x);
+    gckpt_schedule *ev = (gckpt_schedule *)gckpt_exec_schedule(x);
+    for (size_t i = 0; i < ev->n; i++)
+        if (ev->ev[i].kind == GCKPT_EV_ALLOC) {
+            ev->ev[i].bytes += d.alloc_round_bytes;
+            break;
+        }
+    assert_int_equal(gckpt_exec_setup(x, &err), GCKPT_XS_OK);
+    gckpt_step_result res;
+    assert_int_equal(gckpt_exec_step(x, NULL, &res, &err), GCKPT_XS_ERROR);
+    assert_non_null(strstr(err.msg, "which take"));
+    gckpt_exec_free(x);
+    be->destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
         cmocka_unit_test(test_detects_broken_schedule),
+        cmocka_unit_test(test_oversized_activation_fails), cmocka_unit_test(test_allocation_larger_than_elements),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     printf("kernel scratch: at most %.0f%% of the host memory guard's bound\n", 100.0 * worst_scratch);

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "gckpt/plan_read.h"
+#include "gckpt/planner/plan_read.h"
 #include "plan_fixture.h"
 
 static const uint32_t every[] = {0, 1, 2, 3};

@@ -11,72 +11,41 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gckpt/atomic_file.h"
-#include "gckpt/util.h"
+#include "gckpt/util/atomic_file.h"
+#include "gckpt/util/util.h"
 #include "plan_fixture.h"
 #include "cli_harness.h"
 #include "report_fixture.h"
 #include "schema_check.h"
 
-static char dir[256];
+static void put(const char *name, const char *text) { cli_write(name, text); }
+static bool exists(const char *name) { return cli_exists(name); }
 
-static void put(const char *name, const char *text)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-static bool exists(const char *name)
-{
-    char p[512];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    return stat(p, &st) == 0;
-}
-
-/* Run gckpt-run with args (NULL-terminated); stdout and stderr are kept in files. */
+/* Run gckpt-run with args (NULL-terminated) through the CLI harness (stdout and stderr
+ * are kept in files): the host backend unless a case names one (a GPU machine would pick
+ * cuda). */
 static int run(const char *const *args)
 {
-    const char *argv[32];
+    char *argv[32];
     int n = 0;
-    argv[n++] = GCKPT_RUN_EXE;
-    /* the host backend unless a case names one (a GPU machine would pick cuda) */
     bool named = false;
     for (int i = 0; args[i]; i++) named |= !strcmp(args[i], "--backend");
     if (!named) {
         argv[n++] = "--backend";
         argv[n++] = "host";
     }
-    for (int i = 0; args[i]; i++) argv[n++] = args[i];
+    for (int i = 0; args[i] && n < 31; i++) argv[n++] = (char *)args[i];
     argv[n] = NULL;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char o[512], e[512];
-        snprintf(o, sizeof o, "%s/stdout.txt", dir);
-        snprintf(e, sizeof e, "%s/stderr.txt", dir);
-        if (!freopen(o, "w", stdout) || !freopen(e, "w", stderr)) _exit(99);
-        if (chdir(dir)) _exit(99);
-        execv(argv[0], (char *const *)argv);
-        _exit(98);
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    return WEXITSTATUS(status);
+    char err[4096];
+    int rc = cli_run(GCKPT_RUN_EXE, argv, NULL, err, sizeof err);
+    assert_true(rc >= 0); /* exited, not killed */
+    return rc;
 }
 
 static char *slurp(const char *name)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    gckpt_err err = {{0}};
-    char *t = gckpt_read_file(p, 64u << 20, &err);
-    if (!t) fail_msg("%s", err.msg);
+    char *t = cli_slurp(name);
+    if (!t) fail_msg("cannot read %s", name);
     return t;
 }
 
@@ -93,7 +62,7 @@ static void one_line(const char *want)
 static cJSON *report(const char *name)
 {
     char p[512], why[600];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
+    cli_path(name, p, sizeof p);
     cJSON *schema = rf_schema();
     assert_non_null(schema);
     cJSON *doc = rf_load_valid(p, schema, why, sizeof why);
@@ -111,15 +80,14 @@ static cJSON *report(const char *name)
     return doc;
 }
 
-static void no_temp_files(void) { cli_assert_no_temporaries(dir); }
+static void no_temp_files(void) { cli_assert_no_temporaries(cli_dir); }
 
 static const uint32_t every[] = {0, 1, 2, 3};
 
 static int setup(void **st)
 {
     (void)st;
-    snprintf(dir, sizeof dir, "/tmp/gckpt-run-test-XXXXXX");
-    if (!mkdtemp(dir)) return -1;
+    if (!cli_setup("gckpt-run-test")) return -1;
     char *a = pf_plan_text("tiny-llama", GCKPT_AMP_BF16, GCKPT_SDPA, every, 4, 2, 2, 0);
     char *b = pf_plan_text("tiny-gpt2-dropout", GCKPT_BF16, GCKPT_EAGER, every, 4, 2, 1, 0);
     if (!a || !b) return -1;
@@ -133,9 +101,8 @@ static int setup(void **st)
 static int teardown(void **st)
 {
     (void)st;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    cli_teardown();
+    return 0;
 }
 
 static void test_all_entries(void **st)
@@ -292,7 +259,7 @@ static void test_bad_input(void **st)
     cJSON_Delete(plan);
     put("notjson.json", "{\"schema\": \"gckpt.plan/1\",");
     char adir[512];
-    snprintf(adir, sizeof adir, "%s/adir", dir);
+    cli_path("adir", adir, sizeof adir);
     mkdir(adir, 0700);
     const bad_case cases[] = {
         {{NULL}, "--plan FILE is required"},

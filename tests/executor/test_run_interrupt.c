@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gckpt/atomic_file.h"
-#include "gckpt/util.h"
+#include "gckpt/util/atomic_file.h"
+#include "gckpt/util/util.h"
 #include "plan_fixture.h"
 #include "cli_harness.h"
 #include "report_fixture.h"
@@ -32,16 +32,10 @@
 #define NENTRIES 7      /* every_n off, 1, 2, 3 x offload off / on */
 #define STEPS "600"     /* measured steps per entry: about 0.5 s each (tiny gpt2, seq 16), 3 s under ASan */
 
-static char dir[256];
 static cJSON *schema;
 static double t_start;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double now(void) { return cli_now(); }
 
 static double deadline(double seconds)
 {
@@ -55,7 +49,7 @@ static void nap(void)
     nanosleep(&ts, NULL);
 }
 
-static void path_of(char *p, size_t n, const char *name) { snprintf(p, n, "%s/%s", dir, name); }
+static void path_of(char *p, size_t n, const char *name) { cli_path(name, p, n); }
 
 static void remove_if_there(const char *name)
 {
@@ -64,40 +58,21 @@ static void remove_if_there(const char *name)
     (void)unlink(p);
 }
 
-/* gckpt-run --backend host --plan plan.json --all --steps N -q -o report.json, in dir,
- * with stdout and stderr in files. */
-static pid_t spawn_run(void);
+/* gckpt-run (or its test-hooks build: exe) --backend host --plan plan.json --all --steps N
+ * -q -o report.json in the scratch directory, with stdout and stderr in files; env entries
+ * "NAME=value" (NULL-terminated) or NULL. */
+static pid_t spawn_run(const char *exe, const char *const *env)
+{
+    char *const argv[] = {(char *)exe, "--backend", "host", "--plan", "plan.json", "--all", "--steps", STEPS,
+                          "-q", "-o", "report.json", NULL};
+    cli_spawn_opts o = {.env = env};
+    return cli_spawn(argv, &o);
+}
 
 static pid_t start_run(void)
 {
     remove_if_there("report.json");
-    return spawn_run();
-}
-
-static pid_t start_run_keeping_report(void) { return spawn_run(); }
-
-static pid_t spawn_run(void)
-{
-    const char *argv[] = {GCKPT_RUN_EXE, "--backend", "host", "--plan", "plan.json", "--all", "--steps", STEPS,
-                          "-q", "-o", "report.json", NULL};
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char o[512], e[512];
-        path_of(o, sizeof o, "stdout.txt");
-        path_of(e, sizeof e, "stderr.txt");
-        if (!freopen(o, "w", stdout) || !freopen(e, "w", stderr)) _exit(99);
-        if (chdir(dir)) _exit(99);
-        /* a clean signal state whatever the test runner had */
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execv(argv[0], (char *const *)argv);
-        _exit(98);
-    }
-    return pid;
+    return spawn_run(GCKPT_RUN_EXE, NULL);
 }
 
 static char *slurp(const char *name, bool must)
@@ -177,7 +152,7 @@ static cJSON *wait_finished_entry(pid_t pid)
     return latest;
 }
 
-static void no_temp_files(void) { cli_assert_no_temporaries(dir); }
+static void no_temp_files(void) { cli_assert_no_temporaries(cli_dir); }
 
 static const char *str_at(cJSON *doc, const char *path)
 {
@@ -266,7 +241,7 @@ static void test_sigterm(void **st)
 
 static bool temp_file_exists(void)
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir(cli_dir);
     assert_non_null(d);
     struct dirent *de;
     bool found = false;
@@ -278,8 +253,9 @@ static bool temp_file_exists(void)
 /* A second SIGINT while the first is being dealt with, at the worst moment: while the
  * report file is being created (the signal came during the first entry, so the report's
  * first records go to a temporary that is then renamed over the old report; the test hook
- * GCKPT_TEST_RENAME_DELAY_MS holds the temporary before the rename). The process must die
- * of the signal at once, remove the temporary, and leave the old report as it was. */
+ * of gckpt-run's test build, GCKPT_TEST_RENAME_DELAY_MS, holds the temporary before the
+ * rename). The process must die of the signal at once, remove the temporary, and leave
+ * the old report as it was. */
 static void test_second_signal(void **st)
 {
     (void)st;
@@ -289,9 +265,8 @@ static void test_second_signal(void **st)
     cJSON_Delete(earlier);
     kill_and_reap(first);
     char *old = slurp("report.json", true);
-    setenv("GCKPT_TEST_RENAME_DELAY_MS", "3000", 1);
-    pid_t pid = start_run_keeping_report();
-    unsetenv("GCKPT_TEST_RENAME_DELAY_MS");
+    const char *const env[] = {"GCKPT_TEST_RENAME_DELAY_MS=3000", NULL};
+    pid_t pid = spawn_run(GCKPT_RUN_HOOKS_EXE, env);
     /* the temporary of the new report exists from the first entry on (handlers installed) */
     double until = deadline(30);
     while (!temp_file_exists()) {
@@ -323,26 +298,15 @@ static void test_second_signal(void **st)
     free(old);
 }
 
-static void put(const char *name, const char *text)
-{
-    char p[512];
-    path_of(p, sizeof p, name);
-    FILE *f = fopen(p, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 static int setup(void **st)
 {
     (void)st;
     t_start = now();
-    snprintf(dir, sizeof dir, "/tmp/gckpt-interrupt-test-XXXXXX");
-    if (!mkdtemp(dir)) return -1;
+    if (!cli_setup("gckpt-interrupt-test")) return -1;
     static const uint32_t every[] = {0, 1, 2, 3};
     char *plan = pf_plan_text("tiny-gpt2", GCKPT_AMP_BF16, GCKPT_SDPA, every, 4, 1, 1, 0);
     if (!plan) return -1;
-    put("plan.json", plan);
+    cli_write("plan.json", plan);
     free(plan);
     gckpt_err err = {{0}};
     char *text = gckpt_read_file(GCKPT_REPORT_SCHEMA_FILE, 1u << 20, &err);
@@ -355,9 +319,7 @@ static int setup(void **st)
 static int teardown(void **st)
 {
     (void)st;
-    static const char *const files[] = {"plan.json", "report.json", "stdout.txt", "stderr.txt"};
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) remove_if_there(files[i]);
-    rmdir(dir);
+    cli_teardown();
     cJSON_Delete(schema);
     return 0;
 }

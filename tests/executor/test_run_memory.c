@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "cli_harness.h"
-#include "gckpt/exec_host.h"
-#include "gckpt/host_memory.h"
-#include "gckpt/jsonget.h"
+#include "gckpt/executor/exec_host.h"
+#include "gckpt/executor/host_memory.h"
+#include "gckpt/util/jsonget.h"
 #include "plan_fixture.h"
 #include "report_fixture.h"
 #include "sanitizer.h"
@@ -131,27 +131,8 @@ static int run_limited(char *const args[], const limits *l, double seconds, doub
     for (int i = 0; args[i] && n < 31; i++) argv[n++] = args[i];
     argv[n] = NULL;
     double t0 = now();
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char o[600], e[600];
-        cli_path("stdout.txt", o, sizeof o);
-        cli_path("stderr.txt", e, sizeof e);
-        if (!freopen(o, "w", stdout) || !freopen(e, "w", stderr) || chdir(cli_dir)) _exit(99);
-        signal(SIGTERM, SIG_DFL);
-        if (l->cgroup) {
-            char p[600];
-            snprintf(p, sizeof p, "%s/cgroup.procs", l->cgroup);
-            FILE *f = fopen(p, "w");
-            if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) _exit(97);
-        }
-        if (l->rlimit_as) {
-            struct rlimit r = {(rlim_t)l->rlimit_as, (rlim_t)l->rlimit_as};
-            if (setrlimit(RLIMIT_AS, &r) != 0) _exit(96);
-        }
-        execv(argv[0], argv);
-        _exit(98);
-    }
+    cli_spawn_opts o = {.rlimit_as = l->rlimit_as, .cgroup = l->cgroup};
+    pid_t pid = cli_spawn(argv, &o);
     bool termed = false;
     int st;
     for (;;) {
@@ -176,21 +157,18 @@ static int run_limited(char *const args[], const limits *l, double seconds, doub
 
 /* gckpt-run's address space when its first entry reaches its first kernel (its libraries:
  * a CUDA build maps cuBLAS, hundreds of MiB; the plan; the small entry's weights), read
- * from /proc while the test hook GCKPT_TEST_HOST_STALL_MS holds it there. The address-space
+ * from /proc while the test hook GCKPT_TEST_HOST_STALL_MS of gckpt-run's test build (the
+ * same program and libraries) holds it there. The address-space
  * limits below are set relative to it. */
 static uint64_t measure_base_vm(void)
 {
     char sel[16];
     snprintf(sel, sizeof sel, "%d", small_i);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr) || chdir(cli_dir)) _exit(99);
-        setenv("GCKPT_TEST_HOST_STALL_MS", "30000", 1);
-        execl(GCKPT_RUN_EXE, GCKPT_RUN_EXE, "--backend", "host", "--plan", "mem.json", "--entry", sel, "--steps", "1", "-q",
-              (char *)NULL);
-        _exit(98);
-    }
+    char *const argv[] = {GCKPT_RUN_HOOKS_EXE, "--backend", "host", "--plan", "mem.json", "--entry", sel, "--steps", "1",
+                          "-q", NULL};
+    const char *const env[] = {"GCKPT_TEST_HOST_STALL_MS=30000", NULL};
+    cli_spawn_opts o = {.tag = "base-vm", .env = env};
+    pid_t pid = cli_spawn(argv, &o);
     char p[64], line[256];
     snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
     unsigned long long last = 0, kb = 0, most = 0;

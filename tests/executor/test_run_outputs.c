@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "cli_harness.h"
-#include "gckpt/atomic_file.h"
-#include "gckpt/jsonget.h"
+#include "gckpt/util/atomic_file.h"
+#include "gckpt/util/jsonget.h"
 #include "plan_fixture.h"
 #include "report_fixture.h"
 
@@ -95,43 +95,11 @@ static bool can_unshare_pid(void)
  * named after tag; env entries "NAME=value". */
 static pid_t spawn(char *const argv[], const char *tag, const char *const *env)
 {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char o[512], e[512], n[64];
-        snprintf(n, sizeof n, "%s.out", tag);
-        cli_path(n, o, sizeof o);
-        snprintf(n, sizeof n, "%s.err", tag);
-        cli_path(n, e, sizeof e);
-        if (!freopen(o, "w", stdout) || !freopen(e, "w", stderr) || chdir(cli_dir)) _exit(99);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        for (int i = 0; env && env[i]; i++) {
-            char k[64];
-            const char *eq = strchr(env[i], '=');
-            snprintf(k, sizeof k, "%.*s", (int)(eq - env[i]), env[i]);
-            setenv(k, eq + 1, 1);
-        }
-        execv(argv[0], argv);
-        _exit(98);
-    }
-    return pid;
+    cli_spawn_opts o = {.tag = tag, .env = env};
+    return cli_spawn(argv, &o);
 }
 
-static int wait_bounded(pid_t pid, double seconds)
-{
-    double until = now() + seconds;
-    int st;
-    for (;;) {
-        if (waitpid(pid, &st, WNOHANG) == pid) return st;
-        if (now() > until) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            fail_msg("process %d did not end within %.0f s", (int)pid, seconds);
-        }
-        nap(5);
-    }
-}
+static int wait_bounded(pid_t pid, double seconds) { return cli_wait(pid, seconds); }
 
 static bool has_temporary(void)
 {
@@ -288,7 +256,7 @@ static void test_pid_namespaces(void **st)
     (void)st;
     if (!can_unshare_pid()) skip();
     const char *env[] = {"GCKPT_TEST_RENAME_DELAY_MS=400", "GCKPT_RUN_TEST_RENAME_DELAY_MS=400", NULL};
-    char *const argv[] = {"/usr/bin/unshare", "--pid", "--fork", GCKPT_RUN_EXE, "--backend", "host", "--plan", "tiny.json",
+    char *const argv[] = {"/usr/bin/unshare", "--pid", "--fork", GCKPT_RUN_HOOKS_EXE, "--backend", "host", "--plan", "tiny.json",
                           "--all", "--steps", "1", "-q", "-o", "same.json", NULL};
     pid_t a = spawn(argv, "ns1", env);
     nap(100);
@@ -311,7 +279,7 @@ static void test_kill9_leftover(void **st)
 {
     (void)st;
     const char *env[] = {"GCKPT_TEST_RENAME_DELAY_MS=5000", "GCKPT_RUN_TEST_RENAME_DELAY_MS=5000", NULL};
-    char *const argv[] = {GCKPT_RUN_EXE, "--backend", "host", "--plan", "tiny.json", "--all", "--steps", "1", "-q", "-o", "k.json", NULL};
+    char *const argv[] = {GCKPT_RUN_HOOKS_EXE, "--backend", "host", "--plan", "tiny.json", "--all", "--steps", "1", "-q", "-o", "k.json", NULL};
     pid_t pid = spawn(argv, "k9", env);
     double until = now() + 30;
     while (!has_temporary()) {
@@ -424,7 +392,7 @@ static void test_watchdog(void **st)
     char sel[32];
     snprintf(sel, sizeof sel, "%d,%d", big_i, small_i);
     const char *env[] = {"GCKPT_TEST_HOST_STALL_MS=60000", NULL};
-    char *const argv[] = {GCKPT_RUN_EXE, "--backend", "host", "--plan", "mixed.json", "--entry", sel, "--steps", "1", "-q",
+    char *const argv[] = {GCKPT_RUN_HOOKS_EXE, "--backend", "host", "--plan", "mixed.json", "--entry", sel, "--steps", "1", "-q",
                           "-o", "w.json", NULL};
     pid_t pid = spawn(argv, "wd", env);
     /* the skipped entry's record appears, then the second entry starts and stalls */

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/model.h"
-#include "gckpt/util.h"
+#include "gckpt/core/model.h"
+#include "gckpt/util/util.h"
 
 #define FUZZ_CHECK(cond, ...)                                                 \
     do {                                                                      \
@@ -51,26 +51,7 @@ static inline void fuzz_check_error(const gckpt_err *err, const char *file)
     }
 }
 
-/* An independent parameter count in 128 bits (no overflow possible), the oracle for
- * gckpt_model_params on anything the readers accept. */
-static inline unsigned __int128 params128(const gckpt_model *m)
-{
-    typedef unsigned __int128 u;
-    u h = m->hidden, q = (u)m->heads * m->head_dim, kv = (u)m->kv_heads * m->head_dim,
-      I = m->intermediate, V = m->vocab, L = m->layers;
-    u layer;
-    if (m->family == GCKPT_FAMILY_GPT2) {
-        layer = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * I + I) + (I * h + h);
-    } else {
-        layer = h * q + 2 * h * kv + q * h + 3 * h * I + 2 * h;
-        if (m->qkv_bias) layer += q + 2 * kv;
-        if (m->o_bias) layer += h;
-        if (m->mlp_bias) layer += 2 * I + h;
-        if (m->qk_norm) layer += 2 * (u)m->head_dim;
-    }
-    u embed = V * h + (u)m->positions * h;
-    u head = (m->family == GCKPT_FAMILY_GPT2 ? 2 * h : h) + (m->tied ? 0 : V * h);
-    return embed + L * layer + head;
-}
+/* The oracle for gckpt_param_count on anything the readers accept. */
+#include "closed_form_params.h"
 
 #endif

@@ -4,7 +4,7 @@
 #include <math.h>
 
 #include "fuzz_common.h"
-#include "gckpt/device.h"
+#include "gckpt/core/device.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

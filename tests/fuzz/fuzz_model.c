@@ -3,7 +3,8 @@
  * whose dimensions are consistent and whose parameter count is exact (no 64-bit
  * overflow: checked here in 128 bits). */
 #include "fuzz_common.h"
-#include "gckpt/model.h"
+#include "gckpt/core/model.h"
+#include "gckpt/core/params.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -24,10 +25,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                        m.resid_dropout < 1 && m.embd_dropout >= 0 && m.embd_dropout < 1,
                    "dropout out of [0, 1)");
         FUZZ_CHECK(m.norm_eps > 0 && m.norm_eps <= 1, "norm eps %g", m.norm_eps);
-        unsigned __int128 p = params128(&m);
+        unsigned __int128 p = closed_form_params128(&m);
         FUZZ_CHECK(p <= UINT64_MAX, "parameter count overflows 64 bits");
-        FUZZ_CHECK((uint64_t)p == gckpt_model_params(&m), "parameter count %llu != %llu",
-                   (unsigned long long)(uint64_t)p, (unsigned long long)gckpt_model_params(&m));
+        FUZZ_CHECK((uint64_t)p == gckpt_param_count(&m), "parameter count %llu != %llu",
+                   (unsigned long long)(uint64_t)p, (unsigned long long)gckpt_param_count(&m));
     }
     free(text);
     return 0;

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
-#include "gckpt/jsonget.h"
-#include "gckpt/plan.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/planner/plan.h"
 #include "schema_check.h"
 
 static gckpt_device dev;
@@ -118,11 +118,11 @@ static void walk_vs_fast(const gckpt_model *full, const gckpt_setting *s0)
         for (int off = 0; off < (n ? 2 : 1); off++) {
             c.set.every_n = n;
             c.set.offload = off;
-            gckpt_events ev;
+            gckpt_schedule ev;
             FUZZ_CHECK(gckpt_schedule_build(&c, &ev), "schedule: out of memory");
             gckpt_result a, b;
             gckpt_walk(&c, &ev, &a);
-            gckpt_events_free(&ev);
+            gckpt_schedule_free(&ev);
             gckpt_fast_eval(&c, &prof, n, off, c.set.grad_accum, &b);
             check_result(&c, &r, &a);
             FUZZ_CHECK(a.peak_bytes == b.peak_bytes, "n %u off %d: peak walk %llu fast %llu", n, off,

@@ -25,8 +25,8 @@
 #include <math.h>
 
 #include "fuzz_common.h"
-#include "gckpt/jsonget.h"
-#include "gckpt/plan_read.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/planner/plan_read.h"
 
 #define FILE_NAME "fuzz.json"
 #define MAXB ((uint64_t)1 << 53)
@@ -42,8 +42,8 @@ static void check_model(const gckpt_plan_file *pf)
     FUZZ_CHECK(m->family == GCKPT_FAMILY_LLAMA || m->family == GCKPT_FAMILY_GPT2, "family");
     FUZZ_CHECK(memchr(m->name, 0, sizeof m->name) && m->name[0], "model name empty or unterminated");
     FUZZ_CHECK(memchr(m->model_type, 0, sizeof m->model_type), "model_type unterminated");
-    unsigned __int128 p = params128(m);
-    FUZZ_CHECK(p <= UINT64_MAX && (uint64_t)p == gckpt_model_params(m), "parameter count");
+    unsigned __int128 p = closed_form_params128(m);
+    FUZZ_CHECK(p <= UINT64_MAX && (uint64_t)p == gckpt_param_count(m), "parameter count");
 
     /* the embedded config, printed back, is the same model */
     FUZZ_CHECK(pf->config_text, "no config_text");

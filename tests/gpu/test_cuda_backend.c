@@ -11,8 +11,8 @@
 #include <math.h>
 
 #include "exec_fixture.h"
-#include "gckpt/exec_cuda.h"
-#include "gckpt/exec_host.h"
+#include "gckpt/executor/exec_cuda.h"
+#include "gckpt/executor/exec_host.h"
 
 static gckpt_backend *gpu(uint64_t limit)
 {

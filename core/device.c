@@ -1,0 +1,79 @@
+#include "gckpt/core/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/util/jsonget.h"
+#include "gckpt/util/safe_text.h"
+
+bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_err *err)
+{
+    memset(d, 0, sizeof *d);
+    cJSON *j = gckpt_json_parse(f, text, err);
+    if (!j) return false;
+    char schema[64];
+    bool ok = gckpt_json_str(j, f, "schema", schema, sizeof schema, err);
+    if (ok && strcmp(schema, "gckpt.device/1") != 0) {
+        gckpt_seterr(err, "%s: field 'schema' = \"%s\", expected \"gckpt.device/1\"", f, schema);
+        ok = false;
+    }
+    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(j, "peak_tflops");
+    const double big = 1e6; /* TFLOP/s */
+    ok = ok && gckpt_json_str(j, f, "name", d->name, sizeof d->name, err) &&
+         gckpt_json_u64(j, f, "memory_bytes", 1u << 20, (uint64_t)1 << 50, &d->memory_bytes, err);
+    if (ok && !cJSON_IsObject(tf)) {
+        gckpt_seterr(err, "%s: missing field 'peak_tflops' (object with fp32, tf32, bf16, fp16)", f);
+        ok = false;
+    }
+    ok = ok && gckpt_json_num(tf, f, "peak_tflops.fp32", 1e-3, big, &d->tflops_fp32, err) &&
+         gckpt_json_num(tf, f, "peak_tflops.tf32", 1e-3, big, &d->tflops_tf32, err) &&
+         gckpt_json_num(tf, f, "peak_tflops.bf16", 1e-3, big, &d->tflops_bf16, err) &&
+         gckpt_json_num(tf, f, "peak_tflops.fp16", 1e-3, big, &d->tflops_fp16, err) &&
+         gckpt_json_num(j, f, "matmul_efficiency", 0.01, 1, &d->matmul_efficiency, err) &&
+         gckpt_json_num(j, f, "hbm_bytes_per_s", 1e6, 1e15, &d->hbm_bytes_per_s, err) &&
+         gckpt_json_num(j, f, "hbm_efficiency", 0.01, 1, &d->hbm_efficiency, err) &&
+         gckpt_json_num(j, f, "h2d_bytes_per_s", 1e6, 1e15, &d->h2d_bytes_per_s, err) &&
+         gckpt_json_num(j, f, "d2h_bytes_per_s", 1e6, 1e15, &d->d2h_bytes_per_s, err) &&
+         gckpt_json_u64(j, f, "context_bytes", 0, (uint64_t)1 << 40, &d->context_bytes, err) &&
+         gckpt_json_u64(j, f, "workspace_bytes", 0, (uint64_t)1 << 40, &d->workspace_bytes, err) &&
+         gckpt_json_u64(j, f, "alloc_round_bytes", 1, 1u << 30, &d->alloc_round_bytes, err) &&
+         gckpt_json_u64(j, f, "segment_round_bytes", 1, 1u << 30, &d->segment_round_bytes, err);
+    cJSON_Delete(j);
+    gckpt_text_sanitize(d->name); /* shown on terminals, in tables and plots */
+    return ok;
+}
+
+bool gckpt_device_load(const char *name_or_path, gckpt_device *d, gckpt_err *err)
+{
+    char path[4096];
+    if (!gckpt_resolve_data("devices", name_or_path, path, sizeof path, err)) return false;
+    char *text = gckpt_read_file(path, 1u << 20, err);
+    if (!text) return false;
+    bool ok = gckpt_device_parse(path, text, d, err);
+    free(text);
+    return ok;
+}
+
+cJSON *gckpt_device_to_json(const gckpt_device *d)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "schema", "gckpt.device/1");
+    cJSON_AddStringToObject(o, "name", d->name);
+    cJSON_AddNumberToObject(o, "memory_bytes", (double)d->memory_bytes);
+    cJSON *tf = cJSON_AddObjectToObject(o, "peak_tflops");
+    cJSON_AddNumberToObject(tf, "fp32", d->tflops_fp32);
+    cJSON_AddNumberToObject(tf, "tf32", d->tflops_tf32);
+    cJSON_AddNumberToObject(tf, "bf16", d->tflops_bf16);
+    cJSON_AddNumberToObject(tf, "fp16", d->tflops_fp16);
+    cJSON_AddNumberToObject(o, "matmul_efficiency", d->matmul_efficiency);
+    cJSON_AddNumberToObject(o, "hbm_bytes_per_s", d->hbm_bytes_per_s);
+    cJSON_AddNumberToObject(o, "hbm_efficiency", d->hbm_efficiency);
+    cJSON_AddNumberToObject(o, "h2d_bytes_per_s", d->h2d_bytes_per_s);
+    cJSON_AddNumberToObject(o, "d2h_bytes_per_s", d->d2h_bytes_per_s);
+    cJSON_AddNumberToObject(o, "context_bytes", (double)d->context_bytes);
+    cJSON_AddNumberToObject(o, "workspace_bytes", (double)d->workspace_bytes);
+    cJSON_AddNumberToObject(o, "alloc_round_bytes", (double)d->alloc_round_bytes);
+    cJSON_AddNumberToObject(o, "segment_round_bytes", (double)d->segment_round_bytes);
+    return o;
+}

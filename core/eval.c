@@ -1,0 +1,366 @@
+/* Evaluating a setting: the event walk over a schedule, segment summaries, and the fast
+ * evaluator that composes them in the step's order (gckpt_micro_order). */
+#include "gckpt/core/eval.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+static double peak_rate(const gckpt_ctx *c)
+{
+    const gckpt_device *d = c->dev;
+    switch (c->set.precision) {
+    case GCKPT_FP32: return d->tflops_fp32 * 1e12;
+    case GCKPT_AMP_FP16: return d->tflops_fp16 * 1e12;
+    default: return d->tflops_bf16 * 1e12;
+    }
+}
+
+static void finish(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
+{
+    uint64_t seg = c->dev->segment_round_bytes;
+    res->device_peak_bytes = gckpt_round_up(res->peak_bytes, seg) + c->dev->context_bytes;
+    double tokens = (double)c->tokens * (double)grad_accum;
+    res->tokens_per_s = res->step_s > 0 ? tokens / res->step_s : 0;
+    res->mfu = res->step_s > 0 ? res->model_flops / (res->step_s * peak_rate(c)) : 0;
+}
+
+/* The persistent state at the start of a step as running memory. */
+static void mem_start(const gckpt_ctx *c, gckpt_mem *m)
+{
+    memset(m, 0, sizeof *m);
+    gckpt_persistent(c, m->cur);
+    for (int i = 0; i < GCKPT_NCOMP; i++) m->total += m->cur[i];
+}
+
+/* ---- event walk -------------------------------------------------------------------- */
+
+/* An event's seconds and FLOPs into the result's totals (mult: how often it runs). */
+static void event_time(gckpt_result *res, const gckpt_event *e, double mult)
+{
+    double t = e->seconds * mult;
+    res->step_s += t;
+    res->model_flops += (e->kind == GCKPT_EV_RECOMPUTE ? 0 : e->flops) * mult;
+    switch (e->kind) {
+    case GCKPT_EV_FWD: res->forward_s += t; break;
+    case GCKPT_EV_BWD: res->backward_s += t; break;
+    case GCKPT_EV_RECOMPUTE: res->recompute_s += t; break;
+    case GCKPT_EV_D2H: case GCKPT_EV_H2D: res->copy_s += t; break;
+    case GCKPT_EV_OPT_STEP: res->optimizer_s += t; break;
+    default: break;
+    }
+}
+
+void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
+{
+    memset(res, 0, sizeof *res);
+    gckpt_mem m;
+    mem_start(c, &m);
+    int64_t peak = m.total, host_peak = 0;
+    memcpy(res->breakdown, m.cur, sizeof m.cur);
+    res->peak_phase = GCKPT_PH_FORWARD;
+    res->peak_layer = -1;
+    res->peak_tensor = -1;
+    double k = (double)c->set.grad_accum;
+    bool after_fwd_done = false;
+    for (size_t si = 0; si < sc->nseg; si++) {
+        const gckpt_sched_seg *g = &sc->seg[si];
+        if (!after_fwd_done && gckpt_seg_starts_backward(&g->seg)) {
+            res->after_forward_bytes = (uint64_t)m.total;
+            after_fwd_done = true;
+        }
+        double mult = g->seg.micro == GCKPT_MICRO_LATER ? k - 1 : 1;
+        for (size_t i = g->begin; i < g->end; i++) {
+            const gckpt_event *e = &sc->ev[i];
+            int up = gckpt_mem_apply(&m, e);
+            if ((up & GCKPT_MEM_DEVICE_UP) && m.total > peak) {
+                peak = m.total;
+                memcpy(res->breakdown, m.cur, sizeof m.cur);
+                res->peak_phase = (uint8_t)gckpt_seg_phase(&g->seg);
+                res->peak_micro = g->seg.micro;
+                res->peak_layer = gckpt_seg_place(&g->seg, c->model->layers);
+                res->peak_tensor = e->tensor;
+                res->peak_grad = e->grad;
+            }
+            if ((up & GCKPT_MEM_HOST_UP) && m.host > host_peak) host_peak = m.host;
+            event_time(res, e, mult);
+        }
+    }
+    res->peak_bytes = (uint64_t)peak;
+    res->host_pinned_bytes = (uint64_t)host_peak;
+    finish(c, c->set.grad_accum, res);
+}
+
+/* ---- segment profiles --------------------------------------------------------------- */
+
+static void summarize(const gckpt_schedule *ev, size_t from, size_t to, gckpt_seg_summary *s)
+{
+    memset(s, 0, sizeof *s);
+    s->peak_rel = INT64_MIN;
+    s->peak_tensor = -1;
+    gckpt_mem m;
+    memset(&m, 0, sizeof m);
+    double seconds = 0, flops = 0, recompute_s = 0, copy_s = 0, fwd_s = 0, bwd_s = 0;
+    for (size_t i = from; i < to; i++) {
+        const gckpt_event *e = &ev->ev[i];
+        int up = gckpt_mem_apply(&m, e);
+        if ((up & GCKPT_MEM_DEVICE_UP) && (!s->has_peak || m.total > s->peak_rel)) {
+            s->has_peak = true;
+            s->peak_rel = m.total;
+            memcpy(s->at_peak, m.cur, sizeof m.cur);
+            s->peak_tensor = e->tensor;
+            s->peak_grad = e->grad;
+        }
+        if ((up & GCKPT_MEM_HOST_UP) && m.host > s->host_peak_rel) s->host_peak_rel = m.host;
+        seconds += e->seconds;
+        switch (e->kind) {
+        case GCKPT_EV_RECOMPUTE: recompute_s += e->seconds; break;
+        case GCKPT_EV_D2H: case GCKPT_EV_H2D: copy_s += e->seconds; flops += e->flops; break;
+        case GCKPT_EV_FWD: fwd_s += e->seconds; flops += e->flops; break;
+        case GCKPT_EV_BWD: bwd_s += e->seconds; flops += e->flops; break;
+        default: flops += e->flops; break;
+        }
+    }
+    s->seconds = seconds;
+    s->flops = flops;
+    s->recompute_s = recompute_s;
+    s->copy_s = copy_s;
+    s->fwd_s = fwd_s;
+    s->bwd_s = bwd_s;
+    memcpy(s->net, m.cur, sizeof m.cur);
+    s->net_total = m.total;
+    s->host_net = m.host;
+}
+
+struct gckpt_profiler {
+    gckpt_sim *sim;
+    gckpt_schedule sched;
+};
+
+gckpt_profiler *gckpt_profiler_new(void) { return calloc(1, sizeof(gckpt_profiler)); }
+
+void gckpt_profiler_free(gckpt_profiler *pr)
+{
+    if (!pr) return;
+    gckpt_sim_free(pr->sim);
+    gckpt_schedule_free(&pr->sched);
+    free(pr);
+}
+
+/* One micro-step of a proxy step whose layer 0 runs in mode m0, followed (full) by three
+ * layers, one of each mode, summarised segment by segment. */
+static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, int micro, int m0, bool full, gckpt_profile *p)
+{
+    const uint8_t modes[1 + GCKPT_NLAYERMODE] = {(uint8_t)m0, GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT,
+                                                 GCKPT_LAYER_CKPT_OFFLOAD};
+    gckpt_step st = {.layers = full ? 1 + GCKPT_NLAYERMODE : 1, .modes = modes, .micro_steps = 1, .optimizer = false};
+    gckpt_schedule *ev = &pr->sched;
+    ev->n = ev->nseg = 0;
+    ev->oom = false;
+    if (!pr->sim && !(pr->sim = gckpt_sim_new())) return false;
+    if (!gckpt_sim_begin(pr->sim, c, &st, micro == 1, 0)) return false;
+    gckpt_step_iter it;
+    gckpt_seg g;
+    gckpt_step_begin(&it, &st);
+    while (gckpt_step_next(&it, &g)) {
+        size_t mark = ev->n;
+        gckpt_sim_segment(pr->sim, &g, ev);
+        summarize(ev, mark, ev->n, g.layer > 0 ? &p->later[micro][g.row][g.mode] : &p->first[m0][micro][g.row]);
+    }
+    return !ev->oom;
+}
+
+bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_profile *p)
+{
+    memset(p, 0, sizeof *p);
+    /* the later layers' summaries come with the plain first layer; a first layer that is
+     * checkpointed needs only itself and the once-rows */
+    p->later_micro = c->set.grad_accum > 1;
+    for (int m0 = 0; m0 < GCKPT_NLAYERMODE; m0++)
+        for (int mi = 0; mi < (p->later_micro ? 2 : 1); mi++)
+            if (!profile_micro(pr, c, mi, m0, m0 == GCKPT_LAYER_PLAIN, p)) return false;
+    pr->sched.n = 0;
+    gckpt_sim_optimizer(c, &pr->sched);
+    summarize(&pr->sched, 0, pr->sched.n, &p->optimizer);
+    return !pr->sched.oom;
+}
+
+bool gckpt_profile_build(const gckpt_ctx *c, gckpt_profile *p)
+{
+    gckpt_profiler *pr = gckpt_profiler_new();
+    if (!pr) return false;
+    bool ok = gckpt_profile_build_with(pr, c, p);
+    gckpt_profiler_free(pr);
+    return ok;
+}
+
+/* ---- composition -------------------------------------------------------------------- */
+
+/* The running state of a composition: the memory walk over the step's segments, or
+ * (replay) the component vector up to the segment of the peak. */
+typedef struct {
+    int64_t total, peak, host, host_peak, after_fwd;
+    const gckpt_seg_summary *peak_seg;
+    int64_t peak_seq, seq;
+    int32_t peak_layer;
+    uint8_t peak_micro, peak_phase;
+    uint64_t checkpointed_later; /* checkpointed layers among 1 .. L-1 */
+    int64_t *vec;                /* replay: the components at the peak */
+} comp_state;
+
+/* always inlined: the two passes are specialised and the state kept in registers */
+#define HOT static inline __attribute__((always_inline))
+
+HOT void visit(comp_state *st, const gckpt_seg_summary *s, int32_t place, uint8_t micro, uint8_t phase,
+                         const bool replay)
+{
+    if (replay) {
+        const int64_t *d = st->seq < st->peak_seq ? s->net : s->at_peak;
+        if (st->seq <= st->peak_seq)
+            for (int k = 0; k < GCKPT_NCOMP; k++) st->vec[k] += d[k];
+        st->seq++;
+        return;
+    }
+    if (s->has_peak && st->total + s->peak_rel > st->peak) {
+        st->peak = st->total + s->peak_rel;
+        st->peak_seg = s;
+        st->peak_seq = st->seq;
+        st->peak_layer = place;
+        st->peak_micro = micro;
+        st->peak_phase = phase;
+    }
+    if (st->host + s->host_peak_rel > st->host_peak) st->host_peak = st->host + s->host_peak_rel;
+    st->total += s->net_total;
+    st->host += s->host_net;
+    st->seq++;
+}
+
+/* The step's segments in order (gckpt_micro_order per micro-step, then the optimizer),
+ * each layer's summary by the layer-mode rule. Written once for both passes. */
+HOT void compose(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload, int nmicro,
+                           comp_state *st, const bool replay)
+{
+    const uint64_t L = c->model->layers;
+    const int m0 = gckpt_layer_mode_of(every_n, offload, 0);
+    const int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT; /* a checkpointed layer's mode */
+    for (int mi = 0; mi < nmicro; mi++) {
+        const gckpt_seg_summary *first = p->first[m0][mi];
+        for (int row = 0; row < GCKPT_MICRO_ROWS; row++) {
+            if (replay && st->seq > st->peak_seq) return;
+            const gckpt_micro_row *r = &gckpt_micro_order[row];
+            gckpt_seg sg = {.row = (uint8_t)row, .part = r->part, .stage = r->stage, .micro = (uint8_t)mi, .layer = 0};
+            uint8_t phase = (uint8_t)gckpt_seg_phase(&sg), mu = (uint8_t)mi;
+            if (gckpt_seg_starts_backward(&sg)) st->after_fwd = st->total;
+            if (r->order == GCKPT_ORDER_ONCE) {
+                visit(st, &first[row], gckpt_seg_place(&sg, L), mu, phase, replay);
+                continue;
+            }
+            const gckpt_seg_summary *later = p->later[mi][row];
+            bool count = mi == 0 && r->stage == GCKPT_STAGE_FORWARD;
+            const gckpt_seg_summary *plain = &later[GCKPT_LAYER_PLAIN], *ckpt = &later[ck];
+            if (r->order == GCKPT_ORDER_LAYERS_UP) {
+                visit(st, &first[row], 0, mu, phase, replay);
+                gckpt_mode_cursor cur = gckpt_mode_cursor_at(every_n, offload, 1);
+                uint64_t n = 0;
+                for (uint64_t i = 1; i < L; i++, gckpt_mode_cursor_up(&cur)) {
+                    bool is_ckpt = gckpt_mode_cursor_mode(&cur) != GCKPT_LAYER_PLAIN;
+                    n += is_ckpt;
+                    visit(st, is_ckpt ? ckpt : plain, (int32_t)i, mu, phase, replay);
+                }
+                if (count) st->checkpointed_later = n;
+            } else {
+                gckpt_mode_cursor cur = gckpt_mode_cursor_at(every_n, offload, L - 1);
+                for (uint64_t i = L - 1; i >= 1; i--, gckpt_mode_cursor_down(&cur))
+                    visit(st, gckpt_mode_cursor_mode(&cur) != GCKPT_LAYER_PLAIN ? ckpt : plain, (int32_t)i, mu, phase,
+                          replay);
+                visit(st, &first[row], 0, mu, phase, replay);
+            }
+        }
+    }
+    visit(st, &p->optimizer, (int32_t)L + 1, GCKPT_MICRO_NONE, GCKPT_PH_OPTIMIZER, replay);
+}
+
+/* The replay pass, out of the evaluator's hot path (only plans ask for a breakdown). */
+static __attribute__((noinline)) void compose_replay(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n,
+                                                     bool offload, int nmicro, comp_state *st)
+{
+    compose(c, p, every_n, offload, nmicro, st, true);
+}
+
+static inline void time_add(gckpt_result *r, const gckpt_seg_summary *s, double mult)
+{
+    r->step_s += s->seconds * mult;
+    r->model_flops += s->flops * mult;
+    r->recompute_s += s->recompute_s * mult;
+    r->copy_s += s->copy_s * mult;
+    r->forward_s += s->fwd_s * mult;
+    r->backward_s += s->bwd_s * mult;
+}
+
+/* Time and FLOPs are sums, so they come from segment counts: per micro-step the
+ * once-rows, layer 0's rows, then the later layers' rows by mode (n_plain plain and
+ * n_ckpt checkpointed layers among 1 .. L-1). */
+static void compose_time(const gckpt_profile *p, int m0, int ck, int nmicro, uint64_t grad_accum, double n_plain,
+                         double n_ckpt, gckpt_result *res)
+{
+    for (int mi = 0; mi < nmicro; mi++) {
+        double mult = mi == 1 ? (double)(grad_accum - 1) : 1.0;
+        for (int once = 1; once >= 0; once--)
+            for (int row = 0; row < GCKPT_MICRO_ROWS; row++)
+                if ((gckpt_micro_order[row].order == GCKPT_ORDER_ONCE) == (once == 1)) time_add(res, &p->first[m0][mi][row], mult);
+        for (int pass = 0; pass < 2; pass++) {
+            double n = pass ? n_ckpt : n_plain;
+            int m = pass ? ck : GCKPT_LAYER_PLAIN;
+            for (int row = 0; n > 0 && row < GCKPT_MICRO_ROWS; row++)
+                if (gckpt_micro_order[row].order != GCKPT_ORDER_ONCE) time_add(res, &p->later[mi][row][m], mult * n);
+        }
+    }
+    time_add(res, &p->optimizer, 1.0);
+    res->optimizer_s = p->optimizer.seconds;
+}
+
+void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
+                        uint64_t grad_accum, bool breakdown, gckpt_result *res)
+{
+    memset(res, 0, sizeof *res);
+    if (grad_accum > 1 && !p->later_micro) {
+        res->peak_bytes = res->device_peak_bytes = UINT64_MAX;
+        return;
+    }
+    const uint64_t L = c->model->layers;
+    const int nmicro = grad_accum > 1 ? 2 : 1;
+    gckpt_mem base;
+    mem_start(c, &base);
+    comp_state st;
+    memset(&st, 0, sizeof st);
+    st.total = st.peak = base.total;
+    st.peak_layer = -1;
+    compose(c, p, every_n, offload, nmicro, &st, false);
+    const int m0 = gckpt_layer_mode_of(every_n, offload, 0);
+    const int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
+    double n_ckpt = (double)st.checkpointed_later;
+    compose_time(p, m0, ck, nmicro, grad_accum, (double)(L - 1) - n_ckpt, n_ckpt, res);
+    res->peak_bytes = (uint64_t)st.peak;
+    res->host_pinned_bytes = (uint64_t)st.host_peak;
+    res->after_forward_bytes = (uint64_t)st.after_fwd;
+    res->peak_layer = st.peak_layer;
+    res->peak_micro = st.peak_micro;
+    res->peak_phase = st.peak_seg ? st.peak_phase : GCKPT_PH_FORWARD;
+    res->peak_tensor = st.peak_seg ? st.peak_seg->peak_tensor : -1;
+    res->peak_grad = st.peak_seg ? st.peak_seg->peak_grad : false;
+    memcpy(res->breakdown, base.cur, sizeof base.cur);
+    if (breakdown && st.peak_seg) {
+        /* replay the order up to the peak segment, now with component vectors */
+        comp_state rp = {.peak_seq = st.peak_seq, .vec = res->breakdown};
+        compose_replay(c, p, every_n, offload, nmicro, &rp);
+    }
+    finish(c, grad_accum, res);
+}
+
+void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
+                     uint64_t grad_accum, gckpt_result *res)
+{
+    gckpt_fast_eval_ex(c, p, every_n, offload, grad_accum, true, res);
+}

@@ -1,0 +1,136 @@
+/* The recipe: what every model family shares (the head and HF's causal-LM loss), the
+ * build entry points, and what is derived once a family has been traced (the Python
+ * references each op ends, each parameter's uses). Primitives: recipe_ops.c, attention:
+ * recipe_attention.c, families: recipe_llama.c, recipe_gpt2.c. */
+#include "recipe_tracer.h"
+
+#include <string.h>
+
+/* HF's ForCausalLMLoss on the logits: logits.float() (held by the loss function until the
+ * loss is computed), cross_entropy over all b*s rows = log_softmax (fp32, saved) +
+ * nll_loss against the shifted labels. Sets r->loss. */
+static void causal_lm_loss(tracer *tr, int logits)
+{
+    gckpt_recipe *r = tr->r;
+    r->t[logits].logits = true;
+    r->t[logits].fwd_end_free = true; /* returned in the model output, dropped by the Trainer */
+    int lf = cast_to(tr, logits, F32, "logits.float");
+    r->t[lf].logits = true;
+    int lbl = source(tr, "shift_labels", GCKPT_SRC_LABELS, I64, per_token(1), NULL, NULL);
+    int ls = like(tr, "log_softmax", lf, F32, true);
+    r->t[ls].logits = true;
+    opnew(tr, "log_softmax", GCKPT_OP_ELEM, 1, (int[]){lf}, ls, -1, 1, (int[]){ls});
+    setprim(tr, GCKPT_P_LOG_SOFTMAX, GCKPT_BC_NONE, 0, 0, tr->m->vocab);
+    int loss = tnew(tr, "loss", GCKPT_T_ACT, F32, fixed_shape(1, 1), true);
+    int tw = tnew(tr, "nll_loss.total_weight", GCKPT_T_ACT, F32, fixed_shape(1, 1), false);
+    opnew(tr, "nll_loss", GCKPT_OP_ELEM, 2, (int[]){ls, lbl}, loss, tw, 2, (int[]){lbl, tw});
+    setprim(tr, GCKPT_P_NLL, GCKPT_BC_NONE, 0, 0, tr->m->vocab);
+    hold_here(tr, lf);
+    r->loss = loss;
+}
+
+void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding_table)
+{
+    gckpt_recipe *r = tr->r;
+    const gckpt_model *m = tr->m;
+    uint64_t h = m->hidden;
+    section_begin(tr, GCKPT_SEC_HEAD);
+    int hin = tnew(tr, "final_hidden", GCKPT_T_ACT, tr->stream_dt, per_token(h), true);
+    r->head_in = hin;
+    int nf = norm == NORM_RMS ? rmsnorm(tr, hin, h, norm_name) : layernorm(tr, hin, h, norm_name);
+    r->t[nf].fwd_end_free = true; /* the base model's output, held until the forward returns */
+    int wl = m->tied ? embedding_table : param(tr, "lm_head.weight", m->vocab, h, GCKPT_ROLE_MATRIX);
+    causal_lm_loss(tr, linear(tr, nf, wl, -1, h, m->vocab, "lm_head"));
+    section_end(tr);
+}
+
+void gckpt_recipe_build(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_recipe *r)
+{
+    gckpt_recipe_build_target(m, p, a, GCKPT_TARGET_CUDA, r);
+}
+
+bool gckpt_recipe_unverified(const gckpt_model *m, gckpt_attention a, const char **code, const char **sentence)
+{
+    const char *c = NULL, *why = NULL;
+    bool attn = m->attn_dropout > 0, other = m->resid_dropout > 0 || m->embd_dropout > 0;
+    if (attn && a == GCKPT_SDPA) {
+        c = "dropout_cuda_sdpa_unverified";
+        why = "attention dropout with SDPA is modelled as CUDA's fused kernel, which keeps the RNG seed and "
+              "offset instead of a mask (and native_dropout's 1-byte masks elsewhere); the CPU runs the math "
+              "path there, so tools/hf_probe could not measure it";
+    } else if (attn || other) {
+        c = "dropout_cuda_mask_unverified";
+        why = "dropout is modelled as CUDA's native_dropout, which keeps a 1-byte mask per element; the CPU "
+              "keeps a noise tensor in the input dtype instead, so tools/hf_probe could not measure it";
+    }
+    if (code) *code = c;
+    if (sentence) *sentence = why;
+    return c != NULL;
+}
+
+/* Each op lists the Python references that end after it (a full list would move the
+ * release to the next op: never with the recipes here, 10 at most); a parameter's
+ * gradient is complete (AccumulateGrad runs) after all its uses. */
+static void finish(gckpt_recipe *r)
+{
+    for (int t = 0; t < r->nt; t++) {
+        int h = r->t[t].hold_to;
+        if (h < 0 || h >= r->nop) continue;
+        while (h < r->nop - 1 && r->op[h].nunhold == GCKPT_OP_MAX_UNHOLD) h++;
+        gckpt_op *op = &r->op[h];
+        if (op->nunhold < GCKPT_OP_MAX_UNHOLD) op->unhold[op->nunhold++] = (int16_t)t;
+        r->t[t].hold_to = (int16_t)h;
+    }
+    for (int i = 0; i < r->nop; i++)
+        for (int k = 0; k < r->op[i].nin; k++) {
+            int t = r->op[i].in[k];
+            bool dup = false;
+            for (int q = 0; q < k; q++) dup |= r->op[i].in[q] == t;
+            if (!dup && r->t[t].kind == GCKPT_T_PARAM) r->t[t].uses++;
+        }
+}
+
+void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
+                               gckpt_recipe *r)
+{
+    memset(r, 0, sizeof *r);
+    r->mask = -1;
+    tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU};
+    tr.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
+    tr.compute_dt = p == GCKPT_FP32 ? F32 : p == GCKPT_AMP_FP16 ? F16 : BF16;
+    tr.stream_dt = p == GCKPT_BF16 ? BF16 : F32; /* AMP keeps an fp32 residual stream */
+    tr.param_dt = tr.amp ? F32 : tr.stream_dt;
+    r->amp = tr.amp;
+    r->stream_dtype = tr.stream_dt;
+    r->compute_dtype = tr.compute_dt;
+    r->param_dtype = tr.param_dt;
+    r->grad_dtype = r->param_dtype;
+    r->hidden = m->hidden;
+    if (m->family == GCKPT_FAMILY_GPT2)
+        trace_gpt2(&tr, a);
+    else
+        trace_llama(&tr, a);
+    finish(r);
+}
+
+bool gckpt_tensor_numel(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, uint64_t *numel)
+{
+    const gckpt_shape *sh = &r->t[i].shape;
+    uint64_t T, BSS, rows, width = sh->width ? sh->width : s;
+    if (!gckpt_mul(b, s, &T) || !gckpt_mul(T, s, &BSS)) return false;
+    uint64_t unit = sh->rows == GCKPT_ROWS_TOKENS ? T : sh->rows == GCKPT_ROWS_SEQ ? s : 1;
+    return gckpt_mul(sh->mult, unit, &rows) && gckpt_mul(rows, width, numel);
+}
+
+bool gckpt_tensor_bytes(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, uint64_t *bytes)
+{
+    uint64_t n;
+    return gckpt_tensor_numel(r, i, b, s, &n) && gckpt_dtype_storage((gckpt_dtype)r->t[i].dtype, n, bytes);
+}
+
+int gckpt_recipe_producer(const gckpt_recipe *r, int tensor)
+{
+    for (int i = 0; i < r->nop; i++)
+        if (r->op[i].out[0] == tensor || r->op[i].out[1] == tensor) return i;
+    return -1;
+}

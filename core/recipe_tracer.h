@@ -1,0 +1,94 @@
+/* The recipe tracer (private to core/): the state of one recipe being traced and the
+ * primitives that mirror PyTorch ops as Hugging Face's modelling code calls them. A model
+ * family (recipe_llama.c, recipe_gpt2.c) strings them together; recipe.c finishes the
+ * recipe (Python references, parameter uses) and holds what every family shares (the
+ * head and the loss). */
+#ifndef GCKPT_RECIPE_TRACER_H
+#define GCKPT_RECIPE_TRACER_H
+
+#include "gckpt/core/recipe.h"
+
+enum { F32 = GCKPT_DT_F32, BF16 = GCKPT_DT_BF16, F16 = GCKPT_DT_F16, I64 = GCKPT_DT_I64, BOOL = GCKPT_DT_BOOL };
+
+typedef struct {
+    gckpt_recipe *r;
+    const gckpt_model *m;
+    int sec;             /* the section being traced (gckpt_section) */
+    bool amp;            /* under torch.autocast */
+    uint8_t compute_dt;  /* matmul / autocast compute dtype */
+    uint8_t stream_dt;   /* dtype of the residual stream */
+    uint8_t param_dt;    /* dtype of the parameters */
+    const char *pfx;     /* name prefix of the current module */
+    double eps;          /* norm epsilon */
+    bool cpu;            /* GCKPT_TARGET_CPU */
+} tracer;
+
+/* Shapes (recipe.h, gckpt_shape). */
+static inline gckpt_shape per_token(uint64_t width) { return (gckpt_shape){GCKPT_ROWS_TOKENS, 1, width}; }
+static inline gckpt_shape per_position(uint64_t width) { return (gckpt_shape){GCKPT_ROWS_SEQ, 1, width}; }
+/* [b, heads, s, s] (a mask: heads 1) */
+static inline gckpt_shape score_shape(uint64_t heads) { return (gckpt_shape){GCKPT_ROWS_TOKENS, heads, 0}; }
+static inline gckpt_shape fixed_shape(uint64_t rows, uint64_t width) { return (gckpt_shape){GCKPT_ROWS_FIXED, rows, width}; }
+
+/* ---- tensors and ops ---- */
+int tnew(tracer *tr, const char *name, int kind, uint8_t dtype, gckpt_shape shape, bool requires_grad);
+/* A new activation shaped like x with dtype dt. */
+int like(tracer *tr, const char *name, int x, uint8_t dt, bool requires_grad);
+int opnew(tracer *tr, const char *name, int kind, int nin, const int *in, int out, int out2, int nsaved,
+          const int *saved);
+gckpt_op *last_op(tracer *tr);
+void setprim(tracer *tr, int prim, int bcast, double sa, double sb, uint64_t width);
+static inline bool rg(const tracer *tr, int x) { return tr->r->t[x].requires_grad; }
+static inline uint8_t dt(const tracer *tr, int x) { return tr->r->t[x].dtype; }
+/* Sections: ops from here belong to sec; its end turns holds "until the layer returns"
+ * into holds until its last op. */
+void section_begin(tracer *tr, int sec);
+void section_end(tracer *tr);
+/* The module prefix of names: "self_attn" -> "self_attn.q_proj"; returns the previous. */
+const char *enter_module(tracer *tr, const char *name, char *buf, size_t n);
+
+/* Python references of HF's code: a variable (or an argument of a function still
+ * running) keeps tensor t alive until op `until` has run; the latest reference wins.
+ * HOLD_END: until the section's last op (the layer returns). Activations only. */
+#define HOLD_END INT16_MAX
+void hold(tracer *tr, int t, int until);
+/* ... until the op just traced has run (the function holding it returns after it). */
+void hold_here(tracer *tr, int t);
+
+/* ---- primitives (recipe_ops.c) ---- */
+int param(tracer *tr, const char *name, uint64_t rows, uint64_t cols, gckpt_param_role role);
+int cast_to(tracer *tr, int x, uint8_t dtype, const char *name);
+int autocast_to(tracer *tr, int x, uint8_t dtype, const char *name);
+int mul(tracer *tr, int x, int y, const char *name);
+int add(tracer *tr, int x, int y, const char *name);
+int scal(tracer *tr, int x, const char *name, double sa, double sb);
+int unary(tracer *tr, int x, const char *name, bool save_out, bool fp32_list, int prim, double sa);
+int source(tracer *tr, const char *name, gckpt_source what, uint8_t dtype, gckpt_shape shape, const char *second_name,
+           int *second);
+int embedding(tracer *tr, const char *name, int table, int ids);
+int linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name);
+int conv1d(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name);
+int dropout(tracer *tr, int x, double p, const char *name);
+int rmsnorm(tracer *tr, int x, uint64_t width, const char *name);
+int layernorm(tracer *tr, int x, uint64_t width, const char *name);
+int rope(tracer *tr, int x, int cos, int sin, const char *name);
+
+/* ---- attention (recipe_attention.c) ---- */
+/* Scaled-dot-product attention as the target runs it (q, k, v may be one packed tensor). */
+int attention_sdpa(tracer *tr, int q, int k, int v, double p);
+/* HF's eager attention, llama family; *weights = the returned attention weights. */
+int attention_eager(tracer *tr, int q, int k, int v, int mask, double p, int *weights);
+/* GPT-2's eager attention over c_attn's packed output. */
+int attention_eager_gpt2(tracer *tr, int qkv, int mask, double p, int *weights);
+
+/* ---- what every family shares (recipe.c) ---- */
+typedef enum { NORM_RMS, NORM_LAYER } norm_kind;
+/* The head: the final norm (its output held until the forward returns), lm_head (tied:
+ * the embedding's table) and HF's causal-LM loss. */
+void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding_table);
+
+/* ---- the families ---- */
+void trace_llama(tracer *tr, gckpt_attention attn);
+void trace_gpt2(tracer *tr, gckpt_attention attn);
+
+#endif

@@ -1,0 +1,18 @@
+#include "gckpt/core/setting.h"
+
+#include <string.h>
+
+const char *const gckpt_precision_names[GCKPT_NPREC] = {"fp32", "bf16", "amp-bf16", "amp-fp16"};
+const char *const gckpt_optimizer_names[GCKPT_NOPT] = {"adamw", "adamw-foreach", "sgd", "adamw-8bit"};
+const char *const gckpt_attention_names[GCKPT_NATTN] = {"sdpa", "eager"};
+
+static int find(const char *const *names, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (s && strcmp(names[i], s) == 0) return i;
+    return -1;
+}
+
+int gckpt_precision_from(const char *s) { return find(gckpt_precision_names, GCKPT_NPREC, s); }
+int gckpt_optimizer_from(const char *s) { return find(gckpt_optimizer_names, GCKPT_NOPT, s); }
+int gckpt_attention_from(const char *s) { return find(gckpt_attention_names, GCKPT_NATTN, s); }

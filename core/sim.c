@@ -1,0 +1,911 @@
+/* The simulator: derives every tensor's lifetime from the recipe and emits the events
+ * of a step's segments. Rules (PyTorch autograd + HF checkpointing):
+ *  - forward: an op's outputs are allocated, then inputs whose last consumer it was are
+ *    released unless saved for backward, held by a checkpoint, or held until the
+ *    forward ends (autocast's weight-cast cache; logits returned in the model output);
+ *  - a checkpointed layer saves nothing; it keeps its input (or, with offload, copies it
+ *    to pinned host memory on the compute stream) and in backward re-runs its forward up
+ *    to the last op that saves something (non-reentrant early stop), then back-propagates;
+ *  - backward, in reverse op order: the input gradients are allocated, then the output
+ *    gradients and the op's saved tensors are released. A gradient that flows through an
+ *    add unchanged is the same tensor. A second contribution to an existing gradient is
+ *    a temporary that is added and released. Parameter gradients become .grad on the
+ *    first micro-step; later micro-steps accumulate through a temporary. */
+#include "sim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t bytes, numel;
+    uint8_t dtype;
+    int consumers, saved, refs;
+    int ckpt;       /* checkpoints holding it (a kept input, a mask held by reference) */
+    uint8_t comp;
+    bool hold, external, is_const, live;
+    bool view;      /* a gradient that is a view of a larger result: summed out of place */
+} inst_t;
+
+/* The simulator's view of one section instance (the embedding, a layer, the head). */
+typedef struct {
+    int inst[GCKPT_MAX_TENSORS];
+    int grad[GCKPT_MAX_TENSORS];
+    bool saved_reg[GCKPT_MAX_OPS];
+    bool pgrad[GCKPT_MAX_TENSORS];
+    int pend[GCKPT_MAX_TENSORS];     /* a multi-use parameter's gradient being summed */
+    uint8_t got[GCKPT_MAX_TENSORS];  /* contributions received so far */
+    gckpt_layer_mode mode;
+    int xin;            /* instance of the block input */
+    int mask;           /* this layer's device copy of an offloaded positional mask, or -1 */
+    uint64_t host;      /* pinned bytes of an offloaded input */
+} sec_t;
+
+struct gckpt_sim {
+    const gckpt_ctx *c;
+    bool grads_exist;
+    inst_t *pool;
+    size_t n, cap;
+    sec_t embed, head;
+    sec_t *layer;
+    int stream;  /* instance of the hidden state passed to the next section */
+    int gstream; /* grad instance passed to the previous section in backward */
+    bool ckpt_any, ckpt_offload; /* layers are checkpointed / offloaded (ckpt_held tensors) */
+    uint32_t base; /* id of pool[0] */
+    uint64_t nlayer_cap;
+};
+
+uint32_t gckpt_sim_next_id(const gckpt_sim *s) { return s->base + (uint32_t)s->n; }
+
+static uint32_t gid(const gckpt_sim *s, int id) { return id < 0 ? GCKPT_NOINST : s->base + (uint32_t)id; }
+
+/* ---- instances and memory events ---------------------------------------------------- */
+
+static int inst_new(gckpt_sim *s, uint64_t bytes, uint8_t comp, uint8_t dtype, uint64_t numel)
+{
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 4096;
+        inst_t *np = realloc(s->pool, nc * sizeof *np);
+        if (!np) abort(); /* tiny structs; a failure here is not recoverable */
+        s->pool = np;
+        s->cap = nc;
+    }
+    s->pool[s->n] = (inst_t){.bytes = bytes, .numel = numel, .dtype = dtype, .comp = comp, .live = true};
+    return (int)s->n++;
+}
+
+static gckpt_event *ev_mem(gckpt_sim *s, gckpt_schedule *o, int kind, int id, int16_t tensor)
+{
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return NULL;
+    const inst_t *p = &s->pool[id];
+    e->kind = (uint8_t)kind;
+    e->comp = p->comp;
+    e->tensor = tensor;
+    e->inst = gid(s, id);
+    e->bytes = p->bytes;
+    if (kind == GCKPT_EV_ALLOC || kind == GCKPT_EV_ALLOC_SCRATCH) {
+        e->dtype = p->dtype;
+        e->numel = p->numel;
+    }
+    return e;
+}
+
+/* A buffer of numel elements of dtype for tensor t (or its gradient: grad). */
+static int alloc_buf(gckpt_sim *s, gckpt_schedule *o, int16_t t, uint8_t comp, uint8_t dtype, uint64_t numel,
+                     uint64_t bytes, bool grad)
+{
+    int id = inst_new(s, bytes, comp, dtype, numel);
+    gckpt_event *e = ev_mem(s, o, GCKPT_EV_ALLOC, id, t);
+    if (e) e->grad = grad;
+    return id;
+}
+
+/* Tensor t's own buffer. */
+static int alloc_tensor(gckpt_sim *s, gckpt_schedule *o, int t, uint8_t comp)
+{
+    const gckpt_ctx *c = s->c;
+    return alloc_buf(s, o, (int16_t)t, comp, c->recipe->t[t].dtype, c->numel[t], c->tbytes[t], false);
+}
+
+/* A gradient buffer of tensor t in t's dtype, marked so reports can say "the gradient of X". */
+static int alloc_grad(gckpt_sim *s, gckpt_schedule *o, int t, uint8_t comp)
+{
+    const gckpt_ctx *c = s->c;
+    return alloc_buf(s, o, (int16_t)t, comp, c->recipe->t[t].dtype, c->numel[t], c->tbytes[t], true);
+}
+
+/* Another buffer like gradient instance g of tensor t. */
+static int alloc_grad_like(gckpt_sim *s, gckpt_schedule *o, int t, int g, uint8_t comp)
+{
+    const inst_t *p = &s->pool[g];
+    return alloc_buf(s, o, (int16_t)t, comp, p->dtype, p->numel, p->bytes, true);
+}
+
+/* An op's temporaries: an fp32 accumulator of numel elements, or (numel 0) raw bytes. */
+static int alloc_scratch(gckpt_sim *s, gckpt_schedule *o, uint64_t bytes, uint8_t comp, uint64_t f32_numel)
+{
+    int id = inst_new(s, bytes, comp, f32_numel ? GCKPT_DT_F32 : GCKPT_DT_U8, f32_numel ? f32_numel : bytes);
+    ev_mem(s, o, GCKPT_EV_ALLOC_SCRATCH, id, -1);
+    return id;
+}
+
+static void release(gckpt_sim *s, gckpt_schedule *o, int id, int16_t tensor)
+{
+    inst_t *p = &s->pool[id];
+    if (!p->live) return;
+    p->live = false;
+    ev_mem(s, o, GCKPT_EV_FREE, id, tensor);
+}
+
+static void try_free(gckpt_sim *s, gckpt_schedule *o, int id, int16_t tensor)
+{
+    inst_t *p = &s->pool[id];
+    if (p->live && p->consumers <= 0 && p->saved <= 0 && p->ckpt <= 0 && !p->hold && !p->external &&
+        !p->is_const)
+        release(s, o, id, tensor);
+}
+
+static gckpt_event *ev_compute(gckpt_sim *s, gckpt_schedule *o, int kind, int op)
+{
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return NULL;
+    bool bwd = kind == GCKPT_EV_BWD;
+    e->kind = (uint8_t)kind;
+    e->op = (int16_t)op;
+    e->seconds = s->c->op_s[bwd][op];
+    e->flops = s->c->op_flops[bwd][op];
+    return e;
+}
+
+static void ev_copy(gckpt_sim *s, gckpt_schedule *o, int kind, int tensor, int inst)
+{
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return;
+    const gckpt_ctx *c = s->c;
+    e->kind = (uint8_t)kind;
+    e->tensor = (int16_t)tensor;
+    e->inst = gid(s, inst);
+    e->comp = GCKPT_C_CHECKPOINTS;
+    e->bytes = c->raw[tensor];
+    e->seconds = (double)e->bytes / (kind == GCKPT_EV_D2H ? c->dev->d2h_bytes_per_s : c->dev->h2d_bytes_per_s);
+}
+
+static void ev_layer_host(gckpt_sim *s, gckpt_schedule *o, int kind, uint64_t bytes)
+{
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return;
+    e->kind = (uint8_t)kind;
+    e->tensor = (int16_t)s->c->recipe->block_in;
+    e->bytes = bytes;
+}
+
+/* A gradient sum (GRAD_SUM: dst = a + b), a cast copy (GRAD_CAST: dst = b) or an
+ * accumulation into a parameter's .grad (GRAD_ACCUMULATE: .grad += b). */
+static void ev_grad(gckpt_sim *s, gckpt_schedule *o, int kind, int16_t tensor, int dst, int a, int b)
+{
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return;
+    e->kind = (uint8_t)kind;
+    e->tensor = tensor;
+    e->arg.sum.dst = gid(s, dst);
+    e->arg.sum.a = gid(s, a);
+    e->arg.sum.b = gid(s, b);
+    e->bytes = s->pool[b].bytes;
+    e->seconds = 3.0 * (double)e->bytes / (s->c->dev->hbm_bytes_per_s * s->c->dev->hbm_efficiency);
+}
+
+/* ---- sections ------------------------------------------------------------------------ */
+
+gckpt_sim *gckpt_sim_new(void) { return calloc(1, sizeof(gckpt_sim)); }
+
+bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, bool grads_exist, uint32_t first_id)
+{
+    uint64_t layers = st->layers ? st->layers : 1;
+    if (layers > s->nlayer_cap) {
+        sec_t *nl = realloc(s->layer, layers * sizeof *nl);
+        if (!nl) return false;
+        s->layer = nl;
+        s->nlayer_cap = layers;
+    }
+    s->c = c;
+    s->grads_exist = grads_exist;
+    s->n = 0;
+    s->base = first_id;
+    s->stream = s->gstream = -1;
+    gckpt_step_checkpointing(st, &s->ckpt_any, &s->ckpt_offload);
+    return true;
+}
+
+void gckpt_sim_free(gckpt_sim *s)
+{
+    if (!s) return;
+    free(s->pool);
+    free(s->layer);
+    free(s);
+}
+
+/* Checkpointed layers keep their arguments by reference: keyword arguments, and a
+ * positional input that is not offloaded (gpt2's mask). */
+static bool ckpt_holds(const gckpt_sim *s, int t)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    return r->t[t].ckpt_held && s->ckpt_any && !(s->ckpt_offload && t == r->mask && r->mask_positional);
+}
+
+static sec_t *owner(gckpt_sim *s, sec_t *st, int t)
+{
+    int sec = s->c->recipe->t[t].section;
+    if (sec == GCKPT_SEC_EMBED) return &s->embed;
+    if (sec == GCKPT_SEC_HEAD) return &s->head;
+    return st;
+}
+
+/* The data instance slot of tensor t as seen from section state st. */
+static int *slot(gckpt_sim *s, sec_t *st, int t)
+{
+    if (t == s->c->recipe->mask && st->mask >= 0) return &st->mask;
+    return &owner(s, st, t)->inst[t];
+}
+
+static void init_sec(sec_t *st)
+{
+    for (int i = 0; i < GCKPT_MAX_TENSORS; i++) st->inst[i] = st->grad[i] = -1;
+    memset(st->saved_reg, 0, sizeof st->saved_reg);
+    memset(st->pgrad, 0, sizeof st->pgrad);
+    memset(st->got, 0, sizeof st->got);
+    for (int i = 0; i < GCKPT_MAX_TENSORS; i++) st->pend[i] = -1;
+    st->xin = -1;
+    st->mask = -1;
+    st->host = 0;
+    st->mode = GCKPT_LAYER_PLAIN;
+}
+
+/* ---- forward --------------------------------------------------------------------------- */
+
+enum { MODE_SAVE, MODE_NOSAVE, MODE_RECOMPUTE };
+
+/* The outputs of forward op i: allocated with their consumers and holds. */
+static void fwd_outputs(gckpt_sim *s, sec_t *st, int i, int mode, const int *cons, bool *made, int sec_out,
+                        gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    const gckpt_op *op = &r->op[i];
+    for (int k = 0; k < 2; k++) {
+        int t = op->out[k];
+        if (t < 0) continue;
+        const gckpt_tensor *tt = &r->t[t];
+        uint8_t comp = GCKPT_C_ACTIVATIONS;
+        if (tt->logits) comp = GCKPT_C_LOGITS;
+        else if (tt->kind == GCKPT_T_WCAST) comp = GCKPT_C_WEIGHT_CASTS;
+        else if (mode == MODE_RECOMPUTE) comp = GCKPT_C_RECOMPUTE;
+        int id = alloc_tensor(s, o, t, comp);
+        inst_t *p = &s->pool[id];
+        p->consumers = cons[t];
+        p->is_const = tt->step_held;
+        /* held until the forward ends; in a recompute autocast's weight-cast cache
+         * lives until the recompute ends (it re-enters autocast) */
+        p->hold = tt->fwd_end_free && (mode != MODE_RECOMPUTE || tt->kind == GCKPT_T_WCAST);
+        p->external = t == sec_out || t == r->loss;
+        if (ckpt_holds(s, t)) p->ckpt = 1;
+        st->inst[t] = id;
+        made[t] = true;
+    }
+}
+
+/* Python references tensor t held (recipe.h, hold_to) end. */
+static void unhold(gckpt_sim *s, sec_t *st, int t, const bool *made, gckpt_schedule *o)
+{
+    int id = st->inst[t];
+    if (!made[t] || id < 0) return;
+    s->pool[id].consumers--;
+    try_free(s, o, id, (int16_t)t);
+}
+
+/* Run the forward ops [begin, end) of a section. save_only_last: the last op only
+ * saves its inputs (a recompute stops there, before computing its output). Python
+ * references (recipe.h, hold_to) count as one more consumer each, released after the
+ * op that ends them, or all at once when a recompute stops before that op (the
+ * exception unwinds HF's frames). */
+static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool save_only_last, int sec_in,
+                    int sec_out, gckpt_schedule *o)
+{
+    const gckpt_ctx *c = s->c;
+    const gckpt_recipe *r = c->recipe;
+    int begin = r->sec_begin[sec], send = r->sec_end[sec];
+    int cons[GCKPT_MAX_TENSORS] = {0};
+    bool made[GCKPT_MAX_TENSORS] = {false};
+    for (int i = begin; i < end; i++)
+        for (int k = 0; k < r->op[i].nin; k++) cons[r->op[i].in[k]]++;
+    for (int i = begin; i < send; i++)
+        for (int k = 0; k < r->op[i].nunhold; k++) cons[r->op[i].unhold[k]]++;
+    if (sec_in >= 0) {
+        inst_t *x = &s->pool[st->inst[sec_in]];
+        x->consumers = cons[sec_in];
+        x->external = false;
+        made[sec_in] = true;
+    }
+    int released = end; /* ops from here on have their Python references dropped at the end */
+    for (int i = begin; i < end; i++) {
+        const gckpt_op *op = &r->op[i];
+        bool save_only = save_only_last && i == end - 1;
+        int fws = -1; /* the op's forward temporaries (CPU target), made with its output */
+        if (!save_only && !c->fwd_view[i] && c->op_ws[0][i])
+            fws = alloc_scratch(s, o, c->op_ws[0][i], mode == MODE_RECOMPUTE ? GCKPT_C_RECOMPUTE : GCKPT_C_ACTIVATIONS, 0);
+        if (c->fwd_view[i]) {
+            /* a view: the output is input 0's storage, with the output's consumers */
+            int id = *slot(s, st, op->in[0]);
+            s->pool[id].consumers += cons[op->out[0]];
+            st->inst[op->out[0]] = id;
+            made[op->out[0]] = true;
+        } else if (!save_only) {
+            fwd_outputs(s, st, i, mode, cons, made, sec_out, o);
+        }
+        gckpt_event *e = ev_compute(s, o, mode == MODE_RECOMPUTE ? GCKPT_EV_RECOMPUTE : GCKPT_EV_FWD, i);
+        if (e) {
+            for (int k = 0; k < GCKPT_OP_MAX_IN; k++)
+                e->arg.fwd.in[k] = k < op->nin && r->t[op->in[k]].kind != GCKPT_T_PARAM ? gid(s, *slot(s, st, op->in[k]))
+                                                                                      : GCKPT_NOINST;
+            for (int k = 0; k < 2; k++)
+                e->arg.fwd.out[k] = !save_only && op->out[k] >= 0 ? gid(s, st->inst[op->out[k]]) : GCKPT_NOINST;
+            /* a view, or a recompute that stops once the op saved its inputs: no work */
+            if (save_only || c->fwd_view[i]) e->seconds = e->flops = 0;
+        }
+        if (fws >= 0) release(s, o, fws, -1);
+        if (mode != MODE_NOSAVE) {
+            for (int k = 0; k < op->nsaved; k++) s->pool[*slot(s, st, op->saved[k])].saved++;
+            st->saved_reg[i] = op->nsaved > 0;
+        } else {
+            st->saved_reg[i] = false;
+        }
+        for (int k = 0; k < op->nin; k++) {
+            int t = op->in[k];
+            if (r->t[t].kind == GCKPT_T_PARAM) continue;
+            int id = *slot(s, st, t);
+            s->pool[id].consumers--;
+            try_free(s, o, id, (int16_t)t);
+        }
+        if (save_only) {
+            released = i;
+            break;
+        }
+        for (int k = 0; k < op->nunhold; k++) unhold(s, st, op->unhold[k], made, o);
+        for (int k = 0; k < 2; k++)
+            if (op->out[k] >= 0) try_free(s, o, st->inst[op->out[k]], op->out[k]);
+    }
+    /* a recompute ends: its autocast cache goes */
+    for (int t = 0; mode == MODE_RECOMPUTE && t < r->nt; t++)
+        if (made[t] && r->t[t].kind == GCKPT_T_WCAST && st->inst[t] >= 0) {
+            s->pool[st->inst[t]].hold = false;
+            try_free(s, o, st->inst[t], (int16_t)t);
+        }
+    /* a recompute that stopped early: HF's frames unwind, every reference goes */
+    for (int i = released; i < send; i++)
+        for (int k = 0; k < r->op[i].nunhold; k++) unhold(s, st, r->op[i].unhold[k], made, o);
+}
+
+/* ---- gradients --------------------------------------------------------------------------- */
+
+/* The buffer a parameter's gradient is written to: its new .grad on the first
+ * contribution of the first micro-step, else a temporary (*temp = true) that is then
+ * accumulated into .grad (AccumulateGrad) and released. */
+static int param_grad(gckpt_sim *s, sec_t *st, int t, bool view, gckpt_schedule *o, bool *temp)
+{
+    const gckpt_param *p = gckpt_params_of(&s->c->params, t);
+    sec_t *ow = owner(s, st, t);
+    int16_t tt = (int16_t)t;
+    if (s->c->recipe->t[t].uses > 1) {
+        /* the autograd engine sums a tied weight's contributions in AccumulateGrad's
+         * input buffer, which lives until the last use's backward has run */
+        ow->got[t]++;
+        if (ow->pend[t] < 0) {
+            *temp = false;
+            ow->pend[t] = alloc_buf(s, o, tt, GCKPT_C_BACKWARD, p->grad.dtype, p->grad.numel, p->grad.bytes, true);
+            s->pool[ow->pend[t]].view = view;
+            return ow->pend[t];
+        }
+        *temp = true;
+        return alloc_buf(s, o, tt, GCKPT_C_BACKWARD, p->grad.dtype, p->grad.numel, p->grad.bytes, true);
+    }
+    if (s->grads_exist || ow->pgrad[t]) {
+        *temp = true;
+        return alloc_buf(s, o, tt, GCKPT_C_BACKWARD, p->grad.dtype, p->grad.numel, p->grad.bytes, true);
+    }
+    *temp = false;
+    ow->pgrad[t] = true;
+    return alloc_buf(s, o, tt, GCKPT_C_GRADS, p->grad.dtype, p->grad.numel, p->grad.bytes, true);
+}
+
+static int grad_comp(const gckpt_recipe *r, int t)
+{
+    return r->t[t].logits ? GCKPT_C_LOGITS : GCKPT_C_BACKWARD;
+}
+
+static void grad_release(gckpt_sim *s, sec_t *st, int t, gckpt_schedule *o)
+{
+    sec_t *ow = owner(s, st, t);
+    int g = ow->grad[t];
+    if (g < 0) return;
+    ow->grad[t] = -1;
+    if (--s->pool[g].refs <= 0) release(s, o, g, (int16_t)t);
+}
+
+/* The autograd engine's InputBuffer: a second contribution tmp to a gradient buffer g
+ * of tensor t (refs holders) is added in place when g is its storage's only reference,
+ * else g + tmp goes into a new buffer (g shared with another branch, g a view; torch's
+ * can_accumulate_inplace). g's slot is overwritten (its last holder frees it), tmp
+ * freed. Returns the buffer holding the sum. */
+static int sum_into(gckpt_sim *s, int16_t t, int g, int tmp, uint8_t comp, gckpt_schedule *o)
+{
+    inst_t *p = &s->pool[g];
+    if (p->refs <= 1 && !p->view) {
+        ev_grad(s, o, GCKPT_EV_GRAD_SUM, t, g, g, tmp);
+        release(s, o, tmp, t);
+        return g;
+    }
+    int nb = alloc_grad_like(s, o, t, g, comp);
+    ev_grad(s, o, GCKPT_EV_GRAD_SUM, t, nb, g, tmp);
+    s->pool[nb].refs = 1;
+    if (--s->pool[g].refs <= 0) release(s, o, g, t);
+    release(s, o, tmp, t);
+    return nb;
+}
+
+/* Gradient contribution tmp (a temporary) for tensor t: becomes t's gradient as a
+ * converted copy when there is none yet, else is summed as the engine does. */
+static void accumulate(gckpt_sim *s, sec_t *st, int t, int tmp, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    sec_t *ow = owner(s, st, t);
+    int g = ow->grad[t];
+    if (g < 0) {
+        int nb = alloc_grad(s, o, t, (uint8_t)grad_comp(r, t));
+        ev_grad(s, o, GCKPT_EV_GRAD_CAST, (int16_t)t, nb, -1, tmp);
+        s->pool[nb].refs = 1;
+        ow->grad[t] = nb;
+        release(s, o, tmp, (int16_t)t);
+        return;
+    }
+    ow->grad[t] = sum_into(s, (int16_t)t, g, tmp, (uint8_t)grad_comp(r, t), o);
+}
+
+/* The tensors op i saved are released (once). */
+static void release_saved(gckpt_sim *s, sec_t *st, int i, gckpt_schedule *o)
+{
+    const gckpt_op *op = &s->c->recipe->op[i];
+    if (!st->saved_reg[i]) return;
+    for (int k = 0; k < op->nsaved; k++) {
+        int t = op->saved[k];
+        int id = *slot(s, st, t);
+        s->pool[id].saved--;
+        try_free(s, o, id, (int16_t)t);
+    }
+    st->saved_reg[i] = false;
+}
+
+/* ---- backward ---------------------------------------------------------------------------- */
+
+/* How the gradient of an op's input k is received. */
+enum {
+    G_NONE,      /* no gradient */
+    G_NEW,       /* a fresh buffer: the input's first gradient */
+    G_ALIAS,     /* the output's gradient itself (add, view) */
+    G_ACC,       /* a temporary summed into the existing gradient afterwards */
+    G_PARAM,     /* the parameter's .grad (or a tied weight's summing buffer) */
+    G_PARAM_ACC, /* a temporary accumulated into the parameter's .grad afterwards */
+    G_WIDE,      /* made in the output's wider dtype, cast afterwards */
+    G_CAST,      /* (after the cast) the cast copy */
+    G_BLOCK,     /* a role's block of the packed tensor's one gradient (gpt2's q/k/v) */
+};
+
+/* One op's backward in progress: the buffers its gradients go to. */
+typedef struct {
+    int i;
+    int mode[GCKPT_OP_MAX_IN], dst[GCKPT_OP_MAX_IN];
+    int gout, ws, promo;
+} bwd_op;
+
+/* 1. The buffers op b->i's backward writes, in the order the kernel makes them: the
+ * CPU target's promoted operands last, their copy released before. */
+static void bwd_buffers(gckpt_sim *s, sec_t *st, bwd_op *b, gckpt_schedule *o)
+{
+    const gckpt_ctx *c = s->c;
+    const gckpt_recipe *r = c->recipe;
+    const gckpt_op *op = &r->op[b->i];
+    /* mul of a 16-bit and a 32-bit tensor computes the 16-bit input's gradient in
+     * fp32; the engine casts it to the input's dtype afterwards */
+    uint8_t out_dt = op->out[0] >= 0 ? r->t[op->out[0]].dtype : GCKPT_DT_F32;
+    int order[GCKPT_OP_MAX_IN], no = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < op->nin; k++)
+            if (((op->bws_promote >> k) & 1) == pass) order[no++] = k;
+    for (int j = 0; j < op->nin; j++) {
+        int k = order[j];
+        if (b->promo >= 0 && (op->bws_promote & (1u << k))) {
+            release(s, o, b->promo, -1);
+            b->promo = -1;
+        }
+        int t = op->in[k];
+        b->dst[k] = -1;
+        b->mode[k] = G_NONE;
+        if (!r->t[t].requires_grad) continue;
+        bool dup = false; /* the same tensor twice (q = k = v views): one grad */
+        for (int q = 0; q < k; q++) dup |= op->in[q] == t;
+        if (dup) continue;
+        if (r->t[t].kind == GCKPT_T_PARAM) {
+            bool temp;
+            b->dst[k] = param_grad(s, st, t, op->grad_view[k], o, &temp);
+            b->mode[k] = temp ? G_PARAM_ACC : G_PARAM;
+            continue;
+        }
+        sec_t *ow = owner(s, st, t);
+        int g = ow->grad[t];
+        if (g < 0 && op->grad_alias[k]) {
+            ow->grad[t] = b->gout;
+            s->pool[b->gout].refs++;
+            b->dst[k] = b->gout;
+            b->mode[k] = G_ALIAS;
+        } else if (op->prim == GCKPT_P_MUL &&
+                   gckpt_dtype_bits((gckpt_dtype)out_dt) > gckpt_dtype_bits((gckpt_dtype)r->t[t].dtype)) {
+            uint64_t wide = gckpt_round_up(c->numel[t] * gckpt_dtype_size((gckpt_dtype)out_dt), c->dev->alloc_round_bytes);
+            b->dst[k] = alloc_buf(s, o, (int16_t)t, (uint8_t)grad_comp(r, t), out_dt, c->numel[t], wide, true);
+            b->mode[k] = G_WIDE;
+        } else if (g >= 0 && op->prim == GCKPT_P_SPLIT && op->view_fwd) {
+            /* a role of a packed tensor: its block of the one gradient buffer */
+            b->dst[k] = g;
+            b->mode[k] = G_BLOCK;
+        } else if (g < 0) {
+            b->dst[k] = alloc_grad(s, o, t, (uint8_t)grad_comp(r, t));
+            s->pool[b->dst[k]].refs = 1;
+            s->pool[b->dst[k]].view = op->grad_view[k];
+            ow->grad[t] = b->dst[k];
+            b->mode[k] = G_NEW;
+        } else {
+            b->dst[k] = alloc_grad(s, o, t, (uint8_t)grad_comp(r, t));
+            b->mode[k] = G_ACC;
+        }
+    }
+    if (b->promo >= 0) release(s, o, b->promo, -1);
+}
+
+/* 2. After the kernel: it drops its workspace; the engine casts a gradient made in a
+ * wider dtype to its input's (validate_outputs), then drops the node's incoming
+ * gradients, then its saved tensors (release_variables). A recomputed layer's saved
+ * tensors go first: the checkpoint drops its reference when the node unpacks them, so
+ * they die with the node's apply, before the cast. */
+static void bwd_release(gckpt_sim *s, sec_t *st, bwd_op *b, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    const gckpt_op *op = &r->op[b->i];
+    if (b->ws >= 0) release(s, o, b->ws, -1);
+    b->ws = -1;
+    if (st->mode != GCKPT_LAYER_PLAIN) release_saved(s, st, b->i, o);
+    for (int k = 0; k < op->nin; k++) {
+        if (b->mode[k] != G_WIDE) continue;
+        int t = op->in[k];
+        int nb = alloc_grad(s, o, t, (uint8_t)grad_comp(r, t));
+        ev_grad(s, o, GCKPT_EV_GRAD_CAST, (int16_t)t, nb, -1, b->dst[k]);
+        release(s, o, b->dst[k], (int16_t)t);
+        b->dst[k] = nb;
+        b->mode[k] = G_CAST;
+    }
+    for (int k = 0; k < 2; k++)
+        if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
+    release_saved(s, st, b->i, o);
+}
+
+/* A tied parameter's contribution arrived: once all have, the sum becomes .grad (first
+ * micro-step) or is accumulated into it. */
+static void tied_param_grad(gckpt_sim *s, sec_t *st, int t, int mode, int dst, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    sec_t *ow = owner(s, st, t);
+    int pend = ow->pend[t];
+    if (mode == G_PARAM_ACC) pend = ow->pend[t] = sum_into(s, (int16_t)t, pend, dst, GCKPT_C_BACKWARD, o);
+    if (ow->got[t] != r->t[t].uses) return;
+    if (!s->grads_exist && !ow->pgrad[t]) {
+        gckpt_event *e = ev_mem(s, o, GCKPT_EV_BECOME_GRAD, pend, (int16_t)t);
+        if (e) e->comp = GCKPT_C_BACKWARD;
+        s->pool[pend].comp = GCKPT_C_GRADS;
+        s->pool[pend].live = false; /* owned by .grad from now on */
+        ow->pgrad[t] = true;
+    } else {
+        ev_grad(s, o, GCKPT_EV_GRAD_ACCUMULATE, (int16_t)t, -1, -1, pend);
+        release(s, o, pend, (int16_t)t);
+    }
+    ow->pend[t] = -1;
+    ow->got[t] = 0;
+}
+
+/* 3. Accumulate second contributions, then drop the temporaries. */
+static void bwd_accumulate(gckpt_sim *s, sec_t *st, bwd_op *b, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    const gckpt_op *op = &r->op[b->i];
+    for (int k = 0; k < op->nin; k++) {
+        int t = op->in[k], mode = b->mode[k];
+        if ((mode == G_PARAM || mode == G_PARAM_ACC) && r->t[t].uses > 1) {
+            tied_param_grad(s, st, t, mode, b->dst[k], o);
+        } else if (mode == G_PARAM_ACC) {
+            ev_grad(s, o, GCKPT_EV_GRAD_ACCUMULATE, (int16_t)t, -1, -1, b->dst[k]);
+            release(s, o, b->dst[k], (int16_t)t);
+        } else if (mode == G_CAST && owner(s, st, t)->grad[t] < 0) {
+            owner(s, st, t)->grad[t] = b->dst[k]; /* the cast copy is the gradient */
+            s->pool[b->dst[k]].refs = 1;
+        } else if (mode == G_CAST || mode == G_ACC) {
+            accumulate(s, st, t, b->dst[k], o);
+        }
+    }
+    if (b->ws >= 0) release(s, o, b->ws, -1);
+}
+
+/* The backward workspace of op i: SDPA's fp32 dq accumulator alone is typed, the
+ * temporaries of pow, rsqrt and a broadcast operand are raw bytes. */
+static int bwd_workspace(gckpt_sim *s, int i, gckpt_schedule *o)
+{
+    const gckpt_ctx *c = s->c;
+    const gckpt_op *op = &c->recipe->op[i];
+    if (!c->op_ws[1][i]) return -1;
+    uint64_t f32 = op->bws_cT && !op->bws_in && !op->bws_out ? op->bws_cT * c->tokens : 0;
+    return alloc_scratch(s, o, c->op_ws[1][i], GCKPT_C_BACKWARD, f32);
+}
+
+/* Backward of ops [begin, end) of a section in reverse (end < 0: to the section's end). */
+static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_schedule *o)
+{
+    const gckpt_ctx *c = s->c;
+    const gckpt_recipe *r = c->recipe;
+    if (begin < 0) begin = r->sec_begin[sec];
+    if (end < 0) end = r->sec_end[sec];
+    for (int i = end - 1; i >= begin; i--) {
+        const gckpt_op *op = &r->op[i];
+        bool any_in = false;
+        for (int k = 0; k < op->nin; k++) any_in |= r->t[op->in[k]].requires_grad;
+        int gout = op->out[0] >= 0 ? owner(s, st, op->out[0])->grad[op->out[0]] : -1;
+        if (any_in && gout >= 0) {
+            bwd_op b = {.i = i, .gout = gout, .ws = -1, .promo = -1};
+            b.ws = bwd_workspace(s, i, o);
+            /* the CPU target's promoted copy of a narrow operand lives while the other
+             * operand's gradient (grad * this) is made, before the narrow one's */
+            if (op->bws_promote) b.promo = alloc_scratch(s, o, c->op_promo[i], GCKPT_C_BACKWARD, 0);
+            bwd_buffers(s, st, &b, o);
+            gckpt_event *e = ev_compute(s, o, GCKPT_EV_BWD, i);
+            if (e) {
+                for (int k = 0; k < GCKPT_OP_MAX_IN; k++) e->arg.bwd.grad_in[k] = k < op->nin ? gid(s, b.dst[k]) : GCKPT_NOINST;
+                e->arg.bwd.grad_out = gid(s, gout);
+                e->arg.bwd.workspace = gid(s, b.ws);
+            }
+            bwd_release(s, st, &b, o);
+            bwd_accumulate(s, st, &b, o);
+        }
+        for (int k = 0; k < 2; k++)
+            if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
+        release_saved(s, st, i, o);
+    }
+}
+
+/* ---- the segments ---------------------------------------------------------------------- */
+
+static void embed_fwd(gckpt_sim *s, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    init_sec(&s->embed);
+    init_sec(&s->head);
+    sim_fwd(s, &s->embed, GCKPT_SEC_EMBED, MODE_SAVE, r->sec_end[GCKPT_SEC_EMBED], false, -1, r->embed_out, o);
+    s->stream = s->embed.inst[r->embed_out];
+}
+
+/* A checkpointed layer keeps its input: on the device, or copied (with gpt2's positional
+ * mask) to a pinned host buffer on the compute stream. */
+static void keep_layer_input(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    inst_t *x = &s->pool[s->stream];
+    if (st->mode == GCKPT_LAYER_CKPT) {
+        x->ckpt = 1;
+        ev_mem(s, o, GCKPT_EV_TO_CHECKPOINT, s->stream, (int16_t)r->block_in);
+        x->comp = GCKPT_C_CHECKPOINTS;
+    } else if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) {
+        bool mask = r->mask >= 0 && r->mask_positional;
+        st->host = s->c->raw[r->block_in] + (mask ? s->c->raw[r->mask] : 0);
+        ev_layer_host(s, o, GCKPT_EV_HOST_ALLOC, st->host);
+        ev_copy(s, o, GCKPT_EV_D2H, r->block_in, s->stream);
+        if (mask) ev_copy(s, o, GCKPT_EV_D2H, r->mask, s->embed.inst[r->mask]);
+    }
+}
+
+static void layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    sec_t *st = &s->layer[layer];
+    init_sec(st);
+    st->mode = mode;
+    st->inst[r->block_in] = s->stream;
+    st->xin = s->stream;
+    keep_layer_input(s, st, o);
+    sim_fwd(s, st, GCKPT_SEC_BLOCK, mode == GCKPT_LAYER_PLAIN ? MODE_SAVE : MODE_NOSAVE, r->sec_end[GCKPT_SEC_BLOCK],
+            false, r->block_in, r->block_out, o);
+    s->stream = st->inst[r->block_out];
+}
+
+static void head_fwd(gckpt_sim *s, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    s->head.inst[r->head_in] = s->stream;
+    /* the base model returns: its masks go unless a checkpoint holds them */
+    for (int t = 0; t < r->nt; t++) {
+        int id = s->embed.inst[t];
+        if (id < 0 || !r->t[t].base_end_free || !s->pool[id].live) continue;
+        s->pool[id].hold = false;
+        try_free(s, o, id, (int16_t)t);
+    }
+    sim_fwd(s, &s->head, GCKPT_SEC_HEAD, MODE_SAVE, r->sec_end[GCKPT_SEC_HEAD], false, r->head_in, -1, o);
+}
+
+/* The forward has returned: what section st held until then goes. */
+static void fwd_end(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
+{
+    for (int t = 0; t < s->c->recipe->nt; t++) {
+        int id = st->inst[t];
+        if (id < 0 || !s->pool[id].live || !s->pool[id].hold) continue;
+        if (owner(s, st, t) != st) continue;
+        s->pool[id].hold = false;
+        try_free(s, o, id, (int16_t)t);
+    }
+}
+
+static void head_bwd(gckpt_sim *s, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    /* loss.backward(): the seed gradient of the scalar loss */
+    int g = alloc_grad(s, o, r->loss, GCKPT_C_BACKWARD);
+    s->pool[g].refs = 1;
+    s->head.grad[r->loss] = g;
+    sim_bwd(s, &s->head, GCKPT_SEC_HEAD, -1, -1, o);
+    s->gstream = s->head.grad[r->head_in];
+    s->head.grad[r->head_in] = -1;
+}
+
+/* save_on_cpu's unpack of an offloaded layer's input (and positional mask): a fresh
+ * device copy, held only by the recompute's arguments and by what the recompute saves */
+static void unpack_offloaded(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    int id = alloc_tensor(s, o, r->block_in, GCKPT_C_CHECKPOINTS);
+    ev_copy(s, o, GCKPT_EV_H2D, r->block_in, id);
+    st->xin = id;
+    if (r->mask >= 0 && r->mask_positional) {
+        int mid = alloc_tensor(s, o, r->mask, GCKPT_C_CHECKPOINTS);
+        s->pool[mid].ckpt = 1;
+        ev_copy(s, o, GCKPT_EV_H2D, r->mask, mid);
+        st->mask = mid;
+    }
+}
+
+/* A checkpointed layer's recompute: its forward re-run up to op `stop`, which saves only
+ * its inputs when it saves no output (non-reentrant early stop). */
+static void recompute(gckpt_sim *s, sec_t *st, int stop, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) unpack_offloaded(s, st, o);
+    st->inst[r->block_in] = st->xin;
+    const gckpt_op *lo = &r->op[stop - 1];
+    bool save_only = true;
+    for (int k = 0; k < lo->nsaved; k++) save_only &= lo->saved[k] != lo->out[0] && lo->saved[k] != lo->out[1];
+    sim_fwd(s, st, GCKPT_SEC_BLOCK, MODE_RECOMPUTE, stop, save_only, r->block_in, -1, o);
+    if (st->mask >= 0) { /* an offloaded mask's device copy: the recompute's argument */
+        s->pool[st->mask].ckpt = 0;
+        try_free(s, o, st->mask, (int16_t)r->mask);
+    }
+}
+
+/* After a checkpointed layer's backward: its kept input (and mask copy) and host buffer go. */
+static void drop_checkpoint(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    s->pool[st->xin].ckpt = 0;
+    try_free(s, o, st->xin, (int16_t)r->block_in);
+    if (st->mask >= 0) {
+        s->pool[st->mask].ckpt = 0;
+        try_free(s, o, st->mask, (int16_t)r->mask);
+        st->mask = -1;
+    }
+    if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) ev_layer_host(s, o, GCKPT_EV_HOST_FREE, st->host);
+}
+
+static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    sec_t *st = &s->layer[layer];
+    st->grad[r->block_out] = s->gstream;
+    /* non-reentrant early stop: the recompute ends when the last tensor the forward
+     * saved is saved again; an op that saves only inputs saves them before it computes,
+     * so the last saving op runs only if it saves an output */
+    int stop = r->sec_begin[GCKPT_SEC_BLOCK];
+    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+        if (r->op[i].nsaved) stop = i + 1;
+    bool ckpt = st->mode != GCKPT_LAYER_PLAIN;
+    if (ckpt) {
+        /* the ops after the last saving one need nothing saved: their backward runs
+         * before a saved tensor is unpacked (which starts the recompute) */
+        sim_bwd(s, st, GCKPT_SEC_BLOCK, stop, -1, o);
+        recompute(s, st, stop, o);
+    }
+    sim_bwd(s, st, GCKPT_SEC_BLOCK, -1, ckpt ? stop : -1, o);
+    if (ckpt) drop_checkpoint(s, st, o);
+    s->gstream = st->grad[r->block_in];
+    st->grad[r->block_in] = -1;
+}
+
+static void embed_bwd(gckpt_sim *s, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    /* the last checkpoint holding the layers' arguments (layer 0's) is gone */
+    for (int t = 0; t < r->nt; t++) {
+        int id = s->embed.inst[t];
+        if (!r->t[t].ckpt_held || id < 0 || !s->pool[id].live) continue;
+        s->pool[id].ckpt = 0;
+        try_free(s, o, id, (int16_t)t);
+    }
+    s->embed.grad[r->embed_out] = s->gstream;
+    sim_bwd(s, &s->embed, GCKPT_SEC_EMBED, -1, -1, o);
+}
+
+/* The batch, masks, rotary tables, labels and the loss go when the micro-step ends. */
+static void micro_end(gckpt_sim *s, gckpt_schedule *o)
+{
+    sec_t *secs[2] = {&s->embed, &s->head};
+    for (int q = 0; q < 2; q++)
+        for (int t = 0; t < s->c->recipe->nt; t++) {
+            int id = secs[q]->inst[t];
+            if (id < 0 || !s->pool[id].live || owner(s, secs[q], t) != secs[q]) continue;
+            release(s, o, id, (int16_t)t);
+        }
+}
+
+static void push_opt_event(const gckpt_ctx *c, gckpt_schedule *o, int kind, uint8_t comp, uint64_t bytes)
+{
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return;
+    e->kind = (uint8_t)kind;
+    e->comp = comp;
+    e->bytes = bytes;
+    e->inst = GCKPT_NOINST; /* whole-state events: no single tensor instance */
+    if (kind == GCKPT_EV_OPT_STEP) e->seconds = c->opt_seconds;
+}
+
+void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *o)
+{
+    if (c->opt_temp) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_OPT_TEMP, c->opt_temp);
+    push_opt_event(c, o, GCKPT_EV_OPT_STEP, 0, 0);
+    if (c->opt_temp) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_FREE, GCKPT_C_OPT_TEMP, c->opt_temp);
+    push_opt_event(c, o, GCKPT_EV_ZERO_GRAD, GCKPT_C_GRADS, c->grads); /* zero_grad(set_to_none=True) */
+}
+
+void gckpt_sim_segment(gckpt_sim *s, const gckpt_seg *g, gckpt_schedule *o)
+{
+    bool fwd = g->stage == GCKPT_STAGE_FORWARD, bwd = g->stage == GCKPT_STAGE_BACKWARD;
+    switch (g->part) {
+    case GCKPT_PART_EMBEDDING:
+        if (fwd) embed_fwd(s, o);
+        else embed_bwd(s, o);
+        break;
+    case GCKPT_PART_LAYER:
+        if (fwd) layer_fwd(s, g->layer, (gckpt_layer_mode)g->mode, o);
+        else if (bwd) layer_bwd(s, g->layer, o);
+        else fwd_end(s, &s->layer[g->layer], o);
+        break;
+    case GCKPT_PART_HEAD:
+        if (fwd) {
+            head_fwd(s, o);
+        } else if (bwd) {
+            head_bwd(s, o);
+        } else {
+            fwd_end(s, &s->head, o);
+            fwd_end(s, &s->embed, o); /* the model drops its masks when its forward returns */
+        }
+        break;
+    case GCKPT_PART_MICRO_END: micro_end(s, o); break;
+    case GCKPT_PART_OPTIMIZER: gckpt_sim_optimizer(s->c, o); break;
+    default: break;
+    }
+}

@@ -1,0 +1,31 @@
+/* The simulator (private to core/): it emits the events of one segment of a step at a
+ * time, deciding every tensor's lifetime. The schedule builder runs it over a whole step,
+ * the fast evaluator's profiler over a few proxy layers; both iterate the same segments
+ * (gckpt/core/step.h). */
+#ifndef GCKPT_SIM_H
+#define GCKPT_SIM_H
+
+#include "gckpt/core/schedule.h"
+
+typedef struct gckpt_sim gckpt_sim;
+
+gckpt_sim *gckpt_sim_new(void);
+void gckpt_sim_free(gckpt_sim *s);
+/* Start a micro-step of step st (its layers and modes; checkpoints hold the layers'
+ * arguments when layer 0 is checkpointed): grads_exist for a later micro-step; instance
+ * ids from first_id. false when out of memory. */
+bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, bool grads_exist, uint32_t first_id);
+/* The id the next instance would get (a later micro-step continues the numbering). */
+uint32_t gckpt_sim_next_id(const gckpt_sim *s);
+/* Emit the events of segment g (the optimizer's need no micro-step). */
+void gckpt_sim_segment(gckpt_sim *s, const gckpt_seg *g, gckpt_schedule *out);
+void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *out);
+
+/* ---- writing a schedule (schedule.c) ---- */
+/* A new zeroed event (no operands, op and tensor -1); NULL once out of memory. */
+gckpt_event *gckpt_schedule_push(gckpt_schedule *s);
+/* Segments: the events pushed between open and close are g's. */
+void gckpt_schedule_open(gckpt_schedule *s, const gckpt_seg *g);
+void gckpt_schedule_close(gckpt_schedule *s);
+
+#endif

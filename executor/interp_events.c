@@ -1,0 +1,417 @@
+/* The interpreter's events: each typed event of the schedule performed on the backend
+ * and checked against the interpreter's own state (no double allocation, no use after
+ * free, an allocation exactly as large as the elements it declares), so that a schedule
+ * that does not describe a real computation fails loudly instead of being counted. The
+ * ops check the other side: every buffer they write is exactly the size their inputs make
+ * (op_sizes.c). */
+#include "interp.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* the layer of a segment (-1 outside the layers) and its slot in the bindings */
+static int seg_layer(const gckpt_seg *g) { return g->part == GCKPT_PART_LAYER ? g->layer : -1; }
+
+static int seg_slot(const gckpt_exec *x, const gckpt_seg *g)
+{
+    switch (g->part) {
+    case GCKPT_PART_EMBEDDING: return 0;
+    case GCKPT_PART_LAYER: return g->layer + 1;
+    case GCKPT_PART_HEAD: return (int)x->m.layers + 1;
+    default: return -1;
+    }
+}
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+/* An allocation exactly as large as its elements (rounded to the device's granule). */
+static gckpt_xstatus check_alloc_size(gckpt_exec *x, const gckpt_event *e, const char *at, gckpt_err *err)
+{
+    uint64_t need;
+    if (e->dtype >= GCKPT_NDT || !gckpt_dtype_storage((gckpt_dtype)e->dtype, e->numel, &need))
+        return exec_fail(err, "%s: no storage for %llu elements of dtype %u", at, (unsigned long long)e->numel, e->dtype);
+    const char *dn = gckpt_dtype_names[e->dtype];
+    if (need > e->bytes)
+        return exec_fail(err, "%s: %llu bytes cannot hold %llu %s elements", at, (unsigned long long)e->bytes,
+                         (unsigned long long)e->numel, dn);
+    if (gckpt_round_up(need, x->dev.alloc_round_bytes) != e->bytes)
+        return exec_fail(err, "%s: %llu bytes for %llu %s elements, which take %llu", at, (unsigned long long)e->bytes,
+                         (unsigned long long)e->numel, dn, (unsigned long long)gckpt_round_up(need, x->dev.alloc_round_bytes));
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus ev_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    uint32_t id = e->inst;
+    if (id >= x->ninst) return exec_fail(err, "%s: instance %u out of range", w->at, id);
+    inst_t *in = &x->inst[id];
+    if (in->live) return exec_fail(err, "%s: instance %u allocated twice", w->at, id);
+    int t = e->tensor;
+    if (e->kind == GCKPT_EV_ALLOC && (t < 0 || t >= x->r->nt)) return exec_fail(err, "%s: tensor %d out of range", w->at, t);
+    gckpt_xstatus rc = check_alloc_size(x, e, w->at, err);
+    if (rc != GCKPT_XS_OK) return rc;
+    param_t *p = NULL;
+    if (e->comp == GCKPT_C_GRADS) {
+        p = exec_param(x, t, seg_layer(w->seg));
+        if (!p) return exec_fail(err, "%s: a gradient allocation for something that is not a parameter", w->at);
+        if (p->grad != GCKPT_NOINST) return exec_fail(err, "%s: the parameter's .grad exists already", w->at);
+        if (e->numel != p->spec->grad.numel || e->dtype != p->spec->grad.dtype)
+            return exec_fail(err, "%s: .grad of %llu %s elements, the parameter has %llu %s", w->at,
+                             (unsigned long long)e->numel, gckpt_dtype_names[e->dtype],
+                             (unsigned long long)p->spec->grad.numel, gckpt_dtype_names[p->spec->grad.dtype]);
+    }
+    rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, e->bytes, &in->p);
+    if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    in->live = true;
+    in->bytes = e->bytes;
+    in->tensor = (int16_t)t;
+    in->dt = e->dtype;
+    in->n = e->numel;
+    in->is_pgrad = p != NULL;
+    if (p) p->grad = id;
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus ev_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    if (!exec_live(x, e->inst)) return exec_fail(err, "%s: instance %u freed but not allocated", w->at, e->inst);
+    if (x->inst[e->inst].is_pgrad) return exec_fail(err, "%s: a parameter's .grad freed before zero_grad", w->at);
+    if (x->inst[e->inst].bytes != e->bytes)
+        return exec_fail(err, "%s: frees %llu bytes of a %llu-byte allocation", w->at, (unsigned long long)e->bytes,
+                         (unsigned long long)x->inst[e->inst].bytes);
+    exec_inst_release(x, e->inst);
+    return GCKPT_XS_OK;
+}
+
+/* A summed gradient becomes a parameter's .grad. */
+static gckpt_xstatus ev_become_grad(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    if (!exec_live(x, e->inst)) return exec_fail(err, "%s: instance %u is not allocated", w->at, e->inst);
+    param_t *p = exec_param(x, e->tensor, seg_layer(w->seg));
+    inst_t *in = &x->inst[e->inst];
+    if (!p) return exec_fail(err, "%s: a gradient becomes the .grad of something that is not a parameter", w->at);
+    if (p->grad != GCKPT_NOINST) return exec_fail(err, "%s: the parameter's .grad exists already", w->at);
+    if (in->tensor != e->tensor || in->n != p->spec->grad.numel || in->dt != p->spec->grad.dtype)
+        return exec_fail(err, "%s: instance %u does not hold this parameter's gradient", w->at, e->inst);
+    in->is_pgrad = true;
+    p->grad = e->inst;
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus zero_grad(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < x->nparams; i++) {
+        param_t *p = &x->params[i];
+        if (p->grad == GCKPT_NOINST) continue;
+        sum += x->inst[p->grad].bytes;
+        exec_inst_release(x, p->grad);
+        p->grad = GCKPT_NOINST;
+    }
+    if (sum != e->bytes)
+        return exec_fail(err, "%s: zero_grad freed %llu bytes of .grad, the schedule says %llu", w->at,
+                         (unsigned long long)sum, (unsigned long long)e->bytes);
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus ev_opt_temp(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    if (e->kind == GCKPT_EV_OPT_TEMP_FREE) {
+        if (!x->opt_temp) return exec_fail(err, "%s: frees an optimizer temporary that was not allocated", w->at);
+        x->be->release(x->be, GCKPT_MEM_DEVICE, x->opt_temp, x->opt_temp_bytes);
+        x->opt_temp = NULL;
+        return GCKPT_XS_OK;
+    }
+    if (x->opt_temp) return exec_fail(err, "%s: the optimizer temporary exists already", w->at);
+    if (e->bytes != x->ctx.opt_temp)
+        return exec_fail(err, "%s: optimizer temporary of %llu bytes, the parameters' slices take %llu", w->at,
+                         (unsigned long long)e->bytes, (unsigned long long)x->ctx.opt_temp);
+    gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, e->bytes, &x->opt_temp);
+    if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    x->opt_temp_bytes = e->bytes;
+    return GCKPT_XS_OK;
+}
+
+/* ---- offload ----------------------------------------------------------------------------- */
+
+static gckpt_xstatus ev_host(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    int layer = seg_layer(w->seg);
+    if (layer < 0 || (uint64_t)layer >= x->m.layers) return exec_fail(err, "%s: host buffer of no layer", w->at);
+    hostbuf_t *h = &x->hb[layer];
+    gckpt_xstatus rc;
+    switch (e->kind) {
+    case GCKPT_EV_HOST_ALLOC:
+        if (h->p) return exec_fail(err, "%s: the layer's host buffer exists already", w->at);
+        rc = x->be->alloc(x->be, GCKPT_MEM_PINNED, e->bytes, &h->p);
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+        h->bytes = e->bytes;
+        h->wr = h->rd = 0;
+        return GCKPT_XS_OK;
+    case GCKPT_EV_HOST_FREE:
+        if (!h->p || h->bytes != e->bytes) return exec_fail(err, "%s: frees a host buffer that was not allocated", w->at);
+        if (h->rd != h->wr)
+            return exec_fail(err, "%s: %llu of the %llu bytes copied out were not copied back", w->at,
+                             (unsigned long long)(h->wr - h->rd), (unsigned long long)h->wr);
+        x->be->release(x->be, GCKPT_MEM_PINNED, h->p, h->bytes);
+        h->p = NULL;
+        return GCKPT_XS_OK;
+    default: {
+        bool d2h = e->kind == GCKPT_EV_D2H;
+        if (!exec_live(x, e->inst)) return exec_fail(err, "%s: device instance %u is not allocated", w->at, e->inst);
+        const inst_t *in = &x->inst[e->inst];
+        /* the layer's buffer is filled in order (hidden states, then a positional mask)
+         * and read back in the same order */
+        uint64_t off = d2h ? h->wr : h->rd, lim = d2h ? h->bytes : h->wr, holds = 0;
+        (void)gckpt_dtype_storage((gckpt_dtype)in->dt, in->n, &holds);
+        if (e->bytes != holds)
+            return exec_fail(err, "%s: copy of %llu bytes of an instance whose %llu elements take %llu", w->at,
+                             (unsigned long long)e->bytes, (unsigned long long)in->n, (unsigned long long)holds);
+        if (!h->p || off + e->bytes > lim)
+            return exec_fail(err, "%s: copy of %llu bytes at offset %llu does not fit its buffers", w->at,
+                             (unsigned long long)e->bytes, (unsigned long long)off);
+        char *hp = (char *)h->p + off;
+        rc = d2h ? x->be->copy(x->be, hp, in->p, e->bytes, true) : x->be->copy(x->be, in->p, hp, e->bytes, false);
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+        if (d2h) h->wr += e->bytes;
+        else h->rd += e->bytes;
+        return GCKPT_XS_OK;
+    }
+    }
+}
+
+/* ---- compute ------------------------------------------------------------------------------ */
+
+static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slot, int opi, uint64_t micro)
+{
+    memset(c, 0, sizeof *c);
+    c->r = x->r;
+    c->op = op;
+    c->m = &x->m;
+    c->b = x->set.micro_batch;
+    c->s = x->set.seq;
+    c->rng = gckpt_key(x->o.seed ^ 0xd50f0cULL, x->step, micro, (uint64_t)slot * (uint64_t)x->r->nop + (uint64_t)opi);
+}
+
+/* A tensor that has no buffer (absent: freed, or never needed): its recipe size. */
+static gckpt_xt absent(const gckpt_exec *x, int t) { return (gckpt_xt){NULL, x->ctx.numel[t], x->r->t[t].dtype, 0}; }
+
+/* The shape [rows, cols] of the tensor an operand holds, from the recipe. */
+static void shape_of(const gckpt_exec *x, int t, gckpt_xt *v)
+{
+    v->cols = gckpt_tensor_width(x->r, t, x->set.seq);
+    v->rows = v->cols ? x->ctx.numel[t] / v->cols : 0;
+}
+
+/* Every operand's shape (a gradient has its tensor's). */
+static void shape_call(const gckpt_exec *x, gckpt_xcall *c)
+{
+    const gckpt_op *op = c->op;
+    for (int k = 0; k < op->nin; k++) {
+        shape_of(x, op->in[k], &c->in[k]);
+        c->gin[k].rows = c->in[k].rows;
+        c->gin[k].cols = c->in[k].cols;
+    }
+    for (int k = 0; k < 2; k++)
+        if (op->out[k] >= 0) shape_of(x, op->out[k], &c->out[k]);
+    if (op->out[0] >= 0) {
+        c->gout.rows = c->out[0].rows;
+        c->gout.cols = c->out[0].cols;
+    }
+}
+
+/* the view of op input k: a parameter by (layer, tensor) or a bound instance */
+static bool in_view(gckpt_exec *x, const gckpt_op *op, int k, int layer, uint32_t id, bool required, gckpt_xt *out)
+{
+    int t = op->in[k];
+    if (x->r->t[t].kind == GCKPT_T_PARAM) {
+        param_t *p = exec_param(x, t, layer);
+        if (!p) return false;
+        *out = exec_param_view(p);
+        return true;
+    }
+    if (!exec_live(x, id)) {
+        *out = absent(x, t);
+        return !required;
+    }
+    *out = exec_inst_view(x, id);
+    return true;
+}
+
+/* The host data of a SOURCE op (ids, labels, positions: as many as the source's size
+ * check allows), NULL for computed sources. */
+static const int64_t *source_data(gckpt_exec *x, const gckpt_op *op)
+{
+    switch (op->source) {
+    case GCKPT_SRC_IDS: return x->ids;
+    case GCKPT_SRC_LABELS: return x->labels;
+    case GCKPT_SRC_POSITIONS: return x->positions;
+    default: return NULL;
+    }
+}
+
+static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    const gckpt_op *op = &x->r->op[e->op];
+    int slot = seg_slot(x, w->seg), layer = seg_layer(w->seg);
+    const gckpt_fwd_args *a = &e->arg.fwd;
+    size_t b = (size_t)slot * (size_t)x->r->nop + (size_t)e->op;
+    x->bind[b] = *a;
+    x->bind_gen[b] = x->gen;
+    gckpt_xcall c;
+    call_init(x, &c, op, slot, e->op, w->micro);
+    for (int k = 0; k < op->nin; k++)
+        if (!in_view(x, op, k, layer, a->in[k], true, &c.in[k]))
+            return exec_fail(err, "%s: input %d (%s, instance %u) is not allocated", w->at, k, x->r->t[op->in[k]].name,
+                             a->in[k]);
+    if (op->nin > 0 && op->out[0] >= 0 && a->out[0] == a->in[0]) {
+        /* a view (an expand, or batch folding at micro-batch 1): the output is input 0's
+         * storage; consumers read it with its own width */
+        if (!exec_live(x, a->in[0])) return exec_fail(err, "%s: the viewed input is not allocated", w->at);
+        return GCKPT_XS_OK;
+    }
+    if (e->kind == GCKPT_EV_RECOMPUTE && op->out[0] >= 0 && a->out[0] == GCKPT_NOINST) {
+        /* a recompute that stops inside this op once it saved its inputs (they are saved
+         * before it computes): the inputs are bound for its backward, nothing runs */
+        for (int k = 0; k < op->nsaved; k++)
+            if (op->saved[k] == op->out[0] || op->saved[k] == op->out[1])
+                return exec_fail(err, "%s: a recompute cannot stop before an op that saves its output", w->at);
+        return GCKPT_XS_OK;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (op->out[k] < 0) continue;
+        if (!exec_live(x, a->out[k])) return exec_fail(err, "%s: output %d is not allocated", w->at, k);
+        c.out[k] = exec_inst_view(x, a->out[k]);
+    }
+    shape_call(x, &c);
+    gckpt_xstatus rc;
+    if (op->nin == 0) {
+        rc = x->be->source(x->be, (gckpt_source)op->source, &c, source_data(x, op));
+    } else {
+        rc = x->be->forward(x->be, &c);
+    }
+    if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    if (op->out[0] == x->r->loss && w->micro < GCKPT_MAX_RECORDS) {
+        rc = x->be->record(x->be, c.out[0], (int)w->micro);
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    }
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    const gckpt_op *op = &x->r->op[e->op];
+    const gckpt_bwd_args *a = &e->arg.bwd;
+    int slot = seg_slot(x, w->seg), layer = seg_layer(w->seg);
+    size_t b = (size_t)slot * (size_t)x->r->nop + (size_t)e->op;
+    if (x->bind_gen[b] != x->gen)
+        return exec_fail(err, "%s: backward of an op with no forward in this micro-step", w->at);
+    const gckpt_fwd_args *bd = &x->bind[b];
+    gckpt_xcall c;
+    call_init(x, &c, op, slot, e->op, w->micro);
+    for (int k = 0; k < op->nin; k++)
+        if (!in_view(x, op, k, layer, bd->in[k], false, &c.in[k]))
+            return exec_fail(err, "%s: parameter %s has no storage", w->at, x->r->t[op->in[k]].name);
+    for (int k = 0; k < 2; k++)
+        if (op->out[k] >= 0) c.out[k] = exec_live(x, bd->out[k]) ? exec_inst_view(x, bd->out[k]) : absent(x, op->out[k]);
+    if (!exec_live(x, a->grad_out))
+        return exec_fail(err, "%s: the output gradient (instance %u) is not allocated", w->at, a->grad_out);
+    c.gout = exec_inst_view(x, a->grad_out);
+    for (int k = 0; k < op->nin; k++) {
+        uint32_t id = a->grad_in[k];
+        if (id == GCKPT_NOINST || id == a->grad_out) continue; /* none, or passed through unchanged */
+        if (!exec_live(x, id)) return exec_fail(err, "%s: gradient buffer %d (instance %u) is not allocated", w->at, k, id);
+        c.gin[k] = exec_inst_view(x, id);
+    }
+    if (a->workspace != GCKPT_NOINST) {
+        if (!exec_live(x, a->workspace)) return exec_fail(err, "%s: workspace is not allocated", w->at);
+        c.ws = exec_inst_view(x, a->workspace);
+    }
+    shape_call(x, &c);
+    gckpt_xstatus rc;
+    if (op->out[0] == x->r->loss) {
+        /* loss.backward() of the micro-step's mean loss, scaled by 1 / grad_accum */
+        rc = x->be->set_scalar(x->be, c.gout, (float)(1.0 / (double)x->set.grad_accum));
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    }
+    rc = x->be->backward(x->be, &c);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
+}
+
+/* ---- gradients and the optimizer ---------------------------------------------------------- */
+
+static gckpt_xstatus ev_grad(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    const gckpt_sum_args *a = &e->arg.sum;
+    gckpt_xt dst, lhs, rhs;
+    if (!exec_live(x, a->b)) return exec_fail(err, "%s: the added gradient is not allocated", w->at);
+    rhs = exec_inst_view(x, a->b);
+    if (e->kind == GCKPT_EV_GRAD_ACCUMULATE) {
+        param_t *p = exec_param(x, e->tensor, seg_layer(w->seg));
+        if (!p || !exec_live(x, p->grad)) return exec_fail(err, "%s: the parameter has no .grad to accumulate into", w->at);
+        dst = lhs = exec_inst_view(x, p->grad);
+    } else {
+        if (!exec_live(x, a->dst)) return exec_fail(err, "%s: the destination is not allocated", w->at);
+        dst = exec_inst_view(x, a->dst);
+        lhs = (gckpt_xt){NULL, dst.n, dst.dt, 0}; /* GRAD_CAST: dst = rhs converted */
+        if (e->kind == GCKPT_EV_GRAD_SUM) {
+            if (!exec_live(x, a->a)) return exec_fail(err, "%s: the old gradient is not allocated", w->at);
+            lhs = exec_inst_view(x, a->a);
+        }
+    }
+    gckpt_xstatus rc = x->be->add(x->be, dst, lhs, rhs);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
+}
+
+static gckpt_xstatus ev_opt(gckpt_exec *x, const exec_site *w, gckpt_err *err)
+{
+    uint64_t step = x->step + 1;
+    for (size_t i = 0; i < x->nparams; i++) {
+        param_t *p = &x->params[i];
+        if (!exec_live(x, p->grad))
+            return exec_fail(err, "%s: parameter %s (layer %d) has no gradient", w->at, x->r->t[p->tensor].name, p->layer);
+        gckpt_optcall c = {.kind = x->set.optimizer,
+                           .param = exec_param_view(p),
+                           .grad = exec_inst_view(x, p->grad),
+                           .lr = x->o.lr,
+                           .beta1 = 0.9,
+                           .beta2 = 0.999,
+                           .eps = 1e-8,
+                           .weight_decay = x->set.optimizer == GCKPT_SGD ? 0.0 : 0.01,
+                           .momentum = 0.9,
+                           .step = step};
+        if (p->spec->nstates >= 1) c.s1 = exec_state_view(p, 0);
+        if (p->spec->nstates >= 2) c.s2 = exec_state_view(p, 1);
+        if (p->spec->nstates == 4) {
+            c.s1_absmax = exec_state_view(p, 2);
+            c.s2_absmax = exec_state_view(p, 3);
+        }
+        if (p->spec->opt_temp.numel) {
+            if (!x->opt_temp) return exec_fail(err, "%s: the optimizer temporary is not allocated", w->at);
+            c.temp = (gckpt_xt){(char *)x->opt_temp + p->temp_off, p->spec->opt_temp.numel, p->spec->opt_temp.dtype, 0};
+        }
+        gckpt_xstatus rc = x->be->optim(x->be, &c);
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    }
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *w, gckpt_err *err)
+{
+    exec_where(x, w->seg, w->index, w->at, sizeof w->at);
+    switch (e->kind) {
+    case GCKPT_EV_ALLOC: case GCKPT_EV_ALLOC_SCRATCH: return ev_alloc(x, e, w, err);
+    case GCKPT_EV_FREE: return ev_free(x, e, w, err);
+    case GCKPT_EV_TO_CHECKPOINT: /* bookkeeping */
+        return exec_live(x, e->inst) ? GCKPT_XS_OK : exec_fail(err, "%s: instance %u is not allocated", w->at, e->inst);
+    case GCKPT_EV_BECOME_GRAD: return ev_become_grad(x, e, w, err);
+    case GCKPT_EV_HOST_ALLOC: case GCKPT_EV_HOST_FREE: case GCKPT_EV_D2H: case GCKPT_EV_H2D: return ev_host(x, e, w, err);
+    case GCKPT_EV_FWD: case GCKPT_EV_RECOMPUTE: return ev_fwd(x, e, w, err);
+    case GCKPT_EV_BWD: return ev_bwd(x, e, w, err);
+    case GCKPT_EV_GRAD_SUM: case GCKPT_EV_GRAD_CAST: case GCKPT_EV_GRAD_ACCUMULATE: return ev_grad(x, e, w, err);
+    case GCKPT_EV_OPT_TEMP_ALLOC: case GCKPT_EV_OPT_TEMP_FREE: return ev_opt_temp(x, e, w, err);
+    case GCKPT_EV_OPT_STEP: return w->update ? ev_opt(x, w, err) : GCKPT_XS_OK;
+    case GCKPT_EV_ZERO_GRAD: return zero_grad(x, e, w, err);
+    default: return exec_fail(err, "%s: unknown event kind", w->at);
+    }
+}

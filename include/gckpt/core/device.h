@@ -1,0 +1,39 @@
+/* A GPU profile (a devices/NAME.json file, schema gckpt.device/1). */
+#ifndef GCKPT_DEVICE_H
+#define GCKPT_DEVICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gckpt/util/util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    char name[128];
+    uint64_t memory_bytes;
+    double tflops_fp32, tflops_tf32, tflops_bf16, tflops_fp16; /* dense peak */
+    double matmul_efficiency;  /* achievable fraction of peak for large GEMMs */
+    double hbm_bytes_per_s, hbm_efficiency;
+    double h2d_bytes_per_s, d2h_bytes_per_s; /* pinned host <-> device */
+    uint64_t context_bytes;    /* CUDA context + library handles */
+    uint64_t workspace_bytes;  /* cuBLAS workspace */
+    uint64_t alloc_round_bytes;   /* caching allocator block rounding (512) */
+    uint64_t segment_round_bytes; /* device segment rounding (2 MiB) */
+} gckpt_device;
+
+bool gckpt_device_parse(const char *file, const char *text, gckpt_device *d, gckpt_err *err);
+bool gckpt_device_load(const char *name_or_path, gckpt_device *d, gckpt_err *err);
+
+/* The profile as a JSON object (schema gckpt.device/1; sources not included).
+ * The caller owns it. */
+struct cJSON;
+struct cJSON *gckpt_device_to_json(const gckpt_device *d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,84 @@
+/* Evaluating a setting: the event walk over a full schedule, and the fast evaluator
+ * that composes per-segment summaries (one layer of each mode, profiled once per
+ * micro-batch and sequence length) for sweeps. Both give the same numbers; tests
+ * check that on every entry of sweeps. (core: read by the planner and the executor) */
+#ifndef GCKPT_EVAL_H
+#define GCKPT_EVAL_H
+
+#include "gckpt/core/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    uint64_t peak_bytes;        /* allocated peak (compare: torch.cuda.max_memory_allocated) */
+    uint64_t device_peak_bytes; /* + CUDA context, segment rounding (compare: cudaMemGetInfo) */
+    uint64_t host_pinned_bytes; /* peak pinned host memory (offload) */
+    uint64_t after_forward_bytes; /* allocated after forward + loss, before backward (micro-step 1) */
+    int64_t breakdown[GCKPT_NCOMP]; /* bytes per component at the peak; sums to peak_bytes */
+    uint8_t peak_phase;         /* gckpt_phase */
+    uint8_t peak_micro;         /* gckpt_micro */
+    int32_t peak_layer;         /* gckpt_seg_place: -1 embedding, 0..L-1, L head, L+1 optimizer */
+    int16_t peak_tensor;        /* recipe tensor allocated at the peak, -1 if none */
+    bool peak_grad;             /* ... and that allocation is its gradient */
+    double step_s, forward_s, backward_s, recompute_s, copy_s, optimizer_s;
+    double model_flops;         /* forward + backward FLOPs of the step (no recompute) */
+    double tokens_per_s, mfu;
+} gckpt_result;
+
+/* Walk a schedule built by gckpt_schedule_build. */
+void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *s, gckpt_result *res);
+
+/* Summary of one segment's events. */
+typedef struct {
+    int64_t net[GCKPT_NCOMP];
+    int64_t net_total;
+    int64_t peak_rel;             /* max running total relative to the segment start */
+    int64_t at_peak[GCKPT_NCOMP]; /* running delta per component at that point */
+    int64_t host_net, host_peak_rel;
+    bool has_peak;
+    int16_t peak_tensor;
+    bool peak_grad;
+    double seconds, flops, recompute_s, copy_s;
+    double fwd_s, bwd_s;
+} gckpt_seg_summary;
+
+/* Every segment of a step, summarised once per micro-batch and sequence length: the
+ * fast evaluator composes a setting from them in the step's order (gckpt_micro_order).
+ * Layer 0 is apart: the base model holds its input (the embedding output) until it
+ * returns, and its mode (every_n off: plain; else checkpointed, offloaded or not) also
+ * decides whether checkpoints hold eager attention's mask, so the once-rows and layer 0
+ * are kept per layer 0's mode; the later layers per row and mode. [micro]: the first
+ * micro-step, a later one. */
+typedef struct {
+    gckpt_seg_summary first[GCKPT_NLAYERMODE][2][GCKPT_MICRO_ROWS];
+    gckpt_seg_summary later[2][GCKPT_MICRO_ROWS][GCKPT_NLAYERMODE];
+    gckpt_seg_summary optimizer;
+    bool later_micro; /* the [1] summaries exist: built for a grad_accum > 1 */
+} gckpt_profile;
+
+/* Profile the segments for c's model, precision, attention, micro-batch and seq
+ * (every_n and offload in c are ignored); the later micro-steps' segments only when c's
+ * grad_accum is > 1. false on out of memory. */
+bool gckpt_profile_build(const gckpt_ctx *c, gckpt_profile *p);
+/* The same, reusing a profiler's buffers across many calls (sweeps). */
+typedef struct gckpt_profiler gckpt_profiler;
+gckpt_profiler *gckpt_profiler_new(void);
+void gckpt_profiler_free(gckpt_profiler *pr);
+bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_profile *p);
+
+/* Evaluate one setting from a profile. A grad_accum > 1 needs a profile built for one
+ * (later_micro); without, the result says so: peak and device peak UINT64_MAX. */
+void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
+                     uint64_t grad_accum, gckpt_result *res);
+/* The same; breakdown = false skips the per-component vector at the peak (the rest of
+ * the result is identical), for sweeps that only rank settings. */
+void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
+                        uint64_t grad_accum, bool breakdown, gckpt_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

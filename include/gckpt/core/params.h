@@ -1,0 +1,125 @@
+/* The parameter state table: for every parameter tensor of a recipe, what exists of it
+ * for the whole run and in which dtype — the weight, its gradient, the optimizer's states
+ * and step temporary, a master copy — with each buffer's allocation. Persistent memory,
+ * the optimizer's traffic and temporaries, parameter counts and the executor's setup are
+ * all read from it. (core: read by the planner and the executor)
+ *
+ * Optimizer states (the one rule, from torch.optim, bitsandbytes' Optimizer2State and
+ * transformers' Trainer):
+ *  adamw / adamw-foreach: exp_avg, exp_avg_sq in the parameter's dtype (torch.optim.AdamW);
+ *      the foreach implementation also materialises one parameter-sized temporary.
+ *  sgd: one momentum_buffer in the parameter's dtype (torch.optim.SGD, momentum 0.9).
+ *  adamw-8bit (bitsandbytes AdamW, optim_bits=8): state1/state2 as uint8 codes plus one
+ *      fp32 absmax per block of 256 elements; fp32 state1/state2 for tensors under
+ *      4096 elements (min_8bit_size) and for every nn.Embedding weight, which the HF
+ *      Trainer's create_optimizer registers with GlobalOptimManager for optim_bits=32
+ *      (a tied lm_head shares the embedding's weight, so it is 32-bit too).
+ *
+ * Fields for what comes next are here and empty today: trainable = false (a frozen base
+ * weight: no gradient, no states), a quantized weight (4-bit codes plus statistics), a
+ * master copy, a shard of a parameter split across GPUs. */
+#ifndef GCKPT_PARAMS_H
+#define GCKPT_PARAMS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gckpt/core/recipe.h"
+#include "gckpt/core/setting.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GCKPT_OPT_8BIT_BLOCK 256    /* bitsandbytes blockwise quantisation */
+#define GCKPT_OPT_8BIT_MIN 4096     /* bitsandbytes min_8bit_size */
+#define GCKPT_MAX_PARAMS 32         /* parameter tensors of one recipe (llama with every bias: 21) */
+#define GCKPT_MAX_STATES 4
+
+/* One buffer of a parameter: numel elements of dtype, allocated as bytes (the storage
+ * rounded to the device's allocation granule). numel 0: it does not exist. */
+typedef struct {
+    uint8_t dtype;   /* gckpt_dtype */
+    uint64_t numel;
+    uint64_t bytes;
+} gckpt_buffer;
+
+/* Why a parameter keeps the optimizer states it keeps (adamw-8bit's exceptions). */
+typedef enum {
+    GCKPT_OSR_NONE,      /* states in the parameter's dtype (or no states) */
+    GCKPT_OSR_8BIT,      /* 8-bit codes + absmax */
+    GCKPT_OSR_SMALL,     /* 32-bit: under min_8bit_size */
+    GCKPT_OSR_EMBEDDING, /* 32-bit: nn.Embedding weight registered by the Trainer */
+} gckpt_state_reason;
+
+/* How a weight is stored: as is, or quantized (QLoRA's 4-bit codes with per-block
+ * statistics, dequantized transiently for each use). Only GCKPT_QUANT_NONE today. */
+typedef enum { GCKPT_QUANT_NONE, GCKPT_QUANT_NF4 } gckpt_quant_scheme;
+
+typedef struct {
+    char name[40];
+    int16_t tensor;        /* the recipe tensor */
+    uint8_t section;       /* gckpt_section: a block parameter exists once per layer */
+    uint8_t role;          /* gckpt_param_role */
+    uint64_t copies;       /* instances: the layer count for block parameters, else 1 */
+    uint64_t rows, cols;   /* shape as the module stores it */
+    uint64_t numel;
+    bool trainable;        /* false: frozen (no gradient, no optimizer states) */
+    gckpt_buffer weight;
+    gckpt_buffer grad;     /* .grad */
+    gckpt_buffer master;   /* a wider copy the optimizer updates (none today: amp keeps fp32 weights) */
+    uint8_t nstates;
+    gckpt_buffer state[GCKPT_MAX_STATES]; /* exp_avg, exp_avg_sq (8-bit: their codes, then their absmax) */
+    uint8_t state_reason;  /* gckpt_state_reason */
+    gckpt_buffer opt_temp; /* the optimizer step's temporary (adamw-foreach): a slice of one block */
+    struct {
+        uint8_t scheme;    /* gckpt_quant_scheme */
+        uint32_t block;    /* elements per statistics block */
+        gckpt_buffer stats;
+    } quant;
+    struct {
+        uint32_t ways;     /* split across this many GPUs (1: not sharded) */
+        uint8_t dim;       /* along rows (0) or columns (1) */
+    } shard;
+} gckpt_param;
+
+typedef struct {
+    gckpt_param p[GCKPT_MAX_PARAMS];
+    int n;
+    int8_t of_tensor[GCKPT_MAX_TENSORS]; /* entry of a recipe tensor, -1 */
+    /* over every copy of every parameter */
+    uint64_t weight_bytes, grad_bytes, state_bytes, temp_bytes, numel;
+    double opt_traffic; /* bytes one optimizer step reads and writes: p, g, states read;
+                         * p, states written; temporaries written and read */
+} gckpt_params;
+
+/* The table of recipe r's parameters for a model of `layers` layers under optimizer o,
+ * allocations rounded to round bytes. false (err set) when there are more parameter
+ * tensors than GCKPT_MAX_PARAMS; *overflow when a total exceeds 64 bits (one parameter
+ * tensor is below 2^50 bytes: model.c's bounds). */
+bool gckpt_params_build(const gckpt_recipe *r, uint64_t layers, gckpt_optimizer o, uint64_t round,
+                        gckpt_params *out, bool *overflow, gckpt_err *err);
+
+/* The entry of recipe tensor t (-1 or a tensor of the recipe), NULL when t is not a parameter. */
+static inline const gckpt_param *gckpt_params_of(const gckpt_params *ps, int t)
+{
+    return t >= 0 && ps->of_tensor[t] >= 0 ? &ps->p[ps->of_tensor[t]] : NULL;
+}
+
+/* Whether recipe tensor t is the table of an embedding lookup (an nn.Embedding weight). */
+bool gckpt_param_is_embedding(const gckpt_recipe *r, int t);
+
+/* The model's parameter count, from its table (the published counts: test_model). */
+uint64_t gckpt_param_count(const gckpt_model *m);
+
+/* One line saying which parameters keep 32-bit states under an 8-bit optimizer
+ * ("" when none or another optimizer), e.g. "32-bit optimizer states: embed_tokens.weight
+ * (nn.Embedding, registered by the Trainer), 65 tensors under 4096 elements". */
+void gckpt_opt_fp32_note(const gckpt_params *ps, gckpt_optimizer o, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,256 @@
+/* Recipe: the op list of one training forward, split into three sections (embedding,
+ * one transformer block, head = final norm + LM head + loss), with every tensor's size
+ * and dtype and which tensors autograd saves for backward. It is the single source of
+ * truth for "what exists in memory"; the schedule derives lifetimes from it.
+ *
+ * A recipe is built by tracing primitive ops (mul, linear, sdpa, ...) whose save rules
+ * follow PyTorch's derivatives.yaml and whose dtypes follow type promotion and
+ * torch.autocast's op lists. Shapes are symbolic in the micro-batch b and sequence s
+ * (gckpt_shape). (core: read by the planner and the executor) */
+#ifndef GCKPT_RECIPE_H
+#define GCKPT_RECIPE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gckpt/core/dtype.h"
+#include "gckpt/core/model.h"
+#include "gckpt/core/setting.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GCKPT_MAX_TENSORS 192
+#define GCKPT_MAX_OPS 160
+#define GCKPT_OP_MAX_IN 4
+#define GCKPT_OP_MAX_SAVED 6
+#define GCKPT_OP_MAX_UNHOLD 16
+
+typedef enum { GCKPT_SEC_EMBED, GCKPT_SEC_BLOCK, GCKPT_SEC_HEAD, GCKPT_NSEC } gckpt_section;
+
+typedef enum {
+    GCKPT_T_ACT,    /* activation: lifetime from producer to last use / last backward */
+    GCKPT_T_PARAM,  /* a parameter: no allocation here (weights are persistent) */
+    GCKPT_T_CONST,  /* shared, no grad (token ids, labels, rotary cos/sin, masks): lives all step */
+    GCKPT_T_WCAST,  /* autocast's cached low-precision copy of a weight */
+} gckpt_tensor_kind;
+
+typedef enum {
+    GCKPT_OP_MATMUL, /* FLOPs-bound: linear, batched matmul */
+    GCKPT_OP_ATTN,   /* fused attention (SDPA) */
+    GCKPT_OP_ELEM,   /* bandwidth-bound elementwise / reduction / copy */
+    GCKPT_OP_EMBED,  /* gather */
+} gckpt_op_kind;
+
+/* A tensor's shape, row-major [rows, width]: rows = mult x (1 | s | b*s) and width
+ * elements per row, or s elements when width is 0 (the last dimension of attention scores
+ * [b, heads, s, s]: TOKENS rows x heads, and of masks). Parameters are FIXED [out, in] as
+ * the module stores them (Conv1D: [in, out]); scalars FIXED [1, 1]. */
+typedef enum {
+    GCKPT_ROWS_FIXED,  /* mult rows */
+    GCKPT_ROWS_SEQ,    /* mult x s rows: rotary tables, position ids and embeddings */
+    GCKPT_ROWS_TOKENS, /* mult x b x s rows: activations */
+} gckpt_rows;
+
+typedef struct {
+    uint8_t rows;     /* gckpt_rows */
+    uint64_t mult;
+    uint64_t width;   /* 0: s */
+} gckpt_shape;
+
+/* What a parameter is to the model: how it is initialised and which optimizer rules
+ * apply (an embedding table's states stay 32-bit under 8-bit AdamW, gckpt/core/params.h). */
+typedef enum {
+    GCKPT_ROLE_MATRIX,      /* a projection weight */
+    GCKPT_ROLE_EMBEDDING,   /* the table of an embedding lookup (an nn.Embedding weight) */
+    GCKPT_ROLE_NORM_WEIGHT, /* a norm's scale (initialised to 1) */
+    GCKPT_ROLE_BIAS,        /* (initialised to 0) */
+} gckpt_param_role;
+
+typedef struct {
+    char name[40];
+    uint8_t kind;        /* gckpt_tensor_kind */
+    uint8_t section;     /* gckpt_section */
+    uint8_t dtype;       /* gckpt_dtype */
+    uint8_t role;        /* PARAM: gckpt_param_role */
+    bool requires_grad;
+    bool fwd_end_free;   /* held until the forward pass ends (autocast cache, returned logits) */
+    bool base_end_free;  /* with fwd_end_free: released already when the base model (the
+                          * layer stack) returns, before the LM head (attention masks) */
+    bool logits;         /* accounted as logits/loss memory */
+    bool ckpt_held;      /* a layer argument (keyword arguments: mask, position ids, rotary
+                          * tables; gpt2's positional mask) that every checkpointed layer's
+                          * frame holds by reference until its backward; an offloaded
+                          * positional mask is copied instead */
+    bool step_held;      /* the Trainer's batch dict holds it until the micro-step ends (the
+                          * input ids); other sources live as their uses and saves say
+                          * (the loss's shifted labels go with nll_loss's backward) */
+    gckpt_shape shape;
+    int16_t hold_to;      /* a Python variable of HF's code holds it until this op of its
+                           * section ran (also through a recompute that stops earlier), or -1 */
+    int16_t param;        /* WCAST: the parameter it copies */
+    uint8_t uses;         /* PARAM: ops that take it (2 for a tied embedding / lm_head) */
+} gckpt_tensor;
+
+/* What an op computes, for executors (the planner needs only sizes and FLOPs). Tensors
+ * are row-major [rows, width]: activations have b*s rows, rotary tables s rows,
+ * attention scores and masks are [b, n, s, s]. */
+typedef enum {
+    GCKPT_P_SOURCE,      /* produces a CONST: input ids, position ids, labels, rotary cos/sin, mask */
+    GCKPT_P_CAST,        /* dtype conversion (also autocast's weight casts) */
+    GCKPT_P_MUL,         /* x * y with broadcast `bcast` */
+    GCKPT_P_ADD,         /* x + y with broadcast `bcast` */
+    GCKPT_P_AFFINE,      /* x * sa + sb (python scalars) */
+    GCKPT_P_NEG_HALF,    /* per head of width `width`: -x[..., width/2:] */
+    GCKPT_P_CAT_HALF,    /* per head: cat(in0 (negated second halves), first halves of in1) */
+    GCKPT_P_POW,         /* x ** sa */
+    GCKPT_P_RSQRT,
+    GCKPT_P_TANH,
+    GCKPT_P_SILU,
+    GCKPT_P_GELU,        /* erf GELU; sa = 1: tanh approximation */
+    GCKPT_P_MEAN,        /* mean over groups of `width` elements */
+    GCKPT_P_LINEAR,      /* in0 [rows, in_f] @ W^T (W = in1 [out_f, in_f]) + in2 bias */
+    GCKPT_P_LAYERNORM,   /* over `width`; out[1] = (mean, rstd) per row */
+    GCKPT_P_DROPOUT,     /* p = sa; out[1] = bool mask */
+    GCKPT_P_SDPA,        /* causal attention, out[1] = logsumexp; q, k, v may be one packed tensor */
+    GCKPT_P_REPEAT_KV,   /* [rows, kv*hd] -> [rows, heads*hd] */
+    GCKPT_P_QK,          /* scores [b, heads, s, s] = q k^T per head */
+    GCKPT_P_SOFTMAX,     /* over the last dim (output dtype = out tensor's) */
+    GCKPT_P_PV,          /* [b, heads, s, hd] = P @ V */
+    GCKPT_P_TRANSPOSE,   /* [b, heads, s, hd] -> [b, s, heads*hd] */
+    GCKPT_P_EMBED,       /* rows of in0 (table) picked by in1 (ids) */
+    GCKPT_P_LOG_SOFTMAX,
+    GCKPT_P_NLL,         /* mean negative log-likelihood of in1 labels */
+    GCKPT_P_SPLIT,       /* column block sa (0 q, 1 k, 2 v) of gpt2's packed [rows, 3 x width]
+                          * c_attn output: a view (view_fwd), or with batched_copy a dense copy
+                          * when the micro-batch is > 1 (matmul's batch folding). The view's
+                          * backward writes its gradient into that block of the packed
+                          * tensor's gradient: autograd's SplitBackward cats the roles'
+                          * gradients into one buffer once all three arrived */
+} gckpt_prim;
+
+/* The data a SOURCE op makes (GCKPT_P_SOURCE). */
+typedef enum { GCKPT_SRC_IDS, GCKPT_SRC_POSITIONS, GCKPT_SRC_ROTARY, GCKPT_SRC_MASK, GCKPT_SRC_LABELS } gckpt_source;
+
+typedef enum {
+    GCKPT_BC_NONE,  /* same shape */
+    GCKPT_BC_ROW,   /* y has one value per group of `width` elements of x (norm scales) */
+    GCKPT_BC_COL,   /* y is a vector of `width` repeated over rows (norm weights) */
+    GCKPT_BC_TABLE, /* y is [s, width] repeated over batch and over heads of width `width` */
+    GCKPT_BC_MASK,  /* y is [b, 1, s, s] repeated over heads */
+} gckpt_bcast;
+
+typedef struct {
+    char name[40];
+    uint8_t kind;        /* gckpt_op_kind */
+    uint8_t prim;        /* gckpt_prim */
+    uint8_t bcast;       /* gckpt_bcast */
+    uint8_t source;      /* SOURCE: gckpt_source */
+    double sa, sb;       /* scalars of AFFINE / POW / DROPOUT / GELU */
+    uint64_t width;      /* group width (norms, means, rope heads, bcast) */
+    uint64_t in_f, out_f;/* LINEAR */
+    uint8_t section;
+    uint8_t nin, nout, nsaved;
+    int16_t in[GCKPT_OP_MAX_IN];
+    int16_t out[2];               /* out[1] = -1 unless the op has a second output */
+    int16_t saved[GCKPT_OP_MAX_SAVED];
+    bool grad_alias[GCKPT_OP_MAX_IN]; /* input's grad is the output grad itself (add, view) */
+    bool grad_view[GCKPT_OP_MAX_IN];  /* input's grad is a view of a larger result (F.linear's
+                                       * reshape / weight transpose): the autograd engine sums
+                                       * a later contribution into a new buffer, not in place */
+    /* Python references that end after this op: the tensors whose hold_to it is */
+    int16_t unhold[GCKPT_OP_MAX_UNHOLD];
+    uint8_t nunhold;
+    bool batched_copy;   /* matmul's batch folding ([b, n, ...] as [b*n, ...]): a copy when
+                          * the micro-batch is > 1, a view of input 0 when it is 1 */
+    bool view_fwd;       /* the forward is a view of input 0 (an expand): no allocation,
+                          * the output is input 0's storage; its gradient still has the
+                          * output's size (repeat_kv of one kv head) */
+    /* Time: forward FLOPs = fT*(b*s) + fBSS*(b*s*s); backward = bwd_mult * forward. */
+    double fT, fBSS, bwd_mult;
+    /* Elementwise traffic (bytes read + written) is derived from tensor sizes. */
+    /* Backward workspace, allocated and freed inside the op's backward: bws_cT fp32
+     * elements per token (SDPA's dq accumulator), plus bws_in temporaries shaped like
+     * input 0 and bws_out shaped like output 0, in their dtypes (the tensors a
+     * derivative formula makes on the way: pow's x.pow(e-1) and e*that; a broadcast
+     * operand's grad*other before the engine reduces it to the operand's shape). */
+    uint64_t bws_cT;
+    uint8_t bws_in, bws_out;
+    /* CPU target only: PyTorch's CPU kernels compute a mixed-dtype elementwise op on
+     * copies of the narrower operands in the result dtype (CUDA casts on the fly).
+     * fws_promote: inputs copied for the forward (bitmask); bws_promote: inputs copied
+     * for the backward's grad * other (bitmask of the `other`s). */
+    uint8_t fws_promote, bws_promote;
+    /* Forward temporaries (bytes per b*s*s and per b*s token), allocated with the op's
+     * output and freed when it returns (CPU _safe_softmax's isneginf / all masks). */
+    uint64_t fws_bBSS, fws_bT;
+} gckpt_op;
+
+typedef struct {
+    gckpt_tensor t[GCKPT_MAX_TENSORS];
+    int nt;
+    gckpt_op op[GCKPT_MAX_OPS];
+    int nop;
+    int sec_begin[GCKPT_NSEC], sec_end[GCKPT_NSEC]; /* op index ranges per section */
+    int embed_out;   /* tensor: output of the embedding section = block input of layer 0 */
+    int block_in;    /* tensor: the block's input (hidden_states) */
+    int block_out;   /* tensor: the block's output */
+    int head_in;     /* tensor: the head's input */
+    int loss;        /* tensor: the scalar loss */
+    int mask;        /* tensor: eager attention's causal mask, or -1 */
+    bool mask_positional; /* the mask is a positional block input: checkpointed (and offloaded) with it */
+    uint8_t stream_dtype, compute_dtype, param_dtype, grad_dtype; /* gckpt_dtype */
+    bool amp;
+    /* For the closed form: elements of the checkpointed input per token (= hidden). */
+    uint64_t hidden;
+} gckpt_recipe;
+
+/* Where the step runs. The planner models CUDA; the CPU target exists to compare with
+ * measurements of PyTorch on the CPU (tests/data/hf, tools/hf_probe), whose kernels
+ * differ in documented ways (tools/hf_probe/FINDINGS.md): no fp32 dq accumulator in the
+ * SDPA backward; LayerNorm's saved mean/rstd in the input dtype; mixed-dtype elementwise
+ * ops on promoted copies; dropout as a noise tensor in the input dtype (CUDA:
+ * native_dropout's bool mask); SDPA with dropout on the math path (CUDA: a fused kernel
+ * that keeps the RNG seed and offset). */
+typedef enum { GCKPT_TARGET_CUDA, GCKPT_TARGET_CPU } gckpt_target;
+
+/* Whether the CUDA plan of model m with attention a rests on a rule the CPU probe
+ * cannot measure, because the CPU runs other kernels there: dropout > 0 (CUDA's
+ * native_dropout and its bool mask; with SDPA, a fused kernel that regenerates the mask
+ * from the saved RNG seed and offset). false: every rule of the setting was measured.
+ * true: *code (a short stable identifier) and *sentence (one sentence for a plan's
+ * warnings) say which; either pointer may be NULL. */
+bool gckpt_recipe_unverified(const gckpt_model *m, gckpt_attention a, const char **code,
+                             const char **sentence);
+
+/* Build the recipe of model m for the setting's precision and attention. Never fails
+ * for a validated model. */
+void gckpt_recipe_build(const gckpt_model *m, gckpt_precision p, gckpt_attention a,
+                        gckpt_recipe *r);
+void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_attention a,
+                               gckpt_target target, gckpt_recipe *r);
+
+/* Elements / bytes of tensor i for micro-batch b and sequence s; false on overflow (also
+ * when b x s x s overflows, whatever the tensor: attention grows with it). */
+bool gckpt_tensor_numel(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, uint64_t *numel);
+bool gckpt_tensor_bytes(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, uint64_t *bytes);
+/* Elements per row of tensor i at sequence length s (gckpt_shape). */
+static inline uint64_t gckpt_tensor_width(const gckpt_recipe *r, int i, uint64_t s)
+{
+    return r->t[i].shape.width ? r->t[i].shape.width : s;
+}
+/* Elements of a parameter (its FIXED shape). */
+static inline uint64_t gckpt_param_numel(const gckpt_recipe *r, int i)
+{
+    return r->t[i].shape.mult * r->t[i].shape.width;
+}
+
+/* Static op facts derived from the table. */
+int gckpt_recipe_producer(const gckpt_recipe *r, int tensor); /* op index or -1 */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

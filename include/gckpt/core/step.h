@@ -1,0 +1,190 @@
+/* The step as data: the ordered segments of a training step that the schedule builder,
+ * the fast evaluator, the timeline and the executor all iterate, and the one rule that
+ * says how each layer is checkpointed. (core: read by the planner and the executor)
+ *
+ * A micro-step is the rows of gckpt_micro_order in turn: the embedding's forward, each
+ * layer's forward (0 .. L-1), the head's (final norm, lm_head, loss), what each layer and
+ * the head held until the forward returned, the head's backward, each layer's backward
+ * (L-1 .. 0), the embedding's, and the micro-step's end (the batch, masks and loss go).
+ * A step is the first micro-step (no gradients yet), one later micro-step when gradients
+ * accumulate (it runs grad_accum - 1 times), and the optimizer. */
+#ifndef GCKPT_STEP_H
+#define GCKPT_STEP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gckpt/core/setting.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How a layer runs: keeping what autograd saves, checkpointed (only its input kept, its
+ * forward re-run in backward), or checkpointed with the input offloaded to pinned host
+ * memory. */
+typedef enum { GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT, GCKPT_LAYER_CKPT_OFFLOAD, GCKPT_NLAYERMODE } gckpt_layer_mode;
+
+/* What a layer is: one block type per layer, whose ops the recipe traces (today every
+ * layer is a decoder block; a mixture-of-experts or sliding-window layer type is a new
+ * value here and a section of the recipe, docs/architecture.md). */
+typedef enum { GCKPT_BLOCK_DECODER, GCKPT_NBLOCK } gckpt_block_type;
+
+typedef enum {
+    GCKPT_PH_FORWARD,
+    GCKPT_PH_LOSS,
+    GCKPT_PH_BACKWARD,
+    GCKPT_PH_OPTIMIZER,
+    GCKPT_NPHASE
+} gckpt_phase;
+
+extern const char *const gckpt_phase_names[GCKPT_NPHASE];
+
+/* ---- the layer-mode rule ------------------------------------------------------------
+ * HF's every_n_layers: layer i (0-based) is checkpointed when every_n > 0 and
+ * i % every_n == 0, its input offloaded when offload is on. A cursor walks the rule layer
+ * by layer (up or down) without a division per layer. */
+typedef struct {
+    uint32_t every_n;
+    uint32_t pos;  /* the layer's index modulo every_n */
+    uint8_t ckpt;  /* the mode of a checkpointed layer */
+} gckpt_mode_cursor;
+
+static inline gckpt_mode_cursor gckpt_mode_cursor_at(uint32_t every_n, bool offload, uint64_t layer)
+{
+    gckpt_mode_cursor c = {every_n, every_n ? (uint32_t)(layer % every_n) : 0,
+                           (uint8_t)(offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT)};
+    return c;
+}
+static inline gckpt_layer_mode gckpt_mode_cursor_mode(const gckpt_mode_cursor *c)
+{
+    return c->every_n && c->pos == 0 ? (gckpt_layer_mode)c->ckpt : GCKPT_LAYER_PLAIN;
+}
+static inline void gckpt_mode_cursor_up(gckpt_mode_cursor *c)
+{
+    if (c->every_n && ++c->pos == c->every_n) c->pos = 0;
+}
+static inline void gckpt_mode_cursor_down(gckpt_mode_cursor *c)
+{
+    if (c->every_n) c->pos = c->pos ? c->pos - 1 : c->every_n - 1;
+}
+static inline gckpt_layer_mode gckpt_layer_mode_of(uint32_t every_n, bool offload, uint64_t layer)
+{
+    gckpt_mode_cursor c = gckpt_mode_cursor_at(every_n, offload, layer);
+    return gckpt_mode_cursor_mode(&c);
+}
+
+/* The checkpointed layers among `layers` (0-based, ascending), up to max of them into
+ * out; returns how many there are. */
+size_t gckpt_checkpointed_layers(uint32_t every_n, uint64_t layers, uint64_t *out, size_t max);
+/* How many of `layers` are checkpointed. */
+uint64_t gckpt_checkpointed_count(uint32_t every_n, uint64_t layers);
+
+/* ---- segments -------------------------------------------------------------------------- */
+
+typedef enum {
+    GCKPT_PART_EMBEDDING, /* the token (and position) lookups and the layers' arguments */
+    GCKPT_PART_LAYER,     /* one layer */
+    GCKPT_PART_HEAD,      /* final norm, lm_head and the loss */
+    GCKPT_PART_MICRO_END, /* a micro-step's end: its batch, masks and loss released */
+    GCKPT_PART_OPTIMIZER, /* the optimizer step and zero_grad */
+    GCKPT_NPART
+} gckpt_part;
+
+typedef enum {
+    GCKPT_STAGE_FORWARD,
+    GCKPT_STAGE_FORWARD_END, /* the forward has returned: what was held until then goes */
+    GCKPT_STAGE_BACKWARD,
+    GCKPT_STAGE_ONCE,        /* the micro-step's end; the optimizer */
+} gckpt_stage;
+
+typedef enum {
+    GCKPT_ORDER_ONCE,        /* one segment */
+    GCKPT_ORDER_LAYERS_UP,   /* one per layer, 0 .. L-1 */
+    GCKPT_ORDER_LAYERS_DOWN, /* one per layer, L-1 .. 0 */
+} gckpt_row_order;
+
+/* Which micro-step a segment is in: the first (no gradients yet), a later one (run
+ * grad_accum - 1 times), or none (the optimizer). */
+typedef enum { GCKPT_MICRO_FIRST, GCKPT_MICRO_LATER, GCKPT_MICRO_NONE } gckpt_micro;
+
+typedef struct {
+    uint8_t part, stage, order;
+} gckpt_micro_row;
+
+#define GCKPT_MICRO_ROWS 9
+/* The order of a micro-step. */
+extern const gckpt_micro_row gckpt_micro_order[GCKPT_MICRO_ROWS];
+
+typedef struct {
+    uint8_t row;    /* its row of gckpt_micro_order (GCKPT_MICRO_ROWS: the optimizer) */
+    uint8_t part;   /* gckpt_part */
+    uint8_t stage;  /* gckpt_stage */
+    uint8_t mode;   /* LAYER: gckpt_layer_mode */
+    uint8_t block;  /* LAYER: gckpt_block_type */
+    uint8_t micro;  /* gckpt_micro */
+    int32_t layer;  /* LAYER: 0 .. L-1; -1 otherwise */
+} gckpt_seg;
+
+/* The segment after which the forward is over (the loss's backward starts next): the
+ * first micro-step's HEAD BACKWARD begins it. */
+static inline bool gckpt_seg_starts_backward(const gckpt_seg *s)
+{
+    return s->micro == GCKPT_MICRO_FIRST && s->part == GCKPT_PART_HEAD && s->stage == GCKPT_STAGE_BACKWARD;
+}
+static inline gckpt_phase gckpt_seg_phase(const gckpt_seg *s)
+{
+    if (s->part == GCKPT_PART_OPTIMIZER) return GCKPT_PH_OPTIMIZER;
+    if (s->part == GCKPT_PART_MICRO_END || s->stage == GCKPT_STAGE_BACKWARD) return GCKPT_PH_BACKWARD;
+    if (s->stage == GCKPT_STAGE_FORWARD_END || s->part == GCKPT_PART_HEAD) return GCKPT_PH_LOSS;
+    return GCKPT_PH_FORWARD;
+}
+/* Where a segment is, as results and plans say it: -1 the embedding (and a micro-step's
+ * end), 0 .. L-1 a layer, L the head, L + 1 the optimizer. */
+static inline int32_t gckpt_seg_place(const gckpt_seg *s, uint64_t layers)
+{
+    switch (s->part) {
+    case GCKPT_PART_LAYER: return s->layer;
+    case GCKPT_PART_HEAD: return (int32_t)layers;
+    case GCKPT_PART_OPTIMIZER: return (int32_t)layers + 1;
+    default: return -1;
+    }
+}
+/* "layer 3", "embedding", "head", "micro-step end", "optimizer" */
+void gckpt_seg_name(const gckpt_seg *s, char *buf, size_t n);
+
+/* ---- a step ----------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t layers;
+    uint32_t every_n;     /* the rule's inputs ... */
+    bool offload;
+    const uint8_t *modes; /* ... or, when not NULL, each layer's mode (segment profiles) */
+    int micro_steps;      /* 1, or 2 when a later micro-step exists (grad_accum > 1) */
+    bool optimizer;       /* the optimizer ends the step */
+} gckpt_step;
+
+/* The step of setting s on a model of `layers` layers. */
+gckpt_step gckpt_step_of(const gckpt_setting *s, uint64_t layers);
+gckpt_layer_mode gckpt_step_mode(const gckpt_step *st, uint64_t layer);
+/* Whether layers are checkpointed and offloaded (layer 0's mode: it is checkpointed
+ * whenever any is): checkpoints then hold the layers' arguments (recipe.h, ckpt_held). */
+void gckpt_step_checkpointing(const gckpt_step *st, bool *any, bool *offload);
+
+typedef struct {
+    const gckpt_step *st;
+    int micro, row;
+    uint64_t done;          /* segments of the current per-layer row done */
+    gckpt_mode_cursor cur;
+} gckpt_step_iter;
+
+void gckpt_step_begin(gckpt_step_iter *it, const gckpt_step *st);
+/* The next segment in order; false after the last. */
+bool gckpt_step_next(gckpt_step_iter *it, gckpt_seg *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

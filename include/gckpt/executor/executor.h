@@ -1,0 +1,201 @@
+/* The verification executor: a backend interface (memory, copies, the recipe's primitive
+ * ops forward and backward, the optimizer, memory and time readings) and an interpreter
+ * that performs a schedule's events (gckpt_schedule_build) on a backend with real
+ * tensors. Two backends implement the interface: host (CPU reference, exact byte
+ * counting) and cuda.
+ *
+ * Numerics: tensors are stored in their recipe dtype (2-byte tensors are bf16, or fp16
+ * under amp-fp16) and computed in fp32. Every kernel is deterministic, so a layer's
+ * recompute reproduces its forward bit for bit, and dropout draws from a counter-based
+ * generator keyed by (step, micro-step, layer, op, element): the loss and every gradient
+ * are identical for every every_n_layers / offload setting on one backend. */
+#ifndef GCKPT_EXECUTOR_H
+#define GCKPT_EXECUTOR_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gckpt/core/device.h"
+#include "gckpt/core/dtype.h"
+#include "gckpt/executor/exec_rng.h"
+#include "gckpt/core/model.h"
+#include "gckpt/core/recipe.h"
+#include "gckpt/core/schedule.h"
+#include "gckpt/core/setting.h"
+#include "gckpt/util/util.h"
+
+/* ---- tensors ------------------------------------------------------------------------ */
+
+/* A view of backend memory: n elements of dtype dt (gckpt_dtype) at p (NULL: absent).
+ * rows x cols: the shape of the tensor it holds, as the recipe shapes it (gckpt_shape at
+ * this micro-batch and sequence; 0 where no tensor). n may differ from rows x cols where
+ * the buffer is the storage a view reads (an expanded kv head, a role of gpt2's packed
+ * q/k/v); a buffer an op writes never does (op_sizes.h). */
+typedef struct {
+    void *p;
+    uint64_t n;
+    uint8_t dt;
+    uint64_t cols, rows;
+} gckpt_xt;
+
+typedef enum { GCKPT_MEM_DEVICE, GCKPT_MEM_PINNED } gckpt_mem_kind;
+
+/* INTERRUPTED: the executor's stop flag (gckpt_exec_opts.stop) was set; the step or the
+ * setup stopped between two events (allocations stay held until released). */
+typedef enum { GCKPT_XS_OK, GCKPT_XS_OOM, GCKPT_XS_ERROR, GCKPT_XS_INTERRUPTED } gckpt_xstatus;
+
+/* One forward or backward of a recipe op. Forward reads in[] and writes out[]; backward
+ * reads gout and what it needs of in[] / out[] (the tensors the op saved), and writes
+ * every non-NULL gin[k] completely (zeros where input k gets no gradient). An op whose
+ * inputs are one storage (gpt2's packed q, k, v) has gin[k] only for the first of them. */
+typedef struct {
+    const gckpt_recipe *r;
+    const gckpt_op *op;
+    const gckpt_model *m;
+    uint64_t b, s;          /* micro-batch and sequence length */
+    gckpt_xt in[GCKPT_OP_MAX_IN], out[2];
+    gckpt_xt gin[GCKPT_OP_MAX_IN], gout, ws;
+    uint64_t rng;           /* dropout stream (step, micro-step, layer, op) */
+} gckpt_xcall;
+
+/* Parameter initialisation: uniform(-scale, scale) from a counter-based generator keyed
+ * by key, or the constant scale. */
+typedef enum { GCKPT_INIT_UNIFORM, GCKPT_INIT_CONST } gckpt_init;
+
+/* One parameter tensor's optimizer update. */
+typedef struct {
+    gckpt_optimizer kind;
+    gckpt_xt param, grad;
+    gckpt_xt s1, s2;        /* adamw: exp_avg, exp_avg_sq (param dtype, or u8 codes for 8-bit);
+                               sgd: s1 = momentum buffer */
+    gckpt_xt s1_absmax, s2_absmax; /* adamw-8bit blockwise scales (fp32, one per 256) */
+    gckpt_xt temp;          /* adamw-foreach: the sqrt(exp_avg_sq) temporary */
+    double lr, beta1, beta2, eps, weight_decay, momentum;
+    uint64_t step;          /* 1-based */
+} gckpt_optcall;
+
+typedef struct {
+    uint64_t allocated, allocated_peak;   /* bytes held through alloc (device kind) */
+    uint64_t pinned, pinned_peak;         /* pinned host bytes */
+    bool has_device;                      /* device_* below are measured */
+    uint64_t device_used_peak;            /* max (total - free) of cudaMemGetInfo */
+    uint64_t device_baseline;             /* (total - free) after context + library init */
+    uint64_t device_total;
+} gckpt_memstat;
+
+/* What the backend runs on, for the report. */
+typedef struct {
+    char kind[8];           /* "cpu" or "gpu" */
+    char name[256];         /* CPU model or GPU name */
+    uint64_t memory_bytes;  /* host RAM or GPU memory */
+    char driver[32];        /* GPU driver version ("" on the CPU) */
+    char runtime[32];       /* CUDA runtime version ("" on the CPU) */
+    char arch[32];          /* compute capability, or the CPU's logical cores */
+} gckpt_devinfo;
+
+typedef struct gckpt_backend gckpt_backend;
+struct gckpt_backend {
+    const char *name;       /* "host", "cuda" */
+    gckpt_err err;          /* the last error */
+    gckpt_xstatus (*alloc)(gckpt_backend *be, gckpt_mem_kind k, uint64_t bytes, void **out);
+    void (*release)(gckpt_backend *be, gckpt_mem_kind k, void *p, uint64_t bytes);
+    /* device <-> pinned host on the compute stream */
+    gckpt_xstatus (*copy)(gckpt_backend *be, void *dst, const void *src, uint64_t bytes, bool to_host);
+    /* ordinary host memory <-> device (setup and inspection; synchronous) */
+    gckpt_xstatus (*upload)(gckpt_backend *be, void *dst, const void *src, uint64_t bytes);
+    gckpt_xstatus (*download)(gckpt_backend *be, void *dst, const void *src, uint64_t bytes);
+    gckpt_xstatus (*init)(gckpt_backend *be, gckpt_xt t, gckpt_init how, float scale, uint64_t key);
+    /* SOURCE op: ids / labels come from host (n int64 values), the rest are computed */
+    gckpt_xstatus (*source)(gckpt_backend *be, gckpt_source what, const gckpt_xcall *c, const int64_t *host);
+    gckpt_xstatus (*forward)(gckpt_backend *be, const gckpt_xcall *c);
+    gckpt_xstatus (*backward)(gckpt_backend *be, const gckpt_xcall *c);
+    /* dst = a + b elementwise, or dst = b when a.p is NULL; dst may be a; dtypes may
+     * differ (computed in fp32, rounded to dst's) */
+    gckpt_xstatus (*add)(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt b);
+    /* dst = value (seed gradient of the loss) */
+    gckpt_xstatus (*set_scalar)(gckpt_backend *be, gckpt_xt dst, float value);
+    gckpt_xstatus (*optim)(gckpt_backend *be, const gckpt_optcall *c);
+    /* order-independent hash of the bits of t (salted) and the sum of squares */
+    gckpt_xstatus (*checksum)(gckpt_backend *be, gckpt_xt t, uint64_t salt, uint64_t *hash, double *sumsq);
+    /* remember a fp32 scalar (the loss) in slot; read all slots later (synchronises) */
+    gckpt_xstatus (*record)(gckpt_backend *be, gckpt_xt scalar, int slot);
+    gckpt_xstatus (*read_records)(gckpt_backend *be, float *out, int n);
+    void (*memstat)(gckpt_backend *be, gckpt_memstat *m);
+    void (*reset_peaks)(gckpt_backend *be);
+    gckpt_xstatus (*timer_start)(gckpt_backend *be);
+    gckpt_xstatus (*timer_stop)(gckpt_backend *be, double *seconds);
+    gckpt_xstatus (*sync)(gckpt_backend *be);
+    /* the persistent cuBLAS workspace the schedule counts (NULL, 0: none) */
+    gckpt_xstatus (*set_workspace)(gckpt_backend *be, void *p, uint64_t bytes);
+    void (*describe)(gckpt_backend *be, gckpt_devinfo *d);
+    void (*destroy)(gckpt_backend *be);
+};
+
+#define GCKPT_MAX_RECORDS 64
+
+/* ---- the interpreter ---------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t seed;          /* weights, data and dropout */
+    double lr;              /* optimizer learning rate (default 1e-4 when 0) */
+    double init_std;        /* weight init standard deviation (default 0.02, HF's) */
+    /* NULL, or a flag (set by a signal handler) read before every event of a step and
+     * every persistent allocation of the setup: nonzero stops there with
+     * GCKPT_XS_INTERRUPTED; gckpt_exec_release_all / gckpt_exec_free then free it all. */
+    const volatile sig_atomic_t *stop;
+} gckpt_exec_opts;
+
+typedef struct gckpt_exec gckpt_exec;
+
+/* Build the recipe, context and schedule of setting s and check them; nothing is
+ * allocated on the backend yet. NULL with err set on bad input. */
+gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d,
+                           const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err);
+/* The schedule and context (for the prediction: gckpt_walk). */
+const gckpt_ctx *gckpt_exec_ctx(const gckpt_exec *x);
+const gckpt_schedule *gckpt_exec_schedule(const gckpt_exec *x);
+
+/* Allocate the persistent state (weights, optimizer states, workspace) and initialise
+ * it. OOM when the backend cannot hold it. */
+gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err);
+
+typedef void (*gckpt_grads_fn)(gckpt_exec *x, void *user);
+
+typedef struct {
+    bool update;            /* perform the optimizer step (false: stop before it) */
+    bool checksum;          /* hash all gradients before the optimizer step */
+    gckpt_grads_fn on_grads;/* called with all gradients complete, before the optimizer */
+    void *user;
+} gckpt_step_opts;
+
+typedef struct {
+    double loss;            /* mean of the micro-steps' losses */
+    double seconds;         /* wall time of the step (backend timer) */
+    uint64_t grad_hash;     /* with checksum */
+    double grad_norm;       /* with checksum: sqrt of the sum of squares of all gradients */
+    size_t events;          /* events performed */
+} gckpt_step_result;
+
+/* One training step: every event of the schedule (the later micro-step's events
+ * grad_accum - 1 times), the optimizer and zero_grad. On OOM, error or a stop request
+ * (INTERRUPTED) the step stops;
+ * call gckpt_exec_free (or gckpt_exec_release_all) to free everything. */
+gckpt_xstatus gckpt_exec_step(gckpt_exec *x, const gckpt_step_opts *o, gckpt_step_result *res,
+                              gckpt_err *err);
+
+/* Parameter access (layer is ignored for embedding / head parameters). The tensor must
+ * be a PARAM of the recipe. Values are converted to fp32 on the host. */
+uint64_t gckpt_exec_param_numel(const gckpt_exec *x, int tensor);
+gckpt_xstatus gckpt_exec_read_param(gckpt_exec *x, int layer, int tensor, float *out, gckpt_err *err);
+gckpt_xstatus gckpt_exec_write_param(gckpt_exec *x, int layer, int tensor, const float *in, gckpt_err *err);
+/* Raw bytes of a parameter's .grad (only inside on_grads); bytes = numel * dtype size. */
+gckpt_xstatus gckpt_exec_read_grad_raw(gckpt_exec *x, int layer, int tensor, void *out, uint64_t bytes,
+                                       gckpt_err *err);
+gckpt_xstatus gckpt_exec_read_grad(gckpt_exec *x, int layer, int tensor, float *out, gckpt_err *err);
+
+/* Free every backend allocation the executor holds (idempotent). */
+void gckpt_exec_release_all(gckpt_exec *x);
+void gckpt_exec_free(gckpt_exec *x);
+
+#endif

@@ -1,0 +1,219 @@
+/* The scalar math of the executor's kernels, compiled for the host backend (C) and the
+ * CUDA kernels (__host__ __device__): activations and their gradients, the norms'
+ * per-element formulas, rotary embeddings, broadcast indexing, the optimizers' update
+ * rules and adamw-8bit's state codes. One formula per fact: a kernel on either backend
+ * calls these instead of writing its own. (executor) */
+#ifndef GCKPT_KERNEL_MATH_H
+#define GCKPT_KERNEL_MATH_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gckpt/core/recipe.h"        /* gckpt_bcast */
+#include "gckpt/executor/exec_rng.h" /* GCKPT_HD */
+
+/* ---- activations ------------------------------------------------------------------- */
+
+/* x ** e, exact products for the exponents the recipes use (2: RMSNorm, 3: gelu_new) */
+GCKPT_HD float gckpt_powi(float x, float e)
+{
+    if (e == 2.0f) return x * x;
+    if (e == 3.0f) return x * x * x;
+    if (e == 1.0f) return x;
+    return powf(x, e);
+}
+/* d/dx x ** e */
+GCKPT_HD float gckpt_pow_grad(float x, float e) { return e * gckpt_powi(x, e - 1.0f); }
+
+/* rsqrt's and tanh's gradients from their output y */
+GCKPT_HD float gckpt_rsqrt_grad(float y) { return -0.5f * (y * y * y); }
+GCKPT_HD float gckpt_tanh_grad(float y) { return 1.0f - y * y; }
+
+GCKPT_HD float gckpt_silu(float x) { return x / (1.0f + expf(-x)); }
+GCKPT_HD float gckpt_silu_grad(float x)
+{
+    float s = 1.0f / (1.0f + expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+}
+
+/* erf GELU, or the tanh approximation (gelu_pytorch_tanh) */
+GCKPT_HD float gckpt_gelu(float x, bool tanh_approx)
+{
+    if (tanh_approx) {
+        float k = 0.7978845608028654f, u = k * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(u));
+    }
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+GCKPT_HD float gckpt_gelu_grad(float x, bool tanh_approx)
+{
+    if (tanh_approx) {
+        float k = 0.7978845608028654f, x2 = x * x, u = k * (x + 0.044715f * x2 * x);
+        float t = tanhf(u);
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x2);
+    }
+    float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
+    float pdf = expf(-0.5f * x * x) * 0.3989422804014327f;
+    return cdf + x * pdf;
+}
+
+/* ---- norms ------------------------------------------------------------------------- */
+/* (RMSNorm is traced as pow, mean, rsqrt and muls: its math is the functions above.) */
+
+/* LayerNorm's reciprocal standard deviation from a row's variance */
+GCKPT_HD float gckpt_layernorm_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
+/* LayerNorm's input gradient of one element: dxh = dy * w, xh the normalised input,
+ * mean_dxh and mean_dxh_xh the row means of dxh and dxh * xh */
+GCKPT_HD float gckpt_layernorm_grad(float rstd, float dxh, float xh, float mean_dxh, float mean_dxh_xh)
+{
+    return rstd * (dxh - mean_dxh - xh * mean_dxh_xh);
+}
+
+/* ---- rotary embeddings -------------------------------------------------------------- */
+
+/* HF's default rotary angle of position pos at column k of a head of width hd:
+ * inv_freq = 1 / theta ** (2j / hd) in fp32, emb = cat(freqs, freqs) */
+GCKPT_HD float gckpt_rope_angle(uint64_t pos, uint64_t k, uint64_t hd, float theta)
+{
+    uint64_t j = k % (hd / 2);
+    float inv = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
+    return (float)pos * inv;
+}
+
+/* rotate_half's pieces (recipe.h: NEG_HALF, CAT_HALF) and their gradients, per head of
+ * width w in rows of C elements (the half-width tensors have rows of C / 2). */
+enum {
+    GCKPT_HALF_NEG,       /* -x[..., w/2:]                   from x */
+    GCKPT_HALF_CAT,       /* cat(neg, x[..., :w/2])          from neg (1) or x (2) */
+    GCKPT_HALF_NEG_GRAD,  /* x's gradient: 0, then -g        from g */
+    GCKPT_HALF_CAT_GRAD0, /* neg's gradient: g's first halves */
+    GCKPT_HALF_CAT_GRAD1, /* x's gradient: g's second halves, then 0 */
+};
+/* The element of the source that element i of the result takes; *which: 0 none (the
+ * result is 0), 1 the first source, 2 the second. The NEG modes negate it. */
+GCKPT_HD uint64_t gckpt_half_src(int mode, uint64_t i, uint64_t C, uint64_t w, int *which)
+{
+    uint64_t hw = w / 2, half = C / 2;
+    if (mode == GCKPT_HALF_NEG || mode == GCKPT_HALF_CAT_GRAD0) { /* i in a half-width row */
+        uint64_t row = i / half, col = i % half;
+        *which = 1;
+        return row * C + (col / hw) * w + (mode == GCKPT_HALF_NEG ? hw : 0) + col % hw;
+    }
+    uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
+    switch (mode) {
+    case GCKPT_HALF_CAT:
+        *which = j < hw ? 1 : 2;
+        return j < hw ? row * half + hd * hw + j : row * C + hd * w + j - hw;
+    case GCKPT_HALF_NEG_GRAD:
+        *which = j < hw ? 0 : 1;
+        return row * half + hd * hw + j - hw;
+    default: /* GCKPT_HALF_CAT_GRAD1 */
+        *which = j < hw ? 1 : 0;
+        return row * C + hd * w + hw + j;
+    }
+}
+GCKPT_HD bool gckpt_half_negates(int mode) { return mode == GCKPT_HALF_NEG || mode == GCKPT_HALF_NEG_GRAD; }
+
+/* gpt2's packed q / k / v (recipe.h, GCKPT_P_SPLIT): a role of nnarrow elements in rows
+ * of *Wn, column block role of the packed tensor's rows of *Ww (at offset *off; an input
+ * as wide as the role, already dense, at 0). */
+GCKPT_HD void gckpt_split_cols(uint64_t rows, uint64_t nwide, uint64_t nnarrow, uint64_t role, uint64_t *Ww,
+                               uint64_t *Wn, uint64_t *off)
+{
+    *Ww = rows ? nwide / rows : 0;
+    *Wn = rows ? nnarrow / rows : 0;
+    *off = *Ww > *Wn ? role * *Wn : 0;
+}
+/* the packed tensor's element holding element i of the role */
+GCKPT_HD uint64_t gckpt_split_index(uint64_t i, uint64_t Ww, uint64_t Wn, uint64_t off) { return (i / Wn) * Ww + off + i % Wn; }
+
+/* ---- broadcasting --------------------------------------------------------------------- */
+
+/* The element of a broadcast operand y read for element i of x (recipe.h, gckpt_bcast):
+ * width the group width, xcols x's row width, s the sequence, per x's elements per
+ * sequence (masks). */
+GCKPT_HD uint64_t gckpt_bcast_index(int mode, uint64_t width, uint64_t xcols, uint64_t s, uint64_t per, uint64_t i)
+{
+    switch (mode) {
+    case GCKPT_BC_ROW: return i / width;
+    case GCKPT_BC_COL: return i % width;
+    case GCKPT_BC_TABLE: {
+        uint64_t row = i / xcols, col = i % xcols;
+        return (row % s) * width + col % width;
+    }
+    case GCKPT_BC_MASK: return (i / per) * s * s + i % (s * s);
+    default: return i;
+    }
+}
+
+/* The most negative finite value of a floating dtype (the masked positions' value) */
+GCKPT_HD float gckpt_dtype_lowest(uint8_t dt)
+{
+    return dt == GCKPT_DT_BF16 ? -3.38953139e38f : dt == GCKPT_DT_F16 ? -65504.0f : -3.40282347e38f;
+}
+
+/* The additive causal mask's value for element i of [b, 1, s, s] in a dtype whose most
+ * negative finite value is lowest. */
+GCKPT_HD float gckpt_causal_mask(uint64_t i, uint64_t s, float lowest)
+{
+    uint64_t r = (i / s) % s, col = i % s;
+    return col <= r ? 0.0f : lowest;
+}
+
+/* ---- optimizers ------------------------------------------------------------------------ */
+
+/* AdamW's bias corrections of step (1-based): 1 - b1^step and sqrt(1 - b2^step) */
+GCKPT_HD void gckpt_adam_corrections(float b1, float b2, uint64_t step, float *bc1, float *bc2s)
+{
+    *bc1 = 1.0f - powf(b1, (float)step);
+    *bc2s = sqrtf(1.0f - powf(b2, (float)step));
+}
+
+/* One element of torch.optim.AdamW (decoupled weight decay): updates p, m, v; returns
+ * the denominator sqrt(v) / bc2s + eps (adamw-foreach writes it to its temporary). */
+GCKPT_HD float gckpt_adamw_update(float *p, float g, float *m, float *v, float lr, float b1, float b2, float eps,
+                                  float wd, float bc1, float bc2s)
+{
+    *p -= lr * wd * *p;
+    *m = b1 * *m + (1.0f - b1) * g;
+    *v = b2 * *v + (1.0f - b2) * g * g;
+    float denom = sqrtf(*v) / bc2s + eps;
+    *p -= lr / bc1 * *m / denom;
+    return denom;
+}
+
+/* One element of torch.optim.SGD with momentum: updates the buffer, returns the new p */
+GCKPT_HD float gckpt_sgd_update(float p, float g, float *buf, float lr, float momentum, float wd)
+{
+    g += wd * p;
+    *buf = momentum * *buf + g;
+    return p - lr * *buf;
+}
+
+/* adamw-8bit's state codes (an approximation of bitsandbytes, executor/README.md), per
+ * block of GCKPT_OPT_8BIT_BLOCK elements with one fp32 absmax: exp_avg as a signed
+ * linear code in [-127, 127] of value / absmax, stored with offset 128; exp_avg_sq as an
+ * unsigned code in [0, 255] of sqrt(value / absmax). */
+GCKPT_HD uint8_t gckpt_q8_signed(float v, float absmax)
+{
+    float x = absmax > 0 ? v / absmax * 127.0f : 0.0f;
+    x = x > 127.0f ? 127.0f : x < -127.0f ? -127.0f : x;
+    int q = (int)(x < 0 ? x - 0.5f : x + 0.5f);
+    return (uint8_t)(q + 128);
+}
+GCKPT_HD float gckpt_dq8_signed(uint8_t q, float absmax) { return (float)((int)q - 128) / 127.0f * absmax; }
+GCKPT_HD uint8_t gckpt_q8_sqrt(float v, float absmax)
+{
+    float x = absmax > 0 && v > 0 ? v / absmax : 0.0f;
+    x = x > 1.0f ? 1.0f : x;
+    float r = sqrtf(x) * 255.0f; /* correctly rounded on host and device */
+    return (uint8_t)(int)(r + 0.5f);
+}
+GCKPT_HD float gckpt_dq8_sqrt(uint8_t q, float absmax)
+{
+    float r = (float)q / 255.0f;
+    return r * r * absmax;
+}
+
+#endif

@@ -1,0 +1,37 @@
+/* Names users already know, accepted on gckpt-plan's command line next to gckpt's own:
+ * the TrainingArguments spellings of optimizers (optim=...) and attention
+ * (attn_implementation=...), precisions in any case, and a hint for a Hub model id
+ * given where a config.json is needed. The plan file keeps gckpt's names only. */
+#ifndef GCKPT_CLI_NAMES_H
+#define GCKPT_CLI_NAMES_H
+
+#include <stddef.h>
+
+#include "gckpt/core/setting.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* -1 when unknown. */
+int gckpt_precision_from_user(const char *s);
+int gckpt_optimizer_from_user(const char *s);
+/* note (may be NULL) receives a sentence when the name is planned as another one
+ * (flash_attention_2 as sdpa), else "". */
+int gckpt_attention_from_user(const char *s, char *note, size_t n);
+
+/* The accepted spellings, for error messages. */
+extern const char *const gckpt_precision_spellings;
+extern const char *const gckpt_optimizer_spellings;
+extern const char *const gckpt_attention_spellings;
+
+/* When ref looks like a Hub model id ("org/name": one slash, no such file), writes a
+ * one-line hint saying that a config.json path is needed and how to get one; returns
+ * whether it did. */
+int gckpt_model_id_hint(const char *ref, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

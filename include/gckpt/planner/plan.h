@@ -1,0 +1,122 @@
+/* A plan: the sweep of every requested setting, what fits, the Pareto frontier and the
+ * recommendation; plus its JSON form (schema gckpt.plan/1) and human outputs. */
+#ifndef GCKPT_PLAN_H
+#define GCKPT_PLAN_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+#include "gckpt/util/atomic_file.h"
+#include "gckpt/core/eval.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GCKPT_PLAN_SCHEMA "gckpt.plan/1"
+#define GCKPT_MAX_MB 64
+#define GCKPT_MAX_ENTRIES 1000000
+/* Entries x layers of a sweep: its evaluation work and the size of its plan grow with
+ * this product (every entry walks every layer and lists its checkpointed layers). The
+ * limit is about 2 s of evaluation and a few hundred MB of JSON plan. */
+#define GCKPT_MAX_LAYER_EVALS ((uint64_t)1 << 27)
+
+typedef enum { GCKPT_OFFLOAD_OFF, GCKPT_OFFLOAD_ON, GCKPT_OFFLOAD_BOTH } gckpt_offload_sel;
+
+typedef struct {
+    /* what to plan */
+    char model_ref[512], gpu_ref[512];
+    uint64_t seq;
+    uint64_t micro_batches[GCKPT_MAX_MB];
+    int n_micro;
+    uint64_t grad_accum;   /* used when global_batch == 0 */
+    uint64_t global_batch; /* 0: not given */
+    gckpt_precision precision;
+    gckpt_optimizer optimizer;
+    gckpt_attention attention;
+    uint32_t *every_n;     /* values to sweep (0 = off); NULL: off and 1..L */
+    int n_every;
+    gckpt_offload_sel offload;
+    uint64_t budget_bytes; /* 0: the device's memory */
+    double margin;         /* fraction of the budget kept free */
+    bool allow_long_seq;   /* plan a seq beyond the model's max_position_embeddings (RoPE) */
+    char attn_impl[24];    /* attn_implementation to print ("": the attention's name) */
+} gckpt_plan_request;
+
+/* The default sequence: min(4096, the model's limit); a request with seq 0 gets it. */
+#define GCKPT_DEFAULT_SEQ 4096
+/* Largest time (seconds) a plan may hold: gckpt-run's plan reader refuses more. */
+#define GCKPT_MAX_SECONDS 1e12
+
+/* A documented limit of the model that the planned setting hits (warnings.c). */
+typedef struct {
+    char code[40];
+    char message[480];
+} gckpt_warning;
+#define GCKPT_MAX_WARNINGS 16
+
+typedef struct {
+    uint32_t every_n;
+    bool offload;
+    uint64_t micro_batch, grad_accum;
+    gckpt_result r;
+    bool fits, pareto;
+} gckpt_entry;
+
+typedef struct {
+    gckpt_model model;
+    gckpt_device dev;
+    char *model_config_text; /* config.json as read, embedded in the plan */
+    gckpt_plan_request req;
+    uint64_t budget_bytes, usable_bytes;
+    gckpt_entry *entries;
+    size_t n;
+    long recommended; /* index or -1 */
+    long smallest;    /* index of the smallest device peak */
+    gckpt_recipe *recipe; /* of the request's precision and attention */
+    gckpt_params *params; /* its parameter state table under the request's optimizer */
+    gckpt_warning warnings[GCKPT_MAX_WARNINGS];
+    size_t n_warnings;
+} gckpt_plan;
+
+/* The warnings of a plan (model + run settings, and the plan's entries where a figure is
+ * said): fills p->warnings. Called by gckpt_plan_run. */
+void gckpt_plan_warnings(gckpt_plan *p);
+
+/* Load model and device, sweep, recommend. false with err set on bad input. */
+bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err);
+void gckpt_plan_free(gckpt_plan *p);
+
+/* "layer 31, backward: mlp.down_proj" */
+void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, size_t n);
+
+/* JSON plan (schema gckpt.plan/1). timeline: include the recommended entry's timeline. */
+cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline);
+
+/* Human outputs: the header (model, GPU, budget, warnings) comes first. */
+void gckpt_plan_print_header(const gckpt_plan *p, FILE *f);
+void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);
+void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f);
+
+/* Memory timeline of one entry: up to max points of (seconds, allocated bytes). */
+size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t, double *bytes,
+                           uint8_t *phase, size_t max);
+
+/* A --plot file name: ends in .png or .svg, no control characters. */
+bool gckpt_plot_name_ok(const char *file, gckpt_err *err);
+/* The files of --plot FILE: the image FILE, the gnuplot script FILE.gp and the data
+ * FILE.entries.dat and FILE.timeline.dat. */
+enum { GCKPT_PLOT_IMAGE, GCKPT_PLOT_SCRIPT, GCKPT_PLOT_ENTRIES, GCKPT_PLOT_TIMELINE, GCKPT_NPLOT };
+/* Their paths, malloc'd (false when out of memory; free them all either way). */
+bool gckpt_plot_paths(const char *file, char *out[GCKPT_NPLOT]);
+/* Write the script and the data into the open (uncommitted) files f[SCRIPT..TIMELINE]
+ * and, when gnuplot is installed, run it with the image going to f[IMAGE] (*drawn);
+ * note: the gist of gnuplot's warnings ("" when none). Commits nothing. */
+bool gckpt_plan_plot(const gckpt_plan *p, const char *file, gckpt_afile f[GCKPT_NPLOT], bool *drawn, char *note,
+                     size_t note_n, gckpt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,60 @@
+/* Reading a plan file (schema gckpt.plan/1, written by gckpt-plan) back, with every field
+ * checked: the model is rebuilt from the embedded HF config (inputs.model.config), the
+ * device from the embedded profile (inputs.device), and each entry is checked against the
+ * inputs and against itself (checkpointed layers vs every_n_layers, offload vs every_n,
+ * micro_batch x grad_accum vs the batch, the memory breakdown vs the peak, ...).
+ * Errors are one line naming the file and the field. */
+#ifndef GCKPT_PLAN_READ_H
+#define GCKPT_PLAN_READ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gckpt/core/device.h"
+#include "gckpt/core/model.h"
+#include "gckpt/planner/plan.h"
+#include "gckpt/core/setting.h"
+#include "gckpt/util/util.h"
+
+/* Largest plan file accepted (a full 80-layer sweep with a timeline is a few MiB). */
+#define GCKPT_PLAN_MAX_BYTES (256u << 20)
+
+typedef struct {
+    char file[512];           /* the path as given (for messages and the report) */
+    char generator_version[32];
+    gckpt_model model;
+    gckpt_device dev;
+    char *config_text;        /* inputs.model.config printed back as JSON */
+    uint64_t seq;
+    uint64_t micro_batches[GCKPT_MAX_MB];
+    int n_micro;
+    uint64_t global_batch;    /* 0: not given (grad_accum fixed) */
+    uint64_t grad_accum;      /* 0 when global_batch is given */
+    gckpt_precision precision;
+    gckpt_optimizer optimizer;
+    gckpt_attention attention;
+    gckpt_offload_sel offload;
+    uint64_t budget_bytes, usable_bytes;
+    double margin;
+    gckpt_entry *entries;     /* r: peak_bytes, device_peak_bytes, host_pinned_bytes,
+                                 after_forward_bytes, breakdown, step_s and its parts,
+                                 tokens_per_s, mfu as written */
+    size_t n;
+    long recommended;         /* -1: none */
+    long smallest;            /* -1: none */
+    bool allow_long_seq;      /* inputs.allow_long_seq (absent: false) */
+    gckpt_warning warnings[GCKPT_MAX_WARNINGS];
+    size_t n_warnings;
+} gckpt_plan_file;
+
+/* Parse plan text; file names the source in messages. */
+bool gckpt_plan_parse(const char *file, const char *text, gckpt_plan_file *pf, gckpt_err *err);
+/* Read and parse a plan file. */
+bool gckpt_plan_read(const char *path, gckpt_plan_file *pf, gckpt_err *err);
+void gckpt_plan_file_free(gckpt_plan_file *pf);
+
+/* The run setting of entry i. */
+gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i);
+
+#endif

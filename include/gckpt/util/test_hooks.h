@@ -1,0 +1,21 @@
+/* Test hooks: the places where a test build of gckpt-run (gckpt-run-testhooks, built only
+ * for the tests) makes the program wait, so that a test can act while a report's temporary
+ * exists or a backend call hangs. They are function pointers that are NULL in every program
+ * users run: nothing reads the environment for them there. (util) */
+#ifndef GCKPT_TEST_HOOKS_H
+#define GCKPT_TEST_HOOKS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Before the atomic writer renames a temporary into place (util/atomic_file.c). */
+extern void (*gckpt_hook_before_rename)(void);
+/* Before the host backend runs a forward kernel (executor/host_backend.c). */
+extern void (*gckpt_hook_host_forward)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,31 @@
+/* The parameter count of a model as the closed form of each family's modules (what
+ * model.c computed before the parameter state table existed), in 128 bits so that the
+ * fuzz targets can see an overflow: embedding tables, per block, final norm and an
+ * untied lm_head. Checked against gckpt_param_count by test_params and fuzz_model. */
+#ifndef GCKPT_TEST_CLOSED_FORM_PARAMS_H
+#define GCKPT_TEST_CLOSED_FORM_PARAMS_H
+
+#include "gckpt/core/model.h"
+
+static inline unsigned __int128 closed_form_params128(const gckpt_model *m)
+{
+    typedef unsigned __int128 u;
+    u h = m->hidden, q = (u)m->heads * m->head_dim, kv = (u)m->kv_heads * m->head_dim,
+      I = m->intermediate, V = m->vocab, L = m->layers;
+    u layer;
+    if (m->family == GCKPT_FAMILY_GPT2) {
+        /* ln_1, c_attn, c_proj, ln_2, c_fc, mlp c_proj (Conv1D weights + biases) */
+        layer = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * I + I) + (I * h + h);
+    } else {
+        layer = h * q + 2 * h * kv + q * h + 3 * h * I + 2 * h;
+        if (m->qkv_bias) layer += q + 2 * kv;
+        if (m->o_bias) layer += h;
+        if (m->mlp_bias) layer += 2 * I + h;
+        if (m->qk_norm) layer += 2 * (u)m->head_dim;
+    }
+    u embed = V * h + (u)m->positions * h;
+    u head = (m->family == GCKPT_FAMILY_GPT2 ? 2 * h : h) + (m->tied ? 0 : V * h);
+    return embed + L * layer + head;
+}
+
+#endif

@@ -1,0 +1,159 @@
+/* The parameter state table (gckpt/core/params.h): optimizer states against closed forms
+ * of what bitsandbytes and the HF Trainer allocate (8-bit AdamW keeps fp32 states for
+ * every nn.Embedding weight, which the Trainer registers with GlobalOptimManager for
+ * optim_bits=32, and for tensors under 4096 elements; 8-bit codes + one fp32 absmax per
+ * 256 elements for the rest), and parameter counts against the closed form of each
+ * family's modules. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gckpt/core/params.h"
+#include "closed_form_params.h"
+#include "gckpt/planner/plan.h"
+
+static gckpt_device dev;
+
+static void ctx_of(const char *name, gckpt_precision p, gckpt_optimizer o, gckpt_model *m,
+                   gckpt_recipe *r, gckpt_ctx *c)
+{
+    gckpt_err err;
+    if (!gckpt_model_load(name, m, &err)) fail_msg("%s", err.msg);
+    gckpt_recipe_build(m, p, GCKPT_SDPA, r);
+    gckpt_setting s = {.seq = 128, .micro_batch = 1, .grad_accum = 1, .precision = p,
+                       .optimizer = o, .attention = GCKPT_SDPA};
+    if (!gckpt_ctx_init(c, m, &dev, r, &s, &err)) fail_msg("%s", err.msg);
+}
+
+static uint64_t R(uint64_t x) { return gckpt_round_up(x, dev.alloc_round_bytes); }
+/* one tensor of e elements under 8-bit AdamW, stored 8-bit: two code tensors, two absmax */
+static uint64_t q8(uint64_t e) { return 2 * (R(e) + R((e + 255) / 256 * 4)); }
+static uint64_t f32(uint64_t e) { return 2 * R(e * 4); }
+
+/* Llama-3.1-8B (untied): embed_tokens fp32 states, lm_head and every block tensor 8-bit
+ * (the norms have hidden = 4096 elements: not under min_8bit_size). */
+static void llama8b_8bit(void **state)
+{
+    (void)state;
+    static gckpt_recipe r;
+    gckpt_model m;
+    gckpt_ctx c;
+    ctx_of("llama-3.1-8b", GCKPT_AMP_BF16, GCKPT_ADAMW_8BIT, &m, &r, &c);
+    uint64_t h = m.hidden, kv = m.kv_heads * m.head_dim, I = m.intermediate, V = m.vocab;
+    uint64_t layer = q8(h * h) * 2 + q8(h * kv) * 2 + q8(h * I) * 3 + q8(h) * 2;
+    uint64_t want = f32(V * h) + q8(V * h) + m.layers * layer + q8(h);
+    assert_int_equal(c.opt_states, want);
+    /* the embedding's fp32 states cost ~2.9 GiB more than 8-bit ones would */
+    double extra = (double)(f32(V * h) - q8(V * h)) / 1073741824.0;
+    assert_true(extra > 2.9 && extra < 3.0);
+}
+
+/* GPT-2 (tied): wte (shared with lm_head) and wpe are nn.Embedding weights: fp32 states;
+ * biases and LayerNorm parameters of 768 elements are under 4096: fp32 too. */
+static void gpt2_8bit(void **state)
+{
+    (void)state;
+    static gckpt_recipe r;
+    gckpt_model m;
+    gckpt_ctx c;
+    ctx_of("gpt2", GCKPT_AMP_BF16, GCKPT_ADAMW_8BIT, &m, &r, &c);
+    uint64_t h = m.hidden, I = m.intermediate;
+    uint64_t layer = f32(h) * 4 /* ln_1, ln_2 */ + q8(h * 3 * h) + f32(3 * h) + q8(h * h) + f32(h) +
+                     q8(h * I) + f32(I) /* c_fc.bias: 3072 < 4096 */ + q8(I * h) + f32(h);
+    uint64_t want = f32(m.vocab * h) + f32(m.positions * h) + m.layers * layer + 2 * f32(h);
+    assert_int_equal(c.opt_states, want);
+    char note[256];
+    gckpt_opt_fp32_note(&c.params, GCKPT_ADAMW_8BIT, note, sizeof note);
+    assert_string_equal(note, "32-bit optimizer states: wte.weight, wpe.weight (nn.Embedding: the Trainer "
+                              "registers it for 32-bit states), 98 tensors under 4096 elements "
+                              "(bitsandbytes min_8bit_size)");
+}
+
+/* The embedding rule is structural (the table of a lookup), not by name. */
+static void embedding_detection(void **state)
+{
+    (void)state;
+    static gckpt_recipe r;
+    gckpt_model m;
+    gckpt_ctx c;
+    ctx_of("qwen2.5-0.5b", GCKPT_BF16, GCKPT_ADAMW_8BIT, &m, &r, &c);
+    int emb = 0;
+    for (int t = 0; t < r.nt; t++)
+        if (r.t[t].kind == GCKPT_T_PARAM && gckpt_param_is_embedding(&r, t)) {
+            emb++;
+            assert_string_equal(r.t[t].name, "embed_tokens.weight");
+        }
+    assert_int_equal(emb, 1); /* tied: the lm_head has no tensor of its own */
+    /* other optimizers keep the parameter's dtype */
+    static gckpt_params sgd, foreach;
+    bool overflow;
+    gckpt_err err;
+    assert_true(gckpt_params_build(&r, m.layers, GCKPT_SGD, dev.alloc_round_bytes, &sgd, &overflow, &err));
+    assert_true(gckpt_params_build(&r, m.layers, GCKPT_ADAMW_FOREACH, dev.alloc_round_bytes, &foreach, &overflow, &err));
+    for (int t = 0; t < r.nt; t++) {
+        if (r.t[t].kind != GCKPT_T_PARAM) continue;
+        const gckpt_param *l = gckpt_params_of(&sgd, t);
+        assert_int_equal(l->nstates, 1);
+        assert_int_equal(l->state[0].dtype, r.param_dtype);
+        l = gckpt_params_of(&foreach, t);
+        assert_int_equal(l->nstates, 2);
+        assert_int_equal(l->opt_temp.numel, gckpt_param_numel(&r, t));
+    }
+    char note[256];
+    gckpt_opt_fp32_note(&c.params, GCKPT_ADAMW, note, sizeof note);
+    assert_string_equal(note, "");
+}
+
+/* The table's count equals the closed form on every shipped model, the executor's tiny
+ * models and configs with every optional module on (biases, q/k norms, untied, n_inner). */
+static void parameter_counts(void **state)
+{
+    (void)state;
+    static const char *names[] = {"gpt2", "gpt2-medium", "gpt2-xl", "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b",
+                                  "llama-3.1-70b", "mistral-7b-v0.3", "qwen2.5-0.5b", "qwen2.5-7b", "qwen3-8b",
+                                  GCKPT_TEST_DATA "/../executor/data/tiny-llama.json",
+                                  GCKPT_TEST_DATA "/../executor/data/tiny-qwen3.json",
+                                  GCKPT_TEST_DATA "/../executor/data/tiny-mistral-kv1.json"};
+    static const char *configs[] = {
+        "{\"model_type\": \"llama\", \"num_hidden_layers\": 3, \"hidden_size\": 96, \"num_attention_heads\": 6, "
+        "\"num_key_value_heads\": 2, \"head_dim\": 20, \"intermediate_size\": 200, \"vocab_size\": 77, "
+        "\"attention_bias\": true, \"mlp_bias\": true, \"tie_word_embeddings\": false}",
+        "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 1, \"intermediate_size\": 90, \"vocab_size\": 50, \"attention_bias\": true, "
+        "\"tie_word_embeddings\": true}",
+        "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 1, \"hidden_size\": 32, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 4, \"intermediate_size\": 48, \"vocab_size\": 33}",
+        "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 48, \"n_head\": 3, \"n_inner\": 100, "
+        "\"vocab_size\": 61, \"n_positions\": 40, \"tie_word_embeddings\": false}",
+    };
+    gckpt_err err;
+    gckpt_model m;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        if (!gckpt_model_load(names[i], &m, &err)) fail_msg("%s", err.msg);
+        assert_true(gckpt_param_count(&m) == (uint64_t)closed_form_params128(&m));
+    }
+    for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
+        if (!gckpt_model_parse("config.json", configs[i], &m, &err)) fail_msg("%s", err.msg);
+        assert_true(gckpt_param_count(&m) == (uint64_t)closed_form_params128(&m));
+    }
+}
+
+int main(void)
+{
+    gckpt_err err;
+    if (!gckpt_device_load("h100-sxm-80gb", &dev, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(llama8b_8bit),
+        cmocka_unit_test(gpt2_8bit),
+        cmocka_unit_test(embedding_detection),
+        cmocka_unit_test(parameter_counts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

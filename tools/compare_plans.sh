@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Plans of every shipped model x GPU x precision (and a set of options around them),
+# written by one build and compared byte for byte with another's, apart from the
+# generator's version string. For refactorings that must not change a number.
+#
+#   tools/compare_plans.sh gen BUILD_DIR OUT_DIR   # write the plans of BUILD_DIR/gckpt-plan
+#   tools/compare_plans.sh cmp OLD_DIR NEW_DIR     # exit 0 when every file is equal
+#
+# Each case writes the JSON plan (-o), the full table on stdout (--table all) and, for a
+# few, the plot's gnuplot script and data files (not the image).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+gen() {
+    local build=$1 out=$2 plan
+    plan=$(cd "$build" && pwd)/gckpt-plan
+    [ -x "$plan" ] || { echo "compare_plans.sh: no gckpt-plan in $build" >&2; exit 2; }
+    mkdir -p "$out"
+    out=$(cd "$out" && pwd)
+    local models devices n=0
+    models=$(cd "$here/models" && ls ./*.json | sed 's|^\./||; s|\.json$||')
+    devices=$(cd "$here/devices" && ls ./*.json | sed 's|^\./||; s|\.json$||')
+    run() { # name, options...
+        local name=$1; shift
+        (cd "$out" && GCKPT_DATA_DIR="$here" "$plan" "$@" --table all -o "$name.json" > "$name.txt" 2> "$name.err") || true
+        n=$((n + 1))
+    }
+    for m in $models; do
+        for d in $devices; do
+            for p in fp32 bf16 amp-bf16 amp-fp16; do
+                run "$m.$d.$p" --model "$m" --gpu "$d" --precision "$p"
+            done
+        done
+        for p in fp32 bf16 amp-bf16 amp-fp16; do
+            for o in adamw adamw-foreach sgd adamw-8bit; do
+                run "$m.opt-$o.$p" --model "$m" --precision "$p" --optimizer "$o" --grad-accum 2
+            done
+            run "$m.eager.$p" --model "$m" --precision "$p" --attention eager --micro-batch 1,2
+            run "$m.mb124.$p" --model "$m" --precision "$p" --micro-batch 1,2,4
+        done
+        run "$m.global8" --model "$m" --gpu a100-40gb --global-batch 8 --micro-batch 1,2,4,8 --optimizer adamw-8bit
+        run "$m.seq1024-ga3" --model "$m" --seq 1024 --grad-accum 3 --micro-batch 2 --every-n off,1,2,5 --offload on
+        run "$m.budget" --model "$m" --gpu rtx-4090 --precision bf16 --budget 20GiB --margin 0
+    done
+    for m in gpt2 llama-3.2-1b qwen3-8b; do
+        (cd "$out" && GCKPT_DATA_DIR="$here" "$plan" --model "$m" --micro-batch 1,2 -q \
+            --plot "$m.plot.svg" -o "$m.plot.json" > /dev/null 2>&1) || true
+        rm -f "$out/$m.plot.svg"
+        n=$((n + 1))
+    done
+    echo "compare_plans.sh: $n cases written to $out"
+}
+
+normalise() { # the generator's version is allowed to differ
+    sed -E 's/("version":[[:space:]]*)"[^"]*"/\1"-"/' "$1"
+}
+
+cmp_dirs() {
+    local old=$1 new=$2 diff=0 same=0
+    for f in "$old"/*; do
+        local b; b=$(basename "$f")
+        if [ ! -e "$new/$b" ]; then echo "missing in $new: $b"; diff=$((diff + 1)); continue; fi
+        if cmp -s <(normalise "$f") <(normalise "$new/$b"); then same=$((same + 1))
+        else echo "differs: $b"; diff=$((diff + 1)); fi
+    done
+    for f in "$new"/*; do
+        [ -e "$old/$(basename "$f")" ] || { echo "only in $new: $(basename "$f")"; diff=$((diff + 1)); }
+    done
+    echo "compare_plans.sh: $same files equal, $diff different"
+    [ "$diff" -eq 0 ]
+}
+
+case "${1:-}" in
+    gen) [ $# -eq 3 ] || { echo "usage: $0 gen BUILD_DIR OUT_DIR" >&2; exit 2; }; gen "$2" "$3" ;;
+    cmp) [ $# -eq 3 ] || { echo "usage: $0 cmp OLD_DIR NEW_DIR" >&2; exit 2; }; cmp_dirs "$2" "$3" ;;
+    *) echo "usage: $0 gen BUILD_DIR OUT_DIR | cmp OLD_DIR NEW_DIR" >&2; exit 2 ;;
+esac

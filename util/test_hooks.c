@@ -1,0 +1,8 @@
+/* The test hooks' pointers (include/gckpt/util/test_hooks.h): NULL unless a test build
+ * sets them. */
+#include "gckpt/util/test_hooks.h"
+
+#include <stddef.h>
+
+void (*gckpt_hook_before_rename)(void) = NULL;
+void (*gckpt_hook_host_forward)(void) = NULL;

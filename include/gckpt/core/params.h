@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gckpt/core/quant_layout.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/setting.h"
 
@@ -52,10 +53,6 @@ typedef enum {
     GCKPT_OSR_SMALL,     /* 32-bit: under min_8bit_size */
     GCKPT_OSR_EMBEDDING, /* 32-bit: nn.Embedding weight registered by the Trainer */
 } gckpt_state_reason;
-
-/* How a weight is stored: as is, or quantized (QLoRA's 4-bit codes with per-block
- * statistics, dequantized transiently for each use). Only GCKPT_QUANT_NONE today. */
-typedef enum { GCKPT_QUANT_NONE, GCKPT_QUANT_NF4 } gckpt_quant_scheme;
 
 typedef struct {
     char name[40];

@@ -692,6 +692,10 @@ static void embed_fwd(gckpt_sim *s, gckpt_schedule *o)
     init_sec(&s->head);
     sim_fwd(s, &s->embed, GCKPT_SEC_EMBED, MODE_SAVE, r->sec_end[GCKPT_SEC_EMBED], false, -1, r->embed_out, o);
     s->stream = s->embed.inst[r->embed_out];
+    /* a frozen embedding's output made a leaf by enable_input_require_grads (with
+     * checkpointing only): its AccumulateGrad node holds it until the micro-step ends */
+    if (r->embed_leaf >= 0 && s->ckpt_any && s->embed.inst[r->embed_leaf] >= 0)
+        s->pool[s->embed.inst[r->embed_leaf]].saved++;
 }
 
 /* A checkpointed layer keeps its input: on the device, or copied (with gpt2's positional

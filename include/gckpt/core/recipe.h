@@ -199,6 +199,10 @@ typedef struct {
     int nop;
     int sec_begin[GCKPT_NSEC], sec_end[GCKPT_NSEC]; /* op index ranges per section */
     int embed_out;   /* tensor: output of the embedding section = block input of layer 0 */
+    int embed_leaf;  /* tensor: a frozen input embedding's output, or -1. With checkpointing
+                      * transformers' enable_input_require_grads makes it a leaf that requires
+                      * grad, held by its AccumulateGrad node until the backward ends
+                      * (FINDINGS 12.1, 12.6: offloading llama's layer 0 frees nothing) */
     int block_in;    /* tensor: the block's input (hidden_states) */
     int block_out;   /* tensor: the block's output */
     int head_in;     /* tensor: the head's input */

@@ -132,6 +132,38 @@ static void check_fixture(void **state)
     }
 }
 
+#ifdef HF_PEFT
+static fixture *g_fx;
+static size_t g_nfx;
+
+/* The device bytes offload saves: planned peak without offload minus with it equals the
+ * measured difference, for every pair of comparable fixtures that differ only in offload
+ * (llama family: layer 0's input is the frozen embedding's leaf, so offloading it saves
+ * nothing, FINDINGS 12.6). */
+static void offload_saving(void **state)
+{
+    (void)state;
+    static hf_fixture a, b;
+    int pairs = 0;
+    for (size_t i = 0; i < g_nfx; i++) {
+        char other[1024];
+        const char *plain = strstr(g_fx[i].path, "-plain-");
+        if (!plain) continue;
+        snprintf(other, sizeof other, "%.*s-offload-%s", (int)(plain - g_fx[i].path), g_fx[i].path, plain + 7);
+        gckpt_err err;
+        hf_cmp ca, cb;
+        if (!hf_fixture_read(g_fx[i].path, &a, &err) || !hf_fixture_read(other, &b, &err)) continue;
+        if (!a.comparable || !b.comparable || !a.s.every_n) continue;
+        if (!hf_compare(&a, &g_dev, &ca, &err) || !hf_compare(&b, &g_dev, &cb, &err)) fail_msg("%s", err.msg);
+        double measured = a.peak - b.peak, planned = (double)ca.peak - (double)cb.peak;
+        if (measured != planned) fail_msg("%s: offload saves %.0f B, planned %.0f", g_fx[i].path, measured, planned);
+        pairs++;
+    }
+    printf("offload saves exactly the measured device bytes in %d plain/offload pairs\n", pairs);
+    assert_true(pairs >= 24);
+}
+#endif
+
 static int cmp_path(const void *a, const void *b) { return strcmp(((const fixture *)a)->path, ((const fixture *)b)->path); }
 static int cmp_group(const void *a, const void *b) { return strcmp(((const group *)a)->key, ((const group *)b)->key); }
 
@@ -186,14 +218,21 @@ int main(void)
     }
 #endif
     qsort(fx, n, sizeof *fx, cmp_path);
-    struct CMUnitTest *tests = calloc(n, sizeof *tests);
+    struct CMUnitTest *tests = calloc(n + 1, sizeof *tests);
     if (!tests) return 1;
     for (size_t i = 0; i < n; i++) {
         tests[i].name = strrchr(fx[i].path, '/') + 1;
         tests[i].test_func = check_fixture;
         tests[i].initial_state = &fx[i];
     }
-    int rc = _cmocka_run_group_tests("hf_fixtures", tests, n, NULL, NULL);
+    size_t ntests = n;
+#ifdef HF_PEFT
+    g_fx = fx;
+    g_nfx = n;
+    tests[ntests].name = "offload_saving";
+    tests[ntests++].test_func = offload_saving;
+#endif
+    int rc = _cmocka_run_group_tests("hf_fixtures", tests, ntests, NULL, NULL);
     qsort(g_groups, (size_t)g_ngroups, sizeof *g_groups, cmp_group);
 #ifdef HF_PEFT
     printf("\n| family | precision | method | cases | max peak err | mean peak err | max after-fwd err | mean after-fwd err |\n"

@@ -75,7 +75,10 @@ int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_
     int yb = linear(tr, ya, b, -1, pf->rank, out_f, "lora_B");
     int sc = scal(tr, yb, "scaling", pf->alpha / (double)pf->rank, 0);
     int sum = add(tr, result, sc, "add");
+    hold_here(tr, result); /* forward's `result` until the sum rebinds it */
     int o = cast_to(tr, sum, dt(tr, result), "to_result");
+    hold_here(tr, x); /* the module's argument and its cast (`x` rebound) until it returns */
+    hold_here(tr, xa);
     tr->pfx = outer;
     return o;
 }

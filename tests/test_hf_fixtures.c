@@ -13,9 +13,9 @@
  * Built a second time as test_hf_peft (HF_PEFT) over the LoRA / QLoRA fixtures of
  * tests/data/hf-peft (issue 12): parameter and trainable counts (peft's) exact in every
  * fixture; saved bytes per layer, head and embedding and offloaded bytes exact except
- * the two documented gaps below (peft_gap); the live peak and after-forward errors are
- * printed per family x method x precision and NOT asserted: the planner does not model
- * them within 0.5 % yet (README, "LoRA and QLoRA": what is not modelled). */
+ * the two documented gaps below (peft_gap); the live peak within 0.5 % except the
+ * documented gaps below (peak_gap: no checkpointing, int8, prepare's reentrant
+ * checkpointing); errors printed per family x method x precision. */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -68,6 +68,15 @@ static bool peft_gap(const hf_fixture *f, const hf_cmp *c)
     }
     return strstr(f->path, "int8") && f->s.precision == GCKPT_AMP_BF16;
 }
+
+/* The live peaks the planner does not match within 0.5 % yet (README, "LoRA and QLoRA"):
+ * without checkpointing (layer 0, above), int8 (CPU's MatMul8bitFp keeps every quantized
+ * linear's input outside the saved tensors, FINDINGS 12.6), prepare_model_for_kbit_
+ * training's own reentrant checkpointing (planned as the non-reentrant call printed). */
+static bool peak_gap(const hf_fixture *f)
+{
+    return f->s.every_n == 0 || strstr(f->path, "int8") || strstr(f->path, "-prepare-");
+}
 #endif
 
 static void note(const hf_fixture *f, const hf_cmp *c)
@@ -112,6 +121,10 @@ static void check_fixture(void **state)
     if (!c.saved_ok && peft_gap(&f, &c)) {
         g_gaps++;
         c.saved_ok = true;
+    }
+    if (!peak_gap(&f) && fabs(c.e_peak) > tol) {
+        hf_print(stdout, &f, &c);
+        fail_msg("%s: live peak %+.3f%% (tolerance 0.5%%)", fx->path, c.e_peak * 100);
     }
     if (!c.params_ok || !c.saved_ok || !c.offload_ok) {
 #else
@@ -250,7 +263,7 @@ int main(void)
 #ifdef HF_PEFT
     printf("\n%d of %zu LoRA/QLoRA fixtures compared (%d not comparable: gpt2 under CPU autocast lists, QLoRA with "
            "CUDA's autocast answer emulated); counts exact in all; saved and offloaded bytes exact except %d with the "
-           "documented gaps; live peak within 0.5 %% in %d (not asserted)\n",
+           "documented gaps; live peak within 0.5 %% in %d (asserted for all but the documented gaps)\n",
            g_compared, hand, g_not_comparable, g_gaps, g_within);
 #else
     printf("\n%d fixtures compared (%zu hand-written, %zu generated); %d gpt2 amp-bf16 fixtures measured with CPU "

@@ -273,6 +273,13 @@ static void test_bad_input(void **st)
     put("lora.json", t);
     free(t);
     cJSON_Delete(plan);
+    plan = cJSON_Parse(text = slurp("llama.json")); /* a paged optimizer: no managed-memory states here */
+    free(text);
+    pf_set(plan, "inputs.optimizer", cJSON_CreateString("paged-adamw-8bit"));
+    t = cJSON_Print(plan);
+    put("paged.json", t);
+    free(t);
+    cJSON_Delete(plan);
     char adir[512];
     cli_path("adir", adir, sizeof adir);
     mkdir(adir, 0700);
@@ -282,6 +289,7 @@ static void test_bad_input(void **st)
         {{"--plan", "broken.json", "-o", "bad.json", NULL}, "entries[0].offload"},
         {{"--plan", "notjson.json", "-o", "bad.json", NULL}, "notjson.json"},
         {{"--plan", "lora.json", "--backend", "host", "-o", "bad.json", NULL}, "does not execute LoRA / QLoRA plans"},
+        {{"--plan", "paged.json", "--backend", "host", "-o", "bad.json", NULL}, "no paged (managed-memory) optimizer states"},
         {{"--plan", "llama.json", "--entry", "99", "-o", "bad.json", NULL}, "--entry"},
         {{"--plan", "llama.json", "--entry", "1,x", "-o", "bad.json", NULL}, "--entry"},
         {{"--plan", "llama.json", "--all", "--recommended", "-o", "bad.json", NULL}, "exclude"},

@@ -119,6 +119,16 @@ static void list_dir(const char *sub)
     }
 }
 
+/* a finite number, the whole string */
+static bool parse_real(const char *s, double *out)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
 static bool parse_margin(const char *s, double *out)
 {
     char *end = NULL;
@@ -274,14 +284,13 @@ static int apply_peft_options(cli_args *a)
         if (i >= O_QUANT - O_METHOD && method != GCKPT_METHOD_QLORA) return bad("--%s needs --method qlora%s", names[i], "");
     }
     uint64_t rank = pf->rank;
-    char *end = NULL, badname[64];
+    char badname[64];
     if (o[1] && !gckpt_parse_u64(o[1], 1, 65536, &rank)) return bad("--lora-rank: '%s' is not an integer in [1, 65536]%s", o[1], "");
     pf->rank = (uint32_t)rank;
     pf->alpha = 2.0 * (double)rank;
-    if (o[2] && (!(pf->alpha = strtod(o[2], &end)) || *end || !isfinite(pf->alpha) || pf->alpha <= 0 || pf->alpha > 1e6))
+    if (o[2] && (!parse_real(o[2], &pf->alpha) || pf->alpha <= 0 || pf->alpha > 1e6))
         return bad("--lora-alpha: '%s' is not a number in (0, 1e6]%s", o[2], "");
-    if (o[3] && ((pf->dropout = strtod(o[3], &end)), *end || end == o[3] || !isfinite(pf->dropout) || pf->dropout < 0 ||
-                 pf->dropout >= 1))
+    if (o[3] && (!parse_real(o[3], &pf->dropout) || pf->dropout < 0 || pf->dropout >= 1))
         return bad("--lora-dropout: '%s' is not a probability in [0, 1)%s", o[3], "");
     if (o[4] && !gckpt_lora_targets_parse(o[4], &pf->targets, badname, sizeof badname))
         return bad("--lora-targets: '%s' is not all-linear or a linear's name (q_proj, k_proj, v_proj, o_proj, gate_proj, "

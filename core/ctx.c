@@ -224,19 +224,29 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     return true;
 }
 
-uint64_t gckpt_section_saved_bytes(const gckpt_ctx *c, int sec)
+static uint64_t saved_bytes(const gckpt_ctx *c, int sec, bool frozen0)
 {
     const gckpt_recipe *r = c->recipe;
     bool seen[GCKPT_MAX_TENSORS] = {false};
     uint64_t sum = 0;
-    for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++)
-        for (int k = 0; k < r->op[i].nsaved && !r->op[i].ctx_keep; k++) { /* ctx attributes: no saved tensors */
-            int t = c->storage[r->op[i].saved[k]];
+    for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++) {
+        int n = frozen0 ? r->op[i].nsaved0 : r->op[i].nsaved;
+        const int16_t *saved = frozen0 ? r->op[i].saved0 : r->op[i].saved;
+        for (int k = 0; k < n && !r->op[i].ctx_keep; k++) { /* ctx attributes: no saved tensors */
+            int t = c->storage[saved[k]];
             if (seen[t] || r->t[t].section != sec || r->t[t].kind == GCKPT_T_PARAM) continue;
             seen[t] = true;
             sum += c->raw[t];
         }
+    }
     return sum;
+}
+
+uint64_t gckpt_section_saved_bytes(const gckpt_ctx *c, int sec) { return saved_bytes(c, sec, false); }
+
+uint64_t gckpt_layer0_frozen_saved_bytes(const gckpt_ctx *c)
+{
+    return c->recipe->frozen0 ? saved_bytes(c, GCKPT_SEC_BLOCK, true) : gckpt_layer_saved_bytes(c);
 }
 
 uint64_t gckpt_layer_saved_bytes(const gckpt_ctx *c) { return gckpt_section_saved_bytes(c, GCKPT_SEC_BLOCK); }

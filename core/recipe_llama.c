@@ -105,7 +105,7 @@ static void llama_block(tracer *tr, gckpt_attention attn, int cos, int sin)
     gckpt_recipe *r = tr->r;
     uint64_t h = tr->m->hidden;
     section_begin(tr, GCKPT_SEC_BLOCK);
-    int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(h), true);
+    int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(h), !tr->block_in_frozen);
     r->block_in = xin;
     hold(tr, xin, HOLD_END);
     int n1 = rmsnorm(tr, xin, h, "input_layernorm");

@@ -52,6 +52,10 @@ int opnew(tracer *tr, const char *name, int kind, int nin, const int *in, int ou
     o->out[0] = (int16_t)out;
     o->out[1] = (int16_t)out2;
     o->nsaved = 0;
+    /* autograd builds no node, so saves nothing, when no input needs a gradient */
+    bool any = false;
+    for (int k = 0; k < nin; k++) any |= r->t[in[k]].requires_grad;
+    if (!any) nsaved = 0;
     for (int k = 0; k < nsaved; k++) {
         if (saved[k] < 0) continue;
         /* parameters cost nothing to save; dedup repeated storages */
@@ -425,7 +429,7 @@ int layernorm(tracer *tr, int x, uint64_t width, const char *name)
     int w = param(tr, "weight", 1, width, GCKPT_ROLE_NORM_WEIGHT);
     int bias = param(tr, "bias", 1, width, GCKPT_ROLE_BIAS);
     int xi = autocast_to(tr, x, F32, "to_f32");
-    int o = like(tr, "out", xi, dt(tr, xi), true);
+    int o = like(tr, "out", xi, dt(tr, xi), rg(tr, xi) || rg(tr, w) || rg(tr, bias));
     /* mean and rstd: two fp32 values per row, kept as one tensor here */
     gckpt_shape sh = tr->r->t[xi].shape;
     sh.width = 2 * sh.width / width;

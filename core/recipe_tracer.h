@@ -23,6 +23,7 @@ typedef struct {
     double eps;          /* norm epsilon */
     bool cpu;            /* GCKPT_TARGET_CPU */
     const gckpt_peft *peft; /* LoRA / QLoRA (NULL or method full: full fine-tuning) */
+    bool block_in_frozen;   /* trace the block with an input that needs no gradient */
 } tracer;
 
 /* Shapes (recipe.h, gckpt_shape). */

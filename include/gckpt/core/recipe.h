@@ -75,6 +75,7 @@ typedef struct {
     uint8_t dtype;       /* gckpt_dtype */
     uint8_t role;        /* PARAM: gckpt_param_role */
     bool requires_grad;
+    bool rg0;            /* requires_grad in layer 0 when its input needs no gradient (frozen0) */
     bool fwd_end_free;   /* held until the forward pass ends (autocast cache, returned logits) */
     bool base_end_free;  /* with fwd_end_free: released already when the base model (the
                           * layer stack) returns, before the LM head (attention masks) */
@@ -155,6 +156,8 @@ typedef struct {
     int16_t in[GCKPT_OP_MAX_IN];
     int16_t out[2];               /* out[1] = -1 unless the op has a second output */
     int16_t saved[GCKPT_OP_MAX_SAVED];
+    uint8_t nsaved0;     /* what it saves in layer 0 when its input needs no gradient (frozen0) */
+    int16_t saved0[GCKPT_OP_MAX_SAVED];
     bool grad_alias[GCKPT_OP_MAX_IN]; /* input's grad is the output grad itself (add, view) */
     bool grad_view[GCKPT_OP_MAX_IN];  /* input's grad is a view of a larger result (F.linear's
                                        * reshape / weight transpose): the autograd engine sums
@@ -206,6 +209,10 @@ typedef struct {
                       * transformers' enable_input_require_grads makes it a leaf that requires
                       * grad, held by its AccumulateGrad node until the backward ends
                       * (FINDINGS 12.1, 12.6: offloading llama's layer 0 frees nothing) */
+    bool frozen0;    /* without checkpointing (no hook) layer 0's input, the frozen
+                      * embedding's output, needs no gradient: the block ops' saved0 and
+                      * the tensors' rg0 say what layer 0 then saves and differentiates
+                      * (FINDINGS 12.5, "Layer 0 without checkpointing") */
     int block_in;    /* tensor: the block's input (hidden_states) */
     int block_out;   /* tensor: the block's output */
     int head_in;     /* tensor: the head's input */

@@ -215,6 +215,8 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
 uint64_t gckpt_layer_saved_bytes(const gckpt_ctx *c);
 /* The same for any section (embedding, block, head). */
 uint64_t gckpt_section_saved_bytes(const gckpt_ctx *c, int sec);
+/* ... of layer 0 when its input needs no gradient (recipe frozen0; else as the others). */
+uint64_t gckpt_layer0_frozen_saved_bytes(const gckpt_ctx *c);
 
 /* Build the steady-state step of c's setting: its segments in order (gckpt_step_next)
  * with their events. false when out of memory. */

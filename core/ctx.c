@@ -46,7 +46,15 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
     }
     *flops = (op->kind == GCKPT_OP_MATMUL || op->kind == GCKPT_OP_ATTN) ? f : 0;
     double tm = *flops / matmul_rate(c), tb = traffic / hbm_rate(c);
-    return tm > tb ? tm : tb;
+    /* QLoRA: the whole weight dequantized before the GEMM, in the forward, every
+     * recompute and the backward (FINDINGS 12.7, 12.9): a memory-bound pass that reads
+     * the stored codes and writes the weight, which the GEMM then reads */
+    double deq = 0;
+    if (op->dequant) {
+        double n = (double)op->in_f * (double)op->out_f;
+        deq = ((op->dequant == GCKPT_QUANT_INT8 ? n : n / 2) + 2.0 * (double)op->fws_fixed) / hbm_rate(c);
+    }
+    return (tm > tb ? tm : tb) + deq;
 }
 
 /* Bytes of an op's backward workspace (recipe.h: bws_cT, bws_in, bws_out); false on
@@ -74,6 +82,7 @@ static bool fwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
         return false;
     if (op->fws_bT && (!gckpt_mul(op->fws_bT, c->tokens, &y) || !gckpt_add(x, gckpt_round_up(y, c->dev->alloc_round_bytes), &x)))
         return false;
+    if (op->fws_fixed && !gckpt_add(x, gckpt_round_up(op->fws_fixed, c->dev->alloc_round_bytes), &x)) return false;
     *out = x;
     return true;
 }
@@ -86,6 +95,7 @@ static bool bwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
     x = gckpt_round_up(x, c->dev->alloc_round_bytes);
     if (op->bws_in && (!gckpt_mul(op->bws_in, c->tbytes[op->in[0]], &y) || !gckpt_add(x, y, &x))) return false;
     if (op->bws_out && (!gckpt_mul(op->bws_out, c->tbytes[op->out[0]], &y) || !gckpt_add(x, y, &x))) return false;
+    if (op->bws_fixed && !gckpt_add(x, gckpt_round_up(op->bws_fixed, c->dev->alloc_round_bytes), &x)) return false;
     *out = x;
     return true;
 }
@@ -108,7 +118,7 @@ static bool section_bound(const gckpt_ctx *c, int sec, uint64_t *out)
         for (int k = 0; k < op->nin; k++) {
             const gckpt_tensor *t = &r->t[op->in[k]];
             if (t->kind == GCKPT_T_PARAM) {
-                if (!gckpt_mul(gckpt_param_numel(r, op->in[k]), gckpt_dtype_size((gckpt_dtype)r->grad_dtype), &x) ||
+                if (!gckpt_mul(gckpt_param_numel(r, op->in[k]), gckpt_dtype_size((gckpt_dtype)t->dtype) + 4, &x) ||
                     !gckpt_add(x, c->dev->alloc_round_bytes, &x) || !gckpt_mul(x, 2, &x))
                     return false;
             } else if (!gckpt_mul(c->tbytes[op->in[k]], 9, &x)) {
@@ -176,6 +186,8 @@ static bool step_bound_ok(const gckpt_ctx *c)
            section_bound(c, GCKPT_SEC_HEAD, &bh) && gckpt_mul(bb, c->model->layers, &micro) &&
            gckpt_add(micro, be, &micro) && gckpt_add(micro, bh, &micro) && gckpt_mul(micro, 2, &total) &&
            gckpt_add(total, c->weights, &total) && gckpt_add(total, c->grads, &total) &&
+           gckpt_add(total, c->quant_weights, &total) && gckpt_add(total, c->quant_stats, &total) &&
+           gckpt_add(total, c->paged_states, &total) &&
            gckpt_add(total, c->opt_states, &total) && gckpt_add(total, c->opt_temp, &total) &&
            gckpt_add(total, c->workspace, &total) && total <= GCKPT_MAX_STEP_BYTES;
 }
@@ -193,7 +205,10 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
      * optimizer states; block tensors repeat per layer (the parameter state table) */
     bool overflow;
     if (!gckpt_params_build(r, m->layers, s->optimizer, d->alloc_round_bytes, &c->params, &overflow, err)) return false;
-    c->weights = c->params.weight_bytes;
+    c->weights = c->params.weight_bytes - c->params.quant_bytes;
+    c->quant_weights = c->params.quant_bytes;
+    c->quant_stats = c->params.stats_bytes;
+    c->paged_states = c->params.paged_bytes;
     c->grads = c->params.grad_bytes;
     c->opt_states = c->params.state_bytes;
     c->opt_temp = c->params.temp_bytes;
@@ -209,19 +224,29 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     return true;
 }
 
-uint64_t gckpt_section_saved_bytes(const gckpt_ctx *c, int sec)
+static uint64_t saved_bytes(const gckpt_ctx *c, int sec, bool frozen0)
 {
     const gckpt_recipe *r = c->recipe;
     bool seen[GCKPT_MAX_TENSORS] = {false};
     uint64_t sum = 0;
-    for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++)
-        for (int k = 0; k < r->op[i].nsaved; k++) {
-            int t = c->storage[r->op[i].saved[k]];
+    for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++) {
+        int n = frozen0 ? r->op[i].nsaved0 : r->op[i].nsaved;
+        const int16_t *saved = frozen0 ? r->op[i].saved0 : r->op[i].saved;
+        for (int k = 0; k < n && !r->op[i].ctx_keep; k++) { /* ctx attributes: no saved tensors */
+            int t = c->storage[saved[k]];
             if (seen[t] || r->t[t].section != sec || r->t[t].kind == GCKPT_T_PARAM) continue;
             seen[t] = true;
             sum += c->raw[t];
         }
+    }
     return sum;
+}
+
+uint64_t gckpt_section_saved_bytes(const gckpt_ctx *c, int sec) { return saved_bytes(c, sec, false); }
+
+uint64_t gckpt_layer0_frozen_saved_bytes(const gckpt_ctx *c)
+{
+    return c->recipe->frozen0 ? saved_bytes(c, GCKPT_SEC_BLOCK, true) : gckpt_layer_saved_bytes(c);
 }
 
 uint64_t gckpt_layer_saved_bytes(const gckpt_ctx *c) { return gckpt_section_saved_bytes(c, GCKPT_SEC_BLOCK); }
@@ -230,6 +255,9 @@ void gckpt_persistent(const gckpt_ctx *c, int64_t comp[GCKPT_NCOMP])
 {
     memset(comp, 0, sizeof(int64_t) * GCKPT_NCOMP);
     comp[GCKPT_C_WEIGHTS] = (int64_t)c->weights;
+    comp[GCKPT_C_QUANT_WEIGHTS] = (int64_t)c->quant_weights;
+    comp[GCKPT_C_QUANT_STATS] = (int64_t)c->quant_stats;
+    comp[GCKPT_C_PAGED_STATES] = (int64_t)c->paged_states;
     comp[GCKPT_C_OPTIMIZER] = (int64_t)c->opt_states;
     comp[GCKPT_C_WORKSPACE] = (int64_t)c->workspace;
 }

@@ -31,10 +31,12 @@ typedef struct {
     int inst[GCKPT_MAX_TENSORS];
     int grad[GCKPT_MAX_TENSORS];
     bool saved_reg[GCKPT_MAX_OPS];
+    int kept[GCKPT_MAX_OPS];         /* a ctx_keep op's saved instance (valid while saved_reg) */
     bool pgrad[GCKPT_MAX_TENSORS];
     int pend[GCKPT_MAX_TENSORS];     /* a multi-use parameter's gradient being summed */
     uint8_t got[GCKPT_MAX_TENSORS];  /* contributions received so far */
     gckpt_layer_mode mode;
+    bool frozen_in;     /* layer 0 whose input needs no gradient (recipe frozen0) */
     int xin;            /* instance of the block input */
     int mask;           /* this layer's device copy of an offloaded positional mask, or -1 */
     uint64_t host;      /* pinned bytes of an offloaded input */
@@ -57,6 +59,19 @@ struct gckpt_sim {
 uint32_t gckpt_sim_next_id(const gckpt_sim *s) { return s->base + (uint32_t)s->n; }
 
 static uint32_t gid(const gckpt_sim *s, int id) { return id < 0 ? GCKPT_NOINST : s->base + (uint32_t)id; }
+
+/* What op i saves in section st, and whether tensor t needs a gradient there: layer 0 of
+ * a frozen embedding without checkpointing has the recipe's frozen0 variant. */
+static const int16_t *op_saved(const sec_t *st, const gckpt_op *op, int *n)
+{
+    *n = st->frozen_in ? op->nsaved0 : op->nsaved;
+    return st->frozen_in ? op->saved0 : op->saved;
+}
+
+static bool needs_grad(const gckpt_recipe *r, const sec_t *st, int t)
+{
+    return st->frozen_in ? r->t[t].rg0 : r->t[t].requires_grad;
+}
 
 /* ---- instances and memory events ---------------------------------------------------- */
 
@@ -256,6 +271,7 @@ static void init_sec(sec_t *st)
     for (int i = 0; i < GCKPT_MAX_TENSORS; i++) st->pend[i] = -1;
     st->xin = -1;
     st->mask = -1;
+    st->frozen_in = false;
     st->host = 0;
     st->mode = GCKPT_LAYER_PLAIN;
 }
@@ -351,10 +367,18 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
             if (save_only || c->fwd_view[i]) e->seconds = e->flops = 0;
         }
         if (fws >= 0) release(s, o, fws, -1);
-        if (mode != MODE_NOSAVE) {
-            for (int k = 0; k < op->nsaved; k++) s->pool[*slot(s, st, op->saved[k])].saved++;
-            st->saved_reg[i] = op->nsaved > 0;
-        } else {
+        /* ctx attributes (ctx_keep) are kept by the first forward's node, checkpointed or
+         * not; a recompute does not keep them again */
+        bool keep = op->ctx_keep && (mode == MODE_NOSAVE || !(mode == MODE_RECOMPUTE && st->saved_reg[i]));
+        int nsaved;
+        const int16_t *saved = op_saved(st, op, &nsaved);
+        if ((mode != MODE_NOSAVE && !(op->ctx_keep && mode == MODE_RECOMPUTE && st->saved_reg[i])) ||
+            (mode == MODE_NOSAVE && keep)) {
+            for (int k = 0; k < nsaved; k++) s->pool[*slot(s, st, saved[k])].saved++;
+            st->saved_reg[i] = nsaved > 0;
+            /* the instance itself: a recompute makes the tensor again */
+            if (op->ctx_keep && nsaved) st->kept[i] = *slot(s, st, saved[0]);
+        } else if (!(op->ctx_keep && st->saved_reg[i])) {
             st->saved_reg[i] = false;
         }
         for (int k = 0; k < op->nin; k++) {
@@ -473,9 +497,11 @@ static void release_saved(gckpt_sim *s, sec_t *st, int i, gckpt_schedule *o)
 {
     const gckpt_op *op = &s->c->recipe->op[i];
     if (!st->saved_reg[i]) return;
-    for (int k = 0; k < op->nsaved; k++) {
-        int t = op->saved[k];
-        int id = *slot(s, st, t);
+    int nsaved;
+    const int16_t *saved = op_saved(st, op, &nsaved);
+    for (int k = 0; k < nsaved; k++) {
+        int t = saved[k];
+        int id = op->ctx_keep ? st->kept[i] : *slot(s, st, t);
         s->pool[id].saved--;
         try_free(s, o, id, (int16_t)t);
     }
@@ -527,7 +553,7 @@ static void bwd_buffers(gckpt_sim *s, sec_t *st, bwd_op *b, gckpt_schedule *o)
         int t = op->in[k];
         b->dst[k] = -1;
         b->mode[k] = G_NONE;
-        if (!r->t[t].requires_grad) continue;
+        if (!needs_grad(r, st, t)) continue;
         bool dup = false; /* the same tensor twice (q = k = v views): one grad */
         for (int q = 0; q < k; q++) dup |= op->in[q] == t;
         if (dup) continue;
@@ -659,7 +685,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
     for (int i = end - 1; i >= begin; i--) {
         const gckpt_op *op = &r->op[i];
         bool any_in = false;
-        for (int k = 0; k < op->nin; k++) any_in |= r->t[op->in[k]].requires_grad;
+        for (int k = 0; k < op->nin; k++) any_in |= needs_grad(r, st, op->in[k]);
         int gout = op->out[0] >= 0 ? owner(s, st, op->out[0])->grad[op->out[0]] : -1;
         if (any_in && gout >= 0) {
             bwd_op b = {.i = i, .gout = gout, .ws = -1, .promo = -1};
@@ -692,6 +718,10 @@ static void embed_fwd(gckpt_sim *s, gckpt_schedule *o)
     init_sec(&s->head);
     sim_fwd(s, &s->embed, GCKPT_SEC_EMBED, MODE_SAVE, r->sec_end[GCKPT_SEC_EMBED], false, -1, r->embed_out, o);
     s->stream = s->embed.inst[r->embed_out];
+    /* a frozen embedding's output made a leaf by enable_input_require_grads (with
+     * checkpointing only): its AccumulateGrad node holds it until the micro-step ends */
+    if (r->embed_leaf >= 0 && s->ckpt_any && s->embed.inst[r->embed_leaf] >= 0)
+        s->pool[s->embed.inst[r->embed_leaf]].saved++;
 }
 
 /* A checkpointed layer keeps its input: on the device, or copied (with gpt2's positional
@@ -719,6 +749,7 @@ static void layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_sche
     sec_t *st = &s->layer[layer];
     init_sec(st);
     st->mode = mode;
+    st->frozen_in = layer == 0 && mode == GCKPT_LAYER_PLAIN && r->frozen0;
     st->inst[r->block_in] = s->stream;
     st->xin = s->stream;
     keep_layer_input(s, st, o);

@@ -8,7 +8,13 @@
  *     or 0.5 % (pure bf16), the peak in the same phase and region or in one whose
  *     measured bytes come within that tolerance of the peak (a near tie).
  * Prints max / mean errors per family x precision x attention (tools/hf_probe/TABLES.md).
- * Set GCKPT_HF_VERBOSE=1 to print every comparison. */
+ * Set GCKPT_HF_VERBOSE=1 to print every comparison.
+ *
+ * Built a second time as test_hf_peft (HF_PEFT) over the LoRA / QLoRA fixtures of
+ * tests/data/hf-peft (issue 12): parameter and trainable counts (peft's) exact in every
+ * fixture; saved bytes per layer, head and embedding and offloaded bytes exact; the live
+ * peak within 0.5 % except the documented gaps below (peak_gap: int8 with checkpointing,
+ * prepare's reentrant checkpointing); errors printed per family x method x precision. */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -41,10 +47,26 @@ typedef struct {
 static group g_groups[128];
 static int g_ngroups, g_compared, g_not_comparable;
 
+#ifdef HF_PEFT
+static int g_within;
+/* The live peaks the planner does not match within 0.5 % yet (README, "LoRA and QLoRA"):
+ * int8 with checkpointing (its dequantization transients on the CPU, FINDINGS 12.7:
+ * within 0.9 %), prepare_model_for_kbit_training's own reentrant checkpointing (planned as
+ * the non-reentrant call printed: +0.54 %). */
+static bool peak_gap(const hf_fixture *f)
+{
+    return (strstr(f->path, "int8") && f->s.every_n) || strstr(f->path, "-prepare-");
+}
+#endif
+
 static void note(const hf_fixture *f, const hf_cmp *c)
 {
     char key[64];
+#ifdef HF_PEFT
+    snprintf(key, sizeof key, "%-8s %-19s %-6s", f->family, f->precision, f->method);
+#else
     snprintf(key, sizeof key, "%-8s %-19s %-6s", f->family, f->precision, f->attention);
+#endif
     int i = 0;
     while (i < g_ngroups && strcmp(g_groups[i].key, key)) i++;
     if (i == (int)(sizeof g_groups / sizeof *g_groups)) return;
@@ -73,7 +95,17 @@ static void check_fixture(void **state)
     g_compared++;
     note(&f, &c);
     if (getenv("GCKPT_HF_VERBOSE")) hf_print(stdout, &f, &c);
+#ifdef HF_PEFT
+    double tol = 0.005;
+    g_within += fabs(c.e_peak) <= tol;
+    if (!peak_gap(&f) && fabs(c.e_peak) > tol) {
+        hf_print(stdout, &f, &c);
+        fail_msg("%s: live peak %+.3f%% (tolerance 0.5%%)", fx->path, c.e_peak * 100);
+    }
+    if (!c.params_ok || !c.saved_ok || !c.offload_ok) {
+#else
     if (!hf_pass(&f, &c)) {
+#endif
         hf_print(stdout, &f, &c);
         if (!c.params_ok) fail_msg("%s: %llu parameters, planner %llu", fx->path, (unsigned long long)f.params,
                                    (unsigned long long)c.params);
@@ -88,6 +120,38 @@ static void check_fixture(void **state)
                  c.e_after * 100, hf_tolerance(&f) * 100);
     }
 }
+
+#ifdef HF_PEFT
+static fixture *g_fx;
+static size_t g_nfx;
+
+/* The device bytes offload saves: planned peak without offload minus with it equals the
+ * measured difference, for every pair of comparable fixtures that differ only in offload
+ * (llama family: layer 0's input is the frozen embedding's leaf, so offloading it saves
+ * nothing, FINDINGS 12.6). */
+static void offload_saving(void **state)
+{
+    (void)state;
+    static hf_fixture a, b;
+    int pairs = 0;
+    for (size_t i = 0; i < g_nfx; i++) {
+        char other[1024];
+        const char *plain = strstr(g_fx[i].path, "-plain-");
+        if (!plain) continue;
+        snprintf(other, sizeof other, "%.*s-offload-%s", (int)(plain - g_fx[i].path), g_fx[i].path, plain + 7);
+        gckpt_err err;
+        hf_cmp ca, cb;
+        if (!hf_fixture_read(g_fx[i].path, &a, &err) || !hf_fixture_read(other, &b, &err)) continue;
+        if (!a.comparable || !b.comparable || !a.s.every_n) continue;
+        if (!hf_compare(&a, &g_dev, &ca, &err) || !hf_compare(&b, &g_dev, &cb, &err)) fail_msg("%s", err.msg);
+        double measured = a.peak - b.peak, planned = (double)ca.peak - (double)cb.peak;
+        if (measured != planned) fail_msg("%s: offload saves %.0f B, planned %.0f", g_fx[i].path, measured, planned);
+        pairs++;
+    }
+    printf("offload saves exactly the measured device bytes in %d plain/offload pairs\n", pairs);
+    assert_true(pairs >= 24);
+}
+#endif
 
 static int cmp_path(const void *a, const void *b) { return strcmp(((const fixture *)a)->path, ((const fixture *)b)->path); }
 static int cmp_group(const void *a, const void *b) { return strcmp(((const group *)a)->key, ((const group *)b)->key); }
@@ -126,6 +190,14 @@ int main(void)
     size_t cap = 1024, n = 0;
     fixture *fx = malloc(cap * sizeof *fx);
     if (!fx) return 1;
+#ifdef HF_PEFT
+    n = scan(GCKPT_TEST_DATA "/hf-peft", &fx, n, &cap);
+    size_t hand = n;
+    if (n != 229) {
+        fprintf(stderr, "%zu fixtures in %s/hf-peft, 229 expected\n", n, GCKPT_TEST_DATA);
+        return 1;
+    }
+#else
     n = scan(GCKPT_TEST_DATA "/hf", &fx, n, &cap);
     size_t hand = n;
     n = scan(GCKPT_TEST_DATA "/hf-gen", &fx, n, &cap);
@@ -133,17 +205,29 @@ int main(void)
         fprintf(stderr, "no fixtures in %s/hf or %s/hf-gen\n", GCKPT_TEST_DATA, GCKPT_TEST_DATA);
         return 1;
     }
+#endif
     qsort(fx, n, sizeof *fx, cmp_path);
-    struct CMUnitTest *tests = calloc(n, sizeof *tests);
+    struct CMUnitTest *tests = calloc(n + 1, sizeof *tests);
     if (!tests) return 1;
     for (size_t i = 0; i < n; i++) {
         tests[i].name = strrchr(fx[i].path, '/') + 1;
         tests[i].test_func = check_fixture;
         tests[i].initial_state = &fx[i];
     }
-    int rc = _cmocka_run_group_tests("hf_fixtures", tests, n, NULL, NULL);
+    size_t ntests = n;
+#ifdef HF_PEFT
+    g_fx = fx;
+    g_nfx = n;
+    tests[ntests].name = "offload_saving";
+    tests[ntests++].test_func = offload_saving;
+#endif
+    int rc = _cmocka_run_group_tests("hf_fixtures", tests, ntests, NULL, NULL);
     qsort(g_groups, (size_t)g_ngroups, sizeof *g_groups, cmp_group);
+#ifdef HF_PEFT
+    printf("\n| family | precision | method | cases | max peak err | mean peak err | max after-fwd err | mean after-fwd err |\n"
+#else
     printf("\n| family | precision | attention | cases | max peak err | mean peak err | max after-fwd err | mean after-fwd err |\n"
+#endif
            "|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < g_ngroups; i++) {
         const group *g = &g_groups[i];
@@ -152,9 +236,16 @@ int main(void)
         printf("| %s | %s | %s | %d | %.3f %% | %.3f %% | %.3f %% | %.3f %% |\n", fam, prec, attn, g->n,
                g->peak_max * 100, g->peak_sum / g->n * 100, g->after_max * 100, g->after_sum / g->n * 100);
     }
+#ifdef HF_PEFT
+    printf("\n%d of %zu LoRA/QLoRA fixtures compared (%d not comparable: gpt2 under CPU autocast lists, QLoRA with "
+           "CUDA's autocast answer emulated); counts, saved and offloaded bytes exact in all; live peak within 0.5 %% "
+           "in %d (asserted for all but int8 with checkpointing and prepare's reentrant checkpointing)\n",
+           g_compared, hand, g_not_comparable, g_within);
+#else
     printf("\n%d fixtures compared (%zu hand-written, %zu generated); %d gpt2 amp-bf16 fixtures measured with CPU "
            "autocast op lists not compared (their amp-bf16-cudalists twins are)\n",
            g_compared, hand, n - hand, g_not_comparable);
+#endif
     free(tests);
     free(fx);
     return rc;

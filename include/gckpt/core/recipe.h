@@ -21,8 +21,8 @@
 extern "C" {
 #endif
 
-#define GCKPT_MAX_TENSORS 192
-#define GCKPT_MAX_OPS 160
+#define GCKPT_MAX_TENSORS 256 /* the largest recipe: 204 (qwen3 with every bias and q/k norm, eager, dropout, LoRA on all linears under autocast, both modules_to_save copies: test_consistency recipe_limits) */
+#define GCKPT_MAX_OPS 224     /* ... 166 ops */
 #define GCKPT_OP_MAX_IN 4
 #define GCKPT_OP_MAX_SAVED 6
 #define GCKPT_OP_MAX_UNHOLD 16
@@ -75,6 +75,7 @@ typedef struct {
     uint8_t dtype;       /* gckpt_dtype */
     uint8_t role;        /* PARAM: gckpt_param_role */
     bool requires_grad;
+    bool rg0;            /* requires_grad in layer 0 when its input needs no gradient (frozen0) */
     bool fwd_end_free;   /* held until the forward pass ends (autocast cache, returned logits) */
     bool base_end_free;  /* with fwd_end_free: released already when the base model (the
                           * layer stack) returns, before the LM head (attention masks) */
@@ -155,6 +156,8 @@ typedef struct {
     int16_t in[GCKPT_OP_MAX_IN];
     int16_t out[2];               /* out[1] = -1 unless the op has a second output */
     int16_t saved[GCKPT_OP_MAX_SAVED];
+    uint8_t nsaved0;     /* what it saves in layer 0 when its input needs no gradient (frozen0) */
+    int16_t saved0[GCKPT_OP_MAX_SAVED];
     bool grad_alias[GCKPT_OP_MAX_IN]; /* input's grad is the output grad itself (add, view) */
     bool grad_view[GCKPT_OP_MAX_IN];  /* input's grad is a view of a larger result (F.linear's
                                        * reshape / weight transpose): the autograd engine sums
@@ -185,6 +188,14 @@ typedef struct {
     /* Forward temporaries (bytes per b*s*s and per b*s token), allocated with the op's
      * output and freed when it returns (CPU _safe_softmax's isneginf / all masks). */
     uint64_t fws_bBSS, fws_bT;
+    /* Fixed-size temporaries (bytes) of a quantized linear (QLoRA): its dequantized weight
+     * (with the fp32 absmax of double quantization), made in the forward and every
+     * recompute and again in the backward, freed when the op returns (FINDINGS 12.7). */
+    uint64_t fws_fixed, bws_fixed;
+    uint8_t dequant;     /* gckpt_quant_scheme of the weight it dequantizes (0: none) */
+    bool ctx_keep;       /* its saved tensors are kept as ctx attributes, which saved-tensor
+                          * hooks do not see: also in a checkpointed layer's forward, and not
+                          * offloaded (bitsandbytes' int8 ctx.A on the CPU, FINDINGS 12.6) */
 } gckpt_op;
 
 typedef struct {
@@ -194,6 +205,14 @@ typedef struct {
     int nop;
     int sec_begin[GCKPT_NSEC], sec_end[GCKPT_NSEC]; /* op index ranges per section */
     int embed_out;   /* tensor: output of the embedding section = block input of layer 0 */
+    int embed_leaf;  /* tensor: a frozen input embedding's output, or -1. With checkpointing
+                      * transformers' enable_input_require_grads makes it a leaf that requires
+                      * grad, held by its AccumulateGrad node until the backward ends
+                      * (FINDINGS 12.1, 12.6: offloading llama's layer 0 frees nothing) */
+    bool frozen0;    /* without checkpointing (no hook) layer 0's input, the frozen
+                      * embedding's output, needs no gradient: the block ops' saved0 and
+                      * the tensors' rg0 say what layer 0 then saves and differentiates
+                      * (FINDINGS 12.5, "Layer 0 without checkpointing") */
     int block_in;    /* tensor: the block's input (hidden_states) */
     int block_out;   /* tensor: the block's output */
     int head_in;     /* tensor: the head's input */
@@ -202,6 +221,10 @@ typedef struct {
     bool mask_positional; /* the mask is a positional block input: checkpointed (and offloaded) with it */
     uint8_t stream_dtype, compute_dtype, param_dtype, grad_dtype; /* gckpt_dtype */
     bool amp;
+    /* QLoRA: how the NF4 / I8 parameters are stored (gckpt/core/quant_layout.h) */
+    uint8_t quant;         /* gckpt_quant_scheme */
+    bool double_quant;
+    uint8_t quant_storage; /* gckpt_dtype */
     /* For the closed form: elements of the checkpointed input per token (= hidden). */
     uint64_t hidden;
 } gckpt_recipe;
@@ -230,6 +253,10 @@ void gckpt_recipe_build(const gckpt_model *m, gckpt_precision p, gckpt_attention
                         gckpt_recipe *r);
 void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_attention a,
                                gckpt_target target, gckpt_recipe *r);
+/* ... under a fine-tuning method (NULL: full fine-tuning; gckpt/core/peft.h). QLoRA:
+ * prepare_model_for_kbit_training's fp32 parameters and residual stream whatever p. */
+void gckpt_recipe_build_peft(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
+                             const gckpt_peft *peft, gckpt_recipe *r);
 
 /* Elements / bytes of tensor i for micro-batch b and sequence s; false on overflow (also
  * when b x s x s overflows, whatever the tensor: attention grows with it). */

@@ -32,10 +32,17 @@ typedef enum {
     GCKPT_C_WEIGHT_CASTS, /* autocast's low-precision weight copies (AMP) */
     GCKPT_C_OPT_TEMP,     /* optimizer-step temporaries */
     GCKPT_C_WORKSPACE,    /* cuBLAS workspace */
+    GCKPT_C_QUANT_WEIGHTS, /* QLoRA: the packed 4-bit / int8 base weights (not in weights) */
+    GCKPT_C_QUANT_STATS,   /* QLoRA: their quantization statistics (absmax, code books, SCB) */
+    GCKPT_C_PAGED_STATES,  /* paged optimizers: states in CUDA managed memory, outside the
+                            * allocator (torch.cuda.max_memory_allocated does not see them) */
     GCKPT_NCOMP
 } gckpt_component;
 
 extern const char *const gckpt_component_names[GCKPT_NCOMP];
+/* Components a plan writes and reads only when they hold bytes (QLoRA's, paged states), so that
+ * gckpt.plan/1 files without them stay valid. */
+static inline bool gckpt_component_optional(int k) { return k >= GCKPT_C_QUANT_WEIGHTS; }
 
 /* ---- events ---------------------------------------------------------------------------- */
 
@@ -184,6 +191,8 @@ typedef struct {
     gckpt_params params;                 /* the parameter state table */
     /* persistent state, bytes (the table's totals), and the cuBLAS workspace */
     uint64_t weights, grads, opt_states, opt_temp, workspace;
+    uint64_t quant_weights, quant_stats; /* QLoRA's packed weights and statistics (not in weights) */
+    uint64_t paged_states;               /* paged optimizer states (not in opt_states) */
     double opt_seconds;                  /* one optimizer step */
     /* each op at this setting: forward [0] and backward [1] seconds, matmul FLOPs and
      * workspace bytes; the backward's promoted copies (CPU target) */
@@ -206,6 +215,8 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
 uint64_t gckpt_layer_saved_bytes(const gckpt_ctx *c);
 /* The same for any section (embedding, block, head). */
 uint64_t gckpt_section_saved_bytes(const gckpt_ctx *c, int sec);
+/* ... of layer 0 when its input needs no gradient (recipe frozen0; else as the others). */
+uint64_t gckpt_layer0_frozen_saved_bytes(const gckpt_ctx *c);
 
 /* Build the steady-state step of c's setting: its segments in order (gckpt_step_next)
  * with their events. false when out of memory. */

@@ -72,10 +72,28 @@ def inputs():
     small = randn(16, 64)                               # 16 whole blocks
     partial = randn(3, 50)                              # 150 = 2 blocks + 22
     odd = randn(5, 7)                                   # 35: odd count, odd last dimension
+    # 80 = a whole block + a partial one, each holding the pair (a, x) with x / a exactly on
+    # fp4's midpoint 0.0859375 and x * (1 / a) one ulp above: whole blocks multiply by the
+    # reciprocal, the partial one divides, and the two take different codes
+    tie = randn(2, 40).view(-1)
+    tie *= 0.004                                        # below the pair's 0.000427 (bf16 randn * 0.02 * 0.004 < 3.3e-4 here)
+    for at in (0, BLOCK):
+        tie[at], tie[at + 1] = 0.00042724609375, 3.6716461181640625e-05
+    tie = tie.view(2, 40)
     return [("w130x128", big, ["nf4:dq", "fp4:dq"], False),
             ("w16x64", small, ["nf4:dq", "nf4:plain", "fp4:dq", "fp4:plain"], True),
             ("w3x50", partial, ["nf4:dq", "nf4:plain", "fp4:dq", "fp4:plain"], True),
-            ("w5x7", odd, ["nf4:dq", "nf4:plain", "fp4:dq", "fp4:plain"], True)]
+            ("w5x7", odd, ["nf4:dq", "nf4:plain", "fp4:dq", "fp4:plain"], True),
+            ("w2x40_tie", tie, ["fp4:plain", "fp4:dq"], True)]
+
+
+def write_json(path: str, fx: dict) -> int:
+    """Write a fixture as indented JSON; returns its size in bytes."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    text = json.dumps(fx, indent=1) + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+    return len(text)
 
 
 def unpack(packed: torch.Tensor, n: int) -> torch.Tensor:
@@ -146,6 +164,8 @@ def variant(w, qtype, dq, fp32_out):
     if n % BLOCK:
         am = torch.cat([am, x[full:].abs().amax().reshape(1)])
     scaled = torch.clamp(x * (1.0 / am.clamp(min=1e-38)).repeat_interleave(BLOCK)[:n], -1, 1)
+    if n % BLOCK:  # the partial last block divides (w2x40_tie tells the two apart)
+        scaled[full:] = torch.clamp(x[full:] / am[-1].clamp(min=1e-38), -1, 1)
     order = torch.argsort(code)
     mid = (code[order[:-1]] + code[order[1:]]) / 2
     rule = order[(scaled[:, None] > mid[None, :]).sum(1)]
@@ -196,7 +216,9 @@ def main(argv=None):
         },
         "algorithm": [
             "flatten row-major; blocks of 64; absmax[b] = max |x| over the block (fp32, from the bf16 input)",
-            "scaled = clamp(x * (1 / max(absmax, 1e-38)), -1, 1) in fp32 (a multiply by the reciprocal)",
+            "scaled = clamp(x * (1 / max(absmax, 1e-38)), -1, 1) in fp32 (a multiply by the reciprocal); the "
+            "partial last block: clamp(x / max(absmax, 1e-38), -1, 1) (a division), and its stored absmax is the "
+            "clamped one",
             "code = index of the nearest code book value: torch.bucketize against the midpoints of the sorted "
             "code book, right=False (a value equal to a midpoint takes the lower one); fp4 maps the sorted index "
             "to its bit pattern",
@@ -215,11 +237,8 @@ def main(argv=None):
         },
         "tensors": tensors,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    text = json.dumps(fx, indent=1) + "\n"
-    with open(a.out, "w") as f:
-        f.write(text)
-    print(f"{a.out}: {len(text)} bytes, {sum(len(t['variants']) for t in tensors)} variants")
+    size = write_json(a.out, fx)
+    print(f"{a.out}: {size} bytes, {sum(len(t['variants']) for t in tensors)} variants")
     return 0
 
 

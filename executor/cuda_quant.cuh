@@ -1,5 +1,5 @@
-// The CUDA dequantization of bitsandbytes' 4-bit weights (QLoRA): the stored pieces on the
-// device and the launcher. The scalar decode is gckpt/executor/quant_math.h, shared with
+// The CUDA dequantization of bitsandbytes' quantized weights (QLoRA's 4-bit, int8): the
+// stored pieces on the device and the launchers. The scalar decode is gckpt/executor/quant_math.h, shared with
 // the host dequantizer (quant4.c).
 #ifndef GCKPT_CUDA_QUANT_CUH
 #define GCKPT_CUDA_QUANT_CUH
@@ -23,5 +23,10 @@ struct gckpt_q4_dev {
 // out[0..n) in dt (GCKPT_DT_F32 / BF16 / F16) = code[q] * scale in fp32, rounded to nearest
 // even; enqueued on stream. Unverified on a GPU (compiled only).
 cudaError_t gckpt_cuda_q4_dequant(cudaStream_t stream, const gckpt_q4_dev *w, uint64_t n, uint8_t dt, void *out);
+
+// out[rows x cols] in dt = cb * (scb[row] * (1 / 127)) in fp32, rounded to nearest even;
+// enqueued on stream. Unverified on a GPU (compiled only).
+cudaError_t gckpt_cuda_q8_dequant(cudaStream_t stream, const int8_t *cb, const float *scb, uint64_t rows,
+                                  uint64_t cols, uint8_t dt, void *out);
 
 #endif

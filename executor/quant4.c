@@ -293,6 +293,14 @@ bool gckpt_q4_quantize(gckpt_quant_scheme t, const float *x, uint64_t n, const g
 
 /* ---- dequantizer ----------------------------------------------------------------------- */
 
+bool gckpt_quant_out_ok(gckpt_dtype dt, const char *who, gckpt_err *err)
+{
+    if (dt == GCKPT_DT_F32 || dt == GCKPT_DT_BF16 || dt == GCKPT_DT_F16) return true;
+    gckpt_seterr(err, "%s: output dtype %s (expected f32, bf16 or f16)", who,
+                 (unsigned)dt < GCKPT_NDT ? gckpt_dtype_names[dt] : "?");
+    return false;
+}
+
 static bool finite_stats(const gckpt_q4_store *in, uint64_t nb, gckpt_err *err)
 {
     const float *v = in->absmax_u8 ? in->absmax2 : in->absmax;
@@ -319,24 +327,17 @@ bool gckpt_q4_dequantize(gckpt_quant_scheme t, const gckpt_q4_store *in, uint64_
         gckpt_seterr(err, "4-bit dequantizer: %s", n == 0 ? "a weight of 0 elements" : "a missing buffer");
         return false;
     }
-    if (dt != GCKPT_DT_F32 && dt != GCKPT_DT_BF16 && dt != GCKPT_DT_F16) {
-        gckpt_seterr(err, "4-bit dequantizer: output dtype %s (expected f32, bf16 or f16)",
-                     (unsigned)dt < GCKPT_NDT ? gckpt_dtype_names[dt] : "?");
-        return false;
-    }
+    if (!gckpt_quant_out_ok(dt, "4-bit dequantizer", err)) return false;
     uint64_t nb = (n + GCKPT_QUANT_BLOCK - 1) / GCKPT_QUANT_BLOCK;
     if (!finite_stats(in, nb, err)) return false;
     const float *code = gckpt_q4_codebook(t), *dyn = gckpt_q4_dynamic_map();
     float offset = in->absmax_u8 ? *in->offset : 0.0f;
+    gckpt_xt o = {out, n, (uint8_t)dt, n, 1};
     for (uint64_t b = 0; b < nb; b++) {
         float scale = gckpt_q4_block_scale(b, in->absmax, in->absmax_u8, dyn, in->absmax2, offset);
         uint64_t i1 = (b + 1) * GCKPT_QUANT_BLOCK < n ? (b + 1) * GCKPT_QUANT_BLOCK : n;
-        for (uint64_t i = b * GCKPT_QUANT_BLOCK; i < i1; i++) {
-            float v = gckpt_q4_value(code[gckpt_q4_code_at(in->packed, i)], scale);
-            if (dt == GCKPT_DT_F32) ((float *)out)[i] = v;
-            else if (dt == GCKPT_DT_BF16) ((uint16_t *)out)[i] = f32_to_bf16(v);
-            else ((uint16_t *)out)[i] = f32_to_f16(v);
-        }
+        for (uint64_t i = b * GCKPT_QUANT_BLOCK; i < i1; i++)
+            st(&o, i, gckpt_q4_value(code[gckpt_q4_code_at(in->packed, i)], scale));
     }
     return true;
 }

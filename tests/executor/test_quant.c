@@ -18,6 +18,7 @@
 
 #include "gckpt/core/quant_layout.h"
 #include "gckpt/executor/quant4.h"
+#include "gckpt/executor/quant8.h"
 #include "gckpt/util/jsonget.h"
 #include "host_num.h"
 
@@ -262,6 +263,88 @@ static void test_fixture_tensors(void **state)
     assert_int_equal(variants, 16);
 }
 
+/* int8 (Linear8bitLt) of every fixture tensor: CB and SCB bytes at gckpt_quant_layout_of's
+ * sizes, the fp32 and bf16 dequantization of MatMul8bitFp bit for bit */
+static void test_int8(void **state)
+{
+    (void)state;
+    const cJSON *t;
+    int tensors = 0;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(fx, "tensors")) {
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape"),
+                    *q = cJSON_GetObjectItemCaseSensitive(t, "int8");
+        uint64_t rows = (uint64_t)cJSON_GetArrayItem(shape, 0)->valuedouble,
+                 cols = (uint64_t)cJSON_GetArrayItem(shape, 1)->valuedouble, n = rows * cols;
+        gckpt_quant_layout l;
+        assert_int_equal(gckpt_quant_layout_of(GCKPT_QUANT_INT8, rows, cols, 0, GCKPT_DT_U8, &l), 0);
+        const cJSON *sb = cJSON_GetObjectItemCaseSensitive(q, "stored_bytes");
+        assert_int_equal(l.weight.bytes, num(sb, "weight"));
+        assert_int_equal(l.stat[GCKPT_QS_SCB].bytes, num(sb, "SCB"));
+        size_t len;
+        uint8_t *bits = hex(t, "data", &len);
+        float *x = malloc(n * sizeof *x), *scb = malloc(l.stat[GCKPT_QS_SCB].bytes), *f = malloc(4 * n);
+        int8_t *cb = malloc(l.weight.bytes);
+        uint16_t *bf = malloc(2 * n);
+        for (uint64_t i = 0; i < n; i++) x[i] = bf16_to_f32((uint16_t)(bits[2 * i] | bits[2 * i + 1] << 8));
+        gckpt_err err = {{0}};
+        assert_true(gckpt_q8_quantize(x, rows, cols, cb, scb, &err));
+        uint8_t *want = hex(q, "CB", &len);
+        assert_int_equal(len, l.weight.bytes);
+        assert_memory_equal(cb, want, len);
+        free(want);
+        want = hex(q, "SCB_f32", &len);
+        assert_memory_equal(scb, want, len);
+        free(want);
+        assert_true(gckpt_q8_dequantize(cb, scb, rows, cols, GCKPT_DT_F32, f, &err));
+        want = hex(q, "dequant_f32", &len);
+        assert_memory_equal(f, want, len);
+        free(want);
+        assert_true(gckpt_q8_dequantize(cb, scb, rows, cols, GCKPT_DT_BF16, bf, &err));
+        want = hex(q, "dequant_bf16", &len);
+        assert_memory_equal(bf, want, len);
+        free(want);
+        printf("# %-9s int8: CB %llu B, SCB %llu B, dequantized fp32 and bf16 equal\n",
+               cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring, (unsigned long long)l.weight.bytes,
+               (unsigned long long)l.stat[GCKPT_QS_SCB].bytes);
+        free(bits);
+        free(x);
+        free(scb);
+        free(f);
+        free(cb);
+        free(bf);
+        tensors++;
+    }
+    assert_int_equal(tensors, 5);
+}
+
+static void test_int8_hostile(void **state)
+{
+    (void)state;
+    gckpt_err err = {{0}};
+    float w[6] = {0, 0, 0, 0.5f, -0.25f, 0.125f}, scb[2], out[6];
+    int8_t cb[6];
+    assert_true(gckpt_q8_quantize(w, 2, 3, cb, scb, &err));
+    assert_true(scb[0] == 0.0f && cb[0] == 0 && cb[1] == 0 && cb[2] == 0); /* a zero row */
+    assert_true(scb[1] == 0.5f && cb[3] == 127 && cb[4] == -64 && cb[5] == 32); /* -63.5 and 31.75 round to even */
+    assert_false(gckpt_q8_quantize(w, 0, 3, cb, scb, &err));
+    assert_non_null(strstr(err.msg, "0 x 3"));
+    w[4] = 70000.0f;
+    assert_false(gckpt_q8_quantize(w, 2, 3, cb, scb, &err));
+    assert_string_equal(err.msg, "int8 quantizer: element 4 is beyond fp16's range");
+    w[4] = NAN;
+    assert_false(gckpt_q8_quantize(w, 2, 3, cb, scb, &err));
+    assert_string_equal(err.msg, "int8 quantizer: element 4 is NaN");
+    scb[1] = -1.0f;
+    assert_false(gckpt_q8_dequantize(cb, scb, 2, 3, GCKPT_DT_F32, out, &err));
+    assert_string_equal(err.msg, "int8 dequantizer: SCB[1] is negative");
+    scb[1] = INFINITY;
+    assert_false(gckpt_q8_dequantize(cb, scb, 2, 3, GCKPT_DT_F32, out, &err));
+    assert_string_equal(err.msg, "int8 dequantizer: SCB[1] is not finite");
+    scb[1] = 1.0f;
+    assert_false(gckpt_q8_dequantize(cb, scb, 2, 3, GCKPT_DT_U8, out, &err));
+    assert_non_null(strstr(err.msg, "output dtype"));
+}
+
 /* torch's fp32 mean (one thread) of exact vectors of 13 lengths, 1 to 300,001
  * (tests/data/quant/torch_mean.json, tools/hf_probe/mean_fixture.py): equal bits; a
  * left-to-right sum gives other bits at some lengths, so the order is what is tested */
@@ -351,6 +434,8 @@ int main(void)
         cmocka_unit_test(test_fixture_tensors),
         cmocka_unit_test(test_mean_order),
         cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_int8),
+        cmocka_unit_test(test_int8_hostile),
     };
     return cmocka_run_group_tests(tests, load, unload);
 }

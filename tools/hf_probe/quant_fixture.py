@@ -15,6 +15,8 @@ Sources (bitsandbytes 0.50.2, site-packages):
                path); nested: functional.py quantize_4bit (compress_statistics) ->
                quantize_blockwise(absmax - absmax.mean(), blocksize=256) -> backends/cpu/ops.py
                (C kernel cquantize_blockwise_cpu_fp32)
+  int8         nn/modules.py Int8Params._quantize -> functional.int8_vectorwise_quant (backends/default/
+               ops.py, no CPU kernel); dequantization as autograd/_functions.py MatMul8bitFp writes it
   dequantize   backends/cpu/ops.py dequantize_4bit (C kernels cdequantize_blockwise_cpu_{nf4,fp4}_
                {fp32,bf16}; an odd last dimension falls back to backends/default/ops.py
                _dequantize_4bit_compute), nested absmax: dequantize_blockwise + offset
@@ -177,6 +179,22 @@ def variant(w, qtype, dq, fp32_out):
     return out
 
 
+def int8(w):
+    """Linear8bitLt's weight (int8 row-wise, bitsandbytes' CPU training path): Int8Params._quantize
+    (nn/modules.py) quantizes the weight converted to fp16 with int8_vectorwise_quant (backends/
+    default/ops.py: SCB = row absmax in fp32, CB = round(A * (127 / SCB)) as int8); MatMul8bitFp
+    (autograd/_functions.py) dequantizes with CB.to(dtype).mul_(SCB.unsqueeze(1).mul(1.0 / 127.0))
+    in forward and backward."""
+    import bitsandbytes.functional as F
+
+    CB, SCB, _ = F.int8_vectorwise_quant(w.contiguous().to(torch.float16))
+    out = {"CB": hx(CB), "SCB_f32": hx(SCB), "stored_bytes": {"weight": CB.untyped_storage().nbytes(),
+                                                              "SCB": SCB.untyped_storage().nbytes()}}
+    for dt, key in ((torch.float32, "dequant_f32"), (torch.bfloat16, "dequant_bf16")):
+        out[key] = hx(CB.to(dt).mul_(SCB.unsqueeze(1).mul(1.0 / 127.0)))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=OUT)
@@ -191,6 +209,7 @@ def main(argv=None):
         for v in variants:
             qtype, mode = v.split(":")
             t["variants"].append(variant(w, qtype, mode == "dq", fp32_out))
+        t["int8"] = int8(w)
         tensors.append(t)
     dyn = F.create_dynamic_map(signed=True)
     fx = {
@@ -229,6 +248,9 @@ def main(argv=None):
             "code = nearest map entry of (absmax - offset) / absmax2[j], stored uint8",
             "dequantize: scale[b] = dynamic[absmax_u8[b]] * absmax2[b / 256] + offset (double quantization) or "
             "absmax[b]; w = code_book[q] * scale[b] in fp32; bf16 output = round-to-nearest-even of that fp32",
+            "int8 (each tensor's int8: Linear8bitLt): the weight converted to fp16; SCB[r] = max |w| over row r "
+            "(fp32); CB = round-half-even(w * (127 / SCB[r])) as int8; dequantize: CB * (SCB[r] * (1 / 127)) in "
+            "fp32, rounded to the compute dtype",
         ],
         "codebooks": {
             "nf4": {"values": F.get_4bit_type("nf4", device="cpu").tolist(), "f32": hx(F.get_4bit_type("nf4", device="cpu"))},

@@ -55,6 +55,9 @@ bool gckpt_q4_dequantize(gckpt_quant_scheme t, const gckpt_q4_store *in, uint64_
 uint8_t gckpt_q4_dynamic_code(float v);
 uint8_t gckpt_q4_dynamic_nearest(float v);
 
+/* Whether dt is a dequantizer's output dtype (f32, bf16, f16); else err says so for who. */
+bool gckpt_quant_out_ok(gckpt_dtype dt, const char *who, gckpt_err *err);
+
 /* torch.mean of a contiguous fp32 vector on the CPU with one thread, in torch's summation
  * order (the offset of double quantization). */
 float gckpt_torch_mean_f32(const float *x, uint64_t n);

@@ -1,8 +1,8 @@
-/* The scalar decode math of bitsandbytes' 4-bit weights (QLoRA's NF4 / FP4), compiled for
- * the host dequantizer (C) and the CUDA dequantization kernel (__host__ __device__): where
- * an element's code sits in the packed bytes, the block scale with and without double
- * quantization, and the dequantized fp32 value. The code books, the quantizer and the
- * layout rules are gckpt/executor/quant4.h. (executor) */
+/* The scalar decode math of bitsandbytes' quantized weights (QLoRA's 4-bit NF4 / FP4 and
+ * the int8 Linear8bitLt), compiled for the host dequantizers (C) and the CUDA
+ * dequantization kernels (__host__ __device__): where a 4-bit code sits in the packed
+ * bytes, the block or row scale, and the dequantized fp32 value. The code books and the
+ * quantizers are gckpt/executor/quant4.h and quant8.h. (executor) */
 #ifndef GCKPT_QUANT_MATH_H
 #define GCKPT_QUANT_MATH_H
 
@@ -50,6 +50,29 @@ GCKPT_HD float gckpt_q4_block_scale(uint64_t b, const float *absmax, const uint8
 {
     if (!absmax_u8) return absmax[b];
     return gckpt_q4_nested_scale(dyn[absmax_u8[b]], absmax2[b / GCKPT_QUANT_NESTED_BLOCK], offset);
+}
+
+/* ---- int8 (Linear8bitLt) ------------------------------------------------------------ */
+
+/* Row r's scale: SCB[r] * (1 / 127) in fp32 (MatMul8bitFp: SCB.unsqueeze(1).mul(1.0 / 127.0)) */
+GCKPT_HD float gckpt_q8_row_scale(float scb)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(scb, 1.0f / 127.0f);
+#else
+    return scb * (1.0f / 127.0f);
+#endif
+}
+
+/* An int8 element's dequantized value: CB.to(dtype).mul_(scale), computed in fp32 (then
+ * rounded to the compute dtype by the caller) */
+GCKPT_HD float gckpt_q8_value(int8_t q, float row_scale)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn((float)q, row_scale);
+#else
+    return (float)q * row_scale;
+#endif
 }
 
 #endif

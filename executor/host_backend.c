@@ -84,7 +84,7 @@ static gckpt_xstatus h_init(gckpt_backend *be, gckpt_xt t, gckpt_init how, float
 {
     (void)be;
     for (uint64_t i = 0; i < t.n; i++)
-        st(&t, i, how == GCKPT_INIT_CONST ? scale : (2.0f * gckpt_rng_unit(key, i) - 1.0f) * scale);
+        st(&t, i, how == GCKPT_INIT_CONST ? scale : gckpt_rng_uniform(key, i, scale));
     return GCKPT_XS_OK;
 }
 

@@ -11,12 +11,15 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
 #include "gckpt/core/quant_layout.h"
+#include "gckpt/executor/exec_host.h"
+#include "gckpt/executor/exec_quant.h"
 #include "gckpt/executor/quant4.h"
 #include "gckpt/executor/quant8.h"
 #include "gckpt/util/jsonget.h"
@@ -345,6 +348,84 @@ static void test_int8_hostile(void **state)
     assert_non_null(strstr(err.msg, "output dtype"));
 }
 
+/* The executor's setup path for a quantized weight on the host backend: every piece of the
+ * layout uploaded, equal to quantizing the returned loaded values directly, and the
+ * dequantized weight within half a code step of them */
+static void fill_one(gckpt_backend *be, gckpt_quant_scheme sc, int dq, uint64_t rows, uint64_t cols)
+{
+    gckpt_quant_layout l;
+    assert_int_equal(gckpt_quant_layout_of(sc, rows, cols, dq, GCKPT_DT_U8, &l), 0);
+    gckpt_qbufs b = {0};
+    assert_int_equal(be->alloc(be, GCKPT_MEM_DEVICE, l.weight.bytes, &b.weight), GCKPT_XS_OK);
+    for (int k = 0; k < GCKPT_NQS; k++)
+        if (l.stat[k].numel) assert_int_equal(be->alloc(be, GCKPT_MEM_DEVICE, l.stat[k].bytes, &b.stat[k]), GCKPT_XS_OK);
+    uint64_t n = rows * cols;
+    float *v = malloc(n * sizeof *v), *back = malloc(n * sizeof *back);
+    gckpt_err err = {{0}};
+    assert_int_equal(gckpt_quant_fill(be, &l, rows, cols, 42, 0.0346f, GCKPT_DT_BF16, &b, v, &err), GCKPT_XS_OK);
+    for (uint64_t i = 0; i < n; i++) /* the loaded bf16 values of the init */
+        assert_true(v[i] == bf16_to_f32(f32_to_bf16(gckpt_rng_uniform(42, i, 0.0346f))));
+    float worst = 0.0f;
+    if (sc == GCKPT_QUANT_INT8) {
+        int8_t *cb = malloc(n);
+        float *scb = malloc(4 * rows);
+        assert_true(gckpt_q8_quantize(v, rows, cols, cb, scb, &err));
+        assert_memory_equal(cb, b.weight, n);
+        assert_memory_equal(scb, b.stat[GCKPT_QS_SCB], 4 * rows);
+        assert_true(gckpt_q8_dequantize(b.weight, b.stat[GCKPT_QS_SCB], rows, cols, GCKPT_DT_F32, back, &err));
+        for (uint64_t i = 0; i < n; i++) worst = fmaxf(worst, fabsf(back[i] - v[i]) / (scb[i / cols] / 127.0f));
+        free(cb);
+        free(scb);
+    } else {
+        gckpt_q4_store st = {b.weight, dq ? NULL : b.stat[GCKPT_QS_ABSMAX], dq ? b.stat[GCKPT_QS_ABSMAX] : NULL,
+                             b.stat[GCKPT_QS_NESTED_ABSMAX], b.stat[GCKPT_QS_OFFSET]};
+        uint8_t *packed = malloc(l.weight.bytes), *u8 = malloc(l.blocks);
+        float *absmax = malloc(4 * l.blocks), *raw = malloc(4 * l.blocks), a2[4], off;
+        gckpt_q4_store mine = {packed, dq ? NULL : absmax, dq ? u8 : NULL, a2, &off};
+        assert_true(gckpt_q4_quantize(sc, v, n, &mine, raw, &err));
+        assert_memory_equal(packed, b.weight, l.weight.bytes);
+        assert_memory_equal(dq ? (void *)u8 : (void *)absmax, b.stat[GCKPT_QS_ABSMAX], l.stat[GCKPT_QS_ABSMAX].bytes);
+        free(packed);
+        free(u8);
+        free(absmax);
+        free(raw);
+        assert_memory_equal(b.stat[GCKPT_QS_CODE], gckpt_q4_codebook(sc), 64);
+        if (dq) assert_memory_equal(b.stat[GCKPT_QS_NESTED_CODE], gckpt_q4_dynamic_map(), 1024);
+        assert_true(gckpt_q4_dequantize(sc, &st, n, GCKPT_DT_F32, back, &err));
+        /* within the widest half-gap of the code book (nf4: 0.1386, fp4: 0.1667) times the
+         * block's absmax, plus the nested absmax's own error under double quantization */
+        for (uint64_t i = 0; i < n; i++) worst = fmaxf(worst, fabsf(back[i] - v[i]) / 0.0346f);
+    }
+    printf("# fill %s%s %llux%llu: largest error %.4f of %s\n", gckpt_quant_names[sc], dq ? " dq" : "",
+           (unsigned long long)rows, (unsigned long long)cols, (double)worst,
+           sc == GCKPT_QUANT_INT8 ? "a code step" : "the init's range");
+    assert_true(sc == GCKPT_QUANT_INT8 ? worst <= 0.5f + 1e-3f : worst < 0.2f);
+    be->release(be, GCKPT_MEM_DEVICE, b.weight, l.weight.bytes);
+    for (int k = 0; k < GCKPT_NQS; k++)
+        if (b.stat[k]) be->release(be, GCKPT_MEM_DEVICE, b.stat[k], l.stat[k].bytes);
+    free(v);
+    free(back);
+}
+
+static void test_quant_fill(void **state)
+{
+    (void)state;
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    assert_non_null(be);
+    fill_one(be, GCKPT_QUANT_NF4, 1, 176, 64);
+    fill_one(be, GCKPT_QUANT_NF4, 0, 3, 50);
+    fill_one(be, GCKPT_QUANT_FP4, 1, 130, 128);
+    fill_one(be, GCKPT_QUANT_INT8, 0, 64, 176);
+    /* a layout of another shape is refused before anything is written */
+    gckpt_quant_layout l;
+    assert_int_equal(gckpt_quant_layout_of(GCKPT_QUANT_NF4, 64, 64, 1, GCKPT_DT_U8, &l), 0);
+    gckpt_qbufs b = {0};
+    gckpt_err err = {{0}};
+    assert_int_equal(gckpt_quant_fill(be, &l, 64, 65, 1, 0.02f, GCKPT_DT_BF16, &b, NULL, &err), GCKPT_XS_ERROR);
+    assert_non_null(strstr(err.msg, "64 x 65"));
+    be->destroy(be);
+}
+
 /* torch's fp32 mean (one thread) of exact vectors of 13 lengths, 1 to 300,001
  * (tests/data/quant/torch_mean.json, tools/hf_probe/mean_fixture.py): equal bits; a
  * left-to-right sum gives other bits at some lengths, so the order is what is tested */
@@ -436,6 +517,7 @@ int main(void)
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_int8),
         cmocka_unit_test(test_int8_hostile),
+        cmocka_unit_test(test_quant_fill),
     };
     return cmocka_run_group_tests(tests, load, unload);
 }

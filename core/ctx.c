@@ -74,6 +74,7 @@ static bool fwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
         return false;
     if (op->fws_bT && (!gckpt_mul(op->fws_bT, c->tokens, &y) || !gckpt_add(x, gckpt_round_up(y, c->dev->alloc_round_bytes), &x)))
         return false;
+    if (op->fws_fixed && !gckpt_add(x, gckpt_round_up(op->fws_fixed, c->dev->alloc_round_bytes), &x)) return false;
     *out = x;
     return true;
 }
@@ -86,6 +87,7 @@ static bool bwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
     x = gckpt_round_up(x, c->dev->alloc_round_bytes);
     if (op->bws_in && (!gckpt_mul(op->bws_in, c->tbytes[op->in[0]], &y) || !gckpt_add(x, y, &x))) return false;
     if (op->bws_out && (!gckpt_mul(op->bws_out, c->tbytes[op->out[0]], &y) || !gckpt_add(x, y, &x))) return false;
+    if (op->bws_fixed && !gckpt_add(x, gckpt_round_up(op->bws_fixed, c->dev->alloc_round_bytes), &x)) return false;
     *out = x;
     return true;
 }
@@ -108,7 +110,7 @@ static bool section_bound(const gckpt_ctx *c, int sec, uint64_t *out)
         for (int k = 0; k < op->nin; k++) {
             const gckpt_tensor *t = &r->t[op->in[k]];
             if (t->kind == GCKPT_T_PARAM) {
-                if (!gckpt_mul(gckpt_param_numel(r, op->in[k]), gckpt_dtype_size((gckpt_dtype)r->grad_dtype), &x) ||
+                if (!gckpt_mul(gckpt_param_numel(r, op->in[k]), gckpt_dtype_size((gckpt_dtype)t->dtype) + 4, &x) ||
                     !gckpt_add(x, c->dev->alloc_round_bytes, &x) || !gckpt_mul(x, 2, &x))
                     return false;
             } else if (!gckpt_mul(c->tbytes[op->in[k]], 9, &x)) {
@@ -193,7 +195,7 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
      * optimizer states; block tensors repeat per layer (the parameter state table) */
     bool overflow;
     if (!gckpt_params_build(r, m->layers, s->optimizer, d->alloc_round_bytes, &c->params, &overflow, err)) return false;
-    c->weights = c->params.weight_bytes;
+    c->weights = c->params.weight_bytes + c->params.stats_bytes; /* statistics: resident with their weights */
     c->grads = c->params.grad_bytes;
     c->opt_states = c->params.state_bytes;
     c->opt_temp = c->params.temp_bytes;

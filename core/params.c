@@ -51,6 +51,27 @@ static void optimizer_states(gckpt_optimizer o, const gckpt_recipe *r, gckpt_par
     }
 }
 
+/* A quantized weight's storage and statistics as bitsandbytes keeps them (the recipe's
+ * scheme; gckpt_quant_layout_of), each piece its own allocation. */
+static bool quantized(const gckpt_recipe *r, gckpt_param *p, uint64_t round, gckpt_err *err)
+{
+    gckpt_quant_layout *l = &p->quant.layout;
+    gckpt_quant_scheme sc = p->weight.dtype == GCKPT_DT_I8 ? GCKPT_QUANT_INT8 : (gckpt_quant_scheme)r->quant;
+    if (gckpt_quant_layout_of(sc, p->rows, p->cols, r->double_quant, (gckpt_dtype)r->quant_storage, l)) {
+        gckpt_seterr(err, "%s [%llu, %llu]: no %s storage in %s", p->name, (unsigned long long)p->rows,
+                     (unsigned long long)p->cols, gckpt_quant_names[sc], gckpt_dtype_names[r->quant_storage]);
+        return false;
+    }
+    p->quant.scheme = (uint8_t)sc;
+    p->quant.block = l->block;
+    p->weight = (gckpt_buffer){l->weight.dtype, l->weight.numel, gckpt_round_up(l->weight.bytes, round)};
+    uint64_t alloc = 0;
+    for (int k = 0; k < GCKPT_NQS; k++)
+        if (l->stat[k].numel) alloc += gckpt_round_up(l->stat[k].bytes, round);
+    p->quant.stats = (gckpt_buffer){GCKPT_DT_U8, l->stats_bytes, alloc};
+    return true;
+}
+
 /* copies x bytes added to *sum; false on overflow */
 static bool add_copies(uint64_t *sum, uint64_t copies, uint64_t bytes)
 {
@@ -63,6 +84,7 @@ bool gckpt_params_build(const gckpt_recipe *r, uint64_t layers, gckpt_optimizer 
 {
     out->n = 0;
     out->weight_bytes = out->grad_bytes = out->state_bytes = out->temp_bytes = out->numel = 0;
+    out->quant_bytes = out->stats_bytes = out->trainable = 0;
     out->opt_traffic = 0;
     memset(out->of_tensor, -1, sizeof out->of_tensor);
     bool ok = true;
@@ -86,8 +108,9 @@ bool gckpt_params_build(const gckpt_recipe *r, uint64_t layers, gckpt_optimizer 
         p->numel = gckpt_param_numel(r, t);
         p->trainable = tt->requires_grad;
         p->weight = buffer(tt->dtype, p->numel, round);
+        if ((tt->dtype == GCKPT_DT_NF4 || tt->dtype == GCKPT_DT_I8) && !quantized(r, p, round, err)) return false;
         if (p->trainable) {
-            p->grad = buffer(r->grad_dtype, p->numel, round);
+            p->grad = buffer(tt->dtype, p->numel, round); /* .grad has its parameter's dtype */
             optimizer_states(o, r, p, round);
         }
         p->shard.ways = 1;
@@ -95,7 +118,10 @@ bool gckpt_params_build(const gckpt_recipe *r, uint64_t layers, gckpt_optimizer 
         for (int k = 0; k < p->nstates; k++) states += p->state[k].bytes;
         ok = ok && add_copies(&out->weight_bytes, p->copies, p->weight.bytes) &&
              add_copies(&out->grad_bytes, p->copies, p->grad.bytes) && add_copies(&out->state_bytes, p->copies, states) &&
-             add_copies(&out->temp_bytes, p->copies, p->opt_temp.bytes) && add_copies(&out->numel, p->copies, p->numel);
+             add_copies(&out->temp_bytes, p->copies, p->opt_temp.bytes) && add_copies(&out->numel, p->copies, p->numel) &&
+             add_copies(&out->stats_bytes, p->copies, p->quant.stats.bytes) &&
+             add_copies(&out->quant_bytes, p->copies, p->quant.scheme ? p->weight.bytes : 0) &&
+             add_copies(&out->trainable, p->copies, p->trainable ? p->numel : 0);
         out->opt_traffic += (double)p->copies * (2.0 * (double)p->weight.bytes + (double)p->grad.bytes +
                                                  2.0 * (double)states + 2.0 * (double)p->opt_temp.bytes);
     }

@@ -40,6 +40,7 @@ void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding
     int nf = norm == NORM_RMS ? rmsnorm(tr, hin, h, norm_name) : layernorm(tr, hin, h, norm_name);
     r->t[nf].fwd_end_free = true; /* the base model's output, held until the forward returns */
     int wl = m->tied ? embedding_table : param(tr, "lm_head.weight", m->vocab, h, GCKPT_ROLE_MATRIX);
+    wl = mts_param(tr, wl, GCKPT_MTS_LM_HEAD, "lm_head.modules_to_save.weight");
     causal_lm_loss(tr, linear(tr, nf, wl, -1, h, m->vocab, "lm_head"));
     section_end(tr);
 }
@@ -93,13 +94,25 @@ static void finish(gckpt_recipe *r)
 void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
                                gckpt_recipe *r)
 {
+    gckpt_recipe_build_peft(m, p, a, target, NULL, r);
+}
+
+void gckpt_recipe_build_peft(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
+                             const gckpt_peft *peft, gckpt_recipe *r)
+{
     memset(r, 0, sizeof *r);
     r->mask = -1;
-    tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU};
+    tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU, .peft = peft};
     tr.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
     tr.compute_dt = p == GCKPT_FP32 ? F32 : p == GCKPT_AMP_FP16 ? F16 : BF16;
     tr.stream_dt = p == GCKPT_BF16 ? BF16 : F32; /* AMP keeps an fp32 residual stream */
     tr.param_dt = tr.amp ? F32 : tr.stream_dt;
+    if (gckpt_peft_quantized(peft)) { /* prepare_model_for_kbit_training casts to fp32 */
+        tr.stream_dt = tr.param_dt = F32;
+        r->quant = peft->quant;
+        r->double_quant = peft->double_quant;
+        r->quant_storage = peft->quant_storage;
+    }
     r->amp = tr.amp;
     r->stream_dtype = tr.stream_dt;
     r->compute_dtype = tr.compute_dt;

@@ -23,7 +23,7 @@ static int gpt2_embedding(tracer *tr, gckpt_attention attn)
     r->t[ids].step_held = true;
     int wte = param(tr, "wte.weight", m->vocab, h, GCKPT_ROLE_MATRIX);
     int wpe = param(tr, "wpe.weight", m->positions, h, GCKPT_ROLE_MATRIX);
-    int te = embedding(tr, "wte", wte, ids);
+    int te = embedding(tr, "wte", mts_param(tr, wte, GCKPT_MTS_EMBED, "wte.modules_to_save.weight"), ids);
     int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
     int pe = embedding(tr, "wpe", wpe, pos);
     /* GPT2Model keeps `inputs_embeds` and `position_embeds` until it returns */
@@ -69,12 +69,12 @@ static int gpt2_attention(tracer *tr, gckpt_attention attn, int n1, int *weights
     const gckpt_model *m = tr->m;
     uint64_t h = m->hidden;
     tr->pfx = "attn";
-    int wa = param(tr, "c_attn.weight", h, 3 * h, GCKPT_ROLE_MATRIX), ba = param(tr, "c_attn.bias", 1, 3 * h, GCKPT_ROLE_BIAS);
-    int wp = param(tr, "c_proj.weight", h, h, GCKPT_ROLE_MATRIX), bp = param(tr, "c_proj.bias", 1, h, GCKPT_ROLE_BIAS);
-    int qkv = conv1d(tr, n1, wa, ba, h, 3 * h, "c_attn");
+    int wa = linear_weight(tr, "c_attn.weight", 3 * h, h, true), ba = param(tr, "c_attn.bias", 1, 3 * h, GCKPT_ROLE_BIAS);
+    int wp = linear_weight(tr, "c_proj.weight", h, h, true), bp = param(tr, "c_proj.bias", 1, h, GCKPT_ROLE_BIAS);
+    int qkv = lora_linear(tr, n1, wa, ba, h, 3 * h, "c_attn", GCKPT_LT_C_ATTN, true);
     int a = attn == GCKPT_SDPA ? attention_sdpa(tr, qkv, qkv, qkv, m->attn_dropout)
                                : attention_eager_gpt2(tr, qkv, tr->r->mask, m->attn_dropout, weights);
-    int ao = conv1d(tr, a, wp, bp, h, h, "c_proj");
+    int ao = lora_linear(tr, a, wp, bp, h, h, "c_proj", GCKPT_LT_ATTN_C_PROJ, true);
     ao = dropout(tr, ao, m->resid_dropout, "resid_dropout");
     hold_here(tr, qkv); /* GPT2Attention returns: the q / k / v views go */
     tr->pfx = "";
@@ -87,12 +87,12 @@ static int gpt2_mlp(tracer *tr, int n2)
     const gckpt_model *m = tr->m;
     uint64_t h = m->hidden, I = m->intermediate;
     tr->pfx = "mlp";
-    int wf = param(tr, "c_fc.weight", h, I, GCKPT_ROLE_MATRIX), bf = param(tr, "c_fc.bias", 1, I, GCKPT_ROLE_BIAS);
-    int wp = param(tr, "c_proj.weight", I, h, GCKPT_ROLE_MATRIX), bp = param(tr, "c_proj.bias", 1, h, GCKPT_ROLE_BIAS);
-    int f = conv1d(tr, n2, wf, bf, h, I, "c_fc");
+    int wf = linear_weight(tr, "c_fc.weight", I, h, true), bf = param(tr, "c_fc.bias", 1, I, GCKPT_ROLE_BIAS);
+    int wp = linear_weight(tr, "c_proj.weight", h, I, true), bp = param(tr, "c_proj.bias", 1, h, GCKPT_ROLE_BIAS);
+    int f = lora_linear(tr, n2, wf, bf, h, I, "c_fc", GCKPT_LT_C_FC, true);
     int g = gelu(tr, f);
     hold_here(tr, f);
-    int d = conv1d(tr, g, wp, bp, I, h, "c_proj");
+    int d = lora_linear(tr, g, wp, bp, I, h, "c_proj", GCKPT_LT_MLP_C_PROJ, true);
     d = dropout(tr, d, m->resid_dropout, "dropout");
     tr->pfx = "";
     return d;

@@ -16,7 +16,7 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     int ids = source(tr, "input_ids", GCKPT_SRC_IDS, I64, per_token(1), NULL, NULL);
     r->t[ids].step_held = true;
     int table = param(tr, "embed_tokens.weight", m->vocab, m->hidden, GCKPT_ROLE_MATRIX);
-    int x = embedding(tr, "embed_tokens", table, ids);
+    int x = embedding(tr, "embed_tokens", mts_param(tr, table, GCKPT_MTS_EMBED, "embed_tokens.modules_to_save.weight"), ids);
     int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
     *cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, tr->stream_dt, per_position(m->head_dim), "rotary.sin", sin);
     int mask = -1;
@@ -44,17 +44,17 @@ static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, in
     const gckpt_model *m = tr->m;
     uint64_t h = m->hidden, qd = gckpt_q_dim(m), kvd = gckpt_kv_dim(m), hd = m->head_dim;
     tr->pfx = "self_attn";
-    int wq = param(tr, "q_proj.weight", qd, h, GCKPT_ROLE_MATRIX), wk = param(tr, "k_proj.weight", kvd, h, GCKPT_ROLE_MATRIX);
-    int wv = param(tr, "v_proj.weight", kvd, h, GCKPT_ROLE_MATRIX), wo = param(tr, "o_proj.weight", h, qd, GCKPT_ROLE_MATRIX);
+    int wq = linear_weight(tr, "q_proj.weight", qd, h, false), wk = linear_weight(tr, "k_proj.weight", kvd, h, false);
+    int wv = linear_weight(tr, "v_proj.weight", kvd, h, false), wo = linear_weight(tr, "o_proj.weight", h, qd, false);
     int bq = m->qkv_bias ? param(tr, "q_proj.bias", 1, qd, GCKPT_ROLE_BIAS) : -1;
     int bk = m->qkv_bias ? param(tr, "k_proj.bias", 1, kvd, GCKPT_ROLE_BIAS) : -1;
     int bv = m->qkv_bias ? param(tr, "v_proj.bias", 1, kvd, GCKPT_ROLE_BIAS) : -1;
     int bo = m->o_bias ? param(tr, "o_proj.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
-    int q = linear(tr, n1, wq, bq, h, qd, "q_proj");
+    int q = lora_linear(tr, n1, wq, bq, h, qd, "q_proj", GCKPT_LT_Q, false);
     if (m->qk_norm) q = rmsnorm(tr, q, hd, "q_norm");
-    int kk = linear(tr, n1, wk, bk, h, kvd, "k_proj");
+    int kk = lora_linear(tr, n1, wk, bk, h, kvd, "k_proj", GCKPT_LT_K, false);
     if (m->qk_norm) kk = rmsnorm(tr, kk, hd, "k_norm");
-    int v = linear(tr, n1, wv, bv, h, kvd, "v_proj");
+    int v = lora_linear(tr, n1, wv, bv, h, kvd, "v_proj", GCKPT_LT_V, false);
     int qp = q, kp = kk;
     q = rope(tr, q, cos, sin, "rope_q");
     kk = rope(tr, kk, cos, sin, "rope_k");
@@ -63,7 +63,7 @@ static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, in
     int weights = -1;
     int a = attn == GCKPT_SDPA ? attention_sdpa(tr, q, kk, v, m->attn_dropout)
                                : attention_eager(tr, q, kk, v, tr->r->mask, m->attn_dropout, &weights);
-    int ao = linear(tr, a, wo, bo, qd, h, "o_proj");
+    int ao = lora_linear(tr, a, wo, bo, qd, h, "o_proj", GCKPT_LT_O, false);
     /* LlamaAttention.forward returns: its argument and query/key/value_states go; the
      * decoder layer keeps the returned attention weights (`_`) until it returns */
     hold_here(tr, n1);
@@ -81,16 +81,16 @@ static int llama_mlp(tracer *tr, int n2)
     const gckpt_model *m = tr->m;
     uint64_t h = m->hidden, I = m->intermediate;
     tr->pfx = "mlp";
-    int wg = param(tr, "gate_proj.weight", I, h, GCKPT_ROLE_MATRIX), wu = param(tr, "up_proj.weight", I, h, GCKPT_ROLE_MATRIX);
-    int wd = param(tr, "down_proj.weight", h, I, GCKPT_ROLE_MATRIX);
+    int wg = linear_weight(tr, "gate_proj.weight", I, h, false), wu = linear_weight(tr, "up_proj.weight", I, h, false);
+    int wd = linear_weight(tr, "down_proj.weight", h, I, false);
     int bg = m->mlp_bias ? param(tr, "gate_proj.bias", 1, I, GCKPT_ROLE_BIAS) : -1;
     int bu = m->mlp_bias ? param(tr, "up_proj.bias", 1, I, GCKPT_ROLE_BIAS) : -1;
     int bd = m->mlp_bias ? param(tr, "down_proj.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
-    int g = linear(tr, n2, wg, bg, h, I, "gate_proj");
+    int g = lora_linear(tr, n2, wg, bg, h, I, "gate_proj", GCKPT_LT_GATE, false);
     int act = unary(tr, g, "silu", false, false, GCKPT_P_SILU, 0);
-    int u = linear(tr, n2, wu, bu, h, I, "up_proj");
+    int u = lora_linear(tr, n2, wu, bu, h, I, "up_proj", GCKPT_LT_UP, false);
     int gu = mul(tr, act, u, "mul");
-    int dn = linear(tr, gu, wd, bd, I, h, "down_proj");
+    int dn = lora_linear(tr, gu, wd, bd, I, h, "down_proj", GCKPT_LT_DOWN, false);
     hold_here(tr, n2);
     tr->pfx = "";
     return dn;

@@ -135,9 +135,11 @@ static int bcast_of(tracer *tr, int x, int y, uint64_t *width)
 
 /* ---- parameters, sources, casts ---------------------------------------------------- */
 
+/* Under LoRA / QLoRA every parameter of the model is frozen (peft; prepare_model_for_
+ * kbit_training): adapters and modules_to_save copies are made by recipe_lora.c. */
 int param(tracer *tr, const char *name, uint64_t rows, uint64_t cols, gckpt_param_role role)
 {
-    int t = tnew(tr, name, GCKPT_T_PARAM, tr->param_dt, fixed_shape(rows, cols), true);
+    int t = tnew(tr, name, GCKPT_T_PARAM, tr->param_dt, fixed_shape(rows, cols), !gckpt_peft_on(tr->peft));
     tr->r->t[t].role = (uint8_t)role;
     return t;
 }
@@ -292,23 +294,52 @@ int embedding(tracer *tr, const char *name, int table, int ids)
 {
     gckpt_shape sh = tr->r->t[ids].shape;
     sh.width = tr->r->t[table].shape.width;
+    /* a frozen table saves nothing; its output still requires grad: with checkpointing
+     * enable_input_require_grads makes it a leaf that does (FINDINGS 12.1, 12.6) */
     int o = tnew(tr, name, GCKPT_T_ACT, tr->stream_dt, sh, true);
-    opnew(tr, name, GCKPT_OP_EMBED, 2, (int[]){table, ids}, o, -1, 1, (int[]){ids});
+    opnew(tr, name, GCKPT_OP_EMBED, 2, (int[]){table, ids}, o, -1, 1, (int[]){rg(tr, table) ? ids : -1});
     setprim(tr, GCKPT_P_EMBED, GCKPT_BC_NONE, 0, 0, sh.width);
     tr->r->t[table].role = GCKPT_ROLE_EMBEDDING;
     return o;
 }
 
-/* autocast's cached cast of a weight; lives until the forward pass ends. */
+/* autocast's cached cast of a weight; lives until the forward pass ends. autocast caches
+ * only leaves that require grad: a frozen weight's cast is a plain activation, kept by
+ * the linear that saves it (FINDINGS 12.5), else freed after the op. */
 static int weight_cast(tracer *tr, int w, const char *name)
 {
     if (!tr->amp) return w;
+    if (!rg(tr, w)) {
+        int c = tnew(tr, name, GCKPT_T_ACT, tr->compute_dt, tr->r->t[w].shape, false);
+        opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){w}, c, -1, 0, NULL);
+        setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+        return c;
+    }
     int c = tnew(tr, name, GCKPT_T_WCAST, tr->compute_dt, tr->r->t[w].shape, true);
     tr->r->t[c].fwd_end_free = true;
     tr->r->t[c].param = (int16_t)w;
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){w}, c, -1, 0, NULL);
     setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
     return c;
+}
+
+int linear_node(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name, uint8_t out_dt,
+                const int saved[2])
+{
+    gckpt_shape sh = tr->r->t[x].shape;
+    sh.width = sh.width / in_f * out_f;
+    bool wg = rg(tr, w), xg = rg(tr, x);
+    int o = tnew(tr, name, GCKPT_T_ACT, out_dt, sh, wg || xg || (bias >= 0 && rg(tr, bias)));
+    int ins[3] = {x, w, bias};
+    int k = opnew(tr, name, GCKPT_OP_MATMUL, bias >= 0 ? 3 : 2, ins, o, -1, 2, saved);
+    setprim(tr, GCKPT_P_LINEAR, GCKPT_BC_NONE, 0, 0, 0);
+    gckpt_op *op = &tr->r->op[k];
+    op->in_f = in_f;
+    op->out_f = out_f;
+    op->fT = 2.0 * (double)in_f * (double)out_f;
+    op->bwd_mult = (double)(wg + xg); /* a GEMM per gradient: input's, weight's (12.9) */
+    op->grad_view[0] = true;
+    return o;
 }
 
 /* Linear (F.linear / Conv1D addmm): saves its (autocast-cast) input and weight. The
@@ -340,19 +371,12 @@ static int linear_op(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t
         }
     }
     bias = bc;
-    gckpt_shape sh = tr->r->t[x].shape;
-    sh.width = sh.width / in_f * out_f;
-    int o = tnew(tr, name, GCKPT_T_ACT, tr->amp ? tr->compute_dt : dt(tr, x), sh, true);
-    int ins[3] = {xi, wc, bias};
-    int saved[2] = {xi, wc};
-    int k = opnew(tr, name, GCKPT_OP_MATMUL, bias >= 0 ? 3 : 2, ins, o, -1, 2, saved);
-    setprim(tr, GCKPT_P_LINEAR, GCKPT_BC_NONE, 0, 0, 0);
-    gckpt_op *op = &tr->r->op[k];
-    op->in_f = in_f;
-    op->out_f = out_f;
-    op->fT = 2.0 * (double)in_f * (double)out_f;
-    op->bwd_mult = 2.0;
-    op->grad_view[0] = true;
+    bool wg = rg(tr, w), xg = rg(tr, xi);
+    /* mm saves an operand only for the other operand's gradient (a frozen weight: not
+     * the input; an input that needs no gradient: not the weight's cast) */
+    int saved[2] = {wg ? xi : -1, xg ? wc : -1};
+    int o = linear_node(tr, xi, wc, bias, in_f, out_f, name, tr->amp ? tr->compute_dt : dt(tr, x), saved);
+    gckpt_op *op = last_op(tr);
     op->grad_view[1] = !is_conv1d;
     return o;
 }

@@ -6,6 +6,7 @@
 #ifndef GCKPT_RECIPE_TRACER_H
 #define GCKPT_RECIPE_TRACER_H
 
+#include "gckpt/core/peft.h"
 #include "gckpt/core/recipe.h"
 
 enum { F32 = GCKPT_DT_F32, BF16 = GCKPT_DT_BF16, F16 = GCKPT_DT_F16, I64 = GCKPT_DT_I64, BOOL = GCKPT_DT_BOOL };
@@ -21,6 +22,7 @@ typedef struct {
     const char *pfx;     /* name prefix of the current module */
     double eps;          /* norm epsilon */
     bool cpu;            /* GCKPT_TARGET_CPU */
+    const gckpt_peft *peft; /* LoRA / QLoRA (NULL or method full: full fine-tuning) */
 } tracer;
 
 /* Shapes (recipe.h, gckpt_shape). */
@@ -67,7 +69,24 @@ int source(tracer *tr, const char *name, gckpt_source what, uint8_t dtype, gckpt
            int *second);
 int embedding(tracer *tr, const char *name, int table, int ids);
 int linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name);
+/* The LINEAR op itself on operands already cast: output [rows, out_f] in out_dt, saved[2]
+ * (-1: none), a GEMM per gradient needed (frozen weights: none for the weight). */
+int linear_node(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name, uint8_t out_dt,
+                const int saved[2]);
 int conv1d(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name);
+
+/* ---- LoRA / QLoRA (recipe_lora.c) ---- */
+/* The weight of a linear of a layer that LoRA may target (gckpt_lora_target): frozen
+ * under LoRA, quantized under QLoRA (dtype NF4 or I8, [out, in] as bitsandbytes stores
+ * it, also for GPT-2's Conv1D); else as param(). conv1d: GPT-2's [in, out] layout. */
+int linear_weight(tracer *tr, const char *name, uint64_t out_f, uint64_t in_f, bool is_conv1d);
+/* The linear `name` (target t) with its adapter when targeted: the base (frozen,
+ * quantized or trainable) and lora_B(lora_A(dropout(x))) * alpha / r added to it. */
+int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name, int t,
+                bool is_conv1d);
+/* The parameter the head / the embedding uses: a trainable modules_to_save copy (the
+ * frozen original stays resident) or the original. */
+int mts_param(tracer *tr, int original, gckpt_mts which, const char *name);
 int dropout(tracer *tr, int x, double p, const char *name);
 int rmsnorm(tracer *tr, int x, uint64_t width, const char *name);
 int layernorm(tracer *tr, int x, uint64_t width, const char *name);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gckpt/core/eval.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/util/jsonget.h"
 
 static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
@@ -33,6 +34,87 @@ static bool str(const cJSON *o, const char *path, const char *field, char *out, 
     const cJSON *it = item(o, key);
     if (!need(it, path, field, cJSON_String, err)) return false;
     snprintf(out, n, "%s", it->valuestring);
+    return true;
+}
+
+static int dtype_named(const char *s)
+{
+    return !strcmp(s, "uint8") ? GCKPT_DT_U8 : !strcmp(s, "int8") ? GCKPT_DT_I8 : !strcmp(s, "bf16") || !strcmp(s, "bfloat16") ? GCKPT_DT_BF16 :
+           !strcmp(s, "fp16") || !strcmp(s, "float16") ? GCKPT_DT_F16 : !strcmp(s, "fp32") || !strcmp(s, "float32") ? GCKPT_DT_F32 : -1;
+}
+
+/* LoRA / QLoRA fixtures (tests/data/hf-peft): method, lora {r, alpha, dropout, targets,
+ * modules_to_save}, quant {type, double_quant, storage, compute_dtype}, trainable_params,
+ * the optimizer */
+static bool read_peft(const char *path, const cJSON *root, hf_fixture *f, gckpt_err *err)
+{
+    snprintf(f->method, sizeof f->method, "full");
+    const cJSON *set = item(root, "setting");
+    snprintf(f->optimizer, sizeof f->optimizer, "%s",
+             cJSON_IsString(item(set, "optimizer")) ? item(set, "optimizer")->valuestring : "adamw_torch_fused");
+    if (!strcmp(f->optimizer, "adamw_bnb_8bit") || !strcmp(f->optimizer, "paged_adamw_8bit"))
+        f->s.optimizer = GCKPT_ADAMW_8BIT;
+    if (!cJSON_IsString(item(root, "method"))) return true;
+    if (!str(root, path, "method", f->method, sizeof f->method, err)) return false;
+    int method = gckpt_method_from(f->method);
+    if (method < 0) {
+        gckpt_seterr(err, "%s: method '%s' not understood", path, f->method);
+        return false;
+    }
+    gckpt_peft *pf = &f->s.peft;
+    gckpt_peft_default((gckpt_method)method, pf);
+    if (method == GCKPT_METHOD_FULL) return true;
+    const cJSON *lora = item(root, "lora"), *q = item(root, "quant");
+    double r, alpha, d, tp;
+    if (!need(lora, path, "lora", cJSON_Object, err) || !num(lora, path, "lora.r", &r, err) ||
+        !num(lora, path, "lora.alpha", &alpha, err) || !num(lora, path, "lora.dropout", &d, err) ||
+        !num(root, path, "trainable_params", &tp, err))
+        return false;
+    pf->rank = (uint32_t)r;
+    pf->alpha = alpha;
+    pf->dropout = d;
+    f->trainable = (uint64_t)tp;
+    const cJSON *tg = item(lora, "targets"), *e;
+    char list[256] = "", bad[64];
+    if (cJSON_IsString(tg)) snprintf(list, sizeof list, "%s", tg->valuestring);
+    cJSON_ArrayForEach(e, tg) if (cJSON_IsString(e)) {
+        size_t k = strlen(list);
+        snprintf(list + k, sizeof list - k, "%s%s", k ? "," : "", e->valuestring);
+    }
+    if (!gckpt_lora_targets_parse(list, &pf->targets, bad, sizeof bad)) {
+        gckpt_seterr(err, "%s: field 'lora.targets': '%s' is not a linear module", path, bad);
+        return false;
+    }
+    list[0] = 0;
+    cJSON_ArrayForEach(e, item(lora, "modules_to_save")) if (cJSON_IsString(e)) {
+        size_t k = strlen(list);
+        snprintf(list + k, sizeof list - k, "%s%s", k ? "," : "", e->valuestring);
+    }
+    if (!gckpt_mts_parse(list, &pf->modules_to_save, bad, sizeof bad)) {
+        gckpt_seterr(err, "%s: field 'lora.modules_to_save': '%s' not understood", path, bad);
+        return false;
+    }
+    if (method != GCKPT_METHOD_QLORA) return true;
+    char type[16], storage[16] = "uint8", cdt[16] = "bf16";
+    if (!need(q, path, "quant", cJSON_Object, err) || !str(q, path, "quant.type", type, sizeof type, err)) return false;
+    if (cJSON_IsString(item(q, "storage"))) snprintf(storage, sizeof storage, "%s", item(q, "storage")->valuestring);
+    if (cJSON_IsString(item(q, "compute_dtype"))) snprintf(cdt, sizeof cdt, "%s", item(q, "compute_dtype")->valuestring);
+    pf->quant = GCKPT_QUANT_NONE;
+    for (int i = 1; i < GCKPT_NQUANT; i++)
+        if (!strcmp(type, gckpt_quant_names[i])) pf->quant = (uint8_t)i;
+    int sd = dtype_named(storage), cd = dtype_named(cdt);
+    if (!pf->quant || sd < 0 || cd < 0) {
+        gckpt_seterr(err, "%s: field 'quant': type '%s', storage '%s', compute dtype '%s' not understood", path, type,
+                     storage, cdt);
+        return false;
+    }
+    pf->double_quant = cJSON_IsTrue(item(q, "double_quant"));
+    if (strstr(f->precision, "cudalists")) { /* the CPU target answers as the CPU does */
+        f->comparable = false;
+        f->why_not = "QLoRA with CUDA's torch.is_autocast_enabled() answer emulated (FINDINGS 12.10 C2)";
+    }
+    pf->quant_storage = (uint8_t)sd;
+    pf->compute_dtype = (uint8_t)cd;
     return true;
 }
 
@@ -72,10 +154,12 @@ static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     st->offload = cJSON_IsTrue(item(set, "offload"));
     st->optimizer = GCKPT_ADAMW;
     f->comparable = !(f->m.family == GCKPT_FAMILY_GPT2 && !strcmp(f->precision, "amp-bf16"));
+    f->why_not = "gpt2 under CPU autocast op lists (the planner models CUDA's: amp-bf16-cudalists)";
 
     double p;
     if (!num(item(root, "parameters"), path, "parameters.count", &p, err)) return false;
-    f->params = (uint64_t)p;
+    f->params = f->trainable = (uint64_t)p;
+    if (!read_peft(path, root, f, err)) return false;
     const cJSON *layers = item(saved, "layers");
     if (!need(layers, path, "saved.layers", cJSON_Array, err)) return false;
     f->nlayers = cJSON_GetArraySize(layers);
@@ -132,11 +216,13 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
 {
     memset(c, 0, sizeof *c);
     static gckpt_recipe r;
-    gckpt_recipe_build_target(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &r);
+    gckpt_recipe_build_peft(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &f->s.peft, &r);
     gckpt_ctx ctx;
     if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;
-    c->params = gckpt_param_count(&f->m);
-    c->params_ok = c->params == f->params;
+    /* a quantized weight counts its stored elements (a Params4bit: n / 2 as uint8) */
+    for (int i = 0; i < ctx.params.n; i++) c->params += ctx.params.p[i].copies * ctx.params.p[i].weight.numel;
+    c->trainable = ctx.params.trainable;
+    c->params_ok = c->params == f->params && c->trainable == f->trainable;
 
     /* saved bytes, with the documented charging of shared tensors */
     uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK), rope = 0;
@@ -221,12 +307,14 @@ void hf_print(FILE *out, const hf_fixture *f, const hf_cmp *c)
             (unsigned long long)s->micro_batch, (unsigned long long)s->seq, (unsigned long long)s->grad_accum,
             f->dropout > 0 ? ", dropout" : "", f->virtual_states ? ", AdamW states counted, not allocated" : "");
     if (!f->comparable) {
-        fprintf(out, "  not compared: gpt2 under CPU autocast op lists (the planner models CUDA's: amp-bf16-cudalists)\n");
+        fprintf(out, "  not compared: %s\n", f->why_not);
         return;
     }
     fprintf(out, "  %-34s %16s %16s %9s\n", "", "measured", "planned", "error");
     fprintf(out, "  %-34s %16llu %16llu %9s\n", "parameters", (unsigned long long)f->params,
-            (unsigned long long)c->params, c->params_ok ? "exact" : "DIFFERS");
+            (unsigned long long)c->params, c->params == f->params ? "exact" : "DIFFERS");
+    fprintf(out, "  %-34s %16llu %16llu %9s\n", "trainable parameters", (unsigned long long)f->trainable,
+            (unsigned long long)c->trainable, c->trainable == f->trainable ? "exact" : "DIFFERS");
     int L = (int)f->m.layers;
     int shown_plain = 0, shown_ckpt = 0;
     for (int i = 0; i < f->nlayers && i < L; i++) {
@@ -272,7 +360,7 @@ void hf_print(FILE *out, const hf_fixture *f, const hf_cmp *c)
 bool hf_events(FILE *out, const hf_fixture *f, const gckpt_device *exact, gckpt_err *err)
 {
     static gckpt_recipe r;
-    gckpt_recipe_build_target(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &r);
+    gckpt_recipe_build_peft(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &f->s.peft, &r);
     gckpt_ctx ctx;
     gckpt_schedule ev;
     if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;

@@ -13,6 +13,9 @@
  *   - gpt2 eager: the positional mask is saved once, by the first checkpointed layer;
  *   - the HF loss's shifted labels are a view of the padded [1, s+1] labels when b = 1
  *     (8 bytes more than the [T] copy made for b > 1);
+ *   - QLoRA fixtures that emulate CUDA's torch.is_autocast_enabled() answer
+ *     ("amp-bf16-cudalists", FINDINGS 12.10 C2) are not comparable: the CPU target
+ *     answers as the CPU does;
  *   - gpt2 under CPU autocast op lists (precision "amp-bf16") is not comparable: the
  *     planner models CUDA's lists, which "amp-bf16-cudalists" fixtures emulate (for the
  *     llama family both are byte-identical). */
@@ -35,11 +38,16 @@ typedef struct {
     char family[16], precision[32], attention[16];
     gckpt_model m;
     gckpt_setting s;
-    bool comparable;          /* false: gpt2 under CPU autocast lists (see above) */
+    bool comparable;          /* false: gpt2 under CPU autocast lists (see above); QLoRA with
+                               * CUDA's autocast answer emulated (FINDINGS 12.10 C2) */
+    const char *why_not;      /* when not comparable */
     bool virtual_states;      /* the probe counted AdamW's states instead of allocating them */
     double dropout;
+    char method[8];           /* "full", or LoRA / QLoRA fixtures (tests/data/hf-peft): "lora", "qlora" */
+    char optimizer[24];       /* as the probe names it (adamw_torch_fused, paged_adamw_8bit, ...) */
     /* measured */
     uint64_t params;
+    uint64_t trainable;       /* peft's trainable_params (full: the parameter count) */
     int nlayers;
     bool ckpt[HF_MAX_LAYERS];
     uint64_t layer_saved[HF_MAX_LAYERS];
@@ -54,7 +62,7 @@ typedef struct {
 } hf_fixture;
 
 typedef struct {
-    uint64_t params;
+    uint64_t params, trainable;
     uint64_t layer_saved[HF_MAX_LAYERS];
     uint64_t head_saved, embed_saved, offload;
     uint64_t peak, after;
@@ -64,7 +72,7 @@ typedef struct {
     char peak_key[48];        /* "phase/region" as the probe names it */
     double measured_there;    /* measured most live bytes in that region (-1 unknown) */
     /* the comparison */
-    bool params_ok, saved_ok, offload_ok, same_phase;
+    bool params_ok, saved_ok, offload_ok, same_phase; /* params_ok: the count and the trainable count */
     int first_bad_layer;      /* -1 none, L head, L+1 embedding */
     double e_peak, e_after;   /* (planned - measured) / measured */
 } hf_cmp;

@@ -8,7 +8,14 @@
  *     or 0.5 % (pure bf16), the peak in the same phase and region or in one whose
  *     measured bytes come within that tolerance of the peak (a near tie).
  * Prints max / mean errors per family x precision x attention (tools/hf_probe/TABLES.md).
- * Set GCKPT_HF_VERBOSE=1 to print every comparison. */
+ * Set GCKPT_HF_VERBOSE=1 to print every comparison.
+ *
+ * Built a second time as test_hf_peft (HF_PEFT) over the LoRA / QLoRA fixtures of
+ * tests/data/hf-peft (issue 12): parameter and trainable counts (peft's) exact in every
+ * fixture; saved bytes per layer, head and embedding and offloaded bytes exact except
+ * the two documented gaps below (peft_gap); the live peak and after-forward errors are
+ * printed per family x method x precision and NOT asserted: the planner does not model
+ * them within 0.5 % yet (README, "LoRA and QLoRA": what is not modelled). */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -39,12 +46,37 @@ typedef struct {
     double peak_max, peak_sum, after_max, after_sum;
 } group;
 static group g_groups[128];
-static int g_ngroups, g_compared, g_not_comparable;
+static int g_ngroups, g_compared, g_not_comparable, g_within, g_gaps;
+
+#ifdef HF_PEFT
+/* The saved-bytes gaps the planner has with adapters (the only ones allowed here):
+ *  - without checkpointing layer 0's input needs no gradient (the frozen embedding; no
+ *    enable_input_require_grads hook): it saves less than the other layers, and the
+ *    recipe has one block for all layers (FINDINGS 12.5, "Layer 0 without
+ *    checkpointing");
+ *  - int8 (Linear8bitLt) under autocast: the plain layers' saves (bf16 outputs, CPU's
+ *    MatMul8bitFp keeping ctx.A) are not traced. */
+static bool peft_gap(const hf_fixture *f, const hf_cmp *c)
+{
+    int L = (int)f->m.layers, bad = c->first_bad_layer;
+    if (bad < 0 || bad >= L || f->ckpt[bad]) return false;
+    if (f->s.every_n == 0 && bad == 0) {
+        for (int i = 1; i < f->nlayers && i < L; i++)
+            if (f->layer_saved[i] != c->layer_saved[i]) return strstr(f->path, "int8") && f->s.precision == GCKPT_AMP_BF16;
+        return f->head_saved == c->head_saved && f->embed_saved == c->embed_saved;
+    }
+    return strstr(f->path, "int8") && f->s.precision == GCKPT_AMP_BF16;
+}
+#endif
 
 static void note(const hf_fixture *f, const hf_cmp *c)
 {
     char key[64];
+#ifdef HF_PEFT
+    snprintf(key, sizeof key, "%-8s %-19s %-6s", f->family, f->precision, f->method);
+#else
     snprintf(key, sizeof key, "%-8s %-19s %-6s", f->family, f->precision, f->attention);
+#endif
     int i = 0;
     while (i < g_ngroups && strcmp(g_groups[i].key, key)) i++;
     if (i == (int)(sizeof g_groups / sizeof *g_groups)) return;
@@ -73,7 +105,17 @@ static void check_fixture(void **state)
     g_compared++;
     note(&f, &c);
     if (getenv("GCKPT_HF_VERBOSE")) hf_print(stdout, &f, &c);
+#ifdef HF_PEFT
+    double tol = 0.005;
+    g_within += fabs(c.e_peak) <= tol;
+    if (!c.saved_ok && peft_gap(&f, &c)) {
+        g_gaps++;
+        c.saved_ok = true;
+    }
+    if (!c.params_ok || !c.saved_ok || !c.offload_ok) {
+#else
     if (!hf_pass(&f, &c)) {
+#endif
         hf_print(stdout, &f, &c);
         if (!c.params_ok) fail_msg("%s: %llu parameters, planner %llu", fx->path, (unsigned long long)f.params,
                                    (unsigned long long)c.params);
@@ -126,6 +168,14 @@ int main(void)
     size_t cap = 1024, n = 0;
     fixture *fx = malloc(cap * sizeof *fx);
     if (!fx) return 1;
+#ifdef HF_PEFT
+    n = scan(GCKPT_TEST_DATA "/hf-peft", &fx, n, &cap);
+    size_t hand = n;
+    if (n != 229) {
+        fprintf(stderr, "%zu fixtures in %s/hf-peft, 229 expected\n", n, GCKPT_TEST_DATA);
+        return 1;
+    }
+#else
     n = scan(GCKPT_TEST_DATA "/hf", &fx, n, &cap);
     size_t hand = n;
     n = scan(GCKPT_TEST_DATA "/hf-gen", &fx, n, &cap);
@@ -133,6 +183,7 @@ int main(void)
         fprintf(stderr, "no fixtures in %s/hf or %s/hf-gen\n", GCKPT_TEST_DATA, GCKPT_TEST_DATA);
         return 1;
     }
+#endif
     qsort(fx, n, sizeof *fx, cmp_path);
     struct CMUnitTest *tests = calloc(n, sizeof *tests);
     if (!tests) return 1;
@@ -143,7 +194,11 @@ int main(void)
     }
     int rc = _cmocka_run_group_tests("hf_fixtures", tests, n, NULL, NULL);
     qsort(g_groups, (size_t)g_ngroups, sizeof *g_groups, cmp_group);
+#ifdef HF_PEFT
+    printf("\n| family | precision | method | cases | max peak err | mean peak err | max after-fwd err | mean after-fwd err |\n"
+#else
     printf("\n| family | precision | attention | cases | max peak err | mean peak err | max after-fwd err | mean after-fwd err |\n"
+#endif
            "|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < g_ngroups; i++) {
         const group *g = &g_groups[i];
@@ -152,9 +207,16 @@ int main(void)
         printf("| %s | %s | %s | %d | %.3f %% | %.3f %% | %.3f %% | %.3f %% |\n", fam, prec, attn, g->n,
                g->peak_max * 100, g->peak_sum / g->n * 100, g->after_max * 100, g->after_sum / g->n * 100);
     }
+#ifdef HF_PEFT
+    printf("\n%d of %zu LoRA/QLoRA fixtures compared (%d not comparable: gpt2 under CPU autocast lists, QLoRA with "
+           "CUDA's autocast answer emulated); counts exact in all; saved and offloaded bytes exact except %d with the "
+           "documented gaps; live peak within 0.5 %% in %d (not asserted)\n",
+           g_compared, hand, g_not_comparable, g_gaps, g_within);
+#else
     printf("\n%d fixtures compared (%zu hand-written, %zu generated); %d gpt2 amp-bf16 fixtures measured with CPU "
            "autocast op lists not compared (their amp-bf16-cudalists twins are)\n",
            g_compared, hand, n - hand, g_not_comparable);
+#endif
     free(tests);
     free(fx);
     return rc;

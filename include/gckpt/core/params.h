@@ -35,7 +35,7 @@ extern "C" {
 
 #define GCKPT_OPT_8BIT_BLOCK 256    /* bitsandbytes blockwise quantisation */
 #define GCKPT_OPT_8BIT_MIN 4096     /* bitsandbytes min_8bit_size */
-#define GCKPT_MAX_PARAMS 32         /* parameter tensors of one recipe (llama with every bias: 21) */
+#define GCKPT_MAX_PARAMS 64         /* parameter tensors of one recipe (llama with every bias: 21; LoRA on all 7 linears: +14, modules_to_save copies +2) */
 #define GCKPT_MAX_STATES 4
 
 /* One buffer of a parameter: numel elements of dtype, allocated as bytes (the storage
@@ -73,7 +73,9 @@ typedef struct {
     struct {
         uint8_t scheme;    /* gckpt_quant_scheme */
         uint32_t block;    /* elements per statistics block */
-        gckpt_buffer stats;
+        gckpt_buffer stats; /* all statistics pieces: their raw bytes (numel, as uint8) and
+                             * their allocations (bytes, each piece rounded) */
+        gckpt_quant_layout layout; /* the pieces (gckpt_quant_layout_of) */
     } quant;
     struct {
         uint32_t ways;     /* split across this many GPUs (1: not sharded) */
@@ -87,6 +89,9 @@ typedef struct {
     int8_t of_tensor[GCKPT_MAX_TENSORS]; /* entry of a recipe tensor, -1 */
     /* over every copy of every parameter */
     uint64_t weight_bytes, grad_bytes, state_bytes, temp_bytes, numel;
+    uint64_t quant_bytes, stats_bytes; /* of quantized weights: their packed / int8 storage
+                                        * (in weight_bytes) and statistics (not in it) */
+    uint64_t trainable;                /* elements of trainable parameters (peft's count) */
     double opt_traffic; /* bytes one optimizer step reads and writes: p, g, states read;
                          * p, states written; temporaries written and read */
 } gckpt_params;

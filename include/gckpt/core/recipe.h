@@ -21,8 +21,8 @@
 extern "C" {
 #endif
 
-#define GCKPT_MAX_TENSORS 192
-#define GCKPT_MAX_OPS 160
+#define GCKPT_MAX_TENSORS 384 /* LoRA adapters add about 12 tensors and 7 ops per target */
+#define GCKPT_MAX_OPS 320
 #define GCKPT_OP_MAX_IN 4
 #define GCKPT_OP_MAX_SAVED 6
 #define GCKPT_OP_MAX_UNHOLD 16
@@ -185,6 +185,11 @@ typedef struct {
     /* Forward temporaries (bytes per b*s*s and per b*s token), allocated with the op's
      * output and freed when it returns (CPU _safe_softmax's isneginf / all masks). */
     uint64_t fws_bBSS, fws_bT;
+    /* Fixed-size temporaries (bytes) of a quantized linear (QLoRA): its dequantized weight
+     * (with the fp32 absmax of double quantization), made in the forward and every
+     * recompute and again in the backward, freed when the op returns (FINDINGS 12.7). */
+    uint64_t fws_fixed, bws_fixed;
+    uint8_t dequant;     /* gckpt_quant_scheme of the weight it dequantizes (0: none) */
 } gckpt_op;
 
 typedef struct {
@@ -202,6 +207,10 @@ typedef struct {
     bool mask_positional; /* the mask is a positional block input: checkpointed (and offloaded) with it */
     uint8_t stream_dtype, compute_dtype, param_dtype, grad_dtype; /* gckpt_dtype */
     bool amp;
+    /* QLoRA: how the NF4 / I8 parameters are stored (gckpt/core/quant_layout.h) */
+    uint8_t quant;         /* gckpt_quant_scheme */
+    bool double_quant;
+    uint8_t quant_storage; /* gckpt_dtype */
     /* For the closed form: elements of the checkpointed input per token (= hidden). */
     uint64_t hidden;
 } gckpt_recipe;
@@ -230,6 +239,10 @@ void gckpt_recipe_build(const gckpt_model *m, gckpt_precision p, gckpt_attention
                         gckpt_recipe *r);
 void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_attention a,
                                gckpt_target target, gckpt_recipe *r);
+/* ... under a fine-tuning method (NULL: full fine-tuning; gckpt/core/peft.h). QLoRA:
+ * prepare_model_for_kbit_training's fp32 parameters and residual stream whatever p. */
+void gckpt_recipe_build_peft(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
+                             const gckpt_peft *peft, gckpt_recipe *r);
 
 /* Elements / bytes of tensor i for micro-batch b and sequence s; false on overflow (also
  * when b x s x s overflows, whatever the tensor: attention grows with it). */

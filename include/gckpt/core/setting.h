@@ -23,6 +23,25 @@ typedef enum {
 typedef enum { GCKPT_ADAMW, GCKPT_ADAMW_FOREACH, GCKPT_SGD, GCKPT_ADAMW_8BIT, GCKPT_NOPT } gckpt_optimizer;
 typedef enum { GCKPT_SDPA, GCKPT_EAGER, GCKPT_NATTN } gckpt_attention;
 
+/* The fine-tuning method (gckpt/core/peft.h has its rules and names). full: every
+ * parameter trains. lora: peft LoraConfig on the model as loaded; qlora: the linears
+ * quantized by bitsandbytes (BitsAndBytesConfig), prepare_model_for_kbit_training, then
+ * LoRA. A zeroed gckpt_peft is full fine-tuning. */
+typedef enum { GCKPT_METHOD_FULL, GCKPT_METHOD_LORA, GCKPT_METHOD_QLORA, GCKPT_NMETHOD } gckpt_method;
+
+typedef struct {
+    uint8_t method;          /* gckpt_method */
+    uint32_t rank;           /* LoraConfig r */
+    double alpha;            /* lora_alpha (scaling = alpha / r) */
+    double dropout;          /* lora_dropout */
+    uint32_t targets;        /* target modules: bits of gckpt_lora_target (peft.h) */
+    uint8_t modules_to_save; /* bits of gckpt_mts (peft.h) */
+    uint8_t quant;           /* qlora: gckpt_quant_scheme (quant_layout.h) */
+    bool double_quant;       /* bnb_4bit_use_double_quant */
+    uint8_t quant_storage;   /* bnb_4bit_quant_storage: gckpt_dtype (gckpt_peft_default: uint8) */
+    uint8_t compute_dtype;   /* bnb_4bit_compute_dtype: gckpt_dtype */
+} gckpt_peft;
+
 typedef struct {
     uint64_t seq, micro_batch, grad_accum;
     gckpt_precision precision;
@@ -30,6 +49,7 @@ typedef struct {
     gckpt_attention attention;
     uint32_t every_n; /* 0: gradient checkpointing off */
     bool offload;     /* checkpointed inputs to pinned host memory (needs every_n > 0) */
+    gckpt_peft peft;  /* zeroed: full fine-tuning */
 } gckpt_setting;
 
 extern const char *const gckpt_precision_names[GCKPT_NPREC];

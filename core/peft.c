@@ -1,0 +1,146 @@
+/* LoRA / QLoRA names, defaults and target matching (gckpt/core/peft.h). Target matching
+ * follows peft's check_target_module_exists for a list: a module is targeted when its name
+ * ends with ".<entry>" (tuners_utils.py, read in the probe venv). */
+#include "gckpt/core/peft.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *const gckpt_method_names[GCKPT_NMETHOD] = {"full", "lora", "qlora"};
+
+const char *const gckpt_lora_target_modules[GCKPT_NLT] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",    "attn.c_attn",
+    "attn.c_proj",      "mlp.c_fc",         "mlp.c_proj"};
+
+int gckpt_method_from(const char *s)
+{
+    for (int i = 0; i < GCKPT_NMETHOD; i++)
+        if (s && !strcmp(s, gckpt_method_names[i])) return i;
+    return -1;
+}
+
+void gckpt_peft_default(gckpt_method method, gckpt_peft *p)
+{
+    memset(p, 0, sizeof *p);
+    p->method = (uint8_t)method;
+    if (method == GCKPT_METHOD_FULL) return;
+    p->rank = 16;
+    p->alpha = 32;
+    p->dropout = 0.05;
+    p->targets = GCKPT_LT_ALL;
+    p->quant_storage = GCKPT_DT_U8;
+    p->compute_dtype = GCKPT_DT_BF16;
+    if (method == GCKPT_METHOD_QLORA) {
+        p->quant = GCKPT_QUANT_NF4;
+        p->double_quant = true;
+    }
+}
+
+uint32_t gckpt_lora_family_targets(gckpt_family f)
+{
+    uint32_t llama = (1u << GCKPT_LT_C_ATTN) - 1;
+    return f == GCKPT_FAMILY_GPT2 ? GCKPT_LT_ALL & ~llama : llama;
+}
+
+/* the next comma-separated entry of *s into buf; false at the end */
+static bool next_entry(const char **s, char *buf, size_t n)
+{
+    if (!**s) return false;
+    const char *c = strchr(*s, ',');
+    size_t len = c ? (size_t)(c - *s) : strlen(*s);
+    snprintf(buf, n, "%.*s", (int)(len < n ? len : n - 1), *s);
+    *s += len + (c != NULL);
+    return true;
+}
+
+/* whether module name ends with "." entry, or is it */
+static bool suffix_match(const char *module, const char *entry)
+{
+    size_t lm = strlen(module), le = strlen(entry);
+    if (!le || le > lm) return false;
+    return !strcmp(module + lm - le, entry) && (le == lm || module[lm - le - 1] == '.');
+}
+
+bool gckpt_lora_targets_parse(const char *s, uint32_t *targets, char *bad, size_t n)
+{
+    if (!strcmp(s, "all-linear")) {
+        *targets = GCKPT_LT_ALL;
+        return true;
+    }
+    uint32_t bits = 0;
+    char e[64];
+    const char *p = s;
+    if (!*s) {
+        snprintf(bad, n, "%s", "");
+        return false;
+    }
+    while (next_entry(&p, e, sizeof e)) {
+        uint32_t hit = 0;
+        for (int t = 0; t < GCKPT_NLT; t++)
+            if (suffix_match(gckpt_lora_target_modules[t], e)) hit |= 1u << t;
+        if (!hit) {
+            snprintf(bad, n, "%s", e);
+            return false;
+        }
+        bits |= hit;
+    }
+    *targets = bits;
+    return true;
+}
+
+bool gckpt_mts_parse(const char *s, uint8_t *mts, char *bad, size_t n)
+{
+    uint8_t bits = 0;
+    char e[64];
+    const char *p = s;
+    while (next_entry(&p, e, sizeof e)) {
+        if (!strcmp(e, "lm_head"))
+            bits |= GCKPT_MTS_LM_HEAD;
+        else if (!strcmp(e, "embed_tokens") || !strcmp(e, "wte"))
+            bits |= GCKPT_MTS_EMBED;
+        else {
+            snprintf(bad, n, "%s", e);
+            return false;
+        }
+    }
+    *mts = bits;
+    return true;
+}
+
+static void append(char *buf, size_t n, const char *name)
+{
+    size_t k = strlen(buf);
+    if (k < n) snprintf(buf + k, n - k, "%s%s", k ? "," : "", name);
+}
+
+void gckpt_lora_targets_name(uint32_t targets, gckpt_family f, char *buf, size_t n)
+{
+    uint32_t fam = gckpt_lora_family_targets(f);
+    if (n) buf[0] = 0;
+    if ((targets & fam) == fam) {
+        snprintf(buf, n, "all-linear");
+        return;
+    }
+    bool both_c_proj = f == GCKPT_FAMILY_GPT2 && (targets & (1u << GCKPT_LT_ATTN_C_PROJ)) &&
+                       (targets & (1u << GCKPT_LT_MLP_C_PROJ));
+    for (int t = 0; t < GCKPT_NLT; t++) {
+        if (!(targets & fam & (1u << t))) continue;
+        const char *name = gckpt_lora_target_modules[t];
+        /* the bare name when it is unambiguous in the family (gpt2's c_proj: both or a
+         * qualified one) */
+        const char *bare = strchr(name, '.') + 1;
+        if (f == GCKPT_FAMILY_GPT2 && !strcmp(bare, "c_proj")) {
+            if (both_c_proj && t == GCKPT_LT_MLP_C_PROJ) continue;
+            append(buf, n, both_c_proj ? bare : name);
+        } else
+            append(buf, n, bare);
+    }
+}
+
+void gckpt_mts_name(uint8_t mts, gckpt_family f, char *buf, size_t n)
+{
+    if (n) buf[0] = 0;
+    if (mts & GCKPT_MTS_LM_HEAD) append(buf, n, "lm_head");
+    if (mts & GCKPT_MTS_EMBED) append(buf, n, f == GCKPT_FAMILY_GPT2 ? "wte" : "embed_tokens");
+}

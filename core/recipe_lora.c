@@ -1,0 +1,90 @@
+/* LoRA and QLoRA in the recipe (tools/hf_probe/FINDINGS.md 12.5-12.7; peft 0.21.2
+ * tuners/lora/layer.py Linear.forward and tuners/lora/bnb.py; bitsandbytes 0.50.2
+ * autograd/_functions.py MatMul4Bit and backends' gemm_4bit fallback):
+ *  - the base linear is frozen: it saves no input for a weight gradient (recipe_ops.c);
+ *  - a 4-bit base dequantizes its whole weight in the compute dtype for each use
+ *    (forward, every recompute, backward) and frees it when the op returns; it saves
+ *    nothing but the packed weight; its output is cast back to the input's dtype;
+ *  - the adapter branch: x.to(fp32) (lora.Linear always when x is not fp32; the
+ *    bitsandbytes LoRA layers only without autocast on CUDA, always on the CPU target:
+ *    12.10 C2), dropout
+ *    (CUDA native_dropout's bool mask, the CPU target's composite: dropout()), lora_A
+ *    [r, in], lora_B [out, r] (fp32, trainable), * alpha / r, added to the base output
+ *    and cast back to its dtype. */
+#include "recipe_tracer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static bool targeted(const tracer *tr, int t)
+{
+    return gckpt_peft_on(tr->peft) && t >= 0 && (tr->peft->targets & (1u << t));
+}
+
+int linear_weight(tracer *tr, const char *name, uint64_t out_f, uint64_t in_f, bool is_conv1d)
+{
+    if (!gckpt_peft_quantized(tr->peft))
+        return is_conv1d ? param(tr, name, in_f, out_f, GCKPT_ROLE_MATRIX) : param(tr, name, out_f, in_f, GCKPT_ROLE_MATRIX);
+    /* bitsandbytes replaces Conv1D too, its weight transposed to [out, in] (12.1) */
+    int w = param(tr, name, out_f, in_f, GCKPT_ROLE_MATRIX);
+    tr->r->t[w].dtype = tr->peft->quant == GCKPT_QUANT_INT8 ? GCKPT_DT_I8 : GCKPT_DT_NF4;
+    return w;
+}
+
+/* Linear4bit / Linear8bitLt's forward on a frozen quantized weight: x.to(compute) (4-bit),
+ * the dequantized weight as a forward temporary of the op and again in its backward
+ * (fws_fixed / bws_fixed), F.linear, .to(x's dtype) (4-bit). Nothing saved. */
+static int quant_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name)
+{
+    bool int8 = dt(tr, w) == GCKPT_DT_I8;
+    uint8_t cdt = int8 ? dt(tr, x) : tr->peft->compute_dtype;
+    char nm[48];
+    snprintf(nm, sizeof nm, "%s.cast_in", name);
+    int xc = int8 ? x : cast_to(tr, x, cdt, nm);
+    int o = linear_node(tr, xc, w, bias, in_f, out_f, name, cdt, (int[]){-1, -1});
+    gckpt_op *op = last_op(tr);
+    /* the dequantized weight [out, in] in the compute dtype (+ the fp32 absmax and its
+     * offset copy with double quantization: 2 x 4 nb, one of them at a time) */
+    uint64_t deq = out_f * in_f * gckpt_dtype_size((gckpt_dtype)cdt);
+    uint64_t nb = (out_f * in_f + GCKPT_QUANT_BLOCK - 1) / GCKPT_QUANT_BLOCK;
+    op->fws_fixed = deq + (!int8 && tr->peft->double_quant ? 4 * nb : 0);
+    op->bws_fixed = op->fws_fixed;
+    op->dequant = int8 ? GCKPT_QUANT_INT8 : tr->peft->quant;
+    if (int8) return o;
+    snprintf(nm, sizeof nm, "%s.to_in", name);
+    return cast_to(tr, o, dt(tr, x), nm);
+}
+
+int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name, int t,
+                bool is_conv1d)
+{
+    bool quant = dt(tr, w) == GCKPT_DT_NF4 || dt(tr, w) == GCKPT_DT_I8;
+    int result = quant ? quant_linear(tr, x, w, bias, in_f, out_f, name)
+                       : is_conv1d ? conv1d(tr, x, w, bias, in_f, out_f, name) : linear(tr, x, w, bias, in_f, out_f, name);
+    if (!targeted(tr, t)) return result;
+    const gckpt_peft *pf = tr->peft;
+    char pfx[48];
+    const char *outer = enter_module(tr, name, pfx, sizeof pfx);
+    /* bnb.py's layers cast only when torch.is_autocast_enabled() (CUDA's) is False: on
+     * CUDA under autocast no cast; the CPU target answers False (12.10 C2) */
+    int xa = quant && tr->amp && !tr->cpu ? x : cast_to(tr, x, F32, "to_f32");
+    int d = dropout(tr, xa, pf->dropout, "lora_dropout");
+    int a = tnew(tr, "lora_A.weight", GCKPT_T_PARAM, F32, fixed_shape(pf->rank, in_f), true);
+    int b = tnew(tr, "lora_B.weight", GCKPT_T_PARAM, F32, fixed_shape(out_f, pf->rank), true);
+    int ya = linear(tr, d, a, -1, in_f, pf->rank, "lora_A");
+    int yb = linear(tr, ya, b, -1, pf->rank, out_f, "lora_B");
+    int sc = scal(tr, yb, "scaling", pf->alpha / (double)pf->rank, 0);
+    int sum = add(tr, result, sc, "add");
+    int o = cast_to(tr, sum, dt(tr, result), "to_result");
+    tr->pfx = outer;
+    return o;
+}
+
+int mts_param(tracer *tr, int original, gckpt_mts which, const char *name)
+{
+    if (!gckpt_peft_on(tr->peft) || !(tr->peft->modules_to_save & which)) return original;
+    const gckpt_tensor *o = &tr->r->t[original];
+    int c = tnew(tr, name, GCKPT_T_PARAM, o->dtype, o->shape, true);
+    tr->r->t[c].role = o->role;
+    return c;
+}

@@ -277,7 +277,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
-    gckpt_recipe_build(&x->m, s->precision, s->attention, x->r);
+    gckpt_recipe_build_peft(&x->m, s->precision, s->attention, GCKPT_TARGET_CUDA, &s->peft, x->r);
     if (!gckpt_ctx_init(&x->ctx, &x->m, &x->dev, x->r, &x->set, err)) goto fail;
     if (!gckpt_schedule_build(&x->ctx, &x->sched)) {
         gckpt_seterr(err, "out of memory building the schedule");
@@ -423,6 +423,7 @@ static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *
     double ss = 0;
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
+        if (!p->spec->trainable) continue; /* frozen (LoRA's base): no .grad */
         if (!exec_live(x, p->grad)) return exec_fail(err, "checksum: parameter %s has no gradient", x->r->t[p->tensor].name);
         uint64_t hh;
         double s;

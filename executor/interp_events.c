@@ -368,6 +368,7 @@ static gckpt_xstatus ev_opt(gckpt_exec *x, const exec_site *w, gckpt_err *err)
     uint64_t step = x->step + 1;
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
+        if (!p->spec->trainable) continue; /* frozen: neither gradient nor states */
         if (!exec_live(x, p->grad))
             return exec_fail(err, "%s: parameter %s (layer %d) has no gradient", w->at, x->r->t[p->tensor].name, p->layer);
         gckpt_optcall c = {.kind = x->set.optimizer,

@@ -47,8 +47,7 @@ static bool quantize(const gckpt_quant_layout *l, const float *v, uint64_t rows,
 {
     if (l->scheme == GCKPT_QUANT_INT8) return gckpt_q8_quantize(v, rows, cols, h->weight, h->stat[GCKPT_QS_SCB], err);
     bool dq = l->double_quant;
-    gckpt_q4_store st = {h->weight, dq ? NULL : h->stat[GCKPT_QS_ABSMAX], dq ? h->stat[GCKPT_QS_ABSMAX] : NULL,
-                         h->stat[GCKPT_QS_NESTED_ABSMAX], h->stat[GCKPT_QS_OFFSET]};
+    gckpt_q4_store st = gckpt_q4_store_of(l, h->weight, h->stat);
     float *raw = malloc(l->blocks * sizeof *raw);
     if (!raw) { gckpt_seterr(err, "quantized weight: out of host memory"); return false; }
     bool ok = gckpt_q4_quantize((gckpt_quant_scheme)l->scheme, v, rows * cols, &st, raw, err);

@@ -7,6 +7,8 @@
  * state table says. The events themselves: interp_events.c. */
 #include "interp.h"
 
+#include "gckpt/executor/exec_quant.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,7 +74,8 @@ param_t *exec_param(gckpt_exec *x, int tensor, int layer)
 
 gckpt_xt exec_param_view(const param_t *p)
 {
-    return (gckpt_xt){p->w, p->spec->numel, p->spec->weight.dtype, p->spec->cols, p->spec->rows};
+    /* the buffer's elements: a quantized weight's packed / int8 storage */
+    return (gckpt_xt){p->w, p->spec->weight.numel, p->spec->weight.dtype, p->spec->cols, p->spec->rows};
 }
 
 gckpt_xt exec_state_view(const param_t *p, int k)
@@ -316,6 +319,26 @@ static gckpt_xstatus palloc(gckpt_exec *x, uint64_t bytes, void **out, gckpt_err
     return GCKPT_XS_OK;
 }
 
+/* A quantized weight's statistics, each piece its own allocation as bitsandbytes makes
+ * them (rounded to the device's granule: together the table's quant.stats.bytes). */
+static gckpt_xstatus alloc_quant_stats(gckpt_exec *x, param_t *p, gckpt_err *err)
+{
+    const gckpt_quant_layout *l = &p->spec->quant.layout;
+    p->q.layout = l;
+    uint64_t sum = 0;
+    for (int k = 0; k < GCKPT_NQS; k++) {
+        if (!l->stat[k].numel) continue;
+        uint64_t bytes = gckpt_round_up(l->stat[k].bytes, x->dev.alloc_round_bytes);
+        gckpt_xstatus rc = palloc(x, bytes, &p->q.stat[k], err);
+        if (rc != GCKPT_XS_OK) return rc;
+        sum += bytes;
+    }
+    if (sum != p->spec->quant.stats.bytes)
+        return exec_fail(err, "setup: %s's statistics take %llu bytes, the parameter table says %llu",
+                         p->spec->name, (unsigned long long)sum, (unsigned long long)p->spec->quant.stats.bytes);
+    return GCKPT_XS_OK;
+}
+
 /* The buffers of every parameter instance (parameter state table), and the offsets of
  * their slices of the optimizer's step temporary. */
 static gckpt_xstatus alloc_params(gckpt_exec *x, gckpt_err *err)
@@ -326,6 +349,7 @@ static gckpt_xstatus alloc_params(gckpt_exec *x, gckpt_err *err)
         if (stop_requested(x)) return interrupted(x, NULL, 0, err);
         param_t *p = &x->params[i];
         if ((rc = palloc(x, p->spec->weight.bytes, &p->w, err)) != GCKPT_XS_OK) return rc;
+        if (p->spec->quant.scheme && (rc = alloc_quant_stats(x, p, err)) != GCKPT_XS_OK) return rc;
         for (int k = 0; k < p->spec->nstates; k++)
             if ((rc = palloc(x, p->spec->state[k].bytes, &p->st[k], err)) != GCKPT_XS_OK) return rc;
         p->temp_off = temp_off;
@@ -344,7 +368,16 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
         float val;
         gckpt_init how = init_of(x->r, p->tensor, &val);
         uint64_t key = gckpt_key(x->o.seed, 0x5eedULL, (uint64_t)p->tensor, (uint64_t)(p->layer + 1));
-        gckpt_xstatus rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : a, key);
+        gckpt_xstatus rc;
+        if (p->spec->quant.scheme) { /* loaded in the compute dtype, then quantized (exec_quant.h) */
+            gckpt_qbufs b = {p->w, {0}};
+            memcpy(b.stat, p->q.stat, sizeof b.stat);
+            rc = gckpt_quant_fill(x->be, p->q.layout, p->spec->rows, p->spec->cols, key, a,
+                                  (gckpt_dtype)x->set.peft.compute_dtype, &b, NULL, err);
+            if (rc != GCKPT_XS_OK) return rc;
+            continue; /* frozen: no states */
+        }
+        rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : a, key);
         for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates; k++)
             rc = x->be->init(x->be, exec_state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "initialising the weights", err);
@@ -565,6 +598,12 @@ void gckpt_exec_release_all(gckpt_exec *x)
             for (int k = 0; k < GCKPT_MAX_STATES; k++) {
                 if (p->st[k]) be->release(be, GCKPT_MEM_DEVICE, p->st[k], p->spec->state[k].bytes);
                 p->st[k] = NULL;
+            }
+            for (int k = 0; k < GCKPT_NQS; k++) {
+                if (p->q.stat[k])
+                    be->release(be, GCKPT_MEM_DEVICE, p->q.stat[k],
+                                gckpt_round_up(p->q.layout->stat[k].bytes, x->dev.alloc_round_bytes));
+                p->q.stat[k] = NULL;
             }
             p->grad = GCKPT_NOINST;
         }

@@ -97,6 +97,27 @@ static void test_lora_modules_to_save(void **st)
     sweep("tiny-gpt2", GCKPT_FP32, &pf, 2);
 }
 
+/* QLoRA: nf4 with and without double quantization, fp4, int8; under the Trainer's bf16
+ * autocast and without */
+static void qlora_family(const char *fixture)
+{
+    const struct { gckpt_quant_scheme q; bool dq; gckpt_precision p; double d; } v[] = {
+        {GCKPT_QUANT_NF4, true, GCKPT_AMP_BF16, 0.05}, {GCKPT_QUANT_NF4, false, GCKPT_AMP_BF16, 0.0},
+        {GCKPT_QUANT_FP4, true, GCKPT_FP32, 0.05},     {GCKPT_QUANT_INT8, false, GCKPT_AMP_BF16, 0.05},
+        {GCKPT_QUANT_INT8, false, GCKPT_FP32, 0.0},
+    };
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+        gckpt_peft pf = method(GCKPT_METHOD_QLORA, v[k].d, 0);
+        pf.quant = (uint8_t)v[k].q;
+        pf.double_quant = v[k].dq;
+        sweep(fixture, v[k].p, &pf, 2);
+    }
+}
+
+static void test_qlora_llama(void **st) { (void)st; qlora_family("tiny-llama"); }
+static void test_qlora_qwen2(void **st) { (void)st; qlora_family("tiny-qwen2"); }
+static void test_qlora_gpt2(void **st) { (void)st; qlora_family("tiny-gpt2"); }
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -104,6 +125,9 @@ int main(void)
         cmocka_unit_test(test_lora_qwen2),
         cmocka_unit_test(test_lora_gpt2),
         cmocka_unit_test(test_lora_modules_to_save),
+        cmocka_unit_test(test_qlora_llama),
+        cmocka_unit_test(test_qlora_qwen2),
+        cmocka_unit_test(test_qlora_gpt2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

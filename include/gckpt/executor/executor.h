@@ -20,6 +20,7 @@
 #include "gckpt/core/dtype.h"
 #include "gckpt/executor/exec_rng.h"
 #include "gckpt/core/model.h"
+#include "gckpt/core/quant_layout.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/schedule.h"
 #include "gckpt/core/setting.h"
@@ -58,6 +59,14 @@ typedef struct {
     gckpt_xt gin[GCKPT_OP_MAX_IN], gout, ws;
     uint64_t rng;           /* dropout stream (step, micro-step, layer, op) */
 } gckpt_xcall;
+
+/* A quantized weight's statistics on the backend (QLoRA): its layout
+ * (gckpt_quant_layout_of) and the buffer of each piece it stores (NULL where none); the
+ * packed / int8 weight itself is the parameter's buffer. */
+typedef struct {
+    const gckpt_quant_layout *layout;
+    void *stat[GCKPT_NQS];
+} gckpt_xquant;
 
 /* Parameter initialisation: uniform(-scale, scale) from a counter-based generator keyed
  * by key, or the constant scale. */
@@ -110,6 +119,10 @@ struct gckpt_backend {
     gckpt_xstatus (*source)(gckpt_backend *be, gckpt_source what, const gckpt_xcall *c, const int64_t *host);
     gckpt_xstatus (*forward)(gckpt_backend *be, const gckpt_xcall *c);
     gckpt_xstatus (*backward)(gckpt_backend *be, const gckpt_xcall *c);
+    /* out (rows x cols of the compute dtype, f32 / bf16 / f16) = the quantized weight w
+     * (its packed or int8 buffer) dequantized with its statistics q, as bitsandbytes does
+     * (quant4.h, quant8.h) */
+    gckpt_xstatus (*dequant)(gckpt_backend *be, const gckpt_xquant *q, gckpt_xt w, gckpt_xt out);
     /* dst = a + b elementwise, or dst = b when a.p is NULL; dst may be a; dtypes may
      * differ (computed in fp32, rounded to dst's) */
     gckpt_xstatus (*add)(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt b);

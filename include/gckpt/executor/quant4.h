@@ -37,6 +37,15 @@ typedef struct {
     float *offset;      /* double: one fp32, mean of the block absmax */
 } gckpt_q4_store;
 
+/* The store of a weight of layout l from its buffers (stat indexed by gckpt_quant_stat). */
+static inline gckpt_q4_store gckpt_q4_store_of(const gckpt_quant_layout *l, void *weight, void *const stat[GCKPT_NQS])
+{
+    bool dq = l->double_quant;
+    return (gckpt_q4_store){(uint8_t *)weight, dq ? NULL : (float *)stat[GCKPT_QS_ABSMAX],
+                            dq ? (uint8_t *)stat[GCKPT_QS_ABSMAX] : NULL, (float *)stat[GCKPT_QS_NESTED_ABSMAX],
+                            (float *)stat[GCKPT_QS_OFFSET]};
+}
+
 /* Quantize x[0..n) (fp32 values; a bf16 weight converted exactly). raw_absmax [nb] is
  * scratch that receives the unquantized block absmax (used for the nested step). Refuses
  * a scheme other than NF4 / FP4, n = 0, a missing buffer and a NaN or infinite element

@@ -46,7 +46,15 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
     }
     *flops = (op->kind == GCKPT_OP_MATMUL || op->kind == GCKPT_OP_ATTN) ? f : 0;
     double tm = *flops / matmul_rate(c), tb = traffic / hbm_rate(c);
-    return tm > tb ? tm : tb;
+    /* QLoRA: the whole weight dequantized before the GEMM, in the forward, every
+     * recompute and the backward (FINDINGS 12.7, 12.9): a memory-bound pass that reads
+     * the stored codes and writes the weight, which the GEMM then reads */
+    double deq = 0;
+    if (op->dequant) {
+        double n = (double)op->in_f * (double)op->out_f;
+        deq = ((op->dequant == GCKPT_QUANT_INT8 ? n : n / 2) + 2.0 * (double)op->fws_fixed) / hbm_rate(c);
+    }
+    return (tm > tb ? tm : tb) + deq;
 }
 
 /* Bytes of an op's backward workspace (recipe.h: bws_cT, bws_in, bws_out); false on
@@ -178,6 +186,7 @@ static bool step_bound_ok(const gckpt_ctx *c)
            section_bound(c, GCKPT_SEC_HEAD, &bh) && gckpt_mul(bb, c->model->layers, &micro) &&
            gckpt_add(micro, be, &micro) && gckpt_add(micro, bh, &micro) && gckpt_mul(micro, 2, &total) &&
            gckpt_add(total, c->weights, &total) && gckpt_add(total, c->grads, &total) &&
+           gckpt_add(total, c->quant_weights, &total) && gckpt_add(total, c->quant_stats, &total) &&
            gckpt_add(total, c->opt_states, &total) && gckpt_add(total, c->opt_temp, &total) &&
            gckpt_add(total, c->workspace, &total) && total <= GCKPT_MAX_STEP_BYTES;
 }
@@ -195,7 +204,9 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
      * optimizer states; block tensors repeat per layer (the parameter state table) */
     bool overflow;
     if (!gckpt_params_build(r, m->layers, s->optimizer, d->alloc_round_bytes, &c->params, &overflow, err)) return false;
-    c->weights = c->params.weight_bytes + c->params.stats_bytes; /* statistics: resident with their weights */
+    c->weights = c->params.weight_bytes - c->params.quant_bytes;
+    c->quant_weights = c->params.quant_bytes;
+    c->quant_stats = c->params.stats_bytes;
     c->grads = c->params.grad_bytes;
     c->opt_states = c->params.state_bytes;
     c->opt_temp = c->params.temp_bytes;
@@ -232,6 +243,8 @@ void gckpt_persistent(const gckpt_ctx *c, int64_t comp[GCKPT_NCOMP])
 {
     memset(comp, 0, sizeof(int64_t) * GCKPT_NCOMP);
     comp[GCKPT_C_WEIGHTS] = (int64_t)c->weights;
+    comp[GCKPT_C_QUANT_WEIGHTS] = (int64_t)c->quant_weights;
+    comp[GCKPT_C_QUANT_STATS] = (int64_t)c->quant_stats;
     comp[GCKPT_C_OPTIMIZER] = (int64_t)c->opt_states;
     comp[GCKPT_C_WORKSPACE] = (int64_t)c->workspace;
 }

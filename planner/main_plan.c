@@ -39,6 +39,17 @@ static void usage(FILE *f)
 "                         (adamw_torch) | sgd (momentum) | adamw-8bit (adamw_bnb_8bit,\n"
 "                         adamw_8bit); the TrainingArguments optim names are accepted\n"
 "  --attention A          sdpa (default) | eager | flash_attention_2 (planned as sdpa)\n"
+"  --method M             full (default) | lora (peft LoRA) | qlora (bitsandbytes 4-bit or\n"
+"                         8-bit base + prepare_model_for_kbit_training + LoRA)\n"
+"  --lora-rank N          LoRA r (default 16)\n"
+"  --lora-alpha N         lora_alpha (default 2 x rank)\n"
+"  --lora-dropout P       lora_dropout in [0, 1) (default 0.05)\n"
+"  --lora-targets T       all-linear (default) or a list of module names such as\n"
+"                         q_proj,k_proj,v_proj,o_proj (gpt2: c_attn,c_proj,c_fc)\n"
+"  --modules-to-save LIST trainable copies: lm_head, embed_tokens (gpt2: wte)\n"
+"  --quant Q              qlora: nf4 (default) | fp4 | int8 (load_in_8bit)\n"
+"  --double-quant on|off  qlora 4-bit: bnb_4bit_use_double_quant (default on)\n"
+"  --compute-dtype D      qlora 4-bit: bnb_4bit_compute_dtype bf16 (default) | fp16 | fp32\n"
 "  --every-n LIST         every_n_layers values: all (default: off and 1..L), off, or a\n"
 "                         list such as off,1,2,4 (0 = off)\n"
 "  --offload off|on|both  offload checkpointed inputs to pinned host memory (default both)\n"
@@ -162,53 +173,76 @@ static int parse_every(const char *s, uint32_t **out, int *n)
     return 0;
 }
 
-/* When nothing fits: re-plan with cheaper precision / optimizer choices and say which
- * of them would fit, so the user gets a way forward, not only a "no". */
+/* One alternative request re-planned: its line of "What would fit instead". */
+static void print_alternative(const gckpt_plan_request *r, const char *label, bool *header, FILE *f)
+{
+    gckpt_plan_request c = *r;
+    if (r->every_n) {
+        c.every_n = malloc(sizeof *c.every_n * (size_t)r->n_every);
+        if (!c.every_n) return;
+        memcpy(c.every_n, r->every_n, sizeof *c.every_n * (size_t)r->n_every);
+    }
+    gckpt_plan p;
+    gckpt_err err;
+    bool ok = gckpt_plan_run(&c, &p, &err);
+    free(c.every_n);
+    if (!ok) return;
+    if (!*header) {
+        fprintf(f, "\nWhat would fit instead (same model, GPU, sequence and batch):\n");
+        *header = true;
+    }
+    fprintf(f, "  %-46s ", label);
+    if (p.recommended >= 0) {
+        const gckpt_entry *e = &p.entries[p.recommended];
+        char en[16];
+        if (e->every_n) snprintf(en, sizeof en, "%u", e->every_n);
+        else snprintf(en, sizeof en, "off");
+        fprintf(f, "fits: every_n_layers=%s offload=%s mb %llu, %.2f GiB, %.0f tokens/s\n", en,
+                e->offload ? "on" : "off", (unsigned long long)e->micro_batch,
+                (double)e->r.device_peak_bytes / 1073741824.0, e->r.tokens_per_s);
+    } else {
+        fprintf(f, "does not fit either (smallest %.2f GiB)\n",
+                (double)p.entries[p.smallest].r.device_peak_bytes / 1073741824.0);
+    }
+    gckpt_plan_free(&p);
+}
+
+/* When nothing fits: re-plan with cheaper precision / optimizer choices and, for full
+ * fine-tuning, with LoRA and QLoRA (the planner's defaults: r 16, all-linear; QLoRA nf4
+ * with double quantization, bf16 compute), and say which would fit, so the user gets a
+ * way forward, not only a "no". */
 static void print_alternatives(const gckpt_plan_request *req, FILE *f)
 {
     static const struct { int prec, opt; } alt[] = {
         {-1, GCKPT_ADAMW_8BIT}, {GCKPT_BF16, -1}, {GCKPT_BF16, GCKPT_ADAMW_8BIT}, {GCKPT_BF16, GCKPT_SGD},
     };
     bool header = false;
+    char label[96];
     for (size_t i = 0; i < sizeof alt / sizeof alt[0]; i++) {
         gckpt_plan_request r = *req;
         if (alt[i].prec >= 0) r.precision = (gckpt_precision)alt[i].prec;
         if (alt[i].opt >= 0) r.optimizer = (gckpt_optimizer)alt[i].opt;
         if (r.precision == req->precision && r.optimizer == req->optimizer) continue;
-        if (req->every_n) {
-            r.every_n = malloc(sizeof *r.every_n * (size_t)req->n_every);
-            if (!r.every_n) return;
-            memcpy(r.every_n, req->every_n, sizeof *r.every_n * (size_t)req->n_every);
-        }
-        gckpt_plan p;
-        gckpt_err err;
-        bool ok = gckpt_plan_run(&r, &p, &err);
-        free(r.every_n);
-        if (!ok) continue;
-        if (!header) {
-            fprintf(f, "\nWhat would fit instead (same model, GPU, sequence and batch):\n");
-            header = true;
-        }
-        fprintf(f, "  --precision %-8s --optimizer %-13s ", gckpt_precision_names[r.precision],
-                gckpt_optimizer_names[r.optimizer]);
-        if (p.recommended >= 0) {
-            const gckpt_entry *e = &p.entries[p.recommended];
-            char en[16];
-            if (e->every_n) snprintf(en, sizeof en, "%u", e->every_n);
-            else snprintf(en, sizeof en, "off");
-            fprintf(f, "fits: every_n_layers=%s offload=%s mb %llu, %.2f GiB, %.0f tokens/s\n", en,
-                    e->offload ? "on" : "off", (unsigned long long)e->micro_batch,
-                    (double)e->r.device_peak_bytes / 1073741824.0, e->r.tokens_per_s);
-        } else {
-            fprintf(f, "does not fit either (smallest %.2f GiB)\n",
-                    (double)p.entries[p.smallest].r.device_peak_bytes / 1073741824.0);
-        }
-        gckpt_plan_free(&p);
+        snprintf(label, sizeof label, "--precision %-8s --optimizer %-13s", gckpt_precision_names[r.precision],
+                 gckpt_optimizer_names[r.optimizer]);
+        print_alternative(&r, label, &header, f);
+    }
+    if (req->peft.method != GCKPT_METHOD_FULL) return;
+    static const struct { int method, prec; } peft[] = {
+        {GCKPT_METHOD_LORA, GCKPT_BF16}, {GCKPT_METHOD_LORA, GCKPT_AMP_BF16}, {GCKPT_METHOD_QLORA, GCKPT_AMP_BF16}};
+    for (size_t i = 0; i < sizeof peft / sizeof peft[0]; i++) {
+        gckpt_plan_request r = *req;
+        gckpt_peft_default((gckpt_method)peft[i].method, &r.peft);
+        r.precision = (gckpt_precision)peft[i].prec;
+        snprintf(label, sizeof label, "--method %-5s --precision %-8s (r 16, all-linear)",
+                 gckpt_method_names[peft[i].method], gckpt_precision_names[r.precision]);
+        print_alternative(&r, label, &header, f);
     }
 }
 
 enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
-       O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG };
+       O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG, O_METHOD, O_RANK, O_ALPHA, O_LDROP, O_TARGETS,
+       O_MTS, O_QUANT, O_DQ, O_CDT };
 
 /* What the command line asks for. */
 typedef struct {
@@ -218,7 +252,63 @@ typedef struct {
     char attn_note[320];
     uint32_t *every;
     int n_every;
+    /* LoRA / QLoRA options as given: applied over the method's defaults once all are read */
+    const char *peft_opt[O_CDT - O_METHOD + 1];
 } cli_args;
+
+/* The LoRA / QLoRA options over the defaults of --method (gckpt_peft_default); 0 or the
+ * exit status of a bad value. Options other than --method need lora or qlora, the
+ * quantization ones qlora. */
+static int apply_peft_options(cli_args *a)
+{
+    const char *const *o = a->peft_opt;
+    static const char *const names[] = {"method", "lora-rank", "lora-alpha", "lora-dropout", "lora-targets",
+                                        "modules-to-save", "quant", "double-quant", "compute-dtype"};
+    int method = o[0] ? gckpt_method_from(o[0]) : GCKPT_METHOD_FULL;
+    if (method < 0) return bad("--method: unknown '%s' (full, lora, qlora)%s", o[0], "");
+    gckpt_peft *pf = &a->req.peft;
+    gckpt_peft_default((gckpt_method)method, pf);
+    for (int i = 1; i <= O_CDT - O_METHOD; i++) {
+        if (!o[i]) continue;
+        if (method == GCKPT_METHOD_FULL) return bad("--%s needs --method lora or qlora%s", names[i], "");
+        if (i >= O_QUANT - O_METHOD && method != GCKPT_METHOD_QLORA) return bad("--%s needs --method qlora%s", names[i], "");
+    }
+    uint64_t rank = pf->rank;
+    char *end = NULL, badname[64];
+    if (o[1] && !gckpt_parse_u64(o[1], 1, 65536, &rank)) return bad("--lora-rank: '%s' is not an integer in [1, 65536]%s", o[1], "");
+    pf->rank = (uint32_t)rank;
+    pf->alpha = 2.0 * (double)rank;
+    if (o[2] && (!(pf->alpha = strtod(o[2], &end)) || *end || !isfinite(pf->alpha) || pf->alpha <= 0 || pf->alpha > 1e6))
+        return bad("--lora-alpha: '%s' is not a number in (0, 1e6]%s", o[2], "");
+    if (o[3] && ((pf->dropout = strtod(o[3], &end)), *end || end == o[3] || !isfinite(pf->dropout) || pf->dropout < 0 ||
+                 pf->dropout >= 1))
+        return bad("--lora-dropout: '%s' is not a probability in [0, 1)%s", o[3], "");
+    if (o[4] && !gckpt_lora_targets_parse(o[4], &pf->targets, badname, sizeof badname))
+        return bad("--lora-targets: '%s' is not all-linear or a linear's name (q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                   "up_proj, down_proj; gpt2: c_attn, c_proj, c_fc)%s", badname, "");
+    if (o[5] && !gckpt_mts_parse(o[5], &pf->modules_to_save, badname, sizeof badname))
+        return bad("--modules-to-save: '%s' is not lm_head, embed_tokens or wte%s", badname, "");
+    if (o[6]) {
+        int q = -1;
+        for (int k = 1; k < GCKPT_NQUANT; k++)
+            if (!strcmp(o[6], gckpt_quant_names[k])) q = k;
+        if (q < 0) return bad("--quant: unknown '%s' (nf4, fp4, int8)%s", o[6], "");
+        pf->quant = (uint8_t)q;
+    }
+    if (o[7] && strcmp(o[7], "on") && strcmp(o[7], "off")) return bad("--double-quant: '%s' is not on or off%s", o[7], "");
+    if (o[7]) pf->double_quant = !strcmp(o[7], "on");
+    if (o[8]) {
+        static const struct { const char *name; uint8_t dt; } cd[] = {
+            {"bf16", GCKPT_DT_BF16}, {"fp16", GCKPT_DT_F16}, {"fp32", GCKPT_DT_F32}};
+        int k = 0;
+        while (k < 3 && strcmp(o[8], cd[k].name)) k++;
+        if (k == 3) return bad("--compute-dtype: unknown '%s' (bf16, fp16, fp32)%s", o[8], "");
+        pf->compute_dtype = cd[k].dt;
+    }
+    if (pf->quant == GCKPT_QUANT_INT8 && (o[7] || o[8]))
+        return bad("--%s applies to 4-bit quantization (nf4, fp4), not --quant int8%s", o[7] ? "double-quant" : "compute-dtype", "");
+    return 0;
+}
 
 /* Sizes, counts and lists; 0, or the exit status of a bad value. */
 static int parse_number_option(int c, const char *arg, cli_args *a)
@@ -316,6 +406,11 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         {"plot", required_argument, 0, O_PLOT}, {"table", required_argument, 0, O_TABLE},
         {"quiet", no_argument, 0, 'q'}, {"list", no_argument, 0, O_LIST},
         {"allow-long-seq", no_argument, 0, O_LONG},
+        {"method", required_argument, 0, O_METHOD}, {"lora-rank", required_argument, 0, O_RANK},
+        {"lora-alpha", required_argument, 0, O_ALPHA}, {"lora-dropout", required_argument, 0, O_LDROP},
+        {"lora-targets", required_argument, 0, O_TARGETS}, {"modules-to-save", required_argument, 0, O_MTS},
+        {"quant", required_argument, 0, O_QUANT}, {"double-quant", required_argument, 0, O_DQ},
+        {"compute-dtype", required_argument, 0, O_CDT},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c, rc = GCKPT_EXIT_OK;
     *answered = false;
@@ -331,6 +426,10 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         case 'o': a->out = optarg; break;
         case 'q': a->quiet = true; break;
         case O_LONG: a->req.allow_long_seq = true; break;
+        case O_METHOD: case O_RANK: case O_ALPHA: case O_LDROP: case O_TARGETS: case O_MTS: case O_QUANT: case O_DQ:
+        case O_CDT:
+            a->peft_opt[c - O_METHOD] = optarg;
+            break;
         case O_LIST:
             list_dir("models");
             list_dir("devices");
@@ -345,6 +444,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
     }
     if (optind < argc) return bad("unexpected argument '%s'%s (see --help)", argv[optind], "");
     if (a->ga_set && a->gb_set) return bad("--grad-accum and --global-batch exclude each other%s%s", "", "");
+    if ((rc = apply_peft_options(a))) return rc;
     a->req.every_n = a->every;
     a->req.n_every = a->n_every;
     char hint[512];

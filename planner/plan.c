@@ -156,6 +156,28 @@ static void evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profil
     }
 }
 
+/* A LoRA / QLoRA request against the model: its target list must match a linear of the
+ * model's family (peft raises "Target modules ... not found in the base model"
+ * otherwise); QLoRA's prepare_model_for_kbit_training casts the parameters to fp32, so a
+ * pure-bf16 model does not exist there. */
+static bool peft_check(const gckpt_plan_request *req, const gckpt_plan *p, gckpt_err *err)
+{
+    const gckpt_peft *pf = &req->peft;
+    if (!gckpt_peft_on(pf)) return true;
+    if (!(pf->targets & gckpt_lora_family_targets(p->model.family))) {
+        char names[160];
+        gckpt_lora_targets_name(gckpt_lora_family_targets(p->model.family), p->model.family, names, sizeof names);
+        gckpt_seterr(err, "--lora-targets: no linear of %s matches (its linears: %s)", p->model.name, names);
+        return false;
+    }
+    if (pf->method == GCKPT_METHOD_QLORA && req->precision == GCKPT_BF16) {
+        gckpt_seterr(err, "--precision bf16 with --method qlora: prepare_model_for_kbit_training casts the model to "
+                          "fp32; use amp-bf16 (TrainingArguments bf16=True) or fp32");
+        return false;
+    }
+    return true;
+}
+
 /* The sweep: one segment profile per split, every setting composed from it. */
 static bool sweep(gckpt_plan *p, const batch_split *sp, int nsplit, gckpt_err *err)
 {
@@ -166,7 +188,8 @@ static bool sweep(gckpt_plan *p, const batch_split *sp, int nsplit, gckpt_err *e
     if (!ok) gckpt_seterr(err, "out of memory");
     for (int mi = 0; ok && mi < nsplit; mi++) {
         gckpt_setting s = {.seq = p->req.seq, .micro_batch = sp[mi].micro_batch, .grad_accum = sp[mi].grad_accum,
-                           .precision = p->req.precision, .optimizer = p->req.optimizer, .attention = p->req.attention};
+                           .precision = p->req.precision, .optimizer = p->req.optimizer, .attention = p->req.attention,
+                           .peft = p->req.peft};
         ok = gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, err);
         if (ok && !(ok = gckpt_profile_build_with(prr, c, prof))) gckpt_seterr(err, "out of memory while profiling");
         if (ok) evaluate_split(p, c, prof, sp[mi]);
@@ -245,7 +268,8 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
-    gckpt_recipe_build(&p->model, req->precision, req->attention, p->recipe);
+    if (!peft_check(req, p, err)) goto fail;
+    gckpt_recipe_build_peft(&p->model, req->precision, req->attention, GCKPT_TARGET_CUDA, &req->peft, p->recipe);
     if (!gckpt_params_build(p->recipe, p->model.layers, req->optimizer, p->dev.alloc_round_bytes, p->params, &overflow,
                             err))
         goto fail;

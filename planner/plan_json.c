@@ -37,7 +37,8 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     gckpt_peak_where(p, r, where, sizeof where);
     cJSON_AddStringToObject(m, "peak_where", where);
     cJSON *bd = cJSON_AddObjectToObject(m, "breakdown");
-    for (int k = 0; k < GCKPT_NCOMP; k++) num(bd, gckpt_component_names[k], (double)r->breakdown[k]);
+    for (int k = 0; k < GCKPT_NCOMP; k++)
+        if (!gckpt_component_optional(k) || p->params->quant_bytes) num(bd, gckpt_component_names[k], (double)r->breakdown[k]);
     num(m, "context_bytes", (double)p->dev.context_bytes);
     cJSON *t = cJSON_AddObjectToObject(o, "time");
     num(t, "step_s", r->step_s);
@@ -48,6 +49,7 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(t, "optimizer_s", r->optimizer_s);
     num(t, "tokens_per_s", r->tokens_per_s);
     num(t, "mfu", r->mfu);
+    if (gckpt_peft_on(&p->req.peft)) num(o, "trainable_params", (double)p->params->trainable);
     cJSON_AddBoolToObject(o, "fits", e->fits);
     num(o, "headroom_bytes", (double)p->usable_bytes - (double)r->device_peak_bytes);
     cJSON_AddBoolToObject(o, "pareto", e->pareto);
@@ -94,7 +96,8 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     num(m, "intermediate", (double)p->model.intermediate);
     num(m, "vocab", (double)p->model.vocab);
     cJSON_AddBoolToObject(m, "tied_embeddings", p->model.tied);
-    num(m, "parameters", (double)p->params->numel);
+    /* the model's own parameters (LoRA adapters and copies: entries' trainable_params) */
+    num(m, "parameters", (double)(gckpt_peft_on(&p->req.peft) ? gckpt_param_count(&p->model) : p->params->numel));
     cJSON *cfg = cJSON_Parse(p->model_config_text);
     if (cfg) cJSON_AddItemToObject(m, "config", cfg);
     cJSON_AddItemToObject(in, "device", gckpt_device_to_json(&p->dev));
@@ -121,6 +124,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     num(in, "margin", p->req.margin);
     num(in, "usable_bytes", (double)p->usable_bytes);
     if (p->req.allow_long_seq) cJSON_AddBoolToObject(in, "allow_long_seq", true);
+    if (gckpt_peft_on(&p->req.peft)) gckpt_plan_peft_json(p, in);
 
     cJSON_AddStringToObject(root, "steady_state",
                             "figures are for step 2 onwards: optimizer states exist; with grad_accum > 1 "

@@ -237,6 +237,48 @@ static bool read_warnings(plan_reader *r, const cJSON *root, gckpt_plan_file *pf
     return true;
 }
 
+/* inputs.method, inputs.lora and inputs.quant (issue 12; absent: full fine-tuning) */
+static bool read_peft(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
+{
+    int method = GCKPT_METHOD_FULL;
+    if (child(in, "inputs.method") && !choice(r, in, "inputs.method", gckpt_method_names, GCKPT_NMETHOD, &method))
+        return false;
+    gckpt_peft *p = &pf->peft;
+    gckpt_peft_default((gckpt_method)method, p);
+    if (method == GCKPT_METHOD_FULL) return true;
+    const cJSON *l = obj(r, in, "inputs.lora");
+    uint64_t rank;
+    char targets[200], mts[64], bad[64];
+    if (!l || !u64(r, l, "inputs.lora.rank", 1, 65536, &rank) || !num(r, l, "inputs.lora.alpha", 1e-9, 1e6, &p->alpha) ||
+        !num(r, l, "inputs.lora.dropout", 0, 0.999999, &p->dropout) ||
+        !str(r, l, "inputs.lora.targets", targets, sizeof targets) ||
+        !str(r, l, "inputs.lora.modules_to_save", mts, sizeof mts))
+        return false;
+    p->rank = (uint32_t)rank;
+    if (!gckpt_lora_targets_parse(targets, &p->targets, bad, sizeof bad))
+        return fail(r, "field 'inputs.lora.targets': '%s' is not a linear module", bad);
+    if (!gckpt_mts_parse(mts, &p->modules_to_save, bad, sizeof bad))
+        return fail(r, "field 'inputs.lora.modules_to_save': '%s' is not lm_head, embed_tokens or wte", bad);
+    if (method != GCKPT_METHOD_QLORA) return true;
+    const cJSON *q = obj(r, in, "inputs.quant");
+    int type, cdt = GCKPT_DT_BF16, st = GCKPT_DT_U8;
+    if (!q || !choice(r, q, "inputs.quant.type", gckpt_quant_names, GCKPT_NQUANT, &type)) return false;
+    if (type == GCKPT_QUANT_NONE) return fail(r, "field 'inputs.quant.type' is \"none\" with method qlora");
+    p->quant = (uint8_t)type;
+    if (type == GCKPT_QUANT_INT8) return true;
+    bool dq = true;
+    if ((child(q, "inputs.quant.double_quant") && !boolean(r, q, "inputs.quant.double_quant", &dq)) ||
+        (child(q, "inputs.quant.compute_dtype") &&
+         !choice(r, q, "inputs.quant.compute_dtype", gckpt_dtype_names, GCKPT_NDT, &cdt)) ||
+        (child(q, "inputs.quant.storage") && !choice(r, q, "inputs.quant.storage", gckpt_dtype_names, GCKPT_NDT, &st)))
+        return false;
+    if (!gckpt_dtype_is_float((gckpt_dtype)cdt)) return fail(r, "field 'inputs.quant.compute_dtype' is not bf16, fp16 or fp32");
+    p->double_quant = dq;
+    p->compute_dtype = (uint8_t)cdt;
+    p->quant_storage = (uint8_t)st;
+    return true;
+}
+
 static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, uint32_t *every, int *n_every)
 {
     const cJSON *in = obj(r, root, "inputs");
@@ -252,6 +294,7 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
         return fail(r, "field 'inputs.seq' = %llu exceeds the model's max_position_embeddings (%llu) and "
                        "'inputs.allow_long_seq' is not true",
                     (unsigned long long)pf->seq, (unsigned long long)pf->model.max_positions);
+    if (!read_peft(r, in, pf)) return false;
     const cJSON *mb = arr(r, in, "inputs.micro_batches");
     if (!mb) return false;
     int nmb = cJSON_GetArraySize(mb);
@@ -366,8 +409,12 @@ static bool read_memory(plan_reader *r, const cJSON *e, const char *pre, gckpt_p
     int64_t sum = 0;
     for (int k = 0; k < GCKPT_NCOMP; k++) {
         snprintf(p, sizeof p, "%s.memory.breakdown.%s", pre, gckpt_component_names[k]);
-        /* bytes held by a component at the peak: >= 0 (the schema's minimum) */
-        if (!u64(r, bd, p, 0, MAXB, &v)) return false;
+        /* bytes held by a component at the peak: >= 0 (the schema's minimum); QLoRA's
+         * components only when present */
+        v = 0;
+        if ((!gckpt_component_optional(k) || cJSON_GetObjectItemCaseSensitive(bd, gckpt_component_names[k])) &&
+            !u64(r, bd, p, 0, MAXB, &v))
+            return false;
         res->breakdown[k] = (int64_t)v;
         sum += res->breakdown[k];
     }
@@ -647,6 +694,7 @@ gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i)
                        .optimizer = pf->optimizer,
                        .attention = pf->attention,
                        .every_n = e->every_n,
-                       .offload = e->offload};
+                       .offload = e->offload,
+                       .peft = pf->peft};
     return s;
 }

@@ -79,8 +79,16 @@ static void print_model_line(const gckpt_plan *p, FILE *f)
  * counts; tools/hf_probe/trainer_check.py runs them (with "..." filled in) on CPU. */
 static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
 {
-    fprintf(f, "\nimport torch\nfrom transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n\n");
-    print_model_line(p, f);
+    bool peft = gckpt_peft_on(&p->req.peft), qlora = p->req.peft.method == GCKPT_METHOD_QLORA;
+    fprintf(f, "\nimport torch\n");
+    if (peft)
+        fprintf(f, "from peft import LoraConfig, get_peft_model%s\n", qlora ? ", prepare_model_for_kbit_training" : "");
+    fprintf(f, "from transformers import AutoModelForCausalLM, %sTrainer, TrainingArguments\n\n",
+            qlora ? "BitsAndBytesConfig, " : "");
+    if (peft)
+        gckpt_plan_print_peft_model(p, f);
+    else
+        print_model_line(p, f);
     fprintf(f, "args = TrainingArguments(\n    ...,\n");
     fprintf(f, "    per_device_train_batch_size=%llu,\n", (unsigned long long)e->micro_batch);
     fprintf(f, "    gradient_accumulation_steps=%llu,\n", (unsigned long long)e->grad_accum);
@@ -115,12 +123,14 @@ static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
 
 void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
 {
-    char a[32], b[32];
-    fprintf(f, "%s (%llu parameters) on %s, seq %llu%s, %s, %s, %s attention\n", p->model.name,
-            (unsigned long long)p->params->numel, p->dev.name, (unsigned long long)p->req.seq,
+    char a[32], b[32], peft[320];
+    gckpt_plan_peft_header(p, peft, sizeof peft);
+    fprintf(f, "%s (%llu parameters) on %s, seq %llu%s, %s, %s, %s attention%s\n", p->model.name,
+            (unsigned long long)(gckpt_peft_on(&p->req.peft) ? gckpt_param_count(&p->model) : p->params->numel),
+            p->dev.name, (unsigned long long)p->req.seq,
             p->req.seq > p->model.max_positions ? " (beyond max_position_embeddings: --allow-long-seq)" : "",
             gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer],
-            gckpt_attention_names[p->req.attention]);
+            gckpt_attention_names[p->req.attention], peft);
     fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",
             gib(p->budget_bytes, a, sizeof a), gib(p->usable_bytes, b, sizeof b), p->req.margin * 100);
     for (size_t i = 0; i < p->n_warnings; i++)

@@ -104,6 +104,25 @@ static void bad_inputs(void **state)
         {"bad plot extension", A("--model", "gpt2", "--seq", "128", "--plot", "plot.gif"), ".png or .svg"},
         {"unexpected argument", A("llama", "-o", "out.json"), "unexpected argument"},
         {"bad table", A("--table", "some", "-o", "out.json"), "--table"},
+        /* LoRA / QLoRA (issue 12) */
+        {"unknown method", A("--method", "dora", "-o", "out.json"), "--method"},
+        {"rank zero", A("--method", "lora", "--lora-rank", "0", "-o", "out.json"), "--lora-rank"},
+        {"rank junk", A("--method", "lora", "--lora-rank", "16x", "-o", "out.json"), "--lora-rank"},
+        {"alpha negative", A("--method", "lora", "--lora-alpha", "-2", "-o", "out.json"), "--lora-alpha"},
+        {"alpha junk", A("--method", "lora", "--lora-alpha", "many", "-o", "out.json"), "--lora-alpha"},
+        {"dropout one", A("--method", "lora", "--lora-dropout", "1", "-o", "out.json"), "--lora-dropout"},
+        {"dropout junk", A("--method", "lora", "--lora-dropout", "0.1x", "-o", "out.json"), "--lora-dropout"},
+        {"unknown target", A("--method", "lora", "--lora-targets", "q_proj,qq_proj", "-o", "out.json"), "qq_proj"},
+        {"empty targets", A("--method", "lora", "--lora-targets", "", "-o", "out.json"), "--lora-targets"},
+        {"targets of another family", A("--model", "gpt2", "--method", "lora", "--lora-targets", "q_proj", "-o", "out.json"), "no linear of gpt2"},
+        {"unknown module to save", A("--method", "lora", "--modules-to-save", "lm_head,norm", "-o", "out.json"), "norm"},
+        {"lora option without method", A("--lora-rank", "8", "-o", "out.json"), "needs --method lora or qlora"},
+        {"quant without qlora", A("--method", "lora", "--quant", "nf4", "-o", "out.json"), "needs --method qlora"},
+        {"unknown quant", A("--method", "qlora", "--quant", "int4", "-o", "out.json"), "int4"},
+        {"bad double-quant", A("--method", "qlora", "--double-quant", "yes", "-o", "out.json"), "--double-quant"},
+        {"unknown compute dtype", A("--method", "qlora", "--compute-dtype", "fp8", "-o", "out.json"), "fp8"},
+        {"double-quant with int8", A("--method", "qlora", "--quant", "int8", "--double-quant", "on", "-o", "out.json"), "not --quant int8"},
+        {"qlora in pure bf16", A("--method", "qlora", "--precision", "bf16", "-o", "out.json"), "prepare_model_for_kbit_training"},
     };
     char err[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -163,6 +182,38 @@ static void good_runs(void **state)
     assert_non_null(strstr(err, "Recommended")); /* the table went to stderr */
 }
 
+/* LoRA / QLoRA plans: the method's inputs recorded, trainable_params per entry, QLoRA's
+ * breakdown components, the snippet that builds what was planned, and a full fine-tuning
+ * run that fits nowhere saying what LoRA and QLoRA would need. */
+static void lora_runs(void **state)
+{
+    (void)state;
+    char err[4096];
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "qlora", "--lora-rank", "8",
+                           "--lora-targets", "q_proj,v_proj", "--modules-to-save", "lm_head", "--every-n", "off,2",
+                           "-o", "qlora.json"), err, sizeof err), 0);
+    char *j = cli_slurp("qlora.json");
+    assert_non_null(j);
+    assert_non_null(strstr(j, "\"method\":\t\"qlora\""));
+    assert_non_null(strstr(j, "\"targets\":\t\"q_proj,v_proj\""));
+    assert_non_null(strstr(j, "\"trainable_params\":\t"));
+    assert_non_null(strstr(j, "\"quantized_weights\":\t"));
+    assert_non_null(strstr(j, "\"quant_stats\":\t"));
+    free(j);
+    assert_non_null(strstr(cli_out, "bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True"));
+    assert_non_null(strstr(cli_out, "prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)"));
+    assert_non_null(strstr(cli_out, "LoraConfig(r=8, lora_alpha=16, lora_dropout=0.05, target_modules=[\"q_proj\", \"v_proj\"], modules_to_save=[\"lm_head\"]"));
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "--method", "lora", "--lora-targets", "c_attn,c_proj",
+                           "--lora-alpha", "8", "--lora-dropout", "0"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "lora r 16 alpha 8 dropout 0 c_attn,c_proj"));
+    assert_non_null(strstr(cli_out, "target_modules=[\"c_attn\", \"c_proj\"]"));
+    /* full fine-tuning of an 8B model on 24 GB: nothing fits; LoRA and QLoRA lines */
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--every-n", "off,1"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "Nothing fits"));
+    assert_non_null(strstr(cli_out, "--method lora  --precision bf16"));
+    assert_non_null(strstr(cli_out, "--method qlora --precision amp-bf16"));
+}
+
 int main(void)
 {
     if (!cli_setup("gckpt-cli")) return 1;
@@ -170,6 +221,7 @@ int main(void)
         cmocka_unit_test(bad_inputs),
         cmocka_unit_test(existing_output_untouched),
         cmocka_unit_test(good_runs),
+        cmocka_unit_test(lora_runs),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cli_teardown();

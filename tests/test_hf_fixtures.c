@@ -46,9 +46,10 @@ typedef struct {
     double peak_max, peak_sum, after_max, after_sum;
 } group;
 static group g_groups[128];
-static int g_ngroups, g_compared, g_not_comparable, g_within, g_gaps;
+static int g_ngroups, g_compared, g_not_comparable;
 
 #ifdef HF_PEFT
+static int g_within, g_gaps;
 /* The saved-bytes gaps the planner has with adapters (the only ones allowed here):
  *  - without checkpointing layer 0's input needs no gradient (the frozen embedding; no
  *    enable_input_require_grads hook): it saves less than the other layers, and the

@@ -11,6 +11,7 @@
 
 #include "gckpt/util/jsonget.h"
 #include "gckpt/planner/plan.h"
+#include "gckpt/planner/plan_read.h"
 #include "schema_check.h"
 
 static cJSON *schema;
@@ -210,6 +211,54 @@ static void batch_splits(void **state)
     assert_non_null(strstr(err.msg, "exceeds the model's 12 layers"));
 }
 
+/* LoRA and QLoRA plans (issue 12): valid against the schema, the breakdown (with QLoRA's
+ * quantized_weights and quant_stats) sums to the peak, and the plan reader gives back the
+ * method's every input and every entry's peak. */
+static void peft_plans(void **state)
+{
+    (void)state;
+    for (int m = GCKPT_METHOD_LORA; m <= GCKPT_METHOD_QLORA; m++) {
+        gckpt_plan_request q = req("llama-3.2-1b", 512);
+        gckpt_peft_default((gckpt_method)m, &q.peft);
+        q.peft.rank = 8;
+        q.peft.alpha = 24;
+        q.peft.targets = (1u << GCKPT_LT_Q) | (1u << GCKPT_LT_DOWN);
+        q.peft.modules_to_save = GCKPT_MTS_LM_HEAD;
+        if (m == GCKPT_METHOD_QLORA) {
+            q.peft.quant = GCKPT_QUANT_FP4;
+            q.peft.double_quant = false;
+            q.peft.compute_dtype = GCKPT_DT_F16;
+        }
+        gckpt_plan p;
+        gckpt_err err;
+        if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s", err.msg);
+        cJSON *j = roundtrip(&p);
+        char why[512];
+        if (!schema_check(schema, j, why, sizeof why)) fail_msg("%s: %s", gckpt_method_names[m], why);
+        char *text = cJSON_Print(j);
+        cJSON_Delete(j);
+        gckpt_plan_file pf;
+        if (!gckpt_plan_parse("plan.json", text, &pf, &err)) fail_msg("%s", err.msg);
+        free(text);
+        assert_int_equal(pf.peft.method, m);
+        assert_int_equal(pf.peft.rank, 8);
+        assert_true(pf.peft.alpha == 24 && pf.peft.dropout == 0.05);
+        assert_int_equal(pf.peft.targets, q.peft.targets);
+        assert_int_equal(pf.peft.modules_to_save, GCKPT_MTS_LM_HEAD);
+        assert_int_equal(pf.peft.quant, q.peft.quant);
+        assert_int_equal(pf.peft.double_quant, q.peft.double_quant);
+        assert_int_equal(pf.peft.compute_dtype, q.peft.compute_dtype);
+        assert_int_equal(pf.n, p.n);
+        for (size_t k = 0; k < p.n; k++) {
+            assert_int_equal(pf.entries[k].r.peak_bytes, p.entries[k].r.peak_bytes);
+            int64_t quant = pf.entries[k].r.breakdown[GCKPT_C_QUANT_WEIGHTS] + pf.entries[k].r.breakdown[GCKPT_C_QUANT_STATS];
+            assert_true(m == GCKPT_METHOD_QLORA ? quant > 0 : quant == 0);
+        }
+        gckpt_plan_file_free(&pf);
+        gckpt_plan_free(&p);
+    }
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -220,7 +269,7 @@ int main(void)
     }
     free(text);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(schema_rejects),
+        cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(schema_rejects), cmocka_unit_test(peft_plans),
         cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -258,6 +258,21 @@ static void test_bad_input(void **st)
     free(t);
     cJSON_Delete(plan);
     put("notjson.json", "{\"schema\": \"gckpt.plan/1\",");
+    /* a LoRA plan (issue 12): the executor refuses it until it runs adapters */
+    plan = cJSON_Parse(text = slurp("llama.json"));
+    free(text);
+    cJSON *in = pf_at(plan, "inputs");
+    cJSON_AddStringToObject(in, "method", "lora");
+    cJSON *lora = cJSON_AddObjectToObject(in, "lora");
+    cJSON_AddNumberToObject(lora, "rank", 8);
+    cJSON_AddNumberToObject(lora, "alpha", 16);
+    cJSON_AddNumberToObject(lora, "dropout", 0);
+    cJSON_AddStringToObject(lora, "targets", "all-linear");
+    cJSON_AddStringToObject(lora, "modules_to_save", "");
+    t = cJSON_Print(plan);
+    put("lora.json", t);
+    free(t);
+    cJSON_Delete(plan);
     char adir[512];
     cli_path("adir", adir, sizeof adir);
     mkdir(adir, 0700);
@@ -266,6 +281,7 @@ static void test_bad_input(void **st)
         {{"--plan", "missing.json", "-o", "bad.json", NULL}, "missing.json"},
         {{"--plan", "broken.json", "-o", "bad.json", NULL}, "entries[0].offload"},
         {{"--plan", "notjson.json", "-o", "bad.json", NULL}, "notjson.json"},
+        {{"--plan", "lora.json", "--backend", "host", "-o", "bad.json", NULL}, "does not execute LoRA / QLoRA plans"},
         {{"--plan", "llama.json", "--entry", "99", "-o", "bad.json", NULL}, "--entry"},
         {{"--plan", "llama.json", "--entry", "1,x", "-o", "bad.json", NULL}, "--entry"},
         {{"--plan", "llama.json", "--all", "--recommended", "-o", "bad.json", NULL}, "exclude"},

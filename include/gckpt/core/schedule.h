@@ -32,10 +32,15 @@ typedef enum {
     GCKPT_C_WEIGHT_CASTS, /* autocast's low-precision weight copies (AMP) */
     GCKPT_C_OPT_TEMP,     /* optimizer-step temporaries */
     GCKPT_C_WORKSPACE,    /* cuBLAS workspace */
+    GCKPT_C_QUANT_WEIGHTS, /* QLoRA: the packed 4-bit / int8 base weights (not in weights) */
+    GCKPT_C_QUANT_STATS,   /* QLoRA: their quantization statistics (absmax, code books, SCB) */
     GCKPT_NCOMP
 } gckpt_component;
 
 extern const char *const gckpt_component_names[GCKPT_NCOMP];
+/* Components a plan writes and reads only when they hold bytes (QLoRA's), so that
+ * gckpt.plan/1 files without them stay valid. */
+static inline bool gckpt_component_optional(int k) { return k >= GCKPT_C_QUANT_WEIGHTS; }
 
 /* ---- events ---------------------------------------------------------------------------- */
 
@@ -186,6 +191,7 @@ typedef struct {
     gckpt_params params;                 /* the parameter state table */
     /* persistent state, bytes (the table's totals), and the cuBLAS workspace */
     uint64_t weights, grads, opt_states, opt_temp, workspace;
+    uint64_t quant_weights, quant_stats; /* QLoRA's packed weights and statistics (not in weights) */
     double opt_seconds;                  /* one optimizer step */
     /* each op at this setting: forward [0] and backward [1] seconds, matmul FLOPs and
      * workspace bytes; the backward's promoted copies (CPU target) */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "gckpt/util/atomic_file.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/eval.h"
 
 #ifdef __cplusplus
@@ -41,6 +42,7 @@ typedef struct {
     double margin;         /* fraction of the budget kept free */
     bool allow_long_seq;   /* plan a seq beyond the model's max_position_embeddings (RoPE) */
     char attn_impl[24];    /* attn_implementation to print ("": the attention's name) */
+    gckpt_peft peft;       /* fine-tuning method (zeroed: full; gckpt/core/peft.h) */
 } gckpt_plan_request;
 
 /* The default sequence: min(4096, the model's limit); a request with seq 0 gets it. */
@@ -95,6 +97,11 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline);
 
 /* Human outputs: the header (model, GPU, budget, warnings) comes first. */
 void gckpt_plan_print_header(const gckpt_plan *p, FILE *f);
+/* LoRA / QLoRA (plan_peft.c): the lines that load and wrap the model; the header's words
+ * (", lora r 16 ...", "" for full fine-tuning); the plan JSON's inputs (method, lora, quant). */
+void gckpt_plan_print_peft_model(const gckpt_plan *p, FILE *f);
+void gckpt_plan_peft_header(const gckpt_plan *p, char *buf, size_t n);
+void gckpt_plan_peft_json(const gckpt_plan *p, cJSON *inputs);
 void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);
 void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f);
 

@@ -1,0 +1,106 @@
+/* What a LoRA / QLoRA plan adds to the outputs: the lines that build the planned model
+ * (FINDINGS 12.1: BitsAndBytesConfig with every field, since its defaults are fp4, no
+ * double quantization and fp32 compute; prepare_model_for_kbit_training without its own
+ * reentrant all-layer checkpointing; LoraConfig; get_peft_model), the method's words in
+ * the header, and its inputs in the plan JSON. */
+#include "gckpt/planner/plan.h"
+
+#include <string.h>
+
+static const char *torch_dtype(uint8_t dt)
+{
+    return dt == GCKPT_DT_BF16 ? "bfloat16" : dt == GCKPT_DT_F16 ? "float16" : dt == GCKPT_DT_F32 ? "float32" : "uint8";
+}
+
+/* "[\"q_proj\", \"v_proj\"]" or "\"all-linear\"" */
+static void targets_python(const gckpt_plan *p, char *buf, size_t n)
+{
+    char names[200];
+    gckpt_lora_targets_name(p->req.peft.targets, p->model.family, names, sizeof names);
+    if (!strcmp(names, "all-linear")) {
+        snprintf(buf, n, "\"all-linear\"");
+        return;
+    }
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (char *tok = names, *end; tok && *tok && k < n; tok = end ? end + 1 : NULL) {
+        end = strchr(tok, ',');
+        k += (size_t)snprintf(buf + k, n - k, "%s\"%.*s\"", k > 1 ? ", " : "", end ? (int)(end - tok) : (int)strlen(tok), tok);
+    }
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+void gckpt_plan_print_peft_model(const gckpt_plan *p, FILE *f)
+{
+    const gckpt_peft *pf = &p->req.peft;
+    const char *attn = p->req.attn_impl[0] ? p->req.attn_impl : gckpt_attention_names[p->req.attention];
+    if (pf->method == GCKPT_METHOD_QLORA) {
+        if (pf->quant == GCKPT_QUANT_INT8)
+            fprintf(f, "bnb = BitsAndBytesConfig(load_in_8bit=True)\n");
+        else
+            fprintf(f, "# every field explicit: BitsAndBytesConfig's defaults are fp4, no double quantization, fp32 compute\n"
+                       "bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"%s\", bnb_4bit_use_double_quant=%s,\n"
+                       "                         bnb_4bit_compute_dtype=torch.%s, bnb_4bit_quant_storage=torch.%s)\n",
+                    gckpt_quant_names[pf->quant], pf->double_quant ? "True" : "False", torch_dtype(pf->compute_dtype),
+                    torch_dtype(pf->quant_storage));
+        fprintf(f, "model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"%s\", quantization_config=bnb,\n"
+                   "                                             dtype=torch.bfloat16)\n"
+                   "# fp32 non-quantized parameters; not its own checkpointing (reentrant, every layer: FINDINGS 12.1)\n"
+                   "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)\n",
+                attn);
+    } else {
+        fprintf(f, "model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"%s\", dtype=torch.%s)\n", attn,
+                p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32");
+    }
+    char targets[256], mts[160] = "";
+    targets_python(p, targets, sizeof targets);
+    if (pf->modules_to_save) {
+        char names[64];
+        gckpt_mts_name(pf->modules_to_save, p->model.family, names, sizeof names);
+        char *comma = strchr(names, ',');
+        if (comma) *comma = 0;
+        snprintf(mts, sizeof mts, ", modules_to_save=[\"%s\"%s%s%s]", names, comma ? ", \"" : "", comma ? comma + 1 : "",
+                 comma ? "\"" : "");
+    }
+    fprintf(f, "lora = LoraConfig(r=%u, lora_alpha=%g, lora_dropout=%g, target_modules=%s%s,\n"
+               "                  bias=\"none\", task_type=\"CAUSAL_LM\")\n"
+               "model = get_peft_model(model, lora)\n",
+            pf->rank, pf->alpha, pf->dropout, targets, mts);
+}
+
+void gckpt_plan_peft_header(const gckpt_plan *p, char *buf, size_t n)
+{
+    const gckpt_peft *pf = &p->req.peft;
+    if (n) buf[0] = 0;
+    if (!gckpt_peft_on(pf)) return;
+    char targets[160];
+    gckpt_lora_targets_name(pf->targets, p->model.family, targets, sizeof targets);
+    size_t k = (size_t)snprintf(buf, n, ", %s r %u alpha %g dropout %g %s, %llu trainable",
+                                gckpt_method_names[pf->method], pf->rank, pf->alpha, pf->dropout, targets,
+                                (unsigned long long)p->params->trainable);
+    if (pf->method == GCKPT_METHOD_QLORA && k < n)
+        snprintf(buf + k, n - k, ", %s%s", gckpt_quant_names[pf->quant],
+                 pf->quant != GCKPT_QUANT_INT8 && pf->double_quant ? " double-quant" : "");
+}
+
+void gckpt_plan_peft_json(const gckpt_plan *p, cJSON *inputs)
+{
+    const gckpt_peft *pf = &p->req.peft;
+    cJSON_AddStringToObject(inputs, "method", gckpt_method_names[pf->method]);
+    if (!gckpt_peft_on(pf)) return;
+    cJSON *l = cJSON_AddObjectToObject(inputs, "lora");
+    char names[200];
+    cJSON_AddNumberToObject(l, "rank", pf->rank);
+    cJSON_AddNumberToObject(l, "alpha", pf->alpha);
+    cJSON_AddNumberToObject(l, "dropout", pf->dropout);
+    gckpt_lora_targets_name(pf->targets, p->model.family, names, sizeof names);
+    cJSON_AddStringToObject(l, "targets", names);
+    gckpt_mts_name(pf->modules_to_save, p->model.family, names, sizeof names);
+    cJSON_AddStringToObject(l, "modules_to_save", names);
+    if (pf->method != GCKPT_METHOD_QLORA) return;
+    cJSON *q = cJSON_AddObjectToObject(inputs, "quant");
+    cJSON_AddStringToObject(q, "type", gckpt_quant_names[pf->quant]);
+    if (pf->quant == GCKPT_QUANT_INT8) return;
+    cJSON_AddBoolToObject(q, "double_quant", pf->double_quant);
+    cJSON_AddStringToObject(q, "compute_dtype", gckpt_dtype_names[pf->compute_dtype]);
+    cJSON_AddStringToObject(q, "storage", gckpt_dtype_names[pf->quant_storage]);
+}

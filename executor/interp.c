@@ -280,7 +280,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
-    gckpt_recipe_build_peft(&x->m, s->precision, s->attention, GCKPT_TARGET_CUDA, &s->peft, x->r);
+    gckpt_exec_recipe(&x->m, s, x->r);
     if (!gckpt_ctx_init(&x->ctx, &x->m, &x->dev, x->r, &x->set, err)) goto fail;
     if (!gckpt_schedule_build(&x->ctx, &x->sched)) {
         gckpt_seterr(err, "out of memory building the schedule");
@@ -305,6 +305,11 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
 fail:
     gckpt_exec_free(x);
     return NULL;
+}
+
+void gckpt_exec_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_recipe *r)
+{
+    gckpt_recipe_build_peft(m, s->precision, s->attention, GCKPT_TARGET_CUDA, &s->peft, r);
 }
 
 const gckpt_ctx *gckpt_exec_ctx(const gckpt_exec *x) { return &x->ctx; }

@@ -8,7 +8,11 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <unistd.h>
+
 #include "exec_fixture.h"
+#include "host_estimate.h"
+#include "plan_fixture.h"
 #include "gckpt/core/peft.h"
 #include "gckpt/executor/exec_host.h"
 
@@ -118,6 +122,51 @@ static void test_qlora_llama(void **st) { (void)st; qlora_family("tiny-llama"); 
 static void test_qlora_qwen2(void **st) { (void)st; qlora_family("tiny-qwen2"); }
 static void test_qlora_gpt2(void **st) { (void)st; qlora_family("tiny-gpt2"); }
 
+/* gckpt-run's time estimate of a LoRA / QLoRA entry counts the FLOPs of the schedule the
+ * executor performs (frozen weights: no weight-gradient GEMMs), not full fine-tuning's */
+static void test_step_work_follows_method(void **st)
+{
+    (void)st;
+    static const uint32_t every[] = {0, 2};
+    const gckpt_method methods[] = {GCKPT_METHOD_LORA, GCKPT_METHOD_QLORA};
+    for (int k = 0; k < 2; k++) {
+        gckpt_peft pf = method(methods[k], 0.05, 0);
+        char *text = pf_plan_text_peft("tiny-llama", GCKPT_AMP_BF16, GCKPT_SDPA, every, 2, 2, 2, 0, &pf);
+        assert_non_null(text);
+        char path[] = "/tmp/gckpt-peft-plan-XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        FILE *f = fdopen(fd, "w");
+        fputs(text, f);
+        fclose(f);
+        free(text);
+        gckpt_plan_file plan;
+        gckpt_err err = {{0}};
+        assert_true(gckpt_plan_read(path, &plan, &err));
+        unlink(path);
+        for (size_t i = 0; i < plan.n; i++) {
+            double flops, bytes, want = 0;
+            assert_true(gckpt_entry_step_work(&plan, i, &flops, &bytes));
+            gckpt_setting s = gckpt_plan_file_setting(&plan, i);
+            gckpt_backend *be = gckpt_host_backend_new(0);
+            gckpt_exec *x = gckpt_exec_new(be, &plan.model, &plan.dev, &s, NULL, &err);
+            assert_non_null(x);
+            const gckpt_schedule *ev = gckpt_exec_schedule(x);
+            for (size_t g = 0; g < ev->nseg; g++) {
+                double times = ev->seg[g].seg.micro == GCKPT_MICRO_LATER ? (double)(s.grad_accum - 1) : 1.0;
+                for (size_t e = ev->seg[g].begin; e < ev->seg[g].end; e++)
+                    if (ev->ev[e].flops > 0) want += ev->ev[e].flops * times;
+            }
+            printf("%s entry %zu: estimate %.0f FLOP, the executor's schedule %.0f\n", gckpt_method_names[methods[k]],
+                   i, flops, want);
+            assert_true(flops == want);
+            gckpt_exec_free(x);
+            be->destroy(be);
+        }
+        gckpt_plan_file_free(&plan);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -128,6 +177,7 @@ int main(void)
         cmocka_unit_test(test_qlora_llama),
         cmocka_unit_test(test_qlora_qwen2),
         cmocka_unit_test(test_qlora_gpt2),
+        cmocka_unit_test(test_step_work_follows_method),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

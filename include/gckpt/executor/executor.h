@@ -165,6 +165,9 @@ typedef struct gckpt_exec gckpt_exec;
  * allocated on the backend yet. NULL with err set on bad input. */
 gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d,
                            const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err);
+/* The recipe the executor performs for setting s on any backend: the CUDA target's, under
+ * the setting's fine-tuning method (full, LoRA, QLoRA). */
+void gckpt_exec_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_recipe *r);
 /* The schedule and context (for the prediction: gckpt_walk). */
 const gckpt_ctx *gckpt_exec_ctx(const gckpt_exec *x);
 const gckpt_schedule *gckpt_exec_schedule(const gckpt_exec *x);

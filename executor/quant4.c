@@ -168,22 +168,29 @@ float gckpt_torch_mean_f32(const float *x, uint64_t n)
 
 static float clamp1(float v) { return v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v); }
 
-/* The sorted code index of scaled: the number of midpoints of the sorted code book below
- * it (torch.bucketize, right=False: a value on a midpoint takes the lower entry). The
- * midpoints are fp32 (a + b) / 2; at fp32 ties this is not the nearest value. */
-static unsigned bucketize(const float *sorted, float scaled)
+/* The fp32 midpoints of each code book sorted, (a + b) / 2 (torch: (code[order[:-1]] +
+ * code[order[1:]]) / 2), made once. */
+static float midpoints[2][15];
+static pthread_once_t midpoints_once = PTHREAD_ONCE_INIT;
+
+static void build_midpoints(void)
 {
-    unsigned q = 0;
-    while (q < 15 && (sorted[q] + sorted[q + 1]) / 2.0f < scaled) q++;
-    return q;
+    for (int i = 0; i < 15; i++) {
+        midpoints[0][i] = (nf4[i] + nf4[i + 1]) / 2.0f;
+        midpoints[1][i] = (fp4[fp4_sorted[i]] + fp4[fp4_sorted[i + 1]]) / 2.0f;
+    }
 }
 
+/* The code of scaled: the number of midpoints below it (torch.bucketize, right=False: a
+ * value on a midpoint takes the lower entry; at fp32 ties this is not the nearest value),
+ * an index into the sorted code book (nf4's is its code; fp4 maps it to its bit pattern). */
 static uint8_t code_of(gckpt_quant_scheme t, float scaled)
 {
-    if (t == GCKPT_QUANT_NF4) return (uint8_t)bucketize(nf4, scaled);
-    float sorted[16];
-    for (int i = 0; i < 16; i++) sorted[i] = fp4[fp4_sorted[i]];
-    return fp4_sorted[bucketize(sorted, scaled)];
+    pthread_once(&midpoints_once, build_midpoints);
+    const float *mid = midpoints[t == GCKPT_QUANT_FP4];
+    unsigned q = 0; /* a count, not a search: no branch to mispredict */
+    for (int i = 0; i < 15; i++) q += mid[i] < scaled;
+    return t == GCKPT_QUANT_FP4 ? fp4_sorted[q] : (uint8_t)q;
 }
 
 uint8_t gckpt_q4_dynamic_nearest(float v)

@@ -547,18 +547,33 @@ static gckpt_xstatus xfer(gckpt_exec *x, gckpt_xt t, float *host, bool down, gck
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, down ? "download" : "upload", err);
 }
 
-gckpt_xstatus gckpt_exec_read_param(gckpt_exec *x, int layer, int tensor, float *out, gckpt_err *err)
+/* A parameter whose values read and write as numbers: not a quantized weight (its
+ * buffer holds codes; its values exist only dequantized) */
+static param_t *plain_param(gckpt_exec *x, int tensor, int layer, gckpt_err *err)
 {
     param_t *p = exec_param(x, tensor, layer);
-    if (!p || !p->w) return exec_fail(err, "no parameter %d in layer %d", tensor, layer);
-    return xfer(x, exec_param_view(p), out, true, err);
+    if (!p || !p->w) {
+        exec_fail(err, "no parameter %d in layer %d", tensor, layer);
+        return NULL;
+    }
+    if (p->spec->quant.scheme) {
+        exec_fail(err, "parameter %s is quantized (%s): it has no values to read or write", p->spec->name,
+                  gckpt_quant_names[p->spec->quant.scheme]);
+        return NULL;
+    }
+    return p;
+}
+
+gckpt_xstatus gckpt_exec_read_param(gckpt_exec *x, int layer, int tensor, float *out, gckpt_err *err)
+{
+    param_t *p = plain_param(x, tensor, layer, err);
+    return p ? xfer(x, exec_param_view(p), out, true, err) : GCKPT_XS_ERROR;
 }
 
 gckpt_xstatus gckpt_exec_write_param(gckpt_exec *x, int layer, int tensor, const float *in, gckpt_err *err)
 {
-    param_t *p = exec_param(x, tensor, layer);
-    if (!p || !p->w) return exec_fail(err, "no parameter %d in layer %d", tensor, layer);
-    return xfer(x, exec_param_view(p), (float *)in, false, err);
+    param_t *p = plain_param(x, tensor, layer, err);
+    return p ? xfer(x, exec_param_view(p), (float *)in, false, err) : GCKPT_XS_ERROR;
 }
 
 gckpt_xstatus gckpt_exec_read_grad_raw(gckpt_exec *x, int layer, int tensor, void *out, uint64_t bytes, gckpt_err *err)

@@ -167,6 +167,36 @@ static void test_step_work_follows_method(void **st)
     }
 }
 
+/* A quantized weight has codes, not values: reading or writing it as numbers is refused */
+static void test_quantized_param_access(void **st)
+{
+    (void)st;
+    gckpt_model m = fx_model("tiny-llama");
+    gckpt_device d = fx_device();
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    gckpt_setting s = {.seq = 16, .micro_batch = 1, .grad_accum = 1, .precision = GCKPT_AMP_BF16,
+                       .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA};
+    s.peft = method(GCKPT_METHOD_QLORA, 0.0, 0);
+    gckpt_err err = {{0}};
+    gckpt_exec *x = gckpt_exec_new(be, &m, &d, &s, NULL, &err);
+    assert_non_null(x);
+    assert_int_equal(gckpt_exec_setup(x, &err), GCKPT_XS_OK);
+    const gckpt_recipe *r = gckpt_exec_ctx(x)->recipe;
+    int q = -1, a = -1;
+    for (int t = 0; t < r->nt; t++) {
+        if (!strcmp(r->t[t].name, "self_attn.q_proj.weight")) q = t;
+        if (!strcmp(r->t[t].name, "self_attn.q_proj.lora_A.weight")) a = t;
+    }
+    float *buf = malloc(sizeof(float) * gckpt_exec_param_numel(x, q));
+    assert_int_equal(gckpt_exec_read_param(x, 0, q, buf, &err), GCKPT_XS_ERROR);
+    assert_string_equal(err.msg, "parameter self_attn.q_proj.weight is quantized (nf4): it has no values to read or write");
+    assert_int_equal(gckpt_exec_write_param(x, 0, q, buf, &err), GCKPT_XS_ERROR);
+    assert_int_equal(gckpt_exec_read_param(x, 0, a, buf, &err), GCKPT_XS_OK); /* an adapter reads */
+    free(buf);
+    gckpt_exec_free(x);
+    be->destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +208,7 @@ int main(void)
         cmocka_unit_test(test_qlora_qwen2),
         cmocka_unit_test(test_qlora_gpt2),
         cmocka_unit_test(test_step_work_follows_method),
+        cmocka_unit_test(test_quantized_param_access),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

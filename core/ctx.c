@@ -228,7 +228,7 @@ uint64_t gckpt_section_saved_bytes(const gckpt_ctx *c, int sec)
     bool seen[GCKPT_MAX_TENSORS] = {false};
     uint64_t sum = 0;
     for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++)
-        for (int k = 0; k < r->op[i].nsaved; k++) {
+        for (int k = 0; k < r->op[i].nsaved && !r->op[i].ctx_keep; k++) { /* ctx attributes: no saved tensors */
             int t = c->storage[r->op[i].saved[k]];
             if (seen[t] || r->t[t].section != sec || r->t[t].kind == GCKPT_T_PARAM) continue;
             seen[t] = true;

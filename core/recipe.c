@@ -102,6 +102,7 @@ void gckpt_recipe_build_peft(const gckpt_model *m, gckpt_precision p, gckpt_atte
 {
     memset(r, 0, sizeof *r);
     r->mask = -1;
+    r->embed_leaf = -1;
     tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU, .peft = peft};
     tr.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
     tr.compute_dt = p == GCKPT_FP32 ? F32 : p == GCKPT_AMP_FP16 ? F16 : BF16;

@@ -23,7 +23,9 @@ static int gpt2_embedding(tracer *tr, gckpt_attention attn)
     r->t[ids].step_held = true;
     int wte = param(tr, "wte.weight", m->vocab, h, GCKPT_ROLE_MATRIX);
     int wpe = param(tr, "wpe.weight", m->positions, h, GCKPT_ROLE_MATRIX);
-    int te = embedding(tr, "wte", mts_param(tr, wte, GCKPT_MTS_EMBED, "wte.modules_to_save.weight"), ids);
+    int used = mts_param(tr, wte, GCKPT_MTS_EMBED, "wte.modules_to_save.weight");
+    int te = embedding(tr, "wte", used, ids);
+    if (!r->t[used].requires_grad) r->embed_leaf = te;
     int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
     int pe = embedding(tr, "wpe", wpe, pos);
     /* GPT2Model keeps `inputs_embeds` and `position_embeds` until it returns */

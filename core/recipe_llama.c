@@ -16,7 +16,9 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     int ids = source(tr, "input_ids", GCKPT_SRC_IDS, I64, per_token(1), NULL, NULL);
     r->t[ids].step_held = true;
     int table = param(tr, "embed_tokens.weight", m->vocab, m->hidden, GCKPT_ROLE_MATRIX);
-    int x = embedding(tr, "embed_tokens", mts_param(tr, table, GCKPT_MTS_EMBED, "embed_tokens.modules_to_save.weight"), ids);
+    int used = mts_param(tr, table, GCKPT_MTS_EMBED, "embed_tokens.modules_to_save.weight");
+    int x = embedding(tr, "embed_tokens", used, ids);
+    if (!r->t[used].requires_grad) r->embed_leaf = x;
     int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
     *cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, tr->stream_dt, per_position(m->head_dim), "rotary.sin", sin);
     int mask = -1;

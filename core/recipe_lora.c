@@ -37,17 +37,29 @@ int linear_weight(tracer *tr, const char *name, uint64_t out_f, uint64_t in_f, b
 static int quant_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name)
 {
     bool int8 = dt(tr, w) == GCKPT_DT_I8;
-    uint8_t cdt = int8 ? dt(tr, x) : tr->peft->compute_dtype;
     char nm[48];
     snprintf(nm, sizeof nm, "%s.cast_in", name);
-    int xc = int8 ? x : cast_to(tr, x, cdt, nm);
-    int o = linear_node(tr, xc, w, bias, in_f, out_f, name, cdt, (int[]){-1, -1});
+    uint64_t n = out_f * in_f, deq;
+    int xc, o;
+    if (int8) {
+        /* MatMul8bitFp (CPU): the int8 weight dequantized to the input's dtype, F.linear
+         * (under autocast on its bf16 casts of input and weight: output bf16); ctx.A keeps
+         * the input until the backward, also in a checkpointed layer (FINDINGS 12.6, 12.7) */
+        uint8_t xdt = dt(tr, x);
+        xc = autocast_to(tr, x, tr->compute_dt, nm);
+        o = linear_node(tr, xc, w, bias, in_f, out_f, name, dt(tr, xc), (int[]){x, -1});
+        last_op(tr)->ctx_keep = true;
+        deq = n * gckpt_dtype_size((gckpt_dtype)xdt) + (tr->amp ? n * gckpt_dtype_size((gckpt_dtype)tr->compute_dt) : 0);
+    } else {
+        xc = cast_to(tr, x, tr->peft->compute_dtype, nm);
+        o = linear_node(tr, xc, w, bias, in_f, out_f, name, tr->peft->compute_dtype, (int[]){-1, -1});
+        /* the fp32 absmax and its offset copy with double quantization: 2 x 4 nb, one
+         * of them at a time */
+        deq = n * gckpt_dtype_size((gckpt_dtype)tr->peft->compute_dtype) +
+              (tr->peft->double_quant ? 4 * ((n + GCKPT_QUANT_BLOCK - 1) / GCKPT_QUANT_BLOCK) : 0);
+    }
     gckpt_op *op = last_op(tr);
-    /* the dequantized weight [out, in] in the compute dtype (+ the fp32 absmax and its
-     * offset copy with double quantization: 2 x 4 nb, one of them at a time) */
-    uint64_t deq = out_f * in_f * gckpt_dtype_size((gckpt_dtype)cdt);
-    uint64_t nb = (out_f * in_f + GCKPT_QUANT_BLOCK - 1) / GCKPT_QUANT_BLOCK;
-    op->fws_fixed = deq + (!int8 && tr->peft->double_quant ? 4 * nb : 0);
+    op->fws_fixed = deq; /* the dequantized weight [out, in] */
     op->bws_fixed = op->fws_fixed;
     op->dequant = int8 ? GCKPT_QUANT_INT8 : tr->peft->quant;
     if (int8) return o;
@@ -75,7 +87,10 @@ int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_
     int yb = linear(tr, ya, b, -1, pf->rank, out_f, "lora_B");
     int sc = scal(tr, yb, "scaling", pf->alpha / (double)pf->rank, 0);
     int sum = add(tr, result, sc, "add");
+    hold_here(tr, result); /* forward's `result` until the sum rebinds it */
     int o = cast_to(tr, sum, dt(tr, result), "to_result");
+    hold_here(tr, x); /* the module's argument and its cast (`x` rebound) until it returns */
+    hold_here(tr, xa);
     tr->pfx = outer;
     return o;
 }

@@ -31,6 +31,7 @@ typedef struct {
     int inst[GCKPT_MAX_TENSORS];
     int grad[GCKPT_MAX_TENSORS];
     bool saved_reg[GCKPT_MAX_OPS];
+    int kept[GCKPT_MAX_OPS];         /* a ctx_keep op's saved instance (valid while saved_reg) */
     bool pgrad[GCKPT_MAX_TENSORS];
     int pend[GCKPT_MAX_TENSORS];     /* a multi-use parameter's gradient being summed */
     uint8_t got[GCKPT_MAX_TENSORS];  /* contributions received so far */
@@ -352,10 +353,16 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
             if (save_only || c->fwd_view[i]) e->seconds = e->flops = 0;
         }
         if (fws >= 0) release(s, o, fws, -1);
-        if (mode != MODE_NOSAVE) {
+        /* ctx attributes (ctx_keep) are kept by the first forward's node, checkpointed or
+         * not; a recompute does not keep them again */
+        bool keep = op->ctx_keep && (mode == MODE_NOSAVE || !(mode == MODE_RECOMPUTE && st->saved_reg[i]));
+        if ((mode != MODE_NOSAVE && !(op->ctx_keep && mode == MODE_RECOMPUTE && st->saved_reg[i])) ||
+            (mode == MODE_NOSAVE && keep)) {
             for (int k = 0; k < op->nsaved; k++) s->pool[*slot(s, st, op->saved[k])].saved++;
             st->saved_reg[i] = op->nsaved > 0;
-        } else {
+            /* the instance itself: a recompute makes the tensor again */
+            if (op->ctx_keep && op->nsaved) st->kept[i] = *slot(s, st, op->saved[0]);
+        } else if (!(op->ctx_keep && st->saved_reg[i])) {
             st->saved_reg[i] = false;
         }
         for (int k = 0; k < op->nin; k++) {
@@ -476,7 +483,7 @@ static void release_saved(gckpt_sim *s, sec_t *st, int i, gckpt_schedule *o)
     if (!st->saved_reg[i]) return;
     for (int k = 0; k < op->nsaved; k++) {
         int t = op->saved[k];
-        int id = *slot(s, st, t);
+        int id = op->ctx_keep ? st->kept[i] : *slot(s, st, t);
         s->pool[id].saved--;
         try_free(s, o, id, (int16_t)t);
     }
@@ -693,6 +700,10 @@ static void embed_fwd(gckpt_sim *s, gckpt_schedule *o)
     init_sec(&s->head);
     sim_fwd(s, &s->embed, GCKPT_SEC_EMBED, MODE_SAVE, r->sec_end[GCKPT_SEC_EMBED], false, -1, r->embed_out, o);
     s->stream = s->embed.inst[r->embed_out];
+    /* a frozen embedding's output made a leaf by enable_input_require_grads (with
+     * checkpointing only): its AccumulateGrad node holds it until the micro-step ends */
+    if (r->embed_leaf >= 0 && s->ckpt_any && s->embed.inst[r->embed_leaf] >= 0)
+        s->pool[s->embed.inst[r->embed_leaf]].saved++;
 }
 
 /* A checkpointed layer keeps its input: on the device, or copied (with gpt2's positional

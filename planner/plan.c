@@ -81,8 +81,9 @@ static bool every_n_values(const gckpt_plan_request *req, gckpt_plan *p, gckpt_e
     for (int i = 0; i < ne; i++) {
         ev[i] = req->every_n ? req->every_n[i] : (uint32_t)i;
         if (ev[i] > L) {
+            uint32_t bad = ev[i];
             free(ev);
-            gckpt_seterr(err, "--every-n: %u exceeds the model's %llu layers", ev[i], (unsigned long long)L);
+            gckpt_seterr(err, "--every-n: %u exceeds the model's %llu layers", bad, (unsigned long long)L);
             return false;
         }
     }

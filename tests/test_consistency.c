@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "gckpt/core/eval.h"
+#include "gckpt/core/peft.h"
 
 static gckpt_device dev;
 
@@ -21,7 +22,7 @@ static void close_to(double a, double b, const char *what, const char *ctx)
     if (fabs(a - b) > tol) fail_msg("%s: %s walk %.17g fast %.17g", ctx, what, a, b);
 }
 
-static void sweep(const char *model, const char *cfg_json)
+static void sweep_peft(const char *model, const char *cfg_json, const gckpt_peft *peft)
 {
     gckpt_model m;
     gckpt_err err;
@@ -32,13 +33,13 @@ static void sweep(const char *model, const char *cfg_json)
     size_t entries = 0;
     for (int prec = 0; prec < GCKPT_NPREC; prec++) {
         for (int attn = 0; attn < GCKPT_NATTN; attn++) {
-            gckpt_recipe_build(&m, (gckpt_precision)prec, (gckpt_attention)attn, &r);
+            gckpt_recipe_build_peft(&m, (gckpt_precision)prec, (gckpt_attention)attn, GCKPT_TARGET_CUDA, peft, &r);
             for (uint64_t mb = 1; mb <= 2; mb++) {
                 for (uint64_t ga = 1; ga <= 3; ga += 2) {
                     gckpt_setting s = {.seq = 96, .micro_batch = mb, .grad_accum = ga,
                                        .precision = (gckpt_precision)prec,
                                        .optimizer = (gckpt_optimizer)((prec + attn) % GCKPT_NOPT),
-                                       .attention = (gckpt_attention)attn};
+                                       .attention = (gckpt_attention)attn, .peft = peft ? *peft : (gckpt_peft){0}};
                     gckpt_ctx c;
                     if (!gckpt_ctx_init(&c, &m, &dev, &r, &s, &err)) fail_msg("%s", err.msg);
                     assert_true(gckpt_profile_build(&c, &prof));
@@ -93,8 +94,10 @@ static void sweep(const char *model, const char *cfg_json)
             }
         }
     }
-    printf("%s: %zu entries agree\n", model, entries);
+    printf("%s%s%s: %zu entries agree\n", model, peft ? " " : "", peft ? gckpt_method_names[peft->method] : "", entries);
 }
+
+static void sweep(const char *model, const char *cfg_json) { sweep_peft(model, cfg_json, NULL); }
 
 static void llama_family(void **state)
 {
@@ -122,6 +125,32 @@ static void odd_dims(void **state)
                        "\"vocab_size\":500}");
     sweep("gpt2-drop", "{\"model_type\":\"gpt2\",\"n_layer\":3,\"n_embd\":48,\"n_head\":3,"
                        "\"vocab_size\":101,\"n_positions\":128,\"activation_function\":\"gelu\"}");
+}
+
+/* LoRA and QLoRA (frozen weights, adapters, dropout, modules_to_save copies, quantized
+ * weights with their dequantization temporaries, the frozen embedding's leaf) */
+static void lora_qlora(void **state)
+{
+    (void)state;
+    static const char *qwen2 = "{\"model_type\":\"qwen2\",\"num_hidden_layers\":3,\"hidden_size\":96,"
+                               "\"num_attention_heads\":8,\"num_key_value_heads\":4,\"intermediate_size\":256,"
+                               "\"vocab_size\":500}";
+    static const char *gpt2 = "{\"model_type\":\"gpt2\",\"n_layer\":3,\"n_embd\":48,\"n_head\":3,"
+                              "\"vocab_size\":101,\"n_positions\":128}";
+    gckpt_peft lora, mts, nf4, int8;
+    gckpt_peft_default(GCKPT_METHOD_LORA, &lora);
+    mts = lora;
+    mts.targets = (1u << GCKPT_LT_Q) | (1u << GCKPT_LT_ATTN_C_PROJ) | (1u << GCKPT_LT_MLP_C_PROJ);
+    mts.modules_to_save = GCKPT_MTS_LM_HEAD | GCKPT_MTS_EMBED;
+    mts.dropout = 0;
+    gckpt_peft_default(GCKPT_METHOD_QLORA, &nf4);
+    int8 = nf4;
+    int8.quant = GCKPT_QUANT_INT8;
+    const gckpt_peft *all[] = {&lora, &mts, &nf4, &int8};
+    for (int i = 0; i < 4; i++) {
+        sweep_peft("qwen2-lora", qwen2, all[i]);
+        sweep_peft("gpt2-lora", gpt2, all[i]);
+    }
 }
 
 /* Every Python reference a recipe records ends at exactly one op (an op's list of
@@ -174,6 +203,7 @@ int main(void)
         cmocka_unit_test(llama_family),
         cmocka_unit_test(gpt2_family),
         cmocka_unit_test(odd_dims),
+        cmocka_unit_test(lora_qlora),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

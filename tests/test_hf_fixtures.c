@@ -13,9 +13,9 @@
  * Built a second time as test_hf_peft (HF_PEFT) over the LoRA / QLoRA fixtures of
  * tests/data/hf-peft (issue 12): parameter and trainable counts (peft's) exact in every
  * fixture; saved bytes per layer, head and embedding and offloaded bytes exact except
- * the two documented gaps below (peft_gap); the live peak and after-forward errors are
- * printed per family x method x precision and NOT asserted: the planner does not model
- * them within 0.5 % yet (README, "LoRA and QLoRA": what is not modelled). */
+ * the documented gap below (peft_gap); the live peak within 0.5 % except the
+ * documented gaps below (peak_gap: no checkpointing, int8, prepare's reentrant
+ * checkpointing); errors printed per family x method x precision. */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -50,23 +50,26 @@ static int g_ngroups, g_compared, g_not_comparable;
 
 #ifdef HF_PEFT
 static int g_within, g_gaps;
-/* The saved-bytes gaps the planner has with adapters (the only ones allowed here):
- *  - without checkpointing layer 0's input needs no gradient (the frozen embedding; no
- *    enable_input_require_grads hook): it saves less than the other layers, and the
- *    recipe has one block for all layers (FINDINGS 12.5, "Layer 0 without
- *    checkpointing");
- *  - int8 (Linear8bitLt) under autocast: the plain layers' saves (bf16 outputs, CPU's
- *    MatMul8bitFp keeping ctx.A) are not traced. */
+/* The saved-bytes gap the planner has with adapters (the only one allowed here): without
+ * checkpointing layer 0's input needs no gradient (the frozen embedding; no
+ * enable_input_require_grads hook): it saves less than the other layers, and the recipe
+ * has one block for all layers (FINDINGS 12.5, "Layer 0 without checkpointing"). */
 static bool peft_gap(const hf_fixture *f, const hf_cmp *c)
 {
-    int L = (int)f->m.layers, bad = c->first_bad_layer;
-    if (bad < 0 || bad >= L || f->ckpt[bad]) return false;
-    if (f->s.every_n == 0 && bad == 0) {
-        for (int i = 1; i < f->nlayers && i < L; i++)
-            if (f->layer_saved[i] != c->layer_saved[i]) return strstr(f->path, "int8") && f->s.precision == GCKPT_AMP_BF16;
-        return f->head_saved == c->head_saved && f->embed_saved == c->embed_saved;
-    }
-    return strstr(f->path, "int8") && f->s.precision == GCKPT_AMP_BF16;
+    int L = (int)f->m.layers;
+    if (c->first_bad_layer != 0 || f->s.every_n != 0) return false;
+    for (int i = 1; i < f->nlayers && i < L; i++)
+        if (f->layer_saved[i] != c->layer_saved[i]) return false;
+    return f->head_saved == c->head_saved && f->embed_saved == c->embed_saved;
+}
+
+/* The live peaks the planner does not match within 0.5 % yet (README, "LoRA and QLoRA"):
+ * without checkpointing (layer 0, above), int8 (its dequantization transients on the
+ * CPU, FINDINGS 12.7: within 0.9 %), prepare_model_for_kbit_training's own reentrant
+ * checkpointing (planned as the non-reentrant call printed). */
+static bool peak_gap(const hf_fixture *f)
+{
+    return f->s.every_n == 0 || strstr(f->path, "int8") || strstr(f->path, "-prepare-");
 }
 #endif
 
@@ -113,6 +116,10 @@ static void check_fixture(void **state)
         g_gaps++;
         c.saved_ok = true;
     }
+    if (!peak_gap(&f) && fabs(c.e_peak) > tol) {
+        hf_print(stdout, &f, &c);
+        fail_msg("%s: live peak %+.3f%% (tolerance 0.5%%)", fx->path, c.e_peak * 100);
+    }
     if (!c.params_ok || !c.saved_ok || !c.offload_ok) {
 #else
     if (!hf_pass(&f, &c)) {
@@ -131,6 +138,38 @@ static void check_fixture(void **state)
                  c.e_after * 100, hf_tolerance(&f) * 100);
     }
 }
+
+#ifdef HF_PEFT
+static fixture *g_fx;
+static size_t g_nfx;
+
+/* The device bytes offload saves: planned peak without offload minus with it equals the
+ * measured difference, for every pair of comparable fixtures that differ only in offload
+ * (llama family: layer 0's input is the frozen embedding's leaf, so offloading it saves
+ * nothing, FINDINGS 12.6). */
+static void offload_saving(void **state)
+{
+    (void)state;
+    static hf_fixture a, b;
+    int pairs = 0;
+    for (size_t i = 0; i < g_nfx; i++) {
+        char other[1024];
+        const char *plain = strstr(g_fx[i].path, "-plain-");
+        if (!plain) continue;
+        snprintf(other, sizeof other, "%.*s-offload-%s", (int)(plain - g_fx[i].path), g_fx[i].path, plain + 7);
+        gckpt_err err;
+        hf_cmp ca, cb;
+        if (!hf_fixture_read(g_fx[i].path, &a, &err) || !hf_fixture_read(other, &b, &err)) continue;
+        if (!a.comparable || !b.comparable || !a.s.every_n) continue;
+        if (!hf_compare(&a, &g_dev, &ca, &err) || !hf_compare(&b, &g_dev, &cb, &err)) fail_msg("%s", err.msg);
+        double measured = a.peak - b.peak, planned = (double)ca.peak - (double)cb.peak;
+        if (measured != planned) fail_msg("%s: offload saves %.0f B, planned %.0f", g_fx[i].path, measured, planned);
+        pairs++;
+    }
+    printf("offload saves exactly the measured device bytes in %d plain/offload pairs\n", pairs);
+    assert_true(pairs >= 24);
+}
+#endif
 
 static int cmp_path(const void *a, const void *b) { return strcmp(((const fixture *)a)->path, ((const fixture *)b)->path); }
 static int cmp_group(const void *a, const void *b) { return strcmp(((const group *)a)->key, ((const group *)b)->key); }
@@ -186,14 +225,21 @@ int main(void)
     }
 #endif
     qsort(fx, n, sizeof *fx, cmp_path);
-    struct CMUnitTest *tests = calloc(n, sizeof *tests);
+    struct CMUnitTest *tests = calloc(n + 1, sizeof *tests);
     if (!tests) return 1;
     for (size_t i = 0; i < n; i++) {
         tests[i].name = strrchr(fx[i].path, '/') + 1;
         tests[i].test_func = check_fixture;
         tests[i].initial_state = &fx[i];
     }
-    int rc = _cmocka_run_group_tests("hf_fixtures", tests, n, NULL, NULL);
+    size_t ntests = n;
+#ifdef HF_PEFT
+    g_fx = fx;
+    g_nfx = n;
+    tests[ntests].name = "offload_saving";
+    tests[ntests++].test_func = offload_saving;
+#endif
+    int rc = _cmocka_run_group_tests("hf_fixtures", tests, ntests, NULL, NULL);
     qsort(g_groups, (size_t)g_ngroups, sizeof *g_groups, cmp_group);
 #ifdef HF_PEFT
     printf("\n| family | precision | method | cases | max peak err | mean peak err | max after-fwd err | mean after-fwd err |\n"
@@ -211,7 +257,7 @@ int main(void)
 #ifdef HF_PEFT
     printf("\n%d of %zu LoRA/QLoRA fixtures compared (%d not comparable: gpt2 under CPU autocast lists, QLoRA with "
            "CUDA's autocast answer emulated); counts exact in all; saved and offloaded bytes exact except %d with the "
-           "documented gaps; live peak within 0.5 %% in %d (not asserted)\n",
+           "documented gaps; live peak within 0.5 %% in %d (asserted for all but the documented gaps)\n",
            g_compared, hand, g_not_comparable, g_gaps, g_within);
 #else
     printf("\n%d fixtures compared (%zu hand-written, %zu generated); %d gpt2 amp-bf16 fixtures measured with CPU "

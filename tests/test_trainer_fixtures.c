@@ -5,7 +5,13 @@
  * the model's dtype, the checkpointed layers, and every optimizer state per parameter
  * (elements and dtype, gckpt/core/params.h). Not compared: AdamW's one-element `step`
  * scalars (left out of the model, see README) and bitsandbytes' qmap1/qmap2 (one shared
- * 256-entry code map per optimizer). */
+ * 256-entry code map per optimizer).
+ *
+ * LoRA / QLoRA (tests/data/trainer-peft, issue 12): the same, and every parameter the
+ * PeftModel holds (its name as the base model names it, dtype, elements, whether it
+ * trains) must be one the parameter state table plans, with the same dtype, elements
+ * (a Params4bit: its packed uint8 elements) and trainability, as often as the table
+ * has copies of it. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +28,18 @@
 #include "gckpt/planner/plan.h"
 
 #define DIR_ GCKPT_TEST_DATA "/trainer"
+
+/* a LoRA / QLoRA option of the fixture's gckpt_plan_args (--method comes first) */
+static void peft_arg(const char *k, const char *v, gckpt_peft *pf)
+{
+    char bad[64];
+    if (!strcmp(k, "--method")) gckpt_peft_default((gckpt_method)gckpt_method_from(v), pf);
+    else if (!strcmp(k, "--lora-rank")) pf->alpha = 2 * (pf->rank = (uint32_t)atoi(v));
+    else if (!strcmp(k, "--lora-targets")) assert_true(gckpt_lora_targets_parse(v, &pf->targets, bad, sizeof bad));
+    else if (!strcmp(k, "--modules-to-save")) assert_true(gckpt_mts_parse(v, &pf->modules_to_save, bad, sizeof bad));
+    else if (!strcmp(k, "--quant")) pf->quant = !strcmp(v, "int8") ? GCKPT_QUANT_INT8 : !strcmp(v, "fp4") ? GCKPT_QUANT_FP4 : GCKPT_QUANT_NF4;
+    else fail_msg("unexpected argument %s", k);
+}
 
 /* gckpt_plan_args of the fixture -> a request */
 static void request_of(const cJSON *args, gckpt_plan_request *q, uint32_t *every)
@@ -40,7 +58,7 @@ static void request_of(const cJSON *args, gckpt_plan_request *q, uint32_t *every
         else if (!strcmp(k, "--precision")) q->precision = (gckpt_precision)gckpt_precision_from_user(v);
         else if (!strcmp(k, "--optimizer")) q->optimizer = (gckpt_optimizer)gckpt_optimizer_from_user(v);
         else if (!strcmp(k, "--every-n")) *every = !strcmp(v, "off") ? 0 : (uint32_t)atoi(v);
-        else fail_msg("unexpected argument %s", k);
+        else peft_arg(k, v, &q->peft);
     }
 }
 
@@ -79,6 +97,7 @@ static int tensor_of(const gckpt_recipe *r, const char *hf)
 static const char *dtype_name(uint8_t dt)
 {
     if (dt == GCKPT_DT_U8) return "uint8";
+    if (dt == GCKPT_DT_I8) return "int8";
     if (dt == GCKPT_DT_F32) return "float32";
     return "bfloat16";
 }
@@ -112,6 +131,35 @@ static void check_states(const char *hf, const cJSON *got, const gckpt_param *l)
         if (strcmp(w[k], h[k])) fail_msg("%s: planned state %s, the Trainer allocated %s", hf, w[k], h[k]);
 }
 
+/* every parameter of a PeftModel against the table */
+static void check_parameters(const char *path, const cJSON *params, const gckpt_plan *p)
+{
+    uint64_t seen[GCKPT_MAX_PARAMS] = {0}, n = 0, copies = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, params) {
+        const char *name = cJSON_GetObjectItem(x, "name")->valuestring;
+        int t = tensor_of(p->recipe, name);
+        const gckpt_param *l = gckpt_params_of(p->params, t);
+        assert_non_null(l);
+        if (strcmp(cJSON_GetObjectItem(x, "dtype")->valuestring, dtype_name(l->weight.dtype)) ||
+            (uint64_t)cJSON_GetObjectItem(x, "numel")->valuedouble != l->weight.numel ||
+            cJSON_IsTrue(cJSON_GetObjectItem(x, "trainable")) != l->trainable)
+            fail_msg("%s: %s is %s x %.0f (trainable %d), planned %s x %llu (trainable %d)", path, name,
+                     cJSON_GetObjectItem(x, "dtype")->valuestring, cJSON_GetObjectItem(x, "numel")->valuedouble,
+                     cJSON_IsTrue(cJSON_GetObjectItem(x, "trainable")), dtype_name(l->weight.dtype),
+                     (unsigned long long)l->weight.numel, l->trainable);
+        seen[l - p->params->p]++;
+        n++;
+    }
+    for (int i = 0; i < p->params->n; i++) {
+        if (seen[i] != p->params->p[i].copies)
+            fail_msg("%s: %s: %llu in the model, %llu planned", path, p->params->p[i].name, (unsigned long long)seen[i],
+                     (unsigned long long)p->params->p[i].copies);
+        copies += p->params->p[i].copies;
+    }
+    assert_int_equal(n, copies);
+}
+
 static void one_fixture(const char *path)
 {
     gckpt_err err;
@@ -135,9 +183,13 @@ static void one_fixture(const char *path)
     if (strcmp(snip, ran)) fail_msg("%s: the printed lines differ from those run:\n%s---\n%s", path, snip, ran);
     free(snip);
 
-    /* the model's dtype: fp32 master weights unless pure bf16 */
-    assert_string_equal(cJSON_GetObjectItem(fx, "model_dtype")->valuestring,
-                        p.req.precision == GCKPT_BF16 ? "bfloat16" : "float32");
+    /* the model's dtype: fp32 master weights unless pure bf16 (LoRA / QLoRA: per parameter) */
+    const cJSON *params = cJSON_GetObjectItem(fx, "parameters");
+    if (!params)
+        assert_string_equal(cJSON_GetObjectItem(fx, "model_dtype")->valuestring,
+                            p.req.precision == GCKPT_BF16 ? "bfloat16" : "float32");
+    else
+        check_parameters(path, params, &p);
     /* the checkpointed layers */
     uint64_t want[64];
     size_t nl = gckpt_checkpointed_layers(e->every_n, p.model.layers, want, 64);
@@ -146,20 +198,20 @@ static void one_fixture(const char *path)
     for (size_t i = 0; i < nl; i++) assert_int_equal(cJSON_GetArrayItem(got, (int)i)->valueint, want[i]);
     /* every parameter's optimizer states */
     const cJSON *st, *states = cJSON_GetObjectItem(fx, "optimizer_states");
-    int nparams = 0;
+    uint64_t nparams = 0, trainable = 0;
     cJSON_ArrayForEach(st, states) {
         check_states(st->string, st, gckpt_params_of(p.params, tensor_of(p.recipe, st->string)));
         nparams++;
     }
-    assert_int_equal(nparams, 2 + 9 * (int)p.model.layers + 1); /* embed, norm, lm_head; 9 per block */
+    for (int i = 0; i < p.params->n; i++) trainable += p.params->p[i].trainable ? p.params->p[i].copies : 0;
+    assert_int_equal(nparams, trainable); /* full: embed, norm, lm_head and 9 per block */
     gckpt_plan_free(&p);
     cJSON_Delete(fx);
 }
 
-static void fixtures(void **state)
+static int fixtures_in(const char *dir)
 {
-    (void)state;
-    DIR *d = opendir(DIR_);
+    DIR *d = opendir(dir);
     assert_non_null(d);
     struct dirent *de;
     int n = 0;
@@ -167,16 +219,28 @@ static void fixtures(void **state)
         size_t l = strlen(de->d_name);
         if (l < 6 || strcmp(de->d_name + l - 5, ".json") || !strcmp(de->d_name, "tiny-llama.json")) continue;
         char path[1024];
-        snprintf(path, sizeof path, "%s/%s", DIR_, de->d_name);
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         one_fixture(path);
         n++;
     }
     closedir(d);
-    assert_int_equal(n, 5);
+    return n;
+}
+
+static void fixtures(void **state)
+{
+    (void)state;
+    assert_int_equal(fixtures_in(DIR_), 5);
+}
+
+static void peft_fixtures(void **state)
+{
+    (void)state;
+    assert_int_equal(fixtures_in(GCKPT_TEST_DATA "/trainer-peft"), 3);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(fixtures)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(fixtures), cmocka_unit_test(peft_fixtures)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,9 @@ gckpt-plan for its recommendation, takes the printed lines from `import torch` t
 `trainer = Trainer(...)`, fills in only the `...` placeholders (the checkpoint path; the
 output directory, use_cpu=True, max_steps=1 and logging/saving off; a dataset) and
 executes them. It records what the Trainer really built: the model's dtype, which
-layers were checkpointed, and every optimizer state tensor per parameter (dtype, elements).
+layers were checkpointed, and every optimizer state tensor per parameter (dtype, elements);
+for the LoRA / QLoRA cases (--peft-out) also every parameter with its dtype, elements and
+whether it trains.
 tests/test_trainer_fixtures.c compares these with the plan.
 
     make -C tools/hf_probe trainer-fixtures     (after building gckpt-plan)
@@ -36,7 +38,29 @@ CASES = [
     ("amp-bf16-adamw-8bit-n3", ["--precision", "amp-bf16", "--optimizer", "adamw-8bit", "--every-n", "3"], []),
     ("amp-bf16-sgd-n2", ["--precision", "amp-bf16", "--optimizer", "sgd", "--every-n", "2"], []),
 ]
+# LoRA / QLoRA (issue 12): the printed peft lines (LoraConfig, get_peft_model; QLoRA's
+# BitsAndBytesConfig and prepare_model_for_kbit_training) run the same way; the fixtures
+# also record every parameter (name, layer, dtype, elements, trainable).
+PEFT_CASES = [
+    ("lora-bf16-adamw-n2", ["--method", "lora", "--lora-rank", "8", "--precision", "bf16", "--optimizer", "adamw",
+                            "--every-n", "2"], []),
+    ("qlora-nf4-amp-bf16-n1-mts", ["--method", "qlora", "--lora-rank", "8", "--modules-to-save", "lm_head",
+                                   "--precision", "amp-bf16", "--optimizer", "adamw", "--every-n", "1"], []),
+    ("qlora-int8-amp-bf16-n3-qv", ["--method", "qlora", "--quant", "int8", "--lora-rank", "8",
+                                   "--lora-targets", "q_proj,v_proj", "--precision", "amp-bf16", "--optimizer", "adamw",
+                                   "--every-n", "3"], []),
+]
 # adamw_torch_fused on CPU: torch's fused AdamW has a CPU kernel, so nothing is adapted.
+
+
+def plain_name(name):
+    """A peft parameter's name as the base model names it: base_model.model. and the
+    adapter name .default go, a wrapped linear's base_layer / original_module is the linear."""
+    if name.startswith("base_model.model."):
+        name = name[len("base_model.model."):]
+    for part in (".default.", ".base_layer.", ".original_module."):
+        name = name.replace(part, ".")
+    return name
 
 
 def snippet_of(stdout):
@@ -78,14 +102,20 @@ def run_case(plan_exe, name, args, adapt, ckpt, vocab):
         trainer = env["trainer"]
         trainer.train()
     model, opt = trainer.model, trainer.optimizer
-    layers = [i for i, l in enumerate(model.model.layers) if getattr(l, "gradient_checkpointing", False)]
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = [i for i, l in enumerate(base.model.layers) if getattr(l, "gradient_checkpointing", False)]
     inner = getattr(opt, "optimizer", opt)  # accelerate wraps it
     states = {}
+    params = []
     for pname, p in model.named_parameters():
         st = inner.state.get(p, {})
-        states[pname] = {k: {"dtype": str(v.dtype).replace("torch.", ""), "numel": v.numel()}
-                         for k, v in sorted(st.items()) if torch.is_tensor(v)}
-    return {
+        if p.requires_grad or not hasattr(model, "get_base_model"):
+            states[plain_name(pname)] = {k: {"dtype": str(v.dtype).replace("torch.", ""), "numel": v.numel()}
+                                         for k, v in sorted(st.items()) if torch.is_tensor(v)}
+        params.append({"name": plain_name(pname), "dtype": str(p.dtype).replace("torch.", ""), "numel": p.numel(),
+                       "trainable": p.requires_grad})
+    fx_peft = {"parameters": params} if hasattr(model, "get_base_model") else {}
+    return fx_peft | {
         "case": name,
         "gckpt_plan_args": ["--seq", str(SEQ), "--offload", "off"] + args,
         "snippet": snippet,
@@ -105,6 +135,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--plan", required=True, help="the gckpt-plan binary")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--peft-out", required=True, help="where the LoRA / QLoRA cases go")
     ap.add_argument("--filter", default="")
     a = ap.parse_args()
     os.environ.setdefault("GCKPT_DATA_DIR", os.path.join(HERE, "..", ".."))
@@ -114,11 +145,12 @@ def main():
     cfg = transformers.LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
     with tempfile.TemporaryDirectory() as ckpt:
         AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(ckpt)
-        for name, args, adapt in CASES:
+        for name, args, adapt in CASES + PEFT_CASES:
             if a.filter and a.filter not in name:
                 continue
             fx = run_case(a.plan, name, args, adapt, ckpt, raw["vocab_size"])
-            with open(os.path.join(a.out, name + ".json"), "w") as f:
+            out = a.out if (name, args, adapt) in CASES else a.peft_out
+            with open(os.path.join(out, name + ".json"), "w") as f:
                 json.dump(fx, f, indent=1)
                 f.write("\n")
             print(name, fx["model_dtype"], fx["checkpointed_layers"], fx["optimizer_class"], file=sys.stderr)

@@ -190,6 +190,9 @@ typedef struct {
      * recompute and again in the backward, freed when the op returns (FINDINGS 12.7). */
     uint64_t fws_fixed, bws_fixed;
     uint8_t dequant;     /* gckpt_quant_scheme of the weight it dequantizes (0: none) */
+    bool ctx_keep;       /* its saved tensors are kept as ctx attributes, which saved-tensor
+                          * hooks do not see: also in a checkpointed layer's forward, and not
+                          * offloaded (bitsandbytes' int8 ctx.A on the CPU, FINDINGS 12.6) */
 } gckpt_op;
 
 typedef struct {
@@ -199,6 +202,10 @@ typedef struct {
     int nop;
     int sec_begin[GCKPT_NSEC], sec_end[GCKPT_NSEC]; /* op index ranges per section */
     int embed_out;   /* tensor: output of the embedding section = block input of layer 0 */
+    int embed_leaf;  /* tensor: a frozen input embedding's output, or -1. With checkpointing
+                      * transformers' enable_input_require_grads makes it a leaf that requires
+                      * grad, held by its AccumulateGrad node until the backward ends
+                      * (FINDINGS 12.1, 12.6: offloading llama's layer 0 frees nothing) */
     int block_in;    /* tensor: the block's input (hidden_states) */
     int block_out;   /* tensor: the block's output */
     int head_in;     /* tensor: the head's input */

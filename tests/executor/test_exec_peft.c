@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "exec_fixture.h"
+#include "gckpt/executor/quant4.h"
 #include "host_estimate.h"
+#include "interp.h"
 #include "plan_fixture.h"
 #include "gckpt/core/peft.h"
 #include "gckpt/executor/exec_host.h"
@@ -197,6 +199,77 @@ static void test_quantized_param_access(void **st)
     be->destroy(be);
 }
 
+/* QLoRA's forward runs on exactly the dequantized weights: a LoRA model given the QLoRA
+ * model's parameters, its base weights set to their dequantized values (fp32 everywhere,
+ * no dropout), has the same loss and adapter gradients, bit for bit */
+static void copy_params(gckpt_exec *q, gckpt_exec *l)
+{
+    const gckpt_recipe *rq = gckpt_exec_ctx(q)->recipe, *rl = gckpt_exec_ctx(l)->recipe;
+    gckpt_err err = {{0}};
+    int copied = 0, dequantized = 0;
+    for (int t = 0; t < rq->nt; t++) {
+        if (rq->t[t].kind != GCKPT_T_PARAM) continue;
+        int u = -1;
+        for (int k = 0; k < rl->nt; k++)
+            if (rl->t[k].kind == GCKPT_T_PARAM && !strcmp(rl->t[k].name, rq->t[t].name)) u = k;
+        assert_true(u >= 0);
+        int layers = rq->t[t].section == GCKPT_SEC_BLOCK ? (int)q->m.layers : 1;
+        for (int layer = 0; layer < layers; layer++) {
+            int ly = rq->t[t].section == GCKPT_SEC_BLOCK ? layer : -1;
+            uint64_t n = gckpt_exec_param_numel(q, t);
+            float *v = malloc(n * sizeof *v);
+            const param_t *p = exec_param(q, t, ly);
+            if (p->spec->quant.scheme) { /* the host backend's memory is the host's */
+                gckpt_q4_store st = gckpt_q4_store_of(p->q.layout, p->w, p->q.stat);
+                assert_true(gckpt_q4_dequantize((gckpt_quant_scheme)p->spec->quant.scheme, &st, n, GCKPT_DT_F32, v, &err));
+                dequantized++;
+            } else {
+                assert_int_equal(gckpt_exec_read_param(q, ly, t, v, &err), GCKPT_XS_OK);
+            }
+            assert_int_equal(gckpt_exec_write_param(l, ly, u, v, &err), GCKPT_XS_OK);
+            free(v);
+            copied++;
+        }
+    }
+    printf("copied %d parameter instances, %d of them dequantized\n", copied, dequantized);
+    assert_true(dequantized > 0);
+}
+
+static void test_qlora_equals_lora_on_dequantized(void **st)
+{
+    (void)st;
+    const char *fixtures[] = {"tiny-llama", "tiny-gpt2"};
+    for (int f = 0; f < 2; f++) {
+        gckpt_model m = fx_model(fixtures[f]);
+        gckpt_device d = fx_device();
+        gckpt_backend *be = gckpt_host_backend_new(0);
+        gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32,
+                           .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA, .every_n = 1};
+        gckpt_setting sq = s, sl = s;
+        sq.peft = method(GCKPT_METHOD_QLORA, 0.0, 0);
+        sq.peft.compute_dtype = GCKPT_DT_F32;
+        sl.peft = method(GCKPT_METHOD_LORA, 0.0, 0);
+        gckpt_err err = {{0}};
+        gckpt_exec *q = gckpt_exec_new(be, &m, &d, &sq, NULL, &err), *l = gckpt_exec_new(be, &m, &d, &sl, NULL, &err);
+        assert_non_null(q);
+        assert_non_null(l);
+        assert_int_equal(gckpt_exec_setup(q, &err), GCKPT_XS_OK);
+        assert_int_equal(gckpt_exec_setup(l, &err), GCKPT_XS_OK);
+        copy_params(q, l);
+        gckpt_step_opts so = {.update = false, .checksum = true};
+        gckpt_step_result rq, rl;
+        assert_int_equal(gckpt_exec_step(q, &so, &rq, &err), GCKPT_XS_OK);
+        assert_int_equal(gckpt_exec_step(l, &so, &rl, &err), GCKPT_XS_OK);
+        printf("%s: QLoRA nf4 dq loss %.9f grads %016llx, LoRA on its dequantized weights loss %.9f grads %016llx\n",
+               fixtures[f], rq.loss, (unsigned long long)rq.grad_hash, rl.loss, (unsigned long long)rl.grad_hash);
+        assert_memory_equal(&rq.loss, &rl.loss, sizeof rq.loss);
+        assert_int_equal(rq.grad_hash, rl.grad_hash);
+        gckpt_exec_free(q);
+        gckpt_exec_free(l);
+        be->destroy(be);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -209,6 +282,7 @@ int main(void)
         cmocka_unit_test(test_qlora_gpt2),
         cmocka_unit_test(test_step_work_follows_method),
         cmocka_unit_test(test_quantized_param_access),
+        cmocka_unit_test(test_qlora_equals_lora_on_dequantized),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -187,6 +187,7 @@ static bool step_bound_ok(const gckpt_ctx *c)
            gckpt_add(micro, be, &micro) && gckpt_add(micro, bh, &micro) && gckpt_mul(micro, 2, &total) &&
            gckpt_add(total, c->weights, &total) && gckpt_add(total, c->grads, &total) &&
            gckpt_add(total, c->quant_weights, &total) && gckpt_add(total, c->quant_stats, &total) &&
+           gckpt_add(total, c->paged_states, &total) &&
            gckpt_add(total, c->opt_states, &total) && gckpt_add(total, c->opt_temp, &total) &&
            gckpt_add(total, c->workspace, &total) && total <= GCKPT_MAX_STEP_BYTES;
 }
@@ -207,6 +208,7 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     c->weights = c->params.weight_bytes - c->params.quant_bytes;
     c->quant_weights = c->params.quant_bytes;
     c->quant_stats = c->params.stats_bytes;
+    c->paged_states = c->params.paged_bytes;
     c->grads = c->params.grad_bytes;
     c->opt_states = c->params.state_bytes;
     c->opt_temp = c->params.temp_bytes;
@@ -245,6 +247,7 @@ void gckpt_persistent(const gckpt_ctx *c, int64_t comp[GCKPT_NCOMP])
     comp[GCKPT_C_WEIGHTS] = (int64_t)c->weights;
     comp[GCKPT_C_QUANT_WEIGHTS] = (int64_t)c->quant_weights;
     comp[GCKPT_C_QUANT_STATS] = (int64_t)c->quant_stats;
+    comp[GCKPT_C_PAGED_STATES] = (int64_t)c->paged_states;
     comp[GCKPT_C_OPTIMIZER] = (int64_t)c->opt_states;
     comp[GCKPT_C_WORKSPACE] = (int64_t)c->workspace;
 }

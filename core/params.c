@@ -34,6 +34,14 @@ static void optimizer_states(gckpt_optimizer o, const gckpt_recipe *r, gckpt_par
         p->nstates = 1;
         p->state[0] = buffer(pdt, e, round);
         break;
+    case GCKPT_PAGED_ADAMW_32BIT:
+        p->nstates = 2;
+        p->state[0] = p->state[1] = buffer(GCKPT_DT_F32, e, round);
+        p->paged = e >= GCKPT_OPT_PAGED_MIN;
+        break;
+    case GCKPT_PAGED_ADAMW_8BIT:
+        p->paged = e >= GCKPT_OPT_PAGED_MIN;
+        /* fall through */
     case GCKPT_ADAMW_8BIT:
         p->nstates = 2;
         if (gckpt_param_is_embedding(r, p->tensor) || e < GCKPT_OPT_8BIT_MIN) {
@@ -84,7 +92,7 @@ bool gckpt_params_build(const gckpt_recipe *r, uint64_t layers, gckpt_optimizer 
 {
     out->n = 0;
     out->weight_bytes = out->grad_bytes = out->state_bytes = out->temp_bytes = out->numel = 0;
-    out->quant_bytes = out->stats_bytes = out->trainable = 0;
+    out->quant_bytes = out->stats_bytes = out->trainable = out->paged_bytes = 0;
     out->opt_traffic = 0;
     memset(out->of_tensor, -1, sizeof out->of_tensor);
     bool ok = true;
@@ -114,10 +122,11 @@ bool gckpt_params_build(const gckpt_recipe *r, uint64_t layers, gckpt_optimizer 
             optimizer_states(o, r, p, round);
         }
         p->shard.ways = 1;
-        uint64_t states = 0;
+        uint64_t states = 0, paged = p->paged ? p->state[0].bytes + p->state[1].bytes : 0;
         for (int k = 0; k < p->nstates; k++) states += p->state[k].bytes;
         ok = ok && add_copies(&out->weight_bytes, p->copies, p->weight.bytes) &&
-             add_copies(&out->grad_bytes, p->copies, p->grad.bytes) && add_copies(&out->state_bytes, p->copies, states) &&
+             add_copies(&out->grad_bytes, p->copies, p->grad.bytes) && add_copies(&out->state_bytes, p->copies, states - paged) &&
+             add_copies(&out->paged_bytes, p->copies, paged) &&
              add_copies(&out->temp_bytes, p->copies, p->opt_temp.bytes) && add_copies(&out->numel, p->copies, p->numel) &&
              add_copies(&out->stats_bytes, p->copies, p->quant.stats.bytes) &&
              add_copies(&out->quant_bytes, p->copies, p->quant.scheme ? p->weight.bytes : 0) &&
@@ -149,7 +158,7 @@ void gckpt_opt_fp32_note(const gckpt_params *ps, gckpt_optimizer o, char *buf, s
 {
     if (n == 0) return;
     buf[0] = 0;
-    if (o != GCKPT_ADAMW_8BIT) return;
+    if (o != GCKPT_ADAMW_8BIT && o != GCKPT_PAGED_ADAMW_8BIT) return;
     char emb[160] = "";
     uint64_t small = 0;
     for (int i = 0; i < ps->n; i++) {

@@ -3,7 +3,8 @@
 #include <string.h>
 
 const char *const gckpt_precision_names[GCKPT_NPREC] = {"fp32", "bf16", "amp-bf16", "amp-fp16"};
-const char *const gckpt_optimizer_names[GCKPT_NOPT] = {"adamw", "adamw-foreach", "sgd", "adamw-8bit"};
+const char *const gckpt_optimizer_names[GCKPT_NOPT] = {"adamw",      "adamw-foreach",    "sgd",
+                                                       "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit"};
 const char *const gckpt_attention_names[GCKPT_NATTN] = {"sdpa", "eager"};
 
 static int find(const char *const *names, int n, const char *s)

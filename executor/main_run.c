@@ -469,6 +469,12 @@ int main(int argc, char **argv)
     gckpt_err err = {{0}};
     gckpt_plan_file pf;
     if (!gckpt_plan_read(a.plan, &pf, &err)) return bad("%s", err.msg);
+    if (pf.optimizer == GCKPT_PAGED_ADAMW_8BIT || pf.optimizer == GCKPT_PAGED_ADAMW_32BIT) {
+        gckpt_seterr(&err, "%s: optimizer %s: gckpt-run has no paged (managed-memory) optimizer states", pf.file,
+                     gckpt_optimizer_names[pf.optimizer]);
+        gckpt_plan_file_free(&pf);
+        return bad("%s", err.msg);
+    }
     size_t *sel = NULL;
     long nsel = select_entries(&a, &pf, &sel);
     if (nsel < 0) {

@@ -8,7 +8,8 @@
 
 const char *const gckpt_precision_spellings = "fp32, bf16, amp-bf16, amp-fp16 (any case)";
 const char *const gckpt_optimizer_spellings =
-    "adamw or adamw_torch_fused, adamw-foreach or adamw_torch, sgd, adamw-8bit or adamw_bnb_8bit or adamw_8bit";
+    "adamw or adamw_torch_fused, adamw-foreach or adamw_torch, sgd, adamw-8bit or adamw_bnb_8bit or adamw_8bit, "
+    "paged-adamw-8bit or paged_adamw_8bit, paged-adamw-32bit or paged_adamw_32bit";
 const char *const gckpt_attention_spellings = "sdpa, eager, flash_attention_2";
 
 int gckpt_precision_from_user(const char *s)
@@ -24,6 +25,7 @@ int gckpt_optimizer_from_user(const char *s)
     static const struct { const char *hf; gckpt_optimizer o; } alias[] = {
         {"adamw_torch_fused", GCKPT_ADAMW}, {"adamw_torch", GCKPT_ADAMW_FOREACH},
         {"adamw_bnb_8bit", GCKPT_ADAMW_8BIT}, {"adamw_8bit", GCKPT_ADAMW_8BIT},
+        {"paged_adamw_8bit", GCKPT_PAGED_ADAMW_8BIT}, {"paged_adamw_32bit", GCKPT_PAGED_ADAMW_32BIT},
     };
     int v = gckpt_optimizer_from(s);
     for (size_t i = 0; v < 0 && s && i < sizeof alias / sizeof alias[0]; i++)

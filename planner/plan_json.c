@@ -38,7 +38,8 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     cJSON_AddStringToObject(m, "peak_where", where);
     cJSON *bd = cJSON_AddObjectToObject(m, "breakdown");
     for (int k = 0; k < GCKPT_NCOMP; k++)
-        if (!gckpt_component_optional(k) || p->params->quant_bytes) num(bd, gckpt_component_names[k], (double)r->breakdown[k]);
+        if (!gckpt_component_optional(k) || (k == GCKPT_C_PAGED_STATES ? p->params->paged_bytes : p->params->quant_bytes))
+            num(bd, gckpt_component_names[k], (double)r->breakdown[k]);
     num(m, "context_bytes", (double)p->dev.context_bytes);
     cJSON *t = cJSON_AddObjectToObject(o, "time");
     num(t, "step_s", r->step_s);

@@ -50,6 +50,8 @@ static const char *hf_optim(gckpt_optimizer o)
 {
     switch (o) {
     case GCKPT_ADAMW_8BIT: return "adamw_bnb_8bit";
+    case GCKPT_PAGED_ADAMW_8BIT: return "paged_adamw_8bit";
+    case GCKPT_PAGED_ADAMW_32BIT: return "paged_adamw_32bit";
     case GCKPT_ADAMW_FOREACH: return "adamw_torch";
     default: return "adamw_torch_fused";
     }
@@ -147,6 +149,11 @@ static void print_breakdown(const gckpt_plan *p, const gckpt_result *r, FILE *f)
     fprintf(f, " (GiB)\n");
     gckpt_opt_fp32_note(p->params, p->req.optimizer, note, sizeof note);
     if (note[0]) fprintf(f, "  %s\n", note);
+    if (p->params->paged_bytes)
+        fprintf(f, "  paged_optimizer_states: %s GiB in CUDA managed memory, outside PyTorch's allocator\n"
+                   "  (torch.cuda.max_memory_allocated shows the peak without them); counted in the device peak,\n"
+                   "  which is the GPU's use unless memory runs short and the driver evicts them to the host\n",
+                gib(p->params->paged_bytes, a, sizeof a));
 }
 
 void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f)

@@ -52,8 +52,11 @@ static bool read_peft(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     const cJSON *set = item(root, "setting");
     snprintf(f->optimizer, sizeof f->optimizer, "%s",
              cJSON_IsString(item(set, "optimizer")) ? item(set, "optimizer")->valuestring : "adamw_torch_fused");
-    if (!strcmp(f->optimizer, "adamw_bnb_8bit") || !strcmp(f->optimizer, "paged_adamw_8bit"))
-        f->s.optimizer = GCKPT_ADAMW_8BIT;
+    /* the probe's optim names; on the CPU paged states are plain tensors (FINDINGS 12.10 C7),
+     * which the CPU target's exact-bytes device counts in the peak like any state */
+    if (!strcmp(f->optimizer, "adamw_bnb_8bit")) f->s.optimizer = GCKPT_ADAMW_8BIT;
+    if (!strcmp(f->optimizer, "paged_adamw_8bit")) f->s.optimizer = GCKPT_PAGED_ADAMW_8BIT;
+    if (!strcmp(f->optimizer, "paged_adamw_32bit")) f->s.optimizer = GCKPT_PAGED_ADAMW_32BIT;
     if (!cJSON_IsString(item(root, "method"))) return true;
     if (!str(root, path, "method", f->method, sizeof f->method, err)) return false;
     int method = gckpt_method_from(f->method);

@@ -212,6 +212,11 @@ static void lora_runs(void **state)
     assert_non_null(strstr(cli_out, "Nothing fits"));
     assert_non_null(strstr(cli_out, "--method lora  --precision bf16"));
     assert_non_null(strstr(cli_out, "--method qlora --precision amp-bf16"));
+    /* paged optimizers: the states in managed memory reported apart, the TrainingArguments name */
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--method", "qlora", "--optimizer",
+                           "paged_adamw_8bit", "--every-n", "1", "--offload", "off"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "paged_optimizer_states: 0.04 GiB in CUDA managed memory"));
+    assert_non_null(strstr(cli_out, "optim=\"paged_adamw_8bit\""));
 }
 
 int main(void)

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "gckpt/core/params.h"
+#include "gckpt/core/peft.h"
 #include "closed_form_params.h"
 #include "gckpt/planner/plan.h"
 
@@ -142,6 +143,45 @@ static void parameter_counts(void **state)
     }
 }
 
+/* Llama-3.1-8B QLoRA r 16 all-linear (FINDINGS 12.2, 12.8): the trainable count is the
+ * closed form sum r (in + out) = 41,943,040; under paged AdamW the states of adapters
+ * with at least 1e5 elements (gate/up lora_B [14336, 16], down lora_A [16, 14336]) are
+ * managed memory, apart from the allocator's states: 8-bit codes 2n, fp32 8n. */
+static void llama8b_qlora_paged(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_load("llama-3.1-8b", &m, &err)) fail_msg("%s", err.msg);
+    uint64_t h = m.hidden, q = gckpt_q_dim(&m), kv = gckpt_kv_dim(&m), I = m.intermediate, r = 16, L = m.layers;
+    uint64_t trainable = L * r * ((h + q) + (h + kv) * 2 + (q + h) + (h + I) * 2 + (I + h));
+    uint64_t big = 3 * I * r; /* per layer: the adapters of >= 1e5 elements */
+    for (int o = GCKPT_PAGED_ADAMW_8BIT; o <= GCKPT_PAGED_ADAMW_32BIT; o++) {
+        static gckpt_recipe rc;
+        gckpt_peft pf;
+        gckpt_peft_default(GCKPT_METHOD_QLORA, &pf);
+        gckpt_recipe_build_peft(&m, GCKPT_AMP_BF16, GCKPT_SDPA, GCKPT_TARGET_CUDA, &pf, &rc);
+        gckpt_params ps;
+        bool overflow;
+        assert_true(gckpt_params_build(&rc, L, (gckpt_optimizer)o, 1, &ps, &overflow, &err));
+        assert_false(overflow);
+        assert_int_equal(ps.trainable, trainable);
+        assert_int_equal(trainable, 41943040);
+        assert_int_equal(ps.paged_bytes, L * big * (o == GCKPT_PAGED_ADAMW_8BIT ? 2 : 8));
+        /* the rest: 8-bit codes + fp32 absmax per 256 (absmax never paged) / fp32 */
+        uint64_t small = trainable - L * big;
+        uint64_t want = o == GCKPT_PAGED_ADAMW_8BIT ? 0 : 8 * small;
+        if (o == GCKPT_PAGED_ADAMW_8BIT)
+            for (int i = 0; i < ps.n; i++)
+                if (ps.p[i].trainable)
+                    want += ps.p[i].copies * (2 * (ps.p[i].paged ? 0 : ps.p[i].numel) + 2 * 4 * ((ps.p[i].numel + 255) / 256));
+        assert_int_equal(ps.state_bytes, want);
+        /* no frozen parameter keeps a state or a gradient */
+        for (int i = 0; i < ps.n; i++)
+            if (!ps.p[i].trainable) assert_true(ps.p[i].nstates == 0 && ps.p[i].grad.numel == 0);
+    }
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -154,6 +194,7 @@ int main(void)
         cmocka_unit_test(gpt2_8bit),
         cmocka_unit_test(embedding_detection),
         cmocka_unit_test(parameter_counts),
+        cmocka_unit_test(llama8b_qlora_paged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

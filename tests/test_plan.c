@@ -228,6 +228,8 @@ static void peft_plans(void **state)
             q.peft.quant = GCKPT_QUANT_FP4;
             q.peft.double_quant = false;
             q.peft.compute_dtype = GCKPT_DT_F16;
+            q.optimizer = GCKPT_PAGED_ADAMW_32BIT; /* lora_B of down_proj... [2048, 8] is under 1e5: none paged */
+            q.peft.rank = 64;                      /* down_proj's lora_A [64, 8192]: paged */
         }
         gckpt_plan p;
         gckpt_err err;
@@ -241,7 +243,8 @@ static void peft_plans(void **state)
         if (!gckpt_plan_parse("plan.json", text, &pf, &err)) fail_msg("%s", err.msg);
         free(text);
         assert_int_equal(pf.peft.method, m);
-        assert_int_equal(pf.peft.rank, 8);
+        assert_int_equal(pf.peft.rank, q.peft.rank);
+        assert_int_equal(pf.optimizer, q.optimizer);
         assert_true(pf.peft.alpha == 24 && pf.peft.dropout == 0.05);
         assert_int_equal(pf.peft.targets, q.peft.targets);
         assert_int_equal(pf.peft.modules_to_save, GCKPT_MTS_LM_HEAD);
@@ -253,6 +256,8 @@ static void peft_plans(void **state)
             assert_int_equal(pf.entries[k].r.peak_bytes, p.entries[k].r.peak_bytes);
             int64_t quant = pf.entries[k].r.breakdown[GCKPT_C_QUANT_WEIGHTS] + pf.entries[k].r.breakdown[GCKPT_C_QUANT_STATS];
             assert_true(m == GCKPT_METHOD_QLORA ? quant > 0 : quant == 0);
+            int64_t paged = pf.entries[k].r.breakdown[GCKPT_C_PAGED_STATES];
+            assert_true(m == GCKPT_METHOD_QLORA ? paged == (int64_t)p.params->paged_bytes && paged > 0 : paged == 0);
         }
         gckpt_plan_file_free(&pf);
         gckpt_plan_free(&p);

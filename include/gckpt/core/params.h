@@ -14,6 +14,13 @@
  *      4096 elements (min_8bit_size) and for every nn.Embedding weight, which the HF
  *      Trainer's create_optimizer registers with GlobalOptimManager for optim_bits=32
  *      (a tied lm_head shares the embedding's weight, so it is 32-bit too).
+ *  paged-adamw-8bit / paged-adamw-32bit (bitsandbytes paged_adamw_*: optimizer.py
+ *      get_state_buffer): the 8-bit rule above / fp32 state1 and state2 whatever the
+ *      parameter's dtype; on CUDA the state1/state2 of a parameter with at least 1e5
+ *      elements are CUDA managed memory (cudaMallocManaged), outside PyTorch's allocator,
+ *      prefetched to the device for each update and evictable by the driver (`paged`);
+ *      absmax and qmaps never are. On the CPU they fall back to plain tensors
+ *      (FINDINGS 12.8, 12.10 C7).
  *
  * Fields for what comes next are here and empty today: trainable = false (a frozen base
  * weight: no gradient, no states), a quantized weight (4-bit codes plus statistics), a
@@ -35,6 +42,7 @@ extern "C" {
 
 #define GCKPT_OPT_8BIT_BLOCK 256    /* bitsandbytes blockwise quantisation */
 #define GCKPT_OPT_8BIT_MIN 4096     /* bitsandbytes min_8bit_size */
+#define GCKPT_OPT_PAGED_MIN 100000  /* bitsandbytes get_state_buffer: paged from 1e5 elements */
 #define GCKPT_MAX_PARAMS 64         /* parameter tensors of one recipe (llama with every bias: 21; LoRA on all 7 linears: +14, modules_to_save copies +2) */
 #define GCKPT_MAX_STATES 4
 
@@ -69,6 +77,7 @@ typedef struct {
     uint8_t nstates;
     gckpt_buffer state[GCKPT_MAX_STATES]; /* exp_avg, exp_avg_sq (8-bit: their codes, then their absmax) */
     uint8_t state_reason;  /* gckpt_state_reason */
+    bool paged;            /* state[0] and state[1] are managed memory (paged optimizers) */
     gckpt_buffer opt_temp; /* the optimizer step's temporary (adamw-foreach): a slice of one block */
     struct {
         uint8_t scheme;    /* gckpt_quant_scheme */
@@ -92,6 +101,7 @@ typedef struct {
     uint64_t quant_bytes, stats_bytes; /* of quantized weights: their packed / int8 storage
                                         * (in weight_bytes) and statistics (not in it) */
     uint64_t trainable;                /* elements of trainable parameters (peft's count) */
+    uint64_t paged_bytes;              /* paged optimizer states (not in state_bytes) */
     double opt_traffic; /* bytes one optimizer step reads and writes: p, g, states read;
                          * p, states written; temporaries written and read */
 } gckpt_params;

@@ -34,11 +34,13 @@ typedef enum {
     GCKPT_C_WORKSPACE,    /* cuBLAS workspace */
     GCKPT_C_QUANT_WEIGHTS, /* QLoRA: the packed 4-bit / int8 base weights (not in weights) */
     GCKPT_C_QUANT_STATS,   /* QLoRA: their quantization statistics (absmax, code books, SCB) */
+    GCKPT_C_PAGED_STATES,  /* paged optimizers: states in CUDA managed memory, outside the
+                            * allocator (torch.cuda.max_memory_allocated does not see them) */
     GCKPT_NCOMP
 } gckpt_component;
 
 extern const char *const gckpt_component_names[GCKPT_NCOMP];
-/* Components a plan writes and reads only when they hold bytes (QLoRA's), so that
+/* Components a plan writes and reads only when they hold bytes (QLoRA's, paged states), so that
  * gckpt.plan/1 files without them stay valid. */
 static inline bool gckpt_component_optional(int k) { return k >= GCKPT_C_QUANT_WEIGHTS; }
 
@@ -192,6 +194,7 @@ typedef struct {
     /* persistent state, bytes (the table's totals), and the cuBLAS workspace */
     uint64_t weights, grads, opt_states, opt_temp, workspace;
     uint64_t quant_weights, quant_stats; /* QLoRA's packed weights and statistics (not in weights) */
+    uint64_t paged_states;               /* paged optimizer states (not in opt_states) */
     double opt_seconds;                  /* one optimizer step */
     /* each op at this setting: forward [0] and backward [1] seconds, matmul FLOPs and
      * workspace bytes; the backward's promoted copies (CPU target) */

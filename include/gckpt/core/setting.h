@@ -19,8 +19,13 @@ typedef enum {
 
 /* adamw: torch.optim.AdamW(fused=True), HF's default optim "adamw_torch_fused" (torch >= 2.8);
  * adamw-foreach: "adamw_torch" (foreach implementation, one state-sized temporary);
- * sgd: SGD with momentum; adamw-8bit: bitsandbytes "adamw_bnb_8bit". */
-typedef enum { GCKPT_ADAMW, GCKPT_ADAMW_FOREACH, GCKPT_SGD, GCKPT_ADAMW_8BIT, GCKPT_NOPT } gckpt_optimizer;
+ * sgd: SGD with momentum; adamw-8bit: bitsandbytes "adamw_bnb_8bit"; paged-adamw-8bit /
+ * paged-adamw-32bit: bitsandbytes "paged_adamw_8bit" / "paged_adamw_32bit", whose states
+ * of parameters with at least 1e5 elements live in CUDA managed memory (params.h). */
+typedef enum {
+    GCKPT_ADAMW, GCKPT_ADAMW_FOREACH, GCKPT_SGD, GCKPT_ADAMW_8BIT, GCKPT_PAGED_ADAMW_8BIT, GCKPT_PAGED_ADAMW_32BIT,
+    GCKPT_NOPT
+} gckpt_optimizer;
 typedef enum { GCKPT_SDPA, GCKPT_EAGER, GCKPT_NATTN } gckpt_attention;
 
 /* The fine-tuning method (gckpt/core/peft.h has its rules and names). full: every

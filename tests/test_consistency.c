@@ -153,6 +153,41 @@ static void lora_qlora(void **state)
     }
 }
 
+/* The largest recipes fit the recipe's fixed tables with room to spare (a model family
+ * or method that traces more must raise GCKPT_MAX_TENSORS / GCKPT_MAX_OPS): every
+ * method, precision, attention and target of a qwen3 and a gpt2 with every optional
+ * module and dropout, LoRA on all linears, both modules_to_save copies. */
+static void recipe_limits(void **state)
+{
+    (void)state;
+    static const char *cfgs[] = {
+        "{\"model_type\":\"qwen3\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,"
+        "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":100,\"vocab_size\":200,"
+        "\"attention_bias\":true,\"mlp_bias\":true,\"attention_dropout\":0.1}",
+        "{\"model_type\":\"gpt2\",\"n_layer\":2,\"n_embd\":48,\"n_head\":3,\"vocab_size\":101,"
+        "\"n_positions\":128,\"attn_pdrop\":0.1,\"resid_pdrop\":0.1,\"embd_pdrop\":0.1}"};
+    static gckpt_recipe r;
+    int nt = 0, nop = 0;
+    for (size_t c = 0; c < 2; c++) {
+        gckpt_model m;
+        gckpt_err err;
+        if (!gckpt_model_parse("cfg", cfgs[c], &m, &err)) fail_msg("%s", err.msg);
+        for (int meth = 0; meth < GCKPT_NMETHOD; meth++)
+            for (int p = 0; p < GCKPT_NPREC; p++)
+                for (int a = 0; a < GCKPT_NATTN; a++)
+                    for (int t = 0; t < 2; t++) {
+                        gckpt_peft pf;
+                        gckpt_peft_default((gckpt_method)meth, &pf);
+                        pf.modules_to_save = GCKPT_MTS_LM_HEAD | GCKPT_MTS_EMBED;
+                        gckpt_recipe_build_peft(&m, (gckpt_precision)p, (gckpt_attention)a, (gckpt_target)t, &pf, &r);
+                        nt = r.nt > nt ? r.nt : nt;
+                        nop = r.nop > nop ? r.nop : nop;
+                    }
+    }
+    printf("largest recipe: %d tensors (of %d), %d ops (of %d)\n", nt, GCKPT_MAX_TENSORS, nop, GCKPT_MAX_OPS);
+    assert_true(nt + 32 <= GCKPT_MAX_TENSORS && nop + 32 <= GCKPT_MAX_OPS);
+}
+
 /* Every Python reference a recipe records ends at exactly one op (an op's list of
  * releases is bounded: an overflowing one used to drop the release silently, and the
  * tensor then stayed live to the end of the step) */
@@ -204,6 +239,7 @@ int main(void)
         cmocka_unit_test(gpt2_family),
         cmocka_unit_test(odd_dims),
         cmocka_unit_test(lora_qlora),
+        cmocka_unit_test(recipe_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -363,6 +363,7 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
                                                                                       : GCKPT_NOINST;
             for (int k = 0; k < 2; k++)
                 e->arg.fwd.out[k] = !save_only && op->out[k] >= 0 ? gid(s, st->inst[op->out[k]]) : GCKPT_NOINST;
+            e->arg.fwd.workspace = fws >= 0 ? gid(s, fws) : GCKPT_NOINST;
             /* a view, or a recompute that stops once the op saved its inputs: no work */
             if (save_only || c->fwd_view[i]) e->seconds = e->flops = 0;
         }

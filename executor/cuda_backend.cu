@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
+#include "cuda_quant.cuh"
 #include "gckpt/executor/cuda_diag.h"
 extern "C" {
 #include "gckpt/executor/op_sizes.h"
@@ -186,6 +187,29 @@ gckpt_xstatus c_backward(gckpt_backend *be, const gckpt_xcall *c)
     if (cuda_is_matmul(c->op->prim)) return cuda_matmul_backward(as_cuda(be), c);
     if (cuda_is_attn(c->op->prim)) return cuda_attn_backward(as_cuda(be), c);
     return cuda_elem_backward(as_cuda(be), c);
+}
+
+// A quantized weight dequantized into out (cuda_quant.cu; unverified: no GPU here).
+gckpt_xstatus c_dequant(gckpt_backend *be, const gckpt_xquant *q, gckpt_xt w, gckpt_xt out)
+{
+    if (gckpt_op_check_dequant(q, w, out, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
+    const gckpt_quant_layout *l = q->layout;
+    cudaStream_t st = as_cuda(be)->stream;
+    if (l->scheme == GCKPT_QUANT_INT8) {
+        CUDA_TRY(be, gckpt_cuda_q8_dequant(st, static_cast<const int8_t *>(w.p),
+                                           static_cast<const float *>(q->stat[GCKPT_QS_SCB]), out.rows, out.cols,
+                                           out.dt, out.p));
+        return GCKPT_XS_OK;
+    }
+    bool dq = l->double_quant;
+    gckpt_q4_dev d = {static_cast<const uint8_t *>(w.p), static_cast<const float *>(q->stat[GCKPT_QS_CODE]),
+                      dq ? nullptr : static_cast<const float *>(q->stat[GCKPT_QS_ABSMAX]),
+                      dq ? static_cast<const uint8_t *>(q->stat[GCKPT_QS_ABSMAX]) : nullptr,
+                      static_cast<const float *>(q->stat[GCKPT_QS_NESTED_CODE]),
+                      static_cast<const float *>(q->stat[GCKPT_QS_NESTED_ABSMAX]),
+                      static_cast<const float *>(q->stat[GCKPT_QS_OFFSET])};
+    CUDA_TRY(be, gckpt_cuda_q4_dequant(st, &d, out.n, out.dt, out.p));
+    return GCKPT_XS_OK;
 }
 
 gckpt_xstatus c_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt x)
@@ -407,6 +431,7 @@ extern "C" gckpt_backend *gckpt_cuda_backend_new(const gckpt_cuda_opts *o, gckpt
     be->source = c_source;
     be->forward = c_forward;
     be->backward = c_backward;
+    be->dequant = c_dequant;
     be->add = c_add;
     be->set_scalar = c_set_scalar;
     be->optim = c_optim;

@@ -384,7 +384,7 @@ __global__ void k_add(const void *a, uint8_t adt, const void *x, uint8_t xdt, vo
 
 __global__ void k_fill(void *o, uint8_t odt, uint64_t n, int uniform, float scale, uint64_t key)
 {
-    GRID_LOOP(i, n) stx(o, odt, i, uniform ? (2.0f * gckpt_rng_unit(key, i) - 1.0f) * scale : scale);
+    GRID_LOOP(i, n) stx(o, odt, i, uniform ? gckpt_rng_uniform(key, i, scale) : scale);
 }
 
 Bcast bcast_of(const gckpt_xcall *c)

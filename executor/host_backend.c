@@ -16,6 +16,8 @@
 #include "host_ops.h"
 #include "host_scratch.h"
 #include "gckpt/executor/op_sizes.h"
+#include "gckpt/executor/quant4.h"
+#include "gckpt/executor/quant8.h"
 #include "gckpt/util/test_hooks.h"
 
 typedef struct {
@@ -84,7 +86,7 @@ static gckpt_xstatus h_init(gckpt_backend *be, gckpt_xt t, gckpt_init how, float
 {
     (void)be;
     for (uint64_t i = 0; i < t.n; i++)
-        st(&t, i, how == GCKPT_INIT_CONST ? scale : (2.0f * gckpt_rng_unit(key, i) - 1.0f) * scale);
+        st(&t, i, how == GCKPT_INIT_CONST ? scale : gckpt_rng_uniform(key, i, scale));
     return GCKPT_XS_OK;
 }
 
@@ -113,6 +115,20 @@ static gckpt_xstatus h_backward(gckpt_backend *be, const gckpt_xcall *c)
     if (!host_blas_ready(&be->err)) return GCKPT_XS_OOM;
     hs_take_failure();
     return oom_if_scratch_failed(host_op_backward(c, &be->err));
+}
+
+static gckpt_xstatus h_dequant(gckpt_backend *be, const gckpt_xquant *q, gckpt_xt w, gckpt_xt out)
+{
+    if (gckpt_op_check_dequant(q, w, out, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
+    const gckpt_quant_layout *l = q->layout;
+    bool ok;
+    if (l->scheme == GCKPT_QUANT_INT8) {
+        ok = gckpt_q8_dequantize(w.p, q->stat[GCKPT_QS_SCB], out.rows, out.cols, (gckpt_dtype)out.dt, out.p, &be->err);
+    } else {
+        gckpt_q4_store st = gckpt_q4_store_of(l, w.p, q->stat);
+        ok = gckpt_q4_dequantize((gckpt_quant_scheme)l->scheme, &st, out.n, (gckpt_dtype)out.dt, out.p, &be->err);
+    }
+    return ok ? GCKPT_XS_OK : GCKPT_XS_ERROR;
 }
 
 static gckpt_xstatus h_add(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt b)
@@ -242,6 +258,7 @@ gckpt_backend *gckpt_host_backend_new(uint64_t memory_limit)
     be->source = h_source;
     be->forward = h_forward;
     be->backward = h_backward;
+    be->dequant = h_dequant;
     be->add = h_add;
     be->set_scalar = h_set_scalar;
     be->optim = h_optim;

@@ -104,7 +104,7 @@ bool gckpt_entry_step_work(const gckpt_plan_file *pf, size_t i, double *flops, d
     gckpt_recipe *r = malloc(sizeof *r);
     *flops = *bytes = 0;
     if (!r) return false;
-    gckpt_recipe_build(&pf->model, s.precision, s.attention, r);
+    gckpt_exec_recipe(&pf->model, &s, r);
     gckpt_ctx *c = malloc(sizeof *c);
     gckpt_err err;
     gckpt_schedule ev = {0};

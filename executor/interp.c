@@ -7,6 +7,8 @@
  * state table says. The events themselves: interp_events.c. */
 #include "interp.h"
 
+#include "gckpt/executor/exec_quant.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,7 +74,8 @@ param_t *exec_param(gckpt_exec *x, int tensor, int layer)
 
 gckpt_xt exec_param_view(const param_t *p)
 {
-    return (gckpt_xt){p->w, p->spec->numel, p->spec->weight.dtype, p->spec->cols, p->spec->rows};
+    /* the buffer's elements: a quantized weight's packed / int8 storage */
+    return (gckpt_xt){p->w, p->spec->weight.numel, p->spec->weight.dtype, p->spec->cols, p->spec->rows};
 }
 
 gckpt_xt exec_state_view(const param_t *p, int k)
@@ -277,7 +280,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
-    gckpt_recipe_build(&x->m, s->precision, s->attention, x->r);
+    gckpt_exec_recipe(&x->m, s, x->r);
     if (!gckpt_ctx_init(&x->ctx, &x->m, &x->dev, x->r, &x->set, err)) goto fail;
     if (!gckpt_schedule_build(&x->ctx, &x->sched)) {
         gckpt_seterr(err, "out of memory building the schedule");
@@ -304,6 +307,11 @@ fail:
     return NULL;
 }
 
+void gckpt_exec_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_recipe *r)
+{
+    gckpt_recipe_build_peft(m, s->precision, s->attention, GCKPT_TARGET_CUDA, &s->peft, r);
+}
+
 const gckpt_ctx *gckpt_exec_ctx(const gckpt_exec *x) { return &x->ctx; }
 const gckpt_schedule *gckpt_exec_schedule(const gckpt_exec *x) { return &x->sched; }
 
@@ -313,6 +321,26 @@ static gckpt_xstatus palloc(gckpt_exec *x, uint64_t bytes, void **out, gckpt_err
 {
     gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, bytes, out);
     if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "allocating the persistent state", err);
+    return GCKPT_XS_OK;
+}
+
+/* A quantized weight's statistics, each piece its own allocation as bitsandbytes makes
+ * them (rounded to the device's granule: together the table's quant.stats.bytes). */
+static gckpt_xstatus alloc_quant_stats(gckpt_exec *x, param_t *p, gckpt_err *err)
+{
+    const gckpt_quant_layout *l = &p->spec->quant.layout;
+    p->q.layout = l;
+    uint64_t sum = 0;
+    for (int k = 0; k < GCKPT_NQS; k++) {
+        if (!l->stat[k].numel) continue;
+        uint64_t bytes = gckpt_round_up(l->stat[k].bytes, x->dev.alloc_round_bytes);
+        gckpt_xstatus rc = palloc(x, bytes, &p->q.stat[k], err);
+        if (rc != GCKPT_XS_OK) return rc;
+        sum += bytes;
+    }
+    if (sum != p->spec->quant.stats.bytes)
+        return exec_fail(err, "setup: %s's statistics take %llu bytes, the parameter table says %llu",
+                         p->spec->name, (unsigned long long)sum, (unsigned long long)p->spec->quant.stats.bytes);
     return GCKPT_XS_OK;
 }
 
@@ -326,6 +354,7 @@ static gckpt_xstatus alloc_params(gckpt_exec *x, gckpt_err *err)
         if (stop_requested(x)) return interrupted(x, NULL, 0, err);
         param_t *p = &x->params[i];
         if ((rc = palloc(x, p->spec->weight.bytes, &p->w, err)) != GCKPT_XS_OK) return rc;
+        if (p->spec->quant.scheme && (rc = alloc_quant_stats(x, p, err)) != GCKPT_XS_OK) return rc;
         for (int k = 0; k < p->spec->nstates; k++)
             if ((rc = palloc(x, p->spec->state[k].bytes, &p->st[k], err)) != GCKPT_XS_OK) return rc;
         p->temp_off = temp_off;
@@ -344,7 +373,16 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
         float val;
         gckpt_init how = init_of(x->r, p->tensor, &val);
         uint64_t key = gckpt_key(x->o.seed, 0x5eedULL, (uint64_t)p->tensor, (uint64_t)(p->layer + 1));
-        gckpt_xstatus rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : a, key);
+        gckpt_xstatus rc;
+        if (p->spec->quant.scheme) { /* loaded in the compute dtype, then quantized (exec_quant.h) */
+            gckpt_qbufs b = {p->w, {0}};
+            memcpy(b.stat, p->q.stat, sizeof b.stat);
+            rc = gckpt_quant_fill(x->be, p->q.layout, p->spec->rows, p->spec->cols, key, a,
+                                  (gckpt_dtype)x->set.peft.compute_dtype, &b, NULL, err);
+            if (rc != GCKPT_XS_OK) return rc;
+            continue; /* frozen: no states */
+        }
+        rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : a, key);
         for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates; k++)
             rc = x->be->init(x->be, exec_state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "initialising the weights", err);
@@ -423,6 +461,7 @@ static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *
     double ss = 0;
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
+        if (!p->spec->trainable) continue; /* frozen (LoRA's base): no .grad */
         if (!exec_live(x, p->grad)) return exec_fail(err, "checksum: parameter %s has no gradient", x->r->t[p->tensor].name);
         uint64_t hh;
         double s;
@@ -508,18 +547,33 @@ static gckpt_xstatus xfer(gckpt_exec *x, gckpt_xt t, float *host, bool down, gck
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, down ? "download" : "upload", err);
 }
 
-gckpt_xstatus gckpt_exec_read_param(gckpt_exec *x, int layer, int tensor, float *out, gckpt_err *err)
+/* A parameter whose values read and write as numbers: not a quantized weight (its
+ * buffer holds codes; its values exist only dequantized) */
+static param_t *plain_param(gckpt_exec *x, int tensor, int layer, gckpt_err *err)
 {
     param_t *p = exec_param(x, tensor, layer);
-    if (!p || !p->w) return exec_fail(err, "no parameter %d in layer %d", tensor, layer);
-    return xfer(x, exec_param_view(p), out, true, err);
+    if (!p || !p->w) {
+        exec_fail(err, "no parameter %d in layer %d", tensor, layer);
+        return NULL;
+    }
+    if (p->spec->quant.scheme) {
+        exec_fail(err, "parameter %s is quantized (%s): it has no values to read or write", p->spec->name,
+                  gckpt_quant_names[p->spec->quant.scheme]);
+        return NULL;
+    }
+    return p;
+}
+
+gckpt_xstatus gckpt_exec_read_param(gckpt_exec *x, int layer, int tensor, float *out, gckpt_err *err)
+{
+    param_t *p = plain_param(x, tensor, layer, err);
+    return p ? xfer(x, exec_param_view(p), out, true, err) : GCKPT_XS_ERROR;
 }
 
 gckpt_xstatus gckpt_exec_write_param(gckpt_exec *x, int layer, int tensor, const float *in, gckpt_err *err)
 {
-    param_t *p = exec_param(x, tensor, layer);
-    if (!p || !p->w) return exec_fail(err, "no parameter %d in layer %d", tensor, layer);
-    return xfer(x, exec_param_view(p), (float *)in, false, err);
+    param_t *p = plain_param(x, tensor, layer, err);
+    return p ? xfer(x, exec_param_view(p), (float *)in, false, err) : GCKPT_XS_ERROR;
 }
 
 gckpt_xstatus gckpt_exec_read_grad_raw(gckpt_exec *x, int layer, int tensor, void *out, uint64_t bytes, gckpt_err *err)
@@ -564,6 +618,12 @@ void gckpt_exec_release_all(gckpt_exec *x)
             for (int k = 0; k < GCKPT_MAX_STATES; k++) {
                 if (p->st[k]) be->release(be, GCKPT_MEM_DEVICE, p->st[k], p->spec->state[k].bytes);
                 p->st[k] = NULL;
+            }
+            for (int k = 0; k < GCKPT_NQS; k++) {
+                if (p->q.stat[k])
+                    be->release(be, GCKPT_MEM_DEVICE, p->q.stat[k],
+                                gckpt_round_up(p->q.layout->stat[k].bytes, x->dev.alloc_round_bytes));
+                p->q.stat[k] = NULL;
             }
             p->grad = GCKPT_NOINST;
         }

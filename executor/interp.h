@@ -26,6 +26,7 @@ typedef struct {
     int tensor, layer;  /* layer -1 for embedding / head parameters */
     void *w;
     void *st[GCKPT_MAX_STATES];
+    gckpt_xquant q;     /* a quantized weight's statistics (QLoRA), else empty */
     uint64_t temp_off;  /* adamw-foreach: offset in the optimizer temporary */
     uint32_t grad;      /* instance of .grad, GCKPT_NOINST when none */
 } param_t;

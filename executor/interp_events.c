@@ -250,6 +250,30 @@ static const int64_t *source_data(gckpt_exec *x, const gckpt_op *op)
     }
 }
 
+/* A quantized linear (op->dequant, QLoRA): its weight operand becomes the weight
+ * dequantized into the op's workspace (the schedule's fixed temporary of `need` bytes:
+ * recipe.h fws_fixed / bws_fixed), rows x cols in the dtype of the op's input, as
+ * bitsandbytes' gemm_4bit fallback and MatMul8bitFp make it in forward, every recompute
+ * and backward (FINDINGS 12.7). */
+static gckpt_xstatus dequant_weight(gckpt_exec *x, gckpt_xcall *c, int layer, uint64_t need, const exec_site *w,
+                                    gckpt_err *err)
+{
+    const gckpt_op *op = c->op;
+    param_t *p = exec_param(x, op->in[1], layer);
+    if (!p || p->spec->quant.scheme != op->dequant)
+        return exec_fail(err, "%s: the weight is not quantized as the op dequantizes it", w->at);
+    uint64_t rows = op->out_f, cols = op->in_f, bytes = rows * cols * gckpt_dtype_size((gckpt_dtype)c->in[0].dt);
+    if (!c->ws.p || c->ws.n < need || need < bytes)
+        return exec_fail(err, "%s: a workspace of %llu bytes for a dequantized weight of %llu (the op says %llu)", w->at,
+                         (unsigned long long)(c->ws.p ? c->ws.n : 0), (unsigned long long)bytes,
+                         (unsigned long long)need);
+    gckpt_xt deq = {c->ws.p, rows * cols, c->in[0].dt, cols, rows};
+    gckpt_xstatus rc = x->be->dequant(x->be, &p->q, c->in[1], deq);
+    if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    c->in[1] = deq;
+    return GCKPT_XS_OK;
+}
+
 static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     const gckpt_op *op = &x->r->op[e->op];
@@ -285,6 +309,11 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     }
     shape_call(x, &c);
     gckpt_xstatus rc;
+    if (op->dequant) {
+        if (!exec_live(x, a->workspace)) return exec_fail(err, "%s: workspace is not allocated", w->at);
+        c.ws = exec_inst_view(x, a->workspace);
+        if ((rc = dequant_weight(x, &c, layer, op->fws_fixed, w, err)) != GCKPT_XS_OK) return rc;
+    }
     if (op->nin == 0) {
         rc = x->be->source(x->be, (gckpt_source)op->source, &c, source_data(x, op));
     } else {
@@ -329,6 +358,7 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     }
     shape_call(x, &c);
     gckpt_xstatus rc;
+    if (op->dequant && (rc = dequant_weight(x, &c, layer, op->bws_fixed, w, err)) != GCKPT_XS_OK) return rc;
     if (op->out[0] == x->r->loss) {
         /* loss.backward() of the micro-step's mean loss, scaled by 1 / grad_accum */
         rc = x->be->set_scalar(x->be, c.gout, (float)(1.0 / (double)x->set.grad_accum));
@@ -368,6 +398,7 @@ static gckpt_xstatus ev_opt(gckpt_exec *x, const exec_site *w, gckpt_err *err)
     uint64_t step = x->step + 1;
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
+        if (!p->spec->trainable) continue; /* frozen: neither gradient nor states */
         if (!exec_live(x, p->grad))
             return exec_fail(err, "%s: parameter %s (layer %d) has no gradient", w->at, x->r->t[p->tensor].name, p->layer);
         gckpt_optcall c = {.kind = x->set.optimizer,

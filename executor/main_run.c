@@ -476,12 +476,6 @@ int main(int argc, char **argv)
         gckpt_plan_file_free(&pf);
         return bad("%s", err.msg);
     }
-    if (gckpt_peft_on(&pf.peft)) { /* the executor has no frozen weights, adapters or quantizer yet */
-        gckpt_seterr(&err, "%s: method %s: gckpt-run does not execute LoRA / QLoRA plans yet (it runs full fine-tuning only)",
-                     pf.file, gckpt_method_names[pf.peft.method]);
-        gckpt_plan_file_free(&pf);
-        return bad("%s", err.msg);
-    }
     size_t *sel = NULL;
     long nsel = select_entries(&a, &pf, &sel);
     if (nsel < 0) {

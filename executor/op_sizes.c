@@ -126,3 +126,28 @@ gckpt_xstatus gckpt_op_check_add(gckpt_xt dst, gckpt_xt a, gckpt_xt b, gckpt_err
     }
     return GCKPT_XS_OK;
 }
+
+gckpt_xstatus gckpt_op_check_dequant(const gckpt_xquant *q, gckpt_xt w, gckpt_xt out, gckpt_err *err)
+{
+    const gckpt_quant_layout *l = q ? q->layout : NULL;
+    uint64_t n = out.rows * out.cols;
+    if (!l || !w.p || !out.p) {
+        gckpt_seterr(err, "dequantize: %s", !l ? "no quantization layout" : "a missing buffer");
+        return GCKPT_XS_ERROR;
+    }
+    for (int k = 0; k < GCKPT_NQS; k++)
+        if (l->stat[k].numel && !q->stat[k]) {
+            gckpt_seterr(err, "dequantize: no %s", gckpt_quant_stat_names[k]);
+            return GCKPT_XS_ERROR;
+        }
+    bool shape_ok = out.n == n && w.n == l->weight.numel &&
+                    (l->scheme == GCKPT_QUANT_INT8 ? l->weight.numel == n && l->stat[GCKPT_QS_SCB].numel == out.rows
+                                                   : l->blocks == (n + GCKPT_QUANT_BLOCK - 1) / GCKPT_QUANT_BLOCK);
+    if (!shape_ok) {
+        gckpt_seterr(err, "dequantize: a weight of %llu stored elements into %llu x %llu (%llu elements)",
+                     (unsigned long long)w.n, (unsigned long long)out.rows, (unsigned long long)out.cols,
+                     (unsigned long long)out.n);
+        return GCKPT_XS_ERROR;
+    }
+    return GCKPT_XS_OK;
+}

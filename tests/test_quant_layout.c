@@ -184,7 +184,7 @@ static void quantizer_reference(void **state)
         }
     }
     cJSON_Delete(j);
-    assert_int_equal(variants, 14); /* w130x128: nf4 and fp4 with double quantization */
+    assert_int_equal(variants, 16); /* w130x128 and w2x40_tie: two variants each */
 }
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }

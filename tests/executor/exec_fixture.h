@@ -57,7 +57,7 @@ static inline void fx_collect(gckpt_exec *x, void *user)
     const gckpt_recipe *r = g->r;
     gckpt_err err = {{0}};
     for (int t = 0; t < r->nt; t++) {
-        if (r->t[t].kind != GCKPT_T_PARAM) continue;
+        if (r->t[t].kind != GCKPT_T_PARAM || !r->t[t].requires_grad) continue; /* frozen: no .grad */
         uint64_t nl = r->t[t].section == GCKPT_SEC_BLOCK ? g->layers : 1;
         for (uint64_t l = 0; l < nl; l++) {
             uint64_t bytes = gckpt_param_numel(r, t) * gckpt_dtype_size((gckpt_dtype)r->t[t].dtype);
@@ -138,5 +138,37 @@ static inline void fx_steps(gckpt_backend *be, const gckpt_model *m, const gckpt
     be->memstat(be, &ms);
     out->left = ms.allocated + ms.pinned;
 }
+
+#ifdef CMOCKA_H_
+/* Two runs of the same steps on one backend: losses, every gradient and their hashes
+ * bitwise equal (the executor's claim across every_n_layers / offload). */
+static inline void fx_assert_same_steps(const fx_run *r, const fx_run *ref)
+{
+    for (int i = 0; i < 2; i++) {
+        assert_memory_equal(&r->loss[i], &ref->loss[i], sizeof(double));
+        assert_int_equal(r->grads[i].n, ref->grads[i].n);
+        assert_memory_equal(r->grads[i].bytes, ref->grads[i].bytes, r->grads[i].n);
+        assert_int_equal(r->hash[i], ref->hash[i]);
+    }
+}
+
+/* One run of a sweep over settings: the measured peak and pinned bytes equal the event
+ * walk's, nothing is left allocated, the loss is positive; the first run becomes *ref
+ * (kept: the caller frees it), every later one must equal it (and is freed here). */
+static inline void fx_sweep_check(fx_run *r, fx_run *ref, bool *have_ref)
+{
+    assert_int_equal(r->peak, r->pred.peak_bytes);
+    assert_int_equal(r->pinned, r->pred.host_pinned_bytes);
+    assert_int_equal(r->left, 0);
+    assert_true(r->loss[0] > 0);
+    if (!*have_ref) {
+        *ref = *r;
+        *have_ref = true;
+        return;
+    }
+    fx_assert_same_steps(r, ref);
+    fx_run_free(r);
+}
+#endif
 
 #endif

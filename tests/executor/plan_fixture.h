@@ -13,13 +13,16 @@
 #define GCKPT_TEST_DATA "tests/executor/data"
 #endif
 
-/* every: values of every_n_layers (0 = off); global_batch 0: grad_accum is fixed. */
-static inline char *pf_plan_text(const char *fixture, gckpt_precision p, gckpt_attention a, const uint32_t *every,
-                                 int n_every, uint64_t mb, uint64_t grad_accum, uint64_t global_batch)
+/* every: values of every_n_layers (0 = off); global_batch 0: grad_accum is fixed; peft:
+ * LoRA / QLoRA (NULL: full fine-tuning). */
+static inline char *pf_plan_text_peft(const char *fixture, gckpt_precision p, gckpt_attention a, const uint32_t *every,
+                                      int n_every, uint64_t mb, uint64_t grad_accum, uint64_t global_batch,
+                                      const gckpt_peft *peft)
 {
     gckpt_plan_request req = {.seq = 16, .micro_batches = {mb}, .n_micro = 1, .grad_accum = grad_accum,
                               .global_batch = global_batch, .precision = p, .optimizer = GCKPT_ADAMW,
                               .attention = a, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05};
+    if (peft) req.peft = *peft;
     if (global_batch && global_batch % mb == 0 && mb > 1) {
         req.micro_batches[1] = 1;
         req.n_micro = 2;
@@ -41,6 +44,12 @@ static inline char *pf_plan_text(const char *fixture, gckpt_precision p, gckpt_a
     cJSON_Delete(j);
     gckpt_plan_free(&plan);
     return text;
+}
+
+static inline char *pf_plan_text(const char *fixture, gckpt_precision p, gckpt_attention a, const uint32_t *every,
+                                 int n_every, uint64_t mb, uint64_t grad_accum, uint64_t global_batch)
+{
+    return pf_plan_text_peft(fixture, p, a, every, n_every, mb, grad_accum, global_batch, NULL);
 }
 
 /* The item at a path such as "entries[2].memory.peak_bytes" (NULL if absent). */

@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "exec_fixture.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/executor/exec_host.h"
 
 #define REL_TOL 0.03
@@ -50,14 +51,15 @@ static double loss_of(gckpt_exec *x)
     return res.loss;
 }
 
-static void fd_check(const char *fixture, gckpt_attention attn, uint64_t mb, uint32_t every_n, bool offload,
-                     const char *const *names, const int *layers, int np)
+static void fd_check_peft(const char *fixture, gckpt_attention attn, uint64_t mb, uint32_t every_n, bool offload,
+                          const gckpt_peft *peft, const char *const *names, const int *layers, int np)
 {
     gckpt_model m = fx_model(fixture);
     gckpt_device d = fx_device();
     gckpt_backend *be = gckpt_host_backend_new(0);
     gckpt_setting s = {.seq = 12, .micro_batch = mb, .grad_accum = 1, .precision = GCKPT_FP32,
                        .attention = attn, .every_n = every_n, .offload = offload};
+    if (peft) s.peft = *peft;
     gckpt_err err = {{0}};
     gckpt_exec_opts o = {.seed = 3, .init_std = 0.2};
     gckpt_exec *x = gckpt_exec_new(be, &m, &d, &s, &o, &err);
@@ -126,6 +128,12 @@ static void fd_check(const char *fixture, gckpt_attention attn, uint64_t mb, uin
     be->destroy(be);
 }
 
+static void fd_check(const char *fixture, gckpt_attention attn, uint64_t mb, uint32_t every_n, bool offload,
+                     const char *const *names, const int *layers, int np)
+{
+    fd_check_peft(fixture, attn, mb, every_n, offload, NULL, names, layers, np);
+}
+
 static void test_fd_llama(void **st)
 {
     (void)st;
@@ -155,9 +163,60 @@ static void test_fd_gpt2_mb1(void **st)
     fd_check("tiny-gpt2", GCKPT_EAGER, 1, 2, true, names, layers, 3);
 }
 
+/* LoRA / QLoRA (dropout 0: a step draws new masks): the adapters' gradients through
+ * frozen and quantized base linears (dequantized again in the backward), the trainable
+ * lm_head copy's */
+static gckpt_peft peft_of(gckpt_method mth, gckpt_quant_scheme q)
+{
+    gckpt_peft pf;
+    gckpt_peft_default(mth, &pf);
+    pf.rank = 4;
+    pf.alpha = 8;
+    pf.dropout = 0;
+    if (mth == GCKPT_METHOD_QLORA) {
+        pf.quant = (uint8_t)q;
+        pf.compute_dtype = GCKPT_DT_F32; /* bf16 rounding would make the loss a staircase */
+    }
+    return pf;
+}
+
+static void test_fd_qlora_llama(void **st)
+{
+    (void)st;
+    gckpt_peft pf = peft_of(GCKPT_METHOD_QLORA, GCKPT_QUANT_NF4);
+    const char *names[] = {"self_attn.q_proj.lora_A.weight", "self_attn.q_proj.lora_B.weight",
+                           "self_attn.v_proj.lora_A.weight", "self_attn.o_proj.lora_B.weight",
+                           "mlp.gate_proj.lora_A.weight",    "mlp.down_proj.lora_A.weight",
+                           "mlp.down_proj.lora_B.weight"};
+    const int layers[] = {0, 1, 2, 0, 1, 2, 0};
+    fd_check_peft("tiny-llama", GCKPT_SDPA, 2, 2, true, &pf, names, layers, 7);
+}
+
+static void test_fd_qlora_int8_qwen2(void **st)
+{
+    (void)st;
+    gckpt_peft pf = peft_of(GCKPT_METHOD_QLORA, GCKPT_QUANT_INT8);
+    const char *names[] = {"self_attn.k_proj.lora_A.weight", "self_attn.v_proj.lora_B.weight",
+                           "mlp.up_proj.lora_B.weight"};
+    const int layers[] = {1, 2, 0};
+    fd_check_peft("tiny-qwen2", GCKPT_SDPA, 2, 1, false, &pf, names, layers, 3);
+}
+
+static void test_fd_lora_gpt2(void **st)
+{
+    (void)st;
+    gckpt_peft pf = peft_of(GCKPT_METHOD_LORA, GCKPT_QUANT_NONE);
+    pf.modules_to_save = GCKPT_MTS_LM_HEAD;
+    const char *names[] = {"attn.c_attn.lora_A.weight", "attn.c_proj.lora_B.weight", "mlp.c_fc.lora_A.weight",
+                           "mlp.c_proj.lora_B.weight", "lm_head.modules_to_save.weight"};
+    const int layers[] = {0, 1, 2, 1, -1};
+    fd_check_peft("tiny-gpt2", GCKPT_EAGER, 2, 1, true, &pf, names, layers, 5);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2),
-                                       cmocka_unit_test(test_fd_gpt2_mb1)};
+                                       cmocka_unit_test(test_fd_gpt2_mb1), cmocka_unit_test(test_fd_qlora_llama),
+                                       cmocka_unit_test(test_fd_qlora_int8_qwen2), cmocka_unit_test(test_fd_lora_gpt2)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -145,6 +145,50 @@ static void test_all_entries(void **st)
     free(err);
 }
 
+/* LoRA and QLoRA plans run end to end on the host backend: every entry ok, the measured
+ * peak equal to the plan's prediction, the same gradients for every setting */
+static void test_lora_qlora(void **st)
+{
+    (void)st;
+    gckpt_peft lora, qlora;
+    gckpt_peft_default(GCKPT_METHOD_LORA, &lora);
+    lora.rank = 4;
+    lora.alpha = 8;
+    gckpt_peft_default(GCKPT_METHOD_QLORA, &qlora);
+    qlora.rank = 4;
+    qlora.alpha = 8;
+    char *a = pf_plan_text_peft("tiny-llama", GCKPT_AMP_BF16, GCKPT_SDPA, every, 4, 2, 2, 0, &lora);
+    char *b = pf_plan_text_peft("tiny-gpt2", GCKPT_AMP_BF16, GCKPT_SDPA, every, 4, 2, 2, 0, &qlora);
+    assert_non_null(a);
+    assert_non_null(b);
+    put("lora.json", a);
+    put("qlora.json", b);
+    free(a);
+    free(b);
+    const char *plans[] = {"lora.json", "qlora.json"};
+    for (int k = 0; k < 2; k++) {
+        const char *args[] = {"--plan", plans[k], "--all", "--steps", "2", "--warmup", "0", "-o", "rl.json", NULL};
+        assert_int_equal(run(args), 0);
+        cJSON *doc = report("rl.json");
+        const char *sum0 = NULL;
+        cJSON *e;
+        int n = 0;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
+            assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "status")), "ok");
+            assert_true(cJSON_IsTrue(cJSON_GetObjectItem(e, "pass")));
+            assert_true(pf_at(e, "memory.peak_bytes.predicted")->valuedouble ==
+                        pf_at(e, "memory.peak_bytes.measured")->valuedouble);
+            const char *sum = pf_at(e, "numerics.grad_checksum")->valuestring;
+            if (!sum0) sum0 = sum;
+            assert_string_equal(sum, sum0);
+            n++;
+        }
+        assert_int_equal(n, 7);
+        cJSON_Delete(doc);
+    }
+    no_temp_files();
+}
+
 /* A limit below some entries' peaks: those are out of memory, the others still run. */
 static void test_oom_goes_on(void **st)
 {
@@ -258,21 +302,6 @@ static void test_bad_input(void **st)
     free(t);
     cJSON_Delete(plan);
     put("notjson.json", "{\"schema\": \"gckpt.plan/1\",");
-    /* a LoRA plan (issue 12): the executor refuses it until it runs adapters */
-    plan = cJSON_Parse(text = slurp("llama.json"));
-    free(text);
-    cJSON *in = pf_at(plan, "inputs");
-    cJSON_AddStringToObject(in, "method", "lora");
-    cJSON *lora = cJSON_AddObjectToObject(in, "lora");
-    cJSON_AddNumberToObject(lora, "rank", 8);
-    cJSON_AddNumberToObject(lora, "alpha", 16);
-    cJSON_AddNumberToObject(lora, "dropout", 0);
-    cJSON_AddStringToObject(lora, "targets", "all-linear");
-    cJSON_AddStringToObject(lora, "modules_to_save", "");
-    t = cJSON_Print(plan);
-    put("lora.json", t);
-    free(t);
-    cJSON_Delete(plan);
     plan = cJSON_Parse(text = slurp("llama.json")); /* a paged optimizer: no managed-memory states here */
     free(text);
     pf_set(plan, "inputs.optimizer", cJSON_CreateString("paged-adamw-8bit"));
@@ -288,7 +317,6 @@ static void test_bad_input(void **st)
         {{"--plan", "missing.json", "-o", "bad.json", NULL}, "missing.json"},
         {{"--plan", "broken.json", "-o", "bad.json", NULL}, "entries[0].offload"},
         {{"--plan", "notjson.json", "-o", "bad.json", NULL}, "notjson.json"},
-        {{"--plan", "lora.json", "--backend", "host", "-o", "bad.json", NULL}, "does not execute LoRA / QLoRA plans"},
         {{"--plan", "paged.json", "--backend", "host", "-o", "bad.json", NULL}, "no paged (managed-memory) optimizer states"},
         {{"--plan", "llama.json", "--entry", "99", "-o", "bad.json", NULL}, "--entry"},
         {{"--plan", "llama.json", "--entry", "1,x", "-o", "bad.json", NULL}, "--entry"},
@@ -348,7 +376,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_entries), cmocka_unit_test(test_oom_goes_on), cmocka_unit_test(test_skip_force),
-        cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_help_version),
+        cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_help_version), cmocka_unit_test(test_lora_qlora),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,7 +1,7 @@
 /* The CUDA backend on tiny models (needs a GPU; exits 77, "skipped", without one):
  * the allocator's peak equals the predicted peak exactly, gradients are bitwise
  * identical across every_n_layers / offload settings on the GPU, the loss and gradient
- * norm agree with the host backend, and out of memory (a limit, or a real
+ * norm agree with the host backend (also for LoRA and QLoRA), and out of memory (a limit, or a real
  * cudaErrorMemoryAllocation) is reported and cleaned up. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "exec_fixture.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/executor/exec_cuda.h"
 #include "gckpt/executor/exec_host.h"
 
@@ -42,7 +43,8 @@ static double norm_of(const fx_grads *g, gckpt_dtype dt)
     return sqrt(s);
 }
 
-static void settings(const char *fixture, gckpt_precision p, gckpt_attention a, double loss_tol)
+static void settings_peft(const char *fixture, gckpt_precision p, gckpt_attention a, double loss_tol,
+                          const gckpt_peft *peft)
 {
     static const struct {
         uint32_t n;
@@ -53,6 +55,7 @@ static void settings(const char *fixture, gckpt_precision p, gckpt_attention a, 
     gckpt_backend *be = gpu(0), *host = gckpt_host_backend_new(0);
     fx_run ref, h;
     gckpt_setting s0 = {.seq = 16, .micro_batch = 2, .grad_accum = 2, .precision = p, .attention = a};
+    if (peft) s0.peft = *peft;
     fx_steps(host, &m, &d, &s0, 1, &h);
     assert_int_equal(h.rc, GCKPT_XS_OK);
     for (size_t k = 0; k < sizeof set / sizeof set[0]; k++) {
@@ -69,7 +72,7 @@ static void settings(const char *fixture, gckpt_precision p, gckpt_attention a, 
         assert_int_equal(r.pinned, r.pred.host_pinned_bytes);
         assert_int_equal(r.left, 0);
         assert_true(fabs(r.loss[0] - h.loss[0]) <= loss_tol * fabs(h.loss[0]));
-        gckpt_dtype gdt = p == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32;
+        gckpt_dtype gdt = p == GCKPT_BF16 && !peft ? GCKPT_DT_BF16 : GCKPT_DT_F32; /* adapters: fp32 */
         double ng = norm_of(&r.grads[0], gdt), nh = norm_of(&h.grads[0], gdt);
         assert_true(fabs(ng - nh) <= 5 * loss_tol * nh);
         if (k == 0) {
@@ -89,6 +92,11 @@ static void settings(const char *fixture, gckpt_precision p, gckpt_attention a, 
     host->destroy(host);
 }
 
+static void settings(const char *fixture, gckpt_precision p, gckpt_attention a, double loss_tol)
+{
+    settings_peft(fixture, p, a, loss_tol, NULL);
+}
+
 static void test_llama(void **st)
 {
     (void)st;
@@ -102,6 +110,27 @@ static void test_gpt2(void **st)
     (void)st;
     settings("tiny-gpt2", GCKPT_FP32, GCKPT_EAGER, 1e-4);
     settings("tiny-gpt2-dropout", GCKPT_AMP_BF16, GCKPT_SDPA, 2e-2);
+}
+
+/* LoRA and QLoRA: frozen base weights, adapters, the dequantization kernels (the decode
+ * is the host's: the same weights on both backends) */
+static void test_peft(void **st)
+{
+    (void)st;
+    const struct { const char *fixture; gckpt_method m; gckpt_quant_scheme q; gckpt_precision p; double tol; } c[] = {
+        {"tiny-llama", GCKPT_METHOD_QLORA, GCKPT_QUANT_NF4, GCKPT_AMP_BF16, 2e-2},
+        {"tiny-qwen2", GCKPT_METHOD_QLORA, GCKPT_QUANT_INT8, GCKPT_FP32, 1e-4},
+        {"tiny-gpt2", GCKPT_METHOD_QLORA, GCKPT_QUANT_FP4, GCKPT_AMP_BF16, 2e-2},
+        {"tiny-gpt2", GCKPT_METHOD_LORA, GCKPT_QUANT_NONE, GCKPT_FP32, 1e-4},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        gckpt_peft pf;
+        gckpt_peft_default(c[k].m, &pf);
+        pf.rank = 4;
+        pf.alpha = 8;
+        if (c[k].q) pf.quant = (uint8_t)c[k].q;
+        settings_peft(c[k].fixture, c[k].p, GCKPT_SDPA, c[k].tol, &pf);
+    }
 }
 
 static void test_oom(void **st)
@@ -141,6 +170,7 @@ int main(void)
         printf("no CUDA GPU: skipped\n");
         return 77;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_llama), cmocka_unit_test(test_gpt2), cmocka_unit_test(test_oom)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_llama), cmocka_unit_test(test_gpt2), cmocka_unit_test(test_peft),
+                                       cmocka_unit_test(test_oom)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,8 @@ Sources (bitsandbytes 0.50.2, site-packages):
                path); nested: functional.py quantize_4bit (compress_statistics) ->
                quantize_blockwise(absmax - absmax.mean(), blocksize=256) -> backends/cpu/ops.py
                (C kernel cquantize_blockwise_cpu_fp32)
+  int8         nn/modules.py Int8Params._quantize -> functional.int8_vectorwise_quant (backends/default/
+               ops.py, no CPU kernel); dequantization as autograd/_functions.py MatMul8bitFp writes it
   dequantize   backends/cpu/ops.py dequantize_4bit (C kernels cdequantize_blockwise_cpu_{nf4,fp4}_
                {fp32,bf16}; an odd last dimension falls back to backends/default/ops.py
                _dequantize_4bit_compute), nested absmax: dequantize_blockwise + offset
@@ -72,10 +74,28 @@ def inputs():
     small = randn(16, 64)                               # 16 whole blocks
     partial = randn(3, 50)                              # 150 = 2 blocks + 22
     odd = randn(5, 7)                                   # 35: odd count, odd last dimension
+    # 80 = a whole block + a partial one, each holding the pair (a, x) with x / a exactly on
+    # fp4's midpoint 0.0859375 and x * (1 / a) one ulp above: whole blocks multiply by the
+    # reciprocal, the partial one divides, and the two take different codes
+    tie = randn(2, 40).view(-1)
+    tie *= 0.004                                        # below the pair's 0.000427 (bf16 randn * 0.02 * 0.004 < 3.3e-4 here)
+    for at in (0, BLOCK):
+        tie[at], tie[at + 1] = 0.00042724609375, 3.6716461181640625e-05
+    tie = tie.view(2, 40)
     return [("w130x128", big, ["nf4:dq", "fp4:dq"], False),
             ("w16x64", small, ["nf4:dq", "nf4:plain", "fp4:dq", "fp4:plain"], True),
             ("w3x50", partial, ["nf4:dq", "nf4:plain", "fp4:dq", "fp4:plain"], True),
-            ("w5x7", odd, ["nf4:dq", "nf4:plain", "fp4:dq", "fp4:plain"], True)]
+            ("w5x7", odd, ["nf4:dq", "nf4:plain", "fp4:dq", "fp4:plain"], True),
+            ("w2x40_tie", tie, ["fp4:plain", "fp4:dq"], True)]
+
+
+def write_json(path: str, fx: dict) -> int:
+    """Write a fixture as indented JSON; returns its size in bytes."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    text = json.dumps(fx, indent=1) + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+    return len(text)
 
 
 def unpack(packed: torch.Tensor, n: int) -> torch.Tensor:
@@ -146,6 +166,8 @@ def variant(w, qtype, dq, fp32_out):
     if n % BLOCK:
         am = torch.cat([am, x[full:].abs().amax().reshape(1)])
     scaled = torch.clamp(x * (1.0 / am.clamp(min=1e-38)).repeat_interleave(BLOCK)[:n], -1, 1)
+    if n % BLOCK:  # the partial last block divides (w2x40_tie tells the two apart)
+        scaled[full:] = torch.clamp(x[full:] / am[-1].clamp(min=1e-38), -1, 1)
     order = torch.argsort(code)
     mid = (code[order[:-1]] + code[order[1:]]) / 2
     rule = order[(scaled[:, None] > mid[None, :]).sum(1)]
@@ -154,6 +176,22 @@ def variant(w, qtype, dq, fp32_out):
     out["codes_not_fp32_nearest"] = int((d[torch.arange(n), q] > d.min(dim=1).values).sum())
     if n % 2:
         out["padding_nibble"] = int(packed.view(torch.uint8).reshape(-1)[-1] & 0xF)
+    return out
+
+
+def int8(w):
+    """Linear8bitLt's weight (int8 row-wise, bitsandbytes' CPU training path): Int8Params._quantize
+    (nn/modules.py) quantizes the weight converted to fp16 with int8_vectorwise_quant (backends/
+    default/ops.py: SCB = row absmax in fp32, CB = round(A * (127 / SCB)) as int8); MatMul8bitFp
+    (autograd/_functions.py) dequantizes with CB.to(dtype).mul_(SCB.unsqueeze(1).mul(1.0 / 127.0))
+    in forward and backward."""
+    import bitsandbytes.functional as F
+
+    CB, SCB, _ = F.int8_vectorwise_quant(w.contiguous().to(torch.float16))
+    out = {"CB": hx(CB), "SCB_f32": hx(SCB), "stored_bytes": {"weight": CB.untyped_storage().nbytes(),
+                                                              "SCB": SCB.untyped_storage().nbytes()}}
+    for dt, key in ((torch.float32, "dequant_f32"), (torch.bfloat16, "dequant_bf16")):
+        out[key] = hx(CB.to(dt).mul_(SCB.unsqueeze(1).mul(1.0 / 127.0)))
     return out
 
 
@@ -171,6 +209,7 @@ def main(argv=None):
         for v in variants:
             qtype, mode = v.split(":")
             t["variants"].append(variant(w, qtype, mode == "dq", fp32_out))
+        t["int8"] = int8(w)
         tensors.append(t)
     dyn = F.create_dynamic_map(signed=True)
     fx = {
@@ -196,7 +235,9 @@ def main(argv=None):
         },
         "algorithm": [
             "flatten row-major; blocks of 64; absmax[b] = max |x| over the block (fp32, from the bf16 input)",
-            "scaled = clamp(x * (1 / max(absmax, 1e-38)), -1, 1) in fp32 (a multiply by the reciprocal)",
+            "scaled = clamp(x * (1 / max(absmax, 1e-38)), -1, 1) in fp32 (a multiply by the reciprocal); the "
+            "partial last block: clamp(x / max(absmax, 1e-38), -1, 1) (a division), and its stored absmax is the "
+            "clamped one",
             "code = index of the nearest code book value: torch.bucketize against the midpoints of the sorted "
             "code book, right=False (a value equal to a midpoint takes the lower one); fp4 maps the sorted index "
             "to its bit pattern",
@@ -207,6 +248,9 @@ def main(argv=None):
             "code = nearest map entry of (absmax - offset) / absmax2[j], stored uint8",
             "dequantize: scale[b] = dynamic[absmax_u8[b]] * absmax2[b / 256] + offset (double quantization) or "
             "absmax[b]; w = code_book[q] * scale[b] in fp32; bf16 output = round-to-nearest-even of that fp32",
+            "int8 (each tensor's int8: Linear8bitLt): the weight converted to fp16; SCB[r] = max |w| over row r "
+            "(fp32); CB = round-half-even(w * (127 / SCB[r])) as int8; dequantize: CB * (SCB[r] * (1 / 127)) in "
+            "fp32, rounded to the compute dtype",
         ],
         "codebooks": {
             "nf4": {"values": F.get_4bit_type("nf4", device="cpu").tolist(), "f32": hx(F.get_4bit_type("nf4", device="cpu"))},
@@ -215,11 +259,8 @@ def main(argv=None):
         },
         "tensors": tensors,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    text = json.dumps(fx, indent=1) + "\n"
-    with open(a.out, "w") as f:
-        f.write(text)
-    print(f"{a.out}: {len(text)} bytes, {sum(len(t['variants']) for t in tensors)} variants")
+    size = write_json(a.out, fx)
+    print(f"{a.out}: {size} bytes, {sum(len(t['variants']) for t in tensors)} variants")
     return 0
 
 

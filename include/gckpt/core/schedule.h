@@ -89,6 +89,8 @@ extern const char *const gckpt_event_names[GCKPT_NEVENT];
  *      of the latest FWD / RECOMPUTE of the op in the same segment's layer. */
 typedef struct {
     uint32_t in[GCKPT_OP_MAX_IN], out[2];
+    uint32_t workspace; /* the op's forward temporaries (ALLOC_SCRATCH), e.g. a quantized
+                         * linear's dequantized weight; GCKPT_NOINST: none */
 } gckpt_fwd_args;
 typedef struct {
     uint32_t grad_in[GCKPT_OP_MAX_IN], grad_out, workspace;

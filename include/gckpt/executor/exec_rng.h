@@ -41,6 +41,13 @@ GCKPT_HD uint64_t gckpt_key(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
     return gckpt_mix64(gckpt_mix64(gckpt_mix64(a ^ 0x1234567ULL) ^ b) ^ c) ^ d;
 }
 
+/* a weight's initial element i: uniform in [-scale, scale) (both backends' init, and the
+ * host values a quantized weight is made from) */
+GCKPT_HD float gckpt_rng_uniform(uint64_t key, uint64_t i, float scale)
+{
+    return (2.0f * gckpt_rng_unit(key, i) - 1.0f) * scale;
+}
+
 /* dropout: element i is kept when its draw is >= p */
 GCKPT_HD int gckpt_keep(uint64_t key, uint64_t i, float p) { return gckpt_rng_unit(key, i) >= p; }
 

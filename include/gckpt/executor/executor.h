@@ -20,6 +20,7 @@
 #include "gckpt/core/dtype.h"
 #include "gckpt/executor/exec_rng.h"
 #include "gckpt/core/model.h"
+#include "gckpt/core/quant_layout.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/schedule.h"
 #include "gckpt/core/setting.h"
@@ -58,6 +59,14 @@ typedef struct {
     gckpt_xt gin[GCKPT_OP_MAX_IN], gout, ws;
     uint64_t rng;           /* dropout stream (step, micro-step, layer, op) */
 } gckpt_xcall;
+
+/* A quantized weight's statistics on the backend (QLoRA): its layout
+ * (gckpt_quant_layout_of) and the buffer of each piece it stores (NULL where none); the
+ * packed / int8 weight itself is the parameter's buffer. */
+typedef struct {
+    const gckpt_quant_layout *layout;
+    void *stat[GCKPT_NQS];
+} gckpt_xquant;
 
 /* Parameter initialisation: uniform(-scale, scale) from a counter-based generator keyed
  * by key, or the constant scale. */
@@ -110,6 +119,10 @@ struct gckpt_backend {
     gckpt_xstatus (*source)(gckpt_backend *be, gckpt_source what, const gckpt_xcall *c, const int64_t *host);
     gckpt_xstatus (*forward)(gckpt_backend *be, const gckpt_xcall *c);
     gckpt_xstatus (*backward)(gckpt_backend *be, const gckpt_xcall *c);
+    /* out (rows x cols of the compute dtype, f32 / bf16 / f16) = the quantized weight w
+     * (its packed or int8 buffer) dequantized with its statistics q, as bitsandbytes does
+     * (quant4.h, quant8.h) */
+    gckpt_xstatus (*dequant)(gckpt_backend *be, const gckpt_xquant *q, gckpt_xt w, gckpt_xt out);
     /* dst = a + b elementwise, or dst = b when a.p is NULL; dst may be a; dtypes may
      * differ (computed in fp32, rounded to dst's) */
     gckpt_xstatus (*add)(gckpt_backend *be, gckpt_xt dst, gckpt_xt a, gckpt_xt b);
@@ -152,6 +165,9 @@ typedef struct gckpt_exec gckpt_exec;
  * allocated on the backend yet. NULL with err set on bad input. */
 gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d,
                            const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err);
+/* The recipe the executor performs for setting s on any backend: the CUDA target's, under
+ * the setting's fine-tuning method (full, LoRA, QLoRA). */
+void gckpt_exec_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_recipe *r);
 /* The schedule and context (for the prediction: gckpt_walk). */
 const gckpt_ctx *gckpt_exec_ctx(const gckpt_exec *x);
 const gckpt_schedule *gckpt_exec_schedule(const gckpt_exec *x);

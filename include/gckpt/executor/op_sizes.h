@@ -20,6 +20,9 @@ gckpt_xstatus gckpt_op_check_backward(const gckpt_xcall *c, gckpt_err *err);
 /* An optimizer update: states and temporary as large as the parameter (8-bit absmax:
  * one per block), the gradient too. */
 gckpt_xstatus gckpt_op_check_optim(const gckpt_optcall *c, gckpt_err *err);
+/* A dequantization (QLoRA): w is the layout's packed / int8 weight, out its rows x cols
+ * in f32 / bf16 / f16, every statistics piece present. */
+gckpt_xstatus gckpt_op_check_dequant(const gckpt_xquant *q, gckpt_xt w, gckpt_xt out, gckpt_err *err);
 /* A gradient sum or cast: every operand the same size. */
 gckpt_xstatus gckpt_op_check_add(gckpt_xt dst, gckpt_xt a, gckpt_xt b, gckpt_err *err);
 

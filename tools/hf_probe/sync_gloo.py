@@ -13,8 +13,8 @@ free is never reported: the timeline would keep those bytes live forever (measur
 SyncGloo forwards every collective to a real gloo process group with one worker
 thread, waits for it, then runs a gloo barrier: the worker takes work in order, so
 when the barrier has completed it has dropped the collective's work. No tensor is
-allocated or copied on the way; what the collective computes is gloo's. Each call is
-also reported to `on_collective` (the probe's collective log).
+allocated or copied on the way; what the collective computes is gloo's. Collectives are
+not logged here: the probe logs the c10d ops that reach it.
 """
 from __future__ import annotations
 
@@ -22,29 +22,8 @@ import torch
 import torch.distributed as dist
 import torch._C._distributed_c10d as c10d
 
-on_collective = None  # callable(kind, op, tensors_full, dtype) set by the probe
 
-
-def _bytes(x):
-    if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
-    if isinstance(x, (list, tuple)):
-        return sum(_bytes(y) for y in x)
-    return 0
-
-
-def _dtype(x):
-    if isinstance(x, torch.Tensor):
-        return str(x.dtype).replace("torch.", "")
-    if isinstance(x, (list, tuple)):
-        for y in x:
-            d = _dtype(y)
-            if d:
-                return d
-    return None
-
-
-class SyncGloo(dist.ProcessGroup):
+class SyncGloo(c10d.Backend):
     def __init__(self, store, rank, size, timeout):
         super().__init__(rank, size)
         opts = dist.ProcessGroupGloo._Options()
@@ -60,66 +39,36 @@ class SyncGloo(dist.ProcessGroup):
     def getBackendName(self):
         return "syncgloo"
 
-    def _done(self, work, kind, op, full):
+    def _done(self, work):
         work.wait()
         self.inner.barrier().wait()
-        if on_collective is not None and kind:
-            on_collective(kind, op, _bytes(full), _dtype(full))
         return work
-
-    # --- collectives (bytes reported: all-reduce / broadcast buffer, all-gather output,
-    #     reduce-scatter input) ---------------------------------------------------------
-    def allreduce(self, tensors, opts=c10d.AllreduceOptions()):
-        return self._done(self.inner.allreduce(tensors, opts), "all_reduce", "allreduce", tensors)
-
-    def allreduce_coalesced(self, tensors, opts=c10d.AllreduceCoalescedOptions()):
-        return self._done(self.inner.allreduce_coalesced(tensors, opts), "all_reduce", "allreduce_coalesced", tensors)
-
-    def broadcast(self, tensors, opts=c10d.BroadcastOptions()):
-        return self._done(self.inner.broadcast(tensors, opts), "broadcast", "broadcast", tensors)
-
-    def reduce(self, tensors, opts=c10d.ReduceOptions()):
-        return self._done(self.inner.reduce(tensors, opts), "reduce", "reduce", tensors)
-
-    def allgather(self, outputs, inputs, opts=c10d.AllgatherOptions()):
-        return self._done(self.inner.allgather(outputs, inputs, opts), "all_gather", "allgather", outputs)
-
-    def _allgather_base(self, output, input, opts=c10d.AllgatherOptions()):
-        return self._done(self.inner._allgather_base(output, input, opts), "all_gather", "_allgather_base", output)
-
-    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=c10d.AllgatherOptions()):
-        return self._done(self.inner.allgather_into_tensor_coalesced(outputs, inputs, opts), "all_gather",
-                          "allgather_into_tensor_coalesced", outputs)
-
-    def allgather_coalesced(self, outputs, inputs, opts=c10d.AllgatherOptions()):
-        return self._done(self.inner.allgather_coalesced(outputs, inputs, opts), "all_gather",
-                          "allgather_coalesced", outputs)
-
-    def reduce_scatter(self, output, inputs, opts=c10d.ReduceScatterOptions()):
-        return self._done(self.inner.reduce_scatter(output, inputs, opts), "reduce_scatter", "reduce_scatter", inputs)
-
-    def _reduce_scatter_base(self, output, input, opts=c10d.ReduceScatterOptions()):
-        return self._done(self.inner._reduce_scatter_base(output, input, opts), "reduce_scatter",
-                          "_reduce_scatter_base", input)
-
-    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=c10d.ReduceScatterOptions()):
-        return self._done(self.inner.reduce_scatter_tensor_coalesced(outputs, inputs, opts), "reduce_scatter",
-                          "reduce_scatter_tensor_coalesced", inputs)
-
-    def gather(self, outputs, inputs, opts=c10d.GatherOptions()):
-        return self._done(self.inner.gather(outputs, inputs, opts), "gather", "gather", inputs)
-
-    def scatter(self, outputs, inputs, opts=c10d.ScatterOptions()):
-        return self._done(self.inner.scatter(outputs, inputs, opts), "scatter", "scatter", outputs)
-
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=c10d.AllToAllOptions()):
-        return self._done(self.inner.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts),
-                          "all_to_all", "alltoall_base", input)
 
     def barrier(self, opts=c10d.BarrierOptions()):
         w = self.inner.barrier(opts)
         w.wait()
         return w
+
+
+# the collectives a c10d op or a wrapper may call on the backend (the probe logs them from
+# the c10d ops themselves)
+_COLLECTIVES = ("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather", "_allgather_base",
+                "all_gather_single", "allgather_coalesced", "allgather_into_tensor_coalesced",
+                "all_gather_single_coalesced", "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_single",
+                "reduce_scatter_tensor_coalesced", "reduce_scatter_single_coalesced", "gather", "gather_into_tensor",
+                "gather_single", "scatter", "alltoall_base", "all_to_all_single")
+
+
+def _forwarder(name):
+    def call(self, *args):
+        return self._done(getattr(self.inner, name)(*args))
+
+    call.__name__ = name
+    return call
+
+
+for _name in _COLLECTIVES:
+    setattr(SyncGloo, _name, _forwarder(_name))
 
 
 def _create(store, rank, size, timeout):

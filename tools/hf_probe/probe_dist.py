@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Per-rank ground truth for Hugging Face training on several ranks with activation
 (gradient) checkpointing: DDP, FSDP2 (fully_shard) and DeepSpeed ZeRO 1/2/3, run for
-real on CPU, one OS process per rank over gloo (torch.multiprocessing).
+real on CPU. Memory fixtures: one process per measured rank on PyTorch's fake process group
+(it plays rank R of N alone; collectives return outputs of the right size, unfilled); the
+`-gloo` twins: every rank as an OS process over gloo (sync_gloo.py), real numerics, but the
+allocator misses some frees made on gloo's threads (FINDINGS 13.1).
 
 Each rank builds its model, optimizer and wrapper with the HF Trainer's own code:
 `Trainer._prepare_for_training` (TrainingArguments -> accelerate -> DDP / fully_shard /
@@ -89,55 +92,47 @@ def case_name(mode, family, precision, every_n, offload, world, variant=""):
             + (f"-{variant}" if variant else ""))
 
 
-def make_spec(mode, family, every_n, offload, world, bf16=True, variant="", config=None, fake_ranks=None):
+def make_spec(mode, family, every_n, offload, world, bf16=True, variant="", config=None, gloo=False):
+    """gloo: all ranks as processes over gloo (a twin of the fake-group case: real numerics and
+    collectives; its allocator figures may miss frees, FINDINGS 13.1). Otherwise one process
+    per measured rank on the fake process group: rank 0 and the last rank (ZeRO-3: rank 0 only,
+    its forward checks with an all-gather that every rank traced the same modules, which
+    unfilled outputs fail on every other rank)."""
     prec = precision_of(mode, bf16)
-    if fake_ranks:
-        variant = "fake" + (f"-{variant}" if variant else "")
-    return dict(name=case_name(mode, family, prec, every_n, offload, world, variant), mode=mode, family=family,
-                fake_ranks=fake_ranks,
+    fake_ranks = None if gloo else ((0,) if mode == "zero3" else (0, world - 1))
+    return dict(name=case_name(mode, family, prec, every_n, offload, world, variant + ("-gloo" if gloo else "")
+                               if variant else ("gloo" if gloo else "")),
+                mode=mode, family=family, fake_ranks=fake_ranks,
                 precision=prec, bf16=bf16, attention="sdpa", every_n=every_n, offload=offload, b=B, s=S,
                 grad_accum=GRAD_ACCUM, world=world, variant=variant, config=config, foreach=False,
                 record_setup=True)
 
 
-def fake_ranks_of(mode, world):
-    """DeepSpeed runs on the fake process group (rank 0 and the last rank; ZeRO-3 rank 0 only):
-    over gloo it trains, but the allocator loses some of its frees and allocations, a few
-    different ones each run (FINDINGS 13.1); on the fake group every byte is accounted for.
-    ZeRO-3's forward checks with an all-gather that every rank traces the same modules,
-    which unfilled outputs fail on every rank but 0."""
-    if not mode.startswith("zero"):
-        return None
-    return (0,) if mode == "zero3" else (0, world - 1)
-
-
 def all_cases(which="default"):
-    """default: every mode x family x checkpoint setting at world 2, and at world 4 every mode
-    for llama with every_n off / 1 / 2+offload, plus the variants. full: everything at both
-    world sizes."""
+    """default: every mode x family x checkpoint setting at world 2, at world 4 every mode for
+    llama with every_n off / 1 / 2+offload, world 8 for FSDP2 and ZeRO-2/3, fp32 and the
+    variants at world 2, and the gloo twins. full: every family and setting at worlds 2 and 4."""
     out = []
-
-    def add(mode, fam, n, off, w, **kw):
-        out.append(make_spec(mode, fam, n, off, w, fake_ranks=kw.pop("fake_ranks", fake_ranks_of(mode, w)), **kw))
-
     for mode in MODES:
         for fam in FAMILIES:
             for n, off in CKPT:
                 for w in (2, 4):
                     if which == "full" or w == 2 or (fam == "llama" and (n, off) in ((0, False), (1, False), (2, True))):
-                        add(mode, fam, n, off, w)
-    # world 8 on the fake process group (eight processes would not fit two shared cores)
+                        out.append(make_spec(mode, fam, n, off, w))
     for mode in ("fsdp2", "zero2", "zero3"):
         for n, off in ((0, False), (1, False), (2, True)):
-            add(mode, "llama", n, off, 8, fake_ranks=(0,) if mode == "zero3" else (0, 7))
+            out.append(make_spec(mode, "llama", n, off, 8))
     # variants (llama, world 2)
     for n, off in ((0, False), (1, False)):
         for mode in MODES:
-            add(mode, "llama", n, off, 2, bf16=False)              # fp32: no autocast / no mixed precision
-        add("ddp", "llama", n, off, 2, variant="wide", config=WIDE)  # several DDP buckets
-        add("fsdp2", "llama", n, off, 2, variant="nrf")              # reshard_after_forward False
-        add("zero2", "llama", n, off, 2, variant="overlap")          # overlap_comm: two ipg buckets
-        add("zero3", "llama", n, off, 2, variant="tight")            # gathered weights released at once
+            out.append(make_spec(mode, "llama", n, off, 2, bf16=False))       # fp32: no autocast / mixed precision
+        out.append(make_spec("ddp", "llama", n, off, 2, variant="wide", config=WIDE))  # several DDP buckets
+        out.append(make_spec("fsdp2", "llama", n, off, 2, variant="nrf"))       # reshard_after_forward False
+        out.append(make_spec("zero2", "llama", n, off, 2, variant="overlap"))   # overlap_comm: two ipg buckets
+        out.append(make_spec("zero3", "llama", n, off, 2, variant="tight"))     # gathered weights released at once
+    # every mode over gloo, all ranks as processes
+    for mode in MODES:
+        out.append(make_spec(mode, "llama", 1, False, 2, gloo=True))
     return out
 
 
@@ -176,6 +171,18 @@ def training_args(spec, out_dir):
     return transformers.TrainingArguments(**kw), {k: v for k, v in kw.items() if k not in ("output_dir",)}
 
 
+def fake_pg_allreduce_hook(state, bucket):
+    """DDP's default communication (all-reduce of the bucket, divided by the world size, both in
+    place on the bucket) for the fake process group, whose futures carry no value (the reducer
+    asserts on that). Same tensors, same bytes."""
+    buf = bucket.buffer()
+    dist.all_reduce(buf)
+    buf.div_(dist.get_world_size())
+    fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
 def force_distributed_type(tr, args, mode):
     """accelerate turns FSDP and DeepSpeed on only for GPU-like devices; set its state to what
     a GPU run gets (Accelerator.__init__ / AcceleratorState: the plugin, its mixed precision
@@ -187,7 +194,8 @@ def force_distributed_type(tr, args, mode):
         from accelerate.utils import FullyShardedDataParallelPlugin
 
         plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
-        plugin.set_mixed_precision(st.mixed_precision)
+        if st.mixed_precision != "no":  # AcceleratorState.__init__ does the same
+            plugin.set_mixed_precision(st.mixed_precision)
         st.fsdp_plugin = plugin
         st.distributed_type = DistributedType.FSDP
         tr.is_fsdp_enabled = True
@@ -252,6 +260,8 @@ def setup_dist(spec):
     tr = transformers.Trainer(model=model, args=args)
     force_distributed_type(tr, args, spec["mode"])
     wrapped, _ = tr._prepare_for_training(STEPS, None, None)
+    if spec["mode"] == "ddp" and spec["fake_ranks"]:
+        wrapped.register_comm_hook(None, fake_pg_allreduce_hook)
     acc = tr.accelerator
     ds = spec["mode"].startswith("zero")
     hf = wrapped.module if hasattr(wrapped, "module") else wrapped  # DDP / DeepSpeedEngine hold the HF model
@@ -274,6 +284,12 @@ def setup_dist(spec):
         last = m == c.grad_accum
         micro["last"] = last
         acc.gradient_state._set_sync_gradients(last)
+        if spec["mode"] == "fsdp2":
+            # a later AcceleratorState() (inside prepare) copies PartialState's MULTI_CPU back; a GPU
+            # run has FSDP here, so that no_sync takes its FSDP2 branch (set_requires_gradient_sync)
+            from accelerate.utils import DistributedType
+
+            acc.state.distributed_type = DistributedType.FSDP
         return contextlib.nullcontext() if (ds or last) else acc.no_sync(model=wrapped)
 
     c.micro_context = micro_context
@@ -538,7 +554,8 @@ def parallel_info(spec, c, wrapped, tr, args_kw):
         zc = eng.zero_optimization() and eng._config.zero_config
         info["deepspeed"] = {
             "ds_config_written": ds_config(spec),
-            "ds_config_resolved": json.loads(json.dumps(ds_cfg, default=str)),
+            # as plain JSON: DeepSpeed's steps_per_print is float("inf") -> "Infinity" (a string)
+            "ds_config_resolved": json.loads(json.dumps(ds_cfg, default=str), parse_constant=str),
             "optimizer": type(eng.optimizer).__name__,
             "wrapped_optimizer": type(getattr(eng.optimizer, "optimizer", None)).__name__,
             "zero": {k: (v if isinstance(v, (int, float, bool, str)) or v is None else str(v))
@@ -573,6 +590,11 @@ def run_one(spec):
     if fx["setting"].get("model_class") is None:
         fx["setting"]["model_class"] = type(c.model).__name__
     fx["parallel"] = parallel_info(spec, c, wrapped, tr, LAST["args_kw"])
+    import accelerate
+
+    fx["versions"]["accelerate"] = accelerate.__version__
+    if "deepspeed" in sys.modules:
+        fx["versions"]["deepspeed"] = sys.modules["deepspeed"].__version__
     log = TRACKER.pop("probe").collectives
     fx["collectives"] = {
         "source": "storage pass (TorchDispatchMode on the c10d ops); bytes: all-reduce/broadcast buffer, "

@@ -203,16 +203,21 @@ def optimizer_closed(fx):
     gradients, torch's fused AdamW allocates 4 B. ZeRO-1/2, group by group: the rank's gradient slice concatenated (model
     dtype), cast to an fp32 copy when the model is bf16, the wrapped AdamW on the fp32
     partition, copy back; the largest group sets the transient, plus 8 B of scalars (12 B in
-    fp32). ZeRO-3: not derived (None)."""
+    fp32)."""
     mode, N = layout(fx)[:2]
     ps = params(fx)
     if mode == "ddp":  # + every parameter's fp32 .grad (the buckets are a copy)
         return persistent_closed(fx) + 4 * sum(numel(sh) for _, sh in ps), 4
     if mode == "fsdp2":  # + the sharded gradients: the padded reduce-scatter output cast to fp32
         return persistent_closed(fx) + 4 * sum(fsdp_padded(sh, N) for _, sh in ps), 4
-    if mode == "zero3":
-        return None
     N, s = layout(fx)[1], model_bytes(fx)
+    if mode == "zero3":
+        # the gradients already sit in the persistent flat buffer; the step first releases the
+        # persistent parameters' whole copies (re-gathered after it), then per sub-group the
+        # same concat + fp32 copy; 32 B of norm scalars live at that moment (44 B in fp32)
+        q = max(sum(cdiv(numel(sh), N) for _, sh in g) for g in groups(fx))
+        whole = sum(numel(sh) for _, sh in params(fx) if zero3_persistent(fx, sh))
+        return persistent_closed(fx), q * s + (q * 4 if s != 4 else 0) - whole * s + (32 if s != 4 else 44)
     a = max(zero12_partition(g, N) // N for g in groups(fx))
     return (persistent_closed(fx) + zero12_grad_partition(fx),
             a * s + (a * 4 if s != 4 else 0) + (8 if s != 4 else 12))
@@ -318,8 +323,22 @@ def collectives_closed(fx):
     # zero3 (default limits): from step 2 on every non-persistent parameter is gathered once per
     # micro-step in the forward and kept through its backward; gradients reduce-scattered every
     # micro-step; the persistent parameters' updated partitions gathered after the step
-    gathered = sum(cdiv(numel(sh), N) * N for _, sh in ps if not zero3_persistent(fx, sh)) * s
+    def gathered_bytes(names=None):
+        return sum(cdiv(numel(sh), N) * N for n, sh in ps
+                   if not zero3_persistent(fx, sh) and (names is None or n in names)) * s
+
+    gathered = gathered_bytes()
     add(f"all_gather/{dt}/forward", ga * gathered)
+    if variant == "tight":
+        # max_live / max_reuse / prefetch 0: every gathered parameter is released after its use
+        # and gathered again in the backward, and a checkpointed layer's recompute gathers its
+        # weights once more - all but its down_proj: the non-reentrant recompute stops at the
+        # last saved tensor (down_proj's input), before down_proj's pre-forward hook runs
+        n = st["every_n_layers"]
+        L = dims(fx["config"], st["family"])["L"]
+        rec = [nm for nm, _ in ps for li in range(L) if n and li % n == 0 and nm.startswith(f"model.layers.{li}.")
+               and not nm.endswith("mlp.down_proj.weight")]
+        add(f"all_gather/{dt}/backward", ga * (gathered + gathered_bytes(set(rec))))
     add(f"reduce_scatter/{dt}/backward", ga * sum(cdiv(numel(sh), N) * N for _, sh in ps) * s)
     add(f"all_gather/{dt}/optimizer", sum(cdiv(numel(sh), N) * N for _, sh in ps if zero3_persistent(fx, sh)) * s)
     return out

@@ -530,8 +530,7 @@ def main(argv):
               f"gloo thread:")
         for name, p, a, b in gloo:
             if not p == a == b:
-                print(f"   {name}: rules {p}  start {a:+d}  end {b:+d}".replace(f"start {a:+d}", f"start +{a - p}")
-                      .replace(f"end {b:+d}", f"end +{b - p}"))
+                print(f"   {name}: rules {p}  start {a - p:+d}  end {b - p:+d}")
     if show_peaks:
         peak_report(peaks)
     return 1 if nbad else 0

@@ -95,9 +95,9 @@ def case_name(mode, family, precision, every_n, offload, world, variant=""):
 def make_spec(mode, family, every_n, offload, world, bf16=True, variant="", config=None, gloo=False):
     """gloo: all ranks as processes over gloo (a twin of the fake-group case: real numerics and
     collectives; its allocator figures may miss frees, FINDINGS 13.1). Otherwise one process
-    per measured rank on the fake process group: rank 0 and the last rank (ZeRO-3: rank 0 only,
-    its forward checks with an all-gather that every rank traced the same modules, which
-    unfilled outputs fail on every other rank)."""
+    per measured rank on the fake process group: rank 0 and the last rank (ZeRO-3: rank 0 only:
+    each forward checks by a broadcast from rank 0 that every rank traced as many submodules,
+    which the fake broadcast fails on every other rank)."""
     prec = precision_of(mode, bf16)
     fake_ranks = None if gloo else ((0,) if mode == "zero3" else (0, world - 1))
     return dict(name=case_name(mode, family, prec, every_n, offload, world, variant + ("-gloo" if gloo else "")

@@ -156,7 +156,7 @@ class Timeline:
         self.mems = mems
         self.baseline = baseline
         cur, scratch, host_b = baseline, 0, 0
-        self.cur, self.host = [], []
+        self.cur, self.host, self.scratch = [], [], []
         self.scratch_peak = 0
         for m in mems:
             if m.kind == "device":
@@ -170,13 +170,18 @@ class Timeline:
                 host_b += m.nbytes
             self.cur.append(cur)
             self.host.append(host_b)
+            self.scratch.append(scratch)
         self.ts = [m.ts for m in mems]
         self.spans = sorted(s for s in spans if s[2] != "host")
         self.marks = sorted(marks)
         self.region_marks = [(t, n[len("region::"):]) for t, n in self.marks if n.startswith("region::")]
         self.rm_ts = [t for t, _ in self.region_marks]
         self.recompute_marks = [(t, n[len("recompute::"):]) for t, n in self.marks if n.startswith("recompute::")]
-        self.loss_marks = {n[len("loss::"):]: t for t, n in self.marks if n.startswith("loss::")}
+        # micro-step -> times of its loss marks (one per step when a recording spans several)
+        self.loss_marks = {}
+        for t, n in self.marks:
+            if n.startswith("loss::"):
+                self.loss_marks.setdefault(n[len("loss::"):], []).append(t)
         # forward ops' sequence numbers -> region, for the backward nodes they create
         self.seq_region = {}
         fwd = [(s, e) for s, e, n in self.spans if n.endswith("/forward")]
@@ -193,7 +198,7 @@ class Timeline:
         return self.region_marks[i][1] if i >= 0 else "-"
 
     def phase(self, ts):
-        micro, phase = 0, "idle"
+        micro, phase, start = 0, "idle", 0
         for s, e, name in self.spans:
             if s > ts:
                 break
@@ -201,13 +206,11 @@ class Timeline:
                 continue
             if name.startswith("micro"):
                 m, _, ph = name.partition("/")
-                micro, phase = int(m[5:]), ph
+                micro, phase, start = int(m[5:]), ph, s
             else:
                 phase = name
-        if phase == "forward":
-            t = self.loss_marks.get(f"micro{micro}")
-            if t is not None and t <= ts:
-                phase = "loss"
+        if phase == "forward" and any(start <= t <= ts for t in self.loss_marks.get(f"micro{micro}", ())):
+            phase = "loss"
         return micro, phase
 
     def where(self, i):
@@ -259,6 +262,15 @@ class Timeline:
             key = f"{ph}/{region.replace('(recompute)', '')}"
             out[key] = max(out.get(key, 0), self.cur[i])
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def index_range(self, t0, t1):
+        """Indices of the events within [t0, t1]."""
+        return bisect.bisect_left(self.ts, t0), bisect.bisect_right(self.ts, t1)
+
+    def scratch_peak_in(self, t0, t1):
+        """The most kernel scratch bytes alive at once within [t0, t1]."""
+        lo, hi = self.index_range(t0, t1)
+        return max(self.scratch[lo:hi] + [0])
 
     def host_peak(self, t0, t1):
         lo, hi = bisect.bisect_left(self.ts, t0), bisect.bisect_right(self.ts, t1)

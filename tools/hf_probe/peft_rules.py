@@ -525,6 +525,16 @@ def check(fx):
     return bad
 
 
+def print_mismatches(path, bad):
+    """Prints a fixture's (what, rules, measured) differences; 1 if there were any."""
+    if not bad:
+        return 0
+    print(f"MISMATCH {os.path.basename(path)}")
+    for what, planned, measured in bad:
+        print(f"   {what}: rules {planned}  measured {measured}")
+    return 1
+
+
 def main(argv):
     paths = argv or sorted(glob.glob(os.path.join(DEFAULT_DIR, "*.json")))
     if not paths:
@@ -539,11 +549,7 @@ def main(argv):
             print(f"{path}: {e}", file=sys.stderr)
             return 2
         bad = check(fx)
-        if bad:
-            nbad += 1
-            print(f"MISMATCH {os.path.basename(path)}")
-            for what, planned, measured in bad:
-                print(f"   {what}: rules {planned}  measured {measured}")
+        nbad += print_mismatches(path, bad)
     print(f"{len(paths) - nbad}/{len(paths)} fixtures agree with the rules exactly (trainable and peft's all-params "
           f"count, parameter dtypes, quantized bytes per weight, optimizer states, resident bytes, saved bytes per "
           f"layer / head / embedding, retained bytes of checkpointed layers, offload bytes, allocator's live bytes after the forward and in the "

@@ -517,10 +517,12 @@ def state_tensors(model, opt):
     return params, grads, bufs, states
 
 
-def track_state(probe, model, opt, extra=()):
+def track_state(probe, model, opt, extra=(), c=None):
     """extra: resident tensors that are none of the four kinds (bitsandbytes' quantization
-    statistics, probe_peft.py)."""
-    params, grads, bufs, states = state_tensors(model, opt)
+    statistics, probe_peft.py). c.state_tensors(): a case's own four lists (a wrapper's
+    local shards, probe_dist.py)."""
+    f = getattr(c, "state_tensors", None)
+    params, grads, bufs, states = f() if f else state_tensors(model, opt)
     for t in extra:
         probe.track(t, producer="resident", kind="device")
     for t in params:
@@ -609,14 +611,35 @@ def setup(spec: dict):
 
 
 def forward_loss(c, ids):
+    model = getattr(c, "forward_model", None) or c.model  # a wrapper (DDP, DeepSpeed's engine) runs the forward
     if c.amp:
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            return c.model(input_ids=ids, labels=ids).loss / c.grad_accum
-    return c.model(input_ids=ids, labels=ids).loss / c.grad_accum
+            return model(input_ids=ids, labels=ids).loss / c.grad_accum
+    return model(input_ids=ids, labels=ids).loss / c.grad_accum
+
+
+# A case may bring its own training-loop operations (probe_dist.py: the Trainer's no_sync,
+# DeepSpeed's engine.backward / engine.step); these are the single-process defaults.
+def micro_context(c, micro):
+    """Around one micro-step's forward and backward."""
+    f = getattr(c, "micro_context", None)
+    return f(micro) if f else contextlib.nullcontext()
+
+
+def optimizer_step(c):
+    f = getattr(c, "optimizer_step", None)
+    return f() if f else c.opt.step()
+
+
+def zero_grad(c):
+    f = getattr(c, "zero_grad", None)
+    return f() if f else c.model.zero_grad(set_to_none=True)
 
 
 def backward(c, loss):
-    if c.cuda_lists:
+    if getattr(c, "run_backward", None):
+        c.run_backward(loss)
+    elif c.cuda_lists:
         # loss.backward() would be handled by the function mode, which runs it with the
         # mode popped; the engine entry keeps the mode on for the checkpoint recompute.
         torch.autograd.graph._engine_run_backward(
@@ -665,8 +688,27 @@ class AllocSaveOnCpu(torch.autograd.graph.saved_tensors_hooks):
 
 def run_alloc_pass(spec: dict, setup_fn=None):
     """Live bytes of every step from the CPU allocator (allocs.py): no dispatch mode, no
-    saved-tensor hooks, only record_function markers."""
-    c = (setup_fn or setup)(spec)
+    saved-tensor hooks, only record_function markers.
+    spec["record_setup"]: one recording from before setup_fn to the last step, live bytes
+    counted from zero (for wrappers that hold memory no Python reference reaches, e.g. DDP's
+    buckets, or free in a step what an earlier one allocated); otherwise one recording per
+    step over a baseline of the state tensors."""
+    whole = bool(spec.get("record_setup"))
+    outer = contextlib.ExitStack()
+    prof_all = outer.enter_context(allocs.recorder()) if whole else None
+    try:
+        c = (setup_fn or setup)(spec)
+        out = _alloc_steps(c, spec, prof_all)
+    finally:
+        outer.close()
+    if whole:
+        tl = allocs.Timeline(allocs.trace_events(prof_all), 0)
+        out = [_alloc_figures(tl, c, spec, step, 0) for step in range(1, c.steps + 1)]
+    return out
+
+
+def _alloc_steps(c, spec, prof_all):
+    """Runs the steps; with prof_all (one recording) returns nothing measured yet."""
     resident = list(getattr(c, "resident", ()))
     model, opt, L = c.model, c.opt, c.nlayers
     handles = []
@@ -715,72 +757,86 @@ def run_alloc_pass(spec: dict, setup_fn=None):
     out = []
     try:
         for step in range(1, c.steps + 1):
-            pa, gr, bu, stt = state_tensors(model, opt)
-            baseline = unique_bytes(pa + gr + bu + stt + resident) + c.virtual_states
-            with allocs.recorder() as prof:
+            baseline = None
+            if not prof_all:
+                pa, gr, bu, stt = state_tensors(model, opt)
+                baseline = unique_bytes(pa + gr + bu + stt + resident) + c.virtual_states
+            with (contextlib.nullcontext(prof_all) if prof_all else allocs.recorder()) as prof:
+                allocs.mark(f"start::step{step}")
                 for micro in range(1, c.grad_accum + 1):
                     ids = c.next_ids()
-                    state.update(phase="forward", micro=micro)
-                    emu = CudaAutocastLists() if c.cuda_lists else contextlib.nullcontext()
-                    with allocs.span(f"micro{micro}/forward"), emu:
-                        allocs.mark("region::embedding")
-                        loss = forward_loss(c, ids)
-                    allocs.mark(f"fwd_end::micro{micro}")
-                    state["phase"] = "backward"
-                    emu = CudaAutocastLists() if c.cuda_lists else contextlib.nullcontext()
-                    with allocs.span(f"micro{micro}/backward"), emu:
-                        backward(c, loss)
-                        del loss
-                    allocs.mark(f"bwd_end::micro{micro}")
+                    with micro_context(c, micro):
+                        state.update(phase="forward", micro=micro)
+                        emu = CudaAutocastLists() if c.cuda_lists else contextlib.nullcontext()
+                        with allocs.span(f"micro{micro}/forward"), emu:
+                            allocs.mark("region::embedding")
+                            loss = forward_loss(c, ids)
+                        allocs.mark(f"fwd_end::micro{micro}")
+                        state["phase"] = "backward"
+                        emu = CudaAutocastLists() if c.cuda_lists else contextlib.nullcontext()
+                        with allocs.span(f"micro{micro}/backward"), emu:
+                            backward(c, loss)
+                            del loss
+                        allocs.mark(f"bwd_end::micro{micro}")
                     del ids
                 state["phase"] = "optimizer"
                 with allocs.span("optimizer"):
                     if not c.virtual_states:
-                        opt.step()
+                        optimizer_step(c)
                 state["phase"] = "zero_grad"
                 with allocs.span("zero_grad"):
-                    model.zero_grad(set_to_none=True)
+                    zero_grad(c)
                 allocs.mark("end")
-            tl = allocs.Timeline(allocs.trace_events(prof), baseline)
-            marks = dict((n, t) for t, n in tl.marks)
-            t_end = marks["end"]
-            t_opt = tl.span("optimizer")
-            peak, where, phase = tl.peak(0, t_opt[0])
-            opt_peak, opt_where, _ = tl.peak(t_opt[0], t_opt[1])
-            before_opt = tl.live_at(t_opt[0])
-            after_fwd = [tl.live_at(marks[f"fwd_end::micro{m}"]) for m in range(1, c.grad_accum + 1)]
-            after_bwd = [tl.live_at(marks[f"bwd_end::micro{m}"]) for m in range(1, c.grad_accum + 1)]
-            if opt_peak > peak:
-                peak, where, phase = opt_peak, opt_where, "optimizer"
-            out.append({
-                "live_bytes_source": "allocator (torch.profiler, profile_memory)",
-                "live_at_start_bytes": baseline,
-                "live_peak_bytes": peak,
-                "peak_phase": phase or "idle",
-                "peak_where": where or "-",
-                # regions within 2% of the peak: a planned peak location counts as right
-                # where the measured bytes come within tolerance (near ties)
-                "region_peaks": tl.region_peaks(0, t_opt[1], peak * 0.98),
-                "after_forward_bytes": after_fwd[0],
-                "after_forward_bytes_micro": after_fwd,
-                "after_backward_bytes_micro": after_bwd,
-                "optimizer_before_bytes": before_opt,
-                "optimizer_peak_bytes": opt_peak,
-                "optimizer_peak_where": opt_where,
-                "optimizer_transient_bytes": opt_peak - before_opt,
-                "optimizer_after_bytes": tl.live_at(t_opt[1]),
-                "live_at_end_bytes": tl.live_at(t_end),
-                "host_peak_bytes": tl.host_peak(0, t_end),
-                "kernel_scratch_peak_bytes": tl.scratch_peak,
-            })
-            if spec.get("trace"):
-                # every allocation and free of the step: where, bytes, kind, device bytes after it
-                out[-1]["alloc_trace"] = [[tl.where(i)[0], m.nbytes, m.kind, tl.cur[i]] for i, m in enumerate(tl.mems)]
+            if not prof_all:
+                out.append(_alloc_figures(allocs.Timeline(allocs.trace_events(prof), baseline), c, spec, step,
+                                          baseline))
     finally:
         torch.get_rng_state, torch.set_rng_state = real_get, real_set
         hf_modeling_utils.save_on_cpu = torch.autograd.graph.save_on_cpu
         for h in handles:
             h.remove()
+    return out
+
+
+def _alloc_figures(tl, c, spec, step, baseline):
+    """One step's figures from a timeline: the step's own recording, or the window between
+    its start mark and its end mark in one whole-run recording."""
+    t0 = next(t for t, n in tl.marks if n == f"start::step{step}")
+    t_end = next(t for t, n in tl.marks if n == "end" and t >= t0)
+    marks = dict((n, t) for t, n in tl.marks if t0 <= t <= t_end)
+    t_opt = next((s, e) for s, e, n in tl.spans if n == "optimizer" and s >= t0)
+    peak, where, phase = tl.peak(t0, t_opt[0])
+    opt_peak, opt_where, _ = tl.peak(t_opt[0], t_opt[1])
+    before_opt = tl.live_at(t_opt[0])
+    after_fwd = [tl.live_at(marks[f"fwd_end::micro{m}"]) for m in range(1, c.grad_accum + 1)]
+    after_bwd = [tl.live_at(marks[f"bwd_end::micro{m}"]) for m in range(1, c.grad_accum + 1)]
+    if opt_peak > peak:
+        peak, where, phase = opt_peak, opt_where, "optimizer"
+    out = {
+        "live_bytes_source": "allocator (torch.profiler, profile_memory)",
+        "live_at_start_bytes": tl.live_at(t0) if spec.get("record_setup") else baseline,
+        "live_peak_bytes": peak,
+        "peak_phase": phase or "idle",
+        "peak_where": where or "-",
+        # regions within 2% of the peak: a planned peak location counts as right
+        # where the measured bytes come within tolerance (near ties)
+        "region_peaks": tl.region_peaks(t0, t_opt[1], peak * 0.98),
+        "after_forward_bytes": after_fwd[0],
+        "after_forward_bytes_micro": after_fwd,
+        "after_backward_bytes_micro": after_bwd,
+        "optimizer_before_bytes": before_opt,
+        "optimizer_peak_bytes": opt_peak,
+        "optimizer_peak_where": opt_where,
+        "optimizer_transient_bytes": opt_peak - before_opt,
+        "optimizer_after_bytes": tl.live_at(t_opt[1]),
+        "live_at_end_bytes": tl.live_at(t_end),
+        "host_peak_bytes": tl.host_peak(t0, t_end),
+        "kernel_scratch_peak_bytes": tl.scratch_peak_in(t0, t_end),
+    }
+    if spec.get("trace"):
+        # every allocation and free of the step: where, bytes, kind, device bytes after it
+        lo, hi = tl.index_range(t0, t_end)
+        out["alloc_trace"] = [[tl.where(i)[0], tl.mems[i].nbytes, tl.mems[i].kind, tl.cur[i]] for i in range(lo, hi)]
     return out
 
 
@@ -801,14 +857,16 @@ def run_storage_pass(spec: dict, setup_fn=None):
     params, opt, amp, cuda_lists = cs.params, cs.opt, cs.amp, cs.cuda_lists
     param_info = cs.param_info
 
-    probe = Probe()
+    probe = (getattr(cs, "probe_class", None) or Probe)()  # probe_dist.py: collectives, wrappers' parameters
     probe.tracing = bool(spec.get("trace"))
     PROBE = probe
     hf_modeling_utils.save_on_cpu = ProbeSaveOnCpu
 
     # param storages
     for name, p in model.named_parameters():
-        probe.params[p.untyped_storage()._cdata] = name
+        st = _storage(p)  # None for a DTensor (FSDP2's sharded parameters)
+        if st is not None:
+            probe.params[st._cdata] = name
 
     # module-name stack hooks
     names = {m: n for n, m in model.named_modules()}
@@ -923,7 +981,7 @@ def run_storage_pass(spec: dict, setup_fn=None):
         probe.phase = "idle"
         probe.micro = 0
         probe.region = "-"
-        track_state(probe, model, opt, resident)
+        track_state(probe, model, opt, resident, cs)
         probe.reset_peak()
         probe.event("step.start")
         after_forward = []
@@ -943,26 +1001,27 @@ def run_storage_pass(spec: dict, setup_fn=None):
             probe.region = "embedding"
             probe.module_stack.clear()
             probe.event(f"micro{micro}.forward.start")
-            emu = CudaAutocastLists() if cuda_lists else contextlib.nullcontext()
-            with torch.autograd.graph.saved_tensors_hooks(probe.pack, probe.unpack), emu:
-                with probe:
-                    loss = forward_loss(cs, ids)
-            probe.record_saved = False
-            probe.record_offload = False
-            probe.record_retained = False
-            probe.module_stack.clear()
-            emu = CudaAutocastLists() if cuda_lists else contextlib.nullcontext()
-            with probe, emu:
-                probe.event(f"micro{micro}.forward.end")
-                after_forward.append(probe.dev)
-                probe.phase = "backward"
-                probe.region = "head"
-                backward(cs, loss)
-                del loss
+            with micro_context(cs, micro):
+                emu = CudaAutocastLists() if cuda_lists else contextlib.nullcontext()
+                with torch.autograd.graph.saved_tensors_hooks(probe.pack, probe.unpack), emu:
+                    with probe:
+                        loss = forward_loss(cs, ids)
+                probe.record_saved = False
+                probe.record_offload = False
+                probe.record_retained = False
                 probe.module_stack.clear()
-                probe.region = "-"
-                probe.event(f"micro{micro}.backward.end")
-                after_backward.append(probe.dev)
+                emu = CudaAutocastLists() if cuda_lists else contextlib.nullcontext()
+                with probe, emu:
+                    probe.event(f"micro{micro}.forward.end")
+                    after_forward.append(probe.dev)
+                    probe.phase = "backward"
+                    probe.region = "head"
+                    backward(cs, loss)
+                    del loss
+                    probe.module_stack.clear()
+                    probe.region = "-"
+                    probe.event(f"micro{micro}.backward.end")
+                    after_backward.append(probe.dev)
             if record:
                 saved_meta = probe.saved
                 offload_meta = probe.offload_records
@@ -971,14 +1030,14 @@ def run_storage_pass(spec: dict, setup_fn=None):
             probe.phase = "optimizer"
             probe.region = "-"
             probe.last_op = None
-            track_state(probe, model, opt, resident)
+            track_state(probe, model, opt, resident, cs)
             probe.event("optimizer.start")
             before_opt = probe.dev
             peak_before_opt, where_before, phase_before, r512_before = (
                 probe.peak, probe.peak_where, probe.peak_phase, probe.peak_r512)
             probe.peak = probe.dev
             if not virtual_states:
-                opt.step()
+                optimizer_step(cs)
             probe.poll()
             opt_peak = probe.peak
             opt_where = probe.peak_where
@@ -989,9 +1048,10 @@ def run_storage_pass(spec: dict, setup_fn=None):
                 probe.peak, probe.peak_where, probe.peak_phase = peak_before_opt, where_before, phase_before
             probe.peak_r512 = max(probe.peak_r512, r512_before)
             probe.phase = "zero_grad"
-            model.zero_grad(set_to_none=True)
+            zero_grad(cs)
             probe.event("zero_grad.end")
-        pa, gr, bu, stt = state_tensors(model, opt)
+        pa, gr, bu, stt = (cs.state_tensors if getattr(cs, "state_tensors", None) else
+                           lambda: state_tensors(model, opt))()
         steps_out.append(
             {
                 "step": step,

@@ -1,0 +1,718 @@
+#!/usr/bin/env python3
+"""Per-rank ground truth for Hugging Face training on several ranks with activation
+(gradient) checkpointing: DDP, FSDP2 (fully_shard) and DeepSpeed ZeRO 1/2/3, run for
+real on CPU. Memory fixtures: one process per measured rank on PyTorch's fake process group
+(it plays rank R of N alone; collectives return outputs of the right size, unfilled); the
+`-gloo` twins: every rank as an OS process over gloo (sync_gloo.py), real numerics, but the
+allocator misses some frees made on gloo's threads (FINDINGS 13.1).
+
+Each rank builds its model, optimizer and wrapper with the HF Trainer's own code:
+`Trainer._prepare_for_training` (TrainingArguments -> accelerate -> DDP / fully_shard /
+deepspeed.initialize, the optimizer the Trainer creates: adamw_torch_fused). accelerate
+refuses FSDP and DeepSpeed on a CPU (its state only turns them on for GPU-like devices),
+so after the Trainer has built its Accelerator the probe sets the state's
+distributed_type (and plugin) to what a GPU run gets; everything after that is the
+Trainer's and accelerate's code. The training loop is the Trainer's inner loop
+(`accelerator.no_sync` for every micro-step but the last except under DeepSpeed, the
+loss divided by the accumulation, DeepSpeed's `engine.backward(loss, scale_wrt_gas=False)`
+then `engine.step()` at the boundary, `optimizer.step()`, `model.zero_grad()`).
+
+Measured per rank with probe.py's two passes (run_case(spec, setup_fn)):
+  * the storage tracker (a TorchDispatchMode): what autograd saves per region, what
+    offload copies, and every c10d collective (op, dtype, bytes, step, micro-step,
+    phase, region);
+  * the allocator (torch.profiler, allocs.py), one recording from before the model is
+    built to the end of the last step, live bytes counted from zero: DDP's buckets and
+    the wrappers' flat buffers are in it although no Python reference reaches them.
+
+One JSON per rank: tests/data/hf-dist/<case>-r<rank>.json, schema gckpt.hf-fixture/1
+plus `parallel` (mode, world, rank, what the Trainer/accelerate/DeepSpeed configured),
+`collectives` and `persistent`. dist_rules.py checks every fixture against closed forms.
+
+Usage:
+  probe_dist.py --list [--set full]
+  probe_dist.py --all [--set full] [--out DIR]
+  probe_dist.py --filter 'fsdp2-llama-*-w2' --case zero3-qwen3-bf16-n1-plain-w4
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import datetime
+import functools
+import gc
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+import traceback
+import types
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import probe  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(probe.ROOT, "tests", "data", "hf-dist")
+MODES = ["ddp", "fsdp2", "zero1", "zero2", "zero3"]
+FAMILIES = ["llama", "qwen3"]
+CKPT = [(0, False), (1, False), (1, True), (2, False), (2, True)]
+B, S, GRAD_ACCUM, STEPS, LR = 2, 32, 2, 2, 1e-3
+# a wider llama (48 MB of fp32 weights) for DDP's bucket layout (first bucket 1 MiB, 25 MiB after)
+WIDE = dict(model_type="llama", vocab_size=211, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
+            num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=128,
+            rms_norm_eps=1e-6, attention_dropout=0.0, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# every DeepSpeed value the user leaves to the Trainer ("auto"), as HF's documented configs do
+DS_AUTO = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+           "train_batch_size": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"}}
+
+
+# --------------------------------------------------------------------------
+# cases
+# --------------------------------------------------------------------------
+def precision_of(mode, bf16):
+    """The activation recipe TrainingArguments(bf16=...) gives in that mode: DDP runs
+    accelerate's autocast over fp32 weights, FSDP2's MixedPrecisionPolicy and DeepSpeed's
+    bf16 run the forward on bf16 weights without autocast."""
+    if not bf16:
+        return "fp32"
+    return "amp-bf16" if mode == "ddp" else "bf16"
+
+
+def case_name(mode, family, precision, every_n, offload, world, variant=""):
+    ck = "off" if every_n == 0 else str(every_n)
+    return (f"{mode}-{family}-{precision}-n{ck}-{'offload' if offload else 'plain'}-w{world}"
+            + (f"-{variant}" if variant else ""))
+
+
+def make_spec(mode, family, every_n, offload, world, bf16=True, variant="", config=None, gloo=False):
+    """gloo: all ranks as processes over gloo (a twin of the fake-group case: real numerics and
+    collectives; its allocator figures may miss frees, FINDINGS 13.1). Otherwise one process
+    per measured rank on the fake process group: rank 0 and the last rank (ZeRO-3: rank 0 only:
+    each forward checks by a broadcast from rank 0 that every rank traced as many submodules,
+    which the fake broadcast fails on every other rank)."""
+    prec = precision_of(mode, bf16)
+    fake_ranks = None if gloo else ((0,) if mode == "zero3" else (0, world - 1))
+    return dict(name=case_name(mode, family, prec, every_n, offload, world, variant + ("-gloo" if gloo else "")
+                               if variant else ("gloo" if gloo else "")),
+                mode=mode, family=family, fake_ranks=fake_ranks,
+                precision=prec, bf16=bf16, attention="sdpa", every_n=every_n, offload=offload, b=B, s=S,
+                grad_accum=GRAD_ACCUM, world=world, variant=variant, config=config, foreach=False,
+                record_setup=True)
+
+
+def all_cases(which="default"):
+    """default: every mode x family x checkpoint setting at world 2, at world 4 every mode for
+    llama with every_n off / 1 / 2+offload, world 8 for FSDP2 and ZeRO-2/3, fp32 and the
+    variants at world 2, and the gloo twins. full: every family and setting at worlds 2 and 4."""
+    out = []
+    for mode in MODES:
+        for fam in FAMILIES:
+            for n, off in CKPT:
+                for w in (2, 4):
+                    if which == "full" or w == 2 or (fam == "llama" and (n, off) in ((0, False), (1, False), (2, True))):
+                        out.append(make_spec(mode, fam, n, off, w))
+    for mode in ("fsdp2", "zero2", "zero3"):
+        for n, off in ((0, False), (1, False), (2, True)):
+            out.append(make_spec(mode, "llama", n, off, 8))
+    # variants (llama, world 2)
+    for n, off in ((0, False), (1, False)):
+        for mode in MODES:
+            out.append(make_spec(mode, "llama", n, off, 2, bf16=False))       # fp32: no autocast / mixed precision
+        out.append(make_spec("ddp", "llama", n, off, 2, variant="wide", config=WIDE))  # several DDP buckets
+        out.append(make_spec("fsdp2", "llama", n, off, 2, variant="nrf"))       # reshard_after_forward False
+        out.append(make_spec("zero2", "llama", n, off, 2, variant="overlap"))   # overlap_comm: two ipg buckets
+        out.append(make_spec("zero3", "llama", n, off, 2, variant="tight"))     # gathered weights released at once
+    # every mode over gloo, all ranks as processes
+    for mode in MODES:
+        out.append(make_spec(mode, "llama", 1, False, 2, gloo=True))
+    return out
+
+
+# --------------------------------------------------------------------------
+# the Trainer's configuration of each mode
+# --------------------------------------------------------------------------
+def ds_config(spec):
+    """What a user writes: the stage and "auto" for everything the Trainer can fill in."""
+    zero = {"stage": int(spec["mode"][-1]), "reduce_bucket_size": "auto"}
+    if zero["stage"] == 3:
+        zero.update(stage3_prefetch_bucket_size="auto", stage3_param_persistence_threshold="auto")
+    if spec["variant"] == "overlap":
+        zero["overlap_comm"] = True
+    if spec["variant"] == "tight":
+        zero.update(stage3_max_live_parameters=0, stage3_max_reuse_distance=0, stage3_prefetch_bucket_size=0)
+    cfg = dict(copy.deepcopy(DS_AUTO), zero_optimization=zero)
+    if not spec["bf16"]:
+        cfg.pop("bf16")
+    return cfg
+
+
+def training_args(spec, out_dir):
+    import transformers
+
+    kw = dict(output_dir=out_dir, use_cpu=True, bf16=spec["bf16"], per_device_train_batch_size=spec["b"],
+              gradient_accumulation_steps=spec["grad_accum"], max_steps=STEPS, learning_rate=LR,
+              # clipping off, as in the single-process fixtures (the Trainer's default is 1.0)
+              max_grad_norm=0.0, report_to=[], save_strategy="no", logging_strategy="no",
+              gradient_checkpointing=bool(spec["every_n"]),
+              gradient_checkpointing_kwargs=({"every_n_layers": spec["every_n"], "offload": spec["offload"]}
+                                             if spec["every_n"] else None))
+    if spec["mode"] == "fsdp2":
+        kw.update(fsdp=True, fsdp_config={"version": 2, "reshard_after_forward": spec["variant"] != "nrf"})
+    elif spec["mode"].startswith("zero"):
+        kw.update(deepspeed=ds_config(spec))
+    return transformers.TrainingArguments(**kw), {k: v for k, v in kw.items() if k not in ("output_dir",)}
+
+
+def fake_pg_allreduce_hook(state, bucket):
+    """DDP's default communication (all-reduce of the bucket, divided by the world size, both in
+    place on the bucket) for the fake process group, whose futures carry no value (the reducer
+    asserts on that). Same tensors, same bytes."""
+    buf = bucket.buffer()
+    dist.all_reduce(buf)
+    buf.div_(dist.get_world_size())
+    fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
+def force_distributed_type(tr, args, mode):
+    """accelerate turns FSDP and DeepSpeed on only for GPU-like devices; set its state to what
+    a GPU run gets (Accelerator.__init__ / AcceleratorState: the plugin, its mixed precision
+    from the state, and for DeepSpeed mixed_precision "no" and no native amp)."""
+    from accelerate.utils import DistributedType
+
+    st = tr.accelerator.state
+    if mode == "fsdp2":
+        from accelerate.utils import FullyShardedDataParallelPlugin
+
+        plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
+        if st.mixed_precision != "no":  # AcceleratorState.__init__ does the same
+            plugin.set_mixed_precision(st.mixed_precision)
+        st.fsdp_plugin = plugin
+        st.distributed_type = DistributedType.FSDP
+        tr.is_fsdp_enabled = True
+    elif mode.startswith("zero"):
+        plugin = args.deepspeed_plugin
+        plugin.set_mixed_precision(st.mixed_precision)
+        plugin.select(_from_accelerator_state=True)
+        st.deepspeed_plugins = plugin
+        st.distributed_type = DistributedType.DEEPSPEED
+        st._mixed_precision = "no"
+        tr.accelerator.native_amp = False
+        tr.is_deepspeed_enabled = True
+
+
+ENV0 = None  # the rank's environment before any case (TrainingArguments sets ACCELERATE_* variables)
+
+
+def reset_globals():
+    """Each case starts from the rank's pristine state: environment, accelerate's singletons,
+    transformers' DeepSpeed config reference."""
+    os.environ.clear()
+    os.environ.update(ENV0)
+    from accelerate.state import AcceleratorState, GradientState
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    unset_hf_deepspeed_config()
+    gc.collect()
+
+
+# --------------------------------------------------------------------------
+# setup_fn for probe.run_case
+# --------------------------------------------------------------------------
+LAST = {}  # what the last setup built (for the fixture's parallel section)
+TRACKER = {}  # the storage pass's DistProbe (its collectives)
+
+
+def local(t):
+    from torch.distributed.tensor import DTensor
+
+    return t._local_tensor if isinstance(t, DTensor) else t
+
+
+def setup_dist(spec):
+    import transformers
+
+    reset_globals()
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = probe.make_model(dict(spec, config=spec["config"]))  # fp32; probe's tiny config or spec["config"]
+    model.train()
+    n_params = sum(p.numel() for p in model.parameters())
+    n_tensors = len(list(model.parameters()))
+    if spec["every_n"]:  # what Trainer.train() does with gradient_checkpointing_kwargs before preparing
+        model.gradient_checkpointing_enable(every_n_layers=spec["every_n"], offload=spec["offload"])
+    layers = probe.layers_of(model, spec["family"])
+    ckpt_layers = [i for i, l in enumerate(layers) if getattr(l, "gradient_checkpointing", False)]
+    tmp = tempfile.mkdtemp(prefix="gckpt-dist-")
+    args, args_kw = training_args(spec, tmp)
+    tr = transformers.Trainer(model=model, args=args)
+    force_distributed_type(tr, args, spec["mode"])
+    wrapped, _ = tr._prepare_for_training(STEPS, None, None)
+    if spec["mode"] == "ddp" and spec["fake_ranks"]:
+        wrapped.register_comm_hook(None, fake_pg_allreduce_hook)
+    acc = tr.accelerator
+    ds = spec["mode"].startswith("zero")
+    hf = wrapped.module if hasattr(wrapped, "module") else wrapped  # DDP / DeepSpeedEngine hold the HF model
+
+    c = types.SimpleNamespace()
+    c.family, c.precision, c.attention = spec["family"], spec["precision"], spec["attention"]
+    c.every_n, c.offload, c.b, c.s, c.grad_accum = spec["every_n"], spec["offload"], spec["b"], spec["s"], spec["grad_accum"]
+    c.warmup, c.steps, c.virtual_states = "step", STEPS, 0
+    c.model, c.forward_model, c.opt = hf, wrapped, tr.optimizer
+    c.layers, c.ckpt_layers, c.nlayers = layers, ckpt_layers, len(layers)
+    c.params = list(hf.parameters())
+    c.amp = c.cuda_lists = False  # DDP: accelerate's own autocast wrapper runs inside the forward
+    c.param_info = {"count": n_params, "tensors": n_tensors, "bytes": n_params * 4, "dtype_at_load": "float32"}
+    gen = torch.Generator().manual_seed(1234 + rank)  # each rank draws its own micro-batches
+    c.next_ids = lambda: torch.randint(3, hf.config.vocab_size, (c.b, c.s), generator=gen)
+    micro = {"n": 0}
+
+    def micro_context(m):
+        # Trainer._run_epoch: sync_gradients set per micro-step; no_sync except the last (not under DeepSpeed)
+        last = m == c.grad_accum
+        micro["last"] = last
+        acc.gradient_state._set_sync_gradients(last)
+        if spec["mode"] == "fsdp2":
+            # a later AcceleratorState() (inside prepare) copies PartialState's MULTI_CPU back; a GPU
+            # run has FSDP here, so that no_sync takes its FSDP2 branch (set_requires_gradient_sync)
+            from accelerate.utils import DistributedType
+
+            acc.state.distributed_type = DistributedType.FSDP
+        return contextlib.nullcontext() if (ds or last) else acc.no_sync(model=wrapped)
+
+    c.micro_context = micro_context
+    if ds:
+        def run_backward(loss):
+            # accelerate's DeepSpeedEngineWrapper.backward, with the engine.step() it makes at the
+            # boundary moved to optimizer_step (nothing runs between them in the Trainer)
+            wrapped.set_gradient_accumulation_boundary(is_boundary=micro["last"])
+            wrapped.backward(loss, scale_wrt_gas=False)
+
+        c.run_backward = run_backward
+        c.optimizer_step = wrapped.step
+    else:
+        c.optimizer_step = tr.optimizer.step  # accelerate's AcceleratedOptimizer
+    c.zero_grad = wrapped.zero_grad  # the Trainer's model.zero_grad()
+    c.state_tensors = functools.partial(state_tensors, c)
+    c.probe_class = functools.partial(DistProbe, hf, world)
+    LAST.clear()
+    LAST.update(tr=tr, wrapped=wrapped, hf=hf, args_kw=args_kw, c=c)
+    return c
+
+
+def opt_states(c):
+    """The torch optimizer's state tensors (under DeepSpeed: the optimizer it wraps)."""
+    o = c.opt.optimizer if hasattr(c.opt, "optimizer") else c.opt  # accelerate's wrappers
+    o = getattr(o, "optimizer", o)  # DeepSpeed's ZeRO optimizers wrap the torch one
+    return [v for s_ in o.state.values() for v in s_.values() if isinstance(v, torch.Tensor)]
+
+
+def state_tensors(c):
+    """probe.state_tensors for a wrapped model: local shards of DTensors."""
+    ps = [local(p) for p in c.model.parameters()]
+    return ps, [local(p.grad) for p in c.model.parameters() if p.grad is not None], list(c.model.buffers()), [
+        local(t) for t in opt_states(c)]
+
+
+class LiveParams:
+    """probe.Probe.params for wrappers that swap parameter storages (FSDP2's unsharded
+    parameters, ZeRO-3's gathered ones): a storage is a parameter while a parameter of
+    the model uses it."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def _now(self):
+        out = {}
+        for n, p in self.model.named_parameters():
+            st = probe._storage(local(p))
+            if st is not None:
+                out.setdefault(st._cdata, n)
+        return out
+
+    def get(self, key, default=None):
+        return self._now().get(key, default)
+
+    def __contains__(self, key):
+        return key in self._now()
+
+    def __getitem__(self, key):
+        return self._now()[key]
+
+    def __setitem__(self, key, value):
+        pass
+
+
+def tensor_bytes(x):
+    if isinstance(x, torch.Tensor):
+        x = local(x)
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(tensor_bytes(y) for y in x)
+    return 0
+
+
+def first_dtype(x):
+    if isinstance(x, torch.Tensor):
+        return str(x.dtype).replace("torch.", "")
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            d = first_dtype(y)
+            if d:
+                return d
+    return None
+
+
+# c10d op -> (kind, which argument holds the full-size buffer)
+COLLECTIVES = {
+    "allreduce_": ("all_reduce", 0), "allreduce_coalesced_": ("all_reduce", 0), "broadcast_": ("broadcast", 0),
+    "_allgather_base_": ("all_gather", 0), "allgather_": ("all_gather", 0),
+    "allgather_into_tensor_coalesced_": ("all_gather", 0), "allgather_coalesced_": ("all_gather", 0),
+    "_reduce_scatter_base_": ("reduce_scatter", 1), "reduce_scatter_": ("reduce_scatter", 1),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1), "reduce_": ("reduce", 0),
+    "all_reduce": ("all_reduce", 0), "all_reduce_": ("all_reduce", 0),
+    "all_gather_into_tensor": ("all_gather", "x_world"), "reduce_scatter_tensor": ("reduce_scatter", 0),
+}
+SKIP = {"barrier", "monitored_barrier_", "wait_tensor", "send", "recv_"}
+
+
+def bus_factor(kind, n):
+    """Per-rank ring traffic / buffer bytes (nccl-tests' busBw convention)."""
+    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n}.get(kind, 1.0)
+
+
+class DistProbe(probe.Probe):
+    """The storage tracker, with the wrapper's live parameters and every collective."""
+
+    def __init__(self, model, world):
+        super().__init__()
+        self.params = LiveParams(model)
+        self.world = world
+        self.step = 0
+        self.collectives = []
+        TRACKER["probe"] = self
+
+    def event(self, name):
+        if name == "step.start":
+            self.step += 1
+        super().event(name)
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        if func.namespace in ("c10d", "_c10d_functional") and func.overloadpacket.__name__ not in SKIP:
+            name = func.overloadpacket.__name__
+            kind, arg = COLLECTIVES.get(name, (name, 0))
+            full = tensor_bytes(args[0]) * self.world if arg == "x_world" else tensor_bytes(args[arg])
+            self.collectives.append({
+                "step": self.step, "micro": self.micro, "phase": self.phase, "region": self.region,
+                "op": f"{func.namespace}.{name}", "kind": kind, "dtype": first_dtype(args[0]), "bytes": full,
+                "bus_bytes": round(full * bus_factor(kind, self.world))})
+        return super().__torch_dispatch__(func, types_, args, kwargs)
+
+
+# --------------------------------------------------------------------------
+# what the wrappers built (fixture "parallel" / "persistent")
+# --------------------------------------------------------------------------
+def wrapper_tensors(obj, out, depth=0, seen=None):
+    """Every tensor reachable from a DeepSpeed optimizer's attributes (depth-limited)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth > 6:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+        return
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, (list, tuple, set)):
+        items = list(obj)
+    elif isinstance(obj, torch.nn.Module) or not type(obj).__module__.startswith("deepspeed"):
+        return
+    else:
+        items = list(getattr(obj, "__dict__", {}).values())
+    for v in items:
+        wrapper_tensors(v, out, depth + 1, seen)
+
+
+def storage_bytes(tensors):
+    """data pointer -> bytes of each storage (by pointer: DeepSpeed's flat buffers and the
+    parameters viewing them can be distinct storage objects over the same memory)."""
+    seen = {}
+    for t in tensors:
+        st = probe._storage(local(t))
+        if st is not None and st.nbytes():
+            seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
+    return seen
+
+
+def persistent_breakdown(c, wrapped, mode, live_end):
+    """Bytes reachable from Python at the end of the run, by kind, each storage once; the
+    rest of the allocator's live bytes is `unreached` (DDP's buckets)."""
+    kinds = {}
+    claimed = set()
+    ps, gr, bu, st = state_tensors(c)
+    groups = [("parameters", ps), ("grads", gr), ("buffers", bu), ("optimizer_states", st)]
+    if mode.startswith("zero"):
+        extra = []
+        wrapper_tensors(wrapped.optimizer, extra)
+        for p in c.model.parameters():
+            if hasattr(p, "ds_tensor"):
+                extra.append(p.ds_tensor)
+        groups.append(("deepspeed", extra))
+    if mode == "fsdp2":
+        extra = []
+        for m in c.model.modules():
+            if hasattr(m, "_get_fsdp_state"):
+                for g in m._get_fsdp_state()._fsdp_param_groups:
+                    for fp in g.fsdp_params:
+                        for a in ("_sharded_param_data", "_unsharded_param"):
+                            t = getattr(fp, a, None)
+                            if isinstance(t, torch.Tensor):
+                                extra.append(t)
+                mesh = m._get_fsdp_state()._fsdp_param_groups
+        groups.append(("fsdp", extra))
+    for kind, ts in groups:
+        b = {k: v for k, v in storage_bytes(ts).items() if k not in claimed}
+        claimed.update(b)
+        kinds[kind] = sum(b.values())
+    kinds["unreached"] = live_end - sum(kinds.values())
+    return kinds
+
+
+def parallel_info(spec, c, wrapped, tr, args_kw):
+    mode = spec["mode"]
+    info = {"mode": mode, "world_size": dist.get_world_size(), "rank": dist.get_rank(),
+            **({"process_group": "fake", "processes": "one process playing this rank alone (FakeStore)"}
+               if spec["fake_ranks"] else
+               {"process_group": "gloo", "processes": "one per rank (torch.multiprocessing spawn), sync_gloo.py"}),
+            "variant": spec["variant"] or None,
+            "trainer_args": {k: v for k, v in args_kw.items() if k not in ("report_to",)},
+            "built_by": "Trainer._prepare_for_training (transformers), accelerate's prepare"}
+    if mode == "ddp":
+        from accelerate.utils import DistributedDataParallelKwargs
+
+        handler = tr.accelerator.ddp_handler
+        log = wrapped._get_ddp_logging_data()
+        info["ddp"] = {
+            "kwargs_passed": handler.to_kwargs() if handler else {},
+            "find_unused_parameters": wrapped.find_unused_parameters,
+            "gradient_as_bucket_view": wrapped.gradient_as_bucket_view,
+            "static_graph": wrapped.static_graph, "broadcast_buffers": wrapped.broadcast_buffers,
+            "bucket_bytes_cap": wrapped._bucket_config.bucket_bytes_cap,
+            "first_bucket_bytes_cap": wrapped._bucket_config.first_bucket_bytes_cap,
+            "bucket_sizes_at_construction": [int(x) for x in str(log.get("bucket_sizes", "")).split(", ") if x],
+            "bucket_sizes_after_rebuild": [int(x) for x in str(log.get("rebuilt_bucket_sizes", "")).split(", ")
+                                           if x],
+            "rebuilt_per_bucket_param_indices": str(log.get("rebuilt_per_bucket_param_indices", "")),
+            "can_set_static_graph": bool(log.get("can_set_static_graph", 0)),
+            "accelerate_defaults": DistributedDataParallelKwargs().__dict__ if False else None,
+            "autocast": "accelerate prepare_model: forward = convert_outputs_to_fp32(autocast(cpu, bf16)(forward))"
+                        if spec["bf16"] else None,
+        }
+        info["ddp"].pop("accelerate_defaults")
+    elif mode == "fsdp2":
+        from torch.distributed.fsdp import FSDPModule
+
+        plugin = tr.accelerator.state.fsdp_plugin
+        units = []
+        names = {m: n for n, m in c.model.named_modules()}
+        for m in c.model.modules():
+            if not isinstance(m, FSDPModule):
+                continue
+            st = m._get_fsdp_state()
+            for g in st._fsdp_param_groups:
+                units.append({
+                    "modules": [names.get(mm, "?") for mm in g.modules] if hasattr(g, "modules") else [names.get(m)],
+                    "reshard_after_forward": bool(g.post_forward_mesh_info is not None),
+                    "params": [{"shape": list(fp._orig_size), "local_rows": int(local(fp.sharded_param).shape[0]),
+                                "padded_local_numel": int(fp._sharded_param_data.numel())}
+                               for fp in g.fsdp_params],
+                })
+        mp_ = plugin.mixed_precision_policy
+        info["fsdp2"] = {
+            "reshard_after_forward": plugin.reshard_after_forward,
+            "mp_policy": {k: (str(getattr(mp_, k)).replace("torch.", "") if getattr(mp_, k, None) is not None else None)
+                          for k in ("param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs")}
+            if mp_ is not None else None,
+            "offload_policy": type(plugin.cpu_offload).__name__ if plugin.cpu_offload is not None else None,
+            "units": units,
+        }
+    else:
+        eng = wrapped
+        ds_cfg = tr.accelerator.state.deepspeed_plugin.deepspeed_config
+        zc = eng.zero_optimization() and eng._config.zero_config
+        info["deepspeed"] = {
+            "ds_config_written": ds_config(spec),
+            # as plain JSON: DeepSpeed's steps_per_print is float("inf") -> "Infinity" (a string)
+            "ds_config_resolved": json.loads(json.dumps(ds_cfg, default=str), parse_constant=str),
+            "optimizer": type(eng.optimizer).__name__,
+            "wrapped_optimizer": type(getattr(eng.optimizer, "optimizer", None)).__name__,
+            "zero": {k: (v if isinstance(v, (int, float, bool, str)) or v is None else str(v))
+                     for k, v in zc.model_dump().items()} if zc else None,
+            "dtype": str(eng.get_data_types()[0]).replace("torch.", "") if hasattr(eng, "get_data_types") else None,
+        }
+    return info
+
+
+def collectives_summary(log, world):
+    """Per step: kind x dtype x phase -> calls, bytes, bus bytes."""
+    out = {}
+    for r in log:
+        if r["step"] < 1:
+            continue
+        key = f"{r['kind']}/{r['dtype']}/{r['phase']}"
+        d = out.setdefault(str(r["step"]), {}).setdefault(key, {"calls": 0, "bytes": 0, "bus_bytes": 0})
+        d["calls"] += 1
+        d["bytes"] += r["bytes"]
+        d["bus_bytes"] += r["bus_bytes"]
+    return out
+
+
+def run_one(spec):
+    rank = dist.get_rank()
+    fx = probe.run_case(spec, setup_dist)  # storage pass, then allocator pass (each builds its own Trainer)
+    c, wrapped, tr = LAST["c"], LAST["wrapped"], LAST["tr"]
+    fx["setting"].update(optimizer="adamw", optimizer_impl="the Trainer's adamw_torch_fused (torch.optim.AdamW, "
+                         "fused=True)" + (", wrapped by DeepSpeed's ZeRO optimizer" if spec["mode"].startswith("zero")
+                                          else ""), micro_batch_per_rank=spec["b"],
+                         global_batch=spec["b"] * spec["grad_accum"] * dist.get_world_size())
+    if fx["setting"].get("model_class") is None:
+        fx["setting"]["model_class"] = type(c.model).__name__
+    fx["parallel"] = parallel_info(spec, c, wrapped, tr, LAST["args_kw"])
+    import accelerate
+
+    fx["versions"]["accelerate"] = accelerate.__version__
+    if "deepspeed" in sys.modules:
+        fx["versions"]["deepspeed"] = sys.modules["deepspeed"].__version__
+    log = TRACKER.pop("probe").collectives
+    fx["collectives"] = {
+        "source": "storage pass (TorchDispatchMode on the c10d ops); bytes: all-reduce/broadcast buffer, "
+                  "all-gather output, reduce-scatter input; bus_bytes = bytes x 2(N-1)/N (all-reduce), (N-1)/N "
+                  "(all-gather, reduce-scatter)",
+        "per_step": collectives_summary(log, dist.get_world_size()),
+        "step2_calls": [{k: r[k] for k in ("micro", "phase", "region", "op", "dtype", "bytes")} for r in log
+                        if r["step"] == STEPS],
+    }
+    live_end = fx["steps"][-1]["live_at_end_bytes"]
+    fx["persistent"] = {
+        "step2_start_bytes": fx["steps"][-1]["live_at_start_bytes"],
+        "end_bytes": live_end,
+        "reachable_at_end": persistent_breakdown(c, wrapped, spec["mode"], live_end),
+    }
+    LAST.clear()
+    return fx
+
+
+# --------------------------------------------------------------------------
+# processes
+# --------------------------------------------------------------------------
+def rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks=None):
+    """One rank. fake_ranks: this process plays rank fake_ranks[index] of `world` alone, on
+    PyTorch's fake process group (collectives return at once with outputs of the right
+    size, unfilled: the memory is a real rank's, the numbers are not)."""
+    global ENV0
+    rank = fake_ranks[index] if fake_ranks else index
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS="1",
+                      DS_ACCELERATOR="cpu")
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    if fake_ranks:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    else:
+        import sync_gloo  # gloo, each collective released on this thread (see sync_gloo.py)
+
+        sync_gloo.register()
+        dist.init_process_group("syncgloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=180))
+    if deepspeed_needed:
+        import deepspeed  # noqa: F401  (DS_ACCELERATOR=cpu: its CPU accelerator over gloo)
+
+        with contextlib.redirect_stdout(sys.stderr):
+            deepspeed.init_distributed(dist_backend="gloo")  # JIT-builds deepspeed_shm_comm_op once
+    import transformers  # noqa: F401
+
+    ENV0 = dict(os.environ)
+    failures = 0
+    for spec in specs:
+        t0 = time.time()
+        try:
+            fx = run_one(spec)
+            path = os.path.join(out_dir, f"{spec['name']}-r{rank}.json")
+            with open(path + ".tmp", "w") as f:
+                f.write(probe.dumps_fixture(fx))
+            os.replace(path + ".tmp", path)
+            msg = f"ok   {spec['name']} r{rank} ({time.time() - t0:.1f}s)"
+        except Exception:  # noqa: BLE001
+            failures += 1
+            msg = f"FAIL {spec['name']} r{rank}\n{traceback.format_exc()}"
+        print(msg, flush=True)
+        dist.barrier()
+    dist.destroy_process_group()
+    if failures:
+        sys.exit(1)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_batches(specs, out_dir):
+    """One process group per world size and mode (a mode's globals cannot leak into the next)."""
+    batches = {}
+    for sp in specs:
+        batches.setdefault((sp["world"], sp["mode"], tuple(sp["fake_ranks"] or ())), []).append(sp)
+    t0, bad = time.time(), 0
+    for (world, mode, fake), sps in sorted(batches.items()):
+        try:
+            ranks = list(fake) if fake else None
+            mp.spawn(rank_main, args=(world, free_port(), sps, out_dir, mode.startswith("zero"), ranks),
+                     nprocs=len(ranks) if fake else world)
+        except Exception as e:  # noqa: BLE001 - a rank failed: its message is above
+            print(f"FAIL batch world {world} {mode}: {e}", flush=True)
+            bad += 1
+    print(f"{len(specs)} cases ({sum(len(sp['fake_ranks'] or range(sp['world'])) for sp in specs)} per-rank fixtures), {bad} failed batches, "
+          f"{time.time() - t0:.0f}s", flush=True)
+    return 1 if bad else 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--set", choices=["default", "full"], default="default",
+                    help="default: all modes at world 2, a subset at world 4; full: every case at both")
+    ap.add_argument("--out", default=OUT)
+    probe.add_selection_args(ap)
+    a = ap.parse_args(argv)
+    cases = all_cases(a.set)
+    sel = probe.select_cases(cases, a.all, a.filter, a.case)
+    if a.list:
+        for c in (sel or cases):
+            print(c["name"])
+        return 0
+    if not sel:
+        ap.error("nothing selected (use --all, --filter or --case)")
+    if any(sp["mode"].startswith("zero") for sp in sel):
+        try:
+            import deepspeed  # noqa: F401
+        except ImportError:
+            raise SystemExit("DeepSpeed cases need the optional stack: tools/hf_probe/setup-deepspeed.sh")
+    os.makedirs(a.out, exist_ok=True)
+    return run_batches(sel, a.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

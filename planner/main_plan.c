@@ -228,11 +228,20 @@ static void print_alternatives(const gckpt_plan_request *req, FILE *f)
     };
     bool header = false;
     char label[96];
+    int tried[sizeof alt / sizeof alt[0] + 1][2] = {{(int)req->precision, (int)req->optimizer}};
+    int ntried = 1;
     for (size_t i = 0; i < sizeof alt / sizeof alt[0]; i++) {
         gckpt_plan_request r = *req;
         if (alt[i].prec >= 0) r.precision = (gckpt_precision)alt[i].prec;
         if (alt[i].opt >= 0) r.optimizer = (gckpt_optimizer)alt[i].opt;
-        if (r.precision == req->precision && r.optimizer == req->optimizer) continue;
+        /* an alternative that keeps one of the request's choices can equal the request
+         * or an earlier one (bf16 + adamw-8bit from a bf16 request): say each once */
+        bool seen = false;
+        for (int k = 0; k < ntried; k++) seen |= tried[k][0] == (int)r.precision && tried[k][1] == (int)r.optimizer;
+        if (seen) continue;
+        tried[ntried][0] = (int)r.precision;
+        tried[ntried][1] = (int)r.optimizer;
+        ntried++;
         snprintf(label, sizeof label, "--precision %-8s --optimizer %-13s", gckpt_precision_names[r.precision],
                  gckpt_optimizer_names[r.optimizer]);
         print_alternative(&r, label, &header, f);

@@ -212,6 +212,13 @@ static void lora_runs(void **state)
     assert_non_null(strstr(cli_out, "Nothing fits"));
     assert_non_null(strstr(cli_out, "--method lora  --precision bf16"));
     assert_non_null(strstr(cli_out, "--method qlora --precision amp-bf16"));
+    /* a bf16 LoRA request that fits nowhere: each alternative once (bf16 + adamw-8bit
+     * is both "8-bit instead" and "bf16 with 8-bit") */
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--seq", "16384", "--method", "lora",
+                           "--precision", "bf16", "--every-n", "1"), err, sizeof err), 0);
+    const char *first = strstr(cli_out, "--optimizer adamw-8bit");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "--optimizer adamw-8bit"));
     /* paged optimizers: the states in managed memory reported apart, the TrainingArguments name */
     assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--method", "qlora", "--optimizer",
                            "paged_adamw_8bit", "--every-n", "1", "--offload", "off"), err, sizeof err), 0);

@@ -341,6 +341,11 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
         made[sec_in] = true;
     }
     int released = end; /* ops from here on have their Python references dropped at the end */
+    /* a recompute's ctx attributes (ctx_keep): its nodes stay reachable from the tensors
+     * HF's frames hold until the recompute ends (FINDINGS 12.7) */
+    int ctx_id[GCKPT_MAX_OPS];
+    int16_t ctx_t[GCKPT_MAX_OPS];
+    int nctx = 0;
     for (int i = begin; i < end; i++) {
         const gckpt_op *op = &r->op[i];
         bool save_only = save_only_last && i == end - 1;
@@ -369,7 +374,7 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
         }
         if (fws >= 0) release(s, o, fws, -1);
         /* ctx attributes (ctx_keep) are kept by the first forward's node, checkpointed or
-         * not; a recompute does not keep them again */
+         * not; a recompute's node keeps its own only until the recompute ends (below) */
         bool keep = op->ctx_keep && (mode == MODE_NOSAVE || !(mode == MODE_RECOMPUTE && st->saved_reg[i]));
         int nsaved;
         const int16_t *saved = op_saved(st, op, &nsaved);
@@ -381,6 +386,11 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
             if (op->ctx_keep && nsaved) st->kept[i] = *slot(s, st, saved[0]);
         } else if (!(op->ctx_keep && st->saved_reg[i])) {
             st->saved_reg[i] = false;
+        }
+        for (int k = 0; mode == MODE_RECOMPUTE && op->ctx_keep && k < nsaved && nctx < GCKPT_MAX_OPS; k++) {
+            ctx_id[nctx] = *slot(s, st, saved[k]);
+            ctx_t[nctx] = saved[k];
+            s->pool[ctx_id[nctx++]].consumers++;
         }
         for (int k = 0; k < op->nin; k++) {
             int t = op->in[k];
@@ -406,6 +416,10 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
     /* a recompute that stopped early: HF's frames unwind, every reference goes */
     for (int i = released; i < send; i++)
         for (int k = 0; k < r->op[i].nunhold; k++) unhold(s, st, r->op[i].unhold[k], made, o);
+    for (int k = 0; k < nctx; k++) {
+        s->pool[ctx_id[k]].consumers--;
+        try_free(s, o, ctx_id[k], ctx_t[k]);
+    }
 }
 
 /* ---- gradients --------------------------------------------------------------------------- */

@@ -155,6 +155,7 @@ static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     st->grad_accum = (uint64_t)ga;
     st->every_n = (uint32_t)n;
     st->offload = cJSON_IsTrue(item(set, "offload"));
+    st->reentrant = cJSON_IsTrue(item(set, "use_reentrant")); /* prepare's own checkpointing */
     st->optimizer = GCKPT_ADAMW;
     f->comparable = !(f->m.family == GCKPT_FAMILY_GPT2 && !strcmp(f->precision, "amp-bf16"));
     f->why_not = "gpt2 under CPU autocast op lists (the planner models CUDA's: amp-bf16-cudalists)";

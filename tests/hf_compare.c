@@ -278,6 +278,8 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
     c->peak_layer = res.peak_layer;
     snprintf(c->peak_what, sizeof c->peak_what, "%s%s", res.peak_grad ? "gradient of " : "",
              res.peak_tensor >= 0 ? r.t[res.peak_tensor].name : "-");
+    for (int i = 0; i < r.nop && !res.peak_grad && res.peak_tensor >= 0; i++)
+        c->peak_at_linear |= r.op[i].out[0] == res.peak_tensor && r.op[i].prim == GCKPT_P_LINEAR;
     c->e_peak = ((double)c->peak - f->peak) / f->peak;
     c->e_after = ((double)c->after - f->after) / f->after;
     bool head_region = strstr(f->peak_where, "/head/") != NULL;

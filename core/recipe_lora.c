@@ -84,6 +84,7 @@ int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_
     int a = tnew(tr, "lora_A.weight", GCKPT_T_PARAM, F32, fixed_shape(pf->rank, in_f), true);
     int b = tnew(tr, "lora_B.weight", GCKPT_T_PARAM, F32, fixed_shape(out_f, pf->rank), true);
     int ya = linear(tr, d, a, -1, in_f, pf->rank, "lora_A");
+    hold_here(tr, d); /* lora_A's argument until it returns, past autocast's cast of it */
     int yb = linear(tr, ya, b, -1, pf->rank, out_f, "lora_B");
     int sc = scal(tr, yb, "scaling", pf->alpha / (double)pf->rank, 0);
     int sum = add(tr, result, sc, "add");

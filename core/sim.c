@@ -341,6 +341,11 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
         made[sec_in] = true;
     }
     int released = end; /* ops from here on have their Python references dropped at the end */
+    /* a recompute's ctx attributes (ctx_keep): its nodes stay reachable from the tensors
+     * HF's frames hold until the recompute ends (FINDINGS 12.7) */
+    int ctx_id[GCKPT_MAX_OPS];
+    int16_t ctx_t[GCKPT_MAX_OPS];
+    int nctx = 0;
     for (int i = begin; i < end; i++) {
         const gckpt_op *op = &r->op[i];
         bool save_only = save_only_last && i == end - 1;
@@ -369,8 +374,8 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
         }
         if (fws >= 0) release(s, o, fws, -1);
         /* ctx attributes (ctx_keep) are kept by the first forward's node, checkpointed or
-         * not; a recompute does not keep them again */
-        bool keep = op->ctx_keep && (mode == MODE_NOSAVE || !(mode == MODE_RECOMPUTE && st->saved_reg[i]));
+         * not; a recompute's node keeps its own only until the recompute ends (below) */
+        bool keep = op->ctx_keep && mode == MODE_NOSAVE && !c->set.reentrant; /* reentrant: no graph */
         int nsaved;
         const int16_t *saved = op_saved(st, op, &nsaved);
         if ((mode != MODE_NOSAVE && !(op->ctx_keep && mode == MODE_RECOMPUTE && st->saved_reg[i])) ||
@@ -381,6 +386,11 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
             if (op->ctx_keep && nsaved) st->kept[i] = *slot(s, st, saved[0]);
         } else if (!(op->ctx_keep && st->saved_reg[i])) {
             st->saved_reg[i] = false;
+        }
+        for (int k = 0; mode == MODE_RECOMPUTE && op->ctx_keep && k < nsaved && nctx < GCKPT_MAX_OPS; k++) {
+            ctx_id[nctx] = *slot(s, st, saved[k]);
+            ctx_t[nctx] = saved[k];
+            s->pool[ctx_id[nctx++]].consumers++;
         }
         for (int k = 0; k < op->nin; k++) {
             int t = op->in[k];
@@ -406,6 +416,10 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
     /* a recompute that stopped early: HF's frames unwind, every reference goes */
     for (int i = released; i < send; i++)
         for (int k = 0; k < r->op[i].nunhold; k++) unhold(s, st, r->op[i].unhold[k], made, o);
+    for (int k = 0; k < nctx; k++) {
+        s->pool[ctx_id[k]].consumers--;
+        try_free(s, o, ctx_id[k], ctx_t[k]);
+    }
 }
 
 /* ---- gradients --------------------------------------------------------------------------- */
@@ -814,16 +828,19 @@ static void unpack_offloaded(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
 }
 
 /* A checkpointed layer's recompute: its forward re-run up to op `stop`, which saves only
- * its inputs when it saves no output (non-reentrant early stop). */
+ * its inputs when it saves no output (non-reentrant early stop); reentrant: the whole
+ * forward, its output held (CheckpointFunction's `outputs`) until the layer's backward
+ * is done. */
 static void recompute(gckpt_sim *s, sec_t *st, int stop, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
     if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) unpack_offloaded(s, st, o);
     st->inst[r->block_in] = st->xin;
     const gckpt_op *lo = &r->op[stop - 1];
-    bool save_only = true;
+    bool save_only = !s->c->set.reentrant;
     for (int k = 0; k < lo->nsaved; k++) save_only &= lo->saved[k] != lo->out[0] && lo->saved[k] != lo->out[1];
-    sim_fwd(s, st, GCKPT_SEC_BLOCK, MODE_RECOMPUTE, stop, save_only, r->block_in, -1, o);
+    sim_fwd(s, st, GCKPT_SEC_BLOCK, MODE_RECOMPUTE, stop, save_only, r->block_in,
+            s->c->set.reentrant ? r->block_out : -1, o);
     if (st->mask >= 0) { /* an offloaded mask's device copy: the recompute's argument */
         s->pool[st->mask].ckpt = 0;
         try_free(s, o, st->mask, (int16_t)r->mask);
@@ -851,10 +868,12 @@ static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
     st->grad[r->block_out] = s->gstream;
     /* non-reentrant early stop: the recompute ends when the last tensor the forward
      * saved is saved again; an op that saves only inputs saves them before it computes,
-     * so the last saving op runs only if it saves an output */
+     * so the last saving op runs only if it saves an output. Reentrant: the whole
+     * forward is re-run before any of the layer's backward (CheckpointFunction.backward). */
+    bool reentrant = s->c->set.reentrant;
     int stop = r->sec_begin[GCKPT_SEC_BLOCK];
     for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
-        if (r->op[i].nsaved) stop = i + 1;
+        if (r->op[i].nsaved || reentrant) stop = i + 1;
     bool ckpt = st->mode != GCKPT_LAYER_PLAIN;
     if (ckpt) {
         /* the ops after the last saving one need nothing saved: their backward runs
@@ -863,6 +882,11 @@ static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
         recompute(s, st, stop, o);
     }
     sim_bwd(s, st, GCKPT_SEC_BLOCK, -1, ckpt ? stop : -1, o);
+    if (ckpt && reentrant) { /* the recomputed output goes with CheckpointFunction.backward */
+        int out = st->inst[r->block_out];
+        s->pool[out].external = false;
+        try_free(s, o, out, (int16_t)r->block_out);
+    }
     if (ckpt) drop_checkpoint(s, st, o);
     s->gstream = st->grad[r->block_in];
     st->grad[r->block_in] = -1;

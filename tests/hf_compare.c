@@ -155,6 +155,7 @@ static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     st->grad_accum = (uint64_t)ga;
     st->every_n = (uint32_t)n;
     st->offload = cJSON_IsTrue(item(set, "offload"));
+    st->reentrant = cJSON_IsTrue(item(set, "use_reentrant")); /* prepare's own checkpointing */
     st->optimizer = GCKPT_ADAMW;
     f->comparable = !(f->m.family == GCKPT_FAMILY_GPT2 && !strcmp(f->precision, "amp-bf16"));
     f->why_not = "gpt2 under CPU autocast op lists (the planner models CUDA's: amp-bf16-cudalists)";
@@ -277,6 +278,8 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
     c->peak_layer = res.peak_layer;
     snprintf(c->peak_what, sizeof c->peak_what, "%s%s", res.peak_grad ? "gradient of " : "",
              res.peak_tensor >= 0 ? r.t[res.peak_tensor].name : "-");
+    for (int i = 0; i < r.nop && !res.peak_grad && res.peak_tensor >= 0; i++)
+        c->peak_at_linear |= r.op[i].out[0] == res.peak_tensor && r.op[i].prim == GCKPT_P_LINEAR;
     c->e_peak = ((double)c->peak - f->peak) / f->peak;
     c->e_after = ((double)c->after - f->after) / f->after;
     bool head_region = strstr(f->peak_where, "/head/") != NULL;

@@ -69,6 +69,7 @@ typedef struct {
     const char *peak_phase;
     int peak_layer;           /* -1 embedding, 0..L-1, L head, L+1 optimizer */
     char peak_what[96];
+    bool peak_at_linear;      /* the planned peak allocates a LINEAR op's output (a GEMM's) */
     char peak_key[48];        /* "phase/region" as the probe names it */
     double measured_there;    /* measured most live bytes in that region (-1 unknown) */
     /* the comparison */

@@ -54,6 +54,10 @@ typedef struct {
     gckpt_attention attention;
     uint32_t every_n; /* 0: gradient checkpointing off */
     bool offload;     /* checkpointed inputs to pinned host memory (needs every_n > 0) */
+    /* torch's reentrant checkpoint (use_reentrant=True: prepare_model_for_kbit_training's
+     * own call, FINDINGS 12.1); a plan prints and plans the non-reentrant call, the
+     * fixtures of prepare's call set it */
+    bool reentrant;
     gckpt_peft peft;  /* zeroed: full fine-tuning */
 } gckpt_setting;
 

@@ -47,6 +47,16 @@ typedef struct {
     uint8_t compute_dtype;   /* bnb_4bit_compute_dtype: gckpt_dtype */
 } gckpt_peft;
 
+/* How the step is spread over GPUs (gckpt/core/parallel.h has the per-rank rules). A zeroed
+ * layout is one GPU: gpus and nodes 0 read as 1, mode GCKPT_PAR_NONE. */
+typedef enum { GCKPT_PAR_NONE, GCKPT_PAR_DDP, GCKPT_PAR_FSDP, GCKPT_PAR_ZERO1, GCKPT_PAR_ZERO2, GCKPT_PAR_ZERO3, GCKPT_NPAR } gckpt_parallel;
+
+typedef struct {
+    uint32_t gpus;  /* per node */
+    uint32_t nodes;
+    uint8_t mode;   /* gckpt_parallel */
+} gckpt_layout;
+
 typedef struct {
     uint64_t seq, micro_batch, grad_accum;
     gckpt_precision precision;
@@ -55,16 +65,19 @@ typedef struct {
     uint32_t every_n; /* 0: gradient checkpointing off */
     bool offload;     /* checkpointed inputs to pinned host memory (needs every_n > 0) */
     gckpt_peft peft;  /* zeroed: full fine-tuning */
+    gckpt_layout layout; /* zeroed: one GPU */
 } gckpt_setting;
 
 extern const char *const gckpt_precision_names[GCKPT_NPREC];
 extern const char *const gckpt_optimizer_names[GCKPT_NOPT];
 extern const char *const gckpt_attention_names[GCKPT_NATTN];
+extern const char *const gckpt_parallel_names[GCKPT_NPAR]; /* "none", "ddp", "fsdp", "zero1", ... */
 
 /* Name -> enum; -1 if unknown. */
 int gckpt_precision_from(const char *s);
 int gckpt_optimizer_from(const char *s);
 int gckpt_attention_from(const char *s);
+int gckpt_parallel_from(const char *s);
 
 #ifdef __cplusplus
 }

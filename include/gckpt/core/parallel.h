@@ -1,0 +1,79 @@
+/* Several GPUs: what one rank of DDP, FSDP2 or DeepSpeed ZeRO-1/2/3 keeps for the whole run
+ * under the HF Trainer (its own preparation: accelerate's DDP / fsdp2_prepare_model,
+ * deepspeed.initialize with the Trainer's "auto" values). The rules are
+ * tools/hf_probe/dist_rules.py's, measured in tools/hf_probe/FINDINGS.md section 13 on the
+ * CPU (tests/data/hf-dist; test_dist_fixtures checks them):
+ *  ddp:   full replicas; gradient_as_bucket_view false, so the buckets are a second flat copy
+ *         of every gradient; find_unused_parameters (the Trainer's choice without gradient
+ *         checkpointing) adds the reducer's used map and its device copy (int32 per tensor).
+ *  fsdp:  fully_shard per decoder layer, the embedding and the tail (final norm, lm_head):
+ *         fp32 sharded parameters with dim 0 padded to a multiple of the ranks; AdamW states on
+ *         the unpadded local rows; the device mesh (three int64[N]).
+ *  zero1/zero2: every optimizer group flattened and padded to a multiple of 2N elements
+ *         (nccl_start_alignment_factor 2 x world); the flat model-dtype weights replicated,
+ *         the fp32 master partition and AdamW's states on it; one step counter per group and
+ *         the gradient norm scalar.
+ *  zero3: every tensor partitioned to ceil(numel / N) elements, tensors under
+ *         stage3_param_persistence_threshold also kept whole; fp32 master + AdamW states on
+ *         the partitions, the flat gradient partitions and the reduce_bucket_size ipg bucket.
+ * Every mode: torch AdamW's fp32 `step` per parameter tensor (per group under ZeRO) and the
+ * model's buffers (rotary inv_freq and original_inv_freq, fp32).
+ * (core: read by the planner) */
+#ifndef GCKPT_PARALLEL_H
+#define GCKPT_PARALLEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gckpt/core/model.h"
+#include "gckpt/core/params.h"
+#include "gckpt/core/setting.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GCKPT_MAX_RANKS 65536 /* gpus x nodes */
+
+/* GPUs in the layout (gpus x nodes, each 0 read as 1). */
+uint32_t gckpt_layout_world(const gckpt_layout *l);
+
+/* Whether the layout spreads the step over several GPUs. */
+static inline bool gckpt_layout_multi(const gckpt_layout *l) { return l->mode != GCKPT_PAR_NONE; }
+
+/* DeepSpeed's values the Trainer fills for "auto" (transformers integrations/deepspeed.py,
+ * HfTrainerDeepSpeedConfig.trainer_config_finalize), in elements. */
+uint64_t gckpt_ds_reduce_bucket(const gckpt_model *m);        /* hidden x hidden */
+uint64_t gckpt_ds_prefetch_bucket(const gckpt_model *m);      /* int(0.9 x hidden x hidden) */
+uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m); /* 10 x hidden */
+
+/* Whether setting s can be planned per rank (one line in err when not): a mode with more
+ * than one GPU, full fine-tuning with AdamW under fp32 or amp-bf16 (what FINDINGS 13
+ * measured). */
+bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err);
+
+/* Fill the shard fields of table ps for layout l of model m. */
+void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l);
+
+/* What one rank keeps between steps, bytes (each allocation rounded to round). */
+typedef struct {
+    uint64_t weights; /* the parameters as the mode stores them (replicas, shards, partitions,
+                       * ZeRO-3's whole persistent parameters) */
+    uint64_t grads;   /* DDP's buckets; ZeRO-3's flat gradient partitions and ipg bucket */
+    uint64_t master;  /* ZeRO's fp32 master partitions */
+    uint64_t states;  /* AdamW's exp_avg and exp_avg_sq */
+    uint64_t scalars; /* step counters, DDP's used map, ZeRO's norm and flags, FSDP2's mesh */
+    uint64_t buffers; /* the model's buffers (rotary inv_freq, original_inv_freq) */
+    uint64_t total;
+} gckpt_rank_bytes;
+
+/* Rank `rank`'s persistent bytes for setting s (a checked, multi-GPU layout) from table ps
+ * after gckpt_params_shard. Rank 0 is the busiest (FSDP2's local shards shrink at the end). */
+void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
+                           uint64_t round, gckpt_rank_bytes *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

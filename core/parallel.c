@@ -47,6 +47,12 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
     return true;
 }
 
+gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
+{
+    bool wraps = s->layout.mode != GCKPT_PAR_NONE && s->layout.mode != GCKPT_PAR_DDP;
+    return wraps && s->precision == GCKPT_AMP_BF16 ? GCKPT_BF16 : s->precision;
+}
+
 /* A parameter's dim 0 and the elements of one row (a 1-D tensor is stored as one row). */
 static uint64_t dim0(const gckpt_param *p) { return p->rows == 1 ? p->cols : p->rows; }
 static uint64_t row_numel(const gckpt_param *p) { return p->rows == 1 ? 1 : p->cols; }
@@ -164,4 +170,207 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
     }
     out->buffers = model_buffers(m, round);
     out->total = out->weights + out->grads + out->master + out->states + out->scalars + out->buffers;
+}
+
+/* DeepSpeed ZeRO-3 defaults (the probe's fixtures record them: parallel.deepspeed.zero), in
+ * elements: stage3_max_live_parameters, and sub_group_size, the optimizer step's unit. */
+#define ZERO3_MAX_LIVE 1000000000ull
+#define ZERO3_SUB_GROUP 1000000000ull
+
+/* Elements of one copy of each section's parameters, unsharded with FSDP2's padding
+ * (sec: GCKPT_SEC_EMBED, _BLOCK, _HEAD). */
+static uint64_t unit_numel(const gckpt_params *ps, int sec)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < ps->n; i++)
+        if (ps->p[i].section == sec) n += ps->p[i].shard.part ? ps->p[i].shard.part * ps->p[i].shard.ways : ps->p[i].numel;
+    return n;
+}
+
+/* A block parameter's place in named_parameters order within its layer: the attention's
+ * (q, k, v, o, q_norm, k_norm), the MLP's, then input_layernorm and post_attention_layernorm
+ * (the modules' registration order; the recipe lists them in forward order). */
+static int module_order(const gckpt_param *p)
+{
+    static const char *const prefix[] = {"self_attn.", "mlp.", "input_layernorm", "post_attention_layernorm"};
+    for (int k = 0; k < 4; k++)
+        if (!strncmp(p->name, prefix[k], strlen(prefix[k]))) return k;
+    return 0;
+}
+
+/* Bytes of rank 0's reduced gradients between the backward and the step under ZeRO-1/2
+ * (averaged_gradients / grads_in_partition): every parameter overlapping the rank's slice of
+ * its group's flat buffer counts whole (dist_rules.py zero12_grad_partition). */
+static uint64_t zero12_grad_partition(const gckpt_params *ps, uint64_t layers, uint64_t n, uint64_t zs)
+{
+    uint64_t out = 0;
+    for (int g = 0; g < 2; g++) {
+        uint64_t total = 0;
+        for (int i = 0; i < ps->n; i++)
+            if (ps->p[i].shard.group == g) total += ps->p[i].copies * ps->p[i].numel;
+        uint64_t part = (total + 2 * n - 1) / (2 * n) * 2, off = 0;
+        /* the flat order: the embedding, each layer's parameters in module order, the head */
+        for (int sec = GCKPT_SEC_EMBED; sec <= GCKPT_SEC_HEAD; sec++)
+            for (uint64_t li = 0; li < (sec == GCKPT_SEC_BLOCK ? layers : 1); li++)
+                for (int k = 0; k < 4; k++)
+                    for (int i = 0; i < ps->n; i++) {
+                        const gckpt_param *p = &ps->p[i];
+                        if (p->section != sec || p->shard.group != g || (sec == GCKPT_SEC_BLOCK ? module_order(p) : 0) != k)
+                            continue;
+                        if (off < part) out += p->numel * zs;
+                        off += p->numel;
+                    }
+    }
+    return out;
+}
+
+static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+void gckpt_parallel_apply(gckpt_ctx *c)
+{
+    const gckpt_setting *s = &c->set;
+    const gckpt_model *m = c->model;
+    gckpt_params *ps = &c->params;
+    uint64_t round = c->dev->alloc_round_bytes, n = gckpt_layout_world(&s->layout);
+    uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2, ipg = gckpt_round_up(zs * gckpt_ds_reduce_bucket(m), round);
+    gckpt_params_shard(ps, m, &s->layout);
+    gckpt_rank_bytes rb;
+    gckpt_rank_persistent(ps, m, s, 0, round, &rb);
+    uint64_t extra = rb.scalars + rb.buffers;
+    gckpt_parallel mode = (gckpt_parallel)s->layout.mode;
+    if (mode != GCKPT_PAR_DDP) {
+        c->weights = rb.weights;
+        c->opt_states = rb.master + rb.states;
+        c->opt_seconds /= (double)n; /* each rank updates its 1/N of the states */
+    }
+    uint64_t grads = 0, largest_group = 0, group[2] = {0, 0};
+    for (int i = 0; i < ps->n; i++) {
+        gckpt_param *p = &ps->p[i];
+        group[p->shard.group] += p->copies * (p->shard.part ? p->shard.part : p->numel);
+        if (mode == GCKPT_PAR_FSDP) /* the reduce-scatter output, cast to fp32 */
+            p->grad = (gckpt_buffer){GCKPT_DT_F32, p->shard.part, gckpt_round_up(4 * p->shard.part, round)};
+        else if (mode == GCKPT_PAR_ZERO2 || mode == GCKPT_PAR_ZERO3) {
+            uint64_t part = (p->numel + n - 1) / n;
+            p->grad = (gckpt_buffer){p->grad.dtype, part, gckpt_round_up(zs * part, round)};
+        }
+        grads += p->copies * p->grad.bytes;
+    }
+    for (int g = 0; g < 2; g++) {
+        uint64_t a = mode == GCKPT_PAR_ZERO3 ? group[g] : (group[g] + 2 * n - 1) / (2 * n) * 2;
+        if (a > largest_group) largest_group = a;
+    }
+    c->grads = c->step_grads = grads;
+    switch (mode) {
+    case GCKPT_PAR_DDP:
+        c->parallel = rb.grads + extra;
+        break;
+    case GCKPT_PAR_ZERO1:
+    case GCKPT_PAR_ZERO2:
+        c->parallel = ipg + 4 + extra;
+        /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
+        /* + 8 B of scalars (12 B in fp32), FINDINGS 13.5 */
+        c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0) +
+                      (zs != 4 ? 8 : 12);
+        c->step_released = ipg + 4;
+        c->step_grads = zero12_grad_partition(ps, m->layers, n, zs);
+        if (c->step_grads > c->grads) c->step_grads = c->grads;
+        break;
+    case GCKPT_PAR_ZERO3: {
+        uint64_t live = 0;
+        for (int i = 0; i < ps->n; i++)
+            if (!ps->p[i].shard.whole) live += ps->p[i].copies * ps->p[i].shard.part * n;
+        if (live > ZERO3_MAX_LIVE) live = ZERO3_MAX_LIVE;
+        c->parallel = gckpt_round_up(live * zs, round) + ipg + extra;
+        if (largest_group > ZERO3_SUB_GROUP) largest_group = ZERO3_SUB_GROUP;
+        c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0);
+        break;
+    }
+    case GCKPT_PAR_FSDP: {
+        uint64_t e = unit_numel(ps, GCKPT_SEC_EMBED), l = unit_numel(ps, GCKPT_SEC_BLOCK), h = unit_numel(ps, GCKPT_SEC_HEAD);
+        uint64_t pd = s->precision == GCKPT_FP32 ? 4 : 2; /* MixedPrecisionPolicy param / reduce dtype */
+        c->parallel = gckpt_round_up(h * pd, round) + 2 * gckpt_round_up(max3(e, l, 0) * pd, round) +
+                      gckpt_round_up(max3(e, l, h) * pd, round) + extra;
+        break;
+    }
+    default: break;
+    }
+}
+
+void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
+{
+    const gckpt_setting *s = &c->set;
+    const gckpt_params *ps = &c->params;
+    double n = gckpt_layout_world(&s->layout), ga = (double)grad_accum;
+    double zs = s->precision == GCKPT_FP32 ? 4 : 2;
+    double full = 0, padded = 0, gathered = 0, whole = 0, tail = 0;
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        double k = (double)p->copies, pad = (double)(p->shard.part ? p->shard.part * p->shard.ways : p->numel);
+        full += k * (double)p->numel;
+        padded += k * pad;
+        if (p->shard.whole) whole += k * pad;
+        else gathered += k * pad;
+        if (p->section == GCKPT_SEC_HEAD) tail += k * pad;
+    }
+    memset(v, 0, sizeof *v);
+    switch ((gckpt_parallel)s->layout.mode) {
+    case GCKPT_PAR_DDP: /* fp32 buckets, the synchronising micro-step only */
+        v->reduce = full * 4;
+        v->reduce_is_all_reduce = true;
+        break;
+    case GCKPT_PAR_FSDP: /* every unit gathered in each forward and, resharded (not the tail), each backward */
+        v->gather_fwd = ga * padded * zs;
+        v->gather_bwd = ga * (padded - tail) * zs;
+        v->reduce = padded * zs;
+        break;
+    case GCKPT_PAR_ZERO1:
+    case GCKPT_PAR_ZERO2: {
+        double a = 0;
+        uint64_t group[2] = {0, 0};
+        for (int i = 0; i < ps->n; i++) group[ps->p[i].shard.group] += ps->p[i].copies * ps->p[i].numel;
+        for (int g = 0; g < 2; g++) a += (double)((group[g] + 2 * (uint64_t)n - 1) / (2 * (uint64_t)n) * 2 * (uint64_t)n);
+        v->reduce = (s->layout.mode == GCKPT_PAR_ZERO1 ? 1 : ga) * full * zs;
+        v->reduce_is_all_reduce = true;
+        v->gather_opt = a * zs;
+        break;
+    }
+    case GCKPT_PAR_ZERO3: /* gathered once per micro-step and kept through its backward (default limits) */
+        v->gather_fwd = ga * gathered * zs;
+        v->reduce = ga * padded * zs;
+        v->gather_opt = whole * zs;
+        break;
+    default: break;
+    }
+    (void)n;
+}
+
+void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
+{
+    const gckpt_layout *l = &c->set.layout;
+    double n = gckpt_layout_world(l);
+    double bw = (l->nodes > 1) ? c->dev->inter_node_bus_bytes_per_s : c->dev->intra_node_bus_bytes_per_s;
+    gckpt_comm_volume v;
+    gckpt_parallel_volume(c, grad_accum, &v);
+    if (bw <= 0) return; /* gckpt_parallel_device_ok refused this earlier */
+    double ring = (n - 1) / n / bw; /* seconds per byte of an all-gather / reduce-scatter (nccl-tests busbw) */
+    double t_gf = v.gather_fwd * ring, t_gb = v.gather_bwd * ring, t_go = v.gather_opt * ring;
+    double t_red = v.reduce * ring * (v.reduce_is_all_reduce ? 2 : 1);
+    /* a reduction once per step (DDP, ZeRO-1, FSDP2's synchronising micro-step) overlaps one backward */
+    bool every_micro = l->mode == GCKPT_PAR_ZERO2 || l->mode == GCKPT_PAR_ZERO3;
+    double bwd = res->backward_s + res->recompute_s, window = every_micro ? bwd : bwd / (double)grad_accum;
+    double exposed = (t_gf > res->forward_s ? t_gf - res->forward_s : 0) + (t_gb > bwd ? t_gb - bwd : 0) +
+                     (t_red > window ? t_red - window : 0) + t_go;
+    res->comm_s = exposed;
+    res->step_s += exposed;
+}
+
+bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckpt_err *err)
+{
+    if (!gckpt_layout_multi(l)) return true;
+    const char *field = l->nodes > 1 ? "inter_node_bus_bytes_per_s" : "intra_node_bus_bytes_per_s";
+    double bw = l->nodes > 1 ? d->inter_node_bus_bytes_per_s : d->intra_node_bus_bytes_per_s;
+    if (bw > 0) return true;
+    gckpt_seterr(err, "GPU profile '%s': field '%s' is missing (needed to time collectives on several GPUs)", d->name,
+                 field);
+    return false;
 }

@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include <math.h>
+
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/util/jsonget.h"
@@ -42,6 +44,72 @@ static void plan_rank(const gckpt_model *m, const gckpt_setting *s, uint32_t ran
 
 static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
+/* One per-rank fixture: the model, the setting with its layout, what was measured at step 2. */
+typedef struct {
+    gckpt_model m;
+    gckpt_setting s;
+    uint32_t rank;
+    bool fake;           /* PyTorch's fake process group (the gloo twins: false) */
+    char mode[16], variant[16];
+    uint64_t start, end; /* live bytes at step 2's start and end */
+    double peak;         /* step 2's live peak */
+    char where[160];
+} dist_fixture;
+
+static void read_fixture(const char *path, dist_fixture *f)
+{
+    gckpt_err err;
+    memset(f, 0, sizeof *f);
+    char *text = gckpt_read_file(path, 256u << 20, &err);
+    if (!text) fail_msg("%s", err.msg);
+    cJSON *root = gckpt_json_parse(path, text, &err);
+    free(text);
+    if (!root) fail_msg("%s", err.msg);
+    const cJSON *set = item(root, "setting"), *par = item(root, "parallel"), *steps = item(root, "steps");
+    char prec[32], pg[16];
+    uint64_t world, rank, n, mb, seq, ga;
+    double peak;
+    char *cfg = cJSON_PrintUnformatted(item(root, "config"));
+    bool ok = cfg && gckpt_model_parse(path, cfg, &f->m, &err) &&
+              gckpt_json_str(par, path, "parallel.mode", f->mode, sizeof f->mode, &err) &&
+              gckpt_json_str_opt(par, path, "parallel.variant", "", f->variant, sizeof f->variant, &err) &&
+              gckpt_json_str(par, path, "parallel.process_group", pg, sizeof pg, &err) &&
+              gckpt_json_u64(par, path, "parallel.world_size", 2, 1024, &world, &err) &&
+              gckpt_json_u64(par, path, "parallel.rank", 0, world - 1, &rank, &err) &&
+              gckpt_json_str(set, path, "setting.precision", prec, sizeof prec, &err) &&
+              gckpt_json_u64_opt(set, path, "setting.every_n_layers", 0, 1024, 0, &n, &err) &&
+              gckpt_json_u64(set, path, "setting.micro_batch", 1, 1024, &mb, &err) &&
+              gckpt_json_u64(set, path, "setting.seq", 1, 1u << 20, &seq, &err) &&
+              gckpt_json_u64(set, path, "setting.grad_accum", 1, 1024, &ga, &err);
+    free(cfg);
+    const cJSON *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
+    ok = ok && gckpt_json_u64(last, path, "steps[-1].live_at_start_bytes", 0, UINT64_MAX, &f->start, &err) &&
+         gckpt_json_u64(last, path, "steps[-1].live_at_end_bytes", 0, UINT64_MAX, &f->end, &err) &&
+         gckpt_json_num(last, path, "steps[-1].live_peak_bytes", 0, 1e18, &peak, &err) &&
+         gckpt_json_str(last, path, "steps[-1].peak_where", f->where, sizeof f->where, &err);
+    f->s.offload = cJSON_IsTrue(item(set, "offload"));
+    cJSON_Delete(root);
+    if (!ok) fail_msg("%s", err.msg);
+    f->fake = !strcmp(pg, "fake");
+    f->rank = (uint32_t)rank;
+    f->peak = peak;
+    gckpt_setting *s = &f->s;
+    s->seq = seq;
+    s->micro_batch = mb;
+    s->grad_accum = ga;
+    s->optimizer = GCKPT_ADAMW;
+    s->attention = GCKPT_SDPA;
+    s->every_n = (uint32_t)n;
+    /* every mode runs the Trainer's bf16=True (the probe names it by what the forward computes in) */
+    s->precision = strcmp(prec, "fp32") ? GCKPT_AMP_BF16 : GCKPT_FP32;
+    s->layout.gpus = (uint32_t)world;
+    s->layout.nodes = 1;
+    int pm = gckpt_parallel_from(strcmp(f->mode, "fsdp2") ? f->mode : "fsdp");
+    if (pm <= 0) fail_msg("%s: parallel.mode '%s' not understood", path, f->mode);
+    s->layout.mode = (uint8_t)pm;
+    if (!gckpt_layout_check(s, &err)) fail_msg("%s", err.msg);
+}
+
 typedef struct {
     int compared, exact, gloo;
 } tally;
@@ -49,54 +117,21 @@ typedef struct {
 /* One fixture: false when it differs (printed). */
 static bool check_fixture(const char *path, tally *t)
 {
-    gckpt_err err;
-    char *text = gckpt_read_file(path, 256u << 20, &err);
-    if (!text) fail_msg("%s", err.msg);
-    cJSON *root = gckpt_json_parse(path, text, &err);
-    free(text);
-    if (!root) fail_msg("%s", err.msg);
-    const cJSON *set = item(root, "setting"), *par = item(root, "parallel"), *steps = item(root, "steps");
-    char mode[16], prec[32], pg[16];
-    uint64_t world, rank, n, start, end;
-    gckpt_model m;
-    char *cfg = cJSON_PrintUnformatted(item(root, "config"));
-    bool ok = cfg && gckpt_model_parse(path, cfg, &m, &err) && gckpt_json_str(par, path, "parallel.mode", mode, sizeof mode, &err) &&
-              gckpt_json_str(par, path, "parallel.process_group", pg, sizeof pg, &err) &&
-              gckpt_json_u64(par, path, "parallel.world_size", 2, 1024, &world, &err) &&
-              gckpt_json_u64(par, path, "parallel.rank", 0, world - 1, &rank, &err) &&
-              gckpt_json_str(set, path, "setting.precision", prec, sizeof prec, &err) &&
-              gckpt_json_u64_opt(set, path, "setting.every_n_layers", 0, 1024, 0, &n, &err);
-    free(cfg);
-    const cJSON *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
-    ok = ok && gckpt_json_u64(last, path, "steps[-1].live_at_start_bytes", 0, UINT64_MAX, &start, &err) &&
-         gckpt_json_u64(last, path, "steps[-1].live_at_end_bytes", 0, UINT64_MAX, &end, &err);
-    cJSON_Delete(root);
-    if (!ok) fail_msg("%s", err.msg);
-    if (strcmp(pg, "fake")) {
+    dist_fixture f;
+    read_fixture(path, &f);
+    if (!f.fake) {
         t->gloo++;
         return true;
     }
-    gckpt_setting s = {0};
-    s.seq = s.micro_batch = s.grad_accum = 1;
-    s.optimizer = GCKPT_ADAMW;
-    s.every_n = (uint32_t)n;
-    /* every mode runs the Trainer's bf16=True (the probe names it by what the forward computes in) */
-    s.precision = strcmp(prec, "fp32") ? GCKPT_AMP_BF16 : GCKPT_FP32;
-    s.layout.gpus = (uint32_t)world;
-    s.layout.nodes = 1;
-    int pm = gckpt_parallel_from(strcmp(mode, "fsdp2") ? mode : "fsdp");
-    if (pm <= 0) fail_msg("%s: parallel.mode '%s' not understood", path, mode);
-    s.layout.mode = (uint8_t)pm;
-    if (!gckpt_layout_check(&s, &err)) fail_msg("%s", err.msg);
     gckpt_rank_bytes b;
-    plan_rank(&m, &s, (uint32_t)rank, &b);
+    plan_rank(&f.m, &f.s, f.rank, &b);
     t->compared++;
-    if (b.total == start && b.total == end) {
+    if (b.total == f.start && b.total == f.end) {
         t->exact++;
         return true;
     }
     print_message("%s: planned %llu, measured start %llu end %llu\n", path, (unsigned long long)b.total,
-                  (unsigned long long)start, (unsigned long long)end);
+                  (unsigned long long)f.start, (unsigned long long)f.end);
     return false;
 }
 
@@ -120,6 +155,75 @@ static void test_fixtures_exact(void **state)
     print_message("per-rank persistent bytes (step 2's start and end): %d/%d fixtures exact (%d gloo twins not "
                   "compared)\n", t.exact, t.compared, t.gloo);
     assert_true(t.compared >= 150);
+    assert_int_equal(bad, 0);
+}
+
+/* The rank's planned live peak of step 2 (CPU target, exact allocator as test_hf_fixtures). */
+static double planned_peak(const dist_fixture *f, const gckpt_device *dev)
+{
+    static gckpt_ctx c;
+    gckpt_err err;
+    gckpt_peft none = {0};
+    gckpt_recipe_build_peft(&f->m, gckpt_parallel_compute_precision(&f->s), GCKPT_SDPA, GCKPT_TARGET_CPU, &none, &g_r);
+    if (!gckpt_ctx_init(&c, &f->m, dev, &g_r, &f->s, &err)) fail_msg("%s", err.msg);
+    gckpt_schedule ev;
+    if (!gckpt_schedule_build(&c, &ev)) fail_msg("out of memory");
+    gckpt_result res;
+    gckpt_walk(&c, &ev, &res);
+    gckpt_schedule_free(&ev);
+    return (double)res.peak_bytes;
+}
+
+/* The step's live peak per rank against the fixtures. Checkpointed DDP and ZeRO-1, where
+ * FINDINGS 13.6 derives the peak exactly (one GPU's + the buckets / the rank's persistent
+ * bytes + the ipg bucket), within the single-GPU planner's tolerance (test_hf_fixtures: 0.1 %
+ * amp and fp32, 0.5 % bf16). FSDP2, ZeRO-2 and ZeRO-3 (working set as a closed form, not yet
+ * per-unit events) and DDP without checkpointing (_DDPSink's clones, not modelled) within
+ * MODE_TOL, the figure README "Several GPUs" states (measured: 18.1 % at most, ZeRO-3 on
+ * tiny llama at world 2); the residual table is printed. */
+#define MODE_TOL 0.20
+static void test_fixture_peaks(void **state)
+{
+    (void)state;
+    gckpt_device dev;
+    gckpt_err err;
+    if (!gckpt_device_load(GCKPT_TEST_DATA "/devices/cpu-exact.json", &dev, &err)) fail_msg("%s", err.msg);
+    const char *dir = GCKPT_TEST_DATA "/hf-dist";
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    int n = 0, bad = 0;
+    double worst[GCKPT_NPAR][2] = {{0}}; /* per mode: max |error|, [1] checkpointed */
+    int count[GCKPT_NPAR][2] = {{0}};
+    print_message("%-52s %10s %10s %8s  %s\n", "fixture (fake group)", "measured", "planned", "error", "measured peak at");
+    while ((e = readdir(d))) {
+        size_t k = strlen(e->d_name);
+        if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        dist_fixture f;
+        read_fixture(path, &f);
+        if (!f.fake || f.rank != 0) continue; /* rank 0: the busiest, the one a plan shows */
+        double planned = planned_peak(&f, &dev), err_rel = (planned - f.peak) / f.peak;
+        int mode = f.s.layout.mode, ck = f.s.every_n > 0;
+        bool derived = (mode == GCKPT_PAR_DDP && ck) || mode == GCKPT_PAR_ZERO1;
+        double tol = derived ? (f.s.precision == GCKPT_FP32 || mode == GCKPT_PAR_DDP ? 0.001 : 0.005) : MODE_TOL;
+        print_message("%-52.52s %10.0f %10.0f %+7.2f%%  %s\n", e->d_name, f.peak, planned, 100 * err_rel, f.where);
+        if (fabs(err_rel) > worst[mode][ck]) worst[mode][ck] = fabs(err_rel);
+        count[mode][ck]++;
+        n++;
+        if (fabs(err_rel) > tol) {
+            print_message("  ^ beyond %.1f %%\n", 100 * tol);
+            bad++;
+        }
+    }
+    closedir(d);
+    for (int m = 1; m < GCKPT_NPAR; m++)
+        for (int ck = 0; ck < 2; ck++)
+            if (count[m][ck])
+                print_message("%-6s %-16s %3d fixtures, max |error| %.2f %%\n", gckpt_parallel_names[m],
+                              ck ? "checkpointed" : "no checkpointing", count[m][ck], 100 * worst[m][ck]);
+    assert_true(n >= 70);
     assert_int_equal(bad, 0);
 }
 
@@ -181,6 +285,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures_exact),
         cmocka_unit_test(test_closed_forms),
+        cmocka_unit_test(test_fixture_peaks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,6 +27,8 @@
 
 #include "gckpt/core/model.h"
 #include "gckpt/core/params.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/core/schedule.h"
 #include "gckpt/core/setting.h"
 
 #ifdef __cplusplus
@@ -52,6 +54,11 @@ uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m); /* 10 x hidden */
  * measured). */
 bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err);
 
+/* The precision the recipe computes in: FSDP2's MixedPrecisionPolicy and DeepSpeed's bf16 run
+ * the forward on bf16 weights without autocast (pure bf16, FINDINGS 13.4: saved bytes equal the
+ * single-process bf16 fixtures); DDP and one GPU: s->precision. */
+gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s);
+
 /* Fill the shard fields of table ps for layout l of model m. */
 void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l);
 
@@ -71,6 +78,41 @@ typedef struct {
  * after gckpt_params_shard. Rank 0 is the busiest (FSDP2's local shards shrink at the end). */
 void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                            uint64_t round, gckpt_rank_bytes *out);
+
+/* Make context c (its setting a checked multi-GPU layout) one rank's: the table's shard fields
+ * and per-rank gradients, the persistent totals of rank 0 (the busiest), the mode's working
+ * set in c->parallel and the optimizer step's share. The working set is a closed form, not
+ * yet events of the schedule (README, "Several GPUs", says what is verified):
+ *  ddp:   the buckets (a flat fp32 copy of every gradient), step counters, buffers;
+ *  zero1: the ipg bucket (reduce_bucket_size elements) held through the step; the full
+ *         model-dtype gradients accumulate in .grad as on one GPU (FINDINGS 13.6, exact);
+ *  zero2: as zero1, the gradients the rank's partition only (13.6: below one GPU);
+ *  zero3: every gathered non-persistent parameter from its first forward use to its backward
+ *         (default stage3_max_live_parameters 1e9 elements caps it), the ipg bucket;
+ *  fsdp:  the tail unit (final norm, lm_head: reshard_after_forward False) unsharded, the
+ *         current and the prefetched unit's unsharded bf16 parameters, one unit's
+ *         reduce-scatter input; fp32 sharded gradients. */
+void gckpt_parallel_apply(gckpt_ctx *c);
+
+/* Whether profile d has the bus bandwidth layout l needs (err names the field when not). */
+bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckpt_err *err);
+
+/* One step's collectives on a rank, bytes of the full (unsharded) buffers (FINDINGS 13.4,
+ * dist_rules.py collectives_closed): all-gathers in the forward, the backward and after the
+ * optimizer step, and the gradients' reduction (all-reduce for DDP / ZeRO-1/2, reduce-scatter
+ * for FSDP2 / ZeRO-3). */
+typedef struct {
+    double gather_fwd, gather_bwd, gather_opt, reduce;
+    bool reduce_is_all_reduce;
+} gckpt_comm_volume;
+void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v);
+
+/* Add to res->step_s (and res->comm_s) the collectives' time that compute does not hide, at
+ * the profile's bus bandwidth (intra-node, or inter-node when there are several nodes):
+ * all-gathers of the forward behind the forward, those of the backward and the reduction
+ * behind the backward and recompute (prefetch on side streams, bucket hooks: FINDINGS 13.7
+ * D7, from the source; unverified on GPUs), the optimizer's all-gather exposed. */
+void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,10 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
 {
     const char *mode = gckpt_parallel_names[s->layout.mode];
     if (s->layout.mode == GCKPT_PAR_NONE) return true;
+    if ((uint64_t)(s->layout.gpus ? s->layout.gpus : 1) * (s->layout.nodes ? s->layout.nodes : 1) > GCKPT_MAX_RANKS) {
+        gckpt_seterr(err, "--gpus x --nodes: more than %d GPUs", GCKPT_MAX_RANKS);
+        return false;
+    }
     if (gckpt_layout_world(&s->layout) < 2) {
         gckpt_seterr(err, "--parallel %s needs more than one GPU (--gpus, --nodes)", mode);
         return false;

@@ -135,6 +135,7 @@ static void bad_inputs(void **state)
         {"parallel none on several GPUs", A("--gpus", "8", "--parallel", "none", "-o", "out.json"), "--parallel none"},
         {"gpus zero", A("--gpus", "0", "--parallel", "ddp", "-o", "out.json"), "--gpus"},
         {"nodes junk", A("--nodes", "2x", "--parallel", "ddp", "-o", "out.json"), "--nodes"},
+        {"too many GPUs", A("--gpus", "1024", "--nodes", "1024", "--parallel", "ddp", "-o", "out.json"), "more than 65536 GPUs"},
         {"a list of modes with -o", A("--gpus", "8", "--parallel", "ddp,fsdp", "-o", "out.json"), "one mode"},
         {"parallel LoRA", A("--gpus", "2", "--parallel", "ddp", "--method", "lora", "-o", "out.json"), "full fine-tuning"},
         {"parallel SGD", A("--gpus", "2", "--parallel", "zero2", "--optimizer", "sgd", "-o", "out.json"), "--optimizer adamw"},

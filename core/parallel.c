@@ -17,9 +17,16 @@ uint32_t gckpt_layout_world(const gckpt_layout *l)
     return (l->gpus ? l->gpus : 1) * (l->nodes ? l->nodes : 1);
 }
 
-uint64_t gckpt_ds_reduce_bucket(const gckpt_model *m) { return m->hidden * m->hidden; }
-uint64_t gckpt_ds_prefetch_bucket(const gckpt_model *m) { return m->hidden * m->hidden * 9 / 10; }
-uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m) { return 10 * m->hidden; }
+uint64_t gckpt_ds_reduce_bucket(const gckpt_model *m, const gckpt_layout *l)
+{
+    return l->ds.set & GCKPT_DS_REDUCE_BUCKET ? l->ds.reduce_bucket : m->hidden * m->hidden;
+}
+uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m, const gckpt_layout *l)
+{
+    return l->ds.set & GCKPT_DS_PERSISTENCE ? l->ds.persistence_threshold : 10 * m->hidden;
+}
+uint64_t gckpt_ds_max_live(const gckpt_layout *l) { return l->ds.set & GCKPT_DS_MAX_LIVE ? l->ds.max_live : 1000000000ull; }
+uint64_t gckpt_ds_sub_group(const gckpt_layout *l) { return l->ds.set & GCKPT_DS_SUB_GROUP ? l->ds.sub_group : 1000000000ull; }
 
 bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
 {
@@ -87,7 +94,7 @@ void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layo
             p->shard.how = GCKPT_SHARD_FLAT;
             p->shard.buffers = GCKPT_SHARD_WEIGHT | GCKPT_SHARD_GRAD | GCKPT_SHARD_STATES;
             p->shard.part = cdiv(p->numel, n);
-            p->shard.whole = p->numel < gckpt_ds_persistence_threshold(m);
+            p->shard.whole = p->numel < gckpt_ds_persistence_threshold(m, l);
             break;
         default:
             p->shard.how = GCKPT_SHARD_NONE;
@@ -167,7 +174,7 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
     case GCKPT_PAR_ZERO3:
         out->master = gckpt_round_up(4 * q, round);
         out->states = 2 * gckpt_round_up(4 * q, round);
-        out->grads = gckpt_round_up(zs * q, round) + gckpt_round_up(zs * gckpt_ds_reduce_bucket(m), round);
+        out->grads = gckpt_round_up(zs * q, round) + gckpt_round_up(zs * gckpt_ds_reduce_bucket(m, &s->layout), round);
         out->scalars = ADAMW_STEP * (uint64_t)ngroups + ZERO3_SCALARS;
         break;
     default: break;
@@ -176,10 +183,6 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
     out->total = out->weights + out->grads + out->master + out->states + out->scalars + out->buffers;
 }
 
-/* DeepSpeed ZeRO-3 defaults (the probe's fixtures record them: parallel.deepspeed.zero), in
- * elements: stage3_max_live_parameters, and sub_group_size, the optimizer step's unit. */
-#define ZERO3_MAX_LIVE 1000000000ull
-#define ZERO3_SUB_GROUP 1000000000ull
 
 /* Elements of one copy of each section's parameters, unsharded with FSDP2's padding
  * (sec: GCKPT_SEC_EMBED, _BLOCK, _HEAD). */
@@ -236,7 +239,7 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     const gckpt_model *m = c->model;
     gckpt_params *ps = &c->params;
     uint64_t round = c->dev->alloc_round_bytes, n = gckpt_layout_world(&s->layout);
-    uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2, ipg = gckpt_round_up(zs * gckpt_ds_reduce_bucket(m), round);
+    uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2, ipg = gckpt_round_up(zs * gckpt_ds_reduce_bucket(m, &s->layout), round);
     gckpt_params_shard(ps, m, &s->layout);
     gckpt_rank_bytes rb;
     gckpt_rank_persistent(ps, m, s, 0, round, &rb);
@@ -283,9 +286,11 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         uint64_t live = 0;
         for (int i = 0; i < ps->n; i++)
             if (!ps->p[i].shard.whole) live += ps->p[i].copies * ps->p[i].shard.part * n;
-        if (live > ZERO3_MAX_LIVE) live = ZERO3_MAX_LIVE;
+        if (live > gckpt_ds_max_live(&s->layout)) live = gckpt_ds_max_live(&s->layout); /* stage3_max_live_parameters */
+        uint64_t unit = max3(unit_numel(ps, GCKPT_SEC_EMBED), unit_numel(ps, GCKPT_SEC_BLOCK), unit_numel(ps, GCKPT_SEC_HEAD));
+        if (live < unit) live = unit; /* the module in use is gathered whatever the limit */
         c->parallel = gckpt_round_up(live * zs, round) + ipg + extra;
-        if (largest_group > ZERO3_SUB_GROUP) largest_group = ZERO3_SUB_GROUP;
+        if (largest_group > gckpt_ds_sub_group(&s->layout)) largest_group = gckpt_ds_sub_group(&s->layout); /* sub_group_size */
         c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0);
         break;
     }

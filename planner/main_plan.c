@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gckpt/planner/cli_names.h"
+#include "gckpt/planner/ds_config.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/planner/plan_output.h"
 #include "gckpt/util/safe_text.h"
@@ -55,6 +56,8 @@ static void usage(FILE *f)
 "  --parallel MODE[,..]   with several GPUs (required there): ddp | fsdp (FSDP2 fully_shard)\n"
 "                         | zero1 | zero2 | zero3 (DeepSpeed), or a list to compare; memory\n"
 "                         is the busiest rank's (README, \"Several GPUs\")\n"
+"  --deepspeed FILE       a ds_config.json: its ZeRO stage and bucket limits (\"auto\" as\n"
+"                         the Trainer resolves it); CPU offload and fp16 are refused\n"
 "  --every-n LIST         every_n_layers values: all (default: off and 1..L), off, or a\n"
 "                         list such as off,1,2,4 (0 = off)\n"
 "  --offload off|on|both  offload checkpointed inputs to pinned host memory (default both)\n"
@@ -266,7 +269,7 @@ static void print_alternatives(const gckpt_plan_request *req, FILE *f)
 
 enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
        O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG, O_METHOD, O_RANK, O_ALPHA, O_LDROP, O_TARGETS,
-       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR };
+       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS };
 
 /* What the command line asks for. */
 typedef struct {
@@ -281,7 +284,31 @@ typedef struct {
     /* --parallel: the modes to plan, in the order given */
     uint8_t modes[GCKPT_NPAR];
     int n_modes;
+    const char *ds_path; /* --deepspeed */
 } cli_args;
+
+/* --deepspeed FILE: its stage decides the mode (or must agree with --parallel), its limits go
+ * into the layout; 0 or the exit status of a bad file or combination. */
+static int apply_deepspeed(cli_args *a)
+{
+    if (!a->ds_path) return 0;
+    if (strlen(a->ds_path) >= sizeof a->req.deepspeed) return bad("--deepspeed: path too long%s%s", "", "");
+    gckpt_ds_config ds;
+    gckpt_err err;
+    if (!gckpt_ds_config_read(a->ds_path, &ds, &err)) return bad("%s%s", err.msg, "");
+    if (a->n_modes > 1 || (a->n_modes == 1 && a->modes[0] != ds.mode))
+        return bad("--parallel %s contradicts --deepspeed (zero_optimization.stage: %s)",
+                   gckpt_parallel_names[a->modes[0]], gckpt_parallel_names[ds.mode]);
+    if (ds.bf16 == 1 && a->req.precision != GCKPT_AMP_BF16)
+        return bad("--deepspeed: bf16.enabled is true; plan it with --precision amp-bf16 (the Trainer's bf16=True)%s%s", "", "");
+    if (ds.bf16 == 0 && a->req.precision != GCKPT_FP32)
+        return bad("--deepspeed: bf16.enabled is false; plan it with --precision fp32%s%s", "", "");
+    a->modes[0] = (uint8_t)ds.mode;
+    a->n_modes = 1;
+    a->req.layout.ds = ds.limits;
+    snprintf(a->req.deepspeed, sizeof a->req.deepspeed, "%s", a->ds_path);
+    return 0;
+}
 
 /* --parallel LIST into a->modes; 0 or the exit status of a bad value. */
 static int parse_parallel(const char *arg, cli_args *a)
@@ -307,6 +334,9 @@ static int parse_parallel(const char *arg, cli_args *a)
 static int check_layout(cli_args *a)
 {
     uint32_t world = gckpt_layout_world(&a->req.layout);
+    if (world == 1 && a->ds_path) return bad("--deepspeed needs more than one GPU (--gpus N, --nodes M)%s%s", "", "");
+    int rc = apply_deepspeed(a);
+    if (rc) return rc;
     if (world == 1) {
         if (a->n_modes > 1 || (a->n_modes == 1 && a->modes[0] != GCKPT_PAR_NONE))
             return bad("--parallel %s needs more than one GPU (--gpus N, --nodes M)%s",
@@ -490,6 +520,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         {"quant", required_argument, 0, O_QUANT}, {"double-quant", required_argument, 0, O_DQ},
         {"compute-dtype", required_argument, 0, O_CDT}, {"gpus", required_argument, 0, O_GPUS},
         {"nodes", required_argument, 0, O_NODES}, {"parallel", required_argument, 0, O_PAR},
+        {"deepspeed", required_argument, 0, O_DS},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c, rc = GCKPT_EXIT_OK;
     *answered = false;
@@ -507,6 +538,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         case 'q': a->quiet = true; break;
         case O_LONG: a->req.allow_long_seq = true; break;
         case O_PAR: rc = parse_parallel(optarg, a); break;
+        case O_DS: a->ds_path = optarg; break;
         case O_METHOD: case O_RANK: case O_ALPHA: case O_LDROP: case O_TARGETS: case O_MTS: case O_QUANT: case O_DQ:
         case O_CDT:
             a->peft_opt[c - O_METHOD] = optarg;

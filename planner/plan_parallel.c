@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "gckpt/util/safe_text.h"
+
 /* The Trainer's names for a layout, as tools/hf_probe/probe_dist.py passed them. */
 static const char *mode_words(gckpt_parallel m)
 {
@@ -40,6 +42,13 @@ void gckpt_plan_print_parallel_args(const gckpt_plan *p, FILE *f)
     case GCKPT_PAR_ZERO2:
     case GCKPT_PAR_ZERO3: {
         int stage = p->req.layout.mode - GCKPT_PAR_ZERO1 + 1;
+        if (p->req.deepspeed[0]) {
+            char path[512];
+            snprintf(path, sizeof path, "%s", p->req.deepspeed);
+            gckpt_text_sanitize(path);
+            fprintf(f, "    deepspeed=\"%s\",\n", path);
+            break;
+        }
         fprintf(f, "    deepspeed={  # or the same as a ds_config.json file\n"
                    "        \"train_micro_batch_size_per_gpu\": \"auto\", \"gradient_accumulation_steps\": \"auto\",\n"
                    "        \"train_batch_size\": \"auto\", \"gradient_clipping\": \"auto\", \"bf16\": {\"enabled\": \"auto\"},\n"
@@ -83,6 +92,15 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddStringToObject(o, "memory", "rank 0 (the busiest)");
     cJSON_AddNumberToObject(o, "bus_bytes_per_s", l->nodes > 1 ? p->dev.inter_node_bus_bytes_per_s
                                                                 : p->dev.intra_node_bus_bytes_per_s);
+    if (l->mode < GCKPT_PAR_ZERO1) return;
+    /* the DeepSpeed limits planned with, "auto" resolved */
+    cJSON *ds = cJSON_AddObjectToObject(o, "deepspeed");
+    if (p->req.deepspeed[0]) cJSON_AddStringToObject(ds, "file", p->req.deepspeed);
+    else cJSON_AddNullToObject(ds, "file");
+    cJSON_AddNumberToObject(ds, "reduce_bucket_size", (double)gckpt_ds_reduce_bucket(&p->model, l));
+    cJSON_AddNumberToObject(ds, "stage3_param_persistence_threshold", (double)gckpt_ds_persistence_threshold(&p->model, l));
+    cJSON_AddNumberToObject(ds, "stage3_max_live_parameters", (double)gckpt_ds_max_live(l));
+    cJSON_AddNumberToObject(ds, "sub_group_size", (double)gckpt_ds_sub_group(l));
 }
 
 void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry, cJSON *time)

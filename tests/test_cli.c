@@ -55,6 +55,13 @@ static void bad_inputs(void **state)
     cli_write("gpu-missing.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\"}");
     cli_write("gpu-schema.json", "{\"schema\":\"gckpt.device/9\"}");
     cli_write("gpu-neg.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\",\"memory_bytes\":-5}");
+    cli_write("ds-z3.json", "{\"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": \"auto\"}}");
+    cli_write("ds-nozero.json", "{\"bf16\": {\"enabled\": \"auto\"}}");
+    cli_write("ds-stage4.json", "{\"zero_optimization\": {\"stage\": 4}}");
+    cli_write("ds-frac.json", "{\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 2.5}}");
+    cli_write("ds-offload.json", "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}}}");
+    cli_write("ds-fp16.json", "{\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}}");
+    cli_write("ds-nobf16.json", "{\"bf16\": {\"enabled\": false}, \"zero_optimization\": {\"stage\": 1}}");
     cli_write("gpu-nolink.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\",\"memory_bytes\":85520809984,"
               "\"peak_tflops\":{\"fp32\":67,\"tf32\":494.7,\"bf16\":989.4,\"fp16\":989.4},\"matmul_efficiency\":0.8,"
               "\"hbm_bytes_per_s\":3.35e12,\"hbm_efficiency\":0.87,\"h2d_bytes_per_s\":5e10,\"d2h_bytes_per_s\":5e10,"
@@ -135,6 +142,16 @@ static void bad_inputs(void **state)
         {"parallel none on several GPUs", A("--gpus", "8", "--parallel", "none", "-o", "out.json"), "--parallel none"},
         {"gpus zero", A("--gpus", "0", "--parallel", "ddp", "-o", "out.json"), "--gpus"},
         {"nodes junk", A("--nodes", "2x", "--parallel", "ddp", "-o", "out.json"), "--nodes"},
+        {"deepspeed on one GPU", A("--deepspeed", "./ds-z3.json", "-o", "out.json"), "--deepspeed needs more than one GPU"},
+        {"deepspeed file missing", A("--gpus", "2", "--deepspeed", "./absent.json", "-o", "out.json"), "absent.json"},
+        {"deepspeed malformed", A("--gpus", "2", "--deepspeed", "./malformed.json", "-o", "out.json"), "malformed JSON"},
+        {"deepspeed without zero", A("--gpus", "2", "--deepspeed", "./ds-nozero.json", "-o", "out.json"), "'zero_optimization'"},
+        {"deepspeed stage 4", A("--gpus", "2", "--deepspeed", "./ds-stage4.json", "-o", "out.json"), "zero_optimization.stage"},
+        {"deepspeed bucket fraction", A("--gpus", "2", "--deepspeed", "./ds-frac.json", "-o", "out.json"), "zero_optimization.reduce_bucket_size"},
+        {"deepspeed offload", A("--gpus", "2", "--deepspeed", "./ds-offload.json", "-o", "out.json"), "offload_param"},
+        {"deepspeed fp16", A("--gpus", "2", "--deepspeed", "./ds-fp16.json", "-o", "out.json"), "fp16.enabled"},
+        {"deepspeed bf16 off, amp-bf16 asked", A("--gpus", "2", "--deepspeed", "./ds-nobf16.json", "-o", "out.json"), "--precision fp32"},
+        {"deepspeed stage against --parallel", A("--gpus", "2", "--parallel", "zero2", "--deepspeed", "./ds-z3.json", "-o", "out.json"), "contradicts --deepspeed"},
         {"too many GPUs", A("--gpus", "1024", "--nodes", "1024", "--parallel", "ddp", "-o", "out.json"), "more than 65536 GPUs"},
         {"a list of modes with -o", A("--gpus", "8", "--parallel", "ddp,fsdp", "-o", "out.json"), "one mode"},
         {"parallel LoRA", A("--gpus", "2", "--parallel", "ddp", "--method", "lora", "-o", "out.json"), "full fine-tuning"},

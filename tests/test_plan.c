@@ -250,6 +250,24 @@ static void parallel_plans(void **state)
             gckpt_plan_free(&p);
         }
     assert_int_equal(weights[GCKPT_PAR_DDP][0], weights[GCKPT_PAR_DDP][1]);
+    /* DeepSpeed's limits: "auto" as the Trainer resolves it (hidden 2048), or a ds_config's */
+    for (int set = 0; set < 2; set++) {
+        gckpt_plan_request q = req("llama-3.2-1b", 512);
+        q.layout = (gckpt_layout){8, 1, GCKPT_PAR_ZERO3, {0}};
+        if (set) q.layout.ds = (gckpt_ds_limits){GCKPT_DS_REDUCE_BUCKET | GCKPT_DS_PERSISTENCE, 1000, 0, 0, 0};
+        gckpt_plan p;
+        gckpt_err err;
+        if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s", err.msg);
+        cJSON *j = gckpt_plan_to_json(&p, false);
+        const cJSON *ds = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "layout"), "deepspeed");
+        assert_int_equal(cJSON_GetObjectItemCaseSensitive(ds, "reduce_bucket_size")->valuedouble, set ? 1000 : 2048 * 2048);
+        assert_int_equal(cJSON_GetObjectItemCaseSensitive(ds, "stage3_param_persistence_threshold")->valuedouble,
+                         set ? 0 : 20480);
+        assert_int_equal(cJSON_GetObjectItemCaseSensitive(ds, "stage3_max_live_parameters")->valuedouble, 1000000000);
+        cJSON_Delete(j);
+        gckpt_plan_free(&p);
+    }
     assert_true(weights[GCKPT_PAR_ZERO3][1] * 3 < weights[GCKPT_PAR_ZERO3][0]);
     assert_true(weights[GCKPT_PAR_FSDP][1] * 3 < weights[GCKPT_PAR_FSDP][0]);
 }

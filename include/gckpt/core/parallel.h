@@ -43,11 +43,14 @@ uint32_t gckpt_layout_world(const gckpt_layout *l);
 /* Whether the layout spreads the step over several GPUs. */
 static inline bool gckpt_layout_multi(const gckpt_layout *l) { return l->mode != GCKPT_PAR_NONE; }
 
-/* DeepSpeed's values the Trainer fills for "auto" (transformers integrations/deepspeed.py,
- * HfTrainerDeepSpeedConfig.trainer_config_finalize), in elements. */
-uint64_t gckpt_ds_reduce_bucket(const gckpt_model *m);        /* hidden x hidden */
-uint64_t gckpt_ds_prefetch_bucket(const gckpt_model *m);      /* int(0.9 x hidden x hidden) */
-uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m); /* 10 x hidden */
+/* DeepSpeed's limits in elements: the ds_config's value when set (l->ds), else what the Trainer
+ * fills for "auto" (transformers integrations/deepspeed.py,
+ * HfTrainerDeepSpeedConfig.trainer_config_finalize) or DeepSpeed's default
+ * (deepspeed/runtime/zero/config.py). */
+uint64_t gckpt_ds_reduce_bucket(const gckpt_model *m, const gckpt_layout *l);        /* hidden x hidden */
+uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m, const gckpt_layout *l); /* 10 x hidden */
+uint64_t gckpt_ds_max_live(const gckpt_layout *l);  /* stage3_max_live_parameters: 1e9 */
+uint64_t gckpt_ds_sub_group(const gckpt_layout *l); /* sub_group_size: 1e9 */
 
 /* Whether setting s can be planned per rank (one line in err when not): a mode with more
  * than one GPU, full fine-tuning with AdamW under fp32 or amp-bf16 (what FINDINGS 13

@@ -51,10 +51,20 @@ typedef struct {
  * layout is one GPU: gpus and nodes 0 read as 1, mode GCKPT_PAR_NONE. */
 typedef enum { GCKPT_PAR_NONE, GCKPT_PAR_DDP, GCKPT_PAR_FSDP, GCKPT_PAR_ZERO1, GCKPT_PAR_ZERO2, GCKPT_PAR_ZERO3, GCKPT_NPAR } gckpt_parallel;
 
+/* DeepSpeed ZeRO limits from a user's ds_config.json (gckpt-plan --deepspeed), in elements;
+ * a value whose bit in `set` is 0 is "auto" or absent: the Trainer's / DeepSpeed's default
+ * (gckpt/core/parallel.h). */
+enum { GCKPT_DS_REDUCE_BUCKET = 1, GCKPT_DS_PERSISTENCE = 2, GCKPT_DS_MAX_LIVE = 4, GCKPT_DS_SUB_GROUP = 8 };
+typedef struct {
+    uint8_t set;
+    uint64_t reduce_bucket, persistence_threshold, max_live, sub_group;
+} gckpt_ds_limits;
+
 typedef struct {
     uint32_t gpus;  /* per node */
     uint32_t nodes;
     uint8_t mode;   /* gckpt_parallel */
+    gckpt_ds_limits ds;
 } gckpt_layout;
 
 typedef struct {

@@ -45,6 +45,7 @@ typedef struct {
     char attn_impl[24];    /* attn_implementation to print ("": the attention's name) */
     gckpt_peft peft;       /* fine-tuning method (zeroed: full; gckpt/core/peft.h) */
     gckpt_layout layout;   /* GPUs and the parallel mode (zeroed: one GPU; gckpt/core/parallel.h) */
+    char deepspeed[512];   /* --deepspeed FILE as given ("": none; the snippet prints the Trainer's "auto" config) */
 } gckpt_plan_request;
 
 /* The default sequence: min(4096, the model's limit); a request with seq 0 gets it. */

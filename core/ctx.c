@@ -2,6 +2,7 @@
  * seconds, FLOPs and workspace, the bound that keeps every byte count of a step inside
  * 64 bits. */
 #include "gckpt/core/schedule.h"
+#include "gckpt/core/parallel.h"
 
 #include <string.h>
 
@@ -187,7 +188,7 @@ static bool step_bound_ok(const gckpt_ctx *c)
            gckpt_add(micro, be, &micro) && gckpt_add(micro, bh, &micro) && gckpt_mul(micro, 2, &total) &&
            gckpt_add(total, c->weights, &total) && gckpt_add(total, c->grads, &total) &&
            gckpt_add(total, c->quant_weights, &total) && gckpt_add(total, c->quant_stats, &total) &&
-           gckpt_add(total, c->paged_states, &total) &&
+           gckpt_add(total, c->paged_states, &total) && gckpt_add(total, c->parallel, &total) &&
            gckpt_add(total, c->opt_states, &total) && gckpt_add(total, c->opt_temp, &total) &&
            gckpt_add(total, c->workspace, &total) && total <= GCKPT_MAX_STEP_BYTES;
 }
@@ -214,6 +215,8 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     c->opt_temp = c->params.temp_bytes;
     c->workspace = d->workspace_bytes;
     c->opt_seconds = c->params.opt_traffic / hbm_rate(c);
+    c->step_grads = c->grads;
+    if (gckpt_layout_multi(&s->layout)) gckpt_parallel_apply(c); /* one rank's share */
     op_costs(c);
     if (overflow || !step_bound_ok(c)) {
         gckpt_seterr(err, "%s: at micro-batch %llu, seq %llu a training step could hold more than "
@@ -258,6 +261,7 @@ void gckpt_persistent(const gckpt_ctx *c, int64_t comp[GCKPT_NCOMP])
     comp[GCKPT_C_QUANT_WEIGHTS] = (int64_t)c->quant_weights;
     comp[GCKPT_C_QUANT_STATS] = (int64_t)c->quant_stats;
     comp[GCKPT_C_PAGED_STATES] = (int64_t)c->paged_states;
+    comp[GCKPT_C_PARALLEL] = (int64_t)c->parallel;
     comp[GCKPT_C_OPTIMIZER] = (int64_t)c->opt_states;
     comp[GCKPT_C_WORKSPACE] = (int64_t)c->workspace;
 }

@@ -38,7 +38,9 @@ bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_
          gckpt_json_u64(j, f, "context_bytes", 0, (uint64_t)1 << 40, &d->context_bytes, err) &&
          gckpt_json_u64(j, f, "workspace_bytes", 0, (uint64_t)1 << 40, &d->workspace_bytes, err) &&
          gckpt_json_u64(j, f, "alloc_round_bytes", 1, 1u << 30, &d->alloc_round_bytes, err) &&
-         gckpt_json_u64(j, f, "segment_round_bytes", 1, 1u << 30, &d->segment_round_bytes, err);
+         gckpt_json_u64(j, f, "segment_round_bytes", 1, 1u << 30, &d->segment_round_bytes, err) &&
+         gckpt_json_num_opt(j, f, "intra_node_bus_bytes_per_s", 1e6, 1e15, 0, &d->intra_node_bus_bytes_per_s, err) &&
+         gckpt_json_num_opt(j, f, "inter_node_bus_bytes_per_s", 1e6, 1e15, 0, &d->inter_node_bus_bytes_per_s, err);
     cJSON_Delete(j);
     gckpt_text_sanitize(d->name); /* shown on terminals, in tables and plots */
     return ok;

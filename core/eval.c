@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/core/parallel.h"
 #include "sim.h"
 
 static double peak_rate(const gckpt_ctx *c)
@@ -22,6 +23,7 @@ static void finish(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
 {
     uint64_t seg = c->dev->segment_round_bytes;
     res->device_peak_bytes = gckpt_round_up(res->peak_bytes, seg) + c->dev->context_bytes;
+    if (gckpt_layout_multi(&c->set.layout)) gckpt_parallel_comm(c, grad_accum, res);
     double tokens = (double)c->tokens * (double)grad_accum;
     res->tokens_per_s = res->step_s > 0 ? tokens / res->step_s : 0;
     res->mfu = res->step_s > 0 ? res->model_flops / (res->step_s * peak_rate(c)) : 0;

@@ -9,6 +9,7 @@ const char *const gckpt_component_names[GCKPT_NCOMP] = {
     "weights",     "gradients", "optimizer_states", "activations",  "checkpoints",
     "recompute",   "logits_loss", "backward",       "weight_casts", "optimizer_temp",
     "workspace",   "quantized_weights", "quant_stats", "paged_optimizer_states",
+    "parallel",
 };
 
 const char *const gckpt_event_names[GCKPT_NEVENT] = {

@@ -6,6 +6,7 @@ const char *const gckpt_precision_names[GCKPT_NPREC] = {"fp32", "bf16", "amp-bf1
 const char *const gckpt_optimizer_names[GCKPT_NOPT] = {"adamw",      "adamw-foreach",    "sgd",
                                                        "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit"};
 const char *const gckpt_attention_names[GCKPT_NATTN] = {"sdpa", "eager"};
+const char *const gckpt_parallel_names[GCKPT_NPAR] = {"none", "ddp", "fsdp", "zero1", "zero2", "zero3"};
 
 static int find(const char *const *names, int n, const char *s)
 {
@@ -17,3 +18,4 @@ static int find(const char *const *names, int n, const char *s)
 int gckpt_precision_from(const char *s) { return find(gckpt_precision_names, GCKPT_NPREC, s); }
 int gckpt_optimizer_from(const char *s) { return find(gckpt_optimizer_names, GCKPT_NOPT, s); }
 int gckpt_attention_from(const char *s) { return find(gckpt_attention_names, GCKPT_NATTN, s); }
+int gckpt_parallel_from(const char *s) { return find(gckpt_parallel_names, GCKPT_NPAR, s); }

@@ -931,10 +931,14 @@ static void push_opt_event(const gckpt_ctx *c, gckpt_schedule *o, int kind, uint
 
 void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *o)
 {
+    /* ZeRO-1/2: the full gradients go once reduced into the rank's partition (core/parallel.c) */
+    if (c->step_grads < c->grads) push_opt_event(c, o, GCKPT_EV_ZERO_GRAD, GCKPT_C_GRADS, c->grads - c->step_grads);
+    if (c->step_released) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_FREE, GCKPT_C_PARALLEL, c->step_released);
     if (c->opt_temp) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_OPT_TEMP, c->opt_temp);
     push_opt_event(c, o, GCKPT_EV_OPT_STEP, 0, 0);
     if (c->opt_temp) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_FREE, GCKPT_C_OPT_TEMP, c->opt_temp);
-    push_opt_event(c, o, GCKPT_EV_ZERO_GRAD, GCKPT_C_GRADS, c->grads); /* zero_grad(set_to_none=True) */
+    push_opt_event(c, o, GCKPT_EV_ZERO_GRAD, GCKPT_C_GRADS, c->step_grads); /* zero_grad(set_to_none=True) */
+    if (c->step_released) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_PARALLEL, c->step_released);
 }
 
 void gckpt_sim_segment(gckpt_sim *s, const gckpt_seg *g, gckpt_schedule *o)

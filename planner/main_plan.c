@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gckpt/planner/cli_names.h"
+#include "gckpt/planner/ds_config.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/planner/plan_output.h"
 #include "gckpt/util/safe_text.h"
@@ -50,6 +51,13 @@ static void usage(FILE *f)
 "  --quant Q              qlora: nf4 (default) | fp4 | int8 (load_in_8bit)\n"
 "  --double-quant on|off  qlora 4-bit: bnb_4bit_use_double_quant (default on)\n"
 "  --compute-dtype D      qlora 4-bit: bnb_4bit_compute_dtype bf16 (default) | fp16 | fp32\n"
+"  --gpus N               GPUs per node (default 1)\n"
+"  --nodes M              nodes (default 1)\n"
+"  --parallel MODE[,..]   with several GPUs (required there): ddp | fsdp (FSDP2 fully_shard)\n"
+"                         | zero1 | zero2 | zero3 (DeepSpeed), or a list to compare; memory\n"
+"                         is the busiest rank's (README, \"Several GPUs\")\n"
+"  --deepspeed FILE       a ds_config.json: its ZeRO stage and bucket limits (\"auto\" as\n"
+"                         the Trainer resolves it); CPU offload and fp16 are refused\n"
 "  --every-n LIST         every_n_layers values: all (default: off and 1..L), off, or a\n"
 "                         list such as off,1,2,4 (0 = off)\n"
 "  --offload off|on|both  offload checkpointed inputs to pinned host memory (default both)\n"
@@ -261,7 +269,7 @@ static void print_alternatives(const gckpt_plan_request *req, FILE *f)
 
 enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
        O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG, O_METHOD, O_RANK, O_ALPHA, O_LDROP, O_TARGETS,
-       O_MTS, O_QUANT, O_DQ, O_CDT };
+       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS };
 
 /* What the command line asks for. */
 typedef struct {
@@ -273,7 +281,81 @@ typedef struct {
     int n_every;
     /* LoRA / QLoRA options as given: applied over the method's defaults once all are read */
     const char *peft_opt[O_CDT - O_METHOD + 1];
+    /* --parallel: the modes to plan, in the order given */
+    uint8_t modes[GCKPT_NPAR];
+    int n_modes;
+    const char *ds_path; /* --deepspeed */
 } cli_args;
+
+/* --deepspeed FILE: its stage decides the mode (or must agree with --parallel), its limits go
+ * into the layout; 0 or the exit status of a bad file or combination. */
+static int apply_deepspeed(cli_args *a)
+{
+    if (!a->ds_path) return 0;
+    if (strlen(a->ds_path) >= sizeof a->req.deepspeed) return bad("--deepspeed: path too long%s%s", "", "");
+    gckpt_ds_config ds;
+    gckpt_err err;
+    if (!gckpt_ds_config_read(a->ds_path, &ds, &err)) return bad("%s%s", err.msg, "");
+    if (a->n_modes > 1 || (a->n_modes == 1 && a->modes[0] != ds.mode))
+        return bad("--parallel %s contradicts --deepspeed (zero_optimization.stage: %s)",
+                   gckpt_parallel_names[a->modes[0]], gckpt_parallel_names[ds.mode]);
+    if (ds.bf16 == 1 && a->req.precision != GCKPT_AMP_BF16)
+        return bad("--deepspeed: bf16.enabled is true; plan it with --precision amp-bf16 (the Trainer's bf16=True)%s%s", "", "");
+    if (ds.bf16 == 0 && a->req.precision != GCKPT_FP32)
+        return bad("--deepspeed: bf16.enabled is false; plan it with --precision fp32%s%s", "", "");
+    a->modes[0] = (uint8_t)ds.mode;
+    a->n_modes = 1;
+    a->req.layout.ds = ds.limits;
+    snprintf(a->req.deepspeed, sizeof a->req.deepspeed, "%s", a->ds_path);
+    return 0;
+}
+
+/* --parallel LIST into a->modes; 0 or the exit status of a bad value. */
+static int parse_parallel(const char *arg, cli_args *a)
+{
+    char buf[128];
+    if (strlen(arg) >= sizeof buf) return bad("--parallel: '%s' is too long%s", arg, "");
+    snprintf(buf, sizeof buf, "%s", arg);
+    a->n_modes = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int v = gckpt_parallel_from(tok);
+        if (v < 0) return bad("--parallel: unknown '%s' (none, ddp, fsdp, zero1, zero2, zero3 or a list)%s", tok, "");
+        bool seen = false;
+        for (int i = 0; i < a->n_modes; i++) seen |= a->modes[i] == v;
+        if (!seen) a->modes[a->n_modes++] = (uint8_t)v;
+    }
+    if (!a->n_modes || arg[0] == ',' || arg[strlen(arg) - 1] == ',')
+        return bad("--parallel: '%s' is not a mode or a list like ddp,fsdp,zero3%s", arg, "");
+    return 0;
+}
+
+/* The layout against the number of GPUs; 0 or the exit status of a bad combination. */
+static int check_layout(cli_args *a)
+{
+    uint32_t world = gckpt_layout_world(&a->req.layout);
+    if (world == 1 && a->ds_path) return bad("--deepspeed needs more than one GPU (--gpus N, --nodes M)%s%s", "", "");
+    int rc = apply_deepspeed(a);
+    if (rc) return rc;
+    if (world == 1) {
+        if (a->n_modes > 1 || (a->n_modes == 1 && a->modes[0] != GCKPT_PAR_NONE))
+            return bad("--parallel %s needs more than one GPU (--gpus N, --nodes M)%s",
+                       gckpt_parallel_names[a->modes[a->n_modes - 1]], "");
+        a->n_modes = 0;
+        return 0;
+    }
+    if (!a->n_modes) {
+        char w[16];
+        snprintf(w, sizeof w, "%u", world);
+        return bad("%s GPUs: choose --parallel ddp, fsdp, zero1, zero2, zero3 or a list to compare%s", w, "");
+    }
+    for (int i = 0; i < a->n_modes; i++)
+        if (a->modes[i] == GCKPT_PAR_NONE) return bad("--parallel none with several GPUs: choose ddp, fsdp, zero1, zero2 or zero3%s%s", "", "");
+    if (a->n_modes > 1 && (a->out || a->plot))
+        return bad("--parallel with a list compares modes; -o and --plot need one mode%s%s", "", "");
+    a->req.layout.mode = a->modes[0];
+    return 0;
+}
 
 /* The LoRA / QLoRA options over the defaults of --method (gckpt_peft_default); 0 or the
  * exit status of a bad value. Options other than --method need lora or qlora, the
@@ -359,6 +441,14 @@ static int parse_number_option(int c, const char *arg, cli_args *a)
         if (!gckpt_parse_size(arg, &req->budget_bytes) || req->budget_bytes < (1u << 20))
             return bad("--budget: '%s' is not a size such as 80GiB, 79GB or 512MiB (at least 1 MiB)%s", arg, "");
         return 0;
+    case O_GPUS: case O_NODES: {
+        uint64_t v;
+        const char *name = c == O_GPUS ? "gpus" : "nodes";
+        if (!gckpt_parse_u64(arg, 1, 1024, &v)) return bad("--%s: '%s' is not an integer in [1, 1024]", name, arg);
+        if (c == O_GPUS) req->layout.gpus = (uint32_t)v;
+        else req->layout.nodes = (uint32_t)v;
+        return 0;
+    }
     default: /* O_MARGIN */
         if (!parse_margin(arg, &req->margin)) return bad("--margin: '%s' is not a fraction in [0, 1) such as 5%% or 0.05%s", arg, "");
         return 0;
@@ -428,14 +518,17 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         {"lora-alpha", required_argument, 0, O_ALPHA}, {"lora-dropout", required_argument, 0, O_LDROP},
         {"lora-targets", required_argument, 0, O_TARGETS}, {"modules-to-save", required_argument, 0, O_MTS},
         {"quant", required_argument, 0, O_QUANT}, {"double-quant", required_argument, 0, O_DQ},
-        {"compute-dtype", required_argument, 0, O_CDT},
+        {"compute-dtype", required_argument, 0, O_CDT}, {"gpus", required_argument, 0, O_GPUS},
+        {"nodes", required_argument, 0, O_NODES}, {"parallel", required_argument, 0, O_PAR},
+        {"deepspeed", required_argument, 0, O_DS},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c, rc = GCKPT_EXIT_OK;
     *answered = false;
     opterr = 0; /* one line of ours instead of getopt's message and the usage */
     while ((c = getopt_long(argc, argv, ":o:qhV", opts, NULL)) != -1) {
         switch (c) {
-        case O_SEQ: case O_MB: case O_GA: case O_GB: case O_EVERY: case O_BUDGET: case O_MARGIN:
+        case O_SEQ: case O_MB: case O_GA: case O_GB: case O_EVERY: case O_BUDGET: case O_MARGIN: case O_GPUS:
+        case O_NODES:
             rc = parse_number_option(c, optarg, a);
             break;
         case O_MODEL: case O_GPU: case O_PREC: case O_OPT: case O_ATTN: case O_OFF: case O_PLOT: case O_TABLE:
@@ -444,6 +537,8 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         case 'o': a->out = optarg; break;
         case 'q': a->quiet = true; break;
         case O_LONG: a->req.allow_long_seq = true; break;
+        case O_PAR: rc = parse_parallel(optarg, a); break;
+        case O_DS: a->ds_path = optarg; break;
         case O_METHOD: case O_RANK: case O_ALPHA: case O_LDROP: case O_TARGETS: case O_MTS: case O_QUANT: case O_DQ:
         case O_CDT:
             a->peft_opt[c - O_METHOD] = optarg;
@@ -463,6 +558,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
     if (optind < argc) return bad("unexpected argument '%s'%s (see --help)", argv[optind], "");
     if (a->ga_set && a->gb_set) return bad("--grad-accum and --global-batch exclude each other%s%s", "", "");
     if ((rc = apply_peft_options(a))) return rc;
+    if ((rc = check_layout(a))) return rc;
     a->req.every_n = a->every;
     a->req.n_every = a->n_every;
     char hint[512];
@@ -474,6 +570,43 @@ static int fail_line(const gckpt_err *err)
 {
     fprintf(stderr, "gckpt-plan: %s\n", err->msg);
     return GCKPT_EXIT_INPUT;
+}
+
+/* --parallel LIST: one plan per mode, each mode's recommendation on one line. */
+static int compare_modes(const cli_args *a)
+{
+    gckpt_err err = {{0}};
+    FILE *f = stdout;
+    for (int i = 0; i < a->n_modes; i++) {
+        gckpt_plan_request r = a->req;
+        r.layout.mode = a->modes[i];
+        gckpt_plan p;
+        if (!gckpt_plan_run(&r, &p, &err)) return fail_line(&err);
+        if (i == 0) { /* the header without the first mode's layout line, then the layout */
+            p.req.layout.mode = GCKPT_PAR_NONE;
+            gckpt_plan_print_header(&p, f);
+            p.req.layout.mode = a->modes[0];
+            fprintf(f, "%u GPUs (%u node%s x %u): memory is rank 0's (the busiest), tok/s per GPU; global = micro-batch "
+                       "x grad-accum x %u\n", gckpt_layout_world(&r.layout), r.layout.nodes ? r.layout.nodes : 1,
+                    r.layout.nodes > 1 ? "s" : "", r.layout.gpus ? r.layout.gpus : 1, gckpt_layout_world(&r.layout));
+            fprintf(f, "%-6s %-7s %-7s %4s %4s %7s %11s %8s %9s %9s  %s\n", "mode", "every_n", "offload", "mb", "ga",
+                    "global", "device GiB", "step s", "tok/s/GPU", "comm s", "peak at");
+        }
+        const gckpt_entry *e = &p.entries[p.recommended >= 0 ? p.recommended : p.smallest];
+        char en[16], where[256];
+        if (e->every_n) snprintf(en, sizeof en, "%u", e->every_n);
+        else snprintf(en, sizeof en, "off");
+        gckpt_peak_where(&p, &e->r, where, sizeof where);
+        fprintf(f, "%-6s %-7s %-7s %4llu %4llu %7llu %11.2f %8.3f %9.0f %9.3f  %s%s\n", gckpt_parallel_names[a->modes[i]],
+                en, e->every_n ? (e->offload ? "on" : "off") : "-", (unsigned long long)e->micro_batch,
+                (unsigned long long)e->grad_accum,
+                (unsigned long long)(e->micro_batch * e->grad_accum * gckpt_layout_world(&r.layout)),
+                (double)e->r.device_peak_bytes / 1073741824.0, e->r.step_s, e->r.tokens_per_s, e->r.comm_s,
+                p.recommended >= 0 ? "" : "NOTHING FITS, smallest: ", where);
+        gckpt_plan_free(&p);
+    }
+    fprintf(f, "(each mode's recommended entry, or its smallest when nothing fits; plan one mode for its table and snippet)\n");
+    return gckpt_stdout_check(&err) ? GCKPT_EXIT_OK : fail_line(&err);
 }
 
 /* Check every output, plan, print, write the outputs. */
@@ -517,7 +650,7 @@ int main(int argc, char **argv)
     snprintf(a.req.gpu_ref, sizeof a.req.gpu_ref, "h100-sxm-80gb");
     bool answered;
     int rc = parse_args(argc, argv, &a, &answered);
-    if (rc == GCKPT_EXIT_OK && !answered) rc = plan_and_write(&a);
+    if (rc == GCKPT_EXIT_OK && !answered) rc = a.n_modes > 1 ? compare_modes(&a) : plan_and_write(&a);
     free(a.every);
     return rc;
 }

@@ -92,6 +92,13 @@ static bool every_n_values(const gckpt_plan_request *req, gckpt_plan *p, gckpt_e
     return true;
 }
 
+gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum)
+{
+    return (gckpt_setting){.seq = p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
+                           .precision = p->req.precision, .optimizer = p->req.optimizer,
+                           .attention = p->req.attention, .peft = p->req.peft, .layout = p->req.layout};
+}
+
 /* A micro-batch with its accumulation steps. */
 typedef struct {
     uint64_t micro_batch, grad_accum;
@@ -188,9 +195,7 @@ static bool sweep(gckpt_plan *p, const batch_split *sp, int nsplit, gckpt_err *e
     bool ok = prof && prr && c;
     if (!ok) gckpt_seterr(err, "out of memory");
     for (int mi = 0; ok && mi < nsplit; mi++) {
-        gckpt_setting s = {.seq = p->req.seq, .micro_batch = sp[mi].micro_batch, .grad_accum = sp[mi].grad_accum,
-                           .precision = p->req.precision, .optimizer = p->req.optimizer, .attention = p->req.attention,
-                           .peft = p->req.peft};
+        gckpt_setting s = gckpt_plan_setting(p, sp[mi].micro_batch, sp[mi].grad_accum);
         ok = gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, err);
         if (ok && !(ok = gckpt_profile_build_with(prr, c, prof))) gckpt_seterr(err, "out of memory while profiling");
         if (ok) evaluate_split(p, c, prof, sp[mi]);
@@ -270,7 +275,10 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         goto fail;
     }
     if (!peft_check(req, p, err)) goto fail;
-    gckpt_recipe_build_peft(&p->model, req->precision, req->attention, GCKPT_TARGET_CUDA, &req->peft, p->recipe);
+    gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft, .layout = req->layout};
+    if (!gckpt_layout_check(&lay, err) || !gckpt_parallel_device_ok(&p->dev, &req->layout, err)) goto fail;
+    gckpt_recipe_build_peft(&p->model, gckpt_parallel_compute_precision(&lay), req->attention, GCKPT_TARGET_CUDA,
+                            &req->peft, p->recipe);
     if (!gckpt_params_build(p->recipe, p->model.layers, req->optimizer, p->dev.alloc_round_bytes, p->params, &overflow,
                             err))
         goto fail;

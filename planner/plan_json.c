@@ -38,7 +38,10 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     cJSON_AddStringToObject(m, "peak_where", where);
     cJSON *bd = cJSON_AddObjectToObject(m, "breakdown");
     for (int k = 0; k < GCKPT_NCOMP; k++)
-        if (!gckpt_component_optional(k) || (k == GCKPT_C_PAGED_STATES ? p->params->paged_bytes : p->params->quant_bytes))
+        if (!gckpt_component_optional(k) ||
+            (k == GCKPT_C_PAGED_STATES   ? p->params->paged_bytes != 0
+             : k == GCKPT_C_PARALLEL     ? gckpt_layout_multi(&p->req.layout)
+                                         : p->params->quant_bytes != 0))
             num(bd, gckpt_component_names[k], (double)r->breakdown[k]);
     num(m, "context_bytes", (double)p->dev.context_bytes);
     cJSON *t = cJSON_AddObjectToObject(o, "time");
@@ -50,6 +53,7 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(t, "optimizer_s", r->optimizer_s);
     num(t, "tokens_per_s", r->tokens_per_s);
     num(t, "mfu", r->mfu);
+    gckpt_plan_parallel_entry_json(p, e, o, t);
     if (gckpt_peft_on(&p->req.peft)) num(o, "trainable_params", (double)p->params->trainable);
     cJSON_AddBoolToObject(o, "fits", e->fits);
     num(o, "headroom_bytes", (double)p->usable_bytes - (double)r->device_peak_bytes);
@@ -126,6 +130,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     num(in, "usable_bytes", (double)p->usable_bytes);
     if (p->req.allow_long_seq) cJSON_AddBoolToObject(in, "allow_long_seq", true);
     if (gckpt_peft_on(&p->req.peft)) gckpt_plan_peft_json(p, in);
+    gckpt_plan_parallel_json(p, in);
 
     cJSON_AddStringToObject(root, "steady_state",
                             "figures are for step 2 onwards: optimizer states exist; with grad_accum > 1 "

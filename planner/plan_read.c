@@ -237,6 +237,23 @@ static bool read_warnings(plan_reader *r, const cJSON *root, gckpt_plan_file *pf
     return true;
 }
 
+/* inputs.layout (issue 14; absent: one GPU). A plan per rank of several GPUs is refused:
+ * executing it needs one process per rank over MPI / NCCL, which gckpt-run does not have yet. */
+static bool read_layout(plan_reader *r, const cJSON *in)
+{
+    if (!child(in, "inputs.layout")) return true;
+    const cJSON *l = obj(r, in, "inputs.layout");
+    int mode;
+    uint64_t world;
+    if (!l || !choice(r, l, "inputs.layout.parallel", gckpt_parallel_names, GCKPT_NPAR, &mode) ||
+        !u64(r, l, "inputs.layout.world_size", 1, GCKPT_MAX_RANKS, &world))
+        return false;
+    if (mode == GCKPT_PAR_NONE && world == 1) return true;
+    return fail(r, "field 'inputs.layout': a plan per rank of %llu GPUs (%s); gckpt-run executes one-GPU plans "
+                   "only (several ranks over MPI/NCCL are not implemented yet)",
+                (unsigned long long)world, gckpt_parallel_names[mode]);
+}
+
 /* inputs.method, inputs.lora and inputs.quant (issue 12; absent: full fine-tuning) */
 static bool read_peft(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
 {
@@ -294,7 +311,7 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
         return fail(r, "field 'inputs.seq' = %llu exceeds the model's max_position_embeddings (%llu) and "
                        "'inputs.allow_long_seq' is not true",
                     (unsigned long long)pf->seq, (unsigned long long)pf->model.max_positions);
-    if (!read_peft(r, in, pf)) return false;
+    if (!read_peft(r, in, pf) || !read_layout(r, in)) return false;
     const cJSON *mb = arr(r, in, "inputs.micro_batches");
     if (!mb) return false;
     int nmb = cJSON_GetArraySize(mb);

@@ -100,6 +100,7 @@ static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
     default: break;
     }
     if (p->req.optimizer != GCKPT_SGD) fprintf(f, "    optim=\"%s\",\n", hf_optim(p->req.optimizer));
+    gckpt_plan_print_parallel_args(p, f);
     if (e->every_n) {
         fprintf(f, "    gradient_checkpointing=True,\n");
         fprintf(f, "    gradient_checkpointing_kwargs={\"every_n_layers\": %u, \"offload\": %s},\n",
@@ -121,6 +122,7 @@ static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
                    "# or, without the Trainer (keyword arguments, not gradient_checkpointing_kwargs):\n"
                    "# model.gradient_checkpointing_enable(every_n_layers=%u, offload=%s)\n",
                 e->every_n, e->offload ? "True" : "False");
+    gckpt_plan_print_launch(p, f);
 }
 
 void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
@@ -133,6 +135,7 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
             p->req.seq > p->model.max_positions ? " (beyond max_position_embeddings: --allow-long-seq)" : "",
             gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer],
             gckpt_attention_names[p->req.attention], peft);
+    gckpt_plan_parallel_header(p, f);
     fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",
             gib(p->budget_bytes, a, sizeof a), gib(p->usable_bytes, b, sizeof b), p->req.margin * 100);
     for (size_t i = 0; i < p->n_warnings; i++)

@@ -10,9 +10,9 @@
 size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t, double *bytes,
                            uint8_t *phase, size_t max)
 {
-    gckpt_setting s = {.seq = p->req.seq, .micro_batch = e->micro_batch, .grad_accum = e->grad_accum,
-                       .precision = p->req.precision, .optimizer = p->req.optimizer,
-                       .attention = p->req.attention, .every_n = e->every_n, .offload = e->offload};
+    gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
+    s.every_n = e->every_n;
+    s.offload = e->offload;
     gckpt_ctx *c = malloc(sizeof *c);
     gckpt_err err;
     gckpt_schedule sc = {0};

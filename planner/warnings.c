@@ -11,9 +11,7 @@
 /* The request as one run setting: micro_batch is the largest one swept. */
 static gckpt_setting request_setting(const gckpt_plan *p)
 {
-    gckpt_setting s = {.seq = p->req.seq, .micro_batch = 1, .grad_accum = p->req.grad_accum,
-                       .precision = p->req.precision, .optimizer = p->req.optimizer,
-                       .attention = p->req.attention};
+    gckpt_setting s = gckpt_plan_setting(p, 1, p->req.grad_accum);
     for (int i = 0; i < p->req.n_micro; i++)
         if (p->req.micro_batches[i] > s.micro_batch) s.micro_batch = p->req.micro_batches[i];
     return s;

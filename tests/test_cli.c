@@ -55,6 +55,17 @@ static void bad_inputs(void **state)
     cli_write("gpu-missing.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\"}");
     cli_write("gpu-schema.json", "{\"schema\":\"gckpt.device/9\"}");
     cli_write("gpu-neg.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\",\"memory_bytes\":-5}");
+    cli_write("ds-z3.json", "{\"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": \"auto\"}}");
+    cli_write("ds-nozero.json", "{\"bf16\": {\"enabled\": \"auto\"}}");
+    cli_write("ds-stage4.json", "{\"zero_optimization\": {\"stage\": 4}}");
+    cli_write("ds-frac.json", "{\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 2.5}}");
+    cli_write("ds-offload.json", "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}}}");
+    cli_write("ds-fp16.json", "{\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}}");
+    cli_write("ds-nobf16.json", "{\"bf16\": {\"enabled\": false}, \"zero_optimization\": {\"stage\": 1}}");
+    cli_write("gpu-nolink.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\",\"memory_bytes\":85520809984,"
+              "\"peak_tflops\":{\"fp32\":67,\"tf32\":494.7,\"bf16\":989.4,\"fp16\":989.4},\"matmul_efficiency\":0.8,"
+              "\"hbm_bytes_per_s\":3.35e12,\"hbm_efficiency\":0.87,\"h2d_bytes_per_s\":5e10,\"d2h_bytes_per_s\":5e10,"
+              "\"context_bytes\":0,\"workspace_bytes\":0,\"alloc_round_bytes\":512,\"segment_round_bytes\":2097152}");
     char dirpath[300];
     snprintf(dirpath, sizeof dirpath, "%s/adir.json", cli_dir);
     mkdir(dirpath, 0755);
@@ -123,6 +134,31 @@ static void bad_inputs(void **state)
         {"unknown compute dtype", A("--method", "qlora", "--compute-dtype", "fp8", "-o", "out.json"), "fp8"},
         {"double-quant with int8", A("--method", "qlora", "--quant", "int8", "--double-quant", "on", "-o", "out.json"), "not --quant int8"},
         {"qlora in pure bf16", A("--method", "qlora", "--precision", "bf16", "-o", "out.json"), "prepare_model_for_kbit_training"},
+        /* several GPUs (issue 14) */
+        {"parallel on one GPU", A("--parallel", "fsdp", "-o", "out.json"), "needs more than one GPU"},
+        {"several GPUs without a mode", A("--gpus", "8", "-o", "out.json"), "choose --parallel"},
+        {"unknown parallel mode", A("--gpus", "8", "--parallel", "tp", "-o", "out.json"), "'tp'"},
+        {"parallel list with a hole", A("--gpus", "8", "--parallel", "ddp,,fsdp", "-o", "out.json"), "--parallel"},
+        {"parallel none on several GPUs", A("--gpus", "8", "--parallel", "none", "-o", "out.json"), "--parallel none"},
+        {"gpus zero", A("--gpus", "0", "--parallel", "ddp", "-o", "out.json"), "--gpus"},
+        {"nodes junk", A("--nodes", "2x", "--parallel", "ddp", "-o", "out.json"), "--nodes"},
+        {"deepspeed on one GPU", A("--deepspeed", "./ds-z3.json", "-o", "out.json"), "--deepspeed needs more than one GPU"},
+        {"deepspeed file missing", A("--gpus", "2", "--deepspeed", "./absent.json", "-o", "out.json"), "absent.json"},
+        {"deepspeed malformed", A("--gpus", "2", "--deepspeed", "./malformed.json", "-o", "out.json"), "malformed JSON"},
+        {"deepspeed without zero", A("--gpus", "2", "--deepspeed", "./ds-nozero.json", "-o", "out.json"), "'zero_optimization'"},
+        {"deepspeed stage 4", A("--gpus", "2", "--deepspeed", "./ds-stage4.json", "-o", "out.json"), "zero_optimization.stage"},
+        {"deepspeed bucket fraction", A("--gpus", "2", "--deepspeed", "./ds-frac.json", "-o", "out.json"), "zero_optimization.reduce_bucket_size"},
+        {"deepspeed offload", A("--gpus", "2", "--deepspeed", "./ds-offload.json", "-o", "out.json"), "offload_param"},
+        {"deepspeed fp16", A("--gpus", "2", "--deepspeed", "./ds-fp16.json", "-o", "out.json"), "fp16.enabled"},
+        {"deepspeed bf16 off, amp-bf16 asked", A("--gpus", "2", "--deepspeed", "./ds-nobf16.json", "-o", "out.json"), "--precision fp32"},
+        {"deepspeed stage against --parallel", A("--gpus", "2", "--parallel", "zero2", "--deepspeed", "./ds-z3.json", "-o", "out.json"), "contradicts --deepspeed"},
+        {"too many GPUs", A("--gpus", "1024", "--nodes", "1024", "--parallel", "ddp", "-o", "out.json"), "more than 65536 GPUs"},
+        {"a list of modes with -o", A("--gpus", "8", "--parallel", "ddp,fsdp", "-o", "out.json"), "one mode"},
+        {"parallel LoRA", A("--gpus", "2", "--parallel", "ddp", "--method", "lora", "-o", "out.json"), "full fine-tuning"},
+        {"parallel SGD", A("--gpus", "2", "--parallel", "zero2", "--optimizer", "sgd", "-o", "out.json"), "--optimizer adamw"},
+        {"parallel pure bf16", A("--gpus", "2", "--parallel", "fsdp", "--precision", "bf16", "-o", "out.json"), "amp-bf16"},
+        {"gpu without interconnect", A("--model", "gpt2", "--gpus", "2", "--parallel", "ddp", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "intra_node_bus_bytes_per_s"},
+        {"gpu without network", A("--model", "gpt2", "--gpus", "2", "--nodes", "2", "--parallel", "ddp", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "inter_node_bus_bytes_per_s"},
     };
     char err[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

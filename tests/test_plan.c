@@ -211,6 +211,67 @@ static void batch_splits(void **state)
     assert_non_null(strstr(err.msg, "exceeds the model's 12 layers"));
 }
 
+/* Plans per rank of several GPUs (issue 14): valid against the schema with inputs.layout,
+ * each entry's breakdown sums to its peak and global_batch = micro x accumulation x ranks;
+ * the persistent part of ZeRO-3 and FSDP2 shrinks with the ranks, DDP's does not; the plan
+ * reader (gckpt-run) refuses them. */
+static void parallel_plans(void **state)
+{
+    (void)state;
+    uint64_t weights[GCKPT_NPAR][2];
+    for (int mode = GCKPT_PAR_DDP; mode < GCKPT_NPAR; mode++)
+        for (int k = 0; k < 2; k++) {
+            gckpt_plan_request q = req("llama-3.2-1b", 512);
+            q.grad_accum = 2;
+            q.layout = (gckpt_layout){k ? 8 : 2, 1, (uint8_t)mode};
+            gckpt_plan p;
+            gckpt_err err;
+            if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s: %s", gckpt_parallel_names[mode], err.msg);
+            cJSON *j = roundtrip(&p);
+            char why[512];
+            if (!schema_check(schema, j, why, sizeof why)) fail_msg("%s: %s", gckpt_parallel_names[mode], why);
+            const cJSON *lay = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "layout");
+            assert_string_equal(cJSON_GetObjectItemCaseSensitive(lay, "parallel")->valuestring, gckpt_parallel_names[mode]);
+            const cJSON *e0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "entries"), 0);
+            assert_int_equal(cJSON_GetObjectItemCaseSensitive(e0, "global_batch")->valuedouble, 2 * (k ? 8 : 2));
+            for (size_t i = 0; i < p.n; i++) {
+                int64_t sum = 0;
+                for (int c = 0; c < GCKPT_NCOMP; c++) sum += p.entries[i].r.breakdown[c];
+                assert_int_equal(sum, (int64_t)p.entries[i].r.peak_bytes);
+            }
+            weights[mode][k] = (uint64_t)p.entries[0].r.breakdown[GCKPT_C_WEIGHTS] +
+                               (uint64_t)p.entries[0].r.breakdown[GCKPT_C_OPTIMIZER];
+            char *text = cJSON_Print(j);
+            cJSON_Delete(j);
+            gckpt_plan_file pf;
+            assert_false(gckpt_plan_parse("plan.json", text, &pf, &err));
+            assert_non_null(strstr(err.msg, "one-GPU plans only"));
+            free(text);
+            gckpt_plan_free(&p);
+        }
+    assert_int_equal(weights[GCKPT_PAR_DDP][0], weights[GCKPT_PAR_DDP][1]);
+    /* DeepSpeed's limits: "auto" as the Trainer resolves it (hidden 2048), or a ds_config's */
+    for (int set = 0; set < 2; set++) {
+        gckpt_plan_request q = req("llama-3.2-1b", 512);
+        q.layout = (gckpt_layout){8, 1, GCKPT_PAR_ZERO3, {0}};
+        if (set) q.layout.ds = (gckpt_ds_limits){GCKPT_DS_REDUCE_BUCKET | GCKPT_DS_PERSISTENCE, 1000, 0, 0, 0};
+        gckpt_plan p;
+        gckpt_err err;
+        if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s", err.msg);
+        cJSON *j = gckpt_plan_to_json(&p, false);
+        const cJSON *ds = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "layout"), "deepspeed");
+        assert_int_equal(cJSON_GetObjectItemCaseSensitive(ds, "reduce_bucket_size")->valuedouble, set ? 1000 : 2048 * 2048);
+        assert_int_equal(cJSON_GetObjectItemCaseSensitive(ds, "stage3_param_persistence_threshold")->valuedouble,
+                         set ? 0 : 20480);
+        assert_int_equal(cJSON_GetObjectItemCaseSensitive(ds, "stage3_max_live_parameters")->valuedouble, 1000000000);
+        cJSON_Delete(j);
+        gckpt_plan_free(&p);
+    }
+    assert_true(weights[GCKPT_PAR_ZERO3][1] * 3 < weights[GCKPT_PAR_ZERO3][0]);
+    assert_true(weights[GCKPT_PAR_FSDP][1] * 3 < weights[GCKPT_PAR_FSDP][0]);
+}
+
 /* LoRA and QLoRA plans (issue 12): valid against the schema, the breakdown (with QLoRA's
  * quantized_weights and quant_stats) sums to the peak, and the plan reader gives back the
  * method's every input and every entry's peak. */
@@ -275,7 +336,7 @@ int main(void)
     free(text);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(schema_rejects), cmocka_unit_test(peft_plans),
-        cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits),
+        cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cJSON_Delete(schema);

@@ -200,9 +200,44 @@ static void test_rejects_global_batch(void **st)
     free(base);
 }
 
+/* A plan per rank of several GPUs (issue 14) is refused with one line: gckpt-run has no
+ * multi-rank execution yet; a one-GPU layout is read as before. */
+static void test_rejects_multi_rank(void **st)
+{
+    (void)st;
+    char *base = pf_plan_text("tiny-llama", GCKPT_FP32, GCKPT_SDPA, every, 2, 2, 1, 0);
+    assert_non_null(base);
+    static const struct { const char *layout, *expect; bool ok; } cases[] = {
+        {"{\"gpus\": 8, \"nodes\": 1, \"world_size\": 8, \"parallel\": \"fsdp\"}", "one-GPU plans only", false},
+        {"{\"world_size\": 16, \"parallel\": \"zero3\"}", "16 GPUs (zero3)", false},
+        {"{\"world_size\": 2, \"parallel\": \"tp\"}", "inputs.layout.parallel", false},
+        {"{\"world_size\": 0, \"parallel\": \"ddp\"}", "inputs.layout.world_size", false},
+        {"[1]", "inputs.layout", false},
+        {"{\"world_size\": 1, \"parallel\": \"none\"}", "", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cJSON *root = cJSON_Parse(base);
+        assert_non_null(root);
+        cJSON_AddItemToObject(cJSON_GetObjectItemCaseSensitive(root, "inputs"), "layout", cJSON_Parse(cases[i].layout));
+        char *t = cJSON_Print(root);
+        if (cases[i].ok) {
+            gckpt_plan_file pf;
+            gckpt_err err = {{0}};
+            if (!gckpt_plan_parse("plan.json", t, &pf, &err)) fail_msg("%s: %s", cases[i].layout, err.msg);
+            gckpt_plan_file_free(&pf);
+        } else {
+            expect_reject(t, cases[i].layout, cases[i].expect);
+        }
+        free(t);
+        cJSON_Delete(root);
+    }
+    free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_rejects),
-                                       cmocka_unit_test(test_rejects_global_batch)};
+                                       cmocka_unit_test(test_rejects_global_batch),
+                                       cmocka_unit_test(test_rejects_multi_rank)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

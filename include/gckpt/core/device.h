@@ -22,6 +22,9 @@ typedef struct {
     uint64_t workspace_bytes;  /* cuBLAS workspace */
     uint64_t alloc_round_bytes;   /* caching allocator block rounding (512) */
     uint64_t segment_round_bytes; /* device segment rounding (2 MiB) */
+    /* collectives' bus bandwidth (nccl-tests' busbw) between the GPUs of one node and, per GPU,
+     * between nodes; 0: not in the profile (optional fields: several GPUs only) */
+    double intra_node_bus_bytes_per_s, inter_node_bus_bytes_per_s;
 } gckpt_device;
 
 bool gckpt_device_parse(const char *file, const char *text, gckpt_device *d, gckpt_err *err);

@@ -23,6 +23,7 @@ typedef struct {
     int16_t peak_tensor;        /* recipe tensor allocated at the peak, -1 if none */
     bool peak_grad;             /* ... and that allocation is its gradient */
     double step_s, forward_s, backward_s, recompute_s, copy_s, optimizer_s;
+    double comm_s;              /* several GPUs: collectives not hidden behind compute (in step_s) */
     double model_flops;         /* forward + backward FLOPs of the step (no recompute) */
     double tokens_per_s, mfu;
 } gckpt_result;

@@ -24,7 +24,8 @@
  *
  * Fields for what comes next are here and empty today: trainable = false (a frozen base
  * weight: no gradient, no states), a quantized weight (4-bit codes plus statistics), a
- * master copy, a shard of a parameter split across GPUs. */
+ * master copy. The shard fields say how a parallel mode splits a parameter across GPUs
+ * (gckpt/core/parallel.h). */
 #ifndef GCKPT_PARAMS_H
 #define GCKPT_PARAMS_H
 
@@ -45,6 +46,14 @@ extern "C" {
 #define GCKPT_OPT_PAGED_MIN 100000  /* bitsandbytes get_state_buffer: paged from 1e5 elements */
 #define GCKPT_MAX_PARAMS 64         /* parameter tensors of one recipe (llama with every bias: 21; LoRA on all 7 linears: +14, modules_to_save copies +2) */
 #define GCKPT_MAX_STATES 4
+
+/* How a parallel mode splits a parameter (gckpt/core/parallel.h). */
+typedef enum {
+    GCKPT_SHARD_NONE, /* a full replica on every rank (DDP; ZeRO-1/2 weights) */
+    GCKPT_SHARD_DIM0, /* FSDP2 fully_shard: dim 0 padded to a multiple of the ranks, one chunk each */
+    GCKPT_SHARD_FLAT, /* DeepSpeed ZeRO: a slice of a flattened, padded buffer */
+} gckpt_shard_how;
+enum { GCKPT_SHARD_WEIGHT = 1, GCKPT_SHARD_GRAD = 2, GCKPT_SHARD_STATES = 4 };
 
 /* One buffer of a parameter: numel elements of dtype, allocated as bytes (the storage
  * rounded to the device's allocation granule). numel 0: it does not exist. */
@@ -86,9 +95,16 @@ typedef struct {
                              * their allocations (bytes, each piece rounded) */
         gckpt_quant_layout layout; /* the pieces (gckpt_quant_layout_of) */
     } quant;
-    struct {
+    struct {               /* filled by gckpt_params_shard (core/parallel.c) for a layout */
         uint32_t ways;     /* split across this many GPUs (1: not sharded) */
         uint8_t dim;       /* along rows (0) or columns (1) */
+        uint8_t how;       /* gckpt_shard_how */
+        uint8_t buffers;   /* which buffers are split: bits of gckpt_shard_buf */
+        uint8_t group;     /* the Trainer's optimizer group: 0 weight decay, 1 none (norms, biases) */
+        bool whole;        /* ZeRO-3: under stage3_param_persistence_threshold, kept whole on every rank */
+        uint64_t part;     /* elements every rank stores of one copy, padding included (FSDP2:
+                            * ceil(dim0 / ways) x the rest; ZeRO-3: ceil(numel / ways); ZeRO-1/2:
+                            * 0, the group's flat partition decides) */
     } shard;
 } gckpt_param;
 

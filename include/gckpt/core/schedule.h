@@ -36,11 +36,14 @@ typedef enum {
     GCKPT_C_QUANT_STATS,   /* QLoRA: their quantization statistics (absmax, code books, SCB) */
     GCKPT_C_PAGED_STATES,  /* paged optimizers: states in CUDA managed memory, outside the
                             * allocator (torch.cuda.max_memory_allocated does not see them) */
+    GCKPT_C_PARALLEL,      /* several GPUs (core/parallel.c): what the mode adds on a rank - DDP's
+                            * buckets, gathered parameters, reduce buffers, step counters, buffers */
     GCKPT_NCOMP
 } gckpt_component;
 
 extern const char *const gckpt_component_names[GCKPT_NCOMP];
-/* Components a plan writes and reads only when they hold bytes (QLoRA's, paged states), so that
+/* Components a plan writes and reads only when they hold bytes (QLoRA's, paged states, a
+ * parallel mode's), so that
  * gckpt.plan/1 files without them stay valid. */
 static inline bool gckpt_component_optional(int k) { return k >= GCKPT_C_QUANT_WEIGHTS; }
 
@@ -195,6 +198,11 @@ typedef struct {
     uint64_t weights, grads, opt_states, opt_temp, workspace;
     uint64_t quant_weights, quant_stats; /* QLoRA's packed weights and statistics (not in weights) */
     uint64_t paged_states;               /* paged optimizer states (not in opt_states) */
+    uint64_t parallel;                   /* a parallel mode's per-rank additions (GCKPT_C_PARALLEL) */
+    uint64_t step_grads;                 /* of grads, what stays allocated into the optimizer step
+                                          * (all but under ZeRO-1/2: the rank's reduced partition) */
+    uint64_t step_released;              /* of parallel, what is not allocated during the optimizer
+                                          * step (ZeRO-1/2's ipg bucket: each backward allocates it) */
     double opt_seconds;                  /* one optimizer step */
     /* each op at this setting: forward [0] and backward [1] seconds, matmul FLOPs and
      * workspace bytes; the backward's promoted copies (CPU target) */

@@ -47,6 +47,26 @@ typedef struct {
     uint8_t compute_dtype;   /* bnb_4bit_compute_dtype: gckpt_dtype */
 } gckpt_peft;
 
+/* How the step is spread over GPUs (gckpt/core/parallel.h has the per-rank rules). A zeroed
+ * layout is one GPU: gpus and nodes 0 read as 1, mode GCKPT_PAR_NONE. */
+typedef enum { GCKPT_PAR_NONE, GCKPT_PAR_DDP, GCKPT_PAR_FSDP, GCKPT_PAR_ZERO1, GCKPT_PAR_ZERO2, GCKPT_PAR_ZERO3, GCKPT_NPAR } gckpt_parallel;
+
+/* DeepSpeed ZeRO limits from a user's ds_config.json (gckpt-plan --deepspeed), in elements;
+ * a value whose bit in `set` is 0 is "auto" or absent: the Trainer's / DeepSpeed's default
+ * (gckpt/core/parallel.h). */
+enum { GCKPT_DS_REDUCE_BUCKET = 1, GCKPT_DS_PERSISTENCE = 2, GCKPT_DS_MAX_LIVE = 4, GCKPT_DS_SUB_GROUP = 8 };
+typedef struct {
+    uint8_t set;
+    uint64_t reduce_bucket, persistence_threshold, max_live, sub_group;
+} gckpt_ds_limits;
+
+typedef struct {
+    uint32_t gpus;  /* per node */
+    uint32_t nodes;
+    uint8_t mode;   /* gckpt_parallel */
+    gckpt_ds_limits ds;
+} gckpt_layout;
+
 typedef struct {
     uint64_t seq, micro_batch, grad_accum;
     gckpt_precision precision;
@@ -59,16 +79,19 @@ typedef struct {
      * fixtures of prepare's call set it */
     bool reentrant;
     gckpt_peft peft;  /* zeroed: full fine-tuning */
+    gckpt_layout layout; /* zeroed: one GPU */
 } gckpt_setting;
 
 extern const char *const gckpt_precision_names[GCKPT_NPREC];
 extern const char *const gckpt_optimizer_names[GCKPT_NOPT];
 extern const char *const gckpt_attention_names[GCKPT_NATTN];
+extern const char *const gckpt_parallel_names[GCKPT_NPAR]; /* "none", "ddp", "fsdp", "zero1", ... */
 
 /* Name -> enum; -1 if unknown. */
 int gckpt_precision_from(const char *s);
 int gckpt_optimizer_from(const char *s);
 int gckpt_attention_from(const char *s);
+int gckpt_parallel_from(const char *s);
 
 #ifdef __cplusplus
 }

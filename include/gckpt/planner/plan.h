@@ -9,6 +9,7 @@
 #include "gckpt/util/atomic_file.h"
 #include "gckpt/core/peft.h"
 #include "gckpt/core/eval.h"
+#include "gckpt/core/parallel.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,6 +44,8 @@ typedef struct {
     bool allow_long_seq;   /* plan a seq beyond the model's max_position_embeddings (RoPE) */
     char attn_impl[24];    /* attn_implementation to print ("": the attention's name) */
     gckpt_peft peft;       /* fine-tuning method (zeroed: full; gckpt/core/peft.h) */
+    gckpt_layout layout;   /* GPUs and the parallel mode (zeroed: one GPU; gckpt/core/parallel.h) */
+    char deepspeed[512];   /* --deepspeed FILE as given ("": none; the snippet prints the Trainer's "auto" config) */
 } gckpt_plan_request;
 
 /* The default sequence: min(4096, the model's limit); a request with seq 0 gets it. */
@@ -85,6 +88,10 @@ typedef struct {
  * said): fills p->warnings. Called by gckpt_plan_run. */
 void gckpt_plan_warnings(gckpt_plan *p);
 
+/* The run setting of plan p at one micro-batch split (checkpointing off: the caller sets
+ * every_n and offload). */
+gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum);
+
 /* Load model and device, sweep, recommend. false with err set on bad input. */
 bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err);
 void gckpt_plan_free(gckpt_plan *p);
@@ -102,6 +109,14 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f);
 void gckpt_plan_print_peft_model(const gckpt_plan *p, FILE *f);
 void gckpt_plan_peft_header(const gckpt_plan *p, char *buf, size_t n);
 void gckpt_plan_peft_json(const gckpt_plan *p, cJSON *inputs);
+/* Several GPUs (plan_parallel.c; nothing for one GPU): the header's layout line, the
+ * TrainingArguments lines of the mode, the launch lines, the JSON's inputs.layout and each
+ * entry's global_batch and time.collective_exposed_s. */
+void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f);
+void gckpt_plan_print_parallel_args(const gckpt_plan *p, FILE *f);
+void gckpt_plan_print_launch(const gckpt_plan *p, FILE *f);
+void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs);
+void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry, cJSON *time);
 void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);
 void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f);
 

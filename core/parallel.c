@@ -1,0 +1,385 @@
+/* Per-rank persistent memory of DDP, FSDP2 and DeepSpeed ZeRO (include/gckpt/core/parallel.h
+ * says the rules and where they were measured). */
+#include "gckpt/core/parallel.h"
+
+#include <string.h>
+
+#define ADAMW_STEP 4     /* torch AdamW's `step`: an fp32 scalar per parameter (group) */
+#define MESH_BYTES 24    /* FSDP2's DeviceMesh: three int64 per rank */
+#define ZERO12_NORM 4    /* ZeRO-1/2: the fp32 gradient-norm scalar kept between steps */
+#define ZERO3_SCALARS 9  /* ZeRO-3: inf_or_nan_tracker (bool) + 8 B of scalars */
+#define DDP_USED_MAP 8   /* DDP find_unused_parameters: local_used_map + its device copy, int32 each */
+
+static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+uint32_t gckpt_layout_world(const gckpt_layout *l)
+{
+    return (l->gpus ? l->gpus : 1) * (l->nodes ? l->nodes : 1);
+}
+
+uint64_t gckpt_ds_reduce_bucket(const gckpt_model *m, const gckpt_layout *l)
+{
+    return l->ds.set & GCKPT_DS_REDUCE_BUCKET ? l->ds.reduce_bucket : m->hidden * m->hidden;
+}
+uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m, const gckpt_layout *l)
+{
+    return l->ds.set & GCKPT_DS_PERSISTENCE ? l->ds.persistence_threshold : 10 * m->hidden;
+}
+uint64_t gckpt_ds_max_live(const gckpt_layout *l) { return l->ds.set & GCKPT_DS_MAX_LIVE ? l->ds.max_live : 1000000000ull; }
+uint64_t gckpt_ds_sub_group(const gckpt_layout *l) { return l->ds.set & GCKPT_DS_SUB_GROUP ? l->ds.sub_group : 1000000000ull; }
+
+bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
+{
+    const char *mode = gckpt_parallel_names[s->layout.mode];
+    if (s->layout.mode == GCKPT_PAR_NONE) return true;
+    if ((uint64_t)(s->layout.gpus ? s->layout.gpus : 1) * (s->layout.nodes ? s->layout.nodes : 1) > GCKPT_MAX_RANKS) {
+        gckpt_seterr(err, "--gpus x --nodes: more than %d GPUs", GCKPT_MAX_RANKS);
+        return false;
+    }
+    if (gckpt_layout_world(&s->layout) < 2) {
+        gckpt_seterr(err, "--parallel %s needs more than one GPU (--gpus, --nodes)", mode);
+        return false;
+    }
+    if (s->peft.method != GCKPT_METHOD_FULL) {
+        gckpt_seterr(err, "--parallel %s: only full fine-tuning is planned per rank (LoRA/QLoRA on several GPUs "
+                          "is not measured)", mode);
+        return false;
+    }
+    if (s->optimizer != GCKPT_ADAMW) {
+        gckpt_seterr(err, "--parallel %s: only --optimizer adamw is planned per rank (FINDINGS 13 measured "
+                          "the Trainer's adamw_torch_fused)", mode);
+        return false;
+    }
+    if (s->precision != GCKPT_FP32 && s->precision != GCKPT_AMP_BF16) {
+        gckpt_seterr(err, "--parallel %s: only --precision amp-bf16 (the Trainer's bf16=True) or fp32 are "
+                          "planned per rank", mode);
+        return false;
+    }
+    return true;
+}
+
+gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
+{
+    bool wraps = s->layout.mode != GCKPT_PAR_NONE && s->layout.mode != GCKPT_PAR_DDP;
+    return wraps && s->precision == GCKPT_AMP_BF16 ? GCKPT_BF16 : s->precision;
+}
+
+/* A parameter's dim 0 and the elements of one row (a 1-D tensor is stored as one row). */
+static uint64_t dim0(const gckpt_param *p) { return p->rows == 1 ? p->cols : p->rows; }
+static uint64_t row_numel(const gckpt_param *p) { return p->rows == 1 ? 1 : p->cols; }
+
+void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l)
+{
+    uint32_t n = l->mode == GCKPT_PAR_NONE ? 1 : gckpt_layout_world(l);
+    for (int i = 0; i < ps->n; i++) {
+        gckpt_param *p = &ps->p[i];
+        /* transformers Trainer.get_decay_parameter_names: norms and biases get no decay */
+        p->shard.group = p->role == GCKPT_ROLE_NORM_WEIGHT || p->role == GCKPT_ROLE_BIAS;
+        p->shard.ways = n;
+        p->shard.dim = 0;
+        p->shard.whole = false;
+        p->shard.part = 0;
+        switch ((gckpt_parallel)l->mode) {
+        case GCKPT_PAR_FSDP:
+            p->shard.how = GCKPT_SHARD_DIM0;
+            p->shard.buffers = GCKPT_SHARD_WEIGHT | GCKPT_SHARD_GRAD | GCKPT_SHARD_STATES;
+            p->shard.part = cdiv(dim0(p), n) * row_numel(p);
+            break;
+        case GCKPT_PAR_ZERO1:
+        case GCKPT_PAR_ZERO2:
+            p->shard.how = GCKPT_SHARD_FLAT;
+            p->shard.buffers = GCKPT_SHARD_STATES | (l->mode == GCKPT_PAR_ZERO2 ? GCKPT_SHARD_GRAD : 0);
+            break;
+        case GCKPT_PAR_ZERO3:
+            p->shard.how = GCKPT_SHARD_FLAT;
+            p->shard.buffers = GCKPT_SHARD_WEIGHT | GCKPT_SHARD_GRAD | GCKPT_SHARD_STATES;
+            p->shard.part = cdiv(p->numel, n);
+            p->shard.whole = p->numel < gckpt_ds_persistence_threshold(m, l);
+            break;
+        default:
+            p->shard.how = GCKPT_SHARD_NONE;
+            p->shard.buffers = 0;
+            p->shard.ways = 1;
+            break;
+        }
+    }
+}
+
+/* Rows of FSDP2's unpadded local shard on rank r (torch.chunk: the last ranks may get fewer
+ * or none), times the elements of a row. */
+static uint64_t fsdp_local(const gckpt_param *p, uint32_t n, uint32_t r)
+{
+    uint64_t c = cdiv(dim0(p), n), lo = (uint64_t)r * c, d = dim0(p);
+    uint64_t rows = lo >= d ? 0 : (d - lo < c ? d - lo : c);
+    return rows * row_numel(p);
+}
+
+/* The model's buffers: rotary inv_freq and original_inv_freq, fp32 [head_dim / 2] each
+ * (GPT-2 has none that the Trainer keeps on the device: unverified, FINDINGS 13 measured llama
+ * and qwen3). */
+static uint64_t model_buffers(const gckpt_model *m, uint64_t round)
+{
+    return m->family == GCKPT_FAMILY_LLAMA ? 2 * gckpt_round_up(4 * (m->head_dim / 2), round) : 0;
+}
+
+void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
+                           uint64_t round, gckpt_rank_bytes *out)
+{
+    memset(out, 0, sizeof *out);
+    uint32_t n = gckpt_layout_world(&s->layout);
+    /* ZeRO's model dtype: bf16 under the Trainer's bf16=True, else fp32 */
+    uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2;
+    uint64_t tensors = 0, group_numel[2] = {0, 0}, q = 0;
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        tensors += p->copies;
+        group_numel[p->shard.group] += p->copies * p->numel;
+        q += p->copies * p->shard.part;
+        switch ((gckpt_parallel)s->layout.mode) {
+        case GCKPT_PAR_DDP:
+            out->weights += p->copies * p->weight.bytes;
+            out->states += p->copies * (p->state[0].bytes + p->state[1].bytes);
+            break;
+        case GCKPT_PAR_FSDP: /* fp32 sharded parameters, whatever the MixedPrecisionPolicy computes in */
+            out->weights += p->copies * gckpt_round_up(4 * p->shard.part, round);
+            out->states += p->copies * 2 * gckpt_round_up(4 * fsdp_local(p, n, rank), round);
+            break;
+        case GCKPT_PAR_ZERO3:
+            out->weights += p->copies * gckpt_round_up(zs * p->shard.part, round);
+            if (p->shard.whole) out->weights += p->copies * gckpt_round_up(zs * p->numel, round);
+            break;
+        default: break;
+        }
+    }
+    int ngroups = (group_numel[0] > 0) + (group_numel[1] > 0);
+    switch ((gckpt_parallel)s->layout.mode) {
+    case GCKPT_PAR_DDP:
+        out->grads = gckpt_round_up(ps->grad_bytes, round); /* the buckets: a flat copy of every gradient */
+        out->scalars = ADAMW_STEP * tensors + (s->every_n ? 0 : DDP_USED_MAP * tensors);
+        break;
+    case GCKPT_PAR_FSDP:
+        out->scalars = ADAMW_STEP * tensors + MESH_BYTES * (uint64_t)n;
+        break;
+    case GCKPT_PAR_ZERO1:
+    case GCKPT_PAR_ZERO2:
+        for (int g = 0; g < 2; g++) {
+            if (!group_numel[g]) continue;
+            uint64_t a = cdiv(group_numel[g], 2 * (uint64_t)n) * 2 * n; /* padded flat group */
+            out->weights += gckpt_round_up(a * zs, round);
+            out->master += gckpt_round_up(a / n * 4, round);
+            out->states += 2 * gckpt_round_up(a / n * 4, round);
+        }
+        out->scalars = ADAMW_STEP * (uint64_t)ngroups + ZERO12_NORM;
+        break;
+    case GCKPT_PAR_ZERO3:
+        out->master = gckpt_round_up(4 * q, round);
+        out->states = 2 * gckpt_round_up(4 * q, round);
+        out->grads = gckpt_round_up(zs * q, round) + gckpt_round_up(zs * gckpt_ds_reduce_bucket(m, &s->layout), round);
+        out->scalars = ADAMW_STEP * (uint64_t)ngroups + ZERO3_SCALARS;
+        break;
+    default: break;
+    }
+    out->buffers = model_buffers(m, round);
+    out->total = out->weights + out->grads + out->master + out->states + out->scalars + out->buffers;
+}
+
+
+/* Elements of one copy of each section's parameters, unsharded with FSDP2's padding
+ * (sec: GCKPT_SEC_EMBED, _BLOCK, _HEAD). */
+static uint64_t unit_numel(const gckpt_params *ps, int sec)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < ps->n; i++)
+        if (ps->p[i].section == sec) n += ps->p[i].shard.part ? ps->p[i].shard.part * ps->p[i].shard.ways : ps->p[i].numel;
+    return n;
+}
+
+/* A block parameter's place in named_parameters order within its layer: the attention's
+ * (q, k, v, o, q_norm, k_norm), the MLP's, then input_layernorm and post_attention_layernorm
+ * (the modules' registration order; the recipe lists them in forward order). */
+static int module_order(const gckpt_param *p)
+{
+    static const char *const prefix[] = {"self_attn.", "mlp.", "input_layernorm", "post_attention_layernorm"};
+    for (int k = 0; k < 4; k++)
+        if (!strncmp(p->name, prefix[k], strlen(prefix[k]))) return k;
+    return 0;
+}
+
+/* Bytes of rank 0's reduced gradients between the backward and the step under ZeRO-1/2
+ * (averaged_gradients / grads_in_partition): every parameter overlapping the rank's slice of
+ * its group's flat buffer counts whole (dist_rules.py zero12_grad_partition). */
+static uint64_t zero12_grad_partition(const gckpt_params *ps, uint64_t layers, uint64_t n, uint64_t zs)
+{
+    uint64_t out = 0;
+    for (int g = 0; g < 2; g++) {
+        uint64_t total = 0;
+        for (int i = 0; i < ps->n; i++)
+            if (ps->p[i].shard.group == g) total += ps->p[i].copies * ps->p[i].numel;
+        uint64_t part = (total + 2 * n - 1) / (2 * n) * 2, off = 0;
+        /* the flat order: the embedding, each layer's parameters in module order, the head */
+        for (int sec = GCKPT_SEC_EMBED; sec <= GCKPT_SEC_HEAD; sec++)
+            for (uint64_t li = 0; li < (sec == GCKPT_SEC_BLOCK ? layers : 1); li++)
+                for (int k = 0; k < 4; k++)
+                    for (int i = 0; i < ps->n; i++) {
+                        const gckpt_param *p = &ps->p[i];
+                        if (p->section != sec || p->shard.group != g || (sec == GCKPT_SEC_BLOCK ? module_order(p) : 0) != k)
+                            continue;
+                        if (off < part) out += p->numel * zs;
+                        off += p->numel;
+                    }
+    }
+    return out;
+}
+
+static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+void gckpt_parallel_apply(gckpt_ctx *c)
+{
+    const gckpt_setting *s = &c->set;
+    const gckpt_model *m = c->model;
+    gckpt_params *ps = &c->params;
+    uint64_t round = c->dev->alloc_round_bytes, n = gckpt_layout_world(&s->layout);
+    uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2, ipg = gckpt_round_up(zs * gckpt_ds_reduce_bucket(m, &s->layout), round);
+    gckpt_params_shard(ps, m, &s->layout);
+    gckpt_rank_bytes rb;
+    gckpt_rank_persistent(ps, m, s, 0, round, &rb);
+    uint64_t extra = rb.scalars + rb.buffers;
+    gckpt_parallel mode = (gckpt_parallel)s->layout.mode;
+    if (mode != GCKPT_PAR_DDP) {
+        c->weights = rb.weights;
+        c->opt_states = rb.master + rb.states;
+        c->opt_seconds /= (double)n; /* each rank updates its 1/N of the states */
+    }
+    uint64_t grads = 0, largest_group = 0, group[2] = {0, 0};
+    for (int i = 0; i < ps->n; i++) {
+        gckpt_param *p = &ps->p[i];
+        group[p->shard.group] += p->copies * (p->shard.part ? p->shard.part : p->numel);
+        if (mode == GCKPT_PAR_FSDP) /* the reduce-scatter output, cast to fp32 */
+            p->grad = (gckpt_buffer){GCKPT_DT_F32, p->shard.part, gckpt_round_up(4 * p->shard.part, round)};
+        else if (mode == GCKPT_PAR_ZERO2 || mode == GCKPT_PAR_ZERO3) {
+            uint64_t part = (p->numel + n - 1) / n;
+            p->grad = (gckpt_buffer){p->grad.dtype, part, gckpt_round_up(zs * part, round)};
+        }
+        grads += p->copies * p->grad.bytes;
+    }
+    for (int g = 0; g < 2; g++) {
+        uint64_t a = mode == GCKPT_PAR_ZERO3 ? group[g] : (group[g] + 2 * n - 1) / (2 * n) * 2;
+        if (a > largest_group) largest_group = a;
+    }
+    c->grads = c->step_grads = grads;
+    switch (mode) {
+    case GCKPT_PAR_DDP:
+        c->parallel = rb.grads + extra;
+        break;
+    case GCKPT_PAR_ZERO1:
+    case GCKPT_PAR_ZERO2:
+        c->parallel = ipg + 4 + extra;
+        /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
+        /* + 8 B of scalars (12 B in fp32), FINDINGS 13.5 */
+        c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0) +
+                      (zs != 4 ? 8 : 12);
+        c->step_released = ipg + 4;
+        c->step_grads = zero12_grad_partition(ps, m->layers, n, zs);
+        if (c->step_grads > c->grads) c->step_grads = c->grads;
+        break;
+    case GCKPT_PAR_ZERO3: {
+        uint64_t live = 0;
+        for (int i = 0; i < ps->n; i++)
+            if (!ps->p[i].shard.whole) live += ps->p[i].copies * ps->p[i].shard.part * n;
+        if (live > gckpt_ds_max_live(&s->layout)) live = gckpt_ds_max_live(&s->layout); /* stage3_max_live_parameters */
+        uint64_t unit = max3(unit_numel(ps, GCKPT_SEC_EMBED), unit_numel(ps, GCKPT_SEC_BLOCK), unit_numel(ps, GCKPT_SEC_HEAD));
+        if (live < unit) live = unit; /* the module in use is gathered whatever the limit */
+        c->parallel = gckpt_round_up(live * zs, round) + ipg + extra;
+        if (largest_group > gckpt_ds_sub_group(&s->layout)) largest_group = gckpt_ds_sub_group(&s->layout); /* sub_group_size */
+        c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0);
+        break;
+    }
+    case GCKPT_PAR_FSDP: {
+        uint64_t e = unit_numel(ps, GCKPT_SEC_EMBED), l = unit_numel(ps, GCKPT_SEC_BLOCK), h = unit_numel(ps, GCKPT_SEC_HEAD);
+        uint64_t pd = s->precision == GCKPT_FP32 ? 4 : 2; /* MixedPrecisionPolicy param / reduce dtype */
+        c->parallel = gckpt_round_up(h * pd, round) + 2 * gckpt_round_up(max3(e, l, 0) * pd, round) +
+                      gckpt_round_up(max3(e, l, h) * pd, round) + extra;
+        break;
+    }
+    default: break;
+    }
+}
+
+void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
+{
+    const gckpt_setting *s = &c->set;
+    const gckpt_params *ps = &c->params;
+    double n = gckpt_layout_world(&s->layout), ga = (double)grad_accum;
+    double zs = s->precision == GCKPT_FP32 ? 4 : 2;
+    double full = 0, padded = 0, gathered = 0, whole = 0, tail = 0;
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        double k = (double)p->copies, pad = (double)(p->shard.part ? p->shard.part * p->shard.ways : p->numel);
+        full += k * (double)p->numel;
+        padded += k * pad;
+        if (p->shard.whole) whole += k * pad;
+        else gathered += k * pad;
+        if (p->section == GCKPT_SEC_HEAD) tail += k * pad;
+    }
+    memset(v, 0, sizeof *v);
+    switch ((gckpt_parallel)s->layout.mode) {
+    case GCKPT_PAR_DDP: /* fp32 buckets, the synchronising micro-step only */
+        v->reduce = full * 4;
+        v->reduce_is_all_reduce = true;
+        break;
+    case GCKPT_PAR_FSDP: /* every unit gathered in each forward and, resharded (not the tail), each backward */
+        v->gather_fwd = ga * padded * zs;
+        v->gather_bwd = ga * (padded - tail) * zs;
+        v->reduce = padded * zs;
+        break;
+    case GCKPT_PAR_ZERO1:
+    case GCKPT_PAR_ZERO2: {
+        double a = 0;
+        uint64_t group[2] = {0, 0};
+        for (int i = 0; i < ps->n; i++) group[ps->p[i].shard.group] += ps->p[i].copies * ps->p[i].numel;
+        for (int g = 0; g < 2; g++) a += (double)((group[g] + 2 * (uint64_t)n - 1) / (2 * (uint64_t)n) * 2 * (uint64_t)n);
+        v->reduce = (s->layout.mode == GCKPT_PAR_ZERO1 ? 1 : ga) * full * zs;
+        v->reduce_is_all_reduce = true;
+        v->gather_opt = a * zs;
+        break;
+    }
+    case GCKPT_PAR_ZERO3: /* gathered once per micro-step and kept through its backward (default limits) */
+        v->gather_fwd = ga * gathered * zs;
+        v->reduce = ga * padded * zs;
+        v->gather_opt = whole * zs;
+        break;
+    default: break;
+    }
+    (void)n;
+}
+
+void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
+{
+    const gckpt_layout *l = &c->set.layout;
+    double n = gckpt_layout_world(l);
+    double bw = (l->nodes > 1) ? c->dev->inter_node_bus_bytes_per_s : c->dev->intra_node_bus_bytes_per_s;
+    gckpt_comm_volume v;
+    gckpt_parallel_volume(c, grad_accum, &v);
+    if (bw <= 0) return; /* gckpt_parallel_device_ok refused this earlier */
+    double ring = (n - 1) / n / bw; /* seconds per byte of an all-gather / reduce-scatter (nccl-tests busbw) */
+    double t_gf = v.gather_fwd * ring, t_gb = v.gather_bwd * ring, t_go = v.gather_opt * ring;
+    double t_red = v.reduce * ring * (v.reduce_is_all_reduce ? 2 : 1);
+    /* a reduction once per step (DDP, ZeRO-1, FSDP2's synchronising micro-step) overlaps one backward */
+    bool every_micro = l->mode == GCKPT_PAR_ZERO2 || l->mode == GCKPT_PAR_ZERO3;
+    double bwd = res->backward_s + res->recompute_s, window = every_micro ? bwd : bwd / (double)grad_accum;
+    double exposed = (t_gf > res->forward_s ? t_gf - res->forward_s : 0) + (t_gb > bwd ? t_gb - bwd : 0) +
+                     (t_red > window ? t_red - window : 0) + t_go;
+    res->comm_s = exposed;
+    res->step_s += exposed;
+}
+
+bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckpt_err *err)
+{
+    if (!gckpt_layout_multi(l)) return true;
+    const char *field = l->nodes > 1 ? "inter_node_bus_bytes_per_s" : "intra_node_bus_bytes_per_s";
+    double bw = l->nodes > 1 ? d->inter_node_bus_bytes_per_s : d->intra_node_bus_bytes_per_s;
+    if (bw > 0) return true;
+    gckpt_seterr(err, "GPU profile '%s': field '%s' is missing (needed to time collectives on several GPUs)", d->name,
+                 field);
+    return false;
+}

@@ -1,0 +1,124 @@
+/* Several GPUs: what one rank of DDP, FSDP2 or DeepSpeed ZeRO-1/2/3 keeps for the whole run
+ * under the HF Trainer (its own preparation: accelerate's DDP / fsdp2_prepare_model,
+ * deepspeed.initialize with the Trainer's "auto" values). The rules are
+ * tools/hf_probe/dist_rules.py's, measured in tools/hf_probe/FINDINGS.md section 13 on the
+ * CPU (tests/data/hf-dist; test_dist_fixtures checks them):
+ *  ddp:   full replicas; gradient_as_bucket_view false, so the buckets are a second flat copy
+ *         of every gradient; find_unused_parameters (the Trainer's choice without gradient
+ *         checkpointing) adds the reducer's used map and its device copy (int32 per tensor).
+ *  fsdp:  fully_shard per decoder layer, the embedding and the tail (final norm, lm_head):
+ *         fp32 sharded parameters with dim 0 padded to a multiple of the ranks; AdamW states on
+ *         the unpadded local rows; the device mesh (three int64[N]).
+ *  zero1/zero2: every optimizer group flattened and padded to a multiple of 2N elements
+ *         (nccl_start_alignment_factor 2 x world); the flat model-dtype weights replicated,
+ *         the fp32 master partition and AdamW's states on it; one step counter per group and
+ *         the gradient norm scalar.
+ *  zero3: every tensor partitioned to ceil(numel / N) elements, tensors under
+ *         stage3_param_persistence_threshold also kept whole; fp32 master + AdamW states on
+ *         the partitions, the flat gradient partitions and the reduce_bucket_size ipg bucket.
+ * Every mode: torch AdamW's fp32 `step` per parameter tensor (per group under ZeRO) and the
+ * model's buffers (rotary inv_freq and original_inv_freq, fp32).
+ * (core: read by the planner) */
+#ifndef GCKPT_PARALLEL_H
+#define GCKPT_PARALLEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gckpt/core/model.h"
+#include "gckpt/core/params.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/core/schedule.h"
+#include "gckpt/core/setting.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GCKPT_MAX_RANKS 65536 /* gpus x nodes */
+
+/* GPUs in the layout (gpus x nodes, each 0 read as 1). */
+uint32_t gckpt_layout_world(const gckpt_layout *l);
+
+/* Whether the layout spreads the step over several GPUs. */
+static inline bool gckpt_layout_multi(const gckpt_layout *l) { return l->mode != GCKPT_PAR_NONE; }
+
+/* DeepSpeed's limits in elements: the ds_config's value when set (l->ds), else what the Trainer
+ * fills for "auto" (transformers integrations/deepspeed.py,
+ * HfTrainerDeepSpeedConfig.trainer_config_finalize) or DeepSpeed's default
+ * (deepspeed/runtime/zero/config.py). */
+uint64_t gckpt_ds_reduce_bucket(const gckpt_model *m, const gckpt_layout *l);        /* hidden x hidden */
+uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m, const gckpt_layout *l); /* 10 x hidden */
+uint64_t gckpt_ds_max_live(const gckpt_layout *l);  /* stage3_max_live_parameters: 1e9 */
+uint64_t gckpt_ds_sub_group(const gckpt_layout *l); /* sub_group_size: 1e9 */
+
+/* Whether setting s can be planned per rank (one line in err when not): a mode with more
+ * than one GPU, full fine-tuning with AdamW under fp32 or amp-bf16 (what FINDINGS 13
+ * measured). */
+bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err);
+
+/* The precision the recipe computes in: FSDP2's MixedPrecisionPolicy and DeepSpeed's bf16 run
+ * the forward on bf16 weights without autocast (pure bf16, FINDINGS 13.4: saved bytes equal the
+ * single-process bf16 fixtures); DDP and one GPU: s->precision. */
+gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s);
+
+/* Fill the shard fields of table ps for layout l of model m. */
+void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l);
+
+/* What one rank keeps between steps, bytes (each allocation rounded to round). */
+typedef struct {
+    uint64_t weights; /* the parameters as the mode stores them (replicas, shards, partitions,
+                       * ZeRO-3's whole persistent parameters) */
+    uint64_t grads;   /* DDP's buckets; ZeRO-3's flat gradient partitions and ipg bucket */
+    uint64_t master;  /* ZeRO's fp32 master partitions */
+    uint64_t states;  /* AdamW's exp_avg and exp_avg_sq */
+    uint64_t scalars; /* step counters, DDP's used map, ZeRO's norm and flags, FSDP2's mesh */
+    uint64_t buffers; /* the model's buffers (rotary inv_freq, original_inv_freq) */
+    uint64_t total;
+} gckpt_rank_bytes;
+
+/* Rank `rank`'s persistent bytes for setting s (a checked, multi-GPU layout) from table ps
+ * after gckpt_params_shard. Rank 0 is the busiest (FSDP2's local shards shrink at the end). */
+void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
+                           uint64_t round, gckpt_rank_bytes *out);
+
+/* Make context c (its setting a checked multi-GPU layout) one rank's: the table's shard fields
+ * and per-rank gradients, the persistent totals of rank 0 (the busiest), the mode's working
+ * set in c->parallel and the optimizer step's share. The working set is a closed form, not
+ * yet events of the schedule (README, "Several GPUs", says what is verified):
+ *  ddp:   the buckets (a flat fp32 copy of every gradient), step counters, buffers;
+ *  zero1: the ipg bucket (reduce_bucket_size elements) held through the step; the full
+ *         model-dtype gradients accumulate in .grad as on one GPU (FINDINGS 13.6, exact);
+ *  zero2: as zero1, the gradients the rank's partition only (13.6: below one GPU);
+ *  zero3: every gathered non-persistent parameter from its first forward use to its backward
+ *         (default stage3_max_live_parameters 1e9 elements caps it), the ipg bucket;
+ *  fsdp:  the tail unit (final norm, lm_head: reshard_after_forward False) unsharded, the
+ *         current and the prefetched unit's unsharded bf16 parameters, one unit's
+ *         reduce-scatter input; fp32 sharded gradients. */
+void gckpt_parallel_apply(gckpt_ctx *c);
+
+/* Whether profile d has the bus bandwidth layout l needs (err names the field when not). */
+bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckpt_err *err);
+
+/* One step's collectives on a rank, bytes of the full (unsharded) buffers (FINDINGS 13.4,
+ * dist_rules.py collectives_closed): all-gathers in the forward, the backward and after the
+ * optimizer step, and the gradients' reduction (all-reduce for DDP / ZeRO-1/2, reduce-scatter
+ * for FSDP2 / ZeRO-3). */
+typedef struct {
+    double gather_fwd, gather_bwd, gather_opt, reduce;
+    bool reduce_is_all_reduce;
+} gckpt_comm_volume;
+void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v);
+
+/* Add to res->step_s (and res->comm_s) the collectives' time that compute does not hide, at
+ * the profile's bus bandwidth (intra-node, or inter-node when there are several nodes):
+ * all-gathers of the forward behind the forward, those of the backward and the reduction
+ * behind the backward and recompute (prefetch on side streams, bucket hooks: FINDINGS 13.7
+ * D7, from the source; unverified on GPUs), the optimizer's all-gather exposed. */
+void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

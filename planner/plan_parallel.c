@@ -1,0 +1,112 @@
+/* A plan on several GPUs (gckpt/core/parallel.h): the header's layout line, the Trainer
+ * arguments and launch lines of the snippet, and the plan JSON's layout. Nothing here runs for
+ * one GPU, whose outputs stay as they were. */
+#include "gckpt/planner/plan.h"
+
+#include <string.h>
+
+#include "gckpt/util/safe_text.h"
+
+/* The Trainer's names for a layout, as tools/hf_probe/probe_dist.py passed them. */
+static const char *mode_words(gckpt_parallel m)
+{
+    switch (m) {
+    case GCKPT_PAR_DDP: return "DDP (the Trainer's default under torchrun)";
+    case GCKPT_PAR_FSDP: return "FSDP2 (fully_shard per decoder layer, the embedding and the tail)";
+    case GCKPT_PAR_ZERO1: return "DeepSpeed ZeRO-1";
+    case GCKPT_PAR_ZERO2: return "DeepSpeed ZeRO-2";
+    case GCKPT_PAR_ZERO3: return "DeepSpeed ZeRO-3";
+    default: return "one GPU";
+    }
+}
+
+void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f)
+{
+    const gckpt_layout *l = &p->req.layout;
+    if (!gckpt_layout_multi(l)) return;
+    uint32_t w = gckpt_layout_world(l);
+    fprintf(f, "%u GPUs (%u node%s x %u), %s: memory is rank 0's (the busiest), tok/s per GPU (x %u for the job); "
+               "global batch = micro-batch x grad-accum x %u\n",
+            w, l->nodes ? l->nodes : 1, l->nodes > 1 ? "s" : "", l->gpus ? l->gpus : 1, mode_words((gckpt_parallel)l->mode),
+            w, w);
+}
+
+/* The TrainingArguments lines of the mode (inside TrainingArguments(...)). */
+void gckpt_plan_print_parallel_args(const gckpt_plan *p, FILE *f)
+{
+    switch ((gckpt_parallel)p->req.layout.mode) {
+    case GCKPT_PAR_FSDP:
+        fprintf(f, "    fsdp=True,\n    fsdp_config={\"version\": 2, \"reshard_after_forward\": True},\n");
+        break;
+    case GCKPT_PAR_ZERO1:
+    case GCKPT_PAR_ZERO2:
+    case GCKPT_PAR_ZERO3: {
+        int stage = p->req.layout.mode - GCKPT_PAR_ZERO1 + 1;
+        if (p->req.deepspeed[0]) {
+            char path[512];
+            snprintf(path, sizeof path, "%s", p->req.deepspeed);
+            gckpt_text_sanitize(path);
+            fprintf(f, "    deepspeed=\"%s\",\n", path);
+            break;
+        }
+        fprintf(f, "    deepspeed={  # or the same as a ds_config.json file\n"
+                   "        \"train_micro_batch_size_per_gpu\": \"auto\", \"gradient_accumulation_steps\": \"auto\",\n"
+                   "        \"train_batch_size\": \"auto\", \"gradient_clipping\": \"auto\", \"bf16\": {\"enabled\": \"auto\"},\n"
+                   "        \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": \"auto\"%s},\n    },\n",
+                stage, stage == 3 ? ", \"stage3_prefetch_bucket_size\": \"auto\",\n"
+                                    "                              \"stage3_param_persistence_threshold\": \"auto\""
+                                  : "");
+        break;
+    }
+    default: break;
+    }
+}
+
+/* The launch lines, after the snippet. */
+void gckpt_plan_print_launch(const gckpt_plan *p, FILE *f)
+{
+    const gckpt_layout *l = &p->req.layout;
+    if (!gckpt_layout_multi(l)) return;
+    uint32_t g = l->gpus ? l->gpus : 1, n = l->nodes ? l->nodes : 1;
+    fprintf(f, "# launch (train.py holds the lines above):\n");
+    if (n == 1) {
+        fprintf(f, "torchrun --nproc_per_node %u train.py\n", g);
+        fprintf(f, "# or: accelerate launch --num_processes %u train.py\n", g);
+    } else {
+        fprintf(f, "torchrun --nnodes %u --nproc_per_node %u --node_rank $NODE_RANK --master_addr $MASTER_ADDR "
+                   "--master_port 29500 train.py\n", n, g);
+        fprintf(f, "# or: accelerate launch --num_machines %u --num_processes %u --machine_rank $NODE_RANK "
+                   "--main_process_ip $MASTER_ADDR --main_process_port 29500 train.py\n", n, n * g);
+    }
+}
+
+void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
+{
+    const gckpt_layout *l = &p->req.layout;
+    if (!gckpt_layout_multi(l)) return;
+    cJSON *o = cJSON_AddObjectToObject(inputs, "layout");
+    cJSON_AddNumberToObject(o, "gpus", l->gpus ? l->gpus : 1);
+    cJSON_AddNumberToObject(o, "nodes", l->nodes ? l->nodes : 1);
+    cJSON_AddNumberToObject(o, "world_size", gckpt_layout_world(l));
+    cJSON_AddStringToObject(o, "parallel", gckpt_parallel_names[l->mode]);
+    cJSON_AddStringToObject(o, "memory", "rank 0 (the busiest)");
+    cJSON_AddNumberToObject(o, "bus_bytes_per_s", l->nodes > 1 ? p->dev.inter_node_bus_bytes_per_s
+                                                                : p->dev.intra_node_bus_bytes_per_s);
+    if (l->mode < GCKPT_PAR_ZERO1) return;
+    /* the DeepSpeed limits planned with, "auto" resolved */
+    cJSON *ds = cJSON_AddObjectToObject(o, "deepspeed");
+    if (p->req.deepspeed[0]) cJSON_AddStringToObject(ds, "file", p->req.deepspeed);
+    else cJSON_AddNullToObject(ds, "file");
+    cJSON_AddNumberToObject(ds, "reduce_bucket_size", (double)gckpt_ds_reduce_bucket(&p->model, l));
+    cJSON_AddNumberToObject(ds, "stage3_param_persistence_threshold", (double)gckpt_ds_persistence_threshold(&p->model, l));
+    cJSON_AddNumberToObject(ds, "stage3_max_live_parameters", (double)gckpt_ds_max_live(l));
+    cJSON_AddNumberToObject(ds, "sub_group_size", (double)gckpt_ds_sub_group(l));
+}
+
+void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry, cJSON *time)
+{
+    if (!gckpt_layout_multi(&p->req.layout)) return;
+    cJSON_AddNumberToObject(entry, "global_batch",
+                            (double)(e->micro_batch * e->grad_accum * gckpt_layout_world(&p->req.layout)));
+    cJSON_AddNumberToObject(time, "collective_exposed_s", e->r.comm_s);
+}

@@ -1,0 +1,291 @@
+/* The per-rank persistent memory (core/parallel.c) against ground truth:
+ *   - the per-rank fixtures of tests/data/hf-dist (tools/hf_probe/probe_dist.py: the HF
+ *     Trainer's own DDP / FSDP2 / DeepSpeed ZeRO preparation, memory measured on PyTorch's
+ *     fake process group): the allocator's live bytes at the start and the end of step 2
+ *     equal the planned persistent bytes exactly. The gloo twins are not compared (their
+ *     allocator misses frees made on gloo's threads, FINDINGS 13.1);
+ *   - closed forms for every shipped model from its published parameter count P and N ranks:
+ *     DDP amp AdamW 16 P, ZeRO-1/2 2 P + 12 P / N, ZeRO-3 16 P / N, FSDP2 12 P / N, each up
+ *     to the documented padding and scalars. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+
+#include "gckpt/core/parallel.h"
+#include "gckpt/core/recipe.h"
+#include "gckpt/util/jsonget.h"
+
+#ifndef GCKPT_TEST_DATA
+#error GCKPT_TEST_DATA must name tests/data
+#endif
+
+static gckpt_recipe g_r;
+static gckpt_params g_ps;
+
+/* The planner's per-rank persistent bytes for model m under setting s. */
+static void plan_rank(const gckpt_model *m, const gckpt_setting *s, uint32_t rank, gckpt_rank_bytes *out)
+{
+    gckpt_err err;
+    bool overflow = false;
+    gckpt_recipe_build(m, s->precision, GCKPT_SDPA, &g_r);
+    if (!gckpt_params_build(&g_r, m->layers, s->optimizer, 1, &g_ps, &overflow, &err)) fail_msg("%s", err.msg);
+    assert_false(overflow);
+    gckpt_params_shard(&g_ps, m, &s->layout);
+    gckpt_rank_persistent(&g_ps, m, s, rank, 1, out);
+}
+
+static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+
+/* One per-rank fixture: the model, the setting with its layout, what was measured at step 2. */
+typedef struct {
+    gckpt_model m;
+    gckpt_setting s;
+    uint32_t rank;
+    bool fake;           /* PyTorch's fake process group (the gloo twins: false) */
+    char mode[16], variant[16];
+    uint64_t start, end; /* live bytes at step 2's start and end */
+    double peak;         /* step 2's live peak */
+    char where[160];
+} dist_fixture;
+
+static void read_fixture(const char *path, dist_fixture *f)
+{
+    gckpt_err err;
+    memset(f, 0, sizeof *f);
+    char *text = gckpt_read_file(path, 256u << 20, &err);
+    if (!text) fail_msg("%s", err.msg);
+    cJSON *root = gckpt_json_parse(path, text, &err);
+    free(text);
+    if (!root) fail_msg("%s", err.msg);
+    const cJSON *set = item(root, "setting"), *par = item(root, "parallel"), *steps = item(root, "steps");
+    char prec[32], pg[16];
+    uint64_t world, rank, n, mb, seq, ga;
+    double peak;
+    char *cfg = cJSON_PrintUnformatted(item(root, "config"));
+    bool ok = cfg && gckpt_model_parse(path, cfg, &f->m, &err) &&
+              gckpt_json_str(par, path, "parallel.mode", f->mode, sizeof f->mode, &err) &&
+              gckpt_json_str_opt(par, path, "parallel.variant", "", f->variant, sizeof f->variant, &err) &&
+              gckpt_json_str(par, path, "parallel.process_group", pg, sizeof pg, &err) &&
+              gckpt_json_u64(par, path, "parallel.world_size", 2, 1024, &world, &err) &&
+              gckpt_json_u64(par, path, "parallel.rank", 0, world - 1, &rank, &err) &&
+              gckpt_json_str(set, path, "setting.precision", prec, sizeof prec, &err) &&
+              gckpt_json_u64_opt(set, path, "setting.every_n_layers", 0, 1024, 0, &n, &err) &&
+              gckpt_json_u64(set, path, "setting.micro_batch", 1, 1024, &mb, &err) &&
+              gckpt_json_u64(set, path, "setting.seq", 1, 1u << 20, &seq, &err) &&
+              gckpt_json_u64(set, path, "setting.grad_accum", 1, 1024, &ga, &err);
+    free(cfg);
+    const cJSON *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
+    ok = ok && gckpt_json_u64(last, path, "steps[-1].live_at_start_bytes", 0, UINT64_MAX, &f->start, &err) &&
+         gckpt_json_u64(last, path, "steps[-1].live_at_end_bytes", 0, UINT64_MAX, &f->end, &err) &&
+         gckpt_json_num(last, path, "steps[-1].live_peak_bytes", 0, 1e18, &peak, &err) &&
+         gckpt_json_str(last, path, "steps[-1].peak_where", f->where, sizeof f->where, &err);
+    f->s.offload = cJSON_IsTrue(item(set, "offload"));
+    cJSON_Delete(root);
+    if (!ok) fail_msg("%s", err.msg);
+    f->fake = !strcmp(pg, "fake");
+    f->rank = (uint32_t)rank;
+    f->peak = peak;
+    gckpt_setting *s = &f->s;
+    s->seq = seq;
+    s->micro_batch = mb;
+    s->grad_accum = ga;
+    s->optimizer = GCKPT_ADAMW;
+    s->attention = GCKPT_SDPA;
+    s->every_n = (uint32_t)n;
+    /* every mode runs the Trainer's bf16=True (the probe names it by what the forward computes in) */
+    s->precision = strcmp(prec, "fp32") ? GCKPT_AMP_BF16 : GCKPT_FP32;
+    s->layout.gpus = (uint32_t)world;
+    s->layout.nodes = 1;
+    int pm = gckpt_parallel_from(strcmp(f->mode, "fsdp2") ? f->mode : "fsdp");
+    if (pm <= 0) fail_msg("%s: parallel.mode '%s' not understood", path, f->mode);
+    s->layout.mode = (uint8_t)pm;
+    if (!gckpt_layout_check(s, &err)) fail_msg("%s", err.msg);
+}
+
+typedef struct {
+    int compared, exact, gloo;
+} tally;
+
+/* One fixture: false when it differs (printed). */
+static bool check_fixture(const char *path, tally *t)
+{
+    dist_fixture f;
+    read_fixture(path, &f);
+    if (!f.fake) {
+        t->gloo++;
+        return true;
+    }
+    gckpt_rank_bytes b;
+    plan_rank(&f.m, &f.s, f.rank, &b);
+    t->compared++;
+    if (b.total == f.start && b.total == f.end) {
+        t->exact++;
+        return true;
+    }
+    print_message("%s: planned %llu, measured start %llu end %llu\n", path, (unsigned long long)b.total,
+                  (unsigned long long)f.start, (unsigned long long)f.end);
+    return false;
+}
+
+static void test_fixtures_exact(void **state)
+{
+    (void)state;
+    const char *dir = GCKPT_TEST_DATA "/hf-dist";
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    tally t = {0};
+    int bad = 0;
+    while ((e = readdir(d))) {
+        size_t k = strlen(e->d_name);
+        if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        bad += !check_fixture(path, &t);
+    }
+    closedir(d);
+    print_message("per-rank persistent bytes (step 2's start and end): %d/%d fixtures exact (%d gloo twins not "
+                  "compared)\n", t.exact, t.compared, t.gloo);
+    assert_true(t.compared >= 150);
+    assert_int_equal(bad, 0);
+}
+
+/* The rank's planned live peak of step 2 (CPU target, exact allocator as test_hf_fixtures). */
+static double planned_peak(const dist_fixture *f, const gckpt_device *dev)
+{
+    static gckpt_ctx c;
+    gckpt_err err;
+    gckpt_peft none = {0};
+    gckpt_recipe_build_peft(&f->m, gckpt_parallel_compute_precision(&f->s), GCKPT_SDPA, GCKPT_TARGET_CPU, &none, &g_r);
+    if (!gckpt_ctx_init(&c, &f->m, dev, &g_r, &f->s, &err)) fail_msg("%s", err.msg);
+    gckpt_schedule ev;
+    if (!gckpt_schedule_build(&c, &ev)) fail_msg("out of memory");
+    gckpt_result res;
+    gckpt_walk(&c, &ev, &res);
+    gckpt_schedule_free(&ev);
+    return (double)res.peak_bytes;
+}
+
+/* The step's live peak per rank against the fixtures. Checkpointed DDP and ZeRO-1, where
+ * FINDINGS 13.6 derives the peak exactly (one GPU's + the buckets / the rank's persistent
+ * bytes + the ipg bucket), within the single-GPU planner's tolerance (test_hf_fixtures: 0.1 %
+ * amp and fp32, 0.5 % bf16). FSDP2, ZeRO-2 and ZeRO-3 (working set as a closed form, not yet
+ * per-unit events) and DDP without checkpointing (_DDPSink's clones, not modelled) within
+ * MODE_TOL, the figure README "Several GPUs" states (measured: 18.1 % at most, ZeRO-3 on
+ * tiny llama at world 2); the residual table is printed. */
+#define MODE_TOL 0.20
+static void test_fixture_peaks(void **state)
+{
+    (void)state;
+    gckpt_device dev;
+    gckpt_err err;
+    if (!gckpt_device_load(GCKPT_TEST_DATA "/devices/cpu-exact.json", &dev, &err)) fail_msg("%s", err.msg);
+    const char *dir = GCKPT_TEST_DATA "/hf-dist";
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    int n = 0, bad = 0;
+    double worst[GCKPT_NPAR][2] = {{0}}; /* per mode: max |error|, [1] checkpointed */
+    int count[GCKPT_NPAR][2] = {{0}};
+    print_message("%-52s %10s %10s %8s  %s\n", "fixture (fake group)", "measured", "planned", "error", "measured peak at");
+    while ((e = readdir(d))) {
+        size_t k = strlen(e->d_name);
+        if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        dist_fixture f;
+        read_fixture(path, &f);
+        if (!f.fake || f.rank != 0) continue; /* rank 0: the busiest, the one a plan shows */
+        double planned = planned_peak(&f, &dev), err_rel = (planned - f.peak) / f.peak;
+        int mode = f.s.layout.mode, ck = f.s.every_n > 0;
+        bool derived = (mode == GCKPT_PAR_DDP && ck) || mode == GCKPT_PAR_ZERO1;
+        double tol = derived ? (f.s.precision == GCKPT_FP32 || mode == GCKPT_PAR_DDP ? 0.001 : 0.005) : MODE_TOL;
+        print_message("%-52.52s %10.0f %10.0f %+7.2f%%  %s\n", e->d_name, f.peak, planned, 100 * err_rel, f.where);
+        if (fabs(err_rel) > worst[mode][ck]) worst[mode][ck] = fabs(err_rel);
+        count[mode][ck]++;
+        n++;
+        if (fabs(err_rel) > tol) {
+            print_message("  ^ beyond %.1f %%\n", 100 * tol);
+            bad++;
+        }
+    }
+    closedir(d);
+    for (int m = 1; m < GCKPT_NPAR; m++)
+        for (int ck = 0; ck < 2; ck++)
+            if (count[m][ck])
+                print_message("%-6s %-16s %3d fixtures, max |error| %.2f %%\n", gckpt_parallel_names[m],
+                              ck ? "checkpointed" : "no checkpointing", count[m][ck], 100 * worst[m][ck]);
+    assert_true(n >= 70);
+    assert_int_equal(bad, 0);
+}
+
+/* Closed forms per shipped model, N = 8 ranks, amp-bf16 AdamW with checkpointing. */
+static void test_closed_forms(void **state)
+{
+    (void)state;
+    static const char *const models[] = {"gpt2", "gpt2-medium", "gpt2-xl", "llama-3.2-1b", "llama-3.2-3b",
+                                         "llama-3.1-8b", "llama-3.1-70b", "mistral-7b-v0.3", "qwen2.5-0.5b",
+                                         "qwen2.5-7b", "qwen3-8b"};
+    const uint64_t N = 8;
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+        gckpt_model m;
+        gckpt_err err;
+        if (!gckpt_model_load(models[i], &m, &err)) fail_msg("%s", err.msg);
+        uint64_t P = gckpt_param_count(&m);
+        gckpt_setting s = {0};
+        s.seq = s.micro_batch = s.grad_accum = 1;
+        s.every_n = 1;
+        s.optimizer = GCKPT_ADAMW;
+        s.precision = GCKPT_AMP_BF16;
+        s.layout = (gckpt_layout){(uint32_t)N, 1, GCKPT_PAR_DDP};
+        gckpt_rank_bytes b;
+        plan_rank(&m, &s, 0, &b);
+        uint64_t T = 0; /* parameter tensors */
+        for (int k = 0; k < g_ps.n; k++) T += g_ps.p[k].copies;
+        /* DDP: fp32 weights, fp32 buckets, two fp32 AdamW states: 16 P, plus a step per tensor */
+        assert_int_equal(b.total - b.buffers, 16 * P + 4 * T);
+        double gib[4] = {b.total / 1073741824.0};
+        /* ZeRO-2: bf16 flat weights 2 P, fp32 master + states 12 P / N; two groups padded to 2N */
+        s.layout.mode = GCKPT_PAR_ZERO2;
+        plan_rank(&m, &s, 0, &b);
+        uint64_t core = b.weights + b.master + b.states;
+        assert_true(core >= 2 * P + 12 * P / N && core <= 2 * P + 12 * P / N + 2 * 16 * 2 * N);
+        gib[1] = b.total / 1073741824.0;
+        /* ZeRO-3: bf16 partition + bf16 gradient partition + fp32 master + states = 16 P / N,
+         * each tensor padded to a multiple of N; plus the whole persistent tensors and the ipg bucket */
+        s.layout.mode = GCKPT_PAR_ZERO3;
+        plan_rank(&m, &s, 0, &b);
+        uint64_t whole = 0;
+        for (int k = 0; k < g_ps.n; k++)
+            if (g_ps.p[k].numel < 10 * m.hidden) whole += g_ps.p[k].copies * g_ps.p[k].numel;
+        core = b.weights + b.grads + b.master + b.states - 2 * whole - 2 * m.hidden * m.hidden;
+        assert_true(core >= 16 * P / N && core <= 16 * P / N + 16 * T);
+        gib[2] = b.total / 1073741824.0;
+        /* FSDP2: fp32 shards 4 P / N, AdamW on the local rows 8 P / N, dim 0 padded to N */
+        s.layout.mode = GCKPT_PAR_FSDP;
+        plan_rank(&m, &s, 0, &b);
+        core = b.weights + b.states;
+        uint64_t rowmax = m.vocab > m.intermediate ? m.hidden : m.intermediate; /* elements of a padding row */
+        assert_true(core >= 12 * P / N && core <= 12 * P / N + 12 * T * N * rowmax);
+        print_message("%-16s P %llu: ddp %.2f GiB, zero2 %.2f GiB, zero3 %.2f GiB, fsdp %.2f GiB per rank of %llu\n",
+                      models[i], (unsigned long long)P, gib[0], gib[1], gib[2], b.total / 1073741824.0, (unsigned long long)N);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fixtures_exact),
+        cmocka_unit_test(test_closed_forms),
+        cmocka_unit_test(test_fixture_peaks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

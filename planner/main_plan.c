@@ -577,11 +577,34 @@ static int compare_modes(const cli_args *a)
 {
     gckpt_err err = {{0}};
     FILE *f = stdout;
+    /* warnings the header printed (the first mode's), and the later modes' other ones,
+     * printed once under the table */
+    char said[32][sizeof ((gckpt_warning *)0)->code];
+    size_t n_said = 0;
+    char *later = NULL;
+    size_t later_len = 0;
+    FILE *later_f = open_memstream(&later, &later_len);
+    if (!later_f) {
+        gckpt_seterr(&err, "out of memory");
+        return fail_line(&err);
+    }
     for (int i = 0; i < a->n_modes; i++) {
         gckpt_plan_request r = a->req;
         r.layout.mode = a->modes[i];
         gckpt_plan p;
-        if (!gckpt_plan_run(&r, &p, &err)) return fail_line(&err);
+        if (!gckpt_plan_run(&r, &p, &err)) {
+            fclose(later_f);
+            free(later);
+            return fail_line(&err);
+        }
+        for (size_t w = 0; w < p.n_warnings; w++) {
+            bool dup = false;
+            for (size_t k = 0; k < n_said; k++) dup |= !strcmp(said[k], p.warnings[w].code);
+            if (dup || n_said == sizeof said / sizeof said[0]) continue;
+            snprintf(said[n_said++], sizeof said[0], "%s", p.warnings[w].code);
+            if (i > 0) fprintf(later_f, "warning [%s] (%s): %s\n", p.warnings[w].code, gckpt_parallel_names[a->modes[i]],
+                               p.warnings[w].message);
+        }
         if (i == 0) { /* the header without the first mode's layout line, then the layout */
             p.req.layout.mode = GCKPT_PAR_NONE;
             gckpt_plan_print_header(&p, f);
@@ -605,7 +628,10 @@ static int compare_modes(const cli_args *a)
                 p.recommended >= 0 ? "" : "NOTHING FITS, smallest: ", where);
         gckpt_plan_free(&p);
     }
+    fclose(later_f);
     fprintf(f, "(each mode's recommended entry, or its smallest when nothing fits; plan one mode for its table and snippet)\n");
+    if (later_len) fputs(later, f);
+    free(later);
     return gckpt_stdout_check(&err) ? GCKPT_EXIT_OK : fail_line(&err);
 }
 

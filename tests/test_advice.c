@@ -239,6 +239,34 @@ static void warnings(void **state)
     assert_null(warning_of(j, "sdpa_fp32_gqa_math_fallback"));
     cJSON_Delete(j);
 
+    /* several GPUs: collective times always unverified; the closed-form working set of
+     * fsdp / zero2 / zero3 said with its measured error, not for ddp */
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpus", "8", "--parallel", "zero3", "--every-n", "1", "-q",
+                           "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    assert_non_null(warning_of(j, "collective_time_unverified"));
+    m = warning_of(j, "parallel_peak_approximate");
+    assert_non_null(m);
+    assert_non_null(strstr(m, "+18.1 % (zero3)"));
+    cJSON_Delete(j);
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpus", "8", "--parallel", "ddp", "--every-n", "1", "-q",
+                           "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    assert_non_null(warning_of(j, "collective_time_unverified"));
+    assert_null(warning_of(j, "parallel_peak_approximate"));
+    cJSON_Delete(j);
+    /* a list of modes: a later mode's warnings under the table, once */
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpus", "8", "--parallel", "ddp,fsdp,zero3")), 0);
+    const char *pw = strstr(cli_out, "warning [parallel_peak_approximate] (fsdp): ");
+    assert_non_null(pw);
+    assert_null(strstr(pw + 1, "warning [parallel_peak_approximate]"));
+    assert_non_null(strstr(cli_out, "warning [collective_time_unverified]: "));
+    assert_null(strstr(cli_out, "warning [collective_time_unverified] ("));
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "--every-n", "1", "-q", "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    assert_null(warning_of(j, "collective_time_unverified"));
+    cJSON_Delete(j);
+
     /* sliding windows: Mistral's (default 4096 when the key is absent) below seq */
     cli_write("mistral-sw.json", "{\"model_type\":\"mistral\",\"num_hidden_layers\":2,\"hidden_size\":64,"
                                  "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":128,"

@@ -2,6 +2,7 @@
  * and one sentence, in the table and in the plan's "warnings". A rule is one line in a
  * table below: a predicate on the model and the run setting with a fixed sentence, or a
  * function that writes its own sentence (with figures) when it applies. */
+#include "gckpt/core/quant_layout.h"
 #include "gckpt/planner/plan.h"
 
 #include <stdio.h>
@@ -38,6 +39,18 @@ static bool parallel_peak_applies(const gckpt_model *m, const gckpt_setting *s)
     return s->layout.mode == GCKPT_PAR_FSDP || s->layout.mode == GCKPT_PAR_ZERO2 || s->layout.mode == GCKPT_PAR_ZERO3;
 }
 
+static bool qlora_4bit_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    (void)m;
+    return s->peft.method == GCKPT_METHOD_QLORA && s->peft.quant != GCKPT_QUANT_INT8;
+}
+
+static bool qlora_int8_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    (void)m;
+    return s->peft.method == GCKPT_METHOD_QLORA && s->peft.quant == GCKPT_QUANT_INT8;
+}
+
 static bool collectives_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     (void)m;
@@ -57,6 +70,16 @@ static const struct {
      "(TrainingArguments.use_cache defaults to False) and gradient checkpointing forces: in your own "
      "training loop without checkpointing set model.config.use_cache = False, or every layer keeps "
      "copies of its keys and values"},
+    {"qlora_4bit_cuda_unverified", qlora_4bit_applies,
+     "4-bit layers are planned with bitsandbytes' dequantize-then-matmul path (the whole weight "
+     "dequantized in the compute dtype for each use), as measured on the CPU; on CUDA gemm_4bit takes it "
+     "at training shapes but may use a fused kernel without that copy for few tokens per micro-batch "
+     "(read in its source): unverified on a GPU"},
+    {"qlora_int8_cuda_unverified", qlora_int8_applies,
+     "8-bit layers are planned with the input kept for the backward and the weight dequantized for each "
+     "use, as bitsandbytes runs them on the CPU; on CUDA MatMul8bitLt also makes fp16 and int8 copies of "
+     "the input and keeps outlier columns whose size depends on the data (threshold 6.0): unverified, "
+     "expect a higher peak"},
     {"parallel_peak_approximate", parallel_peak_applies,
      "the per-rank working set of fsdp, zero2 and zero3 (gathered parameters, reduce-scatter and bucket "
      "buffers) is a closed form, not scheduled layer by layer: against per-rank fixtures of tiny models "

@@ -255,6 +255,24 @@ static void warnings(void **state)
     assert_non_null(warning_of(j, "collective_time_unverified"));
     assert_null(warning_of(j, "parallel_peak_approximate"));
     cJSON_Delete(j);
+    /* QLoRA: the CUDA-only parts of bitsandbytes said per quantization, not for LoRA */
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "qlora", "--every-n", "1", "-q",
+                           "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    assert_non_null(warning_of(j, "qlora_4bit_cuda_unverified"));
+    assert_null(warning_of(j, "qlora_int8_cuda_unverified"));
+    cJSON_Delete(j);
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "qlora", "--quant", "int8",
+                           "--every-n", "1", "-q", "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    assert_non_null(warning_of(j, "qlora_int8_cuda_unverified"));
+    assert_null(warning_of(j, "qlora_4bit_cuda_unverified"));
+    cJSON_Delete(j);
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "lora", "--every-n", "1", "-q",
+                           "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    assert_null(warning_of(j, "qlora_4bit_cuda_unverified"));
+    cJSON_Delete(j);
     /* a list of modes: a later mode's warnings under the table, once */
     assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpus", "8", "--parallel", "ddp,fsdp,zero3")), 0);
     const char *pw = strstr(cli_out, "warning [parallel_peak_approximate] (fsdp): ");

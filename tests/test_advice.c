@@ -212,6 +212,16 @@ static void shipped_plans_read_back(void **state)
         }
 }
 
+/* Plan args (writing w.json): the plan warns `has` (unless NULL) and not `lacks` (unless NULL). */
+static void plan_warns(char *const args[], const char *has, const char *lacks)
+{
+    assert_int_equal(run(args), 0);
+    cJSON *j = read_plan("w.json");
+    if (has) assert_non_null(warning_of(j, has));
+    if (lacks) assert_null(warning_of(j, lacks));
+    cJSON_Delete(j);
+}
+
 /* Each documented limit shows where it applies, in the table and in the JSON. */
 static void warnings(void **state)
 {
@@ -249,30 +259,16 @@ static void warnings(void **state)
     assert_non_null(m);
     assert_non_null(strstr(m, "+18.1 % (zero3)"));
     cJSON_Delete(j);
-    assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpus", "8", "--parallel", "ddp", "--every-n", "1", "-q",
-                           "-o", "w.json")), 0);
-    j = read_plan("w.json");
-    assert_non_null(warning_of(j, "collective_time_unverified"));
-    assert_null(warning_of(j, "parallel_peak_approximate"));
-    cJSON_Delete(j);
+    plan_warns(A("--model", "llama-3.1-8b", "--gpus", "8", "--parallel", "ddp", "--every-n", "1", "-q", "-o", "w.json"),
+               "collective_time_unverified", "parallel_peak_approximate");
     /* QLoRA: the CUDA-only parts of bitsandbytes said per quantization, not for LoRA */
-    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "qlora", "--every-n", "1", "-q",
-                           "-o", "w.json")), 0);
-    j = read_plan("w.json");
-    assert_non_null(warning_of(j, "qlora_4bit_cuda_unverified"));
-    assert_null(warning_of(j, "qlora_int8_cuda_unverified"));
-    cJSON_Delete(j);
-    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "qlora", "--quant", "int8",
-                           "--every-n", "1", "-q", "-o", "w.json")), 0);
-    j = read_plan("w.json");
-    assert_non_null(warning_of(j, "qlora_int8_cuda_unverified"));
-    assert_null(warning_of(j, "qlora_4bit_cuda_unverified"));
-    cJSON_Delete(j);
-    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "lora", "--every-n", "1", "-q",
-                           "-o", "w.json")), 0);
-    j = read_plan("w.json");
-    assert_null(warning_of(j, "qlora_4bit_cuda_unverified"));
-    cJSON_Delete(j);
+    plan_warns(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "qlora", "--every-n", "1", "-q", "-o", "w.json"),
+               "qlora_4bit_cuda_unverified", "qlora_int8_cuda_unverified");
+    plan_warns(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "qlora", "--quant", "int8", "--every-n", "1",
+                 "-q", "-o", "w.json"),
+               "qlora_int8_cuda_unverified", "qlora_4bit_cuda_unverified");
+    plan_warns(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "lora", "--every-n", "1", "-q", "-o", "w.json"),
+               NULL, "qlora_4bit_cuda_unverified");
     /* a list of modes: a later mode's warnings under the table, once */
     assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpus", "8", "--parallel", "ddp,fsdp,zero3")), 0);
     const char *pw = strstr(cli_out, "warning [parallel_peak_approximate] (fsdp): ");
@@ -280,10 +276,8 @@ static void warnings(void **state)
     assert_null(strstr(pw + 1, "warning [parallel_peak_approximate]"));
     assert_non_null(strstr(cli_out, "warning [collective_time_unverified]: "));
     assert_null(strstr(cli_out, "warning [collective_time_unverified] ("));
-    assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "--every-n", "1", "-q", "-o", "w.json")), 0);
-    j = read_plan("w.json");
-    assert_null(warning_of(j, "collective_time_unverified"));
-    cJSON_Delete(j);
+    plan_warns(A("--model", "gpt2", "--seq", "256", "--every-n", "1", "-q", "-o", "w.json"), NULL,
+               "collective_time_unverified");
 
     /* sliding windows: Mistral's (default 4096 when the key is absent) below seq */
     cli_write("mistral-sw.json", "{\"model_type\":\"mistral\",\"num_hidden_layers\":2,\"hidden_size\":64,"

@@ -231,6 +231,20 @@ static void print_alternative(const gckpt_plan_request *r, const char *label, bo
  * way forward, not only a "no". */
 static void print_alternatives(const gckpt_plan_request *req, FILE *f)
 {
+    /* several GPUs: the other modes on the same GPUs (the precision / optimizer / LoRA
+     * alternatives below are refused there: nothing else was measured per rank) */
+    if (req->layout.mode != GCKPT_PAR_NONE) {
+        bool header = false;
+        char label[96];
+        for (int m = GCKPT_PAR_DDP; m < GCKPT_NPAR; m++) {
+            if (m == req->layout.mode) continue;
+            gckpt_plan_request r = *req;
+            r.layout.mode = (uint8_t)m;
+            snprintf(label, sizeof label, "--parallel %s", gckpt_parallel_names[m]);
+            print_alternative(&r, label, &header, f);
+        }
+        return;
+    }
     static const struct { int prec, opt; } alt[] = {
         {-1, GCKPT_ADAMW_8BIT}, {GCKPT_BF16, -1}, {GCKPT_BF16, GCKPT_ADAMW_8BIT}, {GCKPT_BF16, GCKPT_SGD},
     };

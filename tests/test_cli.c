@@ -255,6 +255,13 @@ static void lora_runs(void **state)
     const char *first = strstr(cli_out, "--optimizer adamw-8bit");
     assert_non_null(first);
     assert_null(strstr(first + 1, "--optimizer adamw-8bit"));
+    /* several GPUs, nothing fits with ddp: the other modes on the same GPUs */
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpus", "8", "--parallel", "ddp", "--every-n", "1"), err,
+                         sizeof err), 0);
+    assert_non_null(strstr(cli_out, "Nothing fits"));
+    assert_non_null(strstr(cli_out, "--parallel zero3"));
+    assert_non_null(strstr(cli_out, "--parallel fsdp"));
+    assert_null(strstr(cli_out, "--parallel ddp  "));
     /* paged optimizers: the states in managed memory reported apart, the TrainingArguments name */
     assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--method", "qlora", "--optimizer",
                            "paged_adamw_8bit", "--every-n", "1", "--offload", "off"), err, sizeof err), 0);

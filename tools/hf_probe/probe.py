@@ -1268,6 +1268,19 @@ def select_cases(cases, all_, filters, names):
     return sel
 
 
+def selection(ap, a, cases, how="--all, --filter or --case"):
+    """The cases the command line picks; None after printing the names for --list
+    (the picked ones, else all). No pick is a usage error naming `how`."""
+    sel = select_cases(cases, a.all, a.filter, a.case)
+    if a.list:
+        for c in (sel or cases):
+            print(c["name"])
+        return None
+    if not sel:
+        ap.error(f"nothing selected (use {how})")
+    return sel
+
+
 def write_cases(items, jobs):
     """Measure (spec, out_dir[, run]) items, `jobs` at a time; prints a line per case."""
     failures = 0
@@ -1387,13 +1400,9 @@ def main(argv=None):
         return run_config(a)
     cases = hand_cases() if a.set == "hand" else gen_cases.cases()
     out_dir = a.out or (DEFAULT_OUT if a.set == "hand" else GEN_OUT)
-    sel = select_cases(cases, a.all, a.filter, a.case)
-    if a.list:
-        for c in (sel or cases):
-            print(c["name"])
+    sel = selection(ap, a, cases, "--all, --filter, --case or --config")
+    if sel is None:
         return 0
-    if not sel:
-        ap.error("nothing selected (use --all, --filter, --case or --config)")
     if a.stdout:
         torch.set_num_threads(1)
         for c in sel:

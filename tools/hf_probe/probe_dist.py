@@ -698,13 +698,9 @@ def main(argv=None):
     probe.add_selection_args(ap)
     a = ap.parse_args(argv)
     cases = all_cases(a.set)
-    sel = probe.select_cases(cases, a.all, a.filter, a.case)
-    if a.list:
-        for c in (sel or cases):
-            print(c["name"])
+    sel = probe.selection(ap, a, cases)
+    if sel is None:
         return 0
-    if not sel:
-        ap.error("nothing selected (use --all, --filter or --case)")
     if any(sp["mode"].startswith("zero") for sp in sel):
         try:
             import deepspeed  # noqa: F401

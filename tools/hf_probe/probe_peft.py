@@ -520,13 +520,9 @@ def main(argv=None):
     cases = all_cases()
     if len({c["name"] for c in cases}) != len(cases):
         raise SystemExit("duplicate case names")
-    sel = probe.select_cases(cases, a.all, a.filter, a.case)
-    if a.list:
-        for c in (sel or cases):
-            print(c["name"])
+    sel = probe.selection(ap, a, cases)
+    if sel is None:
         return 0
-    if not sel:
-        ap.error("nothing selected (use --all, --filter or --case)")
     _CKPT_ROOT = tempfile.mkdtemp(prefix="gckpt-peft-")
     try:
         for fam, attn in sorted({(c["family"], c["attention"]) for c in sel if c["method"] == "qlora"}):

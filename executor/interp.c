@@ -7,6 +7,7 @@
  * state table says. The events themselves: interp_events.c. */
 #include "interp.h"
 
+#include "gckpt/core/parallel.h"
 #include "gckpt/executor/exec_quant.h"
 
 #include <math.h>
@@ -262,7 +263,7 @@ static bool param_instances(gckpt_exec *x, gckpt_err *err)
 gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d, const gckpt_setting *s,
                            const gckpt_exec_opts *o, gckpt_err *err)
 {
-    if (!setting_ok(m, s, err)) return NULL;
+    if (!setting_ok(m, s, err) || !exec_parallel_check(s, o, err)) return NULL;
     gckpt_exec *x = calloc(1, sizeof *x);
     if (!x) {
         gckpt_seterr(err, "out of memory");
@@ -275,6 +276,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     if (o) x->o = *o;
     if (x->o.lr <= 0) x->o.lr = 1e-4;
     if (x->o.init_std <= 0) x->o.init_std = 0.02;
+    if (x->o.world < 1) x->o.world = 1;
     x->r = malloc(sizeof *x->r);
     if (!x->r) {
         gckpt_seterr(err, "out of memory");
@@ -309,7 +311,8 @@ fail:
 
 void gckpt_exec_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_recipe *r)
 {
-    gckpt_recipe_build_peft(m, s->precision, s->attention, GCKPT_TARGET_CUDA, &s->peft, r);
+    /* the precision the ranks compute in (a wrapped model's bf16 weights: parallel.h) */
+    gckpt_recipe_build_peft(m, gckpt_parallel_compute_precision(s), s->attention, GCKPT_TARGET_CUDA, &s->peft, r);
 }
 
 const gckpt_ctx *gckpt_exec_ctx(const gckpt_exec *x) { return &x->ctx; }
@@ -401,6 +404,7 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
         rc = x->be->set_workspace(x->be, x->workspace, x->workspace_bytes);
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "setting the workspace", err);
     }
+    if ((rc = exec_parallel_setup(x, err)) != GCKPT_XS_OK) return rc;
     x->setup_done = true;
     return init_params(x, err);
 }
@@ -411,7 +415,7 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
 static void make_data(gckpt_exec *x, uint64_t micro)
 {
     uint64_t B = x->set.micro_batch, S = x->set.seq, V = x->m.vocab;
-    uint64_t key = gckpt_key(x->o.seed, x->step, micro, 0xda7aULL);
+    uint64_t key = gckpt_key(x->o.seed, x->step, exec_global_micro(x, micro), 0xda7aULL);
     for (uint64_t i = 0; i < B * S; i++) x->ids[i] = (int64_t)(gckpt_rng(key, i) % V);
     for (uint64_t b = 0; b < B; b++)
         for (uint64_t i = 0; i < S; i++)
@@ -506,6 +510,7 @@ gckpt_xstatus gckpt_exec_step(gckpt_exec *x, const gckpt_step_opts *o, gckpt_ste
     if ((rc = run_part(x, PART_FIRST, 0, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
     for (uint64_t k = 1; k < x->set.grad_accum; k++)
         if ((rc = run_part(x, PART_LATER, k, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
+    if ((rc = exec_parallel_sync(x, err)) != GCKPT_XS_OK) return rc;
     if ((o->checksum || o->on_grads) && (rc = at_grads(x, o, res, &t1, err)) != GCKPT_XS_OK) return rc;
     if ((rc = run_part(x, PART_OPTIMIZER, 0, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
     if ((rc = be->timer_stop(be, &t2)) != GCKPT_XS_OK) return exec_be_fail(x, rc, "timer", err);
@@ -514,7 +519,8 @@ gckpt_xstatus gckpt_exec_step(gckpt_exec *x, const gckpt_step_opts *o, gckpt_ste
     float rec[GCKPT_MAX_RECORDS];
     if ((rc = be->read_records(be, rec, nrec)) != GCKPT_XS_OK) return exec_be_fail(x, rc, "reading the loss", err);
     double s = 0;
-    for (int i = 0; i < nrec; i++) s += rec[i];
+    for (int i = 0; i < nrec; i++) s += res->micro_loss[i] = rec[i];
+    res->nmicro = nrec;
     res->loss = s / nrec;
     if (o->update) x->step++;
     return GCKPT_XS_OK;
@@ -610,6 +616,7 @@ void gckpt_exec_release_all(gckpt_exec *x)
             }
     if (x->opt_temp) be->release(be, GCKPT_MEM_DEVICE, x->opt_temp, x->opt_temp_bytes);
     x->opt_temp = NULL;
+    exec_parallel_release(x);
     if (x->params)
         for (size_t i = 0; i < x->nparams; i++) {
             param_t *p = &x->params[i];

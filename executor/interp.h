@@ -37,6 +37,9 @@ typedef struct {
     uint64_t wr, rd;    /* bytes copied out so far, bytes copied back so far */
 } hostbuf_t;
 
+/* A parallel mode's own persistent buffers (interp_parallel.c). */
+enum { EXEC_PAR_GRADS, EXEC_PAR_SCALARS, EXEC_PAR_BUFFERS, EXEC_NPAR };
+
 /* The parts of a step: the first micro-step, the later one (run grad_accum - 1 times),
  * the optimizer; each a range of the schedule's segments. */
 enum { PART_FIRST, PART_LATER, PART_OPTIMIZER, NPARTS };
@@ -66,7 +69,17 @@ struct gckpt_exec {
     uint64_t step;                  /* optimizer steps done */
     int64_t *ids, *labels, *positions;
     bool setup_done, in_grads;
+    /* several ranks (interp_parallel.c): the mode's persistent buffers beyond the
+     * parameter state table, as gckpt_rank_persistent sizes them */
+    void *par[EXEC_NPAR];
+    uint64_t par_bytes[EXEC_NPAR];
 };
+
+/* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
+static inline uint64_t exec_global_micro(const gckpt_exec *x, uint64_t micro)
+{
+    return (uint64_t)x->o.rank * x->set.grad_accum + micro;
+}
 
 /* Where an event runs: its segment, its index in the schedule, the micro-step. */
 typedef struct {
@@ -86,6 +99,13 @@ gckpt_xt exec_state_view(const param_t *p, int k);
 gckpt_xt exec_inst_view(const gckpt_exec *x, uint32_t id);
 bool exec_live(const gckpt_exec *x, uint32_t id);
 void exec_inst_release(gckpt_exec *x, uint32_t id);
+/* Several ranks (interp_parallel.c): whether the setting's mode is executed (err names it
+ * when not) and the ranks agree with its layout; the mode's persistent buffers; the
+ * gradients' reduction after the last micro-step; freeing the buffers. */
+bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err);
+gckpt_xstatus exec_parallel_setup(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_parallel_sync(gckpt_exec *x, gckpt_err *err);
+void exec_parallel_release(gckpt_exec *x);
 /* Perform one event (interp_events.c). */
 gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *site, gckpt_err *err);
 

@@ -190,7 +190,7 @@ static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slo
     c->m = &x->m;
     c->b = x->set.micro_batch;
     c->s = x->set.seq;
-    c->rng = gckpt_key(x->o.seed ^ 0xd50f0cULL, x->step, micro, (uint64_t)slot * (uint64_t)x->r->nop + (uint64_t)opi);
+    c->rng = gckpt_key(x->o.seed ^ 0xd50f0cULL, x->step, exec_global_micro(x, micro), (uint64_t)slot * (uint64_t)x->r->nop + (uint64_t)opi);
 }
 
 /* A tensor that has no buffer (absent: freed, or never needed): its recipe size. */

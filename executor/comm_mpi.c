@@ -46,9 +46,11 @@ static bool all_reduce(mpi_comm *m, gckpt_redop red, const void *send, void *rec
             (rc = MPI_Recv(m->tmp, (int)(n * sz), MPI_BYTE, c->rank - 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
             return mpi_fail(c, rc, "receiving a partial sum");
         gckpt_xt *dst = c->rank == last ? &out : &acc;
-        for (uint64_t i = 0; i < n; i++) { /* a mean: each term divided first, as torch's DDP does */
+        float post = red == GCKPT_RED_AVG_POST && c->rank == last ? 1.0f / (float)c->world : 1.0f;
+        for (uint64_t i = 0; i < n; i++) { /* a mean: each term divided first (DDP), or the sum scaled (ZeRO) */
             float v = red == GCKPT_RED_AVG ? rnd(dt, ld(&mine, i) / (float)c->world) : ld(&mine, i);
-            st(dst, i, c->rank > 0 ? ld(&acc, i) + v : v);
+            v = c->rank > 0 ? ld(&acc, i) + v : v;
+            st(dst, i, post != 1.0f ? rnd(dt, v) * post : v);
         }
         if (c->rank < last && (rc = MPI_Send(m->tmp, (int)(n * sz), MPI_BYTE, c->rank + 1, 0, MPI_COMM_WORLD)) != MPI_SUCCESS)
             return mpi_fail(c, rc, "sending a partial sum");

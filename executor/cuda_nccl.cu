@@ -70,7 +70,7 @@ gckpt_xstatus cuda_nccl_collective(cuda_be *b, gckpt_coll op, gckpt_redop red, g
         gckpt_seterr(&be->err, "NCCL: no NCCL type for dtype %u", send.dt);
         return GCKPT_XS_ERROR;
     }
-    ncclRedOp_t rop = red == GCKPT_RED_AVG ? ncclAvg : ncclSum;
+    ncclRedOp_t rop = red == GCKPT_RED_SUM ? ncclSum : ncclAvg; // both means: see comm.h
     ncclResult_t r;
     switch (op) {
     case GCKPT_COLL_ALL_REDUCE: r = ncclAllReduce(send.p, recv.p, count, t, rop, b->nccl, b->stream); break;

@@ -283,7 +283,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
         goto fail;
     }
     gckpt_exec_recipe(&x->m, s, x->r);
-    if (!gckpt_ctx_init(&x->ctx, &x->m, &x->dev, x->r, &x->set, err)) goto fail;
+    if (!gckpt_ctx_init(&x->ctx, &x->m, &x->dev, x->r, &x->set, err) || !exec_parallel_prepare(x, err)) goto fail;
     if (!gckpt_schedule_build(&x->ctx, &x->sched)) {
         gckpt_seterr(err, "out of memory building the schedule");
         goto fail;
@@ -356,6 +356,7 @@ static gckpt_xstatus alloc_params(gckpt_exec *x, gckpt_err *err)
     for (size_t i = 0; i < x->nparams; i++) {
         if (stop_requested(x)) return interrupted(x, NULL, 0, err);
         param_t *p = &x->params[i];
+        if (p->flat) continue; /* ZeRO-1: a view into its flat group, states on the partition */
         if ((rc = palloc(x, p->spec->weight.bytes, &p->w, err)) != GCKPT_XS_OK) return rc;
         if (p->spec->quant.scheme && (rc = alloc_quant_stats(x, p, err)) != GCKPT_XS_OK) return rc;
         for (int k = 0; k < p->spec->nstates; k++)
@@ -386,7 +387,7 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
             continue; /* frozen: no states */
         }
         rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : a, key);
-        for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates; k++)
+        for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates && p->st[k]; k++)
             rc = x->be->init(x->be, exec_state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "initialising the weights", err);
     }
@@ -396,17 +397,17 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
 gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
 {
     if (x->setup_done) return exec_fail(err, "setup: already done");
-    gckpt_xstatus rc = alloc_params(x, err);
-    if (rc != GCKPT_XS_OK) return rc;
+    gckpt_xstatus rc = exec_parallel_setup(x, err); /* first: ZeRO's flat groups hold the weights */
+    if (rc != GCKPT_XS_OK || (rc = alloc_params(x, err)) != GCKPT_XS_OK) return rc;
     if (x->ctx.workspace) {
         if ((rc = palloc(x, x->ctx.workspace, &x->workspace, err)) != GCKPT_XS_OK) return rc;
         x->workspace_bytes = x->ctx.workspace;
         rc = x->be->set_workspace(x->be, x->workspace, x->workspace_bytes);
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "setting the workspace", err);
     }
-    if ((rc = exec_parallel_setup(x, err)) != GCKPT_XS_OK) return rc;
     x->setup_done = true;
-    return init_params(x, err);
+    if ((rc = init_params(x, err)) != GCKPT_XS_OK) return rc;
+    return exec_parallel_init(x, err);
 }
 
 /* ---- steps -------------------------------------------------------------------------------- */
@@ -620,7 +621,7 @@ void gckpt_exec_release_all(gckpt_exec *x)
     if (x->params)
         for (size_t i = 0; i < x->nparams; i++) {
             param_t *p = &x->params[i];
-            if (p->w) be->release(be, GCKPT_MEM_DEVICE, p->w, p->spec->weight.bytes);
+            if (p->w && !p->flat) be->release(be, GCKPT_MEM_DEVICE, p->w, p->spec->weight.bytes);
             p->w = NULL;
             for (int k = 0; k < GCKPT_MAX_STATES; k++) {
                 if (p->st[k]) be->release(be, GCKPT_MEM_DEVICE, p->st[k], p->spec->state[k].bytes);
@@ -646,6 +647,7 @@ void gckpt_exec_free(gckpt_exec *x)
 {
     if (!x) return;
     gckpt_exec_release_all(x);
+    exec_parallel_free(x);
     gckpt_schedule_free(&x->sched);
     free(x->r);
     free(x->inst);

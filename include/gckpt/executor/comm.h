@@ -18,11 +18,14 @@
  *  REDUCE_SCATTER: recv[count] = the sum (mean) over ranks of rank r's piece of send[world * count]
  *  BROADCAST:      recv[count] = root's send[count] (send read on the root only; may be recv) */
 typedef enum { GCKPT_COLL_ALL_REDUCE, GCKPT_COLL_ALL_GATHER, GCKPT_COLL_REDUCE_SCATTER, GCKPT_COLL_BROADCAST, GCKPT_NCOLL } gckpt_coll;
-/* How a reduction combines: the sum, or the mean: each rank's value divided by the ranks
- * (in fp32, rounded to the dtype), then summed, as torch's DDP averages its buckets
- * (default_hooks._allreduce_fut: "Apply the division first to avoid overflow"; NCCL's
- * ncclAvg). */
-typedef enum { GCKPT_RED_SUM, GCKPT_RED_AVG } gckpt_redop;
+/* How a reduction combines: the sum; the mean as torch's DDP takes it, each rank's value
+ * divided by the ranks (fp32, rounded to the dtype) and then summed
+ * (default_hooks._allreduce_fut: "Apply the division first to avoid overflow"); the mean as
+ * DeepSpeed's ZeRO takes it, the sum multiplied by 1 / ranks afterwards (stage_1_and_2.py
+ * gradient_reduction_w_predivide with its defaults postscale_gradients true,
+ * gradient_predivide_factor 1). NCCL has ncclAvg for both (equal when the ranks are a power
+ * of two). */
+typedef enum { GCKPT_RED_SUM, GCKPT_RED_AVG, GCKPT_RED_AVG_POST } gckpt_redop;
 
 extern const char *const gckpt_coll_names[GCKPT_NCOLL]; /* "all_reduce", ... */
 

@@ -2,6 +2,7 @@
  * says the rules and where they were measured). */
 #include "gckpt/core/parallel.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define ADAMW_STEP 4     /* torch AdamW's `step`: an fp32 scalar per parameter (group) */
@@ -161,16 +162,17 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
         out->scalars = ADAMW_STEP * tensors + MESH_BYTES * (uint64_t)n;
         break;
     case GCKPT_PAR_ZERO1:
-    case GCKPT_PAR_ZERO2:
+    case GCKPT_PAR_ZERO2: {
+        gckpt_zero_group zg[2];
+        gckpt_zero12_groups(ps, s, round, zg);
         for (int g = 0; g < 2; g++) {
-            if (!group_numel[g]) continue;
-            uint64_t a = cdiv(group_numel[g], 2 * (uint64_t)n) * 2 * n; /* padded flat group */
-            out->weights += gckpt_round_up(a * zs, round);
-            out->master += gckpt_round_up(a / n * 4, round);
-            out->states += 2 * gckpt_round_up(a / n * 4, round);
+            out->weights += zg[g].weight_bytes;
+            out->master += zg[g].master_bytes;
+            out->states += 2 * zg[g].state_bytes;
         }
         out->scalars = ADAMW_STEP * (uint64_t)ngroups + ZERO12_NORM;
         break;
+    }
     case GCKPT_PAR_ZERO3:
         out->master = gckpt_round_up(4 * q, round);
         out->states = 2 * gckpt_round_up(4 * q, round);
@@ -203,32 +205,6 @@ static int module_order(const gckpt_param *p)
     for (int k = 0; k < 4; k++)
         if (!strncmp(p->name, prefix[k], strlen(prefix[k]))) return k;
     return 0;
-}
-
-/* Bytes of rank 0's reduced gradients between the backward and the step under ZeRO-1/2
- * (averaged_gradients / grads_in_partition): every parameter overlapping the rank's slice of
- * its group's flat buffer counts whole (dist_rules.py zero12_grad_partition). */
-static uint64_t zero12_grad_partition(const gckpt_params *ps, uint64_t layers, uint64_t n, uint64_t zs)
-{
-    uint64_t out = 0;
-    for (int g = 0; g < 2; g++) {
-        uint64_t total = 0;
-        for (int i = 0; i < ps->n; i++)
-            if (ps->p[i].shard.group == g) total += ps->p[i].copies * ps->p[i].numel;
-        uint64_t part = (total + 2 * n - 1) / (2 * n) * 2, off = 0;
-        /* the flat order: the embedding, each layer's parameters in module order, the head */
-        for (int sec = GCKPT_SEC_EMBED; sec <= GCKPT_SEC_HEAD; sec++)
-            for (uint64_t li = 0; li < (sec == GCKPT_SEC_BLOCK ? layers : 1); li++)
-                for (int k = 0; k < 4; k++)
-                    for (int i = 0; i < ps->n; i++) {
-                        const gckpt_param *p = &ps->p[i];
-                        if (p->section != sec || p->shard.group != g || (sec == GCKPT_SEC_BLOCK ? module_order(p) : 0) != k)
-                            continue;
-                        if (off < part) out += p->numel * zs;
-                        off += p->numel;
-                    }
-    }
-    return out;
 }
 
 static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
@@ -276,10 +252,11 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         c->parallel = ipg + 4 + extra;
         /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
         /* + 8 B of scalars (12 B in fp32), FINDINGS 13.5 */
-        c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0) +
-                      (zs != 4 ? 8 : 12);
+        uint64_t piece[GCKPT_ZERO_NTEMP];
+        gckpt_zero12_temp(largest_group, zs, round, piece);
+        c->opt_temp = piece[GCKPT_ZERO_TEMP_SLICE] + piece[GCKPT_ZERO_TEMP_F32] + piece[GCKPT_ZERO_TEMP_SCALARS];
         c->step_released = ipg + 4;
-        c->step_grads = zero12_grad_partition(ps, m->layers, n, zs);
+        c->step_grads = gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, 0);
         if (c->step_grads > c->grads) c->step_grads = c->grads;
         break;
     case GCKPT_PAR_ZERO3: {
@@ -382,4 +359,71 @@ bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckp
     gckpt_seterr(err, "GPU profile '%s': field '%s' is missing (needed to time collectives on several GPUs)", d->name,
                  field);
     return false;
+}
+
+/* ---- ZeRO-1/2's flat groups, shared by the per-rank sizes above and the executor ---------- */
+
+void gckpt_zero12_groups(const gckpt_params *ps, const gckpt_setting *s, uint64_t round, gckpt_zero_group g[2])
+{
+    uint64_t n = gckpt_layout_world(&s->layout), zs = s->precision == GCKPT_FP32 ? 4 : 2;
+    memset(g, 0, 2 * sizeof *g);
+    for (int i = 0; i < ps->n; i++) g[ps->p[i].shard.group].numel += ps->p[i].copies * ps->p[i].numel;
+    for (int k = 0; k < 2; k++) {
+        if (!g[k].numel) continue;
+        g[k].padded = cdiv(g[k].numel, 2 * n) * 2 * n; /* nccl_start_alignment_factor: 2 x world */
+        g[k].part = g[k].padded / n;
+        g[k].weight_bytes = gckpt_round_up(g[k].padded * zs, round);
+        g[k].master_bytes = g[k].state_bytes = gckpt_round_up(g[k].part * 4, round);
+    }
+}
+
+size_t gckpt_zero12_flat(const gckpt_params *ps, uint64_t layers, gckpt_flat_place *out)
+{
+    size_t k = 0;
+    for (int g = 0; g < 2; g++) {
+        uint64_t off = 0;
+        /* the flat order: the embedding, each layer's parameters in module order, the head */
+        for (int sec = GCKPT_SEC_EMBED; sec <= GCKPT_SEC_HEAD; sec++)
+            for (uint64_t li = 0; li < (sec == GCKPT_SEC_BLOCK ? layers : 1); li++)
+                for (int mo = 0; mo < 4; mo++)
+                    for (int i = 0; i < ps->n; i++) {
+                        const gckpt_param *p = &ps->p[i];
+                        if (p->section != sec || p->shard.group != g || (sec == GCKPT_SEC_BLOCK ? module_order(p) : 0) != mo)
+                            continue;
+                        if (out) out[k] = (gckpt_flat_place){i, li, (uint8_t)g, off};
+                        k++;
+                        off += p->numel;
+                    }
+    }
+    return k;
+}
+
+bool gckpt_zero12_in_partition(const gckpt_params *ps, const gckpt_flat_place *f, uint64_t part, uint32_t rank)
+{
+    uint64_t lo = (uint64_t)rank * part, hi = lo + part;
+    return f->offset < hi && f->offset + ps->p[f->param].numel > lo;
+}
+
+uint64_t gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank)
+{
+    uint64_t total[2] = {0, 0}, out = 0;
+    for (int i = 0; i < ps->n; i++) total[ps->p[i].shard.group] += ps->p[i].copies * ps->p[i].numel;
+    size_t count = gckpt_zero12_flat(ps, layers, NULL);
+    gckpt_flat_place *f = malloc(sizeof *f * (count ? count : 1));
+    if (!f) return 0;
+    gckpt_zero12_flat(ps, layers, f);
+    for (size_t k = 0; k < count; k++) {
+        uint64_t part = cdiv(total[f[k].group], 2 * (uint64_t)n) * 2;
+        /* a parameter overlapping the slice keeps its whole .grad, as allocated */
+        if (gckpt_zero12_in_partition(ps, &f[k], part, rank)) out += ps->p[f[k].param].grad.bytes;
+    }
+    free(f);
+    return out;
+}
+
+void gckpt_zero12_temp(uint64_t part, uint64_t zs, uint64_t round, uint64_t piece[GCKPT_ZERO_NTEMP])
+{
+    piece[GCKPT_ZERO_TEMP_SLICE] = gckpt_round_up(part * zs, round);
+    piece[GCKPT_ZERO_TEMP_F32] = zs != 4 ? gckpt_round_up(part * 4, round) : 0;
+    piece[GCKPT_ZERO_TEMP_SCALARS] = zs != 4 ? 8 : 12; /* FINDINGS 13.5 */
 }

@@ -337,6 +337,13 @@ void c_describe(gckpt_backend *be, gckpt_devinfo *d)
     (void)cudaGetLastError();
 }
 
+gckpt_xstatus c_attach(gckpt_backend *be, gckpt_comm *comm) { return cuda_nccl_attach(as_cuda(be), comm); }
+
+gckpt_xstatus c_collective(gckpt_backend *be, gckpt_coll op, gckpt_redop red, gckpt_xt send, gckpt_xt recv, int root)
+{
+    return cuda_nccl_collective(as_cuda(be), op, red, send, recv, root);
+}
+
 void c_destroy(gckpt_backend *be)
 {
     cuda_be *b = as_cuda(be);
@@ -345,6 +352,7 @@ void c_destroy(gckpt_backend *be)
     if (b->stream) (void)cudaStreamSynchronize(b->stream);
     (void)drain(be);
     if (b->pool) (void)cudaMemPoolTrimTo(b->pool, 0);
+    cuda_nccl_destroy(b);
     if (b->blas) (void)cublasDestroy(b->blas);
     if (b->records) (void)cudaFree(b->records);
     if (b->sums) (void)cudaFree(b->sums);
@@ -445,6 +453,8 @@ extern "C" gckpt_backend *gckpt_cuda_backend_new(const gckpt_cuda_opts *o, gckpt
     be->sync = c_sync;
     be->set_workspace = c_set_workspace;
     be->describe = c_describe;
+    be->attach = c_attach;
+    be->collective = c_collective;
     be->destroy = c_destroy;
     cudaDeviceProp prop;
     cudaError_t e;

@@ -24,6 +24,8 @@ extern "C" {
 }
 #include "gckpt/executor/exec_cuda.h"
 
+struct ncclComm; // nccl.h's ncclComm_t, in cuda_nccl.cu only
+
 struct cuda_be {
     gckpt_backend be;          // first: the interface
     int device;
@@ -38,6 +40,8 @@ struct cuda_be {
     unsigned long long *sums;  // device: checksum accumulators (hash, then a double)
     gckpt_memstat ms;
     size_t smem_optin;         // max dynamic shared memory per block
+    gckpt_comm *comm;          // the run's ranks (nullptr: one)
+    ncclComm *nccl;            // their NCCL communicator (cuda_nccl.cu), nullptr for one rank
 };
 
 // The backend behind the interface.
@@ -164,6 +168,9 @@ gckpt_xstatus cuda_attn_forward(cuda_be *b, const gckpt_xcall *c);
 gckpt_xstatus cuda_attn_backward(cuda_be *b, const gckpt_xcall *c);
 gckpt_xstatus cuda_source(cuda_be *b, gckpt_source what, const gckpt_xcall *c, const int64_t *host);
 gckpt_xstatus cuda_optim(cuda_be *b, const gckpt_optcall *c);
+gckpt_xstatus cuda_nccl_attach(cuda_be *b, gckpt_comm *comm);
+gckpt_xstatus cuda_nccl_collective(cuda_be *b, gckpt_coll op, gckpt_redop red, gckpt_xt send, gckpt_xt recv, int root);
+void cuda_nccl_destroy(cuda_be *b);
 gckpt_xstatus cuda_add(cuda_be *b, gckpt_xt dst, gckpt_xt a, gckpt_xt x);
 gckpt_xstatus cuda_fill(cuda_be *b, gckpt_xt t, gckpt_init how, float scale, uint64_t key);
 gckpt_xstatus cuda_checksum(cuda_be *b, gckpt_xt t, uint64_t salt, uint64_t *hash, double *sumsq);

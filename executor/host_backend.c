@@ -27,6 +27,7 @@ typedef struct {
     float records[GCKPT_MAX_RECORDS];
     struct timespec t0;
     bool timing;
+    gckpt_comm *comm;     /* NULL: one rank */
 } host_be;
 
 static host_be *H(gckpt_backend *be) { return (host_be *)be; }
@@ -240,6 +241,25 @@ static void h_describe(gckpt_backend *be, gckpt_devinfo *d)
     gckpt_host_describe(d);
 }
 
+static gckpt_xstatus h_attach(gckpt_backend *be, gckpt_comm *comm)
+{
+    H(be)->comm = comm;
+    return GCKPT_XS_OK;
+}
+
+/* "Device" memory is host memory: the communicator moves it as it is. */
+static gckpt_xstatus h_collective(gckpt_backend *be, gckpt_coll op, gckpt_redop red, gckpt_xt send, gckpt_xt recv, int root)
+{
+    gckpt_comm *c = H(be)->comm ? H(be)->comm : gckpt_comm_single();
+    uint64_t count;
+    if (!gckpt_coll_count(op, &send, &recv, c->world, &count, &be->err)) return GCKPT_XS_ERROR;
+    if (!c->collective(c, op, red, send.p, recv.p, count, (gckpt_dtype)send.dt, root)) {
+        gckpt_seterr(&be->err, "%s", c->err.msg);
+        return GCKPT_XS_ERROR;
+    }
+    return GCKPT_XS_OK;
+}
+
 static void h_destroy(gckpt_backend *be) { free(be); }
 
 gckpt_backend *gckpt_host_backend_new(uint64_t memory_limit)
@@ -272,6 +292,8 @@ gckpt_backend *gckpt_host_backend_new(uint64_t memory_limit)
     be->sync = h_sync;
     be->set_workspace = h_set_workspace;
     be->describe = h_describe;
+    be->attach = h_attach;
+    be->collective = h_collective;
     be->destroy = h_destroy;
     return be;
 }

@@ -7,6 +7,7 @@
  * state table says. The events themselves: interp_events.c. */
 #include "interp.h"
 
+#include "gckpt/core/parallel.h"
 #include "gckpt/executor/exec_quant.h"
 
 #include <math.h>
@@ -262,7 +263,7 @@ static bool param_instances(gckpt_exec *x, gckpt_err *err)
 gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d, const gckpt_setting *s,
                            const gckpt_exec_opts *o, gckpt_err *err)
 {
-    if (!setting_ok(m, s, err)) return NULL;
+    if (!setting_ok(m, s, err) || !exec_parallel_check(s, o, err)) return NULL;
     gckpt_exec *x = calloc(1, sizeof *x);
     if (!x) {
         gckpt_seterr(err, "out of memory");
@@ -275,13 +276,14 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     if (o) x->o = *o;
     if (x->o.lr <= 0) x->o.lr = 1e-4;
     if (x->o.init_std <= 0) x->o.init_std = 0.02;
+    if (x->o.world < 1) x->o.world = 1;
     x->r = malloc(sizeof *x->r);
     if (!x->r) {
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
     gckpt_exec_recipe(&x->m, s, x->r);
-    if (!gckpt_ctx_init(&x->ctx, &x->m, &x->dev, x->r, &x->set, err)) goto fail;
+    if (!gckpt_ctx_init(&x->ctx, &x->m, &x->dev, x->r, &x->set, err) || !exec_parallel_prepare(x, err)) goto fail;
     if (!gckpt_schedule_build(&x->ctx, &x->sched)) {
         gckpt_seterr(err, "out of memory building the schedule");
         goto fail;
@@ -309,7 +311,8 @@ fail:
 
 void gckpt_exec_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_recipe *r)
 {
-    gckpt_recipe_build_peft(m, s->precision, s->attention, GCKPT_TARGET_CUDA, &s->peft, r);
+    /* the precision the ranks compute in (a wrapped model's bf16 weights: parallel.h) */
+    gckpt_recipe_build_peft(m, gckpt_parallel_compute_precision(s), s->attention, GCKPT_TARGET_CUDA, &s->peft, r);
 }
 
 const gckpt_ctx *gckpt_exec_ctx(const gckpt_exec *x) { return &x->ctx; }
@@ -353,6 +356,7 @@ static gckpt_xstatus alloc_params(gckpt_exec *x, gckpt_err *err)
     for (size_t i = 0; i < x->nparams; i++) {
         if (stop_requested(x)) return interrupted(x, NULL, 0, err);
         param_t *p = &x->params[i];
+        if (p->flat) continue; /* ZeRO-1: a view into its flat group, states on the partition */
         if ((rc = palloc(x, p->spec->weight.bytes, &p->w, err)) != GCKPT_XS_OK) return rc;
         if (p->spec->quant.scheme && (rc = alloc_quant_stats(x, p, err)) != GCKPT_XS_OK) return rc;
         for (int k = 0; k < p->spec->nstates; k++)
@@ -383,7 +387,7 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
             continue; /* frozen: no states */
         }
         rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : a, key);
-        for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates; k++)
+        for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates && p->st[k]; k++)
             rc = x->be->init(x->be, exec_state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "initialising the weights", err);
     }
@@ -393,8 +397,8 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
 gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
 {
     if (x->setup_done) return exec_fail(err, "setup: already done");
-    gckpt_xstatus rc = alloc_params(x, err);
-    if (rc != GCKPT_XS_OK) return rc;
+    gckpt_xstatus rc = exec_parallel_setup(x, err); /* first: ZeRO's flat groups hold the weights */
+    if (rc != GCKPT_XS_OK || (rc = alloc_params(x, err)) != GCKPT_XS_OK) return rc;
     if (x->ctx.workspace) {
         if ((rc = palloc(x, x->ctx.workspace, &x->workspace, err)) != GCKPT_XS_OK) return rc;
         x->workspace_bytes = x->ctx.workspace;
@@ -402,7 +406,8 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "setting the workspace", err);
     }
     x->setup_done = true;
-    return init_params(x, err);
+    if ((rc = init_params(x, err)) != GCKPT_XS_OK) return rc;
+    return exec_parallel_init(x, err);
 }
 
 /* ---- steps -------------------------------------------------------------------------------- */
@@ -411,7 +416,7 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
 static void make_data(gckpt_exec *x, uint64_t micro)
 {
     uint64_t B = x->set.micro_batch, S = x->set.seq, V = x->m.vocab;
-    uint64_t key = gckpt_key(x->o.seed, x->step, micro, 0xda7aULL);
+    uint64_t key = gckpt_key(x->o.seed, x->step, exec_global_micro(x, micro), 0xda7aULL);
     for (uint64_t i = 0; i < B * S; i++) x->ids[i] = (int64_t)(gckpt_rng(key, i) % V);
     for (uint64_t b = 0; b < B; b++)
         for (uint64_t i = 0; i < S; i++)
@@ -506,6 +511,7 @@ gckpt_xstatus gckpt_exec_step(gckpt_exec *x, const gckpt_step_opts *o, gckpt_ste
     if ((rc = run_part(x, PART_FIRST, 0, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
     for (uint64_t k = 1; k < x->set.grad_accum; k++)
         if ((rc = run_part(x, PART_LATER, k, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
+    if ((rc = exec_parallel_sync(x, err)) != GCKPT_XS_OK) return rc;
     if ((o->checksum || o->on_grads) && (rc = at_grads(x, o, res, &t1, err)) != GCKPT_XS_OK) return rc;
     if ((rc = run_part(x, PART_OPTIMIZER, 0, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
     if ((rc = be->timer_stop(be, &t2)) != GCKPT_XS_OK) return exec_be_fail(x, rc, "timer", err);
@@ -514,7 +520,8 @@ gckpt_xstatus gckpt_exec_step(gckpt_exec *x, const gckpt_step_opts *o, gckpt_ste
     float rec[GCKPT_MAX_RECORDS];
     if ((rc = be->read_records(be, rec, nrec)) != GCKPT_XS_OK) return exec_be_fail(x, rc, "reading the loss", err);
     double s = 0;
-    for (int i = 0; i < nrec; i++) s += rec[i];
+    for (int i = 0; i < nrec; i++) s += res->micro_loss[i] = rec[i];
+    res->nmicro = nrec;
     res->loss = s / nrec;
     if (o->update) x->step++;
     return GCKPT_XS_OK;
@@ -610,10 +617,11 @@ void gckpt_exec_release_all(gckpt_exec *x)
             }
     if (x->opt_temp) be->release(be, GCKPT_MEM_DEVICE, x->opt_temp, x->opt_temp_bytes);
     x->opt_temp = NULL;
+    exec_parallel_release(x);
     if (x->params)
         for (size_t i = 0; i < x->nparams; i++) {
             param_t *p = &x->params[i];
-            if (p->w) be->release(be, GCKPT_MEM_DEVICE, p->w, p->spec->weight.bytes);
+            if (p->w && !p->flat) be->release(be, GCKPT_MEM_DEVICE, p->w, p->spec->weight.bytes);
             p->w = NULL;
             for (int k = 0; k < GCKPT_MAX_STATES; k++) {
                 if (p->st[k]) be->release(be, GCKPT_MEM_DEVICE, p->st[k], p->spec->state[k].bytes);
@@ -639,6 +647,7 @@ void gckpt_exec_free(gckpt_exec *x)
 {
     if (!x) return;
     gckpt_exec_release_all(x);
+    exec_parallel_free(x);
     gckpt_schedule_free(&x->sched);
     free(x->r);
     free(x->inst);

@@ -29,6 +29,8 @@ typedef struct {
     gckpt_xquant q;     /* a quantized weight's statistics (QLoRA), else empty */
     uint64_t temp_off;  /* adamw-foreach: offset in the optimizer temporary */
     uint32_t grad;      /* instance of .grad, GCKPT_NOINST when none */
+    bool flat;          /* ZeRO-1: w is a view into its group's flat buffer, the states are the
+                           rank's partitions (interp_parallel.c) */
 } param_t;
 
 typedef struct {
@@ -36,6 +38,12 @@ typedef struct {
     uint64_t bytes;
     uint64_t wr, rd;    /* bytes copied out so far, bytes copied back so far */
 } hostbuf_t;
+
+/* A parallel mode's own persistent buffers (interp_parallel.c): DDP's buckets; ZeRO's ipg
+ * bucket with its flag (released during the optimizer step); step counters and the like;
+ * the model's buffers. */
+enum { EXEC_PAR_GRADS, EXEC_PAR_STEP, EXEC_PAR_SCALARS, EXEC_PAR_BUFFERS, EXEC_NPAR };
+typedef struct exec_zero exec_zero;
 
 /* The parts of a step: the first micro-step, the later one (run grad_accum - 1 times),
  * the optimizer; each a range of the schedule's segments. */
@@ -66,7 +74,18 @@ struct gckpt_exec {
     uint64_t step;                  /* optimizer steps done */
     int64_t *ids, *labels, *positions;
     bool setup_done, in_grads;
+    /* several ranks (interp_parallel.c): the mode's persistent buffers beyond the
+     * parameter state table, as gckpt_rank_persistent sizes them */
+    void *par[EXEC_NPAR];
+    uint64_t par_bytes[EXEC_NPAR];
+    exec_zero *zero;                /* ZeRO-1's flat groups and partitions, else NULL */
 };
+
+/* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
+static inline uint64_t exec_global_micro(const gckpt_exec *x, uint64_t micro)
+{
+    return (uint64_t)x->o.rank * x->set.grad_accum + micro;
+}
 
 /* Where an event runs: its segment, its index in the schedule, the micro-step. */
 typedef struct {
@@ -86,6 +105,22 @@ gckpt_xt exec_state_view(const param_t *p, int k);
 gckpt_xt exec_inst_view(const gckpt_exec *x, uint32_t id);
 bool exec_live(const gckpt_exec *x, uint32_t id);
 void exec_inst_release(gckpt_exec *x, uint32_t id);
+/* Several ranks (interp_parallel.c): whether the setting's mode is executed (err names it
+ * when not) and the ranks agree with its layout; the mode's persistent buffers; the
+ * gradients' reduction after the last micro-step; freeing the buffers. */
+bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err);
+bool exec_parallel_prepare(gckpt_exec *x, gckpt_err *err); /* before the schedule: the rank's share */
+gckpt_xstatus exec_parallel_setup(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_parallel_init(gckpt_exec *x, gckpt_err *err); /* after the weights' initialisation */
+gckpt_xstatus exec_parallel_sync(gckpt_exec *x, gckpt_err *err);
+/* ZeRO: whether parameter instance i keeps its .grad past the step's first zero_grad (it
+ * overlaps the rank's partition); the optimizer step on the partition; the step's release
+ * and re-allocation of the ipg bucket (an OPT_TEMP event of component parallel). */
+bool exec_parallel_keeps_grad(const gckpt_exec *x, size_t i);
+gckpt_xstatus exec_parallel_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+void exec_parallel_release(gckpt_exec *x);
+void exec_parallel_free(gckpt_exec *x);
 /* Perform one event (interp_events.c). */
 gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *site, gckpt_err *err);
 

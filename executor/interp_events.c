@@ -98,12 +98,17 @@ static gckpt_xstatus ev_become_grad(gckpt_exec *x, const gckpt_event *e, const e
     return GCKPT_XS_OK;
 }
 
+/* zero_grad: every .grad, or under ZeRO-1 first those outside the rank's partition (the
+ * event's bytes say which: less than all that is live) */
 static gckpt_xstatus zero_grad(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
-    uint64_t sum = 0;
+    uint64_t sum = 0, live = 0;
+    for (size_t i = 0; i < x->nparams; i++)
+        if (x->params[i].grad != GCKPT_NOINST) live += x->inst[x->params[i].grad].bytes;
+    bool partial = x->zero && e->bytes < live;
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
-        if (p->grad == GCKPT_NOINST) continue;
+        if (p->grad == GCKPT_NOINST || (partial && exec_parallel_keeps_grad(x, i))) continue;
         sum += x->inst[p->grad].bytes;
         exec_inst_release(x, p->grad);
         p->grad = GCKPT_NOINST;
@@ -116,6 +121,7 @@ static gckpt_xstatus zero_grad(gckpt_exec *x, const gckpt_event *e, const exec_s
 
 static gckpt_xstatus ev_opt_temp(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
+    if (e->comp == GCKPT_C_PARALLEL) return exec_parallel_step_buffer(x, e, w, err);
     if (e->kind == GCKPT_EV_OPT_TEMP_FREE) {
         if (!x->opt_temp) return exec_fail(err, "%s: frees an optimizer temporary that was not allocated", w->at);
         x->be->release(x->be, GCKPT_MEM_DEVICE, x->opt_temp, x->opt_temp_bytes);
@@ -190,7 +196,7 @@ static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slo
     c->m = &x->m;
     c->b = x->set.micro_batch;
     c->s = x->set.seq;
-    c->rng = gckpt_key(x->o.seed ^ 0xd50f0cULL, x->step, micro, (uint64_t)slot * (uint64_t)x->r->nop + (uint64_t)opi);
+    c->rng = gckpt_key(x->o.seed ^ 0xd50f0cULL, x->step, exec_global_micro(x, micro), (uint64_t)slot * (uint64_t)x->r->nop + (uint64_t)opi);
 }
 
 /* A tensor that has no buffer (absent: freed, or never needed): its recipe size. */
@@ -441,7 +447,7 @@ gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *w, gckp
     case GCKPT_EV_BWD: return ev_bwd(x, e, w, err);
     case GCKPT_EV_GRAD_SUM: case GCKPT_EV_GRAD_CAST: case GCKPT_EV_GRAD_ACCUMULATE: return ev_grad(x, e, w, err);
     case GCKPT_EV_OPT_TEMP_ALLOC: case GCKPT_EV_OPT_TEMP_FREE: return ev_opt_temp(x, e, w, err);
-    case GCKPT_EV_OPT_STEP: return w->update ? ev_opt(x, w, err) : GCKPT_XS_OK;
+    case GCKPT_EV_OPT_STEP: return !w->update ? GCKPT_XS_OK : x->zero ? exec_parallel_step(x, w, err) : ev_opt(x, w, err);
     case GCKPT_EV_ZERO_GRAD: return zero_grad(x, e, w, err);
     default: return exec_fail(err, "%s: unknown event kind", w->at);
     }

@@ -77,9 +77,13 @@ typedef struct {
     double tolerance, time_tolerance;
 } args_t;
 
+/* This process's rank (mpirun: one process per rank of the plan); only rank 0 speaks. */
+static int my_rank;
+
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int bad(const char *fmt, ...)
 {
+    if (my_rank) return GCKPT_EXIT_INPUT; /* every rank decides alike; rank 0 says why */
     va_list ap;
     va_start(ap, fmt);
     char msg[1024]; /* one line, arguments sanitised */
@@ -256,7 +260,7 @@ static gckpt_backend *make_backend(const args_t *a, int *rc)
     gckpt_err err = {{0}};
     if (!want_host) {
         if (gckpt_cuda_available(&err)) {
-            gckpt_cuda_opts co = {.device = 0, .sync_alloc = a->sync_alloc, .memory_limit = a->limit_bytes};
+            gckpt_cuda_opts co = {.device = gckpt_comm_launched() ? gckpt_comm_local_rank() : 0, .sync_alloc = a->sync_alloc, .memory_limit = a->limit_bytes};
             gckpt_backend *be = gckpt_cuda_backend_new(&co, &err);
             if (be) return be;
             *rc = bad("--backend cuda: %s", err.msg);
@@ -407,7 +411,7 @@ static int run_entries(gckpt_backend *be, gckpt_plan_file *pf, const size_t *sel
         }
         gckpt_run_entry(be, pf, sel[k], &rep->opts, e);
         rep->n = (size_t)k + 1;
-        gckpt_entry_progress(e, (size_t)k + 1, (size_t)nsel, stderr);
+        if (!my_rank) gckpt_entry_progress(e, (size_t)k + 1, (size_t)nsel, stderr);
         if (e->pass == 0) status = GCKPT_EXIT_CHECK;
         if (!gckpt_report_file_add(rf, rep, (size_t)k, &err)) {
             fprintf(stderr, "gckpt-run: %s\n", err.msg);
@@ -456,20 +460,61 @@ static int end_run(const args_t *a, const gckpt_backend *be, const gckpt_plan_fi
 void gckpt_test_hooks_install(void); /* the test build only (tests/executor/run_test_hooks.c) */
 #endif
 
+/* The ranks the plan needs against the ranks started (one line on rank 0, exit 2). */
+static int check_ranks(const gckpt_plan_file *pf, const gckpt_comm *comm)
+{
+    uint32_t want = gckpt_layout_multi(&pf->layout) ? gckpt_layout_world(&pf->layout) : 1;
+    if ((uint32_t)comm->world == want) return 0;
+    char line[800];
+    snprintf(line, sizeof line, "mpirun -np %u gckpt-run --plan %s ... (as root add --allow-run-as-root; more ranks "
+                                "than cores: --oversubscribe)", want, pf->file);
+    if (comm->world == 1)
+        return bad("%s: a plan for %u ranks (%s): run one process per rank: %s", pf->file, want,
+                   gckpt_parallel_names[pf->layout.mode], line);
+    return bad("%s: a plan for %u rank%s, started as %d ranks: %s", pf->file, want, want == 1 ? "" : "s", comm->world,
+               want == 1 ? "run it without mpirun" : line);
+}
+
+static int run_plan(args_t *a, gckpt_comm *comm);
+
 int main(int argc, char **argv)
 {
 #ifdef GCKPT_TEST_HOOKS
     gckpt_test_hooks_install();
 #endif
     gckpt_stdio_guard();
+    my_rank = gckpt_comm_launch_rank();
     args_t a;
     int rc = parse_args(argc, argv, &a);
     if (!rc) rc = check_output(&a);
     if (rc) return rc;
     if (a.calibrate) return calibrate(&a);
+    gckpt_comm *comm = gckpt_comm_single();
+    if (gckpt_comm_launched()) {
+        gckpt_err err = {{0}};
+        if (!(comm = gckpt_comm_mpi_new(&argc, &argv, &err))) return bad("%s", err.msg);
+        my_rank = comm->rank;
+    }
+    rc = run_plan(&a, comm);
+    comm->destroy(comm);
+    return rc;
+}
+
+static int run_plan(args_t *a_in, gckpt_comm *comm)
+{
+    args_t a = *a_in;
+    int rc = 0;
+    if (comm->rank) { /* rank 0 writes the one report and the table */
+        a.out = NULL;
+        a.quiet = true;
+    }
     gckpt_err err = {{0}};
     gckpt_plan_file pf;
     if (!gckpt_plan_read(a.plan, &pf, &err)) return bad("%s", err.msg);
+    if ((rc = check_ranks(&pf, comm)) != 0) {
+        gckpt_plan_file_free(&pf);
+        return rc;
+    }
     if (pf.optimizer == GCKPT_PAGED_ADAMW_8BIT || pf.optimizer == GCKPT_PAGED_ADAMW_32BIT) {
         gckpt_seterr(&err, "%s: optimizer %s: gckpt-run has no paged (managed-memory) optimizer states", pf.file,
                      gckpt_optimizer_names[pf.optimizer]);
@@ -488,10 +533,19 @@ int main(int argc, char **argv)
         gckpt_plan_file_free(&pf);
         return rc;
     }
+    gckpt_xstatus xs = be->attach(be, comm);
+    if (xs != GCKPT_XS_OK) {
+        rc = bad("--backend %s: joining the %d ranks: %s", be->name, comm->world, be->err.msg);
+        be->destroy(be);
+        free(sel);
+        gckpt_plan_file_free(&pf);
+        return rc;
+    }
     gckpt_report rep = {.plan = &pf, .backend = be->name, .planned = (size_t)nsel};
     rep.opts = (gckpt_run_opts){.steps = (int)a.steps, .warmup = (int)a.warmup, .tolerance = a.tolerance,
                                 .time_tolerance = a.time_tolerance, .force = a.force, .seed = a.seed,
-                                .memory_limit = a.limit_bytes, .host_guard = !strcmp(be->name, "host")};
+                                .memory_limit = a.limit_bytes, .host_guard = !strcmp(be->name, "host"),
+                                .comm = comm};
     be->describe(be, &rep.dev);
     rep.entries = calloc((size_t)nsel, sizeof *rep.entries);
     if (!rep.entries) {
@@ -510,8 +564,8 @@ int main(int argc, char **argv)
      * it: the entry running is reported as interrupted and everything is freed. Code that
      * never reaches a safe point is cut off by the watchdog after GCKPT_STOP_GRACE_S. */
     rep.opts.stop = &stop_signal;
-    progress prog = {.n = (size_t)nsel, .tty = isatty(STDERR_FILENO), .steps = (int)(a.steps + a.warmup)};
-    if (!strcmp(be->name, "host")) say_estimate(&pf, sel, nsel, &a, &prog);
+    progress prog = {.n = (size_t)nsel, .tty = !comm->rank && isatty(STDERR_FILENO), .steps = (int)(a.steps + a.warmup)};
+    if (!strcmp(be->name, "host") && !comm->rank) say_estimate(&pf, sel, nsel, &a, &prog);
     clock_gettime(CLOCK_MONOTONIC, &prog.start);
     rep.opts.on_step = on_step;
     rep.opts.on_step_ctx = &prog;

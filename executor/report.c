@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/core/parallel.h"
 #include "gckpt/util/atomic_file.h"
 #include "gckpt/executor/exec_run.h"
 
@@ -34,6 +35,41 @@ static void check_json(cJSON *parent, const char *k, const gckpt_check *c)
     num_or_null(o, "measured", c->measured, (double)c->value);
     num_or_null(o, "relative_error", c->measured, c->rel);
     bool_or_null(o, "pass", c->measured && c->judged, c->pass);
+}
+
+static void hash_or_null(cJSON *o, const char *k, bool have, uint64_t h)
+{
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    str_or_null(o, k, have ? hex : NULL);
+}
+
+/* Several ranks: each one's measured allocator peak against its own schedule's walk, its
+ * pinned bytes, time and numbers (rank 0 gathered them; gckpt_rank_result). */
+static void ranks_json(cJSON *entry, const gckpt_entry_report *e)
+{
+    cJSON *a = cJSON_AddArrayToObject(entry, "ranks");
+    for (int r = 0; r < e->nranks; r++) {
+        const gckpt_rank_result *x = &e->ranks[r];
+        bool ran = x->status == GCKPT_RS_OK;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(a, o);
+        cJSON_AddNumberToObject(o, "rank", x->rank);
+        cJSON_AddStringToObject(o, "status", x->status >= 0 && x->status < GCKPT_NRS ? gckpt_run_status_names[x->status] : "error");
+        bool_or_null(o, "pass", x->pass >= 0, x->pass == 1);
+        str_or_null(o, "message", x->message);
+        cJSON *pk = cJSON_AddObjectToObject(o, "peak_bytes");
+        num_or_null(pk, "predicted", x->pred_peak > 0, (double)x->pred_peak);
+        num_or_null(pk, "measured", ran, (double)x->peak);
+        bool_or_null(pk, "exact", ran && x->pred_peak > 0, x->peak == x->pred_peak);
+        cJSON *pn = cJSON_AddObjectToObject(o, "host_pinned_bytes");
+        cJSON_AddNumberToObject(pn, "predicted", (double)x->pred_pinned);
+        num_or_null(pn, "measured", ran, (double)x->pinned);
+        num_or_null(o, "measured_step_s", x->has_time, x->step_s);
+        num_or_null(o, "loss", x->has_numbers, x->loss);
+        hash_or_null(o, "grad_checksum", x->has_numbers, x->grad_hash);
+        num_or_null(o, "grad_norm", x->has_numbers, x->grad_norm);
+    }
 }
 
 cJSON *gckpt_report_entry_json(const gckpt_entry_report *e)
@@ -66,15 +102,10 @@ cJSON *gckpt_report_entry_json(const gckpt_entry_report *e)
     for (int i = 0; i < e->nsteps; i++) cJSON_AddItemToArray(st, cJSON_CreateNumber(e->step_times[i]));
     cJSON *n = cJSON_AddObjectToObject(o, "numerics");
     num_or_null(n, "loss", e->has_numbers, e->loss);
-    if (e->has_numbers) {
-        char hex[17];
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)e->grad_hash);
-        cJSON_AddStringToObject(n, "grad_checksum", hex);
-    } else {
-        cJSON_AddNullToObject(n, "grad_checksum");
-    }
+    hash_or_null(n, "grad_checksum", e->has_numbers, e->grad_hash);
     num_or_null(n, "grad_norm", e->has_numbers, e->grad_norm);
     cJSON_AddNumberToObject(o, "wall_s", e->wall_s);
+    if (e->nranks > 0) ranks_json(o, e);
     return o;
 }
 
@@ -114,6 +145,11 @@ cJSON *gckpt_report_header_json(const gckpt_report *r)
     cJSON_AddNumberToObject(op, "seed", (double)r->opts.seed);
     num_or_null(op, "memory_limit_bytes", r->opts.memory_limit > 0, (double)r->opts.memory_limit);
     cJSON_AddNumberToObject(root, "selected", (double)r->planned);
+    if (gckpt_layout_multi(&pf->layout)) { /* one process per rank; this report is rank 0's */
+        cJSON *rk = cJSON_AddObjectToObject(root, "ranks");
+        cJSON_AddNumberToObject(rk, "world_size", gckpt_layout_world(&pf->layout));
+        cJSON_AddStringToObject(rk, "parallel", gckpt_parallel_names[pf->layout.mode]);
+    }
     return root;
 }
 
@@ -176,6 +212,28 @@ void gckpt_entry_progress(const gckpt_entry_report *e, size_t k, size_t n, FILE 
     fputc('\n', f);
 }
 
+/* A rank's line under its entry: its own schedule's peak and the measured one (pass
+ * column: whether they are equal), its time and numbers. */
+static void print_rank(const gckpt_rank_result *x, FILE *f)
+{
+    char who[32], a1[32] = "-", r1[24] = "-", ms[24] = "-", ls[24] = "-", hx[20] = "-";
+    bool ran = x->status == GCKPT_RS_OK;
+    snprintf(who, sizeof who, "  rank %d %s", x->rank,
+             x->status >= 0 && x->status < GCKPT_NRS ? gckpt_run_status_names[x->status] : "error");
+    if (ran) {
+        snprintf(a1, sizeof a1, "%llu", (unsigned long long)x->peak);
+        fmt_rel(r1, sizeof r1, x->pred_peak > 0, ((double)x->peak - (double)x->pred_peak) / (double)x->pred_peak);
+    }
+    if (x->has_time) snprintf(ms, sizeof ms, "%.4g", x->step_s);
+    if (x->has_numbers) {
+        snprintf(ls, sizeof ls, "%.6f", x->loss);
+        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)x->grad_hash);
+    }
+    fprintf(f, "%5s %7s %7s %4s %4s %-19s %14llu %14s %8s %14s %14s %8s %10s %10s %9s %-16s %s\n", "", "", "", "", "",
+            who, (unsigned long long)x->pred_peak, a1, r1, "", "", "", "", ms, ls, hx,
+            !ran ? "-" : x->peak == x->pred_peak ? "exact" : "NO");
+}
+
 void gckpt_report_print_table(const gckpt_report *r, FILE *f)
 {
     fprintf(f, "%5s %7s %7s %4s %4s %-19s %14s %14s %8s %14s %14s %8s %10s %10s %9s %-16s %s\n", "entry", "every_n",
@@ -200,5 +258,6 @@ void gckpt_report_print_table(const gckpt_report *r, FILE *f)
                 (unsigned long long)e->grad_accum, gckpt_run_status_names[e->status],
                 (unsigned long long)e->peak.predicted, a1, r1, (unsigned long long)e->device_peak.predicted, d1, r2,
                 e->pred_step_s, ms, ls, hx, e->pass < 0 ? "-" : e->pass ? "yes" : "NO");
+        for (int k = 0; k < e->nranks; k++) print_rank(&e->ranks[k], f);
     }
 }

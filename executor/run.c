@@ -102,6 +102,8 @@ static void run_steps(gckpt_exec *x, gckpt_backend *be, const gckpt_run_opts *o,
         if (last) {
             rep->has_numbers = true;
             rep->loss = res.loss;
+            rep->nmicro = res.nmicro;
+            memcpy(rep->micro_loss, res.micro_loss, sizeof rep->micro_loss);
             rep->grad_hash = res.grad_hash;
             rep->grad_norm = res.grad_norm;
         }
@@ -151,6 +153,9 @@ void gckpt_entry_report_free(gckpt_entry_report *rep)
     free(rep->step_times);
     rep->step_times = NULL;
     rep->nsteps = 0;
+    free(rep->ranks);
+    rep->ranks = NULL;
+    rep->nranks = 0;
 }
 
 void gckpt_entry_begin(const gckpt_plan_file *pf, size_t i, gckpt_entry_report *rep)
@@ -170,8 +175,20 @@ void gckpt_entry_begin(const gckpt_plan_file *pf, size_t i, gckpt_entry_report *
     rep->pinned.predicted = e->r.host_pinned_bytes;
 }
 
-void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, const gckpt_run_opts *o,
-                     gckpt_entry_report *rep)
+static int world_of(const gckpt_run_opts *o) { return o->comm ? o->comm->world : 1; }
+
+/* Whether every rank says yes (one that says no makes all skip or stop together: a rank
+ * left alone would wait in the next collective). */
+static bool all_agree(const gckpt_run_opts *o, bool yes)
+{
+    if (world_of(o) == 1) return yes;
+    float no = yes ? 0.0f : 1.0f, any = 0;
+    if (!o->comm->collective(o->comm, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_SUM, &no, &any, 1, GCKPT_DT_F32, 0)) return false;
+    return any == 0;
+}
+
+static void run_one(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, const gckpt_run_opts *o,
+                    gckpt_entry_report *rep)
 {
     double t0 = now();
     const gckpt_entry *e = &pf->entries[i];
@@ -194,7 +211,7 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
         return;
     }
     gckpt_setting s = gckpt_plan_file_setting(pf, i);
-    gckpt_exec_opts xo = {.seed = o->seed, .stop = o->stop};
+    gckpt_exec_opts xo = {.seed = o->seed, .stop = o->stop, .rank = o->comm ? o->comm->rank : 0, .world = world_of(o)};
     gckpt_exec *x = gckpt_exec_new(be, &pf->model, &pf->dev, &s, &xo, &err);
     if (!x) {
         set_status(rep, GCKPT_RS_ERROR, err.msg);
@@ -207,7 +224,9 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
     /* the larger of the plan's counts and this build's */
     uint64_t peak = walk.peak_bytes > e->r.peak_bytes ? walk.peak_bytes : e->r.peak_bytes;
     uint64_t pinned = walk.host_pinned_bytes > e->r.host_pinned_bytes ? walk.host_pinned_bytes : e->r.host_pinned_bytes;
-    if (o->host_guard && !o->force && !gckpt_host_admit(x, peak, pinned, o->memory_limit, rep->message, sizeof rep->message)) {
+    bool admit = !o->host_guard || o->force || gckpt_host_admit(x, peak, pinned, o->memory_limit, rep->message, sizeof rep->message);
+    if (!all_agree(o, admit)) {
+        if (admit) snprintf(rep->message, sizeof rep->message, "another rank has not the host memory for this entry");
         rep->status = GCKPT_RS_SKIPPED_HOST_MEMORY;
         gckpt_exec_free(x);
         rep->wall_s = now() - t0;
@@ -244,4 +263,75 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
     }
     if (leaked) rep->pass = 0;
     rep->wall_s = now() - t0;
+}
+
+/* This rank's result, for rank 0's report. */
+static void rank_result(const gckpt_entry_report *rep, int rank, gckpt_rank_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->rank = rank;
+    r->status = (int32_t)rep->status;
+    r->pass = rep->pass;
+    r->has_numbers = rep->has_numbers;
+    r->nmicro = rep->nmicro;
+    r->has_time = rep->has_time;
+    r->pred_peak = rep->pred_schedule_peak;
+    r->peak = rep->peak.value;
+    r->pred_pinned = rep->pinned.predicted;
+    r->pinned = rep->pinned.value;
+    r->step_s = rep->step_s;
+    r->loss = rep->loss;
+    r->grad_norm = rep->grad_norm;
+    r->grad_hash = rep->grad_hash;
+    memcpy(r->micro_loss, rep->micro_loss, sizeof r->micro_loss);
+    snprintf(r->message, sizeof r->message, "%.159s", rep->message);
+}
+
+/* Rank 0's entry from every rank's result: the loss of the global batch (every micro-step's
+ * loss summed in the order of the global batch, as one process running them all sums its
+ * own), failed when any rank failed, the first failing rank's status and message. */
+static void merge_ranks(gckpt_entry_report *rep)
+{
+    double sum = 0;
+    int n = 0;
+    bool numbers = true;
+    for (int r = 0; r < rep->nranks; r++) {
+        const gckpt_rank_result *x = &rep->ranks[r];
+        numbers = numbers && x->has_numbers;
+        for (int k = 0; k < x->nmicro; k++, n++) sum += x->micro_loss[k];
+        if (x->pass == 0 && rep->pass != 0) {
+            rep->pass = 0;
+            if (rep->status == GCKPT_RS_OK) rep->status = (gckpt_run_status)x->status;
+            if (r) snprintf(rep->message, sizeof rep->message, "rank %d: %.159s", r, x->message[0] ? x->message : "failed");
+        }
+    }
+    rep->has_numbers = numbers && n > 0;
+    if (rep->has_numbers) rep->loss = sum / n;
+}
+
+void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, const gckpt_run_opts *o,
+                     gckpt_entry_report *rep)
+{
+    run_one(be, pf, i, o, rep);
+    int world = world_of(o);
+    if (world == 1) return;
+    gckpt_rank_result mine;
+    rank_result(rep, o->comm->rank, &mine);
+    gckpt_rank_result *all = NULL;
+    if (o->comm->rank == 0 && !(all = calloc((size_t)world, sizeof *all))) {
+        /* a few KiB: the ranks would wait for rank 0 in the gather; end them all */
+        fprintf(stderr, "gckpt-run: out of memory for the %d ranks' results\n", world);
+        exit(GCKPT_EXIT_CHECK);
+    }
+    if (!o->comm->gather(o->comm, &mine, all, sizeof mine)) {
+        snprintf(rep->message, sizeof rep->message, "gathering the ranks' results: %.400s", o->comm->err.msg);
+        rep->status = GCKPT_RS_ERROR;
+        rep->pass = 0;
+        free(all);
+        return;
+    }
+    if (!all) return;
+    rep->ranks = all;
+    rep->nranks = world;
+    merge_ranks(rep);
 }

@@ -237,21 +237,38 @@ static bool read_warnings(plan_reader *r, const cJSON *root, gckpt_plan_file *pf
     return true;
 }
 
-/* inputs.layout (issue 14; absent: one GPU). A plan per rank of several GPUs is refused:
- * executing it needs one process per rank over MPI / NCCL, which gckpt-run does not have yet. */
-static bool read_layout(plan_reader *r, const cJSON *in)
+/* inputs.layout (issue 14; absent: one GPU): the ranks and the mode, and for ZeRO the
+ * DeepSpeed limits the plan was made with ("auto" already resolved: read back as set). */
+static bool read_layout(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
 {
+    memset(&pf->layout, 0, sizeof pf->layout);
     if (!child(in, "inputs.layout")) return true;
     const cJSON *l = obj(r, in, "inputs.layout");
     int mode;
-    uint64_t world;
+    uint64_t world, gpus, nodes;
     if (!l || !choice(r, l, "inputs.layout.parallel", gckpt_parallel_names, GCKPT_NPAR, &mode) ||
-        !u64(r, l, "inputs.layout.world_size", 1, GCKPT_MAX_RANKS, &world))
+        !u64(r, l, "inputs.layout.world_size", 1, GCKPT_MAX_RANKS, &world) ||
+        !u64(r, l, "inputs.layout.gpus", 1, GCKPT_MAX_RANKS, &gpus) ||
+        !u64(r, l, "inputs.layout.nodes", 1, GCKPT_MAX_RANKS, &nodes))
         return false;
-    if (mode == GCKPT_PAR_NONE && world == 1) return true;
-    return fail(r, "field 'inputs.layout': a plan per rank of %llu GPUs (%s); gckpt-run executes one-GPU plans "
-                   "only (several ranks over MPI/NCCL are not implemented yet)",
-                (unsigned long long)world, gckpt_parallel_names[mode]);
+    if (gpus * nodes != world)
+        return fail(r, "field 'inputs.layout.world_size': %llu is not gpus x nodes (%llu x %llu)",
+                    (unsigned long long)world, (unsigned long long)gpus, (unsigned long long)nodes);
+    if ((mode == GCKPT_PAR_NONE) != (world == 1))
+        return fail(r, "field 'inputs.layout.parallel': \"%s\" with %llu GPUs", gckpt_parallel_names[mode],
+                    (unsigned long long)world);
+    pf->layout = (gckpt_layout){.gpus = (uint32_t)gpus, .nodes = (uint32_t)nodes, .mode = (uint8_t)mode};
+    if (mode < GCKPT_PAR_ZERO1) return true;
+    const cJSON *ds = obj(r, l, "inputs.layout.deepspeed");
+    gckpt_ds_limits *d = &pf->layout.ds;
+    if (!ds || !u64(r, ds, "inputs.layout.deepspeed.reduce_bucket_size", 1, UINT64_MAX >> 12, &d->reduce_bucket) ||
+        !u64(r, ds, "inputs.layout.deepspeed.stage3_param_persistence_threshold", 0, UINT64_MAX >> 12,
+             &d->persistence_threshold) ||
+        !u64(r, ds, "inputs.layout.deepspeed.stage3_max_live_parameters", 0, UINT64_MAX >> 12, &d->max_live) ||
+        !u64(r, ds, "inputs.layout.deepspeed.sub_group_size", 1, UINT64_MAX >> 12, &d->sub_group))
+        return false;
+    d->set = GCKPT_DS_REDUCE_BUCKET | GCKPT_DS_PERSISTENCE | GCKPT_DS_MAX_LIVE | GCKPT_DS_SUB_GROUP;
+    return true;
 }
 
 /* inputs.method, inputs.lora and inputs.quant (issue 12; absent: full fine-tuning) */
@@ -311,7 +328,7 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
         return fail(r, "field 'inputs.seq' = %llu exceeds the model's max_position_embeddings (%llu) and "
                        "'inputs.allow_long_seq' is not true",
                     (unsigned long long)pf->seq, (unsigned long long)pf->model.max_positions);
-    if (!read_peft(r, in, pf) || !read_layout(r, in)) return false;
+    if (!read_peft(r, in, pf) || !read_layout(r, in, pf)) return false;
     const cJSON *mb = arr(r, in, "inputs.micro_batches");
     if (!mb) return false;
     int nmb = cJSON_GetArraySize(mb);
@@ -712,6 +729,7 @@ gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i)
                        .attention = pf->attention,
                        .every_n = e->every_n,
                        .offload = e->offload,
-                       .peft = pf->peft};
+                       .peft = pf->peft,
+                       .layout = pf->layout};
     return s;
 }

@@ -214,7 +214,7 @@ static void batch_splits(void **state)
 /* Plans per rank of several GPUs (issue 14): valid against the schema with inputs.layout,
  * each entry's breakdown sums to its peak and global_batch = micro x accumulation x ranks;
  * the persistent part of ZeRO-3 and FSDP2 shrinks with the ranks, DDP's does not; the plan
- * reader (gckpt-run) refuses them. */
+ * reader (gckpt-run) reads the layout back as planned (the DeepSpeed limits resolved). */
 static void parallel_plans(void **state)
 {
     (void)state;
@@ -244,8 +244,13 @@ static void parallel_plans(void **state)
             char *text = cJSON_Print(j);
             cJSON_Delete(j);
             gckpt_plan_file pf;
-            assert_false(gckpt_plan_parse("plan.json", text, &pf, &err));
-            assert_non_null(strstr(err.msg, "one-GPU plans only"));
+            if (!gckpt_plan_parse("plan.json", text, &pf, &err)) fail_msg("%s: %s", gckpt_parallel_names[mode], err.msg);
+            assert_int_equal(pf.layout.mode, mode);
+            assert_int_equal(gckpt_layout_world(&pf.layout), k ? 8 : 2);
+            assert_int_equal(gckpt_ds_reduce_bucket(&p.model, &pf.layout), gckpt_ds_reduce_bucket(&p.model, &q.layout));
+            assert_int_equal(gckpt_ds_persistence_threshold(&p.model, &pf.layout),
+                             gckpt_ds_persistence_threshold(&p.model, &q.layout));
+            gckpt_plan_file_free(&pf);
             free(text);
             gckpt_plan_free(&p);
         }

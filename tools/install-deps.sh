@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what gckpt needs to build and test on Debian 12 (run as root).
 # cmake, a C compiler, cJSON, CMocka, OpenBLAS (the host executor), gnuplot (plots);
-# clang with its sanitizer/libFuzzer runtime and valgrind for the hardening checks.
+# clang with its sanitizer/libFuzzer runtime and valgrind for the hardening checks;
+# OpenMPI (gckpt-run runs a multi-rank plan as `mpirun -np N gckpt-run ...`).
 # The CUDA toolkit is optional: with nvcc on PATH the CUDA executor is built too.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
   cmake make gcc libc6-dev libcjson-dev libcmocka-dev libopenblas-dev gnuplot-nox \
-  clang libclang-rt-14-dev valgrind >/dev/null
+  clang libclang-rt-14-dev valgrind openmpi-bin libopenmpi-dev >/dev/null
 echo "gckpt dependencies installed"

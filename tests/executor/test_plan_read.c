@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gckpt/planner/plan_read.h"
+#include "gckpt/core/parallel.h"
 #include "plan_fixture.h"
 
 static const uint32_t every[] = {0, 1, 2, 3};
@@ -202,28 +203,46 @@ static void test_rejects_global_batch(void **st)
 
 /* A plan per rank of several GPUs (issue 14) is refused with one line: gckpt-run has no
  * multi-rank execution yet; a one-GPU layout is read as before. */
-static void test_rejects_multi_rank(void **st)
+/* inputs.layout: read back into the setting (gckpt-run runs ddp with one process per rank);
+ * a damaged or self-contradicting layout is refused. */
+static void test_layout(void **st)
 {
     (void)st;
     char *base = pf_plan_text("tiny-llama", GCKPT_FP32, GCKPT_SDPA, every, 2, 2, 1, 0);
     assert_non_null(base);
-    static const struct { const char *layout, *expect; bool ok; } cases[] = {
-        {"{\"gpus\": 8, \"nodes\": 1, \"world_size\": 8, \"parallel\": \"fsdp\"}", "one-GPU plans only", false},
-        {"{\"world_size\": 16, \"parallel\": \"zero3\"}", "16 GPUs (zero3)", false},
-        {"{\"world_size\": 2, \"parallel\": \"tp\"}", "inputs.layout.parallel", false},
-        {"{\"world_size\": 0, \"parallel\": \"ddp\"}", "inputs.layout.world_size", false},
-        {"[1]", "inputs.layout", false},
-        {"{\"world_size\": 1, \"parallel\": \"none\"}", "", true},
+    static const char *const ds = "\"deepspeed\": {\"file\": null, \"reduce_bucket_size\": 4096, "
+                                  "\"stage3_param_persistence_threshold\": 640, \"stage3_max_live_parameters\": 1000000000, "
+                                  "\"sub_group_size\": 1000000000}";
+    char zero1[512], zero1_nods[512];
+    snprintf(zero1, sizeof zero1, "{\"gpus\": 2, \"nodes\": 2, \"world_size\": 4, \"parallel\": \"zero1\", %s}", ds);
+    snprintf(zero1_nods, sizeof zero1_nods, "{\"gpus\": 4, \"nodes\": 1, \"world_size\": 4, \"parallel\": \"zero1\"}");
+    const struct { const char *layout, *expect; int mode; uint32_t world; } cases[] = {
+        {"{\"gpus\": 8, \"nodes\": 1, \"world_size\": 8, \"parallel\": \"ddp\"}", NULL, GCKPT_PAR_DDP, 8},
+        {"{\"gpus\": 8, \"nodes\": 1, \"world_size\": 8, \"parallel\": \"fsdp\"}", NULL, GCKPT_PAR_FSDP, 8},
+        {zero1, NULL, GCKPT_PAR_ZERO1, 4},
+        {"{\"gpus\": 1, \"nodes\": 1, \"world_size\": 1, \"parallel\": \"none\"}", NULL, GCKPT_PAR_NONE, 1},
+        {zero1_nods, "inputs.layout.deepspeed", 0, 0},
+        {"{\"world_size\": 16, \"parallel\": \"zero3\"}", "inputs.layout.gpus", 0, 0},
+        {"{\"gpus\": 2, \"nodes\": 2, \"world_size\": 8, \"parallel\": \"ddp\"}", "not gpus x nodes", 0, 0},
+        {"{\"gpus\": 4, \"nodes\": 1, \"world_size\": 4, \"parallel\": \"none\"}", "inputs.layout.parallel", 0, 0},
+        {"{\"gpus\": 1, \"nodes\": 1, \"world_size\": 1, \"parallel\": \"ddp\"}", "inputs.layout.parallel", 0, 0},
+        {"{\"world_size\": 2, \"parallel\": \"tp\"}", "inputs.layout.parallel", 0, 0},
+        {"{\"world_size\": 0, \"parallel\": \"ddp\"}", "inputs.layout.world_size", 0, 0},
+        {"[1]", "inputs.layout", 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         cJSON *root = cJSON_Parse(base);
         assert_non_null(root);
         cJSON_AddItemToObject(cJSON_GetObjectItemCaseSensitive(root, "inputs"), "layout", cJSON_Parse(cases[i].layout));
         char *t = cJSON_Print(root);
-        if (cases[i].ok) {
+        if (!cases[i].expect) {
             gckpt_plan_file pf;
             gckpt_err err = {{0}};
             if (!gckpt_plan_parse("plan.json", t, &pf, &err)) fail_msg("%s: %s", cases[i].layout, err.msg);
+            gckpt_setting s = gckpt_plan_file_setting(&pf, 0);
+            assert_int_equal(s.layout.mode, cases[i].mode);
+            assert_int_equal(gckpt_layout_world(&s.layout), cases[i].world);
+            if (cases[i].mode == GCKPT_PAR_ZERO1) assert_int_equal(s.layout.ds.reduce_bucket, 4096);
             gckpt_plan_file_free(&pf);
         } else {
             expect_reject(t, cases[i].layout, cases[i].expect);
@@ -238,6 +257,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_rejects),
                                        cmocka_unit_test(test_rejects_global_batch),
-                                       cmocka_unit_test(test_rejects_multi_rank)};
+                                       cmocka_unit_test(test_layout)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

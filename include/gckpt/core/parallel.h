@@ -117,6 +117,40 @@ void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_v
  * D7, from the source; unverified on GPUs), the optimizer's all-gather exposed. */
 void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res);
 
+/* ZeRO-1/2 (DeepSpeed's stage_1_and_2.py): every optimizer group (decay, no decay) flattened
+ * in named_parameters order and padded; one rank's partition of it (what the rank's fp32 master
+ * and AdamW states cover and what its step updates before the weights are all-gathered). */
+typedef struct {
+    uint64_t numel;        /* the group's parameters' elements */
+    uint64_t padded;       /* padded to a multiple of 2 x ranks (nccl_start_alignment_factor) */
+    uint64_t part;         /* a rank's partition: padded / ranks */
+    uint64_t weight_bytes; /* the flat model-dtype weights, replicated (rounded) */
+    uint64_t master_bytes, state_bytes; /* the fp32 master partition; each AdamW state on it */
+} gckpt_zero_group;
+void gckpt_zero12_groups(const gckpt_params *ps, const gckpt_setting *s, uint64_t round, gckpt_zero_group g[2]);
+
+/* A parameter instance's place in its group's flat buffer: table entry, copy (layer), group
+ * and element offset. */
+typedef struct {
+    int param;
+    uint64_t copy;
+    uint8_t group;
+    uint64_t offset;
+} gckpt_flat_place;
+/* Every instance's place in the flat order (the embedding, each layer's parameters in module
+ * order, the head; per group); out NULL: only the count (the table's instances). */
+size_t gckpt_zero12_flat(const gckpt_params *ps, uint64_t layers, gckpt_flat_place *out);
+/* Whether the instance at f overlaps rank's partition of `part` elements. */
+bool gckpt_zero12_in_partition(const gckpt_params *ps, const gckpt_flat_place *f, uint64_t part, uint32_t rank);
+/* Bytes of the .grad kept into the step on `rank` of n: every parameter overlapping its
+ * partition keeps its whole gradient (dist_rules.py zero12_grad_partition, measured on rank 0). */
+uint64_t gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank);
+/* The step's temporaries for a partition of `part` elements, bytes: the rank's gradient slice
+ * concatenated in the model dtype (zs bytes), its fp32 copy (none in fp32), DeepSpeed's scalars
+ * (FINDINGS 13.5). */
+enum { GCKPT_ZERO_TEMP_SLICE, GCKPT_ZERO_TEMP_F32, GCKPT_ZERO_TEMP_SCALARS, GCKPT_ZERO_NTEMP };
+void gckpt_zero12_temp(uint64_t part, uint64_t zs, uint64_t round, uint64_t piece[GCKPT_ZERO_NTEMP]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,7 +41,22 @@ typedef struct {
     /* NULL, or called after every step (step 1..total, warm-up included) */
     void (*on_step)(void *ctx, int step, int total);
     void *on_step_ctx;
+    /* the run's ranks (NULL: one); the backend has joined it (gckpt_backend.attach) */
+    gckpt_comm *comm;
 } gckpt_run_opts;
+
+/* One rank's result of an entry, gathered by rank 0 for the report (plain data: it
+ * travels as bytes over the communicator). */
+typedef struct {
+    int32_t rank, status, pass;           /* gckpt_run_status; pass -1 / 0 / 1 */
+    int32_t has_numbers, nmicro, has_time;
+    uint64_t pred_peak, peak;             /* allocated bytes: the rank's prediction, measured */
+    uint64_t pred_pinned, pinned;
+    double step_s, loss, grad_norm;
+    uint64_t grad_hash;
+    float micro_loss[GCKPT_MAX_RECORDS];  /* the last step's micro-steps, in order */
+    char message[160];
+} gckpt_rank_result;
 
 /* A measured value against its prediction. */
 typedef struct {
@@ -73,12 +88,16 @@ typedef struct {
     double *step_times;               /* the measured steps' times (malloc'd; gckpt_entry_report_free) */
     int nsteps;
     bool has_numbers;
-    double loss, grad_norm;
+    double loss, grad_norm;           /* several ranks: the loss of the global batch (rank 0's report) */
     uint64_t grad_hash;
+    float micro_loss[GCKPT_MAX_RECORDS]; /* the last step's micro-steps' losses */
+    int nmicro;
     double wall_s;                    /* the entry's whole run, setup included */
+    int nranks;                       /* several ranks: ranks[] holds each one's (rank 0), else 0 */
+    gckpt_rank_result *ranks;
 } gckpt_entry_report;
 
-/* Free what an entry report holds (its step times). */
+/* Free what an entry report holds (its step times, the ranks' results). */
 void gckpt_entry_report_free(gckpt_entry_report *rep);
 /* The entry's identity and predictions, before it runs (what gckpt_run_entry starts from). */
 void gckpt_entry_begin(const gckpt_plan_file *pf, size_t i, gckpt_entry_report *rep);

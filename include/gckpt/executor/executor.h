@@ -18,6 +18,7 @@
 
 #include "gckpt/core/device.h"
 #include "gckpt/core/dtype.h"
+#include "gckpt/executor/comm.h"
 #include "gckpt/executor/exec_rng.h"
 #include "gckpt/core/model.h"
 #include "gckpt/core/quant_layout.h"
@@ -39,6 +40,11 @@ typedef struct {
     uint8_t dt;
     uint64_t cols, rows;
 } gckpt_xt;
+
+/* The elements of one rank's piece of collective op (comm.h) with these buffers over world
+ * ranks; false (err says why) when their sizes or dtypes do not agree with op. */
+bool gckpt_coll_count(gckpt_coll op, const gckpt_xt *send, const gckpt_xt *recv, int world, uint64_t *count,
+                      gckpt_err *err);
 
 typedef enum { GCKPT_MEM_DEVICE, GCKPT_MEM_PINNED } gckpt_mem_kind;
 
@@ -142,6 +148,15 @@ struct gckpt_backend {
     /* the persistent cuBLAS workspace the schedule counts (NULL, 0: none) */
     gckpt_xstatus (*set_workspace)(gckpt_backend *be, void *p, uint64_t bytes);
     void (*describe)(gckpt_backend *be, gckpt_devinfo *d);
+    /* Join the run's communicator (comm.h; the one-rank one until then), before the first
+     * collective: the host backend keeps it, the CUDA backend creates its NCCL
+     * communicator from a unique id rank 0 broadcasts over it. */
+    gckpt_xstatus (*attach)(gckpt_backend *be, gckpt_comm *comm);
+    /* A collective among the ranks on this backend's buffers (comm.h says what each op
+     * moves; gckpt_coll_count the sizes): host over the communicator, CUDA with NCCL on
+     * the compute stream. Schedule events that move data between ranks call it directly. */
+    gckpt_xstatus (*collective)(gckpt_backend *be, gckpt_coll op, gckpt_redop red, gckpt_xt send, gckpt_xt recv,
+                                int root);
     void (*destroy)(gckpt_backend *be);
 };
 
@@ -157,6 +172,12 @@ typedef struct {
      * every persistent allocation of the setup: nonzero stops there with
      * GCKPT_XS_INTERRUPTED; gckpt_exec_release_all / gckpt_exec_free then free it all. */
     const volatile sig_atomic_t *stop;
+    /* This process's rank of the setting's layout (gckpt/core/parallel.h) and the ranks in
+     * all (0 read as 1): its gpus x nodes for a multi-GPU setting, 1 otherwise. Rank r's
+     * micro-step k trains the global batch's micro-step r x grad_accum + k (data and
+     * dropout keyed by it), so one process running grad_accum x world micro-steps sees the
+     * same samples. Collectives go through the backend's (attach it first). */
+    int rank, world;
 } gckpt_exec_opts;
 
 typedef struct gckpt_exec gckpt_exec;
@@ -191,6 +212,8 @@ typedef struct {
     uint64_t grad_hash;     /* with checksum */
     double grad_norm;       /* with checksum: sqrt of the sum of squares of all gradients */
     size_t events;          /* events performed */
+    float micro_loss[GCKPT_MAX_RECORDS]; /* each micro-step's loss (the first GCKPT_MAX_RECORDS) */
+    int nmicro;
 } gckpt_step_result;
 
 /* One training step: every event of the schedule (the later micro-step's events

@@ -45,6 +45,7 @@ typedef struct {
     long smallest;            /* -1: none */
     bool allow_long_seq;      /* inputs.allow_long_seq (absent: false) */
     gckpt_peft peft;          /* inputs.method / lora / quant (absent: full fine-tuning) */
+    gckpt_layout layout;      /* inputs.layout (absent: zeroed, one GPU) */
     gckpt_warning warnings[GCKPT_MAX_WARNINGS];
     size_t n_warnings;
 } gckpt_plan_file;

@@ -1,0 +1,229 @@
+/* gckpt-run on several ranks: `mpirun -np N gckpt-run --plan P` on the host backend, a
+ * tiny llama planned for DDP and ZeRO-1 on 2 and 4 GPUs, every_n off / 1 / 2 x offload.
+ * Required: every rank's measured allocator peak equals its schedule's prediction (and
+ * the plan's within the tolerance), rank 0 alone writes the report (schema-valid, a
+ * section per rank), the loss and the gradient checksum equal the single-process run of
+ * the same global batch (micro-batch x grad_accum x ranks micro-steps in one process)
+ * bit for bit when each rank runs one micro-step (the rank-ordered sum is the one process's
+ * accumulation), and with two micro-steps per rank the loss bit for bit and the gradient
+ * norm within 1e-6 (the sums associate differently: ((g0 + g1) + (g2 + g3)) against
+ * (((g0 + g1) + g2) + g3)), identical across every setting; ZeRO-1 likewise against one
+ * process computing in its model dtype. A multi-rank plan without mpirun, a rank count that
+ * differs from the plan, and fsdp are refused. Skipped (77) when the build has no MPI. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <unistd.h>
+
+#include "cli_harness.h"
+#include "gckpt/executor/exec_run.h"
+#include "plan_fixture.h"
+#include "report_fixture.h"
+
+static cJSON *schema;
+static const uint32_t every[] = {0, 1, 2};
+
+/* Environment of mpirun and its ranks: root allowed; under tests/ci/sanitize.sh no leak
+ * check in the ranks (OpenMPI unloads its plugins in MPI_Finalize, so what they keep until
+ * exit is reported without a module to suppress it by; the one-process runs of the other
+ * tests check gckpt-run's own leaks), every other ASan / UBSan check on. */
+static const cli_opts mpi_env = {.env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                         "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1"}};
+
+static void write_plan(const char *name, int ranks, uint64_t grad_accum, gckpt_parallel mode, gckpt_precision prec)
+{
+    gckpt_layout l = {.gpus = (uint32_t)ranks, .nodes = 1, .mode = (uint8_t)mode};
+    char *t = pf_plan_text_full("tiny-llama", prec, GCKPT_SDPA, every, 3, 2, grad_accum, 0, NULL, ranks > 1 ? &l : NULL);
+    assert_non_null(t);
+    cli_write(name, t);
+    free(t);
+}
+
+/* The report's entry records; fails unless the file is one schema-valid report. */
+static cJSON *load(const char *name)
+{
+    char path[512], why[1024];
+    cli_path(name, path, sizeof path);
+    cJSON *r = rf_load_valid(path, schema, why, sizeof why);
+    if (!r) fail_msg("%s", why);
+    return r;
+}
+
+static double num(cJSON *r, const char *path)
+{
+    cJSON *v = pf_at(r, path);
+    if (!cJSON_IsNumber(v)) fail_msg("%s: not a number", path);
+    return v->valuedouble;
+}
+
+static const char *str(cJSON *r, const char *path)
+{
+    cJSON *v = pf_at(r, path);
+    if (!cJSON_IsString(v)) fail_msg("%s: not a string", path);
+    return v->valuestring;
+}
+
+/* One process, the same global batch: ranks x grad_accum micro-steps. */
+static cJSON *single(const char *plan, const char *report, int steps)
+{
+    char err[4096], st[8];
+    snprintf(st, sizeof st, "%d", steps);
+    int rc = cli_run(GCKPT_RUN_EXE, A("--plan", (char *)plan, "--all", "--backend", "host", "--steps", st, "--warmup",
+                                      "0", "-q", "-o", (char *)report),
+                     NULL, err, sizeof err);
+    if (rc != 0) fail_msg("%s: exit %d: %s", plan, rc, err);
+    return load(report);
+}
+
+static int mpi(int np, const char *plan, const char *report, int steps, char *err, size_t n)
+{
+    char npv[8], st[8];
+    snprintf(npv, sizeof npv, "%d", np);
+    snprintf(st, sizeof st, "%d", steps);
+    return cli_run_opts(GCKPT_MPIEXEC, A("-np", npv, "--oversubscribe", GCKPT_RUN_EXE, "--plan", (char *)plan, "--all",
+                                         "--backend", "host", "--steps", st, "--warmup", "0", "-o", (char *)report),
+                        &mpi_env, err, n);
+}
+
+/* A mode on np ranks of grad_accum micro-steps each against one process of np x grad_accum
+ * (in the precision the ranks compute in: ZeRO's bf16 model for amp-bf16). bitwise: the
+ * gradients equal one process's bit for bit (then `steps` steps are compared). */
+typedef struct {
+    gckpt_parallel mode;
+    gckpt_precision prec, one_prec;
+    int np;
+    uint64_t grad_accum;
+    bool bitwise;
+    int steps;
+} run_case;
+
+static void check_case(const run_case *c)
+{
+    const char *mode = gckpt_parallel_names[c->mode];
+    char plan[48], one[48], rep[64], rep1[64], err[8192];
+    snprintf(plan, sizeof plan, "%s%d-%s-ga%llu.json", mode, c->np, gckpt_precision_names[c->prec],
+             (unsigned long long)c->grad_accum);
+    snprintf(rep, sizeof rep, "%sl", plan);
+    snprintf(one, sizeof one, "one-%s-ga%llu.json", gckpt_precision_names[c->one_prec],
+             (unsigned long long)(c->np * c->grad_accum));
+    snprintf(rep1, sizeof rep1, "%sl", one);
+    write_plan(plan, c->np, c->grad_accum, c->mode, c->prec);
+    write_plan(one, 1, c->np * c->grad_accum, GCKPT_PAR_NONE, c->one_prec);
+    double t0 = cli_now();
+    int rc = mpi(c->np, plan, rep, c->steps, err, sizeof err);
+    if (rc != 0) fail_msg("%s: mpirun -np %d: exit %d: %s", plan, c->np, rc, err);
+    print_message("mpirun -np %d, %s, grad_accum %llu, 5 entries x %d steps: %.2f s\n", c->np, plan,
+                  (unsigned long long)c->grad_accum, c->steps, cli_now() - t0);
+    cJSON *r = load(rep), *s = single(one, rep1, c->steps);
+    assert_int_equal(num(r, "ranks.world_size"), c->np);
+    assert_string_equal(str(r, "ranks.parallel"), mode);
+    int n = cJSON_GetArraySize(pf_at(r, "entries"));
+    assert_int_equal(n, 5);
+    const char *hash0 = str(r, "entries[0].numerics.grad_checksum");
+    for (int i = 0; i < n; i++) {
+        char p[96];
+        snprintf(p, sizeof p, "entries[%d].pass", i);
+        if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d did not pass", plan, i);
+        snprintf(p, sizeof p, "entries[%d].ranks", i);
+        assert_int_equal(cJSON_GetArraySize(pf_at(r, p)), c->np);
+        for (int k = 0; k < c->np; k++) {
+            snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.exact", i, k);
+            if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d rank %d: measured peak != its prediction", plan, i, k);
+            snprintf(p, sizeof p, "entries[%d].ranks[%d].grad_checksum", i, k);
+            assert_string_equal(str(r, p), hash0); /* the averaged gradients, on every rank */
+        }
+        snprintf(p, sizeof p, "entries[%d].numerics.loss", i);
+        double loss = num(r, p), loss1 = num(s, p);
+        if (loss != loss1) fail_msg("%s entry %d: loss %.17g, one process %.17g", plan, i, loss, loss1);
+        snprintf(p, sizeof p, "entries[%d].numerics.grad_checksum", i);
+        assert_string_equal(str(r, p), hash0); /* across every_n / offload */
+        if (c->bitwise) assert_string_equal(str(r, p), str(s, p));
+        snprintf(p, sizeof p, "entries[%d].numerics.grad_norm", i);
+        double g = num(r, p), g1 = num(s, p);
+        print_message("entry %d: loss %.9g (one process %.9g), grad norm %.17g (%.17g, %+.2e)\n", i, loss, loss1, g, g1,
+                      (g - g1) / g1);
+        assert_true(fabs(g - g1) <= 1e-6 * g1);
+    }
+    cJSON_Delete(r);
+    cJSON_Delete(s);
+}
+
+/* DDP: one micro-step per rank, two steps, bit for bit (2 and 4 ranks); two micro-steps per
+ * rank, one step: the loss bit for bit, the gradient norm within 1e-6. */
+static void ddp(void **st)
+{
+    (void)st;
+    const run_case cases[] = {{GCKPT_PAR_DDP, GCKPT_AMP_BF16, GCKPT_AMP_BF16, 2, 1, true, 2},
+                              {GCKPT_PAR_DDP, GCKPT_AMP_BF16, GCKPT_AMP_BF16, 4, 1, true, 2},
+                              {GCKPT_PAR_DDP, GCKPT_AMP_BF16, GCKPT_AMP_BF16, 2, 2, false, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
+}
+
+/* ZeRO-1: amp-bf16 (the bf16 model, fp32 master) on 2 ranks against one bf16 process, one
+ * step (the next ones differ: one bf16 process has no fp32 master); fp32 on 4 ranks against
+ * one fp32 process, two steps bit for bit (the partitioned AdamW step is the whole one). */
+static void zero1(void **st)
+{
+    (void)st;
+    const run_case cases[] = {{GCKPT_PAR_ZERO1, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1},
+                              {GCKPT_PAR_ZERO1, GCKPT_FP32, GCKPT_FP32, 4, 1, true, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
+}
+
+/* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */
+static int own_lines(const char *err)
+{
+    int n = 0;
+    for (const char *p = err; (p = strstr(p, "gckpt-run: ")); p++) n += p == err || p[-1] == '\n';
+    return n;
+}
+
+static void refusals(void **st)
+{
+    (void)st;
+    char err[8192];
+    write_plan("ddp2.json", 2, 1, GCKPT_PAR_DDP, GCKPT_AMP_BF16);
+    int rc = cli_run(GCKPT_RUN_EXE, A("--plan", "ddp2.json", "--backend", "host", "-o", "no.jsonl"), NULL, err, sizeof err);
+    assert_int_equal(rc, 2);
+    if (!strstr(err, "mpirun -np 2 gckpt-run --plan ddp2.json") || strchr(err, '\n') != strrchr(err, '\n'))
+        fail_msg("without mpirun: %s", err);
+    rc = mpi(4, "ddp2.json", "no.jsonl", 1, err, sizeof err);
+    assert_int_equal(rc, 2);
+    if (!strstr(err, "a plan for 2 ranks, started as 4 ranks") || own_lines(err) != 1)
+        fail_msg("4 ranks for 2: %s", err);
+    assert_false(cli_exists("no.jsonl"));
+    write_plan("fsdp2.json", 2, 1, GCKPT_PAR_FSDP, GCKPT_AMP_BF16);
+    rc = mpi(2, "fsdp2.json", "fsdp.jsonl", 1, err, sizeof err);
+    assert_int_equal(rc, 1);
+    cJSON *r = load("fsdp.jsonl");
+    for (int i = 0; i < cJSON_GetArraySize(pf_at(r, "entries")); i++) {
+        char p[64];
+        snprintf(p, sizeof p, "entries[%d].status", i);
+        assert_string_equal(str(r, p), "error");
+        snprintf(p, sizeof p, "entries[%d].message", i);
+        if (!strstr(str(r, p), "parallel mode fsdp: gckpt-run does not execute it yet")) fail_msg("%s", str(r, p));
+    }
+    cJSON_Delete(r);
+}
+
+int main(void)
+{
+#ifndef GCKPT_HAVE_MPI
+    fprintf(stderr, "test_run_mpi: this build has no MPI (libopenmpi-dev): skipped\n");
+    return 77;
+#else
+    if (access(GCKPT_MPIEXEC, X_OK) != 0) {
+        fprintf(stderr, "test_run_mpi: %s not found: skipped\n", GCKPT_MPIEXEC);
+        return 77;
+    }
+    schema = rf_schema();
+    if (!schema || !cli_setup("gckpt-mpi")) return 1;
+    const struct CMUnitTest tests[] = {cmocka_unit_test(ddp), cmocka_unit_test(zero1), cmocka_unit_test(refusals)};
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    cli_teardown();
+    cJSON_Delete(schema);
+    return rc;
+#endif
+}

@@ -50,6 +50,8 @@ static int g_ngroups, g_compared, g_not_comparable;
 
 #ifdef HF_PEFT
 static int g_within;
+#else
+static int g_approx; /* hf_fixture.peak_approx: bytes exact, live bytes reported only */
 #endif
 
 static void note(const hf_fixture *f, const hf_cmp *c)
@@ -104,7 +106,8 @@ static void check_fixture(void **state)
     }
     if (!c.params_ok || !c.saved_ok || !c.offload_ok) {
 #else
-    if (!hf_pass(&f, &c)) {
+    if (f.peak_approx) g_approx++;
+    if (f.peak_approx ? !(c.params_ok && c.saved_ok && c.offload_ok) : !hf_pass(&f, &c)) {
 #endif
         hf_print(stdout, &f, &c);
         if (!c.params_ok) fail_msg("%s: %llu parameters, planner %llu", fx->path, (unsigned long long)f.params,
@@ -201,8 +204,12 @@ int main(void)
     n = scan(GCKPT_TEST_DATA "/hf", &fx, n, &cap);
     size_t hand = n;
     n = scan(GCKPT_TEST_DATA "/hf-gen", &fx, n, &cap);
-    if (hand == 0 || n == hand) {
-        fprintf(stderr, "no fixtures in %s/hf or %s/hf-gen\n", GCKPT_TEST_DATA, GCKPT_TEST_DATA);
+    size_t gen = n - hand;
+    n = scan(GCKPT_TEST_DATA "/hf-fam", &fx, n, &cap);
+    size_t fam = n - hand - gen;
+    if (hand == 0 || gen == 0 || fam == 0) {
+        fprintf(stderr, "no fixtures in %s/hf, %s/hf-gen or %s/hf-fam\n", GCKPT_TEST_DATA, GCKPT_TEST_DATA,
+                GCKPT_TEST_DATA);
         return 1;
     }
 #endif
@@ -242,9 +249,11 @@ int main(void)
            "in %d (asserted for all)\n",
            g_compared, hand, g_not_comparable, g_within);
 #else
-    printf("\n%d fixtures compared (%zu hand-written, %zu generated); %d gpt2 amp-bf16 fixtures measured with CPU "
-           "autocast op lists not compared (their amp-bf16-cudalists twins are)\n",
-           g_compared, hand, n - hand, g_not_comparable);
+    printf("\n%d fixtures compared (%zu hand-written, %zu generated, %zu of issue 13's families); %d not compared "
+           "(gpt2 amp-bf16 measured with CPU autocast op lists, whose amp-bf16-cudalists twins are; Gemma 3 sdpa at seq "
+           ">= window: sliding and full layers differ); %d with two layer types' keyword arguments: bytes exact, live "
+           "bytes in the table only\n",
+           g_compared, hand, gen, fam, g_not_comparable, g_approx);
 #endif
     free(tests);
     free(fx);

@@ -65,7 +65,23 @@ static bool load_inputs(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err 
     if (!gckpt_model_load(req->model_ref, &p->model, err)) return false;
     if (!gckpt_resolve_data("models", req->model_ref, path, sizeof path, err)) return false;
     p->model_config_text = gckpt_read_file(path, 16u << 20, err);
-    return p->model_config_text && gckpt_device_load(req->gpu_ref, &p->dev, err) && resolve_seq(p, err);
+    /* flash_attention_2 is planned as SDPA's fused kernel: not with soft-capping or a
+     * window, which the flash kernel takes as arguments (no mask) and SDPA cannot */
+    if (!p->model_config_text || !gckpt_device_load(req->gpu_ref, &p->dev, err) || !resolve_seq(p, err)) return false;
+    const gckpt_model *m = &p->model;
+    bool window = m->sliding_layers && p->req.seq >= m->sliding_window;
+    if (!strcmp(req->attn_impl, "flash_attention_2") && (m->attn_softcap > 0 || window)) {
+        gckpt_seterr(err, "--attention flash_attention_2 is not modelled for %s (%s in the flash kernel): plan sdpa or "
+                          "eager", m->model_type, m->attn_softcap > 0 ? "soft-capping" : "a sliding window");
+        return false;
+    }
+    return true;
+}
+
+const char *gckpt_plan_attn_impl(const gckpt_plan *p)
+{
+    return p->req.attn_impl[0] ? p->req.attn_impl
+                               : gckpt_attention_names[gckpt_attention_run(&p->model, p->req.attention)];
 }
 
 /* The every_n values to sweep (default: off and 1..L) into p->req.every_n. */

@@ -159,6 +159,13 @@ bool gckpt_sliding_masked(const gckpt_model *m, gckpt_attention a, uint64_t seq)
     return gckpt_attention_run(m, a) == GCKPT_SDPA && m->sliding_layers && seq && seq >= m->sliding_window;
 }
 
+bool gckpt_layer_type_checkpointed(const gckpt_model *m, uint32_t every_n, int lt)
+{
+    for (uint64_t i = 0; every_n && i < m->layers; i += every_n)
+        if (lt == GCKPT_LT_ANY || gckpt_layer_sliding(m, i) == (lt == GCKPT_LT_SLIDING)) return true;
+    return false;
+}
+
 bool gckpt_sliding_modelled(const gckpt_model *m, gckpt_attention a, uint64_t seq)
 {
     return !gckpt_sliding_masked(m, a, seq) || m->sliding_layers == m->layers;
@@ -171,7 +178,7 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
     r->mask = -1;
     r->embed_leaf = -1;
     tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU, .peft = peft,
-                 .block_in_frozen = block_in_frozen, .bool_mask = -1};
+                 .block_in_frozen = block_in_frozen, .bool_mask = -1, .rope2 = {-1, -1}};
     /* one block type per model: the masked form when every layer is a masked sliding layer */
     tr.sdpa_masked = gckpt_sliding_masked(m, a, seq) && m->sliding_layers == m->layers;
     tr.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;

@@ -45,15 +45,29 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
                       &sin2);
     int mask = -1, mask2 = -1;
     if (attn == GCKPT_EAGER) mask = source(tr, "causal_mask", GCKPT_SRC_MASK, tr->stream_dt, score_shape(1), NULL, NULL);
-    /* Gemma 2 / 3 build the full and the sliding-window mask in every forward, shared by
-     * the layers of each type (masking_utils: eager materialises both) */
-    if (attn == GCKPT_EAGER && m->family == GCKPT_FAMILY_GEMMA && m->sandwich_norms)
+    /* Gemma 2 / 3 always build the full and the sliding-window mask in every forward,
+     * Qwen2 / Qwen3 when some layers slide, shared by the layers of each type
+     * (masking_utils: eager materialises both) */
+    bool mixed = m->sliding_layers && m->sliding_layers < m->layers;
+    if (attn == GCKPT_EAGER && (m->sandwich_norms || mixed))
         mask2 = source(tr, "sliding_mask", GCKPT_SRC_MASK, tr->stream_dt, score_shape(1), NULL, NULL);
     /* SDPA at seq >= window: masking_utils' bool mask, an expanded view of one [s, s] */
     if (tr->sdpa_masked)
         tr->bool_mask = source(tr, "sliding_mask", GCKPT_SRC_MASK, BOOL, (gckpt_shape){GCKPT_ROWS_SEQ, 1, 0}, NULL, NULL);
     int kwargs[8] = {pos, *cos, *sin, mask, cos2, sin2, mask2, tr->bool_mask};
     for (int k = 0; k < 8; k++) layer_kwarg(tr, kwargs[k]);
+    /* two layer types: each mask / rotary pair is an argument of its type's layers only
+     * (the first pair: full attention, global theta; the second: sliding, local theta) */
+    if (mixed) {
+        int full[] = {mask, m->rope_tables > 1 ? *cos : -1, m->rope_tables > 1 ? *sin : -1};
+        int slid[] = {mask2, cos2, sin2};
+        for (int k = 0; k < 3; k++) {
+            if (full[k] >= 0) r->t[full[k]].layer_type = GCKPT_LT_FULL;
+            if (slid[k] >= 0) r->t[slid[k]].layer_type = GCKPT_LT_SLIDING;
+        }
+    }
+    tr->rope2[0] = cos2;
+    tr->rope2[1] = sin2;
     r->mask = mask;
     r->embed_out = x;
     section_end(tr);

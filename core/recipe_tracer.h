@@ -26,6 +26,8 @@ typedef struct {
     bool block_in_frozen;   /* trace the block with an input that needs no gradient */
     bool sdpa_masked;       /* SDPA runs with the sliding-window mask (gckpt_sliding_masked) */
     int bool_mask;          /* masking_utils' shared bool mask (sdpa_masked), else -1 */
+    int rope2[2];           /* Gemma 3's second rotary pair (cos, sin), else -1: the one traced
+                             * block stands for both layer types, so its rope saves both */
 } tracer;
 
 /* Shapes (recipe.h, gckpt_shape). */

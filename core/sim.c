@@ -244,6 +244,8 @@ void gckpt_sim_free(gckpt_sim *s)
 static bool ckpt_holds(const gckpt_sim *s, int t)
 {
     const gckpt_recipe *r = s->c->recipe;
+    if (r->t[t].layer_type) /* one layer type's argument: held when a layer of that type is checkpointed */
+        return r->t[t].ckpt_held && gckpt_layer_type_checkpointed(s->c->model, s->c->set.every_n, r->t[t].layer_type);
     return r->t[t].ckpt_held && s->ckpt_any && !(s->ckpt_offload && t == r->mask && r->mask_positional);
 }
 

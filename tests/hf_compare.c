@@ -163,11 +163,6 @@ static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_
         f->comparable = false;
         f->why_not = "sdpa at seq >= window with sliding and full layers (two block types, not traced yet)";
     }
-    /* two layer types with their own keyword arguments (FINDINGS 14.4) */
-    bool mixed = f->m.sliding_layers && f->m.sliding_layers < f->m.layers;
-    bool two_masks = mixed && gckpt_attention_run(&f->m, st->attention) == GCKPT_EAGER && f->m.sandwich_norms;
-    f->peak_approx = mixed && (f->m.rope_tables > 1 || (two_masks && st->every_n > 1));
-    f->why_approx = "a layer type's masks / rotary tables held by its own layers (live bytes not compared)";
 
     double p;
     if (!num(item(root, "parameters"), path, "parameters.count", &p, err)) return false;

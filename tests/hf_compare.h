@@ -22,12 +22,7 @@
  *     llama family both are byte-identical);
  *   - sliding and full layers that differ (SDPA at seq >= window with only some layers
  *     sliding: Gemma 3) are not comparable: one block type per model is traced
- *     (gckpt_sliding_modelled; the plan warns sliding_window_not_modelled);
- *   - models with two layer types whose keyword arguments differ (Gemma 2/3's full and
- *     sliding eager masks, Gemma 3's two rotary pairs): saved and offloaded bytes are
- *     compared exactly, live bytes are not (each is held by checkpointed layers of its
- *     own type, and Gemma 3's second rotary pair lives from its first use; the planner
- *     holds every pair as the first: FINDINGS 14.4). */
+ *     (gckpt_sliding_modelled; the plan warns sliding_window_not_modelled). */
 #ifndef GCKPT_HF_COMPARE_H
 #define GCKPT_HF_COMPARE_H
 
@@ -50,9 +45,6 @@ typedef struct {
     bool comparable;          /* false: gpt2 under CPU autocast lists (see above); QLoRA with
                                * CUDA's autocast answer emulated (FINDINGS 12.10 C2) */
     const char *why_not;      /* when not comparable */
-    bool peak_approx;         /* saved and offloaded bytes exact, live bytes not (a per-layer-type
-                               * lifetime the planner does not trace: hf_fixture_read says why) */
-    const char *why_approx;
     bool virtual_states;      /* the probe counted AdamW's states instead of allocating them */
     double dropout;
     char method[8];           /* "full", or LoRA / QLoRA fixtures (tests/data/hf-peft): "lora", "qlora" */

@@ -87,6 +87,9 @@ typedef struct {
     bool step_held;      /* the Trainer's batch dict holds it until the micro-step ends (the
                           * input ids); other sources live as their uses and saves say
                           * (the loss's shifted labels go with nll_loss's backward) */
+    uint8_t layer_type;  /* ckpt_held of one layer type only (gckpt_layer_type_of): a
+                          * checkpoint holds it only when a layer of that type is
+                          * checkpointed (Gemma 2/3's masks, Gemma 3's rotary pairs) */
     gckpt_shape shape;
     int16_t hold_to;      /* a Python variable of HF's code holds it until this op of its
                            * section ran (also through a recompute that stops earlier), or -1 */
@@ -271,6 +274,11 @@ void gckpt_recipe_build_seq(const gckpt_model *m, gckpt_precision p, gckpt_atten
  * SDPA (Gemma2PreTrainedModel._supports_sdpa = False: a ValueError when asked for
  * explicitly, eager when nothing is asked, from_pretrained's default): eager. */
 gckpt_attention gckpt_attention_run(const gckpt_model *m, gckpt_attention requested);
+/* The keyword arguments of one attention type (gckpt_tensor.layer_type). */
+enum { GCKPT_LT_ANY, GCKPT_LT_FULL, GCKPT_LT_SLIDING };
+/* Whether some layer of type lt (GCKPT_LT_FULL / _SLIDING) is checkpointed under
+ * every_n (HF's i % every_n == 0); GCKPT_LT_ANY: whether any is. */
+bool gckpt_layer_type_checkpointed(const gckpt_model *m, uint32_t every_n, int lt);
 /* Whether the sliding-window layers run SDPA with a materialised mask at sequence seq:
  * masking_utils builds one when kv_length >= sliding_window (no mask, is_causal, below);
  * the layer then repeats k/v to every head and SDPA saves the mask converted to q's

@@ -166,6 +166,12 @@ bool gckpt_layer_type_checkpointed(const gckpt_model *m, uint32_t every_n, int l
     return false;
 }
 
+uint8_t gckpt_ckpt_types(const gckpt_model *m, uint32_t every_n)
+{
+    return (uint8_t)((gckpt_layer_type_checkpointed(m, every_n, GCKPT_LT_FULL) ? 1u << (GCKPT_LT_FULL - 1) : 0) |
+                     (gckpt_layer_type_checkpointed(m, every_n, GCKPT_LT_SLIDING) ? 1u << (GCKPT_LT_SLIDING - 1) : 0));
+}
+
 bool gckpt_sliding_modelled(const gckpt_model *m, gckpt_attention a, uint64_t seq)
 {
     return !gckpt_sliding_masked(m, a, seq) || m->sliding_layers == m->layers;

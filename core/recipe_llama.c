@@ -56,16 +56,12 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
         tr->bool_mask = source(tr, "sliding_mask", GCKPT_SRC_MASK, BOOL, (gckpt_shape){GCKPT_ROWS_SEQ, 1, 0}, NULL, NULL);
     int kwargs[8] = {pos, *cos, *sin, mask, cos2, sin2, mask2, tr->bool_mask};
     for (int k = 0; k < 8; k++) layer_kwarg(tr, kwargs[k]);
-    /* two layer types: each mask / rotary pair is an argument of its type's layers only
-     * (the first pair: full attention, global theta; the second: sliding, local theta) */
-    if (mixed) {
-        int full[] = {mask, m->rope_tables > 1 ? *cos : -1, m->rope_tables > 1 ? *sin : -1};
-        int slid[] = {mask2, cos2, sin2};
-        for (int k = 0; k < 3; k++) {
-            if (full[k] >= 0) r->t[full[k]].layer_type = GCKPT_LT_FULL;
-            if (slid[k] >= 0) r->t[slid[k]].layer_type = GCKPT_LT_SLIDING;
-        }
-    }
+    /* two layer types: each eager mask is an argument of its type's layers only, held by
+     * checkpoints when a layer of its type is checkpointed. (Gemma 3's rotary pairs are
+     * too, but they are also saved by their type's plain layers, which the proxy steps of
+     * the fast evaluator cannot place: held like one pair, at most one pair more.) */
+    if (mixed && mask >= 0) r->t[mask].layer_type = GCKPT_LT_FULL;
+    if (mixed && mask2 >= 0) r->t[mask2].layer_type = GCKPT_LT_SLIDING;
     tr->rope2[0] = cos2;
     tr->rope2[1] = sin2;
     r->mask = mask;

@@ -188,6 +188,13 @@ static bool peft_check(const gckpt_plan_request *req, const gckpt_plan *p, gckpt
 {
     const gckpt_peft *pf = &req->peft;
     if (!gckpt_peft_on(pf)) return true;
+    /* issue 13's families: their LoRA / QLoRA graphs (fused projections, other module
+     * names, the (1 + w) norms under prepare_model_for_kbit_training) are not measured */
+    if (p->model.family != GCKPT_FAMILY_LLAMA && p->model.family != GCKPT_FAMILY_GPT2) {
+        gckpt_seterr(err, "--method %s: LoRA / QLoRA on model_type \"%s\" is not modelled yet (full fine-tuning is)",
+                     gckpt_method_names[pf->method], p->model.model_type);
+        return false;
+    }
     if (!(pf->targets & gckpt_lora_family_targets(p->model.family))) {
         char names[160];
         gckpt_lora_targets_name(gckpt_lora_family_targets(p->model.family), p->model.family, names, sizeof names);

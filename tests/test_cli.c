@@ -90,6 +90,8 @@ static void bad_inputs(void **state)
         {"unknown model_type", A("--model", "./unknown.json", "-o", "out.json"), "supported: llama"},
         {"mixture of experts", A("--model", "./mixtral.json", "-o", "out.json"), "mixture-of-experts"},
         {"unknown layer type", A("--model", "./chunked.json", "-o", "out.json"), "'layer_types'[0]"},
+        {"LoRA on a newer family", A("--model", "olmo-2-7b", "--method", "lora", "-o", "out.json"),
+         "LoRA / QLoRA on model_type \"olmo2\" is not modelled yet"},
         {"flash kernel soft-capping", A("--model", "gemma-2-2b", "--attention", "flash_attention_2", "-o", "out.json"),
          "not modelled for gemma2"},
         {"overflowing sizes", A("--model", "./bigvocab.json", "--allow-long-seq", "--seq", "16777216", "--micro-batch", "65536", "--attention", "eager", "-o", "out.json"), "overflows"},

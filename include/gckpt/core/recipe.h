@@ -279,6 +279,8 @@ enum { GCKPT_LT_ANY, GCKPT_LT_FULL, GCKPT_LT_SLIDING };
 /* Whether some layer of type lt (GCKPT_LT_FULL / _SLIDING) is checkpointed under
  * every_n (HF's i % every_n == 0); GCKPT_LT_ANY: whether any is. */
 bool gckpt_layer_type_checkpointed(const gckpt_model *m, uint32_t every_n, int lt);
+/* The attention types checkpointed under every_n as bits (1 << (lt - 1)). */
+uint8_t gckpt_ckpt_types(const gckpt_model *m, uint32_t every_n);
 /* Whether the sliding-window layers run SDPA with a materialised mask at sequence seq:
  * masking_utils builds one when kv_length >= sliding_window (no mask, is_causal, below);
  * the layer then repeats k/v to every head and SDPA saves the mask converted to q's

@@ -6,7 +6,8 @@ Gemma 3's layer_types, local / global rope and q/k norms; Phi-3's fused qkv_proj
 gate_up_proj and a sliding window shorter than the sequence; Phi-4-mini's partial
 rotary (0.75) with a tied head; GPT-NeoX's parallel residual, partial rotary (0.25)
 and packed qkv with biases; OLMo 2's post-norms and full-width q/k norms; Granite's
-multipliers; Mistral v0.1's sliding window (every layer).
+multipliers; Mistral v0.1's sliding window (every layer); Gemma 3 with a window longer
+than the sequences (gemma3w: SDPA needs no mask there).
 
 Grid per variant: fp32 / bf16 / amp-bf16 (CUDA's autocast lists, emulated) x sdpa /
 eager x every_n off / 1 / 1+offload / 2 / 2+offload, shapes b2s32 (all) and b1s48
@@ -30,6 +31,9 @@ VARIANTS: dict[str, dict] = {
                    attn_logit_softcapping=50.0, final_logit_softcapping=30.0, **COMMON),
     "gemma3_text": dict(model_type="gemma3_text", intermediate_size=96, sliding_window=W, layer_types=ALT,
                         query_pre_attn_scalar=24, **COMMON),
+    # Gemma 3 with a window longer than the sequences (the 1B under 512 tokens): SDPA unmasked everywhere
+    "gemma3w": dict(model_type="gemma3_text", intermediate_size=96, sliding_window=64, layer_types=ALT,
+                    query_pre_attn_scalar=24, **COMMON),
     "phi3": dict(model_type="phi3", intermediate_size=96, sliding_window=W, tie_word_embeddings=False, **NO_HD),
     "phi3p": dict(model_type="phi3", intermediate_size=96, partial_rotary_factor=0.75, tie_word_embeddings=True,
                   sliding_window=4096, **NO_HD),

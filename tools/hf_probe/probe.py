@@ -1345,6 +1345,8 @@ def config_spec(a):
     mt = cfg.get("model_type")
     if mt not in MODEL_CLASSES:
         raise SystemExit(f"{path}: field 'model_type' = {mt!r} is not one of {', '.join(MODEL_CLASSES)}")
+    if mt in family_cases.REFUSES_SDPA and a.attention == "sdpa":
+        raise SystemExit(f"{path}: transformers refuses sdpa for {mt} (attention soft-capping): use --attention eager")
     if a.dropout is not None:
         for k in DROPOUT_KEYS:
             if k in cfg or (mt == "gpt2") == (k != "attention_dropout"):

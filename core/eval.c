@@ -3,6 +3,7 @@
 #include "gckpt/core/eval.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,12 +153,15 @@ void gckpt_profiler_free(gckpt_profiler *pr)
 }
 
 /* One micro-step of a proxy step whose layer 0 runs in mode m0, followed (full) by three
- * layers, one of each mode, summarised segment by segment. */
-static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, int micro, int m0, bool full, gckpt_profile *p)
+ * layers, one of each mode, summarised segment by segment into first (the once-rows
+ * and layer 0) and p->later; types: the attention types checkpointed. */
+static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, int micro, int m0, bool full, uint8_t types,
+                          gckpt_seg_summary first[GCKPT_NLAYERMODE][2][GCKPT_MICRO_ROWS], gckpt_profile *p)
 {
     const uint8_t modes[1 + GCKPT_NLAYERMODE] = {(uint8_t)m0, GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT,
                                                  GCKPT_LAYER_CKPT_OFFLOAD};
-    gckpt_step st = {.layers = full ? 1 + GCKPT_NLAYERMODE : 1, .modes = modes, .micro_steps = 1, .optimizer = false};
+    gckpt_step st = {.layers = full ? 1 + GCKPT_NLAYERMODE : 1, .modes = modes, .ckpt_types = types,
+                     .micro_steps = 1, .optimizer = false};
     gckpt_schedule *ev = &pr->sched;
     ev->n = ev->nseg = 0;
     ev->oom = false;
@@ -169,20 +173,31 @@ static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, int micro, int
     while (gckpt_step_next(&it, &g)) {
         size_t mark = ev->n;
         gckpt_sim_segment(pr->sim, &g, ev);
-        summarize(ev, mark, ev->n, g.layer > 0 ? &p->later[micro][g.row][g.mode] : &p->first[m0][micro][g.row]);
+        summarize(ev, mark, ev->n, g.layer > 0 ? &p->later[micro][g.row][g.mode] : &first[m0][micro][g.row]);
     }
     return !ev->oom;
 }
 
 bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_profile *p)
 {
-    memset(p, 0, sizeof *p);
+    /* first_both (the struct's tail) only for two attention types: sweeps build a
+     * profile per micro-batch and sequence, and clearing it for nothing costs time */
+    memset(p, 0, offsetof(gckpt_profile, first_both));
     /* the later layers' summaries come with the plain first layer; a first layer that is
      * checkpointed needs only itself and the once-rows */
     p->later_micro = c->set.grad_accum > 1;
+    const gckpt_model *m = c->model;
+    p->two_types = m->sliding_layers && m->sliding_layers < m->layers;
+    if (p->two_types) memset(p->first_both, 0, sizeof p->first_both);
+    const uint8_t type0 = (uint8_t)(1u << ((gckpt_layer_sliding(m, 0) ? GCKPT_LT_SLIDING : GCKPT_LT_FULL) - 1));
     for (int m0 = 0; m0 < GCKPT_NLAYERMODE; m0++)
-        for (int mi = 0; mi < (p->later_micro ? 2 : 1); mi++)
-            if (!profile_micro(pr, c, mi, m0, m0 == GCKPT_LAYER_PLAIN, p)) return false;
+        for (int mi = 0; mi < (p->later_micro ? 2 : 1); mi++) {
+            uint8_t types = m0 == GCKPT_LAYER_PLAIN ? 0 : type0;
+            if (!profile_micro(pr, c, mi, m0, m0 == GCKPT_LAYER_PLAIN, types, p->first, p)) return false;
+            if (p->two_types && m0 != GCKPT_LAYER_PLAIN &&
+                !profile_micro(pr, c, mi, m0, false, (uint8_t)(types | 3u), p->first_both, p))
+                return false;
+        }
     pr->sched.n = 0;
     gckpt_sim_optimizer(c, &pr->sched);
     summarize(&pr->sched, 0, pr->sched.n, &p->optimizer);
@@ -241,14 +256,14 @@ HOT void visit(comp_state *st, const gckpt_seg_summary *s, int32_t place, uint8_
 
 /* The step's segments in order (gckpt_micro_order per micro-step, then the optimizer),
  * each layer's summary by the layer-mode rule. Written once for both passes. */
-HOT void compose(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload, int nmicro,
-                           comp_state *st, const bool replay)
+HOT void compose(const gckpt_ctx *c, const gckpt_profile *p, const gckpt_seg_summary (*firsts)[2][GCKPT_MICRO_ROWS],
+                 uint32_t every_n, bool offload, int nmicro, comp_state *st, const bool replay)
 {
     const uint64_t L = c->model->layers;
     const int m0 = gckpt_layer_mode_of(every_n, offload, 0);
     const int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT; /* a checkpointed layer's mode */
     for (int mi = 0; mi < nmicro; mi++) {
-        const gckpt_seg_summary *first = p->first[m0][mi];
+        const gckpt_seg_summary *first = firsts[m0][mi];
         for (int row = 0; row < GCKPT_MICRO_ROWS; row++) {
             if (replay && st->seq > st->peak_seq) return;
             const gckpt_micro_row *r = &gckpt_micro_order[row];
@@ -285,10 +300,11 @@ HOT void compose(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, b
 }
 
 /* The replay pass, out of the evaluator's hot path (only plans ask for a breakdown). */
-static __attribute__((noinline)) void compose_replay(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n,
-                                                     bool offload, int nmicro, comp_state *st)
+static __attribute__((noinline)) void compose_replay(const gckpt_ctx *c, const gckpt_profile *p,
+                                                     const gckpt_seg_summary (*firsts)[2][GCKPT_MICRO_ROWS],
+                                                     uint32_t every_n, bool offload, int nmicro, comp_state *st)
 {
-    compose(c, p, every_n, offload, nmicro, st, true);
+    compose(c, p, firsts, every_n, offload, nmicro, st, true);
 }
 
 static inline void time_add(gckpt_result *r, const gckpt_seg_summary *s, double mult)
@@ -339,8 +355,11 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     memset(&st, 0, sizeof st);
     st.total = st.peak = base.total;
     st.peak_layer = -1;
-    compose(c, p, every_n, offload, nmicro, &st, false);
     const int m0 = gckpt_layer_mode_of(every_n, offload, 0);
+    /* two attention types: both checkpointed, or only layer 0's (gckpt_ckpt_types) */
+    const gckpt_seg_summary(*firsts)[2][GCKPT_MICRO_ROWS] =
+        p->two_types && m0 != GCKPT_LAYER_PLAIN && gckpt_ckpt_types(c->model, every_n) == 3 ? p->first_both : p->first;
+    compose(c, p, firsts, every_n, offload, nmicro, &st, false);
     const int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
     double n_ckpt = (double)st.checkpointed_later;
     compose_time(p, m0, ck, nmicro, grad_accum, (double)(L - 1) - n_ckpt, n_ckpt, res);
@@ -356,7 +375,7 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     if (breakdown && st.peak_seg) {
         /* replay the order up to the peak segment, now with component vectors */
         comp_state rp = {.peak_seq = st.peak_seq, .vec = res->breakdown};
-        compose_replay(c, p, every_n, offload, nmicro, &rp);
+        compose_replay(c, p, firsts, every_n, offload, nmicro, &rp);
     }
     finish(c, grad_accum, res);
 }

@@ -6,22 +6,15 @@
 
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/safe_text.h"
+#include "model_parse.h"
 
-const char *const gckpt_model_types = "llama, mistral, qwen2, qwen3, gpt2";
+const char *const gckpt_model_types =
+    "llama, mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite";
 
-/* Sanity bounds: far beyond any real model, small enough that every product of a
- * handful of them stays well inside 64 bits. */
-#define MAX_LAYERS 4096u
-#define MAX_HIDDEN (1u << 20)
-#define MAX_HEADS 4096u
-#define MAX_HEAD_DIM 16384u
-#define MAX_INTER (1u << 22)
-#define MAX_VOCAB (1u << 24)
-#define MAX_POS (1u << 24)
-#define MAX_LIMIT ((uint64_t)1 << 40) /* sequence limits and windows: any value is only a bound */
+/* mixture-of-experts model types transformers 5.24 trains: refused by name until modelled */
+static const char *const moe_types[] = {"mixtral", "qwen3_moe", "olmoe", "gpt_oss", "qwen2_moe", "deepseek_v3"};
 
-static bool parse_act(const char *file, const char *field, const char *s, gckpt_act *out,
-                      gckpt_err *err)
+bool gckpt_parse_act(const char *file, const char *field, const char *s, gckpt_act *out, gckpt_err *err)
 {
     if (!strcmp(s, "silu") || !strcmp(s, "swish")) *out = GCKPT_ACT_SILU;
     else if (!strcmp(s, "gelu_new")) *out = GCKPT_ACT_GELU_NEW;
@@ -31,6 +24,49 @@ static bool parse_act(const char *file, const char *field, const char *s, gckpt_
         gckpt_seterr(err, "%s: field '%s' = \"%s\" is not supported (silu, gelu, gelu_new, gelu_pytorch_tanh, gelu_tanh)",
                      file, field, s);
         return false;
+    }
+    return true;
+}
+
+void gckpt_set_sliding(gckpt_model *m, uint64_t i)
+{
+    if (i < GCKPT_MAX_LAYERS && !gckpt_layer_sliding(m, i)) {
+        m->sliding[i / 8] |= (uint8_t)(1u << (i % 8));
+        m->sliding_layers++;
+    }
+}
+
+bool gckpt_parse_layer_types(const char *f, const cJSON *j, gckpt_model *m, bool *present, gckpt_err *err)
+{
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
+    *present = lt && !cJSON_IsNull(lt);
+    if (!*present) return true;
+    if (!cJSON_IsArray(lt)) {
+        gckpt_seterr(err, "%s: field 'layer_types' must be an array of strings, got %s", f, gckpt_json_type_name(lt));
+        return false;
+    }
+    if ((uint64_t)cJSON_GetArraySize(lt) != m->layers) {
+        gckpt_seterr(err, "%s: field 'layer_types' has %d entries, 'num_hidden_layers' is %llu", f,
+                     cJSON_GetArraySize(lt), (unsigned long long)m->layers);
+        return false;
+    }
+    uint64_t i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, lt) {
+        if (!cJSON_IsString(x)) {
+            gckpt_seterr(err, "%s: field 'layer_types' must be an array of strings", f);
+            return false;
+        }
+        if (!strcmp(x->valuestring, "sliding_attention")) gckpt_set_sliding(m, i);
+        else if (strcmp(x->valuestring, "full_attention")) {
+            char v[48];
+            snprintf(v, sizeof v, "%s", x->valuestring);
+            gckpt_text_sanitize(v);
+            gckpt_seterr(err, "%s: field 'layer_types'[%llu] = \"%s\" is not modelled (full_attention, sliding_attention)",
+                         f, (unsigned long long)i, v);
+            return false;
+        }
+        i++;
     }
     return true;
 }
@@ -51,30 +87,14 @@ static bool parse_sliding(const char *f, const cJSON *j, gckpt_model *m, gckpt_e
     if (!cJSON_IsNull(w) && !gckpt_json_u64_opt(j, f, "sliding_window", 1, MAX_LIMIT, 4096, &window, err))
         return false;
     if (!use || !window) return true;
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
-    uint64_t n = 0;
-    if (qwen && lt && !cJSON_IsNull(lt)) {
-        if (!cJSON_IsArray(lt)) {
-            gckpt_seterr(err, "%s: field 'layer_types' must be an array of strings, got %s", f, gckpt_json_type_name(lt));
-            return false;
-        }
-        const cJSON *x;
-        cJSON_ArrayForEach(x, lt) {
-            if (!cJSON_IsString(x)) {
-                gckpt_seterr(err, "%s: field 'layer_types' must be an array of strings", f);
-                return false;
-            }
-            n += !strcmp(x->valuestring, "sliding_attention");
-        }
-    } else if (qwen) {
-        uint64_t first = 28;
-        if (!gckpt_json_u64_opt(j, f, "max_window_layers", 0, MAX_LAYERS, 28, &first, err)) return false;
-        n = m->layers > first ? m->layers - first : 0;
-    } else {
-        n = m->layers;
+    bool listed = false;
+    if (qwen && !gckpt_parse_layer_types(f, j, m, &listed, err)) return false;
+    if (!listed) {
+        uint64_t first = 0;
+        if (qwen && !gckpt_json_u64_opt(j, f, "max_window_layers", 0, MAX_LAYERS, 28, &first, err)) return false;
+        for (uint64_t i = first; i < m->layers; i++) gckpt_set_sliding(m, i);
     }
-    m->sliding_window = n ? window : 0;
-    m->sliding_layers = n;
+    m->sliding_window = m->sliding_layers ? window : 0;
     return true;
 }
 
@@ -105,7 +125,7 @@ static bool parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err
         !gckpt_json_num_opt(j, f, "rms_norm_eps", 1e-30, 1, 1e-6, &m->norm_eps, err) ||
         !gckpt_json_num_opt(j, f, "rope_theta", 1, 1e12, 10000, &m->rope_theta, err) ||
         !gckpt_json_str_opt(j, f, "hidden_act", "silu", act, sizeof act, err) ||
-        !parse_act(f, "hidden_act", act, &m->act, err))
+        !gckpt_parse_act(f, "hidden_act", act, &m->act, err))
         return false;
     if (m->act != GCKPT_ACT_SILU) {
         gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\": llama-style models are modelled with silu (SwiGLU) only", f, act);
@@ -159,7 +179,7 @@ static bool parse_gpt2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err 
         !gckpt_json_num_opt(j, f, "embd_pdrop", 0, 0.999999, 0.1, &m->embd_dropout, err) ||
         !gckpt_json_num_opt(j, f, "layer_norm_epsilon", 1e-30, 1, 1e-5, &m->norm_eps, err) ||
         !gckpt_json_str_opt(j, f, "activation_function", "gelu_new", act, sizeof act, err) ||
-        !parse_act(f, "activation_function", act, &m->act, err))
+        !gckpt_parse_act(f, "activation_function", act, &m->act, err))
         return false;
     if (m->act == GCKPT_ACT_SILU) {
         gckpt_seterr(err, "%s: field 'activation_function' = \"silu\" is not supported for gpt2", f);
@@ -195,12 +215,22 @@ bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt
         } else if (!strcmp(t, "gpt2")) {
             m->family = GCKPT_FAMILY_GPT2;
             ok = parse_gpt2(file, j, m, err);
+        } else if (gckpt_dense_type(t, &m->family)) {
+            ok = gckpt_parse_dense(file, j, m, err);
         } else {
-            gckpt_seterr(err, "%s: field 'model_type' = \"%s\" is not supported (supported: %s)", file, t,
+            bool moe = false;
+            for (size_t i = 0; i < sizeof moe_types / sizeof *moe_types; i++) moe |= !strcmp(t, moe_types[i]);
+            if (moe)
+                gckpt_seterr(err, "%s: field 'model_type' = \"%s\": mixture-of-experts models are not supported yet "
+                                  "(supported: %s)", file, t, gckpt_model_types);
+            else
+                gckpt_seterr(err, "%s: field 'model_type' = \"%s\" is not supported (supported: %s)", file, t,
                          gckpt_model_types);
             ok = false;
         }
     }
+    if (ok && !m->rotary_dim) m->rotary_dim = m->head_dim;
+    if (ok && !m->rope_tables) m->rope_tables = 1;
     if (ok) ok = gckpt_json_bool_opt(j, file, "use_cache", true, &m->use_cache, err);
     if (ok && m->heads % m->kv_heads) {
         gckpt_seterr(err, "%s: field 'num_key_value_heads' = %llu does not divide 'num_attention_heads' = %llu",

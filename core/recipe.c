@@ -42,7 +42,18 @@ void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding
     r->t[nf].fwd_end_free = true; /* the base model's output, held until the forward returns */
     int wl = m->tied ? embedding_table : param(tr, "lm_head.weight", m->vocab, h, GCKPT_ROLE_MATRIX);
     wl = mts_param(tr, wl, GCKPT_MTS_LM_HEAD, "lm_head.modules_to_save.weight");
-    causal_lm_loss(tr, linear(tr, nf, wl, -1, h, m->vocab, "lm_head"));
+    int logits = linear(tr, nf, wl, -1, h, m->vocab, "lm_head");
+    /* Gemma 2 (and Gemma 3 when configured): final soft-capping, logits / cap, tanh
+     * (saves its output; not on CUDA autocast's fp32 list), * cap; Granite: logits /
+     * logits_scaling. Python-scalar ops save nothing; each rebinding frees the previous. */
+    if (m->final_softcap > 0) {
+        int d = scal(tr, logits, "softcap.div", 1.0 / m->final_softcap, 0);
+        int t = unary(tr, d, "softcap.tanh", true, false, GCKPT_P_TANH, 0);
+        logits = scal(tr, t, "softcap.mul", m->final_softcap, 0);
+        r->t[d].logits = r->t[t].logits = true;
+    }
+    if (m->multipliers) logits = scal(tr, logits, "logits_scaling", 1.0 / m->logits_scaling, 0);
+    causal_lm_loss(tr, logits);
     section_end(tr);
 }
 
@@ -99,18 +110,18 @@ void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_at
 }
 
 static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                  const gckpt_peft *peft, bool block_in_frozen, gckpt_recipe *r);
+                  const gckpt_peft *peft, uint64_t seq, bool block_in_frozen, gckpt_recipe *r);
 
 /* The same recipe traced with a block input that needs no gradient gives layer 0's saves
  * and gradients without checkpointing (frozen0); the two traces make the same ops and
  * tensors in the same order, or the variant is left out (layer 0 then planned like the
  * others: an overestimate). */
 static void layer0_variant(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                           const gckpt_peft *peft, gckpt_recipe *r)
+                           const gckpt_peft *peft, uint64_t seq, gckpt_recipe *r)
 {
     gckpt_recipe *v = malloc(sizeof *v);
     if (!v) return;
-    trace(m, p, a, target, peft, true, v);
+    trace(m, p, a, target, peft, seq, true, v);
     bool same = v->nt == r->nt && v->nop == r->nop;
     for (int i = 0; same && i < r->nop; i++) same = v->op[i].prim == r->op[i].prim && v->op[i].out[0] == r->op[i].out[0];
     if (same) {
@@ -127,18 +138,55 @@ static void layer0_variant(const gckpt_model *m, gckpt_precision p, gckpt_attent
 void gckpt_recipe_build_peft(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
                              const gckpt_peft *peft, gckpt_recipe *r)
 {
-    trace(m, p, a, target, peft, false, r);
-    if (r->embed_leaf >= 0) layer0_variant(m, p, a, target, peft, r);
+    gckpt_recipe_build_seq(m, p, a, target, peft, 0, r);
+}
+
+void gckpt_recipe_build_seq(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
+                            const gckpt_peft *peft, uint64_t seq, gckpt_recipe *r)
+{
+    a = gckpt_attention_run(m, a);
+    trace(m, p, a, target, peft, seq, false, r);
+    if (r->embed_leaf >= 0) layer0_variant(m, p, a, target, peft, seq, r);
+}
+
+gckpt_attention gckpt_attention_run(const gckpt_model *m, gckpt_attention requested)
+{
+    return m->attn_softcap > 0 ? GCKPT_EAGER : requested;
+}
+
+bool gckpt_sliding_masked(const gckpt_model *m, gckpt_attention a, uint64_t seq)
+{
+    return gckpt_attention_run(m, a) == GCKPT_SDPA && m->sliding_layers && seq && seq >= m->sliding_window;
+}
+
+bool gckpt_layer_type_checkpointed(const gckpt_model *m, uint32_t every_n, int lt)
+{
+    for (uint64_t i = 0; every_n && i < m->layers; i += every_n)
+        if (lt == GCKPT_LT_ANY || gckpt_layer_sliding(m, i) == (lt == GCKPT_LT_SLIDING)) return true;
+    return false;
+}
+
+uint8_t gckpt_ckpt_types(const gckpt_model *m, uint32_t every_n)
+{
+    return (uint8_t)((gckpt_layer_type_checkpointed(m, every_n, GCKPT_LT_FULL) ? 1u << (GCKPT_LT_FULL - 1) : 0) |
+                     (gckpt_layer_type_checkpointed(m, every_n, GCKPT_LT_SLIDING) ? 1u << (GCKPT_LT_SLIDING - 1) : 0));
+}
+
+bool gckpt_sliding_modelled(const gckpt_model *m, gckpt_attention a, uint64_t seq)
+{
+    return !gckpt_sliding_masked(m, a, seq) || m->sliding_layers == m->layers;
 }
 
 static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                  const gckpt_peft *peft, bool block_in_frozen, gckpt_recipe *r)
+                  const gckpt_peft *peft, uint64_t seq, bool block_in_frozen, gckpt_recipe *r)
 {
     memset(r, 0, sizeof *r);
     r->mask = -1;
     r->embed_leaf = -1;
     tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU, .peft = peft,
-                 .block_in_frozen = block_in_frozen};
+                 .block_in_frozen = block_in_frozen, .bool_mask = -1, .rope2 = {-1, -1}};
+    /* one block type per model: the masked form when every layer is a masked sliding layer */
+    tr.sdpa_masked = gckpt_sliding_masked(m, a, seq) && m->sliding_layers == m->layers;
     tr.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
     tr.compute_dt = p == GCKPT_FP32 ? F32 : p == GCKPT_AMP_FP16 ? F16 : BF16;
     tr.stream_dt = p == GCKPT_BF16 ? BF16 : F32; /* AMP keeps an fp32 residual stream */
@@ -157,6 +205,8 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
     r->hidden = m->hidden;
     if (m->family == GCKPT_FAMILY_GPT2)
         trace_gpt2(&tr, a);
+    else if (m->family == GCKPT_FAMILY_GPT_NEOX)
+        trace_gpt_neox(&tr, a);
     else
         trace_llama(&tr, a);
     finish(r);

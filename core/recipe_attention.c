@@ -6,22 +6,46 @@
 #include <math.h>
 #include <stdio.h>
 
+static int repeat_to(tracer *tr, int x, uint8_t dtype, const char *name);
+
 /* Fused SDPA (flash / memory-efficient on CUDA): saves q, k, v, out and logsumexp. The
- * backward allocates an fp32 dq accumulator. GQA via enable_gqa: no repeated k/v. */
+ * backward allocates an fp32 dq accumulator. GQA via enable_gqa: no repeated k/v.
+ * With the sliding-window mask (tr->sdpa_masked): transformers repeats k and v to every
+ * head (use_gqa_in_sdpa is false with a mask), and SDPA converts the shared bool mask
+ * to q's dtype (zeros_like, then masked_fill_ of its logical_not: both [b, 1, s, s],
+ * materialised) and saves the converted mask (FINDINGS 14.3). */
 static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
 {
     const gckpt_model *m = tr->m;
+    bool masked = tr->sdpa_masked && tr->bool_mask >= 0;
+    if (masked && m->kv_heads < m->heads) {
+        k = repeat_to(tr, k, dt(tr, k), "sdpa.repeat_k");
+        v = repeat_to(tr, v, dt(tr, v), "sdpa.repeat_v");
+    }
     q = autocast_to(tr, q, tr->compute_dt, "sdpa.cast_q");
     k = autocast_to(tr, k, tr->compute_dt, "sdpa.cast_k");
     v = autocast_to(tr, v, tr->compute_dt, "sdpa.cast_v");
+    int mconv = -1;
+    if (masked) {
+        mconv = tnew(tr, "sdpa.mask", GCKPT_T_ACT, dt(tr, q), score_shape(1), false);
+        opnew(tr, "sdpa.mask", GCKPT_OP_ELEM, 1, (int[]){tr->bool_mask}, mconv, -1, 0, NULL);
+        setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+        int lnot = tnew(tr, "sdpa.mask_not", GCKPT_T_ACT, BOOL, score_shape(1), false);
+        opnew(tr, "sdpa.mask_not", GCKPT_OP_ELEM, 1, (int[]){tr->bool_mask}, lnot, -1, 0, NULL);
+        setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+    }
     uint64_t qd = gckpt_q_dim(m);
     int o = tnew(tr, "sdpa", GCKPT_T_ACT, dt(tr, q), per_token(qd), true);
     int lse = tnew(tr, "sdpa.lse", GCKPT_T_ACT, F32, per_token(m->heads), false);
-    int op = opnew(tr, "sdpa", GCKPT_OP_ATTN, 3, (int[]){q, k, v}, o, lse, 5, (int[]){q, k, v, o, lse});
+    int op = masked ? opnew(tr, "sdpa", GCKPT_OP_ATTN, 4, (int[]){q, k, v, mconv}, o, lse, 6, (int[]){q, k, v, o, lse, mconv})
+                    : opnew(tr, "sdpa", GCKPT_OP_ATTN, 3, (int[]){q, k, v}, o, lse, 5, (int[]){q, k, v, o, lse});
     /* causal: QK^T and PV over half the score matrix */
     setprim(tr, GCKPT_P_SDPA, GCKPT_BC_NONE, p, 0, m->head_dim);
     gckpt_op *sd = &tr->r->op[op];
     sd->fBSS = 2.0 * (double)m->heads * (double)m->head_dim;
+    /* with a mask no block is skipped: the whole score matrix, twice the causal work
+     * (measured on the CPU, FINDINGS 14.3; CUDA's memory-efficient kernel likewise) */
+    if (masked) sd->fBSS *= 2.0;
     sd->bwd_mult = 2.5;
     sd->bws_cT = tr->cpu ? 0 : qd;
     /* CUDA with dropout: the fused kernel (flash for 16-bit, memory-efficient for fp32;
@@ -63,7 +87,7 @@ static int fold(tracer *tr, int x, int prim, const char *name)
  * buffer holds them) and cats them into one buffer: the first role's backward in the
  * planner's order allocates the packed gradient, the others write their block into it
  * (recipe.h, GCKPT_P_SPLIT). */
-static int split_role(tracer *tr, int x, int role, uint64_t width, const char *name)
+int slice_of(tracer *tr, int x, int role, uint64_t width, const char *name)
 {
     int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, x), per_token(width), rg(tr, x));
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
@@ -116,7 +140,7 @@ static int kv_operand(tracer *tr, int x, const char *name)
 static int sdpa_role(tracer *tr, int x, int role, uint64_t width, const char *name)
 {
     if (tr->r->t[x].shape.width == width) return x;
-    return split_role(tr, x, role, width, name);
+    return slice_of(tr, x, role, width, name);
 }
 
 /* A batched matmul over heads: scores = q k^T (QK) or out = P V (PV); saves both
@@ -148,7 +172,7 @@ static int softmax(tracer *tr, int x, const char *name)
 }
 
 /* (b, nh, s, hd) -> (b, s, nh*hd): transpose + contiguous is a copy */
-static int transpose_heads(tracer *tr, int o, const char *name)
+int transpose_copy(tracer *tr, int o, const char *name)
 {
     int oc = like(tr, name, o, dt(tr, o), true);
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){o}, oc, -1, 0, NULL);
@@ -216,7 +240,7 @@ static int sdpa_math_cpu(tracer *tr, int q, int k, int v, double p)
     /* the function's locals, and autocast's casts until SDPA returns */
     int held[] = {up[0], up[1], up[2], qs, kr, mask, w, cast_in[0], cast_in[1], cast_in[2]};
     for (size_t i = 0; i < sizeof held / sizeof *held; i++) hold_here(tr, held[i]);
-    return transpose_heads(tr, o, "math.transpose");
+    return transpose_copy(tr, o, "math.transpose");
 }
 
 int attention_sdpa(tracer *tr, int q, int k, int v, double p)
@@ -238,6 +262,11 @@ int attention_eager(tracer *tr, int q, int k, int v, int mask, double p, int *we
     int kf = kv_operand(tr, krep, "qk.cast_k");
     int sc = heads_matmul(tr, "qk", GCKPT_P_QK, qf, kf, dt(tr, qf), score_shape(nh), true);
     int ss = scal(tr, sc, "scale", 1.0 / sqrt((double)hd), 0);
+    if (m->attn_softcap > 0) { /* Gemma 2: / cap, tanh (saves its output), * cap: each a new tensor */
+        ss = scal(tr, ss, "softcap.div", 1.0 / m->attn_softcap, 0);
+        ss = unary(tr, ss, "softcap.tanh", true, false, GCKPT_P_TANH, 0);
+        ss = scal(tr, ss, "softcap.mul", m->attn_softcap, 0);
+    }
     int sm = mask >= 0 ? add(tr, ss, mask, "add_mask") : ss;
     /* (CUDA's half_to_float path would skip the copy for fp16 scores; they never get
      * here: under autocast the fp32 mask promotes the scores, and no precision runs a
@@ -250,7 +279,7 @@ int attention_eager(tracer *tr, int q, int k, int v, int mask, double p, int *we
     int pc = autocast_to(tr, pr, tr->compute_dt, "pv.cast_p");
     int vf = kv_operand(tr, vrep, "pv.cast_v");
     int o = heads_matmul(tr, "pv", GCKPT_P_PV, pc, vf, dt(tr, pc), per_token(nh * hd), true);
-    int oc = transpose_heads(tr, o, "transpose");
+    int oc = transpose_copy(tr, o, "transpose");
     hold_here(tr, krep); /* key_states / value_states until the function returns */
     hold_here(tr, vrep);
     return oc;
@@ -264,9 +293,9 @@ int attention_eager_gpt2(tracer *tr, int qkv, int mask, double p, int *weights)
 {
     const gckpt_model *m = tr->m;
     uint64_t nh = m->heads, hd = m->head_dim;
-    int q = split_role(tr, qkv, 0, nh * hd, "q");
-    int k = split_role(tr, qkv, 1, nh * hd, "k");
-    int v = split_role(tr, qkv, 2, nh * hd, "v");
+    int q = slice_of(tr, qkv, 0, nh * hd, "q");
+    int k = slice_of(tr, qkv, 1, nh * hd, "k");
+    int v = slice_of(tr, qkv, 2, nh * hd, "v");
     int qc = autocast_to(tr, q, tr->compute_dt, "qk.cast_q"), kc = autocast_to(tr, k, tr->compute_dt, "qk.cast_k");
     int qf = fold_role(tr, qc, q, 0, "qk.fold_q");
     int kf = fold_role(tr, kc, k, 1, "qk.fold_k");
@@ -280,5 +309,25 @@ int attention_eager_gpt2(tracer *tr, int qkv, int mask, double p, int *weights)
     int pc = autocast_to(tr, pr, tr->compute_dt, "pv.cast_p"), vc = autocast_to(tr, v, tr->compute_dt, "pv.cast_v");
     int vf = fold_role(tr, vc, v, 2, "pv.fold_v");
     int o = heads_matmul(tr, "pv", GCKPT_P_PV, pc, vf, dt(tr, pc), per_token(nh * hd), true);
-    return transpose_heads(tr, o, "transpose");
+    return transpose_copy(tr, o, "transpose");
+}
+
+/* The first `width` columns of x (Phi-3's x[..., :rotary_dim] per head, laid out as
+ * one block here): a view. */
+int slice_view(tracer *tr, int x, uint64_t width, const char *name)
+{
+    int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, x), per_token(width), rg(tr, x));
+    opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
+    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, 0, 0, tr->m->head_dim);
+    last_op(tr)->view_fwd = true;
+    return o;
+}
+
+/* torch.cat([y, the rest of x]) shaped like x: a new tensor; saves nothing. */
+int cat_copy(tracer *tr, int y, int x, const char *name)
+{
+    int o = like(tr, name, x, dt(tr, y), rg(tr, y) || rg(tr, x));
+    opnew(tr, name, GCKPT_OP_ELEM, 2, (int[]){y, x}, o, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAT_PASS, GCKPT_BC_NONE, 0, 0, tr->m->head_dim);
+    return o;
 }

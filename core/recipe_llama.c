@@ -1,7 +1,14 @@
 /* The llama family (LlamaForCausalLM and the models built like it: Mistral, Qwen2 with
  * q/k/v biases, Qwen3 with q/k norms): RMSNorm, rotary embeddings, grouped-query
- * attention, a SwiGLU MLP; tied or untied embeddings. */
+ * attention, a SwiGLU MLP; tied or untied embeddings. Issue 13's llama-built families
+ * are variants of it (FINDINGS section 14): Gemma 1/2/3 ((1 + w) norms, sqrt(h)
+ * embedding scale, GELU-tanh MLP; 2/3: pre/post "sandwich" norms, 2: attention
+ * soft-capping, 3: per-head q/k norms), Phi-3 (fused qkv_proj / gate_up_proj, partial
+ * rotary), OLMo 2 (post-norms only, q/k norms over the whole projection, fp32 rotary)
+ * and Granite (multipliers). */
 #include "recipe_tracer.h"
+
+#include <stdio.h>
 
 /* LlamaModel's embedding: input ids (the batch), the token lookup, and what the model
  * hands every layer as keyword arguments: position ids, rotary cos/sin (1, s, head_dim)
@@ -19,62 +26,146 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     int used = mts_param(tr, table, GCKPT_MTS_EMBED, "embed_tokens.modules_to_save.weight");
     int x = embedding(tr, "embed_tokens", used, ids);
     if (!r->t[used].requires_grad) r->embed_leaf = x;
-    int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
-    *cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, tr->stream_dt, per_position(m->head_dim), "rotary.sin", sin);
-    int mask = -1;
-    if (attn == GCKPT_EAGER) mask = source(tr, "causal_mask", GCKPT_SRC_MASK, tr->stream_dt, score_shape(1), NULL, NULL);
-    int kwargs[4] = {pos, *cos, *sin, mask};
-    for (int k = 0; k < 4; k++) {
-        if (kwargs[k] < 0) continue;
-        r->t[kwargs[k]].fwd_end_free = r->t[kwargs[k]].base_end_free = true;
-        r->t[kwargs[k]].ckpt_held = true;
-    }
-    r->mask = mask;
-    r->embed_out = x;
     /* LlamaModel keeps `inputs_embeds` until it returns */
     r->t[x].fwd_end_free = true;
     r->t[x].base_end_free = true;
+    if (m->embed_scale) { /* Gemma: inputs_embeds * normalizer (a 0-d tensor in the hidden dtype, saved) */
+        int norm = source(tr, "embed_normalizer", GCKPT_SRC_SCALE, tr->stream_dt, fixed_shape(1, 1), NULL, NULL);
+        x = mul(tr, x, norm, "embed_scale");
+    }
+    if (m->multipliers) x = scal(tr, x, "embedding_multiplier", m->embedding_multiplier, 0);
+    int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
+    /* cos/sin in the embeddings' dtype (OLMo 2: always fp32), rotary_dim wide (partial
+     * rotary); Gemma 3: one pair per layer type (local and global theta) */
+    uint8_t rdt = m->family == GCKPT_FAMILY_OLMO2 ? F32 : tr->stream_dt;
+    *cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, rdt, per_position(m->rotary_dim), "rotary.sin", sin);
+    int cos2 = -1, sin2 = -1;
+    if (m->rope_tables > 1)
+        cos2 = source(tr, "rotary_local.cos", GCKPT_SRC_ROTARY, rdt, per_position(m->rotary_dim), "rotary_local.sin",
+                      &sin2);
+    int mask = -1, mask2 = -1;
+    if (attn == GCKPT_EAGER) mask = source(tr, "causal_mask", GCKPT_SRC_MASK, tr->stream_dt, score_shape(1), NULL, NULL);
+    /* Gemma 2 / 3 always build the full and the sliding-window mask in every forward,
+     * Qwen2 / Qwen3 when some layers slide, shared by the layers of each type
+     * (masking_utils: eager materialises both) */
+    bool mixed = m->sliding_layers && m->sliding_layers < m->layers;
+    if (attn == GCKPT_EAGER && (m->sandwich_norms || mixed))
+        mask2 = source(tr, "sliding_mask", GCKPT_SRC_MASK, tr->stream_dt, score_shape(1), NULL, NULL);
+    /* SDPA at seq >= window: masking_utils' bool mask, an expanded view of one [s, s] */
+    if (tr->sdpa_masked)
+        tr->bool_mask = source(tr, "sliding_mask", GCKPT_SRC_MASK, BOOL, (gckpt_shape){GCKPT_ROWS_SEQ, 1, 0}, NULL, NULL);
+    int kwargs[8] = {pos, *cos, *sin, mask, cos2, sin2, mask2, tr->bool_mask};
+    for (int k = 0; k < 8; k++) layer_kwarg(tr, kwargs[k]);
+    /* two layer types: each eager mask is an argument of its type's layers only, held by
+     * checkpoints when a layer of its type is checkpointed. (Gemma 3's rotary pairs are
+     * too, but they are also saved by their type's plain layers, which the proxy steps of
+     * the fast evaluator cannot place: held like one pair, at most one pair more.) */
+    if (mixed && mask >= 0) r->t[mask].layer_type = GCKPT_LT_FULL;
+    if (mixed && mask2 >= 0) r->t[mask2].layer_type = GCKPT_LT_SLIDING;
+    tr->rope2[0] = cos2;
+    tr->rope2[1] = sin2;
+    r->mask = mask;
+    r->embed_out = x;
     section_end(tr);
     return table;
 }
 
+/* q or k through the rotary embedding (Phi-3: the partial form, a copy; OLMo 2 rotates
+ * in fp32 and casts back). */
+static int rotary_of(tracer *tr, int x, int cos, int sin, const char *name)
+{
+    const gckpt_model *m = tr->m;
+    if (m->family == GCKPT_FAMILY_PHI3) return rope_partial(tr, x, cos, sin, name);
+    int y = rope(tr, x, cos, sin, name);
+    if (m->family == GCKPT_FAMILY_OLMO2) {
+        char nm[40];
+        snprintf(nm, sizeof nm, "%s.to_in", name);
+        y = cast_to(tr, y, dt(tr, x), nm);
+    }
+    return y;
+}
+
 /* LlamaAttention after the input norm n1: q/k/v projections (Qwen3: q_norm(q_proj(x)),
- * then k_norm(k_proj(x)), then v_proj(x), one statement each), rotary embeddings,
- * attention, o_proj. */
+ * then k_norm(k_proj(x)), then v_proj(x), one statement each; Gemma 3 projects all
+ * three first, then norms q and k per head; OLMo 2 norms the whole projections; Phi-3:
+ * one qkv_proj whose output q, k, v are slices of), rotary embeddings, attention (Gemma
+ * 2: soft-capped scores), o_proj. */
 static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, int sin)
 {
     const gckpt_model *m = tr->m;
     uint64_t h = m->hidden, qd = gckpt_q_dim(m), kvd = gckpt_kv_dim(m), hd = m->head_dim;
     tr->pfx = "self_attn";
-    int wq = linear_weight(tr, "q_proj.weight", qd, h, false), wk = linear_weight(tr, "k_proj.weight", kvd, h, false);
-    int wv = linear_weight(tr, "v_proj.weight", kvd, h, false), wo = linear_weight(tr, "o_proj.weight", h, qd, false);
-    int bq = m->qkv_bias ? param(tr, "q_proj.bias", 1, qd, GCKPT_ROLE_BIAS) : -1;
-    int bk = m->qkv_bias ? param(tr, "k_proj.bias", 1, kvd, GCKPT_ROLE_BIAS) : -1;
-    int bv = m->qkv_bias ? param(tr, "v_proj.bias", 1, kvd, GCKPT_ROLE_BIAS) : -1;
-    int bo = m->o_bias ? param(tr, "o_proj.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
-    int q = lora_linear(tr, n1, wq, bq, h, qd, "q_proj", GCKPT_LT_Q, false);
-    if (m->qk_norm) q = rmsnorm(tr, q, hd, "q_norm");
-    int kk = lora_linear(tr, n1, wk, bk, h, kvd, "k_proj", GCKPT_LT_K, false);
-    if (m->qk_norm) kk = rmsnorm(tr, kk, hd, "k_norm");
-    int v = lora_linear(tr, n1, wv, bv, h, kvd, "v_proj", GCKPT_LT_V, false);
+    int q, kk, v, wo, bo, qkv = -1;
+    if (m->fused_qkv) {
+        int w = param(tr, "qkv_proj.weight", qd + 2 * kvd, h, GCKPT_ROLE_MATRIX);
+        wo = param(tr, "o_proj.weight", h, qd, GCKPT_ROLE_MATRIX);
+        bo = -1;
+        qkv = linear(tr, n1, w, -1, h, qd + 2 * kvd, "qkv_proj");
+        q = slice_of(tr, qkv, 0, qd, "q");
+        kk = slice_of(tr, qkv, 1, kvd, "k");
+        v = slice_of(tr, qkv, 2, kvd, "v");
+    } else {
+        int wq = linear_weight(tr, "q_proj.weight", qd, h, false), wk = linear_weight(tr, "k_proj.weight", kvd, h, false);
+        int wv = linear_weight(tr, "v_proj.weight", kvd, h, false);
+        wo = linear_weight(tr, "o_proj.weight", h, qd, false);
+        int bq = m->qkv_bias ? param(tr, "q_proj.bias", 1, qd, GCKPT_ROLE_BIAS) : -1;
+        int bk = m->qkv_bias ? param(tr, "k_proj.bias", 1, kvd, GCKPT_ROLE_BIAS) : -1;
+        int bv = m->qkv_bias ? param(tr, "v_proj.bias", 1, kvd, GCKPT_ROLE_BIAS) : -1;
+        bo = m->o_bias ? param(tr, "o_proj.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
+        bool late_norms = m->family == GCKPT_FAMILY_GEMMA; /* Gemma 3 */
+        q = lora_linear(tr, n1, wq, bq, h, qd, "q_proj", GCKPT_LT_Q, false);
+        if (m->qk_norm && !late_norms) q = rmsnorm(tr, q, hd, "q_norm");
+        if (m->qk_norm_full) q = rmsnorm(tr, q, qd, "q_norm");
+        kk = lora_linear(tr, n1, wk, bk, h, kvd, "k_proj", GCKPT_LT_K, false);
+        if (m->qk_norm && !late_norms) kk = rmsnorm(tr, kk, hd, "k_norm");
+        if (m->qk_norm_full) kk = rmsnorm(tr, kk, kvd, "k_norm");
+        v = lora_linear(tr, n1, wv, bv, h, kvd, "v_proj", GCKPT_LT_V, false);
+        if (m->qk_norm && late_norms) {
+            q = rmsnorm(tr, q, hd, "q_norm");
+            kk = rmsnorm(tr, kk, hd, "k_norm");
+        }
+    }
     int qp = q, kp = kk;
-    q = rope(tr, q, cos, sin, "rope_q");
-    kk = rope(tr, kk, cos, sin, "rope_k");
+    q = rotary_of(tr, q, cos, sin, "rope_q");
+    kk = rotary_of(tr, kk, cos, sin, "rope_k");
     hold_here(tr, qp); /* apply_rotary_pos_emb's arguments until it returns */
     hold_here(tr, kp);
     int weights = -1;
     int a = attn == GCKPT_SDPA ? attention_sdpa(tr, q, kk, v, m->attn_dropout)
                                : attention_eager(tr, q, kk, v, tr->r->mask, m->attn_dropout, &weights);
-    int ao = lora_linear(tr, a, wo, bo, qd, h, "o_proj", GCKPT_LT_O, false);
+    /* SDPA's output follows q's layout: [b, heads, s, hd]-contiguous when q is a cat's
+     * output (Phi-3), so reshape(...).contiguous() copies it */
+    if (attn == GCKPT_SDPA && m->family == GCKPT_FAMILY_PHI3) a = transpose_copy(tr, a, "attn_output.contiguous");
+    int ao = m->fused_qkv ? linear(tr, a, wo, bo, qd, h, "o_proj") : lora_linear(tr, a, wo, bo, qd, h, "o_proj", GCKPT_LT_O, false);
     /* LlamaAttention.forward returns: its argument and query/key/value_states go; the
      * decoder layer keeps the returned attention weights (`_`) until it returns */
     hold_here(tr, n1);
     hold_here(tr, q);
     hold_here(tr, kk);
     hold_here(tr, v);
+    hold_here(tr, qkv);
     hold(tr, weights, HOLD_END);
     tr->pfx = "";
     return ao;
+}
+
+/* Phi3MLP: gate, up = gate_up_proj(x).chunk(2); down_proj(up * silu(gate)). */
+static int phi3_mlp(tracer *tr, int n2)
+{
+    const gckpt_model *m = tr->m;
+    uint64_t h = m->hidden, I = m->intermediate;
+    tr->pfx = "mlp";
+    int wgu = param(tr, "gate_up_proj.weight", 2 * I, h, GCKPT_ROLE_MATRIX);
+    int wd = param(tr, "down_proj.weight", h, I, GCKPT_ROLE_MATRIX);
+    int gu = linear(tr, n2, wgu, -1, h, 2 * I, "gate_up_proj");
+    int g = slice_of(tr, gu, 0, I, "gate"), u = slice_of(tr, gu, 1, I, "up");
+    int act = unary(tr, g, "silu", false, false, GCKPT_P_SILU, 0);
+    int p = mul(tr, u, act, "mul");
+    int dn = linear(tr, p, wd, -1, I, h, "down_proj");
+    hold_here(tr, gu);
+    hold_here(tr, n2);
+    tr->pfx = "";
+    return dn;
 }
 
 /* LlamaMLP: down_proj(silu(gate_proj(x)) * up_proj(x)); holds its argument until it returns. */
@@ -89,7 +180,8 @@ static int llama_mlp(tracer *tr, int n2)
     int bu = m->mlp_bias ? param(tr, "up_proj.bias", 1, I, GCKPT_ROLE_BIAS) : -1;
     int bd = m->mlp_bias ? param(tr, "down_proj.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
     int g = lora_linear(tr, n2, wg, bg, h, I, "gate_proj", GCKPT_LT_GATE, false);
-    int act = unary(tr, g, "silu", false, false, GCKPT_P_SILU, 0);
+    int act = m->act == GCKPT_ACT_GELU_TANH ? unary(tr, g, "gelu", false, false, GCKPT_P_GELU, 1.0)
+                                            : unary(tr, g, "silu", false, false, GCKPT_P_SILU, 0);
     int u = lora_linear(tr, n2, wu, bu, h, I, "up_proj", GCKPT_LT_UP, false);
     int gu = mul(tr, act, u, "mul");
     int dn = lora_linear(tr, gu, wd, bd, I, h, "down_proj", GCKPT_LT_DOWN, false);
@@ -98,23 +190,36 @@ static int llama_mlp(tracer *tr, int n2)
     return dn;
 }
 
-/* One decoder layer (LlamaDecoderLayer): the caller holds its input, `residual` the
- * residual sums, until it returns. */
+/* The residual sum of a sublayer's output y (Granite: residual + y * multiplier). */
+static int residual_add(tracer *tr, int res, int y, const char *name)
+{
+    if (tr->m->multipliers) y = scal(tr, y, "residual_multiplier", tr->m->residual_multiplier, 0);
+    y = dropout(tr, y, tr->m->resid_dropout, "resid_dropout"); /* Phi-3's resid_pdrop (0 elsewhere) */
+    return add(tr, res, y, name);
+}
+
+/* One decoder layer (LlamaDecoderLayer; Gemma 2/3: norms after attention and the MLP
+ * too; OLMo 2: only those): the caller holds its input, `residual` the residual sums,
+ * until it returns. */
 static void llama_block(tracer *tr, gckpt_attention attn, int cos, int sin)
 {
     gckpt_recipe *r = tr->r;
-    uint64_t h = tr->m->hidden;
+    const gckpt_model *m = tr->m;
+    uint64_t h = m->hidden;
     section_begin(tr, GCKPT_SEC_BLOCK);
     int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(h), !tr->block_in_frozen);
     r->block_in = xin;
     hold(tr, xin, HOLD_END);
-    int n1 = rmsnorm(tr, xin, h, "input_layernorm");
+    int n1 = m->post_norms_only ? xin : rmsnorm(tr, xin, h, "input_layernorm");
     int ao = llama_attention(tr, attn, n1, cos, sin);
-    int h1 = add(tr, xin, ao, "residual_attn");
+    if (m->sandwich_norms || m->post_norms_only) ao = rmsnorm(tr, ao, h, "post_attention_layernorm");
+    int h1 = residual_add(tr, xin, ao, "residual_attn");
     hold(tr, h1, HOLD_END);
-    int n2 = rmsnorm(tr, h1, h, "post_attention_layernorm");
-    int dn = llama_mlp(tr, n2);
-    r->block_out = add(tr, h1, dn, "residual_mlp");
+    int n2 = m->post_norms_only ? h1
+             : rmsnorm(tr, h1, h, m->sandwich_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm");
+    int dn = m->fused_gate_up ? phi3_mlp(tr, n2) : llama_mlp(tr, n2);
+    if (m->sandwich_norms || m->post_norms_only) dn = rmsnorm(tr, dn, h, "post_feedforward_layernorm");
+    r->block_out = residual_add(tr, h1, dn, "residual_mlp");
     section_end(tr);
 }
 

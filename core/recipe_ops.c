@@ -160,6 +160,13 @@ int source(tracer *tr, const char *name, gckpt_source what, uint8_t dtype, gckpt
     return t;
 }
 
+void layer_kwarg(tracer *tr, int t)
+{
+    if (t < 0) return;
+    tr->r->t[t].fwd_end_free = tr->r->t[t].base_end_free = true;
+    tr->r->t[t].ckpt_held = true;
+}
+
 /* x.to(dtype): same dtype is a no-op returning x (no copy, no op). */
 int cast_to(tracer *tr, int x, uint8_t dtype, const char *name)
 {
@@ -397,9 +404,12 @@ int conv1d(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, co
 
 /* ---- norms, rotary ----------------------------------------------------------------- */
 
-/* HF LlamaRMSNorm: x.to(f32); pow(2).mean(-1); rsqrt(var+eps); x*r; .to(in dtype); w*y.
- * The module's forward holds its argument, `variance` and the normalised fp32 states
- * until it returns. */
+/* The model's RMSNorm (gckpt_rms_kind). LlamaRMSNorm: x.to(f32); pow(2).mean(-1);
+ * rsqrt(var+eps); x*r; .to(in dtype); w*y. Gemma's: (x*r) * (1 + w.float()), then
+ * .type_as(x): the fp32 (1 + w) [width] is a new tensor per call, and the product saves
+ * it and the fp32 normalised value. OLMo 2's: (w * (x*r)).to(in dtype): the product is
+ * fp32 and saves the normalised value. The module's forward holds its argument,
+ * `variance` and the normalised fp32 states until it returns. */
 int rmsnorm(tracer *tr, int x, uint64_t width, const char *name)
 {
     char pfx[40];
@@ -412,9 +422,16 @@ int rmsnorm(tracer *tr, int x, uint64_t width, const char *name)
     int ve = scal(tr, var, "add_eps", 1.0, tr->eps);
     int r = unary(tr, ve, "rsqrt", true, true, GCKPT_P_RSQRT, 0);
     int n = mul(tr, x32, r, "mul_rsqrt");
-    int y = cast_to(tr, n, in_dt, "to_in");
-    int o = mul(tr, y, w, "mul_weight");
-    hold_here(tr, var);
+    int o;
+    if (tr->m->rms == GCKPT_RMS_GEMMA) {
+        int w1 = scal(tr, cast_to(tr, w, F32, "weight_f32"), "one_plus_weight", 1.0, 1.0);
+        o = cast_to(tr, mul(tr, n, w1, "mul_weight"), in_dt, "to_in");
+    } else if (tr->m->rms == GCKPT_RMS_F32_OUT) {
+        o = cast_to(tr, mul(tr, n, w, "mul_weight"), in_dt, "to_in");
+    } else {
+        o = mul(tr, cast_to(tr, n, in_dt, "to_in"), w, "mul_weight");
+    }
+    if (tr->m->rms != GCKPT_RMS_GEMMA) hold_here(tr, var); /* Gemma's _norm has no `variance` local */
     hold_here(tr, n);
     hold_here(tr, x);
     tr->pfx = outer;
@@ -441,11 +458,19 @@ int layernorm(tracer *tr, int x, uint64_t width, const char *name)
 }
 
 /* HF rotate_half + apply_rotary_pos_emb for one of q / k: x*cos + cat(-x2, x1)*sin. */
+/* Gemma 3: the mul by cos / sin saves the other layer type's table too (see rope2). */
+static void save_rope2(tracer *tr, int k)
+{
+    gckpt_op *op = last_op(tr);
+    if (tr->rope2[k] >= 0 && op->nsaved && op->nsaved < GCKPT_OP_MAX_SAVED) op->saved[op->nsaved++] = (int16_t)tr->rope2[k];
+}
+
 int rope(tracer *tr, int x, int cos, int sin, const char *name)
 {
     char nm[40];
     snprintf(nm, sizeof nm, "%s.mul_cos", name);
     int xc = mul(tr, x, cos, nm);
+    save_rope2(tr, 0);
     gckpt_shape half = tr->r->t[x].shape;
     half.width /= 2;
     snprintf(nm, sizeof nm, "%s.neg", name);
@@ -458,6 +483,21 @@ int rope(tracer *tr, int x, int cos, int sin, const char *name)
     setprim(tr, GCKPT_P_CAT_HALF, GCKPT_BC_NONE, 0, 0, tr->m->head_dim);
     snprintf(nm, sizeof nm, "%s.mul_sin", name);
     int rs = mul(tr, rot, sin, nm);
+    save_rope2(tr, 1);
     snprintf(nm, sizeof nm, "%s.add", name);
     return add(tr, xc, rs, nm);
+}
+
+/* Partial rotary (Phi-3, GPT-NeoX): cat([rope(x[..., :rotary_dim]), x[..., rotary_dim:]])
+ * per head, a new tensor also when the pass-through part is empty. */
+int rope_partial(tracer *tr, int x, int cos, int sin, const char *name)
+{
+    const gckpt_model *m = tr->m;
+    char nm[40];
+    uint64_t heads = tr->r->t[x].shape.width / m->head_dim;
+    snprintf(nm, sizeof nm, "%s.rot", name);
+    int xr = m->rotary_dim == m->head_dim ? x : slice_view(tr, x, heads * m->rotary_dim, nm);
+    int y = rope(tr, xr, cos, sin, name);
+    snprintf(nm, sizeof nm, "%s.cat_pass", name);
+    return cat_copy(tr, y, x, nm);
 }

@@ -24,6 +24,10 @@ typedef struct {
     bool cpu;            /* GCKPT_TARGET_CPU */
     const gckpt_peft *peft; /* LoRA / QLoRA (NULL or method full: full fine-tuning) */
     bool block_in_frozen;   /* trace the block with an input that needs no gradient */
+    bool sdpa_masked;       /* SDPA runs with the sliding-window mask (gckpt_sliding_masked) */
+    int bool_mask;          /* masking_utils' shared bool mask (sdpa_masked), else -1 */
+    int rope2[2];           /* Gemma 3's second rotary pair (cos, sin), else -1: the one traced
+                             * block stands for both layer types, so its rope saves both */
 } tracer;
 
 /* Shapes (recipe.h, gckpt_shape). */
@@ -69,6 +73,10 @@ int unary(tracer *tr, int x, const char *name, bool save_out, bool fp32_list, in
 int source(tracer *tr, const char *name, gckpt_source what, uint8_t dtype, gckpt_shape shape, const char *second_name,
            int *second);
 int embedding(tracer *tr, const char *name, int table, int ids);
+/* A keyword argument the base model hands every layer (position ids, rotary tables,
+ * masks): dropped when the base model returns, held by checkpointed layers' closures
+ * until their recompute. t < 0: nothing. */
+void layer_kwarg(tracer *tr, int t);
 int linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name);
 /* The LINEAR op itself on operands already cast: output [rows, out_f] in out_dt, saved[2]
  * (-1: none), a GEMM per gradient needed (frozen weights: none for the weight). */
@@ -92,12 +100,22 @@ int dropout(tracer *tr, int x, double p, const char *name);
 int rmsnorm(tracer *tr, int x, uint64_t width, const char *name);
 int layernorm(tracer *tr, int x, uint64_t width, const char *name);
 int rope(tracer *tr, int x, int cos, int sin, const char *name);
+int rope_partial(tracer *tr, int x, int cos, int sin, const char *name);
 
 /* ---- attention (recipe_attention.c) ---- */
 /* Scaled-dot-product attention as the target runs it (q, k, v may be one packed tensor). */
 int attention_sdpa(tracer *tr, int q, int k, int v, double p);
 /* HF's eager attention, llama family; *weights = the returned attention weights. */
 int attention_eager(tracer *tr, int q, int k, int v, int mask, double p, int *weights);
+/* Column block `role` (0, 1, 2) of `width` of a packed projection output: a view
+ * (GPT-2's c_attn split, Phi-3's qkv_proj / gate_up_proj slices). */
+int slice_of(tracer *tr, int x, int role, uint64_t width, const char *name);
+/* The first `width` columns of x, a view (partial rotary's rotated part). */
+int slice_view(tracer *tr, int x, uint64_t width, const char *name);
+/* cat([y, rest of x]) shaped like x: a copy (partial rotary). */
+int cat_copy(tracer *tr, int y, int x, const char *name);
+/* (b, heads, s, hd) -> (b, s, heads * hd): transpose + contiguous, a copy. */
+int transpose_copy(tracer *tr, int o, const char *name);
 /* GPT-2's eager attention over c_attn's packed output. */
 int attention_eager_gpt2(tracer *tr, int qkv, int mask, double p, int *weights);
 
@@ -110,5 +128,6 @@ void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding
 /* ---- the families ---- */
 void trace_llama(tracer *tr, gckpt_attention attn);
 void trace_gpt2(tracer *tr, gckpt_attention attn);
+void trace_gpt_neox(tracer *tr, gckpt_attention attn);
 
 #endif

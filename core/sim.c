@@ -52,6 +52,7 @@ struct gckpt_sim {
     int stream;  /* instance of the hidden state passed to the next section */
     int gstream; /* grad instance passed to the previous section in backward */
     bool ckpt_any, ckpt_offload; /* layers are checkpointed / offloaded (ckpt_held tensors) */
+    uint8_t ckpt_types;          /* the attention types checkpointed (gckpt_ckpt_types) */
     uint32_t base; /* id of pool[0] */
     uint64_t nlayer_cap;
 };
@@ -228,6 +229,7 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
     s->base = first_id;
     s->stream = s->gstream = -1;
     gckpt_step_checkpointing(st, &s->ckpt_any, &s->ckpt_offload);
+    s->ckpt_types = st->modes ? st->ckpt_types : gckpt_ckpt_types(c->model, st->every_n);
     return true;
 }
 
@@ -244,6 +246,8 @@ void gckpt_sim_free(gckpt_sim *s)
 static bool ckpt_holds(const gckpt_sim *s, int t)
 {
     const gckpt_recipe *r = s->c->recipe;
+    if (r->t[t].layer_type) /* one layer type's argument: held when a layer of that type is checkpointed */
+        return r->t[t].ckpt_held && (s->ckpt_types >> (r->t[t].layer_type - 1) & 1);
     return r->t[t].ckpt_held && s->ckpt_any && !(s->ckpt_offload && t == r->mask && r->mask_positional);
 }
 

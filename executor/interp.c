@@ -209,8 +209,26 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
     return x->inst != NULL || (gckpt_seterr(err, "out of memory for %u instances", maxid), false);
 }
 
+bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, gckpt_err *err)
+{
+    /* issue 13's families are planned only: their primitives ((1 + w) norms, soft-capping,
+     * fused-projection slices, partial rotary, parallel residual) have no kernels yet */
+    if (m->family != GCKPT_FAMILY_LLAMA && m->family != GCKPT_FAMILY_GPT2) {
+        gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
+                          "qwen3 and gpt2)", m->model_type);
+        return false;
+    }
+    if (gckpt_sliding_masked(m, a, seq)) {
+        gckpt_seterr(err, "seq %llu >= the sliding window %llu under sdpa (a masked SDPA per layer) is planned but not "
+                          "executed yet", (unsigned long long)seq, (unsigned long long)m->sliding_window);
+        return false;
+    }
+    return true;
+}
+
 static bool setting_ok(const gckpt_model *m, const gckpt_setting *s, gckpt_err *err)
 {
+    if (!gckpt_exec_model_ok(m, s->attention, s->seq, err)) return false;
     if (s->offload && !s->every_n) {
         gckpt_seterr(err, "offload needs gradient checkpointing (every_n_layers > 0)");
         return false;

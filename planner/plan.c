@@ -65,7 +65,23 @@ static bool load_inputs(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err 
     if (!gckpt_model_load(req->model_ref, &p->model, err)) return false;
     if (!gckpt_resolve_data("models", req->model_ref, path, sizeof path, err)) return false;
     p->model_config_text = gckpt_read_file(path, 16u << 20, err);
-    return p->model_config_text && gckpt_device_load(req->gpu_ref, &p->dev, err) && resolve_seq(p, err);
+    /* flash_attention_2 is planned as SDPA's fused kernel: not with soft-capping or a
+     * window, which the flash kernel takes as arguments (no mask) and SDPA cannot */
+    if (!p->model_config_text || !gckpt_device_load(req->gpu_ref, &p->dev, err) || !resolve_seq(p, err)) return false;
+    const gckpt_model *m = &p->model;
+    bool window = m->sliding_layers && p->req.seq >= m->sliding_window;
+    if (!strcmp(req->attn_impl, "flash_attention_2") && (m->attn_softcap > 0 || window)) {
+        gckpt_seterr(err, "--attention flash_attention_2 is not modelled for %s (%s in the flash kernel): plan sdpa or "
+                          "eager", m->model_type, m->attn_softcap > 0 ? "soft-capping" : "a sliding window");
+        return false;
+    }
+    return true;
+}
+
+const char *gckpt_plan_attn_impl(const gckpt_plan *p)
+{
+    return p->req.attn_impl[0] ? p->req.attn_impl
+                               : gckpt_attention_names[gckpt_attention_run(&p->model, p->req.attention)];
 }
 
 /* The every_n values to sweep (default: off and 1..L) into p->req.every_n. */
@@ -172,6 +188,13 @@ static bool peft_check(const gckpt_plan_request *req, const gckpt_plan *p, gckpt
 {
     const gckpt_peft *pf = &req->peft;
     if (!gckpt_peft_on(pf)) return true;
+    /* issue 13's families: their LoRA / QLoRA graphs (fused projections, other module
+     * names, the (1 + w) norms under prepare_model_for_kbit_training) are not measured */
+    if (p->model.family != GCKPT_FAMILY_LLAMA && p->model.family != GCKPT_FAMILY_GPT2) {
+        gckpt_seterr(err, "--method %s: LoRA / QLoRA on model_type \"%s\" is not modelled yet (full fine-tuning is)",
+                     gckpt_method_names[pf->method], p->model.model_type);
+        return false;
+    }
     if (!(pf->targets & gckpt_lora_family_targets(p->model.family))) {
         char names[160];
         gckpt_lora_targets_name(gckpt_lora_family_targets(p->model.family), p->model.family, names, sizeof names);
@@ -277,8 +300,8 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     if (!peft_check(req, p, err)) goto fail;
     gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft, .layout = req->layout};
     if (!gckpt_layout_check(&lay, err) || !gckpt_parallel_device_ok(&p->dev, &req->layout, err)) goto fail;
-    gckpt_recipe_build_peft(&p->model, gckpt_parallel_compute_precision(&lay), req->attention, GCKPT_TARGET_CUDA,
-                            &req->peft, p->recipe);
+    gckpt_recipe_build_seq(&p->model, gckpt_parallel_compute_precision(&lay), req->attention, GCKPT_TARGET_CUDA,
+                           &req->peft, req->seq, p->recipe);
     if (!gckpt_params_build(p->recipe, p->model.layers, req->optimizer, p->dev.alloc_round_bytes, p->params, &overflow,
                             err))
         goto fail;

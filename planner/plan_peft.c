@@ -32,7 +32,7 @@ static void targets_python(const gckpt_plan *p, char *buf, size_t n)
 void gckpt_plan_print_peft_model(const gckpt_plan *p, FILE *f)
 {
     const gckpt_peft *pf = &p->req.peft;
-    const char *attn = p->req.attn_impl[0] ? p->req.attn_impl : gckpt_attention_names[p->req.attention];
+    const char *attn = gckpt_plan_attn_impl(p);
     if (pf->method == GCKPT_METHOD_QLORA) {
         if (pf->quant == GCKPT_QUANT_INT8)
             fprintf(f, "bnb = BitsAndBytesConfig(load_in_8bit=True)\n");

@@ -61,7 +61,7 @@ static const char *hf_optim(gckpt_optimizer o)
  * defaults to dtype="auto": the checkpoint's dtype, bf16 for most published models). */
 static void print_model_line(const gckpt_plan *p, FILE *f)
 {
-    const char *attn = p->req.attn_impl[0] ? p->req.attn_impl : gckpt_attention_names[p->req.attention];
+    const char *attn = gckpt_plan_attn_impl(p);
     switch (p->req.precision) {
     case GCKPT_BF16:
         fprintf(f, "# pure bf16: weights, gradients and optimizer states in bf16\n");

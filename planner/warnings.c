@@ -136,14 +136,41 @@ static bool fp32_gqa(const gckpt_plan *p, char *msg, size_t n)
     return true;
 }
 
+/* Sliding windows (FINDINGS 14.3): eager always materialises the masks (modelled); SDPA
+ * at seq >= window runs every sliding layer with a mask, modelled when every layer
+ * slides, not when only some do (one block type per model is traced). */
 static bool sliding_window(const gckpt_plan *p, char *msg, size_t n)
 {
     const gckpt_model *m = &p->model;
-    if (!m->sliding_layers || m->sliding_window >= p->req.seq) return false;
-    snprintf(msg, n, "%llu of %llu layers use a sliding attention window of %llu tokens, shorter than seq %llu: "
-                     "sliding windows are not modelled (planned as full causal attention)",
+    if (gckpt_sliding_modelled(m, p->req.attention, p->req.seq)) return false;
+    snprintf(msg, n, "%llu of %llu layers use a sliding attention window of %llu tokens, at most seq %llu: under sdpa "
+                     "they run with a materialised [b, 1, s, s] mask and key/value repeated to every head, the other "
+                     "layers without; layers of two kinds are not modelled yet (planned as unmasked causal attention "
+                     "for every layer: an underestimate)",
              (unsigned long long)m->sliding_layers, (unsigned long long)m->layers,
              (unsigned long long)m->sliding_window, (unsigned long long)p->req.seq);
+    return true;
+}
+
+static bool sliding_masked(const gckpt_plan *p, char *msg, size_t n)
+{
+    const gckpt_model *m = &p->model;
+    if (!gckpt_sliding_masked(m, p->req.attention, p->req.seq) || !gckpt_sliding_modelled(m, p->req.attention, p->req.seq))
+        return false;
+    snprintf(msg, n, "every layer's sliding window (%llu tokens) is at most seq %llu: transformers materialises the "
+                     "window as a mask, so SDPA keeps a [b, 1, s, s] copy of it per layer, key/value are repeated to "
+                     "every head, and no masked block is skipped (the full s x s is computed; planned so)",
+             (unsigned long long)m->sliding_window, (unsigned long long)p->req.seq);
+    return true;
+}
+
+/* Gemma 2 asked for sdpa: transformers refuses it (soft-capping); eager is what runs. */
+static bool attention_replaced(const gckpt_plan *p, char *msg, size_t n)
+{
+    if (gckpt_attention_run(&p->model, p->req.attention) == p->req.attention) return false;
+    snprintf(msg, n, "%s does not support sdpa (attention logit soft-capping): transformers raises a ValueError when "
+                     "it is asked for and runs eager attention by default, so this plan is for eager attention",
+             p->model.model_type);
     return true;
 }
 
@@ -162,6 +189,8 @@ static const struct {
 } computed_rules[] = {
     {"sdpa_fp32_gqa_math_fallback", fp32_gqa},
     {"sliding_window_not_modelled", sliding_window},
+    {"sliding_window_masked_sdpa", sliding_masked},
+    {"sdpa_unsupported_eager_planned", attention_replaced},
 };
 
 static void add(gckpt_plan *p, const char *code, const char *text)

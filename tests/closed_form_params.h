@@ -16,15 +16,22 @@ static inline unsigned __int128 closed_form_params128(const gckpt_model *m)
     if (m->family == GCKPT_FAMILY_GPT2) {
         /* ln_1, c_attn, c_proj, ln_2, c_fc, mlp c_proj (Conv1D weights + biases) */
         layer = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * I + I) + (I * h + h);
+    } else if (m->family == GCKPT_FAMILY_GPT_NEOX) {
+        /* two LayerNorms (w + b), query_key_value, dense, dense_h_to_4h, dense_4h_to_h */
+        layer = 4 * h + 3 * h * h + h * h + 2 * h * I + I + h;
+        if (m->qkv_bias) layer += 3 * h + h;
     } else {
         layer = h * q + 2 * h * kv + q * h + 3 * h * I + 2 * h;
         if (m->qkv_bias) layer += q + 2 * kv;
         if (m->o_bias) layer += h;
         if (m->mlp_bias) layer += 2 * I + h;
         if (m->qk_norm) layer += 2 * (u)m->head_dim;
+        if (m->qk_norm_full) layer += q + kv;                  /* OLMo 2: over the projections */
+        if (m->sandwich_norms) layer += 2 * h;                 /* Gemma 2/3: four norms */
     }
     u embed = V * h + (u)m->positions * h;
-    u head = (m->family == GCKPT_FAMILY_GPT2 ? 2 * h : h) + (m->tied ? 0 : V * h);
+    bool ln = m->family == GCKPT_FAMILY_GPT2 || m->family == GCKPT_FAMILY_GPT_NEOX; /* LayerNorm: w + b */
+    u head = (ln ? 2 * h : h) + (m->tied ? 0 : V * h);
     return embed + L * layer + head;
 }
 

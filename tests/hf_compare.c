@@ -159,6 +159,10 @@ static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     st->optimizer = GCKPT_ADAMW;
     f->comparable = !(f->m.family == GCKPT_FAMILY_GPT2 && !strcmp(f->precision, "amp-bf16"));
     f->why_not = "gpt2 under CPU autocast op lists (the planner models CUDA's: amp-bf16-cudalists)";
+    if (f->comparable && !gckpt_sliding_modelled(&f->m, st->attention, st->seq)) {
+        f->comparable = false;
+        f->why_not = "sdpa at seq >= window with sliding and full layers (two block types, not traced yet)";
+    }
 
     double p;
     if (!num(item(root, "parameters"), path, "parameters.count", &p, err)) return false;
@@ -220,7 +224,7 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
 {
     memset(c, 0, sizeof *c);
     static gckpt_recipe r;
-    gckpt_recipe_build_peft(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &f->s.peft, &r);
+    gckpt_recipe_build_seq(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &f->s.peft, f->s.seq, &r);
     gckpt_ctx ctx;
     if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;
     /* a quantized weight counts its stored elements (a Params4bit: n / 2 as uint8) */
@@ -229,11 +233,13 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
     c->params_ok = c->params == f->params && c->trainable == f->trainable;
 
     /* saved bytes, with the documented charging of shared tensors */
-    uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK), rope = 0;
-    for (int t = 0; t < r.nt; t++)
+    uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK), rope = 0, rope2 = 0;
+    for (int t = 0; t < r.nt; t++) {
         if (!strcmp(r.t[t].name, "rotary.cos") || !strcmp(r.t[t].name, "rotary.sin")) rope += ctx.raw[t];
+        if (!strcmp(r.t[t].name, "rotary_local.cos") || !strcmp(r.t[t].name, "rotary_local.sin")) rope2 += ctx.raw[t];
+    }
     uint64_t mask = r.mask >= 0 ? ctx.raw[r.mask] : 0;
-    bool first_plain = true, first_ckpt = true;
+    bool first_plain = true, first_ckpt = true, first_sliding = false, second_rope = rope2 == 0;
     c->saved_ok = (uint64_t)f->nlayers == f->m.layers;
     c->first_bad_layer = c->saved_ok ? -1 : 0;
     for (int i = 0; i < f->nlayers && (uint64_t)i < f->m.layers; i++) {
@@ -242,6 +248,13 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
         if (!ck) {
             /* layer 0 of a frozen embedding without checkpointing: its input needs no gradient */
             want = (i == 0 && r.frozen0 ? gckpt_layer0_frozen_saved_bytes(&ctx) : plain) + (first_plain ? rope : 0);
+            /* Gemma 3: the other layer type's rotary pair, charged to its first plain layer */
+            bool sl = gckpt_layer_sliding(&f->m, (uint64_t)i);
+            if (!first_plain && !second_rope && sl != first_sliding) {
+                want += rope2;
+                second_rope = true;
+            }
+            if (first_plain) first_sliding = sl;
             first_plain = false;
         } else {
             want = f->s.offload ? 0 : ctx.raw[r.block_in];
@@ -367,7 +380,7 @@ void hf_print(FILE *out, const hf_fixture *f, const hf_cmp *c)
 bool hf_events(FILE *out, const hf_fixture *f, const gckpt_device *exact, gckpt_err *err)
 {
     static gckpt_recipe r;
-    gckpt_recipe_build_peft(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &f->s.peft, &r);
+    gckpt_recipe_build_seq(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &f->s.peft, f->s.seq, &r);
     gckpt_ctx ctx;
     gckpt_schedule ev;
     if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;

@@ -9,7 +9,8 @@
  * records (tools/hf_probe/FINDINGS.md):
  *   - rotary cos/sin (llama family) are saved once, by the first non-checkpointed
  *     layer, and the probe charges them to it; the planner keeps them as shared tensors
- *     of the embedding;
+ *     of the embedding; Gemma 3's second pair (one per layer type) is charged to the
+ *     first non-checkpointed layer of the other type;
  *   - gpt2 eager: the positional mask is saved once, by the first checkpointed layer;
  *   - the HF loss's shifted labels are a view of the padded [1, s+1] labels when b = 1
  *     (8 bytes more than the [T] copy made for b > 1);
@@ -18,7 +19,10 @@
  *     answers as the CPU does;
  *   - gpt2 under CPU autocast op lists (precision "amp-bf16") is not comparable: the
  *     planner models CUDA's lists, which "amp-bf16-cudalists" fixtures emulate (for the
- *     llama family both are byte-identical). */
+ *     llama family both are byte-identical);
+ *   - sliding and full layers that differ (SDPA at seq >= window with only some layers
+ *     sliding: Gemma 3) are not comparable: one block type per model is traced
+ *     (gckpt_sliding_modelled; the plan warns sliding_window_not_modelled). */
 #ifndef GCKPT_HF_COMPARE_H
 #define GCKPT_HF_COMPARE_H
 

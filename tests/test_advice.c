@@ -286,15 +286,32 @@ static void warnings(void **state)
     assert_int_equal(run(A("--model", "./mistral-sw.json", "--seq", "8192", "--micro-batch", "1,2", "-q", "-o",
                            "w.json")), 0);
     j = read_plan("w.json");
-    m = warning_of(j, "sliding_window_not_modelled");
+    /* every layer slides: the masked SDPA form is planned (FINDINGS 14.3) */
+    assert_null(warning_of(j, "sliding_window_not_modelled"));
+    m = warning_of(j, "sliding_window_masked_sdpa");
     assert_non_null(m);
-    assert_non_null(strstr(m, "2 of 2 layers use a sliding attention window of 4096 tokens, shorter than seq 8192"));
+    assert_non_null(strstr(m, "every layer's sliding window (4096 tokens) is at most seq 8192"));
     assert_non_null(warning_of(j, "padding_not_modelled"));
     assert_null(warning_of(j, "use_cache_on"));
     cJSON_Delete(j);
-    assert_int_equal(run(A("--model", "./mistral-sw.json", "--seq", "4096", "-q", "-o", "w.json")), 0);
+    assert_int_equal(run(A("--model", "./mistral-sw.json", "--seq", "4095", "-q", "-o", "w.json")), 0);
     j = read_plan("w.json");
     assert_null(warning_of(j, "sliding_window_not_modelled"));
+    assert_null(warning_of(j, "sliding_window_masked_sdpa")); /* below the window: no mask */
+    cJSON_Delete(j);
+    /* eager materialises the masks at any length: modelled, no warning */
+    assert_int_equal(run(A("--model", "./mistral-sw.json", "--seq", "8192", "--attention", "eager", "-q", "-o",
+                           "w.json")), 0);
+    j = read_plan("w.json");
+    assert_null(warning_of(j, "sliding_window_not_modelled"));
+    assert_null(warning_of(j, "sliding_window_masked_sdpa"));
+    cJSON_Delete(j);
+    /* Gemma 2 asked for sdpa: planned as the eager attention transformers runs */
+    assert_int_equal(run(A("--model", "gemma-2-2b", "--seq", "1024", "--every-n", "1", "-q", "-o", "w.json")), 0);
+    j = read_plan("w.json");
+    m = warning_of(j, "sdpa_unsupported_eager_planned");
+    assert_non_null(m);
+    assert_non_null(strstr(m, "gemma2 does not support sdpa"));
     cJSON_Delete(j);
     /* Qwen2: only with use_sliding_window, only layers >= max_window_layers */
     cli_write("qwen-sw.json", "{\"model_type\":\"qwen2\",\"num_hidden_layers\":6,\"hidden_size\":64,"
@@ -306,6 +323,7 @@ static void warnings(void **state)
     m = warning_of(j, "sliding_window_not_modelled");
     assert_non_null(m);
     assert_non_null(strstr(m, "2 of 6 layers"));
+    assert_non_null(strstr(m, "layers of two kinds are not modelled yet"));
     cJSON_Delete(j);
     assert_int_equal(run(A("--model", "qwen2.5-7b", "--seq", "8192", "--every-n", "1", "-q", "-o", "w.json")), 0);
     j = read_plan("w.json");

@@ -51,6 +51,10 @@ static void bad_inputs(void **state)
     cli_write("indivisible.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":65,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
     cli_write("kvheads.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,\"num_key_value_heads\":3,\"intermediate_size\":8,\"vocab_size\":8}");
     cli_write("unknown.json", "{\"model_type\":\"t5\"}");
+    cli_write("mixtral.json", "{\"model_type\":\"mixtral\",\"num_hidden_layers\":2}");
+    cli_write("chunked.json", "{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":2,\"hidden_size\":64,"
+              "\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8,"
+              "\"layer_types\":[\"chunked_attention\",\"full_attention\"]}");
     cli_write("bigvocab.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":1048576,\"num_attention_heads\":4096,\"intermediate_size\":4194304,\"vocab_size\":16777216}");
     cli_write("gpu-missing.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\"}");
     cli_write("gpu-schema.json", "{\"schema\":\"gckpt.device/9\"}");
@@ -84,6 +88,12 @@ static void bad_inputs(void **state)
         {"indivisible", A("--model", "./indivisible.json", "-o", "out.json"), "not divisible"},
         {"kv heads", A("--model", "./kvheads.json", "-o", "out.json"), "does not divide"},
         {"unknown model_type", A("--model", "./unknown.json", "-o", "out.json"), "supported: llama"},
+        {"mixture of experts", A("--model", "./mixtral.json", "-o", "out.json"), "mixture-of-experts"},
+        {"unknown layer type", A("--model", "./chunked.json", "-o", "out.json"), "'layer_types'[0]"},
+        {"LoRA on a newer family", A("--model", "olmo-2-7b", "--method", "lora", "-o", "out.json"),
+         "LoRA / QLoRA on model_type \"olmo2\" is not modelled yet"},
+        {"flash kernel soft-capping", A("--model", "gemma-2-2b", "--attention", "flash_attention_2", "-o", "out.json"),
+         "not modelled for gemma2"},
         {"overflowing sizes", A("--model", "./bigvocab.json", "--allow-long-seq", "--seq", "16777216", "--micro-batch", "65536", "--attention", "eager", "-o", "out.json"), "overflows"},
         {"unknown model name", A("--model", "nope-7b", "-o", "out.json"), "nope-7b"},
         {"model is a directory", A("--model", "./adir.json", "-o", "out.json"), "is a directory"},

@@ -33,7 +33,7 @@ static void sweep_peft(const char *model, const char *cfg_json, const gckpt_peft
     size_t entries = 0;
     for (int prec = 0; prec < GCKPT_NPREC; prec++) {
         for (int attn = 0; attn < GCKPT_NATTN; attn++) {
-            gckpt_recipe_build_peft(&m, (gckpt_precision)prec, (gckpt_attention)attn, GCKPT_TARGET_CUDA, peft, &r);
+            gckpt_recipe_build_seq(&m, (gckpt_precision)prec, (gckpt_attention)attn, GCKPT_TARGET_CUDA, peft, 96, &r);
             for (uint64_t mb = 1; mb <= 2; mb++) {
                 for (uint64_t ga = 1; ga <= 3; ga += 2) {
                     gckpt_setting s = {.seq = 96, .micro_batch = mb, .grad_accum = ga,
@@ -125,6 +125,26 @@ static void odd_dims(void **state)
                        "\"vocab_size\":500}");
     sweep("gpt2-drop", "{\"model_type\":\"gpt2\",\"n_layer\":3,\"n_embd\":48,\"n_head\":3,"
                        "\"vocab_size\":101,\"n_positions\":128,\"activation_function\":\"gelu\"}");
+}
+
+/* Issue 13's families at seq 96: Gemma 2 / 3 with five alternating layers (every_n 2
+ * checkpoints one attention type, 3 both: their masks and rotary pairs), windows under
+ * seq (Phi-3's masked SDPA on every layer), fused and packed projections, multipliers. */
+static void issue13_families(void **state)
+{
+    (void)state;
+#define TINY(type, extra)                                                                        \
+    "{\"model_type\":\"" type "\",\"num_hidden_layers\":5,\"hidden_size\":64,\"num_attention_heads\":4," \
+    "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":96,\"vocab_size\":211" extra "}"
+    sweep("gemma2-tiny", TINY("gemma2", ",\"sliding_window\":32"));
+    sweep("gemma3-tiny", TINY("gemma3_text", ",\"sliding_window\":128,\"sliding_window_pattern\":2"));
+    sweep("phi3-tiny", TINY("phi3", ",\"sliding_window\":64,\"partial_rotary_factor\":0.5"));
+    sweep("gemma-tiny", TINY("gemma", ""));
+    sweep("olmo2-tiny", TINY("olmo2", ""));
+    sweep("granite-tiny", TINY("granite", ",\"residual_multiplier\":0.2,\"logits_scaling\":8"));
+    sweep("gpt_neox-tiny", "{\"model_type\":\"gpt_neox\",\"num_hidden_layers\":3,\"hidden_size\":64,"
+                           "\"num_attention_heads\":4,\"intermediate_size\":128,\"vocab_size\":211}");
+#undef TINY
 }
 
 /* LoRA and QLoRA (frozen weights, adapters, dropout, modules_to_save copies, quantized
@@ -238,6 +258,7 @@ int main(void)
         cmocka_unit_test(llama_family),
         cmocka_unit_test(gpt2_family),
         cmocka_unit_test(odd_dims),
+        cmocka_unit_test(issue13_families),
         cmocka_unit_test(lora_qlora),
         cmocka_unit_test(recipe_limits),
     };

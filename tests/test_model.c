@@ -22,6 +22,11 @@ static void published_parameter_counts(void **state)
         {"llama-3.1-70b", 70553706496ull}, {"mistral-7b-v0.3", 7248023552ull},
         {"qwen2.5-0.5b", 494032768ull},   {"qwen2.5-7b", 7615616512ull},
         {"qwen3-8b", 8190735360ull},
+        /* issue 13 (models/PROVENANCE.md says where each figure is published) */
+        {"gemma-2-2b", 2614341888ull},    {"gemma-2-9b", 9241705984ull},
+        {"gemma-3-1b", 999885952ull},     {"phi-3-mini-4k", 3821079552ull},
+        {"phi-4-mini", 3836021760ull},    {"pythia-1.4b", 1414647808ull},
+        {"olmo-2-7b", 7298617344ull},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         gckpt_model m;
@@ -90,6 +95,72 @@ static void hostile_configs(void **state)
     expect_error("{\"model_type\":7}", "'model_type' must be a string");
     expect_error("{\"model_type\":\"llama\",\"hidden_size\":64}", "'num_hidden_layers'");
     expect_error(LLAMA(",\"num_hidden_layers\":0"), "'num_hidden_layers' appears twice");
+}
+
+#define DENSE(type, extra)                                                                \
+    "{\"model_type\":\"" type "\",\"num_hidden_layers\":2,\"hidden_size\":64,"             \
+    "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":96,"        \
+    "\"vocab_size\":211" extra "}"
+
+/* Issue 13's families as transformers 5.24 reads their configs (FINDINGS 14.1). */
+static void issue13_configs(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    /* Gemma 2: sliding layers are the even ones by default; soft-capping on by default */
+    assert_true(gckpt_model_load("gemma-2-9b", &m, &err));
+    assert_int_equal(m.family, GCKPT_FAMILY_GEMMA);
+    assert_int_equal(m.sliding_layers, 21);
+    assert_true(gckpt_layer_sliding(&m, 0) && !gckpt_layer_sliding(&m, 1));
+    assert_true(m.attn_softcap == 50.0 && m.final_softcap == 30.0 && m.tied && m.sandwich_norms);
+    assert_int_equal(m.act, GCKPT_ACT_GELU_TANH);
+    /* Gemma 3 1B: sliding unless (i + 1) % 6 == 0; two rotary tables; no soft-capping */
+    assert_true(gckpt_model_load("gemma-3-1b", &m, &err));
+    assert_int_equal(m.sliding_layers, 22);
+    assert_false(gckpt_layer_sliding(&m, 5));
+    assert_true(m.rope_tables == 2 && m.qk_norm && m.final_softcap == 0 && m.attn_softcap == 0);
+    /* Phi-3 mini: every layer slides (2047); Phi-4 mini: partial rotary 0.75, tied */
+    assert_true(gckpt_model_load("phi-3-mini-4k", &m, &err));
+    assert_true(m.sliding_layers == m.layers && m.sliding_window == 2047 && m.fused_qkv && m.rotary_dim == 96);
+    assert_true(gckpt_model_load("phi-4-mini", &m, &err));
+    assert_true(m.rotary_dim == 96 && m.head_dim == 128 && m.tied);
+    /* Pythia: rotary_pct 0.25 of head_dim 128, parallel residual, biases, untied */
+    assert_true(gckpt_model_load("pythia-1.4b", &m, &err));
+    assert_true(m.rotary_dim == 32 && m.parallel_residual && m.qkv_bias && !m.tied && m.act == GCKPT_ACT_GELU);
+    assert_true(gckpt_model_load("olmo-2-7b", &m, &err));
+    assert_true(m.post_norms_only && m.qk_norm_full && m.rms == GCKPT_RMS_F32_OUT);
+    /* defaults of keys a config omits: Gemma 1's kv heads 16 and head_dim 256, "gelu" is
+     * the tanh form; granite's multipliers 1.0 */
+    const char *g1 = "{\"model_type\":\"gemma\",\"num_hidden_layers\":2,\"hidden_size\":64,"
+                     "\"num_attention_heads\":16,\"intermediate_size\":96,\"vocab_size\":211,\"hidden_act\":\"gelu\"}";
+    assert_true(gckpt_model_parse("cfg.json", g1, &m, &err));
+    assert_true(m.kv_heads == 16 && m.head_dim == 256 && m.act == GCKPT_ACT_GELU_TANH && m.embed_scale && m.tied);
+    assert_true(gckpt_model_parse("cfg.json", DENSE("granite", ""), &m, &err));
+    assert_true(m.multipliers && m.residual_multiplier == 1.0 && m.logits_scaling == 1.0);
+    /* rope_parameters' partial_rotary_factor wins over the legacy key */
+    assert_true(gckpt_model_parse("cfg.json", DENSE("phi3", ",\"partial_rotary_factor\":0.75,\"rope_parameters\":"
+                                                            "{\"rope_theta\":10000,\"partial_rotary_factor\":0.5}"),
+                                  &m, &err));
+    assert_int_equal(m.rotary_dim, 8);
+    /* null soft-capping: none */
+    assert_true(gckpt_model_parse("cfg.json", DENSE("gemma2", ",\"attn_logit_softcapping\":null"), &m, &err));
+    assert_true(m.attn_softcap == 0 && m.final_softcap == 30.0);
+
+    /* refused, one line naming the field */
+    expect_error("{\"model_type\":\"mixtral\"}", "mixture-of-experts models are not supported yet");
+    expect_error("{\"model_type\":\"qwen3_moe\"}", "gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite");
+    expect_error(DENSE("gemma2", ",\"layer_types\":[\"sliding_attention\",\"chunked_attention\"]"),
+                 "field 'layer_types'[1] = \"chunked_attention\" is not modelled");
+    expect_error(DENSE("gemma3_text", ",\"layer_types\":[\"full_attention\"]"), "'layer_types' has 1 entries");
+    expect_error(DENSE("gemma2", ",\"sliding_window\":null"), "'sliding_window' = null is not modelled");
+    expect_error(DENSE("gemma3_text", ",\"use_bidirectional_attention\":true"), "'use_bidirectional_attention'");
+    expect_error(DENSE("gpt_neox", ",\"use_parallel_residual\":false"), "'use_parallel_residual' = false");
+    expect_error(DENSE("phi3", ",\"hidden_act\":\"gelu\""), "'hidden_act'");
+    expect_error(DENSE("gemma2", ",\"hidden_activation\":\"silu\""), "'hidden_activation'");
+    expect_error(DENSE("phi3", ",\"partial_rotary_factor\":0.1"), "rotary dims");
+    expect_error("{\"model_type\":\"gpt_neox\",\"num_hidden_layers\":2,\"hidden_size\":66,\"num_attention_heads\":4,"
+                 "\"intermediate_size\":96,\"vocab_size\":211}", "not divisible");
 }
 
 static void hostile_values(void **state)
@@ -182,6 +253,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(published_parameter_counts), cmocka_unit_test(family_details),
+        cmocka_unit_test(issue13_configs),
         cmocka_unit_test(hostile_configs),           cmocka_unit_test(hostile_values),
         cmocka_unit_test(head_dim_overrides),        cmocka_unit_test(unknown_name),
         cmocka_unit_test(unverified_dropout),

@@ -116,6 +116,8 @@ static void parameter_counts(void **state)
     (void)state;
     static const char *names[] = {"gpt2", "gpt2-medium", "gpt2-xl", "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b",
                                   "llama-3.1-70b", "mistral-7b-v0.3", "qwen2.5-0.5b", "qwen2.5-7b", "qwen3-8b",
+                                  "gemma-2-2b", "gemma-2-9b", "gemma-3-1b", "phi-3-mini-4k", "phi-4-mini",
+                                  "pythia-1.4b", "olmo-2-7b",
                                   GCKPT_TEST_DATA "/../executor/data/tiny-llama.json",
                                   GCKPT_TEST_DATA "/../executor/data/tiny-qwen3.json",
                                   GCKPT_TEST_DATA "/../executor/data/tiny-mistral-kv1.json"};
@@ -130,6 +132,18 @@ static void parameter_counts(void **state)
         "\"num_key_value_heads\": 4, \"intermediate_size\": 48, \"vocab_size\": 33}",
         "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 48, \"n_head\": 3, \"n_inner\": 100, "
         "\"vocab_size\": 61, \"n_positions\": 40, \"tie_word_embeddings\": false}",
+        /* issue 13: biases and untied heads where the families allow them */
+        "{\"model_type\": \"gemma\", \"num_hidden_layers\": 2, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 2, \"intermediate_size\": 90, \"vocab_size\": 50, \"attention_bias\": true, \"tie_word_embeddings\": false}",
+        "{\"model_type\": \"granite\", \"num_hidden_layers\": 2, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 2, \"intermediate_size\": 90, \"vocab_size\": 50, \"attention_bias\": true, "
+        "\"mlp_bias\": true, \"tie_word_embeddings\": true}",
+        "{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 3, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+        "\"intermediate_size\": 90, \"vocab_size\": 50, \"attention_bias\": false}",
+        "{\"model_type\": \"olmo2\", \"num_hidden_layers\": 2, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 1, \"intermediate_size\": 90, \"vocab_size\": 50, \"attention_bias\": true}",
+        "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 7, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 2, \"head_dim\": 24, \"intermediate_size\": 90, \"vocab_size\": 50}",
     };
     gckpt_err err;
     gckpt_model m;

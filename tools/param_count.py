@@ -29,6 +29,16 @@ weights are counted once):
   config key); Llama/Qwen3 follow "attention_bias" (default false).
   head_dim defaults to hidden_size // num_attention_heads when absent.
 
+  gemma / gemma2 / gemma3_text (tied by default, head_dim default 256):
+    as llama without biases unless attention_bias; gemma2/3 have four norms
+    per layer (4h); gemma3_text adds q_norm, k_norm (2*hd)
+  phi3: fused qkv_proj h*(nh*hd + 2*kv*hd) and gate_up_proj h*2I: the same
+    count as llama; olmo2: llama + q_norm nh*hd + k_norm kv*hd per layer
+  gpt_neox: embed_in V*h, per layer 2 LayerNorms (4h), query_key_value
+    h*3h + 3h, dense h*h + h (biases: attention_bias, default true),
+    dense_h_to_4h h*I + I, dense_4h_to_h I*h + h; final LayerNorm 2h;
+    lm_head V*h unless tied (default untied)
+
   gpt2:
     wte V*h, wpe n_positions*h
     per layer: ln_1, ln_2 (2h each), c_attn h*3h+3h, attn.c_proj h*h+h,
@@ -44,6 +54,11 @@ import sys
 LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
 
 
+GEMMA = {"gemma", "gemma2", "gemma3_text"}
+# transformers 5.24 defaults of the issue-13 families for keys a config may omit
+DEFAULT_KV = {"gemma": 16, "gemma2": 4, "gemma3_text": 4}
+
+
 def count_llama_like(c):
     mt = c["model_type"]
     h = c["hidden_size"]
@@ -51,8 +66,8 @@ def count_llama_like(c):
     L = c["num_hidden_layers"]
     I = c["intermediate_size"]
     nh = c["num_attention_heads"]
-    kv = c.get("num_key_value_heads") or nh
-    hd = c.get("head_dim") or h // nh
+    kv = c.get("num_key_value_heads") or DEFAULT_KV.get(mt, nh)
+    hd = c.get("head_dim") or (256 if mt in GEMMA else h // nh)
 
     qkv_bias = mt == "qwen2" or bool(c.get("attention_bias", False))
     o_bias = mt != "qwen2" and bool(c.get("attention_bias", False))
@@ -67,12 +82,29 @@ def count_llama_like(c):
     if mlp_bias:
         mlp += 2 * I + h
     norms = 2 * h
-    if mt == "qwen3":
+    if mt in ("qwen3", "gemma3_text"):
         norms += 2 * hd  # q_norm, k_norm (RMSNorm over head_dim)
+    if mt in ("gemma2", "gemma3_text"):
+        norms += 2 * h  # pre_feedforward_layernorm, post_feedforward_layernorm
+    if mt == "olmo2":
+        norms += nh * hd + kv * hd  # q_norm, k_norm over the projections
     per_layer = attn + mlp + norms
 
     total = V * h + L * per_layer + h
-    if not c["tie_word_embeddings"]:
+    if not c.get("tie_word_embeddings", mt in GEMMA):
+        total += V * h
+    return total
+
+
+def count_gpt_neox(c):
+    h = c["hidden_size"]
+    V = c["vocab_size"]
+    L = c["num_hidden_layers"]
+    I = c["intermediate_size"]
+    bias = c.get("attention_bias", True)
+    per_layer = 4 * h + 3 * h * h + h * h + (4 * h if bias else 0) + 2 * h * I + I + h
+    total = V * h + L * per_layer + 2 * h
+    if not c.get("tie_word_embeddings", False):
         total += V * h
     return total
 
@@ -98,6 +130,10 @@ def count_params(c):
     mt = c.get("model_type")
     if mt == "gpt2":
         return count_gpt2(c)
+    if mt == "gpt_neox":
+        return count_gpt_neox(c)
+    if mt in GEMMA or mt in ("phi3", "olmo2", "granite"):
+        return count_llama_like(c)
     if mt in LLAMA_LIKE:
         # tie_word_embeddings default is True in PretrainedConfig; every
         # config here states it explicitly except gpt2, so be strict.

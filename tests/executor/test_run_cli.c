@@ -309,6 +309,16 @@ static void test_bad_input(void **st)
     put("paged.json", t);
     free(t);
     cJSON_Delete(plan);
+    /* planned, not executed (issue 13): a gemma2 plan; Mistral v0.1's window under the
+     * planned sequence (16 >= 8: the masked SDPA form) */
+    static const uint32_t one[] = {1};
+    char *g = pf_plan_text("tiny-gemma2", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
+    char *sw = pf_plan_text("tiny-mistral-sw8", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0);
+    assert_true(g && sw);
+    put("gemma2.json", g);
+    put("mistral-sw.json", sw);
+    free(g);
+    free(sw);
     char adir[512];
     cli_path("adir", adir, sizeof adir);
     mkdir(adir, 0700);
@@ -333,6 +343,8 @@ static void test_bad_input(void **st)
         {{"--calibrate", "-o", "bad.json", "--backend", "host", NULL}, "calibrate"},
         {{"--calibrate", NULL}, "-o FILE"},
         {{"--plan", "llama.json", "--gpu", "h200", "-o", "bad.json", NULL}, "--calibrate"},
+        {{"--plan", "gemma2.json", "-o", "bad.json", NULL}, "model_type \"gemma2\" is planned but not executed yet"},
+        {{"--plan", "mistral-sw.json", "-o", "bad.json", NULL}, "the sliding window 8 under sdpa"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run(cases[i].args);

@@ -49,6 +49,7 @@ import transformers.modeling_utils as hf_modeling_utils
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import allocs  # noqa: E402
+import family_cases  # noqa: E402
 import gen_cases  # noqa: E402
 
 SCHEMA = "gckpt.hf-fixture/1"
@@ -56,6 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 DEFAULT_OUT = os.path.join(ROOT, "tests", "data", "hf")
 GEN_OUT = os.path.join(ROOT, "tests", "data", "hf-gen")
+FAM_OUT = os.path.join(ROOT, "tests", "data", "hf-fam")
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2"]
 PRECISIONS = ["fp32", "bf16", "amp-bf16", "amp-bf16-cudalists"]
@@ -124,6 +126,14 @@ MODEL_CLASSES = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "gpt2": "GPT2LMHeadModel",
+    # issue 13's dense families (family_cases.py, tests/data/hf-fam)
+    "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+    "granite": "GraniteForCausalLM",
 }
 
 
@@ -155,6 +165,8 @@ def make_model(spec: dict):
 
 
 def layers_of(model, family):
+    if family == "gpt_neox":
+        return model.gpt_neox.layers
     return model.transformer.h if family == "gpt2" else model.model.layers
 
 
@@ -1333,6 +1345,8 @@ def config_spec(a):
     mt = cfg.get("model_type")
     if mt not in MODEL_CLASSES:
         raise SystemExit(f"{path}: field 'model_type' = {mt!r} is not one of {', '.join(MODEL_CLASSES)}")
+    if mt in family_cases.REFUSES_SDPA and a.attention == "sdpa":
+        raise SystemExit(f"{path}: transformers refuses sdpa for {mt} (attention soft-capping): use --attention eager")
     if a.dropout is not None:
         for k in DROPOUT_KEYS:
             if k in cfg or (mt == "gpt2") == (k != "attention_dropout"):
@@ -1371,8 +1385,9 @@ def run_config(a):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=["hand", "gen"], default="hand",
-                    help="fixture set: the hand-written one (tests/data/hf) or the generated one (tests/data/hf-gen)")
+    ap.add_argument("--set", choices=["hand", "gen", "families"], default="hand",
+                    help="fixture set: the hand-written one (tests/data/hf), the generated one (tests/data/hf-gen) "
+                         "or issue 13's dense families (tests/data/hf-fam, family_cases.py)")
     ap.add_argument("--out", default=None)
     add_selection_args(ap)
     g = ap.add_argument_group("one configuration (--config), compared with gckpt's plan")
@@ -1398,8 +1413,8 @@ def main(argv=None):
     if a.config:
         torch.set_num_threads(max(1, a.jobs))
         return run_config(a)
-    cases = hand_cases() if a.set == "hand" else gen_cases.cases()
-    out_dir = a.out or (DEFAULT_OUT if a.set == "hand" else GEN_OUT)
+    cases = {"hand": hand_cases, "gen": gen_cases.cases, "families": family_cases.cases}[a.set]()
+    out_dir = a.out or {"hand": DEFAULT_OUT, "gen": GEN_OUT, "families": FAM_OUT}[a.set]
     sel = selection(ap, a, cases, "--all, --filter, --case or --config")
     if sel is None:
         return 0

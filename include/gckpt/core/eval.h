@@ -57,6 +57,11 @@ typedef struct {
     gckpt_seg_summary later[2][GCKPT_MICRO_ROWS][GCKPT_NLAYERMODE];
     gckpt_seg_summary optimizer;
     bool later_micro; /* the [1] summaries exist: built for a grad_accum > 1 */
+    /* two attention types (Gemma 2/3, Qwen with some sliding layers): layer 0's type alone
+     * checkpointed in first, both in first_both (their eager masks held by checkpoints:
+     * gckpt_ckpt_types) */
+    bool two_types;
+    gckpt_seg_summary first_both[GCKPT_NLAYERMODE][2][GCKPT_MICRO_ROWS];
 } gckpt_profile;
 
 /* Profile the segments for c's model, precision, attention, micro-batch and seq

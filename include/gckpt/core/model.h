@@ -14,7 +14,20 @@ extern "C" {
 typedef enum {
     GCKPT_FAMILY_LLAMA, /* RMSNorm, RoPE, GQA, SwiGLU: llama, mistral, qwen2, qwen3 */
     GCKPT_FAMILY_GPT2,  /* LayerNorm, learned positions, MHA with biases, GELU */
+    /* issue 13 (core/model_dense.c): llama-built decoders with the differences below */
+    GCKPT_FAMILY_GEMMA,    /* gemma, gemma2, gemma3_text: (1 + w) RMSNorm, sqrt(h) embedding scale, GELU-tanh */
+    GCKPT_FAMILY_PHI3,     /* phi3 (Phi-3, Phi-4-mini): fused qkv_proj and gate_up_proj, partial rotary */
+    GCKPT_FAMILY_GPT_NEOX, /* gpt_neox (Pythia): parallel attention + MLP, LayerNorm, packed qkv, partial rotary */
+    GCKPT_FAMILY_OLMO2,    /* olmo2: post-norms only, q/k norms over the whole projection */
+    GCKPT_FAMILY_GRANITE,  /* granite: llama with embedding / residual / attention / logits multipliers */
 } gckpt_family;
+
+/* RMSNorm variants (what each saves differs, FINDINGS section 14): LlamaRMSNorm casts
+ * back before the weight; Gemma's multiplies by (1 + w) in fp32; OLMo 2's multiplies in
+ * fp32 and casts after. */
+typedef enum { GCKPT_RMS_LLAMA, GCKPT_RMS_GEMMA, GCKPT_RMS_F32_OUT } gckpt_rms_kind;
+
+#define GCKPT_MAX_LAYERS 4096u
 
 /* gelu_new is HF's Python composite (several saved tensors); gelu_pytorch_tanh and gelu
  * are single fused aten ops that save only their input. */
@@ -36,7 +49,26 @@ typedef struct {
     bool use_cache;          /* config use_cache (the plans assume False, as the Trainer sets) */
     uint64_t sliding_window; /* window of sliding-attention layers; 0: none */
     uint64_t sliding_layers; /* how many layers use it */
+    uint8_t sliding[GCKPT_MAX_LAYERS / 8]; /* bit i: layer i is a sliding-attention layer */
+    /* issue 13's families (0 / false / 1.0 for llama and gpt2) */
+    gckpt_rms_kind rms;
+    bool sandwich_norms;     /* gemma2/3: post-attention, pre- and post-feedforward norms */
+    bool post_norms_only;    /* olmo2: no input norm; norms after attention and MLP */
+    bool qk_norm_full;       /* olmo2: q_norm over heads*head_dim, k_norm over kv*head_dim */
+    bool fused_qkv, fused_gate_up; /* phi3 */
+    bool parallel_residual;  /* gpt_neox: x + attn(ln1(x)) + mlp(ln2(x)) */
+    uint64_t rotary_dim;     /* rotated dims per head: int(head_dim * partial factor) */
+    bool embed_scale;        /* gemma: embeddings times sqrt(hidden) */
+    double attn_softcap, final_softcap; /* gemma2 logit soft-capping; 0: none */
+    double embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling; /* granite */
+    bool multipliers;        /* granite */
+    int rope_tables;         /* distinct rotary tables: gemma3_text 2 (local, global), else 1 */
 } gckpt_model;
+
+static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)
+{
+    return i < GCKPT_MAX_LAYERS && (m->sliding[i / 8] >> (i % 8) & 1);
+}
 
 /* Supported model_type values, comma separated, for error messages. */
 extern const char *const gckpt_model_types;

@@ -87,6 +87,9 @@ typedef struct {
     bool step_held;      /* the Trainer's batch dict holds it until the micro-step ends (the
                           * input ids); other sources live as their uses and saves say
                           * (the loss's shifted labels go with nll_loss's backward) */
+    uint8_t layer_type;  /* ckpt_held of one layer type only (gckpt_layer_type_of): a
+                          * checkpoint holds it only when a layer of that type is
+                          * checkpointed (Gemma 2/3's masks, Gemma 3's rotary pairs) */
     gckpt_shape shape;
     int16_t hold_to;      /* a Python variable of HF's code holds it until this op of its
                            * section ran (also through a recompute that stops earlier), or -1 */
@@ -129,10 +132,14 @@ typedef enum {
                           * backward writes its gradient into that block of the packed
                           * tensor's gradient: autograd's SplitBackward cats the roles'
                           * gradients into one buffer once all three arrived */
+    GCKPT_P_CAT_PASS,    /* partial rotary: cat(in0 rotated part, the rest of in1's heads) */
 } gckpt_prim;
 
 /* The data a SOURCE op makes (GCKPT_P_SOURCE). */
-typedef enum { GCKPT_SRC_IDS, GCKPT_SRC_POSITIONS, GCKPT_SRC_ROTARY, GCKPT_SRC_MASK, GCKPT_SRC_LABELS } gckpt_source;
+typedef enum {
+    GCKPT_SRC_IDS, GCKPT_SRC_POSITIONS, GCKPT_SRC_ROTARY, GCKPT_SRC_MASK, GCKPT_SRC_LABELS,
+    GCKPT_SRC_SCALE, /* a 0-d constant (Gemma's embedding normalizer sqrt(hidden)) */
+} gckpt_source;
 
 typedef enum {
     GCKPT_BC_NONE,  /* same shape */
@@ -257,6 +264,32 @@ void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_at
  * prepare_model_for_kbit_training's fp32 parameters and residual stream whatever p. */
 void gckpt_recipe_build_peft(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
                              const gckpt_peft *peft, gckpt_recipe *r);
+/* ... at sequence length seq (0: unknown, planned as if shorter than any sliding window):
+ * under SDPA the sliding-window layers take the masked form when seq >= window
+ * (gckpt_sliding_masked). The attention built is gckpt_attention_run's. */
+void gckpt_recipe_build_seq(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
+                            const gckpt_peft *peft, uint64_t seq, gckpt_recipe *r);
+
+/* The attention transformers 5.24 runs when `requested` is asked for: Gemma 2 refuses
+ * SDPA (Gemma2PreTrainedModel._supports_sdpa = False: a ValueError when asked for
+ * explicitly, eager when nothing is asked, from_pretrained's default): eager. */
+gckpt_attention gckpt_attention_run(const gckpt_model *m, gckpt_attention requested);
+/* The keyword arguments of one attention type (gckpt_tensor.layer_type). */
+enum { GCKPT_LT_ANY, GCKPT_LT_FULL, GCKPT_LT_SLIDING };
+/* Whether some layer of type lt (GCKPT_LT_FULL / _SLIDING) is checkpointed under
+ * every_n (HF's i % every_n == 0); GCKPT_LT_ANY: whether any is. */
+bool gckpt_layer_type_checkpointed(const gckpt_model *m, uint32_t every_n, int lt);
+/* The attention types checkpointed under every_n as bits (1 << (lt - 1)). */
+uint8_t gckpt_ckpt_types(const gckpt_model *m, uint32_t every_n);
+/* Whether the sliding-window layers run SDPA with a materialised mask at sequence seq:
+ * masking_utils builds one when kv_length >= sliding_window (no mask, is_causal, below);
+ * the layer then repeats k/v to every head and SDPA saves the mask converted to q's
+ * dtype, [b, 1, s, s] per layer (FINDINGS 14.3). */
+bool gckpt_sliding_masked(const gckpt_model *m, gckpt_attention a, uint64_t seq);
+/* Whether the recipe models every layer at sequence seq: false when some layers are
+ * masked-SDPA sliding layers and others are not (Gemma 3 at seq >= window, Qwen2 with
+ * max_window_layers): one block type per model is traced today. */
+bool gckpt_sliding_modelled(const gckpt_model *m, gckpt_attention a, uint64_t seq);
 
 /* Elements / bytes of tensor i for micro-batch b and sequence s; false on overflow (also
  * when b x s x s overflows, whatever the tensor: attention grows with it). */

@@ -161,6 +161,8 @@ typedef struct {
     uint32_t every_n;     /* the rule's inputs ... */
     bool offload;
     const uint8_t *modes; /* ... or, when not NULL, each layer's mode (segment profiles) */
+    uint8_t ckpt_types;   /* with modes: the attention types the profiled setting checkpoints
+                           * (gckpt_ckpt_types; 0 with modes NULL: from every_n) */
     int micro_steps;      /* 1, or 2 when a later micro-step exists (grad_accum > 1) */
     bool optimizer;       /* the optimizer ends the step */
 } gckpt_step;

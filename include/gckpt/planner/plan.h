@@ -102,6 +102,11 @@ void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, siz
 /* JSON plan (schema gckpt.plan/1). timeline: include the recommended entry's timeline. */
 cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline);
 
+/* The attn_implementation the snippets pass: the user's spelling (flash_attention_2), or
+ * what transformers runs for the requested attention (gckpt_attention_run: Gemma 2's
+ * eager when sdpa is asked for). */
+const char *gckpt_plan_attn_impl(const gckpt_plan *p);
+
 /* Human outputs: the header (model, GPU, budget, warnings) comes first. */
 void gckpt_plan_print_header(const gckpt_plan *p, FILE *f);
 /* LoRA / QLoRA (plan_peft.c): the lines that load and wrap the model; the header's words

@@ -1,0 +1,33 @@
+/* What the config readers of core/model.c (the first five model types) and
+ * core/model_dense.c (issue 13's dense families) share: bounds, the activation names,
+ * the layer-type list. Private to core/. */
+#ifndef GCKPT_MODEL_PARSE_H
+#define GCKPT_MODEL_PARSE_H
+
+#include "gckpt/core/model.h"
+#include "gckpt/util/jsonget.h"
+
+/* Sanity bounds: far beyond any real model, small enough that every product of a
+ * handful of them stays well inside 64 bits. */
+#define MAX_LAYERS GCKPT_MAX_LAYERS
+#define MAX_HIDDEN (1u << 20)
+#define MAX_HEADS 4096u
+#define MAX_HEAD_DIM 16384u
+#define MAX_INTER (1u << 22)
+#define MAX_VOCAB (1u << 24)
+#define MAX_POS (1u << 24)
+#define MAX_LIMIT ((uint64_t)1 << 40) /* sequence limits and windows: any value is only a bound */
+
+bool gckpt_parse_act(const char *file, const char *field, const char *s, gckpt_act *out, gckpt_err *err);
+/* Marks layer i sliding. */
+void gckpt_set_sliding(gckpt_model *m, uint64_t i);
+/* `layer_types` (an array of num_hidden_layers strings, each "full_attention" or
+ * "sliding_attention"): sets m->sliding; *present false when absent or null. Any other
+ * type is an error naming the field (it would change the masks and the attention). */
+bool gckpt_parse_layer_types(const char *file, const cJSON *j, gckpt_model *m, bool *present, gckpt_err *err);
+/* The issue-13 readers (model_dense.c); m->model_type is set. */
+bool gckpt_parse_dense(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+/* Whether model_dense.c reads this model_type (and sets *family). */
+bool gckpt_dense_type(const char *model_type, gckpt_family *family);
+
+#endif

@@ -203,8 +203,8 @@ int main(void)
     n = scan(GCKPT_TEST_DATA "/hf-gen", &fx, n, &cap);
     size_t gen = n - hand;
     n = scan(GCKPT_TEST_DATA "/hf-fam", &fx, n, &cap);
-    size_t fam = n - hand - gen;
-    if (hand == 0 || gen == 0 || fam == 0) {
+    size_t nfam = n - hand - gen;
+    if (hand == 0 || gen == 0 || nfam == 0) {
         fprintf(stderr, "no fixtures in %s/hf, %s/hf-gen or %s/hf-fam\n", GCKPT_TEST_DATA, GCKPT_TEST_DATA,
                 GCKPT_TEST_DATA);
         return 1;
@@ -249,7 +249,7 @@ int main(void)
     printf("\n%d fixtures compared (%zu hand-written, %zu generated, %zu of issue 13's families); %d not compared "
            "(gpt2 amp-bf16 measured with CPU autocast op lists, whose amp-bf16-cudalists twins are; Gemma 3 sdpa at seq "
            ">= window: sliding and full layers differ)\n",
-           g_compared, hand, gen, fam, g_not_comparable);
+           g_compared, hand, gen, nfam, g_not_comparable);
 #endif
     free(tests);
     free(fx);

@@ -9,10 +9,12 @@
 #include "model_parse.h"
 
 const char *const gckpt_model_types =
-    "llama, mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite";
+    "llama, mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite, mixtral, "
+    "qwen3_moe, olmoe";
 
-/* mixture-of-experts model types transformers 5.24 trains: refused by name until modelled */
-static const char *const moe_types[] = {"mixtral", "qwen3_moe", "olmoe", "gpt_oss", "qwen2_moe", "deepseek_v3"};
+/* mixture-of-experts model types transformers 5.24 trains that are not modelled yet:
+ * refused by name */
+static const char *const moe_types[] = {"gpt_oss", "qwen2_moe", "deepseek_v3"};
 
 bool gckpt_parse_act(const char *file, const char *field, const char *s, gckpt_act *out, gckpt_err *err)
 {
@@ -217,6 +219,8 @@ bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt
             ok = parse_gpt2(file, j, m, err);
         } else if (gckpt_dense_type(t, &m->family)) {
             ok = gckpt_parse_dense(file, j, m, err);
+        } else if (gckpt_moe_type(t)) {
+            ok = gckpt_parse_moe(file, j, m, err);
         } else {
             bool moe = false;
             for (size_t i = 0; i < sizeof moe_types / sizeof *moe_types; i++) moe |= !strcmp(t, moe_types[i]);

@@ -27,24 +27,14 @@ bool gckpt_dense_type(const char *t, gckpt_family *family)
     return false;
 }
 
-/* Defaults of one model type's config class for keys a config.json may omit. */
-typedef struct {
-    uint64_t kv_heads;     /* 0: num_attention_heads */
-    uint64_t head_dim;     /* 0: hidden / heads */
-    bool tied;
-    double eps;
-    uint64_t positions;
-    const char *act_key, *act;
-} defaults;
-
-static bool absent(const cJSON *j, const char *key)
+bool gckpt_json_absent(const cJSON *j, const char *key)
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
     return !x || cJSON_IsNull(x);
 }
 
 /* A key that must be false (or absent) because its true value is not modelled. */
-static bool refuse_true(const char *f, const cJSON *j, const gckpt_model *m, const char *key, gckpt_err *err)
+bool gckpt_refuse_true(const char *f, const cJSON *j, const gckpt_model *m, const char *key, gckpt_err *err)
 {
     bool v = false;
     if (!gckpt_json_bool_opt(j, f, key, false, &v, err)) return false;
@@ -52,15 +42,16 @@ static bool refuse_true(const char *f, const cJSON *j, const gckpt_model *m, con
     return !v;
 }
 
-/* The fields every dense family reads, with its defaults. */
-static bool common(const char *f, const cJSON *j, gckpt_model *m, const defaults *d, gckpt_err *err)
+bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gckpt_cfg_defaults *d, gckpt_err *err)
 {
     bool eps_ln = m->family == GCKPT_FAMILY_GPT_NEOX;
     if (!gckpt_json_u64(j, f, "num_hidden_layers", 1, MAX_LAYERS, &m->layers, err) ||
         !gckpt_json_u64(j, f, "hidden_size", 1, MAX_HIDDEN, &m->hidden, err) ||
         !gckpt_json_u64(j, f, "num_attention_heads", 1, MAX_HEADS, &m->heads, err) ||
-        !gckpt_json_u64(j, f, "intermediate_size", 1, MAX_INTER, &m->intermediate, err) ||
-        !gckpt_json_u64(j, f, "vocab_size", 1, MAX_VOCAB, &m->vocab, err) ||
+        !(d->inter ? gckpt_json_u64_opt(j, f, "intermediate_size", 1, MAX_INTER, d->inter, &m->intermediate, err)
+                   : gckpt_json_u64(j, f, "intermediate_size", 1, MAX_INTER, &m->intermediate, err)) ||
+        !(d->vocab ? gckpt_json_u64_opt(j, f, "vocab_size", 1, MAX_VOCAB, d->vocab, &m->vocab, err)
+                   : gckpt_json_u64(j, f, "vocab_size", 1, MAX_VOCAB, &m->vocab, err)) ||
         !gckpt_json_bool_opt(j, f, "tie_word_embeddings", d->tied, &m->tied, err) ||
         !gckpt_json_num_opt(j, f, "attention_dropout", 0, 0.999999, 0, &m->attn_dropout, err) ||
         !gckpt_json_num_opt(j, f, eps_ln ? "layer_norm_eps" : "rms_norm_eps", 1e-30, 1, d->eps, &m->norm_eps, err) ||
@@ -74,7 +65,7 @@ static bool common(const char *f, const cJSON *j, gckpt_model *m, const defaults
         return false;
     /* head_dim: a field of the gemma classes (default 256); the others take
      * getattr(config, "head_dim", hidden // heads) (gpt_neox: always hidden // heads) */
-    bool own_hd = m->family != GCKPT_FAMILY_GPT_NEOX && (d->head_dim || !absent(j, "head_dim"));
+    bool own_hd = m->family != GCKPT_FAMILY_GPT_NEOX && (d->head_dim || !gckpt_json_absent(j, "head_dim"));
     if (!own_hd && m->hidden % m->heads) {
         gckpt_seterr(err, "%s: field 'hidden_size' = %llu is not divisible by 'num_attention_heads' = %llu", f,
                      (unsigned long long)m->hidden, (unsigned long long)m->heads);
@@ -91,7 +82,7 @@ static bool common(const char *f, const cJSON *j, gckpt_model *m, const defaults
     /* rope_parameters.rope_theta (5.24) or the legacy top-level key */
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
     m->rope_theta = 10000;
-    if (cJSON_IsObject(rp) && !absent(rp, "rope_theta")) {
+    if (cJSON_IsObject(rp) && !gckpt_json_absent(rp, "rope_theta")) {
         if (!gckpt_json_num(rp, f, "rope_theta", 1, 1e12, &m->rope_theta, err)) return false;
     } else if (!gckpt_json_num_opt(j, f, "rope_theta", 1, 1e12, 10000, &m->rope_theta, err)) {
         return false;
@@ -106,7 +97,7 @@ static bool rotary(const char *f, const cJSON *j, gckpt_model *m, const char *le
 {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
     double factor = dflt;
-    if (cJSON_IsObject(rp) && !absent(rp, "partial_rotary_factor")) {
+    if (cJSON_IsObject(rp) && !gckpt_json_absent(rp, "partial_rotary_factor")) {
         if (!gckpt_json_num(rp, f, "partial_rotary_factor", 0, 1, &factor, err)) return false;
     } else if (!gckpt_json_num_opt(j, f, legacy, 0, 1, dflt, &factor, err)) {
         return false;
@@ -150,9 +141,9 @@ static bool gemma(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
     bool g1 = !strcmp(t, "gemma"), g3 = !strcmp(t, "gemma3_text");
     /* Gemma 1 reads hidden_act ("gelu" is rewritten to the tanh form); 2 and 3 read
      * hidden_activation and ignore hidden_act */
-    defaults d = {g1 ? 16 : 4, 256, true, 1e-6, g3 ? 131072 : 8192, g1 ? "hidden_act" : "hidden_activation",
+    gckpt_cfg_defaults d = {g1 ? 16 : 4, 256, true, 1e-6, g3 ? 131072 : 8192, g1 ? "hidden_act" : "hidden_activation",
                   "gelu_pytorch_tanh"};
-    if (!common(f, j, m, &d, err)) return false;
+    if (!gckpt_parse_common(f, j, m, &d, err)) return false;
     if (g1 && m->act == GCKPT_ACT_GELU) m->act = GCKPT_ACT_GELU_TANH;
     if (m->act != GCKPT_ACT_GELU_TANH) {
         gckpt_seterr(err, "%s: field '%s': %s is modelled with gelu_pytorch_tanh only", f, d.act_key, t);
@@ -174,7 +165,7 @@ static bool gemma(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
         uint64_t pattern = 6;
         if (!softcap(f, j, "final_logit_softcapping", 0, &m->final_softcap, err) ||
             !gckpt_json_u64_opt(j, f, "sliding_window_pattern", 1, MAX_LAYERS, 6, &pattern, err) ||
-            !refuse_true(f, j, m, "use_bidirectional_attention", err))
+            !gckpt_refuse_true(f, j, m, "use_bidirectional_attention", err))
             return false;
         for (uint64_t i = 0; !listed && i < m->layers; i++)
             if ((i + 1) % pattern) gckpt_set_sliding(m, i);
@@ -193,8 +184,8 @@ static bool gemma(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 
 static bool phi3(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
-    defaults d = {0, 0, false, 1e-5, 4096, "hidden_act", "silu"};
-    if (!common(f, j, m, &d, err) ||
+    gckpt_cfg_defaults d = {0, 0, false, 1e-5, 4096, "hidden_act", "silu"};
+    if (!gckpt_parse_common(f, j, m, &d, err) ||
         !gckpt_json_num_opt(j, f, "resid_pdrop", 0, 0.999999, 0, &m->resid_dropout, err) ||
         !rotary(f, j, m, "partial_rotary_factor", 1.0, err))
         return false;
@@ -211,10 +202,10 @@ static bool phi3(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 
 static bool gpt_neox(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
-    defaults d = {0, 0, false, 1e-5, 2048, "hidden_act", "gelu"};
+    gckpt_cfg_defaults d = {0, 0, false, 1e-5, 2048, "hidden_act", "gelu"};
     bool bias = true, parallel = true;
     double hidden_dropout = 0;
-    if (!common(f, j, m, &d, err) || !rotary(f, j, m, "rotary_pct", 0.25, err) ||
+    if (!gckpt_parse_common(f, j, m, &d, err) || !rotary(f, j, m, "rotary_pct", 0.25, err) ||
         !gckpt_json_bool_opt(j, f, "attention_bias", true, &bias, err) ||
         !gckpt_json_bool_opt(j, f, "use_parallel_residual", true, &parallel, err) ||
         !gckpt_json_num_opt(j, f, "hidden_dropout", 0, 0.999999, 0, &hidden_dropout, err))
@@ -236,9 +227,9 @@ static bool gpt_neox(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *e
 
 static bool olmo2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
-    defaults d = {0, 0, false, 1e-5, 2048, "hidden_act", "silu"};
+    gckpt_cfg_defaults d = {0, 0, false, 1e-5, 2048, "hidden_act", "silu"};
     bool bias = false;
-    if (!common(f, j, m, &d, err) || !gckpt_json_bool_opt(j, f, "attention_bias", false, &bias, err)) return false;
+    if (!gckpt_parse_common(f, j, m, &d, err) || !gckpt_json_bool_opt(j, f, "attention_bias", false, &bias, err)) return false;
     if (m->act != GCKPT_ACT_SILU) {
         gckpt_seterr(err, "%s: field 'hidden_act': olmo2 is modelled with silu (SwiGLU) only", f);
         return false;
@@ -251,9 +242,9 @@ static bool olmo2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 
 static bool granite(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
-    defaults d = {0, 0, false, 1e-6, 2048, "hidden_act", "silu"};
+    gckpt_cfg_defaults d = {0, 0, false, 1e-6, 2048, "hidden_act", "silu"};
     bool bias = false, mlp_bias = false;
-    if (!common(f, j, m, &d, err) || !gckpt_json_bool_opt(j, f, "attention_bias", false, &bias, err) ||
+    if (!gckpt_parse_common(f, j, m, &d, err) || !gckpt_json_bool_opt(j, f, "attention_bias", false, &bias, err) ||
         !gckpt_json_bool_opt(j, f, "mlp_bias", false, &mlp_bias, err) ||
         !gckpt_json_num_opt(j, f, "embedding_multiplier", -1e9, 1e9, 1, &m->embedding_multiplier, err) ||
         !gckpt_json_num_opt(j, f, "residual_multiplier", -1e9, 1e9, 1, &m->residual_multiplier, err) ||

@@ -25,8 +25,29 @@ void gckpt_set_sliding(gckpt_model *m, uint64_t i);
  * "sliding_attention"): sets m->sliding; *present false when absent or null. Any other
  * type is an error naming the field (it would change the masks and the attention). */
 bool gckpt_parse_layer_types(const char *file, const cJSON *j, gckpt_model *m, bool *present, gckpt_err *err);
+/* Defaults of one model type's config class for keys a config.json may omit. */
+typedef struct {
+    uint64_t kv_heads;     /* 0: num_attention_heads */
+    uint64_t head_dim;     /* 0: hidden / heads */
+    bool tied;
+    double eps;
+    uint64_t positions;
+    const char *act_key, *act;
+    uint64_t inter, vocab; /* 0: the key is required */
+} gckpt_cfg_defaults;
+
+/* Whether key is absent or null. */
+bool gckpt_json_absent(const cJSON *j, const char *key);
+/* A key that must be false (or absent) because its true value is not modelled. */
+bool gckpt_refuse_true(const char *f, const cJSON *j, const gckpt_model *m, const char *key, gckpt_err *err);
+/* The fields every llama-built family reads (layers, widths, heads, head_dim, vocab,
+ * tying, eps, positions, activation, rope theta), with its class's defaults. */
+bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gckpt_cfg_defaults *d, gckpt_err *err);
 /* The issue-13 readers (model_dense.c); m->model_type is set. */
 bool gckpt_parse_dense(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+/* The mixture-of-experts readers (model_moe.c): mixtral, qwen3_moe, olmoe. */
+bool gckpt_parse_moe(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+bool gckpt_moe_type(const char *model_type);
 /* Whether model_dense.c reads this model_type (and sets *family). */
 bool gckpt_dense_type(const char *model_type, gckpt_family *family);
 

@@ -217,7 +217,7 @@ static void llama_block(tracer *tr, gckpt_attention attn, int cos, int sin)
     hold(tr, h1, HOLD_END);
     int n2 = m->post_norms_only ? h1
              : rmsnorm(tr, h1, h, m->sandwich_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm");
-    int dn = m->fused_gate_up ? phi3_mlp(tr, n2) : llama_mlp(tr, n2);
+    int dn = m->experts ? moe_block(tr, n2) : m->fused_gate_up ? phi3_mlp(tr, n2) : llama_mlp(tr, n2);
     if (m->sandwich_norms || m->post_norms_only) dn = rmsnorm(tr, dn, h, "post_feedforward_layernorm");
     r->block_out = residual_add(tr, h1, dn, "residual_mlp");
     section_end(tr);

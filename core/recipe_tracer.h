@@ -129,5 +129,8 @@ void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding
 void trace_llama(tracer *tr, gckpt_attention attn);
 void trace_gpt2(tracer *tr, gckpt_attention attn);
 void trace_gpt_neox(tracer *tr, gckpt_attention attn);
+/* The mixture-of-experts block (router + grouped_mm experts) on the post-attention norm's
+ * output x (recipe_moe.c); returns its output in x's dtype. */
+int moe_block(tracer *tr, int x);
 
 #endif

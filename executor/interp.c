@@ -213,6 +213,11 @@ bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, 
 {
     /* issue 13's families are planned only: their primitives ((1 + w) norms, soft-capping,
      * fused-projection slices, partial rotary, parallel residual) have no kernels yet */
+    if (m->experts) { /* no router, top-k, gather / scatter or grouped GEMM kernels yet */
+        gckpt_seterr(err, "mixture-of-experts model_type \"%s\" is planned but not executed yet (gckpt-run has no "
+                          "router or expert kernels)", m->model_type);
+        return false;
+    }
     if (m->family != GCKPT_FAMILY_LLAMA && m->family != GCKPT_FAMILY_GPT2) {
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
                           "qwen3 and gpt2)", m->model_type);

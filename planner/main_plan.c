@@ -56,6 +56,10 @@ static void usage(FILE *f)
 "  --parallel MODE[,..]   with several GPUs (required there): ddp | fsdp (FSDP2 fully_shard)\n"
 "                         | zero1 | zero2 | zero3 (DeepSpeed), or a list to compare; memory\n"
 "                         is the busiest rank's (README, \"Several GPUs\")\n"
+"  --moe-imbalance F      mixture of experts: plan the most-loaded expert receiving F x the\n"
+"                         balanced share of the tokens (default: balanced routing; recorded\n"
+"                         in the plan; with transformers' grouped_mm experts it changes\n"
+"                         neither memory nor FLOPs)\n"
 "  --deepspeed FILE       a ds_config.json: its ZeRO stage and bucket limits (\"auto\" as\n"
 "                         the Trainer resolves it); CPU offload and fp16 are refused\n"
 "  --every-n LIST         every_n_layers values: all (default: off and 1..L), off, or a\n"
@@ -283,7 +287,7 @@ static void print_alternatives(const gckpt_plan_request *req, FILE *f)
 
 enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
        O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG, O_METHOD, O_RANK, O_ALPHA, O_LDROP, O_TARGETS,
-       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS };
+       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS, O_MOE };
 
 /* What the command line asks for. */
 typedef struct {
@@ -463,6 +467,14 @@ static int parse_number_option(int c, const char *arg, cli_args *a)
         else req->layout.nodes = (uint32_t)v;
         return 0;
     }
+    case O_MOE: { /* checked against the model's experts by gckpt_plan_moe_check */
+        char *end;
+        double f = strtod(arg, &end);
+        if (end == arg || *end || !(f >= 1 && f <= 65536))
+            return bad("--moe-imbalance: '%s' is not a factor >= 1 such as 2%s", arg, "");
+        req->moe_imbalance = f;
+        return 0;
+    }
     default: /* O_MARGIN */
         if (!parse_margin(arg, &req->margin)) return bad("--margin: '%s' is not a fraction in [0, 1) such as 5%% or 0.05%s", arg, "");
         return 0;
@@ -534,7 +546,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         {"quant", required_argument, 0, O_QUANT}, {"double-quant", required_argument, 0, O_DQ},
         {"compute-dtype", required_argument, 0, O_CDT}, {"gpus", required_argument, 0, O_GPUS},
         {"nodes", required_argument, 0, O_NODES}, {"parallel", required_argument, 0, O_PAR},
-        {"deepspeed", required_argument, 0, O_DS},
+        {"deepspeed", required_argument, 0, O_DS}, {"moe-imbalance", required_argument, 0, O_MOE},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c, rc = GCKPT_EXIT_OK;
     *answered = false;
@@ -542,7 +554,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
     while ((c = getopt_long(argc, argv, ":o:qhV", opts, NULL)) != -1) {
         switch (c) {
         case O_SEQ: case O_MB: case O_GA: case O_GB: case O_EVERY: case O_BUDGET: case O_MARGIN: case O_GPUS:
-        case O_NODES:
+        case O_NODES: case O_MOE:
             rc = parse_number_option(c, optarg, a);
             break;
         case O_MODEL: case O_GPU: case O_PREC: case O_OPT: case O_ATTN: case O_OFF: case O_PLOT: case O_TABLE:

@@ -130,6 +130,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     num(in, "usable_bytes", (double)p->usable_bytes);
     if (p->req.allow_long_seq) cJSON_AddBoolToObject(in, "allow_long_seq", true);
     if (gckpt_peft_on(&p->req.peft)) gckpt_plan_peft_json(p, in);
+    gckpt_plan_moe_json(p, in);
     gckpt_plan_parallel_json(p, in);
 
     cJSON_AddStringToObject(root, "steady_state",

@@ -57,6 +57,17 @@ static bool collectives_applies(const gckpt_model *m, const gckpt_setting *s)
     return s->layout.mode != GCKPT_PAR_NONE;
 }
 
+static bool moe_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    (void)s;
+    return m->experts > 0;
+}
+
+static bool moe_parallel_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    return m->experts > 0 && s->layout.mode != GCKPT_PAR_NONE;
+}
+
 static const struct {
     const char *code;
     bool (*when)(const gckpt_model *m, const gckpt_setting *s);
@@ -85,6 +96,14 @@ static const struct {
      "buffers) is a closed form, not scheduled layer by layer: against per-rank fixtures of tiny models "
      "(tests/data/hf-dist) its peak was off by -17.0 % to +8.7 % (fsdp), -12.5 % to +0.4 % (zero2) and "
      "0 to +18.1 % (zero3), while ddp and zero1 were within 0.01 %; keep that much headroom"},
+    {"moe_grouped_mm_cuda_unverified", moe_applies,
+     "the experts are planned as transformers' default grouped_mm (torch._grouped_mm over all tokens x "
+     "top_k pairs), measured on the CPU; on CUDA the fused grouped GEMM runs only for bf16 on sm90 / sm100, "
+     "and fp32 experts (amp: grouped_mm is not autocast) or other GPUs take a per-expert mm loop (read in "
+     "the source): the same saved tensors, the step time unverified"},
+    {"moe_parallel_unverified", moe_parallel_applies,
+     "several GPUs with mixture of experts: the per-rank rules were measured on dense models only "
+     "(tests/data/hf-dist); every rank holds every expert (no expert parallelism): unverified"},
     {"collective_time_unverified", collectives_applies,
      "collective times use the GPU profile's interconnect bus bandwidths (vendor link rates, not measured "
      "with nccl-tests) and each library's overlap as read in its source; unverified, and NCCL's own buffers "

@@ -21,12 +21,14 @@ static inline unsigned __int128 closed_form_params128(const gckpt_model *m)
         layer = 4 * h + 3 * h * h + h * h + 2 * h * I + I + h;
         if (m->qkv_bias) layer += 3 * h + h;
     } else {
-        layer = h * q + 2 * h * kv + q * h + 3 * h * I + 2 * h;
+        /* the MLP, or (mixture of experts) a router [E, h] and E SwiGLU experts */
+        u mlp = m->experts ? (u)m->experts * h + (u)m->experts * 3 * h * m->expert_inter : 3 * h * I;
+        layer = h * q + 2 * h * kv + q * h + mlp + 2 * h;
         if (m->qkv_bias) layer += q + 2 * kv;
         if (m->o_bias) layer += h;
         if (m->mlp_bias) layer += 2 * I + h;
         if (m->qk_norm) layer += 2 * (u)m->head_dim;
-        if (m->qk_norm_full) layer += q + kv;                  /* OLMo 2: over the projections */
+        if (m->qk_norm_full) layer += q + kv;                  /* OLMo 2, OLMoE: over the projections */
         if (m->sandwich_norms) layer += 2 * h;                 /* Gemma 2/3: four norms */
     }
     u embed = V * h + (u)m->positions * h;

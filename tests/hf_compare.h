@@ -63,6 +63,13 @@ typedef struct {
     int nregion;
     char region_key[16][48];
     double region_peak[16];
+    /* mixture of experts (moe_routing): forwards recorded, the largest share one expert
+     * received over the balanced share S / E (1 = balanced), and whether every layer's
+     * counts covered its S = b * s * top_k token-expert pairs over E experts */
+    int moe_forwards;
+    double moe_imbalance;
+    bool moe_counts_ok;
+    char moe_impl[16];
 } hf_fixture;
 
 typedef struct {

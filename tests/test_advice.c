@@ -278,6 +278,14 @@ static void warnings(void **state)
     assert_null(strstr(cli_out, "warning [collective_time_unverified] ("));
     plan_warns(A("--model", "gpt2", "--seq", "256", "--every-n", "1", "-q", "-o", "w.json"), NULL,
                "collective_time_unverified");
+    /* mixture of experts: grouped_mm's CUDA paths; several GPUs measured on dense models only */
+    plan_warns(A("--model", "mixtral-8x7b", "--seq", "512", "--every-n", "1", "-q", "-o", "w.json"),
+               "moe_grouped_mm_cuda_unverified", "moe_parallel_unverified");
+    plan_warns(A("--model", "olmoe-1b-7b", "--seq", "512", "--gpus", "2", "--parallel", "ddp", "--every-n", "1", "-q",
+                 "-o", "w.json"),
+               "moe_parallel_unverified", NULL);
+    plan_warns(A("--model", "llama-3.2-1b", "--seq", "512", "--every-n", "1", "-q", "-o", "w.json"), NULL,
+               "moe_grouped_mm_cuda_unverified");
 
     /* sliding windows: Mistral's (default 4096 when the key is absent) below seq */
     cli_write("mistral-sw.json", "{\"model_type\":\"mistral\",\"num_hidden_layers\":2,\"hidden_size\":64,"

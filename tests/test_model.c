@@ -26,7 +26,8 @@ static void published_parameter_counts(void **state)
         {"gemma-2-2b", 2614341888ull},    {"gemma-2-9b", 9241705984ull},
         {"gemma-3-1b", 999885952ull},     {"phi-3-mini-4k", 3821079552ull},
         {"phi-4-mini", 3836021760ull},    {"pythia-1.4b", 1414647808ull},
-        {"olmo-2-7b", 7298617344ull},
+        {"olmo-2-7b", 7298617344ull},     {"mixtral-8x7b", 46702792704ull},
+        {"qwen3-30b-a3b", 30532122624ull}, {"olmoe-1b-7b", 6919161856ull},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         gckpt_model m;
@@ -97,6 +98,56 @@ static void hostile_configs(void **state)
     expect_error(LLAMA(",\"num_hidden_layers\":0"), "'num_hidden_layers' appears twice");
 }
 
+#define MOE(type, extra)                                                                  \
+    "{\"model_type\":\"" type "\",\"num_hidden_layers\":2,\"hidden_size\":64,"             \
+    "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":48,"        \
+    "\"vocab_size\":211,\"num_experts_per_tok\":2" extra "}"
+
+/* The mixture-of-experts families as transformers 5.24 reads their configs (FINDINGS
+ * section 15.1): defaults, the expert-count aliases, what is refused. */
+static void moe_configs(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    assert_true(gckpt_model_load("mixtral-8x7b", &m, &err));
+    assert_true(m.family == GCKPT_FAMILY_MOE && m.experts == 8 && m.top_k == 2 && m.expert_inter == 14336);
+    assert_true(m.topk_renorm && m.topk_weights_f32 && !m.qk_norm && m.router_aux_coef == 0.02);
+    assert_true(gckpt_model_load("qwen3-30b-a3b", &m, &err));
+    assert_true(m.experts == 128 && m.top_k == 8 && m.expert_inter == 768 && m.head_dim == 128 && m.qk_norm);
+    assert_true(m.topk_renorm && !m.topk_weights_f32);
+    assert_true(gckpt_model_load("olmoe-1b-7b", &m, &err));
+    assert_true(m.experts == 64 && m.top_k == 8 && m.expert_inter == 1024 && m.qk_norm_full && !m.topk_renorm);
+    /* class defaults: mixtral 8 experts; qwen3_moe 128, moe_intermediate_size 768,
+     * norm_topk_prob false; the alias key of the other class is read too */
+    assert_true(gckpt_model_parse("cfg.json", MOE("mixtral", ""), &m, &err));
+    assert_true(m.experts == 8 && m.expert_inter == 48 && m.router_aux_coef == 0.001);
+    assert_true(gckpt_model_parse("cfg.json", MOE("qwen3_moe", ""), &m, &err));
+    assert_true(m.experts == 128 && m.expert_inter == 768 && !m.topk_renorm && m.router_aux_coef == 0.001);
+    assert_true(gckpt_model_parse("cfg.json", MOE("mixtral", ",\"num_experts\":4"), &m, &err));
+    assert_int_equal(m.experts, 4);
+    assert_true(gckpt_model_parse("cfg.json", MOE("olmoe", ",\"num_local_experts\":6"), &m, &err));
+    assert_true(m.experts == 6 && m.router_aux_coef == 0.01);
+    /* refused, one line naming the field */
+    struct { const char *cfg, *msg; } bad[] = {
+        {MOE("qwen3_moe", ",\"mlp_only_layers\":[1]"), "'mlp_only_layers' is not modelled unless empty"},
+        {MOE("qwen3_moe", ",\"decoder_sparse_step\":2"), "'decoder_sparse_step' = 2 is not modelled"},
+        {MOE("qwen3_moe", ",\"use_sliding_window\":true"), "'use_sliding_window' = true is not modelled"},
+        {MOE("mixtral", ",\"router_jitter_noise\":0.01"), "'router_jitter_noise' = 0.01 is not modelled"},
+        {MOE("mixtral", ",\"sliding_window\":4096"), "'sliding_window' is not modelled for mixtral"},
+        {MOE("olmoe", ",\"clip_qkv\":8"), "'clip_qkv' = 8 is not modelled"},
+        {MOE("olmoe", ",\"output_router_logits\":true"), "'output_router_logits' = true is not modelled"},
+        {MOE("mixtral", ",\"num_local_experts\":4,\"num_experts\":6"), "'num_experts' = 6 contradicts"},
+        {MOE("mixtral", ",\"num_local_experts\":1"), "'num_experts_per_tok' = 2 exceeds the 1 experts"},
+        {MOE("olmoe", ",\"head_dim\":8"), "olmoe's q_norm is hidden_size wide"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (gckpt_model_parse("cfg.json", bad[i].cfg, &m, &err)) fail_msg("accepted: %s", bad[i].cfg);
+        if (!strstr(err.msg, bad[i].msg)) fail_msg("%s: got '%s', want '%s'", bad[i].cfg, err.msg, bad[i].msg);
+        assert_null(strchr(err.msg, '\n'));
+    }
+}
+
 #define DENSE(type, extra)                                                                \
     "{\"model_type\":\"" type "\",\"num_hidden_layers\":2,\"hidden_size\":64,"             \
     "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":96,"        \
@@ -148,8 +199,8 @@ static void issue13_configs(void **state)
     assert_true(m.attn_softcap == 0 && m.final_softcap == 30.0);
 
     /* refused, one line naming the field */
-    expect_error("{\"model_type\":\"mixtral\"}", "mixture-of-experts models are not supported yet");
-    expect_error("{\"model_type\":\"qwen3_moe\"}", "gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite");
+    expect_error("{\"model_type\":\"gpt_oss\"}", "mixture-of-experts models are not supported yet");
+    expect_error("{\"model_type\":\"gpt_oss\"}", "olmo2, granite, mixtral, qwen3_moe, olmoe");
     expect_error(DENSE("gemma2", ",\"layer_types\":[\"sliding_attention\",\"chunked_attention\"]"),
                  "field 'layer_types'[1] = \"chunked_attention\" is not modelled");
     expect_error(DENSE("gemma3_text", ",\"layer_types\":[\"full_attention\"]"), "'layer_types' has 1 entries");
@@ -252,7 +303,7 @@ static void unknown_name(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(published_parameter_counts), cmocka_unit_test(family_details),
+        cmocka_unit_test(published_parameter_counts), cmocka_unit_test(family_details), cmocka_unit_test(moe_configs),
         cmocka_unit_test(issue13_configs),
         cmocka_unit_test(hostile_configs),           cmocka_unit_test(hostile_values),
         cmocka_unit_test(head_dim_overrides),        cmocka_unit_test(unknown_name),

@@ -45,6 +45,55 @@ static double num(const cJSON *o, const char *k)
     return it->valuedouble;
 }
 
+/* Mixture of experts: inputs.moe records the routing assumption; under grouped_mm the
+ * plan does not depend on it (FINDINGS 15.3: measured, tests/data/hf-moe); the experts'
+ * forward FLOPs per token are the router's 2 h E plus top_k experts' 2 x 3 h Im. */
+static void moe_plans(void **state)
+{
+    (void)state;
+    gckpt_plan_request q = req("olmoe-1b-7b", 512);
+    q.every_n = (uint32_t[]){0, 1, 4};
+    q.n_every = 3;
+    gckpt_plan a, b;
+    gckpt_err err;
+    if (!gckpt_plan_run(&q, &a, &err)) fail_msg("%s", err.msg);
+    q.moe_imbalance = 2;
+    if (!gckpt_plan_run(&q, &b, &err)) fail_msg("%s", err.msg);
+    cJSON *ja = roundtrip(&a), *jb = roundtrip(&b);
+    char why[512];
+    if (!schema_check(schema, ja, why, sizeof why) || !schema_check(schema, jb, why, sizeof why)) fail_msg("%s", why);
+    const cJSON *ma = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ja, "inputs"), "moe");
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(jb, "inputs"), "moe");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(ma, "routing")->valuestring, "balanced");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(mb, "routing")->valuestring, "imbalanced");
+    assert_true(num(ma, "imbalance") == 1 && num(mb, "imbalance") == 2 && num(ma, "experts") == 64);
+    assert_int_equal(a.n, b.n);
+    for (size_t i = 0; i < a.n; i++)
+        assert_true(a.entries[i].r.peak_bytes == b.entries[i].r.peak_bytes && a.entries[i].r.step_s == b.entries[i].r.step_s);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    gckpt_plan_free(&a);
+    gckpt_plan_free(&b);
+    /* the bound is checked against the model: at most every token to one expert (64 / 8) */
+    q.moe_imbalance = 8.5;
+    assert_false(gckpt_plan_run(&q, &a, &err));
+    assert_non_null(strstr(err.msg, "--moe-imbalance: 8.5 is outside [1, 8]"));
+    gckpt_plan_request d = req("llama-3.2-1b", 512);
+    d.moe_imbalance = 2;
+    assert_false(gckpt_plan_run(&d, &a, &err));
+    assert_non_null(strstr(err.msg, "has no experts"));
+    /* expert FLOPs: the MoE block's GEMMs per token, forward */
+    gckpt_model m;
+    assert_true(gckpt_model_load("qwen3-30b-a3b", &m, &err));
+    static gckpt_recipe r;
+    gckpt_recipe_build(&m, GCKPT_BF16, GCKPT_SDPA, &r);
+    double f = 0;
+    for (int i = r.sec_begin[GCKPT_SEC_BLOCK]; i < r.sec_end[GCKPT_SEC_BLOCK]; i++)
+        if (!strncmp(r.op[i].name, "mlp.", 4)) f += r.op[i].fT;
+    double h = (double)m.hidden, E = (double)m.experts, k = (double)m.top_k, Im = (double)m.expert_inter;
+    assert_true(f == 2 * h * E + k * 2 * 3 * h * Im);
+}
+
 static void schema_and_roundtrip(void **state)
 {
     (void)state;
@@ -340,7 +389,7 @@ int main(void)
     }
     free(text);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(schema_rejects), cmocka_unit_test(peft_plans),
+        cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(moe_plans), cmocka_unit_test(schema_rejects), cmocka_unit_test(peft_plans),
         cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -39,6 +39,13 @@ weights are counted once):
     dense_h_to_4h h*I + I, dense_4h_to_h I*h + h; final LayerNorm 2h;
     lm_head V*h unless tied (default untied)
 
+  mixtral / qwen3_moe / olmoe (mixture of experts): the llama attention
+    (qwen3_moe: + q_norm, k_norm 2*hd; olmoe: + q_norm h and k_norm
+    (h/nh)*kv), 2 norms, and in place of the MLP a router E*h (no bias) and
+    E experts of 3*h*Im (gate_up_proj [E, 2Im, h], down_proj [E, h, Im]);
+    Im = intermediate_size (mixtral, olmoe) or moe_intermediate_size
+    (qwen3_moe); E = num_local_experts (mixtral) / num_experts
+
   gpt2:
     wte V*h, wpe n_positions*h
     per layer: ln_1, ln_2 (2h each), c_attn h*3h+3h, attn.c_proj h*h+h,
@@ -82,18 +89,34 @@ def count_llama_like(c):
     if mlp_bias:
         mlp += 2 * I + h
     norms = 2 * h
-    if mt in ("qwen3", "gemma3_text"):
+    if mt in ("qwen3", "qwen3_moe", "gemma3_text"):
         norms += 2 * hd  # q_norm, k_norm (RMSNorm over head_dim)
     if mt in ("gemma2", "gemma3_text"):
         norms += 2 * h  # pre_feedforward_layernorm, post_feedforward_layernorm
     if mt == "olmo2":
         norms += nh * hd + kv * hd  # q_norm, k_norm over the projections
+    if mt == "olmoe":
+        norms += h + (h // nh) * kv  # q_norm over hidden, k_norm over (h / nh) * kv
     per_layer = attn + mlp + norms
 
     total = V * h + L * per_layer + h
     if not c.get("tie_word_embeddings", mt in GEMMA):
         total += V * h
     return total
+
+
+MOE = {"mixtral", "qwen3_moe", "olmoe"}
+
+
+def count_moe(c):
+    """The llama-built count without an MLP, plus each layer's router and experts."""
+    mt = c["model_type"]
+    h = c["hidden_size"]
+    E = c["num_local_experts"] if mt == "mixtral" else c["num_experts"]
+    Im = c["moe_intermediate_size"] if mt == "qwen3_moe" else c["intermediate_size"]
+    if c.get("mlp_only_layers") or c.get("decoder_sparse_step", 1) != 1:
+        raise ValueError("dense layers mixed in are not counted")
+    return count_llama_like({**c, "intermediate_size": 0}) + c["num_hidden_layers"] * (E * h + E * 3 * h * Im)
 
 
 def count_gpt_neox(c):
@@ -132,6 +155,8 @@ def count_params(c):
         return count_gpt2(c)
     if mt == "gpt_neox":
         return count_gpt_neox(c)
+    if mt in MOE:
+        return count_moe(c)
     if mt in GEMMA or mt in ("phi3", "olmo2", "granite"):
         return count_llama_like(c)
     if mt in LLAMA_LIKE:

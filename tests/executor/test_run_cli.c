@@ -314,11 +314,14 @@ static void test_bad_input(void **st)
     static const uint32_t one[] = {1};
     char *g = pf_plan_text("tiny-gemma2", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
     char *sw = pf_plan_text("tiny-mistral-sw8", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0);
-    assert_true(g && sw);
+    char *moe = pf_plan_text("tiny-mixtral", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0); /* issue 13's MoE */
+    assert_true(g && sw && moe);
     put("gemma2.json", g);
     put("mistral-sw.json", sw);
+    put("mixtral.json", moe);
     free(g);
     free(sw);
+    free(moe);
     char adir[512];
     cli_path("adir", adir, sizeof adir);
     mkdir(adir, 0700);
@@ -345,6 +348,8 @@ static void test_bad_input(void **st)
         {{"--plan", "llama.json", "--gpu", "h200", "-o", "bad.json", NULL}, "--calibrate"},
         {{"--plan", "gemma2.json", "-o", "bad.json", NULL}, "model_type \"gemma2\" is planned but not executed yet"},
         {{"--plan", "mistral-sw.json", "-o", "bad.json", NULL}, "the sliding window 8 under sdpa"},
+        {{"--plan", "mixtral.json", "-o", "bad.json", NULL},
+         "mixture-of-experts model_type \"mixtral\" is planned but not executed yet"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run(cases[i].args);

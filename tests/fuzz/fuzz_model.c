@@ -19,7 +19,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    "a zero dimension was accepted");
         FUZZ_CHECK(m.heads % m.kv_heads == 0, "kv heads %llu do not divide heads %llu",
                    (unsigned long long)m.kv_heads, (unsigned long long)m.heads);
-        FUZZ_CHECK(m.family == GCKPT_FAMILY_LLAMA || m.family == GCKPT_FAMILY_GPT2, "family");
+        FUZZ_CHECK(m.family <= GCKPT_FAMILY_MOE, "family");
+        FUZZ_CHECK((m.family == GCKPT_FAMILY_MOE) == (m.experts > 0) &&
+                       (!m.experts || (m.top_k >= 1 && m.top_k <= m.experts && m.expert_inter >= 1)),
+                   "experts %llu, top-k %llu", (unsigned long long)m.experts, (unsigned long long)m.top_k);
         FUZZ_CHECK(memchr(m.model_type, 0, sizeof m.model_type) != NULL, "model_type unterminated");
         FUZZ_CHECK(m.attn_dropout >= 0 && m.attn_dropout < 1 && m.resid_dropout >= 0 &&
                        m.resid_dropout < 1 && m.embd_dropout >= 0 && m.embd_dropout < 1,

@@ -50,6 +50,7 @@ import transformers.modeling_utils as hf_modeling_utils
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import allocs  # noqa: E402
 import family_cases  # noqa: E402
+import moe_cases  # noqa: E402
 import gen_cases  # noqa: E402
 
 SCHEMA = "gckpt.hf-fixture/1"
@@ -58,6 +59,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 DEFAULT_OUT = os.path.join(ROOT, "tests", "data", "hf")
 GEN_OUT = os.path.join(ROOT, "tests", "data", "hf-gen")
 FAM_OUT = os.path.join(ROOT, "tests", "data", "hf-fam")
+MOE_OUT = os.path.join(ROOT, "tests", "data", "hf-moe")
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2"]
 PRECISIONS = ["fp32", "bf16", "amp-bf16", "amp-bf16-cudalists"]
@@ -134,7 +136,31 @@ MODEL_CLASSES = {
     "gpt_neox": "GPTNeoXForCausalLM",
     "olmo2": "Olmo2ForCausalLM",
     "granite": "GraniteForCausalLM",
+    # issue 13's mixture-of-experts families (moe_cases.py, tests/data/hf-moe)
+    "mixtral": "MixtralForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "olmoe": "OlmoeForCausalLM",
 }
+
+# Per-expert token counts of every router call while a pass runs (record_routing):
+# (layer, counts, inside a checkpoint's recompute)
+ROUTING: list | None = None
+EXPERTS_IMPL = None  # model.config._experts_implementation as transformers resolved it
+
+
+def record_routing(model, family):
+    """Forward hooks on the MoE routers (<Family>TopKRouter returns logits, scores,
+    indices): the tokens each expert receives, per call."""
+    global EXPERTS_IMPL
+    EXPERTS_IMPL = getattr(model.config, "_experts_implementation", None)
+    for i, layer in enumerate(layers_of(model, family)):
+        for mod in layer.modules():
+            if type(mod).__name__.endswith("TopKRouter"):
+                def hook(m, args, out, i=i):
+                    if ROUTING is not None:
+                        counts = torch.bincount(out[2].reshape(-1), minlength=m.num_experts).tolist()
+                        ROUTING.append((i, counts, torch._C._current_autograd_node() is not None))
+                mod.register_forward_hook(hook)
 
 
 def config_from_dict(d: dict, attention: str):
@@ -161,6 +187,7 @@ def make_model(spec: dict):
     # With use_cache=True and no checkpointing, every layer would build a
     # DynamicCache and torch.cat([empty, k]) copies of k and v.
     model.config.use_cache = False
+    record_routing(model, cfg.model_type)
     return model
 
 
@@ -667,12 +694,40 @@ def run_case(spec: dict, setup_fn=None):
     setup_fn(spec) builds the model and optimizer (default: setup; probe_peft.py passes its
     own); what it returns may list `resident` tensors that stay alive but are neither
     parameters, gradients, buffers nor optimizer states."""
+    global ROUTING
+    ROUTING = []
     fx = run_storage_pass(spec, setup_fn)
+    routing, ROUTING = ROUTING, []
     alloc_steps = run_alloc_pass(spec, setup_fn)
+    alloc_routing, ROUTING = ROUTING, None
     for st, al in zip(fx["steps"], alloc_steps):
         st["storage_tracker"] = {k: st[k] for k in STORAGE_KEYS if k in st}
         st.update(al)
+    if routing:
+        fx["moe_routing"] = routing_summary(routing, alloc_routing, fx)
     return fx
+
+
+def routing_summary(routing, alloc_routing, fx):
+    """The tokens each expert received per MoE layer in every forward (step, micro-step),
+    whether each checkpoint recompute routed as its forward did, and whether the
+    allocator's pass routed as the storage pass (the planner is given the latter's)."""
+    fwd = [(i, c) for i, c, rec in routing if not rec]
+    layers = sorted({i for i, _ in fwd})
+    ga = fx["setting"]["grad_accum"]
+    forwards = []
+    for k in range(len(fwd) // len(layers)):
+        chunk = fwd[k * len(layers):(k + 1) * len(layers)]
+        forwards.append({"step": k // ga + 1, "micro": k % ga + 1,
+                         "tokens_per_expert": {f"layer.{i}": c for i, c in chunk}})
+    by_layer: dict = {}
+    for i, c in fwd:
+        by_layer.setdefault(i, []).append(c)
+    recomputed = [(i, c) for i, c, rec in routing if rec]
+    return {"experts_implementation": EXPERTS_IMPL,
+            "forwards": forwards, "recompute_calls": len(recomputed),
+            "recompute_routing_identical": all(c in by_layer.get(i, []) for i, c in recomputed),
+            "allocation_pass_identical": [(i, c) for i, c, r in alloc_routing if not r] == fwd}
 
 
 # what the allocator's pass measures; the storage tracker's values are kept beside them
@@ -1385,9 +1440,10 @@ def run_config(a):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=["hand", "gen", "families"], default="hand",
+    ap.add_argument("--set", choices=["hand", "gen", "families", "moe"], default="hand",
                     help="fixture set: the hand-written one (tests/data/hf), the generated one (tests/data/hf-gen) "
-                         "or issue 13's dense families (tests/data/hf-fam, family_cases.py)")
+                         "issue 13's dense families (tests/data/hf-fam, family_cases.py) or its mixture-of-experts "
+                         "families (tests/data/hf-moe, moe_cases.py)")
     ap.add_argument("--out", default=None)
     add_selection_args(ap)
     g = ap.add_argument_group("one configuration (--config), compared with gckpt's plan")
@@ -1413,8 +1469,9 @@ def main(argv=None):
     if a.config:
         torch.set_num_threads(max(1, a.jobs))
         return run_config(a)
-    cases = {"hand": hand_cases, "gen": gen_cases.cases, "families": family_cases.cases}[a.set]()
-    out_dir = a.out or {"hand": DEFAULT_OUT, "gen": GEN_OUT, "families": FAM_OUT}[a.set]
+    cases = {"hand": hand_cases, "gen": gen_cases.cases, "families": family_cases.cases,
+             "moe": moe_cases.cases}[a.set]()
+    out_dir = a.out or {"hand": DEFAULT_OUT, "gen": GEN_OUT, "families": FAM_OUT, "moe": MOE_OUT}[a.set]
     sel = selection(ap, a, cases, "--all, --filter, --case or --config")
     if sel is None:
         return 0

@@ -20,6 +20,7 @@ typedef enum {
     GCKPT_DT_F16,
     GCKPT_DT_F32,
     GCKPT_DT_I64,  /* token ids, labels, positions */
+    GCKPT_DT_I32,  /* the experts' group offsets (mixture of experts) */
     GCKPT_NDT
 } gckpt_dtype;
 
@@ -27,7 +28,7 @@ extern const char *const gckpt_dtype_names[GCKPT_NDT];
 
 static inline unsigned gckpt_dtype_bits(gckpt_dtype d)
 {
-    static const unsigned bits[GCKPT_NDT] = {8, 8, 8, 4, 16, 16, 32, 64};
+    static const unsigned bits[GCKPT_NDT] = {8, 8, 8, 4, 16, 16, 32, 64, 32};
     return (unsigned)d < GCKPT_NDT ? bits[d] : 0;
 }
 

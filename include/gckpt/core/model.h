@@ -20,6 +20,8 @@ typedef enum {
     GCKPT_FAMILY_GPT_NEOX, /* gpt_neox (Pythia): parallel attention + MLP, LayerNorm, packed qkv, partial rotary */
     GCKPT_FAMILY_OLMO2,    /* olmo2: post-norms only, q/k norms over the whole projection */
     GCKPT_FAMILY_GRANITE,  /* granite: llama with embedding / residual / attention / logits multipliers */
+    /* core/model_moe.c: llama attention, a mixture-of-experts block in place of the MLP */
+    GCKPT_FAMILY_MOE,      /* mixtral, qwen3_moe (q/k norms per head), olmoe (q/k norms over the projection) */
 } gckpt_family;
 
 /* RMSNorm variants (what each saves differs, FINDINGS section 14): LlamaRMSNorm casts
@@ -63,6 +65,12 @@ typedef struct {
     double embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling; /* granite */
     bool multipliers;        /* granite */
     int rope_tables;         /* distinct rotary tables: gemma3_text 2 (local, global), else 1 */
+    /* mixture of experts (GCKPT_FAMILY_MOE; 0 elsewhere): every layer's MLP is a router
+     * over `experts` SwiGLU experts of width `expert_inter`, each token sent to `top_k` */
+    uint64_t experts, top_k, expert_inter;
+    bool topk_renorm;        /* the top-k weights divided by their sum (mixtral; norm_topk_prob) */
+    bool topk_weights_f32;   /* the routing weights stay fp32 (mixtral), else cast to the logits' dtype */
+    double router_aux_coef;  /* router_aux_loss_coef (used only with output_router_logits) */
 } gckpt_model;
 
 static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)

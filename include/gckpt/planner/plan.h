@@ -46,6 +46,8 @@ typedef struct {
     gckpt_peft peft;       /* fine-tuning method (zeroed: full; gckpt/core/peft.h) */
     gckpt_layout layout;   /* GPUs and the parallel mode (zeroed: one GPU; gckpt/core/parallel.h) */
     char deepspeed[512];   /* --deepspeed FILE as given ("": none; the snippet prints the Trainer's "auto" config) */
+    double moe_imbalance;  /* --moe-imbalance F: the most-loaded expert receives F x the balanced
+                            * share (0: not given, balanced routing; plan_moe.c) */
 } gckpt_plan_request;
 
 /* The default sequence: min(4096, the model's limit); a request with seq 0 gets it. */
@@ -114,6 +116,11 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f);
 void gckpt_plan_print_peft_model(const gckpt_plan *p, FILE *f);
 void gckpt_plan_peft_header(const gckpt_plan *p, char *buf, size_t n);
 void gckpt_plan_peft_json(const gckpt_plan *p, cJSON *inputs);
+/* Mixture of experts (plan_moe.c; nothing for a dense model): the routing assumption
+ * checked against the model, the header's line, the JSON's inputs.moe. */
+bool gckpt_plan_moe_check(const gckpt_plan_request *req, const gckpt_model *m, gckpt_err *err);
+void gckpt_plan_moe_header(const gckpt_plan *p, FILE *f);
+void gckpt_plan_moe_json(const gckpt_plan *p, cJSON *inputs);
 /* Several GPUs (plan_parallel.c; nothing for one GPU): the header's layout line, the
  * TrainingArguments lines of the mode, the launch lines, the JSON's inputs.layout and each
  * entry's global_batch and time.collective_exposed_s. */

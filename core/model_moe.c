@@ -1,0 +1,119 @@
+/* The config readers of the mixture-of-experts families transformers 5.24 trains with
+ * the grouped_mm experts: mixtral, qwen3_moe, olmoe. Keys and defaults are those of
+ * configuration_<family>.py (FINDINGS section 15); a key that changes memory and is not
+ * modelled (mixed dense / sparse layers, router jitter, clipped q/k/v, sliding windows,
+ * the load-balancing loss's router logits) is an error naming it. gpt_oss is refused by
+ * name in model.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "model_parse.h"
+
+bool gckpt_moe_type(const char *t)
+{
+    return !strcmp(t, "mixtral") || !strcmp(t, "qwen3_moe") || !strcmp(t, "olmoe");
+}
+
+/* The expert count: each class reads one key and maps the other to it (attribute_map:
+ * mixtral num_experts -> num_local_experts, qwen3_moe / olmoe the reverse). */
+static bool expert_count(const char *f, const cJSON *j, gckpt_model *m, const char *key, const char *alias,
+                         uint64_t dflt, gckpt_err *err)
+{
+    uint64_t a = 0, b = 0;
+    if (!gckpt_json_u64_opt(j, f, key, 1, 1u << 16, dflt, &a, err) ||
+        !gckpt_json_u64_opt(j, f, alias, 1, 1u << 16, a, &b, err))
+        return false;
+    if (!gckpt_json_absent(j, key) && a != b) {
+        gckpt_seterr(err, "%s: field '%s' = %llu contradicts '%s' = %llu", f, alias, (unsigned long long)b, key,
+                     (unsigned long long)a);
+        return false;
+    }
+    m->experts = gckpt_json_absent(j, key) ? b : a;
+    return true;
+}
+
+/* A number that must be 0 (or absent / null) because another value is not modelled. */
+static bool refuse_nonzero(const char *f, const cJSON *j, const gckpt_model *m, const char *key, gckpt_err *err)
+{
+    double v = 0;
+    if (gckpt_json_absent(j, key)) return true;
+    if (!gckpt_json_num(j, f, key, -1e9, 1e9, &v, err)) return false;
+    if (v != 0) gckpt_seterr(err, "%s: field '%s' = %g is not modelled for %s", f, key, v, m->model_type);
+    return v == 0;
+}
+
+bool gckpt_parse_moe(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+{
+    const char *t = m->model_type;
+    bool mixtral = !strcmp(t, "mixtral"), qwen = !strcmp(t, "qwen3_moe");
+    m->family = GCKPT_FAMILY_MOE;
+    /* class defaults (AutoConfig.for_model, 5.24): kv heads 8 / 4 / 16, eps 1e-5 / 1e-6 /
+     * 1e-5, positions 131072 / 32768 / 4096, intermediate 14336 / 6144 / 2048, vocab
+     * 32000 / 151936 / 50304; head_dim absent -> hidden / heads in all three */
+    gckpt_cfg_defaults d = mixtral ? (gckpt_cfg_defaults){8, 0, false, 1e-5, 131072, "hidden_act", "silu", 14336, 32000}
+                           : qwen  ? (gckpt_cfg_defaults){4, 0, false, 1e-6, 32768, "hidden_act", "silu", 6144, 151936}
+                                   : (gckpt_cfg_defaults){16, 0, false, 1e-5, 4096, "hidden_act", "silu", 2048, 50304};
+    if (!gckpt_parse_common(f, j, m, &d, err)) return false;
+    if (m->act != GCKPT_ACT_SILU) {
+        gckpt_seterr(err, "%s: field 'hidden_act': %s is modelled with silu (SwiGLU experts) only", f, t);
+        return false;
+    }
+    bool bias = false, renorm = mixtral;
+    if (!expert_count(f, j, m, mixtral ? "num_local_experts" : "num_experts",
+                      mixtral ? "num_experts" : "num_local_experts", mixtral ? 8 : qwen ? 128 : 64, err) ||
+        !gckpt_json_u64_opt(j, f, "num_experts_per_tok", 1, 1u << 16, mixtral ? 2 : 8, &m->top_k, err) ||
+        !gckpt_json_num_opt(j, f, "router_aux_loss_coef", 0, 1e9, mixtral || qwen ? 0.001 : 0.01, &m->router_aux_coef,
+                            err) ||
+        (!mixtral && !gckpt_json_bool_opt(j, f, "norm_topk_prob", false, &renorm, err)) ||
+        (!mixtral && !gckpt_json_bool_opt(j, f, "attention_bias", false, &bias, err)) ||
+        /* the load-balancing loss (router logits kept per layer, the aux loss) is not planned yet */
+        !gckpt_refuse_true(f, j, m, "output_router_logits", err))
+        return false;
+    if (m->top_k > m->experts) {
+        gckpt_seterr(err, "%s: field 'num_experts_per_tok' = %llu exceeds the %llu experts", f,
+                     (unsigned long long)m->top_k, (unsigned long long)m->experts);
+        return false;
+    }
+    m->expert_inter = m->intermediate;
+    m->topk_renorm = renorm;
+    m->topk_weights_f32 = mixtral;
+    m->qkv_bias = m->o_bias = bias;
+    if (mixtral) {
+        /* MixtralSparseMoeBlock multiplies the input by uniform noise in training; a
+         * window masks every layer (not planned for MoE) */
+        if (!refuse_nonzero(f, j, m, "router_jitter_noise", err)) return false;
+        if (!gckpt_json_absent(j, "sliding_window")) {
+            gckpt_seterr(err, "%s: field 'sliding_window' is not modelled for mixtral (null: no window)", f);
+            return false;
+        }
+    } else if (qwen) {
+        /* layers in mlp_only_layers, or with (i + 1) % decoder_sparse_step != 0, are dense */
+        uint64_t step = 1;
+        if (!gckpt_json_u64_opt(j, f, "moe_intermediate_size", 1, MAX_INTER, 768, &m->expert_inter, err) ||
+            !gckpt_json_u64_opt(j, f, "decoder_sparse_step", 1, MAX_LAYERS, 1, &step, err) ||
+            !gckpt_refuse_true(f, j, m, "use_sliding_window", err))
+            return false;
+        if (step != 1) {
+            gckpt_seterr(err, "%s: field 'decoder_sparse_step' = %llu is not modelled (dense and sparse layers mixed)", f,
+                         (unsigned long long)step);
+            return false;
+        }
+        const cJSON *dense = cJSON_GetObjectItemCaseSensitive(j, "mlp_only_layers");
+        if (dense && !cJSON_IsNull(dense) && (!cJSON_IsArray(dense) || cJSON_GetArraySize(dense) > 0)) {
+            gckpt_seterr(err, "%s: field 'mlp_only_layers' is not modelled unless empty (dense and sparse layers mixed)", f);
+            return false;
+        }
+        m->qk_norm = true;
+    } else {
+        /* OlmoeAttention: q_norm over hidden_size, k_norm over (hidden / heads) * kv heads;
+         * clip_qkv clamps q, k, v in place */
+        if (!refuse_nonzero(f, j, m, "clip_qkv", err)) return false;
+        if (gckpt_q_dim(m) != m->hidden) {
+            gckpt_seterr(err, "%s: field 'head_dim' = %llu: olmoe's q_norm is hidden_size wide, heads x head_dim must "
+                              "equal it", f, (unsigned long long)m->head_dim);
+            return false;
+        }
+        m->qk_norm_full = true;
+    }
+    return true;
+}

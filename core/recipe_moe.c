@@ -1,0 +1,122 @@
+/* The mixture-of-experts block of mixtral, qwen3_moe and olmoe as transformers 5.24
+ * trains it by default: the router (<Family>TopKRouter) and the experts under
+ * experts_implementation "grouped_mm" (modeling_utils.get_correct_experts_implementation
+ * picks it when none is requested; integrations/moe.py:grouped_mm_experts_forward).
+ * Every tensor is [T, ...], [S = T * top_k, ...] or [E, ...]: what autograd saves does not
+ * depend on how the router spreads the tokens (FINDINGS section 15). grouped_mm is not an
+ * autocast op and casts its input to the weight's dtype: under AMP the experts run in
+ * fp32 (no bf16 weight copies). */
+#include "recipe_tracer.h"
+
+/* [S, width]: one row per (token, chosen expert) pair */
+static gckpt_shape pairs(const tracer *tr, uint64_t width)
+{
+    return (gckpt_shape){GCKPT_ROWS_TOKENS, tr->m->top_k, width};
+}
+
+/* An elementwise-kind op with one or two outputs, its prim and group width. */
+static void node(tracer *tr, const char *name, int prim, int nin, const int *in, int out, int out2, int nsaved,
+                 const int *saved, int bcast, double sa, uint64_t width)
+{
+    opnew(tr, name, GCKPT_OP_ELEM, nin, in, out, out2, nsaved, saved);
+    setprim(tr, prim, bcast, sa, 0, width);
+}
+
+/* <Family>TopKRouter: logits = F.linear(x, W) (autocast), softmax in fp32 (mixtral:
+ * softmax(logits.float()); the others softmax(logits, dtype=float)), topk; mixtral always
+ * and the others with norm_topk_prob divide the top-k values by their sum in place (the
+ * div keeps the sum and its result); the others then cast the weights to the logits'
+ * dtype. *index = the int64 top-k indices. Returns the routing weights [T, top_k]. */
+static int router(tracer *tr, int x, int *index)
+{
+    const gckpt_model *m = tr->m;
+    uint64_t E = m->experts, k = m->top_k;
+    int w = param(tr, "gate.weight", E, m->hidden, GCKPT_ROLE_MATRIX);
+    int logits = linear(tr, x, w, -1, m->hidden, E, "gate");
+    int lf = m->topk_weights_f32 ? cast_to(tr, logits, F32, "router_logits.float") : logits;
+    int probs = like(tr, "router_probs", lf, F32, rg(tr, lf));
+    node(tr, "softmax", GCKPT_P_SOFTMAX, 1, (int[]){lf}, probs, -1, 1, (int[]){probs}, GCKPT_BC_NONE, 0, E);
+    int vals = tnew(tr, "topk.values", GCKPT_T_ACT, F32, per_token(k), rg(tr, probs));
+    *index = tnew(tr, "topk.indices", GCKPT_T_ACT, I64, per_token(k), false);
+    node(tr, "topk", GCKPT_P_TOPK, 1, (int[]){probs}, vals, *index, 1, (int[]){*index}, GCKPT_BC_NONE, 0, k);
+    if (m->topk_renorm) {
+        int sum = tnew(tr, "topk.sum", GCKPT_T_ACT, F32, per_token(1), rg(tr, vals));
+        node(tr, "topk.sum", GCKPT_P_SUM, 1, (int[]){vals}, sum, -1, 0, NULL, GCKPT_BC_NONE, 0, k);
+        int div = like(tr, "topk.div", vals, F32, rg(tr, vals));
+        node(tr, "topk.div", GCKPT_P_DIV, 2, (int[]){vals, sum}, div, -1, 2, (int[]){sum, div}, GCKPT_BC_ROW, 0, k);
+        vals = div;
+    }
+    if (!m->topk_weights_f32) vals = cast_to(tr, vals, dt(tr, logits), "router_scores.to");
+    hold_here(tr, logits); /* the router returns its logits; the block drops them */
+    return vals;
+}
+
+/* One grouped_mm projection of the sorted pairs x by an [E, out_f, in_f] weight: saves
+ * its input and the offsets; a GEMM per gradient over all S rows. */
+static int grouped_linear(tracer *tr, int x, int w, int offs, uint64_t in_f, uint64_t out_f, const char *name)
+{
+    int o = linear_node(tr, x, w, -1, in_f, out_f, name, dt(tr, w), (int[]){x, offs});
+    gckpt_op *op = last_op(tr);
+    op->prim = GCKPT_P_GROUPED_LINEAR;
+    op->fT *= (double)tr->m->top_k; /* S = T * top_k rows */
+    op->grad_view[0] = false;
+    return o;
+}
+
+/* The column block `role` (0 gate, 1 up) of the [S, 2 * width] gate_up output: a view. */
+static int pair_chunk(tracer *tr, int x, int role, uint64_t width, const char *name)
+{
+    int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, x), pairs(tr, width), rg(tr, x));
+    node(tr, name, GCKPT_P_SPLIT, 1, (int[]){x}, o, -1, 0, NULL, GCKPT_BC_NONE, role, width);
+    last_op(tr)->view_fwd = true;
+    return o;
+}
+
+int moe_block(tracer *tr, int x)
+{
+    const gckpt_model *m = tr->m;
+    uint64_t h = m->hidden, E = m->experts, I = m->expert_inter;
+    tr->pfx = "mlp";
+    int index;
+    int weights = router(tr, x, &index);
+    int wgu = param(tr, "experts.gate_up_proj", E * 2 * I, h, GCKPT_ROLE_MATRIX);
+    int wd = param(tr, "experts.down_proj", E * h, I, GCKPT_ROLE_MATRIX);
+    /* expert_ids_g, perm = sort(expert ids); hidden[perm // k], weights[perm] (index
+     * saves its index) */
+    int ids = tnew(tr, "expert_ids_g", GCKPT_T_ACT, I64, pairs(tr, 1), false);
+    int perm = tnew(tr, "perm", GCKPT_T_ACT, I64, pairs(tr, 1), false);
+    node(tr, "sort", GCKPT_P_SORT, 1, (int[]){index}, ids, perm, 0, NULL, GCKPT_BC_NONE, 0, 0);
+    int tok = tnew(tr, "perm_token", GCKPT_T_ACT, I64, pairs(tr, 1), false);
+    node(tr, "perm_floordiv", GCKPT_P_FLOORDIV, 1, (int[]){perm}, tok, -1, 0, NULL, GCKPT_BC_NONE, (double)m->top_k, 0);
+    int xs = tnew(tr, "selected_hidden", GCKPT_T_ACT, dt(tr, x), pairs(tr, h), rg(tr, x));
+    node(tr, "gather_hidden", GCKPT_P_GATHER_ROWS, 2, (int[]){x, tok}, xs, -1, 1, (int[]){tok}, GCKPT_BC_NONE, 0, h);
+    int wsel = tnew(tr, "sample_weights_g", GCKPT_T_ACT, dt(tr, weights), pairs(tr, 1), rg(tr, weights));
+    node(tr, "gather_weights", GCKPT_P_GATHER_ROWS, 2, (int[]){weights, perm}, wsel, -1, 1, (int[]){perm},
+         GCKPT_BC_NONE, 0, 1);
+    /* tokens per expert: histc of the sorted ids (a float copy on the CPU, int32 on
+     * CUDA), cumsum -> int32 offsets [E] */
+    int hin = tnew(tr, "histc_input", GCKPT_T_ACT, tr->cpu ? F32 : GCKPT_DT_I32, pairs(tr, 1), false);
+    node(tr, "histc_input", GCKPT_P_CAST, 1, (int[]){ids}, hin, -1, 0, NULL, GCKPT_BC_NONE, 0, 0);
+    int offs = tnew(tr, "offsets", GCKPT_T_ACT, GCKPT_DT_I32, fixed_shape(1, E), false);
+    node(tr, "histc_cumsum", GCKPT_P_HISTC, 1, (int[]){hin}, offs, -1, 0, NULL, GCKPT_BC_NONE, 0, E);
+    int xc = cast_to(tr, xs, dt(tr, wgu), "gate_up.to_weight"); /* input.to(weight.dtype) */
+    int gu = grouped_linear(tr, xc, wgu, offs, h, 2 * I, "experts.gate_up_proj");
+    int g = pair_chunk(tr, gu, 0, I, "gate"), u = pair_chunk(tr, gu, 1, I, "up");
+    int act = unary(tr, g, "act_fn", false, false, GCKPT_P_SILU, 0);
+    int prod = mul(tr, act, u, "gated");
+    int dn = grouped_linear(tr, prod, wd, offs, I, h, "experts.down_proj");
+    int weighted = mul(tr, dn, wsel, "weighted_out");
+    int inv = tnew(tr, "inv_perm", GCKPT_T_ACT, I64, pairs(tr, 1), false);
+    node(tr, "inv_perm", GCKPT_P_INVERT_PERM, 1, (int[]){perm}, inv, -1, 0, NULL, GCKPT_BC_NONE, 0, 0);
+    int back = tnew(tr, "weighted_out.unsorted", GCKPT_T_ACT, dt(tr, weighted), pairs(tr, h), rg(tr, weighted));
+    node(tr, "unsort", GCKPT_P_GATHER_ROWS, 2, (int[]){weighted, inv}, back, -1, 1, (int[]){inv}, GCKPT_BC_NONE, 0, h);
+    int sum = tnew(tr, "final_hidden_states", GCKPT_T_ACT, dt(tr, back), per_token(h), rg(tr, back));
+    node(tr, "sum_top_k", GCKPT_P_SUM, 1, (int[]){back}, sum, -1, 0, NULL, GCKPT_BC_NONE, 0, m->top_k);
+    int out = cast_to(tr, sum, dt(tr, x), "final_hidden_states.to");
+    /* grouped_mm_experts_forward's locals live until it returns, the block's
+     * (hidden_states, the router's outputs) until the block returns */
+    int locals[] = {x, weights, index, ids, perm, tok, xs, wsel, hin, offs, dn, back, inv, sum};
+    for (size_t i = 0; i < sizeof locals / sizeof *locals; i++) hold_here(tr, locals[i]);
+    tr->pfx = "";
+    return out;
+}

@@ -89,8 +89,8 @@ static int check_fixture(const char *path)
         uint64_t wsum = 0, ssum = 0;
         const cJSON *t;
         cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(q, "tensors")) {
-            char ctx[600];
-            snprintf(ctx, sizeof ctx, "%s: %s", path,
+            char ctx[1400]; /* the fixture path (up to 1024) and a tensor name */
+            snprintf(ctx, sizeof ctx, "%s: %.300s", path,
                      cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring);
             const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
             uint64_t rows = (uint64_t)cJSON_GetArrayItem(shape, 0)->valuedouble;

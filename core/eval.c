@@ -8,6 +8,7 @@
 
 #include "gckpt/core/parallel.h"
 #include "sim.h"
+#include "sim_parallel.h"
 
 static double peak_rate(const gckpt_ctx *c)
 {
@@ -323,12 +324,42 @@ static void compose_time(const gckpt_profile *p, int m0, int ck, int nmicro, uin
     res->optimizer_s = p->optimizer.seconds;
 }
 
+/* A setting whose layers are not alike (a wrapper's per-unit events: the top layer's
+ * backward frees the tail's reduce-scatter input, the first the next layer's) is walked:
+ * its schedule built and its events applied. */
+static void walk_setting(const gckpt_ctx *c, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res)
+{
+    gckpt_ctx *w = malloc(sizeof *w);
+    gckpt_schedule sc;
+    if (!w) goto oom;
+    *w = *c;
+    w->set.every_n = every_n;
+    w->set.offload = offload;
+    w->set.grad_accum = grad_accum;
+    if (!gckpt_schedule_build(w, &sc)) {
+        gckpt_schedule_free(&sc);
+        free(w);
+        goto oom;
+    }
+    gckpt_walk(w, &sc, res);
+    gckpt_schedule_free(&sc);
+    free(w);
+    return;
+oom: /* as a setting that cannot be planned */
+    memset(res, 0, sizeof *res);
+    res->peak_bytes = res->device_peak_bytes = UINT64_MAX;
+}
+
 void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
                         uint64_t grad_accum, bool breakdown, gckpt_result *res)
 {
     memset(res, 0, sizeof *res);
     if (grad_accum > 1 && !p->later_micro) {
         res->peak_bytes = res->device_peak_bytes = UINT64_MAX;
+        return;
+    }
+    if (gckpt_wrap_active(c)) {
+        walk_setting(c, every_n, offload, grad_accum, res);
         return;
     }
     const uint64_t L = c->model->layers;

@@ -254,8 +254,8 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     for (int i = 0; i < ps->n; i++) {
         gckpt_param *p = &ps->p[i];
         group[p->shard.group] += p->copies * (p->shard.part ? p->shard.part : p->numel);
-        if (mode == GCKPT_PAR_FSDP) /* the reduce-scatter output, cast to fp32 */
-            p->grad = (gckpt_buffer){GCKPT_DT_F32, p->shard.part, gckpt_round_up(4 * p->shard.part, round)};
+        if (mode == GCKPT_PAR_FSDP) /* one unit's padded local shards (a block parameter: one layer's) */
+            c->unit_part[p->section] += p->shard.part;
         else if (mode == GCKPT_PAR_ZERO2 || mode == GCKPT_PAR_ZERO3) {
             uint64_t part = (p->numel + n - 1) / n;
             p->grad = (gckpt_buffer){p->grad.dtype, part, gckpt_round_up(zs * part, round)};
@@ -294,13 +294,15 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0);
         break;
     }
-    case GCKPT_PAR_FSDP: {
-        uint64_t e = unit_numel(ps, GCKPT_SEC_EMBED), l = unit_numel(ps, GCKPT_SEC_BLOCK), h = unit_numel(ps, GCKPT_SEC_HEAD);
-        uint64_t pd = s->precision == GCKPT_FP32 ? 4 : 2; /* MixedPrecisionPolicy param / reduce dtype */
-        c->parallel = gckpt_round_up(h * pd, round) + 2 * gckpt_round_up(max3(e, l, 0) * pd, round) +
-                      gckpt_round_up(max3(e, l, h) * pd, round) + extra;
+    case GCKPT_PAR_FSDP:
+        /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
+         * schedule's events (core/sim_parallel.c); what stays allocated into the optimizer step is
+         * each unit's fp32 sharded gradient (a flat buffer its parameters' .grad view) */
+        c->parallel = extra;
+        c->grads = c->step_grads = gckpt_round_up(4 * c->unit_part[GCKPT_SEC_EMBED], round) +
+                                   m->layers * gckpt_round_up(4 * c->unit_part[GCKPT_SEC_BLOCK], round) +
+                                   gckpt_round_up(4 * c->unit_part[GCKPT_SEC_HEAD], round);
         break;
-    }
     default: break;
     }
 }

@@ -65,6 +65,9 @@ typedef struct {
     uint32_t nodes;
     uint8_t mode;   /* gckpt_parallel */
     gckpt_ds_limits ds;
+    /* FSDP2 with reshard_after_forward=False (fsdp_config's key; the fixtures' nrf variant):
+     * every unit stays gathered from its forward to its backward */
+    bool fsdp_keep_gathered;
 } gckpt_layout;
 
 typedef struct {

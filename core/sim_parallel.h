@@ -1,0 +1,33 @@
+/* The parallel wrappers' working set as events (private to core/): what FSDP2's fully_shard
+ * units hold around the recipe's ops on one rank, emitted by the simulator at the units'
+ * hooks (sim.c calls these; gckpt/core/schedule.h, GCKPT_EV_COLLECTIVE, says what an event
+ * carries). Units are numbered 0 the embedding, 1 + l layer l, L + 1 the tail (final norm,
+ * lm_head). */
+#ifndef GCKPT_SIM_PARALLEL_H
+#define GCKPT_SIM_PARALLEL_H
+
+#include "sim.h"
+
+typedef struct gckpt_wrap gckpt_wrap;
+
+gckpt_wrap *gckpt_wrap_new(void);
+void gckpt_wrap_free(gckpt_wrap *w);
+/* A micro-step of a step of `layers` layers starts; sync: it reduces the gradients (the last
+ * micro-step, or the only one). false when out of memory. */
+bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool sync);
+/* Whether the context's mode has per-unit events (FSDP2). */
+bool gckpt_wrap_active(const gckpt_ctx *c);
+
+void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+void gckpt_wrap_post_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+/* The root module's forward returned (after the loss). */
+void gckpt_wrap_forward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o);
+/* The gradient of a unit's output arrived: its parameters unsharded, the next one prefetched. */
+void gckpt_wrap_pre_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+/* The backward's final callback. */
+void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o);
+/* Parameter tensor t of unit `unit` got its .grad (schedule id gid). */
+void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid);
+
+#endif

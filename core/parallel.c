@@ -8,7 +8,8 @@
 #define MESH_BYTES 24    /* FSDP2's DeviceMesh: three int64 per rank */
 #define ZERO12_NORM 4    /* ZeRO-1/2: the fp32 gradient-norm scalar kept between steps */
 #define ZERO3_SCALARS 9  /* ZeRO-3: inf_or_nan_tracker (bool) + 8 B of scalars */
-#define DDP_USED_MAP 8   /* DDP find_unused_parameters: local_used_map + its device copy, int32 each */
+#define DDP_USED_MAP 8
+#define ZERO3_MAX_REUSE 1000000000ull /* stage3_max_reuse_distance's default (deepspeed/runtime/zero/config.py) */   /* DDP find_unused_parameters: local_used_map + its device copy, int32 each */
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -184,16 +185,6 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
 }
 
 
-/* Elements of one copy of each section's parameters, unsharded with FSDP2's padding
- * (sec: GCKPT_SEC_EMBED, _BLOCK, _HEAD). */
-static uint64_t unit_numel(const gckpt_params *ps, int sec)
-{
-    uint64_t n = 0;
-    for (int i = 0; i < ps->n; i++)
-        if (ps->p[i].section == sec) n += ps->p[i].shard.part ? ps->p[i].shard.part * ps->p[i].shard.ways : ps->p[i].numel;
-    return n;
-}
-
 /* A block parameter's place in named_parameters order within its layer: the attention's
  * (q, k, v, o, q_norm, k_norm), the MLP's, then input_layernorm and post_attention_layernorm
  * (the modules' registration order; the recipe lists them in forward order). */
@@ -231,8 +222,6 @@ static uint64_t zero12_grad_partition(const gckpt_params *ps, uint64_t layers, u
     return out;
 }
 
-static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
-
 void gckpt_parallel_apply(gckpt_ctx *c)
 {
     const gckpt_setting *s = &c->set;
@@ -256,7 +245,7 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         group[p->shard.group] += p->copies * (p->shard.part ? p->shard.part : p->numel);
         if (mode == GCKPT_PAR_FSDP) /* one unit's padded local shards (a block parameter: one layer's) */
             c->unit_part[p->section] += p->shard.part;
-        else if (mode == GCKPT_PAR_ZERO2 || mode == GCKPT_PAR_ZERO3) {
+        else if (mode == GCKPT_PAR_ZERO2) {
             uint64_t part = (p->numel + n - 1) / n;
             p->grad = (gckpt_buffer){p->grad.dtype, part, gckpt_round_up(zs * part, round)};
         }
@@ -282,18 +271,14 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         c->step_grads = zero12_grad_partition(ps, m->layers, n, zs);
         if (c->step_grads > c->grads) c->step_grads = c->grads;
         break;
-    case GCKPT_PAR_ZERO3: {
-        uint64_t live = 0;
-        for (int i = 0; i < ps->n; i++)
-            if (!ps->p[i].shard.whole) live += ps->p[i].copies * ps->p[i].shard.part * n;
-        if (live > gckpt_ds_max_live(&s->layout)) live = gckpt_ds_max_live(&s->layout); /* stage3_max_live_parameters */
-        uint64_t unit = max3(unit_numel(ps, GCKPT_SEC_EMBED), unit_numel(ps, GCKPT_SEC_BLOCK), unit_numel(ps, GCKPT_SEC_HEAD));
-        if (live < unit) live = unit; /* the module in use is gathered whatever the limit */
-        c->parallel = gckpt_round_up(live * zs, round) + ipg + extra;
+    case GCKPT_PAR_ZERO3:
+        /* gathered parameters and each .grad until the reduce hook are the schedule's events
+         * (core/sim_parallel.c); the flat gradient partitions and the ipg bucket persist */
+        c->parallel = rb.grads + extra;
+        c->grads = c->step_grads = 0;
         if (largest_group > gckpt_ds_sub_group(&s->layout)) largest_group = gckpt_ds_sub_group(&s->layout); /* sub_group_size */
         c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0);
         break;
-    }
     case GCKPT_PAR_FSDP:
         /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
          * schedule's events (core/sim_parallel.c); what stays allocated into the optimizer step is
@@ -305,6 +290,15 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         break;
     default: break;
     }
+}
+
+bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c)
+{
+    const gckpt_params *ps = &c->params;
+    uint64_t live = 0;
+    for (int i = 0; i < ps->n; i++)
+        if (!ps->p[i].shard.whole) live += ps->p[i].copies * ps->p[i].shard.part * ps->p[i].shard.ways;
+    return live <= gckpt_ds_max_live(&c->set.layout) && live <= ZERO3_MAX_REUSE;
 }
 
 void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)

@@ -381,6 +381,8 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
     for (int i = begin; i < end; i++) {
         const gckpt_op *op = &r->op[i];
         bool save_only = save_only_last && i == end - 1;
+        if (s->wrap && !save_only)
+            gckpt_wrap_op(s->wrap, s, o, unit_of(s, st), i, mode == MODE_RECOMPUTE ? GCKPT_WRAP_PRE_RECOMPUTE : GCKPT_WRAP_PRE_FWD);
         int fws = -1; /* the op's forward temporaries (CPU target), made with its output */
         if (!save_only && !c->fwd_view[i] && c->op_ws[0][i])
             fws = alloc_scratch(s, o, c->op_ws[0][i], mode == MODE_RECOMPUTE ? GCKPT_C_RECOMPUTE : GCKPT_C_ACTIVATIONS, 0);
@@ -438,6 +440,8 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
         for (int k = 0; k < op->nunhold; k++) unhold(s, st, op->unhold[k], made, o);
         for (int k = 0; k < 2; k++)
             if (op->out[k] >= 0) try_free(s, o, st->inst[op->out[k]], op->out[k]);
+        if (s->wrap)
+            gckpt_wrap_op(s->wrap, s, o, unit_of(s, st), i, mode == MODE_RECOMPUTE ? GCKPT_WRAP_POST_RECOMPUTE : GCKPT_WRAP_POST_FWD);
     }
     /* a recompute ends: its autocast cache goes */
     for (int t = 0; mode == MODE_RECOMPUTE && t < r->nt; t++)
@@ -739,6 +743,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
         int gout = op->out[0] >= 0 ? owner(s, st, op->out[0])->grad[op->out[0]] : -1;
         if (any_in && gout >= 0) {
             bwd_op b = {.i = i, .gout = gout, .ws = -1, .promo = -1};
+            if (s->wrap) gckpt_wrap_op(s->wrap, s, o, unit_of(s, st), i, GCKPT_WRAP_PRE_BWD);
             b.ws = bwd_workspace(s, i, o);
             /* the CPU target's promoted copy of a narrow operand lives while the other
              * operand's gradient (grad * this) is made, before the narrow one's */
@@ -752,6 +757,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
             }
             bwd_release(s, st, &b, o);
             bwd_accumulate(s, st, &b, o);
+            if (s->wrap) gckpt_wrap_op(s->wrap, s, o, unit_of(s, st), i, GCKPT_WRAP_POST_BWD);
         }
         for (int k = 0; k < 2; k++)
             if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);

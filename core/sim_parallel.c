@@ -34,6 +34,8 @@ struct gckpt_wrap {
     uint64_t ag_unit;   /* ... of this unit */
     int rs_in;          /* the latest reduce-scatter's input, -1 */
     uint32_t *grad_gid; /* per unit x recipe tensor: the .grad's schedule id */
+    int *gathered;      /* ZeRO-3, per unit x recipe tensor: the parameter's gathered buffer, -1 */
+    bool keep;          /* ZeRO-3: gathered parameters stay from their forward to their backward */
     uint64_t cap;
 };
 
@@ -44,10 +46,14 @@ void gckpt_wrap_free(gckpt_wrap *w)
     if (!w) return;
     free(w->params);
     free(w->grad_gid);
+    free(w->gathered);
     free(w);
 }
 
-bool gckpt_wrap_active(const gckpt_ctx *c) { return c->set.layout.mode == GCKPT_PAR_FSDP; }
+bool gckpt_wrap_active(const gckpt_ctx *c)
+{
+    return c->set.layout.mode == GCKPT_PAR_FSDP || c->set.layout.mode == GCKPT_PAR_ZERO3;
+}
 
 bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool sync)
 {
@@ -57,9 +63,14 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
         if (np) w->params = np;
         uint32_t *ng = realloc(w->grad_gid, units * GCKPT_MAX_TENSORS * sizeof *ng);
         if (ng) w->grad_gid = ng;
-        if (!np || !ng) return false;
+        int *na = realloc(w->gathered, units * GCKPT_MAX_TENSORS * sizeof *na);
+        if (na) w->gathered = na;
+        if (!np || !ng || !na) return false;
+        for (uint64_t k = w->cap * GCKPT_MAX_TENSORS; k < units * GCKPT_MAX_TENSORS; k++) ng[k] = GCKPT_NOINST;
         w->cap = units;
     }
+    for (uint64_t k = 0; k < units * GCKPT_MAX_TENSORS; k++) w->gathered[k] = -1;
+    w->keep = gckpt_zero3_keeps_gathered(c);
     w->c = c;
     w->layers = layers;
     w->units = units;
@@ -135,14 +146,19 @@ static void reshard(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t uni
     w->params[unit] = -1;
 }
 
+/* FSDP2's units (the other modes have none) */
+static bool fsdp(const gckpt_wrap *w) { return w->c->set.layout.mode == GCKPT_PAR_FSDP; }
+
 void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
+    if (!fsdp(w)) return;
     all_gather(w, s, o, unit);
     copy_out(w, s, o, unit);
 }
 
 void gckpt_wrap_post_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
+    if (!fsdp(w)) return;
     /* the tail: reshard_after_forward False (every unit with fsdp_keep_gathered) */
     if (unit != w->units - 1 && !w->c->set.layout.fsdp_keep_gathered) reshard(w, s, o, unit);
 }
@@ -156,6 +172,7 @@ void gckpt_wrap_forward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 
 void gckpt_wrap_pre_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
+    if (!fsdp(w)) return;
     if (w->params[unit] < 0) { /* resharded after its forward: the prefetched output copied out */
         if (w->ag_unit != unit) all_gather(w, s, o, unit);
         copy_out(w, s, o, unit);
@@ -188,6 +205,7 @@ static void free_unit_grads(gckpt_wrap *w, gckpt_schedule *o, uint64_t unit)
 void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
     const gckpt_ctx *c = w->c;
+    if (!fsdp(w)) return;
     reshard(w, s, o, unit);
     if (!w->sync) return;
     int sec = section_of(w, unit);
@@ -210,6 +228,96 @@ void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 {
     if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
     w->rs_in = -1;
+}
+
+/* ---- ZeRO-3 ----
+ * Read in deepspeed 0.19.8 (runtime/zero/parameter_offload.py, partitioned_param_coordinator.py,
+ * stage3.py) and traced on the fixtures' rank 0: a module's pre-forward hook all-gathers its
+ * parameters that are not persistent (numel under stage3_param_persistence_threshold stay
+ * whole), each into a buffer of ceil(numel / N) x N elements of the model dtype; under the
+ * default limits (stage3_max_live_parameters, stage3_max_reuse_distance 1e9 elements) they stay
+ * gathered until the module's post-backward, so a checkpointed layer's recompute gathers
+ * nothing; with the limits exceeded (gckpt_zero3_keeps_gathered) each is released after its
+ * forward and gathered again for the recompute and the backward. The backward's .grad of a
+ * parameter lives only until the reduce hook has copied it into the ipg bucket (the rank's
+ * gradient partitions and the bucket are persistent: core/parallel.c). */
+static uint64_t unit_of_param(const gckpt_wrap *w, int sec, uint64_t unit)
+{
+    return sec == GCKPT_SEC_EMBED ? 0 : sec == GCKPT_SEC_HEAD ? w->units - 1 : unit;
+}
+
+static void z3_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+{
+    int *g = &w->gathered[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
+    if (*g >= 0) return;
+    uint8_t dt = w->c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16; /* the model dtype */
+    uint64_t n = p->shard.ways;
+    *g = gckpt_sim_buffer(s, o, p->tensor, GCKPT_C_PARALLEL, dt, p->shard.part * n);
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return;
+    e->kind = GCKPT_EV_COLLECTIVE;
+    e->tensor = p->tensor;
+    e->dtype = dt;
+    e->numel = p->shard.part;
+    e->bytes = p->shard.part * n * gckpt_dtype_size((gckpt_dtype)dt);
+    /* src: the rank's persistent partition (no instance) */
+    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_ALL_GATHER, p->section, GCKPT_NOINST, gckpt_sim_gid(s, *g)};
+}
+
+static void z3_release(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+{
+    int *g = &w->gathered[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
+    if (*g < 0) return;
+    gckpt_sim_release(s, o, *g);
+    *g = -1;
+}
+
+/* The reduce hook: the .grad made in this micro-step copied into the ipg bucket and freed;
+ * the bucket reduce-scattered into the rank's partition (a collective per parameter). */
+static void z3_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+{
+    uint32_t *gid = &w->grad_gid[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
+    gckpt_event *e;
+    if (*gid != GCKPT_NOINST && (e = gckpt_schedule_push(o))) {
+        e->kind = GCKPT_EV_FREE;
+        e->comp = GCKPT_C_GRADS;
+        e->tensor = p->tensor;
+        e->grad = true;
+        e->inst = *gid;
+        e->bytes = p->grad.bytes;
+    }
+    *gid = GCKPT_NOINST;
+    uint8_t dt = w->c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
+    if (!(e = gckpt_schedule_push(o))) return;
+    e->kind = GCKPT_EV_COLLECTIVE;
+    e->tensor = p->tensor;
+    e->dtype = dt;
+    e->numel = p->shard.part;
+    e->bytes = p->shard.part * p->shard.ways * gckpt_dtype_size((gckpt_dtype)dt);
+    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_REDUCE_SCATTER, p->section, GCKPT_NOINST, GCKPT_NOINST};
+    (void)s;
+}
+
+void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at)
+{
+    const gckpt_ctx *c = w->c;
+    if (c->set.layout.mode != GCKPT_PAR_ZERO3) return;
+    const gckpt_op *r = &c->recipe->op[op];
+    for (int k = 0; k < r->nin; k++) {
+        const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
+        if (!p || p->shard.whole) continue;
+        uint64_t u = unit_of_param(w, p->section, unit);
+        switch (at) {
+        case GCKPT_WRAP_PRE_FWD: case GCKPT_WRAP_PRE_RECOMPUTE: case GCKPT_WRAP_PRE_BWD: z3_gather(w, s, o, u, p); break;
+        case GCKPT_WRAP_POST_FWD: case GCKPT_WRAP_POST_RECOMPUTE:
+            if (!w->keep) z3_release(w, s, o, u, p);
+            break;
+        case GCKPT_WRAP_POST_BWD:
+            z3_release(w, s, o, u, p);
+            if (p->trainable) z3_reduce(w, s, o, u, p);
+            break;
+        }
+    }
 }
 
 void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid)

@@ -15,7 +15,7 @@ void gckpt_wrap_free(gckpt_wrap *w);
 /* A micro-step of a step of `layers` layers starts; sync: it reduces the gradients (the last
  * micro-step, or the only one). false when out of memory. */
 bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool sync);
-/* Whether the context's mode has per-unit events (FSDP2). */
+/* Whether the context's mode has wrapper events (FSDP2, ZeRO-3). */
 bool gckpt_wrap_active(const gckpt_ctx *c);
 
 void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
@@ -29,5 +29,11 @@ void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, ui
 void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o);
 /* Parameter tensor t of unit `unit` got its .grad (schedule id gid). */
 void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid);
+
+/* Around recipe op i of a section instance (unit: the section's, as above): ZeRO-3 gathers
+ * the parameters an op uses before it runs and releases them after it (the module's hooks). */
+typedef enum { GCKPT_WRAP_PRE_FWD, GCKPT_WRAP_POST_FWD, GCKPT_WRAP_PRE_RECOMPUTE, GCKPT_WRAP_POST_RECOMPUTE,
+               GCKPT_WRAP_PRE_BWD, GCKPT_WRAP_POST_BWD } gckpt_wrap_at;
+void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at);
 
 #endif

@@ -97,6 +97,14 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
  *         reduce-scatter input; fp32 sharded gradients. */
 void gckpt_parallel_apply(gckpt_ctx *c);
 
+/* ZeRO-3: whether gathered parameters stay from their forward use to their backward (DeepSpeed
+ * releases a module's parameters after its forward once more than stage3_max_live_parameters
+ * elements are gathered or the parameter's next use lies more than stage3_max_reuse_distance
+ * (1e9 elements) ahead): here, when every non-persistent parameter fits both limits at once;
+ * otherwise each is released after its forward and gathered again for the recompute and the
+ * backward (the fixtures' `tight` variant). The limits' partial case is not modelled. */
+bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c);
+
 /* Whether profile d has the bus bandwidth layout l needs (err names the field when not). */
 bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckpt_err *err);
 

@@ -196,10 +196,12 @@ static int module_order(const gckpt_param *p)
     return 0;
 }
 
-/* Bytes of rank 0's reduced gradients between the backward and the step under ZeRO-1/2
+/* Bytes of rank r's reduced gradients between the backward and the step under ZeRO-1/2
  * (averaged_gradients / grads_in_partition): every parameter overlapping the rank's slice of
- * its group's flat buffer counts whole (dist_rules.py zero12_grad_partition). */
-static uint64_t zero12_grad_partition(const gckpt_params *ps, uint64_t layers, uint64_t n, uint64_t zs)
+ * its group's flat buffer counts whole (dist_rules.py zero12_grad_partition); c's z2_unit /
+ * z2_tensor: the last such parameter of the weight-decay group in the flat order. */
+static uint64_t zero12_grad_partition(const gckpt_params *ps, uint64_t layers, uint64_t n, uint64_t r, uint64_t zs,
+                                      gckpt_ctx *c)
 {
     uint64_t out = 0;
     for (int g = 0; g < 2; g++) {
@@ -215,7 +217,13 @@ static uint64_t zero12_grad_partition(const gckpt_params *ps, uint64_t layers, u
                         const gckpt_param *p = &ps->p[i];
                         if (p->section != sec || p->shard.group != g || (sec == GCKPT_SEC_BLOCK ? module_order(p) : 0) != k)
                             continue;
-                        if (off < part) out += p->numel * zs;
+                        if (off < (r + 1) * part && off + p->numel > r * part) {
+                            out += p->numel * zs;
+                            if (g == 0) { /* the last one in the flat order: the first whose gradient comes */
+                                c->z2_unit = sec == GCKPT_SEC_EMBED ? 0 : sec == GCKPT_SEC_HEAD ? layers + 1 : li + 1;
+                                c->z2_tensor = p->tensor;
+                            }
+                        }
                         off += p->numel;
                     }
     }
@@ -231,7 +239,7 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2, ipg = gckpt_round_up(zs * gckpt_ds_reduce_bucket(m, &s->layout), round);
     gckpt_params_shard(ps, m, &s->layout);
     gckpt_rank_bytes rb;
-    gckpt_rank_persistent(ps, m, s, 0, round, &rb);
+    gckpt_rank_persistent(ps, m, s, s->layout.rank, round, &rb);
     uint64_t extra = rb.scalars + rb.buffers;
     gckpt_parallel mode = (gckpt_parallel)s->layout.mode;
     if (mode != GCKPT_PAR_DDP) {
@@ -245,10 +253,6 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         group[p->shard.group] += p->copies * (p->shard.part ? p->shard.part : p->numel);
         if (mode == GCKPT_PAR_FSDP) /* one unit's padded local shards (a block parameter: one layer's) */
             c->unit_part[p->section] += p->shard.part;
-        else if (mode == GCKPT_PAR_ZERO2) {
-            uint64_t part = (p->numel + n - 1) / n;
-            p->grad = (gckpt_buffer){p->grad.dtype, part, gckpt_round_up(zs * part, round)};
-        }
         grads += p->copies * p->grad.bytes;
     }
     for (int g = 0; g < 2; g++) {
@@ -262,14 +266,20 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         break;
     case GCKPT_PAR_ZERO1:
     case GCKPT_PAR_ZERO2:
-        c->parallel = ipg + 4 + extra;
+        /* ZeRO-2: the ipg bucket, the gradients and the rank's partition are the schedule's events
+         * (core/sim_parallel.c) */
+        c->parallel = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg) + 4 + extra;
         /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
         /* + 8 B of scalars (12 B in fp32), FINDINGS 13.5 */
         c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0) +
                       (zs != 4 ? 8 : 12);
-        c->step_released = ipg + 4;
-        c->step_grads = zero12_grad_partition(ps, m->layers, n, zs);
+        c->step_released = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg) + 4;
+        c->step_grads = zero12_grad_partition(ps, m->layers, n, s->layout.rank, zs, c);
         if (c->step_grads > c->grads) c->step_grads = c->grads;
+        if (mode == GCKPT_PAR_ZERO2) { /* no full .grad reaches the step: one buffer of the partition */
+            c->z2_numel = c->step_grads / zs;
+            c->grads = c->step_grads = gckpt_round_up(c->step_grads, round);
+        }
         break;
     case GCKPT_PAR_ZERO3:
         /* gathered parameters and each .grad until the reduce hook are the schedule's events

@@ -249,12 +249,12 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
     if (gckpt_wrap_active(c)) {
         /* the wrapper reduces gradients in the last micro-step (the later one), or the only one */
         if (!s->wrap && !(s->wrap = gckpt_wrap_new())) return false;
-        if (!gckpt_wrap_begin(s->wrap, c, layers, grads_exist || c->set.grad_accum <= 1)) return false;
+        if (!gckpt_wrap_begin(s->wrap, c, layers, grads_exist || c->set.grad_accum <= 1, !grads_exist)) return false;
     } else if (s->wrap) {
         gckpt_wrap_free(s->wrap);
         s->wrap = NULL;
     }
-    s->grads_exist = grads_exist;
+    s->grads_exist = grads_exist && gckpt_wrap_grads_kept(c);
     s->n = 0;
     s->base = first_id;
     s->stream = s->gstream = -1;

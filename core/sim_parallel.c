@@ -28,7 +28,7 @@
 struct gckpt_wrap {
     const gckpt_ctx *c;
     uint64_t layers, units;
-    bool sync;
+    bool sync, first; /* the micro-step reduces gradients; it is the first (no gradients yet) */
     int *params;        /* per unit: its first unsharded parameter buffer (the rest follow), -1 */
     int ag_out;         /* the latest all-gather's output, -1 */
     uint64_t ag_unit;   /* ... of this unit */
@@ -36,6 +36,12 @@ struct gckpt_wrap {
     uint32_t *grad_gid; /* per unit x recipe tensor: the .grad's schedule id */
     int *gathered;      /* ZeRO-3, per unit x recipe tensor: the parameter's gathered buffer, -1 */
     bool keep;          /* ZeRO-3: gathered parameters stay from their forward to their backward */
+    int ipg;            /* ZeRO-2: the ipg bucket of this backward, -1 */
+    int part;           /* ZeRO-2: a later micro-step's partition buffer, -1 */
+    bool part_made;     /* ZeRO-2: the rank's partition got its first gradient in this backward */
+    uint32_t pending;   /* ZeRO-2: the .grad the next reduce hook frees (schedule id), and its */
+    uint64_t pending_bytes; /* bytes and parameter */
+    int16_t pending_t;
     uint64_t cap;
 };
 
@@ -50,12 +56,18 @@ void gckpt_wrap_free(gckpt_wrap *w)
     free(w);
 }
 
-bool gckpt_wrap_active(const gckpt_ctx *c)
+bool gckpt_wrap_grads_kept(const gckpt_ctx *c)
 {
-    return c->set.layout.mode == GCKPT_PAR_FSDP || c->set.layout.mode == GCKPT_PAR_ZERO3;
+    return c->set.layout.mode != GCKPT_PAR_ZERO2 && c->set.layout.mode != GCKPT_PAR_ZERO3;
 }
 
-bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool sync)
+bool gckpt_wrap_active(const gckpt_ctx *c)
+{
+    uint8_t m = c->set.layout.mode;
+    return m == GCKPT_PAR_FSDP || m == GCKPT_PAR_ZERO2 || m == GCKPT_PAR_ZERO3;
+}
+
+bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool sync, bool first)
 {
     uint64_t units = layers + 2;
     if (units > w->cap) {
@@ -75,8 +87,11 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
     w->layers = layers;
     w->units = units;
     w->sync = sync;
+    w->first = first;
     for (uint64_t u = 0; u < units; u++) w->params[u] = -1;
-    w->ag_out = w->rs_in = -1;
+    w->ag_out = w->rs_in = w->ipg = w->part = -1;
+    w->part_made = false;
+    w->pending = GCKPT_NOINST;
     w->ag_unit = UINT64_MAX;
     return true;
 }
@@ -86,8 +101,22 @@ static int section_of(const gckpt_wrap *w, uint64_t unit)
     return unit == 0 ? GCKPT_SEC_EMBED : unit == w->units - 1 ? GCKPT_SEC_HEAD : GCKPT_SEC_BLOCK;
 }
 
-/* The MixedPrecisionPolicy's param and reduce dtype: bf16 under the Trainer's bf16=True. */
+/* The dtype gathered and reduced: FSDP2's MixedPrecisionPolicy param / reduce dtype, DeepSpeed's
+ * model dtype; bf16 under the Trainer's bf16=True. */
 static uint8_t wire_dtype(const gckpt_ctx *c) { return c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16; }
+
+/* A parameter's .grad (schedule id gid) freed. */
+static void free_grad(gckpt_schedule *o, int16_t t, uint32_t gid, uint64_t bytes)
+{
+    gckpt_event *e;
+    if (gid == GCKPT_NOINST || !(e = gckpt_schedule_push(o))) return;
+    e->kind = GCKPT_EV_FREE;
+    e->comp = GCKPT_C_GRADS;
+    e->tensor = t;
+    e->grad = true;
+    e->inst = gid;
+    e->bytes = bytes;
+}
 
 static int flat(gckpt_sim *s, gckpt_schedule *o, uint8_t comp, uint8_t dt, uint64_t numel)
 {
@@ -191,14 +220,7 @@ static void free_unit_grads(gckpt_wrap *w, gckpt_schedule *o, uint64_t unit)
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
         if (p->section != sec || !p->trainable) continue;
-        gckpt_event *e = gckpt_schedule_push(o);
-        if (!e) return;
-        e->kind = GCKPT_EV_FREE;
-        e->comp = GCKPT_C_GRADS;
-        e->tensor = p->tensor;
-        e->grad = true;
-        e->inst = w->grad_gid[unit * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
-        e->bytes = p->grad.bytes;
+        free_grad(o, p->tensor, w->grad_gid[unit * GCKPT_MAX_TENSORS + (uint64_t)p->tensor], p->grad.bytes);
     }
 }
 
@@ -227,7 +249,11 @@ void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, ui
 void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 {
     if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
-    w->rs_in = -1;
+    free_grad(o, w->pending_t, w->pending, w->pending_bytes);
+    w->pending = GCKPT_NOINST;
+    if (w->ipg >= 0) gckpt_sim_release(s, o, w->ipg);
+    if (w->part >= 0) gckpt_sim_release(s, o, w->part);
+    w->rs_in = w->part = w->ipg = -1;
 }
 
 /* ---- ZeRO-3 ----
@@ -250,7 +276,7 @@ static void z3_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u
 {
     int *g = &w->gathered[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
     if (*g >= 0) return;
-    uint8_t dt = w->c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16; /* the model dtype */
+    uint8_t dt = wire_dtype(w->c);
     uint64_t n = p->shard.ways;
     *g = gckpt_sim_buffer(s, o, p->tensor, GCKPT_C_PARALLEL, dt, p->shard.part * n);
     gckpt_event *e = gckpt_schedule_push(o);
@@ -272,37 +298,78 @@ static void z3_release(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
     *g = -1;
 }
 
-/* The reduce hook: the .grad made in this micro-step copied into the ipg bucket and freed;
- * the bucket reduce-scattered into the rank's partition (a collective per parameter). */
-static void z3_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+/* The reduce hook (ZeRO-2 and 3): the .grad made in this micro-step copied into the ipg bucket
+ * and freed; the bucket reduced into the rank's partition (a collective per parameter:
+ * ZeRO-3 reduce-scatters, ZeRO-2 all-reduces the bucket, src = dst = the bucket). */
+static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
 {
+    const gckpt_ctx *c = w->c;
     uint32_t *gid = &w->grad_gid[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
+    bool z2 = c->set.layout.mode == GCKPT_PAR_ZERO2;
     gckpt_event *e;
-    if (*gid != GCKPT_NOINST && (e = gckpt_schedule_push(o))) {
-        e->kind = GCKPT_EV_FREE;
-        e->comp = GCKPT_C_GRADS;
-        e->tensor = p->tensor;
-        e->grad = true;
-        e->inst = *gid;
-        e->bytes = p->grad.bytes;
+    if (z2) { /* the bucket at the first hook; the previous hook's .grad goes, this one waits */
+        if (w->ipg < 0)
+            w->ipg = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), gckpt_ds_reduce_bucket(c->model, &c->set.layout));
+        free_grad(o, w->pending_t, w->pending, w->pending_bytes);
+        w->pending = *gid;
+        w->pending_t = p->tensor;
+        w->pending_bytes = p->grad.bytes;
+    } else {
+        free_grad(o, p->tensor, *gid, p->grad.bytes);
     }
     *gid = GCKPT_NOINST;
-    uint8_t dt = w->c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
+    uint8_t dt = wire_dtype(c);
     if (!(e = gckpt_schedule_push(o))) return;
     e->kind = GCKPT_EV_COLLECTIVE;
     e->tensor = p->tensor;
     e->dtype = dt;
+    if (z2) {
+        uint32_t b = w->ipg >= 0 ? gckpt_sim_gid(s, w->ipg) : GCKPT_NOINST;
+        e->numel = p->numel;
+        e->bytes = p->numel * gckpt_dtype_size((gckpt_dtype)dt);
+        e->arg.coll = (gckpt_coll_args){GCKPT_COLL_ALL_REDUCE, p->section, b, b};
+        return;
+    }
     e->numel = p->shard.part;
     e->bytes = p->shard.part * p->shard.ways * gckpt_dtype_size((gckpt_dtype)dt);
     e->arg.coll = (gckpt_coll_args){GCKPT_COLL_REDUCE_SCATTER, p->section, GCKPT_NOINST, GCKPT_NOINST};
-    (void)s;
+}
+
+/* ---- ZeRO-2 ----
+ * Read in deepspeed 0.19.8 (runtime/zero/stage_1_and_2.py) and traced on the fixtures' rank 0:
+ * every backward allocates the ipg bucket (reduce_bucket_size elements of the model dtype) at
+ * its first reduce hook and frees it at its end; each parameter's .grad (made afresh in every
+ * micro-step) goes at the next parameter's hook, the last at the backward's end; the rank's
+ * reduced gradients (every parameter overlapping its slice of the flat groups, whole) are one
+ * buffer made when the first of them is reduced (here: before the backward of the first such
+ * parameter of the weight-decay group, the last in the flat order), kept into the optimizer
+ * step; a later micro-step reduces into a second buffer of that size, added and freed at the
+ * backward's end. */
+static void z2_partition(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
+{
+    const gckpt_ctx *c = w->c;
+    if (w->part_made) return;
+    w->part_made = true;
+    /* the first micro-step's buffer is the one the step reads (GRADS, freed by zero_grad) */
+    int id = gckpt_sim_buffer(s, o, -1, w->first ? GCKPT_C_GRADS : GCKPT_C_PARALLEL, wire_dtype(c), c->z2_numel);
+    if (!w->first) w->part = id;
 }
 
 void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at)
 {
     const gckpt_ctx *c = w->c;
-    if (c->set.layout.mode != GCKPT_PAR_ZERO3) return;
     const gckpt_op *r = &c->recipe->op[op];
+    if (c->set.layout.mode == GCKPT_PAR_ZERO2) {
+        for (int k = 0; k < r->nin; k++) {
+            const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
+            if (!p || !p->trainable) continue;
+            uint64_t u = unit_of_param(w, p->section, unit);
+            if (at == GCKPT_WRAP_PRE_BWD && u == c->z2_unit && p->tensor == c->z2_tensor) z2_partition(w, s, o);
+            if (at == GCKPT_WRAP_POST_BWD) zero_reduce(w, s, o, u, p);
+        }
+        return;
+    }
+    if (c->set.layout.mode != GCKPT_PAR_ZERO3) return;
     for (int k = 0; k < r->nin; k++) {
         const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
         if (!p || p->shard.whole) continue;
@@ -314,7 +381,7 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
             break;
         case GCKPT_WRAP_POST_BWD:
             z3_release(w, s, o, u, p);
-            if (p->trainable) z3_reduce(w, s, o, u, p);
+            if (p->trainable) zero_reduce(w, s, o, u, p);
             break;
         }
     }

@@ -13,9 +13,12 @@ typedef struct gckpt_wrap gckpt_wrap;
 gckpt_wrap *gckpt_wrap_new(void);
 void gckpt_wrap_free(gckpt_wrap *w);
 /* A micro-step of a step of `layers` layers starts; sync: it reduces the gradients (the last
- * micro-step, or the only one). false when out of memory. */
-bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool sync);
-/* Whether the context's mode has wrapper events (FSDP2, ZeRO-3). */
+ * micro-step, or the only one); first: no gradients exist yet. false when out of memory. */
+bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool sync, bool first);
+/* Whether .grad survives a micro-step (false under ZeRO-2/3: their reduce hooks free it, so
+ * every micro-step makes it afresh). */
+bool gckpt_wrap_grads_kept(const gckpt_ctx *c);
+/* Whether the context's mode has wrapper events (FSDP2, ZeRO-2, ZeRO-3). */
 bool gckpt_wrap_active(const gckpt_ctx *c);
 
 void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);

@@ -83,7 +83,7 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
                            uint64_t round, gckpt_rank_bytes *out);
 
 /* Make context c (its setting a checked multi-GPU layout) one rank's: the table's shard fields
- * and per-rank gradients, the persistent totals of rank 0 (the busiest), the mode's working
+ * and per-rank gradients, the persistent totals of the layout's rank (0 in a plan: the busiest), the mode's working
  * set in c->parallel and the optimizer step's share. The working set is a closed form, not
  * yet events of the schedule (README, "Several GPUs", says what is verified):
  *  ddp:   the buckets (a flat fp32 copy of every gradient), step counters, buffers;

@@ -226,6 +226,9 @@ typedef struct {
     uint64_t parallel;                   /* a parallel mode's per-rank additions (GCKPT_C_PARALLEL) */
     uint64_t unit_part[GCKPT_NSEC];      /* FSDP2: elements of one unit's padded local shards (the
                                           * embedding, one layer, the tail), 0 otherwise */
+    uint64_t z2_numel;                   /* ZeRO-2: elements of the rank's reduced gradients */
+    uint64_t z2_unit;                    /* ZeRO-2: the unit (0 embedding, 1 + l layer l, L + 1 head) and */
+    int16_t z2_tensor;                   /* parameter whose gradient is the rank's partition's first */
     uint64_t step_grads;                 /* of grads, what stays allocated into the optimizer step
                                           * (all but under ZeRO-1/2: the rank's reduced partition) */
     uint64_t step_released;              /* of parallel, what is not allocated during the optimizer

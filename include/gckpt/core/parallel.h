@@ -82,19 +82,18 @@ typedef struct {
 void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                            uint64_t round, gckpt_rank_bytes *out);
 
-/* Make context c (its setting a checked multi-GPU layout) one rank's: the table's shard fields
- * and per-rank gradients, the persistent totals of the layout's rank (0 in a plan: the busiest), the mode's working
- * set in c->parallel and the optimizer step's share. The working set is a closed form, not
- * yet events of the schedule (README, "Several GPUs", says what is verified):
- *  ddp:   the buckets (a flat fp32 copy of every gradient), step counters, buffers;
+/* Make context c (its setting a checked multi-GPU layout) one rank's: the table's shard fields,
+ * the persistent totals of the layout's rank (0 in a plan: the busiest, but under zero2 see
+ * README "Several GPUs"), what the mode keeps besides in c->parallel and the optimizer step's
+ * share. What changes within the step is the schedule's events (core/sim_parallel.c):
+ *  ddp:   c->parallel: the buckets (a flat fp32 copy of every gradient), step counters, buffers;
  *  zero1: the ipg bucket (reduce_bucket_size elements) held through the step; the full
  *         model-dtype gradients accumulate in .grad as on one GPU (FINDINGS 13.6, exact);
- *  zero2: as zero1, the gradients the rank's partition only (13.6: below one GPU);
- *  zero3: every gathered non-persistent parameter from its first forward use to its backward
- *         (default stage3_max_live_parameters 1e9 elements caps it), the ipg bucket;
- *  fsdp:  the tail unit (final norm, lm_head: reshard_after_forward False) unsharded, the
- *         current and the prefetched unit's unsharded bf16 parameters, one unit's
- *         reduce-scatter input; fp32 sharded gradients. */
+ *  zero2: the gradients, the ipg bucket and the rank's reduced slice are events; the slice
+ *         (c->z2_numel elements) reaches the step;
+ *  zero3: the flat gradient partitions and the ipg bucket persist; gathered parameters and
+ *         transient .grads are events;
+ *  fsdp:  the units' buffers are events; the fp32 sharded gradients (c->unit_part) reach the step. */
 void gckpt_parallel_apply(gckpt_ctx *c);
 
 /* ZeRO-3: whether gathered parameters stay from their forward use to their backward (DeepSpeed

@@ -326,26 +326,39 @@ static void compose_time(const gckpt_profile *p, int m0, int ck, int nmicro, uin
 
 /* A setting whose layers are not alike (a wrapper's per-unit events: the top layer's
  * backward frees the tail's reduce-scatter input, the first the next layer's) is walked:
- * its schedule built and its events applied. */
-static void walk_setting(const gckpt_ctx *c, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res)
+ * its schedule built and its events applied. false when out of memory. */
+static bool walk_one(gckpt_ctx *w, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res)
 {
-    gckpt_ctx *w = malloc(sizeof *w);
     gckpt_schedule sc;
-    if (!w) goto oom;
-    *w = *c;
     w->set.every_n = every_n;
     w->set.offload = offload;
     w->set.grad_accum = grad_accum;
-    if (!gckpt_schedule_build(w, &sc)) {
-        gckpt_schedule_free(&sc);
-        free(w);
-        goto oom;
-    }
-    gckpt_walk(w, &sc, res);
+    bool ok = gckpt_schedule_build(w, &sc);
+    if (ok) gckpt_walk(w, &sc, res);
     gckpt_schedule_free(&sc);
+    return ok;
+}
+
+/* ... and under ZeRO-2 the last rank too, whose gradient slice (it holds the head's) is made at
+ * the backward's first reduce hook: the busier of the two is the entry's (FINDINGS 13.6). */
+static void walk_setting(const gckpt_ctx *c, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res)
+{
+    gckpt_ctx *w = malloc(sizeof *w);
+    gckpt_result last;
+    bool ok = w != NULL;
+    if (ok) *w = *c;
+    ok = ok && walk_one(w, every_n, offload, grad_accum, res);
+    uint32_t n = gckpt_layout_world(&c->set.layout);
+    if (ok && c->set.layout.mode == GCKPT_PAR_ZERO2 && c->set.layout.rank == 0 && n > 1) {
+        gckpt_setting s = c->set;
+        gckpt_err err;
+        s.layout.rank = n - 1;
+        ok = gckpt_ctx_init(w, c->model, c->dev, c->recipe, &s, &err) && walk_one(w, every_n, offload, grad_accum, &last);
+        if (ok && last.peak_bytes > res->peak_bytes) *res = last;
+    }
     free(w);
-    return;
-oom: /* as a setting that cannot be planned */
+    if (ok) return;
+    /* out of memory: as a setting that cannot be planned */
     memset(res, 0, sizeof *res);
     res->peak_bytes = res->device_peak_bytes = UINT64_MAX;
 }

@@ -86,7 +86,7 @@ static const struct {
      "of every measured rank of CPU fixtures of tiny models (tests/data/hf-dist); unverified: CUDA's side "
      "streams (reserved memory above allocated by up to one unit's buffers), zero3 past "
      "stage3_max_live_parameters (planned as every parameter released after its forward and gathered "
-     "again), zero2's last rank (its gradient slice is made earlier in the backward; rank 0 is planned)"},
+     "again), zero2's ranks between the first and the last (both planned, the busier shown)"},
     {"collective_time_unverified", collectives_applies,
      "collective times use the GPU profile's interconnect bus bandwidths (vendor link rates, not measured "
      "with nccl-tests) and each library's overlap as read in its source; unverified, and NCCL's own buffers "

@@ -83,8 +83,8 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
                            uint64_t round, gckpt_rank_bytes *out);
 
 /* Make context c (its setting a checked multi-GPU layout) one rank's: the table's shard fields,
- * the persistent totals of the layout's rank (0 in a plan: the busiest, but under zero2 see
- * README "Several GPUs"), what the mode keeps besides in c->parallel and the optimizer step's
+ * the persistent totals of the layout's rank (0 in a plan; under zero2 the evaluator also
+ * walks the last rank, gckpt_fast_eval), what the mode keeps besides in c->parallel and the optimizer step's
  * share. What changes within the step is the schedule's events (core/sim_parallel.c):
  *  ddp:   c->parallel: the buckets (a flat fp32 copy of every gradient), step counters, buffers;
  *  zero1: the ipg bucket (reduce_bucket_size elements) held through the step; the full

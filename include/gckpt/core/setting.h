@@ -68,7 +68,8 @@ typedef struct {
     /* FSDP2 with reshard_after_forward=False (fsdp_config's key; the fixtures' nrf variant):
      * every unit stays gathered from its forward to its backward */
     bool fsdp_keep_gathered;
-    uint32_t rank; /* the rank planned: 0, the busiest (plans); tests compare the others' fixtures */
+    uint32_t rank; /* the rank planned: 0 (a plan; under zero2 it also walks the last rank and
+                    * shows the busier), others to compare their fixtures */
 } gckpt_layout;
 
 typedef struct {

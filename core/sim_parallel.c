@@ -372,8 +372,12 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
     if (c->set.layout.mode != GCKPT_PAR_ZERO3) return;
     for (int k = 0; k < r->nin; k++) {
         const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
-        if (!p || p->shard.whole) continue;
+        if (!p) continue;
         uint64_t u = unit_of_param(w, p->section, unit);
+        if (p->shard.whole) { /* kept whole on every rank: nothing gathered, its .grad reduced */
+            if (at == GCKPT_WRAP_POST_BWD && p->trainable) zero_reduce(w, s, o, u, p);
+            continue;
+        }
         switch (at) {
         case GCKPT_WRAP_PRE_FWD: case GCKPT_WRAP_PRE_RECOMPUTE: case GCKPT_WRAP_PRE_BWD: z3_gather(w, s, o, u, p); break;
         case GCKPT_WRAP_POST_FWD: case GCKPT_WRAP_POST_RECOMPUTE:

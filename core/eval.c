@@ -56,6 +56,16 @@ static void event_time(gckpt_result *res, const gckpt_event *e, double mult)
     }
 }
 
+/* A collective's bytes into the step's volumes (gckpt_parallel_comm times them). */
+static void coll_bytes(gckpt_result *res, const gckpt_event *e, bool backward, double mult)
+{
+    double b = (double)e->bytes * mult;
+    res->coll_seen = true;
+    if (e->arg.coll.kind != GCKPT_COLL_ALL_GATHER) res->coll_reduce += b;
+    else if (backward) res->coll_gather_bwd += b;
+    else res->coll_gather_fwd += b;
+}
+
 void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
 {
     memset(res, 0, sizeof *res);
@@ -89,6 +99,7 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
             }
             if ((up & GCKPT_MEM_HOST_UP) && m.host > host_peak) host_peak = m.host;
             event_time(res, e, mult);
+            if (e->kind == GCKPT_EV_COLLECTIVE) coll_bytes(res, e, gckpt_seg_phase(&g->seg) == GCKPT_PH_BACKWARD, mult);
         }
     }
     res->peak_bytes = (uint64_t)peak;

@@ -366,6 +366,11 @@ void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *
     double bw = (l->nodes > 1) ? c->dev->inter_node_bus_bytes_per_s : c->dev->intra_node_bus_bytes_per_s;
     gckpt_comm_volume v;
     gckpt_parallel_volume(c, grad_accum, &v);
+    if (res->coll_seen) { /* the schedule's collectives (FSDP2, ZeRO-2/3): its re-gathers included */
+        v.gather_fwd = res->coll_gather_fwd;
+        v.gather_bwd = res->coll_gather_bwd;
+        v.reduce = res->coll_reduce;
+    }
     if (bw <= 0) return; /* gckpt_parallel_device_ok refused this earlier */
     double ring = (n - 1) / n / bw; /* seconds per byte of an all-gather / reduce-scatter (nccl-tests busbw) */
     double t_gf = v.gather_fwd * ring, t_gb = v.gather_bwd * ring, t_go = v.gather_opt * ring;

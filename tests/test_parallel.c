@@ -54,6 +54,9 @@ typedef struct {
     uint64_t start, end; /* live bytes at step 2's start and end */
     double peak;         /* step 2's live peak */
     char where[160];
+    /* step 2's collectives' bytes (all-gather output, reduce-scatter input, all-reduce buffer):
+     * all-gathers of the forward and of the backward, the backward's reductions */
+    double gather_fwd, gather_bwd, reduce;
 } dist_fixture;
 
 static void read_fixture(const char *path, dist_fixture *f)
@@ -88,6 +91,16 @@ static void read_fixture(const char *path, dist_fixture *f)
          gckpt_json_num(last, path, "steps[-1].live_peak_bytes", 0, 1e18, &peak, &err) &&
          gckpt_json_str(last, path, "steps[-1].peak_where", f->where, sizeof f->where, &err);
     f->s.offload = cJSON_IsTrue(item(set, "offload"));
+    const cJSON *kinds = item(item(item(root, "collectives"), "per_step"), "2"), *k;
+    cJSON_ArrayForEach(k, kinds) { /* "kind/dtype/phase" */
+        double b = cJSON_GetNumberValue(item(k, "bytes"));
+        const char *phase = strrchr(k->string, '/');
+        bool gather = !strncmp(k->string, "all_gather/", 11);
+        if (!phase || !strcmp(phase, "/optimizer")) continue;
+        if (gather && !strcmp(phase, "/forward")) f->gather_fwd += b;
+        else if (gather) f->gather_bwd += b;
+        else f->reduce += b;
+    }
     cJSON_Delete(root);
     if (!ok) fail_msg("%s", err.msg);
     f->fake = !strcmp(pg, "fake");
@@ -164,8 +177,8 @@ static void test_fixtures_exact(void **state)
     assert_int_equal(bad, 0);
 }
 
-/* The rank's planned live peak of step 2 (CPU target, exact allocator as test_hf_fixtures). */
-static double planned_peak(const dist_fixture *f, const gckpt_device *dev)
+/* The rank's planned step 2 (CPU target, exact allocator as test_hf_fixtures): the walk. */
+static void planned_step(const dist_fixture *f, const gckpt_device *dev, gckpt_result *res)
 {
     static gckpt_ctx c;
     gckpt_err err;
@@ -174,10 +187,8 @@ static double planned_peak(const dist_fixture *f, const gckpt_device *dev)
     if (!gckpt_ctx_init(&c, &f->m, dev, &g_r, &f->s, &err)) fail_msg("%s", err.msg);
     gckpt_schedule ev;
     if (!gckpt_schedule_build(&c, &ev)) fail_msg("out of memory");
-    gckpt_result res;
-    gckpt_walk(&c, &ev, &res);
+    gckpt_walk(&c, &ev, res);
     gckpt_schedule_free(&ev);
-    return (double)res.peak_bytes;
 }
 
 /* The fixtures' folder, and the CPU device whose allocator is exact (as test_hf_fixtures). */
@@ -190,6 +201,23 @@ static DIR *open_fixtures(gckpt_device *dev)
     return d;
 }
 
+/* The next fake-group fixture of folder d (its file name in *name); false after the last. */
+static bool next_fake_fixture(DIR *d, dist_fixture *f, const char **name)
+{
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t k = strlen(e->d_name);
+        if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", GCKPT_TEST_DATA "/hf-dist", e->d_name);
+        read_fixture(path, f);
+        if (!f->fake) continue;
+        *name = e->d_name;
+        return true;
+    }
+    return false;
+}
+
 /* The step's live peak of every measured rank against the fixtures. Checkpointed DDP and
  * ZeRO-1, where FINDINGS 13.6 derives the peak exactly (one GPU's + the buckets / the rank's
  * persistent bytes + the ipg bucket), within the single-GPU planner's tolerance
@@ -200,27 +228,22 @@ static void test_fixture_peaks(void **state)
 {
     (void)state;
     gckpt_device dev;
-    const char *dir = GCKPT_TEST_DATA "/hf-dist";
     DIR *d = open_fixtures(&dev);
-    struct dirent *e;
     int n = 0, bad = 0;
     double worst[GCKPT_NPAR][2] = {{0}}; /* per mode: max |error|, [1] checkpointed */
     int count[GCKPT_NPAR][2] = {{0}};
     print_message("%-52s %10s %10s %8s  %s\n", "fixture (fake group)", "measured", "planned", "error", "measured peak at");
-    while ((e = readdir(d))) {
-        size_t k = strlen(e->d_name);
-        if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        dist_fixture f;
-        read_fixture(path, &f);
-        if (!f.fake) continue; /* every rank measured (a plan shows rank 0, the busiest) */
-        double planned = planned_peak(&f, &dev), err_rel = (planned - f.peak) / f.peak;
+    dist_fixture f;
+    const char *name;
+    while (next_fake_fixture(d, &f, &name)) { /* every rank measured */
+        gckpt_result res;
+        planned_step(&f, &dev, &res);
+        double planned = (double)res.peak_bytes, err_rel = (planned - f.peak) / f.peak;
         int mode = f.s.layout.mode, ck = f.s.every_n > 0;
         bool derived = (mode == GCKPT_PAR_DDP && ck) || mode == GCKPT_PAR_ZERO1;
         double tol = derived ? (f.s.precision == GCKPT_FP32 || mode == GCKPT_PAR_DDP ? 0.001 : 0.005)
                              : 0.01;
-        print_message("%-52.52s %10.0f %10.0f %+7.2f%%  %s\n", e->d_name, f.peak, planned, 100 * err_rel, f.where);
+        print_message("%-52.52s %10.0f %10.0f %+7.2f%%  %s\n", name, f.peak, planned, 100 * err_rel, f.where);
         if (fabs(err_rel) > worst[mode][ck]) worst[mode][ck] = fabs(err_rel);
         count[mode][ck]++;
         n++;
@@ -237,6 +260,33 @@ static void test_fixture_peaks(void **state)
                               ck ? "checkpointed" : "no checkpointing", count[m][ck], 100 * worst[m][ck]);
     assert_true(n >= 70);
     assert_int_equal(bad, 0);
+}
+
+/* The schedule's COLLECTIVE events of FSDP2, ZeRO-2 and ZeRO-3 (the volumes a plan times) against
+ * the collectives each fixture recorded in step 2 (the probe's dispatch mode on the c10d ops):
+ * the forward's and the backward's all-gathers (ZeRO-3 `tight`: the recompute's and the
+ * backward's re-gathers) and the backward's reductions, byte for byte. */
+static void test_collective_volumes(void **state)
+{
+    (void)state;
+    gckpt_device dev;
+    DIR *d = open_fixtures(&dev);
+    int n = 0;
+    dist_fixture f;
+    const char *name;
+    while (next_fake_fixture(d, &f, &name)) {
+        int mode = f.s.layout.mode;
+        if (mode != GCKPT_PAR_FSDP && mode != GCKPT_PAR_ZERO2 && mode != GCKPT_PAR_ZERO3) continue;
+        gckpt_result res;
+        planned_step(&f, &dev, &res);
+        if (res.coll_gather_fwd != f.gather_fwd || res.coll_gather_bwd != f.gather_bwd || res.coll_reduce != f.reduce)
+            fail_msg("%s: planned all-gather forward %.0f backward %.0f, reduce %.0f; measured %.0f %.0f %.0f", name,
+                     res.coll_gather_fwd, res.coll_gather_bwd, res.coll_reduce, f.gather_fwd, f.gather_bwd, f.reduce);
+        n++;
+    }
+    closedir(d);
+    print_message("collective bytes of step 2: %d fixtures equal\n", n);
+    assert_true(n >= 90);
 }
 
 /* A plan's figure (the fast evaluator, rank 0's setting) is the busiest rank's: under ZeRO-2 the
@@ -342,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_closed_forms),
         cmocka_unit_test(test_fixture_peaks),
         cmocka_unit_test(test_zero2_busiest_rank),
+        cmocka_unit_test(test_collective_volumes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

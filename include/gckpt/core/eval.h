@@ -24,6 +24,10 @@ typedef struct {
     bool peak_grad;             /* ... and that allocation is its gradient */
     double step_s, forward_s, backward_s, recompute_s, copy_s, optimizer_s;
     double comm_s;              /* several GPUs: collectives not hidden behind compute (in step_s) */
+    /* several GPUs, a walked schedule: bytes of its COLLECTIVE events per step (all-gathers of
+     * the forward and of the backward, reductions); coll_seen false when it has none */
+    double coll_gather_fwd, coll_gather_bwd, coll_reduce;
+    bool coll_seen;
     double model_flops;         /* forward + backward FLOPs of the step (no recompute) */
     double tokens_per_s, mfu;
 } gckpt_result;

@@ -117,8 +117,9 @@ typedef struct {
 } gckpt_comm_volume;
 void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v);
 
-/* Add to res->step_s (and res->comm_s) the collectives' time that compute does not hide, at
- * the profile's bus bandwidth (intra-node, or inter-node when there are several nodes):
+/* Add to res->step_s (and res->comm_s) the collectives' time that compute does not hide (the
+ * volumes of gckpt_parallel_volume, or of the walked schedule's COLLECTIVE events when it has
+ * them, res->coll_seen), at the profile's bus bandwidth (intra-node, or inter-node when there are several nodes):
  * all-gathers of the forward behind the forward, those of the backward and the reduction
  * behind the backward and recompute (prefetch on side streams, bucket hooks: FINDINGS 13.7
  * D7, from the source; unverified on GPUs), the optimizer's all-gather exposed. */

@@ -1,4 +1,5 @@
-/* FSDP2's per-unit working set as events (core/sim_parallel.h). Read in torch 2.15's
+/* The parallel wrappers' working set as events (core/sim_parallel.h): FSDP2's here, ZeRO-3's and
+ * ZeRO-2's below. FSDP2, read in torch 2.15's
  * torch/distributed/fsdp/_fully_shard (_fsdp_param_group.py, _fsdp_collectives.py) and
  * traced with the allocator on the fixtures' rank (tools/hf_probe/FINDINGS.md 13.6):
  *  - unshard in the forward (pre-forward hook): the all-gather input (this rank's padded

@@ -274,6 +274,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     x->dev = *d;
     x->set = *s;
     if (o) x->o = *o;
+    if (gckpt_layout_multi(&x->set.layout)) x->set.layout.rank = (uint32_t)x->o.rank; /* the context is this rank's */
     if (x->o.lr <= 0) x->o.lr = 1e-4;
     if (x->o.init_std <= 0) x->o.init_std = 0.02;
     if (x->o.world < 1) x->o.world = 1;

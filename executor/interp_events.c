@@ -449,6 +449,9 @@ gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *w, gckp
     case GCKPT_EV_OPT_TEMP_ALLOC: case GCKPT_EV_OPT_TEMP_FREE: return ev_opt_temp(x, e, w, err);
     case GCKPT_EV_OPT_STEP: return !w->update ? GCKPT_XS_OK : x->zero ? exec_parallel_step(x, w, err) : ev_opt(x, w, err);
     case GCKPT_EV_ZERO_GRAD: return zero_grad(x, e, w, err);
+    case GCKPT_EV_COLLECTIVE: /* several GPUs: plan_read refuses such plans before this */
+        return exec_fail(err, "%s: a %s between ranks needs the multi-rank runtime", w->at,
+                         e->arg.coll.kind < GCKPT_NCOLL ? gckpt_coll_names[e->arg.coll.kind] : "collective");
     default: return exec_fail(err, "%s: unknown event kind", w->at);
     }
 }

@@ -86,9 +86,6 @@ bool exec_parallel_prepare(gckpt_exec *x, gckpt_err *err)
     gckpt_zero12_groups(ps, &x->set, x->dev.alloc_round_bytes, z->g);
     z->bucket = gckpt_ds_reduce_bucket(&x->m, &x->set.layout);
     for (int i = 0; i < ps->n; i++) z->dt = ps->p[i].weight.dtype; /* one model dtype (checked in setup) */
-    /* the context is rank 0's; this rank keeps the .grad overlapping its own partition */
-    uint64_t keep = gckpt_zero12_step_grads(ps, x->m.layers, (uint32_t)world(x), (uint32_t)x->o.rank);
-    x->ctx.step_grads = keep < x->ctx.grads ? keep : x->ctx.grads;
     return true;
 }
 

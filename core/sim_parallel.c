@@ -124,8 +124,8 @@ static int flat(gckpt_sim *s, gckpt_schedule *o, uint8_t comp, uint8_t dt, uint6
     return gckpt_sim_buffer(s, o, -1, comp, dt, numel);
 }
 
-static void collective(gckpt_sim *s, gckpt_schedule *o, uint8_t kind, uint8_t sec, uint8_t dt, uint64_t numel,
-                       uint64_t bytes, int src, int dst)
+static void collective(gckpt_sim *s, gckpt_schedule *o, uint8_t kind, uint64_t unit, uint8_t sec, uint8_t dt,
+                       uint64_t numel, uint64_t bytes, int src, int dst)
 {
     gckpt_event *e = gckpt_schedule_push(o);
     if (!e) return;
@@ -133,7 +133,7 @@ static void collective(gckpt_sim *s, gckpt_schedule *o, uint8_t kind, uint8_t se
     e->dtype = dt;
     e->numel = numel;
     e->bytes = bytes;
-    e->arg.coll = (gckpt_coll_args){kind, sec, gckpt_sim_gid(s, src), gckpt_sim_gid(s, dst)};
+    e->arg.coll = (gckpt_coll_args){kind, sec, gckpt_sim_gid(s, src), gckpt_sim_gid(s, dst), unit};
 }
 
 static void all_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
@@ -143,7 +143,7 @@ static void all_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
     uint64_t part = c->unit_part[sec], n = gckpt_layout_world(&c->set.layout);
     uint8_t dt = wire_dtype(c);
     int in = flat(s, o, GCKPT_C_PARALLEL, dt, part), out = flat(s, o, GCKPT_C_PARALLEL, dt, part * n);
-    collective(s, o, GCKPT_COLL_ALL_GATHER, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), in, out);
+    collective(s, o, GCKPT_COLL_ALL_GATHER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), in, out);
     gckpt_sim_release(s, o, in);
     if (w->ag_out >= 0) gckpt_sim_release(s, o, w->ag_out);
     w->ag_out = out;
@@ -240,7 +240,7 @@ void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, ui
     /* fp32 reduce dtype: the output is the sharded gradient itself */
     bool cast = dt != GCKPT_DT_F32;
     int out = flat(s, o, cast ? GCKPT_C_PARALLEL : GCKPT_C_GRADS, dt, part);
-    collective(s, o, GCKPT_COLL_REDUCE_SCATTER, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), w->rs_in, out);
+    collective(s, o, GCKPT_COLL_REDUCE_SCATTER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), w->rs_in, out);
     if (cast) {
         flat(s, o, GCKPT_C_GRADS, GCKPT_DT_F32, part);
         gckpt_sim_release(s, o, out);
@@ -288,7 +288,7 @@ static void z3_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u
     e->numel = p->shard.part;
     e->bytes = p->shard.part * n * gckpt_dtype_size((gckpt_dtype)dt);
     /* src: the rank's persistent partition (no instance) */
-    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_ALL_GATHER, p->section, GCKPT_NOINST, gckpt_sim_gid(s, *g)};
+    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_ALL_GATHER, p->section, GCKPT_NOINST, gckpt_sim_gid(s, *g), u};
 }
 
 static void z3_release(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
@@ -328,12 +328,12 @@ static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t
         uint32_t b = w->ipg >= 0 ? gckpt_sim_gid(s, w->ipg) : GCKPT_NOINST;
         e->numel = p->numel;
         e->bytes = p->numel * gckpt_dtype_size((gckpt_dtype)dt);
-        e->arg.coll = (gckpt_coll_args){GCKPT_COLL_ALL_REDUCE, p->section, b, b};
+        e->arg.coll = (gckpt_coll_args){GCKPT_COLL_ALL_REDUCE, p->section, b, b, u};
         return;
     }
     e->numel = p->shard.part;
     e->bytes = p->shard.part * p->shard.ways * gckpt_dtype_size((gckpt_dtype)dt);
-    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_REDUCE_SCATTER, p->section, GCKPT_NOINST, GCKPT_NOINST};
+    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_REDUCE_SCATTER, p->section, GCKPT_NOINST, GCKPT_NOINST, u};
 }
 
 /* ---- ZeRO-2 ----

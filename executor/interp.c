@@ -387,6 +387,10 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
             if (rc != GCKPT_XS_OK) return rc;
             continue; /* frozen: no states */
         }
+        if (x->fsdp) { /* the rank's shard of what one process makes */
+            if ((rc = exec_fsdp_init_param(x, i, how, how == GCKPT_INIT_CONST ? val : a, key, err)) != GCKPT_XS_OK) return rc;
+            continue;
+        }
         rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : a, key);
         for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates && p->st[k]; k++)
             rc = x->be->init(x->be, exec_state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
@@ -465,6 +469,11 @@ static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *
 {
     uint64_t h = 0;
     double ss = 0;
+    if (x->fsdp) { /* the gradients are sharded: every rank's rows */
+        gckpt_xstatus rc = exec_fsdp_checksum(x, &res->grad_hash, &ss, err);
+        res->grad_norm = sqrt(ss);
+        return rc;
+    }
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
         if (!p->spec->trainable) continue; /* frozen (LoRA's base): no .grad */

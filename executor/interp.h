@@ -44,6 +44,7 @@ typedef struct {
  * the model's buffers. */
 enum { EXEC_PAR_GRADS, EXEC_PAR_STEP, EXEC_PAR_SCALARS, EXEC_PAR_BUFFERS, EXEC_NPAR };
 typedef struct exec_zero exec_zero;
+typedef struct exec_fsdp exec_fsdp;
 
 /* The parts of a step: the first micro-step, the later one (run grad_accum - 1 times),
  * the optimizer; each a range of the schedule's segments. */
@@ -79,6 +80,7 @@ struct gckpt_exec {
     void *par[EXEC_NPAR];
     uint64_t par_bytes[EXEC_NPAR];
     exec_zero *zero;                /* ZeRO-1's flat groups and partitions, else NULL */
+    exec_fsdp *fsdp;                /* FSDP2's shards and units (interp_fsdp.c), else NULL */
 };
 
 /* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
@@ -121,8 +123,31 @@ gckpt_xstatus exec_parallel_step(gckpt_exec *x, const exec_site *w, gckpt_err *e
 gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
 void exec_parallel_release(gckpt_exec *x);
 void exec_parallel_free(gckpt_exec *x);
+/* FSDP2 (interp_fsdp.c): its per-instance places, shards and states, a shard's initial
+ * values; the events it performs (a collective; after an ALLOC of the unit's buffers; a FREE
+ * that is a reshard or an unsharded .grad going into the reduce-scatter input: *done when it
+ * released the buffer itself); the step on the shards, zero_grad of the sharded gradients
+ * (their bytes), the gradient checksum over every rank. */
+bool exec_fsdp_prepare(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_fsdp_setup(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_fsdp_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err);
+gckpt_xstatus exec_fsdp_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_fsdp_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
+gckpt_xstatus exec_fsdp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
+uint64_t exec_fsdp_zero_grad(gckpt_exec *x);
+gckpt_xstatus exec_fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
+void exec_fsdp_release(gckpt_exec *x);
+void exec_fsdp_free(gckpt_exec *x);
 /* Perform one event (interp_events.c). */
 gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *site, gckpt_err *err);
+/* A segment's layer (-1 outside the layers) and its wrapper unit / binding slot (0 the
+ * embedding, 1 + l layer l, L + 1 the head; -1 none). */
+int exec_seg_layer(const gckpt_seg *g);
+int exec_seg_slot(const gckpt_exec *x, const gckpt_seg *g);
+/* The optimizer's call for one parameter's weights and gradient (the run's optimizer and
+ * hyper-parameters; the caller adds states and temporaries). */
+gckpt_optcall exec_optcall(const gckpt_exec *x, gckpt_xt param, gckpt_xt grad, uint64_t step);
 
 static inline void exec_convert_to_f32(const gckpt_xt *t, float *out)
 {

@@ -49,10 +49,18 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
         return false;
     }
     const char *mode = gckpt_parallel_names[s->layout.mode];
-    if (s->layout.mode != GCKPT_PAR_DDP && s->layout.mode != GCKPT_PAR_ZERO1) {
-        gckpt_seterr(err, "parallel mode %s: gckpt-run does not execute it yet (its per-rank working set, gathered "
-                          "parameters and reduce-scatter buffers, is not events of the schedule); ddp and zero1 run",
+    if (s->layout.mode != GCKPT_PAR_DDP && s->layout.mode != GCKPT_PAR_ZERO1 && s->layout.mode != GCKPT_PAR_FSDP) {
+        gckpt_seterr(err, "parallel mode %s: gckpt-run does not execute it yet (its gathers and reductions are "
+                          "schedule events the interpreter does not carry out for it); ddp, zero1 and fsdp run",
                      mode);
+        return false;
+    }
+    if (s->layout.mode == GCKPT_PAR_FSDP &&
+        (s->precision != GCKPT_FP32 || s->peft.method != GCKPT_METHOD_FULL || s->optimizer != GCKPT_ADAMW)) {
+        gckpt_seterr(err, "parallel mode fsdp: gckpt-run executes it in fp32 with adamw and every parameter trained "
+                          "(not %s, %s%s)",
+                     gckpt_precision_names[s->precision], gckpt_optimizer_names[s->optimizer],
+                     s->peft.method != GCKPT_METHOD_FULL ? ", an adapter" : "");
         return false;
     }
     if ((uint32_t)world != gckpt_layout_world(&s->layout)) {
@@ -63,8 +71,6 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
 }
 
 static bool multi(const gckpt_exec *x) { return gckpt_layout_multi(&x->set.layout); }
-
-static uint64_t world(const gckpt_exec *x) { return (uint64_t)x->o.world; }
 
 static uint64_t z_bucket_bytes(const gckpt_exec *x)
 {
@@ -167,6 +173,11 @@ gckpt_xstatus exec_parallel_setup(gckpt_exec *x, gckpt_err *err)
             return exec_fail(err, "zero1: the ipg bucket of %llu elements exceeds the %llu bytes released in the step",
                              (unsigned long long)x->zero->bucket, (unsigned long long)bytes[EXEC_PAR_STEP]);
     }
+    if (x->set.layout.mode == GCKPT_PAR_FSDP) { /* the parameter instances exist now */
+        if (!x->fsdp && !exec_fsdp_prepare(x, err)) return GCKPT_XS_ERROR;
+        gckpt_xstatus rc = exec_fsdp_setup(x, err);
+        if (rc != GCKPT_XS_OK) return rc;
+    }
     uint64_t sum = 0;
     for (int k = 0; k < EXEC_NPAR; k++) {
         if (!bytes[k]) continue;
@@ -266,7 +277,7 @@ static gckpt_xstatus zero_sync(gckpt_exec *x, gckpt_err *err)
 
 gckpt_xstatus exec_parallel_sync(gckpt_exec *x, gckpt_err *err)
 {
-    if (!multi(x)) return GCKPT_XS_OK;
+    if (!multi(x) || x->fsdp) return GCKPT_XS_OK; /* FSDP2 reduce-scatters inside the schedule */
     if (x->zero) return zero_sync(x, err);
     uint64_t n;
     uint8_t dt;
@@ -318,17 +329,10 @@ static gckpt_xstatus zero_group_step(gckpt_exec *x, int g, const gckpt_xt *slice
     }
     if (rc == GCKPT_XS_OK && f32->p != slice->p) rc = be->add(be, *f32, none, *slice);
     if (rc != GCKPT_XS_OK) return rc;
-    gckpt_optcall c = {.kind = GCKPT_ADAMW,
-                       .param = view(z->master[g], 0, part, GCKPT_DT_F32),
-                       .grad = *f32,
-                       .s1 = view(z->st[g][0], 0, part, GCKPT_DT_F32),
-                       .s2 = view(z->st[g][1], 0, part, GCKPT_DT_F32),
-                       .lr = x->o.lr,
-                       .beta1 = 0.9,
-                       .beta2 = 0.999,
-                       .eps = 1e-8,
-                       .weight_decay = 0.01, /* as on one GPU (interp_events.c) */
-                       .step = step};
+    gckpt_optcall c = exec_optcall(x, view(z->master[g], 0, part, GCKPT_DT_F32), *f32, step); /* as on one GPU */
+    c.kind = GCKPT_ADAMW;
+    c.s1 = view(z->st[g][0], 0, part, GCKPT_DT_F32);
+    c.s2 = view(z->st[g][1], 0, part, GCKPT_DT_F32);
     if ((rc = be->optim(be, &c)) != GCKPT_XS_OK) return rc;
     /* the updated master into the rank's slice of the weights, then every rank's gathered */
     gckpt_xt mine = view(z->flat[g], lo, part, z->dt);
@@ -376,6 +380,7 @@ gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, con
 
 void exec_parallel_release(gckpt_exec *x)
 {
+    exec_fsdp_release(x);
     for (int k = 0; k < EXEC_NPAR; k++) {
         if (x->par[k]) x->be->release(x->be, GCKPT_MEM_DEVICE, x->par[k], x->par_bytes[k]);
         x->par[k] = NULL;
@@ -394,6 +399,7 @@ void exec_parallel_release(gckpt_exec *x)
 
 void exec_parallel_free(gckpt_exec *x)
 {
+    exec_fsdp_free(x);
     if (!x->zero) return;
     free(x->zero->place);
     free(x->zero->keep);

@@ -211,7 +211,8 @@ static void run_one(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, cons
         return;
     }
     gckpt_setting s = gckpt_plan_file_setting(pf, i);
-    gckpt_exec_opts xo = {.seed = o->seed, .stop = o->stop, .rank = o->comm ? o->comm->rank : 0, .world = world_of(o)};
+    gckpt_exec_opts xo = {.seed = o->seed, .stop = o->stop, .rank = o->comm ? o->comm->rank : 0, .world = world_of(o),
+                          .comm = o->comm};
     gckpt_exec *x = gckpt_exec_new(be, &pf->model, &pf->dev, &s, &xo, &err);
     if (!x) {
         set_status(rep, GCKPT_RS_ERROR, err.msg);

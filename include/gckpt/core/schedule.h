@@ -123,6 +123,7 @@ typedef struct {
     uint8_t kind; /* gckpt_coll (gckpt/core/coll.h; never BROADCAST) */
     uint8_t unit; /* gckpt_section */
     uint32_t src, dst;
+    uint64_t index; /* the wrapper unit: 0 the embedding, 1 + l layer l, L + 1 the head */
 } gckpt_coll_args;
 
 typedef struct {

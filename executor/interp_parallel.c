@@ -18,8 +18,8 @@
  *         partition, the master cast into the flat weights, the flat weights all-gathered,
  *         the rest freed and the bucket allocated again.
  * DDP's step counters, ZeRO's scalars and the model's buffers are allocated as their bytes
- * (nothing reads them here). fsdp, zero2 and zero3 are refused: their per-rank working set is
- * not yet events of the schedule. */
+ * (nothing reads them here). fsdp runs in interp_fsdp.c (fp32); zero2 and zero3 are refused:
+ * the interpreter does not carry out their gathers and reductions yet. */
 #include "interp.h"
 
 #include <stdlib.h>

@@ -107,11 +107,10 @@ void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layo
     }
 }
 
-uint64_t gckpt_fsdp_local(const gckpt_param *p, uint32_t n, uint32_t r)
+uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r)
 {
-    uint64_t c = cdiv(dim0(p), n), lo = (uint64_t)r * c, d = dim0(p);
-    uint64_t rows = lo >= d ? 0 : (d - lo < c ? d - lo : c);
-    return rows * row_numel(p);
+    uint64_t lo = (uint64_t)r * p->shard.part;
+    return p->numel > lo ? (p->numel - lo < p->shard.part ? p->numel - lo : p->shard.part) : 0;
 }
 
 /* The model's buffers: rotary inv_freq and original_inv_freq, fp32 [head_dim / 2] each
@@ -142,7 +141,7 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
             break;
         case GCKPT_PAR_FSDP: /* fp32 sharded parameters, whatever the MixedPrecisionPolicy computes in */
             out->weights += p->copies * gckpt_round_up(4 * p->shard.part, round);
-            out->states += p->copies * 2 * gckpt_round_up(4 * gckpt_fsdp_local(p, n, rank), round);
+            out->states += p->copies * 2 * gckpt_round_up(4 * gckpt_shard_local(p, rank), round);
             break;
         case GCKPT_PAR_ZERO3:
             out->weights += p->copies * gckpt_round_up(zs * p->shard.part, round);

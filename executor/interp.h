@@ -121,6 +121,13 @@ gckpt_xstatus exec_parallel_sync(gckpt_exec *x, gckpt_err *err);
 bool exec_parallel_keeps_grad(const gckpt_exec *x, size_t i);
 gckpt_xstatus exec_parallel_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
 gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+/* A sharded gradient's checksum (the ranks' pieces add up to one process's checksum of the
+ * whole tensors: the hash is a sum of per-element terms, gckpt_hash_term): parameter p's
+ * piece of n fp32 elements at device buffer src, element lo of the tensor, added to *h and
+ * *ss; then every rank's sums added in rank order. */
+gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, const void *src, uint64_t n, uint64_t lo, uint64_t *h,
+                              double *ss, gckpt_err *err);
+gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err *err);
 void exec_parallel_release(gckpt_exec *x);
 void exec_parallel_free(gckpt_exec *x);
 /* FSDP2 (interp_fsdp.c): its per-instance places, shards and states, a shard's initial

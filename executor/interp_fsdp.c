@@ -1,6 +1,6 @@
 /* FSDP2 (fully_shard per decoder layer plus the root) on several ranks: what the interpreter
  * does beyond its ordinary events. The rules are the core's (gckpt/core/parallel.h: the shard
- * fields, gckpt_fsdp_local, gckpt_rank_persistent; core/sim_parallel.c: the working set as
+ * fields, gckpt_shard_local, gckpt_rank_persistent; core/sim_parallel.c: the working set as
  * events); here they are carried out on real buffers:
  *  - persistent: each parameter's fp32 padded dim-0 shard (shard.part elements, rank r's rows
  *    of the tensor first, the padding 0) and AdamW's two states on its unpadded local rows;
@@ -43,7 +43,7 @@ static uint64_t world(const gckpt_exec *x) { return (uint64_t)x->o.world; }
 static uint64_t part_of(const param_t *p) { return p->spec->shard.part; }
 static uint64_t local_of(const gckpt_exec *x, const param_t *p)
 {
-    return gckpt_fsdp_local(p->spec, (uint32_t)world(x), (uint32_t)x->o.rank);
+    return gckpt_shard_local(p->spec, (uint32_t)x->o.rank);
 }
 static gckpt_xt f32(void *p, uint64_t off, uint64_t n) { return (gckpt_xt){(char *)p + off * 4, n, GCKPT_DT_F32, 0}; }
 
@@ -277,44 +277,16 @@ uint64_t exec_fsdp_zero_grad(gckpt_exec *x)
 gckpt_xstatus exec_fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp;
-    uint64_t h = 0;
-    double ss = 0;
-    for (size_t j = 0; j < x->nparams; j++) {
-        param_t *p = &x->params[j];
-        uint64_t local = local_of(x, p), lo = (uint64_t)x->o.rank * part_of(p);
-        if (!exec_live(x, f->grad[f->unit[j]])) return exec_fail(err, "checksum: fsdp: a unit has no sharded gradient");
-        float *v = malloc(sizeof *v * (local ? local : 1));
-        if (!v) return exec_fail(err, "out of memory");
-        gckpt_xstatus rc = x->be->download(x->be, v, (char *)x->inst[f->grad[f->unit[j]]].p + f->off[j] * 4, local * 4);
-        uint64_t salt = gckpt_key((uint64_t)p->tensor, (uint64_t)(p->layer + 1), 0x9ad, 0);
-        for (uint64_t i = 0; i < local && rc == GCKPT_XS_OK; i++) {
-            uint32_t bits;
-            memcpy(&bits, &v[i], 4);
-            h += gckpt_hash_term(salt, bits, lo + i);
-            ss += (double)v[i] * v[i];
-        }
-        free(v);
-        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "checksum", err);
-    }
-    /* every rank's sums, added in rank order */
-    gckpt_comm *c = x->o.comm;
-    struct {
-        uint64_t h;
-        double ss;
-    } mine = {h, ss}, *all = calloc(world(x), sizeof *all);
-    if (!all) return exec_fail(err, "out of memory");
-    if (!c || !c->collective(c, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, &mine, all, sizeof mine, GCKPT_DT_U8, 0)) {
-        free(all);
-        return exec_fail(err, "checksum: gathering the ranks' sums: %s", c ? c->err.msg : "no communicator");
-    }
     *hash = 0;
     *sumsq = 0;
-    for (uint64_t r = 0; r < world(x); r++) {
-        *hash += all[r].h;
-        *sumsq += all[r].ss;
+    for (size_t j = 0; j < x->nparams; j++) {
+        param_t *p = &x->params[j];
+        if (!exec_live(x, f->grad[f->unit[j]])) return exec_fail(err, "checksum: fsdp: a unit has no sharded gradient");
+        gckpt_xstatus rc = exec_piece_hash(x, p, (char *)x->inst[f->grad[f->unit[j]]].p + f->off[j] * 4, local_of(x, p),
+                                           (uint64_t)x->o.rank * part_of(p), hash, sumsq, err);
+        if (rc != GCKPT_XS_OK) return rc;
     }
-    free(all);
-    return GCKPT_XS_OK;
+    return exec_ranks_hash(x, hash, sumsq, err);
 }
 
 void exec_fsdp_release(gckpt_exec *x)

@@ -23,6 +23,7 @@
 #include "interp.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "gckpt/core/parallel.h"
 
@@ -405,4 +406,43 @@ void exec_parallel_free(gckpt_exec *x)
     free(x->zero->keep);
     free(x->zero);
     x->zero = NULL;
+}
+
+gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, const void *src, uint64_t n, uint64_t lo, uint64_t *h,
+                              double *ss, gckpt_err *err)
+{
+    float *v = malloc(sizeof *v * (n ? n : 1));
+    if (!v) return exec_fail(err, "out of memory");
+    gckpt_xstatus rc = x->be->download(x->be, v, src, n * 4);
+    uint64_t salt = gckpt_key((uint64_t)p->tensor, (uint64_t)(p->layer + 1), 0x9ad, 0); /* as interp.c's checksum */
+    for (uint64_t i = 0; i < n && rc == GCKPT_XS_OK; i++) {
+        uint32_t bits;
+        memcpy(&bits, &v[i], 4);
+        *h += gckpt_hash_term(salt, bits, lo + i);
+        *ss += (double)v[i] * v[i];
+    }
+    free(v);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "checksum", err);
+}
+
+gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err *err)
+{
+    gckpt_comm *c = x->o.comm;
+    struct {
+        uint64_t h;
+        double ss;
+    } mine = {*h, *ss}, *all = calloc((size_t)x->o.world, sizeof *all);
+    if (!all) return exec_fail(err, "out of memory");
+    if (!c || !c->collective(c, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, &mine, all, sizeof mine, GCKPT_DT_U8, 0)) {
+        free(all);
+        return exec_fail(err, "checksum: gathering the ranks' sums: %s", c ? c->err.msg : "no communicator");
+    }
+    *h = 0;
+    *ss = 0;
+    for (int r = 0; r < x->o.world; r++) { /* in rank order */
+        *h += all[r].h;
+        *ss += all[r].ss;
+    }
+    free(all);
+    return GCKPT_XS_OK;
 }

@@ -77,10 +77,11 @@ typedef struct {
     uint64_t total;
 } gckpt_rank_bytes;
 
-/* Elements of FSDP2's unpadded local shard of p on rank r of n: its rows (torch.chunk: the last
- * ranks may get fewer or none) times the elements of a row; they are the first of the rank's
- * padded shard of p->shard.part elements, which starts at element r x part of the tensor. */
-uint64_t gckpt_fsdp_local(const gckpt_param *p, uint32_t n, uint32_t r);
+/* Elements of p's unpadded piece on rank r (after gckpt_params_shard): rank r's padded shard
+ * of p->shard.part elements starts at element r x part of the tensor and holds what is left of
+ * it, the rest padding. FSDP2: its rows (torch.chunk: the last ranks may get fewer or none)
+ * times a row's elements; ZeRO-3: its flat slice. */
+uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r);
 
 /* Rank `rank`'s persistent bytes for setting s (a checked, multi-GPU layout) from table ps
  * after gckpt_params_shard. Rank 0 is the busiest (FSDP2's local shards shrink at the end). */

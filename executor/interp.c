@@ -387,8 +387,10 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
             if (rc != GCKPT_XS_OK) return rc;
             continue; /* frozen: no states */
         }
-        if (x->fsdp) { /* the rank's shard of what one process makes */
-            if ((rc = exec_fsdp_init_param(x, i, how, how == GCKPT_INIT_CONST ? val : a, key, err)) != GCKPT_XS_OK) return rc;
+        if (x->fsdp || x->z3) { /* the rank's shard of what one process makes */
+            float scale = how == GCKPT_INIT_CONST ? val : a;
+            rc = x->fsdp ? exec_fsdp_init_param(x, i, how, scale, key, err) : exec_z3_init_param(x, i, how, scale, key, err);
+            if (rc != GCKPT_XS_OK) return rc;
             continue;
         }
         rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : a, key);
@@ -469,8 +471,8 @@ static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *
 {
     uint64_t h = 0;
     double ss = 0;
-    if (x->fsdp) { /* the gradients are sharded: every rank's rows */
-        gckpt_xstatus rc = exec_fsdp_checksum(x, &res->grad_hash, &ss, err);
+    if (x->fsdp || x->z3) { /* the gradients are sharded: every rank's pieces */
+        gckpt_xstatus rc = x->fsdp ? exec_fsdp_checksum(x, &res->grad_hash, &ss, err) : exec_z3_checksum(x, &res->grad_hash, &ss, err);
         res->grad_norm = sqrt(ss);
         return rc;
     }

@@ -45,6 +45,7 @@ typedef struct {
 enum { EXEC_PAR_GRADS, EXEC_PAR_STEP, EXEC_PAR_SCALARS, EXEC_PAR_BUFFERS, EXEC_NPAR };
 typedef struct exec_zero exec_zero;
 typedef struct exec_fsdp exec_fsdp;
+typedef struct exec_z3 exec_z3;
 
 /* The parts of a step: the first micro-step, the later one (run grad_accum - 1 times),
  * the optimizer; each a range of the schedule's segments. */
@@ -81,6 +82,7 @@ struct gckpt_exec {
     uint64_t par_bytes[EXEC_NPAR];
     exec_zero *zero;                /* ZeRO-1's flat groups and partitions, else NULL */
     exec_fsdp *fsdp;                /* FSDP2's shards and units (interp_fsdp.c), else NULL */
+    exec_z3 *z3;                    /* ZeRO-3's partitions (interp_zero3.c), else NULL */
 };
 
 /* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
@@ -128,6 +130,11 @@ gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, con
 gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, const void *src, uint64_t n, uint64_t lo, uint64_t *h,
                               double *ss, gckpt_err *err);
 gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err *err);
+/* A sharded parameter's fp32 padded shard on this rank (shard.part elements at dst) from its
+ * initialisation (how, scale, key as one process makes the whole tensor): elements
+ * [r x part, r x part + gckpt_shard_local) of the tensor, then 0. */
+gckpt_xstatus exec_shard_init(gckpt_exec *x, const param_t *p, void *dst, gckpt_init how, float scale, uint64_t key,
+                              gckpt_err *err);
 void exec_parallel_release(gckpt_exec *x);
 void exec_parallel_free(gckpt_exec *x);
 /* FSDP2 (interp_fsdp.c): its per-instance places, shards and states, a shard's initial
@@ -146,6 +153,16 @@ uint64_t exec_fsdp_zero_grad(gckpt_exec *x);
 gckpt_xstatus exec_fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
 void exec_fsdp_release(gckpt_exec *x);
 void exec_fsdp_free(gckpt_exec *x);
+/* ZeRO-3 (interp_zero3.c), the same hooks as FSDP2's (its setup after the parallel mode's
+ * buffers: the gradient partitions and the ipg bucket are EXEC_PAR_GRADS). */
+gckpt_xstatus exec_z3_setup(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_z3_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err);
+gckpt_xstatus exec_z3_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_z3_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
+gckpt_xstatus exec_z3_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_z3_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
+void exec_z3_release(gckpt_exec *x);
+void exec_z3_free(gckpt_exec *x);
 /* Perform one event (interp_events.c). */
 gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *site, gckpt_err *err);
 /* A segment's layer (-1 outside the layers) and its wrapper unit / binding slot (0 the

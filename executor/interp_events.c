@@ -75,7 +75,9 @@ static gckpt_xstatus ev_free(gckpt_exec *x, const gckpt_event *e, const exec_sit
 {
     if (!exec_live(x, e->inst)) return exec_fail(err, "%s: instance %u freed but not allocated", w->at, e->inst);
     bool done = false;
-    gckpt_xstatus rc = x->fsdp && x->inst[e->inst].bytes == e->bytes ? exec_fsdp_on_free(x, e, w, &done, err) : GCKPT_XS_OK;
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    if (x->inst[e->inst].bytes == e->bytes && x->fsdp) rc = exec_fsdp_on_free(x, e, w, &done, err);
+    if (x->inst[e->inst].bytes == e->bytes && x->z3) rc = exec_z3_on_free(x, e, w, &done, err);
     if (rc != GCKPT_XS_OK || done) return rc;
     if (x->inst[e->inst].is_pgrad) return exec_fail(err, "%s: a parameter's .grad freed before zero_grad", w->at);
     if (x->inst[e->inst].bytes != e->bytes)
@@ -459,10 +461,12 @@ gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *w, gckp
         return !w->update ? GCKPT_XS_OK
                : x->zero  ? exec_parallel_step(x, w, err)
                : x->fsdp  ? exec_fsdp_step(x, w, err)
+               : x->z3    ? exec_z3_step(x, w, err)
                           : ev_opt(x, w, err);
     case GCKPT_EV_ZERO_GRAD: return zero_grad(x, e, w, err);
     case GCKPT_EV_COLLECTIVE: /* the modes whose wrapper moves data inside the schedule */
         if (x->fsdp && e->arg.coll.kind < GCKPT_NCOLL) return exec_fsdp_collective(x, e, w, err);
+        if (x->z3 && e->arg.coll.kind < GCKPT_NCOLL) return exec_z3_collective(x, e, w, err);
         return exec_fail(err, "%s: a %s between ranks that this mode does not execute", w->at,
                          e->arg.coll.kind < GCKPT_NCOLL ? gckpt_coll_names[e->arg.coll.kind] : "collective");
     default: return exec_fail(err, "%s: unknown event kind", w->at);

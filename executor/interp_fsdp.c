@@ -101,19 +101,13 @@ gckpt_xstatus exec_fsdp_setup(gckpt_exec *x, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-/* Parameter instance j's shard from its initialisation (how, scale, key as one process makes
- * the whole tensor): elements [r x part, r x part + local) of the tensor, then 0. */
 gckpt_xstatus exec_fsdp_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp;
     param_t *p = &x->params[j];
-    uint64_t part = part_of(p), local = local_of(x, p), lo = (uint64_t)x->o.rank * part;
-    float *v = malloc(sizeof *v * (part ? part : 1));
-    if (!v) return exec_fail(err, "out of memory");
-    for (uint64_t i = 0; i < part; i++)
-        v[i] = i >= local ? 0.0f : how == GCKPT_INIT_CONST ? scale : gckpt_rng_uniform(key, lo + i, scale);
-    gckpt_xstatus rc = x->be->upload(x->be, f->shard[j], v, part * 4);
-    free(v);
+    uint64_t local = local_of(x, p);
+    gckpt_xstatus rc = exec_shard_init(x, p, f->shard[j], how, scale, key, err);
+    if (rc != GCKPT_XS_OK) return rc;
     for (int k = 0; k < 2 && rc == GCKPT_XS_OK && f->state_bytes[j]; k++)
         rc = x->be->init(x->be, f32(p->st[k], 0, local), GCKPT_INIT_CONST, 0.0f, 0);
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising fsdp's shards", err);

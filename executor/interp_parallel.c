@@ -18,8 +18,8 @@
  *         partition, the master cast into the flat weights, the flat weights all-gathered,
  *         the rest freed and the bucket allocated again.
  * DDP's step counters, ZeRO's scalars and the model's buffers are allocated as their bytes
- * (nothing reads them here). fsdp runs in interp_fsdp.c (fp32); zero2 and zero3 are refused:
- * the interpreter does not carry out their gathers and reductions yet. */
+ * (nothing reads them here). fsdp runs in interp_fsdp.c, zero3 in interp_zero3.c (fp32); zero2
+ * is refused: the interpreter does not carry out its reductions yet. */
 #include "interp.h"
 
 #include <stdlib.h>
@@ -50,17 +50,17 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
         return false;
     }
     const char *mode = gckpt_parallel_names[s->layout.mode];
-    if (s->layout.mode != GCKPT_PAR_DDP && s->layout.mode != GCKPT_PAR_ZERO1 && s->layout.mode != GCKPT_PAR_FSDP) {
+    if (s->layout.mode == GCKPT_PAR_ZERO2) {
         gckpt_seterr(err, "parallel mode %s: gckpt-run does not execute it yet (its gathers and reductions are "
-                          "schedule events the interpreter does not carry out for it); ddp, zero1 and fsdp run",
+                          "schedule events the interpreter does not carry out for it); ddp, zero1, fsdp and zero3 run",
                      mode);
         return false;
     }
-    if (s->layout.mode == GCKPT_PAR_FSDP &&
-        (s->precision != GCKPT_FP32 || s->peft.method != GCKPT_METHOD_FULL || s->optimizer != GCKPT_ADAMW)) {
-        gckpt_seterr(err, "parallel mode fsdp: gckpt-run executes it in fp32 with adamw and every parameter trained "
+    bool sharded = s->layout.mode == GCKPT_PAR_FSDP || s->layout.mode == GCKPT_PAR_ZERO3;
+    if (sharded && (s->precision != GCKPT_FP32 || s->peft.method != GCKPT_METHOD_FULL || s->optimizer != GCKPT_ADAMW)) {
+        gckpt_seterr(err, "parallel mode %s: gckpt-run executes it in fp32 with adamw and every parameter trained "
                           "(not %s, %s%s)",
-                     gckpt_precision_names[s->precision], gckpt_optimizer_names[s->optimizer],
+                     mode, gckpt_precision_names[s->precision], gckpt_optimizer_names[s->optimizer],
                      s->peft.method != GCKPT_METHOD_FULL ? ", an adapter" : "");
         return false;
     }
@@ -187,6 +187,10 @@ gckpt_xstatus exec_parallel_setup(gckpt_exec *x, gckpt_err *err)
         x->par_bytes[k] = bytes[k];
         sum += bytes[k];
     }
+    if (x->set.layout.mode == GCKPT_PAR_ZERO3) {
+        gckpt_xstatus rc = exec_z3_setup(x, err);
+        if (rc != GCKPT_XS_OK) return rc;
+    }
     if (sum != x->ctx.parallel)
         return exec_fail(err, "setup: rank %d's %s buffers take %llu bytes, the schedule counts %llu", x->o.rank,
                          gckpt_parallel_names[x->set.layout.mode], (unsigned long long)sum,
@@ -278,7 +282,7 @@ static gckpt_xstatus zero_sync(gckpt_exec *x, gckpt_err *err)
 
 gckpt_xstatus exec_parallel_sync(gckpt_exec *x, gckpt_err *err)
 {
-    if (!multi(x) || x->fsdp) return GCKPT_XS_OK; /* FSDP2 reduce-scatters inside the schedule */
+    if (!multi(x) || x->fsdp || x->z3) return GCKPT_XS_OK; /* FSDP2, ZeRO-3: reduced inside the schedule */
     if (x->zero) return zero_sync(x, err);
     uint64_t n;
     uint8_t dt;
@@ -382,6 +386,7 @@ gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, con
 void exec_parallel_release(gckpt_exec *x)
 {
     exec_fsdp_release(x);
+    exec_z3_release(x);
     for (int k = 0; k < EXEC_NPAR; k++) {
         if (x->par[k]) x->be->release(x->be, GCKPT_MEM_DEVICE, x->par[k], x->par_bytes[k]);
         x->par[k] = NULL;
@@ -401,6 +406,7 @@ void exec_parallel_release(gckpt_exec *x)
 void exec_parallel_free(gckpt_exec *x)
 {
     exec_fsdp_free(x);
+    exec_z3_free(x);
     if (!x->zero) return;
     free(x->zero->place);
     free(x->zero->keep);
@@ -445,4 +451,18 @@ gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err 
     }
     free(all);
     return GCKPT_XS_OK;
+}
+
+gckpt_xstatus exec_shard_init(gckpt_exec *x, const param_t *p, void *dst, gckpt_init how, float scale, uint64_t key,
+                              gckpt_err *err)
+{
+    uint64_t part = p->spec->shard.part, local = gckpt_shard_local(p->spec, (uint32_t)x->o.rank);
+    uint64_t lo = (uint64_t)x->o.rank * part;
+    float *v = malloc(sizeof *v * (part ? part : 1));
+    if (!v) return exec_fail(err, "out of memory");
+    for (uint64_t i = 0; i < part; i++) /* the values one process's init gives these elements */
+        v[i] = i >= local ? 0.0f : how == GCKPT_INIT_CONST ? scale : gckpt_rng_uniform(key, lo + i, scale);
+    gckpt_xstatus rc = x->be->upload(x->be, dst, v, part * 4);
+    free(v);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising a shard", err);
 }

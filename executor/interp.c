@@ -471,8 +471,11 @@ static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *
 {
     uint64_t h = 0;
     double ss = 0;
-    if (x->fsdp || x->z3) { /* the gradients are sharded: every rank's pieces */
-        gckpt_xstatus rc = x->fsdp ? exec_fsdp_checksum(x, &res->grad_hash, &ss, err) : exec_z3_checksum(x, &res->grad_hash, &ss, err);
+    bool z2 = x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2;
+    if (x->fsdp || x->z3 || z2) { /* the gradients are sharded: every rank's pieces */
+        gckpt_xstatus rc = x->fsdp ? exec_fsdp_checksum(x, &res->grad_hash, &ss, err)
+                           : x->z3 ? exec_z3_checksum(x, &res->grad_hash, &ss, err)
+                                   : exec_z2_checksum(x, &res->grad_hash, &ss, err);
         res->grad_norm = sqrt(ss);
         return rc;
     }

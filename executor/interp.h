@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 
+#include "gckpt/core/parallel.h"
 #include "gckpt/executor/executor.h"
 #include "host_num.h"
 
@@ -44,6 +45,22 @@ typedef struct {
  * the model's buffers. */
 enum { EXEC_PAR_GRADS, EXEC_PAR_STEP, EXEC_PAR_SCALARS, EXEC_PAR_BUFFERS, EXEC_NPAR };
 typedef struct exec_zero exec_zero;
+/* ZeRO-1/2's flat groups and the rank's partitions (interp_parallel.c; ZeRO-2's reductions in
+ * interp_zero2.c). */
+struct exec_zero {
+    gckpt_zero_group g[2];
+    uint8_t dt;                 /* the model dtype (bf16 under amp-bf16, else fp32) */
+    uint64_t bucket;            /* the ipg bucket's elements (reduce_bucket_size) */
+    void *flat[2];              /* each group's flat weights (padded elements) */
+    void *master[2], *st[2][2]; /* the rank's fp32 partitions: master, exp_avg, exp_avg_sq */
+    gckpt_flat_place *place;    /* per parameter instance (x->params order) */
+    bool *keep;                 /* per instance: it overlaps the rank's partition */
+    /* ZeRO-2: the rank's reduced gradients, every kept instance whole in the flat order
+     * (pbuf_off: its offset there), in the first micro-step's buffer (part0, to zero_grad) and
+     * a later micro-step's (part1, added into part0 when freed) */
+    uint64_t *pbuf_off;
+    uint32_t part0, part1;
+};
 typedef struct exec_fsdp exec_fsdp;
 typedef struct exec_z3 exec_z3;
 
@@ -163,6 +180,18 @@ gckpt_xstatus exec_z3_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
 gckpt_xstatus exec_z3_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
 void exec_z3_release(gckpt_exec *x);
 void exec_z3_free(gckpt_exec *x);
+/* ZeRO-2 (interp_zero2.c): the kept instances' places in the partition buffer (after ZeRO-1's
+ * flat setup), the events it performs (an ALLOC of a partition buffer, an ALL_REDUCE of one
+ * parameter through the ipg bucket, a FREE of a reduced .grad or of a later micro-step's
+ * buffer), zero_grad's buffer (its bytes), a kept instance's reduced gradient, the checksum
+ * of the rank's partition over every rank. */
+gckpt_xstatus exec_z2_setup(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_z2_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_z2_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_z2_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
+uint64_t exec_z2_zero_grad(gckpt_exec *x);
+gckpt_xt exec_z2_grad(const gckpt_exec *x, size_t j);
+gckpt_xstatus exec_z2_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
 /* Perform one event (interp_events.c). */
 gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *site, gckpt_err *err);
 /* A segment's layer (-1 outside the layers) and its wrapper unit / binding slot (0 the

@@ -50,7 +50,9 @@ static gckpt_xstatus ev_alloc(gckpt_exec *x, const gckpt_event *e, const exec_si
     gckpt_xstatus rc = check_alloc_size(x, e, w->at, err);
     if (rc != GCKPT_XS_OK) return rc;
     param_t *p = NULL;
-    if (e->comp == GCKPT_C_GRADS && !(x->fsdp && e->kind == GCKPT_EV_ALLOC_SCRATCH)) { /* FSDP2: a sharded gradient */
+    /* FSDP2's sharded gradient of a unit, ZeRO-2's reduced partition: a flat gradient buffer */
+    bool flat_grads = e->kind == GCKPT_EV_ALLOC_SCRATCH && (x->fsdp || (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2));
+    if (e->comp == GCKPT_C_GRADS && !flat_grads) {
         p = exec_param(x, t, exec_seg_layer(w->seg));
         if (!p) return exec_fail(err, "%s: a gradient allocation for something that is not a parameter", w->at);
         if (p->grad != GCKPT_NOINST) return exec_fail(err, "%s: the parameter's .grad exists already", w->at);
@@ -68,6 +70,7 @@ static gckpt_xstatus ev_alloc(gckpt_exec *x, const gckpt_event *e, const exec_si
     in->n = e->numel;
     in->is_pgrad = p != NULL;
     if (p) p->grad = id;
+    if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2) return exec_z2_on_alloc(x, e, w, err);
     return x->fsdp ? exec_fsdp_on_alloc(x, e, w, err) : GCKPT_XS_OK;
 }
 
@@ -78,6 +81,8 @@ static gckpt_xstatus ev_free(gckpt_exec *x, const gckpt_event *e, const exec_sit
     gckpt_xstatus rc = GCKPT_XS_OK;
     if (x->inst[e->inst].bytes == e->bytes && x->fsdp) rc = exec_fsdp_on_free(x, e, w, &done, err);
     if (x->inst[e->inst].bytes == e->bytes && x->z3) rc = exec_z3_on_free(x, e, w, &done, err);
+    if (x->inst[e->inst].bytes == e->bytes && x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2)
+        rc = exec_z2_on_free(x, e, w, &done, err);
     if (rc != GCKPT_XS_OK || done) return rc;
     if (x->inst[e->inst].is_pgrad) return exec_fail(err, "%s: a parameter's .grad freed before zero_grad", w->at);
     if (x->inst[e->inst].bytes != e->bytes)
@@ -118,6 +123,7 @@ static gckpt_xstatus zero_grad(gckpt_exec *x, const gckpt_event *e, const exec_s
         p->grad = GCKPT_NOINST;
     }
     if (x->fsdp) sum += exec_fsdp_zero_grad(x);
+    if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2) sum += exec_z2_zero_grad(x);
     if (sum != e->bytes)
         return exec_fail(err, "%s: zero_grad freed %llu bytes of .grad, the schedule says %llu", w->at,
                          (unsigned long long)sum, (unsigned long long)e->bytes);
@@ -467,6 +473,7 @@ gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *w, gckp
     case GCKPT_EV_COLLECTIVE: /* the modes whose wrapper moves data inside the schedule */
         if (x->fsdp && e->arg.coll.kind < GCKPT_NCOLL) return exec_fsdp_collective(x, e, w, err);
         if (x->z3 && e->arg.coll.kind < GCKPT_NCOLL) return exec_z3_collective(x, e, w, err);
+        if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2) return exec_z2_collective(x, e, w, err);
         return exec_fail(err, "%s: a %s between ranks that this mode does not execute", w->at,
                          e->arg.coll.kind < GCKPT_NCOLL ? gckpt_coll_names[e->arg.coll.kind] : "collective");
     default: return exec_fail(err, "%s: unknown event kind", w->at);

@@ -18,24 +18,14 @@
  *         partition, the master cast into the flat weights, the flat weights all-gathered,
  *         the rest freed and the bucket allocated again.
  * DDP's step counters, ZeRO's scalars and the model's buffers are allocated as their bytes
- * (nothing reads them here). fsdp runs in interp_fsdp.c, zero3 in interp_zero3.c (fp32); zero2
- * is refused: the interpreter does not carry out its reductions yet. */
+ * (nothing reads them here). zero2 is zero1's layout with its reductions in interp_zero2.c,
+ * fsdp runs in interp_fsdp.c, zero3 in interp_zero3.c (the three in fp32). */
 #include "interp.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "gckpt/core/parallel.h"
-
-struct exec_zero {
-    gckpt_zero_group g[2];
-    uint8_t dt;                 /* the model dtype (bf16 under amp-bf16, else fp32) */
-    uint64_t bucket;            /* the ipg bucket's elements (reduce_bucket_size) */
-    void *flat[2];              /* each group's flat weights (padded elements) */
-    void *master[2], *st[2][2]; /* the rank's fp32 partitions: master, exp_avg, exp_avg_sq */
-    gckpt_flat_place *place;    /* per parameter instance (x->params order) */
-    bool *keep;                 /* per instance: it overlaps the rank's partition */
-};
 
 bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err)
 {
@@ -50,13 +40,7 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
         return false;
     }
     const char *mode = gckpt_parallel_names[s->layout.mode];
-    if (s->layout.mode == GCKPT_PAR_ZERO2) {
-        gckpt_seterr(err, "parallel mode %s: gckpt-run does not execute it yet (its gathers and reductions are "
-                          "schedule events the interpreter does not carry out for it); ddp, zero1, fsdp and zero3 run",
-                     mode);
-        return false;
-    }
-    bool sharded = s->layout.mode == GCKPT_PAR_FSDP || s->layout.mode == GCKPT_PAR_ZERO3;
+    bool sharded = s->layout.mode == GCKPT_PAR_FSDP || s->layout.mode == GCKPT_PAR_ZERO2 || s->layout.mode == GCKPT_PAR_ZERO3;
     if (sharded && (s->precision != GCKPT_FP32 || s->peft.method != GCKPT_METHOD_FULL || s->optimizer != GCKPT_ADAMW)) {
         gckpt_seterr(err, "parallel mode %s: gckpt-run executes it in fp32 with adamw and every parameter trained "
                           "(not %s, %s%s)",
@@ -86,7 +70,7 @@ static gckpt_xt view(void *p, uint64_t off, uint64_t n, uint8_t dt)
 
 bool exec_parallel_prepare(gckpt_exec *x, gckpt_err *err)
 {
-    if (x->set.layout.mode != GCKPT_PAR_ZERO1) return true;
+    if (x->set.layout.mode != GCKPT_PAR_ZERO1 && x->set.layout.mode != GCKPT_PAR_ZERO2) return true;
     exec_zero *z = x->zero = calloc(1, sizeof *x->zero);
     if (!z) return gckpt_seterr(err, "out of memory"), false;
     const gckpt_params *ps = &x->ctx.params;
@@ -170,7 +154,8 @@ gckpt_xstatus exec_parallel_setup(gckpt_exec *x, gckpt_err *err)
     if (x->zero) {
         gckpt_xstatus rc = zero_setup(x, err);
         if (rc != GCKPT_XS_OK) return rc;
-        if (z_bucket_bytes(x) > bytes[EXEC_PAR_STEP])
+        if (x->set.layout.mode == GCKPT_PAR_ZERO2 && (rc = exec_z2_setup(x, err)) != GCKPT_XS_OK) return rc;
+        if (x->set.layout.mode == GCKPT_PAR_ZERO1 && z_bucket_bytes(x) > bytes[EXEC_PAR_STEP])
             return exec_fail(err, "zero1: the ipg bucket of %llu elements exceeds the %llu bytes released in the step",
                              (unsigned long long)x->zero->bucket, (unsigned long long)bytes[EXEC_PAR_STEP]);
     }
@@ -282,7 +267,8 @@ static gckpt_xstatus zero_sync(gckpt_exec *x, gckpt_err *err)
 
 gckpt_xstatus exec_parallel_sync(gckpt_exec *x, gckpt_err *err)
 {
-    if (!multi(x) || x->fsdp || x->z3) return GCKPT_XS_OK; /* FSDP2, ZeRO-3: reduced inside the schedule */
+    if (!multi(x) || x->fsdp || x->z3 || x->set.layout.mode == GCKPT_PAR_ZERO2)
+        return GCKPT_XS_OK; /* FSDP2, ZeRO-2/3: reduced inside the schedule */
     if (x->zero) return zero_sync(x, err);
     uint64_t n;
     uint8_t dt;
@@ -326,11 +312,12 @@ static gckpt_xstatus zero_group_step(gckpt_exec *x, int g, const gckpt_xt *slice
     for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++) {
         const gckpt_flat_place *f = &z->place[j];
         if (f->group != g || !z->keep[j]) continue;
-        if (!exec_live(x, x->params[j].grad)) return GCKPT_XS_ERROR;
+        /* ZeRO-1: its .grad; ZeRO-2: its place in the reduced partition buffer */
+        gckpt_xt grad = x->set.layout.mode == GCKPT_PAR_ZERO2 ? exec_z2_grad(x, j) : exec_inst_view(x, x->params[j].grad);
+        if (!grad.p) return GCKPT_XS_ERROR;
         uint64_t a = f->offset > lo ? f->offset : lo, end = f->offset + x->params[j].spec->numel;
         uint64_t b = end < hi ? end : hi;
-        rc = be->add(be, view(slice->p, a - lo, b - a, z->dt), none,
-                     view(x->inst[x->params[j].grad].p, a - f->offset, b - a, z->dt));
+        rc = be->add(be, view(slice->p, a - lo, b - a, z->dt), none, view(grad.p, a - f->offset, b - a, z->dt));
     }
     if (rc == GCKPT_XS_OK && f32->p != slice->p) rc = be->add(be, *f32, none, *slice);
     if (rc != GCKPT_XS_OK) return rc;
@@ -410,6 +397,7 @@ void exec_parallel_free(gckpt_exec *x)
     if (!x->zero) return;
     free(x->zero->place);
     free(x->zero->keep);
+    free(x->zero->pbuf_off);
     free(x->zero);
     x->zero = NULL;
 }

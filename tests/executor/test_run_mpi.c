@@ -1,6 +1,6 @@
 /* gckpt-run on several ranks: `mpirun -np N gckpt-run --plan P` on the host backend, a
- * tiny llama planned for DDP, ZeRO-1, FSDP2 and ZeRO-3 on 2 and 4 GPUs, every_n off / 1 / 2 x
- * offload.
+ * tiny llama planned for DDP, ZeRO-1, FSDP2, ZeRO-2 and ZeRO-3 on 2 and 4 GPUs, every_n
+ * off / 1 / 2 x offload.
  * Required: every rank's measured allocator peak equals its schedule's prediction (and
  * the plan's within the tolerance), rank 0 alone writes the report (schema-valid, a
  * section per rank), the loss and the gradient checksum equal the single-process run of
@@ -9,9 +9,9 @@
  * accumulation), and with two micro-steps per rank the loss bit for bit and the gradient
  * norm within 1e-6 (the sums associate differently: ((g0 + g1) + (g2 + g3)) against
  * (((g0 + g1) + g2) + g3)), identical across every setting; ZeRO-1 likewise against one
- * process computing in its model dtype; FSDP2 and ZeRO-3 in fp32 likewise. A multi-rank plan
- * without mpirun, a rank count that differs from the plan, fsdp and zero3 under amp-bf16 and
- * zero2 are refused. Skipped (77) when the build has no MPI. */
+ * process computing in its model dtype; FSDP2, ZeRO-2 and ZeRO-3 in fp32 likewise. A multi-rank
+ * plan without mpirun, a rank count that differs from the plan, and fsdp / zero2 / zero3 under
+ * amp-bf16 are refused. Skipped (77) when the build has no MPI. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -174,28 +174,21 @@ static void zero1(void **st)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
 }
 
-/* FSDP2 in fp32: one micro-step per rank, two steps, bit for bit (2 and 4 ranks: the sharded
- * AdamW step is the whole one's, the checksum summed over the ranks' rows); two micro-steps
- * per rank, one step: the loss bit for bit, the gradient norm within 1e-6. */
-static void fsdp(void **st)
+/* FSDP2, ZeRO-2 (rank 1 keeps the head's gradients: its peak is higher) and ZeRO-3 (persistent
+ * norm weights whole, the rest gathered per module) in fp32: one micro-step per rank, two
+ * steps, bit for bit (2 and 4 ranks: the sharded AdamW step is the whole one's, the checksum
+ * summed over the ranks' pieces); two micro-steps per rank, one step: the loss bit for bit,
+ * the gradient norm within 1e-6. */
+static void sharded(gckpt_parallel mode)
 {
-    (void)st;
-    const run_case cases[] = {{GCKPT_PAR_FSDP, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 2},
-                              {GCKPT_PAR_FSDP, GCKPT_FP32, GCKPT_FP32, 4, 1, true, 2},
-                              {GCKPT_PAR_FSDP, GCKPT_FP32, GCKPT_FP32, 2, 2, false, 1}};
+    const run_case cases[] = {{mode, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 2},
+                              {mode, GCKPT_FP32, GCKPT_FP32, 4, 1, true, 2},
+                              {mode, GCKPT_FP32, GCKPT_FP32, 2, 2, false, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
 }
-
-/* ZeRO-3 in fp32 (persistent norm weights whole, the rest gathered per module): the same cases
- * as FSDP2's. */
-static void zero3(void **st)
-{
-    (void)st;
-    const run_case cases[] = {{GCKPT_PAR_ZERO3, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 2},
-                              {GCKPT_PAR_ZERO3, GCKPT_FP32, GCKPT_FP32, 4, 1, true, 2},
-                              {GCKPT_PAR_ZERO3, GCKPT_FP32, GCKPT_FP32, 2, 2, false, 1}};
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
-}
+static void fsdp(void **st) { (void)st, sharded(GCKPT_PAR_FSDP); }
+static void zero2(void **st) { (void)st, sharded(GCKPT_PAR_ZERO2); }
+static void zero3(void **st) { (void)st, sharded(GCKPT_PAR_ZERO3); }
 
 /* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */
 static int own_lines(const char *err)
@@ -225,7 +218,7 @@ static void refusals(void **st)
         gckpt_precision prec;
         const char *why;
     } no[] = {{GCKPT_PAR_FSDP, GCKPT_AMP_BF16, "parallel mode fsdp: gckpt-run executes it in fp32 with adamw"},
-              {GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, "parallel mode zero2: gckpt-run does not execute it yet"},
+              {GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, "parallel mode zero2: gckpt-run executes it in fp32 with adamw"},
               {GCKPT_PAR_ZERO3, GCKPT_AMP_BF16, "parallel mode zero3: gckpt-run executes it in fp32 with adamw"}};
     for (size_t k = 0; k < sizeof no / sizeof *no; k++) {
         write_plan("refused.json", 2, 1, no[k].mode, no[k].prec);
@@ -256,6 +249,7 @@ int main(void)
     schema = rf_schema();
     if (!schema || !cli_setup("gckpt-mpi")) return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(ddp), cmocka_unit_test(zero1), cmocka_unit_test(fsdp),
+                                       cmocka_unit_test(zero2),
                                        cmocka_unit_test(zero3),
                                        cmocka_unit_test(refusals)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -130,12 +130,25 @@ static void check_case(const run_case *c)
         if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d did not pass", plan, i);
         snprintf(p, sizeof p, "entries[%d].ranks", i);
         assert_int_equal(cJSON_GetArraySize(pf_at(r, p)), c->np);
+        double busiest = 0;
         for (int k = 0; k < c->np; k++) {
+            snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.measured", i, k);
+            busiest = fmax(busiest, num(r, p));
             snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.exact", i, k);
             if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d rank %d: measured peak != its prediction", plan, i, k);
             snprintf(p, sizeof p, "entries[%d].ranks[%d].grad_checksum", i, k);
             assert_string_equal(str(r, p), hash0); /* the averaged gradients, on every rank */
         }
+        /* the entry is the busiest rank's, as the plan's memory; a note of another planner only
+         * when the busiest rank's schedule differs from the plan (DDP's unused-parameter map) */
+        snprintf(p, sizeof p, "entries[%d].memory.peak_bytes.measured", i);
+        if (num(r, p) != busiest) fail_msg("%s entry %d: measured %.0f, the busiest rank %.0f", plan, i, num(r, p), busiest);
+        snprintf(p, sizeof p, "entries[%d].memory.schedule_peak_bytes", i);
+        double sched = num(r, p);
+        snprintf(p, sizeof p, "entries[%d].memory.peak_bytes.predicted", i);
+        bool same = sched == num(r, p);
+        snprintf(p, sizeof p, "entries[%d].message", i);
+        if (same != cJSON_IsNull(pf_at(r, p))) fail_msg("%s entry %d: message %s", plan, i, cJSON_IsNull(pf_at(r, p)) ? "none" : str(r, p));
         snprintf(p, sizeof p, "entries[%d].numerics.loss", i);
         double loss = num(r, p), loss1 = num(s, p);
         if (loss != loss1) fail_msg("%s entry %d: loss %.17g, one process %.17g", plan, i, loss, loss1);

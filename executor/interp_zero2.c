@@ -5,8 +5,8 @@
  *  - an ALLOC_SCRATCH of the partition buffer's elements is the first micro-step's buffer (the
  *    gradients the step reads, freed by zero_grad) or a later micro-step's;
  *  - an ALL_REDUCE of one parameter copies its .grad (made afresh in every micro-step) into the
- *    ipg bucket a bucket at a time, averages it over the ranks in place (the sum scaled by 1 / N
- *    afterwards, as ZeRO-1) and, when the parameter overlaps the rank's partition, copies it into
+ *    ipg bucket a bucket at a time, averages it over the ranks in place (each rank's divided by N
+ *    first: FINDINGS 13.7 D10) and, when the parameter overlaps the rank's partition, copies it into
  *    its place in the micro-step's partition buffer;
  *  - the .grad's FREE at the next parameter's hook just frees it; a later micro-step's buffer
  *    is added into the first when it is freed at the backward's end;
@@ -96,7 +96,7 @@ gckpt_xstatus exec_z2_collective(gckpt_exec *x, const gckpt_event *e, const exec
         uint64_t m = p->spec->numel - off < z->bucket ? p->spec->numel - off : z->bucket;
         gckpt_xt piece = at(b, 0, m, z->dt);
         rc = x->be->add(x->be, piece, none, at(g, off, m, z->dt));
-        if (rc == GCKPT_XS_OK) rc = x->be->collective(x->be, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_AVG_POST, piece, piece, 0);
+        if (rc == GCKPT_XS_OK) rc = x->be->collective(x->be, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_AVG, piece, piece, 0);
         if (rc == GCKPT_XS_OK && z->keep[j]) rc = x->be->add(x->be, at(x->inst[into].p, z->pbuf_off[j] + off, m, z->dt), none, piece);
     }
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);

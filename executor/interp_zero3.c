@@ -10,7 +10,7 @@
  *  - an ALL_GATHER (one parameter) gathers its partition into the buffer the ALLOC before it
  *    made, which is the weight the ops read until its FREE;
  *  - the reduce hook: the .grad's FREE reduce-scatters it through the ipg bucket (a chunk of
- *    every rank's piece at a time, the sum scaled by 1 / N afterwards as DeepSpeed does) and
+ *    every rank's piece at a time, each rank's divided by N first: FINDINGS 13.7 D10) and
  *    adds the rank's piece into its gradient partition, every micro-step; the REDUCE_SCATTER
  *    event that follows finds it done (the .grad is gone by then);
  *  - the optimizer step: AdamW on the master partition of each parameter's local piece, the
@@ -142,7 +142,7 @@ static gckpt_xstatus reduce(gckpt_exec *x, size_t j)
         }
         gckpt_xt mine = f32(bucket(x), n * mm, mm), acc = f32(grads(x), z->off[j] + k, mm);
         if (rc == GCKPT_XS_OK)
-            rc = x->be->collective(x->be, GCKPT_COLL_REDUCE_SCATTER, GCKPT_RED_AVG_POST, f32(bucket(x), 0, n * mm), mine, 0);
+            rc = x->be->collective(x->be, GCKPT_COLL_REDUCE_SCATTER, GCKPT_RED_AVG, f32(bucket(x), 0, n * mm), mine, 0);
         if (rc == GCKPT_XS_OK) rc = x->be->add(x->be, acc, acc, mine);
     }
     return rc;

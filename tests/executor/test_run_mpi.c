@@ -188,20 +188,21 @@ static void zero1(void **st)
 }
 
 /* FSDP2, ZeRO-2 (rank 1 keeps the head's gradients: its peak is higher) and ZeRO-3 (persistent
- * norm weights whole, the rest gathered per module) in fp32: one micro-step per rank, two
- * steps, bit for bit (2 and 4 ranks: the sharded AdamW step is the whole one's, the checksum
- * summed over the ranks' pieces); two micro-steps per rank, one step: the loss bit for bit,
- * the gradient norm within 1e-6. */
-static void sharded(gckpt_parallel mode)
+ * norm weights whole, the rest gathered per module) in fp32: one micro-step per rank, bit for
+ * bit (2 ranks over two steps: the sharded AdamW step is the whole one's; 4 ranks over one: the
+ * checksum summed over the ranks' pieces); FSDP2 also with two micro-steps per rank (its
+ * no_sync micro-step), one step: the loss bit for bit, the gradient norm within 1e-6. Kept to
+ * these (the suite runs under ASan too). */
+static void sharded(gckpt_parallel mode, bool accum)
 {
     const run_case cases[] = {{mode, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 2},
-                              {mode, GCKPT_FP32, GCKPT_FP32, 4, 1, true, 2},
+                              {mode, GCKPT_FP32, GCKPT_FP32, 4, 1, true, 1},
                               {mode, GCKPT_FP32, GCKPT_FP32, 2, 2, false, 1}};
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases - !accum; i++) check_case(&cases[i]);
 }
-static void fsdp(void **st) { (void)st, sharded(GCKPT_PAR_FSDP); }
-static void zero2(void **st) { (void)st, sharded(GCKPT_PAR_ZERO2); }
-static void zero3(void **st) { (void)st, sharded(GCKPT_PAR_ZERO3); }
+static void fsdp(void **st) { (void)st, sharded(GCKPT_PAR_FSDP, true); }
+static void zero2(void **st) { (void)st, sharded(GCKPT_PAR_ZERO2, false); }
+static void zero3(void **st) { (void)st, sharded(GCKPT_PAR_ZERO3, false); }
 
 /* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */
 static int own_lines(const char *err)

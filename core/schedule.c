@@ -18,7 +18,7 @@ const char *const gckpt_event_names[GCKPT_NEVENT] = {
     "GRAD_ACCUMULATE", "OPT_TEMP_ALLOC", "OPT_STEP", "OPT_TEMP_FREE", "ZERO_GRAD", "COLLECTIVE",
 };
 
-const char *const gckpt_coll_names[GCKPT_NCOLL] = {"all_gather", "reduce_scatter", "all_reduce"};
+const char *const gckpt_coll_names[GCKPT_NCOLL] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
 
 void gckpt_schedule_free(gckpt_schedule *s)
 {

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "gckpt/core/coll.h"
+#include "gckpt/core/collective.h"
 #include "gckpt/core/device.h"
 #include "gckpt/core/model.h"
 #include "gckpt/core/params.h"
@@ -109,18 +109,26 @@ typedef struct {
 } gckpt_sum_args;
 
 /* A collective of a parallel wrapper (core/sim_parallel.c). The event's dtype is the dtype
- * on the wire, numel the elements each rank contributes (all-gather) or keeps (reduce-
- * scatter), bytes the full buffer (all-gather output, reduce-scatter input, all-reduce
- * buffer). src and dst are instances of this schedule (the ALLOC_SCRATCH / ALLOC before):
- *  ALL_GATHER:     src = this rank's shards cast and packed (numel), dst = the flat output
- *                  (numel x ranks), copied out into the unit's unsharded parameters;
- *  REDUCE_SCATTER: src = the unit's gradients packed (numel x ranks), dst = this rank's
- *                  reduced shard (numel);
- *  ALL_REDUCE:     src = dst = the bucket (numel, every rank's whole).
- * unit: the recipe section whose parameters move (embedding, block: the segment's layer,
- * head); tensor: -1 for the whole unit, else the one parameter (ZeRO-3 gathers per module). */
+ * on the wire, numel the elements of one rank's piece (gckpt/core/collective.h's count),
+ * bytes the full buffer (all-gather output, reduce-scatter input, all-reduce buffer); tensor
+ * -1 for a whole unit, else the one parameter. src and dst are instances of this schedule
+ * (the ALLOC_SCRATCH / ALLOC before), GCKPT_NOINST for a buffer that persists outside it (the
+ * rank's partition or shard, DeepSpeed's flat gradient partitions):
+ *  FSDP2, per unit (tensor -1):
+ *   ALL_GATHER      src = the rank's shards cast and packed (numel), dst = the flat output
+ *                   (numel x ranks), then copied out into the unsharded parameters;
+ *   REDUCE_SCATTER  src = the unit's gradients packed (numel x ranks), dst = the rank's
+ *                   reduced shard (numel; cast into the fp32 sharded gradient after);
+ *  ZeRO-3, per parameter:
+ *   ALL_GATHER      src = GCKPT_NOINST (the partition), dst = the gathered parameter;
+ *   REDUCE_SCATTER  src = dst = GCKPT_NOINST (the .grad goes through the persistent ipg
+ *                   bucket into the persistent gradient partition);
+ *  ZeRO-2, per parameter:
+ *   ALL_REDUCE      src = dst = the ipg bucket (numel: the parameter's elements).
+ * (BROADCAST: none in a schedule yet.) unit: the recipe section whose parameters move
+ * (embedding, block: the segment's layer, head); index: the wrapper unit (which layer). */
 typedef struct {
-    uint8_t kind; /* gckpt_coll (gckpt/core/coll.h; never BROADCAST) */
+    uint8_t kind; /* gckpt_coll (gckpt/core/collective.h) */
     uint8_t unit; /* gckpt_section */
     uint32_t src, dst;
     uint64_t index; /* the wrapper unit: 0 the embedding, 1 + l layer l, L + 1 the head */

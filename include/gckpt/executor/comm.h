@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "gckpt/core/coll.h"
+#include "gckpt/core/collective.h"
 #include "gckpt/core/dtype.h"
 #include "gckpt/util/util.h"
 

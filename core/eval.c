@@ -9,6 +9,7 @@
 
 #include "gckpt/core/parallel.h"
 #include "sim.h"
+#include "sim_parallel.h"
 
 static double peak_rate(const gckpt_ctx *c)
 {
@@ -56,6 +57,16 @@ static void event_time(gckpt_result *res, const gckpt_event *e, double mult)
     }
 }
 
+/* A collective's bytes into the step's volumes (gckpt_parallel_comm times them). */
+static void coll_bytes(gckpt_result *res, const gckpt_event *e, bool backward, double mult)
+{
+    double b = (double)e->bytes * mult;
+    res->coll_seen = true;
+    if (e->arg.coll.kind != GCKPT_COLL_ALL_GATHER) res->coll_reduce += b;
+    else if (backward) res->coll_gather_bwd += b;
+    else res->coll_gather_fwd += b;
+}
+
 void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
 {
     memset(res, 0, sizeof *res);
@@ -89,6 +100,7 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
             }
             if ((up & GCKPT_MEM_HOST_UP) && m.host > host_peak) host_peak = m.host;
             event_time(res, e, mult);
+            if (e->kind == GCKPT_EV_COLLECTIVE) coll_bytes(res, e, gckpt_seg_phase(&g->seg) == GCKPT_PH_BACKWARD, mult);
         }
     }
     res->peak_bytes = (uint64_t)peak;
@@ -339,12 +351,55 @@ static void compose_time(const gckpt_profile *p, int m0, int ck, int nmicro, uin
     res->optimizer_s = p->optimizer.seconds;
 }
 
+/* A setting whose layers are not alike (a wrapper's per-unit events: the top layer's
+ * backward frees the tail's reduce-scatter input, the first the next layer's) is walked:
+ * its schedule built and its events applied. false when out of memory. */
+static bool walk_one(gckpt_ctx *w, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res)
+{
+    gckpt_schedule sc;
+    w->set.every_n = every_n;
+    w->set.offload = offload;
+    w->set.grad_accum = grad_accum;
+    bool ok = gckpt_schedule_build(w, &sc);
+    if (ok) gckpt_walk(w, &sc, res);
+    gckpt_schedule_free(&sc);
+    return ok;
+}
+
+/* ... and under ZeRO-2 the last rank too, whose gradient slice (it holds the head's) is made at
+ * the backward's first reduce hook: the busier of the two is the entry's (FINDINGS 13.6). */
+static void walk_setting(const gckpt_ctx *c, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res)
+{
+    gckpt_ctx *w = malloc(sizeof *w);
+    gckpt_result last;
+    bool ok = w != NULL;
+    if (ok) *w = *c;
+    ok = ok && walk_one(w, every_n, offload, grad_accum, res);
+    uint32_t n = gckpt_layout_world(&c->set.layout);
+    if (ok && c->set.layout.mode == GCKPT_PAR_ZERO2 && c->set.layout.rank == 0 && n > 1) {
+        gckpt_setting s = c->set;
+        gckpt_err err;
+        s.layout.rank = n - 1;
+        ok = gckpt_ctx_init(w, c->model, c->dev, c->recipe, &s, &err) && walk_one(w, every_n, offload, grad_accum, &last);
+        if (ok && last.peak_bytes > res->peak_bytes) *res = last;
+    }
+    free(w);
+    if (ok) return;
+    /* out of memory: as a setting that cannot be planned */
+    memset(res, 0, sizeof *res);
+    res->peak_bytes = res->device_peak_bytes = UINT64_MAX;
+}
+
 void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
                         uint64_t grad_accum, bool breakdown, gckpt_result *res)
 {
     memset(res, 0, sizeof *res);
     if (grad_accum > 1 && !p->later_micro) {
         res->peak_bytes = res->device_peak_bytes = UINT64_MAX;
+        return;
+    }
+    if (gckpt_wrap_active(c)) {
+        walk_setting(c, every_n, offload, grad_accum, res);
         return;
     }
     const uint64_t L = c->model->layers;

@@ -9,7 +9,8 @@
 #define MESH_BYTES 24    /* FSDP2's DeviceMesh: three int64 per rank */
 #define ZERO12_NORM 4    /* ZeRO-1/2: the fp32 gradient-norm scalar kept between steps */
 #define ZERO3_SCALARS 9  /* ZeRO-3: inf_or_nan_tracker (bool) + 8 B of scalars */
-#define DDP_USED_MAP 8   /* DDP find_unused_parameters: local_used_map + its device copy, int32 each */
+#define DDP_USED_MAP 8
+#define ZERO3_MAX_REUSE 1000000000ull /* stage3_max_reuse_distance's default (deepspeed/runtime/zero/config.py) */   /* DDP find_unused_parameters: local_used_map + its device copy, int32 each */
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -106,13 +107,10 @@ void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layo
     }
 }
 
-/* Rows of FSDP2's unpadded local shard on rank r (torch.chunk: the last ranks may get fewer
- * or none), times the elements of a row. */
-static uint64_t fsdp_local(const gckpt_param *p, uint32_t n, uint32_t r)
+uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r)
 {
-    uint64_t c = cdiv(dim0(p), n), lo = (uint64_t)r * c, d = dim0(p);
-    uint64_t rows = lo >= d ? 0 : (d - lo < c ? d - lo : c);
-    return rows * row_numel(p);
+    uint64_t lo = (uint64_t)r * p->shard.part;
+    return p->numel > lo ? (p->numel - lo < p->shard.part ? p->numel - lo : p->shard.part) : 0;
 }
 
 /* The model's buffers: rotary inv_freq and original_inv_freq, fp32 [head_dim / 2] each
@@ -143,7 +141,7 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
             break;
         case GCKPT_PAR_FSDP: /* fp32 sharded parameters, whatever the MixedPrecisionPolicy computes in */
             out->weights += p->copies * gckpt_round_up(4 * p->shard.part, round);
-            out->states += p->copies * 2 * gckpt_round_up(4 * fsdp_local(p, n, rank), round);
+            out->states += p->copies * 2 * gckpt_round_up(4 * gckpt_shard_local(p, rank), round);
             break;
         case GCKPT_PAR_ZERO3:
             out->weights += p->copies * gckpt_round_up(zs * p->shard.part, round);
@@ -186,16 +184,6 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
 }
 
 
-/* Elements of one copy of each section's parameters, unsharded with FSDP2's padding
- * (sec: GCKPT_SEC_EMBED, _BLOCK, _HEAD). */
-static uint64_t unit_numel(const gckpt_params *ps, int sec)
-{
-    uint64_t n = 0;
-    for (int i = 0; i < ps->n; i++)
-        if (ps->p[i].section == sec) n += ps->p[i].shard.part ? ps->p[i].shard.part * ps->p[i].shard.ways : ps->p[i].numel;
-    return n;
-}
-
 /* A block parameter's place in named_parameters order within its layer: the attention's
  * (q, k, v, o, q_norm, k_norm), the MLP's, then input_layernorm and post_attention_layernorm
  * (the modules' registration order; the recipe lists them in forward order). */
@@ -207,7 +195,6 @@ static int module_order(const gckpt_param *p)
     return 0;
 }
 
-static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
 void gckpt_parallel_apply(gckpt_ctx *c)
 {
@@ -218,7 +205,7 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2, ipg = gckpt_round_up(zs * gckpt_ds_reduce_bucket(m, &s->layout), round);
     gckpt_params_shard(ps, m, &s->layout);
     gckpt_rank_bytes rb;
-    gckpt_rank_persistent(ps, m, s, 0, round, &rb);
+    gckpt_rank_persistent(ps, m, s, s->layout.rank, round, &rb);
     uint64_t extra = rb.scalars + rb.buffers;
     gckpt_parallel mode = (gckpt_parallel)s->layout.mode;
     if (mode != GCKPT_PAR_DDP) {
@@ -230,12 +217,8 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     for (int i = 0; i < ps->n; i++) {
         gckpt_param *p = &ps->p[i];
         group[p->shard.group] += p->copies * (p->shard.part ? p->shard.part : p->numel);
-        if (mode == GCKPT_PAR_FSDP) /* the reduce-scatter output, cast to fp32 */
-            p->grad = (gckpt_buffer){GCKPT_DT_F32, p->shard.part, gckpt_round_up(4 * p->shard.part, round)};
-        else if (mode == GCKPT_PAR_ZERO2 || mode == GCKPT_PAR_ZERO3) {
-            uint64_t part = (p->numel + n - 1) / n;
-            p->grad = (gckpt_buffer){p->grad.dtype, part, gckpt_round_up(zs * part, round)};
-        }
+        if (mode == GCKPT_PAR_FSDP) /* one unit's padded local shards (a block parameter: one layer's) */
+            c->unit_part[p->section] += p->shard.part;
         grads += p->copies * p->grad.bytes;
     }
     for (int g = 0; g < 2; g++) {
@@ -249,37 +232,54 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         break;
     case GCKPT_PAR_ZERO1:
     case GCKPT_PAR_ZERO2:
-        c->parallel = ipg + 4 + extra;
+        /* ZeRO-2: the ipg bucket, the gradients and the rank's partition are the schedule's events
+         * (core/sim_parallel.c) */
+        c->parallel = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg) + 4 + extra;
         /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
         /* + 8 B of scalars (12 B in fp32), FINDINGS 13.5 */
         uint64_t piece[GCKPT_ZERO_NTEMP];
         gckpt_zero12_temp(largest_group, zs, round, piece);
         c->opt_temp = piece[GCKPT_ZERO_TEMP_SLICE] + piece[GCKPT_ZERO_TEMP_F32] + piece[GCKPT_ZERO_TEMP_SCALARS];
-        c->step_released = ipg + 4;
-        c->step_grads = gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, 0);
+        c->step_released = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg) + 4;
+        gckpt_zero12_keep keep;
+        gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, s->layout.rank, &keep);
+        c->step_grads = mode == GCKPT_PAR_ZERO2 ? keep.numel * zs : keep.grad_bytes;
+        c->z2_unit = keep.unit;
+        c->z2_tensor = keep.tensor;
         if (c->step_grads > c->grads) c->step_grads = c->grads;
+        if (mode == GCKPT_PAR_ZERO2) { /* no full .grad reaches the step: one buffer of the partition */
+            c->z2_numel = c->step_grads / zs;
+            c->grads = c->step_grads = gckpt_round_up(c->step_grads, round);
+        }
         break;
-    case GCKPT_PAR_ZERO3: {
-        uint64_t live = 0;
-        for (int i = 0; i < ps->n; i++)
-            if (!ps->p[i].shard.whole) live += ps->p[i].copies * ps->p[i].shard.part * n;
-        if (live > gckpt_ds_max_live(&s->layout)) live = gckpt_ds_max_live(&s->layout); /* stage3_max_live_parameters */
-        uint64_t unit = max3(unit_numel(ps, GCKPT_SEC_EMBED), unit_numel(ps, GCKPT_SEC_BLOCK), unit_numel(ps, GCKPT_SEC_HEAD));
-        if (live < unit) live = unit; /* the module in use is gathered whatever the limit */
-        c->parallel = gckpt_round_up(live * zs, round) + ipg + extra;
+    case GCKPT_PAR_ZERO3:
+        /* gathered parameters and each .grad until the reduce hook are the schedule's events
+         * (core/sim_parallel.c); the flat gradient partitions and the ipg bucket persist */
+        c->parallel = rb.grads + extra;
+        c->grads = c->step_grads = 0;
         if (largest_group > gckpt_ds_sub_group(&s->layout)) largest_group = gckpt_ds_sub_group(&s->layout); /* sub_group_size */
         c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0);
         break;
-    }
-    case GCKPT_PAR_FSDP: {
-        uint64_t e = unit_numel(ps, GCKPT_SEC_EMBED), l = unit_numel(ps, GCKPT_SEC_BLOCK), h = unit_numel(ps, GCKPT_SEC_HEAD);
-        uint64_t pd = s->precision == GCKPT_FP32 ? 4 : 2; /* MixedPrecisionPolicy param / reduce dtype */
-        c->parallel = gckpt_round_up(h * pd, round) + 2 * gckpt_round_up(max3(e, l, 0) * pd, round) +
-                      gckpt_round_up(max3(e, l, h) * pd, round) + extra;
+    case GCKPT_PAR_FSDP:
+        /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
+         * schedule's events (core/sim_parallel.c); what stays allocated into the optimizer step is
+         * each unit's fp32 sharded gradient (a flat buffer its parameters' .grad view) */
+        c->parallel = extra;
+        c->grads = c->step_grads = gckpt_round_up(4 * c->unit_part[GCKPT_SEC_EMBED], round) +
+                                   m->layers * gckpt_round_up(4 * c->unit_part[GCKPT_SEC_BLOCK], round) +
+                                   gckpt_round_up(4 * c->unit_part[GCKPT_SEC_HEAD], round);
         break;
-    }
     default: break;
     }
+}
+
+bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c)
+{
+    const gckpt_params *ps = &c->params;
+    uint64_t live = 0;
+    for (int i = 0; i < ps->n; i++)
+        if (!ps->p[i].shard.whole) live += ps->p[i].copies * ps->p[i].shard.part * ps->p[i].shard.ways;
+    return live <= gckpt_ds_max_live(&c->set.layout) && live <= ZERO3_MAX_REUSE;
 }
 
 void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
@@ -337,6 +337,11 @@ void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *
     double bw = (l->nodes > 1) ? c->dev->inter_node_bus_bytes_per_s : c->dev->intra_node_bus_bytes_per_s;
     gckpt_comm_volume v;
     gckpt_parallel_volume(c, grad_accum, &v);
+    if (res->coll_seen) { /* the schedule's collectives (FSDP2, ZeRO-2/3): its re-gathers included */
+        v.gather_fwd = res->coll_gather_fwd;
+        v.gather_bwd = res->coll_gather_bwd;
+        v.reduce = res->coll_reduce;
+    }
     if (bw <= 0) return; /* gckpt_parallel_device_ok refused this earlier */
     double ring = (n - 1) / n / bw; /* seconds per byte of an all-gather / reduce-scatter (nccl-tests busbw) */
     double t_gf = v.gather_fwd * ring, t_gb = v.gather_bwd * ring, t_go = v.gather_opt * ring;
@@ -404,21 +409,28 @@ bool gckpt_zero12_in_partition(const gckpt_params *ps, const gckpt_flat_place *f
     return f->offset < hi && f->offset + ps->p[f->param].numel > lo;
 }
 
-uint64_t gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank)
+void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank, gckpt_zero12_keep *out)
 {
-    uint64_t total[2] = {0, 0}, out = 0;
+    uint64_t total[2] = {0, 0};
+    memset(out, 0, sizeof *out);
     for (int i = 0; i < ps->n; i++) total[ps->p[i].shard.group] += ps->p[i].copies * ps->p[i].numel;
     size_t count = gckpt_zero12_flat(ps, layers, NULL);
     gckpt_flat_place *f = malloc(sizeof *f * (count ? count : 1));
-    if (!f) return 0;
+    if (!f) return;
     gckpt_zero12_flat(ps, layers, f);
     for (size_t k = 0; k < count; k++) {
+        const gckpt_param *p = &ps->p[f[k].param];
         uint64_t part = cdiv(total[f[k].group], 2 * (uint64_t)n) * 2;
         /* a parameter overlapping the slice keeps its whole .grad, as allocated */
-        if (gckpt_zero12_in_partition(ps, &f[k], part, rank)) out += ps->p[f[k].param].grad.bytes;
+        if (!gckpt_zero12_in_partition(ps, &f[k], part, rank)) continue;
+        out->grad_bytes += p->grad.bytes;
+        out->numel += p->numel;
+        if (f[k].group == 0) { /* the last one in the flat order: the first whose gradient comes */
+            out->unit = p->section == GCKPT_SEC_EMBED ? 0 : p->section == GCKPT_SEC_HEAD ? layers + 1 : f[k].copy + 1;
+            out->tensor = p->tensor;
+        }
     }
     free(f);
-    return out;
 }
 
 void gckpt_zero12_temp(uint64_t part, uint64_t zs, uint64_t round, uint64_t piece[GCKPT_ZERO_NTEMP])

@@ -15,8 +15,10 @@ const char *const gckpt_component_names[GCKPT_NCOMP] = {
 const char *const gckpt_event_names[GCKPT_NEVENT] = {
     "ALLOC", "ALLOC_SCRATCH", "FREE",     "TO_CHECKPOINT", "BECOME_GRAD",     "HOST_ALLOC",     "HOST_FREE",
     "D2H",   "H2D",           "FWD",      "RECOMPUTE",     "BWD",             "GRAD_SUM",       "GRAD_CAST",
-    "GRAD_ACCUMULATE", "OPT_TEMP_ALLOC", "OPT_STEP", "OPT_TEMP_FREE", "ZERO_GRAD",
+    "GRAD_ACCUMULATE", "OPT_TEMP_ALLOC", "OPT_STEP", "OPT_TEMP_FREE", "ZERO_GRAD", "COLLECTIVE",
 };
+
+const char *const gckpt_coll_names[GCKPT_NCOLL] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
 
 void gckpt_schedule_free(gckpt_schedule *s)
 {

@@ -12,6 +12,7 @@
  *    a temporary that is added and released. Parameter gradients become .grad on the
  *    first micro-step; later micro-steps accumulate through a temporary. */
 #include "sim.h"
+#include "sim_parallel.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,8 @@ struct gckpt_sim {
     bool ckpt_any, ckpt_offload; /* layers are checkpointed / offloaded (ckpt_held tensors) */
     uint8_t ckpt_types;          /* the attention types checkpointed (gckpt_ckpt_types) */
     uint32_t base; /* id of pool[0] */
-    uint64_t nlayer_cap;
+    uint64_t nlayer_cap, nlayers;
+    gckpt_wrap *wrap; /* a parallel wrapper's per-unit events (sim_parallel.c), NULL: none */
 };
 
 uint32_t gckpt_sim_next_id(const gckpt_sim *s) { return s->base + (uint32_t)s->n; }
@@ -161,6 +163,26 @@ static void try_free(gckpt_sim *s, gckpt_schedule *o, int id, int16_t tensor)
         release(s, o, id, tensor);
 }
 
+int gckpt_sim_buffer(gckpt_sim *s, gckpt_schedule *o, int16_t tensor, uint8_t comp, uint8_t dtype, uint64_t numel)
+{
+    uint64_t bytes = gckpt_round_up(numel * gckpt_dtype_size((gckpt_dtype)dtype), s->c->dev->alloc_round_bytes);
+    int id = inst_new(s, bytes, comp, dtype, numel);
+    ev_mem(s, o, tensor < 0 ? GCKPT_EV_ALLOC_SCRATCH : GCKPT_EV_ALLOC, id, tensor);
+    return id;
+}
+
+void gckpt_sim_release(gckpt_sim *s, gckpt_schedule *o, int id) { release(s, o, id, (int16_t)-1); }
+
+uint32_t gckpt_sim_gid(const gckpt_sim *s, int id) { return gid(s, id); }
+
+/* The wrapper unit of a section state: 0 the embedding, 1 + l layer l, L + 1 the head. */
+static uint64_t unit_of(const gckpt_sim *s, const sec_t *st)
+{
+    if (st == &s->embed) return 0;
+    if (st == &s->head) return s->nlayers + 1;
+    return (uint64_t)(st - s->layer) + 1;
+}
+
 static gckpt_event *ev_compute(gckpt_sim *s, gckpt_schedule *o, int kind, int op)
 {
     gckpt_event *e = gckpt_schedule_push(o);
@@ -224,7 +246,16 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
         s->nlayer_cap = layers;
     }
     s->c = c;
-    s->grads_exist = grads_exist;
+    s->nlayers = layers;
+    if (gckpt_wrap_active(c)) {
+        /* the wrapper reduces gradients in the last micro-step (the later one), or the only one */
+        if (!s->wrap && !(s->wrap = gckpt_wrap_new())) return false;
+        if (!gckpt_wrap_begin(s->wrap, c, layers, grads_exist || c->set.grad_accum <= 1, !grads_exist)) return false;
+    } else if (s->wrap) {
+        gckpt_wrap_free(s->wrap);
+        s->wrap = NULL;
+    }
+    s->grads_exist = grads_exist && gckpt_wrap_grads_kept(c);
     s->n = 0;
     s->base = first_id;
     s->stream = s->gstream = -1;
@@ -238,6 +269,7 @@ void gckpt_sim_free(gckpt_sim *s)
     if (!s) return;
     free(s->pool);
     free(s->layer);
+    gckpt_wrap_free(s->wrap);
     free(s);
 }
 
@@ -353,6 +385,8 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
     for (int i = begin; i < end; i++) {
         const gckpt_op *op = &r->op[i];
         bool save_only = save_only_last && i == end - 1;
+        if (s->wrap && !save_only)
+            gckpt_wrap_op(s->wrap, s, o, unit_of(s, st), i, mode == MODE_RECOMPUTE ? GCKPT_WRAP_PRE_RECOMPUTE : GCKPT_WRAP_PRE_FWD);
         int fws = -1; /* the op's forward temporaries (CPU target), made with its output */
         if (!save_only && !c->fwd_view[i] && c->op_ws[0][i])
             fws = alloc_scratch(s, o, c->op_ws[0][i], mode == MODE_RECOMPUTE ? GCKPT_C_RECOMPUTE : GCKPT_C_ACTIVATIONS, 0);
@@ -410,6 +444,8 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
         for (int k = 0; k < op->nunhold; k++) unhold(s, st, op->unhold[k], made, o);
         for (int k = 0; k < 2; k++)
             if (op->out[k] >= 0) try_free(s, o, st->inst[op->out[k]], op->out[k]);
+        if (s->wrap)
+            gckpt_wrap_op(s->wrap, s, o, unit_of(s, st), i, mode == MODE_RECOMPUTE ? GCKPT_WRAP_POST_RECOMPUTE : GCKPT_WRAP_POST_FWD);
     }
     /* a recompute ends: its autocast cache goes */
     for (int t = 0; mode == MODE_RECOMPUTE && t < r->nt; t++)
@@ -455,7 +491,9 @@ static int param_grad(gckpt_sim *s, sec_t *st, int t, bool view, gckpt_schedule 
     }
     *temp = false;
     ow->pgrad[t] = true;
-    return alloc_buf(s, o, tt, GCKPT_C_GRADS, p->grad.dtype, p->grad.numel, p->grad.bytes, true);
+    int id = alloc_buf(s, o, tt, GCKPT_C_GRADS, p->grad.dtype, p->grad.numel, p->grad.bytes, true);
+    if (s->wrap) gckpt_wrap_grad_made(s->wrap, unit_of(s, ow), t, gid(s, id));
+    return id;
 }
 
 static int grad_comp(const gckpt_recipe *r, int t)
@@ -652,6 +690,7 @@ static void tied_param_grad(gckpt_sim *s, sec_t *st, int t, int mode, int dst, g
         if (e) e->comp = GCKPT_C_BACKWARD;
         s->pool[pend].comp = GCKPT_C_GRADS;
         s->pool[pend].live = false; /* owned by .grad from now on */
+        if (s->wrap) gckpt_wrap_grad_made(s->wrap, unit_of(s, ow), t, gid(s, pend));
         ow->pgrad[t] = true;
     } else {
         ev_grad(s, o, GCKPT_EV_GRAD_ACCUMULATE, (int16_t)t, -1, -1, pend);
@@ -708,6 +747,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
         int gout = op->out[0] >= 0 ? owner(s, st, op->out[0])->grad[op->out[0]] : -1;
         if (any_in && gout >= 0) {
             bwd_op b = {.i = i, .gout = gout, .ws = -1, .promo = -1};
+            if (s->wrap) gckpt_wrap_op(s->wrap, s, o, unit_of(s, st), i, GCKPT_WRAP_PRE_BWD);
             b.ws = bwd_workspace(s, i, o);
             /* the CPU target's promoted copy of a narrow operand lives while the other
              * operand's gradient (grad * this) is made, before the narrow one's */
@@ -721,6 +761,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
             }
             bwd_release(s, st, &b, o);
             bwd_accumulate(s, st, &b, o);
+            if (s->wrap) gckpt_wrap_op(s->wrap, s, o, unit_of(s, st), i, GCKPT_WRAP_POST_BWD);
         }
         for (int k = 0; k < 2; k++)
             if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
@@ -735,7 +776,9 @@ static void embed_fwd(gckpt_sim *s, gckpt_schedule *o)
     const gckpt_recipe *r = s->c->recipe;
     init_sec(&s->embed);
     init_sec(&s->head);
+    if (s->wrap) gckpt_wrap_pre_forward(s->wrap, s, o, 0);
     sim_fwd(s, &s->embed, GCKPT_SEC_EMBED, MODE_SAVE, r->sec_end[GCKPT_SEC_EMBED], false, -1, r->embed_out, o);
+    if (s->wrap) gckpt_wrap_post_forward(s->wrap, s, o, 0);
     s->stream = s->embed.inst[r->embed_out];
     /* a frozen embedding's output made a leaf by enable_input_require_grads (with
      * checkpointing only): its AccumulateGrad node holds it until the micro-step ends */
@@ -771,9 +814,11 @@ static void layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_sche
     st->frozen_in = layer == 0 && mode == GCKPT_LAYER_PLAIN && r->frozen0;
     st->inst[r->block_in] = s->stream;
     st->xin = s->stream;
+    if (s->wrap) gckpt_wrap_pre_forward(s->wrap, s, o, (uint64_t)layer + 1);
     keep_layer_input(s, st, o);
     sim_fwd(s, st, GCKPT_SEC_BLOCK, mode == GCKPT_LAYER_PLAIN ? MODE_SAVE : MODE_NOSAVE, r->sec_end[GCKPT_SEC_BLOCK],
             false, r->block_in, r->block_out, o);
+    if (s->wrap) gckpt_wrap_post_forward(s->wrap, s, o, (uint64_t)layer + 1);
     s->stream = st->inst[r->block_out];
 }
 
@@ -781,6 +826,7 @@ static void head_fwd(gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
     s->head.inst[r->head_in] = s->stream;
+    if (s->wrap) gckpt_wrap_pre_forward(s->wrap, s, o, s->nlayers + 1);
     /* the base model returns: its masks go unless a checkpoint holds them */
     for (int t = 0; t < r->nt; t++) {
         int id = s->embed.inst[t];
@@ -789,6 +835,7 @@ static void head_fwd(gckpt_sim *s, gckpt_schedule *o)
         try_free(s, o, id, (int16_t)t);
     }
     sim_fwd(s, &s->head, GCKPT_SEC_HEAD, MODE_SAVE, r->sec_end[GCKPT_SEC_HEAD], false, r->head_in, -1, o);
+    if (s->wrap) gckpt_wrap_forward_end(s->wrap, s, o); /* the root's forward returns after the loss */
 }
 
 /* The forward has returned: what section st held until then goes. */
@@ -810,7 +857,20 @@ static void head_bwd(gckpt_sim *s, gckpt_schedule *o)
     int g = alloc_grad(s, o, r->loss, GCKPT_C_BACKWARD);
     s->pool[g].refs = 1;
     s->head.grad[r->loss] = g;
-    sim_bwd(s, &s->head, GCKPT_SEC_HEAD, -1, -1, o);
+    if (s->wrap) {
+        /* the tail unit's pre-backward runs when its output (lm_head's) gets its gradient: the
+         * loss's backward first */
+        int lm = r->sec_begin[GCKPT_SEC_HEAD];
+        for (int i = r->sec_begin[GCKPT_SEC_HEAD]; i < r->sec_end[GCKPT_SEC_HEAD]; i++)
+            for (int k = 0; k < r->op[i].nin; k++)
+                if (r->t[r->op[i].in[k]].kind == GCKPT_T_PARAM) lm = i;
+        sim_bwd(s, &s->head, GCKPT_SEC_HEAD, lm + 1, -1, o);
+        gckpt_wrap_pre_backward(s->wrap, s, o, s->nlayers + 1);
+        sim_bwd(s, &s->head, GCKPT_SEC_HEAD, -1, lm + 1, o);
+        gckpt_wrap_post_backward(s->wrap, s, o, s->nlayers + 1);
+    } else {
+        sim_bwd(s, &s->head, GCKPT_SEC_HEAD, -1, -1, o);
+    }
     s->gstream = s->head.grad[r->head_in];
     s->head.grad[r->head_in] = -1;
 }
@@ -870,6 +930,7 @@ static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
     const gckpt_recipe *r = s->c->recipe;
     sec_t *st = &s->layer[layer];
     st->grad[r->block_out] = s->gstream;
+    if (s->wrap) gckpt_wrap_pre_backward(s->wrap, s, o, (uint64_t)layer + 1);
     /* non-reentrant early stop: the recompute ends when the last tensor the forward
      * saved is saved again; an op that saves only inputs saves them before it computes,
      * so the last saving op runs only if it saves an output. Reentrant: the whole
@@ -892,6 +953,7 @@ static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
         try_free(s, o, out, (int16_t)r->block_out);
     }
     if (ckpt) drop_checkpoint(s, st, o);
+    if (s->wrap) gckpt_wrap_post_backward(s->wrap, s, o, (uint64_t)layer + 1);
     s->gstream = st->grad[r->block_in];
     st->grad[r->block_in] = -1;
 }
@@ -907,7 +969,12 @@ static void embed_bwd(gckpt_sim *s, gckpt_schedule *o)
         try_free(s, o, id, (int16_t)t);
     }
     s->embed.grad[r->embed_out] = s->gstream;
+    if (s->wrap) gckpt_wrap_pre_backward(s->wrap, s, o, 0);
     sim_bwd(s, &s->embed, GCKPT_SEC_EMBED, -1, -1, o);
+    if (s->wrap) {
+        gckpt_wrap_post_backward(s->wrap, s, o, 0);
+        gckpt_wrap_backward_end(s->wrap, s, o);
+    }
 }
 
 /* The batch, masks, rotary tables, labels and the loss go when the micro-step ends. */

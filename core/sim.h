@@ -21,6 +21,15 @@ uint32_t gckpt_sim_next_id(const gckpt_sim *s);
 void gckpt_sim_segment(gckpt_sim *s, const gckpt_seg *g, gckpt_schedule *out);
 void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *out);
 
+/* ---- buffers outside the recipe (a parallel wrapper's, sim_parallel.c) ---- */
+/* A buffer of numel elements of dtype in comp (its allocation rounded as the device rounds):
+ * of parameter tensor `tensor` (ALLOC), or (tensor -1) a flat buffer (ALLOC_SCRATCH).
+ * Returns its instance. */
+int gckpt_sim_buffer(gckpt_sim *s, gckpt_schedule *o, int16_t tensor, uint8_t comp, uint8_t dtype, uint64_t numel);
+void gckpt_sim_release(gckpt_sim *s, gckpt_schedule *o, int id);
+/* The schedule's id of instance id. */
+uint32_t gckpt_sim_gid(const gckpt_sim *s, int id);
+
 /* ---- writing a schedule (schedule.c) ---- */
 /* A new zeroed event (no operands, op and tensor -1); NULL once out of memory. */
 gckpt_event *gckpt_schedule_push(gckpt_schedule *s);

@@ -1,5 +1,5 @@
-/* The communicator's common parts (include/gckpt/executor/comm.h): the names, the
- * element counts a collective moves, whether an MPI launcher started this process, and
+/* The communicator's common parts (include/gckpt/executor/comm.h): the element
+ * counts a collective moves, whether an MPI launcher started this process, and
  * the one-rank communicator of an ordinary run (every collective copies its input: a sum
  * or mean over one rank is the value itself). */
 #include <stdlib.h>
@@ -7,7 +7,6 @@
 
 #include "gckpt/executor/executor.h"
 
-const char *const gckpt_coll_names[GCKPT_NCOLL] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
 
 static bool single_collective(gckpt_comm *c, gckpt_coll op, gckpt_redop red, const void *send, void *recv,
                               uint64_t count, gckpt_dtype dt, int root)

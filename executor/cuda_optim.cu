@@ -89,7 +89,7 @@ __global__ void k_checksum(const void *t, uint8_t dt, unsigned sz, uint64_t n, u
         uint64_t bits = 0;
         const unsigned char *b = static_cast<const unsigned char *>(t) + i * sz;
         for (unsigned k = 0; k < sz; k++) bits |= static_cast<uint64_t>(b[k]) << (8 * k);
-        h += gckpt_rng(salt ^ (bits * 0x9e3779b97f4a7c15ULL), i);
+        h += gckpt_hash_term(salt, bits, i);
         double v = ldx(t, dt, i);
         s += v * v;
     }

@@ -164,7 +164,7 @@ static gckpt_xstatus h_checksum(gckpt_backend *be, gckpt_xt t, uint64_t salt, ui
     for (uint64_t i = 0; i < t.n; i++) {
         uint64_t bits = 0;
         memcpy(&bits, (const char *)t.p + i * sz, sz);
-        hsum += gckpt_rng(salt ^ (bits * 0x9e3779b97f4a7c15ULL), i);
+        hsum += gckpt_hash_term(salt, bits, i);
         double v = ld(&t, i);
         ss += v * v;
     }

@@ -297,6 +297,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     x->dev = *d;
     x->set = *s;
     if (o) x->o = *o;
+    if (gckpt_layout_multi(&x->set.layout)) x->set.layout.rank = (uint32_t)x->o.rank; /* the context is this rank's */
     if (x->o.lr <= 0) x->o.lr = 1e-4;
     if (x->o.init_std <= 0) x->o.init_std = 0.02;
     if (x->o.world < 1) x->o.world = 1;
@@ -409,6 +410,12 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
             if (rc != GCKPT_XS_OK) return rc;
             continue; /* frozen: no states */
         }
+        if (x->fsdp || x->z3) { /* the rank's shard of what one process makes */
+            float scale = how == GCKPT_INIT_CONST ? val : a;
+            rc = x->fsdp ? exec_fsdp_init_param(x, i, how, scale, key, err) : exec_z3_init_param(x, i, how, scale, key, err);
+            if (rc != GCKPT_XS_OK) return rc;
+            continue;
+        }
         rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : a, key);
         for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates && p->st[k]; k++)
             rc = x->be->init(x->be, exec_state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
@@ -487,6 +494,14 @@ static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *
 {
     uint64_t h = 0;
     double ss = 0;
+    bool z2 = x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2;
+    if (x->fsdp || x->z3 || z2) { /* the gradients are sharded: every rank's pieces */
+        gckpt_xstatus rc = x->fsdp ? exec_fsdp_checksum(x, &res->grad_hash, &ss, err)
+                           : x->z3 ? exec_z3_checksum(x, &res->grad_hash, &ss, err)
+                                   : exec_z2_checksum(x, &res->grad_hash, &ss, err);
+        res->grad_norm = sqrt(ss);
+        return rc;
+    }
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
         if (!p->spec->trainable) continue; /* frozen (LoRA's base): no .grad */

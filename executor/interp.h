@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 
+#include "gckpt/core/parallel.h"
 #include "gckpt/executor/executor.h"
 #include "host_num.h"
 
@@ -44,6 +45,24 @@ typedef struct {
  * the model's buffers. */
 enum { EXEC_PAR_GRADS, EXEC_PAR_STEP, EXEC_PAR_SCALARS, EXEC_PAR_BUFFERS, EXEC_NPAR };
 typedef struct exec_zero exec_zero;
+/* ZeRO-1/2's flat groups and the rank's partitions (interp_parallel.c; ZeRO-2's reductions in
+ * interp_zero2.c). */
+struct exec_zero {
+    gckpt_zero_group g[2];
+    uint8_t dt;                 /* the model dtype (bf16 under amp-bf16, else fp32) */
+    uint64_t bucket;            /* the ipg bucket's elements (reduce_bucket_size) */
+    void *flat[2];              /* each group's flat weights (padded elements) */
+    void *master[2], *st[2][2]; /* the rank's fp32 partitions: master, exp_avg, exp_avg_sq */
+    gckpt_flat_place *place;    /* per parameter instance (x->params order) */
+    bool *keep;                 /* per instance: it overlaps the rank's partition */
+    /* ZeRO-2: the rank's reduced gradients, every kept instance whole in the flat order
+     * (pbuf_off: its offset there), in the first micro-step's buffer (part0, to zero_grad) and
+     * a later micro-step's (part1, added into part0 when freed) */
+    uint64_t *pbuf_off;
+    uint32_t part0, part1;
+};
+typedef struct exec_fsdp exec_fsdp;
+typedef struct exec_z3 exec_z3;
 
 /* The parts of a step: the first micro-step, the later one (run grad_accum - 1 times),
  * the optimizer; each a range of the schedule's segments. */
@@ -79,6 +98,8 @@ struct gckpt_exec {
     void *par[EXEC_NPAR];
     uint64_t par_bytes[EXEC_NPAR];
     exec_zero *zero;                /* ZeRO-1's flat groups and partitions, else NULL */
+    exec_fsdp *fsdp;                /* FSDP2's shards and units (interp_fsdp.c), else NULL */
+    exec_z3 *z3;                    /* ZeRO-3's partitions (interp_zero3.c), else NULL */
 };
 
 /* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
@@ -119,10 +140,67 @@ gckpt_xstatus exec_parallel_sync(gckpt_exec *x, gckpt_err *err);
 bool exec_parallel_keeps_grad(const gckpt_exec *x, size_t i);
 gckpt_xstatus exec_parallel_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
 gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+/* A sharded gradient's checksum (the ranks' pieces add up to one process's checksum of the
+ * whole tensors: the hash is a sum of per-element terms, gckpt_hash_term): parameter p's
+ * piece of n fp32 elements at device buffer src, element lo of the tensor, added to *h and
+ * *ss; then every rank's sums added in rank order. */
+gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, const void *src, uint64_t n, uint64_t lo, uint64_t *h,
+                              double *ss, gckpt_err *err);
+gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err *err);
+/* A sharded parameter's fp32 padded shard on this rank (shard.part elements at dst) from its
+ * initialisation (how, scale, key as one process makes the whole tensor): elements
+ * [r x part, r x part + gckpt_shard_local) of the tensor, then 0. */
+gckpt_xstatus exec_shard_init(gckpt_exec *x, const param_t *p, void *dst, gckpt_init how, float scale, uint64_t key,
+                              gckpt_err *err);
 void exec_parallel_release(gckpt_exec *x);
 void exec_parallel_free(gckpt_exec *x);
+/* FSDP2 (interp_fsdp.c): its per-instance places, shards and states, a shard's initial
+ * values; the events it performs (a collective; after an ALLOC of the unit's buffers; a FREE
+ * that is a reshard or an unsharded .grad going into the reduce-scatter input: *done when it
+ * released the buffer itself); the step on the shards, zero_grad of the sharded gradients
+ * (their bytes), the gradient checksum over every rank. */
+bool exec_fsdp_prepare(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_fsdp_setup(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_fsdp_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err);
+gckpt_xstatus exec_fsdp_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_fsdp_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
+gckpt_xstatus exec_fsdp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
+uint64_t exec_fsdp_zero_grad(gckpt_exec *x);
+gckpt_xstatus exec_fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
+void exec_fsdp_release(gckpt_exec *x);
+void exec_fsdp_free(gckpt_exec *x);
+/* ZeRO-3 (interp_zero3.c), the same hooks as FSDP2's (its setup after the parallel mode's
+ * buffers: the gradient partitions and the ipg bucket are EXEC_PAR_GRADS). */
+gckpt_xstatus exec_z3_setup(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_z3_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err);
+gckpt_xstatus exec_z3_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_z3_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
+gckpt_xstatus exec_z3_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_z3_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
+void exec_z3_release(gckpt_exec *x);
+void exec_z3_free(gckpt_exec *x);
+/* ZeRO-2 (interp_zero2.c): the kept instances' places in the partition buffer (after ZeRO-1's
+ * flat setup), the events it performs (an ALLOC of a partition buffer, an ALL_REDUCE of one
+ * parameter through the ipg bucket, a FREE of a reduced .grad or of a later micro-step's
+ * buffer), zero_grad's buffer (its bytes), a kept instance's reduced gradient, the checksum
+ * of the rank's partition over every rank. */
+gckpt_xstatus exec_z2_setup(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_z2_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_z2_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_z2_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
+uint64_t exec_z2_zero_grad(gckpt_exec *x);
+gckpt_xt exec_z2_grad(const gckpt_exec *x, size_t j);
+gckpt_xstatus exec_z2_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
 /* Perform one event (interp_events.c). */
 gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *site, gckpt_err *err);
+/* A segment's layer (-1 outside the layers) and its wrapper unit / binding slot (0 the
+ * embedding, 1 + l layer l, L + 1 the head; -1 none). */
+int exec_seg_layer(const gckpt_seg *g);
+int exec_seg_slot(const gckpt_exec *x, const gckpt_seg *g);
+/* The optimizer's call for one parameter's weights and gradient (the run's optimizer and
+ * hyper-parameters; the caller adds states and temporaries). */
+gckpt_optcall exec_optcall(const gckpt_exec *x, gckpt_xt param, gckpt_xt grad, uint64_t step);
 
 static inline void exec_convert_to_f32(const gckpt_xt *t, float *out)
 {

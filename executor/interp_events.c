@@ -9,10 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* the layer of a segment (-1 outside the layers) and its slot in the bindings */
-static int seg_layer(const gckpt_seg *g) { return g->part == GCKPT_PART_LAYER ? g->layer : -1; }
+int exec_seg_layer(const gckpt_seg *g) { return g->part == GCKPT_PART_LAYER ? g->layer : -1; }
 
-static int seg_slot(const gckpt_exec *x, const gckpt_seg *g)
+int exec_seg_slot(const gckpt_exec *x, const gckpt_seg *g)
 {
     switch (g->part) {
     case GCKPT_PART_EMBEDDING: return 0;
@@ -51,8 +50,10 @@ static gckpt_xstatus ev_alloc(gckpt_exec *x, const gckpt_event *e, const exec_si
     gckpt_xstatus rc = check_alloc_size(x, e, w->at, err);
     if (rc != GCKPT_XS_OK) return rc;
     param_t *p = NULL;
-    if (e->comp == GCKPT_C_GRADS) {
-        p = exec_param(x, t, seg_layer(w->seg));
+    /* FSDP2's sharded gradient of a unit, ZeRO-2's reduced partition: a flat gradient buffer */
+    bool flat_grads = e->kind == GCKPT_EV_ALLOC_SCRATCH && (x->fsdp || (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2));
+    if (e->comp == GCKPT_C_GRADS && !flat_grads) {
+        p = exec_param(x, t, exec_seg_layer(w->seg));
         if (!p) return exec_fail(err, "%s: a gradient allocation for something that is not a parameter", w->at);
         if (p->grad != GCKPT_NOINST) return exec_fail(err, "%s: the parameter's .grad exists already", w->at);
         if (e->numel != p->spec->grad.numel || e->dtype != p->spec->grad.dtype)
@@ -69,12 +70,20 @@ static gckpt_xstatus ev_alloc(gckpt_exec *x, const gckpt_event *e, const exec_si
     in->n = e->numel;
     in->is_pgrad = p != NULL;
     if (p) p->grad = id;
-    return GCKPT_XS_OK;
+    if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2) return exec_z2_on_alloc(x, e, w, err);
+    return x->fsdp ? exec_fsdp_on_alloc(x, e, w, err) : GCKPT_XS_OK;
 }
 
 static gckpt_xstatus ev_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     if (!exec_live(x, e->inst)) return exec_fail(err, "%s: instance %u freed but not allocated", w->at, e->inst);
+    bool done = false;
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    if (x->inst[e->inst].bytes == e->bytes && x->fsdp) rc = exec_fsdp_on_free(x, e, w, &done, err);
+    if (x->inst[e->inst].bytes == e->bytes && x->z3) rc = exec_z3_on_free(x, e, w, &done, err);
+    if (x->inst[e->inst].bytes == e->bytes && x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2)
+        rc = exec_z2_on_free(x, e, w, &done, err);
+    if (rc != GCKPT_XS_OK || done) return rc;
     if (x->inst[e->inst].is_pgrad) return exec_fail(err, "%s: a parameter's .grad freed before zero_grad", w->at);
     if (x->inst[e->inst].bytes != e->bytes)
         return exec_fail(err, "%s: frees %llu bytes of a %llu-byte allocation", w->at, (unsigned long long)e->bytes,
@@ -87,7 +96,7 @@ static gckpt_xstatus ev_free(gckpt_exec *x, const gckpt_event *e, const exec_sit
 static gckpt_xstatus ev_become_grad(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     if (!exec_live(x, e->inst)) return exec_fail(err, "%s: instance %u is not allocated", w->at, e->inst);
-    param_t *p = exec_param(x, e->tensor, seg_layer(w->seg));
+    param_t *p = exec_param(x, e->tensor, exec_seg_layer(w->seg));
     inst_t *in = &x->inst[e->inst];
     if (!p) return exec_fail(err, "%s: a gradient becomes the .grad of something that is not a parameter", w->at);
     if (p->grad != GCKPT_NOINST) return exec_fail(err, "%s: the parameter's .grad exists already", w->at);
@@ -113,6 +122,8 @@ static gckpt_xstatus zero_grad(gckpt_exec *x, const gckpt_event *e, const exec_s
         exec_inst_release(x, p->grad);
         p->grad = GCKPT_NOINST;
     }
+    if (x->fsdp) sum += exec_fsdp_zero_grad(x);
+    if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2) sum += exec_z2_zero_grad(x);
     if (sum != e->bytes)
         return exec_fail(err, "%s: zero_grad freed %llu bytes of .grad, the schedule says %llu", w->at,
                          (unsigned long long)sum, (unsigned long long)e->bytes);
@@ -142,7 +153,7 @@ static gckpt_xstatus ev_opt_temp(gckpt_exec *x, const gckpt_event *e, const exec
 
 static gckpt_xstatus ev_host(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
-    int layer = seg_layer(w->seg);
+    int layer = exec_seg_layer(w->seg);
     if (layer < 0 || (uint64_t)layer >= x->m.layers) return exec_fail(err, "%s: host buffer of no layer", w->at);
     hostbuf_t *h = &x->hb[layer];
     gckpt_xstatus rc;
@@ -283,7 +294,7 @@ static gckpt_xstatus dequant_weight(gckpt_exec *x, gckpt_xcall *c, int layer, ui
 static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     const gckpt_op *op = &x->r->op[e->op];
-    int slot = seg_slot(x, w->seg), layer = seg_layer(w->seg);
+    int slot = exec_seg_slot(x, w->seg), layer = exec_seg_layer(w->seg);
     const gckpt_fwd_args *a = &e->arg.fwd;
     size_t b = (size_t)slot * (size_t)x->r->nop + (size_t)e->op;
     x->bind[b] = *a;
@@ -337,7 +348,7 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, const exec_site
 {
     const gckpt_op *op = &x->r->op[e->op];
     const gckpt_bwd_args *a = &e->arg.bwd;
-    int slot = seg_slot(x, w->seg), layer = seg_layer(w->seg);
+    int slot = exec_seg_slot(x, w->seg), layer = exec_seg_layer(w->seg);
     size_t b = (size_t)slot * (size_t)x->r->nop + (size_t)e->op;
     if (x->bind_gen[b] != x->gen)
         return exec_fail(err, "%s: backward of an op with no forward in this micro-step", w->at);
@@ -383,7 +394,7 @@ static gckpt_xstatus ev_grad(gckpt_exec *x, const gckpt_event *e, const exec_sit
     if (!exec_live(x, a->b)) return exec_fail(err, "%s: the added gradient is not allocated", w->at);
     rhs = exec_inst_view(x, a->b);
     if (e->kind == GCKPT_EV_GRAD_ACCUMULATE) {
-        param_t *p = exec_param(x, e->tensor, seg_layer(w->seg));
+        param_t *p = exec_param(x, e->tensor, exec_seg_layer(w->seg));
         if (!p || !exec_live(x, p->grad)) return exec_fail(err, "%s: the parameter has no .grad to accumulate into", w->at);
         dst = lhs = exec_inst_view(x, p->grad);
     } else {
@@ -399,6 +410,20 @@ static gckpt_xstatus ev_grad(gckpt_exec *x, const gckpt_event *e, const exec_sit
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
 
+gckpt_optcall exec_optcall(const gckpt_exec *x, gckpt_xt param, gckpt_xt grad, uint64_t step)
+{
+    return (gckpt_optcall){.kind = x->set.optimizer,
+                           .param = param,
+                           .grad = grad,
+                           .lr = x->o.lr,
+                           .beta1 = 0.9,
+                           .beta2 = 0.999,
+                           .eps = 1e-8,
+                           .weight_decay = x->set.optimizer == GCKPT_SGD ? 0.0 : 0.01,
+                           .momentum = 0.9,
+                           .step = step};
+}
+
 static gckpt_xstatus ev_opt(gckpt_exec *x, const exec_site *w, gckpt_err *err)
 {
     uint64_t step = x->step + 1;
@@ -407,16 +432,7 @@ static gckpt_xstatus ev_opt(gckpt_exec *x, const exec_site *w, gckpt_err *err)
         if (!p->spec->trainable) continue; /* frozen: neither gradient nor states */
         if (!exec_live(x, p->grad))
             return exec_fail(err, "%s: parameter %s (layer %d) has no gradient", w->at, x->r->t[p->tensor].name, p->layer);
-        gckpt_optcall c = {.kind = x->set.optimizer,
-                           .param = exec_param_view(p),
-                           .grad = exec_inst_view(x, p->grad),
-                           .lr = x->o.lr,
-                           .beta1 = 0.9,
-                           .beta2 = 0.999,
-                           .eps = 1e-8,
-                           .weight_decay = x->set.optimizer == GCKPT_SGD ? 0.0 : 0.01,
-                           .momentum = 0.9,
-                           .step = step};
+        gckpt_optcall c = exec_optcall(x, exec_param_view(p), exec_inst_view(x, p->grad), step);
         if (p->spec->nstates >= 1) c.s1 = exec_state_view(p, 0);
         if (p->spec->nstates >= 2) c.s2 = exec_state_view(p, 1);
         if (p->spec->nstates == 4) {
@@ -447,8 +463,19 @@ gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *w, gckp
     case GCKPT_EV_BWD: return ev_bwd(x, e, w, err);
     case GCKPT_EV_GRAD_SUM: case GCKPT_EV_GRAD_CAST: case GCKPT_EV_GRAD_ACCUMULATE: return ev_grad(x, e, w, err);
     case GCKPT_EV_OPT_TEMP_ALLOC: case GCKPT_EV_OPT_TEMP_FREE: return ev_opt_temp(x, e, w, err);
-    case GCKPT_EV_OPT_STEP: return !w->update ? GCKPT_XS_OK : x->zero ? exec_parallel_step(x, w, err) : ev_opt(x, w, err);
+    case GCKPT_EV_OPT_STEP:
+        return !w->update ? GCKPT_XS_OK
+               : x->zero  ? exec_parallel_step(x, w, err)
+               : x->fsdp  ? exec_fsdp_step(x, w, err)
+               : x->z3    ? exec_z3_step(x, w, err)
+                          : ev_opt(x, w, err);
     case GCKPT_EV_ZERO_GRAD: return zero_grad(x, e, w, err);
+    case GCKPT_EV_COLLECTIVE: /* the modes whose wrapper moves data inside the schedule */
+        if (x->fsdp && e->arg.coll.kind < GCKPT_NCOLL) return exec_fsdp_collective(x, e, w, err);
+        if (x->z3 && e->arg.coll.kind < GCKPT_NCOLL) return exec_z3_collective(x, e, w, err);
+        if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2) return exec_z2_collective(x, e, w, err);
+        return exec_fail(err, "%s: a %s between ranks that this mode does not execute", w->at,
+                         e->arg.coll.kind < GCKPT_NCOLL ? gckpt_coll_names[e->arg.coll.kind] : "collective");
     default: return exec_fail(err, "%s: unknown event kind", w->at);
     }
 }

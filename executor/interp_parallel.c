@@ -18,23 +18,14 @@
  *         partition, the master cast into the flat weights, the flat weights all-gathered,
  *         the rest freed and the bucket allocated again.
  * DDP's step counters, ZeRO's scalars and the model's buffers are allocated as their bytes
- * (nothing reads them here). fsdp, zero2 and zero3 are refused: their per-rank working set is
- * not yet events of the schedule. */
+ * (nothing reads them here). zero2 is zero1's layout with its reductions in interp_zero2.c,
+ * fsdp runs in interp_fsdp.c, zero3 in interp_zero3.c (the three in fp32). */
 #include "interp.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "gckpt/core/parallel.h"
-
-struct exec_zero {
-    gckpt_zero_group g[2];
-    uint8_t dt;                 /* the model dtype (bf16 under amp-bf16, else fp32) */
-    uint64_t bucket;            /* the ipg bucket's elements (reduce_bucket_size) */
-    void *flat[2];              /* each group's flat weights (padded elements) */
-    void *master[2], *st[2][2]; /* the rank's fp32 partitions: master, exp_avg, exp_avg_sq */
-    gckpt_flat_place *place;    /* per parameter instance (x->params order) */
-    bool *keep;                 /* per instance: it overlaps the rank's partition */
-};
 
 bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err)
 {
@@ -49,10 +40,12 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
         return false;
     }
     const char *mode = gckpt_parallel_names[s->layout.mode];
-    if (s->layout.mode != GCKPT_PAR_DDP && s->layout.mode != GCKPT_PAR_ZERO1) {
-        gckpt_seterr(err, "parallel mode %s: gckpt-run does not execute it yet (its per-rank working set, gathered "
-                          "parameters and reduce-scatter buffers, is not events of the schedule); ddp and zero1 run",
-                     mode);
+    bool sharded = s->layout.mode == GCKPT_PAR_FSDP || s->layout.mode == GCKPT_PAR_ZERO2 || s->layout.mode == GCKPT_PAR_ZERO3;
+    if (sharded && (s->precision != GCKPT_FP32 || s->peft.method != GCKPT_METHOD_FULL || s->optimizer != GCKPT_ADAMW)) {
+        gckpt_seterr(err, "parallel mode %s: gckpt-run executes it in fp32 with adamw and every parameter trained "
+                          "(not %s, %s%s)",
+                     mode, gckpt_precision_names[s->precision], gckpt_optimizer_names[s->optimizer],
+                     s->peft.method != GCKPT_METHOD_FULL ? ", an adapter" : "");
         return false;
     }
     if ((uint32_t)world != gckpt_layout_world(&s->layout)) {
@@ -63,8 +56,6 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
 }
 
 static bool multi(const gckpt_exec *x) { return gckpt_layout_multi(&x->set.layout); }
-
-static uint64_t world(const gckpt_exec *x) { return (uint64_t)x->o.world; }
 
 static uint64_t z_bucket_bytes(const gckpt_exec *x)
 {
@@ -79,16 +70,13 @@ static gckpt_xt view(void *p, uint64_t off, uint64_t n, uint8_t dt)
 
 bool exec_parallel_prepare(gckpt_exec *x, gckpt_err *err)
 {
-    if (x->set.layout.mode != GCKPT_PAR_ZERO1) return true;
+    if (x->set.layout.mode != GCKPT_PAR_ZERO1 && x->set.layout.mode != GCKPT_PAR_ZERO2) return true;
     exec_zero *z = x->zero = calloc(1, sizeof *x->zero);
     if (!z) return gckpt_seterr(err, "out of memory"), false;
     const gckpt_params *ps = &x->ctx.params;
     gckpt_zero12_groups(ps, &x->set, x->dev.alloc_round_bytes, z->g);
     z->bucket = gckpt_ds_reduce_bucket(&x->m, &x->set.layout);
     for (int i = 0; i < ps->n; i++) z->dt = ps->p[i].weight.dtype; /* one model dtype (checked in setup) */
-    /* the context is rank 0's; this rank keeps the .grad overlapping its own partition */
-    uint64_t keep = gckpt_zero12_step_grads(ps, x->m.layers, (uint32_t)world(x), (uint32_t)x->o.rank);
-    x->ctx.step_grads = keep < x->ctx.grads ? keep : x->ctx.grads;
     return true;
 }
 
@@ -166,9 +154,15 @@ gckpt_xstatus exec_parallel_setup(gckpt_exec *x, gckpt_err *err)
     if (x->zero) {
         gckpt_xstatus rc = zero_setup(x, err);
         if (rc != GCKPT_XS_OK) return rc;
-        if (z_bucket_bytes(x) > bytes[EXEC_PAR_STEP])
+        if (x->set.layout.mode == GCKPT_PAR_ZERO2 && (rc = exec_z2_setup(x, err)) != GCKPT_XS_OK) return rc;
+        if (x->set.layout.mode == GCKPT_PAR_ZERO1 && z_bucket_bytes(x) > bytes[EXEC_PAR_STEP])
             return exec_fail(err, "zero1: the ipg bucket of %llu elements exceeds the %llu bytes released in the step",
                              (unsigned long long)x->zero->bucket, (unsigned long long)bytes[EXEC_PAR_STEP]);
+    }
+    if (x->set.layout.mode == GCKPT_PAR_FSDP) { /* the parameter instances exist now */
+        if (!x->fsdp && !exec_fsdp_prepare(x, err)) return GCKPT_XS_ERROR;
+        gckpt_xstatus rc = exec_fsdp_setup(x, err);
+        if (rc != GCKPT_XS_OK) return rc;
     }
     uint64_t sum = 0;
     for (int k = 0; k < EXEC_NPAR; k++) {
@@ -177,6 +171,10 @@ gckpt_xstatus exec_parallel_setup(gckpt_exec *x, gckpt_err *err)
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "allocating the parallel mode's buffers", err);
         x->par_bytes[k] = bytes[k];
         sum += bytes[k];
+    }
+    if (x->set.layout.mode == GCKPT_PAR_ZERO3) {
+        gckpt_xstatus rc = exec_z3_setup(x, err);
+        if (rc != GCKPT_XS_OK) return rc;
     }
     if (sum != x->ctx.parallel)
         return exec_fail(err, "setup: rank %d's %s buffers take %llu bytes, the schedule counts %llu", x->o.rank,
@@ -269,7 +267,8 @@ static gckpt_xstatus zero_sync(gckpt_exec *x, gckpt_err *err)
 
 gckpt_xstatus exec_parallel_sync(gckpt_exec *x, gckpt_err *err)
 {
-    if (!multi(x)) return GCKPT_XS_OK;
+    if (!multi(x) || x->fsdp || x->z3 || x->set.layout.mode == GCKPT_PAR_ZERO2)
+        return GCKPT_XS_OK; /* FSDP2, ZeRO-2/3: reduced inside the schedule */
     if (x->zero) return zero_sync(x, err);
     uint64_t n;
     uint8_t dt;
@@ -313,25 +312,19 @@ static gckpt_xstatus zero_group_step(gckpt_exec *x, int g, const gckpt_xt *slice
     for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++) {
         const gckpt_flat_place *f = &z->place[j];
         if (f->group != g || !z->keep[j]) continue;
-        if (!exec_live(x, x->params[j].grad)) return GCKPT_XS_ERROR;
+        /* ZeRO-1: its .grad; ZeRO-2: its place in the reduced partition buffer */
+        gckpt_xt grad = x->set.layout.mode == GCKPT_PAR_ZERO2 ? exec_z2_grad(x, j) : exec_inst_view(x, x->params[j].grad);
+        if (!grad.p) return GCKPT_XS_ERROR;
         uint64_t a = f->offset > lo ? f->offset : lo, end = f->offset + x->params[j].spec->numel;
         uint64_t b = end < hi ? end : hi;
-        rc = be->add(be, view(slice->p, a - lo, b - a, z->dt), none,
-                     view(x->inst[x->params[j].grad].p, a - f->offset, b - a, z->dt));
+        rc = be->add(be, view(slice->p, a - lo, b - a, z->dt), none, view(grad.p, a - f->offset, b - a, z->dt));
     }
     if (rc == GCKPT_XS_OK && f32->p != slice->p) rc = be->add(be, *f32, none, *slice);
     if (rc != GCKPT_XS_OK) return rc;
-    gckpt_optcall c = {.kind = GCKPT_ADAMW,
-                       .param = view(z->master[g], 0, part, GCKPT_DT_F32),
-                       .grad = *f32,
-                       .s1 = view(z->st[g][0], 0, part, GCKPT_DT_F32),
-                       .s2 = view(z->st[g][1], 0, part, GCKPT_DT_F32),
-                       .lr = x->o.lr,
-                       .beta1 = 0.9,
-                       .beta2 = 0.999,
-                       .eps = 1e-8,
-                       .weight_decay = 0.01, /* as on one GPU (interp_events.c) */
-                       .step = step};
+    gckpt_optcall c = exec_optcall(x, view(z->master[g], 0, part, GCKPT_DT_F32), *f32, step); /* as on one GPU */
+    c.kind = GCKPT_ADAMW;
+    c.s1 = view(z->st[g][0], 0, part, GCKPT_DT_F32);
+    c.s2 = view(z->st[g][1], 0, part, GCKPT_DT_F32);
     if ((rc = be->optim(be, &c)) != GCKPT_XS_OK) return rc;
     /* the updated master into the rank's slice of the weights, then every rank's gathered */
     gckpt_xt mine = view(z->flat[g], lo, part, z->dt);
@@ -379,6 +372,8 @@ gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, con
 
 void exec_parallel_release(gckpt_exec *x)
 {
+    exec_fsdp_release(x);
+    exec_z3_release(x);
     for (int k = 0; k < EXEC_NPAR; k++) {
         if (x->par[k]) x->be->release(x->be, GCKPT_MEM_DEVICE, x->par[k], x->par_bytes[k]);
         x->par[k] = NULL;
@@ -397,9 +392,65 @@ void exec_parallel_release(gckpt_exec *x)
 
 void exec_parallel_free(gckpt_exec *x)
 {
+    exec_fsdp_free(x);
+    exec_z3_free(x);
     if (!x->zero) return;
     free(x->zero->place);
     free(x->zero->keep);
+    free(x->zero->pbuf_off);
     free(x->zero);
     x->zero = NULL;
+}
+
+gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, const void *src, uint64_t n, uint64_t lo, uint64_t *h,
+                              double *ss, gckpt_err *err)
+{
+    float *v = malloc(sizeof *v * (n ? n : 1));
+    if (!v) return exec_fail(err, "out of memory");
+    gckpt_xstatus rc = x->be->download(x->be, v, src, n * 4);
+    uint64_t salt = gckpt_key((uint64_t)p->tensor, (uint64_t)(p->layer + 1), 0x9ad, 0); /* as interp.c's checksum */
+    for (uint64_t i = 0; i < n && rc == GCKPT_XS_OK; i++) {
+        uint32_t bits;
+        memcpy(&bits, &v[i], 4);
+        *h += gckpt_hash_term(salt, bits, lo + i);
+        *ss += (double)v[i] * v[i];
+    }
+    free(v);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "checksum", err);
+}
+
+gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err *err)
+{
+    gckpt_comm *c = x->o.comm;
+    struct {
+        uint64_t h;
+        double ss;
+    } mine = {*h, *ss}, *all = calloc((size_t)x->o.world, sizeof *all);
+    if (!all) return exec_fail(err, "out of memory");
+    if (!c || !c->collective(c, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, &mine, all, sizeof mine, GCKPT_DT_U8, 0)) {
+        free(all);
+        return exec_fail(err, "checksum: gathering the ranks' sums: %s", c ? c->err.msg : "no communicator");
+    }
+    *h = 0;
+    *ss = 0;
+    for (int r = 0; r < x->o.world; r++) { /* in rank order */
+        *h += all[r].h;
+        *ss += all[r].ss;
+    }
+    free(all);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus exec_shard_init(gckpt_exec *x, const param_t *p, void *dst, gckpt_init how, float scale, uint64_t key,
+                              gckpt_err *err)
+{
+    uint64_t part = p->spec->shard.part, local = gckpt_shard_local(p->spec, (uint32_t)x->o.rank);
+    uint64_t lo = (uint64_t)x->o.rank * part;
+    float *v = malloc(sizeof *v * (part ? part : 1));
+    if (!v) return exec_fail(err, "out of memory");
+    for (uint64_t i = 0; i < part; i++) /* the values one process's init gives these elements */
+        v[i] = i >= local ? 0.0f : how == GCKPT_INIT_CONST ? scale : gckpt_rng_uniform(key, lo + i, scale);
+    gckpt_xstatus rc = x->be->upload(x->be, dst, v, part * 4);
+    free(v);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising a shard", err);
 }

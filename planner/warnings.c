@@ -93,9 +93,11 @@ static const struct {
      "expect a higher peak"},
     {"parallel_peak_approximate", parallel_peak_applies,
      "the per-rank working set of fsdp, zero2 and zero3 (gathered parameters, reduce-scatter and bucket "
-     "buffers) is a closed form, not scheduled layer by layer: against per-rank fixtures of tiny models "
-     "(tests/data/hf-dist) its peak was off by -17.0 % to +8.7 % (fsdp), -12.5 % to +0.4 % (zero2) and "
-     "0 to +18.1 % (zero3), while ddp and zero1 were within 0.01 %; keep that much headroom"},
+     "buffers) is scheduled unit by unit as read in torch's fully_shard and DeepSpeed's source, within 0.3 % "
+     "of every measured rank of CPU fixtures of tiny models (tests/data/hf-dist); unverified: CUDA's side "
+     "streams (reserved memory above allocated by up to one unit's buffers), zero3 past "
+     "stage3_max_live_parameters (planned as every parameter released after its forward and gathered "
+     "again), zero2's ranks between the first and the last (both planned, the busier shown)"},
     {"moe_grouped_mm_cuda_unverified", moe_applies,
      "the experts are planned as transformers' default grouped_mm (torch._grouped_mm over all tokens x "
      "top_k pairs), measured on the CPU; on CUDA the fused grouped GEMM runs only for bf16 on sm90 / sm100, "

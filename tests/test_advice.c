@@ -249,15 +249,15 @@ static void warnings(void **state)
     assert_null(warning_of(j, "sdpa_fp32_gqa_math_fallback"));
     cJSON_Delete(j);
 
-    /* several GPUs: collective times always unverified; the closed-form working set of
-     * fsdp / zero2 / zero3 said with its measured error, not for ddp */
+    /* several GPUs: collective times always unverified; the scheduled working set of
+     * fsdp / zero2 / zero3 said with its measured error and what is not measured, not for ddp */
     assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpus", "8", "--parallel", "zero3", "--every-n", "1", "-q",
                            "-o", "w.json")), 0);
     j = read_plan("w.json");
     assert_non_null(warning_of(j, "collective_time_unverified"));
     m = warning_of(j, "parallel_peak_approximate");
     assert_non_null(m);
-    assert_non_null(strstr(m, "+18.1 % (zero3)"));
+    assert_non_null(strstr(m, "within 0.3 %"));
     cJSON_Delete(j);
     plan_warns(A("--model", "llama-3.1-8b", "--gpus", "8", "--parallel", "ddp", "--every-n", "1", "-q", "-o", "w.json"),
                "collective_time_unverified", "parallel_peak_approximate");

@@ -12,9 +12,11 @@
 #include <cmocka.h>
 
 #include "gckpt/core/eval.h"
+#include "gckpt/core/parallel.h"
 #include "gckpt/core/peft.h"
 
 static gckpt_device dev;
+static gckpt_layout g_layout; /* the sweeps' layout (zeroed: one GPU) */
 
 static void close_to(double a, double b, const char *what, const char *ctx)
 {
@@ -31,15 +33,21 @@ static void sweep_peft(const char *model, const char *cfg_json, const gckpt_peft
     static gckpt_recipe r;
     static gckpt_profile prof;
     size_t entries = 0;
+    bool multi = gckpt_layout_multi(&g_layout);
     for (int prec = 0; prec < GCKPT_NPREC; prec++) {
+        /* several GPUs: what gckpt_layout_check accepts (amp-bf16 or fp32, AdamW) */
+        if (multi && prec != GCKPT_AMP_BF16 && prec != GCKPT_FP32) continue;
         for (int attn = 0; attn < GCKPT_NATTN; attn++) {
-            gckpt_recipe_build_seq(&m, (gckpt_precision)prec, (gckpt_attention)attn, GCKPT_TARGET_CUDA, peft, 96, &r);
+            gckpt_setting ps = {.precision = (gckpt_precision)prec, .layout = g_layout};
+            gckpt_recipe_build_seq(&m, gckpt_parallel_compute_precision(&ps), (gckpt_attention)attn, GCKPT_TARGET_CUDA,
+                                   peft, 96, &r);
             for (uint64_t mb = 1; mb <= 2; mb++) {
                 for (uint64_t ga = 1; ga <= 3; ga += 2) {
                     gckpt_setting s = {.seq = 96, .micro_batch = mb, .grad_accum = ga,
                                        .precision = (gckpt_precision)prec,
-                                       .optimizer = (gckpt_optimizer)((prec + attn) % GCKPT_NOPT),
-                                       .attention = (gckpt_attention)attn, .peft = peft ? *peft : (gckpt_peft){0}};
+                                       .optimizer = multi ? GCKPT_ADAMW : (gckpt_optimizer)((prec + attn) % GCKPT_NOPT),
+                                       .attention = (gckpt_attention)attn, .peft = peft ? *peft : (gckpt_peft){0},
+                                       .layout = g_layout};
                     gckpt_ctx c;
                     if (!gckpt_ctx_init(&c, &m, &dev, &r, &s, &err)) fail_msg("%s", err.msg);
                     assert_true(gckpt_profile_build(&c, &prof));
@@ -52,6 +60,17 @@ static void sweep_peft(const char *model, const char *cfg_json, const gckpt_peft
                             gckpt_result a, b, b2;
                             gckpt_walk(&c, &ev, &a);
                             gckpt_schedule_free(&ev);
+                            if (g_layout.mode == GCKPT_PAR_ZERO2) { /* the plan shows the busier of rank 0 and the last */
+                                static gckpt_ctx cl;
+                                gckpt_setting sl = c.set;
+                                sl.layout.rank = gckpt_layout_world(&sl.layout) - 1;
+                                gckpt_result al;
+                                if (!gckpt_ctx_init(&cl, &m, &dev, &r, &sl, &err)) fail_msg("%s", err.msg);
+                                assert_true(gckpt_schedule_build(&cl, &ev));
+                                gckpt_walk(&cl, &ev, &al);
+                                gckpt_schedule_free(&ev);
+                                if (al.peak_bytes > a.peak_bytes) a = al;
+                            }
                             gckpt_fast_eval(&c, &prof, n, off, ga, &b);
                             gckpt_fast_eval_ex(&c, &prof, n, off, ga, false, &b2);
                             if (ga == 1) { /* no later micro-steps profiled: refused, visibly */
@@ -64,8 +83,10 @@ static void sweep_peft(const char *model, const char *cfg_json, const gckpt_peft
                                      gckpt_precision_names[prec], gckpt_attention_names[attn],
                                      (unsigned long long)mb, (unsigned long long)ga, n, off);
                             if (a.peak_bytes != b.peak_bytes)
-                                fail_msg("%s: peak walk %llu fast %llu", ctx, (unsigned long long)a.peak_bytes,
-                                         (unsigned long long)b.peak_bytes);
+                                fail_msg("%s%s%s: peak walk %llu (phase %d layer %d micro %d) fast %llu (phase %d layer %d micro %d)", ctx, multi ? " " : "",
+                                         multi ? gckpt_parallel_names[g_layout.mode] : "", (unsigned long long)a.peak_bytes,
+                                         a.peak_phase, a.peak_layer, a.peak_micro,
+                                         (unsigned long long)b.peak_bytes, b.peak_phase, b.peak_layer, b.peak_micro);
                             assert_int_equal(a.peak_bytes, b2.peak_bytes);
                             assert_int_equal(a.device_peak_bytes, b.device_peak_bytes);
                             assert_int_equal(a.host_pinned_bytes, b.host_pinned_bytes);
@@ -94,7 +115,8 @@ static void sweep_peft(const char *model, const char *cfg_json, const gckpt_peft
             }
         }
     }
-    printf("%s%s%s: %zu entries agree\n", model, peft ? " " : "", peft ? gckpt_method_names[peft->method] : "", entries);
+    printf("%s%s%s%s%s: %zu entries agree\n", model, peft ? " " : "", peft ? gckpt_method_names[peft->method] : "",
+           multi ? " " : "", multi ? gckpt_parallel_names[g_layout.mode] : "", entries);
 }
 
 static void sweep(const char *model, const char *cfg_json) { sweep_peft(model, cfg_json, NULL); }
@@ -145,6 +167,27 @@ static void issue13_families(void **state)
     sweep("gpt_neox-tiny", "{\"model_type\":\"gpt_neox\",\"num_hidden_layers\":3,\"hidden_size\":64,"
                            "\"num_attention_heads\":4,\"intermediate_size\":128,\"vocab_size\":211}");
 #undef TINY
+}
+
+/* Several GPUs: every mode's per-rank schedule (FSDP2's per-unit events, ZeRO's buffers) at
+ * world 2 and 3 (uneven shards), FSDP2 also with every unit kept gathered */
+static void parallel_modes(void **state)
+{
+    (void)state;
+    static const char *qwen2 = "{\"model_type\":\"qwen2\",\"num_hidden_layers\":3,\"hidden_size\":96,"
+                               "\"num_attention_heads\":8,\"num_key_value_heads\":4,\"intermediate_size\":250,"
+                               "\"vocab_size\":501}";
+    static const char *qwen3 = "{\"model_type\":\"qwen3\",\"num_hidden_layers\":3,\"hidden_size\":72,"
+                               "\"num_attention_heads\":6,\"num_key_value_heads\":2,\"head_dim\":20,"
+                               "\"intermediate_size\":200,\"vocab_size\":333,\"tie_word_embeddings\":true}";
+    for (int mode = GCKPT_PAR_DDP; mode < GCKPT_NPAR; mode++)
+        for (uint32_t w = 2; w <= 3; w++)
+            for (int keep = 0; keep < (mode == GCKPT_PAR_FSDP ? 2 : 1); keep++) {
+                g_layout = (gckpt_layout){.gpus = w, .nodes = 1, .mode = (uint8_t)mode, .fsdp_keep_gathered = keep};
+                sweep("qwen2-odd", qwen2);
+                sweep("qwen3-tied", qwen3);
+            }
+    g_layout = (gckpt_layout){0};
 }
 
 /* LoRA and QLoRA (frozen weights, adapters, dropout, modules_to_save copies, quantized
@@ -260,6 +303,7 @@ int main(void)
         cmocka_unit_test(odd_dims),
         cmocka_unit_test(issue13_families),
         cmocka_unit_test(lora_qlora),
+        cmocka_unit_test(parallel_modes),
         cmocka_unit_test(recipe_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -54,6 +54,9 @@ typedef struct {
     uint64_t start, end; /* live bytes at step 2's start and end */
     double peak;         /* step 2's live peak */
     char where[160];
+    /* step 2's collectives' bytes (all-gather output, reduce-scatter input, all-reduce buffer):
+     * all-gathers of the forward and of the backward, the backward's reductions */
+    double gather_fwd, gather_bwd, reduce;
 } dist_fixture;
 
 static void read_fixture(const char *path, dist_fixture *f)
@@ -88,6 +91,16 @@ static void read_fixture(const char *path, dist_fixture *f)
          gckpt_json_num(last, path, "steps[-1].live_peak_bytes", 0, 1e18, &peak, &err) &&
          gckpt_json_str(last, path, "steps[-1].peak_where", f->where, sizeof f->where, &err);
     f->s.offload = cJSON_IsTrue(item(set, "offload"));
+    const cJSON *kinds = item(item(item(root, "collectives"), "per_step"), "2"), *k;
+    cJSON_ArrayForEach(k, kinds) { /* "kind/dtype/phase" */
+        double b = cJSON_GetNumberValue(item(k, "bytes"));
+        const char *phase = strrchr(k->string, '/');
+        bool gather = !strncmp(k->string, "all_gather/", 11);
+        if (!phase || !strcmp(phase, "/optimizer")) continue;
+        if (gather && !strcmp(phase, "/forward")) f->gather_fwd += b;
+        else if (gather) f->gather_bwd += b;
+        else f->reduce += b;
+    }
     cJSON_Delete(root);
     if (!ok) fail_msg("%s", err.msg);
     f->fake = !strcmp(pg, "fake");
@@ -107,6 +120,12 @@ static void read_fixture(const char *path, dist_fixture *f)
     int pm = gckpt_parallel_from(strcmp(f->mode, "fsdp2") ? f->mode : "fsdp");
     if (pm <= 0) fail_msg("%s: parallel.mode '%s' not understood", path, f->mode);
     s->layout.mode = (uint8_t)pm;
+    s->layout.fsdp_keep_gathered = !strcmp(f->variant, "nrf");
+    s->layout.rank = (uint32_t)rank;
+    if (!strcmp(f->variant, "tight")) { /* stage3_max_live_parameters (and reuse distance, prefetch) 0 */
+        s->layout.ds.set |= GCKPT_DS_MAX_LIVE;
+        s->layout.ds.max_live = 0;
+    }
     if (!gckpt_layout_check(s, &err)) fail_msg("%s", err.msg);
 }
 
@@ -158,8 +177,8 @@ static void test_fixtures_exact(void **state)
     assert_int_equal(bad, 0);
 }
 
-/* The rank's planned live peak of step 2 (CPU target, exact allocator as test_hf_fixtures). */
-static double planned_peak(const dist_fixture *f, const gckpt_device *dev)
+/* The rank's planned step 2 (CPU target, exact allocator as test_hf_fixtures): the walk. */
+static void planned_step(const dist_fixture *f, const gckpt_device *dev, gckpt_result *res)
 {
     static gckpt_ctx c;
     gckpt_err err;
@@ -168,47 +187,63 @@ static double planned_peak(const dist_fixture *f, const gckpt_device *dev)
     if (!gckpt_ctx_init(&c, &f->m, dev, &g_r, &f->s, &err)) fail_msg("%s", err.msg);
     gckpt_schedule ev;
     if (!gckpt_schedule_build(&c, &ev)) fail_msg("out of memory");
-    gckpt_result res;
-    gckpt_walk(&c, &ev, &res);
+    gckpt_walk(&c, &ev, res);
     gckpt_schedule_free(&ev);
-    return (double)res.peak_bytes;
 }
 
-/* The step's live peak per rank against the fixtures. Checkpointed DDP and ZeRO-1, where
- * FINDINGS 13.6 derives the peak exactly (one GPU's + the buckets / the rank's persistent
- * bytes + the ipg bucket), within the single-GPU planner's tolerance (test_hf_fixtures: 0.1 %
- * amp and fp32, 0.5 % bf16). FSDP2, ZeRO-2 and ZeRO-3 (working set as a closed form, not yet
- * per-unit events) and DDP without checkpointing (_DDPSink's clones, not modelled) within
- * MODE_TOL, the figure README "Several GPUs" states (measured: 18.1 % at most, ZeRO-3 on
- * tiny llama at world 2); the residual table is printed. */
-#define MODE_TOL 0.20
-static void test_fixture_peaks(void **state)
+/* The fixtures' folder, and the CPU device whose allocator is exact (as test_hf_fixtures). */
+static DIR *open_fixtures(gckpt_device *dev)
 {
-    (void)state;
-    gckpt_device dev;
     gckpt_err err;
-    if (!gckpt_device_load(GCKPT_TEST_DATA "/devices/cpu-exact.json", &dev, &err)) fail_msg("%s", err.msg);
-    const char *dir = GCKPT_TEST_DATA "/hf-dist";
-    DIR *d = opendir(dir);
+    if (!gckpt_device_load(GCKPT_TEST_DATA "/devices/cpu-exact.json", dev, &err)) fail_msg("%s", err.msg);
+    DIR *d = opendir(GCKPT_TEST_DATA "/hf-dist");
     assert_non_null(d);
+    return d;
+}
+
+/* The next fake-group fixture of folder d (its file name in *name); false after the last. */
+static bool next_fake_fixture(DIR *d, dist_fixture *f, const char **name)
+{
     struct dirent *e;
-    int n = 0, bad = 0;
-    double worst[GCKPT_NPAR][2] = {{0}}; /* per mode: max |error|, [1] checkpointed */
-    int count[GCKPT_NPAR][2] = {{0}};
-    print_message("%-52s %10s %10s %8s  %s\n", "fixture (fake group)", "measured", "planned", "error", "measured peak at");
     while ((e = readdir(d))) {
         size_t k = strlen(e->d_name);
         if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
         char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        dist_fixture f;
-        read_fixture(path, &f);
-        if (!f.fake || f.rank != 0) continue; /* rank 0: the busiest, the one a plan shows */
-        double planned = planned_peak(&f, &dev), err_rel = (planned - f.peak) / f.peak;
+        snprintf(path, sizeof path, "%s/%s", GCKPT_TEST_DATA "/hf-dist", e->d_name);
+        read_fixture(path, f);
+        if (!f->fake) continue;
+        *name = e->d_name;
+        return true;
+    }
+    return false;
+}
+
+/* The step's live peak of every measured rank against the fixtures. Checkpointed DDP and
+ * ZeRO-1, where FINDINGS 13.6 derives the peak exactly (one GPU's + the buckets / the rank's
+ * persistent bytes + the ipg bucket), within the single-GPU planner's tolerance
+ * (test_hf_fixtures: 0.1 % amp and fp32, 0.5 % bf16). FSDP2, ZeRO-2 and ZeRO-3, whose working
+ * set is the schedule's events (core/sim_parallel.c), and DDP without checkpointing (_DDPSink's
+ * clones of the outputs not modelled: 0.01 %) within the issue's 1 %; the table is printed. */
+static void test_fixture_peaks(void **state)
+{
+    (void)state;
+    gckpt_device dev;
+    DIR *d = open_fixtures(&dev);
+    int n = 0, bad = 0;
+    double worst[GCKPT_NPAR][2] = {{0}}; /* per mode: max |error|, [1] checkpointed */
+    int count[GCKPT_NPAR][2] = {{0}};
+    print_message("%-52s %10s %10s %8s  %s\n", "fixture (fake group)", "measured", "planned", "error", "measured peak at");
+    dist_fixture f;
+    const char *name;
+    while (next_fake_fixture(d, &f, &name)) { /* every rank measured */
+        gckpt_result res;
+        planned_step(&f, &dev, &res);
+        double planned = (double)res.peak_bytes, err_rel = (planned - f.peak) / f.peak;
         int mode = f.s.layout.mode, ck = f.s.every_n > 0;
         bool derived = (mode == GCKPT_PAR_DDP && ck) || mode == GCKPT_PAR_ZERO1;
-        double tol = derived ? (f.s.precision == GCKPT_FP32 || mode == GCKPT_PAR_DDP ? 0.001 : 0.005) : MODE_TOL;
-        print_message("%-52.52s %10.0f %10.0f %+7.2f%%  %s\n", e->d_name, f.peak, planned, 100 * err_rel, f.where);
+        double tol = derived ? (f.s.precision == GCKPT_FP32 || mode == GCKPT_PAR_DDP ? 0.001 : 0.005)
+                             : 0.01;
+        print_message("%-52.52s %10.0f %10.0f %+7.2f%%  %s\n", name, f.peak, planned, 100 * err_rel, f.where);
         if (fabs(err_rel) > worst[mode][ck]) worst[mode][ck] = fabs(err_rel);
         count[mode][ck]++;
         n++;
@@ -225,6 +260,76 @@ static void test_fixture_peaks(void **state)
                               ck ? "checkpointed" : "no checkpointing", count[m][ck], 100 * worst[m][ck]);
     assert_true(n >= 70);
     assert_int_equal(bad, 0);
+}
+
+/* The schedule's COLLECTIVE events of FSDP2, ZeRO-2 and ZeRO-3 (the volumes a plan times) against
+ * the collectives each fixture recorded in step 2 (the probe's dispatch mode on the c10d ops):
+ * the forward's and the backward's all-gathers (ZeRO-3 `tight`: the recompute's and the
+ * backward's re-gathers) and the backward's reductions, byte for byte. */
+static void test_collective_volumes(void **state)
+{
+    (void)state;
+    gckpt_device dev;
+    DIR *d = open_fixtures(&dev);
+    int n = 0;
+    dist_fixture f;
+    const char *name;
+    while (next_fake_fixture(d, &f, &name)) {
+        int mode = f.s.layout.mode;
+        if (mode != GCKPT_PAR_FSDP && mode != GCKPT_PAR_ZERO2 && mode != GCKPT_PAR_ZERO3) continue;
+        gckpt_result res;
+        planned_step(&f, &dev, &res);
+        if (res.coll_gather_fwd != f.gather_fwd || res.coll_gather_bwd != f.gather_bwd || res.coll_reduce != f.reduce)
+            fail_msg("%s: planned all-gather forward %.0f backward %.0f, reduce %.0f; measured %.0f %.0f %.0f", name,
+                     res.coll_gather_fwd, res.coll_gather_bwd, res.coll_reduce, f.gather_fwd, f.gather_bwd, f.reduce);
+        n++;
+    }
+    closedir(d);
+    print_message("collective bytes of step 2: %d fixtures equal\n", n);
+    assert_true(n >= 90);
+}
+
+/* A plan's figure (the fast evaluator, rank 0's setting) is the busiest rank's: under ZeRO-2 the
+ * last rank's gradient slice holds the head's and is made at the backward's first reduce hook,
+ * so that rank peaks higher (FINDINGS 13.6); every zero2 case's plan is within 1 % of the larger
+ * of its ranks' measured peaks. */
+static void test_zero2_busiest_rank(void **state)
+{
+    (void)state;
+    gckpt_device dev;
+    DIR *d = open_fixtures(&dev);
+    int n = 0, last_higher = 0;
+    gckpt_err err;
+    const char *dir = GCKPT_TEST_DATA "/hf-dist";
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t k = strlen(e->d_name);
+        if (strncmp(e->d_name, "zero2-", 6) || k < 9 || strcmp(e->d_name + k - 8, "-r0.json")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        dist_fixture f0, fl;
+        read_fixture(path, &f0);
+        if (!f0.fake) continue;
+        snprintf(path + strlen(path) - 7, 16, "r%u.json", f0.s.layout.gpus - 1);
+        read_fixture(path, &fl);
+        static gckpt_ctx c;
+        static gckpt_profile prof;
+        gckpt_peft none = {0};
+        gckpt_recipe_build_peft(&f0.m, gckpt_parallel_compute_precision(&f0.s), GCKPT_SDPA, GCKPT_TARGET_CPU, &none, &g_r);
+        if (!gckpt_ctx_init(&c, &f0.m, &dev, &g_r, &f0.s, &err)) fail_msg("%s", err.msg);
+        assert_true(gckpt_profile_build(&c, &prof));
+        gckpt_result res;
+        gckpt_fast_eval(&c, &prof, f0.s.every_n, f0.s.offload, f0.s.grad_accum, &res);
+        double busiest = f0.peak > fl.peak ? f0.peak : fl.peak, rel = ((double)res.peak_bytes - busiest) / busiest;
+        print_message("%-44s rank 0 %10.0f, rank %u %10.0f, planned %10llu (%+.2f %%)\n", e->d_name, f0.peak, fl.rank,
+                      fl.peak, (unsigned long long)res.peak_bytes, 100 * rel);
+        last_higher += fl.peak > f0.peak;
+        assert_true(fabs(rel) <= 0.01);
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 10);
+    assert_true(last_higher > 0); /* the case this test is for exists among the fixtures */
 }
 
 /* Closed forms per shipped model, N = 8 ranks, amp-bf16 AdamW with checkpointing. */
@@ -286,6 +391,8 @@ int main(void)
         cmocka_unit_test(test_fixtures_exact),
         cmocka_unit_test(test_closed_forms),
         cmocka_unit_test(test_fixture_peaks),
+        cmocka_unit_test(test_zero2_busiest_rank),
+        cmocka_unit_test(test_collective_volumes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,10 @@ typedef struct {
     bool peak_grad;             /* ... and that allocation is its gradient */
     double step_s, forward_s, backward_s, recompute_s, copy_s, optimizer_s;
     double comm_s;              /* several GPUs: collectives not hidden behind compute (in step_s) */
+    /* several GPUs, a walked schedule: bytes of its COLLECTIVE events per step (all-gathers of
+     * the forward and of the backward, reductions); coll_seen false when it has none */
+    double coll_gather_fwd, coll_gather_bwd, coll_reduce;
+    bool coll_seen;
     double model_flops;         /* forward + backward FLOPs of the step (no recompute) */
     double tokens_per_s, mfu;
 } gckpt_result;
@@ -75,7 +79,10 @@ void gckpt_profiler_free(gckpt_profiler *pr);
 bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_profile *p);
 
 /* Evaluate one setting from a profile. A grad_accum > 1 needs a profile built for one
- * (later_micro); without, the result says so: peak and device peak UINT64_MAX. */
+ * (later_micro); without, the result says so: peak and device peak UINT64_MAX. Several GPUs
+ * under fsdp, zero2 or zero3 (the wrapper's events make the layers unlike): the setting's
+ * schedule is built and walked instead; under zero2 for rank 0 and the last rank, the busier
+ * one returned. */
 void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
                      uint64_t grad_accum, gckpt_result *res);
 /* The same; breakdown = false skips the per-component vector at the peak (the rest of

@@ -77,25 +77,38 @@ typedef struct {
     uint64_t total;
 } gckpt_rank_bytes;
 
+/* Elements of p's unpadded piece on rank r (after gckpt_params_shard): rank r's padded shard
+ * of p->shard.part elements starts at element r x part of the tensor and holds what is left of
+ * it, the rest padding. FSDP2: its rows (torch.chunk: the last ranks may get fewer or none)
+ * times a row's elements; ZeRO-3: its flat slice. */
+uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r);
+
 /* Rank `rank`'s persistent bytes for setting s (a checked, multi-GPU layout) from table ps
  * after gckpt_params_shard. Rank 0 is the busiest (FSDP2's local shards shrink at the end). */
 void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                            uint64_t round, gckpt_rank_bytes *out);
 
-/* Make context c (its setting a checked multi-GPU layout) one rank's: the table's shard fields
- * and per-rank gradients, the persistent totals of rank 0 (the busiest), the mode's working
- * set in c->parallel and the optimizer step's share. The working set is a closed form, not
- * yet events of the schedule (README, "Several GPUs", says what is verified):
- *  ddp:   the buckets (a flat fp32 copy of every gradient), step counters, buffers;
+/* Make context c (its setting a checked multi-GPU layout) one rank's: the table's shard fields,
+ * the persistent totals of the layout's rank (0 in a plan; under zero2 the evaluator also
+ * walks the last rank, gckpt_fast_eval), what the mode keeps besides in c->parallel and the optimizer step's
+ * share. What changes within the step is the schedule's events (core/sim_parallel.c):
+ *  ddp:   c->parallel: the buckets (a flat fp32 copy of every gradient), step counters, buffers;
  *  zero1: the ipg bucket (reduce_bucket_size elements) held through the step; the full
  *         model-dtype gradients accumulate in .grad as on one GPU (FINDINGS 13.6, exact);
- *  zero2: as zero1, the gradients the rank's partition only (13.6: below one GPU);
- *  zero3: every gathered non-persistent parameter from its first forward use to its backward
- *         (default stage3_max_live_parameters 1e9 elements caps it), the ipg bucket;
- *  fsdp:  the tail unit (final norm, lm_head: reshard_after_forward False) unsharded, the
- *         current and the prefetched unit's unsharded bf16 parameters, one unit's
- *         reduce-scatter input; fp32 sharded gradients. */
+ *  zero2: the gradients, the ipg bucket and the rank's reduced slice are events; the slice
+ *         (c->z2_numel elements) reaches the step;
+ *  zero3: the flat gradient partitions and the ipg bucket persist; gathered parameters and
+ *         transient .grads are events;
+ *  fsdp:  the units' buffers are events; the fp32 sharded gradients (c->unit_part) reach the step. */
 void gckpt_parallel_apply(gckpt_ctx *c);
+
+/* ZeRO-3: whether gathered parameters stay from their forward use to their backward (DeepSpeed
+ * releases a module's parameters after its forward once more than stage3_max_live_parameters
+ * elements are gathered or the parameter's next use lies more than stage3_max_reuse_distance
+ * (1e9 elements) ahead): here, when every non-persistent parameter fits both limits at once;
+ * otherwise each is released after its forward and gathered again for the recompute and the
+ * backward (the fixtures' `tight` variant). The limits' partial case is not modelled. */
+bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c);
 
 /* Whether profile d has the bus bandwidth layout l needs (err names the field when not). */
 bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckpt_err *err);
@@ -110,8 +123,9 @@ typedef struct {
 } gckpt_comm_volume;
 void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v);
 
-/* Add to res->step_s (and res->comm_s) the collectives' time that compute does not hide, at
- * the profile's bus bandwidth (intra-node, or inter-node when there are several nodes):
+/* Add to res->step_s (and res->comm_s) the collectives' time that compute does not hide (the
+ * volumes of gckpt_parallel_volume, or of the walked schedule's COLLECTIVE events when it has
+ * them, res->coll_seen), at the profile's bus bandwidth (intra-node, or inter-node when there are several nodes):
  * all-gathers of the forward behind the forward, those of the backward and the reduction
  * behind the backward and recompute (prefetch on side streams, bucket hooks: FINDINGS 13.7
  * D7, from the source; unverified on GPUs), the optimizer's all-gather exposed. */
@@ -142,9 +156,16 @@ typedef struct {
 size_t gckpt_zero12_flat(const gckpt_params *ps, uint64_t layers, gckpt_flat_place *out);
 /* Whether the instance at f overlaps rank's partition of `part` elements. */
 bool gckpt_zero12_in_partition(const gckpt_params *ps, const gckpt_flat_place *f, uint64_t part, uint32_t rank);
-/* Bytes of the .grad kept into the step on `rank` of n: every parameter overlapping its
- * partition keeps its whole gradient (dist_rules.py zero12_grad_partition, measured on rank 0). */
-uint64_t gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank);
+/* The gradients `rank` of n reduces between the backward and the step (ZeRO-1's .grad kept
+ * into the step, ZeRO-2's averaged_gradients): every parameter overlapping its partition
+ * counts whole (dist_rules.py zero12_grad_partition, measured on every rank). */
+typedef struct {
+    uint64_t grad_bytes; /* their .grad as allocated (each rounded) */
+    uint64_t numel;      /* their elements */
+    uint64_t unit;       /* the last weight-decay one in the flat order (the first whose gradient */
+    int16_t tensor;      /* comes): unit 0 embedding, 1 + l layer l, L + 1 head; its tensor */
+} gckpt_zero12_keep;
+void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank, gckpt_zero12_keep *out);
 /* The step's temporaries for a partition of `part` elements, bytes: the rank's gradient slice
  * concatenated in the model dtype (zs bytes), its fp32 copy (none in fp32), DeepSpeed's scalars
  * (FINDINGS 13.5). */

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "gckpt/core/collective.h"
 #include "gckpt/core/device.h"
 #include "gckpt/core/model.h"
 #include "gckpt/core/params.h"
@@ -53,7 +54,10 @@ typedef enum {
     GCKPT_EV_ALLOC,           /* a buffer of tensor `tensor` (grad: its gradient): numel of dtype */
     GCKPT_EV_ALLOC_SCRATCH,   /* an op's temporaries (tensor -1): an fp32 accumulator of numel
                                * elements (SDPA's dq), or raw bytes (dtype uint8) the kernels
-                               * need not touch (pow's, a broadcast operand's, the CPU target's) */
+                               * need not touch (pow's, a broadcast operand's, the CPU target's);
+                               * or a parallel wrapper's flat buffer of numel elements of dtype
+                               * (comp PARALLEL: all-gather / reduce-scatter buffers; GRADS: FSDP2's
+                               * fp32 sharded gradients of a unit), which a COLLECTIVE names */
     GCKPT_EV_FREE,
     GCKPT_EV_TO_CHECKPOINT,   /* a checkpointed layer keeps its input: its bytes move from comp
                                * to CHECKPOINTS */
@@ -74,6 +78,8 @@ typedef enum {
     GCKPT_EV_OPT_STEP,        /* every parameter's update (a memory-bound pass) */
     GCKPT_EV_OPT_TEMP_FREE,
     GCKPT_EV_ZERO_GRAD,       /* zero_grad(set_to_none=True): every .grad freed (bytes: all) */
+    GCKPT_EV_COLLECTIVE,      /* several GPUs: data moves between the ranks (arg.coll); memory
+                               * is the ALLOC / FREE events around it */
     GCKPT_NEVENT
 } gckpt_event_kind;
 
@@ -102,6 +108,32 @@ typedef struct {
     uint32_t dst, a, b;
 } gckpt_sum_args;
 
+/* A collective of a parallel wrapper (core/sim_parallel.c). The event's dtype is the dtype
+ * on the wire, numel the elements of one rank's piece (gckpt/core/collective.h's count),
+ * bytes the full buffer (all-gather output, reduce-scatter input, all-reduce buffer); tensor
+ * -1 for a whole unit, else the one parameter. src and dst are instances of this schedule
+ * (the ALLOC_SCRATCH / ALLOC before), GCKPT_NOINST for a buffer that persists outside it (the
+ * rank's partition or shard, DeepSpeed's flat gradient partitions):
+ *  FSDP2, per unit (tensor -1):
+ *   ALL_GATHER      src = the rank's shards cast and packed (numel), dst = the flat output
+ *                   (numel x ranks), then copied out into the unsharded parameters;
+ *   REDUCE_SCATTER  src = the unit's gradients packed (numel x ranks), dst = the rank's
+ *                   reduced shard (numel; cast into the fp32 sharded gradient after);
+ *  ZeRO-3, per parameter:
+ *   ALL_GATHER      src = GCKPT_NOINST (the partition), dst = the gathered parameter;
+ *   REDUCE_SCATTER  src = dst = GCKPT_NOINST (the .grad goes through the persistent ipg
+ *                   bucket into the persistent gradient partition);
+ *  ZeRO-2, per parameter:
+ *   ALL_REDUCE      src = dst = the ipg bucket (numel: the parameter's elements).
+ * (BROADCAST: none in a schedule yet.) unit: the recipe section whose parameters move
+ * (embedding, block: the segment's layer, head); index: the wrapper unit (which layer). */
+typedef struct {
+    uint8_t kind; /* gckpt_coll (gckpt/core/collective.h) */
+    uint8_t unit; /* gckpt_section */
+    uint32_t src, dst;
+    uint64_t index; /* the wrapper unit: 0 the embedding, 1 + l layer l, L + 1 the head */
+} gckpt_coll_args;
+
 typedef struct {
     uint8_t kind;    /* gckpt_event_kind */
     uint8_t comp;    /* memory events: the component its bytes count in (moves: from) */
@@ -118,6 +150,7 @@ typedef struct {
         gckpt_fwd_args fwd;
         gckpt_bwd_args bwd;
         gckpt_sum_args sum;
+        gckpt_coll_args coll;
     } arg;
 } gckpt_event;
 
@@ -199,6 +232,11 @@ typedef struct {
     uint64_t quant_weights, quant_stats; /* QLoRA's packed weights and statistics (not in weights) */
     uint64_t paged_states;               /* paged optimizer states (not in opt_states) */
     uint64_t parallel;                   /* a parallel mode's per-rank additions (GCKPT_C_PARALLEL) */
+    uint64_t unit_part[GCKPT_NSEC];      /* FSDP2: elements of one unit's padded local shards (the
+                                          * embedding, one layer, the tail), 0 otherwise */
+    uint64_t z2_numel;                   /* ZeRO-2: elements of the rank's reduced gradients */
+    uint64_t z2_unit;                    /* ZeRO-2: the unit (0 embedding, 1 + l layer l, L + 1 head) and */
+    int16_t z2_tensor;                   /* parameter whose gradient is the rank's partition's first */
     uint64_t step_grads;                 /* of grads, what stays allocated into the optimizer step
                                           * (all but under ZeRO-1/2: the rank's reduced partition) */
     uint64_t step_released;              /* of parallel, what is not allocated during the optimizer

@@ -65,6 +65,11 @@ typedef struct {
     uint32_t nodes;
     uint8_t mode;   /* gckpt_parallel */
     gckpt_ds_limits ds;
+    /* FSDP2 with reshard_after_forward=False (fsdp_config's key; the fixtures' nrf variant):
+     * every unit stays gathered from its forward to its backward */
+    bool fsdp_keep_gathered;
+    uint32_t rank; /* the rank planned: 0 (a plan; under zero2 it also walks the last rank and
+                    * shows the busier), others to compare their fixtures */
 } gckpt_layout;
 
 typedef struct {

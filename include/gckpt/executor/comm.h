@@ -9,15 +9,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "gckpt/core/collective.h"
 #include "gckpt/core/dtype.h"
 #include "gckpt/util/util.h"
 
-/* What moves (NCCL's and MPI's names). count is always the elements of one rank's piece:
- *  ALL_REDUCE:     recv[count] = the sum (or the mean) over ranks of send[count]; send may be recv
- *  ALL_GATHER:     recv[world * count] = every rank's send[count], in rank order
- *  REDUCE_SCATTER: recv[count] = the sum (mean) over ranks of rank r's piece of send[world * count]
- *  BROADCAST:      recv[count] = root's send[count] (send read on the root only; may be recv) */
-typedef enum { GCKPT_COLL_ALL_REDUCE, GCKPT_COLL_ALL_GATHER, GCKPT_COLL_REDUCE_SCATTER, GCKPT_COLL_BROADCAST, GCKPT_NCOLL } gckpt_coll;
 /* How a reduction combines: the sum; the mean as torch's DDP takes it, each rank's value
  * divided by the ranks (fp32, rounded to the dtype) and then summed
  * (default_hooks._allreduce_fut: "Apply the division first to avoid overflow"); the mean as
@@ -26,8 +21,6 @@ typedef enum { GCKPT_COLL_ALL_REDUCE, GCKPT_COLL_ALL_GATHER, GCKPT_COLL_REDUCE_S
  * gradient_predivide_factor 1). NCCL has ncclAvg for both (equal when the ranks are a power
  * of two). */
 typedef enum { GCKPT_RED_SUM, GCKPT_RED_AVG, GCKPT_RED_AVG_POST } gckpt_redop;
-
-extern const char *const gckpt_coll_names[GCKPT_NCOLL]; /* "all_reduce", ... */
 
 typedef struct gckpt_comm gckpt_comm;
 struct gckpt_comm {

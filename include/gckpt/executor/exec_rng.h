@@ -48,6 +48,13 @@ GCKPT_HD float gckpt_rng_uniform(uint64_t key, uint64_t i, float scale)
     return (2.0f * gckpt_rng_unit(key, i) - 1.0f) * scale;
 }
 
+/* A gradient checksum's term for element i holding raw bits `bits` (both backends' checksum
+ * sum it over a tensor, wrapping; a sum over pieces at their element offsets is the same) */
+GCKPT_HD uint64_t gckpt_hash_term(uint64_t salt, uint64_t bits, uint64_t i)
+{
+    return gckpt_rng(salt ^ (bits * 0x9e3779b97f4a7c15ULL), i);
+}
+
 /* dropout: element i is kept when its draw is >= p */
 GCKPT_HD int gckpt_keep(uint64_t key, uint64_t i, float p) { return gckpt_rng_unit(key, i) >= p; }
 

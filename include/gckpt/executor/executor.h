@@ -178,6 +178,9 @@ typedef struct {
      * dropout keyed by it), so one process running grad_accum x world micro-steps sees the
      * same samples. Collectives go through the backend's (attach it first). */
     int rank, world;
+    /* The run's communicator (NULL: one rank), for the few host values the ranks exchange
+     * outside the schedule (FSDP2's gradient checksum over the ranks' shards). */
+    gckpt_comm *comm;
 } gckpt_exec_opts;
 
 typedef struct gckpt_exec gckpt_exec;

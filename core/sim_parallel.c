@@ -1,0 +1,398 @@
+/* The parallel wrappers' working set as events (core/sim_parallel.h): FSDP2's here, ZeRO-3's and
+ * ZeRO-2's below. FSDP2, read in torch 2.15's
+ * torch/distributed/fsdp/_fully_shard (_fsdp_param_group.py, _fsdp_collectives.py) and
+ * traced with the allocator on the fixtures' rank (tools/hf_probe/FINDINGS.md 13.6):
+ *  - unshard in the forward (pre-forward hook): the all-gather input (this rank's padded
+ *    shards cast to the param dtype, packed) and output (x ranks) are allocated, the input
+ *    freed, the previous unit's output freed (all_gather_state lives until the next
+ *    all-gather), then each parameter's padded unsharded buffer (copy-out). The output
+ *    stays until the next all-gather, the tail's until the root's forward returns;
+ *  - reshard after the forward (post-forward hook), except the tail unit
+ *    (reshard_after_forward False: gathered from its forward to its backward);
+ *  - backward (pre-backward hook, when the gradient of the unit's output arrives): the unit's
+ *    prefetched output is copied out and freed, then the next unit in backward order is
+ *    all-gathered (backward prefetch, one unit ahead). A checkpointed layer's recompute runs
+ *    inside these hooks and gathers nothing more;
+ *  - post-backward: reshard; in a micro-step that syncs gradients the previous unit's
+ *    reduce-scatter input is freed (reduce_scatter_states), the unit's is allocated, its
+ *    unsharded .grads freed, the reduce-scatter output allocated and cast to the fp32
+ *    sharded gradient (a flat buffer the parameters' .grad views), the output freed; under
+ *    no_sync the unsharded .grads stay until the synchronising micro-step. The backward's
+ *    final callback frees the last reduce-scatter input. */
+#include "sim_parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/core/parallel.h"
+
+struct gckpt_wrap {
+    const gckpt_ctx *c;
+    uint64_t layers, units;
+    bool sync, first; /* the micro-step reduces gradients; it is the first (no gradients yet) */
+    int *params;        /* per unit: its first unsharded parameter buffer (the rest follow), -1 */
+    int ag_out;         /* the latest all-gather's output, -1 */
+    uint64_t ag_unit;   /* ... of this unit */
+    int rs_in;          /* the latest reduce-scatter's input, -1 */
+    uint32_t *grad_gid; /* per unit x recipe tensor: the .grad's schedule id */
+    int *gathered;      /* ZeRO-3, per unit x recipe tensor: the parameter's gathered buffer, -1 */
+    bool keep;          /* ZeRO-3: gathered parameters stay from their forward to their backward */
+    int ipg;            /* ZeRO-2: the ipg bucket of this backward, -1 */
+    int part;           /* ZeRO-2: a later micro-step's partition buffer, -1 */
+    bool part_made;     /* ZeRO-2: the rank's partition got its first gradient in this backward */
+    uint32_t pending;   /* ZeRO-2: the .grad the next reduce hook frees (schedule id), and its */
+    uint64_t pending_bytes; /* bytes and parameter */
+    int16_t pending_t;
+    uint64_t cap;
+};
+
+gckpt_wrap *gckpt_wrap_new(void) { return calloc(1, sizeof(gckpt_wrap)); }
+
+void gckpt_wrap_free(gckpt_wrap *w)
+{
+    if (!w) return;
+    free(w->params);
+    free(w->grad_gid);
+    free(w->gathered);
+    free(w);
+}
+
+bool gckpt_wrap_grads_kept(const gckpt_ctx *c)
+{
+    return c->set.layout.mode != GCKPT_PAR_ZERO2 && c->set.layout.mode != GCKPT_PAR_ZERO3;
+}
+
+bool gckpt_wrap_active(const gckpt_ctx *c)
+{
+    uint8_t m = c->set.layout.mode;
+    return m == GCKPT_PAR_FSDP || m == GCKPT_PAR_ZERO2 || m == GCKPT_PAR_ZERO3;
+}
+
+bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool sync, bool first)
+{
+    uint64_t units = layers + 2;
+    if (units > w->cap) {
+        int *np = realloc(w->params, units * sizeof *np);
+        if (np) w->params = np;
+        uint32_t *ng = realloc(w->grad_gid, units * GCKPT_MAX_TENSORS * sizeof *ng);
+        if (ng) w->grad_gid = ng;
+        int *na = realloc(w->gathered, units * GCKPT_MAX_TENSORS * sizeof *na);
+        if (na) w->gathered = na;
+        if (!np || !ng || !na) return false;
+        for (uint64_t k = w->cap * GCKPT_MAX_TENSORS; k < units * GCKPT_MAX_TENSORS; k++) ng[k] = GCKPT_NOINST;
+        w->cap = units;
+    }
+    for (uint64_t k = 0; k < units * GCKPT_MAX_TENSORS; k++) w->gathered[k] = -1;
+    w->keep = gckpt_zero3_keeps_gathered(c);
+    w->c = c;
+    w->layers = layers;
+    w->units = units;
+    w->sync = sync;
+    w->first = first;
+    for (uint64_t u = 0; u < units; u++) w->params[u] = -1;
+    w->ag_out = w->rs_in = w->ipg = w->part = -1;
+    w->part_made = false;
+    w->pending = GCKPT_NOINST;
+    w->ag_unit = UINT64_MAX;
+    return true;
+}
+
+static int section_of(const gckpt_wrap *w, uint64_t unit)
+{
+    return unit == 0 ? GCKPT_SEC_EMBED : unit == w->units - 1 ? GCKPT_SEC_HEAD : GCKPT_SEC_BLOCK;
+}
+
+/* The dtype gathered and reduced: FSDP2's MixedPrecisionPolicy param / reduce dtype, DeepSpeed's
+ * model dtype; bf16 under the Trainer's bf16=True. */
+static uint8_t wire_dtype(const gckpt_ctx *c) { return c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16; }
+
+/* A parameter's .grad (schedule id gid) freed. */
+static void free_grad(gckpt_schedule *o, int16_t t, uint32_t gid, uint64_t bytes)
+{
+    gckpt_event *e;
+    if (gid == GCKPT_NOINST || !(e = gckpt_schedule_push(o))) return;
+    e->kind = GCKPT_EV_FREE;
+    e->comp = GCKPT_C_GRADS;
+    e->tensor = t;
+    e->grad = true;
+    e->inst = gid;
+    e->bytes = bytes;
+}
+
+static int flat(gckpt_sim *s, gckpt_schedule *o, uint8_t comp, uint8_t dt, uint64_t numel)
+{
+    return gckpt_sim_buffer(s, o, -1, comp, dt, numel);
+}
+
+static void collective(gckpt_sim *s, gckpt_schedule *o, uint8_t kind, uint64_t unit, uint8_t sec, uint8_t dt,
+                       uint64_t numel, uint64_t bytes, int src, int dst)
+{
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return;
+    e->kind = GCKPT_EV_COLLECTIVE;
+    e->dtype = dt;
+    e->numel = numel;
+    e->bytes = bytes;
+    e->arg.coll = (gckpt_coll_args){kind, sec, gckpt_sim_gid(s, src), gckpt_sim_gid(s, dst), unit};
+}
+
+static void all_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+{
+    const gckpt_ctx *c = w->c;
+    int sec = section_of(w, unit);
+    uint64_t part = c->unit_part[sec], n = gckpt_layout_world(&c->set.layout);
+    uint8_t dt = wire_dtype(c);
+    int in = flat(s, o, GCKPT_C_PARALLEL, dt, part), out = flat(s, o, GCKPT_C_PARALLEL, dt, part * n);
+    collective(s, o, GCKPT_COLL_ALL_GATHER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), in, out);
+    gckpt_sim_release(s, o, in);
+    if (w->ag_out >= 0) gckpt_sim_release(s, o, w->ag_out);
+    w->ag_out = out;
+    w->ag_unit = unit;
+}
+
+/* Each parameter's padded unsharded buffer, copied out of the all-gather output. */
+static void copy_out(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+{
+    const gckpt_ctx *c = w->c;
+    const gckpt_params *ps = &c->params;
+    int sec = section_of(w, unit);
+    uint8_t dt = wire_dtype(c);
+    w->params[unit] = -1;
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        if (p->section != sec) continue;
+        int id = gckpt_sim_buffer(s, o, p->tensor, GCKPT_C_PARALLEL, dt, p->shard.part * p->shard.ways);
+        if (w->params[unit] < 0) w->params[unit] = id;
+    }
+}
+
+static void reshard(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+{
+    const gckpt_params *ps = &w->c->params;
+    int sec = section_of(w, unit), id = w->params[unit];
+    if (id < 0) return;
+    for (int i = 0; i < ps->n; i++)
+        if (ps->p[i].section == sec) gckpt_sim_release(s, o, id++);
+    w->params[unit] = -1;
+}
+
+/* FSDP2's units (the other modes have none) */
+static bool fsdp(const gckpt_wrap *w) { return w->c->set.layout.mode == GCKPT_PAR_FSDP; }
+
+void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+{
+    if (!fsdp(w)) return;
+    all_gather(w, s, o, unit);
+    copy_out(w, s, o, unit);
+}
+
+void gckpt_wrap_post_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+{
+    if (!fsdp(w)) return;
+    /* the tail: reshard_after_forward False (every unit with fsdp_keep_gathered) */
+    if (unit != w->units - 1 && !w->c->set.layout.fsdp_keep_gathered) reshard(w, s, o, unit);
+}
+
+void gckpt_wrap_forward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
+{
+    if (w->ag_out >= 0) gckpt_sim_release(s, o, w->ag_out);
+    w->ag_out = -1;
+    w->ag_unit = UINT64_MAX;
+}
+
+void gckpt_wrap_pre_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+{
+    if (!fsdp(w)) return;
+    if (w->params[unit] < 0) { /* resharded after its forward: the prefetched output copied out */
+        if (w->ag_unit != unit) all_gather(w, s, o, unit);
+        copy_out(w, s, o, unit);
+        gckpt_sim_release(s, o, w->ag_out);
+        w->ag_out = -1;
+        w->ag_unit = UINT64_MAX;
+    }
+    if (unit > 0 && w->params[unit - 1] < 0) all_gather(w, s, o, unit - 1); /* backward prefetch */
+}
+
+/* The unit's unsharded .grads, made by the autograd engine in this or an earlier micro-step. */
+static void free_unit_grads(gckpt_wrap *w, gckpt_schedule *o, uint64_t unit)
+{
+    const gckpt_params *ps = &w->c->params;
+    int sec = section_of(w, unit);
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        if (p->section != sec || !p->trainable) continue;
+        free_grad(o, p->tensor, w->grad_gid[unit * GCKPT_MAX_TENSORS + (uint64_t)p->tensor], p->grad.bytes);
+    }
+}
+
+void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+{
+    const gckpt_ctx *c = w->c;
+    if (!fsdp(w)) return;
+    reshard(w, s, o, unit);
+    if (!w->sync) return;
+    int sec = section_of(w, unit);
+    uint64_t part = c->unit_part[sec], n = gckpt_layout_world(&c->set.layout);
+    uint8_t dt = wire_dtype(c);
+    if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
+    w->rs_in = flat(s, o, GCKPT_C_PARALLEL, dt, part * n);
+    free_unit_grads(w, o, unit);
+    /* fp32 reduce dtype: the output is the sharded gradient itself */
+    bool cast = dt != GCKPT_DT_F32;
+    int out = flat(s, o, cast ? GCKPT_C_PARALLEL : GCKPT_C_GRADS, dt, part);
+    collective(s, o, GCKPT_COLL_REDUCE_SCATTER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), w->rs_in, out);
+    if (cast) {
+        flat(s, o, GCKPT_C_GRADS, GCKPT_DT_F32, part);
+        gckpt_sim_release(s, o, out);
+    }
+}
+
+void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
+{
+    if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
+    free_grad(o, w->pending_t, w->pending, w->pending_bytes);
+    w->pending = GCKPT_NOINST;
+    if (w->ipg >= 0) gckpt_sim_release(s, o, w->ipg);
+    if (w->part >= 0) gckpt_sim_release(s, o, w->part);
+    w->rs_in = w->part = w->ipg = -1;
+}
+
+/* ---- ZeRO-3 ----
+ * Read in deepspeed 0.19.8 (runtime/zero/parameter_offload.py, partitioned_param_coordinator.py,
+ * stage3.py) and traced on the fixtures' rank 0: a module's pre-forward hook all-gathers its
+ * parameters that are not persistent (numel under stage3_param_persistence_threshold stay
+ * whole), each into a buffer of ceil(numel / N) x N elements of the model dtype; under the
+ * default limits (stage3_max_live_parameters, stage3_max_reuse_distance 1e9 elements) they stay
+ * gathered until the module's post-backward, so a checkpointed layer's recompute gathers
+ * nothing; with the limits exceeded (gckpt_zero3_keeps_gathered) each is released after its
+ * forward and gathered again for the recompute and the backward. The backward's .grad of a
+ * parameter lives only until the reduce hook has copied it into the ipg bucket (the rank's
+ * gradient partitions and the bucket are persistent: core/parallel.c). */
+static uint64_t unit_of_param(const gckpt_wrap *w, int sec, uint64_t unit)
+{
+    return sec == GCKPT_SEC_EMBED ? 0 : sec == GCKPT_SEC_HEAD ? w->units - 1 : unit;
+}
+
+static void z3_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+{
+    int *g = &w->gathered[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
+    if (*g >= 0) return;
+    uint8_t dt = wire_dtype(w->c);
+    uint64_t n = p->shard.ways;
+    *g = gckpt_sim_buffer(s, o, p->tensor, GCKPT_C_PARALLEL, dt, p->shard.part * n);
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return;
+    e->kind = GCKPT_EV_COLLECTIVE;
+    e->tensor = p->tensor;
+    e->dtype = dt;
+    e->numel = p->shard.part;
+    e->bytes = p->shard.part * n * gckpt_dtype_size((gckpt_dtype)dt);
+    /* src: the rank's persistent partition (no instance) */
+    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_ALL_GATHER, p->section, GCKPT_NOINST, gckpt_sim_gid(s, *g), u};
+}
+
+static void z3_release(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+{
+    int *g = &w->gathered[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
+    if (*g < 0) return;
+    gckpt_sim_release(s, o, *g);
+    *g = -1;
+}
+
+/* The reduce hook (ZeRO-2 and 3): the .grad made in this micro-step copied into the ipg bucket
+ * and freed; the bucket reduced into the rank's partition (a collective per parameter:
+ * ZeRO-3 reduce-scatters, ZeRO-2 all-reduces the bucket, src = dst = the bucket). */
+static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+{
+    const gckpt_ctx *c = w->c;
+    uint32_t *gid = &w->grad_gid[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
+    bool z2 = c->set.layout.mode == GCKPT_PAR_ZERO2;
+    gckpt_event *e;
+    if (z2) { /* the bucket at the first hook; the previous hook's .grad goes, this one waits */
+        if (w->ipg < 0)
+            w->ipg = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), gckpt_ds_reduce_bucket(c->model, &c->set.layout));
+        free_grad(o, w->pending_t, w->pending, w->pending_bytes);
+        w->pending = *gid;
+        w->pending_t = p->tensor;
+        w->pending_bytes = p->grad.bytes;
+    } else {
+        free_grad(o, p->tensor, *gid, p->grad.bytes);
+    }
+    *gid = GCKPT_NOINST;
+    uint8_t dt = wire_dtype(c);
+    if (!(e = gckpt_schedule_push(o))) return;
+    e->kind = GCKPT_EV_COLLECTIVE;
+    e->tensor = p->tensor;
+    e->dtype = dt;
+    if (z2) {
+        uint32_t b = w->ipg >= 0 ? gckpt_sim_gid(s, w->ipg) : GCKPT_NOINST;
+        e->numel = p->numel;
+        e->bytes = p->numel * gckpt_dtype_size((gckpt_dtype)dt);
+        e->arg.coll = (gckpt_coll_args){GCKPT_COLL_ALL_REDUCE, p->section, b, b, u};
+        return;
+    }
+    e->numel = p->shard.part;
+    e->bytes = p->shard.part * p->shard.ways * gckpt_dtype_size((gckpt_dtype)dt);
+    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_REDUCE_SCATTER, p->section, GCKPT_NOINST, GCKPT_NOINST, u};
+}
+
+/* ---- ZeRO-2 ----
+ * Read in deepspeed 0.19.8 (runtime/zero/stage_1_and_2.py) and traced on the fixtures' rank 0:
+ * every backward allocates the ipg bucket (reduce_bucket_size elements of the model dtype) at
+ * its first reduce hook and frees it at its end; each parameter's .grad (made afresh in every
+ * micro-step) goes at the next parameter's hook, the last at the backward's end; the rank's
+ * reduced gradients (every parameter overlapping its slice of the flat groups, whole) are one
+ * buffer made when the first of them is reduced (here: before the backward of the first such
+ * parameter of the weight-decay group, the last in the flat order), kept into the optimizer
+ * step; a later micro-step reduces into a second buffer of that size, added and freed at the
+ * backward's end. */
+static void z2_partition(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
+{
+    const gckpt_ctx *c = w->c;
+    if (w->part_made) return;
+    w->part_made = true;
+    /* the first micro-step's buffer is the one the step reads (GRADS, freed by zero_grad) */
+    int id = gckpt_sim_buffer(s, o, -1, w->first ? GCKPT_C_GRADS : GCKPT_C_PARALLEL, wire_dtype(c), c->z2_numel);
+    if (!w->first) w->part = id;
+}
+
+void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at)
+{
+    const gckpt_ctx *c = w->c;
+    const gckpt_op *r = &c->recipe->op[op];
+    if (c->set.layout.mode == GCKPT_PAR_ZERO2) {
+        for (int k = 0; k < r->nin; k++) {
+            const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
+            if (!p || !p->trainable) continue;
+            uint64_t u = unit_of_param(w, p->section, unit);
+            if (at == GCKPT_WRAP_PRE_BWD && u == c->z2_unit && p->tensor == c->z2_tensor) z2_partition(w, s, o);
+            if (at == GCKPT_WRAP_POST_BWD) zero_reduce(w, s, o, u, p);
+        }
+        return;
+    }
+    if (c->set.layout.mode != GCKPT_PAR_ZERO3) return;
+    for (int k = 0; k < r->nin; k++) {
+        const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
+        if (!p) continue;
+        uint64_t u = unit_of_param(w, p->section, unit);
+        if (p->shard.whole) { /* kept whole on every rank: nothing gathered, its .grad reduced */
+            if (at == GCKPT_WRAP_POST_BWD && p->trainable) zero_reduce(w, s, o, u, p);
+            continue;
+        }
+        switch (at) {
+        case GCKPT_WRAP_PRE_FWD: case GCKPT_WRAP_PRE_RECOMPUTE: case GCKPT_WRAP_PRE_BWD: z3_gather(w, s, o, u, p); break;
+        case GCKPT_WRAP_POST_FWD: case GCKPT_WRAP_POST_RECOMPUTE:
+            if (!w->keep) z3_release(w, s, o, u, p);
+            break;
+        case GCKPT_WRAP_POST_BWD:
+            z3_release(w, s, o, u, p);
+            if (p->trainable) zero_reduce(w, s, o, u, p);
+            break;
+        }
+    }
+}
+
+void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid)
+{
+    if (unit < w->units && t >= 0 && t < GCKPT_MAX_TENSORS) w->grad_gid[unit * GCKPT_MAX_TENSORS + (uint64_t)t] = gid;
+}

@@ -1,0 +1,42 @@
+/* The parallel wrappers' working set as events (private to core/): what FSDP2's fully_shard
+ * units and DeepSpeed ZeRO-2/3's hooks hold around the recipe's ops on one rank, emitted by
+ * the simulator at the matching hooks (sim.c calls these; gckpt/core/schedule.h,
+ * GCKPT_EV_COLLECTIVE, says what an event carries; tools/hf_probe/FINDINGS.md 13.6 the rules).
+ * Units are numbered 0 the embedding, 1 + l layer l, L + 1 the tail (final norm, lm_head). */
+#ifndef GCKPT_SIM_PARALLEL_H
+#define GCKPT_SIM_PARALLEL_H
+
+#include "sim.h"
+
+typedef struct gckpt_wrap gckpt_wrap;
+
+gckpt_wrap *gckpt_wrap_new(void);
+void gckpt_wrap_free(gckpt_wrap *w);
+/* A micro-step of a step of `layers` layers starts; sync: it reduces the gradients (the last
+ * micro-step, or the only one); first: no gradients exist yet. false when out of memory. */
+bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool sync, bool first);
+/* Whether .grad survives a micro-step (false under ZeRO-2/3: their reduce hooks free it, so
+ * every micro-step makes it afresh). */
+bool gckpt_wrap_grads_kept(const gckpt_ctx *c);
+/* Whether the context's mode has wrapper events (FSDP2, ZeRO-2, ZeRO-3). */
+bool gckpt_wrap_active(const gckpt_ctx *c);
+
+void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+void gckpt_wrap_post_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+/* The root module's forward returned (after the loss). */
+void gckpt_wrap_forward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o);
+/* The gradient of a unit's output arrived: its parameters unsharded, the next one prefetched. */
+void gckpt_wrap_pre_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+/* The backward's final callback. */
+void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o);
+/* Parameter tensor t of unit `unit` got its .grad (schedule id gid). */
+void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid);
+
+/* Around recipe op i of a section instance (unit: the section's, as above): ZeRO-3 gathers
+ * the parameters an op uses before it runs and releases them after it (the module's hooks). */
+typedef enum { GCKPT_WRAP_PRE_FWD, GCKPT_WRAP_POST_FWD, GCKPT_WRAP_PRE_RECOMPUTE, GCKPT_WRAP_POST_RECOMPUTE,
+               GCKPT_WRAP_PRE_BWD, GCKPT_WRAP_POST_BWD } gckpt_wrap_at;
+void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at);
+
+#endif

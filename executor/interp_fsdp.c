@@ -1,0 +1,314 @@
+/* FSDP2 (fully_shard per decoder layer plus the root) on several ranks: what the interpreter
+ * does beyond its ordinary events. The rules are the core's (gckpt/core/parallel.h: the shard
+ * fields, gckpt_shard_local, gckpt_rank_persistent; core/sim_parallel.c: the working set as
+ * events); here they are carried out on real buffers:
+ *  - persistent: each parameter's fp32 padded dim-0 shard (shard.part elements, rank r's rows
+ *    of the tensor first, the padding 0) and AdamW's two states on its unpadded local rows;
+ *  - an ALL_GATHER packs the unit's shards (table order, cast to the wire dtype) into its
+ *    source and gathers; each ALLOC of a parameter's unsharded buffer that follows copies its
+ *    padded chunks out of the latest gather's output and is the weight the ops read until
+ *    its FREE (reshard);
+ *  - in the synchronising micro-step each unsharded .grad's FREE packs it into the
+ *    reduce-scatter input allocated just before (rank r's piece: every parameter's rows of
+ *    rank r, padded), the REDUCE_SCATTER averages over the ranks (ReduceOp.AVG for fp32 /
+ *    bf16, torch's _get_gradient_divide_factors; each rank's divided first as DDP's, equal to
+ *    NCCL's avg for a power-of-two world) into the unit's fp32 sharded gradient (cast from the
+ *    output when the wire dtype is not fp32), which lives to zero_grad;
+ *  - the optimizer step: AdamW per parameter on its local rows of the shard;
+ *  - the gradient checksum: every rank hashes its local rows at their element offsets in the
+ *    full tensor and the ranks' sums are added (the hash is a sum over elements), the sum of
+ *    squares too (in rank order: within rounding of one process's).
+ * Executed in fp32 (the unsharded parameters fp32, as the table's weights); bf16 mixed
+ * precision is refused (exec_parallel_check). */
+#include "interp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/core/parallel.h"
+
+struct exec_fsdp {
+    uint64_t *off;      /* per parameter instance: its shard's offset in its unit's packed shards */
+    uint64_t *unit;     /* per parameter instance: 0 embedding, 1 + l layer l, L + 1 head */
+    void **shard;       /* per parameter instance: the fp32 padded shard */
+    uint64_t *shard_bytes, *state_bytes;
+    uint32_t *grad;     /* per unit: the fp32 sharded gradient, GCKPT_NOINST */
+    uint32_t ag, ag_unit; /* the latest all-gather's output and its unit */
+    uint32_t scratch;   /* the latest parallel scratch (a reduce-scatter input before the .grads go) */
+    uint32_t rs_out;    /* the latest reduce-scatter's output, until the sharded gradient takes it */
+    uint64_t units;
+};
+
+static uint64_t world(const gckpt_exec *x) { return (uint64_t)x->o.world; }
+static uint64_t part_of(const param_t *p) { return p->spec->shard.part; }
+static uint64_t local_of(const gckpt_exec *x, const param_t *p)
+{
+    return gckpt_shard_local(p->spec, (uint32_t)x->o.rank);
+}
+static gckpt_xt f32(void *p, uint64_t off, uint64_t n) { return (gckpt_xt){(char *)p + off * 4, n, GCKPT_DT_F32, 0}; }
+
+bool exec_fsdp_prepare(gckpt_exec *x, gckpt_err *err)
+{
+    exec_fsdp *f = x->fsdp = calloc(1, sizeof *x->fsdp);
+    size_t n = x->nparams ? x->nparams : 1;
+    if (f) {
+        f->units = x->m.layers + 2;
+        f->off = calloc(n, sizeof *f->off);
+        f->unit = calloc(n, sizeof *f->unit);
+        f->shard = calloc(n, sizeof *f->shard);
+        f->shard_bytes = calloc(n, sizeof *f->shard_bytes);
+        f->state_bytes = calloc(n, sizeof *f->state_bytes);
+        f->grad = malloc(f->units * sizeof *f->grad);
+    }
+    if (!f || !f->off || !f->unit || !f->shard || !f->shard_bytes || !f->state_bytes || !f->grad)
+        return gckpt_seterr(err, "out of memory"), false;
+    for (uint64_t u = 0; u < f->units; u++) f->grad[u] = GCKPT_NOINST;
+    f->ag = f->scratch = f->rs_out = GCKPT_NOINST;
+    /* a unit's shards packed in the table's order, as core/sim_parallel.c copies them out */
+    const gckpt_params *ps = &x->ctx.params;
+    for (size_t j = 0; j < x->nparams; j++) {
+        const param_t *p = &x->params[j];
+        uint64_t off = 0;
+        for (const gckpt_param *q = ps->p; q < p->spec; q++)
+            if (q->section == p->spec->section) off += q->shard.part;
+        f->off[j] = off;
+        f->unit[j] = p->spec->section == GCKPT_SEC_EMBED ? 0 : p->spec->section == GCKPT_SEC_HEAD ? f->units - 1
+                                                                                                 : (uint64_t)p->layer + 1;
+        x->params[j].flat = true; /* its weight is the unit's unsharded buffer while gathered */
+    }
+    return true;
+}
+
+gckpt_xstatus exec_fsdp_setup(gckpt_exec *x, gckpt_err *err)
+{
+    exec_fsdp *f = x->fsdp;
+    uint64_t round = x->dev.alloc_round_bytes, weights = 0, states = 0;
+    for (size_t j = 0; j < x->nparams; j++) {
+        param_t *p = &x->params[j];
+        f->shard_bytes[j] = gckpt_round_up(4 * part_of(p), round);
+        f->state_bytes[j] = gckpt_round_up(4 * local_of(x, p), round);
+        gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, f->shard_bytes[j], &f->shard[j]);
+        for (int k = 0; k < 2 && rc == GCKPT_XS_OK && f->state_bytes[j]; k++)
+            rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, f->state_bytes[j], &p->st[k]);
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "allocating fsdp's shards", err);
+        weights += f->shard_bytes[j];
+        states += 2 * f->state_bytes[j];
+    }
+    if (weights != x->ctx.weights || states != x->ctx.opt_states)
+        return exec_fail(err, "fsdp: shards %llu and states %llu bytes, the schedule counts %llu and %llu",
+                         (unsigned long long)weights, (unsigned long long)states, (unsigned long long)x->ctx.weights,
+                         (unsigned long long)x->ctx.opt_states);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus exec_fsdp_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err)
+{
+    exec_fsdp *f = x->fsdp;
+    param_t *p = &x->params[j];
+    uint64_t local = local_of(x, p);
+    gckpt_xstatus rc = exec_shard_init(x, p, f->shard[j], how, scale, key, err);
+    if (rc != GCKPT_XS_OK) return rc;
+    for (int k = 0; k < 2 && rc == GCKPT_XS_OK && f->state_bytes[j]; k++)
+        rc = x->be->init(x->be, f32(p->st[k], 0, local), GCKPT_INIT_CONST, 0.0f, 0);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising fsdp's shards", err);
+}
+
+/* The instance's buffer, checked to be live and of n elements. */
+static gckpt_xstatus inst(gckpt_exec *x, uint32_t id, uint64_t n, const char *what, const exec_site *w, gckpt_xt *out,
+                          gckpt_err *err)
+{
+    if (!exec_live(x, id)) return exec_fail(err, "%s: fsdp's %s is not allocated", w->at, what);
+    *out = exec_inst_view(x, id);
+    if (out->n != n)
+        return exec_fail(err, "%s: fsdp's %s has %llu elements, the unit needs %llu", w->at, what,
+                         (unsigned long long)out->n, (unsigned long long)n);
+    return GCKPT_XS_OK;
+}
+
+static uint64_t unit_part(const gckpt_exec *x, uint64_t unit)
+{
+    int sec = unit == 0 ? GCKPT_SEC_EMBED : unit == x->fsdp->units - 1 ? GCKPT_SEC_HEAD : GCKPT_SEC_BLOCK;
+    return x->ctx.unit_part[sec];
+}
+
+gckpt_xstatus exec_fsdp_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    exec_fsdp *f = x->fsdp;
+    const gckpt_coll_args *a = &e->arg.coll;
+    uint64_t n = world(x), u = a->index;
+    if (u >= f->units) return exec_fail(err, "%s: fsdp: unit %llu out of range", w->at, (unsigned long long)u);
+    uint64_t up = unit_part(x, u);
+    gckpt_xt src, dst, none = {0};
+    gckpt_xstatus rc;
+    if (a->kind == GCKPT_COLL_ALL_GATHER) {
+        if ((rc = inst(x, a->src, up, "all-gather input", w, &src, err)) != GCKPT_XS_OK ||
+            (rc = inst(x, a->dst, up * n, "all-gather output", w, &dst, err)) != GCKPT_XS_OK)
+            return rc;
+        for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++)
+            if (f->unit[j] == u) {
+                gckpt_xt to = {(char *)src.p + f->off[j] * gckpt_dtype_size((gckpt_dtype)src.dt), part_of(&x->params[j]), src.dt, 0};
+                rc = x->be->add(x->be, to, none, f32(f->shard[j], 0, to.n));
+            }
+        if (rc == GCKPT_XS_OK) rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, src, dst, 0);
+        f->ag = a->dst;
+        f->ag_unit = (uint32_t)u;
+    } else if (a->kind == GCKPT_COLL_REDUCE_SCATTER) {
+        if ((rc = inst(x, a->src, up * n, "reduce-scatter input", w, &src, err)) != GCKPT_XS_OK ||
+            (rc = inst(x, a->dst, up, "reduce-scatter output", w, &dst, err)) != GCKPT_XS_OK)
+            return rc;
+        rc = x->be->collective(x->be, GCKPT_COLL_REDUCE_SCATTER, GCKPT_RED_AVG, src, dst, 0);
+        f->rs_out = x->inst[a->dst].is_pgrad ? GCKPT_NOINST : a->dst; /* fp32: the output is the sharded gradient */
+    } else {
+        return exec_fail(err, "%s: fsdp has no %s", w->at, gckpt_coll_names[a->kind]);
+    }
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
+}
+
+gckpt_xstatus exec_fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    exec_fsdp *f = x->fsdp;
+    gckpt_xt none = {0}, ag;
+    if (e->kind == GCKPT_EV_ALLOC_SCRATCH && e->comp == GCKPT_C_PARALLEL) {
+        f->scratch = e->inst;
+        return GCKPT_XS_OK;
+    }
+    if (e->kind == GCKPT_EV_ALLOC_SCRATCH && e->comp == GCKPT_C_GRADS) { /* a unit's fp32 sharded gradient */
+        uint64_t u = (uint64_t)exec_seg_slot(x, w->seg);
+        if (u >= f->units || f->grad[u] != GCKPT_NOINST || e->dtype != GCKPT_DT_F32 || e->numel != unit_part(x, u))
+            return exec_fail(err, "%s: not unit %llu's fp32 sharded gradient", w->at, (unsigned long long)u);
+        f->grad[u] = e->inst;
+        x->inst[e->inst].is_pgrad = true; /* to zero_grad */
+        if (f->rs_out == GCKPT_NOINST) return GCKPT_XS_OK; /* fp32 on the wire: the reduce-scatter writes it */
+        gckpt_xt out;
+        gckpt_xstatus rc = inst(x, f->rs_out, e->numel, "reduce-scatter output", w, &out, err);
+        if (rc == GCKPT_XS_OK && (rc = x->be->add(x->be, exec_inst_view(x, e->inst), none, out)) != GCKPT_XS_OK)
+            return exec_be_fail(x, rc, w->at, err);
+        f->rs_out = GCKPT_NOINST;
+        return rc;
+    }
+    if (e->kind != GCKPT_EV_ALLOC || e->comp != GCKPT_C_PARALLEL) return GCKPT_XS_OK;
+    /* a parameter's unsharded buffer: its padded chunks out of the latest all-gather */
+    param_t *p = exec_param(x, e->tensor, exec_seg_layer(w->seg));
+    size_t j = p ? (size_t)(p - x->params) : 0;
+    if (!p || p->w || e->numel != part_of(p) * world(x))
+        return exec_fail(err, "%s: not an ungathered parameter's unsharded buffer", w->at);
+    if (f->ag_unit != f->unit[j]) return exec_fail(err, "%s: the latest all-gather is another unit's", w->at);
+    uint64_t up = unit_part(x, f->unit[j]), part = part_of(p);
+    gckpt_xstatus rc = inst(x, f->ag, up * world(x), "all-gather output", w, &ag, err);
+    gckpt_xt mine = exec_inst_view(x, e->inst);
+    unsigned sz = gckpt_dtype_size((gckpt_dtype)mine.dt);
+    for (uint64_t r = 0; r < world(x) && rc == GCKPT_XS_OK; r++)
+        rc = x->be->add(x->be, (gckpt_xt){(char *)mine.p + r * part * sz, part, mine.dt, 0}, none,
+                        (gckpt_xt){(char *)ag.p + (r * up + f->off[j]) * sz, part, ag.dt, 0});
+    if (rc != GCKPT_XS_OK) return err->msg[0] ? rc : exec_be_fail(x, rc, w->at, err);
+    if (mine.dt != p->spec->weight.dtype) return exec_fail(err, "%s: the unsharded buffer's dtype is not the weight's", w->at);
+    p->w = mine.p;
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus exec_fsdp_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err)
+{
+    exec_fsdp *f = x->fsdp;
+    *done = false;
+    void *buf = x->inst[e->inst].p;
+    for (size_t j = 0; j < x->nparams; j++) {
+        param_t *p = &x->params[j];
+        if (p->w == buf) p->w = NULL; /* resharded */
+        if (p->grad != e->inst) continue;
+        /* an unsharded .grad into the reduce-scatter input: rank r's piece holds its rows */
+        uint64_t up = unit_part(x, f->unit[j]), part = part_of(p), numel = p->spec->numel;
+        gckpt_xt in, g = exec_inst_view(x, p->grad), none = {0};
+        gckpt_xstatus rc = inst(x, f->scratch, up * world(x), "reduce-scatter input", w, &in, err);
+        unsigned si = gckpt_dtype_size((gckpt_dtype)in.dt), sg = gckpt_dtype_size((gckpt_dtype)g.dt);
+        for (uint64_t r = 0; r < world(x) && rc == GCKPT_XS_OK; r++) {
+            uint64_t lo = r * part, have = numel > lo ? (numel - lo < part ? numel - lo : part) : 0;
+            char *to = (char *)in.p + (r * up + f->off[j]) * si;
+            if (have) rc = x->be->add(x->be, (gckpt_xt){to, have, in.dt, 0}, none, (gckpt_xt){(char *)g.p + lo * sg, have, g.dt, 0});
+            if (rc == GCKPT_XS_OK && have < part)
+                rc = x->be->init(x->be, (gckpt_xt){to + have * si, part - have, in.dt, 0}, GCKPT_INIT_CONST, 0.0f, 0);
+        }
+        if (rc != GCKPT_XS_OK) return err->msg[0] ? rc : exec_be_fail(x, rc, w->at, err);
+        exec_inst_release(x, p->grad);
+        p->grad = GCKPT_NOINST;
+        *done = true;
+        return GCKPT_XS_OK;
+    }
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus exec_fsdp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
+{
+    exec_fsdp *f = x->fsdp;
+    for (size_t j = 0; j < x->nparams; j++) {
+        param_t *p = &x->params[j];
+        uint64_t local = local_of(x, p);
+        if (!local) continue;
+        if (!exec_live(x, f->grad[f->unit[j]])) return exec_fail(err, "%s: fsdp: a unit has no sharded gradient", w->at);
+        gckpt_optcall c = exec_optcall(x, f32(f->shard[j], 0, local), f32(x->inst[f->grad[f->unit[j]]].p, f->off[j], local),
+                                       x->step + 1);
+        c.s1 = f32(p->st[0], 0, local);
+        c.s2 = f32(p->st[1], 0, local);
+        gckpt_xstatus rc = x->be->optim(x->be, &c);
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    }
+    return GCKPT_XS_OK;
+}
+
+uint64_t exec_fsdp_zero_grad(gckpt_exec *x)
+{
+    exec_fsdp *f = x->fsdp;
+    uint64_t sum = 0;
+    for (uint64_t u = 0; u < f->units; u++) {
+        if (exec_live(x, f->grad[u])) {
+            sum += x->inst[f->grad[u]].bytes;
+            exec_inst_release(x, f->grad[u]);
+        }
+        f->grad[u] = GCKPT_NOINST;
+    }
+    return sum;
+}
+
+gckpt_xstatus exec_fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err)
+{
+    exec_fsdp *f = x->fsdp;
+    *hash = 0;
+    *sumsq = 0;
+    for (size_t j = 0; j < x->nparams; j++) {
+        param_t *p = &x->params[j];
+        if (!exec_live(x, f->grad[f->unit[j]])) return exec_fail(err, "checksum: fsdp: a unit has no sharded gradient");
+        gckpt_xstatus rc = exec_piece_hash(x, p, (char *)x->inst[f->grad[f->unit[j]]].p + f->off[j] * 4, local_of(x, p),
+                                           (uint64_t)x->o.rank * part_of(p), hash, sumsq, err);
+        if (rc != GCKPT_XS_OK) return rc;
+    }
+    return exec_ranks_hash(x, hash, sumsq, err);
+}
+
+void exec_fsdp_release(gckpt_exec *x)
+{
+    exec_fsdp *f = x->fsdp;
+    for (size_t j = 0; f && j < x->nparams; j++) {
+        param_t *p = &x->params[j];
+        if (f->shard[j]) x->be->release(x->be, GCKPT_MEM_DEVICE, f->shard[j], f->shard_bytes[j]);
+        f->shard[j] = NULL;
+        for (int k = 0; k < 2; k++) {
+            if (p->st[k]) x->be->release(x->be, GCKPT_MEM_DEVICE, p->st[k], f->state_bytes[j]);
+            p->st[k] = NULL;
+        }
+        p->w = NULL;
+    }
+    for (uint64_t u = 0; f && u < f->units; u++) f->grad[u] = GCKPT_NOINST;
+}
+
+void exec_fsdp_free(gckpt_exec *x)
+{
+    exec_fsdp *f = x->fsdp;
+    if (!f) return;
+    free(f->off);
+    free(f->unit);
+    free(f->shard);
+    free(f->shard_bytes);
+    free(f->state_bytes);
+    free(f->grad);
+    free(f);
+    x->fsdp = NULL;
+}

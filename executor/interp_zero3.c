@@ -1,0 +1,237 @@
+/* DeepSpeed ZeRO-3 on several ranks: what the interpreter does beyond its ordinary events. The
+ * rules are the core's (gckpt/core/parallel.h: the shard fields, gckpt_shard_local,
+ * gckpt_rank_persistent; core/sim_parallel.c: the gathers and reduce hooks as events); here
+ * they are carried out on real buffers:
+ *  - persistent: each parameter's flat partition (shard.part = ceil(numel / N) elements of the
+ *    model dtype: the tensor's elements from r x part, then zeros), a persistent parameter
+ *    (numel under stage3_param_persistence_threshold) whole besides; the fp32 master, AdamW's
+ *    two states and the gradient partitions flat over every partition, the ipg bucket
+ *    (rb.grads: the gradient partitions, then the bucket);
+ *  - an ALL_GATHER (one parameter) gathers its partition into the buffer the ALLOC before it
+ *    made, which is the weight the ops read until its FREE;
+ *  - the reduce hook: the .grad's FREE reduce-scatters it through the ipg bucket (a chunk of
+ *    every rank's piece at a time, each rank's divided by N first: FINDINGS 13.7 D10) and
+ *    adds the rank's piece into its gradient partition, every micro-step; the REDUCE_SCATTER
+ *    event that follows finds it done (the .grad is gone by then);
+ *  - the optimizer step: AdamW on the master partition of each parameter's local piece, the
+ *    master copied into the partition, the gradient partition cleared; a persistent
+ *    parameter's whole copy all-gathered from the partitions;
+ *  - the gradient checksum over every rank's pieces (exec_piece_hash).
+ * Executed in fp32 (the model dtype is the weights'); amp-bf16 (a bf16 model) is refused. */
+#include "interp.h"
+
+#include <stdlib.h>
+
+#include "gckpt/core/parallel.h"
+
+struct exec_z3 {
+    uint64_t *off;              /* per parameter instance: its place in the flat partitions */
+    void **part, **whole;       /* per instance: its partition; a persistent one's whole copy */
+    uint64_t *part_bytes, *whole_bytes;
+    void *master, *st[2];       /* fp32, flat over every partition (q elements) */
+    uint64_t q, flat_bytes;
+    uint64_t bucket;            /* the ipg bucket's elements */
+};
+
+static uint64_t world(const gckpt_exec *x) { return (uint64_t)x->o.world; }
+static uint64_t part_of(const param_t *p) { return p->spec->shard.part; }
+static uint64_t local_of(const gckpt_exec *x, const param_t *p) { return gckpt_shard_local(p->spec, (uint32_t)x->o.rank); }
+static gckpt_xt f32(void *p, uint64_t off, uint64_t n) { return (gckpt_xt){(char *)p + off * 4, n, GCKPT_DT_F32, 0}; }
+/* the gradient partitions (rb.grads' first buffer) and the ipg bucket after them */
+static void *grads(const gckpt_exec *x) { return x->par[EXEC_PAR_GRADS]; }
+static void *bucket(const gckpt_exec *x)
+{
+    return (char *)x->par[EXEC_PAR_GRADS] + gckpt_round_up(4 * x->z3->q, x->dev.alloc_round_bytes);
+}
+
+gckpt_xstatus exec_z3_setup(gckpt_exec *x, gckpt_err *err)
+{
+    size_t n = x->nparams ? x->nparams : 1;
+    exec_z3 *z = x->z3;
+    if (!z) {
+        z = x->z3 = calloc(1, sizeof *x->z3);
+        if (z) {
+            z->off = calloc(n, sizeof *z->off);
+            z->part = calloc(n, sizeof *z->part);
+            z->whole = calloc(n, sizeof *z->whole);
+            z->part_bytes = calloc(n, sizeof *z->part_bytes);
+            z->whole_bytes = calloc(n, sizeof *z->whole_bytes);
+        }
+        if (!z || !z->off || !z->part || !z->whole || !z->part_bytes || !z->whole_bytes) return exec_fail(err, "out of memory");
+    }
+    uint64_t round = x->dev.alloc_round_bytes, weights = 0;
+    z->q = 0;
+    z->bucket = gckpt_ds_reduce_bucket(&x->m, &x->set.layout);
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++) {
+        param_t *p = &x->params[j];
+        p->flat = true; /* its weight is the gathered buffer, or its whole copy */
+        z->off[j] = z->q;
+        z->q += part_of(p);
+        z->part_bytes[j] = gckpt_round_up(4 * part_of(p), round);
+        z->whole_bytes[j] = p->spec->shard.whole ? gckpt_round_up(4 * p->spec->numel, round) : 0;
+        rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, z->part_bytes[j], &z->part[j]);
+        if (rc == GCKPT_XS_OK && z->whole_bytes[j]) rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, z->whole_bytes[j], &z->whole[j]);
+        p->w = z->whole[j];
+        weights += z->part_bytes[j] + z->whole_bytes[j];
+    }
+    z->flat_bytes = gckpt_round_up(4 * z->q, round);
+    void **flat[3] = {&z->master, &z->st[0], &z->st[1]};
+    for (int k = 0; k < 3 && rc == GCKPT_XS_OK; k++) rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, z->flat_bytes, flat[k]);
+    if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "allocating zero3's partitions", err);
+    if (weights != x->ctx.weights || 3 * z->flat_bytes != x->ctx.opt_states)
+        return exec_fail(err, "zero3: partitions %llu and master + states %llu bytes, the schedule counts %llu and %llu",
+                         (unsigned long long)weights, (unsigned long long)(3 * z->flat_bytes),
+                         (unsigned long long)x->ctx.weights, (unsigned long long)x->ctx.opt_states);
+    if (!grads(x) || x->par_bytes[EXEC_PAR_GRADS] < z->flat_bytes + gckpt_round_up(4 * z->bucket, round))
+        return exec_fail(err, "zero3: the gradient partitions and the ipg bucket are not allocated");
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus exec_z3_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err)
+{
+    exec_z3 *z = x->z3;
+    param_t *p = &x->params[j];
+    uint64_t part = part_of(p);
+    gckpt_xstatus rc = exec_shard_init(x, p, z->part[j], how, scale, key, err);
+    if (rc != GCKPT_XS_OK) return rc;
+    gckpt_xt none = {0};
+    if (rc == GCKPT_XS_OK) rc = x->be->add(x->be, f32(z->master, z->off[j], part), none, f32(z->part[j], 0, part));
+    for (int k = 0; k < 2 && rc == GCKPT_XS_OK; k++) rc = x->be->init(x->be, f32(z->st[k], z->off[j], part), GCKPT_INIT_CONST, 0.0f, 0);
+    if (rc == GCKPT_XS_OK) rc = x->be->init(x->be, f32(grads(x), z->off[j], part), GCKPT_INIT_CONST, 0.0f, 0);
+    if (rc == GCKPT_XS_OK && z->whole[j]) rc = x->be->init(x->be, f32(z->whole[j], 0, p->spec->numel), how, scale, key);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising zero3's partitions", err);
+}
+
+gckpt_xstatus exec_z3_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    const gckpt_coll_args *a = &e->arg.coll;
+    int layer = x->r->t[e->tensor < 0 ? 0 : e->tensor].section == GCKPT_SEC_BLOCK ? (int)a->index - 1 : -1;
+    param_t *p = e->tensor >= 0 ? exec_param(x, e->tensor, layer) : NULL;
+    if (!p || e->numel != part_of(p)) return exec_fail(err, "%s: zero3: not one parameter's partition", w->at);
+    if (a->kind == GCKPT_COLL_REDUCE_SCATTER) /* performed by the .grad's FREE just before */
+        return p->grad == GCKPT_NOINST ? GCKPT_XS_OK : exec_fail(err, "%s: zero3: the .grad is not reduced", w->at);
+    if (a->kind != GCKPT_COLL_ALL_GATHER || p->spec->shard.whole || p->w)
+        return exec_fail(err, "%s: zero3: a %s of this parameter", w->at, gckpt_coll_names[a->kind]);
+    if (!exec_live(x, a->dst) || x->inst[a->dst].n != part_of(p) * world(x))
+        return exec_fail(err, "%s: zero3: the gathered buffer is not allocated as the parameter needs", w->at);
+    gckpt_xt dst = exec_inst_view(x, a->dst);
+    gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, f32(x->z3->part[p - x->params], 0, part_of(p)),
+                                         dst, 0);
+    if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    p->w = dst.p;
+    return GCKPT_XS_OK;
+}
+
+/* Parameter instance j's .grad reduce-scattered through the ipg bucket into its partition. */
+static gckpt_xstatus reduce(gckpt_exec *x, size_t j)
+{
+    exec_z3 *z = x->z3;
+    param_t *p = &x->params[j];
+    uint64_t n = world(x), part = part_of(p), numel = p->spec->numel, m = z->bucket / (n + 1);
+    gckpt_xt g = exec_inst_view(x, p->grad), none = {0};
+    if (!m || g.dt != GCKPT_DT_F32) return GCKPT_XS_ERROR;
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    for (uint64_t k = 0; k < part && rc == GCKPT_XS_OK; k += m) {
+        uint64_t mm = part - k < m ? part - k : m;
+        for (uint64_t r = 0; r < n && rc == GCKPT_XS_OK; r++) { /* rank r's piece of this chunk */
+            uint64_t lo = r * part + k, have = numel > lo ? (numel - lo < mm ? numel - lo : mm) : 0;
+            if (have) rc = x->be->add(x->be, f32(bucket(x), r * mm, have), none, f32(g.p, lo, have));
+            if (rc == GCKPT_XS_OK && have < mm)
+                rc = x->be->init(x->be, f32(bucket(x), r * mm + have, mm - have), GCKPT_INIT_CONST, 0.0f, 0);
+        }
+        gckpt_xt mine = f32(bucket(x), n * mm, mm), acc = f32(grads(x), z->off[j] + k, mm);
+        if (rc == GCKPT_XS_OK)
+            rc = x->be->collective(x->be, GCKPT_COLL_REDUCE_SCATTER, GCKPT_RED_AVG, f32(bucket(x), 0, n * mm), mine, 0);
+        if (rc == GCKPT_XS_OK) rc = x->be->add(x->be, acc, acc, mine);
+    }
+    return rc;
+}
+
+gckpt_xstatus exec_z3_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err)
+{
+    *done = false;
+    void *buf = x->inst[e->inst].p;
+    for (size_t j = 0; j < x->nparams; j++) {
+        param_t *p = &x->params[j];
+        if (p->w == buf && !p->spec->shard.whole) p->w = NULL; /* released after its forward or backward */
+        if (p->grad != e->inst) continue;
+        gckpt_xstatus rc = reduce(x, j);
+        if (rc != GCKPT_XS_OK) return x->be->err.msg[0] ? exec_be_fail(x, rc, w->at, err)
+                                                        : exec_fail(err, "%s: zero3: the .grad cannot go through the ipg bucket", w->at);
+        exec_inst_release(x, p->grad);
+        p->grad = GCKPT_NOINST;
+        *done = true;
+        return GCKPT_XS_OK;
+    }
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus exec_z3_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
+{
+    exec_z3 *z = x->z3;
+    gckpt_xt none = {0};
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++) {
+        param_t *p = &x->params[j];
+        uint64_t local = local_of(x, p), part = part_of(p), at = z->off[j];
+        if (local) {
+            gckpt_optcall c = exec_optcall(x, f32(z->master, at, local), f32(grads(x), at, local), x->step + 1);
+            c.s1 = f32(z->st[0], at, local);
+            c.s2 = f32(z->st[1], at, local);
+            rc = x->be->optim(x->be, &c);
+            if (rc == GCKPT_XS_OK) rc = x->be->add(x->be, f32(z->part[j], 0, local), none, c.param);
+        }
+        if (rc == GCKPT_XS_OK) rc = x->be->init(x->be, f32(grads(x), at, part), GCKPT_INIT_CONST, 0.0f, 0);
+        if (rc != GCKPT_XS_OK || !z->whole[j]) continue;
+        /* a persistent parameter's whole copy from every rank's partition */
+        if (part * world(x) * 4 > z->whole_bytes[j])
+            return exec_fail(err, "%s: zero3: %s's whole copy cannot take %llu gathered elements", w->at, p->spec->name,
+                             (unsigned long long)(part * world(x)));
+        rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, f32(z->part[j], 0, part), f32(z->whole[j], 0, part * world(x)), 0);
+    }
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
+}
+
+gckpt_xstatus exec_z3_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err)
+{
+    *hash = 0;
+    *sumsq = 0;
+    for (size_t j = 0; j < x->nparams; j++) {
+        param_t *p = &x->params[j];
+        gckpt_xstatus rc = exec_piece_hash(x, p, (char *)grads(x) + x->z3->off[j] * 4, local_of(x, p),
+                                           (uint64_t)x->o.rank * part_of(p), hash, sumsq, err);
+        if (rc != GCKPT_XS_OK) return rc;
+    }
+    return exec_ranks_hash(x, hash, sumsq, err);
+}
+
+void exec_z3_release(gckpt_exec *x)
+{
+    exec_z3 *z = x->z3;
+    if (!z) return;
+    for (size_t j = 0; j < x->nparams; j++) {
+        if (z->part[j]) x->be->release(x->be, GCKPT_MEM_DEVICE, z->part[j], z->part_bytes[j]);
+        if (z->whole[j]) x->be->release(x->be, GCKPT_MEM_DEVICE, z->whole[j], z->whole_bytes[j]);
+        z->part[j] = z->whole[j] = NULL;
+        x->params[j].w = NULL;
+    }
+    void **flat[3] = {&z->master, &z->st[0], &z->st[1]};
+    for (int k = 0; k < 3; k++) {
+        if (*flat[k]) x->be->release(x->be, GCKPT_MEM_DEVICE, *flat[k], z->flat_bytes);
+        *flat[k] = NULL;
+    }
+}
+
+void exec_z3_free(gckpt_exec *x)
+{
+    exec_z3 *z = x->z3;
+    if (!z) return;
+    free(z->off);
+    free(z->part);
+    free(z->whole);
+    free(z->part_bytes);
+    free(z->whole_bytes);
+    free(z);
+    x->z3 = NULL;
+}

@@ -1,0 +1,24 @@
+/* The collectives data moves by between ranks (NCCL's and MPI's names), named once for the
+ * schedule's COLLECTIVE events (gckpt/core/schedule.h) and for the executor's communicator.
+ * count is always the elements of one rank's piece:
+ *  ALL_REDUCE:     recv[count] = the sum (or the mean) over ranks of send[count]; send may be recv
+ *  ALL_GATHER:     recv[world * count] = every rank's send[count], in rank order
+ *  REDUCE_SCATTER: recv[count] = the sum (mean) over ranks of rank r's piece of send[world * count]
+ *  BROADCAST:      recv[count] = root's send[count] (send read on the root only; may be recv)
+ * (core: read by the planner and the executor) */
+#ifndef GCKPT_COLLECTIVE_H
+#define GCKPT_COLLECTIVE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { GCKPT_COLL_ALL_REDUCE, GCKPT_COLL_ALL_GATHER, GCKPT_COLL_REDUCE_SCATTER, GCKPT_COLL_BROADCAST, GCKPT_NCOLL } gckpt_coll;
+
+extern const char *const gckpt_coll_names[GCKPT_NCOLL]; /* "all_reduce", ... */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -31,11 +31,12 @@ static void finish(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
     res->mfu = res->step_s > 0 ? res->model_flops / (res->step_s * peak_rate(c)) : 0;
 }
 
-/* The persistent state at the start of a step as running memory. */
-static void mem_start(const gckpt_ctx *c, gckpt_mem *m)
+/* The persistent state at the start of a step of every_n as running memory. */
+static void mem_start(const gckpt_ctx *c, uint32_t every_n, gckpt_mem *m)
 {
     memset(m, 0, sizeof *m);
     gckpt_persistent(c, m->cur);
+    if (!every_n) m->cur[GCKPT_C_PARALLEL] += (int64_t)c->ddp_used_map;
     for (int i = 0; i < GCKPT_NCOMP; i++) m->total += m->cur[i];
 }
 
@@ -71,7 +72,7 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
 {
     memset(res, 0, sizeof *res);
     gckpt_mem m;
-    mem_start(c, &m);
+    mem_start(c, c->set.every_n, &m);
     int64_t peak = m.total, host_peak = 0;
     memcpy(res->breakdown, m.cur, sizeof m.cur);
     res->peak_phase = GCKPT_PH_FORWARD;
@@ -366,8 +367,10 @@ static bool walk_one(gckpt_ctx *w, uint32_t every_n, bool offload, uint64_t grad
     return ok;
 }
 
-/* ... and under ZeRO-2 the last rank too, whose gradient slice (it holds the head's) is made at
- * the backward's first reduce hook: the busier of the two is the entry's (FINDINGS 13.6). */
+/* ... and under ZeRO-2 every other rank too: each keeps its own slice of the flat gradients,
+ * made at the reduce hook of the slice's last parameter (the last rank's holds the head's and
+ * exists from the backward's first hook; a middle rank can be the busiest, as test_run_mpi
+ * measured at 4 ranks): the busiest is the entry's (FINDINGS 13.6). */
 static void walk_setting(const gckpt_ctx *c, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res)
 {
     gckpt_ctx *w = malloc(sizeof *w);
@@ -376,10 +379,10 @@ static void walk_setting(const gckpt_ctx *c, uint32_t every_n, bool offload, uin
     if (ok) *w = *c;
     ok = ok && walk_one(w, every_n, offload, grad_accum, res);
     uint32_t n = gckpt_layout_world(&c->set.layout);
-    if (ok && c->set.layout.mode == GCKPT_PAR_ZERO2 && c->set.layout.rank == 0 && n > 1) {
+    for (uint32_t r = 1; ok && c->set.layout.mode == GCKPT_PAR_ZERO2 && c->set.layout.rank == 0 && r < n; r++) {
         gckpt_setting s = c->set;
         gckpt_err err;
-        s.layout.rank = n - 1;
+        s.layout.rank = r;
         ok = gckpt_ctx_init(w, c->model, c->dev, c->recipe, &s, &err) && walk_one(w, every_n, offload, grad_accum, &last);
         if (ok && last.peak_bytes > res->peak_bytes) *res = last;
     }
@@ -405,7 +408,7 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     const uint64_t L = c->model->layers;
     const int nmicro = grad_accum > 1 ? 2 : 1;
     gckpt_mem base;
-    mem_start(c, &base);
+    mem_start(c, every_n, &base);
     comp_state st;
     memset(&st, 0, sizeof st);
     st.total = st.peak = base.total;

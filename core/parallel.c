@@ -9,10 +9,19 @@
 #define MESH_BYTES 24    /* FSDP2's DeviceMesh: three int64 per rank */
 #define ZERO12_NORM 4    /* ZeRO-1/2: the fp32 gradient-norm scalar kept between steps */
 #define ZERO3_SCALARS 9  /* ZeRO-3: inf_or_nan_tracker (bool) + 8 B of scalars */
-#define DDP_USED_MAP 8
-#define ZERO3_MAX_REUSE 1000000000ull /* stage3_max_reuse_distance's default (deepspeed/runtime/zero/config.py) */   /* DDP find_unused_parameters: local_used_map + its device copy, int32 each */
+#define DDP_USED_MAP 8   /* DDP find_unused_parameters: local_used_map + its device copy, int32 each */
+#define ZERO3_MAX_REUSE 1000000000ull /* stage3_max_reuse_distance's default (deepspeed/runtime/zero/config.py) */
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+/* DDP's find_unused_parameters maps, per parameter tensor; the Trainer turns the option on
+ * only without gradient checkpointing (FINDINGS 13.2), so they exist only for every_n off. */
+static uint64_t ddp_used_map(const gckpt_params *ps)
+{
+    uint64_t tensors = 0;
+    for (int i = 0; i < ps->n; i++) tensors += ps->p[i].copies;
+    return DDP_USED_MAP * tensors;
+}
 
 uint32_t gckpt_layout_world(const gckpt_layout *l)
 {
@@ -154,7 +163,7 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
     switch ((gckpt_parallel)s->layout.mode) {
     case GCKPT_PAR_DDP:
         out->grads = gckpt_round_up(ps->grad_bytes, round); /* the buckets: a flat copy of every gradient */
-        out->scalars = ADAMW_STEP * tensors + (s->every_n ? 0 : DDP_USED_MAP * tensors);
+        out->scalars = ADAMW_STEP * tensors + (s->every_n ? 0 : ddp_used_map(ps));
         break;
     case GCKPT_PAR_FSDP:
         out->scalars = ADAMW_STEP * tensors + MESH_BYTES * (uint64_t)n;
@@ -228,7 +237,10 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     c->grads = c->step_grads = grads;
     switch (mode) {
     case GCKPT_PAR_DDP:
-        c->parallel = rb.grads + extra;
+        /* the used maps follow each entry's every_n, not the context's (a sweep shares one
+         * context across every_n): the evaluators add c->ddp_used_map when every_n is off */
+        c->ddp_used_map = ddp_used_map(ps);
+        c->parallel = rb.grads + extra - (s->every_n ? 0 : c->ddp_used_map);
         break;
     case GCKPT_PAR_ZERO1:
     case GCKPT_PAR_ZERO2:

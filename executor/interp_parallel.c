@@ -176,10 +176,12 @@ gckpt_xstatus exec_parallel_setup(gckpt_exec *x, gckpt_err *err)
         gckpt_xstatus rc = exec_z3_setup(x, err);
         if (rc != GCKPT_XS_OK) return rc;
     }
-    if (sum != x->ctx.parallel)
+    /* DDP's find_unused_parameters maps are counted apart (they follow every_n) */
+    uint64_t planned = x->ctx.parallel + (x->set.every_n ? 0 : x->ctx.ddp_used_map);
+    if (sum != planned)
         return exec_fail(err, "setup: rank %d's %s buffers take %llu bytes, the schedule counts %llu", x->o.rank,
                          gckpt_parallel_names[x->set.layout.mode], (unsigned long long)sum,
-                         (unsigned long long)x->ctx.parallel);
+                         (unsigned long long)planned);
     return GCKPT_XS_OK;
 }
 

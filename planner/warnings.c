@@ -97,7 +97,7 @@ static const struct {
      "of every measured rank of CPU fixtures of tiny models (tests/data/hf-dist); unverified: CUDA's side "
      "streams (reserved memory above allocated by up to one unit's buffers), zero3 past "
      "stage3_max_live_parameters (planned as every parameter released after its forward and gathered "
-     "again), zero2's ranks between the first and the last (both planned, the busier shown)"},
+     "again), zero2's middle ranks against PyTorch (every rank planned, the busiest shown)"},
     {"moe_grouped_mm_cuda_unverified", moe_applies,
      "the experts are planned as transformers' default grouped_mm (torch._grouped_mm over all tokens x "
      "top_k pairs), measured on the CPU; on CUDA the fused grouped GEMM runs only for bf16 on sm90 / sm100, "

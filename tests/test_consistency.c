@@ -60,10 +60,11 @@ static void sweep_peft(const char *model, const char *cfg_json, const gckpt_peft
                             gckpt_result a, b, b2;
                             gckpt_walk(&c, &ev, &a);
                             gckpt_schedule_free(&ev);
-                            if (g_layout.mode == GCKPT_PAR_ZERO2) { /* the plan shows the busier of rank 0 and the last */
+                            /* ZeRO-2: the plan shows the busiest rank */
+                            for (uint32_t rk = 1; g_layout.mode == GCKPT_PAR_ZERO2 && rk < gckpt_layout_world(&g_layout); rk++) {
                                 static gckpt_ctx cl;
                                 gckpt_setting sl = c.set;
-                                sl.layout.rank = gckpt_layout_world(&sl.layout) - 1;
+                                sl.layout.rank = rk;
                                 gckpt_result al;
                                 if (!gckpt_ctx_init(&cl, &m, &dev, &r, &sl, &err)) fail_msg("%s", err.msg);
                                 assert_true(gckpt_schedule_build(&cl, &ev));

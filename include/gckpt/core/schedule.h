@@ -232,6 +232,8 @@ typedef struct {
     uint64_t quant_weights, quant_stats; /* QLoRA's packed weights and statistics (not in weights) */
     uint64_t paged_states;               /* paged optimizer states (not in opt_states) */
     uint64_t parallel;                   /* a parallel mode's per-rank additions (GCKPT_C_PARALLEL) */
+    uint64_t ddp_used_map;               /* DDP: find_unused_parameters' maps, in GCKPT_C_PARALLEL for
+                                          * every_n off only (not in parallel) */
     uint64_t unit_part[GCKPT_NSEC];      /* FSDP2: elements of one unit's padded local shards (the
                                           * embedding, one layer, the tail), 0 otherwise */
     uint64_t z2_numel;                   /* ZeRO-2: elements of the rank's reduced gradients */

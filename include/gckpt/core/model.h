@@ -2,6 +2,7 @@
 #ifndef GCKPT_MODEL_H
 #define GCKPT_MODEL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -88,6 +89,12 @@ bool gckpt_model_load(const char *name_or_path, gckpt_model *m, gckpt_err *err);
 
 /* Convenience: attention widths. */
 static inline uint64_t gckpt_q_dim(const gckpt_model *m) { return m->heads * m->head_dim; }
+/* The attention's score scale (HF's self.scaling): Granite's attention_multiplier,
+ * head_dim ** -0.5 elsewhere (the recipe's ops carry it to the executors' kernels). */
+static inline double gckpt_attn_scale(const gckpt_model *m)
+{
+    return m->multipliers ? m->attention_multiplier : 1.0 / sqrt((double)m->head_dim);
+}
 static inline uint64_t gckpt_kv_dim(const gckpt_model *m) { return m->kv_heads * m->head_dim; }
 
 #ifdef __cplusplus

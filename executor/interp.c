@@ -211,15 +211,16 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
 }
 
 /* The families whose primitives have kernels on both backends: issue 13's OLMo 2 (q/k norms
- * over the whole projection, post-norms), Granite (multipliers, its attention scale) and
- * Gemma 1 ((1 + w) norms, the embedding normalizer, GELU-tanh) run; Gemma 2 / 3, Phi-3 and
- * GPT-NeoX are planned only (soft-capping, sliding layers of two types, fused-projection
- * slices, partial rotary, parallel residual: not verified on the executor yet). */
+ * over the whole projection, post-norms), Granite (multipliers, its attention scale),
+ * Gemma 1 ((1 + w) norms, the embedding normalizer, GELU-tanh) and Gemma 2 (soft-capping,
+ * sandwich norms, query_pre_attn_scalar; eager) run. Gemma 3 (a rotary pair per layer
+ * type), Phi-3 and GPT-NeoX (strided views of fused projections feeding elementwise ops,
+ * partial rotary's cat) are planned only. */
 static bool family_executed(const gckpt_model *m)
 {
     switch (m->family) {
     case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GPT2: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE: return true;
-    case GCKPT_FAMILY_GEMMA: return strcmp(m->model_type, "gemma") == 0;
+    case GCKPT_FAMILY_GEMMA: return !strcmp(m->model_type, "gemma") || !strcmp(m->model_type, "gemma2");
     default: return false;
     }
 }
@@ -233,7 +234,15 @@ bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, 
     }
     if (!family_executed(m)) {
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
-                          "qwen3, gpt2, gemma, olmo2 and granite)", m->model_type);
+                          "qwen3, gpt2, gemma, gemma2, olmo2 and granite)", m->model_type);
+        return false;
+    }
+    /* Gemma 2's sliding layers read their own mask, which the executor does not make: at
+     * seq <= window it equals the causal mask (no key is window or more tokens back) */
+    if (m->sandwich_norms && m->sliding_layers && seq > m->sliding_window) {
+        gckpt_seterr(err, "seq %llu > the sliding window %llu of model_type \"%s\" is planned but not executed yet "
+                          "(no sliding-window mask on the executor)", (unsigned long long)seq,
+                     (unsigned long long)m->sliding_window, m->model_type);
         return false;
     }
     if (gckpt_sliding_masked(m, a, seq)) {

@@ -97,6 +97,9 @@ static void family_ga2(const char *fixture)
 static void test_olmo2(void **st) { (void)st; family_ga2("tiny-olmo2"); }
 static void test_granite(void **st) { (void)st; family_ga2("tiny-granite"); }
 static void test_gemma(void **st) { (void)st; family_ga2("tiny-gemma"); }
+/* Gemma 2 (soft-capped scores and logits, sandwich norms; eager whatever is asked) with
+ * a window of 16 = the sequence: its sliding layers' mask is the causal one */
+static void test_gemma2(void **st) { (void)st; family_ga2("tiny-gemma2-w16"); }
 
 /* One kv head (repeat_kv is a view) and kv heads = heads (no repeat), at micro-batch 1
  * (eager attention's batch folding is a view: the schedule binds k / v with their own
@@ -357,7 +360,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama),       cmocka_unit_test(test_qwen3),        cmocka_unit_test(test_gpt2),
         cmocka_unit_test(test_gpt2_dropout), cmocka_unit_test(test_olmo2),  cmocka_unit_test(test_granite),
-        cmocka_unit_test(test_gemma),
+        cmocka_unit_test(test_gemma), cmocka_unit_test(test_gemma2),
         cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
         cmocka_unit_test(test_detects_broken_schedule),

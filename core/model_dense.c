@@ -156,7 +156,9 @@ static bool gemma(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
     m->embed_scale = true;
     if (g1) return true;
     m->sandwich_norms = true;
-    if (!window(f, j, m, err)) return false;
+    if (!window(f, j, m, err) ||
+        !gckpt_json_num_opt(j, f, "query_pre_attn_scalar", 1e-6, 1e12, 256, &m->query_pre_attn_scalar, err))
+        return false;
     bool listed = false;
     if (!gckpt_parse_layer_types(f, j, m, &listed, err)) return false;
     if (g3) {

@@ -39,8 +39,8 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
     int lse = tnew(tr, "sdpa.lse", GCKPT_T_ACT, F32, per_token(m->heads), false);
     int op = masked ? opnew(tr, "sdpa", GCKPT_OP_ATTN, 4, (int[]){q, k, v, mconv}, o, lse, 6, (int[]){q, k, v, o, lse, mconv})
                     : opnew(tr, "sdpa", GCKPT_OP_ATTN, 3, (int[]){q, k, v}, o, lse, 5, (int[]){q, k, v, o, lse});
-    /* causal: QK^T and PV over half the score matrix */
-    setprim(tr, GCKPT_P_SDPA, GCKPT_BC_NONE, p, 0, m->head_dim);
+    /* causal: QK^T and PV over half the score matrix; sb: the score scale */
+    setprim(tr, GCKPT_P_SDPA, GCKPT_BC_NONE, p, gckpt_attn_scale(m), m->head_dim);
     gckpt_op *sd = &tr->r->op[op];
     sd->fBSS = 2.0 * (double)m->heads * (double)m->head_dim;
     /* with a mask no block is skipped: the whole score matrix, twice the causal work
@@ -190,7 +190,7 @@ int transpose_copy(tracer *tr, int o, const char *name)
 static int sdpa_math_cpu(tracer *tr, int q, int k, int v, double p)
 {
     const gckpt_model *m = tr->m;
-    uint64_t nh = m->heads, kv = m->kv_heads, hd = m->head_dim, qd = gckpt_q_dim(m), kvd = gckpt_kv_dim(m);
+    uint64_t nh = m->heads, kv = m->kv_heads, qd = gckpt_q_dim(m), kvd = gckpt_kv_dim(m);
     q = autocast_to(tr, q, tr->compute_dt, "sdpa.cast_q");
     k = autocast_to(tr, k, tr->compute_dt, "sdpa.cast_k");
     v = autocast_to(tr, v, tr->compute_dt, "sdpa.cast_v");
@@ -206,7 +206,7 @@ static int sdpa_math_cpu(tracer *tr, int q, int k, int v, double p)
         k = up[1] = cast_to(tr, k, F32, "math.k_f32");
         v = up[2] = cast_to(tr, v, F32, "math.v_f32");
     }
-    double sf = sqrt(1.0 / sqrt((double)hd));
+    double sf = sqrt(gckpt_attn_scale(m));
     int qs = scal(tr, q, "math.scale_q", sf, 0);
     int mask = tnew(tr, "math.mask", GCKPT_T_ACT, F32, (gckpt_shape){GCKPT_ROWS_SEQ, 1, 0}, false); /* [s, s] */
     opnew(tr, "math.mask", GCKPT_OP_ELEM, 1, (int[]){q}, mask, -1, 0, NULL);
@@ -261,7 +261,7 @@ int attention_eager(tracer *tr, int q, int k, int v, int mask, double p, int *we
     int qf = fold(tr, autocast_to(tr, q, tr->compute_dt, "qk.cast_q"), GCKPT_P_CAST, "qk.fold_q");
     int kf = kv_operand(tr, krep, "qk.cast_k");
     int sc = heads_matmul(tr, "qk", GCKPT_P_QK, qf, kf, dt(tr, qf), score_shape(nh), true);
-    int ss = scal(tr, sc, "scale", 1.0 / sqrt((double)hd), 0);
+    int ss = scal(tr, sc, "scale", gckpt_attn_scale(m), 0);
     if (m->attn_softcap > 0) { /* Gemma 2: / cap, tanh (saves its output), * cap: each a new tensor */
         ss = scal(tr, ss, "softcap.div", 1.0 / m->attn_softcap, 0);
         ss = unary(tr, ss, "softcap.tanh", true, false, GCKPT_P_TANH, 0);
@@ -300,7 +300,7 @@ int attention_eager_gpt2(tracer *tr, int qkv, int mask, double p, int *weights)
     int qf = fold_role(tr, qc, q, 0, "qk.fold_q");
     int kf = fold_role(tr, kc, k, 1, "qk.fold_k");
     int sc = heads_matmul(tr, "qk", GCKPT_P_QK, qf, kf, dt(tr, qf), score_shape(nh), true);
-    int ss = scal(tr, sc, "scale", 1.0 / sqrt((double)hd), 0);
+    int ss = scal(tr, sc, "scale", gckpt_attn_scale(m), 0);
     int sm = mask >= 0 ? add(tr, ss, mask, "add_mask") : ss;
     int pr = softmax(tr, autocast_to(tr, sm, F32, "softmax.cast_in"), "softmax");
     pr = cast_to(tr, pr, dt(tr, v), "softmax.to_v");

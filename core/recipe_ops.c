@@ -129,6 +129,12 @@ static int bcast_of(tracer *tr, int x, int y, uint64_t *width)
         return GCKPT_BC_COL;
     }
     if (!ty->shape.width) return GCKPT_BC_MASK;
+    if (ty->shape.rows == GCKPT_ROWS_FIXED && ty->shape.mult == 1) {
+        /* a vector or a 0-d tensor that is not a parameter (Gemma's fp32 1 + weight, its
+         * embedding normalizer): repeated over rows */
+        *width = ty->shape.width;
+        return GCKPT_BC_COL;
+    }
     if (ty->shape.rows == GCKPT_ROWS_SEQ) {
         *width = ty->shape.width;
         return GCKPT_BC_TABLE;

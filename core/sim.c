@@ -54,6 +54,10 @@ struct gckpt_sim {
     int gstream; /* grad instance passed to the previous section in backward */
     bool ckpt_any, ckpt_offload; /* layers are checkpointed / offloaded (ckpt_held tensors) */
     uint8_t ckpt_types;          /* the attention types checkpointed (gckpt_ckpt_types) */
+    int sliding_mask;            /* the sliding layers' own eager mask (Gemma 2's second mask,
+                                  * layer_type SLIDING) that their attention reads instead of
+                                  * the recipe's mask, or -1 (also in the fast evaluator's proxy
+                                  * steps, whose layers are not the model's) */
     uint32_t base; /* id of pool[0] */
     uint64_t nlayer_cap, nlayers;
     gckpt_wrap *wrap; /* a parallel wrapper's per-unit events (sim_parallel.c), NULL: none */
@@ -261,6 +265,12 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
     s->stream = s->gstream = -1;
     gckpt_step_checkpointing(st, &s->ckpt_any, &s->ckpt_offload);
     s->ckpt_types = st->modes ? st->ckpt_types : gckpt_ckpt_types(c->model, st->every_n);
+    s->sliding_mask = -1;
+    const gckpt_recipe *r = c->recipe;
+    for (int t = 0; !st->modes && r->mask >= 0 && t < r->nt; t++)
+        if (t != r->mask && r->t[t].kind == GCKPT_T_CONST && r->t[t].layer_type == GCKPT_LT_SLIDING &&
+            r->t[t].section == GCKPT_SEC_EMBED && !r->t[t].shape.width)
+            s->sliding_mask = t;
     return true;
 }
 
@@ -295,6 +305,11 @@ static sec_t *owner(gckpt_sim *s, sec_t *st, int t)
 static int *slot(gckpt_sim *s, sec_t *st, int t)
 {
     if (t == s->c->recipe->mask && st->mask >= 0) return &st->mask;
+    /* a sliding layer of a model with two mask types reads its own (the memory is the
+     * same: both are [b, 1, s, s] constants; which one a checkpoint holds is ckpt_holds') */
+    if (t == s->c->recipe->mask && s->sliding_mask >= 0 && st >= s->layer && st < s->layer + s->nlayer_cap &&
+        gckpt_layer_sliding(s->c->model, (uint64_t)(st - s->layer)))
+        t = s->sliding_mask;
     return &owner(s, st, t)->inst[t];
 }
 

@@ -349,7 +349,7 @@ Att att_of(const gckpt_xcall *c)
     a.nkv = W[1] == 3 * qd ? c->m->heads : W[1] / hd;
     a.S = c->s;
     a.hd = hd;
-    a.scale = 1.0f / sqrtf(static_cast<float>(hd));
+    a.scale = static_cast<float>(c->op->sb); /* the recipe's score scale (gckpt_attn_scale) */
     a.p = static_cast<float>(c->op->sa);
     a.rng = c->rng;
     return a;

@@ -1,5 +1,6 @@
 // SOURCE ops on the GPU: token ids, labels and positions copied from the interpreter's
-// host data, HF's default rotary tables and the eager path's additive causal mask.
+// host data, HF's default rotary tables, the eager path's additive causal mask and Gemma's
+// embedding normalizer.
 #include <math.h>
 
 #include "cuda_common.cuh"
@@ -25,6 +26,8 @@ __global__ void k_mask(void *o, uint8_t odt, uint64_t n, uint64_t S)
     GRID_LOOP(i, n) stx(o, odt, i, gckpt_causal_mask(i, S, low));
 }
 
+__global__ void k_scale(void *o, uint8_t odt, uint64_t hidden) { stx(o, odt, 0, gckpt_embed_normalizer(hidden)); }
+
 } // namespace
 
 gckpt_xstatus cuda_source(cuda_be *cb, gckpt_source what, const gckpt_xcall *c, const int64_t *host)
@@ -47,6 +50,7 @@ gckpt_xstatus cuda_source(cuda_be *cb, gckpt_source what, const gckpt_xcall *c, 
     case GCKPT_SRC_MASK:
         k_mask<<<grid_for(o.n, kBlock), kBlock, 0, cb->stream>>>(o.p, o.dt, o.n, c->s);
         break;
+    case GCKPT_SRC_SCALE: k_scale<<<1, 1, 0, cb->stream>>>(o.p, o.dt, c->m->hidden); break;
     default: return op_fail(be, c, "unknown source");
     }
     LAUNCH_TRY(be);

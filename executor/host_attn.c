@@ -289,7 +289,7 @@ static gckpt_xstatus sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads, qd = nh * hd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
-    float scale = 1.0f / sqrtf((float)hd), p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    float scale = (float)c->op->sb, p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
     bufs b = {0};
     gckpt_xstatus rc = GCKPT_XS_ERROR;
     float *sc = hs_malloc(sizeof *sc * S), *o = hs_malloc(sizeof *o * hd);
@@ -336,7 +336,7 @@ static gckpt_xstatus sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads, qd = nh * hd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
-    float scale = 1.0f / sqrtf((float)hd), p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    float scale = (float)c->op->sb, p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
     NEED(c, c->out[0], "saved output");
     NEED(c, c->out[1], "saved logsumexp");
     bufs b = {0};

@@ -1,5 +1,6 @@
 /* SOURCE ops on the host: token ids, labels and positions from the interpreter's data,
- * HF's default rotary tables and the eager path's additive causal mask. */
+ * HF's default rotary tables, the eager path's additive causal mask and Gemma's
+ * embedding normalizer. */
 #include <math.h>
 #include <string.h>
 
@@ -35,7 +36,7 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
         for (uint64_t i = 0; i < o->n; i++) st(o, i, gckpt_causal_mask(i, c->s, low));
         return GCKPT_XS_OK;
     }
-    case GCKPT_SRC_SCALE: break; /* gemma's families are not executed (interp.c setting_ok) */
+    case GCKPT_SRC_SCALE: st(o, 0, gckpt_embed_normalizer(c->m->hidden)); return GCKPT_XS_OK;
     }
     gckpt_seterr(err, "op %s: unknown source", c->op->name);
     return GCKPT_XS_ERROR;

@@ -103,12 +103,13 @@ void exec_inst_release(gckpt_exec *x, uint32_t id)
 
 /* ---- construction ------------------------------------------------------------------------- */
 
-/* How a parameter is initialised (its role in the recipe): norm weights 1, biases 0, the
- * rest uniform. */
-static gckpt_init init_of(const gckpt_recipe *r, int t, float *val)
+/* How a parameter is initialised (its role in the recipe): norm weights 1 (Gemma's (1 + w)
+ * norms 0, as GemmaRMSNorm's torch.zeros: a scale of 1 either way), biases 0, the rest
+ * uniform. */
+static gckpt_init init_of(const gckpt_exec *x, int t, float *val)
 {
-    switch (r->t[t].role) {
-    case GCKPT_ROLE_NORM_WEIGHT: *val = 1.0f; return GCKPT_INIT_CONST;
+    switch (x->r->t[t].role) {
+    case GCKPT_ROLE_NORM_WEIGHT: *val = x->m.rms == GCKPT_RMS_GEMMA ? 0.0f : 1.0f; return GCKPT_INIT_CONST;
     case GCKPT_ROLE_BIAS: *val = 0.0f; return GCKPT_INIT_CONST;
     default: *val = 0; return GCKPT_INIT_UNIFORM;
     }
@@ -120,7 +121,7 @@ static bool check_recipe(gckpt_exec *x, gckpt_err *err)
     for (int i = 0; i < r->nop; i++) {
         const gckpt_op *op = &r->op[i];
         if (op->nin == 0) {
-            if (op->prim != GCKPT_P_SOURCE || op->source > GCKPT_SRC_LABELS) {
+            if (op->prim != GCKPT_P_SOURCE || op->source > GCKPT_SRC_SCALE) {
                 gckpt_seterr(err, "recipe op %s: an op without inputs that is not a known source", op->name);
                 return false;
             }
@@ -209,18 +210,39 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
     return x->inst != NULL || (gckpt_seterr(err, "out of memory for %u instances", maxid), false);
 }
 
+/* The families whose primitives have kernels on both backends: issue 13's OLMo 2 (q/k norms
+ * over the whole projection, post-norms), Granite (multipliers, its attention scale),
+ * Gemma 1 ((1 + w) norms, the embedding normalizer, GELU-tanh) and Gemma 2 (soft-capping,
+ * sandwich norms, query_pre_attn_scalar; eager) run. Gemma 3 (a rotary pair per layer
+ * type), Phi-3 and GPT-NeoX (strided views of fused projections feeding elementwise ops,
+ * partial rotary's cat) are planned only. */
+static bool family_executed(const gckpt_model *m)
+{
+    switch (m->family) {
+    case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GPT2: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE: return true;
+    case GCKPT_FAMILY_GEMMA: return !strcmp(m->model_type, "gemma") || !strcmp(m->model_type, "gemma2");
+    default: return false;
+    }
+}
+
 bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, gckpt_err *err)
 {
-    /* issue 13's families are planned only: their primitives ((1 + w) norms, soft-capping,
-     * fused-projection slices, partial rotary, parallel residual) have no kernels yet */
     if (m->experts) { /* no router, top-k, gather / scatter or grouped GEMM kernels yet */
         gckpt_seterr(err, "mixture-of-experts model_type \"%s\" is planned but not executed yet (gckpt-run has no "
                           "router or expert kernels)", m->model_type);
         return false;
     }
-    if (m->family != GCKPT_FAMILY_LLAMA && m->family != GCKPT_FAMILY_GPT2) {
+    if (!family_executed(m)) {
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
-                          "qwen3 and gpt2)", m->model_type);
+                          "qwen3, gpt2, gemma, gemma2, olmo2 and granite)", m->model_type);
+        return false;
+    }
+    /* Gemma 2's sliding layers read their own mask, which the executor does not make: at
+     * seq <= window it equals the causal mask (no key is window or more tokens back) */
+    if (m->sandwich_norms && m->sliding_layers && seq > m->sliding_window) {
+        gckpt_seterr(err, "seq %llu > the sliding window %llu of model_type \"%s\" is planned but not executed yet "
+                          "(no sliding-window mask on the executor)", (unsigned long long)seq,
+                     (unsigned long long)m->sliding_window, m->model_type);
         return false;
     }
     if (gckpt_sliding_masked(m, a, seq)) {
@@ -399,7 +421,7 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
         if (stop_requested(x)) return interrupted(x, NULL, 0, err);
         param_t *p = &x->params[i];
         float val;
-        gckpt_init how = init_of(x->r, p->tensor, &val);
+        gckpt_init how = init_of(x, p->tensor, &val);
         uint64_t key = gckpt_key(x->o.seed, 0x5eedULL, (uint64_t)p->tensor, (uint64_t)(p->layer + 1));
         gckpt_xstatus rc;
         if (p->spec->quant.scheme) { /* loaded in the compute dtype, then quantized (exec_quant.h) */

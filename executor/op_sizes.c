@@ -73,6 +73,7 @@ gckpt_xstatus gckpt_op_check_source(gckpt_source what, const gckpt_xcall *c, gck
     case GCKPT_SRC_POSITIONS: want = c->s; break;
     case GCKPT_SRC_ROTARY: want = c->s * c->m->head_dim; break; /* cos and sin */
     case GCKPT_SRC_MASK: want = T * c->s; break;                /* [b, 1, s, s] */
+    case GCKPT_SRC_SCALE: want = 1; break;                      /* a 0-d tensor */
     default: gckpt_seterr(err, "op %s: unknown source", c->op->name); return GCKPT_XS_ERROR;
     }
     for (int k = 0; k < 2; k++)

@@ -213,10 +213,90 @@ static void test_fd_lora_gpt2(void **st)
     fd_check_peft("tiny-gpt2", GCKPT_EAGER, 2, 1, true, &pf, names, layers, 5);
 }
 
+/* issue 13's llama variants. OLMo 2: q/k norms over the whole projection and the norms
+ * after each sublayer (sdpa, every second layer checkpointed and offloaded) */
+static void test_fd_olmo2(void **st)
+{
+    (void)st;
+    const char *names[] = {"embed_tokens.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+                           "self_attn.q_proj.weight", "post_attention_layernorm.weight",
+                           "post_feedforward_layernorm.weight", "mlp.up_proj.weight", "lm_head.weight"};
+    const int layers[] = {-1, 0, 1, 2, 1, 0, 2, -1};
+    fd_check("tiny-olmo2", GCKPT_SDPA, 2, 2, true, names, layers, 8);
+}
+
+/* Granite: the embedding, residual and logits multipliers and attention_multiplier as
+ * the score scale (eager: the scale is an op; every layer checkpointed) */
+static void test_fd_granite(void **st)
+{
+    (void)st;
+    const char *names[] = {"embed_tokens.weight", "input_layernorm.weight", "self_attn.k_proj.weight",
+                           "self_attn.o_proj.weight", "mlp.down_proj.weight", "norm.weight", "lm_head.weight"};
+    const int layers[] = {-1, 0, 1, 2, 1, -1, -1};
+    fd_check("tiny-granite", GCKPT_EAGER, 2, 1, false, names, layers, 7);
+    fd_check("tiny-granite", GCKPT_SDPA, 1, 0, false, names, layers, 7);
+}
+
+/* The score scale the kernels use is HF's self.scaling: Granite's attention_multiplier
+ * (modeling_granite.py, GraniteAttention.__init__), 0.0078125 in tiny-granite.json, and
+ * Gemma 2's query_pre_attn_scalar ** -0.5 (modeling_gemma2.py; 24 ** -0.5 as Python
+ * prints it), not head_dim ** -0.5 (0.354 for their head_dim 8), under eager (the "scale"
+ * op) and SDPA (the op's sb; Gemma 2 runs eager only); llama keeps head_dim ** -0.5. */
+static void test_attention_scale(void **st)
+{
+    (void)st;
+    const struct {
+        const char *fixture;
+        double scale;
+    } want[] = {{"tiny-granite", 0.0078125}, {"tiny-llama", -0.5}, {"tiny-gemma2-w16", 0.20412414523193151}};
+    for (int k = 0; k < 3; k++) {
+        gckpt_model m = fx_model(want[k].fixture);
+        double w = want[k].scale > 0 ? want[k].scale : pow((double)m.head_dim, want[k].scale);
+        for (int a = 0; a < GCKPT_NATTN; a++) {
+            gckpt_recipe *r = malloc(sizeof *r);
+            assert_non_null(r);
+            gckpt_recipe_build(&m, GCKPT_FP32, (gckpt_attention)a, r);
+            int seen = 0;
+            for (int i = 0; i < r->nop; i++) {
+                const gckpt_op *op = &r->op[i];
+                if (op->prim == GCKPT_P_SDPA) { assert_true(op->sb == w); seen++; }
+                if (op->prim == GCKPT_P_AFFINE && !strcmp(op->name, "self_attn.scale")) { assert_true(op->sa == w); seen++; }
+            }
+            assert_int_equal(seen, 1);
+            free(r);
+        }
+    }
+}
+
+/* Gemma: (1 + w) norms from w = 0, the embedding normalizer on a tied table, GELU-tanh */
+static void test_fd_gemma(void **st)
+{
+    (void)st;
+    const char *names[] = {"embed_tokens.weight", "input_layernorm.weight", "post_attention_layernorm.weight",
+                           "mlp.gate_proj.weight", "mlp.up_proj.weight", "self_attn.v_proj.weight", "norm.weight"};
+    const int layers[] = {-1, 0, 2, 1, 0, 2, -1};
+    fd_check("tiny-gemma", GCKPT_EAGER, 2, 2, true, names, layers, 7);
+}
+
+/* Gemma 2: soft-capped scores (tanh, saved output) and logits, the pre/post norms around
+ * both sublayers, every layer checkpointed and offloaded */
+static void test_fd_gemma2(void **st)
+{
+    (void)st;
+    const char *names[] = {"embed_tokens.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                           "post_attention_layernorm.weight", "pre_feedforward_layernorm.weight",
+                           "post_feedforward_layernorm.weight", "norm.weight"};
+    const int layers[] = {-1, 0, 1, 2, 1, 0, -1};
+    fd_check("tiny-gemma2-w16", GCKPT_EAGER, 2, 1, true, names, layers, 7);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2),
                                        cmocka_unit_test(test_fd_gpt2_mb1), cmocka_unit_test(test_fd_qlora_llama),
-                                       cmocka_unit_test(test_fd_qlora_int8_qwen2), cmocka_unit_test(test_fd_lora_gpt2)};
+                                       cmocka_unit_test(test_fd_qlora_int8_qwen2), cmocka_unit_test(test_fd_lora_gpt2),
+                                       cmocka_unit_test(test_fd_olmo2),    cmocka_unit_test(test_fd_granite),
+                                       cmocka_unit_test(test_fd_gemma),    cmocka_unit_test(test_attention_scale),
+                                       cmocka_unit_test(test_fd_gemma2)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

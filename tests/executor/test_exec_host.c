@@ -85,6 +85,21 @@ static void test_llama(void **st) { (void)st; family("tiny-llama"); }
 static void test_qwen3(void **st) { (void)st; family("tiny-qwen3"); }
 static void test_gpt2(void **st) { (void)st; family("tiny-gpt2"); }
 static void test_gpt2_dropout(void **st) { (void)st; family("tiny-gpt2-dropout"); }
+/* issue 13's llama variants: post-norms and q/k norms over the projection (OLMo 2), the
+ * four multipliers (Granite), (1 + w) norms, the embedding normalizer, GELU-tanh (Gemma) */
+/* every precision and attention with accumulation 2 (the first and a later micro-step) */
+static void family_ga2(const char *fixture)
+{
+    const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
+    for (int p = 0; p < 3; p++)
+        for (int a = 0; a < GCKPT_NATTN; a++) sweep(fixture, precs[p], (gckpt_attention)a, 2, GCKPT_ADAMW);
+}
+static void test_olmo2(void **st) { (void)st; family_ga2("tiny-olmo2"); }
+static void test_granite(void **st) { (void)st; family_ga2("tiny-granite"); }
+static void test_gemma(void **st) { (void)st; family_ga2("tiny-gemma"); }
+/* Gemma 2 (soft-capped scores and logits, sandwich norms; eager whatever is asked) with
+ * a window of 16 = the sequence: its sliding layers' mask is the causal one */
+static void test_gemma2(void **st) { (void)st; family_ga2("tiny-gemma2-w16"); }
 
 /* One kv head (repeat_kv is a view) and kv heads = heads (no repeat), at micro-batch 1
  * (eager attention's batch folding is a view: the schedule binds k / v with their own
@@ -344,7 +359,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama),       cmocka_unit_test(test_qwen3),        cmocka_unit_test(test_gpt2),
-        cmocka_unit_test(test_gpt2_dropout),
+        cmocka_unit_test(test_gpt2_dropout), cmocka_unit_test(test_olmo2),  cmocka_unit_test(test_granite),
+        cmocka_unit_test(test_gemma), cmocka_unit_test(test_gemma2),
         cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
         cmocka_unit_test(test_detects_broken_schedule),

@@ -309,8 +309,9 @@ static void test_bad_input(void **st)
     put("paged.json", t);
     free(t);
     cJSON_Delete(plan);
-    /* planned, not executed (issue 13): a gemma2 plan; Mistral v0.1's window under the
-     * planned sequence (16 >= 8: the masked SDPA form) */
+    /* planned, not executed (issue 13): a gemma2 plan at seq 16 > its window 8 (the
+     * sliding layers' own mask); Mistral v0.1's window under the planned sequence
+     * (16 >= 8: the masked SDPA form) */
     static const uint32_t one[] = {1};
     char *g = pf_plan_text("tiny-gemma2", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
     char *sw = pf_plan_text("tiny-mistral-sw8", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0);
@@ -346,7 +347,7 @@ static void test_bad_input(void **st)
         {{"--calibrate", "-o", "bad.json", "--backend", "host", NULL}, "calibrate"},
         {{"--calibrate", NULL}, "-o FILE"},
         {{"--plan", "llama.json", "--gpu", "h200", "-o", "bad.json", NULL}, "--calibrate"},
-        {{"--plan", "gemma2.json", "-o", "bad.json", NULL}, "model_type \"gemma2\" is planned but not executed yet"},
+        {{"--plan", "gemma2.json", "-o", "bad.json", NULL}, "seq 16 > the sliding window 8 of model_type \"gemma2\""},
         {{"--plan", "mistral-sw.json", "-o", "bad.json", NULL}, "the sliding window 8 under sdpa"},
         {{"--plan", "mixtral.json", "-o", "bad.json", NULL},
          "mixture-of-experts model_type \"mixtral\" is planned but not executed yet"},

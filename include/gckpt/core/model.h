@@ -2,6 +2,7 @@
 #ifndef GCKPT_MODEL_H
 #define GCKPT_MODEL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -62,6 +63,7 @@ typedef struct {
     uint64_t rotary_dim;     /* rotated dims per head: int(head_dim * partial factor) */
     bool embed_scale;        /* gemma: embeddings times sqrt(hidden) */
     double attn_softcap, final_softcap; /* gemma2 logit soft-capping; 0: none */
+    double query_pre_attn_scalar; /* gemma2 / gemma3_text: the score scale is its ** -0.5; 0: none */
     double embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling; /* granite */
     bool multipliers;        /* granite */
     int rope_tables;         /* distinct rotary tables: gemma3_text 2 (local, global), else 1 */
@@ -88,6 +90,14 @@ bool gckpt_model_load(const char *name_or_path, gckpt_model *m, gckpt_err *err);
 
 /* Convenience: attention widths. */
 static inline uint64_t gckpt_q_dim(const gckpt_model *m) { return m->heads * m->head_dim; }
+/* The attention's score scale (HF's self.scaling): Granite's attention_multiplier,
+ * Gemma 2 / 3's query_pre_attn_scalar ** -0.5, head_dim ** -0.5 elsewhere (the recipe's
+ * ops carry it to the executors' kernels). */
+static inline double gckpt_attn_scale(const gckpt_model *m)
+{
+    if (m->multipliers) return m->attention_multiplier;
+    return pow(m->query_pre_attn_scalar > 0 ? m->query_pre_attn_scalar : (double)m->head_dim, -0.5);
+}
 static inline uint64_t gckpt_kv_dim(const gckpt_model *m) { return m->kv_heads * m->head_dim; }
 
 #ifdef __cplusplus

@@ -155,6 +155,10 @@ GCKPT_HD float gckpt_dtype_lowest(uint8_t dt)
 
 /* The additive causal mask's value for element i of [b, 1, s, s] in a dtype whose most
  * negative finite value is lowest. */
+/* Gemma's embedding normalizer: torch.tensor(hidden ** 0.5), an fp32 0-d buffer that the
+ * model casts to the embeddings' dtype (the caller's store rounds it). */
+GCKPT_HD float gckpt_embed_normalizer(uint64_t hidden) { return (float)sqrt((double)hidden); }
+
 GCKPT_HD float gckpt_causal_mask(uint64_t i, uint64_t s, float lowest)
 {
     uint64_t r = (i / s) % s, col = i % s;

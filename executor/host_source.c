@@ -35,7 +35,8 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
         for (uint64_t i = 0; i < o->n; i++) st(o, i, gckpt_causal_mask(i, c->s, low));
         return GCKPT_XS_OK;
     }
-    case GCKPT_SRC_SCALE: break; /* gemma's families are not executed (interp.c setting_ok) */
+    case GCKPT_SRC_SCALE: /* gemma's families are not executed (interp.c setting_ok) */
+    case GCKPT_SRC_ROUTER_LOGITS: break; /* nor mixture-of-experts plans */
     }
     gckpt_seterr(err, "op %s: unknown source", c->op->name);
     return GCKPT_XS_ERROR;

@@ -51,6 +51,8 @@ struct gckpt_sim {
     size_t n, cap;
     sec_t embed, head;
     sec_t *layer;
+    uint64_t nlayers; /* layers simulated: the model's, or a profile's proxy of a few */
+    int aux_rest;     /* the load-balancing loss's gradients held to the embedding's backward */
     int stream;  /* instance of the hidden state passed to the next section */
     int gstream; /* grad instance passed to the previous section in backward */
     bool ckpt_any, ckpt_offload; /* layers are checkpointed / offloaded (ckpt_held tensors) */
@@ -226,6 +228,8 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
         s->nlayer_cap = layers;
     }
     s->c = c;
+    s->nlayers = layers;
+    s->aux_rest = -1;
     s->grads_exist = grads_exist;
     s->n = 0;
     s->base = first_id;
@@ -703,16 +707,24 @@ static int bwd_workspace(gckpt_sim *s, int i, gckpt_schedule *o)
 /* The load-balancing loss's gradient of every layer's router logits (the head's view t,
  * recipe router_logits[1]): autograd keeps one [T, E] per layer in the input buffer of
  * that layer's router until its backward sums the router's own gradient into it and
- * runs the linear's backward (FINDINGS 15.4). */
+ * runs the linear's backward (FINDINGS 15.4). A profile's proxy step (eval.c) simulates
+ * a few layers, each releasing its own; the model's other layers' are allocated too,
+ * their releases being the proxy layers' summaries repeated. A model with fewer layers
+ * than the proxy keeps them all until the embedding's backward (an upper bound for the
+ * layers' backward), so that the proxy and the full step agree. */
 static void router_grads_to_layers(gckpt_sim *s, sec_t *st, int t, gckpt_schedule *o)
 {
     int g = owner(s, st, t)->grad[t];
     if (g < 0) return;
-    uint64_t L = s->c->model->layers;
+    uint64_t L = s->c->model->layers, n = L >= GCKPT_PROXY_LAYERS ? s->nlayers : 0;
     inst_t p = s->pool[g]; /* alloc_buf may move the pool */
     grad_release(s, st, t, o);
-    for (uint64_t l = 0; l < L; l++)
+    for (uint64_t l = 0; l < n; l++)
         s->layer[l].aux_grad = alloc_buf(s, o, (int16_t)t, GCKPT_C_BACKWARD, p.dtype, p.numel / L, p.bytes / L, true);
+    if (L > n)
+        s->aux_rest = alloc_buf(s, o, (int16_t)t, GCKPT_C_BACKWARD, p.dtype, p.numel / L * (L - n), p.bytes / L * (L - n),
+                                true);
+    if (n) s->aux_rest = -1; /* a proxy's rest: released by the repeated summaries */
 }
 
 static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_schedule *o)
@@ -925,6 +937,10 @@ static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
 static void embed_bwd(gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
+    if (s->aux_rest >= 0) {
+        release(s, o, s->aux_rest, (int16_t)r->router_logits[1]);
+        s->aux_rest = -1;
+    }
     /* the last checkpoint holding the layers' arguments (layer 0's) is gone */
     for (int t = 0; t < r->nt; t++) {
         int id = s->embed.inst[t];

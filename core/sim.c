@@ -754,9 +754,11 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
             bwd_release(s, st, &b, o);
             bwd_accumulate(s, st, &b, o);
         }
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 2; k++) {
+            if (op->out[k] < 0) continue; /* (router_logits[1] is -1 without the aux loss) */
             if (op->out[k] == r->router_logits[1]) router_grads_to_layers(s, st, op->out[k], o);
-            else if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
+            else grad_release(s, st, op->out[k], o);
+        }
         /* a layer's router linear has run: its logits' summed gradient goes */
         if (st->aux_grad >= 0 && op->out[0] == r->router_logits[0]) {
             release(s, o, st->aux_grad, (int16_t)op->out[0]);

@@ -171,9 +171,9 @@ void gckpt_profiler_free(gckpt_profiler *pr)
 static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, int micro, int m0, bool full, uint8_t types,
                           gckpt_seg_summary first[GCKPT_NLAYERMODE][2][GCKPT_MICRO_ROWS], gckpt_profile *p)
 {
-    const uint8_t modes[1 + GCKPT_NLAYERMODE] = {(uint8_t)m0, GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT,
+    const uint8_t modes[GCKPT_PROXY_LAYERS] = {(uint8_t)m0, GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT,
                                                  GCKPT_LAYER_CKPT_OFFLOAD};
-    gckpt_step st = {.layers = full ? 1 + GCKPT_NLAYERMODE : 1, .modes = modes, .ckpt_types = types,
+    gckpt_step st = {.layers = full ? GCKPT_PROXY_LAYERS : 1, .modes = modes, .ckpt_types = types,
                      .micro_steps = 1, .optimizer = false};
     gckpt_schedule *ev = &pr->sched;
     ev->n = ev->nseg = 0;

@@ -1,8 +1,9 @@
 /* The config readers of the mixture-of-experts families transformers 5.24 trains with
  * the grouped_mm experts: mixtral, qwen3_moe, olmoe. Keys and defaults are those of
  * configuration_<family>.py (FINDINGS section 15); a key that changes memory and is not
- * modelled (mixed dense / sparse layers, router jitter, clipped q/k/v, sliding windows,
- * the load-balancing loss's router logits) is an error naming it. gpt_oss is refused by
+ * modelled (mixed dense / sparse layers, router jitter, clipped q/k/v, sliding windows)
+ * is an error naming it; output_router_logits turns on the load-balancing loss
+ * (recipe_moe.c, FINDINGS 15.4). gpt_oss is refused by
  * name in model.c. */
 #include <stdio.h>
 #include <string.h>
@@ -66,8 +67,7 @@ bool gckpt_parse_moe(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *e
                             err) ||
         (!mixtral && !gckpt_json_bool_opt(j, f, "norm_topk_prob", false, &renorm, err)) ||
         (!mixtral && !gckpt_json_bool_opt(j, f, "attention_bias", false, &bias, err)) ||
-        /* the load-balancing loss (router logits kept per layer, the aux loss) is not planned yet */
-        !gckpt_refuse_true(f, j, m, "output_router_logits", err))
+        !gckpt_json_bool_opt(j, f, "output_router_logits", false, &m->router_aux_loss, err))
         return false;
     if (m->top_k > m->experts) {
         gckpt_seterr(err, "%s: field 'num_experts_per_tok' = %llu exceeds the %llu experts", f,

@@ -54,6 +54,7 @@ void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding
     }
     if (m->multipliers) logits = scal(tr, logits, "logits_scaling", 1.0 / m->logits_scaling, 0);
     causal_lm_loss(tr, logits);
+    if (m->router_aux_loss) moe_aux_loss(tr);
     section_end(tr);
 }
 
@@ -182,6 +183,7 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
 {
     memset(r, 0, sizeof *r);
     r->mask = -1;
+    r->router_logits[0] = r->router_logits[1] = -1;
     r->embed_leaf = -1;
     tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU, .peft = peft,
                  .block_in_frozen = block_in_frozen, .bool_mask = -1, .rope2 = {-1, -1}};

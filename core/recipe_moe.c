@@ -47,7 +47,12 @@ static int router(tracer *tr, int x, int *index)
         vals = div;
     }
     if (!m->topk_weights_f32) vals = cast_to(tr, vals, dt(tr, logits), "router_scores.to");
-    hold_here(tr, logits); /* the router returns its logits; the block drops them */
+    /* the router returns its logits; the block drops them, unless output_router_logits:
+     * the output collector (OutputRecorder) keeps them until the forward returns, also
+     * in checkpointed layers (not a recompute's) */
+    hold_here(tr, logits);
+    tr->r->t[logits].fwd_end_free = m->router_aux_loss;
+    if (m->router_aux_loss) tr->r->router_logits[0] = logits;
     return vals;
 }
 
@@ -119,4 +124,49 @@ int moe_block(tracer *tr, int x)
     for (size_t i = 0; i < sizeof locals / sizeof *locals; i++) hold_here(tr, locals[i]);
     tr->pfx = "";
     return out;
+}
+
+/* load_balancing_loss_func (identical in the three families' modeling files, 5.24) on
+ * the tuple of every layer's [T, E] router logits, after the causal-LM loss, then
+ * loss += router_aux_loss_coef * aux_loss. It loops over the layers accumulating [E]
+ * sums (no concatenation): per layer softmax (saved: fp32 under autocast, whose fp32
+ * list has softmax; the logits' dtype otherwise), topk (its values dropped, the indices
+ * counted by histc: a float copy on the CPU, int32 on CUDA; no grad), the softmax's
+ * column sums (an fp32 copy first when bf16); at the end tokens_per_expert * probs
+ * (keeps tokens_per_expert [E] fp32), sum, x E. The probe passes no attention_mask
+ * (FINDINGS 15.4: with one, flat_mask [T] fp32 is kept too). The layers' logits are
+ * counted where they are made (held until the forward returns); the loop's per-layer
+ * temporaries are traced over all layers at once. */
+void moe_aux_loss(tracer *tr)
+{
+    gckpt_recipe *r = tr->r;
+    const gckpt_model *m = tr->m;
+    uint64_t L = m->layers, E = m->experts, k = m->top_k;
+    uint8_t ldt = dt(tr, r->router_logits[0]);
+    /* the layers' logits (the simulator allocates no bytes for this view, and hands its
+     * gradient to the layers: one [T, E] each, kept by autograd until that layer's
+     * backward); they require grad, so the softmax saves its output */
+    int rl = source(tr, "router_logits", GCKPT_SRC_ROUTER_LOGITS, ldt, per_token(L * E), NULL, NULL);
+    r->t[rl].requires_grad = true;
+    r->router_logits[1] = rl;
+    int sm = tnew(tr, "aux.routing_weights", GCKPT_T_ACT, tr->amp ? F32 : ldt, per_token(L * E), true);
+    node(tr, "aux.softmax", GCKPT_P_SOFTMAX, 1, (int[]){rl}, sm, -1, 1, (int[]){sm}, GCKPT_BC_NONE, 0, E);
+    int vals = tnew(tr, "aux.topk.values", GCKPT_T_ACT, dt(tr, sm), per_token(L * k), false);
+    int idx = tnew(tr, "aux.selected_experts", GCKPT_T_ACT, I64, per_token(L * k), false);
+    node(tr, "aux.topk", GCKPT_P_TOPK, 1, (int[]){sm}, vals, idx, 0, NULL, GCKPT_BC_NONE, 0, k);
+    int hin = tnew(tr, "aux.histc_input", GCKPT_T_ACT, tr->cpu ? F32 : GCKPT_DT_I32, per_token(L * k), false);
+    node(tr, "aux.histc_input", GCKPT_P_CAST, 1, (int[]){idx}, hin, -1, 0, NULL, GCKPT_BC_NONE, 0, 0);
+    int tpe = tnew(tr, "aux.tokens_per_expert", GCKPT_T_ACT, F32, fixed_shape(1, E), false);
+    node(tr, "aux.histc", GCKPT_P_HISTC, 1, (int[]){hin}, tpe, -1, 0, NULL, GCKPT_BC_NONE, 0, E);
+    int smf = cast_to(tr, sm, F32, "aux.routing_weights.float");
+    int probs = tnew(tr, "aux.router_prob_per_expert", GCKPT_T_ACT, F32, fixed_shape(1, E), true);
+    node(tr, "aux.prob_sum", GCKPT_P_SUM, 1, (int[]){smf}, probs, -1, 0, NULL, GCKPT_BC_NONE, 0, E);
+    int prod = mul(tr, tpe, probs, "aux.tokens_x_probs");
+    int aux = tnew(tr, "aux_loss", GCKPT_T_ACT, F32, fixed_shape(1, 1), true);
+    node(tr, "aux.sum", GCKPT_P_SUM, 1, (int[]){prod}, aux, -1, 0, NULL, GCKPT_BC_NONE, 0, E);
+    int scaled = scal(tr, aux, "aux_loss.coef", m->router_aux_coef * (double)E, 0);
+    int loss = add(tr, r->loss, scaled, "loss.plus_aux");
+    int made[] = {rl, sm, vals, idx, hin, tpe, smf, probs, prod, aux, scaled, loss};
+    for (size_t i = 0; i < sizeof made / sizeof *made; i++) r->t[made[i]].logits = true;
+    r->loss = loss;
 }

@@ -132,5 +132,8 @@ void trace_gpt_neox(tracer *tr, gckpt_attention attn);
 /* The mixture-of-experts block (router + grouped_mm experts) on the post-attention norm's
  * output x (recipe_moe.c); returns its output in x's dtype. */
 int moe_block(tracer *tr, int x);
+/* With output_router_logits: the load-balancing loss over every layer's router logits,
+ * added to r->loss (recipe_moe.c). */
+void moe_aux_loss(tracer *tr);
 
 #endif

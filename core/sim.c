@@ -40,6 +40,8 @@ typedef struct {
     bool frozen_in;     /* layer 0 whose input needs no gradient (recipe frozen0) */
     int xin;            /* instance of the block input */
     int mask;           /* this layer's device copy of an offloaded positional mask, or -1 */
+    int aux_grad;       /* the load-balancing loss's gradient of this layer's router logits,
+                         * waiting for the layer's backward, or -1 */
     uint64_t host;      /* pinned bytes of an offloaded input */
 } sec_t;
 
@@ -50,6 +52,7 @@ struct gckpt_sim {
     size_t n, cap;
     sec_t embed, head;
     sec_t *layer;
+    int aux_rest;     /* the load-balancing loss's gradients held to the embedding's backward */
     int stream;  /* instance of the hidden state passed to the next section */
     int gstream; /* grad instance passed to the previous section in backward */
     bool ckpt_any, ckpt_offload; /* layers are checkpointed / offloaded (ckpt_held tensors) */
@@ -251,6 +254,7 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
     }
     s->c = c;
     s->nlayers = layers;
+    s->aux_rest = -1;
     if (gckpt_wrap_active(c)) {
         /* the wrapper reduces gradients in the last micro-step (the later one), or the only one */
         if (!s->wrap && !(s->wrap = gckpt_wrap_new())) return false;
@@ -316,6 +320,7 @@ static int *slot(gckpt_sim *s, sec_t *st, int t)
 static void init_sec(sec_t *st)
 {
     for (int i = 0; i < GCKPT_MAX_TENSORS; i++) st->inst[i] = st->grad[i] = -1;
+    st->aux_grad = -1;
     memset(st->saved_reg, 0, sizeof st->saved_reg);
     memset(st->pgrad, 0, sizeof st->pgrad);
     memset(st->got, 0, sizeof st->got);
@@ -345,7 +350,9 @@ static void fwd_outputs(gckpt_sim *s, sec_t *st, int i, int mode, const int *con
         if (tt->logits) comp = GCKPT_C_LOGITS;
         else if (tt->kind == GCKPT_T_WCAST) comp = GCKPT_C_WEIGHT_CASTS;
         else if (mode == MODE_RECOMPUTE) comp = GCKPT_C_RECOMPUTE;
-        int id = alloc_tensor(s, o, t, comp);
+        /* the head's view of the layers' router logits: counted in the layers */
+        int id = t == r->router_logits[1] ? alloc_buf(s, o, (int16_t)t, comp, tt->dtype, 0, 0, false)
+                                          : alloc_tensor(s, o, t, comp);
         inst_t *p = &s->pool[id];
         p->consumers = cons[t];
         p->is_const = tt->step_held;
@@ -749,6 +756,29 @@ static int bwd_workspace(gckpt_sim *s, int i, gckpt_schedule *o)
 }
 
 /* Backward of ops [begin, end) of a section in reverse (end < 0: to the section's end). */
+/* The load-balancing loss's gradient of every layer's router logits (the head's view t,
+ * recipe router_logits[1]): autograd keeps one [T, E] per layer in the input buffer of
+ * that layer's router until its backward sums the router's own gradient into it and
+ * runs the linear's backward (FINDINGS 15.4). A profile's proxy step (eval.c) simulates
+ * a few layers, each releasing its own; the model's other layers' are allocated too,
+ * their releases being the proxy layers' summaries repeated. A model with fewer layers
+ * than the proxy keeps them all until the embedding's backward (an upper bound for the
+ * layers' backward), so that the proxy and the full step agree. */
+static void router_grads_to_layers(gckpt_sim *s, sec_t *st, int t, gckpt_schedule *o)
+{
+    int g = owner(s, st, t)->grad[t];
+    if (g < 0) return;
+    uint64_t L = s->c->model->layers, n = L >= GCKPT_PROXY_LAYERS ? s->nlayers : 0;
+    inst_t p = s->pool[g]; /* alloc_buf may move the pool */
+    grad_release(s, st, t, o);
+    for (uint64_t l = 0; l < n; l++)
+        s->layer[l].aux_grad = alloc_buf(s, o, (int16_t)t, GCKPT_C_BACKWARD, p.dtype, p.numel / L, p.bytes / L, true);
+    if (L > n)
+        s->aux_rest = alloc_buf(s, o, (int16_t)t, GCKPT_C_BACKWARD, p.dtype, p.numel / L * (L - n), p.bytes / L * (L - n),
+                                true);
+    if (n) s->aux_rest = -1; /* a proxy's rest: released by the repeated summaries */
+}
+
 static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_schedule *o)
 {
     const gckpt_ctx *c = s->c;
@@ -778,8 +808,16 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
             bwd_accumulate(s, st, &b, o);
             if (s->wrap) gckpt_wrap_op(s->wrap, s, o, unit_of(s, st), i, GCKPT_WRAP_POST_BWD);
         }
-        for (int k = 0; k < 2; k++)
-            if (op->out[k] >= 0) grad_release(s, st, op->out[k], o);
+        for (int k = 0; k < 2; k++) {
+            if (op->out[k] < 0) continue; /* (router_logits[1] is -1 without the aux loss) */
+            if (op->out[k] == r->router_logits[1]) router_grads_to_layers(s, st, op->out[k], o);
+            else grad_release(s, st, op->out[k], o);
+        }
+        /* a layer's router linear has run: its logits' summed gradient goes */
+        if (st->aux_grad >= 0 && op->out[0] == r->router_logits[0]) {
+            release(s, o, st->aux_grad, (int16_t)op->out[0]);
+            st->aux_grad = -1;
+        }
         release_saved(s, st, i, o);
     }
 }
@@ -976,6 +1014,10 @@ static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
 static void embed_bwd(gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
+    if (s->aux_rest >= 0) {
+        release(s, o, s->aux_rest, (int16_t)r->router_logits[1]);
+        s->aux_rest = -1;
+    }
     /* the last checkpoint holding the layers' arguments (layer 0's) is gone */
     for (int t = 0; t < r->nt; t++) {
         int id = s->embed.inst[t];

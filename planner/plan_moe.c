@@ -3,7 +3,8 @@
  * experts with grouped_mm by default, whose every tensor is [S = tokens x top_k, ...] or
  * [E, ...]: the tokens each expert receives change neither what is saved, nor the live
  * peak, nor the FLOPs (measured: FINDINGS 15.3, tests/data/hf-moe), so the worst-case
- * bound is the balanced plan; the assumption is recorded so that a reader sees it. */
+ * bound is the balanced plan; the assumption is recorded so that a reader sees it, and
+ * so is the load-balancing loss when the config turns it on (FINDINGS 15.4). */
 #include <stdio.h>
 
 #include "gckpt/planner/plan.h"
@@ -39,6 +40,10 @@ void gckpt_plan_moe_header(const gckpt_plan *p, FILE *f)
                "share); under grouped_mm memory and FLOPs do not depend on it\n",
             (unsigned long long)m->experts, (unsigned long long)m->top_k,
             p->req.moe_imbalance > 0 ? "bounded by --moe-imbalance" : "balanced", share, imbalance(p));
+    if (m->router_aux_loss)
+        fprintf(f, "load-balancing loss (config output_router_logits): every layer's [tokens, %llu] router logits kept "
+                   "to the head, loss += %g x aux_loss\n",
+                (unsigned long long)m->experts, m->router_aux_coef);
 }
 
 void gckpt_plan_moe_json(const gckpt_plan *p, cJSON *inputs)
@@ -53,4 +58,5 @@ void gckpt_plan_moe_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(o, "imbalance", imbalance(p));
     cJSON_AddStringToObject(o, "routing_effect",
                             "none under grouped_mm: every saved tensor is [tokens x top_k, ...] or [experts, ...]");
+    if (m->router_aux_loss) cJSON_AddNumberToObject(o, "router_aux_loss_coef", m->router_aux_coef);
 }

@@ -152,7 +152,8 @@ static void odd_dims(void **state)
 
 /* Issue 13's families at seq 96: Gemma 2 / 3 with five alternating layers (every_n 2
  * checkpoints one attention type, 3 both: their masks and rotary pairs), windows under
- * seq (Phi-3's masked SDPA on every layer), fused and packed projections, multipliers. */
+ * seq (Phi-3's masked SDPA on every layer), fused and packed projections, multipliers,
+ * mixture of experts with and without the load-balancing loss. */
 static void issue13_families(void **state)
 {
     (void)state;
@@ -167,6 +168,16 @@ static void issue13_families(void **state)
     sweep("granite-tiny", TINY("granite", ",\"residual_multiplier\":0.2,\"logits_scaling\":8"));
     sweep("gpt_neox-tiny", "{\"model_type\":\"gpt_neox\",\"num_hidden_layers\":3,\"hidden_size\":64,"
                            "\"num_attention_heads\":4,\"intermediate_size\":128,\"vocab_size\":211}");
+    /* mixture of experts; the load-balancing loss's per-layer gradients with more layers
+     * than the evaluator's proxy step (released by its repeated layers) and fewer (held
+     * to the embedding's backward) */
+    sweep("mixtral-tiny", TINY("mixtral", ",\"num_local_experts\":4"));
+    sweep("mixtral-aux", TINY("mixtral", ",\"num_local_experts\":4,\"output_router_logits\":true"));
+    sweep("qwen3_moe-aux", TINY("qwen3_moe", ",\"num_experts\":4,\"num_experts_per_tok\":2,\"moe_intermediate_size\":48,"
+                                             "\"norm_topk_prob\":true,\"output_router_logits\":true"));
+    sweep("olmoe-aux3", "{\"model_type\":\"olmoe\",\"num_hidden_layers\":3,\"hidden_size\":64,\"num_attention_heads\":4,"
+                        "\"num_key_value_heads\":2,\"intermediate_size\":48,\"vocab_size\":211,\"num_experts\":4,"
+                        "\"num_experts_per_tok\":2,\"output_router_logits\":true}");
 #undef TINY
 }
 

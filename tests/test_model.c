@@ -127,7 +127,10 @@ static void moe_configs(void **state)
     assert_true(gckpt_model_parse("cfg.json", MOE("mixtral", ",\"num_experts\":4"), &m, &err));
     assert_int_equal(m.experts, 4);
     assert_true(gckpt_model_parse("cfg.json", MOE("olmoe", ",\"num_local_experts\":6"), &m, &err));
-    assert_true(m.experts == 6 && m.router_aux_coef == 0.01);
+    assert_true(m.experts == 6 && m.router_aux_coef == 0.01 && !m.router_aux_loss);
+    /* output_router_logits (default false) turns on the load-balancing loss */
+    assert_true(gckpt_model_parse("cfg.json", MOE("olmoe", ",\"output_router_logits\":true"), &m, &err));
+    assert_true(m.router_aux_loss);
     /* refused, one line naming the field */
     struct { const char *cfg, *msg; } bad[] = {
         {MOE("qwen3_moe", ",\"mlp_only_layers\":[1]"), "'mlp_only_layers' is not modelled unless empty"},
@@ -136,7 +139,7 @@ static void moe_configs(void **state)
         {MOE("mixtral", ",\"router_jitter_noise\":0.01"), "'router_jitter_noise' = 0.01 is not modelled"},
         {MOE("mixtral", ",\"sliding_window\":4096"), "'sliding_window' is not modelled for mixtral"},
         {MOE("olmoe", ",\"clip_qkv\":8"), "'clip_qkv' = 8 is not modelled"},
-        {MOE("olmoe", ",\"output_router_logits\":true"), "'output_router_logits' = true is not modelled"},
+        {MOE("olmoe", ",\"output_router_logits\":1"), "'output_router_logits'"},
         {MOE("mixtral", ",\"num_local_experts\":4,\"num_experts\":6"), "'num_experts' = 6 contradicts"},
         {MOE("mixtral", ",\"num_local_experts\":1"), "'num_experts_per_tok' = 2 exceeds the 1 experts"},
         {MOE("olmoe", ",\"head_dim\":8"), "olmoe's q_norm is hidden_size wide"},

@@ -70,6 +70,7 @@ static void moe_plans(void **state)
     assert_int_equal(a.n, b.n);
     for (size_t i = 0; i < a.n; i++)
         assert_true(a.entries[i].r.peak_bytes == b.entries[i].r.peak_bytes && a.entries[i].r.step_s == b.entries[i].r.step_s);
+    assert_null(cJSON_GetObjectItemCaseSensitive(ma, "router_aux_loss_coef"));
     cJSON_Delete(ja);
     cJSON_Delete(jb);
     gckpt_plan_free(&a);
@@ -82,6 +83,16 @@ static void moe_plans(void **state)
     d.moe_imbalance = 2;
     assert_false(gckpt_plan_run(&d, &a, &err));
     assert_non_null(strstr(err.msg, "has no experts"));
+    /* the load-balancing loss (config output_router_logits: models/olmoe-1b-7b.json with
+     * it on) is recorded, off by default */
+    q = req(GCKPT_TEST_DATA "/configs/olmoe-aux.json", 512);
+    if (!gckpt_plan_run(&q, &a, &err)) fail_msg("%s", err.msg);
+    ja = roundtrip(&a);
+    if (!schema_check(schema, ja, why, sizeof why)) fail_msg("%s", why);
+    ma = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ja, "inputs"), "moe");
+    assert_true(num(ma, "router_aux_loss_coef") == 0.01);
+    cJSON_Delete(ja);
+    gckpt_plan_free(&a);
     /* expert FLOPs: the MoE block's GEMMs per token, forward */
     gckpt_model m;
     assert_true(gckpt_model_load("qwen3-30b-a3b", &m, &err));

@@ -73,6 +73,8 @@ typedef struct {
     bool topk_renorm;        /* the top-k weights divided by their sum (mixtral; norm_topk_prob) */
     bool topk_weights_f32;   /* the routing weights stay fp32 (mixtral), else cast to the logits' dtype */
     double router_aux_coef;  /* router_aux_loss_coef (used only with output_router_logits) */
+    bool router_aux_loss;    /* output_router_logits: every layer's router logits kept to the
+                              * head's load-balancing loss, added to the loss x router_aux_coef */
 } gckpt_model;
 
 static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)

@@ -149,6 +149,8 @@ typedef enum {
 typedef enum {
     GCKPT_SRC_IDS, GCKPT_SRC_POSITIONS, GCKPT_SRC_ROTARY, GCKPT_SRC_MASK, GCKPT_SRC_LABELS,
     GCKPT_SRC_SCALE, /* a 0-d constant (Gemma's embedding normalizer sqrt(hidden)) */
+    GCKPT_SRC_ROUTER_LOGITS, /* the head's view of every MoE layer's router logits: 0 bytes
+                              * here, they are counted (held) where their layer made them */
 } gckpt_source;
 
 typedef enum {
@@ -235,6 +237,8 @@ typedef struct {
     int head_in;     /* tensor: the head's input */
     int loss;        /* tensor: the scalar loss */
     int mask;        /* tensor: eager attention's causal mask, or -1 */
+    int router_logits[2]; /* MoE with the load-balancing loss: [0] the block's router logits,
+                           * [1] the head's (0-byte) view of every layer's; else -1 */
     bool mask_positional; /* the mask is a positional block input: checkpointed (and offloaded) with it */
     uint8_t stream_dtype, compute_dtype, param_dtype, grad_dtype; /* gckpt_dtype */
     bool amp;

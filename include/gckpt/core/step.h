@@ -25,6 +25,8 @@ extern "C" {
  * forward re-run in backward), or checkpointed with the input offloaded to pinned host
  * memory. */
 typedef enum { GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT, GCKPT_LAYER_CKPT_OFFLOAD, GCKPT_NLAYERMODE } gckpt_layer_mode;
+/* The layers of the evaluator's proxy step (eval.c): layer 0, then one of each mode. */
+#define GCKPT_PROXY_LAYERS (1 + GCKPT_NLAYERMODE)
 
 /* What a layer is: one block type per layer, whose ops the recipe traces (today every
  * layer is a decoder block; a mixture-of-experts or sliding-window layer type is a new

@@ -11,7 +11,8 @@
  *  - the .grad's FREE at the next parameter's hook just frees it; a later micro-step's buffer
  *    is added into the first when it is freed at the backward's end;
  *  - the step reads each kept instance from the partition buffer (exec_z2_grad).
- * Executed in fp32 (exec_parallel_check). */
+ * Every buffer here is of the model dtype the schedule's events name (fp32, or bf16 under
+ * amp-bf16: DeepSpeed's bf16 model, whose fp32 master partition is ZeRO-1's). */
 #include "interp.h"
 
 #include <stdlib.h>

@@ -9,14 +9,17 @@
  * accumulation), and with two micro-steps per rank the loss bit for bit and the gradient
  * norm within 1e-6 (the sums associate differently: ((g0 + g1) + (g2 + g3)) against
  * (((g0 + g1) + g2) + g3)), identical across every setting; ZeRO-1 likewise against one
- * process computing in its model dtype; FSDP2, ZeRO-2 and ZeRO-3 in fp32 likewise, FSDP2 and
- * ZeRO-3 under amp-bf16 against one bf16 process. A multi-rank plan without mpirun, a rank count
- * that differs from the plan, and zero2 under amp-bf16 are refused. Skipped (77) when the build has no MPI. */
+ * process computing in its model dtype; FSDP2, ZeRO-2 and ZeRO-3 in fp32 likewise and under
+ * amp-bf16 against one bf16 process. A multi-rank plan without mpirun, a rank count that differs
+ * from the plan, and zero2 / fsdp in a precision other than fp32 or amp-bf16 (a hand-written
+ * plan: gckpt-plan plans only those two) are refused. Skipped (77) when the build has no MPI. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli_harness.h"
@@ -219,7 +222,21 @@ static void fsdp(void **st)
                               {GCKPT_PAR_FSDP, GCKPT_AMP_BF16, GCKPT_BF16, 2, 2, false, 1, 0x1p-8}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
 }
-static void zero2(void **st) { (void)st, sharded(GCKPT_PAR_ZERO2, false); }
+/* ZeRO-2 under amp-bf16 (DeepSpeed's bf16 model: ZeRO-1's flat bf16 groups, the gradients
+ * all-reduced in bf16 into the rank's bf16 partition buffer, the fp32 master partition) against
+ * one bf16 process, one step, bit for bit on 2 and 4 ranks; with two micro-steps per rank the
+ * loss bit for bit and the norm within 2^-8 (the partition buffers add each micro-step's reduced
+ * bf16 gradient: ((g0 + g1) + (g2 + g3)) against one process's (((g0 + g1) + g2) + g3), each
+ * sum rounded to bf16). */
+static void zero2(void **st)
+{
+    (void)st;
+    sharded(GCKPT_PAR_ZERO2, false);
+    const run_case cases[] = {{GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1, 0},
+                              {GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, GCKPT_BF16, 4, 1, true, 1, 0},
+                              {GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, GCKPT_BF16, 2, 2, false, 1, 0x1p-8}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
+}
 /* ZeRO-3 under amp-bf16 (DeepSpeed's bf16 model: bf16 partitions, gathers, gradient partitions
  * and ipg bucket; the fp32 master from the bf16 partition) against one bf16 process, one step,
  * bit for bit on 2 and 4 ranks. */
@@ -254,14 +271,24 @@ static void refusals(void **st)
     if (!strstr(err, "a plan for 2 ranks, started as 4 ranks") || own_lines(err) != 1)
         fail_msg("4 ranks for 2: %s", err);
     assert_false(cli_exists("no.jsonl"));
-    /* what is not executed: each entry an error naming why */
+    /* what is not planned per rank (a hand-edited plan's precision): each entry an error naming why */
     const struct {
         gckpt_parallel mode;
-        gckpt_precision prec;
+        const char *prec;
         const char *why;
-    } no[] = {{GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, "parallel mode zero2: gckpt-run executes it in fp32 with adamw"}};
+    } no[] = {{GCKPT_PAR_ZERO2, "bf16", "--parallel zero2: only --precision amp-bf16 (the Trainer's bf16=True) or fp32"},
+              {GCKPT_PAR_FSDP, "amp-fp16", "--parallel fsdp: only --precision amp-bf16 (the Trainer's bf16=True) or fp32"}};
     for (size_t k = 0; k < sizeof no / sizeof *no; k++) {
-        write_plan("refused.json", 2, 1, no[k].mode, no[k].prec);
+        write_plan("refused.json", 2, 1, no[k].mode, GCKPT_AMP_BF16);
+        char *t = cli_slurp("refused.json"), *at = t ? strstr(t, "\"amp-bf16\"") : NULL;
+        assert_non_null(at);
+        size_t cap = strlen(t) + 32;
+        char *edited = malloc(cap);
+        assert_non_null(edited);
+        snprintf(edited, cap, "%.*s\"%s\"%s", (int)(at - t), t, no[k].prec, at + strlen("\"amp-bf16\""));
+        free(t);
+        cli_write("refused.json", edited);
+        free(edited);
         rc = mpi(2, "refused.json", "refused.jsonl", 1, err, sizeof err);
         assert_int_equal(rc, 1);
         cJSON *r = load("refused.jsonl");

@@ -194,60 +194,36 @@ static void zero1(void **st)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
 }
 
-/* FSDP2, ZeRO-2 (rank 1 keeps the head's gradients: its peak is higher) and ZeRO-3 (persistent
- * norm weights whole, the rest gathered per module) in fp32: one micro-step per rank, bit for
- * bit (2 ranks over two steps: the sharded AdamW step is the whole one's; 4 ranks over one: the
- * checksum summed over the ranks' pieces); FSDP2 also with two micro-steps per rank (its
- * no_sync micro-step), one step: the loss bit for bit, the gradient norm within 1e-6. Kept to
- * these (the suite runs under ASan too). */
-static void sharded(gckpt_parallel mode, bool accum)
+/* The sharded modes, each against one process of the same global batch:
+ *  - fp32 (FSDP2, ZeRO-2: rank 1 keeps the head's gradients, its peak is higher; ZeRO-3:
+ *    persistent norm weights whole, the rest gathered per module): one micro-step per rank,
+ *    bit for bit (2 ranks over two steps: the sharded AdamW step is the whole one's; 4 ranks
+ *    over one: the checksum summed over the ranks' pieces); with two micro-steps per rank
+ *    (fp32_accum; FSDP2's no_sync micro-step), one step: the loss bit for bit, the gradient norm
+ *    within 1e-6;
+ *  - amp-bf16 (FSDP2: fp32 sharded masters, bf16 all-gathers, compute and reduce-scatter;
+ *    ZeRO-2 / ZeRO-3: DeepSpeed's bf16 model, its buffers bf16, the fp32 master partition)
+ *    against one bf16 process, one step (the next ones differ: one bf16 process has no fp32
+ *    master): bit for bit with one micro-step per rank (2 and 4 ranks: the rank-ordered bf16 sum
+ *    is the one process's bf16 accumulation); with two micro-steps per rank (amp_accum) the loss
+ *    bit for bit and the gradient norm within 2^-8: an element is then two bf16 roundings of
+ *    2^-9 away (((g0 + g1) + (g2 + g3)) against (((g0 + g1) + g2) + g3), each sum rounded to
+ *    bf16).
+ * Kept to these (the suite runs under ASan too). */
+static void sharded(gckpt_parallel mode, bool fp32_accum, bool amp_accum)
 {
-    const run_case cases[] = {{mode, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 2},
-                              {mode, GCKPT_FP32, GCKPT_FP32, 4, 1, true, 1},
-                              {mode, GCKPT_FP32, GCKPT_FP32, 2, 2, false, 1}};
-    for (size_t i = 0; i < sizeof cases / sizeof *cases - !accum; i++) check_case(&cases[i]);
+    const run_case fp32[] = {{mode, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 2, 0},
+                             {mode, GCKPT_FP32, GCKPT_FP32, 4, 1, true, 1, 0},
+                             {mode, GCKPT_FP32, GCKPT_FP32, 2, 2, false, 1, 0}};
+    const run_case amp[] = {{mode, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1, 0},
+                            {mode, GCKPT_AMP_BF16, GCKPT_BF16, 4, 1, true, 1, 0},
+                            {mode, GCKPT_AMP_BF16, GCKPT_BF16, 2, 2, false, 1, 0x1p-8}};
+    for (size_t i = 0; i < (fp32_accum ? 3u : 2u); i++) check_case(&fp32[i]);
+    for (size_t i = 0; i < (amp_accum ? 3u : 2u); i++) check_case(&amp[i]);
 }
-/* FSDP2 under amp-bf16 (fp32 sharded masters, bf16 all-gathers, compute and reduce-scatter)
- * against one bf16 process, one step (the next ones differ: one bf16 process has no fp32
- * master): bit for bit with one micro-step per rank (2 and 4 ranks: the rank-ordered bf16 sum
- * is the one process's bf16 accumulation); with two micro-steps per rank the loss bit for bit
- * and the gradient norm within 2^-8: each element is then two bf16 roundings of 2^-9 away
- * (((g0 + g1) + (g2 + g3)) against (((g0 + g1) + g2) + g3), each sum rounded to bf16). */
-static void fsdp(void **st)
-{
-    (void)st;
-    sharded(GCKPT_PAR_FSDP, true);
-    const run_case cases[] = {{GCKPT_PAR_FSDP, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1, 0},
-                              {GCKPT_PAR_FSDP, GCKPT_AMP_BF16, GCKPT_BF16, 4, 1, true, 1, 0},
-                              {GCKPT_PAR_FSDP, GCKPT_AMP_BF16, GCKPT_BF16, 2, 2, false, 1, 0x1p-8}};
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
-}
-/* ZeRO-2 under amp-bf16 (DeepSpeed's bf16 model: ZeRO-1's flat bf16 groups, the gradients
- * all-reduced in bf16 into the rank's bf16 partition buffer, the fp32 master partition) against
- * one bf16 process, one step, bit for bit on 2 and 4 ranks; with two micro-steps per rank the
- * loss bit for bit and the norm within 2^-8 (the partition buffers add each micro-step's reduced
- * bf16 gradient: ((g0 + g1) + (g2 + g3)) against one process's (((g0 + g1) + g2) + g3), each
- * sum rounded to bf16). */
-static void zero2(void **st)
-{
-    (void)st;
-    sharded(GCKPT_PAR_ZERO2, false);
-    const run_case cases[] = {{GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1, 0},
-                              {GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, GCKPT_BF16, 4, 1, true, 1, 0},
-                              {GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, GCKPT_BF16, 2, 2, false, 1, 0x1p-8}};
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
-}
-/* ZeRO-3 under amp-bf16 (DeepSpeed's bf16 model: bf16 partitions, gathers, gradient partitions
- * and ipg bucket; the fp32 master from the bf16 partition) against one bf16 process, one step,
- * bit for bit on 2 and 4 ranks. */
-static void zero3(void **st)
-{
-    (void)st;
-    sharded(GCKPT_PAR_ZERO3, false);
-    const run_case cases[] = {{GCKPT_PAR_ZERO3, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1, 0},
-                              {GCKPT_PAR_ZERO3, GCKPT_AMP_BF16, GCKPT_BF16, 4, 1, true, 1, 0}};
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
-}
+static void fsdp(void **st) { (void)st, sharded(GCKPT_PAR_FSDP, true, true); }
+static void zero2(void **st) { (void)st, sharded(GCKPT_PAR_ZERO2, false, true); }
+static void zero3(void **st) { (void)st, sharded(GCKPT_PAR_ZERO3, false, false); }
 
 /* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */
 static int own_lines(const char *err)

@@ -142,10 +142,10 @@ gckpt_xstatus exec_parallel_step(gckpt_exec *x, const exec_site *w, gckpt_err *e
 gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
 /* A sharded gradient's checksum (the ranks' pieces add up to one process's checksum of the
  * whole tensors: the hash is a sum of per-element terms, gckpt_hash_term): parameter p's
- * piece of n fp32 elements at device buffer src, element lo of the tensor, added to *h and
+ * piece src (a device buffer, any dtype), element lo of the tensor, added to *h and
  * *ss; then every rank's sums added in rank order. */
-gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, const void *src, uint64_t n, uint64_t lo, uint64_t *h,
-                              double *ss, gckpt_err *err);
+gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uint64_t lo, uint64_t *h, double *ss,
+                              gckpt_err *err);
 gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err *err);
 /* A sharded parameter's fp32 padded shard on this rank (shard.part elements at dst) from its
  * initialisation (how, scale, key as one process makes the whole tensor): elements

@@ -18,8 +18,11 @@
  *  - the gradient checksum: every rank hashes its local rows at their element offsets in the
  *    full tensor and the ranks' sums are added (the hash is a sum over elements), the sum of
  *    squares too (in rank order: within rounding of one process's).
- * Executed in fp32 (the unsharded parameters fp32, as the table's weights); bf16 mixed
- * precision is refused (exec_parallel_check). */
+ * In fp32 every buffer is fp32. Under amp-bf16 (the Trainer's bf16=True: MixedPrecisionPolicy
+ * param_dtype = reduce_dtype = bf16, FINDINGS 13.2) the shards and states stay fp32 and the
+ * schedule's events say bf16 for the rest: the all-gather packs the shards rounded to bf16, the
+ * unsharded parameters and their .grad are bf16 (the ops compute in bf16), the reduce-scatter
+ * averages bf16 and its output is cast into the fp32 sharded gradient the step reads. */
 #include "interp.h"
 
 #include <stdlib.h>
@@ -276,7 +279,7 @@ gckpt_xstatus exec_fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, g
     for (size_t j = 0; j < x->nparams; j++) {
         param_t *p = &x->params[j];
         if (!exec_live(x, f->grad[f->unit[j]])) return exec_fail(err, "checksum: fsdp: a unit has no sharded gradient");
-        gckpt_xstatus rc = exec_piece_hash(x, p, (char *)x->inst[f->grad[f->unit[j]]].p + f->off[j] * 4, local_of(x, p),
+        gckpt_xstatus rc = exec_piece_hash(x, p, f32(x->inst[f->grad[f->unit[j]]].p, f->off[j], local_of(x, p)),
                                            (uint64_t)x->o.rank * part_of(p), hash, sumsq, err);
         if (rc != GCKPT_XS_OK) return rc;
     }

@@ -40,14 +40,8 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
         return false;
     }
     const char *mode = gckpt_parallel_names[s->layout.mode];
-    bool sharded = s->layout.mode == GCKPT_PAR_FSDP || s->layout.mode == GCKPT_PAR_ZERO2 || s->layout.mode == GCKPT_PAR_ZERO3;
-    if (sharded && (s->precision != GCKPT_FP32 || s->peft.method != GCKPT_METHOD_FULL || s->optimizer != GCKPT_ADAMW)) {
-        gckpt_seterr(err, "parallel mode %s: gckpt-run executes it in fp32 with adamw and every parameter trained "
-                          "(not %s, %s%s)",
-                     mode, gckpt_precision_names[s->precision], gckpt_optimizer_names[s->optimizer],
-                     s->peft.method != GCKPT_METHOD_FULL ? ", an adapter" : "");
-        return false;
-    }
+    /* every mode executes what the core plans per rank (a hand-written plan may hold more) */
+    if (!gckpt_layout_check(s, err)) return false;
     if ((uint32_t)world != gckpt_layout_world(&s->layout)) {
         gckpt_seterr(err, "parallel mode %s planned for %u ranks, run on %d", mode, gckpt_layout_world(&s->layout), world);
         return false;
@@ -404,20 +398,28 @@ void exec_parallel_free(gckpt_exec *x)
     x->zero = NULL;
 }
 
-gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, const void *src, uint64_t n, uint64_t lo, uint64_t *h,
-                              double *ss, gckpt_err *err)
+gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uint64_t lo, uint64_t *h, double *ss,
+                              gckpt_err *err)
 {
-    float *v = malloc(sizeof *v * (n ? n : 1));
-    if (!v) return exec_fail(err, "out of memory");
-    gckpt_xstatus rc = x->be->download(x->be, v, src, n * 4);
+    uint64_t n = src.n;
+    unsigned sz = gckpt_dtype_size((gckpt_dtype)src.dt);
+    void *raw = malloc(sz * (n ? n : 1));
+    if (!raw) return exec_fail(err, "out of memory");
+    gckpt_xstatus rc = x->be->download(x->be, raw, src.p, n * sz);
+    gckpt_xt v = {raw, n, src.dt, 0};
     uint64_t salt = gckpt_key((uint64_t)p->tensor, (uint64_t)(p->layer + 1), 0x9ad, 0); /* as interp.c's checksum */
+    /* hashed in the dtype of the parameter's .grad, as one process's checksum hashes it (FSDP2
+     * under amp-bf16: the fp32 sharded gradient is the bf16 reduce-scatter's output cast up, so
+     * the bf16 bits lose nothing) */
+    gckpt_dtype dt = (gckpt_dtype)p->spec->grad.dtype;
     for (uint64_t i = 0; i < n && rc == GCKPT_XS_OK; i++) {
-        uint32_t bits;
-        memcpy(&bits, &v[i], 4);
+        uint64_t bits = 0; /* its low bytes, as the host backend's checksum reads a buffer */
+        float f = ld(&v, i);
+        st(&(gckpt_xt){&bits, 1, (uint8_t)dt, 0}, 0, f);
         *h += gckpt_hash_term(salt, bits, lo + i);
-        *ss += (double)v[i] * v[i];
+        *ss += (double)f * f;
     }
-    free(v);
+    free(raw);
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "checksum", err);
 }
 

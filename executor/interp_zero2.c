@@ -11,7 +11,8 @@
  *  - the .grad's FREE at the next parameter's hook just frees it; a later micro-step's buffer
  *    is added into the first when it is freed at the backward's end;
  *  - the step reads each kept instance from the partition buffer (exec_z2_grad).
- * Executed in fp32 (exec_parallel_check). */
+ * Every buffer here is of the model dtype the schedule's events name (fp32, or bf16 under
+ * amp-bf16: DeepSpeed's bf16 model, whose fp32 master partition is ZeRO-1's). */
 #include "interp.h"
 
 #include <stdlib.h>
@@ -155,7 +156,9 @@ gckpt_xstatus exec_z2_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gck
         /* the rank's elements of the flat group only: every element is hashed by one rank */
         gckpt_xt g = exec_z2_grad(x, j);
         if (!g.p) return exec_fail(err, "checksum: zero2: the partition buffer is not allocated");
-        gckpt_xstatus rc = exec_piece_hash(x, &x->params[j], (char *)g.p + (a - f->offset) * 4, b - a, a - f->offset, hash, sumsq, err);
+        gckpt_xstatus rc = exec_piece_hash(x, &x->params[j],
+                                           (gckpt_xt){(char *)g.p + (a - f->offset) * gckpt_dtype_size((gckpt_dtype)g.dt), b - a, g.dt, 0},
+                                           a - f->offset, hash, sumsq, err);
         if (rc != GCKPT_XS_OK) return rc;
     }
     return exec_ranks_hash(x, hash, sumsq, err);

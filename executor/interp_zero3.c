@@ -17,7 +17,10 @@
  *    master copied into the partition, the gradient partition cleared; a persistent
  *    parameter's whole copy all-gathered from the partitions;
  *  - the gradient checksum over every rank's pieces (exec_piece_hash).
- * Executed in fp32 (the model dtype is the weights'); amp-bf16 (a bf16 model) is refused. */
+ * The partitions, whole copies, gradient partitions and the ipg bucket are in the model dtype
+ * (the weights': bf16 under amp-bf16, DeepSpeed's bf16 model, FINDINGS 13.2; else fp32); the
+ * master and AdamW's states fp32, the master starting from the model-dtype partition (DeepSpeed
+ * copies it from the bf16 weights) and rounded into the partition after each step. */
 #include "interp.h"
 
 #include <stdlib.h>
@@ -31,17 +34,24 @@ struct exec_z3 {
     void *master, *st[2];       /* fp32, flat over every partition (q elements) */
     uint64_t q, flat_bytes;
     uint64_t bucket;            /* the ipg bucket's elements */
+    uint8_t dt;                 /* the model dtype */
 };
 
 static uint64_t world(const gckpt_exec *x) { return (uint64_t)x->o.world; }
 static uint64_t part_of(const param_t *p) { return p->spec->shard.part; }
 static uint64_t local_of(const gckpt_exec *x, const param_t *p) { return gckpt_shard_local(p->spec, (uint32_t)x->o.rank); }
 static gckpt_xt f32(void *p, uint64_t off, uint64_t n) { return (gckpt_xt){(char *)p + off * 4, n, GCKPT_DT_F32, 0}; }
+/* n elements of the model dtype at element off of p */
+static gckpt_xt mdt(const gckpt_exec *x, void *p, uint64_t off, uint64_t n)
+{
+    return (gckpt_xt){(char *)p + off * gckpt_dtype_size((gckpt_dtype)x->z3->dt), n, x->z3->dt, 0};
+}
+static uint64_t msize(const gckpt_exec *x) { return gckpt_dtype_size((gckpt_dtype)x->z3->dt); }
 /* the gradient partitions (rb.grads' first buffer) and the ipg bucket after them */
 static void *grads(const gckpt_exec *x) { return x->par[EXEC_PAR_GRADS]; }
 static void *bucket(const gckpt_exec *x)
 {
-    return (char *)x->par[EXEC_PAR_GRADS] + gckpt_round_up(4 * x->z3->q, x->dev.alloc_round_bytes);
+    return (char *)x->par[EXEC_PAR_GRADS] + gckpt_round_up(msize(x) * x->z3->q, x->dev.alloc_round_bytes);
 }
 
 gckpt_xstatus exec_z3_setup(gckpt_exec *x, gckpt_err *err)
@@ -61,6 +71,8 @@ gckpt_xstatus exec_z3_setup(gckpt_exec *x, gckpt_err *err)
     }
     uint64_t round = x->dev.alloc_round_bytes, weights = 0;
     z->q = 0;
+    z->dt = x->nparams ? x->params[0].spec->weight.dtype : GCKPT_DT_F32;
+    uint64_t sz = msize(x);
     z->bucket = gckpt_ds_reduce_bucket(&x->m, &x->set.layout);
     gckpt_xstatus rc = GCKPT_XS_OK;
     for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++) {
@@ -68,8 +80,9 @@ gckpt_xstatus exec_z3_setup(gckpt_exec *x, gckpt_err *err)
         p->flat = true; /* its weight is the gathered buffer, or its whole copy */
         z->off[j] = z->q;
         z->q += part_of(p);
-        z->part_bytes[j] = gckpt_round_up(4 * part_of(p), round);
-        z->whole_bytes[j] = p->spec->shard.whole ? gckpt_round_up(4 * p->spec->numel, round) : 0;
+        if (p->spec->weight.dtype != z->dt) return exec_fail(err, "zero3: the parameters' dtypes differ");
+        z->part_bytes[j] = gckpt_round_up(sz * part_of(p), round);
+        z->whole_bytes[j] = p->spec->shard.whole ? gckpt_round_up(sz * p->spec->numel, round) : 0;
         rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, z->part_bytes[j], &z->part[j]);
         if (rc == GCKPT_XS_OK && z->whole_bytes[j]) rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, z->whole_bytes[j], &z->whole[j]);
         p->w = z->whole[j];
@@ -83,7 +96,7 @@ gckpt_xstatus exec_z3_setup(gckpt_exec *x, gckpt_err *err)
         return exec_fail(err, "zero3: partitions %llu and master + states %llu bytes, the schedule counts %llu and %llu",
                          (unsigned long long)weights, (unsigned long long)(3 * z->flat_bytes),
                          (unsigned long long)x->ctx.weights, (unsigned long long)x->ctx.opt_states);
-    if (!grads(x) || x->par_bytes[EXEC_PAR_GRADS] < z->flat_bytes + gckpt_round_up(4 * z->bucket, round))
+    if (!grads(x) || x->par_bytes[EXEC_PAR_GRADS] < gckpt_round_up(sz * z->q, round) + gckpt_round_up(sz * z->bucket, round))
         return exec_fail(err, "zero3: the gradient partitions and the ipg bucket are not allocated");
     return GCKPT_XS_OK;
 }
@@ -93,13 +106,15 @@ gckpt_xstatus exec_z3_init_param(gckpt_exec *x, size_t j, gckpt_init how, float 
     exec_z3 *z = x->z3;
     param_t *p = &x->params[j];
     uint64_t part = part_of(p);
-    gckpt_xstatus rc = exec_shard_init(x, p, z->part[j], how, scale, key, err);
+    /* the fp32 values into the master, rounded into the partition, the master from the partition */
+    gckpt_xt master = f32(z->master, z->off[j], part), none = {0};
+    gckpt_xstatus rc = exec_shard_init(x, p, master.p, how, scale, key, err);
     if (rc != GCKPT_XS_OK) return rc;
-    gckpt_xt none = {0};
-    if (rc == GCKPT_XS_OK) rc = x->be->add(x->be, f32(z->master, z->off[j], part), none, f32(z->part[j], 0, part));
+    rc = x->be->add(x->be, mdt(x, z->part[j], 0, part), none, master);
+    if (rc == GCKPT_XS_OK) rc = x->be->add(x->be, master, none, mdt(x, z->part[j], 0, part));
     for (int k = 0; k < 2 && rc == GCKPT_XS_OK; k++) rc = x->be->init(x->be, f32(z->st[k], z->off[j], part), GCKPT_INIT_CONST, 0.0f, 0);
-    if (rc == GCKPT_XS_OK) rc = x->be->init(x->be, f32(grads(x), z->off[j], part), GCKPT_INIT_CONST, 0.0f, 0);
-    if (rc == GCKPT_XS_OK && z->whole[j]) rc = x->be->init(x->be, f32(z->whole[j], 0, p->spec->numel), how, scale, key);
+    if (rc == GCKPT_XS_OK) rc = x->be->init(x->be, mdt(x, grads(x), z->off[j], part), GCKPT_INIT_CONST, 0.0f, 0);
+    if (rc == GCKPT_XS_OK && z->whole[j]) rc = x->be->init(x->be, mdt(x, z->whole[j], 0, p->spec->numel), how, scale, key);
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising zero3's partitions", err);
 }
 
@@ -116,7 +131,7 @@ gckpt_xstatus exec_z3_collective(gckpt_exec *x, const gckpt_event *e, const exec
     if (!exec_live(x, a->dst) || x->inst[a->dst].n != part_of(p) * world(x))
         return exec_fail(err, "%s: zero3: the gathered buffer is not allocated as the parameter needs", w->at);
     gckpt_xt dst = exec_inst_view(x, a->dst);
-    gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, f32(x->z3->part[p - x->params], 0, part_of(p)),
+    gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, mdt(x, x->z3->part[p - x->params], 0, part_of(p)),
                                          dst, 0);
     if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
     p->w = dst.p;
@@ -130,19 +145,19 @@ static gckpt_xstatus reduce(gckpt_exec *x, size_t j)
     param_t *p = &x->params[j];
     uint64_t n = world(x), part = part_of(p), numel = p->spec->numel, m = z->bucket / (n + 1);
     gckpt_xt g = exec_inst_view(x, p->grad), none = {0};
-    if (!m || g.dt != GCKPT_DT_F32) return GCKPT_XS_ERROR;
+    if (!m || g.dt != z->dt) return GCKPT_XS_ERROR;
     gckpt_xstatus rc = GCKPT_XS_OK;
     for (uint64_t k = 0; k < part && rc == GCKPT_XS_OK; k += m) {
         uint64_t mm = part - k < m ? part - k : m;
         for (uint64_t r = 0; r < n && rc == GCKPT_XS_OK; r++) { /* rank r's piece of this chunk */
             uint64_t lo = r * part + k, have = numel > lo ? (numel - lo < mm ? numel - lo : mm) : 0;
-            if (have) rc = x->be->add(x->be, f32(bucket(x), r * mm, have), none, f32(g.p, lo, have));
+            if (have) rc = x->be->add(x->be, mdt(x, bucket(x), r * mm, have), none, mdt(x, g.p, lo, have));
             if (rc == GCKPT_XS_OK && have < mm)
-                rc = x->be->init(x->be, f32(bucket(x), r * mm + have, mm - have), GCKPT_INIT_CONST, 0.0f, 0);
+                rc = x->be->init(x->be, mdt(x, bucket(x), r * mm + have, mm - have), GCKPT_INIT_CONST, 0.0f, 0);
         }
-        gckpt_xt mine = f32(bucket(x), n * mm, mm), acc = f32(grads(x), z->off[j] + k, mm);
+        gckpt_xt mine = mdt(x, bucket(x), n * mm, mm), acc = mdt(x, grads(x), z->off[j] + k, mm);
         if (rc == GCKPT_XS_OK)
-            rc = x->be->collective(x->be, GCKPT_COLL_REDUCE_SCATTER, GCKPT_RED_AVG, f32(bucket(x), 0, n * mm), mine, 0);
+            rc = x->be->collective(x->be, GCKPT_COLL_REDUCE_SCATTER, GCKPT_RED_AVG, mdt(x, bucket(x), 0, n * mm), mine, 0);
         if (rc == GCKPT_XS_OK) rc = x->be->add(x->be, acc, acc, mine);
     }
     return rc;
@@ -176,19 +191,20 @@ gckpt_xstatus exec_z3_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
         param_t *p = &x->params[j];
         uint64_t local = local_of(x, p), part = part_of(p), at = z->off[j];
         if (local) {
-            gckpt_optcall c = exec_optcall(x, f32(z->master, at, local), f32(grads(x), at, local), x->step + 1);
+            gckpt_optcall c = exec_optcall(x, f32(z->master, at, local), mdt(x, grads(x), at, local), x->step + 1);
             c.s1 = f32(z->st[0], at, local);
             c.s2 = f32(z->st[1], at, local);
             rc = x->be->optim(x->be, &c);
-            if (rc == GCKPT_XS_OK) rc = x->be->add(x->be, f32(z->part[j], 0, local), none, c.param);
+            if (rc == GCKPT_XS_OK) rc = x->be->add(x->be, mdt(x, z->part[j], 0, local), none, c.param);
         }
-        if (rc == GCKPT_XS_OK) rc = x->be->init(x->be, f32(grads(x), at, part), GCKPT_INIT_CONST, 0.0f, 0);
+        if (rc == GCKPT_XS_OK) rc = x->be->init(x->be, mdt(x, grads(x), at, part), GCKPT_INIT_CONST, 0.0f, 0);
         if (rc != GCKPT_XS_OK || !z->whole[j]) continue;
         /* a persistent parameter's whole copy from every rank's partition */
-        if (part * world(x) * 4 > z->whole_bytes[j])
+        if (part * world(x) * msize(x) > z->whole_bytes[j])
             return exec_fail(err, "%s: zero3: %s's whole copy cannot take %llu gathered elements", w->at, p->spec->name,
                              (unsigned long long)(part * world(x)));
-        rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, f32(z->part[j], 0, part), f32(z->whole[j], 0, part * world(x)), 0);
+        rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, mdt(x, z->part[j], 0, part),
+                               mdt(x, z->whole[j], 0, part * world(x)), 0);
     }
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
@@ -199,7 +215,7 @@ gckpt_xstatus exec_z3_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gck
     *sumsq = 0;
     for (size_t j = 0; j < x->nparams; j++) {
         param_t *p = &x->params[j];
-        gckpt_xstatus rc = exec_piece_hash(x, p, (char *)grads(x) + x->z3->off[j] * 4, local_of(x, p),
+        gckpt_xstatus rc = exec_piece_hash(x, p, mdt(x, grads(x), x->z3->off[j], local_of(x, p)),
                                            (uint64_t)x->o.rank * part_of(p), hash, sumsq, err);
         if (rc != GCKPT_XS_OK) return rc;
     }

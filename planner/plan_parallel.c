@@ -36,7 +36,8 @@ void gckpt_plan_print_parallel_args(const gckpt_plan *p, FILE *f)
 {
     switch ((gckpt_parallel)p->req.layout.mode) {
     case GCKPT_PAR_FSDP:
-        fprintf(f, "    fsdp=True,\n    fsdp_config={\"version\": 2, \"reshard_after_forward\": True},\n");
+        fprintf(f, "    fsdp=True,\n    fsdp_config={\"version\": 2, \"reshard_after_forward\": True%s},\n",
+                p->req.layout.offload ? ", \"cpu_offload\": True" : "");
         break;
     case GCKPT_PAR_ZERO1:
     case GCKPT_PAR_ZERO2:
@@ -101,6 +102,11 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(ds, "stage3_param_persistence_threshold", (double)gckpt_ds_persistence_threshold(&p->model, l));
     cJSON_AddNumberToObject(ds, "stage3_max_live_parameters", (double)gckpt_ds_max_live(l));
     cJSON_AddNumberToObject(ds, "sub_group_size", (double)gckpt_ds_sub_group(l));
+    if (!l->offload) return;
+    /* CPU offload (FINDINGS 13.10): planned from the source, gckpt-run does not execute it */
+    cJSON *off = cJSON_AddObjectToObject(o, "offload");
+    cJSON_AddBoolToObject(off, "optimizer", (l->offload & GCKPT_OFFLOAD_OPTIMIZER) != 0);
+    cJSON_AddBoolToObject(off, "param", (l->offload & GCKPT_OFFLOAD_PARAM) != 0);
 }
 
 void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry, cJSON *time)
@@ -109,4 +115,8 @@ void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, c
     cJSON_AddNumberToObject(entry, "global_batch",
                             (double)(e->micro_batch * e->grad_accum * gckpt_layout_world(&p->req.layout)));
     cJSON_AddNumberToObject(time, "collective_exposed_s", e->r.comm_s);
+    if (p->req.layout.offload) { /* the CPU optimizer's fp32 master and states: host, not pinned */
+        cJSON *mem = cJSON_GetObjectItemCaseSensitive(entry, "memory");
+        if (mem) cJSON_AddNumberToObject(mem, "host_pageable_bytes", (double)e->r.host_pageable_bytes);
+    }
 }

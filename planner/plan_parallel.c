@@ -93,6 +93,11 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddStringToObject(o, "memory", "the busiest rank: rank 0; zero2: the busiest of every rank");
     cJSON_AddNumberToObject(o, "bus_bytes_per_s", l->nodes > 1 ? p->dev.inter_node_bus_bytes_per_s
                                                                 : p->dev.intra_node_bus_bytes_per_s);
+    if (l->offload) { /* CPU offload (FINDINGS 13.10): planned from the source, gckpt-run does not execute it */
+        cJSON *off = cJSON_AddObjectToObject(o, "offload");
+        cJSON_AddBoolToObject(off, "optimizer", (l->offload & GCKPT_OFFLOAD_OPTIMIZER) != 0);
+        cJSON_AddBoolToObject(off, "param", (l->offload & GCKPT_OFFLOAD_PARAM) != 0);
+    }
     if (l->mode < GCKPT_PAR_ZERO1) return;
     /* the DeepSpeed limits planned with, "auto" resolved */
     cJSON *ds = cJSON_AddObjectToObject(o, "deepspeed");
@@ -102,11 +107,6 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(ds, "stage3_param_persistence_threshold", (double)gckpt_ds_persistence_threshold(&p->model, l));
     cJSON_AddNumberToObject(ds, "stage3_max_live_parameters", (double)gckpt_ds_max_live(l));
     cJSON_AddNumberToObject(ds, "sub_group_size", (double)gckpt_ds_sub_group(l));
-    if (!l->offload) return;
-    /* CPU offload (FINDINGS 13.10): planned from the source, gckpt-run does not execute it */
-    cJSON *off = cJSON_AddObjectToObject(o, "offload");
-    cJSON_AddBoolToObject(off, "optimizer", (l->offload & GCKPT_OFFLOAD_OPTIMIZER) != 0);
-    cJSON_AddBoolToObject(off, "param", (l->offload & GCKPT_OFFLOAD_PARAM) != 0);
 }
 
 void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry, cJSON *time)

@@ -333,11 +333,12 @@ static void parallel_plans(void **state)
         cJSON_Delete(j);
         gckpt_plan_free(&p);
     }
-    /* ZeRO-3 with offload_optimizer and offload_param (a ds_config's, FINDINGS 13.10): the plan
-     * records it, warns that it is unverified, and every entry's host figures are the context's */
-    {
+    /* ZeRO-3 with offload_optimizer and offload_param (a ds_config's) and FSDP2's
+     * CPUOffloadPolicy (FINDINGS 13.10): the plan records it, warns that it is unverified, and
+     * keeps no optimizer state on the device */
+    for (int mode = GCKPT_PAR_FSDP; mode <= GCKPT_PAR_ZERO3; mode += GCKPT_PAR_ZERO3 - GCKPT_PAR_FSDP) {
         gckpt_plan_request q = req("llama-3.2-1b", 512);
-        q.layout = (gckpt_layout){8, 1, GCKPT_PAR_ZERO3, {0}};
+        q.layout = (gckpt_layout){8, 1, (uint8_t)mode, {0}};
         q.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
         gckpt_plan p;
         gckpt_err err;

@@ -79,3 +79,8 @@ cJSON *gckpt_device_to_json(const gckpt_device *d)
     cJSON_AddNumberToObject(o, "segment_round_bytes", (double)d->segment_round_bytes);
     return o;
 }
+
+double gckpt_copy_seconds(const gckpt_device *d, bool d2h, double bytes)
+{
+    return bytes / (d2h ? d->d2h_bytes_per_s : d->h2d_bytes_per_s);
+}

@@ -105,7 +105,8 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
         }
     }
     res->peak_bytes = (uint64_t)peak;
-    res->host_pinned_bytes = (uint64_t)host_peak;
+    res->host_pinned_bytes = (uint64_t)host_peak + c->host_pinned;
+    res->host_pageable_bytes = c->host_pageable;
     finish(c, c->set.grad_accum, res);
 }
 
@@ -422,7 +423,8 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     double n_ckpt = (double)st.checkpointed_later;
     compose_time(p, m0, ck, nmicro, grad_accum, (double)(L - 1) - n_ckpt, n_ckpt, res);
     res->peak_bytes = (uint64_t)st.peak;
-    res->host_pinned_bytes = (uint64_t)st.host_peak;
+    res->host_pinned_bytes = (uint64_t)st.host_peak + c->host_pinned;
+    res->host_pageable_bytes = c->host_pageable;
     res->after_forward_bytes = (uint64_t)st.after_fwd;
     res->peak_layer = st.peak_layer;
     res->peak_micro = st.peak_micro;

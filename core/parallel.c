@@ -204,6 +204,55 @@ static int module_order(const gckpt_param *p)
     return 0;
 }
 
+/* ZeRO-3's CPU offload (FINDINGS 13.10, read in deepspeed's stage3.py, not measured).
+ * offload_optimizer: the fp32 master partitions and AdamW's states move to pageable host
+ * memory (_create_fp32_partitions), the flat gradient partitions to pinned host memory
+ * (_setup_for_real_optimizer) with a pinned fp32 gradient per sub-group
+ * (initialize_optimizer_states); the step runs on the CPU, so no fp32 copy of a sub-group on
+ * the device; the ipg bucket stays. offload_param: every non-persistent parameter's
+ * model-dtype partition lives in a pinned host buffer (_create_param_groups_fp16_flat_cpu_memory);
+ * persistent ones stay on the device (partition_parameters.py _partition_param). */
+static void zero3_offload(gckpt_ctx *c, const gckpt_rank_bytes *rb, uint64_t ipg, uint64_t zs, uint64_t round)
+{
+    const gckpt_params *ps = &c->params;
+    uint64_t q = 0, moved = 0, moved_dev = 0;
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        q += p->copies * p->shard.part;
+        if (p->shard.whole) continue;
+        moved += p->copies * p->shard.part;
+        moved_dev += p->copies * gckpt_round_up(zs * p->shard.part, round);
+    }
+    if (c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER) {
+        c->host_pageable += 4 * q + 2 * 4 * q; /* fp32 master + exp_avg + exp_avg_sq */
+        c->host_pinned += zs * q + 4 * q;      /* gradient partitions + the sub-groups' fp32 .grad */
+        c->opt_states = 0;
+        c->opt_temp = 0;
+        c->parallel -= rb->grads - ipg;
+    }
+    if (c->set.layout.offload & GCKPT_OFFLOAD_PARAM) {
+        c->weights -= moved_dev;
+        c->host_pinned += zs * moved;
+    }
+}
+
+/* FSDP2's CPUOffloadPolicy (FINDINGS 13.10, read in torch's _fully_shard, not measured): the
+ * fp32 sharded parameters and gradients in pinned host memory (FSDPParam._init_sharded_param,
+ * foreach_reduce), AdamW's states and its step on the CPU (pageable: zeros_like of a CPU
+ * parameter); the device keeps the unsharded buffers and collectives' buffers (the events). */
+static void fsdp_offload(gckpt_ctx *c)
+{
+    const gckpt_params *ps = &c->params;
+    uint64_t shards = 0, local = 0;
+    for (int i = 0; i < ps->n; i++) {
+        shards += ps->p[i].copies * ps->p[i].shard.part;
+        local += ps->p[i].copies * gckpt_shard_local(&ps->p[i], c->set.layout.rank);
+    }
+    c->host_pinned += 2 * 4 * shards; /* the padded shards and their gradients */
+    c->host_pageable += 2 * 4 * local;
+    c->weights = c->opt_states = c->opt_temp = 0;
+    c->grads = c->step_grads = 0;
+}
 
 void gckpt_parallel_apply(gckpt_ctx *c)
 {
@@ -271,6 +320,7 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         c->grads = c->step_grads = 0;
         if (largest_group > gckpt_ds_sub_group(&s->layout)) largest_group = gckpt_ds_sub_group(&s->layout); /* sub_group_size */
         c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0);
+        if (s->layout.offload) zero3_offload(c, &rb, ipg, zs, round);
         break;
     case GCKPT_PAR_FSDP:
         /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
@@ -280,6 +330,7 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         c->grads = c->step_grads = gckpt_round_up(4 * c->unit_part[GCKPT_SEC_EMBED], round) +
                                    m->layers * gckpt_round_up(4 * c->unit_part[GCKPT_SEC_BLOCK], round) +
                                    gckpt_round_up(4 * c->unit_part[GCKPT_SEC_HEAD], round);
+        if (s->layout.offload) fsdp_offload(c);
         break;
     default: break;
     }
@@ -364,7 +415,29 @@ void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *
     double exposed = (t_gf > res->forward_s ? t_gf - res->forward_s : 0) + (t_gb > bwd ? t_gb - bwd : 0) +
                      (t_red > window ? t_red - window : 0) + t_go;
     res->comm_s = exposed;
-    res->step_s += exposed;
+    res->step_s += exposed + gckpt_parallel_offload_seconds(c, grad_accum, &v, res);
+}
+
+double gckpt_parallel_offload_seconds(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v,
+                                      gckpt_result *res)
+{
+    const gckpt_layout *l = &c->set.layout;
+    if (!l->offload) return 0;
+    double n = gckpt_layout_world(l), zs = c->set.precision == GCKPT_FP32 ? 4 : 2, q = 0;
+    for (int i = 0; i < c->params.n; i++) q += (double)(c->params.p[i].copies * c->params.p[i].shard.part);
+    double d2h = 0, h2d = 0;
+    if (l->mode == GCKPT_PAR_FSDP) { /* fp32 shards H2D before each all-gather, the gradients D2H once */
+        h2d = (v->gather_fwd + v->gather_bwd) / n / zs * 4;
+        d2h = 4 * q;
+    } else if (l->offload & GCKPT_OFFLOAD_OPTIMIZER) {
+        d2h += (double)grad_accum * zs * q;                      /* each micro-step's reduced partitions */
+        if (!(l->offload & GCKPT_OFFLOAD_PARAM)) h2d += zs * q; /* the stepped partitions back */
+    }
+    if (l->mode == GCKPT_PAR_ZERO3 && (l->offload & GCKPT_OFFLOAD_PARAM))
+        h2d += (v->gather_fwd + v->gather_bwd) / n; /* a partition per gather */
+    double t = gckpt_copy_seconds(c->dev, true, d2h) + gckpt_copy_seconds(c->dev, false, h2d);
+    res->copy_s += t;
+    return t;
 }
 
 bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckpt_err *err)

@@ -212,7 +212,7 @@ static void ev_copy(gckpt_sim *s, gckpt_schedule *o, int kind, int tensor, int i
     e->inst = gid(s, inst);
     e->comp = GCKPT_C_CHECKPOINTS;
     e->bytes = c->raw[tensor];
-    e->seconds = (double)e->bytes / (kind == GCKPT_EV_D2H ? c->dev->d2h_bytes_per_s : c->dev->h2d_bytes_per_s);
+    e->seconds = gckpt_copy_seconds(c->dev, kind == GCKPT_EV_D2H, (double)e->bytes);
 }
 
 static void ev_layer_host(gckpt_sim *s, gckpt_schedule *o, int kind, uint64_t bytes)

@@ -142,7 +142,13 @@ static void all_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
     int sec = section_of(w, unit);
     uint64_t part = c->unit_part[sec], n = gckpt_layout_world(&c->set.layout);
     uint8_t dt = wire_dtype(c);
-    int in = flat(s, o, GCKPT_C_PARALLEL, dt, part), out = flat(s, o, GCKPT_C_PARALLEL, dt, part * n);
+    /* CPUOffloadPolicy: the fp32 shard copied to the device before its cast to the all-gather
+     * input (_fsdp_param.py FSDPParam.all_gather_inputs; fp32: the copy is the input) */
+    bool h2d = c->set.layout.offload && dt != GCKPT_DT_F32;
+    int dev = h2d ? flat(s, o, GCKPT_C_PARALLEL, GCKPT_DT_F32, part) : -1;
+    int in = flat(s, o, GCKPT_C_PARALLEL, dt, part);
+    if (dev >= 0) gckpt_sim_release(s, o, dev);
+    int out = flat(s, o, GCKPT_C_PARALLEL, dt, part * n);
     collective(s, o, GCKPT_COLL_ALL_GATHER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), in, out);
     gckpt_sim_release(s, o, in);
     if (w->ag_out >= 0) gckpt_sim_release(s, o, w->ag_out);
@@ -242,9 +248,13 @@ void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, ui
     int out = flat(s, o, cast ? GCKPT_C_PARALLEL : GCKPT_C_GRADS, dt, part);
     collective(s, o, GCKPT_COLL_REDUCE_SCATTER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), w->rs_in, out);
     if (cast) {
-        flat(s, o, GCKPT_C_GRADS, GCKPT_DT_F32, part);
+        int g = flat(s, o, GCKPT_C_GRADS, GCKPT_DT_F32, part);
         gckpt_sim_release(s, o, out);
+        out = g;
     }
+    /* CPUOffloadPolicy: the sharded gradient goes to pinned host memory (_fsdp_collectives.py
+     * foreach_reduce), its device copy is freed */
+    if (c->set.layout.offload) gckpt_sim_release(s, o, out);
 }
 
 void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)

@@ -25,16 +25,51 @@ static bool limit(const char *path, const cJSON *zero, const char *field, double
     return true;
 }
 
-/* offload_optimizer / offload_param: absent, null or device "none" only. */
-static bool no_offload(const char *path, const cJSON *zero, const char *field, gckpt_err *err)
+/* offload_optimizer / offload_param: absent, null, device "none", or device "cpu" with
+ * pin_memory true or absent (sets bit); NVMe and unpinned host memory are not modelled. */
+static bool offload(const char *path, const cJSON *zero, const char *field, uint8_t bit, uint8_t *bits, gckpt_err *err)
 {
     const cJSON *it = item(zero, field);
     if (!it || cJSON_IsNull(it)) return true;
-    const cJSON *dev = item(it, "device");
-    if (cJSON_IsObject(it) && (!dev || (cJSON_IsString(dev) && !strcmp(dev->valuestring, "none")))) return true;
-    gckpt_seterr(err, "%s: field 'zero_optimization.%s': offload to CPU/NVMe is not modelled (device \"none\" only)",
-                 path, field);
-    return false;
+    const cJSON *dev = item(it, "device"), *pin = item(it, "pin_memory");
+    bool none = !dev || (cJSON_IsString(dev) && !strcmp(dev->valuestring, "none"));
+    bool cpu = cJSON_IsString(dev) && !strcmp(dev->valuestring, "cpu");
+    if (!cJSON_IsObject(it) || !(none || cpu)) {
+        gckpt_seterr(err, "%s: field 'zero_optimization.%s.device' must be \"none\" or \"cpu\" (NVMe is not modelled)",
+                     path, field);
+        return false;
+    }
+    if (cpu && pin && !cJSON_IsTrue(pin)) {
+        gckpt_seterr(err, "%s: field 'zero_optimization.%s.pin_memory' must be true or absent (unpinned host memory "
+                          "is not modelled)", path, field);
+        return false;
+    }
+    if (cpu) *bits |= bit;
+    return true;
+}
+
+/* What DeepSpeed accepts with an offload (FINDINGS 13.10): offload_param only under ZeRO-3
+ * (stages 1 and 2 never read it), and offload_optimizer with a DeepSpeed optimizer: the
+ * Trainer hands its torch AdamW over when the config has no "optimizer" section, and
+ * deepspeed.initialize then refuses it unless zero_force_ds_cpu_optimizer is false. */
+static bool offload_ok(const char *path, const cJSON *root, const gckpt_ds_config *out, gckpt_err *err)
+{
+    if ((out->offload & GCKPT_OFFLOAD_PARAM) && out->mode != GCKPT_PAR_ZERO3) {
+        gckpt_seterr(err, "%s: field 'zero_optimization.offload_param': ZeRO-3 only (stage 1 and 2 ignore it)", path);
+        return false;
+    }
+    if ((out->offload & GCKPT_OFFLOAD_OPTIMIZER) && out->mode != GCKPT_PAR_ZERO3) {
+        gckpt_seterr(err, "%s: field 'zero_optimization.offload_optimizer': planned under ZeRO-3 only (stage 1 and 2 "
+                          "offload is read in the source, FINDINGS 13.10, not planned)", path);
+        return false;
+    }
+    const cJSON *opt = item(root, "optimizer"), *force = item(root, "zero_force_ds_cpu_optimizer");
+    if ((out->offload & GCKPT_OFFLOAD_OPTIMIZER) && !opt && !cJSON_IsFalse(force)) {
+        gckpt_seterr(err, "%s: field 'optimizer' is missing: with offload_optimizer DeepSpeed refuses the Trainer's "
+                          "torch AdamW (add \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\"}})", path);
+        return false;
+    }
+    return true;
 }
 
 static bool read_root(const char *path, const cJSON *root, gckpt_ds_config *out, gckpt_err *err)
@@ -57,7 +92,9 @@ static bool read_root(const char *path, const cJSON *root, gckpt_ds_config *out,
                err) ||
         !limit(path, zero, "stage3_max_live_parameters", 0, GCKPT_DS_MAX_LIVE, &l->max_live, l, err) ||
         !limit(path, zero, "sub_group_size", 1, GCKPT_DS_SUB_GROUP, &l->sub_group, l, err) ||
-        !no_offload(path, zero, "offload_optimizer", err) || !no_offload(path, zero, "offload_param", err))
+        !offload(path, zero, "offload_optimizer", GCKPT_OFFLOAD_OPTIMIZER, &out->offload, err) ||
+        !offload(path, zero, "offload_param", GCKPT_OFFLOAD_PARAM, &out->offload, err) ||
+        !offload_ok(path, root, out, err))
         return false;
     const cJSON *fp16 = item(item(root, "fp16"), "enabled");
     if (cJSON_IsTrue(fp16)) {

@@ -61,7 +61,10 @@ static void usage(FILE *f)
 "                         in the plan; with transformers' grouped_mm experts it changes\n"
 "                         neither memory nor FLOPs)\n"
 "  --deepspeed FILE       a ds_config.json: its ZeRO stage and bucket limits (\"auto\" as\n"
-"                         the Trainer resolves it); CPU offload and fp16 are refused\n"
+"                         the Trainer resolves it) and ZeRO-3's CPU offload (from the\n"
+"                         source, unverified); NVMe offload and fp16 are refused\n"
+"  --fsdp-offload off|on  --parallel fsdp: FSDP2's CPUOffloadPolicy (fsdp_config\n"
+"                         \"cpu_offload\"; from the source, unverified; default off)\n"
 "  --every-n LIST         every_n_layers values: all (default: off and 1..L), off, or a\n"
 "                         list such as off,1,2,4 (0 = off)\n"
 "  --offload off|on|both  offload checkpointed inputs to pinned host memory (default both)\n"
@@ -287,7 +290,7 @@ static void print_alternatives(const gckpt_plan_request *req, FILE *f)
 
 enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
        O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG, O_METHOD, O_RANK, O_ALPHA, O_LDROP, O_TARGETS,
-       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS, O_MOE };
+       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS, O_MOE, O_FSDP_OFF };
 
 /* What the command line asks for. */
 typedef struct {
@@ -303,6 +306,7 @@ typedef struct {
     uint8_t modes[GCKPT_NPAR];
     int n_modes;
     const char *ds_path; /* --deepspeed */
+    const char *fsdp_offload; /* --fsdp-offload on|off */
 } cli_args;
 
 /* --deepspeed FILE: its stage decides the mode (or must agree with --parallel), its limits go
@@ -324,6 +328,7 @@ static int apply_deepspeed(cli_args *a)
     a->modes[0] = (uint8_t)ds.mode;
     a->n_modes = 1;
     a->req.layout.ds = ds.limits;
+    a->req.layout.offload = ds.offload;
     snprintf(a->req.deepspeed, sizeof a->req.deepspeed, "%s", a->ds_path);
     return 0;
 }
@@ -348,6 +353,19 @@ static int parse_parallel(const char *arg, cli_args *a)
     return 0;
 }
 
+/* --fsdp-offload on|off: FSDP2's CPUOffloadPolicy (fsdp_config's "cpu_offload"), --parallel
+ * fsdp alone; 0 or the exit status of a bad value. */
+static int apply_fsdp_offload(cli_args *a)
+{
+    const char *v = a->fsdp_offload;
+    if (!v) return 0;
+    if (strcmp(v, "on") && strcmp(v, "off")) return bad("--fsdp-offload: '%s' is not on or off%s", v, "");
+    if (a->n_modes != 1 || a->modes[0] != GCKPT_PAR_FSDP)
+        return bad("--fsdp-offload needs --parallel fsdp alone (ZeRO's offload is read from --deepspeed FILE)%s%s", "", "");
+    if (!strcmp(v, "on")) a->req.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
+    return 0;
+}
+
 /* The layout against the number of GPUs; 0 or the exit status of a bad combination. */
 static int check_layout(cli_args *a)
 {
@@ -360,7 +378,7 @@ static int check_layout(cli_args *a)
             return bad("--parallel %s needs more than one GPU (--gpus N, --nodes M)%s",
                        gckpt_parallel_names[a->modes[a->n_modes - 1]], "");
         a->n_modes = 0;
-        return 0;
+        return a->fsdp_offload ? apply_fsdp_offload(a) : 0; /* refused: no fsdp on one GPU */
     }
     if (!a->n_modes) {
         char w[16];
@@ -372,7 +390,7 @@ static int check_layout(cli_args *a)
     if (a->n_modes > 1 && (a->out || a->plot))
         return bad("--parallel with a list compares modes; -o and --plot need one mode%s%s", "", "");
     a->req.layout.mode = a->modes[0];
-    return 0;
+    return apply_fsdp_offload(a);
 }
 
 /* The LoRA / QLoRA options over the defaults of --method (gckpt_peft_default); 0 or the
@@ -547,6 +565,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         {"compute-dtype", required_argument, 0, O_CDT}, {"gpus", required_argument, 0, O_GPUS},
         {"nodes", required_argument, 0, O_NODES}, {"parallel", required_argument, 0, O_PAR},
         {"deepspeed", required_argument, 0, O_DS}, {"moe-imbalance", required_argument, 0, O_MOE},
+        {"fsdp-offload", required_argument, 0, O_FSDP_OFF},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c, rc = GCKPT_EXIT_OK;
     *answered = false;
@@ -565,6 +584,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         case O_LONG: a->req.allow_long_seq = true; break;
         case O_PAR: rc = parse_parallel(optarg, a); break;
         case O_DS: a->ds_path = optarg; break;
+        case O_FSDP_OFF: a->fsdp_offload = optarg; break;
         case O_METHOD: case O_RANK: case O_ALPHA: case O_LDROP: case O_TARGETS: case O_MTS: case O_QUANT: case O_DQ:
         case O_CDT:
             a->peft_opt[c - O_METHOD] = optarg;

@@ -36,7 +36,8 @@ void gckpt_plan_print_parallel_args(const gckpt_plan *p, FILE *f)
 {
     switch ((gckpt_parallel)p->req.layout.mode) {
     case GCKPT_PAR_FSDP:
-        fprintf(f, "    fsdp=True,\n    fsdp_config={\"version\": 2, \"reshard_after_forward\": True},\n");
+        fprintf(f, "    fsdp=True,\n    fsdp_config={\"version\": 2, \"reshard_after_forward\": True%s},\n",
+                p->req.layout.offload ? ", \"cpu_offload\": True" : "");
         break;
     case GCKPT_PAR_ZERO1:
     case GCKPT_PAR_ZERO2:
@@ -92,6 +93,11 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddStringToObject(o, "memory", "the busiest rank: rank 0; zero2: the busiest of every rank");
     cJSON_AddNumberToObject(o, "bus_bytes_per_s", l->nodes > 1 ? p->dev.inter_node_bus_bytes_per_s
                                                                 : p->dev.intra_node_bus_bytes_per_s);
+    if (l->offload) { /* CPU offload (FINDINGS 13.10): planned from the source, gckpt-run does not execute it */
+        cJSON *off = cJSON_AddObjectToObject(o, "offload");
+        cJSON_AddBoolToObject(off, "optimizer", (l->offload & GCKPT_OFFLOAD_OPTIMIZER) != 0);
+        cJSON_AddBoolToObject(off, "param", (l->offload & GCKPT_OFFLOAD_PARAM) != 0);
+    }
     if (l->mode < GCKPT_PAR_ZERO1) return;
     /* the DeepSpeed limits planned with, "auto" resolved */
     cJSON *ds = cJSON_AddObjectToObject(o, "deepspeed");
@@ -109,4 +115,8 @@ void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, c
     cJSON_AddNumberToObject(entry, "global_batch",
                             (double)(e->micro_batch * e->grad_accum * gckpt_layout_world(&p->req.layout)));
     cJSON_AddNumberToObject(time, "collective_exposed_s", e->r.comm_s);
+    if (p->req.layout.offload) { /* the CPU optimizer's fp32 master and states: host, not pinned */
+        cJSON *mem = cJSON_GetObjectItemCaseSensitive(entry, "memory");
+        if (mem) cJSON_AddNumberToObject(mem, "host_pageable_bytes", (double)e->r.host_pageable_bytes);
+    }
 }

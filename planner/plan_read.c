@@ -258,6 +258,9 @@ static bool read_layout(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
         return fail(r, "field 'inputs.layout.parallel': \"%s\" with %llu GPUs", gckpt_parallel_names[mode],
                     (unsigned long long)world);
     pf->layout = (gckpt_layout){.gpus = (uint32_t)gpus, .nodes = (uint32_t)nodes, .mode = (uint8_t)mode};
+    if (child(l, "inputs.layout.offload")) /* planned from the source only (FINDINGS 13.10) */
+        return fail(r, "field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
+                       "not executed by gckpt-run");
     if (mode < GCKPT_PAR_ZERO1) return true;
     const cJSON *ds = obj(r, l, "inputs.layout.deepspeed");
     gckpt_ds_limits *d = &pf->layout.ds;

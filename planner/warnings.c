@@ -57,6 +57,12 @@ static bool collectives_applies(const gckpt_model *m, const gckpt_setting *s)
     return s->layout.mode != GCKPT_PAR_NONE;
 }
 
+static bool parallel_offload_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    (void)m;
+    return s->layout.offload != 0;
+}
+
 static bool moe_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     (void)s;
@@ -106,6 +112,12 @@ static const struct {
     {"moe_parallel_unverified", moe_parallel_applies,
      "several GPUs with mixture of experts: the per-rank rules were measured on dense models only "
      "(tests/data/hf-dist); every rank holds every expert (no expert parallelism): unverified"},
+    {"parallel_offload_unverified", parallel_offload_applies,
+     "CPU offload on several GPUs (FSDP2's CPUOffloadPolicy, the ds_config's offload_optimizer / "
+     "offload_param) is planned from torch's and DeepSpeed's source (FINDINGS 13.10), not measured: what leaves the device goes to host memory "
+     "(host_pinned_bytes; the CPU optimizer's fp32 master and states in host_pageable_bytes), the PCIe "
+     "copies are added to the step at the profile's h2d / d2h rates without overlap, and the optimizer step's "
+     "time on the CPU is not modelled (the GPU's figure is kept); gckpt-run does not execute it"},
     {"collective_time_unverified", collectives_applies,
      "collective times use the GPU profile's interconnect bus bandwidths (vendor link rates, not measured "
      "with nccl-tests) and each library's overlap as read in its source; unverified, and NCCL's own buffers "

@@ -63,7 +63,15 @@ static void bad_inputs(void **state)
     cli_write("ds-nozero.json", "{\"bf16\": {\"enabled\": \"auto\"}}");
     cli_write("ds-stage4.json", "{\"zero_optimization\": {\"stage\": 4}}");
     cli_write("ds-frac.json", "{\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 2.5}}");
-    cli_write("ds-offload.json", "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}}}");
+    cli_write("ds-offload.json", "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}");
+    /* CPU offload (FINDINGS 13.10): what DeepSpeed itself refuses or ignores, and what is not modelled */
+    cli_write("ds-off-z2.json", "{\"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 2, "
+              "\"offload_optimizer\": {\"device\": \"cpu\"}}}");
+    cli_write("ds-off-param-z1.json", "{\"zero_optimization\": {\"stage\": 1, \"offload_param\": {\"device\": \"cpu\"}}}");
+    cli_write("ds-off-noopt.json", "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}}}");
+    cli_write("ds-off-unpinned.json", "{\"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 3, "
+              "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": false}}}");
+    cli_write("ds-off-notobj.json", "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": \"cpu\"}}");
     cli_write("ds-fp16.json", "{\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}}");
     cli_write("ds-nobf16.json", "{\"bf16\": {\"enabled\": false}, \"zero_optimization\": {\"stage\": 1}}");
     cli_write("gpu-nolink.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\",\"memory_bytes\":85520809984,"
@@ -164,7 +172,15 @@ static void bad_inputs(void **state)
         {"deepspeed without zero", A("--gpus", "2", "--deepspeed", "./ds-nozero.json", "-o", "out.json"), "'zero_optimization'"},
         {"deepspeed stage 4", A("--gpus", "2", "--deepspeed", "./ds-stage4.json", "-o", "out.json"), "zero_optimization.stage"},
         {"deepspeed bucket fraction", A("--gpus", "2", "--deepspeed", "./ds-frac.json", "-o", "out.json"), "zero_optimization.reduce_bucket_size"},
-        {"deepspeed offload", A("--gpus", "2", "--deepspeed", "./ds-offload.json", "-o", "out.json"), "offload_param"},
+        {"fsdp-offload junk", A("--gpus", "2", "--parallel", "fsdp", "--fsdp-offload", "yes", "-o", "out.json"), "--fsdp-offload: 'yes'"},
+        {"fsdp-offload under zero3", A("--gpus", "2", "--parallel", "zero3", "--fsdp-offload", "on", "-o", "out.json"), "--fsdp-offload needs --parallel fsdp"},
+        {"fsdp-offload on one GPU", A("--fsdp-offload", "on", "-o", "out.json"), "--fsdp-offload needs --parallel fsdp"},
+        {"deepspeed offload to nvme", A("--gpus", "2", "--deepspeed", "./ds-offload.json", "-o", "out.json"), "'zero_optimization.offload_param.device'"},
+        {"deepspeed offload under zero2", A("--gpus", "2", "--deepspeed", "./ds-off-z2.json", "-o", "out.json"), "'zero_optimization.offload_optimizer': planned under ZeRO-3 only"},
+        {"deepspeed offload_param under zero1", A("--gpus", "2", "--deepspeed", "./ds-off-param-z1.json", "-o", "out.json"), "'zero_optimization.offload_param': ZeRO-3 only"},
+        {"deepspeed offload without a ds optimizer", A("--gpus", "2", "--deepspeed", "./ds-off-noopt.json", "-o", "out.json"), "field 'optimizer' is missing"},
+        {"deepspeed offload unpinned", A("--gpus", "2", "--deepspeed", "./ds-off-unpinned.json", "-o", "out.json"), "'zero_optimization.offload_optimizer.pin_memory'"},
+        {"deepspeed offload not an object", A("--gpus", "2", "--deepspeed", "./ds-off-notobj.json", "-o", "out.json"), "'zero_optimization.offload_param.device'"},
         {"deepspeed fp16", A("--gpus", "2", "--deepspeed", "./ds-fp16.json", "-o", "out.json"), "fp16.enabled"},
         {"deepspeed bf16 off, amp-bf16 asked", A("--gpus", "2", "--deepspeed", "./ds-nobf16.json", "-o", "out.json"), "--precision fp32"},
         {"deepspeed stage against --parallel", A("--gpus", "2", "--parallel", "zero2", "--deepspeed", "./ds-z3.json", "-o", "out.json"), "contradicts --deepspeed"},

@@ -182,7 +182,8 @@ static void issue13_families(void **state)
 }
 
 /* Several GPUs: every mode's per-rank schedule (FSDP2's per-unit events, ZeRO's buffers) at
- * world 2 and 3 (uneven shards), FSDP2 also with every unit kept gathered */
+ * world 2 and 3 (uneven shards), FSDP2 also with every unit kept gathered, FSDP2 and ZeRO-3
+ * with CPU offload */
 static void parallel_modes(void **state)
 {
     (void)state;
@@ -199,6 +200,14 @@ static void parallel_modes(void **state)
                 sweep("qwen2-odd", qwen2);
                 sweep("qwen3-tied", qwen3);
             }
+    /* CPU offload (FINDINGS 13.10): FSDP2's CPUOffloadPolicy frees each sharded gradient after
+     * its reduce-scatter and adds a transient fp32 shard before each all-gather; ZeRO-3 moves
+     * persistent state off the device */
+    for (int mode = GCKPT_PAR_FSDP; mode <= GCKPT_PAR_ZERO3; mode += GCKPT_PAR_ZERO3 - GCKPT_PAR_FSDP) {
+        g_layout = (gckpt_layout){.gpus = 3, .nodes = 1, .mode = (uint8_t)mode,
+                                  .offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM};
+        sweep("qwen2-odd", qwen2);
+    }
     g_layout = (gckpt_layout){0};
 }
 

@@ -385,11 +385,84 @@ static void test_closed_forms(void **state)
     }
 }
 
+/* CPU offload (FINDINGS 13.10). ZeRO-3 with offload_optimizer and offload_param (read in
+ * DeepSpeed's stage3.py), per shipped model on 8 ranks, from the parameter count P and the
+ * tensors' partitions Q = sum ceil(numel / N) (P / N <= Q <= P / N + T): the device keeps no
+ * fp32 master, no AdamW state, no gradient partition, no optimizer-step temporary and only the
+ * persistent parameters; the host keeps 12 Q pageable (fp32 master + two states) and, pinned,
+ * the bf16 gradient partitions 2 Q, the sub-groups' fp32 gradients 4 Q and the bf16 parameter
+ * partitions of the non-persistent tensors 2 (Q - Qp). */
+static void test_offload_closed_forms(void **state)
+{
+    (void)state;
+    static const char *const models[] = {"gpt2", "gpt2-xl", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b",
+                                         "mistral-7b-v0.3", "qwen2.5-7b", "qwen3-8b"};
+    const uint64_t N = 8;
+    gckpt_device dev;
+    gckpt_err err;
+    if (!gckpt_device_load("h100-sxm-80gb", &dev, &err)) fail_msg("%s", err.msg);
+    static gckpt_ctx on, off;
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+        gckpt_model m;
+        if (!gckpt_model_load(models[i], &m, &err)) fail_msg("%s", err.msg);
+        uint64_t P = gckpt_param_count(&m);
+        gckpt_setting s = {0};
+        s.seq = 512;
+        s.micro_batch = s.grad_accum = 1;
+        s.every_n = 1;
+        s.optimizer = GCKPT_ADAMW;
+        s.precision = GCKPT_AMP_BF16;
+        s.layout = (gckpt_layout){(uint32_t)N, 1, GCKPT_PAR_ZERO3};
+        gckpt_recipe_build(&m, gckpt_parallel_compute_precision(&s), GCKPT_SDPA, &g_r);
+        if (!gckpt_ctx_init(&off, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
+        s.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
+        if (!gckpt_ctx_init(&on, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
+        uint64_t T = 0, Q = 0, Qp = 0, kept = 0, R = dev.alloc_round_bytes;
+        for (int k = 0; k < on.params.n; k++) {
+            const gckpt_param *p = &on.params.p[k];
+            uint64_t part = (p->numel + N - 1) / N;
+            T += p->copies;
+            Q += p->copies * part;
+            if (p->numel < 10 * m.hidden) { /* persistent: its partition and the whole tensor stay */
+                Qp += p->copies * part;
+                kept += p->copies * (gckpt_round_up(2 * part, R) + gckpt_round_up(2 * p->numel, R));
+            }
+        }
+        assert_true(Q >= P / N && Q <= P / N + T);
+        assert_int_equal(on.opt_states, 0);
+        assert_int_equal(on.opt_temp, 0);
+        assert_int_equal(on.weights, kept);
+        assert_int_equal(on.parallel, off.parallel - gckpt_round_up(2 * Q, R)); /* the ipg bucket stays */
+        assert_int_equal(off.opt_states, gckpt_round_up(4 * Q, R) * 3);
+        assert_int_equal(on.host_pageable, 12 * Q);
+        assert_int_equal(on.host_pinned, 2 * Q + 4 * Q + 2 * (Q - Qp));
+        assert_int_equal(off.host_pinned + off.host_pageable, 0);
+        /* FSDP2's CPUOffloadPolicy: the fp32 shards (4 P / N, dim 0 padded) and their
+         * gradients pinned on the host, AdamW's states (8 P / N on the local rows) pageable;
+         * nothing of them on the device */
+        s.layout.mode = GCKPT_PAR_FSDP;
+        s.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
+        gckpt_recipe_build(&m, gckpt_parallel_compute_precision(&s), GCKPT_SDPA, &g_r);
+        static gckpt_ctx fs;
+        if (!gckpt_ctx_init(&fs, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
+        uint64_t rowmax = m.vocab > m.intermediate ? m.hidden : m.intermediate; /* elements of a padding row */
+        assert_int_equal(fs.weights + fs.opt_states + fs.opt_temp + fs.grads + fs.step_grads, 0);
+        assert_true(fs.host_pinned >= 8 * P / N && fs.host_pinned <= 8 * P / N + 8 * T * N * rowmax);
+        assert_true(fs.host_pageable >= 8 * P / N - 8 && fs.host_pageable <= 8 * P / N + 8 * T * N * rowmax);
+        print_message("%-16s P %llu: zero3 offload: device persistent %.2f -> %.2f GiB, host pinned %.2f GiB, "
+                      "pageable %.2f GiB per rank of %llu\n", models[i], (unsigned long long)P,
+                      (off.weights + off.opt_states + off.parallel) / 1073741824.0,
+                      (on.weights + on.opt_states + on.parallel) / 1073741824.0, on.host_pinned / 1073741824.0,
+                      on.host_pageable / 1073741824.0, (unsigned long long)N);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures_exact),
         cmocka_unit_test(test_closed_forms),
+        cmocka_unit_test(test_offload_closed_forms),
         cmocka_unit_test(test_fixture_peaks),
         cmocka_unit_test(test_zero2_busiest_rank),
         cmocka_unit_test(test_collective_volumes),

@@ -333,6 +333,32 @@ static void parallel_plans(void **state)
         cJSON_Delete(j);
         gckpt_plan_free(&p);
     }
+    /* ZeRO-3 with offload_optimizer and offload_param (a ds_config's) and FSDP2's
+     * CPUOffloadPolicy (FINDINGS 13.10): the plan records it, warns that it is unverified, and
+     * keeps no optimizer state on the device */
+    for (int mode = GCKPT_PAR_FSDP; mode <= GCKPT_PAR_ZERO3; mode += GCKPT_PAR_ZERO3 - GCKPT_PAR_FSDP) {
+        gckpt_plan_request q = req("llama-3.2-1b", 512);
+        q.layout = (gckpt_layout){8, 1, (uint8_t)mode, {0}};
+        q.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
+        gckpt_plan p;
+        gckpt_err err;
+        if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s", err.msg);
+        bool warned = false;
+        for (size_t w = 0; w < p.n_warnings; w++) warned |= !strcmp(p.warnings[w].code, "parallel_offload_unverified");
+        assert_true(warned);
+        for (size_t i = 0; i < p.n; i++) {
+            assert_int_equal(p.entries[i].r.breakdown[GCKPT_C_OPTIMIZER], 0);
+            assert_true(p.entries[i].r.host_pageable_bytes > 0);
+            assert_true(p.entries[i].r.host_pinned_bytes >= p.entries[i].r.host_pageable_bytes / 2);
+        }
+        cJSON *j = gckpt_plan_to_json(&p, false);
+        const cJSON *off = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "layout"), "offload");
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(off, "optimizer")));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(off, "param")));
+        cJSON_Delete(j);
+        gckpt_plan_free(&p);
+    }
     assert_true(weights[GCKPT_PAR_ZERO3][1] * 3 < weights[GCKPT_PAR_ZERO3][0]);
     assert_true(weights[GCKPT_PAR_FSDP][1] * 3 < weights[GCKPT_PAR_FSDP][0]);
 }

@@ -213,8 +213,11 @@ static void test_layout(void **st)
     static const char *const ds = "\"deepspeed\": {\"file\": null, \"reduce_bucket_size\": 4096, "
                                   "\"stage3_param_persistence_threshold\": 640, \"stage3_max_live_parameters\": 1000000000, "
                                   "\"sub_group_size\": 1000000000}";
-    char zero1[512], zero1_nods[512];
+    char zero1[512], zero1_nods[512], zero3_off[640];
     snprintf(zero1, sizeof zero1, "{\"gpus\": 2, \"nodes\": 2, \"world_size\": 4, \"parallel\": \"zero1\", %s}", ds);
+    /* CPU offload is planned from the source only: gckpt-run refuses it (one line) */
+    snprintf(zero3_off, sizeof zero3_off, "{\"gpus\": 2, \"nodes\": 1, \"world_size\": 2, \"parallel\": \"zero3\", %s, "
+             "\"offload\": {\"optimizer\": true, \"param\": false}}", ds);
     snprintf(zero1_nods, sizeof zero1_nods, "{\"gpus\": 4, \"nodes\": 1, \"world_size\": 4, \"parallel\": \"zero1\"}");
     const struct { const char *layout, *expect; int mode; uint32_t world; } cases[] = {
         {"{\"gpus\": 8, \"nodes\": 1, \"world_size\": 8, \"parallel\": \"ddp\"}", NULL, GCKPT_PAR_DDP, 8},
@@ -222,6 +225,7 @@ static void test_layout(void **st)
         {zero1, NULL, GCKPT_PAR_ZERO1, 4},
         {"{\"gpus\": 1, \"nodes\": 1, \"world_size\": 1, \"parallel\": \"none\"}", NULL, GCKPT_PAR_NONE, 1},
         {zero1_nods, "inputs.layout.deepspeed", 0, 0},
+        {zero3_off, "field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, not executed", 0, 0},
         {"{\"world_size\": 16, \"parallel\": \"zero3\"}", "inputs.layout.gpus", 0, 0},
         {"{\"gpus\": 2, \"nodes\": 2, \"world_size\": 8, \"parallel\": \"ddp\"}", "not gpus x nodes", 0, 0},
         {"{\"gpus\": 4, \"nodes\": 1, \"world_size\": 4, \"parallel\": \"none\"}", "inputs.layout.parallel", 0, 0},

@@ -27,6 +27,10 @@ typedef struct {
     double intra_node_bus_bytes_per_s, inter_node_bus_bytes_per_s;
 } gckpt_device;
 
+/* Seconds to copy `bytes` between pinned host memory and the device (d2h: to the host) at
+ * the profile's h2d / d2h rates: the one rule for checkpoint offload and parallel CPU offload. */
+double gckpt_copy_seconds(const gckpt_device *d, bool d2h, double bytes);
+
 bool gckpt_device_parse(const char *file, const char *text, gckpt_device *d, gckpt_err *err);
 bool gckpt_device_load(const char *name_or_path, gckpt_device *d, gckpt_err *err);
 

@@ -15,6 +15,7 @@ typedef struct {
     uint64_t peak_bytes;        /* allocated peak (compare: torch.cuda.max_memory_allocated) */
     uint64_t device_peak_bytes; /* + CUDA context, segment rounding (compare: cudaMemGetInfo) */
     uint64_t host_pinned_bytes; /* peak pinned host memory (offload) */
+    uint64_t host_pageable_bytes; /* several GPUs with CPU offload: the CPU optimizer's pageable bytes */
     uint64_t after_forward_bytes; /* allocated after forward + loss, before backward (micro-step 1) */
     int64_t breakdown[GCKPT_NCOMP]; /* bytes per component at the peak; sums to peak_bytes */
     uint8_t peak_phase;         /* gckpt_phase */

@@ -110,6 +110,17 @@ void gckpt_parallel_apply(gckpt_ctx *c);
  * backward (the fixtures' `tight` variant). The limits' partial case is not modelled. */
 bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c);
 
+/* The PCIe copies of a layout with CPU offload (0 without), added to res->copy_s and
+ * returned for the step time (not overlapped: unverified, FINDINGS 13.10). FSDP2's
+ * CPUOffloadPolicy: each unit's fp32 shards H2D before every all-gather, the sharded gradients
+ * D2H on the synchronising micro-step. ZeRO-3: the reduced
+ * gradient partitions D2H each micro-step (offload_optimizer), the stepped partitions H2D
+ * (offload_optimizer alone), each gathered parameter's partition H2D before its all-gather
+ * (offload_param; v's gathers over the ranks). At the profile's h2d / d2h rates. */
+typedef struct gckpt_comm_volume gckpt_comm_volume;
+double gckpt_parallel_offload_seconds(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v,
+                                      gckpt_result *res);
+
 /* Whether profile d has the bus bandwidth layout l needs (err names the field when not). */
 bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckpt_err *err);
 
@@ -117,10 +128,10 @@ bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckp
  * dist_rules.py collectives_closed): all-gathers in the forward, the backward and after the
  * optimizer step, and the gradients' reduction (all-reduce for DDP / ZeRO-1/2, reduce-scatter
  * for FSDP2 / ZeRO-3). */
-typedef struct {
+struct gckpt_comm_volume {
     double gather_fwd, gather_bwd, gather_opt, reduce;
     bool reduce_is_all_reduce;
-} gckpt_comm_volume;
+};
 void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v);
 
 /* Add to res->step_s (and res->comm_s) the collectives' time that compute does not hide (the

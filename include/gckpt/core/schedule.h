@@ -244,6 +244,10 @@ typedef struct {
     uint64_t step_released;              /* of parallel, what is not allocated during the optimizer
                                           * step (ZeRO-1/2's ipg bucket: each backward allocates it) */
     double opt_seconds;                  /* one optimizer step */
+    /* several GPUs with CPU offload (layout.offload): host bytes the rank holds for the run,
+     * pinned (in the result's host_pinned_bytes) and pageable (the CPU optimizer's fp32 master
+     * and states) */
+    uint64_t host_pinned, host_pageable;
     /* each op at this setting: forward [0] and backward [1] seconds, matmul FLOPs and
      * workspace bytes; the backward's promoted copies (CPU target) */
     double op_s[2][GCKPT_MAX_OPS], op_flops[2][GCKPT_MAX_OPS];

@@ -60,11 +60,18 @@ typedef struct {
     uint64_t reduce_bucket, persistence_threshold, max_live, sub_group;
 } gckpt_ds_limits;
 
+/* CPU offload on several GPUs (FINDINGS 13.10, read in the source, not measured): ZeRO's
+ * offload_optimizer (fp32 master, states and gradient partitions to host memory, the step on
+ * the CPU) and ZeRO-3's offload_param (the parameter partitions); FSDP2's CPUOffloadPolicy
+ * (gckpt-plan --fsdp-offload on) sets both. */
+enum { GCKPT_OFFLOAD_OPTIMIZER = 1, GCKPT_OFFLOAD_PARAM = 2 };
+
 typedef struct {
     uint32_t gpus;  /* per node */
     uint32_t nodes;
     uint8_t mode;   /* gckpt_parallel */
     gckpt_ds_limits ds;
+    uint8_t offload; /* GCKPT_OFFLOAD_* bits; 0: everything on the device */
     /* FSDP2 with reshard_after_forward=False (fsdp_config's key; the fixtures' nrf variant):
      * every unit stays gathered from its forward to its backward */
     bool fsdp_keep_gathered;

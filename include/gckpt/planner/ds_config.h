@@ -1,7 +1,7 @@
 /* A user's DeepSpeed config (gckpt-plan --deepspeed FILE): the ZeRO stage and the limits the
  * per-rank plan reads. "auto" (and an absent field) stays unset, so the planner resolves it
  * as the Trainer does (gckpt/core/parallel.h: gckpt_ds_*). What the planner does not model is
- * refused: CPU/NVMe offload of the optimizer or the parameters, fp16. */
+ * refused: NVMe or unpinned offload, offload under ZeRO-1/2, fp16. */
 #ifndef GCKPT_DS_CONFIG_H
 #define GCKPT_DS_CONFIG_H
 
@@ -18,6 +18,7 @@ typedef struct {
     int mode;             /* GCKPT_PAR_ZERO1..3 from zero_optimization.stage */
     int bf16;             /* bf16.enabled: 1 true, 0 false, -1 "auto" or absent */
     gckpt_ds_limits limits;
+    uint8_t offload;      /* GCKPT_OFFLOAD_* from offload_optimizer / offload_param device "cpu" */
 } gckpt_ds_config;
 
 /* Read path; false with one line in err naming the file and the field. */

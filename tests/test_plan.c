@@ -336,7 +336,9 @@ static void parallel_plans(void **state)
     /* ZeRO-3 with offload_optimizer and offload_param (a ds_config's) and FSDP2's
      * CPUOffloadPolicy (FINDINGS 13.10): the plan records it, warns that it is unverified, and
      * keeps no optimizer state on the device */
-    for (int mode = GCKPT_PAR_FSDP; mode <= GCKPT_PAR_ZERO3; mode += GCKPT_PAR_ZERO3 - GCKPT_PAR_FSDP) {
+    static const gckpt_parallel offloaded[] = {GCKPT_PAR_FSDP, GCKPT_PAR_ZERO3};
+    for (int k = 0; k < 2; k++) {
+        gckpt_parallel mode = offloaded[k];
         gckpt_plan_request q = req("llama-3.2-1b", 512);
         q.layout = (gckpt_layout){8, 1, (uint8_t)mode, {0}};
         q.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
@@ -356,6 +358,10 @@ static void parallel_plans(void **state)
             cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "layout"), "offload");
         assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(off, "optimizer")));
         assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(off, "param")));
+        cJSON_Delete(j);
+        j = roundtrip(&p); /* the layout's offload and host_pageable_bytes are in the schema */
+        char why[512];
+        if (!schema_check(schema, j, why, sizeof why)) fail_msg("%s offload: %s", gckpt_parallel_names[mode], why);
         cJSON_Delete(j);
         gckpt_plan_free(&p);
     }

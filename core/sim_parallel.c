@@ -309,6 +309,21 @@ static void z3_release(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
     *g = -1;
 }
 
+/* ZeRO-2 offload_optimizer, the boundary's reduction of a parameter with a slice in the rank's
+ * partition (stage_1_and_2.py copy_grads_in_partition, cpu_offload branch): the slice's fp64
+ * copy for its norm (set_norm_for_param_grad_in_gpu), freed, then its fp32 copy for the D2H
+ * into the pinned fp32 gradient (async_inplace_copy_grad_to_fp32_buffer_from_gpu; none in fp32). */
+static void z2_offload_slice(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+{
+    const gckpt_ctx *c = w->c;
+    uint64_t copy = p->section == GCKPT_SEC_BLOCK ? u - 1 : 0;
+    uint64_t k = gckpt_zero12_slice(&c->params, w->layers, gckpt_layout_world(&c->set.layout), c->set.layout.rank,
+                                    (int)(p - c->params.p), copy);
+    if (!k) return;
+    gckpt_sim_release(s, o, gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, GCKPT_DT_I64, k)); /* 8 B, as fp64 */
+    if (wire_dtype(c) != GCKPT_DT_F32) gckpt_sim_release(s, o, gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, GCKPT_DT_F32, k));
+}
+
 /* The reduce hook (ZeRO-2 and 3): the .grad made in this micro-step copied into the ipg bucket
  * and freed; the bucket reduced into the rank's partition (a collective per parameter:
  * ZeRO-3 reduce-scatters, ZeRO-2 all-reduces the bucket, src = dst = the bucket). */
@@ -330,6 +345,7 @@ static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t
     }
     *gid = GCKPT_NOINST;
     uint8_t dt = wire_dtype(c);
+    if (z2 && w->sync && (c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER)) z2_offload_slice(w, s, o, u, p);
     if (!(e = gckpt_schedule_push(o))) return;
     e->kind = GCKPT_EV_COLLECTIVE;
     e->tensor = p->tensor;
@@ -359,7 +375,7 @@ static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t
 static void z2_partition(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_ctx *c = w->c;
-    if (w->part_made) return;
+    if (w->part_made || !c->z2_numel) return; /* none under offload_optimizer */
     w->part_made = true;
     /* the first micro-step's buffer is the one the step reads (GRADS, freed by zero_grad) */
     int id = gckpt_sim_buffer(s, o, -1, w->first ? GCKPT_C_GRADS : GCKPT_C_PARALLEL, wire_dtype(c), c->z2_numel);

@@ -49,18 +49,13 @@ static bool offload(const char *path, const cJSON *zero, const char *field, uint
 }
 
 /* What DeepSpeed accepts with an offload (FINDINGS 13.10): offload_param only under ZeRO-3
- * (stages 1 and 2 never read it), and offload_optimizer with a DeepSpeed optimizer: the
+ * (stages 1 and 2 never read it), and offload_optimizer (every stage) with a DeepSpeed optimizer: the
  * Trainer hands its torch AdamW over when the config has no "optimizer" section, and
  * deepspeed.initialize then refuses it unless zero_force_ds_cpu_optimizer is false. */
 static bool offload_ok(const char *path, const cJSON *root, const gckpt_ds_config *out, gckpt_err *err)
 {
     if ((out->offload & GCKPT_OFFLOAD_PARAM) && out->mode != GCKPT_PAR_ZERO3) {
         gckpt_seterr(err, "%s: field 'zero_optimization.offload_param': ZeRO-3 only (stage 1 and 2 ignore it)", path);
-        return false;
-    }
-    if ((out->offload & GCKPT_OFFLOAD_OPTIMIZER) && out->mode != GCKPT_PAR_ZERO3) {
-        gckpt_seterr(err, "%s: field 'zero_optimization.offload_optimizer': planned under ZeRO-3 only (stage 1 and 2 "
-                          "offload is read in the source, FINDINGS 13.10, not planned)", path);
         return false;
     }
     const cJSON *opt = item(root, "optimizer"), *force = item(root, "zero_force_ds_cpu_optimizer");

@@ -115,7 +115,7 @@ static const struct {
     {"parallel_offload_unverified", parallel_offload_applies,
      "CPU offload on several GPUs (FSDP2's CPUOffloadPolicy, the ds_config's offload_optimizer / "
      "offload_param) is planned from torch's and DeepSpeed's source (FINDINGS 13.10), not measured: what leaves the device goes to host memory "
-     "(host_pinned_bytes; the CPU optimizer's fp32 master and states in host_pageable_bytes), the PCIe "
+     "(pinned buffers in host_pinned_bytes, the rest, such as the CPU optimizer's states, in host_pageable_bytes), the PCIe "
      "copies are added to the step at the profile's h2d / d2h rates without overlap, and the optimizer step's "
      "time on the CPU is not modelled (the GPU's figure is kept); gckpt-run does not execute it"},
     {"collective_time_unverified", collectives_applies,

@@ -385,6 +385,54 @@ static void test_closed_forms(void **state)
     }
 }
 
+/* The shipped models the offload tests plan on 8 ranks. */
+static const char *const offload_models[] = {"gpt2", "gpt2-xl", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b",
+                                             "mistral-7b-v0.3", "qwen2.5-7b", "qwen3-8b"};
+#define N_OFFLOAD_MODELS (sizeof offload_models / sizeof *offload_models)
+#define OFFLOAD_RANKS 8
+
+static gckpt_device h100(void)
+{
+    gckpt_device dev;
+    gckpt_err err;
+    if (!gckpt_device_load("h100-sxm-80gb", &dev, &err)) fail_msg("%s", err.msg);
+    return dev;
+}
+
+/* check(name, model, device) for each of offload_models. */
+static void each_offload_model(void (*check)(const char *, gckpt_model, gckpt_device))
+{
+    gckpt_device dev = h100();
+    for (size_t i = 0; i < N_OFFLOAD_MODELS; i++) {
+        gckpt_model m;
+        gckpt_err err;
+        if (!gckpt_model_load(offload_models[i], &m, &err)) fail_msg("%s", err.msg);
+        check(offload_models[i], m, dev);
+    }
+}
+
+/* Rank 0's contexts of model m under `mode` on OFFLOAD_RANKS ranks, amp-bf16 AdamW, every
+ * layer checkpointed, seq 512, grad_accum ga: without (off) and with (on) the offload bits;
+ * the setting with them is returned. */
+static gckpt_setting offload_pair(const gckpt_model *m, const gckpt_device *dev, gckpt_parallel mode, uint8_t offload,
+                                  uint64_t ga, gckpt_ctx *off, gckpt_ctx *on)
+{
+    gckpt_err err;
+    gckpt_setting s = {0};
+    s.seq = 512;
+    s.micro_batch = 1;
+    s.grad_accum = ga;
+    s.every_n = 1;
+    s.optimizer = GCKPT_ADAMW;
+    s.precision = GCKPT_AMP_BF16;
+    s.layout = (gckpt_layout){OFFLOAD_RANKS, 1, (uint8_t)mode};
+    gckpt_recipe_build(m, gckpt_parallel_compute_precision(&s), GCKPT_SDPA, &g_r);
+    if (!gckpt_ctx_init(off, m, dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
+    s.layout.offload = offload;
+    if (!gckpt_ctx_init(on, m, dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
+    return s;
+}
+
 /* CPU offload (FINDINGS 13.10). ZeRO-3 with offload_optimizer and offload_param (read in
  * DeepSpeed's stage3.py), per shipped model on 8 ranks, from the parameter count P and the
  * tensors' partitions Q = sum ceil(numel / N) (P / N <= Q <= P / N + T): the device keeps no
@@ -392,68 +440,166 @@ static void test_closed_forms(void **state)
  * persistent parameters; the host keeps 12 Q pageable (fp32 master + two states) and, pinned,
  * the bf16 gradient partitions 2 Q, the sub-groups' fp32 gradients 4 Q and the bf16 parameter
  * partitions of the non-persistent tensors 2 (Q - Qp). */
+static void zero3_fsdp_offload(const char *name, gckpt_model m, gckpt_device dev)
+{
+    const uint64_t N = OFFLOAD_RANKS;
+    static gckpt_ctx on, off;
+    uint64_t P = gckpt_param_count(&m);
+    gckpt_setting s = offload_pair(&m, &dev, GCKPT_PAR_ZERO3, GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM, 1, &off, &on);
+    uint64_t T = 0, Q = 0, Qp = 0, kept = 0, R = dev.alloc_round_bytes;
+    for (int k = 0; k < on.params.n; k++) {
+        const gckpt_param *p = &on.params.p[k];
+        uint64_t part = (p->numel + N - 1) / N;
+        T += p->copies;
+        Q += p->copies * part;
+        if (p->numel < 10 * m.hidden) { /* persistent: its partition and the whole tensor stay */
+            Qp += p->copies * part;
+            kept += p->copies * (gckpt_round_up(2 * part, R) + gckpt_round_up(2 * p->numel, R));
+        }
+    }
+    assert_true(Q >= P / N && Q <= P / N + T);
+    assert_int_equal(on.opt_states, 0);
+    assert_int_equal(on.opt_temp, 0);
+    assert_int_equal(on.weights, kept);
+    assert_int_equal(on.parallel, off.parallel - gckpt_round_up(2 * Q, R)); /* the ipg bucket stays */
+    assert_int_equal(off.opt_states, gckpt_round_up(4 * Q, R) * 3);
+    assert_int_equal(on.host_pageable, 12 * Q);
+    assert_int_equal(on.host_pinned, 2 * Q + 4 * Q + 2 * (Q - Qp));
+    assert_int_equal(off.host_pinned + off.host_pageable, 0);
+    /* FSDP2's CPUOffloadPolicy: the fp32 shards (4 P / N, dim 0 padded) and their
+     * gradients pinned on the host, AdamW's states (8 P / N on the local rows) pageable;
+     * nothing of them on the device */
+    s.layout.mode = GCKPT_PAR_FSDP;
+    s.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
+    gckpt_recipe_build(&m, gckpt_parallel_compute_precision(&s), GCKPT_SDPA, &g_r);
+    static gckpt_ctx fs;
+    gckpt_err err;
+    if (!gckpt_ctx_init(&fs, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
+    uint64_t rowmax = m.vocab > m.intermediate ? m.hidden : m.intermediate; /* elements of a padding row */
+    assert_int_equal(fs.weights + fs.opt_states + fs.opt_temp + fs.grads + fs.step_grads, 0);
+    assert_true(fs.host_pinned >= 8 * P / N && fs.host_pinned <= 8 * P / N + 8 * T * N * rowmax);
+    assert_true(fs.host_pageable >= 8 * P / N - 8 && fs.host_pageable <= 8 * P / N + 8 * T * N * rowmax);
+    print_message("%-16s P %llu: zero3 offload: device persistent %.2f -> %.2f GiB, host pinned %.2f GiB, "
+                  "pageable %.2f GiB per rank of %llu\n", name, (unsigned long long)P,
+                  (off.weights + off.opt_states + off.parallel) / 1073741824.0,
+                  (on.weights + on.opt_states + on.parallel) / 1073741824.0, on.host_pinned / 1073741824.0,
+                  on.host_pageable / 1073741824.0, (unsigned long long)N);
+}
+
 static void test_offload_closed_forms(void **state)
 {
     (void)state;
-    static const char *const models[] = {"gpt2", "gpt2-xl", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b",
-                                         "mistral-7b-v0.3", "qwen2.5-7b", "qwen3-8b"};
-    const uint64_t N = 8;
-    gckpt_device dev;
-    gckpt_err err;
-    if (!gckpt_device_load("h100-sxm-80gb", &dev, &err)) fail_msg("%s", err.msg);
+    each_offload_model(zero3_fsdp_offload);
+}
+
+/* ZeRO-1/2 offload_optimizer (FINDINGS 13.10, read in DeepSpeed's stage_1_and_2.py), per
+ * shipped model on 8 ranks, against closed forms from the parameter table's groups alone
+ * (G_g elements, A_g = ceil(G_g / 2N) 2N, a partition A_g / N): the device loses exactly the
+ * fp32 master partition and the two AdamW states (3 x 4 A_g / N per group) and, under ZeRO-2,
+ * the reduced gradient partition, and gains one model-dtype buffer of the largest parameter;
+ * the host holds, pinned, the fp32 master, its bf16 copy and its fp32 gradient (10 A_g / N)
+ * and a bf16 buffer of the largest parameter, and pageable the two states (8 A_g / N); with
+ * gradient accumulation a pinned bf16 accumulator per parameter of the partition, whole. */
+static void zero12_offload(const char *name, gckpt_model m, gckpt_device dev)
+{
+    const uint64_t N = OFFLOAD_RANKS;
     static gckpt_ctx on, off;
+    static gckpt_profile prof;
+    for (int z = 0; z < 2; z++) {
+        gckpt_parallel mode = z ? GCKPT_PAR_ZERO2 : GCKPT_PAR_ZERO1;
+        offload_pair(&m, &dev, mode, GCKPT_OFFLOAD_OPTIMIZER, 2, &off, &on);
+        uint64_t G[2] = {0, 0}, largest = 0, R = dev.alloc_round_bytes, states = 0, parts = 0, real = 0, maxpart = 0;
+        for (int k = 0; k < on.params.n; k++) {
+            const gckpt_param *p = &on.params.p[k];
+            /* transformers' get_decay_parameter_names: norms and biases without decay */
+            G[p->role == GCKPT_ROLE_NORM_WEIGHT || p->role == GCKPT_ROLE_BIAS] += p->copies * p->numel;
+            if (p->numel > largest) largest = p->numel;
+        }
+        for (int g = 0; g < 2; g++) {
+            if (!G[g]) continue;
+            uint64_t part = (G[g] + 2 * N - 1) / (2 * N) * 2;
+            states += 3 * gckpt_round_up(4 * part, R);
+            parts += part;
+            real += G[g] < part ? G[g] : part; /* rank 0's elements that are not padding */
+            if (part > maxpart) maxpart = part;
+        }
+        assert_int_equal(off.opt_states, states);
+        assert_int_equal(on.opt_states, 0);
+        assert_int_equal(on.weights, off.weights);
+        assert_int_equal(on.parallel, off.parallel + gckpt_round_up(2 * largest, R));
+        assert_int_equal(on.host_pinned, (4 + 2 + 4) * parts + 2 * largest);
+        assert_int_equal(on.host_pageable, 8 * parts);
+        assert_int_equal(off.host_pinned + off.host_pageable, 0);
+        if (mode == GCKPT_PAR_ZERO2) { /* no reduced partition, no step temporaries on the device */
+            assert_true(off.grads > 0 && off.opt_temp > 0);
+            assert_int_equal(on.grads + on.step_grads + on.opt_temp, 0);
+        } else { /* the full .grads as on one GPU; the largest slice's fp64 norm copy */
+            assert_int_equal(on.grads, off.grads);
+            assert_int_equal(on.step_grads, on.grads);
+            assert_true(on.opt_temp > 0 && on.opt_temp <= gckpt_round_up(8 * maxpart, R));
+        }
+        /* the accumulators: every parameter overlapping the partition, whole */
+        uint64_t K = on.z12_offload_numel;
+        assert_true(K >= real && K <= parts + 4 * largest);
+        if (m.layers > 40) continue; /* the walks below: the small models are enough */
+        gckpt_result r_on, r_off, r_one;
+        assert_true(gckpt_profile_build(&on, &prof));
+        gckpt_fast_eval(&on, &prof, 1, false, 2, &r_on);
+        gckpt_fast_eval(&on, &prof, 1, false, 1, &r_one);
+        /* (zero2's result is the busiest rank's, whose partition holds other parameters) */
+        uint64_t acc = r_on.host_pinned_bytes - on.host_pinned;
+        if (mode == GCKPT_PAR_ZERO1) assert_int_equal(acc, 2 * K);
+        assert_true(acc % 2 == 0 && acc >= 2 * (parts - 2 * N) && acc <= 2 * (parts + 4 * largest));
+        assert_int_equal(r_one.host_pinned_bytes, on.host_pinned);
+        assert_int_equal(r_on.host_pageable_bytes, 8 * parts);
+        assert_true(gckpt_profile_build(&off, &prof));
+        gckpt_fast_eval(&off, &prof, 1, false, 2, &r_off);
+        assert_true(r_on.peak_bytes < r_off.peak_bytes);
+        assert_true(r_on.copy_s > r_off.copy_s);
+        print_message("%-16s %s offload_optimizer, rank of 8: device peak %.3f -> %.3f GiB, host pinned %.3f GiB, "
+                      "pageable %.3f GiB (grad_accum 2)\n", name, gckpt_parallel_names[mode],
+                      r_off.peak_bytes / 1073741824.0, r_on.peak_bytes / 1073741824.0,
+                      r_on.host_pinned_bytes / 1073741824.0, r_on.host_pageable_bytes / 1073741824.0);
+    }
+}
+
+static void test_zero12_offload(void **state)
+{
+    (void)state;
+    each_offload_model(zero12_offload);
+}
+
+/* gckpt_zero12_slice (the flat order as a sum) against the partition's closed form: over every
+ * parameter instance, rank r's slices add up to its elements that are not padding,
+ * clamp(G_g - r A_g / N, 0, A_g / N) per group, and over the ranks to every element. */
+static void test_zero12_slices(void **state)
+{
+    (void)state;
+    static const char *const models[] = {"gpt2", "llama-3.2-1b", "qwen3-8b", "gemma-2-2b"};
+    gckpt_err err;
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         gckpt_model m;
         if (!gckpt_model_load(models[i], &m, &err)) fail_msg("%s", err.msg);
-        uint64_t P = gckpt_param_count(&m);
-        gckpt_setting s = {0};
-        s.seq = 512;
-        s.micro_batch = s.grad_accum = 1;
-        s.every_n = 1;
-        s.optimizer = GCKPT_ADAMW;
-        s.precision = GCKPT_AMP_BF16;
-        s.layout = (gckpt_layout){(uint32_t)N, 1, GCKPT_PAR_ZERO3};
-        gckpt_recipe_build(&m, gckpt_parallel_compute_precision(&s), GCKPT_SDPA, &g_r);
-        if (!gckpt_ctx_init(&off, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
-        s.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
-        if (!gckpt_ctx_init(&on, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
-        uint64_t T = 0, Q = 0, Qp = 0, kept = 0, R = dev.alloc_round_bytes;
-        for (int k = 0; k < on.params.n; k++) {
-            const gckpt_param *p = &on.params.p[k];
-            uint64_t part = (p->numel + N - 1) / N;
-            T += p->copies;
-            Q += p->copies * part;
-            if (p->numel < 10 * m.hidden) { /* persistent: its partition and the whole tensor stay */
-                Qp += p->copies * part;
-                kept += p->copies * (gckpt_round_up(2 * part, R) + gckpt_round_up(2 * p->numel, R));
+        for (uint32_t n = 2; n <= 8; n *= 2) {
+            gckpt_setting s = {.precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW};
+            s.layout = (gckpt_layout){n, 1, GCKPT_PAR_ZERO2};
+            gckpt_rank_bytes rb;
+            plan_rank(&m, &s, 0, &rb);
+            uint64_t G[2] = {0, 0}, all = 0;
+            for (int k = 0; k < g_ps.n; k++) G[g_ps.p[k].shard.group] += g_ps.p[k].copies * g_ps.p[k].numel;
+            for (uint32_t r = 0; r < n; r++) {
+                uint64_t got = 0, want = 0;
+                for (int k = 0; k < g_ps.n; k++)
+                    for (uint64_t c = 0; c < g_ps.p[k].copies; c++) got += gckpt_zero12_slice(&g_ps, m.layers, n, r, k, c);
+                for (int g = 0; g < 2; g++) {
+                    uint64_t part = (G[g] + 2 * n - 1) / (2 * n) * 2, lo = r * part;
+                    want += G[g] > lo ? (G[g] - lo < part ? G[g] - lo : part) : 0;
+                }
+                assert_int_equal(got, want);
+                all += got;
             }
+            assert_int_equal(all, G[0] + G[1]);
         }
-        assert_true(Q >= P / N && Q <= P / N + T);
-        assert_int_equal(on.opt_states, 0);
-        assert_int_equal(on.opt_temp, 0);
-        assert_int_equal(on.weights, kept);
-        assert_int_equal(on.parallel, off.parallel - gckpt_round_up(2 * Q, R)); /* the ipg bucket stays */
-        assert_int_equal(off.opt_states, gckpt_round_up(4 * Q, R) * 3);
-        assert_int_equal(on.host_pageable, 12 * Q);
-        assert_int_equal(on.host_pinned, 2 * Q + 4 * Q + 2 * (Q - Qp));
-        assert_int_equal(off.host_pinned + off.host_pageable, 0);
-        /* FSDP2's CPUOffloadPolicy: the fp32 shards (4 P / N, dim 0 padded) and their
-         * gradients pinned on the host, AdamW's states (8 P / N on the local rows) pageable;
-         * nothing of them on the device */
-        s.layout.mode = GCKPT_PAR_FSDP;
-        s.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
-        gckpt_recipe_build(&m, gckpt_parallel_compute_precision(&s), GCKPT_SDPA, &g_r);
-        static gckpt_ctx fs;
-        if (!gckpt_ctx_init(&fs, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
-        uint64_t rowmax = m.vocab > m.intermediate ? m.hidden : m.intermediate; /* elements of a padding row */
-        assert_int_equal(fs.weights + fs.opt_states + fs.opt_temp + fs.grads + fs.step_grads, 0);
-        assert_true(fs.host_pinned >= 8 * P / N && fs.host_pinned <= 8 * P / N + 8 * T * N * rowmax);
-        assert_true(fs.host_pageable >= 8 * P / N - 8 && fs.host_pageable <= 8 * P / N + 8 * T * N * rowmax);
-        print_message("%-16s P %llu: zero3 offload: device persistent %.2f -> %.2f GiB, host pinned %.2f GiB, "
-                      "pageable %.2f GiB per rank of %llu\n", models[i], (unsigned long long)P,
-                      (off.weights + off.opt_states + off.parallel) / 1073741824.0,
-                      (on.weights + on.opt_states + on.parallel) / 1073741824.0, on.host_pinned / 1073741824.0,
-                      on.host_pageable / 1073741824.0, (unsigned long long)N);
     }
 }
 
@@ -463,6 +609,8 @@ int main(void)
         cmocka_unit_test(test_fixtures_exact),
         cmocka_unit_test(test_closed_forms),
         cmocka_unit_test(test_offload_closed_forms),
+        cmocka_unit_test(test_zero12_offload),
+        cmocka_unit_test(test_zero12_slices),
         cmocka_unit_test(test_fixture_peaks),
         cmocka_unit_test(test_zero2_busiest_rank),
         cmocka_unit_test(test_collective_volumes),

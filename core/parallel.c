@@ -38,6 +38,10 @@ uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m, const gckpt_layout
 }
 uint64_t gckpt_ds_max_live(const gckpt_layout *l) { return l->ds.set & GCKPT_DS_MAX_LIVE ? l->ds.max_live : 1000000000ull; }
 uint64_t gckpt_ds_sub_group(const gckpt_layout *l) { return l->ds.set & GCKPT_DS_SUB_GROUP ? l->ds.sub_group : 1000000000ull; }
+uint64_t gckpt_ds_ipg_buckets(const gckpt_layout *l)
+{
+    return l->ds.overlap_comm && (l->mode == GCKPT_PAR_ZERO1 || l->mode == GCKPT_PAR_ZERO2) ? 2 : 1;
+}
 
 bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
 {
@@ -331,13 +335,13 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     case GCKPT_PAR_ZERO2:
         /* ZeRO-2: the ipg bucket, the gradients and the rank's partition are the schedule's events
          * (core/sim_parallel.c) */
-        c->parallel = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg) + 4 + extra;
+        c->parallel = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout)) + 4 + extra;
         /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
         /* + 8 B of scalars (12 B in fp32), FINDINGS 13.5 */
         uint64_t piece[GCKPT_ZERO_NTEMP];
         gckpt_zero12_temp(largest_group, zs, round, piece);
         c->opt_temp = piece[GCKPT_ZERO_TEMP_SLICE] + piece[GCKPT_ZERO_TEMP_F32] + piece[GCKPT_ZERO_TEMP_SCALARS];
-        c->step_released = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg) + 4;
+        c->step_released = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout)) + 4;
         gckpt_zero12_keep keep;
         gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, s->layout.rank, &keep);
         c->step_grads = mode == GCKPT_PAR_ZERO2 ? keep.numel * zs : keep.grad_bytes;

@@ -37,7 +37,7 @@ struct gckpt_wrap {
     uint32_t *grad_gid; /* per unit x recipe tensor: the .grad's schedule id */
     int *gathered;      /* ZeRO-3, per unit x recipe tensor: the parameter's gathered buffer, -1 */
     bool keep;          /* ZeRO-3: gathered parameters stay from their forward to their backward */
-    int ipg;            /* ZeRO-2: the ipg bucket of this backward, -1 */
+    int ipg, ipg2;      /* ZeRO-2: the ipg bucket(s) of this backward (overlap_comm: two), -1 */
     int part;           /* ZeRO-2: a later micro-step's partition buffer, -1 */
     bool part_made;     /* ZeRO-2: the rank's partition got its first gradient in this backward */
     uint32_t pending;   /* ZeRO-2: the .grad the next reduce hook frees (schedule id), and its */
@@ -90,7 +90,7 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
     w->sync = sync;
     w->first = first;
     for (uint64_t u = 0; u < units; u++) w->params[u] = -1;
-    w->ag_out = w->rs_in = w->ipg = w->part = -1;
+    w->ag_out = w->rs_in = w->ipg = w->ipg2 = w->part = -1;
     w->part_made = false;
     w->pending = GCKPT_NOINST;
     w->ag_unit = UINT64_MAX;
@@ -263,8 +263,9 @@ void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
     free_grad(o, w->pending_t, w->pending, w->pending_bytes);
     w->pending = GCKPT_NOINST;
     if (w->ipg >= 0) gckpt_sim_release(s, o, w->ipg);
+    if (w->ipg2 >= 0) gckpt_sim_release(s, o, w->ipg2);
     if (w->part >= 0) gckpt_sim_release(s, o, w->part);
-    w->rs_in = w->part = w->ipg = -1;
+    w->rs_in = w->part = w->ipg = w->ipg2 = -1;
 }
 
 /* ---- ZeRO-3 ----
@@ -334,8 +335,12 @@ static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t
     bool z2 = c->set.layout.mode == GCKPT_PAR_ZERO2;
     gckpt_event *e;
     if (z2) { /* the bucket at the first hook; the previous hook's .grad goes, this one waits */
-        if (w->ipg < 0)
-            w->ipg = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), gckpt_ds_reduce_bucket(c->model, &c->set.layout));
+        if (w->ipg < 0) {
+            uint64_t bucket = gckpt_ds_reduce_bucket(c->model, &c->set.layout);
+            w->ipg = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
+            if (gckpt_ds_ipg_buckets(&c->set.layout) > 1) /* overlap_comm's second bucket */
+                w->ipg2 = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
+        }
         free_grad(o, w->pending_t, w->pending, w->pending_bytes);
         w->pending = *gid;
         w->pending_t = p->tensor;

@@ -67,6 +67,21 @@ static bool offload_ok(const char *path, const cJSON *root, const gckpt_ds_confi
     return true;
 }
 
+/* zero_optimization.overlap_comm: true / false, or absent / null / "auto" (DeepSpeed's default:
+ * true under stage 3, false below, runtime/zero/config.py overlap_comm_valid). Read for stages 1
+ * and 2 (a second ipg bucket); stage 3's was measured at its default. */
+static bool overlap(const char *path, const cJSON *zero, gckpt_ds_config *out, gckpt_err *err)
+{
+    const cJSON *it = item(zero, "overlap_comm");
+    if (!it || cJSON_IsNull(it) || (cJSON_IsString(it) && !strcmp(it->valuestring, "auto"))) return true;
+    if (!cJSON_IsBool(it)) {
+        gckpt_seterr(err, "%s: field 'zero_optimization.overlap_comm' must be true, false or \"auto\"", path);
+        return false;
+    }
+    out->limits.overlap_comm = cJSON_IsTrue(it) && out->mode != GCKPT_PAR_ZERO3;
+    return true;
+}
+
 static bool read_root(const char *path, const cJSON *root, gckpt_ds_config *out, gckpt_err *err)
 {
     if (!cJSON_IsObject(root)) {
@@ -89,7 +104,7 @@ static bool read_root(const char *path, const cJSON *root, gckpt_ds_config *out,
         !limit(path, zero, "sub_group_size", 1, GCKPT_DS_SUB_GROUP, &l->sub_group, l, err) ||
         !offload(path, zero, "offload_optimizer", GCKPT_OFFLOAD_OPTIMIZER, &out->offload, err) ||
         !offload(path, zero, "offload_param", GCKPT_OFFLOAD_PARAM, &out->offload, err) ||
-        !offload_ok(path, root, out, err))
+        !offload_ok(path, root, out, err) || !overlap(path, zero, out, err))
         return false;
     const cJSON *fp16 = item(item(root, "fp16"), "enabled");
     if (cJSON_IsTrue(fp16)) {

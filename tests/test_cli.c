@@ -67,6 +67,7 @@ static void bad_inputs(void **state)
     /* CPU offload (FINDINGS 13.10): what DeepSpeed itself refuses or ignores, and what is not modelled */
     cli_write("ds-off-z2.json", "{\"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 2, "
               "\"offload_optimizer\": {\"device\": \"cpu\"}}}");
+    cli_write("ds-overlap-bad.json", "{\"zero_optimization\": {\"stage\": 2, \"overlap_comm\": \"yes\"}}");
     cli_write("ds-off-param-z1.json", "{\"zero_optimization\": {\"stage\": 1, \"offload_param\": {\"device\": \"cpu\"}}}");
     cli_write("ds-off-noopt.json", "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}}}");
     cli_write("ds-off-unpinned.json", "{\"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 3, "
@@ -180,6 +181,7 @@ static void bad_inputs(void **state)
         {"deepspeed offload without a ds optimizer", A("--gpus", "2", "--deepspeed", "./ds-off-noopt.json", "-o", "out.json"), "field 'optimizer' is missing"},
         {"deepspeed offload unpinned", A("--gpus", "2", "--deepspeed", "./ds-off-unpinned.json", "-o", "out.json"), "'zero_optimization.offload_optimizer.pin_memory'"},
         {"deepspeed offload not an object", A("--gpus", "2", "--deepspeed", "./ds-off-notobj.json", "-o", "out.json"), "'zero_optimization.offload_param.device'"},
+        {"deepspeed overlap_comm junk", A("--gpus", "2", "--deepspeed", "./ds-overlap-bad.json", "-o", "out.json"), "'zero_optimization.overlap_comm'"},
         {"deepspeed fp16", A("--gpus", "2", "--deepspeed", "./ds-fp16.json", "-o", "out.json"), "fp16.enabled"},
         {"deepspeed bf16 off, amp-bf16 asked", A("--gpus", "2", "--deepspeed", "./ds-nobf16.json", "-o", "out.json"), "--precision fp32"},
         {"deepspeed stage against --parallel", A("--gpus", "2", "--parallel", "zero2", "--deepspeed", "./ds-z3.json", "-o", "out.json"), "contradicts --deepspeed"},

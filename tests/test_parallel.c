@@ -122,6 +122,7 @@ static void read_fixture(const char *path, dist_fixture *f)
     s->layout.mode = (uint8_t)pm;
     s->layout.fsdp_keep_gathered = !strcmp(f->variant, "nrf");
     s->layout.rank = (uint32_t)rank;
+    s->layout.ds.overlap_comm = !strcmp(f->variant, "overlap"); /* zero_optimization.overlap_comm true */
     if (!strcmp(f->variant, "tight")) { /* stage3_max_live_parameters (and reuse distance, prefetch) 0 */
         s->layout.ds.set |= GCKPT_DS_MAX_LIVE;
         s->layout.ds.max_live = 0;
@@ -243,12 +244,14 @@ static void test_fixture_peaks(void **state)
         bool derived = (mode == GCKPT_PAR_DDP && ck) || mode == GCKPT_PAR_ZERO1;
         double tol = derived ? (f.s.precision == GCKPT_FP32 || mode == GCKPT_PAR_DDP ? 0.001 : 0.005)
                              : 0.01;
+        /* overlap_comm's second ipg bucket (ZeRO-2 `overlap` variant): -0.27 % without it */
+        if (!strcmp(f.variant, "overlap")) tol = 0.0005;
         print_message("%-52.52s %10.0f %10.0f %+7.2f%%  %s\n", name, f.peak, planned, 100 * err_rel, f.where);
         if (fabs(err_rel) > worst[mode][ck]) worst[mode][ck] = fabs(err_rel);
         count[mode][ck]++;
         n++;
         if (fabs(err_rel) > tol) {
-            print_message("  ^ beyond %.1f %%\n", 100 * tol);
+            print_message("  ^ beyond %.2f %%\n", 100 * tol);
             bad++;
         }
     }

@@ -315,6 +315,33 @@ static void parallel_plans(void **state)
             gckpt_plan_free(&p);
         }
     assert_int_equal(weights[GCKPT_PAR_DDP][0], weights[GCKPT_PAR_DDP][1]);
+    /* ZeRO-2 with overlap_comm: the plan records it (schema), the reader gets it back, and the
+     * first micro-step's backward holds a second bucket of reduce_bucket_size bf16 elements */
+    {
+        uint64_t peak[2];
+        for (int ov = 0; ov < 2; ov++) {
+            gckpt_plan_request q = req("llama-3.2-1b", 512);
+            q.layout = (gckpt_layout){8, 1, GCKPT_PAR_ZERO2, {0}};
+            q.layout.ds.overlap_comm = ov;
+            gckpt_plan p;
+            gckpt_err err;
+            if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s", err.msg);
+            cJSON *j = roundtrip(&p);
+            char why[512];
+            if (!schema_check(schema, j, why, sizeof why)) fail_msg("zero2 overlap_comm %d: %s", ov, why);
+            char *text = cJSON_Print(j);
+            cJSON_Delete(j);
+            gckpt_plan_file pf;
+            if (!gckpt_plan_parse("plan.json", text, &pf, &err)) fail_msg("%s", err.msg);
+            assert_int_equal(pf.layout.ds.overlap_comm, ov);
+            assert_int_equal(gckpt_ds_ipg_buckets(&pf.layout), ov ? 2 : 1);
+            gckpt_plan_file_free(&pf);
+            free(text);
+            peak[ov] = p.entries[0].r.peak_bytes;
+            gckpt_plan_free(&p);
+        }
+        assert_true(peak[1] >= peak[0] && peak[1] <= peak[0] + 2 * 2048 * 2048);
+    }
     /* DeepSpeed's limits: "auto" as the Trainer resolves it (hidden 2048), or a ds_config's */
     for (int set = 0; set < 2; set++) {
         gckpt_plan_request q = req("llama-3.2-1b", 512);

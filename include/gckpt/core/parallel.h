@@ -51,6 +51,10 @@ uint64_t gckpt_ds_reduce_bucket(const gckpt_model *m, const gckpt_layout *l);   
 uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m, const gckpt_layout *l); /* 10 x hidden */
 uint64_t gckpt_ds_max_live(const gckpt_layout *l);  /* stage3_max_live_parameters: 1e9 */
 uint64_t gckpt_ds_sub_group(const gckpt_layout *l); /* sub_group_size: 1e9 */
+/* ZeRO-1/2's ipg buckets, each reduce_bucket_size elements of the model dtype, allocated
+ * together at a backward's first reduce hook (stage_1_and_2.py setup_buckets): two with
+ * overlap_comm (double buffering), else one. */
+uint64_t gckpt_ds_ipg_buckets(const gckpt_layout *l);
 
 /* Whether setting s can be planned per rank (one line in err when not): a mode with more
  * than one GPU, full fine-tuning with AdamW under fp32 or amp-bf16 (what FINDINGS 13

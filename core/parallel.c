@@ -73,6 +73,15 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
     return true;
 }
 
+bool gckpt_layout_model_check(const gckpt_model *m, const gckpt_layout *l, gckpt_err *err)
+{
+    if (!m->tied || (l->mode != GCKPT_PAR_FSDP && l->mode != GCKPT_PAR_ZERO3)) return true;
+    gckpt_seterr(err, "--parallel %s: a model whose head is tied to its embedding (tie_word_embeddings) is not planned "
+                      "per rank under %s (measured off by up to 2.7 %%, FINDINGS 13.11); ddp, zero1 or zero2 are",
+                 gckpt_parallel_names[l->mode], l->mode == GCKPT_PAR_FSDP ? "FSDP2" : "ZeRO-3");
+    return false;
+}
+
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
 {
     bool wraps = s->layout.mode != GCKPT_PAR_NONE && s->layout.mode != GCKPT_PAR_DDP;
@@ -126,12 +135,16 @@ uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r)
     return p->numel > lo ? (p->numel - lo < p->shard.part ? p->numel - lo : p->shard.part) : 0;
 }
 
-/* The model's buffers: rotary inv_freq and original_inv_freq, fp32 [head_dim / 2] each
- * (GPT-2 has none that the Trainer keeps on the device: unverified, FINDINGS 13 measured llama
- * and qwen3). */
+/* The model's buffers, fp32 in every mode (FINDINGS 13.3; read in transformers 5.24's
+ * modeling_*.py, every nn.Buffer): each rotary table's inv_freq and original_inv_freq
+ * [rotary_dim / 2] (gemma3_text: one pair per layer type, Gemma3RotaryEmbedding; phi3 and
+ * gpt_neox: the partial rotary's dims), the gemma family's embed_scale (a 0-d tensor); GPT-2
+ * has none. */
 static uint64_t model_buffers(const gckpt_model *m, uint64_t round)
 {
-    return m->family == GCKPT_FAMILY_LLAMA ? 2 * gckpt_round_up(4 * (m->head_dim / 2), round) : 0;
+    if (m->family == GCKPT_FAMILY_GPT2) return 0;
+    uint64_t rope = 2 * (uint64_t)m->rope_tables * gckpt_round_up(4 * (m->rotary_dim / 2), round);
+    return rope + (m->family == GCKPT_FAMILY_GEMMA ? gckpt_round_up(4, round) : 0);
 }
 
 void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,

@@ -131,16 +131,25 @@ static void read_fixture(const char *path, dist_fixture *f)
 }
 
 typedef struct {
-    int compared, exact, gloo;
+    int compared, exact, gloo, refused;
 } tally;
 
 /* One fixture: false when it differs (printed). */
+/* A fixture of a setting the planner refuses (gckpt_layout_model_check: FSDP2 / ZeRO-3 with a
+ * tied head): kept as the evidence for the refusal, compared by test_refused only. */
+static bool refused(const dist_fixture *f)
+{
+    gckpt_err err;
+    return !gckpt_layout_model_check(&f->m, &f->s.layout, &err);
+}
+
 static bool check_fixture(const char *path, tally *t)
 {
     dist_fixture f;
     read_fixture(path, &f);
-    if (!f.fake) {
-        t->gloo++;
+    if (!f.fake || refused(&f)) {
+        t->gloo += !f.fake;
+        t->refused += f.fake;
         return true;
     }
     gckpt_rank_bytes b;
@@ -172,8 +181,8 @@ static void test_fixtures_exact(void **state)
         bad += !check_fixture(path, &t);
     }
     closedir(d);
-    print_message("per-rank persistent bytes (step 2's start and end): %d/%d fixtures exact (%d gloo twins not "
-                  "compared)\n", t.exact, t.compared, t.gloo);
+    print_message("per-rank persistent bytes (step 2's start and end): %d/%d fixtures exact (%d gloo twins, %d of "
+                  "refused settings not compared)\n", t.exact, t.compared, t.gloo, t.refused);
     assert_true(t.compared >= 150);
     assert_int_equal(bad, 0);
 }
@@ -212,7 +221,7 @@ static bool next_fake_fixture(DIR *d, dist_fixture *f, const char **name)
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", GCKPT_TEST_DATA "/hf-dist", e->d_name);
         read_fixture(path, f);
-        if (!f->fake) continue;
+        if (!f->fake || refused(f)) continue;
         *name = e->d_name;
         return true;
     }
@@ -290,6 +299,49 @@ static void test_collective_volumes(void **state)
     closedir(d);
     print_message("collective bytes of step 2: %d fixtures equal\n", n);
     assert_true(n >= 90);
+}
+
+/* The refused settings (gckpt_layout_model_check: FSDP2 / ZeRO-3 with a tied head) against
+ * their fixtures: planned as if allowed, some rank is off by more than the issue's 1 % (what
+ * the refusal rests on), and the untied twins of the same models stay within it
+ * (test_fixture_peaks). */
+static void test_refused(void **state)
+{
+    (void)state;
+    gckpt_device dev;
+    DIR *d = open_fixtures(&dev);
+    struct dirent *e;
+    int n = 0;
+    double worst = 0;
+    while ((e = readdir(d))) {
+        size_t k = strlen(e->d_name);
+        if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", GCKPT_TEST_DATA "/hf-dist", e->d_name);
+        dist_fixture f;
+        read_fixture(path, &f);
+        if (!f.fake || !refused(&f)) continue;
+        gckpt_result res;
+        planned_step(&f, &dev, &res);
+        double rel = ((double)res.peak_bytes - f.peak) / f.peak;
+        print_message("refused %-44s measured %10.0f, planned if allowed %10llu (%+.2f %%)\n", e->d_name, f.peak,
+                      (unsigned long long)res.peak_bytes, 100 * rel);
+        if (fabs(rel) > worst) worst = fabs(rel);
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 6);
+    assert_true(worst > 0.01);
+    /* the planner says so, one line: a shipped tied model (Llama-3.2-1B) under FSDP2 */
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_load("llama-3.2-1b", &m, &err)) fail_msg("%s", err.msg);
+    assert_true(m.tied);
+    gckpt_layout l = {8, 1, GCKPT_PAR_FSDP};
+    assert_false(gckpt_layout_model_check(&m, &l, &err));
+    assert_non_null(strstr(err.msg, "tie_word_embeddings"));
+    l.mode = GCKPT_PAR_ZERO2;
+    assert_true(gckpt_layout_model_check(&m, &l, &err));
 }
 
 /* A plan's figure (the fast evaluator, rank 0's setting) is the busiest rank's: under ZeRO-2 the
@@ -617,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_fixture_peaks),
         cmocka_unit_test(test_zero2_busiest_rank),
         cmocka_unit_test(test_collective_volumes),
+        cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,6 +82,48 @@ static bool overlap(const char *path, const cJSON *zero, gckpt_ds_config *out, g
     return true;
 }
 
+/* Settings that change a rank's memory in ways not planned (read in deepspeed 0.19.8's
+ * runtime/zero/config.py, offload_config.py and runtime/config.py): only their DeepSpeed
+ * default is accepted; anything else is refused naming the field. */
+typedef struct {
+    const char *section, *field; /* the field in section (NULL: zero_optimization) */
+    int want;                    /* accepted: absent, or this JSON boolean (0/1); -1 absent or 1
+                                  * (a number); -2 absent or null */
+    const char *what;
+} ds_unplanned;
+
+static bool unplanned_ok(const char *path, const cJSON *root, const cJSON *zero, gckpt_err *err)
+{
+    static const ds_unplanned rules[] = {
+        {NULL, "zero_hpz_partition_size", -1, "ZeRO++'s hierarchical partitioning keeps a secondary copy"},
+        {NULL, "zero_quantized_weights", 0, "ZeRO++'s quantized weights"},
+        {NULL, "zero_quantized_nontrainable_weights", 0, "ZeRO++'s quantized weights"},
+        {NULL, "zero_quantized_gradients", 0, "ZeRO++'s quantized gradients"},
+        {NULL, "contiguous_gradients", 1, "the gradients' buffers were measured contiguous"},
+        {NULL, "round_robin_gradients", 0, "the flat groups were measured in module order"},
+        {"data_types", "grad_accum_dtype", -2, "gradients accumulate in the model dtype here"},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof *rules; i++) {
+        const ds_unplanned *u = &rules[i];
+        const cJSON *sec = u->section ? item(root, u->section) : zero, *it = cJSON_IsObject(sec) ? item(sec, u->field) : NULL;
+        bool ok = !it || (u->want >= 0 && cJSON_IsBool(it) && cJSON_IsTrue(it) == (u->want == 1)) ||
+                  (u->want == -1 && cJSON_IsNumber(it) && it->valuedouble == 1) || (u->want == -2 && cJSON_IsNull(it));
+        if (ok) continue;
+        gckpt_seterr(err, "%s: field '%s.%s' is not planned (%s); %s", path, u->section ? u->section : "zero_optimization",
+                     u->field, u->what,
+                     u->want == -1 ? "leave it absent or 1" : u->want == -2 ? "leave it absent" :
+                     u->want ? "leave it absent or true" : "leave it absent or false");
+        return false;
+    }
+    const cJSON *ratio = item(item(zero, "offload_optimizer"), "ratio");
+    if (ratio && !(cJSON_IsNumber(ratio) && ratio->valuedouble == 1)) {
+        gckpt_seterr(err, "%s: field 'zero_optimization.offload_optimizer.ratio' is not planned (partial offload); "
+                          "leave it absent or 1", path);
+        return false;
+    }
+    return true;
+}
+
 static bool read_root(const char *path, const cJSON *root, gckpt_ds_config *out, gckpt_err *err)
 {
     if (!cJSON_IsObject(root)) {
@@ -104,7 +146,7 @@ static bool read_root(const char *path, const cJSON *root, gckpt_ds_config *out,
         !limit(path, zero, "sub_group_size", 1, GCKPT_DS_SUB_GROUP, &l->sub_group, l, err) ||
         !offload(path, zero, "offload_optimizer", GCKPT_OFFLOAD_OPTIMIZER, &out->offload, err) ||
         !offload(path, zero, "offload_param", GCKPT_OFFLOAD_PARAM, &out->offload, err) ||
-        !offload_ok(path, root, out, err) || !overlap(path, zero, out, err))
+        !offload_ok(path, root, out, err) || !overlap(path, zero, out, err) || !unplanned_ok(path, root, zero, err))
         return false;
     const cJSON *fp16 = item(item(root, "fp16"), "enabled");
     if (cJSON_IsTrue(fp16)) {

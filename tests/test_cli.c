@@ -67,6 +67,12 @@ static void bad_inputs(void **state)
     /* CPU offload (FINDINGS 13.10): what DeepSpeed itself refuses or ignores, and what is not modelled */
     cli_write("ds-off-z2.json", "{\"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 2, "
               "\"offload_optimizer\": {\"device\": \"cpu\"}}}");
+    cli_write("ds-hpz.json", "{\"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 8}}");
+    cli_write("ds-qgrad.json", "{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_gradients\": true}}");
+    cli_write("ds-noncontig.json", "{\"zero_optimization\": {\"stage\": 2, \"contiguous_gradients\": false}}");
+    cli_write("ds-accum32.json", "{\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, \"zero_optimization\": {\"stage\": 1}}");
+    cli_write("ds-ratio.json", "{\"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 3, "
+              "\"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}}}");
     cli_write("ds-overlap-bad.json", "{\"zero_optimization\": {\"stage\": 2, \"overlap_comm\": \"yes\"}}");
     cli_write("ds-off-param-z1.json", "{\"zero_optimization\": {\"stage\": 1, \"offload_param\": {\"device\": \"cpu\"}}}");
     cli_write("ds-off-noopt.json", "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}}}");
@@ -182,6 +188,11 @@ static void bad_inputs(void **state)
         {"deepspeed offload unpinned", A("--gpus", "2", "--deepspeed", "./ds-off-unpinned.json", "-o", "out.json"), "'zero_optimization.offload_optimizer.pin_memory'"},
         {"deepspeed offload not an object", A("--gpus", "2", "--deepspeed", "./ds-off-notobj.json", "-o", "out.json"), "'zero_optimization.offload_param.device'"},
         {"deepspeed overlap_comm junk", A("--gpus", "2", "--deepspeed", "./ds-overlap-bad.json", "-o", "out.json"), "'zero_optimization.overlap_comm'"},
+        {"deepspeed ZeRO++ hpZ", A("--gpus", "2", "--deepspeed", "./ds-hpz.json", "-o", "out.json"), "'zero_optimization.zero_hpz_partition_size'"},
+        {"deepspeed ZeRO++ qgZ", A("--gpus", "2", "--deepspeed", "./ds-qgrad.json", "-o", "out.json"), "'zero_optimization.zero_quantized_gradients'"},
+        {"deepspeed non-contiguous gradients", A("--gpus", "2", "--deepspeed", "./ds-noncontig.json", "-o", "out.json"), "'zero_optimization.contiguous_gradients'"},
+        {"deepspeed fp32 accumulation", A("--gpus", "2", "--deepspeed", "./ds-accum32.json", "-o", "out.json"), "'data_types.grad_accum_dtype'"},
+        {"deepspeed partial offload", A("--gpus", "2", "--deepspeed", "./ds-ratio.json", "-o", "out.json"), "'zero_optimization.offload_optimizer.ratio'"},
         {"deepspeed fp16", A("--gpus", "2", "--deepspeed", "./ds-fp16.json", "-o", "out.json"), "fp16.enabled"},
         {"deepspeed bf16 off, amp-bf16 asked", A("--gpus", "2", "--deepspeed", "./ds-nobf16.json", "-o", "out.json"), "--precision fp32"},
         {"deepspeed stage against --parallel", A("--gpus", "2", "--parallel", "zero2", "--deepspeed", "./ds-z3.json", "-o", "out.json"), "contradicts --deepspeed"},

@@ -371,6 +371,9 @@ void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, siz
     const char *micro = r->peak_micro == GCKPT_MICRO_LATER ? ", later micro-step (gradients exist)" : "";
     if (r->peak_phase == GCKPT_PH_OPTIMIZER)
         snprintf(buf, n, "optimizer step (states + gradients + step temporaries)");
+    else if (r->peak_phase == GCKPT_PH_LOSS && r->peak_tensor < 0 && p->req.layout.mode == GCKPT_PAR_DDP)
+        snprintf(buf, n, "%s, %s%s: DDP's _DDPSink clones the fp32 logits (find_unused_parameters)",
+                 gckpt_phase_names[r->peak_phase], loc, micro);
     else if (r->peak_tensor >= 0) {
         tensor_role(p, r, role, sizeof role);
         snprintf(buf, n, "%s, %s%s: %s", gckpt_phase_names[r->peak_phase], loc, micro, role);

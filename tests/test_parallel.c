@@ -232,14 +232,16 @@ static bool next_fake_fixture(DIR *d, dist_fixture *f, const char **name)
  * ZeRO-1, where FINDINGS 13.6 derives the peak exactly (one GPU's + the buckets / the rank's
  * persistent bytes + the ipg bucket), within the single-GPU planner's tolerance
  * (test_hf_fixtures: 0.1 % amp and fp32, 0.5 % bf16). FSDP2, ZeRO-2 and ZeRO-3, whose working
- * set is the schedule's events (core/sim_parallel.c), and DDP without checkpointing (_DDPSink's
- * clones of the outputs not modelled: 0.01 %) within the issue's 1 %; the table is printed. */
+ * set is the schedule's events (core/sim_parallel.c), and DDP without checkpointing within the
+ * issue's 1 % (its peak at _DDPSink's clones, the fp32 logits twice over the state after the
+ * forward: within 8 B where the rule covers it; gemma3_text's DDP keeps 24,580 B more after the
+ * forward, not decomposed); the table is printed. */
 static void test_fixture_peaks(void **state)
 {
     (void)state;
     gckpt_device dev;
     DIR *d = open_fixtures(&dev);
-    int n = 0, bad = 0;
+    int n = 0, bad = 0, sink_exact = 0;
     double worst[GCKPT_NPAR][2] = {{0}}; /* per mode: max |error|, [1] checkpointed */
     int count[GCKPT_NPAR][2] = {{0}};
     print_message("%-52s %10s %10s %8s  %s\n", "fixture (fake group)", "measured", "planned", "error", "measured peak at");
@@ -257,6 +259,8 @@ static void test_fixture_peaks(void **state)
         if (!strcmp(f.variant, "overlap")) tol = 0.0005;
         print_message("%-52.52s %10.0f %10.0f %+7.2f%%  %s\n", name, f.peak, planned, 100 * err_rel, f.where);
         if (fabs(err_rel) > worst[mode][ck]) worst[mode][ck] = fabs(err_rel);
+        /* _DDPSink's clones at the forward's end (every_n off): -520 B on each before */
+        sink_exact += mode == GCKPT_PAR_DDP && !ck && fabs(planned - f.peak) <= 8;
         count[mode][ck]++;
         n++;
         if (fabs(err_rel) > tol) {
@@ -271,6 +275,8 @@ static void test_fixture_peaks(void **state)
                 print_message("%-6s %-16s %3d fixtures, max |error| %.2f %%\n", gckpt_parallel_names[m],
                               ck ? "checkpointed" : "no checkpointing", count[m][ck], 100 * worst[m][ck]);
     assert_true(n >= 70);
+    print_message("ddp without checkpointing: %d fixtures within 8 B (the peak at _DDPSink's clones)\n", sink_exact);
+    assert_true(sink_exact >= 14);
     assert_int_equal(bad, 0);
 }
 

@@ -38,6 +38,10 @@ uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m, const gckpt_layout
 }
 uint64_t gckpt_ds_max_live(const gckpt_layout *l) { return l->ds.set & GCKPT_DS_MAX_LIVE ? l->ds.max_live : 1000000000ull; }
 uint64_t gckpt_ds_sub_group(const gckpt_layout *l) { return l->ds.set & GCKPT_DS_SUB_GROUP ? l->ds.sub_group : 1000000000ull; }
+uint64_t gckpt_ds_ipg_buckets(const gckpt_layout *l)
+{
+    return l->ds.overlap_comm && (l->mode == GCKPT_PAR_ZERO1 || l->mode == GCKPT_PAR_ZERO2) ? 2 : 1;
+}
 
 bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
 {
@@ -67,6 +71,15 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
         return false;
     }
     return true;
+}
+
+bool gckpt_layout_model_check(const gckpt_model *m, const gckpt_layout *l, gckpt_err *err)
+{
+    if (!m->tied || (l->mode != GCKPT_PAR_FSDP && l->mode != GCKPT_PAR_ZERO3)) return true;
+    gckpt_seterr(err, "--parallel %s: a model whose head is tied to its embedding (tie_word_embeddings) is not planned "
+                      "per rank under %s (measured off by up to 2.7 %%, FINDINGS 13.11); ddp, zero1 or zero2 are",
+                 gckpt_parallel_names[l->mode], l->mode == GCKPT_PAR_FSDP ? "FSDP2" : "ZeRO-3");
+    return false;
 }
 
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
@@ -122,12 +135,16 @@ uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r)
     return p->numel > lo ? (p->numel - lo < p->shard.part ? p->numel - lo : p->shard.part) : 0;
 }
 
-/* The model's buffers: rotary inv_freq and original_inv_freq, fp32 [head_dim / 2] each
- * (GPT-2 has none that the Trainer keeps on the device: unverified, FINDINGS 13 measured llama
- * and qwen3). */
+/* The model's buffers, fp32 in every mode (FINDINGS 13.3; read in transformers 5.24's
+ * modeling_*.py, every nn.Buffer): each rotary table's inv_freq and original_inv_freq
+ * [rotary_dim / 2] (gemma3_text: one pair per layer type, Gemma3RotaryEmbedding; phi3 and
+ * gpt_neox: the partial rotary's dims), the gemma family's embed_scale (a 0-d tensor); GPT-2
+ * has none. */
 static uint64_t model_buffers(const gckpt_model *m, uint64_t round)
 {
-    return m->family == GCKPT_FAMILY_LLAMA ? 2 * gckpt_round_up(4 * (m->head_dim / 2), round) : 0;
+    if (m->family == GCKPT_FAMILY_GPT2) return 0;
+    uint64_t rope = 2 * (uint64_t)m->rope_tables * gckpt_round_up(4 * (m->rotary_dim / 2), round);
+    return rope + (m->family == GCKPT_FAMILY_GEMMA ? gckpt_round_up(4, round) : 0);
 }
 
 void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
@@ -236,6 +253,42 @@ static void zero3_offload(gckpt_ctx *c, const gckpt_rank_bytes *rb, uint64_t ipg
     }
 }
 
+/* ZeRO-1/2's offload_optimizer (FINDINGS 13.10, read in deepspeed's stage_1_and_2.py,
+ * DeepSpeedZeroOptimizer, not measured). Host, pinned: per group the fp32 master partition
+ * (__init__: weights_partition), its model-dtype copy (param_buffer_of_bit16_for_cpu_offload_groups)
+ * and its fp32 gradient (initialize_optimizer_states), and temp_grad_buffer_for_cpu_offload (the
+ * largest parameter, model dtype); pageable: DeepSpeedCPUAdam's two fp32 states. Device: the
+ * model-dtype weights stay; no master, states or step temporaries (the step runs on the CPU);
+ * temp_grad_buffer_for_gpu_offload (the largest parameter, model dtype) persists; the reduced
+ * gradients of the partition go to the host (copy_grads_in_partition's cpu_offload branch:
+ * no grads_in_partition buffer), each slice's fp64 norm copy made on the device first
+ * (set_norm_for_param_grad_in_gpu). ZeRO-2 reduces in its backward hooks (the transients are
+ * events, core/sim_parallel.c); ZeRO-1 reduces at the boundary's end of the backward with every
+ * .grad and the ipg bucket live: its transient is taken there, as the step's. */
+static void zero12_offload(gckpt_ctx *c, const gckpt_zero_group zg[2], const gckpt_zero12_keep *keep, uint64_t zs,
+                           uint64_t round)
+{
+    const gckpt_params *ps = &c->params;
+    uint64_t largest = 0, part = 0;
+    for (int i = 0; i < ps->n; i++)
+        if (ps->p[i].numel > largest) largest = ps->p[i].numel;
+    for (int g = 0; g < 2; g++) part += zg[g].part;
+    c->host_pinned += (4 + zs + 4) * part + zs * largest;
+    c->host_pageable += 2 * 4 * part;
+    c->opt_states = 0;
+    c->parallel += gckpt_round_up(zs * largest, round);
+    c->z12_offload_numel = keep->numel;
+    if (c->set.layout.mode == GCKPT_PAR_ZERO2) {
+        c->opt_temp = 0;
+        c->grads = c->step_grads = 0;
+        c->z2_numel = 0;
+    } else { /* every .grad and the bucket live at the reduction; the largest slice's fp64 copy */
+        c->step_grads = c->grads;
+        c->step_released = 0;
+        c->opt_temp = gckpt_round_up(8 * keep->max_slice, round);
+    }
+}
+
 /* FSDP2's CPUOffloadPolicy (FINDINGS 13.10, read in torch's _fully_shard, not measured): the
  * fp32 sharded parameters and gradients in pinned host memory (FSDPParam._init_sharded_param,
  * foreach_reduce), AdamW's states and its step on the CPU (pageable: zeros_like of a CPU
@@ -295,13 +348,13 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     case GCKPT_PAR_ZERO2:
         /* ZeRO-2: the ipg bucket, the gradients and the rank's partition are the schedule's events
          * (core/sim_parallel.c) */
-        c->parallel = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg) + 4 + extra;
+        c->parallel = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout)) + 4 + extra;
         /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
         /* + 8 B of scalars (12 B in fp32), FINDINGS 13.5 */
         uint64_t piece[GCKPT_ZERO_NTEMP];
         gckpt_zero12_temp(largest_group, zs, round, piece);
         c->opt_temp = piece[GCKPT_ZERO_TEMP_SLICE] + piece[GCKPT_ZERO_TEMP_F32] + piece[GCKPT_ZERO_TEMP_SCALARS];
-        c->step_released = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg) + 4;
+        c->step_released = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout)) + 4;
         gckpt_zero12_keep keep;
         gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, s->layout.rank, &keep);
         c->step_grads = mode == GCKPT_PAR_ZERO2 ? keep.numel * zs : keep.grad_bytes;
@@ -311,6 +364,11 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         if (mode == GCKPT_PAR_ZERO2) { /* no full .grad reaches the step: one buffer of the partition */
             c->z2_numel = c->step_grads / zs;
             c->grads = c->step_grads = gckpt_round_up(c->step_grads, round);
+        }
+        if (s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER) {
+            gckpt_zero_group zg[2];
+            gckpt_zero12_groups(ps, s, round, zg);
+            zero12_offload(c, zg, &keep, zs, round);
         }
         break;
     case GCKPT_PAR_ZERO3:
@@ -399,6 +457,7 @@ void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *
     double n = gckpt_layout_world(l);
     double bw = (l->nodes > 1) ? c->dev->inter_node_bus_bytes_per_s : c->dev->intra_node_bus_bytes_per_s;
     gckpt_comm_volume v;
+    gckpt_parallel_offload_host(c, grad_accum, res);
     gckpt_parallel_volume(c, grad_accum, &v);
     if (res->coll_seen) { /* the schedule's collectives (FSDP2, ZeRO-2/3): its re-gathers included */
         v.gather_fwd = res->coll_gather_fwd;
@@ -418,6 +477,12 @@ void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *
     res->step_s += exposed + gckpt_parallel_offload_seconds(c, grad_accum, &v, res);
 }
 
+void gckpt_parallel_offload_host(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
+{
+    uint64_t zs = c->set.precision == GCKPT_FP32 ? 4 : 2;
+    if (grad_accum > 1) res->host_pinned_bytes += zs * c->z12_offload_numel;
+}
+
 double gckpt_parallel_offload_seconds(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v,
                                       gckpt_result *res)
 {
@@ -429,6 +494,17 @@ double gckpt_parallel_offload_seconds(const gckpt_ctx *c, uint64_t grad_accum, c
     if (l->mode == GCKPT_PAR_FSDP) { /* fp32 shards H2D before each all-gather, the gradients D2H once */
         h2d = (v->gather_fwd + v->gather_bwd) / n / zs * 4;
         d2h = 4 * q;
+    } else if (l->mode == GCKPT_PAR_ZERO1 || l->mode == GCKPT_PAR_ZERO2) {
+        gckpt_zero_group zg[2];
+        gckpt_zero12_groups(&c->params, &c->set, 1, zg);
+        double part = (double)(zg[0].part + zg[1].part), acc = zs * (double)c->z12_offload_numel;
+        d2h = 4 * part; /* the boundary's slices, as fp32 */
+        h2d = zs * part; /* the stepped partition */
+        if (grad_accum > 1) { /* the accumulators: out every time, back (and added) but the first time */
+            double outs = l->mode == GCKPT_PAR_ZERO2 ? (double)grad_accum : 1;
+            d2h += outs * acc;
+            h2d += (l->mode == GCKPT_PAR_ZERO2 ? outs - 1 : 1) * acc;
+        }
     } else if (l->offload & GCKPT_OFFLOAD_OPTIMIZER) {
         d2h += (double)grad_accum * zs * q;                      /* each micro-step's reduced partitions */
         if (!(l->offload & GCKPT_OFFLOAD_PARAM)) h2d += zs * q; /* the stepped partitions back */
@@ -488,6 +564,36 @@ size_t gckpt_zero12_flat(const gckpt_params *ps, uint64_t layers, gckpt_flat_pla
     return k;
 }
 
+/* Elements of [offset, offset + numel) inside rank's partition of `part` elements. */
+static uint64_t overlap(uint64_t offset, uint64_t numel, uint64_t part, uint32_t rank)
+{
+    uint64_t lo = (uint64_t)rank * part, hi = lo + part;
+    uint64_t a = offset > lo ? offset : lo, b = offset + numel < hi ? offset + numel : hi;
+    return b > a ? b - a : 0;
+}
+
+/* The same order as gckpt_zero12_flat, as a sum: the group's sections before the entry's,
+ * then (blocks) the earlier layers and the layer's entries before it in module order, or
+ * (embedding, head) the section's entries before it. */
+uint64_t gckpt_zero12_slice(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank, int param,
+                            uint64_t copy)
+{
+    const gckpt_param *q = &ps->p[param];
+    uint64_t total = 0, off = 0, layer = 0;
+    int mq = q->section == GCKPT_SEC_BLOCK ? module_order(q) : 0;
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        if (p->shard.group != q->shard.group) continue;
+        total += p->copies * p->numel;
+        if (p->section == GCKPT_SEC_BLOCK) layer += p->numel;
+        int mp = p->section == GCKPT_SEC_BLOCK ? module_order(p) : 0;
+        if (p->section < q->section) off += (p->section == GCKPT_SEC_BLOCK ? layers : 1) * p->numel;
+        else if (p->section == q->section && (mp < mq || (mp == mq && i < param))) off += p->numel;
+    }
+    if (q->section == GCKPT_SEC_BLOCK) off += copy * layer;
+    return overlap(off, q->numel, cdiv(total, 2 * (uint64_t)n) * 2, rank);
+}
+
 bool gckpt_zero12_in_partition(const gckpt_params *ps, const gckpt_flat_place *f, uint64_t part, uint32_t rank)
 {
     uint64_t lo = (uint64_t)rank * part, hi = lo + part;
@@ -510,6 +616,8 @@ void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n
         if (!gckpt_zero12_in_partition(ps, &f[k], part, rank)) continue;
         out->grad_bytes += p->grad.bytes;
         out->numel += p->numel;
+        uint64_t piece = overlap(f[k].offset, p->numel, part, rank);
+        if (piece > out->max_slice) out->max_slice = piece;
         if (f[k].group == 0) { /* the last one in the flat order: the first whose gradient comes */
             out->unit = p->section == GCKPT_SEC_EMBED ? 0 : p->section == GCKPT_SEC_HEAD ? layers + 1 : f[k].copy + 1;
             out->tensor = p->tensor;

@@ -48,6 +48,7 @@ typedef struct {
 struct gckpt_sim {
     const gckpt_ctx *c;
     bool grads_exist;
+    bool ddp_sink; /* DDP with every_n off (layer 0 plain): _DDPSink at each forward's end */
     inst_t *pool;
     size_t n, cap;
     sec_t embed, head;
@@ -264,6 +265,9 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
         s->wrap = NULL;
     }
     s->grads_exist = grads_exist && gckpt_wrap_grads_kept(c);
+    /* the Trainer's find_unused_parameters: on without gradient checkpointing (FINDINGS 13.2);
+     * layer 0 is checkpointed under every every_n, so a plain layer 0 is every_n off */
+    s->ddp_sink = c->set.layout.mode == GCKPT_PAR_DDP && (st->modes ? st->modes[0] == GCKPT_LAYER_PLAIN : !st->every_n);
     s->n = 0;
     s->base = first_id;
     s->stream = s->gstream = -1;
@@ -1069,6 +1073,20 @@ void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *o)
     if (c->step_released) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_PARALLEL, c->step_released);
 }
 
+/* DDP with find_unused_parameters: _DDPSink.forward clones every output with a grad_fn when
+ * the forward returns (torch/nn/parallel/distributed.py, DistributedDataParallel._post_forward);
+ * the fp32 logits (accelerate's convert_outputs_to_fp32 copy under amp) and their clone are
+ * live together on top of the state after the forward, then the originals go: measured
+ * 2 x V x T x 4 - 4 B there on 16 DDP fixtures of 6 families (FINDINGS 13.6). */
+static void ddp_sink(gckpt_sim *s, gckpt_schedule *o)
+{
+    uint64_t vt = s->c->model->vocab * s->c->tokens;
+    int a = gckpt_sim_buffer(s, o, -1, GCKPT_C_LOGITS, GCKPT_DT_F32, vt);
+    int b = gckpt_sim_buffer(s, o, -1, GCKPT_C_LOGITS, GCKPT_DT_F32, vt);
+    gckpt_sim_release(s, o, a);
+    gckpt_sim_release(s, o, b);
+}
+
 void gckpt_sim_segment(gckpt_sim *s, const gckpt_seg *g, gckpt_schedule *o)
 {
     bool fwd = g->stage == GCKPT_STAGE_FORWARD, bwd = g->stage == GCKPT_STAGE_BACKWARD;
@@ -1090,6 +1108,7 @@ void gckpt_sim_segment(gckpt_sim *s, const gckpt_seg *g, gckpt_schedule *o)
         } else {
             fwd_end(s, &s->head, o);
             fwd_end(s, &s->embed, o); /* the model drops its masks when its forward returns */
+            if (s->ddp_sink) ddp_sink(s, o);
         }
         break;
     case GCKPT_PART_MICRO_END: micro_end(s, o); break;

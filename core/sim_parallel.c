@@ -37,7 +37,7 @@ struct gckpt_wrap {
     uint32_t *grad_gid; /* per unit x recipe tensor: the .grad's schedule id */
     int *gathered;      /* ZeRO-3, per unit x recipe tensor: the parameter's gathered buffer, -1 */
     bool keep;          /* ZeRO-3: gathered parameters stay from their forward to their backward */
-    int ipg;            /* ZeRO-2: the ipg bucket of this backward, -1 */
+    int ipg, ipg2;      /* ZeRO-2: the ipg bucket(s) of this backward (overlap_comm: two), -1 */
     int part;           /* ZeRO-2: a later micro-step's partition buffer, -1 */
     bool part_made;     /* ZeRO-2: the rank's partition got its first gradient in this backward */
     uint32_t pending;   /* ZeRO-2: the .grad the next reduce hook frees (schedule id), and its */
@@ -90,7 +90,7 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
     w->sync = sync;
     w->first = first;
     for (uint64_t u = 0; u < units; u++) w->params[u] = -1;
-    w->ag_out = w->rs_in = w->ipg = w->part = -1;
+    w->ag_out = w->rs_in = w->ipg = w->ipg2 = w->part = -1;
     w->part_made = false;
     w->pending = GCKPT_NOINST;
     w->ag_unit = UINT64_MAX;
@@ -263,8 +263,9 @@ void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
     free_grad(o, w->pending_t, w->pending, w->pending_bytes);
     w->pending = GCKPT_NOINST;
     if (w->ipg >= 0) gckpt_sim_release(s, o, w->ipg);
+    if (w->ipg2 >= 0) gckpt_sim_release(s, o, w->ipg2);
     if (w->part >= 0) gckpt_sim_release(s, o, w->part);
-    w->rs_in = w->part = w->ipg = -1;
+    w->rs_in = w->part = w->ipg = w->ipg2 = -1;
 }
 
 /* ---- ZeRO-3 ----
@@ -309,6 +310,21 @@ static void z3_release(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
     *g = -1;
 }
 
+/* ZeRO-2 offload_optimizer, the boundary's reduction of a parameter with a slice in the rank's
+ * partition (stage_1_and_2.py copy_grads_in_partition, cpu_offload branch): the slice's fp64
+ * copy for its norm (set_norm_for_param_grad_in_gpu), freed, then its fp32 copy for the D2H
+ * into the pinned fp32 gradient (async_inplace_copy_grad_to_fp32_buffer_from_gpu; none in fp32). */
+static void z2_offload_slice(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+{
+    const gckpt_ctx *c = w->c;
+    uint64_t copy = p->section == GCKPT_SEC_BLOCK ? u - 1 : 0;
+    uint64_t k = gckpt_zero12_slice(&c->params, w->layers, gckpt_layout_world(&c->set.layout), c->set.layout.rank,
+                                    (int)(p - c->params.p), copy);
+    if (!k) return;
+    gckpt_sim_release(s, o, gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, GCKPT_DT_I64, k)); /* 8 B, as fp64 */
+    if (wire_dtype(c) != GCKPT_DT_F32) gckpt_sim_release(s, o, gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, GCKPT_DT_F32, k));
+}
+
 /* The reduce hook (ZeRO-2 and 3): the .grad made in this micro-step copied into the ipg bucket
  * and freed; the bucket reduced into the rank's partition (a collective per parameter:
  * ZeRO-3 reduce-scatters, ZeRO-2 all-reduces the bucket, src = dst = the bucket). */
@@ -319,8 +335,12 @@ static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t
     bool z2 = c->set.layout.mode == GCKPT_PAR_ZERO2;
     gckpt_event *e;
     if (z2) { /* the bucket at the first hook; the previous hook's .grad goes, this one waits */
-        if (w->ipg < 0)
-            w->ipg = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), gckpt_ds_reduce_bucket(c->model, &c->set.layout));
+        if (w->ipg < 0) {
+            uint64_t bucket = gckpt_ds_reduce_bucket(c->model, &c->set.layout);
+            w->ipg = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
+            if (gckpt_ds_ipg_buckets(&c->set.layout) > 1) /* overlap_comm's second bucket */
+                w->ipg2 = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
+        }
         free_grad(o, w->pending_t, w->pending, w->pending_bytes);
         w->pending = *gid;
         w->pending_t = p->tensor;
@@ -330,6 +350,7 @@ static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t
     }
     *gid = GCKPT_NOINST;
     uint8_t dt = wire_dtype(c);
+    if (z2 && w->sync && (c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER)) z2_offload_slice(w, s, o, u, p);
     if (!(e = gckpt_schedule_push(o))) return;
     e->kind = GCKPT_EV_COLLECTIVE;
     e->tensor = p->tensor;
@@ -359,7 +380,7 @@ static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t
 static void z2_partition(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_ctx *c = w->c;
-    if (w->part_made) return;
+    if (w->part_made || !c->z2_numel) return; /* none under offload_optimizer */
     w->part_made = true;
     /* the first micro-step's buffer is the one the step reads (GRADS, freed by zero_grad) */
     int id = gckpt_sim_buffer(s, o, -1, w->first ? GCKPT_C_GRADS : GCKPT_C_PARALLEL, wire_dtype(c), c->z2_numel);

@@ -299,7 +299,9 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     }
     if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err)) goto fail;
     gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft, .layout = req->layout};
-    if (!gckpt_layout_check(&lay, err) || !gckpt_parallel_device_ok(&p->dev, &req->layout, err)) goto fail;
+    if (!gckpt_layout_check(&lay, err) || !gckpt_layout_model_check(&p->model, &req->layout, err) ||
+        !gckpt_parallel_device_ok(&p->dev, &req->layout, err))
+        goto fail;
     gckpt_recipe_build_seq(&p->model, gckpt_parallel_compute_precision(&lay), req->attention, GCKPT_TARGET_CUDA,
                            &req->peft, req->seq, p->recipe);
     if (!gckpt_params_build(p->recipe, p->model.layers, req->optimizer, p->dev.alloc_round_bytes, p->params, &overflow,
@@ -369,6 +371,9 @@ void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, siz
     const char *micro = r->peak_micro == GCKPT_MICRO_LATER ? ", later micro-step (gradients exist)" : "";
     if (r->peak_phase == GCKPT_PH_OPTIMIZER)
         snprintf(buf, n, "optimizer step (states + gradients + step temporaries)");
+    else if (r->peak_phase == GCKPT_PH_LOSS && r->peak_tensor < 0 && p->req.layout.mode == GCKPT_PAR_DDP)
+        snprintf(buf, n, "%s, %s%s: DDP's _DDPSink clones the fp32 logits (find_unused_parameters)",
+                 gckpt_phase_names[r->peak_phase], loc, micro);
     else if (r->peak_tensor >= 0) {
         tensor_role(p, r, role, sizeof role);
         snprintf(buf, n, "%s, %s%s: %s", gckpt_phase_names[r->peak_phase], loc, micro, role);

@@ -107,6 +107,7 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(ds, "stage3_param_persistence_threshold", (double)gckpt_ds_persistence_threshold(&p->model, l));
     cJSON_AddNumberToObject(ds, "stage3_max_live_parameters", (double)gckpt_ds_max_live(l));
     cJSON_AddNumberToObject(ds, "sub_group_size", (double)gckpt_ds_sub_group(l));
+    if (l->ds.overlap_comm) cJSON_AddTrueToObject(ds, "overlap_comm"); /* stages 1/2: a second ipg bucket */
 }
 
 void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry, cJSON *time)

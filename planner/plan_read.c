@@ -268,7 +268,9 @@ static bool read_layout(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
         !u64(r, ds, "inputs.layout.deepspeed.stage3_param_persistence_threshold", 0, UINT64_MAX >> 12,
              &d->persistence_threshold) ||
         !u64(r, ds, "inputs.layout.deepspeed.stage3_max_live_parameters", 0, UINT64_MAX >> 12, &d->max_live) ||
-        !u64(r, ds, "inputs.layout.deepspeed.sub_group_size", 1, UINT64_MAX >> 12, &d->sub_group))
+        !u64(r, ds, "inputs.layout.deepspeed.sub_group_size", 1, UINT64_MAX >> 12, &d->sub_group) ||
+        (child(ds, "inputs.layout.deepspeed.overlap_comm") &&
+         !boolean(r, ds, "inputs.layout.deepspeed.overlap_comm", &d->overlap_comm)))
         return false;
     d->set = GCKPT_DS_REDUCE_BUCKET | GCKPT_DS_PERSISTENCE | GCKPT_DS_MAX_LIVE | GCKPT_DS_SUB_GROUP;
     return true;

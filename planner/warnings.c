@@ -99,7 +99,7 @@ static const struct {
      "expect a higher peak"},
     {"parallel_peak_approximate", parallel_peak_applies,
      "the per-rank working set of fsdp, zero2 and zero3 (gathered parameters, reduce-scatter and bucket "
-     "buffers) is scheduled unit by unit as read in torch's fully_shard and DeepSpeed's source, within 0.3 % "
+     "buffers) is scheduled unit by unit as read in torch's fully_shard and DeepSpeed's source, within 0.75 % "
      "of every measured rank of CPU fixtures of tiny models (tests/data/hf-dist); unverified: CUDA's side "
      "streams (reserved memory above allocated by up to one unit's buffers), zero3 past "
      "stage3_max_live_parameters (planned as every parameter released after its forward and gathered "
@@ -115,7 +115,7 @@ static const struct {
     {"parallel_offload_unverified", parallel_offload_applies,
      "CPU offload on several GPUs (FSDP2's CPUOffloadPolicy, the ds_config's offload_optimizer / "
      "offload_param) is planned from torch's and DeepSpeed's source (FINDINGS 13.10), not measured: what leaves the device goes to host memory "
-     "(host_pinned_bytes; the CPU optimizer's fp32 master and states in host_pageable_bytes), the PCIe "
+     "(pinned buffers in host_pinned_bytes, the rest, such as the CPU optimizer's states, in host_pageable_bytes), the PCIe "
      "copies are added to the step at the profile's h2d / d2h rates without overlap, and the optimizer step's "
      "time on the CPU is not modelled (the GPU's figure is kept); gckpt-run does not execute it"},
     {"collective_time_unverified", collectives_applies,

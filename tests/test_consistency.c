@@ -208,6 +208,12 @@ static void parallel_modes(void **state)
                                   .offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM};
         sweep("qwen2-odd", qwen2);
     }
+    /* ZeRO-1/2 offload_optimizer: no master, states or step temporaries on the device, the
+     * largest parameter's buffer, the norm's fp64 copies (ZeRO-2: events, ZeRO-1: the step's) */
+    for (int mode = GCKPT_PAR_ZERO1; mode <= GCKPT_PAR_ZERO2; mode++) {
+        g_layout = (gckpt_layout){.gpus = 3, .nodes = 1, .mode = (uint8_t)mode, .offload = GCKPT_OFFLOAD_OPTIMIZER};
+        sweep("qwen2-odd", qwen2);
+    }
     g_layout = (gckpt_layout){0};
 }
 

@@ -122,6 +122,7 @@ static void read_fixture(const char *path, dist_fixture *f)
     s->layout.mode = (uint8_t)pm;
     s->layout.fsdp_keep_gathered = !strcmp(f->variant, "nrf");
     s->layout.rank = (uint32_t)rank;
+    s->layout.ds.overlap_comm = !strcmp(f->variant, "overlap"); /* zero_optimization.overlap_comm true */
     if (!strcmp(f->variant, "tight")) { /* stage3_max_live_parameters (and reuse distance, prefetch) 0 */
         s->layout.ds.set |= GCKPT_DS_MAX_LIVE;
         s->layout.ds.max_live = 0;
@@ -130,16 +131,25 @@ static void read_fixture(const char *path, dist_fixture *f)
 }
 
 typedef struct {
-    int compared, exact, gloo;
+    int compared, exact, gloo, refused;
 } tally;
 
 /* One fixture: false when it differs (printed). */
+/* A fixture of a setting the planner refuses (gckpt_layout_model_check: FSDP2 / ZeRO-3 with a
+ * tied head): kept as the evidence for the refusal, compared by test_refused only. */
+static bool refused(const dist_fixture *f)
+{
+    gckpt_err err;
+    return !gckpt_layout_model_check(&f->m, &f->s.layout, &err);
+}
+
 static bool check_fixture(const char *path, tally *t)
 {
     dist_fixture f;
     read_fixture(path, &f);
-    if (!f.fake) {
-        t->gloo++;
+    if (!f.fake || refused(&f)) {
+        t->gloo += !f.fake;
+        t->refused += f.fake;
         return true;
     }
     gckpt_rank_bytes b;
@@ -171,8 +181,8 @@ static void test_fixtures_exact(void **state)
         bad += !check_fixture(path, &t);
     }
     closedir(d);
-    print_message("per-rank persistent bytes (step 2's start and end): %d/%d fixtures exact (%d gloo twins not "
-                  "compared)\n", t.exact, t.compared, t.gloo);
+    print_message("per-rank persistent bytes (step 2's start and end): %d/%d fixtures exact (%d gloo twins, %d of "
+                  "refused settings not compared)\n", t.exact, t.compared, t.gloo, t.refused);
     assert_true(t.compared >= 150);
     assert_int_equal(bad, 0);
 }
@@ -211,7 +221,7 @@ static bool next_fake_fixture(DIR *d, dist_fixture *f, const char **name)
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", GCKPT_TEST_DATA "/hf-dist", e->d_name);
         read_fixture(path, f);
-        if (!f->fake) continue;
+        if (!f->fake || refused(f)) continue;
         *name = e->d_name;
         return true;
     }
@@ -222,14 +232,16 @@ static bool next_fake_fixture(DIR *d, dist_fixture *f, const char **name)
  * ZeRO-1, where FINDINGS 13.6 derives the peak exactly (one GPU's + the buckets / the rank's
  * persistent bytes + the ipg bucket), within the single-GPU planner's tolerance
  * (test_hf_fixtures: 0.1 % amp and fp32, 0.5 % bf16). FSDP2, ZeRO-2 and ZeRO-3, whose working
- * set is the schedule's events (core/sim_parallel.c), and DDP without checkpointing (_DDPSink's
- * clones of the outputs not modelled: 0.01 %) within the issue's 1 %; the table is printed. */
+ * set is the schedule's events (core/sim_parallel.c), and DDP without checkpointing within the
+ * issue's 1 % (its peak at _DDPSink's clones, the fp32 logits twice over the state after the
+ * forward: within 8 B where the rule covers it; gemma3_text's DDP keeps 24,580 B more after the
+ * forward, not decomposed); the table is printed. */
 static void test_fixture_peaks(void **state)
 {
     (void)state;
     gckpt_device dev;
     DIR *d = open_fixtures(&dev);
-    int n = 0, bad = 0;
+    int n = 0, bad = 0, sink_exact = 0;
     double worst[GCKPT_NPAR][2] = {{0}}; /* per mode: max |error|, [1] checkpointed */
     int count[GCKPT_NPAR][2] = {{0}};
     print_message("%-52s %10s %10s %8s  %s\n", "fixture (fake group)", "measured", "planned", "error", "measured peak at");
@@ -243,12 +255,16 @@ static void test_fixture_peaks(void **state)
         bool derived = (mode == GCKPT_PAR_DDP && ck) || mode == GCKPT_PAR_ZERO1;
         double tol = derived ? (f.s.precision == GCKPT_FP32 || mode == GCKPT_PAR_DDP ? 0.001 : 0.005)
                              : 0.01;
+        /* overlap_comm's second ipg bucket (ZeRO-2 `overlap` variant): -0.27 % without it */
+        if (!strcmp(f.variant, "overlap")) tol = 0.0005;
         print_message("%-52.52s %10.0f %10.0f %+7.2f%%  %s\n", name, f.peak, planned, 100 * err_rel, f.where);
         if (fabs(err_rel) > worst[mode][ck]) worst[mode][ck] = fabs(err_rel);
+        /* _DDPSink's clones at the forward's end (every_n off): -520 B on each before */
+        sink_exact += mode == GCKPT_PAR_DDP && !ck && fabs(planned - f.peak) <= 8;
         count[mode][ck]++;
         n++;
         if (fabs(err_rel) > tol) {
-            print_message("  ^ beyond %.1f %%\n", 100 * tol);
+            print_message("  ^ beyond %.2f %%\n", 100 * tol);
             bad++;
         }
     }
@@ -259,6 +275,8 @@ static void test_fixture_peaks(void **state)
                 print_message("%-6s %-16s %3d fixtures, max |error| %.2f %%\n", gckpt_parallel_names[m],
                               ck ? "checkpointed" : "no checkpointing", count[m][ck], 100 * worst[m][ck]);
     assert_true(n >= 70);
+    print_message("ddp without checkpointing: %d fixtures within 8 B (the peak at _DDPSink's clones)\n", sink_exact);
+    assert_true(sink_exact >= 14);
     assert_int_equal(bad, 0);
 }
 
@@ -287,6 +305,49 @@ static void test_collective_volumes(void **state)
     closedir(d);
     print_message("collective bytes of step 2: %d fixtures equal\n", n);
     assert_true(n >= 90);
+}
+
+/* The refused settings (gckpt_layout_model_check: FSDP2 / ZeRO-3 with a tied head) against
+ * their fixtures: planned as if allowed, some rank is off by more than the issue's 1 % (what
+ * the refusal rests on), and the untied twins of the same models stay within it
+ * (test_fixture_peaks). */
+static void test_refused(void **state)
+{
+    (void)state;
+    gckpt_device dev;
+    DIR *d = open_fixtures(&dev);
+    struct dirent *e;
+    int n = 0;
+    double worst = 0;
+    while ((e = readdir(d))) {
+        size_t k = strlen(e->d_name);
+        if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", GCKPT_TEST_DATA "/hf-dist", e->d_name);
+        dist_fixture f;
+        read_fixture(path, &f);
+        if (!f.fake || !refused(&f)) continue;
+        gckpt_result res;
+        planned_step(&f, &dev, &res);
+        double rel = ((double)res.peak_bytes - f.peak) / f.peak;
+        print_message("refused %-44s measured %10.0f, planned if allowed %10llu (%+.2f %%)\n", e->d_name, f.peak,
+                      (unsigned long long)res.peak_bytes, 100 * rel);
+        if (fabs(rel) > worst) worst = fabs(rel);
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 6);
+    assert_true(worst > 0.01);
+    /* the planner says so, one line: a shipped tied model (Llama-3.2-1B) under FSDP2 */
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_load("llama-3.2-1b", &m, &err)) fail_msg("%s", err.msg);
+    assert_true(m.tied);
+    gckpt_layout l = {8, 1, GCKPT_PAR_FSDP};
+    assert_false(gckpt_layout_model_check(&m, &l, &err));
+    assert_non_null(strstr(err.msg, "tie_word_embeddings"));
+    l.mode = GCKPT_PAR_ZERO2;
+    assert_true(gckpt_layout_model_check(&m, &l, &err));
 }
 
 /* A plan's figure (the fast evaluator, rank 0's setting) is the busiest rank's: under ZeRO-2 the
@@ -385,6 +446,54 @@ static void test_closed_forms(void **state)
     }
 }
 
+/* The shipped models the offload tests plan on 8 ranks. */
+static const char *const offload_models[] = {"gpt2", "gpt2-xl", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b",
+                                             "mistral-7b-v0.3", "qwen2.5-7b", "qwen3-8b"};
+#define N_OFFLOAD_MODELS (sizeof offload_models / sizeof *offload_models)
+#define OFFLOAD_RANKS 8
+
+static gckpt_device h100(void)
+{
+    gckpt_device dev;
+    gckpt_err err;
+    if (!gckpt_device_load("h100-sxm-80gb", &dev, &err)) fail_msg("%s", err.msg);
+    return dev;
+}
+
+/* check(name, model, device) for each of offload_models. */
+static void each_offload_model(void (*check)(const char *, gckpt_model, gckpt_device))
+{
+    gckpt_device dev = h100();
+    for (size_t i = 0; i < N_OFFLOAD_MODELS; i++) {
+        gckpt_model m;
+        gckpt_err err;
+        if (!gckpt_model_load(offload_models[i], &m, &err)) fail_msg("%s", err.msg);
+        check(offload_models[i], m, dev);
+    }
+}
+
+/* Rank 0's contexts of model m under `mode` on OFFLOAD_RANKS ranks, amp-bf16 AdamW, every
+ * layer checkpointed, seq 512, grad_accum ga: without (off) and with (on) the offload bits;
+ * the setting with them is returned. */
+static gckpt_setting offload_pair(const gckpt_model *m, const gckpt_device *dev, gckpt_parallel mode, uint8_t offload,
+                                  uint64_t ga, gckpt_ctx *off, gckpt_ctx *on)
+{
+    gckpt_err err;
+    gckpt_setting s = {0};
+    s.seq = 512;
+    s.micro_batch = 1;
+    s.grad_accum = ga;
+    s.every_n = 1;
+    s.optimizer = GCKPT_ADAMW;
+    s.precision = GCKPT_AMP_BF16;
+    s.layout = (gckpt_layout){OFFLOAD_RANKS, 1, (uint8_t)mode};
+    gckpt_recipe_build(m, gckpt_parallel_compute_precision(&s), GCKPT_SDPA, &g_r);
+    if (!gckpt_ctx_init(off, m, dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
+    s.layout.offload = offload;
+    if (!gckpt_ctx_init(on, m, dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
+    return s;
+}
+
 /* CPU offload (FINDINGS 13.10). ZeRO-3 with offload_optimizer and offload_param (read in
  * DeepSpeed's stage3.py), per shipped model on 8 ranks, from the parameter count P and the
  * tensors' partitions Q = sum ceil(numel / N) (P / N <= Q <= P / N + T): the device keeps no
@@ -392,68 +501,166 @@ static void test_closed_forms(void **state)
  * persistent parameters; the host keeps 12 Q pageable (fp32 master + two states) and, pinned,
  * the bf16 gradient partitions 2 Q, the sub-groups' fp32 gradients 4 Q and the bf16 parameter
  * partitions of the non-persistent tensors 2 (Q - Qp). */
+static void zero3_fsdp_offload(const char *name, gckpt_model m, gckpt_device dev)
+{
+    const uint64_t N = OFFLOAD_RANKS;
+    static gckpt_ctx on, off;
+    uint64_t P = gckpt_param_count(&m);
+    gckpt_setting s = offload_pair(&m, &dev, GCKPT_PAR_ZERO3, GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM, 1, &off, &on);
+    uint64_t T = 0, Q = 0, Qp = 0, kept = 0, R = dev.alloc_round_bytes;
+    for (int k = 0; k < on.params.n; k++) {
+        const gckpt_param *p = &on.params.p[k];
+        uint64_t part = (p->numel + N - 1) / N;
+        T += p->copies;
+        Q += p->copies * part;
+        if (p->numel < 10 * m.hidden) { /* persistent: its partition and the whole tensor stay */
+            Qp += p->copies * part;
+            kept += p->copies * (gckpt_round_up(2 * part, R) + gckpt_round_up(2 * p->numel, R));
+        }
+    }
+    assert_true(Q >= P / N && Q <= P / N + T);
+    assert_int_equal(on.opt_states, 0);
+    assert_int_equal(on.opt_temp, 0);
+    assert_int_equal(on.weights, kept);
+    assert_int_equal(on.parallel, off.parallel - gckpt_round_up(2 * Q, R)); /* the ipg bucket stays */
+    assert_int_equal(off.opt_states, gckpt_round_up(4 * Q, R) * 3);
+    assert_int_equal(on.host_pageable, 12 * Q);
+    assert_int_equal(on.host_pinned, 2 * Q + 4 * Q + 2 * (Q - Qp));
+    assert_int_equal(off.host_pinned + off.host_pageable, 0);
+    /* FSDP2's CPUOffloadPolicy: the fp32 shards (4 P / N, dim 0 padded) and their
+     * gradients pinned on the host, AdamW's states (8 P / N on the local rows) pageable;
+     * nothing of them on the device */
+    s.layout.mode = GCKPT_PAR_FSDP;
+    s.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
+    gckpt_recipe_build(&m, gckpt_parallel_compute_precision(&s), GCKPT_SDPA, &g_r);
+    static gckpt_ctx fs;
+    gckpt_err err;
+    if (!gckpt_ctx_init(&fs, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
+    uint64_t rowmax = m.vocab > m.intermediate ? m.hidden : m.intermediate; /* elements of a padding row */
+    assert_int_equal(fs.weights + fs.opt_states + fs.opt_temp + fs.grads + fs.step_grads, 0);
+    assert_true(fs.host_pinned >= 8 * P / N && fs.host_pinned <= 8 * P / N + 8 * T * N * rowmax);
+    assert_true(fs.host_pageable >= 8 * P / N - 8 && fs.host_pageable <= 8 * P / N + 8 * T * N * rowmax);
+    print_message("%-16s P %llu: zero3 offload: device persistent %.2f -> %.2f GiB, host pinned %.2f GiB, "
+                  "pageable %.2f GiB per rank of %llu\n", name, (unsigned long long)P,
+                  (off.weights + off.opt_states + off.parallel) / 1073741824.0,
+                  (on.weights + on.opt_states + on.parallel) / 1073741824.0, on.host_pinned / 1073741824.0,
+                  on.host_pageable / 1073741824.0, (unsigned long long)N);
+}
+
 static void test_offload_closed_forms(void **state)
 {
     (void)state;
-    static const char *const models[] = {"gpt2", "gpt2-xl", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b",
-                                         "mistral-7b-v0.3", "qwen2.5-7b", "qwen3-8b"};
-    const uint64_t N = 8;
-    gckpt_device dev;
-    gckpt_err err;
-    if (!gckpt_device_load("h100-sxm-80gb", &dev, &err)) fail_msg("%s", err.msg);
+    each_offload_model(zero3_fsdp_offload);
+}
+
+/* ZeRO-1/2 offload_optimizer (FINDINGS 13.10, read in DeepSpeed's stage_1_and_2.py), per
+ * shipped model on 8 ranks, against closed forms from the parameter table's groups alone
+ * (G_g elements, A_g = ceil(G_g / 2N) 2N, a partition A_g / N): the device loses exactly the
+ * fp32 master partition and the two AdamW states (3 x 4 A_g / N per group) and, under ZeRO-2,
+ * the reduced gradient partition, and gains one model-dtype buffer of the largest parameter;
+ * the host holds, pinned, the fp32 master, its bf16 copy and its fp32 gradient (10 A_g / N)
+ * and a bf16 buffer of the largest parameter, and pageable the two states (8 A_g / N); with
+ * gradient accumulation a pinned bf16 accumulator per parameter of the partition, whole. */
+static void zero12_offload(const char *name, gckpt_model m, gckpt_device dev)
+{
+    const uint64_t N = OFFLOAD_RANKS;
     static gckpt_ctx on, off;
+    static gckpt_profile prof;
+    for (int z = 0; z < 2; z++) {
+        gckpt_parallel mode = z ? GCKPT_PAR_ZERO2 : GCKPT_PAR_ZERO1;
+        offload_pair(&m, &dev, mode, GCKPT_OFFLOAD_OPTIMIZER, 2, &off, &on);
+        uint64_t G[2] = {0, 0}, largest = 0, R = dev.alloc_round_bytes, states = 0, parts = 0, real = 0, maxpart = 0;
+        for (int k = 0; k < on.params.n; k++) {
+            const gckpt_param *p = &on.params.p[k];
+            /* transformers' get_decay_parameter_names: norms and biases without decay */
+            G[p->role == GCKPT_ROLE_NORM_WEIGHT || p->role == GCKPT_ROLE_BIAS] += p->copies * p->numel;
+            if (p->numel > largest) largest = p->numel;
+        }
+        for (int g = 0; g < 2; g++) {
+            if (!G[g]) continue;
+            uint64_t part = (G[g] + 2 * N - 1) / (2 * N) * 2;
+            states += 3 * gckpt_round_up(4 * part, R);
+            parts += part;
+            real += G[g] < part ? G[g] : part; /* rank 0's elements that are not padding */
+            if (part > maxpart) maxpart = part;
+        }
+        assert_int_equal(off.opt_states, states);
+        assert_int_equal(on.opt_states, 0);
+        assert_int_equal(on.weights, off.weights);
+        assert_int_equal(on.parallel, off.parallel + gckpt_round_up(2 * largest, R));
+        assert_int_equal(on.host_pinned, (4 + 2 + 4) * parts + 2 * largest);
+        assert_int_equal(on.host_pageable, 8 * parts);
+        assert_int_equal(off.host_pinned + off.host_pageable, 0);
+        if (mode == GCKPT_PAR_ZERO2) { /* no reduced partition, no step temporaries on the device */
+            assert_true(off.grads > 0 && off.opt_temp > 0);
+            assert_int_equal(on.grads + on.step_grads + on.opt_temp, 0);
+        } else { /* the full .grads as on one GPU; the largest slice's fp64 norm copy */
+            assert_int_equal(on.grads, off.grads);
+            assert_int_equal(on.step_grads, on.grads);
+            assert_true(on.opt_temp > 0 && on.opt_temp <= gckpt_round_up(8 * maxpart, R));
+        }
+        /* the accumulators: every parameter overlapping the partition, whole */
+        uint64_t K = on.z12_offload_numel;
+        assert_true(K >= real && K <= parts + 4 * largest);
+        if (m.layers > 40) continue; /* the walks below: the small models are enough */
+        gckpt_result r_on, r_off, r_one;
+        assert_true(gckpt_profile_build(&on, &prof));
+        gckpt_fast_eval(&on, &prof, 1, false, 2, &r_on);
+        gckpt_fast_eval(&on, &prof, 1, false, 1, &r_one);
+        /* (zero2's result is the busiest rank's, whose partition holds other parameters) */
+        uint64_t acc = r_on.host_pinned_bytes - on.host_pinned;
+        if (mode == GCKPT_PAR_ZERO1) assert_int_equal(acc, 2 * K);
+        assert_true(acc % 2 == 0 && acc >= 2 * (parts - 2 * N) && acc <= 2 * (parts + 4 * largest));
+        assert_int_equal(r_one.host_pinned_bytes, on.host_pinned);
+        assert_int_equal(r_on.host_pageable_bytes, 8 * parts);
+        assert_true(gckpt_profile_build(&off, &prof));
+        gckpt_fast_eval(&off, &prof, 1, false, 2, &r_off);
+        assert_true(r_on.peak_bytes < r_off.peak_bytes);
+        assert_true(r_on.copy_s > r_off.copy_s);
+        print_message("%-16s %s offload_optimizer, rank of 8: device peak %.3f -> %.3f GiB, host pinned %.3f GiB, "
+                      "pageable %.3f GiB (grad_accum 2)\n", name, gckpt_parallel_names[mode],
+                      r_off.peak_bytes / 1073741824.0, r_on.peak_bytes / 1073741824.0,
+                      r_on.host_pinned_bytes / 1073741824.0, r_on.host_pageable_bytes / 1073741824.0);
+    }
+}
+
+static void test_zero12_offload(void **state)
+{
+    (void)state;
+    each_offload_model(zero12_offload);
+}
+
+/* gckpt_zero12_slice (the flat order as a sum) against the partition's closed form: over every
+ * parameter instance, rank r's slices add up to its elements that are not padding,
+ * clamp(G_g - r A_g / N, 0, A_g / N) per group, and over the ranks to every element. */
+static void test_zero12_slices(void **state)
+{
+    (void)state;
+    static const char *const models[] = {"gpt2", "llama-3.2-1b", "qwen3-8b", "gemma-2-2b"};
+    gckpt_err err;
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         gckpt_model m;
         if (!gckpt_model_load(models[i], &m, &err)) fail_msg("%s", err.msg);
-        uint64_t P = gckpt_param_count(&m);
-        gckpt_setting s = {0};
-        s.seq = 512;
-        s.micro_batch = s.grad_accum = 1;
-        s.every_n = 1;
-        s.optimizer = GCKPT_ADAMW;
-        s.precision = GCKPT_AMP_BF16;
-        s.layout = (gckpt_layout){(uint32_t)N, 1, GCKPT_PAR_ZERO3};
-        gckpt_recipe_build(&m, gckpt_parallel_compute_precision(&s), GCKPT_SDPA, &g_r);
-        if (!gckpt_ctx_init(&off, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
-        s.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
-        if (!gckpt_ctx_init(&on, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
-        uint64_t T = 0, Q = 0, Qp = 0, kept = 0, R = dev.alloc_round_bytes;
-        for (int k = 0; k < on.params.n; k++) {
-            const gckpt_param *p = &on.params.p[k];
-            uint64_t part = (p->numel + N - 1) / N;
-            T += p->copies;
-            Q += p->copies * part;
-            if (p->numel < 10 * m.hidden) { /* persistent: its partition and the whole tensor stay */
-                Qp += p->copies * part;
-                kept += p->copies * (gckpt_round_up(2 * part, R) + gckpt_round_up(2 * p->numel, R));
+        for (uint32_t n = 2; n <= 8; n *= 2) {
+            gckpt_setting s = {.precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW};
+            s.layout = (gckpt_layout){n, 1, GCKPT_PAR_ZERO2};
+            gckpt_rank_bytes rb;
+            plan_rank(&m, &s, 0, &rb);
+            uint64_t G[2] = {0, 0}, all = 0;
+            for (int k = 0; k < g_ps.n; k++) G[g_ps.p[k].shard.group] += g_ps.p[k].copies * g_ps.p[k].numel;
+            for (uint32_t r = 0; r < n; r++) {
+                uint64_t got = 0, want = 0;
+                for (int k = 0; k < g_ps.n; k++)
+                    for (uint64_t c = 0; c < g_ps.p[k].copies; c++) got += gckpt_zero12_slice(&g_ps, m.layers, n, r, k, c);
+                for (int g = 0; g < 2; g++) {
+                    uint64_t part = (G[g] + 2 * n - 1) / (2 * n) * 2, lo = r * part;
+                    want += G[g] > lo ? (G[g] - lo < part ? G[g] - lo : part) : 0;
+                }
+                assert_int_equal(got, want);
+                all += got;
             }
+            assert_int_equal(all, G[0] + G[1]);
         }
-        assert_true(Q >= P / N && Q <= P / N + T);
-        assert_int_equal(on.opt_states, 0);
-        assert_int_equal(on.opt_temp, 0);
-        assert_int_equal(on.weights, kept);
-        assert_int_equal(on.parallel, off.parallel - gckpt_round_up(2 * Q, R)); /* the ipg bucket stays */
-        assert_int_equal(off.opt_states, gckpt_round_up(4 * Q, R) * 3);
-        assert_int_equal(on.host_pageable, 12 * Q);
-        assert_int_equal(on.host_pinned, 2 * Q + 4 * Q + 2 * (Q - Qp));
-        assert_int_equal(off.host_pinned + off.host_pageable, 0);
-        /* FSDP2's CPUOffloadPolicy: the fp32 shards (4 P / N, dim 0 padded) and their
-         * gradients pinned on the host, AdamW's states (8 P / N on the local rows) pageable;
-         * nothing of them on the device */
-        s.layout.mode = GCKPT_PAR_FSDP;
-        s.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
-        gckpt_recipe_build(&m, gckpt_parallel_compute_precision(&s), GCKPT_SDPA, &g_r);
-        static gckpt_ctx fs;
-        if (!gckpt_ctx_init(&fs, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
-        uint64_t rowmax = m.vocab > m.intermediate ? m.hidden : m.intermediate; /* elements of a padding row */
-        assert_int_equal(fs.weights + fs.opt_states + fs.opt_temp + fs.grads + fs.step_grads, 0);
-        assert_true(fs.host_pinned >= 8 * P / N && fs.host_pinned <= 8 * P / N + 8 * T * N * rowmax);
-        assert_true(fs.host_pageable >= 8 * P / N - 8 && fs.host_pageable <= 8 * P / N + 8 * T * N * rowmax);
-        print_message("%-16s P %llu: zero3 offload: device persistent %.2f -> %.2f GiB, host pinned %.2f GiB, "
-                      "pageable %.2f GiB per rank of %llu\n", models[i], (unsigned long long)P,
-                      (off.weights + off.opt_states + off.parallel) / 1073741824.0,
-                      (on.weights + on.opt_states + on.parallel) / 1073741824.0, on.host_pinned / 1073741824.0,
-                      on.host_pageable / 1073741824.0, (unsigned long long)N);
     }
 }
 
@@ -463,9 +670,12 @@ int main(void)
         cmocka_unit_test(test_fixtures_exact),
         cmocka_unit_test(test_closed_forms),
         cmocka_unit_test(test_offload_closed_forms),
+        cmocka_unit_test(test_zero12_offload),
+        cmocka_unit_test(test_zero12_slices),
         cmocka_unit_test(test_fixture_peaks),
         cmocka_unit_test(test_zero2_busiest_rank),
         cmocka_unit_test(test_collective_volumes),
+        cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,6 +38,7 @@ SINGLE_DIR = os.path.join(HERE, "..", "..", "tests", "data", "hf")
 MESH_BYTES = 24           # FSDP2's DeviceMesh: three int64[N] tensors per rank
 ZERO3_SCALARS = 1 + 8     # ZeRO-3: inf_or_nan_tracker (bool) + 8 B of scalars
 ADAMW_STEP = 4            # torch AdamW's per-parameter `step` (fp32 scalar)
+RULE_FAMILIES = ("llama", "qwen3")  # what params() below lists
 
 
 def cdiv(a, b):
@@ -487,11 +488,14 @@ def main(argv):
     if not paths:
         print(f"no fixtures in {DEFAULT_DIR}", file=sys.stderr)
         return 2
-    nbad, by_rule, n_single, gloo, peaks, sink = 0, {}, 0, [], [], []
+    nbad, by_rule, n_single, gloo, peaks, sink, other = 0, {}, 0, [], [], [], []
     for path in paths:
         try:
             with open(path) as f:
                 fx = json.load(f)
+            if fx["setting"]["family"] not in RULE_FAMILIES:
+                other.append(os.path.basename(path))
+                continue
             single = single_recipe(fx)
         except (OSError, ValueError, KeyError) as e:
             print(f"{path}: {e}", file=sys.stderr)
@@ -513,6 +517,10 @@ def main(argv):
         for what, _, _ in bad:
             by_rule[what] = by_rule.get(what, 0) + 1
         nbad += print_mismatches(path, bad)
+    if other:
+        print(f"{len(other)} fixtures of other families (issue 13's; params() here lists llama and qwen3 only) are "
+              f"compared by the C planner alone: build/tests/test_parallel")
+    paths = [p for p in paths if os.path.basename(p) not in other]
     print(f"{len(paths) - nbad}/{len(paths)} per-rank fixtures agree with the rules exactly (persistent bytes at the "
           f"start and end of step 2, step 2's collective volumes by kind/dtype/phase; for the {n_single} with a "
           f"single-process twin also saved bytes per layer/head/embedding and offload bytes, and the step's live "
@@ -520,9 +528,9 @@ def main(argv):
     for what, n in sorted(by_rule.items()):
         print(f"   {n} fixtures differ in: {what}")
     if sink:
-        print(f"not modelled: DDP without checkpointing, the peak at _DDPSink's clones of the outputs, measured - "
+        print(f"not modelled here: DDP without checkpointing, the peak at _DDPSink's clones of the outputs, measured - "
               f"(one process + buckets) = " + ", ".join(sorted({f"{d:+d} B" for _, d in sink})) +
-              f" ({len(sink)} fixtures)")
+              f" ({len(sink)} fixtures; the C planner adds the clones, FINDINGS 13.6)")
     if gloo:
         ok = sum(1 for _, p, a, b in gloo if p == a == b)
         print(f"gloo twins (all ranks as processes; collectives and saved bytes checked above): the allocator's "

@@ -58,6 +58,8 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import probe  # noqa: E402
+import family_cases  # noqa: E402
+import moe_cases  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(probe.ROOT, "tests", "data", "hf-dist")
@@ -69,6 +71,15 @@ B, S, GRAD_ACCUM, STEPS, LR = 2, 32, 2, 2, 1e-3
 WIDE = dict(model_type="llama", vocab_size=211, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
             num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=128,
             rms_norm_eps=1e-6, attention_dropout=0.0, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# issue 13's tiny families with what changes a rank's bytes: gemma3_text's two rotary tables
+# (local and global), gpt_neox's partial rotary (0.25) and biases, olmo2's full-width q/k
+# norms, qwen3_moe's experts (3-D parameters) and router
+OTHER_FAMILIES = {k: family_cases.VARIANTS[k] for k in ("gemma3_text", "gpt_neox", "olmo2")}
+OTHER_FAMILIES["qwen3_moe"] = moe_cases.VARIANTS["qwen3_moe"]
+# the tie (gemma3_text ties its head to the embedding by default; FSDP2 and ZeRO-3 planned it
+# off by up to 2.7 %): the same model untied, and the tiny llama tied, FSDP2 / ZeRO-3, every_n 1
+TIE_VARIANTS = {"gemma3u": dict(family_cases.VARIANTS["gemma3_text"], tie_word_embeddings=False),
+                "llamat": dict(probe.make_config("llama", "sdpa").to_dict(), tie_word_embeddings=True)}
 # every DeepSpeed value the user leaves to the Trainer ("auto"), as HF's documented configs do
 DS_AUTO = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
            "train_batch_size": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"}}
@@ -133,6 +144,15 @@ def all_cases(which="default"):
     # every mode over gloo, all ranks as processes
     for mode in MODES:
         out.append(make_spec(mode, "llama", 1, False, 2, gloo=True))
+    # families other than llama / qwen3 (their buffers and layouts per rank): issue 13's tiny
+    # configurations, DDP / FSDP2 / ZeRO-3 at world 2
+    for fam, cfg in OTHER_FAMILIES.items():
+        for mode in ("ddp", "fsdp2", "zero3"):
+            for n, off in ((0, False), (1, False)):
+                out.append(make_spec(mode, fam, n, off, 2, config=dict(cfg)))
+    for fam, cfg in TIE_VARIANTS.items():
+        for mode in ("fsdp2", "zero3"):
+            out.append(make_spec(mode, fam, 1, False, 2, config=dict(cfg)))
     return out
 
 

@@ -51,6 +51,10 @@ uint64_t gckpt_ds_reduce_bucket(const gckpt_model *m, const gckpt_layout *l);   
 uint64_t gckpt_ds_persistence_threshold(const gckpt_model *m, const gckpt_layout *l); /* 10 x hidden */
 uint64_t gckpt_ds_max_live(const gckpt_layout *l);  /* stage3_max_live_parameters: 1e9 */
 uint64_t gckpt_ds_sub_group(const gckpt_layout *l); /* sub_group_size: 1e9 */
+/* ZeRO-1/2's ipg buckets, each reduce_bucket_size elements of the model dtype, allocated
+ * together at a backward's first reduce hook (stage_1_and_2.py setup_buckets): two with
+ * overlap_comm (double buffering), else one. */
+uint64_t gckpt_ds_ipg_buckets(const gckpt_layout *l);
 
 /* Whether setting s can be planned per rank (one line in err when not): a mode with more
  * than one GPU, full fine-tuning with AdamW under fp32 or amp-bf16 (what FINDINGS 13
@@ -61,6 +65,12 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err);
  * the forward on bf16 weights without autocast (pure bf16, FINDINGS 13.4: saved bytes equal the
  * single-process bf16 fixtures); DDP and one GPU: s->precision. */
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s);
+
+/* Whether model m can be planned under layout l (one line in err when not): FSDP2 and ZeRO-3
+ * refuse a head tied to the embedding (tie_word_embeddings), whose shared weight each
+ * gathers and reduces otherwise than the rules here: measured -1.2 .. -2.7 % peaks on the
+ * tied tiny llama and gemma3_text (tests/data/hf-dist, FINDINGS 13.11). */
+bool gckpt_layout_model_check(const gckpt_model *m, const gckpt_layout *l, gckpt_err *err);
 
 /* Fill the shard fields of table ps for layout l of model m. */
 void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l);
@@ -97,6 +107,10 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
  *         model-dtype gradients accumulate in .grad as on one GPU (FINDINGS 13.6, exact);
  *  zero2: the gradients, the ipg bucket and the rank's reduced slice are events; the slice
  *         (c->z2_numel elements) reaches the step;
+ *  zero1/zero2 with offload_optimizer (FINDINGS 13.10): no fp32 master, states, step
+ *         temporaries or reduced slice on the device (they are host bytes); a model-dtype
+ *         buffer of the largest parameter (temp_grad_buffer_for_gpu_offload) persists; the
+ *         gradient norm's fp64 copy of each slice is a transient at its reduction;
  *  zero3: the flat gradient partitions and the ipg bucket persist; gathered parameters and
  *         transient .grads are events;
  *  fsdp:  the units' buffers are events; the fp32 sharded gradients (c->unit_part) reach the step. */
@@ -116,7 +130,11 @@ bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c);
  * D2H on the synchronising micro-step. ZeRO-3: the reduced
  * gradient partitions D2H each micro-step (offload_optimizer), the stepped partitions H2D
  * (offload_optimizer alone), each gathered parameter's partition H2D before its all-gather
- * (offload_param; v's gathers over the ranks). At the profile's h2d / d2h rates. */
+ * (offload_param; v's gathers over the ranks). ZeRO-1/2 (offload_optimizer): the partition's
+ * gradient slices D2H as fp32 at the boundary, the stepped model-dtype partition H2D; under
+ * gradient accumulation each whole gradient of the partition's parameters D2H into its pinned
+ * accumulator and H2D back to be added (ZeRO-2: every micro-step, ZeRO-1: at the boundary).
+ * At the profile's h2d / d2h rates. */
 typedef struct gckpt_comm_volume gckpt_comm_volume;
 double gckpt_parallel_offload_seconds(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v,
                                       gckpt_result *res);
@@ -141,6 +159,12 @@ void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_v
  * behind the backward and recompute (prefetch on side streams, bucket hooks: FINDINGS 13.7
  * D7, from the source; unverified on GPUs), the optimizer's all-gather exposed. */
 void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res);
+
+/* Host bytes of a CPU offload that depend on the accumulation (added to res->host_pinned_bytes):
+ * ZeRO-1/2 offload_optimizer keeps a pinned model-dtype accumulator per parameter of the
+ * rank's partition once a step has more than one micro-step (stage_1_and_2.py,
+ * async_accumulate_grad_in_cpu_via_gpu). */
+void gckpt_parallel_offload_host(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res);
 
 /* ZeRO-1/2 (DeepSpeed's stage_1_and_2.py): every optimizer group (decay, no decay) flattened
  * in named_parameters order and padded; one rank's partition of it (what the rank's fp32 master
@@ -175,8 +199,13 @@ typedef struct {
     uint64_t numel;      /* their elements */
     uint64_t unit;       /* the last weight-decay one in the flat order (the first whose gradient */
     int16_t tensor;      /* comes): unit 0 embedding, 1 + l layer l, L + 1 head; its tensor */
+    uint64_t max_slice;  /* the largest piece of one of them inside the partition, elements */
 } gckpt_zero12_keep;
 void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank, gckpt_zero12_keep *out);
+/* Elements of table entry `param`'s instance `copy` (its layer; 0 outside the blocks) that lie
+ * in rank's partition of its flat group (0 when it lies outside). */
+uint64_t gckpt_zero12_slice(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank, int param,
+                            uint64_t copy);
 /* The step's temporaries for a partition of `part` elements, bytes: the rank's gradient slice
  * concatenated in the model dtype (zs bytes), its fp32 copy (none in fp32), DeepSpeed's scalars
  * (FINDINGS 13.5). */

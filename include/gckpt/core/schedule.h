@@ -239,14 +239,17 @@ typedef struct {
     uint64_t z2_numel;                   /* ZeRO-2: elements of the rank's reduced gradients */
     uint64_t z2_unit;                    /* ZeRO-2: the unit (0 embedding, 1 + l layer l, L + 1 head) and */
     int16_t z2_tensor;                   /* parameter whose gradient is the rank's partition's first */
+    uint64_t z12_offload_numel;          /* ZeRO-1/2 offload_optimizer: elements of the parameters
+                                          * overlapping the rank's partition (their pinned
+                                          * accumulators under gradient accumulation), 0 otherwise */
     uint64_t step_grads;                 /* of grads, what stays allocated into the optimizer step
                                           * (all but under ZeRO-1/2: the rank's reduced partition) */
     uint64_t step_released;              /* of parallel, what is not allocated during the optimizer
                                           * step (ZeRO-1/2's ipg bucket: each backward allocates it) */
     double opt_seconds;                  /* one optimizer step */
     /* several GPUs with CPU offload (layout.offload): host bytes the rank holds for the run,
-     * pinned (in the result's host_pinned_bytes) and pageable (the CPU optimizer's fp32 master
-     * and states) */
+     * pinned (in the result's host_pinned_bytes) and pageable (the CPU optimizer's states;
+     * ZeRO-3's fp32 master) */
     uint64_t host_pinned, host_pageable;
     /* each op at this setting: forward [0] and backward [1] seconds, matmul FLOPs and
      * workspace bytes; the backward's promoted copies (CPU target) */

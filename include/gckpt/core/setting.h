@@ -58,6 +58,9 @@ enum { GCKPT_DS_REDUCE_BUCKET = 1, GCKPT_DS_PERSISTENCE = 2, GCKPT_DS_MAX_LIVE =
 typedef struct {
     uint8_t set;
     uint64_t reduce_bucket, persistence_threshold, max_live, sub_group;
+    /* zero_optimization.overlap_comm true under stage 1 or 2 (DeepSpeed's default there is
+     * false): a second ipg bucket (stage_1_and_2.py setup_buckets) */
+    bool overlap_comm;
 } gckpt_ds_limits;
 
 /* CPU offload on several GPUs (FINDINGS 13.10, read in the source, not measured): ZeRO's

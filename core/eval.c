@@ -315,21 +315,25 @@ HOT void compose(const gckpt_ctx *c, const gckpt_profile *p, const gckpt_seg_sum
             if (r->order == GCKPT_ORDER_LAYERS_UP) {
                 visit(st, &first[row], 0, mu, phase, replay);
                 gckpt_mode_cursor cur = gckpt_mode_cursor_at(every_n, offload, 1);
-                uint64_t n[GCKPT_NBLOCK] = {0}, nl[GCKPT_NBLOCK] = {0};
+                uint64_t n = 0, nt[GCKPT_NBLOCK] = {0}, nl[GCKPT_NBLOCK] = {0};
                 for (uint64_t i = 1; i < L; i++, gckpt_mode_cursor_up(&cur)) {
                     bool is_ckpt = gckpt_mode_cursor_mode(&cur) != GCKPT_LAYER_PLAIN;
-                    int b = block_of(c, p, i, typed);
                     if (typed) {
+                        int b = block_of(c, p, i, typed);
                         plain = &later[b][GCKPT_LAYER_PLAIN];
                         ckpt = &later[b][ck];
+                        nt[b] += is_ckpt;
+                        nl[b]++;
                     }
-                    n[b] += is_ckpt;
-                    nl[b]++;
+                    n += is_ckpt;
                     visit(st, is_ckpt ? ckpt : plain, (int32_t)i, mu, phase, replay);
                 }
-                if (count) {
-                    memcpy(st->checkpointed_later, n, sizeof n);
+                if (count && typed) {
+                    memcpy(st->checkpointed_later, nt, sizeof nt);
                     memcpy(st->later_layers, nl, sizeof nl);
+                } else if (count) { /* one type: every later layer's */
+                    st->checkpointed_later[p->block0] = n;
+                    st->later_layers[p->block0] = L - 1;
                 }
             } else {
                 gckpt_mode_cursor cur = gckpt_mode_cursor_at(every_n, offload, L - 1);

@@ -11,9 +11,10 @@
 #include <string.h>
 
 /* The next parameter of the first block section when a later one is traced: the same
- * module's (its name, shape and dtype; a family traces every block type's parameters in
- * the same order), else -1. */
-static int replayed(tracer *tr, const char *name, uint8_t dtype, gckpt_shape shape)
+ * module's (its name and shape; a family traces every block type's parameters in the same
+ * order; the dtype is the first's: QLoRA sets the quantized one after creating it), else
+ * -1. */
+static int replayed(tracer *tr, const char *name, gckpt_shape shape)
 {
     gckpt_recipe *r = tr->r;
     char full[40];
@@ -22,7 +23,7 @@ static int replayed(tracer *tr, const char *name, uint8_t dtype, gckpt_shape sha
         const gckpt_tensor *t = &r->t[i];
         if (t->kind != GCKPT_T_PARAM || t->section != GCKPT_SEC_BLOCK) continue;
         tr->replay = i + 1;
-        bool same = !strcmp(t->name, full) && t->dtype == dtype && t->shape.rows == shape.rows &&
+        bool same = !strcmp(t->name, full) && t->shape.rows == shape.rows &&
                     t->shape.mult == shape.mult && t->shape.width == shape.width;
         return same ? i : -1;
     }
@@ -33,9 +34,10 @@ int tnew(tracer *tr, const char *name, int kind, uint8_t dtype, gckpt_shape shap
 {
     gckpt_recipe *r = tr->r;
     if (kind == GCKPT_T_PARAM && tr->replay >= 0) {
-        int p = replayed(tr, name, dtype, shape);
+        int p = replayed(tr, name, shape);
         if (p >= 0) return p;
-        tr->replay = r->nt; /* (a family whose block types differ in parameters: new ones) */
+        tr->replay = r->nt; /* block types that differ in parameters: new ones, which the
+                             * parameter table refuses (gckpt_params_build) */
     }
     int i = r->nt++;
     gckpt_tensor *t = &r->t[i];

@@ -203,6 +203,16 @@ static void parallel_modes(void **state)
                 sweep("qwen2-odd", qwen2);
                 sweep("qwen3-tied", qwen3);
             }
+    /* two block types (sdpa at seq 96 >= window 64: layers 1 and 2 slide): the wrappers'
+     * units hold the first section's parameters, each layer runs its own type's ops */
+    static const char *qwen2w = "{\"model_type\":\"qwen2\",\"num_hidden_layers\":3,\"hidden_size\":64,"
+                                "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":96,"
+                                "\"vocab_size\":211,\"use_sliding_window\":true,\"sliding_window\":64,"
+                                "\"max_window_layers\":1}";
+    for (int mode = GCKPT_PAR_DDP; mode < GCKPT_NPAR; mode++) {
+        g_layout = (gckpt_layout){.gpus = 2, .nodes = 1, .mode = (uint8_t)mode};
+        sweep("qwen2-window", qwen2w);
+    }
     /* CPU offload (FINDINGS 13.10): FSDP2's CPUOffloadPolicy frees each sharded gradient after
      * its reduce-scatter and adds a transient fp32 shard before each all-gather; ZeRO-3 moves
      * persistent state off the device */

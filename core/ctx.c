@@ -178,12 +178,25 @@ static void op_costs(gckpt_ctx *c)
     }
 }
 
+/* The bound of one layer: the largest of its block types' sections. */
+static bool layer_bound(const gckpt_ctx *c, uint64_t *out)
+{
+    *out = 0;
+    for (int b = 0; b < GCKPT_NBLOCK; b++) {
+        uint64_t x;
+        if (c->recipe->block_sec[b] < 0) continue;
+        if (!section_bound(c, c->recipe->block_sec[b], &x)) return false;
+        if (x > *out) *out = x;
+    }
+    return true;
+}
+
 /* Everything a step can hold at once stays below GCKPT_MAX_STEP_BYTES, so the
  * simulator's and the evaluators' signed 64-bit running totals cannot overflow. */
 static bool step_bound_ok(const gckpt_ctx *c)
 {
     uint64_t be, bb, bh, micro = 0, total = 0;
-    return section_bound(c, GCKPT_SEC_EMBED, &be) && section_bound(c, GCKPT_SEC_BLOCK, &bb) &&
+    return section_bound(c, GCKPT_SEC_EMBED, &be) && layer_bound(c, &bb) &&
            section_bound(c, GCKPT_SEC_HEAD, &bh) && gckpt_mul(bb, c->model->layers, &micro) &&
            gckpt_add(micro, be, &micro) && gckpt_add(micro, bh, &micro) && gckpt_mul(micro, 2, &total) &&
            gckpt_add(total, c->weights, &total) && gckpt_add(total, c->grads, &total) &&

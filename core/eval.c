@@ -166,15 +166,24 @@ void gckpt_profiler_free(gckpt_profiler *pr)
     free(pr);
 }
 
-/* One micro-step of a proxy step whose layer 0 runs in mode m0, followed (full) by three
- * layers, one of each mode, summarised segment by segment into first (the once-rows
- * and layer 0) and p->later; types: the attention types checkpointed. */
+/* One micro-step of a proxy step whose layer 0 (of its block type) runs in mode m0,
+ * followed (full) by three layers of each block type the recipe traced, one of each mode,
+ * summarised segment by segment into first (the once-rows and layer 0) and p->later;
+ * types: the attention types checkpointed. */
 static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, int micro, int m0, bool full, uint8_t types,
                           gckpt_seg_summary first[GCKPT_NLAYERMODE][2][GCKPT_MICRO_ROWS], gckpt_profile *p)
 {
-    const uint8_t modes[GCKPT_PROXY_LAYERS] = {(uint8_t)m0, GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT,
-                                                 GCKPT_LAYER_CKPT_OFFLOAD};
-    gckpt_step st = {.layers = full ? GCKPT_PROXY_LAYERS : 1, .modes = modes, .ckpt_types = types,
+    const gckpt_recipe *r = c->recipe;
+    uint8_t modes[1 + GCKPT_NBLOCK * GCKPT_NLAYERMODE], blocks[1 + GCKPT_NBLOCK * GCKPT_NLAYERMODE];
+    modes[0] = (uint8_t)m0;
+    blocks[0] = p->block0;
+    uint64_t n = 1;
+    for (int b = 0; b < GCKPT_NBLOCK; b++)
+        for (int m = 0; r->block_sec[b] >= 0 && m < GCKPT_NLAYERMODE; m++, n++) {
+            modes[n] = (uint8_t)m;
+            blocks[n] = (uint8_t)b;
+        }
+    gckpt_step st = {.layers = full ? n : 1, .modes = modes, .blocks = blocks, .ckpt_types = types,
                      .micro_steps = 1, .optimizer = false};
     gckpt_schedule *ev = &pr->sched;
     ev->n = ev->nseg = 0;
@@ -187,7 +196,7 @@ static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, int micro, int
     while (gckpt_step_next(&it, &g)) {
         size_t mark = ev->n;
         gckpt_sim_segment(pr->sim, &g, ev);
-        summarize(ev, mark, ev->n, g.layer > 0 ? &p->later[micro][g.row][g.mode] : &first[m0][micro][g.row]);
+        summarize(ev, mark, ev->n, g.layer > 0 ? &p->later[micro][g.row][g.block][g.mode] : &first[m0][micro][g.row]);
     }
     return !ev->oom;
 }
@@ -201,6 +210,10 @@ bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_prof
      * checkpointed needs only itself and the once-rows */
     p->later_micro = c->set.grad_accum > 1;
     const gckpt_model *m = c->model;
+    int ntypes = 0;
+    for (int b = 0; b < GCKPT_NBLOCK; b++) ntypes += c->recipe->block_sec[b] >= 0;
+    p->typed = ntypes > 1;
+    p->block0 = (uint8_t)gckpt_layer_block(m, c->set.attention, c->recipe->seq, 0);
     p->two_types = m->sliding_layers && m->sliding_layers < m->layers;
     if (p->two_types) memset(p->first_both, 0, sizeof p->first_both);
     const uint8_t type0 = (uint8_t)(1u << ((gckpt_layer_sliding(m, 0) ? GCKPT_LT_SLIDING : GCKPT_LT_FULL) - 1));
@@ -237,7 +250,8 @@ typedef struct {
     int64_t peak_seq, seq;
     int32_t peak_layer;
     uint8_t peak_micro, peak_phase;
-    uint64_t checkpointed_later; /* checkpointed layers among 1 .. L-1 */
+    uint64_t checkpointed_later[GCKPT_NBLOCK]; /* checkpointed layers among 1 .. L-1, per block type */
+    uint64_t later_layers[GCKPT_NBLOCK];       /* layers among 1 .. L-1, per block type */
     int64_t *vec;                /* replay: the components at the peak */
 } comp_state;
 
@@ -268,10 +282,17 @@ HOT void visit(comp_state *st, const gckpt_seg_summary *s, int32_t place, uint8_
     st->seq++;
 }
 
+/* Layer i's block type: the profile's only one, or (typed) gckpt_layer_block's. */
+HOT int block_of(const gckpt_ctx *c, const gckpt_profile *p, uint64_t i, const bool typed)
+{
+    return typed ? (int)gckpt_layer_block(c->model, c->set.attention, c->recipe->seq, i) : p->block0;
+}
+
 /* The step's segments in order (gckpt_micro_order per micro-step, then the optimizer),
- * each layer's summary by the layer-mode rule. Written once for both passes. */
+ * each layer's summary by the layer-mode rule and (typed) its block type. Written once for
+ * all passes. */
 HOT void compose(const gckpt_ctx *c, const gckpt_profile *p, const gckpt_seg_summary (*firsts)[2][GCKPT_MICRO_ROWS],
-                 uint32_t every_n, bool offload, int nmicro, comp_state *st, const bool replay)
+                 uint32_t every_n, bool offload, int nmicro, comp_state *st, const bool replay, const bool typed)
 {
     const uint64_t L = c->model->layers;
     const int m0 = gckpt_layer_mode_of(every_n, offload, 0);
@@ -288,24 +309,43 @@ HOT void compose(const gckpt_ctx *c, const gckpt_profile *p, const gckpt_seg_sum
                 visit(st, &first[row], gckpt_seg_place(&sg, L), mu, phase, replay);
                 continue;
             }
-            const gckpt_seg_summary *later = p->later[mi][row];
+            const gckpt_seg_summary(*later)[GCKPT_NLAYERMODE] = p->later[mi][row];
             bool count = mi == 0 && r->stage == GCKPT_STAGE_FORWARD;
-            const gckpt_seg_summary *plain = &later[GCKPT_LAYER_PLAIN], *ckpt = &later[ck];
+            const gckpt_seg_summary *plain = &later[p->block0][GCKPT_LAYER_PLAIN], *ckpt = &later[p->block0][ck];
             if (r->order == GCKPT_ORDER_LAYERS_UP) {
                 visit(st, &first[row], 0, mu, phase, replay);
                 gckpt_mode_cursor cur = gckpt_mode_cursor_at(every_n, offload, 1);
-                uint64_t n = 0;
+                uint64_t n = 0, nt[GCKPT_NBLOCK] = {0}, nl[GCKPT_NBLOCK] = {0};
                 for (uint64_t i = 1; i < L; i++, gckpt_mode_cursor_up(&cur)) {
                     bool is_ckpt = gckpt_mode_cursor_mode(&cur) != GCKPT_LAYER_PLAIN;
+                    if (typed) {
+                        int b = block_of(c, p, i, typed);
+                        plain = &later[b][GCKPT_LAYER_PLAIN];
+                        ckpt = &later[b][ck];
+                        nt[b] += is_ckpt;
+                        nl[b]++;
+                    }
                     n += is_ckpt;
                     visit(st, is_ckpt ? ckpt : plain, (int32_t)i, mu, phase, replay);
                 }
-                if (count) st->checkpointed_later = n;
+                if (count && typed) {
+                    memcpy(st->checkpointed_later, nt, sizeof nt);
+                    memcpy(st->later_layers, nl, sizeof nl);
+                } else if (count) { /* one type: every later layer's */
+                    st->checkpointed_later[p->block0] = n;
+                    st->later_layers[p->block0] = L - 1;
+                }
             } else {
                 gckpt_mode_cursor cur = gckpt_mode_cursor_at(every_n, offload, L - 1);
-                for (uint64_t i = L - 1; i >= 1; i--, gckpt_mode_cursor_down(&cur))
+                for (uint64_t i = L - 1; i >= 1; i--, gckpt_mode_cursor_down(&cur)) {
+                    if (typed) {
+                        int b = block_of(c, p, i, typed);
+                        plain = &later[b][GCKPT_LAYER_PLAIN];
+                        ckpt = &later[b][ck];
+                    }
                     visit(st, gckpt_mode_cursor_mode(&cur) != GCKPT_LAYER_PLAIN ? ckpt : plain, (int32_t)i, mu, phase,
                           replay);
+                }
                 visit(st, &first[row], 0, mu, phase, replay);
             }
         }
@@ -318,7 +358,8 @@ static __attribute__((noinline)) void compose_replay(const gckpt_ctx *c, const g
                                                      const gckpt_seg_summary (*firsts)[2][GCKPT_MICRO_ROWS],
                                                      uint32_t every_n, bool offload, int nmicro, comp_state *st)
 {
-    compose(c, p, firsts, every_n, offload, nmicro, st, true);
+    if (p->typed) compose(c, p, firsts, every_n, offload, nmicro, st, true, true);
+    else compose(c, p, firsts, every_n, offload, nmicro, st, true, false);
 }
 
 static inline void time_add(gckpt_result *r, const gckpt_seg_summary *s, double mult)
@@ -332,22 +373,23 @@ static inline void time_add(gckpt_result *r, const gckpt_seg_summary *s, double 
 }
 
 /* Time and FLOPs are sums, so they come from segment counts: per micro-step the
- * once-rows, layer 0's rows, then the later layers' rows by mode (n_plain plain and
- * n_ckpt checkpointed layers among 1 .. L-1). */
-static void compose_time(const gckpt_profile *p, int m0, int ck, int nmicro, uint64_t grad_accum, double n_plain,
-                         double n_ckpt, gckpt_result *res)
+ * once-rows, layer 0's rows, then the later layers' rows by block type and mode (of the
+ * layers among 1 .. L-1, n_layers[b] of type b, n_ckpt[b] of them checkpointed). */
+static void compose_time(const gckpt_profile *p, int m0, int ck, int nmicro, uint64_t grad_accum,
+                         const uint64_t n_layers[GCKPT_NBLOCK], const uint64_t n_ckpt[GCKPT_NBLOCK], gckpt_result *res)
 {
     for (int mi = 0; mi < nmicro; mi++) {
         double mult = mi == 1 ? (double)(grad_accum - 1) : 1.0;
         for (int once = 1; once >= 0; once--)
             for (int row = 0; row < GCKPT_MICRO_ROWS; row++)
                 if ((gckpt_micro_order[row].order == GCKPT_ORDER_ONCE) == (once == 1)) time_add(res, &p->first[m0][mi][row], mult);
-        for (int pass = 0; pass < 2; pass++) {
-            double n = pass ? n_ckpt : n_plain;
-            int m = pass ? ck : GCKPT_LAYER_PLAIN;
-            for (int row = 0; n > 0 && row < GCKPT_MICRO_ROWS; row++)
-                if (gckpt_micro_order[row].order != GCKPT_ORDER_ONCE) time_add(res, &p->later[mi][row][m], mult * n);
-        }
+        for (int b = 0; b < GCKPT_NBLOCK; b++)
+            for (int pass = 0; pass < 2; pass++) {
+                double n = pass ? (double)n_ckpt[b] : (double)n_layers[b] - (double)n_ckpt[b];
+                int m = pass ? ck : GCKPT_LAYER_PLAIN;
+                for (int row = 0; n > 0 && row < GCKPT_MICRO_ROWS; row++)
+                    if (gckpt_micro_order[row].order != GCKPT_ORDER_ONCE) time_add(res, &p->later[mi][row][b][m], mult * n);
+            }
     }
     time_add(res, &p->optimizer, 1.0);
     res->optimizer_s = p->optimizer.seconds;
@@ -406,7 +448,6 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
         walk_setting(c, every_n, offload, grad_accum, res);
         return;
     }
-    const uint64_t L = c->model->layers;
     const int nmicro = grad_accum > 1 ? 2 : 1;
     gckpt_mem base;
     mem_start(c, every_n, &base);
@@ -418,10 +459,10 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     /* two attention types: both checkpointed, or only layer 0's (gckpt_ckpt_types) */
     const gckpt_seg_summary(*firsts)[2][GCKPT_MICRO_ROWS] =
         p->two_types && m0 != GCKPT_LAYER_PLAIN && gckpt_ckpt_types(c->model, every_n) == 3 ? p->first_both : p->first;
-    compose(c, p, firsts, every_n, offload, nmicro, &st, false);
+    if (p->typed) compose(c, p, firsts, every_n, offload, nmicro, &st, false, true);
+    else compose(c, p, firsts, every_n, offload, nmicro, &st, false, false);
     const int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
-    double n_ckpt = (double)st.checkpointed_later;
-    compose_time(p, m0, ck, nmicro, grad_accum, (double)(L - 1) - n_ckpt, n_ckpt, res);
+    compose_time(p, m0, ck, nmicro, grad_accum, st.later_layers, st.checkpointed_later, res);
     res->peak_bytes = (uint64_t)st.peak;
     res->host_pinned_bytes = (uint64_t)st.host_peak + c->host_pinned;
     res->host_pageable_bytes = c->host_pageable;

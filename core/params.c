@@ -99,6 +99,10 @@ bool gckpt_params_build(const gckpt_recipe *r, uint64_t layers, gckpt_optimizer 
     for (int t = 0; t < r->nt; t++) {
         const gckpt_tensor *tt = &r->t[t];
         if (tt->kind != GCKPT_T_PARAM) continue;
+        if (tt->section >= GCKPT_SEC_BLOCK_MORE) { /* a later block type reuses the first's (recipe.h) */
+            gckpt_seterr(err, "the recipe's block types do not share parameter %s", tt->name);
+            return false;
+        }
         if (out->n == GCKPT_MAX_PARAMS) {
             gckpt_seterr(err, "the recipe has more than %d parameter tensors", GCKPT_MAX_PARAMS);
             return false;

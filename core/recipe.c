@@ -84,7 +84,8 @@ bool gckpt_recipe_unverified(const gckpt_model *m, gckpt_attention a, const char
 
 /* Each op lists the Python references that end after it (a full list would move the
  * release to the next op: never with the recipes here, 10 at most); a parameter's
- * gradient is complete (AccumulateGrad runs) after all its uses. */
+ * gradient is complete (AccumulateGrad runs) after all its uses in one layer (the ops of
+ * one block section: a later block type's section uses the same parameters). */
 static void finish(gckpt_recipe *r)
 {
     for (int t = 0; t < r->nt; t++) {
@@ -96,7 +97,7 @@ static void finish(gckpt_recipe *r)
         r->t[t].hold_to = (int16_t)h;
     }
     for (int i = 0; i < r->nop; i++)
-        for (int k = 0; k < r->op[i].nin; k++) {
+        for (int k = 0; k < r->op[i].nin && r->op[i].section < GCKPT_SEC_BLOCK_MORE; k++) {
             int t = r->op[i].in[k];
             bool dup = false;
             for (int q = 0; q < k; q++) dup |= r->op[i].in[q] == t;
@@ -173,22 +174,30 @@ uint8_t gckpt_ckpt_types(const gckpt_model *m, uint32_t every_n)
                      (gckpt_layer_type_checkpointed(m, every_n, GCKPT_LT_SLIDING) ? 1u << (GCKPT_LT_SLIDING - 1) : 0));
 }
 
-bool gckpt_sliding_modelled(const gckpt_model *m, gckpt_attention a, uint64_t seq)
+gckpt_block_type gckpt_layer_block(const gckpt_model *m, gckpt_attention a, uint64_t seq, uint64_t layer)
 {
-    return !gckpt_sliding_masked(m, a, seq) || m->sliding_layers == m->layers;
+    return gckpt_layer_sliding(m, layer) && gckpt_sliding_masked(m, a, seq) ? GCKPT_BLOCK_SLIDING_SDPA
+                                                                             : GCKPT_BLOCK_DECODER;
+}
+
+int gckpt_layer_section(const gckpt_recipe *r, const gckpt_model *m, gckpt_attention a, uint64_t layer)
+{
+    int sec = r->block_sec[gckpt_layer_block(m, a, r->seq, layer)];
+    return sec >= 0 ? sec : GCKPT_SEC_BLOCK;
 }
 
 static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
                   const gckpt_peft *peft, uint64_t seq, bool block_in_frozen, gckpt_recipe *r)
 {
     memset(r, 0, sizeof *r);
+    r->seq = seq;
+    memset(r->block_sec, -1, sizeof r->block_sec);
+    for (int k = 0; k < GCKPT_NSEC; k++) r->sec_in[k] = r->sec_out[k] = -1;
     r->mask = -1;
     r->router_logits[0] = r->router_logits[1] = -1;
     r->embed_leaf = -1;
-    tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU, .peft = peft,
-                 .block_in_frozen = block_in_frozen, .bool_mask = -1, .rope2 = {-1, -1}};
-    /* one block type per model: the masked form when every layer is a masked sliding layer */
-    tr.sdpa_masked = gckpt_sliding_masked(m, a, seq) && m->sliding_layers == m->layers;
+    tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU, .peft = peft, .attn = a,
+                 .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .rope2 = {-1, -1}};
     tr.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
     tr.compute_dt = p == GCKPT_FP32 ? F32 : p == GCKPT_AMP_FP16 ? F16 : BF16;
     tr.stream_dt = p == GCKPT_BF16 ? BF16 : F32; /* AMP keeps an fp32 residual stream */

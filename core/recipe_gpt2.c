@@ -104,11 +104,9 @@ static int gpt2_mlp(tracer *tr, int n2)
  * weights, until it returns. */
 static void gpt2_block(tracer *tr, gckpt_attention attn)
 {
-    gckpt_recipe *r = tr->r;
     uint64_t h = tr->m->hidden;
-    section_begin(tr, GCKPT_SEC_BLOCK);
+    block_begin(tr, GCKPT_BLOCK_DECODER);
     int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(h), !tr->block_in_frozen);
-    r->block_in = xin;
     hold(tr, xin, HOLD_END);
     int n1 = layernorm(tr, xin, h, "ln_1");
     int weights = -1;
@@ -122,9 +120,9 @@ static void gpt2_block(tracer *tr, gckpt_attention attn)
     hold(tr, h1, HOLD_END);
     int n2 = layernorm(tr, h1, h, "ln_2");
     int d = gpt2_mlp(tr, n2);
-    r->block_out = add(tr, h1, d, "residual_mlp");
+    int out = add(tr, h1, d, "residual_mlp");
     hold_here(tr, n2); /* `hidden_states` (ln_2's output) until the residual sum rebinds it */
-    section_end(tr);
+    block_end(tr, xin, out);
 }
 
 void trace_gpt2(tracer *tr, gckpt_attention attn)

@@ -77,12 +77,10 @@ static int neox_mlp(tracer *tr, int n2)
  * caller holds x until it returns. */
 static void neox_block(tracer *tr, gckpt_attention attn, int cos, int sin)
 {
-    gckpt_recipe *r = tr->r;
     const gckpt_model *m = tr->m;
     uint64_t h = m->hidden;
-    section_begin(tr, GCKPT_SEC_BLOCK);
+    block_begin(tr, GCKPT_BLOCK_DECODER);
     int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(h), !tr->block_in_frozen);
-    r->block_in = xin;
     hold(tr, xin, HOLD_END);
     int n1 = layernorm(tr, xin, h, "input_layernorm");
     int ao = neox_attention(tr, attn, n1, cos, sin);
@@ -94,8 +92,7 @@ static void neox_block(tracer *tr, gckpt_attention attn, int cos, int sin)
     hold_here(tr, n2);
     d = dropout(tr, d, m->resid_dropout, "post_mlp_dropout");
     int s1 = add(tr, d, ao, "residual_mlp_attn");
-    r->block_out = add(tr, s1, xin, "residual");
-    section_end(tr);
+    block_end(tr, xin, add(tr, s1, xin, "residual"));
 }
 
 void trace_gpt_neox(tracer *tr, gckpt_attention attn)

@@ -52,7 +52,7 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     if (attn == GCKPT_EAGER && (m->sandwich_norms || mixed))
         mask2 = source(tr, "sliding_mask", GCKPT_SRC_MASK, tr->stream_dt, score_shape(1), NULL, NULL);
     /* SDPA at seq >= window: masking_utils' bool mask, an expanded view of one [s, s] */
-    if (tr->sdpa_masked)
+    if (gckpt_sliding_masked(m, attn, tr->seq))
         tr->bool_mask = source(tr, "sliding_mask", GCKPT_SRC_MASK, BOOL, (gckpt_shape){GCKPT_ROWS_SEQ, 1, 0}, NULL, NULL);
     int kwargs[8] = {pos, *cos, *sin, mask, cos2, sin2, mask2, tr->bool_mask};
     for (int k = 0; k < 8; k++) layer_kwarg(tr, kwargs[k]);
@@ -62,6 +62,8 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
      * the fast evaluator cannot place: held like one pair, at most one pair more.) */
     if (mixed && mask >= 0) r->t[mask].layer_type = GCKPT_LT_FULL;
     if (mixed && mask2 >= 0) r->t[mask2].layer_type = GCKPT_LT_SLIDING;
+    /* (SDPA: the full layers' mask is None, is_causal) */
+    if (mixed && tr->bool_mask >= 0) r->t[tr->bool_mask].layer_type = GCKPT_LT_SLIDING;
     tr->rope2[0] = cos2;
     tr->rope2[1] = sin2;
     r->mask = mask;
@@ -198,17 +200,15 @@ static int residual_add(tracer *tr, int res, int y, const char *name)
     return add(tr, res, y, name);
 }
 
-/* One decoder layer (LlamaDecoderLayer; Gemma 2/3: norms after attention and the MLP
- * too; OLMo 2: only those): the caller holds its input, `residual` the residual sums,
- * until it returns. */
-static void llama_block(tracer *tr, gckpt_attention attn, int cos, int sin)
+/* One decoder layer of block type `type` (LlamaDecoderLayer; Gemma 2/3: norms after
+ * attention and the MLP too; OLMo 2: only those): the caller holds its input, `residual`
+ * the residual sums, until it returns. */
+static void llama_block(tracer *tr, gckpt_attention attn, int type, int cos, int sin)
 {
-    gckpt_recipe *r = tr->r;
     const gckpt_model *m = tr->m;
     uint64_t h = m->hidden;
-    section_begin(tr, GCKPT_SEC_BLOCK);
+    block_begin(tr, type);
     int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(h), !tr->block_in_frozen);
-    r->block_in = xin;
     hold(tr, xin, HOLD_END);
     int n1 = m->post_norms_only ? xin : rmsnorm(tr, xin, h, "input_layernorm");
     int ao = llama_attention(tr, attn, n1, cos, sin);
@@ -219,14 +219,16 @@ static void llama_block(tracer *tr, gckpt_attention attn, int cos, int sin)
              : rmsnorm(tr, h1, h, m->sandwich_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm");
     int dn = m->experts ? moe_block(tr, n2) : m->fused_gate_up ? phi3_mlp(tr, n2) : llama_mlp(tr, n2);
     if (m->sandwich_norms || m->post_norms_only) dn = rmsnorm(tr, dn, h, "post_feedforward_layernorm");
-    r->block_out = residual_add(tr, h1, dn, "residual_mlp");
-    section_end(tr);
+    block_end(tr, xin, residual_add(tr, h1, dn, "residual_mlp"));
 }
 
 void trace_llama(tracer *tr, gckpt_attention attn)
 {
     int cos, sin;
     int table = llama_embedding(tr, attn, &cos, &sin);
-    llama_block(tr, attn, cos, sin);
+    /* a block section per layer type (Gemma 3, Qwen2/3 with max_window_layers under SDPA
+     * at seq >= window: masked sliding layers and causal full ones) */
+    uint8_t types[GCKPT_NBLOCK];
+    for (int k = 0, n = block_types(tr, types); k < n; k++) llama_block(tr, attn, types[k], cos, sin);
     trace_head(tr, NORM_RMS, "norm", table);
 }

@@ -10,9 +10,35 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The next parameter of the first block section when a later one is traced: the same
+ * module's (its name and shape; a family traces every block type's parameters in the same
+ * order; the dtype is the first's: QLoRA sets the quantized one after creating it), else
+ * -1. */
+static int replayed(tracer *tr, const char *name, gckpt_shape shape)
+{
+    gckpt_recipe *r = tr->r;
+    char full[40];
+    snprintf(full, sizeof full, "%s%s%s", tr->pfx && *tr->pfx ? tr->pfx : "", tr->pfx && *tr->pfx ? "." : "", name);
+    for (int i = tr->replay; i < r->nt; i++) {
+        const gckpt_tensor *t = &r->t[i];
+        if (t->kind != GCKPT_T_PARAM || t->section != GCKPT_SEC_BLOCK) continue;
+        tr->replay = i + 1;
+        bool same = !strcmp(t->name, full) && t->shape.rows == shape.rows &&
+                    t->shape.mult == shape.mult && t->shape.width == shape.width;
+        return same ? i : -1;
+    }
+    return -1;
+}
+
 int tnew(tracer *tr, const char *name, int kind, uint8_t dtype, gckpt_shape shape, bool requires_grad)
 {
     gckpt_recipe *r = tr->r;
+    if (kind == GCKPT_T_PARAM && tr->replay >= 0) {
+        int p = replayed(tr, name, shape);
+        if (p >= 0) return p;
+        tr->replay = r->nt; /* block types that differ in parameters: new ones, which the
+                             * parameter table refuses (gckpt_params_build) */
+    }
     int i = r->nt++;
     gckpt_tensor *t = &r->t[i];
     memset(t, 0, sizeof *t);
@@ -93,6 +119,45 @@ void section_end(tracer *tr)
     r->sec_end[tr->sec] = r->nop;
     for (int t = 0; t < r->nt; t++)
         if (r->t[t].hold_to == HOLD_END) r->t[t].hold_to = (int16_t)(r->nop - 1);
+}
+
+int block_types(const tracer *tr, uint8_t order[GCKPT_NBLOCK])
+{
+    bool seen[GCKPT_NBLOCK] = {false};
+    int n = 0;
+    for (uint64_t i = 0; i < tr->m->layers && n < GCKPT_NBLOCK; i++) {
+        gckpt_block_type b = gckpt_layer_block(tr->m, tr->attn, tr->seq, i);
+        if (!seen[b]) order[n++] = (uint8_t)b;
+        seen[b] = true;
+        if (!gckpt_sliding_masked(tr->m, tr->attn, tr->seq)) break; /* one type: every layer's */
+    }
+    return n;
+}
+
+void block_begin(tracer *tr, int type)
+{
+    gckpt_recipe *r = tr->r;
+    int n = 0; /* block sections traced so far */
+    for (int b = 0; b < GCKPT_NBLOCK; b++) n += r->block_sec[b] >= 0;
+    int sec = n ? GCKPT_SEC_BLOCK_MORE + n - 1 : GCKPT_SEC_BLOCK;
+    r->block_sec[type] = (int8_t)sec;
+    tr->replay = sec == GCKPT_SEC_BLOCK ? -1 : 0;
+    tr->sdpa_masked = type == GCKPT_BLOCK_SLIDING_SDPA;
+    section_begin(tr, sec);
+}
+
+void block_end(tracer *tr, int x, int y)
+{
+    gckpt_recipe *r = tr->r;
+    r->sec_in[tr->sec] = x;
+    r->sec_out[tr->sec] = y;
+    if (tr->sec == GCKPT_SEC_BLOCK) {
+        r->block_in = x;
+        r->block_out = y;
+    }
+    section_end(tr);
+    tr->replay = -1;
+    tr->sdpa_masked = false;
 }
 
 const char *enter_module(tracer *tr, const char *name, char *buf, size_t n)

@@ -24,7 +24,13 @@ typedef struct {
     bool cpu;            /* GCKPT_TARGET_CPU */
     const gckpt_peft *peft; /* LoRA / QLoRA (NULL or method full: full fine-tuning) */
     bool block_in_frozen;   /* trace the block with an input that needs no gradient */
-    bool sdpa_masked;       /* SDPA runs with the sliding-window mask (gckpt_sliding_masked) */
+    gckpt_attention attn;   /* the attention that runs (gckpt_attention_run) */
+    uint64_t seq;           /* the sequence the recipe is built for (gckpt_recipe.seq) */
+    bool sdpa_masked;       /* the block being traced runs SDPA with the sliding-window mask
+                             * (block type GCKPT_BLOCK_SLIDING_SDPA) */
+    int replay;             /* tracing a later block section: parameters are the first
+                             * section's, handed out again in creation order from this tensor
+                             * index on; -1: parameters are new */
     int bool_mask;          /* masking_utils' shared bool mask (sdpa_masked), else -1 */
     int rope2[2];           /* Gemma 3's second rotary pair (cos, sin), else -1: the one traced
                              * block stands for both layer types, so its rope saves both */
@@ -51,6 +57,14 @@ static inline uint8_t dt(const tracer *tr, int x) { return tr->r->t[x].dtype; }
  * into holds until its last op. */
 void section_begin(tracer *tr, int sec);
 void section_end(tracer *tr);
+/* The block types the model's layers have at the recipe's attention and sequence
+ * (gckpt_layer_block), in order of their first layer (layer 0's first); returns how many. */
+int block_types(const tracer *tr, uint8_t order[GCKPT_NBLOCK]);
+/* A block type's section: the first one traced is GCKPT_SEC_BLOCK and makes the block's
+ * parameters, a later one reuses them (replay); block_end records its input x and output
+ * y (the first section's are r->block_in / block_out). */
+void block_begin(tracer *tr, int type);
+void block_end(tracer *tr, int x, int y);
 /* The module prefix of names: "self_attn" -> "self_attn.q_proj"; returns the previous. */
 const char *enter_module(tracer *tr, const char *name, char *buf, size_t n);
 

@@ -76,6 +76,9 @@ bool gckpt_schedule_build(const gckpt_ctx *c, gckpt_schedule *out)
     gckpt_sim *sim = gckpt_sim_new();
     if (!sim) return false;
     gckpt_step st = gckpt_step_of(&c->set, c->model->layers);
+    st.model = c->model; /* each layer's block type (gckpt_layer_block at the recipe's sequence) */
+    st.attention = (uint8_t)c->set.attention;
+    st.seq = c->recipe->seq;
     gckpt_step_iter it;
     gckpt_seg g;
     int micro = -1;

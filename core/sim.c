@@ -37,6 +37,7 @@ typedef struct {
     int pend[GCKPT_MAX_TENSORS];     /* a multi-use parameter's gradient being summed */
     uint8_t got[GCKPT_MAX_TENSORS];  /* contributions received so far */
     gckpt_layer_mode mode;
+    int sec, in, out;   /* a layer's: its block type's section, that section's input and output */
     bool frozen_in;     /* layer 0 whose input needs no gradient (recipe frozen0) */
     int xin;            /* instance of the block input */
     int mask;           /* this layer's device copy of an offloaded positional mask, or -1 */
@@ -216,12 +217,12 @@ static void ev_copy(gckpt_sim *s, gckpt_schedule *o, int kind, int tensor, int i
     e->seconds = gckpt_copy_seconds(c->dev, kind == GCKPT_EV_D2H, (double)e->bytes);
 }
 
-static void ev_layer_host(gckpt_sim *s, gckpt_schedule *o, int kind, uint64_t bytes)
+static void ev_layer_host(gckpt_schedule *o, int kind, int16_t block_in, uint64_t bytes)
 {
     gckpt_event *e = gckpt_schedule_push(o);
     if (!e) return;
     e->kind = (uint8_t)kind;
-    e->tensor = (int16_t)s->c->recipe->block_in;
+    e->tensor = block_in;
     e->bytes = bytes;
 }
 
@@ -334,6 +335,7 @@ static void init_sec(sec_t *st)
     st->frozen_in = false;
     st->host = 0;
     st->mode = GCKPT_LAYER_PLAIN;
+    st->sec = st->in = st->out = -1;
 }
 
 /* ---- forward --------------------------------------------------------------------------- */
@@ -851,32 +853,36 @@ static void keep_layer_input(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
     inst_t *x = &s->pool[s->stream];
     if (st->mode == GCKPT_LAYER_CKPT) {
         x->ckpt = 1;
-        ev_mem(s, o, GCKPT_EV_TO_CHECKPOINT, s->stream, (int16_t)r->block_in);
+        ev_mem(s, o, GCKPT_EV_TO_CHECKPOINT, s->stream, (int16_t)st->in);
         x->comp = GCKPT_C_CHECKPOINTS;
     } else if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) {
         bool mask = r->mask >= 0 && r->mask_positional;
-        st->host = s->c->raw[r->block_in] + (mask ? s->c->raw[r->mask] : 0);
-        ev_layer_host(s, o, GCKPT_EV_HOST_ALLOC, st->host);
-        ev_copy(s, o, GCKPT_EV_D2H, r->block_in, s->stream);
+        st->host = s->c->raw[st->in] + (mask ? s->c->raw[r->mask] : 0);
+        ev_layer_host(o, GCKPT_EV_HOST_ALLOC, (int16_t)st->in, st->host);
+        ev_copy(s, o, GCKPT_EV_D2H, st->in, s->stream);
         if (mask) ev_copy(s, o, GCKPT_EV_D2H, r->mask, s->embed.inst[r->mask]);
     }
 }
 
-static void layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, gckpt_schedule *o)
+/* A layer of block type `block`: the section the recipe traced for it. */
+static void layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, int block, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
     sec_t *st = &s->layer[layer];
     init_sec(st);
     st->mode = mode;
+    st->sec = r->block_sec[block] >= 0 ? r->block_sec[block] : GCKPT_SEC_BLOCK;
+    st->in = r->sec_in[st->sec];
+    st->out = r->sec_out[st->sec];
     st->frozen_in = layer == 0 && mode == GCKPT_LAYER_PLAIN && r->frozen0;
-    st->inst[r->block_in] = s->stream;
+    st->inst[st->in] = s->stream;
     st->xin = s->stream;
     if (s->wrap) gckpt_wrap_pre_forward(s->wrap, s, o, (uint64_t)layer + 1);
     keep_layer_input(s, st, o);
-    sim_fwd(s, st, GCKPT_SEC_BLOCK, mode == GCKPT_LAYER_PLAIN ? MODE_SAVE : MODE_NOSAVE, r->sec_end[GCKPT_SEC_BLOCK],
-            false, r->block_in, r->block_out, o);
+    sim_fwd(s, st, st->sec, mode == GCKPT_LAYER_PLAIN ? MODE_SAVE : MODE_NOSAVE, r->sec_end[st->sec], false, st->in,
+            st->out, o);
     if (s->wrap) gckpt_wrap_post_forward(s->wrap, s, o, (uint64_t)layer + 1);
-    s->stream = st->inst[r->block_out];
+    s->stream = st->inst[st->out];
 }
 
 static void head_fwd(gckpt_sim *s, gckpt_schedule *o)
@@ -937,8 +943,8 @@ static void head_bwd(gckpt_sim *s, gckpt_schedule *o)
 static void unpack_offloaded(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
-    int id = alloc_tensor(s, o, r->block_in, GCKPT_C_CHECKPOINTS);
-    ev_copy(s, o, GCKPT_EV_H2D, r->block_in, id);
+    int id = alloc_tensor(s, o, st->in, GCKPT_C_CHECKPOINTS);
+    ev_copy(s, o, GCKPT_EV_H2D, st->in, id);
     st->xin = id;
     if (r->mask >= 0 && r->mask_positional) {
         int mid = alloc_tensor(s, o, r->mask, GCKPT_C_CHECKPOINTS);
@@ -956,12 +962,11 @@ static void recompute(gckpt_sim *s, sec_t *st, int stop, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
     if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) unpack_offloaded(s, st, o);
-    st->inst[r->block_in] = st->xin;
+    st->inst[st->in] = st->xin;
     const gckpt_op *lo = &r->op[stop - 1];
     bool save_only = !s->c->set.reentrant;
     for (int k = 0; k < lo->nsaved; k++) save_only &= lo->saved[k] != lo->out[0] && lo->saved[k] != lo->out[1];
-    sim_fwd(s, st, GCKPT_SEC_BLOCK, MODE_RECOMPUTE, stop, save_only, r->block_in,
-            s->c->set.reentrant ? r->block_out : -1, o);
+    sim_fwd(s, st, st->sec, MODE_RECOMPUTE, stop, save_only, st->in, s->c->set.reentrant ? st->out : -1, o);
     if (st->mask >= 0) { /* an offloaded mask's device copy: the recompute's argument */
         s->pool[st->mask].ckpt = 0;
         try_free(s, o, st->mask, (int16_t)r->mask);
@@ -973,46 +978,46 @@ static void drop_checkpoint(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
     s->pool[st->xin].ckpt = 0;
-    try_free(s, o, st->xin, (int16_t)r->block_in);
+    try_free(s, o, st->xin, (int16_t)st->in);
     if (st->mask >= 0) {
         s->pool[st->mask].ckpt = 0;
         try_free(s, o, st->mask, (int16_t)r->mask);
         st->mask = -1;
     }
-    if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) ev_layer_host(s, o, GCKPT_EV_HOST_FREE, st->host);
+    if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) ev_layer_host(o, GCKPT_EV_HOST_FREE, (int16_t)st->in, st->host);
 }
 
 static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
     sec_t *st = &s->layer[layer];
-    st->grad[r->block_out] = s->gstream;
+    st->grad[st->out] = s->gstream;
     if (s->wrap) gckpt_wrap_pre_backward(s->wrap, s, o, (uint64_t)layer + 1);
     /* non-reentrant early stop: the recompute ends when the last tensor the forward
      * saved is saved again; an op that saves only inputs saves them before it computes,
      * so the last saving op runs only if it saves an output. Reentrant: the whole
      * forward is re-run before any of the layer's backward (CheckpointFunction.backward). */
     bool reentrant = s->c->set.reentrant;
-    int stop = r->sec_begin[GCKPT_SEC_BLOCK];
-    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+    int stop = r->sec_begin[st->sec];
+    for (int i = r->sec_begin[st->sec]; i < r->sec_end[st->sec]; i++)
         if (r->op[i].nsaved || reentrant) stop = i + 1;
     bool ckpt = st->mode != GCKPT_LAYER_PLAIN;
     if (ckpt) {
         /* the ops after the last saving one need nothing saved: their backward runs
          * before a saved tensor is unpacked (which starts the recompute) */
-        sim_bwd(s, st, GCKPT_SEC_BLOCK, stop, -1, o);
+        sim_bwd(s, st, st->sec, stop, -1, o);
         recompute(s, st, stop, o);
     }
-    sim_bwd(s, st, GCKPT_SEC_BLOCK, -1, ckpt ? stop : -1, o);
+    sim_bwd(s, st, st->sec, -1, ckpt ? stop : -1, o);
     if (ckpt && reentrant) { /* the recomputed output goes with CheckpointFunction.backward */
-        int out = st->inst[r->block_out];
+        int out = st->inst[st->out];
         s->pool[out].external = false;
-        try_free(s, o, out, (int16_t)r->block_out);
+        try_free(s, o, out, (int16_t)st->out);
     }
     if (ckpt) drop_checkpoint(s, st, o);
     if (s->wrap) gckpt_wrap_post_backward(s->wrap, s, o, (uint64_t)layer + 1);
-    s->gstream = st->grad[r->block_in];
-    st->grad[r->block_in] = -1;
+    s->gstream = st->grad[st->in];
+    st->grad[st->in] = -1;
 }
 
 static void embed_bwd(gckpt_sim *s, gckpt_schedule *o)
@@ -1096,7 +1101,7 @@ void gckpt_sim_segment(gckpt_sim *s, const gckpt_seg *g, gckpt_schedule *o)
         else embed_bwd(s, o);
         break;
     case GCKPT_PART_LAYER:
-        if (fwd) layer_fwd(s, g->layer, (gckpt_layer_mode)g->mode, o);
+        if (fwd) layer_fwd(s, g->layer, (gckpt_layer_mode)g->mode, g->block, o);
         else if (bwd) layer_bwd(s, g->layer, o);
         else fwd_end(s, &s->layer[g->layer], o);
         break;

@@ -3,6 +3,8 @@
 
 #include <stdio.h>
 
+#include "gckpt/core/recipe.h"
+
 const char *const gckpt_phase_names[GCKPT_NPHASE] = {"forward", "loss", "backward", "optimizer"};
 
 const gckpt_micro_row gckpt_micro_order[GCKPT_MICRO_ROWS] = {
@@ -53,6 +55,13 @@ gckpt_layer_mode gckpt_step_mode(const gckpt_step *st, uint64_t layer)
     return st->modes ? (gckpt_layer_mode)st->modes[layer] : gckpt_layer_mode_of(st->every_n, st->offload, layer);
 }
 
+uint8_t gckpt_step_block(const gckpt_step *st, uint64_t layer)
+{
+    if (st->modes) return st->blocks ? st->blocks[layer] : GCKPT_BLOCK_DECODER;
+    return st->model ? (uint8_t)gckpt_layer_block(st->model, (gckpt_attention)st->attention, st->seq, layer)
+                     : GCKPT_BLOCK_DECODER;
+}
+
 void gckpt_step_checkpointing(const gckpt_step *st, bool *any, bool *offload)
 {
     gckpt_layer_mode m0 = st->layers ? gckpt_step_mode(st, 0) : GCKPT_LAYER_PLAIN;
@@ -83,7 +92,7 @@ static void at_layer(gckpt_step_iter *it, const gckpt_micro_row *r, gckpt_seg *o
         else gckpt_mode_cursor_down(&it->cur);
     }
     out->layer = (int32_t)layer;
-    out->block = GCKPT_BLOCK_DECODER;
+    out->block = gckpt_step_block(st, layer);
 }
 
 bool gckpt_step_next(gckpt_step_iter *it, gckpt_seg *out)

@@ -169,31 +169,25 @@ static bool fp32_gqa(const gckpt_plan *p, char *msg, size_t n)
     return true;
 }
 
-/* Sliding windows (FINDINGS 14.3): eager always materialises the masks (modelled); SDPA
- * at seq >= window runs every sliding layer with a mask, modelled when every layer
- * slides, not when only some do (one block type per model is traced). */
-static bool sliding_window(const gckpt_plan *p, char *msg, size_t n)
-{
-    const gckpt_model *m = &p->model;
-    if (gckpt_sliding_modelled(m, p->req.attention, p->req.seq)) return false;
-    snprintf(msg, n, "%llu of %llu layers use a sliding attention window of %llu tokens, at most seq %llu: under sdpa "
-                     "they run with a materialised [b, 1, s, s] mask and key/value repeated to every head, the other "
-                     "layers without; layers of two kinds are not modelled yet (planned as unmasked causal attention "
-                     "for every layer: an underestimate)",
-             (unsigned long long)m->sliding_layers, (unsigned long long)m->layers,
-             (unsigned long long)m->sliding_window, (unsigned long long)p->req.seq);
-    return true;
-}
-
+/* Sliding windows (FINDINGS 14.3): eager always materialises the masks; SDPA at seq >=
+ * window runs every sliding layer with a mask (block type GCKPT_BLOCK_SLIDING_SDPA), the
+ * others (Gemma 3's full layers, Qwen2's below max_window_layers) causal without one. */
 static bool sliding_masked(const gckpt_plan *p, char *msg, size_t n)
 {
     const gckpt_model *m = &p->model;
-    if (!gckpt_sliding_masked(m, p->req.attention, p->req.seq) || !gckpt_sliding_modelled(m, p->req.attention, p->req.seq))
-        return false;
-    snprintf(msg, n, "every layer's sliding window (%llu tokens) is at most seq %llu: transformers materialises the "
-                     "window as a mask, so SDPA keeps a [b, 1, s, s] copy of it per layer, key/value are repeated to "
-                     "every head, and no masked block is skipped (the full s x s is computed; planned so)",
-             (unsigned long long)m->sliding_window, (unsigned long long)p->req.seq);
+    if (!gckpt_sliding_masked(m, p->req.attention, p->req.seq)) return false;
+    if (m->sliding_layers == m->layers)
+        snprintf(msg, n, "every layer's sliding window (%llu tokens) is at most seq %llu: transformers materialises the "
+                         "window as a mask, so SDPA keeps a [b, 1, s, s] copy of it per layer, key/value are repeated to "
+                         "every head, and no masked block is skipped (the full s x s is computed; planned so)",
+                 (unsigned long long)m->sliding_window, (unsigned long long)p->req.seq);
+    else
+        snprintf(msg, n, "%llu of %llu layers use a sliding window (%llu tokens) at most seq %llu: transformers "
+                         "materialises the window as a mask, so SDPA keeps a [b, 1, s, s] copy of it per sliding layer, "
+                         "their key/value are repeated to every head, and no masked block is skipped (the full s x s is "
+                         "computed); the other layers run causal SDPA without a mask (planned so, per layer)",
+                 (unsigned long long)m->sliding_layers, (unsigned long long)m->layers,
+                 (unsigned long long)m->sliding_window, (unsigned long long)p->req.seq);
     return true;
 }
 
@@ -221,7 +215,6 @@ static const struct {
     bool (*say)(const gckpt_plan *p, char *msg, size_t n);
 } computed_rules[] = {
     {"sdpa_fp32_gqa_math_fallback", fp32_gqa},
-    {"sliding_window_not_modelled", sliding_window},
     {"sliding_window_masked_sdpa", sliding_masked},
     {"sdpa_unsupported_eager_planned", attention_replaced},
 };

@@ -183,10 +183,6 @@ static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     st->optimizer = GCKPT_ADAMW;
     f->comparable = !(f->m.family == GCKPT_FAMILY_GPT2 && !strcmp(f->precision, "amp-bf16"));
     f->why_not = "gpt2 under CPU autocast op lists (the planner models CUDA's: amp-bf16-cudalists)";
-    if (f->comparable && !gckpt_sliding_modelled(&f->m, st->attention, st->seq)) {
-        f->comparable = false;
-        f->why_not = "sdpa at seq >= window with sliding and full layers (two block types, not traced yet)";
-    }
 
     double p;
     if (!num(item(root, "parameters"), path, "parameters.count", &p, err)) return false;
@@ -293,7 +289,7 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
     c->params_ok = c->params == f->params && c->trainable == f->trainable;
 
     /* saved bytes, with the documented charging of shared tensors */
-    uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK), rope = 0, rope2 = 0;
+    uint64_t rope = 0, rope2 = 0;
     for (int t = 0; t < r.nt; t++) {
         if (!strcmp(r.t[t].name, "rotary.cos") || !strcmp(r.t[t].name, "rotary.sin")) rope += ctx.raw[t];
         if (!strcmp(r.t[t].name, "rotary_local.cos") || !strcmp(r.t[t].name, "rotary_local.sin")) rope2 += ctx.raw[t];
@@ -307,6 +303,8 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
         bool ck = gckpt_layer_mode_of(f->s.every_n, false, (uint64_t)i) != GCKPT_LAYER_PLAIN;
         if (!ck) {
             /* layer 0 of a frozen embedding without checkpointing: its input needs no gradient */
+            /* the layer's block type's section (gckpt_layer_block) */
+            uint64_t plain = gckpt_section_saved_bytes(&ctx, gckpt_layer_section(&r, &f->m, f->s.attention, (uint64_t)i));
             want = (i == 0 && r.frozen0 ? gckpt_layer0_frozen_saved_bytes(&ctx) : plain) + (first_plain ? rope : 0);
             /* Gemma 3: the other layer type's rotary pair, charged to its first plain layer */
             bool sl = gckpt_layer_sliding(&f->m, (uint64_t)i);

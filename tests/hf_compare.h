@@ -19,10 +19,7 @@
  *     answers as the CPU does;
  *   - gpt2 under CPU autocast op lists (precision "amp-bf16") is not comparable: the
  *     planner models CUDA's lists, which "amp-bf16-cudalists" fixtures emulate (for the
- *     llama family both are byte-identical);
- *   - sliding and full layers that differ (SDPA at seq >= window with only some layers
- *     sliding: Gemma 3) are not comparable: one block type per model is traced
- *     (gckpt_sliding_modelled; the plan warns sliding_window_not_modelled). */
+ *     llama family both are byte-identical). */
 #ifndef GCKPT_HF_COMPARE_H
 #define GCKPT_HF_COMPARE_H
 

@@ -328,14 +328,16 @@ static void warnings(void **state)
                               "\"max_window_layers\":4}");
     assert_int_equal(run(A("--model", "./qwen-sw.json", "--seq", "2048", "-q", "-o", "w.json")), 0);
     j = read_plan("w.json");
-    m = warning_of(j, "sliding_window_not_modelled");
+    /* two block types (masked sliding layers, causal full ones): planned per layer */
+    assert_null(warning_of(j, "sliding_window_not_modelled"));
+    m = warning_of(j, "sliding_window_masked_sdpa");
     assert_non_null(m);
-    assert_non_null(strstr(m, "2 of 6 layers"));
-    assert_non_null(strstr(m, "layers of two kinds are not modelled yet"));
+    assert_non_null(strstr(m, "2 of 6 layers use a sliding window (1024 tokens) at most seq 2048"));
+    assert_non_null(strstr(m, "the other layers run causal SDPA without a mask"));
     cJSON_Delete(j);
     assert_int_equal(run(A("--model", "qwen2.5-7b", "--seq", "8192", "--every-n", "1", "-q", "-o", "w.json")), 0);
     j = read_plan("w.json");
-    assert_null(warning_of(j, "sliding_window_not_modelled")); /* use_sliding_window: false */
+    assert_null(warning_of(j, "sliding_window_masked_sdpa")); /* use_sliding_window: false */
     cJSON_Delete(j);
 
     /* dropout: modelled as CUDA runs it, which the CPU probe cannot measure (gpt2 ships 0.1) */

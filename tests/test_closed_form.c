@@ -268,6 +268,39 @@ static void invariants(void **state)
     }
 }
 
+/* Two block types (gemma-3-1b under sdpa at seq 8192 >= its window of 512, bf16): a
+ * sliding layer saves k and v repeated to every head instead of its one kv head and SDPA's
+ * converted [b, 1, s, s] mask, 2 T (q_dim - kv_dim) 2 + b s s 2 bytes more than a full
+ * layer, and its masked SDPA computes the whole s x s: twice the causal 2 b s s heads
+ * head_dim forward FLOPs; the parameters are counted once (999,885,952, published) */
+static void two_block_types(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    load("gemma-3-1b", &m);
+    static gckpt_recipe r;
+    const uint64_t b = 2, seq = 8192, T = b * seq;
+    gckpt_recipe_build_seq(&m, GCKPT_BF16, GCKPT_SDPA, GCKPT_TARGET_CUDA, NULL, seq, &r);
+    gckpt_setting s = {.precision = GCKPT_BF16, .attention = GCKPT_SDPA, .micro_batch = b, .seq = seq, .grad_accum = 1,
+                       .optimizer = GCKPT_ADAMW};
+    gckpt_ctx c;
+    gckpt_err err;
+    if (!gckpt_ctx_init(&c, &m, &dev, &r, &s, &err)) fail_msg("%s", err.msg);
+    /* layer 0 slides (5 sliding : 1 full), layer 5 is full */
+    int sl = gckpt_layer_section(&r, &m, GCKPT_SDPA, 0), fu = gckpt_layer_section(&r, &m, GCKPT_SDPA, 5);
+    assert_int_equal(sl, GCKPT_SEC_BLOCK);
+    assert_int_equal(fu, GCKPT_SEC_BLOCK_MORE);
+    uint64_t qd = m.heads * m.head_dim, kvd = m.kv_heads * m.head_dim;
+    assert_true(gckpt_section_saved_bytes(&c, sl) - gckpt_section_saved_bytes(&c, fu) ==
+                2 * T * (qd - kvd) * 2 + b * seq * seq * 2);
+    double f[2] = {0, 0};
+    for (int i = 0; i < r.nop; i++)
+        if (r.op[i].prim == GCKPT_P_SDPA) f[r.op[i].section == sl ? 0 : 1] += c.op_flops[0][i];
+    double causal = 2.0 * (double)b * (double)seq * (double)seq * (double)m.heads * (double)m.head_dim;
+    assert_true(f[1] == causal && f[0] == 2 * causal);
+    assert_true(c.params.numel == 999885952u);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -279,6 +312,7 @@ int main(void)
         cmocka_unit_test(checkpointed_layer_sets), cmocka_unit_test(checkpoint_bytes),
         cmocka_unit_test(pr48444_offload_frees),   cmocka_unit_test(accumulation_steady_state),
         cmocka_unit_test(persistent_state),        cmocka_unit_test(invariants),
+        cmocka_unit_test(two_block_types),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -152,7 +152,8 @@ static void odd_dims(void **state)
 
 /* Issue 13's families at seq 96: Gemma 2 / 3 with five alternating layers (every_n 2
  * checkpoints one attention type, 3 both: their masks and rotary pairs), windows under
- * seq (Phi-3's masked SDPA on every layer), fused and packed projections, multipliers,
+ * seq (Phi-3's masked SDPA on every layer; Gemma 3's and Qwen2's sliding layers only:
+ * two block types, layer 0 of either), fused and packed projections, multipliers,
  * mixture of experts with and without the load-balancing loss. */
 static void issue13_families(void **state)
 {
@@ -163,6 +164,8 @@ static void issue13_families(void **state)
     sweep("gemma2-tiny", TINY("gemma2", ",\"sliding_window\":32"));
     sweep("gemma3-tiny", TINY("gemma3_text", ",\"sliding_window\":128,\"sliding_window_pattern\":2"));
     sweep("phi3-tiny", TINY("phi3", ",\"sliding_window\":64,\"partial_rotary_factor\":0.5"));
+    sweep("gemma3-window", TINY("gemma3_text", ",\"sliding_window\":64,\"sliding_window_pattern\":2"));
+    sweep("qwen2-window", TINY("qwen2", ",\"use_sliding_window\":true,\"sliding_window\":64,\"max_window_layers\":2"));
     sweep("gemma-tiny", TINY("gemma", ""));
     sweep("olmo2-tiny", TINY("olmo2", ""));
     sweep("granite-tiny", TINY("granite", ",\"residual_multiplier\":0.2,\"logits_scaling\":8"));
@@ -200,6 +203,17 @@ static void parallel_modes(void **state)
                 sweep("qwen2-odd", qwen2);
                 sweep("qwen3-tied", qwen3);
             }
+    /* two block types (sdpa at seq 96 >= window 64: layers 1 and 2 slide) under the
+     * per-unit (FSDP2) and per-module (ZeRO-3) hooks: the units hold the first section's
+     * parameters, each layer runs its own type's ops */
+    static const char *qwen2w = "{\"model_type\":\"qwen2\",\"num_hidden_layers\":3,\"hidden_size\":64,"
+                                "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":96,"
+                                "\"vocab_size\":211,\"use_sliding_window\":true,\"sliding_window\":64,"
+                                "\"max_window_layers\":1}";
+    for (int mode = GCKPT_PAR_FSDP; mode <= GCKPT_PAR_ZERO3; mode += GCKPT_PAR_ZERO3 - GCKPT_PAR_FSDP) {
+        g_layout = (gckpt_layout){.gpus = 2, .nodes = 1, .mode = (uint8_t)mode};
+        sweep("qwen2-window", qwen2w);
+    }
     /* CPU offload (FINDINGS 13.10): FSDP2's CPUOffloadPolicy frees each sharded gradient after
      * its reduce-scatter and adds a transient fp32 shard before each all-gather; ZeRO-3 moves
      * persistent state off the device */
@@ -236,10 +250,17 @@ static void lora_qlora(void **state)
     gckpt_peft_default(GCKPT_METHOD_QLORA, &nf4);
     int8 = nf4;
     int8.quant = GCKPT_QUANT_INT8;
+    /* two block types (sdpa at seq 96 >= window): LoRA's and QLoRA's (NF4) parameters
+     * replayed in the second */
+    static const char *qwen3w = "{\"model_type\":\"qwen3\",\"num_hidden_layers\":3,\"hidden_size\":64,"
+                                "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,"
+                                "\"intermediate_size\":96,\"vocab_size\":211,\"use_sliding_window\":true,"
+                                "\"sliding_window\":64,\"max_window_layers\":1}";
     const gckpt_peft *all[] = {&lora, &mts, &nf4, &int8};
     for (int i = 0; i < 4; i++) {
         sweep_peft("qwen2-lora", qwen2, all[i]);
         sweep_peft("gpt2-lora", gpt2, all[i]);
+        if (all[i] == &mts || all[i] == &nf4) sweep_peft("qwen3-window-lora", qwen3w, all[i]);
     }
 }
 
@@ -255,10 +276,15 @@ static void recipe_limits(void **state)
         "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":100,\"vocab_size\":200,"
         "\"attention_bias\":true,\"mlp_bias\":true,\"attention_dropout\":0.1}",
         "{\"model_type\":\"gpt2\",\"n_layer\":2,\"n_embd\":48,\"n_head\":3,\"vocab_size\":101,"
-        "\"n_positions\":128,\"attn_pdrop\":0.1,\"resid_pdrop\":0.1,\"embd_pdrop\":0.1}"};
+        "\"n_positions\":128,\"attn_pdrop\":0.1,\"resid_pdrop\":0.1,\"embd_pdrop\":0.1}",
+        /* two block types at seq 128 >= window under sdpa */
+        "{\"model_type\":\"qwen3\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,"
+        "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":100,\"vocab_size\":200,"
+        "\"attention_bias\":true,\"mlp_bias\":true,\"attention_dropout\":0.1,\"use_sliding_window\":true,"
+        "\"sliding_window\":64,\"max_window_layers\":1}"};
     static gckpt_recipe r;
     int nt = 0, nop = 0;
-    for (size_t c = 0; c < 2; c++) {
+    for (size_t c = 0; c < 3; c++) {
         gckpt_model m;
         gckpt_err err;
         if (!gckpt_model_parse("cfg", cfgs[c], &m, &err)) fail_msg("%s", err.msg);
@@ -269,7 +295,7 @@ static void recipe_limits(void **state)
                         gckpt_peft pf;
                         gckpt_peft_default((gckpt_method)meth, &pf);
                         pf.modules_to_save = GCKPT_MTS_LM_HEAD | GCKPT_MTS_EMBED;
-                        gckpt_recipe_build_peft(&m, (gckpt_precision)p, (gckpt_attention)a, (gckpt_target)t, &pf, &r);
+                        gckpt_recipe_build_seq(&m, (gckpt_precision)p, (gckpt_attention)a, (gckpt_target)t, &pf, 128, &r);
                         nt = r.nt > nt ? r.nt : nt;
                         nop = r.nop > nop ? r.nop : nop;
                     }

@@ -264,7 +264,7 @@ int main(void)
 #else
     printf("\n%d fixtures compared (%zu hand-written, %zu generated, %zu of issue 13's dense families, %zu "
            "mixture-of-experts); %d not compared (gpt2 amp-bf16 measured with CPU autocast op lists, whose "
-           "amp-bf16-cudalists twins are; Gemma 3 sdpa at seq >= window: sliding and full layers differ)\n",
+           "amp-bf16-cudalists twins are)\n",
            g_compared, hand, gen, nfam, nmoe, g_not_comparable);
     printf("%d MoE fixtures compared with their measured routing: the most-loaded expert of a layer received up to "
            "%.2f x the balanced share\n", g_moe, g_moe_imbalance);

@@ -55,13 +55,15 @@ typedef struct {
  * Layer 0 is apart: the base model holds its input (the embedding output) until it
  * returns, and its mode (every_n off: plain; else checkpointed, offloaded or not) also
  * decides whether checkpoints hold eager attention's mask, so the once-rows and layer 0
- * are kept per layer 0's mode; the later layers per row and mode. [micro]: the first
- * micro-step, a later one. */
+ * are kept per layer 0's mode; the later layers per row, block type (gckpt_block_type)
+ * and mode. [micro]: the first micro-step, a later one. */
 typedef struct {
     gckpt_seg_summary first[GCKPT_NLAYERMODE][2][GCKPT_MICRO_ROWS];
-    gckpt_seg_summary later[2][GCKPT_MICRO_ROWS][GCKPT_NLAYERMODE];
+    gckpt_seg_summary later[2][GCKPT_MICRO_ROWS][GCKPT_NBLOCK][GCKPT_NLAYERMODE];
     gckpt_seg_summary optimizer;
     bool later_micro; /* the [1] summaries exist: built for a grad_accum > 1 */
+    bool typed;       /* the layers have more than one block type (gckpt_layer_block) */
+    uint8_t block0;   /* layer 0's block type (every layer's when not typed) */
     /* two attention types (Gemma 2/3, Qwen with some sliding layers): layer 0's type alone
      * checkpointed in first, both in first_both (their eager masks held by checkpoints:
      * gckpt_ckpt_types) */

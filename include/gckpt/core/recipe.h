@@ -16,18 +16,33 @@
 #include "gckpt/core/dtype.h"
 #include "gckpt/core/model.h"
 #include "gckpt/core/setting.h"
+#include "gckpt/core/step.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define GCKPT_MAX_TENSORS 256 /* the largest recipe: 204 (qwen3 with every bias and q/k norm, eager, dropout, LoRA on all linears under autocast, both modules_to_save copies: test_consistency recipe_limits) */
-#define GCKPT_MAX_OPS 224     /* ... 166 ops */
+#define GCKPT_MAX_TENSORS 416 /* the largest recipe: 371 (qwen3 with every bias and q/k norm, dropout, LoRA on all linears under autocast, both modules_to_save copies, sdpa with two block types: test_consistency recipe_limits) */
+#define GCKPT_MAX_OPS 352     /* ... 316 ops */
 #define GCKPT_OP_MAX_IN 4
 #define GCKPT_OP_MAX_SAVED 6
 #define GCKPT_OP_MAX_UNHOLD 16
 
-typedef enum { GCKPT_SEC_EMBED, GCKPT_SEC_BLOCK, GCKPT_SEC_HEAD, GCKPT_NSEC } gckpt_section;
+/* Sections: the embedding, a block section per block type present (gckpt_block_type),
+ * the head. The first block section (layer 0's type) is GCKPT_SEC_BLOCK and owns the
+ * block's parameters; another type's section (GCKPT_SEC_BLOCK_MORE on) is traced from the
+ * same input shape and reuses those parameters (gckpt_recipe.block_sec says which type is
+ * where). The three first values are what the parameter table, the parallel wrappers and
+ * the executor read. */
+typedef enum {
+    GCKPT_SEC_EMBED,
+    GCKPT_SEC_BLOCK,
+    GCKPT_SEC_HEAD,
+    GCKPT_SEC_BLOCK_MORE,
+    GCKPT_NSEC = GCKPT_SEC_BLOCK_MORE + GCKPT_NBLOCK - 1
+} gckpt_section;
+/* Whether section sec is a layer's (a block type's). */
+static inline bool gckpt_sec_is_block(int sec) { return sec == GCKPT_SEC_BLOCK || sec >= GCKPT_SEC_BLOCK_MORE; }
 
 typedef enum {
     GCKPT_T_ACT,    /* activation: lifetime from producer to last use / last backward */
@@ -232,8 +247,12 @@ typedef struct {
                       * embedding's output, needs no gradient: the block ops' saved0 and
                       * the tensors' rg0 say what layer 0 then saves and differentiates
                       * (FINDINGS 12.5, "Layer 0 without checkpointing") */
-    int block_in;    /* tensor: the block's input (hidden_states) */
-    int block_out;   /* tensor: the block's output */
+    int block_in;    /* tensor: the block's input (hidden_states) (GCKPT_SEC_BLOCK's) */
+    int block_out;   /* tensor: the block's output (GCKPT_SEC_BLOCK's) */
+    int8_t block_sec[GCKPT_NBLOCK]; /* the section of each block type, -1: no layer is of it */
+    int sec_in[GCKPT_NSEC], sec_out[GCKPT_NSEC]; /* a block section's input / output tensor */
+    uint64_t seq;    /* the sequence it was built for (gckpt_recipe_build_seq; 0: unknown):
+                      * the layers' block types are gckpt_layer_block's at it */
     int head_in;     /* tensor: the head's input */
     int loss;        /* tensor: the scalar loss */
     int mask;        /* tensor: eager attention's causal mask, or -1 */
@@ -300,10 +319,13 @@ uint8_t gckpt_ckpt_types(const gckpt_model *m, uint32_t every_n);
  * the layer then repeats k/v to every head and SDPA saves the mask converted to q's
  * dtype, [b, 1, s, s] per layer (FINDINGS 14.3). */
 bool gckpt_sliding_masked(const gckpt_model *m, gckpt_attention a, uint64_t seq);
-/* Whether the recipe models every layer at sequence seq: false when some layers are
- * masked-SDPA sliding layers and others are not (Gemma 3 at seq >= window, Qwen2 with
- * max_window_layers): one block type per model is traced today. */
-bool gckpt_sliding_modelled(const gckpt_model *m, gckpt_attention a, uint64_t seq);
+/* Layer `layer`'s block type at attention a and sequence seq: SLIDING_SDPA for a sliding
+ * layer when gckpt_sliding_masked, else DECODER (Gemma 3 and Qwen2/3 with
+ * max_window_layers then have two). The one rule the recipe, the step and the fast
+ * evaluator read. */
+gckpt_block_type gckpt_layer_block(const gckpt_model *m, gckpt_attention a, uint64_t seq, uint64_t layer);
+/* The section of layer `layer` in recipe r (of model m, attention a). */
+int gckpt_layer_section(const gckpt_recipe *r, const gckpt_model *m, gckpt_attention a, uint64_t layer);
 
 /* Elements / bytes of tensor i for micro-batch b and sequence s; false on overflow (also
  * when b x s x s overflows, whatever the tensor: attention grows with it). */

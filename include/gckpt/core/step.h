@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gckpt/core/model.h"
 #include "gckpt/core/setting.h"
 
 #ifdef __cplusplus
@@ -28,10 +29,12 @@ typedef enum { GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT, GCKPT_LAYER_CKPT_OFFLOAD, GC
 /* The layers of the evaluator's proxy step (eval.c): layer 0, then one of each mode. */
 #define GCKPT_PROXY_LAYERS (1 + GCKPT_NLAYERMODE)
 
-/* What a layer is: one block type per layer, whose ops the recipe traces (today every
- * layer is a decoder block; a mixture-of-experts or sliding-window layer type is a new
- * value here and a section of the recipe, docs/architecture.md). */
-typedef enum { GCKPT_BLOCK_DECODER, GCKPT_NBLOCK } gckpt_block_type;
+/* What a layer is: one block type per layer, whose ops the recipe traces in a section of
+ * their own (one per type present, gckpt_recipe.block_sec). The rule that gives a layer's
+ * type is gckpt_layer_block (gckpt/core/recipe.h). DECODER: the model's decoder layer as
+ * its attention runs it (causal SDPA, eager); SLIDING_SDPA: a sliding-window layer under
+ * SDPA at seq >= window, which runs a masked SDPA (gckpt_sliding_masked). */
+typedef enum { GCKPT_BLOCK_DECODER, GCKPT_BLOCK_SLIDING_SDPA, GCKPT_NBLOCK } gckpt_block_type;
 
 typedef enum {
     GCKPT_PH_FORWARD,
@@ -165,6 +168,12 @@ typedef struct {
     const uint8_t *modes; /* ... or, when not NULL, each layer's mode (segment profiles) */
     uint8_t ckpt_types;   /* with modes: the attention types the profiled setting checkpoints
                            * (gckpt_ckpt_types; 0 with modes NULL: from every_n) */
+    const uint8_t *blocks; /* with modes: each layer's block type (gckpt_block_type) */
+    const gckpt_model *model; /* without: the model whose layers' types gckpt_layer_block
+                               * gives at attention and seq (the recipe's: gckpt_recipe.seq);
+                               * NULL: every layer a DECODER */
+    uint8_t attention;    /* gckpt_attention */
+    uint64_t seq;
     int micro_steps;      /* 1, or 2 when a later micro-step exists (grad_accum > 1) */
     bool optimizer;       /* the optimizer ends the step */
 } gckpt_step;
@@ -172,6 +181,8 @@ typedef struct {
 /* The step of setting s on a model of `layers` layers. */
 gckpt_step gckpt_step_of(const gckpt_setting *s, uint64_t layers);
 gckpt_layer_mode gckpt_step_mode(const gckpt_step *st, uint64_t layer);
+/* A layer's block type in step st. */
+uint8_t gckpt_step_block(const gckpt_step *st, uint64_t layer);
 /* Whether layers are checkpointed and offloaded (layer 0's mode: it is checkpointed
  * whenever any is): checkpoints then hold the layers' arguments (recipe.h, ckpt_held). */
 void gckpt_step_checkpointing(const gckpt_step *st, bool *any, bool *offload);

@@ -100,6 +100,22 @@ static void test_gemma(void **st) { (void)st; family_ga2("tiny-gemma"); }
 /* Gemma 2 (soft-capped scores and logits, sandwich norms; eager whatever is asked) with
  * a window of 16 = the sequence: its sliding layers' mask is the causal one */
 static void test_gemma2(void **st) { (void)st; family_ga2("tiny-gemma2-w16"); }
+/* issue 13's mixture-of-experts families (router, top-k, sorted pairs, grouped_mm
+ * experts): mixtral (fp32 routing weights), qwen3_moe (norm_topk_prob, head_dim 12),
+ * olmoe (no renormalisation) */
+static void test_mixtral(void **st) { (void)st; family_ga2("tiny-mixtral"); }
+static void test_qwen3_moe(void **st) { (void)st; family_ga2("tiny-qwen3-moe"); }
+static void test_olmoe(void **st) { (void)st; family_ga2("tiny-olmoe"); }
+/* ... with output_router_logits: every layer's logits held for the head's load-balancing
+ * loss, its gradient handed back to each layer's router (3 layers: fewer than the
+ * simulator's proxy, one buffer for all of them; the olmoe default coefficient) */
+static void test_moe_aux(void **st)
+{
+    (void)st;
+    family_ga2("tiny-mixtral-aux");
+    family_ga2("tiny-qwen3-moe-aux");
+    family_ga2("tiny-olmoe-aux");
+}
 
 /* One kv head (repeat_kv is a view) and kv heads = heads (no repeat), at micro-batch 1
  * (eager attention's batch folding is a view: the schedule binds k / v with their own
@@ -361,6 +377,8 @@ int main(void)
         cmocka_unit_test(test_llama),       cmocka_unit_test(test_qwen3),        cmocka_unit_test(test_gpt2),
         cmocka_unit_test(test_gpt2_dropout), cmocka_unit_test(test_olmo2),  cmocka_unit_test(test_granite),
         cmocka_unit_test(test_gemma), cmocka_unit_test(test_gemma2),
+        cmocka_unit_test(test_mixtral), cmocka_unit_test(test_qwen3_moe), cmocka_unit_test(test_olmoe),
+        cmocka_unit_test(test_moe_aux),
         cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
         cmocka_unit_test(test_detects_broken_schedule),

@@ -87,6 +87,9 @@ gckpt_xstatus exec_aux_forward(gckpt_exec *x, const gckpt_xcall *c, const exec_s
     if (!a || c->op->prim != GCKPT_P_SOFTMAX || c->op->nin != 1)
         return exec_fail(err, "%s: an op on the router logits' view that the executor does not run", w->at);
     unsigned osize = gckpt_dtype_size((gckpt_dtype)c->out[0].dt);
+    if (c->out[0].n != a->block * x->m.layers) /* each call below checks only its block */
+        return exec_fail(err, "%s: op %s: output 0 holds %llu elements, its inputs make %llu", w->at, c->op->name,
+                         (unsigned long long)c->out[0].n, (unsigned long long)(a->block * x->m.layers));
     for (uint64_t l = 0; l < x->m.layers; l++) {
         size_t b = (size_t)(l + 1) * (size_t)x->r->nop + (size_t)a->gate_op;
         uint32_t id = x->bind[b].out[0];

@@ -343,6 +343,11 @@ static void test_oversized_activation_fails(void **st)
     int n = oversize_each("tiny-llama", &a) + oversize_each("tiny-qwen3", &b) + oversize_each("tiny-gpt2-dropout", &a);
     printf("one element larger: %d activations, every one refused\n", n);
     assert_true(n > 150);
+    /* the MoE block's and the load-balancing loss's tensors (ids, permutations, offsets,
+     * pairs, the logits' 0-byte view) */
+    int moe = oversize_each("tiny-mixtral-aux", &a);
+    printf("one element larger: %d activations of tiny-mixtral-aux, every one refused\n", moe);
+    assert_true(moe > 60);
 }
 
 /* An allocation larger than its elements (the rounding, not the tensor, grown) is refused

@@ -215,7 +215,8 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
  * Gemma 1 ((1 + w) norms, the embedding normalizer, GELU-tanh) and Gemma 2 (soft-capping,
  * sandwich norms, query_pre_attn_scalar; eager) run. Gemma 3 (a rotary pair per layer
  * type), Phi-3 and GPT-NeoX (strided views of fused projections feeding elementwise ops,
- * partial rotary's cat) are planned only. */
+ * partial rotary's cat) are planned only. The mixture-of-experts families (mixtral,
+ * qwen3_moe, olmoe: router, grouped_mm experts, the load-balancing loss) run. */
 static bool family_executed(const gckpt_model *m)
 {
     switch (m->family) {
@@ -230,7 +231,7 @@ bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, 
 {
     if (!family_executed(m)) {
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
-                          "qwen3, gpt2, gemma, gemma2, olmo2 and granite)", m->model_type);
+                          "qwen3, gpt2, gemma, gemma2, olmo2, granite, mixtral, qwen3_moe and olmoe)", m->model_type);
         return false;
     }
     /* Gemma 2's sliding layers read their own mask, which the executor does not make: at

@@ -57,7 +57,8 @@ static int router(tracer *tr, int x, int *index)
 }
 
 /* One grouped_mm projection of the sorted pairs x by an [E, out_f, in_f] weight: saves
- * its input and the offsets; a GEMM per gradient over all S rows. */
+ * its input and the offsets; a GEMM per gradient over all S rows. (The executor reads
+ * the groups from the saved offsets: interp_events.c grouped_offsets.) */
 static int grouped_linear(tracer *tr, int x, int w, int offs, uint64_t in_f, uint64_t out_f, const char *name)
 {
     int o = linear_node(tr, x, w, -1, in_f, out_f, name, dt(tr, w), (int[]){x, offs});
@@ -158,9 +159,11 @@ void moe_aux_loss(tracer *tr)
     node(tr, "aux.histc_input", GCKPT_P_CAST, 1, (int[]){idx}, hin, -1, 0, NULL, GCKPT_BC_NONE, 0, 0);
     int tpe = tnew(tr, "aux.tokens_per_expert", GCKPT_T_ACT, F32, fixed_shape(1, E), false);
     node(tr, "aux.histc", GCKPT_P_HISTC, 1, (int[]){hin}, tpe, -1, 0, NULL, GCKPT_BC_NONE, 0, E);
+    last_op(tr)->sb = (double)k; /* / total_rows: the counts over the L x T rows of k indices */
     int smf = cast_to(tr, sm, F32, "aux.routing_weights.float");
     int probs = tnew(tr, "aux.router_prob_per_expert", GCKPT_T_ACT, F32, fixed_shape(1, E), true);
     node(tr, "aux.prob_sum", GCKPT_P_SUM, 1, (int[]){smf}, probs, -1, 0, NULL, GCKPT_BC_NONE, 0, E);
+    last_op(tr)->sb = (double)E; /* / total_rows: the sums over the L x T rows of E probabilities */
     int prod = mul(tr, tpe, probs, "aux.tokens_x_probs");
     int aux = tnew(tr, "aux_loss", GCKPT_T_ACT, F32, fixed_shape(1, 1), true);
     node(tr, "aux.sum", GCKPT_P_SUM, 1, (int[]){prod}, aux, -1, 0, NULL, GCKPT_BC_NONE, 0, E);

@@ -54,7 +54,8 @@ struct gckpt_sim {
     size_t n, cap;
     sec_t embed, head;
     sec_t *layer;
-    int aux_rest;     /* the load-balancing loss's gradients held to the embedding's backward */
+    int aux_rest[GCKPT_PROXY_LAYERS]; /* the load-balancing loss's gradients held to the embedding's
+                                       * backward (a model with fewer layers than the proxy), or -1 */
     int stream;  /* instance of the hidden state passed to the next section */
     int gstream; /* grad instance passed to the previous section in backward */
     bool ckpt_any, ckpt_offload; /* layers are checkpointed / offloaded (ckpt_held tensors) */
@@ -256,7 +257,7 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
     }
     s->c = c;
     s->nlayers = layers;
-    s->aux_rest = -1;
+    for (int l = 0; l < GCKPT_PROXY_LAYERS; l++) s->aux_rest[l] = -1;
     if (gckpt_wrap_active(c)) {
         /* the wrapper reduces gradients in the last micro-step (the later one), or the only one */
         if (!s->wrap && !(s->wrap = gckpt_wrap_new())) return false;
@@ -777,12 +778,17 @@ static void router_grads_to_layers(gckpt_sim *s, sec_t *st, int t, gckpt_schedul
     uint64_t L = s->c->model->layers, n = L >= GCKPT_PROXY_LAYERS ? s->nlayers : 0;
     inst_t p = s->pool[g]; /* alloc_buf may move the pool */
     grad_release(s, st, t, o);
+    /* one allocation per layer, rounded as any (gckpt-run found a layer's [T, E] bf16
+     * buffer of less than a granule counted unrounded) */
+    uint64_t per = p.numel / L, pb = gckpt_round_up(per * gckpt_dtype_size((gckpt_dtype)p.dtype),
+                                                    s->c->dev->alloc_round_bytes);
     for (uint64_t l = 0; l < n; l++)
-        s->layer[l].aux_grad = alloc_buf(s, o, (int16_t)t, GCKPT_C_BACKWARD, p.dtype, p.numel / L, p.bytes / L, true);
-    if (L > n)
-        s->aux_rest = alloc_buf(s, o, (int16_t)t, GCKPT_C_BACKWARD, p.dtype, p.numel / L * (L - n), p.bytes / L * (L - n),
-                                true);
-    if (n) s->aux_rest = -1; /* a proxy's rest: released by the repeated summaries */
+        s->layer[l].aux_grad = alloc_buf(s, o, (int16_t)t, GCKPT_C_BACKWARD, p.dtype, per, pb, true);
+    if (n == 0)
+        for (uint64_t l = 0; l < L; l++)
+            s->aux_rest[l] = alloc_buf(s, o, (int16_t)t, GCKPT_C_BACKWARD, p.dtype, per, pb, true);
+    else if (L > n) /* a proxy's rest: released by the repeated summaries */
+        (void)alloc_buf(s, o, (int16_t)t, GCKPT_C_BACKWARD, p.dtype, per * (L - n), pb * (L - n), true);
 }
 
 static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_schedule *o)
@@ -1023,10 +1029,11 @@ static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
 static void embed_bwd(gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
-    if (s->aux_rest >= 0) {
-        release(s, o, s->aux_rest, (int16_t)r->router_logits[1]);
-        s->aux_rest = -1;
-    }
+    for (int l = 0; l < GCKPT_PROXY_LAYERS; l++)
+        if (s->aux_rest[l] >= 0) {
+            release(s, o, s->aux_rest[l], (int16_t)r->router_logits[1]);
+            s->aux_rest[l] = -1;
+        }
     /* the last checkpoint holding the layers' arguments (layer 0's) is gone */
     for (int t = 0; t < r->nt; t++) {
         int id = s->embed.inst[t];

@@ -528,8 +528,8 @@ gckpt_xstatus cuda_attn_forward(cuda_be *cb, const gckpt_xcall *c)
     case GCKPT_P_SDPA: return sdpa_fwd(cb, c);
     case GCKPT_P_SOFTMAX: {
         NEED_T(be, c, x, "input");
-        uint64_t rows = x.n / c->s;
-        if (rows) k_softmax<<<static_cast<unsigned>(rows), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, c->s);
+        uint64_t W = c->op->width ? c->op->width : c->s, rows = x.n / W; /* the router's experts, or s */
+        if (rows) k_softmax<<<static_cast<unsigned>(rows), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, W);
         break;
     }
     case GCKPT_P_TRANSPOSE: {
@@ -562,9 +562,9 @@ gckpt_xstatus cuda_attn_backward(cuda_be *cb, const gckpt_xcall *c)
     case GCKPT_P_SOFTMAX: {
         if (!gi.p) return GCKPT_XS_OK;
         NEED_T(be, c, c->out[0], "saved output");
-        uint64_t rows = gi.n / c->s;
+        uint64_t W = c->op->width ? c->op->width : c->s, rows = gi.n / W;
         if (rows) k_softmax_bwd<<<static_cast<unsigned>(rows), kBlock, 0, st>>>(c->out[0].p, c->out[0].dt, g.p, g.dt, gi.p,
-                                                                             gi.dt, c->s);
+                                                                             gi.dt, W);
         break;
     }
     case GCKPT_P_TRANSPOSE: {

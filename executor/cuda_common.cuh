@@ -83,6 +83,7 @@ __device__ __forceinline__ float ldx(const void *p, uint8_t dt, uint64_t i)
     case GCKPT_DT_F16: return __half2float(static_cast<const __half *>(p)[i]);
     case GCKPT_DT_BOOL: case GCKPT_DT_U8: return static_cast<float>(static_cast<const uint8_t *>(p)[i]);
     case GCKPT_DT_I8: return static_cast<float>(static_cast<const int8_t *>(p)[i]);
+    case GCKPT_DT_I32: return static_cast<float>(static_cast<const int32_t *>(p)[i]);
     default: return static_cast<float>(static_cast<const int64_t *>(p)[i]);
     }
 }
@@ -96,6 +97,7 @@ __device__ __forceinline__ void stx(void *p, uint8_t dt, uint64_t i, float v)
     case GCKPT_DT_BOOL: static_cast<uint8_t *>(p)[i] = v != 0.0f; break;
     case GCKPT_DT_U8: static_cast<uint8_t *>(p)[i] = static_cast<uint8_t>(v); break;
     case GCKPT_DT_I8: static_cast<int8_t *>(p)[i] = static_cast<int8_t>(v); break;
+    case GCKPT_DT_I32: static_cast<int32_t *>(p)[i] = static_cast<int32_t>(v); break;
     default: static_cast<int64_t *>(p)[i] = static_cast<int64_t>(v); break;
     }
 }
@@ -166,6 +168,10 @@ gckpt_xstatus cuda_matmul_forward(cuda_be *b, const gckpt_xcall *c);
 gckpt_xstatus cuda_matmul_backward(cuda_be *b, const gckpt_xcall *c);
 gckpt_xstatus cuda_attn_forward(cuda_be *b, const gckpt_xcall *c);
 gckpt_xstatus cuda_attn_backward(cuda_be *b, const gckpt_xcall *c);
+gckpt_xstatus cuda_moe_forward(cuda_be *b, const gckpt_xcall *c);
+gckpt_xstatus cuda_moe_backward(cuda_be *b, const gckpt_xcall *c);
+bool cuda_is_moe(int prim);
+gckpt_xstatus cuda_split_copy(cuda_be *b, const gckpt_xt &src, uint64_t role, const gckpt_xt &dst);
 gckpt_xstatus cuda_source(cuda_be *b, gckpt_source what, const gckpt_xcall *c, const int64_t *host);
 gckpt_xstatus cuda_optim(cuda_be *b, const gckpt_optcall *c);
 gckpt_xstatus cuda_nccl_attach(cuda_be *b, gckpt_comm *comm);

@@ -197,10 +197,10 @@ __global__ void k_split(const void *src, uint8_t sdt, void *dst, uint8_t ddt, ui
     }
 }
 
-static void split_cols(const gckpt_xcall *c, uint64_t nwide, uint64_t nnarrow, uint64_t *Ww, uint64_t *Wn,
+static void split_cols(const gckpt_xcall *c, uint64_t rows, uint64_t nwide, uint64_t nnarrow, uint64_t *Ww, uint64_t *Wn,
                        uint64_t *off)
 {
-    gckpt_split_cols(c->b * c->s, nwide, nnarrow, static_cast<uint64_t>(c->op->sa), Ww, Wn, off);
+    gckpt_split_cols(rows, nwide, nnarrow, static_cast<uint64_t>(c->op->sa), Ww, Wn, off);
 }
 
 // mean over groups of w: one warp per group
@@ -555,7 +555,7 @@ gckpt_xstatus split_launch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
     const gckpt_xt &wide = bwd ? dst : src, &narrow = bwd ? src : dst;
     if (!dst.p) return GCKPT_XS_OK;
     uint64_t Ww, Wn, off;
-    split_cols(c, wide.n, narrow.n, &Ww, &Wn, &off);
+    split_cols(c, narrow.rows, wide.n, narrow.n, &Ww, &Wn, &off);
     if (narrow.n)
         k_split<<<grid_for(narrow.n, kBlock), kBlock, 0, cb->stream>>>(src.p, src.dt, dst.p, dst.dt, narrow.n, Ww, Wn, off,
                                                                        bwd ? 1 : 0);
@@ -677,7 +677,7 @@ gckpt_xstatus cuda_elem_forward(cuda_be *cb, const gckpt_xcall *c)
     case GCKPT_P_MEAN:
         k_mean<<<grid_for(o.n * 32, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, o.n, op->width);
         break;
-    case GCKPT_P_EMBED:
+    case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: /* rows picked by int64 indices */
         NEED_T(be, c, c->in[1], "ids");
         k_embed<<<grid_for(o.n, kBlock), kBlock, 0, st>>>(x.p, x.dt, static_cast<const int64_t *>(c->in[1].p), o.p, o.dt,
                                                           o.n, op->width, x.n / op->width);
@@ -711,7 +711,7 @@ gckpt_xstatus cuda_elem_backward(cuda_be *cb, const gckpt_xcall *c)
     case GCKPT_P_SPLIT: return split_launch(cb, c, true);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_bwd(cb, c);
     case GCKPT_P_LAYERNORM: return layernorm_bwd(cb, c);
-    case GCKPT_P_EMBED: return embed_bwd(cb, c);
+    case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: return embed_bwd(cb, c);
     case GCKPT_P_LOG_SOFTMAX: return logsoftmax_bwd(cb, c);
     case GCKPT_P_NLL: return nll_bwd(cb, c);
     case GCKPT_P_MEAN:
@@ -734,6 +734,18 @@ gckpt_xstatus cuda_fill(cuda_be *cb, gckpt_xt t, gckpt_init how, float scale, ui
 {
     if (!t.n) return GCKPT_XS_OK;
     k_fill<<<grid_for(t.n, kBlock), kBlock, 0, cb->stream>>>(t.p, t.dt, t.n, how == GCKPT_INIT_UNIFORM, scale, key);
+    LAUNCH_TRY(&cb->be);
+    return GCKPT_XS_OK;
+}
+
+// The column block `role` of a wider tensor src (rows x Ww) copied densely into dst (rows
+// x its own width): a SPLIT view read by an elementwise kernel (cuda_backend.cu).
+gckpt_xstatus cuda_split_copy(cuda_be *cb, const gckpt_xt &src, uint64_t role, const gckpt_xt &dst)
+{
+    uint64_t Ww, Wn, off;
+    gckpt_split_cols(dst.rows, src.n, dst.n, role, &Ww, &Wn, &off);
+    if (dst.n)
+        k_split<<<grid_for(dst.n, kBlock), kBlock, 0, cb->stream>>>(src.p, src.dt, dst.p, dst.dt, dst.n, Ww, Wn, off, 0);
     LAUNCH_TRY(&cb->be);
     return GCKPT_XS_OK;
 }

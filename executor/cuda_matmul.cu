@@ -1,6 +1,8 @@
 // Matrix products on cuBLAS (cublasGemmEx / strided-batched, fp32 accumulate): linear
 // layers and eager attention's QK^T and P V, forward and backward. Row-major products are
 // issued as the column-major transpose: C = op(A) op(B)  <=>  C^T = op(B)^T op(A)^T.
+#include <vector>
+
 #include "cuda_common.cuh"
 
 namespace {
@@ -112,6 +114,64 @@ gckpt_xstatus linear_bwd(cuda_be *cb, const gckpt_xcall *c)
     if (op->nin > 2 && c->gin[2].p) {
         k_colsum<<<grid_for(N, kBlock), kBlock, 0, cb->stream>>>(g.p, g.dt, c->gin[2].p, c->gin[2].dt, M, N);
         LAUNCH_TRY(be);
+    }
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus zero(cuda_be *cb, const gckpt_xt &t);
+
+// torch._grouped_mm (GCKPT_P_GROUPED_LINEAR): the sorted pairs' rows in groups by the int32
+// end offsets in[2] (copied to the host: one synchronisation per call), a product per
+// expert with its [N, K] block of the [E N, K] weight; the weight gradient of an expert
+// that received no pair is zero.
+gckpt_xstatus grouped(cuda_be *cb, const gckpt_xcall *c, bool bwd)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_op *op = c->op;
+    NEED_T(be, c, c->in[2], "offsets");
+    const gckpt_xt &offs = c->in[2];
+    uint64_t K = op->in_f, N = op->out_f, E = offs.n, S = (bwd ? c->gout.n / N : c->in[0].n / K);
+    if (offs.dt != GCKPT_DT_I32 || !fits_int(S) || !fits_int(N) || !fits_int(K) || E == 0 || E > 65536)
+        return op_fail(be, c, "grouped product's offsets or sizes");
+    std::vector<int32_t> ends(E);
+    CUDA_TRY(be, cudaMemcpyAsync(ends.data(), offs.p, E * sizeof(int32_t), cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_TRY(be, cudaStreamSynchronize(cb->stream));
+    const gckpt_xt &x = c->in[0], &w = c->in[1], &g = c->gout, &gx = c->gin[0], &gw = c->gin[1];
+    if (!bwd) {
+        NEED_T(be, c, x, "input");
+        NEED_T(be, c, w, "weight");
+    } else {
+        if (gx.p) NEED_T(be, c, w, "weight");
+        if (gw.p) {
+            NEED_T(be, c, x, "saved input");
+            gckpt_xstatus rc = zero(cb, gw);
+            if (rc != GCKPT_XS_OK) return rc;
+        }
+    }
+    int64_t lo = 0;
+    for (uint64_t e = 0; e < E; e++) {
+        int64_t hi = ends[e];
+        if (hi < lo || static_cast<uint64_t>(hi) > S || (e + 1 == E && static_cast<uint64_t>(hi) != S))
+            return op_fail(be, c, "the experts' offsets do not split the rows");
+        int M = static_cast<int>(hi - lo);
+        Mat we = {at(w.p, w.dt, e * N * K), w.dt, static_cast<long long>(K), 0};
+        gckpt_xstatus rc = GCKPT_XS_OK;
+        if (!bwd) {
+            rc = rm_gemm(cb, c, false, true, M, static_cast<int>(N), static_cast<int>(K), 1.0f,
+                         {at(x.p, x.dt, lo * K), x.dt, static_cast<long long>(K), 0}, we, 0.0f,
+                         {at(c->out[0].p, c->out[0].dt, lo * N), c->out[0].dt, static_cast<long long>(N), 0}, 1);
+        } else {
+            Mat G = {at(g.p, g.dt, lo * N), g.dt, static_cast<long long>(N), 0};
+            if (gx.p)
+                rc = rm_gemm(cb, c, false, false, M, static_cast<int>(K), static_cast<int>(N), 1.0f, G, we, 0.0f,
+                             {at(gx.p, gx.dt, lo * K), gx.dt, static_cast<long long>(K), 0}, 1);
+            if (rc == GCKPT_XS_OK && gw.p)
+                rc = rm_gemm(cb, c, true, false, static_cast<int>(N), static_cast<int>(K), M, 1.0f, G,
+                             {at(x.p, x.dt, lo * K), x.dt, static_cast<long long>(K), 0}, 0.0f,
+                             {at(gw.p, gw.dt, e * N * K), gw.dt, static_cast<long long>(K), 0}, 1);
+        }
+        if (rc != GCKPT_XS_OK) return rc;
+        lo = hi;
     }
     return GCKPT_XS_OK;
 }
@@ -278,12 +338,16 @@ gckpt_xstatus pv(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 
 } // namespace
 
-bool cuda_is_matmul(int prim) { return prim == GCKPT_P_LINEAR || prim == GCKPT_P_QK || prim == GCKPT_P_PV; }
+bool cuda_is_matmul(int prim)
+{
+    return prim == GCKPT_P_LINEAR || prim == GCKPT_P_QK || prim == GCKPT_P_PV || prim == GCKPT_P_GROUPED_LINEAR;
+}
 
 gckpt_xstatus cuda_matmul_forward(cuda_be *cb, const gckpt_xcall *c)
 {
     switch (c->op->prim) {
     case GCKPT_P_LINEAR: return linear_fwd(cb, c);
+    case GCKPT_P_GROUPED_LINEAR: return grouped(cb, c, false);
     case GCKPT_P_QK: return qk(cb, c, false);
     default: return pv(cb, c, false);
     }
@@ -294,6 +358,7 @@ gckpt_xstatus cuda_matmul_backward(cuda_be *cb, const gckpt_xcall *c)
     NEED_T(&cb->be, c, c->gout, "output gradient");
     switch (c->op->prim) {
     case GCKPT_P_LINEAR: return linear_bwd(cb, c);
+    case GCKPT_P_GROUPED_LINEAR: return grouped(cb, c, true);
     case GCKPT_P_QK: return qk(cb, c, true);
     default: return pv(cb, c, true);
     }

@@ -34,6 +34,7 @@ gckpt_xstatus cuda_source(cuda_be *cb, gckpt_source what, const gckpt_xcall *c, 
 {
     gckpt_backend *be = &cb->be;
     const gckpt_xt &o = c->out[0];
+    if (what == GCKPT_SRC_ROUTER_LOGITS) return GCKPT_XS_OK; /* a view: the layers hold the logits (interp_aux.c) */
     NEED_T(be, c, o, "output");
     switch (what) {
     case GCKPT_SRC_IDS: case GCKPT_SRC_LABELS: case GCKPT_SRC_POSITIONS:

@@ -8,7 +8,7 @@
 
 /* Bytes of fp32 scratch per element of an op's operands: a kernel converts inputs,
  * outputs and their gradients to fp32 (4 bytes each) and holds them together with a few
- * rows. Measured: at most 82 % of this bound on every setting of test_exec_host (which
+ * rows. Measured: at most 84 % of this bound on every setting of test_exec_host (which
  * checks it), 72-88 % on the GPT-2 cases of gckpt-bench-host-memory. */
 #define SCRATCH_PER_ELEMENT 12
 /* What an allocation can take beyond its bytes: up to a page of rounding when glibc maps

@@ -69,6 +69,7 @@ static inline float ld(const gckpt_xt *t, uint64_t i)
     case GCKPT_DT_F16: return f16_to_f32(((const uint16_t *)t->p)[i]);
     case GCKPT_DT_BOOL: case GCKPT_DT_U8: return (float)((const uint8_t *)t->p)[i];
     case GCKPT_DT_I8: return (float)((const int8_t *)t->p)[i];
+    case GCKPT_DT_I32: return (float)((const int32_t *)t->p)[i];
     default: return (float)((const int64_t *)t->p)[i];
     }
 }
@@ -83,6 +84,7 @@ static inline void st(const gckpt_xt *t, uint64_t i, float v)
     case GCKPT_DT_BOOL: ((uint8_t *)t->p)[i] = v != 0; break;
     case GCKPT_DT_U8: ((uint8_t *)t->p)[i] = (uint8_t)v; break;
     case GCKPT_DT_I8: ((int8_t *)t->p)[i] = (int8_t)v; break;
+    case GCKPT_DT_I32: ((int32_t *)t->p)[i] = (int32_t)v; break;
     default: ((int64_t *)t->p)[i] = (int64_t)v; break;
     }
 }

@@ -161,7 +161,7 @@ static gckpt_xstatus split_fwd(const gckpt_xcall *c, gckpt_err *err)
     const gckpt_xt *x = &c->in[0], *o = &c->out[0];
     NEED(c, *x, "input");
     uint64_t Ww, Wn, off;
-    gckpt_split_cols(c->b * c->s, x->n, o->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
+    gckpt_split_cols(o->rows, x->n, o->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
     for (uint64_t i = 0; i < o->n; i++) st(o, i, ld(x, gckpt_split_index(i, Ww, Wn, off)));
     return GCKPT_XS_OK;
 }
@@ -173,7 +173,7 @@ static gckpt_xstatus split_bwd(const gckpt_xcall *c, gckpt_err *err)
     const gckpt_xt *g = &c->gout, *gi = &c->gin[0];
     if (!gi->p) return GCKPT_XS_OK;
     uint64_t Ww, Wn, off;
-    gckpt_split_cols(c->b * c->s, gi->n, g->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
+    gckpt_split_cols(g->rows, gi->n, g->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
     for (uint64_t i = 0; i < g->n; i++) st(gi, gckpt_split_index(i, Ww, Wn, off), ld(g, i));
     return GCKPT_XS_OK;
 }
@@ -381,6 +381,9 @@ static gckpt_xstatus layernorm_bwd(const gckpt_xcall *c, gckpt_err *err)
 
 /* ---- embedding, log-softmax, nll ------------------------------------------------------------ */
 
+/* The embedding: rows of the table in0 picked by the int64 ids in1; also the experts'
+ * gathers of rows by index (GCKPT_P_GATHER_ROWS), whose backward adds each row's
+ * gradient back to its source row as the embedding's does */
 static gckpt_xstatus embed_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *tab = &c->in[0], *ids = &c->in[1], *o = &c->out[0];
@@ -493,9 +496,69 @@ static gckpt_xstatus nll_bwd(const gckpt_xcall *c, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
+/* ---- strided views -------------------------------------------------------------------------- */
+
+/* An elementwise op reading a column block of a wider tensor (the experts' gate and up
+ * halves of gate_up's [S, 2I] output: a SPLIT view, recipe.h view_fwd) gets the block
+ * as a dense scratch copy (kernel scratch: registers on a GPU). *d is c with those
+ * inputs replaced; owned[k] the copies to free. */
+static bool dense_views(const gckpt_xcall *c, gckpt_xcall *d, void **owned, gckpt_err *err)
+{
+    *d = *c;
+    for (int k = 0; k < c->op->nin; k++) {
+        owned[k] = NULL;
+        const gckpt_xt *x = &c->in[k];
+        int prod = gckpt_recipe_producer(c->r, c->op->in[k]);
+        if (!x->p || x->n == x->rows * x->cols || prod < 0 || c->r->op[prod].prim != GCKPT_P_SPLIT ||
+            !c->r->op[prod].view_fwd)
+            continue;
+        uint64_t n = x->rows * x->cols, Ww, Wn, off;
+        unsigned sz = gckpt_dtype_size((gckpt_dtype)x->dt);
+        gckpt_split_cols(x->rows, x->n, n, (uint64_t)c->r->op[prod].sa, &Ww, &Wn, &off);
+        char *p = hs_malloc((size_t)(n ? n : 1) * sz);
+        if (!p) {
+            gckpt_seterr(err, "op %s: out of host memory for a view's copy", c->op->name);
+            return false;
+        }
+        for (uint64_t i = 0; i < n; i++) memcpy(p + i * sz, (const char *)x->p + gckpt_split_index(i, Ww, Wn, off) * sz, sz);
+        owned[k] = p;
+        d->in[k].p = p;
+        d->in[k].n = n;
+    }
+    return true;
+}
+
+static void free_views(const gckpt_xcall *c, void **owned)
+{
+    for (int k = 0; k < c->op->nin; k++) hs_free(owned[k]);
+}
+
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
-gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err)
+static gckpt_xstatus op_forward(const gckpt_xcall *c, gckpt_err *err);
+static gckpt_xstatus op_backward(const gckpt_xcall *c, gckpt_err *err);
+
+/* the attention kernels read packed q / k / v themselves; the others get dense views */
+static gckpt_xstatus run_op(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+{
+    if (host_is_attn(c->op->prim)) return bwd ? host_attn_backward(c, err) : host_attn_forward(c, err);
+    gckpt_xcall d;
+    void *owned[GCKPT_OP_MAX_IN];
+    if (!dense_views(c, &d, owned, err)) return GCKPT_XS_ERROR;
+    gckpt_xstatus rc = bwd ? op_backward(&d, err) : op_forward(&d, err);
+    free_views(c, owned);
+    return rc;
+}
+
+gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err) { return run_op(c, false, err); }
+
+gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err)
+{
+    NEED(c, c->gout, "output gradient");
+    return run_op(c, true, err);
+}
+
+static gckpt_xstatus op_forward(const gckpt_xcall *c, gckpt_err *err)
 {
     switch (c->op->prim) {
     case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
@@ -507,19 +570,18 @@ gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err)
     case GCKPT_P_MEAN: return mean_fwd(c, err);
     case GCKPT_P_LINEAR: return linear_fwd(c, err);
     case GCKPT_P_LAYERNORM: return layernorm_fwd(c, err);
-    case GCKPT_P_EMBED: return embed_fwd(c, err);
+    case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: return embed_fwd(c, err);
     case GCKPT_P_LOG_SOFTMAX: return logsoftmax_fwd(c, err);
     case GCKPT_P_NLL: return nll_fwd(c, err);
     default:
-        if (host_is_attn(c->op->prim)) return host_attn_forward(c, err);
+        if (host_is_moe(c->op->prim)) return host_moe_forward(c, err);
         gckpt_seterr(err, "op %s: primitive %d has no host forward", c->op->name, c->op->prim);
         return GCKPT_XS_ERROR;
     }
 }
 
-gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err)
+static gckpt_xstatus op_backward(const gckpt_xcall *c, gckpt_err *err)
 {
-    NEED(c, c->gout, "output gradient");
     switch (c->op->prim) {
     case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
     case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT:
@@ -530,11 +592,11 @@ gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err)
     case GCKPT_P_MEAN: return mean_bwd(c, err);
     case GCKPT_P_LINEAR: return linear_bwd(c, err);
     case GCKPT_P_LAYERNORM: return layernorm_bwd(c, err);
-    case GCKPT_P_EMBED: return embed_bwd(c, err);
+    case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: return embed_bwd(c, err);
     case GCKPT_P_LOG_SOFTMAX: return logsoftmax_bwd(c, err);
     case GCKPT_P_NLL: return nll_bwd(c, err);
     default:
-        if (host_is_attn(c->op->prim)) return host_attn_backward(c, err);
+        if (host_is_moe(c->op->prim)) return host_moe_backward(c, err);
         gckpt_seterr(err, "op %s: primitive %d has no host backward", c->op->name, c->op->prim);
         return GCKPT_XS_ERROR;
     }

@@ -11,6 +11,10 @@ gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err);
 gckpt_xstatus host_attn_forward(const gckpt_xcall *c, gckpt_err *err);
 gckpt_xstatus host_attn_backward(const gckpt_xcall *c, gckpt_err *err);
 bool host_is_attn(int prim);
+/* mixture-of-experts primitives (host_moe.c) */
+gckpt_xstatus host_moe_forward(const gckpt_xcall *c, gckpt_err *err);
+gckpt_xstatus host_moe_backward(const gckpt_xcall *c, gckpt_err *err);
+bool host_is_moe(int prim);
 gckpt_xstatus host_optim(const gckpt_optcall *c, gckpt_err *err);
 gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t *host, gckpt_err *err);
 

@@ -121,7 +121,7 @@ static bool check_recipe(gckpt_exec *x, gckpt_err *err)
     for (int i = 0; i < r->nop; i++) {
         const gckpt_op *op = &r->op[i];
         if (op->nin == 0) {
-            if (op->prim != GCKPT_P_SOURCE || op->source > GCKPT_SRC_SCALE) {
+            if (op->prim != GCKPT_P_SOURCE || op->source > GCKPT_SRC_ROUTER_LOGITS) {
                 gckpt_seterr(err, "recipe op %s: an op without inputs that is not a known source", op->name);
                 return false;
             }
@@ -215,11 +215,13 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
  * Gemma 1 ((1 + w) norms, the embedding normalizer, GELU-tanh) and Gemma 2 (soft-capping,
  * sandwich norms, query_pre_attn_scalar; eager) run. Gemma 3 (a rotary pair per layer
  * type), Phi-3 and GPT-NeoX (strided views of fused projections feeding elementwise ops,
- * partial rotary's cat) are planned only. */
+ * partial rotary's cat) are planned only. The mixture-of-experts families (mixtral,
+ * qwen3_moe, olmoe: router, grouped_mm experts, the load-balancing loss) run. */
 static bool family_executed(const gckpt_model *m)
 {
     switch (m->family) {
-    case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GPT2: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE: return true;
+    case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GPT2: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE:
+    case GCKPT_FAMILY_MOE: return true;
     case GCKPT_FAMILY_GEMMA: return !strcmp(m->model_type, "gemma") || !strcmp(m->model_type, "gemma2");
     default: return false;
     }
@@ -227,14 +229,9 @@ static bool family_executed(const gckpt_model *m)
 
 bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, gckpt_err *err)
 {
-    if (m->experts) { /* no router, top-k, gather / scatter or grouped GEMM kernels yet */
-        gckpt_seterr(err, "mixture-of-experts model_type \"%s\" is planned but not executed yet (gckpt-run has no "
-                          "router or expert kernels)", m->model_type);
-        return false;
-    }
     if (!family_executed(m)) {
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
-                          "qwen3, gpt2, gemma, gemma2, olmo2 and granite)", m->model_type);
+                          "qwen3, gpt2, gemma, gemma2, olmo2, granite, mixtral, qwen3_moe and olmoe)", m->model_type);
         return false;
     }
     /* Gemma 2's sliding layers read their own mask, which the executor does not make: at
@@ -334,7 +331,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
         gckpt_seterr(err, "out of memory building the schedule");
         goto fail;
     }
-    if (!check_recipe(x, err) || !check_schedule(x, err)) goto fail;
+    if (!check_recipe(x, err) || !check_schedule(x, err) || !exec_aux_prepare(x, err)) goto fail;
     size_t L = (size_t)m->layers;
     x->nslot = (int)L + 2;
     x->bind = calloc((size_t)x->nslot * (size_t)x->r->nop, sizeof *x->bind);
@@ -496,6 +493,7 @@ static gckpt_xstatus check_clean(gckpt_exec *x, bool grads_allowed, gckpt_err *e
 static gckpt_xstatus run_part(gckpt_exec *x, int part, uint64_t micro, bool update, size_t *count, gckpt_err *err)
 {
     x->gen++;
+    exec_aux_micro_begin(x);
     if (part != PART_OPTIMIZER) make_data(x, micro);
     exec_site w = {.micro = micro, .update = update};
     for (size_t si = x->part[part][0]; si < x->part[part][1]; si++) {
@@ -708,6 +706,7 @@ void gckpt_exec_free(gckpt_exec *x)
     if (!x) return;
     gckpt_exec_release_all(x);
     exec_parallel_free(x);
+    exec_aux_free(x);
     gckpt_schedule_free(&x->sched);
     free(x->r);
     free(x->inst);

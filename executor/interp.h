@@ -62,6 +62,7 @@ struct exec_zero {
     uint32_t part0, part1;
 };
 typedef struct exec_fsdp exec_fsdp;
+typedef struct exec_aux exec_aux;
 typedef struct exec_z3 exec_z3;
 
 /* The parts of a step: the first micro-step, the later one (run grad_accum - 1 times),
@@ -100,6 +101,8 @@ struct gckpt_exec {
     exec_zero *zero;                /* ZeRO-1's flat groups and partitions, else NULL */
     exec_fsdp *fsdp;                /* FSDP2's shards and units (interp_fsdp.c), else NULL */
     exec_z3 *z3;                    /* ZeRO-3's partitions (interp_zero3.c), else NULL */
+    exec_aux *aux;                  /* the load-balancing loss's routing of its gradients to the
+                                     * layers (interp_aux.c), else NULL */
 };
 
 /* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
@@ -192,6 +195,18 @@ gckpt_xstatus exec_z2_on_free(gckpt_exec *x, const gckpt_event *e, const exec_si
 uint64_t exec_z2_zero_grad(gckpt_exec *x);
 gckpt_xt exec_z2_grad(const gckpt_exec *x, size_t j);
 gckpt_xstatus exec_z2_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
+/* The mixture-of-experts load-balancing loss (interp_aux.c): its state (none without
+ * output_router_logits), reset at each micro-step; the head's softmax over every layer's
+ * held router logits; the view's gradient kept when freed and handed to the layers'
+ * buffers as they are allocated; a layer's block added to its router logits' gradient
+ * before the router linear's backward. */
+bool exec_aux_prepare(gckpt_exec *x, gckpt_err *err);
+void exec_aux_micro_begin(gckpt_exec *x);
+void exec_aux_free(gckpt_exec *x);
+gckpt_xstatus exec_aux_forward(gckpt_exec *x, const gckpt_xcall *c, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_aux_on_free(gckpt_exec *x, uint32_t id, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_aux_on_alloc(gckpt_exec *x, uint32_t id, const exec_site *w, gckpt_err *err);
+gckpt_xstatus exec_aux_add(gckpt_exec *x, int layer, gckpt_xt gout, const exec_site *w, gckpt_err *err);
 /* Perform one event (interp_events.c). */
 gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *site, gckpt_err *err);
 /* A segment's layer (-1 outside the layers) and its wrapper unit / binding slot (0 the

@@ -70,6 +70,7 @@ static gckpt_xstatus ev_alloc(gckpt_exec *x, const gckpt_event *e, const exec_si
     in->n = e->numel;
     in->is_pgrad = p != NULL;
     if (p) p->grad = id;
+    if (t >= 0 && t == x->r->router_logits[1] && (rc = exec_aux_on_alloc(x, id, w, err)) != GCKPT_XS_OK) return rc;
     if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2) return exec_z2_on_alloc(x, e, w, err);
     return x->fsdp ? exec_fsdp_on_alloc(x, e, w, err) : GCKPT_XS_OK;
 }
@@ -88,6 +89,9 @@ static gckpt_xstatus ev_free(gckpt_exec *x, const gckpt_event *e, const exec_sit
     if (x->inst[e->inst].bytes != e->bytes)
         return exec_fail(err, "%s: frees %llu bytes of a %llu-byte allocation", w->at, (unsigned long long)e->bytes,
                          (unsigned long long)x->inst[e->inst].bytes);
+    if (x->inst[e->inst].tensor >= 0 && x->inst[e->inst].tensor == x->r->router_logits[1] &&
+        (rc = exec_aux_on_free(x, e->inst, w, err)) != GCKPT_XS_OK)
+        return rc;
     exec_inst_release(x, e->inst);
     return GCKPT_XS_OK;
 }
@@ -291,6 +295,25 @@ static gckpt_xstatus dequant_weight(gckpt_exec *x, gckpt_xcall *c, int layer, ui
     return GCKPT_XS_OK;
 }
 
+/* A grouped GEMM's experts' offsets (grouped_mm's offs argument, which the recipe has it
+ * save rather than take as an input): the int32 histogram's latest output in this
+ * section instance, as in[2] (recipe.h GCKPT_P_GROUPED_LINEAR). */
+static gckpt_xstatus grouped_offsets(gckpt_exec *x, gckpt_xcall *c, int slot, const exec_site *w, gckpt_err *err)
+{
+    const gckpt_recipe *r = x->r;
+    int prod = -1;
+    for (int i = r->sec_begin[c->op->section]; i < r->sec_end[c->op->section] && prod < 0; i++)
+        if (r->op[i].prim == GCKPT_P_HISTC && r->t[r->op[i].out[0]].dtype == GCKPT_DT_I32) prod = i;
+    size_t b = (size_t)slot * (size_t)r->nop + (size_t)(prod < 0 ? 0 : prod);
+    uint32_t id = prod < 0 ? GCKPT_NOINST : x->bind[b].out[0];
+    if (prod < 0 || x->bind_gen[b] != x->gen || !exec_live(x, id))
+        return exec_fail(err, "%s: the experts' offsets are not allocated", w->at);
+    c->in[2] = exec_inst_view(x, id);
+    c->in[2].rows = 1;
+    c->in[2].cols = x->inst[id].n;
+    return GCKPT_XS_OK;
+}
+
 static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     const gckpt_op *op = &x->r->op[e->op];
@@ -326,6 +349,7 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     }
     shape_call(x, &c);
     gckpt_xstatus rc;
+    if (op->prim == GCKPT_P_GROUPED_LINEAR && (rc = grouped_offsets(x, &c, slot, w, err)) != GCKPT_XS_OK) return rc;
     if (op->dequant) {
         if (!exec_live(x, a->workspace)) return exec_fail(err, "%s: workspace is not allocated", w->at);
         c.ws = exec_inst_view(x, a->workspace);
@@ -333,6 +357,8 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     }
     if (op->nin == 0) {
         rc = x->be->source(x->be, (gckpt_source)op->source, &c, source_data(x, op));
+    } else if (op->in[0] == x->r->router_logits[1]) { /* the view of every layer's logits */
+        return exec_aux_forward(x, &c, w, err);
     } else {
         rc = x->be->forward(x->be, &c);
     }
@@ -375,7 +401,9 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     }
     shape_call(x, &c);
     gckpt_xstatus rc;
+    if (op->prim == GCKPT_P_GROUPED_LINEAR && (rc = grouped_offsets(x, &c, slot, w, err)) != GCKPT_XS_OK) return rc;
     if (op->dequant && (rc = dequant_weight(x, &c, layer, op->bws_fixed, w, err)) != GCKPT_XS_OK) return rc;
+    if (op->out[0] == x->r->router_logits[0] && (rc = exec_aux_add(x, layer, c.gout, w, err)) != GCKPT_XS_OK) return rc;
     if (op->out[0] == x->r->loss) {
         /* loss.backward() of the micro-step's mean loss, scaled by 1 / grad_accum */
         rc = x->be->set_scalar(x->be, c.gout, (float)(1.0 / (double)x->set.grad_accum));

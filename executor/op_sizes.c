@@ -34,11 +34,31 @@ static bool output_size(const gckpt_xcall *c, int k, uint64_t *n)
         *n = k == 0 ? shape_n(x) : 2 * (shape_n(x) / op->width); /* out[1]: mean and rstd per row */
         return op->width && shape_n(x) % op->width == 0;
     case GCKPT_P_SDPA: *n = x->rows * (k == 0 ? qd : m->heads); return true;         /* out[1]: logsumexp */
-    case GCKPT_P_REPEAT_KV: case GCKPT_P_SPLIT: *n = x->rows * qd; return true;    /* one role, every head */
+    case GCKPT_P_REPEAT_KV: *n = x->rows * qd; return true;                       /* every head */
+    case GCKPT_P_SPLIT: /* gpt2's role of q / k / v (width head_dim: every head), or a chunk(2) */
+        *n = x->rows * (x->cols == 2 * op->width ? op->width : qd);
+        return true;
     case GCKPT_P_QK: *n = x->rows * m->heads * c->s; return true;                  /* [b, heads, s, s] */
     case GCKPT_P_PV: *n = x->rows * m->head_dim; return true;                      /* probabilities' rows */
-    case GCKPT_P_EMBED: *n = shape_n(&c->in[1]) * op->width; return op->width && shape_n(x) % op->width == 0;
+    case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: /* rows of width of in0 picked by in1 */
+        *n = shape_n(&c->in[1]) * op->width;
+        return op->width && shape_n(x) % op->width == 0;
     case GCKPT_P_NLL: *n = 1; return op->width && shape_n(&c->in[1]) * op->width == shape_n(x); /* loss, total_weight */
+    /* mixture of experts (recipe_moe.c) */
+    case GCKPT_P_TOPK: /* values, indices: width of each row of the experts' probabilities */
+        *n = shape_n(x) / m->experts * op->width;
+        return op->width && op->width <= m->experts && shape_n(x) % m->experts == 0;
+    case GCKPT_P_SUM: /* groups of width, or (sb: the load-balancing loss's sums) width column sums */
+        *n = op->sb > 0 ? op->width : op->width ? shape_n(x) / op->width : 0;
+        return op->width && shape_n(x) % op->width == 0;
+    case GCKPT_P_DIV: case GCKPT_P_SORT: case GCKPT_P_FLOORDIV: case GCKPT_P_INVERT_PERM:
+        *n = shape_n(x);
+        return true;
+    case GCKPT_P_HISTC: *n = op->width; return op->width > 0; /* one per expert */
+    case GCKPT_P_GROUPED_LINEAR: /* [S, in_f] by [E x out_f, in_f] in E groups (in[2]: the offsets) */
+        *n = op->in_f ? shape_n(x) / op->in_f * op->out_f : 0;
+        return op->in_f && shape_n(x) % op->in_f == 0 && c->in[2].p && shape_n(&c->in[2]) == m->experts &&
+               shape_n(&c->in[1]) == m->experts * op->in_f * op->out_f;
     default: return false;
     }
 }
@@ -74,6 +94,7 @@ gckpt_xstatus gckpt_op_check_source(gckpt_source what, const gckpt_xcall *c, gck
     case GCKPT_SRC_ROTARY: want = c->s * c->m->head_dim; break; /* cos and sin */
     case GCKPT_SRC_MASK: want = T * c->s; break;                /* [b, 1, s, s] */
     case GCKPT_SRC_SCALE: want = 1; break;                      /* a 0-d tensor */
+    case GCKPT_SRC_ROUTER_LOGITS: want = 0; break;              /* a view: the layers hold the logits */
     default: gckpt_seterr(err, "op %s: unknown source", c->op->name); return GCKPT_XS_ERROR;
     }
     for (int k = 0; k < 2; k++)

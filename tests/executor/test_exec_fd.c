@@ -290,6 +290,57 @@ static void test_fd_gemma2(void **st)
     fd_check("tiny-gemma2-w16", GCKPT_EAGER, 2, 1, true, names, layers, 7);
 }
 
+/* Mixture of experts (fp32, seq 12), on parameters whose steps of 1e-2 leave every
+ * token's top-k as it is (away from ties: a change of routing is a jump in the loss, a
+ * mismatch here; the embedding of tiny-mixtral and qwen3-moe's layer-2 router do flip
+ * one, by -18% and sign): 
+ * the router's gate (through softmax, top-k, the
+ * renormalisation and the weighting of the experts' outputs), both grouped_mm weights
+ * (gate_up through the gate and up chunks, down), around checkpointed and offloaded
+ * layers. */
+static void test_fd_mixtral(void **st)
+{
+    (void)st;
+    const char *names[] = {"mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj",
+                           "post_attention_layernorm.weight", "mlp.gate.weight", "self_attn.o_proj.weight"};
+    const int layers[] = {0, 1, 2, 3, 3, 1};
+    fd_check("tiny-mixtral", GCKPT_SDPA, 2, 2, true, names, layers, 6);
+}
+
+/* qwen3_moe (norm_topk_prob: the same renormalisation, weights cast to the logits'
+ * dtype) and olmoe (no renormalisation: the softmax's top-k values weight the experts) */
+static void test_fd_qwen3_moe(void **st)
+{
+    (void)st;
+    const char *names[] = {"mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj", "mlp.gate.weight"};
+    const int layers[] = {0, 1, 2, 1};
+    fd_check("tiny-qwen3-moe", GCKPT_EAGER, 2, 1, false, names, layers, 4);
+}
+
+static void test_fd_olmoe(void **st)
+{
+    (void)st;
+    const char *names[] = {"mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj",
+                           "self_attn.q_norm.weight"};
+    const int layers[] = {1, 0, 2, 0};
+    fd_check("tiny-olmoe", GCKPT_SDPA, 1, 1, true, names, layers, 4);
+}
+
+/* The load-balancing loss (output_router_logits, coefficient 0.5 / 0.3: its share of the
+ * routers' gradients well above the tolerance): every layer's logits through the head's
+ * softmax, top-k counts and column sums, the gradient handed back to each layer's router
+ * (mixtral: 4 layers, one buffer each; qwen3_moe: 3 layers, held to the embedding) */
+static void test_fd_moe_aux(void **st)
+{
+    (void)st;
+    const char *names[] = {"mlp.gate.weight", "mlp.gate.weight", "mlp.gate.weight", "mlp.experts.down_proj"};
+    const int layers[] = {0, 2, 3, 1};
+    fd_check("tiny-mixtral-aux", GCKPT_SDPA, 2, 2, true, names, layers, 4);
+    const char *qn[] = {"mlp.gate.weight", "mlp.gate.weight", "mlp.experts.gate_up_proj"};
+    const int q[] = {0, 1, 2};
+    fd_check("tiny-qwen3-moe-aux", GCKPT_EAGER, 2, 1, false, qn, q, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2),
@@ -297,6 +348,8 @@ int main(void)
                                        cmocka_unit_test(test_fd_qlora_int8_qwen2), cmocka_unit_test(test_fd_lora_gpt2),
                                        cmocka_unit_test(test_fd_olmo2),    cmocka_unit_test(test_fd_granite),
                                        cmocka_unit_test(test_fd_gemma),    cmocka_unit_test(test_attention_scale),
-                                       cmocka_unit_test(test_fd_gemma2)};
+                                       cmocka_unit_test(test_fd_gemma2),   cmocka_unit_test(test_fd_mixtral),
+                                       cmocka_unit_test(test_fd_qwen3_moe), cmocka_unit_test(test_fd_olmoe),
+                                       cmocka_unit_test(test_fd_moe_aux)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

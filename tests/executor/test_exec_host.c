@@ -100,6 +100,25 @@ static void test_gemma(void **st) { (void)st; family_ga2("tiny-gemma"); }
 /* Gemma 2 (soft-capped scores and logits, sandwich norms; eager whatever is asked) with
  * a window of 16 = the sequence: its sliding layers' mask is the causal one */
 static void test_gemma2(void **st) { (void)st; family_ga2("tiny-gemma2-w16"); }
+/* issue 13's mixture-of-experts families (router, top-k, sorted pairs, grouped_mm
+ * experts): mixtral (fp32 routing weights), qwen3_moe (norm_topk_prob, head_dim 12),
+ * olmoe (no renormalisation) */
+static void test_mixtral(void **st) { (void)st; family_ga2("tiny-mixtral"); }
+static void test_qwen3_moe(void **st) { (void)st; family_ga2("tiny-qwen3-moe"); }
+static void test_olmoe(void **st) { (void)st; family_ga2("tiny-olmoe"); }
+/* ... with output_router_logits: every layer's logits held for the head's load-balancing
+ * loss, its gradient handed back to each layer's router (qwen3_moe, olmoe: 3 layers,
+ * fewer than the simulator's proxy: the buffers held to the embedding's backward). Under
+ * sdpa, as the probe's +aux fixtures (the loss is in the head: the attention does not
+ * meet it; eager runs in test_run_cli and test_exec_fd) */
+static void test_moe_aux(void **st)
+{
+    (void)st;
+    const char *fixtures[] = {"tiny-mixtral-aux", "tiny-qwen3-moe-aux", "tiny-olmoe-aux"};
+    const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
+    for (int f = 0; f < 3; f++)
+        for (int p = 0; p < 3; p++) sweep(fixtures[f], precs[p], GCKPT_SDPA, 2, GCKPT_ADAMW);
+}
 
 /* One kv head (repeat_kv is a view) and kv heads = heads (no repeat), at micro-batch 1
  * (eager attention's batch folding is a view: the schedule binds k / v with their own
@@ -327,6 +346,11 @@ static void test_oversized_activation_fails(void **st)
     int n = oversize_each("tiny-llama", &a) + oversize_each("tiny-qwen3", &b) + oversize_each("tiny-gpt2-dropout", &a);
     printf("one element larger: %d activations, every one refused\n", n);
     assert_true(n > 150);
+    /* the MoE block's and the load-balancing loss's tensors (ids, permutations, offsets,
+     * pairs, the logits' 0-byte view) */
+    int moe = oversize_each("tiny-mixtral-aux", &a);
+    printf("one element larger: %d activations of tiny-mixtral-aux, every one refused\n", moe);
+    assert_true(moe > 60);
 }
 
 /* An allocation larger than its elements (the rounding, not the tensor, grown) is refused
@@ -361,6 +385,8 @@ int main(void)
         cmocka_unit_test(test_llama),       cmocka_unit_test(test_qwen3),        cmocka_unit_test(test_gpt2),
         cmocka_unit_test(test_gpt2_dropout), cmocka_unit_test(test_olmo2),  cmocka_unit_test(test_granite),
         cmocka_unit_test(test_gemma), cmocka_unit_test(test_gemma2),
+        cmocka_unit_test(test_mixtral), cmocka_unit_test(test_qwen3_moe), cmocka_unit_test(test_olmoe),
+        cmocka_unit_test(test_moe_aux),
         cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
         cmocka_unit_test(test_detects_broken_schedule),

@@ -148,16 +148,23 @@ typedef enum {
                           * tensor's gradient: autograd's SplitBackward cats the roles'
                           * gradients into one buffer once all three arrived */
     GCKPT_P_CAT_PASS,    /* partial rotary: cat(in0 rotated part, the rest of in1's heads) */
-    /* mixture of experts (recipe_moe.c; planned only: gckpt-run refuses MoE models) */
-    GCKPT_P_TOPK,        /* the `width` largest of each row: out[0] values, out[1] int64 indices */
-    GCKPT_P_SUM,         /* sum over groups of `width` elements */
+    /* mixture of experts (recipe_moe.c; executed on the host, CUDA kernels unverified) */
+    GCKPT_P_TOPK,        /* the `width` largest of each row of `experts`: out[0] values, out[1] int64
+                          * indices */
+    GCKPT_P_SUM,         /* sum over the middle of the input viewed as [n_out / B, n_in / n_out, B],
+                          * B the output's row width (kernel_math.h gckpt_sum_dst): groups of
+                          * `width` (B 1), the experts' pairs per token (B = hidden); sb > 0: the
+                          * load-balancing loss's sums of `width` columns over all rows, divided by
+                          * n_in / sb (its / total_rows) */
     GCKPT_P_DIV,         /* x / y with broadcast `bcast` */
     GCKPT_P_SORT,        /* sort of a vector: out[0] sorted values, out[1] the permutation */
     GCKPT_P_FLOORDIV,    /* integer x // sa */
     GCKPT_P_GATHER_ROWS, /* rows of in0 picked by the int64 vector in1 */
-    GCKPT_P_HISTC,       /* histogram of in0 over `width` bins (then a cumsum: group offsets) */
+    GCKPT_P_HISTC,       /* histogram of in0 over `width` bins of one id: an integer output takes its
+                          * cumsum (the groups' end offsets), a float one the counts (sb as SUM's) */
     GCKPT_P_INVERT_PERM, /* inv[perm] = arange */
-    GCKPT_P_GROUPED_LINEAR, /* torch._grouped_mm: row groups of in0 times their expert's slice of in1 */
+    GCKPT_P_GROUPED_LINEAR, /* torch._grouped_mm: row groups of in0 times their expert's slice of in1,
+                          * the groups from the int32 offsets it saves */
 } gckpt_prim;
 
 /* The data a SOURCE op makes (GCKPT_P_SOURCE). */

@@ -220,4 +220,16 @@ GCKPT_HD float gckpt_dq8_sqrt(uint8_t q, float absmax)
     return r * r * absmax;
 }
 
+
+/* ---- mixture of experts ----------------------------------------------------------------- */
+
+/* top-k's order: the larger value first; among equal values the lower index (torch.topk
+ * leaves exact ties to its implementation: FINDINGS 15.6) */
+GCKPT_HD bool gckpt_topk_before(float a, uint64_t ia, float b, uint64_t ib) { return a > b || (a == b && ia < ib); }
+/* A sum over the middle dimension of an input viewed as [n_out / B, w, B] (recipe.h
+ * GCKPT_P_SUM): the output element that input element i adds to. B = 1: contiguous groups
+ * of w (the top-k values' sum); B = the row width: view(T, k, h).sum(1) of the experts'
+ * pairs, and the load-balancing loss's column sums over all rows. */
+GCKPT_HD uint64_t gckpt_sum_dst(uint64_t i, uint64_t w, uint64_t B) { return (i / (w * B)) * B + i % B; }
+
 #endif

@@ -351,7 +351,7 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
         return false;
     if (gb_null == ga_null)
         return fail(r, "fields 'inputs.global_batch' and 'inputs.grad_accum': exactly one must be null");
-    int prec, opt, attn, off;
+    int prec = 0, opt = 0, attn = 0, off = 0;
     static const char *const offs[] = {"off", "on", "both"};
     if (!choice(r, in, "inputs.precision", gckpt_precision_names, GCKPT_NPREC, &prec) ||
         !choice(r, in, "inputs.optimizer", gckpt_optimizer_names, GCKPT_NOPT, &opt) ||
@@ -424,7 +424,7 @@ static bool read_memory(plan_reader *r, const cJSON *e, const char *pre, gckpt_p
                     (unsigned long long)res->host_pinned_bytes);
     if (en->offload && !res->host_pinned_bytes)
         return fail(r, "field '%s.memory.host_pinned_bytes' is 0 but the entry offloads", pre);
-    int ph;
+    int ph = 0;
     snprintf(p, sizeof p, "%s.memory.peak_phase", pre);
     if (!choice(r, m, p, gckpt_phase_names, GCKPT_NPHASE, &ph)) return false;
     res->peak_phase = (uint8_t)ph;

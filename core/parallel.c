@@ -73,13 +73,9 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
     return true;
 }
 
-bool gckpt_layout_model_check(const gckpt_model *m, const gckpt_layout *l, gckpt_err *err)
+bool gckpt_parallel_tied_approximate(const gckpt_model *m, const gckpt_layout *l)
 {
-    if (!m->tied || (l->mode != GCKPT_PAR_FSDP && l->mode != GCKPT_PAR_ZERO3)) return true;
-    gckpt_seterr(err, "--parallel %s: a model whose head is tied to its embedding (tie_word_embeddings) is not planned "
-                      "per rank under %s (measured off by up to 2.7 %%, FINDINGS 13.11); ddp, zero1 or zero2 are",
-                 gckpt_parallel_names[l->mode], l->mode == GCKPT_PAR_FSDP ? "FSDP2" : "ZeRO-3");
-    return false;
+    return m->tied && (l->mode == GCKPT_PAR_FSDP || l->mode == GCKPT_PAR_ZERO3);
 }
 
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)

@@ -2,12 +2,17 @@
  * and one sentence, in the table and in the plan's "warnings". A rule is one line in a
  * table below: a predicate on the model and the run setting with a fixed sentence, or a
  * function that writes its own sentence (with figures) when it applies. */
+#include "gckpt/core/parallel.h"
 #include "gckpt/core/quant_layout.h"
 #include "gckpt/planner/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define TIED_BOUND STR(GCKPT_TIED_PEAK_BOUND_PCT)
 
 /* The request as one run setting: micro_batch is the largest one swept. */
 static gckpt_setting request_setting(const gckpt_plan *p)
@@ -63,6 +68,12 @@ static bool parallel_offload_applies(const gckpt_model *m, const gckpt_setting *
     return s->layout.offload != 0;
 }
 
+/* fsdp / zero3 with a tied head: planned with the untied schedule (gckpt/core/parallel.h) */
+static bool tied_head_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    return gckpt_parallel_tied_approximate(m, &s->layout);
+}
+
 static bool moe_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     (void)s;
@@ -104,6 +115,12 @@ static const struct {
      "streams (reserved memory above allocated by up to one unit's buffers), zero3 past "
      "stage3_max_live_parameters (planned as every parameter released after its forward and gathered "
      "again), zero2's middle ranks against PyTorch (every rank planned, the busiest shown)"},
+    {"parallel_tied_head_approximate", tied_head_applies,
+     "a head tied to the embedding (tie_word_embeddings) under fsdp or zero3 is planned with the untied schedule; "
+     "the wrappers hold the shared weight otherwise (accelerate puts it in FSDP2's unit of the final norm, "
+     "FINDINGS 13.11): the per-rank peak measured up to " TIED_BOUND " % below PyTorch's on every tied CPU fixture "
+     "of tiny models (tests/data/hf-dist), persistent bytes and collectives may differ; gckpt-run does not "
+     "execute it"},
     {"moe_grouped_mm_cuda_unverified", moe_applies,
      "the experts are planned as transformers' default grouped_mm (torch._grouped_mm over all tokens x "
      "top_k pairs), measured on the CPU; on CUDA the fused grouped GEMM runs only for bf16 on sm90 / sm100, "

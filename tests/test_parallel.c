@@ -131,25 +131,21 @@ static void read_fixture(const char *path, dist_fixture *f)
 }
 
 typedef struct {
-    int compared, exact, gloo, refused;
+    int compared, exact, gloo, tied;
 } tally;
 
 /* One fixture: false when it differs (printed). */
-/* A fixture of a setting the planner refuses (gckpt_layout_model_check: FSDP2 / ZeRO-3 with a
- * tied head): kept as the evidence for the refusal, compared by test_refused only. */
-static bool refused(const dist_fixture *f)
-{
-    gckpt_err err;
-    return !gckpt_layout_model_check(&f->m, &f->s.layout, &err);
-}
+/* A fixture of a setting planned with the untied schedule (gckpt_parallel_tied_approximate:
+ * FSDP2 / ZeRO-3 with a tied head): held to the warning's bound by test_tied_bound only. */
+static bool tied_approximate(const dist_fixture *f) { return gckpt_parallel_tied_approximate(&f->m, &f->s.layout); }
 
 static bool check_fixture(const char *path, tally *t)
 {
     dist_fixture f;
     read_fixture(path, &f);
-    if (!f.fake || refused(&f)) {
+    if (!f.fake || tied_approximate(&f)) {
         t->gloo += !f.fake;
-        t->refused += f.fake;
+        t->tied += f.fake;
         return true;
     }
     gckpt_rank_bytes b;
@@ -182,7 +178,7 @@ static void test_fixtures_exact(void **state)
     }
     closedir(d);
     print_message("per-rank persistent bytes (step 2's start and end): %d/%d fixtures exact (%d gloo twins, %d of "
-                  "refused settings not compared)\n", t.exact, t.compared, t.gloo, t.refused);
+                  "tied heads under fsdp / zero3 not compared)\n", t.exact, t.compared, t.gloo, t.tied);
     assert_true(t.compared >= 150);
     assert_int_equal(bad, 0);
 }
@@ -221,7 +217,7 @@ static bool next_fake_fixture(DIR *d, dist_fixture *f, const char **name)
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", GCKPT_TEST_DATA "/hf-dist", e->d_name);
         read_fixture(path, f);
-        if (!f->fake || refused(f)) continue;
+        if (!f->fake || tied_approximate(f)) continue;
         *name = e->d_name;
         return true;
     }
@@ -307,11 +303,12 @@ static void test_collective_volumes(void **state)
     assert_true(n >= 90);
 }
 
-/* The refused settings (gckpt_layout_model_check: FSDP2 / ZeRO-3 with a tied head) against
- * their fixtures: planned as if allowed, some rank is off by more than the issue's 1 % (what
- * the refusal rests on), and the untied twins of the same models stay within it
- * (test_fixture_peaks). */
-static void test_refused(void **state)
+/* FSDP2 / ZeRO-3 with a tied head, planned with the untied schedule (parallel_tied_head_approximate)
+ * against their fixtures: every rank within the warning's stated bound (GCKPT_TIED_PEAK_BOUND_PCT),
+ * the bound no looser than measured (the worst error within 0.1 point of it) and beyond the
+ * issue's 1 % (why the warning exists); a shipped tied model (Llama-3.2-1B) is planned under
+ * FSDP2 with that warning, and gckpt-run's reader refuses such a plan (one line). */
+static void test_tied_bound(void **state)
 {
     (void)state;
     gckpt_device dev;
@@ -326,28 +323,31 @@ static void test_refused(void **state)
         snprintf(path, sizeof path, "%s/%s", GCKPT_TEST_DATA "/hf-dist", e->d_name);
         dist_fixture f;
         read_fixture(path, &f);
-        if (!f.fake || !refused(&f)) continue;
+        if (!f.fake || !tied_approximate(&f)) continue;
         gckpt_result res;
         planned_step(&f, &dev, &res);
         double rel = ((double)res.peak_bytes - f.peak) / f.peak;
-        print_message("refused %-44s measured %10.0f, planned if allowed %10llu (%+.2f %%)\n", e->d_name, f.peak,
+        print_message("tied %-46s measured %10.0f, planned %10llu (%+.2f %%)\n", e->d_name, f.peak,
                       (unsigned long long)res.peak_bytes, 100 * rel);
+        assert_true(rel < 0); /* the warning says "below" */
         if (fabs(rel) > worst) worst = fabs(rel);
         n++;
     }
     closedir(d);
-    assert_true(n >= 6);
+    print_message("tied heads under fsdp / zero3: %d fixtures, max |error| %.2f %% (warning's bound %.1f %%)\n", n,
+                  100 * worst, GCKPT_TIED_PEAK_BOUND_PCT);
+    assert_true(n >= 9);
+    assert_true(100 * worst <= GCKPT_TIED_PEAK_BOUND_PCT);
+    assert_true(100 * worst > GCKPT_TIED_PEAK_BOUND_PCT - 0.1);
     assert_true(worst > 0.01);
-    /* the planner says so, one line: a shipped tied model (Llama-3.2-1B) under FSDP2 */
     gckpt_model m;
     gckpt_err err;
     if (!gckpt_model_load("llama-3.2-1b", &m, &err)) fail_msg("%s", err.msg);
     assert_true(m.tied);
     gckpt_layout l = {8, 1, GCKPT_PAR_FSDP};
-    assert_false(gckpt_layout_model_check(&m, &l, &err));
-    assert_non_null(strstr(err.msg, "tie_word_embeddings"));
+    assert_true(gckpt_parallel_tied_approximate(&m, &l));
     l.mode = GCKPT_PAR_ZERO2;
-    assert_true(gckpt_layout_model_check(&m, &l, &err));
+    assert_false(gckpt_parallel_tied_approximate(&m, &l));
 }
 
 /* A plan's figure (the fast evaluator, rank 0's setting) is the busiest rank's: under ZeRO-2 the
@@ -675,7 +675,7 @@ int main(void)
         cmocka_unit_test(test_fixture_peaks),
         cmocka_unit_test(test_zero2_busiest_rank),
         cmocka_unit_test(test_collective_volumes),
-        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_tied_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

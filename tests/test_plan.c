@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "gckpt/core/parallel.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/planner/plan_read.h"
@@ -275,8 +276,8 @@ static void batch_splits(void **state)
  * each entry's breakdown sums to its peak and global_batch = micro x accumulation x ranks;
  * the persistent part of ZeRO-3 and FSDP2 shrinks with the ranks, DDP's does not; the plan
  * reader (gckpt-run) reads the layout back as planned (the DeepSpeed limits resolved). */
-/* An untied shipped model of hidden 2048: FSDP2 and ZeRO-3 refuse a tied head
- * (gckpt_layout_model_check), which Llama-3.2-1B has. */
+/* An untied shipped model of hidden 2048: FSDP2 and ZeRO-3 plan a tied head (Llama-3.2-1B's)
+ * approximately (parallel_tied_head_approximate, tied_plans below). */
 #define UNTIED "pythia-1.4b"
 
 static void parallel_plans(void **state)
@@ -401,6 +402,47 @@ static void parallel_plans(void **state)
     assert_true(weights[GCKPT_PAR_FSDP][1] * 3 < weights[GCKPT_PAR_FSDP][0]);
 }
 
+/* A tied head (Llama-3.2-1B) under FSDP2 and ZeRO-3: planned, valid against the schema, with
+ * the parallel_tied_head_approximate warning stating the measured bound; gckpt-run's reader
+ * refuses the plan, one line naming the field. ZeRO-2 plans it without that warning. */
+static void tied_plans(void **state)
+{
+    (void)state;
+    static const gckpt_parallel modes[] = {GCKPT_PAR_FSDP, GCKPT_PAR_ZERO3, GCKPT_PAR_ZERO2};
+    for (int k = 0; k < 3; k++) {
+        gckpt_plan_request q = req("llama-3.2-1b", 512);
+        q.layout = (gckpt_layout){8, 1, (uint8_t)modes[k], {0}};
+        gckpt_plan p;
+        gckpt_err err;
+        if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s: %s", gckpt_parallel_names[modes[k]], err.msg);
+        const char *text = NULL;
+        for (size_t w = 0; w < p.n_warnings; w++)
+            if (!strcmp(p.warnings[w].code, "parallel_tied_head_approximate")) text = p.warnings[w].message;
+        cJSON *j = roundtrip(&p);
+        char why[512];
+        if (!schema_check(schema, j, why, sizeof why)) fail_msg("%s: %s", gckpt_parallel_names[modes[k]], why);
+        char *json = cJSON_Print(j);
+        cJSON_Delete(j);
+        gckpt_plan_file pf;
+        bool read = gckpt_plan_parse("plan.json", json, &pf, &err);
+        free(json);
+        if (modes[k] == GCKPT_PAR_ZERO2) {
+            assert_null(text);
+            assert_true(read);
+            gckpt_plan_file_free(&pf);
+        } else {
+            char bound[32];
+            snprintf(bound, sizeof bound, "up to %.1f %% below", GCKPT_TIED_PEAK_BOUND_PCT);
+            assert_non_null(text);
+            assert_non_null(strstr(text, bound));
+            assert_false(read);
+            assert_non_null(strstr(err.msg, "field 'inputs.layout.parallel'"));
+            assert_non_null(strstr(err.msg, "not executed by gckpt-run"));
+        }
+        gckpt_plan_free(&p);
+    }
+}
+
 /* LoRA and QLoRA plans (issue 12): valid against the schema, the breakdown (with QLoRA's
  * quantized_weights and quant_stats) sums to the peak, and the plan reader gives back the
  * method's every input and every entry's peak. */
@@ -465,7 +507,7 @@ int main(void)
     free(text);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(moe_plans), cmocka_unit_test(schema_rejects), cmocka_unit_test(peft_plans),
-        cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans),
+        cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans), cmocka_unit_test(tied_plans),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cJSON_Delete(schema);

@@ -68,7 +68,7 @@ static bool parallel_offload_applies(const gckpt_model *m, const gckpt_setting *
     return s->layout.offload != 0;
 }
 
-/* fsdp / zero3 with a tied head: planned with the untied schedule (gckpt/core/parallel.h) */
+/* zero3 with a tied head: planned with the untied schedule (gckpt/core/parallel.h) */
 static bool tied_head_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     return gckpt_parallel_tied_approximate(m, &s->layout);
@@ -116,11 +116,10 @@ static const struct {
      "stage3_max_live_parameters (planned as every parameter released after its forward and gathered "
      "again), zero2's middle ranks against PyTorch (every rank planned, the busiest shown)"},
     {"parallel_tied_head_approximate", tied_head_applies,
-     "a head tied to the embedding (tie_word_embeddings) under fsdp or zero3 is planned with the untied schedule; "
-     "the wrappers hold the shared weight otherwise (accelerate puts it in FSDP2's unit of the final norm, "
-     "FINDINGS 13.11): the per-rank peak measured up to " TIED_BOUND " % below PyTorch's on every tied CPU fixture "
-     "of tiny models (tests/data/hf-dist), persistent bytes and collectives may differ; gckpt-run does not "
-     "execute it"},
+     "a head tied to the embedding (tie_word_embeddings) under zero3 is planned with the untied schedule; "
+     "DeepSpeed holds the shared weight otherwise (not traced, FINDINGS 13.11): the per-rank peak measured up to "
+     TIED_BOUND " % below PyTorch's on every tied CPU fixture of tiny models (tests/data/hf-dist), persistent "
+     "bytes and collectives may differ; gckpt-run does not execute it"},
     {"moe_grouped_mm_cuda_unverified", moe_applies,
      "the experts are planned as transformers' default grouped_mm (torch._grouped_mm over all tokens x "
      "top_k pairs), measured on the CPU; on CUDA the fused grouped GEMM runs only for bf16 on sm90 / sm100, "

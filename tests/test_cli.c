@@ -265,7 +265,7 @@ static void good_runs(void **state)
                            "z2off.json"), err, sizeof err), 0);
     assert_true(cli_exists("z2off.json"));
     assert_non_null(strstr(cli_out, "parallel_offload_unverified"));
-    /* a tied head under fsdp / zero3 is planned (refused before), warned with the measured bound */
+    /* a tied head under zero3 is planned (refused before), warned with the measured bound */
     assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--gpus", "2", "--parallel", "zero3", "-o", "tied.json"),
                          err, sizeof err), 0);
     assert_true(cli_exists("tied.json"));

@@ -76,10 +76,6 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
     return true;
 }
 
-bool gckpt_parallel_tied_approximate(const gckpt_model *m, const gckpt_layout *l)
-{
-    return m->tied && l->mode == GCKPT_PAR_ZERO3;
-}
 
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
 {

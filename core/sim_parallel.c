@@ -435,7 +435,7 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
         if (!p) continue;
         uint64_t u = unit_of_param(w, p->section, unit);
         if (p->shard.whole) { /* kept whole on every rank: nothing gathered, its .grad reduced */
-            if (at == GCKPT_WRAP_POST_BWD && p->trainable) zero_reduce(w, s, o, u, p);
+            if (at == GCKPT_WRAP_POST_BWD && p->trainable && u == unit) zero_reduce(w, s, o, u, p);
             continue;
         }
         switch (at) {
@@ -444,6 +444,8 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
             if (!w->keep) z3_release(w, s, o, u, p);
             break;
         case GCKPT_WRAP_POST_BWD:
+            /* a tied head's weight: the embedding, still to run its backward, keeps it gathered */
+            if (u != unit) break;
             z3_release(w, s, o, u, p);
             if (p->trainable) zero_reduce(w, s, o, u, p);
             break;

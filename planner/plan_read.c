@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/core/parallel.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/safe_text.h"
 
@@ -262,10 +261,6 @@ static bool read_layout(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     if (child(l, "inputs.layout.offload")) /* planned from the source only (FINDINGS 13.10) */
         return fail(r, "field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
                        "not executed by gckpt-run");
-    if (gckpt_parallel_tied_approximate(&pf->model, &pf->layout)) /* the untied schedule, not FSDP2's / ZeRO-3's */
-        return fail(r, "field 'inputs.layout.parallel': %s with a head tied to the embedding is planned approximately "
-                       "(parallel_tied_head_approximate), not executed by gckpt-run",
-                    gckpt_parallel_names[mode]);
     if (mode < GCKPT_PAR_ZERO1) return true;
     const cJSON *ds = obj(r, l, "inputs.layout.deepspeed");
     gckpt_ds_limits *d = &pf->layout.ds;

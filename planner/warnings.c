@@ -2,17 +2,12 @@
  * and one sentence, in the table and in the plan's "warnings". A rule is one line in a
  * table below: a predicate on the model and the run setting with a fixed sentence, or a
  * function that writes its own sentence (with figures) when it applies. */
-#include "gckpt/core/parallel.h"
 #include "gckpt/core/quant_layout.h"
 #include "gckpt/planner/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define STR_(x) #x
-#define STR(x) STR_(x)
-#define TIED_BOUND STR(GCKPT_TIED_PEAK_BOUND_PCT)
 
 /* The request as one run setting: micro_batch is the largest one swept. */
 static gckpt_setting request_setting(const gckpt_plan *p)
@@ -68,12 +63,6 @@ static bool parallel_offload_applies(const gckpt_model *m, const gckpt_setting *
     return s->layout.offload != 0;
 }
 
-/* zero3 with a tied head: planned with the untied schedule (gckpt/core/parallel.h) */
-static bool tied_head_applies(const gckpt_model *m, const gckpt_setting *s)
-{
-    return gckpt_parallel_tied_approximate(m, &s->layout);
-}
-
 static bool moe_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     (void)s;
@@ -110,16 +99,11 @@ static const struct {
      "expect a higher peak"},
     {"parallel_peak_approximate", parallel_peak_applies,
      "the per-rank working set of fsdp, zero2 and zero3 (gathered parameters, reduce-scatter and bucket "
-     "buffers) is scheduled unit by unit as read in torch's fully_shard and DeepSpeed's source, within 0.75 % "
+     "buffers) is scheduled unit by unit as read in torch's fully_shard and DeepSpeed's source, within 1.01 % "
      "of every measured rank of CPU fixtures of tiny models (tests/data/hf-dist); unverified: CUDA's side "
      "streams (reserved memory above allocated by up to one unit's buffers), zero3 past "
      "stage3_max_live_parameters (planned as every parameter released after its forward and gathered "
      "again), zero2's middle ranks against PyTorch (every rank planned, the busiest shown)"},
-    {"parallel_tied_head_approximate", tied_head_applies,
-     "a head tied to the embedding (tie_word_embeddings) under zero3 is planned with the untied schedule; "
-     "DeepSpeed holds the shared weight otherwise (not traced, FINDINGS 13.11): the per-rank peak measured up to "
-     TIED_BOUND " % below PyTorch's on every tied CPU fixture of tiny models (tests/data/hf-dist), persistent "
-     "bytes and collectives may differ; gckpt-run does not execute it"},
     {"moe_grouped_mm_cuda_unverified", moe_applies,
      "the experts are planned as transformers' default grouped_mm (torch._grouped_mm over all tokens x "
      "top_k pairs), measured on the CPU; on CUDA the fused grouped GEMM runs only for bf16 on sm90 / sm100, "

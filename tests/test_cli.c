@@ -265,11 +265,13 @@ static void good_runs(void **state)
                            "z2off.json"), err, sizeof err), 0);
     assert_true(cli_exists("z2off.json"));
     assert_non_null(strstr(cli_out, "parallel_offload_unverified"));
-    /* a tied head under zero3 is planned (refused before), warned with the measured bound */
+    /* a tied head under zero3 / fsdp is planned (refused before) */
     assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--gpus", "2", "--parallel", "zero3", "-o", "tied.json"),
                          err, sizeof err), 0);
     assert_true(cli_exists("tied.json"));
-    assert_non_null(strstr(cli_out, "parallel_tied_head_approximate"));
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "128", "--gpus", "2", "--parallel", "fsdp", "-o",
+                           "tiedf.json"), err, sizeof err), 0);
+    assert_true(cli_exists("tiedf.json"));
 }
 
 /* LoRA / QLoRA plans: the method's inputs recorded, trainable_params per entry, QLoRA's

@@ -228,15 +228,17 @@ static void fsdp(void **st) { (void)st, sharded(GCKPT_PAR_FSDP, true, true); }
 static void zero2(void **st) { (void)st, sharded(GCKPT_PAR_ZERO2, false, true); }
 static void zero3(void **st) { (void)st, sharded(GCKPT_PAR_ZERO3, false, false); }
 
-/* FSDP2 with a tied head (the tiny llama tied: accelerate's unit [final norm, embedding = head],
- * gathered from the embedding's forward to the backward's end, reduce-scattered last): every
- * rank's measured peak equals its prediction, the gradients one fp32 process's bit for bit over
- * two steps, and amp-bf16 against one bf16 process. */
-static void fsdp_tied(void **st)
+/* A tied head (the tiny llama tied) under FSDP2 (accelerate's unit [final norm, embedding =
+ * head], gathered from the embedding's forward to the backward's end, reduce-scattered last) and
+ * ZeRO-3 (the shared weight gathered once, reduced once): every rank's measured peak equals its
+ * prediction, the gradients one fp32 process's bit for bit over two steps, and amp-bf16 against
+ * one bf16 process (FSDP2). */
+static void tied(void **st)
 {
     (void)st;
     const run_case cases[] = {{GCKPT_PAR_FSDP, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 2, 0, "tiny-llama-tied"},
-                              {GCKPT_PAR_FSDP, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1, 0, "tiny-llama-tied"}};
+                              {GCKPT_PAR_FSDP, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1, 0, "tiny-llama-tied"},
+                              {GCKPT_PAR_ZERO3, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 2, 0, "tiny-llama-tied"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
 }
 
@@ -308,7 +310,7 @@ int main(void)
     if (!schema || !cli_setup("gckpt-mpi")) return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(ddp), cmocka_unit_test(zero1), cmocka_unit_test(fsdp),
                                        cmocka_unit_test(zero2),
-                                       cmocka_unit_test(zero3), cmocka_unit_test(fsdp_tied),
+                                       cmocka_unit_test(zero3), cmocka_unit_test(tied),
                                        cmocka_unit_test(refusals)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cli_teardown();

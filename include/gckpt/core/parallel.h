@@ -66,13 +66,6 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err);
  * single-process bf16 fixtures); DDP and one GPU: s->precision. */
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s);
 
-/* ZeRO-3 holds a head tied to the embedding (tie_word_embeddings) otherwise than the rules
- * here (not traced yet, FINDINGS 13.11): such a model is planned with the untied schedule, its
- * per-rank peaks measured at most GCKPT_TIED_PEAK_BOUND_PCT % below on every tied fixture
- * (tests/data/hf-dist; test_parallel's test_tied_bound holds this figure to the fixtures).
- * FSDP2's tied unit is scheduled (core/parallel.c, core/sim_parallel.c). */
-#define GCKPT_TIED_PEAK_BOUND_PCT 1.6
-bool gckpt_parallel_tied_approximate(const gckpt_model *m, const gckpt_layout *l);
 
 /* Fill the shard fields of table ps for layout l of model m. */
 void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l);

@@ -18,7 +18,12 @@
  *    unsharded .grads freed, the reduce-scatter output allocated and cast to the fp32
  *    sharded gradient (a flat buffer the parameters' .grad views), the output freed; under
  *    no_sync the unsharded .grads stay until the synchronising micro-step. The backward's
- *    final callback frees the last reduce-scatter input. */
+ *    final callback frees the last reduce-scatter input.
+ * A tied head (FINDINGS 13.11): accelerate shards [final norm, embedding = lm_head] as one unit
+ * with reshard_after_forward False, here unit 0: gathered at the embedding's pre-forward and
+ * kept through the forward and the backward (the head's forward and backward gather nothing);
+ * its post-backward hook sits on the token ids (no gradient), so FSDP2's final callback
+ * reshards and reduce-scatters it after the embedding's backward; the tail unit is empty. */
 #include "sim_parallel.h"
 
 #include <stdlib.h>
@@ -37,6 +42,7 @@ struct gckpt_wrap {
     uint32_t *grad_gid; /* per unit x recipe tensor: the .grad's schedule id */
     int *gathered;      /* ZeRO-3, per unit x recipe tensor: the parameter's gathered buffer, -1 */
     bool keep;          /* ZeRO-3: gathered parameters stay from their forward to their backward */
+    bool tied;          /* FSDP2 with a tied head: unit 0 is [final norm, embedding = head] */
     int ipg, ipg2;      /* ZeRO-2: the ipg bucket(s) of this backward (overlap_comm: two), -1 */
     int part;           /* ZeRO-2: a later micro-step's partition buffer, -1 */
     bool part_made;     /* ZeRO-2: the rank's partition got its first gradient in this backward */
@@ -84,6 +90,7 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
     }
     for (uint64_t k = 0; k < units * GCKPT_MAX_TENSORS; k++) w->gathered[k] = -1;
     w->keep = gckpt_zero3_keeps_gathered(c);
+    w->tied = c->set.layout.mode == GCKPT_PAR_FSDP && c->model->tied;
     w->c = c;
     w->layers = layers;
     w->units = units;
@@ -101,6 +108,19 @@ static int section_of(const gckpt_wrap *w, uint64_t unit)
 {
     return unit == 0 ? GCKPT_SEC_EMBED : unit == w->units - 1 ? GCKPT_SEC_HEAD : GCKPT_SEC_BLOCK;
 }
+
+/* Whether FSDP2's unit holds parameters of section sec. A tied head (accelerate's
+ * fsdp2_prepare_model: fully_shard([final norm, embedding, lm_head]) when the two weights are one)
+ * puts the head section's parameters (the final norm) into unit 0 with the embedding's, and
+ * leaves the tail unit empty. */
+static bool unit_holds(const gckpt_wrap *w, uint64_t unit, int sec)
+{
+    if (w->tied && sec == GCKPT_SEC_HEAD) return unit == 0;
+    return sec == section_of(w, unit) && !(w->tied && unit == w->units - 1);
+}
+
+/* Elements of the unit's padded local shards (a tied head's: core/parallel.c folds them into unit 0). */
+static uint64_t unit_part(const gckpt_wrap *w, uint64_t unit) { return w->c->unit_part[section_of(w, unit)]; }
 
 /* The dtype gathered and reduced: FSDP2's MixedPrecisionPolicy param / reduce dtype, DeepSpeed's
  * model dtype; bf16 under the Trainer's bf16=True. */
@@ -140,7 +160,7 @@ static void all_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
 {
     const gckpt_ctx *c = w->c;
     int sec = section_of(w, unit);
-    uint64_t part = c->unit_part[sec], n = gckpt_layout_world(&c->set.layout);
+    uint64_t part = unit_part(w, unit), n = gckpt_layout_world(&c->set.layout);
     uint8_t dt = wire_dtype(c);
     /* CPUOffloadPolicy: the fp32 shard copied to the device before its cast to the all-gather
      * input (_fsdp_param.py FSDPParam.all_gather_inputs; fp32: the copy is the input) */
@@ -161,12 +181,11 @@ static void copy_out(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t un
 {
     const gckpt_ctx *c = w->c;
     const gckpt_params *ps = &c->params;
-    int sec = section_of(w, unit);
     uint8_t dt = wire_dtype(c);
     w->params[unit] = -1;
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
-        if (p->section != sec) continue;
+        if (!unit_holds(w, unit, p->section)) continue;
         int id = gckpt_sim_buffer(s, o, p->tensor, GCKPT_C_PARALLEL, dt, p->shard.part * p->shard.ways);
         if (w->params[unit] < 0) w->params[unit] = id;
     }
@@ -175,10 +194,10 @@ static void copy_out(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t un
 static void reshard(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
     const gckpt_params *ps = &w->c->params;
-    int sec = section_of(w, unit), id = w->params[unit];
+    int id = w->params[unit];
     if (id < 0) return;
     for (int i = 0; i < ps->n; i++)
-        if (ps->p[i].section == sec) gckpt_sim_release(s, o, id++);
+        if (unit_holds(w, unit, ps->p[i].section)) gckpt_sim_release(s, o, id++);
     w->params[unit] = -1;
 }
 
@@ -187,7 +206,7 @@ static bool fsdp(const gckpt_wrap *w) { return w->c->set.layout.mode == GCKPT_PA
 
 void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
-    if (!fsdp(w)) return;
+    if (!fsdp(w) || unit_part(w, unit) == 0) return; /* a tied head's tail unit is empty */
     all_gather(w, s, o, unit);
     copy_out(w, s, o, unit);
 }
@@ -195,8 +214,10 @@ void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint
 void gckpt_wrap_post_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
     if (!fsdp(w)) return;
-    /* the tail: reshard_after_forward False (every unit with fsdp_keep_gathered) */
-    if (unit != w->units - 1 && !w->c->set.layout.fsdp_keep_gathered) reshard(w, s, o, unit);
+    /* the tail: reshard_after_forward False (every unit with fsdp_keep_gathered); a tied head's
+     * unit 0 is the tail's: gathered from the embedding's forward to the end of the backward */
+    bool tail = unit == w->units - 1 || (w->tied && unit == 0);
+    if (!tail && !w->c->set.layout.fsdp_keep_gathered) reshard(w, s, o, unit);
 }
 
 void gckpt_wrap_forward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
@@ -209,7 +230,7 @@ void gckpt_wrap_forward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 void gckpt_wrap_pre_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
     if (!fsdp(w)) return;
-    if (w->params[unit] < 0) { /* resharded after its forward: the prefetched output copied out */
+    if (w->params[unit] < 0 && unit_part(w, unit)) { /* resharded after its forward: the prefetched output copied out */
         if (w->ag_unit != unit) all_gather(w, s, o, unit);
         copy_out(w, s, o, unit);
         gckpt_sim_release(s, o, w->ag_out);
@@ -223,22 +244,25 @@ void gckpt_wrap_pre_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uin
 static void free_unit_grads(gckpt_wrap *w, gckpt_schedule *o, uint64_t unit)
 {
     const gckpt_params *ps = &w->c->params;
-    int sec = section_of(w, unit);
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
-        if (p->section != sec || !p->trainable) continue;
-        free_grad(o, p->tensor, w->grad_gid[unit * GCKPT_MAX_TENSORS + (uint64_t)p->tensor], p->grad.bytes);
+        if (!unit_holds(w, unit, p->section) || !p->trainable) continue;
+        /* a .grad is recorded under the unit of its section (gckpt_wrap_grad_made) */
+        uint64_t u = p->section == GCKPT_SEC_HEAD ? w->units - 1 : unit;
+        free_grad(o, p->tensor, w->grad_gid[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor], p->grad.bytes);
     }
 }
 
 void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
     const gckpt_ctx *c = w->c;
-    if (!fsdp(w)) return;
+    /* a tied head's unit: its post-backward hook sits on the embedding's input (token ids, no
+     * gradient), so FSDP2's final callback runs it at the backward's end (unit 0's turn here) */
+    if (!fsdp(w) || unit_part(w, unit) == 0) return;
     reshard(w, s, o, unit);
     if (!w->sync) return;
     int sec = section_of(w, unit);
-    uint64_t part = c->unit_part[sec], n = gckpt_layout_world(&c->set.layout);
+    uint64_t part = unit_part(w, unit), n = gckpt_layout_world(&c->set.layout);
     uint8_t dt = wire_dtype(c);
     if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
     w->rs_in = flat(s, o, GCKPT_C_PARALLEL, dt, part * n);
@@ -387,6 +411,10 @@ static void z2_partition(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
     if (!w->first) w->part = id;
 }
 
+/* The reduce hooks fire once per parameter and backward, when its AccumulateGrad runs: a
+ * parameter used by another section's op too (a tied head's weight, the embedding's) gets its
+ * gradient summed by autograd and reduced at the backward of its own section (u == unit:
+ * ZeRO-2 reduces the tied weight once per micro-step, as the tied fixtures record). */
 void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at)
 {
     const gckpt_ctx *c = w->c;
@@ -397,7 +425,7 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
             if (!p || !p->trainable) continue;
             uint64_t u = unit_of_param(w, p->section, unit);
             if (at == GCKPT_WRAP_PRE_BWD && u == c->z2_unit && p->tensor == c->z2_tensor) z2_partition(w, s, o);
-            if (at == GCKPT_WRAP_POST_BWD) zero_reduce(w, s, o, u, p);
+            if (at == GCKPT_WRAP_POST_BWD && u == unit) zero_reduce(w, s, o, u, p);
         }
         return;
     }
@@ -407,7 +435,7 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
         if (!p) continue;
         uint64_t u = unit_of_param(w, p->section, unit);
         if (p->shard.whole) { /* kept whole on every rank: nothing gathered, its .grad reduced */
-            if (at == GCKPT_WRAP_POST_BWD && p->trainable) zero_reduce(w, s, o, u, p);
+            if (at == GCKPT_WRAP_POST_BWD && p->trainable && u == unit) zero_reduce(w, s, o, u, p);
             continue;
         }
         switch (at) {
@@ -416,6 +444,8 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
             if (!w->keep) z3_release(w, s, o, u, p);
             break;
         case GCKPT_WRAP_POST_BWD:
+            /* a tied head's weight: the embedding, still to run its backward, keeps it gathered */
+            if (u != unit) break;
             z3_release(w, s, o, u, p);
             if (p->trainable) zero_reduce(w, s, o, u, p);
             break;

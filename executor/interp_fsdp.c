@@ -50,6 +50,10 @@ static uint64_t local_of(const gckpt_exec *x, const param_t *p)
 }
 static gckpt_xt f32(void *p, uint64_t off, uint64_t n) { return (gckpt_xt){(char *)p + off * 4, n, GCKPT_DT_F32, 0}; }
 
+/* The section whose unit holds a parameter of section sec: a tied head's final norm is in the
+ * embedding's unit (core/parallel.c, core/sim_parallel.c). */
+static int unit_section(const gckpt_exec *x, int sec) { return x->m.tied && sec == GCKPT_SEC_HEAD ? GCKPT_SEC_EMBED : sec; }
+
 bool exec_fsdp_prepare(gckpt_exec *x, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp = calloc(1, sizeof *x->fsdp);
@@ -71,12 +75,12 @@ bool exec_fsdp_prepare(gckpt_exec *x, gckpt_err *err)
     const gckpt_params *ps = &x->ctx.params;
     for (size_t j = 0; j < x->nparams; j++) {
         const param_t *p = &x->params[j];
+        int sec = unit_section(x, p->spec->section);
         uint64_t off = 0;
         for (const gckpt_param *q = ps->p; q < p->spec; q++)
-            if (q->section == p->spec->section) off += q->shard.part;
+            if (unit_section(x, q->section) == sec) off += q->shard.part;
         f->off[j] = off;
-        f->unit[j] = p->spec->section == GCKPT_SEC_EMBED ? 0 : p->spec->section == GCKPT_SEC_HEAD ? f->units - 1
-                                                                                                 : (uint64_t)p->layer + 1;
+        f->unit[j] = sec == GCKPT_SEC_EMBED ? 0 : sec == GCKPT_SEC_HEAD ? f->units - 1 : (uint64_t)p->layer + 1;
         x->params[j].flat = true; /* its weight is the unit's unsharded buffer while gathered */
     }
     return true;

@@ -299,8 +299,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     }
     if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err)) goto fail;
     gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft, .layout = req->layout};
-    if (!gckpt_layout_check(&lay, err) || !gckpt_layout_model_check(&p->model, &req->layout, err) ||
-        !gckpt_parallel_device_ok(&p->dev, &req->layout, err))
+    if (!gckpt_layout_check(&lay, err) || !gckpt_parallel_device_ok(&p->dev, &req->layout, err))
         goto fail;
     gckpt_recipe_build_seq(&p->model, gckpt_parallel_compute_precision(&lay), req->attention, GCKPT_TARGET_CUDA,
                            &req->peft, req->seq, p->recipe);

@@ -275,8 +275,7 @@ static void batch_splits(void **state)
  * each entry's breakdown sums to its peak and global_batch = micro x accumulation x ranks;
  * the persistent part of ZeRO-3 and FSDP2 shrinks with the ranks, DDP's does not; the plan
  * reader (gckpt-run) reads the layout back as planned (the DeepSpeed limits resolved). */
-/* An untied shipped model of hidden 2048: FSDP2 and ZeRO-3 refuse a tied head
- * (gckpt_layout_model_check), which Llama-3.2-1B has. */
+/* An untied shipped model of hidden 2048 (a tied one: tied_plans below). */
 #define UNTIED "pythia-1.4b"
 
 static void parallel_plans(void **state)
@@ -401,6 +400,33 @@ static void parallel_plans(void **state)
     assert_true(weights[GCKPT_PAR_FSDP][1] * 3 < weights[GCKPT_PAR_FSDP][0]);
 }
 
+/* A tied head (Llama-3.2-1B) under FSDP2, ZeRO-2 and ZeRO-3 (FSDP2 / ZeRO-3 refused before):
+ * planned, valid against the schema, and gckpt-run's reader takes the plan back. */
+static void tied_plans(void **state)
+{
+    (void)state;
+    static const gckpt_parallel modes[] = {GCKPT_PAR_FSDP, GCKPT_PAR_ZERO3, GCKPT_PAR_ZERO2};
+    for (int k = 0; k < 3; k++) {
+        gckpt_plan_request q = req("llama-3.2-1b", 512);
+        q.layout = (gckpt_layout){8, 1, (uint8_t)modes[k], {0}};
+        gckpt_plan p;
+        gckpt_err err;
+        if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s: %s", gckpt_parallel_names[modes[k]], err.msg);
+        cJSON *j = roundtrip(&p);
+        char why[512];
+        if (!schema_check(schema, j, why, sizeof why)) fail_msg("%s: %s", gckpt_parallel_names[modes[k]], why);
+        char *json = cJSON_Print(j);
+        cJSON_Delete(j);
+        gckpt_plan_file pf;
+        if (!gckpt_plan_parse("plan.json", json, &pf, &err)) fail_msg("%s: %s", gckpt_parallel_names[modes[k]], err.msg);
+        free(json);
+        assert_true(pf.model.tied);
+        assert_int_equal(pf.layout.mode, modes[k]);
+        gckpt_plan_file_free(&pf);
+        gckpt_plan_free(&p);
+    }
+}
+
 /* LoRA and QLoRA plans (issue 12): valid against the schema, the breakdown (with QLoRA's
  * quantized_weights and quant_stats) sums to the peak, and the plan reader gives back the
  * method's every input and every entry's peak. */
@@ -465,7 +491,7 @@ int main(void)
     free(text);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(moe_plans), cmocka_unit_test(schema_rejects), cmocka_unit_test(peft_plans),
-        cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans),
+        cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans), cmocka_unit_test(tied_plans),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cJSON_Delete(schema);

@@ -37,10 +37,11 @@ static const uint32_t every[] = {0, 1, 2};
 static const cli_opts mpi_env = {.env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
                                          "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1"}};
 
-static void write_plan(const char *name, int ranks, uint64_t grad_accum, gckpt_parallel mode, gckpt_precision prec)
+static void write_plan(const char *name, const char *model, int ranks, uint64_t grad_accum, gckpt_parallel mode,
+                       gckpt_precision prec)
 {
     gckpt_layout l = {.gpus = (uint32_t)ranks, .nodes = 1, .mode = (uint8_t)mode};
-    char *t = pf_plan_text_full("tiny-llama", prec, GCKPT_SDPA, every, 3, 2, grad_accum, 0, NULL, ranks > 1 ? &l : NULL);
+    char *t = pf_plan_text_full(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum, 0, NULL, ranks > 1 ? &l : NULL);
     assert_non_null(t);
     cli_write(name, t);
     free(t);
@@ -103,20 +104,22 @@ typedef struct {
     bool bitwise;
     int steps;
     double norm_tol; /* not bitwise: the gradient norm's relative tolerance (0: 1e-6, fp32's) */
+    const char *model; /* tests/executor/data's model (NULL: tiny-llama) */
 } run_case;
 
 static void check_case(const run_case *c)
 {
     const char *mode = gckpt_parallel_names[c->mode];
-    char plan[48], one[48], rep[64], rep1[64], err[8192];
-    snprintf(plan, sizeof plan, "%s%d-%s-ga%llu.json", mode, c->np, gckpt_precision_names[c->prec],
+    const char *model = c->model ? c->model : "tiny-llama";
+    char plan[96], one[96], rep[112], rep1[112], err[8192];
+    snprintf(plan, sizeof plan, "%s-%s%d-%s-ga%llu.json", model, mode, c->np, gckpt_precision_names[c->prec],
              (unsigned long long)c->grad_accum);
     snprintf(rep, sizeof rep, "%sl", plan);
-    snprintf(one, sizeof one, "one-%s-ga%llu.json", gckpt_precision_names[c->one_prec],
+    snprintf(one, sizeof one, "%s-one-%s-ga%llu.json", model, gckpt_precision_names[c->one_prec],
              (unsigned long long)(c->np * c->grad_accum));
     snprintf(rep1, sizeof rep1, "%sl", one);
-    write_plan(plan, c->np, c->grad_accum, c->mode, c->prec);
-    write_plan(one, 1, c->np * c->grad_accum, GCKPT_PAR_NONE, c->one_prec);
+    write_plan(plan, model, c->np, c->grad_accum, c->mode, c->prec);
+    write_plan(one, model, 1, c->np * c->grad_accum, GCKPT_PAR_NONE, c->one_prec);
     double t0 = cli_now();
     int rc = mpi(c->np, plan, rep, c->steps, err, sizeof err);
     if (rc != 0) fail_msg("%s: mpirun -np %d: exit %d: %s", plan, c->np, rc, err);
@@ -225,6 +228,20 @@ static void fsdp(void **st) { (void)st, sharded(GCKPT_PAR_FSDP, true, true); }
 static void zero2(void **st) { (void)st, sharded(GCKPT_PAR_ZERO2, false, true); }
 static void zero3(void **st) { (void)st, sharded(GCKPT_PAR_ZERO3, false, false); }
 
+/* A tied head (the tiny llama tied) under FSDP2 (accelerate's unit [final norm, embedding =
+ * head], gathered from the embedding's forward to the backward's end, reduce-scattered last) and
+ * ZeRO-3 (the shared weight gathered once, reduced once): every rank's measured peak equals its
+ * prediction, the gradients one fp32 process's bit for bit over two steps, and amp-bf16 against
+ * one bf16 process (FSDP2). */
+static void tied(void **st)
+{
+    (void)st;
+    const run_case cases[] = {{GCKPT_PAR_FSDP, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 2, 0, "tiny-llama-tied"},
+                              {GCKPT_PAR_FSDP, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1, 0, "tiny-llama-tied"},
+                              {GCKPT_PAR_ZERO3, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 2, 0, "tiny-llama-tied"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
+}
+
 /* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */
 static int own_lines(const char *err)
 {
@@ -237,7 +254,7 @@ static void refusals(void **st)
 {
     (void)st;
     char err[8192];
-    write_plan("ddp2.json", 2, 1, GCKPT_PAR_DDP, GCKPT_AMP_BF16);
+    write_plan("ddp2.json", "tiny-llama", 2, 1, GCKPT_PAR_DDP, GCKPT_AMP_BF16);
     int rc = cli_run(GCKPT_RUN_EXE, A("--plan", "ddp2.json", "--backend", "host", "-o", "no.jsonl"), NULL, err, sizeof err);
     assert_int_equal(rc, 2);
     if (!strstr(err, "mpirun -np 2 gckpt-run --plan ddp2.json") || strchr(err, '\n') != strrchr(err, '\n'))
@@ -255,7 +272,7 @@ static void refusals(void **st)
     } no[] = {{GCKPT_PAR_ZERO2, "bf16", "--parallel zero2: only --precision amp-bf16 (the Trainer's bf16=True) or fp32"},
               {GCKPT_PAR_FSDP, "amp-fp16", "--parallel fsdp: only --precision amp-bf16 (the Trainer's bf16=True) or fp32"}};
     for (size_t k = 0; k < sizeof no / sizeof *no; k++) {
-        write_plan("refused.json", 2, 1, no[k].mode, GCKPT_AMP_BF16);
+        write_plan("refused.json", "tiny-llama", 2, 1, no[k].mode, GCKPT_AMP_BF16);
         char *t = cli_slurp("refused.json"), *at = t ? strstr(t, "\"amp-bf16\"") : NULL;
         assert_non_null(at);
         size_t cap = strlen(t) + 32;
@@ -293,7 +310,7 @@ int main(void)
     if (!schema || !cli_setup("gckpt-mpi")) return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(ddp), cmocka_unit_test(zero1), cmocka_unit_test(fsdp),
                                        cmocka_unit_test(zero2),
-                                       cmocka_unit_test(zero3),
+                                       cmocka_unit_test(zero3), cmocka_unit_test(tied),
                                        cmocka_unit_test(refusals)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cli_teardown();

@@ -77,7 +77,8 @@ WIDE = dict(model_type="llama", vocab_size=211, hidden_size=512, intermediate_si
 OTHER_FAMILIES = {k: family_cases.VARIANTS[k] for k in ("gemma3_text", "gpt_neox", "olmo2")}
 OTHER_FAMILIES["qwen3_moe"] = moe_cases.VARIANTS["qwen3_moe"]
 # the tie (gemma3_text ties its head to the embedding by default; FSDP2 and ZeRO-3 planned it
-# off by up to 2.7 %): the same model untied, and the tiny llama tied, FSDP2 / ZeRO-3, every_n 1
+# off by up to 2.7 %): the same model untied, and the tiny llama tied, FSDP2 / ZeRO-3, every_n 1;
+# ZeRO-1/2 on the tied llama and gemma3_text
 TIE_VARIANTS = {"gemma3u": dict(family_cases.VARIANTS["gemma3_text"], tie_word_embeddings=False),
                 "llamat": dict(probe.make_config("llama", "sdpa").to_dict(), tie_word_embeddings=True)}
 # every DeepSpeed value the user leaves to the Trainer ("auto"), as HF's documented configs do
@@ -152,6 +153,10 @@ def all_cases(which="default"):
                 out.append(make_spec(mode, fam, n, off, 2, config=dict(cfg)))
     for fam, cfg in TIE_VARIANTS.items():
         for mode in ("fsdp2", "zero3"):
+            out.append(make_spec(mode, fam, 1, False, 2, config=dict(cfg)))
+    # ZeRO-1/2 with a tied head (planned as the untied rules): the tied llama and gemma3_text
+    for fam, cfg in (("llamat", TIE_VARIANTS["llamat"]), ("gemma3_text", OTHER_FAMILIES["gemma3_text"])):
+        for mode in ("zero1", "zero2"):
             out.append(make_spec(mode, fam, 1, False, 2, config=dict(cfg)))
     return out
 

@@ -66,11 +66,6 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err);
  * single-process bf16 fixtures); DDP and one GPU: s->precision. */
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s);
 
-/* Whether model m can be planned under layout l (one line in err when not): FSDP2 and ZeRO-3
- * refuse a head tied to the embedding (tie_word_embeddings), whose shared weight each
- * gathers and reduces otherwise than the rules here: measured -1.2 .. -2.7 % peaks on the
- * tied tiny llama and gemma3_text (tests/data/hf-dist, FINDINGS 13.11). */
-bool gckpt_layout_model_check(const gckpt_model *m, const gckpt_layout *l, gckpt_err *err);
 
 /* Fill the shard fields of table ps for layout l of model m. */
 void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l);

@@ -44,7 +44,8 @@ VARIANTS: dict[str, dict] = {
                     attention_multiplier=0.0078125, logits_scaling=10.0, **COMMON),
     "mistralsw": dict(model_type="mistral", intermediate_size=96, sliding_window=W, **COMMON),
 }
-REFUSES_SDPA = ("gemma2",)
+# transformers refuses sdpa at model construction (_supports_sdpa = False): soft-capping, sinks
+REFUSES_SDPA = ("gemma2", "gpt_oss")
 PRECISIONS = ["fp32", "bf16", "amp-bf16-cudalists"]
 ATTENTIONS = ["sdpa", "eager"]
 CKPT = [(0, False), (1, False), (1, True), (2, False), (2, True)]

@@ -316,10 +316,13 @@ static void test_bad_input(void **st)
     char *g = pf_plan_text("tiny-gemma2", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
     char *sw = pf_plan_text("tiny-mistral-sw8", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0);
     char *moe = pf_plan_text("tiny-mixtral", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0); /* issue 13's MoE */
-    assert_true(g && sw && moe);
+    char *oss = pf_plan_text("tiny-gpt-oss", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
+    assert_true(g && sw && moe && oss);
     put("gemma2.json", g);
     put("mistral-sw.json", sw);
     put("mixtral.json", moe);
+    put("gpt-oss.json", oss);
+    free(oss);
     free(g);
     free(sw);
     free(moe);
@@ -351,6 +354,7 @@ static void test_bad_input(void **st)
         {{"--plan", "mistral-sw.json", "-o", "bad.json", NULL}, "the sliding window 8 under sdpa"},
         {{"--plan", "mixtral.json", "-o", "bad.json", NULL},
          "mixture-of-experts model_type \"mixtral\" is planned but not executed yet"},
+        {{"--plan", "gpt-oss.json", "-o", "bad.json", NULL}, "model_type \"gpt_oss\" is planned but not executed yet"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run(cases[i].args);

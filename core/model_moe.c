@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gckpt/util/safe_text.h"
 #include "model_parse.h"
 
 bool gckpt_moe_type(const char *t)
@@ -62,6 +63,24 @@ static bool parse_gpt_oss(const char *f, const cJSON *j, gckpt_model *m, gckpt_e
         !gckpt_parse_layer_types(f, j, m, &listed, err))
         return false;
     for (uint64_t i = 0; !listed && i < m->layers; i += 2) gckpt_set_sliding(m, i);
+    /* the Hub checkpoint's MXFP4 experts: training loads them dequantized to the model's
+     * dtype (FINDINGS 16.5), which the plan counts; another method is not modelled */
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
+    if (q && !cJSON_IsNull(q)) {
+        char method[32];
+        if (!cJSON_IsObject(q)) {
+            gckpt_seterr(err, "%s: field 'quantization_config' must be an object, got %s", f, gckpt_json_type_name(q));
+            return false;
+        }
+        if (!gckpt_json_str(q, f, "quantization_config.quant_method", method, sizeof method, err)) return false;
+        if (strcmp(method, "mxfp4")) {
+            gckpt_text_sanitize(method);
+            gckpt_seterr(err, "%s: field 'quantization_config.quant_method' = \"%s\" is not modelled for gpt_oss (mxfp4, "
+                              "trained dequantized)", f, method);
+            return false;
+        }
+        m->mxfp4_checkpoint = true;
+    }
     m->o_bias = m->qkv_bias;
     m->rms = GCKPT_RMS_F32_OUT; /* (self.weight * hidden_states).to(input_dtype) */
     m->attn_sinks = m->rope_halves = m->router_bias = m->topk_first = m->expert_bias = true;

@@ -110,6 +110,13 @@ static void snippets(void **state)
     has_line("model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"sdpa\", dtype=torch.bfloat16)");
     assert_null(strstr(cli_out, "bf16=True"));
 
+    /* gpt-oss-20b's MXFP4 experts: loaded dequantized to the planned dtype (FINDINGS 16.5) */
+    assert_int_equal(run(A("--model", "gpt-oss-20b", "--gpu", "h200", "--precision", "bf16", "--optimizer", "adamw-8bit",
+                           "--every-n", "2")), 0);
+    has_line("from transformers import AutoModelForCausalLM, Mxfp4Config, Trainer, TrainingArguments");
+    has_line("model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"eager\", dtype=torch.bfloat16,");
+    has_line("                                             quantization_config=Mxfp4Config(dequantize=True))");
+
     assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--optimizer", "adamw-8bit", "--every-n", "1")), 0);
     has_line("    optim=\"adamw_bnb_8bit\",");
     has_line("  32-bit optimizer states: wte.weight, wpe.weight (nn.Embedding: the Trainer registers it for "

@@ -171,7 +171,7 @@ static void gpt_oss_config(void **state)
     assert_true(m.attn_sinks && m.rope_halves && m.router_bias && m.topk_first && m.expert_bias);
     assert_true(m.qkv_bias && m.o_bias && !m.topk_renorm && !m.qk_norm && m.rms == GCKPT_RMS_F32_OUT);
     assert_true(m.swiglu_alpha == 1.702 && m.swiglu_limit == 7.0 && m.router_aux_coef == 0.9 && !m.router_aux_loss);
-    assert_true(m.rope_theta == 150000);
+    assert_true(m.rope_theta == 150000 && m.mxfp4_checkpoint); /* quantization_config: mxfp4 */
     /* transformers runs eager whatever is asked (it refuses sdpa: sinks) */
     assert_int_equal(gckpt_attention_run(&m, GCKPT_SDPA), GCKPT_EAGER);
     /* class defaults: 128 experts, top-4, head_dim 64, 8 kv heads, intermediate 2880,
@@ -179,7 +179,7 @@ static void gpt_oss_config(void **state)
     assert_true(gckpt_model_parse("cfg.json", OSS(""), &m, &err));
     assert_true(m.experts == 128 && m.top_k == 4 && m.head_dim == 64 && m.kv_heads == 8 && m.expert_inter == 2880);
     assert_true(m.vocab == 201088 && m.sliding_window == 128 && m.sliding_layers == 2 && m.qkv_bias);
-    assert_true(m.router_aux_coef == 0.001 && m.norm_eps == 1e-5 && m.max_positions == 131072);
+    assert_true(m.router_aux_coef == 0.001 && m.norm_eps == 1e-5 && m.max_positions == 131072 && !m.mxfp4_checkpoint);
     /* __post_init__: a null head_dim is hidden / heads, null kv heads the heads; the
      * num_experts alias; layer_types and attention_bias as given */
     assert_true(gckpt_model_parse("cfg.json", OSS(",\"head_dim\":null,\"num_key_value_heads\":null,\"num_experts\":6,"
@@ -192,6 +192,10 @@ static void gpt_oss_config(void **state)
     assert_true(gckpt_model_parse("cfg.json", OSS(",\"hidden_act\":\"gelu\""), &m, &err));
     expect_error(OSS(",\"sliding_window\":null"), "'sliding_window' = null is not modelled for gpt_oss");
     expect_error(OSS(",\"swiglu_limit\":0"), "'swiglu_limit'");
+    expect_error(OSS(",\"quantization_config\":{\"quant_method\":\"bitsandbytes\"}"),
+                 "'quantization_config.quant_method' = \"bitsandbytes\" is not modelled for gpt_oss");
+    expect_error(OSS(",\"quantization_config\":{}"), "missing field 'quantization_config.quant_method'");
+    expect_error(OSS(",\"quantization_config\":\"mxfp4\""), "'quantization_config' must be an object");
     expect_error(OSS(",\"layer_types\":[\"full_attention\"]"), "'layer_types' has 1 entries");
     expect_error(OSS(",\"num_local_experts\":2,\"num_experts_per_tok\":4"),
                  "'num_experts_per_tok' = 4 exceeds the 2 experts");

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import transformers
-from transformers import AutoModelForCausalLM, GptOssConfig, GptOssForCausalLM
+from transformers import AutoModelForCausalLM, GptOssConfig, GptOssForCausalLM, Mxfp4Config
 from transformers.trainer_utils import validate_quantization_for_training
 
 warnings.filterwarnings("ignore")
@@ -57,7 +57,8 @@ def main():
           "cuda" if torch.cuda.is_available() else "cpu")
     for config_dtype in ("bfloat16", None):
         d = checkpoint(config_dtype)
-        for kw in ({}, {"dtype": torch.float32}, {"dtype": torch.bfloat16}):
+        for kw in ({}, {"dtype": torch.float32}, {"dtype": torch.bfloat16},
+                   {"dtype": torch.float32, "quantization_config": Mxfp4Config(dequantize=True)}):
             m = AutoModelForCausalLM.from_pretrained(d, **kw)
             ex = m.model.layers[0].mlp.experts
             dts = sorted({f"{n.split('.')[-1]}:{str(p.dtype)[6:]}" for n, p in m.named_parameters()
@@ -65,7 +66,9 @@ def main():
             loss = m(input_ids=torch.randint(0, 100, (1, 8)), labels=torch.randint(0, 100, (1, 8))).loss
             loss.backward()
             validate_quantization_for_training(m)
-            print(f"config dtype {config_dtype}, from_pretrained{kw or '()'}: experts {type(ex).__name__}, "
+            args = ", ".join(f"{k}={'Mxfp4Config(dequantize=True)' if k == 'quantization_config' else v}"
+                             for k, v in kw.items())
+            print(f"config dtype {config_dtype}, from_pretrained({args}): experts {type(ex).__name__}, "
                   f"is_quantized {getattr(m, 'is_quantized', False)}, quantization_config kept "
                   f"{hasattr(m.config, 'quantization_config')}, {' '.join(dts)}; backward ok, "
                   f"validate_quantization_for_training ok")

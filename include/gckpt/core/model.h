@@ -84,6 +84,7 @@ typedef struct {
     bool topk_first;         /* the router takes the top-k logits, then a softmax over those k */
     bool expert_bias;        /* gate_up_proj_bias / down_proj_bias gathered per (token, expert) pair */
     double swiglu_alpha, swiglu_limit; /* the clamped SwiGLU of gpt_oss's experts (limit 0: silu) */
+    bool mxfp4_checkpoint;   /* quantization_config mxfp4: trained dequantized (Mxfp4Config(dequantize=True)) */
 } gckpt_model;
 
 static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)

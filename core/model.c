@@ -10,11 +10,11 @@
 
 const char *const gckpt_model_types =
     "llama, mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite, mixtral, "
-    "qwen3_moe, olmoe";
+    "qwen3_moe, olmoe, gpt_oss";
 
 /* mixture-of-experts model types transformers 5.24 trains that are not modelled yet:
  * refused by name */
-static const char *const moe_types[] = {"gpt_oss", "qwen2_moe", "deepseek_v3"};
+static const char *const moe_types[] = {"qwen2_moe", "deepseek_v3"};
 
 bool gckpt_parse_act(const char *file, const char *field, const char *s, gckpt_act *out, gckpt_err *err)
 {

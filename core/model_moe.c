@@ -1,18 +1,18 @@
 /* The config readers of the mixture-of-experts families transformers 5.24 trains with
- * the grouped_mm experts: mixtral, qwen3_moe, olmoe. Keys and defaults are those of
- * configuration_<family>.py (FINDINGS section 15); a key that changes memory and is not
- * modelled (mixed dense / sparse layers, router jitter, clipped q/k/v, sliding windows)
- * is an error naming it; output_router_logits turns on the load-balancing loss
- * (recipe_moe.c, FINDINGS 15.4). gpt_oss is refused by
- * name in model.c. */
+ * the grouped_mm experts: mixtral, qwen3_moe, olmoe, gpt_oss. Keys and defaults are those
+ * of configuration_<family>.py (FINDINGS sections 15, 16); a key that changes memory and
+ * is not modelled (mixed dense / sparse layers, router jitter, clipped q/k/v, sliding
+ * windows) is an error naming it; output_router_logits turns on the load-balancing loss
+ * (recipe_moe.c, FINDINGS 15.4). */
 #include <stdio.h>
 #include <string.h>
 
+#include "gckpt/util/safe_text.h"
 #include "model_parse.h"
 
 bool gckpt_moe_type(const char *t)
 {
-    return !strcmp(t, "mixtral") || !strcmp(t, "qwen3_moe") || !strcmp(t, "olmoe");
+    return !strcmp(t, "mixtral") || !strcmp(t, "qwen3_moe") || !strcmp(t, "olmoe") || !strcmp(t, "gpt_oss");
 }
 
 /* The expert count: each class reads one key and maps the other to it (attribute_map:
@@ -43,30 +43,81 @@ static bool refuse_nonzero(const char *f, const cJSON *j, const gckpt_model *m, 
     return v == 0;
 }
 
+/* gpt_oss (GptOssConfig, 5.24): attention sinks and q/k/v/o biases (attention_bias,
+ * default true), the router's bias, the experts' biases and clamped SwiGLU (swiglu_alpha
+ * 1.702, swiglu_limit 7.0), layer_types (default: sliding at even indices) over
+ * sliding_window 128 (null: every forward raises in create_sliding_window_causal_mask). */
+static bool parse_gpt_oss(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+{
+    if (!gckpt_json_bool_opt(j, f, "attention_bias", true, &m->qkv_bias, err) ||
+        !gckpt_json_num_opt(j, f, "swiglu_alpha", 0, 1e9, 1.702, &m->swiglu_alpha, err) ||
+        !gckpt_json_num_opt(j, f, "swiglu_limit", 1e-30, 1e30, 7.0, &m->swiglu_limit, err))
+        return false;
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "sliding_window"))) {
+        gckpt_seterr(err, "%s: field 'sliding_window' = null is not modelled for gpt_oss (transformers raises a "
+                          "ValueError building its sliding-window mask)", f);
+        return false;
+    }
+    bool listed = false;
+    if (!gckpt_json_u64_opt(j, f, "sliding_window", 1, MAX_LIMIT, 128, &m->sliding_window, err) ||
+        !gckpt_parse_layer_types(f, j, m, &listed, err))
+        return false;
+    for (uint64_t i = 0; !listed && i < m->layers; i += 2) gckpt_set_sliding(m, i);
+    /* the Hub checkpoint's MXFP4 experts: training loads them dequantized to the model's
+     * dtype (FINDINGS 16.5), which the plan counts; another method is not modelled */
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
+    if (q && !cJSON_IsNull(q)) {
+        char method[32];
+        if (!cJSON_IsObject(q)) {
+            gckpt_seterr(err, "%s: field 'quantization_config' must be an object, got %s", f, gckpt_json_type_name(q));
+            return false;
+        }
+        if (!gckpt_json_str(q, f, "quantization_config.quant_method", method, sizeof method, err)) return false;
+        if (strcmp(method, "mxfp4")) {
+            gckpt_text_sanitize(method);
+            gckpt_seterr(err, "%s: field 'quantization_config.quant_method' = \"%s\" is not modelled for gpt_oss (mxfp4, "
+                              "trained dequantized)", f, method);
+            return false;
+        }
+        m->mxfp4_checkpoint = true;
+    }
+    m->o_bias = m->qkv_bias;
+    m->rms = GCKPT_RMS_F32_OUT; /* (self.weight * hidden_states).to(input_dtype) */
+    m->attn_sinks = m->rope_halves = m->router_bias = m->topk_first = m->expert_bias = true;
+    return true;
+}
+
 bool gckpt_parse_moe(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
     const char *t = m->model_type;
-    bool mixtral = !strcmp(t, "mixtral"), qwen = !strcmp(t, "qwen3_moe");
+    bool mixtral = !strcmp(t, "mixtral"), qwen = !strcmp(t, "qwen3_moe"), oss = !strcmp(t, "gpt_oss");
     m->family = GCKPT_FAMILY_MOE;
-    /* class defaults (AutoConfig.for_model, 5.24): kv heads 8 / 4 / 16, eps 1e-5 / 1e-6 /
-     * 1e-5, positions 131072 / 32768 / 4096, intermediate 14336 / 6144 / 2048, vocab
-     * 32000 / 151936 / 50304; head_dim absent -> hidden / heads in all three */
+    /* class defaults (AutoConfig.for_model, 5.24): kv heads 8 / 4 / 16 / 8, eps 1e-5 /
+     * 1e-6 / 1e-5 / 1e-5, positions 131072 / 32768 / 4096 / 131072, intermediate 14336 /
+     * 6144 / 2048 / 2880, vocab 32000 / 151936 / 50304 / 201088; head_dim absent ->
+     * hidden / heads in the first three, 64 in gpt_oss (whose __post_init__ turns a null
+     * head_dim into hidden / heads and null kv heads into heads) */
     gckpt_cfg_defaults d = mixtral ? (gckpt_cfg_defaults){8, 0, false, 1e-5, 131072, "hidden_act", "silu", 14336, 32000}
                            : qwen  ? (gckpt_cfg_defaults){4, 0, false, 1e-6, 32768, "hidden_act", "silu", 6144, 151936}
+                           : oss   ? (gckpt_cfg_defaults){8, 64, false, 1e-5, 131072, "hidden_act", "silu", 2880, 201088}
                                    : (gckpt_cfg_defaults){16, 0, false, 1e-5, 4096, "hidden_act", "silu", 2048, 50304};
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(j, "num_key_value_heads");
+    if (oss && cJSON_IsNull(kv)) d.kv_heads = 0;
+    if (oss && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "head_dim"))) d.head_dim = 0;
     if (!gckpt_parse_common(f, j, m, &d, err)) return false;
-    if (m->act != GCKPT_ACT_SILU) {
+    /* GptOssExperts applies its own gate (no act_fn): hidden_act is read by nothing */
+    if (!oss && m->act != GCKPT_ACT_SILU) {
         gckpt_seterr(err, "%s: field 'hidden_act': %s is modelled with silu (SwiGLU experts) only", f, t);
         return false;
     }
-    bool bias = false, renorm = mixtral;
-    if (!expert_count(f, j, m, mixtral ? "num_local_experts" : "num_experts",
-                      mixtral ? "num_experts" : "num_local_experts", mixtral ? 8 : qwen ? 128 : 64, err) ||
-        !gckpt_json_u64_opt(j, f, "num_experts_per_tok", 1, 1u << 16, mixtral ? 2 : 8, &m->top_k, err) ||
-        !gckpt_json_num_opt(j, f, "router_aux_loss_coef", 0, 1e9, mixtral || qwen ? 0.001 : 0.01, &m->router_aux_coef,
-                            err) ||
-        (!mixtral && !gckpt_json_bool_opt(j, f, "norm_topk_prob", false, &renorm, err)) ||
-        (!mixtral && !gckpt_json_bool_opt(j, f, "attention_bias", false, &bias, err)) ||
+    bool bias = false, renorm = mixtral, local = mixtral || oss; /* num_local_experts is the class's key */
+    if (!expert_count(f, j, m, local ? "num_local_experts" : "num_experts", local ? "num_experts" : "num_local_experts",
+                      mixtral ? 8 : qwen || oss ? 128 : 64, err) ||
+        !gckpt_json_u64_opt(j, f, "num_experts_per_tok", 1, 1u << 16, mixtral ? 2 : oss ? 4 : 8, &m->top_k, err) ||
+        !gckpt_json_num_opt(j, f, "router_aux_loss_coef", 0, 1e9, mixtral || qwen || oss ? 0.001 : 0.01,
+                            &m->router_aux_coef, err) ||
+        (!local && !gckpt_json_bool_opt(j, f, "norm_topk_prob", false, &renorm, err)) ||
+        (!local && !gckpt_json_bool_opt(j, f, "attention_bias", false, &bias, err)) ||
         !gckpt_json_bool_opt(j, f, "output_router_logits", false, &m->router_aux_loss, err))
         return false;
     if (m->top_k > m->experts) {
@@ -78,6 +129,7 @@ bool gckpt_parse_moe(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *e
     m->topk_renorm = renorm;
     m->topk_weights_f32 = mixtral;
     m->qkv_bias = m->o_bias = bias;
+    if (oss) return parse_gpt_oss(f, j, m, err);
     if (mixtral) {
         /* MixtralSparseMoeBlock multiplies the input by uniform noise in training; a
          * window masks every layer (not planned for MoE) */

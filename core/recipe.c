@@ -153,7 +153,7 @@ void gckpt_recipe_build_seq(const gckpt_model *m, gckpt_precision p, gckpt_atten
 
 gckpt_attention gckpt_attention_run(const gckpt_model *m, gckpt_attention requested)
 {
-    return m->attn_softcap > 0 ? GCKPT_EAGER : requested;
+    return m->attn_softcap > 0 || m->attn_sinks ? GCKPT_EAGER : requested;
 }
 
 bool gckpt_sliding_masked(const gckpt_model *m, gckpt_attention a, uint64_t seq)
@@ -226,7 +226,7 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
 bool gckpt_tensor_numel(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, uint64_t *numel)
 {
     const gckpt_shape *sh = &r->t[i].shape;
-    uint64_t T, BSS, rows, width = sh->width ? sh->width : s;
+    uint64_t T, BSS, rows, width = sh->width ? sh->width : s + sh->plus;
     if (!gckpt_mul(b, s, &T) || !gckpt_mul(T, s, &BSS)) return false;
     uint64_t unit = sh->rows == GCKPT_ROWS_TOKENS ? T : sh->rows == GCKPT_ROWS_SEQ ? s : 1;
     return gckpt_mul(sh->mult, unit, &rows) && gckpt_mul(rows, width, numel);

@@ -258,8 +258,11 @@ int attention_eager(tracer *tr, int q, int k, int v, int mask, double p, int *we
     const gckpt_model *m = tr->m;
     uint64_t nh = m->heads, hd = m->head_dim;
     int krep = repeat_kv(tr, k, "repeat_k"), vrep = repeat_kv(tr, v, "repeat_v");
-    int qf = fold(tr, autocast_to(tr, q, tr->compute_dt, "qk.cast_q"), GCKPT_P_CAST, "qk.fold_q");
-    int kf = kv_operand(tr, krep, "qk.cast_k");
+    /* gpt_oss's rotary cat leaves q and k contiguous [b, heads, s, hd]: folding is a view */
+    int qf = autocast_to(tr, q, tr->compute_dt, "qk.cast_q");
+    if (!m->rope_halves) qf = fold(tr, qf, GCKPT_P_CAST, "qk.fold_q");
+    int kf = m->rope_halves && m->kv_heads == m->heads ? autocast_to(tr, krep, tr->compute_dt, "qk.cast_k")
+                                                       : kv_operand(tr, krep, "qk.cast_k");
     int sc = heads_matmul(tr, "qk", GCKPT_P_QK, qf, kf, dt(tr, qf), score_shape(nh), true);
     int ss = scal(tr, sc, "scale", gckpt_attn_scale(m), 0);
     if (m->attn_softcap > 0) { /* Gemma 2: / cap, tanh (saves its output), * cap: each a new tensor */
@@ -268,20 +271,28 @@ int attention_eager(tracer *tr, int q, int k, int v, int mask, double p, int *we
         ss = scal(tr, ss, "softcap.mul", m->attn_softcap, 0);
     }
     int sm = mask >= 0 ? add(tr, ss, mask, "add_mask") : ss;
-    /* (CUDA's half_to_float path would skip the copy for fp16 scores; they never get
-     * here: under autocast the fp32 mask promotes the scores, and no precision runs a
-     * pure fp16 model) */
-    int pr = softmax(tr, cast_to(tr, sm, F32, "softmax.to_f32"), "softmax");
-    pr = cast_to(tr, pr, dt(tr, q), "softmax.to_q");
-    hold_here(tr, sm); /* attn_weights is rebound only when the whole statement is done */
-    pr = dropout(tr, pr, p, "attn_dropout");
+    int combined = -1, pr;
+    if (m->attn_sinks) { /* gpt_oss: dropout(probs[..., :-1]).to(value dtype) */
+        pr = dropout(tr, sink_softmax(tr, sm, &combined), p, "attn_dropout");
+        pr = cast_to(tr, pr, dt(tr, v), "softmax.to_v");
+        hold_here(tr, sm);
+    } else {
+        /* (CUDA's half_to_float path would skip the copy for fp16 scores; they never get
+         * here: under autocast the fp32 mask promotes the scores, and no precision runs a
+         * pure fp16 model) */
+        pr = softmax(tr, cast_to(tr, sm, F32, "softmax.to_f32"), "softmax");
+        pr = cast_to(tr, pr, dt(tr, q), "softmax.to_q");
+        hold_here(tr, sm); /* attn_weights is rebound only when the whole statement is done */
+        pr = dropout(tr, pr, p, "attn_dropout");
+    }
     *weights = pr;
     int pc = autocast_to(tr, pr, tr->compute_dt, "pv.cast_p");
     int vf = kv_operand(tr, vrep, "pv.cast_v");
     int o = heads_matmul(tr, "pv", GCKPT_P_PV, pc, vf, dt(tr, pc), per_token(nh * hd), true);
     int oc = transpose_copy(tr, o, "transpose");
-    hold_here(tr, krep); /* key_states / value_states until the function returns */
+    hold_here(tr, krep); /* key_states / value_states (gpt_oss: combined_logits) until the function returns */
     hold_here(tr, vrep);
+    hold_here(tr, combined);
     return oc;
 }
 

@@ -38,7 +38,8 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     /* cos/sin in the embeddings' dtype (OLMo 2: always fp32), rotary_dim wide (partial
      * rotary); Gemma 3: one pair per layer type (local and global theta) */
     uint8_t rdt = m->family == GCKPT_FAMILY_OLMO2 ? F32 : tr->stream_dt;
-    *cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, rdt, per_position(m->rotary_dim), "rotary.sin", sin);
+    uint64_t rw = m->rope_halves ? m->rotary_dim / 2 : m->rotary_dim; /* gpt_oss: cat-free [s, head_dim / 2] */
+    *cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, rdt, per_position(rw), "rotary.sin", sin);
     int cos2 = -1, sin2 = -1;
     if (m->rope_tables > 1)
         cos2 = source(tr, "rotary_local.cos", GCKPT_SRC_ROTARY, rdt, per_position(m->rotary_dim), "rotary_local.sin",
@@ -49,7 +50,7 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
      * Qwen2 / Qwen3 when some layers slide, shared by the layers of each type
      * (masking_utils: eager materialises both) */
     bool mixed = m->sliding_layers && m->sliding_layers < m->layers;
-    if (attn == GCKPT_EAGER && (m->sandwich_norms || mixed))
+    if (attn == GCKPT_EAGER && (m->sandwich_norms || m->attn_sinks || mixed)) /* GptOssModel: both too */
         mask2 = source(tr, "sliding_mask", GCKPT_SRC_MASK, tr->stream_dt, score_shape(1), NULL, NULL);
     /* SDPA at seq >= window: masking_utils' bool mask, an expanded view of one [s, s] */
     if (gckpt_sliding_masked(m, attn, tr->seq))
@@ -78,6 +79,7 @@ static int rotary_of(tracer *tr, int x, int cos, int sin, const char *name)
 {
     const gckpt_model *m = tr->m;
     if (m->family == GCKPT_FAMILY_PHI3) return rope_partial(tr, x, cos, sin, name);
+    if (m->rope_halves) return rope_halves(tr, x, cos, sin, name);
     int y = rope(tr, x, cos, sin, name);
     if (m->family == GCKPT_FAMILY_OLMO2) {
         char nm[40];

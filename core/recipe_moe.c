@@ -8,6 +8,8 @@
  * fp32 (no bf16 weight copies). */
 #include "recipe_tracer.h"
 
+#include <stdio.h>
+
 /* [S, width]: one row per (token, chosen expert) pair */
 static gckpt_shape pairs(const tracer *tr, uint64_t width)
 {
@@ -22,6 +24,32 @@ static void node(tracer *tr, const char *name, int prim, int nin, const int *in,
     setprim(tr, prim, bcast, sa, 0, width);
 }
 
+/* The router returns its logits; the block drops them, unless output_router_logits:
+ * the output collector (OutputRecorder) keeps them until the forward returns, also in
+ * checkpointed layers (not a recompute's). */
+static void router_returns(tracer *tr, int logits)
+{
+    hold_here(tr, logits);
+    tr->r->t[logits].fwd_end_free = tr->m->router_aux_loss;
+    if (tr->m->router_aux_loss) tr->r->router_logits[0] = logits;
+}
+
+/* GptOssTopKRouter: topk of the logits (their dtype; the indices saved), then a softmax
+ * over those k in the same dtype (dtype=router_top_value.dtype: bf16 under autocast
+ * too), whose output is saved and is the routing weights. */
+static int router_topk_softmax(tracer *tr, int logits, int *index)
+{
+    uint64_t k = tr->m->top_k;
+    int vals = tnew(tr, "topk.values", GCKPT_T_ACT, dt(tr, logits), per_token(k), rg(tr, logits));
+    *index = tnew(tr, "topk.indices", GCKPT_T_ACT, I64, per_token(k), false);
+    node(tr, "topk", GCKPT_P_TOPK, 1, (int[]){logits}, vals, *index, 1, (int[]){*index}, GCKPT_BC_NONE, 0, k);
+    int sc = like(tr, "router_scores", vals, dt(tr, vals), rg(tr, vals));
+    node(tr, "softmax", GCKPT_P_SOFTMAX, 1, (int[]){vals}, sc, -1, 1, (int[]){sc}, GCKPT_BC_NONE, 0, k);
+    hold_here(tr, vals);
+    router_returns(tr, logits);
+    return sc;
+}
+
 /* <Family>TopKRouter: logits = F.linear(x, W) (autocast), softmax in fp32 (mixtral:
  * softmax(logits.float()); the others softmax(logits, dtype=float)), topk; mixtral always
  * and the others with norm_topk_prob divide the top-k values by their sum in place (the
@@ -31,8 +59,14 @@ static int router(tracer *tr, int x, int *index)
 {
     const gckpt_model *m = tr->m;
     uint64_t E = m->experts, k = m->top_k;
-    int w = param(tr, "gate.weight", E, m->hidden, GCKPT_ROLE_MATRIX);
-    int logits = linear(tr, x, w, -1, m->hidden, E, "gate");
+    const char *name = m->router_bias ? "router" : "gate"; /* gpt_oss: mlp.router, with a bias */
+    char nm[40];
+    snprintf(nm, sizeof nm, "%s.weight", name);
+    int w = param(tr, nm, E, m->hidden, GCKPT_ROLE_MATRIX);
+    snprintf(nm, sizeof nm, "%s.bias", name);
+    int b = m->router_bias ? param(tr, nm, 1, E, GCKPT_ROLE_BIAS) : -1;
+    int logits = linear(tr, x, w, b, m->hidden, E, name);
+    if (m->topk_first) return router_topk_softmax(tr, logits, index);
     int lf = m->topk_weights_f32 ? cast_to(tr, logits, F32, "router_logits.float") : logits;
     int probs = like(tr, "router_probs", lf, F32, rg(tr, lf));
     node(tr, "softmax", GCKPT_P_SOFTMAX, 1, (int[]){lf}, probs, -1, 1, (int[]){probs}, GCKPT_BC_NONE, 0, E);
@@ -47,12 +81,7 @@ static int router(tracer *tr, int x, int *index)
         vals = div;
     }
     if (!m->topk_weights_f32) vals = cast_to(tr, vals, dt(tr, logits), "router_scores.to");
-    /* the router returns its logits; the block drops them, unless output_router_logits:
-     * the output collector (OutputRecorder) keeps them until the forward returns, also
-     * in checkpointed layers (not a recompute's) */
-    hold_here(tr, logits);
-    tr->r->t[logits].fwd_end_free = m->router_aux_loss;
-    if (m->router_aux_loss) tr->r->router_logits[0] = logits;
+    router_returns(tr, logits);
     return vals;
 }
 
@@ -78,6 +107,15 @@ static int pair_chunk(tracer *tr, int x, int role, uint64_t width, const char *n
     return o;
 }
 
+/* gpt_oss: bias[expert_ids_g], one row per sorted pair (IndexBackward keeps the ids). */
+static int bias_rows(tracer *tr, int bias, int ids, uint64_t width, const char *name)
+{
+    if (bias < 0) return -1;
+    int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, bias), pairs(tr, width), rg(tr, bias));
+    node(tr, name, GCKPT_P_GATHER_ROWS, 2, (int[]){bias, ids}, o, -1, 1, (int[]){ids}, GCKPT_BC_NONE, 0, width);
+    return o;
+}
+
 int moe_block(tracer *tr, int x)
 {
     const gckpt_model *m = tr->m;
@@ -85,8 +123,13 @@ int moe_block(tracer *tr, int x)
     tr->pfx = "mlp";
     int index;
     int weights = router(tr, x, &index);
-    int wgu = param(tr, "experts.gate_up_proj", E * 2 * I, h, GCKPT_ROLE_MATRIX);
-    int wd = param(tr, "experts.down_proj", E * h, I, GCKPT_ROLE_MATRIX);
+    /* gpt_oss stores [E, in, out] (is_transposed) with biases; the others [E, out, in] */
+    int wgu = m->expert_bias ? param(tr, "experts.gate_up_proj", E * h, 2 * I, GCKPT_ROLE_MATRIX)
+                             : param(tr, "experts.gate_up_proj", E * 2 * I, h, GCKPT_ROLE_MATRIX);
+    int bgu = m->expert_bias ? param(tr, "experts.gate_up_proj_bias", E, 2 * I, GCKPT_ROLE_BIAS) : -1;
+    int wd = m->expert_bias ? param(tr, "experts.down_proj", E * I, h, GCKPT_ROLE_MATRIX)
+                            : param(tr, "experts.down_proj", E * h, I, GCKPT_ROLE_MATRIX);
+    int bd = m->expert_bias ? param(tr, "experts.down_proj_bias", E, h, GCKPT_ROLE_BIAS) : -1;
     /* expert_ids_g, perm = sort(expert ids); hidden[perm // k], weights[perm] (index
      * saves its index) */
     int ids = tnew(tr, "expert_ids_g", GCKPT_T_ACT, I64, pairs(tr, 1), false);
@@ -105,12 +148,23 @@ int moe_block(tracer *tr, int x)
     node(tr, "histc_input", GCKPT_P_CAST, 1, (int[]){ids}, hin, -1, 0, NULL, GCKPT_BC_NONE, 0, 0);
     int offs = tnew(tr, "offsets", GCKPT_T_ACT, GCKPT_DT_I32, fixed_shape(1, E), false);
     node(tr, "histc_cumsum", GCKPT_P_HISTC, 1, (int[]){hin}, offs, -1, 0, NULL, GCKPT_BC_NONE, 0, E);
+    int bsel = bias_rows(tr, bgu, ids, 2 * I, "gate_up_bias_g");
     int xc = cast_to(tr, xs, dt(tr, wgu), "gate_up.to_weight"); /* input.to(weight.dtype) */
     int gu = grouped_linear(tr, xc, wgu, offs, h, 2 * I, "experts.gate_up_proj");
+    if (bsel >= 0) gu = expert_bias_add(tr, gu, bsel, "experts.gate_up_proj");
+    /* gpt_oss interleaves them ([..., ::2], [..., 1::2]): views either way */
     int g = pair_chunk(tr, gu, 0, I, "gate"), u = pair_chunk(tr, gu, 1, I, "up");
-    int act = unary(tr, g, "act_fn", false, false, GCKPT_P_SILU, 0);
-    int prod = mul(tr, act, u, "gated");
+    int prod;
+    if (m->swiglu_limit > 0) {
+        prod = clamped_swiglu(tr, g, u);
+    } else {
+        int act = unary(tr, g, "act_fn", false, false, GCKPT_P_SILU, 0);
+        prod = mul(tr, act, u, "gated");
+    }
+    int dsel = bias_rows(tr, bd, ids, h, "down_bias_g"); /* selected_biases rebound: the first goes */
+    hold_here(tr, bsel);
     int dn = grouped_linear(tr, prod, wd, offs, I, h, "experts.down_proj");
+    if (dsel >= 0) dn = expert_bias_add(tr, dn, dsel, "experts.down_proj");
     int weighted = mul(tr, dn, wsel, "weighted_out");
     int inv = tnew(tr, "inv_perm", GCKPT_T_ACT, I64, pairs(tr, 1), false);
     node(tr, "inv_perm", GCKPT_P_INVERT_PERM, 1, (int[]){perm}, inv, -1, 0, NULL, GCKPT_BC_NONE, 0, 0);
@@ -121,8 +175,10 @@ int moe_block(tracer *tr, int x)
     int out = cast_to(tr, sum, dt(tr, x), "final_hidden_states.to");
     /* grouped_mm_experts_forward's locals live until it returns, the block's
      * (hidden_states, the router's outputs) until the block returns */
-    int locals[] = {x, weights, index, ids, perm, tok, xs, wsel, hin, offs, dn, back, inv, sum};
+    int locals[] = {x, weights, index, ids, perm, tok, xs, wsel, hin, offs, dn, back, inv, sum, dsel};
     for (size_t i = 0; i < sizeof locals / sizeof *locals; i++) hold_here(tr, locals[i]);
+    /* GptOssMLP returns the router scores too: the decoder layer's `_` keeps them */
+    if (m->router_bias) hold(tr, weights, HOLD_END);
     tr->pfx = "";
     return out;
 }

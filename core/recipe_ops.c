@@ -180,7 +180,7 @@ void hold_here(tracer *tr, int t) { hold(tr, t, tr->r->nop - 1); }
 
 static bool same_shape(const gckpt_shape *a, const gckpt_shape *b)
 {
-    return a->rows == b->rows && a->mult == b->mult && a->width == b->width;
+    return a->rows == b->rows && a->mult == b->mult && a->width == b->width && a->plus == b->plus;
 }
 
 /* Broadcast mode of y against x from their shapes. */

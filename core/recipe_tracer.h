@@ -146,6 +146,14 @@ void trace_gpt_neox(tracer *tr, gckpt_attention attn);
 /* The mixture-of-experts block (router + grouped_mm experts) on the post-attention norm's
  * output x (recipe_moe.c); returns its output in x's dtype. */
 int moe_block(tracer *tr, int x);
+/* gpt_oss (recipe_gpt_oss.c): the rotary embedding over two halves; the sink softmax of
+ * the masked scores (returns the [b, heads, s, s] probabilities, a view; *combined = the
+ * max-subtracted logits, a local of the attention until it returns); an expert bias's
+ * in-place add_ of its gathered rows; the clamped SwiGLU of the gate / up views. */
+int rope_halves(tracer *tr, int x, int cos, int sin, const char *name);
+int sink_softmax(tracer *tr, int sm, int *combined);
+int expert_bias_add(tracer *tr, int out, int bias_rows, const char *name);
+int clamped_swiglu(tracer *tr, int g, int u);
 /* With output_router_logits: the load-balancing loss over every layer's router logits,
  * added to r->loss (recipe_moe.c). */
 void moe_aux_loss(tracer *tr);

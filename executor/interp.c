@@ -229,6 +229,11 @@ static bool family_executed(const gckpt_model *m)
 
 bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, gckpt_err *err)
 {
+    if (m->attn_sinks) { /* gpt_oss: its own refusal, whatever the MoE executor runs */
+        gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run has no attention-sink softmax, "
+                          "half-split rotary, expert-bias or clamped-SwiGLU kernels)", m->model_type);
+        return false;
+    }
     if (!family_executed(m)) {
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
                           "qwen3, gpt2, gemma, gemma2, olmo2, granite, mixtral, qwen3_moe and olmoe)", m->model_type);

@@ -65,14 +65,16 @@ static bool load_inputs(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err 
     if (!gckpt_model_load(req->model_ref, &p->model, err)) return false;
     if (!gckpt_resolve_data("models", req->model_ref, path, sizeof path, err)) return false;
     p->model_config_text = gckpt_read_file(path, 16u << 20, err);
-    /* flash_attention_2 is planned as SDPA's fused kernel: not with soft-capping or a
-     * window, which the flash kernel takes as arguments (no mask) and SDPA cannot */
+    /* flash_attention_2 is planned as SDPA's fused kernel: not with soft-capping, sinks or
+     * a window, which the flash kernel takes as arguments (no mask) and SDPA cannot
+     * (gpt_oss: transformers swaps in a kernels-hub flash build with sinks, FINDINGS 16) */
     if (!p->model_config_text || !gckpt_device_load(req->gpu_ref, &p->dev, err) || !resolve_seq(p, err)) return false;
     const gckpt_model *m = &p->model;
     bool window = m->sliding_layers && p->req.seq >= m->sliding_window;
-    if (!strcmp(req->attn_impl, "flash_attention_2") && (m->attn_softcap > 0 || window)) {
+    if (!strcmp(req->attn_impl, "flash_attention_2") && (m->attn_softcap > 0 || m->attn_sinks || window)) {
         gckpt_seterr(err, "--attention flash_attention_2 is not modelled for %s (%s in the flash kernel): plan sdpa or "
-                          "eager", m->model_type, m->attn_softcap > 0 ? "soft-capping" : "a sliding window");
+                          "eager", m->model_type,
+                     m->attn_softcap > 0 ? "soft-capping" : m->attn_sinks ? "attention sinks" : "a sliding window");
         return false;
     }
     return true;

@@ -73,8 +73,16 @@ static void print_model_line(const gckpt_plan *p, FILE *f)
         fprintf(f, "# fp32 master weights under autocast: transformers v5 would load the checkpoint's dtype (dtype=\"auto\")\n");
         break;
     }
+    const char *dtype = p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32";
+    if (p->model.mxfp4_checkpoint) { /* FINDINGS 16.5 */
+        fprintf(f, "# the MXFP4 experts dequantized to that dtype: kept quantized they cannot be trained\n"
+                   "model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"%s\", dtype=torch.%s,\n"
+                   "                                             quantization_config=Mxfp4Config(dequantize=True))\n",
+                attn, dtype);
+        return;
+    }
     fprintf(f, "model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"%s\", dtype=torch.%s)\n", attn,
-            p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32");
+            dtype);
 }
 
 /* The lines to paste: model, TrainingArguments, Trainer. Every line is what the plan
@@ -85,8 +93,8 @@ static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
     fprintf(f, "\nimport torch\n");
     if (peft)
         fprintf(f, "from peft import LoraConfig, get_peft_model%s\n", qlora ? ", prepare_model_for_kbit_training" : "");
-    fprintf(f, "from transformers import AutoModelForCausalLM, %sTrainer, TrainingArguments\n\n",
-            qlora ? "BitsAndBytesConfig, " : "");
+    fprintf(f, "from transformers import AutoModelForCausalLM, %s%sTrainer, TrainingArguments\n\n",
+            qlora ? "BitsAndBytesConfig, " : "", p->model.mxfp4_checkpoint && !peft ? "Mxfp4Config, " : "");
     if (peft)
         gckpt_plan_print_peft_model(p, f);
     else

@@ -191,13 +191,14 @@ static bool sliding_masked(const gckpt_plan *p, char *msg, size_t n)
     return true;
 }
 
-/* Gemma 2 asked for sdpa: transformers refuses it (soft-capping); eager is what runs. */
+/* Gemma 2 or gpt_oss asked for sdpa: transformers refuses it (soft-capping, sinks); eager
+ * is what runs. */
 static bool attention_replaced(const gckpt_plan *p, char *msg, size_t n)
 {
     if (gckpt_attention_run(&p->model, p->req.attention) == p->req.attention) return false;
-    snprintf(msg, n, "%s does not support sdpa (attention logit soft-capping): transformers raises a ValueError when "
+    snprintf(msg, n, "%s does not support sdpa (%s): transformers raises a ValueError when "
                      "it is asked for and runs eager attention by default, so this plan is for eager attention",
-             p->model.model_type);
+             p->model.model_type, p->model.attn_sinks ? "attention sinks" : "attention logit soft-capping");
     return true;
 }
 

@@ -30,6 +30,9 @@ static inline unsigned __int128 closed_form_params128(const gckpt_model *m)
         if (m->qk_norm) layer += 2 * (u)m->head_dim;
         if (m->qk_norm_full) layer += q + kv;                  /* OLMo 2, OLMoE: over the projections */
         if (m->sandwich_norms) layer += 2 * h;                 /* Gemma 2/3: four norms */
+        if (m->attn_sinks) layer += m->heads;                  /* gpt_oss: a sink logit per head */
+        if (m->router_bias) layer += m->experts;
+        if (m->expert_bias) layer += (u)m->experts * (2 * m->expert_inter + h); /* gate_up and down biases */
     }
     u embed = V * h + (u)m->positions * h;
     bool ln = m->family == GCKPT_FAMILY_GPT2 || m->family == GCKPT_FAMILY_GPT_NEOX; /* LayerNorm: w + b */

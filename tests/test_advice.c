@@ -110,6 +110,13 @@ static void snippets(void **state)
     has_line("model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"sdpa\", dtype=torch.bfloat16)");
     assert_null(strstr(cli_out, "bf16=True"));
 
+    /* gpt-oss-20b's MXFP4 experts: loaded dequantized to the planned dtype (FINDINGS 16.5) */
+    assert_int_equal(run(A("--model", "gpt-oss-20b", "--gpu", "h200", "--precision", "bf16", "--optimizer", "adamw-8bit",
+                           "--every-n", "2")), 0);
+    has_line("from transformers import AutoModelForCausalLM, Mxfp4Config, Trainer, TrainingArguments");
+    has_line("model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"eager\", dtype=torch.bfloat16,");
+    has_line("                                             quantization_config=Mxfp4Config(dequantize=True))");
+
     assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--optimizer", "adamw-8bit", "--every-n", "1")), 0);
     has_line("    optim=\"adamw_bnb_8bit\",");
     has_line("  32-bit optimizer states: wte.weight, wpe.weight (nn.Embedding: the Trainer registers it for "
@@ -314,13 +321,19 @@ static void warnings(void **state)
     assert_null(warning_of(j, "sliding_window_not_modelled"));
     assert_null(warning_of(j, "sliding_window_masked_sdpa"));
     cJSON_Delete(j);
-    /* Gemma 2 asked for sdpa: planned as the eager attention transformers runs */
-    assert_int_equal(run(A("--model", "gemma-2-2b", "--seq", "1024", "--every-n", "1", "-q", "-o", "w.json")), 0);
-    j = read_plan("w.json");
-    m = warning_of(j, "sdpa_unsupported_eager_planned");
-    assert_non_null(m);
-    assert_non_null(strstr(m, "gemma2 does not support sdpa"));
-    cJSON_Delete(j);
+    /* Gemma 2 and gpt_oss asked for sdpa: planned as the eager attention transformers runs */
+    static char *const refuses_sdpa[][2] = {
+        {"gemma-2-2b", "gemma2 does not support sdpa (attention logit soft-capping)"},
+        {"gpt-oss-20b", "gpt_oss does not support sdpa (attention sinks)"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(run(A("--model", refuses_sdpa[i][0], "--seq", "1024", "--every-n", "1", "-q", "-o", "w.json")), 0);
+        j = read_plan("w.json");
+        m = warning_of(j, "sdpa_unsupported_eager_planned");
+        assert_non_null(m);
+        assert_non_null(strstr(m, refuses_sdpa[i][1]));
+        cJSON_Delete(j);
+    }
     /* Qwen2: only with use_sliding_window, only layers >= max_window_layers */
     cli_write("qwen-sw.json", "{\"model_type\":\"qwen2\",\"num_hidden_layers\":6,\"hidden_size\":64,"
                               "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":128,"

@@ -51,7 +51,7 @@ static void bad_inputs(void **state)
     cli_write("indivisible.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":65,\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8}");
     cli_write("kvheads.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,\"num_key_value_heads\":3,\"intermediate_size\":8,\"vocab_size\":8}");
     cli_write("unknown.json", "{\"model_type\":\"t5\"}");
-    cli_write("gptoss.json", "{\"model_type\":\"gpt_oss\",\"num_hidden_layers\":2}");
+    cli_write("qwen2moe.json", "{\"model_type\":\"qwen2_moe\",\"num_hidden_layers\":2}");
     cli_write("chunked.json", "{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":2,\"hidden_size\":64,"
               "\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8,"
               "\"layer_types\":[\"chunked_attention\",\"full_attention\"]}");
@@ -103,7 +103,9 @@ static void bad_inputs(void **state)
         {"indivisible", A("--model", "./indivisible.json", "-o", "out.json"), "not divisible"},
         {"kv heads", A("--model", "./kvheads.json", "-o", "out.json"), "does not divide"},
         {"unknown model_type", A("--model", "./unknown.json", "-o", "out.json"), "supported: llama"},
-        {"mixture of experts", A("--model", "./gptoss.json", "-o", "out.json"), "mixture-of-experts"},
+        {"mixture of experts", A("--model", "./qwen2moe.json", "-o", "out.json"), "mixture-of-experts"},
+        {"gpt_oss flash", A("--model", "gpt-oss-20b", "--seq", "64", "--attention", "flash_attention_2", "-o", "out.json"),
+         "not modelled for gpt_oss (attention sinks in the flash kernel)"},
         {"moe imbalance not a number", A("--model", "mixtral-8x7b", "--moe-imbalance", "x", "-o", "out.json"),
          "--moe-imbalance: 'x' is not a factor"},
         {"moe imbalance beyond every token", A("--model", "mixtral-8x7b", "--moe-imbalance", "5", "-o", "out.json"),

@@ -181,6 +181,11 @@ static void issue13_families(void **state)
     sweep("olmoe-aux3", "{\"model_type\":\"olmoe\",\"num_hidden_layers\":3,\"hidden_size\":64,\"num_attention_heads\":4,"
                         "\"num_key_value_heads\":2,\"intermediate_size\":48,\"vocab_size\":211,\"num_experts\":4,"
                         "\"num_experts_per_tok\":2,\"output_router_logits\":true}");
+    /* gpt_oss: sinks (eager whatever is asked), alternating windows, biased experts, with
+     * and without the load-balancing loss */
+    sweep("gpt_oss-tiny", TINY("gpt_oss", ",\"num_local_experts\":4,\"num_experts_per_tok\":2,\"sliding_window\":32"));
+    sweep("gpt_oss-aux", TINY("gpt_oss", ",\"num_local_experts\":4,\"num_experts_per_tok\":2,\"sliding_window\":32,"
+                                         "\"output_router_logits\":true"));
 #undef TINY
 }
 
@@ -267,7 +272,8 @@ static void lora_qlora(void **state)
 /* The largest recipes fit the recipe's fixed tables with room to spare (a model family
  * or method that traces more must raise GCKPT_MAX_TENSORS / GCKPT_MAX_OPS): every
  * method, precision, attention and target of a qwen3 and a gpt2 with every optional
- * module and dropout, LoRA on all linears, both modules_to_save copies. */
+ * module and dropout, LoRA on all linears, both modules_to_save copies, and a gpt_oss
+ * with dropout and the load-balancing loss. */
 static void recipe_limits(void **state)
 {
     (void)state;
@@ -281,10 +287,14 @@ static void recipe_limits(void **state)
         "{\"model_type\":\"qwen3\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,"
         "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":100,\"vocab_size\":200,"
         "\"attention_bias\":true,\"mlp_bias\":true,\"attention_dropout\":0.1,\"use_sliding_window\":true,"
-        "\"sliding_window\":64,\"max_window_layers\":1}"};
+        "\"sliding_window\":64,\"max_window_layers\":1}",
+        /* gpt_oss (full fine-tuning only; LoRA is refused by the planner, traced here anyway) */
+        "{\"model_type\":\"gpt_oss\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,"
+        "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":100,\"vocab_size\":200,"
+        "\"num_local_experts\":4,\"num_experts_per_tok\":2,\"attention_dropout\":0.1,\"output_router_logits\":true}"};
     static gckpt_recipe r;
     int nt = 0, nop = 0;
-    for (size_t c = 0; c < 3; c++) {
+    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
         gckpt_model m;
         gckpt_err err;
         if (!gckpt_model_parse("cfg", cfgs[c], &m, &err)) fail_msg("%s", err.msg);
@@ -318,6 +328,9 @@ static void holds_released(void **state)
         "\"num_key_value_heads\":1,\"intermediate_size\":100,\"vocab_size\":200,\"attention_dropout\":0.1}",
         "{\"model_type\":\"gpt2\",\"n_layer\":2,\"n_embd\":48,\"n_head\":3,\"vocab_size\":101,"
         "\"n_positions\":128}",
+        "{\"model_type\":\"gpt_oss\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,"
+        "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":100,\"vocab_size\":200,"
+        "\"num_local_experts\":4,\"num_experts_per_tok\":2,\"attention_dropout\":0.1}",
     };
     static gckpt_recipe r;
     for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {

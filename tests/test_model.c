@@ -28,6 +28,7 @@ static void published_parameter_counts(void **state)
         {"phi-4-mini", 3836021760ull},    {"pythia-1.4b", 1414647808ull},
         {"olmo-2-7b", 7298617344ull},     {"mixtral-8x7b", 46702792704ull},
         {"qwen3-30b-a3b", 30532122624ull}, {"olmoe-1b-7b", 6919161856ull},
+        {"gpt-oss-20b", 20914757184ull},  /* the dequantized model (MXFP4 checkpoint, FINDINGS 16) */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         gckpt_model m;
@@ -151,6 +152,55 @@ static void moe_configs(void **state)
     }
 }
 
+#define OSS(extra)                                                                        \
+    "{\"model_type\":\"gpt_oss\",\"num_hidden_layers\":4,\"hidden_size\":48,"                 \
+    "\"num_attention_heads\":16" extra "}"
+
+/* gpt_oss as GptOssConfig (5.24) reads its config (FINDINGS 16.1): the shipped 20b, the
+ * class defaults for omitted keys, __post_init__'s nulls, what is refused. */
+static void gpt_oss_config(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    assert_true(gckpt_model_load("gpt-oss-20b", &m, &err));
+    assert_true(m.family == GCKPT_FAMILY_MOE && m.experts == 32 && m.top_k == 4 && m.expert_inter == 2880);
+    assert_true(m.head_dim == 64 && m.heads == 64 && m.kv_heads == 8 && m.hidden == 2880 && !m.tied);
+    assert_true(m.sliding_window == 128 && m.sliding_layers == 12 && gckpt_layer_sliding(&m, 0) &&
+                !gckpt_layer_sliding(&m, 1));
+    assert_true(m.attn_sinks && m.rope_halves && m.router_bias && m.topk_first && m.expert_bias);
+    assert_true(m.qkv_bias && m.o_bias && !m.topk_renorm && !m.qk_norm && m.rms == GCKPT_RMS_F32_OUT);
+    assert_true(m.swiglu_alpha == 1.702 && m.swiglu_limit == 7.0 && m.router_aux_coef == 0.9 && !m.router_aux_loss);
+    assert_true(m.rope_theta == 150000 && m.mxfp4_checkpoint); /* quantization_config: mxfp4 */
+    /* transformers runs eager whatever is asked (it refuses sdpa: sinks) */
+    assert_int_equal(gckpt_attention_run(&m, GCKPT_SDPA), GCKPT_EAGER);
+    /* class defaults: 128 experts, top-4, head_dim 64, 8 kv heads, intermediate 2880,
+     * vocab 201088, window 128 on the even layers, attention_bias true */
+    assert_true(gckpt_model_parse("cfg.json", OSS(""), &m, &err));
+    assert_true(m.experts == 128 && m.top_k == 4 && m.head_dim == 64 && m.kv_heads == 8 && m.expert_inter == 2880);
+    assert_true(m.vocab == 201088 && m.sliding_window == 128 && m.sliding_layers == 2 && m.qkv_bias);
+    assert_true(m.router_aux_coef == 0.001 && m.norm_eps == 1e-5 && m.max_positions == 131072 && !m.mxfp4_checkpoint);
+    /* __post_init__: a null head_dim is hidden / heads, null kv heads the heads; the
+     * num_experts alias; layer_types and attention_bias as given */
+    assert_true(gckpt_model_parse("cfg.json", OSS(",\"head_dim\":null,\"num_key_value_heads\":null,\"num_experts\":6,"
+                                                  "\"attention_bias\":false,\"layer_types\":[\"full_attention\","
+                                                  "\"full_attention\",\"sliding_attention\",\"full_attention\"]"),
+                                  &m, &err));
+    assert_true(m.head_dim == 3 && m.kv_heads == 16 && m.experts == 6 && !m.qkv_bias && !m.o_bias);
+    assert_true(m.sliding_layers == 1 && gckpt_layer_sliding(&m, 2));
+    /* hidden_act is read by nothing (the experts' gate is their own) */
+    assert_true(gckpt_model_parse("cfg.json", OSS(",\"hidden_act\":\"gelu\""), &m, &err));
+    expect_error(OSS(",\"sliding_window\":null"), "'sliding_window' = null is not modelled for gpt_oss");
+    expect_error(OSS(",\"swiglu_limit\":0"), "'swiglu_limit'");
+    expect_error(OSS(",\"quantization_config\":{\"quant_method\":\"bitsandbytes\"}"),
+                 "'quantization_config.quant_method' = \"bitsandbytes\" is not modelled for gpt_oss");
+    expect_error(OSS(",\"quantization_config\":{}"), "missing field 'quantization_config.quant_method'");
+    expect_error(OSS(",\"quantization_config\":\"mxfp4\""), "'quantization_config' must be an object");
+    expect_error(OSS(",\"layer_types\":[\"full_attention\"]"), "'layer_types' has 1 entries");
+    expect_error(OSS(",\"num_local_experts\":2,\"num_experts_per_tok\":4"),
+                 "'num_experts_per_tok' = 4 exceeds the 2 experts");
+}
+
 #define DENSE(type, extra)                                                                \
     "{\"model_type\":\"" type "\",\"num_hidden_layers\":2,\"hidden_size\":64,"             \
     "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":96,"        \
@@ -202,8 +252,8 @@ static void issue13_configs(void **state)
     assert_true(m.attn_softcap == 0 && m.final_softcap == 30.0);
 
     /* refused, one line naming the field */
-    expect_error("{\"model_type\":\"gpt_oss\"}", "mixture-of-experts models are not supported yet");
-    expect_error("{\"model_type\":\"gpt_oss\"}", "olmo2, granite, mixtral, qwen3_moe, olmoe");
+    expect_error("{\"model_type\":\"qwen2_moe\"}", "mixture-of-experts models are not supported yet");
+    expect_error("{\"model_type\":\"qwen2_moe\"}", "olmo2, granite, mixtral, qwen3_moe, olmoe, gpt_oss");
     expect_error(DENSE("gemma2", ",\"layer_types\":[\"sliding_attention\",\"chunked_attention\"]"),
                  "field 'layer_types'[1] = \"chunked_attention\" is not modelled");
     expect_error(DENSE("gemma3_text", ",\"layer_types\":[\"full_attention\"]"), "'layer_types' has 1 entries");
@@ -307,7 +357,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(published_parameter_counts), cmocka_unit_test(family_details), cmocka_unit_test(moe_configs),
-        cmocka_unit_test(issue13_configs),
+        cmocka_unit_test(gpt_oss_config),            cmocka_unit_test(issue13_configs),
         cmocka_unit_test(hostile_configs),           cmocka_unit_test(hostile_values),
         cmocka_unit_test(head_dim_overrides),        cmocka_unit_test(unknown_name),
         cmocka_unit_test(unverified_dropout),

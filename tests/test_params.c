@@ -117,7 +117,8 @@ static void parameter_counts(void **state)
     static const char *names[] = {"gpt2", "gpt2-medium", "gpt2-xl", "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b",
                                   "llama-3.1-70b", "mistral-7b-v0.3", "qwen2.5-0.5b", "qwen2.5-7b", "qwen3-8b",
                                   "gemma-2-2b", "gemma-2-9b", "gemma-3-1b", "phi-3-mini-4k", "phi-4-mini",
-                                  "pythia-1.4b", "olmo-2-7b",
+                                  "pythia-1.4b", "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "olmoe-1b-7b",
+                                  "gpt-oss-20b",
                                   GCKPT_TEST_DATA "/../executor/data/tiny-llama.json",
                                   GCKPT_TEST_DATA "/../executor/data/tiny-qwen3.json",
                                   GCKPT_TEST_DATA "/../executor/data/tiny-mistral-kv1.json"};
@@ -144,6 +145,9 @@ static void parameter_counts(void **state)
         "\"num_key_value_heads\": 1, \"intermediate_size\": 90, \"vocab_size\": 50, \"attention_bias\": true}",
         "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 7, \"hidden_size\": 64, \"num_attention_heads\": 4, "
         "\"num_key_value_heads\": 2, \"head_dim\": 24, \"intermediate_size\": 90, \"vocab_size\": 50}",
+        /* gpt_oss: sinks, attention / router / expert biases, head_dim 64 by default */
+        "{\"model_type\": \"gpt_oss\", \"num_hidden_layers\": 3, \"hidden_size\": 48, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 2, \"intermediate_size\": 40, \"num_local_experts\": 5, \"vocab_size\": 50}",
     };
     gckpt_err err;
     gckpt_model m;

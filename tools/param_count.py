@@ -46,6 +46,12 @@ weights are counted once):
     Im = intermediate_size (mixtral, olmoe) or moe_intermediate_size
     (qwen3_moe); E = num_local_experts (mixtral) / num_experts
 
+  gpt_oss: q/k/v/o with biases (attention_bias, default true), a sink per
+    head (nh), router E*h + E (bias), E experts with biases
+    E*(h*2I + 2I + I*h + h), 2 norms; head_dim 64 and 8 kv heads by
+    default (GptOssConfig); untied; the count of the dequantized model
+    (the MXFP4 checkpoint stores the experts as packed blocks and scales)
+
   gpt2:
     wte V*h, wpe n_positions*h
     per layer: ln_1, ln_2 (2h each), c_attn h*3h+3h, attn.c_proj h*h+h,
@@ -119,6 +125,23 @@ def count_moe(c):
     return count_llama_like({**c, "intermediate_size": 0}) + c["num_hidden_layers"] * (E * h + E * 3 * h * Im)
 
 
+def count_gpt_oss(c):
+    h = c["hidden_size"]
+    nh = c["num_attention_heads"]
+    kv = c.get("num_key_value_heads", 8)
+    hd = c.get("head_dim", 64)
+    I = c.get("intermediate_size", 2880)
+    E = c.get("num_local_experts", 128)
+    V = c.get("vocab_size", 201088)
+    bias = c.get("attention_bias", True)
+    attn = 2 * h * nh * hd + 2 * h * kv * hd + ((nh + 2 * kv) * hd + h if bias else 0) + nh
+    experts = E * h + E + E * (h * 2 * I + 2 * I + I * h + h)
+    total = V * h + c["num_hidden_layers"] * (attn + experts + 2 * h) + h
+    if not c.get("tie_word_embeddings", False):
+        total += V * h
+    return total
+
+
 def count_gpt_neox(c):
     h = c["hidden_size"]
     V = c["vocab_size"]
@@ -157,6 +180,8 @@ def count_params(c):
         return count_gpt_neox(c)
     if mt in MOE:
         return count_moe(c)
+    if mt == "gpt_oss":
+        return count_gpt_oss(c)
     if mt in GEMMA or mt in ("phi3", "olmo2", "granite"):
         return count_llama_like(c)
     if mt in LLAMA_LIKE:

@@ -332,9 +332,12 @@ static void test_bad_input(void **st)
     static const uint32_t one[] = {1};
     char *g = pf_plan_text("tiny-gemma2", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
     char *sw = pf_plan_text("tiny-mistral-sw8", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0);
-    assert_true(g && sw);
+    char *oss = pf_plan_text("tiny-gpt-oss", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
+    assert_true(g && sw && oss);
     put("gemma2.json", g);
     put("mistral-sw.json", sw);
+    put("gpt-oss.json", oss);
+    free(oss);
     free(g);
     free(sw);
     char adir[512];
@@ -363,6 +366,7 @@ static void test_bad_input(void **st)
         {{"--plan", "llama.json", "--gpu", "h200", "-o", "bad.json", NULL}, "--calibrate"},
         {{"--plan", "gemma2.json", "-o", "bad.json", NULL}, "seq 16 > the sliding window 8 of model_type \"gemma2\""},
         {{"--plan", "mistral-sw.json", "-o", "bad.json", NULL}, "the sliding window 8 under sdpa"},
+        {{"--plan", "gpt-oss.json", "-o", "bad.json", NULL}, "model_type \"gpt_oss\" is planned but not executed yet"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run(cases[i].args);

@@ -53,7 +53,8 @@ VARIANTS: dict[str, dict] = {
     "qwen3sw": dict(model_type="qwen3", intermediate_size=96, use_sliding_window=True, sliding_window=W,
                     max_window_layers=1, **COMMON),
 }
-REFUSES_SDPA = ("gemma2",)
+# transformers refuses sdpa at model construction (_supports_sdpa = False): soft-capping, sinks
+REFUSES_SDPA = ("gemma2", "gpt_oss")
 PRECISIONS = ["fp32", "bf16", "amp-bf16-cudalists"]
 ATTENTIONS = ["sdpa", "eager"]
 CKPT = [(0, False), (1, False), (1, True), (2, False), (2, True)]

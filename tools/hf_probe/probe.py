@@ -140,6 +140,7 @@ MODEL_CLASSES = {
     "mixtral": "MixtralForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "olmoe": "OlmoeForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
 }
 
 # Per-expert token counts of every router call while a pass runs (record_routing):
@@ -1401,7 +1402,7 @@ def config_spec(a):
     if mt not in MODEL_CLASSES:
         raise SystemExit(f"{path}: field 'model_type' = {mt!r} is not one of {', '.join(MODEL_CLASSES)}")
     if mt in family_cases.REFUSES_SDPA and a.attention == "sdpa":
-        raise SystemExit(f"{path}: transformers refuses sdpa for {mt} (attention soft-capping): use --attention eager")
+        raise SystemExit(f"{path}: transformers refuses sdpa for {mt} (attention soft-capping or sinks): use --attention eager")
     if a.dropout is not None:
         for k in DROPOUT_KEYS:
             if k in cfg or (mt == "gpt2") == (k != "attention_dropout"):

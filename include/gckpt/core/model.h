@@ -22,7 +22,8 @@ typedef enum {
     GCKPT_FAMILY_OLMO2,    /* olmo2: post-norms only, q/k norms over the whole projection */
     GCKPT_FAMILY_GRANITE,  /* granite: llama with embedding / residual / attention / logits multipliers */
     /* core/model_moe.c: llama attention, a mixture-of-experts block in place of the MLP */
-    GCKPT_FAMILY_MOE,      /* mixtral, qwen3_moe (q/k norms per head), olmoe (q/k norms over the projection) */
+    GCKPT_FAMILY_MOE,      /* mixtral, qwen3_moe (q/k norms per head), olmoe (q/k norms over the projection),
+                            * gpt_oss (attention sinks, biases, the clamped SwiGLU experts) */
 } gckpt_family;
 
 /* RMSNorm variants (what each saves differs, FINDINGS section 14): LlamaRMSNorm casts
@@ -75,6 +76,15 @@ typedef struct {
     double router_aux_coef;  /* router_aux_loss_coef (used only with output_router_logits) */
     bool router_aux_loss;    /* output_router_logits: every layer's router logits kept to the
                               * head's load-balancing loss, added to the loss x router_aux_coef */
+    /* gpt_oss (model_moe.c, FINDINGS section 16; false / 0 elsewhere) */
+    bool attn_sinks;         /* a learned logit per head (self_attn.sinks [heads]) joins every
+                              * softmax row: eager only, [b, heads, s, s + 1] scores */
+    bool rope_halves;        /* _apply_rotary_emb: [s, head_dim / 2] tables, chunk, four products, cat */
+    bool router_bias;        /* the router's F.linear has a bias */
+    bool topk_first;         /* the router takes the top-k logits, then a softmax over those k */
+    bool expert_bias;        /* gate_up_proj_bias / down_proj_bias gathered per (token, expert) pair */
+    double swiglu_alpha, swiglu_limit; /* the clamped SwiGLU of gpt_oss's experts (limit 0: silu) */
+    bool mxfp4_checkpoint;   /* quantization_config mxfp4: trained dequantized (Mxfp4Config(dequantize=True)) */
 } gckpt_model;
 
 static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)

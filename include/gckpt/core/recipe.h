@@ -71,7 +71,8 @@ typedef enum {
 typedef struct {
     uint8_t rows;     /* gckpt_rows */
     uint64_t mult;
-    uint64_t width;   /* 0: s */
+    uint64_t width;   /* 0: s (+ plus) */
+    uint8_t plus;     /* with width 0: s + plus elements per row (gpt_oss's sink column: [b, heads, s, s + 1]) */
 } gckpt_shape;
 
 /* What a parameter is to the model: how it is initialised and which optimizer rules
@@ -165,6 +166,14 @@ typedef enum {
     GCKPT_P_INVERT_PERM, /* inv[perm] = arange */
     GCKPT_P_GROUPED_LINEAR, /* torch._grouped_mm: row groups of in0 times their expert's slice of in1,
                           * the groups from the int32 offsets it saves */
+    /* gpt_oss (recipe_gpt_oss.c; planned only: gckpt-run refuses it) */
+    GCKPT_P_SUB,         /* x - y with broadcast `bcast` */
+    GCKPT_P_CLAMP,       /* clamp(x, min sa, max sb) */
+    GCKPT_P_SIGMOID,
+    GCKPT_P_CAT_SINK,    /* [b, heads, s, s + 1] = cat(scores in0, the per-head sink logit in1 [heads]) */
+    GCKPT_P_MAX_LAST,    /* max over the last dim: out[0] values, out[1] int64 indices, one per row */
+    GCKPT_P_DROP_SINK,   /* the [b, heads, s, s] view of a [b, heads, s, s + 1] tensor (probs[..., :-1]) */
+    GCKPT_P_CAT_HALVES,  /* per head of width `width`: cat(in0, in1), each head's two halves */
 } gckpt_prim;
 
 /* The data a SOURCE op makes (GCKPT_P_SOURCE). */
@@ -310,9 +319,9 @@ void gckpt_recipe_build_peft(const gckpt_model *m, gckpt_precision p, gckpt_atte
 void gckpt_recipe_build_seq(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
                             const gckpt_peft *peft, uint64_t seq, gckpt_recipe *r);
 
-/* The attention transformers 5.24 runs when `requested` is asked for: Gemma 2 refuses
- * SDPA (Gemma2PreTrainedModel._supports_sdpa = False: a ValueError when asked for
- * explicitly, eager when nothing is asked, from_pretrained's default): eager. */
+/* The attention transformers 5.24 runs when `requested` is asked for: Gemma 2 (soft-capping)
+ * and gpt_oss (attention sinks) refuse SDPA (_supports_sdpa = False: a ValueError when
+ * asked for explicitly, eager when nothing is asked, from_pretrained's default): eager. */
 gckpt_attention gckpt_attention_run(const gckpt_model *m, gckpt_attention requested);
 /* The keyword arguments of one attention type (gckpt_tensor.layer_type). */
 enum { GCKPT_LT_ANY, GCKPT_LT_FULL, GCKPT_LT_SLIDING };
@@ -341,7 +350,7 @@ bool gckpt_tensor_bytes(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, ui
 /* Elements per row of tensor i at sequence length s (gckpt_shape). */
 static inline uint64_t gckpt_tensor_width(const gckpt_recipe *r, int i, uint64_t s)
 {
-    return r->t[i].shape.width ? r->t[i].shape.width : s;
+    return r->t[i].shape.width ? r->t[i].shape.width : s + r->t[i].shape.plus;
 }
 /* Elements of a parameter (its FIXED shape). */
 static inline uint64_t gckpt_param_numel(const gckpt_recipe *r, int i)

@@ -29,10 +29,10 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
     if (masked) {
         mconv = tnew(tr, "sdpa.mask", GCKPT_T_ACT, dt(tr, q), score_shape(1), false);
         opnew(tr, "sdpa.mask", GCKPT_OP_ELEM, 1, (int[]){tr->bool_mask}, mconv, -1, 0, NULL);
-        setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+        setprim(tr, GCKPT_P_BOOL_MASK, GCKPT_BC_NONE, 0, 0, 0);
         int lnot = tnew(tr, "sdpa.mask_not", GCKPT_T_ACT, BOOL, score_shape(1), false);
         opnew(tr, "sdpa.mask_not", GCKPT_OP_ELEM, 1, (int[]){tr->bool_mask}, lnot, -1, 0, NULL);
-        setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+        setprim(tr, GCKPT_P_BOOL_MASK, GCKPT_BC_NONE, 1, 0, 0);
     }
     uint64_t qd = gckpt_q_dim(m);
     int o = tnew(tr, "sdpa", GCKPT_T_ACT, dt(tr, q), per_token(qd), true);

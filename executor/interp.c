@@ -237,17 +237,12 @@ bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, 
                           "qwen3, gpt2, gemma, gemma2, olmo2 and granite)", m->model_type);
         return false;
     }
-    /* Gemma 2's sliding layers read their own mask, which the executor does not make: at
-     * seq <= window it equals the causal mask (no key is window or more tokens back) */
-    if (m->sandwich_norms && m->sliding_layers && seq > m->sliding_window) {
-        gckpt_seterr(err, "seq %llu > the sliding window %llu of model_type \"%s\" is planned but not executed yet "
-                          "(no sliding-window mask on the executor)", (unsigned long long)seq,
-                     (unsigned long long)m->sliding_window, m->model_type);
-        return false;
-    }
-    if (gckpt_sliding_masked(m, a, seq)) {
-        gckpt_seterr(err, "seq %llu >= the sliding window %llu under sdpa (a masked SDPA per layer) is planned but not "
-                          "executed yet", (unsigned long long)seq, (unsigned long long)m->sliding_window);
+    /* sliding windows run (the masks' sources and the SDPA kernels apply the window); a
+     * model whose masked-SDPA sliding layers and full layers differ is not traced */
+    if (!gckpt_sliding_modelled(m, a, seq)) {
+        gckpt_seterr(err, "seq %llu >= the sliding window %llu under sdpa with layers of two attention types is not "
+                          "modelled (one block type per model)", (unsigned long long)seq,
+                     (unsigned long long)m->sliding_window);
         return false;
     }
     return true;
@@ -357,8 +352,9 @@ fail:
 
 void gckpt_exec_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_recipe *r)
 {
-    /* the precision the ranks compute in (a wrapped model's bf16 weights: parallel.h) */
-    gckpt_recipe_build_peft(m, gckpt_parallel_compute_precision(s), s->attention, GCKPT_TARGET_CUDA, &s->peft, r);
+    /* the precision the ranks compute in (a wrapped model's bf16 weights: parallel.h), at
+     * the setting's sequence as the planner builds it (a sliding window's masked SDPA) */
+    gckpt_recipe_build_seq(m, gckpt_parallel_compute_precision(s), s->attention, GCKPT_TARGET_CUDA, &s->peft, s->seq, r);
 }
 
 const gckpt_ctx *gckpt_exec_ctx(const gckpt_exec *x) { return &x->ctx; }

@@ -199,7 +199,21 @@ static gckpt_xstatus ev_host(gckpt_exec *x, const gckpt_event *e, const exec_sit
 
 /* ---- compute ------------------------------------------------------------------------------ */
 
-static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slot, int opi, uint64_t micro)
+/* The sliding window op applies in layer (-1: outside the layers), 0 for none: a sliding
+ * layer's SDPA; the source of a sliding layers' mask (its tensor is of the sliding type,
+ * or every layer slides: Mistral's one mask is create_sliding_window_causal_mask's). */
+static uint64_t op_window(const gckpt_exec *x, const gckpt_op *op, int layer)
+{
+    const gckpt_model *m = &x->m;
+    if (!m->sliding_window) return 0;
+    if (op->prim == GCKPT_P_SDPA) return layer >= 0 && gckpt_layer_sliding(m, (uint64_t)layer) ? m->sliding_window : 0;
+    if (op->prim != GCKPT_P_SOURCE || op->source != GCKPT_SRC_MASK || op->out[0] < 0) return 0;
+    int lt = x->r->t[op->out[0]].layer_type;
+    bool sliding = lt == GCKPT_LT_SLIDING || (lt == GCKPT_LT_ANY && m->sliding_layers == m->layers);
+    return sliding ? m->sliding_window : 0;
+}
+
+static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slot, int layer, int opi, uint64_t micro)
 {
     memset(c, 0, sizeof *c);
     c->r = x->r;
@@ -208,6 +222,7 @@ static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slo
     c->b = x->set.micro_batch;
     c->s = x->set.seq;
     c->rng = gckpt_key(x->o.seed ^ 0xd50f0cULL, x->step, exec_global_micro(x, micro), (uint64_t)slot * (uint64_t)x->r->nop + (uint64_t)opi);
+    c->window = op_window(x, op, layer);
 }
 
 /* A tensor that has no buffer (absent: freed, or never needed): its recipe size. */
@@ -300,7 +315,7 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     x->bind[b] = *a;
     x->bind_gen[b] = x->gen;
     gckpt_xcall c;
-    call_init(x, &c, op, slot, e->op, w->micro);
+    call_init(x, &c, op, slot, layer, e->op, w->micro);
     for (int k = 0; k < op->nin; k++)
         if (!in_view(x, op, k, layer, a->in[k], true, &c.in[k]))
             return exec_fail(err, "%s: input %d (%s, instance %u) is not allocated", w->at, k, x->r->t[op->in[k]].name,
@@ -354,7 +369,7 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, const exec_site
         return exec_fail(err, "%s: backward of an op with no forward in this micro-step", w->at);
     const gckpt_fwd_args *bd = &x->bind[b];
     gckpt_xcall c;
-    call_init(x, &c, op, slot, e->op, w->micro);
+    call_init(x, &c, op, slot, layer, e->op, w->micro);
     for (int k = 0; k < op->nin; k++)
         if (!in_view(x, op, k, layer, bd->in[k], false, &c.in[k]))
             return exec_fail(err, "%s: parameter %s has no storage", w->at, x->r->t[op->in[k]].name);

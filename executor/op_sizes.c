@@ -33,12 +33,15 @@ static bool output_size(const gckpt_xcall *c, int k, uint64_t *n)
     case GCKPT_P_LAYERNORM:
         *n = k == 0 ? shape_n(x) : 2 * (shape_n(x) / op->width); /* out[1]: mean and rstd per row */
         return op->width && shape_n(x) % op->width == 0;
-    case GCKPT_P_SDPA: *n = x->rows * (k == 0 ? qd : m->heads); return true;         /* out[1]: logsumexp */
+    case GCKPT_P_SDPA: /* out[1]: logsumexp; an additive mask [b, 1, s, s] */
+        *n = x->rows * (k == 0 ? qd : m->heads);
+        return op->nin < 4 || shape_n(&c->in[3]) == x->rows * c->s;
     case GCKPT_P_REPEAT_KV: case GCKPT_P_SPLIT: *n = x->rows * qd; return true;    /* one role, every head */
     case GCKPT_P_QK: *n = x->rows * m->heads * c->s; return true;                  /* [b, heads, s, s] */
     case GCKPT_P_PV: *n = x->rows * m->head_dim; return true;                      /* probabilities' rows */
     case GCKPT_P_EMBED: *n = shape_n(&c->in[1]) * op->width; return op->width && shape_n(x) % op->width == 0;
     case GCKPT_P_NLL: *n = 1; return op->width && shape_n(&c->in[1]) * op->width == shape_n(x); /* loss, total_weight */
+    case GCKPT_P_BOOL_MASK: *n = c->b * c->s * c->s; return shape_n(x) == c->s * c->s; /* [s, s] -> [b, 1, s, s] */
     default: return false;
     }
 }
@@ -72,7 +75,9 @@ gckpt_xstatus gckpt_op_check_source(gckpt_source what, const gckpt_xcall *c, gck
     case GCKPT_SRC_IDS: case GCKPT_SRC_LABELS: want = T; break;
     case GCKPT_SRC_POSITIONS: want = c->s; break;
     case GCKPT_SRC_ROTARY: want = c->s * c->m->head_dim; break; /* cos and sin */
-    case GCKPT_SRC_MASK: want = T * c->s; break;                /* [b, 1, s, s] */
+    case GCKPT_SRC_MASK: /* [b, 1, s, s], or masking_utils' bool [s, s] under SDPA */
+        want = c->out[0].dt == GCKPT_DT_BOOL ? c->s * c->s : T * c->s;
+        break;
     case GCKPT_SRC_SCALE: want = 1; break;                      /* a 0-d tensor */
     default: gckpt_seterr(err, "op %s: unknown source", c->op->name); return GCKPT_XS_ERROR;
     }

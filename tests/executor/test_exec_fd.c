@@ -290,6 +290,20 @@ static void test_fd_gemma2(void **st)
     fd_check("tiny-gemma2-w16", GCKPT_EAGER, 2, 1, true, names, layers, 7);
 }
 
+/* Sliding windows shorter than the sequence (12 > 8): Gemma 2's sliding and full layers
+ * (eager, each reading its own mask), Mistral's window on every layer under SDPA (the
+ * kernel's window and the converted bool mask) and eager (the additive sliding mask) */
+static void test_fd_sliding(void **st)
+{
+    (void)st;
+    const char *names[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                           "self_attn.q_proj.weight", "self_attn.k_proj.weight", "embed_tokens.weight"};
+    const int layers[] = {0, 0, 1, 1, 2, -1};
+    fd_check("tiny-gemma2", GCKPT_EAGER, 2, 2, true, names, layers, 6);
+    fd_check("tiny-mistral-sw8", GCKPT_SDPA, 2, 2, true, names, layers, 6);
+    fd_check("tiny-mistral-sw8", GCKPT_EAGER, 1, 1, false, names, layers, 6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2),
@@ -297,6 +311,6 @@ int main(void)
                                        cmocka_unit_test(test_fd_qlora_int8_qwen2), cmocka_unit_test(test_fd_lora_gpt2),
                                        cmocka_unit_test(test_fd_olmo2),    cmocka_unit_test(test_fd_granite),
                                        cmocka_unit_test(test_fd_gemma),    cmocka_unit_test(test_attention_scale),
-                                       cmocka_unit_test(test_fd_gemma2)};
+                                       cmocka_unit_test(test_fd_gemma2),   cmocka_unit_test(test_fd_sliding)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

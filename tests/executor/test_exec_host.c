@@ -9,6 +9,9 @@
 
 #include "exec_fixture.h"
 #include "gckpt/executor/exec_host.h"
+#include "gckpt/executor/kernel_math.h"
+
+#include <math.h>
 
 static const struct {
     uint32_t every_n;
@@ -101,6 +104,210 @@ static void test_gemma(void **st) { (void)st; family_ga2("tiny-gemma"); }
  * a window of 16 = the sequence: its sliding layers' mask is the causal one */
 static void test_gemma2(void **st) { (void)st; family_ga2("tiny-gemma2-w16"); }
 
+/* Sliding windows shorter than the sequence (16): Gemma 2 (window 8, eager: its sliding
+ * layers read the sliding mask, the full layers the causal one) and Mistral (window 8 on
+ * every layer: SDPA with masking_utils' bool mask converted to q's dtype and the window in
+ * the kernel; eager with the sliding mask). */
+static void test_gemma2_sliding(void **st) { (void)st; family_ga2("tiny-gemma2"); }
+static void test_mistral_sliding(void **st) { (void)st; family_ga2("tiny-mistral-sw8"); }
+/* Qwen2 with sliding layers from max_window_layers 1 (layer 0 full, 1 and 2 sliding):
+ * eager, each type's mask (sdpa at seq >= window is not modelled: refused) */
+static void test_qwen2_sliding(void **st)
+{
+    (void)st;
+    const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
+    for (int p = 0; p < 3; p++) sweep("tiny-qwen2-sw", precs[p], GCKPT_EAGER, 2, GCKPT_ADAMW);
+}
+
+/* The first step's losses of models a and b (seq 16, micro-batch 2, fp32), which must
+ * differ. */
+static void losses_differ(const gckpt_model *a, const gckpt_model *b, gckpt_attention attn, double loss[2])
+{
+    gckpt_device d = fx_device();
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32, .attention = attn};
+    fx_run ra, rb;
+    fx_steps(be, a, &d, &s, 1, &ra);
+    fx_steps(be, b, &d, &s, 1, &rb);
+    assert_int_equal(ra.rc, GCKPT_XS_OK);
+    assert_int_equal(rb.rc, GCKPT_XS_OK);
+    loss[0] = ra.loss[0];
+    loss[1] = rb.loss[0];
+    assert_true(ra.loss[0] != rb.loss[0]);
+    fx_run_free(&ra);
+    fx_run_free(&rb);
+    be->destroy(be);
+}
+
+/* Gemma 2's sliding layers read a mask of their own: the loss of tiny Gemma 2 (window 8)
+ * at seq 16 changes when the window is as long as the sequence (same weights: the recipe
+ * does not depend on the window under eager). */
+static void test_gemma2_window_used(void **st)
+{
+    (void)st;
+    gckpt_model m = fx_model("tiny-gemma2"), w16 = m;
+    w16.sliding_window = 16;
+    double loss[2];
+    losses_differ(&m, &w16, GCKPT_EAGER, loss);
+    printf("# gemma2 seq 16, fp32: loss with window 8 %.9f, with window 16 %.9f\n", loss[0], loss[1]);
+}
+
+/* The visibility rule is transformers 5.24's: create_sliding_window_causal_mask of a
+ * MistralConfig with sliding_window 3 at seq 6, eager (bf16: 0 or -3.3895e+38) and sdpa
+ * (bool) print this matrix (1: attend), measured in the probe venv. */
+static void test_sliding_rule(void **st)
+{
+    (void)st;
+    static const int hf[6][6] = {{1, 0, 0, 0, 0, 0}, {1, 1, 0, 0, 0, 0}, {1, 1, 1, 0, 0, 0},
+                                 {0, 1, 1, 1, 0, 0}, {0, 0, 1, 1, 1, 0}, {0, 0, 0, 1, 1, 1}};
+    float low = gckpt_dtype_lowest(GCKPT_DT_BF16);
+    for (uint64_t i = 0; i < 6; i++)
+        for (uint64_t j = 0; j < 6; j++) {
+            assert_int_equal(gckpt_key_visible(i, j, 3), hf[i][j]);
+            assert_true(gckpt_attn_mask(i * 6 + j, 6, 3, low) == (hf[i][j] ? 0.0f : low));
+            /* window 0 (and a window as long as the sequence): causal */
+            assert_int_equal(gckpt_key_visible(i, j, 0), j <= i);
+            assert_int_equal(gckpt_key_visible(i, j, 6), j <= i);
+        }
+}
+
+/* An executor of model m at seq 16, micro-batch 2, fp32, set up. */
+static gckpt_exec *exec_fp32(gckpt_backend *be, const gckpt_model *m, gckpt_attention a)
+{
+    gckpt_device d = fx_device();
+    gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32, .attention = a};
+    gckpt_exec_opts o = {.seed = 5, .init_std = 0.2};
+    gckpt_err err = {{0}};
+    gckpt_exec *x = gckpt_exec_new(be, m, &d, &s, &o, &err);
+    if (!x) fail_msg("%s", err.msg);
+    assert_int_equal(gckpt_exec_setup(x, &err), GCKPT_XS_OK);
+    return x;
+}
+
+/* The parameters of x and y paired by name (tensor indices differ between recipes). */
+#define MAXG 64
+
+static void param_pairs(gckpt_exec *x, gckpt_exec *y, int *tx, int *ty, int *nl, int *np)
+{
+    const gckpt_recipe *rx = gckpt_exec_ctx(x)->recipe, *ry = gckpt_exec_ctx(y)->recipe;
+    *np = 0;
+    for (int t = 0; t < rx->nt; t++) {
+        if (rx->t[t].kind != GCKPT_T_PARAM) continue;
+        int u = -1;
+        for (int k = 0; k < ry->nt; k++)
+            if (ry->t[k].kind == GCKPT_T_PARAM && !strcmp(ry->t[k].name, rx->t[t].name)) u = k;
+        if (u < 0) fail_msg("no parameter %s in the other recipe", rx->t[t].name);
+        assert_true(*np < MAXG);
+        assert_int_equal(gckpt_exec_param_numel(x, t), gckpt_exec_param_numel(y, u));
+        tx[*np] = t;
+        ty[*np] = u;
+        nl[*np] = rx->t[t].section == GCKPT_SEC_BLOCK ? 3 : 1;
+        (*np)++;
+    }
+}
+
+static void copy_params(gckpt_exec *x, gckpt_exec *y)
+{
+    int tx[MAXG], ty[MAXG], nl[MAXG], np;
+    param_pairs(x, y, tx, ty, nl, &np);
+    gckpt_err err = {{0}};
+    for (int i = 0; i < np; i++) {
+        float *a = malloc(sizeof *a * gckpt_exec_param_numel(x, tx[i]));
+        assert_non_null(a);
+        for (int l = 0; l < nl[i]; l++) {
+            int layer = nl[i] > 1 ? l : -1;
+            assert_int_equal(gckpt_exec_read_param(x, layer, tx[i], a, &err), GCKPT_XS_OK);
+            assert_int_equal(gckpt_exec_write_param(y, layer, ty[i], a, &err), GCKPT_XS_OK);
+        }
+        free(a);
+    }
+}
+
+/* a step's gradients, every parameter of the recipe in tensor order (on_grads) */
+typedef struct {
+    float *g[GCKPT_MAX_TENSORS][3];
+} step_grads;
+
+static void grab_grads(gckpt_exec *x, void *user)
+{
+    step_grads *sg = user;
+    const gckpt_recipe *r = gckpt_exec_ctx(x)->recipe;
+    gckpt_err err = {{0}};
+    for (int t = 0; t < r->nt; t++) {
+        if (r->t[t].kind != GCKPT_T_PARAM) continue;
+        int nl = r->t[t].section == GCKPT_SEC_BLOCK ? 3 : 1;
+        for (int l = 0; l < nl; l++) {
+            sg->g[t][l] = malloc(sizeof(float) * gckpt_exec_param_numel(x, t));
+            assert_non_null(sg->g[t][l]);
+            assert_int_equal(gckpt_exec_read_grad(x, nl > 1 ? l : -1, t, sg->g[t][l], &err), GCKPT_XS_OK);
+        }
+    }
+}
+
+static double loss_of(gckpt_exec *x, step_grads *sg)
+{
+    gckpt_step_opts so = {.update = false, .on_grads = sg ? grab_grads : NULL, .user = sg};
+    gckpt_step_result res;
+    gckpt_err err = {{0}};
+    assert_int_equal(gckpt_exec_step(x, &so, &res, &err), GCKPT_XS_OK);
+    return res.loss;
+}
+
+/* the largest difference of x's and y's gradients by parameter name; *gmax: x's largest */
+static double grad_diff(gckpt_exec *x, gckpt_exec *y, step_grads *gx, step_grads *gy, double *gmax)
+{
+    int tx[MAXG], ty[MAXG], nl[MAXG], np;
+    param_pairs(x, y, tx, ty, nl, &np);
+    double d = 0;
+    for (int i = 0; i < np; i++)
+        for (int l = 0; l < nl[i]; l++) {
+            const float *a = gx->g[tx[i]][l], *b = gy->g[ty[i]][l];
+            for (uint64_t k = 0; k < gckpt_exec_param_numel(x, tx[i]); k++) {
+                d = fmax(d, fabs((double)a[k] - b[k]));
+                *gmax = fmax(*gmax, fabs((double)a[k]));
+            }
+        }
+    return d;
+}
+
+static void free_grads(step_grads *sg)
+{
+    for (int t = 0; t < GCKPT_MAX_TENSORS; t++)
+        for (int l = 0; l < 3; l++) free(sg->g[t][l]);
+}
+
+/* The window is applied, and the same way by both attentions: in fp32 with the same
+ * weights, tiny Mistral (3 layers) with window 8 at seq 16 has the same loss and
+ * gradients under SDPA (the kernel's window and the converted bool mask) as under eager
+ * (the additive sliding mask, QK^T, softmax, PV) up to rounding, and another loss with a
+ * window as long as the sequence (causal). */
+static void test_sliding_sdpa_matches_eager(void **st)
+{
+    (void)st;
+    gckpt_model m = fx_model("tiny-mistral-sw8");
+    assert_int_equal(m.layers, 3);
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    gckpt_exec *sd = exec_fp32(be, &m, GCKPT_SDPA), *eg = exec_fp32(be, &m, GCKPT_EAGER);
+    m.sliding_window = 16;
+    gckpt_exec *causal = exec_fp32(be, &m, GCKPT_EAGER);
+    copy_params(sd, eg);
+    copy_params(sd, causal);
+    static step_grads gs, ge;
+    double ls = loss_of(sd, &gs), le = loss_of(eg, &ge), lc = loss_of(causal, NULL), gmax = 0;
+    double dg = grad_diff(sd, eg, &gs, &ge, &gmax);
+    printf("# mistral window 8, seq 16, fp32, same weights: loss sdpa %.9f eager %.9f (window 16: %.9f); largest "
+           "gradient difference %.3g, largest gradient %.3g\n", ls, le, lc, dg, gmax);
+    free_grads(&gs);
+    free_grads(&ge);
+    assert_true(fabs(ls - le) <= 1e-6 * le);
+    assert_true(dg <= 1e-4 * gmax);
+    assert_true(fabs(lc - le) > 1e-4);
+    gckpt_exec_free(sd);
+    gckpt_exec_free(eg);
+    gckpt_exec_free(causal);
+    be->destroy(be);
+}
+
 /* One kv head (repeat_kv is a view) and kv heads = heads (no repeat), at micro-batch 1
  * (eager attention's batch folding is a view: the schedule binds k / v with their own
  * heads) and 2 (folding copies). */
@@ -139,18 +346,8 @@ static void test_dropout_active(void **st)
 {
     (void)st;
     gckpt_model a = fx_model("tiny-gpt2"), b = fx_model("tiny-gpt2-dropout");
-    gckpt_device d = fx_device();
-    gckpt_backend *be = gckpt_host_backend_new(0);
-    gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32, .attention = GCKPT_SDPA};
-    fx_run ra, rb;
-    fx_steps(be, &a, &d, &s, 1, &ra);
-    fx_steps(be, &b, &d, &s, 1, &rb);
-    assert_int_equal(ra.rc, GCKPT_XS_OK);
-    assert_int_equal(rb.rc, GCKPT_XS_OK);
-    assert_true(ra.loss[0] != rb.loss[0]);
-    fx_run_free(&ra);
-    fx_run_free(&rb);
-    be->destroy(be);
+    double loss[2];
+    losses_differ(&a, &b, GCKPT_SDPA, loss);
 }
 
 /* The byte counting is exact: a limit of exactly the predicted peak is enough, one
@@ -361,6 +558,9 @@ int main(void)
         cmocka_unit_test(test_llama),       cmocka_unit_test(test_qwen3),        cmocka_unit_test(test_gpt2),
         cmocka_unit_test(test_gpt2_dropout), cmocka_unit_test(test_olmo2),  cmocka_unit_test(test_granite),
         cmocka_unit_test(test_gemma), cmocka_unit_test(test_gemma2),
+        cmocka_unit_test(test_gemma2_sliding), cmocka_unit_test(test_mistral_sliding),
+        cmocka_unit_test(test_qwen2_sliding), cmocka_unit_test(test_gemma2_window_used),
+        cmocka_unit_test(test_sliding_rule), cmocka_unit_test(test_sliding_sdpa_matches_eager),
         cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
         cmocka_unit_test(test_detects_broken_schedule),

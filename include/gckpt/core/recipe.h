@@ -117,7 +117,8 @@ typedef enum {
     GCKPT_P_LINEAR,      /* in0 [rows, in_f] @ W^T (W = in1 [out_f, in_f]) + in2 bias */
     GCKPT_P_LAYERNORM,   /* over `width`; out[1] = (mean, rstd) per row */
     GCKPT_P_DROPOUT,     /* p = sa; out[1] = bool mask */
-    GCKPT_P_SDPA,        /* causal attention, out[1] = logsumexp; q, k, v may be one packed tensor */
+    GCKPT_P_SDPA,        /* causal attention, out[1] = logsumexp; q, k, v may be one packed tensor;
+                          * an in3 is an additive [b, 1, s, s] mask (the sliding window's) */
     GCKPT_P_REPEAT_KV,   /* [rows, kv*hd] -> [rows, heads*hd] */
     GCKPT_P_QK,          /* scores [b, heads, s, s] = q k^T per head */
     GCKPT_P_SOFTMAX,     /* over the last dim (output dtype = out tensor's) */
@@ -143,6 +144,9 @@ typedef enum {
     GCKPT_P_HISTC,       /* histogram of in0 over `width` bins (then a cumsum: group offsets) */
     GCKPT_P_INVERT_PERM, /* inv[perm] = arange */
     GCKPT_P_GROUPED_LINEAR, /* torch._grouped_mm: row groups of in0 times their expert's slice of in1 */
+    GCKPT_P_BOOL_MASK,   /* SDPA's use of masking_utils' bool [s, s] mask (broadcast to [b, 1, s, s]):
+                          * sa = 0: converted to the output's dtype, 0 where true and -inf
+                          * where false; sa = 1: its logical_not (bool) */
 } gckpt_prim;
 
 /* The data a SOURCE op makes (GCKPT_P_SOURCE). */

@@ -64,6 +64,8 @@ typedef struct {
     gckpt_xt in[GCKPT_OP_MAX_IN], out[2];
     gckpt_xt gin[GCKPT_OP_MAX_IN], gout, ws;
     uint64_t rng;           /* dropout stream (step, micro-step, layer, op) */
+    uint64_t window;        /* the sliding window the op applies (gckpt_key_visible), 0:
+                             * causal only: a sliding layer's SDPA, a sliding mask's source */
 } gckpt_xcall;
 
 /* A quantized weight's statistics on the backend (QLoRA): its layout

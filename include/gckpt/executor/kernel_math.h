@@ -153,17 +153,31 @@ GCKPT_HD float gckpt_dtype_lowest(uint8_t dt)
     return dt == GCKPT_DT_BF16 ? -3.38953139e38f : dt == GCKPT_DT_F16 ? -65504.0f : -3.40282347e38f;
 }
 
-/* The additive causal mask's value for element i of [b, 1, s, s] in a dtype whose most
- * negative finite value is lowest. */
 /* Gemma's embedding normalizer: torch.tensor(hidden ** 0.5), an fp32 0-d buffer that the
  * model casts to the embeddings' dtype (the caller's store rounds it). */
 GCKPT_HD float gckpt_embed_normalizer(uint64_t hidden) { return (float)sqrt((double)hidden); }
 
-GCKPT_HD float gckpt_causal_mask(uint64_t i, uint64_t s, float lowest)
+/* Whether query i sees key j: causal (transformers 5.24 masking_utils'
+ * causal_mask_function, kv_idx <= q_idx) and, with a sliding window w > 0, its
+ * sliding_window_overlay kv_idx > q_idx - w (the last w keys up to i itself). */
+GCKPT_HD bool gckpt_key_visible(uint64_t i, uint64_t j, uint64_t window)
+{
+    return j <= i && (window == 0 || j + window > i);
+}
+/* The first key query i sees (with gckpt_key_visible: keys first..i). */
+GCKPT_HD uint64_t gckpt_first_key(uint64_t i, uint64_t window) { return window && i >= window ? i - window + 1 : 0; }
+
+/* Element i of a [b, 1, s, s] mask (or of one [s, s]): eager's additive mask, 0 where the
+ * key is visible and the dtype's most negative finite value lowest where it is not;
+ * window 0: causal only. */
+GCKPT_HD float gckpt_attn_mask(uint64_t i, uint64_t s, uint64_t window, float lowest)
 {
     uint64_t r = (i / s) % s, col = i % s;
-    return col <= r ? 0.0f : lowest;
+    return gckpt_key_visible(r, col, window) ? 0.0f : lowest;
 }
+/* SDPA's conversion of a boolean mask (true: attend) to the query's dtype: 0 where true,
+ * -inf where false (torch's convert_boolean_attn_mask) */
+GCKPT_HD float gckpt_bool_mask_bias(float attend) { return attend != 0.0f ? 0.0f : -INFINITY; }
 
 /* ---- optimizers ------------------------------------------------------------------------ */
 

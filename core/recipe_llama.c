@@ -62,8 +62,10 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
      * the fast evaluator cannot place: held like one pair, at most one pair more.) */
     if (mixed && mask >= 0) r->t[mask].layer_type = GCKPT_LT_FULL;
     if (mixed && mask2 >= 0) r->t[mask2].layer_type = GCKPT_LT_SLIDING;
-    tr->rope2[0] = cos2;
-    tr->rope2[1] = sin2;
+    tr->rope2[0] = r->rope_local[0] = cos2;
+    tr->rope2[1] = r->rope_local[1] = sin2;
+    r->rope[0] = *cos;
+    r->rope[1] = *sin;
     r->mask = mask;
     r->embed_out = x;
     section_end(tr);

@@ -25,7 +25,7 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
         uint64_t hd = c->m->head_dim;
         for (uint64_t pos = 0; pos < c->s; pos++)
             for (uint64_t k = 0; k < hd; k++) {
-                float f = gckpt_rope_angle(pos, k, hd, (float)c->m->rope_theta);
+                float f = gckpt_rope_angle(pos, k, hd, (float)c->rope_theta);
                 st(o, pos * hd + k, cosf(f));
                 st(&c->out[1], pos * hd + k, sinf(f));
             }

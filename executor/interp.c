@@ -212,15 +212,15 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
 
 /* The families whose primitives have kernels on both backends: issue 13's OLMo 2 (q/k norms
  * over the whole projection, post-norms), Granite (multipliers, its attention scale),
- * Gemma 1 ((1 + w) norms, the embedding normalizer, GELU-tanh) and Gemma 2 (soft-capping,
- * sandwich norms, query_pre_attn_scalar; eager) run. Gemma 3 (a rotary pair per layer
- * type), Phi-3 and GPT-NeoX (strided views of fused projections feeding elementwise ops,
- * partial rotary's cat) are planned only. */
+ * Gemma 1 ((1 + w) norms, the embedding normalizer, GELU-tanh), Gemma 2 (soft-capping,
+ * sandwich norms, query_pre_attn_scalar; eager) and Gemma 3 (per-head q/k norms, a rotary
+ * pair per layer type: interp_events.c operand_inst) run. Phi-3 and GPT-NeoX (strided views
+ * of fused projections feeding elementwise ops, partial rotary's cat) are planned only. */
 static bool family_executed(const gckpt_model *m)
 {
     switch (m->family) {
-    case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GPT2: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE: return true;
-    case GCKPT_FAMILY_GEMMA: return !strcmp(m->model_type, "gemma") || !strcmp(m->model_type, "gemma2");
+    case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GPT2: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE:
+    case GCKPT_FAMILY_GEMMA: return true;
     default: return false;
     }
 }
@@ -234,7 +234,7 @@ bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, 
     }
     if (!family_executed(m)) {
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
-                          "qwen3, gpt2, gemma, gemma2, olmo2 and granite)", m->model_type);
+                          "qwen3, gpt2, gemma, gemma2, gemma3_text, olmo2 and granite)", m->model_type);
         return false;
     }
     /* sliding windows run (the masks' sources and the SDPA kernels apply the window); a
@@ -311,6 +311,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     }
     x->be = be;
     x->m = *m;
+    x->rope_local_inst[0] = x->rope_local_inst[1] = GCKPT_NOINST;
     x->dev = *d;
     x->set = *s;
     if (o) x->o = *o;

@@ -304,6 +304,18 @@ static void test_fd_sliding(void **st)
     fd_check("tiny-mistral-sw8", GCKPT_EAGER, 1, 1, false, names, layers, 6);
 }
 
+/* Gemma 3: per-head q/k norms after the three projections, the sliding layers' own
+ * rotary pair and mask (eager at seq 12 > window 8) and sdpa within the window */
+static void test_fd_gemma3(void **st)
+{
+    (void)st;
+    const char *names[] = {"self_attn.q_norm.weight", "self_attn.k_norm.weight", "self_attn.q_proj.weight",
+                           "self_attn.k_proj.weight", "pre_feedforward_layernorm.weight", "embed_tokens.weight"};
+    const int layers[] = {0, 1, 2, 3, 0, -1};
+    fd_check("tiny-gemma3", GCKPT_EAGER, 2, 2, true, names, layers, 6);
+    fd_check("tiny-gemma3-w32", GCKPT_SDPA, 2, 1, false, names, layers, 6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2),
@@ -311,6 +323,7 @@ int main(void)
                                        cmocka_unit_test(test_fd_qlora_int8_qwen2), cmocka_unit_test(test_fd_lora_gpt2),
                                        cmocka_unit_test(test_fd_olmo2),    cmocka_unit_test(test_fd_granite),
                                        cmocka_unit_test(test_fd_gemma),    cmocka_unit_test(test_attention_scale),
-                                       cmocka_unit_test(test_fd_gemma2),   cmocka_unit_test(test_fd_sliding)};
+                                       cmocka_unit_test(test_fd_gemma2),   cmocka_unit_test(test_fd_sliding),
+                                       cmocka_unit_test(test_fd_gemma3)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -110,6 +110,17 @@ static void test_gemma2(void **st) { (void)st; family_ga2("tiny-gemma2-w16"); }
  * the kernel; eager with the sliding mask). */
 static void test_gemma2_sliding(void **st) { (void)st; family_ga2("tiny-gemma2"); }
 static void test_mistral_sliding(void **st) { (void)st; family_ga2("tiny-mistral-sw8"); }
+/* Gemma 3 (per-head q/k norms, a rotary pair per layer type with its own theta, the
+ * sliding and full masks): with window 32 > seq under sdpa and eager, with window 8 < seq
+ * under eager (sdpa there is not modelled: refused). */
+static void test_gemma3(void **st)
+{
+    (void)st;
+    family_ga2("tiny-gemma3-w32");
+    const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
+    for (int p = 0; p < 3; p++) sweep("tiny-gemma3", precs[p], GCKPT_EAGER, 2, GCKPT_ADAMW);
+}
+
 /* Qwen2 with sliding layers from max_window_layers 1 (layer 0 full, 1 and 2 sliding):
  * eager, each type's mask (sdpa at seq >= window is not modelled: refused) */
 static void test_qwen2_sliding(void **st)
@@ -150,6 +161,19 @@ static void test_gemma2_window_used(void **st)
     double loss[2];
     losses_differ(&m, &w16, GCKPT_EAGER, loss);
     printf("# gemma2 seq 16, fp32: loss with window 8 %.9f, with window 16 %.9f\n", loss[0], loss[1]);
+}
+
+/* Gemma 3's sliding layers rotate with their own pair: the loss changes when the local
+ * theta (10000 in tiny-gemma3-w32.json's rope_parameters) is made the global one (1e6). */
+static void test_gemma3_local_rope_used(void **st)
+{
+    (void)st;
+    gckpt_model m = fx_model("tiny-gemma3-w32"), same = m;
+    assert_true(m.rope_theta == 1e6 && m.rope_local_theta == 1e4 && m.rope_tables == 2);
+    same.rope_local_theta = m.rope_theta;
+    double loss[2];
+    losses_differ(&m, &same, GCKPT_SDPA, loss);
+    printf("# gemma3 seq 16, fp32: loss with local theta 1e4 %.9f, with 1e6 %.9f\n", loss[0], loss[1]);
 }
 
 /* The visibility rule is transformers 5.24's: create_sliding_window_causal_mask of a
@@ -560,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_gemma), cmocka_unit_test(test_gemma2),
         cmocka_unit_test(test_gemma2_sliding), cmocka_unit_test(test_mistral_sliding),
         cmocka_unit_test(test_qwen2_sliding), cmocka_unit_test(test_gemma2_window_used),
+        cmocka_unit_test(test_gemma3), cmocka_unit_test(test_gemma3_local_rope_used),
         cmocka_unit_test(test_sliding_rule), cmocka_unit_test(test_sliding_sdpa_matches_eager),
         cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),

@@ -189,6 +189,8 @@ static void test_sliding_plans(void **st)
     plan_runs_exactly("tiny-mistral-sw8", GCKPT_AMP_BF16, GCKPT_SDPA);
     plan_runs_exactly("tiny-mistral-sw8", GCKPT_BF16, GCKPT_EAGER);
     plan_runs_exactly("tiny-gemma2", GCKPT_AMP_BF16, GCKPT_EAGER);
+    plan_runs_exactly("tiny-gemma3", GCKPT_BF16, GCKPT_EAGER);
+    plan_runs_exactly("tiny-gemma3-w32", GCKPT_AMP_BF16, GCKPT_SDPA);
 }
 
 /* LoRA and QLoRA plans run end to end on the host backend: every entry ok, the measured
@@ -336,15 +338,15 @@ static void test_bad_input(void **st)
     put("paged.json", t);
     free(t);
     cJSON_Delete(plan);
-    /* planned, not executed (issue 13): a gemma3_text plan (a family without kernels);
+    /* planned, not executed (issue 13): a phi3 plan (a family without kernels);
      * Qwen2 with sliding layers from max_window_layers 1 at seq 16 >= its window 8 under
      * sdpa (masked sliding layers and plain full layers: not one traced block type) */
     static const uint32_t one[] = {1};
-    char *g = pf_plan_text("tiny-gemma3", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
+    char *g = pf_plan_text("tiny-phi3", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
     char *sw = pf_plan_text("tiny-qwen2-sw", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0);
     char *moe = pf_plan_text("tiny-mixtral", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0); /* issue 13's MoE */
     assert_true(g && sw && moe);
-    put("gemma3.json", g);
+    put("phi3.json", g);
     put("qwen2-sw.json", sw);
     put("mixtral.json", moe);
     free(g);
@@ -374,7 +376,7 @@ static void test_bad_input(void **st)
         {{"--calibrate", "-o", "bad.json", "--backend", "host", NULL}, "calibrate"},
         {{"--calibrate", NULL}, "-o FILE"},
         {{"--plan", "llama.json", "--gpu", "h200", "-o", "bad.json", NULL}, "--calibrate"},
-        {{"--plan", "gemma3.json", "-o", "bad.json", NULL}, "model_type \"gemma3_text\" is planned but not executed yet"},
+        {{"--plan", "phi3.json", "-o", "bad.json", NULL}, "model_type \"phi3\" is planned but not executed yet"},
         {{"--plan", "qwen2-sw.json", "-o", "bad.json", NULL},
          "seq 16 >= the sliding window 8 under sdpa with layers of two attention types is not modelled"},
         {{"--plan", "mixtral.json", "-o", "bad.json", NULL},

@@ -241,6 +241,10 @@ typedef struct {
     int head_in;     /* tensor: the head's input */
     int loss;        /* tensor: the scalar loss */
     int mask;        /* tensor: eager attention's causal mask, or -1 */
+    int rope[2];     /* tensors: the rotary (cos, sin) the block's rope reads, or -1 */
+    int rope_local[2]; /* Gemma 3 with two layer types: the sliding layers' pair, which the
+                        * traced block saves but reads in place of rope[] only in a sliding
+                        * layer (executors bind it there), or -1 */
     int router_logits[2]; /* MoE with the load-balancing loss: [0] the block's router logits,
                            * [1] the head's (0-byte) view of every layer's; else -1 */
     bool mask_positional; /* the mask is a positional block input: checkpointed (and offloaded) with it */

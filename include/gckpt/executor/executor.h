@@ -66,6 +66,7 @@ typedef struct {
     uint64_t rng;           /* dropout stream (step, micro-step, layer, op) */
     uint64_t window;        /* the sliding window the op applies (gckpt_key_visible), 0:
                              * causal only: a sliding layer's SDPA, a sliding mask's source */
+    double rope_theta;      /* a rotary source's theta (Gemma 3: the pair of its layer type) */
 } gckpt_xcall;
 
 /* A quantized weight's statistics on the backend (QLoRA): its layout

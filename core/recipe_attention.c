@@ -89,9 +89,16 @@ static int fold(tracer *tr, int x, int prim, const char *name)
  * (recipe.h, GCKPT_P_SPLIT). */
 int slice_of(tracer *tr, int x, int role, uint64_t width, const char *name)
 {
+    /* its first column: the widths of the blocks sliced before it (roles in order; Phi-3's
+     * k and v are narrower than q under GQA) */
+    uint64_t off = 0;
+    for (int i = 0; i < tr->r->nop; i++) {
+        const gckpt_op *p = &tr->r->op[i];
+        if (p->prim == GCKPT_P_SPLIT && p->view_fwd && p->in[0] == x) off += tr->r->t[p->out[0]].shape.width;
+    }
     int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, x), per_token(width), rg(tr, x));
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
-    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, role, 0, tr->m->head_dim);
+    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, role, (double)off, tr->m->head_dim);
     last_op(tr)->view_fwd = true;
     return o;
 }
@@ -103,6 +110,7 @@ static int fold_role(tracer *tr, int x, int view, int role, const char *name)
     if (x != view) return fold(tr, x, GCKPT_P_CAST, name);
     int o = fold(tr, x, GCKPT_P_SPLIT, name);
     last_op(tr)->sa = role;
+    last_op(tr)->sb = (double)((uint64_t)role * tr->r->t[x].shape.width); /* its first column */
     return o;
 }
 

@@ -173,20 +173,45 @@ gckpt_xstatus c_source(gckpt_backend *be, gckpt_source what, const gckpt_xcall *
     return cuda_source(as_cuda(be), what, c, host);
 }
 
+gckpt_xstatus dispatch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
+{
+    if (cuda_is_matmul(c->op->prim)) return bwd ? cuda_matmul_backward(cb, c) : cuda_matmul_forward(cb, c);
+    if (cuda_is_attn(c->op->prim)) return bwd ? cuda_attn_backward(cb, c) : cuda_attn_forward(cb, c);
+    return bwd ? cuda_elem_backward(cb, c) : cuda_elem_forward(cb, c);
+}
+
+// The kernels read dense operands: Phi-3's strided views (gckpt_xt.vW) are gathered into
+// temporaries first (on the pool: the device measurement sees them; unverified, no GPU)
+gckpt_xstatus with_dense_inputs(cuda_be *cb, const gckpt_xcall *c, bool bwd)
+{
+    bool strided = false;
+    for (int k = 0; k < c->op->nin; k++) strided |= c->in[k].vW != 0 && c->in[k].p;
+    if (!strided) return dispatch(cb, c, bwd);
+    gckpt_xcall d = *c;
+    void *tmp[GCKPT_OP_MAX_IN] = {};
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    for (int k = 0; k < c->op->nin && rc == GCKPT_XS_OK; k++) {
+        if (!c->in[k].vW || !c->in[k].p) continue;
+        rc = cuda_dense_view(cb, c->in[k], &tmp[k]);
+        d.in[k].p = tmp[k];
+        d.in[k].vW = d.in[k].voff = 0;
+    }
+    if (rc == GCKPT_XS_OK) rc = dispatch(cb, &d, bwd);
+    for (int k = 0; k < c->op->nin; k++)
+        if (tmp[k]) cudaFreeAsync(tmp[k], cb->stream);
+    return rc;
+}
+
 gckpt_xstatus c_forward(gckpt_backend *be, const gckpt_xcall *c)
 {
     if (gckpt_op_check_forward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
-    if (cuda_is_matmul(c->op->prim)) return cuda_matmul_forward(as_cuda(be), c);
-    if (cuda_is_attn(c->op->prim)) return cuda_attn_forward(as_cuda(be), c);
-    return cuda_elem_forward(as_cuda(be), c);
+    return with_dense_inputs(as_cuda(be), c, false);
 }
 
 gckpt_xstatus c_backward(gckpt_backend *be, const gckpt_xcall *c)
 {
     if (gckpt_op_check_backward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
-    if (cuda_is_matmul(c->op->prim)) return cuda_matmul_backward(as_cuda(be), c);
-    if (cuda_is_attn(c->op->prim)) return cuda_attn_backward(as_cuda(be), c);
-    return cuda_elem_backward(as_cuda(be), c);
+    return with_dense_inputs(as_cuda(be), c, true);
 }
 
 // A quantized weight dequantized into out (cuda_quant.cu; unverified: no GPU here).

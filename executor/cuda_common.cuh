@@ -176,6 +176,8 @@ gckpt_xstatus cuda_fill(cuda_be *b, gckpt_xt t, gckpt_init how, float scale, uin
 gckpt_xstatus cuda_checksum(cuda_be *b, gckpt_xt t, uint64_t salt, uint64_t *hash, double *sumsq);
 size_t cuda_checksum_scratch_bytes();
 
+gckpt_xstatus cuda_dense_view(cuda_be *b, const gckpt_xt &v, void **out);
+
 bool cuda_is_matmul(int prim);
 bool cuda_is_attn(int prim);
 

@@ -19,7 +19,7 @@ float *host_to_f32(const gckpt_xt *t, gckpt_err *err)
         gckpt_seterr(err, "out of host memory for %llu-element kernel scratch", (unsigned long long)t->n);
         return NULL;
     }
-    if (t->dt == GCKPT_DT_F32) memcpy(v, t->p, sizeof *v * t->n);
+    if (t->dt == GCKPT_DT_F32 && !t->vW) memcpy(v, t->p, sizeof *v * t->n);
     else
         for (uint64_t i = 0; i < t->n; i++) v[i] = ld(t, i);
     return v;
@@ -27,7 +27,7 @@ float *host_to_f32(const gckpt_xt *t, gckpt_err *err)
 
 void host_from_f32(const gckpt_xt *t, const float *v)
 {
-    if (t->dt == GCKPT_DT_F32) memcpy(t->p, v, sizeof *v * t->n);
+    if (t->dt == GCKPT_DT_F32 && !t->vW) memcpy(t->p, v, sizeof *v * t->n);
     else
         for (uint64_t i = 0; i < t->n; i++) st(t, i, v[i]);
 }
@@ -161,7 +161,7 @@ static gckpt_xstatus split_fwd(const gckpt_xcall *c, gckpt_err *err)
     const gckpt_xt *x = &c->in[0], *o = &c->out[0];
     NEED(c, *x, "input");
     uint64_t Ww, Wn, off;
-    gckpt_split_cols(c->b * c->s, x->n, o->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
+    gckpt_split_cols(c->b * c->s, x->n, o->n, (uint64_t)c->op->sb, &Ww, &Wn, &off);
     for (uint64_t i = 0; i < o->n; i++) st(o, i, ld(x, gckpt_split_index(i, Ww, Wn, off)));
     return GCKPT_XS_OK;
 }
@@ -173,7 +173,7 @@ static gckpt_xstatus split_bwd(const gckpt_xcall *c, gckpt_err *err)
     const gckpt_xt *g = &c->gout, *gi = &c->gin[0];
     if (!gi->p) return GCKPT_XS_OK;
     uint64_t Ww, Wn, off;
-    gckpt_split_cols(c->b * c->s, gi->n, g->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
+    gckpt_split_cols(c->b * c->s, gi->n, g->n, (uint64_t)c->op->sb, &Ww, &Wn, &off);
     for (uint64_t i = 0; i < g->n; i++) st(gi, gckpt_split_index(i, Ww, Wn, off), ld(g, i));
     return GCKPT_XS_OK;
 }
@@ -213,6 +213,39 @@ static gckpt_xstatus half_bwd(const gckpt_xcall *c, gckpt_err *err)
     } else {
         if (c->gin[0].p) half_map(GCKPT_HALF_CAT_GRAD0, &c->gin[0], &c->gout, NULL, c->in[1].cols, w);
         if (c->gin[1].p) half_map(GCKPT_HALF_CAT_GRAD1, &c->gin[1], &c->gout, NULL, c->in[1].cols, w);
+    }
+    return GCKPT_XS_OK;
+}
+
+/* partial rotary's cat of the rotated part (input 0) and the input's other columns
+ * (input 1), per head of width op->width */
+static uint64_t rotated_width(const gckpt_xcall *c)
+{
+    uint64_t hd = c->op->width, C = c->in[1].cols;
+    return hd && C >= hd ? c->in[0].cols / (C / hd) : 0;
+}
+
+static gckpt_xstatus cat_pass(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+{
+    uint64_t C = c->in[1].cols, hd = c->op->width, rd = rotated_width(c);
+    if (!rd || rd > hd || C % hd) {
+        gckpt_seterr(err, "op %s: a rotated part of %llu columns does not fit heads of %llu", c->op->name,
+                     (unsigned long long)c->in[0].cols, (unsigned long long)hd);
+        return GCKPT_XS_ERROR;
+    }
+    const gckpt_xt *o = bwd ? &c->gout : &c->out[0];
+    if (!bwd) {
+        NEED(c, c->in[0], "input 0");
+        NEED(c, c->in[1], "input 1");
+    }
+    for (uint64_t i = 0; i < o->n; i++) {
+        int which;
+        uint64_t src;
+        gckpt_cat_pass_src(i, C, hd, rd, &which, &src);
+        const gckpt_xt *part = which == 1 ? &c->in[0] : &c->in[1], *gpart = which == 1 ? &c->gin[0] : &c->gin[1];
+        if (!bwd) st(o, i, ld(part, src));
+        else if (gpart->p) st(gpart, src, ld(o, i));
+        if (bwd && which == 1 && c->gin[1].p) st(&c->gin[1], i, 0.0f); /* rotated columns pass nothing of x */
     }
     return GCKPT_XS_OK;
 }
@@ -504,6 +537,7 @@ gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err)
     case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_fwd(c, err);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_fwd(c, err);
     case GCKPT_P_SPLIT: return split_fwd(c, err);
+    case GCKPT_P_CAT_PASS: return cat_pass(c, false, err);
     case GCKPT_P_MEAN: return mean_fwd(c, err);
     case GCKPT_P_LINEAR: return linear_fwd(c, err);
     case GCKPT_P_LAYERNORM: return layernorm_fwd(c, err);
@@ -527,6 +561,7 @@ gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err)
     case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_bwd(c, err);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_bwd(c, err);
     case GCKPT_P_SPLIT: return split_bwd(c, err);
+    case GCKPT_P_CAT_PASS: return cat_pass(c, true, err);
     case GCKPT_P_MEAN: return mean_bwd(c, err);
     case GCKPT_P_LINEAR: return linear_bwd(c, err);
     case GCKPT_P_LAYERNORM: return layernorm_bwd(c, err);

@@ -221,6 +221,7 @@ static bool family_executed(const gckpt_model *m)
     switch (m->family) {
     case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GPT2: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE:
     case GCKPT_FAMILY_GEMMA: return true;
+    case GCKPT_FAMILY_PHI3: return m->rotary_dim == m->head_dim; /* partial rotary: a view of each head's first columns */
     default: return false;
     }
 }
@@ -233,8 +234,9 @@ bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, 
         return false;
     }
     if (!family_executed(m)) {
-        gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
-                          "qwen3, gpt2, gemma, gemma2, gemma3_text, olmo2 and granite)", m->model_type);
+        gckpt_seterr(err, "model_type \"%s\"%s is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
+                          "qwen3, gpt2, gemma, gemma2, gemma3_text, olmo2, granite and phi3 without partial rotary)",
+                     m->model_type, m->family == GCKPT_FAMILY_PHI3 ? " with partial rotary" : "");
         return false;
     }
     /* sliding windows run (the masks' sources and the SDPA kernels apply the window); a

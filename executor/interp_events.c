@@ -258,12 +258,27 @@ static void shape_of(const gckpt_exec *x, int t, gckpt_xt *v)
     v->rows = v->cols ? x->ctx.numel[t] / v->cols : 0;
 }
 
+/* Phi-3's blocks of a fused projection (q, k, v of qkv_proj; gate, up of gate_up_proj)
+ * are views (recipe: SPLIT, view_fwd) that the next ops read in place: the operand
+ * becomes a strided column view of the projection's output (gckpt_xt.vW). gpt2's packed
+ * q, k, v go to kernels that read the packed layout themselves. */
+static void strided_view(const gckpt_exec *x, int t, gckpt_xt *v)
+{
+    if ((!x->m.fused_qkv && !x->m.fused_gate_up) || !v->p) return;
+    int p = gckpt_recipe_producer(x->r, t);
+    if (p < 0 || x->r->op[p].prim != GCKPT_P_SPLIT || !x->r->op[p].view_fwd) return;
+    v->vW = gckpt_tensor_width(x->r, x->r->op[p].in[0], x->set.seq);
+    v->voff = (uint64_t)x->r->op[p].sb;
+    v->n = v->rows * v->cols;
+}
+
 /* Every operand's shape (a gradient has its tensor's). */
 static void shape_call(const gckpt_exec *x, gckpt_xcall *c)
 {
     const gckpt_op *op = c->op;
     for (int k = 0; k < op->nin; k++) {
         shape_of(x, op->in[k], &c->in[k]);
+        strided_view(x, op->in[k], &c->in[k]);
         c->gin[k].rows = c->in[k].rows;
         c->gin[k].cols = c->in[k].cols;
     }

@@ -25,6 +25,7 @@ static bool output_size(const gckpt_xcall *c, int k, uint64_t *n)
         return true;
     case GCKPT_P_NEG_HALF: *n = shape_n(x) / 2; return shape_n(x) % 2 == 0;
     case GCKPT_P_CAT_HALF: *n = shape_n(&c->in[1]); return shape_n(x) * 2 == *n;
+    case GCKPT_P_CAT_PASS: *n = shape_n(&c->in[1]); return shape_n(x) <= *n; /* shaped like the input */
     case GCKPT_P_MEAN: *n = op->width ? shape_n(x) / op->width : 0; return op->width && shape_n(x) % op->width == 0;
     case GCKPT_P_LINEAR:
         *n = shape_n(x) / op->in_f * op->out_f;
@@ -36,7 +37,8 @@ static bool output_size(const gckpt_xcall *c, int k, uint64_t *n)
     case GCKPT_P_SDPA: /* out[1]: logsumexp; an additive mask [b, 1, s, s] */
         *n = x->rows * (k == 0 ? qd : m->heads);
         return op->nin < 4 || shape_n(&c->in[3]) == x->rows * c->s;
-    case GCKPT_P_REPEAT_KV: case GCKPT_P_SPLIT: *n = x->rows * qd; return true;    /* one role, every head */
+    case GCKPT_P_REPEAT_KV: *n = x->rows * qd; return true;                          /* every head */
+    case GCKPT_P_SPLIT: *n = x->rows * c->out[0].cols; return c->out[0].cols > 0;    /* the block's columns */
     case GCKPT_P_QK: *n = x->rows * m->heads * c->s; return true;                  /* [b, heads, s, s] */
     case GCKPT_P_PV: *n = x->rows * m->head_dim; return true;                      /* probabilities' rows */
     case GCKPT_P_EMBED: *n = shape_n(&c->in[1]) * op->width; return op->width && shape_n(x) % op->width == 0;

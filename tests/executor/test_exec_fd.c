@@ -316,6 +316,18 @@ static void test_fd_gemma3(void **st)
     fd_check("tiny-gemma3-w32", GCKPT_SDPA, 2, 1, false, names, layers, 6);
 }
 
+/* Phi-3: the fused projections read in place (sdpa at seq 12 >= window 8: the masked
+ * form; eager) */
+static void test_fd_phi3(void **st)
+{
+    (void)st;
+    const char *names[] = {"self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight", "self_attn.o_proj.weight",
+                           "input_layernorm.weight", "embed_tokens.weight", "lm_head.weight"};
+    const int layers[] = {0, 1, 2, 1, -1, -1};
+    fd_check("tiny-phi3", GCKPT_SDPA, 2, 2, true, names, layers, 6);
+    fd_check("tiny-phi3", GCKPT_EAGER, 1, 1, false, names, layers, 6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2),
@@ -324,6 +336,6 @@ int main(void)
                                        cmocka_unit_test(test_fd_olmo2),    cmocka_unit_test(test_fd_granite),
                                        cmocka_unit_test(test_fd_gemma),    cmocka_unit_test(test_attention_scale),
                                        cmocka_unit_test(test_fd_gemma2),   cmocka_unit_test(test_fd_sliding),
-                                       cmocka_unit_test(test_fd_gemma3)};
+                                       cmocka_unit_test(test_fd_gemma3),   cmocka_unit_test(test_fd_phi3)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

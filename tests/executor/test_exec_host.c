@@ -195,11 +195,11 @@ static void test_sliding_rule(void **st)
         }
 }
 
-/* An executor of model m at seq 16, micro-batch 2, fp32, set up. */
-static gckpt_exec *exec_fp32(gckpt_backend *be, const gckpt_model *m, gckpt_attention a)
+/* An executor of model m at seq 16, micro-batch mb, fp32, set up. */
+static gckpt_exec *exec_fp32(gckpt_backend *be, const gckpt_model *m, gckpt_attention a, uint64_t mb)
 {
     gckpt_device d = fx_device();
-    gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32, .attention = a};
+    gckpt_setting s = {.seq = 16, .micro_batch = mb, .grad_accum = 1, .precision = GCKPT_FP32, .attention = a};
     gckpt_exec_opts o = {.seed = 5, .init_std = 0.2};
     gckpt_err err = {{0}};
     gckpt_exec *x = gckpt_exec_new(be, m, &d, &s, &o, &err);
@@ -311,9 +311,9 @@ static void test_sliding_sdpa_matches_eager(void **st)
     gckpt_model m = fx_model("tiny-mistral-sw8");
     assert_int_equal(m.layers, 3);
     gckpt_backend *be = gckpt_host_backend_new(0);
-    gckpt_exec *sd = exec_fp32(be, &m, GCKPT_SDPA), *eg = exec_fp32(be, &m, GCKPT_EAGER);
+    gckpt_exec *sd = exec_fp32(be, &m, GCKPT_SDPA, 2), *eg = exec_fp32(be, &m, GCKPT_EAGER, 2);
     m.sliding_window = 16;
-    gckpt_exec *causal = exec_fp32(be, &m, GCKPT_EAGER);
+    gckpt_exec *causal = exec_fp32(be, &m, GCKPT_EAGER, 2);
     copy_params(sd, eg);
     copy_params(sd, causal);
     static step_grads gs, ge;
@@ -330,6 +330,105 @@ static void test_sliding_sdpa_matches_eager(void **st)
     gckpt_exec_free(eg);
     gckpt_exec_free(causal);
     be->destroy(be);
+}
+
+/* Phi-3 (fused qkv_proj and gate_up_proj whose blocks the next ops read in place, the
+ * rotary cat, window 8 on every layer: the masked SDPA at seq 16) */
+static void test_phi3(void **st)
+{
+    (void)st;
+    family_ga2("tiny-phi3");
+    /* kv heads = heads (Phi-3 mini): v's block feeds eager's batch folding, a view of the
+     * packed output at micro-batch 1 */
+    for (uint64_t mb = 1; mb <= 2; mb++)
+        for (int a = 0; a < GCKPT_NATTN; a++) sweep_mb("tiny-phi3-mha", GCKPT_AMP_BF16, (gckpt_attention)a, mb, 2, GCKPT_ADAMW);
+}
+
+/* tensor index of parameter name in x's recipe */
+static int param_named(gckpt_exec *x, const char *name)
+{
+    const gckpt_recipe *r = gckpt_exec_ctx(x)->recipe;
+    for (int t = 0; t < r->nt; t++)
+        if (r->t[t].kind == GCKPT_T_PARAM && !strcmp(r->t[t].name, name)) return t;
+    fail_msg("no parameter %s", name);
+    return -1;
+}
+
+/* Phi-3 is Mistral with q, k, v and gate, up fused (modeling_phi3.py 5.24: q =
+ * qkv[..., :heads * hd], k the next kv_heads * hd columns, v the rest; gate, up =
+ * gate_up.chunk(2); up * silu(gate)): in fp32, tiny Phi-3 and a tiny Mistral of its
+ * dimensions and window, given the same weights (the fused matrices' row blocks), have the
+ * same loss and gradients under sdpa and eager; so do the kv = heads pair at micro-batch
+ * 1 (eager's batch folding of v's block is a view of the packed output). */
+static void fused_mistral(const char *phi3, const char *mistral, uint64_t mb)
+{
+    gckpt_model mp = fx_model(phi3), mm = fx_model(mistral);
+    uint64_t h = mp.hidden, qd = mp.heads * mp.head_dim, kvd = mp.kv_heads * mp.head_dim, I = mp.intermediate;
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    gckpt_err err = {{0}};
+    for (int a = 0; a < GCKPT_NATTN; a++) {
+        gckpt_exec *xp = exec_fp32(be, &mp, (gckpt_attention)a, mb), *xm = exec_fp32(be, &mm, (gckpt_attention)a, mb);
+        /* the shared names, then the blocks: {phi3 name, mistral name, first row, rows} */
+        const struct {
+            const char *fused, *part;
+            uint64_t row, rows;
+        } blocks[] = {{"self_attn.qkv_proj.weight", "self_attn.q_proj.weight", 0, qd},
+                      {"self_attn.qkv_proj.weight", "self_attn.k_proj.weight", qd, kvd},
+                      {"self_attn.qkv_proj.weight", "self_attn.v_proj.weight", qd + kvd, kvd},
+                      {"mlp.gate_up_proj.weight", "mlp.gate_proj.weight", 0, I},
+                      {"mlp.gate_up_proj.weight", "mlp.up_proj.weight", I, I}};
+        const gckpt_recipe *rm = gckpt_exec_ctx(xm)->recipe;
+        for (int t = 0; t < rm->nt; t++) {
+            if (rm->t[t].kind != GCKPT_T_PARAM) continue;
+            int nl = rm->t[t].section == GCKPT_SEC_BLOCK ? 3 : 1;
+            float *w = malloc(sizeof *w * (3 * qd + 2 * I) * h * 4);
+            assert_non_null(w);
+            for (int l = 0; l < nl; l++) {
+                int layer = nl > 1 ? l : -1, b = -1;
+                for (int k = 0; k < 5; k++)
+                    if (!strcmp(blocks[k].part, rm->t[t].name)) b = k;
+                if (b < 0) {
+                    assert_int_equal(gckpt_exec_read_param(xp, layer, param_named(xp, rm->t[t].name), w, &err), GCKPT_XS_OK);
+                    assert_int_equal(gckpt_exec_write_param(xm, layer, t, w, &err), GCKPT_XS_OK);
+                } else {
+                    assert_int_equal(gckpt_exec_read_param(xp, layer, param_named(xp, blocks[b].fused), w, &err), GCKPT_XS_OK);
+                    assert_int_equal(gckpt_exec_write_param(xm, layer, t, w + blocks[b].row * h, &err), GCKPT_XS_OK);
+                }
+            }
+            free(w);
+        }
+        static step_grads gp, gm;
+        double lp = loss_of(xp, &gp), lm = loss_of(xm, &gm), d = 0, gmax = 0;
+        /* the fused gradients' row blocks against the separate ones, every layer */
+        for (int k = 0; k < 5; k++)
+            for (int l = 0; l < 3; l++) {
+                const float *f = gp.g[param_named(xp, blocks[k].fused)][l] + blocks[k].row * h,
+                            *s = gm.g[param_named(xm, blocks[k].part)][l];
+                for (uint64_t i = 0; i < blocks[k].rows * h; i++) {
+                    d = fmax(d, fabs((double)f[i] - s[i]));
+                    gmax = fmax(gmax, fabs((double)s[i]));
+                }
+            }
+        printf("# %s vs %s (%s, mb %llu, window 8, seq 16, fp32, same weights): loss %.9f vs %.9f; largest fused "
+               "gradient difference %.3g, largest gradient %.3g\n", phi3, mistral, gckpt_attention_names[a],
+               (unsigned long long)mb, lp, lm, d, gmax);
+        free_grads(&gp);
+        free_grads(&gm);
+        memset(&gp, 0, sizeof gp);
+        memset(&gm, 0, sizeof gm);
+        assert_true(fabs(lp - lm) <= 1e-6 * lm);
+        assert_true(d <= 1e-4 * gmax);
+        gckpt_exec_free(xp);
+        gckpt_exec_free(xm);
+    }
+    be->destroy(be);
+}
+
+static void test_phi3_is_fused_mistral(void **st)
+{
+    (void)st;
+    fused_mistral("tiny-phi3", "tiny-mistral-phi3", 2);
+    fused_mistral("tiny-phi3-mha", "tiny-mistral-phi3-mha", 1);
 }
 
 /* One kv head (repeat_kv is a view) and kv heads = heads (no repeat), at micro-batch 1
@@ -585,6 +684,7 @@ int main(void)
         cmocka_unit_test(test_gemma2_sliding), cmocka_unit_test(test_mistral_sliding),
         cmocka_unit_test(test_qwen2_sliding), cmocka_unit_test(test_gemma2_window_used),
         cmocka_unit_test(test_gemma3), cmocka_unit_test(test_gemma3_local_rope_used),
+        cmocka_unit_test(test_phi3), cmocka_unit_test(test_phi3_is_fused_mistral),
         cmocka_unit_test(test_sliding_rule), cmocka_unit_test(test_sliding_sdpa_matches_eager),
         cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),

@@ -39,6 +39,9 @@ typedef struct {
     uint64_t n;
     uint8_t dt;
     uint64_t cols, rows;
+    /* a strided column view (a block of a fused projection's output, read in place):
+     * element i is p[(i / cols) * vW + voff + i % cols]; vW 0: dense */
+    uint64_t vW, voff;
 } gckpt_xt;
 
 /* The elements of one rank's piece of collective op (comm.h) with these buffers over world

@@ -115,15 +115,25 @@ GCKPT_HD uint64_t gckpt_half_src(int mode, uint64_t i, uint64_t C, uint64_t w, i
 }
 GCKPT_HD bool gckpt_half_negates(int mode) { return mode == GCKPT_HALF_NEG || mode == GCKPT_HALF_NEG_GRAD; }
 
-/* gpt2's packed q / k / v (recipe.h, GCKPT_P_SPLIT): a role of nnarrow elements in rows
- * of *Wn, column block role of the packed tensor's rows of *Ww (at offset *off; an input
- * as wide as the role, already dense, at 0). */
-GCKPT_HD void gckpt_split_cols(uint64_t rows, uint64_t nwide, uint64_t nnarrow, uint64_t role, uint64_t *Ww,
+/* Partial rotary's cat (recipe.h, GCKPT_P_CAT_PASS): element i of the result (rows of C,
+ * heads of width hd) is element *src of the rotated part (which 1; rows of C / hd * rd,
+ * heads of width rd) or of the input (which 2) */
+GCKPT_HD void gckpt_cat_pass_src(uint64_t i, uint64_t C, uint64_t hd, uint64_t rd, int *which, uint64_t *src)
+{
+    uint64_t row = i / C, col = i % C, h = col / hd, d = col % hd;
+    *which = d < rd ? 1 : 2;
+    *src = d < rd ? row * (C / hd * rd) + h * rd + d : i;
+}
+
+/* A block of a packed output (recipe.h, GCKPT_P_SPLIT: gpt2's q / k / v, Phi-3's fused
+ * projections): a role of nnarrow elements in rows of *Wn, the columns from `first` of the
+ * packed tensor's rows of *Ww (*off; an input as wide as the role, already dense, at 0). */
+GCKPT_HD void gckpt_split_cols(uint64_t rows, uint64_t nwide, uint64_t nnarrow, uint64_t first, uint64_t *Ww,
                                uint64_t *Wn, uint64_t *off)
 {
     *Ww = rows ? nwide / rows : 0;
     *Wn = rows ? nnarrow / rows : 0;
-    *off = *Ww > *Wn ? role * *Wn : 0;
+    *off = *Ww > *Wn ? first : 0;
 }
 /* the packed tensor's element holding element i of the role */
 GCKPT_HD uint64_t gckpt_split_index(uint64_t i, uint64_t Ww, uint64_t Wn, uint64_t off) { return (i / Wn) * Ww + off + i % Wn; }

@@ -320,13 +320,13 @@ int attention_eager_gpt2(tracer *tr, int qkv, int mask, double p, int *weights)
     return transpose_copy(tr, o, "transpose");
 }
 
-/* The first `width` columns of x (Phi-3's x[..., :rotary_dim] per head, laid out as
- * one block here): a view. */
+/* Each head's first columns of x, `width` in all (Phi-3's x[..., :rotary_dim]): a view
+ * (SPLIT with role -1: per head of head_dim). */
 int slice_view(tracer *tr, int x, uint64_t width, const char *name)
 {
     int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, x), per_token(width), rg(tr, x));
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
-    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, 0, 0, tr->m->head_dim);
+    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, -1, 0, tr->m->head_dim);
     last_op(tr)->view_fwd = true;
     return o;
 }

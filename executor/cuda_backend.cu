@@ -194,7 +194,7 @@ gckpt_xstatus with_dense_inputs(cuda_be *cb, const gckpt_xcall *c, bool bwd)
         if (!c->in[k].vW || !c->in[k].p) continue;
         rc = cuda_dense_view(cb, c->in[k], &tmp[k]);
         d.in[k].p = tmp[k];
-        d.in[k].vW = d.in[k].voff = 0;
+        d.in[k].vW = d.in[k].voff = d.in[k].vblk = d.in[k].vstride = 0;
     }
     if (rc == GCKPT_XS_OK) rc = dispatch(cb, &d, bwd);
     for (int k = 0; k < c->op->nin; k++)

@@ -182,25 +182,19 @@ __global__ void k_half(Half h)
     }
 }
 
-// gpt2's packed q / k / v (GCKPT_P_SPLIT): n elements of a [rows, Wn] role, column block
-// off of a [rows, Ww] packed tensor; bwd: the role into the block (the rest untouched)
-__global__ void k_split(const void *src, uint8_t sdt, void *dst, uint8_t ddt, uint64_t n, uint64_t Ww,
-                        uint64_t Wn, uint64_t off, int bwd)
+// a SPLIT's role (gckpt_split_view) of n elements, rows of Wn, in a packed tensor with rows of
+// Ww; bwd: the role into its place (the rest untouched)
+__global__ void k_split(const void *src, uint8_t sdt, void *dst, uint8_t ddt, uint64_t n, uint64_t Wn, uint64_t Ww,
+                        uint64_t off, uint64_t blk, uint64_t hd, int bwd)
 {
     GRID_LOOP(i, n)
     {
-        uint64_t wide = gckpt_split_index(i, Ww, Wn, off);
+        uint64_t wide = gckpt_view_index(i, Wn, Ww, off, blk, hd);
         if (bwd)
             stx(dst, ddt, wide, ldx(src, sdt, i));
         else
             stx(dst, ddt, i, ldx(src, sdt, wide));
     }
-}
-
-static void split_cols(const gckpt_xcall *c, uint64_t nwide, uint64_t nnarrow, uint64_t *Ww, uint64_t *Wn,
-                       uint64_t *off)
-{
-    gckpt_split_cols(c->b * c->s, nwide, nnarrow, static_cast<uint64_t>(c->op->sb), Ww, Wn, off);
 }
 
 // mean over groups of w: one warp per group
@@ -596,9 +590,10 @@ gckpt_xstatus cat_pass_launch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 }
 
 // a strided column view (gckpt_xt.vW) gathered into dense storage dst
-__global__ void k_gather_view(const void *src, uint8_t dt, void *dst, uint64_t n, uint64_t cols, uint64_t W, uint64_t off)
+__global__ void k_gather_view(const void *src, uint8_t dt, void *dst, uint64_t n, uint64_t cols, uint64_t W, uint64_t off,
+                              uint64_t blk, uint64_t stride)
 {
-    GRID_LOOP(i, n) stx(dst, dt, i, ldx(src, dt, (i / cols) * W + off + i % cols));
+    GRID_LOOP(i, n) stx(dst, dt, i, ldx(src, dt, gckpt_view_index(i, cols, W, off, blk, stride)));
 }
 
 gckpt_xstatus split_launch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
@@ -606,11 +601,12 @@ gckpt_xstatus split_launch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
     const gckpt_xt &src = bwd ? c->gout : c->in[0], &dst = bwd ? c->gin[0] : c->out[0];
     const gckpt_xt &wide = bwd ? dst : src, &narrow = bwd ? src : dst;
     if (!dst.p) return GCKPT_XS_OK;
-    uint64_t Ww, Wn, off;
-    split_cols(c, wide.n, narrow.n, &Ww, &Wn, &off);
+    uint64_t Wn, Ww, off, blk, hd = c->op->width;
+    gckpt_split_view(c->b * c->s, wide.n, narrow.n, static_cast<int>(c->op->sa), static_cast<uint64_t>(c->op->sb), hd, &Wn,
+                     &Ww, &off, &blk);
     if (narrow.n)
-        k_split<<<grid_for(narrow.n, kBlock), kBlock, 0, cb->stream>>>(src.p, src.dt, dst.p, dst.dt, narrow.n, Ww, Wn, off,
-                                                                       bwd ? 1 : 0);
+        k_split<<<grid_for(narrow.n, kBlock), kBlock, 0, cb->stream>>>(src.p, src.dt, dst.p, dst.dt, narrow.n, Wn, Ww, off,
+                                                                       blk, hd, bwd ? 1 : 0);
     LAUNCH_TRY(&cb->be);
     return GCKPT_XS_OK;
 }
@@ -800,7 +796,8 @@ gckpt_xstatus cuda_dense_view(cuda_be *cb, const gckpt_xt &v, void **out)
     size_t bytes = static_cast<size_t>(v.n) * gckpt_dtype_size(static_cast<gckpt_dtype>(v.dt));
     CUDA_TRY(be, cudaMallocAsync(out, bytes ? bytes : 1, cb->stream));
     if (v.n)
-        k_gather_view<<<grid_for(v.n, kBlock), kBlock, 0, cb->stream>>>(v.p, v.dt, *out, v.n, v.cols, v.vW, v.voff);
+        k_gather_view<<<grid_for(v.n, kBlock), kBlock, 0, cb->stream>>>(v.p, v.dt, *out, v.n, v.cols, v.vW, v.voff, v.vblk,
+                                                                        v.vstride);
     LAUNCH_TRY(be);
     return GCKPT_XS_OK;
 }

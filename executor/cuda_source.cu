@@ -50,8 +50,8 @@ gckpt_xstatus cuda_source(cuda_be *cb, gckpt_source what, const gckpt_xcall *c, 
         return GCKPT_XS_OK;
     case GCKPT_SRC_ROTARY:
         NEED_T(be, c, c->out[1], "sin output");
-        k_rotary<<<grid_for(c->s * c->m->head_dim, kBlock), kBlock, 0, cb->stream>>>(
-            o.p, o.dt, c->out[1].p, c->out[1].dt, c->s, c->m->head_dim, static_cast<float>(c->rope_theta));
+        k_rotary<<<grid_for(c->s * c->m->rotary_dim, kBlock), kBlock, 0, cb->stream>>>(
+            o.p, o.dt, c->out[1].p, c->out[1].dt, c->s, c->m->rotary_dim, static_cast<float>(c->rope_theta));
         break;
     case GCKPT_SRC_MASK:
         k_mask<<<grid_for(o.n, kBlock), kBlock, 0, cb->stream>>>(o.p, o.dt, o.n, c->s, c->window);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gckpt/executor/executor.h"
+#include "gckpt/executor/kernel_math.h"
 
 static inline uint32_t f2u(float f)
 {
@@ -61,7 +62,10 @@ static inline uint16_t f32_to_f16(float f)
 }
 
 /* the storage element of element i of t (a strided column view's, gckpt_xt.vW) */
-static inline uint64_t at_(const gckpt_xt *t, uint64_t i) { return t->vW ? (i / t->cols) * t->vW + t->voff + i % t->cols : i; }
+static inline uint64_t at_(const gckpt_xt *t, uint64_t i)
+{
+    return t->vW ? gckpt_view_index(i, t->cols, t->vW, t->voff, t->vblk, t->vstride) : i;
+}
 
 /* element i of t as fp32 (int64 and bool as their value) */
 static inline float ld(const gckpt_xt *t, uint64_t i)

@@ -22,7 +22,7 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
         return GCKPT_XS_OK;
     case GCKPT_SRC_ROTARY: {
         NEED(c, c->out[1], "sin output");
-        uint64_t hd = c->m->head_dim;
+        uint64_t hd = c->m->rotary_dim; /* HF's dim: int(head_dim * partial_rotary_factor) */
         for (uint64_t pos = 0; pos < c->s; pos++)
             for (uint64_t k = 0; k < hd; k++) {
                 float f = gckpt_rope_angle(pos, k, hd, (float)c->rope_theta);

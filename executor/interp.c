@@ -213,15 +213,16 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
 /* The families whose primitives have kernels on both backends: issue 13's OLMo 2 (q/k norms
  * over the whole projection, post-norms), Granite (multipliers, its attention scale),
  * Gemma 1 ((1 + w) norms, the embedding normalizer, GELU-tanh), Gemma 2 (soft-capping,
- * sandwich norms, query_pre_attn_scalar; eager) and Gemma 3 (per-head q/k norms, a rotary
- * pair per layer type: interp_events.c operand_inst) run. Phi-3 and GPT-NeoX (strided views
- * of fused projections feeding elementwise ops, partial rotary's cat) are planned only. */
+ * sandwich norms, query_pre_attn_scalar; eager), Gemma 3 (per-head q/k norms, a rotary
+ * pair per layer type: interp_events.c operand_inst) and Phi-3 (its fused projections'
+ * blocks and partial rotary's heads read as strided views: strided_view) run. GPT-NeoX
+ * (per-head interleaved query_key_value, parallel residual) is planned only. */
 static bool family_executed(const gckpt_model *m)
 {
     switch (m->family) {
     case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GPT2: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE:
     case GCKPT_FAMILY_GEMMA: return true;
-    case GCKPT_FAMILY_PHI3: return m->rotary_dim == m->head_dim; /* partial rotary: a view of each head's first columns */
+    case GCKPT_FAMILY_PHI3: return true;
     default: return false;
     }
 }
@@ -234,9 +235,8 @@ bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, 
         return false;
     }
     if (!family_executed(m)) {
-        gckpt_seterr(err, "model_type \"%s\"%s is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
-                          "qwen3, gpt2, gemma, gemma2, gemma3_text, olmo2, granite and phi3 without partial rotary)",
-                     m->model_type, m->family == GCKPT_FAMILY_PHI3 ? " with partial rotary" : "");
+        gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
+                          "qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, olmo2 and granite)", m->model_type);
         return false;
     }
     /* sliding windows run (the masks' sources and the SDPA kernels apply the window); a

@@ -262,13 +262,29 @@ static void shape_of(const gckpt_exec *x, int t, gckpt_xt *v)
  * are views (recipe: SPLIT, view_fwd) that the next ops read in place: the operand
  * becomes a strided column view of the projection's output (gckpt_xt.vW). gpt2's packed
  * q, k, v go to kernels that read the packed layout themselves. */
+/* the SPLIT view op producing tensor t, or NULL */
+static const gckpt_op *view_of(const gckpt_exec *x, int t)
+{
+    int p = gckpt_recipe_producer(x->r, t);
+    return p >= 0 && x->r->op[p].prim == GCKPT_P_SPLIT && x->r->op[p].view_fwd ? &x->r->op[p] : NULL;
+}
+
 static void strided_view(const gckpt_exec *x, int t, gckpt_xt *v)
 {
     if ((!x->m.fused_qkv && !x->m.fused_gate_up) || !v->p) return;
-    int p = gckpt_recipe_producer(x->r, t);
-    if (p < 0 || x->r->op[p].prim != GCKPT_P_SPLIT || !x->r->op[p].view_fwd) return;
-    v->vW = gckpt_tensor_width(x->r, x->r->op[p].in[0], x->set.seq);
-    v->voff = (uint64_t)x->r->op[p].sb;
+    const gckpt_op *p = view_of(x, t);
+    if (!p) return;
+    if (p->sa < 0) { /* each head's first columns (partial rotary) of x, itself maybe a block */
+        uint64_t hd = p->width, W = gckpt_tensor_width(x->r, p->in[0], x->set.seq);
+        v->vblk = hd && W >= hd ? v->cols / (W / hd) : 0;
+        v->vstride = hd;
+        const gckpt_op *q = view_of(x, p->in[0]);
+        v->vW = q ? gckpt_tensor_width(x->r, q->in[0], x->set.seq) : W;
+        v->voff = q ? (uint64_t)q->sb : 0;
+    } else {
+        v->vW = gckpt_tensor_width(x->r, p->in[0], x->set.seq);
+        v->voff = (uint64_t)p->sb;
+    }
     v->n = v->rows * v->cols;
 }
 

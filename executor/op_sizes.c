@@ -76,7 +76,7 @@ gckpt_xstatus gckpt_op_check_source(gckpt_source what, const gckpt_xcall *c, gck
     switch (what) {
     case GCKPT_SRC_IDS: case GCKPT_SRC_LABELS: want = T; break;
     case GCKPT_SRC_POSITIONS: want = c->s; break;
-    case GCKPT_SRC_ROTARY: want = c->s * c->m->head_dim; break; /* cos and sin */
+    case GCKPT_SRC_ROTARY: want = c->s * c->m->rotary_dim; break; /* cos and sin, rotary_dim wide */
     case GCKPT_SRC_MASK: /* [b, 1, s, s], or masking_utils' bool [s, s] under SDPA */
         want = c->out[0].dt == GCKPT_DT_BOOL ? c->s * c->s : T * c->s;
         break;

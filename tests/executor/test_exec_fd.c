@@ -326,6 +326,7 @@ static void test_fd_phi3(void **st)
     const int layers[] = {0, 1, 2, 1, -1, -1};
     fd_check("tiny-phi3", GCKPT_SDPA, 2, 2, true, names, layers, 6);
     fd_check("tiny-phi3", GCKPT_EAGER, 1, 1, false, names, layers, 6);
+    fd_check("tiny-phi3-partial", GCKPT_SDPA, 2, 1, true, names, layers, 6); /* rotary on 12 of 16 columns */
 }
 
 int main(void)

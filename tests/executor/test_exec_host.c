@@ -176,6 +176,32 @@ static void test_gemma3_local_rope_used(void **st)
     printf("# gemma3 seq 16, fp32: loss with local theta 1e4 %.9f, with 1e6 %.9f\n", loss[0], loss[1]);
 }
 
+/* Partial rotary's index maps against apply_rotary_pos_emb (modeling_phi3.py 5.24):
+ * q_rot = q[..., :rd] per head, q_embed = cat([rotated q_rot, q[..., rd:]]): with 2 heads
+ * of 4 columns and rd 2 in rows of 8, element (row 1, head 1, column 1) of q_rot is
+ * column 5 of the row; inside a fused qkv_proj output of rows of 16 whose k starts at
+ * column 8, k_rot's is storage element 16 + 8 + 5; the cat takes columns 0-1 and 4-5 of
+ * a row from the rotated part (its elements 0-1, 2-3) and 2-3, 6-7 from q. */
+static void test_partial_rotary_maps(void **st)
+{
+    (void)st;
+    uint64_t cols, W, off, blk;
+    gckpt_split_view(2, 16, 8, -1, 0, 4, &cols, &W, &off, &blk); /* q_rot of 2 rows of q */
+    assert_true(cols == 4 && W == 8 && off == 0 && blk == 2);
+    assert_int_equal(gckpt_view_index(1 * 4 + 3, cols, W, off, blk, 4), 8 + 5);
+    assert_int_equal(gckpt_view_index(2, 4, 16, 8, 2, 4), 8 + 4);      /* k_rot in qkv, row 0 */
+    assert_int_equal(gckpt_view_index(4 + 3, 4, 16, 8, 2, 4), 16 + 8 + 5);
+    static const int which[8] = {1, 1, 2, 2, 1, 1, 2, 2};
+    static const uint64_t src[8] = {0, 1, 2, 3, 2, 3, 6, 7};
+    for (uint64_t i = 0; i < 8; i++) {
+        int w;
+        uint64_t s;
+        gckpt_cat_pass_src(8 + i, 8, 4, 2, &w, &s); /* row 1 */
+        assert_int_equal(w, which[i]);
+        assert_int_equal(s, which[i] == 1 ? 4 + src[i] : 8 + src[i]);
+    }
+}
+
 /* The visibility rule is transformers 5.24's: create_sliding_window_causal_mask of a
  * MistralConfig with sliding_window 3 at seq 6, eager (bf16: 0 or -3.3895e+38) and sdpa
  * (bool) print this matrix (1: attend), measured in the probe venv. */
@@ -338,6 +364,8 @@ static void test_phi3(void **st)
 {
     (void)st;
     family_ga2("tiny-phi3");
+    /* partial rotary 0.75 (Phi-4 mini's): each head's first 12 of 16 columns rotated */
+    family_ga2("tiny-phi3-partial");
     /* kv heads = heads (Phi-3 mini): v's block feeds eager's batch folding, a view of the
      * packed output at micro-batch 1 */
     for (uint64_t mb = 1; mb <= 2; mb++)
@@ -685,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_qwen2_sliding), cmocka_unit_test(test_gemma2_window_used),
         cmocka_unit_test(test_gemma3), cmocka_unit_test(test_gemma3_local_rope_used),
         cmocka_unit_test(test_phi3), cmocka_unit_test(test_phi3_is_fused_mistral),
+        cmocka_unit_test(test_partial_rotary_maps),
         cmocka_unit_test(test_sliding_rule), cmocka_unit_test(test_sliding_sdpa_matches_eager),
         cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),

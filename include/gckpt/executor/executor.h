@@ -39,9 +39,10 @@ typedef struct {
     uint64_t n;
     uint8_t dt;
     uint64_t cols, rows;
-    /* a strided column view (a block of a fused projection's output, read in place):
-     * element i is p[(i / cols) * vW + voff + i % cols]; vW 0: dense */
-    uint64_t vW, voff;
+    /* a strided column view (a block of a fused projection's output, each head's first
+     * columns: read in place): element i is p[gckpt_view_index(i, cols, vW, voff, vblk,
+     * vstride)]; vW 0: dense */
+    uint64_t vW, voff, vblk, vstride;
 } gckpt_xt;
 
 /* The elements of one rank's piece of collective op (comm.h) with these buffers over world

@@ -115,6 +115,16 @@ GCKPT_HD uint64_t gckpt_half_src(int mode, uint64_t i, uint64_t C, uint64_t w, i
 }
 GCKPT_HD bool gckpt_half_negates(int mode) { return mode == GCKPT_HALF_NEG || mode == GCKPT_HALF_NEG_GRAD; }
 
+/* The storage element of element i of a strided view with rows of `cols` elements: rows of
+ * W in storage from column off; with blk > 0 the view's columns are the first blk of each
+ * group of stride (each head's first columns) */
+GCKPT_HD uint64_t gckpt_view_index(uint64_t i, uint64_t cols, uint64_t W, uint64_t off, uint64_t blk, uint64_t stride)
+{
+    uint64_t row = i / cols, col = i % cols;
+    if (blk) col = (col / blk) * stride + col % blk;
+    return row * W + off + col;
+}
+
 /* Partial rotary's cat (recipe.h, GCKPT_P_CAT_PASS): element i of the result (rows of C,
  * heads of width hd) is element *src of the rotated part (which 1; rows of C / hd * rd,
  * heads of width rd) or of the input (which 2) */
@@ -125,18 +135,19 @@ GCKPT_HD void gckpt_cat_pass_src(uint64_t i, uint64_t C, uint64_t hd, uint64_t r
     *src = d < rd ? row * (C / hd * rd) + h * rd + d : i;
 }
 
-/* A block of a packed output (recipe.h, GCKPT_P_SPLIT: gpt2's q / k / v, Phi-3's fused
- * projections): a role of nnarrow elements in rows of *Wn, the columns from `first` of the
- * packed tensor's rows of *Ww (*off; an input as wide as the role, already dense, at 0). */
-GCKPT_HD void gckpt_split_cols(uint64_t rows, uint64_t nwide, uint64_t nnarrow, uint64_t first, uint64_t *Ww,
-                               uint64_t *Wn, uint64_t *off)
+/* The role of a SPLIT (recipe.h, GCKPT_P_SPLIT: gpt2's q / k / v, Phi-3's fused
+ * projections' blocks, role -1 each head's first columns) as a view of the packed tensor
+ * (gckpt_view_index): a role of nnarrow elements (rows of *cols) in a packed tensor of
+ * nwide (rows of *W), from column `first` or per head of hd; an input as wide as the role
+ * (already dense) is the role itself. */
+GCKPT_HD void gckpt_split_view(uint64_t rows, uint64_t nwide, uint64_t nnarrow, int role, uint64_t first, uint64_t hd,
+                               uint64_t *cols, uint64_t *W, uint64_t *off, uint64_t *blk)
 {
-    *Ww = rows ? nwide / rows : 0;
-    *Wn = rows ? nnarrow / rows : 0;
-    *off = *Ww > *Wn ? first : 0;
+    *W = rows ? nwide / rows : 0;
+    *cols = rows ? nnarrow / rows : 0;
+    *off = *W > *cols && role >= 0 ? first : 0;
+    *blk = *W > *cols && role < 0 && hd && *W >= hd ? *cols / (*W / hd) : 0;
 }
-/* the packed tensor's element holding element i of the role */
-GCKPT_HD uint64_t gckpt_split_index(uint64_t i, uint64_t Ww, uint64_t Wn, uint64_t off) { return (i / Wn) * Ww + off + i % Wn; }
 
 /* ---- broadcasting --------------------------------------------------------------------- */
 

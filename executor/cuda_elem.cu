@@ -601,12 +601,13 @@ gckpt_xstatus split_launch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
     const gckpt_xt &src = bwd ? c->gout : c->in[0], &dst = bwd ? c->gin[0] : c->out[0];
     const gckpt_xt &wide = bwd ? dst : src, &narrow = bwd ? src : dst;
     if (!dst.p) return GCKPT_XS_OK;
-    uint64_t Wn, Ww, off, blk, hd = c->op->width;
+    uint64_t Wn, Ww, off, blk, stride = c->op->width, hd = c->op->width;
     gckpt_split_view(c->b * c->s, wide.n, narrow.n, static_cast<int>(c->op->sa), static_cast<uint64_t>(c->op->sb), hd, &Wn,
                      &Ww, &off, &blk);
+    if (Ww > Wn) gckpt_split_stride(c->op->in_f, c->op->out_f, hd, &blk, &stride);
     if (narrow.n)
         k_split<<<grid_for(narrow.n, kBlock), kBlock, 0, cb->stream>>>(src.p, src.dt, dst.p, dst.dt, narrow.n, Wn, Ww, off,
-                                                                       blk, hd, bwd ? 1 : 0);
+                                                                       blk, stride, bwd ? 1 : 0);
     LAUNCH_TRY(&cb->be);
     return GCKPT_XS_OK;
 }

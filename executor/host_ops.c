@@ -160,9 +160,11 @@ static gckpt_xstatus split_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *o = &c->out[0];
     NEED(c, *x, "input");
-    uint64_t Wn, Ww, off, blk, hd = c->op->width;
+    uint64_t Wn, Ww, off, blk, stride, hd = c->op->width;
     gckpt_split_view(c->b * c->s, x->n, o->n, (int)c->op->sa, (uint64_t)c->op->sb, hd, &Wn, &Ww, &off, &blk);
-    for (uint64_t i = 0; i < o->n; i++) st(o, i, ld(x, gckpt_view_index(i, Wn, Ww, off, blk, hd)));
+    if (Ww > Wn) gckpt_split_stride(c->op->in_f, c->op->out_f, hd, &blk, &stride);
+    else stride = hd;
+    for (uint64_t i = 0; i < o->n; i++) st(o, i, ld(x, gckpt_view_index(i, Wn, Ww, off, blk, stride)));
     return GCKPT_XS_OK;
 }
 
@@ -172,9 +174,11 @@ static gckpt_xstatus split_bwd(const gckpt_xcall *c, gckpt_err *err)
     (void)err;
     const gckpt_xt *g = &c->gout, *gi = &c->gin[0];
     if (!gi->p) return GCKPT_XS_OK;
-    uint64_t Wn, Ww, off, blk, hd = c->op->width;
+    uint64_t Wn, Ww, off, blk, stride, hd = c->op->width;
     gckpt_split_view(c->b * c->s, gi->n, g->n, (int)c->op->sa, (uint64_t)c->op->sb, hd, &Wn, &Ww, &off, &blk);
-    for (uint64_t i = 0; i < g->n; i++) st(gi, gckpt_view_index(i, Wn, Ww, off, blk, hd), ld(g, i));
+    if (Ww > Wn) gckpt_split_stride(c->op->in_f, c->op->out_f, hd, &blk, &stride);
+    else stride = hd;
+    for (uint64_t i = 0; i < g->n; i++) st(gi, gckpt_view_index(i, Wn, Ww, off, blk, stride), ld(g, i));
     return GCKPT_XS_OK;
 }
 

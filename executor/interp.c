@@ -214,15 +214,14 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
  * over the whole projection, post-norms), Granite (multipliers, its attention scale),
  * Gemma 1 ((1 + w) norms, the embedding normalizer, GELU-tanh), Gemma 2 (soft-capping,
  * sandwich norms, query_pre_attn_scalar; eager), Gemma 3 (per-head q/k norms, a rotary
- * pair per layer type: interp_events.c operand_inst) and Phi-3 (its fused projections'
- * blocks and partial rotary's heads read as strided views: strided_view) run. GPT-NeoX
- * (per-head interleaved query_key_value, parallel residual) is planned only. */
+ * pair per layer type: interp_events.c operand_inst), Phi-3 and GPT-NeoX (their fused
+ * projections' blocks, per head interleaved for GPT-NeoX, and partial rotary's heads read
+ * as strided views: strided_view). Mixture-of-experts families are refused before. */
 static bool family_executed(const gckpt_model *m)
 {
     switch (m->family) {
     case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GPT2: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE:
-    case GCKPT_FAMILY_GEMMA: return true;
-    case GCKPT_FAMILY_PHI3: return true;
+    case GCKPT_FAMILY_GEMMA: case GCKPT_FAMILY_PHI3: case GCKPT_FAMILY_GPT_NEOX: return true;
     default: return false;
     }
 }
@@ -236,7 +235,7 @@ bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, 
     }
     if (!family_executed(m)) {
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
-                          "qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, olmo2 and granite)", m->model_type);
+                          "qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2 and granite)", m->model_type);
         return false;
     }
     /* sliding windows run (the masks' sources and the SDPA kernels apply the window); a

@@ -262,16 +262,20 @@ static void shape_of(const gckpt_exec *x, int t, gckpt_xt *v)
  * are views (recipe: SPLIT, view_fwd) that the next ops read in place: the operand
  * becomes a strided column view of the projection's output (gckpt_xt.vW). gpt2's packed
  * q, k, v go to kernels that read the packed layout themselves. */
-/* the SPLIT view op producing tensor t, or NULL */
+/* the SPLIT view op producing tensor t (also through matmul's batch folding, a view at
+ * micro-batch 1), or NULL */
 static const gckpt_op *view_of(const gckpt_exec *x, int t)
 {
     int p = gckpt_recipe_producer(x->r, t);
-    return p >= 0 && x->r->op[p].prim == GCKPT_P_SPLIT && x->r->op[p].view_fwd ? &x->r->op[p] : NULL;
+    if (p < 0) return NULL;
+    const gckpt_op *op = &x->r->op[p];
+    if (op->prim == GCKPT_P_CAST && op->batched_copy && x->set.micro_batch == 1) return view_of(x, op->in[0]);
+    return op->prim == GCKPT_P_SPLIT && op->view_fwd ? op : NULL;
 }
 
 static void strided_view(const gckpt_exec *x, int t, gckpt_xt *v)
 {
-    if ((!x->m.fused_qkv && !x->m.fused_gate_up) || !v->p) return;
+    if ((!x->m.fused_qkv && !x->m.fused_gate_up && x->m.family != GCKPT_FAMILY_GPT_NEOX) || !v->p) return;
     const gckpt_op *p = view_of(x, t);
     if (!p) return;
     if (p->sa < 0) { /* each head's first columns (partial rotary) of x, itself maybe a block */
@@ -281,9 +285,14 @@ static void strided_view(const gckpt_exec *x, int t, gckpt_xt *v)
         const gckpt_op *q = view_of(x, p->in[0]);
         v->vW = q ? gckpt_tensor_width(x->r, q->in[0], x->set.seq) : W;
         v->voff = q ? (uint64_t)q->sb : 0;
+        if (q && q->in_f) v->vstride = q->in_f; /* heads interleaved (GPT-NeoX) */
     } else {
         v->vW = gckpt_tensor_width(x->r, p->in[0], x->set.seq);
         v->voff = (uint64_t)p->sb;
+        if (p->in_f) {
+            v->vblk = p->out_f;
+            v->vstride = p->in_f;
+        }
     }
     v->n = v->rows * v->cols;
 }

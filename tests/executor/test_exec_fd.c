@@ -329,6 +329,19 @@ static void test_fd_phi3(void **st)
     fd_check("tiny-phi3-partial", GCKPT_SDPA, 2, 1, true, names, layers, 6); /* rotary on 12 of 16 columns */
 }
 
+/* GPT-NeoX: per-head interleaved q, k, v of query_key_value with its bias, partial rotary
+ * 0.25, LayerNorm, the parallel residual, untied embed_out */
+static void test_fd_gpt_neox(void **st)
+{
+    (void)st;
+    const char *names[] = {"attention.query_key_value.weight", "attention.query_key_value.bias", "attention.dense.weight",
+                           "input_layernorm.weight", "post_attention_layernorm.bias", "mlp.dense_h_to_4h.weight",
+                           "embed_in.weight", "lm_head.weight"}; /* HF embed_out */
+    const int layers[] = {0, 1, 2, 1, 0, 2, -1, -1};
+    fd_check("tiny-gpt-neox", GCKPT_SDPA, 2, 2, true, names, layers, 8);
+    fd_check("tiny-gpt-neox", GCKPT_EAGER, 1, 1, false, names, layers, 8);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2),
@@ -337,6 +350,7 @@ int main(void)
                                        cmocka_unit_test(test_fd_olmo2),    cmocka_unit_test(test_fd_granite),
                                        cmocka_unit_test(test_fd_gemma),    cmocka_unit_test(test_attention_scale),
                                        cmocka_unit_test(test_fd_gemma2),   cmocka_unit_test(test_fd_sliding),
-                                       cmocka_unit_test(test_fd_gemma3),   cmocka_unit_test(test_fd_phi3)};
+                                       cmocka_unit_test(test_fd_gemma3),   cmocka_unit_test(test_fd_phi3),
+                                       cmocka_unit_test(test_fd_gpt_neox)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

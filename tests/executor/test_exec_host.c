@@ -320,10 +320,21 @@ static double grad_diff(gckpt_exec *x, gckpt_exec *y, step_grads *gx, step_grads
     return d;
 }
 
+/* two runs' grads freed (for reuse), then their losses and largest gradient difference d
+ * (of the largest gradient gmax) within fp32 rounding */
 static void free_grads(step_grads *sg)
 {
     for (int t = 0; t < GCKPT_MAX_TENSORS; t++)
         for (int l = 0; l < 3; l++) free(sg->g[t][l]);
+    memset(sg, 0, sizeof *sg);
+}
+
+static void assert_agree(step_grads *ga, step_grads *gb, double la, double lb, double d, double gmax)
+{
+    free_grads(ga);
+    free_grads(gb);
+    assert_true(fabs(la - lb) <= 1e-6 * lb);
+    assert_true(d <= 1e-4 * gmax);
 }
 
 /* The window is applied, and the same way by both attentions: in fp32 with the same
@@ -347,14 +358,48 @@ static void test_sliding_sdpa_matches_eager(void **st)
     double dg = grad_diff(sd, eg, &gs, &ge, &gmax);
     printf("# mistral window 8, seq 16, fp32, same weights: loss sdpa %.9f eager %.9f (window 16: %.9f); largest "
            "gradient difference %.3g, largest gradient %.3g\n", ls, le, lc, dg, gmax);
-    free_grads(&gs);
-    free_grads(&ge);
-    assert_true(fabs(ls - le) <= 1e-6 * le);
-    assert_true(dg <= 1e-4 * gmax);
+    assert_agree(&gs, &ge, ls, le, dg, gmax);
     assert_true(fabs(lc - le) > 1e-4);
     gckpt_exec_free(sd);
     gckpt_exec_free(eg);
     gckpt_exec_free(causal);
+    be->destroy(be);
+}
+
+/* GPT-NeoX (query_key_value's per-head interleaved q, k, v read in place, partial rotary
+ * 0.25, LayerNorm, the parallel residual, untied embed_out) */
+static void test_gpt_neox(void **st)
+{
+    (void)st;
+    family_ga2("tiny-gpt-neox");
+    for (int a = 0; a < GCKPT_NATTN; a++) sweep_mb("tiny-gpt-neox", GCKPT_AMP_BF16, (gckpt_attention)a, 1, 2, GCKPT_ADAMW);
+}
+
+/* GPT-NeoX's eager path (v's block through matmul's batch folding: a copy at micro-batch
+ * 2, a view of the packed output at 1) and its SDPA (v's block read as a view) agree in
+ * fp32 with the same weights; and HF's layout: view(..., heads, 3 * hd).chunk(3) puts q,
+ * k, v of head h at columns 3 * hd * h + {0, hd, 2 * hd} (modeling_gpt_neox.py 5.24). */
+static void test_gpt_neox_views(void **st)
+{
+    (void)st;
+    gckpt_model m = fx_model("tiny-gpt-neox");
+    uint64_t hd = m.head_dim;
+    /* v (role 2) of head 1, column 3, row 1, in rows of 3 * hidden */
+    assert_int_equal(gckpt_view_index(1 * m.hidden + hd + 3, m.hidden, 3 * m.hidden, 2 * hd, hd, 3 * hd),
+                     3 * m.hidden + 3 * hd * 1 + 2 * hd + 3);
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    for (uint64_t mb = 1; mb <= 2; mb++) {
+        gckpt_exec *sd = exec_fp32(be, &m, GCKPT_SDPA, mb), *eg = exec_fp32(be, &m, GCKPT_EAGER, mb);
+        copy_params(sd, eg);
+        static step_grads gs, ge;
+        double ls = loss_of(sd, &gs), le = loss_of(eg, &ge), gmax = 0;
+        double dg = grad_diff(sd, eg, &gs, &ge, &gmax);
+        printf("# gpt_neox mb %llu, seq 16, fp32, same weights: loss sdpa %.9f eager %.9f; largest gradient difference "
+               "%.3g, largest gradient %.3g\n", (unsigned long long)mb, ls, le, dg, gmax);
+        assert_agree(&gs, &ge, ls, le, dg, gmax);
+        gckpt_exec_free(sd);
+        gckpt_exec_free(eg);
+    }
     be->destroy(be);
 }
 
@@ -440,12 +485,7 @@ static void fused_mistral(const char *phi3, const char *mistral, uint64_t mb)
         printf("# %s vs %s (%s, mb %llu, window 8, seq 16, fp32, same weights): loss %.9f vs %.9f; largest fused "
                "gradient difference %.3g, largest gradient %.3g\n", phi3, mistral, gckpt_attention_names[a],
                (unsigned long long)mb, lp, lm, d, gmax);
-        free_grads(&gp);
-        free_grads(&gm);
-        memset(&gp, 0, sizeof gp);
-        memset(&gm, 0, sizeof gm);
-        assert_true(fabs(lp - lm) <= 1e-6 * lm);
-        assert_true(d <= 1e-4 * gmax);
+        assert_agree(&gp, &gm, lp, lm, d, gmax);
         gckpt_exec_free(xp);
         gckpt_exec_free(xm);
     }
@@ -713,7 +753,8 @@ int main(void)
         cmocka_unit_test(test_qwen2_sliding), cmocka_unit_test(test_gemma2_window_used),
         cmocka_unit_test(test_gemma3), cmocka_unit_test(test_gemma3_local_rope_used),
         cmocka_unit_test(test_phi3), cmocka_unit_test(test_phi3_is_fused_mistral),
-        cmocka_unit_test(test_partial_rotary_maps),
+        cmocka_unit_test(test_partial_rotary_maps), cmocka_unit_test(test_gpt_neox),
+        cmocka_unit_test(test_gpt_neox_views),
         cmocka_unit_test(test_sliding_rule), cmocka_unit_test(test_sliding_sdpa_matches_eager),
         cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),    cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),

@@ -193,6 +193,7 @@ static void test_sliding_plans(void **st)
     plan_runs_exactly("tiny-gemma3-w32", GCKPT_AMP_BF16, GCKPT_SDPA);
     plan_runs_exactly("tiny-phi3", GCKPT_AMP_BF16, GCKPT_SDPA);
     plan_runs_exactly("tiny-phi3-partial", GCKPT_BF16, GCKPT_EAGER);
+    plan_runs_exactly("tiny-gpt-neox", GCKPT_AMP_BF16, GCKPT_SDPA);
 }
 
 /* LoRA and QLoRA plans run end to end on the host backend: every entry ok, the measured
@@ -340,18 +341,15 @@ static void test_bad_input(void **st)
     put("paged.json", t);
     free(t);
     cJSON_Delete(plan);
-    /* planned, not executed (issue 13): a gpt_neox plan;
-     * Qwen2 with sliding layers from max_window_layers 1 at seq 16 >= its window 8 under
-     * sdpa (masked sliding layers and plain full layers: not one traced block type) */
+    /* planned, not executed (issue 13): Qwen2 with sliding layers from max_window_layers 1
+     * at seq 16 >= its window 8 under sdpa (masked sliding layers and plain full layers:
+     * not one traced block type) */
     static const uint32_t one[] = {1};
-    char *g = pf_plan_text("tiny-gpt-neox", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
     char *sw = pf_plan_text("tiny-qwen2-sw", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0);
     char *moe = pf_plan_text("tiny-mixtral", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0); /* issue 13's MoE */
-    assert_true(g && sw && moe);
-    put("neox.json", g);
+    assert_true(sw && moe);
     put("qwen2-sw.json", sw);
     put("mixtral.json", moe);
-    free(g);
     free(sw);
     free(moe);
     char adir[512];
@@ -378,7 +376,6 @@ static void test_bad_input(void **st)
         {{"--calibrate", "-o", "bad.json", "--backend", "host", NULL}, "calibrate"},
         {{"--calibrate", NULL}, "-o FILE"},
         {{"--plan", "llama.json", "--gpu", "h200", "-o", "bad.json", NULL}, "--calibrate"},
-        {{"--plan", "neox.json", "-o", "bad.json", NULL}, "model_type \"gpt_neox\" is planned but not executed yet"},
         {{"--plan", "qwen2-sw.json", "-o", "bad.json", NULL},
          "seq 16 >= the sliding window 8 under sdpa with layers of two attention types is not modelled"},
         {{"--plan", "mixtral.json", "-o", "bad.json", NULL},

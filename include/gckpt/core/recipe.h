@@ -129,7 +129,9 @@ typedef enum {
     GCKPT_P_NLL,         /* mean negative log-likelihood of in1 labels */
     GCKPT_P_SPLIT,       /* column block sa (0 q, 1 k, 2 v) from column sb of a packed output
                           * (gpt2's c_attn [rows, 3 x width]; Phi-3's qkv_proj, gate_up_proj);
-                          * sa = -1: each head's (of `width`) first columns (partial rotary)
+                          * sa = -1: each head's (of `width`) first columns (partial rotary);
+                          * in_f > 0: interleaved, out_f columns of every in_f from column sb
+                          * (GPT-NeoX's per-head q, k, v)
                           * c_attn output: a view (view_fwd), or with batched_copy a dense copy
                           * when the micro-batch is > 1 (matmul's batch folding). The view's
                           * backward writes its gradient into that block of the packed

@@ -148,6 +148,17 @@ GCKPT_HD void gckpt_split_view(uint64_t rows, uint64_t nwide, uint64_t nnarrow, 
     *off = *W > *cols && role >= 0 ? first : 0;
     *blk = *W > *cols && role < 0 && hd && *W >= hd ? *cols / (*W / hd) : 0;
 }
+/* ... of an interleaved SPLIT (in_f > 0: out_f columns of every in_f, GPT-NeoX): its
+ * block and stride (else those of gckpt_split_view, stride hd) */
+GCKPT_HD void gckpt_split_stride(uint64_t in_f, uint64_t out_f, uint64_t hd, uint64_t *blk, uint64_t *stride)
+{
+    if (in_f) {
+        *blk = out_f;
+        *stride = in_f;
+    } else {
+        *stride = hd;
+    }
+}
 
 /* ---- broadcasting --------------------------------------------------------------------- */
 

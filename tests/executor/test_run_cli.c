@@ -145,21 +145,23 @@ static void test_all_entries(void **st)
     free(err);
 }
 
-/* Every entry of a plan run on the host backend: ok, the measured peak equal to the
- * plan's prediction, the same gradients for every setting */
-static void all_ok(const char *plan)
+/* gckpt-run --all on plan (7 entries) with steps measured steps: every entry ok and
+ * passing with no message (no note: the executor's schedule is the plan's), the measured
+ * peak the plan's prediction, the same gradients for every setting. */
+static void runs_exactly(const char *plan, const char *steps)
 {
-    const char *args[] = {"--plan", plan, "--all", "--steps", "2", "--warmup", "0", "-o", "rl.json", NULL};
+    const char *args[] = {"--plan", plan, "--all", "--steps", steps, "--warmup", "0", "-o", "rx.json", NULL};
     assert_int_equal(run(args), 0);
-    cJSON *doc = report("rl.json");
-    const char *sum0 = NULL;
+    cJSON *doc = report("rx.json");
     cJSON *e;
+    const char *sum0 = NULL;
     int n = 0;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
         assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "status")), "ok");
         assert_true(cJSON_IsTrue(cJSON_GetObjectItem(e, "pass")));
-        assert_true(pf_at(e, "memory.peak_bytes.predicted")->valuedouble ==
-                    pf_at(e, "memory.peak_bytes.measured")->valuedouble);
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(e, "message"));
+        if (msg && *msg) fail_msg("%s: %s", plan, msg);
+        assert_true(pf_at(e, "memory.peak_bytes.predicted")->valuedouble == pf_at(e, "memory.peak_bytes.measured")->valuedouble);
         const char *sum = pf_at(e, "numerics.grad_checksum")->valuestring;
         if (!sum0) sum0 = sum;
         assert_string_equal(sum, sum0);
@@ -169,7 +171,33 @@ static void all_ok(const char *plan)
     cJSON_Delete(doc);
 }
 
-/* LoRA and QLoRA plans run end to end on the host backend */
+/* Plans with sliding windows shorter than the sequence (16 > 8) run end to end, the
+ * plan's own peak measured: the executor builds the recipe at the plan's sequence
+ * (Mistral's masked SDPA), as the planner does. */
+static void plan_runs_exactly(const char *fixture, gckpt_precision p, gckpt_attention a)
+{
+    char *text = pf_plan_text(fixture, p, a, every, 4, 2, 2, 0);
+    assert_non_null(text);
+    put("sliding.json", text);
+    free(text);
+    runs_exactly("sliding.json", "1");
+}
+
+static void test_sliding_plans(void **st)
+{
+    (void)st;
+    plan_runs_exactly("tiny-mistral-sw8", GCKPT_AMP_BF16, GCKPT_SDPA);
+    plan_runs_exactly("tiny-mistral-sw8", GCKPT_BF16, GCKPT_EAGER);
+    plan_runs_exactly("tiny-gemma2", GCKPT_AMP_BF16, GCKPT_EAGER);
+    plan_runs_exactly("tiny-gemma3", GCKPT_BF16, GCKPT_EAGER);
+    plan_runs_exactly("tiny-gemma3-w32", GCKPT_AMP_BF16, GCKPT_SDPA);
+    plan_runs_exactly("tiny-phi3", GCKPT_AMP_BF16, GCKPT_SDPA);
+    plan_runs_exactly("tiny-phi3-partial", GCKPT_BF16, GCKPT_EAGER);
+    plan_runs_exactly("tiny-gpt-neox", GCKPT_AMP_BF16, GCKPT_SDPA);
+}
+
+/* LoRA and QLoRA plans run end to end on the host backend: every entry ok, the measured
+ * peak equal to the plan's prediction, the same gradients for every setting */
 static void test_lora_qlora(void **st)
 {
     (void)st;
@@ -188,8 +216,8 @@ static void test_lora_qlora(void **st)
     put("qlora.json", b);
     free(a);
     free(b);
-    all_ok("lora.json");
-    all_ok("qlora.json");
+    runs_exactly("lora.json", "2");
+    runs_exactly("qlora.json", "2");
     no_temp_files();
 }
 
@@ -202,7 +230,7 @@ static void test_moe(void **st)
     assert_non_null(a);
     put("moe-aux.json", a);
     free(a);
-    all_ok("moe-aux.json");
+    runs_exactly("moe-aux.json", "2");
     no_temp_files();
 }
 
@@ -326,16 +354,13 @@ static void test_bad_input(void **st)
     put("paged.json", t);
     free(t);
     cJSON_Delete(plan);
-    /* planned, not executed (issue 13): a gemma2 plan at seq 16 > its window 8 (the
-     * sliding layers' own mask); Mistral v0.1's window under the planned sequence
-     * (16 >= 8: the masked SDPA form) */
+    /* planned, not executed (issue 13): Qwen2 with sliding layers from max_window_layers 1
+     * at seq 16 >= its window 8 under sdpa (masked sliding layers and plain full layers:
+     * not one traced block type) */
     static const uint32_t one[] = {1};
-    char *g = pf_plan_text("tiny-gemma2", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
-    char *sw = pf_plan_text("tiny-mistral-sw8", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0);
-    assert_true(g && sw);
-    put("gemma2.json", g);
-    put("mistral-sw.json", sw);
-    free(g);
+    char *sw = pf_plan_text("tiny-qwen2-sw", GCKPT_BF16, GCKPT_SDPA, one, 1, 1, 1, 0);
+    assert_non_null(sw);
+    put("qwen2-sw.json", sw);
     free(sw);
     char adir[512];
     cli_path("adir", adir, sizeof adir);
@@ -361,8 +386,8 @@ static void test_bad_input(void **st)
         {{"--calibrate", "-o", "bad.json", "--backend", "host", NULL}, "calibrate"},
         {{"--calibrate", NULL}, "-o FILE"},
         {{"--plan", "llama.json", "--gpu", "h200", "-o", "bad.json", NULL}, "--calibrate"},
-        {{"--plan", "gemma2.json", "-o", "bad.json", NULL}, "seq 16 > the sliding window 8 of model_type \"gemma2\""},
-        {{"--plan", "mistral-sw.json", "-o", "bad.json", NULL}, "the sliding window 8 under sdpa"},
+        {{"--plan", "qwen2-sw.json", "-o", "bad.json", NULL},
+         "seq 16 >= the sliding window 8 under sdpa with layers of two block types"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run(cases[i].args);
@@ -407,7 +432,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_entries), cmocka_unit_test(test_oom_goes_on), cmocka_unit_test(test_skip_force),
         cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_help_version), cmocka_unit_test(test_lora_qlora),
-        cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_moe),         cmocka_unit_test(test_sliding_plans),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

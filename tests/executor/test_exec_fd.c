@@ -356,7 +356,8 @@ static void test_fd_sliding(void **st)
 }
 
 /* Gemma 3: per-head q/k norms after the three projections, the sliding layers' own
- * rotary pair and mask (eager at seq 12 > window 8) and sdpa within the window */
+ * rotary pair and mask (eager at seq 12 > window 8), sdpa within the window and past it
+ * (two block sections: masked SDPA in the sliding layers) */
 static void test_fd_gemma3(void **st)
 {
     (void)st;
@@ -365,6 +366,7 @@ static void test_fd_gemma3(void **st)
     const int layers[] = {0, 1, 2, 3, 0, -1};
     fd_check("tiny-gemma3", GCKPT_EAGER, 2, 2, true, names, layers, 6);
     fd_check("tiny-gemma3-w32", GCKPT_SDPA, 2, 1, false, names, layers, 6);
+    fd_check("tiny-gemma3", GCKPT_SDPA, 2, 2, true, names, layers, 6); /* two block sections */
 }
 
 /* Phi-3: the fused projections read in place (sdpa at seq 12 >= window 8: the masked

@@ -131,7 +131,7 @@ static void test_gemma2_sliding(void **st) { (void)st; family_ga2("tiny-gemma2")
 static void test_mistral_sliding(void **st) { (void)st; family_ga2("tiny-mistral-sw8"); }
 /* Gemma 3 (per-head q/k norms, a rotary pair per layer type with its own theta, the
  * sliding and full masks): with window 32 > seq under sdpa and eager, with window 8 < seq
- * under eager (sdpa there has two block sections: refused). */
+ * under eager (sdpa there: test_two_block_sections_sdpa). */
 static void test_gemma3(void **st)
 {
     (void)st;
@@ -141,7 +141,7 @@ static void test_gemma3(void **st)
 }
 
 /* Qwen2 with sliding layers from max_window_layers 1 (layer 0 full, 1 and 2 sliding):
- * eager, each type's mask (sdpa at seq >= window: two block sections, refused) */
+ * eager, each type's mask (sdpa at seq >= window: test_two_block_sections_sdpa) */
 static void test_qwen2_sliding(void **st)
 {
     (void)st;
@@ -255,6 +255,7 @@ static gckpt_exec *exec_fp32(gckpt_backend *be, const gckpt_model *m, gckpt_atte
 
 /* The parameters of x and y paired by name (tensor indices differ between recipes). */
 #define MAXG 64
+#define MAXL 4 /* layers */
 
 static void param_pairs(gckpt_exec *x, gckpt_exec *y, int *tx, int *ty, int *nl, int *np)
 {
@@ -270,7 +271,7 @@ static void param_pairs(gckpt_exec *x, gckpt_exec *y, int *tx, int *ty, int *nl,
         assert_int_equal(gckpt_exec_param_numel(x, t), gckpt_exec_param_numel(y, u));
         tx[*np] = t;
         ty[*np] = u;
-        nl[*np] = rx->t[t].section == GCKPT_SEC_BLOCK ? 3 : 1;
+        nl[*np] = rx->t[t].section == GCKPT_SEC_BLOCK ? (int)gckpt_exec_ctx(x)->model->layers : 1;
         (*np)++;
     }
 }
@@ -294,7 +295,7 @@ static void copy_params(gckpt_exec *x, gckpt_exec *y)
 
 /* a step's gradients, every parameter of the recipe in tensor order (on_grads) */
 typedef struct {
-    float *g[GCKPT_MAX_TENSORS][3];
+    float *g[GCKPT_MAX_TENSORS][MAXL];
 } step_grads;
 
 static void grab_grads(gckpt_exec *x, void *user)
@@ -304,7 +305,8 @@ static void grab_grads(gckpt_exec *x, void *user)
     gckpt_err err = {{0}};
     for (int t = 0; t < r->nt; t++) {
         if (r->t[t].kind != GCKPT_T_PARAM) continue;
-        int nl = r->t[t].section == GCKPT_SEC_BLOCK ? 3 : 1;
+        int nl = r->t[t].section == GCKPT_SEC_BLOCK ? (int)gckpt_exec_ctx(x)->model->layers : 1;
+        assert_true(nl <= MAXL);
         for (int l = 0; l < nl; l++) {
             sg->g[t][l] = malloc(sizeof(float) * gckpt_exec_param_numel(x, t));
             assert_non_null(sg->g[t][l]);
@@ -344,7 +346,7 @@ static double grad_diff(gckpt_exec *x, gckpt_exec *y, step_grads *gx, step_grads
 static void free_grads(step_grads *sg)
 {
     for (int t = 0; t < GCKPT_MAX_TENSORS; t++)
-        for (int l = 0; l < 3; l++) free(sg->g[t][l]);
+        for (int l = 0; l < MAXL; l++) free(sg->g[t][l]);
     memset(sg, 0, sizeof *sg);
 }
 
@@ -382,6 +384,37 @@ static void test_sliding_sdpa_matches_eager(void **st)
     gckpt_exec_free(sd);
     gckpt_exec_free(eg);
     gckpt_exec_free(causal);
+    be->destroy(be);
+}
+
+/* Layers of two block types (two block sections: Qwen2 with max_window_layers 1, layer 0
+ * full and 1, 2 sliding; Gemma 3, sliding / full alternating) at seq 16 >= window 8 run
+ * under SDPA, each layer its section: masked SDPA with the window in the sliding layers,
+ * causal SDPA in the full ones. In fp32 with the same weights the loss and gradients equal
+ * eager's (each layer type's additive mask) up to rounding; the peak and pinned bytes are
+ * the plan's over the matrix (sweep). */
+static void test_two_block_sections_sdpa(void **st)
+{
+    (void)st;
+    const char *fixtures[] = {"tiny-qwen2-sw", "tiny-gemma3"};
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    for (int f = 0; f < 2; f++) {
+        gckpt_model m = fx_model(fixtures[f]);
+        gckpt_exec *sd = exec_fp32(be, &m, GCKPT_SDPA, 2), *eg = exec_fp32(be, &m, GCKPT_EAGER, 2);
+        assert_true(gckpt_exec_ctx(sd)->recipe->block_sec[GCKPT_BLOCK_SLIDING_SDPA] == GCKPT_SEC_BLOCK_MORE ||
+                    gckpt_exec_ctx(sd)->recipe->block_sec[GCKPT_BLOCK_DECODER] == GCKPT_SEC_BLOCK_MORE);
+        copy_params(sd, eg);
+        static step_grads gs, ge;
+        double ls = loss_of(sd, &gs), le = loss_of(eg, &ge), gmax = 0;
+        double dg = grad_diff(sd, eg, &gs, &ge, &gmax);
+        printf("# %s window 8, seq 16, fp32, same weights: loss sdpa (two block sections) %.9f eager %.9f; largest "
+               "gradient difference %.3g, largest gradient %.3g\n", fixtures[f], ls, le, dg, gmax);
+        assert_agree(&gs, &ge, ls, le, dg, gmax);
+        gckpt_exec_free(sd);
+        gckpt_exec_free(eg);
+        const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
+        for (int p = 0; p < 3; p++) sweep(fixtures[f], precs[p], GCKPT_SDPA, 2, GCKPT_ADAMW);
+    }
     be->destroy(be);
 }
 
@@ -838,6 +871,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_partial_rotary_maps), cmocka_unit_test(test_gpt_neox),
         cmocka_unit_test(test_gpt_neox_views),
         cmocka_unit_test(test_sliding_rule), cmocka_unit_test(test_sliding_sdpa_matches_eager),
+        cmocka_unit_test(test_two_block_sections_sdpa),
         cmocka_unit_test(test_mixtral), cmocka_unit_test(test_qwen3_moe), cmocka_unit_test(test_olmoe),
         cmocka_unit_test(test_moe_aux), cmocka_unit_test(test_moe_gate_up_halves),
     };

@@ -135,6 +135,25 @@ static bool window(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err
     return gckpt_json_u64_opt(j, f, "sliding_window", 1, MAX_LIMIT, 4096, &m->sliding_window, err);
 }
 
+/* The rope_theta of one layer type's entry of Gemma 3's rope_parameters, else the legacy
+ * top-level key, else the class default (configuration_gemma3.py 5.24,
+ * convert_rope_params_to_dict: full_attention from rope_theta, default 1e6;
+ * sliding_attention from rope_local_base_freq, default 1e4). */
+static bool theta_of(const char *f, const cJSON *j, const char *type, const char *legacy, double dflt, double *out,
+                     gckpt_err *err)
+{
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    const cJSON *e = cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, type) : NULL;
+    if (cJSON_IsObject(e) && !gckpt_json_absent(e, "rope_theta")) return gckpt_json_num(e, f, "rope_theta", 1, 1e12, out, err);
+    return gckpt_json_num_opt(j, f, legacy, 1, 1e12, dflt, out, err);
+}
+
+static bool gemma3_thetas(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+{
+    return theta_of(f, j, "full_attention", "rope_theta", 1e6, &m->rope_theta, err) &&
+           theta_of(f, j, "sliding_attention", "rope_local_base_freq", 1e4, &m->rope_local_theta, err);
+}
+
 static bool gemma(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
     const char *t = m->model_type;
@@ -173,6 +192,7 @@ static bool gemma(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
             if ((i + 1) % pattern) gckpt_set_sliding(m, i);
         m->qk_norm = true;
         m->rope_tables = m->sliding_layers && m->sliding_layers < m->layers ? 2 : 1;
+        if (!gemma3_thetas(f, j, m, err)) return false;
     } else {
         if (!softcap(f, j, "attn_logit_softcapping", 50.0, &m->attn_softcap, err) ||
             !softcap(f, j, "final_logit_softcapping", 30.0, &m->final_softcap, err))

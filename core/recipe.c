@@ -194,6 +194,7 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
     memset(r->block_sec, -1, sizeof r->block_sec);
     for (int k = 0; k < GCKPT_NSEC; k++) r->sec_in[k] = r->sec_out[k] = -1;
     r->mask = -1;
+    r->rope[0] = r->rope[1] = r->rope_local[0] = r->rope_local[1] = -1;
     r->router_logits[0] = r->router_logits[1] = -1;
     r->embed_leaf = -1;
     tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU, .peft = peft, .attn = a,

@@ -29,10 +29,10 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
     if (masked) {
         mconv = tnew(tr, "sdpa.mask", GCKPT_T_ACT, dt(tr, q), score_shape(1), false);
         opnew(tr, "sdpa.mask", GCKPT_OP_ELEM, 1, (int[]){tr->bool_mask}, mconv, -1, 0, NULL);
-        setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+        setprim(tr, GCKPT_P_BOOL_MASK, GCKPT_BC_NONE, 0, 0, 0);
         int lnot = tnew(tr, "sdpa.mask_not", GCKPT_T_ACT, BOOL, score_shape(1), false);
         opnew(tr, "sdpa.mask_not", GCKPT_OP_ELEM, 1, (int[]){tr->bool_mask}, lnot, -1, 0, NULL);
-        setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+        setprim(tr, GCKPT_P_BOOL_MASK, GCKPT_BC_NONE, 1, 0, 0);
     }
     uint64_t qd = gckpt_q_dim(m);
     int o = tnew(tr, "sdpa", GCKPT_T_ACT, dt(tr, q), per_token(qd), true);
@@ -89,9 +89,16 @@ static int fold(tracer *tr, int x, int prim, const char *name)
  * (recipe.h, GCKPT_P_SPLIT). */
 int slice_of(tracer *tr, int x, int role, uint64_t width, const char *name)
 {
+    /* its first column: the widths of the blocks sliced before it (roles in order; Phi-3's
+     * k and v are narrower than q under GQA) */
+    uint64_t off = 0;
+    for (int i = 0; i < tr->r->nop; i++) {
+        const gckpt_op *p = &tr->r->op[i];
+        if (p->prim == GCKPT_P_SPLIT && p->view_fwd && p->in[0] == x) off += tr->r->t[p->out[0]].shape.width;
+    }
     int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, x), per_token(width), rg(tr, x));
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
-    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, role, 0, tr->m->head_dim);
+    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, role, (double)off, tr->m->head_dim);
     last_op(tr)->view_fwd = true;
     return o;
 }
@@ -103,6 +110,7 @@ static int fold_role(tracer *tr, int x, int view, int role, const char *name)
     if (x != view) return fold(tr, x, GCKPT_P_CAST, name);
     int o = fold(tr, x, GCKPT_P_SPLIT, name);
     last_op(tr)->sa = role;
+    last_op(tr)->sb = (double)((uint64_t)role * tr->r->t[x].shape.width); /* its first column */
     return o;
 }
 
@@ -323,13 +331,13 @@ int attention_eager_gpt2(tracer *tr, int qkv, int mask, double p, int *weights)
     return transpose_copy(tr, o, "transpose");
 }
 
-/* The first `width` columns of x (Phi-3's x[..., :rotary_dim] per head, laid out as
- * one block here): a view. */
+/* Each head's first columns of x, `width` in all (Phi-3's x[..., :rotary_dim]): a view
+ * (SPLIT with role -1: per head of head_dim). */
 int slice_view(tracer *tr, int x, uint64_t width, const char *name)
 {
     int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, x), per_token(width), rg(tr, x));
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
-    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, 0, 0, tr->m->head_dim);
+    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, -1, 0, tr->m->head_dim);
     last_op(tr)->view_fwd = true;
     return o;
 }

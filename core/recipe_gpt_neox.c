@@ -43,12 +43,22 @@ static int neox_attention(tracer *tr, gckpt_attention attn, int n1, int cos, int
     int bd = m->o_bias ? param(tr, "dense.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
     int qkv = linear(tr, n1, w, b, h, 3 * h, "query_key_value");
     int q = slice_of(tr, qkv, 0, h, "q"), k = slice_of(tr, qkv, 1, h, "k"), v = slice_of(tr, qkv, 2, h, "v");
+    /* view(..., heads, 3 * hd).chunk(3): each head's q, k, v side by side (executors' view) */
+    for (int i = 1; i <= 3; i++) {
+        gckpt_op *s = &tr->r->op[tr->r->nop - i];
+        s->in_f = 3 * m->head_dim;
+        s->out_f = m->head_dim;
+        s->sb = s->sa * (double)m->head_dim;
+    }
     int qe = rope_partial(tr, q, cos, sin, "rope_q");
     int ke = rope_partial(tr, k, cos, sin, "rope_k");
     int weights = -1;
     int a = attn == GCKPT_SDPA ? attention_sdpa(tr, qe, ke, v, m->attn_dropout)
                                : attention_eager(tr, qe, ke, v, tr->r->mask, m->attn_dropout, &weights);
-    if (attn == GCKPT_SDPA) a = transpose_copy(tr, a, "attn_output.contiguous");
+    if (attn == GCKPT_SDPA) { /* the executors' SDPA writes [b, s, heads * hd]: a plain copy there */
+        a = transpose_copy(tr, a, "attn_output.contiguous");
+        last_op(tr)->prim = GCKPT_P_CAST;
+    }
     int ao = linear(tr, a, wd, bd, h, h, "dense");
     hold_here(tr, qkv);
     hold_here(tr, qe);

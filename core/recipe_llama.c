@@ -65,8 +65,10 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     if (mixed && mask2 >= 0) r->t[mask2].layer_type = GCKPT_LT_SLIDING;
     /* (SDPA: the full layers' mask is None, is_causal) */
     if (mixed && tr->bool_mask >= 0) r->t[tr->bool_mask].layer_type = GCKPT_LT_SLIDING;
-    tr->rope2[0] = cos2;
-    tr->rope2[1] = sin2;
+    tr->rope2[0] = r->rope_local[0] = cos2;
+    tr->rope2[1] = r->rope_local[1] = sin2;
+    r->rope[0] = *cos;
+    r->rope[1] = *sin;
     r->mask = mask;
     r->embed_out = x;
     section_end(tr);
@@ -138,8 +140,12 @@ static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, in
     int a = attn == GCKPT_SDPA ? attention_sdpa(tr, q, kk, v, m->attn_dropout)
                                : attention_eager(tr, q, kk, v, tr->r->mask, m->attn_dropout, &weights);
     /* SDPA's output follows q's layout: [b, heads, s, hd]-contiguous when q is a cat's
-     * output (Phi-3), so reshape(...).contiguous() copies it */
-    if (attn == GCKPT_SDPA && m->family == GCKPT_FAMILY_PHI3) a = transpose_copy(tr, a, "attn_output.contiguous");
+     * output (Phi-3), so reshape(...).contiguous() copies it: the same values, and the
+     * executors' SDPA already writes [b, s, heads * hd], so a plain copy (CAST) there */
+    if (attn == GCKPT_SDPA && m->family == GCKPT_FAMILY_PHI3) {
+        a = transpose_copy(tr, a, "attn_output.contiguous");
+        last_op(tr)->prim = GCKPT_P_CAST;
+    }
     int ao = m->fused_qkv ? linear(tr, a, wo, bo, qd, h, "o_proj") : lora_linear(tr, a, wo, bo, qd, h, "o_proj", GCKPT_LT_O, false);
     /* LlamaAttention.forward returns: its argument and query/key/value_states go; the
      * decoder layer keeps the returned attention weights (`_`) until it returns */

@@ -104,6 +104,7 @@ static int pair_chunk(tracer *tr, int x, int role, uint64_t width, const char *n
     int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, x), pairs(tr, width), rg(tr, x));
     node(tr, name, GCKPT_P_SPLIT, 1, (int[]){x}, o, -1, 0, NULL, GCKPT_BC_NONE, role, width);
     last_op(tr)->view_fwd = true;
+    last_op(tr)->sb = (double)((uint64_t)role * width); /* its first column (GCKPT_P_SPLIT) */
     return o;
 }
 

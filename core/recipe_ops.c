@@ -547,11 +547,11 @@ int rope(tracer *tr, int x, int cos, int sin, const char *name)
     snprintf(nm, sizeof nm, "%s.neg", name);
     int ng = tnew(tr, nm, GCKPT_T_ACT, dt(tr, x), half, rg(tr, x));
     opnew(tr, nm, GCKPT_OP_ELEM, 1, (int[]){x}, ng, -1, 0, NULL);
-    setprim(tr, GCKPT_P_NEG_HALF, GCKPT_BC_NONE, 0, 0, tr->m->head_dim);
+    setprim(tr, GCKPT_P_NEG_HALF, GCKPT_BC_NONE, 0, 0, tr->m->rotary_dim); /* per rotated head */
     snprintf(nm, sizeof nm, "%s.cat", name);
     int rot = like(tr, nm, x, dt(tr, x), rg(tr, x));
     opnew(tr, nm, GCKPT_OP_ELEM, 2, (int[]){ng, x}, rot, -1, 0, NULL);
-    setprim(tr, GCKPT_P_CAT_HALF, GCKPT_BC_NONE, 0, 0, tr->m->head_dim);
+    setprim(tr, GCKPT_P_CAT_HALF, GCKPT_BC_NONE, 0, 0, tr->m->rotary_dim);
     snprintf(nm, sizeof nm, "%s.mul_sin", name);
     int rs = mul(tr, rot, sin, nm);
     save_rope2(tr, 1);

@@ -1,8 +1,11 @@
 // CUDA kernels of attention: a fused causal SDPA (flash-attention style online softmax on
 // CUDA cores, fp32 accumulation, logsumexp saved, dropout from the counter-based
-// generator, GQA and gpt2's packed q/k/v) with a two-kernel deterministic backward (dK/dV
-// over key tiles, dQ over query tiles into the op's fp32 workspace; no atomics), and
-// eager attention's softmax, transpose and repeat_kv.
+// generator, GQA and gpt2's packed q/k/v, a sliding window and an additive mask) with a
+// two-kernel deterministic backward (dK/dV over key tiles, dQ over query tiles into the
+// op's fp32 workspace; no atomics), eager attention's softmax, transpose and repeat_kv,
+// and SDPA's conversion of masking_utils' bool mask. The window and the mask are
+// unverified: no GPU here.
+#include "gckpt/executor/kernel_math.h"
 #include <math.h>
 
 #include "cuda_common.cuh"
@@ -23,7 +26,16 @@ struct Att {
     uint64_t S, hd;
     float scale, p;
     uint64_t rng;
+    uint64_t window;            // sliding window (gckpt_key_visible), 0: causal only
+    const void *mask;           // additive [b, 1, s, s] mask, or null
+    uint8_t maskdt;
 };
+
+// the score's additive mask for (batch b, query i, key j)
+__device__ __forceinline__ float mask_bias(const Att &a, uint64_t b, uint64_t i, uint64_t j)
+{
+    return a.mask ? ldx(a.mask, a.maskdt, (b * a.S + i) * a.S + j) : 0.0f;
+}
 
 __device__ __forceinline__ int kstride(int hd) { return (hd & 1) ? hd : hd + 1; }
 
@@ -65,7 +77,8 @@ template <int DPL> __global__ void __launch_bounds__(F_NW * 32) k_sdpa_fwd(Att a
         for (int t = 0; t < DPL; t++) acc[qi][t] = 0.0f;
     }
     const uint64_t kend = S < q0 + F_BQ ? S : q0 + F_BQ;
-    for (uint64_t k0 = 0; k0 < kend; k0 += kTile) {
+    // the first tile with a key the block's first query sees
+    for (uint64_t k0 = gckpt_first_key(q0, a.window) / kTile * kTile; k0 < kend; k0 += kTile) {
         __syncthreads();
         for (int e = threadIdx.x; e < kTile * hd; e += blockDim.x) {
             int r = e / hd, d = e % hd;
@@ -79,15 +92,16 @@ template <int DPL> __global__ void __launch_bounds__(F_NW * 32) k_sdpa_fwd(Att a
             const uint64_t i = q0 + w * F_QW + qi;
             if (i >= S || k0 > i) continue; // uniform across the warp
             const uint64_t j = k0 + lane;
-            const bool valid = j <= i;
+            const bool valid = gckpt_key_visible(i, j, a.window);
             const float *qr = Qs + (w * F_QW + qi) * hd;
             float sj = -INFINITY;
             if (valid) {
                 float dot = 0.0f;
                 for (int d = 0; d < hd; d++) dot += qr[d] * Ks[lane * KS + d];
-                sj = dot * a.scale;
+                sj = dot * a.scale + mask_bias(a, b, i, j);
             }
-            float mn = fmaxf(m[qi], xor_max(sj)); // finite: key k0 <= i is valid
+            float mn = fmaxf(m[qi], xor_max(sj));
+            if (mn == -INFINITY) continue; // no key of this tile is in query i's window (warp-uniform)
             float corr = expf(m[qi] - mn);
             float pj = valid ? expf(sj - mn) : 0.0f;
             l[qi] = l[qi] * corr + xor_sum(pj);
@@ -154,7 +168,7 @@ template <int DPL> __global__ void __launch_bounds__(F_NW * 32) k_sdpa_dq(Att a)
         for (int t = 0; t < DPL; t++) dq[qi][t] = 0.0f;
     }
     const uint64_t kend = S < q0 + F_BQ ? S : q0 + F_BQ;
-    for (uint64_t k0 = 0; k0 < kend; k0 += kTile) {
+    for (uint64_t k0 = gckpt_first_key(q0, a.window) / kTile * kTile; k0 < kend; k0 += kTile) {
         __syncthreads();
         for (int e = threadIdx.x; e < kTile * hd; e += blockDim.x) {
             int r = e / hd, d = e % hd;
@@ -168,7 +182,7 @@ template <int DPL> __global__ void __launch_bounds__(F_NW * 32) k_sdpa_dq(Att a)
             const uint64_t i = q0 + w * F_QW + qi;
             if (i >= S || k0 > i) continue;
             const uint64_t j = k0 + lane;
-            const bool valid = j <= i;
+            const bool valid = gckpt_key_visible(i, j, a.window);
             const float *qr = Qs + (w * F_QW + qi) * hd, *gr = Gs + (w * F_QW + qi) * hd;
             float ds = 0.0f;
             if (valid) {
@@ -177,7 +191,7 @@ template <int DPL> __global__ void __launch_bounds__(F_NW * 32) k_sdpa_dq(Att a)
                     s += qr[d] * Ks[lane * KS + d];
                     dp += gr[d] * Vs[lane * KS + d];
                 }
-                float p = expf(s * a.scale - lse[qi]);
+                float p = expf(s * a.scale + mask_bias(a, b, i, j) - lse[qi]);
                 if (a.p > 0.0f) dp = gckpt_keep(a.rng, ((b * a.nh + h) * S + i) * S + j, a.p) ? dp * inv_keep : 0.0f;
                 ds = p * (dp - Dv[qi]);
             }
@@ -231,7 +245,9 @@ template <int DPL> __global__ void __launch_bounds__(KV_NW * 32) k_sdpa_dkv(Att 
         for (int t = 0; t < DPL; t++) dk[kj][t] = dv[kj][t] = 0.0f;
     for (uint64_t r = 0; r < rep; r++) {
         const uint64_t h = kvh * rep + r;
-        for (uint64_t qt0 = k0; qt0 < S; qt0 += kTile) {
+        // the queries that see a key of this block: up to its last key + window - 1
+        const uint64_t qend = a.window && k0 + KV_BK - 1 + a.window < S ? k0 + KV_BK - 1 + a.window : S;
+        for (uint64_t qt0 = k0; qt0 < qend; qt0 += kTile) {
             __syncthreads();
             for (int e = threadIdx.x; e < kTile * hd; e += blockDim.x) {
                 int rr = e / hd, d = e % hd;
@@ -254,7 +270,7 @@ template <int DPL> __global__ void __launch_bounds__(KV_NW * 32) k_sdpa_dkv(Att 
                 const int kr = w * KV_KW + kj;
                 const uint64_t j = k0 + kr;
                 if (j >= S) continue; // uniform across the warp
-                const bool valid = i >= j && i < S;
+                const bool valid = i < S && gckpt_key_visible(i, j, a.window);
                 float pd = 0.0f, ds = 0.0f;
                 if (valid) {
                     float s = 0.0f, dp = 0.0f;
@@ -262,7 +278,7 @@ template <int DPL> __global__ void __launch_bounds__(KV_NW * 32) k_sdpa_dkv(Att 
                         s += Qt[lane * KS + d] * Kb[kr * hd + d];
                         dp += Gt[lane * KS + d] * Vb[kr * hd + d];
                     }
-                    float p = expf(s * a.scale - Lt[lane]);
+                    float p = expf(s * a.scale + mask_bias(a, b, i, j) - Lt[lane]);
                     pd = p;
                     if (a.p > 0.0f) {
                         bool keep = gckpt_keep(a.rng, ((b * a.nh + h) * S + i) * S + j, a.p);
@@ -352,6 +368,11 @@ Att att_of(const gckpt_xcall *c)
     a.scale = static_cast<float>(c->op->sb); /* the recipe's score scale (gckpt_attn_scale) */
     a.p = static_cast<float>(c->op->sa);
     a.rng = c->rng;
+    a.window = c->window;
+    if (c->op->nin > 3) { /* the sliding window's additive mask */
+        a.mask = c->in[3].p;
+        a.maskdt = c->in[3].dt;
+    }
     return a;
 }
 
@@ -509,12 +530,24 @@ __global__ void k_repeat_kv_bwd(const void *g, uint8_t gdt, void *gi, uint8_t gi
     }
 }
 
+// masking_utils' bool [s, s] mask broadcast to [b, 1, s, s]: SDPA's conversion to the
+// output's dtype, or its logical_not
+__global__ void k_bool_mask(const void *x, uint8_t xdt, uint64_t nx, void *o, uint8_t odt, uint64_t n, bool negate)
+{
+    GRID_LOOP(e, n)
+    {
+        float v = ldx(x, xdt, e % nx);
+        stx(o, odt, e, negate ? static_cast<float>(v == 0.0f) : gckpt_bool_mask_bias(v));
+    }
+}
+
 } // namespace
 
 bool cuda_is_attn(int prim)
 {
     switch (prim) {
-    case GCKPT_P_SDPA: case GCKPT_P_SOFTMAX: case GCKPT_P_TRANSPOSE: case GCKPT_P_REPEAT_KV: return true;
+    case GCKPT_P_SDPA: case GCKPT_P_SOFTMAX: case GCKPT_P_TRANSPOSE: case GCKPT_P_REPEAT_KV: case GCKPT_P_BOOL_MASK:
+        return true;
     default: return false;
     }
 }
@@ -538,6 +571,11 @@ gckpt_xstatus cuda_attn_forward(cuda_be *cb, const gckpt_xcall *c)
         k_transpose<<<grid_for(o.n, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, c->b, c->s, nh, hd, false);
         break;
     }
+    case GCKPT_P_BOOL_MASK:
+        NEED_T(be, c, x, "input");
+        if (!x.n) return op_fail(be, c, "an empty mask");
+        k_bool_mask<<<grid_for(o.n, kBlock), kBlock, 0, st>>>(x.p, x.dt, x.n, o.p, o.dt, o.n, c->op->sa == 1.0);
+        break;
     default: {
         /* the input's own width: a view of one kv head has kv heads (see host_attn.c) */
         NEED_T(be, c, x, "input");
@@ -559,6 +597,7 @@ gckpt_xstatus cuda_attn_backward(cuda_be *cb, const gckpt_xcall *c)
     NEED_T(be, c, g, "output gradient");
     switch (c->op->prim) {
     case GCKPT_P_SDPA: return sdpa_bwd(cb, c);
+    case GCKPT_P_BOOL_MASK: return op_fail(be, c, "a mask has no gradient");
     case GCKPT_P_SOFTMAX: {
         if (!gi.p) return GCKPT_XS_OK;
         NEED_T(be, c, c->out[0], "saved output");

@@ -173,55 +173,46 @@ gckpt_xstatus c_source(gckpt_backend *be, gckpt_source what, const gckpt_xcall *
     return cuda_source(as_cuda(be), what, c, host);
 }
 
-// An elementwise op's input that is a column block of a wider tensor (a SPLIT view: the
-// experts' gate and up halves) as a dense copy on the stream's pool, freed after the op
-// (host_ops.c dense_views; the copy is kernel scratch the plan does not count).
-gckpt_xstatus dense_views(cuda_be *cb, const gckpt_xcall *c, gckpt_xcall *d, void **owned)
-{
-    *d = *c;
-    for (int k = 0; k < c->op->nin; k++) {
-        owned[k] = nullptr;
-        const gckpt_xt &x = c->in[k];
-        int prod = gckpt_recipe_producer(c->r, c->op->in[k]);
-        if (!x.p || x.n == x.rows * x.cols || prod < 0 || c->r->op[prod].prim != GCKPT_P_SPLIT || !c->r->op[prod].view_fwd)
-            continue;
-        gckpt_xt dst = x;
-        dst.n = x.rows * x.cols;
-        CUDA_TRY(&cb->be, cudaMallocAsync(&dst.p, dst.n * gckpt_dtype_size(static_cast<gckpt_dtype>(x.dt)) + 1, cb->stream));
-        owned[k] = dst.p;
-        gckpt_xstatus rc = cuda_split_copy(cb, x, static_cast<uint64_t>(c->r->op[prod].sa), dst);
-        if (rc != GCKPT_XS_OK) return rc;
-        d->in[k] = dst;
-    }
-    return GCKPT_XS_OK;
-}
-
-gckpt_xstatus run_op(cuda_be *cb, const gckpt_xcall *c, bool bwd)
+gckpt_xstatus dispatch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 {
     if (cuda_is_matmul(c->op->prim)) return bwd ? cuda_matmul_backward(cb, c) : cuda_matmul_forward(cb, c);
     if (cuda_is_attn(c->op->prim)) return bwd ? cuda_attn_backward(cb, c) : cuda_attn_forward(cb, c);
-    gckpt_xcall d;
-    void *owned[GCKPT_OP_MAX_IN] = {nullptr};
-    gckpt_xstatus rc = dense_views(cb, c, &d, owned);
-    if (rc == GCKPT_XS_OK) {
-        if (cuda_is_moe(c->op->prim)) rc = bwd ? cuda_moe_backward(cb, &d) : cuda_moe_forward(cb, &d);
-        else rc = bwd ? cuda_elem_backward(cb, &d) : cuda_elem_forward(cb, &d);
+    if (cuda_is_moe(c->op->prim)) return bwd ? cuda_moe_backward(cb, c) : cuda_moe_forward(cb, c);
+    return bwd ? cuda_elem_backward(cb, c) : cuda_elem_forward(cb, c);
+}
+
+// The kernels read dense operands: Phi-3's strided views (gckpt_xt.vW) are gathered into
+// temporaries first (on the pool: the device measurement sees them; unverified, no GPU)
+gckpt_xstatus with_dense_inputs(cuda_be *cb, const gckpt_xcall *c, bool bwd)
+{
+    bool strided = false;
+    for (int k = 0; k < c->op->nin; k++) strided |= c->in[k].vW != 0 && c->in[k].p;
+    if (!strided) return dispatch(cb, c, bwd);
+    gckpt_xcall d = *c;
+    void *tmp[GCKPT_OP_MAX_IN] = {};
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    for (int k = 0; k < c->op->nin && rc == GCKPT_XS_OK; k++) {
+        if (!c->in[k].vW || !c->in[k].p) continue;
+        rc = cuda_dense_view(cb, c->in[k], &tmp[k]);
+        d.in[k].p = tmp[k];
+        d.in[k].vW = d.in[k].voff = d.in[k].vblk = d.in[k].vstride = 0;
     }
-    for (int k = 0; k < GCKPT_OP_MAX_IN; k++)
-        if (owned[k]) cudaFreeAsync(owned[k], cb->stream);
+    if (rc == GCKPT_XS_OK) rc = dispatch(cb, &d, bwd);
+    for (int k = 0; k < c->op->nin; k++)
+        if (tmp[k]) cudaFreeAsync(tmp[k], cb->stream);
     return rc;
 }
 
 gckpt_xstatus c_forward(gckpt_backend *be, const gckpt_xcall *c)
 {
     if (gckpt_op_check_forward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
-    return run_op(as_cuda(be), c, false);
+    return with_dense_inputs(as_cuda(be), c, false);
 }
 
 gckpt_xstatus c_backward(gckpt_backend *be, const gckpt_xcall *c)
 {
     if (gckpt_op_check_backward(c, &be->err) != GCKPT_XS_OK) return GCKPT_XS_ERROR;
-    return run_op(as_cuda(be), c, true);
+    return with_dense_inputs(as_cuda(be), c, true);
 }
 
 // A quantized weight dequantized into out (cuda_quant.cu; unverified: no GPU here).

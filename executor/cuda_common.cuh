@@ -171,7 +171,6 @@ gckpt_xstatus cuda_attn_backward(cuda_be *b, const gckpt_xcall *c);
 gckpt_xstatus cuda_moe_forward(cuda_be *b, const gckpt_xcall *c);
 gckpt_xstatus cuda_moe_backward(cuda_be *b, const gckpt_xcall *c);
 bool cuda_is_moe(int prim);
-gckpt_xstatus cuda_split_copy(cuda_be *b, const gckpt_xt &src, uint64_t role, const gckpt_xt &dst);
 gckpt_xstatus cuda_source(cuda_be *b, gckpt_source what, const gckpt_xcall *c, const int64_t *host);
 gckpt_xstatus cuda_optim(cuda_be *b, const gckpt_optcall *c);
 gckpt_xstatus cuda_nccl_attach(cuda_be *b, gckpt_comm *comm);
@@ -181,6 +180,8 @@ gckpt_xstatus cuda_add(cuda_be *b, gckpt_xt dst, gckpt_xt a, gckpt_xt x);
 gckpt_xstatus cuda_fill(cuda_be *b, gckpt_xt t, gckpt_init how, float scale, uint64_t key);
 gckpt_xstatus cuda_checksum(cuda_be *b, gckpt_xt t, uint64_t salt, uint64_t *hash, double *sumsq);
 size_t cuda_checksum_scratch_bytes();
+
+gckpt_xstatus cuda_dense_view(cuda_be *b, const gckpt_xt &v, void **out);
 
 bool cuda_is_matmul(int prim);
 bool cuda_is_attn(int prim);

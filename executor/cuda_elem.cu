@@ -182,25 +182,19 @@ __global__ void k_half(Half h)
     }
 }
 
-// gpt2's packed q / k / v (GCKPT_P_SPLIT): n elements of a [rows, Wn] role, column block
-// off of a [rows, Ww] packed tensor; bwd: the role into the block (the rest untouched)
-__global__ void k_split(const void *src, uint8_t sdt, void *dst, uint8_t ddt, uint64_t n, uint64_t Ww,
-                        uint64_t Wn, uint64_t off, int bwd)
+// a SPLIT's role (gckpt_split_view) of n elements, rows of Wn, in a packed tensor with rows of
+// Ww; bwd: the role into its place (the rest untouched)
+__global__ void k_split(const void *src, uint8_t sdt, void *dst, uint8_t ddt, uint64_t n, uint64_t Wn, uint64_t Ww,
+                        uint64_t off, uint64_t blk, uint64_t hd, int bwd)
 {
     GRID_LOOP(i, n)
     {
-        uint64_t wide = gckpt_split_index(i, Ww, Wn, off);
+        uint64_t wide = gckpt_view_index(i, Wn, Ww, off, blk, hd);
         if (bwd)
             stx(dst, ddt, wide, ldx(src, sdt, i));
         else
             stx(dst, ddt, i, ldx(src, sdt, wide));
     }
-}
-
-static void split_cols(const gckpt_xcall *c, uint64_t rows, uint64_t nwide, uint64_t nnarrow, uint64_t *Ww, uint64_t *Wn,
-                       uint64_t *off)
-{
-    gckpt_split_cols(rows, nwide, nnarrow, static_cast<uint64_t>(c->op->sa), Ww, Wn, off);
 }
 
 // mean over groups of w: one warp per group
@@ -549,16 +543,71 @@ gckpt_xstatus half_bwd(cuda_be *cb, const gckpt_xcall *c)
     return rc;
 }
 
+// partial rotary's cat (gckpt_cat_pass_src): forward out from y (rotated) and x; backward
+// the gradient's rotated columns to gy, the others to gx (its rotated columns 0)
+__global__ void k_cat_pass(const void *a, uint8_t adt, const void *b, uint8_t bdt, void *o, uint8_t odt, uint64_t n,
+                           uint64_t C, uint64_t hd, uint64_t rd)
+{
+    GRID_LOOP(i, n)
+    {
+        int which;
+        uint64_t src;
+        gckpt_cat_pass_src(i, C, hd, rd, &which, &src);
+        stx(o, odt, i, which == 1 ? ldx(a, adt, src) : ldx(b, bdt, src));
+    }
+}
+__global__ void k_cat_pass_bwd(const void *g, uint8_t gdt, void *gy, uint8_t gydt, void *gx, uint8_t gxdt, uint64_t n,
+                               uint64_t C, uint64_t hd, uint64_t rd)
+{
+    GRID_LOOP(i, n)
+    {
+        int which;
+        uint64_t src;
+        gckpt_cat_pass_src(i, C, hd, rd, &which, &src);
+        float v = ldx(g, gdt, i);
+        if (which == 1 && gy) stx(gy, gydt, src, v);
+        if (gx) stx(gx, gxdt, i, which == 1 ? 0.0f : v);
+    }
+}
+
+gckpt_xstatus cat_pass_launch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
+{
+    uint64_t C = c->in[1].cols, hd = c->op->width, rd = hd && C >= hd ? c->in[0].cols / (C / hd) : 0;
+    if (!rd || rd > hd || C % hd) return op_fail(&cb->be, c, "a rotated part that does not fit the heads");
+    if (!bwd) {
+        NEED_T(&cb->be, c, c->in[0], "input 0");
+        NEED_T(&cb->be, c, c->in[1], "input 1");
+        const gckpt_xt &o = c->out[0];
+        k_cat_pass<<<grid_for(o.n, kBlock), kBlock, 0, cb->stream>>>(c->in[0].p, c->in[0].dt, c->in[1].p, c->in[1].dt, o.p,
+                                                                     o.dt, o.n, C, hd, rd);
+    } else {
+        const gckpt_xt &g = c->gout;
+        k_cat_pass_bwd<<<grid_for(g.n, kBlock), kBlock, 0, cb->stream>>>(g.p, g.dt, c->gin[0].p, c->gin[0].dt, c->gin[1].p,
+                                                                         c->gin[1].dt, g.n, C, hd, rd);
+    }
+    LAUNCH_TRY(&cb->be);
+    return GCKPT_XS_OK;
+}
+
+// a strided column view (gckpt_xt.vW) gathered into dense storage dst
+__global__ void k_gather_view(const void *src, uint8_t dt, void *dst, uint64_t n, uint64_t cols, uint64_t W, uint64_t off,
+                              uint64_t blk, uint64_t stride)
+{
+    GRID_LOOP(i, n) stx(dst, dt, i, ldx(src, dt, gckpt_view_index(i, cols, W, off, blk, stride)));
+}
+
 gckpt_xstatus split_launch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 {
     const gckpt_xt &src = bwd ? c->gout : c->in[0], &dst = bwd ? c->gin[0] : c->out[0];
     const gckpt_xt &wide = bwd ? dst : src, &narrow = bwd ? src : dst;
     if (!dst.p) return GCKPT_XS_OK;
-    uint64_t Ww, Wn, off;
-    split_cols(c, narrow.rows, wide.n, narrow.n, &Ww, &Wn, &off);
+    uint64_t Wn, Ww, off, blk, stride = c->op->width, hd = c->op->width;
+    gckpt_split_view(narrow.rows, wide.n, narrow.n, static_cast<int>(c->op->sa), static_cast<uint64_t>(c->op->sb), hd, &Wn,
+                     &Ww, &off, &blk);
+    if (Ww > Wn) gckpt_split_stride(c->op->in_f, c->op->out_f, hd, &blk, &stride);
     if (narrow.n)
-        k_split<<<grid_for(narrow.n, kBlock), kBlock, 0, cb->stream>>>(src.p, src.dt, dst.p, dst.dt, narrow.n, Ww, Wn, off,
-                                                                       bwd ? 1 : 0);
+        k_split<<<grid_for(narrow.n, kBlock), kBlock, 0, cb->stream>>>(src.p, src.dt, dst.p, dst.dt, narrow.n, Wn, Ww, off,
+                                                                       blk, stride, bwd ? 1 : 0);
     LAUNCH_TRY(&cb->be);
     return GCKPT_XS_OK;
 }
@@ -673,6 +722,7 @@ gckpt_xstatus cuda_elem_forward(cuda_be *cb, const gckpt_xcall *c)
     case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_fwd(cb, c);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_fwd(cb, c);
     case GCKPT_P_SPLIT: return split_launch(cb, c, false);
+    case GCKPT_P_CAT_PASS: return cat_pass_launch(cb, c, false);
     case GCKPT_P_LAYERNORM: return layernorm_fwd(cb, c);
     case GCKPT_P_MEAN:
         k_mean<<<grid_for(o.n * 32, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, o.n, op->width);
@@ -709,6 +759,7 @@ gckpt_xstatus cuda_elem_backward(cuda_be *cb, const gckpt_xcall *c)
         return unary_bwd(cb, c);
     case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_bwd(cb, c);
     case GCKPT_P_SPLIT: return split_launch(cb, c, true);
+    case GCKPT_P_CAT_PASS: return cat_pass_launch(cb, c, true);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_bwd(cb, c);
     case GCKPT_P_LAYERNORM: return layernorm_bwd(cb, c);
     case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: return embed_bwd(cb, c);
@@ -738,14 +789,16 @@ gckpt_xstatus cuda_fill(cuda_be *cb, gckpt_xt t, gckpt_init how, float scale, ui
     return GCKPT_XS_OK;
 }
 
-// The column block `role` of a wider tensor src (rows x Ww) copied densely into dst (rows
-// x its own width): a SPLIT view read by an elementwise kernel (cuda_backend.cu).
-gckpt_xstatus cuda_split_copy(cuda_be *cb, const gckpt_xt &src, uint64_t role, const gckpt_xt &dst)
+// Phi-3's strided views read by the kernels (unverified: no GPU here): a dense temporary
+// on the stream's pool, freed by the caller with cudaFreeAsync
+gckpt_xstatus cuda_dense_view(cuda_be *cb, const gckpt_xt &v, void **out)
 {
-    uint64_t Ww, Wn, off;
-    gckpt_split_cols(dst.rows, src.n, dst.n, role, &Ww, &Wn, &off);
-    if (dst.n)
-        k_split<<<grid_for(dst.n, kBlock), kBlock, 0, cb->stream>>>(src.p, src.dt, dst.p, dst.dt, dst.n, Ww, Wn, off, 0);
-    LAUNCH_TRY(&cb->be);
+    gckpt_backend *be = &cb->be;
+    size_t bytes = static_cast<size_t>(v.n) * gckpt_dtype_size(static_cast<gckpt_dtype>(v.dt));
+    CUDA_TRY(be, cudaMallocAsync(out, bytes ? bytes : 1, cb->stream));
+    if (v.n)
+        k_gather_view<<<grid_for(v.n, kBlock), kBlock, 0, cb->stream>>>(v.p, v.dt, *out, v.n, v.cols, v.vW, v.voff, v.vblk,
+                                                                        v.vstride);
+    LAUNCH_TRY(be);
     return GCKPT_XS_OK;
 }

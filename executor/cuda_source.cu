@@ -1,6 +1,7 @@
 // SOURCE ops on the GPU: token ids, labels and positions copied from the interpreter's
-// host data, HF's default rotary tables, the eager path's additive causal mask and Gemma's
-// embedding normalizer.
+// host data, HF's default rotary tables, the eager path's additive causal or sliding-window
+// mask (masking_utils' bool one under SDPA; unverified: no GPU here) and Gemma's embedding
+// normalizer.
 #include <math.h>
 
 #include "cuda_common.cuh"
@@ -20,10 +21,15 @@ __global__ void k_rotary(void *cs, uint8_t cdt, void *sn, uint8_t sdt, uint64_t 
     }
 }
 
-__global__ void k_mask(void *o, uint8_t odt, uint64_t n, uint64_t S)
+// eager's additive mask, or masking_utils' bool one under SDPA (true where visible)
+__global__ void k_mask(void *o, uint8_t odt, uint64_t n, uint64_t S, uint64_t window)
 {
     float low = gckpt_dtype_lowest(odt);
-    GRID_LOOP(i, n) stx(o, odt, i, gckpt_causal_mask(i, S, low));
+    GRID_LOOP(i, n)
+    {
+        float v = gckpt_attn_mask(i, S, window, low);
+        stx(o, odt, i, odt == GCKPT_DT_BOOL ? static_cast<float>(v == 0.0f) : v);
+    }
 }
 
 __global__ void k_scale(void *o, uint8_t odt, uint64_t hidden) { stx(o, odt, 0, gckpt_embed_normalizer(hidden)); }
@@ -45,11 +51,11 @@ gckpt_xstatus cuda_source(cuda_be *cb, gckpt_source what, const gckpt_xcall *c, 
         return GCKPT_XS_OK;
     case GCKPT_SRC_ROTARY:
         NEED_T(be, c, c->out[1], "sin output");
-        k_rotary<<<grid_for(c->s * c->m->head_dim, kBlock), kBlock, 0, cb->stream>>>(
-            o.p, o.dt, c->out[1].p, c->out[1].dt, c->s, c->m->head_dim, static_cast<float>(c->m->rope_theta));
+        k_rotary<<<grid_for(c->s * c->m->rotary_dim, kBlock), kBlock, 0, cb->stream>>>(
+            o.p, o.dt, c->out[1].p, c->out[1].dt, c->s, c->m->rotary_dim, static_cast<float>(c->rope_theta));
         break;
     case GCKPT_SRC_MASK:
-        k_mask<<<grid_for(o.n, kBlock), kBlock, 0, cb->stream>>>(o.p, o.dt, o.n, c->s);
+        k_mask<<<grid_for(o.n, kBlock), kBlock, 0, cb->stream>>>(o.p, o.dt, o.n, c->s, c->window);
         break;
     case GCKPT_SRC_SCALE: k_scale<<<1, 1, 0, cb->stream>>>(o.p, o.dt, c->m->hidden); break;
     default: return op_fail(be, c, "unknown source");

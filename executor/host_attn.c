@@ -1,12 +1,14 @@
-/* Host kernels of the attention primitives: fused causal SDPA (with logsumexp and
- * dropout from the counter-based generator), and eager attention's pieces (QK^T, softmax,
- * P V, transpose, repeat_kv). q, k and v may be column blocks of one packed tensor
+/* Host kernels of the attention primitives: fused causal SDPA (with logsumexp, dropout
+ * from the counter-based generator, a sliding window and an additive mask), and eager
+ * attention's pieces (QK^T, softmax, P V, transpose, repeat_kv), and SDPA's conversion of
+ * masking_utils' bool mask. q, k and v may be column blocks of one packed tensor
  * (gpt2's c_attn output): an operand whose rows are 3 x heads x head_dim wide holds q, k,
  * v in that order, and the gradient of such a tensor gets each role's block. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/executor/kernel_math.h"
 #include "host_blas.h"
 #include "host_num.h"
 #include "host_scratch.h"
@@ -16,7 +18,7 @@ bool host_is_attn(int prim)
 {
     switch (prim) {
     case GCKPT_P_SDPA: case GCKPT_P_QK: case GCKPT_P_PV: case GCKPT_P_SOFTMAX: case GCKPT_P_TRANSPOSE:
-    case GCKPT_P_REPEAT_KV: return true;
+    case GCKPT_P_REPEAT_KV: case GCKPT_P_BOOL_MASK: return true;
     default: return false;
     }
 }
@@ -284,7 +286,31 @@ static gckpt_xstatus repeat_kv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
+/* The bool [s, s] mask broadcast to [b, 1, s, s]: converted to the output's dtype
+ * (gckpt_bool_mask_bias) or negated (sa = 1). Nothing requires its gradient. */
+static gckpt_xstatus bool_mask(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+{
+    if (bwd) {
+        gckpt_seterr(err, "op %s: a mask has no gradient", c->op->name);
+        return GCKPT_XS_ERROR;
+    }
+    const gckpt_xt *x = &c->in[0], *o = &c->out[0];
+    NEED(c, *x, "input");
+    for (uint64_t i = 0; i < o->n; i++) {
+        float v = ld(x, i % x->n);
+        st(o, i, c->op->sa == 1.0 ? (float)(v == 0.0f) : gckpt_bool_mask_bias(v));
+    }
+    return GCKPT_XS_OK;
+}
+
 /* ---- fused causal SDPA ---------------------------------------------------------------------- */
+
+/* The additive mask's value for (batch bi, query i, key j): input 3 when the op has one
+ * ([b, 1, s, s], the sliding window's converted bool mask), else 0 */
+static float mask_bias(const gckpt_xcall *c, uint64_t bi, uint64_t i, uint64_t j)
+{
+    return c->op->nin > 3 ? ld(&c->in[3], (bi * c->s + i) * c->s + j) : 0.0f;
+}
 
 static gckpt_xstatus sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
@@ -305,17 +331,18 @@ static gckpt_xstatus sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
             for (uint64_t i = 0; i < S; i++) {
                 const float *q = b.in[0] + (bi * S + i) * lq.W + lq.off + h * hd;
                 float mx = -INFINITY, sum = 0;
-                for (uint64_t j = 0; j <= i; j++) {
+                uint64_t j0 = gckpt_first_key(i, c->window); /* keys j0..i are visible */
+                for (uint64_t j = j0; j <= i; j++) {
                     const float *k = b.in[1] + (bi * S + j) * lk.W + lk.off + kh * hd;
                     float d = 0;
                     for (uint64_t t = 0; t < hd; t++) d += q[t] * k[t];
-                    sc[j] = d * scale;
+                    sc[j] = d * scale + mask_bias(c, bi, i, j);
                     mx = fmaxf(mx, sc[j]);
                 }
-                for (uint64_t j = 0; j <= i; j++) sum += sc[j] = expf(sc[j] - mx);
+                for (uint64_t j = j0; j <= i; j++) sum += sc[j] = expf(sc[j] - mx);
                 memset(o, 0, sizeof *o * hd);
                 uint64_t base = ((bi * nh + h) * S + i) * S;
-                for (uint64_t j = 0; j <= i; j++) {
+                for (uint64_t j = j0; j <= i; j++) {
                     float pj = sc[j] / sum;
                     if (p > 0) pj = gckpt_keep(c->rng, base + j, p) ? pj * inv_keep : 0.0f;
                     const float *v = b.in[2] + (bi * S + j) * lv.W + lv.off + vh * hd;
@@ -371,7 +398,7 @@ static gckpt_xstatus sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
                 float lse = ld(&c->out[1], (bi * nh + h) * S + i), Di = 0;
                 for (uint64_t t = 0; t < hd; t++) Di += dO[t] * ld(&c->out[0], (bi * S + i) * qd + h * hd + t);
                 uint64_t base = ((bi * nh + h) * S + i) * S;
-                for (uint64_t j = 0; j <= i; j++) {
+                for (uint64_t j = gckpt_first_key(i, c->window); j <= i; j++) {
                     const float *k = b.in[1] + (bi * S + j) * lk.W + lk.off + kh * hd;
                     const float *v = b.in[2] + (bi * S + j) * lv.W + lv.off + vh * hd;
                     float sdot = 0, dp = 0;
@@ -379,7 +406,7 @@ static gckpt_xstatus sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
                         sdot += q[t] * k[t];
                         dp += dO[t] * v[t];
                     }
-                    float pij = expf(sdot * scale - lse), pd = pij;
+                    float pij = expf(sdot * scale + mask_bias(c, bi, i, j) - lse), pd = pij;
                     if (p > 0) {
                         bool keep = gckpt_keep(c->rng, base + j, p);
                         pd = keep ? pij * inv_keep : 0.0f;
@@ -418,6 +445,7 @@ gckpt_xstatus host_attn_forward(const gckpt_xcall *c, gckpt_err *err)
     case GCKPT_P_PV: return pv(c, false, err);
     case GCKPT_P_SOFTMAX: return softmax(c, false, err);
     case GCKPT_P_TRANSPOSE: return transpose(c, false, err);
+    case GCKPT_P_BOOL_MASK: return bool_mask(c, false, err);
     default: return repeat_kv(c, false, err);
     }
 }
@@ -430,6 +458,7 @@ gckpt_xstatus host_attn_backward(const gckpt_xcall *c, gckpt_err *err)
     case GCKPT_P_PV: return pv(c, true, err);
     case GCKPT_P_SOFTMAX: return softmax(c, true, err);
     case GCKPT_P_TRANSPOSE: return transpose(c, true, err);
+    case GCKPT_P_BOOL_MASK: return bool_mask(c, true, err);
     default: return repeat_kv(c, true, err);
     }
 }

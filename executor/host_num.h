@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gckpt/executor/executor.h"
+#include "gckpt/executor/kernel_math.h"
 
 static inline uint32_t f2u(float f)
 {
@@ -60,9 +61,16 @@ static inline uint16_t f32_to_f16(float f)
     return (uint16_t)(s | h);
 }
 
+/* the storage element of element i of t (a strided column view's, gckpt_xt.vW) */
+static inline uint64_t at_(const gckpt_xt *t, uint64_t i)
+{
+    return t->vW ? gckpt_view_index(i, t->cols, t->vW, t->voff, t->vblk, t->vstride) : i;
+}
+
 /* element i of t as fp32 (int64 and bool as their value) */
 static inline float ld(const gckpt_xt *t, uint64_t i)
 {
+    i = at_(t, i);
     switch (t->dt) {
     case GCKPT_DT_F32: return ((const float *)t->p)[i];
     case GCKPT_DT_BF16: return bf16_to_f32(((const uint16_t *)t->p)[i]);
@@ -77,6 +85,7 @@ static inline float ld(const gckpt_xt *t, uint64_t i)
 /* store v rounded to t's dtype */
 static inline void st(const gckpt_xt *t, uint64_t i, float v)
 {
+    i = at_(t, i);
     switch (t->dt) {
     case GCKPT_DT_F32: ((float *)t->p)[i] = v; break;
     case GCKPT_DT_BF16: ((uint16_t *)t->p)[i] = f32_to_bf16(v); break;

@@ -19,7 +19,7 @@ float *host_to_f32(const gckpt_xt *t, gckpt_err *err)
         gckpt_seterr(err, "out of host memory for %llu-element kernel scratch", (unsigned long long)t->n);
         return NULL;
     }
-    if (t->dt == GCKPT_DT_F32) memcpy(v, t->p, sizeof *v * t->n);
+    if (t->dt == GCKPT_DT_F32 && !t->vW) memcpy(v, t->p, sizeof *v * t->n);
     else
         for (uint64_t i = 0; i < t->n; i++) v[i] = ld(t, i);
     return v;
@@ -27,7 +27,7 @@ float *host_to_f32(const gckpt_xt *t, gckpt_err *err)
 
 void host_from_f32(const gckpt_xt *t, const float *v)
 {
-    if (t->dt == GCKPT_DT_F32) memcpy(t->p, v, sizeof *v * t->n);
+    if (t->dt == GCKPT_DT_F32 && !t->vW) memcpy(t->p, v, sizeof *v * t->n);
     else
         for (uint64_t i = 0; i < t->n; i++) st(t, i, v[i]);
 }
@@ -160,9 +160,11 @@ static gckpt_xstatus split_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *o = &c->out[0];
     NEED(c, *x, "input");
-    uint64_t Ww, Wn, off;
-    gckpt_split_cols(o->rows, x->n, o->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
-    for (uint64_t i = 0; i < o->n; i++) st(o, i, ld(x, gckpt_split_index(i, Ww, Wn, off)));
+    uint64_t Wn, Ww, off, blk, stride, hd = c->op->width;
+    gckpt_split_view(o->rows, x->n, o->n, (int)c->op->sa, (uint64_t)c->op->sb, hd, &Wn, &Ww, &off, &blk);
+    if (Ww > Wn) gckpt_split_stride(c->op->in_f, c->op->out_f, hd, &blk, &stride);
+    else stride = hd;
+    for (uint64_t i = 0; i < o->n; i++) st(o, i, ld(x, gckpt_view_index(i, Wn, Ww, off, blk, stride)));
     return GCKPT_XS_OK;
 }
 
@@ -172,9 +174,11 @@ static gckpt_xstatus split_bwd(const gckpt_xcall *c, gckpt_err *err)
     (void)err;
     const gckpt_xt *g = &c->gout, *gi = &c->gin[0];
     if (!gi->p) return GCKPT_XS_OK;
-    uint64_t Ww, Wn, off;
-    gckpt_split_cols(g->rows, gi->n, g->n, (uint64_t)c->op->sa, &Ww, &Wn, &off);
-    for (uint64_t i = 0; i < g->n; i++) st(gi, gckpt_split_index(i, Ww, Wn, off), ld(g, i));
+    uint64_t Wn, Ww, off, blk, stride, hd = c->op->width;
+    gckpt_split_view(g->rows, gi->n, g->n, (int)c->op->sa, (uint64_t)c->op->sb, hd, &Wn, &Ww, &off, &blk);
+    if (Ww > Wn) gckpt_split_stride(c->op->in_f, c->op->out_f, hd, &blk, &stride);
+    else stride = hd;
+    for (uint64_t i = 0; i < g->n; i++) st(gi, gckpt_view_index(i, Wn, Ww, off, blk, stride), ld(g, i));
     return GCKPT_XS_OK;
 }
 
@@ -213,6 +217,39 @@ static gckpt_xstatus half_bwd(const gckpt_xcall *c, gckpt_err *err)
     } else {
         if (c->gin[0].p) half_map(GCKPT_HALF_CAT_GRAD0, &c->gin[0], &c->gout, NULL, c->in[1].cols, w);
         if (c->gin[1].p) half_map(GCKPT_HALF_CAT_GRAD1, &c->gin[1], &c->gout, NULL, c->in[1].cols, w);
+    }
+    return GCKPT_XS_OK;
+}
+
+/* partial rotary's cat of the rotated part (input 0) and the input's other columns
+ * (input 1), per head of width op->width */
+static uint64_t rotated_width(const gckpt_xcall *c)
+{
+    uint64_t hd = c->op->width, C = c->in[1].cols;
+    return hd && C >= hd ? c->in[0].cols / (C / hd) : 0;
+}
+
+static gckpt_xstatus cat_pass(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+{
+    uint64_t C = c->in[1].cols, hd = c->op->width, rd = rotated_width(c);
+    if (!rd || rd > hd || C % hd) {
+        gckpt_seterr(err, "op %s: a rotated part of %llu columns does not fit heads of %llu", c->op->name,
+                     (unsigned long long)c->in[0].cols, (unsigned long long)hd);
+        return GCKPT_XS_ERROR;
+    }
+    const gckpt_xt *o = bwd ? &c->gout : &c->out[0];
+    if (!bwd) {
+        NEED(c, c->in[0], "input 0");
+        NEED(c, c->in[1], "input 1");
+    }
+    for (uint64_t i = 0; i < o->n; i++) {
+        int which;
+        uint64_t src;
+        gckpt_cat_pass_src(i, C, hd, rd, &which, &src);
+        const gckpt_xt *part = which == 1 ? &c->in[0] : &c->in[1], *gpart = which == 1 ? &c->gin[0] : &c->gin[1];
+        if (!bwd) st(o, i, ld(part, src));
+        else if (gpart->p) st(gpart, src, ld(o, i));
+        if (bwd && which == 1 && c->gin[1].p) st(&c->gin[1], i, 0.0f); /* rotated columns pass nothing of x */
     }
     return GCKPT_XS_OK;
 }
@@ -496,58 +533,17 @@ static gckpt_xstatus nll_bwd(const gckpt_xcall *c, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-/* ---- strided views -------------------------------------------------------------------------- */
-
-/* An elementwise op reading a column block of a wider tensor (the experts' gate and up
- * halves of gate_up's [S, 2I] output: a SPLIT view, recipe.h view_fwd) gets the block
- * as a dense scratch copy (kernel scratch: registers on a GPU). *d is c with those
- * inputs replaced; owned[k] the copies to free. */
-static bool dense_views(const gckpt_xcall *c, gckpt_xcall *d, void **owned, gckpt_err *err)
-{
-    *d = *c;
-    for (int k = 0; k < c->op->nin; k++) {
-        owned[k] = NULL;
-        const gckpt_xt *x = &c->in[k];
-        int prod = gckpt_recipe_producer(c->r, c->op->in[k]);
-        if (!x->p || x->n == x->rows * x->cols || prod < 0 || c->r->op[prod].prim != GCKPT_P_SPLIT ||
-            !c->r->op[prod].view_fwd)
-            continue;
-        uint64_t n = x->rows * x->cols, Ww, Wn, off;
-        unsigned sz = gckpt_dtype_size((gckpt_dtype)x->dt);
-        gckpt_split_cols(x->rows, x->n, n, (uint64_t)c->r->op[prod].sa, &Ww, &Wn, &off);
-        char *p = hs_malloc((size_t)(n ? n : 1) * sz);
-        if (!p) {
-            gckpt_seterr(err, "op %s: out of host memory for a view's copy", c->op->name);
-            return false;
-        }
-        for (uint64_t i = 0; i < n; i++) memcpy(p + i * sz, (const char *)x->p + gckpt_split_index(i, Ww, Wn, off) * sz, sz);
-        owned[k] = p;
-        d->in[k].p = p;
-        d->in[k].n = n;
-    }
-    return true;
-}
-
-static void free_views(const gckpt_xcall *c, void **owned)
-{
-    for (int k = 0; k < c->op->nin; k++) hs_free(owned[k]);
-}
-
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
 static gckpt_xstatus op_forward(const gckpt_xcall *c, gckpt_err *err);
 static gckpt_xstatus op_backward(const gckpt_xcall *c, gckpt_err *err);
 
-/* the attention kernels read packed q / k / v themselves; the others get dense views */
+/* the attention kernels read packed q / k / v themselves; the others read strided views
+ * (gckpt_xt.vW) through host_num.h's ld / st */
 static gckpt_xstatus run_op(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
     if (host_is_attn(c->op->prim)) return bwd ? host_attn_backward(c, err) : host_attn_forward(c, err);
-    gckpt_xcall d;
-    void *owned[GCKPT_OP_MAX_IN];
-    if (!dense_views(c, &d, owned, err)) return GCKPT_XS_ERROR;
-    gckpt_xstatus rc = bwd ? op_backward(&d, err) : op_forward(&d, err);
-    free_views(c, owned);
-    return rc;
+    return bwd ? op_backward(c, err) : op_forward(c, err);
 }
 
 gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err) { return run_op(c, false, err); }
@@ -567,6 +563,7 @@ static gckpt_xstatus op_forward(const gckpt_xcall *c, gckpt_err *err)
     case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_fwd(c, err);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_fwd(c, err);
     case GCKPT_P_SPLIT: return split_fwd(c, err);
+    case GCKPT_P_CAT_PASS: return cat_pass(c, false, err);
     case GCKPT_P_MEAN: return mean_fwd(c, err);
     case GCKPT_P_LINEAR: return linear_fwd(c, err);
     case GCKPT_P_LAYERNORM: return layernorm_fwd(c, err);
@@ -589,6 +586,7 @@ static gckpt_xstatus op_backward(const gckpt_xcall *c, gckpt_err *err)
     case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_bwd(c, err);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_bwd(c, err);
     case GCKPT_P_SPLIT: return split_bwd(c, err);
+    case GCKPT_P_CAT_PASS: return cat_pass(c, true, err);
     case GCKPT_P_MEAN: return mean_bwd(c, err);
     case GCKPT_P_LINEAR: return linear_bwd(c, err);
     case GCKPT_P_LAYERNORM: return layernorm_bwd(c, err);

@@ -1,6 +1,6 @@
 /* SOURCE ops on the host: token ids, labels and positions from the interpreter's data,
- * HF's default rotary tables, the eager path's additive causal mask and Gemma's
- * embedding normalizer. */
+ * HF's default rotary tables, the eager path's additive causal or sliding-window mask
+ * (masking_utils' bool one under SDPA) and Gemma's embedding normalizer. */
 #include <math.h>
 #include <string.h>
 
@@ -22,18 +22,21 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
         return GCKPT_XS_OK;
     case GCKPT_SRC_ROTARY: {
         NEED(c, c->out[1], "sin output");
-        uint64_t hd = c->m->head_dim;
+        uint64_t hd = c->m->rotary_dim; /* HF's dim: int(head_dim * partial_rotary_factor) */
         for (uint64_t pos = 0; pos < c->s; pos++)
             for (uint64_t k = 0; k < hd; k++) {
-                float f = gckpt_rope_angle(pos, k, hd, (float)c->m->rope_theta);
+                float f = gckpt_rope_angle(pos, k, hd, (float)c->rope_theta);
                 st(o, pos * hd + k, cosf(f));
                 st(&c->out[1], pos * hd + k, sinf(f));
             }
         return GCKPT_XS_OK;
     }
-    case GCKPT_SRC_MASK: {
+    case GCKPT_SRC_MASK: { /* additive (eager), or bool (SDPA's sliding mask): true where visible */
         float low = gckpt_dtype_lowest(o->dt);
-        for (uint64_t i = 0; i < o->n; i++) st(o, i, gckpt_causal_mask(i, c->s, low));
+        for (uint64_t i = 0; i < o->n; i++) {
+            float v = gckpt_attn_mask(i, c->s, c->window, low);
+            st(o, i, o->dt == GCKPT_DT_BOOL ? (float)(v == 0.0f) : v);
+        }
         return GCKPT_XS_OK;
     }
     case GCKPT_SRC_SCALE: st(o, 0, gckpt_embed_normalizer(c->m->hidden)); return GCKPT_XS_OK;

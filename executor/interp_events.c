@@ -203,7 +203,43 @@ static gckpt_xstatus ev_host(gckpt_exec *x, const gckpt_event *e, const exec_sit
 
 /* ---- compute ------------------------------------------------------------------------------ */
 
-static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slot, int opi, uint64_t micro)
+/* The sliding window op applies in layer (-1: outside the layers), 0 for none: a sliding
+ * layer's SDPA; the source of a sliding layers' mask (its tensor is of the sliding type,
+ * or every layer slides: Mistral's one mask is create_sliding_window_causal_mask's). */
+static uint64_t op_window(const gckpt_exec *x, const gckpt_op *op, int layer)
+{
+    const gckpt_model *m = &x->m;
+    if (!m->sliding_window) return 0;
+    if (op->prim == GCKPT_P_SDPA) return layer >= 0 && gckpt_layer_sliding(m, (uint64_t)layer) ? m->sliding_window : 0;
+    if (op->prim != GCKPT_P_SOURCE || op->source != GCKPT_SRC_MASK || op->out[0] < 0) return 0;
+    int lt = x->r->t[op->out[0]].layer_type;
+    bool sliding = lt == GCKPT_LT_SLIDING || (lt == GCKPT_LT_ANY && m->sliding_layers == m->layers);
+    return sliding ? m->sliding_window : 0;
+}
+
+/* The theta of a rotary source op: Gemma 3's local theta for the sliding layers' pair
+ * (or for its one pair when every layer slides), else rope_theta. */
+static double op_theta(const gckpt_exec *x, const gckpt_op *op)
+{
+    const gckpt_model *m = &x->m;
+    bool local = m->rope_local_theta > 0 &&
+                 (op->out[0] == x->r->rope_local[0] || (m->sliding_layers == m->layers && m->layers > 0));
+    return local ? m->rope_local_theta : m->rope_theta;
+}
+
+/* The instance an op reads for tensor t bound to id in layer: a sliding layer of Gemma 3
+ * reads the local rotary pair where the traced block reads rope[] (HF hands each layer its
+ * type's position_embeddings). */
+static uint32_t operand_inst(const gckpt_exec *x, int t, int layer, uint32_t id)
+{
+    const gckpt_recipe *r = x->r;
+    if (layer < 0 || r->rope_local[0] < 0 || !gckpt_layer_sliding(&x->m, (uint64_t)layer)) return id;
+    for (int k = 0; k < 2; k++)
+        if (t == r->rope[k]) return x->rope_local_inst[k];
+    return id;
+}
+
+static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slot, int layer, int opi, uint64_t micro)
 {
     memset(c, 0, sizeof *c);
     c->r = x->r;
@@ -212,6 +248,8 @@ static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slo
     c->b = x->set.micro_batch;
     c->s = x->set.seq;
     c->rng = gckpt_key(x->o.seed ^ 0xd50f0cULL, x->step, exec_global_micro(x, micro), (uint64_t)slot * (uint64_t)x->r->nop + (uint64_t)opi);
+    c->window = op_window(x, op, layer);
+    c->rope_theta = op_theta(x, op);
 }
 
 /* A tensor that has no buffer (absent: freed, or never needed): its recipe size. */
@@ -224,12 +262,55 @@ static void shape_of(const gckpt_exec *x, int t, gckpt_xt *v)
     v->rows = v->cols ? x->ctx.numel[t] / v->cols : 0;
 }
 
+/* Phi-3's blocks of a fused projection (q, k, v of qkv_proj; gate, up of gate_up_proj),
+ * GPT-NeoX's interleaved q, k, v and the experts' gate and up halves of gate_up's [S, 2I]
+ * output are views (recipe: SPLIT, view_fwd, sb the first column) that the next ops read
+ * in place: the operand becomes a strided column view of the projection's output
+ * (gckpt_xt.vW). gpt2's packed
+ * q, k, v go to kernels that read the packed layout themselves. */
+/* the SPLIT view op producing tensor t (also through matmul's batch folding, a view at
+ * micro-batch 1), or NULL */
+static const gckpt_op *view_of(const gckpt_exec *x, int t)
+{
+    int p = gckpt_recipe_producer(x->r, t);
+    if (p < 0) return NULL;
+    const gckpt_op *op = &x->r->op[p];
+    if (op->prim == GCKPT_P_CAST && op->batched_copy && x->set.micro_batch == 1) return view_of(x, op->in[0]);
+    return op->prim == GCKPT_P_SPLIT && op->view_fwd ? op : NULL;
+}
+
+static void strided_view(const gckpt_exec *x, int t, gckpt_xt *v)
+{
+    if ((!x->m.fused_qkv && !x->m.fused_gate_up && !x->m.experts && x->m.family != GCKPT_FAMILY_GPT_NEOX) || !v->p)
+        return;
+    const gckpt_op *p = view_of(x, t);
+    if (!p) return;
+    if (p->sa < 0) { /* each head's first columns (partial rotary) of x, itself maybe a block */
+        uint64_t hd = p->width, W = gckpt_tensor_width(x->r, p->in[0], x->set.seq);
+        v->vblk = hd && W >= hd ? v->cols / (W / hd) : 0;
+        v->vstride = hd;
+        const gckpt_op *q = view_of(x, p->in[0]);
+        v->vW = q ? gckpt_tensor_width(x->r, q->in[0], x->set.seq) : W;
+        v->voff = q ? (uint64_t)q->sb : 0;
+        if (q && q->in_f) v->vstride = q->in_f; /* heads interleaved (GPT-NeoX) */
+    } else {
+        v->vW = gckpt_tensor_width(x->r, p->in[0], x->set.seq);
+        v->voff = (uint64_t)p->sb;
+        if (p->in_f) {
+            v->vblk = p->out_f;
+            v->vstride = p->in_f;
+        }
+    }
+    v->n = v->rows * v->cols;
+}
+
 /* Every operand's shape (a gradient has its tensor's). */
 static void shape_call(const gckpt_exec *x, gckpt_xcall *c)
 {
     const gckpt_op *op = c->op;
     for (int k = 0; k < op->nin; k++) {
         shape_of(x, op->in[k], &c->in[k]);
+        strided_view(x, op->in[k], &c->in[k]);
         c->gin[k].rows = c->in[k].rows;
         c->gin[k].cols = c->in[k].cols;
     }
@@ -323,9 +404,9 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     x->bind[b] = *a;
     x->bind_gen[b] = x->gen;
     gckpt_xcall c;
-    call_init(x, &c, op, slot, e->op, w->micro);
+    call_init(x, &c, op, slot, layer, e->op, w->micro);
     for (int k = 0; k < op->nin; k++)
-        if (!in_view(x, op, k, layer, a->in[k], true, &c.in[k]))
+        if (!in_view(x, op, k, layer, operand_inst(x, op->in[k], layer, a->in[k]), true, &c.in[k]))
             return exec_fail(err, "%s: input %d (%s, instance %u) is not allocated", w->at, k, x->r->t[op->in[k]].name,
                              a->in[k]);
     if (op->nin > 0 && op->out[0] >= 0 && a->out[0] == a->in[0]) {
@@ -356,6 +437,10 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
         if ((rc = dequant_weight(x, &c, layer, op->fws_fixed, w, err)) != GCKPT_XS_OK) return rc;
     }
     if (op->nin == 0) {
+        if (op->out[0] >= 0 && op->out[0] == x->r->rope_local[0]) {
+            x->rope_local_inst[0] = a->out[0];
+            x->rope_local_inst[1] = a->out[1];
+        }
         rc = x->be->source(x->be, (gckpt_source)op->source, &c, source_data(x, op));
     } else if (op->in[0] == x->r->router_logits[1]) { /* the view of every layer's logits */
         return exec_aux_forward(x, &c, w, err);
@@ -380,9 +465,9 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, const exec_site
         return exec_fail(err, "%s: backward of an op with no forward in this micro-step", w->at);
     const gckpt_fwd_args *bd = &x->bind[b];
     gckpt_xcall c;
-    call_init(x, &c, op, slot, e->op, w->micro);
+    call_init(x, &c, op, slot, layer, e->op, w->micro);
     for (int k = 0; k < op->nin; k++)
-        if (!in_view(x, op, k, layer, bd->in[k], false, &c.in[k]))
+        if (!in_view(x, op, k, layer, operand_inst(x, op->in[k], layer, bd->in[k]), false, &c.in[k]))
             return exec_fail(err, "%s: parameter %s has no storage", w->at, x->r->t[op->in[k]].name);
     for (int k = 0; k < 2; k++)
         if (op->out[k] >= 0) c.out[k] = exec_live(x, bd->out[k]) ? exec_inst_view(x, bd->out[k]) : absent(x, op->out[k]);

@@ -25,6 +25,7 @@ static bool output_size(const gckpt_xcall *c, int k, uint64_t *n)
         return true;
     case GCKPT_P_NEG_HALF: *n = shape_n(x) / 2; return shape_n(x) % 2 == 0;
     case GCKPT_P_CAT_HALF: *n = shape_n(&c->in[1]); return shape_n(x) * 2 == *n;
+    case GCKPT_P_CAT_PASS: *n = shape_n(&c->in[1]); return shape_n(x) <= *n; /* shaped like the input */
     case GCKPT_P_MEAN: *n = op->width ? shape_n(x) / op->width : 0; return op->width && shape_n(x) % op->width == 0;
     case GCKPT_P_LINEAR:
         *n = shape_n(x) / op->in_f * op->out_f;
@@ -33,11 +34,11 @@ static bool output_size(const gckpt_xcall *c, int k, uint64_t *n)
     case GCKPT_P_LAYERNORM:
         *n = k == 0 ? shape_n(x) : 2 * (shape_n(x) / op->width); /* out[1]: mean and rstd per row */
         return op->width && shape_n(x) % op->width == 0;
-    case GCKPT_P_SDPA: *n = x->rows * (k == 0 ? qd : m->heads); return true;         /* out[1]: logsumexp */
-    case GCKPT_P_REPEAT_KV: *n = x->rows * qd; return true;                       /* every head */
-    case GCKPT_P_SPLIT: /* gpt2's role of q / k / v (width head_dim: every head), or a chunk(2) */
-        *n = x->rows * (x->cols == 2 * op->width ? op->width : qd);
-        return true;
+    case GCKPT_P_SDPA: /* out[1]: logsumexp; an additive mask [b, 1, s, s] */
+        *n = x->rows * (k == 0 ? qd : m->heads);
+        return op->nin < 4 || shape_n(&c->in[3]) == x->rows * c->s;
+    case GCKPT_P_REPEAT_KV: *n = x->rows * qd; return true;                          /* every head */
+    case GCKPT_P_SPLIT: *n = x->rows * c->out[0].cols; return c->out[0].cols > 0;    /* the block's columns */
     case GCKPT_P_QK: *n = x->rows * m->heads * c->s; return true;                  /* [b, heads, s, s] */
     case GCKPT_P_PV: *n = x->rows * m->head_dim; return true;                      /* probabilities' rows */
     case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: /* rows of width of in0 picked by in1 */
@@ -59,6 +60,7 @@ static bool output_size(const gckpt_xcall *c, int k, uint64_t *n)
         *n = op->in_f ? shape_n(x) / op->in_f * op->out_f : 0;
         return op->in_f && shape_n(x) % op->in_f == 0 && c->in[2].p && shape_n(&c->in[2]) == m->experts &&
                shape_n(&c->in[1]) == m->experts * op->in_f * op->out_f;
+    case GCKPT_P_BOOL_MASK: *n = c->b * c->s * c->s; return shape_n(x) == c->s * c->s; /* [s, s] -> [b, 1, s, s] */
     default: return false;
     }
 }
@@ -91,8 +93,10 @@ gckpt_xstatus gckpt_op_check_source(gckpt_source what, const gckpt_xcall *c, gck
     switch (what) {
     case GCKPT_SRC_IDS: case GCKPT_SRC_LABELS: want = T; break;
     case GCKPT_SRC_POSITIONS: want = c->s; break;
-    case GCKPT_SRC_ROTARY: want = c->s * c->m->head_dim; break; /* cos and sin */
-    case GCKPT_SRC_MASK: want = T * c->s; break;                /* [b, 1, s, s] */
+    case GCKPT_SRC_ROTARY: want = c->s * c->m->rotary_dim; break; /* cos and sin, rotary_dim wide */
+    case GCKPT_SRC_MASK: /* [b, 1, s, s], or masking_utils' bool [s, s] under SDPA */
+        want = c->out[0].dt == GCKPT_DT_BOOL ? c->s * c->s : T * c->s;
+        break;
     case GCKPT_SRC_SCALE: want = 1; break;                      /* a 0-d tensor */
     case GCKPT_SRC_ROUTER_LOGITS: want = 0; break;              /* a view: the layers hold the logits */
     default: gckpt_seterr(err, "op %s: unknown source", c->op->name); return GCKPT_XS_ERROR;

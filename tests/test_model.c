@@ -224,6 +224,23 @@ static void issue13_configs(void **state)
     assert_int_equal(m.sliding_layers, 22);
     assert_false(gckpt_layer_sliding(&m, 5));
     assert_true(m.rope_tables == 2 && m.qk_norm && m.final_softcap == 0 && m.attn_softcap == 0);
+    /* its two thetas as Gemma3TextConfig 5.24 makes them (printed in the probe venv:
+     * full_attention 1000000 from rope_theta, sliding_attention 10000 from
+     * rope_local_base_freq; class defaults 1e6 / 1e4; rope_parameters' entries win) */
+    assert_true(m.rope_theta == 1e6 && m.rope_local_theta == 1e4);
+    const char *g3 = "{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":2,\"hidden_size\":64,"
+                     "\"num_attention_heads\":4,\"intermediate_size\":96,\"vocab_size\":211%s}";
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, g3, "");
+    assert_true(gckpt_model_parse("cfg.json", cfg, &m, &err));
+    assert_true(m.rope_theta == 1e6 && m.rope_local_theta == 1e4);
+    snprintf(cfg, sizeof cfg, g3, ",\"rope_theta\":5e5,\"rope_local_base_freq\":2e4");
+    assert_true(gckpt_model_parse("cfg.json", cfg, &m, &err));
+    assert_true(m.rope_theta == 5e5 && m.rope_local_theta == 2e4);
+    snprintf(cfg, sizeof cfg, g3, ",\"rope_local_base_freq\":2e4,\"rope_parameters\":{\"sliding_attention\":"
+                                  "{\"rope_theta\":3e4},\"full_attention\":{\"rope_theta\":7e5}}");
+    assert_true(gckpt_model_parse("cfg.json", cfg, &m, &err));
+    assert_true(m.rope_theta == 7e5 && m.rope_local_theta == 3e4);
     /* Phi-3 mini: every layer slides (2047); Phi-4 mini: partial rotary 0.75, tied */
     assert_true(gckpt_model_load("phi-3-mini-4k", &m, &err));
     assert_true(m.sliding_layers == m.layers && m.sliding_window == 2047 && m.fused_qkv && m.rotary_dim == 96);

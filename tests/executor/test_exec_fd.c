@@ -341,6 +341,60 @@ static void test_fd_moe_aux(void **st)
     fd_check("tiny-qwen3-moe-aux", GCKPT_EAGER, 2, 1, false, qn, q, 3);
 }
 
+/* Sliding windows shorter than the sequence (12 > 8): Gemma 2's sliding and full layers
+ * (eager, each reading its own mask), Mistral's window on every layer under SDPA (the
+ * kernel's window and the converted bool mask) and eager (the additive sliding mask) */
+static void test_fd_sliding(void **st)
+{
+    (void)st;
+    const char *names[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                           "self_attn.q_proj.weight", "self_attn.k_proj.weight", "embed_tokens.weight"};
+    const int layers[] = {0, 0, 1, 1, 2, -1};
+    fd_check("tiny-gemma2", GCKPT_EAGER, 2, 2, true, names, layers, 6);
+    fd_check("tiny-mistral-sw8", GCKPT_SDPA, 2, 2, true, names, layers, 6);
+    fd_check("tiny-mistral-sw8", GCKPT_EAGER, 1, 1, false, names, layers, 6);
+}
+
+/* Gemma 3: per-head q/k norms after the three projections, the sliding layers' own
+ * rotary pair and mask (eager at seq 12 > window 8), sdpa within the window and past it
+ * (two block sections: masked SDPA in the sliding layers) */
+static void test_fd_gemma3(void **st)
+{
+    (void)st;
+    const char *names[] = {"self_attn.q_norm.weight", "self_attn.k_norm.weight", "self_attn.q_proj.weight",
+                           "self_attn.k_proj.weight", "pre_feedforward_layernorm.weight", "embed_tokens.weight"};
+    const int layers[] = {0, 1, 2, 3, 0, -1};
+    fd_check("tiny-gemma3", GCKPT_EAGER, 2, 2, true, names, layers, 6);
+    fd_check("tiny-gemma3-w32", GCKPT_SDPA, 2, 1, false, names, layers, 6);
+    fd_check("tiny-gemma3", GCKPT_SDPA, 2, 2, true, names, layers, 6); /* two block sections */
+}
+
+/* Phi-3: the fused projections read in place (sdpa at seq 12 >= window 8: the masked
+ * form; eager) */
+static void test_fd_phi3(void **st)
+{
+    (void)st;
+    const char *names[] = {"self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight", "self_attn.o_proj.weight",
+                           "input_layernorm.weight", "embed_tokens.weight", "lm_head.weight"};
+    const int layers[] = {0, 1, 2, 1, -1, -1};
+    fd_check("tiny-phi3", GCKPT_SDPA, 2, 2, true, names, layers, 6);
+    fd_check("tiny-phi3", GCKPT_EAGER, 1, 1, false, names, layers, 6);
+    fd_check("tiny-phi3-partial", GCKPT_SDPA, 2, 1, true, names, layers, 6); /* rotary on 12 of 16 columns */
+}
+
+/* GPT-NeoX: per-head interleaved q, k, v of query_key_value with its bias, partial rotary
+ * 0.25, LayerNorm, the parallel residual, untied embed_out */
+static void test_fd_gpt_neox(void **st)
+{
+    (void)st;
+    const char *names[] = {"attention.query_key_value.weight", "attention.query_key_value.bias", "attention.dense.weight",
+                           "input_layernorm.weight", "post_attention_layernorm.bias", "mlp.dense_h_to_4h.weight",
+                           "embed_in.weight", "lm_head.weight"}; /* HF embed_out */
+    const int layers[] = {0, 1, 2, 1, 0, 2, -1, -1};
+    fd_check("tiny-gpt-neox", GCKPT_SDPA, 2, 2, true, names, layers, 8);
+    fd_check("tiny-gpt-neox", GCKPT_EAGER, 1, 1, false, names, layers, 8);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2),
@@ -350,6 +404,8 @@ int main(void)
                                        cmocka_unit_test(test_fd_gemma),    cmocka_unit_test(test_attention_scale),
                                        cmocka_unit_test(test_fd_gemma2),   cmocka_unit_test(test_fd_mixtral),
                                        cmocka_unit_test(test_fd_qwen3_moe), cmocka_unit_test(test_fd_olmoe),
-                                       cmocka_unit_test(test_fd_moe_aux)};
+                                       cmocka_unit_test(test_fd_moe_aux),  cmocka_unit_test(test_fd_sliding),
+                                       cmocka_unit_test(test_fd_gemma3),   cmocka_unit_test(test_fd_phi3),
+                                       cmocka_unit_test(test_fd_gpt_neox)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,6 +48,8 @@ typedef struct {
     gckpt_act act;
     double attn_dropout, resid_dropout, embd_dropout;
     double norm_eps, rope_theta; /* for executors' numerics */
+    double rope_local_theta;     /* gemma3_text's sliding layers' rotary theta (rope_theta: the
+                                  * full layers'); 0 elsewhere. Executors' numerics only */
     /* What the config says about how the model may be run (HF defaults when absent). */
     uint64_t max_positions;  /* longest sequence: max_position_embeddings, gpt2 n_positions */
     bool use_cache;          /* config use_cache (the plans assume False, as the Trainer sets) */

@@ -133,7 +133,8 @@ typedef enum {
     GCKPT_P_LINEAR,      /* in0 [rows, in_f] @ W^T (W = in1 [out_f, in_f]) + in2 bias */
     GCKPT_P_LAYERNORM,   /* over `width`; out[1] = (mean, rstd) per row */
     GCKPT_P_DROPOUT,     /* p = sa; out[1] = bool mask */
-    GCKPT_P_SDPA,        /* causal attention, out[1] = logsumexp; q, k, v may be one packed tensor */
+    GCKPT_P_SDPA,        /* causal attention, out[1] = logsumexp; q, k, v may be one packed tensor;
+                          * an in3 is an additive [b, 1, s, s] mask (the sliding window's) */
     GCKPT_P_REPEAT_KV,   /* [rows, kv*hd] -> [rows, heads*hd] */
     GCKPT_P_QK,          /* scores [b, heads, s, s] = q k^T per head */
     GCKPT_P_SOFTMAX,     /* over the last dim (output dtype = out tensor's) */
@@ -142,7 +143,12 @@ typedef enum {
     GCKPT_P_EMBED,       /* rows of in0 (table) picked by in1 (ids) */
     GCKPT_P_LOG_SOFTMAX,
     GCKPT_P_NLL,         /* mean negative log-likelihood of in1 labels */
-    GCKPT_P_SPLIT,       /* column block sa (0 q, 1 k, 2 v) of gpt2's packed [rows, 3 x width]
+    GCKPT_P_SPLIT,       /* column block sa (0 q, 1 k, 2 v) from column sb of a packed output
+                          * (gpt2's c_attn [rows, 3 x width]; Phi-3's qkv_proj, gate_up_proj; the
+                          * experts' gate_up [S, 2 x width] chunk(2));
+                          * sa = -1: each head's (of `width`) first columns (partial rotary);
+                          * in_f > 0: interleaved, out_f columns of every in_f from column sb
+                          * (GPT-NeoX's per-head q, k, v)
                           * c_attn output: a view (view_fwd), or with batched_copy a dense copy
                           * when the micro-batch is > 1 (matmul's batch folding). The view's
                           * backward writes its gradient into that block of the packed
@@ -174,6 +180,9 @@ typedef enum {
     GCKPT_P_MAX_LAST,    /* max over the last dim: out[0] values, out[1] int64 indices, one per row */
     GCKPT_P_DROP_SINK,   /* the [b, heads, s, s] view of a [b, heads, s, s + 1] tensor (probs[..., :-1]) */
     GCKPT_P_CAT_HALVES,  /* per head of width `width`: cat(in0, in1), each head's two halves */
+    GCKPT_P_BOOL_MASK,   /* SDPA's use of masking_utils' bool [s, s] mask (broadcast to [b, 1, s, s]):
+                          * sa = 0: converted to the output's dtype, 0 where true and -inf
+                          * where false; sa = 1: its logical_not (bool) */
 } gckpt_prim;
 
 /* The data a SOURCE op makes (GCKPT_P_SOURCE). */
@@ -272,6 +281,10 @@ typedef struct {
     int head_in;     /* tensor: the head's input */
     int loss;        /* tensor: the scalar loss */
     int mask;        /* tensor: eager attention's causal mask, or -1 */
+    int rope[2];     /* tensors: the rotary (cos, sin) the block's rope reads, or -1 */
+    int rope_local[2]; /* Gemma 3 with two layer types: the sliding layers' pair, which the
+                        * traced block saves but reads in place of rope[] only in a sliding
+                        * layer (executors bind it there), or -1 */
     int router_logits[2]; /* MoE with the load-balancing loss: [0] the block's router logits,
                            * [1] the head's (0-byte) view of every layer's; else -1 */
     bool mask_positional; /* the mask is a positional block input: checkpointed (and offloaded) with it */

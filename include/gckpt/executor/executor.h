@@ -39,6 +39,10 @@ typedef struct {
     uint64_t n;
     uint8_t dt;
     uint64_t cols, rows;
+    /* a strided column view (a block of a fused projection's output, each head's first
+     * columns: read in place): element i is p[gckpt_view_index(i, cols, vW, voff, vblk,
+     * vstride)]; vW 0: dense */
+    uint64_t vW, voff, vblk, vstride;
 } gckpt_xt;
 
 /* The elements of one rank's piece of collective op (comm.h) with these buffers over world
@@ -64,6 +68,9 @@ typedef struct {
     gckpt_xt in[GCKPT_OP_MAX_IN], out[2];
     gckpt_xt gin[GCKPT_OP_MAX_IN], gout, ws;
     uint64_t rng;           /* dropout stream (step, micro-step, layer, op) */
+    uint64_t window;        /* the sliding window the op applies (gckpt_key_visible), 0:
+                             * causal only: a sliding layer's SDPA, a sliding mask's source */
+    double rope_theta;      /* a rotary source's theta (Gemma 3: the pair of its layer type) */
 } gckpt_xcall;
 
 /* A quantized weight's statistics on the backend (QLoRA): its layout

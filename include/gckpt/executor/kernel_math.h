@@ -115,18 +115,50 @@ GCKPT_HD uint64_t gckpt_half_src(int mode, uint64_t i, uint64_t C, uint64_t w, i
 }
 GCKPT_HD bool gckpt_half_negates(int mode) { return mode == GCKPT_HALF_NEG || mode == GCKPT_HALF_NEG_GRAD; }
 
-/* gpt2's packed q / k / v (recipe.h, GCKPT_P_SPLIT): a role of nnarrow elements in rows
- * of *Wn, column block role of the packed tensor's rows of *Ww (at offset *off; an input
- * as wide as the role, already dense, at 0). */
-GCKPT_HD void gckpt_split_cols(uint64_t rows, uint64_t nwide, uint64_t nnarrow, uint64_t role, uint64_t *Ww,
-                               uint64_t *Wn, uint64_t *off)
+/* The storage element of element i of a strided view with rows of `cols` elements: rows of
+ * W in storage from column off; with blk > 0 the view's columns are the first blk of each
+ * group of stride (each head's first columns) */
+GCKPT_HD uint64_t gckpt_view_index(uint64_t i, uint64_t cols, uint64_t W, uint64_t off, uint64_t blk, uint64_t stride)
 {
-    *Ww = rows ? nwide / rows : 0;
-    *Wn = rows ? nnarrow / rows : 0;
-    *off = *Ww > *Wn ? role * *Wn : 0;
+    uint64_t row = i / cols, col = i % cols;
+    if (blk) col = (col / blk) * stride + col % blk;
+    return row * W + off + col;
 }
-/* the packed tensor's element holding element i of the role */
-GCKPT_HD uint64_t gckpt_split_index(uint64_t i, uint64_t Ww, uint64_t Wn, uint64_t off) { return (i / Wn) * Ww + off + i % Wn; }
+
+/* Partial rotary's cat (recipe.h, GCKPT_P_CAT_PASS): element i of the result (rows of C,
+ * heads of width hd) is element *src of the rotated part (which 1; rows of C / hd * rd,
+ * heads of width rd) or of the input (which 2) */
+GCKPT_HD void gckpt_cat_pass_src(uint64_t i, uint64_t C, uint64_t hd, uint64_t rd, int *which, uint64_t *src)
+{
+    uint64_t row = i / C, col = i % C, h = col / hd, d = col % hd;
+    *which = d < rd ? 1 : 2;
+    *src = d < rd ? row * (C / hd * rd) + h * rd + d : i;
+}
+
+/* The role of a SPLIT (recipe.h, GCKPT_P_SPLIT: gpt2's q / k / v, Phi-3's fused
+ * projections' blocks, role -1 each head's first columns) as a view of the packed tensor
+ * (gckpt_view_index): a role of nnarrow elements (rows of *cols) in a packed tensor of
+ * nwide (rows of *W), from column `first` or per head of hd; an input as wide as the role
+ * (already dense) is the role itself. */
+GCKPT_HD void gckpt_split_view(uint64_t rows, uint64_t nwide, uint64_t nnarrow, int role, uint64_t first, uint64_t hd,
+                               uint64_t *cols, uint64_t *W, uint64_t *off, uint64_t *blk)
+{
+    *W = rows ? nwide / rows : 0;
+    *cols = rows ? nnarrow / rows : 0;
+    *off = *W > *cols && role >= 0 ? first : 0;
+    *blk = *W > *cols && role < 0 && hd && *W >= hd ? *cols / (*W / hd) : 0;
+}
+/* ... of an interleaved SPLIT (in_f > 0: out_f columns of every in_f, GPT-NeoX): its
+ * block and stride (else those of gckpt_split_view, stride hd) */
+GCKPT_HD void gckpt_split_stride(uint64_t in_f, uint64_t out_f, uint64_t hd, uint64_t *blk, uint64_t *stride)
+{
+    if (in_f) {
+        *blk = out_f;
+        *stride = in_f;
+    } else {
+        *stride = hd;
+    }
+}
 
 /* ---- broadcasting --------------------------------------------------------------------- */
 
@@ -153,17 +185,31 @@ GCKPT_HD float gckpt_dtype_lowest(uint8_t dt)
     return dt == GCKPT_DT_BF16 ? -3.38953139e38f : dt == GCKPT_DT_F16 ? -65504.0f : -3.40282347e38f;
 }
 
-/* The additive causal mask's value for element i of [b, 1, s, s] in a dtype whose most
- * negative finite value is lowest. */
 /* Gemma's embedding normalizer: torch.tensor(hidden ** 0.5), an fp32 0-d buffer that the
  * model casts to the embeddings' dtype (the caller's store rounds it). */
 GCKPT_HD float gckpt_embed_normalizer(uint64_t hidden) { return (float)sqrt((double)hidden); }
 
-GCKPT_HD float gckpt_causal_mask(uint64_t i, uint64_t s, float lowest)
+/* Whether query i sees key j: causal (transformers 5.24 masking_utils'
+ * causal_mask_function, kv_idx <= q_idx) and, with a sliding window w > 0, its
+ * sliding_window_overlay kv_idx > q_idx - w (the last w keys up to i itself). */
+GCKPT_HD bool gckpt_key_visible(uint64_t i, uint64_t j, uint64_t window)
+{
+    return j <= i && (window == 0 || j + window > i);
+}
+/* The first key query i sees (with gckpt_key_visible: keys first..i). */
+GCKPT_HD uint64_t gckpt_first_key(uint64_t i, uint64_t window) { return window && i >= window ? i - window + 1 : 0; }
+
+/* Element i of a [b, 1, s, s] mask (or of one [s, s]): eager's additive mask, 0 where the
+ * key is visible and the dtype's most negative finite value lowest where it is not;
+ * window 0: causal only. */
+GCKPT_HD float gckpt_attn_mask(uint64_t i, uint64_t s, uint64_t window, float lowest)
 {
     uint64_t r = (i / s) % s, col = i % s;
-    return col <= r ? 0.0f : lowest;
+    return gckpt_key_visible(r, col, window) ? 0.0f : lowest;
 }
+/* SDPA's conversion of a boolean mask (true: attend) to the query's dtype: 0 where true,
+ * -inf where false (torch's convert_boolean_attn_mask) */
+GCKPT_HD float gckpt_bool_mask_bias(float attend) { return attend != 0.0f ? 0.0f : -INFINITY; }
 
 /* ---- optimizers ------------------------------------------------------------------------ */
 

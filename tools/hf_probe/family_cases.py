@@ -13,8 +13,8 @@ Qwen2 / Qwen3 with use_sliding_window and max_window_layers 2 / 1 (their upper l
 slide: two layer types).
 
 Grid per variant: fp32 / bf16 / amp-bf16 (CUDA's autocast lists, emulated) x sdpa /
-eager x every_n off / 1 / 1+offload / 2 / 2+offload (and 3 / 3+offload for the variants
-of WITH_N3), shapes b2s32 (all) and b1s48 (off and 1), gradient accumulation 2. Gemma 2 with sdpa is not a case: transformers
+eager x every_n off / 1 / 1+offload / 2 / 2+offload / 3 / 3+offload (3 on 4 layers:
+layers 0 and 3), shapes b2s32 (all) and b1s48 (off and 1), gradient accumulation 2. Gemma 2 with sdpa is not a case: transformers
 refuses it at model construction (Gemma2PreTrainedModel._supports_sdpa = False,
 FINDINGS section 14).
 """
@@ -61,7 +61,6 @@ CKPT = [(0, False), (1, False), (1, True), (2, False), (2, True)]
 # every_n 3 on 4 layers checkpoints layers 0 and 3: a pattern that is not periodic in the
 # layers (and, with two layer types, mixes them differently from every_n 2)
 CKPT3 = [(3, False), (3, True)]
-WITH_N3 = ("gemma2", "gemma3_text", "phi3", "mistralsw", "qwen2sw", "qwen3sw")
 SHAPES = [(2, 32), (1, 48)]
 
 
@@ -72,7 +71,7 @@ def cases() -> list[dict]:
             for attn in ATTENTIONS:
                 if attn == "sdpa" and cfg["model_type"] in REFUSES_SDPA:
                     continue
-                for n, off in CKPT + (CKPT3 if var in WITH_N3 else []):
+                for n, off in CKPT + CKPT3:
                     for b, s in (SHAPES if not off and n < 2 else SHAPES[:1]):
                         name = f"{var}-{prec}-{attn}-n{n or 'off'}-{'offload' if off else 'plain'}-b{b}s{s}"
                         out.append(dict(name=name, family=cfg["model_type"], config=dict(cfg), precision=prec,

@@ -9,7 +9,7 @@ the clamped SwiGLU); 4 experts, top-2 each. Every fixture records the tokens eac
 expert received in every forward (moe_routing).
 
 Grid per variant: fp32 / bf16 / amp-bf16 (CUDA's autocast lists, emulated) x sdpa /
-eager x every_n off / 1 / 1+offload / 2 / 2+offload, shapes b2s32 (all) and b1s48 (off
+eager x every_n off / 1 / 1+offload / 2 / 2+offload / 3 / 3+offload, shapes b2s32 (all) and b1s48 (off
 and 1), gradient accumulation 2; and the `+aux` variant (output_router_logits=True: the
 load-balancing loss added to the loss) with sdpa, every_n off and 1, b2s32. gpt-oss is
 measured with eager only: transformers refuses sdpa for it at model construction
@@ -17,7 +17,7 @@ measured with eager only: transformers refuses sdpa for it at model construction
 """
 from __future__ import annotations
 
-from family_cases import ALT, ATTENTIONS, CKPT, COMMON, PRECISIONS, REFUSES_SDPA, SHAPES, W
+from family_cases import ALT, ATTENTIONS, CKPT, CKPT3, COMMON, PRECISIONS, REFUSES_SDPA, SHAPES, W
 
 VARIANTS: dict[str, dict] = {
     "mixtral": dict(model_type="mixtral", intermediate_size=48, num_local_experts=4, num_experts_per_tok=2,
@@ -40,7 +40,7 @@ def cases() -> list[dict]:
             for attn in ATTENTIONS:
                 if attn == "sdpa" and cfg["model_type"] in REFUSES_SDPA:
                     continue
-                for n, off in CKPT:
+                for n, off in CKPT + CKPT3:
                     for b, s in (SHAPES if not off and n < 2 else SHAPES[:1]):
                         name = f"{var}-{prec}-{attn}-n{n or 'off'}-{'offload' if off else 'plain'}-b{b}s{s}"
                         out.append(dict(name=name, family=cfg["model_type"], config=dict(cfg), precision=prec,

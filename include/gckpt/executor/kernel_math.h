@@ -37,6 +37,16 @@ GCKPT_HD float gckpt_silu_grad(float x)
     return s * (1.0f + x * (1.0f - s));
 }
 
+/* torch.clamp(x, lo, hi) (gpt_oss's SwiGLU; lo = -inf for clamp(max=)); its gradient
+ * passes only strictly inside (lo, hi): torch 2.15's clamp backward gives 0 at x == lo
+ * and x == hi (measured, FINDINGS 16) */
+GCKPT_HD float gckpt_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
+GCKPT_HD float gckpt_clamp_grad(float x, float lo, float hi) { return x > lo && x < hi ? 1.0f : 0.0f; }
+
+/* sigmoid, and its gradient from its output y (sigmoid_backward(grad, result)) */
+GCKPT_HD float gckpt_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+GCKPT_HD float gckpt_sigmoid_grad(float y) { return y * (1.0f - y); }
+
 /* erf GELU, or the tanh approximation (gelu_pytorch_tanh) */
 GCKPT_HD float gckpt_gelu(float x, bool tanh_approx)
 {

@@ -390,8 +390,8 @@ Bcast bcast_of(const gckpt_xcall *c)
 {
     Bcast bc;
     bc.mode = c->op->bcast;
-    bc.width = c->op->width;
     bc.xcols = c->in[0].cols;
+    bc.width = gckpt_bcast_width(bc.mode, c->op->width, bc.xcols);
     bc.s = c->s;
     bc.per = c->in[0].n / (c->b ? c->b : 1);
     return bc;

@@ -42,7 +42,7 @@ static float *zeros(uint64_t n, gckpt_err *err)
 /* index into the broadcast operand y for element i of x */
 static uint64_t yidx(const gckpt_xcall *c, const gckpt_xt *x, uint64_t xcols, uint64_t i)
 {
-    return gckpt_bcast_index(c->op->bcast, c->op->width, xcols, c->s, x->n / c->b, i);
+    return gckpt_bcast_index(c->op->bcast, gckpt_bcast_width(c->op->bcast, c->op->width, xcols), xcols, c->s, x->n / c->b, i);
 }
 
 /* ---- elementwise ----------------------------------------------------------------------- */

@@ -486,7 +486,8 @@ static void test_fd_gpt_oss_ops(void **st)
     for (int i = 0; i < 3; i++) r[i] = 0.4f * (float)i - 0.5f;
     op_case sub = {"sub", {.prim = GCKPT_P_SUB, .bcast = GCKPT_BC_NONE}, 2, {x, y}, {12, 12}, 12};
     fd_op(&sub);
-    op_case sub_row = {"sub (row)", {.prim = GCKPT_P_SUB, .bcast = GCKPT_BC_ROW, .width = 4}, 2, {x, r}, {12, 3}, 12};
+    /* the recipe's row max: no width, a whole row of x */
+    op_case sub_row = {"sub (row)", {.prim = GCKPT_P_SUB, .bcast = GCKPT_BC_ROW}, 2, {x, r}, {12, 3}, 12, {4, 0}};
     fd_op(&sub_row);
     op_case cmax = {"clamp(max=7)", {.prim = GCKPT_P_CLAMP, .sa = -HUGE_VAL, .sb = 7.0}, 1, {x}, {12}, 12};
     fd_op(&cmax);
@@ -518,6 +519,29 @@ static void test_fd_gpt_oss_sink_ops(void **st)
     fd_op(&drop);
     op_case halves = {"cat halves", {.prim = GCKPT_P_CAT_HALVES, .width = 4}, 2, {a, b}, {6, 6}, 12, {2, 2}, 1, false};
     fd_op(&halves);
+}
+
+/* gpt_oss's rotary tables: cat-free [s, head_dim / 2], the first half of HF's default
+ * table (the angles of columns 0 .. head_dim / 2 - 1) */
+static void test_rotary_halves(void **st)
+{
+    (void)st;
+    gckpt_model m = {.head_dim = 8, .rotary_dim = 8, .rope_halves = true};
+    gckpt_op op = {.name = "rotary.cos", .prim = GCKPT_P_SOURCE};
+    float cs[12], sn[12];
+    gckpt_xcall c = {.op = &op, .m = &m, .b = 1, .s = 3, .rope_theta = 10000.0};
+    c.out[0] = shaped(host_f32(cs, 12), 4);
+    c.out[1] = shaped(host_f32(sn, 12), 4);
+    gckpt_err err = {{0}};
+    assert_int_equal(gckpt_op_check_source(GCKPT_SRC_ROTARY, &c, &err), GCKPT_XS_OK);
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    assert_int_equal(be->source(be, GCKPT_SRC_ROTARY, &c, NULL), GCKPT_XS_OK);
+    for (uint64_t pos = 0; pos < 3; pos++)
+        for (uint64_t k = 0; k < 4; k++) {
+            double f = (double)pos / pow(10000.0, (double)(2 * k) / 8.0);
+            assert_true(fabs(cs[pos * 4 + k] - cos(f)) < 1e-6 && fabs(sn[pos * 4 + k] - sin(f)) < 1e-6);
+        }
+    be->destroy(be);
 }
 
 /* clamp's values and its gradient at the edges as torch 2.15 gives them (probe venv:
@@ -558,6 +582,7 @@ int main(void)
                                        cmocka_unit_test(test_fd_moe_aux),  cmocka_unit_test(test_fd_sliding),
                                        cmocka_unit_test(test_fd_gemma3),   cmocka_unit_test(test_fd_phi3),
                                        cmocka_unit_test(test_fd_gpt_neox), cmocka_unit_test(test_fd_gpt_oss_ops),
-                                       cmocka_unit_test(test_clamp_edges), cmocka_unit_test(test_fd_gpt_oss_sink_ops)};
+                                       cmocka_unit_test(test_clamp_edges), cmocka_unit_test(test_fd_gpt_oss_sink_ops),
+                                       cmocka_unit_test(test_rotary_halves)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

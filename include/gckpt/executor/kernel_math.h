@@ -172,6 +172,14 @@ GCKPT_HD void gckpt_split_stride(uint64_t in_f, uint64_t out_f, uint64_t hd, uin
 
 /* ---- broadcasting --------------------------------------------------------------------- */
 
+/* The group width of a broadcast: the op's, or for a ROW broadcast without one a whole
+ * row of x (gpt_oss's sink softmax: combined_logits - max over its s + 1 columns, a
+ * width that depends on the sequence) */
+GCKPT_HD uint64_t gckpt_bcast_width(int mode, uint64_t width, uint64_t xcols)
+{
+    return mode == GCKPT_BC_ROW && !width ? xcols : width;
+}
+
 /* The element of a broadcast operand y read for element i of x (recipe.h, gckpt_bcast):
  * width the group width, xcols x's row width, s the sequence, per x's elements per
  * sequence (masks). */

@@ -38,7 +38,7 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     /* cos/sin in the embeddings' dtype (OLMo 2: always fp32), rotary_dim wide (partial
      * rotary); Gemma 3: one pair per layer type (local and global theta) */
     uint8_t rdt = m->family == GCKPT_FAMILY_OLMO2 ? F32 : tr->stream_dt;
-    uint64_t rw = m->rope_halves ? m->rotary_dim / 2 : m->rotary_dim; /* gpt_oss: cat-free [s, head_dim / 2] */
+    uint64_t rw = gckpt_rotary_table_width(m);
     *cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, rdt, per_position(rw), "rotary.sin", sin);
     int cos2 = -1, sin2 = -1;
     if (m->rope_tables > 1)

@@ -178,6 +178,7 @@ gckpt_xstatus dispatch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
     if (cuda_is_matmul(c->op->prim)) return bwd ? cuda_matmul_backward(cb, c) : cuda_matmul_forward(cb, c);
     if (cuda_is_attn(c->op->prim)) return bwd ? cuda_attn_backward(cb, c) : cuda_attn_forward(cb, c);
     if (cuda_is_moe(c->op->prim)) return bwd ? cuda_moe_backward(cb, c) : cuda_moe_forward(cb, c);
+    if (cuda_is_sink(c->op->prim)) return cuda_sink_op(cb, c, bwd);
     return bwd ? cuda_elem_backward(cb, c) : cuda_elem_forward(cb, c);
 }
 

@@ -102,6 +102,17 @@ __device__ __forceinline__ void stx(void *p, uint8_t dt, uint64_t i, float v)
     }
 }
 
+// element i of an integer tensor (int64 or int32: indices, offsets)
+__device__ __forceinline__ int64_t ldi(const void *p, uint8_t dt, uint64_t i)
+{
+    return dt == GCKPT_DT_I32 ? static_cast<const int32_t *>(p)[i] : static_cast<const int64_t *>(p)[i];
+}
+__device__ __forceinline__ void sti(void *p, uint8_t dt, uint64_t i, int64_t v)
+{
+    if (dt == GCKPT_DT_I32) static_cast<int32_t *>(p)[i] = static_cast<int32_t>(v);
+    else static_cast<int64_t *>(p)[i] = v;
+}
+
 // Grid for n elements with a grid-stride loop.
 static inline unsigned grid_for(uint64_t n, unsigned block)
 {
@@ -171,6 +182,8 @@ gckpt_xstatus cuda_attn_backward(cuda_be *b, const gckpt_xcall *c);
 gckpt_xstatus cuda_moe_forward(cuda_be *b, const gckpt_xcall *c);
 gckpt_xstatus cuda_moe_backward(cuda_be *b, const gckpt_xcall *c);
 bool cuda_is_moe(int prim);
+gckpt_xstatus cuda_sink_op(cuda_be *b, const gckpt_xcall *c, bool bwd);
+bool cuda_is_sink(int prim);
 gckpt_xstatus cuda_source(cuda_be *b, gckpt_source what, const gckpt_xcall *c, const int64_t *host);
 gckpt_xstatus cuda_optim(cuda_be *b, const gckpt_optcall *c);
 gckpt_xstatus cuda_nccl_attach(cuda_be *b, gckpt_comm *comm);

@@ -46,6 +46,8 @@ __global__ void k_unary_fwd(Unary a)
         case GCKPT_P_TANH: r = tanhf(v); break;
         case GCKPT_P_SILU: r = gckpt_silu(v); break;
         case GCKPT_P_GELU: r = gckpt_gelu(v, a.sa == 1.0f); break;
+        case GCKPT_P_CLAMP: r = gckpt_clamp(v, a.sa, a.sb); break;
+        case GCKPT_P_SIGMOID: r = gckpt_sigmoid(v); break;
         case GCKPT_P_DROPOUT: {
             int keep = gckpt_keep(a.rng, i, a.sa);
             stx(a.o2, a.o2dt, i, static_cast<float>(keep));
@@ -71,6 +73,8 @@ __global__ void k_unary_bwd(Unary a)
         case GCKPT_P_TANH: r = d * gckpt_tanh_grad(ldx(a.y, a.ydt, i)); break;
         case GCKPT_P_SILU: r = d * gckpt_silu_grad(ldx(a.x, a.xdt, i)); break;
         case GCKPT_P_GELU: r = d * gckpt_gelu_grad(ldx(a.x, a.xdt, i), a.sa == 1.0f); break;
+        case GCKPT_P_CLAMP: r = d * gckpt_clamp_grad(ldx(a.x, a.xdt, i), a.sa, a.sb); break;
+        case GCKPT_P_SIGMOID: r = d * gckpt_sigmoid_grad(ldx(a.y, a.ydt, i)); break;
         case GCKPT_P_DROPOUT: r = ldx(a.mask, a.mdt, i) != 0.0f ? d * inv_keep : 0.0f; break;
         default: r = d; break; // CAST
         }
@@ -84,6 +88,7 @@ struct Binary {
     void *o;
     uint64_t n;
     bool mul;
+    float ysign; // -1 for SUB: y enters negated, and so does its gradient (SubBackward0)
     Bcast bc;
 };
 
@@ -92,7 +97,7 @@ __global__ void k_binary_fwd(Binary a)
     GRID_LOOP(i, a.n)
     {
         float u = ldx(a.x, a.xdt, i), v = ldx(a.y, a.ydt, yidx(a.bc, i));
-        stx(a.o, a.odt, i, a.mul ? u * v : u + v);
+        stx(a.o, a.odt, i, a.mul ? u * v : u + a.ysign * v);
     }
 }
 
@@ -112,7 +117,7 @@ __global__ void k_binary_bwd_y_same(Binary a)
     GRID_LOOP(i, a.n)
     {
         float d = ldx(a.g, a.gdt, i);
-        stx(a.o, a.odt, i, a.mul ? d * ldx(a.x, a.xdt, i) : d);
+        stx(a.o, a.odt, i, a.mul ? d * ldx(a.x, a.xdt, i) : a.ysign * d);
     }
 }
 
@@ -128,13 +133,13 @@ __global__ void k_binary_bwd_y_reduce(Binary a, uint64_t ny, uint64_t B, uint64_
             for (uint64_t k = 0; k < bc.width; k++) {
                 uint64_t i = j * bc.width + k;
                 float d = ldx(a.g, a.gdt, i);
-                acc += a.mul ? d * ldx(a.x, a.xdt, i) : d;
+                acc += a.mul ? d * ldx(a.x, a.xdt, i) : a.ysign * d;
             }
             break;
         case BC_COL:
             for (uint64_t i = j; i < a.n; i += bc.width) {
                 float d = ldx(a.g, a.gdt, i);
-                acc += a.mul ? d * ldx(a.x, a.xdt, i) : d;
+                acc += a.mul ? d * ldx(a.x, a.xdt, i) : a.ysign * d;
             }
             break;
         case BC_TABLE: {
@@ -143,7 +148,7 @@ __global__ void k_binary_bwd_y_reduce(Binary a, uint64_t ny, uint64_t B, uint64_
                 for (uint64_t h = 0; h < hpr; h++) {
                     uint64_t i = (b * bc.s + pos) * bc.xcols + h * bc.width + c;
                     float d = ldx(a.g, a.gdt, i);
-                    acc += a.mul ? d * ldx(a.x, a.xdt, i) : d;
+                    acc += a.mul ? d * ldx(a.x, a.xdt, i) : a.ysign * d;
                 }
             break;
         }
@@ -152,7 +157,7 @@ __global__ void k_binary_bwd_y_reduce(Binary a, uint64_t ny, uint64_t B, uint64_
             for (uint64_t h = 0; h < heads; h++) {
                 uint64_t i = bi * bc.per + h * ss + rem;
                 float d = ldx(a.g, a.gdt, i);
-                acc += a.mul ? d * ldx(a.x, a.xdt, i) : d;
+                acc += a.mul ? d * ldx(a.x, a.xdt, i) : a.ysign * d;
             }
             break;
         }
@@ -385,8 +390,8 @@ Bcast bcast_of(const gckpt_xcall *c)
 {
     Bcast bc;
     bc.mode = c->op->bcast;
-    bc.width = c->op->width;
     bc.xcols = c->in[0].cols;
+    bc.width = gckpt_bcast_width(bc.mode, c->op->width, bc.xcols);
     bc.s = c->s;
     bc.per = c->in[0].n / (c->b ? c->b : 1);
     return bc;
@@ -424,8 +429,10 @@ gckpt_xstatus unary_bwd(cuda_be *cb, const gckpt_xcall *c)
     const gckpt_op *op = c->op;
     const gckpt_xt &g = c->gout, &gi = c->gin[0];
     if (!gi.p) return GCKPT_XS_OK;
-    if (op->prim == GCKPT_P_POW || op->prim == GCKPT_P_SILU || op->prim == GCKPT_P_GELU) NEED_T(be, c, c->in[0], "saved input");
-    if (op->prim == GCKPT_P_RSQRT || op->prim == GCKPT_P_TANH) NEED_T(be, c, c->out[0], "saved output");
+    if (op->prim == GCKPT_P_POW || op->prim == GCKPT_P_SILU || op->prim == GCKPT_P_GELU || op->prim == GCKPT_P_CLAMP)
+        NEED_T(be, c, c->in[0], "saved input");
+    if (op->prim == GCKPT_P_RSQRT || op->prim == GCKPT_P_TANH || op->prim == GCKPT_P_SIGMOID)
+        NEED_T(be, c, c->out[0], "saved output");
     if (op->prim == GCKPT_P_DROPOUT) NEED_T(be, c, c->out[1], "saved mask");
     Unary a{};
     a.g = g.p;
@@ -441,6 +448,7 @@ gckpt_xstatus unary_bwd(cuda_be *cb, const gckpt_xcall *c)
     a.n = gi.n;
     a.prim = op->prim;
     a.sa = static_cast<float>(op->sa);
+    a.sb = static_cast<float>(op->sb);
     k_unary_bwd<<<grid_for(a.n, kBlock), kBlock, 0, cb->stream>>>(a);
     LAUNCH_TRY(be);
     return GCKPT_XS_OK;
@@ -454,6 +462,7 @@ Binary binary_of(const gckpt_xcall *c)
     a.y = c->in[1].p;
     a.ydt = c->in[1].dt;
     a.mul = c->op->prim == GCKPT_P_MUL;
+    a.ysign = c->op->prim == GCKPT_P_SUB ? -1.0f : 1.0f;
     a.bc = bcast_of(c);
     return a;
 }
@@ -717,9 +726,9 @@ gckpt_xstatus cuda_elem_forward(cuda_be *cb, const gckpt_xcall *c)
     NEED_T(be, c, o, "output");
     switch (op->prim) {
     case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
-    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT:
+    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: case GCKPT_P_CLAMP: case GCKPT_P_SIGMOID:
         return unary_fwd(cb, c);
-    case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_fwd(cb, c);
+    case GCKPT_P_MUL: case GCKPT_P_ADD: case GCKPT_P_SUB: return binary_fwd(cb, c);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_fwd(cb, c);
     case GCKPT_P_SPLIT: return split_launch(cb, c, false);
     case GCKPT_P_CAT_PASS: return cat_pass_launch(cb, c, false);
@@ -755,9 +764,9 @@ gckpt_xstatus cuda_elem_backward(cuda_be *cb, const gckpt_xcall *c)
     NEED_T(be, c, g, "output gradient");
     switch (c->op->prim) {
     case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
-    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT:
+    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: case GCKPT_P_CLAMP: case GCKPT_P_SIGMOID:
         return unary_bwd(cb, c);
-    case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_bwd(cb, c);
+    case GCKPT_P_MUL: case GCKPT_P_ADD: case GCKPT_P_SUB: return binary_bwd(cb, c);
     case GCKPT_P_SPLIT: return split_launch(cb, c, true);
     case GCKPT_P_CAT_PASS: return cat_pass_launch(cb, c, true);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_bwd(cb, c);

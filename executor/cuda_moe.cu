@@ -11,16 +11,6 @@ namespace {
 
 constexpr unsigned kBlock = 256;
 
-__device__ __forceinline__ int64_t ldi(const void *p, uint8_t dt, uint64_t i)
-{
-    return dt == GCKPT_DT_I32 ? static_cast<const int32_t *>(p)[i] : static_cast<const int64_t *>(p)[i];
-}
-__device__ __forceinline__ void sti(void *p, uint8_t dt, uint64_t i, int64_t v)
-{
-    if (dt == GCKPT_DT_I32) static_cast<int32_t *>(p)[i] = static_cast<int32_t>(v);
-    else static_cast<int64_t *>(p)[i] = v;
-}
-
 // one thread per row of E: the k largest in gckpt_topk_before's order
 __global__ void k_topk(const void *x, uint8_t xdt, void *v, uint8_t vdt, int64_t *ix, uint64_t rows, uint64_t E, uint64_t k)
 {

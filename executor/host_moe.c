@@ -14,17 +14,6 @@
 
 static uint64_t shape_n(const gckpt_xt *t) { return t->rows * t->cols; }
 
-/* element i of an integer tensor (int64 or int32) */
-static int64_t ldi(const gckpt_xt *t, uint64_t i)
-{
-    return t->dt == GCKPT_DT_I32 ? ((const int32_t *)t->p)[i] : ((const int64_t *)t->p)[i];
-}
-static void sti(const gckpt_xt *t, uint64_t i, int64_t v)
-{
-    if (t->dt == GCKPT_DT_I32) ((int32_t *)t->p)[i] = (int32_t)v;
-    else ((int64_t *)t->p)[i] = v;
-}
-
 static float *zeros(const gckpt_xcall *c, uint64_t n, gckpt_err *err)
 {
     float *v = hs_calloc(n ? n : 1, sizeof *v);

@@ -108,4 +108,15 @@ static inline float rnd(uint8_t dt, float v)
     }
 }
 
+/* element i of an integer tensor (int64 or int32: indices, offsets) */
+static inline int64_t ldi(const gckpt_xt *t, uint64_t i)
+{
+    return t->dt == GCKPT_DT_I32 ? ((const int32_t *)t->p)[i] : ((const int64_t *)t->p)[i];
+}
+static inline void sti(const gckpt_xt *t, uint64_t i, int64_t v)
+{
+    if (t->dt == GCKPT_DT_I32) ((int32_t *)t->p)[i] = (int32_t)v;
+    else ((int64_t *)t->p)[i] = v;
+}
+
 #endif

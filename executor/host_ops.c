@@ -42,7 +42,7 @@ static float *zeros(uint64_t n, gckpt_err *err)
 /* index into the broadcast operand y for element i of x */
 static uint64_t yidx(const gckpt_xcall *c, const gckpt_xt *x, uint64_t xcols, uint64_t i)
 {
-    return gckpt_bcast_index(c->op->bcast, c->op->width, xcols, c->s, x->n / c->b, i);
+    return gckpt_bcast_index(c->op->bcast, gckpt_bcast_width(c->op->bcast, c->op->width, xcols), xcols, c->s, x->n / c->b, i);
 }
 
 /* ---- elementwise ----------------------------------------------------------------------- */
@@ -63,6 +63,8 @@ static gckpt_xstatus unary_fwd(const gckpt_xcall *c, gckpt_err *err)
         case GCKPT_P_TANH: y = tanhf(v); break;
         case GCKPT_P_SILU: y = gckpt_silu(v); break;
         case GCKPT_P_GELU: y = gckpt_gelu(v, op->sa == 1.0); break;
+        case GCKPT_P_CLAMP: y = gckpt_clamp(v, (float)op->sa, (float)op->sb); break;
+        case GCKPT_P_SIGMOID: y = gckpt_sigmoid(v); break;
         case GCKPT_P_DROPOUT: {
             int keep = gckpt_keep(c->rng, i, (float)op->sa);
             st(&c->out[1], i, (float)keep);
@@ -82,8 +84,8 @@ static gckpt_xstatus unary_bwd(const gckpt_xcall *c, gckpt_err *err)
     const gckpt_xt *g = &c->gout, *gi = &c->gin[0];
     if (!gi->p) return GCKPT_XS_OK;
     switch (op->prim) {
-    case GCKPT_P_POW: case GCKPT_P_SILU: case GCKPT_P_GELU: NEED(c, c->in[0], "saved input"); break;
-    case GCKPT_P_RSQRT: case GCKPT_P_TANH: NEED(c, c->out[0], "saved output"); break;
+    case GCKPT_P_POW: case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_CLAMP: NEED(c, c->in[0], "saved input"); break;
+    case GCKPT_P_RSQRT: case GCKPT_P_TANH: case GCKPT_P_SIGMOID: NEED(c, c->out[0], "saved output"); break;
     case GCKPT_P_DROPOUT: NEED(c, c->out[1], "saved mask"); break;
     default: break;
     }
@@ -98,6 +100,8 @@ static gckpt_xstatus unary_bwd(const gckpt_xcall *c, gckpt_err *err)
         case GCKPT_P_TANH: r = d * gckpt_tanh_grad(ld(&c->out[0], i)); break;
         case GCKPT_P_SILU: r = d * gckpt_silu_grad(ld(&c->in[0], i)); break;
         case GCKPT_P_GELU: r = d * gckpt_gelu_grad(ld(&c->in[0], i), op->sa == 1.0); break;
+        case GCKPT_P_CLAMP: r = d * gckpt_clamp_grad(ld(&c->in[0], i), (float)op->sa, (float)op->sb); break;
+        case GCKPT_P_SIGMOID: r = d * gckpt_sigmoid_grad(ld(&c->out[0], i)); break;
         case GCKPT_P_DROPOUT: r = ld(&c->out[1], i) != 0 ? d * inv_keep : 0.0f; break;
         default: gckpt_seterr(err, "op %s: not an elementwise primitive", op->name); return GCKPT_XS_ERROR;
         }
@@ -106,17 +110,17 @@ static gckpt_xstatus unary_bwd(const gckpt_xcall *c, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-/* x (*|+) y with broadcast */
+/* x (*|+|-) y with broadcast */
 static gckpt_xstatus binary_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *y = &c->in[1], *o = &c->out[0];
     NEED(c, *x, "input 0");
     NEED(c, *y, "input 1");
     uint64_t xc = c->in[0].cols;
-    bool mul = c->op->prim == GCKPT_P_MUL;
+    bool mul = c->op->prim == GCKPT_P_MUL, sub = c->op->prim == GCKPT_P_SUB;
     for (uint64_t i = 0; i < o->n; i++) {
         float a = ld(x, i), b = ld(y, yidx(c, x, xc, i));
-        st(o, i, mul ? a * b : a + b);
+        st(o, i, mul ? a * b : sub ? a - b : a + b);
     }
     return GCKPT_XS_OK;
 }
@@ -125,6 +129,7 @@ static gckpt_xstatus binary_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *y = &c->in[1], *g = &c->gout;
     bool mul = c->op->prim == GCKPT_P_MUL;
+    float ysign = c->op->prim == GCKPT_P_SUB ? -1.0f : 1.0f; /* SubBackward0 negates y's gradient */
     uint64_t xc = c->in[0].cols;
     if (c->gin[0].p) {
         if (mul) NEED(c, *y, "saved input 1");
@@ -138,14 +143,14 @@ static gckpt_xstatus binary_bwd(const gckpt_xcall *c, gckpt_err *err)
         if (c->op->bcast == GCKPT_BC_NONE) {
             for (uint64_t i = 0; i < c->gin[1].n; i++) {
                 float d = ld(g, i);
-                st(&c->gin[1], i, mul ? d * ld(x, i) : d);
+                st(&c->gin[1], i, mul ? d * ld(x, i) : ysign * d);
             }
         } else {
             float *acc = zeros(c->gin[1].n, err);
             if (!acc) return GCKPT_XS_ERROR;
             for (uint64_t i = 0; i < g->n; i++) {
                 float d = ld(g, i);
-                acc[yidx(c, x, xc, i)] += mul ? d * ld(x, i) : d;
+                acc[yidx(c, x, xc, i)] += mul ? d * ld(x, i) : ysign * d;
             }
             host_from_f32(&c->gin[1], acc);
             hs_free(acc);
@@ -558,9 +563,9 @@ static gckpt_xstatus op_forward(const gckpt_xcall *c, gckpt_err *err)
 {
     switch (c->op->prim) {
     case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
-    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT:
+    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: case GCKPT_P_CLAMP: case GCKPT_P_SIGMOID:
         return unary_fwd(c, err);
-    case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_fwd(c, err);
+    case GCKPT_P_MUL: case GCKPT_P_ADD: case GCKPT_P_SUB: return binary_fwd(c, err);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_fwd(c, err);
     case GCKPT_P_SPLIT: return split_fwd(c, err);
     case GCKPT_P_CAT_PASS: return cat_pass(c, false, err);
@@ -572,6 +577,7 @@ static gckpt_xstatus op_forward(const gckpt_xcall *c, gckpt_err *err)
     case GCKPT_P_NLL: return nll_fwd(c, err);
     default:
         if (host_is_moe(c->op->prim)) return host_moe_forward(c, err);
+        if (host_is_sink(c->op->prim)) return host_sink_op(c, false, err);
         gckpt_seterr(err, "op %s: primitive %d has no host forward", c->op->name, c->op->prim);
         return GCKPT_XS_ERROR;
     }
@@ -581,9 +587,9 @@ static gckpt_xstatus op_backward(const gckpt_xcall *c, gckpt_err *err)
 {
     switch (c->op->prim) {
     case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
-    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT:
+    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: case GCKPT_P_CLAMP: case GCKPT_P_SIGMOID:
         return unary_bwd(c, err);
-    case GCKPT_P_MUL: case GCKPT_P_ADD: return binary_bwd(c, err);
+    case GCKPT_P_MUL: case GCKPT_P_ADD: case GCKPT_P_SUB: return binary_bwd(c, err);
     case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_bwd(c, err);
     case GCKPT_P_SPLIT: return split_bwd(c, err);
     case GCKPT_P_CAT_PASS: return cat_pass(c, true, err);
@@ -595,6 +601,7 @@ static gckpt_xstatus op_backward(const gckpt_xcall *c, gckpt_err *err)
     case GCKPT_P_NLL: return nll_bwd(c, err);
     default:
         if (host_is_moe(c->op->prim)) return host_moe_backward(c, err);
+        if (host_is_sink(c->op->prim)) return host_sink_op(c, true, err);
         gckpt_seterr(err, "op %s: primitive %d has no host backward", c->op->name, c->op->prim);
         return GCKPT_XS_ERROR;
     }

@@ -15,6 +15,9 @@ bool host_is_attn(int prim);
 gckpt_xstatus host_moe_forward(const gckpt_xcall *c, gckpt_err *err);
 gckpt_xstatus host_moe_backward(const gckpt_xcall *c, gckpt_err *err);
 bool host_is_moe(int prim);
+/* gpt_oss's sink softmax and half-split rotary primitives (host_sink.c) */
+gckpt_xstatus host_sink_op(const gckpt_xcall *c, bool bwd, gckpt_err *err);
+bool host_is_sink(int prim);
 gckpt_xstatus host_optim(const gckpt_optcall *c, gckpt_err *err);
 gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t *host, gckpt_err *err);
 

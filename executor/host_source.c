@@ -23,11 +23,12 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
     case GCKPT_SRC_ROTARY: {
         NEED(c, c->out[1], "sin output");
         uint64_t hd = c->m->rotary_dim; /* HF's dim: int(head_dim * partial_rotary_factor) */
+        uint64_t w = gckpt_rotary_table_width(c->m); /* gpt_oss: the first half only */
         for (uint64_t pos = 0; pos < c->s; pos++)
-            for (uint64_t k = 0; k < hd; k++) {
+            for (uint64_t k = 0; k < w; k++) {
                 float f = gckpt_rope_angle(pos, k, hd, (float)c->rope_theta);
-                st(o, pos * hd + k, cosf(f));
-                st(&c->out[1], pos * hd + k, sinf(f));
+                st(o, pos * w + k, cosf(f));
+                st(&c->out[1], pos * w + k, sinf(f));
             }
         return GCKPT_XS_OK;
     }

@@ -231,8 +231,8 @@ static bool family_executed(const gckpt_model *m)
 bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, gckpt_err *err)
 {
     if (m->attn_sinks) { /* gpt_oss: its own refusal, whatever the MoE executor runs */
-        gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run has no attention-sink softmax, "
-                          "half-split rotary, expert-bias or clamped-SwiGLU kernels)", m->model_type);
+        gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (its primitives have host kernels; "
+                          "the gradient views of the sink cat and the half-split rotary are not wired yet)", m->model_type);
         return false;
     }
     if (!family_executed(m)) {

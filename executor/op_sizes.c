@@ -6,6 +6,8 @@
 
 #include <stdio.h>
 
+#include "gckpt/executor/kernel_math.h"
+
 /* elements of the tensor an operand holds */
 static uint64_t shape_n(const gckpt_xt *t) { return t->rows * t->cols; }
 
@@ -20,9 +22,13 @@ static bool output_size(const gckpt_xcall *c, int k, uint64_t *n)
     switch (op->prim) {
     case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
     case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: case GCKPT_P_MUL: case GCKPT_P_ADD:
-    case GCKPT_P_SOFTMAX: case GCKPT_P_TRANSPOSE: case GCKPT_P_LOG_SOFTMAX:
+    case GCKPT_P_SOFTMAX: case GCKPT_P_TRANSPOSE: case GCKPT_P_LOG_SOFTMAX: case GCKPT_P_CLAMP: case GCKPT_P_SIGMOID:
         *n = shape_n(x); /* the output (and dropout's mask) is shaped like input 0 */
         return true;
+    case GCKPT_P_SUB: /* shaped like x; y one value per row of x (the sink softmax's row max) or like x */
+        *n = shape_n(x);
+        return op->bcast == GCKPT_BC_ROW ? shape_n(&c->in[1]) * gckpt_bcast_width(op->bcast, op->width, x->cols) == *n
+                                         : op->bcast != GCKPT_BC_NONE || shape_n(&c->in[1]) == *n;
     case GCKPT_P_NEG_HALF: *n = shape_n(x) / 2; return shape_n(x) % 2 == 0;
     case GCKPT_P_CAT_HALF: *n = shape_n(&c->in[1]); return shape_n(x) * 2 == *n;
     case GCKPT_P_CAT_PASS: *n = shape_n(&c->in[1]); return shape_n(x) <= *n; /* shaped like the input */
@@ -60,6 +66,15 @@ static bool output_size(const gckpt_xcall *c, int k, uint64_t *n)
         *n = op->in_f ? shape_n(x) / op->in_f * op->out_f : 0;
         return op->in_f && shape_n(x) % op->in_f == 0 && c->in[2].p && shape_n(&c->in[2]) == m->experts &&
                shape_n(&c->in[1]) == m->experts * op->in_f * op->out_f;
+    /* gpt_oss (recipe_gpt_oss.c): rows of x's width W */
+    case GCKPT_P_CAT_SINK: /* one sink per head, one more column */
+        *n = x->cols ? shape_n(x) / x->cols * (x->cols + 1) : 0;
+        return x->cols && c->s && shape_n(&c->in[1]) > 0 && x->rows % c->s == 0;
+    case GCKPT_P_MAX_LAST: *n = x->cols ? shape_n(x) / x->cols : 0; return x->cols > 0; /* values, indices */
+    case GCKPT_P_DROP_SINK: *n = x->cols ? shape_n(x) / x->cols * (x->cols - 1) : 0; return x->cols > 1;
+    case GCKPT_P_CAT_HALVES: /* two halves of each head of width */
+        *n = 2 * shape_n(x);
+        return op->width && op->width % 2 == 0 && shape_n(&c->in[1]) == shape_n(x) && shape_n(x) % (op->width / 2) == 0;
     case GCKPT_P_BOOL_MASK: *n = c->b * c->s * c->s; return shape_n(x) == c->s * c->s; /* [s, s] -> [b, 1, s, s] */
     default: return false;
     }
@@ -93,7 +108,7 @@ gckpt_xstatus gckpt_op_check_source(gckpt_source what, const gckpt_xcall *c, gck
     switch (what) {
     case GCKPT_SRC_IDS: case GCKPT_SRC_LABELS: want = T; break;
     case GCKPT_SRC_POSITIONS: want = c->s; break;
-    case GCKPT_SRC_ROTARY: want = c->s * c->m->rotary_dim; break; /* cos and sin, rotary_dim wide */
+    case GCKPT_SRC_ROTARY: want = c->s * gckpt_rotary_table_width(c->m); break; /* cos and sin */
     case GCKPT_SRC_MASK: /* [b, 1, s, s], or masking_utils' bool [s, s] under SDPA */
         want = c->out[0].dt == GCKPT_DT_BOOL ? c->s * c->s : T * c->s;
         break;

@@ -12,6 +12,7 @@
 #include "exec_fixture.h"
 #include "gckpt/core/peft.h"
 #include "gckpt/executor/exec_host.h"
+#include "gckpt/executor/op_sizes.h"
 
 #define REL_TOL 0.03
 #define ABS_TOL 2e-4
@@ -395,6 +396,180 @@ static void test_fd_gpt_neox(void **st)
     fd_check("tiny-gpt-neox", GCKPT_EAGER, 1, 1, false, names, layers, 8);
 }
 
+/* ---- single ops (gpt_oss's primitives) through the host backend ------------------------
+ * loss = sum_i w_i out_i with fixed weights w (the output gradient); every element of
+ * every input's gradient against central differences of that loss (fp32 forward, the
+ * loss summed in double). Inputs are chosen away from clamp edges. */
+typedef struct {
+    const char *what;
+    gckpt_op op;
+    int nin;
+    float *in[2];
+    uint64_t n_in[2], n_out;
+    uint64_t cols[2], s; /* input 0's / 1's row width (0: one row), the sequence (0: 1) */
+    bool indices;        /* a second output: int64 indices, one per output element */
+} op_case;
+
+static gckpt_xt host_f32(float *p, uint64_t n) { return (gckpt_xt){.p = p, .n = n, .dt = GCKPT_DT_F32, .cols = n, .rows = 1}; }
+
+static gckpt_xt shaped(gckpt_xt t, uint64_t cols)
+{
+    if (cols) {
+        t.cols = cols;
+        t.rows = t.n / cols;
+    }
+    return t;
+}
+
+static int64_t idx_buf[64];
+
+static gckpt_xcall call_of(const op_case *k, const gckpt_model *m, float *out)
+{
+    gckpt_xcall c = {.op = &k->op, .m = m, .b = 1, .s = k->s ? k->s : 1};
+    for (int i = 0; i < k->nin; i++) c.in[i] = shaped(host_f32(k->in[i], k->n_in[i]), k->cols[i]);
+    c.out[0] = host_f32(out, k->n_out);
+    if (k->indices) c.out[1] = (gckpt_xt){.p = idx_buf, .n = k->n_out, .dt = GCKPT_DT_I64, .cols = k->n_out, .rows = 1};
+    return c;
+}
+
+static double op_loss(gckpt_backend *be, const op_case *k, const gckpt_model *m, const float *w, float *out)
+{
+    gckpt_xcall c = call_of(k, m, out);
+    assert_int_equal(be->forward(be, &c), GCKPT_XS_OK);
+    double l = 0;
+    for (uint64_t i = 0; i < k->n_out; i++) l += (double)w[i] * out[i];
+    return l;
+}
+
+static void fd_op(const op_case *k)
+{
+    gckpt_model m = {0};
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    assert_non_null(be);
+    float out[64], w[64], gin[2][64];
+    assert_true(k->n_out <= 64 && k->n_in[0] <= 64 && k->n_in[1] <= 64);
+    for (uint64_t i = 0; i < k->n_out; i++) w[i] = 0.3f + 0.11f * (float)(i % 7) - 0.05f * (float)(i % 3);
+    gckpt_xcall c = call_of(k, &m, out);
+    gckpt_err err = {{0}};
+    assert_int_equal(gckpt_op_check_forward(&c, &err), GCKPT_XS_OK);
+    assert_int_equal(be->forward(be, &c), GCKPT_XS_OK);
+    c.gout = host_f32(w, k->n_out);
+    for (int i = 0; i < k->nin; i++) c.gin[i] = shaped(host_f32(gin[i], k->n_in[i]), k->cols[i]);
+    assert_int_equal(be->backward(be, &c), GCKPT_XS_OK);
+    for (int i = 0; i < k->nin; i++)
+        for (uint64_t j = 0; j < k->n_in[i]; j++) {
+            float keep = k->in[i][j];
+            k->in[i][j] = keep + (float)STEP;
+            double lp = op_loss(be, k, &m, w, out);
+            k->in[i][j] = keep - (float)STEP;
+            double lm = op_loss(be, k, &m, w, out);
+            k->in[i][j] = keep;
+            double fd = (lp - lm) / (2 * STEP), an = gin[i][j];
+            if (fabs(fd - an) > REL_TOL * fabs(fd) + ABS_TOL)
+                fail_msg("%s: input %d element %llu: gradient %.6g, finite difference %.6g", k->what, i,
+                         (unsigned long long)j, an, fd);
+        }
+    be->destroy(be);
+}
+
+/* x - y (same shape, and y one value per row: the sink softmax's row max), clamp(max=)
+ * and clamp(-limit, limit) of the clamped SwiGLU (values on both sides of the limit),
+ * sigmoid (its gradient from the saved output) */
+static void test_fd_gpt_oss_ops(void **st)
+{
+    (void)st;
+    float x[12], y[12], r[3];
+    for (int i = 0; i < 12; i++) {
+        x[i] = -9.1f + 1.63f * (float)i; /* -9.1 .. 8.83: inside and outside +-7, 0.2 or more from it */
+        y[i] = 0.7f - 0.29f * (float)i;
+    }
+    for (int i = 0; i < 3; i++) r[i] = 0.4f * (float)i - 0.5f;
+    op_case sub = {"sub", {.prim = GCKPT_P_SUB, .bcast = GCKPT_BC_NONE}, 2, {x, y}, {12, 12}, 12};
+    fd_op(&sub);
+    /* the recipe's row max: no width, a whole row of x */
+    op_case sub_row = {"sub (row)", {.prim = GCKPT_P_SUB, .bcast = GCKPT_BC_ROW}, 2, {x, r}, {12, 3}, 12, {4, 0}};
+    fd_op(&sub_row);
+    op_case cmax = {"clamp(max=7)", {.prim = GCKPT_P_CLAMP, .sa = -HUGE_VAL, .sb = 7.0}, 1, {x}, {12}, 12};
+    fd_op(&cmax);
+    op_case cboth = {"clamp(-7, 7)", {.prim = GCKPT_P_CLAMP, .sa = -7.0, .sb = 7.0}, 1, {x}, {12}, 12};
+    fd_op(&cboth);
+    op_case sig = {"sigmoid", {.prim = GCKPT_P_SIGMOID}, 1, {x}, {12}, 12};
+    fd_op(&sig);
+}
+
+/* the sink softmax's pieces on [b 1, heads 2, s 3, s 3] scores: the cat with each head's
+ * sink logit (the sinks' gradient: their column summed per head), the row max of the
+ * widened rows (distinct values: no ties) with its indices, the sink column dropped; the
+ * half-split rotary's cat of two halves per head (head_dim 4) */
+static void test_fd_gpt_oss_sink_ops(void **st)
+{
+    (void)st;
+    float sc[18], sinks[2] = {0.35f, -1.2f}, wide[24], a[6], b[6];
+    for (int i = 0; i < 18; i++) sc[i] = 0.9f - 0.37f * (float)((i * 7) % 18);
+    for (int i = 0; i < 24; i++) wide[i] = -2.0f + 0.23f * (float)((i * 5) % 24);
+    for (int i = 0; i < 6; i++) {
+        a[i] = 0.5f * (float)i - 1.1f;
+        b[i] = 0.8f - 0.3f * (float)i;
+    }
+    op_case cat = {"cat sink", {.prim = GCKPT_P_CAT_SINK}, 2, {sc, sinks}, {18, 2}, 24, {3, 2}, 3, false};
+    fd_op(&cat);
+    op_case mx = {"max last", {.prim = GCKPT_P_MAX_LAST}, 1, {wide}, {24}, 6, {4, 0}, 3, true};
+    fd_op(&mx);
+    op_case drop = {"drop sink", {.prim = GCKPT_P_DROP_SINK}, 1, {wide}, {24}, 18, {4, 0}, 3, false};
+    fd_op(&drop);
+    op_case halves = {"cat halves", {.prim = GCKPT_P_CAT_HALVES, .width = 4}, 2, {a, b}, {6, 6}, 12, {2, 2}, 1, false};
+    fd_op(&halves);
+}
+
+/* gpt_oss's rotary tables: cat-free [s, head_dim / 2], the first half of HF's default
+ * table (the angles of columns 0 .. head_dim / 2 - 1) */
+static void test_rotary_halves(void **st)
+{
+    (void)st;
+    gckpt_model m = {.head_dim = 8, .rotary_dim = 8, .rope_halves = true};
+    gckpt_op op = {.name = "rotary.cos", .prim = GCKPT_P_SOURCE};
+    float cs[12], sn[12];
+    gckpt_xcall c = {.op = &op, .m = &m, .b = 1, .s = 3, .rope_theta = 10000.0};
+    c.out[0] = shaped(host_f32(cs, 12), 4);
+    c.out[1] = shaped(host_f32(sn, 12), 4);
+    gckpt_err err = {{0}};
+    assert_int_equal(gckpt_op_check_source(GCKPT_SRC_ROTARY, &c, &err), GCKPT_XS_OK);
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    assert_int_equal(be->source(be, GCKPT_SRC_ROTARY, &c, NULL), GCKPT_XS_OK);
+    for (uint64_t pos = 0; pos < 3; pos++)
+        for (uint64_t k = 0; k < 4; k++) {
+            double f = (double)pos / pow(10000.0, (double)(2 * k) / 8.0);
+            assert_true(fabs(cs[pos * 4 + k] - cos(f)) < 1e-6 && fabs(sn[pos * 4 + k] - sin(f)) < 1e-6);
+        }
+    be->destroy(be);
+}
+
+/* clamp's values and its gradient at the edges as torch 2.15 gives them (probe venv:
+ * torch.clamp(x, -1, 1) over [-2, -1, 0.5, 1, 2] -> gradient [0, 0, 1, 0, 0]) */
+static void test_clamp_edges(void **st)
+{
+    (void)st;
+    float x[5] = {-2, -1, 0.5f, 1, 2}, out[5], g[5] = {1, 1, 1, 1, 1}, gi[5];
+    op_case k = {"clamp", {.prim = GCKPT_P_CLAMP, .sa = -1.0, .sb = 1.0}, 1, {x}, {5}, 5};
+    gckpt_model m = {0};
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    gckpt_xcall c = call_of(&k, &m, out);
+    assert_int_equal(be->forward(be, &c), GCKPT_XS_OK);
+    c.gout = host_f32(g, 5);
+    c.gin[0] = host_f32(gi, 5);
+    assert_int_equal(be->backward(be, &c), GCKPT_XS_OK);
+    const float want_y[5] = {-1, -1, 0.5f, 1, 1}, want_g[5] = {0, 0, 1, 0, 0};
+    for (int i = 0; i < 5; i++) {
+        assert_true(out[i] == want_y[i]);
+        assert_true(gi[i] == want_g[i]);
+    }
+    /* an output that is not shaped like the input is refused by the size check */
+    gckpt_err err = {{0}};
+    c.out[0].n = c.out[0].cols = 4;
+    assert_int_equal(gckpt_op_check_forward(&c, &err), GCKPT_XS_ERROR);
+    be->destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2),
@@ -406,6 +581,8 @@ int main(void)
                                        cmocka_unit_test(test_fd_qwen3_moe), cmocka_unit_test(test_fd_olmoe),
                                        cmocka_unit_test(test_fd_moe_aux),  cmocka_unit_test(test_fd_sliding),
                                        cmocka_unit_test(test_fd_gemma3),   cmocka_unit_test(test_fd_phi3),
-                                       cmocka_unit_test(test_fd_gpt_neox)};
+                                       cmocka_unit_test(test_fd_gpt_neox), cmocka_unit_test(test_fd_gpt_oss_ops),
+                                       cmocka_unit_test(test_clamp_edges), cmocka_unit_test(test_fd_gpt_oss_sink_ops),
+                                       cmocka_unit_test(test_rotary_halves)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,6 +113,12 @@ static inline double gckpt_attn_scale(const gckpt_model *m)
     return pow(m->query_pre_attn_scalar > 0 ? m->query_pre_attn_scalar : (double)m->head_dim, -0.5);
 }
 static inline uint64_t gckpt_kv_dim(const gckpt_model *m) { return m->kv_heads * m->head_dim; }
+/* columns of the rotary cos / sin tables: rotary_dim (partial rotary), gpt_oss's
+ * cat-free first half [s, head_dim / 2] */
+static inline uint64_t gckpt_rotary_table_width(const gckpt_model *m)
+{
+    return m->rope_halves ? m->rotary_dim / 2 : m->rotary_dim;
+}
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,16 @@ GCKPT_HD float gckpt_silu_grad(float x)
     return s * (1.0f + x * (1.0f - s));
 }
 
+/* torch.clamp(x, lo, hi) (gpt_oss's SwiGLU; lo = -inf for clamp(max=)); its gradient
+ * passes only strictly inside (lo, hi): torch 2.15's clamp backward gives 0 at x == lo
+ * and x == hi (measured, FINDINGS 16) */
+GCKPT_HD float gckpt_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
+GCKPT_HD float gckpt_clamp_grad(float x, float lo, float hi) { return x > lo && x < hi ? 1.0f : 0.0f; }
+
+/* sigmoid, and its gradient from its output y (sigmoid_backward(grad, result)) */
+GCKPT_HD float gckpt_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+GCKPT_HD float gckpt_sigmoid_grad(float y) { return y * (1.0f - y); }
+
 /* erf GELU, or the tanh approximation (gelu_pytorch_tanh) */
 GCKPT_HD float gckpt_gelu(float x, bool tanh_approx)
 {
@@ -161,6 +171,14 @@ GCKPT_HD void gckpt_split_stride(uint64_t in_f, uint64_t out_f, uint64_t hd, uin
 }
 
 /* ---- broadcasting --------------------------------------------------------------------- */
+
+/* The group width of a broadcast: the op's, or for a ROW broadcast without one a whole
+ * row of x (gpt_oss's sink softmax: combined_logits - max over its s + 1 columns, a
+ * width that depends on the sequence) */
+GCKPT_HD uint64_t gckpt_bcast_width(int mode, uint64_t width, uint64_t xcols)
+{
+    return mode == GCKPT_BC_ROW && !width ? xcols : width;
+}
 
 /* The element of a broadcast operand y read for element i of x (recipe.h, gckpt_bcast):
  * width the group width, xcols x's row width, s the sequence, per x's elements per

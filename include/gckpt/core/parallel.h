@@ -66,6 +66,12 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err);
  * single-process bf16 fixtures); DDP and one GPU: s->precision. */
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s);
 
+/* The measured bound on the planned per-rank peak of fsdp, zero2 and zero3 (their scheduled
+ * working set), in percent: every fake-group rank of tests/data/hf-dist is within it
+ * (test_parallel's test_fixture_peaks holds the figure to the fixtures; the
+ * parallel_peak_approximate warning states it). */
+#define GCKPT_PARALLEL_PEAK_BOUND_PCT "0.21"
+
 
 /* Fill the shard fields of table ps for layout l of model m. */
 void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l);

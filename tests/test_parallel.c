@@ -179,16 +179,11 @@ static void test_fixtures_exact(void **state)
 }
 
 /* The rank's planned step 2 (CPU target, exact allocator as test_hf_fixtures): the walk. */
-/* The recipe of fixture f into g_r, built for its sequence as gckpt-plan builds it
- * (planner/plan.c): a sliding layer under SDPA past the window is its own block type (the
- * materialized mask's path, FINDINGS 14); built without the sequence, gemma3_text's sliding
- * layers were planned as full ones, 12,288 B less each on the tiny model. */
-static void fixture_recipe(const dist_fixture *f)
-{
-    gckpt_peft none = {0};
-    gckpt_recipe_build_seq(&f->m, gckpt_parallel_compute_precision(&f->s), GCKPT_SDPA, GCKPT_TARGET_CPU, &none,
-                           f->s.seq, &g_r);
-}
+/* The recipe of fixture f into g_r, built as gckpt-plan builds it (gckpt_setting_recipe) for
+ * the CPU: at the fixture's sequence, so that a sliding layer under SDPA past the window is its
+ * own block type (the masked path, FINDINGS 14); built without the sequence, gemma3_text's
+ * sliding layers were planned as full ones, 12,288 B less each on the tiny model. */
+static void fixture_recipe(const dist_fixture *f) { gckpt_setting_recipe(&f->m, &f->s, GCKPT_TARGET_CPU, &g_r); }
 
 static void planned_step(const dist_fixture *f, const gckpt_device *dev, gckpt_result *res)
 {

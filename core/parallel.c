@@ -83,6 +83,11 @@ gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
     return wraps && s->precision == GCKPT_AMP_BF16 ? GCKPT_BF16 : s->precision;
 }
 
+void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_target target, gckpt_recipe *r)
+{
+    gckpt_recipe_build_seq(m, gckpt_parallel_compute_precision(s), s->attention, target, &s->peft, s->seq, r);
+}
+
 /* A parameter's dim 0 and the elements of one row (a 1-D tensor is stored as one row). */
 static uint64_t dim0(const gckpt_param *p) { return p->rows == 1 ? p->cols : p->rows; }
 static uint64_t row_numel(const gckpt_param *p) { return p->rows == 1 ? 1 : p->cols; }

@@ -354,9 +354,7 @@ fail:
 
 void gckpt_exec_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_recipe *r)
 {
-    /* the precision the ranks compute in (a wrapped model's bf16 weights: parallel.h), at
-     * the setting's sequence as the planner builds it (a sliding window's masked SDPA) */
-    gckpt_recipe_build_seq(m, gckpt_parallel_compute_precision(s), s->attention, GCKPT_TARGET_CUDA, &s->peft, s->seq, r);
+    gckpt_setting_recipe(m, s, GCKPT_TARGET_CUDA, r); /* as the planner builds it */
 }
 
 const gckpt_ctx *gckpt_exec_ctx(const gckpt_exec *x) { return &x->ctx; }

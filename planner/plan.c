@@ -300,11 +300,11 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         goto fail;
     }
     if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err)) goto fail;
-    gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft, .layout = req->layout};
+    gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft,
+                         .layout = req->layout, .attention = req->attention, .seq = req->seq};
     if (!gckpt_layout_check(&lay, err) || !gckpt_parallel_device_ok(&p->dev, &req->layout, err))
         goto fail;
-    gckpt_recipe_build_seq(&p->model, gckpt_parallel_compute_precision(&lay), req->attention, GCKPT_TARGET_CUDA,
-                           &req->peft, req->seq, p->recipe);
+    gckpt_setting_recipe(&p->model, &lay, GCKPT_TARGET_CUDA, p->recipe);
     if (!gckpt_params_build(p->recipe, p->model.layers, req->optimizer, p->dev.alloc_round_bytes, p->params, &overflow,
                             err))
         goto fail;

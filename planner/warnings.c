@@ -2,6 +2,7 @@
  * and one sentence, in the table and in the plan's "warnings". A rule is one line in a
  * table below: a predicate on the model and the run setting with a fixed sentence, or a
  * function that writes its own sentence (with figures) when it applies. */
+#include "gckpt/core/parallel.h"
 #include "gckpt/core/quant_layout.h"
 #include "gckpt/planner/plan.h"
 
@@ -99,9 +100,9 @@ static const struct {
      "expect a higher peak"},
     {"parallel_peak_approximate", parallel_peak_applies,
      "the per-rank working set of fsdp, zero2 and zero3 (gathered parameters, reduce-scatter and bucket "
-     "buffers) is scheduled unit by unit as read in torch's fully_shard and DeepSpeed's source, within 1.01 % "
-     "of every measured rank of CPU fixtures of tiny models (tests/data/hf-dist); unverified: CUDA's side "
-     "streams (reserved memory above allocated by up to one unit's buffers), zero3 past "
+     "buffers) is scheduled unit by unit as read in torch's fully_shard and DeepSpeed's source, within "
+     GCKPT_PARALLEL_PEAK_BOUND_PCT " % of every measured rank of CPU fixtures of tiny models "
+     "(tests/data/hf-dist); unverified: CUDA's side streams (reserved memory above allocated by up to one unit's buffers), zero3 past "
      "stage3_max_live_parameters (planned as every parameter released after its forward and gathered "
      "again), zero2's middle ranks against PyTorch (every rank planned, the busiest shown)"},
     {"moe_grouped_mm_cuda_unverified", moe_applies,

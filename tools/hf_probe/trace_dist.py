@@ -42,7 +42,11 @@ def rank_main(index, world, port, specs, out_dir, deepspeed_needed, ranks, listi
         pass
     if not TIMELINES:
         raise SystemExit("trace_dist.py: no allocator window was recorded")
-    tl = TIMELINES[-1]
+    write_listing(TIMELINES[-1], listing)
+
+
+def write_listing(tl, listing):
+    """tl's device events, one line each, to the file listing ("-": stdout)."""
     with open(listing, "w") if listing != "-" else os.fdopen(os.dup(1), "w") as f:
         for i, m in enumerate(tl.mems):
             if m.kind == "device":

@@ -66,6 +66,18 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err);
  * single-process bf16 fixtures); DDP and one GPU: s->precision. */
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s);
 
+/* The recipe a run of setting s computes, into r: model m in the precision the ranks compute
+ * in, with s's attention, fine-tuning method and sequence (a sliding window past it takes the
+ * masked SDPA form, gckpt_recipe_build_seq). gckpt-plan, gckpt-run and the tests that compare
+ * a measured fixture all build it here. */
+void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_target target, gckpt_recipe *r);
+
+/* The measured bound on the planned per-rank peak of fsdp, zero2 and zero3 (their scheduled
+ * working set), in percent: every fake-group rank of tests/data/hf-dist is within it
+ * (test_parallel's test_fixture_peaks holds the figure to the fixtures; the
+ * parallel_peak_approximate warning states it). */
+#define GCKPT_PARALLEL_PEAK_BOUND_PCT "0.21"
+
 
 /* Fill the shard fields of table ps for layout l of model m. */
 void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l);

@@ -386,7 +386,9 @@ static void test_closed_forms(void **state)
     (void)state;
     static const char *const models[] = {"gpt2", "gpt2-medium", "gpt2-xl", "llama-3.2-1b", "llama-3.2-3b",
                                          "llama-3.1-8b", "llama-3.1-70b", "mistral-7b-v0.3", "qwen2.5-0.5b",
-                                         "qwen2.5-7b", "qwen3-8b"};
+                                         "qwen2.5-7b", "qwen3-8b", "gemma-2-2b", "gemma-2-9b", "gemma-3-1b",
+                                         "phi-3-mini-4k", "phi-4-mini", "pythia-1.4b", "olmo-2-7b",
+                                         "mixtral-8x7b", "qwen3-30b-a3b", "olmoe-1b-7b", "gpt-oss-20b"};
     const uint64_t N = 8;
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         gckpt_model m;

@@ -228,7 +228,7 @@ static bool family_executed(const gckpt_model *m)
     }
 }
 
-bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, gckpt_err *err)
+bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_err *err)
 {
     if (m->attn_sinks) { /* gpt_oss: its own refusal, whatever the MoE executor runs */
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (its primitives have host kernels; "
@@ -244,14 +244,12 @@ bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, 
     /* sliding windows run: the masks' sources and the SDPA kernels apply the window
      * (op_window), and a model whose layers are of two block types runs each layer's block
      * section as the schedule (the simulator's) places it (recipe.h GCKPT_SEC_BLOCK_MORE) */
-    (void)a;
-    (void)seq;
     return true;
 }
 
 static bool setting_ok(const gckpt_model *m, const gckpt_setting *s, gckpt_err *err)
 {
-    if (!gckpt_exec_model_ok(m, s->attention, s->seq, err)) return false;
+    if (!gckpt_exec_model_ok(m, err)) return false;
     if (s->offload && !s->every_n) {
         gckpt_seterr(err, "offload needs gradient checkpointing (every_n_layers > 0)");
         return false;

@@ -522,7 +522,7 @@ static int run_plan(args_t *a_in, gckpt_comm *comm)
         return bad("%s", err.msg);
     }
     gckpt_err why = {{0}};
-    if (!gckpt_exec_model_ok(&pf.model, pf.attention, pf.seq, &why)) {
+    if (!gckpt_exec_model_ok(&pf.model, &why)) {
         gckpt_seterr(&err, "%s: %s", pf.file, why.msg);
         gckpt_plan_file_free(&pf);
         return bad("%s", err.msg);

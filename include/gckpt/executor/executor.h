@@ -192,11 +192,11 @@ typedef struct {
 
 typedef struct gckpt_exec gckpt_exec;
 
+/* Whether the executor has kernels for model m (every planned family but gpt_oss, under
+ * either attention and at any sequence); false: *err says why. */
+bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_err *err);
 /* Build the recipe, context and schedule of setting s and check them; nothing is
  * allocated on the backend yet. NULL with err set on bad input. */
-/* Whether the executor has kernels for model m under attention a at sequence seq (issue
- * 13's families and masked sliding-window SDPA are planned only); false: *err says why. */
-bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_attention a, uint64_t seq, gckpt_err *err);
 gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d,
                            const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err);
 /* The recipe the executor performs for setting s on any backend: the CUDA target's, under

@@ -310,6 +310,14 @@ static void warnings(void **state)
     assert_non_null(warning_of(j, "padding_not_modelled"));
     assert_null(warning_of(j, "use_cache_on"));
     cJSON_Delete(j);
+    /* padding: eager builds the same mask either way (measured), also where transformers
+     * runs eager for an sdpa request (Gemma 2's soft-capping) */
+    plan_warns(A("--model", "./mistral-sw.json", "--seq", "1024", "--micro-batch", "2", "--attention", "eager", "-q",
+                 "-o", "w.json"),
+               NULL, "padding_not_modelled");
+    plan_warns(A("--model", "gemma-2-2b", "--seq", "1024", "--micro-batch", "2", "--every-n", "1", "-q", "-o",
+                 "w.json"),
+               "sdpa_unsupported_eager_planned", "padding_not_modelled");
     assert_int_equal(run(A("--model", "./mistral-sw.json", "--seq", "4095", "-q", "-o", "w.json")), 0);
     j = read_plan("w.json");
     assert_null(warning_of(j, "sliding_window_not_modelled"));

@@ -37,6 +37,9 @@ int linear_weight(tracer *tr, const char *name, uint64_t out_f, uint64_t in_f, b
 static int quant_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name)
 {
     bool int8 = dt(tr, w) == GCKPT_DT_I8;
+    /* the first forward casts the bias for good (FINDINGS 12.3): Linear4bit to the compute
+     * dtype, Linear8bitLt to its input's dtype */
+    if (bias >= 0) tr->r->t[bias].dtype = int8 ? dt(tr, x) : tr->peft->compute_dtype;
     char nm[48];
     snprintf(nm, sizeof nm, "%s.cast_in", name);
     uint64_t n = out_f * in_f, deq;

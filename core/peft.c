@@ -11,7 +11,11 @@ const char *const gckpt_method_names[GCKPT_NMETHOD] = {"full", "lora", "qlora"};
 const char *const gckpt_lora_target_modules[GCKPT_NLT] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
     "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",    "attn.c_attn",
-    "attn.c_proj",      "mlp.c_fc",         "mlp.c_proj"};
+    "attn.c_proj",      "mlp.c_fc",         "mlp.c_proj",       "self_attn.qkv_proj",
+    "mlp.gate_up_proj", "attention.query_key_value", "attention.dense", "mlp.dense_h_to_4h",
+    "mlp.dense_4h_to_h"};
+
+const char *gckpt_lora_target_bare(gckpt_lora_target t) { return strchr(gckpt_lora_target_modules[t], '.') + 1; }
 
 int gckpt_method_from(const char *s)
 {
@@ -37,11 +41,19 @@ void gckpt_peft_default(gckpt_method method, gckpt_peft *p)
     }
 }
 
+#define LT(t) (1u << GCKPT_LT_##t)
 uint32_t gckpt_lora_family_targets(gckpt_family f)
 {
-    uint32_t llama = (1u << GCKPT_LT_C_ATTN) - 1;
-    return f == GCKPT_FAMILY_GPT2 ? GCKPT_LT_ALL & ~llama : llama;
+    switch (f) {
+    case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GEMMA: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE:
+        return LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN);
+    case GCKPT_FAMILY_GPT2: return LT(C_ATTN) | LT(ATTN_C_PROJ) | LT(C_FC) | LT(MLP_C_PROJ);
+    case GCKPT_FAMILY_PHI3: return LT(QKV_PROJ) | LT(O) | LT(GATE_UP) | LT(DOWN);
+    case GCKPT_FAMILY_GPT_NEOX: return LT(QUERY_KEY_VALUE) | LT(DENSE) | LT(H_TO_4H) | LT(4H_TO_H);
+    default: return 0; /* the MoE families (FINDINGS 12.14) */
+    }
 }
+#undef LT
 
 /* the next comma-separated entry of *s into buf; false at the end */
 static bool next_entry(const char **s, char *buf, size_t n)
@@ -97,7 +109,7 @@ bool gckpt_mts_parse(const char *s, uint8_t *mts, char *bad, size_t n)
     while (next_entry(&p, e, sizeof e)) {
         if (!strcmp(e, "lm_head"))
             bits |= GCKPT_MTS_LM_HEAD;
-        else if (!strcmp(e, "embed_tokens") || !strcmp(e, "wte"))
+        else if (!strcmp(e, "embed_tokens") || !strcmp(e, "wte") || !strcmp(e, "embed_in"))
             bits |= GCKPT_MTS_EMBED;
         else {
             snprintf(bad, n, "%s", e);
@@ -129,7 +141,7 @@ void gckpt_lora_targets_name(uint32_t targets, gckpt_family f, char *buf, size_t
         const char *name = gckpt_lora_target_modules[t];
         /* the bare name when it is unambiguous in the family (gpt2's c_proj: both or a
          * qualified one) */
-        const char *bare = strchr(name, '.') + 1;
+        const char *bare = gckpt_lora_target_bare((gckpt_lora_target)t);
         if (f == GCKPT_FAMILY_GPT2 && !strcmp(bare, "c_proj")) {
             if (both_c_proj && t == GCKPT_LT_MLP_C_PROJ) continue;
             append(buf, n, both_c_proj ? bare : name);
@@ -138,9 +150,24 @@ void gckpt_lora_targets_name(uint32_t targets, gckpt_family f, char *buf, size_t
     }
 }
 
+void gckpt_lora_family_names(gckpt_family f, char *buf, size_t n)
+{
+    uint32_t fam = gckpt_lora_family_targets(f);
+    if (n) buf[0] = 0;
+    for (int t = 0; t < GCKPT_NLT; t++) {
+        const char *bare = gckpt_lora_target_bare((gckpt_lora_target)t);
+        size_t l = strlen(bare);
+        bool listed = false; /* gpt2's c_proj twice */
+        for (const char *h = strstr(buf, bare); h && !listed; h = strstr(h + 1, bare))
+            listed = (h == buf || h[-1] == ',') && (h[l] == ',' || !h[l]);
+        if ((fam & (1u << t)) && !listed) append(buf, n, bare);
+    }
+}
+
 void gckpt_mts_name(uint8_t mts, gckpt_family f, char *buf, size_t n)
 {
     if (n) buf[0] = 0;
     if (mts & GCKPT_MTS_LM_HEAD) append(buf, n, "lm_head");
-    if (mts & GCKPT_MTS_EMBED) append(buf, n, f == GCKPT_FAMILY_GPT2 ? "wte" : "embed_tokens");
+    if (mts & GCKPT_MTS_EMBED)
+        append(buf, n, f == GCKPT_FAMILY_GPT2 ? "wte" : f == GCKPT_FAMILY_GPT_NEOX ? "embed_in" : "embed_tokens");
 }

@@ -73,10 +73,10 @@ static int gpt2_attention(tracer *tr, gckpt_attention attn, int n1, int *weights
     tr->pfx = "attn";
     int wa = linear_weight(tr, "c_attn.weight", 3 * h, h, true), ba = param(tr, "c_attn.bias", 1, 3 * h, GCKPT_ROLE_BIAS);
     int wp = linear_weight(tr, "c_proj.weight", h, h, true), bp = param(tr, "c_proj.bias", 1, h, GCKPT_ROLE_BIAS);
-    int qkv = lora_linear(tr, n1, wa, ba, h, 3 * h, "c_attn", GCKPT_LT_C_ATTN, true);
+    int qkv = lora_linear(tr, n1, wa, ba, h, 3 * h, GCKPT_LT_C_ATTN, true);
     int a = attn == GCKPT_SDPA ? attention_sdpa(tr, qkv, qkv, qkv, m->attn_dropout)
                                : attention_eager_gpt2(tr, qkv, tr->r->mask, m->attn_dropout, weights);
-    int ao = lora_linear(tr, a, wp, bp, h, h, "c_proj", GCKPT_LT_ATTN_C_PROJ, true);
+    int ao = lora_linear(tr, a, wp, bp, h, h, GCKPT_LT_ATTN_C_PROJ, true);
     ao = dropout(tr, ao, m->resid_dropout, "resid_dropout");
     hold_here(tr, qkv); /* GPT2Attention returns: the q / k / v views go */
     tr->pfx = "";
@@ -91,10 +91,10 @@ static int gpt2_mlp(tracer *tr, int n2)
     tr->pfx = "mlp";
     int wf = linear_weight(tr, "c_fc.weight", I, h, true), bf = param(tr, "c_fc.bias", 1, I, GCKPT_ROLE_BIAS);
     int wp = linear_weight(tr, "c_proj.weight", h, I, true), bp = param(tr, "c_proj.bias", 1, h, GCKPT_ROLE_BIAS);
-    int f = lora_linear(tr, n2, wf, bf, h, I, "c_fc", GCKPT_LT_C_FC, true);
+    int f = lora_linear(tr, n2, wf, bf, h, I, GCKPT_LT_C_FC, true);
     int g = gelu(tr, f);
     hold_here(tr, f);
-    int d = lora_linear(tr, g, wp, bp, I, h, "c_proj", GCKPT_LT_MLP_C_PROJ, true);
+    int d = lora_linear(tr, g, wp, bp, I, h, GCKPT_LT_MLP_C_PROJ, true);
     d = dropout(tr, d, m->resid_dropout, "dropout");
     tr->pfx = "";
     return d;

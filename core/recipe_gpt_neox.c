@@ -15,7 +15,9 @@ static int neox_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     int ids = source(tr, "input_ids", GCKPT_SRC_IDS, I64, per_token(1), NULL, NULL);
     r->t[ids].step_held = true;
     int table = param(tr, "embed_in.weight", m->vocab, m->hidden, GCKPT_ROLE_MATRIX);
-    int x = embedding(tr, "embed_in", table, ids);
+    int used = mts_param(tr, table, GCKPT_MTS_EMBED, "embed_in.modules_to_save.weight");
+    int x = embedding(tr, "embed_in", used, ids);
+    if (!r->t[used].requires_grad) r->embed_leaf = x;
     r->t[x].fwd_end_free = r->t[x].base_end_free = true; /* `inputs_embeds` until the model returns */
     x = dropout(tr, x, m->embd_dropout, "emb_dropout");
     int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
@@ -37,11 +39,11 @@ static int neox_attention(tracer *tr, gckpt_attention attn, int n1, int cos, int
     const gckpt_model *m = tr->m;
     uint64_t h = m->hidden;
     tr->pfx = "attention";
-    int w = param(tr, "query_key_value.weight", 3 * h, h, GCKPT_ROLE_MATRIX);
+    int w = linear_weight(tr, "query_key_value.weight", 3 * h, h, false);
     int b = m->qkv_bias ? param(tr, "query_key_value.bias", 1, 3 * h, GCKPT_ROLE_BIAS) : -1;
-    int wd = param(tr, "dense.weight", h, h, GCKPT_ROLE_MATRIX);
+    int wd = linear_weight(tr, "dense.weight", h, h, false);
     int bd = m->o_bias ? param(tr, "dense.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
-    int qkv = linear(tr, n1, w, b, h, 3 * h, "query_key_value");
+    int qkv = lora_linear(tr, n1, w, b, h, 3 * h, GCKPT_LT_QUERY_KEY_VALUE, false);
     int q = slice_of(tr, qkv, 0, h, "q"), k = slice_of(tr, qkv, 1, h, "k"), v = slice_of(tr, qkv, 2, h, "v");
     /* view(..., heads, 3 * hd).chunk(3): each head's q, k, v side by side (executors' view) */
     for (int i = 1; i <= 3; i++) {
@@ -59,7 +61,7 @@ static int neox_attention(tracer *tr, gckpt_attention attn, int n1, int cos, int
         a = transpose_copy(tr, a, "attn_output.contiguous");
         last_op(tr)->prim = GCKPT_P_CAST;
     }
-    int ao = linear(tr, a, wd, bd, h, h, "dense");
+    int ao = lora_linear(tr, a, wd, bd, h, h, GCKPT_LT_DENSE, false);
     hold_here(tr, qkv);
     hold_here(tr, qe);
     hold_here(tr, ke);
@@ -74,11 +76,11 @@ static int neox_mlp(tracer *tr, int n2)
     const gckpt_model *m = tr->m;
     uint64_t h = m->hidden, I = m->intermediate;
     tr->pfx = "mlp";
-    int w1 = param(tr, "dense_h_to_4h.weight", I, h, GCKPT_ROLE_MATRIX), b1 = param(tr, "dense_h_to_4h.bias", 1, I, GCKPT_ROLE_BIAS);
-    int w2 = param(tr, "dense_4h_to_h.weight", h, I, GCKPT_ROLE_MATRIX), b2 = param(tr, "dense_4h_to_h.bias", 1, h, GCKPT_ROLE_BIAS);
-    int f = linear(tr, n2, w1, b1, h, I, "dense_h_to_4h");
+    int w1 = linear_weight(tr, "dense_h_to_4h.weight", I, h, false), b1 = param(tr, "dense_h_to_4h.bias", 1, I, GCKPT_ROLE_BIAS);
+    int w2 = linear_weight(tr, "dense_4h_to_h.weight", h, I, false), b2 = param(tr, "dense_4h_to_h.bias", 1, h, GCKPT_ROLE_BIAS);
+    int f = lora_linear(tr, n2, w1, b1, h, I, GCKPT_LT_H_TO_4H, false);
     int g = unary(tr, f, "act", false, false, GCKPT_P_GELU, m->act == GCKPT_ACT_GELU_TANH ? 1.0 : 0.0);
-    int d = linear(tr, g, w2, b2, I, h, "dense_4h_to_h");
+    int d = lora_linear(tr, g, w2, b2, I, h, GCKPT_LT_4H_TO_H, false);
     tr->pfx = "";
     return d;
 }

@@ -25,13 +25,25 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     int table = param(tr, "embed_tokens.weight", m->vocab, m->hidden, GCKPT_ROLE_MATRIX);
     int used = mts_param(tr, table, GCKPT_MTS_EMBED, "embed_tokens.modules_to_save.weight");
     int x = embedding(tr, "embed_tokens", used, ids);
-    if (!r->t[used].requires_grad) r->embed_leaf = x;
-    /* LlamaModel keeps `inputs_embeds` until it returns */
-    r->t[x].fwd_end_free = true;
-    r->t[x].base_end_free = true;
+    /* a frozen Gemma table: the embedding module's output is the scaled one (its forward
+     * multiplies by the embed_scale buffer), which enable_input_require_grads makes the
+     * leaf and the model keeps as `inputs_embeds`; the lookup is a temporary (FINDINGS 12.13) */
+    bool scaled_leaf = m->embed_scale && !r->t[used].requires_grad;
+    if (!scaled_leaf) {
+        if (!r->t[used].requires_grad) r->embed_leaf = x;
+        /* LlamaModel keeps `inputs_embeds` until it returns */
+        r->t[x].fwd_end_free = true;
+        r->t[x].base_end_free = true;
+    }
+    if (scaled_leaf) r->t[x].requires_grad = false; /* the lookup of a frozen table: the mul saves nothing */
     if (m->embed_scale) { /* Gemma: inputs_embeds * normalizer (a 0-d tensor in the hidden dtype, saved) */
         int norm = source(tr, "embed_normalizer", GCKPT_SRC_SCALE, tr->stream_dt, fixed_shape(1, 1), NULL, NULL);
         x = mul(tr, x, norm, "embed_scale");
+    }
+    if (scaled_leaf) {
+        r->t[x].requires_grad = true; /* the leaf */
+        r->embed_leaf = x;
+        r->t[x].fwd_end_free = r->t[x].base_end_free = true;
     }
     if (m->multipliers) x = scal(tr, x, "embedding_multiplier", m->embedding_multiplier, 0);
     int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
@@ -103,10 +115,10 @@ static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, in
     tr->pfx = "self_attn";
     int q, kk, v, wo, bo, qkv = -1;
     if (m->fused_qkv) {
-        int w = param(tr, "qkv_proj.weight", qd + 2 * kvd, h, GCKPT_ROLE_MATRIX);
-        wo = param(tr, "o_proj.weight", h, qd, GCKPT_ROLE_MATRIX);
+        int w = linear_weight(tr, "qkv_proj.weight", qd + 2 * kvd, h, false);
+        wo = linear_weight(tr, "o_proj.weight", h, qd, false);
         bo = -1;
-        qkv = linear(tr, n1, w, -1, h, qd + 2 * kvd, "qkv_proj");
+        qkv = lora_linear(tr, n1, w, -1, h, qd + 2 * kvd, GCKPT_LT_QKV_PROJ, false);
         q = slice_of(tr, qkv, 0, qd, "q");
         kk = slice_of(tr, qkv, 1, kvd, "k");
         v = slice_of(tr, qkv, 2, kvd, "v");
@@ -119,13 +131,13 @@ static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, in
         int bv = m->qkv_bias ? param(tr, "v_proj.bias", 1, kvd, GCKPT_ROLE_BIAS) : -1;
         bo = m->o_bias ? param(tr, "o_proj.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
         bool late_norms = m->family == GCKPT_FAMILY_GEMMA; /* Gemma 3 */
-        q = lora_linear(tr, n1, wq, bq, h, qd, "q_proj", GCKPT_LT_Q, false);
+        q = lora_linear(tr, n1, wq, bq, h, qd, GCKPT_LT_Q, false);
         if (m->qk_norm && !late_norms) q = rmsnorm(tr, q, hd, "q_norm");
         if (m->qk_norm_full) q = rmsnorm(tr, q, qd, "q_norm");
-        kk = lora_linear(tr, n1, wk, bk, h, kvd, "k_proj", GCKPT_LT_K, false);
+        kk = lora_linear(tr, n1, wk, bk, h, kvd, GCKPT_LT_K, false);
         if (m->qk_norm && !late_norms) kk = rmsnorm(tr, kk, hd, "k_norm");
         if (m->qk_norm_full) kk = rmsnorm(tr, kk, kvd, "k_norm");
-        v = lora_linear(tr, n1, wv, bv, h, kvd, "v_proj", GCKPT_LT_V, false);
+        v = lora_linear(tr, n1, wv, bv, h, kvd, GCKPT_LT_V, false);
         if (m->qk_norm && late_norms) {
             q = rmsnorm(tr, q, hd, "q_norm");
             kk = rmsnorm(tr, kk, hd, "k_norm");
@@ -146,7 +158,7 @@ static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, in
         a = transpose_copy(tr, a, "attn_output.contiguous");
         last_op(tr)->prim = GCKPT_P_CAST;
     }
-    int ao = m->fused_qkv ? linear(tr, a, wo, bo, qd, h, "o_proj") : lora_linear(tr, a, wo, bo, qd, h, "o_proj", GCKPT_LT_O, false);
+    int ao = lora_linear(tr, a, wo, bo, qd, h, GCKPT_LT_O, false);
     /* LlamaAttention.forward returns: its argument and query/key/value_states go; the
      * decoder layer keeps the returned attention weights (`_`) until it returns */
     hold_here(tr, n1);
@@ -165,13 +177,13 @@ static int phi3_mlp(tracer *tr, int n2)
     const gckpt_model *m = tr->m;
     uint64_t h = m->hidden, I = m->intermediate;
     tr->pfx = "mlp";
-    int wgu = param(tr, "gate_up_proj.weight", 2 * I, h, GCKPT_ROLE_MATRIX);
-    int wd = param(tr, "down_proj.weight", h, I, GCKPT_ROLE_MATRIX);
-    int gu = linear(tr, n2, wgu, -1, h, 2 * I, "gate_up_proj");
+    int wgu = linear_weight(tr, "gate_up_proj.weight", 2 * I, h, false);
+    int wd = linear_weight(tr, "down_proj.weight", h, I, false);
+    int gu = lora_linear(tr, n2, wgu, -1, h, 2 * I, GCKPT_LT_GATE_UP, false);
     int g = slice_of(tr, gu, 0, I, "gate"), u = slice_of(tr, gu, 1, I, "up");
     int act = unary(tr, g, "silu", false, false, GCKPT_P_SILU, 0);
     int p = mul(tr, u, act, "mul");
-    int dn = linear(tr, p, wd, -1, I, h, "down_proj");
+    int dn = lora_linear(tr, p, wd, -1, I, h, GCKPT_LT_DOWN, false);
     hold_here(tr, gu);
     hold_here(tr, n2);
     tr->pfx = "";
@@ -189,12 +201,12 @@ static int llama_mlp(tracer *tr, int n2)
     int bg = m->mlp_bias ? param(tr, "gate_proj.bias", 1, I, GCKPT_ROLE_BIAS) : -1;
     int bu = m->mlp_bias ? param(tr, "up_proj.bias", 1, I, GCKPT_ROLE_BIAS) : -1;
     int bd = m->mlp_bias ? param(tr, "down_proj.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
-    int g = lora_linear(tr, n2, wg, bg, h, I, "gate_proj", GCKPT_LT_GATE, false);
+    int g = lora_linear(tr, n2, wg, bg, h, I, GCKPT_LT_GATE, false);
     int act = m->act == GCKPT_ACT_GELU_TANH ? unary(tr, g, "gelu", false, false, GCKPT_P_GELU, 1.0)
                                             : unary(tr, g, "silu", false, false, GCKPT_P_SILU, 0);
-    int u = lora_linear(tr, n2, wu, bu, h, I, "up_proj", GCKPT_LT_UP, false);
+    int u = lora_linear(tr, n2, wu, bu, h, I, GCKPT_LT_UP, false);
     int gu = mul(tr, act, u, "mul");
-    int dn = lora_linear(tr, gu, wd, bd, I, h, "down_proj", GCKPT_LT_DOWN, false);
+    int dn = lora_linear(tr, gu, wd, bd, I, h, GCKPT_LT_DOWN, false);
     hold_here(tr, n2);
     tr->pfx = "";
     return dn;

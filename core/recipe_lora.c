@@ -16,9 +16,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static bool targeted(const tracer *tr, int t)
+static bool targeted(const tracer *tr, gckpt_lora_target t)
 {
-    return gckpt_peft_on(tr->peft) && t >= 0 && (tr->peft->targets & (1u << t));
+    return gckpt_peft_on(tr->peft) && (tr->peft->targets & (1u << t));
 }
 
 int linear_weight(tracer *tr, const char *name, uint64_t out_f, uint64_t in_f, bool is_conv1d)
@@ -37,6 +37,9 @@ int linear_weight(tracer *tr, const char *name, uint64_t out_f, uint64_t in_f, b
 static int quant_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name)
 {
     bool int8 = dt(tr, w) == GCKPT_DT_I8;
+    /* the first forward casts the bias for good (FINDINGS 12.3): Linear4bit to the compute
+     * dtype, Linear8bitLt to its input's dtype */
+    if (bias >= 0) tr->r->t[bias].dtype = int8 ? dt(tr, x) : tr->peft->compute_dtype;
     char nm[48];
     snprintf(nm, sizeof nm, "%s.cast_in", name);
     uint64_t n = out_f * in_f, deq;
@@ -67,9 +70,10 @@ static int quant_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint6
     return cast_to(tr, o, dt(tr, x), nm);
 }
 
-int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name, int t,
+int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, gckpt_lora_target t,
                 bool is_conv1d)
 {
+    const char *name = gckpt_lora_target_bare(t);
     bool quant = dt(tr, w) == GCKPT_DT_NF4 || dt(tr, w) == GCKPT_DT_I8;
     int result = quant ? quant_linear(tr, x, w, bias, in_f, out_f, name)
                        : is_conv1d ? conv1d(tr, x, w, bias, in_f, out_f, name) : linear(tr, x, w, bias, in_f, out_f, name);
@@ -79,7 +83,8 @@ int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_
     const char *outer = enter_module(tr, name, pfx, sizeof pfx);
     /* bnb.py's layers cast only when torch.is_autocast_enabled() (CUDA's) is False: on
      * CUDA under autocast no cast; the CPU target answers False (12.10 C2) */
-    int xa = quant && tr->amp && !tr->cpu ? x : cast_to(tr, x, F32, "to_f32");
+    bool convert = !quant || !tr->amp || tr->cpu; /* bnb.py's requires_conversion (lora.Linear: always) */
+    int xa = convert ? cast_to(tr, x, F32, "to_f32") : x;
     int d = dropout(tr, xa, pf->dropout, "lora_dropout");
     int a = tnew(tr, "lora_A.weight", GCKPT_T_PARAM, F32, fixed_shape(pf->rank, in_f), true);
     int b = tnew(tr, "lora_B.weight", GCKPT_T_PARAM, F32, fixed_shape(out_f, pf->rank), true);
@@ -87,6 +92,9 @@ int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_
     hold_here(tr, d); /* lora_A's argument until it returns, past autocast's cast of it */
     int yb = linear(tr, ya, b, -1, pf->rank, out_f, "lora_B");
     int sc = scal(tr, yb, "scaling", pf->alpha / (double)pf->rank, 0);
+    /* bnb.py: where it cast x (requires_conversion) it casts the adapter's output to the
+     * base output's dtype before the sum, the scaled output freed by the rebinding */
+    if (quant && convert) sc = cast_to(tr, sc, dt(tr, result), "to_expected");
     int sum = add(tr, result, sc, "add");
     hold_here(tr, result); /* forward's `result` until the sum rebinds it */
     int o = cast_to(tr, sum, dt(tr, result), "to_result");

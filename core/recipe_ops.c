@@ -85,7 +85,10 @@ int opnew(tracer *tr, const char *name, int kind, int nin, const int *in, int ou
     for (int k = 0; k < nsaved; k++) {
         if (saved[k] < 0) continue;
         /* parameters cost nothing to save; dedup repeated storages */
-        if (r->t[saved[k]].kind == GCKPT_T_PARAM) continue;
+        if (r->t[saved[k]].kind == GCKPT_T_PARAM) {
+            o->saves_param = true;
+            continue;
+        }
         bool dup = false;
         for (int q = 0; q < o->nsaved; q++) dup |= o->saved[q] == saved[k];
         if (!dup) o->saved[o->nsaved++] = (int16_t)saved[k];

@@ -103,9 +103,10 @@ int conv1d(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, co
  * under LoRA, quantized under QLoRA (dtype NF4 or I8, [out, in] as bitsandbytes stores
  * it, also for GPT-2's Conv1D); else as param(). conv1d: GPT-2's [in, out] layout. */
 int linear_weight(tracer *tr, const char *name, uint64_t out_f, uint64_t in_f, bool is_conv1d);
-/* The linear `name` (target t) with its adapter when targeted: the base (frozen,
- * quantized or trainable) and lora_B(lora_A(dropout(x))) * alpha / r added to it. */
-int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name, int t,
+/* The linear of target t (named as the module: gckpt_lora_target_bare) with its adapter
+ * when targeted: the base (frozen, quantized or trainable) and lora_B(lora_A(dropout(x)))
+ * * alpha / r added to it (a fused projection's whole output: FINDINGS 12.13). */
+int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, gckpt_lora_target t,
                 bool is_conv1d);
 /* The parameter the head / the embedding uses: a trainable modules_to_save copy (the
  * frozen original stays resident) or the original. */

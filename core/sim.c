@@ -1001,12 +1001,15 @@ static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
     if (s->wrap) gckpt_wrap_pre_backward(s->wrap, s, o, (uint64_t)layer + 1);
     /* non-reentrant early stop: the recompute ends when the last tensor the forward
      * saved is saved again; an op that saves only inputs saves them before it computes,
-     * so the last saving op runs only if it saves an output. Reentrant: the whole
-     * forward is re-run before any of the layer's backward (CheckpointFunction.backward). */
+     * so the last saving op runs only if it saves an output. A saved parameter counts
+     * (checkpoint's pack hook sees every saved tensor): a frozen norm weight's mul at the
+     * end of OLMo 2's layer starts the recompute before its own backward (FINDINGS
+     * 12.13). Reentrant: the whole forward is re-run before any of the layer's backward
+     * (CheckpointFunction.backward). */
     bool reentrant = s->c->set.reentrant;
     int stop = r->sec_begin[st->sec];
     for (int i = r->sec_begin[st->sec]; i < r->sec_end[st->sec]; i++)
-        if (r->op[i].nsaved || reentrant) stop = i + 1;
+        if (r->op[i].nsaved || r->op[i].saves_param || reentrant) stop = i + 1;
     bool ckpt = st->mode != GCKPT_LAYER_PLAIN;
     if (ckpt) {
         /* the ops after the last saving one need nothing saved: their backward runs

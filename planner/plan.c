@@ -190,16 +190,21 @@ static bool peft_check(const gckpt_plan_request *req, const gckpt_plan *p, gckpt
 {
     const gckpt_peft *pf = &req->peft;
     if (!gckpt_peft_on(pf)) return true;
-    /* issue 13's families: their LoRA / QLoRA graphs (fused projections, other module
-     * names, the (1 + w) norms under prepare_model_for_kbit_training) are not measured */
-    if (p->model.family != GCKPT_FAMILY_LLAMA && p->model.family != GCKPT_FAMILY_GPT2) {
-        gckpt_seterr(err, "--method %s: LoRA / QLoRA on model_type \"%s\" is not modelled yet (full fine-tuning is)",
-                     gckpt_method_names[pf->method], p->model.model_type);
+    /* the MoE families: what peft 0.21.2 adapts there is not a linear the recipe has
+     * (FINDINGS 12.14) */
+    if (!gckpt_lora_family_targets(p->model.family)) {
+        gckpt_seterr(err, "--method %s: LoRA / QLoRA on model_type \"%s\" is not modelled yet (full fine-tuning is): "
+                          "%s", gckpt_method_names[pf->method], p->model.model_type,
+                     p->model.attn_sinks ? "peft's all-linear adapts only its attention projections there, the router "
+                                           "and the experts' fused parameters stay frozen, which is not measured"
+                                         : "peft's all-linear also wraps the router and the experts' fused "
+                                           "gate_up_proj / down_proj parameters (ParamWrapper, run by grouped_mm), "
+                                           "which is not measured");
         return false;
     }
     if (!(pf->targets & gckpt_lora_family_targets(p->model.family))) {
         char names[160];
-        gckpt_lora_targets_name(gckpt_lora_family_targets(p->model.family), p->model.family, names, sizeof names);
+        gckpt_lora_family_names(p->model.family, names, sizeof names);
         gckpt_seterr(err, "--lora-targets: no linear of %s matches (its linears: %s)", p->model.name, names);
         return false;
     }

@@ -113,8 +113,17 @@ static void bad_inputs(void **state)
         {"moe imbalance on a dense model", A("--model", "llama-3.2-1b", "--moe-imbalance", "2", "-o", "out.json"),
          "has no experts"},
         {"unknown layer type", A("--model", "./chunked.json", "-o", "out.json"), "'layer_types'[0]"},
-        {"LoRA on a newer family", A("--model", "olmo-2-7b", "--method", "lora", "-o", "out.json"),
-         "LoRA / QLoRA on model_type \"olmo2\" is not modelled yet"},
+        {"LoRA on experts", A("--model", "mixtral-8x7b", "--method", "lora", "-o", "out.json"),
+         "LoRA / QLoRA on model_type \"mixtral\" is not modelled yet (full fine-tuning is): peft's all-linear also "
+         "wraps the router and the experts' fused gate_up_proj / down_proj parameters"},
+        {"LoRA on gpt_oss", A("--model", "gpt-oss-20b", "--method", "qlora", "-o", "out.json"),
+         "peft's all-linear adapts only its attention projections there"},
+        {"llama names on phi3", A("--model", "phi-3-mini-4k", "--method", "lora", "--lora-targets", "q_proj,v_proj", "-o",
+                                  "out.json"),
+         "--lora-targets: no linear of phi-3-mini-4k matches (its linears: o_proj,down_proj,qkv_proj,gate_up_proj)"},
+        {"gpt2 names on gpt_neox", A("--model", "pythia-1.4b", "--method", "lora", "--lora-targets", "c_attn", "-o",
+                                     "out.json"),
+         "(its linears: query_key_value,dense,dense_h_to_4h,dense_4h_to_h)"},
         {"flash kernel soft-capping", A("--model", "gemma-2-2b", "--attention", "flash_attention_2", "-o", "out.json"),
          "not modelled for gemma2"},
         {"overflowing sizes", A("--model", "./bigvocab.json", "--allow-long-seq", "--seq", "16777216", "--micro-batch", "65536", "--attention", "eager", "-o", "out.json"), "overflows"},
@@ -301,6 +310,13 @@ static void lora_runs(void **state)
                            "--lora-alpha", "8", "--lora-dropout", "0"), err, sizeof err), 0);
     assert_non_null(strstr(cli_out, "lora r 16 alpha 8 dropout 0 c_attn,c_proj"));
     assert_non_null(strstr(cli_out, "target_modules=[\"c_attn\", \"c_proj\"]"));
+    /* issue 13's families: their own module names (Phi-3's fused projections, GPT-NeoX's) */
+    assert_int_equal(run(A("--model", "phi-3-mini-4k", "--seq", "512", "--method", "lora", "--lora-targets",
+                           "qkv_proj,o_proj"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "target_modules=[\"o_proj\", \"qkv_proj\"]"));
+    assert_int_equal(run(A("--model", "pythia-1.4b", "--seq", "512", "--method", "qlora", "--modules-to-save",
+                           "embed_in"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "target_modules=\"all-linear\", modules_to_save=[\"embed_in\"]"));
     /* full fine-tuning of an 8B model on 24 GB: nothing fits; LoRA and QLoRA lines */
     assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--every-n", "off,1"), err, sizeof err), 0);
     assert_non_null(strstr(cli_out, "Nothing fits"));

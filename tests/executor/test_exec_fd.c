@@ -214,6 +214,29 @@ static void test_fd_lora_gpt2(void **st)
     fd_check_peft("tiny-gpt2", GCKPT_EAGER, 2, 1, true, &pf, names, layers, 5);
 }
 
+/* adapters over fused projections (FINDINGS 12.13): lora_B's output is added to the whole
+ * fused output before it is sliced (Phi-3's qkv_proj / gate_up_proj, GPT-NeoX's per-head
+ * interleaved query_key_value, a 4-bit base with a bias); Gemma 2's scaled embedding leaf
+ * and soft-capped scores with adapters */
+static void test_fd_lora_fused(void **st)
+{
+    (void)st;
+    gckpt_peft pf = peft_of(GCKPT_METHOD_LORA, GCKPT_QUANT_NONE);
+    const char *phi3[] = {"self_attn.qkv_proj.lora_A.weight", "self_attn.qkv_proj.lora_B.weight",
+                          "mlp.gate_up_proj.lora_B.weight", "mlp.down_proj.lora_A.weight"};
+    const int l3[] = {0, 1, 2, 1};
+    fd_check_peft("tiny-phi3", GCKPT_SDPA, 2, 2, true, &pf, phi3, l3, 4);
+    gckpt_peft q = peft_of(GCKPT_METHOD_QLORA, GCKPT_QUANT_NF4);
+    const char *neox[] = {"attention.query_key_value.lora_A.weight", "attention.query_key_value.lora_B.weight",
+                          "attention.dense.lora_B.weight", "mlp.dense_h_to_4h.lora_A.weight",
+                          "mlp.dense_4h_to_h.lora_B.weight"};
+    const int ln[] = {0, 1, 2, 1, 0};
+    fd_check_peft("tiny-gpt-neox", GCKPT_SDPA, 2, 1, false, &q, neox, ln, 5);
+    const char *g2[] = {"self_attn.q_proj.lora_A.weight", "self_attn.k_proj.lora_B.weight", "mlp.up_proj.lora_A.weight"};
+    const int lg[] = {0, 1, 2};
+    fd_check_peft("tiny-gemma2", GCKPT_EAGER, 1, 3, true, &pf, g2, lg, 3);
+}
+
 /* issue 13's llama variants. OLMo 2: q/k norms over the whole projection and the norms
  * after each sublayer (sdpa, every second layer checkpointed and offloaded) */
 static void test_fd_olmo2(void **st)
@@ -575,6 +598,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_fd_llama), cmocka_unit_test(test_fd_gpt2),
                                        cmocka_unit_test(test_fd_gpt2_mb1), cmocka_unit_test(test_fd_qlora_llama),
                                        cmocka_unit_test(test_fd_qlora_int8_qwen2), cmocka_unit_test(test_fd_lora_gpt2),
+                                       cmocka_unit_test(test_fd_lora_fused),
                                        cmocka_unit_test(test_fd_olmo2),    cmocka_unit_test(test_fd_granite),
                                        cmocka_unit_test(test_fd_gemma),    cmocka_unit_test(test_attention_scale),
                                        cmocka_unit_test(test_fd_gemma2),   cmocka_unit_test(test_fd_mixtral),

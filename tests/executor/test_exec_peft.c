@@ -124,6 +124,28 @@ static void test_qlora_llama(void **st) { (void)st; qlora_family("tiny-llama"); 
 static void test_qlora_qwen2(void **st) { (void)st; qlora_family("tiny-qwen2"); }
 static void test_qlora_gpt2(void **st) { (void)st; qlora_family("tiny-gpt2"); }
 
+/* issue 13's dense families (FINDINGS 12.13): LoRA fp32 all-linear with dropout, QLoRA
+ * nf4 double-quant under autocast, accumulation 2: Gemma's scaled embedding leaf, Gemma
+ * 2's soft-capping (eager), Gemma 3's two layer types, OLMo 2's frozen post-norms ending
+ * the recompute, Granite's multipliers, Phi-3's and GPT-NeoX's adapters over a fused
+ * output read through strided slices, GPT-NeoX's biased 4-bit linears */
+static void test_issue13_families(void **st)
+{
+    (void)st;
+    const char *fams[] = {"tiny-gemma", "tiny-gemma2", "tiny-gemma3", "tiny-olmo2", "tiny-granite", "tiny-phi3",
+                          "tiny-gpt-neox"};
+    for (size_t i = 0; i < sizeof fams / sizeof *fams; i++) {
+        gckpt_peft lora = method(GCKPT_METHOD_LORA, 0.05, 0), qlora = method(GCKPT_METHOD_QLORA, 0.05, 0);
+        sweep(fams[i], GCKPT_FP32, &lora, 2);
+        sweep(fams[i], GCKPT_AMP_BF16, &qlora, 2);
+    }
+    /* the fused projections alone (the attention ones: phi3 qkv_proj + o_proj) */
+    gckpt_peft attn = method(GCKPT_METHOD_LORA, 0.0, (1u << GCKPT_LT_QKV_PROJ) | (1u << GCKPT_LT_O));
+    sweep("tiny-phi3", GCKPT_BF16, &attn, 1);
+    attn.targets = (1u << GCKPT_LT_QUERY_KEY_VALUE) | (1u << GCKPT_LT_H_TO_4H);
+    sweep("tiny-gpt-neox", GCKPT_BF16, &attn, 1);
+}
+
 /* gckpt-run's time estimate of a LoRA / QLoRA entry counts the FLOPs of the schedule the
  * executor performs (frozen weights: no weight-gradient GEMMs), not full fine-tuning's */
 static void test_step_work_follows_method(void **st)
@@ -280,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_qlora_llama),
         cmocka_unit_test(test_qlora_qwen2),
         cmocka_unit_test(test_qlora_gpt2),
+        cmocka_unit_test(test_issue13_families),
         cmocka_unit_test(test_step_work_follows_method),
         cmocka_unit_test(test_quantized_param_access),
         cmocka_unit_test(test_qlora_equals_lora_on_dequantized),

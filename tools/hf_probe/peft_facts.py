@@ -34,7 +34,7 @@ def qlora_model(**prepare_kw):
 
     sp = probe_peft.spec("llama", "qlora", "amp-bf16", quant="nf4")
     m = transformers.LlamaForCausalLM.from_pretrained(
-        probe_peft.saved_tiny_model("llama", "sdpa"), quantization_config=probe_peft.bnb_config(sp),
+        probe_peft.saved_tiny_model(sp), quantization_config=probe_peft.bnb_config(sp),
         dtype=torch.bfloat16, device_map="cpu")
     m.config.use_cache = False
     before = sorted({(type(p).__name__, probe_peft.dt(p), p.requires_grad) for p in m.parameters()})

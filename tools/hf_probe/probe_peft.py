@@ -60,16 +60,23 @@ import transformers  # noqa: E402
 
 transformers.utils.logging.disable_progress_bar()
 
+import family_cases  # noqa: E402
 import probe  # noqa: E402
 
 OUT = os.path.join(probe.ROOT, "tests", "data", "hf-peft")
 FAMILIES = ("llama", "qwen2", "gpt2")
+# issue 13's dense families with adapters: family_cases.py's tiny configurations (sliding
+# windows shorter than the sequence, soft-capping, multipliers, fused projections);
+# gemma2 refuses SDPA
+FAM_VARIANTS = ("gemma", "gemma2", "gemma3_text", "olmo2", "granite", "phi3", "gpt_neox")
+LLAMA_ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
 # "attn" targets as a user writes them; GPT-2's "c_proj" matches by suffix, so it also
 # takes mlp.c_proj (peft's suffix rule, recorded in lora.targets_resolved)
-ATTN_TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj"],
-                "qwen2": ["q_proj", "k_proj", "v_proj", "o_proj"],
-                "gpt2": ["c_attn", "c_proj"]}
-MODULES_TO_SAVE = {"llama": ["lm_head", "embed_tokens"], "qwen2": ["lm_head", "embed_tokens"], "gpt2": ["lm_head"]}
+ATTN_TARGETS = {"llama": LLAMA_ATTN, "qwen2": LLAMA_ATTN, "gpt2": ["c_attn", "c_proj"],
+                **{v: LLAMA_ATTN for v in FAM_VARIANTS}, "phi3": ["qkv_proj", "o_proj"],
+                "gpt_neox": ["query_key_value", "dense"]}
+MODULES_TO_SAVE = {"llama": ["lm_head", "embed_tokens"], "qwen2": ["lm_head", "embed_tokens"], "gpt2": ["lm_head"],
+                   **{v: ["lm_head", "embed_tokens"] for v in FAM_VARIANTS}, "gpt_neox": ["lm_head", "embed_in"]}
 OPTIMIZERS = ("adamw_torch_fused", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "uint8": torch.uint8}
 R, ALPHA = 8, 16
@@ -87,12 +94,16 @@ _INFO: list[dict] = []
 def spec(family, method, precision, targets="all-linear", dropout=0.05, quant=None, double_quant=True,
          storage="uint8", every_n=0, offload=False, b=2, s=32, ckpt_api="hf", optimizer="adamw_torch_fused",
          modules_to_save=()):
-    sp = dict(family=family, attention="sdpa", method=method, precision=precision, targets=targets,
+    fam_cfg = family_cases.VARIANTS.get(family) if family in FAM_VARIANTS else None
+    attention = "eager" if family in family_cases.REFUSES_SDPA else "sdpa"
+    sp = dict(family=family, attention=attention, method=method, precision=precision, targets=targets,
               dropout=dropout, r=R, alpha=ALPHA, quant=quant, double_quant=double_quant if quant != "int8" else None,
               compute_dtype="bf16" if quant in ("nf4", "fp4") else None, storage=storage, load_dtype="bf16",
               every_n=every_n, offload=offload, b=b, s=s, ckpt_api=ckpt_api, optimizer=optimizer,
               modules_to_save=list(modules_to_save), grad_accum=probe.GRAD_ACCUM, warmup="step",
               foreach=optimizer == "adamw_torch_fused")
+    if fam_cfg:
+        sp["config"] = dict(fam_cfg)
     sp["name"] = case_name(sp)
     return sp
 
@@ -156,21 +167,34 @@ def all_cases():
         ]
         if fam == "llama":
             out.append(spec(fam, storage="bf16", **q))
+    # issue 13's families: the main configurations over off / 1 / 3 x offload, the others
+    # where they differ (dropout 0, bf16, autocast, fp32 QLoRA, attention targets, copies)
+    ckpt13 = [(0, False), (1, False), (1, True), (3, False), (3, True)]
+    for fam in FAM_VARIANTS:
+        for kw in (dict(method="lora", precision="fp32"), dict(method="qlora", precision="amp-bf16", quant="nf4")):
+            out += [spec(fam, every_n=n, offload=off, **kw) for n, off in ckpt13]
+        out += [spec(fam, "lora", "fp32", dropout=0.0, every_n=1),
+                spec(fam, "lora", "bf16"), spec(fam, "lora", "bf16", every_n=1),
+                spec(fam, "lora", "amp-bf16", every_n=1),
+                spec(fam, "lora", "fp32", targets="attn", every_n=3),
+                spec(fam, "qlora", "fp32", quant="nf4", every_n=1),
+                spec(fam, "qlora", "amp-bf16", quant="nf4", dropout=0.0, every_n=1, offload=True),
+                spec(fam, "lora", "fp32", every_n=2, offload=True, modules_to_save=MODULES_TO_SAVE[fam])]
     return out
 
 
 # --------------------------------------------------------------------------
 # the model, as a user builds it
 # --------------------------------------------------------------------------
-def saved_tiny_model(family, attention):
-    """The tiny model of probe.py (seed 0) saved once, for from_pretrained."""
+def saved_tiny_model(sp):
+    """The tiny model of probe.py / family_cases.py (seed 0) saved once, for from_pretrained."""
     global _CKPT_ROOT
     if _CKPT_ROOT is None:
         _CKPT_ROOT = tempfile.mkdtemp(prefix="gckpt-peft-")
-    d = os.path.join(_CKPT_ROOT, f"{family}-{attention}")
+    d = os.path.join(_CKPT_ROOT, f"{sp['family']}-{sp['attention']}")
     if not os.path.exists(os.path.join(d, "config.json")):
         tmp = tempfile.mkdtemp(dir=_CKPT_ROOT)
-        probe.make_model(dict(family=family, attention=attention)).save_pretrained(tmp)
+        probe.make_model({k: sp[k] for k in ("family", "attention", "config") if k in sp}).save_pretrained(tmp)
         try:
             os.rename(tmp, d)
         except OSError:  # another worker saved it first
@@ -196,7 +220,7 @@ def load_base(sp):
     from peft import prepare_model_for_kbit_training
 
     cls = getattr(transformers, probe.MODEL_CLASSES[sp["family"]])
-    model = cls.from_pretrained(saved_tiny_model(sp["family"], sp["attention"]), quantization_config=bnb_config(sp),
+    model = cls.from_pretrained(saved_tiny_model(sp), quantization_config=bnb_config(sp),
                                 dtype=DTYPES[sp["load_dtype"]], device_map="cpu", attn_implementation=sp["attention"])
     model.config.use_cache = False
     prepare_model_for_kbit_training(model, use_gradient_checkpointing=sp["ckpt_api"] == "prepare" and bool(sp["every_n"]))
@@ -525,8 +549,8 @@ def main(argv=None):
         return 0
     _CKPT_ROOT = tempfile.mkdtemp(prefix="gckpt-peft-")
     try:
-        for fam, attn in sorted({(c["family"], c["attention"]) for c in sel if c["method"] == "qlora"}):
-            saved_tiny_model(fam, attn)
+        for c in {c["family"]: c for c in sel if c["method"] == "qlora"}.values():
+            saved_tiny_model(c)
         if a.stdout:
             torch.set_num_threads(1)
             for c in sel:

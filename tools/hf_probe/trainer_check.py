@@ -50,6 +50,17 @@ PEFT_CASES = [
                                    "--lora-targets", "q_proj,v_proj", "--precision", "amp-bf16", "--optimizer", "adamw",
                                    "--every-n", "3"], []),
 ]
+# issue 13's families with their own module names (FINDINGS 12.13): Phi-3's fused
+# projections by name, GPT-NeoX's QLoRA with its input embedding (embed_in) copied; the
+# tiny configurations of the executor's tests (the fixture records which: "model")
+FAMILY_PEFT_CASES = [
+    ("phi3-lora-bf16-n2-qkv-o", "tests/executor/data/tiny-phi3.json",
+     ["--method", "lora", "--lora-rank", "8", "--lora-targets", "qkv_proj,o_proj", "--precision", "bf16",
+      "--optimizer", "adamw", "--every-n", "2"], []),
+    ("gpt_neox-qlora-nf4-amp-bf16-n1-mts", "tests/executor/data/tiny-gpt-neox.json",
+     ["--method", "qlora", "--lora-rank", "8", "--modules-to-save", "embed_in", "--precision", "amp-bf16",
+      "--optimizer", "adamw", "--every-n", "1"], []),
+]
 # adamw_torch_fused on CPU: torch's fused AdamW has a CPU kernel, so nothing is adapted.
 
 
@@ -92,8 +103,8 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i].clone()}
 
 
-def run_case(plan_exe, name, args, adapt, ckpt, vocab):
-    cmd = [plan_exe, "--model", CONFIG, "--gpu", "h100-sxm-80gb", "--seq", str(SEQ), "--offload", "off"] + args
+def run_case(plan_exe, name, args, adapt, ckpt, vocab, config=CONFIG):
+    cmd = [plan_exe, "--model", config, "--gpu", "h100-sxm-80gb", "--seq", str(SEQ), "--offload", "off"] + args
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     snippet = snippet_of(out)
     with tempfile.TemporaryDirectory() as out_dir:
@@ -103,7 +114,8 @@ def run_case(plan_exe, name, args, adapt, ckpt, vocab):
         trainer.train()
     model, opt = trainer.model, trainer.optimizer
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    layers = [i for i, l in enumerate(base.model.layers) if getattr(l, "gradient_checkpointing", False)]
+    blocks = (getattr(base, "gpt_neox", None) or base.model).layers
+    layers = [i for i, l in enumerate(blocks) if getattr(l, "gradient_checkpointing", False)]
     inner = getattr(opt, "optimizer", opt)  # accelerate wraps it
     states = {}
     params = []
@@ -131,6 +143,19 @@ def run_case(plan_exe, name, args, adapt, ckpt, vocab):
     }
 
 
+def save_tiny(path, ckpt):
+    """A tiny model of the config at path (repository-relative), saved in bf16 as published
+    checkpoints are; returns its vocabulary size."""
+    with open(os.path.join(HERE, "..", "..", path)) as f:
+        raw = json.load(f)
+    mt = raw.pop("model_type")
+    raw.setdefault("pad_token_id", 0)  # Phi3Config's default 32000 is outside a tiny vocabulary
+    cfg = transformers.AutoConfig.for_model(mt, **{k: v for k, v in raw.items() if k != "architectures"})
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(ckpt)
+    return raw["vocab_size"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--plan", required=True, help="the gckpt-plan binary")
@@ -154,6 +179,17 @@ def main():
                 json.dump(fx, f, indent=1)
                 f.write("\n")
             print(name, fx["model_dtype"], fx["checkpointed_layers"], fx["optimizer_class"], file=sys.stderr)
+    for name, model, args, adapt in FAMILY_PEFT_CASES:
+        if a.filter and a.filter not in name:
+            continue
+        with tempfile.TemporaryDirectory() as ckpt:
+            vocab = save_tiny(model, ckpt)
+            fx = {"model": model} | run_case(a.plan, name, args, adapt, ckpt, vocab,
+                                             os.path.join(HERE, "..", "..", model))
+        with open(os.path.join(a.peft_out, name + ".json"), "w") as f:
+            json.dump(fx, f, indent=1)
+            f.write("\n")
+        print(name, fx["model_dtype"], fx["checkpointed_layers"], fx["optimizer_class"], file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -19,15 +19,21 @@ extern "C" {
 
 /* The linears a LoRA adapter can wrap, by their module names inside a layer. peft matches
  * a list entry by name suffix at a '.' boundary, so GPT-2's "c_proj" takes attn.c_proj and
- * mlp.c_proj (FINDINGS 12.2). "all-linear" is every one of them (lm_head never). */
+ * mlp.c_proj (FINDINGS 12.2). "all-linear" is every one of a family's (the output layer,
+ * lm_head, never). Phi-3's fused qkv_proj / gate_up_proj and
+ * GPT-NeoX's packed query_key_value get one adapter over the fused output (FINDINGS 12.13). */
 typedef enum {
     GCKPT_LT_Q, GCKPT_LT_K, GCKPT_LT_V, GCKPT_LT_O, GCKPT_LT_GATE, GCKPT_LT_UP, GCKPT_LT_DOWN,
     GCKPT_LT_C_ATTN, GCKPT_LT_ATTN_C_PROJ, GCKPT_LT_C_FC, GCKPT_LT_MLP_C_PROJ,
+    GCKPT_LT_QKV_PROJ, GCKPT_LT_GATE_UP, /* phi3 (with o_proj, down_proj) */
+    GCKPT_LT_QUERY_KEY_VALUE, GCKPT_LT_DENSE, GCKPT_LT_H_TO_4H, GCKPT_LT_4H_TO_H, /* gpt_neox */
     GCKPT_NLT
 } gckpt_lora_target;
 #define GCKPT_LT_ALL ((1u << GCKPT_NLT) - 1)
 
 extern const char *const gckpt_lora_target_modules[GCKPT_NLT]; /* "self_attn.q_proj", ... */
+/* The module's own name ("q_proj"): the recipe's op name of the linear. */
+const char *gckpt_lora_target_bare(gckpt_lora_target t);
 
 /* modules_to_save: a trainable deep copy next to the frozen original */
 typedef enum { GCKPT_MTS_LM_HEAD = 1, GCKPT_MTS_EMBED = 2 } gckpt_mts;
@@ -42,10 +48,11 @@ void gckpt_peft_default(gckpt_method method, gckpt_peft *p);
 /* "all-linear" or a comma-separated list of module names; false with *bad (size n) the
  * first entry that names no adapter-capable linear. */
 bool gckpt_lora_targets_parse(const char *s, uint32_t *targets, char *bad, size_t n);
-/* A comma-separated list of lm_head, embed_tokens (llama family) / wte (gpt2). */
+/* A comma-separated list of lm_head, embed_tokens (llama-built families) / wte (gpt2) /
+ * embed_in (gpt_neox, whose output layer is lm_head in transformers 5.24). */
 bool gckpt_mts_parse(const char *s, uint8_t *mts, char *bad, size_t n);
 
-/* The linears of family f (a mask of target bits). */
+/* The linears of family f (a mask of target bits; 0: LoRA not modelled on it). */
 uint32_t gckpt_lora_family_targets(gckpt_family f);
 
 /* Whether the method trains adapters (lora, qlora) / quantizes the base linears (qlora). */
@@ -60,6 +67,8 @@ static inline bool gckpt_peft_quantized(const gckpt_peft *p)
  * the family is targeted; "lm_head,embed_tokens". */
 void gckpt_lora_targets_name(uint32_t targets, gckpt_family f, char *buf, size_t n);
 void gckpt_mts_name(uint8_t mts, gckpt_family f, char *buf, size_t n);
+/* Every linear name of family f a user can pass ("q_proj,k_proj,...", "c_attn,c_proj,c_fc"). */
+void gckpt_lora_family_names(gckpt_family f, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -215,6 +215,8 @@ typedef struct {
     int16_t in[GCKPT_OP_MAX_IN];
     int16_t out[2];               /* out[1] = -1 unless the op has a second output */
     int16_t saved[GCKPT_OP_MAX_SAVED];
+    bool saves_param;    /* its node saves a parameter (not in saved[]: it costs nothing), which
+                          * unpacked in the backward starts a recompute like any saved tensor */
     uint8_t nsaved0;     /* what it saves in layer 0 when its input needs no gradient (frozen0) */
     int16_t saved0[GCKPT_OP_MAX_SAVED];
     bool grad_alias[GCKPT_OP_MAX_IN]; /* input's grad is the output grad itself (add, view) */

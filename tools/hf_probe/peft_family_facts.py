@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""The peft / bitsandbytes facts behind FINDINGS.md 12.13-12.14 (issue 13's families with
+adapters), each run, not read, on the tiny configurations of family_cases.py and
+moe_cases.py (CPU), and peft's trainable count of every shipped dense model of those
+families built on the meta device. Prints JSON; --counts FILE writes the shipped models'
+counts as the fixture tests/data/hf-peft/counts.json (test_hf_peft compares the planner's
+trainable count with it).
+
+  peft_family_facts.py [--json FILE] [--counts FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import sys
+import tempfile
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+import family_cases  # noqa: E402
+import moe_cases  # noqa: E402
+import probe  # noqa: E402
+import probe_peft  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+
+DENSE = ("gemma", "gemma2", "gemma3_text", "phi3", "phi3p", "gpt_neox", "olmo2", "granite")
+# the shipped models of these families (models/*.json), as planned with --method lora defaults
+SHIPPED = ("gemma-2-2b", "gemma-2-9b", "gemma-3-1b", "phi-3-mini-4k", "phi-4-mini", "pythia-1.4b", "olmo-2-7b")
+SHIPPED_RANK = 16
+
+
+def tiny(var, cfgs=family_cases.VARIANTS):
+    cfg = cfgs[var]
+    attn = "eager" if cfg["model_type"] in family_cases.REFUSES_SDPA else "sdpa"
+    return probe.make_model(dict(family=cfg["model_type"], attention=attn, config=dict(cfg)))
+
+
+def linears(m):
+    return sorted({n.split(".")[-1] for n, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)})
+
+
+def adapters(pm):
+    """{module name without the layer prefix: [in, out]} of every LoRA layer."""
+    from peft.tuners.lora import LoraLayer
+
+    out = {}
+    for n, m in pm.named_modules():
+        if isinstance(m, LoraLayer):
+            parts = n.split(".")
+            key = ".".join(parts[parts.index("layers") + 2:]) if "layers" in parts else n
+            out[key] = [m.in_features, m.out_features]
+    return out
+
+
+def lora(m, targets="all-linear", **kw):
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(m, LoraConfig(r=8, lora_alpha=16, target_modules=targets, task_type="CAUSAL_LM", **kw))
+
+
+def output_layer(m):
+    return next(n for n, mod in m.named_modules() if mod is m.get_output_embeddings())
+
+
+def dense_facts(var):
+    m = tiny(var)
+    head, emb = output_layer(m), next(n for n, mod in m.named_modules() if mod is m.get_input_embeddings())
+    nl = linears(m)
+    pm = lora(m)
+    tr, allp = pm.get_nb_trainable_parameters()
+    f = {"model_type": m.config.model_type, "nn.Linear modules": nl, "output layer": head, "input embedding": emb,
+         "tied": bool(m.config.tie_word_embeddings),
+         "all-linear adapters [in, out]": adapters(pm), "trainable r8": tr, "all params": allp}
+    # a fused projection gets one adapter over the fused output: the adapter's out is the fused width
+    # modules_to_save by the names a user writes (the output / input embedding's own name)
+    mts = [head.split(".")[-1], emb.split(".")[-1]]
+    pm2 = lora(tiny(var), modules_to_save=mts)
+    f["modules_to_save names"] = mts
+    f["modules_to_save trainable r8"] = pm2.get_nb_trainable_parameters()[0]
+    return f
+
+
+def qlora_facts(var):
+    """prepare_model_for_kbit_training's casts on the family: every parameter's dtype and
+    class before and after, buffers, and what the first forward changes."""
+    from peft import prepare_model_for_kbit_training
+
+    cfg = family_cases.VARIANTS[var]
+    attn = "eager" if cfg["model_type"] in family_cases.REFUSES_SDPA else "sdpa"
+    sp = dict(probe_peft.spec("llama", "qlora", "amp-bf16", quant="nf4"), family=cfg["model_type"], attention=attn,
+              config=dict(cfg))
+    cls = getattr(transformers, probe.MODEL_CLASSES[cfg["model_type"]])
+    m = cls.from_pretrained(probe_peft.saved_tiny_model(sp), quantization_config=probe_peft.bnb_config(sp),
+                            dtype=torch.bfloat16, device_map="cpu", attn_implementation=attn)
+    m.config.use_cache = False
+
+    def kinds():
+        out = {}
+        for n, p in m.named_parameters():
+            k = f"{type(p).__name__}:{probe_peft.dt(p)}"
+            short = ".".join(x for x in n.split(".") if not x.isdigit())
+            out.setdefault(k, set()).add(short.split("model.")[-1])
+        return {k: sorted(v) for k, v in out.items()}
+
+    before = kinds()
+    prepare_model_for_kbit_training(m, use_gradient_checkpointing=False)
+    after = kinds()
+    bufs = {n: probe_peft.dt(b) for n, b in m.named_buffers()}
+    pm = lora(m)
+    pm.train()  # in eval mode bitsandbytes' CPU path repacks the weight (FINDINGS 12.10 C8)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        pm(input_ids=torch.full((1, 8), 5, dtype=torch.long))
+    import bitsandbytes as bnb
+
+    biases = {n.split(".")[-1]: probe_peft.dt(mod.bias) for n, mod in m.named_modules()
+              if isinstance(mod, bnb.nn.Linear4bit) and mod.bias is not None}
+    return {"loaded (class:dtype -> parameters)": before, "after prepare": after, "buffers after prepare": bufs,
+            "Linear4bit biases after the first forward (autocast bf16)": biases,
+            "quantized": sorted({n.split(".")[-1] for n, mod in m.named_modules() if isinstance(mod, bnb.nn.Linear4bit)})}
+
+
+def moe_facts(var):
+    """What all-linear and the experts' names reach in a MoE model of transformers 5.24."""
+    m = tiny(var, moe_cases.VARIANTS)
+    experts = {n.split(".")[-1]: type(mod).__name__ for n, mod in m.named_modules() if "experts" in n.split(".")[-1:]}
+    eparams = sorted({n.split("experts.")[-1] for n, _ in m.named_parameters() if ".experts." in n})
+    f = {"nn.Linear modules": linears(m), "experts modules": experts, "experts parameters": eparams}
+    pm = lora(m)
+    f["all-linear adapters"] = sorted(adapters(pm))
+    f["all-linear adapter classes"] = sorted({f"{n.split('.')[-1]}: {type(mod).__name__}" for n, mod in pm.named_modules()
+                                              if hasattr(mod, "lora_A") and "layers.0." in n})
+    f["all-linear trainable (layer 0)"] = sorted(n.split("layers.0.")[-1] for n, p in pm.named_parameters()
+                                                 if p.requires_grad and "layers.0." in n)
+    try:
+        lora(tiny(var, moe_cases.VARIANTS), targets=eparams[:1])
+        f["target_modules=[experts parameter]"] = "accepted"
+    except Exception as e:  # noqa: BLE001 - the error is the fact
+        f["target_modules=[experts parameter]"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    try:
+        from peft import LoraConfig, get_peft_model
+
+        pm = get_peft_model(tiny(var, moe_cases.VARIANTS),
+                            LoraConfig(r=8, target_modules=[], target_parameters=["experts." + eparams[0]]))
+        f["target_parameters=[experts.%s]" % eparams[0]] = {"trainable r8": pm.get_nb_trainable_parameters()[0]}
+    except Exception as e:  # noqa: BLE001
+        f["target_parameters=[experts.%s]" % eparams[0]] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    return f
+
+
+def shipped_counts():
+    """peft's count (get_nb_trainable_parameters, what print_trainable_parameters prints) of
+    every shipped model of the families, r 16 all-linear, built on the meta device."""
+    from peft import LoraConfig, get_peft_model
+
+    out = {}
+    for name in SHIPPED:
+        with open(os.path.join(probe.ROOT, "models", name + ".json")) as f:
+            d = json.load(f)
+        mt = d.pop("model_type")
+        for k in ("architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path"):
+            d.pop(k, None)
+        cfg = transformers.AutoConfig.for_model(mt, **d)
+        with torch.device("meta"):
+            m = getattr(transformers, probe.MODEL_CLASSES[mt])(cfg)
+        pm = get_peft_model(m, LoraConfig(r=SHIPPED_RANK, lora_alpha=2 * SHIPPED_RANK, target_modules="all-linear",
+                                          task_type="CAUSAL_LM"))
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            pm.print_trainable_parameters()
+        tr, allp = pm.get_nb_trainable_parameters()
+        out[name] = {"model_type": mt, "rank": SHIPPED_RANK, "targets": "all-linear", "trainable_params": tr,
+                     "all_params": allp, "print_trainable_parameters": buf.getvalue().strip()}
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json")
+    ap.add_argument("--counts")
+    a = ap.parse_args(argv)
+    import bitsandbytes
+    import peft
+
+    probe_peft._CKPT_ROOT = tempfile.mkdtemp(prefix="gckpt-peft-facts-")
+    facts = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                          "peft": peft.__version__, "bitsandbytes": bitsandbytes.__version__},
+             "dense": {v: dense_facts(v) for v in DENSE},
+             "qlora": {v: qlora_facts(v) for v in DENSE if v != "phi3p"},
+             "moe": {v: moe_facts(v) for v in moe_cases.VARIANTS},
+             "shipped (r 16, all-linear)": shipped_counts()}
+    text = json.dumps(facts, indent=1, sort_keys=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    if a.counts:
+        with open(a.counts, "w") as f:
+            json.dump({"schema": "gckpt.peft-counts/1", "versions": facts["versions"],
+                       "models": facts["shipped (r 16, all-linear)"]}, f, indent=1, sort_keys=True)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

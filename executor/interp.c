@@ -218,7 +218,9 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
  * projections' blocks, per head interleaved for GPT-NeoX, and partial rotary's heads read
  * as strided views: strided_view). The
  * mixture-of-experts families (mixtral, qwen3_moe, olmoe: router, grouped_mm experts, the
- * load-balancing loss; the experts' gate and up halves read as strided views) run. */
+ * load-balancing loss; the experts' gate and up halves read as strided views) run, and
+ * gpt_oss (sinks, the half-split rotary: gradients passed through as strided views of a
+ * wider one, interp_events.c pass_grad). */
 static bool family_executed(const gckpt_model *m)
 {
     switch (m->family) {
@@ -230,15 +232,10 @@ static bool family_executed(const gckpt_model *m)
 
 bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_err *err)
 {
-    if (m->attn_sinks) { /* gpt_oss: its own refusal, whatever the MoE executor runs */
-        gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (its primitives have host kernels; "
-                          "the gradient views of the sink cat and the half-split rotary are not wired yet)", m->model_type);
-        return false;
-    }
     if (!family_executed(m)) {
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
                           "qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite, mixtral, "
-                          "qwen3_moe and olmoe)", m->model_type);
+                          "qwen3_moe, olmoe and gpt_oss)", m->model_type);
         return false;
     }
     /* sliding windows run: the masks' sources and the SDPA kernels apply the window
@@ -334,12 +331,13 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     x->nslot = (int)L + 2;
     x->bind = calloc((size_t)x->nslot * (size_t)x->r->nop, sizeof *x->bind);
     x->bind_gen = calloc((size_t)x->nslot * (size_t)x->r->nop, sizeof *x->bind_gen);
+    x->gview = calloc((size_t)x->nslot * (size_t)x->r->nt, sizeof *x->gview);
     x->hb = calloc(L, sizeof *x->hb);
     uint64_t T = x->ctx.tokens;
     x->ids = malloc(sizeof *x->ids * T);
     x->labels = malloc(sizeof *x->labels * T);
     x->positions = malloc(sizeof *x->positions * s->seq);
-    if (!x->bind || !x->bind_gen || !x->hb || !x->ids || !x->labels || !x->positions) {
+    if (!x->bind || !x->bind_gen || !x->gview || !x->hb || !x->ids || !x->labels || !x->positions) {
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
@@ -632,6 +630,12 @@ gckpt_xstatus gckpt_exec_read_param(gckpt_exec *x, int layer, int tensor, float 
     return p ? xfer(x, exec_param_view(p), out, true, err) : GCKPT_XS_ERROR;
 }
 
+void gckpt_exec_batch(const gckpt_exec *x, const int64_t **ids, const int64_t **labels)
+{
+    *ids = x->ids;
+    *labels = x->labels;
+}
+
 gckpt_xstatus gckpt_exec_write_param(gckpt_exec *x, int layer, int tensor, const float *in, gckpt_err *err)
 {
     param_t *p = plain_param(x, tensor, layer, err);
@@ -710,6 +714,7 @@ void gckpt_exec_free(gckpt_exec *x)
     free(x->params);
     free(x->bind);
     free(x->bind_gen);
+    free(x->gview);
     free(x->hb);
     free(x->ids);
     free(x->labels);

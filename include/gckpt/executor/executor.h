@@ -246,6 +246,10 @@ gckpt_xstatus gckpt_exec_read_grad_raw(gckpt_exec *x, int layer, int tensor, voi
                                        gckpt_err *err);
 gckpt_xstatus gckpt_exec_read_grad(gckpt_exec *x, int layer, int tensor, float *out, gckpt_err *err);
 
+/* The input ids and labels (micro_batch x seq each) of the latest micro-step run, as the
+ * executor made them (to run the same batch elsewhere: tools/exec_dump.c). */
+void gckpt_exec_batch(const gckpt_exec *x, const int64_t **ids, const int64_t **labels);
+
 /* Free every backend allocation the executor holds (idempotent). */
 void gckpt_exec_release_all(gckpt_exec *x);
 void gckpt_exec_free(gckpt_exec *x);

@@ -170,6 +170,10 @@ GCKPT_HD void gckpt_split_stride(uint64_t in_f, uint64_t out_f, uint64_t hd, uin
     }
 }
 
+/* The row width of a SOFTMAX: the op's (the router's experts), else its tensor's columns
+ * (attention scores: s, or s + 1 with gpt_oss's sink column), s where no shape is given */
+GCKPT_HD uint64_t gckpt_softmax_width(uint64_t width, uint64_t cols, uint64_t s) { return width ? width : cols ? cols : s; }
+
 /* ---- broadcasting --------------------------------------------------------------------- */
 
 /* The group width of a broadcast: the op's, or for a ROW broadcast without one a whole

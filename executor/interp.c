@@ -104,13 +104,15 @@ void exec_inst_release(gckpt_exec *x, uint32_t id)
 /* ---- construction ------------------------------------------------------------------------- */
 
 /* How a parameter is initialised (its role in the recipe): norm weights 1 (Gemma's (1 + w)
- * norms 0, as GemmaRMSNorm's torch.zeros: a scale of 1 either way), biases 0, the rest
- * uniform. */
+ * norms 0, as GemmaRMSNorm's torch.zeros: a scale of 1 either way), biases 0 (or uniform:
+ * opts.bias_std, *val its bound), the rest uniform. */
 static gckpt_init init_of(const gckpt_exec *x, int t, float *val)
 {
     switch (x->r->t[t].role) {
     case GCKPT_ROLE_NORM_WEIGHT: *val = x->m.rms == GCKPT_RMS_GEMMA ? 0.0f : 1.0f; return GCKPT_INIT_CONST;
-    case GCKPT_ROLE_BIAS: *val = 0.0f; return GCKPT_INIT_CONST;
+    case GCKPT_ROLE_BIAS:
+        *val = (float)(x->o.bias_std * sqrt(3.0));
+        return x->o.bias_std > 0 ? GCKPT_INIT_UNIFORM : GCKPT_INIT_CONST;
     default: *val = 0; return GCKPT_INIT_UNIFORM;
     }
 }
@@ -232,6 +234,11 @@ static bool family_executed(const gckpt_model *m)
 
 bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_err *err)
 {
+    if (m->rope_other[0]) { /* the tables' values: default and YaRN only (kernel_math.h) */
+        gckpt_seterr(err, "rope_parameters.rope_type \"%s\" is planned but not executed (gckpt-run computes default "
+                          "and yarn rotary tables)", m->rope_other);
+        return false;
+    }
     if (!family_executed(m)) {
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
                           "qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite, mixtral, "
@@ -414,6 +421,7 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
         param_t *p = &x->params[i];
         float val;
         gckpt_init how = init_of(x, p->tensor, &val);
+        float bound = x->r->t[p->tensor].role == GCKPT_ROLE_BIAS ? val : a; /* a uniform's */
         uint64_t key = gckpt_key(x->o.seed, 0x5eedULL, (uint64_t)p->tensor, (uint64_t)(p->layer + 1));
         gckpt_xstatus rc;
         if (p->spec->quant.scheme) { /* loaded in the compute dtype, then quantized (exec_quant.h) */
@@ -425,12 +433,12 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
             continue; /* frozen: no states */
         }
         if (x->fsdp || x->z3) { /* the rank's shard of what one process makes */
-            float scale = how == GCKPT_INIT_CONST ? val : a;
+            float scale = how == GCKPT_INIT_CONST ? val : bound;
             rc = x->fsdp ? exec_fsdp_init_param(x, i, how, scale, key, err) : exec_z3_init_param(x, i, how, scale, key, err);
             if (rc != GCKPT_XS_OK) return rc;
             continue;
         }
-        rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : a, key);
+        rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : bound, key);
         for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates && p->st[k]; k++)
             rc = x->be->init(x->be, exec_state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "initialising the weights", err);

@@ -3,7 +3,9 @@
  * forward and backward on it): the weights before the step, the batch, the loss and every
  * parameter's gradient. Developer tool, not a test.
  *   gckpt-exec-dump CONFIG.json [--precision P] [--attention A] [--seq N] [--micro-batch N]
- *                   [--zero NAME]... -o OUT.json
+ *                   [--every-n N] [--offload] [--seed N] [--init-std X] [--bias-std X] [--zero NAME]...
+ *                   -o OUT.json
+ * (defaults: seed 7, init std 0.05, biases 0, as test_exec_host's fx_steps)
  * --zero sets a parameter (a recipe name such as mlp.experts.down_proj, every layer) to 0
  * before the step: a part of the model left out on both sides, to find where two
  * implementations differ.
@@ -112,8 +114,13 @@ int main(int argc, char **argv)
     int nzero = 0;
     gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32,
                        .optimizer = GCKPT_ADAMW, .attention = GCKPT_EAGER};
+    gckpt_exec_opts o = {.seed = 7, .init_std = 0.05};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--offload")) {
+            s.offload = true;
+            continue;
+        }
         if (!v) return usage();
         int k;
         if (!strcmp(a, "-o")) out = v;
@@ -121,6 +128,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--precision") && (k = gckpt_precision_from(v)) >= 0) s.precision = (gckpt_precision)k;
         else if (!strcmp(a, "--attention") && !strcmp(v, "sdpa")) s.attention = GCKPT_SDPA;
         else if (!strcmp(a, "--attention") && !strcmp(v, "eager")) s.attention = GCKPT_EAGER;
+        else if (!strcmp(a, "--every-n") && (s.every_n = (uint32_t)strtoul(v, NULL, 10)) <= 64) {}
+        else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--init-std") && (o.init_std = strtod(v, NULL)) > 0 && o.init_std < 10) {}
+        else if (!strcmp(a, "--bias-std") && (o.bias_std = strtod(v, NULL)) >= 0 && o.bias_std < 10) {}
         else if (!strcmp(a, "--seq") && (s.seq = strtoull(v, NULL, 10)) > 0 && s.seq <= 4096) {}
         else if (!strcmp(a, "--micro-batch") && (s.micro_batch = strtoull(v, NULL, 10)) > 0 && s.micro_batch <= 64) {}
         else return usage();
@@ -135,7 +146,6 @@ int main(int argc, char **argv)
         return 2;
     }
     gckpt_backend *be = gckpt_host_backend_new(0);
-    gckpt_exec_opts o = {.seed = 7, .init_std = 0.05};
     gckpt_exec *x = be ? gckpt_exec_new(be, &m, &dev, &s, &o, &err) : NULL;
     if (!x) {
         fprintf(stderr, "gckpt-exec-dump: %s\n", be ? err.msg : "no host backend");

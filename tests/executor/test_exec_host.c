@@ -138,12 +138,13 @@ static void test_gpt_oss(void **st)
 }
 
 /* gckpt-run's step against transformers' own forward and backward on the same weights and
- * batch (fp32, eager, mb 2, seq 16, one micro-step, the executor's seed 7 and init std
- * 0.05): the loss and every parameter's gradient norm as transformers 5.24 computed them
+ * batch (fp32, eager, mb 2, seq 16, one micro-step, the executor's seed 7, init std 0.05
+ * and biases and sinks of std 0.05, so that each reaches the numbers): the loss and every parameter's gradient norm as transformers 5.24 computed them
  * (tests/executor/data/hf-NAME.json, written by tools/hf_probe/exec_loss.py from
  * gckpt-exec-dump's step). Catches what the sweeps cannot: columns read in the wrong
  * order the same way in every setting (the rotary's per-head halves, the interleaved gate
- * and up, the sink column's softmax width, the [E, in, out] expert weights). */
+ * and up, the sink column's softmax width, the [E, in, out] expert weights, YaRN's
+ * tables). */
 static void matches_transformers(const char *fixture)
 {
     char path[1024];
@@ -162,7 +163,7 @@ static void matches_transformers(const char *fixture)
     gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32, .optimizer = GCKPT_ADAMW,
                        .attention = GCKPT_EAGER};
     fx_run r;
-    fx_steps(be, &m, &d, &s, 1, &r);
+    fx_steps_bias(be, &m, &d, &s, 1, 0.05, &r);
     assert_int_equal(r.rc, GCKPT_XS_OK);
     double want = cJSON_GetObjectItem(hf, "loss")->valuedouble, worst = 0;
     const float *g = (const float *)r.grads[0].bytes;
@@ -204,6 +205,8 @@ static void test_gpt_oss_matches_transformers(void **st)
     (void)st;
     matches_transformers("tiny-gpt-oss");
     matches_transformers("tiny-gpt-oss-aux");
+    /* YaRN (factor 4 over 8 positions, truncated correction range) at seq 16 */
+    matches_transformers("tiny-gpt-oss-yarn");
 }
 
 /* Sliding windows shorter than the sequence (16): Gemma 2 (window 8, eager: its sliding

@@ -364,6 +364,12 @@ static void test_bad_input(void **st)
     put("paged.json", t);
     free(t);
     cJSON_Delete(plan);
+    /* planned, not executed: a gpt_oss rope_type other than default and yarn */
+    static const uint32_t one[] = {1};
+    char *lin = pf_plan_text("tiny-gpt-oss-rope-linear", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
+    assert_non_null(lin);
+    put("rope-linear.json", lin);
+    free(lin);
     char adir[512];
     cli_path("adir", adir, sizeof adir);
     mkdir(adir, 0700);
@@ -388,6 +394,7 @@ static void test_bad_input(void **st)
         {{"--calibrate", "-o", "bad.json", "--backend", "host", NULL}, "calibrate"},
         {{"--calibrate", NULL}, "-o FILE"},
         {{"--plan", "llama.json", "--gpu", "h200", "-o", "bad.json", NULL}, "--calibrate"},
+        {{"--plan", "rope-linear.json", "-o", "bad.json", NULL}, "rope_parameters.rope_type \"linear\" is planned but not executed"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run(cases[i].args);

@@ -175,6 +175,9 @@ typedef struct {
     uint64_t seed;          /* weights, data and dropout */
     double lr;              /* optimizer learning rate (default 1e-4 when 0) */
     double init_std;        /* weight init standard deviation (default 0.02, HF's) */
+    double bias_std;        /* biases (and gpt_oss's sinks) uniform with this standard deviation
+                             * instead of 0, so that every bias reaches the numbers (checks
+                             * against another implementation: tools/exec_dump.c); 0: zeros */
     /* NULL, or a flag (set by a signal handler) read before every event of a step and
      * every persistent allocation of the setup: nonzero stops there with
      * GCKPT_XS_INTERRUPTED; gckpt_exec_release_all / gckpt_exec_free then free it all. */

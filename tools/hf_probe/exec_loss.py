@@ -69,8 +69,8 @@ def main(argv: list[str]) -> int:
         fixture = {"config": argv[0].rsplit("/", 1)[-1], "micro_batch": b, "seq": s, "precision": "fp32",
                    "attention": "eager", "transformers": __import__("transformers").__version__,
                    "torch": torch.__version__, "loss": loss,
-                   "params": [{"name": hf_name(p), "grad_norm": params[hf_name(p)].grad.double().norm().item()}
-                              for p in dump["params"]]}
+                   "params": [{"name": hf_name(p), "numel": params[hf_name(p)].numel(),
+                               "grad_norm": params[hf_name(p)].grad.double().norm().item()} for p in dump["params"]]}
         with open(argv[2], "w") as f:
             json.dump(fixture, f, indent=1)
             f.write("\n")

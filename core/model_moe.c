@@ -4,6 +4,7 @@
  * is not modelled (mixed dense / sparse layers, router jitter, clipped q/k/v, sliding
  * windows) is an error naming it; output_router_logits turns on the load-balancing loss
  * (recipe_moe.c, FINDINGS 15.4). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,8 +48,72 @@ static bool refuse_nonzero(const char *f, const cJSON *j, const gckpt_model *m, 
  * default true), the router's bias, the experts' biases and clamped SwiGLU (swiglu_alpha
  * 1.702, swiglu_limit 7.0), layer_types (default: sliding at even indices) over
  * sliding_window 128 (null: every forward raises in create_sliding_window_causal_mask). */
+/* GptOssConfig's rope_parameters (or the legacy rope_scaling; neither: YaRN with factor 32
+ * over 4096 positions, beta_fast 32, beta_slow 1, truncate false; rope_theta 150000 where
+ * none is given): "default", or "yarn" read as transformers 5.24's _compute_yarn_parameters
+ * reads them (beta_fast / beta_slow 0 or absent: 32 / 1; truncate absent: true;
+ * attention_factor absent: 0.1 ln(factor) + 1, or the mscale / mscale_all_dim ratio);
+ * another type is kept by name (rope_other) */
+static double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0; }
+
+static bool parse_rope_gpt_oss(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+{
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    const char *key = "rope_parameters";
+    if (!cJSON_IsObject(rp)) {
+        rp = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+        key = "rope_scaling";
+    }
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters"); /* where parse_common reads it */
+    bool theta_given = !gckpt_json_absent(j, "rope_theta") || (cJSON_IsObject(params) && !gckpt_json_absent(params, "rope_theta"));
+    if (!theta_given) m->rope_theta = 150000; /* GptOssConfig.default_theta */
+    if (!cJSON_IsObject(rp)) {
+        m->yarn.on = true;
+        m->yarn.factor = 32;
+        m->yarn.beta_fast = 32;
+        m->yarn.beta_slow = 1;
+        m->yarn.original_max = 4096;
+        m->yarn.truncate = false;
+        m->yarn.attention_factor = yarn_mscale(32, 1);
+        return true;
+    }
+    char type[32], field[64];
+    const char *tkey = gckpt_json_absent(rp, "rope_type") && !gckpt_json_absent(rp, "type") ? "type" : "rope_type";
+    snprintf(field, sizeof field, "%s.%s", key, tkey);
+    if (!gckpt_json_str_opt(rp, f, field, "default", type, sizeof type, err)) return false;
+    if (!strcmp(type, "default")) return true;
+    if (strcmp(type, "yarn")) {
+        gckpt_text_sanitize(type);
+        snprintf(m->rope_other, sizeof m->rope_other, "%s", type);
+        return true;
+    }
+    m->yarn.on = true;
+    double mscale = 0, mscale_all = 0;
+    snprintf(field, sizeof field, "%s.factor", key);
+    if (!gckpt_json_num(rp, f, field, 1, 1e6, &m->yarn.factor, err)) return false;
+    snprintf(field, sizeof field, "%s.original_max_position_embeddings", key);
+    if (!gckpt_json_num(rp, f, field, 1, 1e12, &m->yarn.original_max, err)) return false;
+    snprintf(field, sizeof field, "%s.beta_fast", key);
+    if (!gckpt_json_num_opt(rp, f, field, 0, 1e9, 32, &m->yarn.beta_fast, err)) return false;
+    snprintf(field, sizeof field, "%s.beta_slow", key);
+    if (!gckpt_json_num_opt(rp, f, field, 0, 1e9, 1, &m->yarn.beta_slow, err)) return false;
+    snprintf(field, sizeof field, "%s.truncate", key);
+    if (!gckpt_json_bool_opt(rp, f, field, true, &m->yarn.truncate, err)) return false;
+    snprintf(field, sizeof field, "%s.mscale", key);
+    if (!gckpt_json_num_opt(rp, f, field, 0, 1e9, 0, &mscale, err)) return false;
+    snprintf(field, sizeof field, "%s.mscale_all_dim", key);
+    if (!gckpt_json_num_opt(rp, f, field, 0, 1e9, 0, &mscale_all, err)) return false;
+    if (m->yarn.beta_fast == 0) m->yarn.beta_fast = 32; /* `or 32` */
+    if (m->yarn.beta_slow == 0) m->yarn.beta_slow = 1;
+    double af = mscale && mscale_all ? yarn_mscale(m->yarn.factor, mscale) / yarn_mscale(m->yarn.factor, mscale_all)
+                                     : yarn_mscale(m->yarn.factor, 1);
+    snprintf(field, sizeof field, "%s.attention_factor", key);
+    return gckpt_json_num_opt(rp, f, field, 1e-9, 1e9, af, &m->yarn.attention_factor, err);
+}
+
 static bool parse_gpt_oss(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
+    if (!parse_rope_gpt_oss(f, j, m, err)) return false;
     if (!gckpt_json_bool_opt(j, f, "attention_bias", true, &m->qkv_bias, err) ||
         !gckpt_json_num_opt(j, f, "swiglu_alpha", 0, 1e9, 1.702, &m->swiglu_alpha, err) ||
         !gckpt_json_num_opt(j, f, "swiglu_limit", 1e-30, 1e30, 7.0, &m->swiglu_limit, err))

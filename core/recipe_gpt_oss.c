@@ -36,6 +36,14 @@ int rope_halves(tracer *tr, int x, int cos, int sin, const char *name)
     char nm[40];
     int first = slice_of(tr, x, 0, half, sub_name(nm, sizeof nm, name, "first"));
     int second = slice_of(tr, x, 1, half, sub_name(nm, sizeof nm, name, "second"));
+    /* chunk(2, dim=-1) of [b, heads, s, hd] is per head: head_dim / 2 columns of every
+     * head_dim (the interleaved SPLIT, as GPT-NeoX's q / k / v), from column 0 or hd / 2 */
+    for (int i = 1; i <= 2; i++) {
+        gckpt_op *sp = &tr->r->op[tr->r->nop - i];
+        sp->in_f = m->head_dim;
+        sp->out_f = m->head_dim / 2;
+        sp->sb = sp->sa * (double)(m->head_dim / 2);
+    }
     int a = mul(tr, first, cos, sub_name(nm, sizeof nm, name, "first_cos"));
     int b = mul(tr, second, sin, sub_name(nm, sizeof nm, name, "second_sin"));
     int f = sub(tr, a, b, sub_name(nm, sizeof nm, name, "first_"));

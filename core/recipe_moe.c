@@ -98,13 +98,21 @@ static int grouped_linear(tracer *tr, int x, int w, int offs, uint64_t in_f, uin
     return o;
 }
 
-/* The column block `role` (0 gate, 1 up) of the [S, 2 * width] gate_up output: a view. */
+/* The column block `role` (0 gate, 1 up) of the [S, 2 * width] gate_up output: a view;
+ * gpt_oss's are interleaved, gate_up[..., ::2] and [..., 1::2] (the interleaved SPLIT: 1
+ * column of every 2, from column role) */
 static int pair_chunk(tracer *tr, int x, int role, uint64_t width, const char *name)
 {
     int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, x), pairs(tr, width), rg(tr, x));
     node(tr, name, GCKPT_P_SPLIT, 1, (int[]){x}, o, -1, 0, NULL, GCKPT_BC_NONE, role, width);
-    last_op(tr)->view_fwd = true;
-    last_op(tr)->sb = (double)((uint64_t)role * width); /* its first column (GCKPT_P_SPLIT) */
+    gckpt_op *op = last_op(tr);
+    op->view_fwd = true;
+    op->sb = (double)((uint64_t)role * width); /* its first column (GCKPT_P_SPLIT) */
+    if (tr->m->swiglu_limit > 0) {
+        op->in_f = 2;
+        op->out_f = 1;
+        op->sb = role;
+    }
     return o;
 }
 
@@ -152,6 +160,7 @@ int moe_block(tracer *tr, int x)
     int bsel = bias_rows(tr, bgu, ids, 2 * I, "gate_up_bias_g");
     int xc = cast_to(tr, xs, dt(tr, wgu), "gate_up.to_weight"); /* input.to(weight.dtype) */
     int gu = grouped_linear(tr, xc, wgu, offs, h, 2 * I, "experts.gate_up_proj");
+    last_op(tr)->sa = m->expert_bias; /* [E, in, out] */
     if (bsel >= 0) gu = expert_bias_add(tr, gu, bsel, "experts.gate_up_proj");
     /* gpt_oss interleaves them ([..., ::2], [..., 1::2]): views either way */
     int g = pair_chunk(tr, gu, 0, I, "gate"), u = pair_chunk(tr, gu, 1, I, "up");
@@ -165,6 +174,7 @@ int moe_block(tracer *tr, int x)
     int dsel = bias_rows(tr, bd, ids, h, "down_bias_g"); /* selected_biases rebound: the first goes */
     hold_here(tr, bsel);
     int dn = grouped_linear(tr, prod, wd, offs, I, h, "experts.down_proj");
+    last_op(tr)->sa = m->expert_bias;
     if (dsel >= 0) dn = expert_bias_add(tr, dn, dsel, "experts.down_proj");
     int weighted = mul(tr, dn, wsel, "weighted_out");
     int inv = tnew(tr, "inv_perm", GCKPT_T_ACT, I64, pairs(tr, 1), false);

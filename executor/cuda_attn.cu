@@ -561,7 +561,7 @@ gckpt_xstatus cuda_attn_forward(cuda_be *cb, const gckpt_xcall *c)
     case GCKPT_P_SDPA: return sdpa_fwd(cb, c);
     case GCKPT_P_SOFTMAX: {
         NEED_T(be, c, x, "input");
-        uint64_t W = c->op->width ? c->op->width : c->s, rows = x.n / W; /* the router's experts, or s */
+        uint64_t W = gckpt_softmax_width(c->op->width, c->out[0].cols, c->s), rows = x.n / W;
         if (rows) k_softmax<<<static_cast<unsigned>(rows), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, W);
         break;
     }
@@ -601,7 +601,7 @@ gckpt_xstatus cuda_attn_backward(cuda_be *cb, const gckpt_xcall *c)
     case GCKPT_P_SOFTMAX: {
         if (!gi.p) return GCKPT_XS_OK;
         NEED_T(be, c, c->out[0], "saved output");
-        uint64_t W = c->op->width ? c->op->width : c->s, rows = gi.n / W;
+        uint64_t W = gckpt_softmax_width(c->op->width, c->out[0].cols, c->s), rows = gi.n / W;
         if (rows) k_softmax_bwd<<<static_cast<unsigned>(rows), kBlock, 0, st>>>(c->out[0].p, c->out[0].dt, g.p, g.dt, gi.p,
                                                                              gi.dt, W);
         break;

@@ -182,24 +182,36 @@ gckpt_xstatus dispatch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
     return bwd ? cuda_elem_backward(cb, c) : cuda_elem_forward(cb, c);
 }
 
-// The kernels read dense operands: Phi-3's strided views (gckpt_xt.vW) are gathered into
-// temporaries first (on the pool: the device measurement sees them; unverified, no GPU)
+// The kernels read dense operands: strided views (gckpt_xt.vW: Phi-3's blocks, gpt_oss's
+// sink-dropped probabilities; in backward also an output gradient that is part of a wider
+// one) are gathered into temporaries first (on the pool: the device measurement sees
+// them; unverified, no GPU). A gradient an op writes is never strided (interp_events.c).
 gckpt_xstatus with_dense_inputs(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 {
-    bool strided = false;
+    bool strided = bwd && c->gout.vW != 0 && c->gout.p;
     for (int k = 0; k < c->op->nin; k++) strided |= c->in[k].vW != 0 && c->in[k].p;
     if (!strided) return dispatch(cb, c, bwd);
     gckpt_xcall d = *c;
-    void *tmp[GCKPT_OP_MAX_IN] = {};
+    gckpt_xt *view[GCKPT_OP_MAX_IN + 1] = {};
+    const gckpt_xt *src[GCKPT_OP_MAX_IN + 1] = {};
+    for (int k = 0; k < c->op->nin; k++) {
+        view[k] = &d.in[k];
+        src[k] = &c->in[k];
+    }
+    if (bwd) {
+        view[GCKPT_OP_MAX_IN] = &d.gout;
+        src[GCKPT_OP_MAX_IN] = &c->gout;
+    }
+    void *tmp[GCKPT_OP_MAX_IN + 1] = {};
     gckpt_xstatus rc = GCKPT_XS_OK;
-    for (int k = 0; k < c->op->nin && rc == GCKPT_XS_OK; k++) {
-        if (!c->in[k].vW || !c->in[k].p) continue;
-        rc = cuda_dense_view(cb, c->in[k], &tmp[k]);
-        d.in[k].p = tmp[k];
-        d.in[k].vW = d.in[k].voff = d.in[k].vblk = d.in[k].vstride = 0;
+    for (int k = 0; k <= GCKPT_OP_MAX_IN && rc == GCKPT_XS_OK; k++) {
+        if (!src[k] || !src[k]->vW || !src[k]->p) continue;
+        rc = cuda_dense_view(cb, *src[k], &tmp[k]);
+        view[k]->p = tmp[k];
+        view[k]->vW = view[k]->voff = view[k]->vblk = view[k]->vstride = 0;
     }
     if (rc == GCKPT_XS_OK) rc = dispatch(cb, &d, bwd);
-    for (int k = 0; k < c->op->nin; k++)
+    for (int k = 0; k <= GCKPT_OP_MAX_IN; k++)
         if (tmp[k]) cudaFreeAsync(tmp[k], cb->stream);
     return rc;
 }

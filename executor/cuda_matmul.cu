@@ -122,8 +122,8 @@ gckpt_xstatus zero(cuda_be *cb, const gckpt_xt &t);
 
 // torch._grouped_mm (GCKPT_P_GROUPED_LINEAR): the sorted pairs' rows in groups by the int32
 // end offsets in[2] (copied to the host: one synchronisation per call), a product per
-// expert with its [N, K] block of the [E N, K] weight; the weight gradient of an expert
-// that received no pair is zero.
+// expert with its [N, K] block of the [E N, K] weight (op->sa: its [K, N] block of gpt_oss's
+// [E K, N]); the weight gradient of an expert that received no pair is zero.
 gckpt_xstatus grouped(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 {
     gckpt_backend *be = &cb->be;
@@ -154,21 +154,24 @@ gckpt_xstatus grouped(cuda_be *cb, const gckpt_xcall *c, bool bwd)
         if (hi < lo || static_cast<uint64_t>(hi) > S || (e + 1 == E && static_cast<uint64_t>(hi) != S))
             return op_fail(be, c, "the experts' offsets do not split the rows");
         int M = static_cast<int>(hi - lo);
-        Mat we = {at(w.p, w.dt, e * N * K), w.dt, static_cast<long long>(K), 0};
+        bool tw = op->sa != 0; // [K, N] blocks
+        long long ldw = static_cast<long long>(tw ? N : K);
+        Mat we = {at(w.p, w.dt, e * N * K), w.dt, ldw, 0};
+        Mat X = {x.p ? at(x.p, x.dt, lo * K) : nullptr, x.dt, static_cast<long long>(K), 0};
         gckpt_xstatus rc = GCKPT_XS_OK;
         if (!bwd) {
-            rc = rm_gemm(cb, c, false, true, M, static_cast<int>(N), static_cast<int>(K), 1.0f,
-                         {at(x.p, x.dt, lo * K), x.dt, static_cast<long long>(K), 0}, we, 0.0f,
+            rc = rm_gemm(cb, c, false, !tw, M, static_cast<int>(N), static_cast<int>(K), 1.0f, X, we, 0.0f,
                          {at(c->out[0].p, c->out[0].dt, lo * N), c->out[0].dt, static_cast<long long>(N), 0}, 1);
         } else {
             Mat G = {at(g.p, g.dt, lo * N), g.dt, static_cast<long long>(N), 0};
+            Mat GW = {gw.p ? at(gw.p, gw.dt, e * N * K) : nullptr, gw.dt, ldw, 0};
             if (gx.p)
-                rc = rm_gemm(cb, c, false, false, M, static_cast<int>(K), static_cast<int>(N), 1.0f, G, we, 0.0f,
+                rc = rm_gemm(cb, c, false, tw, M, static_cast<int>(K), static_cast<int>(N), 1.0f, G, we, 0.0f,
                              {at(gx.p, gx.dt, lo * K), gx.dt, static_cast<long long>(K), 0}, 1);
-            if (rc == GCKPT_XS_OK && gw.p)
-                rc = rm_gemm(cb, c, true, false, static_cast<int>(N), static_cast<int>(K), M, 1.0f, G,
-                             {at(x.p, x.dt, lo * K), x.dt, static_cast<long long>(K), 0}, 0.0f,
-                             {at(gw.p, gw.dt, e * N * K), gw.dt, static_cast<long long>(K), 0}, 1);
+            if (rc == GCKPT_XS_OK && gw.p && tw)
+                rc = rm_gemm(cb, c, true, false, static_cast<int>(K), static_cast<int>(N), M, 1.0f, X, G, 0.0f, GW, 1);
+            else if (rc == GCKPT_XS_OK && gw.p)
+                rc = rm_gemm(cb, c, true, false, static_cast<int>(N), static_cast<int>(K), M, 1.0f, G, X, 0.0f, GW, 1);
         }
         if (rc != GCKPT_XS_OK) return rc;
         lo = hi;

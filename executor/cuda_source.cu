@@ -1,5 +1,5 @@
 // SOURCE ops on the GPU: token ids, labels and positions copied from the interpreter's
-// host data, HF's default rotary tables, the eager path's additive causal or sliding-window
+// host data, HF's default (or gpt_oss's YaRN) rotary tables, the eager path's additive causal or sliding-window
 // mask (masking_utils' bool one under SDPA; unverified: no GPU here) and Gemma's embedding
 // normalizer.
 #include <math.h>
@@ -11,13 +11,15 @@ namespace {
 
 constexpr unsigned kBlock = 256;
 
-__global__ void k_rotary(void *cs, uint8_t cdt, void *sn, uint8_t sdt, uint64_t S, uint64_t hd, float theta)
+// [S, w] tables for hd rotary dims (w: gckpt_rotary_table_width)
+__global__ void k_rotary(void *cs, uint8_t cdt, void *sn, uint8_t sdt, uint64_t S, uint64_t hd, uint64_t w, float theta,
+                         gckpt_yarn y)
 {
-    GRID_LOOP(e, S * hd)
+    GRID_LOOP(e, S * w)
     {
-        float f = gckpt_rope_angle(e / hd, e % hd, hd, theta);
-        stx(cs, cdt, e, cosf(f));
-        stx(sn, sdt, e, sinf(f));
+        float f = gckpt_rope_angle_yarn(e / w, e % w, hd, theta, y);
+        stx(cs, cdt, e, cosf(f) * y.attn);
+        stx(sn, sdt, e, sinf(f) * y.attn);
     }
 }
 
@@ -51,8 +53,9 @@ gckpt_xstatus cuda_source(cuda_be *cb, gckpt_source what, const gckpt_xcall *c, 
         return GCKPT_XS_OK;
     case GCKPT_SRC_ROTARY:
         NEED_T(be, c, c->out[1], "sin output");
-        k_rotary<<<grid_for(c->s * c->m->rotary_dim, kBlock), kBlock, 0, cb->stream>>>(
-            o.p, o.dt, c->out[1].p, c->out[1].dt, c->s, c->m->rotary_dim, static_cast<float>(c->rope_theta));
+        k_rotary<<<grid_for(c->s * gckpt_rotary_table_width(c->m), kBlock), kBlock, 0, cb->stream>>>(
+            o.p, o.dt, c->out[1].p, c->out[1].dt, c->s, c->m->rotary_dim, gckpt_rotary_table_width(c->m),
+            static_cast<float>(c->rope_theta), gckpt_yarn_of(c->m, c->m->rotary_dim, c->rope_theta));
         break;
     case GCKPT_SRC_MASK:
         k_mask<<<grid_for(o.n, kBlock), kBlock, 0, cb->stream>>>(o.p, o.dt, o.n, c->s, c->window);

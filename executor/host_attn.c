@@ -205,10 +205,10 @@ out:
     return rc;
 }
 
-/* over rows of the op's width (the router's experts), or of s (attention scores) */
+/* over rows of gckpt_softmax_width */
 static gckpt_xstatus softmax(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
-    uint64_t S = c->op->width ? c->op->width : c->s;
+    uint64_t S = gckpt_softmax_width(c->op->width, c->out[0].cols, c->s);
     if (!bwd) {
         const gckpt_xt *x = &c->in[0], *o = &c->out[0];
         NEED(c, *x, "input");

@@ -236,7 +236,8 @@ static bool group_of(const gckpt_xcall *c, uint64_t e, uint64_t S, uint64_t *lo,
     return true;
 }
 
-/* y[group e] = x[group e] @ W_e^T, W_e = rows [e N, (e + 1) N) of the [E N, K] weight */
+/* y[group e] = x[group e] @ W_e^T, W_e = rows [e N, (e + 1) N) of the [E N, K] weight;
+ * with op->sa (gpt_oss's [E, K, N] weight) x[group e] @ W_e, W_e = rows [e K, (e + 1) K) */
 static gckpt_xstatus grouped_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_op *op = c->op;
@@ -252,8 +253,8 @@ static gckpt_xstatus grouped_fwd(const gckpt_xcall *c, gckpt_err *err)
         uint64_t lo, hi;
         if (!group_of(c, e, S, &lo, &hi, err)) goto out;
         if (hi > lo)
-            host_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(hi - lo), (int)N, (int)K, 1.0f, x + lo * K, (int)K,
-                       w + e * N * K, (int)K, 0.0f, y + lo * N, (int)N);
+            host_sgemm(CblasRowMajor, CblasNoTrans, op->sa ? CblasNoTrans : CblasTrans, (int)(hi - lo), (int)N, (int)K,
+                       1.0f, x + lo * K, (int)K, w + e * N * K, op->sa ? (int)N : (int)K, 0.0f, y + lo * N, (int)N);
     }
     host_from_f32(&c->out[0], y);
     rc = GCKPT_XS_OK;
@@ -265,7 +266,7 @@ out:
 }
 
 /* dx[group e] = dy[group e] @ W_e; dW_e = dy[group e]^T @ x[group e] (zero for an expert
- * that received no pair) */
+ * that received no pair); with op->sa dx = dy @ W_e^T, dW_e = x^T @ dy */
 static gckpt_xstatus grouped_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_op *op = c->op;
@@ -288,9 +289,12 @@ static gckpt_xstatus grouped_bwd(const gckpt_xcall *c, gckpt_err *err)
         if (hi == lo) continue;
         int M = (int)(hi - lo);
         if (dx)
-            host_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, (int)K, (int)N, 1.0f, g + lo * N, (int)N,
-                       w + e * N * K, (int)K, 0.0f, dx + lo * K, (int)K);
-        if (dw)
+            host_sgemm(CblasRowMajor, CblasNoTrans, op->sa ? CblasTrans : CblasNoTrans, M, (int)K, (int)N, 1.0f,
+                       g + lo * N, (int)N, w + e * N * K, op->sa ? (int)N : (int)K, 0.0f, dx + lo * K, (int)K);
+        if (dw && op->sa)
+            host_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, M, 1.0f, x + lo * K, (int)K, g + lo * N,
+                       (int)N, 0.0f, dw + e * N * K, (int)N);
+        else if (dw)
             host_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, M, 1.0f, g + lo * N, (int)N, x + lo * K,
                        (int)K, 0.0f, dw + e * N * K, (int)K);
     }

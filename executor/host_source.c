@@ -1,5 +1,5 @@
 /* SOURCE ops on the host: token ids, labels and positions from the interpreter's data,
- * HF's default rotary tables, the eager path's additive causal or sliding-window mask
+ * HF's default (or gpt_oss's YaRN) rotary tables, the eager path's additive causal or sliding-window mask
  * (masking_utils' bool one under SDPA) and Gemma's embedding normalizer. */
 #include <math.h>
 #include <string.h>
@@ -24,11 +24,12 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
         NEED(c, c->out[1], "sin output");
         uint64_t hd = c->m->rotary_dim; /* HF's dim: int(head_dim * partial_rotary_factor) */
         uint64_t w = gckpt_rotary_table_width(c->m); /* gpt_oss: the first half only */
+        gckpt_yarn y = gckpt_yarn_of(c->m, hd, c->rope_theta);
         for (uint64_t pos = 0; pos < c->s; pos++)
             for (uint64_t k = 0; k < w; k++) {
-                float f = gckpt_rope_angle(pos, k, hd, (float)c->rope_theta);
-                st(o, pos * w + k, cosf(f));
-                st(&c->out[1], pos * w + k, sinf(f));
+                float f = gckpt_rope_angle_yarn(pos, k, hd, (float)c->rope_theta, y);
+                st(o, pos * w + k, cosf(f) * y.attn);
+                st(&c->out[1], pos * w + k, sinf(f) * y.attn);
             }
         return GCKPT_XS_OK;
     }

@@ -104,13 +104,15 @@ void exec_inst_release(gckpt_exec *x, uint32_t id)
 /* ---- construction ------------------------------------------------------------------------- */
 
 /* How a parameter is initialised (its role in the recipe): norm weights 1 (Gemma's (1 + w)
- * norms 0, as GemmaRMSNorm's torch.zeros: a scale of 1 either way), biases 0, the rest
- * uniform. */
+ * norms 0, as GemmaRMSNorm's torch.zeros: a scale of 1 either way), biases 0 (or uniform:
+ * opts.bias_std, *val its bound), the rest uniform. */
 static gckpt_init init_of(const gckpt_exec *x, int t, float *val)
 {
     switch (x->r->t[t].role) {
     case GCKPT_ROLE_NORM_WEIGHT: *val = x->m.rms == GCKPT_RMS_GEMMA ? 0.0f : 1.0f; return GCKPT_INIT_CONST;
-    case GCKPT_ROLE_BIAS: *val = 0.0f; return GCKPT_INIT_CONST;
+    case GCKPT_ROLE_BIAS:
+        *val = (float)(x->o.bias_std * sqrt(3.0));
+        return x->o.bias_std > 0 ? GCKPT_INIT_UNIFORM : GCKPT_INIT_CONST;
     default: *val = 0; return GCKPT_INIT_UNIFORM;
     }
 }
@@ -218,7 +220,9 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
  * projections' blocks, per head interleaved for GPT-NeoX, and partial rotary's heads read
  * as strided views: strided_view). The
  * mixture-of-experts families (mixtral, qwen3_moe, olmoe: router, grouped_mm experts, the
- * load-balancing loss; the experts' gate and up halves read as strided views) run. */
+ * load-balancing loss; the experts' gate and up halves read as strided views) run, and
+ * gpt_oss (sinks, the half-split rotary: gradients passed through as strided views of a
+ * wider one, interp_events.c pass_grad). */
 static bool family_executed(const gckpt_model *m)
 {
     switch (m->family) {
@@ -230,15 +234,15 @@ static bool family_executed(const gckpt_model *m)
 
 bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_err *err)
 {
-    if (m->attn_sinks) { /* gpt_oss: its own refusal, whatever the MoE executor runs */
-        gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (its primitives have host kernels; "
-                          "the gradient views of the sink cat and the half-split rotary are not wired yet)", m->model_type);
+    if (m->rope_other[0]) { /* the tables' values: default and YaRN only (kernel_math.h) */
+        gckpt_seterr(err, "rope_parameters.rope_type \"%s\" is planned but not executed (gckpt-run computes default "
+                          "and yarn rotary tables)", m->rope_other);
         return false;
     }
     if (!family_executed(m)) {
         gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
                           "qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite, mixtral, "
-                          "qwen3_moe and olmoe)", m->model_type);
+                          "qwen3_moe, olmoe and gpt_oss)", m->model_type);
         return false;
     }
     /* sliding windows run: the masks' sources and the SDPA kernels apply the window
@@ -334,12 +338,13 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     x->nslot = (int)L + 2;
     x->bind = calloc((size_t)x->nslot * (size_t)x->r->nop, sizeof *x->bind);
     x->bind_gen = calloc((size_t)x->nslot * (size_t)x->r->nop, sizeof *x->bind_gen);
+    x->gview = calloc((size_t)x->nslot * (size_t)x->r->nt, sizeof *x->gview);
     x->hb = calloc(L, sizeof *x->hb);
     uint64_t T = x->ctx.tokens;
     x->ids = malloc(sizeof *x->ids * T);
     x->labels = malloc(sizeof *x->labels * T);
     x->positions = malloc(sizeof *x->positions * s->seq);
-    if (!x->bind || !x->bind_gen || !x->hb || !x->ids || !x->labels || !x->positions) {
+    if (!x->bind || !x->bind_gen || !x->gview || !x->hb || !x->ids || !x->labels || !x->positions) {
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
@@ -416,6 +421,7 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
         param_t *p = &x->params[i];
         float val;
         gckpt_init how = init_of(x, p->tensor, &val);
+        float bound = x->r->t[p->tensor].role == GCKPT_ROLE_BIAS ? val : a; /* a uniform's */
         uint64_t key = gckpt_key(x->o.seed, 0x5eedULL, (uint64_t)p->tensor, (uint64_t)(p->layer + 1));
         gckpt_xstatus rc;
         if (p->spec->quant.scheme) { /* loaded in the compute dtype, then quantized (exec_quant.h) */
@@ -427,12 +433,12 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
             continue; /* frozen: no states */
         }
         if (x->fsdp || x->z3) { /* the rank's shard of what one process makes */
-            float scale = how == GCKPT_INIT_CONST ? val : a;
+            float scale = how == GCKPT_INIT_CONST ? val : bound;
             rc = x->fsdp ? exec_fsdp_init_param(x, i, how, scale, key, err) : exec_z3_init_param(x, i, how, scale, key, err);
             if (rc != GCKPT_XS_OK) return rc;
             continue;
         }
-        rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : a, key);
+        rc = x->be->init(x->be, exec_param_view(p), how, how == GCKPT_INIT_CONST ? val : bound, key);
         for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates && p->st[k]; k++)
             rc = x->be->init(x->be, exec_state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "initialising the weights", err);
@@ -632,6 +638,12 @@ gckpt_xstatus gckpt_exec_read_param(gckpt_exec *x, int layer, int tensor, float 
     return p ? xfer(x, exec_param_view(p), out, true, err) : GCKPT_XS_ERROR;
 }
 
+void gckpt_exec_batch(const gckpt_exec *x, const int64_t **ids, const int64_t **labels)
+{
+    *ids = x->ids;
+    *labels = x->labels;
+}
+
 gckpt_xstatus gckpt_exec_write_param(gckpt_exec *x, int layer, int tensor, const float *in, gckpt_err *err)
 {
     param_t *p = plain_param(x, tensor, layer, err);
@@ -710,6 +722,7 @@ void gckpt_exec_free(gckpt_exec *x)
     free(x->params);
     free(x->bind);
     free(x->bind_gen);
+    free(x->gview);
     free(x->hb);
     free(x->ids);
     free(x->labels);

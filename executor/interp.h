@@ -65,6 +65,15 @@ typedef struct exec_fsdp exec_fsdp;
 typedef struct exec_aux exec_aux;
 typedef struct exec_z3 exec_z3;
 
+/* The strided view (gckpt_xt.vW ...) that a tensor's gradient has inside the instance it
+ * shares with a consumer's output gradient (recipe grad_alias, the schedule handing the
+ * same instance on): recorded when the consumer's backward passes it through, read by
+ * whoever reads that gradient next in the same micro-step (interp_events.c). */
+typedef struct {
+    uint32_t inst, gen;
+    uint64_t vW, voff, vblk, vstride;
+} exec_gview;
+
 /* The parts of a step: the first micro-step, the later one (run grad_accum - 1 times),
  * the optimizer; each a range of the schedule's segments. */
 enum { PART_FIRST, PART_LATER, PART_OPTIMIZER, NPARTS };
@@ -88,6 +97,7 @@ struct gckpt_exec {
     gckpt_fwd_args *bind;           /* [slot * nop + op]: operands of the latest forward */
     uint32_t *bind_gen;
     uint32_t gen;
+    exec_gview *gview;              /* [slot * nt + tensor] */
     hostbuf_t *hb;                  /* per layer */
     void *workspace, *opt_temp;
     uint64_t workspace_bytes, opt_temp_bytes;

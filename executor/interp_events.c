@@ -276,7 +276,8 @@ static const gckpt_op *view_of(const gckpt_exec *x, int t)
     if (p < 0) return NULL;
     const gckpt_op *op = &x->r->op[p];
     if (op->prim == GCKPT_P_CAST && op->batched_copy && x->set.micro_batch == 1) return view_of(x, op->in[0]);
-    return op->prim == GCKPT_P_SPLIT && op->view_fwd ? op : NULL;
+    /* (gpt_oss's probs[..., :-1], DROP_SINK: the first s of s + 1 columns, from column 0) */
+    return (op->prim == GCKPT_P_SPLIT || op->prim == GCKPT_P_DROP_SINK) && op->view_fwd ? op : NULL;
 }
 
 static void strided_view(const gckpt_exec *x, int t, gckpt_xt *v)
@@ -319,6 +320,63 @@ static void shape_call(const gckpt_exec *x, gckpt_xcall *c)
         c->gout.rows = c->out[0].rows;
         c->gout.cols = c->out[0].cols;
     }
+}
+
+/* ---- gradient views ----------------------------------------------------------------------
+ * An op whose input gradient is a view of its output gradient (recipe grad_alias) gets no
+ * buffer for it when the schedule hands the output gradient's instance on (grad_in[k] ==
+ * grad_out): the gradient is already there, unchanged. Where that view is not the whole
+ * instance (gpt_oss: the sink cat's scores are the first s of s + 1 columns, the rotary
+ * cat's halves half of every head), whoever reads the gradient next reads it strided:
+ * recorded here per (slot, tensor) when passed through, applied by grad_view to every
+ * gradient an op or a sum reads. */
+
+static exec_gview *gview_at(gckpt_exec *x, int slot, int t) { return &x->gview[(size_t)slot * (size_t)x->r->nt + (size_t)t]; }
+
+/* Tensor t's gradient held in instance id (v shaped as t): strided when it was passed
+ * through as a part of a wider gradient in this micro-step. */
+static void grad_view(gckpt_exec *x, int slot, int t, uint32_t id, gckpt_xt *v)
+{
+    const exec_gview *g = gview_at(x, slot, t);
+    if (!v->p || g->gen != x->gen || g->inst != id || !g->vW) return;
+    v->vW = g->vW;
+    v->voff = g->voff;
+    v->vblk = g->vblk;
+    v->vstride = g->vstride;
+    v->n = v->rows * v->cols;
+}
+
+/* Input k's gradient passed through in gout (instance id): its view there, by the op's
+ * rule composed with gout's own view. */
+static gckpt_xstatus pass_grad(gckpt_exec *x, const gckpt_xcall *c, int slot, int k, uint32_t id, const exec_site *w,
+                               gckpt_err *err)
+{
+    const gckpt_op *op = c->op;
+    const gckpt_xt *g = &c->gout, *in = &c->in[k];
+    exec_gview v = {.inst = id, .gen = x->gen};
+    switch (op->prim) {
+    case GCKPT_P_CAT_SINK: /* cat(scores, sink)'s first W columns of W + 1 */
+        v.vW = g->cols;
+        break;
+    case GCKPT_P_CAT_HALVES: /* input k's half of every head of op->width */
+        v.vW = g->cols;
+        v.voff = (uint64_t)k * (op->width / 2);
+        v.vblk = op->width / 2;
+        v.vstride = op->width;
+        break;
+    default: /* the whole gradient (add, sub, a view of the same shape) */
+        if (in->rows * in->cols != g->rows * g->cols)
+            return exec_fail(err, "%s: input %d's gradient passed through is not the output gradient's shape", w->at, k);
+        v.vW = g->vW;
+        v.voff = g->voff;
+        v.vblk = g->vblk;
+        v.vstride = g->vstride;
+        break;
+    }
+    if (v.vW && g->vW && (op->prim == GCKPT_P_CAT_SINK || op->prim == GCKPT_P_CAT_HALVES))
+        return exec_fail(err, "%s: a gradient view inside a gradient view is not executed", w->at);
+    *gview_at(x, slot, op->in[k]) = v;
+    return GCKPT_XS_OK;
 }
 
 /* the view of op input k: a parameter by (layer, tensor) or a bound instance */
@@ -408,7 +466,8 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
         if (!in_view(x, op, k, layer, operand_inst(x, op->in[k], layer, a->in[k]), true, &c.in[k]))
             return exec_fail(err, "%s: input %d (%s, instance %u) is not allocated", w->at, k, x->r->t[op->in[k]].name,
                              a->in[k]);
-    if (op->nin > 0 && op->out[0] >= 0 && a->out[0] == a->in[0]) {
+    bool in_place = op->prim == GCKPT_P_ADD; /* gpt_oss's experts' out.add_(bias): computed where it lies */
+    if (op->nin > 0 && op->out[0] >= 0 && a->out[0] == a->in[0] && !in_place) {
         /* a view (an expand, or batch folding at micro-batch 1): the output is input 0's
          * storage; consumers read it with its own width */
         if (!exec_live(x, a->in[0])) return exec_fail(err, "%s: the viewed input is not allocated", w->at);
@@ -485,6 +544,12 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     }
     shape_call(x, &c);
     gckpt_xstatus rc;
+    if (op->out[0] >= 0) grad_view(x, slot, op->out[0], a->grad_out, &c.gout);
+    for (int k = 0; k < op->nin; k++) {
+        if (x->r->t[op->in[k]].kind == GCKPT_T_PARAM || a->grad_in[k] == GCKPT_NOINST) continue;
+        if (a->grad_in[k] != a->grad_out) grad_view(x, slot, op->in[k], a->grad_in[k], &c.gin[k]);
+        else if ((rc = pass_grad(x, &c, slot, k, a->grad_out, w, err)) != GCKPT_XS_OK) return rc;
+    }
     if (op->prim == GCKPT_P_GROUPED_LINEAR && (rc = grouped_offsets(x, &c, slot, w, err)) != GCKPT_XS_OK) return rc;
     if (op->dequant && (rc = dequant_weight(x, &c, layer, op->bws_fixed, w, err)) != GCKPT_XS_OK) return rc;
     if (op->out[0] == x->r->router_logits[0] && (rc = exec_aux_add(x, layer, c.gout, w, err)) != GCKPT_XS_OK) return rc;
@@ -518,6 +583,16 @@ static gckpt_xstatus ev_grad(gckpt_exec *x, const gckpt_event *e, const exec_sit
             lhs = exec_inst_view(x, a->a);
         }
     }
+    /* (no recipe sums into a gradient passed through as a part of a wider one: refused
+     * rather than summed as if it were whole) */
+    int slot = exec_seg_slot(x, w->seg);
+    if (e->tensor >= 0 && slot >= 0)
+        for (int i = 0; i < 3; i++) {
+            uint32_t id = i == 0 ? a->dst : i == 1 ? a->a : a->b;
+            const exec_gview *g = gview_at(x, slot, e->tensor);
+            if (id != GCKPT_NOINST && g->gen == x->gen && g->inst == id && g->vW)
+                return exec_fail(err, "%s: a sum into a strided gradient view is not executed", w->at);
+        }
     gckpt_xstatus rc = x->be->add(x->be, dst, lhs, rhs);
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -191,6 +192,23 @@ static void gpt_oss_config(void **state)
     /* hidden_act is read by nothing (the experts' gate is their own) */
     assert_true(gckpt_model_parse("cfg.json", OSS(",\"hidden_act\":\"gelu\""), &m, &err));
     expect_error(OSS(",\"sliding_window\":null"), "'sliding_window' = null is not modelled for gpt_oss");
+    /* rope: YaRN without rope_parameters (the class's default, theta 150000), the shipped
+     * legacy rope_scaling, an explicit default, a given yarn (beta 0 is 32 / 1: `or`) */
+    assert_true(gckpt_model_parse("cfg.json", OSS(""), &m, &err));
+    assert_true(m.yarn.on && m.yarn.factor == 32 && m.yarn.original_max == 4096 && !m.yarn.truncate &&
+                m.yarn.beta_fast == 32 && m.yarn.beta_slow == 1 && m.rope_theta == 150000);
+    assert_true(fabs(m.yarn.attention_factor - (0.1 * log(32.0) + 1)) < 1e-15);
+    assert_true(gckpt_model_load("gpt-oss-20b", &m, &err) && m.yarn.on && m.yarn.factor == 32 && !m.yarn.truncate);
+    assert_true(gckpt_model_parse("cfg.json", OSS(",\"rope_parameters\":{\"rope_type\":\"default\"}"), &m, &err));
+    assert_true(!m.yarn.on && m.rope_theta == 150000 && !m.rope_other[0]);
+    assert_true(gckpt_model_parse("cfg.json", OSS(",\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4,"
+                                                  "\"original_max_position_embeddings\":8,\"beta_fast\":0,"
+                                                  "\"rope_theta\":1000}"), &m, &err));
+    assert_true(m.yarn.on && m.yarn.truncate && m.yarn.beta_fast == 32 && m.rope_theta == 1000);
+    assert_true(gckpt_model_parse("cfg.json", OSS(",\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":2}"), &m,
+                                  &err));
+    assert_true(!m.yarn.on && !strcmp(m.rope_other, "linear")); /* planned; gckpt-run refuses it */
+    expect_error(OSS(",\"rope_parameters\":{\"rope_type\":\"yarn\"}"), "'rope_parameters.factor'");
     expect_error(OSS(",\"swiglu_limit\":0"), "'swiglu_limit'");
     expect_error(OSS(",\"quantization_config\":{\"quant_method\":\"bitsandbytes\"}"),
                  "'quantization_config.quant_method' = \"bitsandbytes\" is not modelled for gpt_oss");

@@ -102,12 +102,13 @@ static inline void fx_run_free(fx_run *r)
 }
 
 /* Run `steps` (1 or 2) steps of setting s on backend be with all gradients captured. */
-static inline void fx_steps(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d, const gckpt_setting *s,
-                            int steps, fx_run *out)
+/* ... with biases initialised uniform of std bias_std instead of 0 */
+static inline void fx_steps_bias(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d, const gckpt_setting *s,
+                                 int steps, double bias_std, fx_run *out)
 {
     memset(out, 0, sizeof *out);
     gckpt_err err = {{0}};
-    gckpt_exec_opts o = {.seed = 7, .init_std = 0.05};
+    gckpt_exec_opts o = {.seed = 7, .init_std = 0.05, .bias_std = bias_std};
     gckpt_exec *x = gckpt_exec_new(be, m, d, s, &o, &err);
     if (!x) {
         out->rc = GCKPT_XS_ERROR;
@@ -137,6 +138,12 @@ static inline void fx_steps(gckpt_backend *be, const gckpt_model *m, const gckpt
     gckpt_exec_free(x);
     be->memstat(be, &ms);
     out->left = ms.allocated + ms.pinned;
+}
+
+static inline void fx_steps(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d, const gckpt_setting *s,
+                            int steps, fx_run *out)
+{
+    fx_steps_bias(be, m, d, s, steps, 0, out);
 }
 
 #ifdef CMOCKA_H_

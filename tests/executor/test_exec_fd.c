@@ -17,6 +17,8 @@
 #define REL_TOL 0.03
 #define ABS_TOL 2e-4
 #define STEP 1e-2
+/* the step fd_check takes (gpt_oss: smaller, test_fd_gpt_oss) */
+static double fd_step = STEP;
 
 typedef struct {
     const char *name;
@@ -103,15 +105,15 @@ static void fd_check_peft(const char *fixture, gckpt_attention attn, uint64_t mb
         for (int q = 0; q < 2; q++) {
             uint64_t k = elems[q];
             float w0 = w[k];
-            w[k] = w0 + (float)STEP;
+            w[k] = w0 + (float)fd_step;
             assert_int_equal(gckpt_exec_write_param(x, p[i].layer, p[i].tensor, w, &err), GCKPT_XS_OK);
             double lp = loss_of(x);
-            w[k] = w0 - (float)STEP;
+            w[k] = w0 - (float)fd_step;
             assert_int_equal(gckpt_exec_write_param(x, p[i].layer, p[i].tensor, w, &err), GCKPT_XS_OK);
             double lm = loss_of(x);
             w[k] = w0;
             assert_int_equal(gckpt_exec_write_param(x, p[i].layer, p[i].tensor, w, &err), GCKPT_XS_OK);
-            double fd = (lp - lm) / (((double)(w0 + (float)STEP) - (double)(w0 - (float)STEP)));
+            double fd = (lp - lm) / (((double)(w0 + (float)fd_step) - (double)(w0 - (float)fd_step)));
             double g = p[i].grad[k], tol = REL_TOL * fabs(g) + ABS_TOL;
             printf("%-12s %-32s layer %2d elem %6llu  analytic %+.6e  finite difference %+.6e  %s\n", fixture, p[i].name,
                    p[i].layer, (unsigned long long)k, g, fd, fabs(fd - g) <= tol ? "ok" : "MISMATCH");
@@ -365,6 +367,32 @@ static void test_fd_moe_aux(void **st)
     fd_check("tiny-qwen3-moe-aux", GCKPT_EAGER, 2, 1, false, qn, q, 3);
 }
 
+/* gpt_oss through a whole step (fp32, eager, seq 12 > window 8: sliding and full layers,
+ * layers 1 and 3 checkpointed and offloaded): the sink logits (the cat's last column
+ * through the row max and the softmax over s + 1), the q/k/v/o biases (q and k through
+ * the half-split rotary, whose halves' gradients are strided views of the cat's), the
+ * router's weight and bias (top-k, then a softmax over the k), both expert weights
+ * ([E, in, out]) and their per-pair biases (gate and up interleaved, the clamped SwiGLU);
+ * and with the load-balancing loss. Steps of 1e-3: its router takes the top-k of the raw
+ * logits, and a step of 1e-2 in a router bias, a sink of layer 0 or v_proj's bias there
+ * moves some token to another expert (a jump in the loss: layer 1's router bias[2] gives
+ * 0.238 at 1e-2 against an analytic 0.0797, which a step of 1e-3 gives) */
+static void test_fd_gpt_oss(void **st)
+{
+    (void)st;
+    fd_step = 1e-3;
+    const char *names[] = {"self_attn.sinks", "self_attn.sinks", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                           "self_attn.v_proj.bias", "self_attn.o_proj.bias", "mlp.router.bias", "mlp.router.weight",
+                           "mlp.experts.gate_up_proj_bias", "mlp.experts.down_proj_bias", "mlp.experts.gate_up_proj",
+                           "mlp.experts.down_proj", "self_attn.q_proj.weight"};
+    const int layers[] = {1, 3, 1, 2, 2, 3, 1, 2, 1, 3, 1, 2, 3};
+    fd_check("tiny-gpt-oss", GCKPT_EAGER, 2, 2, true, names, layers, 13);
+    const char *an[] = {"mlp.router.bias", "mlp.router.weight", "self_attn.sinks"};
+    const int al[] = {0, 3, 2};
+    fd_check("tiny-gpt-oss-aux", GCKPT_EAGER, 2, 1, false, an, al, 3);
+    fd_step = STEP;
+}
+
 /* Sliding windows shorter than the sequence (12 > 8): Gemma 2's sliding and full layers
  * (eager, each reading its own mask), Mistral's window on every layer under SDPA (the
  * kernel's window and the converted bool mask) and eager (the additive sliding mask) */
@@ -605,7 +633,7 @@ int main(void)
                                        cmocka_unit_test(test_fd_qwen3_moe), cmocka_unit_test(test_fd_olmoe),
                                        cmocka_unit_test(test_fd_moe_aux),  cmocka_unit_test(test_fd_sliding),
                                        cmocka_unit_test(test_fd_gemma3),   cmocka_unit_test(test_fd_phi3),
-                                       cmocka_unit_test(test_fd_gpt_neox), cmocka_unit_test(test_fd_gpt_oss_ops),
+                                       cmocka_unit_test(test_fd_gpt_neox), cmocka_unit_test(test_fd_gpt_oss_ops), cmocka_unit_test(test_fd_gpt_oss),
                                        cmocka_unit_test(test_clamp_edges), cmocka_unit_test(test_fd_gpt_oss_sink_ops),
                                        cmocka_unit_test(test_rotary_halves)};
     return cmocka_run_group_tests(tests, NULL, NULL);

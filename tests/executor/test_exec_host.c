@@ -11,6 +11,7 @@
 #include "gckpt/executor/exec_host.h"
 #include "gckpt/executor/kernel_math.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 
 static const struct {
@@ -121,6 +122,86 @@ static void test_moe_aux(void **st)
     const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
     for (int f = 0; f < 3; f++)
         for (int p = 0; p < 3; p++) sweep(fixtures[f], precs[p], GCKPT_SDPA, 2, GCKPT_ADAMW);
+}
+
+/* gpt_oss (attention sinks, the half-split rotary, alternating sliding (window 8 < seq 16)
+ * and full layers, biased q/k/v/o, router and experts, the clamped SwiGLU over interleaved
+ * gate / up columns, [E, in, out] expert weights): every precision, eager (sdpa is planned
+ * as eager: transformers refuses sdpa for it), and with output_router_logits (the
+ * load-balancing loss) */
+static void test_gpt_oss(void **st)
+{
+    (void)st;
+    family_ga2("tiny-gpt-oss");
+    const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
+    for (int p = 0; p < 3; p++) sweep("tiny-gpt-oss-aux", precs[p], GCKPT_EAGER, 2, GCKPT_ADAMW);
+}
+
+/* gckpt-run's step against transformers' own forward and backward on the same weights and
+ * batch (fp32, eager, mb 2, seq 16, one micro-step, the executor's seed 7, init std 0.05
+ * and biases and sinks of std 0.05, so that each reaches the numbers): the loss and every parameter's gradient norm as transformers 5.24 computed them
+ * (tests/executor/data/hf-NAME.json, written by tools/hf_probe/exec_loss.py from
+ * gckpt-exec-dump's step). Catches what the sweeps cannot: columns read in the wrong
+ * order the same way in every setting (the rotary's per-head halves, the interleaved gate
+ * and up, the sink column's softmax width, the [E, in, out] expert weights, YaRN's
+ * tables). */
+static void matches_transformers(const char *fixture)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hf-%s.json", GCKPT_TEST_DATA, fixture);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[1 << 16];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = 0;
+    cJSON *hf = cJSON_Parse(text);
+    assert_non_null(hf);
+    gckpt_model m = fx_model(fixture);
+    gckpt_device d = fx_device();
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32, .optimizer = GCKPT_ADAMW,
+                       .attention = GCKPT_EAGER};
+    fx_run r;
+    fx_steps_bias(be, &m, &d, &s, 1, 0.05, &r);
+    assert_int_equal(r.rc, GCKPT_XS_OK);
+    double want = cJSON_GetObjectItem(hf, "loss")->valuedouble, worst = 0;
+    const float *g = (const float *)r.grads[0].bytes;
+    size_t at = 0, n = 0;
+    const char *where = "";
+    /* the fixture's order is fx_collect's: the recipe's parameters, each layer */
+    const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(hf, "params")) {
+        size_t numel = (size_t)cJSON_GetObjectItem(p, "numel")->valuedouble;
+        assert_true((at + numel) * sizeof(float) <= r.grads[0].n);
+        double ss = 0;
+        for (size_t i = 0; i < numel; i++) ss += (double)g[at + i] * (double)g[at + i];
+        at += numel;
+        double ref = cJSON_GetObjectItem(p, "grad_norm")->valuedouble;
+        double rel = fabs(sqrt(ss) - ref) / (ref > 1e-3 ? ref : 1e-3);
+        if (rel > worst) {
+            worst = rel;
+            where = cJSON_GetObjectItem(p, "name")->valuestring;
+        }
+        n++;
+    }
+    printf("# %s vs transformers %s (fp32, eager, mb 2, seq 16, same weights and batch): loss %.9f vs %.9f; largest "
+           "relative gradient-norm difference %.2e (%s) over %zu parameters\n",
+           fixture, cJSON_GetObjectItem(hf, "transformers")->valuestring, r.loss[0], want, worst, where, n);
+    assert_int_equal(at * sizeof(float), r.grads[0].n);
+    assert_true(fabs(r.loss[0] - want) < 2e-6);
+    assert_true(worst < 1e-4);
+    cJSON_Delete(hf);
+    fx_run_free(&r);
+    be->destroy(be);
+}
+static void test_gpt_oss_matches_transformers(void **st)
+{
+    (void)st;
+    matches_transformers("tiny-gpt-oss");
+    matches_transformers("tiny-gpt-oss-aux");
+    /* YaRN (factor 4 over 8 positions, truncated correction range) at seq 16 */
+    matches_transformers("tiny-gpt-oss-yarn");
 }
 
 /* Sliding windows shorter than the sequence (16): Gemma 2 (window 8, eager: its sliding
@@ -874,6 +955,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_two_block_sections_sdpa),
         cmocka_unit_test(test_mixtral), cmocka_unit_test(test_qwen3_moe), cmocka_unit_test(test_olmoe),
         cmocka_unit_test(test_moe_aux), cmocka_unit_test(test_moe_gate_up_halves),
+        cmocka_unit_test(test_gpt_oss), cmocka_unit_test(test_gpt_oss_matches_transformers),
     };
     const char *group = argc > 1 ? argv[1] : "";
     int rc = 0;

@@ -224,7 +224,7 @@ static void test_lora_qlora(void **st)
     no_temp_files();
 }
 
-/* An issue 13 mixture-of-experts plan runs end to end on the host backend (router,
+/* Issue 13's mixture-of-experts plans run end to end on the host backend (router,
  * grouped_mm experts, the load-balancing loss) */
 static void test_moe(void **st)
 {
@@ -234,6 +234,13 @@ static void test_moe(void **st)
     put("moe-aux.json", a);
     free(a);
     runs_exactly("moe-aux.json", "2");
+    /* gpt_oss (sinks, the half-split rotary, sliding and full layers, biased experts over
+     * interleaved gate / up, the clamped SwiGLU), with the load-balancing loss */
+    char *oss = pf_plan_text("tiny-gpt-oss-aux", GCKPT_AMP_BF16, GCKPT_EAGER, every, 4, 2, 2, 0);
+    assert_non_null(oss);
+    put("gpt-oss.json", oss);
+    free(oss);
+    runs_exactly("gpt-oss.json", "2");
     no_temp_files();
 }
 
@@ -357,12 +364,12 @@ static void test_bad_input(void **st)
     put("paged.json", t);
     free(t);
     cJSON_Delete(plan);
-    /* planned, not executed (issue 13): gpt_oss (sinks, biased experts, clamped SwiGLU) */
+    /* planned, not executed: a gpt_oss rope_type other than default and yarn */
     static const uint32_t one[] = {1};
-    char *oss = pf_plan_text("tiny-gpt-oss", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
-    assert_true(oss);
-    put("gpt-oss.json", oss);
-    free(oss);
+    char *lin = pf_plan_text("tiny-gpt-oss-rope-linear", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
+    assert_non_null(lin);
+    put("rope-linear.json", lin);
+    free(lin);
     char adir[512];
     cli_path("adir", adir, sizeof adir);
     mkdir(adir, 0700);
@@ -387,7 +394,7 @@ static void test_bad_input(void **st)
         {{"--calibrate", "-o", "bad.json", "--backend", "host", NULL}, "calibrate"},
         {{"--calibrate", NULL}, "-o FILE"},
         {{"--plan", "llama.json", "--gpu", "h200", "-o", "bad.json", NULL}, "--calibrate"},
-        {{"--plan", "gpt-oss.json", "-o", "bad.json", NULL}, "model_type \"gpt_oss\" is planned but not executed yet"},
+        {{"--plan", "rope-linear.json", "-o", "bad.json", NULL}, "rope_parameters.rope_type \"linear\" is planned but not executed"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run(cases[i].args);

@@ -87,6 +87,14 @@ typedef struct {
     bool expert_bias;        /* gate_up_proj_bias / down_proj_bias gathered per (token, expert) pair */
     double swiglu_alpha, swiglu_limit; /* the clamped SwiGLU of gpt_oss's experts (limit 0: silu) */
     bool mxfp4_checkpoint;   /* quantization_config mxfp4: trained dequantized (Mxfp4Config(dequantize=True)) */
+    /* gpt_oss's rope_type "yarn" (GptOssConfig's default without rope_parameters): the
+     * values the rotary tables take (numerics only: the tables' shape is the default's) */
+    struct {
+        bool on, truncate;
+        double factor, beta_fast, beta_slow, original_max, attention_factor;
+    } yarn;
+    char rope_other[32];     /* gpt_oss: a rope_type neither default nor yarn (planned: the
+                              * tables' shape is the same; gckpt-run refuses it), else "" */
 } gckpt_model;
 
 static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)

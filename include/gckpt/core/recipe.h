@@ -171,7 +171,8 @@ typedef enum {
                           * cumsum (the groups' end offsets), a float one the counts (sb as SUM's) */
     GCKPT_P_INVERT_PERM, /* inv[perm] = arange */
     GCKPT_P_GROUPED_LINEAR, /* torch._grouped_mm: row groups of in0 times their expert's slice of in1,
-                          * the groups from the int32 offsets it saves */
+                          * the groups from the int32 offsets it saves; in1 is [E, out_f, in_f],
+                          * or with sa 1 [E, in_f, out_f] (gpt_oss: is_transposed) */
     /* gpt_oss (recipe_gpt_oss.c; planned only: gckpt-run refuses it) */
     GCKPT_P_SUB,         /* x - y with broadcast `bcast` */
     GCKPT_P_CLAMP,       /* clamp(x, min sa, max sb) */

@@ -175,6 +175,9 @@ typedef struct {
     uint64_t seed;          /* weights, data and dropout */
     double lr;              /* optimizer learning rate (default 1e-4 when 0) */
     double init_std;        /* weight init standard deviation (default 0.02, HF's) */
+    double bias_std;        /* biases (and gpt_oss's sinks) uniform with this standard deviation
+                             * instead of 0, so that every bias reaches the numbers (checks
+                             * against another implementation: tools/exec_dump.c); 0: zeros */
     /* NULL, or a flag (set by a signal handler) read before every event of a step and
      * every persistent allocation of the setup: nonzero stops there with
      * GCKPT_XS_INTERRUPTED; gckpt_exec_release_all / gckpt_exec_free then free it all. */
@@ -245,6 +248,10 @@ gckpt_xstatus gckpt_exec_write_param(gckpt_exec *x, int layer, int tensor, const
 gckpt_xstatus gckpt_exec_read_grad_raw(gckpt_exec *x, int layer, int tensor, void *out, uint64_t bytes,
                                        gckpt_err *err);
 gckpt_xstatus gckpt_exec_read_grad(gckpt_exec *x, int layer, int tensor, float *out, gckpt_err *err);
+
+/* The input ids and labels (micro_batch x seq each) of the latest micro-step run, as the
+ * executor made them (to run the same batch elsewhere: tools/exec_dump.c). */
+void gckpt_exec_batch(const gckpt_exec *x, const int64_t **ids, const int64_t **labels);
 
 /* Free every backend allocation the executor holds (idempotent). */
 void gckpt_exec_release_all(gckpt_exec *x);

@@ -91,6 +91,56 @@ GCKPT_HD float gckpt_rope_angle(uint64_t pos, uint64_t k, uint64_t hd, float the
     return (float)pos * inv;
 }
 
+/* YaRN's rotary (transformers 5.24 _compute_yarn_parameters, gpt_oss): per frequency j of
+ * dim / 2, inv_freq = interpolation (1 / (factor * theta^(2j/dim))) and extrapolation
+ * (1 / theta^(2j/dim)) blended by a ramp over the correction range [low, low + range);
+ * cos / sin times attention_factor. low and range are computed on the host in double, as
+ * Python does; the rest in fp32 as torch does. factor 0: the default rope. */
+typedef struct {
+    float factor, low, range, attn;
+} gckpt_yarn;
+
+/* of a model's yarn fields for dim rotary dims (head_dim) and base theta (off: factor 0) */
+static inline gckpt_yarn gckpt_yarn_of(const gckpt_model *m, uint64_t dim, double theta)
+{
+    gckpt_yarn y = {0, 0, 1, 1};
+    if (!m->yarn.on) return y;
+    double orig_max = m->yarn.original_max, beta_fast = m->yarn.beta_fast, beta_slow = m->yarn.beta_slow;
+    bool truncate = m->yarn.truncate;
+    double factor = m->yarn.factor, attention_factor = m->yarn.attention_factor;
+    const double pi = 3.14159265358979323846;
+    double d = (double)dim;
+    double low = d * log(orig_max / (beta_fast * 2 * pi)) / (2 * log(theta));
+    double high = d * log(orig_max / (beta_slow * 2 * pi)) / (2 * log(theta));
+    if (truncate) {
+        low = floor(low);
+        high = ceil(high);
+    }
+    if (low < 0) low = 0;
+    if (high > d - 1) high = d - 1;
+    if (low == high) high += 0.001; /* linear_ramp_factor's guard */
+    y.factor = (float)factor;
+    y.low = (float)low;
+    y.range = (float)(high - low);
+    y.attn = (float)attention_factor;
+    return y;
+}
+
+/* the rotary angle of position pos at column k of a table for dim rotary dims: the default
+ * rope's (gckpt_rope_angle) or YaRN's */
+GCKPT_HD float gckpt_rope_angle_yarn(uint64_t pos, uint64_t k, uint64_t dim, float theta, gckpt_yarn y)
+{
+    if (y.factor == 0.0f) return gckpt_rope_angle(pos, k, dim, theta);
+    uint64_t j = k % (dim / 2);
+    float p = powf(theta, (float)(2 * j) / (float)dim);
+    float extra = 1.0f / p, inter = 1.0f / (y.factor * p);
+    float ramp = ((float)j - y.low) / y.range;
+    ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+    float ef = 1.0f - ramp; /* inv_freq_extrapolation_factor */
+    float inv = inter * (1.0f - ef) + extra * ef;
+    return (float)pos * inv;
+}
+
 /* rotate_half's pieces (recipe.h: NEG_HALF, CAT_HALF) and their gradients, per head of
  * width w in rows of C elements (the half-width tensors have rows of C / 2). */
 enum {
@@ -169,6 +219,10 @@ GCKPT_HD void gckpt_split_stride(uint64_t in_f, uint64_t out_f, uint64_t hd, uin
         *stride = hd;
     }
 }
+
+/* The row width of a SOFTMAX: the op's (the router's experts), else its tensor's columns
+ * (attention scores: s, or s + 1 with gpt_oss's sink column), s where no shape is given */
+GCKPT_HD uint64_t gckpt_softmax_width(uint64_t width, uint64_t cols, uint64_t s) { return width ? width : cols ? cols : s; }
 
 /* ---- broadcasting --------------------------------------------------------------------- */
 

@@ -17,6 +17,8 @@
 #define REL_TOL 0.03
 #define ABS_TOL 2e-4
 #define STEP 1e-2
+/* the step a test uses (STEP unless it says why not) */
+static double g_step = STEP;
 
 typedef struct {
     const char *name;
@@ -103,15 +105,15 @@ static void fd_check_peft(const char *fixture, gckpt_attention attn, uint64_t mb
         for (int q = 0; q < 2; q++) {
             uint64_t k = elems[q];
             float w0 = w[k];
-            w[k] = w0 + (float)STEP;
+            w[k] = w0 + (float)g_step;
             assert_int_equal(gckpt_exec_write_param(x, p[i].layer, p[i].tensor, w, &err), GCKPT_XS_OK);
             double lp = loss_of(x);
-            w[k] = w0 - (float)STEP;
+            w[k] = w0 - (float)g_step;
             assert_int_equal(gckpt_exec_write_param(x, p[i].layer, p[i].tensor, w, &err), GCKPT_XS_OK);
             double lm = loss_of(x);
             w[k] = w0;
             assert_int_equal(gckpt_exec_write_param(x, p[i].layer, p[i].tensor, w, &err), GCKPT_XS_OK);
-            double fd = (lp - lm) / (((double)(w0 + (float)STEP) - (double)(w0 - (float)STEP)));
+            double fd = (lp - lm) / (((double)(w0 + (float)g_step) - (double)(w0 - (float)g_step)));
             double g = p[i].grad[k], tol = REL_TOL * fabs(g) + ABS_TOL;
             printf("%-12s %-32s layer %2d elem %6llu  analytic %+.6e  finite difference %+.6e  %s\n", fixture, p[i].name,
                    p[i].layer, (unsigned long long)k, g, fd, fabs(fd - g) <= tol ? "ok" : "MISMATCH");
@@ -235,6 +237,27 @@ static void test_fd_lora_fused(void **st)
     const char *g2[] = {"self_attn.q_proj.lora_A.weight", "self_attn.k_proj.lora_B.weight", "mlp.up_proj.lora_A.weight"};
     const int lg[] = {0, 1, 2};
     fd_check_peft("tiny-gemma2", GCKPT_EAGER, 1, 3, true, &pf, g2, lg, 3);
+}
+
+/* attention adapters in the MoE families (FINDINGS 12.14): the adapters' gradients flow
+ * through the frozen router and grouped_mm experts (their input gradients only); the
+ * load-balancing loss's router logits too. The last layers' adapters: a step of an early
+ * layer's flips a later token's top-k (as test_fd_mixtral explains) */
+static void test_fd_lora_moe(void **st)
+{
+    (void)st;
+    gckpt_peft pf = peft_of(GCKPT_METHOD_LORA, GCKPT_QUANT_NONE);
+    pf.targets = (1u << GCKPT_LT_Q) | (1u << GCKPT_LT_K) | (1u << GCKPT_LT_V) | (1u << GCKPT_LT_O);
+    const char *names[] = {"self_attn.q_proj.lora_A.weight", "self_attn.k_proj.lora_B.weight",
+                           "self_attn.v_proj.lora_A.weight", "self_attn.o_proj.lora_B.weight"};
+    const int l4[] = {3, 3, 2, 3}, l3[] = {2, 2, 1, 2};
+    fd_check_peft("tiny-mixtral", GCKPT_SDPA, 2, 1, true, &pf, names, l4, 4);
+    /* qwen3-moe's layer-2 k_proj.lora_B element 9 flips a top-k at a step of 1e-2
+     * (analytic +0.0402, finite difference -0.1318; at 1e-3 +0.0403) */
+    g_step = 1e-3;
+    fd_check_peft("tiny-qwen3-moe", GCKPT_SDPA, 2, 2, false, &pf, names, l3, 4);
+    g_step = STEP;
+    fd_check_peft("tiny-olmoe-aux", GCKPT_SDPA, 2, 0, false, &pf, names, l3, 4);
 }
 
 /* issue 13's llama variants. OLMo 2: q/k norms over the whole projection and the norms
@@ -599,6 +622,7 @@ int main(void)
                                        cmocka_unit_test(test_fd_gpt2_mb1), cmocka_unit_test(test_fd_qlora_llama),
                                        cmocka_unit_test(test_fd_qlora_int8_qwen2), cmocka_unit_test(test_fd_lora_gpt2),
                                        cmocka_unit_test(test_fd_lora_fused),
+                                       cmocka_unit_test(test_fd_lora_moe),
                                        cmocka_unit_test(test_fd_olmo2),    cmocka_unit_test(test_fd_granite),
                                        cmocka_unit_test(test_fd_gemma),    cmocka_unit_test(test_attention_scale),
                                        cmocka_unit_test(test_fd_gemma2),   cmocka_unit_test(test_fd_mixtral),

@@ -159,6 +159,22 @@ def moe_qlora_facts(var):
             "after prepare": param_kinds(m)}
 
 
+def grouped_mm_saves():
+    """What torch._grouped_mm's backward keeps (a saved-tensor hook), with a trainable and
+    with a frozen weight: the experts' weight under full fine-tuning and under LoRA."""
+    out = {}
+    for trainable in (True, False):
+        x = torch.randn(8, 16, requires_grad=True)
+        w = torch.randn(2, 16, 12, requires_grad=trainable)
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            torch._grouped_mm(x, w, offs=torch.tensor([3, 8], dtype=torch.int32))
+        what = {id(x): "input [8, 16]", id(w): "weight [2, 16, 12]"}
+        out["weight trainable" if trainable else "weight frozen"] = sorted(
+            what.get(id(t), f"{probe_peft.dt(t)} {list(t.shape)}") for t in saved)
+    return out
+
+
 def moe_facts(var):
     """What all-linear and the experts' names reach in a MoE model of transformers 5.24."""
     m = tiny(var, moe_cases.VARIANTS)
@@ -230,6 +246,7 @@ def main(argv=None):
              "qlora": {v: qlora_facts(v) for v in DENSE if v != "phi3p"},
              "moe": {v: moe_facts(v) for v in moe_cases.VARIANTS},
              "moe qlora (nf4, bf16 load)": {v: moe_qlora_facts(v) for v in moe_cases.VARIANTS},
+             "grouped_mm saved tensors": grouped_mm_saves(),
              "shipped (r 16; MoE: q/k/v/o)": shipped_counts()}
     text = json.dumps(facts, indent=1, sort_keys=True)
     if a.json:

@@ -208,10 +208,12 @@ bool gckpt_peft_model_ok(const gckpt_model *m, const gckpt_peft *pf, gckpt_err *
         gckpt_seterr(err, "--lora-targets: no linear of %s matches (its linears: %s)", m->name, names);
         return false;
     }
-    if (pf->method == GCKPT_METHOD_QLORA && m->family == GCKPT_FAMILY_MOE) {
-        gckpt_seterr(err, "--method qlora on model_type \"%s\" is not modelled yet: bitsandbytes quantizes only its "
-                          "q/k/v/o projections there, the experts' fused parameters and the router stay unquantized "
-                          "and prepare_model_for_kbit_training casts them to fp32 (FINDINGS 12.14); use --method lora",
+    /* QLoRA on mixtral, qwen3_moe, olmoe: bitsandbytes quantizes q/k/v/o only, the experts
+     * and the router stay and prepare makes them fp32 (planned as such, FINDINGS 12.14) */
+    if (pf->method == GCKPT_METHOD_QLORA && m->attn_sinks) {
+        gckpt_seterr(err, "--method qlora on model_type \"%s\" is not modelled: its checkpoint is MXFP4-quantized "
+                          "(quantization_config mxfp4) and loading it with a BitsAndBytesConfig is not measured; use "
+                          "--method lora",
                      m->model_type);
         return false;
     }

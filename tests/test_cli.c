@@ -122,8 +122,7 @@ static void bad_inputs(void **state)
          "--lora-targets: on model_type \"qwen3_moe\" only the attention projections q_proj,k_proj,v_proj,o_proj are "
          "modelled"},
         {"QLoRA on gpt_oss", A("--model", "gpt-oss-20b", "--method", "qlora", "-o", "out.json"),
-         "--method qlora on model_type \"gpt_oss\" is not modelled yet: bitsandbytes quantizes only its q/k/v/o "
-         "projections there"},
+         "--method qlora on model_type \"gpt_oss\" is not modelled: its checkpoint is MXFP4-quantized"},
         {"llama names on phi3", A("--model", "phi-3-mini-4k", "--method", "lora", "--lora-targets", "q_proj,v_proj", "-o",
                                   "out.json"),
          "--lora-targets: no linear of phi-3-mini-4k matches (its linears: o_proj,down_proj,qkv_proj,gate_up_proj)"},
@@ -338,6 +337,11 @@ static void lora_runs(void **state)
                          sizeof err), 0);
     assert_non_null(strstr(cli_out, "target_modules=\"all-linear\""));
     assert_non_null(strstr(cli_out, ", 7962624 trainable"));
+    /* QLoRA there: bitsandbytes quantizes q/k/v/o, the experts stay (fp32 after prepare) */
+    assert_int_equal(run(A("--model", "qwen3-30b-a3b", "--seq", "512", "--method", "qlora", "--lora-targets",
+                           "q_proj,k_proj,v_proj,o_proj", "--every-n", "off,1", "--gpu", "h200"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "qlora r 16 alpha 32 dropout 0.05 q_proj,k_proj,v_proj,o_proj, 13369344 trainable"));
+    assert_non_null(strstr(cli_out, "prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)"));
     /* full fine-tuning of an 8B model on 24 GB: nothing fits; LoRA and QLoRA lines */
     assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--every-n", "off,1"), err, sizeof err), 0);
     assert_non_null(strstr(cli_out, "Nothing fits"));

@@ -199,6 +199,14 @@ def all_cases():
                 spec(fam, precision="amp-bf16-cudalists", **a),
                 spec(fam, precision="amp-bf16-cudalists", every_n=1, **a),
                 spec(fam, precision="amp-bf16-cudalists", dropout=0.0, every_n=3, offload=True, **a)]
+        # QLoRA: bitsandbytes quantizes q/k/v/o only; the experts and the router stay, fp32
+        # (gpt_oss: its checkpoint is MXFP4, a bitsandbytes load of it is not measured)
+        if fam == "gpt_oss":
+            continue
+        q = dict(method="qlora", quant="nf4", targets="attn")
+        out += [spec(fam, precision="amp-bf16", every_n=n, offload=off, **q) for n, off in ckpt13 if n != 3 or off]
+        out += [spec(fam, precision="fp32", every_n=1, **q),
+                spec(fam, precision="amp-bf16", dropout=0.0, every_n=3, **q)]
     out += [spec("mixtral", "lora", "fp32", targets="attn", every_n=n, aux=True) for n in (0, 1)]
     out += [spec("mixtral", "lora", "amp-bf16-cudalists", targets="attn", every_n=1, aux=True)]
     return out
@@ -244,6 +252,7 @@ def load_base(sp):
     model = cls.from_pretrained(saved_tiny_model(sp), quantization_config=bnb_config(sp),
                                 dtype=DTYPES[sp["load_dtype"]], device_map="cpu", attn_implementation=sp["attention"])
     model.config.use_cache = False
+    probe.record_routing(model, model.config.model_type)  # the MoE routers' counts (probe.make_model's)
     prepare_model_for_kbit_training(model, use_gradient_checkpointing=sp["ckpt_api"] == "prepare" and bool(sp["every_n"]))
     return model
 

@@ -50,7 +50,10 @@ uint32_t gckpt_lora_family_targets(gckpt_family f)
     case GCKPT_FAMILY_GPT2: return LT(C_ATTN) | LT(ATTN_C_PROJ) | LT(C_FC) | LT(MLP_C_PROJ);
     case GCKPT_FAMILY_PHI3: return LT(QKV_PROJ) | LT(O) | LT(GATE_UP) | LT(DOWN);
     case GCKPT_FAMILY_GPT_NEOX: return LT(QUERY_KEY_VALUE) | LT(DENSE) | LT(H_TO_4H) | LT(4H_TO_H);
-    default: return 0; /* the MoE families (FINDINGS 12.14) */
+    /* the MoE families: the attention projections only (the experts are fused
+     * parameters and the router no nn.Linear under transformers 5.24, FINDINGS 12.14) */
+    case GCKPT_FAMILY_MOE: return LT(Q) | LT(K) | LT(V) | LT(O);
+    default: return 0;
     }
 }
 #undef LT
@@ -130,7 +133,9 @@ void gckpt_lora_targets_name(uint32_t targets, gckpt_family f, char *buf, size_t
 {
     uint32_t fam = gckpt_lora_family_targets(f);
     if (n) buf[0] = 0;
-    if ((targets & fam) == fam) {
+    /* on the MoE families peft's all-linear means more than the attention, except where
+     * the user wrote it (gpt_oss: gckpt_peft_model_ok) */
+    if ((targets & fam) == fam && (f != GCKPT_FAMILY_MOE || targets == GCKPT_LT_ALL)) {
         snprintf(buf, n, "all-linear");
         return;
     }
@@ -170,4 +175,47 @@ void gckpt_mts_name(uint8_t mts, gckpt_family f, char *buf, size_t n)
     if (mts & GCKPT_MTS_LM_HEAD) append(buf, n, "lm_head");
     if (mts & GCKPT_MTS_EMBED)
         append(buf, n, f == GCKPT_FAMILY_GPT2 ? "wte" : f == GCKPT_FAMILY_GPT_NEOX ? "embed_in" : "embed_tokens");
+}
+
+/* mixtral, qwen3_moe, olmoe: peft 0.21.2's all-linear also wraps the router and the experts'
+ * fused parameters with its ParamWrapper; gpt_oss's (sinks) only its q/k/v/o (FINDINGS
+ * 12.14, peft_family_facts.py). */
+static bool all_linear_wraps_experts(const gckpt_model *m)
+{
+    return m->family == GCKPT_FAMILY_MOE && !m->attn_sinks;
+}
+
+bool gckpt_peft_model_ok(const gckpt_model *m, const gckpt_peft *pf, gckpt_err *err)
+{
+    if (!gckpt_peft_on(pf)) return true;
+    uint32_t fam = gckpt_lora_family_targets(m->family);
+    char names[160];
+    gckpt_lora_family_names(m->family, names, sizeof names);
+    if (pf->targets == GCKPT_LT_ALL && all_linear_wraps_experts(m)) {
+        gckpt_seterr(err, "--lora-targets all-linear on model_type \"%s\": peft's all-linear also wraps the router and "
+                          "the experts' fused gate_up_proj / down_proj parameters (ParamWrapper, run by grouped_mm), "
+                          "which is not modelled; attention adapters are: --lora-targets %s (or a subset)",
+                     m->model_type, names);
+        return false;
+    }
+    if (m->family == GCKPT_FAMILY_MOE && pf->targets != GCKPT_LT_ALL && (pf->targets & ~fam)) {
+        gckpt_seterr(err, "--lora-targets: on model_type \"%s\" only the attention projections %s are modelled (peft "
+                          "matches MLP names to the router or the experts' fused parameters there)",
+                     m->model_type, names);
+        return false;
+    }
+    if (!(pf->targets & fam)) {
+        gckpt_seterr(err, "--lora-targets: no linear of %s matches (its linears: %s)", m->name, names);
+        return false;
+    }
+    /* QLoRA on mixtral, qwen3_moe, olmoe: bitsandbytes quantizes q/k/v/o only, the experts
+     * and the router stay and prepare makes them fp32 (planned as such, FINDINGS 12.14) */
+    if (pf->method == GCKPT_METHOD_QLORA && m->attn_sinks) {
+        gckpt_seterr(err, "--method qlora on model_type \"%s\" is not modelled: its checkpoint is MXFP4-quantized "
+                          "(quantization_config mxfp4) and loading it with a BitsAndBytesConfig is not measured; use "
+                          "--method lora",
+                     m->model_type);
+        return false;
+    }
+    return true;
 }

@@ -86,11 +86,13 @@ static int router(tracer *tr, int x, int *index)
 }
 
 /* One grouped_mm projection of the sorted pairs x by an [E, out_f, in_f] weight: saves
- * its input and the offsets; a GEMM per gradient over all S rows. (The executor reads
- * the groups from the saved offsets: interp_events.c grouped_offsets.) */
+ * the offsets, and its input only for the weight's gradient (GroupedMmBackward0 of a
+ * frozen weight keeps the weight and the offsets: LoRA, FINDINGS 12.14); a GEMM per
+ * gradient over all S rows. (The executor reads the groups from the saved offsets:
+ * interp_events.c grouped_offsets.) */
 static int grouped_linear(tracer *tr, int x, int w, int offs, uint64_t in_f, uint64_t out_f, const char *name)
 {
-    int o = linear_node(tr, x, w, -1, in_f, out_f, name, dt(tr, w), (int[]){x, offs});
+    int o = linear_node(tr, x, w, -1, in_f, out_f, name, dt(tr, w), (int[]){rg(tr, w) ? x : -1, offs});
     gckpt_op *op = last_op(tr);
     op->prim = GCKPT_P_GROUPED_LINEAR;
     op->fT *= (double)tr->m->top_k; /* S = T * top_k rows */

@@ -8,6 +8,7 @@
 #include "interp.h"
 
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/executor/exec_quant.h"
 
 #include <math.h>
@@ -253,7 +254,7 @@ bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_err *err)
 
 static bool setting_ok(const gckpt_model *m, const gckpt_setting *s, gckpt_err *err)
 {
-    if (!gckpt_exec_model_ok(m, err)) return false;
+    if (!gckpt_exec_model_ok(m, err) || !gckpt_peft_model_ok(m, &s->peft, err)) return false;
     if (s->offload && !s->every_n) {
         gckpt_seterr(err, "offload needs gradient checkpointing (every_n_layers > 0)");
         return false;

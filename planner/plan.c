@@ -190,24 +190,7 @@ static bool peft_check(const gckpt_plan_request *req, const gckpt_plan *p, gckpt
 {
     const gckpt_peft *pf = &req->peft;
     if (!gckpt_peft_on(pf)) return true;
-    /* the MoE families: what peft 0.21.2 adapts there is not a linear the recipe has
-     * (FINDINGS 12.14) */
-    if (!gckpt_lora_family_targets(p->model.family)) {
-        gckpt_seterr(err, "--method %s: LoRA / QLoRA on model_type \"%s\" is not modelled yet (full fine-tuning is): "
-                          "%s", gckpt_method_names[pf->method], p->model.model_type,
-                     p->model.attn_sinks ? "peft's all-linear adapts only its attention projections there, the router "
-                                           "and the experts' fused parameters stay frozen, which is not measured"
-                                         : "peft's all-linear also wraps the router and the experts' fused "
-                                           "gate_up_proj / down_proj parameters (ParamWrapper, run by grouped_mm), "
-                                           "which is not measured");
-        return false;
-    }
-    if (!(pf->targets & gckpt_lora_family_targets(p->model.family))) {
-        char names[160];
-        gckpt_lora_family_names(p->model.family, names, sizeof names);
-        gckpt_seterr(err, "--lora-targets: no linear of %s matches (its linears: %s)", p->model.name, names);
-        return false;
-    }
+    if (!gckpt_peft_model_ok(&p->model, pf, err)) return false;
     if (pf->method == GCKPT_METHOD_QLORA && req->precision == GCKPT_BF16) {
         gckpt_seterr(err, "--precision bf16 with --method qlora: prepare_model_for_kbit_training casts the model to "
                           "fp32; use amp-bf16 (TrainingArguments bf16=True) or fp32");

@@ -334,6 +334,8 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
                        "'inputs.allow_long_seq' is not true",
                     (unsigned long long)pf->seq, (unsigned long long)pf->model.max_positions);
     if (!read_peft(r, in, pf) || !read_layout(r, in, pf)) return false;
+    gckpt_err why = {{0}};
+    if (!gckpt_peft_model_ok(&pf->model, &pf->peft, &why)) return fail(r, "field 'inputs.lora': %s", why.msg);
     const cJSON *mb = arr(r, in, "inputs.micro_batches");
     if (!mb) return false;
     int nmb = cJSON_GetArraySize(mb);

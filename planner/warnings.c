@@ -72,6 +72,12 @@ static bool moe_applies(const gckpt_model *m, const gckpt_setting *s)
     return m->experts > 0;
 }
 
+/* QLoRA on a mixture of experts: only the attention linears are quantized (FINDINGS 12.14) */
+static bool qlora_moe_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    return m->experts > 0 && s->peft.method == GCKPT_METHOD_QLORA;
+}
+
 static bool moe_parallel_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     return m->experts > 0 && s->layout.mode != GCKPT_PAR_NONE;
@@ -114,6 +120,11 @@ static const struct {
      "top_k pairs), measured on the CPU; on CUDA the fused grouped GEMM runs only for bf16 on sm90 / sm100, "
      "and fp32 experts (amp: grouped_mm is not autocast) or other GPUs take a per-expert mm loop (read in "
      "the source): the same saved tensors, the step time unverified"},
+    {"qlora_moe_experts_fp32", qlora_moe_applies,
+     "QLoRA on a mixture of experts: bitsandbytes quantizes only the attention projections (the "
+     "nn.Linear modules); the experts' fused parameters and the router are not nn.Linear, stay "
+     "unquantized and are fp32 after prepare_model_for_kbit_training (measured, FINDINGS 12.14): the "
+     "plan counts them so; --method lora --precision bf16 keeps them in bf16"},
     {"moe_parallel_unverified", moe_parallel_applies,
      "several GPUs with mixture of experts: the per-rank rules were measured on dense models only "
      "(tests/data/hf-dist); every rank holds every expert (no expert parallelism): unverified"},

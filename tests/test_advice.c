@@ -294,6 +294,13 @@ static void warnings(void **state)
                "moe_parallel_unverified", NULL);
     plan_warns(A("--model", "llama-3.2-1b", "--seq", "512", "--every-n", "1", "-q", "-o", "w.json"), NULL,
                "moe_grouped_mm_cuda_unverified");
+    /* QLoRA on experts: only q/k/v/o quantized, the experts fp32 */
+    plan_warns(A("--model", "qwen3-30b-a3b", "--seq", "512", "--every-n", "1", "--method", "qlora", "--lora-targets",
+                 "q_proj,k_proj,v_proj,o_proj", "-q", "-o", "w.json"),
+               "qlora_moe_experts_fp32", NULL);
+    plan_warns(A("--model", "qwen3-30b-a3b", "--seq", "512", "--every-n", "1", "--method", "lora", "--lora-targets",
+                 "q_proj,v_proj", "-q", "-o", "w.json"),
+               NULL, "qlora_moe_experts_fp32");
 
     /* sliding windows: Mistral's (default 4096 when the key is absent) below seq */
     cli_write("mistral-sw.json", "{\"model_type\":\"mistral\",\"num_hidden_layers\":2,\"hidden_size\":64,"

@@ -113,11 +113,16 @@ static void bad_inputs(void **state)
         {"moe imbalance on a dense model", A("--model", "llama-3.2-1b", "--moe-imbalance", "2", "-o", "out.json"),
          "has no experts"},
         {"unknown layer type", A("--model", "./chunked.json", "-o", "out.json"), "'layer_types'[0]"},
-        {"LoRA on experts", A("--model", "mixtral-8x7b", "--method", "lora", "-o", "out.json"),
-         "LoRA / QLoRA on model_type \"mixtral\" is not modelled yet (full fine-tuning is): peft's all-linear also "
-         "wraps the router and the experts' fused gate_up_proj / down_proj parameters"},
-        {"LoRA on gpt_oss", A("--model", "gpt-oss-20b", "--method", "qlora", "-o", "out.json"),
-         "peft's all-linear adapts only its attention projections there"},
+        {"LoRA all-linear on experts", A("--model", "mixtral-8x7b", "--method", "lora", "-o", "out.json"),
+         "--lora-targets all-linear on model_type \"mixtral\": peft's all-linear also wraps the router and the experts' "
+         "fused gate_up_proj / down_proj parameters (ParamWrapper, run by grouped_mm), which is not modelled; attention "
+         "adapters are: --lora-targets q_proj,k_proj,v_proj,o_proj (or a subset)"},
+        {"LoRA on an expert name", A("--model", "qwen3-30b-a3b", "--method", "lora", "--lora-targets", "q_proj,down_proj",
+                                     "-o", "out.json"),
+         "--lora-targets: on model_type \"qwen3_moe\" only the attention projections q_proj,k_proj,v_proj,o_proj are "
+         "modelled"},
+        {"QLoRA on gpt_oss", A("--model", "gpt-oss-20b", "--method", "qlora", "-o", "out.json"),
+         "--method qlora on model_type \"gpt_oss\" is not modelled: its checkpoint is MXFP4-quantized"},
         {"llama names on phi3", A("--model", "phi-3-mini-4k", "--method", "lora", "--lora-targets", "q_proj,v_proj", "-o",
                                   "out.json"),
          "--lora-targets: no linear of phi-3-mini-4k matches (its linears: o_proj,down_proj,qkv_proj,gate_up_proj)"},
@@ -317,6 +322,26 @@ static void lora_runs(void **state)
     assert_int_equal(run(A("--model", "pythia-1.4b", "--seq", "512", "--method", "qlora", "--modules-to-save",
                            "embed_in"), err, sizeof err), 0);
     assert_non_null(strstr(cli_out, "target_modules=\"all-linear\", modules_to_save=[\"embed_in\"]"));
+    /* the MoE families: attention adapters, printed by name where all-linear would wrap
+     * the experts (mixtral), as all-linear where it is exactly those (gpt_oss) */
+    assert_int_equal(run(A("--model", "mixtral-8x7b", "--seq", "512", "--method", "lora", "--lora-targets",
+                           "q_proj,k_proj,v_proj,o_proj", "--every-n", "off,1", "--gpu", "h200", "--precision", "bf16", "-o",
+                           "moe.json"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "target_modules=[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]"));
+    assert_non_null(strstr(cli_out, ", 13631488 trainable"));
+    j = cli_slurp("moe.json");
+    assert_non_null(j);
+    assert_non_null(strstr(j, "\"targets\":\t\"q_proj,k_proj,v_proj,o_proj\""));
+    free(j);
+    assert_int_equal(run(A("--model", "gpt-oss-20b", "--seq", "512", "--method", "lora", "--every-n", "off,1", "--gpu", "h200"), err,
+                         sizeof err), 0);
+    assert_non_null(strstr(cli_out, "target_modules=\"all-linear\""));
+    assert_non_null(strstr(cli_out, ", 7962624 trainable"));
+    /* QLoRA there: bitsandbytes quantizes q/k/v/o, the experts stay (fp32 after prepare) */
+    assert_int_equal(run(A("--model", "qwen3-30b-a3b", "--seq", "512", "--method", "qlora", "--lora-targets",
+                           "q_proj,k_proj,v_proj,o_proj", "--every-n", "off,1", "--gpu", "h200"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "qlora r 16 alpha 32 dropout 0.05 q_proj,k_proj,v_proj,o_proj, 13369344 trainable"));
+    assert_non_null(strstr(cli_out, "prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)"));
     /* full fine-tuning of an 8B model on 24 GB: nothing fits; LoRA and QLoRA lines */
     assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--every-n", "off,1"), err, sizeof err), 0);
     assert_non_null(strstr(cli_out, "Nothing fits"));

@@ -185,8 +185,9 @@ static void offload_saving(void **state)
 }
 
 /* The trainable count of every shipped model of issue 13's dense families, r 16
- * all-linear (the planner's defaults), equals peft's: get_nb_trainable_parameters() of the
- * model built on the meta device by tools/hf_probe/peft_family_facts.py --counts. */
+ * all-linear (the planner's defaults), and of the shipped mixture-of-experts models with
+ * attention adapters, equals peft's: get_nb_trainable_parameters() of the model built on
+ * the meta device by tools/hf_probe/peft_family_facts.py --counts. */
 static void shipped_trainable(void **state)
 {
     (void)state;
@@ -208,8 +209,12 @@ static void shipped_trainable(void **state)
         gckpt_peft_default(GCKPT_METHOD_LORA, &pf);
         const cJSON *rank = cJSON_GetObjectItemCaseSensitive(it, "rank");
         const cJSON *want = cJSON_GetObjectItemCaseSensitive(it, "trainable_params");
-        assert_true(cJSON_IsNumber(rank) && cJSON_IsNumber(want));
+        const cJSON *targets = cJSON_GetObjectItemCaseSensitive(it, "targets");
+        assert_true(cJSON_IsNumber(rank) && cJSON_IsNumber(want) && cJSON_IsString(targets));
         pf.rank = (uint32_t)rank->valuedouble;
+        char bad[64];
+        assert_true(gckpt_lora_targets_parse(targets->valuestring, &pf.targets, bad, sizeof bad));
+        if (!gckpt_peft_model_ok(&m, &pf, &err)) fail_msg("%s: %s", it->string, err.msg);
         static gckpt_recipe r;
         gckpt_recipe_build_peft(&m, GCKPT_BF16, GCKPT_SDPA, GCKPT_TARGET_CUDA, &pf, &r);
         gckpt_params ps;
@@ -221,7 +226,7 @@ static void shipped_trainable(void **state)
         checked++;
     }
     cJSON_Delete(root);
-    assert_int_equal(checked, 7);
+    assert_int_equal(checked, 11);
 }
 #endif
 

@@ -239,6 +239,27 @@ static void test_fd_lora_fused(void **st)
     fd_check_peft("tiny-gemma2", GCKPT_EAGER, 1, 3, true, &pf, g2, lg, 3);
 }
 
+/* attention adapters in the MoE families (FINDINGS 12.14): the adapters' gradients flow
+ * through the frozen router and grouped_mm experts (their input gradients only); the
+ * load-balancing loss's router logits too. The last layers' adapters: a step of an early
+ * layer's flips a later token's top-k (as test_fd_mixtral explains) */
+static void test_fd_lora_moe(void **st)
+{
+    (void)st;
+    gckpt_peft pf = peft_of(GCKPT_METHOD_LORA, GCKPT_QUANT_NONE);
+    pf.targets = (1u << GCKPT_LT_Q) | (1u << GCKPT_LT_K) | (1u << GCKPT_LT_V) | (1u << GCKPT_LT_O);
+    const char *names[] = {"self_attn.q_proj.lora_A.weight", "self_attn.k_proj.lora_B.weight",
+                           "self_attn.v_proj.lora_A.weight", "self_attn.o_proj.lora_B.weight"};
+    const int l4[] = {3, 3, 2, 3}, l3[] = {2, 2, 1, 2};
+    fd_check_peft("tiny-mixtral", GCKPT_SDPA, 2, 1, true, &pf, names, l4, 4);
+    /* qwen3-moe's layer-2 k_proj.lora_B element 9 flips a top-k at a step of 1e-2
+     * (analytic +0.0402, finite difference -0.1318; at 1e-3 +0.0403) */
+    fd_step = 1e-3;
+    fd_check_peft("tiny-qwen3-moe", GCKPT_SDPA, 2, 2, false, &pf, names, l3, 4);
+    fd_step = STEP;
+    fd_check_peft("tiny-olmoe-aux", GCKPT_SDPA, 2, 0, false, &pf, names, l3, 4);
+}
+
 /* issue 13's llama variants. OLMo 2: q/k norms over the whole projection and the norms
  * after each sublayer (sdpa, every second layer checkpointed and offloaded) */
 static void test_fd_olmo2(void **st)
@@ -627,6 +648,7 @@ int main(void)
                                        cmocka_unit_test(test_fd_gpt2_mb1), cmocka_unit_test(test_fd_qlora_llama),
                                        cmocka_unit_test(test_fd_qlora_int8_qwen2), cmocka_unit_test(test_fd_lora_gpt2),
                                        cmocka_unit_test(test_fd_lora_fused),
+                                       cmocka_unit_test(test_fd_lora_moe),
                                        cmocka_unit_test(test_fd_olmo2),    cmocka_unit_test(test_fd_granite),
                                        cmocka_unit_test(test_fd_gemma),    cmocka_unit_test(test_attention_scale),
                                        cmocka_unit_test(test_fd_gemma2),   cmocka_unit_test(test_fd_mixtral),

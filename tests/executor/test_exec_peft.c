@@ -146,6 +146,43 @@ static void test_issue13_families(void **st)
     sweep("tiny-gpt-neox", GCKPT_BF16, &attn, 1);
 }
 
+/* the mixture-of-experts families with attention adapters (FINDINGS 12.14): the router
+ * and the grouped_mm experts frozen (no weight gradients, no saved expert inputs for
+ * them), with and without the load-balancing loss; LoRA fp32 / bf16 / amp-bf16, dropout
+ * 0.05 and 0, and QLoRA (q/k/v/o nf4, the experts and the router fp32) under amp-bf16;
+ * accumulation 2 */
+static void test_lora_moe(void **st)
+{
+    (void)st;
+    const char *fams[] = {"tiny-mixtral", "tiny-qwen3-moe", "tiny-olmoe", "tiny-mixtral-aux"};
+    const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
+    for (size_t i = 0; i < sizeof fams / sizeof *fams; i++) {
+        for (int p = 0; p < 3; p++) {
+            gckpt_peft pf = method(GCKPT_METHOD_LORA, p == 1 ? 0.0 : 0.05, QKVO);
+            sweep(fams[i], precs[p], &pf, 2);
+        }
+        gckpt_peft q = method(GCKPT_METHOD_QLORA, 0.05, QKVO);
+        sweep(fams[i], GCKPT_AMP_BF16, &q, 2);
+    }
+}
+
+/* all-linear on mixtral would also wrap the router and the fused experts (peft's
+ * ParamWrapper): the executor refuses it as the planner does */
+static void test_moe_refusals(void **st)
+{
+    (void)st;
+    gckpt_model m = fx_model("tiny-mixtral");
+    gckpt_device d = fx_device();
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32,
+                       .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA, .peft = method(GCKPT_METHOD_LORA, 0.05, 0)};
+    gckpt_err err = {{0}};
+    assert_null(gckpt_exec_new(be, &m, &d, &s, NULL, &err));
+    printf("refused: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "all-linear"));
+    be->destroy(be);
+}
+
 /* gckpt-run's time estimate of a LoRA / QLoRA entry counts the FLOPs of the schedule the
  * executor performs (frozen weights: no weight-gradient GEMMs), not full fine-tuning's */
 static void test_step_work_follows_method(void **st)
@@ -303,6 +340,8 @@ int main(void)
         cmocka_unit_test(test_qlora_qwen2),
         cmocka_unit_test(test_qlora_gpt2),
         cmocka_unit_test(test_issue13_families),
+        cmocka_unit_test(test_lora_moe),
+        cmocka_unit_test(test_moe_refusals),
         cmocka_unit_test(test_step_work_follows_method),
         cmocka_unit_test(test_quantized_param_access),
         cmocka_unit_test(test_qlora_equals_lora_on_dequantized),

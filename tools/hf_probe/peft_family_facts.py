@@ -40,6 +40,10 @@ DENSE = ("gemma", "gemma2", "gemma3_text", "phi3", "phi3p", "gpt_neox", "olmo2",
 # the shipped models of these families (models/*.json), as planned with --method lora defaults
 SHIPPED = ("gemma-2-2b", "gemma-2-9b", "gemma-3-1b", "phi-3-mini-4k", "phi-4-mini", "pythia-1.4b", "olmo-2-7b")
 SHIPPED_RANK = 16
+# the shipped mixture-of-experts models, with the attention adapters the planner plans there
+# (all-linear also wraps their router and experts, FINDINGS 12.14; gpt_oss's is these four)
+SHIPPED_MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "olmoe-1b-7b", "gpt-oss-20b")
+ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
 def tiny(var, cfgs=family_cases.VARIANTS):
@@ -93,12 +97,8 @@ def dense_facts(var):
     return f
 
 
-def qlora_facts(var):
-    """prepare_model_for_kbit_training's casts on the family: every parameter's dtype and
-    class before and after, buffers, and what the first forward changes."""
-    from peft import prepare_model_for_kbit_training
-
-    cfg = family_cases.VARIANTS[var]
+def load_4bit(cfg):
+    """The tiny model of cfg as a QLoRA user loads it: nf4 with double quantization, bf16."""
     attn = "eager" if cfg["model_type"] in family_cases.REFUSES_SDPA else "sdpa"
     sp = dict(probe_peft.spec("llama", "qlora", "amp-bf16", quant="nf4"), family=cfg["model_type"], attention=attn,
               config=dict(cfg))
@@ -106,18 +106,33 @@ def qlora_facts(var):
     m = cls.from_pretrained(probe_peft.saved_tiny_model(sp), quantization_config=probe_peft.bnb_config(sp),
                             dtype=torch.bfloat16, device_map="cpu", attn_implementation=attn)
     m.config.use_cache = False
+    return m
 
-    def kinds():
-        out = {}
-        for n, p in m.named_parameters():
-            k = f"{type(p).__name__}:{probe_peft.dt(p)}"
-            short = ".".join(x for x in n.split(".") if not x.isdigit())
-            out.setdefault(k, set()).add(short.split("model.")[-1])
-        return {k: sorted(v) for k, v in out.items()}
 
-    before = kinds()
+def param_kinds(m):
+    """{class:dtype: the parameter names without layer indices and the model's prefix}"""
+    out = {}
+    for n, p in m.named_parameters():
+        short = ".".join(x for x in n.split(".") if not x.isdigit()).split("model.")[-1]
+        out.setdefault(f"{type(p).__name__}:{probe_peft.dt(p)}", set()).add(short)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def quantized(m):
+    import bitsandbytes as bnb
+
+    return sorted({n.split(".")[-1] for n, mod in m.named_modules() if isinstance(mod, bnb.nn.Linear4bit)})
+
+
+def qlora_facts(var):
+    """prepare_model_for_kbit_training's casts on the family: every parameter's dtype and
+    class before and after, buffers, and what the first forward changes."""
+    from peft import prepare_model_for_kbit_training
+
+    m = load_4bit(family_cases.VARIANTS[var])
+    before = param_kinds(m)
     prepare_model_for_kbit_training(m, use_gradient_checkpointing=False)
-    after = kinds()
+    after = param_kinds(m)
     bufs = {n: probe_peft.dt(b) for n, b in m.named_buffers()}
     pm = lora(m)
     pm.train()  # in eval mode bitsandbytes' CPU path repacks the weight (FINDINGS 12.10 C8)
@@ -128,8 +143,36 @@ def qlora_facts(var):
     biases = {n.split(".")[-1]: probe_peft.dt(mod.bias) for n, mod in m.named_modules()
               if isinstance(mod, bnb.nn.Linear4bit) and mod.bias is not None}
     return {"loaded (class:dtype -> parameters)": before, "after prepare": after, "buffers after prepare": bufs,
-            "Linear4bit biases after the first forward (autocast bf16)": biases,
-            "quantized": sorted({n.split(".")[-1] for n, mod in m.named_modules() if isinstance(mod, bnb.nn.Linear4bit)})}
+            "Linear4bit biases after the first forward (autocast bf16)": biases, "quantized": quantized(m)}
+
+
+def moe_qlora_facts(var):
+    """What BitsAndBytesConfig(load_in_4bit) and prepare_model_for_kbit_training do to a MoE
+    model of transformers 5.24: which modules bitsandbytes replaces, each parameter's class
+    and dtype after loading and after prepare (the experts' fused parameters, the router)."""
+    from peft import prepare_model_for_kbit_training
+
+    m = load_4bit(moe_cases.VARIANTS[var])
+    before = param_kinds(m)
+    prepare_model_for_kbit_training(m, use_gradient_checkpointing=False)
+    return {"quantized (Linear4bit)": quantized(m), "loaded (class:dtype -> parameters)": before,
+            "after prepare": param_kinds(m)}
+
+
+def grouped_mm_saves():
+    """What torch._grouped_mm's backward keeps (a saved-tensor hook), with a trainable and
+    with a frozen weight: the experts' weight under full fine-tuning and under LoRA."""
+    out = {}
+    for trainable in (True, False):
+        x = torch.randn(8, 16, requires_grad=True)
+        w = torch.randn(2, 16, 12, requires_grad=trainable)
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            torch._grouped_mm(x, w, offs=torch.tensor([3, 8], dtype=torch.int32))
+        what = {id(x): "input [8, 16]", id(w): "weight [2, 16, 12]"}
+        out["weight trainable" if trainable else "weight frozen"] = sorted(
+            what.get(id(t), f"{probe_peft.dt(t)} {list(t.shape)}") for t in saved)
+    return out
 
 
 def moe_facts(var):
@@ -166,7 +209,8 @@ def shipped_counts():
     from peft import LoraConfig, get_peft_model
 
     out = {}
-    for name in SHIPPED:
+    for name in SHIPPED + SHIPPED_MOE:
+        targets = ATTN if name in SHIPPED_MOE else "all-linear"
         with open(os.path.join(probe.ROOT, "models", name + ".json")) as f:
             d = json.load(f)
         mt = d.pop("model_type")
@@ -175,13 +219,14 @@ def shipped_counts():
         cfg = transformers.AutoConfig.for_model(mt, **d)
         with torch.device("meta"):
             m = getattr(transformers, probe.MODEL_CLASSES[mt])(cfg)
-        pm = get_peft_model(m, LoraConfig(r=SHIPPED_RANK, lora_alpha=2 * SHIPPED_RANK, target_modules="all-linear",
+        pm = get_peft_model(m, LoraConfig(r=SHIPPED_RANK, lora_alpha=2 * SHIPPED_RANK, target_modules=targets,
                                           task_type="CAUSAL_LM"))
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             pm.print_trainable_parameters()
         tr, allp = pm.get_nb_trainable_parameters()
-        out[name] = {"model_type": mt, "rank": SHIPPED_RANK, "targets": "all-linear", "trainable_params": tr,
+        out[name] = {"model_type": mt, "rank": SHIPPED_RANK,
+                     "targets": targets if isinstance(targets, str) else ",".join(targets), "trainable_params": tr,
                      "all_params": allp, "print_trainable_parameters": buf.getvalue().strip()}
     return out
 
@@ -200,7 +245,9 @@ def main(argv=None):
              "dense": {v: dense_facts(v) for v in DENSE},
              "qlora": {v: qlora_facts(v) for v in DENSE if v != "phi3p"},
              "moe": {v: moe_facts(v) for v in moe_cases.VARIANTS},
-             "shipped (r 16, all-linear)": shipped_counts()}
+             "moe qlora (nf4, bf16 load)": {v: moe_qlora_facts(v) for v in moe_cases.VARIANTS},
+             "grouped_mm saved tensors": grouped_mm_saves(),
+             "shipped (r 16; MoE: q/k/v/o)": shipped_counts()}
     text = json.dumps(facts, indent=1, sort_keys=True)
     if a.json:
         with open(a.json, "w") as f:
@@ -210,7 +257,7 @@ def main(argv=None):
     if a.counts:
         with open(a.counts, "w") as f:
             json.dump({"schema": "gckpt.peft-counts/1", "versions": facts["versions"],
-                       "models": facts["shipped (r 16, all-linear)"]}, f, indent=1, sort_keys=True)
+                       "models": facts["shipped (r 16; MoE: q/k/v/o)"]}, f, indent=1, sort_keys=True)
             f.write("\n")
     return 0
 

@@ -18,7 +18,9 @@ Checked per fixture:
 Issue 13's dense families (gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite:
 FINDINGS 12.13) are checked for every rule above the activations (counts, dtypes, quantized
 bytes, optimizer states, resident bytes); what their layers save and the live bytes are
-checked against the C planner by test_hf_peft, not restated here.
+checked against the C planner by test_hf_peft, not restated here. So are the
+mixture-of-experts families (mixtral, qwen3_moe, olmoe, gpt_oss) with attention adapters
+(FINDINGS 12.14): their router and fused expert parameters frozen next to the adapters.
 
 Plain Python 3, no torch: the rules must not depend on running the libraries.
 """
@@ -35,6 +37,7 @@ SIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "uint8": 1, "int8": 1}
 BLOCK, NESTED_BLOCK = 64, 256          # bitsandbytes 4-bit blocksize, nested (double-quant) blocksize
 MIN_8BIT_SIZE, PAGED_MIN = 4096, 1e5   # bitsandbytes Optimizer2State / get_state_buffer
 ACTIVATION_FAMILIES = ("llama", "qwen2", "gpt2")  # the families whose saved / live bytes are restated below
+MOE_FAMILIES = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss")
 
 
 # --------------------------------------------------------------------------
@@ -63,6 +66,10 @@ def layer_linears(family, d, cfg):
     if family == "gpt_neox":  # packed per head, every linear biased
         return [("attention.query_key_value", h, 3 * h, True), ("attention.dense", h, h, True),
                 ("mlp.dense_h_to_4h", h, i, True), ("mlp.dense_4h_to_h", i, h, True)]
+    if family in MOE_FAMILIES:  # the MLP is the router and fused expert parameters (moe_params)
+        b = bool(cfg.get("attention_bias"))
+        return [("self_attn.q_proj", h, q, b), ("self_attn.k_proj", h, k, b), ("self_attn.v_proj", h, k, b),
+                ("self_attn.o_proj", q, h, b)]
     qkv_bias = family == "qwen2" or bool(cfg.get("attention_bias"))
     return [("self_attn.q_proj", h, q, qkv_bias), ("self_attn.k_proj", h, k, qkv_bias),
             ("self_attn.v_proj", h, k, qkv_bias), ("self_attn.o_proj", q, h, bool(cfg.get("attention_bias"))),
@@ -82,6 +89,23 @@ def layer_prefix(family, li):
     return f"h.{li}." if family == "gpt2" else f"gpt_neox.layers.{li}." if family == "gpt_neox" else f"layers.{li}."
 
 
+def moe_params(family, d, cfg):
+    """(name, numel) of a MoE layer's parameters that are no nn.Linear (transformers 5.24):
+    the router, the experts' fused gate_up_proj / down_proj (gpt_oss: with biases), gpt_oss's
+    attention sinks."""
+    if family not in MOE_FAMILIES:
+        return []
+    h, E = d["h"], cfg.get("num_local_experts") or cfg.get("num_experts")
+    i = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
+    gpt_oss = family == "gpt_oss"
+    router = "mlp.router" if gpt_oss else "mlp.gate"
+    out = [(router + ".weight", E * h), ("mlp.experts.gate_up_proj", E * 2 * i * h), ("mlp.experts.down_proj", E * i * h)]
+    if gpt_oss:
+        out += [(router + ".bias", E), ("mlp.experts.gate_up_proj_bias", E * 2 * i),
+                ("mlp.experts.down_proj_bias", E * h), ("self_attn.sinks", d["nh"])]
+    return out
+
+
 def layer_norms(family, d):
     """(name, numel) of a layer's norm parameters (GPT-2's and GPT-NeoX's LayerNorms with biases)."""
     h, q, k = d["h"], d["nh"] * d["hd"], d["kv"] * d["hd"]
@@ -95,8 +119,10 @@ def layer_norms(family, d):
     out = [("input_layernorm.weight", h), ("post_attention_layernorm.weight", h)]
     if family in ("gemma2", "gemma3_text"):  # sandwich norms
         out += [("pre_feedforward_layernorm.weight", h), ("post_feedforward_layernorm.weight", h)]
-    if family in ("qwen3", "gemma3_text"):  # q/k norms per head
+    if family in ("qwen3", "gemma3_text", "qwen3_moe"):  # q/k norms per head
         out += [("self_attn.q_norm.weight", d["hd"]), ("self_attn.k_norm.weight", d["hd"])]
+    if family == "olmoe":  # q/k norms over the projection
+        out += [("self_attn.q_norm.weight", q), ("self_attn.k_norm.weight", k)]
     return out
 
 
@@ -107,7 +133,7 @@ def base_params(family, d, cfg):
            [("gpt_neox.embed_in.weight", V * h)] if family == "gpt_neox" else [("embed_tokens.weight", V * h)])
     for li in range(d["L"]):
         pre = layer_prefix(family, li)
-        out += [(pre + n, numel) for n, numel in layer_norms(family, d)]
+        out += [(pre + n, numel) for n, numel in layer_norms(family, d) + moe_params(family, d, cfg)]
         for n, fin, fout, bias in layer_linears(family, d, cfg):
             out.append((pre + n + ".weight", fin * fout))
             if bias:
@@ -598,7 +624,7 @@ def main(argv):
     print(f"{len(paths) - nbad}/{len(paths)} fixtures agree with the rules exactly (trainable and peft's all-params "
           f"count, parameter dtypes, quantized bytes per weight, optimizer states, resident bytes, saved bytes per "
           f"layer / head / embedding, retained bytes of checkpointed layers, offload bytes, allocator's live bytes after the forward and in the "
-          f"head's backward; for the {nrest} of issue 13's families the rules down to the resident bytes, their "
+          f"head's backward; for the {nrest} of issue 13's and the MoE families the rules down to the resident bytes, their "
           f"activations against the planner in test_hf_peft)")
     return 1 if nbad else 0
 

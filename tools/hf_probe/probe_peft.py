@@ -61,6 +61,7 @@ import transformers  # noqa: E402
 transformers.utils.logging.disable_progress_bar()
 
 import family_cases  # noqa: E402
+import moe_cases  # noqa: E402
 import probe  # noqa: E402
 
 OUT = os.path.join(probe.ROOT, "tests", "data", "hf-peft")
@@ -69,11 +70,15 @@ FAMILIES = ("llama", "qwen2", "gpt2")
 # windows shorter than the sequence, soft-capping, multipliers, fused projections);
 # gemma2 refuses SDPA
 FAM_VARIANTS = ("gemma", "gemma2", "gemma3_text", "olmo2", "granite", "phi3", "gpt_neox")
+# the mixture-of-experts families (moe_cases.py's tiny configurations) with attention-only
+# adapters: all-linear there also wraps the router and the fused expert parameters
+# (ParamWrapper; FINDINGS 12.14), which the planner refuses
+MOE_VARIANTS = tuple(moe_cases.VARIANTS)
 LLAMA_ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
 # "attn" targets as a user writes them; GPT-2's "c_proj" matches by suffix, so it also
 # takes mlp.c_proj (peft's suffix rule, recorded in lora.targets_resolved)
 ATTN_TARGETS = {"llama": LLAMA_ATTN, "qwen2": LLAMA_ATTN, "gpt2": ["c_attn", "c_proj"],
-                **{v: LLAMA_ATTN for v in FAM_VARIANTS}, "phi3": ["qkv_proj", "o_proj"],
+                **{v: LLAMA_ATTN for v in FAM_VARIANTS + MOE_VARIANTS}, "phi3": ["qkv_proj", "o_proj"],
                 "gpt_neox": ["query_key_value", "dense"]}
 MODULES_TO_SAVE = {"llama": ["lm_head", "embed_tokens"], "qwen2": ["lm_head", "embed_tokens"], "gpt2": ["lm_head"],
                    **{v: ["lm_head", "embed_tokens"] for v in FAM_VARIANTS}, "gpt_neox": ["lm_head", "embed_in"]}
@@ -93,8 +98,8 @@ _INFO: list[dict] = []
 # --------------------------------------------------------------------------
 def spec(family, method, precision, targets="all-linear", dropout=0.05, quant=None, double_quant=True,
          storage="uint8", every_n=0, offload=False, b=2, s=32, ckpt_api="hf", optimizer="adamw_torch_fused",
-         modules_to_save=()):
-    fam_cfg = family_cases.VARIANTS.get(family) if family in FAM_VARIANTS else None
+         modules_to_save=(), aux=False):
+    fam_cfg = family_cases.VARIANTS.get(family) if family in FAM_VARIANTS else moe_cases.VARIANTS.get(family)
     attention = "eager" if family in family_cases.REFUSES_SDPA else "sdpa"
     sp = dict(family=family, attention=attention, method=method, precision=precision, targets=targets,
               dropout=dropout, r=R, alpha=ALPHA, quant=quant, double_quant=double_quant if quant != "int8" else None,
@@ -104,6 +109,8 @@ def spec(family, method, precision, targets="all-linear", dropout=0.05, quant=No
               foreach=optimizer == "adamw_torch_fused")
     if fam_cfg:
         sp["config"] = dict(fam_cfg)
+    if aux:  # the load-balancing loss added to the loss (moe_cases.py's +aux)
+        sp["config"]["output_router_logits"] = True
     sp["name"] = case_name(sp)
     return sp
 
@@ -123,7 +130,8 @@ def case_name(sp):
         extra += "-mts_" + "+".join(sp["modules_to_save"])
     if sp["optimizer"] != "adamw_torch_fused":
         extra += "-" + sp["optimizer"]
-    return (f"{sp['family']}-{m}-{sp['precision']}-{'all' if sp['targets'] == 'all-linear' else 'attn'}"
+    fam = sp["family"] + ("+aux" if sp.get("config", {}).get("output_router_logits") else "")
+    return (f"{fam}-{m}-{sp['precision']}-{'all' if sp['targets'] == 'all-linear' else 'attn'}"
             f"-d{sp['dropout']:g}-{sp['attention']}-{ck}-b{sp['b']}s{sp['s']}{extra}")
 
 
@@ -180,6 +188,27 @@ def all_cases():
                 spec(fam, "qlora", "fp32", quant="nf4", every_n=1),
                 spec(fam, "qlora", "amp-bf16", quant="nf4", dropout=0.0, every_n=1, offload=True),
                 spec(fam, "lora", "fp32", every_n=2, offload=True, modules_to_save=MODULES_TO_SAVE[fam])]
+    # the MoE families, attention-only LoRA: fp32 over off / 1 / 3 x offload, dropout 0,
+    # bf16, autocast (CUDA's lists, as hf-moe), the load-balancing loss (mixtral)
+    for fam in MOE_VARIANTS:
+        a = dict(method="lora", targets="attn")
+        out += [spec(fam, precision="fp32", every_n=n, offload=off, **a) for n, off in ckpt13]
+        out += [spec(fam, precision="fp32", dropout=0.0, every_n=1, **a),
+                spec(fam, precision="bf16", **a), spec(fam, precision="bf16", every_n=1, **a),
+                spec(fam, precision="bf16", dropout=0.0, every_n=3, offload=True, **a),
+                spec(fam, precision="amp-bf16-cudalists", **a),
+                spec(fam, precision="amp-bf16-cudalists", every_n=1, **a),
+                spec(fam, precision="amp-bf16-cudalists", dropout=0.0, every_n=3, offload=True, **a)]
+        # QLoRA: bitsandbytes quantizes q/k/v/o only; the experts and the router stay, fp32
+        # (gpt_oss: its checkpoint is MXFP4, a bitsandbytes load of it is not measured)
+        if fam == "gpt_oss":
+            continue
+        q = dict(method="qlora", quant="nf4", targets="attn")
+        out += [spec(fam, precision="amp-bf16", every_n=n, offload=off, **q) for n, off in ckpt13 if n != 3 or off]
+        out += [spec(fam, precision="fp32", every_n=1, **q),
+                spec(fam, precision="amp-bf16", dropout=0.0, every_n=3, **q)]
+    out += [spec("mixtral", "lora", "fp32", targets="attn", every_n=n, aux=True) for n in (0, 1)]
+    out += [spec("mixtral", "lora", "amp-bf16-cudalists", targets="attn", every_n=1, aux=True)]
     return out
 
 
@@ -223,6 +252,7 @@ def load_base(sp):
     model = cls.from_pretrained(saved_tiny_model(sp), quantization_config=bnb_config(sp),
                                 dtype=DTYPES[sp["load_dtype"]], device_map="cpu", attn_implementation=sp["attention"])
     model.config.use_cache = False
+    probe.record_routing(model, model.config.model_type)  # the MoE routers' counts (probe.make_model's)
     prepare_model_for_kbit_training(model, use_gradient_checkpointing=sp["ckpt_api"] == "prepare" and bool(sp["every_n"]))
     return model
 
@@ -409,9 +439,12 @@ def setup_peft(sp):
     # bitsandbytes' first-forward changes (bias casts, Linear8bitLt state), before measuring
     before = {short(n_): dt(p) for n_, p in pm.named_parameters()}
     ids = torch.full(WARMUP_TOKENS, 5, dtype=torch.long)
+    routed = len(probe.ROUTING) if probe.ROUTING is not None else 0
     with torch.no_grad(), (torch.autocast("cpu", dtype=torch.bfloat16) if c.amp else contextlib.nullcontext()), \
             (cuda_autocast_query() if c.cuda_lists else contextlib.nullcontext()):
         pm(input_ids=ids)
+    if probe.ROUTING is not None:  # the MoE routers' counts of the measured steps only
+        del probe.ROUTING[routed:]
     info = describe(pm, hf, sp, before)
     info["layer_input_requires_grad"] = input_rg
     _INFO.append(info)

@@ -67,6 +67,9 @@ static inline bool gckpt_peft_quantized(const gckpt_peft *p)
  * the family is targeted; "lm_head,embed_tokens". */
 void gckpt_lora_targets_name(uint32_t targets, gckpt_family f, char *buf, size_t n);
 void gckpt_mts_name(uint8_t mts, gckpt_family f, char *buf, size_t n);
+/* Whether LoRA / QLoRA as pf says is modelled on model m (the targets name a linear of it;
+ * on the MoE families attention adapters only, no QLoRA on gpt_oss); false with one line. */
+bool gckpt_peft_model_ok(const gckpt_model *m, const gckpt_peft *pf, gckpt_err *err);
 /* Every linear name of family f a user can pass ("q_proj,k_proj,...", "c_attn,c_proj,c_fc"). */
 void gckpt_lora_family_names(gckpt_family f, char *buf, size_t n);
 

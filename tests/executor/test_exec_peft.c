@@ -166,6 +166,30 @@ static void test_lora_moe(void **st)
     }
 }
 
+/* gpt_oss: LoRA on q/k/v/o (its all-linear) through the sink attention's strided gradient
+ * views and the biased experts, frozen; QLoRA is refused (an MXFP4 checkpoint) */
+static void test_lora_gpt_oss(void **st)
+{
+    (void)st;
+    const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_BF16, GCKPT_AMP_BF16};
+    const char *fams[] = {"tiny-gpt-oss", "tiny-gpt-oss-aux"};
+    for (size_t i = 0; i < sizeof fams / sizeof *fams; i++)
+        for (int p = 0; p < 3; p++) {
+            gckpt_peft pf = method(GCKPT_METHOD_LORA, p == 1 ? 0.0 : 0.05, QKVO);
+            sweep(fams[i], precs[p], &pf, 2);
+        }
+    gckpt_model m = fx_model("tiny-gpt-oss");
+    gckpt_device d = fx_device();
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_AMP_BF16,
+                       .optimizer = GCKPT_ADAMW, .attention = GCKPT_EAGER,
+                       .peft = method(GCKPT_METHOD_QLORA, 0.05, QKVO)};
+    gckpt_err err = {{0}};
+    assert_null(gckpt_exec_new(be, &m, &d, &s, NULL, &err));
+    printf("refused: %s\n", err.msg);
+    be->destroy(be);
+}
+
 /* all-linear on mixtral would also wrap the router and the fused experts (peft's
  * ParamWrapper): the executor refuses it as the planner does */
 static void test_moe_refusals(void **st)
@@ -341,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_qlora_gpt2),
         cmocka_unit_test(test_issue13_families),
         cmocka_unit_test(test_lora_moe),
+        cmocka_unit_test(test_lora_gpt_oss),
         cmocka_unit_test(test_moe_refusals),
         cmocka_unit_test(test_step_work_follows_method),
         cmocka_unit_test(test_quantized_param_access),

@@ -236,7 +236,7 @@ static void print_alternative(const gckpt_plan_request *r, const char *label, bo
  * fine-tuning, with LoRA and QLoRA (the planner's defaults: r 16, all-linear; QLoRA nf4
  * with double quantization, bf16 compute), and say which would fit, so the user gets a
  * way forward, not only a "no". */
-static void print_alternatives(const gckpt_plan_request *req, FILE *f)
+static void print_alternatives(const gckpt_plan_request *req, const gckpt_model *model, FILE *f)
 {
     /* several GPUs: the other modes on the same GPUs (the precision / optimizer / LoRA
      * alternatives below are refused there: nothing else was measured per rank) */
@@ -282,8 +282,16 @@ static void print_alternatives(const gckpt_plan_request *req, FILE *f)
         gckpt_plan_request r = *req;
         gckpt_peft_default((gckpt_method)peft[i].method, &r.peft);
         r.precision = (gckpt_precision)peft[i].prec;
-        snprintf(label, sizeof label, "--method %-5s --precision %-8s (r 16, all-linear)",
-                 gckpt_method_names[peft[i].method], gckpt_precision_names[r.precision]);
+        /* where all-linear is refused (the mixture-of-experts families), the family's
+         * modelled linears: the attention projections */
+        gckpt_err err;
+        const char *tg = "all-linear";
+        if (!gckpt_peft_model_ok(model, &r.peft, &err)) {
+            r.peft.targets = gckpt_lora_family_targets(model->family);
+            tg = "q/k/v/o";
+        }
+        snprintf(label, sizeof label, "--method %-5s --precision %-8s (r 16, %s)", gckpt_method_names[peft[i].method],
+                 gckpt_precision_names[r.precision], tg);
         print_alternative(&r, label, &header, f);
     }
 }
@@ -703,7 +711,7 @@ static int plan_and_write(const cli_args *a)
         if (a->attn_note[0]) fprintf(human, "note: %s\n\n", a->attn_note);
         gckpt_plan_print_table(&p, human, a->all);
         gckpt_plan_print_recommendation(&p, human);
-        if (p.recommended < 0) print_alternatives(&a->req, human);
+        if (p.recommended < 0) print_alternatives(&a->req, &p.model, human);
     }
     if ((a->out || a->plot) && !gckpt_plan_output_write(&outs, &p, human, a->quiet, &err)) rc = fail_line(&err);
     if (rc == GCKPT_EXIT_OK && !gckpt_stdout_check(&err)) rc = fail_line(&err);

@@ -347,6 +347,12 @@ static void lora_runs(void **state)
     assert_non_null(strstr(cli_out, "Nothing fits"));
     assert_non_null(strstr(cli_out, "--method lora  --precision bf16"));
     assert_non_null(strstr(cli_out, "--method qlora --precision amp-bf16"));
+    assert_non_null(strstr(cli_out, "(r 16, all-linear)"));
+    /* a mixture of experts, where all-linear is refused: the attention adapters instead */
+    assert_int_equal(run(A("--model", "mixtral-8x7b", "--gpu", "h100-sxm-80gb", "--every-n", "1"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "--method lora  --precision bf16     (r 16, q/k/v/o)"));
+    assert_non_null(strstr(cli_out, "--method qlora --precision amp-bf16 (r 16, q/k/v/o)"));
+    assert_null(strstr(cli_out, "all-linear)"));
     /* a bf16 LoRA request that fits nowhere: each alternative once (bf16 + adamw-8bit
      * is both "8-bit instead" and "bf16 with 8-bit") */
     assert_int_equal(run(A("--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--seq", "16384", "--method", "lora",

@@ -125,7 +125,7 @@ static bool parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err
         !gckpt_json_bool_opt(j, f, "tie_word_embeddings", false, &m->tied, err) ||
         !gckpt_json_num_opt(j, f, "attention_dropout", 0, 1, 0, &m->attn_dropout, err) ||
         !gckpt_json_num_opt(j, f, "rms_norm_eps", 1e-30, 1, 1e-6, &m->norm_eps, err) ||
-        !gckpt_parse_rope_theta(f, j, 10000, &m->rope_theta, err) ||
+        !gckpt_parse_rope_theta(f, j, "rope_theta", 10000, &m->rope_theta, err) ||
         !gckpt_json_str_opt(j, f, "hidden_act", "silu", act, sizeof act, err) ||
         !gckpt_parse_act(f, "hidden_act", act, &m->act, err))
         return false;

@@ -79,7 +79,8 @@ bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gck
     if (!gckpt_json_str_opt(j, f, d->act_key, d->act, act, sizeof act, err) ||
         !gckpt_parse_act(f, d->act_key, act, &m->act, err))
         return false;
-    return gckpt_parse_rope_theta(f, j, d->theta ? d->theta : 10000, &m->rope_theta, err);
+    return gckpt_parse_rope_theta(f, j, m->family == GCKPT_FAMILY_GPT_NEOX ? "rotary_emb_base" : "rope_theta",
+                                  d->theta ? d->theta : 10000, &m->rope_theta, err);
 }
 
 /* partial_rotary_factor: rope_parameters' value wins, else the legacy key (phi3

@@ -8,13 +8,16 @@
 #include "gckpt/util/safe_text.h"
 #include "model_parse.h"
 
-/* rope_parameters.rope_theta (5.24), else the legacy top-level key, else the class's */
-bool gckpt_parse_rope_theta(const char *f, const cJSON *j, double dflt, double *theta, gckpt_err *err)
+/* rope_parameters.rope_theta (5.24), else the legacy top-level key (GPTNeoXConfig:
+ * rotary_emb_base; a top-level rope_theta is not read there: measured, 5.24), else the
+ * class's */
+bool gckpt_parse_rope_theta(const char *f, const cJSON *j, const char *legacy, double dflt, double *theta,
+                            gckpt_err *err)
 {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
     if (cJSON_IsObject(rp) && !gckpt_json_absent(rp, "rope_theta"))
         return gckpt_json_num(rp, f, "rope_parameters.rope_theta", 1, 1e12, theta, err);
-    return gckpt_json_num_opt(j, f, "rope_theta", 1, 1e12, dflt, theta, err);
+    return gckpt_json_num_opt(j, f, legacy, 1, 1e12, dflt, theta, err);
 }
 
 /* one rope dict's type ("type" in older files); default / llama3 read, another (or llama3

@@ -125,7 +125,7 @@ static bool parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err
         !gckpt_json_bool_opt(j, f, "tie_word_embeddings", false, &m->tied, err) ||
         !gckpt_json_num_opt(j, f, "attention_dropout", 0, 1, 0, &m->attn_dropout, err) ||
         !gckpt_json_num_opt(j, f, "rms_norm_eps", 1e-30, 1, 1e-6, &m->norm_eps, err) ||
-        !gckpt_json_num_opt(j, f, "rope_theta", 1, 1e12, 10000, &m->rope_theta, err) ||
+        !gckpt_parse_rope_theta(f, j, "rope_theta", 10000, &m->rope_theta, err) ||
         !gckpt_json_str_opt(j, f, "hidden_act", "silu", act, sizeof act, err) ||
         !gckpt_parse_act(f, "hidden_act", act, &m->act, err))
         return false;
@@ -233,6 +233,9 @@ bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt
             ok = false;
         }
     }
+    /* gpt_oss reads its own rope types (yarn; model_moe.c) */
+    if (ok && strcmp(m->model_type, "gpt_oss")) ok = gckpt_parse_rope_type(file, j, m, err);
+    if (ok) ok = gckpt_parse_pad(file, j, m, err);
     if (ok && !m->rotary_dim) m->rotary_dim = m->head_dim;
     if (ok && !m->rope_tables) m->rope_tables = 1;
     if (ok) ok = gckpt_json_bool_opt(j, file, "use_cache", true, &m->use_cache, err);

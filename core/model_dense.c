@@ -79,15 +79,8 @@ bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gck
     if (!gckpt_json_str_opt(j, f, d->act_key, d->act, act, sizeof act, err) ||
         !gckpt_parse_act(f, d->act_key, act, &m->act, err))
         return false;
-    /* rope_parameters.rope_theta (5.24) or the legacy top-level key */
-    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
-    m->rope_theta = 10000;
-    if (cJSON_IsObject(rp) && !gckpt_json_absent(rp, "rope_theta")) {
-        if (!gckpt_json_num(rp, f, "rope_theta", 1, 1e12, &m->rope_theta, err)) return false;
-    } else if (!gckpt_json_num_opt(j, f, "rope_theta", 1, 1e12, 10000, &m->rope_theta, err)) {
-        return false;
-    }
-    return true;
+    return gckpt_parse_rope_theta(f, j, m->family == GCKPT_FAMILY_GPT_NEOX ? "rotary_emb_base" : "rope_theta",
+                                  d->theta ? d->theta : 10000, &m->rope_theta, err);
 }
 
 /* partial_rotary_factor: rope_parameters' value wins, else the legacy key (phi3

@@ -159,10 +159,11 @@ bool gckpt_parse_moe(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *e
     m->family = GCKPT_FAMILY_MOE;
     /* class defaults (AutoConfig.for_model, 5.24): kv heads 8 / 4 / 16 / 8, eps 1e-5 /
      * 1e-6 / 1e-5 / 1e-5, positions 131072 / 32768 / 4096 / 131072, intermediate 14336 /
-     * 6144 / 2048 / 2880, vocab 32000 / 151936 / 50304 / 201088; head_dim absent ->
+     * 6144 / 2048 / 2880, vocab 32000 / 151936 / 50304 / 201088, rope_theta 1e6 / 1e4 / 1e4
+     * (gpt_oss: parse_rope_gpt_oss); head_dim absent ->
      * hidden / heads in the first three, 64 in gpt_oss (whose __post_init__ turns a null
      * head_dim into hidden / heads and null kv heads into heads) */
-    gckpt_cfg_defaults d = mixtral ? (gckpt_cfg_defaults){8, 0, false, 1e-5, 131072, "hidden_act", "silu", 14336, 32000}
+    gckpt_cfg_defaults d = mixtral ? (gckpt_cfg_defaults){8, 0, false, 1e-5, 131072, "hidden_act", "silu", 14336, 32000, 1e6}
                            : qwen  ? (gckpt_cfg_defaults){4, 0, false, 1e-6, 32768, "hidden_act", "silu", 6144, 151936}
                            : oss   ? (gckpt_cfg_defaults){8, 64, false, 1e-5, 131072, "hidden_act", "silu", 2880, 201088}
                                    : (gckpt_cfg_defaults){16, 0, false, 1e-5, 4096, "hidden_act", "silu", 2048, 50304};

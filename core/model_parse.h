@@ -34,6 +34,7 @@ typedef struct {
     uint64_t positions;
     const char *act_key, *act;
     uint64_t inter, vocab; /* 0: the key is required */
+    double theta;          /* rope_theta; 0: 10000 */
 } gckpt_cfg_defaults;
 
 /* Whether key is absent or null. */
@@ -48,6 +49,13 @@ bool gckpt_parse_dense(const char *file, const cJSON *j, gckpt_model *m, gckpt_e
 /* The mixture-of-experts readers (model_moe.c): mixtral, qwen3_moe, olmoe. */
 bool gckpt_parse_moe(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_moe_type(const char *model_type);
+/* model_rope.c: the rope theta (rope_parameters', else the legacy key, else dflt); the
+ * rope type of rope_parameters / rope_scaling (default, llama3; another: m->rope_other);
+ * the embedding's padding row (m->pad, m->pad_id). m->family, vocab and max_positions set. */
+bool gckpt_parse_rope_theta(const char *f, const cJSON *j, const char *legacy, double dflt, double *theta,
+                            gckpt_err *err);
+bool gckpt_parse_rope_type(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err);
+bool gckpt_parse_pad(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err);
 /* Whether model_dense.c reads this model_type (and sets *family). */
 bool gckpt_dense_type(const char *model_type, gckpt_family *family);
 

@@ -293,13 +293,13 @@ __global__ void k_embed(const void *tab, uint8_t tdt, const int64_t *ids, void *
 
 // table gradient: one thread per column, tokens in order (the table was zeroed)
 __global__ void k_embed_bwd(const int64_t *ids, uint64_t T, const void *g, uint8_t gdt, void *gi, uint8_t gidt, uint64_t W,
-                            uint64_t V)
+                            uint64_t V, int64_t pad)
 {
     GRID_LOOP(k, W)
     {
         for (uint64_t t = 0; t < T; t++) {
             int64_t id = ids[t];
-            if (id < 0 || static_cast<uint64_t>(id) >= V) continue;
+            if (id < 0 || static_cast<uint64_t>(id) >= V || gckpt_embed_grad_skips(id, pad)) continue;
             uint64_t j = static_cast<uint64_t>(id) * W + k;
             stx(gi, gidt, j, ldx(gi, gidt, j) + ldx(g, gdt, t * W + k));
         }
@@ -667,7 +667,8 @@ gckpt_xstatus embed_bwd(cuda_be *cb, const gckpt_xcall *c)
     uint64_t W = c->op->width;
     CUDA_TRY(be, cudaMemsetAsync(gi.p, 0, gi.n * gckpt_dtype_size(static_cast<gckpt_dtype>(gi.dt)), cb->stream));
     k_embed_bwd<<<grid_for(W, 128), 128, 0, cb->stream>>>(static_cast<const int64_t *>(c->in[1].p), c->in[1].n, g.p, g.dt,
-                                                         gi.p, gi.dt, W, gi.n / W);
+                                                         gi.p, gi.dt, W, gi.n / W,
+                                                         gckpt_embed_pad(c->m, c->op->prim == GCKPT_P_EMBED));
     LAUNCH_TRY(be);
     return GCKPT_XS_OK;
 }

@@ -450,9 +450,11 @@ static gckpt_xstatus embed_bwd(const gckpt_xcall *c, gckpt_err *err)
     if (!gi->p) return GCKPT_XS_OK;
     NEED(c, *ids, "saved ids");
     uint64_t W = c->op->width;
+    int64_t pad = gckpt_embed_pad(c->m, c->op->prim == GCKPT_P_EMBED);
     float *acc = zeros(gi->n, err);
     if (!acc) return GCKPT_XS_ERROR;
     for (uint64_t t = 0; t < ids->n; t++) {
+        if (gckpt_embed_grad_skips(((const int64_t *)ids->p)[t], pad)) continue;
         uint64_t id = (uint64_t)((const int64_t *)ids->p)[t];
         for (uint64_t k = 0; k < W; k++) acc[id * W + k] += ld(&c->gout, t * W + k);
     }

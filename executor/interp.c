@@ -235,9 +235,14 @@ static bool family_executed(const gckpt_model *m)
 
 bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_err *err)
 {
-    if (m->rope_other[0]) { /* the tables' values: default and YaRN only (kernel_math.h) */
-        gckpt_seterr(err, "rope_parameters.rope_type \"%s\" is planned but not executed (gckpt-run computes default "
-                          "and yarn rotary tables)", m->rope_other);
+    if (m->rope_other[0]) { /* the tables' values: default, llama3 and YaRN only (kernel_math.h) */
+        gckpt_seterr(err, "rope_parameters.rope_type \"%s\" is planned but not executed (gckpt-run computes default, "
+                          "llama3 and yarn (gpt_oss) rotary tables)", m->rope_other);
+        return false;
+    }
+    if (m->pad && (m->pad_id < 0 || (uint64_t)m->pad_id >= m->vocab)) { /* nn.Embedding asserts */
+        gckpt_seterr(err, "pad_token_id = %lld is outside the vocabulary (%llu tokens): transformers cannot build this "
+                          "model's embedding (padding_idx)", (long long)m->pad_id, (unsigned long long)m->vocab);
         return false;
     }
     if (!family_executed(m)) {

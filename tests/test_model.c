@@ -282,6 +282,46 @@ static void issue13_configs(void **state)
                                                             "{\"rope_theta\":10000,\"partial_rotary_factor\":0.5}"),
                                   &m, &err));
     assert_int_equal(m.rotary_dim, 8);
+    /* rope theta and the embedding's padding row as each config class of transformers 5.24
+     * defaults them (printed in the probe venv: AutoConfig.for_model(t).rope_parameters,
+     * .pad_token_id): MixtralConfig's theta is 1e6; GPTNeoXConfig reads rotary_emb_base
+     * and not a top-level rope_theta; pad 0 (gemma*), 1 (olmo2, olmoe), 32000 (phi3),
+     * none elsewhere, gpt_neox never (its nn.Embedding has no padding_idx) */
+    assert_true(gckpt_model_parse("cfg.json", MOE("mixtral", ""), &m, &err));
+    assert_true(m.rope_theta == 1e6 && !m.pad);
+    assert_true(gckpt_model_parse("cfg.json", MOE("olmoe", ""), &m, &err));
+    assert_true(m.rope_theta == 1e4 && m.pad && m.pad_id == 1);
+    assert_true(gckpt_model_parse("cfg.json", DENSE("gpt_neox", ",\"rope_theta\":7000,\"pad_token_id\":3"), &m, &err));
+    assert_true(m.rope_theta == 1e4 && !m.pad);
+    assert_true(gckpt_model_parse("cfg.json", DENSE("gpt_neox", ",\"rotary_emb_base\":5000"), &m, &err));
+    assert_true(m.rope_theta == 5000);
+    assert_true(gckpt_model_parse("cfg.json", DENSE("gemma2", ""), &m, &err));
+    assert_true(m.pad && m.pad_id == 0);
+    assert_true(gckpt_model_parse("cfg.json", DENSE("phi3", ""), &m, &err));
+    assert_true(m.pad && m.pad_id == 32000);
+    assert_true(gckpt_model_parse("cfg.json", DENSE("olmo2", ",\"pad_token_id\":-1"), &m, &err));
+    assert_true(m.pad && m.pad_id == 210); /* nn.Embedding counts a negative index from the end */
+    assert_true(gckpt_model_parse("cfg.json", DENSE("gemma", ",\"pad_token_id\":null"), &m, &err));
+    assert_false(m.pad);
+    assert_true(gckpt_model_parse("cfg.json", LLAMA(",\"rope_parameters\":{\"rope_theta\":3e5}"), &m, &err));
+    assert_true(m.rope_theta == 3e5 && !m.pad && !m.llama3.on && !m.rope_other[0]);
+    /* Llama 3.1's rope_scaling (rope_type llama3); original_max_position_embeddings defaults
+     * to max_position_embeddings (standardize_rope_params); phi-4-mini's longrope is kept
+     * by name (gckpt-run refuses it) */
+    assert_true(gckpt_model_load("llama-3.1-8b", &m, &err));
+    assert_true(m.llama3.on && m.llama3.factor == 8 && m.llama3.low_freq_factor == 1 && m.llama3.high_freq_factor == 4 &&
+                m.llama3.original_max == 8192 && m.rope_theta == 5e5);
+    assert_true(gckpt_model_parse("cfg.json", LLAMA(",\"max_position_embeddings\":99,\"rope_parameters\":{\"rope_type\":"
+                                                    "\"llama3\",\"factor\":2,\"low_freq_factor\":1,\"high_freq_factor\":3}"),
+                                  &m, &err));
+    assert_true(m.llama3.on && m.llama3.original_max == 99);
+    assert_true(gckpt_model_load("phi-4-mini", &m, &err));
+    assert_true(!m.llama3.on && !strcmp(m.rope_other, "longrope"));
+    expect_error(LLAMA(",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":1}"),
+                 "rope_scaling.high_freq_factor");
+    expect_error(LLAMA(",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":4,"
+                       "\"high_freq_factor\":4}"), "'rope_scaling.high_freq_factor' must exceed");
+    expect_error(DENSE("olmo2", ",\"pad_token_id\":1.5"), "'pad_token_id' must be an integer");
     /* null soft-capping: none */
     assert_true(gckpt_model_parse("cfg.json", DENSE("gemma2", ",\"attn_logit_softcapping\":null"), &m, &err));
     assert_true(m.attn_softcap == 0 && m.final_softcap == 30.0);

@@ -139,12 +139,13 @@ static void test_gpt_oss(void **st)
 
 /* gckpt-run's step against transformers' own forward and backward on the same weights and
  * batch (fp32, eager, mb 2, seq 16, one micro-step, the executor's seed 7, init std 0.05
- * and biases and sinks of std 0.05, so that each reaches the numbers): the loss and every parameter's gradient norm as transformers 5.24 computed them
+ * and biases and sinks of std 0.05, so that each reaches the numbers): the loss and every
+ * parameter's gradient norm as transformers 5.24 computed them
  * (tests/executor/data/hf-NAME.json, written by tools/hf_probe/exec_loss.py from
  * gckpt-exec-dump's step). Catches what the sweeps cannot: columns read in the wrong
  * order the same way in every setting (the rotary's per-head halves, the interleaved gate
- * and up, the sink column's softmax width, the [E, in, out] expert weights, YaRN's
- * tables). */
+ * and up, the sink column's softmax width, the [E, in, out] expert weights, YaRN's and
+ * llama3's tables, a config class's default, the embedding's padding row). */
 static void matches_transformers(const char *fixture)
 {
     char path[1024];
@@ -195,13 +196,31 @@ static void matches_transformers(const char *fixture)
     fx_run_free(&r);
     be->destroy(be);
 }
-static void test_gpt_oss_matches_transformers(void **st)
+/* every dense family: llama (with q/k/v/o and MLP biases, tied, rope_type llama3 with each
+ * of its three wavelength bands), mistral and qwen2 with windows of 8 < seq 16, qwen3,
+ * gpt2 (Conv1D weights, dropout off), gemma, gemma2 (window 8 and the padding row of
+ * token 0 in the batch; window 16 with both soft-caps), gemma3 (two rotary tables),
+ * phi3 (partial rotary; multi-head), gpt_neox (parallel residual, interleaved qkv),
+ * olmo2, granite (its four multipliers) */
+static void test_dense_matches_transformers(void **st)
 {
     (void)st;
-    matches_transformers("tiny-gpt-oss");
-    matches_transformers("tiny-gpt-oss-aux");
-    /* YaRN (factor 4 over 8 positions, truncated correction range) at seq 16 */
-    matches_transformers("tiny-gpt-oss-yarn");
+    const char *fx[] = {"tiny-llama",   "tiny-llama-mha",  "tiny-llama-tied",   "tiny-llama3-rope", "tiny-mistral-sw8",
+                        "tiny-qwen2-sw", "tiny-qwen3",      "tiny-gpt2",         "tiny-gemma",       "tiny-gemma2",
+                        "tiny-gemma2-w16", "tiny-gemma3",   "tiny-phi3-partial", "tiny-phi3-mha",    "tiny-gpt-neox",
+                        "tiny-olmo2",   "tiny-granite"};
+    for (size_t i = 0; i < sizeof fx / sizeof *fx; i++) matches_transformers(fx[i]);
+}
+
+/* the mixture-of-experts families, each with and without the load-balancing loss
+ * (mixtral: MixtralConfig's default rope_theta 1e6), and gpt_oss (YaRN: factor 4 over 8
+ * positions, truncated correction range, at seq 16) */
+static void test_moe_matches_transformers(void **st)
+{
+    (void)st;
+    const char *fx[] = {"tiny-mixtral", "tiny-mixtral-aux", "tiny-qwen3-moe", "tiny-qwen3-moe-aux", "tiny-olmoe",
+                        "tiny-olmoe-aux", "tiny-gpt-oss", "tiny-gpt-oss-aux", "tiny-gpt-oss-yarn"};
+    for (size_t i = 0; i < sizeof fx / sizeof *fx; i++) matches_transformers(fx[i]);
 }
 
 /* Sliding windows shorter than the sequence (16): Gemma 2 (window 8, eager: its sliding
@@ -939,7 +958,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_llama),       cmocka_unit_test(test_qwen3),        cmocka_unit_test(test_gpt2),
         cmocka_unit_test(test_gpt2_dropout), cmocka_unit_test(test_kv_heads), cmocka_unit_test(test_amp_fp16),
         cmocka_unit_test(test_optimizers), cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
-        cmocka_unit_test(test_detects_broken_schedule),
+        cmocka_unit_test(test_detects_broken_schedule), cmocka_unit_test(test_dense_matches_transformers),
         cmocka_unit_test(test_oversized_activation_fails), cmocka_unit_test(test_allocation_larger_than_elements),
     };
     const struct CMUnitTest issue13[] = {
@@ -955,7 +974,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_two_block_sections_sdpa),
         cmocka_unit_test(test_mixtral), cmocka_unit_test(test_qwen3_moe), cmocka_unit_test(test_olmoe),
         cmocka_unit_test(test_moe_aux), cmocka_unit_test(test_moe_gate_up_halves),
-        cmocka_unit_test(test_gpt_oss), cmocka_unit_test(test_gpt_oss_matches_transformers),
+        cmocka_unit_test(test_gpt_oss), cmocka_unit_test(test_moe_matches_transformers),
     };
     const char *group = argc > 1 ? argv[1] : "";
     int rc = 0;

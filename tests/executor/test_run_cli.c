@@ -370,6 +370,16 @@ static void test_bad_input(void **st)
     assert_non_null(lin);
     put("rope-linear.json", lin);
     free(lin);
+    /* ... phi3's longrope (phi-4-mini), and a padding index outside the vocabulary
+     * (Phi3Config's default 32000 for 211 tokens: nn.Embedding raises) */
+    lin = pf_plan_text("tiny-phi3-longrope", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
+    assert_non_null(lin);
+    put("rope-longrope.json", lin);
+    free(lin);
+    lin = pf_plan_text("tiny-phi3-pad-default", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
+    assert_non_null(lin);
+    put("pad-outside.json", lin);
+    free(lin);
     char adir[512];
     cli_path("adir", adir, sizeof adir);
     mkdir(adir, 0700);
@@ -395,6 +405,8 @@ static void test_bad_input(void **st)
         {{"--calibrate", NULL}, "-o FILE"},
         {{"--plan", "llama.json", "--gpu", "h200", "-o", "bad.json", NULL}, "--calibrate"},
         {{"--plan", "rope-linear.json", "-o", "bad.json", NULL}, "rope_parameters.rope_type \"linear\" is planned but not executed"},
+        {{"--plan", "rope-longrope.json", "-o", "bad.json", NULL}, "rope_parameters.rope_type \"longrope\" is planned but not executed"},
+        {{"--plan", "pad-outside.json", "-o", "bad.json", NULL}, "pad_token_id = 32000 is outside the vocabulary"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run(cases[i].args);

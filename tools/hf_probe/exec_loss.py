@@ -20,13 +20,17 @@ import sys
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.pytorch_utils import Conv1D
 
 
-def hf_name(p: dict) -> str:
-    """the state-dict key of a gckpt-exec-dump parameter entry"""
+def hf_name(p: dict, params: dict, prefix: str) -> str:
+    """the parameter name in transformers of a gckpt-exec-dump entry: the base model's
+    (base_model_prefix: model, transformer for gpt2, gpt_neox) layers (`h` in gpt2) or its
+    own parameters; a head outside it (lm_head, gpt_neox's embed_out) by its own name"""
     if p["section"] == "layer":
-        return f"model.layers.{p['layer']}.{p['name']}"
-    return p["name"] if p["name"].startswith("lm_head") else f"model.{p['name']}"
+        blocks = "h" if f"{prefix}.h.0.{p['name']}" in params else "layers"
+        return f"{prefix}.{blocks}.{p['layer']}.{p['name']}"
+    return p["name"] if p["name"] in params else f"{prefix}.{p['name']}"
 
 
 def main(argv: list[str]) -> int:
@@ -41,25 +45,33 @@ def main(argv: list[str]) -> int:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).train()
     params = dict(model.named_parameters())
-    ours = {hf_name(p): p for p in dump["params"]}
+    prefix = model.base_model_prefix
+    ours = {hf_name(p, params, prefix): p for p in dump["params"]}
     missing = sorted(set(params) ^ set(ours))
     if missing:
         print("parameters without a counterpart:", ", ".join(missing))
         return 1
+    # gpt2's Conv1D holds its weight as [in, out]; gckpt-run's linears are [out, in]
+    conv = {f"{n}.weight" for n, mod in model.named_modules() if isinstance(mod, Conv1D)}
+
+    def as_hf(name: str, flat: list) -> torch.Tensor:
+        t = params[name]
+        v = torch.tensor(flat, dtype=torch.float32)
+        return v.view(t.shape[::-1]).t() if name in conv else v.view(t.shape)
+
     with torch.no_grad():
         for name, t in params.items():
-            v = torch.tensor(ours[name]["data"], dtype=torch.float32)
-            if v.numel() != t.numel():
-                print(f"{name}: {v.numel()} elements, transformers has {tuple(t.shape)}")
+            if len(ours[name]["data"]) != t.numel():
+                print(f"{name}: {len(ours[name]['data'])} elements, transformers has {tuple(t.shape)}")
                 return 1
-            t.copy_(v.view(t.shape))
+            t.copy_(as_hf(name, ours[name]["data"]))
     b, s = dump["micro_batch"], dump["seq"]
     ids = torch.tensor(dump["input_ids"], dtype=torch.long).view(b, s)
     out = model(input_ids=ids, labels=ids)
     out.loss.backward()
     worst, where, big = 0.0, "", 0.0
     for name, t in params.items():
-        g = torch.tensor(ours[name]["grad"], dtype=torch.float32).view(t.shape)
+        g = as_hf(name, ours[name]["grad"])
         d = (g - t.grad).abs().max().item()
         big = max(big, t.grad.abs().max().item())
         if d > worst:
@@ -69,8 +81,8 @@ def main(argv: list[str]) -> int:
         fixture = {"config": argv[0].rsplit("/", 1)[-1], "micro_batch": b, "seq": s, "precision": "fp32",
                    "attention": "eager", "transformers": __import__("transformers").__version__,
                    "torch": torch.__version__, "loss": loss,
-                   "params": [{"name": hf_name(p), "numel": params[hf_name(p)].numel(),
-                               "grad_norm": params[hf_name(p)].grad.double().norm().item()} for p in dump["params"]]}
+                   "params": [{"name": n, "numel": params[n].numel(), "grad_norm": params[n].grad.double().norm().item()}
+                              for n in (hf_name(p, params, prefix) for p in dump["params"])]}
         with open(argv[2], "w") as f:
             json.dump(fixture, f, indent=1)
             f.write("\n")

@@ -93,8 +93,19 @@ typedef struct {
         bool on, truncate;
         double factor, beta_fast, beta_slow, original_max, attention_factor;
     } yarn;
-    char rope_other[32];     /* gpt_oss: a rope_type neither default nor yarn (planned: the
-                              * tables' shape is the same; gckpt-run refuses it), else "" */
+    char rope_other[32];     /* a rope_type neither default, llama3 nor (gpt_oss) yarn (planned:
+                              * the tables' shape is the same; gckpt-run refuses it), else "" */
+    /* rope_type "llama3" (Llama 3.1 / 3.2, core/model_rope.c): the default inverse
+     * frequencies rescaled by wavelength (numerics only, as yarn) */
+    struct {
+        bool on;
+        double factor, low_freq_factor, high_freq_factor, original_max;
+    } llama3;
+    /* nn.Embedding's padding_idx (config.pad_token_id where the class passes it): the
+     * lookup gives that row no gradient. pad false: none; pad_id outside [0, vocab):
+     * transformers cannot build the model (gckpt-run refuses it, the planner does not care) */
+    bool pad;
+    int64_t pad_id;
 } gckpt_model;
 
 static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)

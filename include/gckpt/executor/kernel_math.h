@@ -80,6 +80,17 @@ GCKPT_HD float gckpt_layernorm_grad(float rstd, float dxh, float xh, float mean_
     return rstd * (dxh - mean_dxh - xh * mean_dxh_xh);
 }
 
+/* nn.Embedding(padding_idx=pad) adds nothing to the padding row's gradient (its forward
+ * still reads the row; a tied head's gradient still reaches it); pad < 0: none */
+GCKPT_HD bool gckpt_embed_grad_skips(int64_t id, int64_t pad) { return pad >= 0 && id == pad; }
+
+/* the padding index an op's lookup honours: the model's for the token embedding, none for
+ * other row gathers */
+static inline int64_t gckpt_embed_pad(const gckpt_model *m, bool token_embedding)
+{
+    return token_embedding && m->pad ? m->pad_id : -1;
+}
+
 /* ---- rotary embeddings -------------------------------------------------------------- */
 
 /* HF's default rotary angle of position pos at column k of a head of width hd:
@@ -98,12 +109,23 @@ GCKPT_HD float gckpt_rope_angle(uint64_t pos, uint64_t k, uint64_t hd, float the
  * Python does; the rest in fp32 as torch does. factor 0: the default rope. */
 typedef struct {
     float factor, low, range, attn;
+    /* rope_type "llama3" (_compute_llama3_parameters): l3_factor 0: off; the wavelengths
+     * and factors as torch compares them with its fp32 tensors */
+    float l3_factor, l3_low_wl, l3_high_wl, l3_old, l3_low, l3_span;
 } gckpt_yarn;
 
 /* of a model's yarn fields for dim rotary dims (head_dim) and base theta (off: factor 0) */
 static inline gckpt_yarn gckpt_yarn_of(const gckpt_model *m, uint64_t dim, double theta)
 {
-    gckpt_yarn y = {0, 0, 1, 1};
+    gckpt_yarn y = {0, 0, 1, 1, 0, 0, 0, 0, 0, 1};
+    if (m->llama3.on) {
+        y.l3_factor = (float)m->llama3.factor;
+        y.l3_low_wl = (float)(m->llama3.original_max / m->llama3.low_freq_factor);
+        y.l3_high_wl = (float)(m->llama3.original_max / m->llama3.high_freq_factor);
+        y.l3_old = (float)m->llama3.original_max;
+        y.l3_low = (float)m->llama3.low_freq_factor;
+        y.l3_span = (float)(m->llama3.high_freq_factor - m->llama3.low_freq_factor);
+    }
     if (!m->yarn.on) return y;
     double orig_max = m->yarn.original_max, beta_fast = m->yarn.beta_fast, beta_slow = m->yarn.beta_slow;
     bool truncate = m->yarn.truncate;
@@ -127,9 +149,19 @@ static inline gckpt_yarn gckpt_yarn_of(const gckpt_model *m, uint64_t dim, doubl
 }
 
 /* the rotary angle of position pos at column k of a table for dim rotary dims: the default
- * rope's (gckpt_rope_angle) or YaRN's */
+ * rope's (gckpt_rope_angle), llama3's or YaRN's */
 GCKPT_HD float gckpt_rope_angle_yarn(uint64_t pos, uint64_t k, uint64_t dim, float theta, gckpt_yarn y)
 {
+    if (y.l3_factor != 0.0f) { /* llama3: wavelengths beyond low_wl slowed by factor, a ramp to high_wl */
+        uint64_t j = k % (dim / 2);
+        float inv = 1.0f / powf(theta, (float)(2 * j) / (float)dim);
+        float wl = (float)(2 * 3.14159265358979323846) / inv;
+        float inv_l = wl > y.l3_low_wl ? inv / y.l3_factor : inv;
+        float smooth = (y.l3_old / wl - y.l3_low) / y.l3_span;
+        float smoothed = (1.0f - smooth) * inv_l / y.l3_factor + smooth * inv_l;
+        bool medium = !(wl < y.l3_high_wl) && !(wl > y.l3_low_wl);
+        return (float)pos * (medium ? smoothed : inv_l);
+    }
     if (y.factor == 0.0f) return gckpt_rope_angle(pos, k, dim, theta);
     uint64_t j = k % (dim / 2);
     float p = powf(theta, (float)(2 * j) / (float)dim);

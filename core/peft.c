@@ -155,19 +155,23 @@ void gckpt_lora_targets_name(uint32_t targets, gckpt_family f, char *buf, size_t
     }
 }
 
-void gckpt_lora_family_names(gckpt_family f, char *buf, size_t n)
+/* the distinct names (without their parent) of the targets in mask, in table order */
+static void target_names(uint32_t fam, char *buf, size_t n)
 {
-    uint32_t fam = gckpt_lora_family_targets(f);
     if (n) buf[0] = 0;
     for (int t = 0; t < GCKPT_NLT; t++) {
+        if (!(fam & (1u << t))) continue;
         const char *bare = gckpt_lora_target_bare((gckpt_lora_target)t);
-        size_t l = strlen(bare);
-        bool listed = false; /* gpt2's c_proj twice */
-        for (const char *h = strstr(buf, bare); h && !listed; h = strstr(h + 1, bare))
-            listed = (h == buf || h[-1] == ',') && (h[l] == ',' || !h[l]);
-        if ((fam & (1u << t)) && !listed) append(buf, n, bare);
+        bool listed = false; /* gpt2's c_proj: attn.c_proj and mlp.c_proj, one name */
+        for (int u = 0; u < t && !listed; u++)
+            listed = (fam & (1u << u)) && !strcmp(gckpt_lora_target_bare((gckpt_lora_target)u), bare);
+        if (!listed) append(buf, n, bare);
     }
 }
+
+void gckpt_lora_family_names(gckpt_family f, char *buf, size_t n) { target_names(gckpt_lora_family_targets(f), buf, n); }
+
+void gckpt_lora_all_names(char *buf, size_t n) { target_names(GCKPT_LT_ALL, buf, n); }
 
 void gckpt_mts_name(uint8_t mts, gckpt_family f, char *buf, size_t n)
 {

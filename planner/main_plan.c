@@ -427,11 +427,13 @@ static int apply_peft_options(cli_args *a)
         return bad("--lora-alpha: '%s' is not a number in (0, 1e6]%s", o[2], "");
     if (o[3] && (!parse_real(o[3], &pf->dropout) || pf->dropout < 0 || pf->dropout >= 1))
         return bad("--lora-dropout: '%s' is not a probability in [0, 1)%s", o[3], "");
-    if (o[4] && !gckpt_lora_targets_parse(o[4], &pf->targets, badname, sizeof badname))
-        return bad("--lora-targets: '%s' is not all-linear or a linear's name (q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                   "up_proj, down_proj; gpt2: c_attn, c_proj, c_fc)%s", badname, "");
+    if (o[4] && !gckpt_lora_targets_parse(o[4], &pf->targets, badname, sizeof badname)) {
+        char all[256];
+        gckpt_lora_all_names(all, sizeof all);
+        return bad("--lora-targets: '%s' is not all-linear or a linear's name (%s)", badname, all);
+    }
     if (o[5] && !gckpt_mts_parse(o[5], &pf->modules_to_save, badname, sizeof badname))
-        return bad("--modules-to-save: '%s' is not lm_head, embed_tokens or wte%s", badname, "");
+        return bad("--modules-to-save: '%s' is not lm_head, embed_tokens, wte or embed_in%s", badname, "");
     if (o[6]) {
         int q = -1;
         for (int k = 1; k < GCKPT_NQUANT; k++)

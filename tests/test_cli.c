@@ -172,6 +172,11 @@ static void bad_inputs(void **state)
         {"dropout junk", A("--method", "lora", "--lora-dropout", "0.1x", "-o", "out.json"), "--lora-dropout"},
         {"unknown target", A("--method", "lora", "--lora-targets", "q_proj,qq_proj", "-o", "out.json"), "qq_proj"},
         {"empty targets", A("--method", "lora", "--lora-targets", "", "-o", "out.json"), "--lora-targets"},
+        /* the names the error lists come from the families' table (it named llama's and gpt2's only) */
+        {"unknown target lists every family's", A("--method", "lora", "--lora-targets", "qkv", "-o", "out.json"),
+         "qkv_proj,gate_up_proj,query_key_value,dense,dense_h_to_4h,dense_4h_to_h"},
+        {"unknown module to save lists embed_in", A("--method", "lora", "--modules-to-save", "embed", "-o", "out.json"),
+         "embed_in"},
         {"targets of another family", A("--model", "gpt2", "--method", "lora", "--lora-targets", "q_proj", "-o", "out.json"), "no linear of gpt2"},
         {"unknown module to save", A("--method", "lora", "--modules-to-save", "lm_head,norm", "-o", "out.json"), "norm"},
         {"lora option without method", A("--lora-rank", "8", "-o", "out.json"), "needs --method lora or qlora"},

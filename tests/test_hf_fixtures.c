@@ -35,6 +35,7 @@
 #include "gckpt/core/params.h"
 #include "gckpt/core/peft.h"
 #include "gckpt/core/recipe.h"
+#include "gckpt/util/util.h"
 #endif
 
 #ifndef GCKPT_TEST_DATA
@@ -191,13 +192,11 @@ static void offload_saving(void **state)
 static void shipped_trainable(void **state)
 {
     (void)state;
-    FILE *f = fopen(GCKPT_TEST_DATA "/peft-counts.json", "rb");
-    assert_non_null(f);
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *root = cJSON_Parse(buf);
+    gckpt_err rerr = {{0}};
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/peft-counts.json", 1u << 24, &rerr);
+    if (!text) fail_msg("%s", rerr.msg);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
     assert_non_null(root);
     const cJSON *models = cJSON_GetObjectItemCaseSensitive(root, "models"), *it;
     int checked = 0;

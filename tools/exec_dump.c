@@ -103,7 +103,7 @@ static void on_grads(gckpt_exec *x, void *user)
 static int usage(void)
 {
     fprintf(stderr, "usage: gckpt-exec-dump CONFIG.json [--precision P] [--attention A] [--seq N] [--micro-batch N] "
-                    "-o OUT.json\n");
+                    "[--every-n N] [--offload] [--seed N] [--init-std X] [--bias-std X] [--zero NAME]... -o OUT.json\n");
     return 2;
 }
 
@@ -126,8 +126,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "-o")) out = v;
         else if (!strcmp(a, "--zero") && nzero < 16) zero[nzero++] = v;
         else if (!strcmp(a, "--precision") && (k = gckpt_precision_from(v)) >= 0) s.precision = (gckpt_precision)k;
-        else if (!strcmp(a, "--attention") && !strcmp(v, "sdpa")) s.attention = GCKPT_SDPA;
-        else if (!strcmp(a, "--attention") && !strcmp(v, "eager")) s.attention = GCKPT_EAGER;
+        else if (!strcmp(a, "--attention") && (k = gckpt_attention_from(v)) >= 0) s.attention = (gckpt_attention)k;
         else if (!strcmp(a, "--every-n") && (s.every_n = (uint32_t)strtoul(v, NULL, 10)) <= 64) {}
         else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--init-std") && (o.init_std = strtod(v, NULL)) > 0 && o.init_std < 10) {}

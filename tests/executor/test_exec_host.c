@@ -10,6 +10,7 @@
 #include "exec_fixture.h"
 #include "gckpt/executor/exec_host.h"
 #include "gckpt/executor/kernel_math.h"
+#include "gckpt/util/util.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -150,13 +151,11 @@ static void matches_transformers(const char *fixture)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/hf-%s.json", GCKPT_TEST_DATA, fixture);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    static char text[1 << 16];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = 0;
+    gckpt_err rerr = {{0}};
+    char *text = gckpt_read_file(path, 1u << 24, &rerr);
+    if (!text) fail_msg("%s", rerr.msg);
     cJSON *hf = cJSON_Parse(text);
+    free(text);
     assert_non_null(hf);
     gckpt_model m = fx_model(fixture);
     gckpt_device d = fx_device();

@@ -72,6 +72,8 @@ void gckpt_mts_name(uint8_t mts, gckpt_family f, char *buf, size_t n);
 bool gckpt_peft_model_ok(const gckpt_model *m, const gckpt_peft *pf, gckpt_err *err);
 /* Every linear name of family f a user can pass ("q_proj,k_proj,...", "c_attn,c_proj,c_fc"). */
 void gckpt_lora_family_names(gckpt_family f, char *buf, size_t n);
+/* Every linear name of every family, each once. */
+void gckpt_lora_all_names(char *buf, size_t n);
 
 #ifdef __cplusplus
 }

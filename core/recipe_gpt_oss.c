@@ -106,7 +106,7 @@ int expert_bias_add(tracer *tr, int out, int bias_rows, const char *name)
     opnew(tr, nm, GCKPT_OP_ELEM, 2, (int[]){out, bias_rows}, o, -1, 0, NULL);
     setprim(tr, GCKPT_P_ADD, GCKPT_BC_NONE, 0, 0, 0);
     gckpt_op *op = last_op(tr);
-    op->view_fwd = true;
+    op->view_fwd = op->in_place = true;
     op->grad_alias[0] = op->grad_alias[1] = true;
     return o;
 }

@@ -466,8 +466,7 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
         if (!in_view(x, op, k, layer, operand_inst(x, op->in[k], layer, a->in[k]), true, &c.in[k]))
             return exec_fail(err, "%s: input %d (%s, instance %u) is not allocated", w->at, k, x->r->t[op->in[k]].name,
                              a->in[k]);
-    bool in_place = op->prim == GCKPT_P_ADD; /* gpt_oss's experts' out.add_(bias): computed where it lies */
-    if (op->nin > 0 && op->out[0] >= 0 && a->out[0] == a->in[0] && !in_place) {
+    if (op->nin > 0 && op->out[0] >= 0 && a->out[0] == a->in[0] && !op->in_place) {
         /* a view (an expand, or batch folding at micro-batch 1): the output is input 0's
          * storage; consumers read it with its own width */
         if (!exec_live(x, a->in[0])) return exec_fail(err, "%s: the viewed input is not allocated", w->at);

@@ -1,7 +1,8 @@
 /* The GPT-NeoX family (GPTNeoXForCausalLM: Pythia): LayerNorm, one packed
  * query_key_value projection with biases whose per-head chunks are q, k, v, partial
  * rotary embeddings, attention and the MLP in parallel on the same layer input
- * (use_parallel_residual) or one after the other, an exact-GELU MLP with biases, an untied lm_head. */
+ * (use_parallel_residual) or one after the other, an exact-GELU MLP with biases, an
+ * untied lm_head. */
 #include "recipe_tracer.h"
 
 /* GPTNeoXModel's embedding: input ids, embed_in, emb_dropout (hidden_dropout), and the

@@ -229,13 +229,9 @@ static bool gpt_neox(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *e
         gckpt_seterr(err, "%s: field 'hidden_act': gpt_neox is modelled with gelu or gelu_pytorch_tanh only", f);
         return false;
     }
-    if (!parallel) {
-        gckpt_seterr(err, "%s: field 'use_parallel_residual' = false is not modelled (the sequential gpt_neox block)", f);
-        return false;
-    }
     m->qkv_bias = m->o_bias = bias;
     m->mlp_bias = true;
-    m->parallel_residual = true;
+    m->parallel_residual = parallel;
     m->resid_dropout = m->embd_dropout = hidden_dropout;
     return true;
 }

@@ -1,7 +1,8 @@
 /* The GPT-NeoX family (GPTNeoXForCausalLM: Pythia): LayerNorm, one packed
  * query_key_value projection with biases whose per-head chunks are q, k, v, partial
  * rotary embeddings, attention and the MLP in parallel on the same layer input
- * (use_parallel_residual), an exact-GELU MLP with biases, an untied lm_head. */
+ * (use_parallel_residual) or one after the other, an exact-GELU MLP with biases, an
+ * untied lm_head. */
 #include "recipe_tracer.h"
 
 /* GPTNeoXModel's embedding: input ids, embed_in, emb_dropout (hidden_dropout), and the
@@ -85,8 +86,10 @@ static int neox_mlp(tracer *tr, int n2)
     return d;
 }
 
-/* GPTNeoXLayer with the parallel residual: mlp(ln2(x)) + attention(ln1(x)) + x; the
- * caller holds x until it returns. */
+/* GPTNeoXLayer: attention(ln1(x)) and its dropout, then with use_parallel_residual
+ * mlp(ln2(x)) + attn_output + x; without it attn_output = attn_output + x (rebinding the
+ * dropout's output) and mlp(ln2(attn_output)) + attn_output. x is the layer's argument,
+ * `attn_output` a local until it returns. */
 static void neox_block(tracer *tr, gckpt_attention attn, int cos, int sin)
 {
     const gckpt_model *m = tr->m;
@@ -98,13 +101,15 @@ static void neox_block(tracer *tr, gckpt_attention attn, int cos, int sin)
     int ao = neox_attention(tr, attn, n1, cos, sin);
     hold_here(tr, n1);
     ao = dropout(tr, ao, m->resid_dropout, "post_attention_dropout");
+    if (!m->parallel_residual) ao = add(tr, ao, xin, "residual_attn");
     hold(tr, ao, HOLD_END);
-    int n2 = layernorm(tr, xin, h, "post_attention_layernorm");
+    int n2 = layernorm(tr, m->parallel_residual ? xin : ao, h, "post_attention_layernorm");
     int d = neox_mlp(tr, n2);
     hold_here(tr, n2);
     d = dropout(tr, d, m->resid_dropout, "post_mlp_dropout");
-    int s1 = add(tr, d, ao, "residual_mlp_attn");
-    block_end(tr, xin, add(tr, s1, xin, "residual"));
+    int y = add(tr, d, ao, m->parallel_residual ? "residual_mlp_attn" : "residual");
+    if (m->parallel_residual) y = add(tr, y, xin, "residual");
+    block_end(tr, xin, y);
 }
 
 void trace_gpt_neox(tracer *tr, gckpt_attention attn)

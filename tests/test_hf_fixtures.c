@@ -50,7 +50,7 @@ static gckpt_device g_dev;
 
 /* per family x precision x attention: cases, max and sum of |errors| */
 typedef struct {
-    char key[64];
+    char key[96];
     int n;
     double peak_max, peak_sum, after_max, after_sum;
 } group;
@@ -65,13 +65,15 @@ static int g_within;
 
 static void note(const hf_fixture *f, const hf_cmp *c)
 {
-    char key[64];
+    char key[96], fam[24]; /* GPT-NeoX's sequential block in rows of its own */
+    snprintf(fam, sizeof fam, "%.15s%s", f->family,
+             f->m.family == GCKPT_FAMILY_GPT_NEOX && !f->m.parallel_residual ? "+seq" : "");
 #ifdef HF_PEFT
-    snprintf(key, sizeof key, "%-8s %-19s %-6s", f->family, f->precision, f->method);
+    snprintf(key, sizeof key, "%-8s %-19s %-6s", fam, f->precision, f->method);
 #else
     char attn[16]; /* the load-balancing loss's fixtures in rows of their own */
     snprintf(attn, sizeof attn, "%.11s%s", f->attention, f->m.router_aux_loss ? "+aux" : "");
-    snprintf(key, sizeof key, "%-8s %-19s %-8s", f->family, f->precision, attn);
+    snprintf(key, sizeof key, "%-8s %-19s %-8s", fam, f->precision, attn);
 #endif
     int i = 0;
     while (i < g_ngroups && strcmp(g_groups[i].key, key)) i++;
@@ -315,8 +317,8 @@ int main(void)
            "|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < g_ngroups; i++) {
         const group *g = &g_groups[i];
-        char fam[16], prec[32], attn[16];
-        if (sscanf(g->key, "%15s %31s %15s", fam, prec, attn) != 3) continue;
+        char fam[24], prec[32], attn[16];
+        if (sscanf(g->key, "%23s %31s %15s", fam, prec, attn) != 3) continue;
         printf("| %s | %s | %s | %d | %.3f %% | %.3f %% | %.3f %% | %.3f %% |\n", fam, prec, attn, g->n,
                g->peak_max * 100, g->peak_sum / g->n * 100, g->after_max * 100, g->after_sum / g->n * 100);
     }

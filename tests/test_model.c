@@ -295,6 +295,11 @@ static void issue13_configs(void **state)
     assert_true(m.rope_theta == 1e4 && !m.pad);
     assert_true(gckpt_model_parse("cfg.json", DENSE("gpt_neox", ",\"rotary_emb_base\":5000"), &m, &err));
     assert_true(m.rope_theta == 5000);
+    /* GPTNeoXConfig's use_parallel_residual defaults to True; false: the sequential block */
+    assert_true(gckpt_model_parse("cfg.json", DENSE("gpt_neox", ""), &m, &err));
+    assert_true(m.parallel_residual);
+    assert_true(gckpt_model_parse("cfg.json", DENSE("gpt_neox", ",\"use_parallel_residual\":false"), &m, &err));
+    assert_false(m.parallel_residual);
     assert_true(gckpt_model_parse("cfg.json", DENSE("gemma2", ""), &m, &err));
     assert_true(m.pad && m.pad_id == 0);
     assert_true(gckpt_model_parse("cfg.json", DENSE("phi3", ""), &m, &err));
@@ -334,7 +339,7 @@ static void issue13_configs(void **state)
     expect_error(DENSE("gemma3_text", ",\"layer_types\":[\"full_attention\"]"), "'layer_types' has 1 entries");
     expect_error(DENSE("gemma2", ",\"sliding_window\":null"), "'sliding_window' = null is not modelled");
     expect_error(DENSE("gemma3_text", ",\"use_bidirectional_attention\":true"), "'use_bidirectional_attention'");
-    expect_error(DENSE("gpt_neox", ",\"use_parallel_residual\":false"), "'use_parallel_residual' = false");
+    expect_error(DENSE("gpt_neox", ",\"use_parallel_residual\":\"no\""), "'use_parallel_residual'");
     expect_error(DENSE("phi3", ",\"hidden_act\":\"gelu\""), "'hidden_act'");
     expect_error(DENSE("gemma2", ",\"hidden_activation\":\"silu\""), "'hidden_activation'");
     expect_error(DENSE("phi3", ",\"partial_rotary_factor\":0.1"), "rotary dims");

@@ -199,15 +199,15 @@ static void matches_transformers(const char *fixture)
  * of its three wavelength bands), mistral and qwen2 with windows of 8 < seq 16, qwen3,
  * gpt2 (Conv1D weights, dropout off), gemma, gemma2 (window 8 and the padding row of
  * token 0 in the batch; window 16 with both soft-caps), gemma3 (two rotary tables),
- * phi3 (partial rotary; multi-head), gpt_neox (parallel residual, interleaved qkv),
- * olmo2, granite (its four multipliers) */
+ * phi3 (partial rotary; multi-head), gpt_neox (parallel residual, interleaved qkv; the
+ * sequential block, use_parallel_residual false), olmo2, granite (its four multipliers) */
 static void test_dense_matches_transformers(void **st)
 {
     (void)st;
     const char *fx[] = {"tiny-llama",   "tiny-llama-mha",  "tiny-llama-tied",   "tiny-llama3-rope", "tiny-mistral-sw8",
                         "tiny-qwen2-sw", "tiny-qwen3",      "tiny-gpt2",         "tiny-gemma",       "tiny-gemma2",
                         "tiny-gemma2-w16", "tiny-gemma3",   "tiny-phi3-partial", "tiny-phi3-mha",    "tiny-gpt-neox",
-                        "tiny-olmo2",   "tiny-granite"};
+                        "tiny-gpt-neox-seq", "tiny-olmo2", "tiny-granite"};
     for (size_t i = 0; i < sizeof fx / sizeof *fx; i++) matches_transformers(fx[i]);
 }
 
@@ -518,12 +518,16 @@ static void test_two_block_sections_sdpa(void **st)
 }
 
 /* GPT-NeoX (query_key_value's per-head interleaved q, k, v read in place, partial rotary
- * 0.25, LayerNorm, the parallel residual, untied embed_out) */
+ * 0.25, LayerNorm, the parallel residual, untied embed_out); the sequential block
+ * (use_parallel_residual false: the MLP's norm reads attention's residual sum) */
 static void test_gpt_neox(void **st)
 {
     (void)st;
-    family_ga2("tiny-gpt-neox");
-    for (int a = 0; a < GCKPT_NATTN; a++) sweep_mb("tiny-gpt-neox", GCKPT_AMP_BF16, (gckpt_attention)a, 1, 2, GCKPT_ADAMW);
+    const char *fx[] = {"tiny-gpt-neox", "tiny-gpt-neox-seq"};
+    for (int f = 0; f < 2; f++) {
+        family_ga2(fx[f]);
+        for (int a = 0; a < GCKPT_NATTN; a++) sweep_mb(fx[f], GCKPT_AMP_BF16, (gckpt_attention)a, 1, 2, GCKPT_ADAMW);
+    }
 }
 
 /* GPT-NeoX's eager path (v's block through matmul's batch folding: a copy at micro-batch

@@ -128,12 +128,13 @@ static void test_qlora_gpt2(void **st) { (void)st; qlora_family("tiny-gpt2"); }
  * nf4 double-quant under autocast, accumulation 2: Gemma's scaled embedding leaf, Gemma
  * 2's soft-capping (eager), Gemma 3's two layer types, OLMo 2's frozen post-norms ending
  * the recompute, Granite's multipliers, Phi-3's and GPT-NeoX's adapters over a fused
- * output read through strided slices, GPT-NeoX's biased 4-bit linears */
+ * output read through strided slices, GPT-NeoX's biased 4-bit linears (parallel and
+ * sequential blocks) */
 static void test_issue13_families(void **st)
 {
     (void)st;
     const char *fams[] = {"tiny-gemma", "tiny-gemma2", "tiny-gemma3", "tiny-olmo2", "tiny-granite", "tiny-phi3",
-                          "tiny-gpt-neox"};
+                          "tiny-gpt-neox", "tiny-gpt-neox-seq"};
     for (size_t i = 0; i < sizeof fams / sizeof *fams; i++) {
         gckpt_peft lora = method(GCKPT_METHOD_LORA, 0.05, 0), qlora = method(GCKPT_METHOD_QLORA, 0.05, 0);
         sweep(fams[i], GCKPT_FP32, &lora, 2);

@@ -197,6 +197,9 @@ static void test_sliding_plans(void **st)
     plan_runs_exactly("tiny-phi3", GCKPT_AMP_BF16, GCKPT_SDPA);
     plan_runs_exactly("tiny-phi3-partial", GCKPT_BF16, GCKPT_EAGER);
     plan_runs_exactly("tiny-gpt-neox", GCKPT_AMP_BF16, GCKPT_SDPA);
+    /* the sequential GPT-NeoX block: use_parallel_residual reaches gckpt-run through the
+     * plan's config_text */
+    plan_runs_exactly("tiny-gpt-neox-seq", GCKPT_AMP_BF16, GCKPT_EAGER);
 }
 
 /* LoRA and QLoRA plans run end to end on the host backend: every entry ok, the measured

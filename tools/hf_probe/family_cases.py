@@ -5,9 +5,10 @@ norms, attention and final logit soft-capping and alternating sliding / full lay
 Gemma 3's layer_types, local / global rope and q/k norms; Phi-3's fused qkv_proj /
 gate_up_proj and a sliding window shorter than the sequence; Phi-4-mini's partial
 rotary (0.75) with a tied head; GPT-NeoX's parallel residual, partial rotary (0.25)
-and packed qkv with biases; OLMo 2's post-norms and full-width q/k norms; Granite's
-multipliers; Mistral v0.1's sliding window (every layer); Gemma 3 with a window longer
-than the sequences (gemma3w: SDPA needs no mask there).
+and packed qkv with biases, and its sequential block (gpt_neoxseq: use_parallel_residual
+False); OLMo 2's post-norms and full-width q/k norms; Granite's multipliers; Mistral
+v0.1's sliding window (every layer); Gemma 3 with a window longer than the sequences
+(gemma3w: SDPA needs no mask there).
 
 Qwen2 / Qwen3 with use_sliding_window and max_window_layers 2 / 1 (their upper layers
 slide: two layer types).
@@ -42,6 +43,9 @@ VARIANTS: dict[str, dict] = {
                   sliding_window=4096, **NO_HD),
     "gpt_neox": dict(model_type="gpt_neox", intermediate_size=256, rotary_pct=0.25, use_parallel_residual=True,
                      hidden_act="gelu", **{k: v for k, v in NO_HD.items() if k != "num_key_value_heads"}),
+    # the sequential block (use_parallel_residual False): attention's residual sum feeds the MLP's norm
+    "gpt_neoxseq": dict(model_type="gpt_neox", intermediate_size=256, rotary_pct=0.25, use_parallel_residual=False,
+                        hidden_act="gelu", **{k: v for k, v in NO_HD.items() if k != "num_key_value_heads"}),
     "olmo2": dict(model_type="olmo2", intermediate_size=96, **COMMON),
     "granite": dict(model_type="granite", intermediate_size=96, embedding_multiplier=12.0, residual_multiplier=0.28,
                     attention_multiplier=0.0078125, logits_scaling=10.0, **COMMON),

@@ -98,7 +98,7 @@ _INFO: list[dict] = []
 # --------------------------------------------------------------------------
 def spec(family, method, precision, targets="all-linear", dropout=0.05, quant=None, double_quant=True,
          storage="uint8", every_n=0, offload=False, b=2, s=32, ckpt_api="hf", optimizer="adamw_torch_fused",
-         modules_to_save=(), aux=False):
+         modules_to_save=(), aux=False, seq=False):
     fam_cfg = family_cases.VARIANTS.get(family) if family in FAM_VARIANTS else moe_cases.VARIANTS.get(family)
     attention = "eager" if family in family_cases.REFUSES_SDPA else "sdpa"
     sp = dict(family=family, attention=attention, method=method, precision=precision, targets=targets,
@@ -111,8 +111,18 @@ def spec(family, method, precision, targets="all-linear", dropout=0.05, quant=No
         sp["config"] = dict(fam_cfg)
     if aux:  # the load-balancing loss added to the loss (moe_cases.py's +aux)
         sp["config"]["output_router_logits"] = True
+    if seq:  # GPT-NeoX's sequential block (family_cases.py's gpt_neoxseq)
+        sp["config"] = dict(family_cases.VARIANTS["gpt_neoxseq"])
     sp["name"] = case_name(sp)
     return sp
+
+
+def variant(sp):
+    """the family and what its config switches on: +aux (the load-balancing loss), +seq
+    (use_parallel_residual False)"""
+    cfg = sp.get("config", {})
+    return (sp["family"] + ("+aux" if cfg.get("output_router_logits") else "")
+            + ("+seq" if cfg.get("use_parallel_residual") is False else ""))
 
 
 def case_name(sp):
@@ -130,7 +140,7 @@ def case_name(sp):
         extra += "-mts_" + "+".join(sp["modules_to_save"])
     if sp["optimizer"] != "adamw_torch_fused":
         extra += "-" + sp["optimizer"]
-    fam = sp["family"] + ("+aux" if sp.get("config", {}).get("output_router_logits") else "")
+    fam = variant(sp)
     return (f"{fam}-{m}-{sp['precision']}-{'all' if sp['targets'] == 'all-linear' else 'attn'}"
             f"-d{sp['dropout']:g}-{sp['attention']}-{ck}-b{sp['b']}s{sp['s']}{extra}")
 
@@ -208,6 +218,12 @@ def all_cases():
         out += [spec(fam, precision="fp32", every_n=1, **q),
                 spec(fam, precision="amp-bf16", dropout=0.0, every_n=3, **q)]
     out += [spec("mixtral", "lora", "fp32", targets="attn", every_n=n, aux=True) for n in (0, 1)]
+    # GPT-NeoX's sequential block: LoRA fp32 over off / 1 / 1+offload / 2+offload, autocast,
+    # QLoRA with and without offload
+    out += [spec("gpt_neox", "lora", "fp32", every_n=n, offload=off, seq=True)
+            for n, off in ((0, False), (1, False), (1, True), (2, True))]
+    out += [spec("gpt_neox", "lora", "amp-bf16", every_n=1, seq=True)]
+    out += [spec("gpt_neox", "qlora", "amp-bf16", quant="nf4", every_n=1, offload=off, seq=True) for off in (False, True)]
     out += [spec("mixtral", "lora", "amp-bf16-cudalists", targets="attn", every_n=1, aux=True)]
     return out
 
@@ -220,7 +236,7 @@ def saved_tiny_model(sp):
     global _CKPT_ROOT
     if _CKPT_ROOT is None:
         _CKPT_ROOT = tempfile.mkdtemp(prefix="gckpt-peft-")
-    d = os.path.join(_CKPT_ROOT, f"{sp['family']}-{sp['attention']}")
+    d = os.path.join(_CKPT_ROOT, f"{variant(sp)}-{sp['attention']}")
     if not os.path.exists(os.path.join(d, "config.json")):
         tmp = tempfile.mkdtemp(dir=_CKPT_ROOT)
         probe.make_model({k: sp[k] for k in ("family", "attention", "config") if k in sp}).save_pretrained(tmp)
@@ -582,7 +598,7 @@ def main(argv=None):
         return 0
     _CKPT_ROOT = tempfile.mkdtemp(prefix="gckpt-peft-")
     try:
-        for c in {c["family"]: c for c in sel if c["method"] == "qlora"}.values():
+        for c in {variant(c): c for c in sel if c["method"] == "qlora"}.values():
             saved_tiny_model(c)
         if a.stdout:
             torch.set_num_threads(1)

@@ -62,7 +62,8 @@ typedef struct {
     bool post_norms_only;    /* olmo2: no input norm; norms after attention and MLP */
     bool qk_norm_full;       /* olmo2: q_norm over heads*head_dim, k_norm over kv*head_dim */
     bool fused_qkv, fused_gate_up; /* phi3 */
-    bool parallel_residual;  /* gpt_neox: x + attn(ln1(x)) + mlp(ln2(x)) */
+    bool parallel_residual;  /* gpt_neox: x + attn(ln1(x)) + mlp(ln2(x)); false: y = x + attn(ln1(x)),
+                              * y + mlp(ln2(y)) (use_parallel_residual: false) */
     uint64_t rotary_dim;     /* rotated dims per head: int(head_dim * partial factor) */
     bool embed_scale;        /* gemma: embeddings times sqrt(hidden) */
     double attn_softcap, final_softcap; /* gemma2 logit soft-capping; 0: none */

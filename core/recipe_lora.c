@@ -47,7 +47,8 @@ static int quant_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint6
     if (int8) {
         /* MatMul8bitFp (CPU): the int8 weight dequantized to the input's dtype, F.linear
          * (under autocast on its bf16 casts of input and weight: output bf16); ctx.A keeps
-         * the input until the backward, also in a checkpointed layer (FINDINGS 12.6, 12.7) */
+         * the input until the graph is freed, also in a checkpointed layer (FINDINGS 12.6,
+         * 12.7) */
         uint8_t xdt = dt(tr, x);
         xc = autocast_to(tr, x, tr->compute_dt, nm);
         o = linear_node(tr, xc, w, bias, in_f, out_f, name, dt(tr, xc), (int[]){x, -1});

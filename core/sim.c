@@ -10,7 +10,9 @@
  *    gradients and the op's saved tensors are released. A gradient that flows through an
  *    add unchanged is the same tensor. A second contribution to an existing gradient is
  *    a temporary that is added and released. Parameter gradients become .grad on the
- *    first micro-step; later micro-steps accumulate through a temporary. */
+ *    first micro-step; later micro-steps accumulate through a temporary;
+ *  - what a node keeps as ctx attributes instead of saved tensors (gckpt_op.ctx_keep) lives
+ *    as long as the node: until the micro-step's graph is freed with its loss. */
 #include "sim.h"
 #include "sim_parallel.h"
 
@@ -441,7 +443,8 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
         }
         if (fws >= 0) release(s, o, fws, -1);
         /* ctx attributes (ctx_keep) are kept by the first forward's node, checkpointed or
-         * not; a recompute's node keeps its own only until the recompute ends (below) */
+         * not, until the micro-step's graph is freed (free_graph_kept); a non-reentrant
+         * recompute's node keeps its own only until the recompute ends (below) */
         bool keep = op->ctx_keep && mode == MODE_NOSAVE && !c->set.reentrant; /* reentrant: no graph */
         int nsaved;
         const int16_t *saved = op_saved(st, op, &nsaved);
@@ -578,11 +581,9 @@ static void accumulate(gckpt_sim *s, sec_t *st, int t, int tmp, gckpt_schedule *
     ow->grad[t] = sum_into(s, (int16_t)t, g, tmp, (uint8_t)grad_comp(r, t), o);
 }
 
-/* The tensors op i saved are released (once). */
-static void release_saved(gckpt_sim *s, sec_t *st, int i, gckpt_schedule *o)
+static void drop_saved(gckpt_sim *s, sec_t *st, int i, gckpt_schedule *o)
 {
     const gckpt_op *op = &s->c->recipe->op[i];
-    if (!st->saved_reg[i]) return;
     int nsaved;
     const int16_t *saved = op_saved(st, op, &nsaved);
     for (int k = 0; k < nsaved; k++) {
@@ -592,6 +593,27 @@ static void release_saved(gckpt_sim *s, sec_t *st, int i, gckpt_schedule *o)
         try_free(s, o, id, (int16_t)t);
     }
     st->saved_reg[i] = false;
+}
+
+/* The tensors op i saved are released (once), after its backward (the engine's
+ * release_variables). Not a ctx_keep op's: release_variables clears a Python node's saved
+ * tensors only, its ctx attributes live as long as the node, i.e. its graph
+ * (free_graph_kept). */
+static void release_saved(gckpt_sim *s, sec_t *st, int i, gckpt_schedule *o)
+{
+    if (!st->saved_reg[i] || s->c->recipe->op[i].ctx_keep) return;
+    drop_saved(s, st, i, o);
+}
+
+/* The graph that holds section st's nodes is freed: the ctx attributes of its ctx_keep ops
+ * go (bitsandbytes' int8 ctx.A, FINDINGS 12.6). The forward's graph goes with the loss when
+ * the micro-step's backward is over (every layer's, checkpointed or not: the GRAPH_FREED
+ * rows); a reentrant recompute's when CheckpointFunction.backward returns (its `outputs`). */
+static void free_graph_kept(gckpt_sim *s, sec_t *st, int sec, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++)
+        if (r->op[i].ctx_keep && st->saved_reg[i]) drop_saved(s, st, i, o);
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */
@@ -1018,10 +1040,11 @@ static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
         recompute(s, st, stop, o);
     }
     sim_bwd(s, st, st->sec, -1, ckpt ? stop : -1, o);
-    if (ckpt && reentrant) { /* the recomputed output goes with CheckpointFunction.backward */
+    if (ckpt && reentrant) { /* the recomputed output and graph go with CheckpointFunction.backward */
         int out = st->inst[st->out];
         s->pool[out].external = false;
         try_free(s, o, out, (int16_t)st->out);
+        free_graph_kept(s, st, st->sec, o);
     }
     if (ckpt) drop_checkpoint(s, st, o);
     if (s->wrap) gckpt_wrap_post_backward(s->wrap, s, o, (uint64_t)layer + 1);
@@ -1113,6 +1136,7 @@ void gckpt_sim_segment(gckpt_sim *s, const gckpt_seg *g, gckpt_schedule *o)
     case GCKPT_PART_LAYER:
         if (fwd) layer_fwd(s, g->layer, (gckpt_layer_mode)g->mode, g->block, o);
         else if (bwd) layer_bwd(s, g->layer, o);
+        else if (g->stage == GCKPT_STAGE_GRAPH_FREED) free_graph_kept(s, &s->layer[g->layer], s->layer[g->layer].sec, o);
         else fwd_end(s, &s->layer[g->layer], o);
         break;
     case GCKPT_PART_HEAD:

@@ -104,10 +104,11 @@ static const struct {
      "at training shapes but may use a fused kernel without that copy for few tokens per micro-batch "
      "(read in its source): unverified on a GPU"},
     {"qlora_int8_cuda_unverified", qlora_int8_applies,
-     "8-bit layers are planned with the input kept for the backward and the weight dequantized for each "
-     "use, as bitsandbytes runs them on the CPU; on CUDA MatMul8bitLt also makes fp16 and int8 copies of "
-     "the input and keeps outlier columns whose size depends on the data (threshold 6.0): unverified, "
-     "expect a higher peak"},
+     "8-bit layers are planned as bitsandbytes runs them on the CPU: each one's input kept by its "
+     "autograd node to the end of the micro-step's backward (when checkpointed too, not offloaded), the "
+     "weight dequantized for each use; CUDA's MatMul8bitLt keeps the input as long plus its outlier "
+     "columns (|x| >= 6.0: data-dependent, not planned), quantizes an fp16 copy of the input, not the "
+     "weight, returns the input's dtype (CPU autocast: bf16): unverified, expect a higher peak"},
     {"parallel_peak_approximate", parallel_peak_applies,
      "the per-rank working set of fsdp, zero2 and zero3 (gathered parameters, reduce-scatter and bucket "
      "buffers) is scheduled unit by unit as read in torch's fully_shard and DeepSpeed's source, within "

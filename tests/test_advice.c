@@ -275,6 +275,14 @@ static void warnings(void **state)
     plan_warns(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "qlora", "--quant", "int8", "--every-n", "1",
                  "-q", "-o", "w.json"),
                "qlora_int8_cuda_unverified", "qlora_4bit_cuda_unverified");
+    /* the input an 8-bit linear keeps, and how long; the whole sentence (the message's
+     * buffer is bounded) */
+    j = read_plan("w.json");
+    m = warning_of(j, "qlora_int8_cuda_unverified");
+    assert_non_null(strstr(m, "kept by its autograd node to the end of the micro-step's backward"));
+    assert_non_null(strstr(m, "outlier columns"));
+    assert_non_null(strstr(m, "unverified, expect a higher peak"));
+    cJSON_Delete(j);
     plan_warns(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "lora", "--every-n", "1", "-q", "-o", "w.json"),
                NULL, "qlora_4bit_cuda_unverified");
     /* a list of modes: a later mode's warnings under the table, once */

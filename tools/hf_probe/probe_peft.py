@@ -87,6 +87,19 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, 
 R, ALPHA = 8, 16
 WARMUP_TOKENS = (1, 8)
 
+# models of their own shape (spec's shape=): issue 21's int8 QLoRA cases, in the shape of the
+# held-out check's (a qwen2 with tied embeddings and one kv head, a llama) but not its sizes
+SHAPED = {
+    "h80kv1tied": dict(model_type="qwen2", vocab_size=probe.VOCAB, hidden_size=80, intermediate_size=208,
+                       num_hidden_layers=5, num_attention_heads=5, num_key_value_heads=1,
+                       max_position_embeddings=128, rms_norm_eps=1e-6, attention_dropout=0.0,
+                       tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+    "h96kv2": dict(model_type="llama", vocab_size=probe.VOCAB, hidden_size=96, intermediate_size=256,
+                   num_hidden_layers=5, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+                   max_position_embeddings=128, rms_norm_eps=1e-6, attention_dropout=0.0,
+                   bos_token_id=1, eos_token_id=2, pad_token_id=0),
+}
+
 # the tiny models saved once per run, for from_pretrained(quantization_config=...)
 _CKPT_ROOT = None
 # what setup_peft learnt about the model of the case being measured (one per pass)
@@ -98,15 +111,20 @@ _INFO: list[dict] = []
 # --------------------------------------------------------------------------
 def spec(family, method, precision, targets="all-linear", dropout=0.05, quant=None, double_quant=True,
          storage="uint8", every_n=0, offload=False, b=2, s=32, ckpt_api="hf", optimizer="adamw_torch_fused",
-         modules_to_save=(), aux=False, seq=False):
+         modules_to_save=(), aux=False, seq=False, grad_accum=probe.GRAD_ACCUM, r=R, shape=None):
+    """shape: a name of SHAPED (a model of its own instead of the family's tiny one)."""
     fam_cfg = family_cases.VARIANTS.get(family) if family in FAM_VARIANTS else moe_cases.VARIANTS.get(family)
+    if shape:
+        fam_cfg = SHAPED[shape]
     attention = "eager" if family in family_cases.REFUSES_SDPA else "sdpa"
     sp = dict(family=family, attention=attention, method=method, precision=precision, targets=targets,
-              dropout=dropout, r=R, alpha=ALPHA, quant=quant, double_quant=double_quant if quant != "int8" else None,
+              dropout=dropout, r=r, alpha=ALPHA, quant=quant, double_quant=double_quant if quant != "int8" else None,
               compute_dtype="bf16" if quant in ("nf4", "fp4") else None, storage=storage, load_dtype="bf16",
               every_n=every_n, offload=offload, b=b, s=s, ckpt_api=ckpt_api, optimizer=optimizer,
-              modules_to_save=list(modules_to_save), grad_accum=probe.GRAD_ACCUM, warmup="step",
+              modules_to_save=list(modules_to_save), grad_accum=grad_accum, warmup="step",
               foreach=optimizer == "adamw_torch_fused")
+    if shape:
+        sp["shape"] = shape
     if fam_cfg:
         sp["config"] = dict(fam_cfg)
     if aux:  # the load-balancing loss added to the loss (moe_cases.py's +aux)
@@ -136,6 +154,10 @@ def case_name(sp):
     if sp["ckpt_api"] != "hf":
         ck += "-" + sp["ckpt_api"]
     extra = ""
+    if sp["grad_accum"] != probe.GRAD_ACCUM:
+        extra += f"-ga{sp['grad_accum']}"
+    if sp.get("shape"):
+        extra += f"-{sp['shape']}-r{sp['r']}"
     if sp["modules_to_save"]:
         extra += "-mts_" + "+".join(sp["modules_to_save"])
     if sp["optimizer"] != "adamw_torch_fused":
@@ -225,18 +247,32 @@ def all_cases():
     out += [spec("gpt_neox", "lora", "amp-bf16", every_n=1, seq=True)]
     out += [spec("gpt_neox", "qlora", "amp-bf16", quant="nf4", every_n=1, offload=off, seq=True) for off in (False, True)]
     out += [spec("mixtral", "lora", "amp-bf16-cudalists", targets="attn", every_n=1, aux=True)]
+    # issue 21: int8 QLoRA without accumulation, where the backward makes the gradients as it
+    # goes and every layer's ctx.A is still alive at the end (FINDINGS 12.6), on SHAPED models
+    # (every_n off / 1 / 2 x offload; the accumulation-2 row and prepare's reentrant call once)
+    ckpt21 = [(0, False), (1, False), (1, True), (2, False), (2, True)]
+    for fam, shape, precision, r in (("qwen2", "h80kv1tied", "fp32", 32), ("llama", "h96kv2", "amp-bf16", 16)):
+        q = dict(method="qlora", quant="int8", precision=precision, shape=shape, r=r)
+        out += [spec(fam, every_n=n, offload=off, grad_accum=1, **q) for n, off in ckpt21]
+    q = dict(method="qlora", quant="int8", precision="amp-bf16", shape="h96kv2", r=16)
+    out += [spec("llama", every_n=2, offload=True, **q), spec("llama", every_n=1, ckpt_api="prepare", grad_accum=1, **q)]
     return out
 
 
 # --------------------------------------------------------------------------
 # the model, as a user builds it
 # --------------------------------------------------------------------------
+def model_key(sp):
+    """The saved model a case loads: its family's tiny one (per variant), or a SHAPED one."""
+    return f"{variant(sp)}-{sp['attention']}" + (f"-{sp['shape']}" if sp.get("shape") else "")
+
+
 def saved_tiny_model(sp):
     """The tiny model of probe.py / family_cases.py (seed 0) saved once, for from_pretrained."""
     global _CKPT_ROOT
     if _CKPT_ROOT is None:
         _CKPT_ROOT = tempfile.mkdtemp(prefix="gckpt-peft-")
-    d = os.path.join(_CKPT_ROOT, f"{variant(sp)}-{sp['attention']}")
+    d = os.path.join(_CKPT_ROOT, model_key(sp))
     if not os.path.exists(os.path.join(d, "config.json")):
         tmp = tempfile.mkdtemp(dir=_CKPT_ROOT)
         probe.make_model({k: sp[k] for k in ("family", "attention", "config") if k in sp}).save_pretrained(tmp)
@@ -598,7 +634,7 @@ def main(argv=None):
         return 0
     _CKPT_ROOT = tempfile.mkdtemp(prefix="gckpt-peft-")
     try:
-        for c in {variant(c): c for c in sel if c["method"] == "qlora"}.values():
+        for c in {model_key(c): c for c in sel if c["method"] == "qlora"}.values():
             saved_tiny_model(c)
         if a.stdout:
             torch.set_num_threads(1)

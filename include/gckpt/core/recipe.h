@@ -258,8 +258,9 @@ typedef struct {
     uint64_t fws_fixed, bws_fixed;
     uint8_t dequant;     /* gckpt_quant_scheme of the weight it dequantizes (0: none) */
     bool ctx_keep;       /* its saved tensors are kept as ctx attributes, which saved-tensor
-                          * hooks do not see: also in a checkpointed layer's forward, and not
-                          * offloaded (bitsandbytes' int8 ctx.A on the CPU, FINDINGS 12.6) */
+                          * hooks do not see: also in a checkpointed layer's forward, not
+                          * offloaded, and not released after its backward but with its graph
+                          * (core/sim.c free_graph_kept; bitsandbytes' int8 ctx.A, FINDINGS 12.6) */
 } gckpt_op;
 
 typedef struct {

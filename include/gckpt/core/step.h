@@ -5,7 +5,8 @@
  * A micro-step is the rows of gckpt_micro_order in turn: the embedding's forward, each
  * layer's forward (0 .. L-1), the head's (final norm, lm_head, loss), what each layer and
  * the head held until the forward returned, the head's backward, each layer's backward
- * (L-1 .. 0), the embedding's, and the micro-step's end (the batch, masks and loss go).
+ * (L-1 .. 0), the embedding's, what each layer's graph kept until the micro-step's graph
+ * is freed (L-1 .. 0), and the micro-step's end (the batch, masks and loss go).
  * A step is the first micro-step (no gradients yet), one later micro-step when gradients
  * accumulate (it runs grad_accum - 1 times), and the optimizer. */
 #ifndef GCKPT_STEP_H
@@ -102,6 +103,8 @@ typedef enum {
     GCKPT_STAGE_FORWARD_END, /* the forward has returned: what was held until then goes */
     GCKPT_STAGE_BACKWARD,
     GCKPT_STAGE_ONCE,        /* the micro-step's end; the optimizer */
+    GCKPT_STAGE_GRAPH_FREED, /* the backward is over and the loss goes with its graph: what
+                              * the graph's nodes kept outside their saved tensors goes */
 } gckpt_stage;
 
 typedef enum {
@@ -118,7 +121,7 @@ typedef struct {
     uint8_t part, stage, order;
 } gckpt_micro_row;
 
-#define GCKPT_MICRO_ROWS 9
+#define GCKPT_MICRO_ROWS 10
 /* The order of a micro-step. */
 extern const gckpt_micro_row gckpt_micro_order[GCKPT_MICRO_ROWS];
 
@@ -141,7 +144,8 @@ static inline bool gckpt_seg_starts_backward(const gckpt_seg *s)
 static inline gckpt_phase gckpt_seg_phase(const gckpt_seg *s)
 {
     if (s->part == GCKPT_PART_OPTIMIZER) return GCKPT_PH_OPTIMIZER;
-    if (s->part == GCKPT_PART_MICRO_END || s->stage == GCKPT_STAGE_BACKWARD) return GCKPT_PH_BACKWARD;
+    if (s->part == GCKPT_PART_MICRO_END || s->stage == GCKPT_STAGE_BACKWARD || s->stage == GCKPT_STAGE_GRAPH_FREED)
+        return GCKPT_PH_BACKWARD;
     if (s->stage == GCKPT_STAGE_FORWARD_END || s->part == GCKPT_PART_HEAD) return GCKPT_PH_LOSS;
     return GCKPT_PH_FORWARD;
 }

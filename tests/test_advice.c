@@ -256,6 +256,9 @@ static void warnings(void **state)
     j = read_plan("w.json");
     assert_null(warning_of(j, "sdpa_fp32_gqa_math_fallback"));
     cJSON_Delete(j);
+    /* nor where eager attention runs although sdpa is asked for (Gemma 2: GQA, soft-capping) */
+    plan_warns(A("--model", "gemma-2-2b", "--seq", "512", "--precision", "fp32", "--every-n", "1", "-q", "-o", "w.json"),
+               "sdpa_unsupported_eager_planned", "sdpa_fp32_gqa_math_fallback");
 
     /* several GPUs: collective times always unverified; the scheduled working set of
      * fsdp / zero2 / zero3 said with its measured error and what is not measured, not for ddp */

@@ -15,6 +15,7 @@
 
 #include "cli_harness.h"
 #include "gckpt/core/parallel.h"
+#include "gckpt/planner/cli_names.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/planner/plan_read.h"
@@ -393,6 +394,42 @@ static void warnings(void **state)
 }
 
 /* TrainingArguments / attn_implementation spellings, any-case precisions, Hub ids. */
+/* An option's or a value's name in --help as a word (not inside a longer name). */
+static void in_help(const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = cli_out; (p = strstr(p, name)); p += n) {
+        bool left = p == cli_out || strchr(" \n(|,", p[-1]), right = !p[n] || strchr(" \n),;:|=", p[n]);
+        if (left && right) return;
+    }
+    fail_msg("--help does not list '%s':\n%s", name, cli_out);
+}
+
+/* --help lists every option gckpt-plan parses and every optimizer with its
+ * TrainingArguments names (the paged ones were missing: issue 28) */
+static void help_lists_everything(void **state)
+{
+    (void)state;
+    static const char *const opts[] = {
+        "--model", "--gpu", "--seq", "--allow-long-seq", "--micro-batch", "--grad-accum", "--global-batch",
+        "--precision", "--optimizer", "--attention", "--method", "--lora-rank", "--lora-alpha", "--lora-dropout",
+        "--lora-targets", "--modules-to-save", "--quant", "--double-quant", "--compute-dtype", "--gpus", "--nodes",
+        "--parallel", "--moe-imbalance", "--deepspeed", "--fsdp-offload", "--every-n", "--offload", "--budget",
+        "--margin", "-o", "--output", "--plot", "--table", "-q", "--quiet", "--list", "-h", "--help", "-V",
+        "--version"};
+    assert_int_equal(run(A("--help")), 0);
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) in_help(opts[i]);
+    for (int i = 0; i < GCKPT_NOPT; i++) in_help(gckpt_optimizer_names[i]);
+    /* and each TrainingArguments name the error message lists, which parses back */
+    char list[512];
+    gckpt_optimizer_spellings(list, sizeof list, false);
+    for (char *tok = strtok(list, ", "); tok; tok = strtok(NULL, ", "))
+        if (strcmp(tok, "or")) {
+            in_help(tok);
+            assert_true(gckpt_optimizer_from_user(tok) >= 0);
+        }
+}
+
 static void aliases(void **state)
 {
     (void)state;
@@ -511,7 +548,7 @@ int main(void)
     free(text);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(snippets), cmocka_unit_test(positions), cmocka_unit_test(slow_profile),
-        cmocka_unit_test(shipped_plans_read_back), cmocka_unit_test(warnings), cmocka_unit_test(aliases),
+        cmocka_unit_test(shipped_plans_read_back), cmocka_unit_test(warnings), cmocka_unit_test(aliases), cmocka_unit_test(help_lists_everything),
         cmocka_unit_test(what_users_read), cmocka_unit_test(plot_script),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);

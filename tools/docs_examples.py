@@ -13,8 +13,11 @@ THE CONVENTION (what makes a block an example, and how it is compared)
             with "$ " is not an example (a file, a snippet, output without its command).
   Where     Each page's examples run in order, like a reader following the page, in one
             scratch folder that is a fresh copy of the repository (the files `git
-            ls-files` lists in --source, else every file but build*/, .git and .venv):
-            files one example writes are there for the next example of the same page.
+            ls-files` lists in --source, else every file but build*/, .git and .venv;
+            hard links where the file system allows, so an example must not rewrite a
+            repository file in place: replacing it is fine, rewriting it fails the
+            example): files one example writes are there for the next example of the
+            same page.
             `build` in that copy is a link to --build, so ./build/gckpt-plan is the
             binary under test, and --build is first on PATH (plain `gckpt-run` works);
             GCKPT_DATA_DIR is the copy (models/, devices/ are the copy's). Commands run
@@ -132,13 +135,33 @@ def copy_repo(source, dest):
             rel = os.path.relpath(top, source)
             dirs[:] = [d for d in dirs if not (rel == "." and d.startswith("build")) and d not in (".git", ".venv")]
             names += [os.path.normpath(os.path.join(rel, f)) for f in fs]
+    linked = {}
     for n in names:
         src = os.path.join(source, n)
         if not os.path.isfile(src) or os.path.islink(src):
             continue
         d = os.path.join(dest, n)
         os.makedirs(os.path.dirname(d), exist_ok=True)
-        shutil.copy2(src, d)
+        try:
+            os.link(src, d)
+            st = os.stat(d)
+            linked[n] = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            shutil.copy2(src, d)
+    return linked
+
+
+def changed_in_place(dest, linked):
+    """The hard-linked files an example rewrote in place (their source changed too)."""
+    bad = []
+    for n, was in linked.items():
+        try:
+            st = os.stat(os.path.join(dest, n))
+        except OSError:
+            continue  # removed or replaced: the source is intact
+        if st.st_nlink > 1 and (st.st_size, st.st_mtime_ns) != was:
+            bad.append(n)
+    return bad
 
 
 def mask_lines(lines, masks):
@@ -205,9 +228,10 @@ def norm(lines):
 
 
 def run_page(page, examples, files, args, report):
-    scratch = tempfile.mkdtemp(prefix="gckpt-docs-")
+    # in the build folder: on the source's file system as a rule, so hard links work
+    scratch = tempfile.mkdtemp(prefix="docs-examples-", dir=os.path.abspath(args.build))
     try:
-        copy_repo(args.source, scratch)
+        linked = copy_repo(args.source, scratch)
         os.symlink(os.path.abspath(args.build), os.path.join(scratch, "build"))
         env = dict(os.environ, LC_ALL="C", TZ="UTC", GCKPT_DATA_DIR=scratch,
                    PATH=os.path.abspath(args.build) + os.pathsep + os.environ.get("PATH", ""))
@@ -252,6 +276,12 @@ def run_page(page, examples, files, args, report):
                     diff = "\n".join(list(difflib.unified_diff(exp, act, "shown", "real", lineterm="", n=1))[:40])
                     failure = "$ %s\n%s%s" % (cmd, diff, ("\n  stderr: " + err.strip()[:600]) if err.strip() else "")
                     break
+            touched = changed_in_place(scratch, linked)
+            if touched and not failure:
+                failure = "rewrote %s in place: the copy's files are hard links to the source's (write a new file)" % (
+                    ", ".join(touched[:5]))
+            for n in touched:
+                linked.pop(n)
             if failure:
                 report("FAIL", ex, failure)
             else:

@@ -23,9 +23,12 @@ THE CONVENTION (what makes a block an example, and how it is compared)
             GCKPT_DATA_DIR is the copy (models/, devices/ are the copy's). Commands run
             with bash, LC_ALL=C, TZ=UTC, stdin /dev/null, and a time limit (--timeout,
             default 120 s each).
-  Compared  Standard output only (stderr is shown when an example fails), line by line,
-            trailing spaces and trailing blank lines ignored, after the masks below. The
+  Compared  Standard output, line by line, trailing spaces and trailing blank lines
+            ignored, after the masks below; a command that writes nothing to standard
+            output is compared with its standard error instead (an error example). The
             exit status is not compared (an error's message is output like any other).
+            A failure says whether the shown text is the real output cut without a
+            "..." marker (only lines missing) or differs (stale), with the diff.
   Cut       A line that is exactly "..." in the expected output stands for zero or more
             lines of the real output (shown output deliberately cut). Nothing else is
             a wildcard.
@@ -220,6 +223,19 @@ def matches(expected, actual):
     return go(0, 0)
 
 
+def why(exp, act):
+    """In words: the shown lines are all in the real output, in order (a cut without its
+    "..." marker), or some differ (stale)."""
+    shown = [ln for ln in exp if ln != "..."]
+    sm = difflib.SequenceMatcher(None, shown, act, autojunk=False)
+    ops = [o for o in sm.get_opcodes() if o[0] != "equal"]
+    if all(o[0] == "insert" for o in ops):
+        at = ", ".join("after shown line %d" % o[1] for o in ops)
+        return "cut: the shown lines are the real output with lines left out (%s) and no '...' there" % at
+    bad = sum(o[2] - o[1] for o in ops if o[0] in ("replace", "delete"))
+    return "differs: %d shown line(s) are not in the real output" % bad
+
+
 def norm(lines):
     out = [ln.rstrip() for ln in lines]
     while out and not out[-1]:
@@ -270,11 +286,14 @@ def run_page(page, examples, files, args, report):
                 except subprocess.TimeoutExpired:
                     failure = "$ %s\n  did not finish in %d s" % (cmd, args.timeout)
                     break
+                if not out.strip() and err.strip():
+                    out, err = err, ""
                 exp = mask_lines(norm(expected), masks)
                 act = mask_lines(norm(out.split("\n")), masks)
                 if not matches(exp, act):
                     diff = "\n".join(list(difflib.unified_diff(exp, act, "shown", "real", lineterm="", n=1))[:40])
-                    failure = "$ %s\n%s%s" % (cmd, diff, ("\n  stderr: " + err.strip()[:600]) if err.strip() else "")
+                    failure = "$ %s\n  %s\n%s%s" % (cmd, why(exp, act), diff,
+                                                    ("\n  stderr: " + err.strip()[:600]) if err.strip() else "")
                     break
             touched = changed_in_place(scratch, linked)
             if touched and not failure:

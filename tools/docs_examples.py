@@ -51,7 +51,8 @@ THE CONVENTION (what makes a block an example, and how it is compared)
                                             (a header, e.g. "meas s" or "tok/s") up to a
                                             blank line, each whitespace-separated field
                                             that overlaps NAME's character columns is
-                                            replaced by "*"
+                                            replaced, with the blanks around it, by " * "
+                                            (a figure's width moves aligned columns)
             <!-- mask: regex PATTERN -->    every match of the Python regular expression
                                             PATTERN (or, when it has groups, each group)
                                             is replaced by "*"
@@ -82,19 +83,20 @@ MARKER = re.compile(r"^\s*<!--\s*(example|mask):\s*(.*?)\s*-->\s*$")
 class Example:
     def __init__(self, page, line, text_lines, opts):
         self.page, self.line, self.opts = page, line, opts
-        self.commands = []  # [(command, [expected lines])]
+        self.commands = []  # [(command, [expected lines], [their page line numbers])]
         cmd = None
         cont = False
-        for ln in text_lines:
+        for k, ln in enumerate(text_lines):
             if cont:
                 cmd[0] += "\n" + ln
                 cont = ln.endswith("\\")
             elif ln.startswith("$ "):
-                cmd = [ln[2:], []]
+                cmd = [ln[2:], [], []]
                 self.commands.append(cmd)
                 cont = ln.endswith("\\")
             elif cmd is not None:
                 cmd[1].append(ln)
+                cmd[2].append(line + 1 + k)
 
     def opt(self, kind, key):
         return [v for k, v in self.opts if k == kind and (v.split(None, 1) + [""])[0] == key]
@@ -199,8 +201,9 @@ def mask_lines(lines, masks):
                     fields.append((m.start(), m.end(), hit))
                 s = ln
                 for a, b, hit in reversed(fields):
-                    if hit:
-                        s = s[:a] + "*" + s[b:]
+                    if hit:  # with the blanks around it: the figure's width moves them
+                        a2, b2 = len(s[:a].rstrip()), len(s) - len(s[b:].lstrip())
+                        s = s[:a2] + " * " + s[b2:]
                 out[i] = s
     return out
 
@@ -223,17 +226,23 @@ def matches(expected, actual):
     return go(0, 0)
 
 
-def why(exp, act):
+def why(exp, act, where):
     """In words: the shown lines are all in the real output, in order (a cut without its
-    "..." marker), or some differ (stale)."""
-    shown = [ln for ln in exp if ln != "..."]
+    "..." marker: the page lines after which one is missing), or some differ (stale: the
+    page lines)."""
+    keep = [k for k, ln in enumerate(exp) if ln != "..."]
+    shown = [exp[k] for k in keep]
     sm = difflib.SequenceMatcher(None, shown, act, autojunk=False)
     ops = [o for o in sm.get_opcodes() if o[0] != "equal"]
     if all(o[0] == "insert" for o in ops):
-        at = ", ".join("after shown line %d" % o[1] for o in ops)
-        return "cut: the shown lines are the real output with lines left out (%s) and no '...' there" % at
-    bad = sum(o[2] - o[1] for o in ops if o[0] in ("replace", "delete"))
-    return "differs: %d shown line(s) are not in the real output" % bad
+        at = []
+        for o in ops:  # lines left out before shown[o[1]]: covered when a "..." is there
+            k = keep[o[1]] if o[1] < len(keep) else len(exp)
+            if k == 0 or exp[k - 1] != "...":
+                at.append(str(where[k - 1]) if k > 0 else "the command")
+        return "cut without '...': the real output has more lines after page line(s) %s" % ", ".join(at)
+    bad = [str(where[keep[j]]) for o in ops if o[0] in ("replace", "delete") for j in range(o[1], o[2])]
+    return "differs: page line(s) %s not in the real output" % ", ".join(bad[:12])
 
 
 def norm(lines):
@@ -277,7 +286,7 @@ def run_page(page, examples, files, args, report):
             masks = [tuple(v.split(None, 1)) for k, v in ex.opts if k == "mask"]
             merged = bool(ex.opt("example", "stderr"))
             failure, t0 = None, time.time()
-            for cmd, expected in ex.commands:
+            for cmd, expected, where in ex.commands:
                 try:
                     p = subprocess.run(["bash", "-c", cmd], cwd=scratch, env=env, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merged else subprocess.PIPE,
@@ -292,7 +301,7 @@ def run_page(page, examples, files, args, report):
                 act = mask_lines(norm(out.split("\n")), masks)
                 if not matches(exp, act):
                     diff = "\n".join(list(difflib.unified_diff(exp, act, "shown", "real", lineterm="", n=1))[:40])
-                    failure = "$ %s\n  %s\n%s%s" % (cmd, why(exp, act), diff,
+                    failure = "$ %s\n  %s\n%s%s" % (cmd, why(exp, act, where), diff,
                                                     ("\n  stderr: " + err.strip()[:600]) if err.strip() else "")
                     break
             touched = changed_in_place(scratch, linked)

@@ -1,4 +1,4 @@
-/* Warnings are read whole (issue 28): every message of a plan, for every shipped model x
+/* Warnings are read whole and documented (issue 28): every message of a plan, for every shipped model x
  * method x parallel mode, is the full text its rule writes (nothing cut: the plan's JSON
  * read back by gckpt-run's plan reader equals gckpt_warning_say), one or two sentences
  * ending with a full stop; and every rule's code is reached by the sweep, so each is
@@ -203,9 +203,32 @@ static void reader_keeps_long_messages(void **state)
     gckpt_plan_free(&p);
 }
 
+/* Every code has its section in docs/warnings.md ("## code": what it means, when it
+ * fires, what to do), and the page names no code without a rule. */
+static void every_code_documented(void **state)
+{
+    (void)state;
+    const char *dir = getenv("GCKPT_DATA_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/docs/warnings.md", dir ? dir : ".");
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("cannot open %s", path);
+    bool documented[GCKPT_MAX_WARNINGS * 2] = {0};
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "## ", 3)) continue;
+        line[strcspn(line, "\n")] = 0;
+        documented[code_index(line + 3)] = true;
+    }
+    fclose(f);
+    for (size_t i = 0; i < gckpt_warning_count(); i++)
+        if (!documented[i]) fail_msg("docs/warnings.md has no section '## %s'", gckpt_warning_code(i));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_code_documented),
         cmocka_unit_test(every_model_method_mode),
         cmocka_unit_test(reader_keeps_long_messages),
     };

@@ -69,13 +69,13 @@ bool gckpt_recipe_unverified(const gckpt_model *m, gckpt_attention a, const char
     bool attn = m->attn_dropout > 0, other = m->resid_dropout > 0 || m->embd_dropout > 0;
     if (attn && a == GCKPT_SDPA) {
         c = "dropout_cuda_sdpa_unverified";
-        why = "attention dropout with SDPA is modelled as CUDA's fused kernel, which keeps the RNG seed and "
-              "offset instead of a mask (and native_dropout's 1-byte masks elsewhere); the CPU runs the math "
-              "path there, so tools/hf_probe could not measure it";
+        why = "attention dropout under SDPA is modelled as CUDA's fused kernel, which keeps the RNG seed and offset "
+              "instead of a mask (native_dropout's 1-byte masks elsewhere); the CPU runs another path, so "
+              "tools/hf_probe could not measure it.";
     } else if (attn || other) {
         c = "dropout_cuda_mask_unverified";
-        why = "dropout is modelled as CUDA's native_dropout, which keeps a 1-byte mask per element; the CPU "
-              "keeps a noise tensor in the input dtype instead, so tools/hf_probe could not measure it";
+        why = "dropout is modelled as CUDA's native_dropout, which keeps a 1-byte mask per element; the CPU keeps a "
+              "noise tensor in the input dtype instead, so tools/hf_probe could not measure it.";
     }
     if (code) *code = c;
     if (sentence) *sentence = why;

@@ -14,6 +14,30 @@
 #include "gckpt/util/safe_text.h"
 #include "gckpt/util/stdio_check.h"
 
+/* text after lead, wrapped at spaces to lines of at most 90 columns, continuation lines
+ * indented as far as lead is long */
+static void print_wrapped(FILE *f, const char *lead, const char *text)
+{
+    const int width = 90, indent = (int)strlen(lead);
+    fputs(lead, f);
+    int col = indent;
+    while (*text) {
+        size_t w = strcspn(text, " ");
+        if (col > indent && col + 1 + (int)w > width) {
+            fprintf(f, "\n%*s", indent, "");
+            col = indent;
+        } else if (col > indent) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(text, 1, w, f);
+        col += (int)w;
+        text += w;
+        while (*text == ' ') text++;
+    }
+    fputc('\n', f);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -36,9 +60,13 @@ static void usage(FILE *f)
 "                         N / micro-batch for each micro-batch that divides N\n"
 "  --precision P          fp32 | bf16 (pure) | amp-bf16 (HF bf16=True, default) | amp-fp16\n"
 "                         (any case)\n"
-"  --optimizer O          adamw (fused, HF default adamw_torch_fused) | adamw-foreach\n"
-"                         (adamw_torch) | sgd (momentum) | adamw-8bit (adamw_bnb_8bit,\n"
-"                         adamw_8bit); the TrainingArguments optim names are accepted\n"
+                          );
+    /* the optimizers from the one table (cli_names.c) */
+    char list[1024];
+    gckpt_optimizer_spellings(list, sizeof list, true);
+    strncat(list, "; the TrainingArguments optim names are accepted", sizeof list - strlen(list) - 1);
+    print_wrapped(f, "  --optimizer O          ", list);
+    fprintf(f,
 "  --attention A          sdpa (default) | eager | flash_attention_2 (planned as sdpa)\n"
 "  --method M             full (default) | lora (peft LoRA) | qlora (bitsandbytes 4-bit or\n"
 "                         8-bit base + prepare_model_for_kbit_training + LoRA)\n"
@@ -524,7 +552,11 @@ static int parse_name_option(int c, const char *arg, cli_args *a)
         req->precision = (gckpt_precision)v;
         return 0;
     case O_OPT:
-        if ((v = gckpt_optimizer_from_user(arg)) < 0) return bad("--optimizer: unknown '%s' (%s)", arg, gckpt_optimizer_spellings);
+        if ((v = gckpt_optimizer_from_user(arg)) < 0) {
+            char list[512];
+            gckpt_optimizer_spellings(list, sizeof list, false);
+            return bad("--optimizer: unknown '%s' (%s)", arg, list);
+        }
         req->optimizer = (gckpt_optimizer)v;
         return 0;
     case O_ATTN:

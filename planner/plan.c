@@ -12,6 +12,7 @@ void gckpt_plan_free(gckpt_plan *p)
     free(p->params);
     free(p->model_config_text);
     free(p->req.every_n);
+    gckpt_warnings_free(p->warnings, &p->n_warnings);
     memset(p, 0, sizeof *p);
 }
 
@@ -301,7 +302,10 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     if (!sweep(p, sp, nsplit, err)) goto fail;
     choose(p);
     if (!mark_pareto(p, err) || !times_in_range(p, err)) goto fail;
-    gckpt_plan_warnings(p);
+    if (!gckpt_plan_warnings(p)) {
+        gckpt_seterr(err, "out of memory");
+        goto fail;
+    }
     return true;
 fail:
     gckpt_plan_free(p);

@@ -231,7 +231,12 @@ static bool read_warnings(plan_reader *r, const cJSON *root, gckpt_plan_file *pf
         snprintf(p, sizeof p, "warnings[%zu].code", pf->n_warnings);
         if (!str(r, w, p, x->code, sizeof x->code)) return false;
         snprintf(p, sizeof p, "warnings[%zu].message", pf->n_warnings);
-        if (!str(r, w, p, x->message, sizeof x->message)) return false;
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(w, "message");
+        if (!m) return fail(r, "missing field '%s' (string)", p);
+        if (!cJSON_IsString(m) || !m->valuestring)
+            return fail(r, "field '%s' must be a string, got %s", p, gckpt_json_type_name(m));
+        /* as long as the planner wrote it (the file's size bounds it) */
+        if (!(x->message = strdup(m->valuestring))) return fail(r, "out of memory");
         pf->n_warnings++;
     }
     return true;
@@ -719,6 +724,7 @@ bool gckpt_plan_read(const char *path, gckpt_plan_file *pf, gckpt_err *err)
 
 void gckpt_plan_file_free(gckpt_plan_file *pf)
 {
+    gckpt_warnings_free(pf->warnings, &pf->n_warnings);
     free(pf->entries);
     free(pf->config_text);
     memset(pf, 0, sizeof *pf);

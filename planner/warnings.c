@@ -1,12 +1,15 @@
 /* Warnings: documented limits of the model that a plan's setting hits, each with a code
- * and one sentence, in the table and in the plan's "warnings". A rule is one line in a
- * table below: a predicate on the model and the run setting with a fixed sentence, or a
- * function that writes its own sentence (with figures) when it applies. */
+ * and one or two sentences ending with a full stop, in the table and in the plan's
+ * "warnings"; docs/warnings.md explains each code. A rule is one line in a table below: a
+ * predicate on the model and the run setting with a fixed sentence, or a function that
+ * writes its own sentence (with figures) when it applies. Messages are malloc'd as long
+ * as their text; the plan owns them (gckpt_warnings_free). */
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/quant_layout.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/planner/plan.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,65 +86,69 @@ static bool moe_parallel_applies(const gckpt_model *m, const gckpt_setting *s)
     return m->experts > 0 && s->layout.mode != GCKPT_PAR_NONE;
 }
 
+/* One or two sentences each, ending with a full stop; the detail (sources, measurements,
+ * what to do) is in docs/warnings.md under the code. */
 static const struct {
     const char *code;
     bool (*when)(const gckpt_model *m, const gckpt_setting *s);
     const char *text;
 } fixed_rules[] = {
     {"padding_not_modelled", padding_applies,
-     "micro-batches above 1 are planned as sequences of exactly --seq tokens without padding (an all-ones "
-     "attention_mask changes nothing: measured); a padded batch passes SDPA a materialised mask instead of "
-     "is_causal, which is not modelled (measured on the CPU: +26624 B at the peak of a tiny 4-layer Llama, "
-     "micro-batch 2, seq 32) and may leave the fused kernels; eager attention is unaffected"},
+     "micro-batches above 1 are planned as unpadded sequences of --seq tokens; a padded batch gives SDPA a "
+     "materialised mask instead of is_causal, which is not modelled."},
     {"use_cache_on", use_cache_applies,
-     "config.json has use_cache on; the plan assumes use_cache=False, which the Trainer sets "
-     "(TrainingArguments.use_cache defaults to False) and gradient checkpointing forces: in your own "
-     "training loop without checkpointing set model.config.use_cache = False, or every layer keeps "
-     "copies of its keys and values"},
+     "config.json has use_cache on; the plan assumes use_cache=False, which the Trainer and gradient "
+     "checkpointing set (in your own loop without checkpointing, set model.config.use_cache = False)."},
     {"qlora_4bit_cuda_unverified", qlora_4bit_applies,
-     "4-bit layers are planned with bitsandbytes' dequantize-then-matmul path (the whole weight "
-     "dequantized in the compute dtype for each use), as measured on the CPU; on CUDA gemm_4bit takes it "
-     "at training shapes but may use a fused kernel without that copy for few tokens per micro-batch "
-     "(read in its source): unverified on a GPU"},
+     "4-bit layers are planned with bitsandbytes' dequantize-then-matmul path measured on the CPU; on CUDA a "
+     "fused kernel may skip the dequantized copy for few tokens per micro-batch: unverified on a GPU."},
     {"qlora_int8_cuda_unverified", qlora_int8_applies,
-     "8-bit layers are planned as bitsandbytes runs them on the CPU: each one's input kept by its "
-     "autograd node to the end of the micro-step's backward (when checkpointed too, not offloaded), the "
-     "weight dequantized for each use; CUDA's MatMul8bitLt keeps the input as long plus its outlier "
-     "columns (|x| >= 6.0: data-dependent, not planned), quantizes an fp16 copy of the input, not the "
-     "weight, returns the input's dtype (CPU autocast: bf16): unverified, expect a higher peak"},
+     "8-bit layers are planned as bitsandbytes runs them on the CPU, each input kept by its autograd node to "
+     "the end of the micro-step's backward. On CUDA MatMul8bitLt also keeps the input's outlier columns and "
+     "makes fp16 and int8 copies of it: unverified, expect a higher peak."},
     {"parallel_peak_approximate", parallel_peak_applies,
-     "the per-rank working set of fsdp, zero2 and zero3 (gathered parameters, reduce-scatter and bucket "
-     "buffers) is scheduled unit by unit as read in torch's fully_shard and DeepSpeed's source, within "
-     GCKPT_PARALLEL_PEAK_BOUND_PCT " % of every measured rank of CPU fixtures of tiny models "
-     "(tests/data/hf-dist); unverified: CUDA's side streams (reserved memory above allocated by up to one unit's buffers), zero3 past "
-     "stage3_max_live_parameters (planned as every parameter released after its forward and gathered "
-     "again), zero2's middle ranks against PyTorch (every rank planned, the busiest shown)"},
+     "the per-rank working set of fsdp, zero2 and zero3 is scheduled unit by unit from torch's and DeepSpeed's "
+     "source, within " GCKPT_PARALLEL_PEAK_BOUND_PCT " % of every measured rank of CPU fixtures of tiny models; "
+     "CUDA's side streams, zero3's live-parameter limit and zero2's middle ranks are unverified."},
     {"moe_grouped_mm_cuda_unverified", moe_applies,
-     "the experts are planned as transformers' default grouped_mm (torch._grouped_mm over all tokens x "
-     "top_k pairs), measured on the CPU; on CUDA the fused grouped GEMM runs only for bf16 on sm90 / sm100, "
-     "and fp32 experts (amp: grouped_mm is not autocast) or other GPUs take a per-expert mm loop (read in "
-     "the source): the same saved tensors, the step time unverified"},
+     "the experts are planned as transformers' default grouped_mm, measured on the CPU; on CUDA the fused "
+     "grouped GEMM runs only for bf16 on sm90 / sm100, elsewhere a per-expert loop: step time unverified."},
     {"qlora_moe_experts_fp32", qlora_moe_applies,
-     "QLoRA on a mixture of experts: bitsandbytes quantizes only the attention projections (the "
-     "nn.Linear modules); the experts' fused parameters and the router are not nn.Linear, stay "
-     "unquantized and are fp32 after prepare_model_for_kbit_training (measured, FINDINGS 12.14): the "
-     "plan counts them so; --method lora --precision bf16 keeps them in bf16"},
+     "QLoRA on a mixture of experts quantizes only the attention projections; the experts and the router stay "
+     "unquantized, in fp32 after prepare_model_for_kbit_training (--method lora --precision bf16 keeps them in "
+     "bf16)."},
     {"moe_parallel_unverified", moe_parallel_applies,
-     "several GPUs with mixture of experts: the per-rank rules were measured on dense models only "
-     "(tests/data/hf-dist); every rank holds every expert (no expert parallelism): unverified"},
+     "several GPUs with a mixture of experts: the per-rank rules were measured on dense models only, and every "
+     "rank holds every expert (no expert parallelism): unverified."},
     {"parallel_offload_unverified", parallel_offload_applies,
-     "CPU offload on several GPUs (FSDP2's CPUOffloadPolicy, the ds_config's offload_optimizer / "
-     "offload_param) is planned from torch's and DeepSpeed's source (FINDINGS 13.10), not measured: what leaves the device goes to host memory "
-     "(pinned buffers in host_pinned_bytes, the rest, such as the CPU optimizer's states, in host_pageable_bytes), the PCIe "
-     "copies are added to the step at the profile's h2d / d2h rates without overlap, and the optimizer step's "
-     "time on the CPU is not modelled (the GPU's figure is kept); gckpt-run does not execute it"},
+     "CPU offload on several GPUs is planned from torch's and DeepSpeed's source, not measured: the PCIe copies "
+     "add to the step without overlap, the CPU optimizer step's time is not modelled, and gckpt-run does not "
+     "execute it."},
     {"collective_time_unverified", collectives_applies,
-     "collective times use the GPU profile's interconnect bus bandwidths (vendor link rates, not measured "
-     "with nccl-tests) and each library's overlap as read in its source; unverified, and NCCL's own buffers "
-     "are not in the device peak"},
+     "collective times use the GPU profile's vendor link bandwidths and each library's overlap as read in its "
+     "source, unverified; NCCL's own buffers are not in the device peak."},
 };
 
 /* ---- rules that write their own sentence ----------------------------------------------- */
+
+/* A message as long as its text: malloc'd (the plan frees it), NULL when out of memory. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static char *say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return NULL;
+    char *s = malloc((size_t)n + 1);
+    if (!s) return NULL;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
 
 /* The entry the plan shows (recommended, else smallest) planned with eager attention:
  * its device peak, or 0 when that cannot be planned. */
@@ -165,95 +172,135 @@ static uint64_t eager_peak(const gckpt_plan *p, const gckpt_entry *e)
     return b;
 }
 
-static bool fp32_gqa(const gckpt_plan *p, char *msg, size_t n)
+/* Each returns false when out of memory; *msg stays NULL when the rule does not apply. */
+static bool fp32_gqa(const gckpt_plan *p, char **msg)
 {
     const gckpt_model *m = &p->model;
-    if (p->req.precision != GCKPT_FP32 || p->req.attention != GCKPT_SDPA || m->kv_heads >= m->heads)
-        return false;
+    /* the attention that runs: Gemma 2 asked for sdpa runs eager (attention_replaced) */
+    if (p->req.precision != GCKPT_FP32 || gckpt_attention_run(m, p->req.attention) != GCKPT_SDPA ||
+        m->kv_heads >= m->heads)
+        return true;
     long shown = p->recommended >= 0 ? p->recommended : p->smallest;
-    if (shown < 0) return false;
+    if (shown < 0) return true;
     const gckpt_entry *e = &p->entries[shown];
     uint64_t eager = eager_peak(p, e);
-    int k = snprintf(msg, n, "fp32 with grouped-query attention (%llu query, %llu key/value heads) under SDPA: "
-                             "PyTorch may fall back from the fused kernels to the math kernel, which materialises "
-                             "the attention matrix as eager attention does",
-                     (unsigned long long)m->heads, (unsigned long long)m->kv_heads);
-    if (eager && k > 0 && (size_t)k < n)
-        snprintf(msg + k, n - (size_t)k, "; the %s entry would then need about %.2f GiB instead of %.2f GiB "
-                                         "(--attention eager)",
-                 p->recommended >= 0 ? "recommended" : "smallest", (double)eager / 1073741824.0,
-                 (double)e->r.device_peak_bytes / 1073741824.0);
-    return true;
+#define GQA_TEXT "fp32 with grouped-query attention (%llu query, %llu key/value heads) under SDPA may fall back " \
+                 "to the math kernel, which materialises the attention matrix as eager attention does"
+    unsigned long long hq = m->heads, hkv = m->kv_heads;
+    if (eager)
+        *msg = say(GQA_TEXT "; the %s entry would then need about %.2f GiB instead of %.2f GiB (--attention eager).",
+                   hq, hkv, p->recommended >= 0 ? "recommended" : "smallest", (double)eager / 1073741824.0,
+                   (double)e->r.device_peak_bytes / 1073741824.0);
+    else
+        *msg = say(GQA_TEXT ".", hq, hkv);
+#undef GQA_TEXT
+    return *msg != NULL;
 }
 
 /* Sliding windows (FINDINGS 14.3): eager always materialises the masks; SDPA at seq >=
  * window runs every sliding layer with a mask (block type GCKPT_BLOCK_SLIDING_SDPA), the
  * others (Gemma 3's full layers, Qwen2's below max_window_layers) causal without one. */
-static bool sliding_masked(const gckpt_plan *p, char *msg, size_t n)
+static bool sliding_masked(const gckpt_plan *p, char **msg)
 {
     const gckpt_model *m = &p->model;
-    if (!gckpt_sliding_masked(m, p->req.attention, p->req.seq)) return false;
+    if (!gckpt_sliding_masked(m, p->req.attention, p->req.seq)) return true;
     if (m->sliding_layers == m->layers)
-        snprintf(msg, n, "every layer's sliding window (%llu tokens) is at most seq %llu: transformers materialises the "
-                         "window as a mask, so SDPA keeps a [b, 1, s, s] copy of it per layer, key/value are repeated to "
-                         "every head, and no masked block is skipped (the full s x s is computed; planned so)",
-                 (unsigned long long)m->sliding_window, (unsigned long long)p->req.seq);
+        *msg = say("every layer's sliding window (%llu tokens) is at most seq %llu: SDPA then keeps a materialised "
+                   "[b, 1, s, s] mask per layer and computes the full s x s (planned so).",
+                   (unsigned long long)m->sliding_window, (unsigned long long)p->req.seq);
     else
-        snprintf(msg, n, "%llu of %llu layers use a sliding window (%llu tokens) at most seq %llu: transformers "
-                         "materialises the window as a mask, so SDPA keeps a [b, 1, s, s] copy of it per sliding layer, "
-                         "their key/value are repeated to every head, and no masked block is skipped (the full s x s is "
-                         "computed); the other layers run causal SDPA without a mask (planned so, per layer)",
-                 (unsigned long long)m->sliding_layers, (unsigned long long)m->layers,
-                 (unsigned long long)m->sliding_window, (unsigned long long)p->req.seq);
-    return true;
+        *msg = say("%llu of %llu layers use a sliding window (%llu tokens) at most seq %llu: SDPA keeps a "
+                   "materialised [b, 1, s, s] mask per sliding layer and computes the full s x s, the other layers "
+                   "run causal SDPA without a mask (planned so, per layer).",
+                   (unsigned long long)m->sliding_layers, (unsigned long long)m->layers,
+                   (unsigned long long)m->sliding_window, (unsigned long long)p->req.seq);
+    return *msg != NULL;
 }
 
 /* Gemma 2 or gpt_oss asked for sdpa: transformers refuses it (soft-capping, sinks); eager
  * is what runs. */
-static bool attention_replaced(const gckpt_plan *p, char *msg, size_t n)
+static bool attention_replaced(const gckpt_plan *p, char **msg)
 {
-    if (gckpt_attention_run(&p->model, p->req.attention) == p->req.attention) return false;
-    snprintf(msg, n, "%s does not support sdpa (%s): transformers raises a ValueError when "
-                     "it is asked for and runs eager attention by default, so this plan is for eager attention",
-             p->model.model_type, p->model.attn_sinks ? "attention sinks" : "attention logit soft-capping");
-    return true;
+    if (gckpt_attention_run(&p->model, p->req.attention) == p->req.attention) return true;
+    *msg = say("%s does not support sdpa (%s): transformers refuses it and runs eager attention, so this plan is for "
+               "eager attention.",
+               p->model.model_type, p->model.attn_sinks ? "attention sinks" : "attention logit soft-capping");
+    return *msg != NULL;
 }
 
-/* A CUDA rule the CPU probe could not measure (the recipe says which). */
-static bool unverified_rule(const gckpt_plan *p, const char **code, char *msg, size_t n)
+/* A CUDA dropout rule the CPU probe could not measure (the recipe says which). */
+static bool dropout_rule(const gckpt_plan *p, const char *code, char **msg)
 {
-    const char *sentence;
-    if (!gckpt_recipe_unverified(&p->model, p->req.attention, code, &sentence)) return false;
-    snprintf(msg, n, "%s", sentence);
-    return true;
+    const char *c, *sentence;
+    if (!gckpt_recipe_unverified(&p->model, p->req.attention, &c, &sentence) || strcmp(c, code)) return true;
+    *msg = say("%s", sentence);
+    return *msg != NULL;
+}
+static bool dropout_sdpa(const gckpt_plan *p, char **msg)
+{
+    return dropout_rule(p, "dropout_cuda_sdpa_unverified", msg);
+}
+static bool dropout_mask(const gckpt_plan *p, char **msg)
+{
+    return dropout_rule(p, "dropout_cuda_mask_unverified", msg);
 }
 
 static const struct {
     const char *code;
-    bool (*say)(const gckpt_plan *p, char *msg, size_t n);
+    bool (*say)(const gckpt_plan *p, char **msg);
 } computed_rules[] = {
     {"sdpa_fp32_gqa_math_fallback", fp32_gqa},
     {"sliding_window_masked_sdpa", sliding_masked},
     {"sdpa_unsupported_eager_planned", attention_replaced},
+    {"dropout_cuda_sdpa_unverified", dropout_sdpa},
+    {"dropout_cuda_mask_unverified", dropout_mask},
 };
 
-static void add(gckpt_plan *p, const char *code, const char *text)
+#define N_COMPUTED (sizeof computed_rules / sizeof computed_rules[0])
+#define N_FIXED (sizeof fixed_rules / sizeof fixed_rules[0])
+_Static_assert(N_COMPUTED + N_FIXED <= GCKPT_MAX_WARNINGS, "a plan holds every warning at once");
+
+size_t gckpt_warning_count(void)
 {
-    if (p->n_warnings >= GCKPT_MAX_WARNINGS) return;
-    gckpt_warning *w = &p->warnings[p->n_warnings++];
-    snprintf(w->code, sizeof w->code, "%s", code);
-    snprintf(w->message, sizeof w->message, "%s", text);
+    return N_COMPUTED + N_FIXED;
 }
 
-void gckpt_plan_warnings(gckpt_plan *p)
+const char *gckpt_warning_code(size_t i)
 {
-    p->n_warnings = 0;
+    if (i < N_COMPUTED) return computed_rules[i].code;
+    return i < N_COMPUTED + N_FIXED ? fixed_rules[i - N_COMPUTED].code : NULL;
+}
+
+bool gckpt_warning_say(const gckpt_plan *p, size_t i, char **msg)
+{
+    *msg = NULL;
+    if (i < N_COMPUTED) return computed_rules[i].say(p, msg);
+    if (i >= N_COMPUTED + N_FIXED) return true;
     gckpt_setting s = request_setting(p);
-    char msg[sizeof p->warnings[0].message];
-    for (size_t i = 0; i < sizeof computed_rules / sizeof computed_rules[0]; i++)
-        if (computed_rules[i].say(p, msg, sizeof msg)) add(p, computed_rules[i].code, msg);
-    const char *code;
-    if (unverified_rule(p, &code, msg, sizeof msg)) add(p, code, msg);
-    for (size_t i = 0; i < sizeof fixed_rules / sizeof fixed_rules[0]; i++)
-        if (fixed_rules[i].when(&p->model, &s)) add(p, fixed_rules[i].code, fixed_rules[i].text);
+    if (!fixed_rules[i - N_COMPUTED].when(&p->model, &s)) return true;
+    *msg = say("%s", fixed_rules[i - N_COMPUTED].text);
+    return *msg != NULL;
+}
+
+bool gckpt_plan_warnings(gckpt_plan *p)
+{
+    gckpt_warnings_free(p->warnings, &p->n_warnings);
+    for (size_t i = 0; i < gckpt_warning_count(); i++) {
+        char *msg;
+        if (!gckpt_warning_say(p, i, &msg)) return false;
+        if (!msg) continue;
+        gckpt_warning *w = &p->warnings[p->n_warnings++];
+        snprintf(w->code, sizeof w->code, "%s", gckpt_warning_code(i));
+        w->message = msg;
+    }
+    return true;
+}
+
+void gckpt_warnings_free(gckpt_warning *w, size_t *n)
+{
+    for (size_t i = 0; i < *n; i++) {
+        free(w[i].message);
+        w[i].message = NULL;
+    }
+    *n = 0;
 }

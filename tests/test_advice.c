@@ -15,6 +15,7 @@
 
 #include "cli_harness.h"
 #include "gckpt/core/parallel.h"
+#include "gckpt/planner/cli_names.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/planner/plan_read.h"
@@ -256,6 +257,9 @@ static void warnings(void **state)
     j = read_plan("w.json");
     assert_null(warning_of(j, "sdpa_fp32_gqa_math_fallback"));
     cJSON_Delete(j);
+    /* nor where eager attention runs although sdpa is asked for (Gemma 2: GQA, soft-capping) */
+    plan_warns(A("--model", "gemma-2-2b", "--seq", "512", "--precision", "fp32", "--every-n", "1", "-q", "-o", "w.json"),
+               "sdpa_unsupported_eager_planned", "sdpa_fp32_gqa_math_fallback");
 
     /* several GPUs: collective times always unverified; the scheduled working set of
      * fsdp / zero2 / zero3 said with its measured error and what is not measured, not for ddp */
@@ -398,6 +402,42 @@ static void warnings(void **state)
 }
 
 /* TrainingArguments / attn_implementation spellings, any-case precisions, Hub ids. */
+/* An option's or a value's name in --help as a word (not inside a longer name). */
+static void in_help(const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = cli_out; (p = strstr(p, name)); p += n) {
+        bool left = p == cli_out || strchr(" \n(|,", p[-1]), right = !p[n] || strchr(" \n),;:|=", p[n]);
+        if (left && right) return;
+    }
+    fail_msg("--help does not list '%s':\n%s", name, cli_out);
+}
+
+/* --help lists every option gckpt-plan parses and every optimizer with its
+ * TrainingArguments names (the paged ones were missing: issue 28) */
+static void help_lists_everything(void **state)
+{
+    (void)state;
+    static const char *const opts[] = {
+        "--model", "--gpu", "--seq", "--allow-long-seq", "--micro-batch", "--grad-accum", "--global-batch",
+        "--precision", "--optimizer", "--attention", "--method", "--lora-rank", "--lora-alpha", "--lora-dropout",
+        "--lora-targets", "--modules-to-save", "--quant", "--double-quant", "--compute-dtype", "--gpus", "--nodes",
+        "--parallel", "--moe-imbalance", "--deepspeed", "--fsdp-offload", "--every-n", "--offload", "--budget",
+        "--margin", "-o", "--output", "--plot", "--table", "-q", "--quiet", "--list", "-h", "--help", "-V",
+        "--version"};
+    assert_int_equal(run(A("--help")), 0);
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) in_help(opts[i]);
+    for (int i = 0; i < GCKPT_NOPT; i++) in_help(gckpt_optimizer_names[i]);
+    /* and each TrainingArguments name the error message lists, which parses back */
+    char list[512];
+    gckpt_optimizer_spellings(list, sizeof list, false);
+    for (char *tok = strtok(list, ", "); tok; tok = strtok(NULL, ", "))
+        if (strcmp(tok, "or")) {
+            in_help(tok);
+            assert_true(gckpt_optimizer_from_user(tok) >= 0);
+        }
+}
+
 static void aliases(void **state)
 {
     (void)state;
@@ -516,7 +556,7 @@ int main(void)
     free(text);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(snippets), cmocka_unit_test(positions), cmocka_unit_test(slow_profile),
-        cmocka_unit_test(shipped_plans_read_back), cmocka_unit_test(warnings), cmocka_unit_test(aliases),
+        cmocka_unit_test(shipped_plans_read_back), cmocka_unit_test(warnings), cmocka_unit_test(aliases), cmocka_unit_test(help_lists_everything),
         cmocka_unit_test(what_users_read), cmocka_unit_test(plot_script),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);

@@ -441,6 +441,19 @@ static void test_help_version(void **st)
     assert_int_equal(run(h), 0);
     char *o = slurp("stdout.txt");
     assert_non_null(strstr(o, "usage: gckpt-run"));
+    /* every option main_run.c parses (issue 28: README's summary had lost some) */
+    static const char *const opts[] = {"--plan", "--entry", "--recommended", "--all", "--backend", "--steps",
+                                       "--warmup", "--tolerance", "--time-tolerance", "--force",
+                                       "--host-memory-limit", "--seed", "--sync-alloc", "-o", "--output", "-q",
+                                       "--quiet", "--calibrate", "--gpu", "--model", "-h", "--help", "-V",
+                                       "--version"};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        size_t n = strlen(opts[i]);
+        bool listed = false;
+        for (const char *p = o; !listed && (p = strstr(p, opts[i])); p += n)
+            listed = p > o && p[-1] == ' ' && strchr(" ,\n", p[n]);
+        if (!listed) fail_msg("--help does not list %s:\n%s", opts[i], o);
+    }
     free(o);
     const char *v[] = {"--version", NULL};
     assert_int_equal(run(v), 0);

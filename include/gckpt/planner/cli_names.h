@@ -5,6 +5,7 @@
 #ifndef GCKPT_CLI_NAMES_H
 #define GCKPT_CLI_NAMES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "gckpt/core/setting.h"
@@ -22,8 +23,11 @@ int gckpt_attention_from_user(const char *s, char *note, size_t n);
 
 /* The accepted spellings, for error messages. */
 extern const char *const gckpt_precision_spellings;
-extern const char *const gckpt_optimizer_spellings;
 extern const char *const gckpt_attention_spellings;
+/* Every optimizer with the TrainingArguments.optim names that build it, from the one
+ * table: "adamw or adamw_torch_fused, ..." for error messages, or with help
+ * "adamw (adamw_torch_fused: fused, HF's default) | ..." for --help (truncated to n). */
+void gckpt_optimizer_spellings(char *buf, size_t n, bool help);
 
 /* When ref looks like a Hub model id ("org/name": one slash, no such file), writes a
  * one-line hint saying that a config.json path is needed and how to get one; returns

@@ -55,10 +55,12 @@ typedef struct {
 /* Largest time (seconds) a plan may hold: gckpt-run's plan reader refuses more. */
 #define GCKPT_MAX_SECONDS 1e12
 
-/* A documented limit of the model that the planned setting hits (warnings.c). */
+/* A documented limit of the model that the planned setting hits (warnings.c; each code
+ * is explained in docs/warnings.md). message: one or two sentences ending with a full
+ * stop, malloc'd as long as its text and owned by the plan or plan file that holds it. */
 typedef struct {
     char code[40];
-    char message[480];
+    char *message;
 } gckpt_warning;
 #define GCKPT_MAX_WARNINGS 16
 
@@ -87,8 +89,16 @@ typedef struct {
 } gckpt_plan;
 
 /* The warnings of a plan (model + run settings, and the plan's entries where a figure is
- * said): fills p->warnings. Called by gckpt_plan_run. */
-void gckpt_plan_warnings(gckpt_plan *p);
+ * said): fills p->warnings. Called by gckpt_plan_run. false: out of memory. */
+bool gckpt_plan_warnings(gckpt_plan *p);
+/* The warning rules, in the order a plan lists them: their number, rule i's code, and
+ * the message rule i says for plan p (*msg malloc'd, NULL when the rule does not apply;
+ * false: out of memory). */
+size_t gckpt_warning_count(void);
+const char *gckpt_warning_code(size_t i);
+bool gckpt_warning_say(const gckpt_plan *p, size_t i, char **msg);
+/* Frees the messages of w[0..*n) and sets *n to 0. */
+void gckpt_warnings_free(gckpt_warning *w, size_t *n);
 
 /* The run setting of plan p at one micro-batch split (checkpointing off: the caller sets
  * every_n and offload). */

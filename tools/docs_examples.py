@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """docs_examples: run the command examples of the docs and compare their output (issue 28).
 
-usage: docs_examples.py --build DIR [--source DIR] [--slow] [--list] [-v] FILE|GLOB...
+usage: docs_examples.py --build DIR [--source DIR] [--slow] [--list] [--update] [-v] FILE|GLOB...
 
 THE CONVENTION (what makes a block an example, and how it is compared)
 
@@ -61,6 +61,12 @@ THE CONVENTION (what makes a block an example, and how it is compared)
   Usage summaries are examples like the others: `$ ./build/gckpt-plan --help` and its
   output (cut with "..." where the page shows part of it).
 
+--update  rewrites the shown output of every failing command whose shown output has no
+          "..." line with the real output (so a page's figures come from a run, not from
+          memory); a command whose shown output is cut, or that shows none, is reported
+          for a hand edit. Masks do not apply to what is written: the page shows the
+          real figures of this run. Pages are replaced whole (a new file renamed).
+
 Exit status: 0 every example run passed, 1 an example failed, 2 bad usage.
 Standard library only (Python 3.8+); reads fences with mdlint.py's parser.
 """
@@ -81,8 +87,8 @@ MARKER = re.compile(r"^\s*<!--\s*(example|mask):\s*(.*?)\s*-->\s*$")
 
 
 class Example:
-    def __init__(self, page, line, text_lines, opts):
-        self.page, self.line, self.opts = page, line, opts
+    def __init__(self, page, line, text_lines, opts, indent=0):
+        self.page, self.line, self.opts, self.indent = page, line, opts, indent
         self.commands = []  # [(command, [expected lines], [their page line numbers])]
         cmd = None
         cont = False
@@ -125,8 +131,12 @@ def blocks(path):
             if m:
                 opts.insert(0, (m.group(1), m.group(2)))
             k -= 1
+        # a fence indented inside a list item: its lines lose up to that indentation
+        # (CommonMark), and so does what --update writes back
+        indent = len(lines[start]) - len(lines[start].lstrip(" "))
+        body = [b[min(indent, len(b) - len(b.lstrip(" "))):] for b in body]
         first = next((b for b in body if b.strip()), "")
-        result.append((start + 1, body, opts, first.startswith("$ ")))
+        result.append((start + 1, body, opts, first.startswith("$ "), indent))
     return result
 
 
@@ -252,7 +262,7 @@ def norm(lines):
     return out
 
 
-def run_page(page, examples, files, args, report):
+def run_page(page, examples, files, args, report, updates):
     # in the build folder: on the source's file system as a rule, so hard links work
     scratch = tempfile.mkdtemp(prefix="docs-examples-", dir=os.path.abspath(args.build))
     try:
@@ -300,6 +310,9 @@ def run_page(page, examples, files, args, report):
                 exp = mask_lines(norm(expected), masks)
                 act = mask_lines(norm(out.split("\n")), masks)
                 if not matches(exp, act):
+                    if args.update and where and "..." not in expected:
+                        updates.append((where[0], where[-1],
+                                        [(" " * ex.indent + ln) if ln else ln for ln in norm(out.split("\n"))]))
                     diff = "\n".join(list(difflib.unified_diff(exp, act, "shown", "real", lineterm="", n=1))[:40])
                     failure = "$ %s\n  %s\n%s%s" % (cmd, why(exp, act, where), diff,
                                                     ("\n  stderr: " + err.strip()[:600]) if err.strip() else "")
@@ -318,6 +331,18 @@ def run_page(page, examples, files, args, report):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def update_page(path, updates):
+    """Replace page lines first..last (1-based) of each update with its lines, bottom up."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for first, last, new in sorted(updates, reverse=True):
+        lines[first - 1:last] = new
+    tmp = path + ".update.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, path)
+
+
 def main(argv):
     import argparse
     ap = argparse.ArgumentParser(description="Run the docs' command examples (see the top of this file).")
@@ -327,6 +352,8 @@ def main(argv):
     ap.add_argument("--list", action="store_true", help="list the examples, run nothing")
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("-v", action="store_true", help="print passing examples too")
+    ap.add_argument("--update", action="store_true",
+                    help="rewrite failing shown outputs (without a '...' line) with the real output")
     ap.add_argument("files", nargs="+")
     args = ap.parse_args(argv[1:])
     if not os.path.isdir(args.build):
@@ -354,9 +381,9 @@ def main(argv):
     for path in paths:
         rel = os.path.relpath(path, args.source)
         examples, files = [], []
-        for line, body, opts, is_example in blocks(path):
+        for line, body, opts, is_example, indent in blocks(path):
             if is_example:
-                ex = Example(rel, line, body, opts)
+                ex = Example(rel, line, body, opts, indent)
                 if args.slow and not ex.opt("example", "slow"):
                     continue
                 examples.append((line, "example", ex))
@@ -369,7 +396,11 @@ def main(argv):
                 report("LIST", ex, " ".join("%s: %s" % o for o in ex.opts) or "-")
             continue
         if examples:
-            run_page(rel, examples, files, args, report)
+            updates = []
+            run_page(rel, examples, files, args, report, updates)
+            if updates:
+                update_page(path, updates)
+                print("docs_examples: %s: %d shown output(s) rewritten from the run" % (rel, len(updates)))
     print("docs_examples: %s" % (", ".join("%d %s" % (n, s.lower()) for s, n in sorted(counts.items())) or "no examples"),
           file=sys.stderr)
     return 1 if counts.get("FAIL") else 0

@@ -69,6 +69,7 @@ static bool load_inputs(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err 
      * a window, which the flash kernel takes as arguments (no mask) and SDPA cannot
      * (gpt_oss: transformers swaps in a kernels-hub flash build with sinks, FINDINGS 16) */
     if (!p->model_config_text || !gckpt_device_load(req->gpu_ref, &p->dev, err) || !resolve_seq(p, err)) return false;
+    p->target = req->target_given ? req->target : p->dev.kind;
     const gckpt_model *m = &p->model;
     bool window = m->sliding_layers && p->req.seq >= m->sliding_window;
     if (!strcmp(req->attn_impl, "flash_attention_2") && (m->attn_softcap > 0 || m->attn_sinks || window)) {
@@ -292,7 +293,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
                          .layout = req->layout, .attention = req->attention, .seq = req->seq};
     if (!gckpt_layout_check(&lay, err) || !gckpt_parallel_device_ok(&p->dev, &req->layout, err))
         goto fail;
-    gckpt_setting_recipe(&p->model, &lay, GCKPT_TARGET_CUDA, p->recipe);
+    gckpt_setting_recipe(&p->model, &lay, p->target, p->recipe);
     if (!gckpt_params_build(p->recipe, p->model.layers, req->optimizer, p->dev.alloc_round_bytes, p->params, &overflow,
                             err))
         goto fail;

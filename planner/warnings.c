@@ -83,10 +83,13 @@ static bool moe_parallel_applies(const gckpt_model *m, const gckpt_setting *s)
     return m->experts > 0 && s->layout.mode != GCKPT_PAR_NONE;
 }
 
+/* cuda: a rule about CUDA's kernels, said only when the plan targets CUDA (the CPU target
+ * plans what the CPU probe measured) */
 static const struct {
     const char *code;
     bool (*when)(const gckpt_model *m, const gckpt_setting *s);
     const char *text;
+    bool cuda;
 } fixed_rules[] = {
     {"padding_not_modelled", padding_applies,
      "micro-batches above 1 are planned as sequences of exactly --seq tokens without padding (an all-ones "
@@ -102,12 +105,12 @@ static const struct {
      "4-bit layers are planned with bitsandbytes' dequantize-then-matmul path (the whole weight "
      "dequantized in the compute dtype for each use), as measured on the CPU; on CUDA gemm_4bit takes it "
      "at training shapes but may use a fused kernel without that copy for few tokens per micro-batch "
-     "(read in its source): unverified on a GPU"},
+     "(read in its source): unverified on a GPU", true},
     {"qlora_int8_cuda_unverified", qlora_int8_applies,
      "8-bit layers are planned with the input kept for the backward and the weight dequantized for each "
      "use, as bitsandbytes runs them on the CPU; on CUDA MatMul8bitLt also makes fp16 and int8 copies of "
      "the input and keeps outlier columns whose size depends on the data (threshold 6.0): unverified, "
-     "expect a higher peak"},
+     "expect a higher peak", true},
     {"parallel_peak_approximate", parallel_peak_applies,
      "the per-rank working set of fsdp, zero2 and zero3 (gathered parameters, reduce-scatter and bucket "
      "buffers) is scheduled unit by unit as read in torch's fully_shard and DeepSpeed's source, within "
@@ -119,7 +122,7 @@ static const struct {
      "the experts are planned as transformers' default grouped_mm (torch._grouped_mm over all tokens x "
      "top_k pairs), measured on the CPU; on CUDA the fused grouped GEMM runs only for bf16 on sm90 / sm100, "
      "and fp32 experts (amp: grouped_mm is not autocast) or other GPUs take a per-expert mm loop (read in "
-     "the source): the same saved tensors, the step time unverified"},
+     "the source): the same saved tensors, the step time unverified", true},
     {"qlora_moe_experts_fp32", qlora_moe_applies,
      "QLoRA on a mixture of experts: bitsandbytes quantizes only the attention projections (the "
      "nn.Linear modules); the experts' fused parameters and the router are not nn.Linear, stay "
@@ -222,8 +225,20 @@ static bool attention_replaced(const gckpt_plan *p, char *msg, size_t n)
 static bool unverified_rule(const gckpt_plan *p, const char **code, char *msg, size_t n)
 {
     const char *sentence;
+    if (p->target != GCKPT_TARGET_CUDA) return false;
     if (!gckpt_recipe_unverified(&p->model, p->req.attention, code, &sentence)) return false;
     snprintf(msg, n, "%s", sentence);
+    return true;
+}
+
+/* --target cpu: what the figures are (the probe's split of the CPU's one memory) */
+static bool cpu_target(const gckpt_plan *p, char *msg, size_t n)
+{
+    if (p->target != GCKPT_TARGET_CPU) return false;
+    snprintf(msg, n, "planned for PyTorch's CPU kernels (--target cpu), as tools/hf_probe measures a CPU run: the peak "
+                     "counts what would be on a GPU; the offloaded copies (host_pinned_bytes) and the RNG states "
+                     "checkpointing keeps (host_rng_state_bytes) are host memory there, the same RAM on a CPU, so a "
+                     "CPU run's own peak is at most the sum; step times use the profile's rates, not a CPU's");
     return true;
 }
 
@@ -234,6 +249,7 @@ static const struct {
     {"sdpa_fp32_gqa_math_fallback", fp32_gqa},
     {"sliding_window_masked_sdpa", sliding_masked},
     {"sdpa_unsupported_eager_planned", attention_replaced},
+    {"cpu_target", cpu_target},
 };
 
 static void add(gckpt_plan *p, const char *code, const char *text)
@@ -254,5 +270,6 @@ void gckpt_plan_warnings(gckpt_plan *p)
     const char *code;
     if (unverified_rule(p, &code, msg, sizeof msg)) add(p, code, msg);
     for (size_t i = 0; i < sizeof fixed_rules / sizeof fixed_rules[0]; i++)
-        if (fixed_rules[i].when(&p->model, &s)) add(p, fixed_rules[i].code, fixed_rules[i].text);
+        if ((!fixed_rules[i].cuda || p->target == GCKPT_TARGET_CUDA) && fixed_rules[i].when(&p->model, &s))
+            add(p, fixed_rules[i].code, fixed_rules[i].text);
 }

@@ -52,6 +52,9 @@ static const struct {
     {"hf-peft/qwen2-lora-bf16-all-d0-sdpa-n3-plain-b2s32.json", false},
     {"hf-peft/llama-qlora-nf4dq-amp-bf16-all-d0.05-sdpa-n3-plain-b2s32.json", true}, /* bnb's casts (C2) */
     {"hf-peft/qwen2-qlora-int8-fp32-all-d0.05-sdpa-n1-offload-b1s48.json", true},
+    {"hf-peft/llama-lora-bf16-all-d0-sdpa-n1-offload-b1s48.json", false},  /* bf16 + fp32 add: a promoted copy */
+    {"hf/gpt2-amp-bf16-sdpa-n2-offload-b2s32.json", false},                  /* CPU autocast's op lists */
+    {"hf-peft/gpt2-qlora-nf4dq-amp-bf16-all-d0.05-sdpa-n2-plain-b2s32.json", true}, /* q/k/v casts */
 };
 
 static int plan(char *const args[]) { return cli_run(GCKPT_PLAN_EXE, args, NULL, err, sizeof err); }

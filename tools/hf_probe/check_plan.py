@@ -86,7 +86,10 @@ def main(argv=None):
         if p.returncode != 0:
             sys.stderr.write(p.stderr)
             return 2
-        if subprocess.call(probe_args(a, fixture)) != 0:
+        p = subprocess.run(probe_args(a, fixture), stdout=subprocess.PIPE, text=True)
+        # the probe's line names the fixture file, a temporary unless --keep
+        sys.stdout.write(p.stdout if a.keep else p.stdout.replace(f", fixture {fixture}", ""))
+        if p.returncode != 0:
             return 2
         with open(plan) as f:
             entry = json.load(f)["entries"][0]["memory"]

@@ -70,6 +70,12 @@ static bool load_inputs(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err 
      * (gpt_oss: transformers swaps in a kernels-hub flash build with sinks, FINDINGS 16) */
     if (!p->model_config_text || !gckpt_device_load(req->gpu_ref, &p->dev, err) || !resolve_seq(p, err)) return false;
     p->target = req->target_given ? req->target : p->dev.kind;
+    if (p->target == GCKPT_TARGET_CPU && !strcmp(req->attn_impl, "flash_attention_2")) {
+        /* transformers' _flash_attn_can_dispatch: "FlashAttention2 is not available on CPU" */
+        gckpt_seterr(err, "--attention flash_attention_2 with --target cpu: transformers refuses FlashAttention2 on the "
+                          "CPU (\"not available on CPU\"); plan sdpa or eager");
+        return false;
+    }
     const gckpt_model *m = &p->model;
     bool window = m->sliding_layers && p->req.seq >= m->sliding_window;
     if (!strcmp(req->attn_impl, "flash_attention_2") && (m->attn_softcap > 0 || m->attn_sinks || window)) {

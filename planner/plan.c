@@ -72,8 +72,8 @@ static bool load_inputs(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err 
     p->target = req->target_given ? req->target : p->dev.kind;
     if (p->target == GCKPT_TARGET_CPU && !strcmp(req->attn_impl, "flash_attention_2")) {
         /* transformers' _flash_attn_can_dispatch: "FlashAttention2 is not available on CPU" */
-        gckpt_seterr(err, "--attention flash_attention_2 with --target cpu: transformers refuses FlashAttention2 on the "
-                          "CPU (\"not available on CPU\"); plan sdpa or eager");
+        gckpt_seterr(err, "--attention flash_attention_2 on the CPU target (--target cpu, or a profile of kind cpu): "
+                          "transformers refuses FlashAttention2 there (\"not available on CPU\"); plan sdpa or eager");
         return false;
     }
     const gckpt_model *m = &p->model;

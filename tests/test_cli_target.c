@@ -318,7 +318,7 @@ static void test_bad_values(void **st)
         {"flash-attn on the CPU", A("--model", "gpt2", "--target", "cpu", "--attention", "flash_attention_2", "-o", "bad.json"),
          "--attention flash_attention_2"},
         {"flash-attn on a CPU profile", A("--model", "gpt2", "--gpu", EXACT, "--attention", "flash_attention_2", "-o", "bad.json"),
-         "--target cpu"},
+         "kind cpu"},
         {"profile kind unknown", A("--model", "gpt2", "--gpu", "./kind-tpu.json", "-o", "bad.json"), "'kind'"},
         {"profile kind a number", A("--model", "gpt2", "--gpu", "./kind-num.json", "-o", "bad.json"), "'kind'"},
         {"profile kind hostile", A("--model", "gpt2", "--gpu", "./kind-esc.json", "-o", "bad.json"), "'kind'"},

@@ -7,6 +7,29 @@
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/safe_text.h"
 
+const char *const gckpt_target_names[GCKPT_NTARGET] = {"cuda", "cpu"};
+
+int gckpt_target_from(const char *s)
+{
+    for (int i = 0; i < GCKPT_NTARGET; i++)
+        if (s && !strcmp(s, gckpt_target_names[i])) return i;
+    return -1;
+}
+
+/* "kind": optional, "cuda" (the shipped GPU profiles) when absent */
+static bool parse_kind(const cJSON *j, const char *f, gckpt_device *d, gckpt_err *err)
+{
+    char kind[16];
+    if (!gckpt_json_str_opt(j, f, "kind", "cuda", kind, sizeof kind, err)) return false;
+    int k = gckpt_target_from(kind);
+    if (k < 0) {
+        gckpt_seterr(err, "%s: field 'kind' = \"%s\", expected \"cuda\" or \"cpu\"", f, kind);
+        return false;
+    }
+    d->kind = (gckpt_target)k;
+    return true;
+}
+
 bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_err *err)
 {
     memset(d, 0, sizeof *d);
@@ -20,7 +43,7 @@ bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_
     }
     const cJSON *tf = cJSON_GetObjectItemCaseSensitive(j, "peak_tflops");
     const double big = 1e6; /* TFLOP/s */
-    ok = ok && gckpt_json_str(j, f, "name", d->name, sizeof d->name, err) &&
+    ok = ok && gckpt_json_str(j, f, "name", d->name, sizeof d->name, err) && parse_kind(j, f, d, err) &&
          gckpt_json_u64(j, f, "memory_bytes", 1u << 20, (uint64_t)1 << 50, &d->memory_bytes, err);
     if (ok && !cJSON_IsObject(tf)) {
         gckpt_seterr(err, "%s: missing field 'peak_tflops' (object with fp32, tf32, bf16, fp16)", f);
@@ -62,6 +85,7 @@ cJSON *gckpt_device_to_json(const gckpt_device *d)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "schema", "gckpt.device/1");
     cJSON_AddStringToObject(o, "name", d->name);
+    cJSON_AddStringToObject(o, "kind", gckpt_target_names[d->kind]);
     cJSON_AddNumberToObject(o, "memory_bytes", (double)d->memory_bytes);
     cJSON *tf = cJSON_AddObjectToObject(o, "peak_tflops");
     cJSON_AddNumberToObject(tf, "fp32", d->tflops_fp32);

@@ -21,8 +21,20 @@ static double peak_rate(const gckpt_ctx *c)
     }
 }
 
-static void finish(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
+uint64_t gckpt_rng_state_bytes(const gckpt_ctx *c, uint32_t every_n)
 {
+    uint64_t n = 0;
+    for (uint64_t i = 0; every_n && i < c->model->layers; i++)
+        n += gckpt_layer_mode_of(every_n, false, i) != GCKPT_LAYER_PLAIN;
+    if (!n) return 0;
+    uint64_t per = GCKPT_CPU_RNG_STATE_BYTES;
+    if (c->recipe->target == GCKPT_TARGET_CUDA) per += GCKPT_CUDA_RNG_STATE_BYTES * (1u + c->recipe->mask_positional);
+    return (n + 1) * per;
+}
+
+static void finish(const gckpt_ctx *c, uint32_t every_n, uint64_t grad_accum, gckpt_result *res)
+{
+    res->host_rng_bytes = gckpt_rng_state_bytes(c, every_n);
     uint64_t seg = c->dev->segment_round_bytes;
     res->device_peak_bytes = gckpt_round_up(res->peak_bytes, seg) + c->dev->context_bytes;
     if (gckpt_layout_multi(&c->set.layout)) gckpt_parallel_comm(c, grad_accum, res);
@@ -107,7 +119,7 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
     res->peak_bytes = (uint64_t)peak;
     res->host_pinned_bytes = (uint64_t)host_peak + c->host_pinned;
     res->host_pageable_bytes = c->host_pageable;
-    finish(c, c->set.grad_accum, res);
+    finish(c, c->set.every_n, c->set.grad_accum, res);
 }
 
 /* ---- segment profiles --------------------------------------------------------------- */
@@ -478,7 +490,7 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
         comp_state rp = {.peak_seq = st.peak_seq, .vec = res->breakdown};
         compose_replay(c, p, firsts, every_n, offload, nmicro, &rp);
     }
-    finish(c, grad_accum, res);
+    finish(c, every_n, grad_accum, res);
 }
 
 void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,

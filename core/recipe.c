@@ -41,7 +41,12 @@ void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding
     int nf = norm == NORM_RMS ? rmsnorm(tr, hin, h, norm_name) : layernorm(tr, hin, h, norm_name);
     r->t[nf].fwd_end_free = true; /* the base model's output, held until the forward returns */
     int wl = m->tied ? embedding_table : param(tr, "lm_head.weight", m->vocab, h, GCKPT_ROLE_MATRIX);
-    wl = mts_param(tr, wl, GCKPT_MTS_LM_HEAD, "lm_head.modules_to_save.weight");
+    int copy = mts_param(tr, wl, GCKPT_MTS_LM_HEAD, "lm_head.modules_to_save.weight");
+    /* peft's copy is of the nn.Linear lm_head, whose weight a tied model shares with the
+     * embedding: not an nn.Embedding, so the Trainer leaves its 8-bit states alone (measured,
+     * gpt2 QLoRA with adamw_bnb_8bit / paged_adamw_8bit) */
+    if (copy != wl) r->t[copy].role = GCKPT_ROLE_MATRIX;
+    wl = copy;
     int logits = linear(tr, nf, wl, -1, h, m->vocab, "lm_head");
     /* Gemma 2 (and Gemma 3 when configured): final soft-capping, logits / cap, tanh
      * (saves its output; not on CUDA autocast's fp32 list), * cap; Granite: logits /
@@ -197,7 +202,8 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
     r->rope[0] = r->rope[1] = r->rope_local[0] = r->rope_local[1] = -1;
     r->router_logits[0] = r->router_logits[1] = -1;
     r->embed_leaf = -1;
-    tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target == GCKPT_TARGET_CPU, .peft = peft, .attn = a,
+    tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target != GCKPT_TARGET_CUDA,
+                 .cuda_lists = target != GCKPT_TARGET_CPU, .peft = peft, .attn = a,
                  .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .rope2 = {-1, -1}};
     tr.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
     tr.compute_dt = p == GCKPT_FP32 ? F32 : p == GCKPT_AMP_FP16 ? F16 : BF16;
@@ -210,6 +216,7 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
         r->quant_storage = peft->quant_storage;
     }
     r->amp = tr.amp;
+    r->target = (uint8_t)target;
     r->stream_dtype = tr.stream_dt;
     r->compute_dtype = tr.compute_dt;
     r->param_dtype = tr.param_dt;

@@ -321,7 +321,7 @@ int attention_eager_gpt2(tracer *tr, int qkv, int mask, double p, int *weights)
     int sc = heads_matmul(tr, "qk", GCKPT_P_QK, qf, kf, dt(tr, qf), score_shape(nh), true);
     int ss = scal(tr, sc, "scale", gckpt_attn_scale(m), 0);
     int sm = mask >= 0 ? add(tr, ss, mask, "add_mask") : ss;
-    int pr = softmax(tr, autocast_to(tr, sm, F32, "softmax.cast_in"), "softmax");
+    int pr = softmax(tr, autocast_fp32(tr, sm, "softmax.cast_in"), "softmax");
     pr = cast_to(tr, pr, dt(tr, v), "softmax.to_v");
     pr = dropout(tr, pr, p, "attn_dropout");
     *weights = pr;

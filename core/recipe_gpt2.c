@@ -74,7 +74,16 @@ static int gpt2_attention(tracer *tr, gckpt_attention attn, int n1, int *weights
     int wa = linear_weight(tr, "c_attn.weight", 3 * h, h, true), ba = param(tr, "c_attn.bias", 1, 3 * h, GCKPT_ROLE_BIAS);
     int wp = linear_weight(tr, "c_proj.weight", h, h, true), bp = param(tr, "c_proj.bias", 1, h, GCKPT_ROLE_BIAS);
     int qkv = lora_linear(tr, n1, wa, ba, h, 3 * h, GCKPT_LT_C_ATTN, true);
-    int a = attn == GCKPT_SDPA ? attention_sdpa(tr, qkv, qkv, qkv, m->attn_dropout)
+    /* SDPA takes HF's q / k / v views of the fused output, which is all they cost; when
+     * autocast must cast them (QLoRA's fp32 output under amp) it copies each view: three
+     * [T, h] tensors, not three of the fused width (measured, gpt2 QLoRA amp fixtures) */
+    int q = qkv, k = qkv, v = qkv;
+    if (attn == GCKPT_SDPA && tr->amp && dt(tr, qkv) != tr->compute_dt) {
+        q = slice_of(tr, qkv, 0, h, "q");
+        k = slice_of(tr, qkv, 1, h, "k");
+        v = slice_of(tr, qkv, 2, h, "v");
+    }
+    int a = attn == GCKPT_SDPA ? attention_sdpa(tr, q, k, v, m->attn_dropout)
                                : attention_eager_gpt2(tr, qkv, tr->r->mask, m->attn_dropout, weights);
     int ao = lora_linear(tr, a, wp, bp, h, h, GCKPT_LT_ATTN_C_PROJ, true);
     ao = dropout(tr, ao, m->resid_dropout, "resid_dropout");

@@ -83,8 +83,8 @@ int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_
     char pfx[48];
     const char *outer = enter_module(tr, name, pfx, sizeof pfx);
     /* bnb.py's layers cast only when torch.is_autocast_enabled() (CUDA's) is False: on
-     * CUDA under autocast no cast; the CPU target answers False (12.10 C2) */
-    bool convert = !quant || !tr->amp || tr->cpu; /* bnb.py's requires_conversion (lora.Linear: always) */
+     * CUDA under autocast no cast; a CPU run answers False (12.10 C2) */
+    bool convert = !quant || !tr->amp || !tr->cuda_lists; /* bnb.py's requires_conversion (lora.Linear: always) */
     int xa = convert ? cast_to(tr, x, F32, "to_f32") : x;
     int d = dropout(tr, xa, pf->dropout, "lora_dropout");
     int a = tnew(tr, "lora_A.weight", GCKPT_T_PARAM, F32, fixed_shape(pf->rank, in_f), true);

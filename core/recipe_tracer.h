@@ -21,7 +21,8 @@ typedef struct {
     uint8_t param_dt;    /* dtype of the parameters */
     const char *pfx;     /* name prefix of the current module */
     double eps;          /* norm epsilon */
-    bool cpu;            /* GCKPT_TARGET_CPU */
+    bool cpu;            /* the CPU's kernels (GCKPT_TARGET_CPU, _CPU_CUDA_LISTS) */
+    bool cuda_lists;     /* CUDA's autocast op lists and is_autocast_enabled() answer (not _CPU) */
     const gckpt_peft *peft; /* LoRA / QLoRA (NULL or method full: full fine-tuning) */
     bool block_in_frozen;   /* trace the block with an input that needs no gradient */
     gckpt_attention attn;   /* the attention that runs (gckpt_attention_run) */
@@ -80,6 +81,7 @@ void hold_here(tracer *tr, int t);
 int param(tracer *tr, const char *name, uint64_t rows, uint64_t cols, gckpt_param_role role);
 int cast_to(tracer *tr, int x, uint8_t dtype, const char *name);
 int autocast_to(tracer *tr, int x, uint8_t dtype, const char *name);
+int autocast_fp32(tracer *tr, int x, const char *name);
 int mul(tracer *tr, int x, int y, const char *name);
 int add(tracer *tr, int x, int y, const char *name);
 int scal(tracer *tr, int x, const char *name, double sa, double sb);

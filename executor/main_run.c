@@ -30,7 +30,7 @@ static const char *const usage_text =
     "backward with the entry's checkpointing and offload, optimizer step) with the\n"
     "model's dimensions, measure memory and time, and compare with the plan.\n"
     "\n"
-    "  --plan FILE            the plan (schema gckpt.plan/1)\n"
+    "  --plan FILE            the plan (schema gckpt.plan/2)\n"
     "  --entry N[,N...]       entries to run, by index\n"
     "  --recommended          the plan's recommended entry (default)\n"
     "  --all                  every entry\n"
@@ -515,7 +515,13 @@ static int run_plan(args_t *a_in, gckpt_comm *comm)
         gckpt_plan_file_free(&pf);
         return rc;
     }
-    if (pf.optimizer == GCKPT_PAGED_ADAMW_8BIT || pf.optimizer == GCKPT_PAGED_ADAMW_32BIT) {
+    if (pf.target != GCKPT_TARGET_CUDA) { /* the executor performs the CUDA recipe (gckpt_exec_recipe) */
+        gckpt_seterr(&err, "%s: field 'inputs.target' = \"%s\": gckpt-run executes plans of PyTorch's CUDA kernels; "
+                           "plan with --target cuda", pf.file, gckpt_target_names[pf.target]);
+        gckpt_plan_file_free(&pf);
+        return bad("%s", err.msg);
+    }
+        if (pf.optimizer == GCKPT_PAGED_ADAMW_8BIT || pf.optimizer == GCKPT_PAGED_ADAMW_32BIT) {
         gckpt_seterr(&err, "%s: optimizer %s: gckpt-run has no paged (managed-memory) optimizer states", pf.file,
                      gckpt_optimizer_names[pf.optimizer]);
         gckpt_plan_file_free(&pf);

@@ -50,6 +50,10 @@ static void usage(FILE *f)
 "  --model NAME|PATH      model: a name in models/ or a path to an HF config.json\n"
 "                         (default llama-3.1-8b)\n"
 "  --gpu NAME|PATH        GPU profile: a name in devices/ or a path (default h100-sxm-80gb)\n"
+"  --target cuda|cpu      whose kernels to plan: CUDA's, or PyTorch's CPU kernels (what\n"
+"                         tools/hf_probe measures; compare with your own CPU run); default:\n"
+"                         the profile's \"kind\" (cuda unless it says cpu, as\n"
+"                         tests/data/devices/cpu-exact.json does); recorded in the plan\n"
 "  --seq N                sequence length in tokens (default: 4096, or the model's\n"
 "                         max_position_embeddings / n_positions when smaller)\n"
 "  --allow-long-seq       plan a --seq beyond max_position_embeddings (RoPE models;\n"
@@ -98,7 +102,7 @@ static void usage(FILE *f)
 "  --offload off|on|both  offload checkpointed inputs to pinned host memory (default both)\n"
 "  --budget SIZE          memory budget, e.g. 80GiB, 79GB (default: the GPU's memory)\n"
 "  --margin PCT           part of the budget kept free, e.g. 5%% or 0.05 (default 5%%)\n"
-"  -o, --output FILE      write the JSON plan (schema gckpt.plan/1); '-' for stdout\n"
+"  -o, --output FILE      write the JSON plan (schema gckpt.plan/2); '-' for stdout\n"
 "  --plot FILE            plot (.png or .svg) memory vs step time and the recommended\n"
 "                         entry's memory timeline with gnuplot\n"
 "  --table frontier|all   rows of the table: notable entries (default) or all\n"
@@ -326,7 +330,7 @@ static void print_alternatives(const gckpt_plan_request *req, const gckpt_model 
 
 enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
        O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG, O_METHOD, O_RANK, O_ALPHA, O_LDROP, O_TARGETS,
-       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS, O_MOE, O_FSDP_OFF };
+       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS, O_MOE, O_FSDP_OFF, O_TARGET };
 
 /* What the command line asks for. */
 typedef struct {
@@ -571,6 +575,11 @@ static int parse_name_option(int c, const char *arg, cli_args *a)
         else if (!strcmp(arg, "both")) req->offload = GCKPT_OFFLOAD_BOTH;
         else return bad("--offload: unknown '%s' (off, on, both)%s", arg, "");
         return 0;
+    case O_TARGET:
+        if ((v = gckpt_target_from(arg)) < 0) return bad("--target: unknown '%s' (cpu, cuda)%s", arg, "");
+        req->target = (gckpt_target)v;
+        req->target_given = true;
+        return 0;
     case O_PLOT: {
         gckpt_err perr;
         if (!gckpt_plot_name_ok(arg, &perr)) return bad("%s%s", perr.msg, "");
@@ -607,7 +616,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         {"compute-dtype", required_argument, 0, O_CDT}, {"gpus", required_argument, 0, O_GPUS},
         {"nodes", required_argument, 0, O_NODES}, {"parallel", required_argument, 0, O_PAR},
         {"deepspeed", required_argument, 0, O_DS}, {"moe-imbalance", required_argument, 0, O_MOE},
-        {"fsdp-offload", required_argument, 0, O_FSDP_OFF},
+        {"fsdp-offload", required_argument, 0, O_FSDP_OFF}, {"target", required_argument, 0, O_TARGET},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c, rc = GCKPT_EXIT_OK;
     *answered = false;
@@ -619,6 +628,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
             rc = parse_number_option(c, optarg, a);
             break;
         case O_MODEL: case O_GPU: case O_PREC: case O_OPT: case O_ATTN: case O_OFF: case O_PLOT: case O_TABLE:
+        case O_TARGET:
             rc = parse_name_option(c, optarg, a);
             break;
         case 'o': a->out = optarg; break;

@@ -70,6 +70,13 @@ static bool load_inputs(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err 
      * a window, which the flash kernel takes as arguments (no mask) and SDPA cannot
      * (gpt_oss: transformers swaps in a kernels-hub flash build with sinks, FINDINGS 16) */
     if (!p->model_config_text || !gckpt_device_load(req->gpu_ref, &p->dev, err) || !resolve_seq(p, err)) return false;
+    p->target = req->target_given ? req->target : p->dev.kind;
+    if (p->target == GCKPT_TARGET_CPU && !strcmp(req->attn_impl, "flash_attention_2")) {
+        /* transformers' _flash_attn_can_dispatch: "FlashAttention2 is not available on CPU" */
+        gckpt_seterr(err, "--attention flash_attention_2 on the CPU target (--target cpu, or a profile of kind cpu): "
+                          "transformers refuses FlashAttention2 there (\"not available on CPU\"); plan sdpa or eager");
+        return false;
+    }
     const gckpt_model *m = &p->model;
     bool window = m->sliding_layers && p->req.seq >= m->sliding_window;
     if (!strcmp(req->attn_impl, "flash_attention_2") && (m->attn_softcap > 0 || m->attn_sinks || window)) {
@@ -293,7 +300,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
                          .layout = req->layout, .attention = req->attention, .seq = req->seq};
     if (!gckpt_layout_check(&lay, err) || !gckpt_parallel_device_ok(&p->dev, &req->layout, err))
         goto fail;
-    gckpt_setting_recipe(&p->model, &lay, GCKPT_TARGET_CUDA, p->recipe);
+    gckpt_setting_recipe(&p->model, &lay, p->target, p->recipe);
     if (!gckpt_params_build(p->recipe, p->model.layers, req->optimizer, p->dev.alloc_round_bytes, p->params, &overflow,
                             err))
         goto fail;

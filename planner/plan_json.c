@@ -1,4 +1,4 @@
-/* The plan as JSON (schema gckpt.plan/1, described by reports/schema/plan.schema.json). */
+/* The plan as JSON (schema gckpt.plan/2, described by reports/schema/plan.schema.json). */
 #include "gckpt/planner/plan.h"
 
 #include <stdlib.h>
@@ -24,6 +24,7 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(m, "peak_bytes", (double)r->peak_bytes);
     num(m, "device_peak_bytes", (double)r->device_peak_bytes);
     num(m, "host_pinned_bytes", (double)r->host_pinned_bytes);
+    num(m, "host_rng_state_bytes", (double)r->host_rng_bytes);
     num(m, "after_forward_bytes", (double)r->after_forward_bytes);
     cJSON_AddStringToObject(m, "peak_phase", gckpt_phase_names[r->peak_phase]);
     if (r->peak_layer >= 0 && (uint64_t)r->peak_layer < p->model.layers)
@@ -106,6 +107,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     cJSON *cfg = cJSON_Parse(p->model_config_text);
     if (cfg) cJSON_AddItemToObject(m, "config", cfg);
     cJSON_AddItemToObject(in, "device", gckpt_device_to_json(&p->dev));
+    cJSON_AddStringToObject(in, "target", gckpt_target_names[p->target]);
     num(in, "seq", (double)p->req.seq);
     cJSON *mb = cJSON_AddArrayToObject(in, "micro_batches");
     for (int i = 0; i < p->req.n_micro; i++)

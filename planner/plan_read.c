@@ -1,4 +1,4 @@
-/* Reading a plan (schema gckpt.plan/1) back with every field checked. Every message is
+/* Reading a plan (schema gckpt.plan/2) back with every field checked. Every message is
  * "<file>: field '<path>' ..." so a user can find what to fix. */
 #include "gckpt/planner/plan_read.h"
 
@@ -327,6 +327,10 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
 {
     const cJSON *in = obj(r, root, "inputs");
     if (!in || !read_model(r, in, pf) || !read_device(r, in, pf)) return false;
+    /* version 1 planned CUDA's kernels only */
+    int tg = GCKPT_TARGET_CUDA;
+    if (pf->version >= 2 && !choice(r, in, "inputs.target", gckpt_target_names, GCKPT_NTARGET, &tg)) return false;
+    pf->target = (gckpt_target)tg;
     if (!u64(r, in, "inputs.seq", 1, (uint64_t)1 << 24, &pf->seq)) return false;
     if (pf->model.family == GCKPT_FAMILY_GPT2 && pf->seq > pf->model.positions)
         return fail(r, "field 'inputs.seq' = %llu exceeds the model's n_positions (%llu)",
@@ -416,7 +420,11 @@ static bool read_memory(plan_reader *r, const cJSON *e, const char *pre, gckpt_p
     U("host_pinned_bytes", res->host_pinned_bytes);
     U("after_forward_bytes", res->after_forward_bytes);
     U("context_bytes", ctx);
+    if (pf->version >= 2) U("host_rng_state_bytes", res->host_rng_bytes);
 #undef U
+    if (pf->version >= 2 && !en->every_n != !res->host_rng_bytes)
+        return fail(r, "field '%s.memory.host_rng_state_bytes' = %llu contradicts every_n_layers %u (checkpointing keeps "
+                       "RNG states exactly when it is on)", pre, (unsigned long long)res->host_rng_bytes, en->every_n);
     if (ctx != pf->dev.context_bytes)
         return fail(r, "field '%s.memory.context_bytes' = %llu contradicts inputs.device.context_bytes (%llu)", pre,
                     (unsigned long long)ctx, (unsigned long long)pf->dev.context_bytes);
@@ -638,8 +646,9 @@ bool gckpt_plan_parse(const char *file, const char *text, gckpt_plan_file *pf, g
     bool ok = false;
     char schema[64], gname[64];
     if (!str(&r, root, "schema", schema, sizeof schema)) goto done;
-    if (strcmp(schema, GCKPT_PLAN_SCHEMA)) {
-        fail(&r, "field 'schema' = \"%s\", expected \"%s\" (this gckpt-run reads only that version)", schema,
+    pf->version = !strcmp(schema, GCKPT_PLAN_SCHEMA) ? 2 : !strcmp(schema, "gckpt.plan/1") ? 1 : 0;
+    if (!pf->version) {
+        fail(&r, "field 'schema' = \"%s\", expected \"%s\" (or the older \"gckpt.plan/1\")", schema,
              GCKPT_PLAN_SCHEMA);
         goto done;
     }

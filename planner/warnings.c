@@ -87,11 +87,13 @@ static bool moe_parallel_applies(const gckpt_model *m, const gckpt_setting *s)
 }
 
 /* One or two sentences each, ending with a full stop; the detail (sources, measurements,
- * what to do) is in docs/warnings.md under the code. */
+ * what to do) is in docs/warnings.md under the code. cuda: a rule about CUDA's kernels,
+ * said only when the plan targets CUDA (the CPU target plans what the CPU probe measured). */
 static const struct {
     const char *code;
     bool (*when)(const gckpt_model *m, const gckpt_setting *s);
     const char *text;
+    bool cuda;
 } fixed_rules[] = {
     {"padding_not_modelled", padding_applies,
      "micro-batches above 1 are planned as unpadded sequences of --seq tokens; a padded batch gives SDPA a "
@@ -101,18 +103,18 @@ static const struct {
      "checkpointing set (in your own loop without checkpointing, set model.config.use_cache = False)."},
     {"qlora_4bit_cuda_unverified", qlora_4bit_applies,
      "4-bit layers are planned with bitsandbytes' dequantize-then-matmul path measured on the CPU; on CUDA a "
-     "fused kernel may skip the dequantized copy for few tokens per micro-batch: unverified on a GPU."},
+     "fused kernel may skip the dequantized copy for few tokens per micro-batch: unverified on a GPU.", true},
     {"qlora_int8_cuda_unverified", qlora_int8_applies,
      "8-bit layers are planned as bitsandbytes runs them on the CPU, each input kept by its autograd node to "
      "the end of the micro-step's backward. On CUDA MatMul8bitLt also keeps the input's outlier columns and "
-     "makes fp16 and int8 copies of it: unverified, expect a higher peak."},
+     "makes fp16 and int8 copies of it: unverified, expect a higher peak.", true},
     {"parallel_peak_approximate", parallel_peak_applies,
      "the per-rank working set of fsdp, zero2 and zero3 is scheduled unit by unit from torch's and DeepSpeed's "
      "source, within " GCKPT_PARALLEL_PEAK_BOUND_PCT " % of every measured rank of CPU fixtures of tiny models; "
      "CUDA's side streams, zero3's live-parameter limit and zero2's middle ranks are unverified."},
     {"moe_grouped_mm_cuda_unverified", moe_applies,
      "the experts are planned as transformers' default grouped_mm, measured on the CPU; on CUDA the fused "
-     "grouped GEMM runs only for bf16 on sm90 / sm100, elsewhere a per-expert loop: step time unverified."},
+     "grouped GEMM runs only for bf16 on sm90 / sm100, elsewhere a per-expert loop: step time unverified.", true},
     {"qlora_moe_experts_fp32", qlora_moe_applies,
      "QLoRA on a mixture of experts quantizes only the attention projections; the experts and the router stay "
      "unquantized, in fp32 after prepare_model_for_kbit_training (--method lora --precision bf16 keeps them in "
@@ -228,10 +230,12 @@ static bool attention_replaced(const gckpt_plan *p, char **msg)
     return *msg != NULL;
 }
 
-/* A CUDA dropout rule the CPU probe could not measure (the recipe says which). */
+/* A CUDA dropout rule the CPU probe could not measure (the recipe says which); the CPU
+ * target plans what the probe measured. */
 static bool dropout_rule(const gckpt_plan *p, const char *code, char **msg)
 {
     const char *c, *sentence;
+    if (p->target != GCKPT_TARGET_CUDA) return true;
     if (!gckpt_recipe_unverified(&p->model, p->req.attention, &c, &sentence) || strcmp(c, code)) return true;
     *msg = say("%s", sentence);
     return *msg != NULL;
@@ -245,6 +249,16 @@ static bool dropout_mask(const gckpt_plan *p, char **msg)
     return dropout_rule(p, "dropout_cuda_mask_unverified", msg);
 }
 
+/* --target cpu: what the figures are (the probe's split of the CPU's one memory) */
+static bool cpu_target(const gckpt_plan *p, char **msg)
+{
+    if (p->target != GCKPT_TARGET_CPU) return true;
+    *msg = say("planned for PyTorch's CPU kernels (--target cpu), as tools/hf_probe measures a CPU run; the host "
+               "bytes are the same RAM there, so a CPU run's own peak is at most the sum, and step times are the "
+               "profile's, not a CPU's.");
+    return *msg != NULL;
+}
+
 static const struct {
     const char *code;
     bool (*say)(const gckpt_plan *p, char **msg);
@@ -254,6 +268,7 @@ static const struct {
     {"sdpa_unsupported_eager_planned", attention_replaced},
     {"dropout_cuda_sdpa_unverified", dropout_sdpa},
     {"dropout_cuda_mask_unverified", dropout_mask},
+    {"cpu_target", cpu_target},
 };
 
 #define N_COMPUTED (sizeof computed_rules / sizeof computed_rules[0])
@@ -277,6 +292,7 @@ bool gckpt_warning_say(const gckpt_plan *p, size_t i, char **msg)
     if (i < N_COMPUTED) return computed_rules[i].say(p, msg);
     if (i >= N_COMPUTED + N_FIXED) return true;
     gckpt_setting s = request_setting(p);
+    if (fixed_rules[i - N_COMPUTED].cuda && p->target != GCKPT_TARGET_CUDA) return true;
     if (!fixed_rules[i - N_COMPUTED].when(&p->model, &s)) return true;
     *msg = say("%s", fixed_rules[i - N_COMPUTED].text);
     return *msg != NULL;

@@ -112,10 +112,6 @@ static bool read_peft(const char *path, const cJSON *root, hf_fixture *f, gckpt_
         return false;
     }
     pf->double_quant = cJSON_IsTrue(item(q, "double_quant"));
-    if (strstr(f->precision, "cudalists")) { /* the CPU target answers as the CPU does */
-        f->comparable = false;
-        f->why_not = "QLoRA with CUDA's torch.is_autocast_enabled() answer emulated (FINDINGS 12.10 C2)";
-    }
     pf->quant_storage = (uint8_t)sd;
     pf->compute_dtype = (uint8_t)cd;
     return true;
@@ -183,8 +179,7 @@ static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     st->offload = cJSON_IsTrue(item(set, "offload"));
     st->reentrant = cJSON_IsTrue(item(set, "use_reentrant")); /* prepare's own checkpointing */
     st->optimizer = GCKPT_ADAMW;
-    f->comparable = !(f->m.family == GCKPT_FAMILY_GPT2 && !strcmp(f->precision, "amp-bf16"));
-    f->why_not = "gpt2 under CPU autocast op lists (the planner models CUDA's: amp-bf16-cudalists)";
+    f->comparable = true;
 
     double p;
     if (!num(item(root, "parameters"), path, "parameters.count", &p, err)) return false;
@@ -218,6 +213,8 @@ static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_
         !str(last, path, "steps[].peak_where", f->peak_where, sizeof f->peak_where, err))
         return false;
     f->virtual_states = cJSON_IsTrue(item(last, "optimizer_states_virtual"));
+    const cJSON *hp = item(last, "host_peak_bytes");
+    f->host_peak = cJSON_IsNumber(hp) ? hp->valuedouble : -1;
     const cJSON *rp = item(last, "region_peaks"), *e;
     cJSON_ArrayForEach(e, rp)
     {
@@ -263,6 +260,11 @@ static void read_routing(const cJSON *root, hf_fixture *f)
     }
 }
 
+gckpt_target hf_target(const hf_fixture *f)
+{
+    return strstr(f->precision, "cudalists") ? GCKPT_TARGET_CPU_CUDA_LISTS : GCKPT_TARGET_CPU;
+}
+
 bool hf_fixture_read(const char *path, hf_fixture *f, gckpt_err *err)
 {
     memset(f, 0, sizeof *f);
@@ -282,7 +284,7 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
 {
     memset(c, 0, sizeof *c);
     static gckpt_recipe r;
-    gckpt_recipe_build_seq(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &f->s.peft, f->s.seq, &r);
+    gckpt_recipe_build_seq(&f->m, f->s.precision, f->s.attention, hf_target(f), &f->s.peft, f->s.seq, &r);
     gckpt_ctx ctx;
     if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;
     /* a quantized weight counts its stored elements (a Params4bit: n / 2 as uint8) */
@@ -345,6 +347,8 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
     gckpt_schedule_free(&ev);
     c->offload = res.host_pinned_bytes;
     c->offload_ok = c->offload == f->offload;
+    c->host = res.host_pinned_bytes + res.host_rng_bytes;
+    c->host_ok = f->host_peak < 0 || (double)c->host == f->host_peak;
     c->peak = res.peak_bytes;
     c->after = res.after_forward_bytes;
     c->peak_phase = gckpt_phase_names[res.peak_phase];
@@ -373,7 +377,7 @@ double hf_tolerance(const hf_fixture *f) { return f->s.precision == GCKPT_BF16 ?
 bool hf_pass(const hf_fixture *f, const hf_cmp *c)
 {
     double tol = hf_tolerance(f);
-    return c->params_ok && c->saved_ok && c->offload_ok && c->same_phase && fabs(c->e_peak) <= tol &&
+    return c->params_ok && c->saved_ok && c->offload_ok && c->host_ok && c->same_phase && fabs(c->e_peak) <= tol &&
            fabs(c->e_after) <= tol;
 }
 
@@ -415,6 +419,9 @@ void hf_print(FILE *out, const hf_fixture *f, const hf_cmp *c)
             (unsigned long long)c->embed_saved, f->embed_saved == c->embed_saved ? "exact" : "DIFFERS");
     fprintf(out, "  %-34s %16llu %16llu %9s\n", "offloaded to host", (unsigned long long)f->offload,
             (unsigned long long)c->offload, c->offload_ok ? "exact" : "DIFFERS");
+    if (f->host_peak >= 0)
+        fprintf(out, "  %-34s %16.0f %16llu %9s\n", "host peak (offload, RNG states)", f->host_peak,
+                (unsigned long long)c->host, c->host_ok ? "exact" : "DIFFERS");
     fprintf(out, "  %-34s %16.0f %16llu %+8.3f%%\n", "live bytes after the forward", f->after,
             (unsigned long long)c->after, c->e_after * 100);
     fprintf(out, "  %-34s %16.0f %16llu %+8.3f%%\n", "live peak (steady-state step)", f->peak,
@@ -433,14 +440,14 @@ void hf_print(FILE *out, const hf_fixture *f, const hf_cmp *c)
         else if (f->nregion)
             fprintf(out, "  measured in %s: not within 2%% of the peak\n", c->peak_key);
     }
-    fprintf(out, "  %s (tolerance %.1f%%; saved and offloaded bytes exact)\n",
+    fprintf(out, "  %s (tolerance %.1f%%; saved, offloaded and host bytes exact)\n",
             hf_pass(f, c) ? "PASS" : "FAIL", hf_tolerance(f) * 100);
 }
 
 bool hf_events(FILE *out, const hf_fixture *f, const gckpt_device *exact, gckpt_err *err)
 {
     static gckpt_recipe r;
-    gckpt_recipe_build_seq(&f->m, f->s.precision, f->s.attention, GCKPT_TARGET_CPU, &f->s.peft, f->s.seq, &r);
+    gckpt_recipe_build_seq(&f->m, f->s.precision, f->s.attention, hf_target(f), &f->s.peft, f->s.seq, &r);
     gckpt_ctx ctx;
     gckpt_schedule ev;
     if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;

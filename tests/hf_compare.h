@@ -4,7 +4,7 @@
  * prints measured vs planned for any fixture, e.g. one the probe made from a user's own
  * config.json).
  *
- * The planner runs with the CPU target (PyTorch's CPU kernels, recipe.h) and an exact
+ * The planner runs with a CPU target (PyTorch's CPU kernels, recipe.h) and an exact
  * byte-accounting device profile. Documented, explicit adjustments to what the probe
  * records (tools/hf_probe/FINDINGS.md):
  *   - rotary cos/sin (llama family) are saved once, by the first non-checkpointed
@@ -14,12 +14,10 @@
  *   - gpt2 eager: the positional mask is saved once, by the first checkpointed layer;
  *   - the HF loss's shifted labels are a view of the padded [1, s+1] labels when b = 1
  *     (8 bytes more than the [T] copy made for b > 1);
- *   - QLoRA fixtures that emulate CUDA's torch.is_autocast_enabled() answer
- *     ("amp-bf16-cudalists", FINDINGS 12.10 C2) are not comparable: the CPU target
- *     answers as the CPU does;
- *   - gpt2 under CPU autocast op lists (precision "amp-bf16") is not comparable: the
- *     planner models CUDA's lists, which "amp-bf16-cudalists" fixtures emulate (for the
- *     llama family both are byte-identical). */
+ *   - fixtures that emulate CUDA's autocast op lists and torch.is_autocast_enabled()
+ *     answer ("amp-bf16-cudalists", FINDINGS 7 and 12.10 C2) are planned with
+ *     GCKPT_TARGET_CPU_CUDA_LISTS, the others (a plain CPU run) with GCKPT_TARGET_CPU,
+ *     as gckpt-plan --target cpu plans them (hf_target). */
 #ifndef GCKPT_HF_COMPARE_H
 #define GCKPT_HF_COMPARE_H
 
@@ -39,8 +37,7 @@ typedef struct {
     char family[16], precision[32], attention[16];
     gckpt_model m;
     gckpt_setting s;
-    bool comparable;          /* false: gpt2 under CPU autocast lists (see above); QLoRA with
-                               * CUDA's autocast answer emulated (FINDINGS 12.10 C2) */
+    bool comparable;          /* false: a rule the planner does not model (why_not) */
     const char *why_not;      /* when not comparable */
     bool virtual_states;      /* the probe counted AdamW's states instead of allocating them */
     double dropout;
@@ -53,6 +50,8 @@ typedef struct {
     bool ckpt[HF_MAX_LAYERS];
     uint64_t layer_saved[HF_MAX_LAYERS];
     uint64_t head_saved, embed_saved, offload;
+    double host_peak;         /* the step's host peak: offloaded copies and checkpoint RNG states
+                               * (allocs.py's "host"); -1 when the fixture lacks it */
     double peak, after;       /* live bytes: steady-state step's peak, after micro-step 1's forward */
     char peak_phase[32], peak_where[256];
     /* the most live bytes per "phase/region" near the peak (steps[].region_peaks; older
@@ -73,6 +72,7 @@ typedef struct {
     uint64_t params, trainable;
     uint64_t layer_saved[HF_MAX_LAYERS];
     uint64_t head_saved, embed_saved, offload;
+    uint64_t host;            /* planned host peak: host_pinned_bytes + host_rng_bytes */
     uint64_t peak, after;
     const char *peak_phase;
     int peak_layer;           /* -1 embedding, 0..L-1, L head, L+1 optimizer */
@@ -82,11 +82,14 @@ typedef struct {
     double measured_there;    /* measured most live bytes in that region (-1 unknown) */
     /* the comparison */
     bool params_ok, saved_ok, offload_ok, same_phase; /* params_ok: the count and the trainable count */
+    bool host_ok;             /* host equals the measured host peak (true when not measured) */
     int first_bad_layer;      /* -1 none, L head, L+1 embedding */
     double e_peak, e_after;   /* (planned - measured) / measured */
 } hf_cmp;
 
 /* Read a fixture (schema gckpt.hf-fixture/1); false with err naming file and field. */
+/* The target f was measured as: GCKPT_TARGET_CPU, or _CPU_CUDA_LISTS for "cudalists". */
+gckpt_target hf_target(const hf_fixture *f);
 bool hf_fixture_read(const char *path, hf_fixture *f, gckpt_err *err);
 
 /* Plan f's setting and compare; false (err) when the planner refuses it. */
@@ -95,7 +98,7 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
 /* Live-peak (and after-forward) tolerance: 0.1 % for fp32 and amp, 0.5 % for bf16. */
 double hf_tolerance(const hf_fixture *f);
 
-/* Whether c passes: parameters, saved and offloaded bytes exact, peak and after-forward
+/* Whether c passes: parameters, saved and offloaded bytes and the host peak exact, peak and after-forward
  * within hf_tolerance, and the planned peak where it is measured: in the same phase and
  * region, or (near ties) in a region where the measured live bytes come within
  * hf_tolerance of the measured peak. */

@@ -102,7 +102,7 @@ static void test_planted_link(void **st)
     assert_content("victim", "secret");
     char *t = slurp("plan.json");
     assert_non_null(t);
-    assert_non_null(strstr(t, "\"gckpt.plan/1\""));
+    assert_non_null(strstr(t, "\"gckpt.plan/2\""));
     free(t);
     struct stat s;
     cli_path("plan.json", l, sizeof l);

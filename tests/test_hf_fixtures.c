@@ -323,14 +323,14 @@ int main(void)
                g->peak_max * 100, g->peak_sum / g->n * 100, g->after_max * 100, g->after_sum / g->n * 100);
     }
 #ifdef HF_PEFT
-    printf("\n%d of %zu LoRA/QLoRA fixtures compared (%d not comparable: gpt2 under CPU autocast lists, QLoRA with "
-           "CUDA's autocast answer emulated); counts, saved and offloaded bytes exact in all; live peak within 0.5 %% "
-           "in %d (asserted for all)\n",
+    printf("\n%d of %zu LoRA/QLoRA fixtures compared (%d not comparable; CPU autocast lists as --target cpu plans "
+           "them, the cudalists emulation as GCKPT_TARGET_CPU_CUDA_LISTS); counts, saved, offloaded and host bytes "
+           "exact in all; live peak within 0.5 %% in %d (asserted for all)\n",
            g_compared, hand, g_not_comparable, g_within);
 #else
     printf("\n%d fixtures compared (%zu hand-written, %zu generated, %zu of issue 13's dense families, %zu "
-           "mixture-of-experts); %d not compared (gpt2 amp-bf16 measured with CPU autocast op lists, whose "
-           "amp-bf16-cudalists twins are)\n",
+           "mixture-of-experts); %d not compared; amp-bf16 under CPU autocast's op lists (--target cpu), "
+           "amp-bf16-cudalists under CUDA's (emulated)\n",
            g_compared, hand, gen, nfam, nmoe, g_not_comparable);
     printf("%d MoE fixtures compared with their measured routing: the most-loaded expert of a layer received up to "
            "%.2f x the balanced share\n", g_moe, g_moe_imbalance);

@@ -185,7 +185,7 @@ static void schema_rejects(void **state)
         case 2: cJSON_ReplaceItemInObject(cJSON_GetObjectItemCaseSensitive(e0, "memory"), "peak_bytes", cJSON_CreateNumber(-1)); break;
         case 3: cJSON_AddNumberToObject(e0, "surprise", 1); break;
         case 4: cJSON_ReplaceItemInObject(in, "seq", cJSON_CreateString("512")); break;
-        case 5: cJSON_ReplaceItemInObject(j, "schema", cJSON_CreateString("gckpt.plan/2")); break;
+        case 5: cJSON_ReplaceItemInObject(j, "schema", cJSON_CreateString("gckpt.plan/3")); break;
         }
         char why[512];
         if (schema_check(schema, j, why, sizeof why)) fail_msg("mutation %s passed the schema", mutations[i]);

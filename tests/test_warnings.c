@@ -130,9 +130,9 @@ static void every_model_method_mode(void **state)
     for (size_t mi = 0; mi < nm; mi++)
         for (int method = 0; method < GCKPT_NMETHOD; method++)
             for (size_t li = 0; li < sizeof layouts / sizeof layouts[0]; li++)
-                /* the defaults; on one GPU also fp32 (the GQA rule) or int8 QLoRA, and eager
-                 * attention (dropout's mask rule) */
-                for (int variant = 0; variant < (layouts[li].mode == GCKPT_PAR_NONE ? 3 : 1); variant++) {
+                /* the defaults; on one GPU also fp32 (the GQA rule) or int8 QLoRA, eager
+                 * attention (dropout's mask rule), and the CPU target */
+                for (int variant = 0; variant < (layouts[li].mode == GCKPT_PAR_NONE ? 4 : 1); variant++) {
                     uint32_t every = 1;
                     gckpt_plan_request q = {.micro_batches = {1, 2}, .n_micro = 2, .grad_accum = 1,
                                             .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
@@ -144,6 +144,7 @@ static void every_model_method_mode(void **state)
                     if (variant == 1 && method == GCKPT_METHOD_QLORA) q.peft.quant = GCKPT_QUANT_INT8;
                     else if (variant == 1) q.precision = GCKPT_FP32;
                     else if (variant == 2) q.attention = GCKPT_EAGER;
+                    else if (variant == 3) q.target_given = true, q.target = GCKPT_TARGET_CPU;
                     q.layout.mode = layouts[li].mode;
                     q.layout.offload = layouts[li].offload;
                     q.layout.gpus = q.layout.mode == GCKPT_PAR_NONE ? 1 : 8;
@@ -152,7 +153,7 @@ static void every_model_method_mode(void **state)
                     snprintf(what, sizeof what, "%s --method %s --parallel %s%s%s", models[mi],
                              gckpt_method_names[method], gckpt_parallel_names[q.layout.mode],
                              q.layout.offload ? " --fsdp-offload on" : "", variant == 1 ? (method == GCKPT_METHOD_QLORA ? " --quant int8" : " --precision fp32")
-                             : variant == 2 ? " --attention eager" : "");
+                             : variant == 2 ? " --attention eager" : variant == 3 ? " --target cpu" : "");
                     /* refused all-linear on the mixture-of-experts families: attention adapters */
                     if (!check_plan(&q, what, &t) && method != GCKPT_METHOD_FULL) {
                         q.peft.targets = 1u << GCKPT_LT_Q | 1u << GCKPT_LT_K | 1u << GCKPT_LT_V | 1u << GCKPT_LT_O;

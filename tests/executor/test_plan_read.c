@@ -123,7 +123,7 @@ static void test_rejects(void **st)
     assert_non_null(base);
     /* the entries are: 0 off, 1 n1, 2 n1 offload, 3 n2, 4 n2 offload, 5 n3, 6 n3 offload */
     const mutation ms[] = {
-        {"schema", "\"gckpt.plan/2\"", "field 'schema'"},
+        {"schema", "\"gckpt.plan/3\"", "field 'schema'"},
         {"schema", NULL, "'schema'"},
         {"generator.name", "\"someone\"", "generator.name"},
         {"inputs.seq", NULL, "inputs.seq"},
@@ -160,6 +160,14 @@ static void test_rejects(void **st)
         {"entries[0].memory.device_peak_bytes", "1", "entries[0].memory.device_peak_bytes"},
         {"entries[0].memory.host_pinned_bytes", "1024", "entries[0].memory.host_pinned_bytes"},
         {"entries[2].memory.host_pinned_bytes", "0", "entries[2].memory.host_pinned_bytes"},
+        {"inputs.target", NULL, "inputs.target"},
+        {"inputs.target", "\"tpu\"", "inputs.target"},
+        {"inputs.target", "1", "inputs.target"},
+        {"inputs.device.kind", "\"tpu\"", "'kind'"},
+        {"entries[1].memory.host_rng_state_bytes", NULL, "entries[1].memory.host_rng_state_bytes"},
+        {"entries[1].memory.host_rng_state_bytes", "0", "entries[1].memory.host_rng_state_bytes"},
+        {"entries[0].memory.host_rng_state_bytes", "5056", "entries[0].memory.host_rng_state_bytes"},
+        {"entries[1].memory.host_rng_state_bytes", "-1", "entries[1].memory.host_rng_state_bytes"},
         {"entries[1].memory.breakdown.weights", "0", "entries[1].memory.breakdown"},
         {"entries[1].memory.peak_phase", "\"lunch\"", "entries[1].memory.peak_phase"},
         {"entries[1].memory.context_bytes", "7", "entries[1].memory.context_bytes"},
@@ -176,6 +184,40 @@ static void test_rejects(void **st)
     expect_reject("{", "truncated", "malformed");
     expect_reject("[]", "array", "object");
     expect_reject("", "empty", "empty");
+    free(base);
+}
+
+/* A gckpt.plan/1 file (CUDA only: no inputs.target, no host_rng_state_bytes) is still
+ * read, as a CUDA plan; a /2 plan records its target and the RNG state bytes. */
+static void test_version1(void **st)
+{
+    (void)st;
+    char *base = pf_plan_text("tiny-llama", GCKPT_FP32, GCKPT_SDPA, every, 4, 2, 1, 0);
+    assert_non_null(base);
+    gckpt_plan_file pf;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_parse("plan.json", base, &pf, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(pf.version, 2);
+    assert_int_equal(pf.target, GCKPT_TARGET_CUDA);
+    /* entry 1: every_n 1 on tiny-llama's layers, one CUDA state for the hidden states */
+    assert_int_equal(pf.entries[1].r.host_rng_bytes, (pf.model.layers + 1) * (5056 + 16));
+    assert_int_equal(pf.entries[0].r.host_rng_bytes, 0);
+    gckpt_plan_file_free(&pf);
+    cJSON *root = cJSON_Parse(base);
+    cJSON_ReplaceItemInObject(root, "schema", cJSON_CreateString("gckpt.plan/1"));
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(root, "inputs"), "target");
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "inputs"), "device"), "kind");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
+        cJSON_DeleteItemFromObject(cJSON_GetObjectItem(e, "memory"), "host_rng_state_bytes");
+    char *t = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!gckpt_plan_parse("plan.json", t, &pf, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(pf.version, 1);
+    assert_int_equal(pf.target, GCKPT_TARGET_CUDA);
+    assert_int_equal(pf.entries[1].r.host_rng_bytes, 0);
+    gckpt_plan_file_free(&pf);
+    free(t);
     free(base);
 }
 
@@ -261,6 +303,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_rejects),
                                        cmocka_unit_test(test_rejects_global_batch),
-                                       cmocka_unit_test(test_layout)};
+                                       cmocka_unit_test(test_version1), cmocka_unit_test(test_layout)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

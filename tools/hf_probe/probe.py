@@ -1410,8 +1410,9 @@ def config_spec(a):
     every_n = 0 if a.every_n == "off" else int(a.every_n)
     if a.offload and not every_n:
         raise SystemExit("--offload needs --every-n N")
-    # amp: CUDA's autocast op lists, emulated (what the planner models)
-    prec = "amp-bf16-cudalists" if a.precision == "amp-bf16" else a.precision
+    # amp: CUDA's autocast op lists, emulated (what the planner's CUDA target models), unless
+    # --autocast-lists cpu (a plain CPU run: gckpt-plan --target cpu)
+    prec = "amp-bf16-cudalists" if a.precision == "amp-bf16" and a.autocast_lists == "cuda" else a.precision
     stem = os.path.splitext(os.path.basename(path))[0]
     name = (f"{stem}-{prec}-{a.attention}-n{every_n or 'off'}-{'offload' if a.offload else 'plain'}"
             f"-b{a.batch}s{a.seq}-ga{a.grad_accum}")
@@ -1450,7 +1451,10 @@ def main(argv=None):
     g = ap.add_argument_group("one configuration (--config), compared with gckpt's plan")
     g.add_argument("--config", help="a config.json, or a name in models/ (e.g. qwen2.5-0.5b)")
     g.add_argument("--precision", choices=["fp32", "bf16", "amp-bf16"], default="amp-bf16",
-                   help="amp-bf16 runs CPU autocast with CUDA's op lists emulated (default)")
+                   help="amp-bf16 runs CPU autocast with CUDA's op lists emulated (default; --autocast-lists)")
+    g.add_argument("--autocast-lists", choices=["cuda", "cpu"], default="cuda",
+                   help="amp-bf16: CUDA's op lists emulated (what gckpt-plan --target cuda plans; default) or "
+                        "the CPU's own, as a plain CPU run has them (gckpt-plan --target cpu)")
     g.add_argument("--attention", choices=ATTENTIONS, default="sdpa")
     g.add_argument("--every-n", default="off", help="off or N (every_n_layers)")
     g.add_argument("--offload", action="store_true")

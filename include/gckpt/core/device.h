@@ -1,4 +1,5 @@
-/* A GPU profile (a devices/NAME.json file, schema gckpt.device/1). */
+/* A device profile (a devices/NAME.json file, schema gckpt.device/1): a GPU, or the CPU
+ * (kind "cpu": tests/data/devices/cpu-exact.json, PyTorch's CPU kernels). */
 #ifndef GCKPT_DEVICE_H
 #define GCKPT_DEVICE_H
 
@@ -11,8 +12,25 @@
 extern "C" {
 #endif
 
+/* Where the step runs, so whose kernels the recipe follows (gckpt/core/recipe.h): a CUDA
+ * GPU, or PyTorch's CPU kernels (the probe's measurements, tools/hf_probe). A profile's
+ * optional "kind" says which ("cuda" when absent); gckpt-plan --target overrides it. */
+typedef enum {
+    GCKPT_TARGET_CUDA,
+    GCKPT_TARGET_CPU, /* PyTorch's CPU kernels under CPU autocast's op lists (a CPU run) */
+    GCKPT_NTARGET,
+    /* not a device's kind: the CPU's kernels under CUDA's autocast op lists and CUDA's
+     * torch.is_autocast_enabled() answer, as the probe's "amp-bf16-cudalists" fixtures
+     * emulate them (FINDINGS 7, 12.10 C2) to check the CUDA rules on the CPU */
+    GCKPT_TARGET_CPU_CUDA_LISTS = GCKPT_NTARGET
+} gckpt_target;
+extern const char *const gckpt_target_names[GCKPT_NTARGET]; /* "cuda", "cpu" */
+/* The target named s (exactly as gckpt_target_names spells it), or -1. */
+int gckpt_target_from(const char *s);
+
 typedef struct {
     char name[128];
+    gckpt_target kind;         /* "kind": whose kernels the device runs (default cuda) */
     uint64_t memory_bytes;
     double tflops_fp32, tflops_tf32, tflops_bf16, tflops_fp16; /* dense peak */
     double matmul_efficiency;  /* achievable fraction of peak for large GEMMs */

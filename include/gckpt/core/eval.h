@@ -16,6 +16,8 @@ typedef struct {
     uint64_t device_peak_bytes; /* + CUDA context, segment rounding (compare: cudaMemGetInfo) */
     uint64_t host_pinned_bytes; /* peak pinned host memory (offload) */
     uint64_t host_pageable_bytes; /* several GPUs with CPU offload: the CPU optimizer's pageable bytes */
+    uint64_t host_rng_bytes;    /* peak host bytes of the RNG states checkpointing keeps
+                                 * (gckpt_rng_state_bytes); pageable, in no other figure */
     uint64_t after_forward_bytes; /* allocated after forward + loss, before backward (micro-step 1) */
     int64_t breakdown[GCKPT_NCOMP]; /* bytes per component at the peak; sums to peak_bytes */
     uint8_t peak_phase;         /* gckpt_phase */
@@ -32,6 +34,21 @@ typedef struct {
     double model_flops;         /* forward + backward FLOPs of the step (no recompute) */
     double tokens_per_s, mfu;
 } gckpt_result;
+
+/* torch.utils.checkpoint with preserve_rng_state=True (transformers' default, both the
+ * non-reentrant and the reentrant form) keeps, per checkpointed layer from its forward
+ * until its backward frees the graph, torch.get_rng_state(): a uint8[5056] CPU tensor (the
+ * CPU generator's state); on CUDA also torch.cuda.get_rng_state() per CUDA tensor among
+ * the layer's positional arguments (get_device_states: the hidden states, and the mask
+ * where it is positional), each a uint8[16] CPU tensor (seed and Philox offset,
+ * CUDAGeneratorImpl::get_state). The recompute's torch.random.fork_rng stashes the current
+ * states once more while it runs. All host memory, none on the GPU; the peak is at the
+ * first recompute, with every layer's states live: (checkpointed + 1) x (5056 + the CUDA
+ * states). Measured on the CPU (every probe fixture's host_peak_bytes: the offloaded
+ * copies plus this); the CUDA part read in torch's source, unverified on a GPU. */
+#define GCKPT_CPU_RNG_STATE_BYTES 5056u
+#define GCKPT_CUDA_RNG_STATE_BYTES 16u
+uint64_t gckpt_rng_state_bytes(const gckpt_ctx *c, uint32_t every_n);
 
 /* Walk a schedule built by gckpt_schedule_build. */
 void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *s, gckpt_result *res);

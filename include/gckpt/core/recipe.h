@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "gckpt/core/device.h"
 #include "gckpt/core/dtype.h"
 #include "gckpt/core/model.h"
 #include "gckpt/core/setting.h"
@@ -302,16 +303,17 @@ typedef struct {
     uint8_t quant_storage; /* gckpt_dtype */
     /* For the closed form: elements of the checkpointed input per token (= hidden). */
     uint64_t hidden;
+    uint8_t target;  /* gckpt_target it was built for */
 } gckpt_recipe;
 
-/* Where the step runs. The planner models CUDA; the CPU target exists to compare with
- * measurements of PyTorch on the CPU (tests/data/hf, tools/hf_probe), whose kernels
+/* Where the step runs (gckpt_target, gckpt/core/device.h). The planner models CUDA unless
+ * asked for the CPU (gckpt-plan --target cpu, or a profile of kind "cpu"); the CPU target
+ * follows PyTorch's CPU kernels as the probe measures them (tests/data/hf, tools/hf_probe), whose kernels
  * differ in documented ways (tools/hf_probe/FINDINGS.md): no fp32 dq accumulator in the
  * SDPA backward; LayerNorm's saved mean/rstd in the input dtype; mixed-dtype elementwise
  * ops on promoted copies; dropout as a noise tensor in the input dtype (CUDA:
  * native_dropout's bool mask); SDPA with dropout on the math path (CUDA: a fused kernel
  * that keeps the RNG seed and offset). */
-typedef enum { GCKPT_TARGET_CUDA, GCKPT_TARGET_CPU } gckpt_target;
 
 /* Whether the CUDA plan of model m with attention a rests on a rule the CPU probe
  * cannot measure, because the CPU runs other kernels there: dropout > 0 (CUDA's

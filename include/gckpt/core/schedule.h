@@ -45,7 +45,7 @@ typedef enum {
 extern const char *const gckpt_component_names[GCKPT_NCOMP];
 /* Components a plan writes and reads only when they hold bytes (QLoRA's, paged states, a
  * parallel mode's), so that
- * gckpt.plan/1 files without them stay valid. */
+ * gckpt.plan/1 and /2 files without them stay valid. */
 static inline bool gckpt_component_optional(int k) { return k >= GCKPT_C_QUANT_WEIGHTS; }
 
 /* ---- events ---------------------------------------------------------------------------- */

@@ -1,5 +1,5 @@
 /* A plan: the sweep of every requested setting, what fits, the Pareto frontier and the
- * recommendation; plus its JSON form (schema gckpt.plan/1) and human outputs. */
+ * recommendation; plus its JSON form (schema gckpt.plan/2) and human outputs. */
 #ifndef GCKPT_PLAN_H
 #define GCKPT_PLAN_H
 
@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-#define GCKPT_PLAN_SCHEMA "gckpt.plan/1"
+#define GCKPT_PLAN_SCHEMA "gckpt.plan/2"
 #define GCKPT_MAX_MB 64
 #define GCKPT_MAX_ENTRIES 1000000
 /* Entries x layers of a sweep: its evaluation work and the size of its plan grow with
@@ -46,6 +46,8 @@ typedef struct {
     gckpt_peft peft;       /* fine-tuning method (zeroed: full; gckpt/core/peft.h) */
     gckpt_layout layout;   /* GPUs and the parallel mode (zeroed: one GPU; gckpt/core/parallel.h) */
     char deepspeed[512];   /* --deepspeed FILE as given ("": none; the snippet prints the Trainer's "auto" config) */
+    bool target_given;     /* --target given: plan `target`, else the device profile's kind */
+    gckpt_target target;
     double moe_imbalance;  /* --moe-imbalance F: the most-loaded expert receives F x the balanced
                             * share (0: not given, balanced routing; plan_moe.c) */
 } gckpt_plan_request;
@@ -62,7 +64,7 @@ typedef struct {
     char code[40];
     char *message;
 } gckpt_warning;
-#define GCKPT_MAX_WARNINGS 16
+#define GCKPT_MAX_WARNINGS 24
 
 typedef struct {
     uint32_t every_n;
@@ -75,6 +77,7 @@ typedef struct {
 typedef struct {
     gckpt_model model;
     gckpt_device dev;
+    gckpt_target target;     /* whose kernels are planned: req.target if given, else dev.kind */
     char *model_config_text; /* config.json as read, embedded in the plan */
     gckpt_plan_request req;
     uint64_t budget_bytes, usable_bytes;
@@ -111,7 +114,7 @@ void gckpt_plan_free(gckpt_plan *p);
 /* "layer 31, backward: mlp.down_proj" */
 void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, size_t n);
 
-/* JSON plan (schema gckpt.plan/1). timeline: include the recommended entry's timeline. */
+/* JSON plan (schema gckpt.plan/2). timeline: include the recommended entry's timeline. */
 cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline);
 
 /* The attn_implementation the snippets pass: the user's spelling (flash_attention_2), or

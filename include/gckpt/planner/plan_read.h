@@ -1,4 +1,5 @@
-/* Reading a plan file (schema gckpt.plan/1, written by gckpt-plan) back, with every field
+/* Reading a plan file (schema gckpt.plan/2, written by gckpt-plan; gckpt.plan/1, which
+ * planned CUDA only and had no inputs.target nor host_rng_state_bytes, is read too) back, with every field
  * checked: the model is rebuilt from the embedded HF config (inputs.model.config), the
  * device from the embedded profile (inputs.device), and each entry is checked against the
  * inputs and against itself (checkpointed layers vs every_n_layers, offload vs every_n,
@@ -23,6 +24,8 @@
 typedef struct {
     char file[512];           /* the path as given (for messages and the report) */
     char generator_version[32];
+    int version;              /* the schema's: 1 or 2 */
+    gckpt_target target;      /* inputs.target (version 1: cuda) */
     gckpt_model model;
     gckpt_device dev;
     char *config_text;        /* inputs.model.config printed back as JSON */
@@ -37,7 +40,7 @@ typedef struct {
     gckpt_offload_sel offload;
     uint64_t budget_bytes, usable_bytes;
     double margin;
-    gckpt_entry *entries;     /* r: peak_bytes, device_peak_bytes, host_pinned_bytes,
+    gckpt_entry *entries;     /* r: peak_bytes, device_peak_bytes, host_pinned_bytes, host_rng_bytes,
                                  after_forward_bytes, breakdown, step_s and its parts,
                                  tokens_per_s, mfu as written */
     size_t n;

@@ -61,10 +61,10 @@ THE CONVENTION (what makes a block an example, and how it is compared)
   Usage summaries are examples like the others: `$ ./build/gckpt-plan --help` and its
   output (cut with "..." where the page shows part of it).
 
---update  rewrites the shown output of every failing command whose shown output has no
-          "..." line with the real output (so a page's figures come from a run, not from
-          memory); a command whose shown output is cut, or that shows none, is reported
-          for a hand edit. Masks do not apply to what is written: the page shows the
+--update  rewrites the shown output of every failing command with the real output (so a
+          page's figures come from a run, not from memory); a shown output cut by one
+          "..." keeps its cut: as many real lines before and after it as were shown. One
+          cut by several "...", or a command that shows none, is left for a hand edit. Masks do not apply to what is written: the page shows the
           real figures of this run. Pages are replaced whole (a new file renamed).
 
 Exit status: 0 every example run passed, 1 an example failed, 2 bad usage.
@@ -310,9 +310,9 @@ def run_page(page, examples, files, args, report, updates):
                 exp = mask_lines(norm(expected), masks)
                 act = mask_lines(norm(out.split("\n")), masks)
                 if not matches(exp, act):
-                    if args.update and where and "..." not in expected:
-                        updates.append((where[0], where[-1],
-                                        [(" " * ex.indent + ln) if ln else ln for ln in norm(out.split("\n"))]))
+                    new = updated(norm(expected), norm(out.split("\n"))) if args.update and where else None
+                    if new is not None:
+                        updates.append((where[0], where[-1], [(" " * ex.indent + ln) if ln else ln for ln in new]))
                     diff = "\n".join(list(difflib.unified_diff(exp, act, "shown", "real", lineterm="", n=1))[:40])
                     failure = "$ %s\n  %s\n%s%s" % (cmd, why(exp, act, where), diff,
                                                     ("\n  stderr: " + err.strip()[:600]) if err.strip() else "")
@@ -329,6 +329,21 @@ def run_page(page, examples, files, args, report, updates):
                 report("PASS", ex, "%.1f s" % (time.time() - t0))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def updated(expected, actual):
+    """What --update writes for a failing command: the real output; with one "..." line,
+    as many real lines before and after it as the page showed (a head, a tail, or both);
+    None with more cuts (a hand edit)."""
+    cuts = [k for k, ln in enumerate(expected) if ln == "..."]
+    if not cuts:
+        return actual
+    if len(cuts) > 1:
+        return None
+    head, tail = cuts[0], len(expected) - cuts[0] - 1
+    if head + tail >= len(actual):
+        return actual
+    return actual[:head] + ["..."] + (actual[len(actual) - tail:] if tail else [])
 
 
 def update_page(path, updates):

@@ -98,14 +98,14 @@ _INFO: list[dict] = []
 # --------------------------------------------------------------------------
 def spec(family, method, precision, targets="all-linear", dropout=0.05, quant=None, double_quant=True,
          storage="uint8", every_n=0, offload=False, b=2, s=32, ckpt_api="hf", optimizer="adamw_torch_fused",
-         modules_to_save=(), aux=False):
+         modules_to_save=(), aux=False, grad_accum=probe.GRAD_ACCUM):
     fam_cfg = family_cases.VARIANTS.get(family) if family in FAM_VARIANTS else moe_cases.VARIANTS.get(family)
     attention = "eager" if family in family_cases.REFUSES_SDPA else "sdpa"
     sp = dict(family=family, attention=attention, method=method, precision=precision, targets=targets,
               dropout=dropout, r=R, alpha=ALPHA, quant=quant, double_quant=double_quant if quant != "int8" else None,
               compute_dtype="bf16" if quant in ("nf4", "fp4") else None, storage=storage, load_dtype="bf16",
               every_n=every_n, offload=offload, b=b, s=s, ckpt_api=ckpt_api, optimizer=optimizer,
-              modules_to_save=list(modules_to_save), grad_accum=probe.GRAD_ACCUM, warmup="step",
+              modules_to_save=list(modules_to_save), grad_accum=grad_accum, warmup="step",
               foreach=optimizer == "adamw_torch_fused")
     if fam_cfg:
         sp["config"] = dict(fam_cfg)
@@ -131,6 +131,8 @@ def case_name(sp):
     if sp["optimizer"] != "adamw_torch_fused":
         extra += "-" + sp["optimizer"]
     fam = sp["family"] + ("+aux" if sp.get("config", {}).get("output_router_logits") else "")
+    if sp["grad_accum"] != probe.GRAD_ACCUM:
+        extra += f"-ga{sp['grad_accum']}"
     return (f"{fam}-{m}-{sp['precision']}-{'all' if sp['targets'] == 'all-linear' else 'attn'}"
             f"-d{sp['dropout']:g}-{sp['attention']}-{ck}-b{sp['b']}s{sp['s']}{extra}")
 
@@ -207,6 +209,10 @@ def all_cases():
         out += [spec(fam, precision="amp-bf16", every_n=n, offload=off, **q) for n, off in ckpt13 if n != 3 or off]
         out += [spec(fam, precision="fp32", every_n=1, **q),
                 spec(fam, precision="amp-bf16", dropout=0.0, every_n=3, **q)]
+    # issue 21: gradient accumulation 1, where layer 0's backward is the peak (the other layer
+    # type's mask and rotary pair than layer 0's are gone there)
+    out += [spec("gemma2", "lora", p, every_n=1, grad_accum=1) for p in ("fp32", "amp-bf16-cudalists")]
+    out += [spec("gemma3_text", "lora", "fp32", every_n=1, grad_accum=1)]
     out += [spec("mixtral", "lora", "fp32", targets="attn", every_n=n, aux=True) for n in (0, 1)]
     out += [spec("mixtral", "lora", "amp-bf16-cudalists", targets="attn", every_n=1, aux=True)]
     return out

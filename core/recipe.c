@@ -204,7 +204,7 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
     r->embed_leaf = -1;
     tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target != GCKPT_TARGET_CUDA,
                  .cuda_lists = target != GCKPT_TARGET_CPU, .peft = peft, .attn = a,
-                 .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .rope2 = {-1, -1}};
+                 .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1};
     tr.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
     tr.compute_dt = p == GCKPT_FP32 ? F32 : p == GCKPT_AMP_FP16 ? F16 : BF16;
     tr.stream_dt = p == GCKPT_BF16 ? BF16 : F32; /* AMP keeps an fp32 residual stream */

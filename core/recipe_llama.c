@@ -69,16 +69,20 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
         tr->bool_mask = source(tr, "sliding_mask", GCKPT_SRC_MASK, BOOL, (gckpt_shape){GCKPT_ROWS_SEQ, 1, 0}, NULL, NULL);
     int kwargs[8] = {pos, *cos, *sin, mask, cos2, sin2, mask2, tr->bool_mask};
     for (int k = 0; k < 8; k++) layer_kwarg(tr, kwargs[k]);
-    /* two layer types: each eager mask is an argument of its type's layers only, held by
-     * checkpoints when a layer of its type is checkpointed. (Gemma 3's rotary pairs are
-     * too, but they are also saved by their type's plain layers, which the proxy steps of
-     * the fast evaluator cannot place: held like one pair, at most one pair more.) */
+    /* two layer types: each eager mask and (Gemma 3) rotary pair is an argument of its
+     * type's layers only (`causal_mask_mapping[layer_type]`, `position_embeddings[layer_type]`):
+     * held by checkpoints when a layer of its type is checkpointed, a pair also saved by
+     * its type's plain layers (core/sim.c, layer_arg and held_to_layer0) */
     if (mixed && mask >= 0) r->t[mask].layer_type = GCKPT_LT_FULL;
+    for (int k = 0; k < 2 && cos2 >= 0; k++) {
+        r->t[k ? *sin : *cos].layer_type = GCKPT_LT_FULL;
+        r->t[k ? sin2 : cos2].layer_type = GCKPT_LT_SLIDING;
+    }
     if (mixed && mask2 >= 0) r->t[mask2].layer_type = GCKPT_LT_SLIDING;
     /* (SDPA: the full layers' mask is None, is_causal) */
     if (mixed && tr->bool_mask >= 0) r->t[tr->bool_mask].layer_type = GCKPT_LT_SLIDING;
-    tr->rope2[0] = r->rope_local[0] = cos2;
-    tr->rope2[1] = r->rope_local[1] = sin2;
+    r->rope_local[0] = cos2;
+    r->rope_local[1] = sin2;
     r->rope[0] = *cos;
     r->rope[1] = *sin;
     r->mask = mask;

@@ -540,19 +540,11 @@ int layernorm(tracer *tr, int x, uint64_t width, const char *name)
 }
 
 /* HF rotate_half + apply_rotary_pos_emb for one of q / k: x*cos + cat(-x2, x1)*sin. */
-/* Gemma 3: the mul by cos / sin saves the other layer type's table too (see rope2). */
-static void save_rope2(tracer *tr, int k)
-{
-    gckpt_op *op = last_op(tr);
-    if (tr->rope2[k] >= 0 && op->nsaved && op->nsaved < GCKPT_OP_MAX_SAVED) op->saved[op->nsaved++] = (int16_t)tr->rope2[k];
-}
-
 int rope(tracer *tr, int x, int cos, int sin, const char *name)
 {
     char nm[40];
     snprintf(nm, sizeof nm, "%s.mul_cos", name);
     int xc = mul(tr, x, cos, nm);
-    save_rope2(tr, 0);
     gckpt_shape half = tr->r->t[x].shape;
     half.width /= 2;
     snprintf(nm, sizeof nm, "%s.neg", name);
@@ -565,7 +557,6 @@ int rope(tracer *tr, int x, int cos, int sin, const char *name)
     setprim(tr, GCKPT_P_CAT_HALF, GCKPT_BC_NONE, 0, 0, tr->m->rotary_dim);
     snprintf(nm, sizeof nm, "%s.mul_sin", name);
     int rs = mul(tr, rot, sin, nm);
-    save_rope2(tr, 1);
     snprintf(nm, sizeof nm, "%s.add", name);
     return add(tr, xc, rs, nm);
 }

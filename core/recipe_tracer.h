@@ -33,8 +33,6 @@ typedef struct {
                              * section's, handed out again in creation order from this tensor
                              * index on; -1: parameters are new */
     int bool_mask;          /* masking_utils' shared bool mask (sdpa_masked), else -1 */
-    int rope2[2];           /* Gemma 3's second rotary pair (cos, sin), else -1: the one traced
-                             * block stands for both layer types, so its rope saves both */
 } tracer;
 
 /* Shapes (recipe.h, gckpt_shape). */

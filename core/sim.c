@@ -26,6 +26,8 @@ typedef struct {
     int ckpt;       /* checkpoints holding it (a kept input, a mask held by reference) */
     uint8_t comp;
     bool hold, external, is_const, live;
+    bool l0_hold;   /* the other layer type's argument than layer 0's: held until layer 0's
+                     * backward begins (held_to_layer0) */
     bool view;      /* a gradient that is a view of a larger result: summed out of place */
 } inst_t;
 
@@ -64,8 +66,9 @@ struct gckpt_sim {
     uint8_t ckpt_types;          /* the attention types checkpointed (gckpt_ckpt_types) */
     int sliding_mask;            /* the sliding layers' own eager mask (Gemma 2's second mask,
                                   * layer_type SLIDING) that their attention reads instead of
-                                  * the recipe's mask, or -1 (also in the fast evaluator's proxy
-                                  * steps, whose layers are not the model's) */
+                                  * the recipe's mask, or -1 */
+    bool proxy;                  /* a profile's proxy step (eval.c): its layer 0 is the model's,
+                                  * the later ones stand for any layer */
     uint32_t base; /* id of pool[0] */
     uint64_t nlayer_cap, nlayers;
     gckpt_wrap *wrap; /* a parallel wrapper's per-unit events (sim_parallel.c), NULL: none */
@@ -171,7 +174,7 @@ static void try_free(gckpt_sim *s, gckpt_schedule *o, int id, int16_t tensor)
 {
     inst_t *p = &s->pool[id];
     if (p->live && p->consumers <= 0 && p->saved <= 0 && p->ckpt <= 0 && !p->hold && !p->external &&
-        !p->is_const)
+        !p->is_const && !p->l0_hold)
         release(s, o, id, tensor);
 }
 
@@ -278,8 +281,9 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
     gckpt_step_checkpointing(st, &s->ckpt_any, &s->ckpt_offload);
     s->ckpt_types = st->modes ? st->ckpt_types : gckpt_ckpt_types(c->model, st->every_n);
     s->sliding_mask = -1;
+    s->proxy = st->modes != NULL;
     const gckpt_recipe *r = c->recipe;
-    for (int t = 0; !st->modes && r->mask >= 0 && t < r->nt; t++)
+    for (int t = 0; r->mask >= 0 && t < r->nt; t++)
         if (t != r->mask && r->t[t].kind == GCKPT_T_CONST && r->t[t].layer_type == GCKPT_LT_SLIDING &&
             r->t[t].section == GCKPT_SEC_EMBED && !r->t[t].shape.width)
             s->sliding_mask = t;
@@ -305,6 +309,28 @@ static bool ckpt_holds(const gckpt_sim *s, int t)
     return r->t[t].ckpt_held && s->ckpt_any && !(s->ckpt_offload && t == r->mask && r->mask_positional);
 }
 
+/* The attention type of the model's layer 0 (gckpt_layer_type). */
+static int layer0_type(const gckpt_sim *s)
+{
+    return gckpt_layer_sliding(s->c->model, 0) ? GCKPT_LT_SLIDING : GCKPT_LT_FULL;
+}
+
+/* Two layer types: an argument of the other type than layer 0's stays alive past the base
+ * model's return while a layer of its type refers to it: a checkpointed one (its frame
+ * holds its keyword arguments until its backward ends) or, for a rotary pair, any (a plain
+ * layer's rope saves it). In the backward that ends in the lowest such layer, which a
+ * profile's proxy step cannot place (eval.c): it is held until layer 0's backward begins
+ * instead, exact there and in the embedding's backward (FINDINGS 14.4). */
+static bool held_to_layer0(const gckpt_sim *s, int t)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    int lt = r->t[t].layer_type;
+    if (!lt || lt == layer0_type(s)) return false;
+    bool pair = false;
+    for (int k = 0; k < 2; k++) pair |= t == r->rope[k] || t == r->rope_local[k];
+    return pair || ckpt_holds(s, t);
+}
+
 static sec_t *owner(gckpt_sim *s, sec_t *st, int t)
 {
     int sec = s->c->recipe->t[t].section;
@@ -313,15 +339,29 @@ static sec_t *owner(gckpt_sim *s, sec_t *st, int t)
     return st;
 }
 
+/* The argument a layer reads where the traced block reads tensor t: a sliding layer of a
+ * model with two layer types reads its type's mask (Gemma 2/3, Qwen2/3 with some sliding
+ * layers: `causal_mask_mapping[layer_type]`) and rotary pair (Gemma 3:
+ * `position_embeddings[layer_type]`). The model's layers in a walk; in a profile's proxy
+ * step layer 0 only (the later layers stand for either type: what they read is
+ * an embedding constant, and held_to_layer0 releases the other type's where both agree). */
+static int layer_arg(const gckpt_sim *s, const sec_t *st, int t)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    if (st < s->layer || st >= s->layer + s->nlayers) return t;
+    uint64_t l = (uint64_t)(st - s->layer);
+    if ((s->proxy && l) || !gckpt_layer_sliding(s->c->model, l)) return t;
+    if (t == r->mask && s->sliding_mask >= 0) return s->sliding_mask;
+    for (int k = 0; k < 2; k++)
+        if (t == r->rope[k] && r->rope_local[k] >= 0) return r->rope_local[k];
+    return t;
+}
+
 /* The data instance slot of tensor t as seen from section state st. */
 static int *slot(gckpt_sim *s, sec_t *st, int t)
 {
     if (t == s->c->recipe->mask && st->mask >= 0) return &st->mask;
-    /* a sliding layer of a model with two mask types reads its own (the memory is the
-     * same: both are [b, 1, s, s] constants; which one a checkpoint holds is ckpt_holds') */
-    if (t == s->c->recipe->mask && s->sliding_mask >= 0 && st >= s->layer && st < s->layer + s->nlayer_cap &&
-        gckpt_layer_sliding(s->c->model, (uint64_t)(st - s->layer)))
-        t = s->sliding_mask;
+    t = layer_arg(s, st, t);
     return &owner(s, st, t)->inst[t];
 }
 
@@ -369,7 +409,8 @@ static void fwd_outputs(gckpt_sim *s, sec_t *st, int i, int mode, const int *con
          * lives until the recompute ends (it re-enters autocast) */
         p->hold = tt->fwd_end_free && (mode != MODE_RECOMPUTE || tt->kind == GCKPT_T_WCAST);
         p->external = t == sec_out || t == r->loss;
-        if (ckpt_holds(s, t)) p->ckpt = 1;
+        if (held_to_layer0(s, t)) p->l0_hold = true;
+        else if (ckpt_holds(s, t)) p->ckpt = 1;
         st->inst[t] = id;
         made[t] = true;
     }
@@ -1015,10 +1056,22 @@ static void drop_checkpoint(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
     if (st->mode == GCKPT_LAYER_CKPT_OFFLOAD) ev_layer_host(o, GCKPT_EV_HOST_FREE, (int16_t)st->in, st->host);
 }
 
+/* Layer 0's backward begins: the other layer type's arguments go (held_to_layer0). */
+static void drop_other_type_args(gckpt_sim *s, gckpt_schedule *o)
+{
+    for (int t = 0; t < s->c->recipe->nt; t++) {
+        int id = s->embed.inst[t];
+        if (id < 0 || !s->pool[id].live || !s->pool[id].l0_hold) continue;
+        s->pool[id].l0_hold = false;
+        try_free(s, o, id, (int16_t)t);
+    }
+}
+
 static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
     sec_t *st = &s->layer[layer];
+    if (layer == 0) drop_other_type_args(s, o);
     st->grad[st->out] = s->gstream;
     if (s->wrap) gckpt_wrap_pre_backward(s->wrap, s, o, (uint64_t)layer + 1);
     /* non-reentrant early stop: the recompute ends when the last tensor the forward

@@ -217,7 +217,7 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
  * over the whole projection, post-norms), Granite (multipliers, its attention scale),
  * Gemma 1 ((1 + w) norms, the embedding normalizer, GELU-tanh), Gemma 2 (soft-capping,
  * sandwich norms, query_pre_attn_scalar; eager), Gemma 3 (per-head q/k norms, a rotary
- * pair per layer type: interp_events.c operand_inst), Phi-3 and GPT-NeoX (their fused
+ * pair per layer type: the schedule names the one each layer reads), Phi-3 and GPT-NeoX (their fused
  * projections' blocks, per head interleaved for GPT-NeoX, and partial rotary's heads read
  * as strided views: strided_view). The
  * mixture-of-experts families (mixtral, qwen3_moe, olmoe: router, grouped_mm experts, the
@@ -320,7 +320,6 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     }
     x->be = be;
     x->m = *m;
-    x->rope_local_inst[0] = x->rope_local_inst[1] = GCKPT_NOINST;
     x->dev = *d;
     x->set = *s;
     if (o) x->o = *o;

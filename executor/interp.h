@@ -104,8 +104,6 @@ struct gckpt_exec {
     uint64_t step;                  /* optimizer steps done */
     int64_t *ids, *labels, *positions;
     bool setup_done, in_grads;
-    uint32_t rope_local_inst[2];    /* Gemma 3: the instances of the sliding layers' rotary pair
-                                     * (recipe rope_local) made in this micro-step */
     /* several ranks (interp_parallel.c): the mode's persistent buffers beyond the
      * parameter state table, as gckpt_rank_persistent sizes them */
     void *par[EXEC_NPAR];

@@ -227,18 +227,6 @@ static double op_theta(const gckpt_exec *x, const gckpt_op *op)
     return local ? m->rope_local_theta : m->rope_theta;
 }
 
-/* The instance an op reads for tensor t bound to id in layer: a sliding layer of Gemma 3
- * reads the local rotary pair where the traced block reads rope[] (HF hands each layer its
- * type's position_embeddings). */
-static uint32_t operand_inst(const gckpt_exec *x, int t, int layer, uint32_t id)
-{
-    const gckpt_recipe *r = x->r;
-    if (layer < 0 || r->rope_local[0] < 0 || !gckpt_layer_sliding(&x->m, (uint64_t)layer)) return id;
-    for (int k = 0; k < 2; k++)
-        if (t == r->rope[k]) return x->rope_local_inst[k];
-    return id;
-}
-
 static void call_init(gckpt_exec *x, gckpt_xcall *c, const gckpt_op *op, int slot, int layer, int opi, uint64_t micro)
 {
     memset(c, 0, sizeof *c);
@@ -463,7 +451,7 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     gckpt_xcall c;
     call_init(x, &c, op, slot, layer, e->op, w->micro);
     for (int k = 0; k < op->nin; k++)
-        if (!in_view(x, op, k, layer, operand_inst(x, op->in[k], layer, a->in[k]), true, &c.in[k]))
+        if (!in_view(x, op, k, layer, a->in[k], true, &c.in[k]))
             return exec_fail(err, "%s: input %d (%s, instance %u) is not allocated", w->at, k, x->r->t[op->in[k]].name,
                              a->in[k]);
     if (op->nin > 0 && op->out[0] >= 0 && a->out[0] == a->in[0] && !op->in_place) {
@@ -494,10 +482,6 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
         if ((rc = dequant_weight(x, &c, layer, op->fws_fixed, w, err)) != GCKPT_XS_OK) return rc;
     }
     if (op->nin == 0) {
-        if (op->out[0] >= 0 && op->out[0] == x->r->rope_local[0]) {
-            x->rope_local_inst[0] = a->out[0];
-            x->rope_local_inst[1] = a->out[1];
-        }
         rc = x->be->source(x->be, (gckpt_source)op->source, &c, source_data(x, op));
     } else if (op->in[0] == x->r->router_logits[1]) { /* the view of every layer's logits */
         return exec_aux_forward(x, &c, w, err);
@@ -524,7 +508,7 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     gckpt_xcall c;
     call_init(x, &c, op, slot, layer, e->op, w->micro);
     for (int k = 0; k < op->nin; k++)
-        if (!in_view(x, op, k, layer, operand_inst(x, op->in[k], layer, bd->in[k]), false, &c.in[k]))
+        if (!in_view(x, op, k, layer, bd->in[k], false, &c.in[k]))
             return exec_fail(err, "%s: parameter %s has no storage", w->at, x->r->t[op->in[k]].name);
     for (int k = 0; k < 2; k++)
         if (op->out[k] >= 0) c.out[k] = exec_live(x, bd->out[k]) ? exec_inst_view(x, bd->out[k]) : absent(x, op->out[k]);

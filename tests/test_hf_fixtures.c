@@ -13,9 +13,10 @@
  * Built a second time as test_hf_peft (HF_PEFT) over the LoRA / QLoRA fixtures of
  * tests/data/hf-peft (issue 12): parameter and trainable counts (peft's) exact in every
  * fixture; saved bytes per layer, head and embedding and offloaded bytes exact; the live
- * peak within 0.5 % in every comparable fixture (prepare_model_for_kbit_training's own
- * checkpointing planned as the reentrant call it makes: setting.use_reentrant); errors
- * printed per family x method x precision. */
+ * peak within 0.5 % in every comparable fixture, LoRA of the dense families within full
+ * fine-tuning's tolerance (prepare_model_for_kbit_training's own checkpointing planned
+ * as the reentrant call it makes: setting.use_reentrant); errors printed per family x
+ * method x precision. */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -119,6 +120,15 @@ static void check_fixture(void **state)
     if (fabs(c.e_peak) > tol) {
         hf_print(stdout, &f, &c);
         fail_msg("%s: live peak %+.3f%% (tolerance 0.5%%)", fx->path, c.e_peak * 100);
+    }
+    /* LoRA on a dense family adds only adapters to a step planned as full fine-tuning is:
+     * held to full fine-tuning's tolerance (the issue-21 fixtures with gradient
+     * accumulation 1, whose peak is layer 0's backward, were +0.23 % to +0.49 % before the
+     * rule that frees the other layer type's mask and rotary pair there) */
+    if (!strcmp(f.method, "lora") && !f.m.experts && fabs(c.e_peak) > hf_tolerance(&f)) {
+        hf_print(stdout, &f, &c);
+        fail_msg("%s: live peak %+.3f%% (LoRA of a dense family: tolerance %.1f%%)", fx->path, c.e_peak * 100,
+                 hf_tolerance(&f) * 100);
     }
     /* measured at a GEMM in a recompute (lora_A's mm, FINDINGS 12.7): the planner's peak
      * is that GEMM's output too, not its autocast cast of the input (lora_A's argument

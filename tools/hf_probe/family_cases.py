@@ -17,7 +17,7 @@ Grid per variant: fp32 / bf16 / amp-bf16 (CUDA's autocast lists, emulated) x sdp
 eager x every_n off / 1 / 1+offload / 2 / 2+offload / 3 / 3+offload (3 on 4 layers:
 layers 0 and 3), shapes b2s32 (all) and b1s48 (off and 1), gradient accumulation 2. Gemma 2 with sdpa is not a case: transformers
 refuses it at model construction (Gemma2PreTrainedModel._supports_sdpa = False,
-FINDINGS section 14).
+FINDINGS section 14). Plus issue 21's cases with gradient accumulation 1 (ga1_cases).
 """
 from __future__ import annotations
 
@@ -68,8 +68,44 @@ CKPT3 = [(3, False), (3, True)]
 SHAPES = [(2, 32), (1, 48)]
 
 
-def cases() -> list[dict]:
+# Issue 21: gradient accumulation 1 (the grid above uses 2), where layer 0's backward is the
+# step's peak; two layer types whose first full layer is not layer 1 (Gemma 3's pattern 3
+# on 5 layers: sliding, sliding, full, sliding, sliding) and Gemma 2's alternation with
+# other sizes. Before issue 21 the other type's mask and rotary pair than layer 0's were
+# planned alive to the embedding's backward.
+GA1_VARIANTS: dict[str, dict] = {
+    "gemma3p3": dict(model_type="gemma3_text", vocab_size=173, hidden_size=48, num_hidden_layers=5,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=12, intermediate_size=80,
+                     max_position_embeddings=128, sliding_window=8, sliding_window_pattern=3,
+                     query_pre_attn_scalar=24, attention_dropout=0.0, bos_token_id=1, eos_token_id=2,
+                     pad_token_id=0),
+    "gemma2h48": dict(model_type="gemma2", vocab_size=173, hidden_size=48, num_hidden_layers=5,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=12, intermediate_size=80,
+                      max_position_embeddings=128, sliding_window=8, query_pre_attn_scalar=24,
+                      attn_logit_softcapping=50.0, final_logit_softcapping=30.0, attention_dropout=0.0,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=0),
+}
+GA1_CKPT = [(1, False), (1, True), (2, False)]
+GA1_SHAPE = (2, 24)
+
+
+def ga1_cases() -> list[dict]:
     out = []
+    b, s = GA1_SHAPE
+    for var, cfg in GA1_VARIANTS.items():
+        for prec in PRECISIONS:
+            for attn in ATTENTIONS:
+                if attn == "sdpa" and cfg["model_type"] in REFUSES_SDPA:
+                    continue
+                for n, off in GA1_CKPT:
+                    name = f"{var}-{prec}-{attn}-n{n}-{'offload' if off else 'plain'}-b{b}s{s}-ga1"
+                    out.append(dict(name=name, family=cfg["model_type"], config=dict(cfg), precision=prec,
+                                    attention=attn, every_n=n, offload=off, b=b, s=s, grad_accum=1))
+    return out
+
+
+def cases() -> list[dict]:
+    out = ga1_cases()
     for var, cfg in VARIANTS.items():
         for prec in PRECISIONS:
             for attn in ATTENTIONS:

@@ -239,6 +239,10 @@ def all_cases():
         out += [spec(fam, precision="amp-bf16", every_n=n, offload=off, **q) for n, off in ckpt13 if n != 3 or off]
         out += [spec(fam, precision="fp32", every_n=1, **q),
                 spec(fam, precision="amp-bf16", dropout=0.0, every_n=3, **q)]
+    # issue 21: gradient accumulation 1, where layer 0's backward is the peak (the other layer
+    # type's mask and rotary pair than layer 0's are gone there)
+    out += [spec("gemma2", "lora", p, every_n=1, grad_accum=1) for p in ("fp32", "amp-bf16-cudalists")]
+    out += [spec("gemma3_text", "lora", "fp32", every_n=1, grad_accum=1)]
     out += [spec("mixtral", "lora", "fp32", targets="attn", every_n=n, aux=True) for n in (0, 1)]
     # GPT-NeoX's sequential block: LoRA fp32 over off / 1 / 1+offload / 2+offload, autocast,
     # QLoRA with and without offload

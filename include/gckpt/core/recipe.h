@@ -104,9 +104,10 @@ typedef struct {
     bool step_held;      /* the Trainer's batch dict holds it until the micro-step ends (the
                           * input ids); other sources live as their uses and saves say
                           * (the loss's shifted labels go with nll_loss's backward) */
-    uint8_t layer_type;  /* ckpt_held of one layer type only (gckpt_layer_type_of): a
-                          * checkpoint holds it only when a layer of that type is
-                          * checkpointed (Gemma 2/3's masks, Gemma 3's rotary pairs) */
+    uint8_t layer_type;  /* an argument of one layer type's layers only (Gemma 2/3's masks,
+                          * Gemma 3's rotary pairs): a checkpoint holds it only when a layer
+                          * of that type is checkpointed; the other type than layer 0's is
+                          * held until layer 0's backward begins (core/sim.c, held_to_layer0) */
     gckpt_shape shape;
     int16_t hold_to;      /* a Python variable of HF's code holds it until this op of its
                            * section ran (also through a recompute that stops earlier), or -1 */
@@ -289,9 +290,9 @@ typedef struct {
     int loss;        /* tensor: the scalar loss */
     int mask;        /* tensor: eager attention's causal mask, or -1 */
     int rope[2];     /* tensors: the rotary (cos, sin) the block's rope reads, or -1 */
-    int rope_local[2]; /* Gemma 3 with two layer types: the sliding layers' pair, which the
-                        * traced block saves but reads in place of rope[] only in a sliding
-                        * layer (executors bind it there), or -1 */
+    int rope_local[2]; /* Gemma 3 with two layer types: the sliding layers' pair, which a
+                        * sliding layer reads where the traced block reads rope[] (the
+                        * schedule's events name it there: core/sim.c layer_arg), or -1 */
     int router_logits[2]; /* MoE with the load-balancing loss: [0] the block's router logits,
                            * [1] the head's (0-byte) view of every layer's; else -1 */
     bool mask_positional; /* the mask is a positional block input: checkpointed (and offloaded) with it */

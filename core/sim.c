@@ -1051,6 +1051,13 @@ static void embed_bwd(gckpt_sim *s, gckpt_schedule *o)
         gckpt_wrap_post_backward(s->wrap, s, o, 0);
         gckpt_wrap_backward_end(s->wrap, s, o);
     }
+    /* ZeRO-1 reduces at the boundary when the backward ends (engine.backward's allreduce_gradients):
+     * what grads_in_partition adds over the .grad freed so far, for a moment (core/parallel.c) */
+    const gckpt_ctx *c = s->c;
+    if (c->z1_reduce_numel && (s->grads_exist || c->set.grad_accum <= 1)) {
+        uint8_t dt = c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
+        gckpt_sim_release(s, o, gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, dt, c->z1_reduce_numel));
+    }
 }
 
 /* The batch, masks, rotary tables, labels and the loss go when the micro-step ends. */

@@ -284,7 +284,7 @@ static void zero12_offload(gckpt_ctx *c, const gckpt_zero_group zg[2], const gck
         c->z2_numel = 0;
     } else { /* every .grad and the bucket live at the reduction; the largest slice's fp64 copy */
         c->step_grads = c->grads;
-        c->step_released = 0;
+        c->step_released = c->step_retaken = 0;
         c->opt_temp = gckpt_round_up(8 * keep->max_slice, round);
     }
 }
@@ -355,13 +355,18 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     case GCKPT_PAR_ZERO2:
         /* ZeRO-2: the ipg bucket, the gradients and the rank's partition are the schedule's events
          * (core/sim_parallel.c) */
-        c->parallel = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout)) + 4 + extra;
+        /* ZeRO-1 without offload_optimizer: the bucket is an event too, made at the first backward's
+         * first gradient hook (core/sim.c z1_bucket), freed when the step starts */
+        uint64_t bucket = mode == GCKPT_PAR_ZERO2 ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout);
+        bool bucket_event = mode == GCKPT_PAR_ZERO1 && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
+        c->parallel = (bucket_event ? 0 : bucket) + 4 + extra;
         /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
         /* + 8 B of scalars (12 B in fp32), FINDINGS 13.5 */
         uint64_t piece[GCKPT_ZERO_NTEMP];
         gckpt_zero12_temp(largest_group, zs, round, piece);
         c->opt_temp = piece[GCKPT_ZERO_TEMP_SLICE] + piece[GCKPT_ZERO_TEMP_F32] + piece[GCKPT_ZERO_TEMP_SCALARS];
-        c->step_released = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout)) + 4;
+        c->step_released = bucket + 4;
+        c->step_retaken = bucket_event ? 4 : c->step_released;
         gckpt_zero12_keep keep;
         gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, s->layout.rank, &keep);
         c->step_grads = mode == GCKPT_PAR_ZERO2 ? keep.numel * zs : keep.grad_bytes;

@@ -245,8 +245,10 @@ typedef struct {
                                           * accumulators under gradient accumulation), 0 otherwise */
     uint64_t step_grads;                 /* of grads, what stays allocated into the optimizer step
                                           * (all but under ZeRO-1/2: the rank's reduced partition) */
-    uint64_t step_released;              /* of parallel, what is not allocated during the optimizer
-                                          * step (ZeRO-1/2's ipg bucket: each backward allocates it) */
+    uint64_t step_released;              /* of parallel (and ZeRO-1's bucket), what the optimizer step
+                                          * frees first (ZeRO-1/2's ipg bucket: each backward allocates it) */
+    uint64_t step_retaken;               /* ... and of that, what it allocates again at its end (the
+                                          * rest is allocated again by the next step's backward) */
     double opt_seconds;                  /* one optimizer step */
     /* several GPUs with CPU offload (layout.offload): host bytes the rank holds for the run,
      * pinned (in the result's host_pinned_bytes) and pageable (the CPU optimizer's states;

@@ -422,10 +422,17 @@ static bool walk_one(gckpt_ctx *w, uint32_t every_n, bool offload, uint64_t grad
     return ok;
 }
 
-/* ... and under ZeRO-2 every other rank too: each keeps its own slice of the flat gradients,
- * made at the reduce hook of the slice's last parameter (the last rank's holds the head's and
- * exists from the backward's first hook; a middle rank can be the busiest, as test_run_mpi
- * measured at 4 ranks): the busiest is the entry's (FINDINGS 13.6). */
+/* ... and under ZeRO-1 and ZeRO-2 every other rank too: each reduces into its own buffer of
+ * the flat gradients it keeps (ZeRO-2: made at the bucket flush that first holds one of them, the
+ * last rank's early in the backward; ZeRO-1: at the boundary's reduction, after the .grad of the
+ * parameters before its partition in the flat order are freed), so the ranks' peaks differ (a
+ * middle rank can be the busiest, as test_run_mpi measured at 4 ranks): the busiest is the
+ * entry's (FINDINGS 13.6, 13.12). */
+static bool every_rank(const gckpt_ctx *c)
+{
+    return c->set.layout.mode == GCKPT_PAR_ZERO1 || c->set.layout.mode == GCKPT_PAR_ZERO2;
+}
+
 static void walk_setting(const gckpt_ctx *c, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res)
 {
     gckpt_ctx *w = malloc(sizeof *w);
@@ -434,7 +441,7 @@ static void walk_setting(const gckpt_ctx *c, uint32_t every_n, bool offload, uin
     if (ok) *w = *c;
     ok = ok && walk_one(w, every_n, offload, grad_accum, res);
     uint32_t n = gckpt_layout_world(&c->set.layout);
-    for (uint32_t r = 1; ok && c->set.layout.mode == GCKPT_PAR_ZERO2 && c->set.layout.rank == 0 && r < n; r++) {
+    for (uint32_t r = 1; ok && every_rank(c) && c->set.layout.rank == 0 && r < n; r++) {
         gckpt_setting s = c->set;
         gckpt_err err;
         s.layout.rank = r;
@@ -456,7 +463,7 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
         res->peak_bytes = res->device_peak_bytes = UINT64_MAX;
         return;
     }
-    if (gckpt_wrap_active(c)) {
+    if (gckpt_wrap_active(c) || every_rank(c)) {
         walk_setting(c, every_n, offload, grad_accum, res);
         return;
     }

@@ -284,7 +284,7 @@ static void zero12_offload(gckpt_ctx *c, const gckpt_zero_group zg[2], const gck
         c->z2_numel = 0;
     } else { /* every .grad and the bucket live at the reduction; the largest slice's fp64 copy */
         c->step_grads = c->grads;
-        c->step_released = 0;
+        c->step_released = c->step_retaken = 0;
         c->opt_temp = gckpt_round_up(8 * keep->max_slice, round);
     }
 }
@@ -355,23 +355,29 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     case GCKPT_PAR_ZERO2:
         /* ZeRO-2: the ipg bucket, the gradients and the rank's partition are the schedule's events
          * (core/sim_parallel.c) */
-        c->parallel = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout)) + 4 + extra;
+        /* ZeRO-1 without offload_optimizer: the bucket is an event too, made at the first backward's
+         * first gradient hook (core/sim.c z1_bucket), freed when the step starts */
+        uint64_t bucket = mode == GCKPT_PAR_ZERO2 ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout);
+        bool bucket_event = mode == GCKPT_PAR_ZERO1 && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
+        c->parallel = (bucket_event ? 0 : bucket) + 4 + extra;
         /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
         /* + 8 B of scalars (12 B in fp32), FINDINGS 13.5 */
         uint64_t piece[GCKPT_ZERO_NTEMP];
         gckpt_zero12_temp(largest_group, zs, round, piece);
         c->opt_temp = piece[GCKPT_ZERO_TEMP_SLICE] + piece[GCKPT_ZERO_TEMP_F32] + piece[GCKPT_ZERO_TEMP_SCALARS];
-        c->step_released = (mode == GCKPT_PAR_ZERO2 ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout)) + 4;
+        c->step_released = bucket + 4;
+        c->step_retaken = bucket_event ? 4 : c->step_released;
         gckpt_zero12_keep keep;
         gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, s->layout.rank, &keep);
         c->step_grads = mode == GCKPT_PAR_ZERO2 ? keep.numel * zs : keep.grad_bytes;
-        c->z2_unit = keep.unit;
-        c->z2_tensor = keep.tensor;
         if (c->step_grads > c->grads) c->step_grads = c->grads;
         if (mode == GCKPT_PAR_ZERO2) { /* no full .grad reaches the step: one buffer of the partition */
             c->z2_numel = c->step_grads / zs;
             c->grads = c->step_grads = gckpt_round_up(c->step_grads, round);
         }
+        if (mode == GCKPT_PAR_ZERO1 && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER))
+            c->z1_reduce_numel = gckpt_zero1_reduce_transient(ps, m->layers, (uint32_t)n, s->layout.rank,
+                                                              gckpt_ds_reduce_bucket(m, &s->layout), zs, round) / zs;
         if (s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER) {
             gckpt_zero_group zg[2];
             gckpt_zero12_groups(ps, s, round, zg);
@@ -625,12 +631,103 @@ void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n
         out->numel += p->numel;
         uint64_t piece = overlap(f[k].offset, p->numel, part, rank);
         if (piece > out->max_slice) out->max_slice = piece;
-        if (f[k].group == 0) { /* the last one in the flat order: the first whose gradient comes */
-            out->unit = p->section == GCKPT_SEC_EMBED ? 0 : p->section == GCKPT_SEC_HEAD ? layers + 1 : f[k].copy + 1;
-            out->tensor = p->tensor;
-        }
     }
     free(f);
+}
+
+/* ZeRO-1's reduction at the boundary (stage_1_and_2.py reduce_gradients, traced on the
+ * fixtures' ranks, FINDINGS 13.12): after the last backward, every .grad in the flat order (group
+ * 0, then group 1) through the ipg bucket of `bucket` elements. A parameter that would overflow
+ * the bucket flushes it first (reduce_ipg_grads); one larger than the bucket is reduced alone at
+ * the next flush, keeping its .grad; any other is copied into the bucket, its .grad freed. A
+ * flush all-reduces the bucket in pieces of at most `bucket` elements (allreduce_and_scatter),
+ * each piece's slices, split at the ranks' partition boundaries, concatenated first when there
+ * are several (a transient); then each of its parameters in the rank's partition is copied into
+ * grads_in_partition, one buffer for every parameter overlapping the partition, whole, made at
+ * the first (the parameter's own .grad, when it was not copied into the bucket, freed); the
+ * others keep what they have until the epilogue clears every .grad. Returns the most bytes the
+ * reduction holds above the state it starts from (0 when it only frees). */
+typedef struct {
+    const gckpt_params *ps;
+    const gckpt_flat_place *f;
+    uint64_t part[2], bucket, zs, round, gip;
+    int64_t cur, most;
+    bool gip_made;
+    uint32_t rank;
+} z1_walk;
+
+static void z1_note(z1_walk *w, int64_t extra)
+{
+    if (w->cur + extra > w->most) w->most = w->cur + extra;
+}
+
+/* The bucket's places [a, b) reduced; big: the one larger than the bucket among them, or -1. */
+static void z1_flush(z1_walk *w, size_t a, size_t b, long big)
+{
+    /* the pieces all-reduced: each place's slices per partition, consecutive ones of one
+     * partition merged, gathered until they pass the bucket's elements */
+    uint64_t piece = 0, slices = 0, prev = UINT64_MAX;
+    for (size_t k = a; k < b; k++) {
+        const gckpt_flat_place *f = &w->f[k];
+        uint64_t numel = w->ps->p[f->param].numel, part = w->part[f->group], off = f->offset;
+        while (numel) {
+            uint64_t id = off / part, n = (id + 1) * part - off < numel ? (id + 1) * part - off : numel;
+            if (id != prev || slices == 0) slices++;
+            prev = id;
+            piece += n;
+            if (piece > w->bucket) {
+                if (slices > 1) z1_note(w, (int64_t)gckpt_round_up(piece * w->zs, w->round)); /* torch.cat */
+                piece = slices = 0;
+            }
+            off += n;
+            numel -= n;
+        }
+    }
+    if (piece && slices > 1) z1_note(w, (int64_t)gckpt_round_up(piece * w->zs, w->round));
+    for (size_t k = a; k < b; k++) {
+        if (!gckpt_zero12_in_partition(w->ps, &w->f[k], w->part[w->f[k].group], w->rank)) continue;
+        if (!w->gip_made) {
+            w->gip_made = true;
+            w->cur += (int64_t)w->gip;
+            z1_note(w, 0);
+        }
+        if ((long)k == big) w->cur -= (int64_t)w->ps->p[w->f[k].param].grad.bytes;
+    }
+}
+
+uint64_t gckpt_zero1_reduce_transient(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank,
+                                      uint64_t bucket, uint64_t zs, uint64_t round)
+{
+    uint64_t total[2] = {0, 0};
+    for (int i = 0; i < ps->n; i++) total[ps->p[i].shard.group] += ps->p[i].copies * ps->p[i].numel;
+    size_t count = gckpt_zero12_flat(ps, layers, NULL);
+    gckpt_flat_place *f = malloc(sizeof *f * (count ? count : 1));
+    if (!f) return 0;
+    gckpt_zero12_flat(ps, layers, f);
+    z1_walk w = {ps, f, {cdiv(total[0], 2 * (uint64_t)n) * 2, cdiv(total[1], 2 * (uint64_t)n) * 2}, bucket, zs, round,
+                 0, 0, 0, false, rank};
+    uint64_t kept = 0;
+    for (size_t k = 0; k < count; k++)
+        if (gckpt_zero12_in_partition(ps, &f[k], w.part[f[k].group], rank)) kept += ps->p[f[k].param].numel;
+    w.gip = gckpt_round_up(kept * zs, round);
+    uint64_t elems = 0;
+    size_t first = 0;
+    long big = -1;
+    for (size_t k = 0; k < count; k++) {
+        const gckpt_param *p = &ps->p[f[k].param];
+        if (elems + p->numel > bucket) {
+            z1_flush(&w, first, k, big);
+            elems = 0;
+            first = k;
+            big = -1;
+        }
+        if (p->numel > bucket) big = (long)k;
+        else w.cur -= (int64_t)p->grad.bytes; /* copied into the bucket */
+        elems += p->numel;
+    }
+    z1_flush(&w, first, count, big);
+    free(f);
+    return (uint64_t)w.most;
 }
 
 void gckpt_zero12_temp(uint64_t part, uint64_t zs, uint64_t round, uint64_t piece[GCKPT_ZERO_NTEMP])

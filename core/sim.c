@@ -15,6 +15,7 @@
  *    as long as the node: until the micro-step's graph is freed with its loss. */
 #include "sim.h"
 #include "sim_parallel.h"
+#include "gckpt/core/parallel.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,7 @@ typedef struct {
 struct gckpt_sim {
     const gckpt_ctx *c;
     bool grads_exist;
+    bool z1_bucket_due; /* ZeRO-1's first micro-step: its first reduce hook allocates the ipg bucket */
     bool ddp_sink; /* DDP with every_n off (layer 0 plain): _DDPSink at each forward's end */
     inst_t *pool;
     size_t n, cap;
@@ -272,6 +274,8 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
         s->wrap = NULL;
     }
     s->grads_exist = grads_exist && gckpt_wrap_grads_kept(c);
+    s->z1_bucket_due = c->set.layout.mode == GCKPT_PAR_ZERO1 && !grads_exist &&
+                       !(c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
     /* the Trainer's find_unused_parameters: on without gradient checkpointing (FINDINGS 13.2);
      * layer 0 is checkpointed under every every_n, so a plain layer 0 is every_n off */
     s->ddp_sink = c->set.layout.mode == GCKPT_PAR_DDP && (st->modes ? st->modes[0] == GCKPT_LAYER_PLAIN : !st->every_n);
@@ -567,6 +571,25 @@ static int param_grad(gckpt_sim *s, sec_t *st, int t, bool view, gckpt_schedule 
     int id = alloc_buf(s, o, tt, GCKPT_C_GRADS, p->grad.dtype, p->grad.numel, p->grad.bytes, true);
     if (s->wrap) gckpt_wrap_grad_made(s->wrap, unit_of(s, ow), t, gid(s, id));
     return id;
+}
+
+/* ZeRO-1: DeepSpeed allocates the ipg bucket (reduce_bucket_size elements of the model dtype,
+ * overlap_comm: two) at the first gradient hook of the step's first backward (setup_buckets in
+ * process_gradients, once a parameter's AccumulateGrad has run) and frees it at the boundary's
+ * epilogue; here when the first op whose input is a trainable parameter not tied to another use
+ * has run its backward. The optimizer step releases it (core/parallel.c: step_released). */
+static void z1_bucket(gckpt_sim *s, const gckpt_op *op, gckpt_schedule *o)
+{
+    const gckpt_ctx *c = s->c;
+    for (int k = 0; k < op->nin; k++) {
+        const gckpt_param *p = gckpt_params_of(&c->params, op->in[k]);
+        if (!p || !p->trainable || c->recipe->t[op->in[k]].uses > 1) continue;
+        uint8_t dt = c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
+        for (uint64_t b = 0; b < gckpt_ds_ipg_buckets(&c->set.layout); b++)
+            gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, dt, gckpt_ds_reduce_bucket(c->model, &c->set.layout));
+        s->z1_bucket_due = false;
+        return;
+    }
 }
 
 static int grad_comp(const gckpt_recipe *r, int t)
@@ -882,6 +905,7 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
             bwd_release(s, st, &b, o);
             bwd_accumulate(s, st, &b, o);
             if (s->wrap) gckpt_wrap_op(s->wrap, s, o, unit_of(s, st), i, GCKPT_WRAP_POST_BWD);
+            if (s->z1_bucket_due) z1_bucket(s, op, o);
         }
         for (int k = 0; k < 2; k++) {
             if (op->out[k] < 0) continue; /* (router_logits[1] is -1 without the aux loss) */
@@ -1127,6 +1151,13 @@ static void embed_bwd(gckpt_sim *s, gckpt_schedule *o)
         gckpt_wrap_post_backward(s->wrap, s, o, 0);
         gckpt_wrap_backward_end(s->wrap, s, o);
     }
+    /* ZeRO-1 reduces at the boundary when the backward ends (engine.backward's allreduce_gradients):
+     * what grads_in_partition adds over the .grad freed so far, for a moment (core/parallel.c) */
+    const gckpt_ctx *c = s->c;
+    if (c->z1_reduce_numel && (s->grads_exist || c->set.grad_accum <= 1)) {
+        uint8_t dt = c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
+        gckpt_sim_release(s, o, gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, dt, c->z1_reduce_numel));
+    }
 }
 
 /* The batch, masks, rotary tables, labels and the loss go when the micro-step ends. */
@@ -1161,7 +1192,7 @@ void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *o)
     push_opt_event(c, o, GCKPT_EV_OPT_STEP, 0, 0);
     if (c->opt_temp) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_FREE, GCKPT_C_OPT_TEMP, c->opt_temp);
     push_opt_event(c, o, GCKPT_EV_ZERO_GRAD, GCKPT_C_GRADS, c->step_grads); /* zero_grad(set_to_none=True) */
-    if (c->step_released) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_PARALLEL, c->step_released);
+    if (c->step_retaken) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_PARALLEL, c->step_retaken);
 }
 
 /* DDP with find_unused_parameters: _DDPSink.forward clones every output with a grad_fn when

@@ -46,9 +46,14 @@ struct gckpt_wrap {
     int ipg, ipg2;      /* ZeRO-2: the ipg bucket(s) of this backward (overlap_comm: two), -1 */
     int part;           /* ZeRO-2: a later micro-step's partition buffer, -1 */
     bool part_made;     /* ZeRO-2: the rank's partition got its first gradient in this backward */
-    uint32_t pending;   /* ZeRO-2: the .grad the next reduce hook frees (schedule id), and its */
-    uint64_t pending_bytes; /* bytes and parameter */
-    int16_t pending_t;
+    /* ZeRO-2's ipg bucket as DeepSpeed fills it: elements in it, whether one of them lies in the
+     * rank's partition, and a parameter larger than the bucket waiting alone for the next flush
+     * (its .grad, schedule id pending, stays until then; pending_unit its unit) */
+    uint64_t bucket_elems;
+    bool bucket_kept;
+    uint32_t pending;
+    uint64_t pending_bytes, pending_unit;
+    const gckpt_param *pending_p;
     uint64_t cap;
 };
 
@@ -99,7 +104,10 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
     for (uint64_t u = 0; u < units; u++) w->params[u] = -1;
     w->ag_out = w->rs_in = w->ipg = w->ipg2 = w->part = -1;
     w->part_made = false;
+    w->bucket_elems = 0;
+    w->bucket_kept = false;
     w->pending = GCKPT_NOINST;
+    w->pending_p = NULL;
     w->ag_unit = UINT64_MAX;
     return true;
 }
@@ -281,11 +289,12 @@ void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, ui
     if (c->set.layout.offload) gckpt_sim_release(s, o, out);
 }
 
+static void z2_flush(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o);
+
 void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 {
     if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
-    free_grad(o, w->pending_t, w->pending, w->pending_bytes);
-    w->pending = GCKPT_NOINST;
+    if (w->c->set.layout.mode == GCKPT_PAR_ZERO2) z2_flush(w, s, o); /* the epilogue's reduce_ipg_grads */
     if (w->ipg >= 0) gckpt_sim_release(s, o, w->ipg);
     if (w->ipg2 >= 0) gckpt_sim_release(s, o, w->ipg2);
     if (w->part >= 0) gckpt_sim_release(s, o, w->part);
@@ -349,58 +358,18 @@ static void z2_offload_slice(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uin
     if (wire_dtype(c) != GCKPT_DT_F32) gckpt_sim_release(s, o, gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, GCKPT_DT_F32, k));
 }
 
-/* The reduce hook (ZeRO-2 and 3): the .grad made in this micro-step copied into the ipg bucket
- * and freed; the bucket reduced into the rank's partition (a collective per parameter:
- * ZeRO-3 reduce-scatters, ZeRO-2 all-reduces the bucket, src = dst = the bucket). */
-static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
-{
-    const gckpt_ctx *c = w->c;
-    uint32_t *gid = &w->grad_gid[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
-    bool z2 = c->set.layout.mode == GCKPT_PAR_ZERO2;
-    gckpt_event *e;
-    if (z2) { /* the bucket at the first hook; the previous hook's .grad goes, this one waits */
-        if (w->ipg < 0) {
-            uint64_t bucket = gckpt_ds_reduce_bucket(c->model, &c->set.layout);
-            w->ipg = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
-            if (gckpt_ds_ipg_buckets(&c->set.layout) > 1) /* overlap_comm's second bucket */
-                w->ipg2 = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
-        }
-        free_grad(o, w->pending_t, w->pending, w->pending_bytes);
-        w->pending = *gid;
-        w->pending_t = p->tensor;
-        w->pending_bytes = p->grad.bytes;
-    } else {
-        free_grad(o, p->tensor, *gid, p->grad.bytes);
-    }
-    *gid = GCKPT_NOINST;
-    uint8_t dt = wire_dtype(c);
-    if (z2 && w->sync && (c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER)) z2_offload_slice(w, s, o, u, p);
-    if (!(e = gckpt_schedule_push(o))) return;
-    e->kind = GCKPT_EV_COLLECTIVE;
-    e->tensor = p->tensor;
-    e->dtype = dt;
-    if (z2) {
-        uint32_t b = w->ipg >= 0 ? gckpt_sim_gid(s, w->ipg) : GCKPT_NOINST;
-        e->numel = p->numel;
-        e->bytes = p->numel * gckpt_dtype_size((gckpt_dtype)dt);
-        e->arg.coll = (gckpt_coll_args){GCKPT_COLL_ALL_REDUCE, p->section, b, b, u};
-        return;
-    }
-    e->numel = p->shard.part;
-    e->bytes = p->shard.part * p->shard.ways * gckpt_dtype_size((gckpt_dtype)dt);
-    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_REDUCE_SCATTER, p->section, GCKPT_NOINST, GCKPT_NOINST, u};
-}
-
 /* ---- ZeRO-2 ----
- * Read in deepspeed 0.19.8 (runtime/zero/stage_1_and_2.py) and traced on the fixtures' rank 0:
- * every backward allocates the ipg bucket (reduce_bucket_size elements of the model dtype) at
- * its first reduce hook and frees it at its end; each parameter's .grad (made afresh in every
- * micro-step) goes at the next parameter's hook, the last at the backward's end; the rank's
- * reduced gradients (every parameter overlapping its slice of the flat groups, whole) are one
- * buffer made when the first of them is reduced (here: before the backward of the first such
- * parameter of the weight-decay group, the last in the flat order), kept into the optimizer
- * step; a later micro-step reduces into a second buffer of that size, added and freed at the
- * backward's end. */
+ * Read in deepspeed 0.19.8 (runtime/zero/stage_1_and_2.py) and traced on the fixtures' ranks
+ * (FINDINGS 13.12): every backward allocates the ipg bucket (reduce_bucket_size elements of the
+ * model dtype) at its first reduce hook and frees it at its end. Each hook
+ * (reduce_independent_p_g_buckets_and_remove_grads) first flushes the bucket when the
+ * parameter would overflow it (reduce_ipg_grads); a parameter larger than the bucket
+ * (extra_large_param_to_reduce) keeps its .grad until that next flush, any other is copied into
+ * the bucket and its .grad (made afresh in every micro-step) freed at once. The rank's reduced
+ * gradients (every parameter overlapping its slice of the flat groups, whole: grads_in_partition)
+ * are one buffer made at the flush that first holds one of them, kept into the optimizer step; a
+ * later micro-step reduces into a second buffer of that size, added and freed at the backward's
+ * end. */
 static void z2_partition(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_ctx *c = w->c;
@@ -411,6 +380,92 @@ static void z2_partition(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
     if (!w->first) w->part = id;
 }
 
+/* ZeRO-2's all-reduce of one parameter's .grad through the ipg bucket (src = dst = the bucket). */
+static void z2_collective(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+{
+    const gckpt_ctx *c = w->c;
+    uint8_t dt = wire_dtype(c);
+    if (w->sync && (c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER)) z2_offload_slice(w, s, o, u, p);
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return;
+    uint32_t b = w->ipg >= 0 ? gckpt_sim_gid(s, w->ipg) : GCKPT_NOINST;
+    e->kind = GCKPT_EV_COLLECTIVE;
+    e->tensor = p->tensor;
+    e->dtype = dt;
+    e->numel = p->numel;
+    e->bytes = p->numel * gckpt_dtype_size((gckpt_dtype)dt);
+    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_ALL_REDUCE, p->section, b, b, u};
+}
+
+/* Whether the parameter's instance of unit u overlaps the rank's partition of its flat group. */
+static bool z2_kept(const gckpt_wrap *w, uint64_t u, const gckpt_param *p)
+{
+    const gckpt_ctx *c = w->c;
+    uint64_t copy = p->section == GCKPT_SEC_BLOCK ? u - 1 : 0;
+    return gckpt_zero12_slice(&c->params, w->layers, gckpt_layout_world(&c->set.layout), c->set.layout.rank,
+                              (int)(p - c->params.p), copy) > 0;
+}
+
+/* The bucket reduced (reduce_ipg_grads): the rank's partition buffer made by the first of its
+ * parameters in it (copy_grads_in_partition), then the parameter larger than the bucket, if one
+ * waits, all-reduced and its .grad freed (copied into the partition, or cleared). */
+static void z2_flush(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
+{
+    if (w->bucket_kept) z2_partition(w, s, o);
+    if (w->pending_p) {
+        z2_collective(w, s, o, w->pending_unit, w->pending_p);
+        free_grad(o, w->pending_p->tensor, w->pending, w->pending_bytes);
+    }
+    w->pending = GCKPT_NOINST;
+    w->pending_p = NULL;
+    w->bucket_elems = 0;
+    w->bucket_kept = false;
+}
+
+/* The reduce hook (ZeRO-2 and 3). ZeRO-3: the .grad made in this micro-step reduce-scattered
+ * and freed. ZeRO-2: into the bucket, as above. One deviation, for the executor (whose
+ * all-reduce is the parameter's event): a copied parameter of the rank's partition makes the
+ * partition buffer at its own hook, not at the flush (at most a bucket's parameters later). */
+static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+{
+    const gckpt_ctx *c = w->c;
+    uint32_t *gid = &w->grad_gid[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
+    if (c->set.layout.mode == GCKPT_PAR_ZERO2) {
+        uint64_t bucket = gckpt_ds_reduce_bucket(c->model, &c->set.layout);
+        if (w->ipg < 0) {
+            w->ipg = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
+            if (gckpt_ds_ipg_buckets(&c->set.layout) > 1) /* overlap_comm's second bucket */
+                w->ipg2 = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
+        }
+        if (w->bucket_elems + p->numel > bucket) z2_flush(w, s, o);
+        bool kept = z2_kept(w, u, p);
+        if (p->numel > bucket) { /* alone in the bucket until the next flush */
+            w->pending = *gid;
+            w->pending_p = p;
+            w->pending_unit = u;
+            w->pending_bytes = p->grad.bytes;
+        } else {
+            if (kept) z2_partition(w, s, o);
+            z2_collective(w, s, o, u, p);
+            free_grad(o, p->tensor, *gid, p->grad.bytes);
+        }
+        w->bucket_elems += p->numel;
+        w->bucket_kept = w->bucket_kept || kept;
+        *gid = GCKPT_NOINST;
+        return;
+    }
+    free_grad(o, p->tensor, *gid, p->grad.bytes);
+    *gid = GCKPT_NOINST;
+    uint8_t dt = wire_dtype(c);
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return;
+    e->kind = GCKPT_EV_COLLECTIVE;
+    e->tensor = p->tensor;
+    e->dtype = dt;
+    e->numel = p->shard.part;
+    e->bytes = p->shard.part * p->shard.ways * gckpt_dtype_size((gckpt_dtype)dt);
+    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_REDUCE_SCATTER, p->section, GCKPT_NOINST, GCKPT_NOINST, u};
+}
 /* The reduce hooks fire once per parameter and backward, when its AccumulateGrad runs: a
  * parameter used by another section's op too (a tied head's weight, the embedding's) gets its
  * gradient summed by autograd and reduced at the backward of its own section (u == unit:
@@ -424,7 +479,6 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
             const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
             if (!p || !p->trainable) continue;
             uint64_t u = unit_of_param(w, p->section, unit);
-            if (at == GCKPT_WRAP_PRE_BWD && u == c->z2_unit && p->tensor == c->z2_tensor) z2_partition(w, s, o);
             if (at == GCKPT_WRAP_POST_BWD && u == unit) zero_reduce(w, s, o, u, p);
         }
         return;

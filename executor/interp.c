@@ -481,11 +481,11 @@ static void make_data(gckpt_exec *x, uint64_t micro)
     for (uint64_t i = 0; i < S; i++) x->positions[i] = (int64_t)i;
 }
 
-/* After a micro-step only the parameters' .grad may be allocated. */
+/* After a micro-step only the parameters' .grad (and ZeRO-1's ipg bucket) may be allocated. */
 static gckpt_xstatus check_clean(gckpt_exec *x, bool grads_allowed, gckpt_err *err)
 {
     for (uint32_t id = 0; id < x->ninst; id++)
-        if (x->inst[id].live && !(grads_allowed && x->inst[id].is_pgrad)) {
+        if (x->inst[id].live && !(grads_allowed && (x->inst[id].is_pgrad || exec_z1_is_bucket(x, id)))) {
             int t = x->inst[id].tensor;
             return exec_fail(err, "schedule leak: instance %u (%s) is still allocated at the end of the %s", id,
                              t >= 0 ? x->r->t[t].name : "workspace", grads_allowed ? "micro-step" : "step");

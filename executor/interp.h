@@ -60,6 +60,9 @@ struct exec_zero {
      * a later micro-step's (part1, added into part0 when freed) */
     uint64_t *pbuf_off;
     uint32_t part0, part1;
+    /* ZeRO-1: the ipg bucket(s) the schedule allocates at the first backward's first gradient
+     * hook (ALLOC_SCRATCH, the bucket's elements), freed with the step's release */
+    uint32_t z1_bucket[2];
 };
 typedef struct exec_fsdp exec_fsdp;
 typedef struct exec_aux exec_aux;
@@ -153,6 +156,10 @@ gckpt_xstatus exec_parallel_sync(gckpt_exec *x, gckpt_err *err);
 bool exec_parallel_keeps_grad(const gckpt_exec *x, size_t i);
 gckpt_xstatus exec_parallel_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
 gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+/* ZeRO-1: an ALLOC_SCRATCH of the bucket's elements while fewer buckets than planned are live is
+ * one (kept for the reduction at the boundary and the step's release). */
+gckpt_xstatus exec_z1_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+bool exec_z1_is_bucket(const gckpt_exec *x, uint32_t id);
 /* A sharded gradient's checksum (the ranks' pieces add up to one process's checksum of the
  * whole tensors: the hash is a sum of per-element terms, gckpt_hash_term): parameter p's
  * piece src (a device buffer, any dtype), element lo of the tensor, added to *h and

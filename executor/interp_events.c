@@ -72,6 +72,7 @@ static gckpt_xstatus ev_alloc(gckpt_exec *x, const gckpt_event *e, const exec_si
     if (p) p->grad = id;
     if (t >= 0 && t == x->r->router_logits[1] && (rc = exec_aux_on_alloc(x, id, w, err)) != GCKPT_XS_OK) return rc;
     if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2) return exec_z2_on_alloc(x, e, w, err);
+    if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO1) return exec_z1_on_alloc(x, e, w, err);
     return x->fsdp ? exec_fsdp_on_alloc(x, e, w, err) : GCKPT_XS_OK;
 }
 

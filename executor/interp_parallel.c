@@ -143,15 +143,18 @@ gckpt_xstatus exec_parallel_setup(gckpt_exec *x, gckpt_err *err)
     gckpt_rank_persistent(&x->ctx.params, &x->m, &x->set, (uint32_t)x->o.rank, x->dev.alloc_round_bytes, &rb);
     /* DDP: weights and states are the parameter state table's; ZeRO-1: zero_setup's, and the
      * ipg bucket (with its flag) is what the step releases */
-    uint64_t bytes[EXEC_NPAR] = {[EXEC_PAR_GRADS] = rb.grads, [EXEC_PAR_STEP] = x->ctx.step_released,
+    uint64_t bytes[EXEC_NPAR] = {[EXEC_PAR_GRADS] = rb.grads, [EXEC_PAR_STEP] = x->ctx.step_retaken,
                                  [EXEC_PAR_SCALARS] = rb.scalars, [EXEC_PAR_BUFFERS] = rb.buffers};
     if (x->zero) {
         gckpt_xstatus rc = zero_setup(x, err);
         if (rc != GCKPT_XS_OK) return rc;
         if (x->set.layout.mode == GCKPT_PAR_ZERO2 && (rc = exec_z2_setup(x, err)) != GCKPT_XS_OK) return rc;
-        if (x->set.layout.mode == GCKPT_PAR_ZERO1 && z_bucket_bytes(x) > bytes[EXEC_PAR_STEP])
-            return exec_fail(err, "zero1: the ipg bucket of %llu elements exceeds the %llu bytes released in the step",
-                             (unsigned long long)x->zero->bucket, (unsigned long long)bytes[EXEC_PAR_STEP]);
+        x->zero->z1_bucket[0] = x->zero->z1_bucket[1] = GCKPT_NOINST;
+        uint64_t buckets = gckpt_round_up(z_bucket_bytes(x), x->dev.alloc_round_bytes) * gckpt_ds_ipg_buckets(&x->set.layout);
+        if (x->set.layout.mode == GCKPT_PAR_ZERO1 && x->ctx.step_released != x->ctx.step_retaken + buckets)
+            return exec_fail(err, "zero1: the step releases %llu bytes and takes %llu again, not the ipg buckets' %llu",
+                             (unsigned long long)x->ctx.step_released, (unsigned long long)x->ctx.step_retaken,
+                             (unsigned long long)buckets);
     }
     if (x->set.layout.mode == GCKPT_PAR_FSDP) { /* the parameter instances exist now */
         if (!x->fsdp && !exec_fsdp_prepare(x, err)) return GCKPT_XS_ERROR;
@@ -210,6 +213,8 @@ static gckpt_xstatus bucket_copy(gckpt_exec *x, bool to_bucket, uint64_t *n, uin
 static gckpt_xstatus zero_sync(gckpt_exec *x, gckpt_err *err)
 {
     exec_zero *z = x->zero;
+    if (!exec_live(x, z->z1_bucket[0])) return exec_fail(err, "zero1: the ipg bucket is not allocated at the boundary");
+    void *bucket = x->inst[z->z1_bucket[0]].p;
     typedef struct {
         size_t j;
         uint64_t off, n, at;
@@ -239,17 +244,17 @@ static gckpt_xstatus zero_sync(gckpt_exec *x, gckpt_err *err)
                     seg = more;
                 }
                 seg[nseg++] = (seg_t){j, off, n, fill};
-                rc = x->be->add(x->be, view(x->par[EXEC_PAR_STEP], fill, n, z->dt), none,
+                rc = x->be->add(x->be, view(bucket, fill, n, z->dt), none,
                                 view(x->inst[p->grad].p, off, n, z->dt));
                 fill += n;
                 off += n;
             }
             if (rc == GCKPT_XS_OK && (fill == cap || !p)) { /* full, or the last one: reduce it */
-                gckpt_xt b = view(x->par[EXEC_PAR_STEP], 0, fill, z->dt);
+                gckpt_xt b = view(bucket, 0, fill, z->dt);
                 rc = x->be->collective(x->be, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_AVG_POST, b, b, 0);
                 for (size_t k = 0; rc == GCKPT_XS_OK && k < nseg; k++)
                     rc = x->be->add(x->be, view(x->inst[x->params[seg[k].j].grad].p, seg[k].off, seg[k].n, z->dt), none,
-                                    view(x->par[EXEC_PAR_STEP], seg[k].at, seg[k].n, z->dt));
+                                    view(bucket, seg[k].at, seg[k].n, z->dt));
                 nseg = 0;
                 fill = 0;
             }
@@ -350,19 +355,45 @@ gckpt_xstatus exec_parallel_step(gckpt_exec *x, const exec_site *w, gckpt_err *e
 
 gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
-    if (!x->zero || e->bytes != x->ctx.step_released)
+    bool release = e->kind == GCKPT_EV_OPT_TEMP_FREE;
+    if (!x->zero || e->bytes != (release ? x->ctx.step_released : x->ctx.step_retaken))
         return exec_fail(err, "%s: %llu bytes of the parallel mode released or taken in the step, not its ipg bucket",
                          w->at, (unsigned long long)e->bytes);
-    if (e->kind == GCKPT_EV_OPT_TEMP_FREE) {
-        if (!x->par[EXEC_PAR_STEP]) return exec_fail(err, "%s: the ipg bucket is not allocated", w->at);
-        x->be->release(x->be, GCKPT_MEM_DEVICE, x->par[EXEC_PAR_STEP], x->par_bytes[EXEC_PAR_STEP]);
+    if (release) {
+        if (!x->par[EXEC_PAR_STEP] && x->ctx.step_retaken) return exec_fail(err, "%s: the ipg bucket is not allocated", w->at);
+        if (x->par[EXEC_PAR_STEP]) x->be->release(x->be, GCKPT_MEM_DEVICE, x->par[EXEC_PAR_STEP], x->par_bytes[EXEC_PAR_STEP]);
         x->par[EXEC_PAR_STEP] = NULL;
+        /* ZeRO-1: the bucket(s) its first backward allocated (exec_z1_on_alloc) */
+        for (int k = 0; k < 2; k++) {
+            uint32_t *b = &x->zero->z1_bucket[k];
+            if (exec_live(x, *b)) exec_inst_release(x, *b);
+            *b = GCKPT_NOINST;
+        }
         return GCKPT_XS_OK;
     }
     if (x->par[EXEC_PAR_STEP]) return exec_fail(err, "%s: the ipg bucket exists already", w->at);
     gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, e->bytes, &x->par[EXEC_PAR_STEP]);
     if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
     x->par_bytes[EXEC_PAR_STEP] = e->bytes;
+    return GCKPT_XS_OK;
+}
+
+bool exec_z1_is_bucket(const gckpt_exec *x, uint32_t id)
+{
+    return x->zero && id != GCKPT_NOINST && (x->zero->z1_bucket[0] == id || x->zero->z1_bucket[1] == id);
+}
+
+gckpt_xstatus exec_z1_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    exec_zero *z = x->zero;
+    (void)w, (void)err;
+    if (e->kind != GCKPT_EV_ALLOC_SCRATCH || e->comp != GCKPT_C_PARALLEL || e->numel != z->bucket || e->dtype != z->dt)
+        return GCKPT_XS_OK;
+    for (uint64_t k = 0; k < gckpt_ds_ipg_buckets(&x->set.layout) && k < 2; k++)
+        if (!exec_live(x, z->z1_bucket[k])) {
+            z->z1_bucket[k] = e->inst;
+            break;
+        }
     return GCKPT_XS_OK;
 }
 

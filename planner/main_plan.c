@@ -707,7 +707,7 @@ static int compare_modes(const cli_args *a)
             p.req.layout.mode = GCKPT_PAR_NONE;
             gckpt_plan_print_header(&p, f);
             p.req.layout.mode = a->modes[0];
-            fprintf(f, "%u GPUs (%u node%s x %u): memory is the busiest rank's (rank 0; zero2: the busiest of all ranks), tok/s per GPU; global = micro-batch "
+            fprintf(f, "%u GPUs (%u node%s x %u): memory is the busiest rank's (rank 0; zero1, zero2: the busiest of all ranks), tok/s per GPU; global = micro-batch "
                        "x grad-accum x %u\n", gckpt_layout_world(&r.layout), r.layout.nodes ? r.layout.nodes : 1,
                     r.layout.nodes > 1 ? "s" : "", r.layout.gpus ? r.layout.gpus : 1, gckpt_layout_world(&r.layout));
             fprintf(f, "%-6s %-7s %-7s %4s %4s %7s %11s %8s %9s %9s  %s\n", "mode", "every_n", "offload", "mb", "ga",

@@ -25,7 +25,7 @@ void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f)
     const gckpt_layout *l = &p->req.layout;
     if (!gckpt_layout_multi(l)) return;
     uint32_t w = gckpt_layout_world(l);
-    fprintf(f, "%u GPUs (%u node%s x %u), %s: memory is the busiest rank's (rank 0; zero2: the busiest of all ranks), tok/s per GPU (x %u for the job); "
+    fprintf(f, "%u GPUs (%u node%s x %u), %s: memory is the busiest rank's (rank 0; zero1, zero2: the busiest of all ranks), tok/s per GPU (x %u for the job); "
                "global batch = micro-batch x grad-accum x %u\n",
             w, l->nodes ? l->nodes : 1, l->nodes > 1 ? "s" : "", l->gpus ? l->gpus : 1, mode_words((gckpt_parallel)l->mode),
             w, w);
@@ -90,7 +90,7 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(o, "nodes", l->nodes ? l->nodes : 1);
     cJSON_AddNumberToObject(o, "world_size", gckpt_layout_world(l));
     cJSON_AddStringToObject(o, "parallel", gckpt_parallel_names[l->mode]);
-    cJSON_AddStringToObject(o, "memory", "the busiest rank: rank 0; zero2: the busiest of every rank");
+    cJSON_AddStringToObject(o, "memory", "the busiest rank: rank 0; zero1, zero2: the busiest of every rank");
     cJSON_AddNumberToObject(o, "bus_bytes_per_s", l->nodes > 1 ? p->dev.inter_node_bus_bytes_per_s
                                                                 : p->dev.intra_node_bus_bytes_per_s);
     if (l->offload) { /* CPU offload (FINDINGS 13.10): planned from the source, gckpt-run does not execute it */

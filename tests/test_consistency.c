@@ -60,8 +60,9 @@ static void sweep_peft(const char *model, const char *cfg_json, const gckpt_peft
                             gckpt_result a, b, b2;
                             gckpt_walk(&c, &ev, &a);
                             gckpt_schedule_free(&ev);
-                            /* ZeRO-2: the plan shows the busiest rank */
-                            for (uint32_t rk = 1; g_layout.mode == GCKPT_PAR_ZERO2 && rk < gckpt_layout_world(&g_layout); rk++) {
+                            /* ZeRO-1/2: the plan shows the busiest rank */
+                            bool z12 = g_layout.mode == GCKPT_PAR_ZERO1 || g_layout.mode == GCKPT_PAR_ZERO2;
+                            for (uint32_t rk = 1; z12 && rk < gckpt_layout_world(&g_layout); rk++) {
                                 static gckpt_ctx cl;
                                 gckpt_setting sl = c.set;
                                 sl.layout.rank = rk;

@@ -79,6 +79,12 @@ OTHER_FAMILIES["qwen3_moe"] = moe_cases.VARIANTS["qwen3_moe"]
 # the tie (gemma3_text ties its head to the embedding by default; FSDP2 and ZeRO-3 planned it
 # off by up to 2.7 %): the same model untied, and the tiny llama tied, FSDP2 / ZeRO-3, every_n 1;
 # ZeRO-1/2 on the tied llama and gemma3_text
+# issue 21 item 3: fp32 ZeRO-1/2 on a llama whose flat buffers split unevenly across ranks (vocab,
+# hidden and intermediate chosen so that a rank's partition boundary falls inside a layer's
+# attention weights), grad_accum 1 and 2
+UNEVEN = dict(model_type="llama", vocab_size=503, hidden_size=72, intermediate_size=200, num_hidden_layers=3,
+              num_attention_heads=6, num_key_value_heads=2, head_dim=12, max_position_embeddings=128,
+              rms_norm_eps=1e-6, attention_dropout=0.0, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 TIE_VARIANTS = {"gemma3u": dict(family_cases.VARIANTS["gemma3_text"], tie_word_embeddings=False),
                 "llamat": dict(probe.make_config("llama", "sdpa").to_dict(), tie_word_embeddings=True)}
 # every DeepSpeed value the user leaves to the Trainer ("auto"), as HF's documented configs do
@@ -104,7 +110,8 @@ def case_name(mode, family, precision, every_n, offload, world, variant=""):
             + (f"-{variant}" if variant else ""))
 
 
-def make_spec(mode, family, every_n, offload, world, bf16=True, variant="", config=None, gloo=False):
+def make_spec(mode, family, every_n, offload, world, bf16=True, variant="", config=None, gloo=False,
+              grad_accum=GRAD_ACCUM):
     """gloo: all ranks as processes over gloo (a twin of the fake-group case: real numerics and
     collectives; its allocator figures may miss frees, FINDINGS 13.1). Otherwise one process
     per measured rank on the fake process group: rank 0 and the last rank (ZeRO-3: rank 0 only:
@@ -116,7 +123,7 @@ def make_spec(mode, family, every_n, offload, world, bf16=True, variant="", conf
                                if variant else ("gloo" if gloo else "")),
                 mode=mode, family=family, fake_ranks=fake_ranks,
                 precision=prec, bf16=bf16, attention="sdpa", every_n=every_n, offload=offload, b=B, s=S,
-                grad_accum=GRAD_ACCUM, world=world, variant=variant, config=config, foreach=False,
+                grad_accum=grad_accum, world=world, variant=variant, config=config, foreach=False,
                 record_setup=True)
 
 
@@ -158,6 +165,12 @@ def all_cases(which="default"):
     for fam, cfg in (("llamat", TIE_VARIANTS["llamat"]), ("gemma3_text", OTHER_FAMILIES["gemma3_text"])):
         for mode in ("zero1", "zero2"):
             out.append(make_spec(mode, fam, 1, False, 2, config=dict(cfg)))
+    # fp32 ZeRO-1/2 per rank (issue 21): the uneven llama, every_n 1 / off, grad_accum 1 and 2
+    for mode in ("zero1", "zero2"):
+        for n in (1, 0):
+            for ga in (1, 2):
+                out.append(make_spec(mode, "llamau", n, False, 2, bf16=False, variant=f"ga{ga}", config=dict(UNEVEN),
+                                     grad_accum=ga))
     return out
 
 

@@ -204,8 +204,6 @@ bool gckpt_zero12_in_partition(const gckpt_params *ps, const gckpt_flat_place *f
 typedef struct {
     uint64_t grad_bytes; /* their .grad as allocated (each rounded) */
     uint64_t numel;      /* their elements */
-    uint64_t unit;       /* the last weight-decay one in the flat order (the first whose gradient */
-    int16_t tensor;      /* comes): unit 0 embedding, 1 + l layer l, L + 1 head; its tensor */
     uint64_t max_slice;  /* the largest piece of one of them inside the partition, elements */
 } gckpt_zero12_keep;
 void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank, gckpt_zero12_keep *out);
@@ -213,6 +211,12 @@ void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n
  * in rank's partition of its flat group (0 when it lies outside). */
 uint64_t gckpt_zero12_slice(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank, int param,
                             uint64_t copy);
+/* ZeRO-1 (no offload): the most bytes rank's reduction at the boundary holds above the state at
+ * the end of the last backward (the full .grad), as stage_1_and_2.py's reduce_gradients moves them
+ * through the ipg bucket of `bucket` elements into grads_in_partition (core/parallel.c says how);
+ * zs: the model dtype's bytes. */
+uint64_t gckpt_zero1_reduce_transient(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank,
+                                      uint64_t bucket, uint64_t zs, uint64_t round);
 /* The step's temporaries for a partition of `part` elements, bytes: the rank's gradient slice
  * concatenated in the model dtype (zs bytes), its fp32 copy (none in fp32), DeepSpeed's scalars
  * (FINDINGS 13.5). */

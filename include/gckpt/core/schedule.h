@@ -237,15 +237,18 @@ typedef struct {
     uint64_t unit_part[GCKPT_NSEC];      /* FSDP2: elements of one unit's padded local shards (the
                                           * embedding, one layer, the tail), 0 otherwise */
     uint64_t z2_numel;                   /* ZeRO-2: elements of the rank's reduced gradients */
-    uint64_t z2_unit;                    /* ZeRO-2: the unit (0 embedding, 1 + l layer l, L + 1 head) and */
-    int16_t z2_tensor;                   /* parameter whose gradient is the rank's partition's first */
+    uint64_t z1_reduce_numel;            /* ZeRO-1: elements (model dtype) its boundary reduction holds
+                                          * above the full .grad for a moment (a transient at the end
+                                          * of the reducing micro-step's backward), 0 otherwise */
     uint64_t z12_offload_numel;          /* ZeRO-1/2 offload_optimizer: elements of the parameters
                                           * overlapping the rank's partition (their pinned
                                           * accumulators under gradient accumulation), 0 otherwise */
     uint64_t step_grads;                 /* of grads, what stays allocated into the optimizer step
                                           * (all but under ZeRO-1/2: the rank's reduced partition) */
-    uint64_t step_released;              /* of parallel, what is not allocated during the optimizer
-                                          * step (ZeRO-1/2's ipg bucket: each backward allocates it) */
+    uint64_t step_released;              /* of parallel (and ZeRO-1's bucket), what the optimizer step
+                                          * frees first (ZeRO-1/2's ipg bucket: each backward allocates it) */
+    uint64_t step_retaken;               /* ... and of that, what it allocates again at its end (the
+                                          * rest is allocated again by the next step's backward) */
     double opt_seconds;                  /* one optimizer step */
     /* several GPUs with CPU offload (layout.offload): host bytes the rank holds for the run,
      * pinned (in the result's host_pinned_bytes) and pageable (the CPU optimizer's states;

@@ -365,8 +365,6 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         gckpt_zero12_keep keep;
         gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, s->layout.rank, &keep);
         c->step_grads = mode == GCKPT_PAR_ZERO2 ? keep.numel * zs : keep.grad_bytes;
-        c->z2_unit = keep.unit;
-        c->z2_tensor = keep.tensor;
         if (c->step_grads > c->grads) c->step_grads = c->grads;
         if (mode == GCKPT_PAR_ZERO2) { /* no full .grad reaches the step: one buffer of the partition */
             c->z2_numel = c->step_grads / zs;
@@ -625,10 +623,6 @@ void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n
         out->numel += p->numel;
         uint64_t piece = overlap(f[k].offset, p->numel, part, rank);
         if (piece > out->max_slice) out->max_slice = piece;
-        if (f[k].group == 0) { /* the last one in the flat order: the first whose gradient comes */
-            out->unit = p->section == GCKPT_SEC_EMBED ? 0 : p->section == GCKPT_SEC_HEAD ? layers + 1 : f[k].copy + 1;
-            out->tensor = p->tensor;
-        }
     }
     free(f);
 }

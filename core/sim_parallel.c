@@ -397,10 +397,20 @@ static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t
  * its first reduce hook and frees it at its end; each parameter's .grad (made afresh in every
  * micro-step) goes at the next parameter's hook, the last at the backward's end; the rank's
  * reduced gradients (every parameter overlapping its slice of the flat groups, whole) are one
- * buffer made when the first of them is reduced (here: before the backward of the first such
- * parameter of the weight-decay group, the last in the flat order), kept into the optimizer
+ * buffer made when the first of them is reduced (here: before the backward of the first op
+ * whose input is one of them, of either group: a rank's slice of the no-decay group, the
+ * norms, can end in a later layer than its slice of the weight-decay group, so the last
+ * weight-decay one in the flat order is not always the first to come), kept into the optimizer
  * step; a later micro-step reduces into a second buffer of that size, added and freed at the
  * backward's end. */
+/* Whether the rank keeps instance u of p (it overlaps the rank's partition of its flat group). */
+static bool z2_keeps(const gckpt_wrap *w, uint64_t u, const gckpt_param *p)
+{
+    const gckpt_ctx *c = w->c;
+    return gckpt_zero12_slice(&c->params, w->layers, gckpt_layout_world(&c->set.layout), c->set.layout.rank,
+                              (int)(p - c->params.p), p->section == GCKPT_SEC_BLOCK ? u - 1 : 0) > 0;
+}
+
 static void z2_partition(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_ctx *c = w->c;
@@ -424,7 +434,7 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
             const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
             if (!p || !p->trainable) continue;
             uint64_t u = unit_of_param(w, p->section, unit);
-            if (at == GCKPT_WRAP_PRE_BWD && u == c->z2_unit && p->tensor == c->z2_tensor) z2_partition(w, s, o);
+            if (at == GCKPT_WRAP_PRE_BWD && !w->part_made && z2_keeps(w, u, p)) z2_partition(w, s, o);
             if (at == GCKPT_WRAP_POST_BWD && u == unit) zero_reduce(w, s, o, u, p);
         }
         return;

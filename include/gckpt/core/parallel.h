@@ -204,8 +204,6 @@ bool gckpt_zero12_in_partition(const gckpt_params *ps, const gckpt_flat_place *f
 typedef struct {
     uint64_t grad_bytes; /* their .grad as allocated (each rounded) */
     uint64_t numel;      /* their elements */
-    uint64_t unit;       /* the last weight-decay one in the flat order (the first whose gradient */
-    int16_t tensor;      /* comes): unit 0 embedding, 1 + l layer l, L + 1 head; its tensor */
     uint64_t max_slice;  /* the largest piece of one of them inside the partition, elements */
 } gckpt_zero12_keep;
 void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank, gckpt_zero12_keep *out);

@@ -237,8 +237,6 @@ typedef struct {
     uint64_t unit_part[GCKPT_NSEC];      /* FSDP2: elements of one unit's padded local shards (the
                                           * embedding, one layer, the tail), 0 otherwise */
     uint64_t z2_numel;                   /* ZeRO-2: elements of the rank's reduced gradients */
-    uint64_t z2_unit;                    /* ZeRO-2: the unit (0 embedding, 1 + l layer l, L + 1 head) and */
-    int16_t z2_tensor;                   /* parameter whose gradient is the rank's partition's first */
     uint64_t z12_offload_numel;          /* ZeRO-1/2 offload_optimizer: elements of the parameters
                                           * overlapping the rank's partition (their pinned
                                           * accumulators under gradient accumulation), 0 otherwise */

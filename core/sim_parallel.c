@@ -434,7 +434,7 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
             const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
             if (!p || !p->trainable) continue;
             uint64_t u = unit_of_param(w, p->section, unit);
-            if (at == GCKPT_WRAP_PRE_BWD && !w->part_made && z2_keeps(w, u, p)) z2_partition(w, s, o);
+            if (at == GCKPT_WRAP_PRE_BWD && u == unit && !w->part_made && z2_keeps(w, u, p)) z2_partition(w, s, o);
             if (at == GCKPT_WRAP_POST_BWD && u == unit) zero_reduce(w, s, o, u, p);
         }
         return;

@@ -183,6 +183,7 @@ static bool all_agree(const gckpt_run_opts *o, bool yes)
 {
     if (world_of(o) == 1) return yes;
     float no = yes ? 0.0f : 1.0f, any = 0;
+    gckpt_comm_label(o->comm, "the ranks' agreement to run the entry (host memory)");
     if (!o->comm->collective(o->comm, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_SUM, &no, &any, 1, GCKPT_DT_F32, 0)) return false;
     return any == 0;
 }
@@ -345,8 +346,18 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
         fprintf(stderr, "gckpt-run: out of memory for the %d ranks' results\n", world);
         exit(GCKPT_EXIT_CHECK);
     }
+    gckpt_comm_label(o->comm, "the ranks' results of the entry");
     if (!o->comm->gather(o->comm, &mine, all, sizeof mine)) {
-        snprintf(rep->message, sizeof rep->message, "gathering the ranks' results: %.400s", o->comm->err.msg);
+        /* this rank's own error first (the one that put the ranks out of step, or the failed
+         * collective's, which names them): the gather fails at once after a failed collective */
+        char own[sizeof rep->message];
+        snprintf(own, sizeof own, "%s", rep->message);
+        if (own[0] && rep->status != GCKPT_RS_OK && o->comm->failed && strstr(own, o->comm->err.msg))
+            snprintf(rep->message, sizeof rep->message, "%s", own);
+        else if (own[0] && rep->status != GCKPT_RS_OK)
+            snprintf(rep->message, sizeof rep->message, "%.180s; gathering the ranks' results: %.290s", own, o->comm->err.msg);
+        else
+            snprintf(rep->message, sizeof rep->message, "gathering the ranks' results: %.400s", o->comm->err.msg);
         rep->status = GCKPT_RS_ERROR;
         rep->pass = 0;
         free(all);

@@ -37,10 +37,17 @@ static void *watch(void *arg)
         until.tv_sec++;
         until.tv_nsec -= 1000000000L;
     }
-    int rc;
-    while ((rc = sem_timedwait(&finished, &until)) != 0 && errno == EINTR) {}
+    int rc = -1;
+    /* several ranks (grace 0): mpirun's SIGKILL comes about 1 s after its SIGTERM, so the
+     * record is written now and the process ends (the system frees its memory) */
+    while (grace > 0 && (rc = sem_timedwait(&finished, &until)) != 0 && errno == EINTR) {}
     if (rc == 0) return NULL; /* the run finished by itself */
     bool cut = gckpt_report_file_cut(cut_rf, sig);
+    if (grace <= 0) {
+        if (cut) say("gckpt-run: stopped by ", gckpt_signal_name(sig),
+                     ": the report holds every finished entry and the running one as interrupted\n");
+        _exit(128 + sig);
+    }
     char secs[32];
     snprintf(secs, sizeof secs, "%g", grace);
     say("gckpt-run: stopped by ", gckpt_signal_name(sig), ": no safe point was reached within ");

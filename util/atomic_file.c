@@ -305,6 +305,30 @@ void gckpt_afile_abort(gckpt_afile *f)
     gckpt_afile_close(f);
 }
 
+bool gckpt_afile_name(const char *path, int *dirfd, char *base, size_t nb, char *tmp, size_t nt, gckpt_err *err)
+{
+    gckpt_afile f;
+    gckpt_afile_init(&f);
+    char *dir = NULL;
+    bool ok = split_path(&f, path, &dir, err);
+    if (ok && (f.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        gckpt_seterr(err, "%s: cannot write in directory %s: %s", path, dir, strerror(errno));
+        ok = false;
+    }
+    if (ok) {
+        char prefix[NAME_MAX_BYTES + 1], rnd[RAND_LEN + 1];
+        tmp_prefix(f.base, prefix, sizeof prefix);
+        random_part(rnd);
+        snprintf(tmp, nt, "%s%s", prefix, rnd);
+        snprintf(base, nb, "%s", f.base);
+        *dirfd = f.dirfd;
+        f.dirfd = -1;
+    }
+    free(dir);
+    gckpt_afile_close(&f);
+    return ok;
+}
+
 bool gckpt_write_file_atomic(const char *path, const char *text, gckpt_err *err)
 {
     size_t len = strlen(text);

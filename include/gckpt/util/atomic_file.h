@@ -67,6 +67,11 @@ void gckpt_afile_close(gckpt_afile *f);
  * yet (for a handler that ends the process). */
 void gckpt_afile_discard_all(void);
 
+/* For a writer that must create its file later with plain system calls (a watchdog thread
+ * when the process is about to end): the target's directory opened (*dirfd), the target's
+ * name in it and a temporary's name of the usual pattern, nothing created. */
+bool gckpt_afile_name(const char *path, int *dirfd, char *base, size_t nb, char *tmp, size_t nt, gckpt_err *err);
+
 /* "a directory", "a symbolic link", "a character device", ... for a st_mode that is not a
  * regular file's. */
 const char *gckpt_file_kind(unsigned st_mode);

@@ -8,7 +8,8 @@
  *                               looking at the stop flag, as a library call that never
  *                               returns would (test_run_outputs, test_run_memory)
  *   GCKPT_TEST_STALL_RANK       under mpirun: only this rank stalls
- *   GCKPT_TEST_READY_FILE       created when the stall begins (a test acts on it)
+ *   GCKPT_TEST_READY_FILE       created when the stall begins, holding the process id (a
+ *                               test acts on it)
  *   GCKPT_TEST_SKIP_COLLECTIVE  R:N: rank R leaves out its collective number N, as if its
  *                               code had not called it (test_run_mpi_fail) */
 #include <errno.h>
@@ -40,8 +41,16 @@ static void host_forward(void)
     done = 1;
     const char *ready = getenv("GCKPT_TEST_READY_FILE");
     if (ready && *ready) {
-        int fd = open(ready, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd >= 0) close(fd);
+        /* its process id, written under another name and renamed: whole when it appears */
+        char tmp[4096], pid[32];
+        snprintf(tmp, sizeof tmp, "%s.part", ready);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+            (void)!write(fd, pid, (size_t)n);
+            close(fd);
+            (void)rename(tmp, ready);
+        }
     }
     sleep_ms(stall_ms, 0);
 }

@@ -35,7 +35,10 @@ static const uint32_t every[] = {0, 1, 2};
  * exit is reported without a module to suppress it by; the one-process runs of the other
  * tests check gckpt-run's own leaks), every other ASan / UBSan check on. */
 static const cli_opts mpi_env = {.env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                                         "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1"}};
+                                         "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1",
+                                         /* ranks out of step end the run with a message, well
+                                          * within the test's bound */
+                                         "GCKPT_COLLECTIVE_TIMEOUT=60"}};
 
 static void write_plan(const char *name, const char *model, int ranks, uint64_t grad_accum, gckpt_parallel mode,
                        gckpt_precision prec)

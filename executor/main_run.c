@@ -516,6 +516,9 @@ int main(int argc, char **argv)
     if (rc) return rc;
     if (a.calibrate) return calibrate(&a);
     gckpt_comm *comm = gckpt_comm_single();
+    /* under mpirun a SIGTERM may come while the ranks start (MPI_Init takes a while): it stops
+     * the run before its first entry, and the report says so */
+    if (gckpt_comm_launched()) install_handlers();
     if (gckpt_comm_launched()) {
         gckpt_err err = {{0}};
         if (!(comm = gckpt_comm_mpi_new(&argc, &argv, &err))) return bad("%s", err.msg);

@@ -62,6 +62,8 @@ static bool create(gckpt_report_file *rf, const gckpt_report *r, size_t k, const
     gckpt_afile old = rf->f;
     if (rf->created) gckpt_afile_init(&rf->f); /* the replaced one is closed below */
     bool ok = rf->f.fd >= 0 || gckpt_afile_open(&rf->f, rf->path, err);
+    /* several ranks: the lock is not held through the fsync (the watchdog has about 1 s) */
+    rf->f.late_sync = rf->cut_armed && rf->cut_grace <= 0;
     ok = ok && put(rf, rf->header, err);
     for (size_t i = 0; ok && i < k; i++) {
         char *l = line_of(gckpt_report_entry_json(&r->entries[i]));
@@ -89,18 +91,16 @@ static bool emit(gckpt_report_file *rf, const gckpt_report *r, size_t k, char *l
         return false;
     }
     pthread_mutex_lock(&rf->lock);
-    bool ok;
+    bool ok, sync_now = false;
     if (to_stdout(rf)) {
         ok = (rf->created || put(rf, rf->header, err)) && put(rf, line, err);
         rf->created = rf->created || ok;
     } else if (!rf->created || !gckpt_afile_still_target(&rf->f)) {
         ok = create(rf, r, k, line, err);
+        sync_now = ok && rf->f.unsynced;
     } else {
         ok = put(rf, line, err);
-        if (ok && (sync || mono() - rf->last_sync > 1.0)) {
-            ok = gckpt_afile_sync(&rf->f, err);
-            rf->last_sync = mono();
-        }
+        sync_now = ok && (sync || mono() - rf->last_sync > 1.0);
     }
     /* what the watchdog would write from here on: the summary over every record out (no
      * record twice), nothing once the summary is out */
@@ -115,6 +115,12 @@ static bool emit(gckpt_report_file *rf, const gckpt_report *r, size_t k, char *l
         rf->cut_text = NULL;
     }
     pthread_mutex_unlock(&rf->lock);
+    /* synced outside the lock: a slow fdatasync must not hold off the watchdog (only this
+     * thread replaces rf->f) */
+    if (sync_now) {
+        ok = gckpt_afile_sync(&rf->f, err);
+        rf->last_sync = mono();
+    }
     free(line);
     return ok;
 }

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 static sem_t signalled, finished;
-static volatile sig_atomic_t which;
+static volatile sig_atomic_t which, started;
 static gckpt_report_file *cut_rf;
 static double grace;
 
@@ -73,6 +73,7 @@ bool gckpt_watchdog_start(gckpt_report_file *rf, double grace_s)
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&at, 256 * 1024);
     bool ok = pthread_create(&t, &at, watch, NULL) == 0;
+    started = ok;
     pthread_attr_destroy(&at);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return ok;
@@ -81,7 +82,7 @@ bool gckpt_watchdog_start(gckpt_report_file *rf, double grace_s)
 void gckpt_watchdog_notify(int sig)
 {
     which = sig;
-    sem_post(&signalled); /* async-signal-safe */
+    if (started) sem_post(&signalled); /* async-signal-safe; before the start the run stops by itself */
 }
 
 void gckpt_watchdog_done(void) { sem_post(&finished); }

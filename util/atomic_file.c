@@ -244,8 +244,8 @@ const char *gckpt_file_kind(unsigned m)
 bool gckpt_afile_commit(gckpt_afile *f, bool keep_open, gckpt_err *err)
 {
     /* the data is on disk before the name points at it (EINVAL: a file system without
-     * fsync, e.g. some FUSE mounts) */
-    if (fsync(f->fd) != 0 && errno != EINVAL) {
+     * fsync, e.g. some FUSE mounts); late_sync: after, in gckpt_afile_sync */
+    if (!f->late_sync && fsync(f->fd) != 0 && errno != EINVAL) {
         gckpt_seterr(err, "%s: cannot write: %s", f->path, strerror(errno));
         gckpt_afile_abort(f);
         return false;
@@ -266,13 +266,23 @@ bool gckpt_afile_commit(gckpt_afile *f, bool keep_open, gckpt_err *err)
     slot_drop(f->slot);
     f->slot = -1;
     f->tmp[0] = 0;
-    (void)fsync(f->dirfd); /* the rename itself survives a power cut */
+    if (f->late_sync && keep_open) f->unsynced = true;
+    else (void)fsync(f->dirfd); /* the rename itself survives a power cut */
     if (!keep_open) gckpt_afile_close(f);
     return true;
 }
 
 bool gckpt_afile_sync(gckpt_afile *f, gckpt_err *err)
 {
+    if (f->unsynced) {
+        f->unsynced = false;
+        if (fsync(f->fd) != 0 && errno != EINVAL) {
+            gckpt_seterr(err, "%s: cannot write: %s", f->path, strerror(errno));
+            return false;
+        }
+        (void)fsync(f->dirfd);
+        return true;
+    }
     if (fdatasync(f->fd) != 0 && errno != EINVAL) {
         gckpt_seterr(err, "%s: cannot write: %s", f->path, strerror(errno));
         return false;

@@ -35,6 +35,11 @@ typedef struct {
     char *base;         /* the target's name inside its directory */
     char tmp[256];      /* the temporary's name inside the directory ("" when committed) */
     unsigned removed;   /* stale temporaries of this target removed when it was opened */
+    /* Set after open: commit renames first and leaves the fsyncs to the next gckpt_afile_sync
+     * (a writer that must not hold a lock through a slow fsync; the file is whole when
+     * renamed, but a power cut before that sync may lose it). */
+    bool late_sync;
+    bool unsynced;      /* renamed, not yet synced (late_sync) */
 } gckpt_afile;
 
 /* An unused f (nothing open; abort and close are no-ops). */
@@ -53,7 +58,8 @@ const char *gckpt_afile_tmp_path(const gckpt_afile *f, char *buf, size_t n);
  * descriptor stays open on the (now named) file for later appends (gckpt_afile_sync);
  * otherwise everything is closed. On failure the temporary is removed. */
 bool gckpt_afile_commit(gckpt_afile *f, bool keep_open, gckpt_err *err);
-/* After a keep_open commit: make the appended data durable (fdatasync). */
+/* After a keep_open commit: make the appended data durable (fdatasync; after a late_sync
+ * commit also the file and its directory entry). */
 bool gckpt_afile_sync(gckpt_afile *f, gckpt_err *err);
 /* After a keep_open commit: false when the target's name no longer refers to our file
  * (another program replaced or removed it). */

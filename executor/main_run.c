@@ -600,13 +600,24 @@ static int run_plan(args_t *a_in, gckpt_comm *comm)
      * it: the entry running is reported as interrupted and everything is freed. Code that
      * never reaches a safe point is cut off by the watchdog after GCKPT_STOP_GRACE_S. */
     rep.opts.stop = &stop_signal;
+    /* several ranks: mpirun's SIGKILL follows its SIGTERM within a second, so the watchdog
+     * writes at once, from now on (before the first entry: the header and the summary) */
+    bool ranks = comm->world > 1;
+    if (ranks) {
+        stop_grace = 0;
+        if (!write_failed && !gckpt_report_file_arm(&rf, &rep, NULL, stop_grace, &err)) {
+            fprintf(stderr, "gckpt-run: %s\n", err.msg);
+            write_failed = true;
+        }
+    }
+    if (ranks && !gckpt_watchdog_start(&rf, stop_grace))
+        fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
     progress prog = {.n = (size_t)nsel, .tty = !comm->rank && isatty(STDERR_FILENO), .steps = (int)(a.steps + a.warmup)};
     if (!strcmp(be->name, "host") && !comm->rank) say_estimate(&pf, sel, nsel, &a, &prog);
     clock_gettime(CLOCK_MONOTONIC, &prog.start);
     rep.opts.on_step = on_step;
     rep.opts.on_step_ctx = &prog;
-    if (comm->world > 1) stop_grace = 0; /* mpirun's SIGKILL follows its SIGTERM within a second */
-    if (!gckpt_watchdog_start(&rf, stop_grace))
+    if (!ranks && !gckpt_watchdog_start(&rf, stop_grace))
         fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
     install_handlers();
     int status = run_entries(be, &pf, sel, nsel, &rep, &rf, &prog, &write_failed);

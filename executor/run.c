@@ -123,9 +123,12 @@ static void run_steps(gckpt_exec *x, gckpt_backend *be, const gckpt_run_opts *o,
     }
 }
 
-static void judge(gckpt_entry_report *rep, const gckpt_entry *e, const gckpt_memstat *ms, const gckpt_run_opts *o)
+/* peak: the allocated peak judged against (several ranks: this rank's own schedule's, since
+ * the plan's is the busiest rank's, which busiest_rank judges the entry against) */
+static void judge(gckpt_entry_report *rep, const gckpt_entry *e, uint64_t peak, const gckpt_memstat *ms,
+                  const gckpt_run_opts *o)
 {
-    check(&rep->peak, e->r.peak_bytes, ms->allocated_peak, o->tolerance, true);
+    check(&rep->peak, peak, ms->allocated_peak, o->tolerance, true);
     check(&rep->pinned, e->r.host_pinned_bytes, ms->pinned_peak, o->tolerance, true);
     if (ms->has_device) {
         check(&rep->device_peak, e->r.device_peak_bytes, ms->device_used_peak, o->tolerance, true);
@@ -252,7 +255,7 @@ static void run_one(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, cons
         if (rep->status == GCKPT_RS_OK) rep->status = GCKPT_RS_ERROR;
     }
     if (rep->status == GCKPT_RS_OK) {
-        judge(rep, e, &ms, o);
+        judge(rep, e, world_of(o) > 1 ? walk.peak_bytes : e->r.peak_bytes, &ms, o);
         if (walk.peak_bytes != e->r.peak_bytes && !rep->message[0] && world_of(o) == 1) /* ranks: busiest_rank */
             snprintf(rep->message, sizeof rep->message,
                      "note: the plan's peak (%llu) differs from this build's schedule (%llu): the plan is from another planner version",

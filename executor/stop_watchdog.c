@@ -74,6 +74,7 @@ bool gckpt_watchdog_start(gckpt_report_file *rf, double grace_s)
     pthread_attr_setstacksize(&at, 256 * 1024);
     bool ok = pthread_create(&t, &at, watch, NULL) == 0;
     started = ok;
+    if (ok && which) sem_post(&signalled); /* a signal came before (several ranks: while starting) */
     pthread_attr_destroy(&at);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return ok;

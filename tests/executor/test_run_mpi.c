@@ -254,7 +254,11 @@ static void zero2_split(void **st)
 {
     (void)st;
     const run_case cases[] = {{GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1, 0, "tiny-llama-z2split"},
-                              {GCKPT_PAR_ZERO2, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 1, 0, "tiny-llama-z2split"}};
+                              {GCKPT_PAR_ZERO2, GCKPT_FP32, GCKPT_FP32, 2, 1, true, 1, 0, "tiny-llama-z2split"},
+                              /* 3 ranks, 2 micro-steps (found by tests/ci/mpi_soak.py): rank 0 peaks
+                               * 2.04 % below the busiest rank 1, whose peak the plan's is; each rank
+                               * is judged against its own schedule, the entry against the plan */
+                              {GCKPT_PAR_ZERO2, GCKPT_FP32, GCKPT_FP32, 3, 2, false, 1, 0, "tiny-llama-z2w3"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
 }
 

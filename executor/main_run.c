@@ -462,7 +462,7 @@ static int end_run(const args_t *a, const gckpt_backend *be, const gckpt_plan_fi
         write_failed = true;
     }
     gckpt_watchdog_done();
-    if (sig) {
+    if (sig && !my_rank) { /* rank 0 speaks */
         size_t ni = rep->n && rep->entries[rep->n - 1].status == GCKPT_RS_INTERRUPTED;
         fprintf(stderr, "gckpt-run: stopped by %s: %zu entr%s finished, %zu interrupted, %zu not started\n",
                 gckpt_signal_name(sig), rep->n - ni, rep->n - ni == 1 ? "y" : "ies", ni, rep->planned - rep->n);

@@ -261,10 +261,13 @@ bool gckpt_report_file_cut(gckpt_report_file *rf, int sig)
         pthread_mutex_unlock(&rf->lock);
         return false;
     }
-    bool fresh = !rf->created && !to_stdout(rf);
-    int fd = to_stdout(rf) ? 1
-             : fresh       ? openat(rf->cut_dirfd, rf->cut_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666)
-                           : rf->f.fd;
+    bool fresh = !rf->created && !to_stdout(rf), unnamed = false;
+    int fd = to_stdout(rf) ? 1 : rf->f.fd;
+    if (fresh) { /* a file without a name until it is whole (O_TMPFILE), else the temporary's name */
+        fd = openat(rf->cut_dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+        unnamed = fd >= 0;
+        if (!unnamed) fd = openat(rf->cut_dirfd, rf->cut_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    }
     if (fd < 0) {
         pthread_mutex_unlock(&rf->lock);
         return false;
@@ -281,6 +284,11 @@ bool gckpt_report_file_cut(gckpt_report_file *rf, int sig)
         /* renamed before the fsync: under mpirun a SIGKILL may follow within a second, and a
          * whole file in the page cache outlives the process (the fsync then guards against a
          * power cut only) */
+        if (ok && unnamed) { /* named only now: a process killed before leaves nothing */
+            char self[64];
+            snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+            ok = linkat(AT_FDCWD, self, rf->cut_dirfd, rf->cut_tmp, AT_SYMLINK_FOLLOW) == 0;
+        }
         ok = ok && renameat(rf->cut_dirfd, rf->cut_tmp, rf->cut_dirfd, rf->cut_base) == 0;
         if (ok) {
             (void)fsync(fd);

@@ -2,11 +2,17 @@
  * counts a collective moves, whether an MPI launcher started this process, and
  * the one-rank communicator of an ordinary run (every collective copies its input: a sum
  * or mean over one rank is the value itself). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gckpt/executor/executor.h"
 
+
+void gckpt_comm_label(gckpt_comm *c, const char *label)
+{
+    if (c && c->world > 1) snprintf(c->label, sizeof c->label, "%s", label ? label : "");
+}
 
 static bool single_collective(gckpt_comm *c, gckpt_coll op, gckpt_redop red, const void *send, void *recv,
                               uint64_t count, gckpt_dtype dt, int root)

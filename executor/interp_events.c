@@ -623,6 +623,9 @@ static gckpt_xstatus ev_opt(gckpt_exec *x, const exec_site *w, gckpt_err *err)
 gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *w, gckpt_err *err)
 {
     exec_where(x, w->seg, w->index, w->at, sizeof w->at);
+    /* several ranks: the event a collective belongs to is announced with it (comm.h) */
+    if (x->o.comm && x->o.world > 1 && (e->kind == GCKPT_EV_COLLECTIVE || e->kind == GCKPT_EV_OPT_STEP))
+        gckpt_comm_label(x->o.comm, w->at);
     switch (e->kind) {
     case GCKPT_EV_ALLOC: case GCKPT_EV_ALLOC_SCRATCH: return ev_alloc(x, e, w, err);
     case GCKPT_EV_FREE: return ev_free(x, e, w, err);

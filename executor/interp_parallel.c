@@ -270,6 +270,7 @@ gckpt_xstatus exec_parallel_sync(gckpt_exec *x, gckpt_err *err)
 {
     if (!multi(x) || x->fsdp || x->z3 || x->set.layout.mode == GCKPT_PAR_ZERO2)
         return GCKPT_XS_OK; /* FSDP2, ZeRO-2/3: reduced inside the schedule */
+    gckpt_comm_label(x->o.comm, "the gradients' reduction after the last micro-step");
     if (x->zero) return zero_sync(x, err);
     uint64_t n;
     uint8_t dt;
@@ -462,6 +463,7 @@ gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err 
         double ss;
     } mine = {*h, *ss}, *all = calloc((size_t)x->o.world, sizeof *all);
     if (!all) return exec_fail(err, "out of memory");
+    gckpt_comm_label(c, "the gradient checksum's sums");
     if (!c || !c->collective(c, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, &mine, all, sizeof mine, GCKPT_DT_U8, 0)) {
         free(all);
         return exec_fail(err, "checksum: gathering the ranks' sums: %s", c ? c->err.msg : "no communicator");

@@ -46,6 +46,9 @@ static const char *const usage_text =
     "                         fail allocations beyond SIZE, e.g. 64MiB (simulated out of memory)\n"
     "  --seed N               weights, data and dropout seed (default 0)\n"
     "  --sync-alloc           cuda: cudaMalloc/cudaFree instead of the stream-ordered allocator\n"
+    "  --collective-timeout S several ranks: end the run when a collective between the ranks\n"
+    "                         makes no progress for S seconds (a rank that died, hangs or\n"
+    "                         runs other collectives); default 300, or GCKPT_COLLECTIVE_TIMEOUT\n"
     "  -o, --output FILE      write the report (schema gckpt.report/2: JSON Lines, one record\n"
     "                         per finished entry); '-' streams it to stdout\n"
     "  -q, --quiet            no table on stdout\n"
@@ -68,13 +71,21 @@ static const char *const usage_text =
     "left out and counted in summary.not_started) is written, and the exit status is\n"
     "128+N. Without a safe point within 5 s (a call that does not return), the report of\n"
     "the last safe point is written and the process exits 128+N. A second signal ends the\n"
-    "process at once, killed by that signal; the report keeps every record written.\n";
+    "process at once, killed by that signal; the report keeps every record written.\n"
+    "\n"
+    "Several ranks (mpirun -np N gckpt-run ...): every collective is first announced to every\n"
+    "rank (its number, kind, size and the event it belongs to); ranks that announce different\n"
+    "ones, or one that does not come within --collective-timeout, end the run on every rank\n"
+    "with an error naming the ranks, their events and collectives. mpirun kills its ranks about\n"
+    "1 s after a SIGTERM (sent when it is signalled or a rank has ended), so rank 0 writes the\n"
+    "running entry as interrupted and the summary as soon as the signal comes (a second\n"
+    "signal does not cut that short) and the ranks end with 128+N.\n";
 
 typedef struct {
     const char *plan, *out, *backend, *entries, *limit, *gpu, *model;
     bool all, recommended, force, quiet, calibrate, sync_alloc;
     uint64_t steps, warmup, seed, limit_bytes;
-    double tolerance, time_tolerance;
+    double tolerance, time_tolerance, coll_timeout;
 } args_t;
 
 /* This process's rank (mpirun: one process per rank of the plan); only rank 0 speaks. */
@@ -112,6 +123,10 @@ static int parse_args(int argc, char **argv, args_t *a)
     a->warmup = 1;
     a->tolerance = 0.02;
     a->time_tolerance = -1;
+    a->coll_timeout = GCKPT_COLL_TIMEOUT_S;
+    const char *env = getenv("GCKPT_COLLECTIVE_TIMEOUT");
+    if (env && *env && !parse_double(env, 0.001, 1e6, &a->coll_timeout))
+        return bad("GCKPT_COLLECTIVE_TIMEOUT: \"%s\" is not a number of seconds in [0.001, 1e6]", env);
     int sel = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -147,6 +162,10 @@ static int parse_args(int argc, char **argv, args_t *a)
         } else if (!strcmp(o, "--time-tolerance")) {
             NEEDV;
             if (!parse_double(v, 0, 100, &a->time_tolerance)) return bad("--time-tolerance: \"%s\" is not a number in [0, 100]", v);
+        } else if (!strcmp(o, "--collective-timeout")) {
+            NEEDV;
+            if (!parse_double(v, 0.001, 1e6, &a->coll_timeout))
+                return bad("--collective-timeout: \"%s\" is not a number of seconds in [0.001, 1e6]", v);
         } else if (!strcmp(o, "--force")) a->force = true;
         else if (!strcmp(o, "--host-memory-limit")) {
             NEEDV;
@@ -289,6 +308,8 @@ static gckpt_backend *make_backend(const args_t *a, int *rc)
 /* The first signal's number; the run stops at the next safe point (between the
  * interpreter's events, between steps, between entries). */
 static volatile sig_atomic_t stop_signal;
+/* How long the watchdog lets the run reach a safe point after it (0: several ranks) */
+static double stop_grace = GCKPT_STOP_GRACE_S;
 
 static void on_signal(int sig)
 {
@@ -297,6 +318,9 @@ static void on_signal(int sig)
         gckpt_watchdog_notify(sig);
         return;
     }
+    /* Several ranks: mpirun sends its ranks SIGTERM more than once; the watchdog is writing
+     * the report now and ends the process (a second signal must not cut that write short). */
+    if (stop_grace <= 0) return;
     /* A second signal while finishing: end now. Only async-signal-safe calls: remove the
      * temporary file of a report write in progress (the report itself is replaced by
      * rename only, so it stays whole), then die of the signal. */
@@ -399,12 +423,14 @@ static int run_entries(gckpt_backend *be, gckpt_plan_file *pf, const size_t *sel
 {
     gckpt_err err = {{0}};
     int status = GCKPT_EXIT_OK;
-    for (long k = 0; k < nsel && !stop_signal && !*write_failed; k++) {
+    const gckpt_comm *comm = rep->opts.comm;
+    /* a failed communicator (ranks out of step, one gone) ends the run on every rank */
+    for (long k = 0; k < nsel && !stop_signal && !*write_failed && !(comm && comm->failed); k++) {
         gckpt_entry_report *e = &rep->entries[k];
         prog->index = sel[k];
         prog->k = (size_t)k + 1;
         gckpt_entry_begin(pf, sel[k], e);
-        if (!gckpt_report_file_arm(rf, rep, e, GCKPT_STOP_GRACE_S, &err)) {
+        if (!gckpt_report_file_arm(rf, rep, e, stop_grace, &err)) {
             fprintf(stderr, "gckpt-run: %s\n", err.msg);
             *write_failed = true;
             break;
@@ -436,7 +462,7 @@ static int end_run(const args_t *a, const gckpt_backend *be, const gckpt_plan_fi
         write_failed = true;
     }
     gckpt_watchdog_done();
-    if (sig) {
+    if (sig && !my_rank) { /* rank 0 speaks */
         size_t ni = rep->n && rep->entries[rep->n - 1].status == GCKPT_RS_INTERRUPTED;
         fprintf(stderr, "gckpt-run: stopped by %s: %zu entr%s finished, %zu interrupted, %zu not started\n",
                 gckpt_signal_name(sig), rep->n - ni, rep->n - ni == 1 ? "y" : "ies", ni, rep->planned - rep->n);
@@ -490,10 +516,14 @@ int main(int argc, char **argv)
     if (rc) return rc;
     if (a.calibrate) return calibrate(&a);
     gckpt_comm *comm = gckpt_comm_single();
+    /* under mpirun a SIGTERM may come while the ranks start (MPI_Init takes a while): it stops
+     * the run before its first entry, and the report says so */
+    if (gckpt_comm_launched()) install_handlers();
     if (gckpt_comm_launched()) {
         gckpt_err err = {{0}};
         if (!(comm = gckpt_comm_mpi_new(&argc, &argv, &err))) return bad("%s", err.msg);
         my_rank = comm->rank;
+        comm->timeout_s = a.coll_timeout;
     }
     rc = run_plan(&a, comm);
     comm->destroy(comm);
@@ -576,12 +606,24 @@ static int run_plan(args_t *a_in, gckpt_comm *comm)
      * it: the entry running is reported as interrupted and everything is freed. Code that
      * never reaches a safe point is cut off by the watchdog after GCKPT_STOP_GRACE_S. */
     rep.opts.stop = &stop_signal;
+    /* several ranks: mpirun's SIGKILL follows its SIGTERM within a second, so the watchdog
+     * writes at once, from now on (before the first entry: the header and the summary) */
+    bool ranks = comm->world > 1;
+    if (ranks) {
+        stop_grace = 0;
+        if (!write_failed && !gckpt_report_file_arm(&rf, &rep, NULL, stop_grace, &err)) {
+            fprintf(stderr, "gckpt-run: %s\n", err.msg);
+            write_failed = true;
+        }
+    }
+    if (ranks && !gckpt_watchdog_start(&rf, stop_grace))
+        fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
     progress prog = {.n = (size_t)nsel, .tty = !comm->rank && isatty(STDERR_FILENO), .steps = (int)(a.steps + a.warmup)};
     if (!strcmp(be->name, "host") && !comm->rank) say_estimate(&pf, sel, nsel, &a, &prog);
     clock_gettime(CLOCK_MONOTONIC, &prog.start);
     rep.opts.on_step = on_step;
     rep.opts.on_step_ctx = &prog;
-    if (!gckpt_watchdog_start(&rf, GCKPT_STOP_GRACE_S))
+    if (!ranks && !gckpt_watchdog_start(&rf, stop_grace))
         fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
     install_handlers();
     int status = run_entries(be, &pf, sel, nsel, &rep, &rf, &prog, &write_failed);

@@ -4,6 +4,7 @@
 #include "gckpt/executor/report_file.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,8 @@ static char *line_of(cJSON *j) { return gckpt_json_text(j, false); }
 
 static bool to_stdout(const gckpt_report_file *rf) { return !strcmp(rf->path, "-"); }
 
+static bool render_cut(gckpt_report_file *rf, const gckpt_entry_report *running, gckpt_err *err);
+
 static bool put(gckpt_report_file *rf, const char *text, gckpt_err *err)
 {
     if (!to_stdout(rf)) return gckpt_afile_write(&rf->f, text, strlen(text), err);
@@ -40,6 +43,7 @@ bool gckpt_report_file_open(gckpt_report_file *rf, const char *path, const gckpt
     memset(rf, 0, sizeof *rf);
     gckpt_afile_init(&rf->f);
     pthread_mutex_init(&rf->lock, NULL);
+    rf->cut_dirfd = -1;
     rf->path = path;
     rf->tally.selected = r->planned;
     if (!path) return true;
@@ -58,6 +62,8 @@ static bool create(gckpt_report_file *rf, const gckpt_report *r, size_t k, const
     gckpt_afile old = rf->f;
     if (rf->created) gckpt_afile_init(&rf->f); /* the replaced one is closed below */
     bool ok = rf->f.fd >= 0 || gckpt_afile_open(&rf->f, rf->path, err);
+    /* several ranks: the lock is not held through the fsync (the watchdog has about 1 s) */
+    rf->f.late_sync = rf->cut_armed && rf->cut_grace <= 0;
     ok = ok && put(rf, rf->header, err);
     for (size_t i = 0; ok && i < k; i++) {
         char *l = line_of(gckpt_report_entry_json(&r->entries[i]));
@@ -75,28 +81,46 @@ static bool create(gckpt_report_file *rf, const gckpt_report *r, size_t k, const
 
 /* One record out: to stdout (after the header), into a new file with the records of
  * entries 0..k-1 before it (the first time, or when our file was replaced), or appended;
- * synced when sync says so. */
-static bool emit(gckpt_report_file *rf, const gckpt_report *r, size_t k, char *line, bool sync, gckpt_err *err)
+ * synced when sync says so. rearm: an entry's record (the watchdog's text follows it);
+ * otherwise the summary (the watchdog has nothing left to write). */
+static bool emit(gckpt_report_file *rf, const gckpt_report *r, size_t k, char *line, bool sync, bool rearm,
+                 gckpt_err *err)
 {
     if (!line) {
         gckpt_seterr(err, "%s: out of memory writing the report", rf->path);
         return false;
     }
     pthread_mutex_lock(&rf->lock);
-    bool ok;
+    bool ok, sync_now = false;
     if (to_stdout(rf)) {
         ok = (rf->created || put(rf, rf->header, err)) && put(rf, line, err);
         rf->created = rf->created || ok;
     } else if (!rf->created || !gckpt_afile_still_target(&rf->f)) {
         ok = create(rf, r, k, line, err);
+        sync_now = ok && rf->f.unsynced;
     } else {
         ok = put(rf, line, err);
-        if (ok && (sync || mono() - rf->last_sync > 1.0)) {
-            ok = gckpt_afile_sync(&rf->f, err);
-            rf->last_sync = mono();
+        sync_now = ok && (sync || mono() - rf->last_sync > 1.0);
+    }
+    /* what the watchdog would write from here on: the summary over every record out (no
+     * record twice), nothing once the summary is out */
+    if (ok && rf->cut_armed && rearm) {
+        gckpt_err ignore = {{0}};
+        if (!render_cut(rf, NULL, &ignore)) {
+            free(rf->cut_text);
+            rf->cut_text = NULL;
         }
+    } else if (ok && !rearm) {
+        free(rf->cut_text);
+        rf->cut_text = NULL;
     }
     pthread_mutex_unlock(&rf->lock);
+    /* synced outside the lock: a slow fdatasync must not hold off the watchdog (only this
+     * thread replaces rf->f) */
+    if (sync_now) {
+        ok = gckpt_afile_sync(&rf->f, err);
+        rf->last_sync = mono();
+    }
     free(line);
     return ok;
 }
@@ -110,7 +134,7 @@ bool gckpt_report_file_add(gckpt_report_file *rf, const gckpt_report *r, size_t 
         return true;
     }
     /* an entry that ran is durable before the next starts; skipped ones ride along */
-    bool ok = emit(rf, r, k, line_of(e), !gckpt_run_status_skipped(r->entries[k].status), err);
+    bool ok = emit(rf, r, k, line_of(e), !gckpt_run_status_skipped(r->entries[k].status), true, err);
     if (ok) rf->written++;
     return ok;
 }
@@ -119,13 +143,15 @@ bool gckpt_report_file_finish(gckpt_report_file *rf, const gckpt_report *r, int 
 {
     if (!rf->path) return true;
     cJSON *s = gckpt_report_summary_json(&rf->tally, signal ? gckpt_signal_name(signal) : NULL, true);
-    return emit(rf, r, rf->written, line_of(s), true, err);
+    return emit(rf, r, rf->written, line_of(s), true, false, err);
 }
 
 void gckpt_report_file_close(gckpt_report_file *rf)
 {
     pthread_mutex_lock(&rf->lock);
     gckpt_afile_abort(&rf->f); /* a temporary that never became the report, or the file's descriptors */
+    if (rf->cut_dirfd >= 0) close(rf->cut_dirfd);
+    rf->cut_dirfd = -1;
     free(rf->header);
     free(rf->cut_text);
     rf->header = rf->cut_text = NULL;
@@ -135,61 +161,80 @@ void gckpt_report_file_close(gckpt_report_file *rf)
 
 /* ---- the watchdog's records ------------------------------------------------------------ */
 
+/* The text the watchdog writes: the header when the file does not exist yet, the running
+ * entry as interrupted (none between entries), the summary over base and it; the signal's
+ * name goes where SIG_MARK stands. Under the lock. */
+static bool render_cut(gckpt_report_file *rf, const gckpt_entry_report *running, gckpt_err *err)
+{
+    cJSON *e = NULL;
+    if (running) {
+        gckpt_entry_report *cut = malloc(sizeof *cut);
+        if (!cut) return gckpt_seterr(err, "%s: out of memory writing the report", rf->path), false;
+        *cut = *running;
+        cut->status = GCKPT_RS_INTERRUPTED;
+        cut->pass = 0;
+        if (rf->cut_grace > 0)
+            snprintf(cut->message, sizeof cut->message,
+                     "stopped by " SIG_MARK ": no safe point was reached within %g s, so the entry was abandoned where it "
+                     "was (inside the backend) and the process ended",
+                     rf->cut_grace);
+        else /* several ranks: mpirun's SIGKILL follows its SIGTERM within a second */
+            snprintf(cut->message, sizeof cut->message,
+                     "stopped by " SIG_MARK " while running on several ranks: recorded at once, before anything was "
+                     "freed (mpirun sends every rank SIGTERM when it is signalled or when a rank has ended, and "
+                     "SIGKILL about 1 s later)");
+        e = gckpt_report_entry_json(cut);
+        free(cut);
+        if (!e) return gckpt_seterr(err, "%s: out of memory writing the report", rf->path), false;
+    }
+    gckpt_report_tally t = rf->tally;
+    if (e) gckpt_report_tally_add(&t, e);
+    char *a = e ? line_of(e) : NULL, *b = line_of(gckpt_report_summary_json(&t, SIG_MARK, true));
+    bool with_header = !rf->created;
+    size_t n = (with_header ? strlen(rf->header) : 0) + (a ? strlen(a) : 0) + (b ? strlen(b) : 0) + 1;
+    char *text = (!e || a) && b ? malloc(n) : NULL;
+    if (!text) {
+        free(a);
+        free(b);
+        return gckpt_seterr(err, "%s: out of memory writing the report", rf->path), false;
+    }
+    snprintf(text, n, "%s%s%s", with_header ? rf->header : "", a ? a : "", b);
+    free(a);
+    free(b);
+    /* cut the text at the markers: the signal's name goes into each gap */
+    int np = 0;
+    char *w = text;
+    for (const char *p = text; *p;) {
+        if (!strncmp(p, SIG_MARK, strlen(SIG_MARK)) && np < 4) {
+            rf->cut_part[np++] = (size_t)(w - text);
+            p += strlen(SIG_MARK);
+        } else {
+            *w++ = *p++;
+        }
+    }
+    *w = 0;
+    free(rf->cut_text);
+    rf->cut_text = text;
+    rf->cut_nparts = np;
+    return true;
+}
+
 bool gckpt_report_file_arm(gckpt_report_file *rf, const gckpt_report *r, const gckpt_entry_report *running,
                            double grace_s, gckpt_err *err)
 {
     if (!rf->path) return true;
     (void)r;
-    gckpt_entry_report *cut = malloc(sizeof *cut);
-    if (!cut) {
-        gckpt_seterr(err, "%s: out of memory writing the report", rf->path);
+    /* the file may not exist yet: the watchdog then creates it with plain system calls (no
+     * temporary lies around before it is needed: a process killed meanwhile leaves none) */
+    if (!rf->created && !to_stdout(rf) && rf->cut_dirfd < 0 &&
+        !gckpt_afile_name(rf->path, &rf->cut_dirfd, rf->cut_base, sizeof rf->cut_base, rf->cut_tmp, sizeof rf->cut_tmp,
+                          err))
         return false;
-    }
-    *cut = *running;
-    cut->status = GCKPT_RS_INTERRUPTED;
-    cut->pass = 0;
-    snprintf(cut->message, sizeof cut->message,
-             "stopped by " SIG_MARK ": no safe point was reached within %g s, so the entry was abandoned where it "
-             "was (inside the backend) and the process ended",
-             grace_s);
-    cJSON *e = gckpt_report_entry_json(cut);
-    free(cut);
-    gckpt_report_tally t = rf->tally;
-    if (e) gckpt_report_tally_add(&t, e);
-    char *a = line_of(e), *b = line_of(gckpt_report_summary_json(&t, SIG_MARK, true));
-    /* the file may not exist yet: then the header comes first, into a temporary made now */
     pthread_mutex_lock(&rf->lock);
-    bool with_header = !rf->created;
-    bool ok = a && b;
-    if (ok && with_header && !to_stdout(rf) && rf->f.fd < 0) ok = gckpt_afile_open(&rf->f, rf->path, err);
-    else if (!ok) gckpt_seterr(err, "%s: out of memory writing the report", rf->path);
-    size_t n = (with_header ? strlen(rf->header) : 0) + (a ? strlen(a) : 0) + (b ? strlen(b) : 0) + 1;
-    char *text = ok ? malloc(n) : NULL;
-    if (ok && !text) {
-        gckpt_seterr(err, "%s: out of memory writing the report", rf->path);
-        ok = false;
-    }
-    if (ok) {
-        snprintf(text, n, "%s%s%s", with_header ? rf->header : "", a, b);
-        /* cut the text at the markers: the signal's name goes into each gap */
-        int np = 0;
-        char *w = text;
-        for (const char *p = text; *p;) {
-            if (!strncmp(p, SIG_MARK, strlen(SIG_MARK)) && np < 4) {
-                rf->cut_part[np++] = (size_t)(w - text);
-                p += strlen(SIG_MARK);
-            } else {
-                *w++ = *p++;
-            }
-        }
-        *w = 0;
-        free(rf->cut_text);
-        rf->cut_text = text;
-        rf->cut_nparts = np;
-    }
+    rf->cut_grace = grace_s;
+    rf->cut_armed = true;
+    bool ok = render_cut(rf, running, err);
     pthread_mutex_unlock(&rf->lock);
-    free(a);
-    free(b);
     return ok;
 }
 
@@ -207,13 +252,26 @@ static bool write_all(int fd, const char *p, size_t n)
 
 bool gckpt_report_file_cut(gckpt_report_file *rf, int sig)
 {
-    if (!rf->path || !rf->cut_text) return false;
+    if (!rf->path) return false;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += 1;
     if (pthread_mutex_timedlock(&rf->lock, &until) != 0) return false; /* the main thread is writing */
+    if (!rf->cut_text) { /* nothing armed, or the summary is out */
+        pthread_mutex_unlock(&rf->lock);
+        return false;
+    }
+    bool fresh = !rf->created && !to_stdout(rf), unnamed = false;
     int fd = to_stdout(rf) ? 1 : rf->f.fd;
-    if (fd < 0) return false;
+    if (fresh) { /* a file without a name until it is whole (O_TMPFILE), else the temporary's name */
+        fd = openat(rf->cut_dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+        unnamed = fd >= 0;
+        if (!unnamed) fd = openat(rf->cut_dirfd, rf->cut_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    }
+    if (fd < 0) {
+        pthread_mutex_unlock(&rf->lock);
+        return false;
+    }
     const char *name = gckpt_signal_name(sig);
     size_t at = 0;
     bool ok = true;
@@ -222,13 +280,25 @@ bool gckpt_report_file_cut(gckpt_report_file *rf, int sig)
         at = rf->cut_part[i];
     }
     ok = ok && write_all(fd, rf->cut_text + at, strlen(rf->cut_text + at));
-    if (ok && !to_stdout(rf)) {
-        if (!rf->created) {
-            ok = fsync(fd) == 0 && renameat(rf->f.dirfd, rf->f.tmp, rf->f.dirfd, rf->f.base) == 0;
-            if (ok) (void)fsync(rf->f.dirfd);
-        } else {
-            (void)fdatasync(fd);
+    if (fresh) {
+        /* renamed before the fsync: under mpirun a SIGKILL may follow within a second, and a
+         * whole file in the page cache outlives the process (the fsync then guards against a
+         * power cut only) */
+        if (ok && unnamed) { /* named only now: a process killed before leaves nothing */
+            char self[64];
+            snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+            ok = linkat(AT_FDCWD, self, rf->cut_dirfd, rf->cut_tmp, AT_SYMLINK_FOLLOW) == 0;
         }
+        ok = ok && renameat(rf->cut_dirfd, rf->cut_tmp, rf->cut_dirfd, rf->cut_base) == 0;
+        if (ok) {
+            (void)fsync(fd);
+            (void)fsync(rf->cut_dirfd);
+        } else {
+            (void)unlinkat(rf->cut_dirfd, rf->cut_tmp, 0); /* no temporary stays behind */
+        }
+        close(fd);
+    } else if (ok && !to_stdout(rf)) {
+        (void)fdatasync(fd);
     }
     return ok; /* the lock stays held: the process ends now */
 }

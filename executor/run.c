@@ -123,9 +123,12 @@ static void run_steps(gckpt_exec *x, gckpt_backend *be, const gckpt_run_opts *o,
     }
 }
 
-static void judge(gckpt_entry_report *rep, const gckpt_entry *e, const gckpt_memstat *ms, const gckpt_run_opts *o)
+/* peak: the allocated peak judged against (several ranks: this rank's own schedule's, since
+ * the plan's is the busiest rank's, which busiest_rank judges the entry against) */
+static void judge(gckpt_entry_report *rep, const gckpt_entry *e, uint64_t peak, const gckpt_memstat *ms,
+                  const gckpt_run_opts *o)
 {
-    check(&rep->peak, e->r.peak_bytes, ms->allocated_peak, o->tolerance, true);
+    check(&rep->peak, peak, ms->allocated_peak, o->tolerance, true);
     check(&rep->pinned, e->r.host_pinned_bytes, ms->pinned_peak, o->tolerance, true);
     if (ms->has_device) {
         check(&rep->device_peak, e->r.device_peak_bytes, ms->device_used_peak, o->tolerance, true);
@@ -183,6 +186,7 @@ static bool all_agree(const gckpt_run_opts *o, bool yes)
 {
     if (world_of(o) == 1) return yes;
     float no = yes ? 0.0f : 1.0f, any = 0;
+    gckpt_comm_label(o->comm, "the ranks' agreement to run the entry (host memory)");
     if (!o->comm->collective(o->comm, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_SUM, &no, &any, 1, GCKPT_DT_F32, 0)) return false;
     return any == 0;
 }
@@ -251,7 +255,7 @@ static void run_one(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, cons
         if (rep->status == GCKPT_RS_OK) rep->status = GCKPT_RS_ERROR;
     }
     if (rep->status == GCKPT_RS_OK) {
-        judge(rep, e, &ms, o);
+        judge(rep, e, world_of(o) > 1 ? walk.peak_bytes : e->r.peak_bytes, &ms, o);
         if (walk.peak_bytes != e->r.peak_bytes && !rep->message[0] && world_of(o) == 1) /* ranks: busiest_rank */
             snprintf(rep->message, sizeof rep->message,
                      "note: the plan's peak (%llu) differs from this build's schedule (%llu): the plan is from another planner version",
@@ -345,8 +349,18 @@ void gckpt_run_entry(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, con
         fprintf(stderr, "gckpt-run: out of memory for the %d ranks' results\n", world);
         exit(GCKPT_EXIT_CHECK);
     }
+    gckpt_comm_label(o->comm, "the ranks' results of the entry");
     if (!o->comm->gather(o->comm, &mine, all, sizeof mine)) {
-        snprintf(rep->message, sizeof rep->message, "gathering the ranks' results: %.400s", o->comm->err.msg);
+        /* this rank's own error first (the one that put the ranks out of step, or the failed
+         * collective's, which names them): the gather fails at once after a failed collective */
+        char own[sizeof rep->message];
+        snprintf(own, sizeof own, "%s", rep->message);
+        if (own[0] && rep->status != GCKPT_RS_OK && o->comm->failed && strstr(own, o->comm->err.msg))
+            snprintf(rep->message, sizeof rep->message, "%s", own);
+        else if (own[0] && rep->status != GCKPT_RS_OK)
+            snprintf(rep->message, sizeof rep->message, "%.180s; gathering the ranks' results: %.290s", own, o->comm->err.msg);
+        else
+            snprintf(rep->message, sizeof rep->message, "gathering the ranks' results: %.400s", o->comm->err.msg);
         rep->status = GCKPT_RS_ERROR;
         rep->pass = 0;
         free(all);

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 static sem_t signalled, finished;
-static volatile sig_atomic_t which;
+static volatile sig_atomic_t which, started;
 static gckpt_report_file *cut_rf;
 static double grace;
 
@@ -37,10 +37,17 @@ static void *watch(void *arg)
         until.tv_sec++;
         until.tv_nsec -= 1000000000L;
     }
-    int rc;
-    while ((rc = sem_timedwait(&finished, &until)) != 0 && errno == EINTR) {}
+    int rc = -1;
+    /* several ranks (grace 0): mpirun's SIGKILL comes about 1 s after its SIGTERM, so the
+     * record is written now and the process ends (the system frees its memory) */
+    while (grace > 0 && (rc = sem_timedwait(&finished, &until)) != 0 && errno == EINTR) {}
     if (rc == 0) return NULL; /* the run finished by itself */
     bool cut = gckpt_report_file_cut(cut_rf, sig);
+    if (grace <= 0) {
+        if (cut) say("gckpt-run: stopped by ", gckpt_signal_name(sig),
+                     ": the report holds every finished entry and the running one as interrupted\n");
+        _exit(128 + sig);
+    }
     char secs[32];
     snprintf(secs, sizeof secs, "%g", grace);
     say("gckpt-run: stopped by ", gckpt_signal_name(sig), ": no safe point was reached within ");
@@ -66,6 +73,8 @@ bool gckpt_watchdog_start(gckpt_report_file *rf, double grace_s)
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&at, 256 * 1024);
     bool ok = pthread_create(&t, &at, watch, NULL) == 0;
+    started = ok;
+    if (ok && which) sem_post(&signalled); /* a signal came before (several ranks: while starting) */
     pthread_attr_destroy(&at);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return ok;
@@ -74,7 +83,7 @@ bool gckpt_watchdog_start(gckpt_report_file *rf, double grace_s)
 void gckpt_watchdog_notify(int sig)
 {
     which = sig;
-    sem_post(&signalled); /* async-signal-safe */
+    if (started) sem_post(&signalled); /* async-signal-safe; before the start the run stops by itself */
 }
 
 void gckpt_watchdog_done(void) { sem_post(&finished); }

@@ -244,8 +244,8 @@ const char *gckpt_file_kind(unsigned m)
 bool gckpt_afile_commit(gckpt_afile *f, bool keep_open, gckpt_err *err)
 {
     /* the data is on disk before the name points at it (EINVAL: a file system without
-     * fsync, e.g. some FUSE mounts) */
-    if (fsync(f->fd) != 0 && errno != EINVAL) {
+     * fsync, e.g. some FUSE mounts); late_sync: after, in gckpt_afile_sync */
+    if (!f->late_sync && fsync(f->fd) != 0 && errno != EINVAL) {
         gckpt_seterr(err, "%s: cannot write: %s", f->path, strerror(errno));
         gckpt_afile_abort(f);
         return false;
@@ -266,13 +266,23 @@ bool gckpt_afile_commit(gckpt_afile *f, bool keep_open, gckpt_err *err)
     slot_drop(f->slot);
     f->slot = -1;
     f->tmp[0] = 0;
-    (void)fsync(f->dirfd); /* the rename itself survives a power cut */
+    if (f->late_sync && keep_open) f->unsynced = true;
+    else (void)fsync(f->dirfd); /* the rename itself survives a power cut */
     if (!keep_open) gckpt_afile_close(f);
     return true;
 }
 
 bool gckpt_afile_sync(gckpt_afile *f, gckpt_err *err)
 {
+    if (f->unsynced) {
+        f->unsynced = false;
+        if (fsync(f->fd) != 0 && errno != EINVAL) {
+            gckpt_seterr(err, "%s: cannot write: %s", f->path, strerror(errno));
+            return false;
+        }
+        (void)fsync(f->dirfd);
+        return true;
+    }
     if (fdatasync(f->fd) != 0 && errno != EINVAL) {
         gckpt_seterr(err, "%s: cannot write: %s", f->path, strerror(errno));
         return false;
@@ -303,6 +313,30 @@ void gckpt_afile_abort(gckpt_afile *f)
     f->slot = -1;
     f->tmp[0] = 0;
     gckpt_afile_close(f);
+}
+
+bool gckpt_afile_name(const char *path, int *dirfd, char *base, size_t nb, char *tmp, size_t nt, gckpt_err *err)
+{
+    gckpt_afile f;
+    gckpt_afile_init(&f);
+    char *dir = NULL;
+    bool ok = split_path(&f, path, &dir, err);
+    if (ok && (f.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        gckpt_seterr(err, "%s: cannot write in directory %s: %s", path, dir, strerror(errno));
+        ok = false;
+    }
+    if (ok) {
+        char prefix[NAME_MAX_BYTES + 1], rnd[RAND_LEN + 1];
+        tmp_prefix(f.base, prefix, sizeof prefix);
+        random_part(rnd);
+        snprintf(tmp, nt, "%s%s", prefix, rnd);
+        snprintf(base, nb, "%s", f.base);
+        *dirfd = f.dirfd;
+        f.dirfd = -1;
+    }
+    free(dir);
+    gckpt_afile_close(&f);
+    return ok;
 }
 
 bool gckpt_write_file_atomic(const char *path, const char *text, gckpt_err *err)

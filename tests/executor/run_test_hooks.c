@@ -6,10 +6,19 @@
  *                               (test_run_interrupt, test_run_outputs)
  *   GCKPT_TEST_HOST_STALL_MS    the process's first forward kernel takes this long without
  *                               looking at the stop flag, as a library call that never
- *                               returns would (test_run_outputs, test_run_memory) */
+ *                               returns would (test_run_outputs, test_run_memory)
+ *   GCKPT_TEST_STALL_RANK       under mpirun: only this rank stalls
+ *   GCKPT_TEST_READY_FILE       created when the stall begins, holding the process id (a
+ *                               test acts on it)
+ *   GCKPT_TEST_SKIP_COLLECTIVE  R:N: rank R leaves out its collective number N, as if its
+ *                               code had not called it (test_run_mpi_fail) */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gckpt/util/test_hooks.h"
 
@@ -30,7 +39,36 @@ static void host_forward(void)
     static int done;
     if (done) return;
     done = 1;
+    const char *ready = getenv("GCKPT_TEST_READY_FILE");
+    if (ready && *ready) {
+        /* its process id, written under another name and renamed: whole when it appears */
+        char tmp[4096], pid[32];
+        snprintf(tmp, sizeof tmp, "%s.part", ready);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+            (void)!write(fd, pid, (size_t)n);
+            close(fd);
+            (void)rename(tmp, ready);
+        }
+    }
     sleep_ms(stall_ms, 0);
+}
+
+static long skip_rank = -1, skip_seq;
+
+static bool skip_collective(int rank, unsigned long long seq)
+{
+    static bool done; /* once: the next call has the same number again */
+    if (done || rank != skip_rank || (long long)seq != skip_seq) return false;
+    return done = true;
+}
+
+/* This process's rank under mpirun (0 without). */
+static long launch_rank(void)
+{
+    const char *v = getenv("OMPI_COMM_WORLD_RANK");
+    return v ? strtol(v, NULL, 10) : 0;
 }
 
 static long ms_of(const char *name, long max)
@@ -43,5 +81,9 @@ static long ms_of(const char *name, long max)
 void gckpt_test_hooks_install(void)
 {
     if ((rename_delay_ms = ms_of("GCKPT_TEST_RENAME_DELAY_MS", 60000))) gckpt_hook_before_rename = before_rename;
-    if ((stall_ms = ms_of("GCKPT_TEST_HOST_STALL_MS", 600000))) gckpt_hook_host_forward = host_forward;
+    const char *who = getenv("GCKPT_TEST_STALL_RANK");
+    if ((stall_ms = ms_of("GCKPT_TEST_HOST_STALL_MS", 600000)) && (!who || strtol(who, NULL, 10) == launch_rank()))
+        gckpt_hook_host_forward = host_forward;
+    const char *skip = getenv("GCKPT_TEST_SKIP_COLLECTIVE");
+    if (skip && sscanf(skip, "%ld:%ld", &skip_rank, &skip_seq) == 2) gckpt_hook_skip_collective = skip_collective;
 }

@@ -22,11 +22,24 @@
  * of two). */
 typedef enum { GCKPT_RED_SUM, GCKPT_RED_AVG, GCKPT_RED_AVG_POST } gckpt_redop;
 
+/* The default bound on a collective that makes no progress (gckpt-run --collective-timeout). */
+#define GCKPT_COLL_TIMEOUT_S 300.0
+
 typedef struct gckpt_comm gckpt_comm;
 struct gckpt_comm {
     const char *name;       /* "mpi", "single" */
     int rank, world;
     gckpt_err err;          /* the last error */
+    /* Several ranks: every collective is announced to every rank first (its sequence number,
+     * kind, reduction, dtype, size, root and label), and every wait is bounded: ranks that
+     * announce different collectives, or a rank that does not come within timeout_s seconds,
+     * fail the collective (err names the ranks, their labels and collectives) and set failed;
+     * every later collective fails at once. */
+    double timeout_s;
+    bool failed;
+    /* What the next collectives belong to (gckpt_comm_label), compared across the ranks
+     * without a leading "event N " (each rank's schedule numbers its events itself). */
+    char label[160];
     /* One collective on host buffers of dtype dt (root: BROADCAST only). Reductions add in
      * rank order, element by element in fp32 rounded to dt after each addition (as one
      * process accumulates its micro-steps' gradients), so a run's numbers do not depend on
@@ -38,6 +51,9 @@ struct gckpt_comm {
     bool (*gather)(gckpt_comm *c, const void *send, void *recv, uint64_t bytes);
     void (*destroy)(gckpt_comm *c);
 };
+
+/* Name what the next collectives belong to (an event of the schedule, the step, the report). */
+void gckpt_comm_label(gckpt_comm *c, const char *label);
 
 /* One process, no library: every collective is the identity (a mean over one rank). */
 gckpt_comm *gckpt_comm_single(void);

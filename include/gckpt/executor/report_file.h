@@ -34,9 +34,15 @@ typedef struct {
      * "interrupted", then the summary, rendered in advance; the signal's name goes where
      * the text is split (cut_part[i] ends where a name belongs). */
     char *header;
-    char *cut_text;
+    char *cut_text;            /* NULL: nothing to write (not armed, or the summary is out) */
     size_t cut_part[4];
     int cut_nparts;
+    bool cut_armed;
+    double cut_grace;          /* the watchdog's grace (0: it writes at once, several ranks) */
+    /* where the watchdog creates the file when no record is out yet (nothing is created
+     * before: a process killed meanwhile leaves no temporary) */
+    int cut_dirfd;
+    char cut_base[256], cut_tmp[256];
 } gckpt_report_file;
 
 /* Nothing is written yet (the file is replaced only once the first entry has finished). */
@@ -48,7 +54,9 @@ bool gckpt_report_file_finish(gckpt_report_file *rf, const gckpt_report *r, int 
 void gckpt_report_file_close(gckpt_report_file *rf);
 
 /* Before entry running starts: render what gckpt_report_file_cut writes if the run has to
- * be abandoned while it runs (and create the temporary while memory is plentiful). */
+ * be abandoned while it runs (while memory is plentiful). Each entry record written after
+ * re-renders it as the summary alone, the summary record clears it. grace_s: the watchdog's
+ * (its message says it; 0: several ranks, written as soon as the signal comes). */
 bool gckpt_report_file_arm(gckpt_report_file *rf, const gckpt_report *r, const gckpt_entry_report *running,
                            double grace_s, gckpt_err *err);
 /* From the watchdog thread, when no safe point came within the grace time after signal

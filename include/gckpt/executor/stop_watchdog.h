@@ -15,7 +15,9 @@
 #define GCKPT_STOP_GRACE_S 5.0
 
 /* Start the thread (it waits for a signal); rf is what it cuts. false when it cannot be
- * started (the run then still stops at safe points, unbounded). */
+ * started (the run then still stops at safe points, unbounded). grace_s 0 (several ranks:
+ * mpirun kills a rank about 1 s after its SIGTERM): no wait, the report is cut as soon as the
+ * first signal comes and the process ends with 128 + N. */
 bool gckpt_watchdog_start(gckpt_report_file *rf, double grace_s);
 /* From the signal handler (async-signal-safe): the first stop signal came. */
 void gckpt_watchdog_notify(int sig);

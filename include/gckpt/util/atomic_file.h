@@ -35,6 +35,11 @@ typedef struct {
     char *base;         /* the target's name inside its directory */
     char tmp[256];      /* the temporary's name inside the directory ("" when committed) */
     unsigned removed;   /* stale temporaries of this target removed when it was opened */
+    /* Set after open: commit renames first and leaves the fsyncs to the next gckpt_afile_sync
+     * (a writer that must not hold a lock through a slow fsync; the file is whole when
+     * renamed, but a power cut before that sync may lose it). */
+    bool late_sync;
+    bool unsynced;      /* renamed, not yet synced (late_sync) */
 } gckpt_afile;
 
 /* An unused f (nothing open; abort and close are no-ops). */
@@ -53,7 +58,8 @@ const char *gckpt_afile_tmp_path(const gckpt_afile *f, char *buf, size_t n);
  * descriptor stays open on the (now named) file for later appends (gckpt_afile_sync);
  * otherwise everything is closed. On failure the temporary is removed. */
 bool gckpt_afile_commit(gckpt_afile *f, bool keep_open, gckpt_err *err);
-/* After a keep_open commit: make the appended data durable (fdatasync). */
+/* After a keep_open commit: make the appended data durable (fdatasync; after a late_sync
+ * commit also the file and its directory entry). */
 bool gckpt_afile_sync(gckpt_afile *f, gckpt_err *err);
 /* After a keep_open commit: false when the target's name no longer refers to our file
  * (another program replaced or removed it). */
@@ -66,6 +72,11 @@ void gckpt_afile_close(gckpt_afile *f);
 /* Async-signal-safe: unlink every temporary of this process that has not been committed
  * yet (for a handler that ends the process). */
 void gckpt_afile_discard_all(void);
+
+/* For a writer that must create its file later with plain system calls (a watchdog thread
+ * when the process is about to end): the target's directory opened (*dirfd), the target's
+ * name in it and a temporary's name of the usual pattern, nothing created. */
+bool gckpt_afile_name(const char *path, int *dirfd, char *base, size_t nb, char *tmp, size_t nt, gckpt_err *err);
 
 /* "a directory", "a symbolic link", "a character device", ... for a st_mode that is not a
  * regular file's. */

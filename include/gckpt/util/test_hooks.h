@@ -5,6 +5,8 @@
 #ifndef GCKPT_TEST_HOOKS_H
 #define GCKPT_TEST_HOOKS_H
 
+#include <stdbool.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -13,6 +15,10 @@ extern "C" {
 extern void (*gckpt_hook_before_rename)(void);
 /* Before the host backend runs a forward kernel (executor/host_backend.c). */
 extern void (*gckpt_hook_host_forward)(void);
+
+/* Whether this rank leaves out its collective number seq (1, 2, ...) as if its code had not
+ * called it (executor/comm_mpi.c): the ranks' collectives then differ. */
+extern bool (*gckpt_hook_skip_collective)(int rank, unsigned long long seq);
 
 #ifdef __cplusplus
 }

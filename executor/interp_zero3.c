@@ -15,7 +15,8 @@
  *    event that follows finds it done (the .grad is gone by then);
  *  - the optimizer step: AdamW on the master partition of each parameter's local piece, the
  *    master copied into the partition, the gradient partition cleared; a persistent
- *    parameter's whole copy all-gathered from the partitions;
+ *    parameter's whole copy all-gathered from the partitions through the ipg bucket (the
+ *    gather's N x part elements, the tensor's numel of them copied);
  *  - the gradient checksum over every rank's pieces (exec_piece_hash).
  * The partitions, whole copies, gradient partitions and the ipg bucket are in the model dtype
  * (the weights': bf16 under amp-bf16, DeepSpeed's bf16 model, FINDINGS 13.2; else fp32); the
@@ -138,6 +139,14 @@ gckpt_xstatus exec_z3_collective(gckpt_exec *x, const gckpt_event *e, const exec
     return GCKPT_XS_OK;
 }
 
+/* Elements of a numel-element tensor among its flat elements [lo, lo + mm): a partition's chunk
+ * past the tensor's end is padding (DeepSpeed's ds_tensor: the elements from r x part, then
+ * zeros; its all-gather output N x part elements, the parameter the first numel). */
+static uint64_t in_tensor(uint64_t numel, uint64_t lo, uint64_t mm)
+{
+    return numel > lo ? (numel - lo < mm ? numel - lo : mm) : 0;
+}
+
 /* Parameter instance j's .grad reduce-scattered through the ipg bucket into its partition. */
 static gckpt_xstatus reduce(gckpt_exec *x, size_t j)
 {
@@ -150,7 +159,7 @@ static gckpt_xstatus reduce(gckpt_exec *x, size_t j)
     for (uint64_t k = 0; k < part && rc == GCKPT_XS_OK; k += m) {
         uint64_t mm = part - k < m ? part - k : m;
         for (uint64_t r = 0; r < n && rc == GCKPT_XS_OK; r++) { /* rank r's piece of this chunk */
-            uint64_t lo = r * part + k, have = numel > lo ? (numel - lo < mm ? numel - lo : mm) : 0;
+            uint64_t lo = r * part + k, have = in_tensor(numel, lo, mm);
             if (have) rc = x->be->add(x->be, mdt(x, bucket(x), r * mm, have), none, mdt(x, g.p, lo, have));
             if (rc == GCKPT_XS_OK && have < mm)
                 rc = x->be->init(x->be, mdt(x, bucket(x), r * mm + have, mm - have), GCKPT_INIT_CONST, 0.0f, 0);
@@ -182,6 +191,28 @@ gckpt_xstatus exec_z3_on_free(gckpt_exec *x, const gckpt_event *e, const exec_si
     return GCKPT_XS_OK;
 }
 
+/* A persistent parameter's whole copy (numel elements, as the schedule counts it) from every
+ * rank's partition: the all-gather's N x part elements overrun it where N does not divide numel,
+ * so a chunk of every rank's partition at a time is gathered into the ipg bucket (free at the
+ * step) and the tensor's elements of each piece copied to their place, the padding left out. */
+static gckpt_xstatus gather_whole(gckpt_exec *x, size_t j)
+{
+    exec_z3 *z = x->z3;
+    uint64_t n = world(x), part = part_of(&x->params[j]), numel = x->params[j].spec->numel, m = z->bucket / n;
+    gckpt_xt none = {0};
+    gckpt_xstatus rc = m ? GCKPT_XS_OK : GCKPT_XS_ERROR;
+    for (uint64_t k = 0; k < part && rc == GCKPT_XS_OK; k += m) {
+        uint64_t mm = part - k < m ? part - k : m;
+        rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, mdt(x, z->part[j], k, mm),
+                               mdt(x, bucket(x), 0, n * mm), 0);
+        for (uint64_t r = 0; r < n && rc == GCKPT_XS_OK; r++) { /* rank r's piece of this chunk */
+            uint64_t lo = r * part + k, have = in_tensor(numel, lo, mm);
+            if (have) rc = x->be->add(x->be, mdt(x, z->whole[j], lo, have), none, mdt(x, bucket(x), r * mm, have));
+        }
+    }
+    return rc;
+}
+
 gckpt_xstatus exec_z3_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
 {
     exec_z3 *z = x->z3;
@@ -198,13 +229,7 @@ gckpt_xstatus exec_z3_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
             if (rc == GCKPT_XS_OK) rc = x->be->add(x->be, mdt(x, z->part[j], 0, local), none, c.param);
         }
         if (rc == GCKPT_XS_OK) rc = x->be->init(x->be, mdt(x, grads(x), at, part), GCKPT_INIT_CONST, 0.0f, 0);
-        if (rc != GCKPT_XS_OK || !z->whole[j]) continue;
-        /* a persistent parameter's whole copy from every rank's partition */
-        if (part * world(x) * msize(x) > z->whole_bytes[j])
-            return exec_fail(err, "%s: zero3: %s's whole copy cannot take %llu gathered elements", w->at, p->spec->name,
-                             (unsigned long long)(part * world(x)));
-        rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, mdt(x, z->part[j], 0, part),
-                               mdt(x, z->whole[j], 0, part * world(x)), 0);
+        if (rc == GCKPT_XS_OK && z->whole[j]) rc = gather_whole(x, j);
     }
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }

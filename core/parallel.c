@@ -352,7 +352,7 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         c->parallel = rb.grads + extra - (s->every_n ? 0 : c->ddp_used_map);
         break;
     case GCKPT_PAR_ZERO1:
-    case GCKPT_PAR_ZERO2:
+    case GCKPT_PAR_ZERO2: {
         /* ZeRO-2: the ipg bucket, the gradients and the rank's partition are the schedule's events
          * (core/sim_parallel.c) */
         /* ZeRO-1 without offload_optimizer: the bucket is an event too, made at the first backward's
@@ -384,6 +384,7 @@ void gckpt_parallel_apply(gckpt_ctx *c)
             zero12_offload(c, zg, &keep, zs, round);
         }
         break;
+    }
     case GCKPT_PAR_ZERO3:
         /* gathered parameters and each .grad until the reduce hook are the schedule's events
          * (core/sim_parallel.c); the flat gradient partitions and the ipg bucket persist */

@@ -547,6 +547,10 @@ int main(int argc, char **argv)
     /* under mpirun a SIGTERM may come while the ranks start (MPI_Init waits for every rank):
      * it stops the run before its first entry, and the report says so */
     bool launched = gckpt_comm_launched();
+    /* several ranks: mpirun may send its SIGTERM more than once; from the first one on, the
+     * watchdog writes the report (at once when armed, else as soon as it starts): a second
+     * signal before must not end the process with nothing written */
+    if (launched && gckpt_comm_launch_world() > 1) stop_grace = 0;
     if (launched) install_handlers();
     return run_plan(&a, launched, &argc, &argv);
 }

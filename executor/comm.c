@@ -61,6 +61,13 @@ int gckpt_comm_launch_rank(void)
     return r < 0 ? 0 : r;
 }
 
+int gckpt_comm_launch_world(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    int n = env_rank(vars, 2);
+    return n > 0 ? n : 0;
+}
+
 int gckpt_comm_local_rank(void)
 {
     static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};

@@ -301,6 +301,7 @@ static void mpi_destroy(gckpt_comm *c)
 
 gckpt_comm *gckpt_comm_mpi_new(int *argc, char ***argv, gckpt_err *err)
 {
+    if (gckpt_hook_before_mpi_init) gckpt_hook_before_mpi_init(); /* tests only (test_hooks.h) */
     int rc = MPI_Init(argc, argv);
     if (rc != MPI_SUCCESS) {
         gckpt_seterr(err, "MPI_Init failed (error %d)", rc);

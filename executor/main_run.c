@@ -501,7 +501,36 @@ static int check_ranks(const gckpt_plan_file *pf, const gckpt_comm *comm)
                want == 1 ? "run it without mpirun" : line);
 }
 
-static int run_plan(args_t *a, gckpt_comm *comm);
+/* The plan's fields gckpt-run cannot execute (one line on rank 0, exit 2). */
+static int check_plan(const gckpt_plan_file *pf)
+{
+    gckpt_err why = {{0}};
+    if (pf->target != GCKPT_TARGET_CUDA) /* the executor performs the CUDA recipe (gckpt_exec_recipe) */
+        return bad("%s: field 'inputs.target' = \"%s\": gckpt-run executes plans of PyTorch's CUDA kernels; "
+                   "plan with --target cuda", pf->file, gckpt_target_names[pf->target]);
+    if (pf->optimizer == GCKPT_PAGED_ADAMW_8BIT || pf->optimizer == GCKPT_PAGED_ADAMW_32BIT)
+        return bad("%s: optimizer %s: gckpt-run has no paged (managed-memory) optimizer states", pf->file,
+                   gckpt_optimizer_names[pf->optimizer]);
+    if (!gckpt_exec_model_ok(&pf->model, &why)) return bad("%s: %s", pf->file, why.msg);
+    return 0;
+}
+
+/* Several ranks: mpirun's SIGKILL follows its SIGTERM within a second, so from now on the
+ * watchdog writes at once what the report lacks (before the first entry: the header and the
+ * summary) and ends the process. */
+static void arm_ranks(gckpt_report_file *rf, gckpt_report *rep, bool *write_failed)
+{
+    gckpt_err err = {{0}};
+    stop_grace = 0;
+    if (!*write_failed && !gckpt_report_file_arm(rf, rep, NULL, stop_grace, &err)) {
+        fprintf(stderr, "gckpt-run: %s\n", err.msg);
+        *write_failed = true;
+    }
+    if (!gckpt_watchdog_start(rf, stop_grace))
+        fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
+}
+
+static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv);
 
 int main(int argc, char **argv)
 {
@@ -515,89 +544,57 @@ int main(int argc, char **argv)
     if (!rc) rc = check_output(&a);
     if (rc) return rc;
     if (a.calibrate) return calibrate(&a);
-    gckpt_comm *comm = gckpt_comm_single();
-    /* under mpirun a SIGTERM may come while the ranks start (MPI_Init takes a while): it stops
-     * the run before its first entry, and the report says so */
-    if (gckpt_comm_launched()) install_handlers();
-    if (gckpt_comm_launched()) {
-        gckpt_err err = {{0}};
-        if (!(comm = gckpt_comm_mpi_new(&argc, &argv, &err))) return bad("%s", err.msg);
-        my_rank = comm->rank;
-        comm->timeout_s = a.coll_timeout;
-    }
-    rc = run_plan(&a, comm);
-    comm->destroy(comm);
-    return rc;
+    /* under mpirun a SIGTERM may come while the ranks start (MPI_Init waits for every rank):
+     * it stops the run before its first entry, and the report says so */
+    bool launched = gckpt_comm_launched();
+    /* several ranks: mpirun may send its SIGTERM more than once; from the first one on, the
+     * watchdog writes the report (at once when armed, else as soon as it starts): a second
+     * signal before must not end the process with nothing written */
+    if (launched && gckpt_comm_launch_world() > 1) stop_grace = 0;
+    if (launched) install_handlers();
+    return run_plan(&a, launched, &argc, &argv);
 }
 
-static int run_plan(args_t *a_in, gckpt_comm *comm)
+/* Under mpirun everything rank 0's report names (the plan, the entries, the backend and its
+ * device) is settled and the watchdog armed before MPI_Init: a rank that ends while the ranks
+ * start, or a SIGTERM to mpirun then, leaves the others waiting in MPI_Init until mpirun's
+ * SIGKILL about 1 s later, and the report (header and summary) must be out by then. */
+static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
 {
     args_t a = *a_in;
     int rc = 0;
-    if (comm->rank) { /* rank 0 writes the one report and the table */
+    if (my_rank) { /* rank 0 writes the one report and the table */
         a.out = NULL;
         a.quiet = true;
     }
     gckpt_err err = {{0}};
     gckpt_plan_file pf;
     if (!gckpt_plan_read(a.plan, &pf, &err)) return bad("%s", err.msg);
-    if ((rc = check_ranks(&pf, comm)) != 0) {
-        gckpt_plan_file_free(&pf);
-        return rc;
-    }
-    if (pf.target != GCKPT_TARGET_CUDA) { /* the executor performs the CUDA recipe (gckpt_exec_recipe) */
-        gckpt_seterr(&err, "%s: field 'inputs.target' = \"%s\": gckpt-run executes plans of PyTorch's CUDA kernels; "
-                           "plan with --target cuda", pf.file, gckpt_target_names[pf.target]);
-        gckpt_plan_file_free(&pf);
-        return bad("%s", err.msg);
-    }
-        if (pf.optimizer == GCKPT_PAGED_ADAMW_8BIT || pf.optimizer == GCKPT_PAGED_ADAMW_32BIT) {
-        gckpt_seterr(&err, "%s: optimizer %s: gckpt-run has no paged (managed-memory) optimizer states", pf.file,
-                     gckpt_optimizer_names[pf.optimizer]);
-        gckpt_plan_file_free(&pf);
-        return bad("%s", err.msg);
-    }
-    gckpt_err why = {{0}};
-    if (!gckpt_exec_model_ok(&pf.model, &why)) {
-        gckpt_seterr(&err, "%s: %s", pf.file, why.msg);
-        gckpt_plan_file_free(&pf);
-        return bad("%s", err.msg);
-    }
     size_t *sel = NULL;
+    gckpt_backend *be = NULL;
+    gckpt_comm *comm = gckpt_comm_single();
+    gckpt_report rep = {.plan = &pf};
+    gckpt_report_file rf;
+    bool rf_open = false;
+    if ((rc = check_plan(&pf)) != 0) goto out;
     long nsel = select_entries(&a, &pf, &sel);
     if (nsel < 0) {
-        gckpt_plan_file_free(&pf);
-        return GCKPT_EXIT_INPUT;
+        rc = GCKPT_EXIT_INPUT;
+        goto out;
     }
-    gckpt_backend *be = make_backend(&a, &rc);
-    if (!be) {
-        free(sel);
-        gckpt_plan_file_free(&pf);
-        return rc;
-    }
-    gckpt_xstatus xs = be->attach(be, comm);
-    if (xs != GCKPT_XS_OK) {
-        rc = bad("--backend %s: joining the %d ranks: %s", be->name, comm->world, be->err.msg);
-        be->destroy(be);
-        free(sel);
-        gckpt_plan_file_free(&pf);
-        return rc;
-    }
-    gckpt_report rep = {.plan = &pf, .backend = be->name, .planned = (size_t)nsel};
+    if (!(be = make_backend(&a, &rc))) goto out;
+    rep = (gckpt_report){.plan = &pf, .backend = be->name, .planned = (size_t)nsel};
     rep.opts = (gckpt_run_opts){.steps = (int)a.steps, .warmup = (int)a.warmup, .tolerance = a.tolerance,
                                 .time_tolerance = a.time_tolerance, .force = a.force, .seed = a.seed,
-                                .memory_limit = a.limit_bytes, .host_guard = !strcmp(be->name, "host"),
-                                .comm = comm};
+                                .memory_limit = a.limit_bytes, .host_guard = !strcmp(be->name, "host")};
     be->describe(be, &rep.dev);
     rep.entries = calloc((size_t)nsel, sizeof *rep.entries);
     if (!rep.entries) {
-        be->destroy(be);
-        free(sel);
-        gckpt_plan_file_free(&pf);
-        return bad("out of memory for the reports of %ld entries", nsel);
+        rc = bad("out of memory for the reports of %ld entries", nsel);
+        goto out;
     }
     bool write_failed = false;
-    gckpt_report_file rf;
+    rf_open = true;
     if (!gckpt_report_file_open(&rf, a.out, &rep, &err)) {
         fprintf(stderr, "gckpt-run: %s\n", err.msg);
         write_failed = true;
@@ -606,18 +603,33 @@ static int run_plan(args_t *a_in, gckpt_comm *comm)
      * it: the entry running is reported as interrupted and everything is freed. Code that
      * never reaches a safe point is cut off by the watchdog after GCKPT_STOP_GRACE_S. */
     rep.opts.stop = &stop_signal;
-    /* several ranks: mpirun's SIGKILL follows its SIGTERM within a second, so the watchdog
-     * writes at once, from now on (before the first entry: the header and the summary) */
-    bool ranks = comm->world > 1;
-    if (ranks) {
-        stop_grace = 0;
-        if (!write_failed && !gckpt_report_file_arm(&rf, &rep, NULL, stop_grace, &err)) {
-            fprintf(stderr, "gckpt-run: %s\n", err.msg);
-            write_failed = true;
+    /* several ranks by the launcher's word: armed before MPI_Init; a launcher that does not
+     * say how many ranks it started: after */
+    bool ranks = launched && gckpt_comm_launch_world() > 1;
+    if (ranks) arm_ranks(&rf, &rep, &write_failed);
+    if (launched) {
+        if (!(comm = gckpt_comm_mpi_new(argc, argv, &err))) {
+            comm = gckpt_comm_single();
+            rc = bad("%s", err.msg);
+            goto out;
         }
+        if (comm->rank != my_rank) { /* the report's writer was chosen by the launcher's rank */
+            int env_rank = my_rank;
+            my_rank = comm->rank;
+            rc = bad("the launcher's environment gives this process rank %d, MPI rank %d", env_rank, comm->rank);
+            goto out;
+        }
+        comm->timeout_s = a.coll_timeout;
+        if (!ranks && comm->world > 1) arm_ranks(&rf, &rep, &write_failed);
+        ranks = comm->world > 1;
     }
-    if (ranks && !gckpt_watchdog_start(&rf, stop_grace))
-        fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
+    rep.opts.comm = comm;
+    if ((rc = check_ranks(&pf, comm)) != 0) goto out;
+    gckpt_xstatus xs = be->attach(be, comm);
+    if (xs != GCKPT_XS_OK) {
+        rc = bad("--backend %s: joining the %d ranks: %s", be->name, comm->world, be->err.msg);
+        goto out;
+    }
     progress prog = {.n = (size_t)nsel, .tty = !comm->rank && isatty(STDERR_FILENO), .steps = (int)(a.steps + a.warmup)};
     if (!strcmp(be->name, "host") && !comm->rank) say_estimate(&pf, sel, nsel, &a, &prog);
     clock_gettime(CLOCK_MONOTONIC, &prog.start);
@@ -627,12 +639,14 @@ static int run_plan(args_t *a_in, gckpt_comm *comm)
         fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
     install_handlers();
     int status = run_entries(be, &pf, sel, nsel, &rep, &rf, &prog, &write_failed);
-    status = end_run(&a, be, &pf, &rep, &rf, status, write_failed);
-    gckpt_report_file_close(&rf);
+    rc = end_run(&a, be, &pf, &rep, &rf, status, write_failed);
+out:
+    if (rf_open) gckpt_report_file_close(&rf);
     for (size_t i = 0; i < rep.n; i++) gckpt_entry_report_free(&rep.entries[i]);
     free(rep.entries);
-    be->destroy(be);
+    if (be) be->destroy(be);
     free(sel);
     gckpt_plan_file_free(&pf);
-    return status;
+    comm->destroy(comm);
+    return rc;
 }

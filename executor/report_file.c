@@ -216,6 +216,7 @@ static bool render_cut(gckpt_report_file *rf, const gckpt_entry_report *running,
     free(rf->cut_text);
     rf->cut_text = text;
     rf->cut_nparts = np;
+    rf->cut_running = running != NULL;
     return true;
 }
 

@@ -44,8 +44,11 @@ static void *watch(void *arg)
     if (rc == 0) return NULL; /* the run finished by itself */
     bool cut = gckpt_report_file_cut(cut_rf, sig);
     if (grace <= 0) {
+        /* before the first entry (the ranks starting: MPI_Init) only the header and the summary */
         if (cut) say("gckpt-run: stopped by ", gckpt_signal_name(sig),
-                     ": the report holds every finished entry and the running one as interrupted\n");
+                     cut_rf->cut_running ? ": the report holds every finished entry and the running one as interrupted\n"
+                     : cut_rf->written   ? ": the report holds every finished entry and the summary\n"
+                                         : " before the first entry: the report holds its header and the summary\n");
         _exit(128 + sig);
     }
     char secs[32];

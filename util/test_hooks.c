@@ -7,3 +7,4 @@
 void (*gckpt_hook_before_rename)(void) = NULL;
 void (*gckpt_hook_host_forward)(void) = NULL;
 bool (*gckpt_hook_skip_collective)(int rank, unsigned long long seq) = NULL;
+void (*gckpt_hook_before_mpi_init)(void) = NULL;

@@ -12,8 +12,10 @@ random delay. Checked every round:
   - no temporary (*.gckpt-tmp-*) is left beside the report;
   - the report is whole: every line one JSON record, the header first; it ends with a
     summary ("ended": true) unless rank 0 itself was killed with -9; an interrupted entry
-    says by which signal; there is none only when rank 0 was killed with -9 or the run ended
-    before rank 0 opened it (mpirun still starting the ranks, MPI_Init);
+    says by which signal; there is none only when rank 0 was killed with -9 or had not yet
+    installed its SIGTERM handler when the signal was sent (read from /proc/PID/status,
+    SigCgt; from then on, MPI_Init included, rank 0's report has at least the header and the
+    summary);
   - a round left alone exits 0 with every entry passed.
 Usage: tests/ci/mpi_soak.py [--minutes M] [--build DIR] [--seed S] [--timeout S]
 Prints one line per round and the counts at the end; exit 1 when a check failed."""
@@ -47,6 +49,18 @@ def draw_model(rng):
         "attention_bias": False, "tie_word_embeddings": rng.random() < 0.25,
         "torch_dtype": "bfloat16",
     }
+
+
+def handles_sigterm(pid):
+    """Whether the process catches SIGTERM now (its handler is installed)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except OSError:
+        pass
+    return False
 
 
 def check_report(path, killed_rank0):
@@ -129,6 +143,7 @@ def main():
                                "--backend", "host", "--steps", "2", "--warmup", "1", "-q", "-o", "report.jsonl"],
                               cwd=d, env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "err"), "w"))
         victim = None
+        armed0 = True  # a run left alone, or one that ended before the signal, has its report
         if action != "none":
             try:
                 mp.wait(timeout=delay)
@@ -138,6 +153,7 @@ def main():
                                        text=True).stdout.split()
                 # the ranks in rank order: OMPI_COMM_WORLD_RANK from each one's environment
                 order = {}
+                armed0 = False
                 for pid in ranks:
                     try:
                         with open("/proc/%s/environ" % pid, "rb") as f:
@@ -146,6 +162,7 @@ def main():
                                     order[int(kv.split(b"=")[1])] = int(pid)
                     except OSError:
                         pass
+                armed0 = 0 in order and handles_sigterm(order[0])
                 if action == "term-mpirun":
                     mp.send_signal(signal.SIGTERM)
                 elif order:
@@ -175,20 +192,22 @@ def main():
             bad.append((n, "%s: mpirun did not end within %.0f s" % (what, bound), d))
             counts[what] = counts.get(what, 0) + 1
         secs = time.time() - t0
-        # a run ended before rank 0 opened its report (mpirun starting the ranks, MPI_Init,
-        # reading the plan: rank 0 prints its estimate once the report is open) has none
+        # rank 0 prints its estimate once its ranks have started (after MPI_Init): a signal
+        # before is counted apart; its report is required all the same once rank 0 had its
+        # SIGTERM handler (none only when the signal came before: the process just started)
         with open(os.path.join(d, "err"), errors="replace") as f:
             started = "gckpt-run: host backend:" in f.read()
-        why = check_report(os.path.join(d, "report.jsonl"), action.startswith("kill9-rank 0") or not started)
+        why = check_report(os.path.join(d, "report.jsonl"), action.startswith("kill9-rank 0") or not armed0)
         if not started and action != "none":
-            action += " (before the start)"
+            action += " (before the start)" if armed0 else " (before rank 0's handler)"
         tmps = glob.glob(os.path.join(d, "*.gckpt-tmp-*"))
         if tmps:
             why = (why + "; " if why else "") + "temporary left: " + os.path.basename(tmps[0])
         if action == "none" and rc != 0:
             why = (why + "; " if why else "") + "exit %d without a signal" % rc
         key = action.split(" ")[0] + (" (ended first)" if "ended first" in action else "") + \
-            (" (before the start)" if "before the start" in action else "")
+            (" (before the start)" if "before the start" in action else "") + \
+            (" (before rank 0's handler)" if "before rank 0's handler" in action else "")
         counts[key] = counts.get(key, 0) + 1
         status = "ok" if not why else "FAIL: " + why
         print("%4d %-5s w%d %-8s L%d h%d v%d %-22s rc %4d %5.1f s  %s" %

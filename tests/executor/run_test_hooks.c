@@ -11,7 +11,11 @@
  *   GCKPT_TEST_READY_FILE       created when the stall begins, holding the process id (a
  *                               test acts on it)
  *   GCKPT_TEST_SKIP_COLLECTIVE  R:N: rank R leaves out its collective number N, as if its
- *                               code had not called it (test_run_mpi_fail) */
+ *                               code had not called it (test_run_mpi_fail)
+ *   GCKPT_TEST_INIT_READY       under mpirun: every rank creates PATH.<rank> (holding its
+ *                               process id) right before MPI_Init (test_run_mpi_fail)
+ *   GCKPT_TEST_INIT_STALL_MS    under mpirun: rank GCKPT_TEST_STALL_RANK then waits this long
+ *                               before MPI_Init, so the other ranks wait in it */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -34,24 +38,27 @@ static void sleep_ms(long ms, int resume_on_signal_only)
 
 static void before_rename(void) { sleep_ms(rename_delay_ms, 1); }
 
+/* The process id in file `ready`, written under another name and renamed: whole when it appears. */
+static void say_ready(const char *ready)
+{
+    if (!ready || !*ready) return;
+    char tmp[4096], pid[32];
+    snprintf(tmp, sizeof tmp, "%s.part", ready);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+        (void)!write(fd, pid, (size_t)n);
+        close(fd);
+        (void)rename(tmp, ready);
+    }
+}
+
 static void host_forward(void)
 {
     static int done;
     if (done) return;
     done = 1;
-    const char *ready = getenv("GCKPT_TEST_READY_FILE");
-    if (ready && *ready) {
-        /* its process id, written under another name and renamed: whole when it appears */
-        char tmp[4096], pid[32];
-        snprintf(tmp, sizeof tmp, "%s.part", ready);
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd >= 0) {
-            int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-            (void)!write(fd, pid, (size_t)n);
-            close(fd);
-            (void)rename(tmp, ready);
-        }
-    }
+    say_ready(getenv("GCKPT_TEST_READY_FILE"));
     sleep_ms(stall_ms, 0);
 }
 
@@ -78,6 +85,20 @@ static long ms_of(const char *name, long max)
     return ms > 0 && ms <= max ? ms : 0;
 }
 
+static long init_stall_ms;
+
+static void before_mpi_init(void)
+{
+    const char *ready = getenv("GCKPT_TEST_INIT_READY");
+    if (ready && *ready) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.%ld", ready, launch_rank());
+        say_ready(path);
+    }
+    const char *who = getenv("GCKPT_TEST_STALL_RANK");
+    if (init_stall_ms && (!who || strtol(who, NULL, 10) == launch_rank())) sleep_ms(init_stall_ms, 0);
+}
+
 void gckpt_test_hooks_install(void)
 {
     if ((rename_delay_ms = ms_of("GCKPT_TEST_RENAME_DELAY_MS", 60000))) gckpt_hook_before_rename = before_rename;
@@ -86,4 +107,6 @@ void gckpt_test_hooks_install(void)
         gckpt_hook_host_forward = host_forward;
     const char *skip = getenv("GCKPT_TEST_SKIP_COLLECTIVE");
     if (skip && sscanf(skip, "%ld:%ld", &skip_rank, &skip_seq) == 2) gckpt_hook_skip_collective = skip_collective;
+    init_stall_ms = ms_of("GCKPT_TEST_INIT_STALL_MS", 600000);
+    if (init_stall_ms || getenv("GCKPT_TEST_INIT_READY")) gckpt_hook_before_mpi_init = before_mpi_init;
 }

@@ -9,7 +9,10 @@
  *    --collective-timeout with an error naming rank 1 and its own collective, and the run ends;
  *  - kill -9 of rank 1, and SIGTERM to mpirun, while rank 1 stalls: mpirun ends the other rank
  *    about 1 s after its SIGTERM; rank 0's report holds the entry as interrupted and the
- *    summary (signal SIGTERM), and no temporary is left.
+ *    summary (signal SIGTERM), and no temporary is left;
+ *  - the same while the ranks are still starting (rank 1 stalls before MPI_Init, so rank 0
+ *    waits in it): rank 0's report holds the header and the summary (signal SIGTERM, every
+ *    entry not started), and no temporary is left.
  * Each waits for the stalling rank's ready file, not a fixed time. Skipped (77) without MPI. */
 #include <setjmp.h>
 #include <signal.h>
@@ -93,8 +96,8 @@ static void check_report(const char *status, const char *const *want, const char
 static void fresh(void)
 {
     char p[512];
-    const char *names[] = {"r.jsonl", "ready"};
-    for (size_t i = 0; i < 2; i++) {
+    const char *names[] = {"r.jsonl", "ready", "init.0", "init.1"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         cli_path(names[i], p, sizeof p);
         unlink(p);
     }
@@ -132,6 +135,27 @@ static void hung_rank(void **st)
     check_report("error", want, NULL);
 }
 
+/* The process id in file `name` once a rank has written it (mpirun still running). */
+static pid_t wait_ready(pid_t mp, const char *name)
+{
+    double until = cli_now() + 40;
+    char *text = NULL;
+    while (!(text = cli_slurp(name))) {
+        int s;
+        if (waitpid(mp, &s, WNOHANG) == mp) fail_msg("mpirun ended (status %d) before %s appeared", s, name);
+        if (cli_now() > until) {
+            kill(mp, SIGKILL);
+            waitpid(mp, NULL, 0);
+            fail_msg("%s did not appear in time", name);
+        }
+        nap();
+    }
+    pid_t pid = (pid_t)atol(text);
+    free(text);
+    assert_true(pid > 0);
+    return pid;
+}
+
 /* Rank 1 stalls in its first forward; once it says so, `act` hits it or mpirun. */
 static void ended_while_running(bool kill_rank)
 {
@@ -143,21 +167,7 @@ static void ended_while_running(bool kill_rank)
     const char *env[] = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "GCKPT_TEST_HOST_STALL_MS=60000",
                          "GCKPT_TEST_STALL_RANK=1", rf, NULL};
     pid_t mp = start(kill_rank ? "kill9" : "term", env, "60");
-    double until = cli_now() + 40;
-    char *text = NULL;
-    while (!(text = cli_slurp("ready"))) {
-        int s;
-        if (waitpid(mp, &s, WNOHANG) == mp) fail_msg("mpirun ended (status %d) before rank 1 stalled", s);
-        if (cli_now() > until) {
-            kill(mp, SIGKILL);
-            waitpid(mp, NULL, 0);
-            fail_msg("rank 1 did not stall in time");
-        }
-        nap();
-    }
-    pid_t r1 = (pid_t)atol(text);
-    free(text);
-    assert_true(r1 > 0);
+    pid_t r1 = wait_ready(mp, "ready");
     double t0 = cli_now();
     assert_int_equal(kill(kill_rank ? r1 : mp, kill_rank ? SIGKILL : SIGTERM), 0);
     int s = cli_wait(mp, 30);
@@ -169,6 +179,45 @@ static void ended_while_running(bool kill_rank)
 
 static void kill9_rank(void **st) { (void)st, ended_while_running(true); }
 static void term_mpirun(void **st) { (void)st, ended_while_running(false); }
+
+/* Rank 1 stalls before MPI_Init, so rank 0 waits in it; once both ranks are there (each has
+ * its stop handlers), kill -9 of rank 1 or SIGTERM to mpirun: the report is rank 0's header
+ * and a summary saying SIGTERM stopped the run before any entry, and no temporary is left. */
+static void ended_while_starting(bool kill_rank)
+{
+    fresh();
+    char ready[512];
+    cli_path("init", ready, sizeof ready);
+    char rf[600];
+    snprintf(rf, sizeof rf, "GCKPT_TEST_INIT_READY=%s", ready);
+    const char *env[] = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "GCKPT_TEST_INIT_STALL_MS=60000",
+                         "GCKPT_TEST_STALL_RANK=1", rf, NULL};
+    pid_t mp = start(kill_rank ? "start-kill9" : "start-term", env, "60");
+    (void)wait_ready(mp, "init.0");
+    pid_t r1 = wait_ready(mp, "init.1");
+    double t0 = cli_now();
+    assert_int_equal(kill(kill_rank ? r1 : mp, kill_rank ? SIGKILL : SIGTERM), 0);
+    int s = cli_wait(mp, 30);
+    print_message("%s while starting: mpirun ended after %.2f s (status %d)\n",
+                  kill_rank ? "kill -9 of rank 1" : "SIGTERM to mpirun", cli_now() - t0, s);
+    if (!cli_exists("r.jsonl")) fail_msg("no report");
+    cJSON *r = load("r.jsonl");
+    assert_int_equal(cJSON_GetArraySize(pf_at(r, "entries")), 0);
+    assert_true(cJSON_IsTrue(pf_at(r, "summary.ended")));
+    assert_string_equal(str(r, "summary.signal"), "SIGTERM");
+    double selected = cJSON_GetNumberValue(pf_at(r, "summary.selected"));
+    assert_true(selected >= 2); /* every entry of --all, none started */
+    assert_true(cJSON_GetNumberValue(pf_at(r, "summary.not_started")) == selected);
+    assert_true(cJSON_IsFalse(pf_at(r, "summary.complete")));
+    assert_int_equal((int)cJSON_GetNumberValue(pf_at(r, "ranks.world_size")), 2);
+    print_message("report: the header and the summary (signal %s, %g of %g entries not started)\n",
+                  str(r, "summary.signal"), cJSON_GetNumberValue(pf_at(r, "summary.not_started")), selected);
+    cJSON_Delete(r);
+    cli_assert_no_temporaries(cli_dir);
+}
+
+static void kill9_starting(void **st) { (void)st, ended_while_starting(true); }
+static void term_starting(void **st) { (void)st, ended_while_starting(false); }
 
 int main(void)
 {
@@ -184,7 +233,8 @@ int main(void)
     if (!schema || !cli_setup("gckpt-mpi-fail")) return 1;
     write_plan("z2.json");
     const struct CMUnitTest tests[] = {cmocka_unit_test(divergence), cmocka_unit_test(hung_rank),
-                                       cmocka_unit_test(kill9_rank), cmocka_unit_test(term_mpirun)};
+                                       cmocka_unit_test(kill9_rank), cmocka_unit_test(term_mpirun),
+                                       cmocka_unit_test(kill9_starting), cmocka_unit_test(term_starting)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cli_teardown();
     cJSON_Delete(schema);

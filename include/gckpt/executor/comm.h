@@ -64,6 +64,9 @@ bool gckpt_comm_launched(void);
 /* This process's rank as the launcher set it (0 when none): known before MPI_Init, so that
  * only rank 0 prints a usage error. */
 int gckpt_comm_launch_rank(void);
+/* The number of ranks the launcher started (0 when it does not say): known before MPI_Init,
+ * so that rank 0 can prepare its report before it (a signal may come while MPI_Init waits). */
+int gckpt_comm_launch_world(void);
 /* Its rank among the processes of its node (the GPU it takes), else its rank. */
 int gckpt_comm_local_rank(void);
 /* MPI_Init and MPI_COMM_WORLD; NULL with err set when this build has no MPI or it fails. */

@@ -38,6 +38,7 @@ typedef struct {
     size_t cut_part[4];
     int cut_nparts;
     bool cut_armed;
+    bool cut_running;          /* the text holds the running entry as interrupted */
     double cut_grace;          /* the watchdog's grace (0: it writes at once, several ranks) */
     /* where the watchdog creates the file when no record is out yet (nothing is created
      * before: a process killed meanwhile leaves no temporary) */

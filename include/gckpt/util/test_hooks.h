@@ -19,6 +19,8 @@ extern void (*gckpt_hook_host_forward)(void);
 /* Whether this rank leaves out its collective number seq (1, 2, ...) as if its code had not
  * called it (executor/comm_mpi.c): the ranks' collectives then differ. */
 extern bool (*gckpt_hook_skip_collective)(int rank, unsigned long long seq);
+/* Right before MPI_Init (executor/comm_mpi.c): the ranks are starting. */
+extern void (*gckpt_hook_before_mpi_init)(void);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,8 @@
  * these variables.
  *   GCKPT_TEST_RENAME_DELAY_MS  hold every report temporary this long before its rename
  *                               (test_run_interrupt, test_run_outputs)
+ *   GCKPT_TEST_RENAME_READY     with the delay: created (holding the process id) when a
+ *                               report temporary is whole and held before its rename
  *   GCKPT_TEST_HOST_STALL_MS    the process's first forward kernel takes this long without
  *                               looking at the stop flag, as a library call that never
  *                               returns would (test_run_outputs, test_run_memory)
@@ -36,7 +38,13 @@ static void sleep_ms(long ms, int resume_on_signal_only)
     while (nanosleep(&t, &rem) != 0 && (!resume_on_signal_only || errno == EINTR)) t = rem; /* signals do not shorten it */
 }
 
-static void before_rename(void) { sleep_ms(rename_delay_ms, 1); }
+static void say_ready(const char *ready);
+/* the temporary is whole and about to be renamed: say so (GCKPT_TEST_RENAME_READY), then hold it */
+static void before_rename(void)
+{
+    say_ready(getenv("GCKPT_TEST_RENAME_READY"));
+    sleep_ms(rename_delay_ms, 1);
+}
 
 /* The process id in file `ready`, written under another name and renamed: whole when it appears. */
 static void say_ready(const char *ready)

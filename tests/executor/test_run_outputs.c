@@ -278,11 +278,17 @@ static void test_pid_namespaces(void **st)
 static void test_kill9_leftover(void **st)
 {
     (void)st;
-    const char *env[] = {"GCKPT_TEST_RENAME_DELAY_MS=5000", "GCKPT_RUN_TEST_RENAME_DELAY_MS=5000", NULL};
+    /* the readiness file says the report's temporary is whole and held before its rename (a
+     * temporary-looking name seen before then may be another, gone by the kill) */
+    char ready[600], ready_env[700];
+    cli_path("k9.ready", ready, sizeof ready);
+    unlink(ready);
+    snprintf(ready_env, sizeof ready_env, "GCKPT_TEST_RENAME_READY=%s", ready);
+    const char *env[] = {"GCKPT_TEST_RENAME_DELAY_MS=5000", "GCKPT_RUN_TEST_RENAME_DELAY_MS=5000", ready_env, NULL};
     char *const argv[] = {GCKPT_RUN_HOOKS_EXE, "--backend", "host", "--plan", "tiny.json", "--all", "--steps", "1", "-q", "-o", "k.json", NULL};
     pid_t pid = spawn(argv, "k9", env);
     double until = now() + 30;
-    while (!has_temporary()) {
+    while (access(ready, F_OK) != 0) {
         int s;
         if (waitpid(pid, &s, WNOHANG) == pid) fail_msg("gckpt-run ended (status %d) before its temporary appeared", s);
         if (now() > until) {

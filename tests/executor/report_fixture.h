@@ -51,6 +51,15 @@ static inline cJSON *rf_load_valid(const char *path, const cJSON *schema, char *
     return doc;
 }
 
+/* The report at path, schema-valid, or the test fails naming why (every user includes cmocka). */
+static inline cJSON *rf_load_or_fail(const char *path, const cJSON *schema)
+{
+    char why[1024];
+    cJSON *r = rf_load_valid(path, schema, why, sizeof why);
+    if (!r) fail_msg("%s", why);
+    return r;
+}
+
 static inline cJSON *rf_schema(void)
 {
     gckpt_err err = {{0}};

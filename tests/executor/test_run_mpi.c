@@ -53,11 +53,9 @@ static void write_plan(const char *name, const char *model, int ranks, uint64_t 
 /* The report's entry records; fails unless the file is one schema-valid report. */
 static cJSON *load(const char *name)
 {
-    char path[512], why[1024];
+    char path[512];
     cli_path(name, path, sizeof path);
-    cJSON *r = rf_load_valid(path, schema, why, sizeof why);
-    if (!r) fail_msg("%s", why);
-    return r;
+    return rf_load_or_fail(path, schema);
 }
 
 static double num(cJSON *r, const char *path)

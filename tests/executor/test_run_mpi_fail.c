@@ -45,11 +45,9 @@ static void write_plan(const char *name)
 
 static cJSON *load(const char *name)
 {
-    char path[512], why[1024];
+    char path[512];
     cli_path(name, path, sizeof path);
-    cJSON *r = rf_load_valid(path, schema, why, sizeof why);
-    if (!r) fail_msg("%s", why);
-    return r;
+    return rf_load_or_fail(path, schema);
 }
 
 static const char *str(cJSON *r, const char *path)

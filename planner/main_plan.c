@@ -9,6 +9,7 @@
 
 #include "gckpt/planner/cli_names.h"
 #include "gckpt/planner/ds_config.h"
+#include "gckpt/planner/hub.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/planner/plan_output.h"
 #include "gckpt/util/safe_text.h"
@@ -47,8 +48,10 @@ static void usage(FILE *f)
 "gradient-checkpointing setting (every_n_layers x offload x micro-batch), say where\n"
 "the peak is, and recommend the fastest setting that fits.\n"
 "\n"
-"  --model NAME|PATH      model: a name in models/ or a path to an HF config.json\n"
-"                         (default llama-3.1-8b)\n"
+"  --model NAME|PATH|ID   model: a name in models/, a path to an HF config.json, or a\n"
+"                         Hugging Face Hub id such as Qwen/Qwen2.5-7B (its config.json\n"
+"                         from the HF cache or downloaded; docs/hub.md) (default llama-3.1-8b)\n"
+"  --revision REV         Hub id: the branch, tag or commit (default main)\n"
 "  --gpu NAME|PATH        GPU profile: a name in devices/ or a path (default h100-sxm-80gb)\n"
 "  --target cuda|cpu      whose kernels to plan: CUDA's, or PyTorch's CPU kernels (what\n"
 "                         tools/hf_probe measures; compare with your own CPU run); default:\n"
@@ -330,7 +333,7 @@ static void print_alternatives(const gckpt_plan_request *req, const gckpt_model 
 
 enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
        O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG, O_METHOD, O_RANK, O_ALPHA, O_LDROP, O_TARGETS,
-       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS, O_MOE, O_FSDP_OFF, O_TARGET };
+       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS, O_MOE, O_FSDP_OFF, O_TARGET, O_REVISION };
 
 /* What the command line asks for. */
 typedef struct {
@@ -347,6 +350,7 @@ typedef struct {
     int n_modes;
     const char *ds_path; /* --deepspeed */
     const char *fsdp_offload; /* --fsdp-offload on|off */
+    const char *revision; /* --revision (NULL: not given) */
 } cli_args;
 
 /* --deepspeed FILE: its stage decides the mode (or must agree with --parallel), its limits go
@@ -617,6 +621,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         {"nodes", required_argument, 0, O_NODES}, {"parallel", required_argument, 0, O_PAR},
         {"deepspeed", required_argument, 0, O_DS}, {"moe-imbalance", required_argument, 0, O_MOE},
         {"fsdp-offload", required_argument, 0, O_FSDP_OFF}, {"target", required_argument, 0, O_TARGET},
+        {"revision", required_argument, 0, O_REVISION},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c, rc = GCKPT_EXIT_OK;
     *answered = false;
@@ -637,6 +642,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         case O_PAR: rc = parse_parallel(optarg, a); break;
         case O_DS: a->ds_path = optarg; break;
         case O_FSDP_OFF: a->fsdp_offload = optarg; break;
+        case O_REVISION: a->revision = optarg; break;
         case O_METHOD: case O_RANK: case O_ALPHA: case O_LDROP: case O_TARGETS: case O_MTS: case O_QUANT: case O_DQ:
         case O_CDT:
             a->peft_opt[c - O_METHOD] = optarg;
@@ -659,8 +665,10 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
     if ((rc = check_layout(a))) return rc;
     a->req.every_n = a->every;
     a->req.n_every = a->n_every;
-    char hint[512];
-    if (gckpt_model_id_hint(a->req.model_ref, hint, sizeof hint)) return bad("%s%s", hint, "");
+    gckpt_err herr;
+    if (!gckpt_model_ref_resolve(a->req.model_ref, a->revision, a->req.model_ref, sizeof a->req.model_ref,
+                                 &a->req.hub, &herr))
+        return bad("%s%s", herr.msg, "");
     return GCKPT_EXIT_OK;
 }
 

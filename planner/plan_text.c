@@ -143,6 +143,10 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
             p->req.seq > p->model.max_positions ? " (beyond max_position_embeddings: --allow-long-seq)" : "",
             gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer],
             gckpt_attention_names[p->req.attention], peft);
+    if (p->req.hub.id[0])
+        fprintf(f, "config.json: Hugging Face Hub %s, revision %s, commit %s (%s %s)\n", p->req.hub.id,
+                p->req.hub.revision, p->req.hub.commit, p->req.hub.downloaded ? "downloaded to" : "from the cache,",
+                p->req.model_ref);
     gckpt_plan_parallel_header(p, f);
     gckpt_plan_moe_header(p, f);
     fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",

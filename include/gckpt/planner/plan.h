@@ -10,6 +10,7 @@
 #include "gckpt/core/peft.h"
 #include "gckpt/core/eval.h"
 #include "gckpt/core/parallel.h"
+#include "gckpt/planner/hub.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +51,8 @@ typedef struct {
     gckpt_target target;
     double moe_imbalance;  /* --moe-imbalance F: the most-loaded expert receives F x the balanced
                             * share (0: not given, balanced routing; plan_moe.c) */
+    gckpt_hub_source hub;  /* a Hub id's config.json (model_ref is then its cached path; id "": not
+                            * from the Hub; gckpt/planner/hub.h) */
 } gckpt_plan_request;
 
 /* The default sequence: min(4096, the model's limit); a request with seq 0 gets it. */

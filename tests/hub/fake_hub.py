@@ -37,10 +37,15 @@ class Hub(http.server.BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body) if length is None else length))
         self.end_headers()
+        if self.command == "HEAD":
+            return
         try:
             self.wfile.write(body)
         except OSError:  # the client gave up (a timeout case)
             pass
+
+    def do_HEAD(self):  # what huggingface_hub's hf_hub_download asks first (get_hf_file_metadata)
+        self.do_GET()
 
     def do_GET(self):
         auth = self.headers.get("Authorization")

@@ -191,8 +191,10 @@ bool gckpt_hub_resolve(const char *id, const char *revision, char *path_out, siz
     int found = hub_cache_find(cache, ref, path, sizeof path, commit, err);
     if (found < 0) return false;
     if (!found && offline(&which)) {
+        bool main_rev = !strcmp(ref.revision, GCKPT_HUB_DEFAULT_REVISION);
         gckpt_seterr(err, "%s at revision %s is not in the Hugging Face cache (%s) and %s is set: download it once "
-                          "online (or with `hf download %s config.json`)", id, ref.revision, cache, which, id);
+                          "online (or with `hf download %s config.json%s%s`)", id, ref.revision, cache, which, id,
+                     main_rev ? "" : " --revision ", main_rev ? "" : ref.revision);
         return false;
     }
     if (!found && !download(cache, ref, path, sizeof path, commit, err)) return false;

@@ -63,7 +63,7 @@ class HubTest(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def plan(self, model, *extra, env=None, endpoint=None):
+    def plan(self, model, *extra, env=None, endpoint=None, quiet=True):
         """gckpt-plan on a small sweep, the environment holding only what the case sets."""
         e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.dir, "HF_HOME": os.path.join(self.dir, "hf"),
              "HF_ENDPOINT": endpoint or HUB.url}
@@ -72,7 +72,8 @@ class HubTest(unittest.TestCase):
                 e[k] = os.environ[k]
         e.update(env or {})
         t = time.monotonic()
-        r = subprocess.run([PLAN, "--model", model, "--seq", "128", "--every-n", "1", "-q", "-o", "plan.json", *extra],
+        q = ["-q"] if quiet else []
+        r = subprocess.run([PLAN, "--model", model, "--seq", "128", "--every-n", "1", *q, "-o", "plan.json", *extra],
                            cwd=self.dir, env=e, capture_output=True, text=True, timeout=120)
         r.seconds = time.monotonic() - t
         return r
@@ -148,9 +149,16 @@ class HubTest(unittest.TestCase):
         self.assertIsNone(blob["auth"], "the token followed a redirect to another host")
 
     def test_revision_branch_and_commit(self):
-        self.planned(self.plan("ok/tiny", "--revision", "v1.0"), "ok/tiny", "v1.0")
+        r = self.plan("ok/tiny", "--revision", "v1.0", quiet=False)
+        # the header says where the config came from; the snippet loads the same model
+        self.assertIn("config.json: Hugging Face Hub ok/tiny, revision v1.0, commit %s (downloaded to %s/" %
+                      (COMMIT, self.cache), r.stdout)
+        self.assertIn('from_pretrained("ok/tiny", revision="v1.0", attn_implementation="sdpa"', r.stdout)
+        self.planned(r, "ok/tiny", "v1.0")
         self.stored("ok/tiny", "v1.0")
         self.then_offline("ok/tiny", "v1.0")
+        r = self.plan("ok/tiny", "--revision", "v2.0", env={"HF_HUB_OFFLINE": "1"})
+        self.assertIn("`hf download ok/tiny config.json --revision v2.0`", r.stderr)
         sha = "fedcba9876543210fedcba9876543210fedcba98"
         shutil.rmtree(os.path.join(self.dir, "hf"))
         self.planned(self.plan("ok/tiny", "--revision", sha), "ok/tiny", sha, sha)

@@ -124,6 +124,9 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline);
  * what transformers runs for the requested attention (gckpt_attention_run: Gemma 2's
  * eager when sdpa is asked for). */
 const char *gckpt_plan_attn_impl(const gckpt_plan *p);
+/* from_pretrained's first argument in the snippets: "..." (the user's checkpoint), or a
+ * Hub id's "ORG/NAME" (with revision="REV" when not main), written into buf. */
+const char *gckpt_plan_model_arg(const gckpt_plan *p, char *buf, size_t n);
 
 /* Human outputs: the header (model, GPU, budget, warnings) comes first. */
 void gckpt_plan_print_header(const gckpt_plan *p, FILE *f);

@@ -8,6 +8,7 @@
 #include "hub_internal.h"
 
 #include <curl/curl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,7 +175,13 @@ bool hub_http_get(const hub_request *rq, hub_ref ref, char **body, size_t *len, 
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &s);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+    /* a server that closes while we send must not kill us with SIGPIPE (CURLOPT_NOSIGNAL,
+     * for threaded callers, stops libcurl from ignoring it itself) */
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old_pipe;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, &old_pipe);
     CURLcode rc = curl_easy_perform(c);
+    sigaction(SIGPIPE, &old_pipe, NULL);
     long st = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
     if (st >= 300 && !(st >= 300 && st < 400 && rc == CURLE_TOO_MANY_REDIRECTS)) {

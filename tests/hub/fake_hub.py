@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A stand-in for the Hugging Face Hub on 127.0.0.1 (standard library only), for
 tests/hub/test_hub.py. It serves GET /ORG/NAME/resolve/REVISION/config.json; the ORG
-says what the answer is (see CASES). It prints one line, "fake-hub port N", once it
+says what the answer is (see do_GET). With --tls CERT KEY it speaks https. It prints one line, "fake-hub port N", once it
 listens (port 0: the system picks), then serves until stdin closes.
 
 A request log (method, path, whether an Authorization header came and its value) is
@@ -125,6 +125,11 @@ class Hub(http.server.BaseHTTPRequestHandler):
 
 def main():
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    if len(sys.argv) == 4 and sys.argv[1] == "--tls":  # --tls CERT KEY: https with that (untrusted) certificate
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     srv.daemon_threads = True
     srv.handle_error = lambda request, address: None  # a client that gave up is a case, not an error
     threading.Thread(target=srv.serve_forever, daemon=True).start()

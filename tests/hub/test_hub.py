@@ -24,8 +24,8 @@ TOKEN = "hf_fake_test_token"
 class FakeHub:
     """The stand-in, started once; its port comes from its readiness line."""
 
-    def __init__(self):
-        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_hub.py")], stdin=subprocess.PIPE,
+    def __init__(self, *args):
+        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_hub.py"), *args], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         line = self.p.stdout.readline()  # blocks until the server listens
         if not line.startswith("fake-hub port "):
@@ -221,6 +221,20 @@ class HubTest(unittest.TestCase):
 
     def test_too_many_redirects(self):
         self.refused(self.plan("loop/tiny"), "more than 10 redirects")
+
+    @unittest.skipUnless(shutil.which("openssl"), "openssl makes the test's certificate")
+    def test_tls_certificate_is_verified(self):
+        """An https endpoint whose certificate no CA signed is refused, token or not."""
+        cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1", "-days", "1", "-keyout", key, "-out", cert],
+                       check=True, capture_output=True)
+        tls = FakeHub("--tls", cert, key)
+        try:
+            r = self.plan("ok/tiny", env={"HF_TOKEN": TOKEN}, endpoint="https://127.0.0.1:%d" % tls.port)
+        finally:
+            tls.stop()
+        self.refused(r, "ok/tiny: the TLS connection to https://127.0.0.1:", "the certificate is always verified")
 
     def test_unreachable(self):
         self.refused(self.plan("ok/tiny", endpoint=closed_port()), "ok/tiny: cannot reach")

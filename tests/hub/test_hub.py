@@ -41,6 +41,7 @@ class FakeHub:
     def stop(self):
         self.p.stdin.close()
         self.p.wait(timeout=30)
+        self.p.stdout.close()
 
 
 def closed_port():

@@ -3,7 +3,7 @@
  *
  * The cache is the one huggingface_hub 2.4.0 reads and writes (constants.py,
  * file_download.py: repo_folder_name, _hf_hub_download_to_cache_dir,
- * _cache_commit_hash_for_specific_revision; FINDINGS "Hub cache"):
+ * _cache_commit_hash_for_specific_revision; FINDINGS 19):
  *   CACHE/models--ORG--NAME/refs/REVISION          the commit sha (40 hex, no newline)
  *   CACHE/models--ORG--NAME/snapshots/SHA/config.json
  * CACHE: HF_HUB_CACHE, else HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, HF_HOME being

@@ -1,5 +1,5 @@
 /* The names of the Hub (include/gckpt/planner/hub.h): model ids, revisions, commits.
- * Part of gckpt_planner (the plan reader checks inputs.model.hub), without libcurl. */
+ * (The plan reader checks inputs.model.hub with them.) */
 #include "gckpt/planner/hub.h"
 
 #include <ctype.h>

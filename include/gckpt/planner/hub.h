@@ -9,9 +9,9 @@
  * CACHE: HF_HUB_CACHE, else HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, HF_HOME being
  * $HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface.
  *
- * The resolver is a library of its own (gckpt_hub, linked by gckpt-plan): it alone links
- * libcurl. The name checks (gckpt_hub_is_id, _revision_ok, _is_commit) are gckpt_planner's,
- * which the plan reader uses. */
+ * A library of its own, gckpt_hub (-> gckpt_util), the only one that links libcurl;
+ * gckpt_planner links it (the CLI resolves --model with it, the plan reader checks
+ * inputs.model.hub with its names). */
 #ifndef GCKPT_HUB_H
 #define GCKPT_HUB_H
 

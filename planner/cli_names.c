@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
 const char *const gckpt_precision_spellings = "fp32, bf16, amp-bf16, amp-fp16 (any case)";
 const char *const gckpt_attention_spellings = "sdpa, eager, flash_attention_2";
@@ -85,19 +84,4 @@ int gckpt_attention_from_user(const char *s, char *note, size_t n)
                               "(not measured with the flash-attn package)");
     }
     return v;
-}
-
-int gckpt_model_id_hint(const char *ref, char *buf, size_t n)
-{
-    const char *slash = strchr(ref, '/');
-    struct stat st;
-    size_t l = strlen(ref);
-    if (!slash || strchr(slash + 1, '/') || slash == ref || !slash[1] || ref[0] == '.' ||
-        (l > 5 && !strcmp(ref + l - 5, ".json")) || stat(ref, &st) == 0)
-        return 0;
-    snprintf(buf, n, "--model %s: looks like a Hugging Face model id; gckpt needs its config.json: "
-                     "hf download %s config.json --local-dir %s (huggingface-cli download in older "
-                     "huggingface_hub), then --model %s/config.json",
-             ref, ref, ref, ref);
-    return 1;
 }

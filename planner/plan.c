@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/util/safe_text.h"
+
 void gckpt_plan_free(gckpt_plan *p)
 {
     free(p->entries);
@@ -64,6 +66,10 @@ static bool load_inputs(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err 
 {
     char path[4096];
     if (!gckpt_model_load(req->model_ref, &p->model, err)) return false;
+    if (req->hub.id[0]) { /* a Hub id is the model's name, not its cached file's "config" */
+        snprintf(p->model.name, sizeof p->model.name, "%.127s", req->hub.id); /* ids reach 193 */
+        gckpt_text_sanitize(p->model.name);
+    }
     if (!gckpt_resolve_data("models", req->model_ref, path, sizeof path, err)) return false;
     p->model_config_text = gckpt_read_file(path, 16u << 20, err);
     /* flash_attention_2 is planned as SDPA's fused kernel: not with soft-capping, sinks or

@@ -10,10 +10,12 @@
 
 #include "gckpt/planner/cli_names.h"
 #include "gckpt/planner/ds_config.h"
+#include "gckpt/planner/hub.h"
 #include "gckpt/util/safe_text.h"
 
 const gckpt_plan_option gckpt_plan_options[] = {
-    {"model", true, GCKPT_OPT_MODEL}, {"gpu", true, GCKPT_OPT_GPU}, {"target", true, GCKPT_OPT_TARGET},
+    {"model", true, GCKPT_OPT_MODEL}, {"revision", true, GCKPT_OPT_REVISION}, {"gpu", true, GCKPT_OPT_GPU},
+    {"target", true, GCKPT_OPT_TARGET},
     {"seq", true, GCKPT_OPT_SEQ}, {"allow-long-seq", false, GCKPT_OPT_LONG},
     {"micro-batch", true, GCKPT_OPT_MB}, {"grad-accum", true, GCKPT_OPT_GA},
     {"global-batch", true, GCKPT_OPT_GB}, {"precision", true, GCKPT_OPT_PREC},
@@ -362,6 +364,7 @@ int gckpt_plan_args_set(gckpt_plan_args *a, const gckpt_plan_option *o, const ch
     case GCKPT_OPT_PAR: return parse_parallel(arg, a);
     case GCKPT_OPT_DS: a->ds_path = arg; return 0;
     case GCKPT_OPT_FSDP_OFF: a->fsdp_offload = arg; return 0;
+    case GCKPT_OPT_REVISION: a->revision = arg; return 0;
     default: /* GCKPT_OPT_METHOD .. GCKPT_OPT_CDT */
         a->peft_opt[o->code - GCKPT_OPT_METHOD] = arg;
         return 0;
@@ -376,8 +379,11 @@ int gckpt_plan_args_finish(gckpt_plan_args *a)
     if ((rc = check_layout(a))) return rc;
     a->req.every_n = a->every;
     a->req.n_every = a->n_every;
-    char hint[512];
-    if (gckpt_model_id_hint(a->req.model_ref, hint, sizeof hint)) return bad(a, "%s%s", hint, "");
+    /* a Hub id: its config.json from the Hugging Face cache or the Hub (docs/hub.md) */
+    gckpt_plan_request *q = &a->req;
+    gckpt_err herr;
+    if (!gckpt_model_ref_resolve(q->model_ref, a->revision, q->model_ref, sizeof q->model_ref, &q->hub, &herr))
+        return bad(a, "%s%s", herr.msg, "");
     return GCKPT_EXIT_OK;
 }
 

@@ -107,6 +107,12 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     num(m, "parameters", (double)(gckpt_peft_on(&p->req.peft) ? gckpt_param_count(&p->model) : p->params->numel));
     cJSON *cfg = cJSON_Parse(p->model_config_text);
     if (cfg) cJSON_AddItemToObject(m, "config", cfg);
+    if (p->req.hub.id[0]) { /* where the config came from (absent: a shipped name or a path) */
+        cJSON *hub = cJSON_AddObjectToObject(m, "hub");
+        cJSON_AddStringToObject(hub, "id", p->req.hub.id);
+        cJSON_AddStringToObject(hub, "revision", p->req.hub.revision);
+        cJSON_AddStringToObject(hub, "commit", p->req.hub.commit);
+    }
     cJSON_AddItemToObject(in, "device", gckpt_device_to_json(&p->dev));
     cJSON_AddStringToObject(in, "target", gckpt_target_names[p->target]);
     num(in, "seq", (double)p->req.seq);

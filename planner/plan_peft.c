@@ -33,6 +33,7 @@ void gckpt_plan_print_peft_model(const gckpt_plan *p, FILE *f)
 {
     const gckpt_peft *pf = &p->req.peft;
     const char *attn = gckpt_plan_attn_impl(p);
+    char ma[512];
     if (pf->method == GCKPT_METHOD_QLORA) {
         if (pf->quant == GCKPT_QUANT_INT8)
             fprintf(f, "bnb = BitsAndBytesConfig(load_in_8bit=True)\n");
@@ -42,14 +43,14 @@ void gckpt_plan_print_peft_model(const gckpt_plan *p, FILE *f)
                        "                         bnb_4bit_compute_dtype=torch.%s, bnb_4bit_quant_storage=torch.%s)\n",
                     gckpt_quant_names[pf->quant], pf->double_quant ? "True" : "False", torch_dtype(pf->compute_dtype),
                     torch_dtype(pf->quant_storage));
-        fprintf(f, "model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"%s\", quantization_config=bnb,\n"
+        fprintf(f, "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", quantization_config=bnb,\n"
                    "                                             dtype=torch.bfloat16)\n"
                    "# fp32 non-quantized parameters; not its own checkpointing (reentrant, every layer: FINDINGS 12.1)\n"
                    "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)\n",
-                attn);
+                gckpt_plan_model_arg(p, ma, sizeof ma), attn);
     } else {
-        fprintf(f, "model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"%s\", dtype=torch.%s)\n", attn,
-                p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32");
+        fprintf(f, "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s)\n",
+                gckpt_plan_model_arg(p, ma, sizeof ma), attn, p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32");
     }
     char targets[256], mts[160] = "";
     targets_python(p, targets, sizeof targets);

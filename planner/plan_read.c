@@ -161,6 +161,28 @@ static bool eq_u64(plan_reader *r, const cJSON *m, const char *path, uint64_t wa
     return true;
 }
 
+/* inputs.model.hub (absent: a shipped name or a path): the Hub id, revision and commit
+ * the config came from. */
+static bool read_hub(plan_reader *r, const cJSON *m, gckpt_plan_file *pf)
+{
+    gckpt_hub_source *h = &pf->hub;
+    memset(h, 0, sizeof *h);
+    if (!child(m, "inputs.model.hub")) return true;
+    const cJSON *o = obj(r, m, "inputs.model.hub");
+    char commit[64];
+    if (!o || !str(r, o, "inputs.model.hub.id", h->id, sizeof h->id) ||
+        !str(r, o, "inputs.model.hub.revision", h->revision, sizeof h->revision) ||
+        !str(r, o, "inputs.model.hub.commit", commit, sizeof commit))
+        return false;
+    if (!gckpt_hub_is_id(h->id)) return fail(r, "field 'inputs.model.hub.id' = \"%s\" is not a Hub model id (ORG/NAME)", h->id);
+    if (!gckpt_hub_revision_ok(h->revision))
+        return fail(r, "field 'inputs.model.hub.revision' = \"%s\" is not a branch, tag or commit name", h->revision);
+    if (!gckpt_hub_is_commit(commit))
+        return fail(r, "field 'inputs.model.hub.commit' = \"%s\" is not a commit sha (40 lowercase hex digits)", commit);
+    memcpy(h->commit, commit, sizeof h->commit); /* 40 digits and the NUL */
+    return true;
+}
+
 static bool read_model(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
 {
     const cJSON *m = obj(r, in, "inputs.model");
@@ -197,7 +219,7 @@ static bool read_model(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
         return false;
     if (tied != md->tied)
         return fail(r, "field 'inputs.model.tied_embeddings' = %s contradicts inputs.model.config", tied ? "true" : "false");
-    return true;
+    return read_hub(r, m, pf);
 }
 
 static bool read_device(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)

@@ -62,6 +62,7 @@ static const char *hf_optim(gckpt_optimizer o)
 static void print_model_line(const gckpt_plan *p, FILE *f)
 {
     const char *attn = gckpt_plan_attn_impl(p);
+    char ma[512];
     switch (p->req.precision) {
     case GCKPT_BF16:
         fprintf(f, "# pure bf16: weights, gradients and optimizer states in bf16\n");
@@ -76,13 +77,22 @@ static void print_model_line(const gckpt_plan *p, FILE *f)
     const char *dtype = p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32";
     if (p->model.mxfp4_checkpoint) { /* FINDINGS 16.5 */
         fprintf(f, "# the MXFP4 experts dequantized to that dtype: kept quantized they cannot be trained\n"
-                   "model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"%s\", dtype=torch.%s,\n"
+                   "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s,\n"
                    "                                             quantization_config=Mxfp4Config(dequantize=True))\n",
-                attn, dtype);
+                gckpt_plan_model_arg(p, ma, sizeof ma), attn, dtype);
         return;
     }
-    fprintf(f, "model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"%s\", dtype=torch.%s)\n", attn,
-            dtype);
+    fprintf(f, "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s)\n",
+            gckpt_plan_model_arg(p, ma, sizeof ma), attn, dtype);
+}
+
+const char *gckpt_plan_model_arg(const gckpt_plan *p, char *buf, size_t n)
+{
+    const gckpt_hub_source *h = &p->req.hub;
+    if (!h->id[0]) snprintf(buf, n, "...");
+    else if (!strcmp(h->revision, GCKPT_HUB_DEFAULT_REVISION)) snprintf(buf, n, "\"%s\"", h->id);
+    else snprintf(buf, n, "\"%s\", revision=\"%s\"", h->id, h->revision);
+    return buf;
 }
 
 void gckpt_plan_training_args_common(const gckpt_plan *p, cJSON *o)
@@ -211,6 +221,10 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
             p->req.seq > p->model.max_positions ? " (beyond max_position_embeddings: --allow-long-seq)" : "",
             gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer],
             gckpt_attention_names[p->req.attention], peft);
+    if (p->req.hub.id[0])
+        fprintf(f, "config.json: Hugging Face Hub %s, revision %s, commit %s (%s %s)\n", p->req.hub.id,
+                p->req.hub.revision, p->req.hub.commit, p->req.hub.downloaded ? "downloaded to" : "from the cache,",
+                p->req.model_ref);
     gckpt_plan_parallel_header(p, f);
     gckpt_plan_moe_header(p, f);
     fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",

@@ -1,6 +1,7 @@
 #include "schema_check.h"
 
 #include <math.h>
+#include <regex.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -63,6 +64,21 @@ static bool check(ctx *c, const cJSON *s, const cJSON *d, const char *path)
         const cJSON *mx = cJSON_GetObjectItemCaseSensitive(s, "maximum");
         if (cJSON_IsNumber(mn) && d->valuedouble < mn->valuedouble) return fail(c, path, "below minimum");
         if (cJSON_IsNumber(mx) && d->valuedouble > mx->valuedouble) return fail(c, path, "above maximum");
+    }
+    if (cJSON_IsString(d)) { /* pattern as a POSIX extended expression (the schema's are ERE too) */
+        const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minLength");
+        const cJSON *mx = cJSON_GetObjectItemCaseSensitive(s, "maxLength");
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
+        size_t l = strlen(d->valuestring);
+        if (cJSON_IsNumber(mn) && (double)l < mn->valuedouble) return fail(c, path, "shorter than minLength");
+        if (cJSON_IsNumber(mx) && (double)l > mx->valuedouble) return fail(c, path, "longer than maxLength");
+        if (cJSON_IsString(pat)) {
+            regex_t re;
+            if (regcomp(&re, pat->valuestring, REG_EXTENDED | REG_NOSUB)) return fail(c, path, "bad pattern in the schema");
+            int m = regexec(&re, d->valuestring, 0, NULL, 0);
+            regfree(&re);
+            if (m) return fail(c, path, "does not match the pattern");
+        }
     }
     char sub[512];
     if (cJSON_IsObject(d)) {

@@ -167,6 +167,71 @@ static void schema_and_roundtrip(void **state)
     }
 }
 
+/* A plan of a Hub model id records where its config came from (inputs.model.hub), the
+ * schema takes it, and the plan reader reads plans with it and without it and refuses a
+ * malformed one naming the field. */
+static void hub_source(void **state)
+{
+    (void)state;
+    static const char sha[] = "0123456789abcdef0123456789abcdef01234567";
+    gckpt_plan_request q = req("gpt2", 256);
+    q.hub = (gckpt_hub_source){.id = "openai-community/gpt2", .revision = "main", .downloaded = true};
+    memcpy(q.hub.commit, sha, sizeof q.hub.commit);
+    gckpt_plan p, plain;
+    gckpt_err err;
+    gckpt_plan_request q0 = req("gpt2", 256);
+    if (!gckpt_plan_run(&q, &p, &err) || !gckpt_plan_run(&q0, &plain, &err)) fail_msg("%s", err.msg);
+    assert_string_equal(p.model.name, "openai-community/gpt2");
+    cJSON *j = roundtrip(&p), *j0 = roundtrip(&plain);
+    char why[512];
+    if (!schema_check(schema, j, why, sizeof why)) fail_msg("%s", why);
+    const cJSON *hub = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "model"), "hub");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(hub, "id")->valuestring, "openai-community/gpt2");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(hub, "revision")->valuestring, "main");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(hub, "commit")->valuestring, sha);
+    assert_null(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j0, "inputs"), "model"), "hub"));
+
+    gckpt_plan_file pf;
+    char *text = cJSON_Print(j);
+    if (!gckpt_plan_parse("hub.json", text, &pf, &err)) fail_msg("%s", err.msg);
+    free(text);
+    assert_string_equal(pf.hub.id, "openai-community/gpt2");
+    assert_string_equal(pf.hub.revision, "main");
+    assert_string_equal(pf.hub.commit, sha);
+    assert_string_equal(pf.model.name, "openai-community/gpt2");
+    gckpt_plan_file_free(&pf);
+    text = cJSON_Print(j0);
+    if (!gckpt_plan_parse("plain.json", text, &pf, &err)) fail_msg("%s", err.msg);
+    free(text);
+    assert_string_equal(pf.hub.id, "");
+    gckpt_plan_file_free(&pf);
+
+    static const struct { const char *key, *value, *want; } bad[] = {
+        {"commit", "0123", "hub.json: field 'inputs.model.hub.commit' = \"0123\" is not a commit sha"},
+        {"id", "gpt2", "hub.json: field 'inputs.model.hub.id' = \"gpt2\" is not a Hub model id"},
+        {"revision", "../x", "hub.json: field 'inputs.model.hub.revision' = \"../x\" is not a branch"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cJSON *b = cJSON_Duplicate(j, true);
+        cJSON *h = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "inputs"), "model"), "hub");
+        cJSON_ReplaceItemInObject(h, bad[i].key, cJSON_CreateString(bad[i].value));
+        if (i == 0 && schema_check(schema, b, why, sizeof why)) fail_msg("a short commit passed the schema");
+        text = cJSON_Print(b);
+        assert_false(gckpt_plan_parse("hub.json", text, &pf, &err));
+        if (!strstr(err.msg, bad[i].want)) fail_msg("'%s' not in: %s", bad[i].want, err.msg);
+        gckpt_plan_file_free(&pf);
+        free(text);
+        cJSON_Delete(b);
+    }
+    cJSON_Delete(j);
+    cJSON_Delete(j0);
+    gckpt_plan_free(&p);
+    gckpt_plan_free(&plain);
+}
+
 static void schema_rejects(void **state)
 {
     (void)state;
@@ -490,7 +555,7 @@ int main(void)
     }
     free(text);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(moe_plans), cmocka_unit_test(schema_rejects), cmocka_unit_test(peft_plans),
+        cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(moe_plans), cmocka_unit_test(schema_rejects), cmocka_unit_test(hub_source), cmocka_unit_test(peft_plans),
         cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans), cmocka_unit_test(tied_plans),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

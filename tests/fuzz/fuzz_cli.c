@@ -3,7 +3,8 @@
  * Every run must return 0 or 2 (bad usage or input, said on stderr) without a
  * sanitizer report or a leak. It runs in a scratch directory emptied after every input, with an
  * empty PATH (no gnuplot is started); arguments holding a '/' are skipped, so that
- * nothing is read or written outside the scratch directory and the data folder. */
+ * nothing is read or written outside the scratch directory and the data folder (and no
+ * Hub model id, ORG/NAME, is formed; HF_HUB_OFFLINE and an empty cache folder besides). */
 #include <dirent.h>
 #include <unistd.h>
 
@@ -45,6 +46,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     FUZZ_CHECK(mkdtemp(scratch), "mkdtemp");
     FUZZ_CHECK(chdir(scratch) == 0, "chdir");
     setenv("PATH", "", 1);
+    setenv("HF_HUB_OFFLINE", "1", 1);
+    setenv("HF_HUB_CACHE", scratch, 1);
     setenv("GCKPT_DATA_DIR", GCKPT_SOURCE_DIR, 1);
     sink = fopen("/dev/null", "w");
     FUZZ_CHECK(sink, "/dev/null");

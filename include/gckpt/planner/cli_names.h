@@ -1,7 +1,7 @@
 /* Names users already know, accepted on gckpt-plan's command line next to gckpt's own:
  * the TrainingArguments spellings of optimizers (optim=...) and attention
- * (attn_implementation=...), precisions in any case, and a hint for a Hub model id
- * given where a config.json is needed. The plan file keeps gckpt's names only. */
+ * (attn_implementation=...), precisions in any case. (A Hub model id is
+ * gckpt/planner/hub.h's.) The plan file keeps gckpt's names only. */
 #ifndef GCKPT_CLI_NAMES_H
 #define GCKPT_CLI_NAMES_H
 
@@ -28,11 +28,6 @@ extern const char *const gckpt_attention_spellings;
  * table: "adamw or adamw_torch_fused, ..." for error messages, or with help
  * "adamw (adamw_torch_fused: fused, HF's default) | ..." for --help (truncated to n). */
 void gckpt_optimizer_spellings(char *buf, size_t n, bool help);
-
-/* When ref looks like a Hub model id ("org/name": one slash, no such file), writes a
- * one-line hint saying that a config.json path is needed and how to get one; returns
- * whether it did. */
-int gckpt_model_id_hint(const char *ref, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #include "gckpt/core/peft.h"
 #include "gckpt/core/eval.h"
 #include "gckpt/core/parallel.h"
+#include "gckpt/planner/hub.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +51,8 @@ typedef struct {
     gckpt_target target;
     double moe_imbalance;  /* --moe-imbalance F: the most-loaded expert receives F x the balanced
                             * share (0: not given, balanced routing; plan_moe.c) */
+    gckpt_hub_source hub;  /* a Hub id's config.json (model_ref is then its cached path; id "": not
+                            * from the Hub; gckpt/planner/hub.h) */
 } gckpt_plan_request;
 
 /* The default sequence: min(4096, the model's limit); a request with seq 0 gets it. */
@@ -121,6 +124,9 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline);
  * what transformers runs for the requested attention (gckpt_attention_run: Gemma 2's
  * eager when sdpa is asked for). */
 const char *gckpt_plan_attn_impl(const gckpt_plan *p);
+/* from_pretrained's first argument in the snippets: "..." (the user's checkpoint), or a
+ * Hub id's "ORG/NAME" (with revision="REV" when not main), written into buf. */
+const char *gckpt_plan_model_arg(const gckpt_plan *p, char *buf, size_t n);
 
 /* Human outputs: the header (model, GPU, budget, warnings) comes first. */
 void gckpt_plan_print_header(const gckpt_plan *p, FILE *f);

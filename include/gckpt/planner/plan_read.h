@@ -27,6 +27,7 @@ typedef struct {
     int version;              /* the schema's: 1 or 2 */
     gckpt_target target;      /* inputs.target (version 1: cuda) */
     gckpt_model model;
+    gckpt_hub_source hub;     /* inputs.model.hub (absent: id "", a shipped name or a path) */
     gckpt_device dev;
     char *config_text;        /* inputs.model.config printed back as JSON */
     uint64_t seq;

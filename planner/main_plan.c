@@ -7,10 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/planner/calibrate.h"
 #include "gckpt/planner/cli_names.h"
 #include "gckpt/planner/ds_config.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/planner/plan_output.h"
+#include "gckpt/util/outpath.h"
 #include "gckpt/util/safe_text.h"
 #include "gckpt/util/stdio_check.h"
 
@@ -108,6 +110,10 @@ static void usage(FILE *f)
 "  --table frontier|all   rows of the table: notable entries (default) or all\n"
 "  -q, --quiet            no table or recommendation on stdout\n"
 "  --list                 list the models and GPUs shipped with gckpt\n"
+"  --calibrate-from REPORT [REPORT...]\n"
+"                         fit the --gpu profile's efficiencies (default: the plans' profile)\n"
+"                         to the step times measured in gckpt-run or Trainer callback\n"
+"                         reports; write the calibrated profile to -o (docs/calibration.md)\n"
 "  -h, --help             this help\n"
 "  -V, --version          version\n"
 "\n"
@@ -330,7 +336,7 @@ static void print_alternatives(const gckpt_plan_request *req, const gckpt_model 
 
 enum { O_MODEL = 256, O_GPU, O_SEQ, O_MB, O_GA, O_GB, O_PREC, O_OPT, O_ATTN, O_EVERY, O_OFF,
        O_BUDGET, O_MARGIN, O_PLOT, O_TABLE, O_LIST, O_LONG, O_METHOD, O_RANK, O_ALPHA, O_LDROP, O_TARGETS,
-       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS, O_MOE, O_FSDP_OFF, O_TARGET };
+       O_MTS, O_QUANT, O_DQ, O_CDT, O_GPUS, O_NODES, O_PAR, O_DS, O_MOE, O_FSDP_OFF, O_TARGET, O_CALIB };
 
 /* What the command line asks for. */
 typedef struct {
@@ -347,6 +353,10 @@ typedef struct {
     int n_modes;
     const char *ds_path; /* --deepspeed */
     const char *fsdp_offload; /* --fsdp-offload on|off */
+    /* --calibrate-from: the reports (argv's strings), whether --gpu and a planning option were given */
+    const char **calib;
+    int n_calib;
+    bool gpu_given, planning;
 } cli_args;
 
 /* --deepspeed FILE: its stage decides the mode (or must agree with --parallel), its limits go
@@ -617,12 +627,17 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         {"nodes", required_argument, 0, O_NODES}, {"parallel", required_argument, 0, O_PAR},
         {"deepspeed", required_argument, 0, O_DS}, {"moe-imbalance", required_argument, 0, O_MOE},
         {"fsdp-offload", required_argument, 0, O_FSDP_OFF}, {"target", required_argument, 0, O_TARGET},
+        {"calibrate-from", required_argument, 0, O_CALIB},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c, rc = GCKPT_EXIT_OK;
     *answered = false;
     opterr = 0; /* one line of ours instead of getopt's message and the usage */
+    if (!(a->calib = calloc((size_t)argc, sizeof *a->calib))) return bad("out of memory%s%s", "", "");
     while ((c = getopt_long(argc, argv, ":o:qhV", opts, NULL)) != -1) {
+        a->gpu_given |= c == O_GPU;
+        a->planning |= c != O_GPU && c != O_CALIB && c != 'o' && c != 'q';
         switch (c) {
+        case O_CALIB: a->calib[a->n_calib++] = optarg; break;
         case O_SEQ: case O_MB: case O_GA: case O_GB: case O_EVERY: case O_BUDGET: case O_MARGIN: case O_GPUS:
         case O_NODES: case O_MOE:
             rc = parse_number_option(c, optarg, a);
@@ -653,7 +668,10 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         }
         if (rc) return rc;
     }
+    while (a->n_calib && optind < argc) a->calib[a->n_calib++] = argv[optind++]; /* REPORT... */
     if (optind < argc) return bad("unexpected argument '%s'%s (see --help)", argv[optind], "");
+    if (a->n_calib && a->planning) return bad("--calibrate-from takes --gpu, -o and -q only%s%s", "", "");
+    if (a->n_calib) return GCKPT_EXIT_OK;
     if (a->ga_set && a->gb_set) return bad("--grad-accum and --global-batch exclude each other%s%s", "", "");
     if ((rc = apply_peft_options(a))) return rc;
     if ((rc = check_layout(a))) return rc;
@@ -764,6 +782,23 @@ static int plan_and_write(const cli_args *a)
     return rc;
 }
 
+/* --calibrate-from: fit, print, write the profile (planner/calibrate.c). */
+static int calibrate_and_write(const cli_args *a)
+{
+    gckpt_err err = {{0}};
+    if (!a->out) return bad("--calibrate-from needs -o FILE for the calibrated profile%s%s", "", "");
+    if (!gckpt_outpath_check(&a->out, 1, a->calib, a->n_calib, &err)) return fail_line(&err);
+    char *json;
+    gckpt_calibration_summary sum;
+    if (!gckpt_calibrate(a->calib, (size_t)a->n_calib, a->gpu_given ? a->req.gpu_ref : NULL, &json, &sum, &err))
+        return fail_line(&err);
+    if (!a->quiet) gckpt_calibration_print(&sum, strcmp(a->out, "-") ? stdout : stderr);
+    int rc = gckpt_write_file_atomic(a->out, json, &err) && gckpt_stdout_check(&err) ? GCKPT_EXIT_OK : fail_line(&err);
+    free(json);
+    gckpt_calibration_summary_free(&sum);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     cli_args a = {.req = {.seq = 0 /* the model's default */, .micro_batches = {1}, .n_micro = 1, .grad_accum = 1,
@@ -774,7 +809,9 @@ int main(int argc, char **argv)
     snprintf(a.req.gpu_ref, sizeof a.req.gpu_ref, "h100-sxm-80gb");
     bool answered;
     int rc = parse_args(argc, argv, &a, &answered);
-    if (rc == GCKPT_EXIT_OK && !answered) rc = a.n_modes > 1 ? compare_modes(&a) : plan_and_write(&a);
+    if (rc == GCKPT_EXIT_OK && !answered)
+        rc = a.n_calib ? calibrate_and_write(&a) : a.n_modes > 1 ? compare_modes(&a) : plan_and_write(&a);
     free(a.every);
+    free(a.calib);
     return rc;
 }

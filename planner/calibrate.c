@@ -643,7 +643,8 @@ bool gckpt_calibrate(const char *const *report_paths, size_t n, const char *base
 
 void gckpt_calibration_print(const gckpt_calibration_summary *sum, FILE *f)
 {
-    fprintf(f, "calibrated \"%s\" from %zu measured step times on %s\n", sum->device, sum->n_runs, sum->measured_on);
+    fprintf(f, "calibrated \"%s\" from %zu measured step time%s on %s\n", sum->device, sum->n_runs,
+            sum->n_runs == 1 ? "" : "s", sum->measured_on);
     fprintf(f, "%-20s %12s %12s  %s\n", "knob", "before", "after", "");
     static const char *const label[GCKPT_CAL_NKNOB] = {"matmul_efficiency", "hbm_efficiency", "h2d/d2h bytes/s"};
     for (int k = 0; k < GCKPT_CAL_NKNOB; k++)

@@ -396,6 +396,11 @@ bool gckpt_cal_read(const char *path, cal_input *in, gckpt_err *err)
     char *text = gckpt_read_file(path, CAL_MAX_BYTES, err);
     if (!text) return false;
     gckpt_sha256_hex(text, strlen(text), s->sha256);
+    if (!*text) {
+        gckpt_seterr(err, "%s: empty file: not a report", path);
+        free(text);
+        return false;
+    }
     char *rest = text, *first = next_line(&rest);
     while (first && is_blank(first)) first = next_line(&rest);
     cJSON *head = first ? cJSON_Parse(first) : NULL;

@@ -35,6 +35,8 @@ const char *const gckpt_cal_knob_names[GCKPT_CAL_NKNOB] = {"matmul_efficiency", 
 /* Relative step of the difference quotients (exact within a linear piece). */
 #define CAL_H 1e-6
 #define CAL_MAX_ITER 60
+/* A knob determined only within this relative standard error is not fitted. */
+#define CAL_MAX_REL_SE 0.25
 /* Fitted values are written with this many significant digits: measured step times do not
  * carry more, and the predictions after calibration are made with the values as written. */
 #define CAL_DIGITS 6
@@ -291,7 +293,48 @@ static double round_sig(double v)
     return strtod(buf, NULL);
 }
 
-/* Fit s; the knobs' flags and reasons into knob. */
+/* The relative standard error of each free knob at s: the linear piece's least-squares
+ * covariance sigma^2 (A^T A)^-1 with sigma^2 from the relative residuals (n - p degrees of
+ * freedom); 0 when n = p (an exact fit says nothing about the noise). */
+static void rel_errors(const cal_input *in, const double *T, double (*J)[GCKPT_CAL_NKNOB], const bool freek[GCKPT_CAL_NKNOB],
+                       const double s[GCKPT_CAL_NKNOB], double se[GCKPT_CAL_NKNOB])
+{
+    size_t n = in->nrun;
+    int idx[GCKPT_CAL_NKNOB], m = 0;
+    for (int k = 0; k < GCKPT_CAL_NKNOB; k++) {
+        se[k] = 0;
+        if (freek[k]) idx[m++] = k;
+    }
+    if (!m || n <= (size_t)m) return;
+    double AtA[GCKPT_CAL_NKNOB][GCKPT_CAL_NKNOB] = {{0}}, rss = 0;
+    for (size_t i = 0; i < n; i++) {
+        double w = 1.0 / in->run[i].measured_s, r = (T[i] - in->run[i].measured_s) * w;
+        rss += r * r;
+        for (int u = 0; u < m; u++)
+            for (int v = 0; v < m; v++) AtA[u][v] += J[i][idx[u]] * w * J[i][idx[v]] * w;
+    }
+    double sigma2 = rss / (double)(n - (size_t)m);
+    for (int u = 0; u < m; u++) { /* column u of the inverse */
+        double A[GCKPT_CAL_NKNOB][GCKPT_CAL_NKNOB], e[GCKPT_CAL_NKNOB] = {0}, x[GCKPT_CAL_NKNOB];
+        memcpy(A, AtA, sizeof A);
+        e[u] = 1;
+        se[idx[u]] = solve(m, A, e, x) && x[u] > 0 ? sqrt(sigma2 * x[u]) / s[idx[u]] : INFINITY;
+    }
+}
+
+/* Knob k no longer fitted: kept at the base profile's value. */
+static void drop(gckpt_cal_knob *k, bool freek[], int i, double s[], const char *why)
+{
+    k->fitted = false;
+    freek[i] = false;
+    s[i] = 1;
+    snprintf(k->why, sizeof k->why, "%s", why);
+}
+
+/* Fit s; the knobs' flags and reasons into knob. A free knob that the linear piece puts at a
+ * negative time, or that the runs determine only within +-CAL_MAX_REL_SE, is dropped (kept at
+ * the base profile's value) and the rest fitted again; one beyond its field's range is held at
+ * the bound. */
 static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, double s[GCKPT_CAL_NKNOB],
                 gckpt_cal_knob knob[GCKPT_CAL_NKNOB], gckpt_err *err)
 {
@@ -310,39 +353,77 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
                      in->src[0].name, 100 * CAL_MIN_SHARE);
         ok = false;
     }
-    double best[GCKPT_CAL_NKNOB], best_rms = ok ? rms_rel(in, T) : INFINITY;
-    memcpy(best, s, sizeof best);
-    for (int it = 0; ok && it < CAL_MAX_ITER; it++) {
-        double next[GCKPT_CAL_NKNOB];
-        if (!(ok = step_fit(in, T, J, freek, s, next))) {
-            gckpt_seterr(err, "out of memory");
-            break;
-        }
-        bool clamped = false;
-        for (int k = 0; k < GCKPT_CAL_NKNOB; k++) {
-            double lo, hi;
-            knob_bounds(base, k, &lo, &hi);
-            if (freek[k] && (next[k] < lo || next[k] > hi || !isfinite(next[k]))) {
-                size_t l = strlen(knob[k].why);
-                snprintf(knob[k].why + l, sizeof knob[k].why - l, "; held at its bound (the fit asked for %.3g x the base "
-                         "profile's)", 1.0 / next[k]);
-                next[k] = next[k] < lo ? lo : hi;
-                freek[k] = false;
-                knob[k].clamped = clamped = true;
+    for (bool again = ok; again;) {
+        again = false;
+        double best[GCKPT_CAL_NKNOB], best_rms = rms_rel(in, T);
+        memcpy(best, s, sizeof best);
+        for (int it = 0; ok && it < CAL_MAX_ITER; it++) {
+            double next[GCKPT_CAL_NKNOB];
+            if (!(ok = step_fit(in, T, J, freek, s, next))) {
+                gckpt_seterr(err, "out of memory");
+                break;
             }
+            bool changed = false;
+            for (int k = 0; k < GCKPT_CAL_NKNOB; k++) {
+                double lo, hi;
+                knob_bounds(base, k, &lo, &hi);
+                if (freek[k] && !(next[k] > 0)) {
+                    drop(&knob[k], freek, k, next, "not fitted: the runs cannot tell it from the other knobs (the fit "
+                                                    "gave it a negative time)");
+                    changed = true;
+                } else if (freek[k] && (next[k] < lo || next[k] > hi)) {
+                    size_t l = strlen(knob[k].why);
+                    snprintf(knob[k].why + l, sizeof knob[k].why - l, "; held at its bound (the fit asked for %.3g x the "
+                             "base profile's)", 1.0 / next[k]);
+                    next[k] = next[k] < lo ? lo : hi;
+                    freek[k] = false;
+                    knob[k].clamped = changed = true;
+                }
+            }
+            double change = 0;
+            for (int k = 0; k < GCKPT_CAL_NKNOB; k++) change = fmax(change, fabs(next[k] - s[k]) / s[k]);
+            memcpy(s, next, sizeof next);
+            if (!(ok = linearize(p, in, base, s, T, J, err))) break;
+            double r = rms_rel(in, T);
+            if (changed || r < best_rms) { /* a dropped or held knob restarts the search for the best */
+                best_rms = r;
+                memcpy(best, s, sizeof best);
+            }
+            if (change < 1e-12 && !changed) break;
         }
-        double change = 0;
-        for (int k = 0; k < GCKPT_CAL_NKNOB; k++) change = fmax(change, fabs(next[k] - s[k]) / s[k]);
-        memcpy(s, next, sizeof next);
+        if (!ok) break;
+        memcpy(s, best, sizeof best);
         if (!(ok = linearize(p, in, base, s, T, J, err))) break;
-        double r = rms_rel(in, T);
-        if (r < best_rms) {
-            best_rms = r;
-            memcpy(best, s, sizeof best);
+        double se[GCKPT_CAL_NKNOB];
+        rel_errors(in, T, J, freek, s, se);
+        int worst = -1;
+        for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
+            if (freek[k] && se[k] > CAL_MAX_REL_SE && (worst < 0 || se[k] > se[worst])) worst = k;
+        if (worst >= 0) {
+            char why[160];
+            if (se[worst] < 1)
+                snprintf(why, sizeof why, "not fitted: the runs determine it only within +-%.0f%% (the other knobs "
+                                          "explain the same steps)", 100 * se[worst]);
+            else
+                snprintf(why, sizeof why, "not fitted: the runs do not determine it (the other knobs explain the same "
+                                          "steps)");
+            drop(&knob[worst], freek, worst, s, why);
+            ok = linearize(p, in, base, s, T, J, err);
+            again = ok;
+            continue;
         }
-        if (change < 1e-12 && !clamped) break;
+        for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
+            if (freek[k] && se[k] > 0) {
+                size_t l = strlen(knob[k].why);
+                snprintf(knob[k].why + l, sizeof knob[k].why - l, " (+-%.1f%%)", 100 * se[k]);
+            }
     }
-    memcpy(s, best, sizeof best);
+    bool left = false;
+    for (int k = 0; k < GCKPT_CAL_NKNOB; k++) left |= knob[k].fitted;
+    if (ok && !left) {
+        gckpt_seterr(err, "%s: no knob could be fitted: the runs cannot tell the knobs apart", in->src[0].name);
+        ok = false;
+    }
     free(T);
     free(J);
     return ok;

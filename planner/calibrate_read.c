@@ -1,7 +1,9 @@
-/* The calibration's inputs: gckpt-run reports (gckpt.report/2 JSON Lines; the plan each ran is
- * read back from the header's plan.file) and the Trainer callback's JSON Lines records
- * (backend "hf-trainer", each carrying its plan's inputs and entry). docs/calibration.md lists
- * the fields read. Every error is one line naming the file (and the line and field). */
+/* The calibration's inputs: gckpt.report/2 JSON Lines reports, written by gckpt-run (backend
+ * host or cuda) or by gckpt.TrainerCallback (generator gckpt-python, backend hf-trainer). The
+ * plan each ran is read back from the header's plan.file; each entry's measured step is its
+ * entry record's time.measured_step_s, or, for an entry without one (a Trainer run that was
+ * killed), the median of its judged step records'. docs/calibration.md lists the fields read.
+ * Every error is one line naming the file (and the line and field). */
 #include "calibrate_runs.h"
 
 #include <errno.h>
@@ -173,6 +175,11 @@ static bool report_plan(const char *f, const char *plan_file, const char *plan_v
                         gckpt_plan_file *pf, gckpt_err *err)
 {
     char path[4096];
+    if (plan_file[0] == '<') { /* gckpt.TrainerCallback given a Plan or a dict: "<Plan>", "<dict>" */
+        gckpt_seterr(err, "%s: field 'plan.file' = \"%s\": the run's plan is not in a file; save it (Plan.to_json(PATH)) and "
+                          "give the callback PATH (the calibration re-evaluates the plan's entries)", f, plan_file);
+        return false;
+    }
     if (!find_plan(f, plan_file, path, sizeof path)) {
         gckpt_seterr(err, "%s: field 'plan.file' = \"%s\": no such plan next to the report or in the current directory "
                           "(the calibration re-evaluates the plan's entries)", f, plan_file);
@@ -202,6 +209,86 @@ static bool entry_matches(const gckpt_plan_file *pf, const report_entry *re)
            e->grad_accum == re->grad_accum && d <= 1e-12 * fmax(e->r.step_s, 1e-300);
 }
 
+/* The judged step records' times of one entry (hf-trainer), for an entry without a record. */
+typedef struct {
+    uint64_t index;
+    double *s;
+    size_t n, cap;
+    bool has_entry; /* an entry record with a measured time came */
+} step_times;
+
+static int cmp_dbl(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static bool step_record(const char *f, long line, const cJSON *j, step_times *st, gckpt_err *err)
+{
+    char where[300];
+    snprintf(where, sizeof where, "%s: line %ld", f, line);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "time"), *judged = cJSON_GetObjectItemCaseSensitive(j, "judged");
+    uint64_t entry;
+    double s;
+    if (!gckpt_json_u64(j, where, "entry", 0, GCKPT_MAX_ENTRIES, &entry, err)) return false;
+    if (!cJSON_IsObject(t)) {
+        gckpt_seterr(err, "%s: missing field 'time' (object)", where);
+        return false;
+    }
+    if (!gckpt_json_num(t, where, "time.measured_step_s", 0, GCKPT_MAX_SECONDS, &s, err)) return false;
+    if (!cJSON_IsTrue(judged) || !(s > 0)) return true; /* step 1: the optimizer creates its states */
+    if (st->n && st->index != entry) {
+        gckpt_seterr(err, "%s: field 'entry' = %llu, earlier step records %llu: one entry per Trainer run", where,
+                     (unsigned long long)entry, (unsigned long long)st->index);
+        return false;
+    }
+    if (st->n == st->cap) {
+        size_t cap = st->cap ? 2 * st->cap : 64;
+        double *p = realloc(st->s, cap * sizeof *p);
+        if (!p) {
+            gckpt_seterr(err, "out of memory");
+            return false;
+        }
+        st->s = p;
+        st->cap = cap;
+    }
+    st->index = entry;
+    st->s[st->n++] = s;
+    return true;
+}
+
+/* The plan entry an hf-trainer report's step records measured, as an entry record would say it. */
+static bool steps_as_entry(const char *f, const gckpt_plan_file *pf, step_times *st, report_entry *re, gckpt_err *err)
+{
+    if (st->index >= pf->n) {
+        gckpt_seterr(err, "%s: step records of entry %llu, its plan has %zu entries: not the plan this report ran", f,
+                     (unsigned long long)st->index, pf->n);
+        return false;
+    }
+    const gckpt_entry *e = &pf->entries[st->index];
+    qsort(st->s, st->n, sizeof *st->s, cmp_dbl);
+    *re = (report_entry){.index = st->index, .every_n = e->every_n, .micro_batch = e->micro_batch,
+                         .grad_accum = e->grad_accum, .offload = e->offload, .predicted_s = e->r.step_s,
+                         .measured_s = st->n % 2 ? st->s[st->n / 2] : 0.5 * (st->s[st->n / 2 - 1] + st->s[st->n / 2])};
+    return true;
+}
+
+static bool add_entry(const char *f, const char *where, const report_entry *re, const gckpt_plan_file *pf,
+                      const char *plan_file, cal_input *in, gckpt_err *err)
+{
+    if (!entry_matches(pf, re)) {
+        gckpt_seterr(err, "%s: entry %llu (every_n %llu, offload %s, micro-batch %llu x %llu, predicted %.6g s) "
+                          "is not entry %llu of its plan.file \"%s\": not the plan this report ran",
+                     where, (unsigned long long)re->index, (unsigned long long)re->every_n,
+                     re->offload ? "on" : "off", (unsigned long long)re->micro_batch,
+                     (unsigned long long)re->grad_accum, re->predicted_s, (unsigned long long)re->index, plan_file);
+        return false;
+    }
+    (void)f;
+    cal_run r = run_of(pf, re->index, in->nsrc, (long)re->index, re->measured_s);
+    return add_run(in, &r, err);
+}
+
 static bool read_report(const char *f, char *rest, const cJSON *head, cal_input *in, gckpt_err *err)
 {
     cal_source *s = &in->src[in->nsrc];
@@ -210,6 +297,7 @@ static bool read_report(const char *f, char *rest, const cJSON *head, cal_input 
     gckpt_plan_file pf;
     bool have_plan = false, ok = true;
     size_t first = in->nrun;
+    step_times st = {0};
     long line = 1;
     for (char *ln; ok && (ln = next_line(&rest));) {
         line++;
@@ -223,159 +311,30 @@ static bool read_report(const char *f, char *rest, const cJSON *head, cal_input 
         }
         const cJSON *rec = cJSON_GetObjectItemCaseSensitive(j, "record");
         report_entry re;
+        if (cJSON_IsString(rec) && !strcmp(rec->valuestring, "step")) ok = step_record(f, line, j, &st, err);
         if (cJSON_IsString(rec) && !strcmp(rec->valuestring, "entry")) {
             ok = report_entry_read(f, line, j, &re, err);
             if (ok && re.measured_s > 0) {
                 if (!have_plan) ok = have_plan = report_plan(f, plan_file, plan_ver, s, &pf, err);
-                if (ok && !entry_matches(&pf, &re)) {
-                    gckpt_seterr(err, "%s: entry %llu (every_n %llu, offload %s, micro-batch %llu x %llu, predicted %.6g s) "
-                                      "is not entry %llu of its plan.file \"%s\": not the plan this report ran",
-                                 where, (unsigned long long)re.index, (unsigned long long)re.every_n,
-                                 re.offload ? "on" : "off", (unsigned long long)re.micro_batch,
-                                 (unsigned long long)re.grad_accum, re.predicted_s, (unsigned long long)re.index, plan_file);
-                    ok = false;
-                }
-                if (ok) {
-                    cal_run r = run_of(&pf, re.index, in->nsrc, (long)re.index, re.measured_s);
-                    ok = add_run(in, &r, err);
-                }
+                ok = ok && add_entry(f, where, &re, &pf, plan_file, in, err);
+                if (ok && re.index == st.index) st.has_entry = true;
             }
         }
         cJSON_Delete(j);
     }
+    if (ok && st.n && !st.has_entry) { /* a Trainer run without its entry record */
+        report_entry re;
+        if (!have_plan) ok = have_plan = report_plan(f, plan_file, plan_ver, s, &pf, err);
+        ok = ok && steps_as_entry(f, &pf, &st, &re, err) && add_entry(f, f, &re, &pf, plan_file, in, err);
+    }
+    free(st.s);
     if (have_plan) gckpt_plan_file_free(&pf);
     if (ok && in->nrun == first) {
         gckpt_seterr(err, "%s: no entry with a measured step time (an entry record with status \"ok\" and "
-                          "time.measured_step_s)", f);
+                          "time.measured_step_s, or judged step records)", f);
         ok = false;
     }
     if (!ok) in->nrun = first;
-    return ok;
-}
-
-/* ---- the Trainer callback's records ------------------------------------------------------ */
-
-/* A record's plan as a one-entry plan text for the plan reader: the record's plan (its
- * schema, generator, inputs and steady_state; a whole plan is fine) with the entry given as
- * an object, or as an index into the plan's own entries. */
-static char *record_plan_text(const char *where, const cJSON *rec, gckpt_err *err)
-{
-    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(rec, "plan");
-    const cJSON *entry = cJSON_GetObjectItemCaseSensitive(rec, "entry");
-    if (!cJSON_IsObject(plan)) {
-        gckpt_seterr(err, "%s: missing field 'plan' (object: the plan's schema, generator, inputs)", where);
-        return NULL;
-    }
-    if (cJSON_IsNumber(entry)) {
-        const cJSON *es = cJSON_GetObjectItemCaseSensitive(plan, "entries");
-        int i = (int)entry->valuedouble;
-        if (!cJSON_IsArray(es) || entry->valuedouble != (double)i || i < 0 || i >= cJSON_GetArraySize(es)) {
-            gckpt_seterr(err, "%s: field 'entry' = %g is not an index into field 'plan.entries'", where, entry->valuedouble);
-            return NULL;
-        }
-        entry = cJSON_GetArrayItem(es, i);
-    }
-    if (!cJSON_IsObject(entry)) {
-        gckpt_seterr(err, "%s: missing field 'entry' (the plan's entry object, or its index in plan.entries)", where);
-        return NULL;
-    }
-    cJSON *p = cJSON_CreateObject();
-    static const char *const keep[] = {"schema", "generator", "inputs", "steady_state", "warnings"};
-    for (size_t k = 0; p && k < sizeof keep / sizeof keep[0]; k++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(plan, keep[k]);
-        if (v) cJSON_AddItemToObject(p, keep[k], cJSON_Duplicate(v, true));
-    }
-    cJSON *es = p ? cJSON_AddArrayToObject(p, "entries") : NULL;
-    cJSON *e = es ? cJSON_Duplicate(entry, true) : NULL;
-    if (e) {
-        cJSON_DeleteItemFromObjectCaseSensitive(e, "timeline");
-        cJSON_ReplaceItemInObjectCaseSensitive(e, "index", cJSON_CreateNumber(0));
-        cJSON_AddItemToArray(es, e);
-        cJSON_AddItemToObject(p, "recommended", cJSON_CreateNull());
-        cJSON_AddItemToObject(p, "smallest", cJSON_CreateNumber(0));
-    }
-    char *text = e ? cJSON_PrintUnformatted(p) : NULL;
-    cJSON_Delete(p);
-    if (!text) gckpt_seterr(err, "%s: out of memory", where);
-    return text;
-}
-
-static bool trainer_record(const char *f, long line, const cJSON *j, cal_input *in, bool first, gckpt_err *err)
-{
-    char where[300], name[128], kind[8];
-    snprintf(where, sizeof where, "%s: line %ld", f, line);
-    cal_source *s = &in->src[in->nsrc];
-    const cJSON *meas = cJSON_GetObjectItemCaseSensitive(j, "measured");
-    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(j, "device");
-    if (!meas) return true; /* another kind of record */
-    double step_s;
-    if (!cJSON_IsObject(meas) || !cJSON_IsObject(dev)) {
-        gckpt_seterr(err, "%s: fields 'measured' and 'device' must be objects", where);
-        return false;
-    }
-    if (!gckpt_json_num(meas, where, "measured.step_s", 1e-12, GCKPT_MAX_SECONDS, &step_s, err) ||
-        !gckpt_json_str(dev, where, "device.name", name, sizeof name, err) ||
-        !gckpt_json_str_opt(dev, where, "device.kind", "gpu", kind, sizeof kind, err))
-        return false;
-    gckpt_text_sanitize(name);
-    if (first) {
-        snprintf(s->measured_on, sizeof s->measured_on, "%s", name);
-        snprintf(s->kind, sizeof s->kind, "%s", kind);
-    } else if (strcmp(name, s->measured_on) || strcmp(kind, s->kind)) {
-        gckpt_seterr(err, "%s: field 'device.name' = \"%s\" (%s), earlier records \"%s\" (%s): mixed devices", where,
-                     name, kind, s->measured_on, s->kind);
-        return false;
-    }
-    char *text = record_plan_text(where, j, err);
-    if (!text) return false;
-    char pwhere[320];
-    snprintf(pwhere, sizeof pwhere, "%s: field 'plan'", where);
-    gckpt_plan_file pf;
-    bool ok = gckpt_plan_parse(pwhere, text, &pf, err);
-    free(text);
-    if (!ok) return false;
-    if (first) snprintf(s->planned_for, sizeof s->planned_for, "%s", pf.dev.name);
-    else if (strcmp(pf.dev.name, s->planned_for)) {
-        gckpt_seterr(err, "%s: field 'plan.inputs.device.name' = \"%s\", earlier records \"%s\": mixed profiles", where,
-                     pf.dev.name, s->planned_for);
-        gckpt_plan_file_free(&pf);
-        return false;
-    }
-    cal_run r = run_of(&pf, 0, in->nsrc, line, step_s);
-    gckpt_plan_file_free(&pf);
-    return add_run(in, &r, err);
-}
-
-static bool read_trainer(const char *f, char *first_line, char *rest, cal_input *in, gckpt_err *err)
-{
-    cal_source *s = &in->src[in->nsrc];
-    snprintf(s->generator, sizeof s->generator, "hf-trainer");
-    snprintf(s->backend, sizeof s->backend, "hf-trainer");
-    size_t before = in->nrun;
-    long line = 0;
-    bool ok = true;
-    for (char *ln = first_line; ok && ln; ln = next_line(&rest)) {
-        line++;
-        if (is_blank(ln)) continue;
-        char where[300];
-        snprintf(where, sizeof where, "%s: line %ld", f, line);
-        cJSON *j = gckpt_json_parse(where, ln, err);
-        if (!j) ok = false;
-        else {
-            char backend[32];
-            str_or_empty(j, "backend", backend, sizeof backend);
-            if (strcmp(backend, "hf-trainer")) {
-                gckpt_seterr(err, "%s: field 'backend' = \"%s\", expected \"hf-trainer\" as on line 1", where, backend);
-                ok = false;
-            } else ok = trainer_record(f, line, j, in, in->nrun == before, err);
-            cJSON_Delete(j);
-        }
-    }
-    if (ok && in->nrun == before) {
-        gckpt_seterr(err, "%s: no record with a measured step time (field 'measured.step_s')", f);
-        ok = false;
-    }
-    if (!ok) in->nrun = before;
     return ok;
 }
 
@@ -405,9 +364,8 @@ bool gckpt_cal_read(const char *path, cal_input *in, gckpt_err *err)
     while (first && is_blank(first)) first = next_line(&rest);
     cJSON *head = first ? cJSON_Parse(first) : NULL;
     bool ok = false;
-    char schema[64], backend[32];
+    char schema[64];
     str_or_empty(head, "schema", schema, sizeof schema);
-    str_or_empty(head, "backend", backend, sizeof backend);
     if (!cJSON_IsObject(head)) {
         /* a whole JSON document (a plan, a profile) or no JSON at all */
         cJSON *whole = first ? NULL : cJSON_Parse(text);
@@ -419,22 +377,17 @@ bool gckpt_cal_read(const char *path, cal_input *in, gckpt_err *err)
         char ws[64];
         str_or_empty(whole, "schema", ws, sizeof ws);
         if (ws[0])
-            gckpt_seterr(err, "%s: field 'schema' = \"%s\": not a report (gckpt-run's gckpt.report/2 JSON Lines, or the "
-                              "Trainer callback's records)", path, ws);
+            gckpt_seterr(err, "%s: field 'schema' = \"%s\": not a report (gckpt.report/2 JSON Lines of gckpt-run or "
+                              "gckpt.TrainerCallback)", path, ws);
         else
-            gckpt_seterr(err, "%s: line 1 is not a JSON object: not a report (gckpt-run's gckpt.report/2 JSON Lines, or "
-                              "the Trainer callback's records)", path);
+            gckpt_seterr(err, "%s: line 1 is not a JSON object: not a report (gckpt.report/2 JSON Lines of gckpt-run or "
+                              "gckpt.TrainerCallback)", path);
         cJSON_Delete(whole);
     } else if (!strcmp(schema, "gckpt.report/2")) {
         ok = read_report(path, rest, head, in, err);
-    } else if (!strcmp(backend, "hf-trainer")) {
-        ok = read_trainer(path, first, rest, in, err);
-    } else if (schema[0]) {
-        gckpt_seterr(err, "%s: line 1: field 'schema' = \"%s\", expected \"gckpt.report/2\" (gckpt-run) or Trainer "
-                          "callback records (field 'backend' = \"hf-trainer\")", path, schema);
     } else {
-        gckpt_seterr(err, "%s: line 1: no field 'schema' (\"gckpt.report/2\") nor 'backend' (\"hf-trainer\"): not a report",
-                     path);
+        gckpt_seterr(err, "%s: line 1: field 'schema' = \"%s\", expected \"gckpt.report/2\" (a report of gckpt-run or "
+                          "gckpt.TrainerCallback)", path, schema);
     }
     cJSON_Delete(head);
     free(text);

@@ -5,8 +5,8 @@
  * times: reports measuring k x the plan's times must give knobs / k and a calibrated plan
  * predicting the measured times. Known knobs: reports whose "measured" times are the
  * plans of a truth profile (other efficiencies, slower copies) must give back the truth's
- * knobs. One run identifies one knob, fitted so that run is predicted exactly. The
- * Trainer callback's records calibrate as the equivalent report does. Bad inputs exit 2
+ * knobs. One run identifies one knob, fitted so that run is predicted exactly.
+ * gckpt.TrainerCallback's reports calibrate as gckpt-run's do. Bad inputs exit 2
  * with one line naming the file and leave the output as it was; the profile loads with the
  * device reader, which refuses one edited after its calibration. And on real host runs
  * (gckpt-run's CPU backend) the calibrated profile predicts the measured steps better. */
@@ -173,30 +173,40 @@ static void write_report(const char *name, const char *plan_file, const measure 
     cJSON_Delete(p);
 }
 
-/* The Trainer callback's records of the same runs: the plan, the entry's index, the
- * measured step and the device. */
-static void write_trainer(const char *name, const char *plan_file, const measure *m)
+/* What gckpt.TrainerCallback writes (python/gckpt/callback.py): a gckpt.report/2 of one entry,
+ * generator gckpt-python, backend hf-trainer, a rank on every record, one step record per
+ * optimizer step (step 1 not judged) and, when the run ended, the entry record with the
+ * median of the judged steps. */
+static void write_trainer(const char *name, const char *plan_file, const cJSON *entry, double step_s, bool with_entry,
+                          const char *file_in_header)
 {
     cJSON *p = load(plan_file);
+    const cJSON *in = at(p, "inputs");
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
-    fprintf(f, "{\"backend\":\"hf-trainer\",\"record\":\"start\"}\n"); /* a record without a measurement */
-    const cJSON *e;
-    cJSON_ArrayForEach(e, at(p, "entries")) {
-        cJSON *r = cJSON_CreateObject();
-        cJSON_AddStringToObject(r, "backend", "hf-trainer");
-        cJSON_AddItemToObject(r, "plan", cJSON_Duplicate(p, true));
-        cJSON_AddNumberToObject(r, "entry", num(e, "index"));
-        cJSON_AddNumberToObject(cJSON_AddObjectToObject(r, "measured"), "step_s", measured_of(m, e));
-        cJSON *d = cJSON_AddObjectToObject(r, "device");
-        cJSON_AddStringToObject(d, "name", "AMD EPYC");
-        cJSON_AddStringToObject(d, "kind", "cpu");
-        char *line = cJSON_PrintUnformatted(r);
-        fprintf(f, "%s\n", line);
-        free(line);
-        cJSON_Delete(r);
-    }
+    double pred = num(at(entry, "time"), "step_s");
+    fprintf(f, "{\"schema\": \"gckpt.report/2\", \"record\": \"header\", \"rank\": 0, \"generator\": {\"name\": "
+               "\"gckpt-python\", \"version\": \"%s\"}, \"plan\": {\"file\": \"%s\", \"generator_version\": \"%s\", "
+               "\"model\": \"tiny-llama\", \"model_type\": \"llama\", \"device\": \"%s\", \"seq\": 64, \"precision\": "
+               "\"fp32\", \"optimizer\": \"adamw\", \"attention\": \"sdpa\"}, \"backend\": \"hf-trainer\", \"device\": "
+               "{\"kind\": \"cpu\", \"name\": \"AMD EPYC\", \"memory_bytes\": null, \"driver_version\": null, "
+               "\"runtime_version\": null, \"arch\": null}, \"selected\": 1}\n",
+            GCKPT_VERSION, file_in_header, at(at(p, "generator"), "version")->valuestring,
+            at(at(in, "device"), "name")->valuestring);
+    /* steps 1..5: step 1 slow and not judged, the others around step_s (median step_s) */
+    static const double k[] = {7.0, 1.02, 0.99, 1.0, 1.05};
+    for (int s = 0; s < 5; s++)
+        fprintf(f, "{\"record\": \"step\", \"rank\": 0, \"step\": %d, \"entry\": %d, \"judged\": %s, \"pass\": null, "
+                   "\"memory\": {}, \"time\": {\"predicted_step_s\": %.17g, \"measured_step_s\": %.17g, "
+                   "\"relative_error\": null}}\n",
+                s + 1, (int)num(entry, "index"), s ? "true" : "false", pred, k[s] * step_s);
+    if (with_entry)
+        fprintf(f, "{\"record\": \"entry\", \"rank\": 0, \"index\": %d, \"every_n_layers\": %d, \"offload\": %s, "
+                   "\"micro_batch\": %d, \"grad_accum\": 1, \"status\": \"ok\", \"time\": {\"predicted_step_s\": %.17g, "
+                   "\"measured_step_s\": %.17g}}\n",
+                (int)num(entry, "index"), (int)num(entry, "every_n_layers"), cJSON_IsTrue(at(entry, "offload")) ? "true" : "false",
+                (int)num(entry, "micro_batch"), pred, (1.0 + 1.02) / 2 * step_s);
     fclose(f);
     cli_write(name, text);
     free(text);
@@ -323,21 +333,47 @@ static void test_one_run(void **st)
     cJSON_Delete(c);
 }
 
-/* 5. The Trainer callback's records of the truth runs: the same profile as the report's. */
-static void test_trainer_records(void **st)
+/* 5. gckpt.TrainerCallback's reports of the truth runs, one entry per run, with and without
+ * their entry record (a killed run: the judged steps' median): the truth's knobs again; a
+ * report of a Plan that is in no file says how to give one. */
+static void test_trainer_reports(void **st)
 {
     (void)st;
-    cJSON *truth = load("truth-plan.json");
-    measure m = {.truth = truth, .only = -1};
-    write_trainer("trainer.jsonl", "base-plan.json", &m);
-    assert_int_equal(calibrate(A("--calibrate-from", "trainer.jsonl", "--gpu", "base.json", "-o", "cal.json", "-q")), 0);
+    cJSON *truth = load("truth-plan.json"), *base = load("base-plan.json");
+    char *args[16] = {"--calibrate-from"};
+    int na = 1;
+    char names[6][32];
+    for (int i = 0; i < 6; i++) {
+        const cJSON *e = cJSON_GetArrayItem(at(base, "entries"), i);
+        double t = num(at(cJSON_GetArrayItem(at(truth, "entries"), i), "time"), "step_s");
+        snprintf(names[i], sizeof names[i], "trainer%d.jsonl", i);
+        /* with its entry record: the record's median of steps 2..5 (1.01 x t); without: the
+         * median of the judged steps (1.01 x t) */
+        write_trainer(names[i], "base-plan.json", e, t / 1.01, i % 2 == 0, "base-plan.json");
+        args[na++] = names[i];
+    }
+    args[na++] = "--gpu";
+    args[na++] = "base.json";
+    args[na++] = "-o";
+    args[na++] = "cal.json";
+    args[na++] = "-q";
+    args[na] = NULL;
+    assert_int_equal(calibrate(args), 0);
     cJSON *c = load("cal.json");
     near(num(c, "matmul_efficiency"), 0.5, 1e-5, "matmul_efficiency");
     near(num(c, "hbm_efficiency"), 0.8, 1e-5, "hbm_efficiency");
     near(num(c, "h2d_bytes_per_s"), 4e7, 1e-5, "h2d_bytes_per_s");
-    assert_string_equal(at(cJSON_GetArrayItem(at(at(c, "calibration"), "from"), 0), "generator")->valuestring, "hf-trainer");
+    const cJSON *from = at(at(c, "calibration"), "from");
+    assert_int_equal(cJSON_GetArraySize(from), 6);
+    assert_string_equal(at(cJSON_GetArrayItem(from, 1), "generator")->valuestring, "gckpt-python " GCKPT_VERSION);
+    assert_string_equal(at(at(at(c, "calibration"), "measured_on"), "backend")->valuestring, "hf-trainer");
     cJSON_Delete(c);
+    write_trainer("inmemory.jsonl", "base-plan.json", cJSON_GetArrayItem(at(base, "entries"), 0), 1.0, true, "<Plan>");
+    assert_int_equal(calibrate(A("--calibrate-from", "inmemory.jsonl", "-o", "cal2.json")), 2);
+    if (!strstr(err, "Plan.to_json")) fail_msg("no advice: %s", err);
+    assert_false(cli_exists("cal2.json"));
     cJSON_Delete(truth);
+    cJSON_Delete(base);
 }
 
 /* 6. The library call: the summary, and nothing allocated on an error. */
@@ -521,7 +557,7 @@ int main(void)
         cmocka_unit_test(test_uniform_slowdown),
         cmocka_unit_test(test_recovers_truth),
         cmocka_unit_test(test_one_run),
-        cmocka_unit_test(test_trainer_records),
+        cmocka_unit_test(test_trainer_reports),
         cmocka_unit_test(test_library),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_profile_edited),

@@ -128,10 +128,12 @@ static bool linearize(predictor *p, const cal_input *in, const gckpt_device *bas
 /* ---- the fit ------------------------------------------------------------------------------- */
 
 /* Which knobs the runs identify: column-pivoted Gram-Schmidt over the shares
- * a[i][k] = J[i][k] s_k / T[i] (at s = 1), each column's RMS over the runs. */
+ * a[i][k] = J[i][k] s_k / T[i] (at s = 1), each column's RMS over the runs; order[k]: when
+ * knob k was chosen (0 first: the best determined). */
 static void identify(const cal_input *in, const double *T, double (*J)[GCKPT_CAL_NKNOB],
-                     gckpt_cal_knob knob[GCKPT_CAL_NKNOB])
+                     gckpt_cal_knob knob[GCKPT_CAL_NKNOB], int order[GCKPT_CAL_NKNOB])
 {
+    for (int k = 0; k < GCKPT_CAL_NKNOB; k++) order[k] = GCKPT_CAL_NKNOB; /* not chosen */
     size_t n = in->nrun;
     double *a = malloc(sizeof *a * n * GCKPT_CAL_NKNOB), share[GCKPT_CAL_NKNOB];
     if (!a) return; /* none fitted: the caller says so */
@@ -169,6 +171,7 @@ static void identify(const cal_input *in, const double *T, double (*J)[GCKPT_CAL
             break;
         }
         chosen[best] = true;
+        order[best] = step;
         knob[best].fitted = true;
         if (first < 0) first = best;
         snprintf(knob[best].why, sizeof knob[best].why, "fitted: %.1f%% of the predicted step time", 100 * share[best]);
@@ -331,10 +334,10 @@ static void drop(gckpt_cal_knob *k, bool freek[], int i, double s[], const char 
     snprintf(k->why, sizeof k->why, "%s", why);
 }
 
-/* Fit s; the knobs' flags and reasons into knob. A free knob that the linear piece puts at a
- * negative time, or that the runs determine only within +-CAL_MAX_REL_SE, is dropped (kept at
- * the base profile's value) and the rest fitted again; one beyond its field's range is held at
- * the bound. */
+/* Fit s; the knobs' flags and reasons into knob. When the linear piece puts a knob at a
+ * negative time the least determined free knob is dropped (kept at the base profile's value)
+ * and the rest fitted again, as is a knob the runs determine only within +-CAL_MAX_REL_SE;
+ * one beyond its field's range is held at the bound. */
 static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, double s[GCKPT_CAL_NKNOB],
                 gckpt_cal_knob knob[GCKPT_CAL_NKNOB], gckpt_err *err)
 {
@@ -345,7 +348,8 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
     if (!ok) gckpt_seterr(err, "out of memory");
     for (int k = 0; k < GCKPT_CAL_NKNOB; k++) s[k] = 1;
     ok = ok && linearize(p, in, base, s, T, J, err);
-    if (ok) identify(in, T, J, knob);
+    int order[GCKPT_CAL_NKNOB];
+    if (ok) identify(in, T, J, knob, order);
     bool freek[GCKPT_CAL_NKNOB], any = false;
     for (int k = 0; k < GCKPT_CAL_NKNOB; k++) any |= freek[k] = knob[k].fitted;
     if (ok && !any) {
@@ -364,14 +368,29 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
                 break;
             }
             bool changed = false;
+            int neg = -1, weakest = -1;
+            for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
+                if (freek[k]) {
+                    if (!(next[k] > 0)) neg = k;
+                    if (weakest < 0 || order[k] > order[weakest]) weakest = k;
+                }
+            if (neg >= 0) { /* ill-conditioned: the least determined knob goes, the fit starts again */
+                char why[160];
+                if (neg == weakest)
+                    snprintf(why, sizeof why, "not fitted: the fit gave it a negative time (the runs cannot tell it from "
+                                              "the other knobs)");
+                else
+                    snprintf(why, sizeof why, "not fitted: with it the fit gave %s a negative time (the runs cannot tell "
+                                              "them apart)", gckpt_cal_knob_names[neg]);
+                drop(&knob[weakest], freek, weakest, next, why);
+                for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
+                    if (freek[k]) next[k] = 1;
+                changed = true;
+            }
             for (int k = 0; k < GCKPT_CAL_NKNOB; k++) {
                 double lo, hi;
                 knob_bounds(base, k, &lo, &hi);
-                if (freek[k] && !(next[k] > 0)) {
-                    drop(&knob[k], freek, k, next, "not fitted: the runs cannot tell it from the other knobs (the fit "
-                                                    "gave it a negative time)");
-                    changed = true;
-                } else if (freek[k] && (next[k] < lo || next[k] > hi)) {
+                if (freek[k] && (next[k] < lo || next[k] > hi)) {
                     size_t l = strlen(knob[k].why);
                     snprintf(knob[k].why + l, sizeof knob[k].why - l, "; held at its bound (the fit asked for %.3g x the "
                              "base profile's)", 1.0 / next[k]);

@@ -333,6 +333,36 @@ static void test_one_run(void **st)
     cJSON_Delete(c);
 }
 
+/* 4b. Noisy runs (the truth's steps x 1.2, 0.8, 0.8, 1.2, 1.2, 0.8): matmul_efficiency, the
+ * least determined knob, cannot be told from hbm_efficiency and is kept; the others fitted
+ * with their uncertainty, the error smaller than before. */
+static void test_noisy_runs(void **st)
+{
+    (void)st;
+    cJSON *truth = load("truth-plan.json");
+    static const double noise[] = {1.2, 0.8, 0.8, 1.2, 1.2, 0.8};
+    cJSON *t = cJSON_Duplicate(truth, true);
+    for (int i = 0; i < 6; i++) {
+        cJSON *time = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(t, "entries"), i), "time");
+        cJSON_ReplaceItemInObjectCaseSensitive(time, "step_s", cJSON_CreateNumber(noise[i] * num(time, "step_s")));
+    }
+    measure m = {.truth = t, .only = -1};
+    write_report("noisy.jsonl", "base-plan.json", &m);
+    assert_int_equal(calibrate(A("--calibrate-from", "noisy.jsonl", "--gpu", "base.json", "-o", "cal.json", "-q")), 0);
+    cJSON *c = load("cal.json");
+    assert_false(cJSON_IsTrue(at(knob(c, "matmul_efficiency"), "fitted")));
+    assert_non_null(strstr(at(knob(c, "matmul_efficiency"), "why")->valuestring, "cannot tell"));
+    near(num(c, "matmul_efficiency"), 1.0, 0, "matmul_efficiency kept");
+    assert_true(cJSON_IsTrue(at(knob(c, "hbm_efficiency"), "fitted")));
+    assert_true(cJSON_IsTrue(at(knob(c, "h2d_bytes_per_s"), "fitted")));
+    assert_non_null(strstr(at(knob(c, "hbm_efficiency"), "why")->valuestring, "+-"));
+    const cJSON *cal = at(c, "calibration");
+    assert_true(num(cal, "rms_error_after") < num(cal, "rms_error_before") / 2);
+    cJSON_Delete(c);
+    cJSON_Delete(t);
+    cJSON_Delete(truth);
+}
+
 /* 5. gckpt.TrainerCallback's reports of the truth runs, one entry per run, with and without
  * their entry record (a killed run: the judged steps' median): the truth's knobs again; a
  * report of a Plan that is in no file says how to give one. */
@@ -557,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_uniform_slowdown),
         cmocka_unit_test(test_recovers_truth),
         cmocka_unit_test(test_one_run),
+        cmocka_unit_test(test_noisy_runs),
         cmocka_unit_test(test_trainer_reports),
         cmocka_unit_test(test_library),
         cmocka_unit_test(test_bad_inputs),

@@ -30,7 +30,7 @@ typedef struct {
 
 typedef struct {
     char file[256];    /* the report's file name (no directory) */
-    long entry;        /* the plan entry (gckpt-run) or the record's line (Trainer) */
+    long entry;        /* the plan entry */
     double measured_s; /* measured step time */
     double before_s;   /* predicted with the base profile */
     double after_s;    /* predicted with the calibrated profile */
@@ -47,9 +47,9 @@ typedef struct {
 } gckpt_calibration_summary;
 
 /* Fit the knobs of base_gpu_ref (a name in devices/ or a path; NULL: the profile the plans of
- * the reports were made with) to the measured step times in report_paths[0..n) (gckpt-run
- * reports, gckpt.report/2 JSON Lines, or the Trainer callback's JSON Lines: the fields read
- * are in docs/calibration.md). On success *profile_json_out is the calibrated profile's text
+ * the reports were made with) to the measured step times in report_paths[0..n) (gckpt.report/2
+ * JSON Lines of gckpt-run or gckpt.TrainerCallback; the plan each ran must be at its
+ * plan.file; the fields read are in docs/calibration.md). On success *profile_json_out is the calibrated profile's text
  * (malloc'd, ends in a newline) and sum is filled (free it with
  * gckpt_calibration_summary_free). On bad input: false, err is one line naming the file and
  * the field, nothing allocated. */

@@ -84,7 +84,12 @@ static bool predict(predictor *p, const cal_input *in, size_t i, const gckpt_dev
 {
     const cal_run *r = &in->run[i];
     gckpt_result res;
-    if (!gckpt_ctx_init(p->ctx, &r->model, d, p->recipe[i], &r->set, err)) return false;
+    /* as gckpt-plan's sweep: the context of the micro-batch split, every_n and offload given
+     * to the evaluator only (gckpt_plan_setting) */
+    gckpt_setting set = r->set;
+    set.every_n = 0;
+    set.offload = false;
+    if (!gckpt_ctx_init(p->ctx, &r->model, d, p->recipe[i], &set, err)) return false;
     if (!gckpt_profile_build_with(p->pr, p->ctx, p->prof)) {
         gckpt_seterr(err, "out of memory while profiling");
         return false;
@@ -583,6 +588,10 @@ static char *profile_text(const char *base_text, const gckpt_device *base, const
     if (!j) {
         cJSON_Delete(calib);
         return NULL;
+    }
+    if (!base_text) { /* the plans' profile: its bus bandwidths came from inputs.layout (plan_read.c) */
+        if (base->intra_node_bus_bytes_per_s > 0) set_num(j, "intra_node_bus_bytes_per_s", base->intra_node_bus_bytes_per_s);
+        if (base->inter_node_bus_bytes_per_s > 0) set_num(j, "inter_node_bus_bytes_per_s", base->inter_node_bus_bytes_per_s);
     }
     set_num(j, "matmul_efficiency", cal->matmul_efficiency);
     set_num(j, "hbm_efficiency", cal->hbm_efficiency);

@@ -341,8 +341,9 @@ static void drop(gckpt_cal_knob *k, bool freek[], int i, double s[], const char 
 
 /* Fit s; the knobs' flags and reasons into knob. When the linear piece puts a knob at a
  * negative time the least determined free knob is dropped (kept at the base profile's value)
- * and the rest fitted again, as is a knob the runs determine only within +-CAL_MAX_REL_SE;
- * one beyond its field's range is held at the bound. */
+ * and the rest fitted again, as is a knob the runs determine only within +-CAL_MAX_REL_SE
+ * while others are left (the last is fitted whatever its error, which its why says); one
+ * beyond its field's range is held at the bound. */
 static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, double s[GCKPT_CAL_NKNOB],
                 gckpt_cal_knob knob[GCKPT_CAL_NKNOB], gckpt_err *err)
 {
@@ -409,10 +410,16 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
             memcpy(s, next, sizeof next);
             if (!(ok = linearize(p, in, base, s, T, J, err))) break;
             double r = rms_rel(in, T);
-            if (changed || r < best_rms) { /* a dropped or held knob restarts the search for the best */
+            int nfree = 0;
+            for (int k = 0; k < GCKPT_CAL_NKNOB; k++) nfree += freek[k];
+            /* a dropped or held knob restarts the search for the best; one knob is the median's
+             * (robust), not the RMS's, whose relative errors weigh a step predicted too long more
+             * than one predicted too short */
+            if (changed || r < best_rms || nfree == 1) {
                 best_rms = r;
                 memcpy(best, s, sizeof best);
             }
+            if (changed) it = -1; /* and its iterations: each change frees one knob less, so this ends */
             if (change < 1e-12 && !changed) break;
         }
         if (!ok) break;
@@ -420,8 +427,9 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
         if (!(ok = linearize(p, in, base, s, T, J, err))) break;
         double se[GCKPT_CAL_NKNOB];
         rel_errors(in, T, J, freek, s, se);
-        int worst = -1;
-        for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
+        int worst = -1, nfree = 0;
+        for (int k = 0; k < GCKPT_CAL_NKNOB; k++) nfree += freek[k];
+        for (int k = 0; nfree > 1 && k < GCKPT_CAL_NKNOB; k++) /* the last one stays: the robust ratio */
             if (freek[k] && se[k] > CAL_MAX_REL_SE && (worst < 0 || se[k] > se[worst])) worst = k;
         if (worst >= 0) {
             char why[160];
@@ -576,6 +584,8 @@ static cJSON *calibration_json(const cal_input *in, const gckpt_device *base, co
     }
     cJSON_AddNumberToObject(c, "rms_error_before", sum->rms_before);
     cJSON_AddNumberToObject(c, "rms_error_after", sum->rms_after);
+    cJSON_AddNumberToObject(c, "median_error_before", sum->med_before);
+    cJSON_AddNumberToObject(c, "median_error_after", sum->med_after);
     return c;
 }
 
@@ -725,6 +735,24 @@ bool gckpt_calibrate(const char *const *report_paths, size_t n, const char *base
         }
         sum->rms_before = sqrt(sb / (double)in.nrun);
         sum->rms_after = sqrt(sa / (double)in.nrun);
+        double *e = ok ? malloc(sizeof *e * 2 * in.nrun) : NULL;
+        if (ok && !e) {
+            gckpt_seterr(err, "out of memory");
+            ok = false;
+        }
+        for (size_t i = 0; ok && i < in.nrun; i++) {
+            const gckpt_cal_run *r = &sum->runs[i];
+            e[i] = fabs(r->before_s - r->measured_s) / r->measured_s;
+            e[in.nrun + i] = fabs(r->after_s - r->measured_s) / r->measured_s;
+        }
+        if (ok) {
+            size_t m = in.nrun;
+            qsort(e, m, sizeof *e, cmp_double);
+            qsort(e + m, m, sizeof *e, cmp_double);
+            sum->med_before = 0.5 * (e[(m - 1) / 2] + e[m / 2]);
+            sum->med_after = 0.5 * (e[m + (m - 1) / 2] + e[m + m / 2]);
+        }
+        free(e);
     }
     if (ok) {
         cJSON *calib = calibration_json(&in, &base, base_gpu_ref ? base_file : NULL, base_sha, &cal, sum);
@@ -754,7 +782,7 @@ void gckpt_calibration_print(const gckpt_calibration_summary *sum, FILE *f)
 {
     fprintf(f, "calibrated \"%s\" from %zu measured step time%s on %s\n", sum->device, sum->n_runs,
             sum->n_runs == 1 ? "" : "s", sum->measured_on);
-    fprintf(f, "%-20s %12s %12s  %s\n", "knob", "before", "after", "");
+    fprintf(f, "%-20s %12s %12s\n", "knob", "before", "after");
     static const char *const label[GCKPT_CAL_NKNOB] = {"matmul_efficiency", "hbm_efficiency", "h2d/d2h bytes/s"};
     for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
         fprintf(f, "%-20s %12.6g %12.6g  %s\n", label[k], sum->knob[k].before, sum->knob[k].after, sum->knob[k].why);
@@ -765,6 +793,7 @@ void gckpt_calibration_print(const gckpt_calibration_summary *sum, FILE *f)
                 100 * (r->before_s - r->measured_s) / r->measured_s, r->after_s,
                 100 * (r->after_s - r->measured_s) / r->measured_s);
     }
-    fprintf(f, "relative error of the predicted step time: RMS %.1f%% -> %.1f%%, largest %.1f%% -> %.1f%%\n",
-            100 * sum->rms_before, 100 * sum->rms_after, 100 * sum->max_before, 100 * sum->max_after);
+    fprintf(f, "relative error of the predicted step time: RMS %.1f%% -> %.1f%%, median %.1f%% -> %.1f%%, largest %.1f%% -> "
+               "%.1f%%\n", 100 * sum->rms_before, 100 * sum->rms_after, 100 * sum->med_before, 100 * sum->med_after,
+            100 * sum->max_before, 100 * sum->max_after);
 }

@@ -594,12 +594,16 @@ static void test_host_runs(void **st)
     int rc = cli_run(GCKPT_RUN_EXE, A("--plan", "host-plan.json", "--all", "--backend", "host", "--steps", "3", "-q", "-o",
                                       "host.jsonl"), NULL, err, sizeof err);
     if (rc != 0) fail_msg("gckpt-run: exit %d: %s", rc, err);
-    assert_int_equal(calibrate(A("--calibrate-from", "host.jsonl", "-o", "host-cal.json", "-q")), 0);
+    rc = calibrate(A("--calibrate-from", "host.jsonl", "-o", "host-cal.json", "-q"));
+    if (rc != 0) fail_msg("calibrate: exit %d: %s", rc, err);
     cJSON *c = load("host-cal.json");
     const cJSON *cal = at(c, "calibration");
     double before = num(cal, "rms_error_before"), after = num(cal, "rms_error_after");
-    print_message("host runs: RMS relative error %.1f%% before, %.1f%% after\n", 100 * before, 100 * after);
-    assert_true(after < before);
+    /* the median |relative error|: a step that a busy machine stretched weighs no more than one */
+    double mb = num(cal, "median_error_before"), ma = num(cal, "median_error_after");
+    print_message("host runs: relative error RMS %.1f%% -> %.1f%%, median %.1f%% -> %.1f%%\n", 100 * before, 100 * after,
+                  100 * mb, 100 * ma);
+    assert_true(ma < mb);
     assert_true(cJSON_IsTrue(at(knob(c, "matmul_efficiency"), "fitted")) || cJSON_IsTrue(at(knob(c, "hbm_efficiency"), "fitted")));
     assert_string_equal(at(at(cal, "measured_on"), "backend")->valuestring, "host");
     cJSON_Delete(c);

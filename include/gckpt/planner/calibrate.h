@@ -43,6 +43,7 @@ typedef struct {
     gckpt_cal_run *runs;       /* malloc'd; gckpt_calibration_summary_free */
     size_t n_runs;
     double rms_before, rms_after; /* RMS of the relative errors (predicted - measured) / measured */
+    double med_before, med_after; /* median |relative error| */
     double max_before, max_after; /* largest |relative error| */
 } gckpt_calibration_summary;
 

@@ -30,6 +30,93 @@ static bool parse_kind(const cJSON *j, const char *f, gckpt_device *d, gckpt_err
     return true;
 }
 
+/* "calibration": optional (gckpt-plan --calibrate-from writes it, docs/calibration.md): where
+ * the fitted fields came from. Checked for its shape, and each fitted knob's "after" must be
+ * the field's value: a profile edited after its calibration says so instead of lying. */
+static bool knob_field(const gckpt_device *d, const char *k, double *v)
+{
+    if (!strcmp(k, "matmul_efficiency")) *v = d->matmul_efficiency;
+    else if (!strcmp(k, "hbm_efficiency")) *v = d->hbm_efficiency;
+    else if (!strcmp(k, "h2d_bytes_per_s")) *v = d->h2d_bytes_per_s;
+    else if (!strcmp(k, "d2h_bytes_per_s")) *v = d->d2h_bytes_per_s;
+    else return false;
+    return true;
+}
+
+static bool parse_calibration(const cJSON *j, const char *f, const gckpt_device *d, gckpt_err *err)
+{
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "calibration");
+    if (!c) return true;
+    if (!cJSON_IsObject(c)) {
+        gckpt_seterr(err, "%s: field 'calibration' must be an object, got %s", f, gckpt_json_type_name(c));
+        return false;
+    }
+    char date[64];
+    uint64_t nruns;
+    if (!gckpt_json_str(c, f, "calibration.date", date, sizeof date, err) ||
+        !gckpt_json_u64(c, f, "calibration.n_runs", 1, 1u << 30, &nruns, err))
+        return false;
+    const cJSON *from = cJSON_GetObjectItemCaseSensitive(c, "from");
+    const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(c, "knobs");
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(c, "runs");
+    if (!cJSON_IsArray(from) || cJSON_GetArraySize(from) < 1) {
+        gckpt_seterr(err, "%s: field 'calibration.from' must be a non-empty array (the files calibrated from)", f);
+        return false;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, from) {
+        char file[512], sha[80];
+        if (!gckpt_json_str(it, f, "calibration.from[].file", file, sizeof file, err) ||
+            !gckpt_json_str(it, f, "calibration.from[].sha256", sha, sizeof sha, err))
+            return false;
+        if (strlen(sha) != 64 || strspn(sha, "0123456789abcdef") != 64) {
+            gckpt_seterr(err, "%s: field 'calibration.from[].sha256' = \"%s\" is not 64 lowercase hex digits", f, sha);
+            return false;
+        }
+    }
+    if (!cJSON_IsArray(runs) || (uint64_t)cJSON_GetArraySize(runs) != nruns) {
+        gckpt_seterr(err, "%s: field 'calibration.runs' must be an array of calibration.n_runs = %llu runs", f,
+                     (unsigned long long)nruns);
+        return false;
+    }
+    cJSON_ArrayForEach(it, runs) {
+        double v;
+        if (!gckpt_json_num(it, f, "calibration.runs[].measured_s", 1e-12, 1e12, &v, err) ||
+            !gckpt_json_num(it, f, "calibration.runs[].predicted_before_s", 0, 1e12, &v, err) ||
+            !gckpt_json_num(it, f, "calibration.runs[].predicted_after_s", 0, 1e12, &v, err))
+            return false;
+    }
+    if (!cJSON_IsObject(knobs)) {
+        gckpt_seterr(err, "%s: field 'calibration.knobs' must be an object (field: {before, after, fitted})", f);
+        return false;
+    }
+    cJSON_ArrayForEach(it, knobs) {
+        double field, before, after;
+        char name[64];
+        snprintf(name, sizeof name, "%s", it->string);
+        if (!knob_field(d, it->string, &field)) {
+            gckpt_seterr(err, "%s: field 'calibration.knobs.%s' is not a calibrated field (matmul_efficiency, "
+                              "hbm_efficiency, h2d_bytes_per_s, d2h_bytes_per_s)", f, name);
+            return false;
+        }
+        const cJSON *fit = cJSON_GetObjectItemCaseSensitive(it, "fitted");
+        if (!cJSON_IsObject(it) || !cJSON_IsBool(fit) ||
+            !gckpt_json_num(it, f, "calibration.knobs.before", 0, 1e15, &before, err) ||
+            !gckpt_json_num(it, f, "calibration.knobs.after", 0, 1e15, &after, err)) {
+            if (!cJSON_IsObject(it) || !cJSON_IsBool(fit))
+                gckpt_seterr(err, "%s: field 'calibration.knobs.%s' must be an object with before, after and fitted "
+                                  "(true or false)", f, name);
+            return false;
+        }
+        if (cJSON_IsTrue(fit) && after != field) {
+            gckpt_seterr(err, "%s: field '%s' = %.17g but calibration.knobs.%s.after = %.17g: edited after the "
+                              "calibration; calibrate again or remove the calibration object", f, name, field, name, after);
+            return false;
+        }
+    }
+    return true;
+}
+
 bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_err *err)
 {
     memset(d, 0, sizeof *d);
@@ -63,7 +150,8 @@ bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_
          gckpt_json_u64(j, f, "alloc_round_bytes", 1, 1u << 30, &d->alloc_round_bytes, err) &&
          gckpt_json_u64(j, f, "segment_round_bytes", 1, 1u << 30, &d->segment_round_bytes, err) &&
          gckpt_json_num_opt(j, f, "intra_node_bus_bytes_per_s", 1e6, 1e15, 0, &d->intra_node_bus_bytes_per_s, err) &&
-         gckpt_json_num_opt(j, f, "inter_node_bus_bytes_per_s", 1e6, 1e15, 0, &d->inter_node_bus_bytes_per_s, err);
+         gckpt_json_num_opt(j, f, "inter_node_bus_bytes_per_s", 1e6, 1e15, 0, &d->inter_node_bus_bytes_per_s, err) &&
+         parse_calibration(j, f, d, err);
     cJSON_Delete(j);
     gckpt_text_sanitize(d->name); /* shown on terminals, in tables and plots */
     return ok;

@@ -10,6 +10,8 @@
 #include "gckpt/planner/plan.h"
 #include "gckpt/planner/plan_args.h"
 #include "gckpt/planner/plan_output.h"
+#include "gckpt/planner/calibrate.h"
+#include "gckpt/util/outpath.h"
 #include "gckpt/util/safe_text.h"
 #include "gckpt/util/stdio_check.h"
 
@@ -109,6 +111,10 @@ static void usage(FILE *f)
 "  --table frontier|all   rows of the table: notable entries (default) or all\n"
 "  -q, --quiet            no table or recommendation on stdout\n"
 "  --list                 list the models and GPUs shipped with gckpt\n"
+"  --calibrate-from REPORT [REPORT...]\n"
+"                         fit the --gpu profile's efficiencies (default: the plans' profile)\n"
+"                         to the step times measured in gckpt-run or Trainer callback\n"
+"                         reports; write the calibrated profile to -o (docs/calibration.md)\n"
 "  -h, --help             this help\n"
 "  -V, --version          version\n"
 "\n"
@@ -265,13 +271,16 @@ static void print_alternatives(const gckpt_plan_request *req, const gckpt_model 
     }
 }
 
-enum { O_PLOT = GCKPT_OPT_END, O_TABLE, O_LIST };
+enum { O_PLOT = GCKPT_OPT_END, O_TABLE, O_LIST, O_CALIB };
 
 /* What the command line asks for: the planning options (plan_args.c) and the outputs. */
 typedef struct {
     gckpt_plan_args pa;
     const char *out, *plot;
     bool all, quiet;
+    const char **calib; /* --calibrate-from REPORT...: the reports (calibrate.c) */
+    int n_calib;
+    bool gpu_given, planning; /* --gpu given; any other planning option given */
 } cli_args;
 
 /* The outputs' options; 0 or the exit status of a bad value. */
@@ -299,6 +308,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
     static const struct { const char *name; int has_arg, code; } own[] = {
         {"output", required_argument, 'o'}, {"plot", required_argument, O_PLOT},
         {"table", required_argument, O_TABLE}, {"quiet", no_argument, 'q'}, {"list", no_argument, O_LIST},
+        {"calibrate-from", required_argument, O_CALIB},
         {"help", no_argument, 'h'}, {"version", no_argument, 'V'}};
     enum { N_OWN = sizeof own / sizeof own[0] };
     struct option opts[GCKPT_OPT_END - GCKPT_OPT_MODEL + N_OWN + 1];
@@ -310,7 +320,10 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
     int c, rc = GCKPT_EXIT_OK;
     *answered = false;
     opterr = 0; /* one line of ours instead of getopt's message and the usage */
+    if (!(a->calib = calloc((size_t)argc, sizeof *a->calib))) return bad("out of memory%s%s", "", "");
     while ((c = getopt_long(argc, argv, ":o:qhV", opts, NULL)) != -1) {
+        a->gpu_given |= c == GCKPT_OPT_GPU;
+        a->planning |= c != GCKPT_OPT_GPU && c != O_CALIB && c != 'o' && c != 'q';
         if (c >= GCKPT_OPT_MODEL && c < GCKPT_OPT_END) {
             const gckpt_plan_option *o = gckpt_plan_options;
             while (o->code != c) o++;
@@ -322,6 +335,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         case O_PLOT: case O_TABLE: rc = parse_output_option(c, optarg, a); break;
         case 'o': a->out = optarg; break;
         case 'q': a->quiet = true; break;
+        case O_CALIB: a->calib[a->n_calib++] = optarg; break;
         case O_LIST:
             list_dir("models");
             list_dir("devices");
@@ -334,7 +348,10 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
         }
         if (rc) return rc;
     }
+    while (a->n_calib && optind < argc) a->calib[a->n_calib++] = argv[optind++]; /* REPORT... */
     if (optind < argc) return bad("unexpected argument '%s'%s (see --help)", argv[optind], "");
+    if (a->n_calib && a->planning) return bad("--calibrate-from takes --gpu, -o and -q only%s%s", "", "");
+    if (a->n_calib) return GCKPT_EXIT_OK;
     a->pa.wants_output = a->out || a->plot;
     if (gckpt_plan_args_finish(&a->pa)) return bad("%s%s", a->pa.err.msg, "");
     return GCKPT_EXIT_OK;
@@ -440,6 +457,23 @@ static int plan_and_write(const cli_args *a)
     return rc;
 }
 
+/* --calibrate-from: fit the profile to the reports' measured steps, write it (-o). */
+static int calibrate_and_write(const cli_args *a)
+{
+    gckpt_err err = {{0}};
+    if (!a->out) return bad("--calibrate-from needs -o FILE for the calibrated profile%s%s", "", "");
+    if (!gckpt_outpath_check(&a->out, 1, a->calib, a->n_calib, &err)) return fail_line(&err);
+    char *json;
+    gckpt_calibration_summary sum;
+    if (!gckpt_calibrate(a->calib, (size_t)a->n_calib, a->gpu_given ? a->pa.req.gpu_ref : NULL, &json, &sum, &err))
+        return fail_line(&err);
+    if (!a->quiet) gckpt_calibration_print(&sum, strcmp(a->out, "-") ? stdout : stderr);
+    int rc = gckpt_write_file_atomic(a->out, json, &err) && gckpt_stdout_check(&err) ? GCKPT_EXIT_OK : fail_line(&err);
+    free(json);
+    gckpt_calibration_summary_free(&sum);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     cli_args a = {0};
@@ -447,7 +481,9 @@ int main(int argc, char **argv)
     gckpt_stdio_guard();
     bool answered;
     int rc = parse_args(argc, argv, &a, &answered);
-    if (rc == GCKPT_EXIT_OK && !answered) rc = a.pa.n_modes > 1 ? compare_modes(&a) : plan_and_write(&a);
+    if (rc == GCKPT_EXIT_OK && !answered)
+        rc = a.n_calib ? calibrate_and_write(&a) : a.pa.n_modes > 1 ? compare_modes(&a) : plan_and_write(&a);
     gckpt_plan_args_free(&a.pa);
+    free(a.calib);
     return rc;
 }

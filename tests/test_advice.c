@@ -423,7 +423,7 @@ static void help_lists_everything(void **state)
         "--precision", "--optimizer", "--attention", "--method", "--lora-rank", "--lora-alpha", "--lora-dropout",
         "--lora-targets", "--modules-to-save", "--quant", "--double-quant", "--compute-dtype", "--gpus", "--nodes",
         "--parallel", "--moe-imbalance", "--deepspeed", "--fsdp-offload", "--every-n", "--offload", "--budget",
-        "--margin", "-o", "--output", "--plot", "--table", "-q", "--quiet", "--list", "-h", "--help", "-V",
+        "--margin", "-o", "--output", "--plot", "--table", "-q", "--quiet", "--list", "--calibrate-from", "-h", "--help", "-V",
         "--version"};
     assert_int_equal(run(A("--help")), 0);
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) in_help(opts[i]);

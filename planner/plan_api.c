@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/planner/calibrate.h"
 #include "gckpt/planner/plan_args.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/util.h"
@@ -98,6 +99,48 @@ static char *text(const gckpt_plan *p, const gckpt_plan_args *a, const cJSON *en
     return answer(o);
 }
 
+/* {"op": "calibrate", "reports": [paths], "gpu": base profile or absent}: the calibrated
+ * profile (as gckpt-plan --calibrate-from writes it) and the summary it prints. */
+static char *calibrate(const cJSON *req)
+{
+    const cJSON *reports = cJSON_GetObjectItemCaseSensitive(req, "reports");
+    const cJSON *gpu = cJSON_GetObjectItemCaseSensitive(req, "gpu");
+    int n = cJSON_GetArraySize(reports);
+    if (!cJSON_IsArray(reports) || n < 1) return refuse("request: \"reports\" is not a non-empty list of report paths");
+    if (gpu && !cJSON_IsString(gpu) && !cJSON_IsNull(gpu)) return refuse("request: \"gpu\" is not a profile name or path");
+    const char **paths = calloc((size_t)n, sizeof *paths);
+    if (!paths) return NULL;
+    int k = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, reports) {
+        if (!cJSON_IsString(it)) {
+            free(paths);
+            return refuse("request: each of \"reports\" is a path (a string)");
+        }
+        paths[k++] = it->valuestring;
+    }
+    char *profile = NULL, *text = NULL;
+    size_t len = 0;
+    gckpt_calibration_summary sum;
+    gckpt_err err;
+    bool ok = gckpt_calibrate(paths, (size_t)n, cJSON_IsString(gpu) ? gpu->valuestring : NULL, &profile, &sum, &err);
+    free(paths);
+    if (!ok) return refuse(err.msg);
+    FILE *f = open_memstream(&text, &len);
+    if (f) {
+        gckpt_calibration_print(&sum, f);
+        fclose(f);
+    }
+    gckpt_calibration_summary_free(&sum);
+    cJSON *o = cJSON_CreateObject(), *prof = cJSON_Parse(profile);
+    cJSON_AddBoolToObject(o, "ok", true);
+    cJSON_AddItemToObject(o, "profile", prof);
+    cJSON_AddStringToObject(o, "text", text ? text : "");
+    free(profile);
+    free(text);
+    return prof ? answer(o) : (cJSON_Delete(o), refuse("the calibrated profile did not parse (a bug)"));
+}
+
 char *gckpt_api_call(const char *request)
 {
     gckpt_err err;
@@ -112,8 +155,12 @@ char *gckpt_api_call(const char *request)
         out = refuse("request: \"data_dir\" is not a string");
     } else if (!strcmp(op->valuestring, "options")) {
         out = options();
+    } else if (!strcmp(op->valuestring, "calibrate")) {
+        gckpt_data_dir_set(dir ? dir->valuestring : NULL);
+        out = calibrate(req);
+        gckpt_data_dir_set(NULL);
     } else if (strcmp(op->valuestring, "plan") && strcmp(op->valuestring, "snippet") && strcmp(op->valuestring, "text")) {
-        out = refusef("request: unknown op '%s' (plan, snippet, text, options)", op->valuestring);
+        out = refusef("request: unknown op '%s' (plan, snippet, text, options, calibrate)", op->valuestring);
     } else {
         gckpt_data_dir_set(dir ? dir->valuestring : NULL);
         gckpt_plan_args a;

@@ -58,6 +58,9 @@ static void malformed_requests(void **state)
     assert_refused("{\"op\": \"plan\", \"args\": [[\"output\", \"x.json\"]]}", "unknown option 'output'");
     assert_refused("{\"op\": \"plan\", \"args\": [[\"allow-long-seq\", \"yes\"]]}", "is a flag");
     assert_refused("{\"op\": \"plan\", \"args\": [[\"seq\", null]]}", "needs a value");
+    assert_refused("{\"op\": \"calibrate\"}", "\"reports\" is not a non-empty list");
+    assert_refused("{\"op\": \"calibrate\", \"reports\": [1]}", "each of \"reports\" is a path");
+    assert_refused("{\"op\": \"calibrate\", \"reports\": [\"/nonexistent.jsonl\"]}", "/nonexistent.jsonl");
     /* the command line's own messages */
     assert_refused("{\"op\": \"plan\", \"args\": [[\"seq\", \"0\"]]}", "--seq: '0' is not an integer");
     assert_refused("{\"op\": \"plan\", \"args\": [[\"gpus\", \"2\"], [\"parallel\", \"ddp,fsdp\"]]}",

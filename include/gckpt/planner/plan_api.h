@@ -1,6 +1,6 @@
 /* JSON in, JSON out: the planner for other languages (the Python package's extension
  * calls only this). A request is one JSON object:
- *   {"op": "plan" | "snippet" | "text" | "options",
+ *   {"op": "plan" | "snippet" | "text" | "options" | "calibrate",
  *    "data_dir": "folder holding models/ and devices/" (optional),
  *    "args": [["model", "llama-3.2-1b"], ["seq", "2048"], ["allow-long-seq", null], ...],
  *    "entry": 3 (op snippet: the entry's index; default the recommended one)}
@@ -8,7 +8,9 @@
  * line spells them, read by the same code (plan_args.c), so a plan is byte for byte the
  * CLI's. The answer is {"ok": true, "plan": {...gckpt.plan/2...}} (plan), {"ok": true,
  * "text": "..."} (snippet; text: what gckpt-plan prints), {"ok": true, "options":
- * [{"name", "has_arg"}...]} (options), or {"ok": false, "error": "one line"}. */
+ * [{"name", "has_arg"}...]} (options), {"ok": true, "profile": {...}, "text": "..."}
+ * (calibrate: {"reports": [paths], "gpu": base profile or absent}, gckpt-plan
+ * --calibrate-from's profile and summary), or {"ok": false, "error": "one line"}. */
 #ifndef GCKPT_PLAN_API_H
 #define GCKPT_PLAN_API_H
 

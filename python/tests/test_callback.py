@@ -1,0 +1,287 @@
+"""gckpt.TrainerCallback against real Trainer runs on the CPU.
+
+Three families the probe's fixtures cover (tests/data/hf: llama, qwen3, gpt2, their tiny
+configurations, fp32, SDPA, micro-batch 2 x seq 32, grad_accum 2, AdamW fused) x two
+checkpointing settings (off, every_n_layers=1): a Trainer run of 3 optimizer steps with
+the callback and a plan for the exact-bytes CPU profile (cpu-exact, --target cpu). The
+measured peak of steps 2 and 3 (the plan's steady state) must be within the fixtures'
+tolerance (0.1 % for fp32, tests/hf_compare.c), the report valid against
+reports/schema/report.schema.json, the Trainer's logs must carry the gckpt/ keys. A plan
+for another setting gives one warning per difference and the run goes on.
+
+Needs torch and transformers (tools/hf_probe/.venv) and a plan: gckpt.plan when the
+package has it, else the gckpt-plan CLI ($GCKPT_PLAN, or build/gckpt-plan:
+cmake -S . -B build -DCMAKE_CUDA_COMPILER= && cmake --build build --target gckpt-plan).
+Set GCKPT_CALLBACK_VERBOSE=1 to print each run's figures.
+"""
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+from contextlib import redirect_stderr, redirect_stdout
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+if importlib.util.find_spec("gckpt") is None:
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import schema_check  # noqa: E402
+
+HAVE_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+PLAN_EXE = os.environ.get("GCKPT_PLAN") or os.path.join(ROOT, "build", "gckpt-plan")
+CPU_EXACT = os.path.join(ROOT, "tests", "data", "devices", "cpu-exact.json")
+SCHEMA = os.path.join(ROOT, "reports", "schema", "report.schema.json")
+FAMILIES = ("llama", "qwen3", "gpt2")
+SEQ, MB, GA, STEPS = 32, 2, 2, 3
+TOLERANCE = 0.001  # the probe fixtures' tolerance for fp32 (tests/hf_compare.c, hf_tolerance)
+VERBOSE = os.environ.get("GCKPT_CALLBACK_VERBOSE") == "1"
+
+
+def fixture(family, every_n):
+    name = f"{family}-fp32-sdpa-{'n%d' % every_n if every_n else 'noff'}-plain-b{MB}s{SEQ}.json"
+    with open(os.path.join(ROOT, "tests", "data", "hf", name)) as f:
+        return json.load(f)
+
+
+def package_plan():
+    """gckpt.plan when the package has it (the lead's _plan.py), else None."""
+    try:
+        import gckpt
+        return getattr(gckpt, "plan", None) if callable(getattr(gckpt, "plan", None)) else None
+    except ImportError:
+        return None
+
+
+def have_planner():
+    return package_plan() is not None or os.access(PLAN_EXE, os.X_OK)
+
+
+def make_plan(config_path, out, every_n, micro_batch=MB, grad_accum=GA):
+    """A gckpt.plan/2 file for the CPU target and the exact-bytes profile."""
+    plan = package_plan()
+    if plan is not None:
+        plan(config_path, gpu="cpu-exact", target="cpu", seq=SEQ, precision="fp32", optimizer="adamw",
+             attention="sdpa", micro_batch=micro_batch, grad_accum=grad_accum, every_n=every_n or "off",
+             offload="off").to_json(out)
+        return out
+    subprocess.run([PLAN_EXE, "--model", config_path, "--gpu", CPU_EXACT, "--target", "cpu", "--seq", str(SEQ),
+                    "--precision", "fp32", "--optimizer", "adamw", "--attention", "sdpa", "--micro-batch",
+                    str(micro_batch), "--grad-accum", str(grad_accum), "--every-n", str(every_n or "off"),
+                    "--offload", "off", "-q", "-o", out], check=True, capture_output=True)
+    return out
+
+
+def run_trainer(config, tmp, callback, every_n=0, micro_batch=MB, optim="adamw_torch_fused", extra=()):
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.AutoConfig.for_model(
+        config["model_type"], **{k: v for k, v in config.items()
+                                 if k not in ("model_type", "transformers_version", "architectures")})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+
+    class Tokens(torch.utils.data.Dataset):
+        def __init__(self):
+            g = torch.Generator().manual_seed(0)
+            self.ids = torch.randint(3, cfg.vocab_size, (STEPS * micro_batch * GA, SEQ), generator=g)
+
+        def __len__(self):
+            return len(self.ids)
+
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "labels": self.ids[i].clone()}
+
+    ckpt = ({"gradient_checkpointing": True,
+             "gradient_checkpointing_kwargs": {"every_n_layers": every_n, "offload": False}} if every_n else {})
+    args = TrainingArguments(output_dir=os.path.join(tmp, "out"), use_cpu=True, max_steps=STEPS, report_to="none",
+                             save_strategy="no", logging_steps=1, disable_tqdm=True, learning_rate=1e-3,
+                             per_device_train_batch_size=micro_batch, gradient_accumulation_steps=GA, optim=optim,
+                             **ckpt)
+    trainer = Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=list(extra) + [callback])
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        trainer.train()
+    return trainer
+
+
+def read_report(path):
+    with open(path) as f:
+        lines = f.read().splitlines()
+    return lines, [json.loads(x) for x in lines]
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs torch and transformers (tools/hf_probe/.venv)")
+@unittest.skipUnless(have_planner(), f"needs gckpt.plan or the gckpt-plan CLI ({PLAN_EXE})")
+class TrainerRuns(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from transformers import TrainerCallback as HFCallback
+
+        with open(SCHEMA) as f:
+            cls.schema = json.load(f)
+
+        class Seen(HFCallback):
+            def __init__(self):
+                self.keys = []
+
+            def on_log(self, args, state, control, logs=None, **kw):
+                self.keys.append(sorted(k for k in (logs or {}) if k.startswith("gckpt/")))
+
+        cls.Seen = Seen
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def config_file(self, family):
+        config = fixture(family, 1)["config"]
+        path = os.path.join(self.tmp.name, f"{family}.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        return config, path
+
+    def assert_valid(self, lines):
+        errs = schema_check.report_errors(self.schema, lines)
+        self.assertEqual(errs, [], "\n".join(errs[:20]))
+
+    def test_families_within_fixture_tolerance(self):
+        from gckpt.callback import PlanMismatchWarning, TrainerCallback
+
+        for family in FAMILIES:
+            for every_n in (0, 1):
+                with self.subTest(family=family, every_n=every_n):
+                    config, cfg_path = self.config_file(family)
+                    plan = make_plan(cfg_path, os.path.join(self.tmp.name, f"{family}-{every_n}.json"), every_n)
+                    report = os.path.join(self.tmp.name, f"{family}-{every_n}.jsonl")
+                    cb = TrainerCallback(plan, report=report)
+                    seen = self.Seen()
+                    with warnings.catch_warnings(record=True) as caught:
+                        warnings.simplefilter("always")
+                        trainer = run_trainer(config, self.tmp.name, cb, every_n, extra=[seen])
+                    mism = [str(w.message) for w in caught if issubclass(w.category, PlanMismatchWarning)]
+                    self.assertEqual(mism, [])
+                    lines, recs = read_report(report)
+                    self.assert_valid(lines)
+                    kinds = [r["record"] for r in recs]
+                    self.assertEqual(kinds, ["header"] + ["step"] * STEPS + ["entry", "summary"])
+                    steps = [r for r in recs if r["record"] == "step"]
+                    self.assertEqual([s["judged"] for s in steps], [False] + [True] * (STEPS - 1))
+                    entry = recs[-2]
+                    self.assertEqual((entry["every_n_layers"], entry["offload"]), (every_n, False))
+                    pk = entry["memory"]["peak_bytes"]
+                    fx = fixture(family, every_n)["steps"][1]["live_peak_bytes"]
+                    if VERBOSE:
+                        print(f"\n{family} every_n {every_n or 'off'}: predicted {pk['predicted']} measured "
+                              f"{pk['measured']} ({pk['relative_error'] * 100:+.3f} %); steps "
+                              f"{[s['memory']['peak_bytes']['measured'] for s in steps]}; probe fixture {fx}")
+                    self.assertLessEqual(abs(pk["relative_error"]), TOLERANCE)
+                    self.assertTrue(entry["pass"])
+                    for s in steps[1:]:
+                        self.assertTrue(s["pass"])
+                        self.assertLessEqual(abs(s["memory"]["peak_bytes"]["relative_error"]), TOLERANCE)
+                    self.assertEqual(recs[-1]["passed"], 1)
+                    # the Trainer's logs, and a reporting callback listed before this one
+                    logged = [h for h in trainer.state.log_history if "gckpt/measured_peak_bytes" in h]
+                    self.assertEqual(len(logged), STEPS + 1)  # every step's log and the train summary
+                    self.assertEqual(logged[-2]["gckpt/predicted_peak_bytes"], pk["predicted"])
+                    self.assertEqual(logged[-2]["gckpt/measured_peak_bytes"], steps[-1]["memory"]["peak_bytes"]["measured"])
+                    self.assertEqual(seen.keys, [["gckpt/measured_peak_bytes", "gckpt/predicted_peak_bytes",
+                                                  "gckpt/step_s"]] * (STEPS + 1))
+
+    def test_mismatched_plan_warns_and_runs_on(self):
+        from gckpt.callback import PlanMismatchWarning, TrainerCallback
+
+        config, cfg_path = self.config_file("llama")
+        plan = make_plan(cfg_path, os.path.join(self.tmp.name, "plan.json"), 2)  # every_n 2, micro-batch 2
+        report = os.path.join(self.tmp.name, "r.jsonl")
+        cb = TrainerCallback(plan, report=report)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer = run_trainer(config, self.tmp.name, cb, every_n=0, micro_batch=1, optim="adamw_torch")
+        self.assertEqual(trainer.state.global_step, STEPS)  # the run went on
+        got = sorted(str(w.message) for w in caught if issubclass(w.category, PlanMismatchWarning))
+        lines, recs = read_report(report)
+        self.assert_valid(lines)
+        codes = sorted(r["code"] for r in recs if r["record"] == "warning")
+        self.assertEqual(codes, ["every_n_layers", "micro_batch", "no_entry", "optimizer"])
+        self.assertEqual(len(got), 4)
+        opt = next(r for r in recs if r.get("code") == "optimizer")
+        self.assertEqual((opt["planned"], opt["live"]), ("adamw", "adamw-foreach"))
+        n = next(r for r in recs if r.get("code") == "every_n_layers")
+        self.assertEqual((n["planned"], n["live"]), (2, 0))
+        self.assertEqual(recs[-1]["record"], "summary")
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs torch and transformers (tools/hf_probe/.venv)")
+class LiveSetting(unittest.TestCase):
+    def test_checkpointing_read_back(self):
+        """every_n_layers and offload as transformers 5.24 marks the layers."""
+        import transformers
+        from gckpt.callback import checkpointing_of, every_n_of
+
+        transformers.logging.set_verbosity_error()
+        cfg = transformers.LlamaConfig(num_hidden_layers=5, hidden_size=16, num_attention_heads=2,
+                                       num_key_value_heads=1, intermediate_size=24, vocab_size=32)
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+        self.assertEqual(checkpointing_of(model), (5, [], False))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False},
+                                                every_n_layers=2, offload=True)
+        n, ckpt, off = checkpointing_of(model)
+        self.assertEqual((n, ckpt, off, every_n_of(n, ckpt)), (5, [0, 2, 4], True, 2))
+        model.activation_checkpointing_enable(every_n_layers=3, offload=False)
+        n, ckpt, off = checkpointing_of(model)
+        self.assertEqual((ckpt, off, every_n_of(n, ckpt)), ([0, 3], False, 3))
+        self.assertIsNone(every_n_of(5, [1, 2]))
+
+
+class Pure(unittest.TestCase):
+    def test_import_needs_only_the_standard_library(self):
+        code = ("import sys, gckpt.callback, gckpt.tracker; "
+                "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; "
+                "assert not bad, bad; print(gckpt.callback.TrainerCallback.__name__)")
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+    def test_match_profile(self):
+        """torch's names for these GPUs (unverified here: no GPU) against the shipped profiles."""
+        from gckpt.callback import match_profile
+
+        profiles = {}
+        for fn in os.listdir(os.path.join(ROOT, "devices")):
+            if fn.endswith(".json"):
+                with open(os.path.join(ROOT, "devices", fn)) as f:
+                    p = json.load(f)
+                profiles[fn[:-5]] = (p["name"], p["memory_bytes"])
+        gib = 1 << 30
+        cases = [("NVIDIA H100 80GB HBM3", 79.1 * gib, "h100-sxm-80gb"), ("NVIDIA H100 PCIe", 79.1 * gib, "h100-pcie-80gb"),
+                 ("NVIDIA H200", 139.8 * gib, "h200"), ("NVIDIA A100-SXM4-40GB", 39.4 * gib, "a100-40gb"),
+                 ("NVIDIA A100-SXM4-80GB", 79.1 * gib, "a100-80gb"), ("NVIDIA L40S", 44.4 * gib, "l40s"),
+                 ("NVIDIA GeForce RTX 4090", 23.6 * gib, "rtx-4090"), ("Tesla T4", 14.6 * gib, None)]
+        for name, mem, want in cases:
+            self.assertEqual(match_profile(name, int(mem), profiles), want, name)
+
+    def test_bad_plan(self):
+        from gckpt.callback import _plan_json
+
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            f.write('{"schema": "gckpt.report/2"}')
+        self.addCleanup(os.unlink, f.name)
+        with self.assertRaisesRegex(ValueError, "field 'schema'"):
+            _plan_json(f.name)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -64,15 +64,15 @@ def have_planner():
     return package_plan() is not None or os.access(PLAN_EXE, os.X_OK)
 
 
-def make_plan(config_path, out, every_n, micro_batch=MB, grad_accum=GA):
+def make_plan(config_path, out, every_n, micro_batch=MB, grad_accum=GA, seq=SEQ):
     """A gckpt.plan/2 file for the CPU target and the exact-bytes profile."""
     plan = package_plan()
     if plan is not None:
-        plan(config_path, gpu="cpu-exact", target="cpu", seq=SEQ, precision="fp32", optimizer="adamw",
+        plan(config_path, gpu="cpu-exact", target="cpu", seq=seq, precision="fp32", optimizer="adamw",
              attention="sdpa", micro_batch=micro_batch, grad_accum=grad_accum, every_n=every_n or "off",
              offload="off").to_json(out)
         return out
-    subprocess.run([PLAN_EXE, "--model", config_path, "--gpu", CPU_EXACT, "--target", "cpu", "--seq", str(SEQ),
+    subprocess.run([PLAN_EXE, "--model", config_path, "--gpu", CPU_EXACT, "--target", "cpu", "--seq", str(seq),
                     "--precision", "fp32", "--optimizer", "adamw", "--attention", "sdpa", "--micro-batch",
                     str(micro_batch), "--grad-accum", str(grad_accum), "--every-n", str(every_n or "off"),
                     "--offload", "off", "-q", "-o", out], check=True, capture_output=True)
@@ -220,6 +220,99 @@ class TrainerRuns(unittest.TestCase):
         n = next(r for r in recs if r.get("code") == "every_n_layers")
         self.assertEqual((n["planned"], n["live"]), (2, 0))
         self.assertEqual(recs[-1]["record"], "summary")
+
+    def test_plans_at_the_first_batch_without_a_plan(self):
+        """plan=None: gckpt.plan_for (hf_args) is asked with the first batch's length and, without
+        CUDA, the cpu-exact profile; here a stand-in plan_for (the real one is another module's)
+        that plans the model's config for the live every_n_layers with make_plan."""
+        import types
+        from unittest import mock
+
+        import gckpt
+        from gckpt.callback import PlanMismatchWarning, TrainerCallback
+
+        config, _ = self.config_file("qwen3")
+        asked = []
+
+        def plan_for(model, args, seq=None, gpu=None):
+            asked.append((seq, gpu, args.per_device_train_batch_size))
+            path = os.path.join(self.tmp.name, "live-config.json")
+            with open(path, "w") as f:
+                json.dump(model.config.to_dict(), f)
+            with open(make_plan(path, os.path.join(self.tmp.name, "live.json"), 1, seq=seq)) as f:
+                return json.load(f)
+
+        fake = types.ModuleType("gckpt.hf_args")
+        fake.plan_for = plan_for
+        report = os.path.join(self.tmp.name, "r.jsonl")
+        # sys.modules gets only this key back: patch.dict(sys.modules) would also drop every
+        # module imported meanwhile (datasets, imported twice, then fails)
+        real = sys.modules.get("gckpt.hf_args")
+        sys.modules["gckpt.hf_args"] = fake
+        try:
+            with mock.patch.object(gckpt, "hf_args", fake, create=True), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                run_trainer(config, self.tmp.name, TrainerCallback(report=report), every_n=1)
+        finally:
+            if real is None:
+                sys.modules.pop("gckpt.hf_args", None)
+            else:
+                sys.modules["gckpt.hf_args"] = real
+        self.assertEqual(asked, [(SEQ, "cpu-exact", MB)])
+        self.assertEqual([str(w.message) for w in caught if issubclass(w.category, PlanMismatchWarning)], [])
+        lines, recs = read_report(report)
+        self.assert_valid(lines)
+        self.assertEqual([r["record"] for r in recs], ["header"] + ["step"] * STEPS + ["entry", "summary"])
+        self.assertEqual(recs[0]["plan"]["seq"], SEQ)
+        self.assertTrue(recs[-2]["pass"])
+
+    def test_trl_sft_trainer(self):
+        """Under TRL's SFTTrainer (a Trainer subclass) with a pre-tokenized dataset."""
+        if importlib.util.find_spec("trl") is None:
+            self.skipTest("trl is not installed")
+        import datasets
+        import torch
+        import transformers
+        from tokenizers import Tokenizer, models
+        from trl import SFTConfig, SFTTrainer
+        from gckpt.callback import PlanMismatchWarning, TrainerCallback
+
+        transformers.logging.set_verbosity_error()
+        config, cfg_path = self.config_file("llama")
+        vocab = {f"t{i}": i for i in range(config["vocab_size"])}
+        tok = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
+                                                   pad_token="t0", eos_token="t1")
+        cfg = transformers.AutoConfig.for_model("llama", **{k: v for k, v in config.items()
+                                                           if k not in ("model_type", "transformers_version", "architectures")})
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(3, cfg.vocab_size, (STEPS * MB * GA, SEQ), generator=g).tolist()
+        ds = datasets.Dataset.from_dict({"input_ids": ids})
+        plan = make_plan(cfg_path, os.path.join(self.tmp.name, "plan.json"), 1)
+        report = os.path.join(self.tmp.name, "trl.jsonl")
+        args = SFTConfig(output_dir=os.path.join(self.tmp.name, "out"), use_cpu=True, max_steps=STEPS, report_to="none",
+                         save_strategy="no", logging_steps=1, disable_tqdm=True, learning_rate=1e-3,
+                         per_device_train_batch_size=MB, gradient_accumulation_steps=GA, optim="adamw_torch_fused",
+                         gradient_checkpointing=True, gradient_checkpointing_kwargs={"every_n_layers": 1, "offload": False},
+                         max_length=SEQ, packing=False, bf16=False)  # SFTConfig's default is bf16=True
+        trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
+                             callbacks=[TrainerCallback(plan, report=report)])
+        with warnings.catch_warnings(record=True) as caught, redirect_stdout(io.StringIO()), \
+                redirect_stderr(io.StringIO()):
+            warnings.simplefilter("always")
+            trainer.train()
+        lines, recs = read_report(report)
+        self.assert_valid(lines)
+        mism = [str(w.message) for w in caught if issubclass(w.category, PlanMismatchWarning)]
+        entry = recs[-2]
+        if VERBOSE:
+            pk = entry["memory"]["peak_bytes"]
+            print(f"\nTRL SFTTrainer llama every_n 1: predicted {pk['predicted']} measured {pk['measured']} "
+                  f"({pk['relative_error'] * 100:+.3f} %); warnings {mism}")
+        self.assertEqual(mism, [])
+        self.assertEqual([r["record"] for r in recs], ["header"] + ["step"] * STEPS + ["entry", "summary"])
+        self.assertIsNotNone(entry["memory"]["peak_bytes"]["measured"])
 
 
 @unittest.skipUnless(HAVE_TORCH, "needs torch and transformers (tools/hf_probe/.venv)")

@@ -448,6 +448,8 @@ class _Callback:
         passed = None
         if judged:
             passed = all(c["pass"] for c in (peak, dev) if c["pass"] is not None)
+        else:  # step 1 creates the optimizer states: measured and shown, not judged
+            peak["pass"] = dev["pass"] = None
         return {"record": "step", "rank": self.rank, "step": step, "entry": int(self.entry["index"]) if self.entry else 0,
                 "judged": judged, "pass": passed,
                 "memory": {"peak_bytes": peak, "device_peak_bytes": dev, "reserved_peak_bytes": m["reserved_bytes"]},

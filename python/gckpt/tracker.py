@@ -62,21 +62,25 @@ def _mode_class():
 
         def __init__(self):
             super().__init__()
-            self.live = {}  # storage key -> (weak reference, bytes)
+            self.live = {}  # storage key -> (weak reference, bytes): polled after every op
+            self.resident = set()  # keys of what lives through the step (never polled)
             self.bytes = 0
             self.peak = 0
 
-        def track(self, t):
+        def track(self, t, resident=False):
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
                 return
             st = _storage(t)
             if st is None:
                 return
             key = st._cdata
-            if key in self.live:
+            if key in self.live or key in self.resident:
                 return
             n = st.nbytes()
-            self.live[key] = (StorageWeakRef(st), n)
+            if resident:
+                self.resident.add(key)
+            else:
+                self.live[key] = (StorageWeakRef(st), n)
             self.bytes += n
 
         def poll(self):
@@ -102,9 +106,9 @@ def _mode_class():
 
 
 def resident_tensors(model, optimizer):
-    """What lives across steps: parameters, gradients, buffers and optimizer states."""
+    """What lives through a step: parameters, buffers and optimizer states (gradients
+    are None between the Trainer's steps: its zero_grad sets them to None)."""
     out = list(model.parameters())
-    out += [p.grad for p in model.parameters() if p.grad is not None]
     out += list(model.buffers())
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps it
     if inner is not None:
@@ -127,7 +131,10 @@ class CpuStepTracker:
         self.close()
         self.mode = _mode_class()()
         for t in resident_tensors(model, optimizer):
-            self.mode.track(t)
+            self.mode.track(t, resident=True)
+        for p in model.parameters():  # gradients kept from before the step (not the Trainer's way)
+            if p.grad is not None:
+                self.mode.track(p.grad)
         self.mode.peak = self.mode.bytes
         self.mode.__enter__()
         self.entered = True

@@ -64,18 +64,20 @@ def have_planner():
     return package_plan() is not None or os.access(PLAN_EXE, os.X_OK)
 
 
-def make_plan(config_path, out, every_n, micro_batch=MB, grad_accum=GA, seq=SEQ):
-    """A gckpt.plan/2 file for the CPU target and the exact-bytes profile."""
+def make_plan(config_path, out, every_n, micro_batch=MB, grad_accum=GA, seq=SEQ, gpu=CPU_EXACT, gpus=1):
+    """A gckpt.plan/2 file for the CPU target and the exact-bytes profile (gpus > 1: DDP)."""
     plan = package_plan()
+    ddp = {"gpus": gpus, "parallel": "ddp"} if gpus > 1 else {}
     if plan is not None:
-        plan(config_path, gpu="cpu-exact", target="cpu", seq=seq, precision="fp32", optimizer="adamw",
+        plan(config_path, gpu=gpu, target="cpu", seq=seq, precision="fp32", optimizer="adamw",
              attention="sdpa", micro_batch=micro_batch, grad_accum=grad_accum, every_n=every_n or "off",
-             offload="off").to_json(out)
+             offload="off", **ddp).to_json(out)
         return out
-    subprocess.run([PLAN_EXE, "--model", config_path, "--gpu", CPU_EXACT, "--target", "cpu", "--seq", str(seq),
+    subprocess.run([PLAN_EXE, "--model", config_path, "--gpu", gpu, "--target", "cpu", "--seq", str(seq),
                     "--precision", "fp32", "--optimizer", "adamw", "--attention", "sdpa", "--micro-batch",
                     str(micro_batch), "--grad-accum", str(grad_accum), "--every-n", str(every_n or "off"),
-                    "--offload", "off", "-q", "-o", out], check=True, capture_output=True)
+                    "--offload", "off", "-q", "-o", out] + [f"--{k}={v}" for k, v in ddp.items()],
+                   check=True, capture_output=True)
     return out
 
 
@@ -176,6 +178,7 @@ class TrainerRuns(unittest.TestCase):
                     self.assertEqual(kinds, ["header"] + ["step"] * STEPS + ["entry", "summary"])
                     steps = [r for r in recs if r["record"] == "step"]
                     self.assertEqual([s["judged"] for s in steps], [False] + [True] * (STEPS - 1))
+                    self.assertEqual((steps[0]["pass"], steps[0]["memory"]["peak_bytes"]["pass"]), (None, None))
                     entry = recs[-2]
                     self.assertEqual((entry["every_n_layers"], entry["offload"]), (every_n, False))
                     pk = entry["memory"]["peak_bytes"]
@@ -265,6 +268,42 @@ class TrainerRuns(unittest.TestCase):
         self.assertEqual([r["record"] for r in recs], ["header"] + ["step"] * STEPS + ["entry", "summary"])
         self.assertEqual(recs[0]["plan"]["seq"], SEQ)
         self.assertTrue(recs[-2]["pass"])
+
+    def test_torchrun_two_ranks(self):
+        """torchrun --nproc_per_node 2 (DDP over gloo on the CPU): one report per rank, each
+        with its rank and the world size, the plan's world size matched (no warning)."""
+        torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        if not os.access(torchrun, os.X_OK):
+            self.skipTest("no torchrun next to this python")
+        config, cfg_path = self.config_file("llama")
+        # the exact-bytes profile with a bus bandwidth, which a plan for several GPUs needs
+        # to time its collectives (timing only: memory is what is compared here)
+        with open(CPU_EXACT) as f:
+            dev = json.load(f)
+        for k in ("intra_node_bus_bytes_per_s", "inter_node_bus_bytes_per_s"):
+            dev[k] = 10_000_000_000
+            dev["sources"][k] = "estimate: a test value, timing only"
+        gpu = os.path.join(self.tmp.name, "cpu-exact-bus.json")
+        with open(gpu, "w") as f:
+            json.dump(dev, f)
+        plan = make_plan(cfg_path, os.path.join(self.tmp.name, "ddp.json"), 1, gpu=gpu, gpus=2)
+        report = os.path.join(self.tmp.name, "ddp.jsonl")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.path.join(ROOT, "python"),
+                                                                        os.environ.get("PYTHONPATH")) if p))
+        out = subprocess.run([torchrun, "--nproc_per_node", "2", os.path.join(HERE, "callback_ddp_run.py"),
+                              "llama", plan, report, self.tmp.name], env=env, capture_output=True, text=True,
+                             timeout=600)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        for rank, path in ((0, report), (1, os.path.join(self.tmp.name, "ddp.rank1.jsonl"))):
+            lines, recs = read_report(path)
+            self.assert_valid(lines)
+            self.assertEqual({r["rank"] for r in recs}, {rank})
+            self.assertEqual(recs[0]["ranks"], {"world_size": 2, "parallel": "ddp"})
+            self.assertEqual([r["record"] for r in recs], ["header"] + ["step"] * STEPS + ["entry", "summary"])
+            pk = recs[-2]["memory"]["peak_bytes"]
+            if VERBOSE:
+                print(f"\nDDP rank {rank} llama every_n 1: predicted {pk['predicted']} steps "
+                      f"{[r['memory']['peak_bytes']['measured'] for r in recs if r['record'] == 'step']}")
 
     def test_trl_sft_trainer(self):
         """Under TRL's SFTTrainer (a Trainer subclass) with a pre-tokenized dataset."""

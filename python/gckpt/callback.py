@@ -458,6 +458,11 @@ class _Callback:
 
     # -- Trainer events -----------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        self.close()
+        self.steps, self.warnings, self.last, self.entry = [], [], None, None
+        if self.plan_arg is None:
+            self.plan_json = self.selected = None
+        self.tolerance = self.tolerance_arg
         self._run_first()
         self.rank = int(getattr(args, "process_index", 0) or 0)
         self._args, self._model, self._optimizer = args, model, optimizer
@@ -523,6 +528,19 @@ class _Callback:
         if hist and hist[-1].get("step") == state.global_step and all(hist[-1].get(k) == v for k, v in logs.items()
                                                                       if k not in keys):
             hist[-1].update(keys)
+
+    def close(self):
+        """Stop measuring: on the CPU the tracker's dispatch mode stays entered from a step's
+        begin to its end, so after an exception inside a step (no on_step_end, no
+        on_train_end) call this; the next train begin does it too."""
+        if self._tracker is not None:
+            self._tracker.close()
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._tracker is not None:

@@ -269,6 +269,28 @@ class TrainerRuns(unittest.TestCase):
         self.assertEqual(recs[0]["plan"]["seq"], SEQ)
         self.assertTrue(recs[-2]["pass"])
 
+    def test_close_after_an_exception_in_a_step(self):
+        """A step that raises leaves the CPU tracker's dispatch mode entered (no on_step_end);
+        close() leaves it."""
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+        from transformers import TrainerCallback as HFCallback
+        from gckpt.callback import TrainerCallback
+
+        config, cfg_path = self.config_file("llama")
+        plan = make_plan(cfg_path, os.path.join(self.tmp.name, "plan.json"), 0)
+        cb = TrainerCallback(plan, report=os.path.join(self.tmp.name, "r.jsonl"))
+
+        class Boom(HFCallback):
+            def on_step_begin(self, args, state, control, model=None, **kw):
+                if state.global_step == 1:
+                    model.register_forward_pre_hook(lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+
+        with self.assertRaisesRegex(RuntimeError, "boom"):
+            run_trainer(config, self.tmp.name, cb, extra=[Boom()])
+        self.assertIsNotNone(_get_current_dispatch_mode())
+        cb.close()
+        self.assertIsNone(_get_current_dispatch_mode())
+
     def test_torchrun_two_ranks(self):
         """torchrun --nproc_per_node 2 (DDP over gloo on the CPU): one report per rank, each
         with its rank and the world size, the plan's world size matched (no warning)."""

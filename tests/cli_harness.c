@@ -136,6 +136,18 @@ double cli_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+bool cli_catches(pid_t pid, int sig)
+{
+    char p[64], line[256];
+    snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(p, "r");
+    unsigned long long mask = 0;
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f)) found = sscanf(line, "SigCgt: %llx", &mask) == 1;
+    if (f) fclose(f);
+    return found && (mask >> (sig - 1) & 1);
+}
+
 /* In the child: what cli_spawn_opts asks for; exits (9x) when it cannot. */
 static void child_setup(const cli_spawn_opts *o)
 {

@@ -51,6 +51,9 @@ pid_t cli_spawn(char *const argv[], const cli_spawn_opts *o);
 int cli_wait(pid_t pid, double seconds);
 /* Monotonic seconds. */
 double cli_now(void);
+/* Whether process pid catches signal sig now (its handler is installed: SigCgt in
+ * /proc/PID/status): the readiness a test waits for before it signals a child. */
+bool cli_catches(pid_t pid, int sig);
 
 #define A(...) ((char *const[]){__VA_ARGS__, NULL})
 

@@ -397,24 +397,25 @@ static void test_watchdog(void **st)
     write_plan("mixed.json", "tiny-gpt2", mbs, 2, (uint64_t)((small + big) / 2 / 0.95));
     char sel[32];
     snprintf(sel, sizeof sel, "%d,%d", big_i, small_i);
-    const char *env[] = {"GCKPT_TEST_HOST_STALL_MS=60000", NULL};
+    /* the skipped entry's record is written, then the second entry starts and stalls in its
+     * first forward kernel, where the hook creates the ready file: the signal waits for it */
+    char ready[512], ready_env[600];
+    cli_path("stall.ready", ready, sizeof ready);
+    snprintf(ready_env, sizeof ready_env, "GCKPT_TEST_READY_FILE=%s", ready);
+    const char *env[] = {"GCKPT_TEST_HOST_STALL_MS=60000", ready_env, NULL};
     char *const argv[] = {GCKPT_RUN_HOOKS_EXE, "--backend", "host", "--plan", "mixed.json", "--entry", sel, "--steps", "1", "-q",
                           "-o", "w.json", NULL};
     pid_t pid = spawn(argv, "wd", env);
-    /* the skipped entry's record appears, then the second entry starts and stalls */
-    char p[512];
-    cli_path("w.json", p, sizeof p);
-    double until = now() + 30;
+    double until = now() + 60;
     struct stat s;
-    while (stat(p, &s) != 0) {
+    while (stat(ready, &s) != 0) {
         if (now() > until) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
-            fail_msg("no report in time");
+            fail_msg("the second entry did not reach its stall within 60 s");
         }
         nap(5);
     }
-    nap(300);
     assert_int_equal(kill(pid, SIGTERM), 0);
     double t0 = now();
     int status = wait_bounded(pid, 30);

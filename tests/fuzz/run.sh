@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 secs=${1:-30}
 [ $# -gt 0 ] && shift
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(model device plan cli plan_read)
+[ ${#names[@]} -eq 0 ] && names=(model device plan cli plan_read api)
 
 if [ -z "${GCKPT_FUZZ_NO_BUILD:-}" ]; then
   cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DGCKPT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

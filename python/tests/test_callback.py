@@ -310,8 +310,8 @@ class TrainerRuns(unittest.TestCase):
             json.dump(dev, f)
         plan = make_plan(cfg_path, os.path.join(self.tmp.name, "ddp.json"), 1, gpu=gpu, gpus=2)
         report = os.path.join(self.tmp.name, "ddp.jsonl")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.path.join(ROOT, "python"),
-                                                                        os.environ.get("PYTHONPATH")) if p))
+        where = os.path.dirname(os.path.dirname(importlib.util.find_spec("gckpt").origin))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (where, os.environ.get("PYTHONPATH")) if p))
         out = subprocess.run([torchrun, "--nproc_per_node", "2", os.path.join(HERE, "callback_ddp_run.py"),
                               "llama", plan, report, self.tmp.name], env=env, capture_output=True, text=True,
                              timeout=600)
@@ -405,7 +405,9 @@ class Pure(unittest.TestCase):
         code = ("import sys, gckpt.callback, gckpt.tracker; "
                 "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; "
                 "assert not bad, bad; print(gckpt.callback.TrainerCallback.__name__)")
-        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        # the gckpt these tests import (the checkout's, build/python or an installed one)
+        where = os.path.dirname(os.path.dirname(importlib.util.find_spec("gckpt").origin))
+        env = dict(os.environ, PYTHONPATH=where)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
         self.assertEqual(out.returncode, 0, out.stderr)
 
@@ -426,6 +428,24 @@ class Pure(unittest.TestCase):
                  ("NVIDIA GeForce RTX 4090", 23.6 * gib, "rtx-4090"), ("Tesla T4", 14.6 * gib, None)]
         for name, mem, want in cases:
             self.assertEqual(match_profile(name, int(mem), profiles), want, name)
+
+    def test_plan_object_selected_entry(self):
+        """A gckpt.Plan's selected entry is the one compared with, whatever the live setting."""
+        try:
+            from gckpt import Plan
+        except ImportError:
+            self.skipTest("gckpt.Plan is not in this package")
+        from gckpt.callback import _plan_json, choose_entry
+
+        entries = [{"index": i, "every_n_layers": n, "offload": False, "micro_batch": 2, "grad_accum": 2}
+                   for i, n in enumerate((0, 1, 2))]
+        p = Plan({"schema": "gckpt.plan/2", "inputs": {}, "entries": entries, "recommended": 0})
+        live = {"every_n_layers": 1, "offload": False, "micro_batch": 2, "grad_accum": 2}
+        self.assertEqual(choose_entry(*_plan_json(p)[:2], live), (entries[1], True))  # the live one
+        p.selected = entries[2]
+        self.assertEqual(choose_entry(*_plan_json(p)[:2], live), (entries[2], True))
+        live["micro_batch"] = 1
+        self.assertEqual(choose_entry(_plan_json(p)[0], None, live), (entries[0], False))  # the recommended
 
     def test_bad_plan(self):
         from gckpt.callback import _plan_json

@@ -25,6 +25,8 @@ def errors(schema, doc, root=None, path="$"):
     ref = schema.get("$ref")
     if ref:
         name = ref.rsplit("/", 1)[-1]
+        if name not in root.get("$defs", {}):
+            return [f"{path}: the schema has no $defs/{name}"]
         return errors(root["$defs"][name], doc, root, path)
     t = schema.get("type")
     if t is not None:

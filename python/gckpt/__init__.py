@@ -7,8 +7,12 @@
 The numbers come from the C planner (the same code as gckpt-plan, in gckpt._native)."""
 
 from ._calibrate import Calibration, calibrate
+from .callback import PlanMismatchWarning, TrainerCallback
 from ._plan import Plan, PlanError, data_dir, plan
 
 __version__ = "0.1.0"
 
-__all__ = ["Calibration", "Plan", "PlanError", "calibrate", "data_dir", "plan", "__version__"]
+__all__ = [
+    "Calibration", "Plan", "PlanError", "PlanMismatchWarning", "TrainerCallback", "calibrate", "data_dir", "plan",
+    "__version__",
+]

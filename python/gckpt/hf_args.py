@@ -105,6 +105,7 @@ class _Model:
     attention: str | None
     bnb: dict | None              # a bitsandbytes quantization_config as a dict
     peft_config: object | None    # a PeftModel's active adapter config
+    own_ckpt: tuple | None = None  # checkpointing already enabled on a loaded model: (every_n, offload, reentrant)
 
 
 def _config_dict(cfg):
@@ -165,7 +166,36 @@ def _read_model(obj, args, w):
     if qd is not None and str(_enum_value(qd.get("quant_method", ""))).lower() == "bitsandbytes":
         bnb = qd
         cfg.pop("quantization_config", None)   # planned through method qlora, not the config
-    return _Model(cfg, cfg.get("model_type"), weights_dtype, attention, bnb, peft_cfg)
+    own = _model_checkpointing(obj) if hasattr(obj, "config") and hasattr(obj, "modules") else None
+    return _Model(cfg, cfg.get("model_type"), weights_dtype, attention, bnb, peft_cfg, own)
+
+
+def _model_checkpointing(model):
+    """(every_n, offload, reentrant) of checkpointing already enabled on a loaded model
+    (prepare_model_for_kbit_training's default, or the user's own call), else None.
+
+    _set_gradient_checkpointing (modeling_utils.py) sets `gradient_checkpointing` on the
+    decoder layers, i % every_n == 0, and `_gradient_checkpointing_func`, a partial of
+    `checkpoint` (or of the save_on_cpu wrapper `checkpoint_func` when offloading) with the
+    kwargs; the model adds use_reentrant=False only when it gets no kwargs."""
+    try:
+        if not getattr(model, "is_activation_checkpointing", False) is True:
+            return None
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except Exception:
+        return None
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    flags = [bool(getattr(m, "gradient_checkpointing", False)) for m in layers]
+    if not any(flags):
+        return None
+    on = [i for i, f in enumerate(flags) if f]
+    every_n = on[1] - on[0] if len(on) > 1 else len(flags)
+    func = getattr(layers[on[0]], "_gradient_checkpointing_func", None)
+    kw = getattr(func, "keywords", None) or {}
+    inner = getattr(func, "func", func)
+    offload = getattr(inner, "__name__", "") == "checkpoint_func"
+    reentrant = kw.get("use_reentrant", True) is not False
+    return every_n, offload, reentrant
 
 
 # ----------------------------------------------------------------------------- peft
@@ -646,6 +676,16 @@ def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None)
         opts["optimizer"] = optimizer
 
     every_n, offload = _checkpointing(args, w)
+    if not every_n and model.own_ckpt:   # the Trainer enables its own only when asked; it disables nothing
+        every_n, offload, reentrant = model.own_ckpt
+        w.add(ASSUMED, f"model: checkpointing enabled on the model (every_n_layers={every_n}, offload={offload}"
+                       f"{', reentrant' if reentrant else ''}) while TrainingArguments.gradient_checkpointing is "
+                       "False: the Trainer keeps it (prepare_model_for_kbit_training enables reentrant "
+                       "checkpointing by default); planned as that setting")
+        if reentrant:
+            w.add(NOT_MODELLED, "model: reentrant checkpointing re-runs the whole layer before its backward; the "
+                                "plan is for non-reentrant checkpointing with early stop (measured within about "
+                                "0.5 %, FINDINGS 12.1)")
     fsdp_on, fsdp_offload, fsdp_ac = _fsdp(args, w)
     if fsdp_ac:
         if every_n:

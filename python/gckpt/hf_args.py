@@ -527,11 +527,11 @@ _TA_NO_MEMORY = {
     "save_total_limit", "save_only_model", "enable_jit_checkpoint", "push_to_hub", "hub_token",
     "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
     "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "ignore_data_skip",
-    "restore_callback_states_from_checkpoint", "full_determinism", "seed", "data_seed",
+    "restore_callback_states_from_checkpoint", "seed", "data_seed",
     "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
     "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "dataloader_in_order",
     "remove_unused_columns", "label_names", "length_column_name", "ddp_bucket_cap_mb",
-    "ddp_broadcast_buffers", "ddp_backend", "ddp_timeout", "debug", "skip_memory_metrics", "do_train",
+    "ddp_broadcast_buffers", "ddp_backend", "ddp_timeout", "skip_memory_metrics", "do_train",
     "do_predict", "resume_from_checkpoint", "local_rank", "torch_empty_cache_steps",
     "torch_compile_backend", "torch_compile_mode",   # either sets torch_compile, which is warned about
     # evaluation only: checked together in _evaluation
@@ -562,6 +562,9 @@ _TA_NOT_MODELLED = {  # field -> why (a warning when set away from its default)
     "ddp_find_unused_parameters": "the plan follows the Trainer's own choice (find_unused_parameters when "
                                   "checkpointing is off, which clones the fp32 logits)",
     "ddp_static_graph": "DDP's static graph changes when buckets are reduced",
+    "full_determinism": "torch.use_deterministic_algorithms(True) and CUBLAS_WORKSPACE_CONFIG=:16:8 "
+                        "(trainer_utils.enable_full_determinism) pick other kernels and workspaces",
+    "debug": "underflow_overflow's hooks take abs().max() of every module's output, a temporary per output",
     # TRL SFTConfig
     "activation_offloading": "TRL's activation offloading moves every saved activation to the CPU",
     "padding_free": "padding-free batches are one flattened sequence",
@@ -698,6 +701,10 @@ def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None)
         raise PlanError("TrainingArguments: fsdp and deepspeed both set")
 
     gpus, nodes = _world(world_size, w)
+    if gpus * nodes == 1 and (ds is not None or fsdp_on):
+        field = "deepspeed" if ds is not None else "fsdp"
+        raise PlanError(f"TrainingArguments.{field} with one process: DeepSpeed and FSDP are planned on several "
+                        "GPUs; pass world_size= (torchrun and accelerate launch set WORLD_SIZE)")
     parallel = None
     if gpus * nodes > 1:
         opts["gpus"], opts["nodes"] = gpus, nodes
@@ -712,9 +719,6 @@ def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None)
         opts["deepspeed"] = ds_value if isinstance(ds_value, str) else ds
     if fsdp_on:
         opts["fsdp_offload"] = fsdp_offload
-        if gpus * nodes == 1:
-            w.add(IGNORED, "TrainingArguments.fsdp: one process: planned on one GPU without sharding")
-            opts.pop("fsdp_offload")
 
     mb = int(getattr(args, "per_device_train_batch_size", 8))
     ga = int(getattr(args, "gradient_accumulation_steps", 1))
@@ -731,8 +735,10 @@ def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None)
                             "(trainer/utils.py, add_fused_lm_head); the plan counts the Trainer's full fp32 logits "
                             "and their gradient, so the head's share is an overestimate")
         if method == "qlora":
-            w.add(NOT_MODELLED, "TRL SFTConfig with a quantized model: SFTTrainer casts the trainable adapters "
-                                "to bf16 (sft_trainer.py); the plan counts fp32 adapters")
+            w.add(NOT_MODELLED, "TRL SFTConfig with a quantized model: SFTTrainer (trl 1.16) casts the trainable "
+                                "adapters to bf16 and does not call prepare_model_for_kbit_training, so the "
+                                "parameters that are not quantized keep the loaded dtype (sft_trainer.py); the plan "
+                                "counts fp32 adapters and prepare's fp32 casts")
     _evaluation(args, w)
     _review_fields(args, w, every_n > 0, parallel)
 

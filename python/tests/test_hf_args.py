@@ -252,7 +252,7 @@ class HFDocExamples(unittest.TestCase):
         os.environ.pop("WORLD_SIZE")
         args = self.ta(bf16=True, deepspeed=ds2, per_device_train_batch_size=2)
         with self.assertRaises(PlanError) as e:
-            options_from_hf(LLAMA, args)
+            options_from_hf(LLAMA, args, world_size=8)
         self.assertIn("train_micro_batch_size_per_gpu=4", str(e.exception))
 
     # 10. DeepSpeed ZeRO-2 as a file with an optimizer section (transformers deepspeed.md passes a path:
@@ -291,6 +291,10 @@ class HFDocExamples(unittest.TestCase):
         with self.assertRaises(PlanError) as e:
             options_from_hf(LLAMA, self.ta(fsdp="shard_grad_op"), world_size=2)
         self.assertIn("reshard_after_forward=False", str(e.exception))
+        # one process: the planner plans FSDP / ZeRO on several GPUs
+        with self.assertRaises(PlanError) as e:
+            options_from_hf(LLAMA, self.ta(fsdp=True))
+        self.assertIn("TrainingArguments.fsdp with one process", str(e.exception))
         # accelerate's name for the offload is not what the Trainer reads
         m = options_from_hf(LLAMA, self.ta(fsdp=True, fsdp_config={"offload_params": True}), world_size=2)
         self.assertFalse(m["options"]["fsdp_offload"])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
+import types
 
 try:  # the lead's module; a fallback keeps the mapping usable without the C extension
     from ._plan import PlanError
@@ -39,6 +39,9 @@ _OPTIMIZERS = {  # TrainingArguments.optim -> gckpt-plan's spelling (planner/cli
     "paged_adamw_32bit": "paged_adamw_32bit",
 }
 _ATTENTION = ("sdpa", "eager", "flash_attention_2")
+_REENTRANT = ("reentrant checkpointing re-runs the whole layer before its backward; the plan is for non-reentrant "
+              "checkpointing with early stop (planned so, prepare_model_for_kbit_training's reentrant runs were off "
+              "by up to 0.54 %: docs/peft.md, FINDINGS 12.1)")
 _DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "fp32": "fp32", "bf16": "bf16",
            "fp16": "fp16", "float": "fp32", "half": "fp16"}
 
@@ -368,8 +371,7 @@ def _checkpointing(args, w):
         if _truthy(kw.pop("use_reentrant", True)):
             w.add(NOT_MODELLED, "TrainingArguments.gradient_checkpointing_kwargs: use_reentrant=True"
                   + ("" if explicit else " (torch 2.15's default when other keys are passed without it)")
-                  + ": reentrant checkpointing re-runs the whole layer before its backward; the plan is for "
-                    "non-reentrant checkpointing with early stop (measured within about 0.5 %, FINDINGS 12.1)")
+                  + ": " + _REENTRANT)
         if "early_stop" in kw and not _truthy(kw.pop("early_stop")):
             w.add(NOT_MODELLED, "TrainingArguments.gradient_checkpointing_kwargs: early_stop=False keeps every "
                                 "recomputed tensor to the layer's end; the plan stops the recompute early")
@@ -597,8 +599,8 @@ def _review_fields(args, w, checkpointing_on, parallel):
             continue
         elif name == "train_sampling_strategy" and str(v) in ("random", "sequential"):
             continue
-        elif v is None or v is False or v == default or (isinstance(v, (dict, list, str)) and not v and not default):
-            continue
+        elif v is None or v is False or v == default or (not v and not default):
+            continue   # a plain namespace or dict has no defaults: a falsy value is unset
         why = _TA_NOT_MODELLED.get(name, "not reviewed by gckpt; the plan ignores it")
         w.add(NOT_MODELLED, f"TrainingArguments.{name}={v!r}: {why}")
 
@@ -648,6 +650,8 @@ def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None)
     that changes training memory and is not planned ({"code", "message"}).
     Raises PlanError (a ValueError) naming the field for what cannot be planned.
     """
+    if isinstance(args, dict):   # TrainingArguments.to_dict(), a JSON or YAML of them
+        args = types.SimpleNamespace(**args)
     w = _Warnings()
     model = _read_model(model_or_config, args, w)
     opts = {}
@@ -686,9 +690,7 @@ def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None)
                        "False: the Trainer keeps it (prepare_model_for_kbit_training enables reentrant "
                        "checkpointing by default); planned as that setting")
         if reentrant:
-            w.add(NOT_MODELLED, "model: reentrant checkpointing re-runs the whole layer before its backward; the "
-                                "plan is for non-reentrant checkpointing with early stop (measured within about "
-                                "0.5 %, FINDINGS 12.1)")
+            w.add(NOT_MODELLED, "model: use_reentrant=True: " + _REENTRANT)
     fsdp_on, fsdp_offload, fsdp_ac = _fsdp(args, w)
     if fsdp_ac:
         if every_n:
@@ -777,6 +779,8 @@ def plan_for(model_or_config, args, *, seq, peft_config=None, gpu=None, world_si
                            f"only layer 0 is checkpointed, the entry every_n_layers={layers}"})
         sel["every_n_layers"] = layers
     p.selected = p.find(**sel)
+    if p.selected is None:
+        p.warnings.append({"code": ASSUMED, "message": f"the configured setting {sel} is not an entry of the plan"})
     max_length = getattr(args, "max_length", None) if _is_trl_sft(args) else None
     if isinstance(max_length, int) and seq > max_length:
         p.warnings.append({"code": ASSUMED, "message": f"seq={seq} exceeds SFTConfig.max_length={max_length}: "

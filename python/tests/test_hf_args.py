@@ -325,6 +325,14 @@ class HFDocExamples(unittest.TestCase):
                                            learning_rate=2e-4, weight_decay=0.01, report_to="none"))
         self.assertEqual(codes(m), ["hf_assumed", "hf_assumed"])   # use_cpu, the config's bf16 dtype
 
+    # TrainingArguments.to_dict() (a run's saved training_args.json read back) maps as the object does
+    def test_to_dict_round_trip(self):
+        args = self.ta(bf16=True, per_device_train_batch_size=2, gradient_accumulation_steps=8, optim="adamw_torch",
+                       gradient_checkpointing=True, gradient_checkpointing_kwargs={"every_n_layers": 4},
+                       neftune_noise_alpha=5)
+        a, b = options_from_hf(LLAMA, args), options_from_hf(LLAMA, args.to_dict())
+        self.assertEqual((a["options"], a["selected"], a["warnings"]), (b["options"], b["selected"], b["warnings"]))
+
     # 14. peft fields that change the adapters: DoRA refused, bias and rank_pattern warned,
     #     a regex target refused, rslora silent (scaling is one float: peft/tuners/lora/layer.py)
     def test_peft_fields(self):

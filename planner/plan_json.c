@@ -59,6 +59,7 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     cJSON_AddBoolToObject(o, "fits", e->fits);
     num(o, "headroom_bytes", (double)p->usable_bytes - (double)r->device_peak_bytes);
     cJSON_AddBoolToObject(o, "pareto", e->pareto);
+    gckpt_plan_training_args_entry(e, cJSON_AddObjectToObject(o, "training_arguments"), 0);
     if (timeline) {
         enum { MAXP = 1000 };
         double *ts = malloc(sizeof *ts * MAXP), *bs = malloc(sizeof *bs * MAXP);
@@ -134,6 +135,8 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     if (gckpt_peft_on(&p->req.peft)) gckpt_plan_peft_json(p, in);
     gckpt_plan_moe_json(p, in);
     gckpt_plan_parallel_json(p, in);
+    /* the TrainingArguments every entry shares (each entry has its own batch and checkpointing) */
+    gckpt_plan_training_args_common(p, cJSON_AddObjectToObject(in, "training_arguments"));
 
     cJSON_AddStringToObject(root, "steady_state",
                             "figures are for step 2 onwards: optimizer states exist; with grad_accum > 1 "

@@ -32,13 +32,17 @@ void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f)
 }
 
 /* The TrainingArguments lines of the mode (inside TrainingArguments(...)). */
-void gckpt_plan_print_parallel_args(const gckpt_plan *p, FILE *f)
+void gckpt_plan_parallel_args(const gckpt_plan *p, cJSON *args)
 {
     switch ((gckpt_parallel)p->req.layout.mode) {
-    case GCKPT_PAR_FSDP:
-        fprintf(f, "    fsdp=True,\n    fsdp_config={\"version\": 2, \"reshard_after_forward\": True%s},\n",
-                p->req.layout.offload ? ", \"cpu_offload\": True" : "");
+    case GCKPT_PAR_FSDP: {
+        cJSON_AddBoolToObject(args, "fsdp", true);
+        cJSON *fc = cJSON_AddObjectToObject(args, "fsdp_config");
+        cJSON_AddNumberToObject(fc, "version", 2);
+        cJSON_AddBoolToObject(fc, "reshard_after_forward", true);
+        if (p->req.layout.offload) cJSON_AddBoolToObject(fc, "cpu_offload", true);
         break;
+    }
     case GCKPT_PAR_ZERO1:
     case GCKPT_PAR_ZERO2:
     case GCKPT_PAR_ZERO3: {
@@ -47,16 +51,22 @@ void gckpt_plan_print_parallel_args(const gckpt_plan *p, FILE *f)
             char path[512];
             snprintf(path, sizeof path, "%s", p->req.deepspeed);
             gckpt_text_sanitize(path);
-            fprintf(f, "    deepspeed=\"%s\",\n", path);
+            cJSON_AddStringToObject(args, "deepspeed", path);
             break;
         }
-        fprintf(f, "    deepspeed={  # or the same as a ds_config.json file\n"
-                   "        \"train_micro_batch_size_per_gpu\": \"auto\", \"gradient_accumulation_steps\": \"auto\",\n"
-                   "        \"train_batch_size\": \"auto\", \"gradient_clipping\": \"auto\", \"bf16\": {\"enabled\": \"auto\"},\n"
-                   "        \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": \"auto\"%s},\n    },\n",
-                stage, stage == 3 ? ", \"stage3_prefetch_bucket_size\": \"auto\",\n"
-                                    "                              \"stage3_param_persistence_threshold\": \"auto\""
-                                  : "");
+        /* the Trainer's "auto" config: the same as a ds_config.json file */
+        cJSON *ds = cJSON_AddObjectToObject(args, "deepspeed");
+        static const char *const autos[] = {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                                            "train_batch_size", "gradient_clipping"};
+        for (size_t i = 0; i < sizeof autos / sizeof autos[0]; i++) cJSON_AddStringToObject(ds, autos[i], "auto");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(ds, "bf16"), "enabled", "auto");
+        cJSON *z = cJSON_AddObjectToObject(ds, "zero_optimization");
+        cJSON_AddNumberToObject(z, "stage", stage);
+        cJSON_AddStringToObject(z, "reduce_bucket_size", "auto");
+        if (stage == 3) {
+            cJSON_AddStringToObject(z, "stage3_prefetch_bucket_size", "auto");
+            cJSON_AddStringToObject(z, "stage3_param_persistence_threshold", "auto");
+        }
         break;
     }
     default: break;

@@ -85,9 +85,84 @@ static void print_model_line(const gckpt_plan *p, FILE *f)
             dtype);
 }
 
+void gckpt_plan_training_args_common(const gckpt_plan *p, cJSON *o)
+{
+    if (p->req.precision == GCKPT_AMP_BF16) cJSON_AddBoolToObject(o, "bf16", true);
+    if (p->req.precision == GCKPT_AMP_FP16) cJSON_AddBoolToObject(o, "fp16", true);
+    if (p->req.optimizer != GCKPT_SGD) cJSON_AddStringToObject(o, "optim", hf_optim(p->req.optimizer));
+    gckpt_plan_parallel_args(p, o);
+}
+
+void gckpt_plan_training_args_entry(const gckpt_entry *e, cJSON *o, int part)
+{
+    if (part != 2) {
+        cJSON_AddNumberToObject(o, "per_device_train_batch_size", (double)e->micro_batch);
+        cJSON_AddNumberToObject(o, "gradient_accumulation_steps", (double)e->grad_accum);
+    }
+    if (part == 1) return;
+    cJSON_AddBoolToObject(o, "gradient_checkpointing", e->every_n != 0);
+    if (e->every_n) {
+        cJSON *k = cJSON_AddObjectToObject(o, "gradient_checkpointing_kwargs");
+        cJSON_AddNumberToObject(k, "every_n_layers", e->every_n);
+        cJSON_AddBoolToObject(k, "offload", e->offload);
+    }
+}
+
+cJSON *gckpt_plan_training_args(const gckpt_plan *p, const gckpt_entry *e)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    gckpt_plan_training_args_entry(e, o, 1);
+    gckpt_plan_training_args_common(p, o);
+    gckpt_plan_training_args_entry(e, o, 2);
+    return o;
+}
+
+/* A JSON value as a Python literal: on one line when it fits in 100 columns from col,
+ * else a dict with one key per line, indented by 4 x depth. */
+static size_t literal_width(const cJSON *v)
+{
+    if (cJSON_IsString(v)) return strlen(v->valuestring) + 2;
+    if (cJSON_IsBool(v)) return cJSON_IsTrue(v) ? 4 : 5;
+    if (cJSON_IsNumber(v)) {
+        char b[32];
+        return (size_t)snprintf(b, sizeof b, "%.17g", v->valuedouble);
+    }
+    size_t w = 2;
+    for (const cJSON *c = v->child; c; c = c->next) w += strlen(c->string) + 4 + literal_width(c) + 2;
+    return w;
+}
+
+static void print_literal(const cJSON *v, size_t col, int depth, FILE *f)
+{
+    if (cJSON_IsString(v)) {
+        fputc('"', f);
+        for (const char *c = v->valuestring; *c; c++) fprintf(f, "%s%c", *c == '"' || *c == '\\' ? "\\" : "", *c);
+        fputc('"', f);
+    } else if (cJSON_IsBool(v)) {
+        fputs(cJSON_IsTrue(v) ? "True" : "False", f);
+    } else if (cJSON_IsNumber(v)) {
+        if (v->valuedouble == (double)(long long)v->valuedouble) fprintf(f, "%lld", (long long)v->valuedouble);
+        else fprintf(f, "%.17g", v->valuedouble);
+    } else if (cJSON_IsObject(v)) {
+        bool one_line = col + literal_width(v) <= 100;
+        fputc('{', f);
+        for (const cJSON *c = v->child; c; c = c->next) {
+            if (one_line) fprintf(f, "%s\"%s\": ", c == v->child ? "" : ", ", c->string);
+            else fprintf(f, "\n%*s\"%s\": ", 4 * (depth + 1), "", c->string);
+            print_literal(c, one_line ? col : (size_t)(4 * (depth + 1)) + strlen(c->string) + 4, depth + 1, f);
+            if (!one_line) fputc(',', f);
+        }
+        if (!one_line) fprintf(f, "\n%*s", 4 * depth, "");
+        fputc('}', f);
+    } else {
+        fputs("None", f);
+    }
+}
+
 /* The lines to paste: model, TrainingArguments, Trainer. Every line is what the plan
  * counts; tools/hf_probe/trainer_check.py runs them (with "..." filled in) on CPU. */
-static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
+void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
 {
     bool peft = gckpt_peft_on(&p->req.peft), qlora = p->req.peft.method == GCKPT_METHOD_QLORA;
     fprintf(f, "\nimport torch\n");
@@ -100,22 +175,15 @@ static void print_args(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
     else
         print_model_line(p, f);
     fprintf(f, "args = TrainingArguments(\n    ...,\n");
-    fprintf(f, "    per_device_train_batch_size=%llu,\n", (unsigned long long)e->micro_batch);
-    fprintf(f, "    gradient_accumulation_steps=%llu,\n", (unsigned long long)e->grad_accum);
-    switch (p->req.precision) {
-    case GCKPT_AMP_BF16: fprintf(f, "    bf16=True,\n"); break;
-    case GCKPT_AMP_FP16: fprintf(f, "    fp16=True,\n"); break;
-    default: break;
+    cJSON *args = gckpt_plan_training_args(p, e);
+    for (const cJSON *a = args ? args->child : NULL; a; a = a->next) {
+        if (cJSON_IsObject(a) && !strcmp(a->string, "deepspeed"))
+            fprintf(f, "    # the Trainer's \"auto\" DeepSpeed config (or the same as a ds_config.json file)\n");
+        fprintf(f, "    %s=", a->string);
+        print_literal(a, 4 + strlen(a->string) + 1, 1, f);
+        fprintf(f, ",\n");
     }
-    if (p->req.optimizer != GCKPT_SGD) fprintf(f, "    optim=\"%s\",\n", hf_optim(p->req.optimizer));
-    gckpt_plan_print_parallel_args(p, f);
-    if (e->every_n) {
-        fprintf(f, "    gradient_checkpointing=True,\n");
-        fprintf(f, "    gradient_checkpointing_kwargs={\"every_n_layers\": %u, \"offload\": %s},\n",
-                e->every_n, e->offload ? "True" : "False");
-    } else {
-        fprintf(f, "    gradient_checkpointing=False,\n");
-    }
+    cJSON_Delete(args);
     fprintf(f, ")\n");
     if (p->req.optimizer == GCKPT_SGD)
         fprintf(f, "# SGD with momentum 0.9 (the planned momentum buffer): optim=\"sgd\" reads optim_args only since\n"
@@ -200,5 +268,5 @@ void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f)
                                  gib(e->r.host_pinned_bytes, a, sizeof a));
     fprintf(f, "\n");
     print_breakdown(p, &e->r, f);
-    print_args(p, e, f);
+    gckpt_plan_print_snippet(p, e, f);
 }

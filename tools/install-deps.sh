@@ -3,12 +3,14 @@
 # cmake, a C compiler, cJSON, CMocka, OpenBLAS (the host executor), gnuplot (plots);
 # clang with its sanitizer/libFuzzer runtime and valgrind for the hardening checks;
 # OpenMPI (gckpt-run runs a multi-rank plan as `mpirun -np N gckpt-run ...`); python3 for the
-# docs tests (tools/mdlint.py, tools/docs_examples.py: standard library only).
+# docs tests (tools/mdlint.py, tools/docs_examples.py: standard library only) and, with its
+# headers, venv and pip, the Python package (python/: pip install ./python builds it).
 # The CUDA toolkit is optional: with nvcc on PATH the CUDA executor is built too.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
   cmake make gcc libc6-dev libcjson-dev libcmocka-dev libopenblas-dev gnuplot-nox python3 \
+  python3-dev python3-venv python3-pip \
   clang libclang-rt-14-dev valgrind openmpi-bin libopenmpi-dev >/dev/null
 echo "gckpt dependencies installed"

@@ -184,8 +184,16 @@ char *gckpt_read_file(const char *path, size_t max_bytes, gckpt_err *err)
 #define GCKPT_DEFAULT_DATA_DIR "."
 #endif
 
+static char data_dir_set[4096];
+
+void gckpt_data_dir_set(const char *dir)
+{
+    snprintf(data_dir_set, sizeof data_dir_set, "%s", dir ? dir : "");
+}
+
 const char *gckpt_data_dir(void)
 {
+    if (data_dir_set[0]) return data_dir_set;
     const char *e = getenv("GCKPT_DATA_DIR");
     return (e && *e) ? e : GCKPT_DEFAULT_DATA_DIR;
 }

@@ -138,11 +138,21 @@ void gckpt_plan_moe_json(const gckpt_plan *p, cJSON *inputs);
  * TrainingArguments lines of the mode, the launch lines, the JSON's inputs.layout and each
  * entry's global_batch and time.collective_exposed_s. */
 void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f);
-void gckpt_plan_print_parallel_args(const gckpt_plan *p, FILE *f);
+void gckpt_plan_parallel_args(const gckpt_plan *p, cJSON *args);
 void gckpt_plan_print_launch(const gckpt_plan *p, FILE *f);
 void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs);
 void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry, cJSON *time);
 void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);
+/* The TrainingArguments keyword arguments of an entry, in the snippet's order: the
+ * entry's batch and accumulation (part 1), the plan's precision, optimizer and parallel
+ * mode (common), the entry's checkpointing (part 2; part 0: both parts of the entry).
+ * The snippet prints them; the JSON plan carries the common ones once and each entry's
+ * own, which the Python package's Plan.training_arguments() joins. */
+void gckpt_plan_training_args_common(const gckpt_plan *p, cJSON *o);
+void gckpt_plan_training_args_entry(const gckpt_entry *e, cJSON *o, int part);
+cJSON *gckpt_plan_training_args(const gckpt_plan *p, const gckpt_entry *e);
+/* The snippet to paste for an entry (model, TrainingArguments, Trainer, launch lines). */
+void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f);
 void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f);
 
 /* Memory timeline of one entry: up to max points of (seconds, allocated bytes). */

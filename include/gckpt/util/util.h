@@ -45,8 +45,12 @@ const char *gckpt_fmt_bytes(uint64_t b, char *buf, size_t n);
  * Returns malloc'd NUL-terminated text or NULL with err set. */
 char *gckpt_read_file(const char *path, size_t max_bytes, gckpt_err *err);
 
-/* Directory holding models/ and devices/ (env GCKPT_DATA_DIR, else build-time). */
+/* Directory holding models/ and devices/: the one set by gckpt_data_dir_set, else env
+ * GCKPT_DATA_DIR, else build-time. */
 const char *gckpt_data_dir(void);
+/* The Python package points the library at the data it ships (NULL or "": unset); the
+ * text is copied (up to 4095 bytes). Not thread-safe against concurrent planning. */
+void gckpt_data_dir_set(const char *dir);
 
 /* Resolve NAME (looked up as <data>/<sub>/NAME.json) or a path. Writes into out. */
 bool gckpt_resolve_data(const char *sub, const char *name_or_path, char *out, size_t n,

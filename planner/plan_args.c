@@ -1,0 +1,389 @@
+/* A plan request from options by name (include/gckpt/planner/plan_args.h): every check of
+ * a planning option, for the command line and the JSON API alike. */
+#include "gckpt/planner/plan_args.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/planner/cli_names.h"
+#include "gckpt/planner/ds_config.h"
+#include "gckpt/util/safe_text.h"
+
+const gckpt_plan_option gckpt_plan_options[] = {
+    {"model", true, GCKPT_OPT_MODEL}, {"gpu", true, GCKPT_OPT_GPU}, {"target", true, GCKPT_OPT_TARGET},
+    {"seq", true, GCKPT_OPT_SEQ}, {"allow-long-seq", false, GCKPT_OPT_LONG},
+    {"micro-batch", true, GCKPT_OPT_MB}, {"grad-accum", true, GCKPT_OPT_GA},
+    {"global-batch", true, GCKPT_OPT_GB}, {"precision", true, GCKPT_OPT_PREC},
+    {"optimizer", true, GCKPT_OPT_OPT}, {"attention", true, GCKPT_OPT_ATTN},
+    {"method", true, GCKPT_OPT_METHOD}, {"lora-rank", true, GCKPT_OPT_RANK},
+    {"lora-alpha", true, GCKPT_OPT_ALPHA}, {"lora-dropout", true, GCKPT_OPT_LDROP},
+    {"lora-targets", true, GCKPT_OPT_TARGETS}, {"modules-to-save", true, GCKPT_OPT_MTS},
+    {"quant", true, GCKPT_OPT_QUANT}, {"double-quant", true, GCKPT_OPT_DQ},
+    {"compute-dtype", true, GCKPT_OPT_CDT}, {"gpus", true, GCKPT_OPT_GPUS}, {"nodes", true, GCKPT_OPT_NODES},
+    {"parallel", true, GCKPT_OPT_PAR}, {"moe-imbalance", true, GCKPT_OPT_MOE},
+    {"deepspeed", true, GCKPT_OPT_DS}, {"fsdp-offload", true, GCKPT_OPT_FSDP_OFF},
+    {"every-n", true, GCKPT_OPT_EVERY}, {"offload", true, GCKPT_OPT_OFF}, {"budget", true, GCKPT_OPT_BUDGET},
+    {"margin", true, GCKPT_OPT_MARGIN}, {NULL, false, 0}};
+
+const gckpt_plan_option *gckpt_plan_option_find(const char *name)
+{
+    for (const gckpt_plan_option *o = gckpt_plan_options; name && o->name; o++)
+        if (!strcmp(o->name, name)) return o;
+    return NULL;
+}
+
+/* A refusal: the one-line message (arguments sanitised) into a->err. */
+static int bad(gckpt_plan_args *a, const char *fmt, const char *x, const char *y)
+{
+    gckpt_seterr(&a->err, fmt, x, y);
+    return GCKPT_EXIT_INPUT;
+}
+
+/* a finite number, the whole string */
+static bool parse_real(const char *s, double *out)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_margin(const char *s, double *out)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v)) return false;
+    if (*end == '%') {
+        v /= 100.0;
+        end++;
+    }
+    if (*end || v < 0 || v >= 1) return false;
+    *out = v;
+    return true;
+}
+
+static int parse_every(const char *s, uint32_t **out, int *n)
+{
+    if (!strcmp(s, "all")) {
+        *out = NULL;
+        *n = 0;
+        return 0;
+    }
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    if (cap > 4096) return -1; /* no model has that many layers */
+    uint32_t *v = malloc(cap * sizeof *v);
+    if (!v) return -1;
+    int k = 0;
+    char *dup = strdup(s), *save = NULL;
+    if (!dup) {
+        free(v);
+        return -1;
+    }
+    for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        uint64_t x;
+        if (!strcmp(tok, "off")) x = 0;
+        else if (!gckpt_parse_u64(tok, 0, 100000, &x)) {
+            free(dup);
+            free(v);
+            return -1;
+        }
+        bool dupl = false;
+        for (int i = 0; i < k; i++) dupl |= v[i] == x;
+        if (!dupl) v[k++] = (uint32_t)x;
+    }
+    free(dup);
+    if (!k || s[strlen(s) - 1] == ',' || s[0] == ',') {
+        free(v);
+        return -1;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+/* --deepspeed FILE: its stage decides the mode (or must agree with --parallel), its limits go
+ * into the layout; 0 or the exit status of a bad file or combination. */
+static int apply_deepspeed(gckpt_plan_args *a)
+{
+    if (!a->ds_path) return 0;
+    if (strlen(a->ds_path) >= sizeof a->req.deepspeed) return bad(a, "--deepspeed: path too long%s%s", "", "");
+    gckpt_ds_config ds;
+    if (!gckpt_ds_config_read(a->ds_path, &ds, &a->err)) return GCKPT_EXIT_INPUT;
+    if (a->n_modes > 1 || (a->n_modes == 1 && a->modes[0] != ds.mode))
+        return bad(a, "--parallel %s contradicts --deepspeed (zero_optimization.stage: %s)",
+                   gckpt_parallel_names[a->modes[0]], gckpt_parallel_names[ds.mode]);
+    if (ds.bf16 == 1 && a->req.precision != GCKPT_AMP_BF16)
+        return bad(a, "--deepspeed: bf16.enabled is true; plan it with --precision amp-bf16 (the Trainer's bf16=True)%s%s", "", "");
+    if (ds.bf16 == 0 && a->req.precision != GCKPT_FP32)
+        return bad(a, "--deepspeed: bf16.enabled is false; plan it with --precision fp32%s%s", "", "");
+    a->modes[0] = (uint8_t)ds.mode;
+    a->n_modes = 1;
+    a->req.layout.ds = ds.limits;
+    a->req.layout.offload = ds.offload;
+    snprintf(a->req.deepspeed, sizeof a->req.deepspeed, "%s", a->ds_path);
+    return 0;
+}
+
+/* --parallel LIST into a->modes; 0 or the exit status of a bad value. */
+static int parse_parallel(const char *arg, gckpt_plan_args *a)
+{
+    char buf[128];
+    if (strlen(arg) >= sizeof buf) return bad(a, "--parallel: '%s' is too long%s", arg, "");
+    snprintf(buf, sizeof buf, "%s", arg);
+    a->n_modes = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int v = gckpt_parallel_from(tok);
+        if (v < 0) return bad(a, "--parallel: unknown '%s' (none, ddp, fsdp, zero1, zero2, zero3 or a list)%s", tok, "");
+        bool seen = false;
+        for (int i = 0; i < a->n_modes; i++) seen |= a->modes[i] == v;
+        if (!seen) a->modes[a->n_modes++] = (uint8_t)v;
+    }
+    if (!a->n_modes || arg[0] == ',' || arg[strlen(arg) - 1] == ',')
+        return bad(a, "--parallel: '%s' is not a mode or a list like ddp,fsdp,zero3%s", arg, "");
+    return 0;
+}
+
+/* --fsdp-offload on|off: FSDP2's CPUOffloadPolicy (fsdp_config's "cpu_offload"), --parallel
+ * fsdp alone; 0 or the exit status of a bad value. */
+static int apply_fsdp_offload(gckpt_plan_args *a)
+{
+    const char *v = a->fsdp_offload;
+    if (!v) return 0;
+    if (strcmp(v, "on") && strcmp(v, "off")) return bad(a, "--fsdp-offload: '%s' is not on or off%s", v, "");
+    if (a->n_modes != 1 || a->modes[0] != GCKPT_PAR_FSDP)
+        return bad(a, "--fsdp-offload needs --parallel fsdp alone (ZeRO's offload is read from --deepspeed FILE)%s%s", "", "");
+    if (!strcmp(v, "on")) a->req.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM;
+    return 0;
+}
+
+/* The layout against the number of GPUs; 0 or the exit status of a bad combination. */
+static int check_layout(gckpt_plan_args *a)
+{
+    uint32_t world = gckpt_layout_world(&a->req.layout);
+    if (world == 1 && a->ds_path) return bad(a, "--deepspeed needs more than one GPU (--gpus N, --nodes M)%s%s", "", "");
+    int rc = apply_deepspeed(a);
+    if (rc) return rc;
+    if (world == 1) {
+        if (a->n_modes > 1 || (a->n_modes == 1 && a->modes[0] != GCKPT_PAR_NONE))
+            return bad(a, "--parallel %s needs more than one GPU (--gpus N, --nodes M)%s",
+                       gckpt_parallel_names[a->modes[a->n_modes - 1]], "");
+        a->n_modes = 0;
+        return a->fsdp_offload ? apply_fsdp_offload(a) : 0; /* refused: no fsdp on one GPU */
+    }
+    if (!a->n_modes) {
+        char w[16];
+        snprintf(w, sizeof w, "%u", world);
+        return bad(a, "%s GPUs: choose --parallel ddp, fsdp, zero1, zero2, zero3 or a list to compare%s", w, "");
+    }
+    for (int i = 0; i < a->n_modes; i++)
+        if (a->modes[i] == GCKPT_PAR_NONE) return bad(a, "--parallel none with several GPUs: choose ddp, fsdp, zero1, zero2 or zero3%s%s", "", "");
+    if (a->n_modes > 1 && a->wants_output)
+        return bad(a, "--parallel with a list compares modes; -o and --plot need one mode%s%s", "", "");
+    a->req.layout.mode = a->modes[0];
+    return apply_fsdp_offload(a);
+}
+
+/* The LoRA / QLoRA options over the defaults of --method (gckpt_peft_default); 0 or the
+ * exit status of a bad value. Options other than --method need lora or qlora, the
+ * quantization ones qlora. */
+static int apply_peft_options(gckpt_plan_args *a)
+{
+    const char *const *o = a->peft_opt;
+    static const char *const names[] = {"method", "lora-rank", "lora-alpha", "lora-dropout", "lora-targets",
+                                        "modules-to-save", "quant", "double-quant", "compute-dtype"};
+    int method = o[0] ? gckpt_method_from(o[0]) : GCKPT_METHOD_FULL;
+    if (method < 0) return bad(a, "--method: unknown '%s' (full, lora, qlora)%s", o[0], "");
+    gckpt_peft *pf = &a->req.peft;
+    gckpt_peft_default((gckpt_method)method, pf);
+    for (int i = 1; i <= GCKPT_OPT_CDT - GCKPT_OPT_METHOD; i++) {
+        if (!o[i]) continue;
+        if (method == GCKPT_METHOD_FULL) return bad(a, "--%s needs --method lora or qlora%s", names[i], "");
+        if (i >= GCKPT_OPT_QUANT - GCKPT_OPT_METHOD && method != GCKPT_METHOD_QLORA) return bad(a, "--%s needs --method qlora%s", names[i], "");
+    }
+    uint64_t rank = pf->rank;
+    char badname[64];
+    if (o[1] && !gckpt_parse_u64(o[1], 1, 65536, &rank)) return bad(a, "--lora-rank: '%s' is not an integer in [1, 65536]%s", o[1], "");
+    pf->rank = (uint32_t)rank;
+    pf->alpha = 2.0 * (double)rank;
+    if (o[2] && (!parse_real(o[2], &pf->alpha) || pf->alpha <= 0 || pf->alpha > 1e6))
+        return bad(a, "--lora-alpha: '%s' is not a number in (0, 1e6]%s", o[2], "");
+    if (o[3] && (!parse_real(o[3], &pf->dropout) || pf->dropout < 0 || pf->dropout >= 1))
+        return bad(a, "--lora-dropout: '%s' is not a probability in [0, 1)%s", o[3], "");
+    if (o[4] && !gckpt_lora_targets_parse(o[4], &pf->targets, badname, sizeof badname)) {
+        char all[256];
+        gckpt_lora_all_names(all, sizeof all);
+        return bad(a, "--lora-targets: '%s' is not all-linear or a linear's name (%s)", badname, all);
+    }
+    if (o[5] && !gckpt_mts_parse(o[5], &pf->modules_to_save, badname, sizeof badname))
+        return bad(a, "--modules-to-save: '%s' is not lm_head, embed_tokens, wte or embed_in%s", badname, "");
+    if (o[6]) {
+        int q = -1;
+        for (int k = 1; k < GCKPT_NQUANT; k++)
+            if (!strcmp(o[6], gckpt_quant_names[k])) q = k;
+        if (q < 0) return bad(a, "--quant: unknown '%s' (nf4, fp4, int8)%s", o[6], "");
+        pf->quant = (uint8_t)q;
+    }
+    if (o[7] && strcmp(o[7], "on") && strcmp(o[7], "off")) return bad(a, "--double-quant: '%s' is not on or off%s", o[7], "");
+    if (o[7]) pf->double_quant = !strcmp(o[7], "on");
+    if (o[8]) {
+        static const struct { const char *name; uint8_t dt; } cd[] = {
+            {"bf16", GCKPT_DT_BF16}, {"fp16", GCKPT_DT_F16}, {"fp32", GCKPT_DT_F32}};
+        int k = 0;
+        while (k < 3 && strcmp(o[8], cd[k].name)) k++;
+        if (k == 3) return bad(a, "--compute-dtype: unknown '%s' (bf16, fp16, fp32)%s", o[8], "");
+        pf->compute_dtype = cd[k].dt;
+    }
+    if (pf->quant == GCKPT_QUANT_INT8 && (o[7] || o[8]))
+        return bad(a, "--%s applies to 4-bit quantization (nf4, fp4), not --quant int8%s", o[7] ? "double-quant" : "compute-dtype", "");
+    return 0;
+}
+
+/* Sizes, counts and lists; 0, or the exit status of a bad value. */
+static int parse_number_option(int c, const char *arg, gckpt_plan_args *a)
+{
+    gckpt_plan_request *req = &a->req;
+    switch (c) {
+    case GCKPT_OPT_SEQ:
+        if (!gckpt_parse_u64(arg, 1, 1u << 24, &req->seq)) return bad(a, "--seq: '%s' is not an integer in [1, 16777216]%s", arg, "");
+        return 0;
+    case GCKPT_OPT_MB: {
+        int n = gckpt_parse_list(arg, 1, 1u << 16, req->micro_batches, GCKPT_MAX_MB);
+        if (n <= 0) return bad(a, "--micro-batch: '%s' is not a list of integers in [1, 65536] (at most 64 values)%s", arg, "");
+        req->n_micro = n;
+        return 0;
+    }
+    case GCKPT_OPT_GA:
+        if (!gckpt_parse_u64(arg, 1, 1u << 20, &req->grad_accum)) return bad(a, "--grad-accum: '%s' is not an integer in [1, 1048576]%s", arg, "");
+        a->ga_set = true;
+        return 0;
+    case GCKPT_OPT_GB:
+        if (!gckpt_parse_u64(arg, 1, 1u << 26, &req->global_batch)) return bad(a, "--global-batch: '%s' is not an integer in [1, 67108864]%s", arg, "");
+        a->gb_set = true;
+        return 0;
+    case GCKPT_OPT_EVERY:
+        free(a->every);
+        a->every = NULL;
+        if (parse_every(arg, &a->every, &a->n_every) != 0) return bad(a, "--every-n: '%s' is not 'all' or a list like off,1,2,4%s", arg, "");
+        return 0;
+    case GCKPT_OPT_BUDGET:
+        if (!gckpt_parse_size(arg, &req->budget_bytes) || req->budget_bytes < (1u << 20))
+            return bad(a, "--budget: '%s' is not a size such as 80GiB, 79GB or 512MiB (at least 1 MiB)%s", arg, "");
+        return 0;
+    case GCKPT_OPT_GPUS: case GCKPT_OPT_NODES: {
+        uint64_t v;
+        const char *name = c == GCKPT_OPT_GPUS ? "gpus" : "nodes";
+        if (!gckpt_parse_u64(arg, 1, 1024, &v)) return bad(a, "--%s: '%s' is not an integer in [1, 1024]", name, arg);
+        if (c == GCKPT_OPT_GPUS) req->layout.gpus = (uint32_t)v;
+        else req->layout.nodes = (uint32_t)v;
+        return 0;
+    }
+    case GCKPT_OPT_MOE: { /* checked against the model's experts by gckpt_plan_moe_check */
+        char *end;
+        double f = strtod(arg, &end);
+        if (end == arg || *end || !(f >= 1 && f <= 65536))
+            return bad(a, "--moe-imbalance: '%s' is not a factor >= 1 such as 2%s", arg, "");
+        req->moe_imbalance = f;
+        return 0;
+    }
+    default: /* GCKPT_OPT_MARGIN */
+        if (!parse_margin(arg, &req->margin)) return bad(a, "--margin: '%s' is not a fraction in [0, 1) such as 5%% or 0.05%s", arg, "");
+        return 0;
+    }
+}
+
+/* Names and choices; 0, or the exit status of a bad value. */
+static int parse_name_option(int c, const char *arg, gckpt_plan_args *a)
+{
+    gckpt_plan_request *req = &a->req;
+    int v;
+    switch (c) {
+    case GCKPT_OPT_MODEL: case GCKPT_OPT_GPU:
+        if (strlen(arg) >= sizeof req->model_ref) return bad(a, "--%s: name too long%s", c == GCKPT_OPT_MODEL ? "model" : "gpu", "");
+        strcpy(c == GCKPT_OPT_MODEL ? req->model_ref : req->gpu_ref, arg);
+        return 0;
+    case GCKPT_OPT_PREC:
+        if ((v = gckpt_precision_from_user(arg)) < 0) return bad(a, "--precision: unknown '%s' (%s)", arg, gckpt_precision_spellings);
+        req->precision = (gckpt_precision)v;
+        return 0;
+    case GCKPT_OPT_OPT:
+        if ((v = gckpt_optimizer_from_user(arg)) < 0) {
+            char list[512];
+            gckpt_optimizer_spellings(list, sizeof list, false);
+            return bad(a, "--optimizer: unknown '%s' (%s)", arg, list);
+        }
+        req->optimizer = (gckpt_optimizer)v;
+        return 0;
+    case GCKPT_OPT_ATTN:
+        if ((v = gckpt_attention_from_user(arg, a->attn_note, sizeof a->attn_note)) < 0)
+            return bad(a, "--attention: unknown '%s' (%s)", arg, gckpt_attention_spellings);
+        req->attention = (gckpt_attention)v;
+        snprintf(req->attn_impl, sizeof req->attn_impl, "%s", a->attn_note[0] ? arg : "");
+        return 0;
+    case GCKPT_OPT_OFF:
+        if (!strcmp(arg, "off")) req->offload = GCKPT_OFFLOAD_OFF;
+        else if (!strcmp(arg, "on")) req->offload = GCKPT_OFFLOAD_ON;
+        else if (!strcmp(arg, "both")) req->offload = GCKPT_OFFLOAD_BOTH;
+        else return bad(a, "--offload: unknown '%s' (off, on, both)%s", arg, "");
+        return 0;
+    default: /* GCKPT_OPT_TARGET */
+        if ((v = gckpt_target_from(arg)) < 0) return bad(a, "--target: unknown '%s' (cpu, cuda)%s", arg, "");
+        req->target = (gckpt_target)v;
+        req->target_given = true;
+        return 0;
+    }
+}
+
+void gckpt_plan_args_init(gckpt_plan_args *a)
+{
+    *a = (gckpt_plan_args){.req = {.seq = 0 /* the model's default */, .micro_batches = {1}, .n_micro = 1,
+                                   .grad_accum = 1, .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
+                                   .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05}};
+    snprintf(a->req.model_ref, sizeof a->req.model_ref, "llama-3.1-8b");
+    snprintf(a->req.gpu_ref, sizeof a->req.gpu_ref, "h100-sxm-80gb");
+}
+
+int gckpt_plan_args_set(gckpt_plan_args *a, const gckpt_plan_option *o, const char *arg)
+{
+    if (o->has_arg && !arg) return bad(a, "option '--%s' needs a value%s", o->name, "");
+    switch (o->code) {
+    case GCKPT_OPT_SEQ: case GCKPT_OPT_MB: case GCKPT_OPT_GA: case GCKPT_OPT_GB: case GCKPT_OPT_EVERY:
+    case GCKPT_OPT_BUDGET: case GCKPT_OPT_MARGIN: case GCKPT_OPT_GPUS: case GCKPT_OPT_NODES: case GCKPT_OPT_MOE:
+        return parse_number_option(o->code, arg, a);
+    case GCKPT_OPT_MODEL: case GCKPT_OPT_GPU: case GCKPT_OPT_PREC: case GCKPT_OPT_OPT: case GCKPT_OPT_ATTN:
+    case GCKPT_OPT_OFF: case GCKPT_OPT_TARGET:
+        return parse_name_option(o->code, arg, a);
+    case GCKPT_OPT_LONG: a->req.allow_long_seq = true; return 0;
+    case GCKPT_OPT_PAR: return parse_parallel(arg, a);
+    case GCKPT_OPT_DS: a->ds_path = arg; return 0;
+    case GCKPT_OPT_FSDP_OFF: a->fsdp_offload = arg; return 0;
+    default: /* GCKPT_OPT_METHOD .. GCKPT_OPT_CDT */
+        a->peft_opt[o->code - GCKPT_OPT_METHOD] = arg;
+        return 0;
+    }
+}
+
+int gckpt_plan_args_finish(gckpt_plan_args *a)
+{
+    int rc;
+    if (a->ga_set && a->gb_set) return bad(a, "--grad-accum and --global-batch exclude each other%s%s", "", "");
+    if ((rc = apply_peft_options(a))) return rc;
+    if ((rc = check_layout(a))) return rc;
+    a->req.every_n = a->every;
+    a->req.n_every = a->n_every;
+    char hint[512];
+    if (gckpt_model_id_hint(a->req.model_ref, hint, sizeof hint)) return bad(a, "%s%s", hint, "");
+    return GCKPT_EXIT_OK;
+}
+
+void gckpt_plan_args_free(gckpt_plan_args *a)
+{
+    free(a->every);
+    a->every = NULL;
+    a->req.every_n = NULL;
+}

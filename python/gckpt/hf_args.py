@@ -14,16 +14,14 @@ docs/python-hf.md has the field-by-field table.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
+import tempfile
 import types
 
-try:  # the lead's module; a fallback keeps the mapping usable without the C extension
-    from ._plan import PlanError
-except ImportError:  # pragma: no cover - exercised only when _plan cannot be imported
-    class PlanError(ValueError):
-        """A request the planner cannot plan (one line naming the field)."""
+from ._plan import PlanError   # standard library only: the C extension is imported by plan()
 
 
 NOT_MODELLED = "hf_not_modelled"   # a field that changes training memory; the plan does not model it
@@ -757,6 +755,16 @@ def _sweep(selected):
     return {"every_n": "all", "offload": "both", "micro_batch": mbs, "global_batch": g}
 
 
+def _ds_file(ds):
+    """A DeepSpeed config dict as a file for the planner, which reads --deepspeed FILE. Kept to
+    the process's end: the Plan re-plans from its request for snippet() and text()."""
+    fd, path = tempfile.mkstemp(prefix="gckpt-ds-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(ds, f)
+    atexit.register(os.unlink, path)
+    return path
+
+
 def plan_for(model_or_config, args, *, seq, peft_config=None, gpu=None, world_size=None):
     """gckpt.plan of the configured run, with plan.selected the configured entry.
 
@@ -769,6 +777,8 @@ def plan_for(model_or_config, args, *, seq, peft_config=None, gpu=None, world_si
     m = options_from_hf(model_or_config, args, peft_config=peft_config, world_size=world_size)
     opts = dict(m["options"])
     opts.update(_sweep(m["selected"]))
+    if isinstance(opts.get("deepspeed"), dict):
+        opts["deepspeed"] = _ds_file(opts["deepspeed"])
     p = plan(m["model"], gpu=gpu, seq=seq, **opts)
     sel = dict(m["selected"])
     n = sel["every_n_layers"]

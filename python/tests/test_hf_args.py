@@ -4,9 +4,10 @@ FSDP objects, written as their libraries' docs write them, mapped to gckpt.plan'
 The mapping tests need no C extension: the HF ones run where transformers, peft (and trl)
 import (the probe venv, tools/hf_probe/.venv), the duck-typed ones anywhere. The end-to-end
 tests (plan_for) are skipped only when gckpt._native cannot be imported.
-Run: tools/hf_probe/.venv/bin/python -m unittest discover -s python/tests
+Run: PYTHONPATH=build/python tools/hf_probe/.venv/bin/python -m unittest discover -s python/tests -p 'test_hf_args.py'
 """
 import importlib.util
+import json
 import os
 import sys
 import types
@@ -14,7 +15,10 @@ import unittest
 import warnings
 from unittest import mock
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+try:   # PYTHONPATH=build/python (the package in place, with its extension) or an installed copy
+    import gckpt  # noqa: F401
+except ImportError:   # else the sources: the mapping needs no extension
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 from gckpt.hf_args import PlanError, options_from_hf  # noqa: E402
 
@@ -45,6 +49,23 @@ LLAMA = {  # a small llama config.json as a dict (the same keys as a Hub config)
     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024, "max_position_embeddings": 2048,
     "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "dtype": "bfloat16",
 }
+
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir))
+
+
+def quiet_block():
+    c = warnings.catch_warnings()
+    c.__enter__()
+    warnings.simplefilter("ignore")
+
+    class _Exit:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            c.__exit__(*a)
+    return _Exit()
 
 
 def codes(m):
@@ -487,6 +508,103 @@ class PlanFor(unittest.TestCase):
         self.assertEqual({e["micro_batch"] * e["grad_accum"] for e in p.entries}, {8})
         self.assertTrue({1, 2, 4} <= {e["micro_batch"] for e in p.entries})
         self.assertIn(0, {e["every_n_layers"] for e in p.entries})
+
+    def shipped(self, name):
+        import gckpt
+        with open(os.path.join(gckpt.data_dir(), "models", name + ".json")) as f:
+            return json.load(f)
+
+    def cli_entry(self, argv, every_n, offload, mb, ga):
+        """The entry of gckpt-plan's own JSON plan for the same request (an independent path)."""
+        import subprocess
+        import tempfile
+        cli = os.environ.get("GCKPT_PLAN", os.path.join(ROOT, "build", "gckpt-plan"))
+        if not os.path.exists(cli):
+            self.skipTest("gckpt-plan not built (GCKPT_PLAN)")
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "plan.json")
+            subprocess.run([cli] + argv + ["-q", "-o", out], check=True)
+            with open(out) as f:
+                entries = json.load(f)["entries"]
+        return next(e for e in entries if (e["every_n_layers"], e["offload"], e["micro_batch"], e["grad_accum"])
+                    == (every_n, offload, mb, ga))
+
+    # docs/python-hf.md's QLoRA example: the selected entry is the one gckpt-plan gives for the
+    # command the doc prints
+    @unittest.skipUnless(HAVE_TRL, "trl not importable")
+    def test_docs_qlora_example_equals_cli(self):
+        import torch
+        from peft import LoraConfig
+        from transformers import BitsAndBytesConfig
+        from trl import SFTConfig
+        from gckpt.hf_args import plan_for
+        config = self.shipped("llama-3.1-8b")
+        config["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16).to_dict()
+        lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", bias="none",
+                          task_type="CAUSAL_LM")
+        with quiet_block():
+            args = SFTConfig(output_dir="/tmp/gckpt-test-hf-args", per_device_train_batch_size=1,
+                             gradient_accumulation_steps=8, optim="paged_adamw_8bit", max_length=4096, use_cpu=True,
+                             report_to="none")
+        with mock.patch.dict(os.environ, {"WORLD_SIZE": "1"}):
+            p = plan_for(config, args, seq=4096, peft_config=lora, gpu="rtx-4090")
+        cli = self.cli_entry(["--model", os.path.join(ROOT, "models", "llama-3.1-8b.json"), "--gpu", "rtx-4090",
+                              "--seq", "4096", "--method", "qlora", "--lora-rank", "16", "--lora-alpha", "32",
+                              "--lora-dropout", "0.05", "--lora-targets", "all-linear", "--quant", "nf4",
+                              "--double-quant", "on", "--compute-dtype", "bf16", "--precision", "amp-bf16",
+                              "--optimizer", "paged_adamw_8bit", "--every-n", "all", "--offload", "both",
+                              "--micro-batch", "1,2", "--global-batch", "8"], 1, False, 1, 8)
+        self.assertEqual(p.selected["memory"], cli["memory"])
+        self.assertEqual(p.selected["time"], cli["time"])
+        self.assertEqual(p.inputs["method"], "qlora")
+        self.assertTrue(any("fused LM head" in w["message"] for w in p.warnings))
+
+    # peft's quantization guide (Mistral-7B, test 5's objects) end to end, on an RTX 4090
+    def test_peft_guide_qlora_end_to_end(self):
+        import torch
+        from peft import LoraConfig
+        from transformers import BitsAndBytesConfig, TrainingArguments
+        from gckpt.hf_args import plan_for
+        config = self.shipped("mistral-7b-v0.3")
+        config["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16).to_dict()
+        lora = LoraConfig(r=16, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                          lora_dropout=0.05, bias="none", task_type="CAUSAL_LM")
+        with quiet_block():
+            args = TrainingArguments(output_dir="/tmp/gckpt-test-hf-args", use_cpu=True, bf16=True,
+                                     per_device_train_batch_size=2, gradient_accumulation_steps=8,
+                                     gradient_checkpointing=True, optim="paged_adamw_8bit")
+        with mock.patch.dict(os.environ, {"WORLD_SIZE": "1"}):
+            p = plan_for(config, args, seq=2048, peft_config=lora, gpu="rtx-4090")
+        s = p.selected
+        self.assertEqual((s["every_n_layers"], s["offload"], s["micro_batch"], s["grad_accum"]), (1, False, 2, 8))
+        self.assertEqual(p.inputs["lora"]["rank"] if "lora" in p.inputs else 16, 16)
+
+    # several GPUs: the ZeRO-3 and FSDP runs of tests 9 and 11, planned per rank
+    def test_parallel_end_to_end(self):
+        from gckpt.hf_args import plan_for
+        args = types.SimpleNamespace(per_device_train_batch_size=1, gradient_accumulation_steps=2, bf16=True,
+                                     gradient_checkpointing=True,
+                                     deepspeed={"bf16": {"enabled": "auto"}, "zero_optimization": {
+                                         "stage": 3, "overlap_comm": True, "reduce_bucket_size": "auto",
+                                         "stage3_prefetch_bucket_size": "auto",
+                                         "stage3_param_persistence_threshold": "auto"}})
+        p = plan_for("llama-3.1-8b", args, seq=4096, world_size=8)
+        self.assertEqual((p.selected["every_n_layers"], p.selected["micro_batch"], p.selected["grad_accum"]), (1, 1, 2))
+        args = types.SimpleNamespace(per_device_train_batch_size=1, gradient_accumulation_steps=1, bf16=True,
+                                     gradient_checkpointing=True, fsdp=True, fsdp_config={"cpu_offload": True})
+        p = plan_for("llama-3.1-8b", args, seq=4096, world_size=8)
+        self.assertIsNotNone(p.selected)
+        # the docs' ZeRO-3 config offloads the optimizer without an optimizer section: the planner refuses it
+        args = types.SimpleNamespace(per_device_train_batch_size=1, gradient_accumulation_steps=1, bf16=True,
+                                     deepspeed={"zero_optimization": {"stage": 3, "offload_optimizer": {
+                                         "device": "cpu", "pin_memory": True}}})
+        with self.assertRaises(PlanError) as e:
+            plan_for("llama-3.1-8b", args, seq=4096, world_size=8)
+        self.assertIn("'optimizer'", str(e.exception))
 
     def test_every_n_beyond_layers(self):
         from gckpt.hf_args import plan_for

@@ -581,7 +581,11 @@ class PlanFor(unittest.TestCase):
             p = plan_for(config, args, seq=2048, peft_config=lora, gpu="rtx-4090")
         s = p.selected
         self.assertEqual((s["every_n_layers"], s["offload"], s["micro_batch"], s["grad_accum"]), (1, False, 2, 8))
-        self.assertEqual(p.inputs["lora"]["rank"] if "lora" in p.inputs else 16, 16)
+        self.assertEqual(p.inputs["method"], "qlora")
+        self.assertEqual(p.inputs["lora"], {"rank": 16, "alpha": 8, "dropout": 0.05,
+                                            "targets": "q_proj,k_proj,v_proj,o_proj", "modules_to_save": ""})
+        self.assertEqual(p.inputs["quant"], {"type": "nf4", "double_quant": True, "compute_dtype": "bf16",
+                                             "storage": "uint8"})
 
     # several GPUs: the ZeRO-3 and FSDP runs of tests 9 and 11, planned per rank
     def test_parallel_end_to_end(self):

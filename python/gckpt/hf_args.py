@@ -21,7 +21,7 @@ import os
 import tempfile
 import types
 
-from ._plan import PlanError   # standard library only: the C extension is imported by plan()
+from ._plan import PlanError, data_dir   # standard library only: the C extension is imported by plan()
 
 
 NOT_MODELLED = "hf_not_modelled"   # a field that changes training memory; the plan does not model it
@@ -101,6 +101,7 @@ def _load_json(value, what):
 @dataclasses.dataclass
 class _Model:
     plan_model: object            # what gckpt.plan receives
+    config: dict | None           # the config as read (None: a Hub id, read by gckpt.plan)
     model_type: str | None
     weights_dtype: str | None     # a loaded model's floating dtype; None for a config
     attention: str | None
@@ -130,9 +131,10 @@ def _read_model(obj, args, w):
         path = os.fspath(obj)
         if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
             path = os.path.join(path, "config.json")
-        if not os.path.isfile(path):   # a shipped name or a Hub id: gckpt.plan resolves it
-            return _Model(obj, None, None, None, None, None)
-        cfg = _load_json(path, "model")
+        shipped = os.path.join(data_dir(), "models", path + ".json")
+        if not os.path.isfile(path) and not os.path.isfile(shipped):   # a Hub id: gckpt.plan resolves it
+            return _Model(obj, None, None, None, None, None, None)
+        cfg = _load_json(path if os.path.isfile(path) else shipped, "model")
         cfg_obj = cfg
     elif isinstance(obj, dict) or (hasattr(obj, "to_dict") and not hasattr(obj, "config")):
         cfg_obj = obj
@@ -168,7 +170,9 @@ def _read_model(obj, args, w):
         bnb = qd
         cfg.pop("quantization_config", None)   # planned through method qlora, not the config
     own = _model_checkpointing(obj) if hasattr(obj, "config") and hasattr(obj, "modules") else None
-    return _Model(cfg, cfg.get("model_type"), weights_dtype, attention, bnb, peft_cfg, own)
+    # a shipped name keeps its name in the plan; anything else goes as the config read here
+    plan_model = obj if isinstance(obj, (str, os.PathLike)) and bnb is None else cfg
+    return _Model(plan_model, cfg, cfg.get("model_type"), weights_dtype, attention, bnb, peft_cfg, own)
 
 
 def _model_checkpointing(model):
@@ -398,8 +402,8 @@ def _precision(args, model, method, w):
         return {"bf16": "amp-bf16", "fp16": "amp-fp16", None: "fp32"}[amp]
     wd = model.weights_dtype
     if wd is None:          # a config: the weights dtype is how the user will load it
-        cfg_dtype = _dtype_name(model.plan_model.get("dtype", model.plan_model.get("torch_dtype"))) \
-            if isinstance(model.plan_model, dict) else None
+        cfg_dtype = _dtype_name(model.config.get("dtype", model.config.get("torch_dtype"))) \
+            if model.config else None
         if cfg_dtype not in (None, "float32"):
             w.add(ASSUMED, f"model dtype: planned with fp32 weights loaded as from_pretrained(..., "
                            f"dtype=torch.float32); transformers 5 loads the checkpoint's dtype ({cfg_dtype}) "
@@ -782,8 +786,7 @@ def plan_for(model_or_config, args, *, seq, peft_config=None, gpu=None, world_si
     p = plan(m["model"], gpu=gpu, seq=seq, **opts)
     sel = dict(m["selected"])
     n = sel["every_n_layers"]
-    cfg = m["model"] if isinstance(m["model"], dict) else {}
-    layers = cfg.get("num_hidden_layers", cfg.get("n_layer")) or max((e.get("every_n_layers") or 0 for e in p.entries), default=0)
+    layers = max((e.get("every_n_layers") or 0 for e in p.entries), default=0)
     if layers and n > layers:   # HF checkpoints layer i when i % n == 0: only layer 0, as every_n = layers
         p.warnings.append({"code": ASSUMED, "message": f"every_n_layers={n} exceeds the model's {layers} layers: "
                            f"only layer 0 is checkpointed, the entry every_n_layers={layers}"})

@@ -447,18 +447,31 @@ class DuckTyped(unittest.TestCase):
         base.update(kw)
         return types.SimpleNamespace(**base)
 
+    ENV = {"WORLD_SIZE": "1", "GCKPT_DATA_DIR": ROOT}   # the shipped models of this checkout
+
     def test_namespace(self):
-        with mock.patch.dict(os.environ, {"WORLD_SIZE": "1"}):
+        with mock.patch.dict(os.environ, self.ENV):
             m = options_from_hf("llama-3.2-1b", self.args())
-        self.assertEqual(m["model"], "llama-3.2-1b")
+        self.assertEqual(m["model"], "llama-3.2-1b")   # a shipped name stays a name
         self.assertEqual(m["options"], {"precision": "amp-bf16", "optimizer": "adamw_torch_fused"})
         self.assertEqual(m["selected"], {"every_n_layers": 3, "offload": True, "micro_batch": 2, "grad_accum": 3})
-        self.assertEqual(m["warnings"], [])
+        # its config is read: the checkpoint is bf16, the plan's weights fp32
+        self.assertEqual(codes(m), ["hf_assumed"])
+        self.assertIn("checkpoint's dtype (bfloat16)", messages(m))
+
+    @unittest.skipUnless(HAVE_HF, "peft not importable")
+    def test_shipped_name_default_targets(self):
+        lora = types.SimpleNamespace(peft_type="LORA", r=8, lora_alpha=16, lora_dropout=0.0, target_modules=None,
+                                     modules_to_save=None, bias="none", task_type="CAUSAL_LM")
+        with mock.patch.dict(os.environ, self.ENV):
+            m = options_from_hf("gpt2", self.args(), peft_config=lora)
+        self.assertEqual(m["options"]["lora_targets"], ["c_attn"])   # peft's default for gpt2
 
     def test_unknown_field_named(self):
-        with mock.patch.dict(os.environ, {"WORLD_SIZE": "1"}):
-            m = options_from_hf("llama-3.2-1b", self.args(some_new_memory_knob=True))
-        self.assertEqual(codes(m), ["hf_not_modelled"])
+        with mock.patch.dict(os.environ, self.ENV):
+            m = options_from_hf(os.path.join(ROOT, "models", "qwen2.5-0.5b.json"),
+                                self.args(some_new_memory_knob=True))
+        self.assertEqual(codes(m), ["hf_assumed", "hf_not_modelled"])
         self.assertIn("TrainingArguments.some_new_memory_knob=True", messages(m))
 
     def test_config_file_with_bnb(self):

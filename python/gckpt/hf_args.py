@@ -28,18 +28,13 @@ NOT_MODELLED = "hf_not_modelled"   # a field that changes training memory; the p
 IGNORED = "hf_ignored"             # a field set that has no effect in this configuration
 ASSUMED = "hf_assumed"             # something the mapping had to assume
 
-_OPTIMIZERS = {  # TrainingArguments.optim -> gckpt-plan's spelling (planner/cli_names.c)
-    "adamw_torch_fused": "adamw_torch_fused",
-    "adamw_torch": "adamw_torch",
-    "adamw_bnb_8bit": "adamw_bnb_8bit",
-    "adamw_8bit": "adamw_8bit",
-    "paged_adamw_8bit": "paged_adamw_8bit",
-    "paged_adamw_32bit": "paged_adamw_32bit",
-}
+# TrainingArguments.optim values gckpt-plan accepts as they are (planner/cli_names.c)
+_OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit",
+               "paged_adamw_32bit")
 _ATTENTION = ("sdpa", "eager", "flash_attention_2")
 _REENTRANT = ("reentrant checkpointing re-runs the whole layer before its backward; the plan is for non-reentrant "
-              "checkpointing with early stop (planned so, prepare_model_for_kbit_training's reentrant runs were off "
-              "by up to 0.54 %: docs/peft.md, FINDINGS 12.1)")
+              "checkpointing with early stop, which was up to 0.54 % off prepare_model_for_kbit_training's "
+              "reentrant runs on the QLoRA fixtures (docs/peft.md, FINDINGS 12.1)")
 _DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "fp32": "fp32", "bf16": "bf16",
            "fp16": "fp16", "float": "fp32", "half": "fp16"}
 
@@ -69,10 +64,10 @@ def _truthy(v):
     return bool(v)
 
 
-def _args_default(args, name):
-    """The field's default in args' dataclass (TrainingArguments, SFTConfig), else None."""
-    if dataclasses.is_dataclass(args):
-        for f in dataclasses.fields(args):
+def _field_default(obj, name):
+    """The default of a dataclass field (TrainingArguments, SFTConfig, LoraConfig), else None."""
+    if dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
             if f.name == name:
                 if f.default is not dataclasses.MISSING:
                     return f.default
@@ -87,7 +82,10 @@ def _load_json(value, what):
         return value
     if isinstance(value, str):
         if value.lstrip().startswith("{"):
-            return json.loads(value)
+            try:
+                return json.loads(value)
+            except ValueError as e:
+                raise PlanError(f"{what}: not JSON: {e}") from None
         try:
             with open(value, encoding="utf-8") as f:
                 return json.load(f)
@@ -217,21 +215,7 @@ _LORA_NO_MEMORY = {  # LoraConfig fields read and found without effect on traini
     "qalora_group_size",    # used only with use_qalora
 }
 _LORA_MAPPED = {"r", "lora_alpha", "lora_dropout", "target_modules", "modules_to_save", "bias", "use_dora",
-                "inference_mode"}
-
-
-def _lora_default(name):
-    try:
-        from peft import LoraConfig
-    except ImportError:
-        return None
-    for f in dataclasses.fields(LoraConfig):
-        if f.name == name:
-            if f.default is not dataclasses.MISSING:
-                return f.default
-            if f.default_factory is not dataclasses.MISSING:
-                return f.default_factory()
-    return None
+                "inference_mode", "target_parameters"}
 
 
 def _is_unset(v, default):
@@ -256,11 +240,11 @@ def _peft_options(pc, model, w):
     if _truthy(getattr(pc, "inference_mode", False)):
         raise PlanError("peft_config.inference_mode=True: the adapters are frozen, nothing would train")
     opts = {"lora_rank": int(pc.r), "lora_alpha": pc.lora_alpha, "lora_dropout": float(pc.lora_dropout)}
+    if getattr(pc, "target_parameters", None):
+        raise PlanError("peft_config.target_parameters: adapters on bare parameters (peft's ParamWrapper, e.g. "
+                        "fused experts) are not planned")
     tm = getattr(pc, "target_modules", None)
     if tm is None:
-        if getattr(pc, "target_parameters", None):
-            raise PlanError("peft_config.target_parameters: adapters on bare parameters (ParamWrapper) "
-                            "are not planned")
         try:
             from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as mapping
         except ImportError:
@@ -295,7 +279,7 @@ def _peft_options(pc, model, w):
         if name in _LORA_MAPPED or name in _LORA_NO_MEMORY or name.startswith("_"):
             continue
         v = getattr(pc, name, None)
-        if not _is_unset(v, _lora_default(name)):
+        if not _is_unset(v, _field_default(pc, name)):
             w.add(NOT_MODELLED, f"peft_config.{name}={v!r}: changes which adapters exist or their shapes "
                                 "(or is not reviewed); the plan ignores it")
     return opts
@@ -447,7 +431,7 @@ def _optimizer(args, deepspeed, w):
     if optim_args:
         w.add(IGNORED, f"TrainingArguments.optim_args={optim_args!r}: {optim} does not read optim_args "
                        "(trainer_optimizer.py)")
-    return _OPTIMIZERS[optim]
+    return optim
 
 
 _FSDP_KNOWN = {"version", "cpu_offload", "reshard_after_forward", "auto_wrap_policy",
@@ -587,7 +571,7 @@ def _review_fields(args, w, checkpointing_on, parallel):
         if name in _TA_MAPPED or name in _TA_NO_MEMORY:
             continue
         v = getattr(args, name, None)
-        default = _args_default(args, name)
+        default = _field_default(args, name)
         if name == "ddp_find_unused_parameters":
             if v is None or parallel != "ddp" or bool(v) == (not checkpointing_on):
                 continue

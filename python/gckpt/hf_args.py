@@ -601,7 +601,7 @@ def _evaluation(args, w):
 
 
 def _is_trl_sft(args):
-    return type(args).__module__.startswith("trl") or all(
+    return type(args).__name__ == "SFTConfig" or all(
         hasattr(args, k) for k in ("dataset_text_field", "packing", "completion_only_loss"))
 
 
@@ -717,6 +717,9 @@ def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None)
     if _truthy(getattr(args, "use_cpu", False)):
         w.add(ASSUMED, "TrainingArguments.use_cpu=True: the run is on the CPU; the plan is for the gpu= "
                        "profile (gpu=\"cpu-exact\" plans PyTorch's CPU kernels)")
+    if type(args).__module__.startswith("trl") and not _is_trl_sft(args):
+        w.add(NOT_MODELLED, f"TRL {type(args).__name__}: its trainer (generation, a reference or reward model, "
+                            "its own losses) is not planned; the plan is one causal-LM Trainer step")
     if _is_trl_sft(args):
         w.add(NOT_MODELLED, "TRL SFTConfig: SFTTrainer (trl 1.16) adds a fused LM head that computes the "
                             "log-probabilities in tiles without the [batch, seq, vocab] logits "

@@ -435,6 +435,14 @@ class TRLDocExamples(unittest.TestCase):
         self.assertIn("TrainingArguments.packing=True", text)
         self.assertIn("TrainingArguments.activation_offloading=True", text)
 
+    # another TRL trainer's config (DPO here): its trainer is not a causal-LM Trainer step
+    def test_other_trl_config(self):
+        from trl import DPOConfig
+        args = DPOConfig(output_dir="/tmp/gckpt-test-hf-args", use_cpu=True, report_to="none")
+        m = options_from_hf(LLAMA, args)
+        self.assertIn("TRL DPOConfig", messages(m))
+        self.assertNotIn("fused LM head", messages(m))
+
 
 class DuckTyped(unittest.TestCase):
     """Plain namespaces with the TrainingArguments attribute names: no library needed."""

@@ -631,6 +631,37 @@ class PlanFor(unittest.TestCase):
             plan_for("llama-3.1-8b", args, seq=4096, world_size=8)
         self.assertIn("'optimizer'", str(e.exception))
 
+    # both directions: the TrainingArguments gckpt prints for an entry (Plan.training_arguments,
+    # the planner's writer) read back by plan_for select that entry, with the same figures
+    def test_training_arguments_round_trip(self):
+        import gckpt
+        from gckpt.hf_args import plan_for
+        qlora_cfg = dict(self.shipped("llama-3.2-1b"), quantization_config={
+            "quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+            "bnb_4bit_use_double_quant": True, "bnb_4bit_compute_dtype": "bfloat16"})
+        lora = types.SimpleNamespace(peft_type="LORA", r=16, lora_alpha=32, lora_dropout=0.05,
+                                     target_modules="all-linear", modules_to_save=None, bias="none",
+                                     task_type="CAUSAL_LM")
+        cases = [  # (gckpt.plan's request, what plan_for receives)
+            ({}, {}),
+            ({"precision": "fp32", "optimizer": "adamw-8bit"}, {}),
+            ({"method": "qlora"}, {"model": qlora_cfg, "peft_config": lora}),
+            ({"gpus": 8, "parallel": "fsdp", "fsdp_offload": True}, {"world_size": 8}),
+            ({"gpus": 8, "parallel": "zero3"}, {"world_size": 8}),
+        ]
+        for request, given in cases:
+            p = gckpt.plan("llama-3.2-1b", seq=1024, every_n=[0, 2], micro_batch=[1, 2], **request)
+            for e in (p.entries[0], p.entries[-1]):
+                with self.subTest(request=request, entry=e["index"]):
+                    args = p.training_arguments(e)
+                    with mock.patch.dict(os.environ, {"WORLD_SIZE": "1"}):
+                        q = plan_for(given.get("model", "llama-3.2-1b"), args, seq=1024,
+                                     peft_config=given.get("peft_config"), world_size=given.get("world_size"))
+                    self.assertEqual({k: q.selected[k] for k in ("every_n_layers", "offload", "micro_batch",
+                                                                 "grad_accum", "memory", "time")},
+                                     {k: e[k] for k in ("every_n_layers", "offload", "micro_batch", "grad_accum",
+                                                        "memory", "time")})
+
     def test_every_n_beyond_layers(self):
         from gckpt.hf_args import plan_for
         args = types.SimpleNamespace(per_device_train_batch_size=1, gradient_accumulation_steps=1, bf16=True,

@@ -9,10 +9,12 @@ The numbers come from the C planner (the same code as gckpt-plan, in gckpt._nati
 from ._calibrate import Calibration, calibrate
 from .callback import PlanMismatchWarning, TrainerCallback
 from ._plan import Plan, PlanError, data_dir, plan
+from .hf_args import options_from_hf, plan_for
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Calibration", "Plan", "PlanError", "PlanMismatchWarning", "TrainerCallback", "calibrate", "data_dir", "plan",
+    "Calibration", "Plan", "PlanError", "PlanMismatchWarning", "TrainerCallback", "calibrate", "data_dir",
+    "options_from_hf", "plan", "plan_for",
     "__version__",
 ]

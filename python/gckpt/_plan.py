@@ -39,7 +39,7 @@ def _call(request: dict) -> dict:
 
 # --- options -----------------------------------------------------------------------
 
-def _on_off(name: str, v: Any) -> str:
+def _on_off(v: Any) -> str:
     if isinstance(v, bool):
         return "on" if v else "off"
     return str(v)

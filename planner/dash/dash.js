@@ -770,5 +770,10 @@
     if (pointOf[first]) pointOf[first].setAttribute("tabindex", "0");
   }
   showTab(want.tab === "entry" || (want.tab === "measured" && reports.length) ? want.tab : "sweep");
+  /* for the tests and the benchmark: whether the page is wider than the window, and the
+   * time from the navigation's start until now */
+  var de = document.documentElement;
+  body.setAttribute("data-overflow-x", String(de.scrollWidth > de.clientWidth + 1));
+  body.setAttribute("data-load-ms", performance.now().toFixed(0));
   body.setAttribute("data-state", "ready");
 })();

@@ -55,7 +55,7 @@
   }
   function gib(b) { if (!isNum(b)) return "n/a"; var u = unitFor(b); return (b / u.div).toFixed(u.div > 1 ? 2 : 0) + " " + u.name; }
   function bytes(b) { return isNum(b) ? Math.round(b).toString() + " bytes" : "n/a"; }
-  function bytesGib(b) { return isNum(b) ? gib(b) + " (" + bytes(b) + ")" : "n/a"; }
+  function bytesGib(b) { return !isNum(b) ? "n/a" : unitFor(b).div === 1 ? bytes(b) : gib(b) + " (" + bytes(b) + ")"; }
   function secs(s) {
     if (!isNum(s)) return "n/a";
     if (Math.abs(s) < 1) return (s * 1000).toPrecision(4) + " ms";
@@ -234,9 +234,11 @@
       offChart.push(label + " " + gib(bytesV) + (v > xs.hi ? " (right of the chart)" : " (left of the chart)"));
       return;
     }
-    var x = xs.map(v);
+    var x = xs.map(v), left = x < X0 + PW / 2;
     gLines.appendChild(sv("line", { "class": cls, x1: x, x2: x, y1: Y0, y2: Y0 + PH }));
-    gLines.appendChild(sv("text", { x: x - 4, y: Y0 + (cls === "budget" ? 12 : 26), "text-anchor": "end" }, label + " " + gib(bytesV)));
+    /* at the bottom of the plot, beside the line: points are fast, so rarely there */
+    gLines.appendChild(sv("text", { x: x + (left ? 5 : -5), y: Y0 + PH - (cls === "budget" ? 22 : 8), "class": "halo", "text-anchor": left ? "start" : "end" },
+      label + " " + gib(bytesV)));
   }
   vline(budget, "budget", "budget");
   vline(usable, "usable", "usable");
@@ -286,7 +288,7 @@
     var ring = sv("circle", { "class": "rec-ring", cx: rp[0], cy: rp[1], r: 11, "data-recommended-ring": String(rec) });
     ring.appendChild(sv("title", null, "recommended: entry " + rec));
     gLines.appendChild(ring);
-    gLines.appendChild(sv("text", { x: rp[0] + (rp[0] > X0 + PW * 0.7 ? -14 : 14), y: rp[1] - 10, "text-anchor": rp[0] > X0 + PW * 0.7 ? "end" : "start" }, "recommended"));
+    gLines.appendChild(sv("text", { x: rp[0] + (rp[0] > X0 + PW * 0.7 ? -14 : 14), y: rp[1] - 12, "class": "halo", "text-anchor": rp[0] > X0 + PW * 0.7 ? "end" : "start" }, "recommended"));
   }
   var frontier = sv("path", { "class": "frontier" });
   gLines.appendChild(frontier);
@@ -404,7 +406,8 @@
   var components = ["weights", "quantized_weights", "quant_stats", "gradients", "optimizer_states", "paged_optimizer_states",
     "activations", "checkpoints", "recompute", "logits_loss", "backward", "weight_casts", "optimizer_temp", "workspace", "parallel"];
   var compColour = {};
-  components.forEach(function (c, i) { compColour[c] = okabe[i % okabe.length]; });
+  /* Okabe-Ito, then four of Paul Tol's muted colours (a breakdown can have 15 parts) */
+  var bdPalette = okabe.concat(["#882255", "#332288", "#999933", "#44aa99"]);
   function bdParts(e) {
     var bd = obj(mem(e).breakdown), keys = components.slice();
     Object.keys(bd).forEach(function (k) { if (keys.indexOf(k) < 0) keys.push(k); });
@@ -416,8 +419,13 @@
     var rows = [[e, "entry " + e.index + " (selected)"]];
     if (rec >= 0 && rec !== e.index && byIndex[rec]) rows.push([byIndex[rec], "entry " + rec + " (recommended)"]);
     if (smallest >= 0 && smallest !== e.index && smallest !== rec && byIndex[smallest]) rows.push([byIndex[smallest], "entry " + smallest + " (smallest)"]);
-    var max = 0;
+    var max = 0, present = [];
     rows.forEach(function (r) { var m = mem(r[0]).peak_bytes; if (isNum(m)) max = Math.max(max, m); });
+    /* the palette over the components these bars show, in the order of the list */
+    rows.forEach(function (r) { bdParts(r[0]).forEach(function (pt) { if (present.indexOf(pt[0]) < 0) present.push(pt[0]); }); });
+    present.sort(function (a, b) { return components.indexOf(a) - components.indexOf(b); });
+    compColour = {};
+    present.forEach(function (c, i) { compColour[c] = bdPalette[i % bdPalette.length]; });
     var BW = 900, LX = 190, BH = 26, g = sv("svg", { viewBox: "0 0 " + BW + " " + (rows.length * (BH + 12) + 40), width: BW, height: rows.length * (BH + 12) + 40, role: "img", "aria-label": "breakdown at the peak" });
     var BU = unitFor(max || 1), xsb = scale(0, (max || 1) * 1.02 / BU.div, LX, BW - 20);
     rows.forEach(function (r, k) {
@@ -428,6 +436,8 @@
         var rc = sv("rect", { x: x, y: y, width: Math.max(w, 0.5), height: BH, fill: compColour[pt[0]] || "#999" });
         rc.appendChild(sv("title", null, pt[0] + ": " + bytesGib(pt[1])));
         g.appendChild(rc);
+        if (w > 8 * pt[0].length + 8)
+          g.appendChild(sv("text", { x: x + 4, y: y + BH / 2 + 4, "class": "halo seg-label" }, pt[0]));
         x += w;
       });
     });
@@ -495,18 +505,17 @@
       var yu = tys.map(usable / TU.div);
       g.appendChild(sv("line", { "class": "usable", x1: tx0, x2: tx0 + tw, y1: yu, y2: yu }));
       g.appendChild(sv("text", { x: tx0 + tw - 4, y: yu - 4, "text-anchor": "end" }, "usable " + gib(usable)));
-    } else if (isNum(usable)) {
-      g.appendChild(sv("text", { x: tx0 + tw - 4, y: ty0 + 12, "text-anchor": "end" }, "usable " + gib(usable) + " (above the chart)"));
     }
     var px = txs.map((ts[ipk] || 0) * 1000), py = tys.map(amax / TU.div);
     var mk = sv("circle", { "class": "peak-mark", cx: px, cy: py, r: 5, id: "peak-marker" });
     mk.appendChild(sv("title", null, "peak " + bytesGib(amax) + ": " + str(m.peak_where)));
     g.appendChild(mk);
-    g.appendChild(sv("text", { x: Math.min(px + 8, tx0 + tw - 4), y: py - 8, "text-anchor": px > tx0 + tw * 0.6 ? "end" : "start" }, "peak " + gib(amax)));
+    g.appendChild(sv("text", { x: px > tx0 + tw * 0.6 ? px - 8 : px + 8, y: py - 8, "class": "halo", "text-anchor": px > tx0 + tw * 0.6 ? "end" : "start" }, "peak " + gib(amax) + ": " + str(m.peak_where, "?")));
     box.appendChild(g);
     var lg = el("p", { "class": "note" });
     lg.textContent = "Shaded: forward (blue), loss (yellow), backward (purple), optimizer (green). Peak " + bytesGib(amax) +
-      " in " + str(m.peak_phase, "?") + ": " + str(m.peak_where, "?") + ".";
+      " in " + str(m.peak_phase, "?") + ": " + str(m.peak_where, "?") + "." +
+      (isNum(usable) && !showUsable ? " The usable memory, " + gib(usable) + ", is far above the chart." : "");
     box.appendChild(lg);
   }
 

@@ -5,6 +5,7 @@
  * <body>, so a headless browser's dumped DOM shows them (tests/dash). */
 (function () {
   "use strict";
+  var t0 = performance.now();
   var body = document.body;
   var diag = document.getElementById("diagnostics");
   var nErrors = 0, nViolations = 0;
@@ -264,24 +265,25 @@
     return lines.join("\n");
   }
 
-  var points = [], pointOf = {}, selected = -1;
-  entries.forEach(function (e, i) {
+  var points = [], pointOf = {}, selected = -1, frag = document.createDocumentFragment();
+  entries.forEach(function (e) {
     var x = xs.map((devPeak(e) || 0) / XU.div), y = ys.map(tokps(e) || 0);
     var p = sv("path", {
-      d: shapePath(offl(e), x.toFixed(1), y.toFixed(1), 5), fill: colourOf(everyN(e)),
+      d: shapePath(offl(e), Math.round(x * 10) / 10, Math.round(y * 10) / 10, 5), fill: colourOf(everyN(e)),
       "class": "pt" + (e.fits === true ? "" : " nofit"), tabindex: -1, role: "button",
       "data-index": String(e.index), "data-every-n": everyN(e), "data-offload": offl(e),
-      "data-micro-batch": String(e.micro_batch), "aria-label": tipText(e).replace(/\n/g, "; ")
+      "data-micro-batch": String(e.micro_batch)
     });
     if (e.index === rec) p.setAttribute("data-recommended", "true");
     if (e.pareto === true) p.setAttribute("data-pareto", "true");
     p.appendChild(sv("title", null, tipText(e)));
     p._entry = e;
     p._xy = [x, y];
-    gPts.appendChild(p);
+    frag.appendChild(p);
     points.push(p);
     pointOf[e.index] = p;
   });
+  gPts.appendChild(frag);
   svg.setAttribute("data-points", String(points.length));
   if (pointOf[rec]) {
     var rp = pointOf[rec]._xy;
@@ -784,5 +786,6 @@
   var de = document.documentElement;
   body.setAttribute("data-overflow-x", String(de.scrollWidth > de.clientWidth + 1));
   body.setAttribute("data-load-ms", performance.now().toFixed(0));
+  body.setAttribute("data-script-ms", (performance.now() - t0).toFixed(0));
   body.setAttribute("data-state", "ready");
 })();

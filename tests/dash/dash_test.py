@@ -65,8 +65,15 @@ def browser(path, extra, window="1200,1000", hash_=""):
     return run(cmd, timeout=120)
 
 
+CONSOLE = {}
+
+
 def dump_dom(path, hash_="", window="1200,1000"):
-    r = browser(path, ["--dump-dom", "--virtual-time-budget=2000"], window, hash_)
+    """The DOM after the script ran; Chromium's console messages (its log on stderr: script
+    errors, and the engine's own, such as an SVG attribute it cannot parse) kept in
+    CONSOLE[path + hash_]."""
+    r = browser(path, ["--dump-dom", "--virtual-time-budget=2000", "--enable-logging=stderr", "--v=0"], window, hash_)
+    CONSOLE[path + hash_] = [l for l in r.stderr.decode("utf-8", "replace").splitlines() if ":CONSOLE" in l]
     return r.stdout.decode("utf-8", "replace")
 
 
@@ -291,7 +298,9 @@ def fmt_step(s):
     return ("%.4g" % (s * 1000)) if abs(s) < 1 else ("%.4g" % s)
 
 
-def check_page_clean(t, label):
+def check_page_clean(t, label, page=None):
+    if page is not None:
+        check(not CONSOLE.get(page), "%s: console messages: %s" % (label, CONSOLE.get(page)))
     b = t.body()
     check(b.get("data-state") == "ready", "%s: the script did not finish (data-state %r)" % (label, b.get("data-state")))
     check("data-errors" not in b, "%s: script errors: %s" % (label, "".join(n.all_text() for n in t.find(id="diagnostics"))))
@@ -313,7 +322,7 @@ def test_browser(fx, shots):
     r = fx.dash("page.html", plan, r1, r2)
     check(r.returncode == 0, "gckpt-dash: %r" % r.stderr)
     t = Tree(dump_dom(fx.p("page.html")))
-    check_page_clean(t, "page")
+    check_page_clean(t, "page", fx.p("page.html"))
     pts = [n for n in t.find("path") if "pt" in n.attrs.get("class", "").split()]
     check(len(pts) == len(p["entries"]), "points %d, entries %d" % (len(pts), len(p["entries"])))
     check(t.find("svg", id="sweep")[0].attrs.get("data-points") == str(len(p["entries"])), "data-points")
@@ -364,7 +373,7 @@ def test_browser(fx, shots):
     check(len(t.find("svg", id="trend-svg")) == 1, "two reports: no trend")
     # the selected entry: the timeline of the recommended one, the TrainingArguments merged
     t2 = Tree(dump_dom(fx.p("page.html"), "#tab=entry"))
-    check_page_clean(t2, "entry view")
+    check_page_clean(t2, "entry view", fx.p("page.html") + "#tab=entry")
     check(t2.body().get("data-tab") == "entry", "#tab=entry did not open the entry")
     check(len(t2.find(id="timeline-svg")) == 1 and len(t2.find(id="peak-marker")) == 1, "no timeline with its peak marker")
     code = t2.find(id="code")[0].all_text()
@@ -389,7 +398,7 @@ def test_browser(fx, shots):
     check(r.returncode == 0, "hostile inputs refused: %r" % r.stderr)
     for view in ("", "#tab=entry", "#tab=measured"):
         th = Tree(dump_dom(fx.p("hostile.html"), view))
-        check_page_clean(th, "hostile page " + (view or "sweep"))
+        check_page_clean(th, "hostile page " + (view or "sweep"), fx.p("hostile.html") + view)
         h1 = th.find(id="title")
         check(h1 and h1[0].all_text().startswith("</script><script>"), "the hostile name is not shown as text: %r" % (h1 and h1[0].all_text()))
         check(len([n for n in th.nodes if n.tag in ("img", "script") and n.attrs.get("type") != "application/json"]) == 1,
@@ -403,6 +412,7 @@ def test_browser(fx, shots):
         f.write(ctl)
     tc = Tree(dump_dom(fx.p("control.html")))
     check(int(tc.body().get("data-csp-violations", "0")) >= 2, "the control's fetch and image were not reported as CSP violations")
+    check(any("Content Security Policy" in l for l in CONSOLE[fx.p("control.html")]), "the control's violations are not in Chromium's console log")
     # screenshots of the sweep and of a selected entry
     for name, view, win in (("sweep", "", "1200,1000"), ("entry", "#tab=entry", "1200,1600")):
         out = os.path.join(shots, "dash-test-%s.png" % name)

@@ -403,6 +403,35 @@ def test_browser(fx, shots):
         check(h1 and h1[0].all_text().startswith("</script><script>"), "the hostile name is not shown as text: %r" % (h1 and h1[0].all_text()))
         check(len([n for n in th.nodes if n.tag in ("img", "script") and n.attrs.get("type") != "application/json"]) == 1,
               "hostile page: an injected element is in the DOM")
+    # several GPUs: the plan's layout, each rank of a run under mpirun (when OpenMPI is here)
+    zp = fx.plan("zero3.json", "--model", fx.source + "/tests/executor/data/tiny-llama.json", "--seq", "32",
+                 "--every-n", "off,2", "--gpus", "2", "--parallel", "zero3")
+    mpirun = shutil.which("mpirun")
+    zr = []
+    if mpirun:
+        env = dict(fx.env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", GCKPT_COLLECTIVE_TIMEOUT="60")
+        r = run([mpirun, "-np", "2", "--oversubscribe", fx.run_exe, "--plan", zp, "--all", "--backend", "host", "-q",
+                 "--steps", "2", "-o", fx.p("zero3.jsonl")], env=env)
+        check(r.returncode == 0, "mpirun -np 2 gckpt-run: %r" % r.stderr[-500:])
+        zr = [fx.p("zero3.jsonl")] if r.returncode == 0 else []
+    else:
+        print("no mpirun: the per-rank rows are not checked")
+    r = fx.dash("zero3.html", zp, *zr)
+    check(r.returncode == 0, "gckpt-dash zero3: %r" % r.stderr)
+    for view in ("", "#tab=entry") + (("#tab=measured",) if zr else ()):
+        tz = Tree(dump_dom(fx.p("zero3.html"), view))
+        check_page_clean(tz, "zero3 " + (view or "sweep"), fx.p("zero3.html") + view)
+        if view == "":
+            check(len(tz.find("input", data_filter="parallel", data_value="zero3")) == 1, "zero3: no parallel-mode filter")
+        if view == "#tab=entry":
+            check(len(tz.find("dl", id="rank-facts")) == 1, "zero3: no layout facts")
+            if zr:
+                check(len(tz.find("table", **{"class": "ranks-table"})) == 1, "zero3: no per-rank table in the entry")
+        if view == "#tab=measured":
+            for e in report_entries(zr[0]):
+                for x in e["ranks"]:
+                    rows = tz.find("tr", data_entry=str(e["index"]), data_rank=str(x["rank"]))
+                    check(len(rows) == 1, "zero3: entry %d rank %d has no row" % (e["index"], x["rank"]))
     # the control: a page whose own script fetches records the violation (the check can fail)
     page = open(fx.p("page.html"), encoding="utf-8").read()
     nonce = re.search(r"nonce-([0-9a-f]+)", page).group(1)

@@ -13,8 +13,10 @@ usage: dash_test.py --build DIR --source DIR cli|browser|screenshots OUTDIR|benc
                address to fetch; hostile names (</script>, <img onerror>, quotes, bidi
                overrides, invalid UTF-8, huge numbers, missing optional fields): nothing
                runs, the page renders without horizontal overflow; a control page that
-               does fetch() records the violation (the check can fail); screenshots of
-               the sweep and of a selected entry. Exit 77 (skipped) without chromium.
+               does fetch() records the violation (the check can fail); served by a
+               local static web server that logs requests, the page is the only one; a
+               plan for 2 GPUs and its mpirun run (each rank's row); screenshots of the
+               sweep and of a selected entry. Exit 77 (skipped) without chromium.
   screenshots  the README's two screenshots into OUTDIR: the sweep and the recommended
                entry of llama-3.2-3b at 4096 tokens on the H100 profile (gckpt-plan
                --model llama-3.2-3b --seq 4096 --micro-batch 1,2,4,8 --every-n off,1,2,4,7)
@@ -26,6 +28,7 @@ attributes of <body> (planner/dash/dash.js), which the dumped DOM carries.
 """
 import argparse
 import html.parser
+import http.server
 import json
 import os
 import re
@@ -33,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 SKIP = 77
@@ -432,6 +436,31 @@ def test_browser(fx, shots):
                 for x in e["ranks"]:
                     rows = tz.find("tr", data_entry=str(e["index"]), data_rank=str(x["rank"]))
                     check(len(rows) == 1, "zero3: entry %d rank %d has no row" % (e["index"], x["rank"]))
+    # from a plain static web server: the page is the only request
+    served = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=fx.tmp, **kw)
+
+        def log_message(self, fmt, *args):
+            served.append(self.path)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = "http://127.0.0.1:%d/page.html" % srv.server_address[1]
+        r = run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+                 "--disable-background-networking", "--enable-logging=stderr", "--v=0", "--dump-dom", url], timeout=120)
+        ts = Tree(r.stdout.decode("utf-8", "replace"))
+        check_page_clean(ts, "served page")
+        console = [l for l in r.stderr.decode("utf-8", "replace").splitlines() if ":CONSOLE" in l]
+        check(not console, "served page: console messages: %s" % console)
+        # the browser may ask for /favicon.ico on its own; the page asks for nothing
+        check([q for q in served if q != "/favicon.ico"] == ["/page.html"], "served page: requests %s" % served)
+    finally:
+        srv.shutdown()
+        srv.server_close()
     # the control: a page whose own script fetches records the violation (the check can fail)
     page = open(fx.p("page.html"), encoding="utf-8").read()
     nonce = re.search(r"nonce-([0-9a-f]+)", page).group(1)

@@ -5,8 +5,8 @@
 # OpenMPI (gckpt-run runs a multi-rank plan as `mpirun -np N gckpt-run ...`); python3 for the
 # docs tests (tools/mdlint.py, tools/docs_examples.py: standard library only) and, with its
 # headers, venv and pip, the Python package (python/: pip install ./python builds it);
-# chromium and a font for the dashboard's tests (tests/dash: headless, on the generated pages;
-# --no-install-recommends leaves chromium without fonts, which the screenshots need).
+# chromium for the dashboard's tests (tests/dash: headless, on the generated pages), with
+# DejaVu named (fontconfig would take any of several fonts; the screenshots use this one).
 # The CUDA toolkit is optional: with nvcc on PATH the CUDA executor is built too.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive

@@ -106,6 +106,8 @@ static void usage(FILE *f)
 "  --budget SIZE          memory budget, e.g. 80GiB, 79GB (default: the GPU's memory)\n"
 "  --margin PCT           part of the budget kept free, e.g. 5%% or 0.05 (default 5%%)\n"
 "  -o, --output FILE      write the JSON plan (schema gckpt.plan/2); '-' for stdout\n"
+"  --html FILE            the dashboard: one self-contained HTML page over the plan\n"
+"                         (docs/dashboard.md; gckpt-dash adds gckpt-run's reports)\n"
 "  --plot FILE            plot (.png or .svg) memory vs step time and the recommended\n"
 "                         entry's memory timeline with gnuplot\n"
 "  --table frontier|all   rows of the table: notable entries (default) or all\n"
@@ -271,12 +273,12 @@ static void print_alternatives(const gckpt_plan_request *req, const gckpt_model 
     }
 }
 
-enum { O_PLOT = GCKPT_OPT_END, O_TABLE, O_LIST, O_CALIB };
+enum { O_PLOT = GCKPT_OPT_END, O_TABLE, O_LIST, O_CALIB, O_HTML };
 
 /* What the command line asks for: the planning options (plan_args.c) and the outputs. */
 typedef struct {
     gckpt_plan_args pa;
-    const char *out, *plot;
+    const char *out, *plot, *html;
     bool all, quiet;
     const char **calib; /* --calibrate-from REPORT...: the reports (calibrate.c) */
     int n_calib;
@@ -290,6 +292,9 @@ static int parse_output_option(int c, const char *arg, cli_args *a)
         gckpt_err perr;
         if (!gckpt_plot_name_ok(arg, &perr)) return bad("%s%s", perr.msg, "");
         a->plot = arg;
+    } else if (c == O_HTML) {
+        if (!strcmp(arg, "-")) return bad("--html: the page goes to a file, not stdout%s%s", "", "");
+        a->html = arg;
     } else if (!strcmp(arg, "all")) {
         a->all = true;
     } else if (!strcmp(arg, "frontier")) {
@@ -306,7 +311,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
 {
     /* the planning options from their one table, then the CLI's own */
     static const struct { const char *name; int has_arg, code; } own[] = {
-        {"output", required_argument, 'o'}, {"plot", required_argument, O_PLOT},
+        {"output", required_argument, 'o'}, {"plot", required_argument, O_PLOT}, {"html", required_argument, O_HTML},
         {"table", required_argument, O_TABLE}, {"quiet", no_argument, 'q'}, {"list", no_argument, O_LIST},
         {"calibrate-from", required_argument, O_CALIB},
         {"help", no_argument, 'h'}, {"version", no_argument, 'V'}};
@@ -332,7 +337,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
             continue;
         }
         switch (c) {
-        case O_PLOT: case O_TABLE: rc = parse_output_option(c, optarg, a); break;
+        case O_PLOT: case O_TABLE: case O_HTML: rc = parse_output_option(c, optarg, a); break;
         case 'o': a->out = optarg; break;
         case 'q': a->quiet = true; break;
         case O_CALIB: a->calib[a->n_calib++] = optarg; break;
@@ -352,7 +357,7 @@ static int parse_args(int argc, char **argv, cli_args *a, bool *answered)
     if (optind < argc) return bad("unexpected argument '%s'%s (see --help)", argv[optind], "");
     if (a->n_calib && a->planning) return bad("--calibrate-from takes --gpu, -o and -q only%s%s", "", "");
     if (a->n_calib) return GCKPT_EXIT_OK;
-    a->pa.wants_output = a->out || a->plot;
+    a->pa.wants_output = a->out || a->plot || a->html;
     if (gckpt_plan_args_finish(&a->pa)) return bad("%s%s", a->pa.err.msg, "");
     return GCKPT_EXIT_OK;
 }
@@ -431,7 +436,7 @@ static int plan_and_write(const cli_args *a)
 {
     gckpt_err err = {{0}};
     /* every output is checked before any work: a bad one costs nothing */
-    gckpt_plan_output outs = {.json = a->out, .plot = a->plot};
+    gckpt_plan_output outs = {.json = a->out, .plot = a->plot, .html = a->html};
     if (!gckpt_plan_output_check(&outs, a->pa.req.model_ref, a->pa.req.gpu_ref, &err)) {
         gckpt_plan_output_free(&outs);
         return fail_line(&err);
@@ -450,7 +455,7 @@ static int plan_and_write(const cli_args *a)
         gckpt_plan_print_recommendation(&p, human);
         if (p.recommended < 0) print_alternatives(&a->pa.req, &p.model, human);
     }
-    if ((a->out || a->plot) && !gckpt_plan_output_write(&outs, &p, human, a->quiet, &err)) rc = fail_line(&err);
+    if ((a->out || a->plot || a->html) && !gckpt_plan_output_write(&outs, &p, human, a->quiet, &err)) rc = fail_line(&err);
     if (rc == GCKPT_EXIT_OK && !gckpt_stdout_check(&err)) rc = fail_line(&err);
     gckpt_plan_output_free(&outs);
     gckpt_plan_free(&p); /* the plan keeps its own copy of the every_n list */

@@ -186,7 +186,7 @@ static int check_layout(gckpt_plan_args *a)
     for (int i = 0; i < a->n_modes; i++)
         if (a->modes[i] == GCKPT_PAR_NONE) return bad(a, "--parallel none with several GPUs: choose ddp, fsdp, zero1, zero2 or zero3%s%s", "", "");
     if (a->n_modes > 1 && a->wants_output)
-        return bad(a, "--parallel with a list compares modes; -o and --plot need one mode%s%s", "", "");
+        return bad(a, "--parallel with a list compares modes; -o, --plot and --html need one mode%s%s", "", "");
     a->req.layout.mode = a->modes[0];
     return apply_fsdp_offload(a);
 }

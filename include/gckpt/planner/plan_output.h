@@ -1,5 +1,5 @@
-/* What gckpt-plan writes: the JSON plan (-o) and the plot's image, script and data
- * (--plot). All of them are checked before any work (gckpt_plan_output_check), then
+/* What gckpt-plan writes: the JSON plan (-o), the dashboard (--html) and the plot's image,
+ * script and data (--plot). All of them are checked before any work (gckpt_plan_output_check), then
  * written to temporaries and renamed into place together once every one of them has
  * been produced, gnuplot's image included: a failure anywhere leaves no new file and
  * every existing one untouched. */
@@ -18,6 +18,7 @@ extern "C" {
 typedef struct {
     const char *json;                /* -o: NULL none, "-" stdout */
     const char *plot;                /* --plot FILE or NULL */
+    const char *html;                /* --html FILE (the dashboard, dash_html.h) or NULL */
     char *plot_paths[GCKPT_NPLOT];   /* FILE and its side files (filled by the check) */
 } gckpt_plan_output;
 

@@ -338,7 +338,7 @@ int main(void)
            "exact in all; live peak within 0.5 %% in %d (asserted for all)\n",
            g_compared, hand, g_not_comparable, g_within);
 #else
-    printf("\n%d fixtures compared (%zu hand-written, %zu generated, %zu of issue 13's dense families, %zu "
+    printf("\n%d fixtures compared (%zu hand-written, %zu generated, %zu of the later dense families, %zu "
            "mixture-of-experts); %d not compared; amp-bf16 under CPU autocast's op lists (--target cpu), "
            "amp-bf16-cudalists under CUDA's (emulated)\n",
            g_compared, hand, gen, nfam, nmoe, g_not_comparable);

@@ -48,7 +48,7 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
     *flops = (op->kind == GCKPT_OP_MATMUL || op->kind == GCKPT_OP_ATTN) ? f : 0;
     double tm = *flops / matmul_rate(c), tb = traffic / hbm_rate(c);
     /* QLoRA: the whole weight dequantized before the GEMM, in the forward, every
-     * recompute and the backward (FINDINGS 12.7, 12.9): a memory-bound pass that reads
+     * recompute and the backward (FINDINGS R-QUANT-11, R-PEFT-18): a memory-bound pass that reads
      * the stored codes and writes the weight, which the GEMM then reads */
     double deq = 0;
     if (op->dequant) {

@@ -427,7 +427,7 @@ static bool walk_one(gckpt_ctx *w, uint32_t every_n, bool offload, uint64_t grad
  * last rank's early in the backward; ZeRO-1: at the boundary's reduction, after the .grad of the
  * parameters before its partition in the flat order are freed), so the ranks' peaks differ (a
  * middle rank can be the busiest, as test_run_mpi measured at 4 ranks): the busiest is the
- * entry's (FINDINGS 13.6, 13.12). */
+ * entry's (FINDINGS R-DIST-19, R-DIST-25). */
 static bool every_rank(const gckpt_ctx *c)
 {
     return c->set.layout.mode == GCKPT_PAR_ZERO1 || c->set.layout.mode == GCKPT_PAR_ZERO2;

@@ -1,7 +1,7 @@
 /* The config readers of issue 13's dense families: gemma, gemma2, gemma3_text, phi3,
  * gpt_neox, olmo2, granite. Keys and defaults are those of transformers 5.24's
- * configuration_<family>.py and what its modeling_<family>.py reads (FINDINGS section
- * 14.1); a key that changes memory and is not modelled is an error naming it. */
+ * configuration_<family>.py and what its modeling_<family>.py reads (FINDINGS
+ * R-FAM-7); a key that changes memory and is not modelled is an error naming it. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

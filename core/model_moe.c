@@ -1,9 +1,9 @@
 /* The config readers of the mixture-of-experts families transformers 5.24 trains with
  * the grouped_mm experts: mixtral, qwen3_moe, olmoe, gpt_oss. Keys and defaults are those
- * of configuration_<family>.py (FINDINGS sections 15, 16); a key that changes memory and
+ * of configuration_<family>.py (FINDINGS R-MOE-1, R-FAM-15); a key that changes memory and
  * is not modelled (mixed dense / sparse layers, router jitter, clipped q/k/v, sliding
  * windows) is an error naming it; output_router_logits turns on the load-balancing loss
- * (recipe_moe.c, FINDINGS 15.4). */
+ * (recipe_moe.c, FINDINGS R-MOE-4). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -129,7 +129,7 @@ static bool parse_gpt_oss(const char *f, const cJSON *j, gckpt_model *m, gckpt_e
         return false;
     for (uint64_t i = 0; !listed && i < m->layers; i += 2) gckpt_set_sliding(m, i);
     /* the Hub checkpoint's MXFP4 experts: training loads them dequantized to the model's
-     * dtype (FINDINGS 16.5), which the plan counts; another method is not modelled */
+     * dtype (FINDINGS R-QUANT-17), which the plan counts; another method is not modelled */
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
     if (q && !cJSON_IsNull(q)) {
         char method[32];

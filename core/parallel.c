@@ -8,7 +8,7 @@
 #define ADAMW_STEP 4     /* torch AdamW's `step`: an fp32 scalar per parameter (group) */
 #define MESH_BYTES 24    /* FSDP2: bytes per rank that no Python reference reaches, measured on
                           * 4-layer models (6 units) at 2, 4 and 8 ranks; read as the DeviceMesh's */
-#define MESH_TIED_LESS 4 /* ... and per rank 4 B less with a tied head's 5 units (FINDINGS 13.11):
+#define MESH_TIED_LESS 4 /* ... and per rank 4 B less with a tied head's 5 units (FINDINGS R-DIST-24):
                           * so perhaps 4 B per rank per unit, not separable on these fixtures */
 #define ZERO12_NORM 4    /* ZeRO-1/2: the fp32 gradient-norm scalar kept between steps */
 #define ZERO3_SCALARS 9  /* ZeRO-3: inf_or_nan_tracker (bool) + 8 B of scalars */
@@ -18,7 +18,7 @@
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 /* DDP's find_unused_parameters maps, per parameter tensor; the Trainer turns the option on
- * only without gradient checkpointing (FINDINGS 13.2), so they exist only for every_n off. */
+ * only without gradient checkpointing (FINDINGS R-DIST-1), so they exist only for every_n off. */
 static uint64_t ddp_used_map(const gckpt_params *ps)
 {
     uint64_t tensors = 0;
@@ -135,7 +135,7 @@ uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r)
     return p->numel > lo ? (p->numel - lo < p->shard.part ? p->numel - lo : p->shard.part) : 0;
 }
 
-/* The model's buffers, fp32 in every mode (FINDINGS 13.3; read in transformers 5.24's
+/* The model's buffers, fp32 in every mode (FINDINGS R-DIST-22; read in transformers 5.24's
  * modeling_*.py, every nn.Buffer): each rotary table's inv_freq and original_inv_freq
  * [rotary_dim / 2] (gemma3_text: one pair per layer type, Gemma3RotaryEmbedding; phi3 and
  * gpt_neox: the partial rotary's dims), the gemma family's embed_scale (a 0-d tensor); GPT-2
@@ -221,7 +221,7 @@ static int module_order(const gckpt_param *p)
     return 0;
 }
 
-/* ZeRO-3's CPU offload (FINDINGS 13.10, read in deepspeed's stage3.py, not measured).
+/* ZeRO-3's CPU offload (FINDINGS R-OFFLOAD-8, read in deepspeed's stage3.py, not measured).
  * offload_optimizer: the fp32 master partitions and AdamW's states move to pageable host
  * memory (_create_fp32_partitions), the flat gradient partitions to pinned host memory
  * (_setup_for_real_optimizer) with a pinned fp32 gradient per sub-group
@@ -253,7 +253,7 @@ static void zero3_offload(gckpt_ctx *c, const gckpt_rank_bytes *rb, uint64_t ipg
     }
 }
 
-/* ZeRO-1/2's offload_optimizer (FINDINGS 13.10, read in deepspeed's stage_1_and_2.py,
+/* ZeRO-1/2's offload_optimizer (FINDINGS R-OFFLOAD-7, read in deepspeed's stage_1_and_2.py,
  * DeepSpeedZeroOptimizer, not measured). Host, pinned: per group the fp32 master partition
  * (__init__: weights_partition), its model-dtype copy (param_buffer_of_bit16_for_cpu_offload_groups)
  * and its fp32 gradient (initialize_optimizer_states), and temp_grad_buffer_for_cpu_offload (the
@@ -289,7 +289,7 @@ static void zero12_offload(gckpt_ctx *c, const gckpt_zero_group zg[2], const gck
     }
 }
 
-/* FSDP2's CPUOffloadPolicy (FINDINGS 13.10, read in torch's _fully_shard, not measured): the
+/* FSDP2's CPUOffloadPolicy (FINDINGS R-OFFLOAD-6, read in torch's _fully_shard, not measured): the
  * fp32 sharded parameters and gradients in pinned host memory (FSDPParam._init_sharded_param,
  * foreach_reduce), AdamW's states and its step on the CPU (pageable: zeros_like of a CPU
  * parameter); the device keeps the unsharded buffers and collectives' buffers (the events). */
@@ -361,7 +361,7 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         bool bucket_event = mode == GCKPT_PAR_ZERO1 && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
         c->parallel = (bucket_event ? 0 : bucket) + 4 + extra;
         /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
-        /* + 8 B of scalars (12 B in fp32), FINDINGS 13.5 */
+        /* + 8 B of scalars (12 B in fp32), FINDINGS R-DIST-14 */
         uint64_t piece[GCKPT_ZERO_NTEMP];
         gckpt_zero12_temp(largest_group, zs, round, piece);
         c->opt_temp = piece[GCKPT_ZERO_TEMP_SLICE] + piece[GCKPT_ZERO_TEMP_F32] + piece[GCKPT_ZERO_TEMP_SCALARS];
@@ -637,7 +637,7 @@ void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n
 }
 
 /* ZeRO-1's reduction at the boundary (stage_1_and_2.py reduce_gradients, traced on the
- * fixtures' ranks, FINDINGS 13.12): after the last backward, every .grad in the flat order (group
+ * fixtures' ranks, FINDINGS R-DIST-25): after the last backward, every .grad in the flat order (group
  * 0, then group 1) through the ipg bucket of `bucket` elements. A parameter that would overflow
  * the bucket flushes it first (reduce_ipg_grads); one larger than the bucket is reduced alone at
  * the next flush, keeping its .grad; any other is copied into the bucket, its .grad freed. A
@@ -735,5 +735,5 @@ void gckpt_zero12_temp(uint64_t part, uint64_t zs, uint64_t round, uint64_t piec
 {
     piece[GCKPT_ZERO_TEMP_SLICE] = gckpt_round_up(part * zs, round);
     piece[GCKPT_ZERO_TEMP_F32] = zs != 4 ? gckpt_round_up(part * 4, round) : 0;
-    piece[GCKPT_ZERO_TEMP_SCALARS] = zs != 4 ? 8 : 12; /* FINDINGS 13.5 */
+    piece[GCKPT_ZERO_TEMP_SCALARS] = zs != 4 ? 8 : 12; /* FINDINGS R-DIST-14 */
 }

@@ -51,7 +51,7 @@ uint32_t gckpt_lora_family_targets(gckpt_family f)
     case GCKPT_FAMILY_PHI3: return LT(QKV_PROJ) | LT(O) | LT(GATE_UP) | LT(DOWN);
     case GCKPT_FAMILY_GPT_NEOX: return LT(QUERY_KEY_VALUE) | LT(DENSE) | LT(H_TO_4H) | LT(4H_TO_H);
     /* the MoE families: the attention projections only (the experts are fused
-     * parameters and the router no nn.Linear under transformers 5.24, FINDINGS 12.14) */
+     * parameters and the router no nn.Linear under transformers 5.24, FINDINGS R-QUANT-15) */
     case GCKPT_FAMILY_MOE: return LT(Q) | LT(K) | LT(V) | LT(O);
     default: return 0;
     }
@@ -183,7 +183,7 @@ void gckpt_mts_name(uint8_t mts, gckpt_family f, char *buf, size_t n)
 
 /* mixtral, qwen3_moe, olmoe: peft 0.21.2's all-linear also wraps the router and the experts'
  * fused parameters with its ParamWrapper; gpt_oss's (sinks) only its q/k/v/o (FINDINGS
- * 12.14, peft_family_facts.py). */
+ * R-PEFT-28, peft_family_facts.py). */
 static bool all_linear_wraps_experts(const gckpt_model *m)
 {
     return m->family == GCKPT_FAMILY_MOE && !m->attn_sinks;
@@ -213,7 +213,7 @@ bool gckpt_peft_model_ok(const gckpt_model *m, const gckpt_peft *pf, gckpt_err *
         return false;
     }
     /* QLoRA on mixtral, qwen3_moe, olmoe: bitsandbytes quantizes q/k/v/o only, the experts
-     * and the router stay and prepare makes them fp32 (planned as such, FINDINGS 12.14) */
+     * and the router stay and prepare makes them fp32 (planned as such, FINDINGS R-QUANT-15) */
     if (pf->method == GCKPT_METHOD_QLORA && m->attn_sinks) {
         gckpt_seterr(err, "--method qlora on model_type \"%s\" is not modelled: its checkpoint is MXFP4-quantized "
                           "(quantization_config mxfp4) and loading it with a BitsAndBytesConfig is not measured; use "

@@ -13,7 +13,7 @@ static int repeat_to(tracer *tr, int x, uint8_t dtype, const char *name);
  * With the sliding-window mask (tr->sdpa_masked): transformers repeats k and v to every
  * head (use_gqa_in_sdpa is false with a mask), and SDPA converts the shared bool mask
  * to q's dtype (zeros_like, then masked_fill_ of its logical_not: both [b, 1, s, s],
- * materialised) and saves the converted mask (FINDINGS 14.3). */
+ * materialised) and saves the converted mask (FINDINGS R-ATTN-8). */
 static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
 {
     const gckpt_model *m = tr->m;
@@ -44,7 +44,7 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
     gckpt_op *sd = &tr->r->op[op];
     sd->fBSS = 2.0 * (double)m->heads * (double)m->head_dim;
     /* with a mask no block is skipped: the whole score matrix, twice the causal work
-     * (measured on the CPU, FINDINGS 14.3; CUDA's memory-efficient kernel likewise) */
+     * (measured on the CPU, FINDINGS R-ATTN-8; CUDA's memory-efficient kernel likewise) */
     if (masked) sd->fBSS *= 2.0;
     sd->bwd_mult = 2.5;
     sd->bws_cT = tr->cpu ? 0 : qd;
@@ -190,7 +190,7 @@ int transpose_copy(tracer *tr, int o, const char *name)
 
 /* CPU target, SDPA with dropout: the CPU flash kernel has no dropout, so PyTorch runs
  * _scaled_dot_product_attention_math, a composite (measured op by op with the allocator,
- * FINDINGS.md): 16-bit q, k, v upcast to fp32; q * sqrt(scale); a [s, s] fp32 causal
+ * FINDINGS.md R-ATTN-5): 16-bit q, k, v upcast to fp32; q * sqrt(scale); a [s, s] fp32 causal
  * mask; GQA expands and clones k and v; k^T * sqrt(scale); matmul (batch folding);
  * the mask added in place; _safe_softmax (with bool isneginf / all temporaries);
  * dropout; matmul; the output (and the returned weights) cast back. Its locals live

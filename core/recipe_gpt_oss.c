@@ -1,5 +1,5 @@
 /* What gpt_oss (modeling_gpt_oss.py, transformers 5.24) does differently from the llama
- * family and the other MoE families, op by op as its Python runs (FINDINGS section 16):
+ * family and the other MoE families, op by op as its Python runs (FINDINGS R-FAM-15, R-ATTN-10, R-MOE-7):
  * the rotary embedding over two halves, the attention sinks in the eager softmax, the
  * experts' per-pair biases and their clamped SwiGLU. Planned only (gckpt-run refuses
  * gpt_oss). */

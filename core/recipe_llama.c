@@ -1,7 +1,7 @@
 /* The llama family (LlamaForCausalLM and the models built like it: Mistral, Qwen2 with
  * q/k/v biases, Qwen3 with q/k norms): RMSNorm, rotary embeddings, grouped-query
  * attention, a SwiGLU MLP; tied or untied embeddings. Issue 13's llama-built families
- * are variants of it (FINDINGS section 14): Gemma 1/2/3 ((1 + w) norms, sqrt(h)
+ * are variants of it (FINDINGS R-FAM-7 to R-FAM-14): Gemma 1/2/3 ((1 + w) norms, sqrt(h)
  * embedding scale, GELU-tanh MLP; 2/3: pre/post "sandwich" norms, 2: attention
  * soft-capping, 3: per-head q/k norms), Phi-3 (fused qkv_proj / gate_up_proj, partial
  * rotary), OLMo 2 (post-norms only, q/k norms over the whole projection, fp32 rotary)
@@ -27,7 +27,7 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     int x = embedding(tr, "embed_tokens", used, ids);
     /* a frozen Gemma table: the embedding module's output is the scaled one (its forward
      * multiplies by the embed_scale buffer), which enable_input_require_grads makes the
-     * leaf and the model keeps as `inputs_embeds`; the lookup is a temporary (FINDINGS 12.13) */
+     * leaf and the model keeps as `inputs_embeds`; the lookup is a temporary (FINDINGS R-PEFT-25) */
     bool scaled_leaf = m->embed_scale && !r->t[used].requires_grad;
     if (!scaled_leaf) {
         if (!r->t[used].requires_grad) r->embed_leaf = x;

@@ -1,4 +1,4 @@
-/* LoRA and QLoRA in the recipe (tools/hf_probe/FINDINGS.md 12.5-12.7; peft 0.21.2
+/* LoRA and QLoRA in the recipe (tools/hf_probe/FINDINGS.md R-PEFT-8 to R-PEFT-17; peft 0.21.2
  * tuners/lora/layer.py Linear.forward and tuners/lora/bnb.py; bitsandbytes 0.50.2
  * autograd/_functions.py MatMul4Bit and backends' gemm_4bit fallback):
  *  - the base linear is frozen: it saves no input for a weight gradient (recipe_ops.c);
@@ -37,7 +37,7 @@ int linear_weight(tracer *tr, const char *name, uint64_t out_f, uint64_t in_f, b
 static int quant_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name)
 {
     bool int8 = dt(tr, w) == GCKPT_DT_I8;
-    /* the first forward casts the bias for good (FINDINGS 12.3): Linear4bit to the compute
+    /* the first forward casts the bias for good (FINDINGS R-QUANT-3): Linear4bit to the compute
      * dtype, Linear8bitLt to its input's dtype */
     if (bias >= 0) tr->r->t[bias].dtype = int8 ? dt(tr, x) : tr->peft->compute_dtype;
     char nm[48];
@@ -47,8 +47,8 @@ static int quant_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint6
     if (int8) {
         /* MatMul8bitFp (CPU): the int8 weight dequantized to the input's dtype, F.linear
          * (under autocast on its bf16 casts of input and weight: output bf16); ctx.A keeps
-         * the input until the graph is freed, also in a checkpointed layer (FINDINGS 12.6,
-         * 12.7) */
+         * the input until the graph is freed, also in a checkpointed layer (FINDINGS R-QUANT-9,
+         * R-QUANT-16) */
         uint8_t xdt = dt(tr, x);
         xc = autocast_to(tr, x, tr->compute_dt, nm);
         o = linear_node(tr, xc, w, bias, in_f, out_f, name, dt(tr, xc), (int[]){x, -1});

@@ -3,7 +3,7 @@
  * experts_implementation "grouped_mm" (modeling_utils.get_correct_experts_implementation
  * picks it when none is requested; integrations/moe.py:grouped_mm_experts_forward).
  * Every tensor is [T, ...], [S = T * top_k, ...] or [E, ...]: what autograd saves does not
- * depend on how the router spreads the tokens (FINDINGS section 15). grouped_mm is not an
+ * depend on how the router spreads the tokens (FINDINGS R-MOE-3). grouped_mm is not an
  * autocast op and casts its input to the weight's dtype: under AMP the experts run in
  * fp32 (no bf16 weight copies). */
 #include "recipe_tracer.h"
@@ -87,7 +87,7 @@ static int router(tracer *tr, int x, int *index)
 
 /* One grouped_mm projection of the sorted pairs x by an [E, out_f, in_f] weight: saves
  * the offsets, and its input only for the weight's gradient (GroupedMmBackward0 of a
- * frozen weight keeps the weight and the offsets: LoRA, FINDINGS 12.14); a GEMM per
+ * frozen weight keeps the weight and the offsets: LoRA, FINDINGS R-PEFT-27); a GEMM per
  * gradient over all S rows. (The executor reads the groups from the saved offsets:
  * interp_events.c grouped_offsets.) */
 static int grouped_linear(tracer *tr, int x, int w, int offs, uint64_t in_f, uint64_t out_f, const char *name)
@@ -204,7 +204,7 @@ int moe_block(tracer *tr, int x)
  * counted by histc: a float copy on the CPU, int32 on CUDA; no grad), the softmax's
  * column sums (an fp32 copy first when bf16); at the end tokens_per_expert * probs
  * (keeps tokens_per_expert [E] fp32), sum, x E. The probe passes no attention_mask
- * (FINDINGS 15.4: with one, flat_mask [T] fp32 is kept too). The layers' logits are
+ * (FINDINGS R-MOE-4: with one, flat_mask [T] fp32 is kept too). The layers' logits are
  * counted where they are made (held until the forward returns); the loop's per-layer
  * temporaries are traced over all layers at once. */
 void moe_aux_loss(tracer *tr)

@@ -259,7 +259,7 @@ int autocast_to(tracer *tr, int x, uint8_t dtype, const char *name)
 
 /* autocast's cast of an input of an op on its fp32 list (pow, rsqrt, exp, softmax, ...):
  * CUDA's lists only. CPU autocast leaves those ops in their 16-bit input's dtype
- * (measured, FINDINGS 7: GPT-2's gelu_new pow(x, 3) stays bf16 on the CPU). */
+ * (measured, FINDINGS R-AMP-3: GPT-2's gelu_new pow(x, 3) stays bf16 on the CPU). */
 int autocast_fp32(tracer *tr, int x, const char *name)
 {
     return tr->cuda_lists ? autocast_to(tr, x, F32, name) : x;
@@ -388,7 +388,7 @@ int embedding(tracer *tr, const char *name, int table, int ids)
     gckpt_shape sh = tr->r->t[ids].shape;
     sh.width = tr->r->t[table].shape.width;
     /* a frozen table saves nothing; its output still requires grad: with checkpointing
-     * enable_input_require_grads makes it a leaf that does (FINDINGS 12.1, 12.6) */
+     * enable_input_require_grads makes it a leaf that does (FINDINGS R-PEFT-4, R-PEFT-13) */
     int o = tnew(tr, name, GCKPT_T_ACT, tr->stream_dt, sh, true);
     opnew(tr, name, GCKPT_OP_EMBED, 2, (int[]){table, ids}, o, -1, 1, (int[]){rg(tr, table) ? ids : -1});
     setprim(tr, GCKPT_P_EMBED, GCKPT_BC_NONE, 0, 0, sh.width);
@@ -398,7 +398,7 @@ int embedding(tracer *tr, const char *name, int table, int ids)
 
 /* autocast's cached cast of a weight; lives until the forward pass ends. autocast caches
  * only leaves that require grad: a frozen weight's cast is a plain activation, kept by
- * the linear that saves it (FINDINGS 12.5), else freed after the op. */
+ * the linear that saves it (FINDINGS R-PEFT-8), else freed after the op. */
 static int weight_cast(tracer *tr, int w, const char *name)
 {
     if (!tr->amp) return w;

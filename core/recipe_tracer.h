@@ -105,7 +105,7 @@ int conv1d(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, co
 int linear_weight(tracer *tr, const char *name, uint64_t out_f, uint64_t in_f, bool is_conv1d);
 /* The linear of target t (named as the module: gckpt_lora_target_bare) with its adapter
  * when targeted: the base (frozen, quantized or trainable) and lora_B(lora_A(dropout(x)))
- * * alpha / r added to it (a fused projection's whole output: FINDINGS 12.13). */
+ * * alpha / r added to it (a fused projection's whole output: FINDINGS R-PEFT-22). */
 int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, gckpt_lora_target t,
                 bool is_conv1d);
 /* The parameter the head / the embedding uses: a trainable modules_to_save copy (the

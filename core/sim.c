@@ -276,7 +276,7 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
     s->grads_exist = grads_exist && gckpt_wrap_grads_kept(c);
     s->z1_bucket_due = c->set.layout.mode == GCKPT_PAR_ZERO1 && !grads_exist &&
                        !(c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
-    /* the Trainer's find_unused_parameters: on without gradient checkpointing (FINDINGS 13.2);
+    /* the Trainer's find_unused_parameters: on without gradient checkpointing (FINDINGS R-DIST-1);
      * layer 0 is checkpointed under every every_n, so a plain layer 0 is every_n off */
     s->ddp_sink = c->set.layout.mode == GCKPT_PAR_DDP && (st->modes ? st->modes[0] == GCKPT_LAYER_PLAIN : !st->every_n);
     s->n = 0;
@@ -324,7 +324,7 @@ static int layer0_type(const gckpt_sim *s)
  * holds its keyword arguments until its backward ends) or, for a rotary pair, any (a plain
  * layer's rope saves it). In the backward that ends in the lowest such layer, which a
  * profile's proxy step cannot place (eval.c): it is held until layer 0's backward begins
- * instead, exact there and in the embedding's backward (FINDINGS 14.4). */
+ * instead, exact there and in the embedding's backward (FINDINGS R-FAM-14). */
 static bool held_to_layer0(const gckpt_sim *s, int t)
 {
     const gckpt_recipe *r = s->c->recipe;
@@ -454,7 +454,7 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
     }
     int released = end; /* ops from here on have their Python references dropped at the end */
     /* a recompute's ctx attributes (ctx_keep): its nodes stay reachable from the tensors
-     * HF's frames hold until the recompute ends (FINDINGS 12.7) */
+     * HF's frames hold until the recompute ends (FINDINGS R-QUANT-10) */
     int ctx_id[GCKPT_MAX_OPS];
     int16_t ctx_t[GCKPT_MAX_OPS];
     int nctx = 0;
@@ -670,7 +670,7 @@ static void release_saved(gckpt_sim *s, sec_t *st, int i, gckpt_schedule *o)
 }
 
 /* The graph that holds section st's nodes is freed: the ctx attributes of its ctx_keep ops
- * go (bitsandbytes' int8 ctx.A, FINDINGS 12.6). The forward's graph goes with the loss when
+ * go (bitsandbytes' int8 ctx.A, FINDINGS R-QUANT-16). The forward's graph goes with the loss when
  * the micro-step's backward is over (every layer's, checkpointed or not: the GRAPH_FREED
  * rows); a reentrant recompute's when CheckpointFunction.backward returns (its `outputs`). */
 static void free_graph_kept(gckpt_sim *s, sec_t *st, int sec, gckpt_schedule *o)
@@ -852,7 +852,7 @@ static int bwd_workspace(gckpt_sim *s, int i, gckpt_schedule *o)
 /* The load-balancing loss's gradient of every layer's router logits (the head's view t,
  * recipe router_logits[1]): autograd keeps one [T, E] per layer in the input buffer of
  * that layer's router until its backward sums the router's own gradient into it and
- * runs the linear's backward (FINDINGS 15.4). A profile's proxy step (eval.c) simulates
+ * runs the linear's backward (FINDINGS R-MOE-4). A profile's proxy step (eval.c) simulates
  * a few layers, each releasing its own; the model's other layers' are allocated too,
  * their releases being the proxy layers' summaries repeated. A model with fewer layers
  * than the proxy keeps them all until the embedding's backward (an upper bound for the
@@ -1103,7 +1103,7 @@ static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
      * so the last saving op runs only if it saves an output. A saved parameter counts
      * (checkpoint's pack hook sees every saved tensor): a frozen norm weight's mul at the
      * end of OLMo 2's layer starts the recompute before its own backward (FINDINGS
-     * 12.13). Reentrant: the whole forward is re-run before any of the layer's backward
+     * R-CKPT-9). Reentrant: the whole forward is re-run before any of the layer's backward
      * (CheckpointFunction.backward). */
     bool reentrant = s->c->set.reentrant;
     int stop = r->sec_begin[st->sec];
@@ -1199,7 +1199,7 @@ void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *o)
  * the forward returns (torch/nn/parallel/distributed.py, DistributedDataParallel._post_forward);
  * the fp32 logits (accelerate's convert_outputs_to_fp32 copy under amp) and their clone are
  * live together on top of the state after the forward, then the originals go: measured
- * 2 x V x T x 4 - 4 B there on 16 DDP fixtures of 6 families (FINDINGS 13.6). */
+ * 2 x V x T x 4 - 4 B there on 16 DDP fixtures of 6 families (FINDINGS R-DIST-17). */
 static void ddp_sink(gckpt_sim *s, gckpt_schedule *o)
 {
     uint64_t vt = s->c->model->vocab * s->c->tokens;

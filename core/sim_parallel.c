@@ -1,7 +1,7 @@
 /* The parallel wrappers' working set as events (core/sim_parallel.h): FSDP2's here, ZeRO-3's and
  * ZeRO-2's below. FSDP2, read in torch 2.15's
  * torch/distributed/fsdp/_fully_shard (_fsdp_param_group.py, _fsdp_collectives.py) and
- * traced with the allocator on the fixtures' rank (tools/hf_probe/FINDINGS.md 13.6):
+ * traced with the allocator on the fixtures' rank (tools/hf_probe/FINDINGS.md R-DIST-19):
  *  - unshard in the forward (pre-forward hook): the all-gather input (this rank's padded
  *    shards cast to the param dtype, packed) and output (x ranks) are allocated, the input
  *    freed, the previous unit's output freed (all_gather_state lives until the next
@@ -19,7 +19,7 @@
  *    sharded gradient (a flat buffer the parameters' .grad views), the output freed; under
  *    no_sync the unsharded .grads stay until the synchronising micro-step. The backward's
  *    final callback frees the last reduce-scatter input.
- * A tied head (FINDINGS 13.11): accelerate shards [final norm, embedding = lm_head] as one unit
+ * A tied head (FINDINGS R-DIST-24): accelerate shards [final norm, embedding = lm_head] as one unit
  * with reshard_after_forward False, here unit 0: gathered at the embedding's pre-forward and
  * kept through the forward and the backward (the head's forward and backward gather nothing);
  * its post-backward hook sits on the token ids (no gradient), so FSDP2's final callback
@@ -360,7 +360,7 @@ static void z2_offload_slice(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uin
 
 /* ---- ZeRO-2 ----
  * Read in deepspeed 0.19.8 (runtime/zero/stage_1_and_2.py) and traced on the fixtures' ranks
- * (FINDINGS 13.12): every backward allocates the ipg bucket (reduce_bucket_size elements of the
+ * (FINDINGS R-DIST-25): every backward allocates the ipg bucket (reduce_bucket_size elements of the
  * model dtype) at its first reduce hook and frees it at its end. Each hook
  * (reduce_independent_p_g_buckets_and_remove_grads) first flushes the bucket when the
  * parameter would overflow it (reduce_ipg_grads); a parameter larger than the bucket

@@ -1,7 +1,7 @@
 /* The parallel wrappers' working set as events (private to core/): what FSDP2's fully_shard
  * units and DeepSpeed ZeRO-2/3's hooks hold around the recipe's ops on one rank, emitted by
  * the simulator at the matching hooks (sim.c calls these; gckpt/core/schedule.h,
- * GCKPT_EV_COLLECTIVE, says what an event carries; tools/hf_probe/FINDINGS.md 13.6 the rules).
+ * GCKPT_EV_COLLECTIVE, says what an event carries; tools/hf_probe/FINDINGS.md R-DIST-16 to R-DIST-19 the rules).
  * Units are numbered 0 the embedding, 1 + l layer l, L + 1 the tail (final norm, lm_head). */
 #ifndef GCKPT_SIM_PARALLEL_H
 #define GCKPT_SIM_PARALLEL_H

@@ -138,7 +138,7 @@ static int by_value_then_index(const void *a, const void *b)
 }
 
 /* torch.sort of the expert ids: sorted values and the permutation, equal ids in index
- * order (a stable sort: what the CPU's sort gave, FINDINGS 15.6) */
+ * order (a stable sort: what the CPU's sort gave, FINDINGS R-MOE-6) */
 static gckpt_xstatus sort_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0];

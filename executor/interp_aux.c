@@ -1,5 +1,5 @@
 /* The mixture-of-experts load-balancing loss (output_router_logits; recipe_moe.c
- * moe_aux_loss, FINDINGS 15.4) in the interpreter. The recipe traces it in the head on a
+ * moe_aux_loss, FINDINGS R-MOE-4) in the interpreter. The recipe traces it in the head on a
  * 0-byte view of every layer's [T, E] router logits (GCKPT_SRC_ROUTER_LOGITS: the layers
  * hold them), and the schedule hands the view's gradient back to the layers, one [T, E]
  * buffer each (or one for all, the simulator's router_grads_to_layers), released once the

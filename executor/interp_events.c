@@ -402,7 +402,7 @@ static const int64_t *source_data(gckpt_exec *x, const gckpt_op *op)
  * dequantized into the op's workspace (the schedule's fixed temporary of `need` bytes:
  * recipe.h fws_fixed / bws_fixed), rows x cols in the dtype of the op's input, as
  * bitsandbytes' gemm_4bit fallback and MatMul8bitFp make it in forward, every recompute
- * and backward (FINDINGS 12.7). */
+ * and backward (FINDINGS R-QUANT-11). */
 static gckpt_xstatus dequant_weight(gckpt_exec *x, gckpt_xcall *c, int layer, uint64_t need, const exec_site *w,
                                     gckpt_err *err)
 {

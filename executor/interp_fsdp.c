@@ -19,7 +19,7 @@
  *    full tensor and the ranks' sums are added (the hash is a sum over elements), the sum of
  *    squares too (in rank order: within rounding of one process's).
  * In fp32 every buffer is fp32. Under amp-bf16 (the Trainer's bf16=True: MixedPrecisionPolicy
- * param_dtype = reduce_dtype = bf16, FINDINGS 13.2) the shards and states stay fp32 and the
+ * param_dtype = reduce_dtype = bf16, FINDINGS R-DIST-3) the shards and states stay fp32 and the
  * schedule's events say bf16 for the rest: the all-gather packs the shards rounded to bf16, the
  * unsharded parameters and their .grad are bf16 (the ops compute in bf16), the reduce-scatter
  * averages bf16 and its output is cast into the fp32 sharded gradient the step reads. */

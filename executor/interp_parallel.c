@@ -1,5 +1,5 @@
 /* Several ranks: what a parallel mode adds to the interpreter (gckpt/core/parallel.h has the
- * rules, FINDINGS 13 the measurements). Every rank runs the schedule of its own micro-steps;
+ * rules, FINDINGS R-DIST-* the measurements). Every rank runs the schedule of its own micro-steps;
  * the mode's persistent buffers are allocated as the core sizes them (gckpt_rank_persistent,
  * gckpt_zero12_groups, the context's parallel bytes), and the gradients are reduced over the
  * backend's collective when the last micro-step has ended.

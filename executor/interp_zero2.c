@@ -6,7 +6,7 @@
  *    gradients the step reads, freed by zero_grad) or a later micro-step's;
  *  - an ALL_REDUCE of one parameter copies its .grad (made afresh in every micro-step) into the
  *    ipg bucket a bucket at a time, averages it over the ranks in place (each rank's divided by N
- *    first: FINDINGS 13.7 D10) and, when the parameter overlaps the rank's partition, copies it into
+ *    first: FINDINGS R-CPU-4 D10) and, when the parameter overlaps the rank's partition, copies it into
  *    its place in the micro-step's partition buffer;
  *  - the .grad's FREE at the next parameter's hook just frees it; a later micro-step's buffer
  *    is added into the first when it is freed at the backward's end;

@@ -10,7 +10,7 @@
  *  - an ALL_GATHER (one parameter) gathers its partition into the buffer the ALLOC before it
  *    made, which is the weight the ops read until its FREE;
  *  - the reduce hook: the .grad's FREE reduce-scatters it through the ipg bucket (a chunk of
- *    every rank's piece at a time, each rank's divided by N first: FINDINGS 13.7 D10) and
+ *    every rank's piece at a time, each rank's divided by N first: FINDINGS R-CPU-4 D10) and
  *    adds the rank's piece into its gradient partition, every micro-step; the REDUCE_SCATTER
  *    event that follows finds it done (the .grad is gone by then);
  *  - the optimizer step: AdamW on the master partition of each parameter's local piece, the
@@ -19,7 +19,7 @@
  *    gather's N x part elements, the tensor's numel of them copied);
  *  - the gradient checksum over every rank's pieces (exec_piece_hash).
  * The partitions, whole copies, gradient partitions and the ipg bucket are in the model dtype
- * (the weights': bf16 under amp-bf16, DeepSpeed's bf16 model, FINDINGS 13.2; else fp32); the
+ * (the weights': bf16 under amp-bf16, DeepSpeed's bf16 model, FINDINGS R-DIST-4; else fp32); the
  * master and AdamW's states fp32, the master starting from the model-dtype partition (DeepSpeed
  * copies it from the bf16 weights) and rounded into the partition after each step. */
 #include "interp.h"

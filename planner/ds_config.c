@@ -48,7 +48,7 @@ static bool offload(const char *path, const cJSON *zero, const char *field, uint
     return true;
 }
 
-/* What DeepSpeed accepts with an offload (FINDINGS 13.10): offload_param only under ZeRO-3
+/* What DeepSpeed accepts with an offload (FINDINGS R-OFFLOAD-5): offload_param only under ZeRO-3
  * (stages 1 and 2 never read it), and offload_optimizer (every stage) with a DeepSpeed optimizer: the
  * Trainer hands its torch AdamW over when the config has no "optimizer" section, and
  * deepspeed.initialize then refuses it unless zero_force_ds_cpu_optimizer is false. */

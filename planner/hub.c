@@ -1,5 +1,5 @@
 /* Hub model ids: the environment huggingface_hub 2.4.0 reads (constants.py,
- * utils/_auth.py; FINDINGS 19), and the order: a shipped name or a path, the
+ * utils/_auth.py; FINDINGS R-HUB-7), and the order: a shipped name or a path, the
  * cache, then (unless offline) a download stored into the cache. */
 #include "hub_internal.h"
 

@@ -1,5 +1,5 @@
 /* The Hugging Face cache layout of one model's config.json, as huggingface_hub 2.4.0
- * reads and writes it (file_download.py; FINDINGS 19):
+ * reads and writes it (file_download.py; FINDINGS R-HUB-3):
  *   models--ORG--NAME/refs/REVISION         commit sha, written without a newline
  *   models--ORG--NAME/snapshots/SHA/config.json
  * huggingface_hub keeps the file in blobs/ETAG with a relative symlink in snapshots/;

@@ -74,7 +74,7 @@ static bool load_inputs(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err 
     p->model_config_text = gckpt_read_file(path, 16u << 20, err);
     /* flash_attention_2 is planned as SDPA's fused kernel: not with soft-capping, sinks or
      * a window, which the flash kernel takes as arguments (no mask) and SDPA cannot
-     * (gpt_oss: transformers swaps in a kernels-hub flash build with sinks, FINDINGS 16) */
+     * (gpt_oss: transformers swaps in a kernels-hub flash build with sinks, FINDINGS R-ATTN-10) */
     if (!p->model_config_text || !gckpt_device_load(req->gpu_ref, &p->dev, err) || !resolve_seq(p, err)) return false;
     p->target = req->target_given ? req->target : p->dev.kind;
     if (p->target == GCKPT_TARGET_CPU && !strcmp(req->attn_impl, "flash_attention_2")) {

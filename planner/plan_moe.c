@@ -2,9 +2,9 @@
  * the model, the header's line and the JSON's inputs.moe. transformers 5.24 trains the
  * experts with grouped_mm by default, whose every tensor is [S = tokens x top_k, ...] or
  * [E, ...]: the tokens each expert receives change neither what is saved, nor the live
- * peak, nor the FLOPs (measured: FINDINGS 15.3, tests/data/hf-moe), so the worst-case
+ * peak, nor the FLOPs (measured: FINDINGS R-MOE-3, tests/data/hf-moe), so the worst-case
  * bound is the balanced plan; the assumption is recorded so that a reader sees it, and
- * so is the load-balancing loss when the config turns it on (FINDINGS 15.4). */
+ * so is the load-balancing loss when the config turns it on (FINDINGS R-MOE-4). */
 #include <stdio.h>
 
 #include "gckpt/planner/plan.h"

@@ -103,7 +103,7 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddStringToObject(o, "memory", "the busiest rank: rank 0; zero1, zero2: the busiest of every rank");
     cJSON_AddNumberToObject(o, "bus_bytes_per_s", l->nodes > 1 ? p->dev.inter_node_bus_bytes_per_s
                                                                 : p->dev.intra_node_bus_bytes_per_s);
-    if (l->offload) { /* CPU offload (FINDINGS 13.10): planned from the source, gckpt-run does not execute it */
+    if (l->offload) { /* CPU offload (FINDINGS R-OFFLOAD-5): planned from the source, gckpt-run does not execute it */
         cJSON *off = cJSON_AddObjectToObject(o, "offload");
         cJSON_AddBoolToObject(off, "optimizer", (l->offload & GCKPT_OFFLOAD_OPTIMIZER) != 0);
         cJSON_AddBoolToObject(off, "param", (l->offload & GCKPT_OFFLOAD_PARAM) != 0);

@@ -1,5 +1,5 @@
 /* What a LoRA / QLoRA plan adds to the outputs: the lines that build the planned model
- * (FINDINGS 12.1: BitsAndBytesConfig with every field, since its defaults are fp4, no
+ * (FINDINGS R-QUANT-2: BitsAndBytesConfig with every field, since its defaults are fp4, no
  * double quantization and fp32 compute; prepare_model_for_kbit_training without its own
  * reentrant all-layer checkpointing; LoraConfig; get_peft_model), the method's words in
  * the header, and its inputs in the plan JSON. */

@@ -291,7 +291,7 @@ static bool read_layout(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     if (world > 1 && !gckpt_json_num_opt(l, r->f, "inputs.layout.bus_bytes_per_s", 1e6, 1e15, 0, &bus, r->err)) return false;
     if (bus > 0 && nodes > 1) pf->dev.inter_node_bus_bytes_per_s = bus;
     else if (bus > 0) pf->dev.intra_node_bus_bytes_per_s = bus;
-    if (child(l, "inputs.layout.offload")) /* planned from the source only (FINDINGS 13.10) */
+    if (child(l, "inputs.layout.offload")) /* planned from the source only (FINDINGS R-OFFLOAD-5) */
         return fail(r, "field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
                        "not executed by gckpt-run");
     if (mode < GCKPT_PAR_ZERO1) return true;

@@ -75,7 +75,7 @@ static void print_model_line(const gckpt_plan *p, FILE *f)
         break;
     }
     const char *dtype = p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32";
-    if (p->model.mxfp4_checkpoint) { /* FINDINGS 16.5 */
+    if (p->model.mxfp4_checkpoint) { /* FINDINGS R-QUANT-17 */
         fprintf(f, "# the MXFP4 experts dequantized to that dtype: kept quantized they cannot be trained\n"
                    "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s,\n"
                    "                                             quantization_config=Mxfp4Config(dequantize=True))\n",

@@ -25,7 +25,7 @@ static gckpt_setting request_setting(const gckpt_plan *p)
 
 /* ---- rules with a fixed sentence ------------------------------------------------------- */
 
-/* eager attention builds the same [b, 1, s, s] mask with or without padding (FINDINGS 17:
+/* eager attention builds the same [b, 1, s, s] mask with or without padding (FINDINGS R-ATTN-11:
  * measured, no change); SDPA leaves is_causal for a materialised mask */
 static bool padding_applies(const gckpt_model *m, const gckpt_setting *s)
 {
@@ -75,7 +75,7 @@ static bool moe_applies(const gckpt_model *m, const gckpt_setting *s)
     return m->experts > 0;
 }
 
-/* QLoRA on a mixture of experts: only the attention linears are quantized (FINDINGS 12.14) */
+/* QLoRA on a mixture of experts: only the attention linears are quantized (FINDINGS R-QUANT-15) */
 static bool qlora_moe_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     return m->experts > 0 && s->peft.method == GCKPT_METHOD_QLORA;
@@ -199,7 +199,7 @@ static bool fp32_gqa(const gckpt_plan *p, char **msg)
     return *msg != NULL;
 }
 
-/* Sliding windows (FINDINGS 14.3): eager always materialises the masks; SDPA at seq >=
+/* Sliding windows (FINDINGS R-ATTN-8): eager always materialises the masks; SDPA at seq >=
  * window runs every sliding layer with a mask (block type GCKPT_BLOCK_SLIDING_SDPA), the
  * others (Gemma 3's full layers, Qwen2's below max_window_layers) causal without one. */
 static bool sliding_masked(const gckpt_plan *p, char **msg)

@@ -52,7 +52,7 @@ static bool read_peft(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     const cJSON *set = item(root, "setting");
     snprintf(f->optimizer, sizeof f->optimizer, "%s",
              cJSON_IsString(item(set, "optimizer")) ? item(set, "optimizer")->valuestring : "adamw_torch_fused");
-    /* the probe's optim names; on the CPU paged states are plain tensors (FINDINGS 12.10 C7),
+    /* the probe's optim names; on the CPU paged states are plain tensors (FINDINGS R-OPT-6, R-CPU-3 C7),
      * which the CPU target's exact-bytes device counts in the peak like any state */
     if (!strcmp(f->optimizer, "adamw_bnb_8bit")) f->s.optimizer = GCKPT_ADAMW_8BIT;
     if (!strcmp(f->optimizer, "paged_adamw_8bit")) f->s.optimizer = GCKPT_PAGED_ADAMW_8BIT;
@@ -117,7 +117,7 @@ static bool read_peft(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     return true;
 }
 
-/* The load-balancing loss's saved tensors as the probe records them (FINDINGS 15.4):
+/* The load-balancing loss's saved tensors as the probe records them (FINDINGS R-MOE-4):
  * its storage tracker lists each layer's topk indices (TopkBackward drops them: a
  * saved-tensor hook sees none), and its storage-key de-duplication can merge a layer's
  * softmax output with a storage freed before. The head's bytes are taken without the

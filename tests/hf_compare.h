@@ -15,7 +15,7 @@
  *   - the HF loss's shifted labels are a view of the padded [1, s+1] labels when b = 1
  *     (8 bytes more than the [T] copy made for b > 1);
  *   - fixtures that emulate CUDA's autocast op lists and torch.is_autocast_enabled()
- *     answer ("amp-bf16-cudalists", FINDINGS 7 and 12.10 C2) are planned with
+ *     answer ("amp-bf16-cudalists", FINDINGS R-AMP-3 and R-CPU-3 C2) are planned with
  *     GCKPT_TARGET_CPU_CUDA_LISTS, the others (a plain CPU run) with GCKPT_TARGET_CPU,
  *     as gckpt-plan --target cpu plans them (hf_target). */
 #ifndef GCKPT_HF_COMPARE_H

@@ -112,7 +112,7 @@ static void snippets(void **state)
     has_line("model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"sdpa\", dtype=torch.bfloat16)");
     assert_null(strstr(cli_out, "bf16=True"));
 
-    /* gpt-oss-20b's MXFP4 experts: loaded dequantized to the planned dtype (FINDINGS 16.5) */
+    /* gpt-oss-20b's MXFP4 experts: loaded dequantized to the planned dtype (FINDINGS R-QUANT-17) */
     assert_int_equal(run(A("--model", "gpt-oss-20b", "--gpu", "h200", "--precision", "bf16", "--optimizer", "adamw-8bit",
                            "--every-n", "2")), 0);
     has_line("from transformers import AutoModelForCausalLM, Mxfp4Config, Trainer, TrainingArguments");
@@ -321,7 +321,7 @@ static void warnings(void **state)
     assert_int_equal(run(A("--model", "./mistral-sw.json", "--seq", "8192", "--micro-batch", "1,2", "-q", "-o",
                            "w.json")), 0);
     j = read_plan("w.json");
-    /* every layer slides: the masked SDPA form is planned (FINDINGS 14.3) */
+    /* every layer slides: the masked SDPA form is planned (FINDINGS R-ATTN-8) */
     assert_null(warning_of(j, "sliding_window_not_modelled"));
     m = warning_of(j, "sliding_window_masked_sdpa");
     assert_non_null(m);

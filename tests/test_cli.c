@@ -64,7 +64,7 @@ static void bad_inputs(void **state)
     cli_write("ds-stage4.json", "{\"zero_optimization\": {\"stage\": 4}}");
     cli_write("ds-frac.json", "{\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 2.5}}");
     cli_write("ds-offload.json", "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}");
-    /* CPU offload (FINDINGS 13.10): what DeepSpeed itself refuses or ignores, and what is not modelled */
+    /* CPU offload (FINDINGS R-OFFLOAD-5): what DeepSpeed itself refuses or ignores, and what is not modelled */
     cli_write("ds-off-z2.json", "{\"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 2, "
               "\"offload_optimizer\": {\"device\": \"cpu\"}}}");
     cli_write("ds-hpz.json", "{\"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 8}}");
@@ -281,7 +281,7 @@ static void good_runs(void **state)
     assert_true(cli_out[0] == '{');
     assert_non_null(strstr(cli_out, "\"gckpt.plan/2\""));
     assert_non_null(strstr(err, "Recommended")); /* the table went to stderr */
-    /* ZeRO-2 offload_optimizer is planned (refused before: FINDINGS 13.10), warned unverified */
+    /* ZeRO-2 offload_optimizer is planned (refused before: FINDINGS R-OFFLOAD-7), warned unverified */
     assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--gpus", "2", "--deepspeed", "./ds-off-z2.json", "-o",
                            "z2off.json"), err, sizeof err), 0);
     assert_true(cli_exists("z2off.json"));

@@ -220,7 +220,7 @@ static void parallel_modes(void **state)
         g_layout = (gckpt_layout){.gpus = 2, .nodes = 1, .mode = (uint8_t)mode};
         sweep("qwen2-window", qwen2w);
     }
-    /* CPU offload (FINDINGS 13.10): FSDP2's CPUOffloadPolicy frees each sharded gradient after
+    /* CPU offload (FINDINGS R-OFFLOAD-6): FSDP2's CPUOffloadPolicy frees each sharded gradient after
      * its reduce-scatter and adds a transient fp32 shard before each all-gather; ZeRO-3 moves
      * persistent state off the device */
     for (int mode = GCKPT_PAR_FSDP; mode <= GCKPT_PAR_ZERO3; mode += GCKPT_PAR_ZERO3 - GCKPT_PAR_FSDP) {

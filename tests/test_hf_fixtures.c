@@ -104,7 +104,7 @@ static void check_fixture(void **state)
     g_compared++;
     /* MoE: the routing the fixture recorded is what transformers ran (grouped_mm, every
      * pair routed); the planner needs no counts: under grouped_mm every saved tensor is
-     * [S, ...] or [E, ...] (FINDINGS 15.3), which these routings, balanced or not, test */
+     * [S, ...] or [E, ...] (FINDINGS R-MOE-3), which these routings, balanced or not, test */
     if (f.m.experts) {
         if (strcmp(f.moe_impl, "grouped_mm") || f.moe_forwards != 4 || !f.moe_counts_ok)
             fail_msg("%s: moe_routing: implementation '%s', %d forwards, counts %s", fx->path, f.moe_impl,
@@ -130,7 +130,7 @@ static void check_fixture(void **state)
         fail_msg("%s: live peak %+.3f%% (LoRA of a dense family: tolerance %.1f%%)", fx->path, c.e_peak * 100,
                  hf_tolerance(&f) * 100);
     }
-    /* measured at a GEMM in a recompute (lora_A's mm, FINDINGS 12.7): the planner's peak
+    /* measured at a GEMM in a recompute (lora_A's mm, FINDINGS R-PEFT-17): the planner's peak
      * is that GEMM's output too, not its autocast cast of the input (lora_A's argument
      * lives until the call returns) */
     if (strstr(f.peak_where, "(recompute)/-/aten.mm") && !c.peak_at_linear) {
@@ -163,7 +163,7 @@ static size_t g_nfx;
 /* The device bytes offload saves: planned peak without offload minus with it equals the
  * measured difference, for every pair of comparable fixtures that differ only in offload
  * (llama family: layer 0's input is the frozen embedding's leaf, so offloading it saves
- * nothing, FINDINGS 12.6). */
+ * nothing, FINDINGS R-PEFT-13). */
 static void offload_saving(void **state)
 {
     (void)state;
@@ -180,7 +180,7 @@ static void offload_saving(void **state)
         if (!a.comparable || !b.comparable || !a.s.every_n) continue;
         if (!hf_compare(&a, &g_dev, &ca, &err) || !hf_compare(&b, &g_dev, &cb, &err)) fail_msg("%s", err.msg);
         double measured = a.peak - b.peak, planned = (double)ca.peak - (double)cb.peak;
-        /* the planner models no 8-byte Python scalars of `* scaling` (FINDINGS 12.7): when
+        /* the planner models no 8-byte Python scalars of `* scaling` (FINDINGS R-AUTOGRAD-4): when
          * the two peaks fall in different places (layers, a recompute or not), one layer's
          * worth of them and the 4-byte cast of the one being multiplied */
         double scalars = 8.0 * __builtin_popcount(a.s.peft.targets & gckpt_lora_family_targets(a.m.family)) + 4;
@@ -338,7 +338,7 @@ int main(void)
            "exact in all; live peak within 0.5 %% in %d (asserted for all)\n",
            g_compared, hand, g_not_comparable, g_within);
 #else
-    printf("\n%d fixtures compared (%zu hand-written, %zu generated, %zu of issue 13's dense families, %zu "
+    printf("\n%d fixtures compared (%zu hand-written, %zu generated, %zu of the later dense families, %zu "
            "mixture-of-experts); %d not compared; amp-bf16 under CPU autocast's op lists (--target cpu), "
            "amp-bf16-cudalists under CUDA's (emulated)\n",
            g_compared, hand, gen, nfam, nmoe, g_not_comparable);

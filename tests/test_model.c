@@ -29,7 +29,7 @@ static void published_parameter_counts(void **state)
         {"phi-4-mini", 3836021760ull},    {"pythia-1.4b", 1414647808ull},
         {"olmo-2-7b", 7298617344ull},     {"mixtral-8x7b", 46702792704ull},
         {"qwen3-30b-a3b", 30532122624ull}, {"olmoe-1b-7b", 6919161856ull},
-        {"gpt-oss-20b", 20914757184ull},  /* the dequantized model (MXFP4 checkpoint, FINDINGS 16) */
+        {"gpt-oss-20b", 20914757184ull},  /* the dequantized model (MXFP4 checkpoint, FINDINGS R-QUANT-17) */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         gckpt_model m;
@@ -106,7 +106,7 @@ static void hostile_configs(void **state)
     "\"vocab_size\":211,\"num_experts_per_tok\":2" extra "}"
 
 /* The mixture-of-experts families as transformers 5.24 reads their configs (FINDINGS
- * section 15.1): defaults, the expert-count aliases, what is refused. */
+ * R-MOE-1): defaults, the expert-count aliases, what is refused. */
 static void moe_configs(void **state)
 {
     (void)state;
@@ -157,7 +157,7 @@ static void moe_configs(void **state)
     "{\"model_type\":\"gpt_oss\",\"num_hidden_layers\":4,\"hidden_size\":48,"                 \
     "\"num_attention_heads\":16" extra "}"
 
-/* gpt_oss as GptOssConfig (5.24) reads its config (FINDINGS 16.1): the shipped 20b, the
+/* gpt_oss as GptOssConfig (5.24) reads its config (FINDINGS R-FAM-15): the shipped 20b, the
  * class defaults for omitted keys, __post_init__'s nulls, what is refused. */
 static void gpt_oss_config(void **state)
 {
@@ -224,7 +224,7 @@ static void gpt_oss_config(void **state)
     "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":96,"        \
     "\"vocab_size\":211" extra "}"
 
-/* Issue 13's families as transformers 5.24 reads their configs (FINDINGS 14.1). */
+/* The later dense families as transformers 5.24 reads their configs (FINDINGS R-FAM-7). */
 static void issue13_configs(void **state)
 {
     (void)state;

@@ -3,7 +3,7 @@
  *     Trainer's own DDP / FSDP2 / DeepSpeed ZeRO preparation, memory measured on PyTorch's
  *     fake process group): the allocator's live bytes at the start and the end of step 2
  *     equal the planned persistent bytes exactly. The gloo twins are not compared (their
- *     allocator misses frees made on gloo's threads, FINDINGS 13.1);
+ *     allocator misses frees made on gloo's threads, FINDINGS R-PROBE-5);
  *   - closed forms for every shipped model from its published parameter count P and N ranks:
  *     DDP amp AdamW 16 P, ZeRO-1/2 2 P + 12 P / N, ZeRO-3 16 P / N, FSDP2 12 P / N, each up
  *     to the documented padding and scalars. */
@@ -181,7 +181,7 @@ static void test_fixtures_exact(void **state)
 /* The rank's planned step 2 (CPU target, exact allocator as test_hf_fixtures): the walk. */
 /* The recipe of fixture f into g_r, built as gckpt-plan builds it (gckpt_setting_recipe) for
  * the CPU: at the fixture's sequence, so that a sliding layer under SDPA past the window is its
- * own block type (the masked path, FINDINGS 14); built without the sequence, gemma3_text's
+ * own block type (the masked path, FINDINGS R-ATTN-8); built without the sequence, gemma3_text's
  * sliding layers were planned as full ones, 12,288 B less each on the tiny model. */
 static void fixture_recipe(const dist_fixture *f) { gckpt_setting_recipe(&f->m, &f->s, GCKPT_TARGET_CPU, &g_r); }
 
@@ -225,7 +225,7 @@ static bool next_fake_fixture(DIR *d, dist_fixture *f, const char **name)
 }
 
 /* The step's live peak of every measured rank against the fixtures. Checkpointed DDP and
- * ZeRO-1, where FINDINGS 13.6 derives the peak exactly (one GPU's + the buckets / the rank's
+ * ZeRO-1, where FINDINGS R-DIST-16 and R-DIST-18 derive the peak exactly (one GPU's + the buckets / the rank's
  * persistent bytes + the ipg bucket), within the single-GPU planner's tolerance
  * (test_hf_fixtures: 0.1 % amp and fp32, 0.5 % bf16), and DDP without checkpointing also
  * within 8 B on every fixture (its peak at _DDPSink's clones, the fp32 logits twice over the
@@ -340,7 +340,7 @@ static void test_tied(void **state)
 
 /* A plan's figure (the fast evaluator, rank 0's setting) is the busiest rank's: under ZeRO-2 the
  * last rank's gradient slice holds the head's and is made at the backward's first reduce hook,
- * so that rank peaks higher (FINDINGS 13.6); every zero2 case's plan is within 1 % of the larger
+ * so that rank peaks higher (FINDINGS R-DIST-19); every zero2 case's plan is within 1 % of the larger
  * of its ranks' measured peaks. */
 static void test_zero2_busiest_rank(void **state)
 {
@@ -380,7 +380,7 @@ static void test_zero2_busiest_rank(void **state)
     assert_true(last_higher > 0); /* the case this test is for exists among the fixtures */
 }
 
-/* fp32 ZeRO-1/2 per rank (issue 21): DeepSpeed's reductions (stage_1_and_2.py; FINDINGS 13.12)
+/* fp32 ZeRO-1/2 per rank (the second held-out check): DeepSpeed's reductions (stage_1_and_2.py; FINDINGS R-DIST-25)
  * make each rank's grads_in_partition at its own moment, ZeRO-1 while every .grad is live, so the
  * ranks' peaks differ. Every measured rank's step within 8 B of its own planned schedule (the
  * probe's 4 B loss scalar), and the plan (rank 0's setting, the fast evaluator) the busiest
@@ -532,7 +532,7 @@ static gckpt_setting offload_pair(const gckpt_model *m, const gckpt_device *dev,
     return s;
 }
 
-/* CPU offload (FINDINGS 13.10). ZeRO-3 with offload_optimizer and offload_param (read in
+/* CPU offload (FINDINGS R-OFFLOAD-8). ZeRO-3 with offload_optimizer and offload_param (read in
  * DeepSpeed's stage3.py), per shipped model on 8 ranks, from the parameter count P and the
  * tensors' partitions Q = sum ceil(numel / N) (P / N <= Q <= P / N + T): the device keeps no
  * fp32 master, no AdamW state, no gradient partition, no optimizer-step temporary and only the
@@ -591,7 +591,7 @@ static void test_offload_closed_forms(void **state)
     each_offload_model(zero3_fsdp_offload);
 }
 
-/* ZeRO-1/2 offload_optimizer (FINDINGS 13.10, read in DeepSpeed's stage_1_and_2.py), per
+/* ZeRO-1/2 offload_optimizer (FINDINGS R-OFFLOAD-7, read in DeepSpeed's stage_1_and_2.py), per
  * shipped model on 8 ranks, against closed forms from the parameter table's groups alone
  * (G_g elements, A_g = ceil(G_g / 2N) 2N, a partition A_g / N): the device loses exactly the
  * fp32 master partition and the two AdamW states (3 x 4 A_g / N per group) and, under ZeRO-2,

@@ -161,7 +161,7 @@ static void parameter_counts(void **state)
     }
 }
 
-/* Llama-3.1-8B QLoRA r 16 all-linear (FINDINGS 12.2, 12.8): the trainable count is the
+/* Llama-3.1-8B QLoRA r 16 all-linear (FINDINGS R-PEFT-6, R-OPT-5): the trainable count is the
  * closed form sum r (in + out) = 41,943,040; under paged AdamW the states of adapters
  * with at least 1e5 elements (gate/up lora_B [14336, 16], down lora_A [16, 14336]) are
  * managed memory, apart from the allocator's states: 8-bit codes 2n, fp32 8n. */

@@ -46,7 +46,7 @@ static double num(const cJSON *o, const char *k)
 }
 
 /* Mixture of experts: inputs.moe records the routing assumption; under grouped_mm the
- * plan does not depend on it (FINDINGS 15.3: measured, tests/data/hf-moe); the experts'
+ * plan does not depend on it (FINDINGS R-MOE-3: measured, tests/data/hf-moe); the experts'
  * forward FLOPs per token are the router's 2 h E plus top_k experts' 2 x 3 h Im. */
 static void moe_plans(void **state)
 {
@@ -429,7 +429,7 @@ static void parallel_plans(void **state)
         gckpt_plan_free(&p);
     }
     /* ZeRO-3 with offload_optimizer and offload_param, ZeRO-1/2 with offload_optimizer (a
-     * ds_config's) and FSDP2's CPUOffloadPolicy (FINDINGS 13.10): the plan records it, warns
+     * ds_config's) and FSDP2's CPUOffloadPolicy (FINDINGS R-OFFLOAD-5 to R-OFFLOAD-8): the plan records it, warns
      * that it is unverified, and keeps no optimizer state on the device */
     static const gckpt_parallel offloaded[] = {GCKPT_PAR_FSDP, GCKPT_PAR_ZERO3, GCKPT_PAR_ZERO1, GCKPT_PAR_ZERO2};
     for (int k = 0; k < 4; k++) {

@@ -3,7 +3,7 @@
  * (tests/data/hf-peft: quant.tensors[].weight and .stats, measured from the loaded
  * Params4bit / Int8Params and their quant states) and every variant of the quantizer
  * reference (tests/data/quant/nf4_fp4.json: stored_bytes); and against the closed form of
- * FINDINGS 12.4 (ceil(n/2) + 4 nb + 64, or ceil(n/2) + nb + 4 ceil(nb/256) + 1,092 with double
+ * FINDINGS R-QUANT-4 (ceil(n/2) + 4 nb + 64, or ceil(n/2) + nb + 4 ceil(nb/256) + 1,092 with double
  * quantization; int8: n + 4 out) for every linear of every shipped model. */
 #include <dirent.h>
 #include <setjmp.h>
@@ -189,7 +189,7 @@ static void quantizer_reference(void **state)
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-/* FINDINGS 12.4's closed form of one weight */
+/* FINDINGS R-QUANT-4's closed form of one weight */
 static uint64_t closed_4bit(uint64_t n, int dq)
 {
     uint64_t nb = cdiv(n, 64);
@@ -215,7 +215,7 @@ static void check_linear(uint64_t out, uint64_t in, uint64_t *packed, uint64_t *
     assert_int_equal(l.weight.bytes + l.stats_bytes, out * in + 4 * out);
 }
 
-/* every linear of every shipped model (lm_head stays unquantized, FINDINGS 12.1) */
+/* every linear of every shipped model (lm_head stays unquantized, FINDINGS R-QUANT-1) */
 static void shipped_models(void **state)
 {
     (void)state;
@@ -242,7 +242,7 @@ static void shipped_models(void **state)
             check_linear(I, h, &packed, &sdq, &s);
             check_linear(h, I, &packed, &sdq, &s);
         }
-        if (!strcmp(models[i], "llama-3.1-8b")) { /* FINDINGS 12.4's worked figures */
+        if (!strcmp(models[i], "llama-3.1-8b")) { /* FINDINGS R-QUANT-4's worked figures */
             assert_int_equal(packed * m.layers, 3489660928ULL);
             assert_int_equal(sdq * m.layers, 111000448ULL);
             assert_int_equal(s * m.layers, 436221952ULL);

@@ -11,7 +11,7 @@ states) are tracked when the step begins. What it cannot see: memory that is not
 tensor storage (kernel scratch, the allocator's caching). A Python dispatch mode also
 changes what it measures a little: the autograd engine accumulates a gradient in place
 only when it holds the last reference, which the mode's Python objects take away
-(tools/hf_probe/allocs.py, FINDINGS section 10); for fp32 the probe's fixtures measure
+(tools/hf_probe/allocs.py, FINDINGS R-PROBE-2); for fp32 the probe's fixtures measure
 the storage tracker at most ~0.05 % above the allocator (tests/data/hf-fam).
 
 torch is imported inside the functions: `import gckpt` needs the standard library only.

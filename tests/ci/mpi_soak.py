@@ -17,7 +17,7 @@ random delay. Checked every round:
     SigCgt; from then on, MPI_Init included, rank 0's report has at least the header and the
     summary);
   - a round left alone exits 0 with every entry passed.
-Usage: tests/ci/mpi_soak.py [--minutes M] [--build DIR] [--seed S] [--timeout S]
+Usage: tests/ci/mpi_soak.py [--minutes M] [--build DIR] [--seed S] [--timeout S] [--sigkill-timeout S]
 Prints one line per round and the counts at the end; exit 1 when a check failed."""
 import argparse
 import glob
@@ -101,6 +101,9 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--timeout", type=float, default=20, help="GCKPT_COLLECTIVE_TIMEOUT for the ranks")
+    ap.add_argument("--sigkill-timeout", type=float, default=None,
+                    help="mpirun's odls_base_sigkill_timeout: how long it waits between the SIGTERM and the SIGKILL it "
+                         "sends the other ranks when one rank dies (Open MPI's default: 1 s)")
     a = ap.parse_args()
     plan_exe = os.path.abspath(os.path.join(a.build, "gckpt-plan"))
     run_exe = os.path.abspath(os.path.join(a.build, "gckpt-run"))
@@ -116,7 +119,8 @@ def main():
     bad = []
     end = time.time() + 60 * a.minutes
     n = 0
-    print("mpi_soak: seed %d, %s" % (a.seed, work), flush=True)
+    print("mpi_soak: seed %d, %s%s" % (a.seed, work, "" if a.sigkill_timeout is None else
+                                        ", odls_base_sigkill_timeout %g s" % a.sigkill_timeout), flush=True)
     while time.time() < end:
         n += 1
         d = os.path.join(work, "r%d" % n)
@@ -139,7 +143,8 @@ def main():
         action = rng.choice(["none", "none", "kill9-rank", "term-rank", "term-mpirun"])
         delay = rng.uniform(0.05, 2.0)
         t0 = time.time()
-        mp = subprocess.Popen([mpirun, "--oversubscribe", "-np", str(world), run_exe, "--plan", "plan.json", "--all",
+        mca = [] if a.sigkill_timeout is None else ["--mca", "odls_base_sigkill_timeout", "%g" % a.sigkill_timeout]
+        mp = subprocess.Popen([mpirun, "--oversubscribe", *mca, "-np", str(world), run_exe, "--plan", "plan.json", "--all",
                                "--backend", "host", "--steps", "2", "--warmup", "1", "-q", "-o", "report.jsonl"],
                               cwd=d, env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "err"), "w"))
         victim = None

@@ -224,7 +224,7 @@ static void test_fd_lora_gpt2(void **st)
     fd_check_peft("tiny-gpt2", GCKPT_EAGER, 2, 1, true, &pf, names, layers, 5);
 }
 
-/* adapters over fused projections (FINDINGS 12.13): lora_B's output is added to the whole
+/* adapters over fused projections (FINDINGS R-PEFT-22): lora_B's output is added to the whole
  * fused output before it is sliced (Phi-3's qkv_proj / gate_up_proj, GPT-NeoX's per-head
  * interleaved query_key_value, a 4-bit base with a bias); Gemma 2's scaled embedding leaf
  * and soft-capped scores with adapters */
@@ -247,7 +247,7 @@ static void test_fd_lora_fused(void **st)
     fd_check_peft("tiny-gemma2", GCKPT_EAGER, 1, 3, true, &pf, g2, lg, 3);
 }
 
-/* attention adapters in the MoE families (FINDINGS 12.14): the adapters' gradients flow
+/* attention adapters in the MoE families (FINDINGS R-PEFT-27): the adapters' gradients flow
  * through the frozen router and grouped_mm experts (their input gradients only); the
  * load-balancing loss's router logits too. The last layers' adapters: a step of an early
  * layer's flips a later token's top-k (as test_fd_mixtral explains) */

@@ -1,4 +1,4 @@
-/* LoRA and QLoRA on the host backend (FINDINGS 12): tiny llama, qwen2 and gpt2 with frozen
+/* LoRA and QLoRA on the host backend (FINDINGS R-PEFT-*, R-QUANT-*): tiny llama, qwen2 and gpt2 with frozen
  * (and quantized) base weights and fp32 adapters, every every_n_layers / offload setting:
  * the allocator's measured peak equals the event walk's prediction exactly, pinned bytes
  * too, and the loss and every adapter gradient of two steps are bitwise identical across
@@ -126,7 +126,7 @@ static void test_qlora_llama(void **st) { (void)st; qlora_family("tiny-llama"); 
 static void test_qlora_qwen2(void **st) { (void)st; qlora_family("tiny-qwen2"); }
 static void test_qlora_gpt2(void **st) { (void)st; qlora_family("tiny-gpt2"); }
 
-/* issue 13's dense families (FINDINGS 12.13): LoRA fp32 all-linear with dropout, QLoRA
+/* the later dense families (FINDINGS R-PEFT-21 to R-PEFT-26): LoRA fp32 all-linear with dropout, QLoRA
  * nf4 double-quant under autocast, accumulation 2: Gemma's scaled embedding leaf, Gemma
  * 2's soft-capping (eager), Gemma 3's two layer types, OLMo 2's frozen post-norms ending
  * the recompute, Granite's multipliers, Phi-3's and GPT-NeoX's adapters over a fused
@@ -149,7 +149,7 @@ static void test_issue13_families(void **st)
     sweep("tiny-gpt-neox", GCKPT_BF16, &attn, 1);
 }
 
-/* the mixture-of-experts families with attention adapters (FINDINGS 12.14): the router
+/* the mixture-of-experts families with attention adapters (FINDINGS R-PEFT-27): the router
  * and the grouped_mm experts frozen (no weight gradients, no saved expert inputs for
  * them), with and without the load-balancing loss; LoRA fp32 / bf16 / amp-bf16, dropout
  * 0.05 and 0, and QLoRA (q/k/v/o nf4, the experts and the router fp32) under amp-bf16;

@@ -4,7 +4,7 @@
  * stored byte and every dequantized value must be equal bit for bit (fp4's zero sign on
  * bitsandbytes' scalar dequantization loop aside, counted); the nested 8-bit codes follow
  * bitsandbytes' CPU grid search, and an exact nearest search differs from them exactly
- * where the fixture lists (FINDINGS 12.4). */
+ * where the fixture lists (FINDINGS R-QUANT-7). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -93,7 +93,7 @@ static void test_codebooks(void **state)
 
 /* The nested codes: the quantizer's (bitsandbytes' CPU grid search) equal the stored ones
  * everywhere; an exact nearest search of (absmax - offset) / absmax2 differs from them at
- * exactly the blocks the fixture lists as not nearest (FINDINGS 12.4). Returns that count. */
+ * exactly the blocks the fixture lists as not nearest (FINDINGS R-QUANT-7). Returns that count. */
 static unsigned check_nested_codes(const cJSON *v, const float *raw, float offset, const float *absmax2,
                                    const uint8_t *mine, const uint8_t *bnb, uint64_t nb)
 {
@@ -119,7 +119,7 @@ static unsigned check_nested_codes(const cJSON *v, const float *raw, float offse
  * dimension even (odd ones go to the torch fallback with get_4bit_type's code book) and,
  * on an AVX512 CPU as the fixture's, not a multiple of 64 (those take the AVX512 kernel).
  * The scalar loop's fp4 table has -0.0 for code 8 where the code book has +0.0
- * (csrc/cpu_ops.cpp fp4_lut; FINDINGS 12.4). */
+ * (csrc/cpu_ops.cpp fp4_lut; FINDINGS R-QUANT-6). */
 static bool bnb_scalar_path(uint64_t cols) { return cols % 2 == 0 && cols % GCKPT_QUANT_BLOCK != 0; }
 
 /* Compare out (elements of `size` bytes) with bitsandbytes' output bit for bit; the only

@@ -8,7 +8,7 @@ counts, and in torch 2.15 the engine's InputBuffer accumulates a second gradient
 contribution in place only when it holds the last reference (can_accumulate_inplace).
 Under any dispatch mode (also PyTorch's MemTracker) every such sum becomes a new
 buffer: e.g. a tied embedding under AMP shows three [vocab, hidden] fp32 buffers where a
-plain run has two (FINDINGS.md, section 10). The profiler hooks the C++ allocator and
+plain run has two (FINDINGS.md R-PROBE-2). The profiler hooks the C++ allocator and
 leaves reference counts alone.
 
 Classification of the allocations:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How long bitsandbytes' 8-bit matmul keeps its input (FINDINGS 12.6, issue 21).
+"""How long bitsandbytes' 8-bit matmul keeps its input (FINDINGS R-QUANT-16).
 
 MatMul8bitFp (the CPU / XPU training path) keeps its input as `ctx.A`, MatMul8bitLt (what
 CUDA runs) as `ctx.tensors = (CAt, subA, A)`: attributes of the autograd context, not saved

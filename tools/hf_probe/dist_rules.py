@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The per-rank rules of FINDINGS.md section 13 (DDP, FSDP2, DeepSpeed ZeRO 1/2/3 under the HF
+"""The per-rank rules of FINDINGS.md (R-DIST-*; DDP, FSDP2, DeepSpeed ZeRO 1/2/3 under the HF
 Trainer) as executable closed forms, checked against the measured fixtures
 (tests/data/hf-dist, probe_dist.py). The specification the C planner follows: every number is
 recomputed from the fixture's config, setting and parallel layout (mode, world, rank,
@@ -272,7 +272,7 @@ def ddp_buckets(fx):
     ps = params(fx)
     g = [numel(s) * 4 for _, s in ps]  # fp32 gradients (fp32 weights under autocast too)
     if fx["setting"]["every_n_layers"] in (0, None):
-        return None  # the layout is not derived here (FINDINGS 13.4); the buckets sum to sum(g)
+        return None  # the layout is not derived here (FINDINGS R-DIST-11); the buckets sum to sum(g)
     return [sum(g)], fill_buckets([g[i] for i in ready_order(fx)], (DDP_FIRST_CAP, DDP_CAP))
 
 
@@ -443,7 +443,7 @@ def check(fx, single):
 
     gloo = fx["parallel"]["process_group"] != "fake"
     P_start = persistent_closed(fx)
-    if not gloo:  # over gloo the allocator misses frees made on gloo's threads (FINDINGS 13.1)
+    if not gloo:  # over gloo the allocator misses frees made on gloo's threads (FINDINGS R-PROBE-5)
         cmp("step-2 start (persistent)", P_start, st2["live_at_start_bytes"])
         cmp("step-2 end", P_start, st2["live_at_end_bytes"])
     cmp("collectives step 2", collectives_closed(fx), measured_collectives(fx))

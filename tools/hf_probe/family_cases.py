@@ -17,7 +17,7 @@ Grid per variant: fp32 / bf16 / amp-bf16 (CUDA's autocast lists, emulated) x sdp
 eager x every_n off / 1 / 1+offload / 2 / 2+offload / 3 / 3+offload (3 on 4 layers:
 layers 0 and 3), shapes b2s32 (all) and b1s48 (off and 1), gradient accumulation 2. Gemma 2 with sdpa is not a case: transformers
 refuses it at model construction (Gemma2PreTrainedModel._supports_sdpa = False,
-FINDINGS section 14). Plus issue 21's cases with gradient accumulation 1 (ga1_cases).
+FINDINGS R-FAM-7 to R-FAM-14). Plus the second held-out check's cases with gradient accumulation 1 (ga1_cases).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What an attention_mask changes in the measured peaks (FINDINGS 17).
+"""What an attention_mask changes in the measured peaks (FINDINGS R-TRAINER-3, R-ATTN-11).
 
 The fixtures call model(input_ids=ids, labels=ids). The Trainer calls model(**inputs), and a
 dataset tokenized with a tokenizer (or a padding collator) also brings `attention_mask`. For

@@ -13,7 +13,7 @@ eager x every_n off / 1 / 1+offload / 2 / 2+offload / 3 / 3+offload, shapes b2s3
 and 1), gradient accumulation 2; and the `+aux` variant (output_router_logits=True: the
 load-balancing loss added to the loss) with sdpa, every_n off and 1, b2s32. gpt-oss is
 measured with eager only: transformers refuses sdpa for it at model construction
-(GptOssPreTrainedModel._supports_sdpa = False, FINDINGS section 16).
+(GptOssPreTrainedModel._supports_sdpa = False, FINDINGS R-ATTN-10).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """How transformers 5.24 loads a pre-quantized MXFP4 gpt_oss checkpoint for training on
-this machine (FINDINGS 16.5): a tiny GptOss model saved in the Hub checkpoint's layout
+this machine (FINDINGS R-QUANT-17): a tiny GptOss model saved in the Hub checkpoint's layout
 (experts as uint8 *_blocks / *_scales, everything else bf16, quantization_config
 {"quant_method": "mxfp4"}), loaded with from_pretrained as the Trainer user does, with the
 config's dtype set or (as in openai/gpt-oss-20b's config.json) absent, and dtype "auto" /

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The API facts behind FINDINGS.md section 12 that are not memory: defaults, what
+"""The API facts behind FINDINGS.md's PEFT / QUANT rules that are not memory: defaults, what
 prepare_model_for_kbit_training and the checkpointing calls really set, how every_n_layers
 and offload must be passed, what the Trainer does with them under bf16, bitsandbytes'
 CPU fallbacks. Each fact is run, not read, on the tiny llama of probe.py (CPU). Prints JSON.

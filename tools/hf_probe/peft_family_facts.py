@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The peft / bitsandbytes facts behind FINDINGS.md 12.13-12.14 (issue 13's families with
+"""The peft / bitsandbytes facts behind FINDINGS.md R-PEFT-21 to R-PEFT-28 (the later families with
 adapters), each run, not read, on the tiny configurations of family_cases.py and
 moe_cases.py (CPU), and peft's trainable count of every shipped dense model of those
 families built on the meta device. Prints JSON; --counts FILE writes the shipped models'
@@ -41,7 +41,7 @@ DENSE = ("gemma", "gemma2", "gemma3_text", "phi3", "phi3p", "gpt_neox", "olmo2",
 SHIPPED = ("gemma-2-2b", "gemma-2-9b", "gemma-3-1b", "phi-3-mini-4k", "phi-4-mini", "pythia-1.4b", "olmo-2-7b")
 SHIPPED_RANK = 16
 # the shipped mixture-of-experts models, with the attention adapters the planner plans there
-# (all-linear also wraps their router and experts, FINDINGS 12.14; gpt_oss's is these four)
+# (all-linear also wraps their router and experts, FINDINGS R-PEFT-28; gpt_oss's is these four)
 SHIPPED_MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "olmoe-1b-7b", "gpt-oss-20b")
 ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
@@ -135,7 +135,7 @@ def qlora_facts(var):
     after = param_kinds(m)
     bufs = {n: probe_peft.dt(b) for n, b in m.named_buffers()}
     pm = lora(m)
-    pm.train()  # in eval mode bitsandbytes' CPU path repacks the weight (FINDINGS 12.10 C8)
+    pm.train()  # in eval mode bitsandbytes' CPU path repacks the weight (FINDINGS R-CPU-3 C8)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         pm(input_ids=torch.full((1, 8), 5, dtype=torch.long))
     import bitsandbytes as bnb

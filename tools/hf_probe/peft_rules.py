@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The LoRA / QLoRA rules of FINDINGS.md section 12 as executable closed forms, checked
+"""The LoRA / QLoRA rules of FINDINGS.md (R-PEFT-*, R-QUANT-*) as executable closed forms, checked
 against the measured fixtures (tests/data/hf-peft). A specification for the C planner: every
 number below is recomputed from the fixture's config and setting only, never read from its
 measurements, then compared with them.
@@ -16,11 +16,11 @@ Checked per fixture:
   python3 peft_rules.py [FIXTURE.json ...]     (default: every fixture in tests/data/hf-peft)
 
 Issue 13's dense families (gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite:
-FINDINGS 12.13) are checked for every rule above the activations (counts, dtypes, quantized
+FINDINGS R-PEFT-21 to R-PEFT-26) are checked for every rule above the activations (counts, dtypes, quantized
 bytes, optimizer states, resident bytes); what their layers save and the live bytes are
 checked against the C planner by test_hf_peft, not restated here. So are the
 mixture-of-experts families (mixtral, qwen3_moe, olmoe, gpt_oss) with attention adapters
-(FINDINGS 12.14): their router and fused expert parameters frozen next to the adapters.
+(FINDINGS R-PEFT-27): their router and fused expert parameters frozen next to the adapters.
 
 Plain Python 3, no torch: the rules must not depend on running the libraries.
 """

@@ -4,7 +4,7 @@
 real on CPU. Memory fixtures: one process per measured rank on PyTorch's fake process group
 (it plays rank R of N alone; collectives return outputs of the right size, unfilled); the
 `-gloo` twins: every rank as an OS process over gloo (sync_gloo.py), real numerics, but the
-allocator misses some frees made on gloo's threads (FINDINGS 13.1).
+allocator misses some frees made on gloo's threads (FINDINGS R-PROBE-5).
 
 Each rank builds its model, optimizer and wrapper with the HF Trainer's own code:
 `Trainer._prepare_for_training` (TrainingArguments -> accelerate -> DDP / fully_shard /
@@ -113,7 +113,7 @@ def case_name(mode, family, precision, every_n, offload, world, variant=""):
 def make_spec(mode, family, every_n, offload, world, bf16=True, variant="", config=None, gloo=False,
               grad_accum=GRAD_ACCUM):
     """gloo: all ranks as processes over gloo (a twin of the fake-group case: real numerics and
-    collectives; its allocator figures may miss frees, FINDINGS 13.1). Otherwise one process
+    collectives; its allocator figures may miss frees, FINDINGS R-PROBE-5). Otherwise one process
     per measured rank on the fake process group: rank 0 and the last rank (ZeRO-3: rank 0 only:
     each forward checks by a broadcast from rank 0 that every rank traced as many submodules,
     which the fake broadcast fails on every other rank)."""

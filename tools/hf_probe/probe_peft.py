@@ -18,7 +18,7 @@ and the optimizer over the trainable parameters only (the Trainer's grouping):
 adamw_torch_fused (default), adamw_bnb_8bit, paged_adamw_8bit, paged_adamw_32bit.
 Precisions: fp32, bf16 (model.to(bf16)), amp-bf16 (CPU autocast, the Trainer's bf16=True)
 and amp-bf16-cudalists (plus CUDA's autocast op lists, and torch.is_autocast_enabled()
-answering as it does under CUDA autocast; see FINDINGS.md section 12).
+answering as it does under CUDA autocast; see FINDINGS.md R-CPU-3 C2).
 
 Before the measured steps every case runs one no-grad forward of 1x8 tokens: bitsandbytes
 changes parameters in its first forward (a 4-bit layer casts its bias to the compute dtype
@@ -27,7 +27,7 @@ it trains. The quantization statistics (QuantState tensors, SCB) are neither par
 buffers; they are counted as resident bytes from the step start.
 
 Fixtures: gckpt.hf-fixture/1 plus the optional fields method, lora, quant,
-trainable_params, trainable, param_dtypes (see FINDINGS.md section 12).
+trainable_params, trainable, param_dtypes (see FINDINGS.md R-PROBE-3).
 
 Usage:
   probe_peft.py --list
@@ -72,7 +72,7 @@ FAMILIES = ("llama", "qwen2", "gpt2")
 FAM_VARIANTS = ("gemma", "gemma2", "gemma3_text", "olmo2", "granite", "phi3", "gpt_neox")
 # the mixture-of-experts families (moe_cases.py's tiny configurations) with attention-only
 # adapters: all-linear there also wraps the router and the fused expert parameters
-# (ParamWrapper; FINDINGS 12.14), which the planner refuses
+# (ParamWrapper; FINDINGS R-PEFT-28), which the planner refuses
 MOE_VARIANTS = tuple(moe_cases.VARIANTS)
 LLAMA_ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
 # "attn" targets as a user writes them; GPT-2's "c_proj" matches by suffix, so it also
@@ -252,7 +252,7 @@ def all_cases():
     out += [spec("gpt_neox", "qlora", "amp-bf16", quant="nf4", every_n=1, offload=off, seq=True) for off in (False, True)]
     out += [spec("mixtral", "lora", "amp-bf16-cudalists", targets="attn", every_n=1, aux=True)]
     # issue 21: int8 QLoRA without accumulation, where the backward makes the gradients as it
-    # goes and every layer's ctx.A is still alive at the end (FINDINGS 12.6), on SHAPED models
+    # goes and every layer's ctx.A is still alive at the end (FINDINGS R-QUANT-16), on SHAPED models
     # (every_n off / 1 / 2 x offload; the accumulation-2 row and prepare's reentrant call once)
     ckpt21 = [(0, False), (1, False), (1, True), (2, False), (2, True)]
     for fam, shape, precision, r in (("qwen2", "h80kv1tied", "fp32", 32), ("llama", "h96kv2", "amp-bf16", 16)):
@@ -290,7 +290,7 @@ def saved_tiny_model(sp):
 def bnb_config(sp):
     if sp["quant"] == "int8":
         return transformers.BitsAndBytesConfig(load_in_8bit=True)
-    # every field passed: the defaults are fp4, no double quant, fp32 compute (FINDINGS 12)
+    # every field passed: the defaults are fp4, no double quant, fp32 compute (FINDINGS R-QUANT-2)
     return transformers.BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type=sp["quant"], bnb_4bit_use_double_quant=sp["double_quant"],
         bnb_4bit_compute_dtype=DTYPES[sp["compute_dtype"]], bnb_4bit_quant_storage=DTYPES[sp["storage"]])

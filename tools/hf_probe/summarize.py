@@ -193,7 +193,7 @@ def main():
     out.append("## Planner vs measured, every fixture\n")
     out.append("Errors (planned - measured) / measured of the steady-state live peak and of the live bytes after "
                "micro-step 1's forward, per family x precision x attention, over the hand-written fixtures "
-               "(tests/data/hf), the generated ones (tests/data/hf-gen) and issue 13's families (tests/data/hf-fam, "
+               "(tests/data/hf), the generated ones (tests/data/hf-gen) and the later families (tests/data/hf-fam, "
                "family_cases.py: gemma, gemma2, gemma3_text, phi3 incl. the Phi-4-mini variant, gpt_neox (its "
                "sequential block in the gpt_neox+seq rows), olmo2, "
                "granite, and Mistral v0.1's window in the mistral rows) and its mixture-of-experts families "

@@ -3,7 +3,7 @@
 the fixtures are measured): every device allocation and free of the last window the probe
 recorded (the whole run, both optimizer steps: the micro-step labels start again after the
 first step's zero_grad), one line each: index, bytes (+ allocated, - freed), live bytes
-after it, and where (micro-step / phase / region / op). How FINDINGS 13.11 read the tied
+after it, and where (micro-step / phase / region / op). How FINDINGS R-DIST-24 read the tied
 wrappers' buffers.
 
   .venv/bin/python trace_dist.py CASE RANK [OUT]   e.g. fsdp2-llamat-bf16-n1-plain-w2 0

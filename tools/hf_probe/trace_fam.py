@@ -3,7 +3,7 @@
 listed as trace_dist.py lists a rank's: the twin to set beside a probe_dist case's listing
 (same model, shape and checkpointing; one process, probe.py's own loop, no Trainer, no
 wrapper). PRECISION replaces the case's (e.g. amp-bf16: CPU autocast, what accelerate's DDP
-runs, where the fixtures emulate CUDA's lists). How FINDINGS 13.11 found gemma3_text's
+runs, where the fixtures emulate CUDA's lists). How FINDINGS R-DIST-22 found gemma3_text's
 24.6 KB outside PyTorch.
 
   .venv/bin/python trace_fam.py CASE [PRECISION [OUT]]

@@ -50,7 +50,7 @@ PEFT_CASES = [
                                    "--lora-targets", "q_proj,v_proj", "--precision", "amp-bf16", "--optimizer", "adamw",
                                    "--every-n", "3"], []),
 ]
-# issue 13's families with their own module names (FINDINGS 12.13): Phi-3's fused
+# the later families with their own module names (FINDINGS R-PEFT-21): Phi-3's fused
 # projections by name, GPT-NeoX's QLoRA with its input embedding (embed_in) copied; the
 # tiny configurations of the executor's tests (the fixture records which: "model")
 FAMILY_PEFT_CASES = [

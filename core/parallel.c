@@ -64,7 +64,7 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
         return false;
     }
     if (s->optimizer != GCKPT_ADAMW) {
-        gckpt_seterr(err, "--parallel %s: only --optimizer adamw is planned per rank (FINDINGS 13 measured "
+        gckpt_seterr(err, "--parallel %s: only --optimizer adamw is planned per rank (FINDINGS R-DIST-13..15 measured "
                           "the Trainer's adamw_torch_fused)", mode);
         return false;
     }

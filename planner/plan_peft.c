@@ -45,7 +45,7 @@ void gckpt_plan_print_peft_model(const gckpt_plan *p, FILE *f)
                     torch_dtype(pf->quant_storage));
         fprintf(f, "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", quantization_config=bnb,\n"
                    "                                             dtype=torch.bfloat16)\n"
-                   "# fp32 non-quantized parameters; not its own checkpointing (reentrant, every layer: FINDINGS 12.1)\n"
+                   "# fp32 non-quantized parameters; not its own checkpointing (reentrant, every layer: FINDINGS R-PEFT-1)\n"
                    "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)\n",
                 gckpt_plan_model_arg(p, ma, sizeof ma), attn);
     } else {

@@ -34,7 +34,7 @@ _OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "adamw_bnb_8bit", "adamw_8bit
 _ATTENTION = ("sdpa", "eager", "flash_attention_2")
 _REENTRANT = ("reentrant checkpointing re-runs the whole layer before its backward; the plan is for non-reentrant "
               "checkpointing with early stop, which was up to 0.54 % off prepare_model_for_kbit_training's "
-              "reentrant runs on the QLoRA fixtures (docs/peft.md, FINDINGS 12.1)")
+              "reentrant runs on the QLoRA fixtures (docs/peft.md, FINDINGS R-PEFT-1)")
 _DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "fp32": "fp32", "bf16": "bf16",
            "fp16": "fp16", "float": "fp32", "half": "fp16"}
 

@@ -530,7 +530,7 @@ def main(argv):
     if sink:
         print(f"not modelled here: DDP without checkpointing, the peak at _DDPSink's clones of the outputs, measured - "
               f"(one process + buckets) = " + ", ".join(sorted({f"{d:+d} B" for _, d in sink})) +
-              f" ({len(sink)} fixtures; the C planner adds the clones, FINDINGS 13.6)")
+              f" ({len(sink)} fixtures; the C planner adds the clones, FINDINGS R-DIST-17)")
     if gloo:
         ok = sum(1 for _, p, a, b in gloo if p == a == b)
         print(f"gloo twins (all ranks as processes; collectives and saved bytes checked above): the allocator's "

@@ -314,6 +314,41 @@ static cJSON *take_record(cJSON *o, const char *want)
     return o;
 }
 
+static bool is_record(const cJSON *o, const char *want)
+{
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "record");
+    return cJSON_IsString(rec) && !strcmp(rec->valuestring, want);
+}
+
+/* The array k of doc, added when its first record comes (gckpt-run's reports have none). */
+static cJSON *array_of(cJSON *doc, const char *k)
+{
+    cJSON *arr = cJSON_GetObjectItemCaseSensitive(doc, k);
+    return arr ? arr : cJSON_AddArrayToObject(doc, k);
+}
+
+static void rank_text(const cJSON *r, char *out, size_t n)
+{
+    if (!r) snprintf(out, n, "absent");
+    else if (cJSON_IsNumber(r)) snprintf(out, n, "%.0f", r->valuedouble);
+    else snprintf(out, n, "not a number");
+}
+
+/* One process's records per file: gckpt.TrainerCallback writes its rank on every record and
+ * one file per rank (NAME.rankR.EXT); gckpt-run writes no rank (rank 0 writes the report). */
+static bool same_rank(const cJSON *doc, const cJSON *o, const char *label, gckpt_err *err)
+{
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(doc, "rank"), *r = cJSON_GetObjectItemCaseSensitive(o, "rank");
+    if (!r && !h) return true;
+    if (r && h && cJSON_IsNumber(r) && cJSON_IsNumber(h) && r->valuedouble == h->valuedouble) return true;
+    char rt[32], ht[32];
+    rank_text(r, rt, sizeof rt);
+    rank_text(h, ht, sizeof ht);
+    gckpt_seterr(err, "%s: field 'rank' = %s, the header's is %s: a report file holds one rank's records (each rank "
+                      "writes its own, NAME.rankR.EXT)", label, rt, ht);
+    return false;
+}
+
 cJSON *gckpt_report_load(const char *path, gckpt_err *err)
 {
     char *text = gckpt_read_file(path, 1u << 30, err);
@@ -334,8 +369,12 @@ cJSON *gckpt_report_load(const char *path, gckpt_err *err)
         if (ok && lineno == 1) {
             const char *schema = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "schema"));
             const cJSON *sel = cJSON_GetObjectItemCaseSensitive(o, "selected");
+            const cJSON *rank = cJSON_GetObjectItemCaseSensitive(o, "rank");
             if (!take_record(o, "header") || !schema || strcmp(schema, GCKPT_REPORT_SCHEMA) || !cJSON_IsNumber(sel)) {
                 gckpt_seterr(err, "%s: not a gckpt report header (schema %s)", label, GCKPT_REPORT_SCHEMA);
+                ok = false;
+            } else if (rank && !(cJSON_IsNumber(rank) && rank->valuedouble >= 0 && rank->valuedouble == (double)(long)rank->valuedouble)) {
+                gckpt_seterr(err, "%s: field 'rank' must be a count (the writing process's rank)", label);
                 ok = false;
             } else {
                 t.selected = (size_t)sel->valuedouble;
@@ -347,6 +386,13 @@ cJSON *gckpt_report_load(const char *path, gckpt_err *err)
         } else if (ok && summary) {
             gckpt_seterr(err, "%s: a record after the summary", label);
             ok = false;
+        } else if (ok && !same_rank(doc, o, label, err)) {
+            ok = false;
+        } else if (ok && (is_record(o, "step") || is_record(o, "warning"))) {
+            /* gckpt.TrainerCallback's: kept whole, record field included ($defs/step_record,
+             * $defs/warning_record), in file order */
+            cJSON_AddItemToArray(array_of(doc, is_record(o, "step") ? "steps" : "warnings"), o);
+            o = NULL;
         } else if (ok && take_record(o, "entry")) {
             gckpt_report_tally_add(&t, o);
             cJSON_AddItemToArray(entries, o);
@@ -355,7 +401,7 @@ cJSON *gckpt_report_load(const char *path, gckpt_err *err)
             summary = o;
             o = NULL;
         } else if (ok) {
-            gckpt_seterr(err, "%s: field 'record' must be \"entry\" or \"summary\"", label);
+            gckpt_seterr(err, "%s: field 'record' must be \"entry\", \"summary\", \"step\" or \"warning\"", label);
             ok = false;
         }
         cJSON_Delete(o);

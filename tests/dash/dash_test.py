@@ -22,9 +22,10 @@ usage: dash_test.py --build DIR --source DIR cli|browser|screenshots OUTDIR|benc
                (tests/data/dash): the entry row, every step's measured peak against the
                plan's line (step 1 not judged), the warnings, each rank's file. Exit 77
                (skipped) without chromium.
-  screenshots  the README's two screenshots into OUTDIR: the sweep and the recommended
-               entry of llama-3.2-3b at 4096 tokens on the H100 profile (gckpt-plan
-               --model llama-3.2-3b --seq 4096 --micro-batch 1,2,4,8 --every-n off,1,2,4,7)
+  screenshots  the docs' screenshots into OUTDIR: the sweep and the recommended entry of
+               llama-3.2-3b at 4096 tokens on the H100 profile (gckpt-plan --model
+               llama-3.2-3b --seq 4096 --micro-batch 1,2,4,8 --every-n off,1,2,4,7), and
+               the callback report tests/data/dash/callback-warn.jsonl
   bench        (not a test) the page's size and Chromium's time to open a plan of about
                10,000 entries (--dump-dom's wall time: start, load, script, DOM out)
 
@@ -657,6 +658,14 @@ def screenshots(fx, outdir):
         out = os.path.join(outdir, name + ".png")
         browser(fx.p("llama.html"), ["--screenshot=" + out], win, view)
         print(out)
+    # a gckpt.TrainerCallback report (tests/data/dash): its warning, its entry, every step
+    r = run([fx.dash_exe, "-o", fx.p("callback.html"), "callback-plan.json", "callback-warn.jsonl"], env=fx.env,
+            cwd=os.path.join(fx.source, CALLBACK_DIR))
+    if r.returncode != 0:
+        sys.exit(r.stderr.decode())
+    out = os.path.join(outdir, "dashboard-callback.png")
+    browser(fx.p("callback.html"), ["--screenshot=" + out], "1100,900", "#tab=measured")
+    print(out)
 
 
 def bench(fx):

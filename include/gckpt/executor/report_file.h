@@ -68,13 +68,12 @@ bool gckpt_report_file_arm(gckpt_report_file *rf, const gckpt_report *r, const g
  * sync them. false when the main thread holds the file (it is writing) or nothing is armed. */
 bool gckpt_report_file_cut(gckpt_report_file *rf, int sig);
 
-/* Read a report file back into one JSON document: the header's fields, "entries" (the
- * entry records) and "summary" (the summary record, or one computed from the entries
- * with "ended": false when the run has not ended). A report of gckpt.TrainerCallback
- * (backend hf-trainer) adds "steps" (its step records, one per optimizer step) and
- * "warnings" (its warning records), each in file order with its record field, and its
- * "rank": every record of a file must carry the header's rank (one file per rank). NULL
- * with err (one line naming the file, the line and the field) on a damaged file. */
+/* Read a report file back into one JSON document (gckpt_report_read's,
+ * include/gckpt/planner/report_read.h): the header's fields, "entries" (the entry
+ * records) and "summary" (the summary record, or one computed here from the entries with
+ * "ended": false when the run has not ended); a report of gckpt.TrainerCallback (backend
+ * hf-trainer) adds its "rank", "steps" and "warnings". NULL with err (one line naming the
+ * file, the line and the field) on a damaged file. */
 cJSON *gckpt_report_load(const char *path, gckpt_err *err);
 
 #endif

@@ -313,9 +313,16 @@ cJSON *gckpt_report_load(const char *path, gckpt_err *err)
     cJSON *doc = gckpt_report_read(path, text, err);
     free(text);
     if (!doc) return NULL;
-    /* the summary of a run that has not ended: computed from its entries */
+    /* the summary of a run that has not ended: computed from its entries and the header's
+     * count of selected entries (gckpt-run and the callback write it) */
+    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(doc, "selected");
+    if (!cJSON_IsNumber(sel)) {
+        gckpt_seterr(err, "%s: the header: missing field 'selected' (number)", path);
+        cJSON_Delete(doc);
+        return NULL;
+    }
     gckpt_report_tally t = {0};
-    t.selected = (size_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(doc, "selected"));
+    t.selected = (size_t)sel->valuedouble;
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "selected");
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "entries")) gckpt_report_tally_add(&t, e);

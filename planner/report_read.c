@@ -78,7 +78,7 @@ cJSON *gckpt_report_read(const char *path, char *text, gckpt_err *err)
             const char *schema = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "schema"));
             const cJSON *sel = cJSON_GetObjectItemCaseSensitive(o, "selected");
             const cJSON *rank = cJSON_GetObjectItemCaseSensitive(o, "rank");
-            if (!take_record(o, "header") || !schema || strcmp(schema, GCKPT_REPORT_SCHEMA) || !cJSON_IsNumber(sel)) {
+            if (!take_record(o, "header") || !schema || strcmp(schema, GCKPT_REPORT_SCHEMA) || (sel && !cJSON_IsNumber(sel))) {
                 gckpt_seterr(err, "%s: not a gckpt report header (schema %s)", label, GCKPT_REPORT_SCHEMA);
                 ok = false;
             } else if (rank && !(cJSON_IsNumber(rank) && rank->valuedouble >= 0 && rank->valuedouble == (double)(long)rank->valuedouble)) {

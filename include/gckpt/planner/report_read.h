@@ -13,7 +13,8 @@
 #define GCKPT_REPORT_SCHEMA "gckpt.report/2"
 
 /* The records of text (the file's contents, NUL-terminated; cut into lines in place) as
- * one document: the header's fields (with "selected" and, from the callback, "rank"),
+ * one document: the header's fields (with "selected", a number when present, and from
+ * the callback "rank"),
  * "entries" (the entry records without their record field), from the callback "steps"
  * (its step records, one per optimizer step) and "warnings" (its warning records), each
  * whole and in file order, and "summary" (the summary record without its record field;

@@ -1,6 +1,7 @@
 /* A gckpt.report/2 report read back as one document (include/gckpt/planner/report_read.h). */
 #include "gckpt/planner/report_read.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -81,7 +82,8 @@ cJSON *gckpt_report_read(const char *path, char *text, gckpt_err *err)
             if (!take_record(o, "header") || !schema || strcmp(schema, GCKPT_REPORT_SCHEMA) || (sel && !cJSON_IsNumber(sel))) {
                 gckpt_seterr(err, "%s: not a gckpt report header (schema %s)", label, GCKPT_REPORT_SCHEMA);
                 ok = false;
-            } else if (rank && !(cJSON_IsNumber(rank) && rank->valuedouble >= 0 && rank->valuedouble == (double)(long)rank->valuedouble)) {
+            } else if (rank && !(cJSON_IsNumber(rank) && rank->valuedouble >= 0 && rank->valuedouble < 1e9 &&
+                                 rank->valuedouble == floor(rank->valuedouble))) {
                 gckpt_seterr(err, "%s: field 'rank' must be a count (the writing process's rank)", label);
                 ok = false;
             } else {

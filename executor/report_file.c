@@ -306,75 +306,30 @@ bool gckpt_report_file_cut(gckpt_report_file *rf, int sig)
 
 /* ---- reading ----------------------------------------------------------------------------- */
 
-static cJSON *take_record(cJSON *o, const char *want)
-{
-    cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "record");
-    if (!cJSON_IsString(rec) || strcmp(rec->valuestring, want)) return NULL;
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "record");
-    return o;
-}
-
 cJSON *gckpt_report_load(const char *path, gckpt_err *err)
 {
     char *text = gckpt_read_file(path, 1u << 30, err);
     if (!text) return NULL;
-    cJSON *doc = NULL, *entries = NULL, *summary = NULL;
-    gckpt_report_tally t = {0};
-    size_t lineno = 0;
-    bool ok = true;
-    for (char *p = text; ok && *p;) {
-        char *nl = strchr(p, '\n');
-        if (!nl) break; /* a last line without its newline: a write cut short, not a record */
-        *nl = 0;
-        lineno++;
-        char label[600];
-        snprintf(label, sizeof label, "%s: line %zu", path, lineno);
-        cJSON *o = gckpt_json_parse(label, p, err);
-        ok = o != NULL;
-        if (ok && lineno == 1) {
-            const char *schema = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "schema"));
-            const cJSON *sel = cJSON_GetObjectItemCaseSensitive(o, "selected");
-            if (!take_record(o, "header") || !schema || strcmp(schema, GCKPT_REPORT_SCHEMA) || !cJSON_IsNumber(sel)) {
-                gckpt_seterr(err, "%s: not a gckpt report header (schema %s)", label, GCKPT_REPORT_SCHEMA);
-                ok = false;
-            } else {
-                t.selected = (size_t)sel->valuedouble;
-                cJSON_DeleteItemFromObjectCaseSensitive(o, "selected");
-                doc = o;
-                entries = cJSON_AddArrayToObject(doc, "entries");
-                o = NULL;
-            }
-        } else if (ok && summary) {
-            gckpt_seterr(err, "%s: a record after the summary", label);
-            ok = false;
-        } else if (ok && take_record(o, "entry")) {
-            gckpt_report_tally_add(&t, o);
-            cJSON_AddItemToArray(entries, o);
-            o = NULL;
-        } else if (ok && take_record(o, "summary")) {
-            summary = o;
-            o = NULL;
-        } else if (ok) {
-            gckpt_seterr(err, "%s: field 'record' must be \"entry\" or \"summary\"", label);
-            ok = false;
-        }
-        cJSON_Delete(o);
-        p = nl + 1;
-    }
+    cJSON *doc = gckpt_report_read(path, text, err);
     free(text);
-    if (ok && !doc) {
-        gckpt_seterr(err, "%s: no complete record", path);
-        ok = false;
-    }
-    if (ok && !summary) {
-        summary = gckpt_report_summary_json(&t, NULL, false);
-        cJSON_DeleteItemFromObjectCaseSensitive(summary, "record");
-    }
-    if (!ok) {
+    if (!doc) return NULL;
+    /* the summary of a run that has not ended: computed from its entries and the header's
+     * count of selected entries (gckpt-run and the callback write it) */
+    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(doc, "selected");
+    if (!cJSON_IsNumber(sel)) {
+        gckpt_seterr(err, "%s: the header: missing field 'selected' (number)", path);
         cJSON_Delete(doc);
-        cJSON_Delete(summary);
         return NULL;
     }
-    cJSON_AddItemToObject(doc, "summary", summary);
+    gckpt_report_tally t = {0};
+    t.selected = (size_t)sel->valuedouble;
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "selected");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "entries")) gckpt_report_tally_add(&t, e);
+    if (!cJSON_GetObjectItemCaseSensitive(doc, "summary")) {
+        cJSON *summary = gckpt_report_summary_json(&t, NULL, false);
+        cJSON_DeleteItemFromObjectCaseSensitive(summary, "record");
+        cJSON_AddItemToObject(doc, "summary", summary);
+    }
     return doc;
 }

@@ -1,5 +1,6 @@
 /* The calibration's inputs: gckpt.report/2 JSON Lines reports, written by gckpt-run (backend
- * host or cuda) or by gckpt.TrainerCallback (generator gckpt-python, backend hf-trainer). The
+ * host or cuda) or by gckpt.TrainerCallback (generator gckpt-python, backend hf-trainer),
+ * read by the one report reader (gckpt_report_read, include/gckpt/planner/report_read.h). The
  * plan each ran is read back from the header's plan.file; each entry's measured step is its
  * entry record's time.measured_step_s, or, for an entry without one (a Trainer run that was
  * killed), the median of its judged step records'. docs/calibration.md lists the fields read.
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "gckpt/planner/plan_read.h"
+#include "gckpt/planner/report_read.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/safe_text.h"
 #include "gckpt/util/sha256.h"
@@ -106,12 +108,7 @@ static bool report_header(const char *f, const cJSON *h, cal_source *s, char *pl
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(h, "generator");
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive(h, "plan");
     const cJSON *dev = cJSON_GetObjectItemCaseSensitive(h, "device");
-    char rec[16], gname[32], gver[32];
-    if (!gckpt_json_str(h, f, "record", rec, sizeof rec, err)) return false;
-    if (strcmp(rec, "header")) {
-        gckpt_seterr(err, "%s: line 1: field 'record' = \"%s\", expected \"header\"", f, rec);
-        return false;
-    }
+    char gname[32], gver[32];
     const char *missing = !cJSON_IsObject(gen) ? "generator" : !cJSON_IsObject(plan) ? "plan" : !cJSON_IsObject(dev) ? "device" : NULL;
     if (missing) {
         gckpt_seterr(err, "%s: line 1: missing field '%s' (object)", f, missing);
@@ -141,10 +138,9 @@ typedef struct {
     double predicted_s, measured_s;
 } report_entry;
 
-static bool report_entry_read(const char *f, long line, const cJSON *e, report_entry *out, gckpt_err *err)
+static bool report_entry_read(const char *where, const cJSON *e, report_entry *out, gckpt_err *err)
 {
-    char where[300], status[32];
-    snprintf(where, sizeof where, "%s: line %ld", f, line);
+    char status[32];
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "time");
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "offload");
     if (!gckpt_json_u64(e, where, "index", 0, GCKPT_MAX_ENTRIES, &out->index, err) ||
@@ -223,10 +219,8 @@ static int cmp_dbl(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-static bool step_record(const char *f, long line, const cJSON *j, step_times *st, gckpt_err *err)
+static bool step_record(const char *where, const cJSON *j, step_times *st, gckpt_err *err)
 {
-    char where[300];
-    snprintf(where, sizeof where, "%s: line %ld", f, line);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "time"), *judged = cJSON_GetObjectItemCaseSensitive(j, "judged");
     uint64_t entry;
     double s;
@@ -289,38 +283,38 @@ static bool add_entry(const char *f, const char *where, const report_entry *re, 
     return add_run(in, &r, err);
 }
 
-static bool read_report(const char *f, char *rest, const cJSON *head, cal_input *in, gckpt_err *err)
+/* A report read by the one report reader (gckpt_report_read): its entry records, and the
+ * step records of a Trainer run that has none for its entry. */
+static bool read_report(const char *f, char *text, cal_input *in, gckpt_err *err)
 {
+    cJSON *doc = gckpt_report_read(f, text, err);
+    if (!doc) return false;
     cal_source *s = &in->src[in->nsrc];
     char plan_file[1024], plan_ver[32];
-    if (!report_header(f, head, s, plan_file, sizeof plan_file, plan_ver, sizeof plan_ver, err)) return false;
     gckpt_plan_file pf;
-    bool have_plan = false, ok = true;
-    size_t first = in->nrun;
+    bool have_plan = false, ok = report_header(f, doc, s, plan_file, sizeof plan_file, plan_ver, sizeof plan_ver, err);
+    size_t first = in->nrun, i = 0;
     step_times st = {0};
-    long line = 1;
-    for (char *ln; ok && (ln = next_line(&rest));) {
-        line++;
-        if (is_blank(ln)) continue;
-        char where[300];
-        snprintf(where, sizeof where, "%s: line %ld", f, line);
-        cJSON *j = gckpt_json_parse(where, ln, err);
-        if (!j) {
-            ok = false;
-            break;
-        }
-        const cJSON *rec = cJSON_GetObjectItemCaseSensitive(j, "record");
+    char where[300];
+    const cJSON *j;
+    cJSON_ArrayForEach(j, cJSON_GetObjectItemCaseSensitive(doc, "steps"))
+    {
+        if (!ok) break;
+        snprintf(where, sizeof where, "%s: steps[%zu]", f, i++);
+        ok = step_record(where, j, &st, err);
+    }
+    i = 0;
+    cJSON_ArrayForEach(j, cJSON_GetObjectItemCaseSensitive(doc, "entries"))
+    {
+        if (!ok) break;
         report_entry re;
-        if (cJSON_IsString(rec) && !strcmp(rec->valuestring, "step")) ok = step_record(f, line, j, &st, err);
-        if (cJSON_IsString(rec) && !strcmp(rec->valuestring, "entry")) {
-            ok = report_entry_read(f, line, j, &re, err);
-            if (ok && re.measured_s > 0) {
-                if (!have_plan) ok = have_plan = report_plan(f, plan_file, plan_ver, s, &pf, err);
-                ok = ok && add_entry(f, where, &re, &pf, plan_file, in, err);
-                if (ok && re.index == st.index) st.has_entry = true;
-            }
+        snprintf(where, sizeof where, "%s: entries[%zu]", f, i++);
+        ok = report_entry_read(where, j, &re, err);
+        if (ok && re.measured_s > 0) {
+            if (!have_plan) ok = have_plan = report_plan(f, plan_file, plan_ver, s, &pf, err);
+            ok = ok && add_entry(f, where, &re, &pf, plan_file, in, err);
+            if (ok && re.index == st.index) st.has_entry = true;
         }
-        cJSON_Delete(j);
     }
     if (ok && st.n && !st.has_entry) { /* a Trainer run without its entry record */
         report_entry re;
@@ -328,6 +322,7 @@ static bool read_report(const char *f, char *rest, const cJSON *head, cal_input 
         ok = ok && steps_as_entry(f, &pf, &st, &re, err) && add_entry(f, f, &re, &pf, plan_file, in, err);
     }
     free(st.s);
+    cJSON_Delete(doc);
     if (have_plan) gckpt_plan_file_free(&pf);
     if (ok && in->nrun == first) {
         gckpt_seterr(err, "%s: no entry with a measured step time (an entry record with status \"ok\" and "
@@ -360,6 +355,8 @@ bool gckpt_cal_read(const char *path, cal_input *in, gckpt_err *err)
         free(text);
         return false;
     }
+    char *whole_text = strdup(text); /* for the report reader: the lines below are cut in place */
+    bool have_copy = whole_text != NULL;
     char *rest = text, *first = next_line(&rest);
     while (first && is_blank(first)) first = next_line(&rest);
     cJSON *head = first ? cJSON_Parse(first) : NULL;
@@ -383,14 +380,16 @@ bool gckpt_cal_read(const char *path, cal_input *in, gckpt_err *err)
             gckpt_seterr(err, "%s: line 1 is not a JSON object: not a report (gckpt.report/2 JSON Lines of gckpt-run or "
                               "gckpt.TrainerCallback)", path);
         cJSON_Delete(whole);
-    } else if (!strcmp(schema, "gckpt.report/2")) {
-        ok = read_report(path, rest, head, in, err);
+    } else if (!strcmp(schema, GCKPT_REPORT_SCHEMA)) {
+        ok = have_copy && read_report(path, whole_text, in, err);
+        if (!have_copy) gckpt_seterr(err, "out of memory");
     } else {
         gckpt_seterr(err, "%s: line 1: field 'schema' = \"%s\", expected \"gckpt.report/2\" (a report of gckpt-run or "
                           "gckpt.TrainerCallback)", path, schema);
     }
     cJSON_Delete(head);
     free(text);
+    free(whole_text);
     if (ok) in->nsrc++;
     return ok;
 }

@@ -42,17 +42,61 @@ static bool num_or_null(const cJSON *v) { return !v || cJSON_IsNull(v) || (cJSON
 static bool bool_or_null(const cJSON *v) { return !v || cJSON_IsNull(v) || cJSON_IsBool(v); }
 static bool str_or_null(const cJSON *v) { return !v || cJSON_IsNull(v) || cJSON_IsString(v); }
 
-/* A {predicted, measured, relative_error, pass} check whose prediction is the plan's. */
-static bool check_field(const cJSON *mem, const char *k, const cJSON *plan_v, const char *file, size_t i, gckpt_err *err)
+/* A {predicted, measured, relative_error, pass} check whose prediction is the plan's; rec
+ * names the record ("entries[3]", "steps[0]"). */
+static bool check_field(const cJSON *mem, const char *k, const cJSON *plan_v, const char *file, const char *rec, gckpt_err *err)
 {
     const cJSON *c = at(mem, k);
     if (!cJSON_IsObject(c) || !is_count(at(c, "predicted")) || !num_or_null(at(c, "measured")) ||
         !num_or_null(at(c, "relative_error")) || !bool_or_null(at(c, "pass")))
-        return gckpt_seterr(err, "%s: field 'entries[%zu].memory.%s' must be a check {predicted, measured, relative_error, pass}",
-                            file, i, k), false;
+        return gckpt_seterr(err, "%s: field '%s.memory.%s' must be a check {predicted, measured, relative_error, pass}",
+                            file, rec, k), false;
     if (!cJSON_IsNumber(plan_v) || at(c, "predicted")->valuedouble != plan_v->valuedouble)
-        return gckpt_seterr(err, "%s: field 'entries[%zu].memory.%s.predicted' = %.0f is not the plan's (%.0f): a report of another plan",
-                            file, i, k, at(c, "predicted")->valuedouble, cJSON_IsNumber(plan_v) ? plan_v->valuedouble : -1.0), false;
+        return gckpt_seterr(err, "%s: field '%s.memory.%s.predicted' = %.0f is not the plan's (%.0f): a report of another plan",
+                            file, rec, k, at(c, "predicted")->valuedouble, cJSON_IsNumber(plan_v) ? plan_v->valuedouble : -1.0), false;
+    return true;
+}
+
+/* time.predicted_step_s of a record is the plan entry's step time (as written and read back). */
+static bool same_step_s(const cJSON *rec_time, const cJSON *plan_entry)
+{
+    const cJSON *ts = at(rec_time, "predicted_step_s"), *ps = at(at(plan_entry, "time"), "step_s");
+    return cJSON_IsNumber(ts) && cJSON_IsNumber(ps) && fabs(ts->valuedouble - ps->valuedouble) <= 1e-12 * fabs(ps->valuedouble);
+}
+
+/* gckpt.TrainerCallback's step records (one per optimizer step) and warning records: each
+ * step is of an entry of the plan with the plan's predictions, as its entry record is. */
+static bool check_steps(const cJSON *plan, const cJSON *doc, const char *f, gckpt_err *err)
+{
+    const cJSON *pe = at(plan, "entries"), *steps = at(doc, "steps"), *warns = at(doc, "warnings"), *rank = at(doc, "rank");
+    size_t n = (size_t)cJSON_GetArraySize(pe), j = 0;
+    if (rank && !is_count(rank)) return gckpt_seterr(err, "%s: field 'rank' must be a count", f), false;
+    if (steps && !cJSON_IsArray(steps)) return gckpt_seterr(err, "%s: field 'steps' must be an array", f), false;
+    if (warns && !cJSON_IsArray(warns)) return gckpt_seterr(err, "%s: field 'warnings' must be an array", f), false;
+    for (const cJSON *s = steps ? steps->child : NULL; s; s = s->next, j++) {
+        char rec[48];
+        snprintf(rec, sizeof rec, "steps[%zu]", j);
+        const cJSON *ix = at(s, "entry"), *st = at(s, "step"), *t = at(s, "time");
+        if (!cJSON_IsObject(s) || !is_count(ix) || ix->valuedouble >= (double)n)
+            return gckpt_seterr(err, "%s: field '%s.entry' is not an entry of the plan (%zu entries): a report of another plan",
+                                f, rec, n), false;
+        if (!is_count(st) || st->valuedouble < 1 || !cJSON_IsBool(at(s, "judged")) || !bool_or_null(at(s, "pass")))
+            return gckpt_seterr(err, "%s: field '%s': step (from 1), judged (boolean), pass (boolean or null)", f, rec), false;
+        const cJSON *p = cJSON_GetArrayItem(pe, (int)ix->valuedouble), *m = at(s, "memory"), *pm = at(p, "memory");
+        if (!cJSON_IsObject(m)) return gckpt_seterr(err, "%s: missing field '%s.memory' (object)", f, rec), false;
+        if (!check_field(m, "peak_bytes", at(pm, "peak_bytes"), f, rec, err) ||
+            !check_field(m, "device_peak_bytes", at(pm, "device_peak_bytes"), f, rec, err))
+            return false;
+        if (!cJSON_IsObject(t) || !cJSON_IsNumber(at(t, "predicted_step_s")) || !num_or_null(at(t, "measured_step_s")) ||
+            !num_or_null(at(t, "relative_error")))
+            return gckpt_seterr(err, "%s: field '%s.time' must hold predicted_step_s, measured_step_s, relative_error", f, rec), false;
+        if (!same_step_s(t, p))
+            return gckpt_seterr(err, "%s: field '%s.time.predicted_step_s' is not the plan's: a report of another plan", f, rec), false;
+    }
+    j = 0;
+    for (const cJSON *w = warns ? warns->child : NULL; w; w = w->next, j++)
+        if (!cJSON_IsObject(w) || !cJSON_IsString(at(w, "code")) || !cJSON_IsString(at(w, "message")))
+            return gckpt_seterr(err, "%s: field 'warnings[%zu]': code and message (strings)", f, j), false;
     return true;
 }
 
@@ -101,15 +145,17 @@ bool gckpt_dash_report_check(const cJSON *plan, const gckpt_dash_report *r, gckp
             return gckpt_seterr(err, "%s: field 'entries[%zu]': status (string), pass (boolean or null), message (string or null)", f, i), false;
         const cJSON *m = at(e, "memory"), *pm = at(p, "memory");
         if (!cJSON_IsObject(m)) return gckpt_seterr(err, "%s: missing field 'entries[%zu].memory' (object)", f, i), false;
-        if (!check_field(m, "peak_bytes", at(pm, "peak_bytes"), f, i, err) ||
-            !check_field(m, "device_peak_bytes", at(pm, "device_peak_bytes"), f, i, err) ||
-            !check_field(m, "host_pinned_bytes", at(pm, "host_pinned_bytes"), f, i, err))
+        char rec[48];
+        snprintf(rec, sizeof rec, "entries[%zu]", i);
+        if (!check_field(m, "peak_bytes", at(pm, "peak_bytes"), f, rec, err) ||
+            !check_field(m, "device_peak_bytes", at(pm, "device_peak_bytes"), f, rec, err) ||
+            !check_field(m, "host_pinned_bytes", at(pm, "host_pinned_bytes"), f, rec, err))
             return false;
-        const cJSON *t = at(e, "time"), *ps = at(at(p, "time"), "step_s"), *ts = at(t, "predicted_step_s");
+        const cJSON *t = at(e, "time"), *ts = at(t, "predicted_step_s");
         if (!cJSON_IsObject(t) || !cJSON_IsNumber(ts) || !num_or_null(at(t, "measured_step_s")) ||
             !num_or_null(at(t, "relative_error")) || !bool_or_null(at(t, "pass")))
             return gckpt_seterr(err, "%s: field 'entries[%zu].time' must hold predicted_step_s, measured_step_s, relative_error, pass", f, i), false;
-        if (!cJSON_IsNumber(ps) || fabs(ts->valuedouble - ps->valuedouble) > 1e-12 * fabs(ps->valuedouble))
+        if (!same_step_s(t, p))
             return gckpt_seterr(err, "%s: field 'entries[%zu].time.predicted_step_s' is not the plan's: a report of another plan", f, i), false;
         const cJSON *rk = at(e, "ranks");
         if (rk && !cJSON_IsArray(rk)) return gckpt_seterr(err, "%s: field 'entries[%zu].ranks' must be an array", f, i), false;
@@ -120,7 +166,7 @@ bool gckpt_dash_report_check(const cJSON *plan, const gckpt_dash_report *r, gckp
                 !num_or_null(at(at(x, "peak_bytes"), "measured")) || !num_or_null(at(x, "measured_step_s")))
                 return gckpt_seterr(err, "%s: field 'entries[%zu].ranks[%zu]': rank, status, peak_bytes {predicted, measured}, measured_step_s", f, i, j), false;
     }
-    return true;
+    return check_steps(plan, r->doc, f, err);
 }
 
 /* ---- the page ---------------------------------------------------------------------------- */

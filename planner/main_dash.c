@@ -1,7 +1,9 @@
-/* gckpt-dash: one self-contained HTML page over a plan and gckpt-run's reports of it
- * (docs/dashboard.md; the page: planner/dash_html.c). The plan is checked by the plan
- * reader, each report read by gckpt_report_load and checked against the plan; any failure
- * is one line naming the file, exit 2, and no page is written. */
+/* gckpt-dash: one self-contained HTML page over a plan and reports of it, gckpt-run's or
+ * gckpt.TrainerCallback's (docs/dashboard.md; the page: planner/dash_html.c). The plan is
+ * checked by the plan reader, each report read by gckpt_report_load and checked against
+ * the plan; any failure is one line naming the file, exit 2, and no page is written. Each
+ * report is a file named on the command line: a callback run under torchrun writes one
+ * per rank and each is read as given (its rank from its records), none looked for. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,11 +24,13 @@ static void usage(FILE *f)
 "usage: gckpt-dash -o PAGE.html PLAN.json [REPORT.jsonl ...]\n"
 "\n"
 "Write one self-contained HTML page (inline SVG, style and script; no network access)\n"
-"over a plan written by gckpt-plan and, optionally, reports of it written by gckpt-run:\n"
-"the sweep (device peak against tokens/s, budget, Pareto frontier, recommended entry,\n"
-"filters), the selected entry (breakdown at the peak, memory timeline, TrainingArguments),\n"
-"and predicted against measured per entry and rank, with several reports as a trend over\n"
-"their dates (each report's file modification time).\n"
+"over a plan written by gckpt-plan and, optionally, reports of it written by gckpt-run\n"
+"or by gckpt.TrainerCallback: the sweep (device peak against tokens/s, budget, Pareto\n"
+"frontier, recommended entry, filters), the selected entry (breakdown at the peak, memory\n"
+"timeline, TrainingArguments), and predicted against measured per entry and rank, with\n"
+"several reports as a trend over their dates (each report's file modification time); a\n"
+"callback report adds every optimizer step against the plan and its warnings. Under\n"
+"torchrun the callback writes one file per rank (NAME.rankR.EXT): give each one wanted.\n"
 "\n"
 "  -o, --output FILE      the page to write (replaced atomically)\n"
 "  -h, --help             this help\n"

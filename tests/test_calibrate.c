@@ -516,6 +516,18 @@ static void test_bad_inputs(void **st)
     nl[2] = '#'; /* line 2 corrupt: {#record"... */
     cli_write("corrupt.jsonl", t);
     free(t);
+    /* read by the one report reader (planner/report_read.c): one rank's records per file */
+    t = cli_slurp("ok.jsonl");
+    {
+        const char *w = "{\"record\": \"warning\", \"rank\": 1, \"code\": \"seq\", \"message\": \"m\", \"planned\": 32, \"live\": 64}\n";
+        char *u = malloc(strlen(t) + strlen(w) + 1);
+        char *sum = strstr(t, "{\"record\":\"summary\"");
+        assert_non_null(sum);
+        sprintf(u, "%.*s%s%s", (int)(sum - t), t, w, sum);
+        cli_write("two-ranks.jsonl", u);
+        free(u);
+    }
+    free(t);
     cli_write("garbage.jsonl", "this is not JSON\n");
     cli_write("nothing.jsonl", "");
     static const struct {
@@ -526,6 +538,7 @@ static void test_bad_inputs(void **st)
         {"planned for another device", {"--calibrate-from", "h100.jsonl", "--gpu", "base.json"}, "h100.jsonl"},
         {"no measured time", {"--calibrate-from", "none.jsonl"}, "measured_step_s"},
         {"corrupt JSON", {"--calibrate-from", "corrupt.jsonl"}, "corrupt.jsonl: line 2"},
+        {"two ranks' records in one file", {"--calibrate-from", "two-ranks.jsonl"}, "one rank's records"},
         {"not JSON", {"--calibrate-from", "garbage.jsonl"}, "not a report"},
         {"empty", {"--calibrate-from", "nothing.jsonl"}, "nothing.jsonl"},
         {"not a report: a plan", {"--calibrate-from", "base-plan.json"}, "gckpt.plan/2\": not a report"},

@@ -180,9 +180,10 @@
     if (a >= 1e4) return String(+(v / 1e3).toPrecision(4)) + "k";
     return String(+v.toPrecision(6));
   }
-  function axes(g, x0, y0, w, h, xs, ys, xl, yl) {
+  /* xWhole: whole numbers only on x (steps) */
+  function axes(g, x0, y0, w, h, xs, ys, xl, yl, xWhole) {
     var ax = sv("g", { "class": "axis" });
-    niceTicks(xs.lo, xs.hi, 8).forEach(function (v) {
+    niceTicks(xs.lo, xs.hi, 8).filter(function (v) { return !xWhole || Math.abs(v - Math.round(v)) < 1e-9; }).forEach(function (v) {
       var x = xs.map(v);
       ax.appendChild(sv("line", { "class": "gridline", x1: x, x2: x, y1: y0, y2: y0 + h }));
       ax.appendChild(sv("text", { x: x, y: y0 + h + 16, "text-anchor": "middle" }, fmtTick(v)));
@@ -670,11 +671,14 @@
     if (!reports.length) { box.appendChild(el("p", { "class": "note" }, "No report given.")); return; }
     reports.forEach(function (r, k) {
       var rep = obj(r.report), dv = obj(rep.device), sm = obj(rep.summary);
-      var h = el("h3", null, "Report " + (k + 1) + ": " + str(r.file) + " (" + dateText(r.date) + ")");
+      var ranks = obj(rep.ranks), gen = obj(rep.generator);
+      var h = el("h3", null, "Report " + (k + 1) + ": " + str(r.file) + " (" + dateText(r.date) + ")" +
+        (isNum(rep.rank) ? ", rank " + rep.rank + (isNum(ranks.world_size) ? " of " + ranks.world_size : "") : ""));
       box.appendChild(h);
-      box.appendChild(el("p", { "class": "note" }, "backend " + str(rep.backend, "?") + " on " + str(dv.name, "?") +
+      box.appendChild(el("p", { "class": "note" }, "backend " + str(rep.backend, "?") + " (" + str(gen.name, "?") + ") on " + str(dv.name, "?") +
         " \u00b7 " + String(sm.passed) + " passed, " + String(sm.failed) + " failed of " + String(sm.selected) + " selected" +
         (sm.ended === false ? " (the run had not ended)" : "") + (typeof sm.signal === "string" ? " \u00b7 stopped by " + sm.signal : "")));
+      reportWarnings(box, rep, k);
       var wrap = el("div", { "class": "table-scroll" }), t = el("table", { "class": "measured-table", "data-report": String(k) }), hr = el("tr");
       ["entry", "setting", "status", "predicted alloc", "measured alloc", "error", "pass", "predicted device", "measured device", "error", "pass",
         "predicted step", "measured step", "error", "time", "pass", "message"].forEach(function (x, i) { hr.appendChild(el("th", i === 1 || i === 16 ? { "class": "l" } : null, x)); });
@@ -724,14 +728,131 @@
       });
       wrap.appendChild(t);
       box.appendChild(wrap);
+      stepCharts(box, rep, k);
     });
+  }
+  /* gckpt.TrainerCallback's warnings: where the live run differs from the plan's entry */
+  function reportWarnings(box, rep, k) {
+    var ws = arr(rep.warnings).filter(function (w) { return w && typeof w === "object"; });
+    if (!ws.length) return;
+    var ul = el("ul", { "class": "report-warnings", "data-report": String(k) });
+    ws.forEach(function (w) {
+      var li = el("li", { "data-code": str(w.code) }, "PlanMismatchWarning [" + str(w.code) + "]: " + str(w.message));
+      ul.appendChild(li);
+    });
+    box.appendChild(el("p", { "class": "note" }, "The run differs from its plan (" + ws.length + " warning" + (ws.length > 1 ? "s" : "") + "; it went on):"));
+    box.appendChild(ul);
+  }
+  /* gckpt.TrainerCallback's step records: per entry, each optimizer step's measured peak
+   * against the plan's line; step 1 is measured but not judged (the optimizer creates its
+   * states in it, the plan is for step 2 onwards) */
+  function stepCharts(box, rep, k) {
+    var by = {}, order = [];
+    arr(rep.steps).forEach(function (s) {
+      if (!s || typeof s !== "object" || !isNum(s.entry) || !isNum(s.step)) return;
+      if (!by[s.entry]) { by[s.entry] = []; order.push(s.entry); }
+      by[s.entry].push(s);
+    });
+    order.forEach(function (idx) {
+      var ss = by[idx].slice().sort(function (a, b) { return a.step - b.step; });
+      box.appendChild(stepChart(ss, idx, k));
+      box.appendChild(stepTable(ss, idx, k));
+    });
+  }
+  function stepChart(ss, idx, k) {
+    var wrap = el("div", { "class": "steps" });
+    wrap.appendChild(el("h4", null, "Entry " + idx + ", every optimizer step (" + ss.length + ")"));
+    var series = [["peak_bytes", "allocated", "circle"], ["device_peak_bytes", "device", "square"]].filter(function (sr) {
+      return ss.some(function (s) { return isNum(check(obj(s.memory)[sr[0]]).meas); });
+    });
+    var lo = Infinity, hi = 0, smax = 1;
+    ss.forEach(function (s) {
+      smax = Math.max(smax, s.step);
+      series.forEach(function (sr) {
+        var c = check(obj(s.memory)[sr[0]]);
+        [c.meas, c.pred].forEach(function (v) { if (isNum(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); } });
+      });
+    });
+    if (!series.length || !isFinite(lo)) { wrap.appendChild(el("p", { "class": "note" }, "No measured peak in these steps.")); return wrap; }
+    var span = Math.max(hi - lo, hi * 0.002, 1), SU = unitFor(hi);
+    var SW = 900, SH = 300, x0 = 78, y0 = 14, w = SW - x0 - 24, h = SH - y0 - 52;
+    var sxs = scale(ss.length > 1 ? Math.min(ss[0].step, 1) : 0, Math.max(smax, 2), x0 + 12, x0 + w - 12);
+    var sys = scale(Math.max(0, lo - span * 0.15) / SU.div, (hi + span * 0.15) / SU.div, y0 + h, y0);
+    var g = sv("svg", { viewBox: "0 0 " + SW + " " + SH, width: SW, height: SH, role: "img", "class": "steps-svg",
+      "data-report": String(k), "data-entry": String(idx), "aria-label": "each step's measured peak against the plan's, entry " + idx });
+    axes(g, x0, y0, w, h, sxs, sys, "optimizer step", "peak (" + SU.name + ")", true);
+    var legendText = [];
+    series.forEach(function (sr, si) {
+      var colour = si ? okabe[5] : okabe[4], pred = null;
+      ss.forEach(function (s) { var c = check(obj(s.memory)[sr[0]]); if (isNum(c.pred) && pred === null) pred = c.pred; });
+      if (isNum(pred)) {
+        var yp = sys.map(pred / SU.div);
+        g.appendChild(sv("line", { "class": "pred-line", x1: x0, x2: x0 + w, y1: yp, y2: yp, stroke: colour, "data-series": sr[1], "data-predicted": String(pred) }));
+        g.appendChild(sv("text", { x: x0 + 30, y: yp - 7 - 14 * si, "class": "halo" }, "planned " + sr[1] + " " + gib(pred)));
+        legendText.push("dashed: the plan's " + sr[1] + " peak, " + bytesGib(pred));
+      }
+      var d = "";
+      ss.forEach(function (s) {
+        var c = check(obj(s.memory)[sr[0]]);
+        if (!isNum(c.meas)) return;
+        var x = sxs.map(s.step), y = sys.map(c.meas / SU.div);
+        d += (d ? "L" : "M") + x.toFixed(1) + " " + y.toFixed(1);
+      });
+      g.appendChild(sv("path", { "class": "step-line", d: d || "M0 0", stroke: colour }));
+      ss.forEach(function (s) {
+        var c = check(obj(s.memory)[sr[0]]);
+        if (!isNum(c.meas)) return;
+        var x = sxs.map(s.step), y = sys.map(c.meas / SU.div), judged = s.judged === true;
+        var pt = sv("path", { d: shapePath(sr[2] === "square" ? "off" : "-", Math.round(x * 10) / 10, Math.round(y * 10) / 10, 4.5),
+          "class": "step-pt" + (judged ? "" : " not-judged") + (c.pass === false ? " failed" : ""), stroke: colour, fill: judged ? colour : "none",
+          "data-series": sr[1], "data-step": String(s.step), "data-measured": String(c.meas), "data-judged": String(judged) });
+        pt.appendChild(sv("title", null, "step " + s.step + (judged ? "" : " (not judged: the optimizer creates its states in it)") + ": " + sr[1] +
+          " peak " + bytesGib(c.meas) + " against " + bytesGib(c.pred) + " planned, " + pct(c.rel) +
+          (judged ? (c.pass === true ? ", pass" : c.pass === false ? ", FAIL" : "") : "") + "; step " + secs(obj(s.time).measured_step_s)));
+        g.appendChild(pt);
+        if (!judged && si === 0)
+          g.appendChild(sv("text", { x: x + 8, y: y + 4, "class": "halo not-judged-label" }, "step " + s.step + ": not judged"));
+      });
+    });
+    wrap.appendChild(g);
+    wrap.appendChild(el("p", { "class": "note" }, "Each optimizer step's measured peak (" + series.map(function (sr) { return sr[1] + ": " + sr[2]; }).join(", ") +
+      "); hollow: not judged (step 1, before the optimizer's states exist; the plan is for step 2 onwards); " + legendText.join("; ") + "."));
+    return wrap;
+  }
+  function stepTable(ss, idx, k) {
+    var det = el("details", { "class": "steps-detail" }), t = el("table", { "class": "steps-table", "data-report": String(k), "data-entry": String(idx) }), hr = el("tr");
+    det.appendChild(el("summary", null, "Every step of entry " + idx + " as a table"));
+    ["step", "judged", "predicted alloc", "measured alloc", "error", "predicted device", "measured device", "error", "pass", "step time"].forEach(function (x) { hr.appendChild(el("th", null, x)); });
+    t.appendChild(hr);
+    ss.forEach(function (s) {
+      var mm = obj(s.memory), a = check(mm.peak_bytes), dvc = check(mm.device_peak_bytes);
+      var tr = el("tr", { "data-step": String(s.step) });
+      tr.appendChild(el("td", null, String(s.step)));
+      tr.appendChild(el("td", null, s.judged === true ? "judged" : "not judged"));
+      tr.appendChild(bytesCell(a.pred));
+      tr.appendChild(bytesCell(a.meas));
+      tr.appendChild(el("td", null, pct(a.rel)));
+      tr.appendChild(bytesCell(dvc.pred));
+      tr.appendChild(bytesCell(dvc.meas));
+      tr.appendChild(el("td", null, pct(dvc.rel)));
+      tr.appendChild(passCell(s.pass));
+      tr.appendChild(el("td", null, secs(obj(s.time).measured_step_s)));
+      t.appendChild(tr);
+    });
+    var sc = el("div", { "class": "table-scroll" });
+    sc.appendChild(t);
+    det.appendChild(sc);
+    return det;
   }
   /* several reports: each entry's relative error of the allocated peak (and of the step time)
    * over the reports' dates */
   function trend() {
     var box = document.getElementById("trend");
-    if (reports.length < 2) return;
-    var rs = reports.map(function (r, k) { return { r: r, k: k, d: isNum(r.date) ? r.date : k }; }).sort(function (a, b) { return a.d - b.d; });
+    /* one line per entry over runs: rank 0's report of each (gckpt-run's reports are rank 0's;
+     * gckpt.TrainerCallback's other ranks write files of their own) */
+    var runs = reports.filter(function (r) { var rk = obj(r.report).rank; return !(isNum(rk) && rk > 0); });
+    if (runs.length < 2) return;
+    var rs = runs.map(function (r, k) { return { r: r, k: k, d: isNum(r.date) ? r.date : k }; }).sort(function (a, b) { return a.d - b.d; });
     var series = {};
     rs.forEach(function (o, pos) {
       repEntries(o.r).forEach(function (x) {

@@ -5,7 +5,9 @@ usage: dash_test.py --build DIR --source DIR cli|browser|screenshots OUTDIR|benc
 
   cli          refusals without a browser: a plan or report that fails its checks, a
                report of another plan: one line naming the file, exit 2, no page written
-               (an existing page untouched); the page's data block escaped
+               (an existing page untouched); the page's data block escaped;
+               gckpt.TrainerCallback's reports accepted, refused when of another plan,
+               read by gckpt-plan --calibrate-from
   browser      headless Chromium (Debian's chromium) on the generated pages, --dump-dom
                after the script ran: points = entries, the recommended one marked, each
                point's tooltip = its entry's numbers in the plan, the reports' measured
@@ -16,10 +18,14 @@ usage: dash_test.py --build DIR --source DIR cli|browser|screenshots OUTDIR|benc
                does fetch() records the violation (the check can fail); served by a
                local static web server that logs requests, the page is the only one; a
                plan for 2 GPUs and its mpirun run (each rank's row); screenshots of the
-               sweep and of a selected entry. Exit 77 (skipped) without chromium.
-  screenshots  the README's two screenshots into OUTDIR: the sweep and the recommended
-               entry of llama-3.2-3b at 4096 tokens on the H100 profile (gckpt-plan
-               --model llama-3.2-3b --seq 4096 --micro-batch 1,2,4,8 --every-n off,1,2,4,7)
+               sweep and of a selected entry; gckpt.TrainerCallback's reports
+               (tests/data/dash): the entry row, every step's measured peak against the
+               plan's line (step 1 not judged), the warnings, each rank's file. Exit 77
+               (skipped) without chromium.
+  screenshots  the docs' screenshots into OUTDIR: the sweep and the recommended entry of
+               llama-3.2-3b at 4096 tokens on the H100 profile (gckpt-plan --model
+               llama-3.2-3b --seq 4096 --micro-batch 1,2,4,8 --every-n off,1,2,4,7), and
+               the callback report tests/data/dash/callback-warn.jsonl
   bench        (not a test) the page's size and Chromium's time to open a plan of about
                10,000 entries (--dump-dom's wall time: start, load, script, DOM out)
 
@@ -237,6 +243,7 @@ def test_cli(fx):
         with open(path, "w") as f:
             f.write(t)
         refused(fx, fx.dash("r%d.html" % i, plan, rep, path), "bad-report-%d.jsonl" % i, "r%d.html" % i, "report: " + label)
+    test_cli_callback(fx)
     # an existing page is left as it was by a refusal
     with open(fx.p("keep.html"), "w") as f:
         f.write("old\n")
@@ -269,6 +276,73 @@ def test_cli(fx):
         check("\u202e" not in page and "\ufffd" not in b, "a bidi override or an invalid byte reached the page")
         check(json.loads(b)["plan"]["inputs"]["model"]["name"].startswith("</script>"), "the hostile name is not the data's")
     check(page.count("<script") == 2, "the page has other scripts than its data and its own")
+
+
+CALLBACK_DIR = "tests/data/dash"  # real gckpt.TrainerCallback reports (its README says how they were made)
+
+
+def cb(fx, name):
+    return os.path.join(fx.source, CALLBACK_DIR, name)
+
+
+def records(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def callback_like_plan(fx, name, *extra):
+    """A plan of the callback fixtures' model, device and options, with extra options."""
+    d = fx.source
+    args = {"--seq": "32", "--grad-accum": "2", "--every-n": "off,1,2"}
+    for k, v in zip(extra[::2], extra[1::2]):
+        args[k] = v
+    return fx.plan(name, "--model", d + "/tests/data/trainer/tiny-llama.json", "--gpu", d + "/tests/data/devices/cpu-exact.json",
+                   "--target", "cpu", "--precision", "fp32", "--optimizer", "adamw", "--attention", "sdpa",
+                   "--micro-batch", "2", "--offload", "off", *[x for kv in args.items() for x in kv])
+
+
+def test_cli_callback(fx):
+    """gckpt.TrainerCallback's reports: read next to gckpt-run's, each rank's file as given;
+    one of another plan refused like gckpt-run's; gckpt-plan --calibrate-from reads them."""
+    plan, ddp = cb(fx, "callback-plan.json"), cb(fx, "callback-ddp-plan.json")
+    r = fx.dash("cb.html", plan, cb(fx, "callback.jsonl"), cb(fx, "callback-warn.jsonl"))
+    check(r.returncode == 0 and r.stderr == b"", "callback reports: exit %d %r" % (r.returncode, r.stderr))
+    r = fx.dash("cb-ddp.html", ddp, cb(fx, "callback-ddp.jsonl"), cb(fx, "callback-ddp.rank1.jsonl"))
+    check(r.returncode == 0 and r.stderr == b"", "callback reports of two ranks: exit %d %r" % (r.returncode, r.stderr))
+    # the same plan made again here is the fixtures' plan (the check compares predictions)
+    again = callback_like_plan(fx, "cb-again.json")
+    r = fx.dash("cb-again.html", again, cb(fx, "callback.jsonl"))
+    check(r.returncode == 0, "a callback report against its plan made again: %r" % r.stderr)
+    # a callback report of another plan: another sequence (the header), another accumulation
+    # (the entries' predictions), another plan's rank file
+    for i, (label, other, rep) in enumerate([
+            ("another sequence", callback_like_plan(fx, "cb-seq64.json", "--seq", "64"), "callback.jsonl"),
+            ("another grad-accum", callback_like_plan(fx, "cb-ga1.json", "--grad-accum", "1"), "callback.jsonl"),
+            ("a rank of another plan's run", plan, "callback-ddp.rank1.jsonl")]):
+        r = fx.dash("cbx%d.html" % i, other, cb(fx, rep))
+        refused(fx, r, rep, "cbx%d.html" % i, "callback report: " + label)
+        check(b"a report of another plan" in r.stderr, "callback report, %s: %r" % (label, r.stderr))
+    # a killed run (no entry or summary record): its steps are checked as its entries are
+    lines = open(cb(fx, "callback.jsonl")).read().splitlines(True)
+    killed = [l for l in lines if json.loads(l)["record"] in ("header", "step")]
+    with open(fx.p("killed.jsonl"), "w") as f:
+        f.write("".join(killed))
+    r = fx.dash("killed.html", plan, fx.p("killed.jsonl"))
+    check(r.returncode == 0, "a killed callback run: %r" % r.stderr)
+    s1 = json.loads(killed[2])
+    s1["memory"]["peak_bytes"]["predicted"] += 1
+    with open(fx.p("killed-other.jsonl"), "w") as f:
+        f.write("".join(killed[:2]) + json.dumps(s1) + "\n" + "".join(killed[3:]))
+    r = fx.dash("killed-other.html", plan, fx.p("killed-other.jsonl"))
+    refused(fx, r, "killed-other.jsonl", "killed-other.html", "a killed callback run of another prediction")
+    check(b"steps[1].memory.peak_bytes.predicted" in r.stderr, "the step's field is not named: %r" % r.stderr)
+    # the calibration reads the same reports (its plan.file lies next to them)
+    r = run([fx.plan_exe, "--calibrate-from", cb(fx, "callback.jsonl"), cb(fx, "callback-ddp.rank1.jsonl"), "-o", fx.p("cal.json")],
+            env=fx.env)
+    check(r.returncode == 0, "gckpt-plan --calibrate-from callback reports: %r" % r.stderr)
+    if r.returncode == 0:
+        frm = load(fx.p("cal.json"))["calibration"]["from"]
+        check([x["generator"].split()[0] for x in frm] == ["gckpt-python"] * 2, "calibration sources %r" % frm)
 
 
 def hostile_plan(fx, plan, name="hostile.json"):
@@ -407,6 +481,7 @@ def test_browser(fx, shots):
         check(h1 and h1[0].all_text().startswith("</script><script>"), "the hostile name is not shown as text: %r" % (h1 and h1[0].all_text()))
         check(len([n for n in th.nodes if n.tag in ("img", "script") and n.attrs.get("type") != "application/json"]) == 1,
               "hostile page: an injected element is in the DOM")
+    test_browser_callback(fx)
     # several GPUs: the plan's layout, each rank of a run under mpirun (when OpenMPI is here)
     zp = fx.plan("zero3.json", "--model", fx.source + "/tests/executor/data/tiny-llama.json", "--seq", "32",
                  "--every-n", "off,2", "--gpus", "2", "--parallel", "zero3")
@@ -481,6 +556,97 @@ def test_browser(fx, shots):
         check(ok, "screenshot %s" % out)
 
 
+def kids(n, tag):
+    out = []
+    for c in n.children:
+        if c.tag == tag:
+            out.append(c)
+        out += kids(c, tag)
+    return out
+
+
+def check_callback_report(t, k, path, plan, label):
+    """Report k of page t is callback report path: its entry row's measured values, its step
+    chart's points (step 1 not judged) against the plan's line, its warnings' texts."""
+    recs = records(path)
+    steps = [r for r in recs if r["record"] == "step"]
+    ents = [r for r in recs if r["record"] == "entry"]
+    warns = [r for r in recs if r["record"] == "warning"]
+    tables = t.find("table", data_report=str(k), **{"class": "measured-table"})
+    check(len(tables) == 1, "%s: no table" % label)
+    for e in ents:
+        rows = [n for n in (kids(tables[0], "tr") if tables else []) if n.attrs.get("data-entry") == str(e["index"])]
+        check(len(rows) == 1 and rows[0].attrs.get("data-measured-alloc") == str(e["memory"]["peak_bytes"]["measured"]),
+              "%s: entry %d's measured allocated peak" % (label, e["index"]))
+        if rows:
+            ms = rows[0].attrs.get("data-measured-step")
+            check(ms and abs(float(ms) - e["time"]["measured_step_s"]) <= 1e-12 * e["time"]["measured_step_s"],
+                  "%s: entry %d's measured step" % (label, e["index"]))
+    for idx in sorted({s["entry"] for s in steps}):
+        svgs = t.find("svg", data_report=str(k), data_entry=str(idx), **{"class": "steps-svg"})
+        check(len(svgs) == 1, "%s: entry %d has no step chart" % (label, idx))
+        if not svgs:
+            continue
+        pts = [n for n in kids(svgs[0], "path") if "step-pt" in n.attrs.get("class", "").split()
+               and n.attrs.get("data-series") == "allocated"]
+        got = [(int(n.attrs["data-step"]), int(n.attrs["data-measured"]), n.attrs["data-judged"] == "true") for n in pts]
+        want = [(s["step"], s["memory"]["peak_bytes"]["measured"], s["judged"]) for s in steps if s["entry"] == idx]
+        check(got == want, "%s: step chart points %s, the report's steps %s" % (label, got, want))
+        for n in pts:
+            nj = "not-judged" in n.attrs.get("class", "").split()
+            check(nj == (n.attrs["data-judged"] == "false"), "%s: step %s marked judged wrongly" % (label, n.attrs["data-step"]))
+        check(any(n.attrs["data-step"] == "1" and n.attrs["data-judged"] == "false" for n in pts), "%s: step 1 is not marked not judged" % label)
+        lines = [n for n in kids(svgs[0], "line") if "pred-line" in n.attrs.get("class", "") and n.attrs.get("data-series") == "allocated"]
+        pred = plan["entries"][idx]["memory"]["peak_bytes"]
+        check(len(lines) == 1 and lines[0].attrs.get("data-predicted") == str(pred), "%s: the predicted line is not the plan's %d" % (label, pred))
+        rows = t.find("table", data_report=str(k), data_entry=str(idx), **{"class": "steps-table"})
+        check(rows and [n.attrs.get("data-step") for n in kids(rows[0], "tr") if "data-step" in n.attrs] == [str(s["step"]) for s in steps if s["entry"] == idx],
+              "%s: the steps table" % label)
+    uls = t.find("ul", data_report=str(k), **{"class": "report-warnings"})
+    got = [li.all_text() for li in kids(uls[0], "li")] if uls else []
+    check(got == ["PlanMismatchWarning [%s]: %s" % (w["code"], w["message"]) for w in warns],
+          "%s: warnings shown %r, the report's %r" % (label, got, [w["message"] for w in warns]))
+
+
+def test_browser_callback(fx):
+    """gckpt.TrainerCallback's reports on the page: the entry row, every step against the
+    plan's line, the warnings; each rank's file as its own report; hostile warning text."""
+    plan = cb(fx, "callback-plan.json")
+    reps = [cb(fx, "callback.jsonl"), cb(fx, "callback-warn.jsonl")]
+    r = fx.dash("cb-page.html", plan, *reps)
+    check(r.returncode == 0, "gckpt-dash callback: %r" % r.stderr)
+    t = Tree(dump_dom(fx.p("cb-page.html"), "#tab=measured"))
+    check_page_clean(t, "callback page", fx.p("cb-page.html") + "#tab=measured")
+    for k, rep in enumerate(reps):
+        check_callback_report(t, k, rep, load(plan), "callback report %d" % k)
+    # two ranks under torchrun: each file as given, its rank from its records; the trend is
+    # over rank 0's reports (one here: none)
+    ddp = cb(fx, "callback-ddp-plan.json")
+    reps = [cb(fx, "callback-ddp.jsonl"), cb(fx, "callback-ddp.rank1.jsonl")]
+    r = fx.dash("cb-ddp.html", ddp, *reps)
+    check(r.returncode == 0, "gckpt-dash callback ddp: %r" % r.stderr)
+    t = Tree(dump_dom(fx.p("cb-ddp.html"), "#tab=measured"))
+    check_page_clean(t, "callback ddp page", fx.p("cb-ddp.html") + "#tab=measured")
+    heads = [n.all_text() for n in t.find("h3") if n.all_text().startswith("Report ")]
+    check(len(heads) == 2 and heads[0].endswith("rank 0 of 2") and heads[1].endswith("rank 1 of 2"), "rank headings %r" % heads)
+    for k, rep in enumerate(reps):
+        check_callback_report(t, k, rep, load(ddp), "ddp rank %d" % k)
+    check(not t.find("svg", id="trend-svg"), "two ranks of one run drawn as a trend")
+    # a hostile warning text is text
+    lines = open(cb(fx, "callback-warn.jsonl"), encoding="utf-8").read().splitlines()
+    w = json.loads(lines[1])
+    w["message"] = "<script>document.body.setAttribute('data-pwned','warning')</script><img src=x onerror=\"document.body.setAttribute('data-pwned','img')\">\u202e"
+    lines[1] = json.dumps(w)
+    with open(fx.p("evil-warn.jsonl"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    r = fx.dash("cb-evil.html", plan, fx.p("evil-warn.jsonl"))
+    check(r.returncode == 0, "hostile warning refused: %r" % r.stderr)
+    t = Tree(dump_dom(fx.p("cb-evil.html"), "#tab=measured"))
+    check_page_clean(t, "hostile warning", fx.p("cb-evil.html") + "#tab=measured")
+    li = [n.all_text() for n in t.find("li", data_code="optimizer")]
+    check(li and li[0].startswith("PlanMismatchWarning [optimizer]: <script>"), "the hostile warning is not shown as text: %r" % li)
+
+
 def screenshots(fx, outdir):
     plan = fx.plan("llama.json", "--model", "llama-3.2-3b", "--seq", "4096", "--micro-batch", "1,2,4,8",
                    "--every-n", "off,1,2,4,7")
@@ -492,6 +658,14 @@ def screenshots(fx, outdir):
         out = os.path.join(outdir, name + ".png")
         browser(fx.p("llama.html"), ["--screenshot=" + out], win, view)
         print(out)
+    # a gckpt.TrainerCallback report (tests/data/dash): its warning, its entry, every step
+    r = run([fx.dash_exe, "-o", fx.p("callback.html"), "callback-plan.json", "callback-warn.jsonl"], env=fx.env,
+            cwd=os.path.join(fx.source, CALLBACK_DIR))
+    if r.returncode != 0:
+        sys.exit(r.stderr.decode())
+    out = os.path.join(outdir, "dashboard-callback.png")
+    browser(fx.p("callback.html"), ["--screenshot=" + out], "1100,900", "#tab=measured")
+    print(out)
 
 
 def bench(fx):

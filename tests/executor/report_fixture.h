@@ -1,4 +1,4 @@
-/* Reading a gckpt-run report (JSON Lines) in tests: every complete line validates against
+/* Reading a gckpt-run (or gckpt.TrainerCallback) report (JSON Lines) in tests: every complete line validates against
  * its record's definition in reports/schema/report.schema.json, and the document
  * gckpt_report_load assembles validates against the schema's top level. */
 #ifndef GCKPT_TEST_REPORT_FIXTURE_H
@@ -25,7 +25,12 @@ static inline cJSON *rf_load_valid(const char *path, const cJSON *schema, char *
         *nl = 0;
         cJSON *o = cJSON_Parse(p);
         const char *rec = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "record"));
-        const char *def = !rec ? "" : !strcmp(rec, "header") ? "header_record" : !strcmp(rec, "entry") ? "entry" : "summary";
+        const char *def = !rec                      ? ""
+                          : !strcmp(rec, "header")  ? "header_record"
+                          : !strcmp(rec, "entry")   ? "entry"
+                          : !strcmp(rec, "step")    ? "step_record"
+                          : !strcmp(rec, "warning") ? "warning_record"
+                                                    : "summary";
         char w[400];
         bool ok = o && rec && schema_check_def(schema, def, o, w, sizeof w);
         cJSON_Delete(o);

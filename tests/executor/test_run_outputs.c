@@ -4,7 +4,8 @@
  * writing one report both finish, a temporary left by kill -9 is removed by the next run,
  * the bytes written grow linearly with the entries, and a run stuck outside a safe point
  * ends within the watchdog's grace time after SIGTERM with the report of its last safe
- * point. Cases that need root (mknod) or PID namespaces (unshare) are skipped without. */
+ * point; gckpt.TrainerCallback's reports are read by the same reader. Cases that need root
+ * (mknod) or PID namespaces (unshare) are skipped without. */
 #define _GNU_SOURCE /* mknod, waitid */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -458,6 +459,77 @@ static int teardown(void **st)
     return 0;
 }
 
+/* gckpt.TrainerCallback's reports (tests/data/dash: real Trainer runs on the CPU) read by the
+ * one report reader: every line valid against its record's definition and the document
+ * against the schema's top level, with its steps, warnings and rank; a file holding two
+ * ranks' records, or a record of no known kind, is refused naming the line. */
+#define CALLBACK_DATA GCKPT_TEST_DATA "/../../data/dash/"
+
+static cJSON *callback_report(const char *name)
+{
+    char why[1024];
+    cJSON *doc = rf_load_valid(name, schema, why, sizeof why);
+    if (!doc) fail_msg("%s", why);
+    return doc;
+}
+
+static void test_callback_reports(void **st)
+{
+    (void)st;
+    cJSON *doc = callback_report(CALLBACK_DATA "callback.jsonl");
+    const cJSON *steps = cJSON_GetObjectItemCaseSensitive(doc, "steps");
+    assert_int_equal(cJSON_GetArraySize(steps), 4);
+    int i = 0;
+    for (const cJSON *s = steps->child; s; s = s->next, i++) {
+        assert_int_equal(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "step")), i + 1);
+        assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "judged")), i > 0); /* step 1: not judged */
+        assert_int_equal(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "entry")), 1);
+    }
+    assert_null(cJSON_GetObjectItemCaseSensitive(doc, "warnings"));
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "backend")), "hf-trainer");
+    assert_int_equal(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(doc, "rank")), 0);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "entries")), 1);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "summary"), "ended")));
+    cJSON_Delete(doc);
+
+    doc = callback_report(CALLBACK_DATA "callback-warn.jsonl");
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(doc, "warnings");
+    assert_int_equal(cJSON_GetArraySize(w), 1);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(w->child, "code")), "optimizer");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(w->child, "message")),
+                        "optimizer: the plan has 'adamw', the run 'adamw-foreach'");
+    cJSON_Delete(doc);
+
+    doc = callback_report(CALLBACK_DATA "callback-ddp.rank1.jsonl");
+    assert_int_equal(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(doc, "rank")), 1);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "steps")), 4);
+    cJSON_Delete(doc);
+
+    /* rank 0's header, then a record of rank 1; then a record of no known kind */
+    gckpt_err e = {{0}};
+    char *text = gckpt_read_file(CALLBACK_DATA "callback.jsonl", 1u << 20, &e);
+    assert_non_null(text);
+    *strchr(text, '\n') = 0;
+    static const struct { const char *line, *want; } bad[] = {
+        {"{\"record\": \"warning\", \"rank\": 1, \"code\": \"seq\", \"message\": \"m\", \"planned\": 32, \"live\": 64}",
+         "mixed.jsonl: line 2: field 'rank' = 1, the header's is 0: a report file holds one rank's records"},
+        {"{\"record\": \"note\", \"rank\": 0}", "mixed.jsonl: line 2: field 'record' must be \"entry\", \"summary\", \"step\" or \"warning\""},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        size_t n = strlen(text) + strlen(bad[k].line) + 3;
+        char *t = malloc(n), p[512];
+        snprintf(t, n, "%s\n%s\n", text, bad[k].line);
+        cli_write("mixed.jsonl", t);
+        free(t);
+        cli_path("mixed.jsonl", p, sizeof p);
+        e = (gckpt_err){{0}};
+        cJSON *d = gckpt_report_load(p, &e);
+        assert_null(d);
+        if (!strstr(e.msg, bad[k].want)) fail_msg("got \"%s\", expected \"%s\"", e.msg, bad[k].want);
+    }
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -465,7 +537,7 @@ int main(void)
         cmocka_unit_test(test_stdout_errors),
         cmocka_unit_test(test_names_sanitised),      cmocka_unit_test(test_pid_namespaces),
         cmocka_unit_test(test_kill9_leftover),       cmocka_unit_test(test_linear_writes),
-        cmocka_unit_test(test_watchdog),
+        cmocka_unit_test(test_watchdog),             cmocka_unit_test(test_callback_reports),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -9,7 +9,7 @@
 #include "gckpt/executor/executor.h"
 #include "gckpt/planner/plan_read.h"
 
-#define GCKPT_REPORT_SCHEMA "gckpt.report/2"
+#include "gckpt/planner/report_read.h" /* GCKPT_REPORT_SCHEMA */
 #define GCKPT_MAX_STEPS 1000
 
 /* INTERRUPTED: the run was stopped by a signal while this entry ran (pass is false).

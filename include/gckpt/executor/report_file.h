@@ -4,6 +4,9 @@
  *   {"record": "entry", "index": 3, ...}                     one per finished entry, in run order
  *   {"record": "summary", ..., "ended": true}                once the run has ended
  *
+ * (gckpt.TrainerCallback writes the same records from a Trainer run, with "step" and
+ * "warning" records between them and a "rank" on each: docs/python-callback.md.)
+ *
  * The first record written (the header with the first finished entry) replaces an existing
  * file atomically (gckpt_afile); every later record is appended with one write(), so the
  * cost of the run's writes grows linearly with its entries. Every complete line is a whole
@@ -65,9 +68,12 @@ bool gckpt_report_file_arm(gckpt_report_file *rf, const gckpt_report *r, const g
  * sync them. false when the main thread holds the file (it is writing) or nothing is armed. */
 bool gckpt_report_file_cut(gckpt_report_file *rf, int sig);
 
-/* Read a report file back into one JSON document: the header's fields, "entries" (the
- * entry records) and "summary" (the summary record, or one computed from the entries
- * with "ended": false when the run has not ended). NULL with err on a damaged file. */
+/* Read a report file back into one JSON document (gckpt_report_read's,
+ * include/gckpt/planner/report_read.h): the header's fields, "entries" (the entry
+ * records) and "summary" (the summary record, or one computed here from the entries with
+ * "ended": false when the run has not ended); a report of gckpt.TrainerCallback (backend
+ * hf-trainer) adds its "rank", "steps" and "warnings". NULL with err (one line naming the
+ * file, the line and the field) on a damaged file. */
 cJSON *gckpt_report_load(const char *path, gckpt_err *err);
 
 #endif

@@ -22,7 +22,8 @@ extern "C" {
 #endif
 
 /* A report of the plan, read back as one document (gckpt_report_load's: the header's
- * fields, "entries", "summary"). */
+ * fields, "entries", "summary", and from gckpt.TrainerCallback "rank", "steps",
+ * "warnings"). */
 typedef struct {
     const char *file;    /* the path as given */
     const cJSON *doc;
@@ -33,8 +34,9 @@ typedef struct {
  * names (model, model type, device, sequence, precision, optimizer, attention) is this
  * one, and each of its entries is an entry of this plan with the same setting (every_n,
  * offload, micro-batch, grad-accum) and the same predictions (allocated and device peak,
- * pinned bytes, step time); the fields the page reads have their types. false with one
- * line naming the file and the field. */
+ * pinned bytes, step time); so is each step record of a gckpt.TrainerCallback report
+ * (entry, allocated and device peak, step time); the fields the page reads have their
+ * types. false with one line naming the file and the field. */
 bool gckpt_dash_report_check(const cJSON *plan, const gckpt_dash_report *r, gckpt_err *err);
 
 /* The page (malloc'd, NUL-terminated) for plan (the JSON document, checked) written to

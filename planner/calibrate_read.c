@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/safe_text.h"
 #include "gckpt/util/sha256.h"

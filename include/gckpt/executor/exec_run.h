@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "gckpt/executor/executor.h"
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 
 #define GCKPT_REPORT_SCHEMA "gckpt.report/2"
 #define GCKPT_MAX_STEPS 1000

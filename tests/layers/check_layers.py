@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Dependencies point one way (docs/architecture.md, "Layout"): check the includes of
 every library's sources and headers, and the libraries CMake links, against one table;
-util/ and core/ build no JSON (they write no output format).
+util/ and core/ define no JSON writer (they write no output format).
 
   check_layers.py --source DIR [--links FILE]
 
@@ -47,9 +47,10 @@ EXCEPTIONS = {
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
-# Core reads its inputs and writes no output format: building JSON is formats/' or a
-# program's job.
-WRITES_JSON = re.compile(r"\bcJSON_(Create|Add)\w*\s*\(")
+# Core reads its inputs and writes no output format: a writer is formats/' or a program's.
+# Writers are named *_json here (gckpt_plan_to_json, gckpt_report_entry_json, ...), readers
+# *_parse, *_read, *_load: no function of util/ or core/ ends in _json.
+WRITER = re.compile(r"^[A-Za-z][^;{}()]*?\b(\w+_json)\s*\(")
 NO_OUTPUT = {"util", "core"}
 SOURCES = (".c", ".h", ".cu", ".cuh")
 
@@ -69,12 +70,11 @@ def check_includes(src, used):
     for folder, allowed in LAYERS.items():
         for rel in folder_files(src, folder):
             with open(os.path.join(src, rel), encoding="utf-8", errors="replace") as f:
-                said = False  # the first JSON-building line of a file is enough
                 for lineno, line in enumerate(f, 1):
-                    if folder in NO_OUTPUT and not said and WRITES_JSON.search(line):
-                        said = True
-                        errors.append(f"{rel}:{lineno}: builds JSON: {folder}/ writes no output format "
-                                      "(the device profile's writer is formats/device_json.c)")
+                    w = WRITER.match(line) if folder in NO_OUTPUT else None
+                    if w:
+                        errors.append(f"{rel}:{lineno}: {w.group(1)}: a JSON writer; {folder}/ writes no output "
+                                      "format (writers both programs share are in formats/)")
                     m = INCLUDE.match(line)
                     if not m:
                         continue

@@ -1,4 +1,4 @@
-/* check_layers_cases: core includes the executor and builds JSON (violations). */
+/* check_layers_cases: core includes the executor and writes JSON (violations). */
 #include "gckpt/core/model.h"
 #include "gckpt/executor/executor.h"
-static void *out(void) { return cJSON_CreateObject(); }
+struct cJSON *gckpt_model_to_json(const gckpt_model *m);

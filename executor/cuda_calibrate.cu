@@ -10,6 +10,7 @@
 
 #include "cuda_common.cuh"
 #include "gckpt/util/atomic_file.h"
+#include "gckpt/formats/device_json.h"
 
 namespace {
 

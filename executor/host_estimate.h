@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 #include "gckpt/core/schedule.h"
 
 /* FLOP/s of cblas_sgemm on this machine (about 0.15 s of measuring); 0 on failure. */

@@ -13,7 +13,7 @@
 #include "host_estimate.h"
 #include "gckpt/executor/exec_run.h"
 #include "gckpt/util/outpath.h"
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 #include "gckpt/executor/report_file.h"
 #include "gckpt/util/safe_text.h"
 #include "gckpt/executor/stop_watchdog.h"

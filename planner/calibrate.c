@@ -23,6 +23,7 @@
 #include "gckpt/core/eval.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/schedule.h"
+#include "gckpt/formats/device_json.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/safe_text.h"
 #include "gckpt/util/sha256.h"

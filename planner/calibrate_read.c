@@ -1,6 +1,6 @@
 /* The calibration's inputs: gckpt.report/2 JSON Lines reports, written by gckpt-run (backend
  * host or cuda) or by gckpt.TrainerCallback (generator gckpt-python, backend hf-trainer),
- * read by the one report reader (gckpt_report_read, include/gckpt/planner/report_read.h). The
+ * read by the one report reader (gckpt_report_read, include/gckpt/core/report_read.h). The
  * plan each ran is read back from the header's plan.file; each entry's measured step is its
  * entry record's time.measured_step_s, or, for an entry without one (a Trainer run that was
  * killed), the median of its judged step records'. docs/calibration.md lists the fields read.
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "gckpt/planner/plan_read.h"
-#include "gckpt/planner/report_read.h"
+#include "gckpt/core/plan_read.h"
+#include "gckpt/core/report_read.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/safe_text.h"
 #include "gckpt/util/sha256.h"

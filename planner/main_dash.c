@@ -12,7 +12,7 @@
 
 #include "gckpt/executor/report_file.h"
 #include "gckpt/planner/dash_html.h"
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 #include "gckpt/util/atomic_file.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/outpath.h"

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/formats/device_json.h"
+
 static cJSON *num(cJSON *o, const char *k, double v) { return cJSON_AddNumberToObject(o, k, v); }
 
 static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)

@@ -311,12 +311,3 @@ bool gckpt_plan_warnings(gckpt_plan *p)
     }
     return true;
 }
-
-void gckpt_warnings_free(gckpt_warning *w, size_t *n)
-{
-    for (size_t i = 0; i < *n; i++) {
-        free(w[i].message);
-        w[i].message = NULL;
-    }
-    *n = 0;
-}

@@ -18,7 +18,7 @@
 #include "gckpt/planner/cli_names.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/planner/plan.h"
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 #include "schema_check.h"
 
 #ifndef GCKPT_PLAN_EXE

@@ -516,7 +516,7 @@ static void test_bad_inputs(void **st)
     nl[2] = '#'; /* line 2 corrupt: {#record"... */
     cli_write("corrupt.jsonl", t);
     free(t);
-    /* read by the one report reader (planner/report_read.c): one rank's records per file */
+    /* read by the one report reader (core/report_read.c): one rank's records per file */
     t = cli_slurp("ok.jsonl");
     {
         const char *w = "{\"record\": \"warning\", \"rank\": 1, \"code\": \"seq\", \"message\": \"m\", \"planned\": 32, \"live\": 64}\n";

@@ -11,7 +11,7 @@
 
 #include "gckpt/util/jsonget.h"
 #include "gckpt/planner/plan.h"
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 #include "schema_check.h"
 
 static cJSON *schema;

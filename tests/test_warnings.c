@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "gckpt/planner/plan.h"
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 
 /* What the sweep saw: plans per warning code, plans made and refused. */
 typedef struct {

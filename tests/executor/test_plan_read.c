@@ -8,7 +8,7 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 #include "gckpt/core/parallel.h"
 #include "plan_fixture.h"
 

@@ -26,7 +26,7 @@
 
 #include "fuzz_common.h"
 #include "gckpt/util/jsonget.h"
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 
 #define FILE_NAME "fuzz.json"
 #define MAXB ((uint64_t)1 << 53)

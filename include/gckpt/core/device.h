@@ -51,11 +51,7 @@ double gckpt_copy_seconds(const gckpt_device *d, bool d2h, double bytes);
 
 bool gckpt_device_parse(const char *file, const char *text, gckpt_device *d, gckpt_err *err);
 bool gckpt_device_load(const char *name_or_path, gckpt_device *d, gckpt_err *err);
-
-/* The profile as a JSON object (schema gckpt.device/1; sources not included).
- * The caller owns it. */
-struct cJSON;
-struct cJSON *gckpt_device_to_json(const gckpt_device *d);
+/* (Written back as JSON by gckpt/formats/device_json.h: core writes no output.) */
 
 #ifdef __cplusplus
 }

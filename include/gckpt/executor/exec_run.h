@@ -7,9 +7,9 @@
 #include <stdio.h>
 
 #include "gckpt/executor/executor.h"
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 
-#include "gckpt/planner/report_read.h" /* GCKPT_REPORT_SCHEMA */
+#include "gckpt/core/report_read.h" /* GCKPT_REPORT_SCHEMA */
 #define GCKPT_MAX_STEPS 1000
 
 /* INTERRUPTED: the run was stopped by a signal while this entry ran (pass is false).

@@ -69,7 +69,7 @@ bool gckpt_report_file_arm(gckpt_report_file *rf, const gckpt_report *r, const g
 bool gckpt_report_file_cut(gckpt_report_file *rf, int sig);
 
 /* Read a report file back into one JSON document (gckpt_report_read's,
- * include/gckpt/planner/report_read.h): the header's fields, "entries" (the entry
+ * include/gckpt/core/report_read.h): the header's fields, "entries" (the entry
  * records) and "summary" (the summary record, or one computed here from the entries with
  * "ended": false when the run has not ended); a report of gckpt.TrainerCallback (backend
  * hf-trainer) adds its "rank", "steps" and "warnings". NULL with err (one line naming the

@@ -10,14 +10,16 @@
  * $HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface.
  *
  * A library of its own, gckpt_hub (-> gckpt_util), the only one that links libcurl;
- * gckpt_planner links it (the CLI resolves --model with it, the plan reader checks
- * inputs.model.hub with its names). */
+ * gckpt_planner links it (the CLI resolves --model with it). The names it checks (ids,
+ * revisions, commits) and gckpt_hub_source are gckpt/util/hub_names.h's: the plan reader
+ * (core) checks inputs.model.hub with them. */
 #ifndef GCKPT_HUB_H
 #define GCKPT_HUB_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "gckpt/util/hub_names.h"
 #include "gckpt/util/util.h"
 
 #ifdef __cplusplus
@@ -31,26 +33,6 @@ extern "C" {
 #define GCKPT_HUB_TIMEOUT_S 30.0
 #define GCKPT_HUB_CONNECT_TIMEOUT_S 10.0
 #define GCKPT_HUB_MAX_REDIRECTS 10
-
-/* Where a model's config.json came from; id "" when not from the Hub. */
-typedef struct {
-    char id[200];       /* ORG/NAME */
-    char revision[256]; /* as asked: a branch, a tag or a commit */
-    char commit[41];    /* the commit sha the file belongs to */
-    bool downloaded;    /* fetched now (false: found in the cache) */
-} gckpt_hub_source;
-
-/* Whether ref has the form of a Hub model id ORG/NAME (huggingface_hub's
- * validate_repo_id with a namespace: [A-Za-z0-9_.-]{1,96} each, starting and ending with
- * a letter, digit or '_', no "--" nor "..", not ending in ".git"). */
-bool gckpt_hub_is_id(const char *ref);
-
-/* Whether s is a revision gckpt accepts: a branch, tag or commit name of letters, digits
- * and "._-/" (no empty or "."/".." component), up to 255 characters. */
-bool gckpt_hub_revision_ok(const char *s);
-
-/* Whether s is 40 lowercase hex digits (huggingface_hub's REGEX_COMMIT_HASH). */
-bool gckpt_hub_is_commit(const char *s);
 
 /* The config.json of Hub model id at revision (NULL: "main"): from the cache, else
  * (unless offline) downloaded into the cache. path_out: the cached file; src filled.

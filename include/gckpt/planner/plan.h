@@ -10,21 +10,17 @@
 #include "gckpt/core/peft.h"
 #include "gckpt/core/eval.h"
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/plan_format.h"
 #include "gckpt/planner/hub.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define GCKPT_PLAN_SCHEMA "gckpt.plan/2"
-#define GCKPT_MAX_MB 64
-#define GCKPT_MAX_ENTRIES 1000000
 /* Entries x layers of a sweep: its evaluation work and the size of its plan grow with
  * this product (every entry walks every layer and lists its checkpointed layers). The
  * limit is about 2 s of evaluation and a few hundred MB of JSON plan. */
 #define GCKPT_MAX_LAYER_EVALS ((uint64_t)1 << 27)
-
-typedef enum { GCKPT_OFFLOAD_OFF, GCKPT_OFFLOAD_ON, GCKPT_OFFLOAD_BOTH } gckpt_offload_sel;
 
 typedef struct {
     /* what to plan */
@@ -57,26 +53,6 @@ typedef struct {
 
 /* The default sequence: min(4096, the model's limit); a request with seq 0 gets it. */
 #define GCKPT_DEFAULT_SEQ 4096
-/* Largest time (seconds) a plan may hold: gckpt-run's plan reader refuses more. */
-#define GCKPT_MAX_SECONDS 1e12
-
-/* A documented limit of the model that the planned setting hits (warnings.c; each code
- * is explained in docs/warnings.md). message: one or two sentences ending with a full
- * stop, malloc'd as long as its text and owned by the plan or plan file that holds it. */
-typedef struct {
-    char code[40];
-    char *message;
-} gckpt_warning;
-#define GCKPT_MAX_WARNINGS 24
-
-typedef struct {
-    uint32_t every_n;
-    bool offload;
-    uint64_t micro_batch, grad_accum;
-    gckpt_result r;
-    bool fits, pareto;
-} gckpt_entry;
-
 typedef struct {
     gckpt_model model;
     gckpt_device dev;
@@ -103,8 +79,6 @@ bool gckpt_plan_warnings(gckpt_plan *p);
 size_t gckpt_warning_count(void);
 const char *gckpt_warning_code(size_t i);
 bool gckpt_warning_say(const gckpt_plan *p, size_t i, char **msg);
-/* Frees the messages of w[0..*n) and sets *n to 0. */
-void gckpt_warnings_free(gckpt_warning *w, size_t *n);
 
 /* The run setting of plan p at one micro-batch split (checkpointing off: the caller sets
  * every_n and offload). */

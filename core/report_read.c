@@ -1,5 +1,5 @@
-/* A gckpt.report/2 report read back as one document (include/gckpt/planner/report_read.h). */
-#include "gckpt/planner/report_read.h"
+/* A gckpt.report/2 report read back as one document (include/gckpt/core/report_read.h). */
+#include "gckpt/core/report_read.h"
 
 #include <math.h>
 #include <stdio.h>

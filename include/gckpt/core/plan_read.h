@@ -14,8 +14,11 @@
 
 #include "gckpt/core/device.h"
 #include "gckpt/core/model.h"
-#include "gckpt/planner/plan.h"
+#include "gckpt/core/parallel.h"
+#include "gckpt/core/peft.h"
+#include "gckpt/core/plan_format.h"
 #include "gckpt/core/setting.h"
+#include "gckpt/util/hub_names.h"
 #include "gckpt/util/util.h"
 
 /* Largest plan file accepted (a full 80-layer sweep with a timeline is a few MiB). */

@@ -1,6 +1,6 @@
-/* The names of the Hub (include/gckpt/planner/hub.h): model ids, revisions, commits.
- * (The plan reader checks inputs.model.hub with them.) */
-#include "gckpt/planner/hub.h"
+/* The names of the Hub (include/gckpt/util/hub_names.h): model ids, revisions, commits.
+ * (The plan reader checks inputs.model.hub with them, gckpt_hub resolves ids.) */
+#include "gckpt/util/hub_names.h"
 
 #include <ctype.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* Reading a plan (schema gckpt.plan/2) back with every field checked. Every message is
  * "<file>: field '<path>' ..." so a user can find what to fix. */
-#include "gckpt/planner/plan_read.h"
+#include "gckpt/core/plan_read.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -25,7 +25,7 @@ bool gckpt_refuse_true(const char *f, const cJSON *j, const gckpt_model *m, cons
 
 bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gckpt_cfg_defaults *d, gckpt_err *err)
 {
-    bool eps_ln = m->family == GCKPT_FAMILY_GPT_NEOX;
+    bool eps_ln = d->neox_keys;
     if (!gckpt_json_u64(j, f, "num_hidden_layers", 1, MAX_LAYERS, &m->layers, err) ||
         !gckpt_json_u64(j, f, "hidden_size", 1, MAX_HIDDEN, &m->hidden, err) ||
         !gckpt_json_u64(j, f, "num_attention_heads", 1, MAX_HEADS, &m->heads, err) ||
@@ -40,13 +40,13 @@ bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gck
         return false;
     /* gpt_neox is multi-head only (no kv key read); the others default as their class */
     m->kv_heads = m->heads;
-    if (m->family != GCKPT_FAMILY_GPT_NEOX &&
+    if (!d->neox_keys &&
         !gckpt_json_u64_opt(j, f, "num_key_value_heads", 1, MAX_HEADS, d->kv_heads ? d->kv_heads : m->heads,
                             &m->kv_heads, err))
         return false;
     /* head_dim: a field of the gemma classes (default 256); the others take
      * getattr(config, "head_dim", hidden // heads) (gpt_neox: always hidden // heads) */
-    bool own_hd = m->family != GCKPT_FAMILY_GPT_NEOX && (d->head_dim || !gckpt_json_absent(j, "head_dim"));
+    bool own_hd = !d->neox_keys && (d->head_dim || !gckpt_json_absent(j, "head_dim"));
     if (!own_hd && m->hidden % m->heads) {
         gckpt_seterr(err, "%s: field 'hidden_size' = %llu is not divisible by 'num_attention_heads' = %llu", f,
                      (unsigned long long)m->hidden, (unsigned long long)m->heads);
@@ -60,7 +60,7 @@ bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gck
     if (!gckpt_json_str_opt(j, f, d->act_key, d->act, act, sizeof act, err) ||
         !gckpt_parse_act(f, d->act_key, act, &m->act, err))
         return false;
-    return gckpt_parse_rope_theta(f, j, m->family == GCKPT_FAMILY_GPT_NEOX ? "rotary_emb_base" : "rope_theta",
+    return gckpt_parse_rope_theta(f, j, d->neox_keys ? "rotary_emb_base" : "rope_theta",
                                   d->theta ? d->theta : 10000, &m->rope_theta, err);
 }
 
@@ -199,7 +199,7 @@ bool gckpt_parse_phi3(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *
 
 bool gckpt_parse_gpt_neox(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
-    gckpt_cfg_defaults d = {0, 0, false, 1e-5, 2048, "hidden_act", "gelu"};
+    gckpt_cfg_defaults d = {0, 0, false, 1e-5, 2048, "hidden_act", "gelu", .neox_keys = true};
     bool bias = true, parallel = true;
     double hidden_dropout = 0;
     if (!gckpt_parse_common(f, j, m, &d, err) || !rotary(f, j, m, "rotary_pct", 0.25, err) ||

@@ -35,6 +35,9 @@ typedef struct {
     const char *act_key, *act;
     uint64_t inter, vocab; /* 0: the key is required */
     double theta;          /* rope_theta; 0: 10000 */
+    /* GPTNeoXConfig's keys: layer_norm_eps and rotary_emb_base for rms_norm_eps and
+     * rope_theta, no num_key_value_heads (multi-head) nor head_dim (hidden / heads) */
+    bool neox_keys;
 } gckpt_cfg_defaults;
 
 /* Whether key is absent or null. */

@@ -78,7 +78,7 @@ typedef struct {
     double embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling; /* granite */
     bool multipliers;        /* granite */
     int rope_tables;         /* distinct rotary tables: gemma3_text 2 (local, global), else 1 */
-    /* mixture of experts (GCKPT_FAMILY_MOE; 0 elsewhere): every layer's MLP is a router
+    /* mixture of experts (experts > 0: the model is one; 0 elsewhere): every layer's MLP is a router
      * over `experts` SwiGLU experts of width `expert_inter`, each token sent to `top_k` */
     uint64_t experts, top_k, expert_inter;
     bool topk_renorm;        /* the top-k weights divided by their sum (mixtral; norm_topk_prob) */

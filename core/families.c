@@ -15,41 +15,72 @@
 #define NO_PAD false, 0
 #define PAD(id) true, id
 
-static const gckpt_family_info families[] = {
-    {GCKPT_FAMILY_LLAMA,
-     {{"llama", NO_PAD, false}, {"mistral", NO_PAD, false}, {"qwen2", NO_PAD, false}, {"qwen3", NO_PAD, false}},
-     gckpt_parse_llama, trace_llama, LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN), false,
-     "embed_tokens", true, true, true, false},
-    {GCKPT_FAMILY_GPT2, {{"gpt2", NO_PAD, false}}, gckpt_parse_gpt2, trace_gpt2,
-     LT(C_ATTN) | LT(ATTN_C_PROJ) | LT(C_FC) | LT(MLP_C_PROJ), false, "wte", false, true, true, true},
-    {GCKPT_FAMILY_GEMMA, {{"gemma", PAD(0), false}, {"gemma2", PAD(0), false}, {"gemma3_text", PAD(0), false}},
-     gckpt_parse_gemma, trace_llama, LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN), false,
-     "embed_tokens", true, true, true, false},
-    {GCKPT_FAMILY_PHI3, {{"phi3", PAD(32000), false}}, gckpt_parse_phi3, trace_llama,
-     LT(QKV_PROJ) | LT(O) | LT(GATE_UP) | LT(DOWN), false, "embed_tokens", true, true, true, false},
-    {GCKPT_FAMILY_GPT_NEOX, {{"gpt_neox", NO_PAD, false}}, gckpt_parse_gpt_neox, trace_gpt_neox,
-     LT(QUERY_KEY_VALUE) | LT(DENSE) | LT(H_TO_4H) | LT(4H_TO_H), false, "embed_in", false, true, true, false},
-    {GCKPT_FAMILY_OLMO2, {{"olmo2", PAD(1), false}}, gckpt_parse_olmo2, trace_llama,
-     LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN), false, "embed_tokens", true, true, true, false},
-    {GCKPT_FAMILY_GRANITE, {{"granite", NO_PAD, false}}, gckpt_parse_granite, trace_llama,
-     LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN), false, "embed_tokens", true, true, true, false},
+#define LLAMA_LINEARS (LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN))
+
+/* indexed by gckpt_family, in its order (the order of the lists in messages) */
+static const gckpt_family_info families[GCKPT_NFAMILY] = {
+    [GCKPT_FAMILY_LLAMA] = {
+        .family = GCKPT_FAMILY_LLAMA,
+        .types = {{"llama", NO_PAD, false}, {"mistral", NO_PAD, false}, {"qwen2", NO_PAD, false},
+                  {"qwen3", NO_PAD, false}},
+        .parse = gckpt_parse_llama, .trace = trace_llama,
+        .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
+        .host = true, .cuda = true},
+    [GCKPT_FAMILY_GPT2] = {
+        .family = GCKPT_FAMILY_GPT2,
+        .types = {{"gpt2", NO_PAD, false}},
+        .parse = gckpt_parse_gpt2, .trace = trace_gpt2,
+        .lora_targets = LT(C_ATTN) | LT(ATTN_C_PROJ) | LT(C_FC) | LT(MLP_C_PROJ), .embed_name = "wte",
+        .padding_idx = false, .host = true, .cuda = true, .packed_qkv_kernels = true},
+    [GCKPT_FAMILY_GEMMA] = {
+        .family = GCKPT_FAMILY_GEMMA,
+        .types = {{"gemma", PAD(0), false}, {"gemma2", PAD(0), false}, {"gemma3_text", PAD(0), false}},
+        .parse = gckpt_parse_gemma, .trace = trace_llama,
+        .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
+        .host = true, .cuda = true},
+    [GCKPT_FAMILY_PHI3] = {
+        .family = GCKPT_FAMILY_PHI3,
+        .types = {{"phi3", PAD(32000), false}},
+        .parse = gckpt_parse_phi3, .trace = trace_llama,
+        .lora_targets = LT(QKV_PROJ) | LT(O) | LT(GATE_UP) | LT(DOWN), .embed_name = "embed_tokens",
+        .padding_idx = true, .host = true, .cuda = true},
+    [GCKPT_FAMILY_GPT_NEOX] = {
+        .family = GCKPT_FAMILY_GPT_NEOX,
+        .types = {{"gpt_neox", NO_PAD, false}},
+        .parse = gckpt_parse_gpt_neox, .trace = trace_gpt_neox,
+        .lora_targets = LT(QUERY_KEY_VALUE) | LT(DENSE) | LT(H_TO_4H) | LT(4H_TO_H), .embed_name = "embed_in",
+        .padding_idx = false, .host = true, .cuda = true},
+    [GCKPT_FAMILY_OLMO2] = {
+        .family = GCKPT_FAMILY_OLMO2,
+        .types = {{"olmo2", PAD(1), false}},
+        .parse = gckpt_parse_olmo2, .trace = trace_llama,
+        .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
+        .host = true, .cuda = true},
+    [GCKPT_FAMILY_GRANITE] = {
+        .family = GCKPT_FAMILY_GRANITE,
+        .types = {{"granite", NO_PAD, false}},
+        .parse = gckpt_parse_granite, .trace = trace_llama,
+        .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
+        .host = true, .cuda = true},
     /* LoRA: the attention projections only (the experts are fused parameters and the
      * router no nn.Linear under transformers 5.24, FINDINGS 12.14); gpt_oss reads its own
      * rope types (yarn, model_moe.c) */
-    {GCKPT_FAMILY_MOE,
-     {{"mixtral", NO_PAD, false}, {"qwen3_moe", NO_PAD, false}, {"olmoe", PAD(1), false}, {"gpt_oss", NO_PAD, true}},
-     gckpt_parse_moe, trace_llama, LT(Q) | LT(K) | LT(V) | LT(O), true, "embed_tokens", true, true, true, false},
+    [GCKPT_FAMILY_MOE] = {
+        .family = GCKPT_FAMILY_MOE,
+        .types = {{"mixtral", NO_PAD, false}, {"qwen3_moe", NO_PAD, false}, {"olmoe", PAD(1), false},
+                  {"gpt_oss", NO_PAD, true}},
+        .parse = gckpt_parse_moe, .trace = trace_llama,
+        .lora_targets = LT(Q) | LT(K) | LT(V) | LT(O), .lora_beyond_targets = true, .embed_name = "embed_tokens",
+        .padding_idx = true, .host = true, .cuda = true},
 };
+#undef LLAMA_LINEARS
 #undef LT
-_Static_assert(sizeof families / sizeof *families == GCKPT_NFAMILY, "one row per gckpt_family");
 
 const char *const gckpt_unmodelled_moe_types[] = {"qwen2_moe", "deepseek_v3", NULL};
 
 const gckpt_family_info *gckpt_family_of(gckpt_family f)
 {
-    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
-        if (families[i].family == f) return &families[i];
-    return NULL;
+    return (unsigned)f < GCKPT_NFAMILY ? &families[f] : NULL;
 }
 
 const gckpt_family_info *gckpt_family_by_type(const char *model_type, const gckpt_model_type_info **type)

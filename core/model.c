@@ -4,17 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/core/families.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/safe_text.h"
 #include "model_parse.h"
-
-const char *const gckpt_model_types =
-    "llama, mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite, mixtral, "
-    "qwen3_moe, olmoe, gpt_oss";
-
-/* mixture-of-experts model types transformers 5.24 trains that are not modelled yet:
- * refused by name */
-static const char *const moe_types[] = {"qwen2_moe", "deepseek_v3"};
 
 bool gckpt_parse_act(const char *file, const char *field, const char *s, gckpt_act *out, gckpt_err *err)
 {
@@ -108,7 +101,7 @@ static uint64_t default_positions(const char *t)
     return 32768; /* qwen2, qwen3 */
 }
 
-static bool parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+bool gckpt_parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
     char act[32];
     /* defaults of the config classes (transformers 5.24) for keys a config.json omits:
@@ -166,7 +159,7 @@ static bool parse_llama(const char *f, const cJSON *j, gckpt_model *m, gckpt_err
            parse_sliding(f, j, m, err);
 }
 
-static bool parse_gpt2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+bool gckpt_parse_gpt2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
     char act[32];
     if (!gckpt_json_u64(j, f, "n_layer", 1, MAX_LAYERS, &m->layers, err) ||
@@ -198,6 +191,7 @@ static bool parse_gpt2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err 
     m->qkv_bias = m->o_bias = m->mlp_bias = true;
     m->qk_norm = false;
     m->max_positions = m->positions;
+    m->learned_positions = true;
     return true;
 }
 
@@ -209,32 +203,28 @@ bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt
     cJSON *j = gckpt_json_parse(file, text, err);
     if (!j) return false;
     bool ok = gckpt_json_str(j, file, "model_type", m->model_type, sizeof m->model_type, err);
+    const gckpt_model_type_info *type = NULL;
     if (ok) {
         const char *t = m->model_type;
-        if (!strcmp(t, "llama") || !strcmp(t, "mistral") || !strcmp(t, "qwen2") || !strcmp(t, "qwen3")) {
-            m->family = GCKPT_FAMILY_LLAMA;
-            ok = parse_llama(file, j, m, err);
-        } else if (!strcmp(t, "gpt2")) {
-            m->family = GCKPT_FAMILY_GPT2;
-            ok = parse_gpt2(file, j, m, err);
-        } else if (gckpt_dense_type(t, &m->family)) {
-            ok = gckpt_parse_dense(file, j, m, err);
-        } else if (gckpt_moe_type(t)) {
-            ok = gckpt_parse_moe(file, j, m, err);
+        const gckpt_family_info *fam = gckpt_family_by_type(t, &type);
+        if (fam) {
+            m->family = fam->family;
+            ok = fam->parse(file, j, m, err);
         } else {
             bool moe = false;
-            for (size_t i = 0; i < sizeof moe_types / sizeof *moe_types; i++) moe |= !strcmp(t, moe_types[i]);
+            for (size_t i = 0; gckpt_unmodelled_moe_types[i]; i++) moe |= !strcmp(t, gckpt_unmodelled_moe_types[i]);
+            char types[256];
+            gckpt_model_types_list(false, ", ", ", ", types, sizeof types);
             if (moe)
                 gckpt_seterr(err, "%s: field 'model_type' = \"%s\": mixture-of-experts models are not supported yet "
-                                  "(supported: %s)", file, t, gckpt_model_types);
+                                  "(supported: %s)", file, t, types);
             else
                 gckpt_seterr(err, "%s: field 'model_type' = \"%s\" is not supported (supported: %s)", file, t,
-                         gckpt_model_types);
+                         types);
             ok = false;
         }
     }
-    /* gpt_oss reads its own rope types (yarn; model_moe.c) */
-    if (ok && strcmp(m->model_type, "gpt_oss")) ok = gckpt_parse_rope_type(file, j, m, err);
+    if (ok && !type->own_rope_type) ok = gckpt_parse_rope_type(file, j, m, err);
     if (ok) ok = gckpt_parse_pad(file, j, m, err);
     if (ok && !m->rotary_dim) m->rotary_dim = m->head_dim;
     if (ok && !m->rope_tables) m->rope_tables = 1;

@@ -8,25 +8,6 @@
 
 #include "model_parse.h"
 
-static const struct {
-    const char *type;
-    gckpt_family family;
-} dense_types[] = {
-    {"gemma", GCKPT_FAMILY_GEMMA}, {"gemma2", GCKPT_FAMILY_GEMMA}, {"gemma3_text", GCKPT_FAMILY_GEMMA},
-    {"phi3", GCKPT_FAMILY_PHI3},   {"gpt_neox", GCKPT_FAMILY_GPT_NEOX}, {"olmo2", GCKPT_FAMILY_OLMO2},
-    {"granite", GCKPT_FAMILY_GRANITE},
-};
-
-bool gckpt_dense_type(const char *t, gckpt_family *family)
-{
-    for (size_t i = 0; i < sizeof dense_types / sizeof *dense_types; i++)
-        if (!strcmp(t, dense_types[i].type)) {
-            *family = dense_types[i].family;
-            return true;
-        }
-    return false;
-}
-
 bool gckpt_json_absent(const cJSON *j, const char *key)
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
@@ -44,7 +25,7 @@ bool gckpt_refuse_true(const char *f, const cJSON *j, const gckpt_model *m, cons
 
 bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gckpt_cfg_defaults *d, gckpt_err *err)
 {
-    bool eps_ln = m->family == GCKPT_FAMILY_GPT_NEOX;
+    bool eps_ln = d->neox_keys;
     if (!gckpt_json_u64(j, f, "num_hidden_layers", 1, MAX_LAYERS, &m->layers, err) ||
         !gckpt_json_u64(j, f, "hidden_size", 1, MAX_HIDDEN, &m->hidden, err) ||
         !gckpt_json_u64(j, f, "num_attention_heads", 1, MAX_HEADS, &m->heads, err) ||
@@ -59,13 +40,13 @@ bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gck
         return false;
     /* gpt_neox is multi-head only (no kv key read); the others default as their class */
     m->kv_heads = m->heads;
-    if (m->family != GCKPT_FAMILY_GPT_NEOX &&
+    if (!d->neox_keys &&
         !gckpt_json_u64_opt(j, f, "num_key_value_heads", 1, MAX_HEADS, d->kv_heads ? d->kv_heads : m->heads,
                             &m->kv_heads, err))
         return false;
     /* head_dim: a field of the gemma classes (default 256); the others take
      * getattr(config, "head_dim", hidden // heads) (gpt_neox: always hidden // heads) */
-    bool own_hd = m->family != GCKPT_FAMILY_GPT_NEOX && (d->head_dim || !gckpt_json_absent(j, "head_dim"));
+    bool own_hd = !d->neox_keys && (d->head_dim || !gckpt_json_absent(j, "head_dim"));
     if (!own_hd && m->hidden % m->heads) {
         gckpt_seterr(err, "%s: field 'hidden_size' = %llu is not divisible by 'num_attention_heads' = %llu", f,
                      (unsigned long long)m->hidden, (unsigned long long)m->heads);
@@ -79,7 +60,7 @@ bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gck
     if (!gckpt_json_str_opt(j, f, d->act_key, d->act, act, sizeof act, err) ||
         !gckpt_parse_act(f, d->act_key, act, &m->act, err))
         return false;
-    return gckpt_parse_rope_theta(f, j, m->family == GCKPT_FAMILY_GPT_NEOX ? "rotary_emb_base" : "rope_theta",
+    return gckpt_parse_rope_theta(f, j, d->neox_keys ? "rotary_emb_base" : "rope_theta",
                                   d->theta ? d->theta : 10000, &m->rope_theta, err);
 }
 
@@ -147,7 +128,7 @@ static bool gemma3_thetas(const char *f, const cJSON *j, gckpt_model *m, gckpt_e
            theta_of(f, j, "sliding_attention", "rope_local_base_freq", 1e4, &m->rope_local_theta, err);
 }
 
-static bool gemma(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+bool gckpt_parse_gemma(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
     const char *t = m->model_type;
     bool g1 = !strcmp(t, "gemma"), g3 = !strcmp(t, "gemma3_text");
@@ -166,6 +147,7 @@ static bool gemma(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
     m->qkv_bias = m->o_bias = bias;
     m->rms = GCKPT_RMS_GEMMA;
     m->embed_scale = true;
+    m->qk_norm_late = true; /* Gemma 3 (the only one with q/k norms) */
     if (g1) return true;
     m->sandwich_norms = true;
     if (!window(f, j, m, err) ||
@@ -197,7 +179,7 @@ static bool gemma(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
     return true;
 }
 
-static bool phi3(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+bool gckpt_parse_phi3(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
     gckpt_cfg_defaults d = {0, 0, false, 1e-5, 4096, "hidden_act", "silu"};
     if (!gckpt_parse_common(f, j, m, &d, err) ||
@@ -211,13 +193,13 @@ static bool phi3(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
     /* sliding_window (default None) applies to every layer */
     if (!gckpt_json_u64_opt(j, f, "sliding_window", 1, MAX_LIMIT, 0, &m->sliding_window, err)) return false;
     for (uint64_t i = 0; m->sliding_window && i < m->layers; i++) gckpt_set_sliding(m, i);
-    m->fused_qkv = m->fused_gate_up = true;
+    m->fused_qkv = m->fused_gate_up = m->rope_split_cat = true;
     return true;
 }
 
-static bool gpt_neox(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+bool gckpt_parse_gpt_neox(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
-    gckpt_cfg_defaults d = {0, 0, false, 1e-5, 2048, "hidden_act", "gelu"};
+    gckpt_cfg_defaults d = {0, 0, false, 1e-5, 2048, "hidden_act", "gelu", .neox_keys = true};
     bool bias = true, parallel = true;
     double hidden_dropout = 0;
     if (!gckpt_parse_common(f, j, m, &d, err) || !rotary(f, j, m, "rotary_pct", 0.25, err) ||
@@ -236,7 +218,7 @@ static bool gpt_neox(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *e
     return true;
 }
 
-static bool olmo2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+bool gckpt_parse_olmo2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
     gckpt_cfg_defaults d = {0, 0, false, 1e-5, 2048, "hidden_act", "silu"};
     bool bias = false;
@@ -247,11 +229,11 @@ static bool olmo2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
     }
     m->qkv_bias = m->o_bias = bias;
     m->rms = GCKPT_RMS_F32_OUT;
-    m->post_norms_only = m->qk_norm_full = true;
+    m->post_norms_only = m->qk_norm_full = m->rope_fp32 = true;
     return true;
 }
 
-static bool granite(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+bool gckpt_parse_granite(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
     gckpt_cfg_defaults d = {0, 0, false, 1e-6, 2048, "hidden_act", "silu"};
     bool bias = false, mlp_bias = false;
@@ -270,16 +252,4 @@ static bool granite(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *er
     m->mlp_bias = mlp_bias;
     m->multipliers = true;
     return true;
-}
-
-bool gckpt_parse_dense(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
-{
-    switch (m->family) {
-    case GCKPT_FAMILY_GEMMA: return gemma(f, j, m, err);
-    case GCKPT_FAMILY_PHI3: return phi3(f, j, m, err);
-    case GCKPT_FAMILY_GPT_NEOX: return gpt_neox(f, j, m, err);
-    case GCKPT_FAMILY_OLMO2: return olmo2(f, j, m, err);
-    case GCKPT_FAMILY_GRANITE: return granite(f, j, m, err);
-    default: return false;
-    }
 }

@@ -11,11 +11,6 @@
 #include "gckpt/util/safe_text.h"
 #include "model_parse.h"
 
-bool gckpt_moe_type(const char *t)
-{
-    return !strcmp(t, "mixtral") || !strcmp(t, "qwen3_moe") || !strcmp(t, "olmoe") || !strcmp(t, "gpt_oss");
-}
-
 /* The expert count: each class reads one key and maps the other to it (attribute_map:
  * mixtral num_experts -> num_local_experts, qwen3_moe / olmoe the reverse). */
 static bool expert_count(const char *f, const cJSON *j, gckpt_model *m, const char *key, const char *alias,
@@ -156,7 +151,6 @@ bool gckpt_parse_moe(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *e
 {
     const char *t = m->model_type;
     bool mixtral = !strcmp(t, "mixtral"), qwen = !strcmp(t, "qwen3_moe"), oss = !strcmp(t, "gpt_oss");
-    m->family = GCKPT_FAMILY_MOE;
     /* class defaults (AutoConfig.for_model, 5.24): kv heads 8 / 4 / 16 / 8, eps 1e-5 /
      * 1e-6 / 1e-5 / 1e-5, positions 131072 / 32768 / 4096 / 131072, intermediate 14336 /
      * 6144 / 2048 / 2880, vocab 32000 / 151936 / 50304 / 201088, rope_theta 1e6 / 1e4 / 1e4

@@ -35,6 +35,9 @@ typedef struct {
     const char *act_key, *act;
     uint64_t inter, vocab; /* 0: the key is required */
     double theta;          /* rope_theta; 0: 10000 */
+    /* GPTNeoXConfig's keys: layer_norm_eps and rotary_emb_base for rms_norm_eps and
+     * rope_theta, no num_key_value_heads (multi-head) nor head_dim (hidden / heads) */
+    bool neox_keys;
 } gckpt_cfg_defaults;
 
 /* Whether key is absent or null. */
@@ -44,19 +47,24 @@ bool gckpt_refuse_true(const char *f, const cJSON *j, const gckpt_model *m, cons
 /* The fields every llama-built family reads (layers, widths, heads, head_dim, vocab,
  * tying, eps, positions, activation, rope theta), with its class's defaults. */
 bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gckpt_cfg_defaults *d, gckpt_err *err);
-/* The issue-13 readers (model_dense.c); m->model_type is set. */
-bool gckpt_parse_dense(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
-/* The mixture-of-experts readers (model_moe.c): mixtral, qwen3_moe, olmoe. */
+/* The families' config readers (the hooks of core/families.c): m->model_type and
+ * m->family are set. model.c: llama, mistral, qwen2, qwen3; gpt2. model_dense.c: the
+ * llama-built dense families. model_moe.c: the mixture-of-experts families. */
+bool gckpt_parse_llama(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+bool gckpt_parse_gpt2(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+bool gckpt_parse_gemma(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+bool gckpt_parse_phi3(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+bool gckpt_parse_gpt_neox(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+bool gckpt_parse_olmo2(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+bool gckpt_parse_granite(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_moe(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
-bool gckpt_moe_type(const char *model_type);
 /* model_rope.c: the rope theta (rope_parameters', else the legacy key, else dflt); the
  * rope type of rope_parameters / rope_scaling (default, llama3; another: m->rope_other);
- * the embedding's padding row (m->pad, m->pad_id). m->family, vocab and max_positions set. */
+ * the embedding's padding row (m->pad, m->pad_id; the class's default: core/families.c).
+ * m->family, vocab and max_positions set. */
 bool gckpt_parse_rope_theta(const char *f, const cJSON *j, const char *legacy, double dflt, double *theta,
                             gckpt_err *err);
 bool gckpt_parse_rope_type(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_pad(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err);
-/* Whether model_dense.c reads this model_type (and sets *family). */
-bool gckpt_dense_type(const char *model_type, gckpt_family *family);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gckpt/util/safe_text.h"
+#include "gckpt/core/families.h"
 #include "model_parse.h"
 
 /* rope_parameters.rope_theta (5.24), else the legacy top-level key (GPTNeoXConfig:
@@ -75,17 +76,17 @@ bool gckpt_parse_rope_type(const char *f, const cJSON *j, gckpt_model *m, gckpt_
     return any || rope_entry(f, rp, key, false, m, err);
 }
 
-/* The classes that pass config.pad_token_id to nn.Embedding (all but gpt2 and gpt_neox)
- * and their default (AutoConfig.for_model, 5.24): gemma, gemma2, gemma3_text 0; phi3
- * 32000; olmo2, olmoe 1; the others None. A negative index counts from the end, as
- * nn.Embedding takes it. */
+/* The classes that pass config.pad_token_id to nn.Embedding and their default
+ * (AutoConfig.for_model, 5.24): the family table's padding_idx and pad_default
+ * (core/families.c). A negative index counts from the end, as nn.Embedding takes it. */
 bool gckpt_parse_pad(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
 {
-    const char *t = m->model_type;
+    const gckpt_model_type_info *type = NULL;
+    const gckpt_family_info *fam = gckpt_family_by_type(m->model_type, &type);
     m->pad = false;
     m->pad_id = -1;
-    if (m->family == GCKPT_FAMILY_GPT2 || m->family == GCKPT_FAMILY_GPT_NEOX) return true;
-    double dflt = !strncmp(t, "gemma", 5) ? 0 : !strcmp(t, "phi3") ? 32000 : !strncmp(t, "olmo", 4) ? 1 : -1e30;
+    if (!fam || !fam->padding_idx) return true;
+    double dflt = type->pad_default ? (double)type->pad_id : -1e30;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "pad_token_id");
     if (cJSON_IsNull(v) || (!v && dflt == -1e30)) return true;
     double id = dflt;

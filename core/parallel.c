@@ -142,9 +142,9 @@ uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r)
  * has none. */
 static uint64_t model_buffers(const gckpt_model *m, uint64_t round)
 {
-    if (m->family == GCKPT_FAMILY_GPT2) return 0;
+    if (m->learned_positions) return 0;
     uint64_t rope = 2 * (uint64_t)m->rope_tables * gckpt_round_up(4 * (m->rotary_dim / 2), round);
-    return rope + (m->family == GCKPT_FAMILY_GEMMA ? gckpt_round_up(4, round) : 0);
+    return rope + (m->embed_scale ? gckpt_round_up(4, round) : 0);
 }
 
 void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,

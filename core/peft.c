@@ -3,6 +3,8 @@
  * ends with ".<entry>" (tuners_utils.py, read in the probe venv). */
 #include "gckpt/core/peft.h"
 
+#include "gckpt/core/families.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -41,22 +43,11 @@ void gckpt_peft_default(gckpt_method method, gckpt_peft *p)
     }
 }
 
-#define LT(t) (1u << GCKPT_LT_##t)
 uint32_t gckpt_lora_family_targets(gckpt_family f)
 {
-    switch (f) {
-    case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GEMMA: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE:
-        return LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN);
-    case GCKPT_FAMILY_GPT2: return LT(C_ATTN) | LT(ATTN_C_PROJ) | LT(C_FC) | LT(MLP_C_PROJ);
-    case GCKPT_FAMILY_PHI3: return LT(QKV_PROJ) | LT(O) | LT(GATE_UP) | LT(DOWN);
-    case GCKPT_FAMILY_GPT_NEOX: return LT(QUERY_KEY_VALUE) | LT(DENSE) | LT(H_TO_4H) | LT(4H_TO_H);
-    /* the MoE families: the attention projections only (the experts are fused
-     * parameters and the router no nn.Linear under transformers 5.24, FINDINGS R-QUANT-15) */
-    case GCKPT_FAMILY_MOE: return LT(Q) | LT(K) | LT(V) | LT(O);
-    default: return 0;
-    }
+    const gckpt_family_info *fam = gckpt_family_of(f);
+    return fam ? fam->lora_targets : 0;
 }
-#undef LT
 
 /* the next comma-separated entry of *s into buf; false at the end */
 static bool next_entry(const char **s, char *buf, size_t n)
@@ -104,6 +95,16 @@ bool gckpt_lora_targets_parse(const char *s, uint32_t *targets, char *bad, size_
     return true;
 }
 
+/* whether e is a family's input embedding name (any family's: the model is not known yet) */
+static bool embed_name(const char *e)
+{
+    for (int f = 0; f < GCKPT_NFAMILY; f++) {
+        const gckpt_family_info *fi = gckpt_family_of((gckpt_family)f);
+        if (fi && !strcmp(e, fi->embed_name)) return true;
+    }
+    return false;
+}
+
 bool gckpt_mts_parse(const char *s, uint8_t *mts, char *bad, size_t n)
 {
     uint8_t bits = 0;
@@ -112,7 +113,7 @@ bool gckpt_mts_parse(const char *s, uint8_t *mts, char *bad, size_t n)
     while (next_entry(&p, e, sizeof e)) {
         if (!strcmp(e, "lm_head"))
             bits |= GCKPT_MTS_LM_HEAD;
-        else if (!strcmp(e, "embed_tokens") || !strcmp(e, "wte") || !strcmp(e, "embed_in"))
+        else if (embed_name(e))
             bits |= GCKPT_MTS_EMBED;
         else {
             snprintf(bad, n, "%s", e);
@@ -131,27 +132,31 @@ static void append(char *buf, size_t n, const char *name)
 
 void gckpt_lora_targets_name(uint32_t targets, gckpt_family f, char *buf, size_t n)
 {
-    uint32_t fam = gckpt_lora_family_targets(f);
+    const gckpt_family_info *fi = gckpt_family_of(f);
+    uint32_t fam = fi ? fi->lora_targets : 0;
     if (n) buf[0] = 0;
-    /* on the MoE families peft's all-linear means more than the attention, except where
-     * the user wrote it (gpt_oss: gckpt_peft_model_ok) */
-    if ((targets & fam) == fam && (f != GCKPT_FAMILY_MOE || targets == GCKPT_LT_ALL)) {
+    /* where peft's all-linear means more than the family's targets (the MoE families),
+     * it is named only where the user wrote it (gpt_oss: gckpt_peft_model_ok) */
+    if ((targets & fam) == fam && (!(fi && fi->lora_beyond_targets) || targets == GCKPT_LT_ALL)) {
         snprintf(buf, n, "all-linear");
         return;
     }
-    bool both_c_proj = f == GCKPT_FAMILY_GPT2 && (targets & (1u << GCKPT_LT_ATTN_C_PROJ)) &&
-                       (targets & (1u << GCKPT_LT_MLP_C_PROJ));
     for (int t = 0; t < GCKPT_NLT; t++) {
         if (!(targets & fam & (1u << t))) continue;
-        const char *name = gckpt_lora_target_modules[t];
-        /* the bare name when it is unambiguous in the family (gpt2's c_proj: both or a
-         * qualified one) */
+        /* the bare name when it is unambiguous in the family; a name two of the family's
+         * linears share (gpt2's attn.c_proj and mlp.c_proj): bare once when both are
+         * targeted, else the qualified one */
         const char *bare = gckpt_lora_target_bare((gckpt_lora_target)t);
-        if (f == GCKPT_FAMILY_GPT2 && !strcmp(bare, "c_proj")) {
-            if (both_c_proj && t == GCKPT_LT_MLP_C_PROJ) continue;
-            append(buf, n, both_c_proj ? bare : name);
-        } else
+        int other = -1;
+        for (int u = 0; u < GCKPT_NLT && other < 0; u++)
+            if (u != t && (fam & (1u << u)) && !strcmp(gckpt_lora_target_bare((gckpt_lora_target)u), bare)) other = u;
+        if (other < 0) {
             append(buf, n, bare);
+            continue;
+        }
+        bool both = targets & (1u << other);
+        if (both && other < t) continue;
+        append(buf, n, both ? bare : gckpt_lora_target_modules[t]);
     }
 }
 
@@ -177,8 +182,8 @@ void gckpt_mts_name(uint8_t mts, gckpt_family f, char *buf, size_t n)
 {
     if (n) buf[0] = 0;
     if (mts & GCKPT_MTS_LM_HEAD) append(buf, n, "lm_head");
-    if (mts & GCKPT_MTS_EMBED)
-        append(buf, n, f == GCKPT_FAMILY_GPT2 ? "wte" : f == GCKPT_FAMILY_GPT_NEOX ? "embed_in" : "embed_tokens");
+    const gckpt_family_info *fi = gckpt_family_of(f);
+    if (mts & GCKPT_MTS_EMBED) append(buf, n, fi ? fi->embed_name : "embed_tokens");
 }
 
 /* mixtral, qwen3_moe, olmoe: peft 0.21.2's all-linear also wraps the router and the experts'
@@ -186,7 +191,7 @@ void gckpt_mts_name(uint8_t mts, gckpt_family f, char *buf, size_t n)
  * R-PEFT-28, peft_family_facts.py). */
 static bool all_linear_wraps_experts(const gckpt_model *m)
 {
-    return m->family == GCKPT_FAMILY_MOE && !m->attn_sinks;
+    return gckpt_family_of(m->family)->lora_beyond_targets && !m->attn_sinks;
 }
 
 bool gckpt_peft_model_ok(const gckpt_model *m, const gckpt_peft *pf, gckpt_err *err)
@@ -202,7 +207,7 @@ bool gckpt_peft_model_ok(const gckpt_model *m, const gckpt_peft *pf, gckpt_err *
                      m->model_type, names);
         return false;
     }
-    if (m->family == GCKPT_FAMILY_MOE && pf->targets != GCKPT_LT_ALL && (pf->targets & ~fam)) {
+    if (gckpt_family_of(m->family)->lora_beyond_targets && pf->targets != GCKPT_LT_ALL && (pf->targets & ~fam)) {
         gckpt_seterr(err, "--lora-targets: on model_type \"%s\" only the attention projections %s are modelled (peft "
                           "matches MLP names to the router or the experts' fused parameters there)",
                      m->model_type, names);

@@ -360,7 +360,7 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
     if (pf->version >= 2 && !choice(r, in, "inputs.target", gckpt_target_names, GCKPT_NTARGET, &tg)) return false;
     pf->target = (gckpt_target)tg;
     if (!u64(r, in, "inputs.seq", 1, (uint64_t)1 << 24, &pf->seq)) return false;
-    if (pf->model.family == GCKPT_FAMILY_GPT2 && pf->seq > pf->model.positions)
+    if (pf->model.learned_positions && pf->seq > pf->model.positions)
         return fail(r, "field 'inputs.seq' = %llu exceeds the model's n_positions (%llu)",
                     (unsigned long long)pf->seq, (unsigned long long)pf->model.positions);
     pf->allow_long_seq = false;

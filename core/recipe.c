@@ -4,6 +4,8 @@
  * recipe_attention.c, families: recipe_llama.c, recipe_gpt2.c. */
 #include "recipe_tracer.h"
 
+#include "gckpt/core/families.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -222,12 +224,7 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
     r->param_dtype = tr.param_dt;
     r->grad_dtype = r->param_dtype;
     r->hidden = m->hidden;
-    if (m->family == GCKPT_FAMILY_GPT2)
-        trace_gpt2(&tr, a);
-    else if (m->family == GCKPT_FAMILY_GPT_NEOX)
-        trace_gpt_neox(&tr, a);
-    else
-        trace_llama(&tr, a);
+    gckpt_family_of(m->family)->trace(&tr, a);
     finish(r);
 }
 

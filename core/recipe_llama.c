@@ -49,7 +49,7 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
     /* cos/sin in the embeddings' dtype (OLMo 2: always fp32), rotary_dim wide (partial
      * rotary); Gemma 3: one pair per layer type (local and global theta) */
-    uint8_t rdt = m->family == GCKPT_FAMILY_OLMO2 ? F32 : tr->stream_dt;
+    uint8_t rdt = m->rope_fp32 ? F32 : tr->stream_dt;
     uint64_t rw = gckpt_rotary_table_width(m);
     *cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, rdt, per_position(rw), "rotary.sin", sin);
     int cos2 = -1, sin2 = -1;
@@ -96,10 +96,10 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
 static int rotary_of(tracer *tr, int x, int cos, int sin, const char *name)
 {
     const gckpt_model *m = tr->m;
-    if (m->family == GCKPT_FAMILY_PHI3) return rope_partial(tr, x, cos, sin, name);
+    if (m->rope_split_cat) return rope_partial(tr, x, cos, sin, name);
     if (m->rope_halves) return rope_halves(tr, x, cos, sin, name);
     int y = rope(tr, x, cos, sin, name);
-    if (m->family == GCKPT_FAMILY_OLMO2) {
+    if (m->rope_fp32) {
         char nm[40];
         snprintf(nm, sizeof nm, "%s.to_in", name);
         y = cast_to(tr, y, dt(tr, x), nm);
@@ -134,7 +134,7 @@ static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, in
         int bk = m->qkv_bias ? param(tr, "k_proj.bias", 1, kvd, GCKPT_ROLE_BIAS) : -1;
         int bv = m->qkv_bias ? param(tr, "v_proj.bias", 1, kvd, GCKPT_ROLE_BIAS) : -1;
         bo = m->o_bias ? param(tr, "o_proj.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
-        bool late_norms = m->family == GCKPT_FAMILY_GEMMA; /* Gemma 3 */
+        bool late_norms = m->qk_norm_late; /* Gemma 3 */
         q = lora_linear(tr, n1, wq, bq, h, qd, GCKPT_LT_Q, false);
         if (m->qk_norm && !late_norms) q = rmsnorm(tr, q, hd, "q_norm");
         if (m->qk_norm_full) q = rmsnorm(tr, q, qd, "q_norm");
@@ -158,7 +158,7 @@ static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, in
     /* SDPA's output follows q's layout: [b, heads, s, hd]-contiguous when q is a cat's
      * output (Phi-3), so reshape(...).contiguous() copies it: the same values, and the
      * executors' SDPA already writes [b, s, heads * hd], so a plain copy (CAST) there */
-    if (attn == GCKPT_SDPA && m->family == GCKPT_FAMILY_PHI3) {
+    if (attn == GCKPT_SDPA && m->rope_split_cat) {
         a = transpose_copy(tr, a, "attn_output.contiguous");
         last_op(tr)->prim = GCKPT_P_CAST;
     }

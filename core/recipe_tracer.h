@@ -11,7 +11,7 @@
 
 enum { F32 = GCKPT_DT_F32, BF16 = GCKPT_DT_BF16, F16 = GCKPT_DT_F16, I64 = GCKPT_DT_I64, BOOL = GCKPT_DT_BOOL };
 
-typedef struct {
+typedef struct gckpt_tracer {
     gckpt_recipe *r;
     const gckpt_model *m;
     int sec;             /* the section being traced (gckpt_section) */

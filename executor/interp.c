@@ -7,6 +7,7 @@
  * state table says. The events themselves: interp_events.c. */
 #include "interp.h"
 
+#include "gckpt/core/families.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/peft.h"
 #include "gckpt/executor/exec_quant.h"
@@ -226,11 +227,17 @@ static bool check_schedule(gckpt_exec *x, gckpt_err *err)
  * wider one, interp_events.c pass_grad). */
 static bool family_executed(const gckpt_model *m)
 {
-    switch (m->family) {
-    case GCKPT_FAMILY_LLAMA: case GCKPT_FAMILY_GPT2: case GCKPT_FAMILY_OLMO2: case GCKPT_FAMILY_GRANITE:
-    case GCKPT_FAMILY_MOE: case GCKPT_FAMILY_GEMMA: case GCKPT_FAMILY_PHI3: case GCKPT_FAMILY_GPT_NEOX: return true;
-    default: return false;
-    }
+    const gckpt_family_info *fi = gckpt_family_of(m->family);
+    return fi && (fi->host || fi->cuda);
+}
+
+/* The family table's word for this backend (NULL: the executor's own checks, no backend). */
+static bool backend_executes(const gckpt_backend *be, const gckpt_model *m, gckpt_err *err)
+{
+    const gckpt_family_info *fi = gckpt_family_of(m->family);
+    if (!be || (strcmp(be->name, "cuda") ? fi->host : fi->cuda)) return true;
+    gckpt_seterr(err, "model_type \"%s\" is planned but not executed by the %s backend yet", m->model_type, be->name);
+    return false;
 }
 
 bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_err *err)
@@ -246,9 +253,9 @@ bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_err *err)
         return false;
     }
     if (!family_executed(m)) {
-        gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs llama, mistral, qwen2, "
-                          "qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, granite, mixtral, "
-                          "qwen3_moe, olmoe and gpt_oss)", m->model_type);
+        char types[256];
+        gckpt_model_types_list(true, ", ", " and ", types, sizeof types);
+        gckpt_seterr(err, "model_type \"%s\" is planned but not executed yet (gckpt-run runs %s)", m->model_type, types);
         return false;
     }
     /* sliding windows run: the masks' sources and the SDPA kernels apply the window
@@ -272,7 +279,7 @@ static bool setting_ok(const gckpt_model *m, const gckpt_setting *s, gckpt_err *
         gckpt_seterr(err, "micro_batch, seq and grad_accum must be at least 1");
         return false;
     }
-    if (m->family == GCKPT_FAMILY_GPT2 && s->seq > m->positions) {
+    if (m->learned_positions && s->seq > m->positions) {
         gckpt_seterr(err, "seq %llu exceeds the model's %llu positions", (unsigned long long)s->seq,
                      (unsigned long long)m->positions);
         return false;
@@ -312,7 +319,7 @@ static bool param_instances(gckpt_exec *x, gckpt_err *err)
 gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d, const gckpt_setting *s,
                            const gckpt_exec_opts *o, gckpt_err *err)
 {
-    if (!setting_ok(m, s, err) || !exec_parallel_check(s, o, err)) return NULL;
+    if (!setting_ok(m, s, err) || !backend_executes(be, m, err) || !exec_parallel_check(s, o, err)) return NULL;
     gckpt_exec *x = calloc(1, sizeof *x);
     if (!x) {
         gckpt_seterr(err, "out of memory");

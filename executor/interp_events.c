@@ -6,6 +6,8 @@
  * (op_sizes.c). */
 #include "interp.h"
 
+#include "gckpt/core/families.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -255,8 +257,8 @@ static void shape_of(const gckpt_exec *x, int t, gckpt_xt *v)
  * GPT-NeoX's interleaved q, k, v and the experts' gate and up halves of gate_up's [S, 2I]
  * output are views (recipe: SPLIT, view_fwd, sb the first column) that the next ops read
  * in place: the operand becomes a strided column view of the projection's output
- * (gckpt_xt.vW). Every family but gpt2, whose packed q, k, v go to kernels that read the
- * packed layout themselves. */
+ * (gckpt_xt.vW). Not where the family table says the attention kernels read q, k, v
+ * packed themselves (gpt2, packed_qkv_kernels). */
 /* the SPLIT view op producing tensor t (also through matmul's batch folding, a view at
  * micro-batch 1), or NULL */
 static const gckpt_op *view_of(const gckpt_exec *x, int t)
@@ -271,7 +273,7 @@ static const gckpt_op *view_of(const gckpt_exec *x, int t)
 
 static void strided_view(const gckpt_exec *x, int t, gckpt_xt *v)
 {
-    if (x->m.family == GCKPT_FAMILY_GPT2 || !v->p) return;
+    if (gckpt_family_of(x->m.family)->packed_qkv_kernels || !v->p) return;
     const gckpt_op *p = view_of(x, t);
     if (!p) return;
     if (p->sa < 0) { /* each head's first columns (partial rotary) of x, itself maybe a block */

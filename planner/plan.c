@@ -33,7 +33,7 @@ static bool resolve_seq(gckpt_plan *p, gckpt_err *err)
     uint64_t lim = p->model.max_positions;
     if (!p->req.seq) p->req.seq = lim && lim < GCKPT_DEFAULT_SEQ ? lim : GCKPT_DEFAULT_SEQ;
     if (!lim || p->req.seq <= lim) return true;
-    if (p->model.family == GCKPT_FAMILY_GPT2) {
+    if (p->model.learned_positions) {
         gckpt_seterr(err, "--seq %llu: %s has n_positions = %llu (a learned position table); longer sequences cannot run",
                      (unsigned long long)p->req.seq, p->model.name, (unsigned long long)lim);
         return false;

@@ -12,6 +12,7 @@
 extern "C" {
 #endif
 
+/* The families (what each is: core/families.c, gckpt/core/families.h). */
 typedef enum {
     GCKPT_FAMILY_LLAMA, /* RMSNorm, RoPE, GQA, SwiGLU: llama, mistral, qwen2, qwen3 */
     GCKPT_FAMILY_GPT2,  /* LayerNorm, learned positions, MHA with biases, GELU */
@@ -24,6 +25,7 @@ typedef enum {
     /* core/model_moe.c: llama attention, a mixture-of-experts block in place of the MLP */
     GCKPT_FAMILY_MOE,      /* mixtral, qwen3_moe (q/k norms per head), olmoe (q/k norms over the projection),
                             * gpt_oss (attention sinks, biases, the clamped SwiGLU experts) */
+    GCKPT_NFAMILY
 } gckpt_family;
 
 /* RMSNorm variants (what each saves differs, FINDINGS section 14): LlamaRMSNorm casts
@@ -43,6 +45,7 @@ typedef struct {
     gckpt_family family;
     uint64_t layers, hidden, heads, kv_heads, head_dim, intermediate, vocab;
     uint64_t positions;   /* gpt2 learned position table rows; 0 for RoPE models */
+    bool learned_positions; /* gpt2: a learned position table (no rotary buffers; no row beyond it) */
     bool tied;            /* lm_head shares the embedding matrix */
     bool qkv_bias, o_bias, mlp_bias, qk_norm;
     gckpt_act act;
@@ -62,6 +65,10 @@ typedef struct {
     bool post_norms_only;    /* olmo2: no input norm; norms after attention and MLP */
     bool qk_norm_full;       /* olmo2: q_norm over heads*head_dim, k_norm over kv*head_dim */
     bool fused_qkv, fused_gate_up; /* phi3 */
+    bool rope_split_cat;     /* phi3: apply_rotary_pos_emb splits the rotated dims off and cats them
+                              * back (q and k a cat's output, so SDPA's output is copied contiguous) */
+    bool rope_fp32;          /* olmo2: rotary tables fp32, q and k rotated in fp32 and cast back */
+    bool qk_norm_late;       /* the gemma family: q and k normed after all three projections */
     bool parallel_residual;  /* gpt_neox: x + attn(ln1(x)) + mlp(ln2(x)); false: y = x + attn(ln1(x)),
                               * y + mlp(ln2(y)) (use_parallel_residual: false) */
     uint64_t rotary_dim;     /* rotated dims per head: int(head_dim * partial factor) */
@@ -71,7 +78,7 @@ typedef struct {
     double embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling; /* granite */
     bool multipliers;        /* granite */
     int rope_tables;         /* distinct rotary tables: gemma3_text 2 (local, global), else 1 */
-    /* mixture of experts (GCKPT_FAMILY_MOE; 0 elsewhere): every layer's MLP is a router
+    /* mixture of experts (experts > 0: the model is one; 0 elsewhere): every layer's MLP is a router
      * over `experts` SwiGLU experts of width `expert_inter`, each token sent to `top_k` */
     uint64_t experts, top_k, expert_inter;
     bool topk_renorm;        /* the top-k weights divided by their sum (mixtral; norm_topk_prob) */
@@ -113,9 +120,6 @@ static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)
 {
     return i < GCKPT_MAX_LAYERS && (m->sliding[i / 8] >> (i % 8) & 1);
 }
-
-/* Supported model_type values, comma separated, for error messages. */
-extern const char *const gckpt_model_types;
 
 /* Parse an HF config.json text (file is only used in messages). */
 bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt_err *err);

@@ -195,8 +195,9 @@ typedef struct {
 
 typedef struct gckpt_exec gckpt_exec;
 
-/* Whether the executor has kernels for model m (every planned family but gpt_oss, under
- * either attention and at any sequence); false: *err says why. */
+/* Whether the executor has kernels for model m (a family a backend executes, the family
+ * table's host / cuda; its rotary tables and padding row), under either attention and at
+ * any sequence; false: *err says why. */
 bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_err *err);
 /* Build the recipe, context and schedule of setting s and check them; nothing is
  * allocated on the backend yet. NULL with err set on bad input. */

@@ -1,0 +1,114 @@
+/* The model families (gckpt/core/families.h): one row each. A new family is a row here,
+ * its config reader (model*.c), its recipe tracer (recipe_<family>.c) and the model flags
+ * for what it does differently. */
+#include "gckpt/core/families.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "gckpt/core/peft.h"
+#include "model_parse.h"
+#include "recipe_tracer.h"
+
+#define LT(t) (1u << GCKPT_LT_##t)
+/* the classes' pad_token_id defaults (AutoConfig.for_model, transformers 5.24) */
+#define NO_PAD false, 0
+#define PAD(id) true, id
+
+#define LLAMA_LINEARS (LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN))
+
+/* indexed by gckpt_family, in its order (the order of the lists in messages) */
+static const gckpt_family_info families[GCKPT_NFAMILY] = {
+    [GCKPT_FAMILY_LLAMA] = {
+        .family = GCKPT_FAMILY_LLAMA,
+        .types = {{"llama", NO_PAD, false}, {"mistral", NO_PAD, false}, {"qwen2", NO_PAD, false},
+                  {"qwen3", NO_PAD, false}},
+        .parse = gckpt_parse_llama, .trace = trace_llama,
+        .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
+        .host = true, .cuda = true},
+    [GCKPT_FAMILY_GPT2] = {
+        .family = GCKPT_FAMILY_GPT2,
+        .types = {{"gpt2", NO_PAD, false}},
+        .parse = gckpt_parse_gpt2, .trace = trace_gpt2,
+        .lora_targets = LT(C_ATTN) | LT(ATTN_C_PROJ) | LT(C_FC) | LT(MLP_C_PROJ), .embed_name = "wte",
+        .padding_idx = false, .host = true, .cuda = true, .packed_qkv_kernels = true},
+    [GCKPT_FAMILY_GEMMA] = {
+        .family = GCKPT_FAMILY_GEMMA,
+        .types = {{"gemma", PAD(0), false}, {"gemma2", PAD(0), false}, {"gemma3_text", PAD(0), false}},
+        .parse = gckpt_parse_gemma, .trace = trace_llama,
+        .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
+        .host = true, .cuda = true},
+    [GCKPT_FAMILY_PHI3] = {
+        .family = GCKPT_FAMILY_PHI3,
+        .types = {{"phi3", PAD(32000), false}},
+        .parse = gckpt_parse_phi3, .trace = trace_llama,
+        .lora_targets = LT(QKV_PROJ) | LT(O) | LT(GATE_UP) | LT(DOWN), .embed_name = "embed_tokens",
+        .padding_idx = true, .host = true, .cuda = true},
+    [GCKPT_FAMILY_GPT_NEOX] = {
+        .family = GCKPT_FAMILY_GPT_NEOX,
+        .types = {{"gpt_neox", NO_PAD, false}},
+        .parse = gckpt_parse_gpt_neox, .trace = trace_gpt_neox,
+        .lora_targets = LT(QUERY_KEY_VALUE) | LT(DENSE) | LT(H_TO_4H) | LT(4H_TO_H), .embed_name = "embed_in",
+        .padding_idx = false, .host = true, .cuda = true},
+    [GCKPT_FAMILY_OLMO2] = {
+        .family = GCKPT_FAMILY_OLMO2,
+        .types = {{"olmo2", PAD(1), false}},
+        .parse = gckpt_parse_olmo2, .trace = trace_llama,
+        .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
+        .host = true, .cuda = true},
+    [GCKPT_FAMILY_GRANITE] = {
+        .family = GCKPT_FAMILY_GRANITE,
+        .types = {{"granite", NO_PAD, false}},
+        .parse = gckpt_parse_granite, .trace = trace_llama,
+        .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
+        .host = true, .cuda = true},
+    /* LoRA: the attention projections only (the experts are fused parameters and the
+     * router no nn.Linear under transformers 5.24, FINDINGS R-PEFT-28); gpt_oss reads its own
+     * rope types (yarn, model_moe.c) */
+    [GCKPT_FAMILY_MOE] = {
+        .family = GCKPT_FAMILY_MOE,
+        .types = {{"mixtral", NO_PAD, false}, {"qwen3_moe", NO_PAD, false}, {"olmoe", PAD(1), false},
+                  {"gpt_oss", NO_PAD, true}},
+        .parse = gckpt_parse_moe, .trace = trace_llama,
+        .lora_targets = LT(Q) | LT(K) | LT(V) | LT(O), .lora_beyond_targets = true, .embed_name = "embed_tokens",
+        .padding_idx = true, .host = true, .cuda = true},
+};
+#undef LLAMA_LINEARS
+#undef LT
+
+const char *const gckpt_unmodelled_moe_types[] = {"qwen2_moe", "deepseek_v3", NULL};
+
+const gckpt_family_info *gckpt_family_of(gckpt_family f)
+{
+    return (unsigned)f < GCKPT_NFAMILY ? &families[f] : NULL;
+}
+
+const gckpt_family_info *gckpt_family_by_type(const char *model_type, const gckpt_model_type_info **type)
+{
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+        for (int k = 0; k < GCKPT_FAMILY_MAX_TYPES && families[i].types[k].name; k++)
+            if (!strcmp(model_type, families[i].types[k].name)) {
+                if (type) *type = &families[i].types[k];
+                return &families[i];
+            }
+    return NULL;
+}
+
+void gckpt_model_types_list(bool executed, const char *sep, const char *last_sep, char *buf, size_t n)
+{
+    size_t total = 0, at = 0, len = 0;
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+        for (int k = 0; k < GCKPT_FAMILY_MAX_TYPES && families[i].types[k].name; k++)
+            total += !executed || families[i].host || families[i].cuda;
+    if (n) buf[0] = 0;
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+        for (int k = 0; k < GCKPT_FAMILY_MAX_TYPES && families[i].types[k].name; k++) {
+            if (executed && !families[i].host && !families[i].cuda) continue;
+            if (len >= n) return;
+            int w = snprintf(buf + len, n - len, "%s%s", at == 0 ? "" : at + 1 == total ? last_sep : sep,
+                             families[i].types[k].name);
+            at++;
+            if (w < 0) return;
+            len += (size_t)w;
+        }
+}

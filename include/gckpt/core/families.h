@@ -1,0 +1,76 @@
+/* The model families: one table (core/families.c) that says, per family, which
+ * config.json model_type values it reads, its config reader and recipe tracer, what peft
+ * targets in it, its modules_to_save names and which backend of gckpt-run executes it.
+ * Everything else that differs between families is a flag of gckpt_model, set by the
+ * family's reader (sandwich_norms, fused_qkv, learned_positions, ...), so that no other
+ * file asks which family a model is. */
+#ifndef GCKPT_FAMILIES_H
+#define GCKPT_FAMILIES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gckpt/core/model.h"
+#include "gckpt/core/setting.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cJSON;
+struct gckpt_tracer;
+
+/* One model_type of a family and what its config class defaults differently from the
+ * others of the family where a shared reader reads it. */
+typedef struct {
+    const char *name;      /* config.json model_type */
+    bool pad_default;      /* the class's pad_token_id default is an index (pad_id), else None */
+    int64_t pad_id;
+    bool own_rope_type;    /* the reader reads rope_parameters' type itself (gpt_oss: yarn) */
+} gckpt_model_type_info;
+
+#define GCKPT_FAMILY_MAX_TYPES 4
+
+typedef struct {
+    gckpt_family family;
+    gckpt_model_type_info types[GCKPT_FAMILY_MAX_TYPES]; /* name NULL: no more */
+    /* the config reader (core/model*.c): m->model_type and m->family set; the keys and
+     * defaults of the family's configuration_*.py */
+    bool (*parse)(const char *file, const struct cJSON *j, gckpt_model *m, gckpt_err *err);
+    /* the recipe tracer (core/recipe_<family>.c): the embedding, the block, then trace_head */
+    void (*trace)(struct gckpt_tracer *tr, gckpt_attention attn);
+    /* the linears peft's LoRA targets (bits of gckpt_lora_target): all-linear's, where it
+     * means these */
+    uint32_t lora_targets;
+    /* peft's all-linear wraps more than lora_targets (the mixture-of-experts families'
+     * router and fused experts, not modelled): only these, named, are modelled */
+    bool lora_beyond_targets;
+    /* the input embedding's name for modules_to_save (lm_head is every family's) */
+    const char *embed_name;
+    /* the class passes config.pad_token_id to nn.Embedding (padding_idx) */
+    bool padding_idx;
+    /* gckpt-run executes it on the host and on the CUDA backend */
+    bool host, cuda;
+    /* the executor's attention kernels read q, k, v packed in the fused projection's
+     * output; no SPLIT view is made a strided operand (gpt2's c_attn) */
+    bool packed_qkv_kernels;
+} gckpt_family_info;
+
+/* The row of a family (every gckpt_family has one). */
+const gckpt_family_info *gckpt_family_of(gckpt_family f);
+/* The row reading a model_type and, in *type (may be NULL), its type entry; NULL when
+ * no family reads it. */
+const gckpt_family_info *gckpt_family_by_type(const char *model_type, const gckpt_model_type_info **type);
+/* Every model_type read (executed: only those gckpt-run executes on a backend), in table
+ * order, each joined by sep and the last by last_sep ("a, b, c" with ", " twice; "a, b
+ * and c" with ", " and " and "). */
+void gckpt_model_types_list(bool executed, const char *sep, const char *last_sep, char *buf, size_t n);
+/* Mixture-of-experts model types transformers trains that no family reads: refused by
+ * name; NULL-terminated. */
+extern const char *const gckpt_unmodelled_moe_types[];
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

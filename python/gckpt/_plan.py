@@ -296,7 +296,15 @@ class _Request:
     def call(self, op: str, **extra: Any) -> dict:
         with tempfile.TemporaryDirectory(prefix="gckpt-") as tmp:
             ref = None if self.model is None else _model_ref(self.config if self.config is not None else self.model, tmp)
-            return _call(dict(extra, op=op, args=_args(ref, self.gpu, self.seq, self.options)))
+            options = self.options
+            if isinstance(options.get("deepspeed"), dict):
+                # a ds_config given as a dict: read as a file by the same reader as --deepspeed
+                # (the snippet then names this temporary file: pass a path to keep it)
+                path = os.path.join(tmp, "ds_config.json")
+                with open(path, "w", encoding="utf-8") as f:
+                    json.dump(options["deepspeed"], f)
+                options = dict(options, deepspeed=path)
+            return _call(dict(extra, op=op, args=_args(ref, self.gpu, self.seq, options)))
 
 
 def plan(model: Any = None, gpu: Any = None, seq: int | None = None, **options: Any) -> Plan:

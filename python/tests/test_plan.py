@@ -162,6 +162,17 @@ class BadOptions(unittest.TestCase):
         with self.assertRaises(gckpt.PlanError):
             gckpt.plan(object())
 
+    def test_deepspeed_dict_is_the_file_s_plan(self):
+        ds = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+              "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "ds.json")
+            Path(path).write_text(json.dumps(ds))
+            want = gckpt.plan("llama-3.2-1b", seq=1024, gpus=4, deepspeed=path)
+        got = gckpt.plan("llama-3.2-1b", seq=1024, gpus=4, deepspeed=ds)
+        self.assertEqual(got.entries, want.entries)
+        self.assertEqual(got.inputs["layout"]["parallel"], "zero3")
+
     def test_cpu_exact_profile_is_shipped(self):
         p = gckpt.plan("qwen2.5-0.5b", gpu="cpu-exact", seq=128, precision="fp32")
         self.assertEqual(p.inputs["target"], "cpu")

@@ -225,8 +225,14 @@ bool gckpt_model_ref_resolve(const char *ref, const char *revision, char *path_o
             gckpt_seterr(err, "--revision applies to a Hugging Face model id (ORG/NAME), not to --model %s", r);
             return false;
         }
-        if ((size_t)snprintf(path_out, n, "%s", r) >= n) {
+        /* a folder (what `hf download ORG/NAME --local-dir DIR` makes): its config.json */
+        bool dir = stat(r, &st) == 0 && S_ISDIR(st.st_mode);
+        if ((size_t)snprintf(path_out, n, dir ? "%s/config.json" : "%s", r) >= n) {
             gckpt_seterr(err, "--model: name too long");
+            return false;
+        }
+        if (dir && stat(path_out, &st) != 0) {
+            gckpt_seterr(err, "--model %s: a folder without a config.json", r);
             return false;
         }
         return true;

@@ -299,6 +299,17 @@ class HubTest(unittest.TestCase):
         r = self.plan("ok/tiny", endpoint=closed_port())  # a file named like an id
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(self.cache_files(), [])
+        # a folder named like an id (hf download ORG/NAME --local-dir ORG/NAME): its config.json
+        os.makedirs(os.path.join(self.dir, "ok", "dl"))
+        shutil.copy(os.path.join(SOURCE, "models", "gpt2.json"), os.path.join(self.dir, "ok", "dl", "config.json"))
+        r = self.plan("ok/dl", endpoint=closed_port())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(self.dir, "plan.json")) as f:
+            self.assertEqual(json.load(f)["inputs"]["model"]["model_type"], "gpt2")
+        os.remove(os.path.join(self.dir, "plan.json"))
+        self.assertEqual(self.cache_files(), [])
+        os.makedirs(os.path.join(self.dir, "ok", "empty"))
+        self.refused(self.plan("ok/empty", endpoint=closed_port()), "--model ok/empty: a folder without a config.json")
 
     def test_bad_revision(self):
         self.refused(self.plan("ok/tiny", "--revision", "../x"), "--revision '../x'")

@@ -232,7 +232,7 @@ bool gckpt_model_ref_resolve(const char *ref, const char *revision, char *path_o
             return false;
         }
         if (dir && stat(path_out, &st) != 0) {
-            gckpt_seterr(err, "--model %s: a folder without a config.json", r);
+            gckpt_seterr(err, "--model %s is a directory without a config.json", r);
             return false;
         }
         return true;

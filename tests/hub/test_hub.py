@@ -309,7 +309,7 @@ class HubTest(unittest.TestCase):
         os.remove(os.path.join(self.dir, "plan.json"))
         self.assertEqual(self.cache_files(), [])
         os.makedirs(os.path.join(self.dir, "ok", "empty"))
-        self.refused(self.plan("ok/empty", endpoint=closed_port()), "--model ok/empty: a folder without a config.json")
+        self.refused(self.plan("ok/empty", endpoint=closed_port()), "--model ok/empty is a directory without a config.json")
 
     def test_bad_revision(self):
         self.refused(self.plan("ok/tiny", "--revision", "../x"), "--revision '../x'")

@@ -153,36 +153,6 @@ cJSON *gckpt_report_header_json(const gckpt_report *r)
     return root;
 }
 
-void gckpt_report_tally_add(gckpt_report_tally *t, const cJSON *entry)
-{
-    const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(entry, "status"));
-    const cJSON *pass = cJSON_GetObjectItemCaseSensitive(entry, "pass");
-    t->n++;
-    for (int k = 0; st && k < GCKPT_NRS; k++)
-        if (!strcmp(st, gckpt_run_status_names[k])) {
-            t->count[k]++;
-            if (!gckpt_run_status_skipped(k)) t->run++;
-        }
-    if (cJSON_IsTrue(pass)) t->passed++;
-    if (cJSON_IsFalse(pass)) t->failed++;
-}
-
-cJSON *gckpt_report_summary_json(const gckpt_report_tally *t, const char *signal, bool ended)
-{
-    cJSON *s = cJSON_CreateObject();
-    cJSON_AddStringToObject(s, "record", "summary");
-    cJSON_AddNumberToObject(s, "selected", (double)t->selected);
-    cJSON_AddNumberToObject(s, "run", (double)t->run);
-    cJSON_AddNumberToObject(s, "passed", (double)t->passed);
-    cJSON_AddNumberToObject(s, "failed", (double)t->failed);
-    for (int k = 0; k < GCKPT_NRS; k++) cJSON_AddNumberToObject(s, gckpt_run_status_names[k], (double)t->count[k]);
-    cJSON_AddNumberToObject(s, "not_started", (double)(t->selected > t->n ? t->selected - t->n : 0));
-    cJSON_AddBoolToObject(s, "complete", t->n == t->selected && !t->count[GCKPT_RS_INTERRUPTED]);
-    str_or_null(s, "signal", signal);
-    cJSON_AddBoolToObject(s, "ended", ended);
-    return s;
-}
-
 static void fmt_rel(char *buf, size_t n, bool have, double rel)
 {
     if (!have) snprintf(buf, n, "-");

@@ -306,30 +306,3 @@ bool gckpt_report_file_cut(gckpt_report_file *rf, int sig)
 
 /* ---- reading ----------------------------------------------------------------------------- */
 
-cJSON *gckpt_report_load(const char *path, gckpt_err *err)
-{
-    char *text = gckpt_read_file(path, 1u << 30, err);
-    if (!text) return NULL;
-    cJSON *doc = gckpt_report_read(path, text, err);
-    free(text);
-    if (!doc) return NULL;
-    /* the summary of a run that has not ended: computed from its entries and the header's
-     * count of selected entries (gckpt-run and the callback write it) */
-    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(doc, "selected");
-    if (!cJSON_IsNumber(sel)) {
-        gckpt_seterr(err, "%s: the header: missing field 'selected' (number)", path);
-        cJSON_Delete(doc);
-        return NULL;
-    }
-    gckpt_report_tally t = {0};
-    t.selected = (size_t)sel->valuedouble;
-    cJSON_DeleteItemFromObjectCaseSensitive(doc, "selected");
-    const cJSON *e;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "entries")) gckpt_report_tally_add(&t, e);
-    if (!cJSON_GetObjectItemCaseSensitive(doc, "summary")) {
-        cJSON *summary = gckpt_report_summary_json(&t, NULL, false);
-        cJSON_DeleteItemFromObjectCaseSensitive(summary, "record");
-        cJSON_AddItemToObject(doc, "summary", summary);
-    }
-    return doc;
-}

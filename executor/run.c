@@ -14,7 +14,6 @@
 #include "gckpt/executor/exec_host.h"
 #include "gckpt/executor/exec_run.h"
 
-const char *const gckpt_run_status_names[GCKPT_NRS] = {"ok", "oom", "skipped", "error", "interrupted", "skipped_host_memory"};
 
 const char *gckpt_signal_name(int sig)
 {

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "gckpt/executor/report_file.h"
+#include "gckpt/formats/report_doc.h"
 #include "gckpt/planner/dash_html.h"
 #include "gckpt/core/plan_read.h"
 #include "gckpt/util/atomic_file.h"

@@ -10,22 +10,9 @@
 #include "gckpt/core/plan_read.h"
 
 #include "gckpt/core/report_read.h" /* GCKPT_REPORT_SCHEMA */
+#include "gckpt/formats/report_doc.h" /* run statuses, the summary */
 #define GCKPT_MAX_STEPS 1000
 
-/* INTERRUPTED: the run was stopped by a signal while this entry ran (pass is false).
- * SKIPPED: predicted not to fit the plan's GPU; SKIPPED_HOST_MEMORY: the host backend
- * would need more memory than this machine has available (both: not run, pass null). */
-typedef enum {
-    GCKPT_RS_OK,
-    GCKPT_RS_OOM,
-    GCKPT_RS_SKIPPED,
-    GCKPT_RS_ERROR,
-    GCKPT_RS_INTERRUPTED,
-    GCKPT_RS_SKIPPED_HOST_MEMORY,
-    GCKPT_NRS
-} gckpt_run_status;
-extern const char *const gckpt_run_status_names[GCKPT_NRS];
-static inline bool gckpt_run_status_skipped(int s) { return s == GCKPT_RS_SKIPPED || s == GCKPT_RS_SKIPPED_HOST_MEMORY; }
 
 typedef struct {
     int steps, warmup;        /* measured steps after warm-up steps */
@@ -121,14 +108,6 @@ typedef struct {
 cJSON *gckpt_report_header_json(const gckpt_report *r);
 cJSON *gckpt_report_entry_json(const gckpt_entry_report *e);
 
-/* The counts of a summary, from entry records: the one rule for writer and reader. */
-typedef struct {
-    size_t selected, n, run, passed, failed, count[GCKPT_NRS];
-} gckpt_report_tally;
-void gckpt_report_tally_add(gckpt_report_tally *t, const cJSON *entry);
-/* signal: the name of the signal that stopped the run or NULL; ended: the run is over
- * (false for a summary computed from a report whose run is still going or was killed). */
-cJSON *gckpt_report_summary_json(const gckpt_report_tally *t, const char *signal, bool ended);
 /* "SIGINT", "SIGTERM", ... ("signal N" for others); static storage. */
 const char *gckpt_signal_name(int sig);
 /* One line per entry for people. */

@@ -68,12 +68,6 @@ bool gckpt_report_file_arm(gckpt_report_file *rf, const gckpt_report *r, const g
  * sync them. false when the main thread holds the file (it is writing) or nothing is armed. */
 bool gckpt_report_file_cut(gckpt_report_file *rf, int sig);
 
-/* Read a report file back into one JSON document (gckpt_report_read's,
- * include/gckpt/core/report_read.h): the header's fields, "entries" (the entry
- * records) and "summary" (the summary record, or one computed here from the entries with
- * "ended": false when the run has not ended); a report of gckpt.TrainerCallback (backend
- * hf-trainer) adds its "rank", "steps" and "warnings". NULL with err (one line naming the
- * file, the line and the field) on a damaged file. */
-cJSON *gckpt_report_load(const char *path, gckpt_err *err);
+/* Reading a report file back: gckpt_report_load, include/gckpt/formats/report_doc.h. */
 
 #endif

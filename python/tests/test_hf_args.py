@@ -32,6 +32,10 @@ def _have(mod):
 
 HAVE_HF = _have("transformers") and _have("peft") and _have("torch")
 HAVE_TRL = HAVE_HF and _have("trl")
+# TrainingArguments(deepspeed=...) checks that deepspeed is installed (transformers'
+# dep_version_check); tools/hf_probe/setup-deepspeed.sh adds it to the probe venv
+HAVE_DS = HAVE_HF and _have("deepspeed")
+NO_DS = "deepspeed not importable (bash tools/hf_probe/setup-deepspeed.sh)"
 
 
 def _native():
@@ -253,6 +257,7 @@ class HFDocExamples(unittest.TestCase):
 
     # 9. transformers docs/source/en/deepspeed.md, "ZeRO-3" config (as written there), on 8 GPUs
     #    of one node (torchrun sets WORLD_SIZE / LOCAL_WORLD_SIZE)
+    @unittest.skipUnless(HAVE_DS, NO_DS)
     def test_deepspeed_zero3_docs_config(self):
         ds = {"zero_optimization": {
             "stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
@@ -278,6 +283,7 @@ class HFDocExamples(unittest.TestCase):
 
     # 10. DeepSpeed ZeRO-2 as a file with an optimizer section (transformers deepspeed.md passes a path:
     #     TrainingArguments(..., deepspeed="path/to/deepspeed_config.json")); two nodes of 4
+    @unittest.skipUnless(HAVE_DS, NO_DS)
     def test_deepspeed_path_with_optimizer_two_nodes(self):
         import json
         import tempfile

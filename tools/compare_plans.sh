@@ -42,6 +42,27 @@ gen() {
         run "$m.seq1024-ga3" --model "$m" --seq 1024 --grad-accum 3 --micro-batch 2 --every-n off,1,2,5 --offload on
         run "$m.budget" --model "$m" --gpu rtx-4090 --precision bf16 --budget 20GiB --margin 0
     done
+    # PEFT: LoRA (targets, rank, modules_to_save) and QLoRA (nf4 / fp4 / int8) on every model
+    # (MoE and GPT-2 refusals are part of what is compared)
+    for m in $models; do
+        run "$m.lora" --model "$m" --method lora --micro-batch 1,2
+        run "$m.lora-qv" --model "$m" --method lora --lora-rank 64 --lora-targets q_proj,v_proj \
+            --modules-to-save lm_head --precision bf16
+        for q in nf4 fp4 int8; do
+            run "$m.qlora-$q" --model "$m" --method qlora --quant "$q" --grad-accum 2 --micro-batch 1,2
+        done
+        run "$m.cpu" --model "$m" --gpu "$here/tests/data/devices/cpu-exact.json" --seq 256 --precision fp32
+    done
+    # several GPUs: every mode x 2, 4, 8, 16 GPUs (16 as two nodes of 8)
+    for m in $models; do
+        for g in 2 4 8 16; do
+            if [ "$g" -eq 16 ]; then lay=(--gpus 8 --nodes 2); else lay=(--gpus "$g"); fi
+            run "$m.par$g" --model "$m" "${lay[@]}" --parallel ddp,fsdp,zero1,zero2,zero3 --seq 2048 \
+                --micro-batch 1,2 --every-n off,1,2
+            run "$m.par$g-fp32" --model "$m" "${lay[@]}" --parallel ddp,fsdp,zero1,zero2,zero3 --seq 1024 \
+                --precision fp32 --every-n off,1
+        done
+    done
     for m in gpt2 llama-3.2-1b qwen3-8b; do
         (cd "$out" && GCKPT_DATA_DIR="$here" "$plan" --model "$m" --micro-batch 1,2 -q \
             --plot "$m.plot.svg" -o "$m.plot.json" > /dev/null 2>&1) || true

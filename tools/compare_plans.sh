@@ -57,11 +57,17 @@ gen() {
     for m in $models; do
         for g in 2 4 8 16; do
             if [ "$g" -eq 16 ]; then lay=(--gpus 8 --nodes 2); else lay=(--gpus "$g"); fi
-            run "$m.par$g" --model "$m" "${lay[@]}" --parallel ddp,fsdp,zero1,zero2,zero3 --seq 2048 \
-                --micro-batch 1,2 --every-n off,1,2
-            run "$m.par$g-fp32" --model "$m" "${lay[@]}" --parallel ddp,fsdp,zero1,zero2,zero3 --seq 1024 \
-                --precision fp32 --every-n off,1
+            for mode in ddp fsdp zero1 zero2 zero3; do
+                run "$m.$mode-$g" --model "$m" "${lay[@]}" --parallel "$mode" --seq 2048 --micro-batch 1,2 \
+                    --every-n off,1,2
+                run "$m.$mode-$g-fp32" --model "$m" "${lay[@]}" --parallel "$mode" --seq 1024 --precision fp32 \
+                    --every-n off,1
+            done
         done
+        # the modes compared in one table (no JSON plan for a list of modes)
+        (cd "$out" && GCKPT_DATA_DIR="$here" "$plan" --model "$m" --gpus 4 --parallel ddp,fsdp,zero1,zero2,zero3 \
+            --seq 2048 > "$m.compare4.txt" 2> "$m.compare4.err") || true
+        n=$((n + 1))
     done
     for m in gpt2 llama-3.2-1b qwen3-8b; do
         (cd "$out" && GCKPT_DATA_DIR="$here" "$plan" --model "$m" --micro-batch 1,2 -q \

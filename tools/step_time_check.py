@@ -260,12 +260,12 @@ def summaries(results, line, md):
                        ("code-base class", lambda res: res["row"]["code_base_class"]),
                        ("source", lambda res: res["row"]["source"]),
                        ("sequence length", seq_class),
-                       ("GPU profile x sequence", lambda res: res["row"]["gpu_profile"] + ", " + seq_class(res)[3:]),
+                       ("GPU profile x sequence", lambda res: res["row"]["gpu_profile"] + ", " + seq_class(res)),
                        ("model size", size_class),
                        ("method", method_class),
                        ("GPUs", nodes_class),
                        ("all points", lambda res: "all")):
-        line([title, "points", "median |error| %", "p90 |error| %", "median error % (signed)"])
+        line([title, "points", "median abs error %", "p90 abs error %", "median error % (signed)"])
         if md:
             line(["---", "---:", "---:", "---:", "---:"])
         for k, n, med, p90, sgn in summary(results, key):

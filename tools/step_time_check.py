@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plan every published throughput measurement in bench/published/step_time.csv with
-gckpt-plan and print predicted vs published tokens/s per GPU (issue 27, part 1).
+gckpt-plan and print predicted vs published tokens/s per GPU.
 
 Python 3 standard library only.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""docs_examples: run the command examples of the docs and compare their output (issue 28).
+"""docs_examples: run the command examples of the docs and compare their output.
 
 usage: docs_examples.py --build DIR [--source DIR] [--slow] [--list] [--update] [-v] FILE|GLOB...
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""mdlint: the checks a Markdown page needs to render whole on GitHub (issue 28).
+"""mdlint: the checks a Markdown page needs to render whole on GitHub.
 
 usage: mdlint.py [--root DIR] FILE|GLOB...
 

@@ -11,6 +11,7 @@
 #define MESH_TIED_LESS 4 /* ... and per rank 4 B less with a tied head's 5 units (FINDINGS R-DIST-24):
                           * so perhaps 4 B per rank per unit, not separable on these fixtures */
 #define ZERO12_NORM 4    /* ZeRO-1/2: the fp32 gradient-norm scalar kept between steps */
+#define ZERO12_IPG_FLAG 4 /* ZeRO-1/2: bytes beside the ipg bucket, freed and retaken by the step (FINDINGS R-DIST-18) */
 #define ZERO3_SCALARS 9  /* ZeRO-3: inf_or_nan_tracker (bool) + 8 B of scalars */
 #define DDP_USED_MAP 8   /* DDP find_unused_parameters: local_used_map + its device copy, int32 each */
 #define ZERO3_MAX_REUSE 1000000000ull /* stage3_max_reuse_distance's default (deepspeed/runtime/zero/config.py) */
@@ -190,8 +191,23 @@ void gckpt_rows_ddp(const gckpt_params *ps, const gckpt_model *m, const gckpt_se
     if (!s->every_n) scalar_row(st, "find_unused_parameters' used map and its device copy", param_tensors(ps), DDP_USED_MAP);
 }
 
+/* FSDP2: elements of one unit's padded local shards per section (the embedding, one layer, the
+ * tail). A tied head: accelerate's fsdp2_prepare_model shards [final norm, embedding, lm_head]
+ * as one unit (one all-gather, one reduce-scatter, one fp32 sharded gradient), the tail unit is
+ * empty (core/sim_parallel.c places that unit at the embedding's). */
+static void fsdp_unit_parts(const gckpt_params *ps, const gckpt_model *m, uint64_t part[GCKPT_NSEC])
+{
+    for (int k = 0; k < GCKPT_NSEC; k++) part[k] = 0;
+    for (int i = 0; i < ps->n; i++) part[ps->p[i].section] += ps->p[i].shard.part;
+    if (m->tied) {
+        part[GCKPT_SEC_EMBED] += part[GCKPT_SEC_HEAD];
+        part[GCKPT_SEC_HEAD] = 0;
+    }
+}
+
 /* FSDP2: fp32 dim-0 shards, whatever the MixedPrecisionPolicy computes in; AdamW's states on
- * the unpadded local rows; AdamW's step per tensor; the device mesh. */
+ * the unpadded local rows; AdamW's step per tensor; the device mesh; within the step, each
+ * unit's fp32 sharded gradient (a flat buffer its parameters' .grad view). */
 void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                      uint64_t round, gckpt_rank_state *st)
 {
@@ -208,6 +224,11 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
     }
     scalar_row(st, "AdamW step", param_tensors(ps), ADAMW_STEP);
     scalar_row(st, "device mesh", n, MESH_BYTES - (m->tied ? MESH_TIED_LESS : 0));
+    uint64_t part[GCKPT_NSEC];
+    fsdp_unit_parts(ps, m, part);
+    for (int k = GCKPT_SEC_EMBED; k <= GCKPT_SEC_HEAD; k++)
+        row(st, "fp32 sharded gradient of a unit", GCKPT_ROW_STEP_GRADS, -1, GCKPT_DT_F32, GCKPT_SHARD_DIM0,
+            k == GCKPT_SEC_BLOCK ? m->layers : 1, part[k], gckpt_round_up(4 * part[k], round));
 }
 
 /* ZeRO-1/2: per optimizer group the flat model-dtype weights (replicated), the fp32 master
@@ -230,6 +251,11 @@ void gckpt_rows_zero12(const gckpt_params *ps, const gckpt_model *m, const gckpt
     }
     scalar_row(st, "AdamW step", (uint64_t)optimizer_groups(ps), ADAMW_STEP);
     scalar_row(st, "gradient norm", 1, ZERO12_NORM);
+    uint64_t bucket = gckpt_ds_reduce_bucket(m, &s->layout);
+    row(st, "ipg bucket", GCKPT_ROW_IPG, -1, zero_dtype(s), GCKPT_SHARD_NONE, gckpt_ds_ipg_buckets(&s->layout), bucket,
+        gckpt_round_up(gckpt_dtype_size(zero_dtype(s)) * bucket, round));
+    row(st, "beside the ipg bucket (measured)", GCKPT_ROW_IPG_FLAG, -1, GCKPT_DT_U8, GCKPT_SHARD_NONE, 1, ZERO12_IPG_FLAG,
+        ZERO12_IPG_FLAG);
 }
 
 /* ZeRO-3: each tensor's model-dtype partition (and whole under the persistence threshold); the
@@ -271,9 +297,18 @@ void gckpt_rank_rows(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
 void gckpt_rank_rows_sum(const gckpt_rank_state *st, gckpt_rank_bytes *out)
 {
     memset(out, 0, sizeof *out);
-    uint64_t *field[GCKPT_NROW] = {&out->weights, &out->grads, &out->master, &out->states, &out->scalars, &out->buffers};
-    for (int k = 0; k < st->n; k++) *field[st->row[k].kind] += st->row[k].bytes;
+    uint64_t *field[GCKPT_NROW_KEPT] = {&out->weights, &out->grads, &out->master, &out->states, &out->scalars, &out->buffers};
+    for (int k = 0; k < st->n; k++)
+        if (st->row[k].kind < GCKPT_NROW_KEPT) *field[st->row[k].kind] += st->row[k].bytes;
     out->total = out->weights + out->grads + out->master + out->states + out->scalars + out->buffers;
+}
+
+uint64_t gckpt_rank_rows_bytes(const gckpt_rank_state *st, gckpt_row_kind kind)
+{
+    uint64_t b = 0;
+    for (int k = 0; k < st->n; k++)
+        if (st->row[k].kind == kind) b += st->row[k].bytes;
+    return b;
 }
 
 void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
@@ -400,36 +435,37 @@ static uint64_t largest_group(const gckpt_params *ps, uint64_t n, bool flat_grou
     return largest;
 }
 
-void gckpt_apply_ddp(gckpt_ctx *c, const gckpt_rank_bytes *rb)
+void gckpt_apply_ddp(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 {
+    (void)st;
     /* the used maps follow each entry's every_n, not the context's (a sweep shares one
      * context across every_n): the evaluators add c->ddp_used_map when every_n is off */
     c->ddp_used_map = ddp_used_map(&c->params);
     c->parallel = rb->grads + rb->scalars + rb->buffers - (c->set.every_n ? 0 : c->ddp_used_map);
 }
 
-void gckpt_apply_zero12(gckpt_ctx *c, const gckpt_rank_bytes *rb)
+void gckpt_apply_zero12(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 {
     const gckpt_setting *s = &c->set;
     const gckpt_model *m = c->model;
     const gckpt_par_mode *d = gckpt_par_mode_of(s->layout.mode);
     gckpt_params *ps = &c->params;
     uint64_t round = c->dev->alloc_round_bytes, n = gckpt_layout_world(&s->layout);
-    uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2, ipg = gckpt_round_up(zs * gckpt_ds_reduce_bucket(m, &s->layout), round);
+    uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2, flag = gckpt_rank_rows_bytes(st, GCKPT_ROW_IPG_FLAG);
     /* ZeRO-2 (reduce hooks): the ipg bucket, the gradients and the rank's partition are the
      * schedule's events (core/sim_parallel.c) */
     /* ZeRO-1 without offload_optimizer: the bucket is an event too, made at the first backward's
      * first gradient hook (core/sim.c z1_bucket), freed when the step starts */
-    uint64_t bucket = d->reduce_hooks ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout);
+    uint64_t bucket = d->reduce_hooks ? 0 : gckpt_rank_rows_bytes(st, GCKPT_ROW_IPG);
     bool bucket_event = d->ipg_bucket_event && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
-    c->parallel = (bucket_event ? 0 : bucket) + 4 + rb->scalars + rb->buffers;
+    c->parallel = (bucket_event ? 0 : bucket) + flag + rb->scalars + rb->buffers;
     /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
     /* + 8 B of scalars (12 B in fp32), FINDINGS R-DIST-14 */
     uint64_t piece[GCKPT_ZERO_NTEMP];
     gckpt_zero12_temp(largest_group(ps, n, true), zs, round, piece);
     c->opt_temp = piece[GCKPT_ZERO_TEMP_SLICE] + piece[GCKPT_ZERO_TEMP_F32] + piece[GCKPT_ZERO_TEMP_SCALARS];
-    c->step_released = bucket + 4;
-    c->step_retaken = bucket_event ? 4 : c->step_released;
+    c->step_released = bucket + flag;
+    c->step_retaken = bucket_event ? flag : c->step_released;
     gckpt_zero12_keep keep;
     gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, s->layout.rank, &keep);
     c->step_grads = d->reduce_hooks ? keep.numel * zs : keep.grad_bytes;
@@ -448,8 +484,9 @@ void gckpt_apply_zero12(gckpt_ctx *c, const gckpt_rank_bytes *rb)
     }
 }
 
-void gckpt_apply_zero3(gckpt_ctx *c, const gckpt_rank_bytes *rb)
+void gckpt_apply_zero3(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 {
+    (void)st;
     const gckpt_setting *s = &c->set;
     uint64_t round = c->dev->alloc_round_bytes, n = gckpt_layout_world(&s->layout);
     uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2;
@@ -464,27 +501,14 @@ void gckpt_apply_zero3(gckpt_ctx *c, const gckpt_rank_bytes *rb)
     if (s->layout.offload) zero3_offload(c, rb, ipg, zs, round);
 }
 
-void gckpt_apply_fsdp(gckpt_ctx *c, const gckpt_rank_bytes *rb)
+void gckpt_apply_fsdp(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 {
-    const gckpt_params *ps = &c->params;
-    const gckpt_model *m = c->model;
-    uint64_t round = c->dev->alloc_round_bytes;
-    for (int i = 0; i < ps->n; i++) /* one unit's padded local shards (a block parameter: one layer's) */
-        c->unit_part[ps->p[i].section] += ps->p[i].shard.part;
-    /* a tied head: accelerate's fsdp2_prepare_model shards [final norm, embedding, lm_head] as
-     * one unit (one all-gather, one reduce-scatter, one fp32 sharded gradient), the tail unit is
-     * empty (core/sim_parallel.c places that unit at the embedding's) */
-    if (m->tied) {
-        c->unit_part[GCKPT_SEC_EMBED] += c->unit_part[GCKPT_SEC_HEAD];
-        c->unit_part[GCKPT_SEC_HEAD] = 0;
-    }
+    fsdp_unit_parts(&c->params, c->model, c->unit_part);
     /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
      * schedule's events (core/sim_parallel.c); what stays allocated into the optimizer step is
      * each unit's fp32 sharded gradient (a flat buffer its parameters' .grad view) */
     c->parallel = rb->scalars + rb->buffers;
-    c->grads = c->step_grads = gckpt_round_up(4 * c->unit_part[GCKPT_SEC_EMBED], round) +
-                               m->layers * gckpt_round_up(4 * c->unit_part[GCKPT_SEC_BLOCK], round) +
-                               gckpt_round_up(4 * c->unit_part[GCKPT_SEC_HEAD], round);
+    c->grads = c->step_grads = gckpt_rank_rows_bytes(st, GCKPT_ROW_STEP_GRADS);
     if (c->set.layout.offload) fsdp_offload(c);
 }
 
@@ -495,8 +519,11 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     gckpt_params *ps = &c->params;
     uint64_t round = c->dev->alloc_round_bytes, n = gckpt_layout_world(&s->layout);
     gckpt_params_shard(ps, c->model, &s->layout);
+    gckpt_rank_state *st = malloc(sizeof *st);
+    if (!st) abort();
+    gckpt_rank_rows(ps, c->model, s, s->layout.rank, round, st);
     gckpt_rank_bytes rb;
-    gckpt_rank_persistent(ps, c->model, s, s->layout.rank, round, &rb);
+    gckpt_rank_rows_sum(st, &rb);
     if (d->sharded) { /* DDP's replicas keep one GPU's weights, states and optimizer step */
         c->weights = rb.weights;
         c->opt_states = rb.master + rb.states;
@@ -505,7 +532,8 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     uint64_t grads = 0;
     for (int i = 0; i < ps->n; i++) grads += ps->p[i].copies * ps->p[i].grad.bytes;
     c->grads = c->step_grads = grads;
-    if (d->apply) d->apply(c, &rb);
+    if (d->apply) d->apply(c, st, &rb);
+    free(st);
 }
 
 bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c)

@@ -11,7 +11,8 @@
 #define GCKPT_MODE_ROWS(name)                                                                                       \
     void gckpt_rows_##name(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank, \
                            uint64_t round, gckpt_rank_state *st)
-#define GCKPT_MODE_APPLY(name) void gckpt_apply_##name(gckpt_ctx *c, const gckpt_rank_bytes *rb)
+#define GCKPT_MODE_APPLY(name) \
+    void gckpt_apply_##name(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 #define GCKPT_MODE_VOLUME(name) void gckpt_volume_##name(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
 #define GCKPT_MODE_OFFLOAD(name)                                                                            \
     void gckpt_offload_##name(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h, \

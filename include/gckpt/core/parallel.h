@@ -105,9 +105,12 @@ uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r);
 void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                            uint64_t round, gckpt_rank_bytes *out);
 
-/* The per-rank parameter-state table: every buffer one rank keeps between steps is a row, and
- * its persistent bytes are the sum of the rows (gckpt_rank_persistent sums them per kind; an
- * executor allocates them). Rows of one parameter entry are per instance (count: its copies);
+/* The per-rank parameter-state table: every buffer of the mode's state on one rank is a row.
+ * The rows kept between steps (kinds up to GCKPT_ROW_BUFFERS) are its persistent bytes
+ * (gckpt_rank_persistent sums them per kind); the others are the mode's buffers that each step
+ * makes and frees, their sizes here, their places in the step the schedule's (core/sim.c,
+ * core/sim_parallel.c). An executor allocates from the same rows. Rows of one parameter entry
+ * are per instance (count: its copies);
  * rows of the rank (param -1) are flat buffers or scalars. Bytes as allocated: each instance
  * rounded to the allocator's granularity, except the scalars measured as a byte count (AdamW's
  * step, DDP's used maps, the mesh, DeepSpeed's flags), which are summed unrounded. */
@@ -118,8 +121,14 @@ typedef enum {
     GCKPT_ROW_STATES,  /* .states */
     GCKPT_ROW_SCALARS, /* .scalars */
     GCKPT_ROW_BUFFERS, /* .buffers */
+    /* made within each step */
+    GCKPT_ROW_IPG,        /* ZeRO-1/2: the ipg bucket(s), made by the backward (ZeRO-1 with
+                           * offload_optimizer: held through the run), freed when the step starts */
+    GCKPT_ROW_IPG_FLAG,   /* ZeRO-1/2: 4 B measured beside the bucket, freed and retaken by the step */
+    GCKPT_ROW_STEP_GRADS, /* FSDP2: each unit's fp32 sharded gradient, from its reduce-scatter into the step */
     GCKPT_NROW
 } gckpt_row_kind;
+#define GCKPT_NROW_KEPT (GCKPT_ROW_BUFFERS + 1) /* the kinds kept between steps */
 typedef enum { GCKPT_PLACE_DEVICE, GCKPT_PLACE_HOST } gckpt_place;
 typedef struct {
     const char *what;  /* "fp32 master partition", "DDP bucket", ... */
@@ -143,8 +152,10 @@ typedef struct gckpt_rank_state {
  * gckpt_params_shard, each allocation rounded to round. */
 void gckpt_rank_rows(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                      uint64_t round, gckpt_rank_state *out);
-/* The rows summed per kind (what gckpt_rank_persistent returns). */
+/* The rows kept between steps summed per kind (what gckpt_rank_persistent returns). */
 void gckpt_rank_rows_sum(const gckpt_rank_state *st, gckpt_rank_bytes *out);
+/* Bytes of the rows of one kind. */
+uint64_t gckpt_rank_rows_bytes(const gckpt_rank_state *st, gckpt_row_kind kind);
 
 /* Make context c (its setting a checked multi-GPU layout) one rank's: the table's shard fields,
  * the persistent totals of the layout's rank (0 in a plan; under zero2 the evaluator also
@@ -296,8 +307,9 @@ typedef struct {
     /* the rows the mode adds to one rank (the model's buffers are every mode's) */
     void (*rows)(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                  uint64_t round, gckpt_rank_state *out);
-    /* make context c one rank's (gckpt_parallel_apply's per-mode part), rb: the rows' sums */
-    void (*apply)(gckpt_ctx *c, const gckpt_rank_bytes *rb);
+    /* make context c one rank's (gckpt_parallel_apply's per-mode part) from its rows st and
+     * their sums rb */
+    void (*apply)(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb);
     /* one step's collectives, closed form (gckpt_parallel_volume) */
     void (*volume)(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v);
     /* CPU offload's PCIe copies per step, bytes (gckpt_parallel_offload_seconds); NULL: none */

@@ -52,7 +52,7 @@ bool gckpt_layout_multi(const gckpt_layout *l) { return gckpt_par_mode_of(l->mod
 bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
 {
     const gckpt_par_mode *d = gckpt_par_mode_of(s->layout.mode);
-    const char *mode = d->name;
+    const char *mode = gckpt_parallel_names[s->layout.mode];
     if (!d->multi) return true;
     if ((uint64_t)(s->layout.gpus ? s->layout.gpus : 1) * (s->layout.nodes ? s->layout.nodes : 1) > GCKPT_MAX_RANKS) {
         gckpt_seterr(err, "--gpus x --nodes: more than %d GPUs", GCKPT_MAX_RANKS);
@@ -174,10 +174,8 @@ void gckpt_rows_ddp(const gckpt_params *ps, const gckpt_model *m, const gckpt_se
                     uint64_t round, gckpt_rank_state *st)
 {
     (void)m, (void)rank;
-    uint64_t numel = 0;
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
-        numel += p->copies * p->numel;
         row(st, "weight", GCKPT_ROW_WEIGHTS, i, (gckpt_dtype)p->weight.dtype, GCKPT_SHARD_NONE, p->copies,
             p->weight.numel, p->weight.bytes);
         row(st, "exp_avg", GCKPT_ROW_STATES, i, (gckpt_dtype)p->state[0].dtype, GCKPT_SHARD_NONE, p->copies,
@@ -185,8 +183,9 @@ void gckpt_rows_ddp(const gckpt_params *ps, const gckpt_model *m, const gckpt_se
         row(st, "exp_avg_sq", GCKPT_ROW_STATES, i, (gckpt_dtype)p->state[1].dtype, GCKPT_SHARD_NONE, p->copies,
             p->state[1].numel, p->state[1].bytes);
     }
+    /* fp32 elements of the gradients as allocated (each .grad's allocation rounded) */
     row(st, "DDP buckets (a flat copy of every gradient)", GCKPT_ROW_GRADS, -1, GCKPT_DT_F32, GCKPT_SHARD_NONE, 1,
-        numel, gckpt_round_up(ps->grad_bytes, round));
+        ps->grad_bytes / 4, gckpt_round_up(ps->grad_bytes, round));
     scalar_row(st, "AdamW step", param_tensors(ps), ADAMW_STEP);
     if (!s->every_n) scalar_row(st, "find_unused_parameters' used map and its device copy", param_tensors(ps), DDP_USED_MAP);
 }

@@ -281,7 +281,6 @@ void gckpt_zero12_temp(uint64_t part, uint64_t zs, uint64_t round, uint64_t piec
  * DeepSpeed ZeRO-1/2/3 in core is a field here; code elsewhere asks the descriptor. */
 struct gckpt_wrap_hooks; /* the simulator's hooks (core/sim_parallel.h, private to core) */
 typedef struct {
-    const char *name; /* gckpt_parallel_names[] */
     bool multi;       /* spreads the step over several GPUs */
     /* what it refuses (gckpt_layout_check): fewer GPUs than min_world, and a fine-tuning method,
      * optimizer or precision whose bit (1u << the enum) is not set: what was measured per rank */

@@ -1,4 +1,6 @@
-/* Per-rank persistent memory of DDP, FSDP2 and DeepSpeed ZeRO (include/gckpt/core/parallel.h
+/* Per-rank memory of DDP, FSDP2 and DeepSpeed ZeRO: the per-rank parameter-state rows, what
+ * each mode does to a context, its collectives' closed forms and CPU offload's copies (the
+ * functions core/parallel_modes.c's descriptor table points at; include/gckpt/core/parallel.h
  * says the rules and where they were measured). */
 #include "parallel_modes.h"
 
@@ -18,14 +20,16 @@
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-/* DDP's find_unused_parameters maps, per parameter tensor; the Trainer turns the option on
- * only without gradient checkpointing (FINDINGS R-DIST-1), so they exist only for every_n off. */
-static uint64_t ddp_used_map(const gckpt_params *ps)
+/* Parameter tensors, every instance. */
+static uint64_t param_tensors(const gckpt_params *ps)
 {
     uint64_t tensors = 0;
     for (int i = 0; i < ps->n; i++) tensors += ps->p[i].copies;
-    return DDP_USED_MAP * tensors;
+    return tensors;
 }
+/* DDP's find_unused_parameters maps, per parameter tensor; the Trainer turns the option on
+ * only without gradient checkpointing (FINDINGS R-DIST-1), so they exist only for every_n off. */
+static uint64_t ddp_used_map(const gckpt_params *ps) { return DDP_USED_MAP * param_tensors(ps); }
 
 uint32_t gckpt_layout_world(const gckpt_layout *l)
 {
@@ -137,12 +141,6 @@ static void scalar_row(gckpt_rank_state *st, const char *what, uint64_t count, u
     row(st, what, GCKPT_ROW_SCALARS, -1, GCKPT_DT_U8, GCKPT_SHARD_NONE, count, bytes, bytes);
 }
 
-static uint64_t param_tensors(const gckpt_params *ps)
-{
-    uint64_t tensors = 0;
-    for (int i = 0; i < ps->n; i++) tensors += ps->p[i].copies;
-    return tensors;
-}
 static int optimizer_groups(const gckpt_params *ps)
 {
     bool g[2] = {false, false};

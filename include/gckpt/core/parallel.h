@@ -101,7 +101,8 @@ typedef struct {
 uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r);
 
 /* Rank `rank`'s persistent bytes for setting s (a checked, multi-GPU layout) from table ps
- * after gckpt_params_shard. Rank 0 is the busiest (FSDP2's local shards shrink at the end). */
+ * after gckpt_params_shard: the sum of its rows kept between steps (gckpt_rank_rows below).
+ * Rank 0 is the busiest (FSDP2's local shards shrink at the end). */
 void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                            uint64_t round, gckpt_rank_bytes *out);
 

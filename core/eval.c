@@ -430,7 +430,7 @@ static bool walk_one(gckpt_ctx *w, uint32_t every_n, bool offload, uint64_t grad
  * entry's (FINDINGS R-DIST-19, R-DIST-25). */
 static bool every_rank(const gckpt_ctx *c)
 {
-    return c->set.layout.mode == GCKPT_PAR_ZERO1 || c->set.layout.mode == GCKPT_PAR_ZERO2;
+    return gckpt_par_mode_of(c->set.layout.mode)->walk_every_rank;
 }
 
 static void walk_setting(const gckpt_ctx *c, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res)

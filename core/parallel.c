@@ -1,6 +1,8 @@
-/* Per-rank persistent memory of DDP, FSDP2 and DeepSpeed ZeRO (include/gckpt/core/parallel.h
+/* Per-rank memory of DDP, FSDP2 and DeepSpeed ZeRO: the per-rank parameter-state rows, what
+ * each mode does to a context, its collectives' closed forms and CPU offload's copies (the
+ * functions core/parallel_modes.c's descriptor table points at; include/gckpt/core/parallel.h
  * says the rules and where they were measured). */
-#include "gckpt/core/parallel.h"
+#include "parallel_modes.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,20 +13,23 @@
 #define MESH_TIED_LESS 4 /* ... and per rank 4 B less with a tied head's 5 units (FINDINGS R-DIST-24):
                           * so perhaps 4 B per rank per unit, not separable on these fixtures */
 #define ZERO12_NORM 4    /* ZeRO-1/2: the fp32 gradient-norm scalar kept between steps */
+#define ZERO12_IPG_FLAG 4 /* ZeRO-1/2: bytes beside the ipg bucket, freed and retaken by the step (FINDINGS R-DIST-18) */
 #define ZERO3_SCALARS 9  /* ZeRO-3: inf_or_nan_tracker (bool) + 8 B of scalars */
 #define DDP_USED_MAP 8   /* DDP find_unused_parameters: local_used_map + its device copy, int32 each */
 #define ZERO3_MAX_REUSE 1000000000ull /* stage3_max_reuse_distance's default (deepspeed/runtime/zero/config.py) */
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-/* DDP's find_unused_parameters maps, per parameter tensor; the Trainer turns the option on
- * only without gradient checkpointing (FINDINGS R-DIST-1), so they exist only for every_n off. */
-static uint64_t ddp_used_map(const gckpt_params *ps)
+/* Parameter tensors, every instance. */
+static uint64_t param_tensors(const gckpt_params *ps)
 {
     uint64_t tensors = 0;
     for (int i = 0; i < ps->n; i++) tensors += ps->p[i].copies;
-    return DDP_USED_MAP * tensors;
+    return tensors;
 }
+/* DDP's find_unused_parameters maps, per parameter tensor; the Trainer turns the option on
+ * only without gradient checkpointing (FINDINGS R-DIST-1), so they exist only for every_n off. */
+static uint64_t ddp_used_map(const gckpt_params *ps) { return DDP_USED_MAP * param_tensors(ps); }
 
 uint32_t gckpt_layout_world(const gckpt_layout *l)
 {
@@ -43,32 +48,35 @@ uint64_t gckpt_ds_max_live(const gckpt_layout *l) { return l->ds.set & GCKPT_DS_
 uint64_t gckpt_ds_sub_group(const gckpt_layout *l) { return l->ds.set & GCKPT_DS_SUB_GROUP ? l->ds.sub_group : 1000000000ull; }
 uint64_t gckpt_ds_ipg_buckets(const gckpt_layout *l)
 {
-    return l->ds.overlap_comm && (l->mode == GCKPT_PAR_ZERO1 || l->mode == GCKPT_PAR_ZERO2) ? 2 : 1;
+    return l->ds.overlap_comm && gckpt_par_mode_of(l->mode)->flat_groups ? 2 : 1;
 }
+
+bool gckpt_layout_multi(const gckpt_layout *l) { return gckpt_par_mode_of(l->mode)->multi; }
 
 bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
 {
+    const gckpt_par_mode *d = gckpt_par_mode_of(s->layout.mode);
     const char *mode = gckpt_parallel_names[s->layout.mode];
-    if (s->layout.mode == GCKPT_PAR_NONE) return true;
+    if (!d->multi) return true;
     if ((uint64_t)(s->layout.gpus ? s->layout.gpus : 1) * (s->layout.nodes ? s->layout.nodes : 1) > GCKPT_MAX_RANKS) {
         gckpt_seterr(err, "--gpus x --nodes: more than %d GPUs", GCKPT_MAX_RANKS);
         return false;
     }
-    if (gckpt_layout_world(&s->layout) < 2) {
+    if (gckpt_layout_world(&s->layout) < d->min_world) {
         gckpt_seterr(err, "--parallel %s needs more than one GPU (--gpus, --nodes)", mode);
         return false;
     }
-    if (s->peft.method != GCKPT_METHOD_FULL) {
+    if (!(d->methods >> s->peft.method & 1)) {
         gckpt_seterr(err, "--parallel %s: only full fine-tuning is planned per rank (LoRA/QLoRA on several GPUs "
                           "is not measured)", mode);
         return false;
     }
-    if (s->optimizer != GCKPT_ADAMW) {
+    if (!(d->optimizers >> s->optimizer & 1)) {
         gckpt_seterr(err, "--parallel %s: only --optimizer adamw is planned per rank (FINDINGS R-DIST-13..15 measured "
                           "the Trainer's adamw_torch_fused)", mode);
         return false;
     }
-    if (s->precision != GCKPT_FP32 && s->precision != GCKPT_AMP_BF16) {
+    if (!(d->precisions >> s->precision & 1)) {
         gckpt_seterr(err, "--parallel %s: only --precision amp-bf16 (the Trainer's bf16=True) or fp32 are "
                           "planned per rank", mode);
         return false;
@@ -79,8 +87,7 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
 
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
 {
-    bool wraps = s->layout.mode != GCKPT_PAR_NONE && s->layout.mode != GCKPT_PAR_DDP;
-    return wraps && s->precision == GCKPT_AMP_BF16 ? GCKPT_BF16 : s->precision;
+    return gckpt_par_mode_of(s->layout.mode)->bf16_compute && s->precision == GCKPT_AMP_BF16 ? GCKPT_BF16 : s->precision;
 }
 
 void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_target target, gckpt_recipe *r)
@@ -94,38 +101,21 @@ static uint64_t row_numel(const gckpt_param *p) { return p->rows == 1 ? 1 : p->c
 
 void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l)
 {
-    uint32_t n = l->mode == GCKPT_PAR_NONE ? 1 : gckpt_layout_world(l);
+    const gckpt_par_mode *d = gckpt_par_mode_of(l->mode);
+    uint32_t n = d->multi ? gckpt_layout_world(l) : 1;
     for (int i = 0; i < ps->n; i++) {
         gckpt_param *p = &ps->p[i];
         /* transformers Trainer.get_decay_parameter_names: norms and biases get no decay */
         p->shard.group = p->role == GCKPT_ROLE_NORM_WEIGHT || p->role == GCKPT_ROLE_BIAS;
-        p->shard.ways = n;
+        p->shard.how = d->shard_how;
+        p->shard.buffers = d->sharded;
+        p->shard.ways = d->shard_how == GCKPT_SHARD_NONE ? 1 : n;
         p->shard.dim = 0;
-        p->shard.whole = false;
+        p->shard.whole = d->persistence && p->numel < gckpt_ds_persistence_threshold(m, l);
         p->shard.part = 0;
-        switch ((gckpt_parallel)l->mode) {
-        case GCKPT_PAR_FSDP:
-            p->shard.how = GCKPT_SHARD_DIM0;
-            p->shard.buffers = GCKPT_SHARD_WEIGHT | GCKPT_SHARD_GRAD | GCKPT_SHARD_STATES;
-            p->shard.part = cdiv(dim0(p), n) * row_numel(p);
-            break;
-        case GCKPT_PAR_ZERO1:
-        case GCKPT_PAR_ZERO2:
-            p->shard.how = GCKPT_SHARD_FLAT;
-            p->shard.buffers = GCKPT_SHARD_STATES | (l->mode == GCKPT_PAR_ZERO2 ? GCKPT_SHARD_GRAD : 0);
-            break;
-        case GCKPT_PAR_ZERO3:
-            p->shard.how = GCKPT_SHARD_FLAT;
-            p->shard.buffers = GCKPT_SHARD_WEIGHT | GCKPT_SHARD_GRAD | GCKPT_SHARD_STATES;
-            p->shard.part = cdiv(p->numel, n);
-            p->shard.whole = p->numel < gckpt_ds_persistence_threshold(m, l);
-            break;
-        default:
-            p->shard.how = GCKPT_SHARD_NONE;
-            p->shard.buffers = 0;
-            p->shard.ways = 1;
-            break;
-        }
+        if (!(d->sharded & GCKPT_SHARD_WEIGHT)) continue; /* ZeRO-1/2: the group's flat partition decides */
+        if (d->shard_how == GCKPT_SHARD_DIM0) p->shard.part = cdiv(dim0(p), n) * row_numel(p);
+        else if (d->shard_how == GCKPT_SHARD_FLAT) p->shard.part = cdiv(p->numel, n);
     }
 }
 
@@ -135,78 +125,197 @@ uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r)
     return p->numel > lo ? (p->numel - lo < p->shard.part ? p->numel - lo : p->shard.part) : 0;
 }
 
+/* ---- The per-rank parameter-state table ---------------------------------------------------- */
+
+/* Append a row: count allocations of `elements` elements, each_bytes each as allocated. */
+static void row(gckpt_rank_state *st, const char *what, gckpt_row_kind kind, int param, gckpt_dtype dt,
+                gckpt_shard_how how, uint64_t count, uint64_t elements, uint64_t each_bytes)
+{
+    if (st->n >= GCKPT_MAX_STATE_ROWS) abort(); /* GCKPT_MAX_STATE_ROWS bounds every mode's rows */
+    st->row[st->n++] = (gckpt_state_row){what, (uint8_t)kind, (int16_t)param, 0, (uint8_t)dt, GCKPT_PLACE_DEVICE,
+                                         (uint8_t)how, count, elements, count * each_bytes};
+}
+/* A scalar row: `bytes` measured bytes per allocation, summed unrounded. */
+static void scalar_row(gckpt_rank_state *st, const char *what, uint64_t count, uint64_t bytes)
+{
+    row(st, what, GCKPT_ROW_SCALARS, -1, GCKPT_DT_U8, GCKPT_SHARD_NONE, count, bytes, bytes);
+}
+
+static int optimizer_groups(const gckpt_params *ps)
+{
+    bool g[2] = {false, false};
+    for (int i = 0; i < ps->n; i++)
+        if (ps->p[i].copies * ps->p[i].numel != 0) g[ps->p[i].shard.group] = true;
+    return g[0] + g[1];
+}
+/* ZeRO's model dtype: bf16 under the Trainer's bf16=True, else fp32 */
+static gckpt_dtype zero_dtype(const gckpt_setting *s) { return s->precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16; }
+
 /* The model's buffers, fp32 in every mode (FINDINGS R-DIST-22; read in transformers 5.24's
  * modeling_*.py, every nn.Buffer): each rotary table's inv_freq and original_inv_freq
  * [rotary_dim / 2] (gemma3_text: one pair per layer type, Gemma3RotaryEmbedding; phi3 and
  * gpt_neox: the partial rotary's dims), the gemma family's embed_scale (a 0-d tensor); GPT-2
  * has none. */
-static uint64_t model_buffers(const gckpt_model *m, uint64_t round)
+static void model_buffer_rows(const gckpt_model *m, uint64_t round, gckpt_rank_state *st)
 {
-    if (m->learned_positions) return 0;
-    uint64_t rope = 2 * (uint64_t)m->rope_tables * gckpt_round_up(4 * (m->rotary_dim / 2), round);
-    return rope + (m->embed_scale ? gckpt_round_up(4, round) : 0);
+    if (m->learned_positions) return;
+    uint64_t half = m->rotary_dim / 2;
+    row(st, "rotary inv_freq and original_inv_freq", GCKPT_ROW_BUFFERS, -1, GCKPT_DT_F32, GCKPT_SHARD_NONE,
+        2 * (uint64_t)m->rope_tables, half, gckpt_round_up(4 * half, round));
+    if (m->embed_scale)
+        row(st, "embed_scale", GCKPT_ROW_BUFFERS, -1, GCKPT_DT_F32, GCKPT_SHARD_NONE, 1, 1, gckpt_round_up(4, round));
+}
+
+/* DDP: full replicas of the weights and AdamW's states as on one GPU, the buckets (a flat copy
+ * of every gradient), torch AdamW's step per tensor, find_unused_parameters' maps (every_n off). */
+void gckpt_rows_ddp(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
+                    uint64_t round, gckpt_rank_state *st)
+{
+    (void)m, (void)rank;
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        row(st, "weight", GCKPT_ROW_WEIGHTS, i, (gckpt_dtype)p->weight.dtype, GCKPT_SHARD_NONE, p->copies,
+            p->weight.numel, p->weight.bytes);
+        row(st, "exp_avg", GCKPT_ROW_STATES, i, (gckpt_dtype)p->state[0].dtype, GCKPT_SHARD_NONE, p->copies,
+            p->state[0].numel, p->state[0].bytes);
+        row(st, "exp_avg_sq", GCKPT_ROW_STATES, i, (gckpt_dtype)p->state[1].dtype, GCKPT_SHARD_NONE, p->copies,
+            p->state[1].numel, p->state[1].bytes);
+    }
+    /* fp32 elements of the gradients as allocated (each .grad's allocation rounded) */
+    row(st, "DDP buckets (a flat copy of every gradient)", GCKPT_ROW_GRADS, -1, GCKPT_DT_F32, GCKPT_SHARD_NONE, 1,
+        ps->grad_bytes / 4, gckpt_round_up(ps->grad_bytes, round));
+    scalar_row(st, "AdamW step", param_tensors(ps), ADAMW_STEP);
+    if (!s->every_n) scalar_row(st, "find_unused_parameters' used map and its device copy", param_tensors(ps), DDP_USED_MAP);
+}
+
+/* FSDP2: elements of one unit's padded local shards per section (the embedding, one layer, the
+ * tail). A tied head: accelerate's fsdp2_prepare_model shards [final norm, embedding, lm_head]
+ * as one unit (one all-gather, one reduce-scatter, one fp32 sharded gradient), the tail unit is
+ * empty (core/sim_parallel.c places that unit at the embedding's). */
+static void fsdp_unit_parts(const gckpt_params *ps, const gckpt_model *m, uint64_t part[GCKPT_NSEC])
+{
+    for (int k = 0; k < GCKPT_NSEC; k++) part[k] = 0;
+    for (int i = 0; i < ps->n; i++) part[ps->p[i].section] += ps->p[i].shard.part;
+    if (m->tied) {
+        part[GCKPT_SEC_EMBED] += part[GCKPT_SEC_HEAD];
+        part[GCKPT_SEC_HEAD] = 0;
+    }
+}
+
+/* FSDP2: fp32 dim-0 shards, whatever the MixedPrecisionPolicy computes in; AdamW's states on
+ * the unpadded local rows; AdamW's step per tensor; the device mesh; within the step, each
+ * unit's fp32 sharded gradient (a flat buffer its parameters' .grad view). */
+void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
+                     uint64_t round, gckpt_rank_state *st)
+{
+    uint32_t n = gckpt_layout_world(&s->layout);
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        uint64_t local = gckpt_shard_local(p, rank);
+        row(st, "fp32 sharded parameter", GCKPT_ROW_WEIGHTS, i, GCKPT_DT_F32, GCKPT_SHARD_DIM0, p->copies,
+            p->shard.part, gckpt_round_up(4 * p->shard.part, round));
+        row(st, "exp_avg (local rows)", GCKPT_ROW_STATES, i, GCKPT_DT_F32, GCKPT_SHARD_DIM0, p->copies, local,
+            gckpt_round_up(4 * local, round));
+        row(st, "exp_avg_sq (local rows)", GCKPT_ROW_STATES, i, GCKPT_DT_F32, GCKPT_SHARD_DIM0, p->copies, local,
+            gckpt_round_up(4 * local, round));
+    }
+    scalar_row(st, "AdamW step", param_tensors(ps), ADAMW_STEP);
+    scalar_row(st, "device mesh", n, MESH_BYTES - (m->tied ? MESH_TIED_LESS : 0));
+    uint64_t part[GCKPT_NSEC];
+    fsdp_unit_parts(ps, m, part);
+    for (int k = GCKPT_SEC_EMBED; k <= GCKPT_SEC_HEAD; k++)
+        row(st, "fp32 sharded gradient of a unit", GCKPT_ROW_STEP_GRADS, -1, GCKPT_DT_F32, GCKPT_SHARD_DIM0,
+            k == GCKPT_SEC_BLOCK ? m->layers : 1, part[k], gckpt_round_up(4 * part[k], round));
+}
+
+/* ZeRO-1/2: per optimizer group the flat model-dtype weights (replicated), the fp32 master
+ * partition and AdamW's states on it; AdamW's step per group and the gradient norm. */
+void gckpt_rows_zero12(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
+                       uint64_t round, gckpt_rank_state *st)
+{
+    (void)m, (void)rank;
+    gckpt_zero_group zg[2];
+    gckpt_zero12_groups(ps, s, round, zg);
+    for (int g = 0; g < 2; g++) {
+        int first = st->n;
+        row(st, "flat weights", GCKPT_ROW_WEIGHTS, -1, zero_dtype(s), GCKPT_SHARD_NONE, 1, zg[g].padded, zg[g].weight_bytes);
+        row(st, "fp32 master partition", GCKPT_ROW_MASTER, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, zg[g].part,
+            zg[g].master_bytes);
+        row(st, "exp_avg partition", GCKPT_ROW_STATES, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, zg[g].part, zg[g].state_bytes);
+        row(st, "exp_avg_sq partition", GCKPT_ROW_STATES, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, zg[g].part,
+            zg[g].state_bytes);
+        for (int k = first; k < st->n; k++) st->row[k].group = (uint8_t)g;
+    }
+    scalar_row(st, "AdamW step", (uint64_t)optimizer_groups(ps), ADAMW_STEP);
+    scalar_row(st, "gradient norm", 1, ZERO12_NORM);
+    uint64_t bucket = gckpt_ds_reduce_bucket(m, &s->layout);
+    row(st, "ipg bucket", GCKPT_ROW_IPG, -1, zero_dtype(s), GCKPT_SHARD_NONE, gckpt_ds_ipg_buckets(&s->layout), bucket,
+        gckpt_round_up(gckpt_dtype_size(zero_dtype(s)) * bucket, round));
+    row(st, "beside the ipg bucket (measured)", GCKPT_ROW_IPG_FLAG, -1, GCKPT_DT_U8, GCKPT_SHARD_NONE, 1, ZERO12_IPG_FLAG,
+        ZERO12_IPG_FLAG);
+}
+
+/* ZeRO-3: each tensor's model-dtype partition (and whole under the persistence threshold); the
+ * fp32 master, AdamW's states and the gradients on the flat partitions; the ipg bucket; AdamW's
+ * step per group and DeepSpeed's flags. */
+void gckpt_rows_zero3(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
+                      uint64_t round, gckpt_rank_state *st)
+{
+    (void)rank;
+    gckpt_dtype dt = zero_dtype(s);
+    uint64_t zs = gckpt_dtype_size(dt), q = 0, bucket = gckpt_ds_reduce_bucket(m, &s->layout);
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        q += p->copies * p->shard.part;
+        row(st, "partition", GCKPT_ROW_WEIGHTS, i, dt, GCKPT_SHARD_FLAT, p->copies, p->shard.part,
+            gckpt_round_up(zs * p->shard.part, round));
+        if (p->shard.whole)
+            row(st, "persistent whole parameter", GCKPT_ROW_WEIGHTS, i, dt, GCKPT_SHARD_NONE, p->copies, p->numel,
+                gckpt_round_up(zs * p->numel, round));
+    }
+    row(st, "fp32 master partitions", GCKPT_ROW_MASTER, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(4 * q, round));
+    row(st, "exp_avg partitions", GCKPT_ROW_STATES, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(4 * q, round));
+    row(st, "exp_avg_sq partitions", GCKPT_ROW_STATES, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(4 * q, round));
+    row(st, "gradient partitions", GCKPT_ROW_GRADS, -1, dt, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(zs * q, round));
+    row(st, "ipg bucket", GCKPT_ROW_GRADS, -1, dt, GCKPT_SHARD_NONE, 1, bucket, gckpt_round_up(zs * bucket, round));
+    scalar_row(st, "AdamW step", (uint64_t)optimizer_groups(ps), ADAMW_STEP);
+    scalar_row(st, "inf_or_nan_tracker and scalars", 1, ZERO3_SCALARS);
+}
+
+void gckpt_rank_rows(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
+                     uint64_t round, gckpt_rank_state *out)
+{
+    const gckpt_par_mode *d = gckpt_par_mode_of(s->layout.mode);
+    out->n = 0;
+    if (d->rows) d->rows(ps, m, s, rank, round, out);
+    model_buffer_rows(m, round, out);
+}
+
+void gckpt_rank_rows_sum(const gckpt_rank_state *st, gckpt_rank_bytes *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t *field[GCKPT_NROW_KEPT] = {&out->weights, &out->grads, &out->master, &out->states, &out->scalars, &out->buffers};
+    for (int k = 0; k < st->n; k++)
+        if (st->row[k].kind < GCKPT_NROW_KEPT) *field[st->row[k].kind] += st->row[k].bytes;
+    out->total = out->weights + out->grads + out->master + out->states + out->scalars + out->buffers;
+}
+
+uint64_t gckpt_rank_rows_bytes(const gckpt_rank_state *st, gckpt_row_kind kind)
+{
+    uint64_t b = 0;
+    for (int k = 0; k < st->n; k++)
+        if (st->row[k].kind == kind) b += st->row[k].bytes;
+    return b;
 }
 
 void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                            uint64_t round, gckpt_rank_bytes *out)
 {
-    memset(out, 0, sizeof *out);
-    uint32_t n = gckpt_layout_world(&s->layout);
-    /* ZeRO's model dtype: bf16 under the Trainer's bf16=True, else fp32 */
-    uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2;
-    uint64_t tensors = 0, group_numel[2] = {0, 0}, q = 0;
-    for (int i = 0; i < ps->n; i++) {
-        const gckpt_param *p = &ps->p[i];
-        tensors += p->copies;
-        group_numel[p->shard.group] += p->copies * p->numel;
-        q += p->copies * p->shard.part;
-        switch ((gckpt_parallel)s->layout.mode) {
-        case GCKPT_PAR_DDP:
-            out->weights += p->copies * p->weight.bytes;
-            out->states += p->copies * (p->state[0].bytes + p->state[1].bytes);
-            break;
-        case GCKPT_PAR_FSDP: /* fp32 sharded parameters, whatever the MixedPrecisionPolicy computes in */
-            out->weights += p->copies * gckpt_round_up(4 * p->shard.part, round);
-            out->states += p->copies * 2 * gckpt_round_up(4 * gckpt_shard_local(p, rank), round);
-            break;
-        case GCKPT_PAR_ZERO3:
-            out->weights += p->copies * gckpt_round_up(zs * p->shard.part, round);
-            if (p->shard.whole) out->weights += p->copies * gckpt_round_up(zs * p->numel, round);
-            break;
-        default: break;
-        }
-    }
-    int ngroups = (group_numel[0] > 0) + (group_numel[1] > 0);
-    switch ((gckpt_parallel)s->layout.mode) {
-    case GCKPT_PAR_DDP:
-        out->grads = gckpt_round_up(ps->grad_bytes, round); /* the buckets: a flat copy of every gradient */
-        out->scalars = ADAMW_STEP * tensors + (s->every_n ? 0 : ddp_used_map(ps));
-        break;
-    case GCKPT_PAR_FSDP:
-        out->scalars = ADAMW_STEP * tensors + (MESH_BYTES - (m->tied ? MESH_TIED_LESS : 0)) * (uint64_t)n;
-        break;
-    case GCKPT_PAR_ZERO1:
-    case GCKPT_PAR_ZERO2: {
-        gckpt_zero_group zg[2];
-        gckpt_zero12_groups(ps, s, round, zg);
-        for (int g = 0; g < 2; g++) {
-            out->weights += zg[g].weight_bytes;
-            out->master += zg[g].master_bytes;
-            out->states += 2 * zg[g].state_bytes;
-        }
-        out->scalars = ADAMW_STEP * (uint64_t)ngroups + ZERO12_NORM;
-        break;
-    }
-    case GCKPT_PAR_ZERO3:
-        out->master = gckpt_round_up(4 * q, round);
-        out->states = 2 * gckpt_round_up(4 * q, round);
-        out->grads = gckpt_round_up(zs * q, round) + gckpt_round_up(zs * gckpt_ds_reduce_bucket(m, &s->layout), round);
-        out->scalars = ADAMW_STEP * (uint64_t)ngroups + ZERO3_SCALARS;
-        break;
-    default: break;
-    }
-    out->buffers = model_buffers(m, round);
-    out->total = out->weights + out->grads + out->master + out->states + out->scalars + out->buffers;
+    gckpt_rank_state *st = malloc(sizeof *st);
+    if (!st) abort();
+    gckpt_rank_rows(ps, m, s, rank, round, st);
+    gckpt_rank_rows_sum(st, out);
+    free(st);
 }
 
 
@@ -278,7 +387,7 @@ static void zero12_offload(gckpt_ctx *c, const gckpt_zero_group zg[2], const gck
     c->opt_states = 0;
     c->parallel += gckpt_round_up(zs * largest, round);
     c->z12_offload_numel = keep->numel;
-    if (c->set.layout.mode == GCKPT_PAR_ZERO2) {
+    if (gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks) { /* ZeRO-2 */
         c->opt_temp = 0;
         c->grads = c->step_grads = 0;
         c->z2_numel = 0;
@@ -307,105 +416,121 @@ static void fsdp_offload(gckpt_ctx *c)
     c->grads = c->step_grads = 0;
 }
 
-void gckpt_parallel_apply(gckpt_ctx *c)
+/* The rank's largest flat piece of one optimizer group, elements: ZeRO-1/2's partition of the
+ * group padded to 2N, ZeRO-3's partitions of its tensors. */
+static uint64_t largest_group(const gckpt_params *ps, uint64_t n, bool flat_groups)
+{
+    uint64_t largest = 0, group[2] = {0, 0};
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        group[p->shard.group] += p->copies * (p->shard.part ? p->shard.part : p->numel);
+    }
+    for (int g = 0; g < 2; g++) {
+        uint64_t a = flat_groups ? (group[g] + 2 * n - 1) / (2 * n) * 2 : group[g];
+        if (a > largest) largest = a;
+    }
+    return largest;
+}
+
+void gckpt_apply_ddp(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
+{
+    (void)st;
+    /* the used maps follow each entry's every_n, not the context's (a sweep shares one
+     * context across every_n): the evaluators add c->ddp_used_map when every_n is off */
+    c->ddp_used_map = ddp_used_map(&c->params);
+    c->parallel = rb->grads + rb->scalars + rb->buffers - (c->set.every_n ? 0 : c->ddp_used_map);
+}
+
+void gckpt_apply_zero12(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 {
     const gckpt_setting *s = &c->set;
     const gckpt_model *m = c->model;
+    const gckpt_par_mode *d = gckpt_par_mode_of(s->layout.mode);
     gckpt_params *ps = &c->params;
     uint64_t round = c->dev->alloc_round_bytes, n = gckpt_layout_world(&s->layout);
-    uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2, ipg = gckpt_round_up(zs * gckpt_ds_reduce_bucket(m, &s->layout), round);
-    gckpt_params_shard(ps, m, &s->layout);
+    uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2, flag = gckpt_rank_rows_bytes(st, GCKPT_ROW_IPG_FLAG);
+    /* ZeRO-2 (reduce hooks): the ipg bucket, the gradients and the rank's partition are the
+     * schedule's events (core/sim_parallel.c) */
+    /* ZeRO-1 without offload_optimizer: the bucket is an event too, made at the first backward's
+     * first gradient hook (core/sim.c z1_bucket), freed when the step starts */
+    uint64_t bucket = d->reduce_hooks ? 0 : gckpt_rank_rows_bytes(st, GCKPT_ROW_IPG);
+    bool bucket_event = d->ipg_bucket_event && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
+    c->parallel = (bucket_event ? 0 : bucket) + flag + rb->scalars + rb->buffers;
+    /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
+    /* + 8 B of scalars (12 B in fp32), FINDINGS R-DIST-14 */
+    uint64_t piece[GCKPT_ZERO_NTEMP];
+    gckpt_zero12_temp(largest_group(ps, n, true), zs, round, piece);
+    c->opt_temp = piece[GCKPT_ZERO_TEMP_SLICE] + piece[GCKPT_ZERO_TEMP_F32] + piece[GCKPT_ZERO_TEMP_SCALARS];
+    c->step_released = bucket + flag;
+    c->step_retaken = bucket_event ? flag : c->step_released;
+    gckpt_zero12_keep keep;
+    gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, s->layout.rank, &keep);
+    c->step_grads = d->reduce_hooks ? keep.numel * zs : keep.grad_bytes;
+    if (c->step_grads > c->grads) c->step_grads = c->grads;
+    if (d->reduce_hooks) { /* no full .grad reaches the step: one buffer of the partition */
+        c->z2_numel = c->step_grads / zs;
+        c->grads = c->step_grads = gckpt_round_up(c->step_grads, round);
+    }
+    if (bucket_event)
+        c->z1_reduce_numel = gckpt_zero1_reduce_transient(ps, m->layers, (uint32_t)n, s->layout.rank,
+                                                          gckpt_ds_reduce_bucket(m, &s->layout), zs, round) / zs;
+    if (s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER) {
+        gckpt_zero_group zg[2];
+        gckpt_zero12_groups(ps, s, round, zg);
+        zero12_offload(c, zg, &keep, zs, round);
+    }
+}
+
+void gckpt_apply_zero3(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
+{
+    (void)st;
+    const gckpt_setting *s = &c->set;
+    uint64_t round = c->dev->alloc_round_bytes, n = gckpt_layout_world(&s->layout);
+    uint64_t zs = s->precision == GCKPT_FP32 ? 4 : 2;
+    uint64_t ipg = gckpt_round_up(zs * gckpt_ds_reduce_bucket(c->model, &s->layout), round);
+    /* gathered parameters and each .grad until the reduce hook are the schedule's events
+     * (core/sim_parallel.c); the flat gradient partitions and the ipg bucket persist */
+    c->parallel = rb->grads + rb->scalars + rb->buffers;
+    c->grads = c->step_grads = 0;
+    uint64_t largest = largest_group(&c->params, n, false);
+    if (largest > gckpt_ds_sub_group(&s->layout)) largest = gckpt_ds_sub_group(&s->layout); /* sub_group_size */
+    c->opt_temp = gckpt_round_up(largest * zs, round) + (zs != 4 ? gckpt_round_up(largest * 4, round) : 0);
+    if (s->layout.offload) zero3_offload(c, rb, ipg, zs, round);
+}
+
+void gckpt_apply_fsdp(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
+{
+    fsdp_unit_parts(&c->params, c->model, c->unit_part);
+    /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
+     * schedule's events (core/sim_parallel.c); what stays allocated into the optimizer step is
+     * each unit's fp32 sharded gradient (a flat buffer its parameters' .grad view) */
+    c->parallel = rb->scalars + rb->buffers;
+    c->grads = c->step_grads = gckpt_rank_rows_bytes(st, GCKPT_ROW_STEP_GRADS);
+    if (c->set.layout.offload) fsdp_offload(c);
+}
+
+void gckpt_parallel_apply(gckpt_ctx *c)
+{
+    const gckpt_setting *s = &c->set;
+    const gckpt_par_mode *d = gckpt_par_mode_of(s->layout.mode);
+    gckpt_params *ps = &c->params;
+    uint64_t round = c->dev->alloc_round_bytes, n = gckpt_layout_world(&s->layout);
+    gckpt_params_shard(ps, c->model, &s->layout);
+    gckpt_rank_state *st = malloc(sizeof *st);
+    if (!st) abort();
+    gckpt_rank_rows(ps, c->model, s, s->layout.rank, round, st);
     gckpt_rank_bytes rb;
-    gckpt_rank_persistent(ps, m, s, s->layout.rank, round, &rb);
-    uint64_t extra = rb.scalars + rb.buffers;
-    gckpt_parallel mode = (gckpt_parallel)s->layout.mode;
-    if (mode != GCKPT_PAR_DDP) {
+    gckpt_rank_rows_sum(st, &rb);
+    if (d->sharded) { /* DDP's replicas keep one GPU's weights, states and optimizer step */
         c->weights = rb.weights;
         c->opt_states = rb.master + rb.states;
         c->opt_seconds /= (double)n; /* each rank updates its 1/N of the states */
     }
-    uint64_t grads = 0, largest_group = 0, group[2] = {0, 0};
-    for (int i = 0; i < ps->n; i++) {
-        gckpt_param *p = &ps->p[i];
-        group[p->shard.group] += p->copies * (p->shard.part ? p->shard.part : p->numel);
-        if (mode == GCKPT_PAR_FSDP) /* one unit's padded local shards (a block parameter: one layer's) */
-            c->unit_part[p->section] += p->shard.part;
-        grads += p->copies * p->grad.bytes;
-    }
-    /* FSDP2 with a tied head: accelerate's fsdp2_prepare_model shards [final norm, embedding,
-     * lm_head] as one unit (one all-gather, one reduce-scatter, one fp32 sharded gradient), the
-     * tail unit is empty (core/sim_parallel.c places that unit at the embedding's) */
-    if (mode == GCKPT_PAR_FSDP && m->tied) {
-        c->unit_part[GCKPT_SEC_EMBED] += c->unit_part[GCKPT_SEC_HEAD];
-        c->unit_part[GCKPT_SEC_HEAD] = 0;
-    }
-    for (int g = 0; g < 2; g++) {
-        uint64_t a = mode == GCKPT_PAR_ZERO3 ? group[g] : (group[g] + 2 * n - 1) / (2 * n) * 2;
-        if (a > largest_group) largest_group = a;
-    }
+    uint64_t grads = 0;
+    for (int i = 0; i < ps->n; i++) grads += ps->p[i].copies * ps->p[i].grad.bytes;
     c->grads = c->step_grads = grads;
-    switch (mode) {
-    case GCKPT_PAR_DDP:
-        /* the used maps follow each entry's every_n, not the context's (a sweep shares one
-         * context across every_n): the evaluators add c->ddp_used_map when every_n is off */
-        c->ddp_used_map = ddp_used_map(ps);
-        c->parallel = rb.grads + extra - (s->every_n ? 0 : c->ddp_used_map);
-        break;
-    case GCKPT_PAR_ZERO1:
-    case GCKPT_PAR_ZERO2: {
-        /* ZeRO-2: the ipg bucket, the gradients and the rank's partition are the schedule's events
-         * (core/sim_parallel.c) */
-        /* ZeRO-1 without offload_optimizer: the bucket is an event too, made at the first backward's
-         * first gradient hook (core/sim.c z1_bucket), freed when the step starts */
-        uint64_t bucket = mode == GCKPT_PAR_ZERO2 ? 0 : ipg * gckpt_ds_ipg_buckets(&s->layout);
-        bool bucket_event = mode == GCKPT_PAR_ZERO1 && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
-        c->parallel = (bucket_event ? 0 : bucket) + 4 + extra;
-        /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
-        /* + 8 B of scalars (12 B in fp32), FINDINGS R-DIST-14 */
-        uint64_t piece[GCKPT_ZERO_NTEMP];
-        gckpt_zero12_temp(largest_group, zs, round, piece);
-        c->opt_temp = piece[GCKPT_ZERO_TEMP_SLICE] + piece[GCKPT_ZERO_TEMP_F32] + piece[GCKPT_ZERO_TEMP_SCALARS];
-        c->step_released = bucket + 4;
-        c->step_retaken = bucket_event ? 4 : c->step_released;
-        gckpt_zero12_keep keep;
-        gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, s->layout.rank, &keep);
-        c->step_grads = mode == GCKPT_PAR_ZERO2 ? keep.numel * zs : keep.grad_bytes;
-        if (c->step_grads > c->grads) c->step_grads = c->grads;
-        if (mode == GCKPT_PAR_ZERO2) { /* no full .grad reaches the step: one buffer of the partition */
-            c->z2_numel = c->step_grads / zs;
-            c->grads = c->step_grads = gckpt_round_up(c->step_grads, round);
-        }
-        if (mode == GCKPT_PAR_ZERO1 && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER))
-            c->z1_reduce_numel = gckpt_zero1_reduce_transient(ps, m->layers, (uint32_t)n, s->layout.rank,
-                                                              gckpt_ds_reduce_bucket(m, &s->layout), zs, round) / zs;
-        if (s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER) {
-            gckpt_zero_group zg[2];
-            gckpt_zero12_groups(ps, s, round, zg);
-            zero12_offload(c, zg, &keep, zs, round);
-        }
-        break;
-    }
-    case GCKPT_PAR_ZERO3:
-        /* gathered parameters and each .grad until the reduce hook are the schedule's events
-         * (core/sim_parallel.c); the flat gradient partitions and the ipg bucket persist */
-        c->parallel = rb.grads + extra;
-        c->grads = c->step_grads = 0;
-        if (largest_group > gckpt_ds_sub_group(&s->layout)) largest_group = gckpt_ds_sub_group(&s->layout); /* sub_group_size */
-        c->opt_temp = gckpt_round_up(largest_group * zs, round) + (zs != 4 ? gckpt_round_up(largest_group * 4, round) : 0);
-        if (s->layout.offload) zero3_offload(c, &rb, ipg, zs, round);
-        break;
-    case GCKPT_PAR_FSDP:
-        /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
-         * schedule's events (core/sim_parallel.c); what stays allocated into the optimizer step is
-         * each unit's fp32 sharded gradient (a flat buffer its parameters' .grad view) */
-        c->parallel = extra;
-        c->grads = c->step_grads = gckpt_round_up(4 * c->unit_part[GCKPT_SEC_EMBED], round) +
-                                   m->layers * gckpt_round_up(4 * c->unit_part[GCKPT_SEC_BLOCK], round) +
-                                   gckpt_round_up(4 * c->unit_part[GCKPT_SEC_HEAD], round);
-        if (s->layout.offload) fsdp_offload(c);
-        break;
-    default: break;
-    }
+    if (d->apply) d->apply(c, st, &rb);
+    free(st);
 }
 
 bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c)
@@ -417,52 +542,74 @@ bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c)
     return live <= gckpt_ds_max_live(&c->set.layout) && live <= ZERO3_MAX_REUSE;
 }
 
-void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
+/* The sums a mode's closed-form volumes read, elements over every instance: full (unpadded),
+ * padded (each shard x ways), of them ZeRO-3's whole and gathered ones and the tail's. */
+typedef struct {
+    double n, ga, zs, full, padded, gathered, whole, tail;
+} comm_sums;
+
+static void sums(const gckpt_ctx *c, uint64_t grad_accum, comm_sums *u)
 {
-    const gckpt_setting *s = &c->set;
     const gckpt_params *ps = &c->params;
-    double n = gckpt_layout_world(&s->layout), ga = (double)grad_accum;
-    double zs = s->precision == GCKPT_FP32 ? 4 : 2;
-    double full = 0, padded = 0, gathered = 0, whole = 0, tail = 0;
+    *u = (comm_sums){gckpt_layout_world(&c->set.layout), (double)grad_accum, c->set.precision == GCKPT_FP32 ? 4 : 2,
+                     0, 0, 0, 0, 0};
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
         double k = (double)p->copies, pad = (double)(p->shard.part ? p->shard.part * p->shard.ways : p->numel);
-        full += k * (double)p->numel;
-        padded += k * pad;
-        if (p->shard.whole) whole += k * pad;
-        else gathered += k * pad;
-        if (p->section == GCKPT_SEC_HEAD) tail += k * pad;
+        u->full += k * (double)p->numel;
+        u->padded += k * pad;
+        if (p->shard.whole) u->whole += k * pad;
+        else u->gathered += k * pad;
+        if (p->section == GCKPT_SEC_HEAD) u->tail += k * pad;
     }
+}
+
+void gckpt_volume_ddp(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
+{
+    comm_sums u;
+    sums(c, grad_accum, &u);
+    v->reduce = u.full * 4; /* fp32 buckets, the synchronising micro-step only */
+    v->reduce_is_all_reduce = true;
+}
+
+void gckpt_volume_fsdp(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
+{
+    comm_sums u; /* every unit gathered in each forward and, resharded (not the tail), each backward */
+    sums(c, grad_accum, &u);
+    v->gather_fwd = u.ga * u.padded * u.zs;
+    v->gather_bwd = u.ga * (u.padded - u.tail) * u.zs;
+    v->reduce = u.padded * u.zs;
+}
+
+void gckpt_volume_zero12(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
+{
+    const gckpt_params *ps = &c->params;
+    comm_sums u;
+    sums(c, grad_accum, &u);
+    double a = 0;
+    uint64_t group[2] = {0, 0}, n = (uint64_t)u.n;
+    for (int i = 0; i < ps->n; i++) group[ps->p[i].shard.group] += ps->p[i].copies * ps->p[i].numel;
+    for (int g = 0; g < 2; g++) a += (double)((group[g] + 2 * n - 1) / (2 * n) * 2 * n);
+    /* all-reduced once (ZeRO-1) or in every micro-step's hooks (ZeRO-2) */
+    v->reduce = (gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks ? u.ga : 1) * u.full * u.zs;
+    v->reduce_is_all_reduce = true;
+    v->gather_opt = a * u.zs;
+}
+
+void gckpt_volume_zero3(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
+{
+    comm_sums u; /* gathered once per micro-step and kept through its backward (default limits) */
+    sums(c, grad_accum, &u);
+    v->gather_fwd = u.ga * u.gathered * u.zs;
+    v->reduce = u.ga * u.padded * u.zs;
+    v->gather_opt = u.whole * u.zs;
+}
+
+void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
+{
+    const gckpt_par_mode *d = gckpt_par_mode_of(c->set.layout.mode);
     memset(v, 0, sizeof *v);
-    switch ((gckpt_parallel)s->layout.mode) {
-    case GCKPT_PAR_DDP: /* fp32 buckets, the synchronising micro-step only */
-        v->reduce = full * 4;
-        v->reduce_is_all_reduce = true;
-        break;
-    case GCKPT_PAR_FSDP: /* every unit gathered in each forward and, resharded (not the tail), each backward */
-        v->gather_fwd = ga * padded * zs;
-        v->gather_bwd = ga * (padded - tail) * zs;
-        v->reduce = padded * zs;
-        break;
-    case GCKPT_PAR_ZERO1:
-    case GCKPT_PAR_ZERO2: {
-        double a = 0;
-        uint64_t group[2] = {0, 0};
-        for (int i = 0; i < ps->n; i++) group[ps->p[i].shard.group] += ps->p[i].copies * ps->p[i].numel;
-        for (int g = 0; g < 2; g++) a += (double)((group[g] + 2 * (uint64_t)n - 1) / (2 * (uint64_t)n) * 2 * (uint64_t)n);
-        v->reduce = (s->layout.mode == GCKPT_PAR_ZERO1 ? 1 : ga) * full * zs;
-        v->reduce_is_all_reduce = true;
-        v->gather_opt = a * zs;
-        break;
-    }
-    case GCKPT_PAR_ZERO3: /* gathered once per micro-step and kept through its backward (default limits) */
-        v->gather_fwd = ga * gathered * zs;
-        v->reduce = ga * padded * zs;
-        v->gather_opt = whole * zs;
-        break;
-    default: break;
-    }
-    (void)n;
+    if (d->volume) d->volume(c, grad_accum, v);
 }
 
 void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
@@ -483,7 +630,7 @@ void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *
     double t_gf = v.gather_fwd * ring, t_gb = v.gather_bwd * ring, t_go = v.gather_opt * ring;
     double t_red = v.reduce * ring * (v.reduce_is_all_reduce ? 2 : 1);
     /* a reduction once per step (DDP, ZeRO-1, FSDP2's synchronising micro-step) overlaps one backward */
-    bool every_micro = l->mode == GCKPT_PAR_ZERO2 || l->mode == GCKPT_PAR_ZERO3;
+    bool every_micro = gckpt_par_mode_of(l->mode)->reduce_hooks;
     double bwd = res->backward_s + res->recompute_s, window = every_micro ? bwd : bwd / (double)grad_accum;
     double exposed = (t_gf > res->forward_s ? t_gf - res->forward_s : 0) + (t_gb > bwd ? t_gb - bwd : 0) +
                      (t_red > window ? t_red - window : 0) + t_go;
@@ -497,34 +644,58 @@ void gckpt_parallel_offload_host(const gckpt_ctx *c, uint64_t grad_accum, gckpt_
     if (grad_accum > 1) res->host_pinned_bytes += zs * c->z12_offload_numel;
 }
 
+/* Elements of the rank's partitions (FSDP2's shards, ZeRO-3's partitions) over every instance. */
+static double shard_elements(const gckpt_ctx *c)
+{
+    double q = 0;
+    for (int i = 0; i < c->params.n; i++) q += (double)(c->params.p[i].copies * c->params.p[i].shard.part);
+    return q;
+}
+
+void gckpt_offload_fsdp(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h, double *h2d)
+{
+    (void)grad_accum; /* fp32 shards H2D before each all-gather, the gradients D2H once */
+    double n = gckpt_layout_world(&c->set.layout), zs = c->set.precision == GCKPT_FP32 ? 4 : 2;
+    *h2d = (v->gather_fwd + v->gather_bwd) / n / zs * 4;
+    *d2h = 4 * shard_elements(c);
+}
+
+void gckpt_offload_zero12(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h, double *h2d)
+{
+    (void)v;
+    double zs = c->set.precision == GCKPT_FP32 ? 4 : 2;
+    bool hooks = gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks; /* ZeRO-2 */
+    gckpt_zero_group zg[2];
+    gckpt_zero12_groups(&c->params, &c->set, 1, zg);
+    double part = (double)(zg[0].part + zg[1].part), acc = zs * (double)c->z12_offload_numel;
+    *d2h = 4 * part; /* the boundary's slices, as fp32 */
+    *h2d = zs * part; /* the stepped partition */
+    if (grad_accum > 1) { /* the accumulators: out every time, back (and added) but the first time */
+        double outs = hooks ? (double)grad_accum : 1;
+        *d2h += outs * acc;
+        *h2d += (hooks ? outs - 1 : 1) * acc;
+    }
+}
+
+void gckpt_offload_zero3(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h, double *h2d)
+{
+    const gckpt_layout *l = &c->set.layout;
+    double n = gckpt_layout_world(l), zs = c->set.precision == GCKPT_FP32 ? 4 : 2, q = shard_elements(c);
+    if (l->offload & GCKPT_OFFLOAD_OPTIMIZER) {
+        *d2h += (double)grad_accum * zs * q;                      /* each micro-step's reduced partitions */
+        if (!(l->offload & GCKPT_OFFLOAD_PARAM)) *h2d += zs * q; /* the stepped partitions back */
+    }
+    if (l->offload & GCKPT_OFFLOAD_PARAM) *h2d += (v->gather_fwd + v->gather_bwd) / n; /* a partition per gather */
+}
+
 double gckpt_parallel_offload_seconds(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v,
                                       gckpt_result *res)
 {
     const gckpt_layout *l = &c->set.layout;
-    if (!l->offload) return 0;
-    double n = gckpt_layout_world(l), zs = c->set.precision == GCKPT_FP32 ? 4 : 2, q = 0;
-    for (int i = 0; i < c->params.n; i++) q += (double)(c->params.p[i].copies * c->params.p[i].shard.part);
+    const gckpt_par_mode *d = gckpt_par_mode_of(l->mode);
+    if (!l->offload || !d->offload_copies) return 0;
     double d2h = 0, h2d = 0;
-    if (l->mode == GCKPT_PAR_FSDP) { /* fp32 shards H2D before each all-gather, the gradients D2H once */
-        h2d = (v->gather_fwd + v->gather_bwd) / n / zs * 4;
-        d2h = 4 * q;
-    } else if (l->mode == GCKPT_PAR_ZERO1 || l->mode == GCKPT_PAR_ZERO2) {
-        gckpt_zero_group zg[2];
-        gckpt_zero12_groups(&c->params, &c->set, 1, zg);
-        double part = (double)(zg[0].part + zg[1].part), acc = zs * (double)c->z12_offload_numel;
-        d2h = 4 * part; /* the boundary's slices, as fp32 */
-        h2d = zs * part; /* the stepped partition */
-        if (grad_accum > 1) { /* the accumulators: out every time, back (and added) but the first time */
-            double outs = l->mode == GCKPT_PAR_ZERO2 ? (double)grad_accum : 1;
-            d2h += outs * acc;
-            h2d += (l->mode == GCKPT_PAR_ZERO2 ? outs - 1 : 1) * acc;
-        }
-    } else if (l->offload & GCKPT_OFFLOAD_OPTIMIZER) {
-        d2h += (double)grad_accum * zs * q;                      /* each micro-step's reduced partitions */
-        if (!(l->offload & GCKPT_OFFLOAD_PARAM)) h2d += zs * q; /* the stepped partitions back */
-    }
-    if (l->mode == GCKPT_PAR_ZERO3 && (l->offload & GCKPT_OFFLOAD_PARAM))
-        h2d += (v->gather_fwd + v->gather_bwd) / n; /* a partition per gather */
+    d->offload_copies(c, grad_accum, v, &d2h, &h2d);
     double t = gckpt_copy_seconds(c->dev, true, d2h) + gckpt_copy_seconds(c->dev, false, h2d);
     res->copy_s += t;
     return t;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/core/parallel.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/safe_text.h"
 
@@ -281,7 +282,7 @@ static bool read_layout(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     if (gpus * nodes != world)
         return fail(r, "field 'inputs.layout.world_size': %llu is not gpus x nodes (%llu x %llu)",
                     (unsigned long long)world, (unsigned long long)gpus, (unsigned long long)nodes);
-    if ((mode == GCKPT_PAR_NONE) != (world == 1))
+    if (!gckpt_par_mode_of((unsigned)mode)->multi != (world == 1))
         return fail(r, "field 'inputs.layout.parallel': \"%s\" with %llu GPUs", gckpt_parallel_names[mode],
                     (unsigned long long)world);
     pf->layout = (gckpt_layout){.gpus = (uint32_t)gpus, .nodes = (uint32_t)nodes, .mode = (uint8_t)mode};
@@ -294,7 +295,7 @@ static bool read_layout(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     if (child(l, "inputs.layout.offload")) /* planned from the source only (FINDINGS R-OFFLOAD-5) */
         return fail(r, "field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
                        "not executed by gckpt-run");
-    if (mode < GCKPT_PAR_ZERO1) return true;
+    if (!gckpt_par_mode_of((unsigned)mode)->deepspeed) return true;
     const cJSON *ds = obj(r, l, "inputs.layout.deepspeed");
     gckpt_ds_limits *d = &pf->layout.ds;
     if (!ds || !u64(r, ds, "inputs.layout.deepspeed.reduce_bucket_size", 1, UINT64_MAX >> 12, &d->reduce_bucket) ||

@@ -274,11 +274,11 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
         s->wrap = NULL;
     }
     s->grads_exist = grads_exist && gckpt_wrap_grads_kept(c);
-    s->z1_bucket_due = c->set.layout.mode == GCKPT_PAR_ZERO1 && !grads_exist &&
+    s->z1_bucket_due = gckpt_par_mode_of(c->set.layout.mode)->ipg_bucket_event && !grads_exist &&
                        !(c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
     /* the Trainer's find_unused_parameters: on without gradient checkpointing (FINDINGS R-DIST-1);
      * layer 0 is checkpointed under every every_n, so a plain layer 0 is every_n off */
-    s->ddp_sink = c->set.layout.mode == GCKPT_PAR_DDP && (st->modes ? st->modes[0] == GCKPT_LAYER_PLAIN : !st->every_n);
+    s->ddp_sink = gckpt_par_mode_of(c->set.layout.mode)->sink_clones_logits && (st->modes ? st->modes[0] == GCKPT_LAYER_PLAIN : !st->every_n);
     s->n = 0;
     s->base = first_id;
     s->stream = s->gstream = -1;

@@ -33,6 +33,7 @@
 
 struct gckpt_wrap {
     const gckpt_ctx *c;
+    const gckpt_wrap_hooks *h; /* the mode's (gckpt_par_mode.sim) */
     uint64_t layers, units;
     bool sync, first; /* the micro-step reduces gradients; it is the first (no gradients yet) */
     int *params;        /* per unit: its first unsharded parameter buffer (the rest follow), -1 */
@@ -68,16 +69,9 @@ void gckpt_wrap_free(gckpt_wrap *w)
     free(w);
 }
 
-bool gckpt_wrap_grads_kept(const gckpt_ctx *c)
-{
-    return c->set.layout.mode != GCKPT_PAR_ZERO2 && c->set.layout.mode != GCKPT_PAR_ZERO3;
-}
+bool gckpt_wrap_grads_kept(const gckpt_ctx *c) { return !gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks; }
 
-bool gckpt_wrap_active(const gckpt_ctx *c)
-{
-    uint8_t m = c->set.layout.mode;
-    return m == GCKPT_PAR_FSDP || m == GCKPT_PAR_ZERO2 || m == GCKPT_PAR_ZERO3;
-}
+bool gckpt_wrap_active(const gckpt_ctx *c) { return gckpt_par_mode_of(c->set.layout.mode)->sim != NULL; }
 
 bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool sync, bool first)
 {
@@ -95,8 +89,9 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
     }
     for (uint64_t k = 0; k < units * GCKPT_MAX_TENSORS; k++) w->gathered[k] = -1;
     w->keep = gckpt_zero3_keeps_gathered(c);
-    w->tied = c->set.layout.mode == GCKPT_PAR_FSDP && c->model->tied;
+    w->tied = c->model->tied; /* read by FSDP2's hooks alone */
     w->c = c;
+    w->h = gckpt_par_mode_of(c->set.layout.mode)->sim;
     w->layers = layers;
     w->units = units;
     w->sync = sync;
@@ -209,19 +204,15 @@ static void reshard(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t uni
     w->params[unit] = -1;
 }
 
-/* FSDP2's units (the other modes have none) */
-static bool fsdp(const gckpt_wrap *w) { return w->c->set.layout.mode == GCKPT_PAR_FSDP; }
-
-void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+static void fsdp_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
-    if (!fsdp(w) || unit_part(w, unit) == 0) return; /* a tied head's tail unit is empty */
+    if (unit_part(w, unit) == 0) return; /* a tied head's tail unit is empty */
     all_gather(w, s, o, unit);
     copy_out(w, s, o, unit);
 }
 
-void gckpt_wrap_post_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+static void fsdp_post_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
-    if (!fsdp(w)) return;
     /* the tail: reshard_after_forward False (every unit with fsdp_keep_gathered); a tied head's
      * unit 0 is the tail's: gathered from the embedding's forward to the end of the backward */
     bool tail = unit == w->units - 1 || (w->tied && unit == 0);
@@ -235,9 +226,8 @@ void gckpt_wrap_forward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
     w->ag_unit = UINT64_MAX;
 }
 
-void gckpt_wrap_pre_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+static void fsdp_pre_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
-    if (!fsdp(w)) return;
     if (w->params[unit] < 0 && unit_part(w, unit)) { /* resharded after its forward: the prefetched output copied out */
         if (w->ag_unit != unit) all_gather(w, s, o, unit);
         copy_out(w, s, o, unit);
@@ -261,12 +251,12 @@ static void free_unit_grads(gckpt_wrap *w, gckpt_schedule *o, uint64_t unit)
     }
 }
 
-void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+static void fsdp_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
     const gckpt_ctx *c = w->c;
     /* a tied head's unit: its post-backward hook sits on the embedding's input (token ids, no
      * gradient), so FSDP2's final callback runs it at the backward's end (unit 0's turn here) */
-    if (!fsdp(w) || unit_part(w, unit) == 0) return;
+    if (unit_part(w, unit) == 0) return;
     reshard(w, s, o, unit);
     if (!w->sync) return;
     int sec = section_of(w, unit);
@@ -294,7 +284,7 @@ static void z2_flush(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o);
 void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 {
     if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
-    if (w->c->set.layout.mode == GCKPT_PAR_ZERO2) z2_flush(w, s, o); /* the epilogue's reduce_ipg_grads */
+    if (w->h->backward_end) w->h->backward_end(w, s, o); /* ZeRO-2: the epilogue's reduce_ipg_grads */
     if (w->ipg >= 0) gckpt_sim_release(s, o, w->ipg);
     if (w->ipg2 >= 0) gckpt_sim_release(s, o, w->ipg2);
     if (w->part >= 0) gckpt_sim_release(s, o, w->part);
@@ -422,38 +412,41 @@ static void z2_flush(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
     w->bucket_kept = false;
 }
 
-/* The reduce hook (ZeRO-2 and 3). ZeRO-3: the .grad made in this micro-step reduce-scattered
- * and freed. ZeRO-2: into the bucket, as above. One deviation, for the executor (whose
- * all-reduce is the parameter's event): a copied parameter of the rank's partition makes the
- * partition buffer at its own hook, not at the flush (at most a bucket's parameters later). */
-static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+/* The reduce hook. ZeRO-2: the .grad into the bucket, as above. One deviation, for the executor
+ * (whose all-reduce is the parameter's event): a copied parameter of the rank's partition makes
+ * the partition buffer at its own hook, not at the flush (at most a bucket's parameters later). */
+static void z2_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
 {
     const gckpt_ctx *c = w->c;
     uint32_t *gid = &w->grad_gid[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
-    if (c->set.layout.mode == GCKPT_PAR_ZERO2) {
-        uint64_t bucket = gckpt_ds_reduce_bucket(c->model, &c->set.layout);
-        if (w->ipg < 0) {
-            w->ipg = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
-            if (gckpt_ds_ipg_buckets(&c->set.layout) > 1) /* overlap_comm's second bucket */
-                w->ipg2 = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
-        }
-        if (w->bucket_elems + p->numel > bucket) z2_flush(w, s, o);
-        bool kept = z2_kept(w, u, p);
-        if (p->numel > bucket) { /* alone in the bucket until the next flush */
-            w->pending = *gid;
-            w->pending_p = p;
-            w->pending_unit = u;
-            w->pending_bytes = p->grad.bytes;
-        } else {
-            if (kept) z2_partition(w, s, o);
-            z2_collective(w, s, o, u, p);
-            free_grad(o, p->tensor, *gid, p->grad.bytes);
-        }
-        w->bucket_elems += p->numel;
-        w->bucket_kept = w->bucket_kept || kept;
-        *gid = GCKPT_NOINST;
-        return;
+    uint64_t bucket = gckpt_ds_reduce_bucket(c->model, &c->set.layout);
+    if (w->ipg < 0) {
+        w->ipg = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
+        if (gckpt_ds_ipg_buckets(&c->set.layout) > 1) /* overlap_comm's second bucket */
+            w->ipg2 = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
     }
+    if (w->bucket_elems + p->numel > bucket) z2_flush(w, s, o);
+    bool kept = z2_kept(w, u, p);
+    if (p->numel > bucket) { /* alone in the bucket until the next flush */
+        w->pending = *gid;
+        w->pending_p = p;
+        w->pending_unit = u;
+        w->pending_bytes = p->grad.bytes;
+    } else {
+        if (kept) z2_partition(w, s, o);
+        z2_collective(w, s, o, u, p);
+        free_grad(o, p->tensor, *gid, p->grad.bytes);
+    }
+    w->bucket_elems += p->numel;
+    w->bucket_kept = w->bucket_kept || kept;
+    *gid = GCKPT_NOINST;
+}
+
+/* ZeRO-3's reduce hook: the .grad made in this micro-step reduce-scattered and freed. */
+static void z3_reduce(gckpt_wrap *w, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
+{
+    const gckpt_ctx *c = w->c;
+    uint32_t *gid = &w->grad_gid[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
     free_grad(o, p->tensor, *gid, p->grad.bytes);
     *gid = GCKPT_NOINST;
     uint8_t dt = wire_dtype(c);
@@ -470,26 +463,28 @@ static void zero_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t
  * parameter used by another section's op too (a tied head's weight, the embedding's) gets its
  * gradient summed by autograd and reduced at the backward of its own section (u == unit:
  * ZeRO-2 reduces the tied weight once per micro-step, as the tied fixtures record). */
-void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at)
+static void z2_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at)
 {
     const gckpt_ctx *c = w->c;
     const gckpt_op *r = &c->recipe->op[op];
-    if (c->set.layout.mode == GCKPT_PAR_ZERO2) {
-        for (int k = 0; k < r->nin; k++) {
-            const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
-            if (!p || !p->trainable) continue;
-            uint64_t u = unit_of_param(w, p->section, unit);
-            if (at == GCKPT_WRAP_POST_BWD && u == unit) zero_reduce(w, s, o, u, p);
-        }
-        return;
+    for (int k = 0; k < r->nin; k++) {
+        const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
+        if (!p || !p->trainable) continue;
+        uint64_t u = unit_of_param(w, p->section, unit);
+        if (at == GCKPT_WRAP_POST_BWD && u == unit) z2_reduce(w, s, o, u, p);
     }
-    if (c->set.layout.mode != GCKPT_PAR_ZERO3) return;
+}
+
+static void z3_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at)
+{
+    const gckpt_ctx *c = w->c;
+    const gckpt_op *r = &c->recipe->op[op];
     for (int k = 0; k < r->nin; k++) {
         const gckpt_param *p = gckpt_params_of(&c->params, r->in[k]);
         if (!p) continue;
         uint64_t u = unit_of_param(w, p->section, unit);
         if (p->shard.whole) { /* kept whole on every rank: nothing gathered, its .grad reduced */
-            if (at == GCKPT_WRAP_POST_BWD && p->trainable && u == unit) zero_reduce(w, s, o, u, p);
+            if (at == GCKPT_WRAP_POST_BWD && p->trainable && u == unit) z3_reduce(w, o, u, p);
             continue;
         }
         switch (at) {
@@ -501,10 +496,36 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
             /* a tied head's weight: the embedding, still to run its backward, keeps it gathered */
             if (u != unit) break;
             z3_release(w, s, o, u, p);
-            if (p->trainable) zero_reduce(w, s, o, u, p);
+            if (p->trainable) z3_reduce(w, o, u, p);
             break;
         }
     }
+}
+
+const gckpt_wrap_hooks gckpt_wrap_fsdp = {.pre_forward = fsdp_pre_forward, .post_forward = fsdp_post_forward,
+                                          .pre_backward = fsdp_pre_backward, .post_backward = fsdp_post_backward};
+const gckpt_wrap_hooks gckpt_wrap_zero2 = {.backward_end = z2_flush, .op = z2_op};
+const gckpt_wrap_hooks gckpt_wrap_zero3 = {.op = z3_op};
+
+void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+{
+    if (w->h->pre_forward) w->h->pre_forward(w, s, o, unit);
+}
+void gckpt_wrap_post_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+{
+    if (w->h->post_forward) w->h->post_forward(w, s, o, unit);
+}
+void gckpt_wrap_pre_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+{
+    if (w->h->pre_backward) w->h->pre_backward(w, s, o, unit);
+}
+void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
+{
+    if (w->h->post_backward) w->h->post_backward(w, s, o, unit);
+}
+void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at)
+{
+    if (w->h->op) w->h->op(w, s, o, unit, op, at);
 }
 
 void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid)

@@ -18,7 +18,7 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
 /* Whether .grad survives a micro-step (false under ZeRO-2/3: their reduce hooks free it, so
  * every micro-step makes it afresh). */
 bool gckpt_wrap_grads_kept(const gckpt_ctx *c);
-/* Whether the context's mode has wrapper events (FSDP2, ZeRO-2, ZeRO-3). */
+/* Whether the context's mode has wrapper events (its descriptor's sim hooks). */
 bool gckpt_wrap_active(const gckpt_ctx *c);
 
 void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
@@ -38,5 +38,19 @@ void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid);
 typedef enum { GCKPT_WRAP_PRE_FWD, GCKPT_WRAP_POST_FWD, GCKPT_WRAP_PRE_RECOMPUTE, GCKPT_WRAP_POST_RECOMPUTE,
                GCKPT_WRAP_PRE_BWD, GCKPT_WRAP_POST_BWD } gckpt_wrap_at;
 void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at);
+
+/* A mode's simulator hooks (gckpt_par_mode.sim): what each of the calls above does for it
+ * (NULL: nothing). backward_end runs after the last reduce-scatter input is released and
+ * before the ipg buckets and the partition buffer are. */
+typedef struct gckpt_wrap_hooks {
+    void (*pre_forward)(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+    void (*post_forward)(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+    void (*pre_backward)(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+    void (*post_backward)(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
+    void (*backward_end)(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o);
+    void (*op)(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at);
+} gckpt_wrap_hooks;
+/* FSDP2's units, ZeRO-2's reduce hooks through the ipg bucket, ZeRO-3's gathers and reduce hooks */
+extern const gckpt_wrap_hooks gckpt_wrap_fsdp, gckpt_wrap_zero2, gckpt_wrap_zero3;
 
 #endif

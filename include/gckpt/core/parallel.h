@@ -41,7 +41,7 @@ extern "C" {
 uint32_t gckpt_layout_world(const gckpt_layout *l);
 
 /* Whether the layout spreads the step over several GPUs. */
-static inline bool gckpt_layout_multi(const gckpt_layout *l) { return l->mode != GCKPT_PAR_NONE; }
+bool gckpt_layout_multi(const gckpt_layout *l);
 
 /* DeepSpeed's limits in elements: the ds_config's value when set (l->ds), else what the Trainer
  * fills for "auto" (transformers integrations/deepspeed.py,
@@ -101,9 +101,62 @@ typedef struct {
 uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r);
 
 /* Rank `rank`'s persistent bytes for setting s (a checked, multi-GPU layout) from table ps
- * after gckpt_params_shard. Rank 0 is the busiest (FSDP2's local shards shrink at the end). */
+ * after gckpt_params_shard: the sum of its rows kept between steps (gckpt_rank_rows below).
+ * Rank 0 is the busiest (FSDP2's local shards shrink at the end). */
 void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                            uint64_t round, gckpt_rank_bytes *out);
+
+/* The per-rank parameter-state table: every buffer of the mode's state on one rank is a row.
+ * The rows kept between steps (kinds up to GCKPT_ROW_BUFFERS) are its persistent bytes
+ * (gckpt_rank_persistent sums them per kind); the others are the mode's buffers that each step
+ * makes and frees, their sizes here, their places in the step the schedule's (core/sim.c,
+ * core/sim_parallel.c). An executor allocates from the same rows. Rows of one parameter entry
+ * are per instance (count: its copies);
+ * rows of the rank (param -1) are flat buffers or scalars. Bytes as allocated: each instance
+ * rounded to the allocator's granularity, except the scalars measured as a byte count (AdamW's
+ * step, DDP's used maps, the mesh, DeepSpeed's flags), which are summed unrounded. */
+typedef enum {
+    GCKPT_ROW_WEIGHTS, /* gckpt_rank_bytes.weights */
+    GCKPT_ROW_GRADS,   /* .grads */
+    GCKPT_ROW_MASTER,  /* .master */
+    GCKPT_ROW_STATES,  /* .states */
+    GCKPT_ROW_SCALARS, /* .scalars */
+    GCKPT_ROW_BUFFERS, /* .buffers */
+    /* made within each step */
+    GCKPT_ROW_IPG,        /* ZeRO-1/2: the ipg bucket(s), made by the backward (ZeRO-1 with
+                           * offload_optimizer: held through the run), freed when the step starts */
+    GCKPT_ROW_IPG_FLAG,   /* ZeRO-1/2: 4 B measured beside the bucket, freed and retaken by the step */
+    GCKPT_ROW_STEP_GRADS, /* FSDP2: each unit's fp32 sharded gradient, from its reduce-scatter into the step */
+    GCKPT_NROW
+} gckpt_row_kind;
+#define GCKPT_NROW_KEPT (GCKPT_ROW_BUFFERS + 1) /* the kinds kept between steps */
+typedef enum { GCKPT_PLACE_DEVICE, GCKPT_PLACE_HOST } gckpt_place;
+typedef struct {
+    const char *what;  /* "fp32 master partition", "DDP bucket", ... */
+    uint8_t kind;      /* gckpt_row_kind */
+    int16_t param;     /* the parameter table's entry, -1: a buffer of the rank */
+    uint8_t group;     /* ZeRO-1/2's optimizer group of a flat group row */
+    uint8_t dtype;     /* gckpt_dtype */
+    uint8_t place;     /* gckpt_place (every row is on the device today: CPU offload moves bytes in
+                        * gckpt_parallel_apply, from the source only) */
+    uint8_t sharding;  /* gckpt_shard_how: how the row's buffer is split over the ranks */
+    uint64_t count;    /* allocations (a block parameter's: one per layer) */
+    uint64_t elements; /* elements of one allocation (for the scalars, bytes: dtype uint8) */
+    uint64_t bytes;    /* all of them as allocated */
+} gckpt_state_row;
+#define GCKPT_MAX_STATE_ROWS (3 * GCKPT_MAX_PARAMS + 16)
+typedef struct gckpt_rank_state {
+    int n;
+    gckpt_state_row row[GCKPT_MAX_STATE_ROWS];
+} gckpt_rank_state;
+/* Rank `rank`'s rows for setting s (a checked, multi-GPU layout) from table ps after
+ * gckpt_params_shard, each allocation rounded to round. */
+void gckpt_rank_rows(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
+                     uint64_t round, gckpt_rank_state *out);
+/* The rows kept between steps summed per kind (what gckpt_rank_persistent returns). */
+void gckpt_rank_rows_sum(const gckpt_rank_state *st, gckpt_rank_bytes *out);
+/* Bytes of the rows of one kind. */
+uint64_t gckpt_rank_rows_bytes(const gckpt_rank_state *st, gckpt_row_kind kind);
 
 /* Make context c (its setting a checked multi-GPU layout) one rank's: the table's shard fields,
  * the persistent totals of the layout's rank (0 in a plan; under zero2 the evaluator also
@@ -222,6 +275,51 @@ uint64_t gckpt_zero1_reduce_transient(const gckpt_params *ps, uint64_t layers, u
  * (FINDINGS 13.5). */
 enum { GCKPT_ZERO_TEMP_SLICE, GCKPT_ZERO_TEMP_F32, GCKPT_ZERO_TEMP_SCALARS, GCKPT_ZERO_NTEMP };
 void gckpt_zero12_temp(uint64_t part, uint64_t zs, uint64_t round, uint64_t piece[GCKPT_ZERO_NTEMP]);
+
+/* ---- The parallel modes as data ----
+ * One descriptor per gckpt_parallel value (core/parallel_modes.c is the table, the only core
+ * file besides the enum's that names a mode). Whatever differs between one GPU, DDP, FSDP2 and
+ * DeepSpeed ZeRO-1/2/3 in core is a field here; code elsewhere asks the descriptor. */
+struct gckpt_wrap_hooks; /* the simulator's hooks (core/sim_parallel.h, private to core) */
+typedef struct {
+    bool multi;       /* spreads the step over several GPUs */
+    /* what it refuses (gckpt_layout_check): fewer GPUs than min_world, and a fine-tuning method,
+     * optimizer or precision whose bit (1u << the enum) is not set: what was measured per rank */
+    uint32_t min_world;
+    uint32_t methods, optimizers, precisions;
+    /* how the parameter-state rows are sharded (gckpt_params_shard): how (gckpt_shard_how) and
+     * which buffers (GCKPT_SHARD_* bits). A flat split of the weights partitions each tensor to
+     * ceil(numel / N) (ZeRO-3); a flat split of the states alone leaves the optimizer groups'
+     * flat buffers to decide (ZeRO-1/2, gckpt_zero12_groups); a dim-0 split is FSDP2's. */
+    uint8_t shard_how, sharded;
+    bool persistence;      /* tensors under stage3_param_persistence_threshold are kept whole too */
+    bool deepspeed;        /* DeepSpeed's limits apply (ds_config; a plan's inputs.layout.deepspeed) */
+    bool flat_groups;      /* every optimizer group one flat, padded buffer (overlap_comm: two ipg buckets) */
+    bool bf16_compute;     /* under amp-bf16 the ranks compute in bf16 (FSDP2's MixedPrecisionPolicy,
+                            * DeepSpeed's bf16), not under autocast */
+    bool reduce_hooks;     /* each backward's hooks reduce and free .grad: it does not survive a
+                            * micro-step, and the reduction overlaps every backward */
+    bool walk_every_rank;  /* the ranks' reduction buffers differ: a plan walks each, shows the busiest */
+    bool ipg_bucket_event; /* the ipg bucket is a schedule event, made at the first backward's first
+                            * gradient hook and freed when the step starts (without offload_optimizer) */
+    bool sink_clones_logits; /* _DDPSink clones the outputs at the forward's end (find_unused_parameters,
+                              * the Trainer's choice without gradient checkpointing) */
+    /* the rows the mode adds to one rank (the model's buffers are every mode's) */
+    void (*rows)(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
+                 uint64_t round, gckpt_rank_state *out);
+    /* make context c one rank's (gckpt_parallel_apply's per-mode part) from its rows st and
+     * their sums rb */
+    void (*apply)(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb);
+    /* one step's collectives, closed form (gckpt_parallel_volume) */
+    void (*volume)(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v);
+    /* CPU offload's PCIe copies per step, bytes (gckpt_parallel_offload_seconds); NULL: none */
+    void (*offload_copies)(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h,
+                           double *h2d);
+    const struct gckpt_wrap_hooks *sim; /* the simulator's events; NULL: the mode has none */
+} gckpt_par_mode;
+
+/* The descriptor of mode (a gckpt_parallel; out of range reads as one GPU). */
+const gckpt_par_mode *gckpt_par_mode_of(unsigned mode);
 
 #ifdef __cplusplus
 }

@@ -25,24 +25,30 @@ void gckpt_walk_begin(gckpt_walk_state *w, const int64_t start[GCKPT_NCOMP], boo
     w->repeat = 1;
 }
 
-/* An event's seconds and FLOPs into the tallies (mult: how often it runs). */
-static inline void tally_time(gckpt_walk_state *w, const gckpt_event *e, double mult)
+/* Running tallies in locals (events are doubles too: through w they would be reloaded
+ * after every event), written back to w before a callback and at the end. */
+typedef struct {
+    double seconds, fwd_s, bwd_s, recompute_s, copy_s, opt_s, flops;
+} tallies;
+
+static inline void tallies_load(tallies *t, const gckpt_walk_state *w)
 {
-    double t = e->seconds * mult;
-    w->seconds += t;
-    w->flops += (e->kind == GCKPT_EV_RECOMPUTE ? 0 : e->flops) * mult;
-    switch (e->kind) {
-    case GCKPT_EV_FWD: w->fwd_s += t; break;
-    case GCKPT_EV_BWD: w->bwd_s += t; break;
-    case GCKPT_EV_RECOMPUTE: w->recompute_s += t; break;
-    case GCKPT_EV_D2H: case GCKPT_EV_H2D: w->copy_s += t; break;
-    case GCKPT_EV_OPT_STEP: w->opt_s += t; break;
-    default: break;
-    }
+    *t = (tallies){w->seconds, w->fwd_s, w->bwd_s, w->recompute_s, w->copy_s, w->opt_s, w->flops};
+}
+
+static inline void tallies_store(const tallies *t, gckpt_walk_state *w)
+{
+    w->seconds = t->seconds;
+    w->fwd_s = t->fwd_s;
+    w->bwd_s = t->bwd_s;
+    w->recompute_s = t->recompute_s;
+    w->copy_s = t->copy_s;
+    w->opt_s = t->opt_s;
+    w->flops = t->flops;
 }
 
 /* A collective's bytes into the step's volumes (gckpt_parallel_comm times them). */
-static inline void tally_coll(gckpt_walk_state *w, const gckpt_event *e, bool backward, double mult)
+static void tally_coll(gckpt_walk_state *w, const gckpt_event *e, bool backward, double mult)
 {
     double b = (double)e->bytes * mult;
     w->coll_seen = true;
@@ -51,14 +57,17 @@ static inline void tally_coll(gckpt_walk_state *w, const gckpt_event *e, bool ba
     else w->coll_gather_fwd += b;
 }
 
-/* The loop, specialised with and without a callback (the segment summaries of a sweep's
- * profiles run it without, and often). */
+/* The loop, specialised: with and without a callback, and for a segment run once (the
+ * segment summaries of a sweep's profiles run it that way, and often; x 1.0 is exact, so
+ * skipping it changes no number). */
 static inline __attribute__((always_inline)) void walk_events(gckpt_walk_state *w, const gckpt_seg *seg, double mult,
                                                               const gckpt_event *ev, size_t n,
                                                               gckpt_walk_event_fn on_event, void *user,
-                                                              const bool call)
+                                                              const bool call, const bool once)
 {
     const bool backward = gckpt_seg_phase(seg) == GCKPT_PH_BACKWARD;
+    tallies t;
+    tallies_load(&t, w);
     for (size_t i = 0; i < n; i++) {
         const gckpt_event *e = &ev[i];
         int up = gckpt_mem_apply(&w->m, e);
@@ -71,10 +80,25 @@ static inline __attribute__((always_inline)) void walk_events(gckpt_walk_state *
             w->peak_seg = *seg;
         }
         if ((up & GCKPT_MEM_HOST_UP) && w->m.host > w->host_peak) w->host_peak = w->m.host;
-        tally_time(w, e, mult);
-        if (e->kind == GCKPT_EV_COLLECTIVE) tally_coll(w, e, backward, mult);
-        if (call) on_event(user, w, e);
+        /* seconds and FLOPs (a recompute's FLOPs are not the model's) */
+        double s = once ? e->seconds : e->seconds * mult;
+        t.seconds += s;
+        switch (e->kind) {
+        case GCKPT_EV_FWD: t.fwd_s += s; break;
+        case GCKPT_EV_BWD: t.bwd_s += s; break;
+        case GCKPT_EV_RECOMPUTE: t.recompute_s += s; break;
+        case GCKPT_EV_D2H: case GCKPT_EV_H2D: t.copy_s += s; break;
+        case GCKPT_EV_OPT_STEP: t.opt_s += s; break;
+        case GCKPT_EV_COLLECTIVE: tally_coll(w, e, backward, mult); break;
+        default: break;
+        }
+        if (e->kind != GCKPT_EV_RECOMPUTE) t.flops += once ? e->flops : e->flops * mult;
+        if (call) {
+            tallies_store(&t, w);
+            on_event(user, w, e);
+        }
     }
+    tallies_store(&t, w);
 }
 
 void gckpt_walk_segment(gckpt_walk_state *w, const gckpt_seg *seg, uint64_t repeat, const gckpt_event *ev, size_t n,
@@ -87,8 +111,9 @@ void gckpt_walk_segment(gckpt_walk_state *w, const gckpt_seg *seg, uint64_t repe
     w->seg = seg;
     w->repeat = repeat;
     double mult = (double)repeat;
-    if (on_event) walk_events(w, seg, mult, ev, n, on_event, user, true);
-    else walk_events(w, seg, mult, ev, n, NULL, NULL, false);
+    if (on_event) walk_events(w, seg, mult, ev, n, on_event, user, true, false);
+    else if (repeat == 1) walk_events(w, seg, mult, ev, n, NULL, NULL, false, true);
+    else walk_events(w, seg, mult, ev, n, NULL, NULL, false, false);
 }
 
 void gckpt_walk_schedule(gckpt_walk_state *w, const gckpt_schedule *sc, gckpt_walk_event_fn on_event, void *user)

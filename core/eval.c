@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/step_walk.h"
 #include "sim.h"
 #include "sim_parallel.h"
 
@@ -43,124 +44,68 @@ static void finish(const gckpt_ctx *c, uint32_t every_n, uint64_t grad_accum, gc
     res->mfu = res->step_s > 0 ? res->model_flops / (res->step_s * peak_rate(c)) : 0;
 }
 
-/* The persistent state at the start of a step of every_n as running memory. */
-static void mem_start(const gckpt_ctx *c, uint32_t every_n, gckpt_mem *m)
-{
-    memset(m, 0, sizeof *m);
-    gckpt_persistent(c, m->cur);
-    if (!every_n) m->cur[GCKPT_C_PARALLEL] += (int64_t)c->ddp_used_map;
-    for (int i = 0; i < GCKPT_NCOMP; i++) m->total += m->cur[i];
-}
-
 /* ---- event walk -------------------------------------------------------------------- */
-
-/* An event's seconds and FLOPs into the result's totals (mult: how often it runs). */
-static void event_time(gckpt_result *res, const gckpt_event *e, double mult)
-{
-    double t = e->seconds * mult;
-    res->step_s += t;
-    res->model_flops += (e->kind == GCKPT_EV_RECOMPUTE ? 0 : e->flops) * mult;
-    switch (e->kind) {
-    case GCKPT_EV_FWD: res->forward_s += t; break;
-    case GCKPT_EV_BWD: res->backward_s += t; break;
-    case GCKPT_EV_RECOMPUTE: res->recompute_s += t; break;
-    case GCKPT_EV_D2H: case GCKPT_EV_H2D: res->copy_s += t; break;
-    case GCKPT_EV_OPT_STEP: res->optimizer_s += t; break;
-    default: break;
-    }
-}
-
-/* A collective's bytes into the step's volumes (gckpt_parallel_comm times them). */
-static void coll_bytes(gckpt_result *res, const gckpt_event *e, bool backward, double mult)
-{
-    double b = (double)e->bytes * mult;
-    res->coll_seen = true;
-    if (e->arg.coll.kind != GCKPT_COLL_ALL_GATHER) res->coll_reduce += b;
-    else if (backward) res->coll_gather_bwd += b;
-    else res->coll_gather_fwd += b;
-}
 
 void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
 {
     memset(res, 0, sizeof *res);
-    gckpt_mem m;
-    mem_start(c, c->set.every_n, &m);
-    int64_t peak = m.total, host_peak = 0;
-    memcpy(res->breakdown, m.cur, sizeof m.cur);
+    int64_t start[GCKPT_NCOMP];
+    gckpt_step_start(c, c->set.every_n, start);
+    gckpt_walk_state w;
+    gckpt_walk_begin(&w, start, true);
+    gckpt_walk_schedule(&w, sc, NULL, NULL);
+    memcpy(res->breakdown, w.at_peak, sizeof w.at_peak);
     res->peak_phase = GCKPT_PH_FORWARD;
     res->peak_layer = -1;
     res->peak_tensor = -1;
-    double k = (double)c->set.grad_accum;
-    bool after_fwd_done = false;
-    for (size_t si = 0; si < sc->nseg; si++) {
-        const gckpt_sched_seg *g = &sc->seg[si];
-        if (!after_fwd_done && gckpt_seg_starts_backward(&g->seg)) {
-            res->after_forward_bytes = (uint64_t)m.total;
-            after_fwd_done = true;
-        }
-        double mult = g->seg.micro == GCKPT_MICRO_LATER ? k - 1 : 1;
-        for (size_t i = g->begin; i < g->end; i++) {
-            const gckpt_event *e = &sc->ev[i];
-            int up = gckpt_mem_apply(&m, e);
-            if ((up & GCKPT_MEM_DEVICE_UP) && m.total > peak) {
-                peak = m.total;
-                memcpy(res->breakdown, m.cur, sizeof m.cur);
-                res->peak_phase = (uint8_t)gckpt_seg_phase(&g->seg);
-                res->peak_micro = g->seg.micro;
-                res->peak_layer = gckpt_seg_place(&g->seg, c->model->layers);
-                res->peak_tensor = e->tensor;
-                res->peak_grad = e->grad;
-            }
-            if ((up & GCKPT_MEM_HOST_UP) && m.host > host_peak) host_peak = m.host;
-            event_time(res, e, mult);
-            if (e->kind == GCKPT_EV_COLLECTIVE) coll_bytes(res, e, gckpt_seg_phase(&g->seg) == GCKPT_PH_BACKWARD, mult);
-        }
+    if (w.has_peak) {
+        res->peak_phase = (uint8_t)gckpt_seg_phase(&w.peak_seg);
+        res->peak_micro = w.peak_seg.micro;
+        res->peak_layer = gckpt_seg_place(&w.peak_seg, c->model->layers);
+        res->peak_tensor = w.peak_tensor;
+        res->peak_grad = w.peak_grad;
     }
-    res->peak_bytes = (uint64_t)peak;
-    res->host_pinned_bytes = (uint64_t)host_peak + c->host_pinned;
+    if (w.after_forward_seen) res->after_forward_bytes = (uint64_t)w.after_forward;
+    res->step_s = w.seconds;
+    res->model_flops = w.flops;
+    res->forward_s = w.fwd_s;
+    res->backward_s = w.bwd_s;
+    res->recompute_s = w.recompute_s;
+    res->copy_s = w.copy_s;
+    res->optimizer_s = w.opt_s;
+    res->coll_seen = w.coll_seen;
+    res->coll_reduce = w.coll_reduce;
+    res->coll_gather_fwd = w.coll_gather_fwd;
+    res->coll_gather_bwd = w.coll_gather_bwd;
+    res->peak_bytes = (uint64_t)w.peak;
+    res->host_pinned_bytes = (uint64_t)w.host_peak + c->host_pinned;
     res->host_pageable_bytes = c->host_pageable;
     finish(c, c->set.every_n, c->set.grad_accum, res);
 }
 
 /* ---- segment profiles --------------------------------------------------------------- */
 
-static void summarize(const gckpt_schedule *ev, size_t from, size_t to, gckpt_seg_summary *s)
+/* A segment's events [from, to) of a proxy schedule, walked from nothing, as a summary. */
+static void summarize(const gckpt_schedule *ev, const gckpt_seg *g, size_t from, size_t to, gckpt_seg_summary *s)
 {
-    memset(s, 0, sizeof *s);
-    s->peak_rel = INT64_MIN;
-    s->peak_tensor = -1;
-    gckpt_mem m;
-    memset(&m, 0, sizeof m);
-    double seconds = 0, flops = 0, recompute_s = 0, copy_s = 0, fwd_s = 0, bwd_s = 0;
-    for (size_t i = from; i < to; i++) {
-        const gckpt_event *e = &ev->ev[i];
-        int up = gckpt_mem_apply(&m, e);
-        if ((up & GCKPT_MEM_DEVICE_UP) && (!s->has_peak || m.total > s->peak_rel)) {
-            s->has_peak = true;
-            s->peak_rel = m.total;
-            memcpy(s->at_peak, m.cur, sizeof m.cur);
-            s->peak_tensor = e->tensor;
-            s->peak_grad = e->grad;
-        }
-        if ((up & GCKPT_MEM_HOST_UP) && m.host > s->host_peak_rel) s->host_peak_rel = m.host;
-        seconds += e->seconds;
-        switch (e->kind) {
-        case GCKPT_EV_RECOMPUTE: recompute_s += e->seconds; break;
-        case GCKPT_EV_D2H: case GCKPT_EV_H2D: copy_s += e->seconds; flops += e->flops; break;
-        case GCKPT_EV_FWD: fwd_s += e->seconds; flops += e->flops; break;
-        case GCKPT_EV_BWD: bwd_s += e->seconds; flops += e->flops; break;
-        default: flops += e->flops; break;
-        }
-    }
-    s->seconds = seconds;
-    s->flops = flops;
-    s->recompute_s = recompute_s;
-    s->copy_s = copy_s;
-    s->fwd_s = fwd_s;
-    s->bwd_s = bwd_s;
-    memcpy(s->net, m.cur, sizeof m.cur);
-    s->net_total = m.total;
-    s->host_net = m.host;
+    gckpt_walk_state w;
+    gckpt_walk_begin(&w, NULL, false);
+    gckpt_walk_segment(&w, g, 1, to > from ? ev->ev + from : NULL, to - from, NULL, NULL);
+    memcpy(s->net, w.m.cur, sizeof w.m.cur);
+    s->net_total = w.m.total;
+    s->peak_rel = w.peak;
+    memcpy(s->at_peak, w.at_peak, sizeof w.at_peak);
+    s->host_net = w.m.host;
+    s->host_peak_rel = w.host_peak;
+    s->has_peak = w.has_peak;
+    s->peak_tensor = w.peak_tensor;
+    s->peak_grad = w.peak_grad;
+    s->seconds = w.seconds;
+    s->flops = w.flops;
+    s->recompute_s = w.recompute_s;
+    s->copy_s = w.copy_s;
+    s->fwd_s = w.fwd_s;
+    s->bwd_s = w.bwd_s;
 }
 
 struct gckpt_profiler {
@@ -208,7 +153,7 @@ static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, int micro, int
     while (gckpt_step_next(&it, &g)) {
         size_t mark = ev->n;
         gckpt_sim_segment(pr->sim, &g, ev);
-        summarize(ev, mark, ev->n, g.layer > 0 ? &p->later[micro][g.row][g.block][g.mode] : &first[m0][micro][g.row]);
+        summarize(ev, &g, mark, ev->n, g.layer > 0 ? &p->later[micro][g.row][g.block][g.mode] : &first[m0][micro][g.row]);
     }
     return !ev->oom;
 }
@@ -239,7 +184,9 @@ bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_prof
         }
     pr->sched.n = 0;
     gckpt_sim_optimizer(c, &pr->sched);
-    summarize(&pr->sched, 0, pr->sched.n, &p->optimizer);
+    const gckpt_seg opt = {.row = GCKPT_MICRO_ROWS, .part = GCKPT_PART_OPTIMIZER, .stage = GCKPT_STAGE_ONCE,
+                           .micro = GCKPT_MICRO_NONE, .layer = -1};
+    summarize(&pr->sched, &opt, 0, pr->sched.n, &p->optimizer);
     return !pr->sched.oom;
 }
 
@@ -391,7 +338,7 @@ static void compose_time(const gckpt_profile *p, int m0, int ck, int nmicro, uin
                          const uint64_t n_layers[GCKPT_NBLOCK], const uint64_t n_ckpt[GCKPT_NBLOCK], gckpt_result *res)
 {
     for (int mi = 0; mi < nmicro; mi++) {
-        double mult = mi == 1 ? (double)(grad_accum - 1) : 1.0;
+        double mult = (double)gckpt_micro_repeat((uint8_t)mi, grad_accum);
         for (int once = 1; once >= 0; once--)
             for (int row = 0; row < GCKPT_MICRO_ROWS; row++)
                 if ((gckpt_micro_order[row].order == GCKPT_ORDER_ONCE) == (once == 1)) time_add(res, &p->first[m0][mi][row], mult);
@@ -433,26 +380,48 @@ static bool every_rank(const gckpt_ctx *c)
     return gckpt_par_mode_of(c->set.layout.mode)->walk_every_rank;
 }
 
-static void walk_setting(const gckpt_ctx *c, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res)
+/* The walk of the setting on the ranks it stands for (ZeRO-1/2 at rank 0: every rank; else
+ * c's own): the busiest rank's result (the first of equals) and that rank. false when out
+ * of memory. */
+static bool walk_ranks(const gckpt_ctx *c, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res,
+                       uint32_t *rank)
 {
     gckpt_ctx *w = malloc(sizeof *w);
     gckpt_result last;
     bool ok = w != NULL;
     if (ok) *w = *c;
     ok = ok && walk_one(w, every_n, offload, grad_accum, res);
+    *rank = c->set.layout.rank;
     uint32_t n = gckpt_layout_world(&c->set.layout);
     for (uint32_t r = 1; ok && every_rank(c) && c->set.layout.rank == 0 && r < n; r++) {
         gckpt_setting s = c->set;
         gckpt_err err;
         s.layout.rank = r;
         ok = gckpt_ctx_init(w, c->model, c->dev, c->recipe, &s, &err) && walk_one(w, every_n, offload, grad_accum, &last);
-        if (ok && last.peak_bytes > res->peak_bytes) *res = last;
+        if (ok && last.peak_bytes > res->peak_bytes) {
+            *res = last;
+            *rank = r;
+        }
     }
     free(w);
-    if (ok) return;
+    return ok;
+}
+
+static void walk_setting(const gckpt_ctx *c, uint32_t every_n, bool offload, uint64_t grad_accum, gckpt_result *res)
+{
+    uint32_t rank;
+    if (walk_ranks(c, every_n, offload, grad_accum, res, &rank)) return;
     /* out of memory: as a setting that cannot be planned */
     memset(res, 0, sizeof *res);
     res->peak_bytes = res->device_peak_bytes = UINT64_MAX;
+}
+
+bool gckpt_result_rank(const gckpt_ctx *c, uint32_t *rank)
+{
+    *rank = c->set.layout.rank;
+    if (!every_rank(c) || c->set.layout.rank != 0 || gckpt_layout_world(&c->set.layout) < 2) return true;
+    gckpt_result res;
+    return walk_ranks(c, c->set.every_n, c->set.offload, c->set.grad_accum, &res, rank);
 }
 
 void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
@@ -468,11 +437,12 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
         return;
     }
     const int nmicro = grad_accum > 1 ? 2 : 1;
-    gckpt_mem base;
-    mem_start(c, every_n, &base);
+    int64_t base[GCKPT_NCOMP], base_total = 0;
+    gckpt_step_start(c, every_n, base);
+    for (int k = 0; k < GCKPT_NCOMP; k++) base_total += base[k];
     comp_state st;
     memset(&st, 0, sizeof st);
-    st.total = st.peak = base.total;
+    st.total = st.peak = base_total;
     st.peak_layer = -1;
     const int m0 = gckpt_layer_mode_of(every_n, offload, 0);
     /* two attention types: both checkpointed, or only layer 0's (gckpt_ckpt_types) */
@@ -491,7 +461,7 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     res->peak_phase = st.peak_seg ? st.peak_phase : GCKPT_PH_FORWARD;
     res->peak_tensor = st.peak_seg ? st.peak_seg->peak_tensor : -1;
     res->peak_grad = st.peak_seg ? st.peak_seg->peak_grad : false;
-    memcpy(res->breakdown, base.cur, sizeof base.cur);
+    memcpy(res->breakdown, base, sizeof base);
     if (breakdown && st.peak_seg) {
         /* replay the order up to the peak segment, now with component vectors */
         comp_state rp = {.peak_seq = st.peak_seq, .vec = res->breakdown};

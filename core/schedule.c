@@ -2,6 +2,8 @@
  * the simulator (sim.c) emits for it. */
 #include "sim.h"
 
+#include "gckpt/core/step_walk.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,7 +51,7 @@ gckpt_event *gckpt_schedule_push(gckpt_schedule *o)
     return e;
 }
 
-void gckpt_schedule_open(gckpt_schedule *o, const gckpt_seg *g)
+void gckpt_schedule_open(gckpt_schedule *o, const gckpt_seg *g, uint64_t repeat)
 {
     if (o->oom) return;
     if (o->nseg == o->seg_cap) {
@@ -62,7 +64,7 @@ void gckpt_schedule_open(gckpt_schedule *o, const gckpt_seg *g)
         o->seg = ns;
         o->seg_cap = nc;
     }
-    o->seg[o->nseg++] = (gckpt_sched_seg){*g, o->n, o->n};
+    o->seg[o->nseg++] = (gckpt_sched_seg){*g, o->n, o->n, repeat};
 }
 
 void gckpt_schedule_close(gckpt_schedule *o)
@@ -90,7 +92,7 @@ bool gckpt_schedule_build(const gckpt_ctx *c, gckpt_schedule *out)
             ok = gckpt_sim_begin(sim, c, &st, g.micro == GCKPT_MICRO_LATER, micro < 0 ? 0 : gckpt_sim_next_id(sim));
             micro = g.micro;
         }
-        gckpt_schedule_open(out, &g);
+        gckpt_schedule_open(out, &g, gckpt_micro_repeat(g.micro, c->set.grad_accum));
         gckpt_sim_segment(sim, &g, out);
         gckpt_schedule_close(out);
         ok = ok && !out->oom;

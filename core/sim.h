@@ -33,8 +33,8 @@ uint32_t gckpt_sim_gid(const gckpt_sim *s, int id);
 /* ---- writing a schedule (schedule.c) ---- */
 /* A new zeroed event (no operands, op and tensor -1); NULL once out of memory. */
 gckpt_event *gckpt_schedule_push(gckpt_schedule *s);
-/* Segments: the events pushed between open and close are g's. */
-void gckpt_schedule_open(gckpt_schedule *s, const gckpt_seg *g);
+/* Segments: the events pushed between open and close are g's, run repeat times in the step. */
+void gckpt_schedule_open(gckpt_schedule *s, const gckpt_seg *g, uint64_t repeat);
 void gckpt_schedule_close(gckpt_schedule *s);
 
 #endif

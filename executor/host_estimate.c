@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gckpt/core/step_walk.h"
 #include "host_blas.h"
 #include "host_num.h"
 
@@ -98,6 +99,21 @@ double gckpt_host_elem_rate(void)
     return rate;
 }
 
+/* The work of one event, times its segment's repeat count: its matrix FLOPs, or the bytes
+ * an op without (timed by the planner as its traffic at the profile's HBM rate) moves. */
+typedef struct {
+    double hbm, flops, bytes;
+} step_work;
+
+static void work_event(void *user, const gckpt_walk_state *w, const gckpt_event *e)
+{
+    step_work *sw = user;
+    if (e->kind == GCKPT_EV_D2H || e->kind == GCKPT_EV_H2D) return;
+    double times = (double)w->repeat;
+    if (e->flops > 0) sw->flops += e->flops * times;
+    else sw->bytes += e->seconds * sw->hbm * times;
+}
+
 bool gckpt_entry_step_work(const gckpt_plan_file *pf, size_t i, double *flops, double *bytes)
 {
     gckpt_setting s = gckpt_plan_file_setting(pf, i);
@@ -109,18 +125,13 @@ bool gckpt_entry_step_work(const gckpt_plan_file *pf, size_t i, double *flops, d
     gckpt_err err;
     gckpt_schedule ev = {0};
     bool ok = c && gckpt_ctx_init(c, &pf->model, &pf->dev, r, &s, &err) && gckpt_schedule_build(c, &ev);
-    /* the planner timed every op without FLOPs as its traffic at the profile's HBM rate */
-    double hbm = pf->dev.hbm_bytes_per_s * pf->dev.hbm_efficiency;
-    for (size_t si = 0; ok && si < ev.nseg; si++) {
-        const gckpt_sched_seg *g = &ev.seg[si];
-        /* a later micro-step stands for ga - 1 */
-        double times = g->seg.micro == GCKPT_MICRO_LATER ? (double)(s.grad_accum - 1) : 1.0;
-        for (size_t k = g->begin; k < g->end; k++) {
-            const gckpt_event *e = &ev.ev[k];
-            if (e->kind == GCKPT_EV_D2H || e->kind == GCKPT_EV_H2D) continue;
-            if (e->flops > 0) *flops += e->flops * times;
-            else *bytes += e->seconds * hbm * times;
-        }
+    if (ok) {
+        step_work sw = {pf->dev.hbm_bytes_per_s * pf->dev.hbm_efficiency, 0, 0};
+        gckpt_walk_state w;
+        gckpt_walk_begin(&w, NULL, false);
+        gckpt_walk_schedule(&w, &ev, work_event, &sw);
+        *flops = sw.flops;
+        *bytes = sw.bytes;
     }
     gckpt_schedule_free(&ev);
     free(c);

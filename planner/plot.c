@@ -1,11 +1,34 @@
 /* Memory timeline of one entry, and the gnuplot output of a plan. */
 #include "gckpt/planner/plan.h"
 
+#include "gckpt/core/eval.h"
+#include "gckpt/core/step_walk.h"
 #include "gckpt/planner/gnuplot_run.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The timeline's buckets: each of max buckets of time keeps its highest point. */
+typedef struct {
+    double *t, *bytes;
+    uint8_t *phase;
+    size_t max;
+    double now, total_t;
+} timeline_buckets;
+
+static void timeline_event(void *user, const gckpt_walk_state *w, const gckpt_event *e)
+{
+    timeline_buckets *tl = user;
+    tl->now += e->seconds;
+    size_t b = tl->total_t > 0 ? (size_t)(tl->now / tl->total_t * (double)(tl->max - 1)) : 0;
+    if (b >= tl->max) b = tl->max - 1;
+    if ((double)w->m.total > tl->bytes[b]) {
+        tl->bytes[b] = (double)w->m.total;
+        tl->t[b] = tl->now;
+        tl->phase[b] = (uint8_t)gckpt_seg_phase(w->seg);
+    }
+}
 
 size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t, double *bytes,
                            uint8_t *phase, size_t max)
@@ -16,39 +39,29 @@ size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t,
     gckpt_ctx *c = malloc(sizeof *c);
     gckpt_err err;
     gckpt_schedule sc = {0};
-    if (max == 0 || !c || !gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, &err) || !gckpt_schedule_build(c, &sc)) {
+    uint32_t rank = 0;
+    bool ok = max > 0 && c && gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, &err) && gckpt_result_rank(c, &rank);
+    if (ok && rank != s.layout.rank) { /* ZeRO-1/2: the busiest rank's step is the entry's */
+        s.layout.rank = rank;
+        ok = gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, &err);
+    }
+    if (!ok || !gckpt_schedule_build(c, &sc)) {
         gckpt_schedule_free(&sc);
         free(c);
         return 0;
     }
-    double total_t = 0;
-    for (size_t i = 0; i < sc.n; i++) total_t += sc.ev[i].seconds;
-    gckpt_mem m;
-    memset(&m, 0, sizeof m);
-    gckpt_persistent(c, m.cur);
-    for (int k = 0; k < GCKPT_NCOMP; k++) m.total += m.cur[k];
+    timeline_buckets tl = {t, bytes, phase, max, 0, 0};
+    for (size_t i = 0; i < sc.n; i++) tl.total_t += sc.ev[i].seconds;
     for (size_t i = 0; i < max; i++) {
         t[i] = -1;
         bytes[i] = -1;
         phase[i] = 0;
     }
-    /* each of the max buckets of time keeps its highest point */
-    double now = 0;
-    for (size_t si = 0; si < sc.nseg; si++) {
-        const gckpt_sched_seg *g = &sc.seg[si];
-        uint8_t ph = (uint8_t)gckpt_seg_phase(&g->seg);
-        for (size_t i = g->begin; i < g->end; i++) {
-            gckpt_mem_apply(&m, &sc.ev[i]);
-            now += sc.ev[i].seconds;
-            size_t b = total_t > 0 ? (size_t)(now / total_t * (double)(max - 1)) : 0;
-            if (b >= max) b = max - 1;
-            if ((double)m.total > bytes[b]) {
-                bytes[b] = (double)m.total;
-                t[b] = now;
-                phase[b] = ph;
-            }
-        }
-    }
+    int64_t start[GCKPT_NCOMP];
+    gckpt_step_start(c, s.every_n, start);
+    gckpt_walk_state w;
+    gckpt_walk_begin(&w, start, true);
+    gckpt_walk_schedule(&w, &sc, timeline_event, &tl);
     gckpt_schedule_free(&sc);
     free(c);
     size_t n = 0;

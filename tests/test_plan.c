@@ -343,6 +343,45 @@ static void batch_splits(void **state)
 /* An untied shipped model of hidden 2048 (a tied one: tied_plans below). */
 #define UNTIED "pythia-1.4b"
 
+/* The timeline is the step the entry's numbers come from: under every parallel mode, on
+ * every entry, its highest point is the entry's planned peak. (Once it missed DDP's
+ * find_unused_parameters maps, which the evaluators add with every_n off, and under ZeRO-1/2
+ * drew rank 0 where the entry is the busiest rank's.) */
+static void timeline_peaks(void **state)
+{
+    (void)state;
+    enum { MAXP = 1000 };
+    double *ts = malloc(sizeof *ts * MAXP), *bs = malloc(sizeof *bs * MAXP);
+    uint8_t *ph = malloc(MAXP);
+    assert_true(ts && bs && ph);
+    for (int run = 0; run < 2 * GCKPT_NPAR; run++) {
+        int mode = run / 2;
+        gckpt_plan_request q = req("llama-3.2-1b", 512);
+        if (run % 2) q.grad_accum = 3; /* a later micro-step, repeated */
+        else q.precision = GCKPT_FP32;
+        if (mode != GCKPT_PAR_NONE) q.layout = (gckpt_layout){4, 1, (uint8_t)mode};
+        gckpt_plan p;
+        gckpt_err err;
+        if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s: %s", gckpt_parallel_names[mode], err.msg);
+        for (size_t i = 0; i < p.n; i++) {
+            const gckpt_entry *e = &p.entries[i];
+            size_t np = gckpt_plan_timeline(&p, e, ts, bs, ph, MAXP);
+            assert_true(np > 0);
+            double mx = 0;
+            for (size_t k = 0; k < np; k++) mx = bs[k] > mx ? bs[k] : mx;
+            if ((uint64_t)mx != e->r.peak_bytes)
+                fail_msg("%s, every_n %u, offload %d, micro-batch %llu, grad_accum %llu: the timeline's peak %.0f, the "
+                         "entry's %llu",
+                         gckpt_parallel_names[mode], e->every_n, e->offload, (unsigned long long)e->micro_batch,
+                         (unsigned long long)e->grad_accum, mx, (unsigned long long)e->r.peak_bytes);
+        }
+        gckpt_plan_free(&p);
+    }
+    free(ts);
+    free(bs);
+    free(ph);
+}
+
 static void parallel_plans(void **state)
 {
     (void)state;
@@ -557,6 +596,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(moe_plans), cmocka_unit_test(schema_rejects), cmocka_unit_test(hub_source), cmocka_unit_test(peft_plans),
         cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans), cmocka_unit_test(tied_plans),
+        cmocka_unit_test(timeline_peaks),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cJSON_Delete(schema);

@@ -100,15 +100,20 @@ bool gckpt_profile_build_with(gckpt_profiler *pr, const gckpt_ctx *c, gckpt_prof
 
 /* Evaluate one setting from a profile. A grad_accum > 1 needs a profile built for one
  * (later_micro); without, the result says so: peak and device peak UINT64_MAX. Several GPUs
- * under fsdp, zero2 or zero3 (the wrapper's events make the layers unlike): the setting's
- * schedule is built and walked instead; under zero2 for rank 0 and the last rank, the busier
- * one returned. */
+ * under fsdp or a ZeRO stage (the wrapper's events make the layers unlike, or the ranks'
+ * peaks differ): the setting's schedule is built and walked instead; under zero1 and zero2
+ * at rank 0 every rank's, the busiest one returned (gckpt_result_rank). */
 void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
                      uint64_t grad_accum, gckpt_result *res);
 /* The same; breakdown = false skips the per-component vector at the peak (the rest of
  * the result is identical), for sweeps that only rank settings. */
 void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,
                         uint64_t grad_accum, bool breakdown, gckpt_result *res);
+
+/* The rank whose schedule gives the result of c's setting (gckpt_fast_eval at c's every_n,
+ * offload and grad_accum): under zero1 and zero2 at rank 0 the busiest rank (the first of
+ * equals), else c's own; the timeline walks that rank's step. false when out of memory. */
+bool gckpt_result_rank(const gckpt_ctx *c, uint32_t *rank);
 
 #ifdef __cplusplus
 }

@@ -154,10 +154,12 @@ typedef struct {
     } arg;
 } gckpt_event;
 
-/* A segment of the step and its events [begin, end). */
+/* A segment of the step, its events [begin, end), and how many times it runs in the step
+ * (gckpt_micro_repeat: a later micro-step's grad_accum - 1, every other 1). */
 typedef struct {
     gckpt_seg seg;
     size_t begin, end;
+    uint64_t repeat;
 } gckpt_sched_seg;
 
 typedef struct {
@@ -172,7 +174,7 @@ void gckpt_schedule_free(gckpt_schedule *s);
 
 /* ---- memory accounting -------------------------------------------------------------------
  * Current device bytes per component and pinned host bytes: the one accounting of memory
- * events, applied by the walk, the segment profiles and the timeline. */
+ * events, applied by the step's walk (gckpt/core/step_walk.h). */
 typedef struct {
     int64_t cur[GCKPT_NCOMP];
     int64_t total, host;

@@ -135,7 +135,10 @@ cJSON *gckpt_plan_training_args(const gckpt_plan *p, const gckpt_entry *e);
 void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f);
 void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f);
 
-/* Memory timeline of one entry: up to max points of (seconds, allocated bytes). */
+/* Memory timeline of one entry: up to max points of (seconds, allocated bytes, phase), the
+ * step's walk (gckpt/core/step_walk.h) of the rank whose peak is the entry's, each of max
+ * buckets of time keeping its highest point; each segment drawn once (a later micro-step's
+ * stands for its repeats). */
 size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t, double *bytes,
                            uint8_t *phase, size_t max);
 

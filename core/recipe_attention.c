@@ -47,7 +47,7 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
      * (measured on the CPU, FINDINGS R-ATTN-8; CUDA's memory-efficient kernel likewise) */
     if (masked) sd->fBSS *= 2.0;
     sd->bwd_mult = 2.5;
-    sd->bws_cT = tr->cpu ? 0 : qd;
+    sd->bws_cT = gckpt_prim_of(GCKPT_P_SDPA)->bws_dq && !tr->cpu ? qd : 0; /* the CPU kernel keeps none */
     /* CUDA with dropout: the fused kernel (flash for 16-bit, memory-efficient for fp32;
      * cuDNN only takes p a multiple of 1/16) keeps no mask, only the Philox seed and
      * offset to regenerate it in the backward, as CPU scalar tensors outside CUDA-graph
@@ -275,7 +275,7 @@ int attention_eager(tracer *tr, int q, int k, int v, int mask, double p, int *we
     int ss = scal(tr, sc, "scale", gckpt_attn_scale(m), 0);
     if (m->attn_softcap > 0) { /* Gemma 2: / cap, tanh (saves its output), * cap: each a new tensor */
         ss = scal(tr, ss, "softcap.div", 1.0 / m->attn_softcap, 0);
-        ss = unary(tr, ss, "softcap.tanh", true, false, GCKPT_P_TANH, 0);
+        ss = unary(tr, ss, "softcap.tanh", false, GCKPT_P_TANH, 0);
         ss = scal(tr, ss, "softcap.mul", m->attn_softcap, 0);
     }
     int sm = mask >= 0 ? add(tr, ss, mask, "add_mask") : ss;

@@ -170,7 +170,7 @@ int moe_block(tracer *tr, int x)
     if (m->swiglu_limit > 0) {
         prod = clamped_swiglu(tr, g, u);
     } else {
-        int act = unary(tr, g, "act_fn", false, false, GCKPT_P_SILU, 0);
+        int act = unary(tr, g, "act_fn", false, GCKPT_P_SILU, 0);
         prod = mul(tr, act, u, "gated");
     }
     int dsel = bias_rows(tr, bd, ids, h, "down_bias_g"); /* selected_biases rebound: the first goes */

@@ -7,6 +7,7 @@
 #define GCKPT_RECIPE_TRACER_H
 
 #include "gckpt/core/peft.h"
+#include "gckpt/core/prim.h"
 #include "gckpt/core/recipe.h"
 
 enum { F32 = GCKPT_DT_F32, BF16 = GCKPT_DT_BF16, F16 = GCKPT_DT_F16, I64 = GCKPT_DT_I64, BOOL = GCKPT_DT_BOOL };
@@ -83,7 +84,9 @@ int autocast_fp32(tracer *tr, int x, const char *name);
 int mul(tracer *tr, int x, int y, const char *name);
 int add(tracer *tr, int x, int y, const char *name);
 int scal(tracer *tr, int x, const char *name, double sa, double sb);
-int unary(tracer *tr, int x, const char *name, bool save_out, bool fp32_list, int prim, double sa);
+/* A unary primitive on x (fp32_list: on autocast's fp32 list); what it saves is its row's
+ * (gckpt/core/prim.h bwd_reads). */
+int unary(tracer *tr, int x, const char *name, bool fp32_list, int prim, double sa);
 int source(tracer *tr, const char *name, gckpt_source what, uint8_t dtype, gckpt_shape shape, const char *second_name,
            int *second);
 int embedding(tracer *tr, const char *name, int table, int ids);

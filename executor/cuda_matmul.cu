@@ -341,28 +341,16 @@ gckpt_xstatus pv(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 
 } // namespace
 
-bool cuda_is_matmul(int prim)
-{
-    return prim == GCKPT_P_LINEAR || prim == GCKPT_P_QK || prim == GCKPT_P_PV || prim == GCKPT_P_GROUPED_LINEAR;
-}
+// ---- the kernel table's entries (cuda_backend.cu) -------------------------------------------
 
-gckpt_xstatus cuda_matmul_forward(cuda_be *cb, const gckpt_xcall *c)
-{
-    switch (c->op->prim) {
-    case GCKPT_P_LINEAR: return linear_fwd(cb, c);
-    case GCKPT_P_GROUPED_LINEAR: return grouped(cb, c, false);
-    case GCKPT_P_QK: return qk(cb, c, false);
-    default: return pv(cb, c, false);
+#define MATMUL_PAIR(name, fwd_call, bwd_call)                                                       \
+    gckpt_xstatus cuda_##name##_fwd(cuda_be *cb, const gckpt_xcall *c) { return fwd_call; }        \
+    gckpt_xstatus cuda_##name##_bwd(cuda_be *cb, const gckpt_xcall *c)                             \
+    {                                                                                               \
+        NEED_T(&cb->be, c, c->gout, "output gradient");                                            \
+        return bwd_call;                                                                            \
     }
-}
-
-gckpt_xstatus cuda_matmul_backward(cuda_be *cb, const gckpt_xcall *c)
-{
-    NEED_T(&cb->be, c, c->gout, "output gradient");
-    switch (c->op->prim) {
-    case GCKPT_P_LINEAR: return linear_bwd(cb, c);
-    case GCKPT_P_GROUPED_LINEAR: return grouped(cb, c, true);
-    case GCKPT_P_QK: return qk(cb, c, true);
-    default: return pv(cb, c, true);
-    }
-}
+MATMUL_PAIR(linear, linear_fwd(cb, c), linear_bwd(cb, c))
+MATMUL_PAIR(grouped_linear, grouped(cb, c, false), grouped(cb, c, true))
+MATMUL_PAIR(qk, qk(cb, c, false), qk(cb, c, true))
+MATMUL_PAIR(pv, pv(cb, c, false), pv(cb, c, true))

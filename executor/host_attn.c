@@ -14,15 +14,6 @@
 #include "host_scratch.h"
 #include "host_ops.h"
 
-bool host_is_attn(int prim)
-{
-    switch (prim) {
-    case GCKPT_P_SDPA: case GCKPT_P_QK: case GCKPT_P_PV: case GCKPT_P_SOFTMAX: case GCKPT_P_TRANSPOSE:
-    case GCKPT_P_REPEAT_KV: case GCKPT_P_BOOL_MASK: return true;
-    default: return false;
-    }
-}
-
 enum { ROLE_Q, ROLE_K, ROLE_V };
 
 /* Layout of input k in role: row width, column offset of the role's block, heads in it. */
@@ -288,12 +279,8 @@ static gckpt_xstatus repeat_kv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 
 /* The bool [s, s] mask broadcast to [b, 1, s, s]: converted to the output's dtype
  * (gckpt_bool_mask_bias) or negated (sa = 1). Nothing requires its gradient. */
-static gckpt_xstatus bool_mask(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+gckpt_xstatus host_bool_mask_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
-    if (bwd) {
-        gckpt_seterr(err, "op %s: a mask has no gradient", c->op->name);
-        return GCKPT_XS_ERROR;
-    }
     const gckpt_xt *x = &c->in[0], *o = &c->out[0];
     NEED(c, *x, "input");
     for (uint64_t i = 0; i < o->n; i++) {
@@ -312,7 +299,7 @@ static float mask_bias(const gckpt_xcall *c, uint64_t bi, uint64_t i, uint64_t j
     return c->op->nin > 3 ? ld(&c->in[3], (bi * c->s + i) * c->s + j) : 0.0f;
 }
 
-static gckpt_xstatus sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads, qd = nh * hd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
@@ -360,7 +347,7 @@ out:
     return rc;
 }
 
-static gckpt_xstatus sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads, qd = nh * hd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
@@ -437,28 +424,8 @@ out:
     return rc;
 }
 
-gckpt_xstatus host_attn_forward(const gckpt_xcall *c, gckpt_err *err)
-{
-    switch (c->op->prim) {
-    case GCKPT_P_SDPA: return sdpa_fwd(c, err);
-    case GCKPT_P_QK: return qk(c, false, err);
-    case GCKPT_P_PV: return pv(c, false, err);
-    case GCKPT_P_SOFTMAX: return softmax(c, false, err);
-    case GCKPT_P_TRANSPOSE: return transpose(c, false, err);
-    case GCKPT_P_BOOL_MASK: return bool_mask(c, false, err);
-    default: return repeat_kv(c, false, err);
-    }
-}
-
-gckpt_xstatus host_attn_backward(const gckpt_xcall *c, gckpt_err *err)
-{
-    switch (c->op->prim) {
-    case GCKPT_P_SDPA: return sdpa_bwd(c, err);
-    case GCKPT_P_QK: return qk(c, true, err);
-    case GCKPT_P_PV: return pv(c, true, err);
-    case GCKPT_P_SOFTMAX: return softmax(c, true, err);
-    case GCKPT_P_TRANSPOSE: return transpose(c, true, err);
-    case GCKPT_P_BOOL_MASK: return bool_mask(c, true, err);
-    default: return repeat_kv(c, true, err);
-    }
-}
+HOST_KERNEL_BOTH(qk, qk)
+HOST_KERNEL_BOTH(pv, pv)
+HOST_KERNEL_BOTH(softmax, softmax)
+HOST_KERNEL_BOTH(transpose, transpose)
+HOST_KERNEL_BOTH(repeat_kv, repeat_kv)

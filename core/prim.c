@@ -81,7 +81,7 @@ static bool layernorm(const gckpt_prim_sizes *z, int k, uint64_t *n)
 /* out[0] every query head, out[1] the logsumexp per head; an additive mask [b, 1, s, s] */
 static bool sdpa(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
-    *n = z->in[0].rows * (k == 0 ? z->heads * z->head_dim : z->heads);
+    *n = z->in[0].rows * (k == 0 ? (uint64_t)z->op->heads * z->op->v_dim : z->op->heads);
     return z->op->nin < 4 || dim_n(&z->in[3]) == z->in[0].rows * z->s;
 }
 
@@ -89,7 +89,7 @@ static bool sdpa(const gckpt_prim_sizes *z, int k, uint64_t *n)
 static bool repeat_kv(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
     (void)k;
-    *n = z->in[0].rows * z->heads * z->head_dim;
+    *n = z->in[0].rows * z->op->heads * z->op->qk_dim;
     return true;
 }
 
@@ -105,7 +105,7 @@ static bool split(const gckpt_prim_sizes *z, int k, uint64_t *n)
 static bool qk(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
     (void)k;
-    *n = z->in[0].rows * z->heads * z->s;
+    *n = z->in[0].rows * z->op->heads * z->s;
     return true;
 }
 
@@ -113,7 +113,7 @@ static bool qk(const gckpt_prim_sizes *z, int k, uint64_t *n)
 static bool pv(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
     (void)k;
-    *n = z->in[0].rows * z->head_dim;
+    *n = z->in[0].rows * z->op->v_dim;
     return true;
 }
 
@@ -138,7 +138,7 @@ static bool nll(const gckpt_prim_sizes *z, int k, uint64_t *n)
 /* values, indices: width of each row of the experts' probabilities */
 static bool topk(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
-    uint64_t w = z->op->width, x = dim_n(&z->in[0]), e = z->experts;
+    uint64_t w = z->op->width, x = dim_n(&z->in[0]), e = z->op->experts;
     (void)k;
     *n = e ? x / e * w : 0;
     return w && w <= e && x % e == 0;
@@ -166,7 +166,7 @@ static bool histc(const gckpt_prim_sizes *z, int k, uint64_t *n)
 static bool grouped_linear(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
     const gckpt_op *op = z->op;
-    uint64_t x = dim_n(&z->in[0]), e = z->experts;
+    uint64_t x = dim_n(&z->in[0]), e = z->op->experts;
     (void)k;
     *n = op->in_f ? x / op->in_f * op->out_f : 0;
     return op->in_f && x % op->in_f == 0 && z->in[2].present && dim_n(&z->in[2]) == e &&
@@ -217,6 +217,45 @@ static bool bool_mask(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return dim_n(&z->in[0]) == z->s * z->s;
 }
 
+/* ---- FLOPs ---------------------------------------------------------------------------------- */
+
+/* a GEMM per token: [in_f] by [in_f, out_f] */
+static void linear_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 2.0 * (double)op->in_f * (double)op->out_f;
+    *fBSS = 0;
+}
+
+/* ... for each of the top_k pairs of a token */
+static void grouped_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 2.0 * (double)op->in_f * (double)op->out_f * (double)op->top_k;
+    *fBSS = 0;
+}
+
+/* scores q k^T per head: s x s dot products of qk_dim */
+static void qk_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 0;
+    *fBSS = 2.0 * (double)op->heads * (double)op->qk_dim;
+}
+
+/* probabilities times v per head */
+static void pv_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 0;
+    *fBSS = 2.0 * (double)op->heads * (double)op->v_dim;
+}
+
+/* causal: QK^T and PV over half the score matrix; with an additive mask (input 3) no block
+ * is skipped, the whole matrix: twice the work (FINDINGS R-ATTN-8) */
+static void sdpa_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 0;
+    *fBSS = 2.0 * (double)op->heads * (double)op->qk_dim;
+    if (op->nin > 3) *fBSS *= 2.0;
+}
+
 /* ---- the table -------------------------------------------------------------------------- */
 
 enum { I0 = GCKPT_PR_IN0, I1 = GCKPT_PR_IN1, I2 = GCKPT_PR_IN2, I3 = GCKPT_PR_IN3, O0 = GCKPT_PR_OUT0, O1 = GCKPT_PR_OUT1 };
@@ -236,16 +275,17 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
     [GCKPT_P_SILU] = {.name = "silu", 1, 1, 1, .bwd_reads = I0, .out_numel = like_in0},
     [GCKPT_P_GELU] = {.name = "gelu", 1, 1, 1, .bwd_reads = I0, .out_numel = like_in0},
     [GCKPT_P_MEAN] = {.name = "mean", 1, 1, 1, .needs_width = true, .out_numel = mean},
-    [GCKPT_P_LINEAR] = {.name = "linear", 2, 3, 1, .bwd_reads = I0 | I1, .out_numel = linear},
+    [GCKPT_P_LINEAR] = {.name = "linear", 2, 3, 1, .bwd_reads = I0 | I1, .out_numel = linear,
+                        .flops = linear_flops},
     [GCKPT_P_LAYERNORM] = {.name = "layer_norm", 3, 3, 2, .bwd_reads = I0 | I1 | O1, .needs_width = true,
                            .out_numel = layernorm},
     [GCKPT_P_DROPOUT] = {.name = "dropout", 1, 1, 2, .bwd_reads = O1, .out_numel = like_in0},
     [GCKPT_P_SDPA] = {.name = "sdpa", 3, 4, 2, .bwd_reads = I0 | I1 | I2 | I3 | O0 | O1, .bws_dq = true,
-                      .windowed = true, .out_numel = sdpa},
+                      .windowed = true, .out_numel = sdpa, .flops = sdpa_flops},
     [GCKPT_P_REPEAT_KV] = {.name = "repeat_kv", 1, 1, 1, .needs_width = true, .out_numel = repeat_kv},
-    [GCKPT_P_QK] = {.name = "qk", 2, 2, 1, .bwd_reads = I0 | I1, .out_numel = qk},
+    [GCKPT_P_QK] = {.name = "qk", 2, 2, 1, .bwd_reads = I0 | I1, .out_numel = qk, .flops = qk_flops},
     [GCKPT_P_SOFTMAX] = {.name = "softmax", 1, 1, 1, .bwd_reads = O0, .out_numel = like_in0},
-    [GCKPT_P_PV] = {.name = "pv", 2, 2, 1, .bwd_reads = I0 | I1, .out_numel = pv},
+    [GCKPT_P_PV] = {.name = "pv", 2, 2, 1, .bwd_reads = I0 | I1, .out_numel = pv, .flops = pv_flops},
     [GCKPT_P_TRANSPOSE] = {.name = "transpose", 1, 1, 1, .needs_width = true, .out_numel = like_in0},
     [GCKPT_P_EMBED] = {.name = "embedding", 2, 2, 1, .bwd_reads = I1, .needs_width = true, .out_numel = gather},
     [GCKPT_P_LOG_SOFTMAX] = {.name = "log_softmax", 1, 1, 1, .bwd_reads = O0, .needs_width = true,
@@ -262,7 +302,7 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
     [GCKPT_P_HISTC] = {.name = "histc", 1, 1, 1, .no_grad = true, .makes_offsets = true, .out_numel = histc},
     [GCKPT_P_INVERT_PERM] = {.name = "invert_perm", 1, 1, 1, .no_grad = true, .out_numel = like_in0},
     [GCKPT_P_GROUPED_LINEAR] = {.name = "grouped_linear", 2, 3, 1, .bwd_reads = I0 | I1, .reads_offsets = true,
-                                .out_numel = grouped_linear},
+                                .out_numel = grouped_linear, .flops = grouped_flops},
     [GCKPT_P_SUB] = {.name = "sub", 2, 2, 1, .out_numel = sub_size},
     [GCKPT_P_CLAMP] = {.name = "clamp", 1, 1, 1, .bwd_reads = I0, .out_numel = like_in0},
     [GCKPT_P_SIGMOID] = {.name = "sigmoid", 1, 1, 1, .bwd_reads = O0, .out_numel = like_in0},

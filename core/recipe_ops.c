@@ -109,6 +109,27 @@ void setprim(tracer *tr, int prim, int bcast, double sa, double sb, uint64_t wid
     o->width = width;
 }
 
+void attn_dims(tracer *tr, uint64_t kv_heads)
+{
+    gckpt_op *o = last_op(tr);
+    o->heads = (uint32_t)tr->m->heads;
+    o->kv_heads = (uint32_t)kv_heads;
+    o->qk_dim = o->v_dim = (uint32_t)tr->m->head_dim; /* one head_dim for q, k and v in every family */
+}
+
+void expert_dims(tracer *tr)
+{
+    gckpt_op *o = last_op(tr);
+    o->experts = (uint32_t)tr->m->experts;
+    o->top_k = (uint32_t)tr->m->top_k;
+}
+
+void count_flops(tracer *tr)
+{
+    gckpt_op *o = last_op(tr);
+    gckpt_prim_of(o->prim)->flops(o, &o->fT, &o->fBSS);
+}
+
 void section_begin(tracer *tr, int sec)
 {
     tr->sec = sec;
@@ -428,7 +449,7 @@ int linear_node(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_
     gckpt_op *op = &tr->r->op[k];
     op->in_f = in_f;
     op->out_f = out_f;
-    op->fT = 2.0 * (double)in_f * (double)out_f;
+    count_flops(tr);
     op->bwd_mult = (double)(wg + xg); /* a GEMM per gradient: input's, weight's (12.9) */
     op->grad_view[0] = true;
     return o;

@@ -51,6 +51,13 @@ int opnew(tracer *tr, const char *name, int kind, int nin, const int *in, int ou
           const int *saved);
 gckpt_op *last_op(tracer *tr);
 void setprim(tracer *tr, int prim, int bcast, double sa, double sb, uint64_t width);
+/* The op just traced works per attention head (gckpt_op.heads ...): the model's query
+ * heads and head widths, kv_heads key / value heads in its operands. */
+void attn_dims(tracer *tr, uint64_t kv_heads);
+/* ... picks among the model's experts, top_k per token. */
+void expert_dims(tracer *tr);
+/* Its forward FLOPs, by its primitive's rule (gckpt/core/prim.h flops). */
+void count_flops(tracer *tr);
 static inline bool rg(const tracer *tr, int x) { return tr->r->t[x].requires_grad; }
 static inline uint8_t dt(const tracer *tr, int x) { return tr->r->t[x].dtype; }
 /* Sections: ops from here belong to sec; its end turns holds "until the layer returns"

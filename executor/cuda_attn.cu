@@ -344,7 +344,7 @@ int dpl_of(uint64_t hd) { return hd <= 32 ? 1 : hd <= 64 ? 2 : hd <= 128 ? 4 : h
 Att att_of(const gckpt_xcall *c)
 {
     Att a{};
-    uint64_t hd = c->m->head_dim, qd = c->m->heads * hd;
+    uint64_t hd = c->op->qk_dim, qd = c->op->heads * hd;
     const uint64_t W[3] = {c->in[0].cols, c->in[1].cols, c->in[2].cols};
     uint64_t off[3] = {0, 0, 0};
     for (int k = 0; k < 3; k++)
@@ -361,8 +361,8 @@ Att att_of(const gckpt_xcall *c)
     a.qoff = off[0];
     a.koff = off[1];
     a.voff = off[2];
-    a.nh = c->m->heads;
-    a.nkv = W[1] == 3 * qd ? c->m->heads : W[1] / hd;
+    a.nh = c->op->heads;
+    a.nkv = W[1] == 3 * qd ? c->op->heads : W[1] / hd;
     a.S = c->s;
     a.hd = hd;
     a.scale = static_cast<float>(c->op->sb); /* the recipe's score scale (gckpt_attn_scale) */

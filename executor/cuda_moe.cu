@@ -170,7 +170,7 @@ float normaliser(const gckpt_xcall *c) { return c->op->sb > 0 ? static_cast<floa
         {
 
 MOE_FWD(topk)
-    uint64_t E = c->m->experts, rows = n / E;
+    uint64_t E = c->op->experts, rows = n / E;
     k_topk<<<grid_for(rows, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, static_cast<int64_t *>(c->out[1].p), rows, E,
                                                       c->op->width);
 MOE_END
@@ -207,7 +207,7 @@ MOE_END
 MOE_BWD(topk)
     if (!gi.p) return GCKPT_XS_OK;
     NEED_T(be, c, c->out[1], "saved indices");
-    uint64_t E = c->m->experts, rows = gi.n / E;
+    uint64_t E = c->op->experts, rows = gi.n / E;
     k_topk_bwd<<<grid_for(rows, kBlock), kBlock, 0, st>>>(g.p, g.dt, static_cast<const int64_t *>(c->out[1].p), gi.p, gi.dt,
                                                           rows, E, c->op->width);
 MOE_END

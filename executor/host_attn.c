@@ -26,11 +26,11 @@ typedef struct {
 static lay layout_n(const gckpt_xcall *c, uint64_t n, int role)
 {
     uint64_t rows = c->b * c->s;
-    uint64_t hd = c->m->head_dim, qd = c->m->heads * hd, W = rows ? n / rows : 0;
+    uint64_t hd = c->op->qk_dim, qd = c->op->heads * hd, W = rows ? n / rows : 0;
     lay l = {W, 0, W / hd};
     if (W == 3 * qd) {
         l.off = (uint64_t)role * qd;
-        l.nh = c->m->heads;
+        l.nh = c->op->heads;
     }
     return l;
 }
@@ -95,7 +95,7 @@ static void bufs_store_free(const gckpt_xcall *c, bufs *b, bool store)
 
 static gckpt_xstatus qk(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads;
+    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, nh = c->op->heads;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K);
     float alpha = (float)c->op->sa;
     bufs b = {0};
@@ -148,7 +148,7 @@ out:
 
 static gckpt_xstatus pv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads;
+    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, nh = c->op->heads;
     lay lv = layout(c, 1, ROLE_V);
     bufs b = {0};
     gckpt_xstatus rc = GCKPT_XS_ERROR;
@@ -301,7 +301,7 @@ static float mask_bias(const gckpt_xcall *c, uint64_t bi, uint64_t i, uint64_t j
 
 gckpt_xstatus host_sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads, qd = nh * hd;
+    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, nh = c->op->heads, qd = nh * hd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
     float scale = (float)c->op->sb, p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
     bufs b = {0};
@@ -349,7 +349,7 @@ out:
 
 gckpt_xstatus host_sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads, qd = nh * hd;
+    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, nh = c->op->heads, qd = nh * hd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
     float scale = (float)c->op->sb, p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
     NEED(c, c->out[0], "saved output");

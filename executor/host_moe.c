@@ -29,7 +29,7 @@ gckpt_xstatus host_topk_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *v = &c->out[0], *ix = &c->out[1];
     NEED(c, *x, "input");
-    uint64_t E = c->m->experts, k = c->op->width;
+    uint64_t E = c->op->experts, k = c->op->width;
     for (uint64_t r = 0; r < shape_n(x) / E; r++)
         for (uint64_t j = 0; j < k; j++) {
             uint64_t best = E;
@@ -50,7 +50,7 @@ gckpt_xstatus host_topk_bwd(const gckpt_xcall *c, gckpt_err *err)
     const gckpt_xt *gi = &c->gin[0], *ix = &c->out[1];
     if (!gi->p) return GCKPT_XS_OK;
     NEED(c, *ix, "saved indices");
-    uint64_t E = c->m->experts, k = c->op->width;
+    uint64_t E = c->op->experts, k = c->op->width;
     float *acc = zeros(c, gi->n, err);
     if (!acc) return GCKPT_XS_ERROR;
     for (uint64_t r = 0; r < gi->n / E; r++)

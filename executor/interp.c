@@ -144,6 +144,11 @@ static bool check_recipe(gckpt_exec *x, gckpt_err *err)
             gckpt_seterr(err, "recipe op %s: rotary head width %llu must be even", op->name, (unsigned long long)op->width);
             return false;
         }
+        if (op->qk_dim != op->v_dim) { /* host_attn.c / cuda_attn.cu take one head width for q, k and v */
+            gckpt_seterr(err, "recipe op %s: q/k heads of width %u and v heads of width %u are not executed", op->name,
+                         op->qk_dim, op->v_dim);
+            return false;
+        }
         if (info->needs_width && op->width == 0) {
             gckpt_seterr(err, "recipe op %s: group width is 0", op->name);
             return false;

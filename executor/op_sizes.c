@@ -18,8 +18,7 @@ static bool output_size(const gckpt_xcall *c, int k, uint64_t *n)
 {
     const gckpt_prim_info *info = gckpt_prim_of(c->op->prim);
     if (!info || !info->out_numel) return false;
-    gckpt_prim_sizes z = {.op = c->op, .b = c->b, .s = c->s, .out_cols = c->out[0].cols,
-                          .heads = c->m->heads, .head_dim = c->m->head_dim, .experts = c->m->experts};
+    gckpt_prim_sizes z = {.op = c->op, .b = c->b, .s = c->s, .out_cols = c->out[0].cols};
     for (int i = 0; i < GCKPT_OP_MAX_IN; i++) z.in[i] = (gckpt_prim_dim){c->in[i].rows, c->in[i].cols, c->in[i].p != NULL};
     return info->out_numel(&z, k, n);
 }
@@ -78,7 +77,7 @@ gckpt_xstatus gckpt_op_check_backward(const gckpt_xcall *c, gckpt_err *err)
         if (c->gin[k].p && c->gin[k].n != shape_n(&c->in[k])) return wrong(err, c, "gradient of input", k, c->gin[k].n, shape_n(&c->in[k]));
     /* a typed workspace is an fp32 dq accumulator (SDPA's): one element per element of q's heads */
     if (c->ws.p && c->ws.dt == GCKPT_DT_F32 && gckpt_prim_of(c->op->prim)->bws_dq) {
-        uint64_t dq = c->in[0].rows * c->m->heads * c->m->head_dim;
+        uint64_t dq = c->in[0].rows * c->op->heads * c->op->qk_dim;
         if (c->ws.n != dq) return wrong(err, c, "workspace", 0, c->ws.n, dq);
     }
     return GCKPT_XS_OK;

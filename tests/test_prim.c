@@ -52,11 +52,11 @@ static int n_ops_checked;
 /* The table's output size of op o for the traced operands' shapes at micro-batch b,
  * sequence s, against the traced outputs' sizes (the executor checks every op it runs
  * with the same rule: executor/op_sizes.c). */
-static void check_sizes(const gckpt_recipe *r, const gckpt_model *m, const gckpt_op *o, const gckpt_prim_info *info,
+static void check_sizes(const gckpt_recipe *r, const gckpt_op *o, const gckpt_prim_info *info,
                         uint64_t b, uint64_t s, const char *what)
 {
     if (!info->out_numel) return;
-    gckpt_prim_sizes z = {.op = o, .b = b, .s = s, .heads = m->heads, .head_dim = m->head_dim, .experts = m->experts};
+    gckpt_prim_sizes z = {.op = o, .b = b, .s = s};
     for (int k = 0; k < o->nin; k++) {
         uint64_t n;
         assert_true(gckpt_tensor_numel(r, o->in[k], b, s, &n));
@@ -65,7 +65,7 @@ static void check_sizes(const gckpt_recipe *r, const gckpt_model *m, const gckpt
         z.in[k].present = true;
     }
     if (info->reads_offsets) { /* the offsets the op saves (grouped_mm's offs) */
-        z.in[2] = (gckpt_prim_dim){1, m->experts, true};
+        z.in[2] = (gckpt_prim_dim){1, o->experts, true};
     }
     z.out_cols = gckpt_tensor_width(r, o->out[0], s);
     for (int k = 0; k < 2; k++) {
@@ -79,7 +79,7 @@ static void check_sizes(const gckpt_recipe *r, const gckpt_model *m, const gckpt
     }
 }
 
-static void check_recipe(const gckpt_recipe *r, const gckpt_model *m, uint64_t seq, bool executed, const char *what)
+static void check_recipe(const gckpt_recipe *r, uint64_t seq, bool executed, const char *what)
 {
     for (int i = 0; i < r->nop; i++) {
         const gckpt_op *o = &r->op[i];
@@ -101,7 +101,7 @@ static void check_recipe(const gckpt_recipe *r, const gckpt_model *m, uint64_t s
                 fail_msg("%s: op %s (%s) saves %s, which its backward does not read", what, o->name, info->name,
                          r->t[o->saved[k]].name);
         }
-        if (executed) check_sizes(r, m, o, info, 2, seq, what);
+        if (executed) check_sizes(r, o, info, 2, seq, what);
         if (info->no_grad && o->nsaved) fail_msg("%s: op %s (%s) has no backward but saves", what, o->name, info->name);
         n_ops_checked++;
     }
@@ -125,7 +125,7 @@ static void sweep(const gckpt_model *m, const char *name)
                                  meth, p, a, t, (unsigned long long)seq);
                         /* gckpt-run executes the CUDA recipe (interp.c); the CPU target's math
                          * path traces its [s, s] mask as a cast of q, for its bytes only */
-                        check_recipe(&r, m, seq, t == GCKPT_TARGET_CUDA, what);
+                        check_recipe(&r, seq, t == GCKPT_TARGET_CUDA, what);
                     }
 }
 

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "gckpt/core/prim.h"
+#include "gckpt/executor/op_sizes.h"
 #include "host_ops.h"
 #ifdef GCKPT_HAVE_CUDA
 #include "gckpt/executor/exec_cuda.h"
@@ -138,6 +139,61 @@ static void refused_by_name(void **state)
     assert_non_null(strstr(err.msg, "primitive source has no host forward"));
 }
 
+/* The executor sizes an op from the op (its heads, head widths, experts), not from the
+ * model: every attention and router op of a recipe passes the forward check against a
+ * model whose heads, head_dim and experts say something else. (The check read the
+ * model's heads x head_dim for q's width before, and failed here.) */
+static void sizes_read_the_op_not_the_model(void **state)
+{
+    (void)state;
+    static const char *cfgs[] = {
+        "{\"model_type\":\"llama\",\"num_hidden_layers\":1,\"hidden_size\":64,\"num_attention_heads\":4,"
+        "\"num_key_value_heads\":2,\"intermediate_size\":96,\"vocab_size\":128}",
+        "{\"model_type\":\"qwen3_moe\",\"num_hidden_layers\":1,\"hidden_size\":64,\"num_attention_heads\":4,"
+        "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":96,\"moe_intermediate_size\":32,"
+        "\"vocab_size\":128,\"num_experts\":4,\"num_experts_per_tok\":2}"};
+    static gckpt_recipe r;
+    static char buf[1 << 20]; /* never read: the check looks at sizes only */
+    const uint64_t b = 2, s = 16;
+    int checked = 0;
+    for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+        gckpt_model m, other;
+        gckpt_err err = {0};
+        if (!gckpt_model_parse("cfg", cfgs[i], &m, &err)) fail_msg("%s", err.msg);
+        for (int a = 0; a < GCKPT_NATTN; a++) {
+            gckpt_recipe_build_seq(&m, GCKPT_BF16, (gckpt_attention)a, GCKPT_TARGET_CUDA, NULL, s, &r);
+            other = m;
+            other.heads = 1;
+            other.kv_heads = 1;
+            other.head_dim = 8;
+            other.experts = 3;
+            for (int o = 0; o < r.nop; o++) {
+                const gckpt_op *op = &r.op[o];
+                if (!op->heads && !op->experts) continue;
+                gckpt_xcall c = {.r = &r, .op = op, .m = &other, .b = b, .s = s};
+                for (int k = 0; k < op->nin; k++) {
+                    uint64_t n;
+                    assert_true(gckpt_tensor_numel(&r, op->in[k], b, s, &n));
+                    uint64_t w = gckpt_tensor_width(&r, op->in[k], s);
+                    c.in[k] = (gckpt_xt){buf, n, r.t[op->in[k]].dtype, w, w ? n / w : 0};
+                }
+                if (gckpt_prim_of(op->prim)->reads_offsets) c.in[2] = (gckpt_xt){buf, m.experts, GCKPT_DT_I32, m.experts, 1};
+                for (int k = 0; k < 2; k++) {
+                    if (op->out[k] < 0) continue;
+                    uint64_t n;
+                    assert_true(gckpt_tensor_numel(&r, op->out[k], b, s, &n));
+                    uint64_t w = gckpt_tensor_width(&r, op->out[k], s);
+                    c.out[k] = (gckpt_xt){buf, n, r.t[op->out[k]].dtype, w, w ? n / w : 0};
+                }
+                if (gckpt_op_check_forward(&c, &err) != GCKPT_XS_OK) fail_msg("op %s: %s", op->name, err.msg);
+                checked++;
+            }
+        }
+    }
+    printf("%d attention and router ops sized from their own attributes\n", checked);
+    assert_true(checked > 10);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -145,6 +201,7 @@ int main(void)
         cmocka_unit_test(host_kernels),
         cmocka_unit_test(cuda_kernels),
         cmocka_unit_test(refused_by_name),
+        cmocka_unit_test(sizes_read_the_op_not_the_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

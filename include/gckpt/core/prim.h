@@ -42,7 +42,6 @@ typedef struct {
     uint64_t b, s;                    /* micro-batch and sequence length */
     gckpt_prim_dim in[GCKPT_OP_MAX_IN];
     uint64_t out_cols;                /* output 0's columns (a SPLIT's block) */
-    uint64_t heads, head_dim, experts; /* the model's */
 } gckpt_prim_sizes;
 
 typedef struct {
@@ -68,6 +67,9 @@ typedef struct {
     /* The elements of output k of its forward from the operands (NULL: a source, whose
      * size is its kind's: gckpt_op_check_source); false when the operands do not fit. */
     bool (*out_numel)(const gckpt_prim_sizes *z, int k, uint64_t *n);
+    /* Its forward FLOPs from the op's attributes, per token (*fT) and per b x s x s
+     * (*fBSS) (recipe.h's time model); NULL: none, a bandwidth-bound op, timed by its bytes. */
+    void (*flops)(const gckpt_op *op, double *fT, double *fBSS);
 } gckpt_prim_info;
 
 /* Row `prim` of the table; NULL for a value that is no primitive. */

@@ -216,6 +216,13 @@ typedef struct {
     double sa, sb;       /* scalars of AFFINE / POW / DROPOUT / GELU */
     uint64_t width;      /* group width (norms, means, rope heads, bcast) */
     uint64_t in_f, out_f;/* LINEAR */
+    /* The op's own dimensions, which the executor's size checks and kernels read instead of
+     * the model's: attention's query heads, the key / value heads of its operands and the
+     * per-head widths of q and k, and of v (SDPA, REPEAT_KV, QK, PV, TRANSPOSE and the
+     * batch foldings of their operands); the experts a router picks among and the pairs
+     * per token (TOPK, GROUPED_LINEAR). 0 elsewhere. */
+    uint32_t heads, kv_heads, qk_dim, v_dim;
+    uint32_t experts, top_k;
     uint8_t section;
     uint8_t nin, nout, nsaved;
     int16_t in[GCKPT_OP_MAX_IN];

@@ -125,16 +125,17 @@ static bool check_recipe(gckpt_exec *x, gckpt_err *err)
     const gckpt_recipe *r = x->r;
     for (int i = 0; i < r->nop; i++) {
         const gckpt_op *op = &r->op[i];
+        const gckpt_prim_info *info = gckpt_prim_of(op->prim);
+        bool source = info && info->nin_max == 0; /* a source makes data: no inputs */
         if (op->nin == 0) {
-            if (op->prim != GCKPT_P_SOURCE || op->source > GCKPT_SRC_ROUTER_LOGITS) {
+            if (!source || op->source > GCKPT_SRC_ROUTER_LOGITS) {
                 gckpt_seterr(err, "recipe op %s: an op without inputs that is not a known source", op->name);
                 return false;
             }
-        } else if (op->prim == GCKPT_P_SOURCE) {
+        } else if (source) {
             gckpt_seterr(err, "recipe op %s: has inputs but no primitive", op->name);
             return false;
         }
-        const gckpt_prim_info *info = gckpt_prim_of(op->prim);
         if (!info || op->nin < info->nin_min || op->nin > info->nin_max || (op->out[1] >= 0 && info->nout < 2)) {
             gckpt_seterr(err, "recipe op %s: primitive %s does not take %d inputs and %d outputs", op->name,
                          gckpt_prim_name(op->prim), op->nin, op->out[1] >= 0 ? 2 : 1);

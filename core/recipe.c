@@ -55,7 +55,7 @@ void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding
      * logits_scaling. Python-scalar ops save nothing; each rebinding frees the previous. */
     if (m->final_softcap > 0) {
         int d = scal(tr, logits, "softcap.div", 1.0 / m->final_softcap, 0);
-        int t = unary(tr, d, "softcap.tanh", true, false, GCKPT_P_TANH, 0);
+        int t = unary(tr, d, "softcap.tanh", false, GCKPT_P_TANH, 0);
         logits = scal(tr, t, "softcap.mul", m->final_softcap, 0);
         r->t[d].logits = r->t[t].logits = true;
     }

@@ -39,15 +39,15 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
     int lse = tnew(tr, "sdpa.lse", GCKPT_T_ACT, F32, per_token(m->heads), false);
     int op = masked ? opnew(tr, "sdpa", GCKPT_OP_ATTN, 4, (int[]){q, k, v, mconv}, o, lse, 6, (int[]){q, k, v, o, lse, mconv})
                     : opnew(tr, "sdpa", GCKPT_OP_ATTN, 3, (int[]){q, k, v}, o, lse, 5, (int[]){q, k, v, o, lse});
-    /* causal: QK^T and PV over half the score matrix; sb: the score scale */
+    /* sb: the score scale */
     setprim(tr, GCKPT_P_SDPA, GCKPT_BC_NONE, p, gckpt_attn_scale(m), m->head_dim);
-    gckpt_op *sd = &tr->r->op[op];
-    sd->fBSS = 2.0 * (double)m->heads * (double)m->head_dim;
-    /* with a mask no block is skipped: the whole score matrix, twice the causal work
+    attn_dims(tr, masked ? m->heads : m->kv_heads); /* the mask's k and v are repeated to every head */
+    /* causal: QK^T and PV over half the score matrix; with a mask no block is skipped
      * (measured on the CPU, FINDINGS R-ATTN-8; CUDA's memory-efficient kernel likewise) */
-    if (masked) sd->fBSS *= 2.0;
+    count_flops(tr);
+    gckpt_op *sd = &tr->r->op[op];
     sd->bwd_mult = 2.5;
-    sd->bws_cT = tr->cpu ? 0 : qd;
+    sd->bws_cT = gckpt_prim_of(GCKPT_P_SDPA)->bws_dq && !tr->cpu ? qd : 0; /* the CPU kernel keeps none */
     /* CUDA with dropout: the fused kernel (flash for 16-bit, memory-efficient for fp32;
      * cuDNN only takes p a multiple of 1/16) keeps no mask, only the Philox seed and
      * offset to regenerate it in the backward, as CPU scalar tensors outside CUDA-graph
@@ -63,6 +63,7 @@ static int repeat_to(tracer *tr, int x, uint8_t dtype, const char *name)
     int o = tnew(tr, name, GCKPT_T_ACT, dtype, per_token(gckpt_q_dim(m)), rg(tr, x));
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
     setprim(tr, GCKPT_P_REPEAT_KV, GCKPT_BC_NONE, 0, 0, m->head_dim);
+    attn_dims(tr, m->kv_heads);
     return o;
 }
 
@@ -75,6 +76,7 @@ static int fold(tracer *tr, int x, int prim, const char *name)
     int o = like(tr, name, x, dt(tr, x), rg(tr, x));
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
     setprim(tr, prim, GCKPT_BC_NONE, 0, 0, tr->m->head_dim);
+    attn_dims(tr, tr->m->kv_heads);
     gckpt_op *op = last_op(tr);
     op->batched_copy = true;
     op->grad_alias[0] = true;
@@ -161,9 +163,10 @@ static int heads_matmul(tracer *tr, const char *name, int prim, int a, int b, ui
     int o = tnew(tr, name, GCKPT_T_ACT, dtype, sh, true);
     opnew(tr, name, GCKPT_OP_MATMUL, 2, (int[]){a, b}, o, -1, 2, (int[]){a, b});
     setprim(tr, prim, GCKPT_BC_NONE, prim == GCKPT_P_QK ? 1.0 : 0.0, 0, m->head_dim);
+    attn_dims(tr, m->heads); /* k and v repeated to every query head (or an expanded view) */
     gckpt_op *op = last_op(tr);
     if (flops) {
-        op->fBSS = 2.0 * (double)m->heads * (double)m->head_dim;
+        count_flops(tr);
         op->bwd_mult = 2.0;
     }
     op->grad_view[0] = op->grad_view[1] = true;
@@ -185,6 +188,7 @@ int transpose_copy(tracer *tr, int o, const char *name)
     int oc = like(tr, name, o, dt(tr, o), true);
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){o}, oc, -1, 0, NULL);
     setprim(tr, GCKPT_P_TRANSPOSE, GCKPT_BC_NONE, 0, 0, tr->m->head_dim);
+    attn_dims(tr, tr->m->heads);
     return oc;
 }
 
@@ -275,7 +279,7 @@ int attention_eager(tracer *tr, int q, int k, int v, int mask, double p, int *we
     int ss = scal(tr, sc, "scale", gckpt_attn_scale(m), 0);
     if (m->attn_softcap > 0) { /* Gemma 2: / cap, tanh (saves its output), * cap: each a new tensor */
         ss = scal(tr, ss, "softcap.div", 1.0 / m->attn_softcap, 0);
-        ss = unary(tr, ss, "softcap.tanh", true, false, GCKPT_P_TANH, 0);
+        ss = unary(tr, ss, "softcap.tanh", false, GCKPT_P_TANH, 0);
         ss = scal(tr, ss, "softcap.mul", m->attn_softcap, 0);
     }
     int sm = mask >= 0 ? add(tr, ss, mask, "add_mask") : ss;

@@ -51,15 +51,15 @@ static int gelu(tracer *tr, int x)
 {
     const gckpt_model *m = tr->m;
     if (m->act != GCKPT_ACT_GELU_NEW)
-        return unary(tr, x, "gelu", false, false, GCKPT_P_GELU, m->act == GCKPT_ACT_GELU_TANH ? 1.0 : 0.0);
+        return unary(tr, x, "gelu", false, GCKPT_P_GELU, m->act == GCKPT_ACT_GELU_TANH ? 1.0 : 0.0);
     /* NewGELUActivation: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*pow(x,3)))) in Python,
      * evaluated left to right: 0.5*x first, then the tanh chain */
     int t7 = scal(tr, x, "act.half_x", 0.5, 0);
-    int p3 = unary(tr, x, "act.pow3", false, true, GCKPT_P_POW, 3.0);
+    int p3 = unary(tr, x, "act.pow3", true, GCKPT_P_POW, 3.0);
     int t2 = scal(tr, p3, "act.mul_c", 0.044715, 0);
     int t3 = add(tr, x, t2, "act.add");
     int t4 = scal(tr, t3, "act.mul_sqrt", sqrt(2.0 / M_PI), 0);
-    int t5 = unary(tr, t4, "act.tanh", true, false, GCKPT_P_TANH, 0);
+    int t5 = unary(tr, t4, "act.tanh", false, GCKPT_P_TANH, 0);
     int t6 = scal(tr, t5, "act.add_one", 1.0, 1.0);
     return mul(tr, t7, t6, "act.mul");
 }

@@ -80,7 +80,7 @@ static int neox_mlp(tracer *tr, int n2)
     int w1 = linear_weight(tr, "dense_h_to_4h.weight", I, h, false), b1 = param(tr, "dense_h_to_4h.bias", 1, I, GCKPT_ROLE_BIAS);
     int w2 = linear_weight(tr, "dense_4h_to_h.weight", h, I, false), b2 = param(tr, "dense_4h_to_h.bias", 1, h, GCKPT_ROLE_BIAS);
     int f = lora_linear(tr, n2, w1, b1, h, I, GCKPT_LT_H_TO_4H, false);
-    int g = unary(tr, f, "act", false, false, GCKPT_P_GELU, m->act == GCKPT_ACT_GELU_TANH ? 1.0 : 0.0);
+    int g = unary(tr, f, "act", false, GCKPT_P_GELU, m->act == GCKPT_ACT_GELU_TANH ? 1.0 : 0.0);
     int d = lora_linear(tr, g, w2, b2, I, h, GCKPT_LT_4H_TO_H, false);
     tr->pfx = "";
     return d;

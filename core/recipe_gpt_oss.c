@@ -118,12 +118,12 @@ int expert_bias_add(tracer *tr, int out, int bias_rows, const char *name)
 int clamped_swiglu(tracer *tr, int g, int u)
 {
     const gckpt_model *m = tr->m;
-    int gc = unary(tr, g, "gate.clamp", false, false, GCKPT_P_CLAMP, -HUGE_VAL);
+    int gc = unary(tr, g, "gate.clamp", false, GCKPT_P_CLAMP, -HUGE_VAL);
     last_op(tr)->sb = m->swiglu_limit;
-    int uc = unary(tr, u, "up.clamp", false, false, GCKPT_P_CLAMP, -m->swiglu_limit);
+    int uc = unary(tr, u, "up.clamp", false, GCKPT_P_CLAMP, -m->swiglu_limit);
     last_op(tr)->sb = m->swiglu_limit;
     int ga = scal(tr, gc, "gate.alpha", m->swiglu_alpha, 0);
-    int sg = unary(tr, ga, "sigmoid", true, false, GCKPT_P_SIGMOID, 0);
+    int sg = unary(tr, ga, "sigmoid", false, GCKPT_P_SIGMOID, 0);
     int glu = mul(tr, gc, sg, "glu");
     int u1 = scal(tr, uc, "up.plus_one", 1.0, 1.0);
     int out = mul(tr, u1, glu, "gated_output");

@@ -185,7 +185,7 @@ static int phi3_mlp(tracer *tr, int n2)
     int wd = linear_weight(tr, "down_proj.weight", h, I, false);
     int gu = lora_linear(tr, n2, wgu, -1, h, 2 * I, GCKPT_LT_GATE_UP, false);
     int g = slice_of(tr, gu, 0, I, "gate"), u = slice_of(tr, gu, 1, I, "up");
-    int act = unary(tr, g, "silu", false, false, GCKPT_P_SILU, 0);
+    int act = unary(tr, g, "silu", false, GCKPT_P_SILU, 0);
     int p = mul(tr, u, act, "mul");
     int dn = lora_linear(tr, p, wd, -1, I, h, GCKPT_LT_DOWN, false);
     hold_here(tr, gu);
@@ -206,8 +206,8 @@ static int llama_mlp(tracer *tr, int n2)
     int bu = m->mlp_bias ? param(tr, "up_proj.bias", 1, I, GCKPT_ROLE_BIAS) : -1;
     int bd = m->mlp_bias ? param(tr, "down_proj.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
     int g = lora_linear(tr, n2, wg, bg, h, I, GCKPT_LT_GATE, false);
-    int act = m->act == GCKPT_ACT_GELU_TANH ? unary(tr, g, "gelu", false, false, GCKPT_P_GELU, 1.0)
-                                            : unary(tr, g, "silu", false, false, GCKPT_P_SILU, 0);
+    int act = m->act == GCKPT_ACT_GELU_TANH ? unary(tr, g, "gelu", false, GCKPT_P_GELU, 1.0)
+                                            : unary(tr, g, "silu", false, GCKPT_P_SILU, 0);
     int u = lora_linear(tr, n2, wu, bu, h, I, GCKPT_LT_UP, false);
     int gu = mul(tr, act, u, "mul");
     int dn = lora_linear(tr, gu, wd, bd, I, h, GCKPT_LT_DOWN, false);

@@ -43,6 +43,7 @@ static int router_topk_softmax(tracer *tr, int logits, int *index)
     int vals = tnew(tr, "topk.values", GCKPT_T_ACT, dt(tr, logits), per_token(k), rg(tr, logits));
     *index = tnew(tr, "topk.indices", GCKPT_T_ACT, I64, per_token(k), false);
     node(tr, "topk", GCKPT_P_TOPK, 1, (int[]){logits}, vals, *index, 1, (int[]){*index}, GCKPT_BC_NONE, 0, k);
+    expert_dims(tr);
     int sc = like(tr, "router_scores", vals, dt(tr, vals), rg(tr, vals));
     node(tr, "softmax", GCKPT_P_SOFTMAX, 1, (int[]){vals}, sc, -1, 1, (int[]){sc}, GCKPT_BC_NONE, 0, k);
     hold_here(tr, vals);
@@ -73,6 +74,7 @@ static int router(tracer *tr, int x, int *index)
     int vals = tnew(tr, "topk.values", GCKPT_T_ACT, F32, per_token(k), rg(tr, probs));
     *index = tnew(tr, "topk.indices", GCKPT_T_ACT, I64, per_token(k), false);
     node(tr, "topk", GCKPT_P_TOPK, 1, (int[]){probs}, vals, *index, 1, (int[]){*index}, GCKPT_BC_NONE, 0, k);
+    expert_dims(tr);
     if (m->topk_renorm) {
         int sum = tnew(tr, "topk.sum", GCKPT_T_ACT, F32, per_token(1), rg(tr, vals));
         node(tr, "topk.sum", GCKPT_P_SUM, 1, (int[]){vals}, sum, -1, 0, NULL, GCKPT_BC_NONE, 0, k);
@@ -95,7 +97,8 @@ static int grouped_linear(tracer *tr, int x, int w, int offs, uint64_t in_f, uin
     int o = linear_node(tr, x, w, -1, in_f, out_f, name, dt(tr, w), (int[]){rg(tr, w) ? x : -1, offs});
     gckpt_op *op = last_op(tr);
     op->prim = GCKPT_P_GROUPED_LINEAR;
-    op->fT *= (double)tr->m->top_k; /* S = T * top_k rows */
+    expert_dims(tr);
+    count_flops(tr); /* S = T * top_k rows */
     op->grad_view[0] = false;
     return o;
 }
@@ -170,7 +173,7 @@ int moe_block(tracer *tr, int x)
     if (m->swiglu_limit > 0) {
         prod = clamped_swiglu(tr, g, u);
     } else {
-        int act = unary(tr, g, "act_fn", false, false, GCKPT_P_SILU, 0);
+        int act = unary(tr, g, "act_fn", false, GCKPT_P_SILU, 0);
         prod = mul(tr, act, u, "gated");
     }
     int dsel = bias_rows(tr, bd, ids, h, "down_bias_g"); /* selected_biases rebound: the first goes */
@@ -224,6 +227,7 @@ void moe_aux_loss(tracer *tr)
     int vals = tnew(tr, "aux.topk.values", GCKPT_T_ACT, dt(tr, sm), per_token(L * k), false);
     int idx = tnew(tr, "aux.selected_experts", GCKPT_T_ACT, I64, per_token(L * k), false);
     node(tr, "aux.topk", GCKPT_P_TOPK, 1, (int[]){sm}, vals, idx, 0, NULL, GCKPT_BC_NONE, 0, k);
+    expert_dims(tr);
     int hin = tnew(tr, "aux.histc_input", GCKPT_T_ACT, tr->cpu ? F32 : GCKPT_DT_I32, per_token(L * k), false);
     node(tr, "aux.histc_input", GCKPT_P_CAST, 1, (int[]){idx}, hin, -1, 0, NULL, GCKPT_BC_NONE, 0, 0);
     int tpe = tnew(tr, "aux.tokens_per_expert", GCKPT_T_ACT, F32, fixed_shape(1, E), false);

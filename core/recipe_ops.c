@@ -109,6 +109,27 @@ void setprim(tracer *tr, int prim, int bcast, double sa, double sb, uint64_t wid
     o->width = width;
 }
 
+void attn_dims(tracer *tr, uint64_t kv_heads)
+{
+    gckpt_op *o = last_op(tr);
+    o->heads = (uint32_t)tr->m->heads;
+    o->kv_heads = (uint32_t)kv_heads;
+    o->qk_dim = o->v_dim = (uint32_t)tr->m->head_dim; /* one head_dim for q, k and v in every family */
+}
+
+void expert_dims(tracer *tr)
+{
+    gckpt_op *o = last_op(tr);
+    o->experts = (uint32_t)tr->m->experts;
+    o->top_k = (uint32_t)tr->m->top_k;
+}
+
+void count_flops(tracer *tr)
+{
+    gckpt_op *o = last_op(tr);
+    gckpt_prim_of(o->prim)->flops(o, &o->fT, &o->fBSS);
+}
+
 void section_begin(tracer *tr, int sec)
 {
     tr->sec = sec;
@@ -330,19 +351,18 @@ int add(tracer *tr, int x, int y, const char *name)
     return o;
 }
 
-/* unary op that saves its input (pow, silu, gelu) or its output (rsqrt, tanh). The
- * derivative formulas of pow (grad * (e * x.pow(e - 1))) and rsqrt (-0.5 * grad *
- * y.pow(3)) are composites: two input-sized temporaries live until the gradient is made
- * (C++ temporaries end with the full expression); silu, gelu and tanh have fused
- * backward kernels. */
-int unary(tracer *tr, int x, const char *name, bool save_out, bool fp32_list, int prim, double sa)
+/* unary op that saves its input (pow, silu, gelu, clamp) or its output (rsqrt, tanh,
+ * sigmoid), as its row of the primitives' table says (bwd_reads); the composite
+ * derivatives' temporaries are the table's too (bws_in: pow's and rsqrt's). */
+int unary(tracer *tr, int x, const char *name, bool fp32_list, int prim, double sa)
 {
+    const gckpt_prim_info *info = gckpt_prim_of(prim);
     if (fp32_list) x = autocast_fp32(tr, x, "to_f32");
     int o = like(tr, name, x, dt(tr, x), rg(tr, x));
-    int s = save_out ? o : x;
+    int s = info->bwd_reads & GCKPT_PR_OUT0 ? o : x;
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 1, &s);
     setprim(tr, prim, GCKPT_BC_NONE, sa, 0, 0);
-    if (prim == GCKPT_P_POW || prim == GCKPT_P_RSQRT) last_op(tr)->bws_in = 2;
+    last_op(tr)->bws_in = info->bws_in;
     return o;
 }
 
@@ -429,7 +449,7 @@ int linear_node(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_
     gckpt_op *op = &tr->r->op[k];
     op->in_f = in_f;
     op->out_f = out_f;
-    op->fT = 2.0 * (double)in_f * (double)out_f;
+    count_flops(tr);
     op->bwd_mult = (double)(wg + xg); /* a GEMM per gradient: input's, weight's (12.9) */
     op->grad_view[0] = true;
     return o;
@@ -499,10 +519,10 @@ int rmsnorm(tracer *tr, int x, uint64_t width, const char *name)
     int w = param(tr, "weight", 1, width, GCKPT_ROLE_NORM_WEIGHT);
     uint8_t in_dt = dt(tr, x);
     int x32 = cast_to(tr, x, F32, "to_f32");
-    int p = unary(tr, x32, "pow", false, true, GCKPT_P_POW, 2.0);
+    int p = unary(tr, x32, "pow", true, GCKPT_P_POW, 2.0);
     int var = reduce_last(tr, p, width, "mean");
     int ve = scal(tr, var, "add_eps", 1.0, tr->eps);
-    int r = unary(tr, ve, "rsqrt", true, true, GCKPT_P_RSQRT, 0);
+    int r = unary(tr, ve, "rsqrt", true, GCKPT_P_RSQRT, 0);
     int n = mul(tr, x32, r, "mul_rsqrt");
     int o;
     if (tr->m->rms == GCKPT_RMS_GEMMA) {

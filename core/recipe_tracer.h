@@ -7,6 +7,7 @@
 #define GCKPT_RECIPE_TRACER_H
 
 #include "gckpt/core/peft.h"
+#include "gckpt/core/prim.h"
 #include "gckpt/core/recipe.h"
 
 enum { F32 = GCKPT_DT_F32, BF16 = GCKPT_DT_BF16, F16 = GCKPT_DT_F16, I64 = GCKPT_DT_I64, BOOL = GCKPT_DT_BOOL };
@@ -50,6 +51,13 @@ int opnew(tracer *tr, const char *name, int kind, int nin, const int *in, int ou
           const int *saved);
 gckpt_op *last_op(tracer *tr);
 void setprim(tracer *tr, int prim, int bcast, double sa, double sb, uint64_t width);
+/* The op just traced works per attention head (gckpt_op.heads ...): the model's query
+ * heads and head widths, kv_heads key / value heads in its operands. */
+void attn_dims(tracer *tr, uint64_t kv_heads);
+/* ... picks among the model's experts, top_k per token. */
+void expert_dims(tracer *tr);
+/* Its forward FLOPs, by its primitive's rule (gckpt/core/prim.h flops). */
+void count_flops(tracer *tr);
 static inline bool rg(const tracer *tr, int x) { return tr->r->t[x].requires_grad; }
 static inline uint8_t dt(const tracer *tr, int x) { return tr->r->t[x].dtype; }
 /* Sections: ops from here belong to sec; its end turns holds "until the layer returns"
@@ -83,7 +91,9 @@ int autocast_fp32(tracer *tr, int x, const char *name);
 int mul(tracer *tr, int x, int y, const char *name);
 int add(tracer *tr, int x, int y, const char *name);
 int scal(tracer *tr, int x, const char *name, double sa, double sb);
-int unary(tracer *tr, int x, const char *name, bool save_out, bool fp32_list, int prim, double sa);
+/* A unary primitive on x (fp32_list: on autocast's fp32 list); what it saves is its row's
+ * (gckpt/core/prim.h bwd_reads). */
+int unary(tracer *tr, int x, const char *name, bool fp32_list, int prim, double sa);
 int source(tracer *tr, const char *name, gckpt_source what, uint8_t dtype, gckpt_shape shape, const char *second_name,
            int *second);
 int embedding(tracer *tr, const char *name, int table, int ids);

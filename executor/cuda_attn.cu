@@ -344,7 +344,7 @@ int dpl_of(uint64_t hd) { return hd <= 32 ? 1 : hd <= 64 ? 2 : hd <= 128 ? 4 : h
 Att att_of(const gckpt_xcall *c)
 {
     Att a{};
-    uint64_t hd = c->m->head_dim, qd = c->m->heads * hd;
+    uint64_t hd = c->op->qk_dim, qd = c->op->heads * hd;
     const uint64_t W[3] = {c->in[0].cols, c->in[1].cols, c->in[2].cols};
     uint64_t off[3] = {0, 0, 0};
     for (int k = 0; k < 3; k++)
@@ -361,8 +361,8 @@ Att att_of(const gckpt_xcall *c)
     a.qoff = off[0];
     a.koff = off[1];
     a.voff = off[2];
-    a.nh = c->m->heads;
-    a.nkv = W[1] == 3 * qd ? c->m->heads : W[1] / hd;
+    a.nh = c->op->heads;
+    a.nkv = W[1] == 3 * qd ? c->op->heads : W[1] / hd;
     a.S = c->s;
     a.hd = hd;
     a.scale = static_cast<float>(c->op->sb); /* the recipe's score scale (gckpt_attn_scale) */
@@ -543,85 +543,100 @@ __global__ void k_bool_mask(const void *x, uint8_t xdt, uint64_t nx, void *o, ui
 
 } // namespace
 
-bool cuda_is_attn(int prim)
+// ---- the kernel table's entries (cuda_backend.cu) -------------------------------------------
+
+gckpt_xstatus cuda_sdpa_fwd(cuda_be *cb, const gckpt_xcall *c) { return sdpa_fwd(cb, c); }
+
+gckpt_xstatus cuda_sdpa_bwd(cuda_be *cb, const gckpt_xcall *c)
 {
-    switch (prim) {
-    case GCKPT_P_SDPA: case GCKPT_P_SOFTMAX: case GCKPT_P_TRANSPOSE: case GCKPT_P_REPEAT_KV: case GCKPT_P_BOOL_MASK:
-        return true;
-    default: return false;
-    }
+    NEED_T(&cb->be, c, c->gout, "output gradient");
+    return sdpa_bwd(cb, c);
 }
 
-gckpt_xstatus cuda_attn_forward(cuda_be *cb, const gckpt_xcall *c)
+gckpt_xstatus cuda_softmax_fwd(cuda_be *cb, const gckpt_xcall *c)
 {
     gckpt_backend *be = &cb->be;
-    cudaStream_t st = cb->stream;
     const gckpt_xt &x = c->in[0], &o = c->out[0];
-    switch (c->op->prim) {
-    case GCKPT_P_SDPA: return sdpa_fwd(cb, c);
-    case GCKPT_P_SOFTMAX: {
-        NEED_T(be, c, x, "input");
-        uint64_t W = gckpt_softmax_width(c->op->width, c->out[0].cols, c->s), rows = x.n / W;
-        if (rows) k_softmax<<<static_cast<unsigned>(rows), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, W);
-        break;
-    }
-    case GCKPT_P_TRANSPOSE: {
-        NEED_T(be, c, x, "input");
-        uint64_t hd = c->op->width, nh = c->out[0].cols / hd;
-        k_transpose<<<grid_for(o.n, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, c->b, c->s, nh, hd, false);
-        break;
-    }
-    case GCKPT_P_BOOL_MASK:
-        NEED_T(be, c, x, "input");
-        if (!x.n) return op_fail(be, c, "an empty mask");
-        k_bool_mask<<<grid_for(o.n, kBlock), kBlock, 0, st>>>(x.p, x.dt, x.n, o.p, o.dt, o.n, c->op->sa == 1.0);
-        break;
-    default: {
-        /* the input's own width: a view of one kv head has kv heads (see host_attn.c) */
-        NEED_T(be, c, x, "input");
-        uint64_t hd = c->op->width, rows = c->b * c->s, Wi = rows ? x.n / rows : 0, Wo = c->out[0].cols;
-        if (!Wi || Wi % hd || Wo % Wi) return op_fail(be, c, "input columns do not repeat into the output");
-        k_repeat_kv<<<grid_for(rows * Wo, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, rows, Wi, Wo, hd, (Wo / hd) / (Wi / hd));
-        break;
-    }
-    }
+    NEED_T(be, c, x, "input");
+    uint64_t W = gckpt_softmax_width(c->op->width, c->out[0].cols, c->s), rows = x.n / W;
+    if (rows) k_softmax<<<static_cast<unsigned>(rows), kBlock, 0, cb->stream>>>(x.p, x.dt, o.p, o.dt, W);
     LAUNCH_TRY(be);
     return GCKPT_XS_OK;
 }
 
-gckpt_xstatus cuda_attn_backward(cuda_be *cb, const gckpt_xcall *c)
+gckpt_xstatus cuda_softmax_bwd(cuda_be *cb, const gckpt_xcall *c)
 {
     gckpt_backend *be = &cb->be;
-    cudaStream_t st = cb->stream;
     const gckpt_xt &g = c->gout, &gi = c->gin[0];
     NEED_T(be, c, g, "output gradient");
-    switch (c->op->prim) {
-    case GCKPT_P_SDPA: return sdpa_bwd(cb, c);
-    case GCKPT_P_BOOL_MASK: return op_fail(be, c, "a mask has no gradient");
-    case GCKPT_P_SOFTMAX: {
-        if (!gi.p) return GCKPT_XS_OK;
-        NEED_T(be, c, c->out[0], "saved output");
-        uint64_t W = gckpt_softmax_width(c->op->width, c->out[0].cols, c->s), rows = gi.n / W;
-        if (rows) k_softmax_bwd<<<static_cast<unsigned>(rows), kBlock, 0, st>>>(c->out[0].p, c->out[0].dt, g.p, g.dt, gi.p,
-                                                                             gi.dt, W);
-        break;
-    }
-    case GCKPT_P_TRANSPOSE: {
-        if (!gi.p) return GCKPT_XS_OK;
-        uint64_t hd = c->op->width, nh = c->out[0].cols / hd;
-        k_transpose<<<grid_for(gi.n, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, c->b, c->s, nh, hd, true);
-        break;
-    }
-    default: {
-        /* the gradient's own width: an expanded kv head's gradient has every head (rep 1) */
-        if (!gi.p) return GCKPT_XS_OK;
-        uint64_t hd = c->op->width, rows = c->b * c->s, Wi = rows ? gi.n / rows : 0, Wo = c->out[0].cols;
-        if (!Wi || Wi % hd || Wo % Wi) return op_fail(be, c, "gradient columns do not sum from the output");
-        k_repeat_kv_bwd<<<grid_for(rows * Wi, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, rows, Wi, Wo, hd,
-                                                                         (Wo / hd) / (Wi / hd));
-        break;
-    }
-    }
+    if (!gi.p) return GCKPT_XS_OK;
+    NEED_T(be, c, c->out[0], "saved output");
+    uint64_t W = gckpt_softmax_width(c->op->width, c->out[0].cols, c->s), rows = gi.n / W;
+    if (rows) k_softmax_bwd<<<static_cast<unsigned>(rows), kBlock, 0, cb->stream>>>(c->out[0].p, c->out[0].dt, g.p, g.dt, gi.p,
+                                                                                     gi.dt, W);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus cuda_transpose_fwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_xt &x = c->in[0], &o = c->out[0];
+    NEED_T(be, c, x, "input");
+    uint64_t hd = c->op->width, nh = c->out[0].cols / hd;
+    k_transpose<<<grid_for(o.n, kBlock), kBlock, 0, cb->stream>>>(x.p, x.dt, o.p, o.dt, c->b, c->s, nh, hd, false);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus cuda_transpose_bwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_xt &g = c->gout, &gi = c->gin[0];
+    NEED_T(be, c, g, "output gradient");
+    if (!gi.p) return GCKPT_XS_OK;
+    uint64_t hd = c->op->width, nh = c->out[0].cols / hd;
+    k_transpose<<<grid_for(gi.n, kBlock), kBlock, 0, cb->stream>>>(g.p, g.dt, gi.p, gi.dt, c->b, c->s, nh, hd, true);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus cuda_bool_mask_fwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_xt &x = c->in[0], &o = c->out[0];
+    NEED_T(be, c, x, "input");
+    if (!x.n) return op_fail(be, c, "an empty mask");
+    k_bool_mask<<<grid_for(o.n, kBlock), kBlock, 0, cb->stream>>>(x.p, x.dt, x.n, o.p, o.dt, o.n, c->op->sa == 1.0);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus cuda_repeat_kv_fwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_xt &x = c->in[0], &o = c->out[0];
+    /* the input's own width: a view of one kv head has kv heads (see host_attn.c) */
+    NEED_T(be, c, x, "input");
+    uint64_t hd = c->op->width, rows = c->b * c->s, Wi = rows ? x.n / rows : 0, Wo = c->out[0].cols;
+    if (!Wi || Wi % hd || Wo % Wi) return op_fail(be, c, "input columns do not repeat into the output");
+    k_repeat_kv<<<grid_for(rows * Wo, kBlock), kBlock, 0, cb->stream>>>(x.p, x.dt, o.p, o.dt, rows, Wi, Wo, hd,
+                                                                        (Wo / hd) / (Wi / hd));
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus cuda_repeat_kv_bwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    gckpt_backend *be = &cb->be;
+    const gckpt_xt &g = c->gout, &gi = c->gin[0];
+    NEED_T(be, c, g, "output gradient");
+    /* the gradient's own width: an expanded kv head's gradient has every head (rep 1) */
+    if (!gi.p) return GCKPT_XS_OK;
+    uint64_t hd = c->op->width, rows = c->b * c->s, Wi = rows ? gi.n / rows : 0, Wo = c->out[0].cols;
+    if (!Wi || Wi % hd || Wo % Wi) return op_fail(be, c, "gradient columns do not sum from the output");
+    k_repeat_kv_bwd<<<grid_for(rows * Wi, kBlock), kBlock, 0, cb->stream>>>(g.p, g.dt, gi.p, gi.dt, rows, Wi, Wo, hd,
+                                                                             (Wo / hd) / (Wi / hd));
     LAUNCH_TRY(be);
     return GCKPT_XS_OK;
 }

@@ -9,6 +9,7 @@
 
 #include "cuda_common.cuh"
 #include "cuda_quant.cuh"
+#include "gckpt/core/prim.h"
 #include "gckpt/executor/cuda_diag.h"
 extern "C" {
 #include "gckpt/executor/op_sizes.h"
@@ -173,13 +174,79 @@ gckpt_xstatus c_source(gckpt_backend *be, gckpt_source what, const gckpt_xcall *
     return cuda_source(as_cuda(be), what, c, host);
 }
 
+// The kernel table: one row per primitive in gckpt_prim's order (C++ has no array
+// designators: the row's prim is checked below); a NULL kernel is refused by the
+// primitive's name (tests/executor/test_prim_coverage.c lists them). Sources are the
+// backend's source call (cuda_source.cu), not a kernel.
+struct cuda_kernel {
+    int prim;
+    cuda_kernel_fn fwd, bwd;
+};
+constexpr cuda_kernel kernels[] = {
+    {GCKPT_P_SOURCE, nullptr, nullptr},
+    {GCKPT_P_CAST, cuda_unary_fwd, cuda_unary_bwd},
+    {GCKPT_P_MUL, cuda_binary_fwd, cuda_binary_bwd},
+    {GCKPT_P_ADD, cuda_binary_fwd, cuda_binary_bwd},
+    {GCKPT_P_AFFINE, cuda_unary_fwd, cuda_unary_bwd},
+    {GCKPT_P_NEG_HALF, cuda_half_fwd, cuda_half_bwd},
+    {GCKPT_P_CAT_HALF, cuda_half_fwd, cuda_half_bwd},
+    {GCKPT_P_POW, cuda_unary_fwd, cuda_unary_bwd},
+    {GCKPT_P_RSQRT, cuda_unary_fwd, cuda_unary_bwd},
+    {GCKPT_P_TANH, cuda_unary_fwd, cuda_unary_bwd},
+    {GCKPT_P_SILU, cuda_unary_fwd, cuda_unary_bwd},
+    {GCKPT_P_GELU, cuda_unary_fwd, cuda_unary_bwd},
+    {GCKPT_P_MEAN, cuda_mean_fwd, cuda_mean_bwd},
+    {GCKPT_P_LINEAR, cuda_linear_fwd, cuda_linear_bwd},
+    {GCKPT_P_LAYERNORM, cuda_layernorm_fwd, cuda_layernorm_bwd},
+    {GCKPT_P_DROPOUT, cuda_unary_fwd, cuda_unary_bwd},
+    {GCKPT_P_SDPA, cuda_sdpa_fwd, cuda_sdpa_bwd},
+    {GCKPT_P_REPEAT_KV, cuda_repeat_kv_fwd, cuda_repeat_kv_bwd},
+    {GCKPT_P_QK, cuda_qk_fwd, cuda_qk_bwd},
+    {GCKPT_P_SOFTMAX, cuda_softmax_fwd, cuda_softmax_bwd},
+    {GCKPT_P_PV, cuda_pv_fwd, cuda_pv_bwd},
+    {GCKPT_P_TRANSPOSE, cuda_transpose_fwd, cuda_transpose_bwd},
+    {GCKPT_P_EMBED, cuda_embed_fwd, cuda_embed_bwd},
+    {GCKPT_P_LOG_SOFTMAX, cuda_logsoftmax_fwd, cuda_logsoftmax_bwd},
+    {GCKPT_P_NLL, cuda_nll_fwd, cuda_nll_bwd},
+    {GCKPT_P_SPLIT, cuda_split_fwd, cuda_split_bwd},
+    {GCKPT_P_CAT_PASS, cuda_cat_pass_fwd, cuda_cat_pass_bwd},
+    {GCKPT_P_TOPK, cuda_topk_fwd, cuda_topk_bwd},
+    {GCKPT_P_SUM, cuda_sum_fwd, cuda_sum_bwd},
+    {GCKPT_P_DIV, cuda_div_fwd, cuda_div_bwd},
+    {GCKPT_P_SORT, cuda_sort_fwd, nullptr},
+    {GCKPT_P_FLOORDIV, cuda_floordiv_fwd, nullptr},
+    {GCKPT_P_GATHER_ROWS, cuda_embed_fwd, cuda_embed_bwd},
+    {GCKPT_P_HISTC, cuda_histc_fwd, nullptr},
+    {GCKPT_P_INVERT_PERM, cuda_invert_perm_fwd, nullptr},
+    {GCKPT_P_GROUPED_LINEAR, cuda_grouped_linear_fwd, cuda_grouped_linear_bwd},
+    {GCKPT_P_SUB, cuda_binary_fwd, cuda_binary_bwd},
+    {GCKPT_P_CLAMP, cuda_unary_fwd, cuda_unary_bwd},
+    {GCKPT_P_SIGMOID, cuda_unary_fwd, cuda_unary_bwd},
+    {GCKPT_P_CAT_SINK, cuda_cat_sink_fwd, cuda_cat_sink_bwd},
+    {GCKPT_P_MAX_LAST, cuda_max_last_fwd, cuda_max_last_bwd},
+    {GCKPT_P_DROP_SINK, cuda_drop_sink_fwd, cuda_drop_sink_bwd},
+    {GCKPT_P_CAT_HALVES, cuda_cat_halves_fwd, cuda_cat_halves_bwd},
+    {GCKPT_P_BOOL_MASK, cuda_bool_mask_fwd, nullptr},
+};
+static_assert(sizeof kernels / sizeof *kernels == GCKPT_NPRIM, "a primitive without a row in the CUDA kernel table");
+constexpr bool rows_in_order()
+{
+    for (int i = 0; i < GCKPT_NPRIM; i++)
+        if (kernels[i].prim != i) return false;
+    return true;
+}
+static_assert(rows_in_order(), "the CUDA kernel table's rows are not in gckpt_prim's order");
+
 gckpt_xstatus dispatch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 {
-    if (cuda_is_matmul(c->op->prim)) return bwd ? cuda_matmul_backward(cb, c) : cuda_matmul_forward(cb, c);
-    if (cuda_is_attn(c->op->prim)) return bwd ? cuda_attn_backward(cb, c) : cuda_attn_forward(cb, c);
-    if (cuda_is_moe(c->op->prim)) return bwd ? cuda_moe_backward(cb, c) : cuda_moe_forward(cb, c);
-    if (cuda_is_sink(c->op->prim)) return cuda_sink_op(cb, c, bwd);
-    return bwd ? cuda_elem_backward(cb, c) : cuda_elem_forward(cb, c);
+    int p = c->op->prim;
+    cuda_kernel_fn fn = p < 0 || p >= GCKPT_NPRIM ? nullptr : bwd ? kernels[p].bwd : kernels[p].fwd;
+    if (!fn) {
+        gckpt_seterr(&cb->be.err, "op %s: primitive %s has no CUDA %s", c->op->name, gckpt_prim_name(p),
+                     bwd ? "backward" : "forward");
+        return GCKPT_XS_ERROR;
+    }
+    return fn(cb, c);
 }
 
 // The kernels read dense operands: strided views (gckpt_xt.vW: Phi-3's blocks, gpt_oss's
@@ -423,6 +490,12 @@ static_assert((int)cudaErrorInsufficientDriver == (int)GCKPT_CUDA_ERR_INSUFFICIE
 static_assert((int)cudaErrorInvalidDeviceFunction == (int)GCKPT_CUDA_ERR_INVALID_DEVICE_FUNCTION, "cuda_diag.h");
 static_assert((int)cudaErrorNoDevice == (int)GCKPT_CUDA_ERR_NO_DEVICE, "cuda_diag.h");
 static_assert((int)cudaErrorNoKernelImageForDevice == (int)GCKPT_CUDA_ERR_NO_KERNEL_IMAGE, "cuda_diag.h");
+
+extern "C" bool gckpt_cuda_has_kernel(int prim, bool bwd)
+{
+    if (prim < 0 || prim >= GCKPT_NPRIM) return false;
+    return (bwd ? kernels[prim].bwd : kernels[prim].fwd) != nullptr;
+}
 
 extern "C" bool gckpt_cuda_available(gckpt_err *err)
 {

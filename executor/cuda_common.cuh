@@ -173,17 +173,46 @@ __device__ inline float block_max(float v, float *scratch)
 
 // ---- the kernels' entry points (one translation unit each) ----------------------------------
 
-gckpt_xstatus cuda_elem_forward(cuda_be *b, const gckpt_xcall *c);
-gckpt_xstatus cuda_elem_backward(cuda_be *b, const gckpt_xcall *c);
-gckpt_xstatus cuda_matmul_forward(cuda_be *b, const gckpt_xcall *c);
-gckpt_xstatus cuda_matmul_backward(cuda_be *b, const gckpt_xcall *c);
-gckpt_xstatus cuda_attn_forward(cuda_be *b, const gckpt_xcall *c);
-gckpt_xstatus cuda_attn_backward(cuda_be *b, const gckpt_xcall *c);
-gckpt_xstatus cuda_moe_forward(cuda_be *b, const gckpt_xcall *c);
-gckpt_xstatus cuda_moe_backward(cuda_be *b, const gckpt_xcall *c);
-bool cuda_is_moe(int prim);
-gckpt_xstatus cuda_sink_op(cuda_be *b, const gckpt_xcall *c, bool bwd);
-bool cuda_is_sink(int prim);
+// The primitives' kernels, rows of cuda_backend.cu's table: cuda_<kernel>_fwd / _bwd.
+typedef gckpt_xstatus (*cuda_kernel_fn)(cuda_be *b, const gckpt_xcall *c);
+#define CUDA_KERNEL_PAIR(name)                                                                      \
+    gckpt_xstatus cuda_##name##_fwd(cuda_be *b, const gckpt_xcall *c);                             \
+    gckpt_xstatus cuda_##name##_bwd(cuda_be *b, const gckpt_xcall *c)
+// cuda_elem.cu
+CUDA_KERNEL_PAIR(unary);
+CUDA_KERNEL_PAIR(binary);
+CUDA_KERNEL_PAIR(half);
+CUDA_KERNEL_PAIR(split);
+CUDA_KERNEL_PAIR(cat_pass);
+CUDA_KERNEL_PAIR(layernorm);
+CUDA_KERNEL_PAIR(mean);
+CUDA_KERNEL_PAIR(embed);
+CUDA_KERNEL_PAIR(logsoftmax);
+CUDA_KERNEL_PAIR(nll);
+// cuda_matmul.cu
+CUDA_KERNEL_PAIR(linear);
+CUDA_KERNEL_PAIR(grouped_linear);
+CUDA_KERNEL_PAIR(qk);
+CUDA_KERNEL_PAIR(pv);
+// cuda_attn.cu
+CUDA_KERNEL_PAIR(sdpa);
+CUDA_KERNEL_PAIR(softmax);
+CUDA_KERNEL_PAIR(transpose);
+CUDA_KERNEL_PAIR(repeat_kv);
+gckpt_xstatus cuda_bool_mask_fwd(cuda_be *b, const gckpt_xcall *c);
+// cuda_moe.cu: sort, floordiv, histc and the inverse permutation make integers (no backward)
+CUDA_KERNEL_PAIR(topk);
+CUDA_KERNEL_PAIR(sum);
+CUDA_KERNEL_PAIR(div);
+gckpt_xstatus cuda_sort_fwd(cuda_be *b, const gckpt_xcall *c);
+gckpt_xstatus cuda_floordiv_fwd(cuda_be *b, const gckpt_xcall *c);
+gckpt_xstatus cuda_histc_fwd(cuda_be *b, const gckpt_xcall *c);
+gckpt_xstatus cuda_invert_perm_fwd(cuda_be *b, const gckpt_xcall *c);
+// cuda_sink.cu
+CUDA_KERNEL_PAIR(cat_sink);
+CUDA_KERNEL_PAIR(max_last);
+CUDA_KERNEL_PAIR(drop_sink);
+CUDA_KERNEL_PAIR(cat_halves);
 gckpt_xstatus cuda_source(cuda_be *b, gckpt_source what, const gckpt_xcall *c, const int64_t *host);
 gckpt_xstatus cuda_optim(cuda_be *b, const gckpt_optcall *c);
 gckpt_xstatus cuda_nccl_attach(cuda_be *b, gckpt_comm *comm);
@@ -196,7 +225,6 @@ size_t cuda_checksum_scratch_bytes();
 
 gckpt_xstatus cuda_dense_view(cuda_be *b, const gckpt_xt &v, void **out);
 
-bool cuda_is_matmul(int prim);
-bool cuda_is_attn(int prim);
+
 
 #endif

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "cuda_common.cuh"
+#include "gckpt/core/prim.h"
 #include "gckpt/executor/kernel_math.h"
 
 namespace {
@@ -429,11 +430,10 @@ gckpt_xstatus unary_bwd(cuda_be *cb, const gckpt_xcall *c)
     const gckpt_op *op = c->op;
     const gckpt_xt &g = c->gout, &gi = c->gin[0];
     if (!gi.p) return GCKPT_XS_OK;
-    if (op->prim == GCKPT_P_POW || op->prim == GCKPT_P_SILU || op->prim == GCKPT_P_GELU || op->prim == GCKPT_P_CLAMP)
-        NEED_T(be, c, c->in[0], "saved input");
-    if (op->prim == GCKPT_P_RSQRT || op->prim == GCKPT_P_TANH || op->prim == GCKPT_P_SIGMOID)
-        NEED_T(be, c, c->out[0], "saved output");
-    if (op->prim == GCKPT_P_DROPOUT) NEED_T(be, c, c->out[1], "saved mask");
+    uint8_t reads = gckpt_prim_of(op->prim)->bwd_reads; // what it saved
+    if (reads & GCKPT_PR_IN0) NEED_T(be, c, c->in[0], "saved input");
+    if (reads & GCKPT_PR_OUT0) NEED_T(be, c, c->out[0], "saved output");
+    if (reads & GCKPT_PR_OUT1) NEED_T(be, c, c->out[1], "saved mask");
     Unary a{};
     a.g = g.p;
     a.gdt = g.dt;
@@ -717,72 +717,98 @@ gckpt_xstatus op_fail(gckpt_backend *be, const gckpt_xcall *c, const char *why)
     return GCKPT_XS_ERROR;
 }
 
-gckpt_xstatus cuda_elem_forward(cuda_be *cb, const gckpt_xcall *c)
+// ---- the kernel table's entries (cuda_backend.cu): one per kernel ---------------------------
+
+namespace {
+
+gckpt_xstatus mean_fwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    const gckpt_xt &x = c->in[0], &o = c->out[0];
+    k_mean<<<grid_for(o.n * 32, kBlock), kBlock, 0, cb->stream>>>(x.p, x.dt, o.p, o.dt, o.n, c->op->width);
+    LAUNCH_TRY(&cb->be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus mean_bwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    const gckpt_xt &g = c->gout, &gi = c->gin[0];
+    if (!gi.p) return GCKPT_XS_OK;
+    k_mean_bwd<<<grid_for(gi.n, kBlock), kBlock, 0, cb->stream>>>(g.p, g.dt, gi.p, gi.dt, gi.n, c->op->width);
+    LAUNCH_TRY(&cb->be);
+    return GCKPT_XS_OK;
+}
+
+// rows picked by int64 indices (embedding, gather_rows)
+gckpt_xstatus embed_fwd(cuda_be *cb, const gckpt_xcall *c)
 {
     gckpt_backend *be = &cb->be;
-    cudaStream_t st = cb->stream;
     const gckpt_op *op = c->op;
     const gckpt_xt &x = c->in[0], &o = c->out[0];
-    NEED_T(be, c, x, "input 0");
-    NEED_T(be, c, o, "output");
-    switch (op->prim) {
-    case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
-    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: case GCKPT_P_CLAMP: case GCKPT_P_SIGMOID:
-        return unary_fwd(cb, c);
-    case GCKPT_P_MUL: case GCKPT_P_ADD: case GCKPT_P_SUB: return binary_fwd(cb, c);
-    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_fwd(cb, c);
-    case GCKPT_P_SPLIT: return split_launch(cb, c, false);
-    case GCKPT_P_CAT_PASS: return cat_pass_launch(cb, c, false);
-    case GCKPT_P_LAYERNORM: return layernorm_fwd(cb, c);
-    case GCKPT_P_MEAN:
-        k_mean<<<grid_for(o.n * 32, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, o.n, op->width);
-        break;
-    case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: /* rows picked by int64 indices */
-        NEED_T(be, c, c->in[1], "ids");
-        k_embed<<<grid_for(o.n, kBlock), kBlock, 0, st>>>(x.p, x.dt, static_cast<const int64_t *>(c->in[1].p), o.p, o.dt,
-                                                          o.n, op->width, x.n / op->width);
-        break;
-    case GCKPT_P_LOG_SOFTMAX: {
-        uint64_t rows = x.n / op->width;
-        if (rows) k_logsoftmax<<<static_cast<unsigned>(rows), 1024, 0, st>>>(x.p, x.dt, o.p, o.dt, op->width);
-        break;
-    }
-    case GCKPT_P_NLL:
-        NEED_T(be, c, c->in[1], "labels");
-        k_nll<<<1, 1024, 0, st>>>(x.p, x.dt, static_cast<const int64_t *>(c->in[1].p), c->in[1].n, op->width, o.p, o.dt,
-                                  c->out[1].p, c->out[1].dt);
-        break;
-    default: return op_fail(be, c, "no CUDA forward for this primitive");
-    }
+    NEED_T(be, c, c->in[1], "ids");
+    k_embed<<<grid_for(o.n, kBlock), kBlock, 0, cb->stream>>>(x.p, x.dt, static_cast<const int64_t *>(c->in[1].p), o.p, o.dt,
+                                                              o.n, op->width, x.n / op->width);
     LAUNCH_TRY(be);
     return GCKPT_XS_OK;
 }
 
-gckpt_xstatus cuda_elem_backward(cuda_be *cb, const gckpt_xcall *c)
+gckpt_xstatus logsoftmax_fwd(cuda_be *cb, const gckpt_xcall *c)
+{
+    const gckpt_op *op = c->op;
+    const gckpt_xt &x = c->in[0], &o = c->out[0];
+    uint64_t rows = x.n / op->width;
+    if (rows) k_logsoftmax<<<static_cast<unsigned>(rows), 1024, 0, cb->stream>>>(x.p, x.dt, o.p, o.dt, op->width);
+    LAUNCH_TRY(&cb->be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus nll_fwd(cuda_be *cb, const gckpt_xcall *c)
 {
     gckpt_backend *be = &cb->be;
-    const gckpt_xt &g = c->gout, &gi = c->gin[0];
-    NEED_T(be, c, g, "output gradient");
-    switch (c->op->prim) {
-    case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
-    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: case GCKPT_P_CLAMP: case GCKPT_P_SIGMOID:
-        return unary_bwd(cb, c);
-    case GCKPT_P_MUL: case GCKPT_P_ADD: case GCKPT_P_SUB: return binary_bwd(cb, c);
-    case GCKPT_P_SPLIT: return split_launch(cb, c, true);
-    case GCKPT_P_CAT_PASS: return cat_pass_launch(cb, c, true);
-    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_bwd(cb, c);
-    case GCKPT_P_LAYERNORM: return layernorm_bwd(cb, c);
-    case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: return embed_bwd(cb, c);
-    case GCKPT_P_LOG_SOFTMAX: return logsoftmax_bwd(cb, c);
-    case GCKPT_P_NLL: return nll_bwd(cb, c);
-    case GCKPT_P_MEAN:
-        if (!gi.p) return GCKPT_XS_OK;
-        k_mean_bwd<<<grid_for(gi.n, kBlock), kBlock, 0, cb->stream>>>(g.p, g.dt, gi.p, gi.dt, gi.n, c->op->width);
-        LAUNCH_TRY(be);
-        return GCKPT_XS_OK;
-    default: return op_fail(be, c, "no CUDA backward for this primitive");
-    }
+    const gckpt_op *op = c->op;
+    const gckpt_xt &x = c->in[0], &o = c->out[0];
+    NEED_T(be, c, c->in[1], "labels");
+    k_nll<<<1, 1024, 0, cb->stream>>>(x.p, x.dt, static_cast<const int64_t *>(c->in[1].p), c->in[1].n, op->width, o.p, o.dt,
+                                      c->out[1].p, c->out[1].dt);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
 }
+
+} // namespace
+
+// The forward's operands every elementwise kernel reads, then the kernel.
+#define ELEM_FWD(name, call)                                                                        \
+    gckpt_xstatus cuda_##name##_fwd(cuda_be *cb, const gckpt_xcall *c)                             \
+    {                                                                                               \
+        NEED_T(&cb->be, c, c->in[0], "input 0");                                                   \
+        NEED_T(&cb->be, c, c->out[0], "output");                                                   \
+        return call;                                                                                \
+    }
+#define ELEM_BWD(name, call)                                                                        \
+    gckpt_xstatus cuda_##name##_bwd(cuda_be *cb, const gckpt_xcall *c)                             \
+    {                                                                                               \
+        NEED_T(&cb->be, c, c->gout, "output gradient");                                            \
+        return call;                                                                                \
+    }
+ELEM_FWD(unary, unary_fwd(cb, c))
+ELEM_BWD(unary, unary_bwd(cb, c))
+ELEM_FWD(binary, binary_fwd(cb, c))
+ELEM_BWD(binary, binary_bwd(cb, c))
+ELEM_FWD(half, half_fwd(cb, c))
+ELEM_BWD(half, half_bwd(cb, c))
+ELEM_FWD(split, split_launch(cb, c, false))
+ELEM_BWD(split, split_launch(cb, c, true))
+ELEM_FWD(cat_pass, cat_pass_launch(cb, c, false))
+ELEM_BWD(cat_pass, cat_pass_launch(cb, c, true))
+ELEM_FWD(layernorm, layernorm_fwd(cb, c))
+ELEM_BWD(layernorm, layernorm_bwd(cb, c))
+ELEM_FWD(mean, mean_fwd(cb, c))
+ELEM_BWD(mean, mean_bwd(cb, c))
+ELEM_FWD(embed, embed_fwd(cb, c))
+ELEM_BWD(embed, embed_bwd(cb, c))
+ELEM_FWD(logsoftmax, logsoftmax_fwd(cb, c))
+ELEM_BWD(logsoftmax, logsoftmax_bwd(cb, c))
+ELEM_FWD(nll, nll_fwd(cb, c))
+ELEM_BWD(nll, nll_bwd(cb, c))
 
 gckpt_xstatus cuda_add(cuda_be *cb, gckpt_xt dst, gckpt_xt a, gckpt_xt x)
 {

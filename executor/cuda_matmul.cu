@@ -189,11 +189,11 @@ struct Lay {
 Lay layout_n(const gckpt_xcall *c, uint64_t n, int role)
 {
     uint64_t rows = c->b * c->s;
-    uint64_t hd = c->m->head_dim, qd = c->m->heads * hd, W = rows ? n / rows : 0;
+    uint64_t hd = c->op->qk_dim, qd = c->op->heads * hd, W = rows ? n / rows : 0;
     Lay l = {W, 0, W / hd};
     if (W == 3 * qd) {
         l.off = static_cast<uint64_t>(role) * qd;
-        l.nh = c->m->heads;
+        l.nh = c->op->heads;
     }
     return l;
 }
@@ -226,7 +226,7 @@ struct HeadGemm {
 
 gckpt_xstatus head_gemm(cuda_be *cb, const gckpt_xcall *c, HeadGemm h, bool accumulate)
 {
-    uint64_t nh = c->m->heads;
+    uint64_t nh = c->op->heads;
     for (uint64_t b = 0; b < c->b; b++) {
         Mat A = h.A, B = h.B, C = h.C;
         A.p = at(A.p, A.dt, b * h.seqA);
@@ -252,7 +252,7 @@ gckpt_xstatus head_gemm(cuda_be *cb, const gckpt_xcall *c, HeadGemm h, bool accu
 gckpt_xstatus qk(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 {
     gckpt_backend *be = &cb->be;
-    uint64_t S = c->s, hd = c->m->head_dim, nh = c->m->heads;
+    uint64_t S = c->s, hd = c->op->qk_dim, nh = c->op->heads;
     Lay lq = layout(c, 0, 0), lk = layout(c, 1, 1);
     if (!fits_int(S) || !fits_int(hd) || !fits_int(lq.W) || !fits_int(lk.W)) return op_fail(be, c, "sizes too large for cuBLAS");
     uint64_t rk = nh / lk.nh;
@@ -301,7 +301,7 @@ gckpt_xstatus qk(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 gckpt_xstatus pv(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 {
     gckpt_backend *be = &cb->be;
-    uint64_t S = c->s, hd = c->m->head_dim, nh = c->m->heads;
+    uint64_t S = c->s, hd = c->op->qk_dim, nh = c->op->heads;
     Lay lv = layout(c, 1, 2);
     if (!fits_int(S) || !fits_int(hd) || !fits_int(lv.W)) return op_fail(be, c, "sizes too large for cuBLAS");
     uint64_t rv = nh / lv.nh;
@@ -341,28 +341,16 @@ gckpt_xstatus pv(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 
 } // namespace
 
-bool cuda_is_matmul(int prim)
-{
-    return prim == GCKPT_P_LINEAR || prim == GCKPT_P_QK || prim == GCKPT_P_PV || prim == GCKPT_P_GROUPED_LINEAR;
-}
+// ---- the kernel table's entries (cuda_backend.cu) -------------------------------------------
 
-gckpt_xstatus cuda_matmul_forward(cuda_be *cb, const gckpt_xcall *c)
-{
-    switch (c->op->prim) {
-    case GCKPT_P_LINEAR: return linear_fwd(cb, c);
-    case GCKPT_P_GROUPED_LINEAR: return grouped(cb, c, false);
-    case GCKPT_P_QK: return qk(cb, c, false);
-    default: return pv(cb, c, false);
+#define MATMUL_PAIR(name, fwd_call, bwd_call)                                                       \
+    gckpt_xstatus cuda_##name##_fwd(cuda_be *cb, const gckpt_xcall *c) { return fwd_call; }        \
+    gckpt_xstatus cuda_##name##_bwd(cuda_be *cb, const gckpt_xcall *c)                             \
+    {                                                                                               \
+        NEED_T(&cb->be, c, c->gout, "output gradient");                                            \
+        return bwd_call;                                                                            \
     }
-}
-
-gckpt_xstatus cuda_matmul_backward(cuda_be *cb, const gckpt_xcall *c)
-{
-    NEED_T(&cb->be, c, c->gout, "output gradient");
-    switch (c->op->prim) {
-    case GCKPT_P_LINEAR: return linear_bwd(cb, c);
-    case GCKPT_P_GROUPED_LINEAR: return grouped(cb, c, true);
-    case GCKPT_P_QK: return qk(cb, c, true);
-    default: return pv(cb, c, true);
-    }
-}
+MATMUL_PAIR(linear, linear_fwd(cb, c), linear_bwd(cb, c))
+MATMUL_PAIR(grouped_linear, grouped(cb, c, false), grouped(cb, c, true))
+MATMUL_PAIR(qk, qk(cb, c, false), qk(cb, c, true))
+MATMUL_PAIR(pv, pv(cb, c, false), pv(cb, c, true))

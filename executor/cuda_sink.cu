@@ -111,57 +111,81 @@ gckpt_xstatus cat_halves(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 
 } // namespace
 
-bool cuda_is_sink(int prim)
-{
-    return prim == GCKPT_P_CAT_SINK || prim == GCKPT_P_MAX_LAST || prim == GCKPT_P_DROP_SINK || prim == GCKPT_P_CAT_HALVES;
-}
+namespace {
 
-gckpt_xstatus cuda_sink_op(cuda_be *cb, const gckpt_xcall *c, bool bwd)
+gckpt_xstatus cat_sink(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 {
     gckpt_backend *be = &cb->be;
     cudaStream_t st = cb->stream;
     const gckpt_xt &x = c->in[0], &g = c->gout, &gi = c->gin[0];
     uint64_t W = x.cols, rows = x.rows; // the shape's rows of width W
-    if (c->op->prim == GCKPT_P_CAT_HALVES) return cat_halves(cb, c, bwd);
     if (!bwd) NEED_T(be, c, x, "input 0");
-    switch (c->op->prim) {
-    case GCKPT_P_CAT_SINK: {
-        const gckpt_xt &snk = c->in[1];
-        uint64_t heads = snk.rows * snk.cols;
-        if (!bwd) {
-            NEED_T(be, c, snk, "input 1");
-            k_cat_sink<<<grid_for(rows * (W + 1), kBlock), kBlock, 0, st>>>(x.p, x.dt, snk.p, snk.dt, c->out[0].p, c->out[0].dt,
-                                                                            rows, W, c->s, heads);
-            break;
-        }
-        if (gi.p) {
-            k_cat_sink_bwd_x<<<grid_for(rows * W, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, rows, W);
-            LAUNCH_TRY(be);
-        }
-        if (c->gin[1].p)
-            k_cat_sink_bwd_sink<<<grid_for(heads, kBlock), kBlock, 0, st>>>(g.p, g.dt, c->gin[1].p, c->gin[1].dt, rows, W, c->s,
-                                                                            heads);
-        break;
+    const gckpt_xt &snk = c->in[1];
+    uint64_t heads = snk.rows * snk.cols;
+    if (!bwd) {
+        NEED_T(be, c, snk, "input 1");
+        k_cat_sink<<<grid_for(rows * (W + 1), kBlock), kBlock, 0, st>>>(x.p, x.dt, snk.p, snk.dt, c->out[0].p, c->out[0].dt,
+                                                                        rows, W, c->s, heads);
+        LAUNCH_TRY(be);
+        return GCKPT_XS_OK;
     }
-    case GCKPT_P_MAX_LAST:
-        if (!bwd) {
-            k_max_last<<<grid_for(rows, kBlock), kBlock, 0, st>>>(x.p, x.dt, c->out[0].p, c->out[0].dt, c->out[1].p, c->out[1].dt,
-                                                                  rows, W);
-            break;
-        }
-        if (!gi.p) return GCKPT_XS_OK;
-        NEED_T(be, c, c->out[1], "saved indices");
-        k_max_last_bwd<<<grid_for(rows * W, kBlock), kBlock, 0, st>>>(g.p, g.dt, c->out[1].p, c->out[1].dt, gi.p, gi.dt, rows, W);
-        break;
-    default: /* DROP_SINK */
-        if (!bwd) {
-            k_drop_sink<<<grid_for(rows * (W - 1), kBlock), kBlock, 0, st>>>(x.p, x.dt, c->out[0].p, c->out[0].dt, rows, W);
-            break;
-        }
-        if (!gi.p) return GCKPT_XS_OK;
-        k_drop_sink_bwd<<<grid_for(rows * W, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, rows, W);
-        break;
+    if (gi.p) {
+        k_cat_sink_bwd_x<<<grid_for(rows * W, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, rows, W);
+        LAUNCH_TRY(be);
     }
+    if (c->gin[1].p)
+        k_cat_sink_bwd_sink<<<grid_for(heads, kBlock), kBlock, 0, st>>>(g.p, g.dt, c->gin[1].p, c->gin[1].dt, rows, W, c->s,
+                                                                        heads);
     LAUNCH_TRY(be);
     return GCKPT_XS_OK;
 }
+
+gckpt_xstatus max_last(cuda_be *cb, const gckpt_xcall *c, bool bwd)
+{
+    gckpt_backend *be = &cb->be;
+    cudaStream_t st = cb->stream;
+    const gckpt_xt &x = c->in[0], &g = c->gout, &gi = c->gin[0];
+    uint64_t W = x.cols, rows = x.rows; // the shape's rows of width W
+    if (!bwd) {
+        NEED_T(be, c, x, "input 0");
+        k_max_last<<<grid_for(rows, kBlock), kBlock, 0, st>>>(x.p, x.dt, c->out[0].p, c->out[0].dt, c->out[1].p, c->out[1].dt,
+                                                              rows, W);
+        LAUNCH_TRY(be);
+        return GCKPT_XS_OK;
+    }
+    if (!gi.p) return GCKPT_XS_OK;
+    NEED_T(be, c, c->out[1], "saved indices");
+    k_max_last_bwd<<<grid_for(rows * W, kBlock), kBlock, 0, st>>>(g.p, g.dt, c->out[1].p, c->out[1].dt, gi.p, gi.dt, rows, W);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus drop_sink(cuda_be *cb, const gckpt_xcall *c, bool bwd)
+{
+    gckpt_backend *be = &cb->be;
+    cudaStream_t st = cb->stream;
+    const gckpt_xt &x = c->in[0], &g = c->gout, &gi = c->gin[0];
+    uint64_t W = x.cols, rows = x.rows; // the shape's rows of width W
+    if (!bwd) {
+        NEED_T(be, c, x, "input 0");
+        k_drop_sink<<<grid_for(rows * (W - 1), kBlock), kBlock, 0, st>>>(x.p, x.dt, c->out[0].p, c->out[0].dt, rows, W);
+        LAUNCH_TRY(be);
+        return GCKPT_XS_OK;
+    }
+    if (!gi.p) return GCKPT_XS_OK;
+    k_drop_sink_bwd<<<grid_for(rows * W, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, rows, W);
+    LAUNCH_TRY(be);
+    return GCKPT_XS_OK;
+}
+
+} // namespace
+
+// ---- the kernel table's entries (cuda_backend.cu) -------------------------------------------
+
+#define SINK_PAIR(name, fn)                                                                          \
+    gckpt_xstatus cuda_##name##_fwd(cuda_be *cb, const gckpt_xcall *c) { return fn(cb, c, false); } \
+    gckpt_xstatus cuda_##name##_bwd(cuda_be *cb, const gckpt_xcall *c) { return fn(cb, c, true); }
+SINK_PAIR(cat_sink, cat_sink)
+SINK_PAIR(max_last, max_last)
+SINK_PAIR(drop_sink, drop_sink)
+SINK_PAIR(cat_halves, cat_halves)

@@ -14,15 +14,6 @@
 #include "host_scratch.h"
 #include "host_ops.h"
 
-bool host_is_attn(int prim)
-{
-    switch (prim) {
-    case GCKPT_P_SDPA: case GCKPT_P_QK: case GCKPT_P_PV: case GCKPT_P_SOFTMAX: case GCKPT_P_TRANSPOSE:
-    case GCKPT_P_REPEAT_KV: case GCKPT_P_BOOL_MASK: return true;
-    default: return false;
-    }
-}
-
 enum { ROLE_Q, ROLE_K, ROLE_V };
 
 /* Layout of input k in role: row width, column offset of the role's block, heads in it. */
@@ -35,11 +26,11 @@ typedef struct {
 static lay layout_n(const gckpt_xcall *c, uint64_t n, int role)
 {
     uint64_t rows = c->b * c->s;
-    uint64_t hd = c->m->head_dim, qd = c->m->heads * hd, W = rows ? n / rows : 0;
+    uint64_t hd = c->op->qk_dim, qd = c->op->heads * hd, W = rows ? n / rows : 0;
     lay l = {W, 0, W / hd};
     if (W == 3 * qd) {
         l.off = (uint64_t)role * qd;
-        l.nh = c->m->heads;
+        l.nh = c->op->heads;
     }
     return l;
 }
@@ -104,7 +95,7 @@ static void bufs_store_free(const gckpt_xcall *c, bufs *b, bool store)
 
 static gckpt_xstatus qk(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads;
+    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, nh = c->op->heads;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K);
     float alpha = (float)c->op->sa;
     bufs b = {0};
@@ -157,7 +148,7 @@ out:
 
 static gckpt_xstatus pv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads;
+    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, nh = c->op->heads;
     lay lv = layout(c, 1, ROLE_V);
     bufs b = {0};
     gckpt_xstatus rc = GCKPT_XS_ERROR;
@@ -288,12 +279,8 @@ static gckpt_xstatus repeat_kv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 
 /* The bool [s, s] mask broadcast to [b, 1, s, s]: converted to the output's dtype
  * (gckpt_bool_mask_bias) or negated (sa = 1). Nothing requires its gradient. */
-static gckpt_xstatus bool_mask(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+gckpt_xstatus host_bool_mask_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
-    if (bwd) {
-        gckpt_seterr(err, "op %s: a mask has no gradient", c->op->name);
-        return GCKPT_XS_ERROR;
-    }
     const gckpt_xt *x = &c->in[0], *o = &c->out[0];
     NEED(c, *x, "input");
     for (uint64_t i = 0; i < o->n; i++) {
@@ -312,9 +299,9 @@ static float mask_bias(const gckpt_xcall *c, uint64_t bi, uint64_t i, uint64_t j
     return c->op->nin > 3 ? ld(&c->in[3], (bi * c->s + i) * c->s + j) : 0.0f;
 }
 
-static gckpt_xstatus sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads, qd = nh * hd;
+    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, nh = c->op->heads, qd = nh * hd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
     float scale = (float)c->op->sb, p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
     bufs b = {0};
@@ -360,9 +347,9 @@ out:
     return rc;
 }
 
-static gckpt_xstatus sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->m->head_dim, nh = c->m->heads, qd = nh * hd;
+    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, nh = c->op->heads, qd = nh * hd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
     float scale = (float)c->op->sb, p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
     NEED(c, c->out[0], "saved output");
@@ -437,28 +424,8 @@ out:
     return rc;
 }
 
-gckpt_xstatus host_attn_forward(const gckpt_xcall *c, gckpt_err *err)
-{
-    switch (c->op->prim) {
-    case GCKPT_P_SDPA: return sdpa_fwd(c, err);
-    case GCKPT_P_QK: return qk(c, false, err);
-    case GCKPT_P_PV: return pv(c, false, err);
-    case GCKPT_P_SOFTMAX: return softmax(c, false, err);
-    case GCKPT_P_TRANSPOSE: return transpose(c, false, err);
-    case GCKPT_P_BOOL_MASK: return bool_mask(c, false, err);
-    default: return repeat_kv(c, false, err);
-    }
-}
-
-gckpt_xstatus host_attn_backward(const gckpt_xcall *c, gckpt_err *err)
-{
-    switch (c->op->prim) {
-    case GCKPT_P_SDPA: return sdpa_bwd(c, err);
-    case GCKPT_P_QK: return qk(c, true, err);
-    case GCKPT_P_PV: return pv(c, true, err);
-    case GCKPT_P_SOFTMAX: return softmax(c, true, err);
-    case GCKPT_P_TRANSPOSE: return transpose(c, true, err);
-    case GCKPT_P_BOOL_MASK: return bool_mask(c, true, err);
-    default: return repeat_kv(c, true, err);
-    }
-}
+HOST_KERNEL_BOTH(qk, qk)
+HOST_KERNEL_BOTH(pv, pv)
+HOST_KERNEL_BOTH(softmax, softmax)
+HOST_KERNEL_BOTH(transpose, transpose)
+HOST_KERNEL_BOTH(repeat_kv, repeat_kv)

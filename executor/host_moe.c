@@ -25,11 +25,11 @@ static float *zeros(const gckpt_xcall *c, uint64_t n, gckpt_err *err)
 
 /* the `width` largest of each row of E (the experts; the load-balancing loss's rows hold
  * every layer's): values and int64 indices, in gckpt_topk_before's order */
-static gckpt_xstatus topk_fwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_topk_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *v = &c->out[0], *ix = &c->out[1];
     NEED(c, *x, "input");
-    uint64_t E = c->m->experts, k = c->op->width;
+    uint64_t E = c->op->experts, k = c->op->width;
     for (uint64_t r = 0; r < shape_n(x) / E; r++)
         for (uint64_t j = 0; j < k; j++) {
             uint64_t best = E;
@@ -45,12 +45,12 @@ static gckpt_xstatus topk_fwd(const gckpt_xcall *c, gckpt_err *err)
 }
 
 /* the values' gradient scattered to the chosen columns (the indices get none) */
-static gckpt_xstatus topk_bwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_topk_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *gi = &c->gin[0], *ix = &c->out[1];
     if (!gi->p) return GCKPT_XS_OK;
     NEED(c, *ix, "saved indices");
-    uint64_t E = c->m->experts, k = c->op->width;
+    uint64_t E = c->op->experts, k = c->op->width;
     float *acc = zeros(c, gi->n, err);
     if (!acc) return GCKPT_XS_ERROR;
     for (uint64_t r = 0; r < gi->n / E; r++)
@@ -65,7 +65,7 @@ static gckpt_xstatus topk_bwd(const gckpt_xcall *c, gckpt_err *err)
 static float normaliser(const gckpt_xcall *c) { return c->op->sb > 0 ? (float)((double)shape_n(&c->in[0]) / c->op->sb) : 1.0f; }
 
 /* sum over the middle of [n_out / B, w, B] (gckpt_sum_dst), B the output's row width */
-static gckpt_xstatus sum_fwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_sum_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *o = &c->out[0];
     NEED(c, *x, "input");
@@ -78,7 +78,7 @@ static gckpt_xstatus sum_fwd(const gckpt_xcall *c, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-static gckpt_xstatus sum_bwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_sum_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     (void)err;
     const gckpt_xt *gi = &c->gin[0];
@@ -91,7 +91,7 @@ static gckpt_xstatus sum_bwd(const gckpt_xcall *c, gckpt_err *err)
 
 /* x / y with broadcast; the backward from the saved y and output (y's gradient is
  * -sum(g * out / y) over its group) */
-static gckpt_xstatus div_fwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_div_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *y = &c->in[1], *o = &c->out[0];
     NEED(c, *x, "input 0");
@@ -101,7 +101,7 @@ static gckpt_xstatus div_fwd(const gckpt_xcall *c, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-static gckpt_xstatus div_bwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_div_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *y = &c->in[1], *o = &c->out[0], *g = &c->gout;
     NEED(c, *y, "saved divisor");
@@ -139,7 +139,7 @@ static int by_value_then_index(const void *a, const void *b)
 
 /* torch.sort of the expert ids: sorted values and the permutation, equal ids in index
  * order (a stable sort: what the CPU's sort gave, FINDINGS R-MOE-6) */
-static gckpt_xstatus sort_fwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_sort_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0];
     NEED(c, *x, "input");
@@ -159,7 +159,7 @@ static gckpt_xstatus sort_fwd(const gckpt_xcall *c, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-static gckpt_xstatus floordiv_fwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_floordiv_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0];
     NEED(c, *x, "input");
@@ -173,7 +173,7 @@ static gckpt_xstatus floordiv_fwd(const gckpt_xcall *c, gckpt_err *err)
 }
 
 /* inv[perm[i]] = i; perm must be a permutation */
-static gckpt_xstatus invert_fwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_invert_perm_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *p = &c->in[0], *o = &c->out[0];
     NEED(c, *p, "permutation");
@@ -194,7 +194,7 @@ static gckpt_xstatus invert_fwd(const gckpt_xcall *c, gckpt_err *err)
 /* torch.histc of the ids over `width` bins of one id each (values outside are dropped);
  * an integer output takes the cumulative sum (the experts' end offsets, cumsum to int32),
  * a float one the counts (divided by normaliser()) */
-static gckpt_xstatus histc_fwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_histc_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *o = &c->out[0];
     NEED(c, *x, "input");
@@ -238,7 +238,7 @@ static bool group_of(const gckpt_xcall *c, uint64_t e, uint64_t S, uint64_t *lo,
 
 /* y[group e] = x[group e] @ W_e^T, W_e = rows [e N, (e + 1) N) of the [E N, K] weight;
  * with op->sa (gpt_oss's [E, K, N] weight) x[group e] @ W_e, W_e = rows [e K, (e + 1) K) */
-static gckpt_xstatus grouped_fwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_grouped_linear_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_op *op = c->op;
     NEED(c, c->in[0], "input");
@@ -267,7 +267,7 @@ out:
 
 /* dx[group e] = dy[group e] @ W_e; dW_e = dy[group e]^T @ x[group e] (zero for an expert
  * that received no pair); with op->sa dx = dy @ W_e^T, dW_e = x^T @ dy */
-static gckpt_xstatus grouped_bwd(const gckpt_xcall *c, gckpt_err *err)
+gckpt_xstatus host_grouped_linear_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_op *op = c->op;
     NEED(c, c->in[2], "saved offsets");
@@ -308,43 +308,4 @@ out:
     hs_free(dx);
     hs_free(dw);
     return rc;
-}
-
-/* ---- dispatch -------------------------------------------------------------------------------- */
-
-bool host_is_moe(int prim)
-{
-    switch (prim) {
-    case GCKPT_P_TOPK: case GCKPT_P_SUM: case GCKPT_P_DIV: case GCKPT_P_SORT: case GCKPT_P_FLOORDIV:
-    case GCKPT_P_HISTC: case GCKPT_P_INVERT_PERM: case GCKPT_P_GROUPED_LINEAR: return true;
-    default: return false;
-    }
-}
-
-gckpt_xstatus host_moe_forward(const gckpt_xcall *c, gckpt_err *err)
-{
-    switch (c->op->prim) {
-    case GCKPT_P_TOPK: return topk_fwd(c, err);
-    case GCKPT_P_SUM: return sum_fwd(c, err);
-    case GCKPT_P_DIV: return div_fwd(c, err);
-    case GCKPT_P_SORT: return sort_fwd(c, err);
-    case GCKPT_P_FLOORDIV: return floordiv_fwd(c, err);
-    case GCKPT_P_HISTC: return histc_fwd(c, err);
-    case GCKPT_P_INVERT_PERM: return invert_fwd(c, err);
-    default: return grouped_fwd(c, err);
-    }
-}
-
-/* sort, floordiv, histc and the inverse permutation make integers: no backward */
-gckpt_xstatus host_moe_backward(const gckpt_xcall *c, gckpt_err *err)
-{
-    switch (c->op->prim) {
-    case GCKPT_P_TOPK: return topk_bwd(c, err);
-    case GCKPT_P_SUM: return sum_bwd(c, err);
-    case GCKPT_P_DIV: return div_bwd(c, err);
-    case GCKPT_P_GROUPED_LINEAR: return grouped_bwd(c, err);
-    default:
-        gckpt_seterr(err, "op %s: an integer-valued primitive has no backward", c->op->name);
-        return GCKPT_XS_ERROR;
-    }
 }

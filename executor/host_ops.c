@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/core/prim.h"
 #include "gckpt/executor/kernel_math.h"
 #include "host_blas.h"
 #include "host_num.h"
@@ -83,12 +84,10 @@ static gckpt_xstatus unary_bwd(const gckpt_xcall *c, gckpt_err *err)
     const gckpt_op *op = c->op;
     const gckpt_xt *g = &c->gout, *gi = &c->gin[0];
     if (!gi->p) return GCKPT_XS_OK;
-    switch (op->prim) {
-    case GCKPT_P_POW: case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_CLAMP: NEED(c, c->in[0], "saved input"); break;
-    case GCKPT_P_RSQRT: case GCKPT_P_TANH: case GCKPT_P_SIGMOID: NEED(c, c->out[0], "saved output"); break;
-    case GCKPT_P_DROPOUT: NEED(c, c->out[1], "saved mask"); break;
-    default: break;
-    }
+    uint8_t reads = gckpt_prim_of(op->prim)->bwd_reads; /* what it saved */
+    if (reads & GCKPT_PR_IN0) NEED(c, c->in[0], "saved input");
+    if (reads & GCKPT_PR_OUT0) NEED(c, c->out[0], "saved output");
+    if (reads & GCKPT_PR_OUT1) NEED(c, c->out[1], "saved mask");
     float inv_keep = op->sa < 1 ? 1.0f / (1.0f - (float)op->sa) : 0.0f;
     for (uint64_t i = 0; i < gi->n; i++) {
         float d = ld(g, i), r;
@@ -258,6 +257,9 @@ static gckpt_xstatus cat_pass(const gckpt_xcall *c, bool bwd, gckpt_err *err)
     }
     return GCKPT_XS_OK;
 }
+
+static gckpt_xstatus cat_pass_fwd(const gckpt_xcall *c, gckpt_err *err) { return cat_pass(c, false, err); }
+static gckpt_xstatus cat_pass_bwd(const gckpt_xcall *c, gckpt_err *err) { return cat_pass(c, true, err); }
 
 static gckpt_xstatus mean_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
@@ -540,17 +542,71 @@ static gckpt_xstatus nll_bwd(const gckpt_xcall *c, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-/* ---- dispatch -------------------------------------------------------------------------------- */
+/* ---- the kernel table ------------------------------------------------------------------------ */
 
-static gckpt_xstatus op_forward(const gckpt_xcall *c, gckpt_err *err);
-static gckpt_xstatus op_backward(const gckpt_xcall *c, gckpt_err *err);
+/* One row per primitive (recipe.h gckpt_prim); a primitive without a row, or a NULL
+ * backward, is refused by name (tests/executor/test_prim_coverage.c lists them). The
+ * attention kernels read packed q / k / v themselves; the others read strided views
+ * (gckpt_xt.vW) through host_num.h's ld / st. */
+static const host_kernel kernels[GCKPT_NPRIM] = {
+    [GCKPT_P_CAST] = {unary_fwd, unary_bwd},
+    [GCKPT_P_MUL] = {binary_fwd, binary_bwd},
+    [GCKPT_P_ADD] = {binary_fwd, binary_bwd},
+    [GCKPT_P_AFFINE] = {unary_fwd, unary_bwd},
+    [GCKPT_P_NEG_HALF] = {half_fwd, half_bwd},
+    [GCKPT_P_CAT_HALF] = {half_fwd, half_bwd},
+    [GCKPT_P_POW] = {unary_fwd, unary_bwd},
+    [GCKPT_P_RSQRT] = {unary_fwd, unary_bwd},
+    [GCKPT_P_TANH] = {unary_fwd, unary_bwd},
+    [GCKPT_P_SILU] = {unary_fwd, unary_bwd},
+    [GCKPT_P_GELU] = {unary_fwd, unary_bwd},
+    [GCKPT_P_MEAN] = {mean_fwd, mean_bwd},
+    [GCKPT_P_LINEAR] = {linear_fwd, linear_bwd},
+    [GCKPT_P_LAYERNORM] = {layernorm_fwd, layernorm_bwd},
+    [GCKPT_P_DROPOUT] = {unary_fwd, unary_bwd},
+    [GCKPT_P_SDPA] = {host_sdpa_fwd, host_sdpa_bwd},
+    [GCKPT_P_REPEAT_KV] = {host_repeat_kv_fwd, host_repeat_kv_bwd},
+    [GCKPT_P_QK] = {host_qk_fwd, host_qk_bwd},
+    [GCKPT_P_SOFTMAX] = {host_softmax_fwd, host_softmax_bwd},
+    [GCKPT_P_PV] = {host_pv_fwd, host_pv_bwd},
+    [GCKPT_P_TRANSPOSE] = {host_transpose_fwd, host_transpose_bwd},
+    [GCKPT_P_EMBED] = {embed_fwd, embed_bwd},
+    [GCKPT_P_LOG_SOFTMAX] = {logsoftmax_fwd, logsoftmax_bwd},
+    [GCKPT_P_NLL] = {nll_fwd, nll_bwd},
+    [GCKPT_P_SPLIT] = {split_fwd, split_bwd},
+    [GCKPT_P_CAT_PASS] = {cat_pass_fwd, cat_pass_bwd},
+    [GCKPT_P_TOPK] = {host_topk_fwd, host_topk_bwd},
+    [GCKPT_P_SUM] = {host_sum_fwd, host_sum_bwd},
+    [GCKPT_P_DIV] = {host_div_fwd, host_div_bwd},
+    [GCKPT_P_SORT] = {host_sort_fwd, NULL},
+    [GCKPT_P_FLOORDIV] = {host_floordiv_fwd, NULL},
+    [GCKPT_P_GATHER_ROWS] = {embed_fwd, embed_bwd},
+    [GCKPT_P_HISTC] = {host_histc_fwd, NULL},
+    [GCKPT_P_INVERT_PERM] = {host_invert_perm_fwd, NULL},
+    [GCKPT_P_GROUPED_LINEAR] = {host_grouped_linear_fwd, host_grouped_linear_bwd},
+    [GCKPT_P_SUB] = {binary_fwd, binary_bwd},
+    [GCKPT_P_CLAMP] = {unary_fwd, unary_bwd},
+    [GCKPT_P_SIGMOID] = {unary_fwd, unary_bwd},
+    [GCKPT_P_CAT_SINK] = {host_cat_sink_fwd, host_cat_sink_bwd},
+    [GCKPT_P_MAX_LAST] = {host_max_last_fwd, host_max_last_bwd},
+    [GCKPT_P_DROP_SINK] = {host_drop_sink_fwd, host_drop_sink_bwd},
+    [GCKPT_P_CAT_HALVES] = {host_cat_halves_fwd, host_cat_halves_bwd},
+    [GCKPT_P_BOOL_MASK] = {host_bool_mask_fwd, NULL},
+    /* GCKPT_P_SOURCE: the backend's source call (host_source.c), not a kernel */
+};
 
-/* the attention kernels read packed q / k / v themselves; the others read strided views
- * (gckpt_xt.vW) through host_num.h's ld / st */
+const host_kernel *host_kernel_of(int prim) { return prim >= 0 && prim < GCKPT_NPRIM ? &kernels[prim] : NULL; }
+
 static gckpt_xstatus run_op(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
-    if (host_is_attn(c->op->prim)) return bwd ? host_attn_backward(c, err) : host_attn_forward(c, err);
-    return bwd ? op_backward(c, err) : op_forward(c, err);
+    const host_kernel *k = host_kernel_of(c->op->prim);
+    host_kernel_fn fn = !k ? NULL : bwd ? k->bwd : k->fwd;
+    if (!fn) {
+        gckpt_seterr(err, "op %s: primitive %s has no host %s", c->op->name, gckpt_prim_name(c->op->prim),
+                     bwd ? "backward" : "forward");
+        return GCKPT_XS_ERROR;
+    }
+    return fn(c, err);
 }
 
 gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err) { return run_op(c, false, err); }
@@ -559,52 +615,4 @@ gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err)
 {
     NEED(c, c->gout, "output gradient");
     return run_op(c, true, err);
-}
-
-static gckpt_xstatus op_forward(const gckpt_xcall *c, gckpt_err *err)
-{
-    switch (c->op->prim) {
-    case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
-    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: case GCKPT_P_CLAMP: case GCKPT_P_SIGMOID:
-        return unary_fwd(c, err);
-    case GCKPT_P_MUL: case GCKPT_P_ADD: case GCKPT_P_SUB: return binary_fwd(c, err);
-    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_fwd(c, err);
-    case GCKPT_P_SPLIT: return split_fwd(c, err);
-    case GCKPT_P_CAT_PASS: return cat_pass(c, false, err);
-    case GCKPT_P_MEAN: return mean_fwd(c, err);
-    case GCKPT_P_LINEAR: return linear_fwd(c, err);
-    case GCKPT_P_LAYERNORM: return layernorm_fwd(c, err);
-    case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: return embed_fwd(c, err);
-    case GCKPT_P_LOG_SOFTMAX: return logsoftmax_fwd(c, err);
-    case GCKPT_P_NLL: return nll_fwd(c, err);
-    default:
-        if (host_is_moe(c->op->prim)) return host_moe_forward(c, err);
-        if (host_is_sink(c->op->prim)) return host_sink_op(c, false, err);
-        gckpt_seterr(err, "op %s: primitive %d has no host forward", c->op->name, c->op->prim);
-        return GCKPT_XS_ERROR;
-    }
-}
-
-static gckpt_xstatus op_backward(const gckpt_xcall *c, gckpt_err *err)
-{
-    switch (c->op->prim) {
-    case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
-    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: case GCKPT_P_CLAMP: case GCKPT_P_SIGMOID:
-        return unary_bwd(c, err);
-    case GCKPT_P_MUL: case GCKPT_P_ADD: case GCKPT_P_SUB: return binary_bwd(c, err);
-    case GCKPT_P_NEG_HALF: case GCKPT_P_CAT_HALF: return half_bwd(c, err);
-    case GCKPT_P_SPLIT: return split_bwd(c, err);
-    case GCKPT_P_CAT_PASS: return cat_pass(c, true, err);
-    case GCKPT_P_MEAN: return mean_bwd(c, err);
-    case GCKPT_P_LINEAR: return linear_bwd(c, err);
-    case GCKPT_P_LAYERNORM: return layernorm_bwd(c, err);
-    case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: return embed_bwd(c, err);
-    case GCKPT_P_LOG_SOFTMAX: return logsoftmax_bwd(c, err);
-    case GCKPT_P_NLL: return nll_bwd(c, err);
-    default:
-        if (host_is_moe(c->op->prim)) return host_moe_backward(c, err);
-        if (host_is_sink(c->op->prim)) return host_sink_op(c, true, err);
-        gckpt_seterr(err, "op %s: primitive %d has no host backward", c->op->name, c->op->prim);
-        return GCKPT_XS_ERROR;
-    }
 }

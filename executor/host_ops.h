@@ -7,17 +7,48 @@
 
 gckpt_xstatus host_op_forward(const gckpt_xcall *c, gckpt_err *err);
 gckpt_xstatus host_op_backward(const gckpt_xcall *c, gckpt_err *err);
-/* attention-shaped primitives (host_attn.c) */
-gckpt_xstatus host_attn_forward(const gckpt_xcall *c, gckpt_err *err);
-gckpt_xstatus host_attn_backward(const gckpt_xcall *c, gckpt_err *err);
-bool host_is_attn(int prim);
-/* mixture-of-experts primitives (host_moe.c) */
-gckpt_xstatus host_moe_forward(const gckpt_xcall *c, gckpt_err *err);
-gckpt_xstatus host_moe_backward(const gckpt_xcall *c, gckpt_err *err);
-bool host_is_moe(int prim);
+
+/* One primitive's kernels, a row of host_ops.c's table indexed by gckpt_prim: forward and
+ * backward; a NULL one is refused by the primitive's name (a backward where the primitive
+ * has none: gckpt/core/prim.h no_grad). */
+typedef gckpt_xstatus (*host_kernel_fn)(const gckpt_xcall *c, gckpt_err *err);
+typedef struct {
+    host_kernel_fn fwd, bwd;
+} host_kernel;
+/* Row prim of the table, NULL for a value that is no primitive. */
+const host_kernel *host_kernel_of(int prim);
+
+/* The kernels of the other files, each one primitive's: host_<name>_fwd / _bwd. */
+#define HOST_KERNEL_PAIR(name)                                                                   \
+    gckpt_xstatus host_##name##_fwd(const gckpt_xcall *c, gckpt_err *err);                      \
+    gckpt_xstatus host_##name##_bwd(const gckpt_xcall *c, gckpt_err *err)
+/* ... defined from one function of (c, bwd, err) */
+#define HOST_KERNEL_BOTH(name, fn)                                                               \
+    gckpt_xstatus host_##name##_fwd(const gckpt_xcall *c, gckpt_err *err) { return fn(c, false, err); } \
+    gckpt_xstatus host_##name##_bwd(const gckpt_xcall *c, gckpt_err *err) { return fn(c, true, err); }
+/* attention-shaped primitives (host_attn.c): they read packed q / k / v themselves */
+HOST_KERNEL_PAIR(sdpa);
+HOST_KERNEL_PAIR(qk);
+HOST_KERNEL_PAIR(pv);
+HOST_KERNEL_PAIR(softmax);
+HOST_KERNEL_PAIR(transpose);
+HOST_KERNEL_PAIR(repeat_kv);
+gckpt_xstatus host_bool_mask_fwd(const gckpt_xcall *c, gckpt_err *err);
+/* mixture-of-experts primitives (host_moe.c); sort, floordiv, histc and the inverse
+ * permutation make integers: no backward */
+HOST_KERNEL_PAIR(topk);
+HOST_KERNEL_PAIR(sum);
+HOST_KERNEL_PAIR(div);
+HOST_KERNEL_PAIR(grouped_linear);
+gckpt_xstatus host_sort_fwd(const gckpt_xcall *c, gckpt_err *err);
+gckpt_xstatus host_floordiv_fwd(const gckpt_xcall *c, gckpt_err *err);
+gckpt_xstatus host_histc_fwd(const gckpt_xcall *c, gckpt_err *err);
+gckpt_xstatus host_invert_perm_fwd(const gckpt_xcall *c, gckpt_err *err);
 /* gpt_oss's sink softmax and half-split rotary primitives (host_sink.c) */
-gckpt_xstatus host_sink_op(const gckpt_xcall *c, bool bwd, gckpt_err *err);
-bool host_is_sink(int prim);
+HOST_KERNEL_PAIR(cat_sink);
+HOST_KERNEL_PAIR(max_last);
+HOST_KERNEL_PAIR(drop_sink);
+HOST_KERNEL_PAIR(cat_halves);
 gckpt_xstatus host_optim(const gckpt_optcall *c, gckpt_err *err);
 gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t *host, gckpt_err *err);
 

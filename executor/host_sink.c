@@ -100,18 +100,7 @@ static gckpt_xstatus cat_halves(const gckpt_xcall *c, bool bwd, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-bool host_is_sink(int prim)
-{
-    return prim == GCKPT_P_CAT_SINK || prim == GCKPT_P_MAX_LAST || prim == GCKPT_P_DROP_SINK ||
-           prim == GCKPT_P_CAT_HALVES;
-}
-
-gckpt_xstatus host_sink_op(const gckpt_xcall *c, bool bwd, gckpt_err *err)
-{
-    switch (c->op->prim) {
-    case GCKPT_P_CAT_SINK: return cat_sink(c, bwd, err);
-    case GCKPT_P_MAX_LAST: return max_last(c, bwd, err);
-    case GCKPT_P_DROP_SINK: return drop_sink(c, bwd, err);
-    default: return cat_halves(c, bwd, err);
-    }
-}
+HOST_KERNEL_BOTH(cat_sink, cat_sink)
+HOST_KERNEL_BOTH(max_last, max_last)
+HOST_KERNEL_BOTH(drop_sink, drop_sink)
+HOST_KERNEL_BOTH(cat_halves, cat_halves)

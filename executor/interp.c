@@ -10,6 +10,7 @@
 #include "gckpt/core/families.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/peft.h"
+#include "gckpt/core/prim.h"
 #include "gckpt/executor/exec_quant.h"
 
 #include <math.h>
@@ -124,22 +125,32 @@ static bool check_recipe(gckpt_exec *x, gckpt_err *err)
     const gckpt_recipe *r = x->r;
     for (int i = 0; i < r->nop; i++) {
         const gckpt_op *op = &r->op[i];
+        const gckpt_prim_info *info = gckpt_prim_of(op->prim);
+        bool source = info && info->nin_max == 0; /* a source makes data: no inputs */
         if (op->nin == 0) {
-            if (op->prim != GCKPT_P_SOURCE || op->source > GCKPT_SRC_ROUTER_LOGITS) {
+            if (!source || op->source > GCKPT_SRC_ROUTER_LOGITS) {
                 gckpt_seterr(err, "recipe op %s: an op without inputs that is not a known source", op->name);
                 return false;
             }
-        } else if (op->prim == GCKPT_P_SOURCE) {
+        } else if (source) {
             gckpt_seterr(err, "recipe op %s: has inputs but no primitive", op->name);
             return false;
         }
-        if ((op->prim == GCKPT_P_NEG_HALF || op->prim == GCKPT_P_CAT_HALF) && (op->width == 0 || op->width % 2)) {
+        if (!info || op->nin < info->nin_min || op->nin > info->nin_max || (op->out[1] >= 0 && info->nout < 2)) {
+            gckpt_seterr(err, "recipe op %s: primitive %s does not take %d inputs and %d outputs", op->name,
+                         gckpt_prim_name(op->prim), op->nin, op->out[1] >= 0 ? 2 : 1);
+            return false;
+        }
+        if (info->even_width && (op->width == 0 || op->width % 2)) {
             gckpt_seterr(err, "recipe op %s: rotary head width %llu must be even", op->name, (unsigned long long)op->width);
             return false;
         }
-        if ((op->prim == GCKPT_P_MEAN || op->prim == GCKPT_P_LAYERNORM || op->prim == GCKPT_P_EMBED ||
-             op->prim == GCKPT_P_LOG_SOFTMAX || op->prim == GCKPT_P_NLL || op->prim == GCKPT_P_TRANSPOSE ||
-             op->prim == GCKPT_P_REPEAT_KV) && op->width == 0) {
+        if (op->qk_dim != op->v_dim) { /* host_attn.c / cuda_attn.cu take one head width for q, k and v */
+            gckpt_seterr(err, "recipe op %s: q/k heads of width %u and v heads of width %u are not executed", op->name,
+                         op->qk_dim, op->v_dim);
+            return false;
+        }
+        if (info->needs_width && op->width == 0) {
             gckpt_seterr(err, "recipe op %s: group width is 0", op->name);
             return false;
         }

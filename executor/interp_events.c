@@ -7,6 +7,7 @@
 #include "interp.h"
 
 #include "gckpt/core/families.h"
+#include "gckpt/core/prim.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -213,8 +214,8 @@ static uint64_t op_window(const gckpt_exec *x, const gckpt_op *op, int layer)
 {
     const gckpt_model *m = &x->m;
     if (!m->sliding_window) return 0;
-    if (op->prim == GCKPT_P_SDPA) return layer >= 0 && gckpt_layer_sliding(m, (uint64_t)layer) ? m->sliding_window : 0;
-    if (op->prim != GCKPT_P_SOURCE || op->source != GCKPT_SRC_MASK || op->out[0] < 0) return 0;
+    if (gckpt_prim_of(op->prim)->windowed) return layer >= 0 && gckpt_layer_sliding(m, (uint64_t)layer) ? m->sliding_window : 0;
+    if (op->nin != 0 || op->source != GCKPT_SRC_MASK || op->out[0] < 0) return 0; /* not the mask's source */
     int lt = x->r->t[op->out[0]].layer_type;
     bool sliding = lt == GCKPT_LT_SLIDING || (lt == GCKPT_LT_ANY && m->sliding_layers == m->layers);
     return sliding ? m->sliding_window : 0;
@@ -266,9 +267,10 @@ static const gckpt_op *view_of(const gckpt_exec *x, int t)
     int p = gckpt_recipe_producer(x->r, t);
     if (p < 0) return NULL;
     const gckpt_op *op = &x->r->op[p];
-    if (op->prim == GCKPT_P_CAST && op->batched_copy && x->set.micro_batch == 1) return view_of(x, op->in[0]);
-    /* (gpt_oss's probs[..., :-1], DROP_SINK: the first s of s + 1 columns, from column 0) */
-    return (op->prim == GCKPT_P_SPLIT || op->prim == GCKPT_P_DROP_SINK) && op->view_fwd ? op : NULL;
+    const gckpt_prim_info *info = gckpt_prim_of(op->prim);
+    if (info->identity && op->batched_copy && x->set.micro_batch == 1) return view_of(x, op->in[0]);
+    /* (also gpt_oss's probs[..., :-1]: the first s of s + 1 columns, from column 0) */
+    return info->col_view && op->view_fwd ? op : NULL;
 }
 
 static void strided_view(const gckpt_exec *x, int t, gckpt_xt *v)
@@ -345,11 +347,12 @@ static gckpt_xstatus pass_grad(gckpt_exec *x, const gckpt_xcall *c, int slot, in
     const gckpt_op *op = c->op;
     const gckpt_xt *g = &c->gout, *in = &c->in[k];
     exec_gview v = {.inst = id, .gen = x->gen};
-    switch (op->prim) {
-    case GCKPT_P_CAT_SINK: /* cat(scores, sink)'s first W columns of W + 1 */
+    uint8_t rule = gckpt_prim_of(op->prim)->grad_pass;
+    switch (rule) {
+    case GCKPT_GP_FIRST_COLS: /* cat(scores, sink)'s first W columns of W + 1 */
         v.vW = g->cols;
         break;
-    case GCKPT_P_CAT_HALVES: /* input k's half of every head of op->width */
+    case GCKPT_GP_HALVES: /* input k's half of every head of op->width */
         v.vW = g->cols;
         v.voff = (uint64_t)k * (op->width / 2);
         v.vblk = op->width / 2;
@@ -364,7 +367,7 @@ static gckpt_xstatus pass_grad(gckpt_exec *x, const gckpt_xcall *c, int slot, in
         v.vstride = g->vstride;
         break;
     }
-    if (v.vW && g->vW && (op->prim == GCKPT_P_CAT_SINK || op->prim == GCKPT_P_CAT_HALVES))
+    if (v.vW && g->vW && rule != GCKPT_GP_WHOLE)
         return exec_fail(err, "%s: a gradient view inside a gradient view is not executed", w->at);
     *gview_at(x, slot, op->in[k]) = v;
     return GCKPT_XS_OK;
@@ -426,13 +429,13 @@ static gckpt_xstatus dequant_weight(gckpt_exec *x, gckpt_xcall *c, int layer, ui
 
 /* A grouped GEMM's experts' offsets (grouped_mm's offs argument, which the recipe has it
  * save rather than take as an input): the int32 histogram's latest output in this
- * section instance, as in[2] (recipe.h GCKPT_P_GROUPED_LINEAR). */
+ * section instance, as in[2] (prim.h reads_offsets, makes_offsets). */
 static gckpt_xstatus grouped_offsets(gckpt_exec *x, gckpt_xcall *c, int slot, const exec_site *w, gckpt_err *err)
 {
     const gckpt_recipe *r = x->r;
     int prod = -1;
     for (int i = r->sec_begin[c->op->section]; i < r->sec_end[c->op->section] && prod < 0; i++)
-        if (r->op[i].prim == GCKPT_P_HISTC && r->t[r->op[i].out[0]].dtype == GCKPT_DT_I32) prod = i;
+        if (gckpt_prim_of(r->op[i].prim)->makes_offsets && r->t[r->op[i].out[0]].dtype == GCKPT_DT_I32) prod = i;
     size_t b = (size_t)slot * (size_t)r->nop + (size_t)(prod < 0 ? 0 : prod);
     uint32_t id = prod < 0 ? GCKPT_NOINST : x->bind[b].out[0];
     if (prod < 0 || x->bind_gen[b] != x->gen || !exec_live(x, id))
@@ -478,7 +481,7 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
     }
     shape_call(x, &c);
     gckpt_xstatus rc;
-    if (op->prim == GCKPT_P_GROUPED_LINEAR && (rc = grouped_offsets(x, &c, slot, w, err)) != GCKPT_XS_OK) return rc;
+    if (gckpt_prim_of(op->prim)->reads_offsets && (rc = grouped_offsets(x, &c, slot, w, err)) != GCKPT_XS_OK) return rc;
     if (op->dequant) {
         if (!exec_live(x, a->workspace)) return exec_fail(err, "%s: workspace is not allocated", w->at);
         c.ws = exec_inst_view(x, a->workspace);
@@ -536,7 +539,7 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, const exec_site
         if (a->grad_in[k] != a->grad_out) grad_view(x, slot, op->in[k], a->grad_in[k], &c.gin[k]);
         else if ((rc = pass_grad(x, &c, slot, k, a->grad_out, w, err)) != GCKPT_XS_OK) return rc;
     }
-    if (op->prim == GCKPT_P_GROUPED_LINEAR && (rc = grouped_offsets(x, &c, slot, w, err)) != GCKPT_XS_OK) return rc;
+    if (gckpt_prim_of(op->prim)->reads_offsets && (rc = grouped_offsets(x, &c, slot, w, err)) != GCKPT_XS_OK) return rc;
     if (op->dequant && (rc = dequant_weight(x, &c, layer, op->bws_fixed, w, err)) != GCKPT_XS_OK) return rc;
     if (op->out[0] == x->r->router_logits[0] && (rc = exec_aux_add(x, layer, c.gout, w, err)) != GCKPT_XS_OK) return rc;
     if (op->out[0] == x->r->loss) {

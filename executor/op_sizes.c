@@ -6,78 +6,21 @@
 
 #include <stdio.h>
 
+#include "gckpt/core/prim.h"
 #include "gckpt/executor/kernel_math.h"
 
 /* elements of the tensor an operand holds */
 static uint64_t shape_n(const gckpt_xt *t) { return t->rows * t->cols; }
 
-/* The elements of output k of op c->op's forward, from its inputs; false when the
- * inputs do not divide as the op needs. */
+/* The elements of output k of op c->op's forward, from its inputs (the primitive's rule,
+ * gckpt/core/prim.h); false when the inputs do not divide as the op needs. */
 static bool output_size(const gckpt_xcall *c, int k, uint64_t *n)
 {
-    const gckpt_op *op = c->op;
-    const gckpt_model *m = c->m;
-    const gckpt_xt *x = &c->in[0];
-    uint64_t qd = m->heads * m->head_dim;
-    switch (op->prim) {
-    case GCKPT_P_CAST: case GCKPT_P_AFFINE: case GCKPT_P_POW: case GCKPT_P_RSQRT: case GCKPT_P_TANH:
-    case GCKPT_P_SILU: case GCKPT_P_GELU: case GCKPT_P_DROPOUT: case GCKPT_P_MUL: case GCKPT_P_ADD:
-    case GCKPT_P_SOFTMAX: case GCKPT_P_TRANSPOSE: case GCKPT_P_LOG_SOFTMAX: case GCKPT_P_CLAMP: case GCKPT_P_SIGMOID:
-        *n = shape_n(x); /* the output (and dropout's mask) is shaped like input 0 */
-        return true;
-    case GCKPT_P_SUB: /* shaped like x; y one value per row of x (the sink softmax's row max) or like x */
-        *n = shape_n(x);
-        return op->bcast == GCKPT_BC_ROW ? shape_n(&c->in[1]) * gckpt_bcast_width(op->bcast, op->width, x->cols) == *n
-                                         : op->bcast != GCKPT_BC_NONE || shape_n(&c->in[1]) == *n;
-    case GCKPT_P_NEG_HALF: *n = shape_n(x) / 2; return shape_n(x) % 2 == 0;
-    case GCKPT_P_CAT_HALF: *n = shape_n(&c->in[1]); return shape_n(x) * 2 == *n;
-    case GCKPT_P_CAT_PASS: *n = shape_n(&c->in[1]); return shape_n(x) <= *n; /* shaped like the input */
-    case GCKPT_P_MEAN: *n = op->width ? shape_n(x) / op->width : 0; return op->width && shape_n(x) % op->width == 0;
-    case GCKPT_P_LINEAR:
-        *n = shape_n(x) / op->in_f * op->out_f;
-        return op->in_f && shape_n(x) % op->in_f == 0 && shape_n(&c->in[1]) == op->in_f * op->out_f &&
-               (op->nin < 3 || shape_n(&c->in[2]) == op->out_f);
-    case GCKPT_P_LAYERNORM:
-        *n = k == 0 ? shape_n(x) : 2 * (shape_n(x) / op->width); /* out[1]: mean and rstd per row */
-        return op->width && shape_n(x) % op->width == 0;
-    case GCKPT_P_SDPA: /* out[1]: logsumexp; an additive mask [b, 1, s, s] */
-        *n = x->rows * (k == 0 ? qd : m->heads);
-        return op->nin < 4 || shape_n(&c->in[3]) == x->rows * c->s;
-    case GCKPT_P_REPEAT_KV: *n = x->rows * qd; return true;                          /* every head */
-    case GCKPT_P_SPLIT: *n = x->rows * c->out[0].cols; return c->out[0].cols > 0;    /* the block's columns */
-    case GCKPT_P_QK: *n = x->rows * m->heads * c->s; return true;                  /* [b, heads, s, s] */
-    case GCKPT_P_PV: *n = x->rows * m->head_dim; return true;                      /* probabilities' rows */
-    case GCKPT_P_EMBED: case GCKPT_P_GATHER_ROWS: /* rows of width of in0 picked by in1 */
-        *n = shape_n(&c->in[1]) * op->width;
-        return op->width && shape_n(x) % op->width == 0;
-    case GCKPT_P_NLL: *n = 1; return op->width && shape_n(&c->in[1]) * op->width == shape_n(x); /* loss, total_weight */
-    /* mixture of experts (recipe_moe.c) */
-    case GCKPT_P_TOPK: /* values, indices: width of each row of the experts' probabilities */
-        *n = shape_n(x) / m->experts * op->width;
-        return op->width && op->width <= m->experts && shape_n(x) % m->experts == 0;
-    case GCKPT_P_SUM: /* groups of width, or (sb: the load-balancing loss's sums) width column sums */
-        *n = op->sb > 0 ? op->width : op->width ? shape_n(x) / op->width : 0;
-        return op->width && shape_n(x) % op->width == 0;
-    case GCKPT_P_DIV: case GCKPT_P_SORT: case GCKPT_P_FLOORDIV: case GCKPT_P_INVERT_PERM:
-        *n = shape_n(x);
-        return true;
-    case GCKPT_P_HISTC: *n = op->width; return op->width > 0; /* one per expert */
-    case GCKPT_P_GROUPED_LINEAR: /* [S, in_f] by [E x out_f, in_f] in E groups (in[2]: the offsets) */
-        *n = op->in_f ? shape_n(x) / op->in_f * op->out_f : 0;
-        return op->in_f && shape_n(x) % op->in_f == 0 && c->in[2].p && shape_n(&c->in[2]) == m->experts &&
-               shape_n(&c->in[1]) == m->experts * op->in_f * op->out_f;
-    /* gpt_oss (recipe_gpt_oss.c): rows of x's width W */
-    case GCKPT_P_CAT_SINK: /* one sink per head, one more column */
-        *n = x->cols ? shape_n(x) / x->cols * (x->cols + 1) : 0;
-        return x->cols && c->s && shape_n(&c->in[1]) > 0 && x->rows % c->s == 0;
-    case GCKPT_P_MAX_LAST: *n = x->cols ? shape_n(x) / x->cols : 0; return x->cols > 0; /* values, indices */
-    case GCKPT_P_DROP_SINK: *n = x->cols ? shape_n(x) / x->cols * (x->cols - 1) : 0; return x->cols > 1;
-    case GCKPT_P_CAT_HALVES: /* two halves of each head of width */
-        *n = 2 * shape_n(x);
-        return op->width && op->width % 2 == 0 && shape_n(&c->in[1]) == shape_n(x) && shape_n(x) % (op->width / 2) == 0;
-    case GCKPT_P_BOOL_MASK: *n = c->b * c->s * c->s; return shape_n(x) == c->s * c->s; /* [s, s] -> [b, 1, s, s] */
-    default: return false;
-    }
+    const gckpt_prim_info *info = gckpt_prim_of(c->op->prim);
+    if (!info || !info->out_numel) return false;
+    gckpt_prim_sizes z = {.op = c->op, .b = c->b, .s = c->s, .out_cols = c->out[0].cols};
+    for (int i = 0; i < GCKPT_OP_MAX_IN; i++) z.in[i] = (gckpt_prim_dim){c->in[i].rows, c->in[i].cols, c->in[i].p != NULL};
+    return info->out_numel(&z, k, n);
 }
 
 static gckpt_xstatus wrong(gckpt_err *err, const gckpt_xcall *c, const char *what, int k, uint64_t have, uint64_t want)
@@ -132,9 +75,9 @@ gckpt_xstatus gckpt_op_check_backward(const gckpt_xcall *c, gckpt_err *err)
     if (c->gout.p && c->gout.n != want) return wrong(err, c, "output gradient", 0, c->gout.n, want);
     for (int k = 0; k < c->op->nin; k++)
         if (c->gin[k].p && c->gin[k].n != shape_n(&c->in[k])) return wrong(err, c, "gradient of input", k, c->gin[k].n, shape_n(&c->in[k]));
-    /* a typed workspace is SDPA's fp32 dq accumulator: one element per element of q's heads */
-    if (c->ws.p && c->ws.dt == GCKPT_DT_F32 && c->op->prim == GCKPT_P_SDPA) {
-        uint64_t dq = c->in[0].rows * c->m->heads * c->m->head_dim;
+    /* a typed workspace is an fp32 dq accumulator (SDPA's): one element per element of q's heads */
+    if (c->ws.p && c->ws.dt == GCKPT_DT_F32 && gckpt_prim_of(c->op->prim)->bws_dq) {
+        uint64_t dq = c->in[0].rows * c->op->heads * c->op->qk_dim;
         if (c->ws.n != dq) return wrong(err, c, "workspace", 0, c->ws.n, dq);
     }
     return GCKPT_XS_OK;

@@ -186,6 +186,9 @@ typedef enum {
     GCKPT_P_BOOL_MASK,   /* SDPA's use of masking_utils' bool [s, s] mask (broadcast to [b, 1, s, s]):
                           * sa = 0: converted to the output's dtype, 0 where true and -inf
                           * where false; sa = 1: its logical_not (bool) */
+    GCKPT_NPRIM          /* the number of primitives: a new one goes above, with its row in
+                          * core/prim.c and an entry (or a refusal) in each backend's kernel
+                          * table (tests/executor/test_prim_coverage.c lists them) */
 } gckpt_prim;
 
 /* The data a SOURCE op makes (GCKPT_P_SOURCE). */
@@ -213,6 +216,13 @@ typedef struct {
     double sa, sb;       /* scalars of AFFINE / POW / DROPOUT / GELU */
     uint64_t width;      /* group width (norms, means, rope heads, bcast) */
     uint64_t in_f, out_f;/* LINEAR */
+    /* The op's own dimensions, which the executor's size checks and kernels read instead of
+     * the model's: attention's query heads, the key / value heads of its operands and the
+     * per-head widths of q and k, and of v (SDPA, REPEAT_KV, QK, PV, TRANSPOSE and the
+     * batch foldings of their operands); the experts a router picks among and the pairs
+     * per token (TOPK, GROUPED_LINEAR). 0 elsewhere. */
+    uint32_t heads, kv_heads, qk_dim, v_dim;
+    uint32_t experts, top_k;
     uint8_t section;
     uint8_t nin, nout, nsaved;
     int16_t in[GCKPT_OP_MAX_IN];

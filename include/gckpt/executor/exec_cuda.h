@@ -20,6 +20,10 @@ typedef struct {
 /* NULL with err set when there is no usable GPU. */
 gckpt_backend *gckpt_cuda_backend_new(const gckpt_cuda_opts *o, gckpt_err *err);
 
+/* Whether the CUDA backend's kernel table has a forward (bwd false) or a backward kernel
+ * of primitive prim (gckpt_prim); refused by name otherwise. No device needed. */
+bool gckpt_cuda_has_kernel(int prim, bool bwd);
+
 /* Whether a CUDA device is present; why not in err. */
 bool gckpt_cuda_available(gckpt_err *err);
 

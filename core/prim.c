@@ -1,0 +1,325 @@
+/* The primitives' table (gckpt/core/prim.h): one row per gckpt_prim. A row's output size
+ * rule is the size of what PyTorch's op returns for the operands HF's code hands it
+ * (recipe.h says what each primitive computes). */
+#include "gckpt/core/prim.h"
+
+#include <stddef.h>
+
+/* elements of an operand */
+static uint64_t dim_n(const gckpt_prim_dim *d) { return d->rows * d->cols; }
+
+/* ---- output size rules ---------------------------------------------------------------- */
+
+/* shaped like input 0 (dropout's mask, topk-free sorts and permutations too) */
+static bool like_in0(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = dim_n(&z->in[0]);
+    return true;
+}
+
+/* shaped like x; y one value per row of x (the sink softmax's row max) or like x */
+static bool sub_size(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_op *op = z->op;
+    const gckpt_prim_dim *x = &z->in[0];
+    (void)k;
+    *n = dim_n(x);
+    /* a ROW broadcast without a width groups whole rows (kernel_math.h gckpt_bcast_width) */
+    return op->bcast == GCKPT_BC_ROW ? dim_n(&z->in[1]) * (op->width ? op->width : x->cols) == *n
+                                     : op->bcast != GCKPT_BC_NONE || dim_n(&z->in[1]) == *n;
+}
+
+static bool neg_half(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = dim_n(&z->in[0]) / 2;
+    return dim_n(&z->in[0]) % 2 == 0;
+}
+
+static bool cat_half(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = dim_n(&z->in[1]);
+    return dim_n(&z->in[0]) * 2 == *n;
+}
+
+/* shaped like the input whose rotated part it replaces */
+static bool cat_pass(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = dim_n(&z->in[1]);
+    return dim_n(&z->in[0]) <= *n;
+}
+
+static bool mean(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    uint64_t w = z->op->width, x = dim_n(&z->in[0]);
+    (void)k;
+    *n = w ? x / w : 0;
+    return w && x % w == 0;
+}
+
+static bool linear(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_op *op = z->op;
+    uint64_t x = dim_n(&z->in[0]);
+    (void)k;
+    *n = op->in_f ? x / op->in_f * op->out_f : 0;
+    return op->in_f && x % op->in_f == 0 && dim_n(&z->in[1]) == op->in_f * op->out_f &&
+           (op->nin < 3 || dim_n(&z->in[2]) == op->out_f);
+}
+
+/* out[1]: mean and rstd per row */
+static bool layernorm(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    uint64_t w = z->op->width, x = dim_n(&z->in[0]);
+    *n = k == 0 ? x : w ? 2 * (x / w) : 0;
+    return w && x % w == 0;
+}
+
+/* out[0] every query head, out[1] the logsumexp per head; an additive mask [b, 1, s, s] */
+static bool sdpa(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    *n = z->in[0].rows * (k == 0 ? (uint64_t)z->op->heads * z->op->v_dim : z->op->heads);
+    return z->op->nin < 4 || dim_n(&z->in[3]) == z->in[0].rows * z->s;
+}
+
+/* every query head */
+static bool repeat_kv(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = z->in[0].rows * z->op->heads * z->op->qk_dim;
+    return true;
+}
+
+/* the block's columns */
+static bool split(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = z->in[0].rows * z->out_cols;
+    return z->out_cols > 0;
+}
+
+/* [b, heads, s, s] */
+static bool qk(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = z->in[0].rows * z->op->heads * z->s;
+    return true;
+}
+
+/* the probabilities' rows of one head's width */
+static bool pv(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = z->in[0].rows * z->op->v_dim;
+    return true;
+}
+
+/* rows of in0's width picked by in1 */
+static bool gather(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    uint64_t w = z->op->width;
+    (void)k;
+    *n = dim_n(&z->in[1]) * w;
+    return w && dim_n(&z->in[0]) % w == 0;
+}
+
+/* the loss and the total weight */
+static bool nll(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    uint64_t w = z->op->width;
+    (void)k;
+    *n = 1;
+    return w && dim_n(&z->in[1]) * w == dim_n(&z->in[0]);
+}
+
+/* values, indices: width of each row of the experts' probabilities */
+static bool topk(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    uint64_t w = z->op->width, x = dim_n(&z->in[0]), e = z->op->experts;
+    (void)k;
+    *n = e ? x / e * w : 0;
+    return w && w <= e && x % e == 0;
+}
+
+/* groups of width, or (sb: the load-balancing loss's sums) width column sums */
+static bool sum(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_op *op = z->op;
+    uint64_t w = op->width, x = dim_n(&z->in[0]);
+    (void)k;
+    *n = op->sb > 0 ? w : w ? x / w : 0;
+    return w && x % w == 0;
+}
+
+/* one per expert */
+static bool histc(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = z->op->width;
+    return z->op->width > 0;
+}
+
+/* [S, in_f] by [E x out_f, in_f] in E groups (in[2]: the offsets) */
+static bool grouped_linear(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_op *op = z->op;
+    uint64_t x = dim_n(&z->in[0]), e = z->op->experts;
+    (void)k;
+    *n = op->in_f ? x / op->in_f * op->out_f : 0;
+    return op->in_f && x % op->in_f == 0 && z->in[2].present && dim_n(&z->in[2]) == e &&
+           dim_n(&z->in[1]) == e * op->in_f * op->out_f;
+}
+
+/* one sink per head, one more column */
+static bool cat_sink(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_prim_dim *x = &z->in[0];
+    (void)k;
+    *n = x->cols ? dim_n(x) / x->cols * (x->cols + 1) : 0;
+    return x->cols && z->s && dim_n(&z->in[1]) > 0 && x->rows % z->s == 0;
+}
+
+/* values, indices: one per row */
+static bool max_last(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_prim_dim *x = &z->in[0];
+    (void)k;
+    *n = x->cols ? dim_n(x) / x->cols : 0;
+    return x->cols > 0;
+}
+
+/* the first s of s + 1 columns */
+static bool drop_sink(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_prim_dim *x = &z->in[0];
+    (void)k;
+    *n = x->cols ? dim_n(x) / x->cols * (x->cols - 1) : 0;
+    return x->cols > 1;
+}
+
+/* two halves of each head of width */
+static bool cat_halves(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    uint64_t w = z->op->width, x = dim_n(&z->in[0]);
+    (void)k;
+    *n = 2 * x;
+    return w && w % 2 == 0 && dim_n(&z->in[1]) == x && x % (w / 2) == 0;
+}
+
+/* [s, s] -> [b, 1, s, s] */
+static bool bool_mask(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = z->b * z->s * z->s;
+    return dim_n(&z->in[0]) == z->s * z->s;
+}
+
+/* ---- FLOPs ---------------------------------------------------------------------------------- */
+
+/* a GEMM per token: [in_f] by [in_f, out_f] */
+static void linear_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 2.0 * (double)op->in_f * (double)op->out_f;
+    *fBSS = 0;
+}
+
+/* ... for each of the top_k pairs of a token */
+static void grouped_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 2.0 * (double)op->in_f * (double)op->out_f * (double)op->top_k;
+    *fBSS = 0;
+}
+
+/* scores q k^T per head: s x s dot products of qk_dim */
+static void qk_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 0;
+    *fBSS = 2.0 * (double)op->heads * (double)op->qk_dim;
+}
+
+/* probabilities times v per head */
+static void pv_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 0;
+    *fBSS = 2.0 * (double)op->heads * (double)op->v_dim;
+}
+
+/* causal: QK^T and PV over half the score matrix; with an additive mask (input 3) no block
+ * is skipped, the whole matrix: twice the work (FINDINGS R-ATTN-8) */
+static void sdpa_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 0;
+    *fBSS = 2.0 * (double)op->heads * (double)op->qk_dim;
+    if (op->nin > 3) *fBSS *= 2.0;
+}
+
+/* ---- the table -------------------------------------------------------------------------- */
+
+enum { I0 = GCKPT_PR_IN0, I1 = GCKPT_PR_IN1, I2 = GCKPT_PR_IN2, I3 = GCKPT_PR_IN3, O0 = GCKPT_PR_OUT0, O1 = GCKPT_PR_OUT1 };
+
+static const gckpt_prim_info prims[GCKPT_NPRIM] = {
+    [GCKPT_P_SOURCE] = {.name = "source", .nin_min = 0, .nin_max = 0, .nout = 2, .no_grad = true},
+    [GCKPT_P_CAST] = {.name = "cast", 1, 1, 1, .identity = true, .out_numel = like_in0},
+    [GCKPT_P_MUL] = {.name = "mul", 2, 2, 1, .bwd_reads = I0 | I1, .out_numel = like_in0},
+    [GCKPT_P_ADD] = {.name = "add", 2, 2, 1, .out_numel = like_in0},
+    [GCKPT_P_AFFINE] = {.name = "affine", 1, 1, 1, .out_numel = like_in0},
+    [GCKPT_P_NEG_HALF] = {.name = "neg_half", 1, 1, 1, .needs_width = true, .even_width = true, .out_numel = neg_half},
+    [GCKPT_P_CAT_HALF] = {.name = "cat_half", 2, 2, 1, .needs_width = true, .even_width = true, .out_numel = cat_half},
+    /* pow's grad * (e * x.pow(e - 1)) and rsqrt's -0.5 * grad * y.pow(3): two temporaries */
+    [GCKPT_P_POW] = {.name = "pow", 1, 1, 1, .bwd_reads = I0, .bws_in = 2, .out_numel = like_in0},
+    [GCKPT_P_RSQRT] = {.name = "rsqrt", 1, 1, 1, .bwd_reads = O0, .bws_in = 2, .out_numel = like_in0},
+    [GCKPT_P_TANH] = {.name = "tanh", 1, 1, 1, .bwd_reads = O0, .out_numel = like_in0},
+    [GCKPT_P_SILU] = {.name = "silu", 1, 1, 1, .bwd_reads = I0, .out_numel = like_in0},
+    [GCKPT_P_GELU] = {.name = "gelu", 1, 1, 1, .bwd_reads = I0, .out_numel = like_in0},
+    [GCKPT_P_MEAN] = {.name = "mean", 1, 1, 1, .needs_width = true, .out_numel = mean},
+    [GCKPT_P_LINEAR] = {.name = "linear", 2, 3, 1, .bwd_reads = I0 | I1, .out_numel = linear,
+                        .flops = linear_flops},
+    [GCKPT_P_LAYERNORM] = {.name = "layer_norm", 3, 3, 2, .bwd_reads = I0 | I1 | O1, .needs_width = true,
+                           .out_numel = layernorm},
+    [GCKPT_P_DROPOUT] = {.name = "dropout", 1, 1, 2, .bwd_reads = O1, .out_numel = like_in0},
+    [GCKPT_P_SDPA] = {.name = "sdpa", 3, 4, 2, .bwd_reads = I0 | I1 | I2 | I3 | O0 | O1, .bws_dq = true,
+                      .windowed = true, .out_numel = sdpa, .flops = sdpa_flops},
+    [GCKPT_P_REPEAT_KV] = {.name = "repeat_kv", 1, 1, 1, .needs_width = true, .out_numel = repeat_kv},
+    [GCKPT_P_QK] = {.name = "qk", 2, 2, 1, .bwd_reads = I0 | I1, .out_numel = qk, .flops = qk_flops},
+    [GCKPT_P_SOFTMAX] = {.name = "softmax", 1, 1, 1, .bwd_reads = O0, .out_numel = like_in0},
+    [GCKPT_P_PV] = {.name = "pv", 2, 2, 1, .bwd_reads = I0 | I1, .out_numel = pv, .flops = pv_flops},
+    [GCKPT_P_TRANSPOSE] = {.name = "transpose", 1, 1, 1, .needs_width = true, .out_numel = like_in0},
+    [GCKPT_P_EMBED] = {.name = "embedding", 2, 2, 1, .bwd_reads = I1, .needs_width = true, .out_numel = gather},
+    [GCKPT_P_LOG_SOFTMAX] = {.name = "log_softmax", 1, 1, 1, .bwd_reads = O0, .needs_width = true,
+                             .out_numel = like_in0},
+    [GCKPT_P_NLL] = {.name = "nll_loss", 2, 2, 2, .bwd_reads = I1 | O1, .needs_width = true, .out_numel = nll},
+    [GCKPT_P_SPLIT] = {.name = "split", 1, 1, 1, .col_view = true, .out_numel = split},
+    [GCKPT_P_CAT_PASS] = {.name = "cat_pass", 2, 2, 1, .out_numel = cat_pass},
+    [GCKPT_P_TOPK] = {.name = "topk", 1, 1, 2, .bwd_reads = O1, .out_numel = topk},
+    [GCKPT_P_SUM] = {.name = "sum", 1, 1, 1, .out_numel = sum},
+    [GCKPT_P_DIV] = {.name = "div", 2, 2, 1, .bwd_reads = I1 | O0, .out_numel = like_in0},
+    [GCKPT_P_SORT] = {.name = "sort", 1, 1, 2, .no_grad = true, .out_numel = like_in0},
+    [GCKPT_P_FLOORDIV] = {.name = "floordiv", 1, 1, 1, .no_grad = true, .out_numel = like_in0},
+    [GCKPT_P_GATHER_ROWS] = {.name = "gather_rows", 2, 2, 1, .bwd_reads = I1, .out_numel = gather},
+    [GCKPT_P_HISTC] = {.name = "histc", 1, 1, 1, .no_grad = true, .makes_offsets = true, .out_numel = histc},
+    [GCKPT_P_INVERT_PERM] = {.name = "invert_perm", 1, 1, 1, .no_grad = true, .out_numel = like_in0},
+    [GCKPT_P_GROUPED_LINEAR] = {.name = "grouped_linear", 2, 3, 1, .bwd_reads = I0 | I1, .reads_offsets = true,
+                                .out_numel = grouped_linear, .flops = grouped_flops},
+    [GCKPT_P_SUB] = {.name = "sub", 2, 2, 1, .out_numel = sub_size},
+    [GCKPT_P_CLAMP] = {.name = "clamp", 1, 1, 1, .bwd_reads = I0, .out_numel = like_in0},
+    [GCKPT_P_SIGMOID] = {.name = "sigmoid", 1, 1, 1, .bwd_reads = O0, .out_numel = like_in0},
+    [GCKPT_P_CAT_SINK] = {.name = "cat_sink", 2, 2, 1, .grad_pass = GCKPT_GP_FIRST_COLS, .out_numel = cat_sink},
+    [GCKPT_P_MAX_LAST] = {.name = "max_last", 1, 1, 2, .bwd_reads = O1, .out_numel = max_last},
+    [GCKPT_P_DROP_SINK] = {.name = "drop_sink", 1, 1, 1, .col_view = true, .out_numel = drop_sink},
+    [GCKPT_P_CAT_HALVES] = {.name = "cat_halves", 2, 2, 1, .grad_pass = GCKPT_GP_HALVES, .out_numel = cat_halves},
+    [GCKPT_P_BOOL_MASK] = {.name = "bool_mask", 1, 1, 1, .no_grad = true, .out_numel = bool_mask},
+};
+
+const gckpt_prim_info *gckpt_prim_of(int prim)
+{
+    return prim >= 0 && prim < GCKPT_NPRIM && prims[prim].name ? &prims[prim] : NULL;
+}
+
+const char *gckpt_prim_name(int prim)
+{
+    const gckpt_prim_info *p = gckpt_prim_of(prim);
+    return p ? p->name : "unknown";
+}

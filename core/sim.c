@@ -180,12 +180,19 @@ static void try_free(gckpt_sim *s, gckpt_schedule *o, int id, int16_t tensor)
         release(s, o, id, tensor);
 }
 
-int gckpt_sim_buffer(gckpt_sim *s, gckpt_schedule *o, int16_t tensor, uint8_t comp, uint8_t dtype, uint64_t numel)
+int gckpt_sim_buffer_as(gckpt_sim *s, gckpt_schedule *o, int16_t tensor, uint8_t comp, uint8_t dtype, uint64_t numel,
+                        uint8_t par)
 {
     uint64_t bytes = gckpt_round_up(numel * gckpt_dtype_size((gckpt_dtype)dtype), s->c->dev->alloc_round_bytes);
     int id = inst_new(s, bytes, comp, dtype, numel);
-    ev_mem(s, o, tensor < 0 ? GCKPT_EV_ALLOC_SCRATCH : GCKPT_EV_ALLOC, id, tensor);
+    gckpt_event *e = ev_mem(s, o, tensor < 0 ? GCKPT_EV_ALLOC_SCRATCH : GCKPT_EV_ALLOC, id, tensor);
+    if (e) e->par = par;
     return id;
+}
+
+int gckpt_sim_buffer(gckpt_sim *s, gckpt_schedule *o, int16_t tensor, uint8_t comp, uint8_t dtype, uint64_t numel)
+{
+    return gckpt_sim_buffer_as(s, o, tensor, comp, dtype, numel, GCKPT_PE_NONE);
 }
 
 void gckpt_sim_release(gckpt_sim *s, gckpt_schedule *o, int id) { release(s, o, id, (int16_t)-1); }
@@ -586,7 +593,8 @@ static void z1_bucket(gckpt_sim *s, const gckpt_op *op, gckpt_schedule *o)
         if (!p || !p->trainable || c->recipe->t[op->in[k]].uses > 1) continue;
         uint8_t dt = c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
         for (uint64_t b = 0; b < gckpt_ds_ipg_buckets(&c->set.layout); b++)
-            gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, dt, gckpt_ds_reduce_bucket(c->model, &c->set.layout));
+            gckpt_sim_buffer_as(s, o, -1, GCKPT_C_PARALLEL, dt, gckpt_ds_reduce_bucket(c->model, &c->set.layout),
+                                GCKPT_PE_IPG_BUCKET);
         s->z1_bucket_due = false;
         return;
     }
@@ -1172,21 +1180,25 @@ static void micro_end(gckpt_sim *s, gckpt_schedule *o)
         }
 }
 
-static void push_opt_event(const gckpt_ctx *c, gckpt_schedule *o, int kind, uint8_t comp, uint64_t bytes)
+static gckpt_event *push_opt_event(const gckpt_ctx *c, gckpt_schedule *o, int kind, uint8_t comp, uint64_t bytes)
 {
     gckpt_event *e = gckpt_schedule_push(o);
-    if (!e) return;
+    if (!e) return NULL;
     e->kind = (uint8_t)kind;
     e->comp = comp;
     e->bytes = bytes;
     e->inst = GCKPT_NOINST; /* whole-state events: no single tensor instance */
     if (kind == GCKPT_EV_OPT_STEP) e->seconds = c->opt_seconds;
+    return e;
 }
 
 void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *o)
 {
     /* ZeRO-1/2: the full gradients go once reduced into the rank's partition (core/parallel.c) */
-    if (c->step_grads < c->grads) push_opt_event(c, o, GCKPT_EV_ZERO_GRAD, GCKPT_C_GRADS, c->grads - c->step_grads);
+    if (c->step_grads < c->grads) {
+        gckpt_event *e = push_opt_event(c, o, GCKPT_EV_ZERO_GRAD, GCKPT_C_GRADS, c->grads - c->step_grads);
+        if (e) e->par = GCKPT_PE_OUTSIDE_PARTITION;
+    }
     if (c->step_released) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_FREE, GCKPT_C_PARALLEL, c->step_released);
     if (c->opt_temp) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_OPT_TEMP, c->opt_temp);
     push_opt_event(c, o, GCKPT_EV_OPT_STEP, 0, 0);

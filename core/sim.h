@@ -26,6 +26,9 @@ void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *out);
  * of parameter tensor `tensor` (ALLOC), or (tensor -1) a flat buffer (ALLOC_SCRATCH).
  * Returns its instance. */
 int gckpt_sim_buffer(gckpt_sim *s, gckpt_schedule *o, int16_t tensor, uint8_t comp, uint8_t dtype, uint64_t numel);
+/* The same, its ALLOC marked with what the buffer is to the parallel mode (gckpt_par_event). */
+int gckpt_sim_buffer_as(gckpt_sim *s, gckpt_schedule *o, int16_t tensor, uint8_t comp, uint8_t dtype, uint64_t numel,
+                        uint8_t par);
 void gckpt_sim_release(gckpt_sim *s, gckpt_schedule *o, int id);
 /* The schedule's id of instance id. */
 uint32_t gckpt_sim_gid(const gckpt_sim *s, int id);

@@ -263,7 +263,7 @@ static void fsdp_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, u
     uint64_t part = unit_part(w, unit), n = gckpt_layout_world(&c->set.layout);
     uint8_t dt = wire_dtype(c);
     if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
-    w->rs_in = flat(s, o, GCKPT_C_PARALLEL, dt, part * n);
+    w->rs_in = gckpt_sim_buffer_as(s, o, -1, GCKPT_C_PARALLEL, dt, part * n, GCKPT_PE_RS_INPUT);
     free_unit_grads(w, o, unit);
     /* fp32 reduce dtype: the output is the sharded gradient itself */
     bool cast = dt != GCKPT_DT_F32;
@@ -366,7 +366,8 @@ static void z2_partition(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
     if (w->part_made || !c->z2_numel) return; /* none under offload_optimizer */
     w->part_made = true;
     /* the first micro-step's buffer is the one the step reads (GRADS, freed by zero_grad) */
-    int id = gckpt_sim_buffer(s, o, -1, w->first ? GCKPT_C_GRADS : GCKPT_C_PARALLEL, wire_dtype(c), c->z2_numel);
+    int id = gckpt_sim_buffer_as(s, o, -1, w->first ? GCKPT_C_GRADS : GCKPT_C_PARALLEL, wire_dtype(c), c->z2_numel,
+                                 GCKPT_PE_GRAD_PARTITION);
     if (!w->first) w->part = id;
 }
 
@@ -421,9 +422,9 @@ static void z2_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u
     uint32_t *gid = &w->grad_gid[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
     uint64_t bucket = gckpt_ds_reduce_bucket(c->model, &c->set.layout);
     if (w->ipg < 0) {
-        w->ipg = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
+        w->ipg = gckpt_sim_buffer_as(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket, GCKPT_PE_IPG_BUCKET);
         if (gckpt_ds_ipg_buckets(&c->set.layout) > 1) /* overlap_comm's second bucket */
-            w->ipg2 = gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket);
+            w->ipg2 = gckpt_sim_buffer_as(s, o, -1, GCKPT_C_PARALLEL, wire_dtype(c), bucket, GCKPT_PE_IPG_BUCKET);
     }
     if (w->bucket_elems + p->numel > bucket) z2_flush(w, s, o);
     bool kept = z2_kept(w, u, p);

@@ -340,6 +340,7 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     x->m = *m;
     x->dev = *d;
     x->set = *s;
+    x->mode = exec_par_ops_of(&s->layout); /* exec_parallel_check: a mode of the table */
     if (o) x->o = *o;
     if (gckpt_layout_multi(&x->set.layout)) x->set.layout.rank = (uint32_t)x->o.rank; /* the context is this rank's */
     if (x->o.lr <= 0) x->o.lr = 1e-4;
@@ -351,7 +352,8 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
         goto fail;
     }
     gckpt_exec_recipe(&x->m, s, x->r);
-    if (!gckpt_ctx_init(&x->ctx, &x->m, &x->dev, x->r, &x->set, err) || !exec_parallel_prepare(x, err)) goto fail;
+    if (!gckpt_ctx_init(&x->ctx, &x->m, &x->dev, x->r, &x->set, err) || (x->mode->prepare && !x->mode->prepare(x, err)))
+        goto fail;
     if (!gckpt_schedule_build(&x->ctx, &x->sched)) {
         gckpt_seterr(err, "out of memory building the schedule");
         goto fail;
@@ -455,9 +457,8 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
             if (rc != GCKPT_XS_OK) return rc;
             continue; /* frozen: no states */
         }
-        if (x->fsdp || x->z3) { /* the rank's shard of what one process makes */
-            float scale = how == GCKPT_INIT_CONST ? val : bound;
-            rc = x->fsdp ? exec_fsdp_init_param(x, i, how, scale, key, err) : exec_z3_init_param(x, i, how, scale, key, err);
+        if (x->mode->init_param) { /* the parallel mode holds it: the rank's shard of what one process makes */
+            rc = x->mode->init_param(x, i, how, how == GCKPT_INIT_CONST ? val : bound, key, err);
             if (rc != GCKPT_XS_OK) return rc;
             continue;
         }
@@ -472,7 +473,8 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
 gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
 {
     if (x->setup_done) return exec_fail(err, "setup: already done");
-    gckpt_xstatus rc = exec_parallel_setup(x, err); /* first: ZeRO's flat groups hold the weights */
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    if (x->mode->setup) rc = x->mode->setup(x, err); /* first: ZeRO's flat groups hold the weights */
     if (rc != GCKPT_XS_OK || (rc = alloc_params(x, err)) != GCKPT_XS_OK) return rc;
     if (x->ctx.workspace) {
         if ((rc = palloc(x, x->ctx.workspace, &x->workspace, err)) != GCKPT_XS_OK) return rc;
@@ -482,7 +484,7 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
     }
     x->setup_done = true;
     if ((rc = init_params(x, err)) != GCKPT_XS_OK) return rc;
-    return exec_parallel_init(x, err);
+    return x->mode->init ? x->mode->init(x, err) : GCKPT_XS_OK;
 }
 
 /* ---- steps -------------------------------------------------------------------------------- */
@@ -499,11 +501,12 @@ static void make_data(gckpt_exec *x, uint64_t micro)
     for (uint64_t i = 0; i < S; i++) x->positions[i] = (int64_t)i;
 }
 
-/* After a micro-step only the parameters' .grad (and ZeRO-1's ipg bucket) may be allocated. */
+/* After a micro-step only the parameters' .grad (and what the parallel mode holds: ZeRO-1's ipg
+ * bucket) may be allocated. */
 static gckpt_xstatus check_clean(gckpt_exec *x, bool grads_allowed, gckpt_err *err)
 {
     for (uint32_t id = 0; id < x->ninst; id++)
-        if (x->inst[id].live && !(grads_allowed && (x->inst[id].is_pgrad || exec_z1_is_bucket(x, id)))) {
+        if (x->inst[id].live && !(grads_allowed && (x->inst[id].is_pgrad || (x->mode->holds && x->mode->holds(x, id))))) {
             int t = x->inst[id].tensor;
             return exec_fail(err, "schedule leak: instance %u (%s) is still allocated at the end of the %s", id,
                              t >= 0 ? x->r->t[t].name : "workspace", grads_allowed ? "micro-step" : "step");
@@ -540,11 +543,8 @@ static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *
 {
     uint64_t h = 0;
     double ss = 0;
-    bool z2 = x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2;
-    if (x->fsdp || x->z3 || z2) { /* the gradients are sharded: every rank's pieces */
-        gckpt_xstatus rc = x->fsdp ? exec_fsdp_checksum(x, &res->grad_hash, &ss, err)
-                           : x->z3 ? exec_z3_checksum(x, &res->grad_hash, &ss, err)
-                                   : exec_z2_checksum(x, &res->grad_hash, &ss, err);
+    if (x->mode->checksum) { /* the gradients are sharded: every rank's pieces */
+        gckpt_xstatus rc = x->mode->checksum(x, &res->grad_hash, &ss, err);
         res->grad_norm = sqrt(ss);
         return rc;
     }
@@ -595,7 +595,10 @@ gckpt_xstatus gckpt_exec_step(gckpt_exec *x, const gckpt_step_opts *o, gckpt_ste
     if ((rc = run_part(x, PART_FIRST, 0, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
     for (uint64_t k = 1; k < x->set.grad_accum; k++)
         if ((rc = run_part(x, PART_LATER, k, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
-    if ((rc = exec_parallel_sync(x, err)) != GCKPT_XS_OK) return rc;
+    if (x->mode->sync) { /* DDP, ZeRO-1: the gradients reduced outside the schedule */
+        gckpt_comm_label(x->o.comm, "the gradients' reduction after the last micro-step");
+        if ((rc = x->mode->sync(x, err)) != GCKPT_XS_OK) return rc;
+    }
     if ((o->checksum || o->on_grads) && (rc = at_grads(x, o, res, &t1, err)) != GCKPT_XS_OK) return rc;
     if ((rc = run_part(x, PART_OPTIMIZER, 0, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
     if ((rc = be->timer_stop(be, &t2)) != GCKPT_XS_OK) return exec_be_fail(x, rc, "timer", err);
@@ -737,7 +740,7 @@ void gckpt_exec_free(gckpt_exec *x)
 {
     if (!x) return;
     gckpt_exec_release_all(x);
-    exec_parallel_free(x);
+    if (x->mode && x->mode->free) x->mode->free(x);
     exec_aux_free(x);
     gckpt_schedule_free(&x->sched);
     free(x->r);

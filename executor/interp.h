@@ -40,33 +40,17 @@ typedef struct {
     uint64_t wr, rd;    /* bytes copied out so far, bytes copied back so far */
 } hostbuf_t;
 
-/* A parallel mode's own persistent buffers (interp_parallel.c): DDP's buckets; ZeRO's ipg
- * bucket with its flag (released during the optimizer step); step counters and the like;
- * the model's buffers. */
+/* A parallel mode's own persistent buffers beyond the parameter state table, as
+ * gckpt_rank_persistent sizes them (interp_parallel.c): DDP's buckets, ZeRO-3's gradient
+ * partitions and ipg bucket; ZeRO-1/2's ipg bucket with its flag (released during the
+ * optimizer step); step counters and the like; the model's buffers. */
 enum { EXEC_PAR_GRADS, EXEC_PAR_STEP, EXEC_PAR_SCALARS, EXEC_PAR_BUFFERS, EXEC_NPAR };
+/* Each mode's own state (interp_parallel.h; NULL in the other modes). */
 typedef struct exec_zero exec_zero;
-/* ZeRO-1/2's flat groups and the rank's partitions (interp_parallel.c; ZeRO-2's reductions in
- * interp_zero2.c). */
-struct exec_zero {
-    gckpt_zero_group g[2];
-    uint8_t dt;                 /* the model dtype (bf16 under amp-bf16, else fp32) */
-    uint64_t bucket;            /* the ipg bucket's elements (reduce_bucket_size) */
-    void *flat[2];              /* each group's flat weights (padded elements) */
-    void *master[2], *st[2][2]; /* the rank's fp32 partitions: master, exp_avg, exp_avg_sq */
-    gckpt_flat_place *place;    /* per parameter instance (x->params order) */
-    bool *keep;                 /* per instance: it overlaps the rank's partition */
-    /* ZeRO-2: the rank's reduced gradients, every kept instance whole in the flat order
-     * (pbuf_off: its offset there), in the first micro-step's buffer (part0, to zero_grad) and
-     * a later micro-step's (part1, added into part0 when freed) */
-    uint64_t *pbuf_off;
-    uint32_t part0, part1;
-    /* ZeRO-1: the ipg bucket(s) the schedule allocates at the first backward's first gradient
-     * hook (ALLOC_SCRATCH, the bucket's elements), freed with the step's release */
-    uint32_t z1_bucket[2];
-};
 typedef struct exec_fsdp exec_fsdp;
-typedef struct exec_aux exec_aux;
 typedef struct exec_z3 exec_z3;
+typedef struct exec_aux exec_aux;
+typedef struct exec_par_ops exec_par_ops;
 
 /* The strided view (gckpt_xt.vW ...) that a tensor's gradient has inside the instance it
  * shares with a consumer's output gradient (recipe grad_alias, the schedule handing the
@@ -107,13 +91,15 @@ struct gckpt_exec {
     uint64_t step;                  /* optimizer steps done */
     int64_t *ids, *labels, *positions;
     bool setup_done, in_grads;
-    /* several ranks (interp_parallel.c): the mode's persistent buffers beyond the
-     * parameter state table, as gckpt_rank_persistent sizes them */
+    /* several ranks: the parallel mode's hooks (chosen once from the layout: one GPU's
+     * have none), its persistent buffers beyond the parameter state table as
+     * gckpt_rank_persistent sizes them, and its own state (only its files read it) */
+    const exec_par_ops *mode;
     void *par[EXEC_NPAR];
     uint64_t par_bytes[EXEC_NPAR];
-    exec_zero *zero;                /* ZeRO-1's flat groups and partitions, else NULL */
-    exec_fsdp *fsdp;                /* FSDP2's shards and units (interp_fsdp.c), else NULL */
-    exec_z3 *z3;                    /* ZeRO-3's partitions (interp_zero3.c), else NULL */
+    exec_zero *zero;                /* ZeRO-1/2's flat groups and partitions (interp_zero1.c) */
+    exec_fsdp *fsdp;                /* FSDP2's shards and units (interp_fsdp.c) */
+    exec_z3 *z3;                    /* ZeRO-3's partitions (interp_zero3.c) */
     exec_aux *aux;                  /* the load-balancing loss's routing of its gradients to the
                                      * layers (interp_aux.c), else NULL */
 };
@@ -142,76 +128,56 @@ gckpt_xt exec_state_view(const param_t *p, int k);
 gckpt_xt exec_inst_view(const gckpt_exec *x, uint32_t id);
 bool exec_live(const gckpt_exec *x, uint32_t id);
 void exec_inst_release(gckpt_exec *x, uint32_t id);
+/* A parallel mode as the interpreter sees it: one table of hooks per mode (interp_ddp.c,
+ * interp_zero1.c, interp_zero2.c, interp_zero3.c, interp_fsdp.c), chosen once from the
+ * setting's layout by exec_par_ops_of; interp.c and interp_events.c call through it and test
+ * no mode. A NULL hook does what one GPU does (nothing, the ordinary initialisation, step or
+ * checksum); a NULL collective or step_buffer refuses the event. */
+struct exec_par_ops {
+    /* its wrapper allocates flat gradient buffers (ALLOC_SCRATCH of component GRADS: FSDP2's
+     * sharded gradients, ZeRO-2's partition), which are no parameter's .grad */
+    bool flat_grads;
+    /* after the context, before the schedule is built (the parameter instances do not exist) */
+    bool (*prepare)(gckpt_exec *x, gckpt_err *err);
+    /* the persistent state: the mode's own buffers and the rank's (exec_rank_buffers), before
+     * the parameter table's (a parameter whose weight the mode holds is marked flat) */
+    gckpt_xstatus (*setup)(gckpt_exec *x, gckpt_err *err);
+    /* parameter instance j's initial values where the mode holds them (a shard of what one
+     * process makes: how, scale and key as one process initialises the whole tensor) */
+    gckpt_xstatus (*init_param)(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err);
+    /* after every weight is initialised */
+    gckpt_xstatus (*init)(gckpt_exec *x, gckpt_err *err);
+    /* after an ALLOC / ALLOC_SCRATCH the interpreter performed */
+    gckpt_xstatus (*on_alloc)(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+    /* before a FREE: *done when the hook released the instance itself */
+    gckpt_xstatus (*on_free)(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
+    /* a COLLECTIVE event */
+    gckpt_xstatus (*collective)(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+    /* the gradients' reduction after the last micro-step (DDP, ZeRO-1: outside the schedule) */
+    gckpt_xstatus (*sync)(gckpt_exec *x, gckpt_err *err);
+    /* a ZERO_GRAD marked GCKPT_PE_OUTSIDE_PARTITION: whether instance i keeps its .grad */
+    bool (*keeps_grad)(const gckpt_exec *x, size_t i);
+    /* at a ZERO_GRAD: the mode's own gradient buffers freed; their bytes */
+    uint64_t (*zero_grad)(gckpt_exec *x);
+    /* an OPT_TEMP_FREE / OPT_TEMP_ALLOC of component PARALLEL (ZeRO's ipg bucket in the step) */
+    gckpt_xstatus (*step_buffer)(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+    /* the optimizer step */
+    gckpt_xstatus (*step)(gckpt_exec *x, const exec_site *w, gckpt_err *err);
+    /* the gradient checksum when the gradients are sharded (the ranks' pieces added up) */
+    gckpt_xstatus (*checksum)(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
+    /* an instance the mode keeps from one micro-step to the next besides the .grad */
+    bool (*holds)(const gckpt_exec *x, uint32_t id);
+    /* the persistent state released (setup may follow), then freed */
+    void (*release)(gckpt_exec *x);
+    void (*free)(gckpt_exec *x);
+};
+
 /* Several ranks (interp_parallel.c): whether the setting's mode is executed (err names it
- * when not) and the ranks agree with its layout; the mode's persistent buffers; the
- * gradients' reduction after the last micro-step; freeing the buffers. */
+ * when not) and the ranks agree with its layout; the mode's hooks; releasing its persistent
+ * state and the rank's buffers. */
 bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err);
-bool exec_parallel_prepare(gckpt_exec *x, gckpt_err *err); /* before the schedule: the rank's share */
-gckpt_xstatus exec_parallel_setup(gckpt_exec *x, gckpt_err *err);
-gckpt_xstatus exec_parallel_init(gckpt_exec *x, gckpt_err *err); /* after the weights' initialisation */
-gckpt_xstatus exec_parallel_sync(gckpt_exec *x, gckpt_err *err);
-/* ZeRO: whether parameter instance i keeps its .grad past the step's first zero_grad (it
- * overlaps the rank's partition); the optimizer step on the partition; the step's release
- * and re-allocation of the ipg bucket (an OPT_TEMP event of component parallel). */
-bool exec_parallel_keeps_grad(const gckpt_exec *x, size_t i);
-gckpt_xstatus exec_parallel_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
-gckpt_xstatus exec_parallel_step_buffer(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
-/* ZeRO-1: an ALLOC_SCRATCH of the bucket's elements while fewer buckets than planned are live is
- * one (kept for the reduction at the boundary and the step's release). */
-gckpt_xstatus exec_z1_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
-bool exec_z1_is_bucket(const gckpt_exec *x, uint32_t id);
-/* A sharded gradient's checksum (the ranks' pieces add up to one process's checksum of the
- * whole tensors: the hash is a sum of per-element terms, gckpt_hash_term): parameter p's
- * piece src (a device buffer, any dtype), element lo of the tensor, added to *h and
- * *ss; then every rank's sums added in rank order. */
-gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uint64_t lo, uint64_t *h, double *ss,
-                              gckpt_err *err);
-gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err *err);
-/* A sharded parameter's fp32 padded shard on this rank (shard.part elements at dst) from its
- * initialisation (how, scale, key as one process makes the whole tensor): elements
- * [r x part, r x part + gckpt_shard_local) of the tensor, then 0. */
-gckpt_xstatus exec_shard_init(gckpt_exec *x, const param_t *p, void *dst, gckpt_init how, float scale, uint64_t key,
-                              gckpt_err *err);
+const exec_par_ops *exec_par_ops_of(const gckpt_layout *l);
 void exec_parallel_release(gckpt_exec *x);
-void exec_parallel_free(gckpt_exec *x);
-/* FSDP2 (interp_fsdp.c): its per-instance places, shards and states, a shard's initial
- * values; the events it performs (a collective; after an ALLOC of the unit's buffers; a FREE
- * that is a reshard or an unsharded .grad going into the reduce-scatter input: *done when it
- * released the buffer itself); the step on the shards, zero_grad of the sharded gradients
- * (their bytes), the gradient checksum over every rank. */
-bool exec_fsdp_prepare(gckpt_exec *x, gckpt_err *err);
-gckpt_xstatus exec_fsdp_setup(gckpt_exec *x, gckpt_err *err);
-gckpt_xstatus exec_fsdp_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err);
-gckpt_xstatus exec_fsdp_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
-gckpt_xstatus exec_fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
-gckpt_xstatus exec_fsdp_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
-gckpt_xstatus exec_fsdp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
-uint64_t exec_fsdp_zero_grad(gckpt_exec *x);
-gckpt_xstatus exec_fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
-void exec_fsdp_release(gckpt_exec *x);
-void exec_fsdp_free(gckpt_exec *x);
-/* ZeRO-3 (interp_zero3.c), the same hooks as FSDP2's (its setup after the parallel mode's
- * buffers: the gradient partitions and the ipg bucket are EXEC_PAR_GRADS). */
-gckpt_xstatus exec_z3_setup(gckpt_exec *x, gckpt_err *err);
-gckpt_xstatus exec_z3_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err);
-gckpt_xstatus exec_z3_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
-gckpt_xstatus exec_z3_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
-gckpt_xstatus exec_z3_step(gckpt_exec *x, const exec_site *w, gckpt_err *err);
-gckpt_xstatus exec_z3_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
-void exec_z3_release(gckpt_exec *x);
-void exec_z3_free(gckpt_exec *x);
-/* ZeRO-2 (interp_zero2.c): the kept instances' places in the partition buffer (after ZeRO-1's
- * flat setup), the events it performs (an ALLOC of a partition buffer, an ALL_REDUCE of one
- * parameter through the ipg bucket, a FREE of a reduced .grad or of a later micro-step's
- * buffer), zero_grad's buffer (its bytes), a kept instance's reduced gradient, the checksum
- * of the rank's partition over every rank. */
-gckpt_xstatus exec_z2_setup(gckpt_exec *x, gckpt_err *err);
-gckpt_xstatus exec_z2_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
-gckpt_xstatus exec_z2_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
-gckpt_xstatus exec_z2_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
-uint64_t exec_z2_zero_grad(gckpt_exec *x);
-gckpt_xt exec_z2_grad(const gckpt_exec *x, size_t j);
-gckpt_xstatus exec_z2_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
 /* The mixture-of-experts load-balancing loss (interp_aux.c): its state (none without
  * output_router_logits), reset at each micro-step; the head's softmax over every layer's
  * held router logits; the view's gradient kept when freed and handed to the layers'

@@ -54,7 +54,7 @@ static gckpt_xstatus ev_alloc(gckpt_exec *x, const gckpt_event *e, const exec_si
     if (rc != GCKPT_XS_OK) return rc;
     param_t *p = NULL;
     /* FSDP2's sharded gradient of a unit, ZeRO-2's reduced partition: a flat gradient buffer */
-    bool flat_grads = e->kind == GCKPT_EV_ALLOC_SCRATCH && (x->fsdp || (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2));
+    bool flat_grads = e->kind == GCKPT_EV_ALLOC_SCRATCH && x->mode->flat_grads;
     if (e->comp == GCKPT_C_GRADS && !flat_grads) {
         p = exec_param(x, t, exec_seg_layer(w->seg));
         if (!p) return exec_fail(err, "%s: a gradient allocation for something that is not a parameter", w->at);
@@ -74,25 +74,19 @@ static gckpt_xstatus ev_alloc(gckpt_exec *x, const gckpt_event *e, const exec_si
     in->is_pgrad = p != NULL;
     if (p) p->grad = id;
     if (t >= 0 && t == x->r->router_logits[1] && (rc = exec_aux_on_alloc(x, id, w, err)) != GCKPT_XS_OK) return rc;
-    if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2) return exec_z2_on_alloc(x, e, w, err);
-    if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO1) return exec_z1_on_alloc(x, e, w, err);
-    return x->fsdp ? exec_fsdp_on_alloc(x, e, w, err) : GCKPT_XS_OK;
+    return x->mode->on_alloc ? x->mode->on_alloc(x, e, w, err) : GCKPT_XS_OK;
 }
 
 static gckpt_xstatus ev_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     if (!exec_live(x, e->inst)) return exec_fail(err, "%s: instance %u freed but not allocated", w->at, e->inst);
-    bool done = false;
-    gckpt_xstatus rc = GCKPT_XS_OK;
-    if (x->inst[e->inst].bytes == e->bytes && x->fsdp) rc = exec_fsdp_on_free(x, e, w, &done, err);
-    if (x->inst[e->inst].bytes == e->bytes && x->z3) rc = exec_z3_on_free(x, e, w, &done, err);
-    if (x->inst[e->inst].bytes == e->bytes && x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2)
-        rc = exec_z2_on_free(x, e, w, &done, err);
-    if (rc != GCKPT_XS_OK || done) return rc;
-    if (x->inst[e->inst].is_pgrad) return exec_fail(err, "%s: a parameter's .grad freed before zero_grad", w->at);
     if (x->inst[e->inst].bytes != e->bytes)
         return exec_fail(err, "%s: frees %llu bytes of a %llu-byte allocation", w->at, (unsigned long long)e->bytes,
                          (unsigned long long)x->inst[e->inst].bytes);
+    bool done = false; /* the parallel mode released it (a .grad its reduce hook consumed) */
+    gckpt_xstatus rc = x->mode->on_free ? x->mode->on_free(x, e, w, &done, err) : GCKPT_XS_OK;
+    if (rc != GCKPT_XS_OK || done) return rc;
+    if (x->inst[e->inst].is_pgrad) return exec_fail(err, "%s: a parameter's .grad freed before zero_grad", w->at);
     if (x->inst[e->inst].tensor >= 0 && x->inst[e->inst].tensor == x->r->router_logits[1] &&
         (rc = exec_aux_on_free(x, e->inst, w, err)) != GCKPT_XS_OK)
         return rc;
@@ -116,22 +110,21 @@ static gckpt_xstatus ev_become_grad(gckpt_exec *x, const gckpt_event *e, const e
 }
 
 /* zero_grad: every .grad, or under ZeRO-1 first those outside the rank's partition (the
- * event's bytes say which: less than all that is live) */
+ * event is marked GCKPT_PE_OUTSIDE_PARTITION); then the parallel mode's own gradient buffers */
 static gckpt_xstatus zero_grad(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
-    uint64_t sum = 0, live = 0;
-    for (size_t i = 0; i < x->nparams; i++)
-        if (x->params[i].grad != GCKPT_NOINST) live += x->inst[x->params[i].grad].bytes;
-    bool partial = x->zero && e->bytes < live;
+    uint64_t sum = 0;
+    bool partial = e->par == GCKPT_PE_OUTSIDE_PARTITION;
+    if (partial && !x->mode->keeps_grad)
+        return exec_fail(err, "%s: a zero_grad outside the rank's partition, which this parallel mode does not have", w->at);
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
-        if (p->grad == GCKPT_NOINST || (partial && exec_parallel_keeps_grad(x, i))) continue;
+        if (p->grad == GCKPT_NOINST || (partial && x->mode->keeps_grad(x, i))) continue;
         sum += x->inst[p->grad].bytes;
         exec_inst_release(x, p->grad);
         p->grad = GCKPT_NOINST;
     }
-    if (x->fsdp) sum += exec_fsdp_zero_grad(x);
-    if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2) sum += exec_z2_zero_grad(x);
+    if (x->mode->zero_grad) sum += x->mode->zero_grad(x);
     if (sum != e->bytes)
         return exec_fail(err, "%s: zero_grad freed %llu bytes of .grad, the schedule says %llu", w->at,
                          (unsigned long long)sum, (unsigned long long)e->bytes);
@@ -140,7 +133,11 @@ static gckpt_xstatus zero_grad(gckpt_exec *x, const gckpt_event *e, const exec_s
 
 static gckpt_xstatus ev_opt_temp(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
-    if (e->comp == GCKPT_C_PARALLEL) return exec_parallel_step_buffer(x, e, w, err);
+    if (e->comp == GCKPT_C_PARALLEL) { /* the parallel mode's buffer released or taken in the step */
+        if (x->mode->step_buffer) return x->mode->step_buffer(x, e, w, err);
+        return exec_fail(err, "%s: %llu bytes of the parallel mode released or taken in the step, not its ipg bucket",
+                         w->at, (unsigned long long)e->bytes);
+    }
     if (e->kind == GCKPT_EV_OPT_TEMP_FREE) {
         if (!x->opt_temp) return exec_fail(err, "%s: frees an optimizer temporary that was not allocated", w->at);
         x->be->release(x->be, GCKPT_MEM_DEVICE, x->opt_temp, x->opt_temp_bytes);
@@ -643,16 +640,12 @@ gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *w, gckp
     case GCKPT_EV_GRAD_SUM: case GCKPT_EV_GRAD_CAST: case GCKPT_EV_GRAD_ACCUMULATE: return ev_grad(x, e, w, err);
     case GCKPT_EV_OPT_TEMP_ALLOC: case GCKPT_EV_OPT_TEMP_FREE: return ev_opt_temp(x, e, w, err);
     case GCKPT_EV_OPT_STEP:
-        return !w->update ? GCKPT_XS_OK
-               : x->zero  ? exec_parallel_step(x, w, err)
-               : x->fsdp  ? exec_fsdp_step(x, w, err)
-               : x->z3    ? exec_z3_step(x, w, err)
-                          : ev_opt(x, w, err);
+        return !w->update      ? GCKPT_XS_OK
+               : x->mode->step ? x->mode->step(x, w, err) /* on the rank's shards or partition */
+                               : ev_opt(x, w, err);
     case GCKPT_EV_ZERO_GRAD: return zero_grad(x, e, w, err);
     case GCKPT_EV_COLLECTIVE: /* the modes whose wrapper moves data inside the schedule */
-        if (x->fsdp && e->arg.coll.kind < GCKPT_NCOLL) return exec_fsdp_collective(x, e, w, err);
-        if (x->z3 && e->arg.coll.kind < GCKPT_NCOLL) return exec_z3_collective(x, e, w, err);
-        if (x->zero && x->set.layout.mode == GCKPT_PAR_ZERO2) return exec_z2_collective(x, e, w, err);
+        if (x->mode->collective && e->arg.coll.kind < GCKPT_NCOLL) return x->mode->collective(x, e, w, err);
         return exec_fail(err, "%s: a %s between ranks that this mode does not execute", w->at,
                          e->arg.coll.kind < GCKPT_NCOLL ? gckpt_coll_names[e->arg.coll.kind] : "collective");
     default: return exec_fail(err, "%s: unknown event kind", w->at);

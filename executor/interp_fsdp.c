@@ -9,8 +9,8 @@
  *    padded chunks out of the latest gather's output and is the weight the ops read until
  *    its FREE (reshard);
  *  - in the synchronising micro-step each unsharded .grad's FREE packs it into the
- *    reduce-scatter input allocated just before (rank r's piece: every parameter's rows of
- *    rank r, padded), the REDUCE_SCATTER averages over the ranks (ReduceOp.AVG for fp32 /
+ *    reduce-scatter input allocated just before (the ALLOC_SCRATCH marked GCKPT_PE_RS_INPUT;
+ *    rank r's piece: every parameter's rows of rank r, padded), the REDUCE_SCATTER averages over the ranks (ReduceOp.AVG for fp32 /
  *    bf16, torch's _get_gradient_divide_factors; each rank's divided first as DDP's, equal to
  *    NCCL's avg for a power-of-two world) into the unit's fp32 sharded gradient (cast from the
  *    output when the wire dtype is not fp32), which lives to zero_grad;
@@ -23,10 +23,9 @@
  * schedule's events say bf16 for the rest: the all-gather packs the shards rounded to bf16, the
  * unsharded parameters and their .grad are bf16 (the ops compute in bf16), the reduce-scatter
  * averages bf16 and its output is cast into the fp32 sharded gradient the step reads. */
-#include "interp.h"
+#include "interp_parallel.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "gckpt/core/parallel.h"
 
@@ -37,7 +36,7 @@ struct exec_fsdp {
     uint64_t *shard_bytes, *state_bytes;
     uint32_t *grad;     /* per unit: the fp32 sharded gradient, GCKPT_NOINST */
     uint32_t ag, ag_unit; /* the latest all-gather's output and its unit */
-    uint32_t scratch;   /* the latest parallel scratch (a reduce-scatter input before the .grads go) */
+    uint32_t rs_in;     /* the latest reduce-scatter input (the unit's .grads are packed into it) */
     uint32_t rs_out;    /* the latest reduce-scatter's output, until the sharded gradient takes it */
     uint64_t units;
 };
@@ -54,7 +53,7 @@ static gckpt_xt f32(void *p, uint64_t off, uint64_t n) { return (gckpt_xt){(char
  * embedding's unit (core/parallel.c, core/sim_parallel.c). */
 static int unit_section(const gckpt_exec *x, int sec) { return x->m.tied && sec == GCKPT_SEC_HEAD ? GCKPT_SEC_EMBED : sec; }
 
-bool exec_fsdp_prepare(gckpt_exec *x, gckpt_err *err)
+static bool fsdp_prepare(gckpt_exec *x, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp = calloc(1, sizeof *x->fsdp);
     size_t n = x->nparams ? x->nparams : 1;
@@ -70,7 +69,7 @@ bool exec_fsdp_prepare(gckpt_exec *x, gckpt_err *err)
     if (!f || !f->off || !f->unit || !f->shard || !f->shard_bytes || !f->state_bytes || !f->grad)
         return gckpt_seterr(err, "out of memory"), false;
     for (uint64_t u = 0; u < f->units; u++) f->grad[u] = GCKPT_NOINST;
-    f->ag = f->scratch = f->rs_out = GCKPT_NOINST;
+    f->ag = f->rs_in = f->rs_out = GCKPT_NOINST;
     /* a unit's shards packed in the table's order, as core/sim_parallel.c copies them out */
     const gckpt_params *ps = &x->ctx.params;
     for (size_t j = 0; j < x->nparams; j++) {
@@ -86,8 +85,10 @@ bool exec_fsdp_prepare(gckpt_exec *x, gckpt_err *err)
     return true;
 }
 
-gckpt_xstatus exec_fsdp_setup(gckpt_exec *x, gckpt_err *err)
+/* Every parameter's shard and states, then the rank's buffers. */
+static gckpt_xstatus fsdp_setup(gckpt_exec *x, gckpt_err *err)
 {
+    if (!x->fsdp && !fsdp_prepare(x, err)) return GCKPT_XS_ERROR; /* the parameter instances exist now */
     exec_fsdp *f = x->fsdp;
     uint64_t round = x->dev.alloc_round_bytes, weights = 0, states = 0;
     for (size_t j = 0; j < x->nparams; j++) {
@@ -105,10 +106,10 @@ gckpt_xstatus exec_fsdp_setup(gckpt_exec *x, gckpt_err *err)
         return exec_fail(err, "fsdp: shards %llu and states %llu bytes, the schedule counts %llu and %llu",
                          (unsigned long long)weights, (unsigned long long)states, (unsigned long long)x->ctx.weights,
                          (unsigned long long)x->ctx.opt_states);
-    return GCKPT_XS_OK;
+    return exec_rank_buffers(x, err);
 }
 
-gckpt_xstatus exec_fsdp_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err)
+static gckpt_xstatus fsdp_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp;
     param_t *p = &x->params[j];
@@ -138,7 +139,7 @@ static uint64_t unit_part(const gckpt_exec *x, uint64_t unit)
     return x->ctx.unit_part[sec];
 }
 
-gckpt_xstatus exec_fsdp_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp;
     const gckpt_coll_args *a = &e->arg.coll;
@@ -171,12 +172,12 @@ gckpt_xstatus exec_fsdp_collective(gckpt_exec *x, const gckpt_event *e, const ex
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
 
-gckpt_xstatus exec_fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+static gckpt_xstatus fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp;
     gckpt_xt none = {0}, ag;
-    if (e->kind == GCKPT_EV_ALLOC_SCRATCH && e->comp == GCKPT_C_PARALLEL) {
-        f->scratch = e->inst;
+    if (e->par == GCKPT_PE_RS_INPUT) {
+        f->rs_in = e->inst;
         return GCKPT_XS_OK;
     }
     if (e->kind == GCKPT_EV_ALLOC_SCRATCH && e->comp == GCKPT_C_GRADS) { /* a unit's fp32 sharded gradient */
@@ -213,7 +214,7 @@ gckpt_xstatus exec_fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec
     return GCKPT_XS_OK;
 }
 
-gckpt_xstatus exec_fsdp_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err)
+static gckpt_xstatus fsdp_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp;
     *done = false;
@@ -225,7 +226,7 @@ gckpt_xstatus exec_fsdp_on_free(gckpt_exec *x, const gckpt_event *e, const exec_
         /* an unsharded .grad into the reduce-scatter input: rank r's piece holds its rows */
         uint64_t up = unit_part(x, f->unit[j]), part = part_of(p), numel = p->spec->numel;
         gckpt_xt in, g = exec_inst_view(x, p->grad), none = {0};
-        gckpt_xstatus rc = inst(x, f->scratch, up * world(x), "reduce-scatter input", w, &in, err);
+        gckpt_xstatus rc = inst(x, f->rs_in, up * world(x), "reduce-scatter input", w, &in, err);
         unsigned si = gckpt_dtype_size((gckpt_dtype)in.dt), sg = gckpt_dtype_size((gckpt_dtype)g.dt);
         for (uint64_t r = 0; r < world(x) && rc == GCKPT_XS_OK; r++) {
             uint64_t lo = r * part, have = numel > lo ? (numel - lo < part ? numel - lo : part) : 0;
@@ -243,7 +244,7 @@ gckpt_xstatus exec_fsdp_on_free(gckpt_exec *x, const gckpt_event *e, const exec_
     return GCKPT_XS_OK;
 }
 
-gckpt_xstatus exec_fsdp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
+static gckpt_xstatus fsdp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp;
     for (size_t j = 0; j < x->nparams; j++) {
@@ -261,7 +262,7 @@ gckpt_xstatus exec_fsdp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-uint64_t exec_fsdp_zero_grad(gckpt_exec *x)
+static uint64_t fsdp_zero_grad(gckpt_exec *x)
 {
     exec_fsdp *f = x->fsdp;
     uint64_t sum = 0;
@@ -275,7 +276,7 @@ uint64_t exec_fsdp_zero_grad(gckpt_exec *x)
     return sum;
 }
 
-gckpt_xstatus exec_fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err)
+static gckpt_xstatus fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp;
     *hash = 0;
@@ -290,7 +291,7 @@ gckpt_xstatus exec_fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, g
     return exec_ranks_hash(x, hash, sumsq, err);
 }
 
-void exec_fsdp_release(gckpt_exec *x)
+static void fsdp_release(gckpt_exec *x)
 {
     exec_fsdp *f = x->fsdp;
     for (size_t j = 0; f && j < x->nparams; j++) {
@@ -306,7 +307,7 @@ void exec_fsdp_release(gckpt_exec *x)
     for (uint64_t u = 0; f && u < f->units; u++) f->grad[u] = GCKPT_NOINST;
 }
 
-void exec_fsdp_free(gckpt_exec *x)
+static void fsdp_free(gckpt_exec *x)
 {
     exec_fsdp *f = x->fsdp;
     if (!f) return;
@@ -319,3 +320,15 @@ void exec_fsdp_free(gckpt_exec *x)
     free(f);
     x->fsdp = NULL;
 }
+
+const exec_par_ops exec_fsdp_ops = {.flat_grads = true,
+                                    .setup = fsdp_setup,
+                                    .init_param = fsdp_init_param,
+                                    .on_alloc = fsdp_on_alloc,
+                                    .on_free = fsdp_on_free,
+                                    .collective = fsdp_collective,
+                                    .zero_grad = fsdp_zero_grad,
+                                    .step = fsdp_step,
+                                    .checksum = fsdp_checksum,
+                                    .release = fsdp_release,
+                                    .free = fsdp_free};

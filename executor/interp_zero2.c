@@ -2,18 +2,19 @@
  * partitioned step (interp_parallel.c). The rules are the core's (gckpt_zero12_step_grads: the
  * instances the rank keeps whole and the partition buffer's elements; core/sim_parallel.c: the
  * ipg bucket, the partition buffers and one ALL_REDUCE per parameter as events):
- *  - an ALLOC_SCRATCH of the partition buffer's elements is the first micro-step's buffer (the
- *    gradients the step reads, freed by zero_grad) or a later micro-step's;
+ *  - an ALLOC_SCRATCH marked GCKPT_PE_GRAD_PARTITION is the first micro-step's partition buffer
+ *    (component GRADS: the gradients the step reads, freed by zero_grad) or a later
+ *    micro-step's (PARALLEL);
  *  - an ALL_REDUCE of one parameter copies its .grad (made afresh in every micro-step) into the
  *    ipg bucket a bucket at a time, averages it over the ranks in place (each rank's divided by N
  *    first: FINDINGS R-CPU-4 D10) and, when the parameter overlaps the rank's partition, copies it into
  *    its place in the micro-step's partition buffer;
  *  - the .grad's FREE at the next parameter's hook just frees it; a later micro-step's buffer
  *    is added into the first when it is freed at the backward's end;
- *  - the step reads each kept instance from the partition buffer (exec_z2_grad).
+ *  - the step (ZeRO-1's, interp_zero1.c) reads each kept instance from the partition buffer.
  * Every buffer here is of the model dtype the schedule's events name (fp32, or bf16 under
  * amp-bf16: DeepSpeed's bf16 model, whose fp32 master partition is ZeRO-1's). */
-#include "interp.h"
+#include "interp_parallel.h"
 
 #include <stdlib.h>
 
@@ -35,7 +36,8 @@ static int by_place(const void *a, const void *b)
     return p->offset < q->offset ? -1 : p->offset > q->offset;
 }
 
-gckpt_xstatus exec_z2_setup(gckpt_exec *x, gckpt_err *err)
+/* The kept instances' places in the partition buffer, after ZeRO-1's flat setup. */
+static gckpt_xstatus zero2_places(gckpt_exec *x, gckpt_err *err)
 {
     exec_zero *z = x->zero;
     size_t n = x->nparams ? x->nparams : 1, nk = 0;
@@ -59,25 +61,30 @@ gckpt_xstatus exec_z2_setup(gckpt_exec *x, gckpt_err *err)
     if (off != x->ctx.z2_numel)
         return exec_fail(err, "zero2: the rank keeps %llu gradient elements, the schedule's partition buffer %llu",
                          (unsigned long long)off, (unsigned long long)x->ctx.z2_numel);
-    if (x->ctx.z2_numel == z->bucket)
-        return exec_fail(err, "zero2: the partition buffer and the ipg bucket have the same %llu elements: not told apart",
-                         (unsigned long long)z->bucket);
     return GCKPT_XS_OK;
 }
 
-gckpt_xstatus exec_z2_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+static gckpt_xstatus zero2_setup(gckpt_exec *x, gckpt_err *err)
+{
+    gckpt_xstatus rc = exec_zero_setup(x, err);
+    if (rc == GCKPT_XS_OK) rc = zero2_places(x, err);
+    return rc == GCKPT_XS_OK ? exec_rank_buffers(x, err) : rc;
+}
+
+static gckpt_xstatus zero2_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     exec_zero *z = x->zero;
-    if (e->kind != GCKPT_EV_ALLOC_SCRATCH || e->numel != x->ctx.z2_numel) return GCKPT_XS_OK;
+    if (e->par != GCKPT_PE_GRAD_PARTITION) return GCKPT_XS_OK;
     uint32_t *slot = e->comp == GCKPT_C_GRADS ? &z->part0 : &z->part1;
-    if (*slot != GCKPT_NOINST || e->dtype != z->dt)
-        return exec_fail(err, "%s: zero2: a second partition buffer, or not in the model dtype", w->at);
+    if (*slot != GCKPT_NOINST || e->dtype != z->dt || e->numel != x->ctx.z2_numel)
+        return exec_fail(err, "%s: zero2: a second partition buffer, or not %llu elements of the model dtype", w->at,
+                         (unsigned long long)x->ctx.z2_numel);
     *slot = e->inst;
     if (slot == &z->part0) x->inst[e->inst].is_pgrad = true; /* to zero_grad */
     return GCKPT_XS_OK;
 }
 
-gckpt_xstatus exec_z2_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+static gckpt_xstatus zero2_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     exec_zero *z = x->zero;
     const gckpt_coll_args *a = &e->arg.coll;
@@ -103,7 +110,7 @@ gckpt_xstatus exec_z2_collective(gckpt_exec *x, const gckpt_event *e, const exec
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
 
-gckpt_xstatus exec_z2_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err)
+static gckpt_xstatus zero2_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err)
 {
     exec_zero *z = x->zero;
     *done = false;
@@ -124,7 +131,7 @@ gckpt_xstatus exec_z2_on_free(gckpt_exec *x, const gckpt_event *e, const exec_si
     return GCKPT_XS_OK;
 }
 
-uint64_t exec_z2_zero_grad(gckpt_exec *x)
+static uint64_t zero2_zero_grad(gckpt_exec *x)
 {
     exec_zero *z = x->zero;
     uint64_t bytes = 0;
@@ -136,14 +143,14 @@ uint64_t exec_z2_zero_grad(gckpt_exec *x)
     return bytes;
 }
 
-gckpt_xt exec_z2_grad(const gckpt_exec *x, size_t j)
+static gckpt_xt zero2_grad(const gckpt_exec *x, size_t j)
 {
     const exec_zero *z = x->zero;
     if (!exec_live(x, z->part0)) return (gckpt_xt){0};
     return at(x->inst[z->part0].p, z->pbuf_off[j], x->params[j].spec->numel, z->dt);
 }
 
-gckpt_xstatus exec_z2_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err)
+static gckpt_xstatus zero2_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err)
 {
     const exec_zero *z = x->zero;
     *hash = 0;
@@ -154,7 +161,7 @@ gckpt_xstatus exec_z2_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gck
         uint64_t a = f->offset > lo ? f->offset : lo, end = f->offset + x->params[j].spec->numel, b = end < hi ? end : hi;
         if (!z->keep[j] || a >= b) continue;
         /* the rank's elements of the flat group only: every element is hashed by one rank */
-        gckpt_xt g = exec_z2_grad(x, j);
+        gckpt_xt g = zero2_grad(x, j);
         if (!g.p) return exec_fail(err, "checksum: zero2: the partition buffer is not allocated");
         gckpt_xstatus rc = exec_piece_hash(x, &x->params[j],
                                            (gckpt_xt){(char *)g.p + (a - f->offset) * gckpt_dtype_size((gckpt_dtype)g.dt), b - a, g.dt, 0},
@@ -163,3 +170,23 @@ gckpt_xstatus exec_z2_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gck
     }
     return exec_ranks_hash(x, hash, sumsq, err);
 }
+
+static gckpt_xstatus zero2_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
+{
+    return exec_zero_step(x, w, zero2_grad, err);
+}
+
+const exec_par_ops exec_zero2_ops = {.flat_grads = true,
+                                     .prepare = exec_zero_prepare,
+                                     .setup = zero2_setup,
+                                     .init = exec_zero_init,
+                                     .on_alloc = zero2_on_alloc,
+                                     .on_free = zero2_on_free,
+                                     .collective = zero2_collective,
+                                     .keeps_grad = exec_zero_keeps_grad,
+                                     .zero_grad = zero2_zero_grad,
+                                     .step_buffer = exec_zero_step_buffer,
+                                     .step = zero2_step,
+                                     .checksum = zero2_checksum,
+                                     .release = exec_zero_release,
+                                     .free = exec_zero_free};

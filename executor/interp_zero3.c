@@ -22,7 +22,7 @@
  * (the weights': bf16 under amp-bf16, DeepSpeed's bf16 model, FINDINGS R-DIST-4; else fp32); the
  * master and AdamW's states fp32, the master starting from the model-dtype partition (DeepSpeed
  * copies it from the bf16 weights) and rounded into the partition after each step. */
-#include "interp.h"
+#include "interp_parallel.h"
 
 #include <stdlib.h>
 
@@ -55,8 +55,12 @@ static void *bucket(const gckpt_exec *x)
     return (char *)x->par[EXEC_PAR_GRADS] + gckpt_round_up(msize(x) * x->z3->q, x->dev.alloc_round_bytes);
 }
 
-gckpt_xstatus exec_z3_setup(gckpt_exec *x, gckpt_err *err)
+/* The rank's buffers (the gradient partitions and the ipg bucket are EXEC_PAR_GRADS), then
+ * every parameter's partition, whole copy, and the flat master and states. */
+static gckpt_xstatus zero3_setup(gckpt_exec *x, gckpt_err *err)
 {
+    gckpt_xstatus rc = exec_rank_buffers(x, err);
+    if (rc != GCKPT_XS_OK) return rc;
     size_t n = x->nparams ? x->nparams : 1;
     exec_z3 *z = x->z3;
     if (!z) {
@@ -75,7 +79,6 @@ gckpt_xstatus exec_z3_setup(gckpt_exec *x, gckpt_err *err)
     z->dt = x->nparams ? x->params[0].spec->weight.dtype : GCKPT_DT_F32;
     uint64_t sz = msize(x);
     z->bucket = gckpt_ds_reduce_bucket(&x->m, &x->set.layout);
-    gckpt_xstatus rc = GCKPT_XS_OK;
     for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++) {
         param_t *p = &x->params[j];
         p->flat = true; /* its weight is the gathered buffer, or its whole copy */
@@ -102,7 +105,7 @@ gckpt_xstatus exec_z3_setup(gckpt_exec *x, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-gckpt_xstatus exec_z3_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err)
+static gckpt_xstatus zero3_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err)
 {
     exec_z3 *z = x->z3;
     param_t *p = &x->params[j];
@@ -119,7 +122,7 @@ gckpt_xstatus exec_z3_init_param(gckpt_exec *x, size_t j, gckpt_init how, float 
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising zero3's partitions", err);
 }
 
-gckpt_xstatus exec_z3_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+static gckpt_xstatus zero3_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     const gckpt_coll_args *a = &e->arg.coll;
     int layer = x->r->t[e->tensor < 0 ? 0 : e->tensor].section == GCKPT_SEC_BLOCK ? (int)a->index - 1 : -1;
@@ -172,7 +175,7 @@ static gckpt_xstatus reduce(gckpt_exec *x, size_t j)
     return rc;
 }
 
-gckpt_xstatus exec_z3_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err)
+static gckpt_xstatus zero3_on_free(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err)
 {
     *done = false;
     void *buf = x->inst[e->inst].p;
@@ -213,7 +216,7 @@ static gckpt_xstatus gather_whole(gckpt_exec *x, size_t j)
     return rc;
 }
 
-gckpt_xstatus exec_z3_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
+static gckpt_xstatus zero3_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
 {
     exec_z3 *z = x->z3;
     gckpt_xt none = {0};
@@ -234,7 +237,7 @@ gckpt_xstatus exec_z3_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
 
-gckpt_xstatus exec_z3_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err)
+static gckpt_xstatus zero3_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err)
 {
     *hash = 0;
     *sumsq = 0;
@@ -247,7 +250,7 @@ gckpt_xstatus exec_z3_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gck
     return exec_ranks_hash(x, hash, sumsq, err);
 }
 
-void exec_z3_release(gckpt_exec *x)
+static void zero3_release(gckpt_exec *x)
 {
     exec_z3 *z = x->z3;
     if (!z) return;
@@ -264,7 +267,7 @@ void exec_z3_release(gckpt_exec *x)
     }
 }
 
-void exec_z3_free(gckpt_exec *x)
+static void zero3_free(gckpt_exec *x)
 {
     exec_z3 *z = x->z3;
     if (!z) return;
@@ -276,3 +279,12 @@ void exec_z3_free(gckpt_exec *x)
     free(z);
     x->z3 = NULL;
 }
+
+const exec_par_ops exec_zero3_ops = {.setup = zero3_setup,
+                                     .init_param = zero3_init_param,
+                                     .on_free = zero3_on_free,
+                                     .collective = zero3_collective,
+                                     .step = zero3_step,
+                                     .checksum = zero3_checksum,
+                                     .release = zero3_release,
+                                     .free = zero3_free};

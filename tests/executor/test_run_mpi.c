@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include "cli_harness.h"
+#include "gckpt/core/parallel.h"
+#include "gckpt/core/schedule.h"
 #include "gckpt/executor/exec_run.h"
 #include "plan_fixture.h"
 #include "report_fixture.h"
@@ -40,10 +42,15 @@ static const cli_opts mpi_env = {.env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW
                                           * within the test's bound */
                                          "GCKPT_COLLECTIVE_TIMEOUT=60"}};
 
+/* bucket: a ds_config's reduce_bucket_size (0: the Trainer's "auto") */
 static void write_plan(const char *name, const char *model, int ranks, uint64_t grad_accum, gckpt_parallel mode,
-                       gckpt_precision prec)
+                       gckpt_precision prec, uint64_t bucket)
 {
     gckpt_layout l = {.gpus = (uint32_t)ranks, .nodes = 1, .mode = (uint8_t)mode};
+    if (bucket) {
+        l.ds.set = GCKPT_DS_REDUCE_BUCKET;
+        l.ds.reduce_bucket = bucket;
+    }
     char *t = pf_plan_text_full(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum, 0, NULL, ranks > 1 ? &l : NULL);
     assert_non_null(t);
     cli_write(name, t);
@@ -106,6 +113,7 @@ typedef struct {
     int steps;
     double norm_tol; /* not bitwise: the gradient norm's relative tolerance (0: 1e-6, fp32's) */
     const char *model; /* tests/executor/data's model (NULL: tiny-llama) */
+    uint64_t bucket;   /* ZeRO's reduce_bucket_size (0: the Trainer's "auto") */
 } run_case;
 
 static void check_case(const run_case *c)
@@ -113,14 +121,14 @@ static void check_case(const run_case *c)
     const char *mode = gckpt_parallel_names[c->mode];
     const char *model = c->model ? c->model : "tiny-llama";
     char plan[96], one[96], rep[112], rep1[112], err[8192];
-    snprintf(plan, sizeof plan, "%s-%s%d-%s-ga%llu.json", model, mode, c->np, gckpt_precision_names[c->prec],
-             (unsigned long long)c->grad_accum);
+    snprintf(plan, sizeof plan, "%s-%s%d-%s-ga%llu%s.json", model, mode, c->np, gckpt_precision_names[c->prec],
+             (unsigned long long)c->grad_accum, c->bucket ? "-bucket" : "");
     snprintf(rep, sizeof rep, "%sl", plan);
     snprintf(one, sizeof one, "%s-one-%s-ga%llu.json", model, gckpt_precision_names[c->one_prec],
              (unsigned long long)(c->np * c->grad_accum));
     snprintf(rep1, sizeof rep1, "%sl", one);
-    write_plan(plan, model, c->np, c->grad_accum, c->mode, c->prec);
-    write_plan(one, model, 1, c->np * c->grad_accum, GCKPT_PAR_NONE, c->one_prec);
+    write_plan(plan, model, c->np, c->grad_accum, c->mode, c->prec, c->bucket);
+    write_plan(one, model, 1, c->np * c->grad_accum, GCKPT_PAR_NONE, c->one_prec, 0);
     double t0 = cli_now();
     int rc = mpi(c->np, plan, rep, c->steps, err, sizeof err);
     if (rc != 0) fail_msg("%s: mpirun -np %d: exit %d: %s", plan, c->np, rc, err);
@@ -273,6 +281,40 @@ static void zero2_split(void **st)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
 }
 
+/* Rank 0's reduced-gradient elements under ZeRO-2 on np ranks (the core's z2_numel: every
+ * parameter overlapping its partition of the flat groups, whole). */
+static uint64_t z2_numel(const char *fixture, int np)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.json", GCKPT_TEST_DATA, fixture);
+    gckpt_model m;
+    gckpt_device d;
+    gckpt_err err = {{0}};
+    if (!gckpt_model_load(path, &m, &err) || !gckpt_device_load("h100-sxm-80gb", &d, &err)) fail_msg("%s", err.msg);
+    gckpt_setting s = {.seq = 16, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_AMP_BF16,
+                       .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA,
+                       .layout = {.gpus = (uint32_t)np, .nodes = 1, .mode = GCKPT_PAR_ZERO2}};
+    static gckpt_recipe r;
+    static gckpt_ctx c;
+    gckpt_setting_recipe(&m, &s, GCKPT_TARGET_CPU, &r);
+    if (!gckpt_ctx_init(&c, &m, &d, &r, &s, &err)) fail_msg("%s", err.msg);
+    assert_true(c.z2_numel > 0);
+    return c.z2_numel;
+}
+
+/* ZeRO-2 whose reduce_bucket_size (a ds_config's) equals rank 0's reduced-gradient elements: the
+ * ipg bucket and the partition buffer are then scratch buffers of one size and dtype, which the
+ * executor tells apart by the schedule's marks (GCKPT_PE_IPG_BUCKET, GCKPT_PE_GRAD_PARTITION).
+ * Before, it told them apart by their sizes and refused the setup ("not told apart": every entry
+ * an error). Now the run is the default bucket's, against one bf16 process bit for bit. */
+static void zero2_bucket_size(void **st)
+{
+    (void)st;
+    uint64_t n = z2_numel("tiny-llama", 2);
+    print_message("reduce_bucket_size %llu (rank 0's partition buffer)\n", (unsigned long long)n);
+    check_case(&(run_case){GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1, 0, NULL, n});
+}
+
 /* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */
 static int own_lines(const char *err)
 {
@@ -285,7 +327,7 @@ static void refusals(void **st)
 {
     (void)st;
     char err[8192];
-    write_plan("ddp2.json", "tiny-llama", 2, 1, GCKPT_PAR_DDP, GCKPT_AMP_BF16);
+    write_plan("ddp2.json", "tiny-llama", 2, 1, GCKPT_PAR_DDP, GCKPT_AMP_BF16, 0);
     int rc = cli_run(GCKPT_RUN_EXE, A("--plan", "ddp2.json", "--backend", "host", "-o", "no.jsonl"), NULL, err, sizeof err);
     assert_int_equal(rc, 2);
     if (!strstr(err, "mpirun -np 2 gckpt-run --plan ddp2.json") || strchr(err, '\n') != strrchr(err, '\n'))
@@ -303,7 +345,7 @@ static void refusals(void **st)
     } no[] = {{GCKPT_PAR_ZERO2, "bf16", "--parallel zero2: only --precision amp-bf16 (the Trainer's bf16=True) or fp32"},
               {GCKPT_PAR_FSDP, "amp-fp16", "--parallel fsdp: only --precision amp-bf16 (the Trainer's bf16=True) or fp32"}};
     for (size_t k = 0; k < sizeof no / sizeof *no; k++) {
-        write_plan("refused.json", "tiny-llama", 2, 1, no[k].mode, GCKPT_AMP_BF16);
+        write_plan("refused.json", "tiny-llama", 2, 1, no[k].mode, GCKPT_AMP_BF16, 0);
         char *t = cli_slurp("refused.json"), *at = t ? strstr(t, "\"amp-bf16\"") : NULL;
         assert_non_null(at);
         size_t cap = strlen(t) + 32;
@@ -341,6 +383,7 @@ int main(void)
     if (!schema || !cli_setup("gckpt-mpi")) return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(ddp), cmocka_unit_test(zero1), cmocka_unit_test(fsdp),
                                        cmocka_unit_test(zero2), cmocka_unit_test(zero2_split),
+                                       cmocka_unit_test(zero2_bucket_size),
                                        cmocka_unit_test(zero3), cmocka_unit_test(tied),
                                        cmocka_unit_test(refusals)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -134,11 +134,25 @@ typedef struct {
     uint64_t index; /* the wrapper unit: 0 the embedding, 1 + l layer l, L + 1 the head */
 } gckpt_coll_args;
 
+/* What a parallel mode's event is where its kind and component leave it open (set by
+ * core/sim.c and core/sim_parallel.c, read by the executor instead of sizes or order). */
+typedef enum {
+    GCKPT_PE_NONE,
+    GCKPT_PE_IPG_BUCKET,     /* ALLOC_SCRATCH: a ZeRO-1/2 ipg bucket (reduce_bucket_size elements) */
+    GCKPT_PE_GRAD_PARTITION, /* ALLOC_SCRATCH: ZeRO-2's reduced gradients of the rank's partition
+                              * (comp GRADS: the step's; PARALLEL: a later micro-step's) */
+    GCKPT_PE_RS_INPUT,       /* ALLOC_SCRATCH: FSDP2's reduce-scatter input, which the unit's
+                              * .grad FREEs that follow are packed into */
+    GCKPT_PE_OUTSIDE_PARTITION /* ZERO_GRAD: ZeRO-1/2 free the .grad outside the rank's
+                                * partition before the step (the rest after it) */
+} gckpt_par_event;
+
 typedef struct {
     uint8_t kind;    /* gckpt_event_kind */
     uint8_t comp;    /* memory events: the component its bytes count in (moves: from) */
     uint8_t dtype;   /* ALLOC, ALLOC_SCRATCH: gckpt_dtype */
     bool grad;       /* ALLOC: a gradient of `tensor` */
+    uint8_t par;     /* gckpt_par_event: a parallel mode's buffer or event; GCKPT_PE_NONE else */
     int16_t tensor;  /* memory, copy and gradient events: the recipe tensor; -1 none */
     int16_t op;      /* FWD, RECOMPUTE, BWD: the recipe op; -1 otherwise */
     uint32_t inst;   /* memory and copy events: the instance */

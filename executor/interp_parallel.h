@@ -1,0 +1,64 @@
+/* What the parallel modes' files share (private to them: interp_parallel.c, interp_ddp.c,
+ * interp_zero1.c, interp_zero2.c, interp_zero3.c, interp_fsdp.c; the rest of the interpreter
+ * sees the table of hooks in interp.h only): each mode's table, the rank's buffers, the
+ * checksum of sharded gradients, a shard's initial values, ZeRO-1/2's flat groups. */
+#ifndef GCKPT_INTERP_PARALLEL_H
+#define GCKPT_INTERP_PARALLEL_H
+
+#include "interp.h"
+
+/* Each mode's hooks (exec_par_ops_of picks one). */
+extern const exec_par_ops exec_ddp_ops, exec_zero1_ops, exec_zero2_ops, exec_zero3_ops, exec_fsdp_ops;
+
+/* The rank's persistent buffers beyond the parameter state table (x->par, as
+ * gckpt_rank_persistent sizes them), checked against the schedule's parallel bytes; each
+ * mode's setup calls it where its allocations put it. */
+gckpt_xstatus exec_rank_buffers(gckpt_exec *x, gckpt_err *err);
+/* A sharded gradient's checksum (the ranks' pieces add up to one process's checksum of the
+ * whole tensors: the hash is a sum of per-element terms, gckpt_hash_term): parameter p's
+ * piece src (a device buffer, any dtype), element lo of the tensor, added to *h and
+ * *ss; then every rank's sums added in rank order. */
+gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uint64_t lo, uint64_t *h, double *ss,
+                              gckpt_err *err);
+gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err *err);
+/* A sharded parameter's fp32 padded shard on this rank (shard.part elements at dst) from its
+ * initialisation (how, scale, key as one process makes the whole tensor): elements
+ * [r x part, r x part + gckpt_shard_local) of the tensor, then 0. */
+gckpt_xstatus exec_shard_init(gckpt_exec *x, const param_t *p, void *dst, gckpt_init how, float scale, uint64_t key,
+                              gckpt_err *err);
+
+/* ZeRO-1/2's flat groups and the rank's partitions (interp_zero1.c; ZeRO-2's reductions in
+ * interp_zero2.c). */
+struct exec_zero {
+    gckpt_zero_group g[2];
+    uint8_t dt;                 /* the model dtype (bf16 under amp-bf16, else fp32) */
+    uint64_t bucket;            /* the ipg bucket's elements (reduce_bucket_size) */
+    void *flat[2];              /* each group's flat weights (padded elements) */
+    void *master[2], *st[2][2]; /* the rank's fp32 partitions: master, exp_avg, exp_avg_sq */
+    gckpt_flat_place *place;    /* per parameter instance (x->params order) */
+    bool *keep;                 /* per instance: it overlaps the rank's partition */
+    /* ZeRO-2: the rank's reduced gradients, every kept instance whole in the flat order
+     * (pbuf_off: its offset there), in the first micro-step's buffer (part0, to zero_grad) and
+     * a later micro-step's (part1, added into part0 when freed) */
+    uint64_t *pbuf_off;
+    uint32_t part0, part1;
+    /* ZeRO-1: the ipg bucket(s) the schedule allocates at the first backward's first gradient
+     * hook (an ALLOC_SCRATCH marked GCKPT_PE_IPG_BUCKET), freed with the step's release */
+    uint32_t z1_bucket[2];
+};
+/* The hooks ZeRO-1 and ZeRO-2 share (interp_zero1.c): the groups; the flat weights, master
+ * and states allocated (every parameter instance a view into its group); the master from the
+ * weights; which instances overlap the rank's partition; the step on the partition, reading
+ * instance j's gradient from grad_of; the step's release and re-allocation of the ipg bucket;
+ * releasing and freeing. */
+bool exec_zero_prepare(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_zero_setup(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_zero_init(gckpt_exec *x, gckpt_err *err);
+bool exec_zero_keeps_grad(const gckpt_exec *x, size_t i);
+gckpt_xstatus exec_zero_step(gckpt_exec *x, const exec_site *w, gckpt_xt (*grad_of)(const gckpt_exec *x, size_t j),
+                             gckpt_err *err);
+gckpt_xstatus exec_zero_step_buffer(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
+void exec_zero_release(gckpt_exec *x);
+void exec_zero_free(gckpt_exec *x);
+
+#endif

@@ -78,34 +78,63 @@ def frozen_bytes_per_elem(fx):
     return 2 if fx["setting"].get("load_dtype") == "bfloat16" else 4
 
 
+def quantized(fx, name):
+    """QLoRA: a targeted linear's base weight is a Params4bit (bitsandbytes replaces every
+    nn.Linear but lm_head; the targets here are all-linear)."""
+    return fx["method"] == "qlora" and name.endswith(".base_layer.weight")
+
+
+def packed_shape(fx, shape):
+    """A Params4bit's stored shape: [ceil(n/2) bytes / storage size, 1] (R-QUANT-4)."""
+    storage = fx["quant"]["storage"]
+    return (dr.cdiv(dr.cdiv(dr.numel(shape), 2), 2 if storage == "bf16" else 1), 1)
+
+
 def persistent_closed(fx):
-    """LoRA (not QLoRA): bytes live at a step's start on this rank."""
+    """Bytes live at a step's start on this rank. QLoRA: the quantization statistics (absmax,
+    code books; R-QUANT-4..8, resident, never sharded) are the fixture's own
+    quant.stats_bytes_unique_storages; the packed weights as bitsandbytes stores them."""
     mode, N, r, _ = dr.layout(fx)
     ps = peft_params(fx)
+    q = [(n, packed_shape(fx, s)) for n, s, t in ps if quantized(fx, n)]
     tr = [(n, s) for n, s, t in ps if t]
-    fr = [(n, s) for n, s, t in ps if not t]
+    fr = [(n, s) for n, s, t in ps if not t and not quantized(fx, n)]
+    qsize = 2 if fx["method"] == "qlora" and fx["quant"]["storage"] == "bf16" else 1
+    stats = fx["quant"]["stats_bytes_unique_storages"] if fx["method"] == "qlora" else 0
     n_T = len(tr)
     T = sum(dr.numel(s) for _, s in tr)
     F = sum(dr.numel(s) for _, s in fr)
-    sf = frozen_bytes_per_elem(fx)
+    Qb = sum(dr.numel(s) for _, s in q) * qsize  # packed bytes, whole
+    # QLoRA: prepare_model_for_kbit_training made the non-quantized parameters fp32
+    sf = 4 if fx["method"] == "qlora" else frozen_bytes_per_elem(fx)
     # the rotary buffers: fp32, or bf16 when the probe cast the model with .to(bf16) (lb16)
-    buf = dr.buffers(fx) // (2 if fx["setting"].get("load_dtype") == "bfloat16" else 1)
+    lb16 = fx["method"] == "lora" and fx["setting"].get("load_dtype") == "bfloat16"
+    buf = dr.buffers(fx) // (2 if lb16 else 1)
     if mode == "ddp":
         # frozen base + fp32 adapters + one bucket copy of the adapters' gradients + AdamW on them
         # + a step per adapter tensor + find_unused_parameters' two int32 maps per adapter tensor
-        return F * sf + 4 * T + 4 * T + 8 * T + dr.ADAMW_STEP * n_T + 2 * 4 * n_T + buf
+        return F * sf + Qb + stats + 4 * T + 4 * T + 8 * T + dr.ADAMW_STEP * n_T + 2 * 4 * n_T + buf
     if mode == "fsdp2":
-        return (sf * sum(dr.fsdp_padded(s, N) for _, s in fr) + 4 * sum(dr.fsdp_padded(s, N) for _, s in tr)
-                + 8 * sum(dr.fsdp_local(s, N, r) for _, s in tr) + dr.ADAMW_STEP * n_T + buf + FSDP_UNIT_BYTES * N * fsdp_units(fx))
+        # a uint8 Params4bit is ignored (whole on every rank); a bf16 one is sharded (R-DISTPEFT-7)
+        qb = (sum(dr.fsdp_padded(s, N) for _, s in q) * qsize) if qsize == 2 else Qb
+        return (sf * sum(dr.fsdp_padded(s, N) for _, s in fr) + qb + stats
+                + 4 * sum(dr.fsdp_padded(s, N) for _, s in tr)
+                + 8 * sum(dr.fsdp_local(s, N, r) for _, s in tr) + dr.ADAMW_STEP * n_T + buf
+                + FSDP_UNIT_BYTES * N * fsdp_units(fx))
     s = dr.model_bytes(fx)
     if mode in ("zero1", "zero2"):
         A = dr.cdiv(T, 2 * N) * 2 * N  # one group: every adapter decays
-        return F * s + A * s + 3 * 4 * (A // N) + dr.ADAMW_STEP + 4 + buf
+        return F * s + Qb + stats + A * s + 3 * 4 * (A // N) + dr.ADAMW_STEP + 4 + buf
     Qt = sum(dr.cdiv(dr.numel(sh), N) for _, sh in tr)
     Qf = sum(dr.cdiv(dr.numel(sh), N) for _, sh in fr)
-    whole = sum(dr.numel(sh) for _, sh, _t in ps if dr.zero3_persistent(fx, sh))
+    whole = sum(dr.numel(sh) for _, sh, _t in ps if dr.zero3_persistent(fx, sh) and not quantized(fx, _))
+    # QLoRA: a Params4bit is partitioned like any parameter, by its stored numel and in its
+    # storage dtype, and kept whole under the persistence threshold (R-DISTPEFT-8)
+    Qq = sum(dr.cdiv(dr.numel(sh), N) for _, sh in q) * qsize
+    whole_q = sum(dr.numel(sh) for _, sh in q if dr.zero3_persistent(fx, sh)) * qsize
     rbs = fx["parallel"]["deepspeed"]["ds_config_resolved"]["zero_optimization"]["reduce_bucket_size"]
-    return (Qf + Qt) * s + whole * s + 3 * 4 * Qt + Qt * s + rbs * s + dr.ADAMW_STEP + dr.ZERO3_SCALARS + buf
+    return ((Qf + Qt) * s + whole * s + 3 * 4 * Qt + Qt * s + rbs * s + dr.ADAMW_STEP + dr.ZERO3_SCALARS + buf
+            + Qq + whole_q + stats)
 
 
 def load(paths):
@@ -120,9 +149,6 @@ def main(argv):
     for name, fx in load(paths):
         st = fx["steps"][-1]
         meas_s, meas_e = st["live_at_start_bytes"], st["live_at_end_bytes"]
-        if fx["method"] != "lora":
-            rows.append((name, meas_s, meas_e, None))
-            continue
         want = persistent_closed(fx)
         ok = want == meas_s == meas_e
         bad += not ok
@@ -132,8 +158,7 @@ def main(argv):
             d = "-" if w is None else f"{s_ - w:+d}"
             print(f"{name:60s} start {s_:>10d} end {e_:>10d} closed {w if w is not None else '-':>10} diff {d}")
     n = sum(1 for r in rows if r[3] is not None)
-    print(f"{n - bad}/{n} LoRA fixtures equal their closed form at step 2's start and end "
-          f"({len(rows) - n} QLoRA fixtures listed, no closed form checked)")
+    print(f"{n - bad}/{n} fixtures equal their closed form at step 2's start and end")
     return 1 if bad else 0
 
 

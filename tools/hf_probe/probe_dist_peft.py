@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
 import tempfile
 
@@ -166,7 +167,9 @@ def rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks=N
     """probe_dist.rank_main with the PEFT model and fields (set in the spawned process)."""
     probe_dist.MODEL_BUILDER = build_peft_model
     probe_dist.FIXTURE_EXTRA = fixture_extra
-    probe_peft._CKPT_ROOT = tempfile.mkdtemp(prefix=f"gckpt-dpeft-r{index}-")
+    # the tiny checkpoints QLoRA loads, saved once by the parent (a rank's save_pretrained under
+    # a distributed state writes no weights on ranks other than 0)
+    probe_peft._CKPT_ROOT = os.environ.get("GCKPT_DPEFT_CKPTS") or tempfile.mkdtemp(prefix=f"gckpt-dpeft-r{index}-")
     probe_dist.rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks)
 
 
@@ -182,7 +185,13 @@ def main(argv=None):
     if sel is None:
         return 0
     os.makedirs(a.out, exist_ok=True)
-    return probe_dist.run_batches(sel, a.out, target=rank_main)
+    probe_peft._CKPT_ROOT = os.environ["GCKPT_DPEFT_CKPTS"] = tempfile.mkdtemp(prefix="gckpt-dpeft-")
+    try:
+        for sp in {probe_peft.model_key(peft_spec(c)): c for c in sel if c["method"] == "qlora"}.values():
+            probe_peft.saved_tiny_model(peft_spec(sp))
+        return probe_dist.run_batches(sel, a.out, target=rank_main)
+    finally:
+        shutil.rmtree(probe_peft._CKPT_ROOT, ignore_errors=True)
 
 
 if __name__ == "__main__":

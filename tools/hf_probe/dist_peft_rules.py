@@ -145,20 +145,26 @@ def main(argv):
     table = "--table" in argv
     paths = [a for a in argv if not a.startswith("--")] or sorted(glob.glob(os.path.join(DEFAULT_DIR, "*.json")))
     bad = 0
-    rows = []
+    rows, gloo = [], []
     for name, fx in load(paths):
         st = fx["steps"][-1]
         meas_s, meas_e = st["live_at_start_bytes"], st["live_at_end_bytes"]
         want = persistent_closed(fx)
+        if fx["parallel"].get("process_group") == "gloo":
+            # real collectives: the allocator misses frees made on gloo's threads (R-PROBE-5)
+            gloo.append((name, meas_s, meas_e, want))
+            continue
         ok = want == meas_s == meas_e
         bad += not ok
         rows.append((name, meas_s, meas_e, want))
     for name, s_, e_, w in rows:
-        if table or w is None or not (w == s_ == e_):
-            d = "-" if w is None else f"{s_ - w:+d}"
-            print(f"{name:60s} start {s_:>10d} end {e_:>10d} closed {w if w is not None else '-':>10} diff {d}")
-    n = sum(1 for r in rows if r[3] is not None)
-    print(f"{n - bad}/{n} fixtures equal their closed form at step 2's start and end")
+        if table or not (w == s_ == e_):
+            print(f"{name:60s} start {s_:>10d} end {e_:>10d} closed {w:>10} diff {s_ - w:+d}")
+    for name, s_, e_, w in gloo:
+        print(f"{name:60s} start {s_:>10d} end {e_:>10d} closed {w:>10} (gloo, not counted)")
+    n = len(rows)
+    print(f"{n - bad}/{n} fake-process-group fixtures equal their closed form at step 2's start and end; "
+          f"{sum(1 for g in gloo if g[1] == g[2] == g[3])}/{len(gloo)} gloo twins do")
     return 1 if bad else 0
 
 

@@ -50,13 +50,15 @@ TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"]}
 CKPT = [(0, False), (1, False), (2, False)]
 
 
-def make_spec(mode, family, targets, every_n, world, method="lora", load="fp32", storage=None, offload=False):
-    """variant: lora-<targets>[-lb16] or qlora-nf4dq-s<storage>-<targets>."""
+def make_spec(mode, family, targets, every_n, world, method="lora", load="fp32", storage=None, offload=False,
+              gloo=False):
+    """variant: lora-<targets>[-lb16] or qlora-nf4dq-s<storage>-<targets>; gloo: every rank as a
+    process over gloo (real collectives and numerics; probe_dist.py's -gloo twins)."""
     if method == "lora":
         var = f"lora-{targets}" + ("-lb16" if load == "bf16" else "")
     else:
         var = f"qlora-nf4dq-s{storage}-{targets}"
-    sp = probe_dist.make_spec(mode, family, every_n, offload, world, variant=var)
+    sp = probe_dist.make_spec(mode, family, every_n, offload, world, variant=var, gloo=gloo)
     sp.update(method=method, targets=targets, r=R, alpha=ALPHA, dropout=DROPOUT, load=load,
               quant="nf4" if method == "qlora" else None, double_quant=True if method == "qlora" else None,
               compute_dtype="bf16" if method == "qlora" else None, storage=storage, load_dtype="bf16",
@@ -88,6 +90,9 @@ def all_cases():
     for mode in probe_dist.MODES:
         for st in ("uint8", "bf16"):
             out.append(make_spec(mode, "llama", "all", 1, 2, method="qlora", storage=st))
+    # over gloo (real collectives): LoRA under DDP and FSDP2, FSDP2 + QLoRA with bf16 storage
+    out += [make_spec("ddp", "llama", "all", 1, 2, gloo=True), make_spec("fsdp2", "llama", "all", 1, 2, gloo=True),
+            make_spec("fsdp2", "llama", "all", 1, 2, method="qlora", storage="bf16", gloo=True)]
     return out
 
 

@@ -37,7 +37,8 @@ import probe_peft  # noqa: E402
 DEFAULT = ["ddp-llama-amp-bf16-n1-plain-w2-lora-all", "fsdp2-llama-bf16-n1-plain-w2-lora-all",
            "fsdp2-llama-bf16-n1-plain-w2-qlora-nf4dq-sbf16-all", "fsdp2-llama-bf16-n1-plain-w2-qlora-nf4dq-suint8-all",
            "ddp-llama-amp-bf16-n1-plain-w2-qlora-nf4dq-sbf16-all", "zero3-llama-bf16-n1-plain-w2-lora-all",
-           "zero3-llama-bf16-n1-plain-w2-qlora-nf4dq-suint8-all", "zero3-llama-bf16-n1-plain-w2-qlora-nf4dq-sbf16-all"]
+           "zero3-llama-bf16-n1-plain-w2-qlora-nf4dq-suint8-all", "zero3-llama-bf16-n1-plain-w2-qlora-nf4dq-sbf16-all",
+           "zero2-llama-bf16-n1-plain-w2-qlora-nf4dq-suint8-all"]
 
 
 def rank_main(rank, world, port, specs, ckpts, out):

@@ -278,6 +278,15 @@ def local(t):
     return t._local_tensor if isinstance(t, DTensor) else t
 
 
+def build_model(spec):
+    """The model each rank builds before the Trainer (fp32, the probe's tiny config or spec["config"])."""
+    return probe.make_model(dict(spec, config=spec["config"]))
+
+
+# what setup_dist builds the model with; probe_dist_peft.py sets its own (a PeftModel) in each rank
+MODEL_BUILDER = build_model
+
+
 def setup_dist(spec):
     import transformers
 
@@ -285,13 +294,14 @@ def setup_dist(spec):
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = probe.make_model(dict(spec, config=spec["config"]))  # fp32; probe's tiny config or spec["config"]
+    model = MODEL_BUILDER(spec)  # fp32; probe's tiny config or spec["config"] (probe_dist_peft: a PeftModel)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     n_tensors = len(list(model.parameters()))
     if spec["every_n"]:  # what Trainer.train() does with gradient_checkpointing_kwargs before preparing
         model.gradient_checkpointing_enable(every_n_layers=spec["every_n"], offload=spec["offload"])
-    layers = probe.layers_of(model, spec["family"])
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PeftModel's HF model
+    layers = probe.layers_of(base, spec["family"])
     ckpt_layers = [i for i, l in enumerate(layers) if getattr(l, "gradient_checkpointing", False)]
     tmp = tempfile.mkdtemp(prefix="gckpt-dist-")
     args, args_kw = training_args(spec, tmp)
@@ -648,8 +658,14 @@ def run_one(spec):
         "end_bytes": live_end,
         "reachable_at_end": persistent_breakdown(c, wrapped, spec["mode"], live_end),
     }
+    if FIXTURE_EXTRA is not None:
+        FIXTURE_EXTRA(fx, spec, c)
     LAST.clear()
     return fx
+
+
+# probe_dist_peft.py: adds the adapters' and quantization's fields to each rank's fixture
+FIXTURE_EXTRA = None
 
 
 # --------------------------------------------------------------------------
@@ -709,8 +725,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_batches(specs, out_dir):
-    """One process group per world size and mode (a mode's globals cannot leak into the next)."""
+def run_batches(specs, out_dir, target=None):
+    """One process group per world size and mode (a mode's globals cannot leak into the next).
+    target: the rank's entry point (default rank_main; probe_dist_peft.py passes its own)."""
+    target = target or rank_main
     batches = {}
     for sp in specs:
         batches.setdefault((sp["world"], sp["mode"], tuple(sp["fake_ranks"] or ())), []).append(sp)
@@ -718,7 +736,7 @@ def run_batches(specs, out_dir):
     for (world, mode, fake), sps in sorted(batches.items()):
         try:
             ranks = list(fake) if fake else None
-            mp.spawn(rank_main, args=(world, free_port(), sps, out_dir, mode.startswith("zero"), ranks),
+            mp.spawn(target, args=(world, free_port(), sps, out_dir, mode.startswith("zero"), ranks),
                      nprocs=len(ranks) if fake else world)
         except Exception as e:  # noqa: BLE001 - a rank failed: its message is above
             print(f"FAIL batch world {world} {mode}: {e}", flush=True)

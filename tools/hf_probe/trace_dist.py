@@ -36,6 +36,13 @@ class RecordedTimeline(allocs.Timeline):
 
 def rank_main(index, world, port, specs, out_dir, deepspeed_needed, ranks, listing):
     allocs.Timeline = RecordedTimeline  # in the spawned process
+    if "method" in specs[0]:  # a probe_dist_peft.py case: its model and fields
+        import probe_dist_peft
+        import probe_peft
+
+        probe_dist.MODEL_BUILDER = probe_dist_peft.build_peft_model
+        probe_dist.FIXTURE_EXTRA = probe_dist_peft.fixture_extra
+        probe_peft._CKPT_ROOT = tempfile.mkdtemp(prefix="gckpt-trace-")
     try:
         probe_dist.rank_main(index, world, port, specs, out_dir, deepspeed_needed, ranks)
     except SystemExit:
@@ -57,7 +64,10 @@ def main(argv):
     if len(argv) not in (2, 3):
         raise SystemExit(__doc__)
     name, rank = argv[0], int(argv[1])
-    specs = [c for c in probe_dist.all_cases("full") + probe_dist.all_cases("default") if c["name"] == name]
+    import probe_dist_peft
+
+    specs = [c for c in probe_dist.all_cases("full") + probe_dist.all_cases("default") + probe_dist_peft.all_cases()
+             if c["name"] == name]
     if not specs:
         raise SystemExit(f"trace_dist.py: no case {name!r} (probe_dist.py --list)")
     spec = specs[0]

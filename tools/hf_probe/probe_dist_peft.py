@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Per-rank ground truth for LoRA / QLoRA on several ranks (issue 25 item 1): DDP, FSDP2
+(fully_shard) and DeepSpeed ZeRO 1/2/3 under the HF Trainer, run for real on CPU with
+probe_dist.py's machinery (the fake process group, one process per measured rank; the same
+two passes, the same fixture schema gckpt.hf-fixture/1 + `parallel`, `collectives`,
+`persistent`), the model built the way a PEFT user builds it:
+
+  LoRA   model (fp32; `lb16`: .to(bf16), as from_pretrained(dtype=bf16) loads it)
+         -> get_peft_model(LoraConfig(r=8, alpha=16, dropout 0.05, targets))
+  QLoRA  from_pretrained(quantization_config=BitsAndBytesConfig(nf4, double quant, bf16 compute,
+         bnb_4bit_quant_storage=S), dtype=bf16) -> prepare_model_for_kbit_training
+         -> get_peft_model(...)
+
+then model.gradient_checkpointing_enable(every_n_layers, offload) and the Trainer's
+_prepare_for_training, which for FSDP runs transformers' update_fsdp_plugin_peft (peft's
+fsdp_auto_wrap_policy; for QLoRA with a floating quant storage the MixedPrecisionPolicy in that
+dtype) before accelerate's fsdp2_prepare_model.
+
+Each fixture adds probe_peft.py's fields: method, lora, trainable_params, trainable,
+param_dtypes, param_kinds (and quant for QLoRA), each as the rank holds it after the wrapper
+(`param_kinds_after_wrap`: local shard bytes per kind).
+
+Usage:
+  probe_dist_peft.py --list
+  probe_dist_peft.py --all                       # tests/data/hf-dist-peft
+  probe_dist_peft.py --filter 'ddp-llama-*'
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+
+import torch  # noqa: E402
+
+import probe  # noqa: E402
+import probe_dist  # noqa: E402
+import probe_peft  # noqa: E402
+
+OUT = os.path.join(probe.ROOT, "tests", "data", "hf-dist-peft")
+R, ALPHA, DROPOUT = 8, 16, 0.05
+TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"]}
+CKPT = [(0, False), (1, False), (2, False)]
+
+
+def make_spec(mode, family, targets, every_n, world, method="lora", load="fp32", storage=None, offload=False,
+              gloo=False):
+    """variant: lora-<targets>[-lb16] or qlora-nf4dq-s<storage>-<targets>; gloo: every rank as a
+    process over gloo (real collectives and numerics; probe_dist.py's -gloo twins)."""
+    if method == "lora":
+        var = f"lora-{targets}" + ("-lb16" if load == "bf16" else "")
+    else:
+        var = f"qlora-nf4dq-s{storage}-{targets}"
+    sp = probe_dist.make_spec(mode, family, every_n, offload, world, variant=var, gloo=gloo)
+    sp.update(method=method, targets=targets, r=R, alpha=ALPHA, dropout=DROPOUT, load=load,
+              quant="nf4" if method == "qlora" else None, double_quant=True if method == "qlora" else None,
+              compute_dtype="bf16" if method == "qlora" else None, storage=storage, load_dtype="bf16",
+              modules_to_save=[], shape=None)
+    return sp
+
+
+def all_cases():
+    out = []
+    # LoRA on the fp32 model (the hf-dist fixtures' recipe: bf16=True): every mode, llama and
+    # qwen3, all-linear and q,v, every_n off / 1 / 2
+    for mode in probe_dist.MODES:
+        for fam in ("llama", "qwen3"):
+            for tg in ("all", "qv"):
+                for n, off in CKPT:
+                    if fam == "qwen3" and tg == "qv" and n == 2:
+                        continue
+                    out.append(make_spec(mode, fam, tg, n, 2, offload=off))
+    # world 4: every mode, llama all-linear, every_n 1
+    for mode in probe_dist.MODES:
+        out.append(make_spec(mode, "llama", "all", 1, 4))
+    # offload with every_n 2
+    for mode in ("ddp", "fsdp2", "zero3"):
+        out.append(make_spec(mode, "llama", "all", 2, 2, offload=True))
+    # LoRA on a bf16-loaded model (frozen base bf16, adapters fp32): what FSDP2 upcasts, DeepSpeed casts
+    for mode in probe_dist.MODES:
+        out.append(make_spec(mode, "llama", "all", 1, 2, load="bf16"))
+    # QLoRA: nf4 + double quant, storage uint8 (the default) and bf16 (the FSDP recipe)
+    for mode in probe_dist.MODES:
+        for st in ("uint8", "bf16"):
+            out.append(make_spec(mode, "llama", "all", 1, 2, method="qlora", storage=st))
+    # over gloo (real collectives): LoRA under DDP and FSDP2, FSDP2 + QLoRA with bf16 storage
+    out += [make_spec("ddp", "llama", "all", 1, 2, gloo=True), make_spec("fsdp2", "llama", "all", 1, 2, gloo=True),
+            make_spec("fsdp2", "llama", "all", 1, 2, method="qlora", storage="bf16", gloo=True)]
+    return out
+
+
+# --------------------------------------------------------------------------
+# the model each rank builds (probe_dist.MODEL_BUILDER)
+# --------------------------------------------------------------------------
+INFO = {}
+
+
+def peft_spec(spec):
+    """The spec probe_peft's helpers read."""
+    sp = dict(spec, attention="sdpa", targets="all-linear" if spec["targets"] == "all" else "attn", ckpt_api="hf")
+    if sp.get("config") is None:  # probe's own tiny config (probe_peft reads a missing key so)
+        sp.pop("config", None)
+    return sp
+
+
+def build_peft_model(spec):
+    from peft import LoraConfig, get_peft_model
+
+    sp = peft_spec(spec)
+    if spec["method"] == "lora":
+        hf = probe.make_model(dict(spec, config=spec["config"]))
+        if spec["load"] == "bf16":
+            hf = hf.to(torch.bfloat16)
+    else:
+        sp = dict(sp, storage=spec["storage"])
+        hf = probe_peft.load_base(dict(sp, ckpt_api="hf"))
+    hf.config.use_cache = False
+    torch.manual_seed(0)  # the adapters' initialisation
+    cfg = LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=DROPOUT, target_modules=TARGETS[spec["targets"]],
+                     bias="none", task_type="CAUSAL_LM")
+    pm = get_peft_model(hf, cfg)
+    before = {probe_peft.short(n): probe_peft.dt(p) for n, p in pm.named_parameters()}
+    info = probe_peft.describe(pm, hf, dict(sp, targets="all-linear"), before)  # its targets field: set below
+    info["lora"]["targets"] = TARGETS[spec["targets"]]
+    INFO.clear()
+    INFO.update(info)
+    return pm
+
+
+def param_kinds(model):
+    """type:dtype:trainable -> count, bytes of the rank's local tensors (DTensor: its shard;
+    ZeRO-3: the partition ds_tensor, a parameter's own data is empty between uses)."""
+    kinds = {}
+    for _, p in model.named_parameters():
+        t = probe_dist.local(p)
+        if hasattr(p, "ds_tensor"):
+            t = p.ds_tensor
+        key = f"{type(p).__name__}:{probe_peft.dt(t)}:{'trainable' if p.requires_grad else 'frozen'}"
+        k = kinds.setdefault(key, {"tensors": 0, "local_numel": 0, "local_bytes": 0})
+        k["tensors"] += 1
+        k["local_numel"] += t.numel()
+        k["local_bytes"] += t.numel() * t.element_size()
+    return kinds
+
+
+def fixture_extra(fx, spec, c):
+    import bitsandbytes
+    import peft
+
+    info = dict(INFO)
+    fx["versions"].update(peft=peft.__version__, bitsandbytes=bitsandbytes.__version__)
+    fx["method"] = spec["method"]
+    fx["config"].pop("_name_or_path", None)
+    fx["lora"] = info["lora"]
+    if info["quant"]:
+        fx["quant"] = info["quant"]
+    for k in ("trainable_params", "all_params_peft", "print_trainable_parameters", "trainable", "param_dtypes",
+              "param_kinds"):
+        fx[k] = info[k]
+    fx["param_kinds_after_wrap"] = param_kinds(c.model)
+    fx["setting"]["load_dtype"] = "bfloat16" if spec["load"] == "bf16" or spec["method"] == "qlora" else "float32"
+
+
+def rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks=None):
+    """probe_dist.rank_main with the PEFT model and fields (set in the spawned process)."""
+    probe_dist.MODEL_BUILDER = build_peft_model
+    probe_dist.FIXTURE_EXTRA = fixture_extra
+    # the tiny checkpoints QLoRA loads, saved once by the parent (a rank's save_pretrained under
+    # a distributed state writes no weights on ranks other than 0)
+    probe_peft._CKPT_ROOT = os.environ.get("GCKPT_DPEFT_CKPTS") or tempfile.mkdtemp(prefix=f"gckpt-dpeft-r{index}-")
+    probe_dist.rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=OUT)
+    probe.add_selection_args(ap)
+    a = ap.parse_args(argv)
+    cases = all_cases()
+    if len({c["name"] for c in cases}) != len(cases):
+        raise SystemExit("duplicate case names")
+    sel = probe.selection(ap, a, cases)
+    if sel is None:
+        return 0
+    os.makedirs(a.out, exist_ok=True)
+    probe_peft._CKPT_ROOT = os.environ["GCKPT_DPEFT_CKPTS"] = tempfile.mkdtemp(prefix="gckpt-dpeft-")
+    try:
+        for sp in {probe_peft.model_key(peft_spec(c)): c for c in sel if c["method"] == "qlora"}.values():
+            probe_peft.saved_tiny_model(peft_spec(sp))
+        return probe_dist.run_batches(sel, a.out, target=rank_main)
+    finally:
+        shutil.rmtree(probe_peft._CKPT_ROOT, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -28,6 +28,14 @@ static bool to_stdout(const gckpt_report_file *rf) { return !strcmp(rf->path, "-
 
 static bool render_cut(gckpt_report_file *rf, const gckpt_entry_report *running, gckpt_err *err);
 
+/* The cut text and the room it is composed in, gone (nothing left to write). */
+static void drop_cut(gckpt_report_file *rf)
+{
+    free(rf->cut_text);
+    free(rf->cut_out);
+    rf->cut_text = rf->cut_out = NULL;
+}
+
 static bool put(gckpt_report_file *rf, const char *text, gckpt_err *err)
 {
     if (!to_stdout(rf)) return gckpt_afile_write(&rf->f, text, strlen(text), err);
@@ -106,13 +114,9 @@ static bool emit(gckpt_report_file *rf, const gckpt_report *r, size_t k, char *l
      * record twice), nothing once the summary is out */
     if (ok && rf->cut_armed && rearm) {
         gckpt_err ignore = {{0}};
-        if (!render_cut(rf, NULL, &ignore)) {
-            free(rf->cut_text);
-            rf->cut_text = NULL;
-        }
+        if (!render_cut(rf, NULL, &ignore)) drop_cut(rf);
     } else if (ok && !rearm) {
-        free(rf->cut_text);
-        rf->cut_text = NULL;
+        drop_cut(rf);
     }
     pthread_mutex_unlock(&rf->lock);
     /* synced outside the lock: a slow fdatasync must not hold off the watchdog (only this
@@ -153,8 +157,8 @@ void gckpt_report_file_close(gckpt_report_file *rf)
     if (rf->cut_dirfd >= 0) close(rf->cut_dirfd);
     rf->cut_dirfd = -1;
     free(rf->header);
-    free(rf->cut_text);
-    rf->header = rf->cut_text = NULL;
+    rf->header = NULL;
+    drop_cut(rf);
     pthread_mutex_unlock(&rf->lock);
     pthread_mutex_destroy(&rf->lock);
 }
@@ -213,8 +217,15 @@ static bool render_cut(gckpt_report_file *rf, const gckpt_entry_report *running,
         }
     }
     *w = 0;
-    free(rf->cut_text);
+    /* gckpt_signal_name's names are shorter than 32 bytes */
+    char *out = malloc((size_t)(w - text) + 32u * (size_t)np + 1);
+    if (!out) {
+        free(text);
+        return gckpt_seterr(err, "%s: out of memory writing the report", rf->path), false;
+    }
+    drop_cut(rf);
     rf->cut_text = text;
+    rf->cut_out = out;
     rf->cut_nparts = np;
     rf->cut_running = running != NULL;
     return true;
@@ -273,14 +284,21 @@ bool gckpt_report_file_cut(gckpt_report_file *rf, int sig)
         pthread_mutex_unlock(&rf->lock);
         return false;
     }
+    /* composed first and written by one write(2): a SIGKILL between several writes would
+     * leave a record cut in the middle */
     const char *name = gckpt_signal_name(sig);
-    size_t at = 0;
-    bool ok = true;
+    size_t at = 0, len = 0, nl = strlen(name) < 32 ? strlen(name) : 31;
     for (int i = 0; i < rf->cut_nparts; i++) {
-        ok = ok && write_all(fd, rf->cut_text + at, rf->cut_part[i] - at) && write_all(fd, name, strlen(name));
+        memcpy(rf->cut_out + len, rf->cut_text + at, rf->cut_part[i] - at);
+        len += rf->cut_part[i] - at;
+        memcpy(rf->cut_out + len, name, nl);
+        len += nl;
         at = rf->cut_part[i];
     }
-    ok = ok && write_all(fd, rf->cut_text + at, strlen(rf->cut_text + at));
+    size_t rest = strlen(rf->cut_text + at);
+    memcpy(rf->cut_out + len, rf->cut_text + at, rest);
+    len += rest;
+    bool ok = write_all(fd, rf->cut_out, len);
     if (fresh) {
         /* renamed before the fsync: under mpirun a SIGKILL may follow within a second, and a
          * whole file in the page cache outlives the process (the fsync then guards against a

@@ -38,6 +38,7 @@ typedef struct {
      * the text is split (cut_part[i] ends where a name belongs). */
     char *header;
     char *cut_text;            /* NULL: nothing to write (not armed, or the summary is out) */
+    char *cut_out;             /* room for cut_text with the names in: written in one write(2) */
     size_t cut_part[4];
     int cut_nparts;
     bool cut_armed;

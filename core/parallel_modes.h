@@ -1,6 +1,6 @@
 /* Each parallel mode's own rules, the functions the descriptor table (core/parallel_modes.c)
  * points at (private to core): rows (core/parallel.c, the per-rank parameter-state table),
- * apply (what the mode does to a context), volume (its collectives' closed form), offload
+ * apply (what the mode does to a context), volume (the post-step all-gather's closed form), offload
  * (CPU offload's copies) and the simulator's hooks (core/sim_parallel.c). gckpt/core/parallel.h
  * documents the fields. */
 #ifndef GCKPT_PARALLEL_MODES_H
@@ -26,8 +26,6 @@ GCKPT_MODE_APPLY(ddp);
 GCKPT_MODE_APPLY(fsdp);
 GCKPT_MODE_APPLY(zero12);
 GCKPT_MODE_APPLY(zero3);
-GCKPT_MODE_VOLUME(ddp);
-GCKPT_MODE_VOLUME(fsdp);
 GCKPT_MODE_VOLUME(zero12);
 GCKPT_MODE_VOLUME(zero3);
 GCKPT_MODE_OFFLOAD(fsdp);

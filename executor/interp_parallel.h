@@ -36,6 +36,7 @@ struct exec_zero {
     void *flat[2];              /* each group's flat weights (padded elements) */
     void *master[2], *st[2][2]; /* the rank's fp32 partitions: master, exp_avg, exp_avg_sq */
     gckpt_flat_place *place;    /* per parameter instance (x->params order) */
+    size_t *flat_j;             /* per flat place (gckpt_zero12_flat's order): its instance */
     bool *keep;                 /* per instance: it overlaps the rank's partition */
     /* ZeRO-2: the rank's reduced gradients, every kept instance whole in the flat order
      * (pbuf_off: its offset there), in the first micro-step's buffer (part0, to zero_grad) and

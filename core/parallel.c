@@ -542,45 +542,11 @@ bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c)
     return live <= gckpt_ds_max_live(&c->set.layout) && live <= ZERO3_MAX_REUSE;
 }
 
-/* The all-gather after the optimizer step, the one collective not yet a schedule event
- * (FINDINGS R-DIST-12): ZeRO-1/2 gather every group's flat weights, padded to 2 N; ZeRO-3 its
- * persistent (whole) parameters, each padded to its partition x N. Model-dtype bytes. */
-static double zero_size(const gckpt_ctx *c) { return c->set.precision == GCKPT_FP32 ? 4 : 2; }
-
-void gckpt_volume_zero12(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
+void gckpt_parallel_volume(const gckpt_result *res, gckpt_comm_volume *v)
 {
-    (void)grad_accum;
-    const gckpt_params *ps = &c->params;
-    double a = 0;
-    uint64_t group[2] = {0, 0}, n = gckpt_layout_world(&c->set.layout);
-    for (int i = 0; i < ps->n; i++) group[ps->p[i].shard.group] += ps->p[i].copies * ps->p[i].numel;
-    for (int g = 0; g < 2; g++) a += (double)((group[g] + 2 * n - 1) / (2 * n) * 2 * n);
-    v->gather_opt = a * zero_size(c);
-}
-
-void gckpt_volume_zero3(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
-{
-    (void)grad_accum;
-    const gckpt_params *ps = &c->params;
-    double whole = 0;
-    for (int i = 0; i < ps->n; i++) {
-        const gckpt_param *p = &ps->p[i];
-        double pad = (double)(p->shard.part ? p->shard.part * p->shard.ways : p->numel);
-        if (p->shard.whole) whole += (double)p->copies * pad;
-    }
-    v->gather_opt = whole * zero_size(c);
-}
-
-void gckpt_parallel_volume(const gckpt_ctx *c, const gckpt_result *res, uint64_t grad_accum, gckpt_comm_volume *v)
-{
-    const gckpt_par_mode *d = gckpt_par_mode_of(c->set.layout.mode);
-    memset(v, 0, sizeof *v);
-    v->gather_fwd = res->coll_gather_fwd;
-    v->gather_bwd = res->coll_gather_bwd;
-    v->reduce = res->coll_reduce;
-    v->all_reduce = res->coll_all_reduce;
-    if (d->volume) d->volume(c, grad_accum, v);
-    else v->gather_opt = res->coll_gather_opt;
+    *v = (gckpt_comm_volume){.gather_fwd = res->coll_gather_fwd, .gather_bwd = res->coll_gather_bwd,
+                             .gather_opt = res->coll_gather_opt, .reduce = res->coll_reduce,
+                             .all_reduce = res->coll_all_reduce};
 }
 
 void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
@@ -590,7 +556,7 @@ void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *
     double bw = (l->nodes > 1) ? c->dev->inter_node_bus_bytes_per_s : c->dev->intra_node_bus_bytes_per_s;
     gckpt_comm_volume v;
     gckpt_parallel_offload_host(c, grad_accum, res);
-    gckpt_parallel_volume(c, res, grad_accum, &v);
+    gckpt_parallel_volume(res, &v);
     if (bw <= 0) return; /* gckpt_parallel_device_ok refused this earlier */
     double ring = (n - 1) / n / bw; /* seconds per byte of an all-gather / reduce-scatter (nccl-tests busbw) */
     double t_gf = v.gather_fwd * ring, t_gb = v.gather_bwd * ring, t_go = v.gather_opt * ring;
@@ -719,7 +685,7 @@ size_t gckpt_ddp_buckets(const gckpt_params *ps, uint64_t layers, gckpt_ddp_slot
 {
     /* the ready order: the sections from the head back, the layers from the last, each
      * section's entries in reverse (the backward runs the forward's ops backwards) */
-    static const uint64_t first_cap = 1048576, cap = 26214400; /* bucket_bytes_cap, first_bucket_bytes_cap */
+    static const uint64_t first_cap = 1048576, cap = 26214400; /* first_bucket_bytes_cap, bucket_bytes_cap */
     size_t k = 0;
     uint32_t bucket = 0;
     uint64_t fill = 0;

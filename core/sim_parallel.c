@@ -536,18 +536,26 @@ void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid)
 
 /* ---- the reduction after the last micro-step (DDP, ZeRO-1) ---------------------------------- */
 
-static void sync_event(gckpt_schedule *o, uint8_t dt, uint64_t numel, uint8_t sec, uint64_t index)
+/* A collective of the optimizer segment on persistent buffers: numel a rank's piece, bytes the
+ * whole buffer (x ways for an all-gather). */
+static void step_event(gckpt_schedule *o, uint8_t kind, uint8_t dt, uint64_t numel, uint64_t ways, int16_t tensor,
+                       uint8_t sec, uint64_t index)
 {
     gckpt_event *e = gckpt_schedule_push(o);
     if (!e) return;
     e->kind = GCKPT_EV_COLLECTIVE;
-    e->tensor = -1;
+    e->tensor = tensor;
     e->op = -1;
     e->inst = GCKPT_NOINST;
     e->dtype = dt;
     e->numel = numel;
-    e->bytes = numel * gckpt_dtype_size((gckpt_dtype)dt);
-    e->arg.coll = (gckpt_coll_args){GCKPT_COLL_ALL_REDUCE, sec, GCKPT_NOINST, GCKPT_NOINST, index};
+    e->bytes = numel * ways * gckpt_dtype_size((gckpt_dtype)dt);
+    e->arg.coll = (gckpt_coll_args){kind, sec, GCKPT_NOINST, GCKPT_NOINST, index};
+}
+
+static void sync_event(gckpt_schedule *o, uint8_t dt, uint64_t numel, uint8_t sec, uint64_t index)
+{
+    step_event(o, GCKPT_COLL_ALL_REDUCE, dt, numel, 1, -1, sec, index);
 }
 
 void gckpt_sync_ddp(const gckpt_ctx *c, gckpt_schedule *o)
@@ -594,4 +602,29 @@ void gckpt_sync_zero1(const gckpt_ctx *c, gckpt_schedule *o)
     for (size_t q = 0; q < nf; q++) sync_event(o, wire_dtype(c), fl[q].numel, ps->p[f[fl[q].first].param].section, q);
     free(fl);
     free(f);
+}
+
+/* ---- the all-gather after the optimizer step (ZeRO-1/2/3) ------------------------------------ */
+
+void gckpt_gather_zero12(const gckpt_ctx *c, gckpt_schedule *o)
+{
+    gckpt_zero_group g[2];
+    gckpt_zero12_groups(&c->params, &c->set, 1, g);
+    uint64_t n = gckpt_layout_world(&c->set.layout);
+    for (int k = 0; k < 2; k++)
+        if (g[k].numel) step_event(o, GCKPT_COLL_ALL_GATHER, wire_dtype(c), g[k].part, n, -1, GCKPT_SEC_EMBED, (uint64_t)k);
+}
+
+void gckpt_gather_zero3(const gckpt_ctx *c, gckpt_schedule *o)
+{
+    const gckpt_params *ps = &c->params;
+    uint64_t L = c->model->layers;
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        if (!p->shard.whole) continue;
+        uint64_t part = p->shard.part ? p->shard.part : p->numel, ways = p->shard.part ? p->shard.ways : 1;
+        for (uint64_t k = 0; k < p->copies; k++)
+            step_event(o, GCKPT_COLL_ALL_GATHER, wire_dtype(c), part, ways, p->tensor, p->section,
+                       p->section == GCKPT_SEC_BLOCK ? k + 1 : p->section == GCKPT_SEC_HEAD ? L + 1 : 0);
+    }
 }

@@ -62,5 +62,12 @@ extern const gckpt_wrap_hooks gckpt_wrap_fsdp, gckpt_wrap_zero2, gckpt_wrap_zero
  * time model lets the reduction overlap one micro-step's backward (gckpt_parallel_comm). */
 void gckpt_sync_ddp(const gckpt_ctx *c, gckpt_schedule *o);
 void gckpt_sync_zero1(const gckpt_ctx *c, gckpt_schedule *o);
+/* The all-gather after the optimizer step (gckpt_par_mode.step_gather_events, FINDINGS R-DIST-12),
+ * right after OPT_STEP, src = dst = GCKPT_NOINST (persistent buffers): ZeRO-1/2 one per optimizer
+ * group (index the group; numel the rank's partition of the flat weights padded to 2 N, tensor
+ * -1); ZeRO-3 one per persistent parameter instance (tensor, index its wrapper unit; numel its
+ * partition, gathered into its whole copy). */
+void gckpt_gather_zero12(const gckpt_ctx *c, gckpt_schedule *o);
+void gckpt_gather_zero3(const gckpt_ctx *c, gckpt_schedule *o);
 
 #endif

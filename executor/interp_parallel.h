@@ -52,6 +52,9 @@ struct exec_zero {
  * weights; which instances overlap the rank's partition; the step on the partition, reading
  * instance j's gradient from grad_of; the step's release and re-allocation of the ipg bucket;
  * releasing and freeing. */
+/* The all-gather after the step (a COLLECTIVE event of the optimizer segment): the rank's slice
+ * of optimizer group e->arg.coll.index's flat weights to every rank (nothing without update). */
+gckpt_xstatus exec_zero_gather(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
 bool exec_zero_prepare(gckpt_exec *x, gckpt_err *err);
 gckpt_xstatus exec_zero_setup(gckpt_exec *x, gckpt_err *err);
 gckpt_xstatus exec_zero_init(gckpt_exec *x, gckpt_err *err);

@@ -9,7 +9,7 @@
  * outside the rank's partition freed (a ZERO_GRAD marked GCKPT_PE_OUTSIDE_PARTITION), the ipg
  * bucket released, the step's temporaries (the partition's gradient slice, its fp32 copy),
  * AdamW on the master partition, the master cast into the flat weights, the flat weights
- * all-gathered, the rest freed and the bucket allocated again. */
+ * all-gathered (a COLLECTIVE event after the step), the rest freed and the bucket allocated again. */
 #include "interp_parallel.h"
 
 #include <stdlib.h>
@@ -110,6 +110,8 @@ static gckpt_xstatus zero1_collective(gckpt_exec *x, const gckpt_event *e, const
 {
     exec_zero *z = x->zero;
     const gckpt_params *ps = &x->ctx.params;
+    if (e->arg.coll.kind == GCKPT_COLL_ALL_GATHER && w->seg->part == GCKPT_PART_OPTIMIZER)
+        return exec_zero_gather(x, e, w, err);
     if (e->arg.coll.kind != GCKPT_COLL_ALL_REDUCE || e->dtype != z->dt)
         return exec_fail(err, "%s: zero1: a %s of %s, not the reduction's all-reduce of %s", w->at,
                          gckpt_coll_names[e->arg.coll.kind], gckpt_dtype_names[e->dtype], gckpt_dtype_names[z->dt]);
@@ -218,10 +220,24 @@ static gckpt_xstatus zero_group_step(gckpt_exec *x, int g, const gckpt_xt *slice
     c.s1 = view(z->st[g][0], 0, part, GCKPT_DT_F32);
     c.s2 = view(z->st[g][1], 0, part, GCKPT_DT_F32);
     if ((rc = be->optim(be, &c)) != GCKPT_XS_OK) return rc;
-    /* the updated master into the rank's slice of the weights, then every rank's gathered */
-    gckpt_xt mine = view(z->flat[g], lo, part, z->dt);
-    if ((rc = be->add(be, mine, none, c.param)) != GCKPT_XS_OK) return rc;
-    return be->collective(be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, mine, view(z->flat[g], 0, z->g[g].padded, z->dt), 0);
+    /* the updated master into the rank's slice of the weights (every rank's gathered after the
+     * step: exec_zero_gather) */
+    return be->add(be, view(z->flat[g], lo, part, z->dt), none, c.param);
+}
+
+gckpt_xstatus exec_zero_gather(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    exec_zero *z = x->zero;
+    uint64_t g = e->arg.coll.index;
+    if (g > 1 || !z->g[g].numel || e->numel != z->g[g].part || e->dtype != z->dt || e->tensor >= 0)
+        return exec_fail(err, "%s: zero: an all-gather of %llu %s elements per rank, not an optimizer group's flat weights",
+                         w->at, (unsigned long long)e->numel, gckpt_dtype_names[e->dtype]);
+    if (!w->update) return GCKPT_XS_OK; /* nothing was stepped */
+    uint64_t part = z->g[g].part;
+    gckpt_xt mine = view(z->flat[g], (uint64_t)x->o.rank * part, part, z->dt);
+    gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, mine,
+                                         view(z->flat[g], 0, z->g[g].padded, z->dt), 0);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
 
 gckpt_xstatus exec_zero_step(gckpt_exec *x, const exec_site *w, gckpt_xt (*grad_of)(const gckpt_exec *x, size_t j),

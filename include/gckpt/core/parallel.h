@@ -210,9 +210,8 @@ struct gckpt_comm_volume {
     double gather_fwd, gather_bwd, gather_opt, reduce, all_reduce;
 };
 /* The volumes of res, a walked or composed step: its COLLECTIVE events' bytes (gckpt_result's
- * coll_*); the all-gather after the optimizer step from the mode's closed form (volume) where it
- * has one, it is no event yet under ZeRO-1/2/3. */
-void gckpt_parallel_volume(const gckpt_ctx *c, const gckpt_result *res, uint64_t grad_accum, gckpt_comm_volume *v);
+ * coll_*), the only source of the collectives' volume. */
+void gckpt_parallel_volume(const gckpt_result *res, gckpt_comm_volume *v);
 
 /* Add to res->step_s (and res->comm_s) the collectives' time that compute does not hide (the
  * volumes of gckpt_parallel_volume: the schedule's COLLECTIVE events), at the profile's bus
@@ -338,9 +337,6 @@ typedef struct {
     /* make context c one rank's (gckpt_parallel_apply's per-mode part) from its rows st and
      * their sums rb */
     void (*apply)(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb);
-    /* the all-gather after the optimizer step, closed form (v->gather_opt; gckpt_parallel_volume):
-     * every other collective is a schedule event; NULL: none */
-    void (*volume)(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v);
     /* CPU offload's PCIe copies per step, bytes (gckpt_parallel_offload_seconds); NULL: none */
     void (*offload_copies)(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h,
                            double *h2d);
@@ -349,6 +345,9 @@ typedef struct {
      * bucket flushes): COLLECTIVE events opening the optimizer segment (core/sim_parallel.c);
      * NULL: the mode reduces inside the micro-steps or not at all */
     void (*sync_events)(const gckpt_ctx *c, gckpt_schedule *o);
+    /* the all-gather after the optimizer step (ZeRO-1/2's flat weights, ZeRO-3's persistent
+     * parameters): COLLECTIVE events right after OPT_STEP (core/sim_parallel.c); NULL: none */
+    void (*step_gather_events)(const gckpt_ctx *c, gckpt_schedule *o);
 } gckpt_par_mode;
 
 /* The descriptor of mode (a gckpt_parallel; out of range reads as one GPU). */

@@ -663,6 +663,9 @@ void gckpt_zero12_groups(const gckpt_params *ps, const gckpt_setting *s, uint64_
 size_t gckpt_zero12_flat(const gckpt_params *ps, uint64_t layers, gckpt_flat_place *out)
 {
     size_t k = 0;
+    int order[GCKPT_MAX_PARAMS]; /* each entry's module order, named once (not per layer) */
+    for (int i = 0; i < ps->n; i++)
+        order[i] = ps->p[i].section == GCKPT_SEC_BLOCK ? module_order(&ps->p[i]) : 0;
     for (int g = 0; g < 2; g++) {
         uint64_t off = 0;
         /* the flat order: the embedding, each layer's parameters in module order, the head */
@@ -671,7 +674,7 @@ size_t gckpt_zero12_flat(const gckpt_params *ps, uint64_t layers, gckpt_flat_pla
                 for (int mo = 0; mo < 4; mo++)
                     for (int i = 0; i < ps->n; i++) {
                         const gckpt_param *p = &ps->p[i];
-                        if (p->section != sec || p->shard.group != g || (sec == GCKPT_SEC_BLOCK ? module_order(p) : 0) != mo)
+                        if (p->section != sec || p->shard.group != g || order[i] != mo)
                             continue;
                         if (out) out[k] = (gckpt_flat_place){i, li, (uint8_t)g, off};
                         k++;

@@ -75,8 +75,10 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
     res->optimizer_s = w.opt_s;
     res->coll_seen = w.coll_seen;
     res->coll_reduce = w.coll_reduce;
+    res->coll_all_reduce = w.coll_all_reduce;
     res->coll_gather_fwd = w.coll_gather_fwd;
     res->coll_gather_bwd = w.coll_gather_bwd;
+    res->coll_gather_opt = w.coll_gather_opt;
     res->peak_bytes = (uint64_t)w.peak;
     res->host_pinned_bytes = (uint64_t)w.host_peak + c->host_pinned;
     res->host_pageable_bytes = c->host_pageable;
@@ -106,6 +108,12 @@ static void summarize(const gckpt_schedule *ev, const gckpt_seg *g, size_t from,
     s->copy_s = w.copy_s;
     s->fwd_s = w.fwd_s;
     s->bwd_s = w.bwd_s;
+    s->coll_seen = w.coll_seen;
+    s->coll_reduce = w.coll_reduce;
+    s->coll_all_reduce = w.coll_all_reduce;
+    s->coll_gather_fwd = w.coll_gather_fwd;
+    s->coll_gather_bwd = w.coll_gather_bwd;
+    s->coll_gather_opt = w.coll_gather_opt;
 }
 
 struct gckpt_profiler {
@@ -329,6 +337,14 @@ static inline void time_add(gckpt_result *r, const gckpt_seg_summary *s, double 
     r->copy_s += s->copy_s * mult;
     r->forward_s += s->fwd_s * mult;
     r->backward_s += s->bwd_s * mult;
+    if (s->coll_seen) { /* the collectives (DDP's buckets: the optimizer segment's) */
+        r->coll_seen = true;
+        r->coll_reduce += s->coll_reduce * mult;
+        r->coll_all_reduce += s->coll_all_reduce * mult;
+        r->coll_gather_fwd += s->coll_gather_fwd * mult;
+        r->coll_gather_bwd += s->coll_gather_bwd * mult;
+        r->coll_gather_opt += s->coll_gather_opt * mult;
+    }
 }
 
 /* Time and FLOPs are sums, so they come from segment counts: per micro-step the

@@ -542,74 +542,11 @@ bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c)
     return live <= gckpt_ds_max_live(&c->set.layout) && live <= ZERO3_MAX_REUSE;
 }
 
-/* The sums a mode's closed-form volumes read, elements over every instance: full (unpadded),
- * padded (each shard x ways), of them ZeRO-3's whole and gathered ones and the tail's. */
-typedef struct {
-    double n, ga, zs, full, padded, gathered, whole, tail;
-} comm_sums;
-
-static void sums(const gckpt_ctx *c, uint64_t grad_accum, comm_sums *u)
+void gckpt_parallel_volume(const gckpt_result *res, gckpt_comm_volume *v)
 {
-    const gckpt_params *ps = &c->params;
-    *u = (comm_sums){gckpt_layout_world(&c->set.layout), (double)grad_accum, c->set.precision == GCKPT_FP32 ? 4 : 2,
-                     0, 0, 0, 0, 0};
-    for (int i = 0; i < ps->n; i++) {
-        const gckpt_param *p = &ps->p[i];
-        double k = (double)p->copies, pad = (double)(p->shard.part ? p->shard.part * p->shard.ways : p->numel);
-        u->full += k * (double)p->numel;
-        u->padded += k * pad;
-        if (p->shard.whole) u->whole += k * pad;
-        else u->gathered += k * pad;
-        if (p->section == GCKPT_SEC_HEAD) u->tail += k * pad;
-    }
-}
-
-void gckpt_volume_ddp(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
-{
-    comm_sums u;
-    sums(c, grad_accum, &u);
-    v->reduce = u.full * 4; /* fp32 buckets, the synchronising micro-step only */
-    v->reduce_is_all_reduce = true;
-}
-
-void gckpt_volume_fsdp(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
-{
-    comm_sums u; /* every unit gathered in each forward and, resharded (not the tail), each backward */
-    sums(c, grad_accum, &u);
-    v->gather_fwd = u.ga * u.padded * u.zs;
-    v->gather_bwd = u.ga * (u.padded - u.tail) * u.zs;
-    v->reduce = u.padded * u.zs;
-}
-
-void gckpt_volume_zero12(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
-{
-    const gckpt_params *ps = &c->params;
-    comm_sums u;
-    sums(c, grad_accum, &u);
-    double a = 0;
-    uint64_t group[2] = {0, 0}, n = (uint64_t)u.n;
-    for (int i = 0; i < ps->n; i++) group[ps->p[i].shard.group] += ps->p[i].copies * ps->p[i].numel;
-    for (int g = 0; g < 2; g++) a += (double)((group[g] + 2 * n - 1) / (2 * n) * 2 * n);
-    /* all-reduced once (ZeRO-1) or in every micro-step's hooks (ZeRO-2) */
-    v->reduce = (gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks ? u.ga : 1) * u.full * u.zs;
-    v->reduce_is_all_reduce = true;
-    v->gather_opt = a * u.zs;
-}
-
-void gckpt_volume_zero3(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
-{
-    comm_sums u; /* gathered once per micro-step and kept through its backward (default limits) */
-    sums(c, grad_accum, &u);
-    v->gather_fwd = u.ga * u.gathered * u.zs;
-    v->reduce = u.ga * u.padded * u.zs;
-    v->gather_opt = u.whole * u.zs;
-}
-
-void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
-{
-    const gckpt_par_mode *d = gckpt_par_mode_of(c->set.layout.mode);
-    memset(v, 0, sizeof *v);
-    if (d->volume) d->volume(c, grad_accum, v);
+    *v = (gckpt_comm_volume){.gather_fwd = res->coll_gather_fwd, .gather_bwd = res->coll_gather_bwd,
+                             .gather_opt = res->coll_gather_opt, .reduce = res->coll_reduce,
+                             .all_reduce = res->coll_all_reduce};
 }
 
 void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
@@ -619,16 +556,11 @@ void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *
     double bw = (l->nodes > 1) ? c->dev->inter_node_bus_bytes_per_s : c->dev->intra_node_bus_bytes_per_s;
     gckpt_comm_volume v;
     gckpt_parallel_offload_host(c, grad_accum, res);
-    gckpt_parallel_volume(c, grad_accum, &v);
-    if (res->coll_seen) { /* the schedule's collectives (FSDP2, ZeRO-2/3): its re-gathers included */
-        v.gather_fwd = res->coll_gather_fwd;
-        v.gather_bwd = res->coll_gather_bwd;
-        v.reduce = res->coll_reduce;
-    }
+    gckpt_parallel_volume(res, &v);
     if (bw <= 0) return; /* gckpt_parallel_device_ok refused this earlier */
     double ring = (n - 1) / n / bw; /* seconds per byte of an all-gather / reduce-scatter (nccl-tests busbw) */
     double t_gf = v.gather_fwd * ring, t_gb = v.gather_bwd * ring, t_go = v.gather_opt * ring;
-    double t_red = v.reduce * ring * (v.reduce_is_all_reduce ? 2 : 1);
+    double t_red = (v.reduce + v.all_reduce) * ring; /* an all-reduce's bytes go twice */
     /* a reduction once per step (DDP, ZeRO-1, FSDP2's synchronising micro-step) overlaps one backward */
     bool every_micro = gckpt_par_mode_of(l->mode)->reduce_hooks;
     double bwd = res->backward_s + res->recompute_s, window = every_micro ? bwd : bwd / (double)grad_accum;
@@ -731,6 +663,9 @@ void gckpt_zero12_groups(const gckpt_params *ps, const gckpt_setting *s, uint64_
 size_t gckpt_zero12_flat(const gckpt_params *ps, uint64_t layers, gckpt_flat_place *out)
 {
     size_t k = 0;
+    int order[GCKPT_MAX_PARAMS]; /* each entry's module order, named once (not per layer) */
+    for (int i = 0; i < ps->n; i++)
+        order[i] = ps->p[i].section == GCKPT_SEC_BLOCK ? module_order(&ps->p[i]) : 0;
     for (int g = 0; g < 2; g++) {
         uint64_t off = 0;
         /* the flat order: the embedding, each layer's parameters in module order, the head */
@@ -739,7 +674,7 @@ size_t gckpt_zero12_flat(const gckpt_params *ps, uint64_t layers, gckpt_flat_pla
                 for (int mo = 0; mo < 4; mo++)
                     for (int i = 0; i < ps->n; i++) {
                         const gckpt_param *p = &ps->p[i];
-                        if (p->section != sec || p->shard.group != g || (sec == GCKPT_SEC_BLOCK ? module_order(p) : 0) != mo)
+                        if (p->section != sec || p->shard.group != g || order[i] != mo)
                             continue;
                         if (out) out[k] = (gckpt_flat_place){i, li, (uint8_t)g, off};
                         k++;
@@ -747,6 +682,49 @@ size_t gckpt_zero12_flat(const gckpt_params *ps, uint64_t layers, gckpt_flat_pla
                     }
     }
     return k;
+}
+
+size_t gckpt_ddp_buckets(const gckpt_params *ps, uint64_t layers, gckpt_ddp_slot *out)
+{
+    /* the ready order: the sections from the head back, the layers from the last, each
+     * section's entries in reverse (the backward runs the forward's ops backwards) */
+    static const uint64_t first_cap = 1048576, cap = 26214400; /* first_bucket_bytes_cap, bucket_bytes_cap */
+    size_t k = 0;
+    uint32_t bucket = 0;
+    uint64_t fill = 0;
+    for (int sec = GCKPT_SEC_HEAD; sec >= GCKPT_SEC_EMBED; sec--)
+        for (uint64_t li = sec == GCKPT_SEC_BLOCK ? layers : 1; li-- > 0;)
+            for (int i = ps->n - 1; i >= 0; i--) {
+                const gckpt_param *p = &ps->p[i];
+                if (p->section != sec || !p->trainable) continue;
+                if (out) out[k] = (gckpt_ddp_slot){i, li, bucket};
+                k++;
+                fill += 4 * p->numel;
+                if (fill >= (bucket ? cap : first_cap)) {
+                    bucket++;
+                    fill = 0;
+                }
+            }
+    return k;
+}
+
+size_t gckpt_zero1_flushes(const gckpt_params *ps, const gckpt_flat_place *f, size_t count, uint64_t bucket,
+                           gckpt_zero1_flush *out)
+{
+    size_t nf = 0, first = 0;
+    uint64_t elems = 0;
+    for (size_t k = 0; k <= count; k++) {
+        uint64_t numel = k < count ? ps->p[f[k].param].numel : 0;
+        /* a parameter that would overflow the bucket flushes it first; the last flush at the end */
+        if (k > first && (k == count || elems + numel > bucket)) {
+            if (out) out[nf] = (gckpt_zero1_flush){first, k, elems};
+            nf++;
+            elems = 0;
+            first = k;
+        }
+        elems += numel;
+    }
+    return nf;
 }
 
 /* Elements of [offset, offset + numel) inside rank's partition of `part` elements. */
@@ -882,22 +860,23 @@ uint64_t gckpt_zero1_reduce_transient(const gckpt_params *ps, uint64_t layers, u
     for (size_t k = 0; k < count; k++)
         if (gckpt_zero12_in_partition(ps, &f[k], w.part[f[k].group], rank)) kept += ps->p[f[k].param].numel;
     w.gip = gckpt_round_up(kept * zs, round);
-    uint64_t elems = 0;
-    size_t first = 0;
-    long big = -1;
-    for (size_t k = 0; k < count; k++) {
-        const gckpt_param *p = &ps->p[f[k].param];
-        if (elems + p->numel > bucket) {
-            z1_flush(&w, first, k, big);
-            elems = 0;
-            first = k;
-            big = -1;
-        }
-        if (p->numel > bucket) big = (long)k;
-        else w.cur -= (int64_t)p->grad.bytes; /* copied into the bucket */
-        elems += p->numel;
+    size_t nf = gckpt_zero1_flushes(ps, f, count, bucket, NULL);
+    gckpt_zero1_flush *fl = malloc(sizeof *fl * (nf ? nf : 1));
+    if (!fl) {
+        free(f);
+        return 0;
     }
-    z1_flush(&w, first, count, big);
+    gckpt_zero1_flushes(ps, f, count, bucket, fl);
+    for (size_t q = 0; q < nf; q++) {
+        long big = -1;
+        for (size_t k = fl[q].first; k < fl[q].end; k++) {
+            const gckpt_param *p = &ps->p[f[k].param];
+            if (p->numel > bucket) big = (long)k;
+            else w.cur -= (int64_t)p->grad.bytes; /* copied into the bucket */
+        }
+        z1_flush(&w, fl[q].first, fl[q].end, big);
+    }
+    free(fl);
     free(f);
     return (uint64_t)w.most;
 }

@@ -1,6 +1,6 @@
 /* The parallel modes' descriptor table (gckpt/core/parallel.h, gckpt_par_mode): the one core
- * file that names a mode (besides the enum). A new mode is a row here, its rows / apply /
- * volume functions (core/parallel.c) and, if it has working-set events, its simulator hooks
+ * file that names a mode (besides the enum). A new mode is a row here, its rows / apply
+ * functions (core/parallel.c) and, if it has working-set events, its simulator hooks
  * (core/sim_parallel.c). The rules behind each field: include/gckpt/core/parallel.h and
  * tools/hf_probe/FINDINGS.md R-DIST-*. */
 #include "parallel_modes.h"
@@ -19,25 +19,26 @@ static const gckpt_par_mode modes[GCKPT_NPAR] = {
                         .shard_how = GCKPT_SHARD_NONE},
     [GCKPT_PAR_DDP] = {.multi = true, MEASURED, .shard_how = GCKPT_SHARD_NONE,
                        .sink_clones_logits = true,
-                       .rows = gckpt_rows_ddp, .apply = gckpt_apply_ddp, .volume = gckpt_volume_ddp},
+                       .rows = gckpt_rows_ddp, .apply = gckpt_apply_ddp,
+                       .sync_events = gckpt_sync_ddp},
     [GCKPT_PAR_FSDP] = {.multi = true, MEASURED, .shard_how = GCKPT_SHARD_DIM0,
                         .sharded = GCKPT_SHARD_WEIGHT | GCKPT_SHARD_GRAD | GCKPT_SHARD_STATES, .bf16_compute = true,
-                        .rows = gckpt_rows_fsdp, .apply = gckpt_apply_fsdp, .volume = gckpt_volume_fsdp,
+                        .rows = gckpt_rows_fsdp, .apply = gckpt_apply_fsdp,
                         .offload_copies = gckpt_offload_fsdp, .sim = &gckpt_wrap_fsdp},
     [GCKPT_PAR_ZERO1] = {.multi = true, MEASURED, .shard_how = GCKPT_SHARD_FLAT,
                          .sharded = GCKPT_SHARD_STATES, .deepspeed = true, .flat_groups = true, .bf16_compute = true,
                          .walk_every_rank = true, .ipg_bucket_event = true,
-                         .rows = gckpt_rows_zero12, .apply = gckpt_apply_zero12, .volume = gckpt_volume_zero12,
-                         .offload_copies = gckpt_offload_zero12},
+                         .rows = gckpt_rows_zero12, .apply = gckpt_apply_zero12, .step_gather_events = gckpt_gather_zero12,
+                         .offload_copies = gckpt_offload_zero12, .sync_events = gckpt_sync_zero1},
     [GCKPT_PAR_ZERO2] = {.multi = true, MEASURED, .shard_how = GCKPT_SHARD_FLAT,
                          .sharded = GCKPT_SHARD_STATES | GCKPT_SHARD_GRAD, .deepspeed = true, .flat_groups = true,
                          .bf16_compute = true, .reduce_hooks = true, .walk_every_rank = true,
-                         .rows = gckpt_rows_zero12, .apply = gckpt_apply_zero12, .volume = gckpt_volume_zero12,
+                         .rows = gckpt_rows_zero12, .apply = gckpt_apply_zero12, .step_gather_events = gckpt_gather_zero12,
                          .offload_copies = gckpt_offload_zero12, .sim = &gckpt_wrap_zero2},
     [GCKPT_PAR_ZERO3] = {.multi = true, MEASURED, .shard_how = GCKPT_SHARD_FLAT,
                          .sharded = GCKPT_SHARD_WEIGHT | GCKPT_SHARD_GRAD | GCKPT_SHARD_STATES, .persistence = true,
                          .deepspeed = true, .bf16_compute = true, .reduce_hooks = true,
-                         .rows = gckpt_rows_zero3, .apply = gckpt_apply_zero3, .volume = gckpt_volume_zero3,
+                         .rows = gckpt_rows_zero3, .apply = gckpt_apply_zero3, .step_gather_events = gckpt_gather_zero3,
                          .offload_copies = gckpt_offload_zero3, .sim = &gckpt_wrap_zero3},
 };
 

@@ -1,6 +1,6 @@
 /* Each parallel mode's own rules, the functions the descriptor table (core/parallel_modes.c)
  * points at (private to core): rows (core/parallel.c, the per-rank parameter-state table),
- * apply (what the mode does to a context), volume (its collectives' closed form), offload
+ * apply (what the mode does to a context), offload
  * (CPU offload's copies) and the simulator's hooks (core/sim_parallel.c). gckpt/core/parallel.h
  * documents the fields. */
 #ifndef GCKPT_PARALLEL_MODES_H
@@ -13,7 +13,6 @@
                            uint64_t round, gckpt_rank_state *st)
 #define GCKPT_MODE_APPLY(name) \
     void gckpt_apply_##name(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
-#define GCKPT_MODE_VOLUME(name) void gckpt_volume_##name(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v)
 #define GCKPT_MODE_OFFLOAD(name)                                                                            \
     void gckpt_offload_##name(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h, \
                               double *h2d)
@@ -26,10 +25,6 @@ GCKPT_MODE_APPLY(ddp);
 GCKPT_MODE_APPLY(fsdp);
 GCKPT_MODE_APPLY(zero12);
 GCKPT_MODE_APPLY(zero3);
-GCKPT_MODE_VOLUME(ddp);
-GCKPT_MODE_VOLUME(fsdp);
-GCKPT_MODE_VOLUME(zero12);
-GCKPT_MODE_VOLUME(zero3);
 GCKPT_MODE_OFFLOAD(fsdp);
 GCKPT_MODE_OFFLOAD(zero12);
 GCKPT_MODE_OFFLOAD(zero3);

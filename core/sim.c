@@ -1194,6 +1194,8 @@ static gckpt_event *push_opt_event(const gckpt_ctx *c, gckpt_schedule *o, int ki
 
 void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *o)
 {
+    const gckpt_par_mode *d = gckpt_par_mode_of(c->set.layout.mode);
+    if (d->sync_events) d->sync_events(c, o); /* DDP, ZeRO-1: the gradients' reduction */
     /* ZeRO-1/2: the full gradients go once reduced into the rank's partition (core/parallel.c) */
     if (c->step_grads < c->grads) {
         gckpt_event *e = push_opt_event(c, o, GCKPT_EV_ZERO_GRAD, GCKPT_C_GRADS, c->grads - c->step_grads);
@@ -1202,6 +1204,7 @@ void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *o)
     if (c->step_released) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_FREE, GCKPT_C_PARALLEL, c->step_released);
     if (c->opt_temp) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_OPT_TEMP, c->opt_temp);
     push_opt_event(c, o, GCKPT_EV_OPT_STEP, 0, 0);
+    if (d->step_gather_events) d->step_gather_events(c, o); /* ZeRO-1/2/3: the stepped weights gathered */
     if (c->opt_temp) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_FREE, GCKPT_C_OPT_TEMP, c->opt_temp);
     push_opt_event(c, o, GCKPT_EV_ZERO_GRAD, GCKPT_C_GRADS, c->step_grads); /* zero_grad(set_to_none=True) */
     if (c->step_retaken) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_PARALLEL, c->step_retaken);

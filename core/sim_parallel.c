@@ -533,3 +533,99 @@ void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid)
 {
     if (unit < w->units && t >= 0 && t < GCKPT_MAX_TENSORS) w->grad_gid[unit * GCKPT_MAX_TENSORS + (uint64_t)t] = gid;
 }
+
+/* ---- the reduction after the last micro-step (DDP, ZeRO-1) ---------------------------------- */
+
+/* A collective of the optimizer segment on persistent buffers: numel a rank's piece, bytes the
+ * whole buffer (x ways for an all-gather). */
+static void step_event(gckpt_schedule *o, uint8_t kind, uint8_t dt, uint64_t numel, uint64_t ways, int16_t tensor,
+                       uint8_t sec, uint64_t index)
+{
+    gckpt_event *e = gckpt_schedule_push(o);
+    if (!e) return;
+    e->kind = GCKPT_EV_COLLECTIVE;
+    e->tensor = tensor;
+    e->op = -1;
+    e->inst = GCKPT_NOINST;
+    e->dtype = dt;
+    e->numel = numel;
+    e->bytes = numel * ways * gckpt_dtype_size((gckpt_dtype)dt);
+    e->arg.coll = (gckpt_coll_args){kind, sec, GCKPT_NOINST, GCKPT_NOINST, index};
+}
+
+static void sync_event(gckpt_schedule *o, uint8_t dt, uint64_t numel, uint8_t sec, uint64_t index)
+{
+    step_event(o, GCKPT_COLL_ALL_REDUCE, dt, numel, 1, -1, sec, index);
+}
+
+void gckpt_sync_ddp(const gckpt_ctx *c, gckpt_schedule *o)
+{
+    const gckpt_params *ps = &c->params;
+    size_t n = gckpt_ddp_buckets(ps, c->model->layers, NULL);
+    gckpt_ddp_slot *b = malloc(sizeof *b * (n ? n : 1));
+    if (!b) {
+        o->oom = true;
+        return;
+    }
+    gckpt_ddp_buckets(ps, c->model->layers, b);
+    uint64_t numel = 0;
+    for (size_t k = 0; k < n; k++) { /* a bucket's event when its last gradient is in (the section: its first's) */
+        numel += ps->p[b[k].param].numel;
+        if (k + 1 == n || b[k + 1].bucket != b[k].bucket) {
+            size_t first = k;
+            while (first > 0 && b[first - 1].bucket == b[k].bucket) first--;
+            sync_event(o, GCKPT_DT_F32, numel, ps->p[b[first].param].section, b[k].bucket);
+            numel = 0;
+        }
+    }
+    free(b);
+}
+
+void gckpt_sync_zero1(const gckpt_ctx *c, gckpt_schedule *o)
+{
+    const gckpt_params *ps = &c->params;
+    size_t count = 0; /* every instance has its flat place */
+    for (int i = 0; i < ps->n; i++) count += ps->p[i].copies;
+    gckpt_flat_place *f = malloc(sizeof *f * (count ? count : 1));
+    gckpt_zero1_flush *fl = NULL;
+    size_t nf = 0;
+    if (f) {
+        gckpt_zero12_flat(ps, c->model->layers, f);
+        nf = gckpt_zero1_flushes(ps, f, count, gckpt_ds_reduce_bucket(c->model, &c->set.layout), NULL);
+        fl = malloc(sizeof *fl * (nf ? nf : 1));
+    }
+    if (!f || !fl) {
+        o->oom = true;
+        free(f);
+        return;
+    }
+    gckpt_zero1_flushes(ps, f, count, gckpt_ds_reduce_bucket(c->model, &c->set.layout), fl);
+    for (size_t q = 0; q < nf; q++) sync_event(o, wire_dtype(c), fl[q].numel, ps->p[f[fl[q].first].param].section, q);
+    free(fl);
+    free(f);
+}
+
+/* ---- the all-gather after the optimizer step (ZeRO-1/2/3) ------------------------------------ */
+
+void gckpt_gather_zero12(const gckpt_ctx *c, gckpt_schedule *o)
+{
+    gckpt_zero_group g[2];
+    gckpt_zero12_groups(&c->params, &c->set, 1, g);
+    uint64_t n = gckpt_layout_world(&c->set.layout);
+    for (int k = 0; k < 2; k++)
+        if (g[k].numel) step_event(o, GCKPT_COLL_ALL_GATHER, wire_dtype(c), g[k].part, n, -1, GCKPT_SEC_EMBED, (uint64_t)k);
+}
+
+void gckpt_gather_zero3(const gckpt_ctx *c, gckpt_schedule *o)
+{
+    const gckpt_params *ps = &c->params;
+    uint64_t L = c->model->layers;
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        if (!p->shard.whole) continue;
+        uint64_t part = p->shard.part ? p->shard.part : p->numel, ways = p->shard.part ? p->shard.ways : 1;
+        for (uint64_t k = 0; k < p->copies; k++)
+            step_event(o, GCKPT_COLL_ALL_GATHER, wire_dtype(c), part, ways, p->tensor, p->section,
+                       p->section == GCKPT_SEC_BLOCK ? k + 1 : p->section == GCKPT_SEC_HEAD ? L + 1 : 0);
+    }
+}

@@ -53,4 +53,21 @@ typedef struct gckpt_wrap_hooks {
 /* FSDP2's units, ZeRO-2's reduce hooks through the ipg bucket, ZeRO-3's gathers and reduce hooks */
 extern const gckpt_wrap_hooks gckpt_wrap_fsdp, gckpt_wrap_zero2, gckpt_wrap_zero3;
 
+/* The reduction after the last micro-step (gckpt_par_mode.sync_events), at the start of the
+ * optimizer segment: DDP all-reduces its fp32 buckets (gckpt_ddp_buckets: one event per bucket,
+ * index the bucket, src = dst = GCKPT_NOINST, the persistent bucket copy); ZeRO-1 all-reduces the
+ * .grad through the ipg bucket (gckpt_zero1_flushes: one event per flush, index the flush, src =
+ * dst = GCKPT_NOINST, the bucket made at the first backward's first hook). The Trainer reduces
+ * in the last micro-step's backward (DDP's hooks; ZeRO-1's engine.backward at the boundary): the
+ * time model lets the reduction overlap one micro-step's backward (gckpt_parallel_comm). */
+void gckpt_sync_ddp(const gckpt_ctx *c, gckpt_schedule *o);
+void gckpt_sync_zero1(const gckpt_ctx *c, gckpt_schedule *o);
+/* The all-gather after the optimizer step (gckpt_par_mode.step_gather_events, FINDINGS R-DIST-12),
+ * right after OPT_STEP, src = dst = GCKPT_NOINST (persistent buffers): ZeRO-1/2 one per optimizer
+ * group (index the group; numel the rank's partition of the flat weights padded to 2 N, tensor
+ * -1); ZeRO-3 one per persistent parameter instance (tensor, index its wrapper unit; numel its
+ * partition, gathered into its whole copy). */
+void gckpt_gather_zero12(const gckpt_ctx *c, gckpt_schedule *o);
+void gckpt_gather_zero3(const gckpt_ctx *c, gckpt_schedule *o);
+
 #endif

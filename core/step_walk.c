@@ -48,12 +48,15 @@ static inline void tallies_store(const tallies *t, gckpt_walk_state *w)
 }
 
 /* A collective's bytes into the step's volumes (gckpt_parallel_comm times them). */
-static void tally_coll(gckpt_walk_state *w, const gckpt_event *e, bool backward, double mult)
+static void tally_coll(gckpt_walk_state *w, const gckpt_event *e, gckpt_phase phase, double mult)
 {
     double b = (double)e->bytes * mult;
     w->coll_seen = true;
-    if (e->arg.coll.kind != GCKPT_COLL_ALL_GATHER) w->coll_reduce += b;
-    else if (backward) w->coll_gather_bwd += b;
+    if (e->arg.coll.kind != GCKPT_COLL_ALL_GATHER) {
+        w->coll_reduce += b;
+        if (e->arg.coll.kind == GCKPT_COLL_ALL_REDUCE) w->coll_all_reduce += b;
+    } else if (phase == GCKPT_PH_BACKWARD) w->coll_gather_bwd += b;
+    else if (phase == GCKPT_PH_OPTIMIZER) w->coll_gather_opt += b;
     else w->coll_gather_fwd += b;
 }
 
@@ -65,7 +68,7 @@ static inline __attribute__((always_inline)) void walk_events(gckpt_walk_state *
                                                               gckpt_walk_event_fn on_event, void *user,
                                                               const bool call, const bool once)
 {
-    const bool backward = gckpt_seg_phase(seg) == GCKPT_PH_BACKWARD;
+    const gckpt_phase phase = gckpt_seg_phase(seg);
     tallies t;
     tallies_load(&t, w);
     for (size_t i = 0; i < n; i++) {
@@ -89,7 +92,7 @@ static inline __attribute__((always_inline)) void walk_events(gckpt_walk_state *
         case GCKPT_EV_RECOMPUTE: t.recompute_s += s; break;
         case GCKPT_EV_D2H: case GCKPT_EV_H2D: t.copy_s += s; break;
         case GCKPT_EV_OPT_STEP: t.opt_s += s; break;
-        case GCKPT_EV_COLLECTIVE: tally_coll(w, e, backward, mult); break;
+        case GCKPT_EV_COLLECTIVE: tally_coll(w, e, phase, mult); break;
         default: break;
         }
         if (e->kind != GCKPT_EV_RECOMPUTE) t.flops += once ? e->flops : e->flops * mult;

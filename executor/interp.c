@@ -168,6 +168,7 @@ static bool kind_fits(uint8_t kind, uint8_t part)
         return part == GCKPT_PART_LAYER;
     case GCKPT_EV_FWD: case GCKPT_EV_RECOMPUTE: case GCKPT_EV_BWD:
         return part == GCKPT_PART_EMBEDDING || part == GCKPT_PART_LAYER || part == GCKPT_PART_HEAD;
+    case GCKPT_EV_COLLECTIVE: return true; /* the optimizer's: DDP's and ZeRO-1's reduction */
     default: return kind < GCKPT_NEVENT && part != GCKPT_PART_OPTIMIZER;
     }
 }
@@ -519,16 +520,27 @@ static gckpt_xstatus check_clean(gckpt_exec *x, bool grads_allowed, gckpt_err *e
 
 /* One part of the step (a micro-step, micro-th of the step; or the optimizer): its
  * segments in order, each segment's events. */
-static gckpt_xstatus run_part(gckpt_exec *x, int part, uint64_t micro, bool update, size_t *count, gckpt_err *err)
+/* Which events of a part run_part runs: all; the COLLECTIVE events that open it (the optimizer
+ * part's: DDP's and ZeRO-1's reduction of the gradients, after which they are complete); the rest. */
+enum { RUN_ALL, RUN_LEADING_COLLECTIVES, RUN_REST };
+
+static gckpt_xstatus run_part(gckpt_exec *x, int part, uint64_t micro, bool update, int which, size_t *count,
+                              gckpt_err *err)
 {
-    x->gen++;
-    exec_aux_micro_begin(x);
-    if (part != PART_OPTIMIZER) make_data(x, micro);
+    if (which != RUN_REST) {
+        x->gen++;
+        exec_aux_micro_begin(x);
+        if (part != PART_OPTIMIZER) make_data(x, micro);
+    }
     exec_site w = {.micro = micro, .update = update};
+    bool leading = true;
     for (size_t si = x->part[part][0]; si < x->part[part][1]; si++) {
         const gckpt_sched_seg *g = &x->sched.seg[si];
         w.seg = &g->seg;
         for (size_t i = g->begin; i < g->end; i++) {
+            leading = leading && x->sched.ev[i].kind == GCKPT_EV_COLLECTIVE;
+            if (which == RUN_LEADING_COLLECTIVES && !leading) return GCKPT_XS_OK;
+            if (which == RUN_REST && leading) continue;
             if (stop_requested(x)) return interrupted(x, w.seg, i, err);
             w.index = i;
             gckpt_xstatus rc = exec_event(x, &x->sched.ev[i], &w, err);
@@ -536,7 +548,7 @@ static gckpt_xstatus run_part(gckpt_exec *x, int part, uint64_t micro, bool upda
             (*count)++;
         }
     }
-    return check_clean(x, part != PART_OPTIMIZER, err);
+    return which == RUN_LEADING_COLLECTIVES ? GCKPT_XS_OK : check_clean(x, part != PART_OPTIMIZER, err);
 }
 
 static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *err)
@@ -592,15 +604,14 @@ gckpt_xstatus gckpt_exec_step(gckpt_exec *x, const gckpt_step_opts *o, gckpt_ste
     gckpt_xstatus rc;
     double t1 = 0, t2 = 0;
     if ((rc = be->timer_start(be)) != GCKPT_XS_OK) return exec_be_fail(x, rc, "timer", err);
-    if ((rc = run_part(x, PART_FIRST, 0, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
+    if ((rc = run_part(x, PART_FIRST, 0, o->update, RUN_ALL, &res->events, err)) != GCKPT_XS_OK) return rc;
     for (uint64_t k = 1; k < x->set.grad_accum; k++)
-        if ((rc = run_part(x, PART_LATER, k, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
-    if (x->mode->sync) { /* DDP, ZeRO-1: the gradients reduced outside the schedule */
-        gckpt_comm_label(x->o.comm, "the gradients' reduction after the last micro-step");
-        if ((rc = x->mode->sync(x, err)) != GCKPT_XS_OK) return rc;
-    }
+        if ((rc = run_part(x, PART_LATER, k, o->update, RUN_ALL, &res->events, err)) != GCKPT_XS_OK) return rc;
+    /* DDP, ZeRO-1: the gradients' reduction opens the optimizer part; they are complete after it */
+    if ((rc = run_part(x, PART_OPTIMIZER, 0, o->update, RUN_LEADING_COLLECTIVES, &res->events, err)) != GCKPT_XS_OK)
+        return rc;
     if ((o->checksum || o->on_grads) && (rc = at_grads(x, o, res, &t1, err)) != GCKPT_XS_OK) return rc;
-    if ((rc = run_part(x, PART_OPTIMIZER, 0, o->update, &res->events, err)) != GCKPT_XS_OK) return rc;
+    if ((rc = run_part(x, PART_OPTIMIZER, 0, o->update, RUN_REST, &res->events, err)) != GCKPT_XS_OK) return rc;
     if ((rc = be->timer_stop(be, &t2)) != GCKPT_XS_OK) return exec_be_fail(x, rc, "timer", err);
     res->seconds = t1 + t2;
     int nrec = x->set.grad_accum < GCKPT_MAX_RECORDS ? (int)x->set.grad_accum : GCKPT_MAX_RECORDS;

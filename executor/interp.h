@@ -151,10 +151,8 @@ struct exec_par_ops {
     gckpt_xstatus (*on_alloc)(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
     /* before a FREE: *done when the hook released the instance itself */
     gckpt_xstatus (*on_free)(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
-    /* a COLLECTIVE event */
+    /* a COLLECTIVE event (DDP's and ZeRO-1's reduction too: those opening the optimizer part) */
     gckpt_xstatus (*collective)(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
-    /* the gradients' reduction after the last micro-step (DDP, ZeRO-1: outside the schedule) */
-    gckpt_xstatus (*sync)(gckpt_exec *x, gckpt_err *err);
     /* a ZERO_GRAD marked GCKPT_PE_OUTSIDE_PARTITION: whether instance i keeps its .grad */
     bool (*keeps_grad)(const gckpt_exec *x, size_t i);
     /* at a ZERO_GRAD: the mode's own gradient buffers freed; their bytes */

@@ -36,6 +36,7 @@ struct exec_zero {
     void *flat[2];              /* each group's flat weights (padded elements) */
     void *master[2], *st[2][2]; /* the rank's fp32 partitions: master, exp_avg, exp_avg_sq */
     gckpt_flat_place *place;    /* per parameter instance (x->params order) */
+    size_t *flat_j;             /* per flat place (gckpt_zero12_flat's order): its instance */
     bool *keep;                 /* per instance: it overlaps the rank's partition */
     /* ZeRO-2: the rank's reduced gradients, every kept instance whole in the flat order
      * (pbuf_off: its offset there), in the first micro-step's buffer (part0, to zero_grad) and
@@ -51,6 +52,9 @@ struct exec_zero {
  * weights; which instances overlap the rank's partition; the step on the partition, reading
  * instance j's gradient from grad_of; the step's release and re-allocation of the ipg bucket;
  * releasing and freeing. */
+/* The all-gather after the step (a COLLECTIVE event of the optimizer segment): the rank's slice
+ * of optimizer group e->arg.coll.index's flat weights to every rank (nothing without update). */
+gckpt_xstatus exec_zero_gather(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
 bool exec_zero_prepare(gckpt_exec *x, gckpt_err *err);
 gckpt_xstatus exec_zero_setup(gckpt_exec *x, gckpt_err *err);
 gckpt_xstatus exec_zero_init(gckpt_exec *x, gckpt_err *err);

@@ -9,7 +9,7 @@
  * outside the rank's partition freed (a ZERO_GRAD marked GCKPT_PE_OUTSIDE_PARTITION), the ipg
  * bucket released, the step's temporaries (the partition's gradient slice, its fp32 copy),
  * AdamW on the master partition, the master cast into the flat weights, the flat weights
- * all-gathered, the rest freed and the bucket allocated again. */
+ * all-gathered (a COLLECTIVE event after the step), the rest freed and the bucket allocated again. */
 #include "interp_parallel.h"
 
 #include <stdlib.h>
@@ -50,8 +50,9 @@ gckpt_xstatus exec_zero_setup(gckpt_exec *x, gckpt_err *err)
     if (!z->place) {
         z->place = calloc(count ? count : 1, sizeof *z->place);
         z->keep = calloc(count ? count : 1, sizeof *z->keep);
+        z->flat_j = calloc(count ? count : 1, sizeof *z->flat_j);
         gckpt_flat_place *f = malloc(sizeof *f * (count ? count : 1));
-        if (!z->place || !z->keep || !f) {
+        if (!z->place || !z->keep || !z->flat_j || !f) {
             free(f);
             return exec_fail(err, "out of memory");
         }
@@ -66,6 +67,7 @@ gckpt_xstatus exec_zero_setup(gckpt_exec *x, gckpt_err *err)
                 return exec_fail(err, "zero1: no parameter instance at flat place %zu", k);
             }
             z->place[j] = f[k];
+            z->flat_j[k] = j;
             z->keep[j] = gckpt_zero12_in_partition(ps, &f[k], z->g[f[k].group].part, (uint32_t)x->o.rank);
         }
         free(f);
@@ -101,52 +103,64 @@ gckpt_xstatus exec_zero_setup(gckpt_exec *x, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-/* ZeRO-1: every .grad through the ipg bucket, reduced a bucket at a time (in place). */
-static gckpt_xstatus zero_sync(gckpt_exec *x, gckpt_err *err)
+/* ZeRO-1's reduction at the boundary, one COLLECTIVE event per ipg bucket flush (the flush
+ * e->arg.coll.index of gckpt_zero1_flushes): its parameters' .grad through the bucket in the flat
+ * order, a bucket's worth at a time, all-reduced in place and copied back. */
+static gckpt_xstatus zero1_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     exec_zero *z = x->zero;
-    if (!exec_live(x, z->z1_bucket[0])) return exec_fail(err, "zero1: the ipg bucket is not allocated at the boundary");
+    const gckpt_params *ps = &x->ctx.params;
+    if (e->arg.coll.kind == GCKPT_COLL_ALL_GATHER && w->seg->part == GCKPT_PART_OPTIMIZER)
+        return exec_zero_gather(x, e, w, err);
+    if (e->arg.coll.kind != GCKPT_COLL_ALL_REDUCE || e->dtype != z->dt)
+        return exec_fail(err, "%s: zero1: a %s of %s, not the reduction's all-reduce of %s", w->at,
+                         gckpt_coll_names[e->arg.coll.kind], gckpt_dtype_names[e->dtype], gckpt_dtype_names[z->dt]);
+    if (!exec_live(x, z->z1_bucket[0])) return exec_fail(err, "%s: zero1: the ipg bucket is not allocated", w->at);
     void *bucket = x->inst[z->z1_bucket[0]].p;
+    size_t count = gckpt_zero12_flat(ps, x->m.layers, NULL), nf = 0;
+    gckpt_flat_place *f = malloc(sizeof *f * (count ? count : 1));
+    gckpt_zero1_flush *fl = NULL;
+    if (f) {
+        gckpt_zero12_flat(ps, x->m.layers, f);
+        nf = gckpt_zero1_flushes(ps, f, count, z->bucket, NULL);
+        fl = malloc(sizeof *fl * (nf ? nf : 1));
+    }
     typedef struct {
         size_t j;
         uint64_t off, n, at;
     } seg_t;
-    uint64_t cap = z->bucket, fill = 0;
-    size_t nseg = 0, maxseg = x->nparams + 1;
-    seg_t *seg = malloc(sizeof *seg * maxseg);
-    if (!seg) return exec_fail(err, "out of memory");
+    seg_t *seg = malloc(sizeof *seg * (x->nparams + 1));
     gckpt_xstatus rc = GCKPT_XS_OK;
+    if (!f || !fl || !seg) rc = exec_fail(err, "out of memory");
+    else gckpt_zero1_flushes(ps, f, count, z->bucket, fl);
+    uint64_t q = e->arg.coll.index;
+    if (rc == GCKPT_XS_OK && (q >= nf || fl[q].numel != e->numel))
+        rc = exec_fail(err, "%s: zero1: flush %llu of %llu elements, the reduction has %zu flushes", w->at,
+                       (unsigned long long)q, (unsigned long long)e->numel, nf);
+    uint64_t cap = z->bucket, fill = 0;
+    size_t nseg = 0;
     gckpt_xt none = {0};
-    for (size_t j = 0; j <= x->nparams && rc == GCKPT_XS_OK; j++) {
-        const param_t *p = j < x->nparams ? &x->params[j] : NULL;
+    for (size_t k = rc == GCKPT_XS_OK ? fl[q].first : 0; rc == GCKPT_XS_OK && k <= fl[q].end; k++) {
+        const param_t *p = k < fl[q].end ? &x->params[z->flat_j[k]] : NULL;
         if (p && !exec_live(x, p->grad)) {
-            rc = exec_fail(err, "zero1: parameter %s has no gradient to reduce", p->spec->name);
+            rc = exec_fail(err, "%s: zero1: parameter %s has no gradient to reduce", w->at, p->spec->name);
             break;
         }
         uint64_t numel = p ? p->spec->numel : 0;
         for (uint64_t off = 0; (p && off < numel) || (!p && fill);) {
             uint64_t n = p ? (numel - off < cap - fill ? numel - off : cap - fill) : 0;
             if (n) {
-                if (nseg == maxseg) {
-                    seg_t *more = realloc(seg, sizeof *seg * (maxseg *= 2));
-                    if (!more) {
-                        rc = exec_fail(err, "out of memory");
-                        break;
-                    }
-                    seg = more;
-                }
-                seg[nseg++] = (seg_t){j, off, n, fill};
-                rc = x->be->add(x->be, view(bucket, fill, n, z->dt), none,
-                                view(x->inst[p->grad].p, off, n, z->dt));
+                seg[nseg++] = (seg_t){z->flat_j[k], off, n, fill};
+                rc = x->be->add(x->be, view(bucket, fill, n, z->dt), none, view(x->inst[p->grad].p, off, n, z->dt));
                 fill += n;
                 off += n;
             }
-            if (rc == GCKPT_XS_OK && (fill == cap || !p)) { /* full, or the last one: reduce it */
+            if (rc == GCKPT_XS_OK && (fill == cap || !p)) { /* full, or the flush's end: reduce it */
                 gckpt_xt b = view(bucket, 0, fill, z->dt);
                 rc = x->be->collective(x->be, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_AVG_POST, b, b, 0);
-                for (size_t k = 0; rc == GCKPT_XS_OK && k < nseg; k++)
-                    rc = x->be->add(x->be, view(x->inst[x->params[seg[k].j].grad].p, seg[k].off, seg[k].n, z->dt), none,
-                                    view(bucket, seg[k].at, seg[k].n, z->dt));
+                for (size_t s = 0; rc == GCKPT_XS_OK && s < nseg; s++)
+                    rc = x->be->add(x->be, view(x->inst[x->params[seg[s].j].grad].p, seg[s].off, seg[s].n, z->dt), none,
+                                    view(bucket, seg[s].at, seg[s].n, z->dt));
                 nseg = 0;
                 fill = 0;
             }
@@ -154,6 +168,8 @@ static gckpt_xstatus zero_sync(gckpt_exec *x, gckpt_err *err)
         }
     }
     free(seg);
+    free(fl);
+    free(f);
     if (rc != GCKPT_XS_OK && !err->msg[0]) return exec_be_fail(x, rc, "zero1: reducing the gradients", err);
     return rc;
 }
@@ -204,10 +220,24 @@ static gckpt_xstatus zero_group_step(gckpt_exec *x, int g, const gckpt_xt *slice
     c.s1 = view(z->st[g][0], 0, part, GCKPT_DT_F32);
     c.s2 = view(z->st[g][1], 0, part, GCKPT_DT_F32);
     if ((rc = be->optim(be, &c)) != GCKPT_XS_OK) return rc;
-    /* the updated master into the rank's slice of the weights, then every rank's gathered */
-    gckpt_xt mine = view(z->flat[g], lo, part, z->dt);
-    if ((rc = be->add(be, mine, none, c.param)) != GCKPT_XS_OK) return rc;
-    return be->collective(be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, mine, view(z->flat[g], 0, z->g[g].padded, z->dt), 0);
+    /* the updated master into the rank's slice of the weights (every rank's gathered after the
+     * step: exec_zero_gather) */
+    return be->add(be, view(z->flat[g], lo, part, z->dt), none, c.param);
+}
+
+gckpt_xstatus exec_zero_gather(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
+{
+    exec_zero *z = x->zero;
+    uint64_t g = e->arg.coll.index;
+    if (g > 1 || !z->g[g].numel || e->numel != z->g[g].part || e->dtype != z->dt || e->tensor >= 0)
+        return exec_fail(err, "%s: zero: an all-gather of %llu %s elements per rank, not an optimizer group's flat weights",
+                         w->at, (unsigned long long)e->numel, gckpt_dtype_names[e->dtype]);
+    if (!w->update) return GCKPT_XS_OK; /* nothing was stepped */
+    uint64_t part = z->g[g].part;
+    gckpt_xt mine = view(z->flat[g], (uint64_t)x->o.rank * part, part, z->dt);
+    gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, mine,
+                                         view(z->flat[g], 0, z->g[g].padded, z->dt), 0);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
 
 gckpt_xstatus exec_zero_step(gckpt_exec *x, const exec_site *w, gckpt_xt (*grad_of)(const gckpt_exec *x, size_t j),
@@ -297,6 +327,7 @@ void exec_zero_free(gckpt_exec *x)
     if (!x->zero) return;
     free(x->zero->place);
     free(x->zero->keep);
+    free(x->zero->flat_j);
     free(x->zero->pbuf_off);
     free(x->zero);
     x->zero = NULL;
@@ -325,7 +356,7 @@ const exec_par_ops exec_zero1_ops = {.prepare = exec_zero_prepare,
                                      .setup = zero1_setup,
                                      .init = exec_zero_init,
                                      .on_alloc = zero1_on_alloc,
-                                     .sync = zero_sync,
+                                     .collective = zero1_collective,
                                      .keeps_grad = exec_zero_keeps_grad,
                                      .step_buffer = exec_zero_step_buffer,
                                      .step = zero1_step,

@@ -88,6 +88,7 @@ static gckpt_xstatus zero2_collective(gckpt_exec *x, const gckpt_event *e, const
 {
     exec_zero *z = x->zero;
     const gckpt_coll_args *a = &e->arg.coll;
+    if (a->kind == GCKPT_COLL_ALL_GATHER && w->seg->part == GCKPT_PART_OPTIMIZER) return exec_zero_gather(x, e, w, err);
     int layer = e->tensor >= 0 && x->r->t[e->tensor].section == GCKPT_SEC_BLOCK ? (int)a->index - 1 : -1;
     param_t *p = e->tensor >= 0 ? exec_param(x, e->tensor, layer) : NULL;
     if (a->kind != GCKPT_COLL_ALL_REDUCE || !p || e->numel != p->spec->numel || !exec_live(x, p->grad))

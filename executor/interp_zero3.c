@@ -122,12 +122,21 @@ static gckpt_xstatus zero3_init_param(gckpt_exec *x, size_t j, gckpt_init how, f
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising zero3's partitions", err);
 }
 
+static gckpt_xstatus gather_whole(gckpt_exec *x, size_t j);
+
 static gckpt_xstatus zero3_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     const gckpt_coll_args *a = &e->arg.coll;
     int layer = x->r->t[e->tensor < 0 ? 0 : e->tensor].section == GCKPT_SEC_BLOCK ? (int)a->index - 1 : -1;
     param_t *p = e->tensor >= 0 ? exec_param(x, e->tensor, layer) : NULL;
     if (!p || e->numel != part_of(p)) return exec_fail(err, "%s: zero3: not one parameter's partition", w->at);
+    if (a->kind == GCKPT_COLL_ALL_GATHER && w->seg->part == GCKPT_PART_OPTIMIZER) { /* after the step */
+        size_t j = (size_t)(p - x->params);
+        if (!p->spec->shard.whole || !x->z3->whole[j])
+            return exec_fail(err, "%s: zero3: an all-gather after the step of a parameter that is not persistent", w->at);
+        gckpt_xstatus rc = w->update ? gather_whole(x, j) : GCKPT_XS_OK; /* nothing was stepped without update */
+        return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
+    }
     if (a->kind == GCKPT_COLL_REDUCE_SCATTER) /* performed by the .grad's FREE just before */
         return p->grad == GCKPT_NOINST ? GCKPT_XS_OK : exec_fail(err, "%s: zero3: the .grad is not reduced", w->at);
     if (a->kind != GCKPT_COLL_ALL_GATHER || p->spec->shard.whole || p->w)
@@ -232,8 +241,7 @@ static gckpt_xstatus zero3_step(gckpt_exec *x, const exec_site *w, gckpt_err *er
             if (rc == GCKPT_XS_OK) rc = x->be->add(x->be, mdt(x, z->part[j], 0, local), none, c.param);
         }
         if (rc == GCKPT_XS_OK) rc = x->be->init(x->be, mdt(x, grads(x), at, part), GCKPT_INIT_CONST, 0.0f, 0);
-        if (rc == GCKPT_XS_OK && z->whole[j]) rc = gather_whole(x, j);
-    }
+    } /* the persistent parameters' whole copies: the all-gathers after the step (zero3_collective) */
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
 

@@ -27,9 +27,10 @@ typedef struct {
     bool peak_grad;             /* ... and that allocation is its gradient */
     double step_s, forward_s, backward_s, recompute_s, copy_s, optimizer_s;
     double comm_s;              /* several GPUs: collectives not hidden behind compute (in step_s) */
-    /* several GPUs, a walked schedule: bytes of its COLLECTIVE events per step (all-gathers of
-     * the forward and of the backward, reductions); coll_seen false when it has none */
-    double coll_gather_fwd, coll_gather_bwd, coll_reduce;
+    /* several GPUs: bytes of the schedule's COLLECTIVE events per step (all-gathers of the
+     * forward, of the backward and after the optimizer step; reductions, of them all-reduces);
+     * coll_seen false when it has none. gckpt_parallel_comm times them. */
+    double coll_gather_fwd, coll_gather_bwd, coll_gather_opt, coll_reduce, coll_all_reduce;
     bool coll_seen;
     double model_flops;         /* forward + backward FLOPs of the step (no recompute) */
     double tokens_per_s, mfu;
@@ -65,6 +66,9 @@ typedef struct {
     bool peak_grad;
     double seconds, flops, recompute_s, copy_s;
     double fwd_s, bwd_s;
+    /* its COLLECTIVE events' bytes (gckpt_walk_state's coll_*) */
+    double coll_reduce, coll_all_reduce, coll_gather_fwd, coll_gather_bwd, coll_gather_opt;
+    bool coll_seen;
 } gckpt_seg_summary;
 
 /* Every segment of a step, summarised once per micro-batch and sequence length: the

@@ -202,19 +202,20 @@ double gckpt_parallel_offload_seconds(const gckpt_ctx *c, uint64_t grad_accum, c
 /* Whether profile d has the bus bandwidth layout l needs (err names the field when not). */
 bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckpt_err *err);
 
-/* One step's collectives on a rank, bytes of the full (unsharded) buffers (FINDINGS 13.4,
- * dist_rules.py collectives_closed): all-gathers in the forward, the backward and after the
- * optimizer step, and the gradients' reduction (all-reduce for DDP / ZeRO-1/2, reduce-scatter
- * for FSDP2 / ZeRO-3). */
+/* One step's collectives on a rank, bytes of the full (unsharded) buffers (FINDINGS R-DIST-12):
+ * all-gathers in the forward, the backward and after the optimizer step, and the gradients'
+ * reductions (all-reduce for DDP / ZeRO-1/2, reduce-scatter for FSDP2 / ZeRO-3), of them the
+ * all-reduces' bytes. */
 struct gckpt_comm_volume {
-    double gather_fwd, gather_bwd, gather_opt, reduce;
-    bool reduce_is_all_reduce;
+    double gather_fwd, gather_bwd, gather_opt, reduce, all_reduce;
 };
-void gckpt_parallel_volume(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v);
+/* The volumes of res, a walked or composed step: its COLLECTIVE events' bytes (gckpt_result's
+ * coll_*), the only source of the collectives' volume. */
+void gckpt_parallel_volume(const gckpt_result *res, gckpt_comm_volume *v);
 
 /* Add to res->step_s (and res->comm_s) the collectives' time that compute does not hide (the
- * volumes of gckpt_parallel_volume, or of the walked schedule's COLLECTIVE events when it has
- * them, res->coll_seen), at the profile's bus bandwidth (intra-node, or inter-node when there are several nodes):
+ * volumes of gckpt_parallel_volume: the schedule's COLLECTIVE events), at the profile's bus
+ * bandwidth (intra-node, or inter-node when there are several nodes):
  * all-gathers of the forward behind the forward, those of the backward and the reduction
  * behind the backward and recompute (prefetch on side streams, bucket hooks: FINDINGS 13.7
  * D7, from the source; unverified on GPUs), the optimizer's all-gather exposed. */
@@ -264,6 +265,32 @@ void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n
  * in rank's partition of its flat group (0 when it lies outside). */
 uint64_t gckpt_zero12_slice(const gckpt_params *ps, uint64_t layers, uint32_t n, uint32_t rank, int param,
                             uint64_t copy);
+/* ZeRO-1's reduction at the boundary as DeepSpeed flushes the ipg bucket (stage_1_and_2.py
+ * reduce_gradients, FINDINGS R-DIST-25): places [first, end) of the flat order (gckpt_zero12_flat)
+ * reduced by one flush, numel their elements (a parameter larger than the bucket is alone in its
+ * flush). out NULL: only the count. The schedule's COLLECTIVE events of the reduction and the
+ * executor's all-reduces both read it. */
+typedef struct {
+    size_t first, end;
+    uint64_t numel;
+} gckpt_zero1_flush;
+size_t gckpt_zero1_flushes(const gckpt_params *ps, const gckpt_flat_place *f, size_t count, uint64_t bucket,
+                           gckpt_zero1_flush *out);
+/* DDP's gradient buckets as its reducer fills and all-reduces them (torch 2.15
+ * torch/nn/parallel/distributed.py and reducer.cpp, FINDINGS R-DIST-1, R-DIST-11): the trainable
+ * parameter instances in the order their gradients become ready in the backward (the head's, each
+ * layer's from the last in reverse module order, the embedding's last), a bucket closing once it
+ * holds at least its cap of fp32 gradients (1 MiB the first, 25 MiB the others): the layout the
+ * reducer rebuilds after the first iteration with checkpointing. Without checkpointing the
+ * measured layout differs (not derived; the sum is the same). out[k]: the k-th instance and its
+ * bucket; out NULL: only the count. */
+typedef struct {
+    int param;
+    uint64_t copy;
+    uint32_t bucket;
+} gckpt_ddp_slot;
+size_t gckpt_ddp_buckets(const gckpt_params *ps, uint64_t layers, gckpt_ddp_slot *out);
+
 /* ZeRO-1 (no offload): the most bytes rank's reduction at the boundary holds above the state at
  * the end of the last backward (the full .grad), as stage_1_and_2.py's reduce_gradients moves them
  * through the ipg bucket of `bucket` elements into grads_in_partition (core/parallel.c says how);
@@ -310,12 +337,17 @@ typedef struct {
     /* make context c one rank's (gckpt_parallel_apply's per-mode part) from its rows st and
      * their sums rb */
     void (*apply)(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb);
-    /* one step's collectives, closed form (gckpt_parallel_volume) */
-    void (*volume)(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v);
     /* CPU offload's PCIe copies per step, bytes (gckpt_parallel_offload_seconds); NULL: none */
     void (*offload_copies)(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h,
                            double *h2d);
     const struct gckpt_wrap_hooks *sim; /* the simulator's events; NULL: the mode has none */
+    /* the gradients' reduction after the last micro-step's backward (DDP's buckets, ZeRO-1's ipg
+     * bucket flushes): COLLECTIVE events opening the optimizer segment (core/sim_parallel.c);
+     * NULL: the mode reduces inside the micro-steps or not at all */
+    void (*sync_events)(const gckpt_ctx *c, gckpt_schedule *o);
+    /* the all-gather after the optimizer step (ZeRO-1/2's flat weights, ZeRO-3's persistent
+     * parameters): COLLECTIVE events right after OPT_STEP (core/sim_parallel.c); NULL: none */
+    void (*step_gather_events)(const gckpt_ctx *c, gckpt_schedule *o);
 } gckpt_par_mode;
 
 /* The descriptor of mode (a gckpt_parallel; out of range reads as one GPU). */

@@ -124,9 +124,16 @@ typedef struct {
  *   REDUCE_SCATTER  src = dst = GCKPT_NOINST (the .grad goes through the persistent ipg
  *                   bucket into the persistent gradient partition);
  *  ZeRO-2, per parameter:
- *   ALL_REDUCE      src = dst = the ipg bucket (numel: the parameter's elements).
+ *   ALL_REDUCE      src = dst = the ipg bucket (numel: the parameter's elements);
+ *  DDP, per bucket, opening the optimizer segment (after the last micro-step's backward):
+ *   ALL_REDUCE      src = dst = GCKPT_NOINST (the persistent fp32 bucket copy), index the bucket
+ *                   (gckpt_ddp_buckets), unit the section of its first gradient;
+ *  ZeRO-1, per ipg bucket flush, opening the optimizer segment:
+ *   ALL_REDUCE      src = dst = GCKPT_NOINST (the ipg bucket the first backward made), index
+ *                   the flush (gckpt_zero1_flushes), unit the section of its first parameter.
  * (BROADCAST: none in a schedule yet.) unit: the recipe section whose parameters move
- * (embedding, block: the segment's layer, head); index: the wrapper unit (which layer). */
+ * (embedding, block: the segment's layer, head); index: the wrapper unit (which layer), or
+ * DDP's bucket / ZeRO-1's flush. */
 typedef struct {
     uint8_t kind; /* gckpt_coll (gckpt/core/collective.h) */
     uint8_t unit; /* gckpt_section */

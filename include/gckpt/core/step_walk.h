@@ -46,9 +46,9 @@ typedef struct gckpt_walk_state {
      * seconds; forward, backward and recompute; offload copies; the optimizer's update;
      * the forward and backward FLOPs (a recompute's excluded: model FLOPs) */
     double seconds, fwd_s, bwd_s, recompute_s, copy_s, opt_s, flops;
-    /* bytes of the COLLECTIVE events (times repeat): reductions, the forward's and the
-     * backward's all-gathers; coll_seen when there was one */
-    double coll_reduce, coll_gather_fwd, coll_gather_bwd;
+    /* bytes of the COLLECTIVE events (times repeat): reductions (of them all-reduces), the
+     * forward's, the backward's and the optimizer step's all-gathers; coll_seen when there was one */
+    double coll_reduce, coll_all_reduce, coll_gather_fwd, coll_gather_bwd, coll_gather_opt;
     bool coll_seen;
     /* the segment being walked and its repeat count (for the event callback) */
     const gckpt_seg *seg;

@@ -32,7 +32,7 @@ static void mode_row(void **state)
     assert_int_equal(gckpt_parallel_from("toy"), GCKPT_PAR_TOY);
     assert_string_equal(gckpt_parallel_names[GCKPT_PAR_TOY], "toy");
     const gckpt_par_mode *d = gckpt_par_mode_of(GCKPT_PAR_TOY);
-    assert_true(d->multi && d->rows && d->apply && !d->volume && !d->sim);
+    assert_true(d->multi && d->rows && d->apply && d->volume && !d->sim);
     gckpt_err err = {{0}};
     gckpt_setting s = {.precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW, .layout = toy2};
     assert_true(gckpt_layout_check(&s, &err));

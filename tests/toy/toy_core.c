@@ -42,6 +42,9 @@ void gckpt_apply_toy(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_
     c->parallel = rb->scalars + rb->buffers;
 }
 
+/* Its collectives: none (gckpt_parallel_volume zeroes the volume first). */
+void gckpt_volume_toy(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v) { (void)c, (void)grad_accum, (void)v; }
+
 /* The toy primitive, x.clone(): a new tensor like x; CloneBackward0 saves nothing. */
 int toy_clone(tracer *tr, int x, const char *name)
 {

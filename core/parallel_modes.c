@@ -40,6 +40,10 @@ static const gckpt_par_mode modes[GCKPT_NPAR] = {
                          .deepspeed = true, .bf16_compute = true, .reduce_hooks = true,
                          .rows = gckpt_rows_zero3, .apply = gckpt_apply_zero3, .step_gather_events = gckpt_gather_zero3,
                          .offload_copies = gckpt_offload_zero3, .sim = &gckpt_wrap_zero3},
+#ifdef GCKPT_TOY /* replicas that never communicate (docs/architecture.md, "A parallel mode") */
+    [GCKPT_PAR_TOY] = {.multi = true, MEASURED, .shard_how = GCKPT_SHARD_NONE,
+                       .rows = gckpt_rows_toy, .apply = gckpt_apply_toy, .volume = gckpt_volume_toy},
+#endif
 };
 
 const gckpt_par_mode *gckpt_par_mode_of(unsigned mode) { return &modes[mode < GCKPT_NPAR ? mode : GCKPT_PAR_NONE]; }

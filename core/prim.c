@@ -311,6 +311,9 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
     [GCKPT_P_DROP_SINK] = {.name = "drop_sink", 1, 1, 1, .col_view = true, .out_numel = drop_sink},
     [GCKPT_P_CAT_HALVES] = {.name = "cat_halves", 2, 2, 1, .grad_pass = GCKPT_GP_HALVES, .out_numel = cat_halves},
     [GCKPT_P_BOOL_MASK] = {.name = "bool_mask", 1, 1, 1, .no_grad = true, .out_numel = bool_mask},
+#ifdef GCKPT_TOY /* x.clone(): CloneBackward0 saves nothing (docs/architecture.md, "A primitive") */
+    [GCKPT_P_TOY] = {.name = "toy", 1, 1, 1, .out_numel = like_in0},
+#endif
 };
 
 const gckpt_prim_info *gckpt_prim_of(int prim)

@@ -40,6 +40,9 @@ void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding
     section_begin(tr, GCKPT_SEC_HEAD);
     int hin = tnew(tr, "final_hidden", GCKPT_T_ACT, tr->stream_dt, per_token(h), true);
     r->head_in = hin;
+#ifdef GCKPT_TOY
+    hin = toy_clone(tr, hin, "toy"); /* the test build's toy primitive, on every model's head */
+#endif
     int nf = norm == NORM_RMS ? rmsnorm(tr, hin, h, norm_name) : layernorm(tr, hin, h, norm_name);
     r->t[nf].fwd_end_free = true; /* the base model's output, held until the forward returns */
     int wl = m->tied ? embedding_table : param(tr, "lm_head.weight", m->vocab, h, GCKPT_ROLE_MATRIX);

@@ -94,6 +94,9 @@ int scal(tracer *tr, int x, const char *name, double sa, double sb);
 /* A unary primitive on x (fp32_list: on autocast's fp32 list); what it saves is its row's
  * (gckpt/core/prim.h bwd_reads). */
 int unary(tracer *tr, int x, const char *name, bool fp32_list, int prim, double sa);
+#ifdef GCKPT_TOY
+int toy_clone(tracer *tr, int x, const char *name); /* the toy primitive's (tests/toy/toy_core.c) */
+#endif
 int source(tracer *tr, const char *name, gckpt_source what, uint8_t dtype, gckpt_shape shape, const char *second_name,
            int *second);
 int embedding(tracer *tr, const char *name, int table, int ids);

@@ -6,7 +6,11 @@ const char *const gckpt_precision_names[GCKPT_NPREC] = {"fp32", "bf16", "amp-bf1
 const char *const gckpt_optimizer_names[GCKPT_NOPT] = {"adamw",      "adamw-foreach",    "sgd",
                                                        "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit"};
 const char *const gckpt_attention_names[GCKPT_NATTN] = {"sdpa", "eager"};
-const char *const gckpt_parallel_names[GCKPT_NPAR] = {"none", "ddp", "fsdp", "zero1", "zero2", "zero3"};
+const char *const gckpt_parallel_names[GCKPT_NPAR] = {"none", "ddp", "fsdp", "zero1", "zero2", "zero3",
+#ifdef GCKPT_TOY
+                                                      "toy",
+#endif
+};
 
 static int find(const char *const *names, int n, const char *s)
 {

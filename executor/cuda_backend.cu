@@ -227,6 +227,9 @@ constexpr cuda_kernel kernels[] = {
     {GCKPT_P_DROP_SINK, cuda_drop_sink_fwd, cuda_drop_sink_bwd},
     {GCKPT_P_CAT_HALVES, cuda_cat_halves_fwd, cuda_cat_halves_bwd},
     {GCKPT_P_BOOL_MASK, cuda_bool_mask_fwd, nullptr},
+#ifdef GCKPT_TOY
+    {GCKPT_P_TOY, cuda_unary_fwd, cuda_unary_bwd}, // a copy: k_unary_fwd / _bwd's default case, as CAST
+#endif
 };
 static_assert(sizeof kernels / sizeof *kernels == GCKPT_NPRIM, "a primitive without a row in the CUDA kernel table");
 constexpr bool rows_in_order()

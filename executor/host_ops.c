@@ -592,6 +592,9 @@ static const host_kernel kernels[GCKPT_NPRIM] = {
     [GCKPT_P_DROP_SINK] = {host_drop_sink_fwd, host_drop_sink_bwd},
     [GCKPT_P_CAT_HALVES] = {host_cat_halves_fwd, host_cat_halves_bwd},
     [GCKPT_P_BOOL_MASK] = {host_bool_mask_fwd, NULL},
+#ifdef GCKPT_TOY
+    [GCKPT_P_TOY] = {host_toy_fwd, host_toy_bwd},
+#endif
     /* GCKPT_P_SOURCE: the backend's source call (host_source.c), not a kernel */
 };
 

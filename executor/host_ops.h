@@ -49,6 +49,9 @@ HOST_KERNEL_PAIR(cat_sink);
 HOST_KERNEL_PAIR(max_last);
 HOST_KERNEL_PAIR(drop_sink);
 HOST_KERNEL_PAIR(cat_halves);
+#ifdef GCKPT_TOY
+HOST_KERNEL_PAIR(toy); /* the toy primitive's (tests/toy/toy_exec.c) */
+#endif
 gckpt_xstatus host_optim(const gckpt_optcall *c, gckpt_err *err);
 gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t *host, gckpt_err *err);
 

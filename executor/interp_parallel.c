@@ -43,7 +43,11 @@ const exec_par_ops *exec_par_ops_of(const gckpt_layout *l)
     static const exec_par_ops single = {0}; /* one GPU: no hook */
     static const exec_par_ops *const modes[GCKPT_NPAR] = {
         [GCKPT_PAR_NONE] = &single,          [GCKPT_PAR_DDP] = &exec_ddp_ops,     [GCKPT_PAR_FSDP] = &exec_fsdp_ops,
-        [GCKPT_PAR_ZERO1] = &exec_zero1_ops, [GCKPT_PAR_ZERO2] = &exec_zero2_ops, [GCKPT_PAR_ZERO3] = &exec_zero3_ops};
+        [GCKPT_PAR_ZERO1] = &exec_zero1_ops, [GCKPT_PAR_ZERO2] = &exec_zero2_ops, [GCKPT_PAR_ZERO3] = &exec_zero3_ops,
+#ifdef GCKPT_TOY
+        [GCKPT_PAR_TOY] = &exec_toy_ops,
+#endif
+    };
     return l->mode < GCKPT_NPAR ? modes[l->mode] : NULL;
 }
 

@@ -9,6 +9,9 @@
 
 /* Each mode's hooks (exec_par_ops_of picks one). */
 extern const exec_par_ops exec_ddp_ops, exec_zero1_ops, exec_zero2_ops, exec_zero3_ops, exec_fsdp_ops;
+#ifdef GCKPT_TOY
+extern const exec_par_ops exec_toy_ops; /* the toy mode's (tests/toy/toy_exec.c) */
+#endif
 
 /* The rank's persistent buffers beyond the parameter state table (x->par, as
  * gckpt_rank_persistent sizes them), checked against the schedule's parallel bytes; each

@@ -72,6 +72,9 @@ static const struct {
     {GCKPT_P_DROP_SINK, "drop_sink", F, F},
     {GCKPT_P_CAT_HALVES, "cat_halves", F, F},
     {GCKPT_P_BOOL_MASK, "bool_mask", N, N},
+#ifdef GCKPT_TOY
+    {GCKPT_P_TOY, "toy", F, F},
+#endif
 };
 _Static_assert(sizeof rows / sizeof *rows == GCKPT_NPRIM, "a primitive without a row in test_prim_coverage.c");
 

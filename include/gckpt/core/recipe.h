@@ -186,6 +186,9 @@ typedef enum {
     GCKPT_P_BOOL_MASK,   /* SDPA's use of masking_utils' bool [s, s] mask (broadcast to [b, 1, s, s]):
                           * sa = 0: converted to the output's dtype, 0 where true and -inf
                           * where false; sa = 1: its logical_not (bool) */
+#ifdef GCKPT_TOY
+    GCKPT_P_TOY,         /* the test build's toy primitive: x.clone() (docs/architecture.md, tests/toy) */
+#endif
     GCKPT_NPRIM          /* the number of primitives: a new one goes above, with its row in
                           * core/prim.c and an entry (or a refusal) in each backend's kernel
                           * table (tests/executor/test_prim_coverage.c lists them) */

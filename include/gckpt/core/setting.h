@@ -49,7 +49,14 @@ typedef struct {
 
 /* How the step is spread over GPUs (gckpt/core/parallel.h has the per-rank rules). A zeroed
  * layout is one GPU: gpus and nodes 0 read as 1, mode GCKPT_PAR_NONE. */
-typedef enum { GCKPT_PAR_NONE, GCKPT_PAR_DDP, GCKPT_PAR_FSDP, GCKPT_PAR_ZERO1, GCKPT_PAR_ZERO2, GCKPT_PAR_ZERO3, GCKPT_NPAR } gckpt_parallel;
+typedef enum {
+    GCKPT_PAR_NONE, GCKPT_PAR_DDP, GCKPT_PAR_FSDP, GCKPT_PAR_ZERO1, GCKPT_PAR_ZERO2, GCKPT_PAR_ZERO3,
+#ifdef GCKPT_TOY /* the test build's toy mode (docs/architecture.md, "A parallel mode"; tests/toy) */
+    GCKPT_PAR_TOY,
+#endif
+    GCKPT_NPAR /* a new mode goes above: its name in core/setting.c, its rows in core/parallel_modes.c
+                * and executor/interp_parallel.c */
+} gckpt_parallel;
 
 /* DeepSpeed ZeRO limits from a user's ds_config.json (gckpt-plan --deepspeed), in elements;
  * a value whose bit in `set` is 0 is "auto" or absent: the Trainer's / DeepSpeed's default

@@ -42,7 +42,7 @@ static const gckpt_par_mode modes[GCKPT_NPAR] = {
                          .offload_copies = gckpt_offload_zero3, .sim = &gckpt_wrap_zero3},
 #ifdef GCKPT_TOY /* replicas that never communicate (docs/architecture.md, "A parallel mode") */
     [GCKPT_PAR_TOY] = {.multi = true, MEASURED, .shard_how = GCKPT_SHARD_NONE,
-                       .rows = gckpt_rows_toy, .apply = gckpt_apply_toy, .volume = gckpt_volume_toy},
+                       .rows = gckpt_rows_toy, .apply = gckpt_apply_toy},
 #endif
 };
 

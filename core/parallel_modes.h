@@ -31,7 +31,6 @@ GCKPT_MODE_OFFLOAD(zero3);
 #ifdef GCKPT_TOY /* the toy mode's (tests/toy/toy_core.c) */
 GCKPT_MODE_ROWS(toy);
 GCKPT_MODE_APPLY(toy);
-GCKPT_MODE_VOLUME(toy);
 #endif
 
 #endif

@@ -42,8 +42,8 @@ void gckpt_apply_toy(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_
     c->parallel = rb->scalars + rb->buffers;
 }
 
-/* Its collectives: none (gckpt_parallel_volume zeroes the volume first). */
-void gckpt_volume_toy(const gckpt_ctx *c, uint64_t grad_accum, gckpt_comm_volume *v) { (void)c, (void)grad_accum, (void)v; }
+/* Its collectives: none (no sim hooks, no sync_events, no step_gather_events: the schedule
+ * has no COLLECTIVE event, so gckpt_parallel_volume reads zero). */
 
 /* The toy primitive, x.clone(): a new tensor like x; CloneBackward0 saves nothing. */
 int toy_clone(tracer *tr, int x, const char *name)

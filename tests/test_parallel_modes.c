@@ -64,7 +64,10 @@ static void test_table(void **state)
         if (d->multi) {
             assert_non_null(d->rows);
             assert_non_null(d->apply);
-            assert_true(d->sim != NULL || d->sync_events != NULL);
+#ifdef GCKPT_TOY /* the toy's replicas never communicate (tests/toy) */
+            if (k != GCKPT_PAR_TOY)
+#endif
+                assert_true(d->sim != NULL || d->sync_events != NULL);
             assert_true(d->min_world >= 2);
         } else {
             assert_null(d->rows);

@@ -223,7 +223,9 @@
   var pad = Math.max((xhi - xlo) * 0.06, xhi * 0.01, 1);
   var XU = unitFor(xhi);
   var xs = scale(Math.max(0, xlo - pad) / XU.div, (xhi + pad) / XU.div, X0, X0 + PW), ys = scale(0, (maxTps || 1) * 1.08, Y0 + PH, Y0);
-  var gAxes = sv("g"), gLines = sv("g"), gPts = sv("g", { "class": "points" });
+  /* tabindex -1 on the points' group: Chromium makes an SVG element with focus listeners a
+   * tab stop of its own, an invisible one before the points */
+  var gAxes = sv("g"), gLines = sv("g"), gPts = sv("g", { "class": "points", tabindex: -1 });
   svg.appendChild(gAxes);
   svg.appendChild(gLines);
   svg.appendChild(gPts);

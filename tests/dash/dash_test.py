@@ -217,10 +217,18 @@ def test_cli(fx):
         text = f.read()
     for i, (label, t) in enumerate([("malformed", text[: len(text) // 2]),
                                     ("a micro-batch that is a string", re.sub(r'"micro_batch":\s*1,', '"micro_batch": "1",', text, count=1)),
-                                    ("another schema", text.replace('"gckpt.plan/2"', '"gckpt.plan/9"', 1))]):
+                                    ("another schema", text.replace('"gckpt.plan/2"', '"gckpt.plan/9"', 1)),
+                                    # numbers JSON has no word for, and one beyond a double
+                                    ("a NaN", re.sub(r'"step_s":\s*[0-9.e+-]+', '"step_s": NaN', text, count=1)),
+                                    ("an Infinity", re.sub(r'"tokens_per_s":\s*[0-9.e+-]+', '"tokens_per_s": Infinity', text, count=1)),
+                                    ("1e999", re.sub(r'"tokens_per_s":\s*[0-9.e+-]+', '"tokens_per_s": 1e999', text, count=1)),
+                                    ("a huge peak", re.sub(r'"peak_bytes":\s*[0-9]+', '"peak_bytes": 1e300', text, count=1))]):
         with open(bad, "w") as f:
             f.write(t)
-        refused(fx, fx.dash("p%d.html" % i, bad), "bad-plan.json", "p%d.html" % i, "plan: " + label)
+        check(t != text, "plan: %s: the case changed nothing" % label)
+        r = fx.dash("p%d.html" % i, bad)
+        refused(fx, r, "bad-plan.json", "p%d.html" % i, "plan: " + label)
+        check(b"got a number" not in r.stderr, "plan: %s: %r" % (label, r.stderr))
     # reports that fail their checks
     lines = open(rep).read().splitlines(True)
     cases = [("garbage", "not json\n"), ("no header", "".join(lines[1:])),
@@ -249,6 +257,8 @@ def test_cli(fx):
         f.write("old\n")
     r = fx.dash("keep.html", plan, other_rep)
     check(r.returncode == 2 and open(fx.p("keep.html")).read() == "old\n", "a refusal replaced the existing page")
+    r = fx.dash("keep.html", bad)  # a plan that fails its checks (the last case above)
+    check(r.returncode == 2 and open(fx.p("keep.html")).read() == "old\n", "a refused plan replaced the existing page")
     # the page may not replace an input
     r = fx.dash("tiny.json", plan)
     check(r.returncode == 2 and load(plan).get("schema") == "gckpt.plan/2", "-o naming the plan was not refused")
@@ -345,6 +355,22 @@ def test_cli_callback(fx):
         check([x["generator"].split()[0] for x in frm] == ["gckpt-python"] * 2, "calibration sources %r" % frm)
 
 
+def with_device(path, day):
+    """The report as a CUDA run writes it: each entry's device peak measured (the host backend
+    measures none), 4 KiB per entry index above the prediction, judged within 1 %."""
+    st = os.stat(path)
+    recs = records(path)
+    for r in recs:
+        if r.get("record") == "entry":
+            d = r["memory"]["device_peak_bytes"]
+            d["measured"] = d["predicted"] + 4096 * (r["index"] + 1)
+            d["relative_error"] = (d["measured"] - d["predicted"]) / d["predicted"]
+            d["pass"] = abs(d["relative_error"]) <= 0.01
+    with open(path, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in recs))
+    os.utime(path, (st.st_atime, st.st_mtime))
+
+
 def hostile_plan(fx, plan, name="hostile.json"):
     """The plan with hostile strings in every name and message the page shows, a huge but
     valid number, and optional fields left out."""
@@ -397,6 +423,7 @@ def test_browser(fx, shots):
     day = 86400
     r1 = fx.report(plan, "r1.jsonl", "--all", date=time.time() - 2 * day)
     r2 = fx.report(plan, "r2.jsonl", "--entry", "0,3,5", date=time.time() - day)
+    with_device(r2, day)
     r = fx.dash("page.html", plan, r1, r2)
     check(r.returncode == 0, "gckpt-dash: %r" % r.stderr)
     t = Tree(dump_dom(fx.p("page.html")))
@@ -445,10 +472,32 @@ def test_browser(fx, shots):
             check(cells and cells[0].all_text() == str(e["index"]), "report %d: the row's entry cell" % k)
             ma = [c for c in cells if "meas-alloc" in c.attrs.get("class", "")]
             check(ma and ma[0].attrs.get("title") == "%d bytes" % meas, "report %d entry %d: the measured cell" % (k, e["index"]))
+            md = e["memory"]["device_peak_bytes"]
+            check(row.attrs.get("data-measured-device") == ("" if md["measured"] is None else str(md["measured"])),
+                  "report %d entry %d: measured device %r, report %r" % (k, e["index"], row.attrs.get("data-measured-device"), md["measured"]))
+            mdc = [c for c in cells if "meas-device" in c.attrs.get("class", "")]
+            check(mdc and mdc[0].attrs.get("title") == (None if md["measured"] is None else "%d bytes" % md["measured"]),
+                  "report %d entry %d: the measured device cell" % (k, e["index"]))
+            pa = [c.all_text() for c in cells]
+            for col, v, what in ((3, e["memory"]["peak_bytes"]["predicted"], "predicted alloc"), (7, md["predicted"], "predicted device")):
+                check(len(cells) > col and cells[col].attrs.get("title") == "%d bytes" % v, "report %d entry %d: %s" % (k, e["index"], what))
+            for col, v, what in ((6, e["memory"]["peak_bytes"]["pass"], "alloc"), (10, md["pass"], "device"), (15, e["pass"], "entry")):
+                check(len(pa) > col and pa[col] == {True: "pass", False: "FAIL", None: "-"}[v],
+                      "report %d entry %d: the %s pass cell %r, the report's %r" % (k, e["index"], what, pa[col:col + 1], v))
             step = e["time"]["measured_step_s"]
             check(row.attrs.get("data-measured-step") and abs(float(row.attrs["data-measured-step"]) - step) <= 1e-12 * step,
                   "report %d entry %d: measured step" % (k, e["index"]))
     check(len(t.find("svg", id="trend-svg")) == 1, "two reports: no trend")
+    # the trend: per entry, one point per report that has it, in the reports' date order
+    # (r1 two days ago, r2 one day ago), at the report's allocated-peak error
+    if t.find("svg", id="trend-svg"):
+        dots = [n for n in kids(t.find("svg", id="trend-svg")[0], "circle")]
+        for e in p["entries"]:
+            want = [(rep, x["memory"]["peak_bytes"]["relative_error"]) for rep in (r1, r2) for x in report_entries(rep) if x["index"] == e["index"]]
+            got = sorted([n for n in dots if n.attrs.get("data-entry") == str(e["index"])], key=lambda n: float(n.attrs["cx"]))
+            titles = [n.children[0].all_text() if n.children else "" for n in got]
+            check([os.path.basename(r) for r, _ in want] == [re.search(r"(r\d\.jsonl)", x).group(1) if re.search(r"(r\d\.jsonl)", x) else x for x in titles],
+                  "trend: entry %d's points %s, the reports by date %s" % (e["index"], titles, [r for r, _ in want]))
     # the selected entry: the timeline of the recommended one, the TrainingArguments merged
     t2 = Tree(dump_dom(fx.p("page.html"), "#tab=entry"))
     check_page_clean(t2, "entry view", fx.p("page.html") + "#tab=entry")

@@ -911,4 +911,8 @@
   body.setAttribute("data-load-ms", performance.now().toFixed(0));
   body.setAttribute("data-script-ms", (performance.now() - t0).toFixed(0));
   body.setAttribute("data-state", "ready");
+  /* the frame after this one has begun: the page as laid out by the script has been painted */
+  requestAnimationFrame(function () {
+    requestAnimationFrame(function () { body.setAttribute("data-painted-ms", performance.now().toFixed(0)); });
+  });
 })();

@@ -269,6 +269,16 @@ def test_cli(fx):
     args = ["--model", d + "/tests/executor/data/tiny-llama.json", "--gpu", d + "/tests/data/devices/cpu-exact.json", "--seq", "32", "-q"]
     r = run([fx.plan_exe, "--html", fx.p("plan.html"), "-o", fx.p("plan.json")] + args, env=fx.env)
     check(r.returncode == 0 and os.path.getsize(fx.p("plan.html")) > 10000, "gckpt-plan --html: %r" % r.stderr)
+    # the same page as gckpt-dash writes for that plan: the same data (but the plan's file name)
+    # and the same page around it (but the nonce)
+    r = fx.dash("plan-dash.html", fx.p("plan.json"))
+    pages = [open(fx.p(n), encoding="utf-8").read() for n in ("plan.html", "plan-dash.html")]
+    blocks = [json.loads(re.search(r'<script type="application/json" id="gckpt-data">(.*?)</script>', x, re.S).group(1)) for x in pages]
+    for b in blocks:
+        b.pop("plan_file", None)
+    check(r.returncode == 0 and blocks[0] == blocks[1], "gckpt-plan --html and gckpt-dash: the data differ")
+    shells = [re.sub(r"nonce-?=?\"?[0-9a-f]+", "N", re.sub(r'(id="gckpt-data">).*?(</script>)', r"\1\2", x, flags=re.S)) for x in pages]
+    check(shells[0] == shells[1], "gckpt-plan --html and gckpt-dash: the pages differ around the data")
     r = run([fx.plan_exe, "--html", "-"] + args, env=fx.env)
     check(r.returncode == 2 and b"--html" in r.stderr, "gckpt-plan --html -: %r" % r.stderr)
     # the script puts data into the page as text only

@@ -725,8 +725,17 @@ def screenshots(fx, outdir):
         browser(fx.p("llama.html"), ["--screenshot=" + out], win, view)
         print(out)
     # a gckpt.TrainerCallback report (tests/data/dash): its warning, its entry, every step
-    r = run([fx.dash_exe, "-o", fx.p("callback.html"), "callback-plan.json", "callback-warn.jsonl"], env=fx.env,
-            cwd=os.path.join(fx.source, CALLBACK_DIR))
+    # the page shows a report's date, its file's modification time: a copy dated when the
+    # fixture was committed, so that the image does not change with the checkout's time
+    cbdir = os.path.join(fx.tmp, "callback")
+    os.makedirs(cbdir)
+    for n in ("callback-plan.json", "callback-warn.jsonl"):
+        shutil.copy(os.path.join(fx.source, CALLBACK_DIR, n), os.path.join(cbdir, n))
+    g = run(["git", "-C", fx.source, "log", "-1", "--format=%ct", "--", CALLBACK_DIR + "/callback-warn.jsonl"])
+    if g.returncode == 0 and g.stdout.strip():
+        t = int(g.stdout)
+        os.utime(os.path.join(cbdir, "callback-warn.jsonl"), (t, t))
+    r = run([fx.dash_exe, "-o", fx.p("callback.html"), "callback-plan.json", "callback-warn.jsonl"], env=fx.env, cwd=cbdir)
     if r.returncode != 0:
         sys.exit(r.stderr.decode())
     out = os.path.join(outdir, "dashboard-callback.png")

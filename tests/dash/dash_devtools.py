@@ -283,7 +283,8 @@ def check_look(c, url, plan, label, shots):
     for scheme in ("light", "dark"):
         c.call("Emulation.setEmulatedMedia", features=[{"name": "prefers-color-scheme", "value": scheme}])
         colours[scheme] = c.eval("[getComputedStyle(document.body).backgroundColor, getComputedStyle(document.body).color,"
-                                 " getComputedStyle(document.querySelector('#sweep text')).fill]")
+                                 " getComputedStyle(document.querySelector('#sweep text')).fill,"
+                                 " getComputedStyle(document.querySelector('#sweep .gridline')).stroke]")
         if shots:
             shot = c.call("Page.captureScreenshot", format="png")["data"]
             with open(os.path.join(shots, "dash-devtools-sweep-%s.png" % scheme), "wb") as f:
@@ -292,6 +293,9 @@ def check_look(c, url, plan, label, shots):
     check(colours["light"][:2] == ["rgb(255, 255, 255)", "rgb(26, 26, 26)"], "%s: light colours %s" % (label, colours["light"]))
     check(colours["dark"][:2] == ["rgb(20, 20, 20)", "rgb(236, 236, 236)"], "%s: dark colours %s" % (label, colours["dark"]))
     check(colours["dark"][2] == "rgb(236, 236, 236)", "%s: the chart's text in the dark %s" % (label, colours["dark"][2]))
+    # the grid in the faint --grid colour of each scheme, not the axes' --muted
+    check([colours["light"][3], colours["dark"][3]] == ["rgb(217, 217, 217)", "rgb(58, 58, 58)"],
+          "%s: the grid lines' colour (light, dark): %s" % (label, [colours["light"][3], colours["dark"][3]]))
     # text selectable: no element refuses selection, and selecting the page selects its text
     c.navigate(url + "#tab=measured")
     unsel = c.eval("Array.prototype.filter.call(document.querySelectorAll('*'),function(n){return getComputedStyle(n).userSelect==='none';}).length")

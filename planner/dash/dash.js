@@ -487,8 +487,9 @@
       if (isNum(ab[i]) && ab[i] > amax) { amax = ab[i]; ipk = i; }
     }
     var m = mem(e), top = Math.max(amax, m.peak_bytes || 0);
-    var showUsable = isNum(usable) && usable < 1.6 * top;
-    var TU = unitFor(top || 1), ymax = (showUsable ? Math.max(top, usable) : top) * 1.08 / TU.div;
+    /* the budget and usable lines, as on the sweep, when they are near enough to draw */
+    var showUsable = isNum(usable) && usable < 1.6 * top, showBudget = isNum(budget) && budget < 1.6 * top;
+    var TU = unitFor(top || 1), ymax = Math.max(top, showUsable ? usable : 0, showBudget ? budget : 0) * 1.08 / TU.div;
     var txs = scale(0, tmax * 1000 || 1, tx0, tx0 + tw), tys = scale(0, ymax || 1, ty0 + th, ty0);
     /* phases shaded */
     var start = 0;
@@ -508,8 +509,13 @@
     g.appendChild(sv("path", { "class": "tl-line", d: d }));
     if (showUsable) {
       var yu = tys.map(usable / TU.div);
-      g.appendChild(sv("line", { "class": "usable", x1: tx0, x2: tx0 + tw, y1: yu, y2: yu }));
-      g.appendChild(sv("text", { x: tx0 + tw - 4, y: yu - 4, "text-anchor": "end" }, "usable " + gib(usable)));
+      g.appendChild(sv("line", { "class": "usable", x1: tx0, x2: tx0 + tw, y1: yu, y2: yu, "data-bytes": String(usable) }));
+      g.appendChild(sv("text", { x: tx0 + tw - 4, y: yu - 4, "text-anchor": "end", "class": "halo" }, "usable " + gib(usable)));
+    }
+    if (showBudget) { /* its label at the left: the two lines are a margin apart */
+      var yb = tys.map(budget / TU.div);
+      g.appendChild(sv("line", { "class": "budget", x1: tx0, x2: tx0 + tw, y1: yb, y2: yb, "data-bytes": String(budget) }));
+      g.appendChild(sv("text", { x: tx0 + 4, y: yb - 4, "class": "halo" }, "budget " + gib(budget)));
     }
     var px = txs.map((ts[ipk] || 0) * 1000), py = tys.map(amax / TU.div);
     var mk = sv("circle", { "class": "peak-mark", cx: px, cy: py, r: 5, id: "peak-marker" });
@@ -520,7 +526,8 @@
     var lg = el("p", { "class": "note" });
     lg.textContent = "Shaded: forward (blue), loss (yellow), backward (purple), optimizer (green). Peak " + bytesGib(amax) +
       " in " + str(m.peak_phase, "?") + ": " + str(m.peak_where, "?") + "." +
-      (isNum(usable) && !showUsable ? " The usable memory, " + gib(usable) + ", is far above the chart." : "");
+      (isNum(usable) && !showUsable ? " The usable memory, " + gib(usable) + ", is far above the chart." : "") +
+      (isNum(budget) && !showBudget ? " The budget, " + gib(budget) + ", is far above the chart." : "");
     box.appendChild(lg);
   }
 

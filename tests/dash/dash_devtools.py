@@ -7,6 +7,8 @@ usage: dash_devtools.py --build DIR --source DIR [SHOTS_DIR]
   - hover each point: the tooltip's text equals the one built here from the entry's numbers
     in the plan JSON (setting, both peaks, throughput and step, fits, where the peak is, the
     breakdown at the peak, the latest report's measured values), as JavaScript formats them
+  - the selected entry: its timeline's phase bands, budget and usable lines and peak marker
+    (with the tensor), its stacked breakdown, each from the plan JSON
   - a click selects (the point marked, the entry view retitled); keyboard: Tab reaches the
     tabs and the points, each focus visible, the arrow keys move, Enter selects
   - each filter checkbox (every_n, offload, micro-batch, parallel mode) hides exactly the
@@ -320,6 +322,45 @@ def check_look(c, url, plan, label, shots):
     check(titles and not bad, "%s: an axis title without its unit: %s" % (label, bad))
 
 
+COMPONENTS = ["weights", "quantized_weights", "quant_stats", "gradients", "optimizer_states", "paged_optimizer_states",
+              "activations", "checkpoints", "recompute", "logits_loss", "backward", "weight_casts", "optimizer_temp", "workspace",
+              "parallel"]  # the order the page stacks them in (planner/dash/dash.js)
+
+
+def check_entry_view(c, url, plan, label):
+    """The recommended entry's view: its memory timeline (one shaded band per run of a phase,
+    the budget and usable lines when near, the peak marked with its tensor) and its breakdown
+    at the peak as stacked bars, each from the plan JSON."""
+    c.navigate(url + "#tab=entry")
+    e = [x for x in plan["entries"] if x["index"] == plan["recommended"]][0]
+    m, tl = e["memory"], e["timeline"]
+    got = c.eval("""(function(){var g=document.getElementById('timeline-svg');if(!g)return null;
+      function ln(c){var l=g.querySelector('line.'+c);return l?+l.getAttribute('data-bytes'):null;}
+      var mk=document.getElementById('peak-marker');
+      return {bands:Array.prototype.map.call(g.querySelectorAll('rect[class^=phase-]'),function(r){return r.getAttribute('class').slice(6);}),
+              budget:ln('budget'),usable:ln('usable'),marker:mk&&mk.textContent,
+              labels:Array.prototype.map.call(g.querySelectorAll('text'),function(t){return t.textContent;}),
+              bars:Array.prototype.map.call(document.querySelectorAll('#breakdown svg rect[y="6"]'),function(r){return r.textContent;})};})()""")
+    check(got is not None, "%s: no timeline" % label)
+    if not got:
+        return
+    runs = [p for i, p in enumerate(tl["phase"]) if i == 0 or p != tl["phase"][i - 1]]
+    check(got["bands"] == [re.sub("[^a-z]", "", p) for p in runs], "%s: phase bands %s, the timeline's runs %s" % (label, got["bands"], runs))
+    top = max(max(tl["allocated_bytes"]), m["peak_bytes"])
+    for k in ("budget", "usable"):
+        b = plan["inputs"][k + "_bytes"]
+        check(got[k] == (b if b < 1.6 * top else None), "%s: the %s line at %s, the plan's %d (peak %d)" % (label, k, got[k], b, top))
+    amax = max(tl["allocated_bytes"])
+    want = "peak %s: %s" % (bytes_gib(amax), m["peak_where"])
+    check(got["marker"] == want and ("peak %s: %s" % (gib(amax), m["peak_where"])) in got["labels"],
+          "%s: the peak marker %r, label %s; the plan's %r" % (label, got["marker"], got["labels"][-1:], want))
+    bd = m["breakdown"]
+    parts = [k for k in COMPONENTS + [k for k in bd if k not in COMPONENTS] if num(bd.get(k)) and bd[k] > 0]
+    check(got["bars"] == ["%s: %s" % (k, bytes_gib(bd[k])) for k in parts], "%s: the stacked bar %s, the breakdown %s" % (label, got["bars"], parts))
+    print("%s: timeline of entry %d: %d phase bands, budget line %s, usable line %s, the peak marked at %s; %d parts stacked"
+          % (label, e["index"], len(got["bands"]), got["budget"] is not None, got["usable"] is not None, gib(amax), len(got["bars"])))
+
+
 def page_events(c, start, urls, label, end=None):
     """Over events[start:end]: the pages asked for nothing but themselves, said nothing."""
     ev = c.page_events(start, end)
@@ -464,6 +505,10 @@ def main():
                      "--every-n", "off,2", "--micro-batch", "1,2", "--gpus", "2", "--parallel", "zero3")
         check(fx.dash("zero3.html", zp).returncode == 0, "gckpt-dash zero3")
         zurl = "file://" + fx.p("zero3.html")
+        # the README's plan (dash-screenshots): its peak near the budget, so both lines drawn
+        lp = fx.plan("llama.json", "--model", "llama-3.2-3b", "--seq", "4096", "--micro-batch", "1,2,4,8", "--every-n", "off,1,2,4,7")
+        check(fx.dash("llama.html", lp).returncode == 0, "gckpt-dash llama")
+        lurl = "file://" + fx.p("llama.html")
         hp = dt.hostile_plan(fx, plan_path)
         cp = clean_twin(fx, hp, "clean-twin.json")
         evil_rep = fx.report(hp, "hostile-run.jsonl", "--entry", "0,3")
@@ -488,6 +533,10 @@ def main():
                 start = len(c.events)
                 check_filters(c, u, p, "filters " + os.path.basename(u))
                 page_events(c, start, [u], "filters")
+            start = len(c.events)
+            check_entry_view(c, url, plan, "tiny plan")
+            check_entry_view(c, lurl, dt.load(lp), "llama-3.2-3b plan")
+            page_events(c, start, [url, lurl], "entry views")
             start = len(c.events)
             check_look(c, url, plan, "look", a.shots)
             page_events(c, start, [url], "look")

@@ -182,6 +182,11 @@ def check_hover(c, plan, reports, label):
         check(got is not None and got[0] == str(p["index"]), "%s: entry %d %s: the tooltip shows %r" % (label, p["index"], how, got and got[0]))
         if got:
             check(got[1] == want, "%s: entry %d's tooltip\n%s\nthe plan's numbers\n%s" % (label, p["index"], got[1], want))
+        # its accessible name: the tooltip's first five lines, the entry's number with its setting
+        e = entries[p["index"]]
+        name = "; ".join(["entry %d: %s" % (e["index"], setting(e))] + want.split("\n")[1:5])
+        aria = c.eval("document.querySelector('#sweep .pt[data-index=\"%d\"]').getAttribute('aria-label')" % p["index"])
+        check(aria == name, "%s: entry %d's accessible name %r, the plan's %r" % (label, p["index"], aria, name))
         c.mouse("mouseMoved", 1, 1)
         c.eval("document.activeElement && document.activeElement.blur && document.activeElement.blur()")
     check(hovered > 0, "%s: no point could be hovered" % label)

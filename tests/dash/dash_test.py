@@ -10,7 +10,7 @@ usage: dash_test.py --build DIR --source DIR cli|browser|screenshots OUTDIR|benc
                read by gckpt-plan --calibrate-from
   browser      headless Chromium (Debian's chromium) on the generated pages, --dump-dom
                after the script ran: points = entries, the recommended one marked, each
-               point's tooltip = its entry's numbers in the plan, the reports' measured
+               point's setting (its tooltip: dash_devtools), the reports' measured
                values on the rows of their entries, no script error, no CSP violation, no
                address to fetch; hostile names (</script>, <img onerror>, quotes, bidi
                overrides, invalid UTF-8, huge numbers, missing optional fields): nothing
@@ -410,10 +410,6 @@ def hostile_plan(fx, plan, name="hostile.json"):
 
 # ---- browser -------------------------------------------------------------------------------
 
-def fmt_step(s):
-    return ("%.4g" % (s * 1000)) if abs(s) < 1 else ("%.4g" % s)
-
-
 def check_page_clean(t, label, page=None):
     if page is not None:
         check(not CONSOLE.get(page), "%s: console messages: %s" % (label, CONSOLE.get(page)))
@@ -448,15 +444,10 @@ def test_browser(fx, shots):
     check(t.body().get("data-selected") == str(p["recommended"]), "the recommended entry is not the one selected at start")
     for n in pts:
         e = p["entries"][int(n.attrs["data-index"])]
-        title = [c for c in n.children if c.tag == "title"]
-        tip = title[0].all_text() if title else ""
-        m = e["memory"]
-        want = ["entry %d: " % e["index"], "device peak ", "(%d bytes)" % m["device_peak_bytes"],
-                "allocated peak ", "(%d bytes)" % m["peak_bytes"], "%.1f tokens/s" % e["time"]["tokens_per_s"],
-                "step " + fmt_step(e["time"]["step_s"]), "micro-batch %d x grad-accum %d" % (e["micro_batch"], e["grad_accum"]),
-                "fits" if e["fits"] else "does not fit"]
-        for w in want:
-            check(w in tip, "entry %d: tooltip %r lacks %r" % (e["index"], tip, w))
+        # the tooltip and the accessible name are made on hover or focus: dash_devtools checks
+        # them against the plan's numbers; here, the point's own facts
+        check(n.attrs.get("data-offload") == ("-" if not e["every_n_layers"] else "on" if e["offload"] else "off")
+              and n.attrs.get("data-micro-batch") == str(e["micro_batch"]), "entry %d: offload, micro-batch" % e["index"])
         check(n.attrs.get("data-every-n") == (str(e["every_n_layers"]) if e["every_n_layers"] else "off"), "entry %d: every_n" % e["index"])
     # the reports' measured values on the rows of their entries
     for k, rep in enumerate([r1, r2]):

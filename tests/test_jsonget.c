@@ -1,5 +1,6 @@
 /* The JSON reader every input goes through (util/jsonget.c): running out of memory
- * while parsing a valid file is said as such, not as "malformed JSON". */
+ * while parsing a valid file is said as such, not as "malformed JSON"; a number beyond a
+ * double is named as such. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -80,8 +81,30 @@ static void test_oom_is_not_malformed(void **st)
     free(text);
 }
 
+/* 1e999 is valid JSON that no double holds: the message says so (it said "must be a
+ * number, got a number") */
+static void test_number_beyond_a_double(void **st)
+{
+    (void)st;
+    gckpt_err err = {{0}};
+    cJSON *j = gckpt_json_parse("p.json", "{\"x\": 1e999, \"y\": -1e999, \"z\": 1e300}", &err);
+    assert_non_null(j);
+    double v = 0;
+    for (int k = 0; k < 2; k++) {
+        const char *f = k ? "y" : "x";
+        assert_false(gckpt_json_num(j, "p.json", f, -1e308, 1e308, &v, &err));
+        char want[128];
+        snprintf(want, sizeof want, "p.json: field '%s' must be a finite number, got one beyond a double's range", f);
+        assert_string_equal(err.msg, want);
+    }
+    assert_true(gckpt_json_num(j, "p.json", "z", 0, 1e308, &v, &err));
+    assert_true(v == 1e300);
+    cJSON_Delete(j);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_oom_is_not_malformed)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_oom_is_not_malformed),
+                                       cmocka_unit_test(test_number_beyond_a_double)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -168,11 +168,15 @@ bool gckpt_json_u64_opt(const cJSON *obj, const char *file, const char *field, u
 static bool get_num(const cJSON *it, const char *file, const char *field, double lo, double hi,
                     double *out, gckpt_err *err)
 {
-    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) {
+    if (!cJSON_IsNumber(it)) {
         gckpt_seterr(err, "%s: field '%s' must be a number, got %s", file, field, gckpt_json_type_name(it));
         return false;
     }
     double v = it->valuedouble;
+    if (!isfinite(v)) { /* a literal such as 1e999: valid JSON, beyond a double */
+        gckpt_seterr(err, "%s: field '%s' must be a finite number, got one beyond a double's range", file, field);
+        return false;
+    }
     if (v < lo || v > hi) {
         gckpt_seterr(err, "%s: field '%s' = %g is out of range [%g, %g]", file, field, v, lo, hi);
         return false;

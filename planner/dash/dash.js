@@ -223,7 +223,9 @@
   var pad = Math.max((xhi - xlo) * 0.06, xhi * 0.01, 1);
   var XU = unitFor(xhi);
   var xs = scale(Math.max(0, xlo - pad) / XU.div, (xhi + pad) / XU.div, X0, X0 + PW), ys = scale(0, (maxTps || 1) * 1.08, Y0 + PH, Y0);
-  var gAxes = sv("g"), gLines = sv("g"), gPts = sv("g", { "class": "points" });
+  /* tabindex -1 on the points' group: Chromium makes an SVG element with focus listeners a
+   * tab stop of its own, an invisible one before the points */
+  var gAxes = sv("g"), gLines = sv("g"), gPts = sv("g", { "class": "points", tabindex: -1 });
   svg.appendChild(gAxes);
   svg.appendChild(gLines);
   svg.appendChild(gPts);
@@ -277,7 +279,9 @@
     });
     if (e.index === rec) p.setAttribute("data-recommended", "true");
     if (e.pareto === true) p.setAttribute("data-pareto", "true");
-    p.appendChild(sv("title", null, tipText(e)));
+    /* no <title> per point: 10,000 of them were 40 % of a big plan's script time; the
+     * tooltip (#tip) and the accessible name (aria-label) are made when a point is hovered
+     * or focused (showTip) */
     p._entry = e;
     p._xy = [x, y];
     frag.appendChild(p);
@@ -298,6 +302,7 @@
 
   function showTip(p) {
     var e = p._entry;
+    if (!p.hasAttribute("aria-label")) p.setAttribute("aria-label", tipText(e).split("\n").join("; "));
     clear(tip);
     tip.appendChild(el("strong", null, "entry " + String(e.index) + (e.index === rec ? " (recommended)" : "")));
     tip.appendChild(document.createTextNode("\n" + tipText(e).split("\n").slice(1).join("\n") + "\n" + tipDetail(e)));
@@ -485,8 +490,9 @@
       if (isNum(ab[i]) && ab[i] > amax) { amax = ab[i]; ipk = i; }
     }
     var m = mem(e), top = Math.max(amax, m.peak_bytes || 0);
-    var showUsable = isNum(usable) && usable < 1.6 * top;
-    var TU = unitFor(top || 1), ymax = (showUsable ? Math.max(top, usable) : top) * 1.08 / TU.div;
+    /* the budget and usable lines, as on the sweep, when they are near enough to draw */
+    var showUsable = isNum(usable) && usable < 1.6 * top, showBudget = isNum(budget) && budget < 1.6 * top;
+    var TU = unitFor(top || 1), ymax = Math.max(top, showUsable ? usable : 0, showBudget ? budget : 0) * 1.08 / TU.div;
     var txs = scale(0, tmax * 1000 || 1, tx0, tx0 + tw), tys = scale(0, ymax || 1, ty0 + th, ty0);
     /* phases shaded */
     var start = 0;
@@ -506,8 +512,13 @@
     g.appendChild(sv("path", { "class": "tl-line", d: d }));
     if (showUsable) {
       var yu = tys.map(usable / TU.div);
-      g.appendChild(sv("line", { "class": "usable", x1: tx0, x2: tx0 + tw, y1: yu, y2: yu }));
-      g.appendChild(sv("text", { x: tx0 + tw - 4, y: yu - 4, "text-anchor": "end" }, "usable " + gib(usable)));
+      g.appendChild(sv("line", { "class": "usable", x1: tx0, x2: tx0 + tw, y1: yu, y2: yu, "data-bytes": String(usable) }));
+      g.appendChild(sv("text", { x: tx0 + tw - 4, y: yu - 4, "text-anchor": "end", "class": "halo" }, "usable " + gib(usable)));
+    }
+    if (showBudget) { /* its label at the left: the two lines are a margin apart */
+      var yb = tys.map(budget / TU.div);
+      g.appendChild(sv("line", { "class": "budget", x1: tx0, x2: tx0 + tw, y1: yb, y2: yb, "data-bytes": String(budget) }));
+      g.appendChild(sv("text", { x: tx0 + 4, y: yb - 4, "class": "halo" }, "budget " + gib(budget)));
     }
     var px = txs.map((ts[ipk] || 0) * 1000), py = tys.map(amax / TU.div);
     var mk = sv("circle", { "class": "peak-mark", cx: px, cy: py, r: 5, id: "peak-marker" });
@@ -518,7 +529,8 @@
     var lg = el("p", { "class": "note" });
     lg.textContent = "Shaded: forward (blue), loss (yellow), backward (purple), optimizer (green). Peak " + bytesGib(amax) +
       " in " + str(m.peak_phase, "?") + ": " + str(m.peak_where, "?") + "." +
-      (isNum(usable) && !showUsable ? " The usable memory, " + gib(usable) + ", is far above the chart." : "");
+      (isNum(usable) && !showUsable ? " The usable memory, " + gib(usable) + ", is far above the chart." : "") +
+      (isNum(budget) && !showBudget ? " The budget, " + gib(budget) + ", is far above the chart." : "");
     box.appendChild(lg);
   }
 
@@ -909,4 +921,8 @@
   body.setAttribute("data-load-ms", performance.now().toFixed(0));
   body.setAttribute("data-script-ms", (performance.now() - t0).toFixed(0));
   body.setAttribute("data-state", "ready");
+  /* the frame after this one has begun: the page as laid out by the script has been painted */
+  requestAnimationFrame(function () {
+    requestAnimationFrame(function () { body.setAttribute("data-painted-ms", performance.now().toFixed(0)); });
+  });
 })();

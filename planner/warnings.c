@@ -8,6 +8,7 @@
 #include "gckpt/core/quant_layout.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/planner/plan.h"
+#include "gckpt/util/util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -189,10 +190,12 @@ static bool fp32_gqa(const gckpt_plan *p, char **msg)
 #define GQA_TEXT "fp32 with grouped-query attention (%llu query, %llu key/value heads) under SDPA may fall back " \
                  "to the math kernel, which materialises the attention matrix as eager attention does"
     unsigned long long hq = m->heads, hkv = m->kv_heads;
-    if (eager)
-        *msg = say(GQA_TEXT "; the %s entry would then need about %.2f GiB instead of %.2f GiB (--attention eager).",
-                   hq, hkv, p->recommended >= 0 ? "recommended" : "smallest", (double)eager / 1073741824.0,
-                   (double)e->r.device_peak_bytes / 1073741824.0);
+    char be[32], bs[32];
+    /* a difference below the shown precision is not worth a sentence ("526.0 MiB instead of 526.0 MiB") */
+    if (eager && strcmp(gckpt_fmt_bytes(eager, be, sizeof be), gckpt_fmt_bytes(e->r.device_peak_bytes, bs, sizeof bs)))
+        *msg = say(GQA_TEXT "; the %s entry would then need about %s instead of %s (--attention eager).",
+                   hq, hkv, p->recommended >= 0 ? "recommended" : "smallest",
+                   gckpt_fmt_bytes(eager, be, sizeof be), gckpt_fmt_bytes(e->r.device_peak_bytes, bs, sizeof bs));
     else
         *msg = say(GQA_TEXT ".", hq, hkv);
 #undef GQA_TEXT

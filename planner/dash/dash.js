@@ -59,6 +59,8 @@
   function bytesGib(b) { return !isNum(b) ? "n/a" : unitFor(b).div === 1 ? bytes(b) : gib(b) + " (" + bytes(b) + ")"; }
   function secs(s) {
     if (!isNum(s)) return "n/a";
+    /* below a microsecond toPrecision would write an exponent ("6.222e-7 ms") */
+    if (s !== 0 && Math.abs(s) < 1e-6) return (s * 1e6).toPrecision(4) + " \u00b5s";
     if (Math.abs(s) < 1) return (s * 1000).toPrecision(4) + " ms";
     return s.toPrecision(4) + " s";
   }

@@ -94,6 +94,8 @@ def bytes_gib(b):
 def secs(s):
     if not num(s):
         return "n/a"
+    if s != 0 and abs(s) < 1e-6:
+        return to_precision(s * 1e6, 4) + " \u00b5s"
     return to_precision(s * 1000, 4) + " ms" if abs(s) < 1 else to_precision(s, 4) + " s"
 
 

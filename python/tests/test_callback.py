@@ -226,8 +226,9 @@ class TrainerRuns(unittest.TestCase):
 
     def test_plans_at_the_first_batch_without_a_plan(self):
         """plan=None: gckpt.plan_for (hf_args) is asked with the first batch's length and, without
-        CUDA, the cpu-exact profile; here a stand-in plan_for (the real one is another module's)
-        that plans the model's config for the live every_n_layers with make_plan."""
+        CUDA, the cpu-exact profile; here a stand-in plan_for that records what it is asked and
+        plans the model's config for the live every_n_layers with make_plan (the real one:
+        test_plans_itself_with_plan_for)."""
         import types
         from unittest import mock
 
@@ -268,6 +269,40 @@ class TrainerRuns(unittest.TestCase):
         self.assertEqual([r["record"] for r in recs], ["header"] + ["step"] * STEPS + ["entry", "summary"])
         self.assertEqual(recs[0]["plan"]["seq"], SEQ)
         self.assertTrue(recs[-2]["pass"])
+
+    def test_plans_itself_with_plan_for(self):
+        """plan=None with the real gckpt.plan_for: the Trainer's own arguments and model, the
+        first batch's length, cpu-exact (no CUDA here); the plan's selected entry is the
+        configured setting and the run is within the fixture tolerance of it, the same
+        prediction as the explicit plan of test_families_within_fixture_tolerance."""
+        try:
+            from gckpt import plan_for  # noqa: F401 - the real one, needing the C extension
+            import gckpt._native  # noqa: F401
+        except ImportError:
+            self.skipTest("gckpt.plan_for needs the C extension (PYTHONPATH=build/python or pip install ./python)")
+        from gckpt.callback import PlanMismatchWarning, TrainerCallback
+
+        config, cfg_path = self.config_file("qwen3")
+        report = os.path.join(self.tmp.name, "self.jsonl")
+        cb = TrainerCallback(report=report)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run_trainer(config, self.tmp.name, cb, every_n=1)
+        self.assertEqual([str(w.message) for w in caught if issubclass(w.category, PlanMismatchWarning)], [])
+        lines, recs = read_report(report)
+        self.assert_valid(lines)
+        self.assertEqual([r["record"] for r in recs], ["header"] + ["step"] * STEPS + ["entry", "summary"])
+        self.assertEqual((recs[0]["plan"]["seq"], recs[0]["plan"]["precision"], recs[0]["plan"]["optimizer"]),
+                         (SEQ, "fp32", "adamw"))
+        entry = recs[-2]
+        self.assertEqual((entry["every_n_layers"], entry["offload"], entry["micro_batch"], entry["grad_accum"]),
+                         (1, False, MB, GA))
+        with open(make_plan(cfg_path, os.path.join(self.tmp.name, "explicit.json"), 1)) as f:
+            explicit = json.load(f)
+        want = next(e for e in explicit["entries"] if e["every_n_layers"] == 1)
+        self.assertEqual(entry["memory"]["peak_bytes"]["predicted"], want["memory"]["peak_bytes"])
+        self.assertLessEqual(abs(entry["memory"]["peak_bytes"]["relative_error"]), TOLERANCE)
+        self.assertTrue(entry["pass"])
 
     def test_close_after_an_exception_in_a_step(self):
         """A step that raises leaves the CPU tracker's dispatch mode entered (no on_step_end);

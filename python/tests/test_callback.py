@@ -304,6 +304,36 @@ class TrainerRuns(unittest.TestCase):
         self.assertLessEqual(abs(entry["memory"]["peak_bytes"]["relative_error"]), TOLERANCE)
         self.assertTrue(entry["pass"])
 
+    def test_report_calibrates_a_profile_later_plans_use(self):
+        """The loop closed: a callback report (its plan a file) -> gckpt.calibrate -> a profile
+        whose plan predicts the step the calibration says it predicts after the fit."""
+        try:
+            import gckpt
+            import gckpt._native  # noqa: F401
+        except ImportError:
+            self.skipTest("gckpt.calibrate needs the C extension")
+        from gckpt.callback import TrainerCallback
+
+        config, cfg_path = self.config_file("llama")
+        plan = make_plan(cfg_path, os.path.join(self.tmp.name, "plan.json"), 1)
+        report = os.path.join(self.tmp.name, "r.jsonl")
+        run_trainer(config, self.tmp.name, TrainerCallback(plan, report=report), every_n=1)
+        cal = gckpt.calibrate([report])
+        self.assertEqual(cal.profile["calibration"]["measured_on"]["backend"], "hf-trainer")
+        self.assertEqual(len(cal.profile["calibration"]["runs"]), 1)
+        fitted = [k for k, v in cal.profile["calibration"]["knobs"].items() if v["fitted"]]
+        self.assertTrue(fitted, cal.text)
+        saved = cal.save(os.path.join(self.tmp.name, "calibrated.json"))
+        later = gckpt.plan(cfg_path, gpu=saved, target="cpu", seq=SEQ, precision="fp32", optimizer="adamw",
+                           attention="sdpa", micro_batch=MB, grad_accum=GA, every_n=1, offload="off")
+        for k in fitted:
+            self.assertEqual(later.inputs["device"][k], cal.profile[k])
+        self.assertAlmostEqual(later.entries[0]["time"]["step_s"],
+                               cal.profile["calibration"]["runs"][0]["predicted_after_s"], delta=1e-9)
+        with open(plan) as f:
+            before = json.load(f)["entries"][0]["time"]["step_s"]
+        self.assertNotAlmostEqual(later.entries[0]["time"]["step_s"], before, delta=1e-9)
+
     def test_close_after_an_exception_in_a_step(self):
         """A step that raises leaves the CPU tracker's dispatch mode entered (no on_step_end);
         close() leaves it."""

@@ -512,6 +512,57 @@ class Pure(unittest.TestCase):
         live["micro_batch"] = 1
         self.assertEqual(choose_entry(_plan_json(p)[0], None, live), (entries[0], False))  # the recommended
 
+    def test_one_warning_per_difference(self):
+        """differences(): every field of the live run that is not the planned one, once each
+        (model type and layers, checkpointed layers, offload, batch, accumulation, precision,
+        optimizer, world size); none for the planned run."""
+        from gckpt.callback import differences
+
+        plan = {"inputs": {"model": {"model_type": "llama", "layers": 4}, "precision": "amp-bf16",
+                           "optimizer": "adamw", "layout": {"world_size": 8}}}
+        entry = {"every_n_layers": 2, "offload": True, "micro_batch": 2, "grad_accum": 4,
+                 "checkpointed_layers": [0, 2]}
+        same = {"model_type": "llama", "nlayers": 4, "every_n_layers": 2, "checkpointed_layers": [0, 2],
+                "offload": True, "micro_batch": 2, "grad_accum": 4, "precision": "amp-bf16", "optimizer": "adamw",
+                "world_size": 8}
+        self.assertEqual(differences(plan, entry, same), [])
+        other = {"model_type": "qwen3", "nlayers": 6, "every_n_layers": 1, "checkpointed_layers": [0, 1, 2, 3, 4, 5],
+                 "offload": False, "micro_batch": 1, "grad_accum": 8, "precision": "fp32", "optimizer": "adamw-8bit",
+                 "world_size": 2}
+        found = differences(plan, entry, other)
+        self.assertEqual([c for c, *_ in found], ["model", "model", "every_n_layers", "offload", "micro_batch",
+                                                  "grad_accum", "precision", "optimizer", "world_size"])
+        self.assertEqual([(p, l) for c, p, l, _ in found if c == "world_size"], [(8, 2)])
+        # layers no every_n_layers gives: named as the checkpointed layers
+        odd = dict(same, every_n_layers=None, checkpointed_layers=[1, 2])
+        self.assertEqual([c for c, *_ in differences(plan, entry, odd)], ["checkpointed_layers"])
+
+    def test_cuda_tracker_resets_and_reads_the_statistics(self):
+        """CudaStepTracker against a stand-in torch.cuda (no GPU here): the peak statistics are
+        reset when a step begins; at its end max_memory_allocated is the peak, the reserved
+        peak plus what mem_get_info shows outside PyTorch's cache the device peak."""
+        import types
+        from gckpt.tracker import CudaStepTracker
+
+        calls = []
+        gib = 1 << 30
+        cuda = types.SimpleNamespace(
+            synchronize=lambda d: calls.append(("synchronize", d)),
+            reset_peak_memory_stats=lambda d: calls.append(("reset", d)),
+            mem_get_info=lambda d: (70 * gib, 80 * gib),
+            max_memory_allocated=lambda d: 7 * gib, max_memory_reserved=lambda d: 9 * gib,
+            memory_reserved=lambda d: 8 * gib)
+        t = CudaStepTracker.__new__(CudaStepTracker)
+        t.torch, t.device, t.t0, t.used_peak = types.SimpleNamespace(cuda=cuda), 3, None, 0
+        t.begin()
+        self.assertEqual(calls, [("synchronize", 3), ("reset", 3)])
+        m = t.end()
+        self.assertEqual(calls[-1], ("synchronize", 3))
+        # used 10 GiB now, 8 of them PyTorch's cache: 2 GiB outside it, on top of the 9 GiB reserved peak
+        self.assertEqual((m["peak_bytes"], m["reserved_bytes"], m["device_used_bytes"], m["device_total_bytes"]),
+                         (7 * gib, 9 * gib, 11 * gib, 80 * gib))
+        self.assertGreaterEqual(m["step_s"], 0)
+
     def test_bad_plan(self):
         from gckpt.callback import _plan_json
 

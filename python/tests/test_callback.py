@@ -563,6 +563,22 @@ class Pure(unittest.TestCase):
                          (7 * gib, 9 * gib, 11 * gib, 80 * gib))
         self.assertGreaterEqual(m["step_s"], 0)
 
+    def test_planning_gpu_says_when_no_profile_matches(self):
+        from unittest import mock
+
+        import gckpt.callback as cb
+
+        with mock.patch.object(cb, "default_gpu", return_value=None), warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            self.assertIsNone(cb.planning_gpu(None))
+        self.assertEqual(len(w), 1)
+        self.assertIn("matches no shipped GPU profile", str(w[0].message))
+        with mock.patch.object(cb, "default_gpu", return_value="h200"), warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            self.assertEqual(cb.planning_gpu(None), "h200")
+            self.assertEqual(cb.planning_gpu("l40s"), "l40s")
+        self.assertEqual(w, [])
+
     def test_bad_plan(self):
         from gckpt.callback import _plan_json
 

@@ -105,6 +105,29 @@ class SameAsCli(unittest.TestCase):
         self.assertIn("per_device_train_batch_size=1", p.snippet())
 
 
+def _have_transformers():
+    import importlib.util
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+
+
+@unittest.skipUnless(_have_transformers(), "needs torch and transformers (tools/hf_probe/.venv)")
+class TransformersObjects(unittest.TestCase):
+    def test_config_and_meta_model_plan_as_the_name(self):
+        """A PretrainedConfig and a model on the meta device (nothing allocated) plan as the
+        shipped config.json they were made from."""
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+        d = json.loads((ROOT / "models" / "qwen2.5-0.5b.json").read_text())
+        cfg = AutoConfig.for_model(d["model_type"], **{k: v for k, v in d.items() if k not in (
+            "model_type", "transformers_version", "architectures")})
+        want = gckpt.plan("qwen2.5-0.5b", seq=1024, every_n=[0, 2]).entries
+        self.assertEqual(gckpt.plan(cfg, seq=1024, every_n=[0, 2]).entries, want)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg)
+        self.assertTrue(all(p.device.type == "meta" for p in model.parameters()))
+        self.assertEqual(gckpt.plan(model, seq=1024, every_n=[0, 2]).entries, want)
+
+
 class PlanObject(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

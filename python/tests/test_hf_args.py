@@ -434,6 +434,10 @@ class TRLDocExamples(unittest.TestCase):
                           m["options"]["lora_targets"], m["options"]["precision"]),
                          ("lora", 256, 16, "all-linear", "amp-bf16"))
         self.assertIn("fused LM head", messages(m))
+        # the tile the head allocates (kernels/chunked_logprob.py: TOKEN_CHUNK_SIZE 4096, chunk_size 32768),
+        # measured by test_callback's SFTTrainer run; no direction claimed
+        self.assertIn("min(tokens, 4096) x 32768", messages(m))
+        self.assertNotIn("overestimate", messages(m))
 
     # 18. TRL SFTConfig with packing and TRL's own activation offloading (docs/source/reducing_memory_usage.md)
     def test_sft_packing_offloading(self):

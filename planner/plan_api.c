@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gckpt/planner/calibrate.h"
+#include "gckpt/planner/hub.h"
 #include "gckpt/planner/plan_args.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/util.h"
@@ -141,6 +142,35 @@ static char *calibrate(const cJSON *req)
     return prof ? answer(o) : (cJSON_Delete(o), refuse("the calibrated profile did not parse (a bug)"));
 }
 
+/* {"op": "resolve", "model": ref, "revision": rev or absent}: where --model ref's config.json
+ * is, as the plan would read it (gckpt_model_ref_resolve: a shipped name as it is, a path, a
+ * folder's config.json, a Hub id's cached or downloaded file) and the Hub source. */
+static char *resolve(const cJSON *req)
+{
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(req, "model");
+    const cJSON *rev = cJSON_GetObjectItemCaseSensitive(req, "revision");
+    if (!cJSON_IsString(model)) return refuse("request: \"model\" is not a string");
+    if (rev && !cJSON_IsString(rev) && !cJSON_IsNull(rev)) return refuse("request: \"revision\" is not a string");
+    char path[4096];
+    gckpt_hub_source src;
+    gckpt_err err;
+    if (!gckpt_model_ref_resolve(model->valuestring, cJSON_IsString(rev) ? rev->valuestring : NULL, path, sizeof path,
+                                 &src, &err))
+        return refuse(err.msg);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "ok", true);
+    cJSON_AddStringToObject(o, "path", path);
+    if (src.id[0]) {
+        cJSON *h = cJSON_AddObjectToObject(o, "hub");
+        cJSON_AddStringToObject(h, "id", src.id);
+        cJSON_AddStringToObject(h, "revision", src.revision);
+        cJSON_AddStringToObject(h, "commit", src.commit);
+    } else {
+        cJSON_AddNullToObject(o, "hub");
+    }
+    return answer(o);
+}
+
 char *gckpt_api_call(const char *request)
 {
     gckpt_err err;
@@ -159,8 +189,12 @@ char *gckpt_api_call(const char *request)
         gckpt_data_dir_set(dir ? dir->valuestring : NULL);
         out = calibrate(req);
         gckpt_data_dir_set(NULL);
+    } else if (!strcmp(op->valuestring, "resolve")) {
+        gckpt_data_dir_set(dir ? dir->valuestring : NULL);
+        out = resolve(req);
+        gckpt_data_dir_set(NULL);
     } else if (strcmp(op->valuestring, "plan") && strcmp(op->valuestring, "snippet") && strcmp(op->valuestring, "text")) {
-        out = refusef("request: unknown op '%s' (plan, snippet, text, options, calibrate)", op->valuestring);
+        out = refusef("request: unknown op '%s' (plan, snippet, text, options, calibrate, resolve)", op->valuestring);
     } else {
         gckpt_data_dir_set(dir ? dir->valuestring : NULL);
         gckpt_plan_args a;

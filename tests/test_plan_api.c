@@ -106,6 +106,44 @@ static void same_plan_as_cli(void **state)
     rmdir(dir);
 }
 
+/* resolve: where a --model reference's config.json is, as a plan reads it. */
+static void resolve_model_refs(void **state)
+{
+    (void)state;
+    assert_refused("{\"op\": \"resolve\"}", "\"model\" is not a string");
+    assert_refused("{\"op\": \"resolve\", \"model\": \"gpt2\", \"revision\": 1}", "\"revision\" is not a string");
+    assert_refused("{\"op\": \"resolve\", \"model\": \"gpt2\", \"revision\": \"main\"}",
+                   "--revision applies to a Hugging Face model id");
+    cJSON *j = call("{\"op\": \"resolve\", \"model\": \"gpt2\"}");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "ok")));
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "path")), "gpt2");
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "hub")));
+    cJSON_Delete(j);
+    /* a folder: its config.json */
+    char dir[] = "/tmp/gckpt-api-XXXXXX", req[512], want[300];
+    assert_non_null(mkdtemp(dir));
+    snprintf(want, sizeof want, "%s/config.json", dir);
+    FILE *f = fopen(want, "w");
+    assert_non_null(f);
+    fputs("{}", f);
+    fclose(f);
+    snprintf(req, sizeof req, "{\"op\": \"resolve\", \"model\": \"%s\"}", dir);
+    j = call(req);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "path")), want);
+    cJSON_Delete(j);
+    /* a Hub id, offline and not cached: the Hub's refusal (tests/hub and test_plan_hub.py: the rest) */
+    char *home = getenv("HF_HOME") ? strdup(getenv("HF_HOME")) : NULL;
+    setenv("HF_HOME", dir, 1);
+    setenv("HF_HUB_OFFLINE", "1", 1);
+    assert_refused("{\"op\": \"resolve\", \"model\": \"someorg/notcached\"}", "HF_HUB_OFFLINE is set");
+    unsetenv("HF_HUB_OFFLINE");
+    if (home) setenv("HF_HOME", home, 1);
+    else unsetenv("HF_HOME");
+    free(home);
+    unlink(want);
+    rmdir(dir);
+}
+
 static void options_list_the_table(void **state)
 {
     (void)state;
@@ -129,6 +167,7 @@ int main(void)
         cmocka_unit_test(malformed_requests),
         cmocka_unit_test(same_plan_as_cli),
         cmocka_unit_test(options_list_the_table),
+        cmocka_unit_test(resolve_model_refs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

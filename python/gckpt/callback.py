@@ -136,6 +136,20 @@ def default_gpu():
     return match_profile(props.name, props.total_memory, profiles)
 
 
+def planning_gpu(gpu):
+    """The profile the callback plans with when it has no plan: gpu when given, else
+    default_gpu(); a CUDA device that matches no shipped profile is said in a warning
+    (the planner's default profile is used then), never silently."""
+    if gpu is not None:
+        return gpu
+    found = default_gpu()
+    if found is None:
+        warnings.warn("gckpt: the CUDA device matches no shipped GPU profile: planned with gckpt-plan's default "
+                      "profile (h100-sxm-80gb); pass TrainerCallback(gpu=NAME or PATH), e.g. a profile "
+                      "calibrated with gckpt.calibrate", UserWarning, stacklevel=3)
+    return found
+
+
 # ---------------------------------------------------------------------------------------
 # the live run
 # ---------------------------------------------------------------------------------------
@@ -372,8 +386,7 @@ class _Callback:
             from . import hf_args
 
             seq = self.seq or self._live_seq
-            gpu = self.gpu if self.gpu is not None else default_gpu()
-            plan = hf_args.plan_for(model, args, seq=seq, gpu=gpu)
+            plan = hf_args.plan_for(model, args, seq=seq, gpu=planning_gpu(self.gpu))
             self.plan_json, self.selected, self.plan_file = _plan_json(plan)
         if self.tolerance is None:
             self.tolerance = default_tolerance(self.plan_json)

@@ -7,7 +7,8 @@ every field that changes training memory in a way the plan does not model.
 `plan_for` plans a sweep around that setting and selects the configured entry.
 
 Only attributes are read (duck typing): nothing here imports torch, transformers or peft
-at import time; peft is imported lazily only to resolve `target_modules=None`. Every rule
+at import time; peft is imported lazily only to resolve `target_modules=None`, the C
+extension only to find a Hub id's config.json. Every rule
 below was read in transformers 5.24.0 (training_args.py, trainer.py, trainer_optimizer.py,
 modeling_utils.py), peft 0.21.2, trl 1.16.0 and torch 2.15.0 (torch/utils/checkpoint.py);
 docs/python-hf.md has the field-by-field table.
@@ -130,8 +131,11 @@ def _read_model(obj, args, w):
         if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
             path = os.path.join(path, "config.json")
         shipped = os.path.join(data_dir(), "models", path + ".json")
-        if not os.path.isfile(path) and not os.path.isfile(shipped):   # a Hub id: gckpt.plan resolves it
-            return _Model(obj, None, None, None, None, None, None)
+        if not os.path.isfile(path) and not os.path.isfile(shipped):
+            hub = _hub_config(path)
+            if hub is None:   # neither a Hub id nor readable here: gckpt.plan says why
+                return _Model(obj, None, None, None, None, None, None)
+            path = hub
         cfg = _load_json(path if os.path.isfile(path) else shipped, "model")
         cfg_obj = cfg
     elif isinstance(obj, dict) or (hasattr(obj, "to_dict") and not hasattr(obj, "config")):
@@ -171,6 +175,19 @@ def _read_model(obj, args, w):
     # a shipped name keeps its name in the plan; anything else goes as the config read here
     plan_model = obj if isinstance(obj, (str, os.PathLike)) and bnb is None else cfg
     return _Model(plan_model, cfg, cfg.get("model_type"), weights_dtype, attention, bnb, peft_cfg, own)
+
+
+def _hub_config(ref):
+    """The cached config.json of a Hub id (downloaded into the Hugging Face cache when it is
+    not there, by the C planner's resolver: the code gckpt-plan --model ORG/NAME runs), or
+    None when ref is not a Hub id or the C extension is not built (gckpt.plan then resolves
+    or refuses it). A Hub id that does not resolve raises its one-line PlanError."""
+    try:
+        from ._plan import _call
+        answer = _call({"op": "resolve", "model": ref})
+    except ImportError:
+        return None
+    return answer["path"] if answer.get("hub") else None
 
 
 def _model_checkpointing(model):
@@ -722,9 +739,12 @@ def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None)
                             "its own losses) is not planned; the plan is one causal-LM Trainer step")
     if _is_trl_sft(args):
         w.add(NOT_MODELLED, "TRL SFTConfig: SFTTrainer (trl 1.16) adds a fused LM head that computes the "
-                            "log-probabilities in tiles without the [batch, seq, vocab] logits "
-                            "(trainer/utils.py, add_fused_lm_head); the plan counts the Trainer's full fp32 logits "
-                            "and their gradient, so the head's share is an overestimate")
+                            "log-probabilities without the [batch, seq, vocab] logits, in tiles of min(tokens, 4096) "
+                            "x 32768 vocabulary columns in the compute dtype, with fp32 gradient buffers for the "
+                            "hidden states and, when it trains, the head's weight (trainer/utils.py add_fused_lm_head, "
+                            "kernels/chunked_logprob.py); the plan counts the Trainer's full fp32 logits and their "
+                            "gradient instead, which is more or less than the tiles depending on the vocabulary "
+                            "(a 211-word tiny Llama measured 3.1x the plan's peak)")
         if method == "qlora":
             w.add(NOT_MODELLED, "TRL SFTConfig with a quantized model: SFTTrainer (trl 1.16) casts the trainable "
                                 "adapters to bf16 and does not call prepare_model_for_kbit_training, so the "

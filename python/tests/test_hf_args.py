@@ -339,14 +339,18 @@ class HFDocExamples(unittest.TestCase):
 
     # 13. fields that change memory and are not planned: each named in a warning
     def test_unmodelled_fields_named(self):
-        args = self.ta(bf16=True, use_liger_kernel=False, label_smoothing_factor=0.1, neftune_noise_alpha=5,
+        args = self.ta(bf16=True, use_liger_kernel=True, label_smoothing_factor=0.1, neftune_noise_alpha=5,
                        eval_strategy="steps", eval_steps=50, per_device_eval_batch_size=4, auto_find_batch_size=True,
                        use_cache=True)
         m = options_from_hf(LLAMA, args)
         text = messages(m)
-        for field in ("label_smoothing_factor=0.1", "neftune_noise_alpha=5", "eval_strategy='steps'",
-                      "auto_find_batch_size=True", "use_cache=True"):
+        for field in ("use_liger_kernel=True", "label_smoothing_factor=0.1", "neftune_noise_alpha=5",
+                      "eval_strategy='steps'", "auto_find_batch_size=True", "use_cache=True"):
             self.assertIn("TrainingArguments." + field, text)
+        self.assertEqual([w["code"] for w in m["warnings"] if "use_liger_kernel" in w["message"]], ["hf_not_modelled"])
+        # use_liger_kernel=False (the default) is not warned
+        m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=False))
+        self.assertNotIn("liger", messages(m))
         # neither tf32 nor the logging / saving fields are memory
         m = options_from_hf(LLAMA, self.ta(bf16=True, tf32=False, logging_steps=10, save_steps=100,
                                            learning_rate=2e-4, weight_decay=0.01, report_to="none"))
@@ -430,6 +434,10 @@ class TRLDocExamples(unittest.TestCase):
                           m["options"]["lora_targets"], m["options"]["precision"]),
                          ("lora", 256, 16, "all-linear", "amp-bf16"))
         self.assertIn("fused LM head", messages(m))
+        # the tile the head allocates (kernels/chunked_logprob.py: TOKEN_CHUNK_SIZE 4096, chunk_size 32768),
+        # measured by test_callback's SFTTrainer run; no direction claimed
+        self.assertIn("min(tokens, 4096) x 32768", messages(m))
+        self.assertNotIn("overestimate", messages(m))
 
     # 18. TRL SFTConfig with packing and TRL's own activation offloading (docs/source/reducing_memory_usage.md)
     def test_sft_packing_offloading(self):
@@ -676,6 +684,270 @@ class PlanFor(unittest.TestCase):
         with mock.patch.dict(os.environ, {"WORLD_SIZE": "1"}):
             p = plan_for(dict(LLAMA, dtype="float32"), args, seq=256)
         self.assertEqual(p.selected["every_n_layers"], LLAMA["num_hidden_layers"])
+
+
+
+@unittest.skipUnless(HAVE_NATIVE and HAVE_TRL and HAVE_DS, "needs gckpt._native, transformers, peft, trl and deepspeed "
+                     "(tools/hf_probe/.venv with setup-deepspeed.sh)")
+class DocsCombinationsEndToEnd(unittest.TestCase):
+    """Real TrainingArguments / SFTConfig / LoraConfig / BitsAndBytesConfig / DeepSpeed / FSDP
+    combinations, written as the transformers, TRL and peft docs write them (output_dir and
+    use_cpu=True added: TrainingArguments refuses bf16 on a machine without a GPU otherwise):
+    plan_for's selected entry is the entry gckpt-plan gives for the command line translated
+    by hand from the same example (one setting: its every_n_layers, offload, micro-batch and
+    accumulation), the same memory and time figures. The hand translation is this test's,
+    not hf_args's: a mapping rule that drifts shows up as a different entry or number."""
+
+    SEQ = 2048
+
+    def setUp(self):
+        self._w = quiet()
+        self._env = mock.patch.dict(os.environ, {}, clear=False)
+        self._env.start()
+        for k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+            os.environ.pop(k, None)
+        self.tmp = __import__("tempfile").mkdtemp(prefix="gckpt-docs-e2e-")
+        self.addCleanup(__import__("shutil").rmtree, self.tmp, True)
+
+    def tearDown(self):
+        self._env.stop()
+        self._w.__exit__(None, None, None)
+
+    def ta(self, **kw):
+        from transformers import TrainingArguments
+        return TrainingArguments(output_dir=os.path.join(self.tmp, "out"), use_cpu=True, **kw)
+
+    def sft(self, **kw):
+        from trl import SFTConfig
+        return SFTConfig(output_dir=os.path.join(self.tmp, "out"), use_cpu=True, report_to="none", **kw)
+
+    def shipped(self, name):
+        with open(os.path.join(ROOT, "models", name + ".json")) as f:
+            return json.load(f)
+
+    def meta_model(self, name, dtype):
+        """A shipped config loaded as from_pretrained(..., dtype=dtype) would, on the meta device."""
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+        d = self.shipped(name)
+        cfg = AutoConfig.for_model(d["model_type"], **{k: v for k, v in d.items()
+                                                       if k not in ("model_type", "transformers_version",
+                                                                    "architectures", "torch_dtype", "dtype")})
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+
+    def ds_file(self, ds):
+        path = os.path.join(self.tmp, "ds_config.json")
+        with open(path, "w") as f:
+            json.dump(ds, f)
+        return path
+
+    def cli_entry(self, argv):
+        import subprocess
+        cli = os.environ.get("GCKPT_PLAN", os.path.join(ROOT, "build", "gckpt-plan"))
+        if not os.access(cli, os.X_OK):
+            self.skipTest("gckpt-plan not built (GCKPT_PLAN)")
+        out = os.path.join(self.tmp, "cli.json")
+        r = subprocess.run([cli, "--seq", str(self.SEQ), *argv, "-q", "-o", out], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out) as f:
+            entries = json.load(f)["entries"]
+        self.assertEqual(len(entries), 1, argv)
+        return entries[0]
+
+    def check(self, model, args, argv, setting, peft_config=None, world_size=None, env=None, gpu="h100-sxm-80gb"):
+        """plan_for's selected entry equals gckpt-plan's single entry for argv (+ the setting)."""
+        from gckpt.hf_args import plan_for
+        every_n, offload, mb, ga = setting
+        os.environ.update(env or {})   # after the arguments: TrainingArguments reads WORLD_SIZE
+        p = plan_for(model, args, seq=self.SEQ, peft_config=peft_config, gpu=gpu, world_size=world_size)
+        for k in (env or {}):
+            os.environ.pop(k)
+        s = p.selected
+        self.assertIsNotNone(s, [w["message"] for w in p.warnings])
+        self.assertEqual((s["every_n_layers"], s["offload"], s["micro_batch"], s["grad_accum"]), setting)
+        cli = self.cli_entry(argv + ["--gpu", gpu, "--every-n", str(every_n or "off"), "--offload",
+                                     "on" if offload else "off", "--micro-batch", str(mb), "--grad-accum", str(ga)])
+        self.assertEqual(s["memory"], cli["memory"])
+        self.assertEqual(s["time"], cli["time"])
+        return p
+
+    # 1. transformers docs/source/en/perf_train_gpu_one.md, "Gradient checkpointing"
+    def test_01_perf_gpu_one_gradient_checkpointing(self):
+        args = self.ta(per_device_train_batch_size=1, gradient_accumulation_steps=4, gradient_checkpointing=True)
+        self.check("llama-3.2-1b", args, ["--model", "llama-3.2-1b", "--precision", "fp32",
+                                          "--optimizer", "adamw"], (1, False, 1, 4))
+
+    # 2. the same page, "Mixed precision: bf16": TrainingArguments(bf16=True) (batch size default 8)
+    def test_02_perf_gpu_one_bf16(self):
+        self.check("llama-3.2-1b", self.ta(bf16=True), ["--model", "llama-3.2-1b", "--precision", "amp-bf16"],
+                   (0, False, 8, 1))
+
+    # 3. the same page, "fp16": TrainingArguments(per_device_train_batch_size=4, fp16=True), on a
+    #    model loaded in fp32 (a loaded model: its dtype is read, no assumption)
+    def test_03_perf_gpu_one_fp16_loaded_model(self):
+        import torch
+        self.check(self.meta_model("qwen2.5-0.5b", torch.float32), self.ta(per_device_train_batch_size=4, fp16=True),
+                   ["--model", os.path.join(ROOT, "models", "qwen2.5-0.5b.json"), "--precision", "amp-fp16"],
+                   (0, False, 4, 1))
+
+    # 4. the same page, "8-bit Adam": optim="adamw_bnb_8bit", with gradient checkpointing and bf16
+    def test_04_perf_gpu_one_8bit_adam(self):
+        args = self.ta(per_device_train_batch_size=4, optim="adamw_bnb_8bit", bf16=True, gradient_checkpointing=True)
+        self.check("llama-3.2-3b", args, ["--model", "llama-3.2-3b", "--precision", "amp-bf16",
+                                          "--optimizer", "adamw-8bit"], (1, False, 4, 1))
+
+    # 5. transformers' gradient checkpointing guide (every_n_layers / offload through the
+    #    Trainer's gradient_checkpointing_kwargs, TrainingArguments docstring 5.24)
+    def test_05_every_n_layers_offload(self):
+        args = self.ta(bf16=True, per_device_train_batch_size=2, gradient_accumulation_steps=8,
+                       gradient_checkpointing=True, gradient_checkpointing_kwargs={"every_n_layers": 4, "offload": True})
+        self.check("llama-3.1-8b", args, ["--model", "llama-3.1-8b", "--precision", "amp-bf16"], (4, True, 2, 8))
+
+    # 6. peft docs/source/developer_guides/quantization.md: Mistral-7B QLoRA (nf4, double
+    #    quantization, bf16 compute; LoraConfig r=16, alpha 8, q/k/v/o, dropout 0.05)
+    def test_06_peft_quantization_guide_qlora(self):
+        import torch
+        from peft import LoraConfig
+        from transformers import BitsAndBytesConfig
+        config = self.shipped("mistral-7b-v0.3")
+        config["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16).to_dict()
+        lora = LoraConfig(r=16, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                          lora_dropout=0.05, bias="none", task_type="CAUSAL_LM")
+        args = self.ta(bf16=True, per_device_train_batch_size=2, gradient_accumulation_steps=8,
+                       gradient_checkpointing=True, optim="paged_adamw_8bit")
+        self.check(config, args, ["--model", os.path.join(ROOT, "models", "mistral-7b-v0.3.json"), "--method", "qlora",
+                                  "--quant", "nf4", "--double-quant", "on", "--compute-dtype", "bf16", "--lora-rank",
+                                  "16", "--lora-alpha", "8", "--lora-dropout", "0.05", "--lora-targets",
+                                  "q_proj,k_proj,v_proj,o_proj", "--precision", "amp-bf16", "--optimizer",
+                                  "paged-adamw-8bit"], (1, False, 2, 8), peft_config=lora, gpu="rtx-4090")
+
+    # 7. transformers docs/source/en/quantization/bitsandbytes.md: BitsAndBytesConfig(load_in_8bit=True),
+    #    trained through the peft guide's LoraConfig, fp32 (prepare_model_for_kbit_training's casts)
+    def test_07_bitsandbytes_8bit_lora(self):
+        import torch
+        from peft import LoraConfig
+        from transformers import BitsAndBytesConfig
+        model = self.meta_model("llama-3.2-1b", torch.float32)
+        model.config.quantization_config = BitsAndBytesConfig(load_in_8bit=True)
+        lora = LoraConfig(r=16, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                          lora_dropout=0.05, bias="none", task_type="CAUSAL_LM")
+        args = self.ta(per_device_train_batch_size=1, gradient_accumulation_steps=4, gradient_checkpointing=True)
+        self.check(model, args, ["--model", os.path.join(ROOT, "models", "llama-3.2-1b.json"), "--method", "qlora",
+                                 "--quant", "int8", "--lora-rank", "16", "--lora-alpha", "8", "--lora-dropout", "0.05",
+                                 "--lora-targets", "q_proj,k_proj,v_proj,o_proj", "--precision", "fp32"],
+                   (1, False, 1, 4), peft_config=lora, gpu="rtx-4090")
+
+    # 8. peft README, "Quickstart": LoraConfig(task_type=TaskType.CAUSAL_LM, inference_mode=False,
+    #    r=8, lora_alpha=32, lora_dropout=0.1) on a Qwen2.5 loaded in bf16 (peft's default
+    #    targets for qwen2, q_proj and v_proj), trained without autocast: pure bf16
+    def test_08_peft_readme_quickstart(self):
+        import torch
+        from peft import LoraConfig, TaskType
+        lora = LoraConfig(task_type=TaskType.CAUSAL_LM, inference_mode=False, r=8, lora_alpha=32, lora_dropout=0.1)
+        args = self.ta(per_device_train_batch_size=4, gradient_checkpointing=True)
+        self.check(self.meta_model("qwen2.5-0.5b", torch.bfloat16), args,
+                   ["--model", os.path.join(ROOT, "models", "qwen2.5-0.5b.json"), "--method", "lora", "--lora-rank",
+                    "8", "--lora-alpha", "32", "--lora-dropout", "0.1", "--lora-targets", "q_proj,v_proj",
+                    "--precision", "bf16"], (1, False, 4, 1), peft_config=lora)
+
+    # 9. TRL docs/source/lora_without_regret.md, "Supervised Fine-Tuning (SFT)": LoraConfig(r=256,
+    #    lora_alpha=16, target_modules="all-linear"), SFTConfig(learning_rate=2e-4,
+    #    per_device_train_batch_size=1, gradient_accumulation_steps=4, num_train_epochs=1)
+    #    (SFTConfig's defaults: gradient_checkpointing=True, bf16=True)
+    def test_09_trl_lora_without_regret(self):
+        from peft import LoraConfig
+        args = self.sft(learning_rate=2e-4, per_device_train_batch_size=1, gradient_accumulation_steps=4,
+                        num_train_epochs=1)
+        self.check("qwen3-8b", args, ["--model", "qwen3-8b", "--method", "lora", "--lora-rank", "256",
+                                      "--lora-alpha", "16", "--lora-dropout", "0", "--lora-targets", "all-linear",
+                                      "--precision", "amp-bf16"], (1, False, 1, 4),
+                   peft_config=LoraConfig(r=256, lora_alpha=16, target_modules="all-linear"))
+
+    # 10. TRL docs/source/sft_trainer.md / reducing_memory_usage.md: SFTConfig(max_length=...,
+    #     gradient_checkpointing_kwargs={"use_reentrant": False}) with fp32 off (bf16=False) and
+    #     a larger batch
+    def test_10_trl_sft_use_reentrant_false(self):
+        args = self.sft(max_length=self.SEQ, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                        gradient_checkpointing_kwargs={"use_reentrant": False}, optim="adamw_torch")
+        self.check("qwen2.5-0.5b", args, ["--model", "qwen2.5-0.5b", "--precision", "amp-bf16",
+                                          "--optimizer", "adamw-foreach"], (1, False, 2, 2))
+
+    # 11. transformers docs/source/en/deepspeed.md, the ZeRO-2 config, as a file, launched with
+    #     torchrun --nproc_per_node 4 (WORLD_SIZE, LOCAL_WORLD_SIZE). As the page writes it the
+    #     planner refuses it by name: offload_optimizer without an optimizer section (DeepSpeed
+    #     refuses the Trainer's torch AdamW there), then round_robin_gradients; without those
+    #     two it is planned
+    def test_11_deepspeed_zero2_file_torchrun(self):
+        from gckpt.hf_args import plan_for
+        ds = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                                    "allgather_partitions": True, "allgather_bucket_size": 5e8,
+                                    "overlap_comm": True, "reduce_scatter": True, "reduce_bucket_size": 5e8,
+                                    "contiguous_gradients": True, "round_robin_gradients": True},
+              "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto",
+              "gradient_accumulation_steps": "auto"}
+        args = self.ta(bf16=True, deepspeed=self.ds_file(ds), per_device_train_batch_size=2,
+                       gradient_checkpointing=True)
+        with self.assertRaises(PlanError) as e:
+            plan_for("llama-3.1-8b", args, seq=self.SEQ, world_size=4)
+        self.assertIn("ds_config.json: field 'optimizer' is missing: with offload_optimizer", str(e.exception))
+        ds["optimizer"] = {"type": "AdamW", "params": {"lr": "auto"}}
+        args = self.ta(bf16=True, deepspeed=self.ds_file(ds), per_device_train_batch_size=2,
+                       gradient_checkpointing=True)
+        with self.assertRaises(PlanError) as e:
+            plan_for("llama-3.1-8b", args, seq=self.SEQ, world_size=4)
+        self.assertIn("field 'zero_optimization.round_robin_gradients' is not planned", str(e.exception))
+        del ds["optimizer"]
+        for k in ("offload_optimizer", "round_robin_gradients"):
+            del ds["zero_optimization"][k]
+        path = self.ds_file(ds)
+        args = self.ta(bf16=True, deepspeed=path, per_device_train_batch_size=2, gradient_checkpointing=True)
+        self.check("llama-3.1-8b", args, ["--model", "llama-3.1-8b", "--precision", "amp-bf16", "--gpus", "4",
+                                          "--parallel", "zero2", "--deepspeed", path], (1, False, 2, 1),
+                   env={"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"})
+
+    # 12. the same page, ZeRO-3 with "auto" (its offload_param / offload_optimizer left out: an
+    #     optimizer offload without an optimizer section is refused, PlanFor.test_parallel_end_to_end),
+    #     a dict, on two nodes of 4 GPUs
+    def test_12_deepspeed_zero3_dict_two_nodes(self):
+        ds = {"bf16": {"enabled": "auto"}, "zero_optimization": {
+            "stage": 3, "overlap_comm": True, "contiguous_gradients": True, "sub_group_size": 1e9,
+            "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+            "stage3_param_persistence_threshold": "auto", "stage3_max_live_parameters": 1e9,
+            "stage3_max_reuse_distance": 1e9, "stage3_gather_16bit_weights_on_model_save": True},
+              "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}
+        args = self.ta(bf16=True, deepspeed=ds, per_device_train_batch_size=1, gradient_accumulation_steps=4,
+                       gradient_checkpointing=True)
+        self.check("llama-3.1-70b", args, ["--model", "llama-3.1-70b", "--precision", "amp-bf16", "--gpus", "4",
+                                           "--nodes", "2", "--parallel", "zero3", "--deepspeed", self.ds_file(ds)],
+                   (1, False, 1, 4), env={"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"})
+
+    # 13. transformers docs/source/en/fsdp.md: fsdp="full_shard auto_wrap" with
+    #     fsdp_config={"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}, world_size=8
+    def test_13_fsdp_full_shard(self):
+        args = self.ta(bf16=True, fsdp="full_shard auto_wrap", per_device_train_batch_size=2,
+                       fsdp_config={"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]},
+                       gradient_checkpointing=True, gradient_checkpointing_kwargs={"every_n_layers": 2})
+        self.check("llama-3.1-8b", args, ["--model", "llama-3.1-8b", "--precision", "amp-bf16", "--gpus", "8",
+                                          "--parallel", "fsdp", "--fsdp-offload", "off"], (2, False, 2, 1),
+                   world_size=8)
+
+    # 14. TrainingArguments' docstring (5.24): fsdp=True, fsdp_config={"version": 2, "cpu_offload": True}
+    def test_14_fsdp2_cpu_offload(self):
+        args = self.ta(bf16=True, fsdp=True, fsdp_config={"version": 2, "cpu_offload": True},
+                       per_device_train_batch_size=1, gradient_accumulation_steps=2, gradient_checkpointing=True)
+        self.check("llama-3.1-8b", args, ["--model", "llama-3.1-8b", "--precision", "amp-bf16", "--gpus", "4",
+                                          "--parallel", "fsdp", "--fsdp-offload", "on"], (1, False, 1, 2),
+                   world_size=4)
+
+    # 15. DDP: the transformers Trainer docs' `torchrun --nproc_per_node 2 train.py` (WORLD_SIZE=2)
+    def test_15_ddp_torchrun(self):
+        args = self.ta(bf16=True, per_device_train_batch_size=4, gradient_checkpointing=True, optim="adamw_torch_fused")
+        self.check("llama-3.2-1b", args, ["--model", "llama-3.2-1b", "--precision", "amp-bf16", "--gpus", "2",
+                                          "--parallel", "ddp"], (1, False, 4, 1),
+                   env={"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"})
 
 
 if __name__ == "__main__":

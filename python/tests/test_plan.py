@@ -18,13 +18,18 @@ ROOT = Path(__file__).resolve().parents[2]
 CLI = os.environ.get("GCKPT_PLAN", str(ROOT / "build" / "gckpt-plan"))
 MODELS = sorted(p.stem for p in (ROOT / "models").glob("*.json"))
 
-# (gpu, seq, options) three ways a user plans: the defaults; LoRA with a sweep of batches
-# and checkpointing; four GPUs under ZeRO-3 with a budget
+# (gpu, seq, options) four ways a user plans: the defaults; LoRA with a sweep of batches
+# and checkpointing; four GPUs under ZeRO-3 with a budget; pure bf16 with 8-bit AdamW and
+# gradient accumulation. Each shipped model plans at least three of them (GPT-2's 1,024
+# positions refuse the first's 2,048 tokens, the mixture-of-experts models the second's
+# all-linear LoRA): the refusals are compared too.
 SETTINGS = [
     ("a100-80gb", 2048, {}),
     ("h100-sxm-80gb", 1024, {"method": "lora", "lora_rank": 8, "micro_batch": [1, 2], "every_n": [0, 1, 2],
                              "offload": "on", "grad_accum": 4}),
     ("rtx-4090", 512, {"gpus": 4, "parallel": "zero3", "budget": "20GiB", "margin": "2%"}),
+    ("l40s", 1024, {"precision": "bf16", "optimizer": "adamw-8bit", "every_n": [0, 2], "offload": "both",
+                    "micro_batch": [1, 4], "grad_accum": 2}),
 ]
 
 
@@ -52,6 +57,7 @@ class SameAsCli(unittest.TestCase):
     def test_every_model_three_settings(self):
         self.assertGreaterEqual(len(MODELS), 20)
         planned = refused = 0
+        per_model = {m: 0 for m in MODELS}
         for model in MODELS:
             for gpu, seq, opts in SETTINGS:
                 with self.subTest(model=model, gpu=gpu, opts=opts):
@@ -71,9 +77,11 @@ class SameAsCli(unittest.TestCase):
                         self.assertEqual(p.recommended["memory"]["device_peak_bytes"],
                                          want["entries"][rec]["memory"]["device_peak_bytes"])
                     planned += 1
-        # the settings are ones most models can plan: a refusal of most would test nothing
-        self.assertGreater(planned, 2 * len(MODELS))
-        print(f"\n{planned} plans equal to gckpt-plan's, {refused} refusals equal", file=sys.stderr)
+                    per_model[model] += 1
+        # every shipped model compared at three settings at least: a refusal compares no numbers
+        self.assertEqual({m: n for m, n in per_model.items() if n < 3}, {})
+        print(f"\n{planned} plans equal to gckpt-plan's ({len(MODELS)} models, each at >= 3 settings), "
+              f"{refused} refusals equal", file=sys.stderr)
 
     def test_snippet_is_the_cli_s(self):
         r = subprocess.run([CLI, "--model", "llama-3.2-1b", "--gpu", "a100-40gb", "--seq", "2048"],
@@ -95,6 +103,29 @@ class SameAsCli(unittest.TestCase):
             q = gckpt.plan(tmp, seq=1024)
             self.assertEqual(q.entries, want["entries"])
         self.assertIn("per_device_train_batch_size=1", p.snippet())
+
+
+def _have_transformers():
+    import importlib.util
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+
+
+@unittest.skipUnless(_have_transformers(), "needs torch and transformers (tools/hf_probe/.venv)")
+class TransformersObjects(unittest.TestCase):
+    def test_config_and_meta_model_plan_as_the_name(self):
+        """A PretrainedConfig and a model on the meta device (nothing allocated) plan as the
+        shipped config.json they were made from."""
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+        d = json.loads((ROOT / "models" / "qwen2.5-0.5b.json").read_text())
+        cfg = AutoConfig.for_model(d["model_type"], **{k: v for k, v in d.items() if k not in (
+            "model_type", "transformers_version", "architectures")})
+        want = gckpt.plan("qwen2.5-0.5b", seq=1024, every_n=[0, 2]).entries
+        self.assertEqual(gckpt.plan(cfg, seq=1024, every_n=[0, 2]).entries, want)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg)
+        self.assertTrue(all(p.device.type == "meta" for p in model.parameters()))
+        self.assertEqual(gckpt.plan(model, seq=1024, every_n=[0, 2]).entries, want)
 
 
 class PlanObject(unittest.TestCase):

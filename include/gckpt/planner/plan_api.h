@@ -1,6 +1,6 @@
 /* JSON in, JSON out: the planner for other languages (the Python package's extension
  * calls only this). A request is one JSON object:
- *   {"op": "plan" | "snippet" | "text" | "options" | "calibrate",
+ *   {"op": "plan" | "snippet" | "text" | "options" | "calibrate" | "resolve",
  *    "data_dir": "folder holding models/ and devices/" (optional),
  *    "args": [["model", "llama-3.2-1b"], ["seq", "2048"], ["allow-long-seq", null], ...],
  *    "entry": 3 (op snippet: the entry's index; default the recommended one)}
@@ -10,7 +10,10 @@
  * "text": "..."} (snippet; text: what gckpt-plan prints), {"ok": true, "options":
  * [{"name", "has_arg"}...]} (options), {"ok": true, "profile": {...}, "text": "..."}
  * (calibrate: {"reports": [paths], "gpu": base profile or absent}, gckpt-plan
- * --calibrate-from's profile and summary), or {"ok": false, "error": "one line"}. */
+ * --calibrate-from's profile and summary), {"ok": true, "path": "...", "hub": {"id",
+ * "revision", "commit"} or null} (resolve: {"model": ref, "revision": rev or absent}, where
+ * --model ref's config.json is: a Hub id's from the cache, downloaded when not there), or
+ * {"ok": false, "error": "one line"}. */
 #ifndef GCKPT_PLAN_API_H
 #define GCKPT_PLAN_API_H
 

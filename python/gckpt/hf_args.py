@@ -123,7 +123,7 @@ def _quant_dict(q):
     return q if isinstance(q, dict) else (q.to_dict() if hasattr(q, "to_dict") else dict(vars(q)))
 
 
-def _read_model(obj, args, w):
+def _read_model(obj, args, w, revision=None):
     """What the model (a name, a path, a dict, a config or a loaded model) says."""
     weights_dtype = attention = peft_cfg = None
     if isinstance(obj, (str, os.PathLike)):
@@ -132,7 +132,7 @@ def _read_model(obj, args, w):
             path = os.path.join(path, "config.json")
         shipped = os.path.join(data_dir(), "models", path + ".json")
         if not os.path.isfile(path) and not os.path.isfile(shipped):
-            hub = _hub_config(path)
+            hub = _hub_config(path, revision)
             if hub is None:   # neither a Hub id nor readable here: gckpt.plan says why
                 return _Model(obj, None, None, None, None, None, None)
             path = hub
@@ -177,14 +177,17 @@ def _read_model(obj, args, w):
     return _Model(plan_model, cfg, cfg.get("model_type"), weights_dtype, attention, bnb, peft_cfg, own)
 
 
-def _hub_config(ref):
+def _hub_config(ref, revision=None):
     """The cached config.json of a Hub id (downloaded into the Hugging Face cache when it is
     not there, by the C planner's resolver: the code gckpt-plan --model ORG/NAME runs), or
     None when ref is not a Hub id or the C extension is not built (gckpt.plan then resolves
     or refuses it). A Hub id that does not resolve raises its one-line PlanError."""
     try:
         from ._plan import _call
-        answer = _call({"op": "resolve", "model": ref})
+        req = {"op": "resolve", "model": ref}
+        if revision is not None:
+            req["revision"] = revision
+        answer = _call(req)
     except ImportError:
         return None
     return answer["path"] if answer.get("hub") else None
@@ -643,7 +646,7 @@ def _world(world_size, w):
 
 # --------------------------------------------------------------------------- entry points
 
-def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None):
+def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None, revision=None):
     """The plan request of the configured run: {"model", "options", "selected", "warnings"}.
 
     `model` is what gckpt.plan receives (a config dict when one could be read, without a
@@ -656,8 +659,11 @@ def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None)
     if isinstance(args, dict):   # TrainingArguments.to_dict(), a JSON or YAML of them
         args = types.SimpleNamespace(**args)
     w = _Warnings()
-    model = _read_model(model_or_config, args, w)
+    model = _read_model(model_or_config, args, w, revision)
     opts = {}
+    if revision is not None and isinstance(model.plan_model, (str, os.PathLike)):
+        # a Hub id's branch, tag or commit (gckpt-plan --revision); a config read here is already that revision's
+        opts["revision"] = revision
 
     peft = peft_config if peft_config is not None else model.peft_config
     bnb_opts = _bnb_options(model.bnb, w) if model.bnb else None
@@ -776,7 +782,7 @@ def _ds_file(ds):
     return path
 
 
-def plan_for(model_or_config, args, *, seq, peft_config=None, gpu=None, world_size=None):
+def plan_for(model_or_config, args, *, seq, peft_config=None, gpu=None, world_size=None, revision=None):
     """gckpt.plan of the configured run, with plan.selected the configured entry.
 
     The sweep: every every_n_layers, offload on and off, micro-batches around the configured
@@ -785,7 +791,7 @@ def plan_for(model_or_config, args, *, seq, peft_config=None, gpu=None, world_si
     """
     from ._plan import plan
 
-    m = options_from_hf(model_or_config, args, peft_config=peft_config, world_size=world_size)
+    m = options_from_hf(model_or_config, args, peft_config=peft_config, world_size=world_size, revision=revision)
     opts = dict(m["options"])
     opts.update(_sweep(m["selected"]))
     if isinstance(opts.get("deepspeed"), dict):

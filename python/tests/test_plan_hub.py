@@ -130,6 +130,10 @@ class HubFromPython(unittest.TestCase):
         with mock.patch.dict(os.environ, {"HF_ENDPOINT": closed_port(), "HF_HUB_OFFLINE": "1"}):
             q = gckpt.plan_for("ok/tiny", args, seq=128, peft_config=lora)
         self.assertEqual(q.selected, s)
+        # a revision reaches the resolver and the plan, as gckpt.plan(revision=) does
+        r = gckpt.plan_for("ok/tiny", args, seq=128, peft_config=lora, revision="v1.0")
+        self.assertEqual(r.inputs["model"]["hub"]["revision"], "v1.0")
+        self.assertEqual(r.selected, s)
 
 
 if __name__ == "__main__":

@@ -460,9 +460,13 @@ void gckpt_apply_zero12(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_ra
     /* ZeRO-1 without offload_optimizer: the bucket is an event too, made at the first backward's
      * first gradient hook (core/sim.c z1_bucket), freed when the step starts */
     uint64_t bucket = d->reduce_hooks ? 0 : gckpt_rank_rows_bytes(st, GCKPT_ROW_IPG), held = 0;
-    bool bucket_event = d->ipg_bucket_event && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
-    for (int k = 0; k < st->n; k++) /* the rows made within the step that the rank holds (gckpt_rows_zero12) */
-        if (st->row[k].kind >= GCKPT_NROW_KEPT && st->row[k].held) held += st->row[k].bytes;
+    bool bucket_held = false;
+    for (int k = 0; k < st->n; k++) { /* the rows made within the step that the rank holds (gckpt_rows_zero12) */
+        if (st->row[k].kind < GCKPT_NROW_KEPT || !st->row[k].held) continue;
+        held += st->row[k].bytes;
+        bucket_held |= st->row[k].kind == GCKPT_ROW_IPG;
+    }
+    bool bucket_event = d->ipg_bucket_event && !bucket_held;
     c->parallel = held + rb->scalars + rb->buffers;
     /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
     /* + 8 B of scalars (12 B in fp32), FINDINGS R-DIST-14 */

@@ -201,7 +201,7 @@ static bool step_bound_ok(const gckpt_ctx *c)
            gckpt_add(micro, be, &micro) && gckpt_add(micro, bh, &micro) && gckpt_mul(micro, 2, &total) &&
            gckpt_add(total, c->weights, &total) && gckpt_add(total, c->grads, &total) &&
            gckpt_add(total, c->quant_weights, &total) && gckpt_add(total, c->quant_stats, &total) &&
-           gckpt_add(total, c->paged_states, &total) && gckpt_add(total, c->parallel, &total) && gckpt_add(total, c->ddp_used_map, &total) &&
+           gckpt_add(total, c->paged_states, &total) && gckpt_add(total, c->parallel, &total) && gckpt_add(total, c->par.ddp_used_map, &total) &&
            gckpt_add(total, c->opt_states, &total) && gckpt_add(total, c->opt_temp, &total) &&
            gckpt_add(total, c->workspace, &total) && total <= GCKPT_MAX_STEP_BYTES;
 }

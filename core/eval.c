@@ -80,8 +80,8 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
     res->coll_gather_bwd = w.coll_gather_bwd;
     res->coll_gather_opt = w.coll_gather_opt;
     res->peak_bytes = (uint64_t)w.peak;
-    res->host_pinned_bytes = (uint64_t)w.host_peak + c->host_pinned;
-    res->host_pageable_bytes = c->host_pageable;
+    res->host_pinned_bytes = (uint64_t)w.host_peak + c->par.host_pinned;
+    res->host_pageable_bytes = c->par.host_pageable;
     finish(c, c->set.every_n, c->set.grad_accum, res);
 }
 
@@ -469,8 +469,8 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
     const int ck = offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT;
     compose_time(p, m0, ck, nmicro, grad_accum, st.later_layers, st.checkpointed_later, res);
     res->peak_bytes = (uint64_t)st.peak;
-    res->host_pinned_bytes = (uint64_t)st.host_peak + c->host_pinned;
-    res->host_pageable_bytes = c->host_pageable;
+    res->host_pinned_bytes = (uint64_t)st.host_peak + c->par.host_pinned;
+    res->host_pageable_bytes = c->par.host_pageable;
     res->after_forward_bytes = (uint64_t)st.after_fwd;
     res->peak_layer = st.peak_layer;
     res->peak_micro = st.peak_micro;

@@ -133,7 +133,7 @@ static void row(gckpt_rank_state *st, const char *what, gckpt_row_kind kind, int
 {
     if (st->n >= GCKPT_MAX_STATE_ROWS) abort(); /* GCKPT_MAX_STATE_ROWS bounds every mode's rows */
     st->row[st->n++] = (gckpt_state_row){what, (uint8_t)kind, (int16_t)param, 0, (uint8_t)dt, GCKPT_PLACE_DEVICE,
-                                         (uint8_t)how, count, elements, count * each_bytes};
+                                         (uint8_t)how, count, elements, count * each_bytes, false};
 }
 /* A scalar row: `bytes` measured bytes per allocation, summed unrounded. */
 static void scalar_row(gckpt_rank_state *st, const char *what, uint64_t count, uint64_t bytes)
@@ -251,8 +251,14 @@ void gckpt_rows_zero12(const gckpt_params *ps, const gckpt_model *m, const gckpt
     uint64_t bucket = gckpt_ds_reduce_bucket(m, &s->layout);
     row(st, "ipg bucket", GCKPT_ROW_IPG, -1, zero_dtype(s), GCKPT_SHARD_NONE, gckpt_ds_ipg_buckets(&s->layout), bucket,
         gckpt_round_up(gckpt_dtype_size(zero_dtype(s)) * bucket, round));
+    /* the buckets are the schedule's events (ZeRO-2: each backward's; ZeRO-1: the first backward's
+     * first gradient hook's, freed when the step starts), but held through the run under ZeRO-1's
+     * offload_optimizer */
+    const gckpt_par_mode *d = gckpt_par_mode_of(s->layout.mode);
+    st->row[st->n - 1].held = !d->reduce_hooks && !(d->ipg_bucket_event && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER));
     row(st, "beside the ipg bucket (measured)", GCKPT_ROW_IPG_FLAG, -1, GCKPT_DT_U8, GCKPT_SHARD_NONE, 1, ZERO12_IPG_FLAG,
         ZERO12_IPG_FLAG);
+    st->row[st->n - 1].held = true; /* freed and taken again by the step (gckpt_apply_zero12) */
 }
 
 /* ZeRO-3: each tensor's model-dtype partition (and whole under the persistence threshold); the
@@ -350,15 +356,15 @@ static void zero3_offload(gckpt_ctx *c, const gckpt_rank_bytes *rb, uint64_t ipg
         moved_dev += p->copies * gckpt_round_up(zs * p->shard.part, round);
     }
     if (c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER) {
-        c->host_pageable += 4 * q + 2 * 4 * q; /* fp32 master + exp_avg + exp_avg_sq */
-        c->host_pinned += zs * q + 4 * q;      /* gradient partitions + the sub-groups' fp32 .grad */
+        c->par.host_pageable += 4 * q + 2 * 4 * q; /* fp32 master + exp_avg + exp_avg_sq */
+        c->par.host_pinned += zs * q + 4 * q;      /* gradient partitions + the sub-groups' fp32 .grad */
         c->opt_states = 0;
         c->opt_temp = 0;
         c->parallel -= rb->grads - ipg;
     }
     if (c->set.layout.offload & GCKPT_OFFLOAD_PARAM) {
         c->weights -= moved_dev;
-        c->host_pinned += zs * moved;
+        c->par.host_pinned += zs * moved;
     }
 }
 
@@ -382,18 +388,18 @@ static void zero12_offload(gckpt_ctx *c, const gckpt_zero_group zg[2], const gck
     for (int i = 0; i < ps->n; i++)
         if (ps->p[i].numel > largest) largest = ps->p[i].numel;
     for (int g = 0; g < 2; g++) part += zg[g].part;
-    c->host_pinned += (4 + zs + 4) * part + zs * largest;
-    c->host_pageable += 2 * 4 * part;
+    c->par.host_pinned += (4 + zs + 4) * part + zs * largest;
+    c->par.host_pageable += 2 * 4 * part;
     c->opt_states = 0;
     c->parallel += gckpt_round_up(zs * largest, round);
-    c->z12_offload_numel = keep->numel;
+    c->par.z12_offload_numel = keep->numel;
     if (gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks) { /* ZeRO-2 */
         c->opt_temp = 0;
         c->grads = c->step_grads = 0;
-        c->z2_numel = 0;
+        c->par.z2_numel = 0;
     } else { /* every .grad and the bucket live at the reduction; the largest slice's fp64 copy */
         c->step_grads = c->grads;
-        c->step_released = c->step_retaken = 0;
+        c->par.step_released = c->par.step_retaken = 0;
         c->opt_temp = gckpt_round_up(8 * keep->max_slice, round);
     }
 }
@@ -410,8 +416,8 @@ static void fsdp_offload(gckpt_ctx *c)
         shards += ps->p[i].copies * ps->p[i].shard.part;
         local += ps->p[i].copies * gckpt_shard_local(&ps->p[i], c->set.layout.rank);
     }
-    c->host_pinned += 2 * 4 * shards; /* the padded shards and their gradients */
-    c->host_pageable += 2 * 4 * local;
+    c->par.host_pinned += 2 * 4 * shards; /* the padded shards and their gradients */
+    c->par.host_pageable += 2 * 4 * local;
     c->weights = c->opt_states = c->opt_temp = 0;
     c->grads = c->step_grads = 0;
 }
@@ -436,9 +442,9 @@ void gckpt_apply_ddp(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_
 {
     (void)st;
     /* the used maps follow each entry's every_n, not the context's (a sweep shares one
-     * context across every_n): the evaluators add c->ddp_used_map when every_n is off */
-    c->ddp_used_map = ddp_used_map(&c->params);
-    c->parallel = rb->grads + rb->scalars + rb->buffers - (c->set.every_n ? 0 : c->ddp_used_map);
+     * context across every_n): the evaluators add c->par.ddp_used_map when every_n is off */
+    c->par.ddp_used_map = ddp_used_map(&c->params);
+    c->parallel = rb->grads + rb->scalars + rb->buffers - (c->set.every_n ? 0 : c->par.ddp_used_map);
 }
 
 void gckpt_apply_zero12(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
@@ -453,26 +459,32 @@ void gckpt_apply_zero12(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_ra
      * schedule's events (core/sim_parallel.c) */
     /* ZeRO-1 without offload_optimizer: the bucket is an event too, made at the first backward's
      * first gradient hook (core/sim.c z1_bucket), freed when the step starts */
-    uint64_t bucket = d->reduce_hooks ? 0 : gckpt_rank_rows_bytes(st, GCKPT_ROW_IPG);
-    bool bucket_event = d->ipg_bucket_event && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
-    c->parallel = (bucket_event ? 0 : bucket) + flag + rb->scalars + rb->buffers;
+    uint64_t bucket = d->reduce_hooks ? 0 : gckpt_rank_rows_bytes(st, GCKPT_ROW_IPG), held = 0;
+    bool bucket_held = false;
+    for (int k = 0; k < st->n; k++) { /* the rows made within the step that the rank holds (gckpt_rows_zero12) */
+        if (st->row[k].kind < GCKPT_NROW_KEPT || !st->row[k].held) continue;
+        held += st->row[k].bytes;
+        bucket_held |= st->row[k].kind == GCKPT_ROW_IPG;
+    }
+    bool bucket_event = d->ipg_bucket_event && !bucket_held;
+    c->parallel = held + rb->scalars + rb->buffers;
     /* the step: the rank's gradient slice concatenated, its fp32 copy (13.5) */
     /* + 8 B of scalars (12 B in fp32), FINDINGS R-DIST-14 */
     uint64_t piece[GCKPT_ZERO_NTEMP];
     gckpt_zero12_temp(largest_group(ps, n, true), zs, round, piece);
     c->opt_temp = piece[GCKPT_ZERO_TEMP_SLICE] + piece[GCKPT_ZERO_TEMP_F32] + piece[GCKPT_ZERO_TEMP_SCALARS];
-    c->step_released = bucket + flag;
-    c->step_retaken = bucket_event ? flag : c->step_released;
+    c->par.step_released = bucket + flag;
+    c->par.step_retaken = bucket_event ? flag : c->par.step_released;
     gckpt_zero12_keep keep;
     gckpt_zero12_step_grads(ps, m->layers, (uint32_t)n, s->layout.rank, &keep);
     c->step_grads = d->reduce_hooks ? keep.numel * zs : keep.grad_bytes;
     if (c->step_grads > c->grads) c->step_grads = c->grads;
     if (d->reduce_hooks) { /* no full .grad reaches the step: one buffer of the partition */
-        c->z2_numel = c->step_grads / zs;
+        c->par.z2_numel = c->step_grads / zs;
         c->grads = c->step_grads = gckpt_round_up(c->step_grads, round);
     }
     if (bucket_event)
-        c->z1_reduce_numel = gckpt_zero1_reduce_transient(ps, m->layers, (uint32_t)n, s->layout.rank,
+        c->par.z1_reduce_numel = gckpt_zero1_reduce_transient(ps, m->layers, (uint32_t)n, s->layout.rank,
                                                           gckpt_ds_reduce_bucket(m, &s->layout), zs, round) / zs;
     if (s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER) {
         gckpt_zero_group zg[2];
@@ -500,7 +512,7 @@ void gckpt_apply_zero3(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_ran
 
 void gckpt_apply_fsdp(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 {
-    fsdp_unit_parts(&c->params, c->model, c->unit_part);
+    fsdp_unit_parts(&c->params, c->model, c->par.unit_part);
     /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
      * schedule's events (core/sim_parallel.c); what stays allocated into the optimizer step is
      * each unit's fp32 sharded gradient (a flat buffer its parameters' .grad view) */
@@ -573,7 +585,7 @@ void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *
 void gckpt_parallel_offload_host(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
 {
     uint64_t zs = c->set.precision == GCKPT_FP32 ? 4 : 2;
-    if (grad_accum > 1) res->host_pinned_bytes += zs * c->z12_offload_numel;
+    if (grad_accum > 1) res->host_pinned_bytes += zs * c->par.z12_offload_numel;
 }
 
 /* Elements of the rank's partitions (FSDP2's shards, ZeRO-3's partitions) over every instance. */
@@ -599,7 +611,7 @@ void gckpt_offload_zero12(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_c
     bool hooks = gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks; /* ZeRO-2 */
     gckpt_zero_group zg[2];
     gckpt_zero12_groups(&c->params, &c->set, 1, zg);
-    double part = (double)(zg[0].part + zg[1].part), acc = zs * (double)c->z12_offload_numel;
+    double part = (double)(zg[0].part + zg[1].part), acc = zs * (double)c->par.z12_offload_numel;
     *d2h = 4 * part; /* the boundary's slices, as fp32 */
     *h2d = zs * part; /* the stepped partition */
     if (grad_accum > 1) { /* the accumulators: out every time, back (and added) but the first time */

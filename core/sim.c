@@ -1162,9 +1162,9 @@ static void embed_bwd(gckpt_sim *s, gckpt_schedule *o)
     /* ZeRO-1 reduces at the boundary when the backward ends (engine.backward's allreduce_gradients):
      * what grads_in_partition adds over the .grad freed so far, for a moment (core/parallel.c) */
     const gckpt_ctx *c = s->c;
-    if (c->z1_reduce_numel && (s->grads_exist || c->set.grad_accum <= 1)) {
+    if (c->par.z1_reduce_numel && (s->grads_exist || c->set.grad_accum <= 1)) {
         uint8_t dt = c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
-        gckpt_sim_release(s, o, gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, dt, c->z1_reduce_numel));
+        gckpt_sim_release(s, o, gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, dt, c->par.z1_reduce_numel));
     }
 }
 
@@ -1201,13 +1201,13 @@ void gckpt_sim_optimizer(const gckpt_ctx *c, gckpt_schedule *o)
         gckpt_event *e = push_opt_event(c, o, GCKPT_EV_ZERO_GRAD, GCKPT_C_GRADS, c->grads - c->step_grads);
         if (e) e->par = GCKPT_PE_OUTSIDE_PARTITION;
     }
-    if (c->step_released) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_FREE, GCKPT_C_PARALLEL, c->step_released);
+    if (c->par.step_released) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_FREE, GCKPT_C_PARALLEL, c->par.step_released);
     if (c->opt_temp) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_OPT_TEMP, c->opt_temp);
     push_opt_event(c, o, GCKPT_EV_OPT_STEP, 0, 0);
     if (d->step_gather_events) d->step_gather_events(c, o); /* ZeRO-1/2/3: the stepped weights gathered */
     if (c->opt_temp) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_FREE, GCKPT_C_OPT_TEMP, c->opt_temp);
     push_opt_event(c, o, GCKPT_EV_ZERO_GRAD, GCKPT_C_GRADS, c->step_grads); /* zero_grad(set_to_none=True) */
-    if (c->step_retaken) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_PARALLEL, c->step_retaken);
+    if (c->par.step_retaken) push_opt_event(c, o, GCKPT_EV_OPT_TEMP_ALLOC, GCKPT_C_PARALLEL, c->par.step_retaken);
 }
 
 /* DDP with find_unused_parameters: _DDPSink.forward clones every output with a grad_fn when

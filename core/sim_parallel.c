@@ -123,7 +123,7 @@ static bool unit_holds(const gckpt_wrap *w, uint64_t unit, int sec)
 }
 
 /* Elements of the unit's padded local shards (a tied head's: core/parallel.c folds them into unit 0). */
-static uint64_t unit_part(const gckpt_wrap *w, uint64_t unit) { return w->c->unit_part[section_of(w, unit)]; }
+static uint64_t unit_part(const gckpt_wrap *w, uint64_t unit) { return w->c->par.unit_part[section_of(w, unit)]; }
 
 /* The dtype gathered and reduced: FSDP2's MixedPrecisionPolicy param / reduce dtype, DeepSpeed's
  * model dtype; bf16 under the Trainer's bf16=True. */
@@ -363,10 +363,10 @@ static void z2_offload_slice(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uin
 static void z2_partition(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_ctx *c = w->c;
-    if (w->part_made || !c->z2_numel) return; /* none under offload_optimizer */
+    if (w->part_made || !c->par.z2_numel) return; /* none under offload_optimizer */
     w->part_made = true;
     /* the first micro-step's buffer is the one the step reads (GRADS, freed by zero_grad) */
-    int id = gckpt_sim_buffer_as(s, o, -1, w->first ? GCKPT_C_GRADS : GCKPT_C_PARALLEL, wire_dtype(c), c->z2_numel,
+    int id = gckpt_sim_buffer_as(s, o, -1, w->first ? GCKPT_C_GRADS : GCKPT_C_PARALLEL, wire_dtype(c), c->par.z2_numel,
                                  GCKPT_PE_GRAD_PARTITION);
     if (!w->first) w->part = id;
 }

@@ -7,7 +7,7 @@
 void gckpt_step_start(const gckpt_ctx *c, uint32_t every_n, int64_t start[GCKPT_NCOMP])
 {
     gckpt_persistent(c, start);
-    if (!every_n) start[GCKPT_C_PARALLEL] += (int64_t)c->ddp_used_map;
+    if (!every_n) start[GCKPT_C_PARALLEL] += (int64_t)c->par.ddp_used_map;
 }
 
 void gckpt_walk_begin(gckpt_walk_state *w, const int64_t start[GCKPT_NCOMP], bool floor)

@@ -427,13 +427,13 @@ static gckpt_xstatus alloc_params(gckpt_exec *x, gckpt_err *err)
     for (size_t i = 0; i < x->nparams; i++) {
         if (stop_requested(x)) return interrupted(x, NULL, 0, err);
         param_t *p = &x->params[i];
-        if (p->flat) continue; /* ZeRO-1: a view into its flat group, states on the partition */
+        p->temp_off = temp_off;
+        temp_off += p->spec->opt_temp.bytes;
+        if (p->flat) continue; /* several ranks: views into the rank's rows or the mode's buffers */
         if ((rc = palloc(x, p->spec->weight.bytes, &p->w, err)) != GCKPT_XS_OK) return rc;
         if (p->spec->quant.scheme && (rc = alloc_quant_stats(x, p, err)) != GCKPT_XS_OK) return rc;
         for (int k = 0; k < p->spec->nstates; k++)
             if ((rc = palloc(x, p->spec->state[k].bytes, &p->st[k], err)) != GCKPT_XS_OK) return rc;
-        p->temp_off = temp_off;
-        temp_off += p->spec->opt_temp.bytes;
     }
     return GCKPT_XS_OK;
 }
@@ -475,7 +475,7 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
 {
     if (x->setup_done) return exec_fail(err, "setup: already done");
     gckpt_xstatus rc = GCKPT_XS_OK;
-    if (x->mode->setup) rc = x->mode->setup(x, err); /* first: ZeRO's flat groups hold the weights */
+    if (x->mode->setup) rc = x->mode->setup(x, err); /* first: the rank's rows hold the weights */
     if (rc != GCKPT_XS_OK || (rc = alloc_params(x, err)) != GCKPT_XS_OK) return rc;
     if (x->ctx.workspace) {
         if ((rc = palloc(x, x->ctx.workspace, &x->workspace, err)) != GCKPT_XS_OK) return rc;
@@ -728,7 +728,7 @@ void gckpt_exec_release_all(gckpt_exec *x)
             if (p->w && !p->flat) be->release(be, GCKPT_MEM_DEVICE, p->w, p->spec->weight.bytes);
             p->w = NULL;
             for (int k = 0; k < GCKPT_MAX_STATES; k++) {
-                if (p->st[k]) be->release(be, GCKPT_MEM_DEVICE, p->st[k], p->spec->state[k].bytes);
+                if (p->st[k] && !p->flat) be->release(be, GCKPT_MEM_DEVICE, p->st[k], p->spec->state[k].bytes);
                 p->st[k] = NULL;
             }
             for (int k = 0; k < GCKPT_NQS; k++) {

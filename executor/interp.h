@@ -30,8 +30,10 @@ typedef struct {
     gckpt_xquant q;     /* a quantized weight's statistics (QLoRA), else empty */
     uint64_t temp_off;  /* adamw-foreach: offset in the optimizer temporary */
     uint32_t grad;      /* instance of .grad, GCKPT_NOINST when none */
-    bool flat;          /* ZeRO-1: w is a view into its group's flat buffer, the states are the
-                           rank's partitions (interp_parallel.c) */
+    bool flat;          /* several ranks: its buffers are not the parameter table's allocations but
+                           views into the rank's rows (a replica's weight and states, FSDP2's
+                           states) or the mode's (ZeRO's flat groups, a gathered weight):
+                           interp_parallel.c */
 } param_t;
 
 typedef struct {
@@ -40,12 +42,10 @@ typedef struct {
     uint64_t wr, rd;    /* bytes copied out so far, bytes copied back so far */
 } hostbuf_t;
 
-/* A parallel mode's own persistent buffers beyond the parameter state table, as
- * gckpt_rank_persistent sizes them (interp_parallel.c): DDP's buckets, ZeRO-3's gradient
- * partitions and ipg bucket; ZeRO-1/2's ipg bucket with its flag (released during the
- * optimizer step); step counters and the like; the model's buffers. */
-enum { EXEC_PAR_GRADS, EXEC_PAR_STEP, EXEC_PAR_SCALARS, EXEC_PAR_BUFFERS, EXEC_NPAR };
-/* Each mode's own state (interp_parallel.h; NULL in the other modes). */
+/* Several ranks: the rank's parameter-state rows (gckpt_rank_rows) and a buffer per held row
+ * (interp_parallel.c, exec_rank_buffers). Each mode's own state (interp_parallel.h; NULL in
+ * the other modes). */
+typedef struct exec_rows exec_rows;
 typedef struct exec_zero exec_zero;
 typedef struct exec_fsdp exec_fsdp;
 typedef struct exec_z3 exec_z3;
@@ -92,11 +92,10 @@ struct gckpt_exec {
     int64_t *ids, *labels, *positions;
     bool setup_done, in_grads;
     /* several ranks: the parallel mode's hooks (chosen once from the layout: one GPU's
-     * have none), its persistent buffers beyond the parameter state table as
-     * gckpt_rank_persistent sizes them, and its own state (only its files read it) */
+     * have none), the rank's rows with their buffers (the persistent state as the core
+     * plans it, gckpt_rank_rows), and the mode's own state (only its files read it) */
     const exec_par_ops *mode;
-    void *par[EXEC_NPAR];
-    uint64_t par_bytes[EXEC_NPAR];
+    exec_rows *rows;
     exec_zero *zero;                /* ZeRO-1/2's flat groups and partitions (interp_zero1.c) */
     exec_fsdp *fsdp;                /* FSDP2's shards and units (interp_fsdp.c) */
     exec_z3 *z3;                    /* ZeRO-3's partitions (interp_zero3.c) */
@@ -139,8 +138,8 @@ struct exec_par_ops {
     bool flat_grads;
     /* after the context, before the schedule is built (the parameter instances do not exist) */
     bool (*prepare)(gckpt_exec *x, gckpt_err *err);
-    /* the persistent state: the mode's own buffers and the rank's (exec_rank_buffers), before
-     * the parameter table's (a parameter whose weight the mode holds is marked flat) */
+    /* the persistent state: the rank's rows (exec_rank_buffers) and the mode's views into them,
+     * before the parameter table's (a parameter whose buffers are views is marked flat) */
     gckpt_xstatus (*setup)(gckpt_exec *x, gckpt_err *err);
     /* parameter instance j's initial values where the mode holds them (a shard of what one
      * process makes: how, scale and key as one process initialises the whole tensor) */

@@ -1,11 +1,12 @@
-/* DDP on several ranks: full replicas; the buckets (a flat copy of every gradient in the
- * gradients' dtype, persistent: gradient_as_bucket_view false; the rank's buffers,
- * exec_rank_buffers) take the gradients of the synchronising micro-step, are averaged over the
- * ranks (all-reduce of the fp32 buckets, each rank's divided by N first as torch's DDP does:
- * FINDINGS R-CPU-4 D8) and copied back; every rank then takes the same AdamW step (the
- * interpreter's own). The schedule says when: one COLLECTIVE event per bucket opening the
- * optimizer segment (core/sim_parallel.c gckpt_sync_ddp), the buckets laid out back to back in
- * the copy in the order the reducer fills them (gckpt_ddp_buckets). */
+/* DDP on several ranks: full replicas (the weights and AdamW's states are the rank's rows,
+ * exec_rank_buffers); the buckets (a flat copy of every gradient in the gradients' dtype,
+ * persistent: gradient_as_bucket_view false; the rank's GRADS row) take the gradients of the
+ * synchronising micro-step, are averaged over the ranks (all-reduce of the fp32 buckets, each
+ * rank's divided by N first as torch's DDP does: FINDINGS R-CPU-4 D8) and copied back; every
+ * rank then takes the same AdamW step (the interpreter's own). The schedule says when: one
+ * COLLECTIVE event per bucket opening the optimizer segment (core/sim_parallel.c
+ * gckpt_sync_ddp), the buckets laid out back to back in the copy in the order the reducer fills
+ * them (gckpt_ddp_buckets). */
 #include "interp_parallel.h"
 
 #include <stdlib.h>
@@ -33,12 +34,14 @@ static gckpt_xstatus ddp_collective(gckpt_exec *x, const gckpt_event *e, const e
         }
     }
     gckpt_xstatus rc = GCKPT_XS_OK;
-    if (!numel || numel != e->numel || (off + numel) * sz > x->par_bytes[EXEC_PAR_GRADS])
+    uint64_t held;
+    char *buckets = exec_row(x, GCKPT_ROW_GRADS, -1, 0, 0, 0, &held); /* the rank's bucket row */
+    if (!buckets || !numel || numel != e->numel || (off + numel) * sz > held)
         rc = exec_fail(err, "%s: ddp: bucket %llu of %llu %s elements, the buckets hold %llu at offset %llu of %llu bytes",
                        w->at, (unsigned long long)e->arg.coll.index, (unsigned long long)e->numel,
                        gckpt_dtype_names[e->dtype], (unsigned long long)numel, (unsigned long long)off,
-                       (unsigned long long)x->par_bytes[EXEC_PAR_GRADS]);
-    gckpt_xt bucket = {(char *)x->par[EXEC_PAR_GRADS] + off * sz, numel, e->dtype}, none = {0};
+                       (unsigned long long)held);
+    gckpt_xt bucket = {buckets + off * sz, numel, e->dtype}, none = {0};
     /* in (pass 0), the all-reduce, out (pass 1) */
     for (int pass = 0; pass < 2 && rc == GCKPT_XS_OK; pass++) {
         uint64_t at = 0;

@@ -3,7 +3,8 @@
  * fields, gckpt_shard_local, gckpt_rank_persistent; core/sim_parallel.c: the working set as
  * events); here they are carried out on real buffers:
  *  - persistent: each parameter's fp32 padded dim-0 shard (shard.part elements, rank r's rows
- *    of the tensor first, the padding 0) and AdamW's two states on its unpadded local rows;
+ *    of the tensor first, the padding 0) and AdamW's two states on its unpadded local rows,
+ *    views into the rank's parameter-state rows (exec_rank_buffers);
  *  - an ALL_GATHER packs the unit's shards (table order, cast to the wire dtype) into its
  *    source and gathers; each ALLOC of a parameter's unsharded buffer that follows copies its
  *    padded chunks out of the latest gather's output and is the weight the ops read until
@@ -85,28 +86,27 @@ static bool fsdp_prepare(gckpt_exec *x, gckpt_err *err)
     return true;
 }
 
-/* Every parameter's shard and states, then the rank's buffers. */
+/* The rank's rows, every parameter's shard and states views into them. */
 static gckpt_xstatus fsdp_setup(gckpt_exec *x, gckpt_err *err)
 {
     if (!x->fsdp && !fsdp_prepare(x, err)) return GCKPT_XS_ERROR; /* the parameter instances exist now */
+    gckpt_xstatus rc = exec_rank_buffers(x, err);
+    if (rc != GCKPT_XS_OK) return rc;
     exec_fsdp *f = x->fsdp;
-    uint64_t round = x->dev.alloc_round_bytes, weights = 0, states = 0;
+    uint64_t round = x->dev.alloc_round_bytes;
     for (size_t j = 0; j < x->nparams; j++) {
         param_t *p = &x->params[j];
+        int i = (int)(p->spec - x->ctx.params.p);
+        uint64_t copy = p->layer < 0 ? 0 : (uint64_t)p->layer, bytes[3];
         f->shard_bytes[j] = gckpt_round_up(4 * part_of(p), round);
         f->state_bytes[j] = gckpt_round_up(4 * local_of(x, p), round);
-        gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, f->shard_bytes[j], &f->shard[j]);
-        for (int k = 0; k < 2 && rc == GCKPT_XS_OK && f->state_bytes[j]; k++)
-            rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, f->state_bytes[j], &p->st[k]);
-        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "allocating fsdp's shards", err);
-        weights += f->shard_bytes[j];
-        states += 2 * f->state_bytes[j];
+        f->shard[j] = exec_row(x, GCKPT_ROW_WEIGHTS, i, 0, 0, copy, &bytes[0]);
+        for (int k = 0; k < 2; k++) p->st[k] = exec_row(x, GCKPT_ROW_STATES, i, 0, k, copy, &bytes[1 + k]);
+        if (!f->shard[j] || bytes[0] != f->shard_bytes[j] || bytes[1] != f->state_bytes[j] ||
+            bytes[2] != f->state_bytes[j] || (f->state_bytes[j] && (!p->st[0] || !p->st[1])))
+            return exec_fail(err, "fsdp: the rows of %s (layer %d) are not its shard and states", p->spec->name, p->layer);
     }
-    if (weights != x->ctx.weights || states != x->ctx.opt_states)
-        return exec_fail(err, "fsdp: shards %llu and states %llu bytes, the schedule counts %llu and %llu",
-                         (unsigned long long)weights, (unsigned long long)states, (unsigned long long)x->ctx.weights,
-                         (unsigned long long)x->ctx.opt_states);
-    return exec_rank_buffers(x, err);
+    return GCKPT_XS_OK;
 }
 
 static gckpt_xstatus fsdp_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err)
@@ -136,7 +136,7 @@ static gckpt_xstatus inst(gckpt_exec *x, uint32_t id, uint64_t n, const char *wh
 static uint64_t unit_part(const gckpt_exec *x, uint64_t unit)
 {
     int sec = unit == 0 ? GCKPT_SEC_EMBED : unit == x->fsdp->units - 1 ? GCKPT_SEC_HEAD : GCKPT_SEC_BLOCK;
-    return x->ctx.unit_part[sec];
+    return x->ctx.par.unit_part[sec];
 }
 
 static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
@@ -295,13 +295,9 @@ static void fsdp_release(gckpt_exec *x)
 {
     exec_fsdp *f = x->fsdp;
     for (size_t j = 0; f && j < x->nparams; j++) {
-        param_t *p = &x->params[j];
-        if (f->shard[j]) x->be->release(x->be, GCKPT_MEM_DEVICE, f->shard[j], f->shard_bytes[j]);
+        param_t *p = &x->params[j]; /* views: the rows are released with the rank's */
         f->shard[j] = NULL;
-        for (int k = 0; k < 2; k++) {
-            if (p->st[k]) x->be->release(x->be, GCKPT_MEM_DEVICE, p->st[k], f->state_bytes[j]);
-            p->st[k] = NULL;
-        }
+        p->st[0] = p->st[1] = NULL;
         p->w = NULL;
     }
     for (uint64_t u = 0; f && u < f->units; u++) f->grad[u] = GCKPT_NOINST;

@@ -1,11 +1,11 @@
 /* Several ranks: what every parallel mode shares (gckpt/core/parallel.h has the rules, FINDINGS
  * R-DIST-* the measurements) and the table that picks a mode's hooks. Every rank runs the
- * schedule of its own micro-steps; the mode's persistent buffers are allocated as the core
- * sizes them (gckpt_rank_persistent, the context's parallel bytes); a sharded gradient's
+ * schedule of its own micro-steps; the rank's persistent state is allocated row by row from
+ * the core's parameter-state rows (gckpt_rank_rows), each mode taking its views; a sharded gradient's
  * checksum is every rank's pieces added up. The modes: DDP in interp_ddp.c, ZeRO-1 (and
  * ZeRO-2's flat groups) in interp_zero1.c, ZeRO-2 in interp_zero2.c, ZeRO-3 in
  * interp_zero3.c, FSDP2 in interp_fsdp.c. DDP's step counters, ZeRO's scalars and the model's
- * buffers are allocated as their bytes (nothing reads them here). */
+ * buffers are rows allocated as their bytes (nothing reads them here). */
 #include "interp_parallel.h"
 
 #include <stdlib.h>
@@ -51,39 +51,112 @@ const exec_par_ops *exec_par_ops_of(const gckpt_layout *l)
     return l->mode < GCKPT_NPAR ? modes[l->mode] : NULL;
 }
 
+/* Instance `copy` of row k: its buffer, and its bytes in *each. */
+static void *row_instance(const gckpt_exec *x, int k, uint64_t copy, uint64_t *each)
+{
+    const gckpt_state_row *r = &x->rows->st.row[k];
+    uint64_t one = r->count ? r->bytes / r->count : 0;
+    if (each) *each = one;
+    return x->rows->buf[k] && copy < r->count ? (char *)x->rows->buf[k] + copy * one : NULL;
+}
+
+void *exec_row(const gckpt_exec *x, gckpt_row_kind kind, int param, int group, int nth, uint64_t copy, uint64_t *bytes)
+{
+    if (bytes) *bytes = 0;
+    for (int k = 0; x->rows && k < x->rows->st.n; k++) {
+        const gckpt_state_row *r = &x->rows->st.row[k];
+        if (r->kind == kind && r->param == param && r->group == group && nth-- == 0) return row_instance(x, k, copy, bytes);
+    }
+    return NULL;
+}
+
+/* A parameter entry's unsharded weight and state rows: its instances' buffers. */
+static gckpt_xstatus bind_replicas(gckpt_exec *x, gckpt_err *err)
+{
+    const gckpt_params *ps = &x->ctx.params;
+    for (size_t j = 0; j < x->nparams; j++) {
+        param_t *p = &x->params[j];
+        int i = (int)(p->spec - ps->p), nstate = 0;
+        uint64_t copy = p->layer < 0 ? 0 : (uint64_t)p->layer, each;
+        for (int k = 0; k < x->rows->st.n; k++) {
+            const gckpt_state_row *r = &x->rows->st.row[k];
+            if (r->param != i || r->sharding != GCKPT_SHARD_NONE || !x->rows->buf[k]) continue;
+            if (r->kind == GCKPT_ROW_STATES && nstate >= p->spec->nstates)
+                return exec_fail(err, "setup: %s has more state rows than its %d states", p->spec->name, p->spec->nstates);
+            const gckpt_buffer *want = r->kind == GCKPT_ROW_WEIGHTS ? &p->spec->weight
+                                    : r->kind == GCKPT_ROW_STATES ? &p->spec->state[nstate] : NULL;
+            if (!want) continue;
+            void *b = row_instance(x, k, copy, &each);
+            if (!b || each != want->bytes)
+                return exec_fail(err, "setup: the %s row of %s (layer %d) holds %llu bytes, its buffer takes %llu",
+                                 r->what, p->spec->name, p->layer, (unsigned long long)each,
+                                 (unsigned long long)want->bytes);
+            if (r->kind == GCKPT_ROW_WEIGHTS) p->w = b;
+            else p->st[nstate++] = b;
+            p->flat = true;
+        }
+    }
+    return GCKPT_XS_OK;
+}
+
 gckpt_xstatus exec_rank_buffers(gckpt_exec *x, gckpt_err *err)
 {
-    gckpt_rank_bytes rb;
-    gckpt_rank_persistent(&x->ctx.params, &x->m, &x->set, (uint32_t)x->o.rank, x->dev.alloc_round_bytes, &rb);
-    /* DDP: weights and states are the parameter state table's; ZeRO-1/2: the flat groups', and
-     * the ipg bucket (with its flag) is what the step releases */
-    uint64_t bytes[EXEC_NPAR] = {[EXEC_PAR_GRADS] = rb.grads, [EXEC_PAR_STEP] = x->ctx.step_retaken,
-                                 [EXEC_PAR_SCALARS] = rb.scalars, [EXEC_PAR_BUFFERS] = rb.buffers};
+    if (!x->rows && !(x->rows = calloc(1, sizeof *x->rows))) return exec_fail(err, "out of memory");
+    gckpt_rank_state *st = &x->rows->st;
+    gckpt_rank_rows(&x->ctx.params, &x->m, &x->set, (uint32_t)x->o.rank, x->dev.alloc_round_bytes, st);
     uint64_t sum = 0;
-    for (int k = 0; k < EXEC_NPAR; k++) {
-        if (!bytes[k]) continue;
-        gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, bytes[k], &x->par[k]);
-        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "allocating the parallel mode's buffers", err);
-        x->par_bytes[k] = bytes[k];
-        sum += bytes[k];
+    for (int k = 0; k < st->n; k++) {
+        x->rows->buf[k] = NULL;
+        if (!gckpt_row_held(&st->row[k]) || !st->row[k].bytes) continue;
+        gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, st->row[k].bytes, &x->rows->buf[k]);
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "allocating the rank's parameter state", err);
+        sum += st->row[k].bytes;
     }
     /* DDP's find_unused_parameters maps are counted apart (they follow every_n) */
-    uint64_t planned = x->ctx.parallel + (x->set.every_n ? 0 : x->ctx.ddp_used_map);
+    const gckpt_ctx *c = &x->ctx;
+    uint64_t planned = c->weights + c->opt_states + c->parallel + (x->set.every_n ? 0 : c->par.ddp_used_map);
     if (sum != planned)
-        return exec_fail(err, "setup: rank %d's %s buffers take %llu bytes, the schedule counts %llu", x->o.rank,
+        return exec_fail(err, "setup: rank %d's %s rows take %llu bytes, the schedule counts %llu", x->o.rank,
                          gckpt_parallel_names[x->set.layout.mode], (unsigned long long)sum,
                          (unsigned long long)planned);
+    return bind_replicas(x, err);
+}
+
+/* The held rows made within the step. */
+static bool step_row(const gckpt_state_row *r) { return r->kind >= GCKPT_NROW_KEPT && gckpt_row_held(r); }
+
+void exec_step_rows_release(gckpt_exec *x, uint64_t *bytes)
+{
+    *bytes = 0;
+    for (int k = 0; x->rows && k < x->rows->st.n; k++) {
+        if (!step_row(&x->rows->st.row[k]) || !x->rows->buf[k]) continue;
+        x->be->release(x->be, GCKPT_MEM_DEVICE, x->rows->buf[k], x->rows->st.row[k].bytes);
+        x->rows->buf[k] = NULL;
+        *bytes += x->rows->st.row[k].bytes;
+    }
+}
+
+gckpt_xstatus exec_step_rows_take(gckpt_exec *x, uint64_t *bytes, gckpt_err *err)
+{
+    *bytes = 0;
+    for (int k = 0; x->rows && k < x->rows->st.n; k++) {
+        const gckpt_state_row *r = &x->rows->st.row[k];
+        if (!step_row(r) || !r->bytes) continue;
+        if (x->rows->buf[k]) return exec_fail(err, "the rank's %s exists already", r->what);
+        gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, r->bytes, &x->rows->buf[k]);
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, r->what, err);
+        *bytes += r->bytes;
+    }
     return GCKPT_XS_OK;
 }
 
 void exec_parallel_release(gckpt_exec *x)
 {
     if (x->mode && x->mode->release) x->mode->release(x);
-    for (int k = 0; k < EXEC_NPAR; k++) {
-        if (x->par[k]) x->be->release(x->be, GCKPT_MEM_DEVICE, x->par[k], x->par_bytes[k]);
-        x->par[k] = NULL;
-        x->par_bytes[k] = 0;
-    }
+    for (int k = 0; x->rows && k < x->rows->st.n; k++)
+        if (x->rows->buf[k]) x->be->release(x->be, GCKPT_MEM_DEVICE, x->rows->buf[k], x->rows->st.row[k].bytes);
+    free(x->rows);
+    x->rows = NULL;
 }
 
 gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uint64_t lo, uint64_t *h, double *ss,

@@ -13,10 +13,28 @@ extern const exec_par_ops exec_ddp_ops, exec_zero1_ops, exec_zero2_ops, exec_zer
 extern const exec_par_ops exec_toy_ops; /* the toy mode's (tests/toy/toy_exec.c) */
 #endif
 
-/* The rank's persistent buffers beyond the parameter state table (x->par, as
- * gckpt_rank_persistent sizes them), checked against the schedule's parallel bytes; each
- * mode's setup calls it where its allocations put it. */
+/* The rank's parameter-state rows (gckpt_rank_rows: the one source of its persistent state)
+ * and a buffer per held row (gckpt_row_held: one allocation of the row's bytes, its instances
+ * back to back); a row the core adds is allocated here with no mode's code. */
+struct exec_rows {
+    gckpt_rank_state st;
+    void *buf[GCKPT_MAX_STATE_ROWS];
+};
+/* Every held row of the rank allocated (x->rows), the total checked against the schedule's
+ * persistent bytes (weights, optimizer states, the mode's parallel bytes); a parameter entry's
+ * unsharded rows are its instances' buffers (the weight row its weights, its state rows their
+ * states in order: a replica's, ZeRO-3's persistent whole copies), the parameter marked flat.
+ * Each mode's setup calls it first and takes its other views from exec_row. */
 gckpt_xstatus exec_rank_buffers(gckpt_exec *x, gckpt_err *err);
+/* Instance `copy` of the nth row (from 0) of kind `kind` for parameter entry `param` (-1: the
+ * rank's) and optimizer group `group` (ZeRO-1/2's flat groups; 0 otherwise): its buffer
+ * (NULL when the row is not held or has no bytes) and, in *bytes (may be NULL), the
+ * instance's bytes. */
+void *exec_row(const gckpt_exec *x, gckpt_row_kind kind, int param, int group, int nth, uint64_t copy, uint64_t *bytes);
+/* The held rows of the kinds made within the step (ZeRO-1/2's flag beside the ipg bucket):
+ * released at the optimizer step's start, taken again at its end; their bytes in *bytes. */
+void exec_step_rows_release(gckpt_exec *x, uint64_t *bytes);
+gckpt_xstatus exec_step_rows_take(gckpt_exec *x, uint64_t *bytes, gckpt_err *err);
 /* A sharded gradient's checksum (the ranks' pieces add up to one process's checksum of the
  * whole tensors: the hash is a sum of per-element terms, gckpt_hash_term): parameter p's
  * piece src (a device buffer, any dtype), element lo of the tensor, added to *h and

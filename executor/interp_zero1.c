@@ -38,9 +38,12 @@ bool exec_zero_prepare(gckpt_exec *x, gckpt_err *err)
     return true;
 }
 
-/* The flat groups and partitions, each parameter instance a view into its group. */
+/* The rank's rows (the flat groups and partitions among them), each parameter instance a view
+ * into its group. */
 gckpt_xstatus exec_zero_setup(gckpt_exec *x, gckpt_err *err)
 {
+    gckpt_xstatus rc = exec_rank_buffers(x, err);
+    if (rc != GCKPT_XS_OK) return rc;
     exec_zero *z = x->zero;
     const gckpt_params *ps = &x->ctx.params;
     unsigned sz = gckpt_dtype_size((gckpt_dtype)z->dt);
@@ -72,26 +75,20 @@ gckpt_xstatus exec_zero_setup(gckpt_exec *x, gckpt_err *err)
         }
         free(f);
     }
-    uint64_t weights = 0, states = 0;
-    for (int g = 0; g < 2; g++) {
+    for (int g = 0; g < 2; g++) { /* views into the rank's rows of the group (exec_rank_buffers) */
         const gckpt_zero_group *zg = &z->g[g];
         if (!zg->numel) continue;
-        void **bufs[4] = {&z->flat[g], &z->master[g], &z->st[g][0], &z->st[g][1]};
-        uint64_t bytes[4] = {zg->weight_bytes, zg->master_bytes, zg->state_bytes, zg->state_bytes};
-        for (int k = 0; k < 4; k++) {
-            gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, bytes[k], bufs[k]);
-            if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "allocating zero1's flat groups", err);
-        }
-        weights += zg->weight_bytes;
-        states += zg->master_bytes + 2 * zg->state_bytes;
+        uint64_t bytes[4];
+        z->flat[g] = exec_row(x, GCKPT_ROW_WEIGHTS, -1, g, 0, 0, &bytes[0]);
+        z->master[g] = exec_row(x, GCKPT_ROW_MASTER, -1, g, 0, 0, &bytes[1]);
+        for (int k = 0; k < 2; k++) z->st[g][k] = exec_row(x, GCKPT_ROW_STATES, -1, g, k, 0, &bytes[2 + k]);
+        if (!z->flat[g] || !z->master[g] || !z->st[g][0] || !z->st[g][1] || bytes[0] != zg->weight_bytes ||
+            bytes[1] != zg->master_bytes || bytes[2] != zg->state_bytes || bytes[3] != zg->state_bytes)
+            return exec_fail(err, "zero1: group %d's rows are not its flat weights, master and states", g);
         gckpt_xt padded = {z->flat[g], zg->padded, z->dt};
-        gckpt_xstatus rc = x->be->init(x->be, padded, GCKPT_INIT_CONST, 0.0f, 0); /* the padding stays 0 */
+        rc = x->be->init(x->be, padded, GCKPT_INIT_CONST, 0.0f, 0); /* the padding stays 0 */
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "zero1: clearing the flat weights", err);
     }
-    if (weights != x->ctx.weights || states != x->ctx.opt_states)
-        return exec_fail(err, "zero1: flat weights %llu and partitions %llu bytes, the schedule counts %llu and %llu",
-                         (unsigned long long)weights, (unsigned long long)states, (unsigned long long)x->ctx.weights,
-                         (unsigned long long)x->ctx.opt_states);
     for (size_t j = 0; j < x->nparams; j++) {
         param_t *p = &x->params[j];
         if (p->spec->weight.dtype != z->dt || !p->spec->trainable)
@@ -264,13 +261,13 @@ gckpt_xstatus exec_zero_step(gckpt_exec *x, const exec_site *w, gckpt_xt (*grad_
 gckpt_xstatus exec_zero_step_buffer(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     bool release = e->kind == GCKPT_EV_OPT_TEMP_FREE;
-    if (e->bytes != (release ? x->ctx.step_released : x->ctx.step_retaken))
+    if (e->bytes != (release ? x->ctx.par.step_released : x->ctx.par.step_retaken))
         return exec_fail(err, "%s: %llu bytes of the parallel mode released or taken in the step, not its ipg bucket",
                          w->at, (unsigned long long)e->bytes);
-    if (release) {
-        if (!x->par[EXEC_PAR_STEP] && x->ctx.step_retaken) return exec_fail(err, "%s: the ipg bucket is not allocated", w->at);
-        if (x->par[EXEC_PAR_STEP]) x->be->release(x->be, GCKPT_MEM_DEVICE, x->par[EXEC_PAR_STEP], x->par_bytes[EXEC_PAR_STEP]);
-        x->par[EXEC_PAR_STEP] = NULL;
+    uint64_t bytes;
+    if (release) { /* the held rows made within the step (the flag beside the bucket) */
+        exec_step_rows_release(x, &bytes);
+        if (bytes != x->ctx.par.step_retaken) return exec_fail(err, "%s: the ipg bucket is not allocated", w->at);
         /* ZeRO-1: the bucket(s) its first backward allocated (zero1_on_alloc) */
         for (int k = 0; k < 2; k++) {
             uint32_t *b = &x->zero->z1_bucket[k];
@@ -279,10 +276,11 @@ gckpt_xstatus exec_zero_step_buffer(gckpt_exec *x, const gckpt_event *e, const e
         }
         return GCKPT_XS_OK;
     }
-    if (x->par[EXEC_PAR_STEP]) return exec_fail(err, "%s: the ipg bucket exists already", w->at);
-    gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, e->bytes, &x->par[EXEC_PAR_STEP]);
-    if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
-    x->par_bytes[EXEC_PAR_STEP] = e->bytes;
+    gckpt_xstatus rc = exec_step_rows_take(x, &bytes, err);
+    if (rc != GCKPT_XS_OK) return rc;
+    if (bytes != e->bytes)
+        return exec_fail(err, "%s: the step takes %llu bytes again, the rank's rows %llu", w->at,
+                         (unsigned long long)e->bytes, (unsigned long long)bytes);
     return GCKPT_XS_OK;
 }
 
@@ -309,17 +307,10 @@ static bool zero1_holds(const gckpt_exec *x, uint32_t id)
     return id != GCKPT_NOINST && (x->zero->z1_bucket[0] == id || x->zero->z1_bucket[1] == id);
 }
 
-void exec_zero_release(gckpt_exec *x)
+void exec_zero_release(gckpt_exec *x) /* the views only: the rows are released with the rank's */
 {
     exec_zero *z = x->zero;
-    for (int g = 0; z && g < 2; g++) {
-        void **bufs[4] = {&z->flat[g], &z->master[g], &z->st[g][0], &z->st[g][1]};
-        uint64_t bytes[4] = {z->g[g].weight_bytes, z->g[g].master_bytes, z->g[g].state_bytes, z->g[g].state_bytes};
-        for (int k = 0; k < 4; k++) {
-            if (*bufs[k]) x->be->release(x->be, GCKPT_MEM_DEVICE, *bufs[k], bytes[k]);
-            *bufs[k] = NULL;
-        }
-    }
+    for (int g = 0; z && g < 2; g++) z->flat[g] = z->master[g] = z->st[g][0] = z->st[g][1] = NULL;
 }
 
 void exec_zero_free(gckpt_exec *x)
@@ -338,11 +329,11 @@ static gckpt_xstatus zero1_setup(gckpt_exec *x, gckpt_err *err)
     gckpt_xstatus rc = exec_zero_setup(x, err);
     if (rc != GCKPT_XS_OK) return rc;
     uint64_t buckets = gckpt_round_up(z_bucket_bytes(x), x->dev.alloc_round_bytes) * gckpt_ds_ipg_buckets(&x->set.layout);
-    if (x->ctx.step_released != x->ctx.step_retaken + buckets)
+    if (x->ctx.par.step_released != x->ctx.par.step_retaken + buckets)
         return exec_fail(err, "zero1: the step releases %llu bytes and takes %llu again, not the ipg buckets' %llu",
-                         (unsigned long long)x->ctx.step_released, (unsigned long long)x->ctx.step_retaken,
+                         (unsigned long long)x->ctx.par.step_released, (unsigned long long)x->ctx.par.step_retaken,
                          (unsigned long long)buckets);
-    return exec_rank_buffers(x, err);
+    return GCKPT_XS_OK;
 }
 
 static gckpt_xt zero1_grad(const gckpt_exec *x, size_t j) { return exec_inst_view(x, x->params[j].grad); }

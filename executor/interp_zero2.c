@@ -58,9 +58,9 @@ static gckpt_xstatus zero2_places(gckpt_exec *x, gckpt_err *err)
         off += x->params[order[k].j].spec->numel;
     }
     free(order);
-    if (off != x->ctx.z2_numel)
+    if (off != x->ctx.par.z2_numel)
         return exec_fail(err, "zero2: the rank keeps %llu gradient elements, the schedule's partition buffer %llu",
-                         (unsigned long long)off, (unsigned long long)x->ctx.z2_numel);
+                         (unsigned long long)off, (unsigned long long)x->ctx.par.z2_numel);
     return GCKPT_XS_OK;
 }
 
@@ -68,7 +68,7 @@ static gckpt_xstatus zero2_setup(gckpt_exec *x, gckpt_err *err)
 {
     gckpt_xstatus rc = exec_zero_setup(x, err);
     if (rc == GCKPT_XS_OK) rc = zero2_places(x, err);
-    return rc == GCKPT_XS_OK ? exec_rank_buffers(x, err) : rc;
+    return rc;
 }
 
 static gckpt_xstatus zero2_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
@@ -76,9 +76,9 @@ static gckpt_xstatus zero2_on_alloc(gckpt_exec *x, const gckpt_event *e, const e
     exec_zero *z = x->zero;
     if (e->par != GCKPT_PE_GRAD_PARTITION) return GCKPT_XS_OK;
     uint32_t *slot = e->comp == GCKPT_C_GRADS ? &z->part0 : &z->part1;
-    if (*slot != GCKPT_NOINST || e->dtype != z->dt || e->numel != x->ctx.z2_numel)
+    if (*slot != GCKPT_NOINST || e->dtype != z->dt || e->numel != x->ctx.par.z2_numel)
         return exec_fail(err, "%s: zero2: a second partition buffer, or not %llu elements of the model dtype", w->at,
-                         (unsigned long long)x->ctx.z2_numel);
+                         (unsigned long long)x->ctx.par.z2_numel);
     *slot = e->inst;
     if (slot == &z->part0) x->inst[e->inst].is_pgrad = true; /* to zero_grad */
     return GCKPT_XS_OK;

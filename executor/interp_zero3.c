@@ -5,8 +5,8 @@
  *  - persistent: each parameter's flat partition (shard.part = ceil(numel / N) elements of the
  *    model dtype: the tensor's elements from r x part, then zeros), a persistent parameter
  *    (numel under stage3_param_persistence_threshold) whole besides; the fp32 master, AdamW's
- *    two states and the gradient partitions flat over every partition, the ipg bucket
- *    (rb.grads: the gradient partitions, then the bucket);
+ *    two states and the gradient partitions flat over every partition, the ipg bucket: views
+ *    into the rank's parameter-state rows (exec_rank_buffers, gckpt_rows_zero3);
  *  - an ALL_GATHER (one parameter) gathers its partition into the buffer the ALLOC before it
  *    made, which is the weight the ops read until its FREE;
  *  - the reduce hook: the .grad's FREE reduce-scatters it through the ipg bucket (a chunk of
@@ -33,6 +33,7 @@ struct exec_z3 {
     void **part, **whole;       /* per instance: its partition; a persistent one's whole copy */
     uint64_t *part_bytes, *whole_bytes;
     void *master, *st[2];       /* fp32, flat over every partition (q elements) */
+    void *grads, *ipg;          /* the gradient partitions (model dtype, q elements), the ipg bucket */
     uint64_t q, flat_bytes;
     uint64_t bucket;            /* the ipg bucket's elements */
     uint8_t dt;                 /* the model dtype */
@@ -48,15 +49,12 @@ static gckpt_xt mdt(const gckpt_exec *x, void *p, uint64_t off, uint64_t n)
     return (gckpt_xt){(char *)p + off * gckpt_dtype_size((gckpt_dtype)x->z3->dt), n, x->z3->dt, 0};
 }
 static uint64_t msize(const gckpt_exec *x) { return gckpt_dtype_size((gckpt_dtype)x->z3->dt); }
-/* the gradient partitions (rb.grads' first buffer) and the ipg bucket after them */
-static void *grads(const gckpt_exec *x) { return x->par[EXEC_PAR_GRADS]; }
-static void *bucket(const gckpt_exec *x)
-{
-    return (char *)x->par[EXEC_PAR_GRADS] + gckpt_round_up(msize(x) * x->z3->q, x->dev.alloc_round_bytes);
-}
+/* the gradient partitions and the ipg bucket (the rank's two GRADS rows) */
+static void *grads(const gckpt_exec *x) { return x->z3->grads; }
+static void *bucket(const gckpt_exec *x) { return x->z3->ipg; }
 
-/* The rank's buffers (the gradient partitions and the ipg bucket are EXEC_PAR_GRADS), then
- * every parameter's partition, whole copy, and the flat master and states. */
+/* The rank's rows (exec_rank_buffers), then every parameter's partition, whole copy, the flat
+ * master, states, gradient partitions and ipg bucket taken as views into them. */
 static gckpt_xstatus zero3_setup(gckpt_exec *x, gckpt_err *err)
 {
     gckpt_xstatus rc = exec_rank_buffers(x, err);
@@ -74,34 +72,39 @@ static gckpt_xstatus zero3_setup(gckpt_exec *x, gckpt_err *err)
         }
         if (!z || !z->off || !z->part || !z->whole || !z->part_bytes || !z->whole_bytes) return exec_fail(err, "out of memory");
     }
-    uint64_t round = x->dev.alloc_round_bytes, weights = 0;
+    uint64_t round = x->dev.alloc_round_bytes;
     z->q = 0;
     z->dt = x->nparams ? x->params[0].spec->weight.dtype : GCKPT_DT_F32;
-    uint64_t sz = msize(x);
+    uint64_t sz = msize(x), bytes[4];
     z->bucket = gckpt_ds_reduce_bucket(&x->m, &x->set.layout);
-    for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++) {
+    for (size_t j = 0; j < x->nparams; j++) { /* views into the rank's rows */
         param_t *p = &x->params[j];
+        int i = (int)(p->spec - x->ctx.params.p);
+        uint64_t copy = p->layer < 0 ? 0 : (uint64_t)p->layer;
         p->flat = true; /* its weight is the gathered buffer, or its whole copy */
         z->off[j] = z->q;
         z->q += part_of(p);
         if (p->spec->weight.dtype != z->dt) return exec_fail(err, "zero3: the parameters' dtypes differ");
         z->part_bytes[j] = gckpt_round_up(sz * part_of(p), round);
         z->whole_bytes[j] = p->spec->shard.whole ? gckpt_round_up(sz * p->spec->numel, round) : 0;
-        rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, z->part_bytes[j], &z->part[j]);
-        if (rc == GCKPT_XS_OK && z->whole_bytes[j]) rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, z->whole_bytes[j], &z->whole[j]);
+        z->part[j] = exec_row(x, GCKPT_ROW_WEIGHTS, i, 0, 0, copy, &bytes[0]);
+        z->whole[j] = exec_row(x, GCKPT_ROW_WEIGHTS, i, 0, 1, copy, &bytes[1]);
+        if (!z->part[j] || bytes[0] != z->part_bytes[j] || bytes[1] != z->whole_bytes[j])
+            return exec_fail(err, "zero3: the rows of %s (layer %d) are not its partition and whole copy",
+                             p->spec->name, p->layer);
         p->w = z->whole[j];
-        weights += z->part_bytes[j] + z->whole_bytes[j];
     }
     z->flat_bytes = gckpt_round_up(4 * z->q, round);
-    void **flat[3] = {&z->master, &z->st[0], &z->st[1]};
-    for (int k = 0; k < 3 && rc == GCKPT_XS_OK; k++) rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, z->flat_bytes, flat[k]);
-    if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "allocating zero3's partitions", err);
-    if (weights != x->ctx.weights || 3 * z->flat_bytes != x->ctx.opt_states)
-        return exec_fail(err, "zero3: partitions %llu and master + states %llu bytes, the schedule counts %llu and %llu",
-                         (unsigned long long)weights, (unsigned long long)(3 * z->flat_bytes),
-                         (unsigned long long)x->ctx.weights, (unsigned long long)x->ctx.opt_states);
-    if (!grads(x) || x->par_bytes[EXEC_PAR_GRADS] < gckpt_round_up(sz * z->q, round) + gckpt_round_up(sz * z->bucket, round))
-        return exec_fail(err, "zero3: the gradient partitions and the ipg bucket are not allocated");
+    z->master = exec_row(x, GCKPT_ROW_MASTER, -1, 0, 0, 0, &bytes[0]);
+    for (int k = 0; k < 2; k++) z->st[k] = exec_row(x, GCKPT_ROW_STATES, -1, 0, k, 0, &bytes[1 + k]);
+    if (!z->master || !z->st[0] || !z->st[1] || bytes[0] != z->flat_bytes || bytes[1] != z->flat_bytes ||
+        bytes[2] != z->flat_bytes)
+        return exec_fail(err, "zero3: the rows are not the fp32 master and states over %llu elements",
+                         (unsigned long long)z->q);
+    z->grads = exec_row(x, GCKPT_ROW_GRADS, -1, 0, 0, 0, &bytes[0]);
+    z->ipg = exec_row(x, GCKPT_ROW_GRADS, -1, 0, 1, 0, &bytes[1]);
+    if (!z->grads || !z->ipg || bytes[0] != gckpt_round_up(sz * z->q, round) || bytes[1] != gckpt_round_up(sz * z->bucket, round))
+        return exec_fail(err, "zero3: the rows are not the gradient partitions and the ipg bucket");
     return GCKPT_XS_OK;
 }
 
@@ -258,21 +261,15 @@ static gckpt_xstatus zero3_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq
     return exec_ranks_hash(x, hash, sumsq, err);
 }
 
-static void zero3_release(gckpt_exec *x)
+static void zero3_release(gckpt_exec *x) /* the views only: the rows are released with the rank's */
 {
     exec_z3 *z = x->z3;
     if (!z) return;
     for (size_t j = 0; j < x->nparams; j++) {
-        if (z->part[j]) x->be->release(x->be, GCKPT_MEM_DEVICE, z->part[j], z->part_bytes[j]);
-        if (z->whole[j]) x->be->release(x->be, GCKPT_MEM_DEVICE, z->whole[j], z->whole_bytes[j]);
         z->part[j] = z->whole[j] = NULL;
         x->params[j].w = NULL;
     }
-    void **flat[3] = {&z->master, &z->st[0], &z->st[1]};
-    for (int k = 0; k < 3; k++) {
-        if (*flat[k]) x->be->release(x->be, GCKPT_MEM_DEVICE, *flat[k], z->flat_bytes);
-        *flat[k] = NULL;
-    }
+    z->master = z->st[0] = z->st[1] = z->grads = z->ipg = NULL;
 }
 
 static void zero3_free(gckpt_exec *x)

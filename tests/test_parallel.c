@@ -656,9 +656,9 @@ static void zero3_fsdp_offload(const char *name, gckpt_model m, gckpt_device dev
     assert_int_equal(on.weights, kept);
     assert_int_equal(on.parallel, off.parallel - gckpt_round_up(2 * Q, R)); /* the ipg bucket stays */
     assert_int_equal(off.opt_states, gckpt_round_up(4 * Q, R) * 3);
-    assert_int_equal(on.host_pageable, 12 * Q);
-    assert_int_equal(on.host_pinned, 2 * Q + 4 * Q + 2 * (Q - Qp));
-    assert_int_equal(off.host_pinned + off.host_pageable, 0);
+    assert_int_equal(on.par.host_pageable, 12 * Q);
+    assert_int_equal(on.par.host_pinned, 2 * Q + 4 * Q + 2 * (Q - Qp));
+    assert_int_equal(off.par.host_pinned + off.par.host_pageable, 0);
     /* FSDP2's CPUOffloadPolicy: the fp32 shards (4 P / N, dim 0 padded) and their
      * gradients pinned on the host, AdamW's states (8 P / N on the local rows) pageable;
      * nothing of them on the device */
@@ -670,13 +670,13 @@ static void zero3_fsdp_offload(const char *name, gckpt_model m, gckpt_device dev
     if (!gckpt_ctx_init(&fs, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
     uint64_t rowmax = m.vocab > m.intermediate ? m.hidden : m.intermediate; /* elements of a padding row */
     assert_int_equal(fs.weights + fs.opt_states + fs.opt_temp + fs.grads + fs.step_grads, 0);
-    assert_true(fs.host_pinned >= 8 * P / N && fs.host_pinned <= 8 * P / N + 8 * T * N * rowmax);
-    assert_true(fs.host_pageable >= 8 * P / N - 8 && fs.host_pageable <= 8 * P / N + 8 * T * N * rowmax);
+    assert_true(fs.par.host_pinned >= 8 * P / N && fs.par.host_pinned <= 8 * P / N + 8 * T * N * rowmax);
+    assert_true(fs.par.host_pageable >= 8 * P / N - 8 && fs.par.host_pageable <= 8 * P / N + 8 * T * N * rowmax);
     print_message("%-16s P %llu: zero3 offload: device persistent %.2f -> %.2f GiB, host pinned %.2f GiB, "
                   "pageable %.2f GiB per rank of %llu\n", name, (unsigned long long)P,
                   (off.weights + off.opt_states + off.parallel) / 1073741824.0,
-                  (on.weights + on.opt_states + on.parallel) / 1073741824.0, on.host_pinned / 1073741824.0,
-                  on.host_pageable / 1073741824.0, (unsigned long long)N);
+                  (on.weights + on.opt_states + on.parallel) / 1073741824.0, on.par.host_pinned / 1073741824.0,
+                  on.par.host_pageable / 1073741824.0, (unsigned long long)N);
 }
 
 static void test_offload_closed_forms(void **state)
@@ -723,9 +723,9 @@ static void zero12_offload(const char *name, gckpt_model m, gckpt_device dev)
          * with offload_optimizer still held from the step's start */
         uint64_t bucket = mode == GCKPT_PAR_ZERO1 ? gckpt_round_up(2 * gckpt_ds_reduce_bucket(&m, &on.set.layout), R) : 0;
         assert_int_equal(on.parallel, off.parallel + bucket + gckpt_round_up(2 * largest, R));
-        assert_int_equal(on.host_pinned, (4 + 2 + 4) * parts + 2 * largest);
-        assert_int_equal(on.host_pageable, 8 * parts);
-        assert_int_equal(off.host_pinned + off.host_pageable, 0);
+        assert_int_equal(on.par.host_pinned, (4 + 2 + 4) * parts + 2 * largest);
+        assert_int_equal(on.par.host_pageable, 8 * parts);
+        assert_int_equal(off.par.host_pinned + off.par.host_pageable, 0);
         if (mode == GCKPT_PAR_ZERO2) { /* no reduced partition, no step temporaries on the device */
             assert_true(off.grads > 0 && off.opt_temp > 0);
             assert_int_equal(on.grads + on.step_grads + on.opt_temp, 0);
@@ -735,7 +735,7 @@ static void zero12_offload(const char *name, gckpt_model m, gckpt_device dev)
             assert_true(on.opt_temp > 0 && on.opt_temp <= gckpt_round_up(8 * maxpart, R));
         }
         /* the accumulators: every parameter overlapping the partition, whole */
-        uint64_t K = on.z12_offload_numel;
+        uint64_t K = on.par.z12_offload_numel;
         assert_true(K >= real && K <= parts + 4 * largest);
         if (m.layers > 40) continue; /* the walks below: the small models are enough */
         gckpt_result r_on, r_off, r_one;
@@ -743,10 +743,10 @@ static void zero12_offload(const char *name, gckpt_model m, gckpt_device dev)
         gckpt_fast_eval(&on, &prof, 1, false, 2, &r_on);
         gckpt_fast_eval(&on, &prof, 1, false, 1, &r_one);
         /* (zero2's result is the busiest rank's, whose partition holds other parameters) */
-        uint64_t acc = r_on.host_pinned_bytes - on.host_pinned;
+        uint64_t acc = r_on.host_pinned_bytes - on.par.host_pinned;
         if (mode == GCKPT_PAR_ZERO1) assert_int_equal(acc, 2 * K);
         assert_true(acc % 2 == 0 && acc >= 2 * (parts - 2 * N) && acc <= 2 * (parts + 4 * largest));
-        assert_int_equal(r_one.host_pinned_bytes, on.host_pinned);
+        assert_int_equal(r_one.host_pinned_bytes, on.par.host_pinned);
         assert_int_equal(r_on.host_pageable_bytes, 8 * parts);
         assert_true(gckpt_profile_build(&off, &prof));
         gckpt_fast_eval(&off, &prof, 1, false, 2, &r_off);

@@ -298,8 +298,8 @@ static uint64_t z2_numel(const char *fixture, int np)
     static gckpt_ctx c;
     gckpt_setting_recipe(&m, &s, GCKPT_TARGET_CPU, &r);
     if (!gckpt_ctx_init(&c, &m, &d, &r, &s, &err)) fail_msg("%s", err.msg);
-    assert_true(c.z2_numel > 0);
-    return c.z2_numel;
+    assert_true(c.par.z2_numel > 0);
+    return c.par.z2_numel;
 }
 
 /* ZeRO-2 whose reduce_bucket_size (a ds_config's) equals rank 0's reduced-gradient elements: the

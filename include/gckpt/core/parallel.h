@@ -114,7 +114,9 @@ void gckpt_rank_persistent(const gckpt_params *ps, const gckpt_model *m, const g
  * are per instance (count: its copies);
  * rows of the rank (param -1) are flat buffers or scalars. Bytes as allocated: each instance
  * rounded to the allocator's granularity, except the scalars measured as a byte count (AdamW's
- * step, DDP's used maps, the mesh, DeepSpeed's flags), which are summed unrounded. */
+ * step, DDP's used maps, the mesh, DeepSpeed's flags), which are summed unrounded. The executor
+ * allocates every held row (gckpt_row_held) as one buffer of its bytes, its instances back to
+ * back, and each mode's files take their views from the rows (executor/interp_parallel.c). */
 typedef enum {
     GCKPT_ROW_WEIGHTS, /* gckpt_rank_bytes.weights */
     GCKPT_ROW_GRADS,   /* .grads */
@@ -143,7 +145,13 @@ typedef struct {
     uint64_t count;    /* allocations (a block parameter's: one per layer) */
     uint64_t elements; /* elements of one allocation (for the scalars, bytes: dtype uint8) */
     uint64_t bytes;    /* all of them as allocated */
+    bool held;         /* a row of a kind made within each step that the rank holds from setup
+                        * nonetheless (ZeRO-1/2's flag beside the ipg bucket, which the optimizer
+                        * step frees and takes again; ZeRO-1's ipg buckets under offload_optimizer) */
 } gckpt_state_row;
+/* Whether row r is allocated once at setup (an executor's persistent buffer): the kinds kept
+ * between steps, and the held ones; the others are the schedule's events. */
+static inline bool gckpt_row_held(const gckpt_state_row *r) { return r->kind < GCKPT_NROW_KEPT || r->held; }
 #define GCKPT_MAX_STATE_ROWS (3 * GCKPT_MAX_PARAMS + 16)
 typedef struct gckpt_rank_state {
     int n;
@@ -166,14 +174,14 @@ uint64_t gckpt_rank_rows_bytes(const gckpt_rank_state *st, gckpt_row_kind kind);
  *  zero1: the ipg bucket (reduce_bucket_size elements) held through the step; the full
  *         model-dtype gradients accumulate in .grad as on one GPU (FINDINGS 13.6, exact);
  *  zero2: the gradients, the ipg bucket and the rank's reduced slice are events; the slice
- *         (c->z2_numel elements) reaches the step;
+ *         (c->par.z2_numel elements) reaches the step;
  *  zero1/zero2 with offload_optimizer (FINDINGS 13.10): no fp32 master, states, step
  *         temporaries or reduced slice on the device (they are host bytes); a model-dtype
  *         buffer of the largest parameter (temp_grad_buffer_for_gpu_offload) persists; the
  *         gradient norm's fp64 copy of each slice is a transient at its reduction;
  *  zero3: the flat gradient partitions and the ipg bucket persist; gathered parameters and
  *         transient .grads are events;
- *  fsdp:  the units' buffers are events; the fp32 sharded gradients (c->unit_part) reach the step. */
+ *  fsdp:  the units' buffers are events; the fp32 sharded gradients (c->par.unit_part) reach the step. */
 void gckpt_parallel_apply(gckpt_ctx *c);
 
 /* ZeRO-3: whether gathered parameters stay from their forward use to their backward (DeepSpeed

@@ -12,6 +12,7 @@
 #include "gckpt/core/collective.h"
 #include "gckpt/core/device.h"
 #include "gckpt/core/model.h"
+#include "gckpt/core/par_state.h"
 #include "gckpt/core/params.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/setting.h"
@@ -255,28 +256,10 @@ typedef struct {
     uint64_t quant_weights, quant_stats; /* QLoRA's packed weights and statistics (not in weights) */
     uint64_t paged_states;               /* paged optimizer states (not in opt_states) */
     uint64_t parallel;                   /* a parallel mode's per-rank additions (GCKPT_C_PARALLEL) */
-    uint64_t ddp_used_map;               /* DDP: find_unused_parameters' maps, in GCKPT_C_PARALLEL for
-                                          * every_n off only (not in parallel) */
-    uint64_t unit_part[GCKPT_NSEC];      /* FSDP2: elements of one unit's padded local shards (the
-                                          * embedding, one layer, the tail), 0 otherwise */
-    uint64_t z2_numel;                   /* ZeRO-2: elements of the rank's reduced gradients */
-    uint64_t z1_reduce_numel;            /* ZeRO-1: elements (model dtype) its boundary reduction holds
-                                          * above the full .grad for a moment (a transient at the end
-                                          * of the reducing micro-step's backward), 0 otherwise */
-    uint64_t z12_offload_numel;          /* ZeRO-1/2 offload_optimizer: elements of the parameters
-                                          * overlapping the rank's partition (their pinned
-                                          * accumulators under gradient accumulation), 0 otherwise */
     uint64_t step_grads;                 /* of grads, what stays allocated into the optimizer step
                                           * (all but under ZeRO-1/2: the rank's reduced partition) */
-    uint64_t step_released;              /* of parallel (and ZeRO-1's bucket), what the optimizer step
-                                          * frees first (ZeRO-1/2's ipg bucket: each backward allocates it) */
-    uint64_t step_retaken;               /* ... and of that, what it allocates again at its end (the
-                                          * rest is allocated again by the next step's backward) */
     double opt_seconds;                  /* one optimizer step */
-    /* several GPUs with CPU offload (layout.offload): host bytes the rank holds for the run,
-     * pinned (in the result's host_pinned_bytes) and pageable (the CPU optimizer's states;
-     * ZeRO-3's fp32 master) */
-    uint64_t host_pinned, host_pageable;
+    gckpt_par_state par;                 /* the parallel mode's own state (gckpt/core/par_state.h) */
     /* each op at this setting: forward [0] and backward [1] seconds, matmul FLOPs and
      * workspace bytes; the backward's promoted copies (CPU target) */
     double op_s[2][GCKPT_MAX_OPS], op_flops[2][GCKPT_MAX_OPS];

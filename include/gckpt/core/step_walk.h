@@ -73,7 +73,7 @@ void gckpt_walk_schedule(gckpt_walk_state *w, const gckpt_schedule *sc, gckpt_wa
 
 /* The memory at the start of a steady-state step of c at every_n: the persistent state
  * (gckpt_persistent) and, under DDP with every_n off, find_unused_parameters' maps
- * (c->ddp_used_map, in PARALLEL). */
+ * (c->par.ddp_used_map, in PARALLEL). */
 void gckpt_step_start(const gckpt_ctx *c, uint32_t every_n, int64_t start[GCKPT_NCOMP]);
 
 #ifdef __cplusplus

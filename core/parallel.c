@@ -53,6 +53,11 @@ uint64_t gckpt_ds_ipg_buckets(const gckpt_layout *l)
 
 bool gckpt_layout_multi(const gckpt_layout *l) { return gckpt_par_mode_of(l->mode)->multi; }
 
+bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l)
+{
+    return gckpt_par_mode_of(l->mode)->ipg_bucket_event && !(l->offload & GCKPT_OFFLOAD_OPTIMIZER);
+}
+
 bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
 {
     const gckpt_par_mode *d = gckpt_par_mode_of(s->layout.mode);
@@ -255,7 +260,7 @@ void gckpt_rows_zero12(const gckpt_params *ps, const gckpt_model *m, const gckpt
      * first gradient hook's, freed when the step starts), but held through the run under ZeRO-1's
      * offload_optimizer */
     const gckpt_par_mode *d = gckpt_par_mode_of(s->layout.mode);
-    st->row[st->n - 1].held = !d->reduce_hooks && !(d->ipg_bucket_event && !(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER));
+    st->row[st->n - 1].held = !d->reduce_hooks && !gckpt_layout_ipg_bucket_event(&s->layout);
     row(st, "beside the ipg bucket (measured)", GCKPT_ROW_IPG_FLAG, -1, GCKPT_DT_U8, GCKPT_SHARD_NONE, 1, ZERO12_IPG_FLAG,
         ZERO12_IPG_FLAG);
     st->row[st->n - 1].held = true; /* freed and taken again by the step (gckpt_apply_zero12) */

@@ -281,8 +281,7 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
         s->wrap = NULL;
     }
     s->grads_exist = grads_exist && gckpt_wrap_grads_kept(c);
-    s->z1_bucket_due = gckpt_par_mode_of(c->set.layout.mode)->ipg_bucket_event && !grads_exist &&
-                       !(c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER);
+    s->z1_bucket_due = gckpt_layout_ipg_bucket_event(&c->set.layout) && !grads_exist;
     /* the Trainer's find_unused_parameters: on without gradient checkpointing (FINDINGS R-DIST-1);
      * layer 0 is checkpointed under every every_n, so a plain layer 0 is every_n off */
     s->ddp_sink = gckpt_par_mode_of(c->set.layout.mode)->sink_clones_logits && (st->modes ? st->modes[0] == GCKPT_LAYER_PLAIN : !st->every_n);

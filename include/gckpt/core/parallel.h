@@ -43,6 +43,11 @@ uint32_t gckpt_layout_world(const gckpt_layout *l);
 /* Whether the layout spreads the step over several GPUs. */
 bool gckpt_layout_multi(const gckpt_layout *l);
 
+/* Whether ZeRO's ipg bucket is a schedule event (made at the first backward's first gradient
+ * hook, freed when the step starts) rather than held through the run: the mode's
+ * ipg_bucket_event without offload_optimizer. The rows and the simulator both read it. */
+bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l);
+
 /* DeepSpeed's limits in elements: the ds_config's value when set (l->ds), else what the Trainer
  * fills for "auto" (transformers integrations/deepspeed.py,
  * HfTrainerDeepSpeedConfig.trainer_config_finalize) or DeepSpeed's default

@@ -128,7 +128,10 @@ gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
 
 void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_target target, gckpt_recipe *r)
 {
-    gckpt_recipe_build_seq(m, gckpt_parallel_compute_precision(s), s->attention, target, &s->peft, s->seq, r);
+    gckpt_precision p = gckpt_parallel_compute_precision(s);
+    gckpt_peft pf = s->peft;
+    pf.wrapper_cast = p != s->precision; /* the wrapper's bf16 replaces autocast */
+    gckpt_recipe_build_seq(m, p, s->attention, target, &pf, s->seq, r);
 }
 
 /* A parameter's dim 0 and the elements of one row (a 1-D tensor is stored as one row; a

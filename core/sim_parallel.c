@@ -584,8 +584,7 @@ void gckpt_sync_ddp(const gckpt_ctx *c, gckpt_schedule *o)
 void gckpt_sync_zero1(const gckpt_ctx *c, gckpt_schedule *o)
 {
     const gckpt_params *ps = &c->params;
-    size_t count = 0; /* every instance has its flat place */
-    for (int i = 0; i < ps->n; i++) count += ps->p[i].copies;
+    size_t count = gckpt_zero12_flat(ps, c->model->layers, NULL); /* every trainable instance's place */
     gckpt_flat_place *f = malloc(sizeof *f * (count ? count : 1));
     gckpt_zero1_flush *fl = NULL;
     size_t nf = 0;

@@ -269,11 +269,12 @@ void gckpt_rows_ddp(const gckpt_params *ps, const gckpt_model *m, const gckpt_se
  * tail). A tied head: accelerate's fsdp2_prepare_model shards [final norm, embedding, lm_head]
  * as one unit (one all-gather, one reduce-scatter, one fp32 sharded gradient), the tail unit is
  * empty (core/sim_parallel.c places that unit at the embedding's). */
-static void fsdp_unit_parts(const gckpt_params *ps, const gckpt_model *m, uint64_t part[GCKPT_NSEC])
+static void fsdp_unit_parts(const gckpt_params *ps, const gckpt_model *m, bool grads, uint64_t part[GCKPT_NSEC])
 {
     for (int k = 0; k < GCKPT_NSEC; k++) part[k] = 0;
-    /* only the parameters that get a gradient (R-DISTPEFT-4) */
-    for (int i = 0; i < ps->n; i++) part[ps->p[i].section] += ps->p[i].trainable ? ps->p[i].shard.part : 0;
+    /* grads: only the parameters that get a gradient, which the reduce-scatter carries
+     * (R-DISTPEFT-4); else every sharded one, which the all-gather carries */
+    for (int i = 0; i < ps->n; i++) part[ps->p[i].section] += ps->p[i].trainable || !grads ? ps->p[i].shard.part : 0;
     if (m->tied) {
         part[GCKPT_SEC_EMBED] += part[GCKPT_SEC_HEAD];
         part[GCKPT_SEC_HEAD] = 0;
@@ -319,7 +320,7 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
     scalar_row(st, "AdamW step", trainable_tensors(ps), ADAMW_STEP);
     scalar_row(st, "device mesh and the units' tensors", n, FSDP_UNIT_BYTES * fsdp_units(m, s));
     uint64_t part[GCKPT_NSEC];
-    fsdp_unit_parts(ps, m, part);
+    fsdp_unit_parts(ps, m, true, part);
     for (int k = GCKPT_SEC_EMBED; k <= GCKPT_SEC_HEAD; k++)
         row(st, "fp32 sharded gradient of a unit", GCKPT_ROW_STEP_GRADS, -1, GCKPT_DT_F32, GCKPT_SHARD_DIM0,
             k == GCKPT_SEC_BLOCK ? m->layers : 1, part[k], gckpt_round_up(4 * part[k], round));
@@ -609,7 +610,8 @@ void gckpt_apply_zero3(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_ran
 
 void gckpt_apply_fsdp(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 {
-    fsdp_unit_parts(&c->params, c->model, c->unit_part);
+    fsdp_unit_parts(&c->params, c->model, false, c->unit_part);
+    fsdp_unit_parts(&c->params, c->model, true, c->unit_grad_part);
     /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
      * schedule's events (core/sim_parallel.c); what stays allocated into the optimizer step is
      * each unit's fp32 sharded gradient (a flat buffer its parameters' .grad view) */

@@ -122,8 +122,13 @@ static bool unit_holds(const gckpt_wrap *w, uint64_t unit, int sec)
     return sec == section_of(w, unit) && !(w->tied && unit == w->units - 1);
 }
 
-/* Elements of the unit's padded local shards (a tied head's: core/parallel.c folds them into unit 0). */
+/* Elements of the unit's padded local shards (a tied head's: core/parallel.c folds them into unit 0),
+ * all of them (what the all-gather carries) or the trainable ones' (the reduce-scatter's). */
 static uint64_t unit_part(const gckpt_wrap *w, uint64_t unit) { return w->c->unit_part[section_of(w, unit)]; }
+static uint64_t unit_grad_part(const gckpt_wrap *w, uint64_t unit) { return w->c->unit_grad_part[section_of(w, unit)]; }
+/* Whether FSDP2 gathers the parameter: not a Params4bit that accelerate leaves whole (ignored_params,
+ * FINDINGS R-DISTPEFT-7: no shard). */
+static bool fsdp_gathered(const gckpt_param *p) { return p->shard.part != 0; }
 
 /* The dtype gathered and reduced: FSDP2's MixedPrecisionPolicy param / reduce dtype, DeepSpeed's
  * model dtype; bf16 under the Trainer's bf16=True. */
@@ -188,7 +193,7 @@ static void copy_out(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t un
     w->params[unit] = -1;
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
-        if (!unit_holds(w, unit, p->section)) continue;
+        if (!unit_holds(w, unit, p->section) || !fsdp_gathered(p)) continue;
         int id = gckpt_sim_buffer(s, o, p->tensor, GCKPT_C_PARALLEL, dt, p->shard.part * p->shard.ways);
         if (w->params[unit] < 0) w->params[unit] = id;
     }
@@ -200,7 +205,7 @@ static void reshard(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t uni
     int id = w->params[unit];
     if (id < 0) return;
     for (int i = 0; i < ps->n; i++)
-        if (unit_holds(w, unit, ps->p[i].section)) gckpt_sim_release(s, o, id++);
+        if (unit_holds(w, unit, ps->p[i].section) && fsdp_gathered(&ps->p[i])) gckpt_sim_release(s, o, id++);
     w->params[unit] = -1;
 }
 
@@ -258,9 +263,10 @@ static void fsdp_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, u
      * gradient), so FSDP2's final callback runs it at the backward's end (unit 0's turn here) */
     if (unit_part(w, unit) == 0) return;
     reshard(w, s, o, unit);
-    if (!w->sync) return;
+    /* a unit of frozen parameters only reduces nothing (R-DISTPEFT-4) */
+    if (!w->sync || !unit_grad_part(w, unit)) return;
     int sec = section_of(w, unit);
-    uint64_t part = unit_part(w, unit), n = gckpt_layout_world(&c->set.layout);
+    uint64_t part = unit_grad_part(w, unit), n = gckpt_layout_world(&c->set.layout);
     uint8_t dt = wire_dtype(c);
     if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
     w->rs_in = gckpt_sim_buffer_as(s, o, -1, GCKPT_C_PARALLEL, dt, part * n, GCKPT_PE_RS_INPUT);

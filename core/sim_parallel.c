@@ -317,7 +317,8 @@ static void z3_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u
 {
     int *g = &w->gathered[u * GCKPT_MAX_TENSORS + (uint64_t)p->tensor];
     if (*g >= 0) return;
-    uint8_t dt = wire_dtype(w->c);
+    /* a Params4bit is gathered in its storage dtype (all_gather/uint8, R-DISTPEFT-8) */
+    uint8_t dt = p->quant.scheme ? p->weight.dtype : wire_dtype(w->c);
     uint64_t n = p->shard.ways;
     *g = gckpt_sim_buffer(s, o, p->tensor, GCKPT_C_PARALLEL, dt, p->shard.part * n);
     gckpt_event *e = gckpt_schedule_push(o);

@@ -51,8 +51,28 @@ static uint64_t plan_persistent(const dist_fixture *f)
     return b.total;
 }
 
+/* The schedule's events with the running total (GCKPT_PEFT_DUMP=<fixture file name>: where measured
+ * and planned part). */
+static void dump_events(const gckpt_ctx *c, const gckpt_schedule *ev)
+{
+    gckpt_mem m = {{0}};
+    gckpt_persistent(c, m.cur);
+    for (int i = 0; i < GCKPT_NCOMP; i++) m.total += m.cur[i];
+    for (size_t si = 0; si < ev->nseg; si++) {
+        const gckpt_sched_seg *g = &ev->seg[si];
+        for (size_t i = g->begin; i < g->end; i++) {
+            const gckpt_event *e = &ev->ev[i];
+            gckpt_mem_apply(&m, e);
+            const char *what = e->op >= 0 ? g_r.op[e->op].name : e->tensor >= 0 ? g_r.t[e->tensor].name : "-";
+            printf("micro%u %s L%d %s %s%s %llu %lld\n", g->seg.micro + 1, gckpt_phase_names[gckpt_seg_phase(&g->seg)],
+                   gckpt_seg_place(&g->seg, c->model->layers), gckpt_event_names[e->kind], e->grad ? "grad:" : "", what,
+                   (unsigned long long)e->bytes, (long long)m.total);
+        }
+    }
+}
+
 /* The rank's planned step 2: the walk of its schedule on the exact CPU device. */
-static void plan_step(const dist_fixture *f, const gckpt_device *dev, gckpt_result *res)
+static void plan_step(const char *name, const dist_fixture *f, const gckpt_device *dev, gckpt_result *res)
 {
     static gckpt_ctx c;
     gckpt_err err;
@@ -61,6 +81,8 @@ static void plan_step(const dist_fixture *f, const gckpt_device *dev, gckpt_resu
     gckpt_schedule ev;
     if (!gckpt_schedule_build(&c, &ev)) fail_msg("out of memory");
     gckpt_walk(&c, &ev, res);
+    const char *dump = getenv("GCKPT_PEFT_DUMP");
+    if (dump && !strcmp(dump, name)) dump_events(&c, &ev);
     gckpt_schedule_free(&ev);
 }
 
@@ -129,10 +151,12 @@ static int check_peak(const char *name, const dist_fixture *f, void *ctx)
 {
     peak_tally *t = ctx;
     gckpt_result res;
-    plan_step(f, &t->dev, &res);
+    plan_step(name, f, &t->dev, &res);
     double planned = (double)res.peak_bytes, e = (planned - f->peak) / f->peak;
     int mode = f->s.layout.mode;
-    print_message("%-56.56s %9.0f %9.0f %+7.3f%%  %s\n", name, f->peak, planned, 100 * e, f->where);
+    print_message("%-56.56s %9.0f %9.0f %+7.3f%%  %s (planned: micro %d, phase %d, layer %d, %s)\n", name, f->peak,
+                  planned, 100 * e, f->where, res.peak_micro, res.peak_phase, res.peak_layer,
+                  res.peak_tensor >= 0 ? g_r.t[res.peak_tensor].name : "-");
     if (fabs(e) > t->worst[mode]) t->worst[mode] = fabs(e);
     t->sum[mode] += fabs(e);
     t->count[mode]++;

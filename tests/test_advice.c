@@ -421,7 +421,7 @@ static void help_lists_everything(void **state)
     static const char *const opts[] = {
         "--model", "--gpu", "--seq", "--allow-long-seq", "--micro-batch", "--grad-accum", "--global-batch",
         "--precision", "--optimizer", "--attention", "--method", "--lora-rank", "--lora-alpha", "--lora-dropout",
-        "--lora-targets", "--modules-to-save", "--quant", "--double-quant", "--compute-dtype", "--gpus", "--nodes",
+        "--lora-targets", "--modules-to-save", "--quant", "--double-quant", "--compute-dtype", "--quant-storage", "--gpus", "--nodes",
         "--parallel", "--moe-imbalance", "--deepspeed", "--fsdp-offload", "--every-n", "--offload", "--budget",
         "--margin", "-o", "--output", "--plot", "--table", "-q", "--quiet", "--list", "--calibrate-from", "-h", "--help", "-V",
         "--version"};

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/peft.h"
 
 bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err)
 {
@@ -31,11 +32,24 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
     const char *mode = gckpt_parallel_names[s->layout.mode];
     /* every mode executes what the core plans per rank (a hand-written plan may hold more) */
     if (!gckpt_layout_check(s, err)) return false;
+    if (!gckpt_exec_layout_ok(&s->layout, &s->peft, err)) return false;
     if ((uint32_t)world != gckpt_layout_world(&s->layout)) {
         gckpt_seterr(err, "parallel mode %s planned for %u ranks, run on %d", mode, gckpt_layout_world(&s->layout), world);
         return false;
     }
     return true;
+}
+
+bool gckpt_exec_layout_ok(const gckpt_layout *l, const gckpt_peft *pf, gckpt_err *err)
+{
+    /* LoRA / QLoRA: DDP's hooks act on the trainable parameters only (its buckets); the sharding
+     * modes' hooks (FSDP2's units, ZeRO's flat groups and partitions) do not yet skip frozen and
+     * 4-bit parameters */
+    if (!gckpt_layout_multi(l) || !gckpt_peft_on(pf) || l->mode == GCKPT_PAR_DDP) return true;
+    const char *mode = gckpt_parallel_names[l->mode];
+    gckpt_seterr(err, "--method %s with parallel mode %s is planned but not executed: gckpt-run's %s hooks do not "
+                      "yet handle frozen parameters (DDP runs LoRA and QLoRA)", gckpt_method_names[pf->method], mode, mode);
+    return false;
 }
 
 const exec_par_ops *exec_par_ops_of(const gckpt_layout *l)

@@ -5,8 +5,20 @@
  *   - every fake-group fixture: the planned persistent bytes of its rank equal the allocator's
  *     live bytes at step 2's start and end;
  *   - every fake-group fixture: step 2's planned live peak (the walk, CPU target, exact allocator)
- *     within the single-GPU LoRA fixtures' tolerance (test_hf_peft: 0.5 %); max and mean |error|
- *     printed per mode.
+ *     within the single-GPU LoRA fixtures' tolerance (test_hf_peft: 0.5 %) under ddp and zero1,
+ *     and within the bound the parallel_peak_approximate warning states for LoRA under fsdp,
+ *     zero2 and zero3 (GCKPT_PARALLEL_PEFT_*_BOUND_PCT); max and mean |error| printed per mode,
+ *     and each fixture beyond 0.5 % listed with the reason:
+ *       zero2, rank 1 of the q,v fixtures (+0.93 %): the schedule makes the rank's partition buffer
+ *         at the first reduce hook of one of its parameters (the executor's per-parameter
+ *         all-reduce copies into it there), DeepSpeed at the ipg bucket's flush; LoRA's gradients
+ *         are small against the bucket (hidden^2 elements), so the buffer (7,168 B) is planned
+ *         two layers early and sits under the peak;
+ *       zero3, every fixture (-4.5 % .. +1.9 %): the measured steps gather each layer's frozen
+ *         parameters one layer ahead (DeepSpeed's prefetch) and, with checkpointing, twice more in
+ *         the backward (the recompute's and the backward's gathers of the frozen parameters of a
+ *         checkpointed layer), and the rank's live bytes at the forward's end exceed the plan by
+ *         70-110 KB on the tiny models; neither is modelled (FINDINGS R-DISTPEFT-6).
  * Not compared, each listed by name: the gloo twins (their allocator misses frees made on gloo's
  * threads, FINDINGS R-PROBE-5), and the `lb16` variant (a LoRA base loaded in bf16 and trained
  * under the Trainer's bf16=True autocast: the planner's precisions have no such setting). */
@@ -33,6 +45,15 @@
 
 #define DIR_PEFT GCKPT_TEST_DATA "/hf-dist-peft"
 #define PEAK_TOL 0.005 /* test_hf_peft's LoRA tolerance (hf_tolerance: bf16 and amp fixtures) */
+
+/* The peak tolerance of a mode: the warning's bound where it states one. */
+static double peak_tol(int mode)
+{
+    return mode == GCKPT_PAR_FSDP    ? atof(GCKPT_PARALLEL_PEFT_FSDP_BOUND_PCT) / 100
+           : mode == GCKPT_PAR_ZERO2 ? atof(GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT) / 100
+           : mode == GCKPT_PAR_ZERO3 ? atof(GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT) / 100
+                                     : PEAK_TOL;
+}
 
 static gckpt_recipe g_r;
 static gckpt_params g_ps;
@@ -144,7 +165,7 @@ static void test_persistent_exact(void **state)
 typedef struct {
     gckpt_device dev;
     double worst[GCKPT_NPAR], sum[GCKPT_NPAR];
-    int count[GCKPT_NPAR];
+    int count[GCKPT_NPAR], beyond[GCKPT_NPAR]; /* fixtures, of them beyond 0.5 % */
 } peak_tally;
 
 static int check_peak(const char *name, const dist_fixture *f, void *ctx)
@@ -160,8 +181,12 @@ static int check_peak(const char *name, const dist_fixture *f, void *ctx)
     if (fabs(e) > t->worst[mode]) t->worst[mode] = fabs(e);
     t->sum[mode] += fabs(e);
     t->count[mode]++;
-    if (fabs(e) <= PEAK_TOL) return 0;
-    print_message("  ^ beyond %.1f %%\n", 100 * PEAK_TOL);
+    if (fabs(e) > PEAK_TOL) {
+        print_message("  ^ not matched within %.1f %% (the reason: this file's header)\n", 100 * PEAK_TOL);
+        t->beyond[mode]++;
+    }
+    if (fabs(e) <= peak_tol(mode)) return 0;
+    print_message("  ^ beyond the %s bound, %.2f %%\n", gckpt_parallel_names[mode], 100 * peak_tol(mode));
     return 1;
 }
 
@@ -178,8 +203,9 @@ static void test_peaks(void **state)
     int bad = each_fixture(check_peak, &t, &compared);
     for (int m = 1; m < GCKPT_NPAR; m++)
         if (t.count[m])
-            print_message("%-6s %3d fixtures: max |error| %.3f %%, mean %.3f %%\n", gckpt_parallel_names[m], t.count[m],
-                          100 * t.worst[m], 100 * t.sum[m] / t.count[m]);
+            print_message("%-6s %3d fixtures: max |error| %.3f %%, mean %.3f %%, %d beyond 0.5 %% (bound %.2f %%)\n",
+                          gckpt_parallel_names[m], t.count[m], 100 * t.worst[m], 100 * t.sum[m] / t.count[m],
+                          t.beyond[m], 100 * peak_tol(m));
     assert_true(compared >= 120);
     assert_int_equal(bad, 0);
 }

@@ -199,11 +199,15 @@ static int optimizer_groups(const gckpt_params *ps)
  * mode, never sharded (bitsandbytes re-attaches the module's quant_state to a gathered weight,
  * R-DISTPEFT-7, -8). */
 static const char QUANT_STATS[] = "quantization statistics";
-static void quant_stats_row(gckpt_rank_state *st, int i, const gckpt_param *p)
+static void quant_stats_row(gckpt_rank_state *st, int i, const gckpt_param *p, uint64_t round)
 {
-    if (quantized(p))
-        row(st, QUANT_STATS, GCKPT_ROW_WEIGHTS, i, GCKPT_DT_U8, GCKPT_SHARD_NONE, p->copies,
-            p->quant.stats.numel, p->quant.stats.bytes);
+    if (!quantized(p)) return;
+    for (int k = 0; k < GCKPT_NQS; k++) { /* each piece its own allocation (gckpt_quant_layout_of) */
+        const gckpt_quant_piece *q = &p->quant.layout.stat[k];
+        if (q->numel)
+            row(st, QUANT_STATS, GCKPT_ROW_WEIGHTS, i, (gckpt_dtype)q->dtype, GCKPT_SHARD_NONE, p->copies, q->numel,
+                gckpt_round_up(q->bytes, round));
+    }
 }
 
 /* A frozen parameter kept whole on every rank: a quantized weight as bitsandbytes stores it
@@ -217,7 +221,7 @@ static void whole_frozen_row(gckpt_rank_state *st, int i, const gckpt_param *p, 
     else
         row(st, "frozen weight, whole", GCKPT_ROW_WEIGHTS, i, dt, GCKPT_SHARD_NONE, p->copies, p->numel,
             gckpt_round_up(gckpt_dtype_size(dt) * p->numel, round));
-    quant_stats_row(st, i, p);
+    quant_stats_row(st, i, p, round);
 }
 /* ZeRO's model dtype: bf16 under the Trainer's bf16=True, else fp32 */
 static gckpt_dtype zero_dtype(const gckpt_setting *s) { return s->precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16; }
@@ -309,7 +313,7 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
         gckpt_dtype dt = quantized(p) ? (gckpt_dtype)p->weight.dtype : GCKPT_DT_F32;
         row(st, p->trainable ? "fp32 sharded parameter" : "sharded frozen parameter", GCKPT_ROW_WEIGHTS, i, dt,
             GCKPT_SHARD_DIM0, p->copies, p->shard.part, gckpt_round_up(gckpt_dtype_size(dt) * p->shard.part, round));
-        quant_stats_row(st, i, p);
+        quant_stats_row(st, i, p, round);
         if (!p->trainable) continue;
         uint64_t local = gckpt_shard_local(p, rank);
         row(st, "exp_avg (local rows)", GCKPT_ROW_STATES, i, GCKPT_DT_F32, GCKPT_SHARD_DIM0, p->copies, local,
@@ -377,7 +381,7 @@ void gckpt_rows_zero3(const gckpt_params *ps, const gckpt_model *m, const gckpt_
         if (p->shard.whole)
             row(st, "persistent whole parameter", GCKPT_ROW_WEIGHTS, i, pdt, GCKPT_SHARD_NONE, p->copies,
                 p->weight.numel, gckpt_round_up(ps_ * p->weight.numel, round));
-        quant_stats_row(st, i, p);
+        quant_stats_row(st, i, p, round);
     }
     row(st, "fp32 master partitions", GCKPT_ROW_MASTER, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(4 * q, round));
     row(st, "exp_avg partitions", GCKPT_ROW_STATES, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(4 * q, round));

@@ -80,7 +80,7 @@ void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_ta
 /* ... with LoRA / QLoRA (tests/data/hf-dist-peft, test_parallel_peft holds each to the fixtures):
  * fsdp; zero2, whose rank's partition buffer the schedule makes at the first hook of one of its
  * parameters, up to a bucket before DeepSpeed's flush (a bucket spans layers of adapters); zero3,
- * whose prefetch and re-gathers of frozen parameters are not modelled (FINDINGS R-DISTPEFT-6). */
+ * whose prefetch of the next layer's frozen parameters is not modelled (FINDINGS R-DISTPEFT-6). */
 #define GCKPT_PARALLEL_PEFT_FSDP_BOUND_PCT "0.04"
 #define GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT "0.94"
 #define GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT "4.5"

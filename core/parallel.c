@@ -4,14 +4,16 @@
  * says the rules and where they were measured). */
 #include "parallel_modes.h"
 
+#include "gckpt/core/peft.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #define ADAMW_STEP 4     /* torch AdamW's `step`: an fp32 scalar per parameter (group) */
-#define MESH_BYTES 24    /* FSDP2: bytes per rank that no Python reference reaches, measured on
-                          * 4-layer models (6 units) at 2, 4 and 8 ranks; read as the DeviceMesh's */
-#define MESH_TIED_LESS 4 /* ... and per rank 4 B less with a tied head's 5 units (FINDINGS R-DIST-24):
-                          * so perhaps 4 B per rank per unit, not separable on these fixtures */
+#define FSDP_UNIT_BYTES 4 /* FSDP2: bytes per rank and per unit holding parameters that no Python
+                           * reference reaches: 24 per rank on 4-layer models (6 units) at 2, 4 and 8
+                           * ranks, 20 with a tied head's 5 units (FINDINGS R-DIST-24), one +4 N-byte
+                           * allocation per fully_shard traced under PEFT's L + 3 units (R-DISTPEFT-3) */
 #define ZERO12_NORM 4    /* ZeRO-1/2: the fp32 gradient-norm scalar kept between steps */
 #define ZERO12_IPG_FLAG 4 /* ZeRO-1/2: bytes beside the ipg bucket, freed and retaken by the step (FINDINGS R-DIST-18) */
 #define ZERO3_SCALARS 9  /* ZeRO-3: inf_or_nan_tracker (bool) + 8 B of scalars */
@@ -20,16 +22,30 @@
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-/* Parameter tensors, every instance. */
-static uint64_t param_tensors(const gckpt_params *ps)
+/* Trainable parameter tensors, every instance (full fine-tuning: every tensor; LoRA: the
+ * adapters): what AdamW steps, DDP's reducer hooks (FINDINGS R-DISTPEFT-2). */
+static uint64_t trainable_tensors(const gckpt_params *ps)
 {
     uint64_t tensors = 0;
-    for (int i = 0; i < ps->n; i++) tensors += ps->p[i].copies;
+    for (int i = 0; i < ps->n; i++) tensors += ps->p[i].trainable ? ps->p[i].copies : 0;
     return tensors;
 }
-/* DDP's find_unused_parameters maps, per parameter tensor; the Trainer turns the option on
- * only without gradient checkpointing (FINDINGS R-DIST-1), so they exist only for every_n off. */
-static uint64_t ddp_used_map(const gckpt_params *ps) { return DDP_USED_MAP * param_tensors(ps); }
+/* DDP's find_unused_parameters maps, per trainable tensor. */
+static uint64_t ddp_used_map(const gckpt_params *ps) { return DDP_USED_MAP * trainable_tensors(ps); }
+/* Whether the Trainer asks DDP for find_unused_parameters: without gradient checkpointing for a
+ * PreTrainedModel (FINDINGS R-DIST-1), always for a PeftModel (R-DISTPEFT-1). */
+static bool ddp_finds_unused(const gckpt_setting *s) { return !s->every_n || gckpt_peft_on(&s->peft); }
+
+/* A quantized weight (a Params4bit): sized by what bitsandbytes stores, [ceil(n/2)/s, 1] elements
+ * of the storage dtype (gckpt_quant_layout_of), not by its shape. */
+static bool quantized(const gckpt_param *p) { return p->quant.scheme != GCKPT_QUANT_NONE; }
+/* FSDP2: accelerate's fsdp2_prepare_model puts a frozen Params4bit of a non-floating storage
+ * (bnb_4bit_quant_storage uint8) into ignored_params, whole on every rank, never gathered; a
+ * floating one (bf16) is sharded as a bf16 tensor (FINDINGS R-DISTPEFT-7). */
+static bool fsdp_ignored(const gckpt_param *p)
+{
+    return quantized(p) && !gckpt_dtype_is_float((gckpt_dtype)p->weight.dtype);
+}
 
 uint32_t gckpt_layout_world(const gckpt_layout *l)
 {
@@ -58,6 +74,26 @@ bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l)
     return gckpt_par_mode_of(l->mode)->ipg_bucket_event && !(l->offload & GCKPT_OFFLOAD_OPTIMIZER);
 }
 
+/* LoRA / QLoRA on several GPUs as FINDINGS R-DISTPEFT-1..8 measured them: the Trainer's bf16=True,
+ * 4-bit weights stored as uint8 or bf16, no modules_to_save copies, no CPU offload, FSDP2
+ * resharding after the forward; the rest is R-DISTPEFT-9's unverified list. */
+static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
+{
+    const gckpt_peft *pf = &s->peft;
+    const char *how = gckpt_method_names[pf->method];
+    const char *why = s->precision != GCKPT_AMP_BF16 ? "only --precision amp-bf16 (the Trainer's bf16=True) is measured"
+                      : pf->modules_to_save ? "--modules-to-save is not measured on several GPUs"
+                      : s->layout.offload ? "CPU offload (--fsdp-offload, ZeRO offload) is not measured with adapters"
+                      : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
+                      : pf->method != GCKPT_METHOD_QLORA ? NULL
+                      : pf->quant == GCKPT_QUANT_INT8 ? "--quant int8 (LLM.int8) is not measured on several GPUs"
+                      : pf->quant_storage != GCKPT_DT_U8 && pf->quant_storage != GCKPT_DT_BF16
+                          ? "only --quant-storage uint8 or bf16 is measured"
+                          : NULL;
+    if (why) gckpt_seterr(err, "--parallel %s --method %s: %s (FINDINGS R-DISTPEFT-9)", mode, how, why);
+    return !why;
+}
+
 bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
 {
     const gckpt_par_mode *d = gckpt_par_mode_of(s->layout.mode);
@@ -72,10 +108,10 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
         return false;
     }
     if (!(d->methods >> s->peft.method & 1)) {
-        gckpt_seterr(err, "--parallel %s: only full fine-tuning is planned per rank (LoRA/QLoRA on several GPUs "
-                          "is not measured)", mode);
+        gckpt_seterr(err, "--parallel %s: only full fine-tuning is planned per rank in this mode", mode);
         return false;
     }
+    if (gckpt_peft_on(&s->peft) && !peft_ok(s, mode, err)) return false;
     if (!(d->optimizers >> s->optimizer & 1)) {
         gckpt_seterr(err, "--parallel %s: only --optimizer adamw is planned per rank (FINDINGS R-DIST-13..15 measured "
                           "the Trainer's adamw_torch_fused)", mode);
@@ -97,12 +133,16 @@ gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
 
 void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_target target, gckpt_recipe *r)
 {
-    gckpt_recipe_build_seq(m, gckpt_parallel_compute_precision(s), s->attention, target, &s->peft, s->seq, r);
+    gckpt_precision p = gckpt_parallel_compute_precision(s);
+    gckpt_peft pf = s->peft;
+    pf.wrapper_cast = p != s->precision; /* the wrapper's bf16 replaces autocast */
+    gckpt_recipe_build_seq(m, p, s->attention, target, &pf, s->seq, r);
 }
 
-/* A parameter's dim 0 and the elements of one row (a 1-D tensor is stored as one row). */
-static uint64_t dim0(const gckpt_param *p) { return p->rows == 1 ? p->cols : p->rows; }
-static uint64_t row_numel(const gckpt_param *p) { return p->rows == 1 ? 1 : p->cols; }
+/* A parameter's dim 0 and the elements of one row (a 1-D tensor is stored as one row; a
+ * quantized weight as its packed [stored, 1]). */
+static uint64_t dim0(const gckpt_param *p) { return quantized(p) ? p->weight.numel : p->rows == 1 ? p->cols : p->rows; }
+static uint64_t row_numel(const gckpt_param *p) { return quantized(p) || p->rows == 1 ? 1 : p->cols; }
 
 void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l)
 {
@@ -116,18 +156,22 @@ void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layo
         p->shard.buffers = d->sharded;
         p->shard.ways = d->shard_how == GCKPT_SHARD_NONE ? 1 : n;
         p->shard.dim = 0;
-        p->shard.whole = d->persistence && p->numel < gckpt_ds_persistence_threshold(m, l);
+        /* ZeRO-3 counts a Params4bit's stored elements against the threshold (R-DISTPEFT-8) */
+        p->shard.whole = d->persistence && p->weight.numel < gckpt_ds_persistence_threshold(m, l);
         p->shard.part = 0;
         if (!(d->sharded & GCKPT_SHARD_WEIGHT)) continue; /* ZeRO-1/2: the group's flat partition decides */
-        if (d->shard_how == GCKPT_SHARD_DIM0) p->shard.part = cdiv(dim0(p), n) * row_numel(p);
-        else if (d->shard_how == GCKPT_SHARD_FLAT) p->shard.part = cdiv(p->numel, n);
+        if (d->shard_how == GCKPT_SHARD_DIM0 && fsdp_ignored(p)) {
+            p->shard.ways = 1; /* whole on every rank */
+            p->shard.whole = true;
+        } else if (d->shard_how == GCKPT_SHARD_DIM0) p->shard.part = cdiv(dim0(p), n) * row_numel(p);
+        else if (d->shard_how == GCKPT_SHARD_FLAT) p->shard.part = cdiv(p->weight.numel, n);
     }
 }
 
 uint64_t gckpt_shard_local(const gckpt_param *p, uint32_t r)
 {
-    uint64_t lo = (uint64_t)r * p->shard.part;
-    return p->numel > lo ? (p->numel - lo < p->shard.part ? p->numel - lo : p->shard.part) : 0;
+    uint64_t lo = (uint64_t)r * p->shard.part, n = p->weight.numel;
+    return n > lo ? (n - lo < p->shard.part ? n - lo : p->shard.part) : 0;
 }
 
 /* ---- The per-rank parameter-state table ---------------------------------------------------- */
@@ -138,7 +182,7 @@ static void row(gckpt_rank_state *st, const char *what, gckpt_row_kind kind, int
 {
     if (st->n >= GCKPT_MAX_STATE_ROWS) abort(); /* GCKPT_MAX_STATE_ROWS bounds every mode's rows */
     st->row[st->n++] = (gckpt_state_row){what, (uint8_t)kind, (int16_t)param, 0, (uint8_t)dt, GCKPT_PLACE_DEVICE,
-                                         (uint8_t)how, count, elements, count * each_bytes, false};
+                                         (uint8_t)how, count, elements, count * each_bytes, false, 0};
 }
 /* A scalar row: `bytes` measured bytes per allocation, summed unrounded. */
 static void scalar_row(gckpt_rank_state *st, const char *what, uint64_t count, uint64_t bytes)
@@ -146,12 +190,44 @@ static void scalar_row(gckpt_rank_state *st, const char *what, uint64_t count, u
     row(st, what, GCKPT_ROW_SCALARS, -1, GCKPT_DT_U8, GCKPT_SHARD_NONE, count, bytes, bytes);
 }
 
+/* The Trainer's optimizer groups that hold a trainable parameter (LoRA: the adapters all decay,
+ * so one; FINDINGS R-DISTPEFT-5). */
 static int optimizer_groups(const gckpt_params *ps)
 {
     bool g[2] = {false, false};
     for (int i = 0; i < ps->n; i++)
-        if (ps->p[i].copies * ps->p[i].numel != 0) g[ps->p[i].shard.group] = true;
+        if (ps->p[i].trainable && ps->p[i].copies * ps->p[i].numel != 0) g[ps->p[i].shard.group] = true;
     return g[0] + g[1];
+}
+
+/* A quantized weight's statistics (absmax, code books: R-QUANT-4..8), whole on every rank in every
+ * mode, never sharded (bitsandbytes re-attaches the module's quant_state to a gathered weight,
+ * R-DISTPEFT-7, -8). */
+static const char QUANT_STATS[] = "quantization statistics";
+static void quant_stats_row(gckpt_rank_state *st, int i, const gckpt_param *p, uint64_t round)
+{
+    if (!quantized(p)) return;
+    for (int k = 0; k < GCKPT_NQS; k++) { /* each piece its own allocation (gckpt_quant_layout_of) */
+        const gckpt_quant_piece *q = &p->quant.layout.stat[k];
+        if (!q->numel) continue;
+        row(st, QUANT_STATS, GCKPT_ROW_WEIGHTS, i, (gckpt_dtype)q->dtype, GCKPT_SHARD_NONE, p->copies, q->numel,
+            gckpt_round_up(q->bytes, round));
+        st->row[st->n - 1].qstat = (uint8_t)(k + 1);
+    }
+}
+
+/* A frozen parameter kept whole on every rank: a quantized weight as bitsandbytes stores it
+ * (ZeRO leaves a Params4bit's storage dtype alone), any other in dtype dt (DeepSpeed's bf16 casts
+ * it; DDP: as loaded), with its statistics. */
+static void whole_frozen_row(gckpt_rank_state *st, int i, const gckpt_param *p, gckpt_dtype dt, uint64_t round)
+{
+    if (quantized(p))
+        row(st, "quantized weight, whole", GCKPT_ROW_WEIGHTS, i, (gckpt_dtype)p->weight.dtype, GCKPT_SHARD_NONE,
+            p->copies, p->weight.numel, p->weight.bytes);
+    else
+        row(st, "frozen weight, whole", GCKPT_ROW_WEIGHTS, i, dt, GCKPT_SHARD_NONE, p->copies, p->numel,
+            gckpt_round_up(gckpt_dtype_size(dt) * p->numel, round));
+    quant_stats_row(st, i, p, round);
 }
 /* ZeRO's model dtype: bf16 under the Trainer's bf16=True, else fp32 */
 static gckpt_dtype zero_dtype(const gckpt_setting *s) { return s->precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16; }
@@ -179,6 +255,10 @@ void gckpt_rows_ddp(const gckpt_params *ps, const gckpt_model *m, const gckpt_se
     (void)m, (void)rank;
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
+        if (!p->trainable) { /* as loaded (QLoRA: prepare_model_for_kbit_training's fp32), R-DISTPEFT-2 */
+            whole_frozen_row(st, i, p, (gckpt_dtype)p->weight.dtype, round);
+            continue;
+        }
         row(st, "weight", GCKPT_ROW_WEIGHTS, i, (gckpt_dtype)p->weight.dtype, GCKPT_SHARD_NONE, p->copies,
             p->weight.numel, p->weight.bytes);
         row(st, "exp_avg", GCKPT_ROW_STATES, i, (gckpt_dtype)p->state[0].dtype, GCKPT_SHARD_NONE, p->copies,
@@ -186,48 +266,71 @@ void gckpt_rows_ddp(const gckpt_params *ps, const gckpt_model *m, const gckpt_se
         row(st, "exp_avg_sq", GCKPT_ROW_STATES, i, (gckpt_dtype)p->state[1].dtype, GCKPT_SHARD_NONE, p->copies,
             p->state[1].numel, p->state[1].bytes);
     }
-    /* fp32 elements of the gradients as allocated (each .grad's allocation rounded) */
+    /* fp32 elements of the trainable parameters' gradients as allocated (each .grad's allocation
+     * rounded): the reducer is built over requires_grad parameters only (R-DISTPEFT-2) */
     row(st, "DDP buckets (a flat copy of every gradient)", GCKPT_ROW_GRADS, -1, GCKPT_DT_F32, GCKPT_SHARD_NONE, 1,
         ps->grad_bytes / 4, gckpt_round_up(ps->grad_bytes, round));
-    scalar_row(st, "AdamW step", param_tensors(ps), ADAMW_STEP);
-    if (!s->every_n) scalar_row(st, "find_unused_parameters' used map and its device copy", param_tensors(ps), DDP_USED_MAP);
+    scalar_row(st, "AdamW step", trainable_tensors(ps), ADAMW_STEP);
+    if (ddp_finds_unused(s))
+        scalar_row(st, "find_unused_parameters' used map and its device copy", trainable_tensors(ps), DDP_USED_MAP);
 }
 
 /* FSDP2: elements of one unit's padded local shards per section (the embedding, one layer, the
  * tail). A tied head: accelerate's fsdp2_prepare_model shards [final norm, embedding, lm_head]
  * as one unit (one all-gather, one reduce-scatter, one fp32 sharded gradient), the tail unit is
  * empty (core/sim_parallel.c places that unit at the embedding's). */
-static void fsdp_unit_parts(const gckpt_params *ps, const gckpt_model *m, uint64_t part[GCKPT_NSEC])
+static void fsdp_unit_parts(const gckpt_params *ps, const gckpt_model *m, bool grads, uint64_t part[GCKPT_NSEC])
 {
     for (int k = 0; k < GCKPT_NSEC; k++) part[k] = 0;
-    for (int i = 0; i < ps->n; i++) part[ps->p[i].section] += ps->p[i].shard.part;
+    /* grads: only the parameters that get a gradient, which the reduce-scatter carries
+     * (R-DISTPEFT-4); else every sharded one, which the all-gather carries */
+    for (int i = 0; i < ps->n; i++) part[ps->p[i].section] += ps->p[i].trainable || !grads ? ps->p[i].shard.part : 0;
     if (m->tied) {
         part[GCKPT_SEC_EMBED] += part[GCKPT_SEC_HEAD];
         part[GCKPT_SEC_HEAD] = 0;
     }
 }
 
-/* FSDP2: fp32 dim-0 shards, whatever the MixedPrecisionPolicy computes in; AdamW's states on
- * the unpadded local rows; AdamW's step per tensor; the device mesh; within the step, each
- * unit's fp32 sharded gradient (a flat buffer its parameters' .grad view). */
+/* FSDP2's units holding parameters: one per decoder layer, the embedding and the tail
+ * ([final norm, lm_head]; a tied head's [final norm, embedding, lm_head] is one unit). On a
+ * PeftModel accelerate's _find_final_norm finds no norm, so the tail is [lm_head] and the
+ * final norm falls to the root, one unit more (FINDINGS R-DISTPEFT-3). */
+static uint64_t fsdp_units(const gckpt_model *m, const gckpt_setting *s)
+{
+    return m->layers + (m->tied ? 1 : 2) + (gckpt_peft_on(&s->peft) ? 1 : 0);
+}
+
+/* FSDP2: every parameter sharded along dim 0 in the dtype it has (accelerate upcasts the trainable
+ * ones to fp32; a frozen one keeps its loaded dtype: fp32 here, QLoRA's prepared fp32, a bf16
+ * Params4bit's bf16), whatever the MixedPrecisionPolicy computes in; a uint8 Params4bit whole
+ * (ignored_params); AdamW's states on the trainable parameters' unpadded local rows; AdamW's
+ * step per trainable tensor; 4 N bytes per unit; within the step, each unit's fp32 sharded
+ * gradient (a flat buffer its trainable parameters' .grad view). */
 void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                      uint64_t round, gckpt_rank_state *st)
 {
     uint32_t n = gckpt_layout_world(&s->layout);
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
+        if (fsdp_ignored(p)) {
+            whole_frozen_row(st, i, p, (gckpt_dtype)p->weight.dtype, round);
+            continue;
+        }
+        gckpt_dtype dt = quantized(p) ? (gckpt_dtype)p->weight.dtype : GCKPT_DT_F32;
+        row(st, p->trainable ? "fp32 sharded parameter" : "sharded frozen parameter", GCKPT_ROW_WEIGHTS, i, dt,
+            GCKPT_SHARD_DIM0, p->copies, p->shard.part, gckpt_round_up(gckpt_dtype_size(dt) * p->shard.part, round));
+        quant_stats_row(st, i, p, round);
+        if (!p->trainable) continue;
         uint64_t local = gckpt_shard_local(p, rank);
-        row(st, "fp32 sharded parameter", GCKPT_ROW_WEIGHTS, i, GCKPT_DT_F32, GCKPT_SHARD_DIM0, p->copies,
-            p->shard.part, gckpt_round_up(4 * p->shard.part, round));
         row(st, "exp_avg (local rows)", GCKPT_ROW_STATES, i, GCKPT_DT_F32, GCKPT_SHARD_DIM0, p->copies, local,
             gckpt_round_up(4 * local, round));
         row(st, "exp_avg_sq (local rows)", GCKPT_ROW_STATES, i, GCKPT_DT_F32, GCKPT_SHARD_DIM0, p->copies, local,
             gckpt_round_up(4 * local, round));
     }
-    scalar_row(st, "AdamW step", param_tensors(ps), ADAMW_STEP);
-    scalar_row(st, "device mesh", n, MESH_BYTES - (m->tied ? MESH_TIED_LESS : 0));
+    scalar_row(st, "AdamW step", trainable_tensors(ps), ADAMW_STEP);
+    scalar_row(st, "device mesh and the units' tensors", n, FSDP_UNIT_BYTES * fsdp_units(m, s));
     uint64_t part[GCKPT_NSEC];
-    fsdp_unit_parts(ps, m, part);
+    fsdp_unit_parts(ps, m, true, part);
     for (int k = GCKPT_SEC_EMBED; k <= GCKPT_SEC_HEAD; k++)
         row(st, "fp32 sharded gradient of a unit", GCKPT_ROW_STEP_GRADS, -1, GCKPT_DT_F32, GCKPT_SHARD_DIM0,
             k == GCKPT_SEC_BLOCK ? m->layers : 1, part[k], gckpt_round_up(4 * part[k], round));
@@ -238,7 +341,10 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
 void gckpt_rows_zero12(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                        uint64_t round, gckpt_rank_state *st)
 {
-    (void)m, (void)rank;
+    (void)rank;
+    /* frozen parameters: whole, not in the flat groups (R-DISTPEFT-5, -8) */
+    for (int i = 0; i < ps->n; i++)
+        if (!ps->p[i].trainable) whole_frozen_row(st, i, &ps->p[i], zero_dtype(s), round);
     gckpt_zero_group zg[2];
     gckpt_zero12_groups(ps, s, round, zg);
     for (int g = 0; g < 2; g++) {
@@ -277,12 +383,17 @@ void gckpt_rows_zero3(const gckpt_params *ps, const gckpt_model *m, const gckpt_
     uint64_t zs = gckpt_dtype_size(dt), q = 0, bucket = gckpt_ds_reduce_bucket(m, &s->layout);
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
-        q += p->copies * p->shard.part;
-        row(st, "partition", GCKPT_ROW_WEIGHTS, i, dt, GCKPT_SHARD_FLAT, p->copies, p->shard.part,
-            gckpt_round_up(zs * p->shard.part, round));
+        /* every parameter partitioned, frozen too; a Params4bit by its stored elements in its
+         * storage dtype (R-DISTPEFT-6, -8); the optimizer's partitions over the trainable ones */
+        gckpt_dtype pdt = quantized(p) ? (gckpt_dtype)p->weight.dtype : dt;
+        uint64_t ps_ = gckpt_dtype_size(pdt);
+        q += p->trainable ? p->copies * p->shard.part : 0;
+        row(st, "partition", GCKPT_ROW_WEIGHTS, i, pdt, GCKPT_SHARD_FLAT, p->copies, p->shard.part,
+            gckpt_round_up(ps_ * p->shard.part, round));
         if (p->shard.whole)
-            row(st, "persistent whole parameter", GCKPT_ROW_WEIGHTS, i, dt, GCKPT_SHARD_NONE, p->copies, p->numel,
-                gckpt_round_up(zs * p->numel, round));
+            row(st, "persistent whole parameter", GCKPT_ROW_WEIGHTS, i, pdt, GCKPT_SHARD_NONE, p->copies,
+                p->weight.numel, gckpt_round_up(ps_ * p->weight.numel, round));
+        quant_stats_row(st, i, p, round);
     }
     row(st, "fp32 master partitions", GCKPT_ROW_MASTER, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(4 * q, round));
     row(st, "exp_avg partitions", GCKPT_ROW_STATES, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(4 * q, round));
@@ -434,6 +545,7 @@ static uint64_t largest_group(const gckpt_params *ps, uint64_t n, bool flat_grou
     uint64_t largest = 0, group[2] = {0, 0};
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
+        if (!p->trainable) continue; /* the optimizer's groups hold the trainable parameters */
         group[p->shard.group] += p->copies * (p->shard.part ? p->shard.part : p->numel);
     }
     for (int g = 0; g < 2; g++) {
@@ -446,10 +558,13 @@ static uint64_t largest_group(const gckpt_params *ps, uint64_t n, bool flat_grou
 void gckpt_apply_ddp(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 {
     (void)st;
-    /* the used maps follow each entry's every_n, not the context's (a sweep shares one
-     * context across every_n): the evaluators add c->par.ddp_used_map when every_n is off */
-    c->par.ddp_used_map = ddp_used_map(&c->params);
-    c->parallel = rb->grads + rb->scalars + rb->buffers - (c->set.every_n ? 0 : c->par.ddp_used_map);
+    /* full fine-tuning: the used maps follow each entry's every_n, not the context's (a sweep
+     * shares one context across every_n): the evaluators add c->par.ddp_used_map when every_n is
+     * off; a PeftModel has them whatever every_n (R-DISTPEFT-1): in c->parallel */
+    bool always = gckpt_peft_on(&c->set.peft);
+    uint64_t map = ddp_used_map(&c->params);
+    c->par.ddp_used_map = always ? 0 : map;
+    c->parallel = rb->grads + rb->scalars + rb->buffers - (always || c->set.every_n ? 0 : map);
 }
 
 void gckpt_apply_zero12(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
@@ -517,7 +632,8 @@ void gckpt_apply_zero3(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_ran
 
 void gckpt_apply_fsdp(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 {
-    fsdp_unit_parts(&c->params, c->model, c->par.unit_part);
+    fsdp_unit_parts(&c->params, c->model, false, c->par.unit_part);
+    fsdp_unit_parts(&c->params, c->model, true, c->par.unit_grad_part);
     /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
      * schedule's events (core/sim_parallel.c); what stays allocated into the optimizer step is
      * each unit's fp32 sharded gradient (a flat buffer its parameters' .grad view) */
@@ -539,7 +655,16 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     gckpt_rank_bytes rb;
     gckpt_rank_rows_sum(st, &rb);
     if (d->sharded) { /* DDP's replicas keep one GPU's weights, states and optimizer step */
-        c->weights = rb.weights;
+        uint64_t qw = 0, qs = 0; /* QLoRA: the quantized weights and their statistics (components of their own) */
+        for (int k = 0; k < st->n; k++) {
+            const gckpt_state_row *w = &st->row[k];
+            if (w->kind != GCKPT_ROW_WEIGHTS || w->param < 0 || !quantized(&ps->p[w->param])) continue;
+            if (w->qstat) qs += w->bytes;
+            else qw += w->bytes;
+        }
+        c->weights = rb.weights - qw - qs;
+        c->quant_weights = qw;
+        c->quant_stats = qs;
         c->opt_states = rb.master + rb.states;
         c->opt_seconds /= (double)n; /* each rank updates its 1/N of the states */
     }
@@ -667,7 +792,9 @@ void gckpt_zero12_groups(const gckpt_params *ps, const gckpt_setting *s, uint64_
 {
     uint64_t n = gckpt_layout_world(&s->layout), zs = s->precision == GCKPT_FP32 ? 4 : 2;
     memset(g, 0, 2 * sizeof *g);
-    for (int i = 0; i < ps->n; i++) g[ps->p[i].shard.group].numel += ps->p[i].copies * ps->p[i].numel;
+    /* bit16_groups: the trainable parameters only (R-DISTPEFT-5) */
+    for (int i = 0; i < ps->n; i++)
+        if (ps->p[i].trainable) g[ps->p[i].shard.group].numel += ps->p[i].copies * ps->p[i].numel;
     for (int k = 0; k < 2; k++) {
         if (!g[k].numel) continue;
         g[k].padded = cdiv(g[k].numel, 2 * n) * 2 * n; /* nccl_start_alignment_factor: 2 x world */
@@ -691,7 +818,7 @@ size_t gckpt_zero12_flat(const gckpt_params *ps, uint64_t layers, gckpt_flat_pla
                 for (int mo = 0; mo < 4; mo++)
                     for (int i = 0; i < ps->n; i++) {
                         const gckpt_param *p = &ps->p[i];
-                        if (p->section != sec || p->shard.group != g || order[i] != mo)
+                        if (p->section != sec || p->shard.group != g || order[i] != mo || !p->trainable)
                             continue;
                         if (out) out[k] = (gckpt_flat_place){i, li, (uint8_t)g, off};
                         k++;
@@ -760,10 +887,11 @@ uint64_t gckpt_zero12_slice(const gckpt_params *ps, uint64_t layers, uint32_t n,
 {
     const gckpt_param *q = &ps->p[param];
     uint64_t total = 0, off = 0, layer = 0;
+    if (!q->trainable) return 0; /* not in a flat group */
     int mq = q->section == GCKPT_SEC_BLOCK ? module_order(q) : 0;
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
-        if (p->shard.group != q->shard.group) continue;
+        if (p->shard.group != q->shard.group || !p->trainable) continue;
         total += p->copies * p->numel;
         if (p->section == GCKPT_SEC_BLOCK) layer += p->numel;
         int mp = p->section == GCKPT_SEC_BLOCK ? module_order(p) : 0;
@@ -784,7 +912,7 @@ void gckpt_zero12_step_grads(const gckpt_params *ps, uint64_t layers, uint32_t n
 {
     uint64_t total[2] = {0, 0};
     memset(out, 0, sizeof *out);
-    for (int i = 0; i < ps->n; i++) total[ps->p[i].shard.group] += ps->p[i].copies * ps->p[i].numel;
+    for (int i = 0; i < ps->n; i++) total[ps->p[i].shard.group] += ps->p[i].trainable ? ps->p[i].copies * ps->p[i].numel : 0;
     size_t count = gckpt_zero12_flat(ps, layers, NULL);
     gckpt_flat_place *f = malloc(sizeof *f * (count ? count : 1));
     if (!f) return;
@@ -866,7 +994,7 @@ uint64_t gckpt_zero1_reduce_transient(const gckpt_params *ps, uint64_t layers, u
                                       uint64_t bucket, uint64_t zs, uint64_t round)
 {
     uint64_t total[2] = {0, 0};
-    for (int i = 0; i < ps->n; i++) total[ps->p[i].shard.group] += ps->p[i].copies * ps->p[i].numel;
+    for (int i = 0; i < ps->n; i++) total[ps->p[i].shard.group] += ps->p[i].trainable ? ps->p[i].copies * ps->p[i].numel : 0;
     size_t count = gckpt_zero12_flat(ps, layers, NULL);
     gckpt_flat_place *f = malloc(sizeof *f * (count ? count : 1));
     if (!f) return 0;

@@ -10,9 +10,10 @@
 #define BIT(x) (1u << (x))
 #define EVERY (~0u)
 /* what the modes on several GPUs plan (FINDINGS R-DIST-13..15 measured full fine-tuning with the
- * Trainer's adamw_torch_fused under fp32 and bf16=True) */
-#define MEASURED .min_world = 2, .methods = BIT(GCKPT_METHOD_FULL), .optimizers = BIT(GCKPT_ADAMW), \
-                 .precisions = BIT(GCKPT_FP32) | BIT(GCKPT_AMP_BF16)
+ * Trainer's adamw_torch_fused under fp32 and bf16=True; R-DISTPEFT-1..8 LoRA and QLoRA under
+ * bf16=True, which gckpt_layout_check asks of them) */
+#define MEASURED .min_world = 2, .optimizers = BIT(GCKPT_ADAMW), .precisions = BIT(GCKPT_FP32) | BIT(GCKPT_AMP_BF16), \
+                 .methods = BIT(GCKPT_METHOD_FULL) | BIT(GCKPT_METHOD_LORA) | BIT(GCKPT_METHOD_QLORA)
 
 static const gckpt_par_mode modes[GCKPT_NPAR] = {
     [GCKPT_PAR_NONE] = {.min_world = 1, .methods = EVERY, .optimizers = EVERY, .precisions = EVERY,

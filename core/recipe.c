@@ -215,7 +215,7 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
     tr.stream_dt = p == GCKPT_BF16 ? BF16 : F32; /* AMP keeps an fp32 residual stream */
     tr.param_dt = tr.amp ? F32 : tr.stream_dt;
     if (gckpt_peft_quantized(peft)) { /* prepare_model_for_kbit_training casts to fp32 */
-        tr.stream_dt = tr.param_dt = F32;
+        if (!peft->wrapper_cast) tr.stream_dt = tr.param_dt = F32; /* (a wrapper casts them back) */
         r->quant = peft->quant;
         r->double_quant = peft->double_quant;
         r->quant_storage = peft->quant_storage;

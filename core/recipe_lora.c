@@ -85,10 +85,13 @@ int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_
     /* bnb.py's layers cast only when torch.is_autocast_enabled() (CUDA's) is False: on
      * CUDA under autocast no cast; a CPU run answers False (12.10 C2) */
     bool convert = !quant || !tr->amp || !tr->cuda_lists; /* bnb.py's requires_conversion (lora.Linear: always) */
-    int xa = convert ? cast_to(tr, x, F32, "to_f32") : x;
+    /* the adapters' dtype: fp32 (peft's autocast_adapter_dtype), or the compute dtype a parallel
+     * wrapper casts them to (FSDP2's all-gather, DeepSpeed's bf16: no cast of x then) */
+    uint8_t adt = pf->wrapper_cast ? tr->compute_dt : F32;
+    int xa = convert ? cast_to(tr, x, adt, "to_f32") : x;
     int d = dropout(tr, xa, pf->dropout, "lora_dropout");
-    int a = tnew(tr, "lora_A.weight", GCKPT_T_PARAM, F32, fixed_shape(pf->rank, in_f), true);
-    int b = tnew(tr, "lora_B.weight", GCKPT_T_PARAM, F32, fixed_shape(out_f, pf->rank), true);
+    int a = tnew(tr, "lora_A.weight", GCKPT_T_PARAM, adt, fixed_shape(pf->rank, in_f), true);
+    int b = tnew(tr, "lora_B.weight", GCKPT_T_PARAM, adt, fixed_shape(out_f, pf->rank), true);
     int ya = linear(tr, d, a, -1, in_f, pf->rank, "lora_A");
     hold_here(tr, d); /* lora_A's argument until it returns, past autocast's cast of it */
     int yb = linear(tr, ya, b, -1, pf->rank, out_f, "lora_B");

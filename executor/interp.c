@@ -732,7 +732,7 @@ void gckpt_exec_release_all(gckpt_exec *x)
                 p->st[k] = NULL;
             }
             for (int k = 0; k < GCKPT_NQS; k++) {
-                if (p->q.stat[k])
+                if (p->q.stat[k] && !p->flat)
                     be->release(be, GCKPT_MEM_DEVICE, p->q.stat[k],
                                 gckpt_round_up(p->q.layout->stat[k].bytes, x->dev.alloc_round_bytes));
                 p->q.stat[k] = NULL;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/peft.h"
 
 bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err)
 {
@@ -31,11 +32,24 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
     const char *mode = gckpt_parallel_names[s->layout.mode];
     /* every mode executes what the core plans per rank (a hand-written plan may hold more) */
     if (!gckpt_layout_check(s, err)) return false;
+    if (!gckpt_exec_layout_ok(&s->layout, &s->peft, err)) return false;
     if ((uint32_t)world != gckpt_layout_world(&s->layout)) {
         gckpt_seterr(err, "parallel mode %s planned for %u ranks, run on %d", mode, gckpt_layout_world(&s->layout), world);
         return false;
     }
     return true;
+}
+
+bool gckpt_exec_layout_ok(const gckpt_layout *l, const gckpt_peft *pf, gckpt_err *err)
+{
+    /* LoRA / QLoRA: DDP's hooks act on the trainable parameters only (its buckets); the sharding
+     * modes' hooks (FSDP2's units, ZeRO's flat groups and partitions) do not yet skip frozen and
+     * 4-bit parameters */
+    if (!gckpt_layout_multi(l) || !gckpt_peft_on(pf) || l->mode == GCKPT_PAR_DDP) return true;
+    const char *mode = gckpt_parallel_names[l->mode];
+    gckpt_seterr(err, "--method %s with parallel mode %s is planned but not executed: gckpt-run's %s hooks do not "
+                      "yet handle frozen parameters (DDP runs LoRA and QLoRA)", gckpt_method_names[pf->method], mode, mode);
+    return false;
 }
 
 const exec_par_ops *exec_par_ops_of(const gckpt_layout *l)
@@ -83,16 +97,24 @@ static gckpt_xstatus bind_replicas(gckpt_exec *x, gckpt_err *err)
             if (r->param != i || r->sharding != GCKPT_SHARD_NONE || !x->rows->buf[k]) continue;
             if (r->kind == GCKPT_ROW_STATES && nstate >= p->spec->nstates)
                 return exec_fail(err, "setup: %s has more state rows than its %d states", p->spec->name, p->spec->nstates);
+            /* a quantized weight's statistics piece: its own allocation, as bitsandbytes makes it */
+            const gckpt_quant_piece *qs = r->qstat ? &p->spec->quant.layout.stat[r->qstat - 1] : NULL;
             const gckpt_buffer *want = r->kind == GCKPT_ROW_WEIGHTS ? &p->spec->weight
                                     : r->kind == GCKPT_ROW_STATES ? &p->spec->state[nstate] : NULL;
             if (!want) continue;
+            uint64_t bytes = qs ? gckpt_round_up(qs->bytes, x->dev.alloc_round_bytes) : want->bytes;
             void *b = row_instance(x, k, copy, &each);
-            if (!b || each != want->bytes)
+            if (!b || each != bytes)
                 return exec_fail(err, "setup: the %s row of %s (layer %d) holds %llu bytes, its buffer takes %llu",
                                  r->what, p->spec->name, p->layer, (unsigned long long)each,
-                                 (unsigned long long)want->bytes);
-            if (r->kind == GCKPT_ROW_WEIGHTS) p->w = b;
-            else p->st[nstate++] = b;
+                                 (unsigned long long)bytes);
+            if (qs) {
+                p->q.layout = &p->spec->quant.layout;
+                p->q.stat[r->qstat - 1] = b;
+            } else if (r->kind == GCKPT_ROW_WEIGHTS)
+                p->w = b;
+            else
+                p->st[nstate++] = b;
             p->flat = true;
         }
     }
@@ -114,7 +136,8 @@ gckpt_xstatus exec_rank_buffers(gckpt_exec *x, gckpt_err *err)
     }
     /* DDP's find_unused_parameters maps are counted apart (they follow every_n) */
     const gckpt_ctx *c = &x->ctx;
-    uint64_t planned = c->weights + c->opt_states + c->parallel + (x->set.every_n ? 0 : c->par.ddp_used_map);
+    uint64_t planned = c->weights + c->quant_weights + c->quant_stats + c->opt_states + c->parallel +
+                       (x->set.every_n ? 0 : c->par.ddp_used_map);
     if (sum != planned)
         return exec_fail(err, "setup: rank %d's %s rows take %llu bytes, the schedule counts %llu", x->o.rank,
                          gckpt_parallel_names[x->set.layout.mode], (unsigned long long)sum,

@@ -511,7 +511,8 @@ static int check_plan(const gckpt_plan_file *pf)
     if (pf->optimizer == GCKPT_PAGED_ADAMW_8BIT || pf->optimizer == GCKPT_PAGED_ADAMW_32BIT)
         return bad("%s: optimizer %s: gckpt-run has no paged (managed-memory) optimizer states", pf->file,
                    gckpt_optimizer_names[pf->optimizer]);
-    if (!gckpt_exec_model_ok(&pf->model, &why)) return bad("%s: %s", pf->file, why.msg);
+    if (!gckpt_exec_model_ok(&pf->model, &why) || !gckpt_exec_layout_ok(&pf->layout, &pf->peft, &why))
+        return bad("%s: %s", pf->file, why.msg);
     return 0;
 }
 

@@ -86,6 +86,8 @@ static void usage(FILE *f)
 "  --quant Q              qlora: nf4 (default) | fp4 | int8 (load_in_8bit)\n"
 "  --double-quant on|off  qlora 4-bit: bnb_4bit_use_double_quant (default on)\n"
 "  --compute-dtype D      qlora 4-bit: bnb_4bit_compute_dtype bf16 (default) | fp16 | fp32\n"
+"  --quant-storage S      qlora 4-bit: bnb_4bit_quant_storage uint8 (default) | bf16 (FSDP2 shards\n"
+"                         bf16-stored 4-bit weights, keeps uint8 ones whole on every rank)\n"
 "  --gpus N               GPUs per node (default 1)\n"
 "  --nodes M              nodes (default 1)\n"
 "  --parallel MODE[,..]   with several GPUs (required there): ddp | fsdp (FSDP2 fully_shard)\n"

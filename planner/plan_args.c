@@ -24,7 +24,7 @@ const gckpt_plan_option gckpt_plan_options[] = {
     {"lora-alpha", true, GCKPT_OPT_ALPHA}, {"lora-dropout", true, GCKPT_OPT_LDROP},
     {"lora-targets", true, GCKPT_OPT_TARGETS}, {"modules-to-save", true, GCKPT_OPT_MTS},
     {"quant", true, GCKPT_OPT_QUANT}, {"double-quant", true, GCKPT_OPT_DQ},
-    {"compute-dtype", true, GCKPT_OPT_CDT}, {"gpus", true, GCKPT_OPT_GPUS}, {"nodes", true, GCKPT_OPT_NODES},
+    {"compute-dtype", true, GCKPT_OPT_CDT}, {"quant-storage", true, GCKPT_OPT_QSTORE}, {"gpus", true, GCKPT_OPT_GPUS}, {"nodes", true, GCKPT_OPT_NODES},
     {"parallel", true, GCKPT_OPT_PAR}, {"moe-imbalance", true, GCKPT_OPT_MOE},
     {"deepspeed", true, GCKPT_OPT_DS}, {"fsdp-offload", true, GCKPT_OPT_FSDP_OFF},
     {"every-n", true, GCKPT_OPT_EVERY}, {"offload", true, GCKPT_OPT_OFF}, {"budget", true, GCKPT_OPT_BUDGET},
@@ -198,12 +198,12 @@ static int apply_peft_options(gckpt_plan_args *a)
 {
     const char *const *o = a->peft_opt;
     static const char *const names[] = {"method", "lora-rank", "lora-alpha", "lora-dropout", "lora-targets",
-                                        "modules-to-save", "quant", "double-quant", "compute-dtype"};
+                                        "modules-to-save", "quant", "double-quant", "compute-dtype", "quant-storage"};
     int method = o[0] ? gckpt_method_from(o[0]) : GCKPT_METHOD_FULL;
     if (method < 0) return bad(a, "--method: unknown '%s' (full, lora, qlora)%s", o[0], "");
     gckpt_peft *pf = &a->req.peft;
     gckpt_peft_default((gckpt_method)method, pf);
-    for (int i = 1; i <= GCKPT_OPT_CDT - GCKPT_OPT_METHOD; i++) {
+    for (int i = 1; i <= GCKPT_OPT_QSTORE - GCKPT_OPT_METHOD; i++) {
         if (!o[i]) continue;
         if (method == GCKPT_METHOD_FULL) return bad(a, "--%s needs --method lora or qlora%s", names[i], "");
         if (i >= GCKPT_OPT_QUANT - GCKPT_OPT_METHOD && method != GCKPT_METHOD_QLORA) return bad(a, "--%s needs --method qlora%s", names[i], "");
@@ -241,8 +241,13 @@ static int apply_peft_options(gckpt_plan_args *a)
         if (k == 3) return bad(a, "--compute-dtype: unknown '%s' (bf16, fp16, fp32)%s", o[8], "");
         pf->compute_dtype = cd[k].dt;
     }
-    if (pf->quant == GCKPT_QUANT_INT8 && (o[7] || o[8]))
-        return bad(a, "--%s applies to 4-bit quantization (nf4, fp4), not --quant int8%s", o[7] ? "double-quant" : "compute-dtype", "");
+    if (o[9]) { /* bnb_4bit_quant_storage: what FSDP2 shards (bf16) or keeps whole (uint8), R-DISTPEFT-7 */
+        if (strcmp(o[9], "uint8") && strcmp(o[9], "bf16")) return bad(a, "--quant-storage: unknown '%s' (uint8, bf16)%s", o[9], "");
+        pf->quant_storage = !strcmp(o[9], "bf16") ? GCKPT_DT_BF16 : GCKPT_DT_U8;
+    }
+    if (pf->quant == GCKPT_QUANT_INT8 && (o[7] || o[8] || o[9]))
+        return bad(a, "--%s applies to 4-bit quantization (nf4, fp4), not --quant int8%s",
+                   o[7] ? "double-quant" : o[8] ? "compute-dtype" : "quant-storage", "");
     return 0;
 }
 
@@ -365,7 +370,7 @@ int gckpt_plan_args_set(gckpt_plan_args *a, const gckpt_plan_option *o, const ch
     case GCKPT_OPT_DS: a->ds_path = arg; return 0;
     case GCKPT_OPT_FSDP_OFF: a->fsdp_offload = arg; return 0;
     case GCKPT_OPT_REVISION: a->revision = arg; return 0;
-    default: /* GCKPT_OPT_METHOD .. GCKPT_OPT_CDT */
+    default: /* GCKPT_OPT_METHOD .. GCKPT_OPT_QSTORE */
         a->peft_opt[o->code - GCKPT_OPT_METHOD] = arg;
         return 0;
     }

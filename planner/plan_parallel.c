@@ -73,6 +73,41 @@ void gckpt_plan_parallel_args(const gckpt_plan *p, cJSON *args)
     }
 }
 
+void gckpt_plan_parallel_peft_notes(const gckpt_plan *p, FILE *f)
+{
+    const gckpt_layout *l = &p->req.layout;
+    const gckpt_peft *pf = &p->req.peft;
+    if (!gckpt_layout_multi(l) || !gckpt_peft_on(pf)) return;
+    switch ((gckpt_parallel)l->mode) {
+    case GCKPT_PAR_DDP:
+        fprintf(f, "# DDP: the Trainer passes find_unused_parameters=True for a PeftModel, checkpointing or not\n"
+                   "# (planned: two int32 maps per adapter tensor, buckets over the adapters only; FINDINGS R-DISTPEFT-1, -2)\n");
+        break;
+    case GCKPT_PAR_FSDP:
+        fprintf(f, "# FSDP2 (accelerate 1.15): each decoder layer one unit, its frozen base and adapters together, every\n"
+                   "# parameter sharded; use_orig_params is obsolete (FSDP2 keeps the original parameters); only the\n"
+                   "# adapters' gradients are reduce-scattered (FINDINGS R-DISTPEFT-3, -4)\n");
+        if (gckpt_peft_quantized(pf))
+            fprintf(f, pf->quant_storage == GCKPT_DT_BF16
+                           ? "# bnb_4bit_quant_storage=torch.bfloat16: fully_shard shards the 4-bit weights as bf16 tensors\n"
+                             "# (FINDINGS R-DISTPEFT-7)\n"
+                           : "# bnb_4bit_quant_storage=torch.uint8: accelerate keeps every 4-bit weight whole on every rank\n"
+                             "# (ignored_params); --quant-storage bf16 plans them sharded (FINDINGS R-DISTPEFT-7)\n");
+        break;
+    case GCKPT_PAR_ZERO1:
+    case GCKPT_PAR_ZERO2:
+        fprintf(f, "# DeepSpeed: the frozen base cast to bf16 and kept whole on every rank (4-bit weights as stored);\n"
+                   "# only the adapters are flattened and partitioned (FINDINGS R-DISTPEFT-5, -8)\n");
+        break;
+    case GCKPT_PAR_ZERO3:
+        fprintf(f, "# DeepSpeed ZeRO-3: the model is built before TrainingArguments(deepspeed=...), so it loads whole and\n"
+                   "# deepspeed.initialize partitions every parameter, frozen too, as measured (zero.Init at load is\n"
+                   "# not measured with adapters; FINDINGS R-DISTPEFT-6, -8)\n");
+        break;
+    default: break;
+    }
+}
+
 /* The launch lines, after the snippet. */
 void gckpt_plan_print_launch(const gckpt_plan *p, FILE *f)
 {

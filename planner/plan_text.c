@@ -180,9 +180,10 @@ void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f
         fprintf(f, "from peft import LoraConfig, get_peft_model%s\n", qlora ? ", prepare_model_for_kbit_training" : "");
     fprintf(f, "from transformers import AutoModelForCausalLM, %s%sTrainer, TrainingArguments\n\n",
             qlora ? "BitsAndBytesConfig, " : "", p->model.mxfp4_checkpoint && !peft ? "Mxfp4Config, " : "");
-    if (peft)
+    if (peft) {
         gckpt_plan_print_peft_model(p, f);
-    else
+        gckpt_plan_parallel_peft_notes(p, f);
+    } else
         print_model_line(p, f);
     fprintf(f, "args = TrainingArguments(\n    ...,\n");
     cJSON *args = gckpt_plan_training_args(p, e);

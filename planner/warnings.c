@@ -95,6 +95,7 @@ static const struct {
     bool (*when)(const gckpt_model *m, const gckpt_setting *s);
     const char *text;
     bool cuda;
+    const char *peft_text; /* the text under LoRA / QLoRA, when it differs */
 } fixed_rules[] = {
     {"padding_not_modelled", padding_applies,
      "micro-batches above 1 are planned as unpadded sequences of --seq tokens; a padded batch gives SDPA a "
@@ -112,7 +113,12 @@ static const struct {
     {"parallel_peak_approximate", parallel_peak_applies,
      "the per-rank working set of fsdp, zero2 and zero3 is scheduled unit by unit from torch's and DeepSpeed's "
      "source, within " GCKPT_PARALLEL_PEAK_BOUND_PCT " % of every measured rank of CPU fixtures of tiny models; "
-     "CUDA's side streams, zero3's live-parameter limit and zero2's middle ranks are unverified."},
+     "CUDA's side streams, zero3's live-parameter limit and zero2's middle ranks are unverified.", false,
+     "with LoRA / QLoRA the per-rank working set of fsdp is within " GCKPT_PARALLEL_PEFT_FSDP_BOUND_PCT " % of every "
+     "measured rank of CPU fixtures of tiny models, zero2 within " GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT " % and zero3 "
+     "within " GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT " % (DeepSpeed's prefetch of the next layer's frozen parameters is "
+     "not modelled, either way). CUDA's side streams, zero3's live-parameter limit and zero2's middle ranks are "
+     "unverified."},
     {"moe_grouped_mm_cuda_unverified", moe_applies,
      "the experts are planned as transformers' default grouped_mm, measured on the CPU; on CUDA the fused "
      "grouped GEMM runs only for bf16 on sm90 / sm100, elsewhere a per-expert loop: step time unverified.", true},
@@ -297,7 +303,8 @@ bool gckpt_warning_say(const gckpt_plan *p, size_t i, char **msg)
     gckpt_setting s = request_setting(p);
     if (fixed_rules[i - N_COMPUTED].cuda && p->target != GCKPT_TARGET_CUDA) return true;
     if (!fixed_rules[i - N_COMPUTED].when(&p->model, &s)) return true;
-    *msg = say("%s", fixed_rules[i - N_COMPUTED].text);
+    const char *peft = fixed_rules[i - N_COMPUTED].peft_text;
+    *msg = say("%s", peft && gckpt_peft_on(&s.peft) ? peft : fixed_rules[i - N_COMPUTED].text);
     return *msg != NULL;
 }
 

@@ -117,6 +117,20 @@ static bool read_peft(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     return true;
 }
 
+bool hf_peft_read(const char *path, const cJSON *root, gckpt_setting *s, gckpt_err *err)
+{
+    hf_fixture *f = calloc(1, sizeof *f);
+    if (!f) {
+        gckpt_seterr(err, "%s: out of memory", path);
+        return false;
+    }
+    f->s = *s;
+    bool ok = read_peft(path, root, f, err);
+    s->peft = f->s.peft;
+    free(f);
+    return ok;
+}
+
 /* The load-balancing loss's saved tensors as the probe records them (FINDINGS R-MOE-4):
  * its storage tracker lists each layer's topk indices (TopkBackward drops them: a
  * saved-tensor hook sees none), and its storage-key de-duplication can merge a layer's

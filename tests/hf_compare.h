@@ -28,6 +28,7 @@
 #include "gckpt/core/device.h"
 #include "gckpt/core/model.h"
 #include "gckpt/core/setting.h"
+#include "gckpt/util/jsonget.h"
 #include "gckpt/util/util.h"
 
 #define HF_MAX_LAYERS 256
@@ -91,6 +92,10 @@ typedef struct {
 /* The target f was measured as: GCKPT_TARGET_CPU, or _CPU_CUDA_LISTS for "cudalists". */
 gckpt_target hf_target(const hf_fixture *f);
 bool hf_fixture_read(const char *path, hf_fixture *f, gckpt_err *err);
+
+/* The LoRA / QLoRA fields of fixture root (method, lora, quant) into s->peft (full fine-tuning
+ * when it has no method); false with err naming file and field. */
+bool hf_peft_read(const char *path, const cJSON *root, gckpt_setting *s, gckpt_err *err);
 
 /* Plan f's setting and compare; false (err) when the planner refuses it. */
 bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt_err *err);

@@ -184,6 +184,9 @@ static void bad_inputs(void **state)
         {"unknown quant", A("--method", "qlora", "--quant", "int4", "-o", "out.json"), "int4"},
         {"bad double-quant", A("--method", "qlora", "--double-quant", "yes", "-o", "out.json"), "--double-quant"},
         {"unknown compute dtype", A("--method", "qlora", "--compute-dtype", "fp8", "-o", "out.json"), "fp8"},
+        {"unknown quant storage", A("--method", "qlora", "--quant-storage", "fp16", "-o", "out.json"), "fp16"},
+        {"quant storage without qlora", A("--method", "lora", "--quant-storage", "bf16", "-o", "out.json"), "needs --method qlora"},
+        {"quant storage with int8", A("--method", "qlora", "--quant", "int8", "--quant-storage", "bf16", "-o", "out.json"), "not --quant int8"},
         {"double-quant with int8", A("--method", "qlora", "--quant", "int8", "--double-quant", "on", "-o", "out.json"), "not --quant int8"},
         {"qlora in pure bf16", A("--method", "qlora", "--precision", "bf16", "-o", "out.json"), "prepare_model_for_kbit_training"},
         /* several GPUs (issue 14) */
@@ -219,7 +222,11 @@ static void bad_inputs(void **state)
         {"deepspeed stage against --parallel", A("--gpus", "2", "--parallel", "zero2", "--deepspeed", "./ds-z3.json", "-o", "out.json"), "contradicts --deepspeed"},
         {"too many GPUs", A("--gpus", "1024", "--nodes", "1024", "--parallel", "ddp", "-o", "out.json"), "more than 65536 GPUs"},
         {"a list of modes with -o", A("--gpus", "8", "--parallel", "ddp,fsdp", "-o", "out.json"), "one mode"},
-        {"parallel LoRA", A("--gpus", "2", "--parallel", "ddp", "--method", "lora", "-o", "out.json"), "full fine-tuning"},
+        /* LoRA / QLoRA on several GPUs: what FINDINGS R-DISTPEFT did not measure */
+        {"parallel LoRA fp32", A("--gpus", "2", "--parallel", "ddp", "--method", "lora", "--precision", "fp32", "-o", "out.json"), "only --precision amp-bf16"},
+        {"parallel LoRA offload", A("--gpus", "2", "--parallel", "fsdp", "--method", "lora", "--fsdp-offload", "on", "-o", "out.json"), "CPU offload"},
+        {"parallel LoRA modules_to_save", A("--gpus", "2", "--parallel", "zero2", "--method", "lora", "--modules-to-save", "lm_head", "-o", "out.json"), "--modules-to-save"},
+        {"parallel QLoRA int8", A("--gpus", "2", "--parallel", "zero3", "--method", "qlora", "--quant", "int8", "-o", "out.json"), "--quant int8"},
         {"parallel SGD", A("--gpus", "2", "--parallel", "zero2", "--optimizer", "sgd", "-o", "out.json"), "--optimizer adamw"},
         {"parallel pure bf16", A("--gpus", "2", "--parallel", "fsdp", "--precision", "bf16", "-o", "out.json"), "amp-bf16"},
         {"gpu without interconnect", A("--model", "gpt2", "--gpus", "2", "--parallel", "ddp", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "intra_node_bus_bytes_per_s"},
@@ -316,6 +323,19 @@ static void lora_runs(void **state)
     assert_non_null(strstr(cli_out, "bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True"));
     assert_non_null(strstr(cli_out, "prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)"));
     assert_non_null(strstr(cli_out, "LoraConfig(r=8, lora_alpha=16, lora_dropout=0.05, target_modules=[\"q_proj\", \"v_proj\"], modules_to_save=[\"lm_head\"]"));
+    /* several GPUs (FINDINGS R-DISTPEFT): the QLoRA + FSDP2 recipe's bf16 storage, its words in the snippet */
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "qlora", "--quant-storage", "bf16",
+                           "--gpus", "2", "--parallel", "fsdp", "-o", "qlora-fsdp.json"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "bnb_4bit_quant_storage=torch.bfloat16)"));
+    assert_non_null(strstr(cli_out, "# bnb_4bit_quant_storage=torch.bfloat16: fully_shard shards the 4-bit weights"));
+    assert_non_null(strstr(cli_out, "use_orig_params is obsolete"));
+    j = cli_slurp("qlora-fsdp.json");
+    assert_non_null(j);
+    assert_non_null(strstr(j, "\"storage\":\t\"bf16\""));
+    free(j);
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "lora", "--gpus", "2", "--parallel",
+                           "ddp"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "# DDP: the Trainer passes find_unused_parameters=True for a PeftModel"));
     assert_int_equal(run(A("--model", "gpt2", "--seq", "256", "--method", "lora", "--lora-targets", "c_attn,c_proj",
                            "--lora-alpha", "8", "--lora-dropout", "0"), err, sizeof err), 0);
     assert_non_null(strstr(cli_out, "lora r 16 alpha 8 dropout 0 c_attn,c_proj"));

@@ -22,6 +22,7 @@
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/util/jsonget.h"
+#include "dist_fixture.h"
 
 #ifndef GCKPT_TEST_DATA
 #error GCKPT_TEST_DATA must name tests/data
@@ -42,110 +43,6 @@ static void plan_rank(const gckpt_model *m, const gckpt_setting *s, uint32_t ran
     gckpt_rank_persistent(&g_ps, m, s, rank, 1, out);
 }
 
-static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
-
-/* One per-rank fixture: the model, the setting with its layout, what was measured at step 2. */
-typedef struct {
-    gckpt_model m;
-    gckpt_setting s;
-    uint32_t rank;
-    bool fake;           /* PyTorch's fake process group (the gloo twins: false) */
-    char mode[16], variant[16];
-    uint64_t start, end; /* live bytes at step 2's start and end */
-    double peak;         /* step 2's live peak */
-    char where[160];
-    /* step 2's collectives' bytes (all-gather output, reduce-scatter input, all-reduce buffer):
-     * all-gathers of the forward and of the backward, the backward's reductions */
-    double gather_fwd, gather_bwd, reduce;
-    /* ... of them the gradients' all-reduces in the backward (fp32 or bf16; not DDP's int32
-     * local_used_map), bytes and calls */
-    double grad_all_reduce;
-    int grad_all_reduce_calls;
-    /* the all-gathers after the optimizer step (of the weights), bytes and calls */
-    double gather_opt;
-    int gather_opt_calls;
-} dist_fixture;
-
-static void read_fixture(const char *path, dist_fixture *f)
-{
-    gckpt_err err;
-    memset(f, 0, sizeof *f);
-    char *text = gckpt_read_file(path, 256u << 20, &err);
-    if (!text) fail_msg("%s", err.msg);
-    cJSON *root = gckpt_json_parse(path, text, &err);
-    free(text);
-    if (!root) fail_msg("%s", err.msg);
-    const cJSON *set = item(root, "setting"), *par = item(root, "parallel"), *steps = item(root, "steps");
-    char prec[32], pg[16];
-    uint64_t world, rank, n, mb, seq, ga;
-    double peak;
-    char *cfg = cJSON_PrintUnformatted(item(root, "config"));
-    bool ok = cfg && gckpt_model_parse(path, cfg, &f->m, &err) &&
-              gckpt_json_str(par, path, "parallel.mode", f->mode, sizeof f->mode, &err) &&
-              gckpt_json_str_opt(par, path, "parallel.variant", "", f->variant, sizeof f->variant, &err) &&
-              gckpt_json_str(par, path, "parallel.process_group", pg, sizeof pg, &err) &&
-              gckpt_json_u64(par, path, "parallel.world_size", 2, 1024, &world, &err) &&
-              gckpt_json_u64(par, path, "parallel.rank", 0, world - 1, &rank, &err) &&
-              gckpt_json_str(set, path, "setting.precision", prec, sizeof prec, &err) &&
-              gckpt_json_u64_opt(set, path, "setting.every_n_layers", 0, 1024, 0, &n, &err) &&
-              gckpt_json_u64(set, path, "setting.micro_batch", 1, 1024, &mb, &err) &&
-              gckpt_json_u64(set, path, "setting.seq", 1, 1u << 20, &seq, &err) &&
-              gckpt_json_u64(set, path, "setting.grad_accum", 1, 1024, &ga, &err);
-    free(cfg);
-    const cJSON *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
-    ok = ok && gckpt_json_u64(last, path, "steps[-1].live_at_start_bytes", 0, UINT64_MAX, &f->start, &err) &&
-         gckpt_json_u64(last, path, "steps[-1].live_at_end_bytes", 0, UINT64_MAX, &f->end, &err) &&
-         gckpt_json_num(last, path, "steps[-1].live_peak_bytes", 0, 1e18, &peak, &err) &&
-         gckpt_json_str(last, path, "steps[-1].peak_where", f->where, sizeof f->where, &err);
-    f->s.offload = cJSON_IsTrue(item(set, "offload"));
-    const cJSON *kinds = item(item(item(root, "collectives"), "per_step"), "2"), *k;
-    cJSON_ArrayForEach(k, kinds) { /* "kind/dtype/phase" */
-        double b = cJSON_GetNumberValue(item(k, "bytes"));
-        const char *phase = strrchr(k->string, '/');
-        bool gather = !strncmp(k->string, "all_gather/", 11);
-        if (gather && phase && !strcmp(phase, "/optimizer")) {
-            f->gather_opt += b;
-            f->gather_opt_calls += (int)cJSON_GetNumberValue(item(k, "calls"));
-        }
-        if (!phase || !strcmp(phase, "/optimizer")) continue;
-        if (gather && !strcmp(phase, "/forward")) f->gather_fwd += b;
-        else if (gather) f->gather_bwd += b;
-        else f->reduce += b;
-        if (!strcmp(phase, "/backward") &&
-            (!strcmp(k->string, "all_reduce/float32/backward") || !strcmp(k->string, "all_reduce/bfloat16/backward"))) {
-            f->grad_all_reduce += b;
-            f->grad_all_reduce_calls += (int)cJSON_GetNumberValue(item(k, "calls"));
-        }
-    }
-    cJSON_Delete(root);
-    if (!ok) fail_msg("%s", err.msg);
-    f->fake = !strcmp(pg, "fake");
-    f->rank = (uint32_t)rank;
-    f->peak = peak;
-    gckpt_setting *s = &f->s;
-    s->seq = seq;
-    s->micro_batch = mb;
-    s->grad_accum = ga;
-    s->optimizer = GCKPT_ADAMW;
-    s->attention = GCKPT_SDPA;
-    s->every_n = (uint32_t)n;
-    /* every mode runs the Trainer's bf16=True (the probe names it by what the forward computes in) */
-    s->precision = strcmp(prec, "fp32") ? GCKPT_AMP_BF16 : GCKPT_FP32;
-    s->layout.gpus = (uint32_t)world;
-    s->layout.nodes = 1;
-    int pm = gckpt_parallel_from(strcmp(f->mode, "fsdp2") ? f->mode : "fsdp");
-    if (pm <= 0) fail_msg("%s: parallel.mode '%s' not understood", path, f->mode);
-    s->layout.mode = (uint8_t)pm;
-    s->layout.fsdp_keep_gathered = !strcmp(f->variant, "nrf");
-    s->layout.rank = (uint32_t)rank;
-    s->layout.ds.overlap_comm = !strcmp(f->variant, "overlap"); /* zero_optimization.overlap_comm true */
-    if (!strcmp(f->variant, "tight")) { /* stage3_max_live_parameters (and reuse distance, prefetch) 0 */
-        s->layout.ds.set |= GCKPT_DS_MAX_LIVE;
-        s->layout.ds.max_live = 0;
-    }
-    if (!gckpt_layout_check(s, &err)) fail_msg("%s", err.msg);
-}
-
 typedef struct {
     int compared, exact, gloo;
 } tally;
@@ -154,7 +51,7 @@ typedef struct {
 static bool check_fixture(const char *path, tally *t)
 {
     dist_fixture f;
-    read_fixture(path, &f);
+    dist_fixture_read(path, &f);
     if (!f.fake) {
         t->gloo++;
         return true;
@@ -232,7 +129,7 @@ static bool next_fake_fixture(DIR *d, dist_fixture *f, const char **name)
         if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", GCKPT_TEST_DATA "/hf-dist", e->d_name);
-        read_fixture(path, f);
+        dist_fixture_read(path, f);
         if (!f->fake) continue;
         *name = e->d_name;
         return true;
@@ -451,10 +348,10 @@ static void test_zero2_busiest_rank(void **state)
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         dist_fixture f0, fl;
-        read_fixture(path, &f0);
+        dist_fixture_read(path, &f0);
         if (!f0.fake) continue;
         snprintf(path + strlen(path) - 7, 16, "r%u.json", f0.s.layout.gpus - 1);
-        read_fixture(path, &fl);
+        dist_fixture_read(path, &fl);
         static gckpt_ctx c;
         static gckpt_profile prof;
         fixture_recipe(&f0);
@@ -500,7 +397,7 @@ static void test_zero12_fp32_ranks(void **state)
             char path[1024];
             dist_fixture g;
             snprintf(path, sizeof path, "%s/%.*sr1.json", GCKPT_TEST_DATA "/hf-dist", (int)strlen(name) - 7, name);
-            read_fixture(path, &g);
+            dist_fixture_read(path, &g);
             static gckpt_ctx c;
             static gckpt_profile prof;
             gckpt_err err;

@@ -5,7 +5,8 @@
  *     elements x its dtype's size, at 512 B each allocation is rounded (the scalars, measured
  *     as byte counts, summed as they are), so an executor can allocate from a row's fields;
  *   - the persistent bytes are the sum of the rows kept between steps, nothing else
- *     (gckpt_rank_persistent), for every mode, shipped model, world size and precision;
+ *     (gckpt_rank_persistent), for every mode, shipped model, world size and precision, and
+ *     under amp-bf16 with LoRA and QLoRA (4-bit weights stored as uint8 and as bf16);
  *   - the step-lived rows against closed forms: ZeRO-1/2's ipg bucket (the Trainer's "auto"
  *     reduce_bucket_size, hidden^2 elements of the model dtype, two with overlap_comm) and
  *     FSDP2's fp32 sharded gradients (one per sharded parameter: as many bytes as the fp32
@@ -20,6 +21,7 @@
 #include <cmocka.h>
 
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/recipe.h"
 
 static gckpt_recipe g_r;
@@ -34,7 +36,7 @@ static void rows(const gckpt_model *m, const gckpt_setting *s, uint32_t rank, ui
 {
     gckpt_err err;
     bool overflow = false;
-    gckpt_recipe_build(m, gckpt_parallel_compute_precision(s), GCKPT_SDPA, &g_r);
+    gckpt_setting_recipe(m, s, GCKPT_TARGET_CUDA, &g_r);
     if (!gckpt_params_build(&g_r, m->layers, s->optimizer, round, &g_ps, &overflow, &err)) fail_msg("%s", err.msg);
     assert_false(overflow);
     gckpt_params_shard(&g_ps, m, &s->layout);
@@ -102,32 +104,37 @@ static void test_rows_describe_bytes(void **state)
             for (size_t w = 0; w < 3; w++)
                 for (size_t p = 0; p < 2; p++)
                     for (uint32_t every_n = 0; every_n < 2; every_n++)
-                        for (size_t k = 0; k < 2; k++) {
-                            gckpt_setting s = setting(mode, worlds[w], precs[p], every_n);
-                            uint32_t rank = worlds[w] - 1; /* the last rank: FSDP2's local rows shrink there */
-                            rows(&m, &s, rank, rounds[k]);
-                            uint64_t kept = 0;
-                            for (int j = 0; j < g_st.n; j++) {
-                                const gckpt_state_row *r = &g_st.row[j];
-                                if (r->bytes != r->count * described(r, rounds[k]))
-                                    fail_msg("%s %s N=%u round %llu: row '%s' (entry %d) has %llu bytes, its fields "
-                                             "say %llu x %llu",
-                                             models[i], gckpt_parallel_names[mode], worlds[w],
-                                             (unsigned long long)rounds[k], r->what, r->param,
-                                             (unsigned long long)r->bytes, (unsigned long long)r->count,
-                                             (unsigned long long)described(r, rounds[k]));
-                                assert_true(r->param < g_ps.n);
-                                assert_int_equal(r->place, GCKPT_PLACE_DEVICE);
-                                if (r->kind < GCKPT_NROW_KEPT) kept += r->bytes;
+                        for (size_t k = 0; k < 2; k++)
+                            for (int v = 0; v < (precs[p] == GCKPT_AMP_BF16 ? 4 : 1); v++) {
+                                gckpt_setting s = setting(mode, worlds[w], precs[p], every_n);
+                                /* full fine-tuning, LoRA, QLoRA with uint8 and with bf16 storage */
+                                gckpt_peft_default(v == 0 ? GCKPT_METHOD_FULL : v == 1 ? GCKPT_METHOD_LORA : GCKPT_METHOD_QLORA,
+                                                   &s.peft);
+                                if (v == 3) s.peft.quant_storage = GCKPT_DT_BF16;
+                                uint32_t rank = worlds[w] - 1; /* the last rank: FSDP2's local rows shrink there */
+                                rows(&m, &s, rank, rounds[k]);
+                                uint64_t kept = 0;
+                                for (int j = 0; j < g_st.n; j++) {
+                                    const gckpt_state_row *r = &g_st.row[j];
+                                    if (r->bytes != r->count * described(r, rounds[k]))
+                                        fail_msg("%s %s N=%u round %llu: row '%s' (entry %d) has %llu bytes, its fields "
+                                                 "say %llu x %llu",
+                                                 models[i], gckpt_parallel_names[mode], worlds[w],
+                                                 (unsigned long long)rounds[k], r->what, r->param,
+                                                 (unsigned long long)r->bytes, (unsigned long long)r->count,
+                                                 (unsigned long long)described(r, rounds[k]));
+                                    assert_true(r->param < g_ps.n);
+                                    assert_int_equal(r->place, GCKPT_PLACE_DEVICE);
+                                    if (r->kind < GCKPT_NROW_KEPT) kept += r->bytes;
+                                }
+                                gckpt_rank_bytes b;
+                                gckpt_rank_persistent(&g_ps, &m, &s, rank, rounds[k], &b);
+                                assert_int_equal(b.total, kept);
+                                checked++;
                             }
-                            gckpt_rank_bytes b;
-                            gckpt_rank_persistent(&g_ps, &m, &s, rank, rounds[k], &b);
-                            assert_int_equal(b.total, kept);
-                            checked++;
-                        }
         }
     }
-    assert_int_equal(checked, (int)(sizeof models / sizeof *models) * multi * 3 * 2 * 2 * 2);
+    assert_int_equal(checked, (int)(sizeof models / sizeof *models) * multi * 3 * 2 * 2 * (1 + 4));
 }
 
 static void test_step_rows(void **state)

@@ -15,7 +15,9 @@ typedef struct {
     uint64_t ddp_used_map;          /* DDP: find_unused_parameters' maps, in GCKPT_C_PARALLEL for
                                      * every_n off only (not in the context's parallel) */
     uint64_t unit_part[GCKPT_NSEC]; /* FSDP2: elements of one unit's padded local shards (the
-                                     * embedding, one layer, the tail) */
+                                     * embedding, one layer, the tail): what the all-gather carries */
+    uint64_t unit_grad_part[GCKPT_NSEC]; /* ... of its trainable parameters: its reduce-scatter and
+                                          * fp32 sharded gradient (LoRA: the adapters') */
     uint64_t z2_numel;              /* ZeRO-2: elements of the rank's reduced gradients */
     uint64_t z1_reduce_numel;       /* ZeRO-1: elements (model dtype) its boundary reduction holds
                                      * above the full .grad for a moment (a transient at the end

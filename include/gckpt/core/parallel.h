@@ -82,6 +82,13 @@ void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_ta
  * (test_parallel's test_fixture_peaks holds the figure to the fixtures; the
  * parallel_peak_approximate warning states it). */
 #define GCKPT_PARALLEL_PEAK_BOUND_PCT "0.21"
+/* ... with LoRA / QLoRA (tests/data/hf-dist-peft, test_parallel_peft holds each to the fixtures):
+ * fsdp; zero2, whose rank's partition buffer the schedule makes at the first hook of one of its
+ * parameters, up to a bucket before DeepSpeed's flush (a bucket spans layers of adapters); zero3,
+ * whose prefetch of the next layer's frozen parameters is not modelled (FINDINGS R-DISTPEFT-6). */
+#define GCKPT_PARALLEL_PEFT_FSDP_BOUND_PCT "0.04"
+#define GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT "0.94"
+#define GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT "4.5"
 
 
 /* Fill the shard fields of table ps for layout l of model m. */
@@ -153,6 +160,8 @@ typedef struct {
     bool held;         /* a row of a kind made within each step that the rank holds from setup
                         * nonetheless (ZeRO-1/2's flag beside the ipg bucket, which the optimizer
                         * step frees and takes again; ZeRO-1's ipg buckets under offload_optimizer) */
+    uint8_t qstat;     /* a quantized weight's statistics piece + 1 (gckpt_quant_stat: each its
+                        * own allocation, a WEIGHTS row of the parameter), 0 otherwise */
 } gckpt_state_row;
 /* Whether row r is allocated once at setup (an executor's persistent buffer): the kinds kept
  * between steps, and the held ones; the others are the schedule's events. */

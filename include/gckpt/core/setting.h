@@ -45,6 +45,11 @@ typedef struct {
     bool double_quant;       /* bnb_4bit_use_double_quant */
     uint8_t quant_storage;   /* bnb_4bit_quant_storage: gckpt_dtype (gckpt_peft_default: uint8) */
     uint8_t compute_dtype;   /* bnb_4bit_compute_dtype: gckpt_dtype */
+    /* derived, not an option: set by gckpt_setting_recipe when a parallel wrapper casts every
+     * floating parameter to the compute dtype before the forward (FSDP2's MixedPrecisionPolicy,
+     * DeepSpeed's bf16: FINDINGS R-DISTPEFT-4, -5, -7): the adapters and QLoRA's fp32 parameters
+     * (prepare_model_for_kbit_training's) compute in bf16, not fp32 */
+    bool wrapper_cast;
 } gckpt_peft;
 
 /* How the step is spread over GPUs (gckpt/core/parallel.h has the per-rank rules). A zeroed

@@ -120,6 +120,9 @@ void gckpt_plan_moe_json(const gckpt_plan *p, cJSON *inputs);
 void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f);
 void gckpt_plan_parallel_args(const gckpt_plan *p, cJSON *args);
 void gckpt_plan_print_launch(const gckpt_plan *p, FILE *f);
+/* LoRA / QLoRA on several GPUs: comment lines after the model's, what the wrapper does with the
+ * frozen base and the adapters (FINDINGS R-DISTPEFT-1..8). */
+void gckpt_plan_parallel_peft_notes(const gckpt_plan *p, FILE *f);
 void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs);
 void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry, cJSON *time);
 void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);

@@ -19,7 +19,7 @@ enum {
     GCKPT_OPT_MODEL = 256, GCKPT_OPT_GPU, GCKPT_OPT_SEQ, GCKPT_OPT_MB, GCKPT_OPT_GA, GCKPT_OPT_GB,
     GCKPT_OPT_PREC, GCKPT_OPT_OPT, GCKPT_OPT_ATTN, GCKPT_OPT_EVERY, GCKPT_OPT_OFF, GCKPT_OPT_BUDGET,
     GCKPT_OPT_MARGIN, GCKPT_OPT_LONG, GCKPT_OPT_METHOD, GCKPT_OPT_RANK, GCKPT_OPT_ALPHA, GCKPT_OPT_LDROP,
-    GCKPT_OPT_TARGETS, GCKPT_OPT_MTS, GCKPT_OPT_QUANT, GCKPT_OPT_DQ, GCKPT_OPT_CDT, GCKPT_OPT_GPUS,
+    GCKPT_OPT_TARGETS, GCKPT_OPT_MTS, GCKPT_OPT_QUANT, GCKPT_OPT_DQ, GCKPT_OPT_CDT, GCKPT_OPT_QSTORE, GCKPT_OPT_GPUS,
     GCKPT_OPT_NODES, GCKPT_OPT_PAR, GCKPT_OPT_DS, GCKPT_OPT_MOE, GCKPT_OPT_FSDP_OFF, GCKPT_OPT_TARGET,
     GCKPT_OPT_REVISION, GCKPT_OPT_END
 };
@@ -42,7 +42,7 @@ typedef struct {
     char attn_note[320]; /* a sentence when --attention is planned as another one */
     uint32_t *every;     /* --every-n values (owned; req.every_n points here after finish) */
     int n_every;
-    const char *peft_opt[GCKPT_OPT_CDT - GCKPT_OPT_METHOD + 1]; /* LoRA / QLoRA options as given */
+    const char *peft_opt[GCKPT_OPT_QSTORE - GCKPT_OPT_METHOD + 1]; /* LoRA / QLoRA options as given */
     uint8_t modes[GCKPT_NPAR]; /* --parallel: the modes to plan, in the order given */
     int n_modes;
     const char *ds_path;      /* --deepspeed */

@@ -23,6 +23,7 @@ static const gckpt_par_mode modes[GCKPT_NPAR] = {
                        .sync_events = gckpt_sync_ddp},
     [GCKPT_PAR_FSDP] = {.multi = true, MEASURED, .shard_how = GCKPT_SHARD_DIM0,
                         .sharded = GCKPT_SHARD_WEIGHT | GCKPT_SHARD_GRAD | GCKPT_SHARD_STATES, .bf16_compute = true,
+                        .sync_apart = true,
                         .rows = gckpt_rows_fsdp, .apply = gckpt_apply_fsdp,
                         .offload_copies = gckpt_offload_fsdp, .sim = &gckpt_wrap_fsdp},
     [GCKPT_PAR_ZERO1] = {.multi = true, MEASURED, .shard_how = GCKPT_SHARD_FLAT,

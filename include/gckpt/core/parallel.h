@@ -331,6 +331,10 @@ typedef struct {
                             * gradient hook and freed when the step starts (without offload_optimizer) */
     bool sink_clones_logits; /* _DDPSink clones the outputs at the forward's end (find_unused_parameters,
                               * the Trainer's choice without gradient checkpointing) */
+    bool sync_apart;       /* the synchronising micro-step's events differ from the other later ones'
+                            * (FSDP2: its backward reduce-scatters, the Trainer's no_sync keeps the
+                            * unsharded .grad through the others): the step walks it apart, once
+                            * (gckpt_micro_runs; FINDINGS R-DIST-26) */
     /* the rows the mode adds to one rank (the model's buffers are every mode's) */
     void (*rows)(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                  uint64_t round, gckpt_rank_state *out);

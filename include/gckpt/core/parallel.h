@@ -308,8 +308,17 @@ void gckpt_zero12_temp(uint64_t part, uint64_t zs, uint64_t round, uint64_t piec
  * file besides the enum's that names a mode). Whatever differs between one GPU, DDP, FSDP2 and
  * DeepSpeed ZeRO-1/2/3 in core is a field here; code elsewhere asks the descriptor. */
 struct gckpt_wrap_hooks; /* the simulator's hooks (core/sim_parallel.h, private to core) */
+/* What the HF Trainer is given to run a mode (the planner writes it: planner/plan_parallel.c):
+ * NONE, a row that says nothing (the planner refuses to plan the mode, naming it); DDP, nothing
+ * beyond torchrun (the Trainer's default); FSDP2, fsdp=True with fsdp_config version 2;
+ * DEEPSPEED, a deepspeed config of zero_stage. */
+typedef enum { GCKPT_TRAINER_NONE, GCKPT_TRAINER_DDP, GCKPT_TRAINER_FSDP2, GCKPT_TRAINER_DEEPSPEED } gckpt_trainer_args;
 typedef struct {
     bool multi;       /* spreads the step over several GPUs */
+    /* the mode in a plan's header ("FSDP2 (fully_shard per decoder layer, ...)") and how the
+     * Trainer is told to run it (gckpt_trainer_args; DEEPSPEED: its zero_optimization.stage) */
+    const char *title;
+    uint8_t trainer, zero_stage;
     /* what it refuses (gckpt_layout_check): fewer GPUs than min_world, and a fine-tuning method,
      * optimizer or precision whose bit (1u << the enum) is not set: what was measured per rank */
     uint32_t min_world;

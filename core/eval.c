@@ -154,7 +154,7 @@ static bool profile_micro(gckpt_profiler *pr, const gckpt_ctx *c, int micro, int
     ev->n = ev->nseg = 0;
     ev->oom = false;
     if (!pr->sim && !(pr->sim = gckpt_sim_new())) return false;
-    if (!gckpt_sim_begin(pr->sim, c, &st, micro == 1, 0)) return false;
+    if (!gckpt_sim_begin(pr->sim, c, &st, micro == 1, micro == 1 || c->set.grad_accum <= 1, 0)) return false;
     gckpt_step_iter it;
     gckpt_seg g;
     gckpt_step_begin(&it, &st);
@@ -353,8 +353,10 @@ static inline void time_add(gckpt_result *r, const gckpt_seg_summary *s, double 
 static void compose_time(const gckpt_profile *p, int m0, int ck, int nmicro, uint64_t grad_accum,
                          const uint64_t n_layers[GCKPT_NBLOCK], const uint64_t n_ckpt[GCKPT_NBLOCK], gckpt_result *res)
 {
+    gckpt_micro_run runs[GCKPT_MAX_MICRO_RUNS];
+    gckpt_micro_runs(grad_accum, false, runs); /* a composed mode's last micro-step is not apart */
     for (int mi = 0; mi < nmicro; mi++) {
-        double mult = (double)gckpt_micro_repeat((uint8_t)mi, grad_accum);
+        double mult = (double)runs[mi].repeat;
         for (int once = 1; once >= 0; once--)
             for (int row = 0; row < GCKPT_MICRO_ROWS; row++)
                 if ((gckpt_micro_order[row].order == GCKPT_ORDER_ONCE) == (once == 1)) time_add(res, &p->first[m0][mi][row], mult);
@@ -448,7 +450,8 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
         res->peak_bytes = res->device_peak_bytes = UINT64_MAX;
         return;
     }
-    if (gckpt_wrap_active(c) || every_rank(c)) {
+    /* a mode whose synchronising micro-step is apart has three micro-steps: walked too */
+    if (gckpt_wrap_active(c) || every_rank(c) || gckpt_par_mode_of(c->set.layout.mode)->sync_apart) {
         walk_setting(c, every_n, offload, grad_accum, res);
         return;
     }

@@ -87,12 +87,14 @@ bool gckpt_schedule_build(const gckpt_ctx *c, gckpt_schedule *out)
     bool ok = true;
     gckpt_step_begin(&it, &st);
     while (ok && gckpt_step_next(&it, &g)) {
-        if (g.micro != GCKPT_MICRO_NONE && g.micro != micro) {
+        bool in_micro = g.micro != GCKPT_MICRO_NONE;
+        if (in_micro && it.micro != micro) {
             /* a new micro-step: a later one continues the instance numbering */
-            ok = gckpt_sim_begin(sim, c, &st, g.micro == GCKPT_MICRO_LATER, micro < 0 ? 0 : gckpt_sim_next_id(sim));
-            micro = g.micro;
+            ok = gckpt_sim_begin(sim, c, &st, g.micro == GCKPT_MICRO_LATER, g.sync,
+                                 micro < 0 ? 0 : gckpt_sim_next_id(sim));
+            micro = it.micro;
         }
-        gckpt_schedule_open(out, &g, gckpt_micro_repeat(g.micro, c->set.grad_accum));
+        gckpt_schedule_open(out, &g, in_micro ? st.micro[it.micro].repeat : 1);
         gckpt_sim_segment(sim, &g, out);
         gckpt_schedule_close(out);
         ok = ok && !out->oom;

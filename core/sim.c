@@ -54,6 +54,7 @@ typedef struct {
 struct gckpt_sim {
     const gckpt_ctx *c;
     bool grads_exist;
+    bool sync;          /* the micro-step reduces the gradients (gckpt_sim_begin) */
     bool z1_bucket_due; /* ZeRO-1's first micro-step: its first reduce hook allocates the ipg bucket */
     bool ddp_sink; /* DDP with every_n off (layer 0 plain): _DDPSink at each forward's end */
     inst_t *pool;
@@ -260,7 +261,8 @@ static void ev_grad(gckpt_sim *s, gckpt_schedule *o, int kind, int16_t tensor, i
 
 gckpt_sim *gckpt_sim_new(void) { return calloc(1, sizeof(gckpt_sim)); }
 
-bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, bool grads_exist, uint32_t first_id)
+bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, bool grads_exist, bool sync,
+                     uint32_t first_id)
 {
     uint64_t layers = st->layers ? st->layers : 1;
     if (layers > s->nlayer_cap) {
@@ -273,14 +275,15 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
     s->nlayers = layers;
     for (int l = 0; l < GCKPT_PROXY_LAYERS; l++) s->aux_rest[l] = -1;
     if (gckpt_wrap_active(c)) {
-        /* the wrapper reduces gradients in the last micro-step (the later one), or the only one */
+        /* the wrapper reduces gradients in the synchronising micro-step (the step's last) */
         if (!s->wrap && !(s->wrap = gckpt_wrap_new())) return false;
-        if (!gckpt_wrap_begin(s->wrap, c, layers, grads_exist || c->set.grad_accum <= 1, !grads_exist)) return false;
+        if (!gckpt_wrap_begin(s->wrap, c, layers, sync, !grads_exist)) return false;
     } else if (s->wrap) {
         gckpt_wrap_free(s->wrap);
         s->wrap = NULL;
     }
     s->grads_exist = grads_exist && gckpt_wrap_grads_kept(c);
+    s->sync = sync;
     s->z1_bucket_due = gckpt_layout_ipg_bucket_event(&c->set.layout) && !grads_exist;
     /* the Trainer's find_unused_parameters: on without gradient checkpointing (FINDINGS R-DIST-1);
      * layer 0 is checkpointed under every every_n, so a plain layer 0 is every_n off */
@@ -1161,7 +1164,7 @@ static void embed_bwd(gckpt_sim *s, gckpt_schedule *o)
     /* ZeRO-1 reduces at the boundary when the backward ends (engine.backward's allreduce_gradients):
      * what grads_in_partition adds over the .grad freed so far, for a moment (core/parallel.c) */
     const gckpt_ctx *c = s->c;
-    if (c->par.z1_reduce_numel && (s->grads_exist || c->set.grad_accum <= 1)) {
+    if (c->par.z1_reduce_numel && s->sync) {
         uint8_t dt = c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
         gckpt_sim_release(s, o, gckpt_sim_buffer(s, o, -1, GCKPT_C_PARALLEL, dt, c->par.z1_reduce_numel));
     }

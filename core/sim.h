@@ -12,9 +12,11 @@ typedef struct gckpt_sim gckpt_sim;
 gckpt_sim *gckpt_sim_new(void);
 void gckpt_sim_free(gckpt_sim *s);
 /* Start a micro-step of step st (its layers and modes; checkpoints hold the layers'
- * arguments when layer 0 is checkpointed): grads_exist for a later micro-step; instance
- * ids from first_id. false when out of memory. */
-bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, bool grads_exist, uint32_t first_id);
+ * arguments when layer 0 is checkpointed): grads_exist for a later micro-step; sync when it
+ * reduces the gradients (gckpt_micro_run.sync: the step's last, or a micro-step standing for
+ * it); instance ids from first_id. false when out of memory. */
+bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, bool grads_exist, bool sync,
+                     uint32_t first_id);
 /* The id the next instance would get (a later micro-step continues the numbering). */
 uint32_t gckpt_sim_next_id(const gckpt_sim *s);
 /* Emit the events of segment g (the optimizer's need no micro-step). */

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 
+#include "gckpt/core/parallel.h"
 #include "gckpt/core/recipe.h"
 
 const char *const gckpt_phase_names[GCKPT_NPHASE] = {"forward", "loss", "backward", "optimizer"};
@@ -44,10 +45,24 @@ void gckpt_seg_name(const gckpt_seg *s, char *buf, size_t n)
     else snprintf(buf, n, "%s", s->part < GCKPT_NPART ? parts[s->part] : "?");
 }
 
+int gckpt_micro_runs(uint64_t grad_accum, bool apart, gckpt_micro_run out[GCKPT_MAX_MICRO_RUNS])
+{
+    int n = 0;
+    out[n++] = (gckpt_micro_run){GCKPT_MICRO_FIRST, grad_accum <= 1, 1};
+    if (grad_accum <= 1) return n;
+    if (!apart) {
+        out[n++] = (gckpt_micro_run){GCKPT_MICRO_LATER, true, grad_accum - 1};
+        return n;
+    }
+    if (grad_accum > 2) out[n++] = (gckpt_micro_run){GCKPT_MICRO_LATER, false, grad_accum - 2};
+    out[n++] = (gckpt_micro_run){GCKPT_MICRO_LATER, true, 1};
+    return n;
+}
+
 gckpt_step gckpt_step_of(const gckpt_setting *s, uint64_t layers)
 {
-    gckpt_step st = {.layers = layers, .every_n = s->every_n, .offload = s->offload, .modes = NULL,
-                     .micro_steps = s->grad_accum > 1 ? 2 : 1, .optimizer = true};
+    gckpt_step st = {.layers = layers, .every_n = s->every_n, .offload = s->offload, .modes = NULL, .optimizer = true};
+    st.micro_steps = gckpt_micro_runs(s->grad_accum, gckpt_par_mode_of(s->layout.mode)->sync_apart, st.micro);
     return st;
 }
 
@@ -112,8 +127,9 @@ bool gckpt_step_next(gckpt_step_iter *it, gckpt_seg *out)
             it->done = 0;
             continue;
         }
+        const gckpt_micro_run *mr = &st->micro[it->micro];
         *out = (gckpt_seg){.row = (uint8_t)it->row, .part = r->part, .stage = r->stage, .mode = GCKPT_LAYER_PLAIN,
-                           .block = GCKPT_BLOCK_DECODER, .micro = (uint8_t)it->micro, .layer = -1};
+                           .block = GCKPT_BLOCK_DECODER, .micro = mr->micro, .sync = mr->sync, .layer = -1};
         if (per_layer) {
             at_layer(it, r, out);
             it->done++;

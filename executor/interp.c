@@ -173,52 +173,87 @@ static bool kind_fits(uint8_t kind, uint8_t part)
     }
 }
 
-/* The schedule's parts (first micro-step, later one, optimizer) and its events checked
- * for what the interpreter relies on; the instance table sized. */
+/* A segment's events checked for what the interpreter relies on; *maxid raised past every
+ * instance they allocate. */
+static bool check_segment(gckpt_exec *x, size_t si, uint32_t *maxid, gckpt_err *err)
+{
+    const gckpt_schedule *sc = &x->sched;
+    const gckpt_sched_seg *g = &sc->seg[si];
+    if (g->seg.part == GCKPT_PART_LAYER && (g->seg.layer < 0 || (uint64_t)g->seg.layer >= x->m.layers)) {
+        gckpt_seterr(err, "schedule segment %zu: layer %d out of range", si, g->seg.layer);
+        return false;
+    }
+    for (size_t i = g->begin; i < g->end; i++) {
+        const gckpt_event *e = &sc->ev[i];
+        if (!kind_fits(e->kind, g->seg.part)) {
+            gckpt_seterr(err, "schedule event %zu: kind %u in a segment of part %u", i, e->kind, g->seg.part);
+            return false;
+        }
+        if ((e->kind == GCKPT_EV_ALLOC || e->kind == GCKPT_EV_ALLOC_SCRATCH) && e->inst != GCKPT_NOINST &&
+            e->inst + 1 > *maxid)
+            *maxid = e->inst + 1;
+        bool compute = e->kind == GCKPT_EV_FWD || e->kind == GCKPT_EV_RECOMPUTE || e->kind == GCKPT_EV_BWD;
+        if (compute && (e->op < 0 || e->op >= x->r->nop)) {
+            gckpt_seterr(err, "schedule event %zu: op %d out of range", i, e->op);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The schedule's parts: its micro-steps (a new one wherever the segments' micro-step or sync
+ * changes: gckpt_micro_runs made them), each with the repeat count its segments carry, then the
+ * optimizer; the first micro-step once, the repeats summing to grad_accum (the walk's step is
+ * the one executed); every event checked; the instance table sized. */
 static bool check_schedule(gckpt_exec *x, gckpt_err *err)
 {
     const gckpt_schedule *sc = &x->sched;
-    static const uint8_t micro_of[NPARTS] = {GCKPT_MICRO_FIRST, GCKPT_MICRO_LATER, GCKPT_MICRO_NONE};
     size_t si = 0;
     uint32_t maxid = 0;
-    for (int part = 0; part < NPARTS; part++) {
-        x->part[part][0] = si;
-        for (; si < sc->nseg && sc->seg[si].seg.micro == micro_of[part]; si++) {
-            const gckpt_sched_seg *g = &sc->seg[si];
-            if (g->seg.part == GCKPT_PART_LAYER && (g->seg.layer < 0 || (uint64_t)g->seg.layer >= x->m.layers)) {
-                gckpt_seterr(err, "schedule segment %zu: layer %d out of range", si, g->seg.layer);
+    uint64_t micro_steps = 0;
+    x->nmicro = 0;
+    while (si < sc->nseg && sc->seg[si].seg.micro != GCKPT_MICRO_NONE) {
+        const gckpt_seg *first = &sc->seg[si].seg;
+        bool expect_first = x->nmicro == 0;
+        if (x->nmicro == GCKPT_MAX_MICRO_RUNS || (first->micro == GCKPT_MICRO_FIRST) != expect_first) {
+            gckpt_seterr(err, "schedule segment %zu: micro-step %u out of order", si, first->micro);
+            return false;
+        }
+        exec_part *p = &x->micro[x->nmicro++];
+        p->begin = si;
+        p->repeat = sc->seg[si].repeat;
+        for (; si < sc->nseg && sc->seg[si].seg.micro == first->micro && sc->seg[si].seg.sync == first->sync; si++) {
+            if (sc->seg[si].repeat != p->repeat) {
+                gckpt_seterr(err, "schedule segment %zu: runs %llu times, its micro-step's first segment %llu", si,
+                             (unsigned long long)sc->seg[si].repeat, (unsigned long long)p->repeat);
                 return false;
             }
-            for (size_t i = g->begin; i < g->end; i++) {
-                const gckpt_event *e = &sc->ev[i];
-                if (!kind_fits(e->kind, g->seg.part)) {
-                    gckpt_seterr(err, "schedule event %zu: kind %u in a segment of part %u", i, e->kind, g->seg.part);
-                    return false;
-                }
-                if ((e->kind == GCKPT_EV_ALLOC || e->kind == GCKPT_EV_ALLOC_SCRATCH) && e->inst != GCKPT_NOINST &&
-                    e->inst + 1 > maxid)
-                    maxid = e->inst + 1;
-                bool compute = e->kind == GCKPT_EV_FWD || e->kind == GCKPT_EV_RECOMPUTE || e->kind == GCKPT_EV_BWD;
-                if (compute && (e->op < 0 || e->op >= x->r->nop)) {
-                    gckpt_seterr(err, "schedule event %zu: op %d out of range", i, e->op);
-                    return false;
-                }
-            }
+            if (!check_segment(x, si, &maxid, err)) return false;
         }
-        x->part[part][1] = si;
+        p->end = si;
+        if (p->repeat < 1 || (expect_first && p->repeat != 1)) {
+            gckpt_seterr(err, "schedule segment %zu: a micro-step run %llu times", p->begin,
+                         (unsigned long long)p->repeat);
+            return false;
+        }
+        micro_steps += p->repeat;
     }
+    x->opt.begin = si;
+    x->opt.repeat = 1;
+    for (; si < sc->nseg && sc->seg[si].seg.micro == GCKPT_MICRO_NONE; si++)
+        if (!check_segment(x, si, &maxid, err)) return false;
+    x->opt.end = si;
     if (si != sc->nseg) {
         gckpt_seterr(err, "schedule segment %zu: micro-step %u out of order", si, sc->seg[si].seg.micro);
         return false;
     }
-    if (x->part[PART_FIRST][1] == x->part[PART_FIRST][0] || x->part[PART_OPTIMIZER][1] == x->part[PART_OPTIMIZER][0]) {
+    if (!x->nmicro || x->opt.end == x->opt.begin) {
         gckpt_seterr(err, "schedule: no first micro-step or no optimizer step");
         return false;
     }
-    bool later = x->part[PART_LATER][1] > x->part[PART_LATER][0];
-    if ((x->set.grad_accum > 1) != later) {
-        gckpt_seterr(err, "schedule: the later micro-step is %s but grad_accum is %llu", later ? "present" : "absent",
-                     (unsigned long long)x->set.grad_accum);
+    if (micro_steps != x->set.grad_accum) {
+        gckpt_seterr(err, "schedule: its micro-steps run %llu times but grad_accum is %llu",
+                     (unsigned long long)micro_steps, (unsigned long long)x->set.grad_accum);
         return false;
     }
     x->ninst = maxid;
@@ -524,17 +559,18 @@ static gckpt_xstatus check_clean(gckpt_exec *x, bool grads_allowed, gckpt_err *e
  * part's: DDP's and ZeRO-1's reduction of the gradients, after which they are complete); the rest. */
 enum { RUN_ALL, RUN_LEADING_COLLECTIVES, RUN_REST };
 
-static gckpt_xstatus run_part(gckpt_exec *x, int part, uint64_t micro, bool update, int which, size_t *count,
-                              gckpt_err *err)
+static gckpt_xstatus run_part(gckpt_exec *x, const exec_part *part, uint64_t micro, bool update, int which,
+                              size_t *count, gckpt_err *err)
 {
+    bool in_micro = part != &x->opt;
     if (which != RUN_REST) {
         x->gen++;
         exec_aux_micro_begin(x);
-        if (part != PART_OPTIMIZER) make_data(x, micro);
+        if (in_micro) make_data(x, micro);
     }
     exec_site w = {.micro = micro, .update = update};
     bool leading = true;
-    for (size_t si = x->part[part][0]; si < x->part[part][1]; si++) {
+    for (size_t si = part->begin; si < part->end; si++) {
         const gckpt_sched_seg *g = &x->sched.seg[si];
         w.seg = &g->seg;
         for (size_t i = g->begin; i < g->end; i++) {
@@ -548,7 +584,7 @@ static gckpt_xstatus run_part(gckpt_exec *x, int part, uint64_t micro, bool upda
             (*count)++;
         }
     }
-    return which == RUN_LEADING_COLLECTIVES ? GCKPT_XS_OK : check_clean(x, part != PART_OPTIMIZER, err);
+    return which == RUN_LEADING_COLLECTIVES ? GCKPT_XS_OK : check_clean(x, in_micro, err);
 }
 
 static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *err)
@@ -604,14 +640,17 @@ gckpt_xstatus gckpt_exec_step(gckpt_exec *x, const gckpt_step_opts *o, gckpt_ste
     gckpt_xstatus rc;
     double t1 = 0, t2 = 0;
     if ((rc = be->timer_start(be)) != GCKPT_XS_OK) return exec_be_fail(x, rc, "timer", err);
-    if ((rc = run_part(x, PART_FIRST, 0, o->update, RUN_ALL, &res->events, err)) != GCKPT_XS_OK) return rc;
-    for (uint64_t k = 1; k < x->set.grad_accum; k++)
-        if ((rc = run_part(x, PART_LATER, k, o->update, RUN_ALL, &res->events, err)) != GCKPT_XS_OK) return rc;
+    /* the micro-steps as the schedule's segments say (each part run its repeat count: the first
+     * once, the later ones grad_accum - 1 times in all), k the micro-step's index in the step */
+    uint64_t k = 0;
+    for (int p = 0; p < x->nmicro; p++)
+        for (uint64_t r = 0; r < x->micro[p].repeat; r++, k++)
+            if ((rc = run_part(x, &x->micro[p], k, o->update, RUN_ALL, &res->events, err)) != GCKPT_XS_OK) return rc;
     /* DDP, ZeRO-1: the gradients' reduction opens the optimizer part; they are complete after it */
-    if ((rc = run_part(x, PART_OPTIMIZER, 0, o->update, RUN_LEADING_COLLECTIVES, &res->events, err)) != GCKPT_XS_OK)
+    if ((rc = run_part(x, &x->opt, 0, o->update, RUN_LEADING_COLLECTIVES, &res->events, err)) != GCKPT_XS_OK)
         return rc;
     if ((o->checksum || o->on_grads) && (rc = at_grads(x, o, res, &t1, err)) != GCKPT_XS_OK) return rc;
-    if ((rc = run_part(x, PART_OPTIMIZER, 0, o->update, RUN_REST, &res->events, err)) != GCKPT_XS_OK) return rc;
+    if ((rc = run_part(x, &x->opt, 0, o->update, RUN_REST, &res->events, err)) != GCKPT_XS_OK) return rc;
     if ((rc = be->timer_stop(be, &t2)) != GCKPT_XS_OK) return exec_be_fail(x, rc, "timer", err);
     res->seconds = t1 + t2;
     int nrec = x->set.grad_accum < GCKPT_MAX_RECORDS ? (int)x->set.grad_accum : GCKPT_MAX_RECORDS;

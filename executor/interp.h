@@ -61,9 +61,13 @@ typedef struct {
     uint64_t vW, voff, vblk, vstride;
 } exec_gview;
 
-/* The parts of a step: the first micro-step, the later one (run grad_accum - 1 times),
- * the optimizer; each a range of the schedule's segments. */
-enum { PART_FIRST, PART_LATER, PART_OPTIMIZER, NPARTS };
+/* The parts of a step, each a range [begin, end) of the schedule's segments: its micro-steps
+ * as the schedule has them (gckpt_micro_runs: the first, then one later micro-step, or the ones
+ * between and the synchronising last), each run `repeat` times, then the optimizer. */
+typedef struct {
+    size_t begin, end;
+    uint64_t repeat;
+} exec_part;
 
 struct gckpt_exec {
     gckpt_backend *be;
@@ -74,7 +78,9 @@ struct gckpt_exec {
     gckpt_recipe *r;
     gckpt_ctx ctx;
     gckpt_schedule sched;
-    size_t part[NPARTS][2];         /* [begin, end) of the schedule's segments */
+    exec_part micro[GCKPT_MAX_MICRO_RUNS]; /* the micro-steps (nmicro of them) ... */
+    int nmicro;
+    exec_part opt;                  /* ... and the optimizer */
     inst_t *inst;
     uint32_t ninst;
     int pidx[GCKPT_MAX_TENSORS];

@@ -304,7 +304,9 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err)) goto fail;
     gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft,
                          .layout = req->layout, .attention = req->attention, .seq = req->seq};
-    if (!gckpt_layout_check(&lay, err) || !gckpt_parallel_device_ok(&p->dev, &req->layout, err))
+    if (!gckpt_layout_check(&lay, err) ||
+        !gckpt_plan_mode_ok(gckpt_par_mode_of(req->layout.mode), gckpt_parallel_names[req->layout.mode], err) ||
+        !gckpt_parallel_device_ok(&p->dev, &req->layout, err))
         goto fail;
     gckpt_setting_recipe(&p->model, &lay, p->target, p->recipe);
     if (!gckpt_params_build(p->recipe, p->model.layers, req->optimizer, p->dev.alloc_round_bytes, p->params, &overflow,

@@ -3,21 +3,20 @@
  * one GPU, whose outputs stay as they were. */
 #include "gckpt/planner/plan.h"
 
+#include "gckpt/core/parallel.h"
+
 #include <string.h>
 
 #include "gckpt/util/safe_text.h"
 
-/* The Trainer's names for a layout, as tools/hf_probe/probe_dist.py passed them. */
-static const char *mode_words(gckpt_parallel m)
+bool gckpt_plan_mode_ok(const gckpt_par_mode *d, const char *name, gckpt_err *err)
 {
-    switch (m) {
-    case GCKPT_PAR_DDP: return "DDP (the Trainer's default under torchrun)";
-    case GCKPT_PAR_FSDP: return "FSDP2 (fully_shard per decoder layer, the embedding and the tail)";
-    case GCKPT_PAR_ZERO1: return "DeepSpeed ZeRO-1";
-    case GCKPT_PAR_ZERO2: return "DeepSpeed ZeRO-2";
-    case GCKPT_PAR_ZERO3: return "DeepSpeed ZeRO-3";
-    default: return "one GPU";
-    }
+    if (!d->multi || (d->title && d->trainer != GCKPT_TRAINER_NONE &&
+                      (d->trainer != GCKPT_TRAINER_DEEPSPEED || (d->zero_stage >= 1 && d->zero_stage <= 3))))
+        return true;
+    gckpt_seterr(err, "--parallel %s: its row in the mode table (core/parallel_modes.c) gives no title or Trainer "
+                      "arguments (title, trainer, zero_stage), so no snippet can be written for it", name);
+    return false;
 }
 
 void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f)
@@ -27,15 +26,18 @@ void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f)
     uint32_t w = gckpt_layout_world(l);
     fprintf(f, "%u GPUs (%u node%s x %u), %s: memory is the busiest rank's (rank 0; zero1, zero2: the busiest of all ranks), tok/s per GPU (x %u for the job); "
                "global batch = micro-batch x grad-accum x %u\n",
-            w, l->nodes ? l->nodes : 1, l->nodes > 1 ? "s" : "", l->gpus ? l->gpus : 1, mode_words((gckpt_parallel)l->mode),
+            w, l->nodes ? l->nodes : 1, l->nodes > 1 ? "s" : "", l->gpus ? l->gpus : 1, gckpt_par_mode_of(l->mode)->title,
             w, w);
 }
 
-/* The TrainingArguments lines of the mode (inside TrainingArguments(...)). */
+/* The TrainingArguments lines of the mode (inside TrainingArguments(...)), as its row's trainer
+ * says (gckpt_plan_run refused a row without one: gckpt_plan_mode_ok). */
 void gckpt_plan_parallel_args(const gckpt_plan *p, cJSON *args)
 {
-    switch ((gckpt_parallel)p->req.layout.mode) {
-    case GCKPT_PAR_FSDP: {
+    const gckpt_par_mode *d = gckpt_par_mode_of(p->req.layout.mode);
+    if (!d->multi) return;
+    switch ((gckpt_trainer_args)d->trainer) {
+    case GCKPT_TRAINER_FSDP2: {
         cJSON_AddBoolToObject(args, "fsdp", true);
         cJSON *fc = cJSON_AddObjectToObject(args, "fsdp_config");
         cJSON_AddNumberToObject(fc, "version", 2);
@@ -43,10 +45,8 @@ void gckpt_plan_parallel_args(const gckpt_plan *p, cJSON *args)
         if (p->req.layout.offload) cJSON_AddBoolToObject(fc, "cpu_offload", true);
         break;
     }
-    case GCKPT_PAR_ZERO1:
-    case GCKPT_PAR_ZERO2:
-    case GCKPT_PAR_ZERO3: {
-        int stage = p->req.layout.mode - GCKPT_PAR_ZERO1 + 1;
+    case GCKPT_TRAINER_DEEPSPEED: {
+        int stage = d->zero_stage;
         if (p->req.deepspeed[0]) {
             char path[512];
             snprintf(path, sizeof path, "%s", p->req.deepspeed);
@@ -69,7 +69,8 @@ void gckpt_plan_parallel_args(const gckpt_plan *p, cJSON *args)
         }
         break;
     }
-    default: break;
+    case GCKPT_TRAINER_DDP: break; /* torchrun's default: nothing to add */
+    case GCKPT_TRAINER_NONE: break;
     }
 }
 
@@ -143,7 +144,7 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
         cJSON_AddBoolToObject(off, "optimizer", (l->offload & GCKPT_OFFLOAD_OPTIMIZER) != 0);
         cJSON_AddBoolToObject(off, "param", (l->offload & GCKPT_OFFLOAD_PARAM) != 0);
     }
-    if (l->mode < GCKPT_PAR_ZERO1) return;
+    if (gckpt_par_mode_of(l->mode)->trainer != GCKPT_TRAINER_DEEPSPEED) return;
     /* the DeepSpeed limits planned with, "auto" resolved */
     cJSON *ds = cJSON_AddObjectToObject(o, "deepspeed");
     if (p->req.deepspeed[0]) cJSON_AddStringToObject(ds, "file", p->req.deepspeed);

@@ -382,6 +382,62 @@ static void timeline_peaks(void **state)
     free(ph);
 }
 
+/* A mode's words in the plan (the header's title, the snippet's TrainingArguments) come from its
+ * row in the mode table (gckpt_par_mode.title, trainer, zero_stage): every mode's header names its
+ * row's title and its arguments are its trainer's; a row without them is refused with one line
+ * naming the mode and the table (before, planner/plan_parallel.c's own switch printed "one GPU"
+ * and no arguments for a mode it had no case for). */
+static void mode_words(void **state)
+{
+    (void)state;
+    gckpt_err err;
+    for (int mode = GCKPT_PAR_DDP; mode < GCKPT_NPAR; mode++) {
+        const gckpt_par_mode *d = gckpt_par_mode_of((unsigned)mode);
+        if (!gckpt_plan_mode_ok(d, gckpt_parallel_names[mode], &err)) fail_msg("%s", err.msg);
+        gckpt_plan_request q = req(UNTIED, 512);
+        q.layout = (gckpt_layout){2, 1, (uint8_t)mode};
+        gckpt_plan p;
+        if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s: %s", gckpt_parallel_names[mode], err.msg);
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        assert_non_null(f);
+        gckpt_plan_parallel_header(&p, f);
+        fclose(f);
+        if (!strstr(buf, d->title)) fail_msg("%s: the header does not name its row's title: %s", gckpt_parallel_names[mode], buf);
+        free(buf);
+        cJSON *args = cJSON_CreateObject();
+        gckpt_plan_parallel_args(&p, args);
+        const cJSON *ds = cJSON_GetObjectItemCaseSensitive(args, "deepspeed");
+        switch ((gckpt_trainer_args)d->trainer) {
+        case GCKPT_TRAINER_DDP: assert_null(args->child); break;
+        case GCKPT_TRAINER_FSDP2:
+            assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(args, "fsdp")));
+            assert_int_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(args, "fsdp_config"),
+                                                             "version")->valueint, 2);
+            break;
+        case GCKPT_TRAINER_DEEPSPEED:
+            assert_int_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ds, "zero_optimization"),
+                                                             "stage")->valueint, d->zero_stage);
+            break;
+        default: fail_msg("%s: no trainer", gckpt_parallel_names[mode]);
+        }
+        cJSON_Delete(args);
+        gckpt_plan_free(&p);
+    }
+    /* rows that say nothing, or a DeepSpeed row without its stage: refused, naming the table */
+    const gckpt_par_mode bare = {.multi = true}, untitled = {.multi = true, .trainer = GCKPT_TRAINER_DDP},
+                         stageless = {.multi = true, .title = "t", .trainer = GCKPT_TRAINER_DEEPSPEED};
+    const gckpt_par_mode *bad[] = {&bare, &untitled, &stageless};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        err.msg[0] = 0;
+        assert_false(gckpt_plan_mode_ok(bad[k], "new", &err));
+        assert_non_null(strstr(err.msg, "--parallel new"));
+        assert_non_null(strstr(err.msg, "core/parallel_modes.c"));
+    }
+    assert_true(gckpt_plan_mode_ok(gckpt_par_mode_of(GCKPT_PAR_NONE), "none", &err)); /* one GPU: no words needed */
+}
+
 static void parallel_plans(void **state)
 {
     (void)state;
@@ -595,7 +651,7 @@ int main(void)
     free(text);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(moe_plans), cmocka_unit_test(schema_rejects), cmocka_unit_test(hub_source), cmocka_unit_test(peft_plans),
-        cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans), cmocka_unit_test(tied_plans),
+        cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans), cmocka_unit_test(mode_words), cmocka_unit_test(tied_plans),
         cmocka_unit_test(timeline_peaks),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

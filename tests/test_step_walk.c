@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "gckpt/core/eval.h"
+#include "gckpt/core/parallel.h"
 #include "gckpt/core/step_walk.h"
 #include "gckpt/planner/plan.h"
 
@@ -51,6 +52,47 @@ static void repeats(void **state)
         assert_int_equal(optimizer, 1);
         gckpt_schedule_free(&sc);
     }
+}
+
+/* Every mode at grad_accum 1 .. 4 (2 GPUs): the micro-steps' repeats add up to grad_accum, the
+ * last micro-step (or the one standing for it) synchronises; under FSDP2 (sync_apart) the
+ * synchronising micro-step is its own, run once, and the reduce-scatters are its events alone, each
+ * unit's once per step
+ * (FINDINGS R-DIST-26: before, they sat in the later micro-step run grad_accum - 1 times). */
+static void sync_micro_step(void **state)
+{
+    (void)state;
+    for (int mode = GCKPT_PAR_NONE; mode < GCKPT_NPAR; mode++)
+        for (uint64_t ga = 1; ga <= 4; ga++) {
+            gckpt_setting s = setting(ga, 1);
+            if (mode != GCKPT_PAR_NONE) s.layout = (gckpt_layout){.gpus = 2, .nodes = 1, .mode = (uint8_t)mode};
+            gckpt_ctx c;
+            gckpt_schedule sc;
+            build(s, &c, &sc);
+            uint64_t heads = 0, sync_heads = 0, rs_runs = 0, rs_outside = 0;
+            for (size_t i = 0; i < sc.nseg; i++) {
+                const gckpt_sched_seg *g = &sc.seg[i];
+                bool head = g->seg.part == GCKPT_PART_HEAD && g->seg.stage == GCKPT_STAGE_FORWARD;
+                heads += head ? g->repeat : 0;
+                sync_heads += head && g->seg.sync ? g->repeat : 0;
+                for (size_t k = g->begin; k < g->end; k++)
+                    if (sc.ev[k].kind == GCKPT_EV_COLLECTIVE && sc.ev[k].arg.coll.kind == GCKPT_COLL_REDUCE_SCATTER) {
+                        rs_runs += g->repeat;
+                        rs_outside += !g->seg.sync;
+                    }
+            }
+            assert_int_equal(heads, ga);
+            bool apart = gckpt_par_mode_of((unsigned)mode)->sync_apart;
+            assert_int_equal(sync_heads, apart || ga == 1 ? 1 : ga - 1);
+            /* FSDP2's reduce-scatters only in the synchronising micro-step (ZeRO-3's in every one),
+             * each unit once per step (a tied head's tail unit is empty: FINDINGS R-DIST-24) */
+            if (mode == GCKPT_PAR_FSDP) {
+                assert_int_equal(rs_outside, 0);
+                assert_int_equal(rs_runs, c.model->layers + (c.model->tied ? 1 : 2));
+            }
+            gckpt_schedule_free(&sc);
+        }
+    assert_true(gckpt_par_mode_of(GCKPT_PAR_FSDP)->sync_apart);
 }
 
 /* The walk's seconds and FLOPs: the first micro-step, grad_accum - 1 times the later one
@@ -114,7 +156,7 @@ int main(void)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(repeats), cmocka_unit_test(time_of_a_step),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(repeats), cmocka_unit_test(sync_micro_step), cmocka_unit_test(time_of_a_step),
                                        cmocka_unit_test(step_start)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -272,7 +272,16 @@ static void sharded(gckpt_parallel mode, bool fp32_accum, bool amp_accum)
     for (size_t i = 0; i < (fp32_accum ? 3u : 2u); i++) check_case(&fp32[i]);
     for (size_t i = 0; i < (amp_accum ? 3u : 2u); i++) check_case(&amp[i]);
 }
-static void fsdp(void **st) { (void)st, sharded(GCKPT_PAR_FSDP, true, true); }
+/* FSDP2 also with three micro-steps per rank (fp32, one step, against one process of six): the
+ * schedule's micro-steps as gckpt_micro_runs makes them, the first, the one between (no_sync: no
+ * reduce-scatter, the unsharded .grads kept and added to) and the synchronising last, each run as
+ * often as its segments say; every rank's peak its prediction, the loss bit for bit, the gradient
+ * norm within 1e-6. */
+static void fsdp(void **st)
+{
+    (void)st, sharded(GCKPT_PAR_FSDP, true, true);
+    check_case(&(run_case){GCKPT_PAR_FSDP, GCKPT_FP32, GCKPT_FP32, 2, 3, false, 1, 0});
+}
 static void zero2(void **st) { (void)st, sharded(GCKPT_PAR_ZERO2, false, true); }
 /* ZeRO-3 on 3 ranks with a persistent parameter whose element count 3 does not divide and whose
  * bytes fill its allocation (found by tests/ci/mpi_soak.py; here 2 layers, hidden 32, one kv

@@ -171,6 +171,12 @@ def all_cases(which="default"):
             for ga in (1, 2):
                 out.append(make_spec(mode, "llamau", n, False, 2, bf16=False, variant=f"ga{ga}", config=dict(UNEVEN),
                                      grad_accum=ga))
+    # grad_accum 3 and 4 (every mode, tiny llama, world 2): the micro-steps between the first and
+    # the synchronising one (FINDINGS R-DIST-26): what each mode communicates there and keeps
+    for mode in MODES:
+        for n in (1, 0):
+            for ga in (3, 4):
+                out.append(make_spec(mode, "llama", n, False, 2, variant=f"ga{ga}", grad_accum=ga))
     return out
 
 

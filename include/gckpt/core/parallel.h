@@ -330,8 +330,17 @@ void gckpt_zero12_temp(uint64_t part, uint64_t zs, uint64_t round, uint64_t piec
  * file besides the enum's that names a mode). Whatever differs between one GPU, DDP, FSDP2 and
  * DeepSpeed ZeRO-1/2/3 in core is a field here; code elsewhere asks the descriptor. */
 struct gckpt_wrap_hooks; /* the simulator's hooks (core/sim_parallel.h, private to core) */
+/* What the HF Trainer is given to run a mode (the planner writes it: planner/plan_parallel.c):
+ * NONE, a row that says nothing (the planner refuses to plan the mode, naming it); DDP, nothing
+ * beyond torchrun (the Trainer's default); FSDP2, fsdp=True with fsdp_config version 2;
+ * DEEPSPEED, a deepspeed config of zero_stage. */
+typedef enum { GCKPT_TRAINER_NONE, GCKPT_TRAINER_DDP, GCKPT_TRAINER_FSDP2, GCKPT_TRAINER_DEEPSPEED } gckpt_trainer_args;
 typedef struct {
     bool multi;       /* spreads the step over several GPUs */
+    /* the mode in a plan's header ("FSDP2 (fully_shard per decoder layer, ...)") and how the
+     * Trainer is told to run it (gckpt_trainer_args; DEEPSPEED: its zero_optimization.stage) */
+    const char *title;
+    uint8_t trainer, zero_stage;
     /* what it refuses (gckpt_layout_check): fewer GPUs than min_world, and a fine-tuning method,
      * optimizer or precision whose bit (1u << the enum) is not set: what was measured per rank */
     uint32_t min_world;
@@ -353,6 +362,10 @@ typedef struct {
                             * gradient hook and freed when the step starts (without offload_optimizer) */
     bool sink_clones_logits; /* _DDPSink clones the outputs at the forward's end (find_unused_parameters,
                               * the Trainer's choice without gradient checkpointing) */
+    bool sync_apart;       /* the synchronising micro-step's events differ from the other later ones'
+                            * (FSDP2: its backward reduce-scatters, the Trainer's no_sync keeps the
+                            * unsharded .grad through the others): the step walks it apart, once
+                            * (gckpt_micro_runs; FINDINGS R-DIST-26) */
     /* the rows the mode adds to one rank (the model's buffers are every mode's) */
     void (*rows)(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                  uint64_t round, gckpt_rank_state *out);

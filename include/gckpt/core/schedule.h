@@ -177,7 +177,8 @@ typedef struct {
 } gckpt_event;
 
 /* A segment of the step, its events [begin, end), and how many times it runs in the step
- * (gckpt_micro_repeat: a later micro-step's grad_accum - 1, every other 1). */
+ * (its micro-step's gckpt_micro_run.repeat: a later micro-step's grad_accum - 1, or grad_accum - 2
+ * and 1 where the synchronising one is apart; the optimizer's 1). */
 typedef struct {
     gckpt_seg seg;
     size_t begin, end;

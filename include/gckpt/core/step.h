@@ -8,7 +8,11 @@
  * (L-1 .. 0), the embedding's, what each layer's graph kept until the micro-step's graph
  * is freed (L-1 .. 0), and the micro-step's end (the batch, masks and loss go).
  * A step is the first micro-step (no gradients yet), one later micro-step when gradients
- * accumulate (it runs grad_accum - 1 times), and the optimizer. */
+ * accumulate (it runs grad_accum - 1 times), and the optimizer. Under a parallel mode whose
+ * synchronising micro-step (the step's last, which reduces the gradients) differs from the others
+ * (gckpt_par_mode.sync_apart: FSDP2's reduce-scatters, the Trainer's no_sync elsewhere), the later
+ * micro-steps are two: the ones between (grad_accum - 2 times, when any) and the last (once).
+ * gckpt_micro_runs decides this, once. */
 #ifndef GCKPT_STEP_H
 #define GCKPT_STEP_H
 
@@ -113,9 +117,27 @@ typedef enum {
     GCKPT_ORDER_LAYERS_DOWN, /* one per layer, L-1 .. 0 */
 } gckpt_row_order;
 
-/* Which micro-step a segment is in: the first (no gradients yet), a later one (run
- * grad_accum - 1 times), or none (the optimizer). */
+/* Which micro-step a segment is in: the first (no gradients yet), a later one (gradients exist;
+ * run grad_accum - 1 times, or as gckpt_micro_runs says), or none (the optimizer). */
 typedef enum { GCKPT_MICRO_FIRST, GCKPT_MICRO_LATER, GCKPT_MICRO_NONE } gckpt_micro;
+
+/* One micro-step of the walk and how many of the step's micro-steps it stands for. sync: it
+ * reduces the gradients (it is, or stands for, the step's last micro-step). */
+typedef struct {
+    uint8_t micro; /* gckpt_micro */
+    bool sync;
+    uint64_t repeat;
+} gckpt_micro_run;
+
+#define GCKPT_MAX_MICRO_RUNS 3
+/* The micro-steps of a step of grad_accum (>= 1) micro-steps, in order, into out; returns how
+ * many (1 .. 3). The first (sync when it is the only one); then, without apart, one later
+ * micro-step standing for the other grad_accum - 1, the last among them (sync); with apart (the
+ * mode's synchronising micro-step differs from the others: gckpt_par_mode.sync_apart), the ones
+ * between (grad_accum - 2 of them, no sync; none at grad_accum 2) and the last (once, sync).
+ * The one place that says how often each micro-step runs: the schedule's segments carry it
+ * (gckpt_sched_seg.repeat), the fast evaluator's composition and the executor read it. */
+int gckpt_micro_runs(uint64_t grad_accum, bool apart, gckpt_micro_run out[GCKPT_MAX_MICRO_RUNS]);
 
 typedef struct {
     uint8_t part, stage, order;
@@ -132,6 +154,7 @@ typedef struct {
     uint8_t mode;   /* LAYER: gckpt_layer_mode */
     uint8_t block;  /* LAYER: gckpt_block_type */
     uint8_t micro;  /* gckpt_micro */
+    uint8_t sync;   /* the micro-step reduces the gradients (gckpt_micro_run.sync); 0 for the optimizer */
     int32_t layer;  /* LAYER: 0 .. L-1; -1 otherwise */
 } gckpt_seg;
 
@@ -178,11 +201,14 @@ typedef struct {
                                * NULL: every layer a DECODER */
     uint8_t attention;    /* gckpt_attention */
     uint64_t seq;
-    int micro_steps;      /* 1, or 2 when a later micro-step exists (grad_accum > 1) */
+    int micro_steps;      /* how many micro-steps the walk runs (1 .. GCKPT_MAX_MICRO_RUNS) ... */
+    gckpt_micro_run micro[GCKPT_MAX_MICRO_RUNS]; /* ... each (gckpt_micro_runs); a step written as a
+                                                  * literal with micro_steps 1 and this zero: the first */
     bool optimizer;       /* the optimizer ends the step */
 } gckpt_step;
 
-/* The step of setting s on a model of `layers` layers. */
+/* The step of setting s on a model of `layers` layers (its micro-steps: gckpt_micro_runs at the
+ * setting's grad_accum, apart under a mode whose synchronising micro-step differs). */
 gckpt_step gckpt_step_of(const gckpt_setting *s, uint64_t layers);
 gckpt_layer_mode gckpt_step_mode(const gckpt_step *st, uint64_t layer);
 /* A layer's block type in step st. */
@@ -193,7 +219,7 @@ void gckpt_step_checkpointing(const gckpt_step *st, bool *any, bool *offload);
 
 typedef struct {
     const gckpt_step *st;
-    int micro, row;
+    int micro, row;         /* micro: the index into st->micro of the micro-step being walked */
     uint64_t done;          /* segments of the current per-layer row done */
     gckpt_mode_cursor cur;
 } gckpt_step_iter;

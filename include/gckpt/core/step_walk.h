@@ -1,5 +1,5 @@
 /* The step walked once: a schedule's segments in order, each run `repeat` times (a later
- * micro-step's segments stand for the grad_accum - 1 micro-steps after the first), their
+ * micro-step's segments stand for several of the step's micro-steps: gckpt_micro_runs), their
  * events applied to the memory accounting (gckpt_mem_apply) and tallied: the peak and what
  * held it, the pinned host peak, seconds and FLOPs by kind (times the repeat count), the
  * collectives' bytes. One visitor, read by the memory walk and the segment summaries
@@ -17,15 +17,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* How many times a segment of micro-step `micro` (gckpt_micro) runs in a step of grad_accum
- * micro-steps: the later micro-step's stand for every micro-step after the first. The one
- * place that says so: the schedule's segments carry it (gckpt_sched_seg.repeat), the fast
- * evaluator's composition reads it. */
-static inline uint64_t gckpt_micro_repeat(uint8_t micro, uint64_t grad_accum)
-{
-    return micro == GCKPT_MICRO_LATER ? grad_accum - 1 : 1;
-}
 
 /* The state of a walk: memory now and what the events so far add up to. */
 typedef struct gckpt_walk_state {

@@ -117,6 +117,10 @@ void gckpt_plan_moe_json(const gckpt_plan *p, cJSON *inputs);
 /* Several GPUs (plan_parallel.c; nothing for one GPU): the header's layout line, the
  * TrainingArguments lines of the mode, the launch lines, the JSON's inputs.layout and each
  * entry's global_batch and time.collective_exposed_s. */
+/* Whether the planner can write mode d's (named name) header and snippet: a row for several GPUs
+ * gives its title and Trainer arguments (gckpt_par_mode.title, trainer, zero_stage); else false
+ * with one line naming the mode and the table. gckpt_plan_run asks it first. */
+bool gckpt_plan_mode_ok(const gckpt_par_mode *d, const char *name, gckpt_err *err);
 void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f);
 void gckpt_plan_parallel_args(const gckpt_plan *p, cJSON *args);
 void gckpt_plan_print_launch(const gckpt_plan *p, FILE *f);

@@ -75,6 +75,8 @@ static void usage(FILE *f)
     print_wrapped(f, "  --optimizer O          ", list);
     fprintf(f,
 "  --attention A          sdpa (default) | eager | flash_attention_2 (planned as sdpa)\n"
+"  --code-base C          hf (default: Hugging Face modules, eager) | fused (own fused\n"
+"                         modules: torchtitan, llm-foundry, ...): the profile's time parameters\n"
 "  --method M             full (default) | lora (peft LoRA) | qlora (bitsandbytes 4-bit or\n"
 "                         8-bit base + prepare_model_for_kbit_training + LoRA)\n"
 "  --lora-rank N          LoRA r (default 16)\n"

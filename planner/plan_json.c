@@ -56,6 +56,7 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(t, "optimizer_s", r->optimizer_s);
     num(t, "tokens_per_s", r->tokens_per_s);
     num(t, "mfu", r->mfu);
+    num(t, "hfu", r->hfu);
     gckpt_plan_parallel_entry_json(p, e, o, t);
     if (gckpt_peft_on(&p->req.peft)) num(o, "trainable_params", (double)p->params->trainable);
     cJSON_AddBoolToObject(o, "fits", e->fits);

@@ -57,6 +57,12 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(t, "tokens_per_s", r->tokens_per_s);
     num(t, "mfu", r->mfu);
     num(t, "hfu", r->hfu);
+    if (p->dev.has_code_bases && p->target == GCKPT_TARGET_CUDA) { /* the fit's held-out spread */
+        const gckpt_code_base_eff *cb = &p->dev.code_base[p->req.code_base];
+        cJSON *rg = cJSON_AddArrayToObject(t, "step_s_range");
+        cJSON_AddItemToArray(rg, cJSON_CreateNumber(r->step_s * cb->step_ratio_p10));
+        cJSON_AddItemToArray(rg, cJSON_CreateNumber(r->step_s * cb->step_ratio_p90));
+    }
     gckpt_plan_parallel_entry_json(p, e, o, t);
     if (gckpt_peft_on(&p->req.peft)) num(o, "trainable_params", (double)p->params->trainable);
     cJSON_AddBoolToObject(o, "fits", e->fits);

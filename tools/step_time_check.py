@@ -204,23 +204,29 @@ def main():
     args = ap.parse_args()
     if args.update_doc:
         args.markdown = True
-        begin, end = "<!-- step_time_check: begin -->", "<!-- step_time_check: end -->"
-        try:
-            with open(args.update_doc) as f:
-                doc = f.read()
-        except OSError as e:
-            die(f"{args.update_doc}: cannot read: {e.strerror}")
-        if doc.count(begin) != 1 or doc.count(end) != 1 or doc.index(begin) > doc.index(end):
-            die(f"{args.update_doc}: needs exactly one '{begin}' line before one '{end}' line")
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            rc = report(args)
-        head, rest = doc.split(begin, 1)
-        tail = rest.split(end, 1)[1]
-        with open(args.update_doc, "w") as f:
-            f.write(head + begin + "\n\n" + buf.getvalue().rstrip("\n") + "\n\n" + end + tail)
-        return rc
+        return update_block(args.update_doc, "step_time_check", lambda: report(args))
     return report(args)
+
+
+def update_block(path, name, produce):
+    """Replace what lies between "<!-- NAME: begin -->" and "<!-- NAME: end -->" in path with
+    what produce() prints; produce's return value."""
+    begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+    try:
+        with open(path) as f:
+            doc = f.read()
+    except OSError as e:
+        die(f"{path}: cannot read: {e.strerror}")
+    if doc.count(begin) != 1 or doc.count(end) != 1 or doc.index(begin) > doc.index(end):
+        die(f"{path}: needs exactly one '{begin}' line before one '{end}' line")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = produce()
+    head, rest = doc.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    with open(path, "w") as f:
+        f.write(head + begin + "\n\n" + buf.getvalue().rstrip("\n") + "\n\n" + end + tail)
+    return rc
 
 
 def report(args):

@@ -7,6 +7,7 @@ Python 3 standard library only.
 
 Usage: python3 tools/step_time_fit.py [--plan build/gckpt-plan] [--csv FILE] [--folds 5]
                                       [--write] [--json FILE] [--markdown]
+                                      [--update-doc docs/step-time.md]
 
 The time model (include/gckpt/core/device.h, core/ctx.c): every op takes
   max(GEMM FLOPs / (peak x matmul_efficiency x matmul_factor),
@@ -23,9 +24,9 @@ What is fitted, and on which points:
     attention_factor;
   * shared by the classes (software, not the chip): the fused code base's attention_seq_half,
     hbm_factor, op_overhead_s, step_overhead_s;
-  * the hf code base: its matmul_factor and attention_factor as ratios to the class's fused
-    ones, its hbm_factor, op_overhead_s and step_overhead_s (attention_seq_half: the fused one,
-    the same flash / SDPA kernels).
+  * the hf code base: its matmul_factor as a ratio to the class's fused one, and its
+    hbm_factor; its attention as the fused one's (SDPA's flash kernel), no launch or per-step
+    overhead of its own (its 4 points cannot tell them apart: PARAMS fixes them).
 The loss is the mean |log(predicted step / published step)| (robust to the few points no
 setting explains), each point weighted by 1 / sqrt(points of its source). Bounds keep the
 fit physical: the hf code base's GEMMs no faster than the fused one's (the same cuBLAS), its
@@ -41,8 +42,9 @@ Cross-validation: the points are split into --folds folds by a hash of their id;
 points are predicted (by gckpt-plan) from parameters fitted on the other folds only; the
 held-out errors are reported overall, per GPU class, per code base and per source, and so is
 a leave-one-source-out split. The p10 and p90 of the held-out ratio published / predicted
-step time, per code base, are the profile's "step_ratio_p10" / "step_ratio_p90" (the range
-gckpt-plan gives each entry's step time).
+step time, per code base (over every point when the code base has fewer than 20), are the
+profile's "step_ratio_p10" / "step_ratio_p90" (the range gckpt-plan gives each entry's step
+time).
 
 --write puts the fitted parameters into devices/<profile>.json ("code_bases", with a "fit"
 object: script, date, data file and its sha256, the points used, the held-out errors).
@@ -66,6 +68,7 @@ ROOT = stc.ROOT
 CLASS_OF = {"a100-40gb": "A100", "a100-80gb": "A100", "h100-sxm-80gb": "H100", "h200": "H100"}
 CLASSES = ["A100", "H100"]
 KEYS = ["matmul_factor", "attention_factor", "attention_seq_half", "hbm_factor", "op_overhead_s", "step_overhead_s"]
+RANGE_MIN_POINTS = 20  # a code base with fewer held-out points takes the range of all of them
 NEUTRAL = dict(zip(KEYS, [1.0, 1.0, 0.0, 1.0, 0.0, 0.0]))
 
 # The fitted vector: name, start, lower, upper (the search runs on a scaled copy).
@@ -73,8 +76,10 @@ PARAMS = ([(f"fused.mf.{c}", 1.0, 0.2, 1.15) for c in CLASSES] +
           [(f"fused.af.{c}", 0.5, 0.05, 1.15) for c in CLASSES] +
           [("fused.seq_half", 512.0, 0.0, 16384.0), ("fused.hf", 1.0, 0.25, 4.0),
            ("fused.ovh", 2e-6, 0.0, 1e-4), ("fused.step", 0.05, 0.0, 10.0),
-           ("hf.r_mf", 0.9, 0.2, 1.0), ("hf.r_af", 1.0, 0.1, 3.0), ("hf.hf", 0.8, 0.1, 1.0),
-           ("hf.ovh", 2e-6, 0.0, 1e-4), ("hf.step", 0.05, 0.0, 10.0)])
+           # hf: 4 points (universal-llm-trainer, all at seq 8192, accumulation 1), so two free
+           # parameters; the attention ratio and the overheads are fixed (lo == hi)
+           ("hf.r_mf", 0.9, 0.2, 1.0), ("hf.r_af", 1.0, 1.0, 1.0), ("hf.hf", 0.8, 0.1, 1.0),
+           ("hf.ovh", 0.0, 0.0, 0.0), ("hf.step", 0.0, 0.0, 0.0)])
 PNAMES = [p[0] for p in PARAMS]
 
 
@@ -227,19 +232,26 @@ def nelder_mead(f, x0, scale, iters=4000, tol=1e-7):
 
 
 def fit(rows, lin, start):
-    """The fitted vector (clipped to the bounds) from start; parameters no row depends on
-    stay at start."""
-    scale = [0.1 * (hi - lo) for (_, _, lo, hi) in PARAMS]
+    """The fitted vector (clipped to the bounds) from start; a fixed parameter (lower == upper)
+    stays."""
+    free = [i for i, (_, _, lo, hi) in enumerate(PARAMS) if hi > lo]
     w = weights(rows)
-    f = lambda x: loss(clip(x), rows, lin, w)  # noqa: E731
-    x, v = list(start), None
-    for _ in range(3):  # restarts: Nelder-Mead stalls in 15 dimensions
-        x, v2 = nelder_mead(f, clip(x), scale)
+
+    def full(sub):
+        x = list(start)
+        for i, v in zip(free, sub):
+            x[i] = v
+        return clip(x)
+    f = lambda sub: loss(full(sub), rows, lin, w)  # noqa: E731
+    scale = [0.1 * (PARAMS[i][3] - PARAMS[i][2]) for i in free]
+    sub, v = [clip(start)[i] for i in free], None
+    for _ in range(3):  # restarts: Nelder-Mead stalls in a dozen dimensions
+        sub, v2 = nelder_mead(f, [full(sub)[i] for i in free], scale)
         if v is not None and abs(v - v2) < 1e-6:
             break
         v = v2
         scale = [s * 0.3 for s in scale]
-    return clip(x)
+    return full(sub)
 
 
 def plan_all(plan, rows, theta_of_row, tmpdir):
@@ -308,7 +320,16 @@ def main():
     ap.add_argument("--write", action="store_true", help="store the fit in devices/*.json")
     ap.add_argument("--json", metavar="FILE", help="write the fit and every error as JSON")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--update-doc", metavar="FILE",
+                    help='regenerate the "<!-- step_time_fit: begin/end -->" block of FILE (implies --markdown)')
     args = ap.parse_args()
+    if args.update_doc:
+        args.markdown = True
+        return stc.update_block(args.update_doc, "step_time_fit", lambda: run(args))
+    return run(args)
+
+
+def run(args):
     if not os.access(args.plan, os.X_OK):
         stc.die(f"{args.plan}: not an executable gckpt-plan (build it: cmake --build build --target gckpt-plan)")
     rows = [r for r in stc.read_rows(args.csv) if not r["exclude"] and r["gpu_profile"] in CLASS_OF]
@@ -351,8 +372,16 @@ def main():
         return 1
 
     e_before, e_fit, e_held, e_loso = errs(rows, neutral), errs(rows, fitted), errs(rows, held), errs(rows, loso)
-    ratios = {cb: sorted(published_step(r) / held[r["id"]] for r in rows if code_base(r) == cb) for cb in ("hf", "fused")}
-    rng = {cb: (pct(v, 10), pct(v, 90)) for cb, v in ratios.items()}
+    # the range: a code base's own held-out ratios when it has RANGE_MIN_POINTS, else every point's
+    every = [published_step(r) / held[r["id"]] for r in rows]
+    rng, rng_from = {}, {}
+    for cb in ("hf", "fused"):
+        v = [published_step(r) / held[r["id"]] for r in rows if code_base(r) == cb]
+        if len(v) < RANGE_MIN_POINTS:
+            v, rng_from[cb] = every, f"all {len(every)} held-out points ({cb} has only {len(v)})"
+        else:
+            rng_from[cb] = f"the {len(v)} held-out {cb} points"
+        rng[cb] = (pct(v, 10), pct(v, 90))
     md = args.markdown
     print(f"{len(rows)} points fitted ({sum(code_base(r) == 'hf' for r in rows)} hf, "
           f"{sum(code_base(r) == 'fused' for r in rows)} fused); error % of tokens/s, "
@@ -367,7 +396,8 @@ def main():
         print(f"| {name} | {v:.4g} | {st:.4g} | {lo:g} .. {hi:g} |" if md else f"{name}  {v:.4g}  {st:.4g}  {lo:g}..{hi:g}")
     print()
     for cb in ("hf", "fused"):
-        print(f"held-out published / predicted step time, code base {cb}: p10 {rng[cb][0]:.3f}, p90 {rng[cb][1]:.3f}")
+        print(f"step-time range, code base {cb}: published / predicted step time p10 {rng[cb][0]:.3f}, "
+              f"p90 {rng[cb][1]:.3f}, over {rng_from[cb]}")
 
     summary = {}
     for name, e in (("before", e_before), ("fitted", e_fit), ("held_out_kfold", e_held), ("held_out_loso", e_loso)):
@@ -383,11 +413,11 @@ def main():
                        "errors": {"before": e_before, "fitted": e_fit, "held_out_kfold": e_held,
                                   "held_out_loso": e_loso}}, f, indent=1)
     if args.write:
-        write_profiles(rows, theta, rng, summary, csv_sha, args)
+        write_profiles(rows, theta, rng, rng_from, summary, csv_sha, args)
     return 0
 
 
-def write_profiles(rows, theta, rng, summary, csv_sha, args):
+def write_profiles(rows, theta, rng, rng_from, summary, csv_sha, args):
     """devices/<profile>.json gets "code_bases" (and a "sources" line) for every fitted GPU."""
     today = datetime.date.today().isoformat()
     for gpu, cls in CLASS_OF.items():
@@ -408,6 +438,7 @@ def write_profiles(rows, theta, rng, summary, csv_sha, args):
                        "fused": sum(code_base(r) == "fused" for r in used),
                        "shared_fit_points": len(rows)},
             "held_out": {"folds": args.folds, **{g: summary["held_out_kfold"][g] for g in ("all", "hf", "fused")}},
+            "step_ratio_from": rng_from,
             "note": ("fused matmul/attention factors fitted per GPU class; attention_seq_half, hbm_factor and the "
                      "overheads shared by the classes; hf as ratios to fused (docs/step-time.md)")}
         d["code_bases"] = cbs

@@ -39,6 +39,9 @@ int gckpt_target_from(const char *s);
  * seq_half and overheads 0, the datasheet roofline. */
 typedef struct {
     double matmul_factor, attention_factor, attention_seq_half, hbm_factor, op_overhead_s, step_overhead_s;
+    /* optional: the 10th and 90th percentiles of published / predicted step time over the fit's
+     * held-out points (1 when absent): each entry's step-time range */
+    double step_ratio_p10, step_ratio_p90;
 } gckpt_code_base_eff;
 
 typedef struct {

@@ -212,16 +212,21 @@ def update_block(path, name, produce):
     """Replace what lies between "<!-- NAME: begin -->" and "<!-- NAME: end -->" in path with
     what produce() prints; produce's return value."""
     begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
-    try:
-        with open(path) as f:
-            doc = f.read()
-    except OSError as e:
-        die(f"{path}: cannot read: {e.strerror}")
-    if doc.count(begin) != 1 or doc.count(end) != 1 or doc.index(begin) > doc.index(end):
-        die(f"{path}: needs exactly one '{begin}' line before one '{end}' line")
+
+    def read():
+        try:
+            with open(path) as f:
+                doc = f.read()
+        except OSError as e:
+            die(f"{path}: cannot read: {e.strerror}")
+        if doc.count(begin) != 1 or doc.count(end) != 1 or doc.index(begin) > doc.index(end):
+            die(f"{path}: needs exactly one '{begin}' line before one '{end}' line")
+        return doc
+    read()  # refuse before a long run
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         rc = produce()
+    doc = read()  # again: the file may have been edited while produce ran
     head, rest = doc.split(begin, 1)
     tail = rest.split(end, 1)[1]
     with open(path, "w") as f:

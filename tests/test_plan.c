@@ -587,8 +587,9 @@ static void peft_plans(void **state)
 
 /* MFU, one definition (PaLM / torchtitan): llama-3.1-8b's 8,030,261,248 parameters (published)
  * less its 128256 x 4096 token embedding, 6 per token, plus 12 x 32 layers x 32 heads x 128 x seq;
- * HFU the FLOPs executed, the recompute's included; inputs.code_base and time.hfu in the
- * schema, code_base read back from the plan. */
+ * HFU the FLOPs executed, the recompute's included; inputs.code_base, time.hfu and
+ * time.step_s_range (the shipped h100 profile's fitted ratios) in the schema, code_base read
+ * back from the plan. */
 static void mfu_hfu_code_base(void **state)
 {
     (void)state;
@@ -612,6 +613,16 @@ static void mfu_hfu_code_base(void **state)
         assert_true(fabs(r->mfu - mfu) <= 1e-12 * mfu && fabs(r->hfu - hfu) <= 1e-12 * hfu);
         /* a checkpointed layer's forward runs twice */
         assert_true(p.entries[k].every_n ? r->hw_flops > r->model_flops : r->hw_flops == r->model_flops);
+        /* the range: step_s times the code base's held-out ratios */
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "entries"),
+                                                                             (int)k), "time");
+        const cJSON *rg = cJSON_GetObjectItemCaseSensitive(t, "step_s_range");
+        const gckpt_code_base_eff *cb = &p.dev.code_base[GCKPT_CB_FUSED];
+        assert_true(p.dev.has_code_bases && cb->step_ratio_p10 < 1 && cb->step_ratio_p90 > 1);
+        assert_int_equal(cJSON_GetArraySize(rg), 2);
+        double lo = r->step_s * cb->step_ratio_p10, hi = r->step_s * cb->step_ratio_p90;
+        assert_true(fabs(cJSON_GetArrayItem(rg, 0)->valuedouble - lo) <= 1e-12 * lo &&
+                    fabs(cJSON_GetArrayItem(rg, 1)->valuedouble - hi) <= 1e-12 * hi);
     }
     char *text = cJSON_PrintUnformatted(j);
     gckpt_plan_file pf;

@@ -22,6 +22,14 @@ static double matmul_rate(const gckpt_ctx *c)
 
 static double hbm_rate(const gckpt_ctx *c) { return c->dev->hbm_bytes_per_s * c->dev->hbm_efficiency; }
 
+/* The code base's time parameters (gckpt/core/device.h): the profile's for a CUDA target, the
+ * plain roofline for the CPU's kernels (what the probe measures). */
+static const gckpt_code_base_eff *code_base_eff(const gckpt_ctx *c)
+{
+    if (c->recipe->target != GCKPT_TARGET_CUDA || c->set.code_base >= GCKPT_NCODEBASE) return &gckpt_code_base_neutral;
+    return &c->dev->code_base[c->set.code_base];
+}
+
 static double param_bytes_of(const gckpt_ctx *c, int t)
 {
     const gckpt_recipe *r = c->recipe;
@@ -46,7 +54,12 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
         traffic *= 2.0;
     }
     *flops = (op->kind == GCKPT_OP_MATMUL || op->kind == GCKPT_OP_ATTN) ? f : 0;
-    double tm = *flops / matmul_rate(c), tb = traffic / hbm_rate(c);
+    const gckpt_code_base_eff *cb = code_base_eff(c);
+    double mrate = matmul_rate(c) * (op->kind == GCKPT_OP_ATTN ? gckpt_attention_eff(cb, S) : cb->matmul_factor);
+    double tm = *flops / mrate, tb = traffic / (hbm_rate(c) * cb->hbm_factor);
+    /* an op that does anything is a kernel launch at least: its launch and dispatch, not
+     * hidden behind the kernel before it (eager PyTorch issues ops one by one) */
+    double launch = (tm > 0 || tb > 0) ? cb->op_overhead_s : 0;
     /* QLoRA: the whole weight dequantized before the GEMM, in the forward, every
      * recompute and the backward (FINDINGS R-QUANT-11, R-PEFT-18): a memory-bound pass that reads
      * the stored codes and writes the weight, which the GEMM then reads */
@@ -55,7 +68,7 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
         double n = (double)op->in_f * (double)op->out_f;
         deq = ((op->dequant == GCKPT_QUANT_INT8 ? n : n / 2) + 2.0 * (double)op->fws_fixed) / hbm_rate(c);
     }
-    return (tm > tb ? tm : tb) + deq;
+    return (tm > tb ? tm : tb) + launch + deq;
 }
 
 /* Bytes of an op's backward workspace (recipe.h: bws_cT, bws_in, bws_out); false on
@@ -230,6 +243,7 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     c->opt_seconds = c->params.opt_traffic / hbm_rate(c);
     c->step_grads = c->grads;
     if (gckpt_layout_multi(&s->layout)) gckpt_parallel_apply(c); /* one rank's share */
+    c->opt_seconds += code_base_eff(c)->step_overhead_s; /* per optimizer step, every rank */
     op_costs(c);
     if (overflow || !step_bound_ok(c)) {
         gckpt_seterr(err, "%s: at micro-batch %llu, seq %llu a training step could hold more than "

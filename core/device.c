@@ -117,6 +117,70 @@ static bool parse_calibration(const cJSON *j, const char *f, const gckpt_device 
     return true;
 }
 
+const gckpt_code_base_eff gckpt_code_base_neutral = {.matmul_factor = 1, .attention_factor = 1, .hbm_factor = 1,
+                                                     .step_ratio_p10 = 1, .step_ratio_p90 = 1};
+
+double gckpt_attention_eff(const gckpt_code_base_eff *e, double seq)
+{
+    return e->attention_factor * seq / (seq + e->attention_seq_half);
+}
+
+/* "code_bases": optional, {"hf": {...}, "fused": {...}, "fit": {...}}: each code base's time
+ * parameters (every field required), and "fit", where they come from (kept as written). */
+static bool parse_code_bases(const cJSON *j, const char *f, gckpt_device *d, gckpt_err *err)
+{
+    for (int k = 0; k < GCKPT_NCODEBASE; k++) d->code_base[k] = gckpt_code_base_neutral;
+    const cJSON *cb = cJSON_GetObjectItemCaseSensitive(j, "code_bases");
+    if (!cb) return true;
+    if (!cJSON_IsObject(cb)) {
+        gckpt_seterr(err, "%s: field 'code_bases' must be an object, got %s", f, gckpt_json_type_name(cb));
+        return false;
+    }
+    d->has_code_bases = true;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cb) {
+        char name[64];
+        snprintf(name, sizeof name, "%s", it->string);
+        gckpt_text_sanitize(name);
+        if (!strcmp(it->string, "fit")) {
+            char *t = cJSON_IsObject(it) ? cJSON_PrintUnformatted(it) : NULL;
+            bool fits = t && strlen(t) < sizeof d->code_base_fit;
+            if (fits) strcpy(d->code_base_fit, t);
+            free(t);
+            if (!fits) {
+                gckpt_seterr(err, "%s: field 'code_bases.fit' must be an object of under %zu bytes", f,
+                             sizeof d->code_base_fit);
+                return false;
+            }
+            continue;
+        }
+        int k = gckpt_code_base_from(it->string);
+        if (k < 0 || !cJSON_IsObject(it)) {
+            gckpt_seterr(err, "%s: field 'code_bases.%s': expected an object named hf or fused (or fit)", f, name);
+            return false;
+        }
+        gckpt_code_base_eff *e = &d->code_base[k];
+        char fld[8][96];
+        static const char *const keys[8] = {"matmul_factor", "attention_factor", "attention_seq_half", "hbm_factor",
+                                            "op_overhead_s", "step_overhead_s", "step_ratio_p10", "step_ratio_p90"};
+        for (int i = 0; i < 8; i++) snprintf(fld[i], sizeof fld[i], "code_bases.%s.%s", name, keys[i]);
+        if (!gckpt_json_num(it, f, fld[0], 0.01, 10, &e->matmul_factor, err) ||
+            !gckpt_json_num(it, f, fld[1], 0.01, 10, &e->attention_factor, err) ||
+            !gckpt_json_num(it, f, fld[2], 0, 1e7, &e->attention_seq_half, err) ||
+            !gckpt_json_num(it, f, fld[3], 0.01, 10, &e->hbm_factor, err) ||
+            !gckpt_json_num(it, f, fld[4], 0, 1, &e->op_overhead_s, err) ||
+            !gckpt_json_num(it, f, fld[5], 0, 1e3, &e->step_overhead_s, err) ||
+            !gckpt_json_num_opt(it, f, fld[6], 0.01, 100, 1, &e->step_ratio_p10, err) ||
+            !gckpt_json_num_opt(it, f, fld[7], 0.01, 100, 1, &e->step_ratio_p90, err))
+            return false;
+        if (e->step_ratio_p10 > e->step_ratio_p90) {
+            gckpt_seterr(err, "%s: field 'code_bases.%s.step_ratio_p10' is above step_ratio_p90", f, name);
+            return false;
+        }
+    }
+    return true;
+}
+
 bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_err *err)
 {
     memset(d, 0, sizeof *d);
@@ -151,7 +215,7 @@ bool gckpt_device_parse(const char *f, const char *text, gckpt_device *d, gckpt_
          gckpt_json_u64(j, f, "segment_round_bytes", 1, 1u << 30, &d->segment_round_bytes, err) &&
          gckpt_json_num_opt(j, f, "intra_node_bus_bytes_per_s", 1e6, 1e15, 0, &d->intra_node_bus_bytes_per_s, err) &&
          gckpt_json_num_opt(j, f, "inter_node_bus_bytes_per_s", 1e6, 1e15, 0, &d->inter_node_bus_bytes_per_s, err) &&
-         parse_calibration(j, f, d, err);
+         parse_code_bases(j, f, d, err) && parse_calibration(j, f, d, err);
     cJSON_Delete(j);
     gckpt_text_sanitize(d->name); /* shown on terminals, in tables and plots */
     return ok;

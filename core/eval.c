@@ -33,6 +33,16 @@ uint64_t gckpt_rng_state_bytes(const gckpt_ctx *c, uint32_t every_n)
     return (n + 1) * per;
 }
 
+double gckpt_palm_flops_per_token(const gckpt_model *m, uint64_t seq)
+{
+    double p = (double)gckpt_param_count(m);
+    double embed = (double)m->vocab * (double)m->hidden;
+    if (m->family == GCKPT_FAMILY_GPT2) embed += (double)m->max_positions * (double)m->hidden;
+    if (m->experts > m->top_k) /* the experts a token is not routed to: SwiGLU gate, up, down */
+        p -= (double)m->layers * (double)(m->experts - m->top_k) * 3.0 * (double)m->hidden * (double)m->expert_inter;
+    return 6.0 * (p - embed) + 12.0 * (double)m->layers * (double)m->heads * (double)m->head_dim * (double)seq;
+}
+
 static void finish(const gckpt_ctx *c, uint32_t every_n, uint64_t grad_accum, gckpt_result *res)
 {
     res->host_rng_bytes = gckpt_rng_state_bytes(c, every_n);
@@ -41,7 +51,9 @@ static void finish(const gckpt_ctx *c, uint32_t every_n, uint64_t grad_accum, gc
     if (gckpt_layout_multi(&c->set.layout)) gckpt_parallel_comm(c, grad_accum, res);
     double tokens = (double)c->tokens * (double)grad_accum;
     res->tokens_per_s = res->step_s > 0 ? tokens / res->step_s : 0;
-    res->mfu = res->step_s > 0 ? res->model_flops / (res->step_s * peak_rate(c)) : 0;
+    double busy = res->step_s * peak_rate(c);
+    res->mfu = busy > 0 ? gckpt_palm_flops_per_token(c->model, c->set.seq) * tokens / busy : 0;
+    res->hfu = busy > 0 ? res->hw_flops / busy : 0;
 }
 
 /* ---- event walk -------------------------------------------------------------------- */
@@ -68,6 +80,7 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
     if (w.after_forward_seen) res->after_forward_bytes = (uint64_t)w.after_forward;
     res->step_s = w.seconds;
     res->model_flops = w.flops;
+    res->hw_flops = w.hw_flops;
     res->forward_s = w.fwd_s;
     res->backward_s = w.bwd_s;
     res->recompute_s = w.recompute_s;
@@ -104,6 +117,7 @@ static void summarize(const gckpt_schedule *ev, const gckpt_seg *g, size_t from,
     s->peak_grad = w.peak_grad;
     s->seconds = w.seconds;
     s->flops = w.flops;
+    s->hw_flops = w.hw_flops;
     s->recompute_s = w.recompute_s;
     s->copy_s = w.copy_s;
     s->fwd_s = w.fwd_s;
@@ -333,6 +347,7 @@ static inline void time_add(gckpt_result *r, const gckpt_seg_summary *s, double 
 {
     r->step_s += s->seconds * mult;
     r->model_flops += s->flops * mult;
+    r->hw_flops += s->hw_flops * mult;
     r->recompute_s += s->recompute_s * mult;
     r->copy_s += s->copy_s * mult;
     r->forward_s += s->fwd_s * mult;

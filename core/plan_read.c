@@ -398,6 +398,12 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
         !choice(r, in, "inputs.attention", gckpt_attention_names, GCKPT_NATTN, &attn) ||
         !choice(r, in, "inputs.offload", offs, 3, &off))
         return false;
+    /* optional (absent in plans before --code-base: hf) */
+    int cb = GCKPT_CB_HF;
+    if (cJSON_GetObjectItemCaseSensitive(in, "code_base") &&
+        !choice(r, in, "inputs.code_base", gckpt_code_base_names, GCKPT_NCODEBASE, &cb))
+        return false;
+    pf->code_base = (uint8_t)cb;
     pf->precision = (gckpt_precision)prec;
     pf->optimizer = (gckpt_optimizer)opt;
     pf->attention = (gckpt_attention)attn;
@@ -778,6 +784,7 @@ gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i)
                        .precision = pf->precision,
                        .optimizer = pf->optimizer,
                        .attention = pf->attention,
+                       .code_base = pf->code_base,
                        .every_n = e->every_n,
                        .offload = e->offload,
                        .peft = pf->peft,

@@ -28,12 +28,12 @@ void gckpt_walk_begin(gckpt_walk_state *w, const int64_t start[GCKPT_NCOMP], boo
 /* Running tallies in locals (events are doubles too: through w they would be reloaded
  * after every event), written back to w before a callback and at the end. */
 typedef struct {
-    double seconds, fwd_s, bwd_s, recompute_s, copy_s, opt_s, flops;
+    double seconds, fwd_s, bwd_s, recompute_s, copy_s, opt_s, flops, hw_flops;
 } tallies;
 
 static inline void tallies_load(tallies *t, const gckpt_walk_state *w)
 {
-    *t = (tallies){w->seconds, w->fwd_s, w->bwd_s, w->recompute_s, w->copy_s, w->opt_s, w->flops};
+    *t = (tallies){w->seconds, w->fwd_s, w->bwd_s, w->recompute_s, w->copy_s, w->opt_s, w->flops, w->hw_flops};
 }
 
 static inline void tallies_store(const tallies *t, gckpt_walk_state *w)
@@ -45,6 +45,7 @@ static inline void tallies_store(const tallies *t, gckpt_walk_state *w)
     w->copy_s = t->copy_s;
     w->opt_s = t->opt_s;
     w->flops = t->flops;
+    w->hw_flops = t->hw_flops;
 }
 
 /* A collective's bytes into the step's volumes (gckpt_parallel_comm times them). */
@@ -95,7 +96,9 @@ static inline __attribute__((always_inline)) void walk_events(gckpt_walk_state *
         case GCKPT_EV_COLLECTIVE: tally_coll(w, e, phase, mult); break;
         default: break;
         }
-        if (e->kind != GCKPT_EV_RECOMPUTE) t.flops += once ? e->flops : e->flops * mult;
+        double fl = once ? e->flops : e->flops * mult;
+        if (e->kind != GCKPT_EV_RECOMPUTE) t.flops += fl;
+        t.hw_flops += fl;
         if (call) {
             tallies_store(&t, w);
             on_event(user, w, e);

@@ -23,5 +23,22 @@ cJSON *gckpt_device_to_json(const gckpt_device *d)
     cJSON_AddNumberToObject(o, "workspace_bytes", (double)d->workspace_bytes);
     cJSON_AddNumberToObject(o, "alloc_round_bytes", (double)d->alloc_round_bytes);
     cJSON_AddNumberToObject(o, "segment_round_bytes", (double)d->segment_round_bytes);
+    if (d->has_code_bases) {
+        cJSON *cb = cJSON_AddObjectToObject(o, "code_bases");
+        for (int k = 0; k < GCKPT_NCODEBASE; k++) {
+            const gckpt_code_base_eff *e = &d->code_base[k];
+            cJSON *x = cJSON_AddObjectToObject(cb, gckpt_code_base_names[k]);
+            cJSON_AddNumberToObject(x, "matmul_factor", e->matmul_factor);
+            cJSON_AddNumberToObject(x, "attention_factor", e->attention_factor);
+            cJSON_AddNumberToObject(x, "attention_seq_half", e->attention_seq_half);
+            cJSON_AddNumberToObject(x, "hbm_factor", e->hbm_factor);
+            cJSON_AddNumberToObject(x, "op_overhead_s", e->op_overhead_s);
+            cJSON_AddNumberToObject(x, "step_overhead_s", e->step_overhead_s);
+            cJSON_AddNumberToObject(x, "step_ratio_p10", e->step_ratio_p10);
+            cJSON_AddNumberToObject(x, "step_ratio_p90", e->step_ratio_p90);
+        }
+        cJSON *fit = d->code_base_fit[0] ? cJSON_Parse(d->code_base_fit) : NULL;
+        if (fit) cJSON_AddItemToObject(cb, "fit", fit);
+    }
     return o;
 }

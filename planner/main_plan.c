@@ -75,6 +75,9 @@ static void usage(FILE *f)
     print_wrapped(f, "  --optimizer O          ", list);
     fprintf(f,
 "  --attention A          sdpa (default) | eager | flash_attention_2 (planned as sdpa)\n"
+"  --code-base C          hf (default: Hugging Face modules run eagerly) | fused (own\n"
+"                         fused modules: torchtitan, llm-foundry, ...): whose fitted time\n"
+"                         parameters of the GPU profile (docs/step-time.md)\n"
 "  --method M             full (default) | lora (peft LoRA) | qlora (bitsandbytes 4-bit or\n"
 "                         8-bit base + prepare_model_for_kbit_training + LoRA)\n"
 "  --lora-rank N          LoRA r (default 16)\n"

@@ -128,7 +128,7 @@ gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint
 {
     return (gckpt_setting){.seq = p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
                            .precision = p->req.precision, .optimizer = p->req.optimizer,
-                           .attention = p->req.attention, .peft = p->req.peft, .layout = p->req.layout};
+                           .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .peft = p->req.peft, .layout = p->req.layout};
 }
 
 /* A micro-batch with its accumulation steps. */

@@ -20,6 +20,7 @@ const gckpt_plan_option gckpt_plan_options[] = {
     {"micro-batch", true, GCKPT_OPT_MB}, {"grad-accum", true, GCKPT_OPT_GA},
     {"global-batch", true, GCKPT_OPT_GB}, {"precision", true, GCKPT_OPT_PREC},
     {"optimizer", true, GCKPT_OPT_OPT}, {"attention", true, GCKPT_OPT_ATTN},
+    {"code-base", true, GCKPT_OPT_CODE_BASE},
     {"method", true, GCKPT_OPT_METHOD}, {"lora-rank", true, GCKPT_OPT_RANK},
     {"lora-alpha", true, GCKPT_OPT_ALPHA}, {"lora-dropout", true, GCKPT_OPT_LDROP},
     {"lora-targets", true, GCKPT_OPT_TARGETS}, {"modules-to-save", true, GCKPT_OPT_MTS},
@@ -332,6 +333,10 @@ static int parse_name_option(int c, const char *arg, gckpt_plan_args *a)
         req->attention = (gckpt_attention)v;
         snprintf(req->attn_impl, sizeof req->attn_impl, "%s", a->attn_note[0] ? arg : "");
         return 0;
+    case GCKPT_OPT_CODE_BASE:
+        if ((v = gckpt_code_base_from(arg)) < 0) return bad(a, "--code-base: unknown '%s' (hf, fused)%s", arg, "");
+        req->code_base = (gckpt_code_base)v;
+        return 0;
     case GCKPT_OPT_OFF:
         if (!strcmp(arg, "off")) req->offload = GCKPT_OFFLOAD_OFF;
         else if (!strcmp(arg, "on")) req->offload = GCKPT_OFFLOAD_ON;
@@ -363,6 +368,7 @@ int gckpt_plan_args_set(gckpt_plan_args *a, const gckpt_plan_option *o, const ch
     case GCKPT_OPT_BUDGET: case GCKPT_OPT_MARGIN: case GCKPT_OPT_GPUS: case GCKPT_OPT_NODES: case GCKPT_OPT_MOE:
         return parse_number_option(o->code, arg, a);
     case GCKPT_OPT_MODEL: case GCKPT_OPT_GPU: case GCKPT_OPT_PREC: case GCKPT_OPT_OPT: case GCKPT_OPT_ATTN:
+    case GCKPT_OPT_CODE_BASE:
     case GCKPT_OPT_OFF: case GCKPT_OPT_TARGET:
         return parse_name_option(o->code, arg, a);
     case GCKPT_OPT_LONG: a->req.allow_long_seq = true; return 0;

@@ -56,6 +56,13 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(t, "optimizer_s", r->optimizer_s);
     num(t, "tokens_per_s", r->tokens_per_s);
     num(t, "mfu", r->mfu);
+    num(t, "hfu", r->hfu);
+    if (p->dev.has_code_bases && p->target == GCKPT_TARGET_CUDA) { /* the fit's held-out spread */
+        const gckpt_code_base_eff *cb = &p->dev.code_base[p->req.code_base];
+        cJSON *rg = cJSON_AddArrayToObject(t, "step_s_range");
+        cJSON_AddItemToArray(rg, cJSON_CreateNumber(r->step_s * cb->step_ratio_p10));
+        cJSON_AddItemToArray(rg, cJSON_CreateNumber(r->step_s * cb->step_ratio_p90));
+    }
     gckpt_plan_parallel_entry_json(p, e, o, t);
     if (gckpt_peft_on(&p->req.peft)) num(o, "trainable_params", (double)p->params->trainable);
     cJSON_AddBoolToObject(o, "fits", e->fits);
@@ -131,6 +138,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     cJSON_AddStringToObject(in, "precision", gckpt_precision_names[p->req.precision]);
     cJSON_AddStringToObject(in, "optimizer", gckpt_optimizer_names[p->req.optimizer]);
     cJSON_AddStringToObject(in, "attention", gckpt_attention_names[p->req.attention]);
+    cJSON_AddStringToObject(in, "code_base", gckpt_code_base_names[p->req.code_base]);
     cJSON *en = cJSON_AddArrayToObject(in, "every_n_layers");
     for (int i = 0; i < p->req.n_every; i++)
         cJSON_AddItemToArray(en, cJSON_CreateNumber(p->req.every_n[i]));

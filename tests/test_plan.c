@@ -1,5 +1,6 @@
 /* Plans: JSON against reports/schema/plan.schema.json, round trip, recommendation,
  * Pareto frontier, budgets and batch splits. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -640,6 +641,55 @@ static void peft_plans(void **state)
     }
 }
 
+/* MFU, one definition (PaLM / torchtitan): llama-3.1-8b's 8,030,261,248 parameters (published)
+ * less its 128256 x 4096 token embedding, 6 per token, plus 12 x 32 layers x 32 heads x 128 x seq;
+ * HFU the FLOPs executed, the recompute's included; inputs.code_base, time.hfu and
+ * time.step_s_range (the shipped h100 profile's fitted ratios) in the schema, code_base read
+ * back from the plan. */
+static void mfu_hfu_code_base(void **state)
+{
+    (void)state;
+    gckpt_plan_request q = req("llama-3.1-8b", 1024);
+    q.code_base = GCKPT_CB_FUSED;
+    gckpt_plan p;
+    gckpt_err err;
+    if (!gckpt_plan_run(&q, &p, &err)) fail_msg("%s", err.msg);
+    cJSON *j = roundtrip(&p);
+    char why[512];
+    if (!schema_check(schema, j, why, sizeof why)) fail_msg("%s", why);
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "inputs");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(in, "code_base")->valuestring, "fused");
+    const double per_token = 6.0 * (8030261248.0 - 128256.0 * 4096.0) + 12.0 * 32 * 32 * 128 * 1024;
+    const double peak = p.dev.tflops_bf16 * 1e12;
+    for (size_t k = 0; k < p.n; k++) {
+        const gckpt_result *r = &p.entries[k].r;
+        if (r->step_s <= 0) continue;
+        double tokens = 1024.0 * (double)p.entries[k].micro_batch * (double)p.entries[k].grad_accum;
+        double mfu = per_token * tokens / (r->step_s * peak), hfu = r->hw_flops / (r->step_s * peak);
+        assert_true(fabs(r->mfu - mfu) <= 1e-12 * mfu && fabs(r->hfu - hfu) <= 1e-12 * hfu);
+        /* a checkpointed layer's forward runs twice */
+        assert_true(p.entries[k].every_n ? r->hw_flops > r->model_flops : r->hw_flops == r->model_flops);
+        /* the range: step_s times the code base's held-out ratios */
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "entries"),
+                                                                             (int)k), "time");
+        const cJSON *rg = cJSON_GetObjectItemCaseSensitive(t, "step_s_range");
+        const gckpt_code_base_eff *cb = &p.dev.code_base[GCKPT_CB_FUSED];
+        assert_true(p.dev.has_code_bases && cb->step_ratio_p10 < 1 && cb->step_ratio_p90 > 1);
+        assert_int_equal(cJSON_GetArraySize(rg), 2);
+        double lo = r->step_s * cb->step_ratio_p10, hi = r->step_s * cb->step_ratio_p90;
+        assert_true(fabs(cJSON_GetArrayItem(rg, 0)->valuedouble - lo) <= 1e-12 * lo &&
+                    fabs(cJSON_GetArrayItem(rg, 1)->valuedouble - hi) <= 1e-12 * hi);
+    }
+    char *text = cJSON_PrintUnformatted(j);
+    gckpt_plan_file pf;
+    if (!gckpt_plan_parse("plan.json", text, &pf, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(pf.code_base, GCKPT_CB_FUSED);
+    gckpt_plan_file_free(&pf);
+    free(text);
+    cJSON_Delete(j);
+    gckpt_plan_free(&p);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -652,7 +702,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(moe_plans), cmocka_unit_test(schema_rejects), cmocka_unit_test(hub_source), cmocka_unit_test(peft_plans),
         cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans), cmocka_unit_test(mode_words), cmocka_unit_test(tied_plans),
-        cmocka_unit_test(timeline_peaks),
+        cmocka_unit_test(timeline_peaks), cmocka_unit_test(mfu_hfu_code_base),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cJSON_Delete(schema);

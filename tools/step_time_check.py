@@ -106,12 +106,19 @@ def model_args(r, tmpdir):
     return ["--model", out] + long_seq
 
 
-def plan_row(plan, r, tmpdir):
-    """(predicted tokens/s per GPU, fits, model parameters) for one row, or raises RuntimeError."""
+def code_base_of(r):
+    """gckpt-plan --code-base for a row: hf for Hugging Face modules, fused for the others."""
+    return "hf" if r["code_base_class"] == "hf-eager" else "fused"
+
+
+def plan_doc(plan, r, tmpdir, gpu=None):
+    """The JSON plan of one row's setting (gpu: a profile path instead of the row's), or
+    raises RuntimeError."""
     out = os.path.join(tmpdir, f"{r['id']}.plan.json")
     every_n = "off" if r["every_n"] in ("off", "0") else r["every_n"]
     cmd = [plan] + model_args(r, tmpdir) + [
-        "--gpu", r["gpu_profile"], "--seq", r["seq"], "--micro-batch", r["micro_batch"],
+        "--gpu", gpu or r["gpu_profile"], "--code-base", code_base_of(r),
+        "--seq", r["seq"], "--micro-batch", r["micro_batch"],
         "--grad-accum", r["grad_accum"], "--every-n", every_n, "--offload", "off",
         "--precision", r["precision_arg"], "-q", "-o", out]
     gpus, nodes = int(r["gpus_per_node"]), int(r["nodes"])
@@ -122,13 +129,26 @@ def plan_row(plan, r, tmpdir):
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()}")
     with open(out) as f:
-        doc = json.load(f)
-    params = doc["inputs"]["model"]["parameters"]
-    want_n = 0 if every_n == "off" else int(every_n)
+        return json.load(f), cmd
+
+
+def row_entry(doc, r):
+    """The entry of doc at the row's every_n, offload off and micro-batch, or None."""
+    want_n = 0 if r["every_n"] in ("off", "0") else int(r["every_n"])
     for e in doc["entries"]:
         if (e["every_n_layers"] == want_n and not e["offload"]
                 and e["micro_batch"] == int(r["micro_batch"])):
-            return e["time"]["tokens_per_s"], e["fits"], params
+            return e
+    return None
+
+
+def plan_row(plan, r, tmpdir, gpu=None):
+    """(predicted tokens/s per GPU, fits, model parameters) for one row, or raises RuntimeError."""
+    doc, cmd = plan_doc(plan, r, tmpdir, gpu)
+    e = row_entry(doc, r)
+    if e is not None:
+        return e["time"]["tokens_per_s"], e["fits"], doc["inputs"]["model"]["parameters"]
+    want_n = 0 if r["every_n"] in ("off", "0") else int(r["every_n"])
     raise RuntimeError(f"{' '.join(cmd)}: no entry with every_n {want_n}, offload off, "
                        f"micro-batch {r['micro_batch']}")
 
@@ -184,23 +204,34 @@ def main():
     args = ap.parse_args()
     if args.update_doc:
         args.markdown = True
-        begin, end = "<!-- step_time_check: begin -->", "<!-- step_time_check: end -->"
+        return update_block(args.update_doc, "step_time_check", lambda: report(args))
+    return report(args)
+
+
+def update_block(path, name, produce):
+    """Replace what lies between "<!-- NAME: begin -->" and "<!-- NAME: end -->" in path with
+    what produce() prints; produce's return value."""
+    begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+
+    def read():
         try:
-            with open(args.update_doc) as f:
+            with open(path) as f:
                 doc = f.read()
         except OSError as e:
-            die(f"{args.update_doc}: cannot read: {e.strerror}")
+            die(f"{path}: cannot read: {e.strerror}")
         if doc.count(begin) != 1 or doc.count(end) != 1 or doc.index(begin) > doc.index(end):
-            die(f"{args.update_doc}: needs exactly one '{begin}' line before one '{end}' line")
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            rc = report(args)
-        head, rest = doc.split(begin, 1)
-        tail = rest.split(end, 1)[1]
-        with open(args.update_doc, "w") as f:
-            f.write(head + begin + "\n\n" + buf.getvalue().rstrip("\n") + "\n\n" + end + tail)
-        return rc
-    return report(args)
+            die(f"{path}: needs exactly one '{begin}' line before one '{end}' line")
+        return doc
+    read()  # refuse before a long run
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = produce()
+    doc = read()  # again: the file may have been edited while produce ran
+    head, rest = doc.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    with open(path, "w") as f:
+        f.write(head + begin + "\n\n" + buf.getvalue().rstrip("\n") + "\n\n" + end + tail)
+    return rc
 
 
 def report(args):

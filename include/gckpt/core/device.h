@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "gckpt/core/setting.h"
 #include "gckpt/util/util.h"
 
 #ifdef __cplusplus
@@ -28,6 +29,21 @@ extern const char *const gckpt_target_names[GCKPT_NTARGET]; /* "cuda", "cpu" */
 /* The target named s (exactly as gckpt_target_names spells it), or -1. */
 int gckpt_target_from(const char *s);
 
+/* One code base's time parameters on a device (a profile's optional "code_bases" object,
+ * fitted by tools/step_time_fit.py to published measurements, docs/step-time.md). An op takes
+ * max(GEMM FLOPs / (peak x matmul_efficiency x matmul_factor),
+ *     fused attention FLOPs / (peak x matmul_efficiency x attention_eff(seq)),
+ *     bytes / (HBM x hbm_efficiency x hbm_factor)) + op_overhead_s;
+ * attention_eff(seq) = attention_factor x seq / (seq + attention_seq_half); every optimizer
+ * step adds step_overhead_s. A profile without the object (or a CPU target): factors 1,
+ * seq_half and overheads 0, the datasheet roofline. */
+typedef struct {
+    double matmul_factor, attention_factor, attention_seq_half, hbm_factor, op_overhead_s, step_overhead_s;
+    /* optional: the 10th and 90th percentiles of published / predicted step time over the fit's
+     * held-out points (1 when absent): each entry's step-time range */
+    double step_ratio_p10, step_ratio_p90;
+} gckpt_code_base_eff;
+
 typedef struct {
     char name[128];
     gckpt_target kind;         /* "kind": whose kernels the device runs (default cuda) */
@@ -43,7 +59,15 @@ typedef struct {
     /* collectives' bus bandwidth (nccl-tests' busbw) between the GPUs of one node and, per GPU,
      * between nodes; 0: not in the profile (optional fields: several GPUs only) */
     double intra_node_bus_bytes_per_s, inter_node_bus_bytes_per_s;
+    bool has_code_bases;                           /* the profile has "code_bases" */
+    gckpt_code_base_eff code_base[GCKPT_NCODEBASE]; /* neutral when absent */
+    char code_base_fit[4096];                      /* "code_bases.fit" (provenance) as compact JSON */
 } gckpt_device;
+
+/* The neutral parameters: the datasheet roofline (no code-base correction). */
+extern const gckpt_code_base_eff gckpt_code_base_neutral;
+/* Fraction of matmul_efficiency x peak the code base's fused attention reaches at seq. */
+double gckpt_attention_eff(const gckpt_code_base_eff *e, double seq);
 
 /* Seconds to copy `bytes` between pinned host memory and the device (d2h: to the host) at
  * the profile's h2d / d2h rates: the one rule for checkpoint offload and parallel CPU offload. */

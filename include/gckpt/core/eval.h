@@ -32,8 +32,11 @@ typedef struct {
      * coll_seen false when it has none. gckpt_parallel_comm times them. */
     double coll_gather_fwd, coll_gather_bwd, coll_gather_opt, coll_reduce, coll_all_reduce;
     bool coll_seen;
-    double model_flops;         /* forward + backward FLOPs of the step (no recompute) */
-    double tokens_per_s, mfu;
+    double model_flops;         /* forward + backward FLOPs of the step as traced (no recompute) */
+    double hw_flops;            /* ... and the recomputes' too: what the GPU executes */
+    double tokens_per_s;
+    double mfu;                 /* gckpt_palm_flops_per_token x tokens / (step_s x peak) */
+    double hfu;                 /* hw_flops / (step_s x peak) */
 } gckpt_result;
 
 /* torch.utils.checkpoint with preserve_rng_state=True (transformers' default, both the
@@ -51,6 +54,15 @@ typedef struct {
 #define GCKPT_CUDA_RNG_STATE_BYTES 16u
 uint64_t gckpt_rng_state_bytes(const gckpt_ctx *c, uint32_t every_n);
 
+/* Model FLOPs per token as PaLM (Chowdhery et al. 2022, appendix B) and torchtitan
+ * (get_num_flop_per_token) count them, the one definition of MFU: 6 x the parameters less the
+ * input embeddings (token and learned position tables) + 12 x layers x heads x head_dim x seq
+ * (attention's two matmuls, forward and backward, the causal half not skipped); recompute
+ * excluded; a mixture of experts counts the experts a token is routed to (top_k of them). The
+ * model's own parameters under LoRA / QLoRA too (the frozen weights' gradients count, as the
+ * convention does: such an MFU is not the work done, hfu is). */
+double gckpt_palm_flops_per_token(const gckpt_model *m, uint64_t seq);
+
 /* Walk a schedule built by gckpt_schedule_build. */
 void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *s, gckpt_result *res);
 
@@ -64,7 +76,7 @@ typedef struct {
     bool has_peak;
     int16_t peak_tensor;
     bool peak_grad;
-    double seconds, flops, recompute_s, copy_s;
+    double seconds, flops, hw_flops, recompute_s, copy_s;
     double fwd_s, bwd_s;
     /* its COLLECTIVE events' bytes (gckpt_walk_state's coll_*) */
     double coll_reduce, coll_all_reduce, coll_gather_fwd, coll_gather_bwd, coll_gather_opt;

@@ -28,6 +28,12 @@ typedef enum {
 } gckpt_optimizer;
 typedef enum { GCKPT_SDPA, GCKPT_EAGER, GCKPT_NATTN } gckpt_attention;
 
+/* The training stack's efficiency class (gckpt-plan --code-base, docs/step-time.md): hf,
+ * Hugging Face modules run eagerly (the Trainer, TRL, accelerate: the default); fused, a stack
+ * with its own fused modules (torchtitan, llm-foundry, IBM FMS, ...), compiled or not. Each
+ * GPU profile's "code_bases" object holds the fitted time parameters of each. */
+typedef enum { GCKPT_CB_HF, GCKPT_CB_FUSED, GCKPT_NCODEBASE } gckpt_code_base;
+
 /* The fine-tuning method (gckpt/core/peft.h has its rules and names). full: every
  * parameter trains. lora: peft LoraConfig on the model as loaded; qlora: the linears
  * quantized by bitsandbytes (BitsAndBytesConfig), prepare_model_for_kbit_training, then
@@ -99,6 +105,7 @@ typedef struct {
     gckpt_precision precision;
     gckpt_optimizer optimizer;
     gckpt_attention attention;
+    uint8_t code_base; /* gckpt_code_base (zeroed: hf) */
     uint32_t every_n; /* 0: gradient checkpointing off */
     bool offload;     /* checkpointed inputs to pinned host memory (needs every_n > 0) */
     /* torch's reentrant checkpoint (use_reentrant=True: prepare_model_for_kbit_training's
@@ -112,12 +119,14 @@ typedef struct {
 extern const char *const gckpt_precision_names[GCKPT_NPREC];
 extern const char *const gckpt_optimizer_names[GCKPT_NOPT];
 extern const char *const gckpt_attention_names[GCKPT_NATTN];
+extern const char *const gckpt_code_base_names[GCKPT_NCODEBASE]; /* "hf", "fused" */
 extern const char *const gckpt_parallel_names[GCKPT_NPAR]; /* "none", "ddp", "fsdp", "zero1", ... */
 
 /* Name -> enum; -1 if unknown. */
 int gckpt_precision_from(const char *s);
 int gckpt_optimizer_from(const char *s);
 int gckpt_attention_from(const char *s);
+int gckpt_code_base_from(const char *s);
 int gckpt_parallel_from(const char *s);
 
 #ifdef __cplusplus

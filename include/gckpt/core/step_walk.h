@@ -35,8 +35,8 @@ typedef struct gckpt_walk_state {
     bool after_forward_seen;
     /* seconds and FLOPs, each event's times its segment's repeat count: every event's
      * seconds; forward, backward and recompute; offload copies; the optimizer's update;
-     * the forward and backward FLOPs (a recompute's excluded: model FLOPs) */
-    double seconds, fwd_s, bwd_s, recompute_s, copy_s, opt_s, flops;
+     * the forward and backward FLOPs (a recompute's excluded), and with the recomputes' */
+    double seconds, fwd_s, bwd_s, recompute_s, copy_s, opt_s, flops, hw_flops;
     /* bytes of the COLLECTIVE events (times repeat): reductions (of them all-reduces), the
      * forward's, the backward's and the optimizer step's all-gathers; coll_seen when there was one */
     double coll_reduce, coll_all_reduce, coll_gather_fwd, coll_gather_bwd, coll_gather_opt;

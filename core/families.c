@@ -76,7 +76,16 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
 #undef LLAMA_LINEARS
 #undef LT
 
-const char *const gckpt_unmodelled_moe_types[] = {"qwen2_moe", "deepseek_v3", NULL};
+/* what transformers 5.24's modelling of each does that no family plans (the model_type's
+ * only other mention is tools/hf_probe's fixtures, tests/data/hf-dsv3) */
+const gckpt_unmodelled_type gckpt_unmodelled_moe_types[] = {
+    {"qwen2_moe", "a shared expert with its sigmoid gate"},
+    {"deepseek_v3", "multi-head latent attention (q/kv_lora_rank), dense first layers (first_k_dense_replace), "
+                    "shared experts and the grouped sigmoid router"},
+    {"deepseek_v2", "multi-head latent attention (kv_lora_rank), dense first layers (first_k_dense_replace) and "
+                    "shared experts"},
+    {NULL, NULL},
+};
 
 const gckpt_family_info *gckpt_family_of(gckpt_family f)
 {

@@ -211,13 +211,14 @@ bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt
             m->family = fam->family;
             ok = fam->parse(file, j, m, err);
         } else {
-            bool moe = false;
-            for (size_t i = 0; gckpt_unmodelled_moe_types[i]; i++) moe |= !strcmp(t, gckpt_unmodelled_moe_types[i]);
+            const gckpt_unmodelled_type *moe = NULL;
+            for (const gckpt_unmodelled_type *u = gckpt_unmodelled_moe_types; u->name && !moe; u++)
+                if (!strcmp(t, u->name)) moe = u;
             char types[256];
             gckpt_model_types_list(false, ", ", ", ", types, sizeof types);
             if (moe)
                 gckpt_seterr(err, "%s: field 'model_type' = \"%s\": mixture-of-experts models are not supported yet "
-                                  "(supported: %s)", file, t, types);
+                                  "(not planned: %s; supported: %s)", file, t, moe->missing, types);
             else
                 gckpt_seterr(err, "%s: field 'model_type' = \"%s\" is not supported (supported: %s)", file, t,
                          types);

@@ -46,6 +46,13 @@ weights are counted once):
     Im = intermediate_size (mixtral, olmoe) or moe_intermediate_size
     (qwen3_moe); E = num_local_experts (mixtral) / num_experts
 
+  deepseek_v3 / deepseek_v2 (count_deepseek; not in models/ while the planner
+    refuses them): MLA per layer q_a_proj h*qr + q_a_layernorm qr + q_b_proj
+    qr*nh*(nope+rope) (or q_proj h*nh*(nope+rope) without q_lora_rank),
+    kv_a_proj_with_mqa h*(kvr+rope) + kv_a_layernorm kvr + kv_b_proj
+    kvr*nh*(nope+v) + o_proj nh*v*h; the first first_k_dense_replace layers a
+    SwiGLU MLP 3*h*I, the others router E*h + experts 3*E*h*Im + shared experts
+    3*h*Im*n_shared; e_score_correction_bias is a buffer
   gpt_oss: q/k/v/o with biases (attention_bias, default true), a sink per
     head (nh), router E*h + E (bias), E experts with biases
     E*(h*2I + 2I + I*h + h), 2 norms; head_dim 64 and 8 kv heads by
@@ -172,8 +179,37 @@ def count_gpt2(c):
     return V * h + P * h + L * per_layer + 2 * h  # lm_head tied to wte
 
 
+def count_deepseek(c):
+    """deepseek_v3 / deepseek_v2 (transformers 5.24): multi-head latent attention, the
+    first first_k_dense_replace layers dense, the rest routed + shared experts. The
+    router's e_score_correction_bias (v3) is a buffer, not a parameter; the MTP layer
+    (num_nextn_predict_layers) is not instantiated."""
+    h, L, V = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+    nh = c["num_attention_heads"]
+    qr, kvr = c.get("q_lora_rank"), c["kv_lora_rank"]
+    nope, rope, vd = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+    bias = bool(c.get("attention_bias", False))
+    qk = nope + rope
+    if qr is None:
+        attn = h * nh * qk  # q_proj
+    else:
+        attn = h * qr + (qr if bias else 0) + qr + qr * nh * qk  # q_a_proj, q_a_layernorm, q_b_proj
+    attn += h * (kvr + rope) + ((kvr + rope) if bias else 0) + kvr  # kv_a_proj_with_mqa, kv_a_layernorm
+    attn += kvr * nh * (nope + vd)  # kv_b_proj
+    attn += nh * vd * h + (h if bias else 0)  # o_proj
+    E, Im, S = c["n_routed_experts"], c["moe_intermediate_size"], c["n_shared_experts"]
+    dense = 3 * h * c["intermediate_size"]
+    moe = E * h + 3 * E * h * Im + 3 * h * Im * S  # router, experts, shared experts
+    k = min(c["first_k_dense_replace"], L)
+    layers = L * (attn + 2 * h) + k * dense + (L - k) * moe
+    head = 0 if c.get("tie_word_embeddings", False) else V * h
+    return V * h + layers + h + head
+
+
 def count_params(c):
     mt = c.get("model_type")
+    if mt in ("deepseek_v3", "deepseek_v2"):
+        return count_deepseek(c)
     if mt == "gpt2":
         return count_gpt2(c)
     if mt == "gpt_neox":

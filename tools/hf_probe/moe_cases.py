@@ -32,10 +32,24 @@ VARIANTS: dict[str, dict] = {
                     **COMMON),
 }
 
+# Issue 26's DeepSeek-V3 (tests/data/hf-dsv3, probe.py --set dsv3; not planned yet: kept
+# apart from hf-moe, whose every fixture the planner is tested against)
+DSV3_VARIANTS: dict[str, dict] = {
+    # DeepSeek-V3: multi-head latent attention (q_lora_rank with q_a_layernorm, kv_lora_rank
+    # with kv_a_layernorm, a decoupled rotary part qk_rope_head_dim, v_head_dim != the qk
+    # head dim), layer 0 dense (first_k_dense_replace 1), 8 routed experts in 4 groups
+    # (topk_group 2, top-2), one shared expert, routed_scaling_factor, norm_topk_prob
+    "deepseek_v3": dict(model_type="deepseek_v3", intermediate_size=96, moe_intermediate_size=16,
+                        n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=4, topk_group=2,
+                        first_k_dense_replace=1, q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=12,
+                        qk_rope_head_dim=8, v_head_dim=16, routed_scaling_factor=2.5, norm_topk_prob=True,
+                        **{**{k: v for k, v in COMMON.items() if k != "head_dim"}, "num_key_value_heads": 4}),
+}
 
-def cases() -> list[dict]:
+
+def cases(variants: dict[str, dict] | None = None) -> list[dict]:
     out = []
-    for var, cfg in VARIANTS.items():
+    for var, cfg in (VARIANTS if variants is None else variants).items():
         for prec in PRECISIONS:
             for attn in ATTENTIONS:
                 if attn == "sdpa" and cfg["model_type"] in REFUSES_SDPA:
@@ -51,3 +65,8 @@ def cases() -> list[dict]:
                 out.append(dict(name=name, family=cfg["model_type"], config={**cfg, "output_router_logits": True},
                                 precision=prec, attention=attn, every_n=n, offload=False, b=2, s=32))
     return out
+
+
+def dsv3_cases() -> list[dict]:
+    """The same grid over DSV3_VARIANTS."""
+    return cases(DSV3_VARIANTS)

@@ -60,6 +60,7 @@ DEFAULT_OUT = os.path.join(ROOT, "tests", "data", "hf")
 GEN_OUT = os.path.join(ROOT, "tests", "data", "hf-gen")
 FAM_OUT = os.path.join(ROOT, "tests", "data", "hf-fam")
 MOE_OUT = os.path.join(ROOT, "tests", "data", "hf-moe")
+DSV3_OUT = os.path.join(ROOT, "tests", "data", "hf-dsv3")
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2"]
 PRECISIONS = ["fp32", "bf16", "amp-bf16", "amp-bf16-cudalists"]
@@ -141,6 +142,7 @@ MODEL_CLASSES = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "olmoe": "OlmoeForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
 }
 
 # Per-expert token counts of every router call while a pass runs (record_routing):
@@ -150,13 +152,13 @@ EXPERTS_IMPL = None  # model.config._experts_implementation as transformers reso
 
 
 def record_routing(model, family):
-    """Forward hooks on the MoE routers (<Family>TopKRouter returns logits, scores,
+    """Forward hooks on the MoE routers (<Family>TopKRouter / TopkRouter returns logits, scores,
     indices): the tokens each expert receives, per call."""
     global EXPERTS_IMPL
     EXPERTS_IMPL = getattr(model.config, "_experts_implementation", None)
     for i, layer in enumerate(layers_of(model, family)):
         for mod in layer.modules():
-            if type(mod).__name__.endswith("TopKRouter"):
+            if type(mod).__name__.lower().endswith("topkrouter"):  # DeepseekV3TopkRouter
                 def hook(m, args, out, i=i):
                     if ROUTING is not None:
                         counts = torch.bincount(out[2].reshape(-1), minlength=m.num_experts).tolist()
@@ -1442,10 +1444,11 @@ def run_config(a):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=["hand", "gen", "families", "moe"], default="hand",
+    ap.add_argument("--set", choices=["hand", "gen", "families", "moe", "dsv3"], default="hand",
                     help="fixture set: the hand-written one (tests/data/hf), the generated one (tests/data/hf-gen) "
                          "issue 13's dense families (tests/data/hf-fam, family_cases.py) or its mixture-of-experts "
-                         "families (tests/data/hf-moe, moe_cases.py)")
+                         "families (tests/data/hf-moe, moe_cases.py), or issue 26's DeepSeek-V3 (tests/data/hf-dsv3, "
+                         "moe_cases.dsv3_cases; not planned yet)")
     ap.add_argument("--out", default=None)
     add_selection_args(ap)
     g = ap.add_argument_group("one configuration (--config), compared with gckpt's plan")
@@ -1475,8 +1478,9 @@ def main(argv=None):
         torch.set_num_threads(max(1, a.jobs))
         return run_config(a)
     cases = {"hand": hand_cases, "gen": gen_cases.cases, "families": family_cases.cases,
-             "moe": moe_cases.cases}[a.set]()
-    out_dir = a.out or {"hand": DEFAULT_OUT, "gen": GEN_OUT, "families": FAM_OUT, "moe": MOE_OUT}[a.set]
+             "moe": moe_cases.cases, "dsv3": moe_cases.dsv3_cases}[a.set]()
+    out_dir = a.out or {"hand": DEFAULT_OUT, "gen": GEN_OUT, "families": FAM_OUT, "moe": MOE_OUT,
+                       "dsv3": DSV3_OUT}[a.set]
     sel = selection(ap, a, cases, "--all, --filter, --case or --config")
     if sel is None:
         return 0

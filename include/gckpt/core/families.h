@@ -66,8 +66,12 @@ const gckpt_family_info *gckpt_family_by_type(const char *model_type, const gckp
  * and c" with ", " and " and "). */
 void gckpt_model_types_list(bool executed, const char *sep, const char *last_sep, char *buf, size_t n);
 /* Mixture-of-experts model types transformers trains that no family reads: refused by
- * name; NULL-terminated. */
-extern const char *const gckpt_unmodelled_moe_types[];
+ * name with what is not planned; terminated by a NULL name. */
+typedef struct {
+    const char *name;
+    const char *missing; /* what its modelling does that no family plans */
+} gckpt_unmodelled_type;
+extern const gckpt_unmodelled_type gckpt_unmodelled_moe_types[];
 
 #ifdef __cplusplus
 }

@@ -97,7 +97,7 @@ gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
 
 void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_target target, gckpt_recipe *r)
 {
-    gckpt_recipe_build_seq(m, gckpt_parallel_compute_precision(s), s->attention, target, &s->peft, s->seq, r);
+    gckpt_recipe_build_loss(m, gckpt_parallel_compute_precision(s), s->attention, target, &s->peft, s->seq, s->loss, r);
 }
 
 /* A parameter's dim 0 and the elements of one row (a 1-D tensor is stored as one row). */

@@ -75,6 +75,9 @@ static void usage(FILE *f)
     print_wrapped(f, "  --optimizer O          ", list);
     fprintf(f,
 "  --attention A          sdpa (default) | eager | flash_attention_2 (planned as sdpa)\n"
+"  --loss L               hf (default: transformers' loss on the full fp32 logits) | liger\n"
+"                         (use_liger_kernel=True: Liger's fused linear cross-entropy) | cce\n"
+"                         (cut-cross-entropy); docs/fused-loss.md\n"
 "  --method M             full (default) | lora (peft LoRA) | qlora (bitsandbytes 4-bit or\n"
 "                         8-bit base + prepare_model_for_kbit_training + LoRA)\n"
 "  --lora-rank N          LoRA r (default 16)\n"

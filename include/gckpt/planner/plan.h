@@ -33,6 +33,7 @@ typedef struct {
     gckpt_precision precision;
     gckpt_optimizer optimizer;
     gckpt_attention attention;
+    gckpt_loss loss;       /* the head's loss (--loss; zeroed: HF's) */
     uint32_t *every_n;     /* values to sweep (0 = off); NULL: off and 1..L */
     int n_every;
     gckpt_offload_sel offload;

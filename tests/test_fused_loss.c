@@ -13,6 +13,10 @@
 #include "gckpt/core/eval.h"
 #include "gckpt/core/fused_loss.h"
 #include "gckpt/planner/plan.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/util/util.h"
+
+#include <stdlib.h>
 
 static gckpt_device dev;
 
@@ -106,6 +110,50 @@ static void cce_head(void **state)
     }
 }
 
+static uint64_t num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(v)) fail_msg("liger-rerun.json: no number '%s'", k);
+    return (uint64_t)v->valuedouble;
+}
+
+/* The CPU re-run of Liger's algorithm at its chunking under the storage tracker
+ * (tools/hf_probe/fused_loss_rerun.py, tests/data/fused-loss/liger-rerun.json): the buffers
+ * made before the first chunk are the op's gradients and forward temporaries as planned
+ * (unrounded), the forward keeps the gradients and the scalar loss, and the .grad handed on
+ * is the kept buffer. */
+static void liger_cpu_rerun(void **state)
+{
+    (void)state;
+    gckpt_err e;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/fused-loss/liger-rerun.json", 1 << 20, &e);
+    cJSON *j = text ? gckpt_json_parse("liger-rerun.json", text, &e) : NULL;
+    if (!j) fail_msg("%s", e.msg);
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(j, "cases"), *c;
+    int n = 0;
+    cJSON_ArrayForEach(c, cases) {
+        uint64_t BT = num(c, "bt"), H = num(c, "hidden"), V = num(c, "vocab");
+        bool bf16 = !strcmp(cJSON_GetObjectItemCaseSensitive(c, "dtype")->valuestring, "bf16");
+        uint8_t dt = bf16 ? GCKPT_DT_BF16 : GCKPT_DT_F32;
+        uint64_t xs = bf16 ? 2 : 4, ws;
+        assert_int_equal(gckpt_liger_chunk_rows(BT, V, H), num(c, "chunk_rows"));
+        gckpt_op op = {.prim = GCKPT_P_FUSED_LCE, .fused_loss = GCKPT_LOSS_LIGER, .width = V, .in_f = H};
+        assert_true(gckpt_fused_loss_ws(&op, false, BT, dt, dt, false, 1, &ws));
+        uint64_t grads = BT * H * xs + V * H * xs;
+        assert_int_equal(grads + ws, num(c, "made_before_loop"));
+        assert_int_equal(grads + 4, num(c, "kept_after_forward"));
+        assert_int_equal(grads + 4, num(c, "grads_after_backward"));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "grad_is_kept_buffer")));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "matches_eager_cross_entropy")));
+        assert_true(gckpt_fused_loss_ws(&op, true, BT, dt, dt, false, 1, &ws));
+        assert_int_equal(ws, 0); /* the backward scales the kept gradients in place */
+        n++;
+    }
+    assert_true(n >= 4);
+    cJSON_Delete(j);
+    free(text);
+}
+
 /* Where a fused loss is not planned: one sentence naming why. */
 static void refusals(void **state)
 {
@@ -132,7 +180,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(liger_chunks), cmocka_unit_test(liger_head), cmocka_unit_test(cce_head),
-        cmocka_unit_test(refusals),
+        cmocka_unit_test(liger_cpu_rerun), cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -136,6 +136,11 @@ static bool loss_check(const gckpt_plan_request *req, const gckpt_plan *p, gckpt
         gckpt_seterr(err, "--loss %s: %s (model_type %s)", gckpt_loss_names[req->loss], why, p->model.model_type);
         return false;
     }
+    if (p->target != GCKPT_TARGET_CUDA) {
+        gckpt_seterr(err, "--loss %s: its kernels are Triton's, on CUDA only; plan it with --target cuda",
+                     gckpt_loss_names[req->loss]);
+        return false;
+    }
     if (gckpt_par_mode_of(req->layout.mode)->multi) {
         gckpt_seterr(err, "--loss %s: planned on one GPU only (--parallel %s is not modelled with it)",
                      gckpt_loss_names[req->loss], gckpt_parallel_names[req->layout.mode]);

@@ -5,7 +5,6 @@
 #include "recipe_tracer.h"
 
 #include "gckpt/core/families.h"
-#include "gckpt/core/prim.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -171,7 +170,7 @@ static void finish(gckpt_recipe *r)
     }
     for (int i = 0; i < r->nop; i++)
         for (int k = 0; k < r->op[i].nin && r->op[i].section < GCKPT_SEC_BLOCK_MORE &&
-                        !gckpt_prim_of(r->op[i].prim)->no_grad; /* (CCE's lse pass: no backward) */
+                        r->op[i].prim != GCKPT_P_CCE_LSE; /* (CCE's lse pass: no backward) */
              k++) {
             int t = r->op[i].in[k];
             bool dup = false;

@@ -53,12 +53,16 @@ bool gckpt_fused_loss_ws(const gckpt_op *op, bool bwd, uint64_t tokens, uint8_t 
             if (!piece(c, V * gckpt_dtype_size((gckpt_dtype)x_dtype), round, &s)) return false;
         } else {
             /* under autocast (an fp32 input, not the autocast dtype): logits_chunk =
-             * _input_chunk @ weight.t() in the autocast dtype, with the weight's cached
-             * autocast copy [V, H] (cached: a leaf that requires grad; kept to the forward's
-             * end, which the loss is) and the chunk's cast; the [chunk, H] temporaries of the
-             * input gradient's GEMM and of the addmm's input_chunk.to() come one at a time */
-            uint64_t cs = gckpt_dtype_size((gckpt_dtype)compute_dtype);
-            if (!piece(V, H * cs, round, &s) || !piece(c, V * cs, round, &s) || !piece(c, H * cs, round, &s))
+             * _input_chunk @ weight.t() in the autocast dtype on casts of the chunk and of
+             * weight.t() (a view made with grad mode off: never in autocast's cache, cast by
+             * every chunk's GEMM), while chunk 0's input-gradient GEMM (grad_logits @ weight)
+             * left the weight's cached cast [V, H] (kept to autocast's exit, the forward's end):
+             * from the second chunk on two copies of the weight live at the logits GEMM (one
+             * with a single chunk). Measured with the CPU's autocast, which caches alike. */
+            uint64_t cs = gckpt_dtype_size((gckpt_dtype)compute_dtype), copies = c && cdiv(tokens, c) > 1 ? 2 : 1;
+            for (uint64_t k = 0; k < copies; k++)
+                if (!piece(V, H * cs, round, &s)) return false;
+            if (!piece(c, V * cs, round, &s) || !piece(c, H * cs, round, &s))
                 return false;
         }
     } else if (op->prim == GCKPT_P_FUSED_LCE && op->fused_loss == GCKPT_LOSS_CCE) {

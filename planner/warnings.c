@@ -141,8 +141,8 @@ static const struct {
      "execute it."},
     {"liger_loss_unverified", liger_applies,
      "the loss is Liger's fused linear cross-entropy (liger-kernel 0.8.5) as read in its source: its chunking and "
-     "buffers are verified by a CPU re-run with PyTorch ops (tests/data/fused-loss); its Triton kernels and, "
-     "under amp, the weight's cached bf16 copy are unverified. use_liger_kernel=True also swaps in Liger's "
+     "buffers (under amp: autocast's weight copies) are verified by a CPU re-run with PyTorch ops "
+     "(tests/data/fused-loss), its Triton kernels are unverified. use_liger_kernel=True also swaps in Liger's "
      "RMSNorm, SwiGLU and RoPE kernels, which are not modelled: the layers are planned with transformers' own "
      "ops.", true},
     {"cce_loss_unverified", cce_applies,

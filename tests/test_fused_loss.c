@@ -87,7 +87,9 @@ static void liger_head(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         uint64_t T = cases[i].seq * cases[i].mb, c = cases[i].chunk;
         uint64_t want = rnd(T * H * cases[i].xs) + rnd(V * H * cases[i].ps) + rnd(4 * T) + rnd(T) + 512;
-        want += cases[i].p == GCKPT_AMP_BF16 ? rnd(V * H * 2) + rnd(c * V * 2) + rnd(c * H * 2) : rnd(c * V * cases[i].xs);
+        /* amp: the weight's cached cast and its transposed view's cast (2 chunks or more) */
+        want += cases[i].p == GCKPT_AMP_BF16 ? 2 * rnd(V * H * 2) + rnd(c * V * 2) + rnd(c * H * 2)
+                                             : rnd(c * V * cases[i].xs);
         uint64_t got = made_at(&m, setting(cases[i].p, cases[i].seq, cases[i].mb, GCKPT_LOSS_LIGER), "liger_fused_linear_ce");
         if (got != want) fail_msg("case %zu: %llu bytes, closed form %llu", i, (unsigned long long)got, (unsigned long long)want);
     }
@@ -133,23 +135,30 @@ static void liger_cpu_rerun(void **state)
     int n = 0;
     cJSON_ArrayForEach(c, cases) {
         uint64_t BT = num(c, "bt"), H = num(c, "hidden"), V = num(c, "vocab");
-        bool bf16 = !strcmp(cJSON_GetObjectItemCaseSensitive(c, "dtype")->valuestring, "bf16");
+        const char *dts = cJSON_GetObjectItemCaseSensitive(c, "dtype")->valuestring;
+        bool bf16 = !strcmp(dts, "bf16"), amp = !strcmp(dts, "amp-bf16");
         uint8_t dt = bf16 ? GCKPT_DT_BF16 : GCKPT_DT_F32;
         uint64_t xs = bf16 ? 2 : 4, ws;
         assert_int_equal(gckpt_liger_chunk_rows(BT, V, H), num(c, "chunk_rows"));
         gckpt_op op = {.prim = GCKPT_P_FUSED_LCE, .fused_loss = GCKPT_LOSS_LIGER, .width = V, .in_f = H};
-        assert_true(gckpt_fused_loss_ws(&op, false, BT, dt, dt, false, 1, &ws));
+        assert_true(gckpt_fused_loss_ws(&op, false, BT, dt, GCKPT_DT_BF16, amp, 1, &ws));
         uint64_t grads = BT * H * xs + V * H * xs;
-        assert_int_equal(grads + ws, num(c, "made_before_loop"));
+        /* made before the loop: the gradients, loss_1d and target_mask (pure: and the logits
+         * storage); amp: the peak of the logits GEMM is the planned workspace */
+        uint64_t chunk = num(c, "chunk_rows");
+        assert_int_equal(grads + 5 * BT + (amp ? 0 : chunk * V * xs), num(c, "made_before_loop"));
+        if (amp) assert_int_equal(grads + ws, num(c, "live_at_logits_gemm"));
+        else assert_int_equal(grads + ws, num(c, "made_before_loop"));
+        if (amp) assert_int_equal(num(c, "freed_at_autocast_exit"), V * H * 2); /* the cached cast */
         assert_int_equal(grads + 4, num(c, "kept_after_forward"));
         assert_int_equal(grads + 4, num(c, "grads_after_backward"));
         assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "grad_is_kept_buffer")));
         assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "matches_eager_cross_entropy")));
-        assert_true(gckpt_fused_loss_ws(&op, true, BT, dt, dt, false, 1, &ws));
+        assert_true(gckpt_fused_loss_ws(&op, true, BT, dt, GCKPT_DT_BF16, amp, 1, &ws));
         assert_int_equal(ws, 0); /* the backward scales the kept gradients in place */
         n++;
     }
-    assert_true(n >= 4);
+    assert_true(n >= 7);
     cJSON_Delete(j);
     free(text);
 }

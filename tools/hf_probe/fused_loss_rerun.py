@@ -35,6 +35,9 @@ CASES = [  # (BT, H, V, dtype)
     (100, 48, 1000, "bf16"),
     (64, 32, 500, "fp32"),
     (257, 64, 4099, "bf16"),
+    (96, 64, 211, "amp-bf16"),
+    (100, 48, 1000, "amp-bf16"),
+    (8, 64, 100, "amp-bf16"),
 ]
 
 
@@ -52,6 +55,7 @@ def cdiv(a: int, b: int) -> int:
 class Readings:
     mode = None
     before_loop = None  # live bytes once the forward's buffers exist (before the first chunk)
+    at_logits = None    # amp: live bytes once the first chunk's logits exist
     chunk = None
 
 
@@ -84,18 +88,38 @@ class LigerRerun(torch.autograd.Function):
         loss_1d = torch.zeros(BT, dtype=torch.float32)
         target_mask = target != -100
         total_n_non_ignore = target_mask.sum().item()
-        logits_storage = torch.empty((chunk_size, V), dtype=_input.dtype)
+        amp = torch.is_autocast_enabled("cpu")
+        # _can_use_mm_out: false under autocast with an fp32 input (not the autocast dtype)
+        logits_storage = None if amp else torch.empty((chunk_size, V), dtype=_input.dtype)
         Readings.mode.poll()
         Readings.before_loop = Readings.mode.bytes
         for chunk_id in range(num_chunks):
             start_idx = chunk_id * chunk_size
             end_idx = min((chunk_id + 1) * chunk_size, BT)
             _input_chunk = _input[start_idx:end_idx]
-            logits_chunk = logits_storage[: end_idx - start_idx]
-            torch.mm(_input_chunk, weight.t(), out=logits_chunk)
+            if amp:
+                # autocast: bf16, on casts of the chunk and of weight.t() (a view made with grad
+                # mode off: not cached, cast again by every chunk); the second chunk's GEMM also
+                # sees the cached cast of weight that chunk 0's input-gradient GEMM made
+                last = chunk_id == min(1, num_chunks - 1)
+                if last:
+                    Readings.mode.poll()
+                    Readings.mode.peak = Readings.mode.bytes
+                logits_chunk = _input_chunk @ weight.t()
+                if last:
+                    Readings.at_logits = Readings.mode.peak
+            else:
+                logits_chunk = logits_storage[: end_idx - start_idx]
+                torch.mm(_input_chunk, weight.t(), out=logits_chunk)
             ce_grad_in_place(logits_chunk, target[start_idx:end_idx], total_n_non_ignore, loss_1d[start_idx:end_idx])
-            torch.mm(logits_chunk, weight, out=grad_input[start_idx:end_idx])
-            torch.addmm(grad_weight, logits_chunk.t(), _input_chunk, out=grad_weight)
+            if amp:
+                grad_input[start_idx:end_idx] = logits_chunk @ weight
+                # the CUDA path's addmm(out_dtype=fp32) into the fp32 accumulator: emulated in
+                # fp32 here (the CPU has no out_dtype addmm); not part of the comparison
+                grad_weight.addmm_(logits_chunk.t().float(), _input_chunk)
+            else:
+                torch.mm(logits_chunk, weight, out=grad_input[start_idx:end_idx])
+                torch.addmm(grad_weight, logits_chunk.t(), _input_chunk, out=grad_weight)
             del logits_chunk, _input_chunk
         del logits_storage
         loss = torch.sum(loss_1d)
@@ -113,7 +137,8 @@ class LigerRerun(torch.autograd.Function):
 
 
 def run_case(BT, H, V, dt):
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dt]
+    amp = dt == "amp-bf16"
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "amp-bf16": torch.float32}[dt]
     torch.manual_seed(0)
     x = torch.randn(BT, H, dtype=dtype, requires_grad=True)
     w = torch.nn.Parameter(torch.randn(V, H, dtype=dtype) * 0.05)
@@ -123,8 +148,12 @@ def run_case(BT, H, V, dt):
         mode.track(t, resident=True)
     base = mode.bytes
     Readings.mode = mode
+    Readings.at_logits = None
     with mode:
-        loss = LigerRerun.apply(x, w, target)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = LigerRerun.apply(x, w, target)
+            mode.poll()
+            in_autocast = mode.bytes  # amp: the weight's cached cast is still alive here
         mode.poll()
         after_forward = mode.bytes
         (loss / 3.0).backward()  # a num_items_in_batch division: grad_output != 1
@@ -142,6 +171,12 @@ def run_case(BT, H, V, dt):
     return {
         "bt": BT, "hidden": H, "vocab": V, "dtype": dt,
         "chunk_rows": Readings.chunk,
+        # amp: the peak of the second chunk's logits GEMM (the only one's with one chunk): grads,
+        # loss_1d, target_mask, the weight's cached bf16 cast, its transposed view's cast, the
+        # chunk's cast and the bf16 logits chunk
+        "live_at_logits_gemm": None if Readings.at_logits is None else Readings.at_logits - base,
+        # amp: what autocast's exit frees (the weight's cached cast)
+        "freed_at_autocast_exit": in_autocast - after_forward,
         # grad_input + grad_weight + loss_1d + target_mask + logits_storage
         "made_before_loop": Readings.before_loop - base,
         # the kept gradients and the scalar loss

@@ -41,6 +41,7 @@ typedef struct {
     gckpt_precision precision;
     gckpt_optimizer optimizer;
     gckpt_attention attention;
+    gckpt_loss loss;           /* inputs.loss (optional; absent: hf) */
     gckpt_offload_sel offload;
     uint64_t budget_bytes, usable_bytes;
     double margin;

@@ -1,6 +1,7 @@
 /* The context of one setting: every tensor's size, the parameter state table, each op's
  * seconds, FLOPs and workspace, the bound that keeps every byte count of a step inside
  * 64 bits. */
+#include "gckpt/core/fused_loss.h"
 #include "gckpt/core/schedule.h"
 #include "gckpt/core/parallel.h"
 
@@ -87,6 +88,14 @@ static uint64_t promoted_bytes(const gckpt_ctx *c, const gckpt_op *op, uint8_t m
     return sum;
 }
 
+/* A fused loss's temporaries (core/fused_loss.c) */
+static bool fused_ws(const gckpt_ctx *c, const gckpt_op *op, bool bwd, uint64_t *out)
+{
+    const gckpt_recipe *r = c->recipe;
+    return gckpt_fused_loss_ws(op, bwd, c->tokens, r->t[op->in[0]].dtype, r->compute_dtype, r->amp,
+                               c->dev->alloc_round_bytes, out);
+}
+
 /* Bytes of an op's forward temporaries (recipe.h: fws_promote, fws_bBSS, fws_bT). */
 static bool fwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
 {
@@ -97,6 +106,7 @@ static bool fwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
     if (op->fws_bT && (!gckpt_mul(op->fws_bT, c->tokens, &y) || !gckpt_add(x, gckpt_round_up(y, c->dev->alloc_round_bytes), &x)))
         return false;
     if (op->fws_fixed && !gckpt_add(x, gckpt_round_up(op->fws_fixed, c->dev->alloc_round_bytes), &x)) return false;
+    if (op->fused_loss && (!fused_ws(c, op, false, &y) || !gckpt_add(x, y, &x))) return false;
     *out = x;
     return true;
 }
@@ -110,6 +120,7 @@ static bool bwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
     if (op->bws_in && (!gckpt_mul(op->bws_in, c->tbytes[op->in[0]], &y) || !gckpt_add(x, y, &x))) return false;
     if (op->bws_out && (!gckpt_mul(op->bws_out, c->tbytes[op->out[0]], &y) || !gckpt_add(x, y, &x))) return false;
     if (op->bws_fixed && !gckpt_add(x, gckpt_round_up(op->bws_fixed, c->dev->alloc_round_bytes), &x)) return false;
+    if (op->fused_loss && (!fused_ws(c, op, true, &y) || !gckpt_add(x, y, &x))) return false;
     *out = x;
     return true;
 }

@@ -14,6 +14,9 @@
 /* the classes' pad_token_id defaults (AutoConfig.for_model, transformers 5.24) */
 #define NO_PAD false, 0
 #define PAD(id) true, id
+/* use_liger_kernel=True patches the type (liger-kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN) */
+#define LIGER true
+#define NO_LIGER false
 
 #define LLAMA_LINEARS (LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN))
 
@@ -21,44 +24,44 @@
 static const gckpt_family_info families[GCKPT_NFAMILY] = {
     [GCKPT_FAMILY_LLAMA] = {
         .family = GCKPT_FAMILY_LLAMA,
-        .types = {{"llama", NO_PAD, false}, {"mistral", NO_PAD, false}, {"qwen2", NO_PAD, false},
-                  {"qwen3", NO_PAD, false}},
+        .types = {{"llama", NO_PAD, false, LIGER}, {"mistral", NO_PAD, false, LIGER}, {"qwen2", NO_PAD, false, LIGER},
+                  {"qwen3", NO_PAD, false, LIGER}},
         .parse = gckpt_parse_llama, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
     [GCKPT_FAMILY_GPT2] = {
         .family = GCKPT_FAMILY_GPT2,
-        .types = {{"gpt2", NO_PAD, false}},
+        .types = {{"gpt2", NO_PAD, false, NO_LIGER}},
         .parse = gckpt_parse_gpt2, .trace = trace_gpt2,
         .lora_targets = LT(C_ATTN) | LT(ATTN_C_PROJ) | LT(C_FC) | LT(MLP_C_PROJ), .embed_name = "wte",
         .padding_idx = false, .host = true, .cuda = true, .packed_qkv_kernels = true},
     [GCKPT_FAMILY_GEMMA] = {
         .family = GCKPT_FAMILY_GEMMA,
-        .types = {{"gemma", PAD(0), false}, {"gemma2", PAD(0), false}, {"gemma3_text", PAD(0), false}},
+        .types = {{"gemma", PAD(0), false, LIGER}, {"gemma2", PAD(0), false, LIGER}, {"gemma3_text", PAD(0), false, LIGER}},
         .parse = gckpt_parse_gemma, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
     [GCKPT_FAMILY_PHI3] = {
         .family = GCKPT_FAMILY_PHI3,
-        .types = {{"phi3", PAD(32000), false}},
+        .types = {{"phi3", PAD(32000), false, LIGER}},
         .parse = gckpt_parse_phi3, .trace = trace_llama,
         .lora_targets = LT(QKV_PROJ) | LT(O) | LT(GATE_UP) | LT(DOWN), .embed_name = "embed_tokens",
         .padding_idx = true, .host = true, .cuda = true},
     [GCKPT_FAMILY_GPT_NEOX] = {
         .family = GCKPT_FAMILY_GPT_NEOX,
-        .types = {{"gpt_neox", NO_PAD, false}},
+        .types = {{"gpt_neox", NO_PAD, false, NO_LIGER}},
         .parse = gckpt_parse_gpt_neox, .trace = trace_gpt_neox,
         .lora_targets = LT(QUERY_KEY_VALUE) | LT(DENSE) | LT(H_TO_4H) | LT(4H_TO_H), .embed_name = "embed_in",
         .padding_idx = false, .host = true, .cuda = true},
     [GCKPT_FAMILY_OLMO2] = {
         .family = GCKPT_FAMILY_OLMO2,
-        .types = {{"olmo2", PAD(1), false}},
+        .types = {{"olmo2", PAD(1), false, LIGER}},
         .parse = gckpt_parse_olmo2, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
     [GCKPT_FAMILY_GRANITE] = {
         .family = GCKPT_FAMILY_GRANITE,
-        .types = {{"granite", NO_PAD, false}},
+        .types = {{"granite", NO_PAD, false, LIGER}},
         .parse = gckpt_parse_granite, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
@@ -67,8 +70,8 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
      * rope types (yarn, model_moe.c) */
     [GCKPT_FAMILY_MOE] = {
         .family = GCKPT_FAMILY_MOE,
-        .types = {{"mixtral", NO_PAD, false}, {"qwen3_moe", NO_PAD, false}, {"olmoe", PAD(1), false},
-                  {"gpt_oss", NO_PAD, true}},
+        .types = {{"mixtral", NO_PAD, false, LIGER}, {"qwen3_moe", NO_PAD, false, LIGER}, {"olmoe", PAD(1), false, NO_LIGER},
+                  {"gpt_oss", NO_PAD, true, LIGER}},
         .parse = gckpt_parse_moe, .trace = trace_llama,
         .lora_targets = LT(Q) | LT(K) | LT(V) | LT(O), .lora_beyond_targets = true, .embed_name = "embed_tokens",
         .padding_idx = true, .host = true, .cuda = true},

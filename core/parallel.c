@@ -136,7 +136,7 @@ void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_ta
     gckpt_precision p = gckpt_parallel_compute_precision(s);
     gckpt_peft pf = s->peft;
     pf.wrapper_cast = p != s->precision; /* the wrapper's bf16 replaces autocast */
-    gckpt_recipe_build_seq(m, p, s->attention, target, &pf, s->seq, r);
+    gckpt_recipe_build_loss(m, p, s->attention, target, &pf, s->seq, s->loss, r);
 }
 
 /* A parameter's dim 0 and the elements of one row (a 1-D tensor is stored as one row; a

@@ -408,6 +408,10 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
     pf->optimizer = (gckpt_optimizer)opt;
     pf->attention = (gckpt_attention)attn;
     pf->offload = (gckpt_offload_sel)off;
+    int loss = GCKPT_LOSS_HF; /* an optional field (plans before --loss have none) */
+    if (cJSON_GetObjectItemCaseSensitive(in, "loss") && !choice(r, in, "inputs.loss", gckpt_loss_names, GCKPT_NLOSS, &loss))
+        return false;
+    pf->loss = (gckpt_loss)loss;
     const cJSON *en = arr(r, in, "inputs.every_n_layers");
     if (!en) return false;
     int ne = cJSON_GetArraySize(en);
@@ -785,6 +789,7 @@ gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i)
                        .optimizer = pf->optimizer,
                        .attention = pf->attention,
                        .code_base = pf->code_base,
+                       .loss = (uint8_t)pf->loss,
                        .every_n = e->every_n,
                        .offload = e->offload,
                        .peft = pf->peft,

@@ -135,6 +135,21 @@ static bool nll(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return w && dim_n(&z->in[1]) * w == dim_n(&z->in[0]);
 }
 
+/* the fused losses (recipe.h): a scalar loss; CCE's lse per row of in0 and the [width]
+ * (vocab) logit averages */
+static bool fused_lce(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = 1;
+    return z->op->width && z->in[1].rows == z->op->width;
+}
+
+static bool cce_lse(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    *n = k == 0 ? z->in[0].rows : z->op->width;
+    return z->op->width && z->in[1].rows == z->op->width;
+}
+
 /* values, indices: width of each row of the experts' probabilities */
 static bool topk(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
@@ -226,6 +241,15 @@ static void linear_flops(const gckpt_op *op, double *fT, double *fBSS)
     *fBSS = 0;
 }
 
+/* the fused losses: sa GEMMs of [in_f] x [in_f, out_f] per token (Liger's forward: 3, the
+ * logits, the input's and the weight's gradients; CCE's lse pass 1; CCE's loss: the target
+ * row's dot, out_f 1) */
+static void fused_lce_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 2.0 * op->sa * (double)op->in_f * (double)op->out_f;
+    *fBSS = 0;
+}
+
 /* ... for each of the top_k pairs of a token */
 static void grouped_flops(const gckpt_op *op, double *fT, double *fBSS)
 {
@@ -311,6 +335,10 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
     [GCKPT_P_DROP_SINK] = {.name = "drop_sink", 1, 1, 1, .col_view = true, .out_numel = drop_sink},
     [GCKPT_P_CAT_HALVES] = {.name = "cat_halves", 2, 2, 1, .grad_pass = GCKPT_GP_HALVES, .out_numel = cat_halves},
     [GCKPT_P_BOOL_MASK] = {.name = "bool_mask", 1, 1, 1, .no_grad = true, .out_numel = bool_mask},
+    [GCKPT_P_FUSED_LCE] = {.name = "fused_linear_ce", 3, 4, 1, .needs_width = true, .planned_only = true,
+                           .out_numel = fused_lce, .flops = fused_lce_flops},
+    [GCKPT_P_CCE_LSE] = {.name = "cce_lse", 2, 2, 2, .no_grad = true, .needs_width = true, .planned_only = true,
+                         .out_numel = cce_lse, .flops = fused_lce_flops},
 #ifdef GCKPT_TOY /* x.clone(): CloneBackward0 saves nothing (docs/architecture.md, "A primitive") */
     [GCKPT_P_TOY] = {.name = "toy", 1, 1, 1, .out_numel = like_in0},
 #endif

@@ -32,6 +32,62 @@ static void causal_lm_loss(tracer *tr, int logits)
     r->loss = loss;
 }
 
+/* A fused loss on the final norm's output nf and lm_head's weight w (docs/fused-loss.md;
+ * sizes of the temporaries: core/fused_loss.c). Both read the labels shifted as HF's loss
+ * does (Liger's LigerForCausalLMLoss pads and shifts them to a contiguous int64 [b, s];
+ * CCE shifts inside, its valid rows b x (s - 1) planned as b x s). Gemma 2's soft-capping
+ * is computed inside both kernels. */
+static void fused_loss_head(tracer *tr, int nf, int w)
+{
+    gckpt_recipe *r = tr->r;
+    const gckpt_model *m = tr->m;
+    uint64_t h = m->hidden, V = m->vocab;
+    int lbl = source(tr, "shift_labels", GCKPT_SRC_LABELS, I64, per_token(1), NULL, NULL);
+    int loss = tnew(tr, "loss", GCKPT_T_ACT, F32, fixed_shape(1, 1), true);
+    if (tr->loss == GCKPT_LOSS_LIGER) {
+        /* LigerFusedLinearCrossEntropyFunction: the forward makes grad_input (zeros_like
+         * the input) and grad_weight (zeros_like the weight: accum_dtype None) and keeps
+         * them (save_for_backward); its backward scales them in place and hands them on:
+         * they are the input's and the weight's gradients from the forward on */
+        opnew(tr, "liger_fused_linear_ce", GCKPT_OP_MATMUL, 3, (int[]){nf, w, lbl}, loss, -1, 0, NULL);
+        setprim(tr, GCKPT_P_FUSED_LCE, GCKPT_BC_NONE, 3, 0, V);
+        gckpt_op *op = last_op(tr);
+        op->in_f = h;
+        op->out_f = V;
+        op->fused_loss = GCKPT_LOSS_LIGER;
+        op->grads_in_fwd = true;
+        op->bwd_mult = 0;
+        count_flops(tr);
+    } else {
+        /* CCE: linear_cross_entropy(e, c, targets, shift=True): the valid rows
+         * (_build_flat_valids: int64 [n], the int32 pairs summed), the lse pass (fp32 [n] and
+         * the fp32 [V] logit averages of filter_eps "high"), the indexed dot; saved for the
+         * backward: e, c, lse, targets, valids, logit_avg (ctx.save_for_backward). The
+         * backward makes de = zeros_like(e) and dc = zeros_like(c, e.dtype) */
+        int valids = source(tr, "cce.valids", GCKPT_SRC_LABELS, I64, per_token(1), NULL, NULL);
+        int lse = tnew(tr, "cce.lse", GCKPT_T_ACT, F32, per_token(1), false);
+        int avg = tnew(tr, "cce.logit_avg", GCKPT_T_ACT, F32, fixed_shape(1, V), false);
+        opnew(tr, "cce_lse", GCKPT_OP_MATMUL, 2, (int[]){nf, w}, lse, avg, 0, NULL);
+        setprim(tr, GCKPT_P_CCE_LSE, GCKPT_BC_NONE, 1, 0, V);
+        gckpt_op *op = last_op(tr);
+        op->in_f = h;
+        op->out_f = V;
+        op->fused_loss = GCKPT_LOSS_CCE;
+        op->bwd_mult = 0;
+        count_flops(tr);
+        opnew(tr, "cce_loss", GCKPT_OP_MATMUL, 4, (int[]){nf, w, lbl, lse}, loss, -1, 5,
+              (int[]){nf, lse, lbl, valids, avg});
+        setprim(tr, GCKPT_P_FUSED_LCE, GCKPT_BC_NONE, 1, 0, V);
+        op = last_op(tr);
+        op->in_f = h;
+        op->out_f = 1; /* the target row's dot; the backward: 3 GEMMs of [h] x [h, V] per token */
+        op->fused_loss = GCKPT_LOSS_CCE;
+        count_flops(tr);
+        op->bwd_mult = 3.0 * (double)V;
+    }
+    r->loss = loss;
+}
+
 void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding_table)
 {
     gckpt_recipe *r = tr->r;
@@ -52,6 +108,12 @@ void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding
      * gpt2 QLoRA with adamw_bnb_8bit / paged_adamw_8bit) */
     if (copy != wl) r->t[copy].role = GCKPT_ROLE_MATRIX;
     wl = copy;
+    if (tr->loss != GCKPT_LOSS_HF) {
+        fused_loss_head(tr, nf, wl);
+        if (m->router_aux_loss) moe_aux_loss(tr);
+        section_end(tr);
+        return;
+    }
     int logits = linear(tr, nf, wl, -1, h, m->vocab, "lm_head");
     /* Gemma 2 (and Gemma 3 when configured): final soft-capping, logits / cap, tanh
      * (saves its output; not on CUDA autocast's fp32 list), * cap; Granite: logits /
@@ -107,7 +169,9 @@ static void finish(gckpt_recipe *r)
         r->t[t].hold_to = (int16_t)h;
     }
     for (int i = 0; i < r->nop; i++)
-        for (int k = 0; k < r->op[i].nin && r->op[i].section < GCKPT_SEC_BLOCK_MORE; k++) {
+        for (int k = 0; k < r->op[i].nin && r->op[i].section < GCKPT_SEC_BLOCK_MORE &&
+                        r->op[i].prim != GCKPT_P_CCE_LSE; /* (CCE's lse pass: no backward) */
+             k++) {
             int t = r->op[i].in[k];
             bool dup = false;
             for (int q = 0; q < k; q++) dup |= r->op[i].in[q] == t;
@@ -122,18 +186,18 @@ void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_at
 }
 
 static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                  const gckpt_peft *peft, uint64_t seq, bool block_in_frozen, gckpt_recipe *r);
+                  const gckpt_peft *peft, uint64_t seq, uint8_t loss, bool block_in_frozen, gckpt_recipe *r);
 
 /* The same recipe traced with a block input that needs no gradient gives layer 0's saves
  * and gradients without checkpointing (frozen0); the two traces make the same ops and
  * tensors in the same order, or the variant is left out (layer 0 then planned like the
  * others: an overestimate). */
 static void layer0_variant(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                           const gckpt_peft *peft, uint64_t seq, gckpt_recipe *r)
+                           const gckpt_peft *peft, uint64_t seq, uint8_t loss, gckpt_recipe *r)
 {
     gckpt_recipe *v = malloc(sizeof *v);
     if (!v) return;
-    trace(m, p, a, target, peft, seq, true, v);
+    trace(m, p, a, target, peft, seq, loss, true, v);
     bool same = v->nt == r->nt && v->nop == r->nop;
     for (int i = 0; same && i < r->nop; i++) same = v->op[i].prim == r->op[i].prim && v->op[i].out[0] == r->op[i].out[0];
     if (same) {
@@ -156,9 +220,15 @@ void gckpt_recipe_build_peft(const gckpt_model *m, gckpt_precision p, gckpt_atte
 void gckpt_recipe_build_seq(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
                             const gckpt_peft *peft, uint64_t seq, gckpt_recipe *r)
 {
+    gckpt_recipe_build_loss(m, p, a, target, peft, seq, GCKPT_LOSS_HF, r);
+}
+
+void gckpt_recipe_build_loss(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
+                             const gckpt_peft *peft, uint64_t seq, uint8_t loss, gckpt_recipe *r)
+{
     a = gckpt_attention_run(m, a);
-    trace(m, p, a, target, peft, seq, false, r);
-    if (r->embed_leaf >= 0) layer0_variant(m, p, a, target, peft, seq, r);
+    trace(m, p, a, target, peft, seq, loss, false, r);
+    if (r->embed_leaf >= 0) layer0_variant(m, p, a, target, peft, seq, loss, r);
 }
 
 gckpt_attention gckpt_attention_run(const gckpt_model *m, gckpt_attention requested)
@@ -197,7 +267,7 @@ int gckpt_layer_section(const gckpt_recipe *r, const gckpt_model *m, gckpt_atten
 }
 
 static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                  const gckpt_peft *peft, uint64_t seq, bool block_in_frozen, gckpt_recipe *r)
+                  const gckpt_peft *peft, uint64_t seq, uint8_t loss, bool block_in_frozen, gckpt_recipe *r)
 {
     memset(r, 0, sizeof *r);
     r->seq = seq;
@@ -209,7 +279,8 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
     r->embed_leaf = -1;
     tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target != GCKPT_TARGET_CUDA,
                  .cuda_lists = target != GCKPT_TARGET_CPU, .peft = peft, .attn = a,
-                 .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1};
+                 .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .loss = loss};
+    r->loss_kind = loss;
     tr.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
     tr.compute_dt = p == GCKPT_FP32 ? F32 : p == GCKPT_AMP_FP16 ? F16 : BF16;
     tr.stream_dt = p == GCKPT_BF16 ? BF16 : F32; /* AMP keeps an fp32 residual stream */

@@ -34,6 +34,7 @@ typedef struct gckpt_tracer {
                              * section's, handed out again in creation order from this tensor
                              * index on; -1: parameters are new */
     int bool_mask;          /* masking_utils' shared bool mask (sdpa_masked), else -1 */
+    uint8_t loss;           /* gckpt_loss of the head */
 } tracer;
 
 /* Shapes (recipe.h, gckpt_shape). */

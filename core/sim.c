@@ -75,6 +75,10 @@ struct gckpt_sim {
     uint32_t base; /* id of pool[0] */
     uint64_t nlayer_cap, nlayers;
     gckpt_wrap *wrap; /* a parallel wrapper's per-unit events (sim_parallel.c), NULL: none */
+    /* the gradient buffers an op made in its forward (gckpt_op.grads_in_fwd), which its
+     * backward hands on: the op, or -1, and per input the buffer and how it is received */
+    int early_op;
+    int early_dst[GCKPT_OP_MAX_IN], early_mode[GCKPT_OP_MAX_IN];
 };
 
 uint32_t gckpt_sim_next_id(const gckpt_sim *s) { return s->base + (uint32_t)s->n; }
@@ -294,6 +298,7 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
     gckpt_step_checkpointing(st, &s->ckpt_any, &s->ckpt_offload);
     s->ckpt_types = st->modes ? st->ckpt_types : gckpt_ckpt_types(c->model, st->every_n);
     s->sliding_mask = -1;
+    s->early_op = -1;
     s->proxy = st->modes != NULL;
     const gckpt_recipe *r = c->recipe;
     for (int t = 0; r->mask >= 0 && t < r->nt; t++)
@@ -443,6 +448,8 @@ static void unhold(gckpt_sim *s, sec_t *st, int t, const bool *made, gckpt_sched
  * references (recipe.h, hold_to) count as one more consumer each, released after the
  * op that ends them, or all at once when a recompute stops before that op (the
  * exception unwinds HF's frames). */
+static void early_grads(gckpt_sim *s, sec_t *st, int i, gckpt_schedule *o);
+
 static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool save_only_last, int sec_in,
                     int sec_out, gckpt_schedule *o)
 {
@@ -472,6 +479,9 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
         bool save_only = save_only_last && i == end - 1;
         if (s->wrap && !save_only)
             gckpt_wrap_op(s->wrap, s, o, unit_of(s, st), i, mode == MODE_RECOMPUTE ? GCKPT_WRAP_PRE_RECOMPUTE : GCKPT_WRAP_PRE_FWD);
+        /* Liger's fused loss makes its input gradients first (zeros_like), then its
+         * temporaries and its output */
+        if (op->grads_in_fwd && mode == MODE_SAVE) early_grads(s, st, i, o);
         int fws = -1; /* the op's forward temporaries (CPU target), made with its output */
         if (!save_only && !c->fwd_view[i] && c->op_ws[0][i])
             fws = alloc_scratch(s, o, c->op_ws[0][i], mode == MODE_RECOMPUTE ? GCKPT_C_RECOMPUTE : GCKPT_C_ACTIVATIONS, 0);
@@ -775,6 +785,19 @@ static void bwd_buffers(gckpt_sim *s, sec_t *st, bwd_op *b, gckpt_schedule *o)
     if (b->promo >= 0) release(s, o, b->promo, -1);
 }
 
+/* An op's input gradients made by its forward (grads_in_fwd): the buffers its backward
+ * would have made, in the same order, kept for its backward (sim_bwd). */
+static void early_grads(gckpt_sim *s, sec_t *st, int i, gckpt_schedule *o)
+{
+    bwd_op b = {.i = i, .gout = -1, .ws = -1, .promo = -1};
+    bwd_buffers(s, st, &b, o);
+    s->early_op = i;
+    for (int k = 0; k < GCKPT_OP_MAX_IN; k++) {
+        s->early_dst[k] = k < s->c->recipe->op[i].nin ? b.dst[k] : -1;
+        s->early_mode[k] = k < s->c->recipe->op[i].nin ? b.mode[k] : G_NONE;
+    }
+}
+
 /* 2. After the kernel: it drops its workspace; the engine casts a gradient made in a
  * wider dtype to its input's (validate_outputs), then drops the node's incoming
  * gradients, then its saved tensors (release_variables). A recomputed layer's saved
@@ -905,7 +928,15 @@ static void sim_bwd(gckpt_sim *s, sec_t *st, int sec, int begin, int end, gckpt_
             /* the CPU target's promoted copy of a narrow operand lives while the other
              * operand's gradient (grad * this) is made, before the narrow one's */
             if (op->bws_promote) b.promo = alloc_scratch(s, o, c->op_promo[i], GCKPT_C_BACKWARD, 0);
-            bwd_buffers(s, st, &b, o);
+            if (op->grads_in_fwd && s->early_op == i) { /* made by its forward */
+                for (int k = 0; k < op->nin; k++) {
+                    b.dst[k] = s->early_dst[k];
+                    b.mode[k] = s->early_mode[k];
+                }
+                s->early_op = -1;
+            } else {
+                bwd_buffers(s, st, &b, o);
+            }
             gckpt_event *e = ev_compute(s, o, GCKPT_EV_BWD, i);
             if (e) {
                 for (int k = 0; k < GCKPT_OP_MAX_IN; k++) e->arg.bwd.grad_in[k] = k < op->nin ? gid(s, b.dst[k]) : GCKPT_NOINST;

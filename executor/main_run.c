@@ -513,6 +513,9 @@ static int check_plan(const gckpt_plan_file *pf)
                    gckpt_optimizer_names[pf->optimizer]);
     if (!gckpt_exec_model_ok(&pf->model, &why) || !gckpt_exec_layout_ok(&pf->layout, &pf->peft, &why))
         return bad("%s: %s", pf->file, why.msg);
+    if (pf->loss != GCKPT_LOSS_HF) /* planned only (core/fused_loss.c): no backend has its kernels */
+        return bad("%s: field 'inputs.loss' = \"%s\": gckpt-run has no fused-loss kernels; it executes plans of "
+                   "--loss hf", pf->file, gckpt_loss_names[pf->loss]);
     return 0;
 }
 

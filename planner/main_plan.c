@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/core/fused_loss.h"
 #include "gckpt/planner/cli_names.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/planner/plan_args.h"
@@ -78,6 +79,9 @@ static void usage(FILE *f)
 "  --code-base C          hf (default: Hugging Face modules run eagerly) | fused (own\n"
 "                         fused modules: torchtitan, llm-foundry, ...): whose fitted time\n"
 "                         parameters of the GPU profile (docs/step-time.md)\n"
+"  --loss L               hf (default: transformers' loss on the full fp32 logits) | liger\n"
+"                         (use_liger_kernel=True: Liger's fused linear cross-entropy) | cce\n"
+"                         (cut-cross-entropy); docs/fused-loss.md\n"
 "  --method M             full (default) | lora (peft LoRA) | qlora (bitsandbytes 4-bit or\n"
 "                         8-bit base + prepare_model_for_kbit_training + LoRA)\n"
 "  --lora-rank N          LoRA r (default 16)\n"
@@ -218,8 +222,39 @@ static void print_alternative(const gckpt_plan_request *r, const char *label, bo
  * fine-tuning, with LoRA and QLoRA (the planner's defaults: r 16, all-linear; QLoRA nf4
  * with double quantization, bf16 compute), and say which would fit, so the user gets a
  * way forward, not only a "no". */
-static void print_alternatives(const gckpt_plan_request *req, const gckpt_model *model, FILE *f)
+/* Whether HF's loss dominates the smallest entry's peak: the peak is in the loss, or the
+ * logits and their gradients are the largest of what the step adds to the persistent state. */
+static bool loss_dominates(const gckpt_plan *p)
 {
+    if (p->smallest < 0) return false;
+    const gckpt_result *r = &p->entries[p->smallest].r;
+    if (r->peak_phase == GCKPT_PH_LOSS) return true;
+    for (int k = GCKPT_C_ACTIVATIONS; k < GCKPT_NCOMP; k++)
+        if (k != GCKPT_C_LOGITS && r->breakdown[k] >= r->breakdown[GCKPT_C_LOGITS]) return false;
+    return true;
+}
+
+/* The fused losses (docs/fused-loss.md) where they are planned for the model: cut-cross-entropy
+ * with bf16 hidden states (its backward's requirement). */
+static void loss_alternatives(const gckpt_plan_request *req, const gckpt_plan *p, bool *header, FILE *f)
+{
+    if (req->loss != GCKPT_LOSS_HF || !loss_dominates(p)) return;
+    for (int l = GCKPT_LOSS_LIGER; l < GCKPT_NLOSS; l++) {
+        gckpt_plan_request r = *req;
+        r.loss = (gckpt_loss)l;
+        const char *why;
+        if (!gckpt_fused_loss_supported(&p->model, r.precision, r.loss, &why)) r.precision = GCKPT_BF16;
+        if (!gckpt_fused_loss_supported(&p->model, r.precision, r.loss, &why)) continue;
+        char label[96];
+        snprintf(label, sizeof label, "--loss %-5s%s%s", gckpt_loss_names[l], r.precision != req->precision ? " --precision " : "",
+                 r.precision != req->precision ? gckpt_precision_names[r.precision] : "");
+        print_alternative(&r, label, header, f);
+    }
+}
+
+static void print_alternatives(const gckpt_plan_request *req, const gckpt_plan *plan, FILE *f)
+{
+    const gckpt_model *model = &plan->model;
     /* several GPUs: the other modes on the same GPUs (the precision / optimizer / LoRA
      * alternatives below are refused there: nothing else was measured per rank) */
     if (req->layout.mode != GCKPT_PAR_NONE) {
@@ -238,6 +273,7 @@ static void print_alternatives(const gckpt_plan_request *req, const gckpt_model 
         {-1, GCKPT_ADAMW_8BIT}, {GCKPT_BF16, -1}, {GCKPT_BF16, GCKPT_ADAMW_8BIT}, {GCKPT_BF16, GCKPT_SGD},
     };
     bool header = false;
+    loss_alternatives(req, plan, &header, f);
     char label[96];
     int tried[sizeof alt / sizeof alt[0] + 1][2] = {{(int)req->precision, (int)req->optimizer}};
     int ntried = 1;
@@ -458,7 +494,7 @@ static int plan_and_write(const cli_args *a)
         if (a->pa.attn_note[0]) fprintf(human, "note: %s\n\n", a->pa.attn_note);
         gckpt_plan_print_table(&p, human, a->all);
         gckpt_plan_print_recommendation(&p, human);
-        if (p.recommended < 0) print_alternatives(&a->pa.req, &p.model, human);
+        if (p.recommended < 0) print_alternatives(&a->pa.req, &p, human);
     }
     if ((a->out || a->plot || a->html) && !gckpt_plan_output_write(&outs, &p, human, a->quiet, &err)) rc = fail_line(&err);
     if (rc == GCKPT_EXIT_OK && !gckpt_stdout_check(&err)) rc = fail_line(&err);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/core/fused_loss.h"
+#include "gckpt/core/parallel.h"
 #include "gckpt/util/safe_text.h"
 
 void gckpt_plan_free(gckpt_plan *p)
@@ -124,11 +126,34 @@ static bool every_n_values(const gckpt_plan_request *req, gckpt_plan *p, gckpt_e
     return true;
 }
 
+/* A fused loss is planned where gckpt_fused_loss_supported says so, on one GPU (the
+ * gradients it makes in the forward are not modelled against a wrapper's hooks). */
+static bool loss_check(const gckpt_plan_request *req, const gckpt_plan *p, gckpt_err *err)
+{
+    const char *why;
+    if (req->loss == GCKPT_LOSS_HF) return true;
+    if (!gckpt_fused_loss_supported(&p->model, req->precision, req->loss, &why)) {
+        gckpt_seterr(err, "--loss %s: %s (model_type %s)", gckpt_loss_names[req->loss], why, p->model.model_type);
+        return false;
+    }
+    if (p->target != GCKPT_TARGET_CUDA) {
+        gckpt_seterr(err, "--loss %s: its kernels are Triton's, on CUDA only; plan it with --target cuda",
+                     gckpt_loss_names[req->loss]);
+        return false;
+    }
+    if (gckpt_par_mode_of(req->layout.mode)->multi) {
+        gckpt_seterr(err, "--loss %s: planned on one GPU only (--parallel %s is not modelled with it)",
+                     gckpt_loss_names[req->loss], gckpt_parallel_names[req->layout.mode]);
+        return false;
+    }
+    return true;
+}
+
 gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum)
 {
     return (gckpt_setting){.seq = p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
                            .precision = p->req.precision, .optimizer = p->req.optimizer,
-                           .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .peft = p->req.peft, .layout = p->req.layout};
+                           .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .loss = (uint8_t)p->req.loss, .peft = p->req.peft, .layout = p->req.layout};
 }
 
 /* A micro-batch with its accumulation steps. */
@@ -301,9 +326,10 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
-    if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err)) goto fail;
+    if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err) || !loss_check(req, p, err)) goto fail;
     gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft,
-                         .layout = req->layout, .attention = req->attention, .seq = req->seq};
+                         .layout = req->layout, .attention = req->attention, .seq = req->seq,
+                         .loss = (uint8_t)req->loss};
     if (!gckpt_layout_check(&lay, err) ||
         !gckpt_plan_mode_ok(gckpt_par_mode_of(req->layout.mode), gckpt_parallel_names[req->layout.mode], err) ||
         !gckpt_parallel_device_ok(&p->dev, &req->layout, err))

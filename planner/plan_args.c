@@ -20,7 +20,7 @@ const gckpt_plan_option gckpt_plan_options[] = {
     {"micro-batch", true, GCKPT_OPT_MB}, {"grad-accum", true, GCKPT_OPT_GA},
     {"global-batch", true, GCKPT_OPT_GB}, {"precision", true, GCKPT_OPT_PREC},
     {"optimizer", true, GCKPT_OPT_OPT}, {"attention", true, GCKPT_OPT_ATTN},
-    {"code-base", true, GCKPT_OPT_CODE_BASE},
+    {"code-base", true, GCKPT_OPT_CODE_BASE}, {"loss", true, GCKPT_OPT_LOSS},
     {"method", true, GCKPT_OPT_METHOD}, {"lora-rank", true, GCKPT_OPT_RANK},
     {"lora-alpha", true, GCKPT_OPT_ALPHA}, {"lora-dropout", true, GCKPT_OPT_LDROP},
     {"lora-targets", true, GCKPT_OPT_TARGETS}, {"modules-to-save", true, GCKPT_OPT_MTS},
@@ -372,6 +372,12 @@ int gckpt_plan_args_set(gckpt_plan_args *a, const gckpt_plan_option *o, const ch
     case GCKPT_OPT_OFF: case GCKPT_OPT_TARGET:
         return parse_name_option(o->code, arg, a);
     case GCKPT_OPT_LONG: a->req.allow_long_seq = true; return 0;
+    case GCKPT_OPT_LOSS: {
+        int v = gckpt_loss_from(arg);
+        if (v < 0) return bad(a, "--loss: unknown '%s' (hf, liger, cce)%s", arg, "");
+        a->req.loss = (gckpt_loss)v;
+        return 0;
+    }
     case GCKPT_OPT_PAR: return parse_parallel(arg, a);
     case GCKPT_OPT_DS: a->ds_path = arg; return 0;
     case GCKPT_OPT_FSDP_OFF: a->fsdp_offload = arg; return 0;

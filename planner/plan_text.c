@@ -216,12 +216,13 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
 {
     char a[32], b[32], peft[320];
     gckpt_plan_peft_header(p, peft, sizeof peft);
-    fprintf(f, "%s (%llu parameters) on %s (%s kernels), seq %llu%s, %s, %s, %s attention%s\n", p->model.name,
+    fprintf(f, "%s (%llu parameters) on %s (%s kernels), seq %llu%s, %s, %s, %s attention%s%s%s\n", p->model.name,
             (unsigned long long)(gckpt_peft_on(&p->req.peft) ? gckpt_param_count(&p->model) : p->params->numel),
             p->dev.name, p->target == GCKPT_TARGET_CPU ? "PyTorch CPU" : "CUDA", (unsigned long long)p->req.seq,
             p->req.seq > p->model.max_positions ? " (beyond max_position_embeddings: --allow-long-seq)" : "",
             gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer],
-            gckpt_attention_names[p->req.attention], peft);
+            gckpt_attention_names[p->req.attention], peft, p->req.loss ? ", loss " : "",
+            p->req.loss ? gckpt_loss_names[p->req.loss] : "");
     if (p->req.hub.id[0])
         fprintf(f, "config.json: Hugging Face Hub %s, revision %s, commit %s (%s %s)\n", p->req.hub.id,
                 p->req.hub.revision, p->req.hub.commit, p->req.hub.downloaded ? "downloaded to" : "from the cache,",

@@ -39,6 +39,18 @@ static bool use_cache_applies(const gckpt_model *m, const gckpt_setting *s)
     return m->use_cache;
 }
 
+static bool liger_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    (void)m;
+    return s->loss == GCKPT_LOSS_LIGER;
+}
+
+static bool cce_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    (void)m;
+    return s->loss == GCKPT_LOSS_CCE;
+}
+
 /* fsdp / zero2 / zero3: the working set is a closed form, not scheduled per layer */
 static bool parallel_peak_applies(const gckpt_model *m, const gckpt_setting *s)
 {
@@ -133,6 +145,16 @@ static const struct {
      "CPU offload on several GPUs is planned from torch's and DeepSpeed's source, not measured: the PCIe copies "
      "add to the step without overlap, the CPU optimizer step's time is not modelled, and gckpt-run does not "
      "execute it."},
+    {"liger_loss_unverified", liger_applies,
+     "the loss is Liger's fused linear cross-entropy (liger-kernel 0.8.5) as read in its source: its chunking and "
+     "buffers (under amp: autocast's weight copies) are verified by a CPU re-run with PyTorch ops "
+     "(tests/data/fused-loss), its Triton kernels are unverified. use_liger_kernel=True also swaps in Liger's "
+     "RMSNorm, SwiGLU and RoPE kernels, which are not modelled: the layers are planned with transformers' own "
+     "ops.", true},
+    {"cce_loss_unverified", cce_applies,
+     "the loss is cut-cross-entropy 25.1.1's linear_cross_entropy(hidden, lm_head.weight, labels, shift=True) as "
+     "read in its source, unverified (its Triton kernels do not run on the CPU); its valid rows b x (s - 1) are "
+     "planned as b x s.", true},
     {"collective_time_unverified", collectives_applies,
      "collective times use the GPU profile's vendor link bandwidths and each library's overlap as read in its "
      "source, unverified; NCCL's own buffers are not in the device peak."},

@@ -172,6 +172,39 @@ static void positions(void **state)
     cJSON_Delete(j);
 }
 
+/* --loss: recorded in the plan's inputs (absent for hf), read back by gckpt-run's reader;
+ * refused in one line where it is not planned (docs/fused-loss.md) */
+static void fused_loss(void **state)
+{
+    (void)state;
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "4096", "--precision", "bf16", "--loss", "cce",
+                           "--every-n", "1", "-q", "-o", "f.json")), 0);
+    cJSON *j = read_plan("f.json");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "inputs"), "loss")->valuestring, "cce");
+    char *text = cJSON_Print(j);
+    gckpt_plan_file pf;
+    gckpt_err e;
+    assert_true(gckpt_plan_parse("f.json", text, &pf, &e));
+    assert_int_equal(pf.loss, GCKPT_LOSS_CCE);
+    gckpt_plan_file_free(&pf);
+    free(text);
+    cJSON_Delete(j);
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "4096", "--every-n", "1", "-q", "-o", "h.json")), 0);
+    j = read_plan("h.json");
+    assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "inputs"), "loss"));
+    cJSON_Delete(j);
+    assert_int_equal(run(A("--model", "gpt2", "--loss", "liger", "-o", "b.json")), 2);
+    one_line("--loss liger: liger-kernel 0.8.5 has no apply_liger_kernel_to_ function");
+    one_line("model_type gpt2");
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--loss", "cce", "-o", "b.json")), 2);
+    one_line("--precision bf16");
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--loss", "fused", "-o", "b.json")), 2);
+    one_line("--loss: unknown 'fused'");
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--loss", "liger", "--target", "cpu", "-o", "b.json")), 2);
+    one_line("--target cuda");
+    assert_false(cli_exists("b.json"));
+}
+
 /* A profile slow enough to make a step longer than the reader's bound is refused
  * before a plan is written. */
 static void slow_profile(void **state)
@@ -574,7 +607,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(snippets), cmocka_unit_test(positions), cmocka_unit_test(slow_profile),
         cmocka_unit_test(shipped_plans_read_back), cmocka_unit_test(warnings), cmocka_unit_test(aliases), cmocka_unit_test(help_lists_everything),
-        cmocka_unit_test(what_users_read), cmocka_unit_test(plot_script),
+        cmocka_unit_test(what_users_read), cmocka_unit_test(plot_script), cmocka_unit_test(fused_loss),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     cJSON_Delete(schema);

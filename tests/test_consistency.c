@@ -11,12 +11,14 @@
 
 #include <cmocka.h>
 
+#include "gckpt/core/fused_loss.h"
 #include "gckpt/core/eval.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/peft.h"
 
 static gckpt_device dev;
 static gckpt_layout g_layout; /* the sweeps' layout (zeroed: one GPU) */
+static gckpt_loss g_loss;     /* the sweeps' loss (zeroed: HF's) */
 
 static void close_to(double a, double b, const char *what, const char *ctx)
 {
@@ -37,17 +39,19 @@ static void sweep_peft(const char *model, const char *cfg_json, const gckpt_peft
     for (int prec = 0; prec < GCKPT_NPREC; prec++) {
         /* several GPUs: what gckpt_layout_check accepts (amp-bf16 or fp32, AdamW) */
         if (multi && prec != GCKPT_AMP_BF16 && prec != GCKPT_FP32) continue;
+        const char *why;
+        if (!gckpt_fused_loss_supported(&m, (gckpt_precision)prec, g_loss, &why)) continue;
         for (int attn = 0; attn < GCKPT_NATTN; attn++) {
             gckpt_setting ps = {.precision = (gckpt_precision)prec, .layout = g_layout};
-            gckpt_recipe_build_seq(&m, gckpt_parallel_compute_precision(&ps), (gckpt_attention)attn, GCKPT_TARGET_CUDA,
-                                   peft, 96, &r);
+            gckpt_recipe_build_loss(&m, gckpt_parallel_compute_precision(&ps), (gckpt_attention)attn, GCKPT_TARGET_CUDA,
+                                    peft, 96, (uint8_t)g_loss, &r);
             for (uint64_t mb = 1; mb <= 2; mb++) {
                 for (uint64_t ga = 1; ga <= 3; ga += 2) {
                     gckpt_setting s = {.seq = 96, .micro_batch = mb, .grad_accum = ga,
                                        .precision = (gckpt_precision)prec,
                                        .optimizer = multi ? GCKPT_ADAMW : (gckpt_optimizer)((prec + attn) % GCKPT_NOPT),
                                        .attention = (gckpt_attention)attn, .peft = peft ? *peft : (gckpt_peft){0},
-                                       .layout = g_layout};
+                                       .layout = g_layout, .loss = (uint8_t)g_loss};
                     gckpt_ctx c;
                     if (!gckpt_ctx_init(&c, &m, &dev, &r, &s, &err)) fail_msg("%s", err.msg);
                     assert_true(gckpt_profile_build(&c, &prof));
@@ -127,6 +131,20 @@ static void llama_family(void **state)
 {
     (void)state;
     sweep("llama-3.2-1b", NULL);
+}
+
+/* the fused losses: Liger's gradients made in the forward (a tied lm_head: llama-3.2-1b),
+ * CCE's lse pass; full fine-tuning and LoRA */
+static void fused_losses(void **state)
+{
+    (void)state;
+    gckpt_peft lora;
+    gckpt_peft_default(GCKPT_METHOD_LORA, &lora);
+    for (g_loss = GCKPT_LOSS_LIGER; g_loss < GCKPT_NLOSS; g_loss++) {
+        sweep("llama-3.2-1b", NULL);
+        sweep_peft("llama-3.2-1b", NULL, &lora);
+    }
+    g_loss = GCKPT_LOSS_HF;
 }
 
 static void gpt2_family(void **state)
@@ -365,7 +383,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(holds_released),
-        cmocka_unit_test(llama_family),
+        cmocka_unit_test(llama_family), cmocka_unit_test(fused_losses),
         cmocka_unit_test(gpt2_family),
         cmocka_unit_test(odd_dims),
         cmocka_unit_test(issue13_families),

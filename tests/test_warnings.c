@@ -69,7 +69,9 @@ static bool check_plan(const gckpt_plan_request *q, const char *what, tally *t)
     gckpt_err e;
     if (!gckpt_plan_run(q, &p, &e)) {
         /* LoRA / QLoRA that peft or the planner refuses for this family (one line) */
-        if (q->peft.method == GCKPT_METHOD_FULL) fail_msg("%s: %s", what, e.msg);
+        /* ... or a fused loss the family or precision does not have (one line naming --loss) */
+        if (q->peft.method == GCKPT_METHOD_FULL && (q->loss == GCKPT_LOSS_HF || !strstr(e.msg, "--loss ")))
+            fail_msg("%s: %s", what, e.msg);
         if (getenv("SHOW_REFUSED")) print_message("refused %s: %s\n", what, e.msg);
         t->refused++;
         return false;
@@ -132,8 +134,8 @@ static void every_model_method_mode(void **state)
             bool one_gpu = false; /* the method planned on one GPU (layouts[0], the defaults) */
             for (size_t li = 0; li < sizeof layouts / sizeof layouts[0]; li++)
                 /* the defaults; on one GPU also fp32 (the GQA rule) or int8 QLoRA, eager
-                 * attention (dropout's mask rule), and the CPU target */
-                for (int variant = 0; variant < (layouts[li].mode == GCKPT_PAR_NONE ? 4 : 1); variant++) {
+                 * attention (dropout's mask rule), the CPU target and the fused losses */
+                for (int variant = 0; variant < (layouts[li].mode == GCKPT_PAR_NONE ? 6 : 1); variant++) {
                     uint32_t every = 1;
                     gckpt_plan_request q = {.micro_batches = {1, 2}, .n_micro = 2, .grad_accum = 1,
                                             .precision = GCKPT_AMP_BF16, .optimizer = GCKPT_ADAMW,
@@ -146,6 +148,8 @@ static void every_model_method_mode(void **state)
                     else if (variant == 1) q.precision = GCKPT_FP32;
                     else if (variant == 2) q.attention = GCKPT_EAGER;
                     else if (variant == 3) q.target_given = true, q.target = GCKPT_TARGET_CPU;
+                    else if (variant == 4) q.loss = GCKPT_LOSS_LIGER;
+                    else if (variant == 5) q.loss = GCKPT_LOSS_CCE, q.precision = GCKPT_BF16;
                     q.layout.mode = layouts[li].mode;
                     q.layout.offload = layouts[li].offload;
                     q.layout.gpus = q.layout.mode == GCKPT_PAR_NONE ? 1 : 8;
@@ -154,7 +158,8 @@ static void every_model_method_mode(void **state)
                     snprintf(what, sizeof what, "%s --method %s --parallel %s%s%s", models[mi],
                              gckpt_method_names[method], gckpt_parallel_names[q.layout.mode],
                              q.layout.offload ? " --fsdp-offload on" : "", variant == 1 ? (method == GCKPT_METHOD_QLORA ? " --quant int8" : " --precision fp32")
-                             : variant == 2 ? " --attention eager" : variant == 3 ? " --target cpu" : "");
+                             : variant == 2 ? " --attention eager" : variant == 3 ? " --target cpu"
+                             : variant == 4 ? " --loss liger" : variant == 5 ? " --loss cce --precision bf16" : "");
                     /* refused all-linear on the mixture-of-experts families: attention adapters */
                     bool planned = check_plan(&q, what, &t);
                     if (!planned && method != GCKPT_METHOD_FULL) {
@@ -213,23 +218,32 @@ static void reader_keeps_long_messages(void **state)
 }
 
 /* Every code has its section in docs/warnings.md ("## code": what it means, when it
- * fires, what to do), and the page names no code without a rule. */
+ * fires, what to do), and the page names no code without a rule; the fused losses' codes
+ * are explained in docs/fused-loss.md ("## code" sections among its others). */
 static void every_code_documented(void **state)
 {
     (void)state;
     const char *dir = getenv("GCKPT_DATA_DIR");
     char path[4096];
-    snprintf(path, sizeof path, "%s/docs/warnings.md", dir ? dir : ".");
-    FILE *f = fopen(path, "r");
-    if (!f) fail_msg("cannot open %s", path);
     bool documented[GCKPT_MAX_WARNINGS * 2] = {0};
     char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "## ", 3)) continue;
-        line[strcspn(line, "\n")] = 0;
-        documented[code_index(line + 3)] = true;
+    static const char *const pages[] = {"warnings.md", "fused-loss.md"};
+    for (int pg = 0; pg < 2; pg++) {
+        snprintf(path, sizeof path, "%s/docs/%s", dir ? dir : ".", pages[pg]);
+        FILE *f = fopen(path, "r");
+        if (!f) fail_msg("cannot open %s", path);
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, "## ", 3)) continue;
+            line[strcspn(line, "\n")] = 0;
+            if (pg == 0) {
+                documented[code_index(line + 3)] = true;
+                continue;
+            }
+            for (size_t i = 0; i < gckpt_warning_count(); i++)
+                if (!strcmp(gckpt_warning_code(i), line + 3)) documented[i] = true;
+        }
+        fclose(f);
     }
-    fclose(f);
     for (size_t i = 0; i < gckpt_warning_count(); i++)
         if (!documented[i]) fail_msg("docs/warnings.md has no section '## %s'", gckpt_warning_code(i));
 }

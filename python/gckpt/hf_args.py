@@ -524,7 +524,8 @@ def _deepspeed(args, w):
 # from its default gets a warning naming it (docs/python-hf.md has the reasons).
 _TA_MAPPED = {"per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16", "optim", "optim_args",
               "activation_checkpointing", "activation_checkpointing_kwargs", "gradient_checkpointing",
-              "gradient_checkpointing_kwargs", "deepspeed", "fsdp", "fsdp_config", "use_cpu", "model_init_kwargs"}
+              "gradient_checkpointing_kwargs", "deepspeed", "fsdp", "fsdp_config", "use_cpu", "model_init_kwargs",
+              "use_liger_kernel", "liger_kernel_config"}
 _TA_NO_MEMORY = {
     "output_dir", "num_train_epochs", "max_steps", "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs",
     "warmup_steps", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
@@ -553,9 +554,6 @@ _TA_NO_MEMORY = {
 }
 _TA_NOT_MODELLED = {  # field -> why (a warning when set away from its default)
     "torch_compile": "torch.compile fuses ops and changes which tensors are saved; the plan is for eager mode",
-    "use_liger_kernel": "Liger's kernels (fused linear cross-entropy, RMSNorm, RoPE, SwiGLU) replace the "
-                        "model's ops and drop the full logits; the plan is for transformers' own ops",
-    "liger_kernel_config": "Liger's kernels are not planned",
     "label_smoothing_factor": "the Trainer's LabelSmoother takes a log_softmax of the whole logits, "
                               "a [batch, seq, vocab] tensor the plan does not count",
     "neftune_noise_alpha": "NEFTune adds a noise tensor to the embeddings' output in every forward",
@@ -609,6 +607,40 @@ def _review_fields(args, w, checkpointing_on, parallel):
             continue   # a plain namespace or dict has no defaults: a falsy value is unset
         why = _TA_NOT_MODELLED.get(name, "not reviewed by gckpt; the plan ignores it")
         w.add(NOT_MODELLED, f"TrainingArguments.{name}={v!r}: {why}")
+
+
+# apply_liger_kernel_to_<model_type>'s keywords (liger-kernel 0.8.5), which
+# TrainingArguments.liger_kernel_config passes (transformers 5.24 integrations/liger.py)
+_LIGER_PARTS = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "swiglu")
+
+
+def _liger(args, w):
+    """use_liger_kernel=True: the Trainer calls liger's apply_liger_kernel_to_<model_type> with
+    liger_kernel_config's keywords (defaults: fused linear cross-entropy, RMSNorm, SwiGLU and
+    RoPE on). The fused linear cross-entropy is planned (--loss liger, docs/fused-loss.md); the
+    other kernels are not. Returns the loss option, or None."""
+    if not _truthy(getattr(args, "use_liger_kernel", False)):
+        cfg = getattr(args, "liger_kernel_config", None)
+        if cfg:
+            w.add(IGNORED, "TrainingArguments.liger_kernel_config without use_liger_kernel=True: not applied")
+        return None
+    cfg = dict(getattr(args, "liger_kernel_config", None) or {})
+    unknown = sorted(set(cfg) - set(_LIGER_PARTS))
+    if unknown:
+        raise PlanError(f"TrainingArguments.liger_kernel_config: unknown key {unknown[0]!r} (liger-kernel 0.8.5 "
+                        f"takes {', '.join(_LIGER_PARTS)})")
+    part = {k: _truthy(cfg.get(k, k != "cross_entropy")) for k in _LIGER_PARTS}
+    if part["cross_entropy"] and part["fused_linear_cross_entropy"]:
+        raise PlanError("TrainingArguments.liger_kernel_config: cross_entropy and fused_linear_cross_entropy "
+                        "both True (liger refuses this)")
+    others = [k for k in ("rms_norm", "swiglu", "rope") if part[k]]
+    if others:
+        w.add(NOT_MODELLED, f"TrainingArguments.use_liger_kernel=True: Liger's {', '.join(others)} kernels replace "
+                            "the model's ops; the layers are planned with transformers' own ops")
+    if part["cross_entropy"]:
+        w.add(NOT_MODELLED, "TrainingArguments.liger_kernel_config cross_entropy=True: Liger's cross-entropy on the "
+                            "full logits is planned as transformers' loss")
+    return "liger" if part["fused_linear_cross_entropy"] else None
 
 
 def _evaluation(args, w):
@@ -756,6 +788,9 @@ def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None,
                                 "adapters to bf16 and does not call prepare_model_for_kbit_training, so the "
                                 "parameters that are not quantized keep the loaded dtype (sft_trainer.py); the plan "
                                 "counts fp32 adapters and prepare's fp32 casts")
+    loss = _liger(args, w)
+    if loss:
+        opts["loss"] = loss
     _evaluation(args, w)
     _review_fields(args, w, every_n > 0, parallel)
 
@@ -796,7 +831,16 @@ def plan_for(model_or_config, args, *, seq, peft_config=None, gpu=None, world_si
     opts.update(_sweep(m["selected"]))
     if isinstance(opts.get("deepspeed"), dict):
         opts["deepspeed"] = _ds_file(opts["deepspeed"])
-    p = plan(m["model"], gpu=gpu, seq=seq, **opts)
+    try:
+        p = plan(m["model"], gpu=gpu, seq=seq, **opts)
+    except PlanError as e:
+        # use_liger_kernel on a model_type liger has no kernels for: the Trainer leaves it unpatched
+        if opts.get("loss") != "liger" or "apply_liger_kernel_to_" not in str(e):
+            raise
+        del opts["loss"]
+        p = plan(m["model"], gpu=gpu, seq=seq, **opts)
+        m["warnings"].append({"code": IGNORED, "message": "TrainingArguments.use_liger_kernel=True: " + str(e).split(
+            "--loss liger: ", 1)[-1] + "; planned with transformers' loss"})
     sel = dict(m["selected"])
     n = sel["every_n_layers"]
     layers = max((e.get("every_n_layers") or 0 for e in p.entries), default=0)

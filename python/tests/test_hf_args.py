@@ -348,6 +348,7 @@ class HFDocExamples(unittest.TestCase):
                       "eval_strategy='steps'", "auto_find_batch_size=True", "use_cache=True"):
             self.assertIn("TrainingArguments." + field, text)
         self.assertEqual([w["code"] for w in m["warnings"] if "use_liger_kernel" in w["message"]], ["hf_not_modelled"])
+        self.assertEqual(m["options"]["loss"], "liger")   # the fused linear cross-entropy is planned
         # use_liger_kernel=False (the default) is not warned
         m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=False))
         self.assertNotIn("liger", messages(m))
@@ -355,6 +356,27 @@ class HFDocExamples(unittest.TestCase):
         m = options_from_hf(LLAMA, self.ta(bf16=True, tf32=False, logging_steps=10, save_steps=100,
                                            learning_rate=2e-4, weight_decay=0.01, report_to="none"))
         self.assertEqual(codes(m), ["hf_assumed", "hf_assumed"])   # use_cpu, the config's bf16 dtype
+
+    # use_liger_kernel=True: Liger's fused linear cross-entropy planned (--loss liger), its other
+    # kernels named; liger_kernel_config selects the parts as apply_liger_kernel_to_<type> takes them
+    def test_liger_kernel(self):
+        m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True))
+        self.assertEqual(m["options"]["loss"], "liger")
+        self.assertIn("rms_norm, swiglu, rope kernels", messages(m))
+        m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True,
+                                           liger_kernel_config={"rms_norm": False, "swiglu": False, "rope": False}))
+        self.assertEqual(m["options"]["loss"], "liger")
+        self.assertNotIn("liger", messages(m).lower())
+        m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True,
+                                           liger_kernel_config={"fused_linear_cross_entropy": False}))
+        self.assertNotIn("loss", m["options"])
+        m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True, liger_kernel_config={
+            "fused_linear_cross_entropy": False, "cross_entropy": True}))
+        self.assertIn("cross_entropy=True", messages(m))
+        with self.assertRaises(PlanError):
+            options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True, liger_kernel_config={"layer_norm": True}))
+        m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=False))
+        self.assertNotIn("loss", m["options"])
 
     # TrainingArguments.to_dict() (a run's saved training_args.json read back) maps as the object does
     def test_to_dict_round_trip(self):
@@ -543,6 +565,20 @@ class PlanFor(unittest.TestCase):
         self.assertEqual({e["micro_batch"] * e["grad_accum"] for e in p.entries}, {8})
         self.assertTrue({1, 2, 4} <= {e["micro_batch"] for e in p.entries})
         self.assertIn(0, {e["every_n_layers"] for e in p.entries})
+
+    # use_liger_kernel: the plan's loss is Liger's; a model_type liger has no kernels for is
+    # planned with transformers' loss, as the Trainer leaves it unpatched
+    def test_liger(self):
+        from gckpt.hf_args import plan_for
+        args = types.SimpleNamespace(per_device_train_batch_size=1, gradient_accumulation_steps=1, bf16=True,
+                                     fp16=False, optim="adamw_torch_fused", gradient_checkpointing=True,
+                                     use_liger_kernel=True)
+        with mock.patch.dict(os.environ, {"WORLD_SIZE": "1"}):
+            p = plan_for("llama-3.2-1b", args, seq=1024, gpu="h100-sxm-80gb")
+            self.assertTrue(any(w["code"] == "liger_loss_unverified" for w in p.warnings))
+            g = plan_for("gpt2", args, seq=1024, gpu="h100-sxm-80gb")
+        self.assertFalse(any(w["code"] == "liger_loss_unverified" for w in g.warnings))
+        self.assertTrue(any("apply_liger_kernel_to_" in w["message"] for w in g.warnings))
 
     def shipped(self, name):
         import gckpt

@@ -367,6 +367,13 @@ static void test_bad_input(void **st)
     put("paged.json", t);
     free(t);
     cJSON_Delete(plan);
+    plan = cJSON_Parse(text = slurp("llama.json")); /* a fused loss: planned only (docs/fused-loss.md) */
+    free(text);
+    cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(plan, "inputs"), "loss", "liger");
+    t = cJSON_Print(plan);
+    put("liger.json", t);
+    free(t);
+    cJSON_Delete(plan);
     /* planned, not executed: a gpt_oss rope_type other than default and yarn */
     static const uint32_t one[] = {1};
     char *lin = pf_plan_text("tiny-gpt-oss-rope-linear", GCKPT_BF16, GCKPT_EAGER, one, 1, 1, 1, 0);
@@ -392,6 +399,7 @@ static void test_bad_input(void **st)
         {{"--plan", "broken.json", "-o", "bad.json", NULL}, "entries[0].offload"},
         {{"--plan", "notjson.json", "-o", "bad.json", NULL}, "notjson.json"},
         {{"--plan", "paged.json", "--backend", "host", "-o", "bad.json", NULL}, "no paged (managed-memory) optimizer states"},
+        {{"--plan", "liger.json", "--backend", "host", "-o", "bad.json", NULL}, "field 'inputs.loss' = \"liger\": gckpt-run has no fused-loss kernels"},
         {{"--plan", "llama.json", "--entry", "99", "-o", "bad.json", NULL}, "--entry"},
         {{"--plan", "llama.json", "--entry", "1,x", "-o", "bad.json", NULL}, "--entry"},
         {{"--plan", "llama.json", "--all", "--recommended", "-o", "bad.json", NULL}, "exclude"},

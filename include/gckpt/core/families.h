@@ -27,6 +27,8 @@ typedef struct {
     bool pad_default;      /* the class's pad_token_id default is an index (pad_id), else None */
     int64_t pad_id;
     bool own_rope_type;    /* the reader reads rope_parameters' type itself (gpt_oss: yarn) */
+    bool liger;            /* liger-kernel 0.8.5 has an apply_liger_kernel_to_<type> for it
+                            * (MODEL_TYPE_TO_APPLY_LIGER_FN), which use_liger_kernel=True calls */
 } gckpt_model_type_info;
 
 #define GCKPT_FAMILY_MAX_TYPES 4

@@ -42,6 +42,7 @@ typedef struct {
     gckpt_optimizer optimizer;
     gckpt_attention attention;
     uint8_t code_base; /* gckpt_code_base: inputs.code_base (absent: hf) */
+    gckpt_loss loss;           /* inputs.loss (optional; absent: hf) */
     gckpt_offload_sel offload;
     uint64_t budget_bytes, usable_bytes;
     double margin;

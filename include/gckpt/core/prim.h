@@ -51,6 +51,8 @@ typedef struct {
     uint8_t bwd_reads;      /* the operands its backward formula reads (GCKPT_PR_ bits):
                              * derivatives.yaml's saved tensors when its inputs need grad */
     bool no_grad;           /* it has no backward: a source, integer outputs, a mask */
+    bool planned_only;      /* no backend executes it: gckpt-run refuses a plan that has it
+                             * (the fused losses) */
     bool needs_width;       /* gckpt_op.width must be > 0 (the group, head or row width) */
     bool even_width;        /* ... and even (per-head halves) */
     uint8_t bws_in;         /* backward temporaries shaped like input 0 (recipe.h bws_in):

@@ -186,6 +186,14 @@ typedef enum {
     GCKPT_P_BOOL_MASK,   /* SDPA's use of masking_utils' bool [s, s] mask (broadcast to [b, 1, s, s]):
                           * sa = 0: converted to the output's dtype, 0 where true and -inf
                           * where false; sa = 1: its logical_not (bool) */
+    /* the fused losses (core/fused_loss.c, docs/fused-loss.md; planned only: gckpt-run refuses
+     * a plan with one): the final norm's output in0 and lm_head's weight in1 to the scalar loss
+     * against the labels in2 without the [tokens, vocab] logits (Liger's fused linear
+     * cross-entropy, which makes its input gradients in the forward: grads_in_fwd; CCE's
+     * loss with its log-sum-exp in3); CCE's log-sum-exp pass: out[0] the fp32 lse per token,
+     * out[1] the fp32 [vocab] logit averages of its gradient filter */
+    GCKPT_P_FUSED_LCE,
+    GCKPT_P_CCE_LSE,
 #ifdef GCKPT_TOY
     GCKPT_P_TOY,         /* the test build's toy primitive: x.clone() (docs/architecture.md, tests/toy) */
 #endif
@@ -272,6 +280,10 @@ typedef struct {
      * recompute and again in the backward, freed when the op returns (FINDINGS 12.7). */
     uint64_t fws_fixed, bws_fixed;
     uint8_t dequant;     /* gckpt_quant_scheme of the weight it dequantizes (0: none) */
+    uint8_t fused_loss;  /* GCKPT_P_FUSED_LCE / CCE_LSE: the gckpt_loss whose workspaces it has
+                          * (gckpt_fused_loss_ws) */
+    bool grads_in_fwd;   /* its input gradients are made by its forward and kept until its
+                          * backward hands them on (Liger's fused linear cross-entropy) */
     bool ctx_keep;       /* its saved tensors are kept as ctx attributes, which saved-tensor
                           * hooks do not see: also in a checkpointed layer's forward, not
                           * offloaded, and not released after its backward but with its graph
@@ -318,6 +330,7 @@ typedef struct {
     /* For the closed form: elements of the checkpointed input per token (= hidden). */
     uint64_t hidden;
     uint8_t target;  /* gckpt_target it was built for */
+    uint8_t loss_kind; /* gckpt_loss of its head (gckpt_recipe_build_loss) */
 } gckpt_recipe;
 
 /* Where the step runs (gckpt_target, gckpt/core/device.h). The planner models CUDA unless
@@ -353,6 +366,10 @@ void gckpt_recipe_build_peft(const gckpt_model *m, gckpt_precision p, gckpt_atte
  * (gckpt_sliding_masked). The attention built is gckpt_attention_run's. */
 void gckpt_recipe_build_seq(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
                             const gckpt_peft *peft, uint64_t seq, gckpt_recipe *r);
+/* ... with the head's loss `loss` (gckpt_loss; gckpt_fused_loss_supported says where a fused
+ * one is planned: the caller checks it) */
+void gckpt_recipe_build_loss(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
+                             const gckpt_peft *peft, uint64_t seq, uint8_t loss, gckpt_recipe *r);
 
 /* The attention transformers 5.24 runs when `requested` is asked for: Gemma 2 (soft-capping)
  * and gpt_oss (attention sinks) refuse SDPA (_supports_sdpa = False: a ValueError when

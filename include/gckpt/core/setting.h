@@ -27,6 +27,10 @@ typedef enum {
     GCKPT_NOPT
 } gckpt_optimizer;
 typedef enum { GCKPT_SDPA, GCKPT_EAGER, GCKPT_NATTN } gckpt_attention;
+/* The head's loss (gckpt-plan --loss; core/fused_loss.c, docs/fused-loss.md): HF's
+ * ForCausalLMLoss on the full logits; Liger's fused linear cross-entropy (the Trainer's
+ * use_liger_kernel=True, liger-kernel 0.8.5); cut-cross-entropy (25.1.1) */
+typedef enum { GCKPT_LOSS_HF, GCKPT_LOSS_LIGER, GCKPT_LOSS_CCE, GCKPT_NLOSS } gckpt_loss;
 
 /* The training stack's efficiency class (gckpt-plan --code-base, docs/step-time.md): hf,
  * Hugging Face modules run eagerly (the Trainer, TRL, accelerate: the default); fused, a stack
@@ -112,6 +116,7 @@ typedef struct {
      * own call, FINDINGS 12.1); a plan prints and plans the non-reentrant call, the
      * fixtures of prepare's call set it */
     bool reentrant;
+    uint8_t loss;     /* gckpt_loss (zeroed: HF's) */
     gckpt_peft peft;  /* zeroed: full fine-tuning */
     gckpt_layout layout; /* zeroed: one GPU */
 } gckpt_setting;
@@ -120,6 +125,7 @@ extern const char *const gckpt_precision_names[GCKPT_NPREC];
 extern const char *const gckpt_optimizer_names[GCKPT_NOPT];
 extern const char *const gckpt_attention_names[GCKPT_NATTN];
 extern const char *const gckpt_code_base_names[GCKPT_NCODEBASE]; /* "hf", "fused" */
+extern const char *const gckpt_loss_names[GCKPT_NLOSS];
 extern const char *const gckpt_parallel_names[GCKPT_NPAR]; /* "none", "ddp", "fsdp", "zero1", ... */
 
 /* Name -> enum; -1 if unknown. */
@@ -127,6 +133,7 @@ int gckpt_precision_from(const char *s);
 int gckpt_optimizer_from(const char *s);
 int gckpt_attention_from(const char *s);
 int gckpt_code_base_from(const char *s);
+int gckpt_loss_from(const char *s);
 int gckpt_parallel_from(const char *s);
 
 #ifdef __cplusplus

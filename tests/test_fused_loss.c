@@ -1,0 +1,195 @@
+/* The fused losses (--loss liger|cce; core/fused_loss.c, docs/fused-loss.md) against closed
+ * forms written from the libraries' source: Liger's chunk rule, and the bytes the head's
+ * forward adds at each fused op (its gradients, temporaries and output), walked from the
+ * schedule with an independent accumulator. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gckpt/core/eval.h"
+#include "gckpt/core/fused_loss.h"
+#include "gckpt/planner/plan.h"
+#include "gckpt/util/jsonget.h"
+#include "gckpt/util/util.h"
+
+#include <stdlib.h>
+
+static gckpt_device dev;
+
+static uint64_t rnd(uint64_t x) { return (x + 511) / 512 * 512; }
+
+/* liger-kernel 0.8.5: inc_factor = cdiv(V, H); chunk_size = min(next_power_of_2(cdiv(BT,
+ * inc_factor)), BT), the values worked out by hand */
+static void liger_chunks(void **state)
+{
+    (void)state;
+    assert_int_equal(gckpt_liger_chunk_rows(8192, 128256, 4096), 256);   /* inc 32, 8192 / 32 */
+    assert_int_equal(gckpt_liger_chunk_rows(32768, 128256, 4096), 1024); /* inc 32 */
+    assert_int_equal(gckpt_liger_chunk_rows(100, 50257, 768), 2);        /* inc 66, cdiv 2 */
+    assert_int_equal(gckpt_liger_chunk_rows(3000, 151936, 3584), 128);   /* inc 43, cdiv 70 -> 128 */
+    assert_int_equal(gckpt_liger_chunk_rows(3, 10, 64), 3);              /* one chunk, never above BT */
+    assert_int_equal(gckpt_liger_chunk_rows(16384, 32000, 4096), 2048);  /* the source's comment's example */
+}
+
+/* The bytes allocated in the run of allocations that ends at op `name`'s first forward
+ * (micro-step 1): what the op makes before its kernel runs. */
+static uint64_t made_at(const gckpt_model *m, gckpt_setting s, const char *name)
+{
+    static gckpt_recipe r;
+    gckpt_setting_recipe(m, &s, GCKPT_TARGET_CUDA, &r);
+    gckpt_ctx c;
+    gckpt_err err;
+    if (!gckpt_ctx_init(&c, m, &dev, &r, &s, &err)) fail_msg("%s", err.msg);
+    gckpt_schedule ev;
+    assert_true(gckpt_schedule_build(&c, &ev));
+    uint64_t run = 0, got = UINT64_MAX;
+    for (size_t si = 0; si < ev.nseg && got == UINT64_MAX; si++)
+        for (size_t i = ev.seg[si].begin; i < ev.seg[si].end; i++) {
+            const gckpt_event *e = &ev.ev[i];
+            if (e->kind == GCKPT_EV_ALLOC || e->kind == GCKPT_EV_ALLOC_SCRATCH) {
+                run += e->bytes;
+            } else if (e->kind == GCKPT_EV_FWD && e->op >= 0 && !strcmp(r.op[e->op].name, name)) {
+                got = run;
+                break;
+            } else if (e->kind != GCKPT_EV_ALLOC && e->kind != GCKPT_EV_ALLOC_SCRATCH) {
+                run = 0;
+            }
+        }
+    gckpt_schedule_free(&ev);
+    if (got == UINT64_MAX) fail_msg("no forward of %s", name);
+    return got;
+}
+
+static gckpt_setting setting(gckpt_precision p, uint64_t seq, uint64_t mb, gckpt_loss loss)
+{
+    return (gckpt_setting){.seq = seq, .micro_batch = mb, .grad_accum = 1, .precision = p,
+                           .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA, .every_n = 1, .loss = (uint8_t)loss};
+}
+
+/* Liger: grad_input (the input's dtype), grad_weight (the weight's: accum_dtype None),
+ * loss_1d fp32 [BT], target_mask bool [BT], one logits chunk, the scalar loss; under
+ * autocast the chunk in bf16 with the weight's cached bf16 copy and a [chunk, H] cast. */
+static void liger_head(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_load("llama-3.1-8b", &m, &err)) fail_msg("%s", err.msg);
+    const uint64_t V = 128256, H = 4096;
+    struct { gckpt_precision p; uint64_t seq, mb, chunk, xs, ps; } cases[] = {
+        {GCKPT_BF16, 8192, 1, 256, 2, 2}, {GCKPT_BF16, 32768, 1, 1024, 2, 2}, {GCKPT_BF16, 2048, 2, 128, 2, 2},
+        {GCKPT_FP32, 4096, 1, 128, 4, 4}, {GCKPT_AMP_BF16, 8192, 1, 256, 4, 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint64_t T = cases[i].seq * cases[i].mb, c = cases[i].chunk;
+        uint64_t want = rnd(T * H * cases[i].xs) + rnd(V * H * cases[i].ps) + rnd(4 * T) + rnd(T) + 512;
+        /* amp: the weight's cached cast and its transposed view's cast (2 chunks or more) */
+        want += cases[i].p == GCKPT_AMP_BF16 ? 2 * rnd(V * H * 2) + rnd(c * V * 2) + rnd(c * H * 2)
+                                             : rnd(c * V * cases[i].xs);
+        uint64_t got = made_at(&m, setting(cases[i].p, cases[i].seq, cases[i].mb, GCKPT_LOSS_LIGER), "liger_fused_linear_ce");
+        if (got != want) fail_msg("case %zu: %llu bytes, closed form %llu", i, (unsigned long long)got, (unsigned long long)want);
+    }
+}
+
+/* CCE: the lse pass makes lse fp32 [n] and logit_avg fp32 [V] with the valid rows' int64 and
+ * int32 pairs and the locks as temporaries; the loss makes neg_dot fp32 [n] and the scalar. */
+static void cce_head(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_load("llama-3.1-8b", &m, &err)) fail_msg("%s", err.msg);
+    const uint64_t V = 128256;
+    for (uint64_t seq = 8192; seq <= 32768; seq *= 4) {
+        uint64_t T = seq;
+        assert_int_equal(made_at(&m, setting(GCKPT_BF16, seq, 1, GCKPT_LOSS_CCE), "cce_lse"),
+                         rnd(16 * T) + rnd(8 * T) + rnd(4 * ((T + 127) / 128)) + rnd(4 * T) + rnd(4 * V));
+        assert_int_equal(made_at(&m, setting(GCKPT_BF16, seq, 1, GCKPT_LOSS_CCE), "cce_loss"), rnd(4 * T) + 512);
+    }
+}
+
+static uint64_t num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(v)) fail_msg("liger-rerun.json: no number '%s'", k);
+    return (uint64_t)v->valuedouble;
+}
+
+/* The CPU re-run of Liger's algorithm at its chunking under the storage tracker
+ * (tools/hf_probe/fused_loss_rerun.py, tests/data/fused-loss/liger-rerun.json): the buffers
+ * made before the first chunk are the op's gradients and forward temporaries as planned
+ * (unrounded), the forward keeps the gradients and the scalar loss, and the .grad handed on
+ * is the kept buffer. */
+static void liger_cpu_rerun(void **state)
+{
+    (void)state;
+    gckpt_err e;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/fused-loss/liger-rerun.json", 1 << 20, &e);
+    cJSON *j = text ? gckpt_json_parse("liger-rerun.json", text, &e) : NULL;
+    if (!j) fail_msg("%s", e.msg);
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(j, "cases"), *c;
+    int n = 0;
+    cJSON_ArrayForEach(c, cases) {
+        uint64_t BT = num(c, "bt"), H = num(c, "hidden"), V = num(c, "vocab");
+        const char *dts = cJSON_GetObjectItemCaseSensitive(c, "dtype")->valuestring;
+        bool bf16 = !strcmp(dts, "bf16"), amp = !strcmp(dts, "amp-bf16");
+        uint8_t dt = bf16 ? GCKPT_DT_BF16 : GCKPT_DT_F32;
+        uint64_t xs = bf16 ? 2 : 4, ws;
+        assert_int_equal(gckpt_liger_chunk_rows(BT, V, H), num(c, "chunk_rows"));
+        gckpt_op op = {.prim = GCKPT_P_FUSED_LCE, .fused_loss = GCKPT_LOSS_LIGER, .width = V, .in_f = H};
+        assert_true(gckpt_fused_loss_ws(&op, false, BT, dt, GCKPT_DT_BF16, amp, 1, &ws));
+        uint64_t grads = BT * H * xs + V * H * xs;
+        /* made before the loop: the gradients, loss_1d and target_mask (pure: and the logits
+         * storage); amp: the peak of the logits GEMM is the planned workspace */
+        uint64_t chunk = num(c, "chunk_rows");
+        assert_int_equal(grads + 5 * BT + (amp ? 0 : chunk * V * xs), num(c, "made_before_loop"));
+        if (amp) assert_int_equal(grads + ws, num(c, "live_at_logits_gemm"));
+        else assert_int_equal(grads + ws, num(c, "made_before_loop"));
+        if (amp) assert_int_equal(num(c, "freed_at_autocast_exit"), V * H * 2); /* the cached cast */
+        assert_int_equal(grads + 4, num(c, "kept_after_forward"));
+        assert_int_equal(grads + 4, num(c, "grads_after_backward"));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "grad_is_kept_buffer")));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "matches_eager_cross_entropy")));
+        assert_true(gckpt_fused_loss_ws(&op, true, BT, dt, GCKPT_DT_BF16, amp, 1, &ws));
+        assert_int_equal(ws, 0); /* the backward scales the kept gradients in place */
+        n++;
+    }
+    assert_true(n >= 7);
+    cJSON_Delete(j);
+    free(text);
+}
+
+/* Where a fused loss is not planned: one sentence naming why. */
+static void refusals(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    const char *why;
+    if (!gckpt_model_load("gpt2", &m, &err)) fail_msg("%s", err.msg);
+    assert_false(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_LIGER, &why));
+    assert_non_null(strstr(why, "apply_liger_kernel_to_"));
+    assert_true(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_CCE, &why));
+    if (!gckpt_model_load("llama-3.1-8b", &m, &err)) fail_msg("%s", err.msg);
+    assert_false(gckpt_fused_loss_supported(&m, GCKPT_AMP_BF16, GCKPT_LOSS_CCE, &why));
+    assert_non_null(strstr(why, "bf16"));
+    assert_true(gckpt_fused_loss_supported(&m, GCKPT_AMP_BF16, GCKPT_LOSS_LIGER, &why));
+}
+
+int main(void)
+{
+    gckpt_err err;
+    if (!gckpt_device_load("h100-sxm-80gb", &dev, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(liger_chunks), cmocka_unit_test(liger_head), cmocka_unit_test(cce_head),
+        cmocka_unit_test(liger_cpu_rerun), cmocka_unit_test(refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -32,6 +32,7 @@
 
 struct exec_fsdp {
     uint64_t *off;      /* per parameter instance: its shard's offset in its unit's packed shards */
+    uint64_t *goff;     /* per trainable parameter instance: its offset in its unit's sharded gradient */
     uint64_t *unit;     /* per parameter instance: 0 embedding, 1 + l layer l, L + 1 head */
     void **shard;       /* per parameter instance: the fp32 padded shard */
     uint64_t *shard_bytes, *state_bytes;
@@ -61,25 +62,31 @@ static bool fsdp_prepare(gckpt_exec *x, gckpt_err *err)
     if (f) {
         f->units = x->m.layers + 2;
         f->off = calloc(n, sizeof *f->off);
+        f->goff = calloc(n, sizeof *f->goff);
         f->unit = calloc(n, sizeof *f->unit);
         f->shard = calloc(n, sizeof *f->shard);
         f->shard_bytes = calloc(n, sizeof *f->shard_bytes);
         f->state_bytes = calloc(n, sizeof *f->state_bytes);
         f->grad = malloc(f->units * sizeof *f->grad);
     }
-    if (!f || !f->off || !f->unit || !f->shard || !f->shard_bytes || !f->state_bytes || !f->grad)
+    if (!f || !f->off || !f->goff || !f->unit || !f->shard || !f->shard_bytes || !f->state_bytes || !f->grad)
         return gckpt_seterr(err, "out of memory"), false;
     for (uint64_t u = 0; u < f->units; u++) f->grad[u] = GCKPT_NOINST;
     f->ag = f->rs_in = f->rs_out = GCKPT_NOINST;
-    /* a unit's shards packed in the table's order, as core/sim_parallel.c copies them out */
+    /* a unit's shards packed in the table's order, as core/sim_parallel.c copies them out; its
+     * sharded gradient the trainable ones' only (core/parallel.c's unit_grad_part, R-DISTPEFT-4) */
     const gckpt_params *ps = &x->ctx.params;
     for (size_t j = 0; j < x->nparams; j++) {
         const param_t *p = &x->params[j];
         int sec = unit_section(x, p->spec->section);
-        uint64_t off = 0;
+        uint64_t off = 0, goff = 0;
         for (const gckpt_param *q = ps->p; q < p->spec; q++)
-            if (unit_section(x, q->section) == sec) off += q->shard.part;
+            if (unit_section(x, q->section) == sec) {
+                off += q->shard.part;
+                goff += q->trainable ? q->shard.part : 0;
+            }
         f->off[j] = off;
+        f->goff[j] = goff;
         f->unit[j] = sec == GCKPT_SEC_EMBED ? 0 : sec == GCKPT_SEC_HEAD ? f->units - 1 : (uint64_t)p->layer + 1;
         x->params[j].flat = true; /* its weight is the unit's unsharded buffer while gathered */
     }
@@ -98,8 +105,13 @@ static gckpt_xstatus fsdp_setup(gckpt_exec *x, gckpt_err *err)
         param_t *p = &x->params[j];
         int i = (int)(p->spec - x->ctx.params.p);
         uint64_t copy = p->layer < 0 ? 0 : (uint64_t)p->layer, bytes[3];
+        if (!part_of(p)) { /* a uint8 Params4bit, whole on every rank (ignored_params): bound as one GPU's */
+            if (!p->w) return exec_fail(err, "fsdp: %s (layer %d) has no whole row", p->spec->name, p->layer);
+            continue;
+        }
         f->shard_bytes[j] = gckpt_round_up(4 * part_of(p), round);
-        f->state_bytes[j] = gckpt_round_up(4 * local_of(x, p), round);
+        /* a frozen parameter (LoRA's base) has no states */
+        f->state_bytes[j] = p->spec->trainable ? gckpt_round_up(4 * local_of(x, p), round) : 0;
         f->shard[j] = exec_row(x, GCKPT_ROW_WEIGHTS, i, 0, 0, copy, &bytes[0]);
         for (int k = 0; k < 2; k++) p->st[k] = exec_row(x, GCKPT_ROW_STATES, i, 0, k, copy, &bytes[1 + k]);
         if (!f->shard[j] || bytes[0] != f->shard_bytes[j] || bytes[1] != f->state_bytes[j] ||
@@ -133,11 +145,14 @@ static gckpt_xstatus inst(gckpt_exec *x, uint32_t id, uint64_t n, const char *wh
     return GCKPT_XS_OK;
 }
 
-static uint64_t unit_part(const gckpt_exec *x, uint64_t unit)
+/* Elements of a unit's padded local shards: every gathered parameter's (the all-gather's) or the
+ * trainable ones' (the reduce-scatter's and the sharded gradient's), the core's. */
+static int unit_sec(const gckpt_exec *x, uint64_t unit)
 {
-    int sec = unit == 0 ? GCKPT_SEC_EMBED : unit == x->fsdp->units - 1 ? GCKPT_SEC_HEAD : GCKPT_SEC_BLOCK;
-    return x->ctx.par.unit_part[sec];
+    return unit == 0 ? GCKPT_SEC_EMBED : unit == x->fsdp->units - 1 ? GCKPT_SEC_HEAD : GCKPT_SEC_BLOCK;
 }
+static uint64_t unit_part(const gckpt_exec *x, uint64_t unit) { return x->ctx.par.unit_part[unit_sec(x, unit)]; }
+static uint64_t unit_grad_part(const gckpt_exec *x, uint64_t unit) { return x->ctx.par.unit_grad_part[unit_sec(x, unit)]; }
 
 static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
@@ -145,7 +160,7 @@ static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const 
     const gckpt_coll_args *a = &e->arg.coll;
     uint64_t n = world(x), u = a->index;
     if (u >= f->units) return exec_fail(err, "%s: fsdp: unit %llu out of range", w->at, (unsigned long long)u);
-    uint64_t up = unit_part(x, u);
+    uint64_t up = unit_part(x, u), gp = unit_grad_part(x, u);
     gckpt_xt src, dst, none = {0};
     gckpt_xstatus rc;
     if (a->kind == GCKPT_COLL_ALL_GATHER) {
@@ -153,7 +168,7 @@ static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const 
             (rc = inst(x, a->dst, up * n, "all-gather output", w, &dst, err)) != GCKPT_XS_OK)
             return rc;
         for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++)
-            if (f->unit[j] == u) {
+            if (f->unit[j] == u && part_of(&x->params[j])) {
                 gckpt_xt to = {(char *)src.p + f->off[j] * gckpt_dtype_size((gckpt_dtype)src.dt), part_of(&x->params[j]), src.dt, 0};
                 rc = x->be->add(x->be, to, none, f32(f->shard[j], 0, to.n));
             }
@@ -161,8 +176,8 @@ static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const 
         f->ag = a->dst;
         f->ag_unit = (uint32_t)u;
     } else if (a->kind == GCKPT_COLL_REDUCE_SCATTER) {
-        if ((rc = inst(x, a->src, up * n, "reduce-scatter input", w, &src, err)) != GCKPT_XS_OK ||
-            (rc = inst(x, a->dst, up, "reduce-scatter output", w, &dst, err)) != GCKPT_XS_OK)
+        if ((rc = inst(x, a->src, gp * n, "reduce-scatter input", w, &src, err)) != GCKPT_XS_OK ||
+            (rc = inst(x, a->dst, gp, "reduce-scatter output", w, &dst, err)) != GCKPT_XS_OK)
             return rc;
         rc = x->be->collective(x->be, GCKPT_COLL_REDUCE_SCATTER, GCKPT_RED_AVG, src, dst, 0);
         f->rs_out = x->inst[a->dst].is_pgrad ? GCKPT_NOINST : a->dst; /* fp32: the output is the sharded gradient */
@@ -182,7 +197,7 @@ static gckpt_xstatus fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const ex
     }
     if (e->kind == GCKPT_EV_ALLOC_SCRATCH && e->comp == GCKPT_C_GRADS) { /* a unit's fp32 sharded gradient */
         uint64_t u = (uint64_t)exec_seg_slot(x, w->seg);
-        if (u >= f->units || f->grad[u] != GCKPT_NOINST || e->dtype != GCKPT_DT_F32 || e->numel != unit_part(x, u))
+        if (u >= f->units || f->grad[u] != GCKPT_NOINST || e->dtype != GCKPT_DT_F32 || e->numel != unit_grad_part(x, u))
             return exec_fail(err, "%s: not unit %llu's fp32 sharded gradient", w->at, (unsigned long long)u);
         f->grad[u] = e->inst;
         x->inst[e->inst].is_pgrad = true; /* to zero_grad */
@@ -224,13 +239,13 @@ static gckpt_xstatus fsdp_on_free(gckpt_exec *x, const gckpt_event *e, const exe
         if (p->w == buf) p->w = NULL; /* resharded */
         if (p->grad != e->inst) continue;
         /* an unsharded .grad into the reduce-scatter input: rank r's piece holds its rows */
-        uint64_t up = unit_part(x, f->unit[j]), part = part_of(p), numel = p->spec->numel;
+        uint64_t up = unit_grad_part(x, f->unit[j]), part = part_of(p), numel = p->spec->numel;
         gckpt_xt in, g = exec_inst_view(x, p->grad), none = {0};
         gckpt_xstatus rc = inst(x, f->rs_in, up * world(x), "reduce-scatter input", w, &in, err);
         unsigned si = gckpt_dtype_size((gckpt_dtype)in.dt), sg = gckpt_dtype_size((gckpt_dtype)g.dt);
         for (uint64_t r = 0; r < world(x) && rc == GCKPT_XS_OK; r++) {
             uint64_t lo = r * part, have = numel > lo ? (numel - lo < part ? numel - lo : part) : 0;
-            char *to = (char *)in.p + (r * up + f->off[j]) * si;
+            char *to = (char *)in.p + (r * up + f->goff[j]) * si;
             if (have) rc = x->be->add(x->be, (gckpt_xt){to, have, in.dt, 0}, none, (gckpt_xt){(char *)g.p + lo * sg, have, g.dt, 0});
             if (rc == GCKPT_XS_OK && have < part)
                 rc = x->be->init(x->be, (gckpt_xt){to + have * si, part - have, in.dt, 0}, GCKPT_INIT_CONST, 0.0f, 0);
@@ -250,9 +265,9 @@ static gckpt_xstatus fsdp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err
     for (size_t j = 0; j < x->nparams; j++) {
         param_t *p = &x->params[j];
         uint64_t local = local_of(x, p);
-        if (!local) continue;
+        if (!local || !p->spec->trainable) continue; /* frozen: neither gradient nor states */
         if (!exec_live(x, f->grad[f->unit[j]])) return exec_fail(err, "%s: fsdp: a unit has no sharded gradient", w->at);
-        gckpt_optcall c = exec_optcall(x, f32(f->shard[j], 0, local), f32(x->inst[f->grad[f->unit[j]]].p, f->off[j], local),
+        gckpt_optcall c = exec_optcall(x, f32(f->shard[j], 0, local), f32(x->inst[f->grad[f->unit[j]]].p, f->goff[j], local),
                                        x->step + 1);
         c.s1 = f32(p->st[0], 0, local);
         c.s2 = f32(p->st[1], 0, local);
@@ -283,8 +298,9 @@ static gckpt_xstatus fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq,
     *sumsq = 0;
     for (size_t j = 0; j < x->nparams; j++) {
         param_t *p = &x->params[j];
+        if (!p->spec->trainable) continue; /* frozen (LoRA's base): no gradient */
         if (!exec_live(x, f->grad[f->unit[j]])) return exec_fail(err, "checksum: fsdp: a unit has no sharded gradient");
-        gckpt_xstatus rc = exec_piece_hash(x, p, f32(x->inst[f->grad[f->unit[j]]].p, f->off[j], local_of(x, p)),
+        gckpt_xstatus rc = exec_piece_hash(x, p, f32(x->inst[f->grad[f->unit[j]]].p, f->goff[j], local_of(x, p)),
                                            (uint64_t)x->o.rank * part_of(p), hash, sumsq, err);
         if (rc != GCKPT_XS_OK) return rc;
     }
@@ -308,6 +324,7 @@ static void fsdp_free(gckpt_exec *x)
     exec_fsdp *f = x->fsdp;
     if (!f) return;
     free(f->off);
+    free(f->goff);
     free(f->unit);
     free(f->shard);
     free(f->shard_bytes);

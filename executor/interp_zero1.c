@@ -34,7 +34,8 @@ bool exec_zero_prepare(gckpt_exec *x, gckpt_err *err)
     const gckpt_params *ps = &x->ctx.params;
     gckpt_zero12_groups(ps, &x->set, x->dev.alloc_round_bytes, z->g);
     z->bucket = gckpt_ds_reduce_bucket(&x->m, &x->set.layout);
-    for (int i = 0; i < ps->n; i++) z->dt = ps->p[i].weight.dtype; /* one model dtype (checked in setup) */
+    for (int i = 0; i < ps->n; i++) /* one model dtype (checked in setup) */
+        if (ps->p[i].trainable) z->dt = ps->p[i].weight.dtype;
     return true;
 }
 
@@ -48,11 +49,15 @@ gckpt_xstatus exec_zero_setup(gckpt_exec *x, gckpt_err *err)
     const gckpt_params *ps = &x->ctx.params;
     unsigned sz = gckpt_dtype_size((gckpt_dtype)z->dt);
     z->z1_bucket[0] = z->z1_bucket[1] = GCKPT_NOINST;
-    size_t count = gckpt_zero12_flat(ps, x->m.layers, NULL);
-    if (count != x->nparams) return exec_fail(err, "zero1: %zu flat places for %zu parameters", count, x->nparams);
+    /* the flat groups hold the trainable parameters; a frozen one (LoRA's base) is a whole
+     * replica, its row bound as one GPU's (core/parallel.c, R-DISTPEFT-5) */
+    size_t count = gckpt_zero12_flat(ps, x->m.layers, NULL), trainable = 0;
+    for (size_t j = 0; j < x->nparams; j++) trainable += x->params[j].spec->trainable;
+    if (count != trainable) return exec_fail(err, "zero1: %zu flat places for %zu trainable parameters", count, trainable);
     if (!z->place) {
-        z->place = calloc(count ? count : 1, sizeof *z->place);
-        z->keep = calloc(count ? count : 1, sizeof *z->keep);
+        size_t n = x->nparams ? x->nparams : 1; /* per parameter instance; a frozen one has no place */
+        z->place = calloc(n, sizeof *z->place);
+        z->keep = calloc(n, sizeof *z->keep);
         z->flat_j = calloc(count ? count : 1, sizeof *z->flat_j);
         gckpt_flat_place *f = malloc(sizeof *f * (count ? count : 1));
         if (!z->place || !z->keep || !z->flat_j || !f) {
@@ -91,9 +96,12 @@ gckpt_xstatus exec_zero_setup(gckpt_exec *x, gckpt_err *err)
     }
     for (size_t j = 0; j < x->nparams; j++) {
         param_t *p = &x->params[j];
-        if (p->spec->weight.dtype != z->dt || !p->spec->trainable)
-            return exec_fail(err, "zero1: parameter %s is not a trainable %s tensor", p->spec->name,
-                             gckpt_dtype_names[z->dt]);
+        if (!p->spec->trainable) {
+            if (!p->w) return exec_fail(err, "zero1: frozen parameter %s has no whole row", p->spec->name);
+            continue;
+        }
+        if (p->spec->weight.dtype != z->dt)
+            return exec_fail(err, "zero1: parameter %s is not a %s tensor", p->spec->name, gckpt_dtype_names[z->dt]);
         p->w = (char *)z->flat[z->place[j].group] + z->place[j].offset * sz;
         p->flat = true;
     }

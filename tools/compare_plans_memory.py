@@ -215,11 +215,11 @@ def stems(d):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  usage="%(prog)s [--examples N] [--detail] [--jsonl FILE] OLD_DIR NEW_DIR")
-    ap.add_argument("old")
-    ap.add_argument("new")
-    ap.add_argument("--examples", type=int, default=1, help="examples shown per group (default 1)")
+    ap.add_argument("old", metavar="OLD_DIR")
+    ap.add_argument("new", metavar="NEW_DIR")
+    ap.add_argument("--examples", type=int, default=1, metavar="N", help="examples shown per group (default 1)")
     ap.add_argument("--detail", action="store_true", help="print every difference, one a line")
     ap.add_argument("--jsonl", metavar="FILE", help="write every difference as one JSON object a line")
     a = ap.parse_args()

@@ -8,6 +8,8 @@
 #
 # Each case writes the JSON plan (-o), the full table on stdout (--table all) and, for a
 # few, the plot's gnuplot script and data files (not the image).
+# For a change that moves step times but must not move memory (a refit, a code base):
+#   tools/compare_plans_memory.py OLD_DIR NEW_DIR   # the memory facts only (see its header)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -54,6 +56,12 @@ gen() {
         run "$m.cpu" --model "$m" --gpu "$here/tests/data/devices/cpu-exact.json" --seq 256 --precision fp32
     done
     # several GPUs: every mode x 2, 4, 8, 16 GPUs (16 as two nodes of 8)
+    # DeepSpeed's CPU offload of both, as the Trainer takes it; named relative to OUT_DIR (the
+    # plans record the name) and not *.json (not a plan)
+    local ds_offload=zero3-offload.ds_config
+    printf '%s\n' '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},' \
+        '"offload_param": {"device": "cpu"}}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},' \
+        '"bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto"}' > "$out/$ds_offload"
     for m in $models; do
         for g in 2 4 8 16; do
             if [ "$g" -eq 16 ]; then lay=(--gpus 8 --nodes 2); else lay=(--gpus "$g"); fi
@@ -64,6 +72,20 @@ gen() {
                     --every-n off,1
             done
         done
+        # every mode under gradient accumulation (which micro-step communicates, FSDP2's
+        # reduce-scatter), LoRA / QLoRA per rank, FSDP2's CPU offload, ZeRO-3's from a ds_config
+        for mode in ddp fsdp zero1 zero2 zero3; do
+            run "$m.$mode-4-ga3" --model "$m" --gpus 4 --parallel "$mode" --seq 1024 --micro-batch 1,2 \
+                --every-n off,1,2 --grad-accum 3
+            run "$m.$mode-4-lora" --model "$m" --gpus 4 --parallel "$mode" --method lora --seq 1024 \
+                --micro-batch 1,2 --grad-accum 2
+            run "$m.$mode-4-qlora-nf4" --model "$m" --gpus 4 --parallel "$mode" --method qlora --quant nf4 \
+                --seq 1024 --micro-batch 1,2
+        done
+        run "$m.fsdp-offload-4" --model "$m" --gpus 4 --parallel fsdp --fsdp-offload on --seq 1024 \
+            --micro-batch 1,2 --every-n off,1 --grad-accum 2
+        run "$m.zero3-offload-4" --model "$m" --gpus 4 --parallel zero3 --deepspeed "$ds_offload" --seq 1024 \
+            --micro-batch 1,2 --every-n off,1 --grad-accum 2
         # the modes compared in one table (no JSON plan for a list of modes)
         (cd "$out" && GCKPT_DATA_DIR="$here" "$plan" --model "$m" --gpus 4 --parallel ddp,fsdp,zero1,zero2,zero3 \
             --seq 2048 > "$m.compare4.txt" 2> "$m.compare4.err") || true

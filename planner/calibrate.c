@@ -690,7 +690,7 @@ bool gckpt_calibrate(const char *const *report_paths, size_t n, const char *base
     cal_input in = {0};
     predictor p = {0};
     char *base_text = NULL, base_file[256] = "", base_sha[65] = "";
-    gckpt_device base;
+    gckpt_device base = {0}; /* read by the copy below even when an earlier step failed */
     bool ok = true, have_p = false;
     for (size_t i = 0; ok && i < n; i++) ok = gckpt_cal_read(report_paths[i], &in, err);
     ok = ok && load_base(base_gpu_ref, &in, &base, &base_text, base_file, sizeof base_file, base_sha, err);

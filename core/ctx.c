@@ -4,6 +4,7 @@
 #include "gckpt/core/fused_loss.h"
 #include "gckpt/core/schedule.h"
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/peft.h"
 
 #include <string.h>
 
@@ -243,6 +244,9 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
      * optimizer states; block tensors repeat per layer (the parameter state table) */
     bool overflow;
     if (!gckpt_params_build(r, m->layers, s->optimizer, d->alloc_round_bytes, &c->params, &overflow, err)) return false;
+    /* the model's own count: the table's under full fine-tuning (the plan reader holds the two
+     * equal), traced apart only when adapters are in the table */
+    c->model_params = gckpt_peft_on(&s->peft) ? gckpt_param_count(m) : c->params.numel;
     c->weights = c->params.weight_bytes - c->params.quant_bytes;
     c->quant_weights = c->params.quant_bytes;
     c->quant_stats = c->params.stats_bytes;

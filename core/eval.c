@@ -35,7 +35,12 @@ uint64_t gckpt_rng_state_bytes(const gckpt_ctx *c, uint32_t every_n)
 
 double gckpt_palm_flops_per_token(const gckpt_model *m, uint64_t seq)
 {
-    double p = (double)gckpt_param_count(m);
+    return gckpt_palm_flops_per_token_n(m, gckpt_param_count(m), seq);
+}
+
+double gckpt_palm_flops_per_token_n(const gckpt_model *m, uint64_t params, uint64_t seq)
+{
+    double p = (double)params;
     double embed = (double)m->vocab * (double)m->hidden;
     if (m->family == GCKPT_FAMILY_GPT2) embed += (double)m->max_positions * (double)m->hidden;
     if (m->experts > m->top_k) /* the experts a token is not routed to: SwiGLU gate, up, down */
@@ -52,7 +57,7 @@ static void finish(const gckpt_ctx *c, uint32_t every_n, uint64_t grad_accum, gc
     double tokens = (double)c->tokens * (double)grad_accum;
     res->tokens_per_s = res->step_s > 0 ? tokens / res->step_s : 0;
     double busy = res->step_s * peak_rate(c);
-    res->mfu = busy > 0 ? gckpt_palm_flops_per_token(c->model, c->set.seq) * tokens / busy : 0;
+    res->mfu = busy > 0 ? gckpt_palm_flops_per_token_n(c->model, c->model_params, c->set.seq) * tokens / busy : 0;
     res->hfu = busy > 0 ? res->hw_flops / busy : 0;
 }
 

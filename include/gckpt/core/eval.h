@@ -62,6 +62,9 @@ uint64_t gckpt_rng_state_bytes(const gckpt_ctx *c, uint32_t every_n);
  * model's own parameters under LoRA / QLoRA too (the frozen weights' gradients count, as the
  * convention does: such an MFU is not the work done, hfu is). */
 double gckpt_palm_flops_per_token(const gckpt_model *m, uint64_t seq);
+/* The same with the model's parameter count given (gckpt_param_count traces a recipe: the
+ * evaluators pass the context's model_params). */
+double gckpt_palm_flops_per_token_n(const gckpt_model *m, uint64_t params, uint64_t seq);
 
 /* Walk a schedule built by gckpt_schedule_build. */
 void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *s, gckpt_result *res);

@@ -252,6 +252,8 @@ typedef struct {
     bool fwd_view[GCKPT_MAX_OPS];
     int16_t storage[GCKPT_MAX_TENSORS];
     gckpt_params params;                 /* the parameter state table */
+    uint64_t model_params;               /* gckpt_param_count of the model (MFU's count), once per
+                                          * context: it traces a recipe of its own */
     /* persistent state, bytes (the table's totals), and the cuBLAS workspace */
     uint64_t weights, grads, opt_states, opt_temp, workspace;
     uint64_t quant_weights, quant_stats; /* QLoRA's packed weights and statistics (not in weights) */

@@ -39,7 +39,23 @@ static bool knob_field(const gckpt_device *d, const char *k, double *v)
     else if (!strcmp(k, "hbm_efficiency")) *v = d->hbm_efficiency;
     else if (!strcmp(k, "h2d_bytes_per_s")) *v = d->h2d_bytes_per_s;
     else if (!strcmp(k, "d2h_bytes_per_s")) *v = d->d2h_bytes_per_s;
-    else return false;
+    else if (!strncmp(k, "code_bases.", 11)) { /* a code base's time parameter */
+        const char *cb = k + 11, *dot = strchr(cb, '.');
+        char name[16];
+        if (!dot || (size_t)(dot - cb) >= sizeof name) return false;
+        memcpy(name, cb, (size_t)(dot - cb));
+        name[dot - cb] = 0;
+        int i = gckpt_code_base_from(name);
+        if (i < 0 || !d->has_code_bases) return false;
+        const gckpt_code_base_eff *e = &d->code_base[i];
+        const char *f = dot + 1;
+        if (!strcmp(f, "matmul_factor")) *v = e->matmul_factor;
+        else if (!strcmp(f, "attention_factor")) *v = e->attention_factor;
+        else if (!strcmp(f, "hbm_factor")) *v = e->hbm_factor;
+        else if (!strcmp(f, "op_overhead_s")) *v = e->op_overhead_s;
+        else if (!strcmp(f, "step_overhead_s")) *v = e->step_overhead_s;
+        else return false;
+    } else return false;
     return true;
 }
 
@@ -96,7 +112,7 @@ static bool parse_calibration(const cJSON *j, const char *f, const gckpt_device 
         snprintf(name, sizeof name, "%s", it->string);
         if (!knob_field(d, it->string, &field)) {
             gckpt_seterr(err, "%s: field 'calibration.knobs.%s' is not a calibrated field (matmul_efficiency, "
-                              "hbm_efficiency, h2d_bytes_per_s, d2h_bytes_per_s)", f, name);
+                              "hbm_efficiency, h2d_bytes_per_s, d2h_bytes_per_s, code_bases.<code base>.<time parameter>)", f, name);
             return false;
         }
         const cJSON *fit = cJSON_GetObjectItemCaseSensitive(it, "fitted");

@@ -583,15 +583,19 @@ static bool check_reproduced(predictor *p, const cal_input *in, gckpt_err *err)
     return true;
 }
 
-/* What this calibration fits: the code base's parameters when the base profile has fitted
- * code bases and the runs were planned for CUDA kernels (where they apply, core/ctx.c), else
- * the efficiencies. The runs must then share one code base. */
-static bool space_of(const cal_input *in, const gckpt_device *base, cal_space *sp, gckpt_calibration_summary *sum,
+/* What this calibration fits: on a GPU profile, from runs planned for CUDA kernels (where the
+ * code bases apply, core/ctx.c), the time parameters of the runs' code base: the chip's
+ * efficiencies are the datasheet's or gckpt-run --calibrate's microbenchmarks, the code base
+ * is what a whole step adds to them. A profile without code_bases gets them (both neutral
+ * before the fit: the same plans). Else (a CPU profile or CPU kernels) the efficiencies. The
+ * runs must share one code base. */
+static bool space_of(const cal_input *in, gckpt_device *base, cal_space *sp, gckpt_calibration_summary *sum,
                      gckpt_err *err)
 {
     const cal_run *r0 = &in->run[0];
     sp->base = base;
-    sp->cb = base->has_code_bases && r0->target == GCKPT_TARGET_CUDA ? r0->set.code_base : -1;
+    sp->cb = base->kind == GCKPT_TARGET_CUDA && r0->target == GCKPT_TARGET_CUDA ? r0->set.code_base : -1;
+    if (sp->cb >= 0) base->has_code_bases = true; /* neutral when it had none */
     for (size_t i = 1; sp->cb >= 0 && i < in->nrun; i++) {
         const cal_run *r = &in->run[i];
         if (r->target != r0->target || r->set.code_base != r0->set.code_base) {
@@ -714,6 +718,18 @@ static char *profile_text(const char *base_text, const gckpt_device *base, const
     set_num(j, "d2h_bytes_per_s", cal->d2h_bytes_per_s);
     if (sum->code_base >= 0) { /* the code base's parameters, and a line in code_bases.fit */
         cJSON *cbs = cJSON_GetObjectItemCaseSensitive(j, "code_bases");
+        if (!cbs) { /* a profile without them: both code bases, the other one neutral */
+            cbs = cJSON_AddObjectToObject(j, "code_bases");
+            for (int k = 0; k < GCKPT_NCODEBASE; k++) {
+                cJSON *o = cJSON_AddObjectToObject(cbs, gckpt_code_base_names[k]);
+                cJSON_AddNumberToObject(o, "matmul_factor", 1);
+                cJSON_AddNumberToObject(o, "attention_factor", 1);
+                cJSON_AddNumberToObject(o, "attention_seq_half", 0);
+                cJSON_AddNumberToObject(o, "hbm_factor", 1);
+                cJSON_AddNumberToObject(o, "op_overhead_s", 0);
+                cJSON_AddNumberToObject(o, "step_overhead_s", 0);
+            }
+        }
         cJSON *e = cJSON_GetObjectItemCaseSensitive(cbs, gckpt_code_base_names[sum->code_base]);
         const gckpt_code_base_eff *v = &cal->code_base[sum->code_base];
         if (!cJSON_IsObject(e)) { /* the reader took the object: never */

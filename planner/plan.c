@@ -279,6 +279,7 @@ bool gckpt_plan_step_range(const gckpt_plan *p, const gckpt_result *r, double *l
 {
     if (!p->dev.has_code_bases || p->target != GCKPT_TARGET_CUDA || p->req.code_base >= GCKPT_NCODEBASE) return false;
     const gckpt_code_base_eff *cb = &p->dev.code_base[p->req.code_base];
+    if (!(cb->step_ratio_p10 < cb->step_ratio_p90)) return false; /* none given (a calibrated profile's) */
     *lo = r->step_s * cb->step_ratio_p10;
     *hi = r->step_s * cb->step_ratio_p90;
     return true;
@@ -287,13 +288,15 @@ bool gckpt_plan_step_range(const gckpt_plan *p, const gckpt_result *r, double *l
 bool gckpt_plan_tied(const gckpt_plan *p, size_t i)
 {
     double lo, hi;
-    if (p->fastest < 0 || !p->entries[i].fits) return false;
+    /* the band comes from published pairs without CPU offload: an offload entry's copies are
+     * outside what it measured, so it ties only with an entry of the same offload */
+    if (p->fastest < 0 || !p->entries[i].fits || p->entries[i].offload != p->entries[p->fastest].offload) return false;
     gckpt_plan_ratio_band(p, &lo, &hi);
     return gckpt_time_tied(p->entries[i].r.tokens_per_s, p->entries[p->fastest].r.tokens_per_s, lo, hi);
 }
 
 /* The recommendation and the smallest footprint. The fastest entry that fits, unless another
- * that fits is within the code base's ratio band of it (the error of a ratio of two planned
+ * that fits (of the same offload) is within the code base's ratio band of it (the error of a ratio of two planned
  * step times on one setup could swap them): then the one of those with the most memory
  * headroom (on equal peaks the faster). Without a band the band is [1, 1]: the fastest. */
 void gckpt_plan_choose(gckpt_plan *p)

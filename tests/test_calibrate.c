@@ -650,7 +650,7 @@ static int plan_cb(const char *model, const char *seq, const char *ga, const cha
 /* The reports of llama-3.2-1b at seq 128, 1024, 8192 and qwen2.5-0.5b at 256, 8192, each at
  * grad_accum 1 and 8 (9 entries a plan), planned with cb-base.json, measured as cb-truth.json
  * plans them; their names into names[] (10). */
-static void cb_reports(char names[10][32])
+static void cb_reports(const char *base, const char *truth_gpu, const char *pre, char names[10][32])
 {
     static const struct { const char *model, *seq; } runs[5] = {
         {"llama-3.2-1b", "128"}, {"llama-3.2-1b", "1024"}, {"llama-3.2-1b", "8192"}, {"qwen2.5-0.5b", "256"},
@@ -660,13 +660,13 @@ static void cb_reports(char names[10][32])
         for (int g = 0; g < 2; g++) {
             const char *ga = g ? "8" : "1";
             char bp[64], tp[64];
-            snprintf(bp, sizeof bp, "cb-base-%d%d.json", i, g);
-            snprintf(tp, sizeof tp, "cb-truth-%d%d.json", i, g);
-            assert_int_equal(plan_cb(runs[i].model, runs[i].seq, ga, "fused", "cb-base.json", bp), 0);
-            assert_int_equal(plan_cb(runs[i].model, runs[i].seq, ga, "fused", "cb-truth.json", tp), 0);
+            snprintf(bp, sizeof bp, "%s-base-%d%d.json", pre, i, g);
+            snprintf(tp, sizeof tp, "%s-truth-%d%d.json", pre, i, g);
+            assert_int_equal(plan_cb(runs[i].model, runs[i].seq, ga, "fused", base, bp), 0);
+            assert_int_equal(plan_cb(runs[i].model, runs[i].seq, ga, "fused", truth_gpu, tp), 0);
             cJSON *truth = load(tp);
             measure m = {.truth = truth, .only = -1, .kind = "gpu", .device = "NVIDIA H100 80GB HBM3"};
-            snprintf(names[n], sizeof names[n], "cb-%d%d.jsonl", i, g);
+            snprintf(names[n], sizeof names[n], "%s-%d%d.jsonl", pre, i, g);
             write_report(names[n++], bp, &m);
             cJSON_Delete(truth);
         }
@@ -683,7 +683,7 @@ static void test_code_base_truth(void **st)
     cb_profile("cb-base.json", "fused", cb_base);
     cb_profile("cb-truth.json", "fused", cb_truth);
     char names[10][32];
-    cb_reports(names);
+    cb_reports("cb-base.json", "cb-truth.json", "cb", names);
     char *args[16] = {"--calibrate-from"};
     int k = 1;
     for (int i = 0; i < 10; i++) args[k++] = names[i];
@@ -738,6 +738,55 @@ static void test_code_base_truth(void **st)
     cJSON_Delete(c);
     assert_int_equal(plan_cb("qwen2.5-0.5b", "256", "1", "fused", "cb-edited.json", "cb-x.json"), 2);
     one_line("edited code base", "calibration.knobs.code_bases.fused.hbm_factor.after");
+}
+
+/* 10b. A GPU profile without code_bases (as gckpt-run --calibrate writes one): the calibrated
+ * profile gets them, the runs' code base fitted, the other neutral, and the step-time range
+ * stays absent (no published fit behind it). From neutral rates the attention is under 5 % of
+ * the predicted steps, so it is not fitted (and says so) and the others take up its part: the
+ * error falls, the parameters are not the truth's. */
+static void test_code_base_created(void **st)
+{
+    (void)st;
+    cJSON *d = load(H100);
+    cJSON_DeleteItemFromObjectCaseSensitive(d, "code_bases");
+    cJSON_ReplaceItemInObjectCaseSensitive(d, "name", cJSON_CreateString("local H100"));
+    save("nocb.json", d);
+    cJSON_Delete(d);
+    cb_profile("nocb-truth.json", "fused", cb_truth);
+    d = load("nocb-truth.json");
+    cJSON_ReplaceItemInObjectCaseSensitive(d, "name", cJSON_CreateString("local H100"));
+    save("nocb-truth.json", d);
+    cJSON_Delete(d);
+    char names[10][32];
+    cb_reports("nocb.json", "nocb-truth.json", "nc", names);
+    char *args[16] = {"--calibrate-from"};
+    int k = 1;
+    for (int i = 0; i < 10; i++) args[k++] = names[i];
+    args[k++] = "--gpu";
+    args[k++] = "nocb.json";
+    args[k++] = "-o";
+    args[k++] = "nc-cal.json";
+    args[k++] = "-q";
+    args[k] = NULL;
+    if (calibrate(args) != 0) fail_msg("calibrate: %s", err);
+    cJSON *c = load("nc-cal.json");
+    const cJSON *ka = knob(c, "code_bases.fused.attention_factor");
+    assert_false(cJSON_IsTrue(at(ka, "fitted")));
+    assert_non_null(strstr(at(ka, "why")->valuestring, "under 5%"));
+    near(num(at(at(c, "code_bases"), "fused"), "attention_factor"), 1, 0, "attention kept");
+    assert_true(cJSON_IsTrue(at(knob(c, "code_bases.fused.matmul_factor"), "fitted")));
+    assert_true(cJSON_IsTrue(at(knob(c, "code_bases.fused.step_overhead_s"), "fitted")));
+    const cJSON *cal = at(c, "calibration");
+    assert_true(num(cal, "rms_error_after") < 0.2 * num(cal, "rms_error_before"));
+    near(num(at(at(c, "code_bases"), "hf"), "matmul_factor"), 1, 0, "hf neutral");
+    near(num(at(at(c, "code_bases"), "hf"), "step_overhead_s"), 0, 0, "hf neutral");
+    cJSON_Delete(c);
+    assert_int_equal(plan_cb("qwen2.5-0.5b", "256", "1", "fused", "nc-cal.json", "nc-check.json"), 0);
+    c = load("nc-check.json");
+    assert_null(at(at(cJSON_GetArrayItem(at(c, "entries"), 0), "time"), "step_s_range"));
+    assert_null(at(c, "recommendation"));
+    cJSON_Delete(c);
 }
 
 /* 11. Few runs fit fewer parameters and say which: one report of 9 runs of one model at one
@@ -824,6 +873,7 @@ int main(void)
         cmocka_unit_test(test_profile_edited),
         cmocka_unit_test(test_host_runs),
         cmocka_unit_test(test_code_base_truth),
+        cmocka_unit_test(test_code_base_created),
         cmocka_unit_test(test_code_base_few_runs),
         cmocka_unit_test(test_code_base_refusals),
     };

@@ -286,15 +286,15 @@ static void recommendation(void **state)
     }
     assert_true(best >= 0);
     /* the rule: of the entries that fit within the profile's ratio band of the fastest (both
-     * ways round), the smallest device peak (tools/step_time_pairs.py's band, read here from the
+     * ways round) with its offload, the smallest device peak (tools/step_time_pairs.py's band, read here from the
      * profile as data) */
     const gckpt_code_base_eff *cb = &p.dev.code_base[q.code_base];
     long want = best;
     for (size_t i = 0; i < p.n; i++) {
         const gckpt_entry *e = &p.entries[i];
         double r = e->r.tokens_per_s / p.entries[best].r.tokens_per_s;
-        if (e->fits && r >= cb->ratio_p10 && r <= cb->ratio_p90 && 1 / r >= cb->ratio_p10 && 1 / r <= cb->ratio_p90 &&
-            e->r.device_peak_bytes < p.entries[want].r.device_peak_bytes)
+        if (e->fits && e->offload == p.entries[best].offload && r >= cb->ratio_p10 && r <= cb->ratio_p90 &&
+            1 / r >= cb->ratio_p10 && 1 / r <= cb->ratio_p90 && e->r.device_peak_bytes < p.entries[want].r.device_peak_bytes)
             want = (long)i;
     }
     assert_true(p.entries[best].r.tokens_per_s == p.entries[p.fastest].r.tokens_per_s);
@@ -705,7 +705,7 @@ static void mfu_hfu_code_base(void **state)
 }
 
 /* The tie rule in closed form: two entries are tied when each one's tokens/s over the other's
- * lies in [p10, p90]; the recommendation is the fastest that fits unless a tied one has more
+ * lies in [p10, p90] and their offload is the same; the recommendation is the fastest that fits unless a tied one has more
  * headroom. Two entries, their tokens/s, peaks and the band. */
 static void tie_rule(void **state)
 {
@@ -726,13 +726,14 @@ static void tie_rule(void **state)
     for (int k = 0; k < GCKPT_NCODEBASE; k++) p.dev.code_base[k] = gckpt_code_base_neutral;
     p.dev.code_base[GCKPT_CB_FUSED].ratio_p10 = 0.93;
     p.dev.code_base[GCKPT_CB_FUSED].ratio_p90 = 1.08;
-    static const struct { double tps0, tps1; uint64_t peak0, peak1; bool fits1; gckpt_target t; long fastest, rec; } c[] = {
-        {1000, 950, 70, 50, true, GCKPT_TARGET_CUDA, 0, 1},  /* 5.3% apart, 1 has more headroom */
-        {1000, 900, 70, 50, true, GCKPT_TARGET_CUDA, 0, 0},  /* 11% apart: the fastest */
-        {1000, 950, 50, 70, true, GCKPT_TARGET_CUDA, 0, 0},  /* tied, the fastest has more headroom */
-        {1000, 950, 70, 50, false, GCKPT_TARGET_CUDA, 0, 0}, /* 1 does not fit */
-        {1000, 950, 70, 50, true, GCKPT_TARGET_CPU, 0, 0},   /* no band on the CPU target */
-        {950, 1000, 50, 70, true, GCKPT_TARGET_CUDA, 1, 0},  /* the other way round */
+    static const struct { double tps0, tps1; uint64_t peak0, peak1; bool fits1, off1; gckpt_target t; long fastest, rec; } c[] = {
+        {1000, 950, 70, 50, true, false, GCKPT_TARGET_CUDA, 0, 1},  /* 5.3% apart, 1 has more headroom */
+        {1000, 900, 70, 50, true, false, GCKPT_TARGET_CUDA, 0, 0},  /* 11% apart: the fastest */
+        {1000, 950, 50, 70, true, false, GCKPT_TARGET_CUDA, 0, 0},  /* tied, the fastest has more headroom */
+        {1000, 950, 70, 50, false, false, GCKPT_TARGET_CUDA, 0, 0}, /* 1 does not fit */
+        {1000, 950, 70, 50, true, false, GCKPT_TARGET_CPU, 0, 0},   /* no band on the CPU target */
+        {950, 1000, 50, 70, true, false, GCKPT_TARGET_CUDA, 1, 0},  /* the other way round */
+        {1000, 950, 70, 50, true, true, GCKPT_TARGET_CUDA, 0, 0},   /* 1 offloads, 0 does not: not tied */
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         es[0].fits = true;
@@ -741,6 +742,7 @@ static void tie_rule(void **state)
         es[1].fits = c[i].fits1;
         es[1].r.tokens_per_s = c[i].tps1;
         es[1].r.device_peak_bytes = c[i].peak1;
+        es[1].offload = c[i].off1;
         p.target = c[i].t;
         gckpt_plan_choose(&p);
         if (p.fastest != c[i].fastest || p.recommended != c[i].rec)
@@ -805,7 +807,7 @@ static void tie_break_plan(void **state)
     /* no entry within the band has a smaller peak than the recommended one */
     for (size_t i = 0; i < b.n; i++) {
         const gckpt_entry *e = &b.entries[i];
-        if (e->fits && fa->r.tokens_per_s / e->r.tokens_per_s <= 1.08)
+        if (e->fits && e->offload == fa->offload && fa->r.tokens_per_s / e->r.tokens_per_s <= 1.08)
             assert_true(e->r.device_peak_bytes >= re->r.device_peak_bytes);
     }
     cJSON *ja = roundtrip(&a), *jb = roundtrip(&b);

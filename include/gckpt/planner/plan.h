@@ -97,7 +97,8 @@ bool gckpt_plan_ratio_band(const gckpt_plan *p, double *p10, double *p90);
 /* An entry's step-time range: step_s x the code base's step_ratio_p10 / p90 (the fit's held-out
  * spread across setups); false without one (no code_bases, a CPU target). */
 bool gckpt_plan_step_range(const gckpt_plan *p, const gckpt_result *r, double *lo, double *hi);
-/* Entry i fits and is within the ratio band of the fastest entry that fits (the fastest too). */
+/* Entry i fits, has the fastest fitting entry's offload and is within the ratio band of it (the
+ * fastest too). */
 bool gckpt_plan_tied(const gckpt_plan *p, size_t i);
 
 /* Set p's fastest, recommended and smallest from its entries (fits, tokens/s, device peaks), the

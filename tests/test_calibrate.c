@@ -772,6 +772,7 @@ static void test_code_base_created(void **st)
     if (calibrate(args) != 0) fail_msg("calibrate: %s", err);
     cJSON *c = load("nc-cal.json");
     const cJSON *ka = knob(c, "code_bases.fused.attention_factor");
+    assert_non_null(ka);
     assert_false(cJSON_IsTrue(at(ka, "fitted")));
     assert_non_null(strstr(at(ka, "why")->valuestring, "under 5%"));
     near(num(at(at(c, "code_bases"), "fused"), "attention_factor"), 1, 0, "attention kept");

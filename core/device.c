@@ -39,7 +39,23 @@ static bool knob_field(const gckpt_device *d, const char *k, double *v)
     else if (!strcmp(k, "hbm_efficiency")) *v = d->hbm_efficiency;
     else if (!strcmp(k, "h2d_bytes_per_s")) *v = d->h2d_bytes_per_s;
     else if (!strcmp(k, "d2h_bytes_per_s")) *v = d->d2h_bytes_per_s;
-    else return false;
+    else if (!strncmp(k, "code_bases.", 11)) { /* a code base's time parameter */
+        const char *cb = k + 11, *dot = strchr(cb, '.');
+        char name[16];
+        if (!dot || (size_t)(dot - cb) >= sizeof name) return false;
+        memcpy(name, cb, (size_t)(dot - cb));
+        name[dot - cb] = 0;
+        int i = gckpt_code_base_from(name);
+        if (i < 0 || !d->has_code_bases) return false;
+        const gckpt_code_base_eff *e = &d->code_base[i];
+        const char *f = dot + 1;
+        if (!strcmp(f, "matmul_factor")) *v = e->matmul_factor;
+        else if (!strcmp(f, "attention_factor")) *v = e->attention_factor;
+        else if (!strcmp(f, "hbm_factor")) *v = e->hbm_factor;
+        else if (!strcmp(f, "op_overhead_s")) *v = e->op_overhead_s;
+        else if (!strcmp(f, "step_overhead_s")) *v = e->step_overhead_s;
+        else return false;
+    } else return false;
     return true;
 }
 
@@ -96,7 +112,7 @@ static bool parse_calibration(const cJSON *j, const char *f, const gckpt_device 
         snprintf(name, sizeof name, "%s", it->string);
         if (!knob_field(d, it->string, &field)) {
             gckpt_seterr(err, "%s: field 'calibration.knobs.%s' is not a calibrated field (matmul_efficiency, "
-                              "hbm_efficiency, h2d_bytes_per_s, d2h_bytes_per_s)", f, name);
+                              "hbm_efficiency, h2d_bytes_per_s, d2h_bytes_per_s, code_bases.<code base>.<time parameter>)", f, name);
             return false;
         }
         const cJSON *fit = cJSON_GetObjectItemCaseSensitive(it, "fitted");
@@ -118,7 +134,8 @@ static bool parse_calibration(const cJSON *j, const char *f, const gckpt_device 
 }
 
 const gckpt_code_base_eff gckpt_code_base_neutral = {.matmul_factor = 1, .attention_factor = 1, .hbm_factor = 1,
-                                                     .step_ratio_p10 = 1, .step_ratio_p90 = 1};
+                                                     .step_ratio_p10 = 1, .step_ratio_p90 = 1,
+                                                     .ratio_p10 = 1, .ratio_p90 = 1};
 
 double gckpt_attention_eff(const gckpt_code_base_eff *e, double seq)
 {
@@ -160,10 +177,11 @@ static bool parse_code_bases(const cJSON *j, const char *f, gckpt_device *d, gck
             return false;
         }
         gckpt_code_base_eff *e = &d->code_base[k];
-        char fld[8][96];
-        static const char *const keys[8] = {"matmul_factor", "attention_factor", "attention_seq_half", "hbm_factor",
-                                            "op_overhead_s", "step_overhead_s", "step_ratio_p10", "step_ratio_p90"};
-        for (int i = 0; i < 8; i++) snprintf(fld[i], sizeof fld[i], "code_bases.%s.%s", name, keys[i]);
+        char fld[10][96];
+        static const char *const keys[10] = {"matmul_factor", "attention_factor", "attention_seq_half", "hbm_factor",
+                                             "op_overhead_s", "step_overhead_s", "step_ratio_p10", "step_ratio_p90",
+                                             "ratio_p10", "ratio_p90"};
+        for (int i = 0; i < 10; i++) snprintf(fld[i], sizeof fld[i], "code_bases.%s.%s", name, keys[i]);
         if (!gckpt_json_num(it, f, fld[0], 0.01, 10, &e->matmul_factor, err) ||
             !gckpt_json_num(it, f, fld[1], 0.01, 10, &e->attention_factor, err) ||
             !gckpt_json_num(it, f, fld[2], 0, 1e7, &e->attention_seq_half, err) ||
@@ -171,8 +189,17 @@ static bool parse_code_bases(const cJSON *j, const char *f, gckpt_device *d, gck
             !gckpt_json_num(it, f, fld[4], 0, 1, &e->op_overhead_s, err) ||
             !gckpt_json_num(it, f, fld[5], 0, 1e3, &e->step_overhead_s, err) ||
             !gckpt_json_num_opt(it, f, fld[6], 0.01, 100, 1, &e->step_ratio_p10, err) ||
-            !gckpt_json_num_opt(it, f, fld[7], 0.01, 100, 1, &e->step_ratio_p90, err))
+            !gckpt_json_num_opt(it, f, fld[7], 0.01, 100, 1, &e->step_ratio_p90, err) ||
+            !gckpt_json_num_opt(it, f, fld[8], 0.01, 1, 1, &e->ratio_p10, err) ||
+            !gckpt_json_num_opt(it, f, fld[9], 1, 100, 1, &e->ratio_p90, err))
             return false;
+        /* a band of ratios taken both ways round holds 1 (the readers' ranges) and comes whole */
+        if (!cJSON_GetObjectItemCaseSensitive(it, "ratio_p10") != !cJSON_GetObjectItemCaseSensitive(it, "ratio_p90")) {
+            gckpt_seterr(err, "%s: field 'code_bases.%s.%s' without %s: give both or neither", f, name,
+                         cJSON_GetObjectItemCaseSensitive(it, "ratio_p10") ? "ratio_p10" : "ratio_p90",
+                         cJSON_GetObjectItemCaseSensitive(it, "ratio_p10") ? "ratio_p90" : "ratio_p10");
+            return false;
+        }
         if (e->step_ratio_p10 > e->step_ratio_p90) {
             gckpt_seterr(err, "%s: field 'code_bases.%s.step_ratio_p10' is above step_ratio_p90", f, name);
             return false;

@@ -36,6 +36,8 @@ cJSON *gckpt_device_to_json(const gckpt_device *d)
             cJSON_AddNumberToObject(x, "step_overhead_s", e->step_overhead_s);
             cJSON_AddNumberToObject(x, "step_ratio_p10", e->step_ratio_p10);
             cJSON_AddNumberToObject(x, "step_ratio_p90", e->step_ratio_p90);
+            cJSON_AddNumberToObject(x, "ratio_p10", e->ratio_p10);
+            cJSON_AddNumberToObject(x, "ratio_p90", e->ratio_p90);
         }
         cJSON *fit = d->code_base_fit[0] ? cJSON_Parse(d->code_base_fit) : NULL;
         if (fit) cJSON_AddItemToObject(cb, "fit", fit);

@@ -28,7 +28,62 @@
 #include "gckpt/util/safe_text.h"
 #include "gckpt/util/sha256.h"
 
-const char *const gckpt_cal_knob_names[GCKPT_CAL_NKNOB] = {"matmul_efficiency", "hbm_efficiency", "h2d_bytes_per_s"};
+const char *const gckpt_cal_knob_names[GCKPT_CAL_NKNOB] = {"matmul_efficiency", "hbm_efficiency", "h2d_bytes_per_s",
+                                                           "attention_factor",  "op_overhead_s",  "step_overhead_s"};
+
+/* What a calibration fits (gckpt/planner/calibrate.h): the base profile and, cb >= 0, the code
+ * base whose time parameters are the knobs (else the efficiencies). Knob k is the slowdown s_k:
+ * a rate knob divides its field by s_k; an overhead knob adds (s_k - 1) x its unit to the base
+ * value, so s = 1 is the base profile and a step is linear in s within a piece either way. */
+typedef struct {
+    const gckpt_device *base;
+    int cb;
+    bool applies[GCKPT_CAL_NKNOB];
+} cal_space;
+
+/* The overheads' units: a kernel launch and an optimizer step's fixed cost, the size of the
+ * shipped fit's values; a share of the step is what an overhead of one unit would take. */
+#define CAL_OP_UNIT 5e-6
+#define CAL_STEP_UNIT 0.05
+static const char *const cb_fields[GCKPT_CAL_NKNOB] = {"matmul_factor", "hbm_factor", "h2d_bytes_per_s",
+                                                        "attention_factor", "op_overhead_s", "step_overhead_s"};
+
+static bool is_overhead(int k) { return k == GCKPT_CAL_OP || k == GCKPT_CAL_STEP; }
+static double unit_of(int k) { return k == GCKPT_CAL_OP ? CAL_OP_UNIT : CAL_STEP_UNIT; }
+
+/* The field knob k sets, in device d. */
+static double *knob_ptr(gckpt_device *d, const cal_space *sp, int k)
+{
+    if (k == GCKPT_CAL_COPY) return &d->h2d_bytes_per_s;
+    if (sp->cb < 0) return k == GCKPT_CAL_MATMUL ? &d->matmul_efficiency : k == GCKPT_CAL_HBM ? &d->hbm_efficiency : NULL;
+    gckpt_code_base_eff *e = &d->code_base[sp->cb];
+    switch (k) {
+    case GCKPT_CAL_MATMUL: return &e->matmul_factor;
+    case GCKPT_CAL_HBM: return &e->hbm_factor;
+    case GCKPT_CAL_ATTN: return &e->attention_factor;
+    case GCKPT_CAL_OP: return &e->op_overhead_s;
+    default: return &e->step_overhead_s;
+    }
+}
+
+static double knob_get(const gckpt_device *d, const cal_space *sp, int k)
+{
+    double *v = knob_ptr((gckpt_device *)d, sp, k);
+    return v ? *v : 0;
+}
+
+/* The field's value at slowdown x. */
+static double knob_value(const cal_space *sp, int k, double x)
+{
+    double b = knob_get(sp->base, sp, k);
+    return is_overhead(k) ? b + (x - 1) * unit_of(k) : b / x;
+}
+
+static void knob_name(const cal_space *sp, int k, char *buf, size_t n)
+{
+    if (sp->cb < 0 || k == GCKPT_CAL_COPY) snprintf(buf, n, "%s", gckpt_cal_knob_names[k]);
+    else snprintf(buf, n, "code_bases.%s.%s", gckpt_code_base_names[sp->cb], cb_fields[k]);
+}
 
 /* A knob is identifiable when its RMS share of the runs' predicted steps that the knobs
  * fitted before it do not explain is at least this. */
@@ -100,30 +155,31 @@ static bool predict(predictor *p, const cal_input *in, size_t i, const gckpt_dev
     return true;
 }
 
-/* The base profile slowed down by s (see the top of the file). */
-static gckpt_device device_at(const gckpt_device *base, const double s[GCKPT_CAL_NKNOB])
+/* The base profile slowed down by s (see cal_space). */
+static gckpt_device device_at(const cal_space *sp, const double s[GCKPT_CAL_NKNOB])
 {
-    gckpt_device d = *base;
-    d.matmul_efficiency = base->matmul_efficiency / s[GCKPT_CAL_MATMUL];
-    d.hbm_efficiency = base->hbm_efficiency / s[GCKPT_CAL_HBM];
-    d.h2d_bytes_per_s = base->h2d_bytes_per_s / s[GCKPT_CAL_COPY];
-    d.d2h_bytes_per_s = base->d2h_bytes_per_s / s[GCKPT_CAL_COPY];
+    gckpt_device d = *sp->base;
+    for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
+        if (sp->applies[k]) *knob_ptr(&d, sp, k) = knob_value(sp, k, s[k]);
+    d.d2h_bytes_per_s = sp->base->d2h_bytes_per_s / s[GCKPT_CAL_COPY];
     return d;
 }
 
 /* Every run's step T[i] at s and its derivatives J[i][k] by s_k. */
-static bool linearize(predictor *p, const cal_input *in, const gckpt_device *base, const double s[GCKPT_CAL_NKNOB],
+static bool linearize(predictor *p, const cal_input *in, const cal_space *sp, const double s[GCKPT_CAL_NKNOB],
                       double *T, double (*J)[GCKPT_CAL_NKNOB], gckpt_err *err)
 {
-    gckpt_device d = device_at(base, s);
+    gckpt_device d = device_at(sp, s);
     for (size_t i = 0; i < in->nrun; i++) {
         if (!predict(p, in, i, &d, &T[i], err)) return false;
         for (int k = 0; k < GCKPT_CAL_NKNOB; k++) {
+            J[i][k] = 0;
+            if (!sp->applies[k]) continue;
             double sk[GCKPT_CAL_NKNOB];
             memcpy(sk, s, sizeof sk);
-            double h = s[k] * CAL_H, t;
+            double h = fmax(fabs(s[k]), 1) * CAL_H, t;
             sk[k] += h;
-            gckpt_device dk = device_at(base, sk);
+            gckpt_device dk = device_at(sp, sk);
             if (!predict(p, in, i, &dk, &t, err)) return false;
             J[i][k] = (t - T[i]) / h;
         }
@@ -157,7 +213,7 @@ static void identify(const cal_input *in, const double *T, double (*J)[GCKPT_CAL
         int best = -1;
         double bn = 0;
         for (int k = 0; k < GCKPT_CAL_NKNOB; k++) {
-            if (chosen[k]) continue;
+            if (chosen[k] || !knob[k].applies) continue;
             double nn = 0;
             for (size_t i = 0; i < n; i++) nn += a[k * n + i] * a[k * n + i];
             nn = sqrt(nn / (double)n);
@@ -165,14 +221,14 @@ static void identify(const cal_input *in, const double *T, double (*J)[GCKPT_CAL
         }
         if (bn < CAL_MIN_SHARE) {
             for (int k = 0; k < GCKPT_CAL_NKNOB; k++) {
-                if (chosen[k]) continue;
+                if (chosen[k] || !knob[k].applies) continue;
                 if (share[k] < CAL_MIN_SHARE)
                     snprintf(knob[k].why, sizeof knob[k].why, "not fitted: %.1f%% of the predicted step time (under %.0f%%)",
                              100 * share[k], 100 * CAL_MIN_SHARE);
                 else
                     snprintf(knob[k].why, sizeof knob[k].why,
                              "not fitted: the runs vary it together with %s (%.1f%% of the predicted step time)",
-                             first >= 0 ? gckpt_cal_knob_names[first] : "the others", 100 * share[k]);
+                             first >= 0 ? knob[first].field : "the others", 100 * share[k]);
             }
             break;
         }
@@ -271,8 +327,20 @@ static bool step_fit(const cal_input *in, const double *T, double (*J)[GCKPT_CAL
 }
 
 /* The range of s_k that keeps the written field in the device reader's range. */
-static void knob_bounds(const gckpt_device *b, int k, double *lo, double *hi)
+static void knob_bounds(const cal_space *sp, int k, double *lo, double *hi)
 {
+    const gckpt_device *b = sp->base;
+    if (sp->cb >= 0 && k != GCKPT_CAL_COPY) {
+        double v = knob_get(b, sp, k);
+        if (is_overhead(k)) { /* op_overhead_s in [0, 1], step_overhead_s in [0, 1e3] */
+            *lo = 1 - v / unit_of(k);
+            *hi = 1 + ((k == GCKPT_CAL_OP ? 1 : 1e3) - v) / unit_of(k);
+        } else { /* factors in [0.01, 10] */
+            *lo = v / 10;
+            *hi = v / 0.01;
+        }
+        return;
+    }
     if (k == GCKPT_CAL_MATMUL || k == GCKPT_CAL_HBM) { /* efficiency in [0.01, 1] */
         double e = k == GCKPT_CAL_MATMUL ? b->matmul_efficiency : b->hbm_efficiency;
         *lo = e;
@@ -305,8 +373,8 @@ static double round_sig(double v)
 /* The relative standard error of each free knob at s: the linear piece's least-squares
  * covariance sigma^2 (A^T A)^-1 with sigma^2 from the relative residuals (n - p degrees of
  * freedom); 0 when n = p (an exact fit says nothing about the noise). */
-static void rel_errors(const cal_input *in, const double *T, double (*J)[GCKPT_CAL_NKNOB], const bool freek[GCKPT_CAL_NKNOB],
-                       const double s[GCKPT_CAL_NKNOB], double se[GCKPT_CAL_NKNOB])
+static void rel_errors(const cal_input *in, const cal_space *sp, const double *T, double (*J)[GCKPT_CAL_NKNOB],
+                       const bool freek[GCKPT_CAL_NKNOB], const double s[GCKPT_CAL_NKNOB], double se[GCKPT_CAL_NKNOB])
 {
     size_t n = in->nrun;
     int idx[GCKPT_CAL_NKNOB], m = 0;
@@ -327,7 +395,10 @@ static void rel_errors(const cal_input *in, const double *T, double (*J)[GCKPT_C
         double A[GCKPT_CAL_NKNOB][GCKPT_CAL_NKNOB], e[GCKPT_CAL_NKNOB] = {0}, x[GCKPT_CAL_NKNOB];
         memcpy(A, AtA, sizeof A);
         e[u] = 1;
-        se[idx[u]] = solve(m, A, e, x) && x[u] > 0 ? sqrt(sigma2 * x[u]) / s[idx[u]] : INFINITY;
+        int k = idx[u];
+        /* relative to the field: an overhead's s is in its unit from the base value */
+        double scale = is_overhead(k) ? knob_value(sp, k, s[k]) / unit_of(k) : s[k];
+        se[k] = solve(m, A, e, x) && x[u] > 0 && scale > 0 ? sqrt(sigma2 * x[u]) / scale : INFINITY;
     }
 }
 
@@ -345,7 +416,7 @@ static void drop(gckpt_cal_knob *k, bool freek[], int i, double s[], const char 
  * and the rest fitted again, as is a knob the runs determine only within +-CAL_MAX_REL_SE
  * while others are left (the last is fitted whatever its error, which its why says); one
  * beyond its field's range is held at the bound. */
-static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, double s[GCKPT_CAL_NKNOB],
+static bool fit(predictor *p, const cal_input *in, const cal_space *sp, double s[GCKPT_CAL_NKNOB],
                 gckpt_cal_knob knob[GCKPT_CAL_NKNOB], gckpt_err *err)
 {
     size_t n = in->nrun;
@@ -354,7 +425,7 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
     bool ok = T && J;
     if (!ok) gckpt_seterr(err, "out of memory");
     for (int k = 0; k < GCKPT_CAL_NKNOB; k++) s[k] = 1;
-    ok = ok && linearize(p, in, base, s, T, J, err);
+    ok = ok && linearize(p, in, sp, s, T, J, err);
     int order[GCKPT_CAL_NKNOB];
     if (ok) identify(in, T, J, knob, order);
     bool freek[GCKPT_CAL_NKNOB], any = false;
@@ -378,7 +449,7 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
             int neg = -1, weakest = -1;
             for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
                 if (freek[k]) {
-                    if (!(next[k] > 0)) neg = k;
+                    if (!is_overhead(k) && !(next[k] > 0)) neg = k; /* an overhead's bound is 0 s */
                     if (weakest < 0 || order[k] > order[weakest]) weakest = k;
                 }
             if (neg >= 0) { /* ill-conditioned: the least determined knob goes, the fit starts again */
@@ -388,7 +459,7 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
                                               "the other knobs)");
                 else
                     snprintf(why, sizeof why, "not fitted: with it the fit gave %s a negative time (the runs cannot tell "
-                                              "them apart)", gckpt_cal_knob_names[neg]);
+                                              "them apart)", knob[neg].field);
                 drop(&knob[weakest], freek, weakest, next, why);
                 for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
                     if (freek[k]) next[k] = 1;
@@ -396,11 +467,15 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
             }
             for (int k = 0; k < GCKPT_CAL_NKNOB; k++) {
                 double lo, hi;
-                knob_bounds(base, k, &lo, &hi);
+                knob_bounds(sp, k, &lo, &hi);
                 if (freek[k] && (next[k] < lo || next[k] > hi)) {
                     size_t l = strlen(knob[k].why);
-                    snprintf(knob[k].why + l, sizeof knob[k].why - l, "; held at its bound (the fit asked for %.3g x the "
-                             "base profile's)", 1.0 / next[k]);
+                    if (is_overhead(k))
+                        snprintf(knob[k].why + l, sizeof knob[k].why - l, "; held at its bound (the fit asked for %.3g s)",
+                                 knob_value(sp, k, next[k]));
+                    else
+                        snprintf(knob[k].why + l, sizeof knob[k].why - l, "; held at its bound (the fit asked for %.3g x "
+                                 "the base profile's)", 1.0 / next[k]);
                     next[k] = next[k] < lo ? lo : hi;
                     freek[k] = false;
                     knob[k].clamped = changed = true;
@@ -409,7 +484,7 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
             double change = 0;
             for (int k = 0; k < GCKPT_CAL_NKNOB; k++) change = fmax(change, fabs(next[k] - s[k]) / s[k]);
             memcpy(s, next, sizeof next);
-            if (!(ok = linearize(p, in, base, s, T, J, err))) break;
+            if (!(ok = linearize(p, in, sp, s, T, J, err))) break;
             double r = rms_rel(in, T);
             int nfree = 0;
             for (int k = 0; k < GCKPT_CAL_NKNOB; k++) nfree += freek[k];
@@ -425,9 +500,9 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
         }
         if (!ok) break;
         memcpy(s, best, sizeof best);
-        if (!(ok = linearize(p, in, base, s, T, J, err))) break;
+        if (!(ok = linearize(p, in, sp, s, T, J, err))) break;
         double se[GCKPT_CAL_NKNOB];
-        rel_errors(in, T, J, freek, s, se);
+        rel_errors(in, sp, T, J, freek, s, se);
         int worst = -1, nfree = 0;
         for (int k = 0; k < GCKPT_CAL_NKNOB; k++) nfree += freek[k];
         for (int k = 0; nfree > 1 && k < GCKPT_CAL_NKNOB; k++) /* the last one stays: the robust ratio */
@@ -441,7 +516,7 @@ static bool fit(predictor *p, const cal_input *in, const gckpt_device *base, dou
                 snprintf(why, sizeof why, "not fitted: the runs do not determine it (the other knobs explain the same "
                                           "steps)");
             drop(&knob[worst], freek, worst, s, why);
-            ok = linearize(p, in, base, s, T, J, err);
+            ok = linearize(p, in, sp, s, T, J, err);
             again = ok;
             continue;
         }
@@ -508,6 +583,38 @@ static bool check_reproduced(predictor *p, const cal_input *in, gckpt_err *err)
     return true;
 }
 
+/* What this calibration fits: on a GPU profile, from runs planned for CUDA kernels (where the
+ * code bases apply, core/ctx.c), the time parameters of the runs' code base: the chip's
+ * efficiencies are the datasheet's or gckpt-run --calibrate's microbenchmarks, the code base
+ * is what a whole step adds to them. A profile without code_bases gets them (both neutral
+ * before the fit: the same plans). Else (a CPU profile or CPU kernels) the efficiencies. The
+ * runs must share one code base. */
+static bool space_of(const cal_input *in, gckpt_device *base, cal_space *sp, gckpt_calibration_summary *sum,
+                     gckpt_err *err)
+{
+    const cal_run *r0 = &in->run[0];
+    sp->base = base;
+    sp->cb = base->kind == GCKPT_TARGET_CUDA && r0->target == GCKPT_TARGET_CUDA ? r0->set.code_base : -1;
+    if (sp->cb >= 0) base->has_code_bases = true; /* neutral when it had none */
+    for (size_t i = 1; sp->cb >= 0 && i < in->nrun; i++) {
+        const cal_run *r = &in->run[i];
+        if (r->target != r0->target || r->set.code_base != r0->set.code_base) {
+            gckpt_seterr(err, "%s: entry %ld was planned for %s kernels with --code-base %s, %s's entry %ld for %s kernels "
+                              "with --code-base %s: calibrate each code base from its own runs",
+                         in->src[r->src].name, r->entry, gckpt_target_names[r->target], gckpt_code_base_names[r->set.code_base],
+                         in->src[r0->src].name, r0->entry, gckpt_target_names[r0->target],
+                         gckpt_code_base_names[r0->set.code_base]);
+            return false;
+        }
+    }
+    sum->code_base = sp->cb;
+    for (int k = 0; k < GCKPT_CAL_NKNOB; k++) {
+        sp->applies[k] = sum->knob[k].applies = sp->cb >= 0 || k <= GCKPT_CAL_COPY;
+        knob_name(sp, k, sum->knob[k].field, sizeof sum->knob[k].field);
+    }
+    return true;
+}
+
 /* ---- the written profile ------------------------------------------------------------------- */
 
 static void utc_now(char *buf, size_t n)
@@ -567,10 +674,11 @@ static cJSON *calibration_json(const cal_input *in, const gckpt_device *base, co
         cJSON_AddItemToArray(from, f);
     }
     cJSON_AddNumberToObject(c, "n_runs", (double)in->nrun);
+    if (sum->code_base >= 0) cJSON_AddStringToObject(c, "code_base", gckpt_code_base_names[sum->code_base]);
     cJSON *knobs = cJSON_AddObjectToObject(c, "knobs");
-    add_knob_json(knobs, "matmul_efficiency", base->matmul_efficiency, cal->matmul_efficiency, &sum->knob[GCKPT_CAL_MATMUL]);
-    add_knob_json(knobs, "hbm_efficiency", base->hbm_efficiency, cal->hbm_efficiency, &sum->knob[GCKPT_CAL_HBM]);
-    add_knob_json(knobs, "h2d_bytes_per_s", base->h2d_bytes_per_s, cal->h2d_bytes_per_s, &sum->knob[GCKPT_CAL_COPY]);
+    for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
+        if (sum->knob[k].applies)
+            add_knob_json(knobs, sum->knob[k].field, sum->knob[k].before, sum->knob[k].after, &sum->knob[k]);
     add_knob_json(knobs, "d2h_bytes_per_s", base->d2h_bytes_per_s, cal->d2h_bytes_per_s, &sum->knob[GCKPT_CAL_COPY]);
     cJSON *runs = cJSON_AddArrayToObject(c, "runs");
     for (size_t i = 0; i < sum->n_runs; i++) {
@@ -608,15 +716,60 @@ static char *profile_text(const char *base_text, const gckpt_device *base, const
     set_num(j, "hbm_efficiency", cal->hbm_efficiency);
     set_num(j, "h2d_bytes_per_s", cal->h2d_bytes_per_s);
     set_num(j, "d2h_bytes_per_s", cal->d2h_bytes_per_s);
+    if (sum->code_base >= 0) { /* the code base's parameters, and a line in code_bases.fit */
+        cJSON *cbs = cJSON_GetObjectItemCaseSensitive(j, "code_bases");
+        if (!cbs) { /* a profile without them: both code bases, the other one neutral */
+            cbs = cJSON_AddObjectToObject(j, "code_bases");
+            for (int k = 0; k < GCKPT_NCODEBASE; k++) {
+                cJSON *o = cJSON_AddObjectToObject(cbs, gckpt_code_base_names[k]);
+                cJSON_AddNumberToObject(o, "matmul_factor", 1);
+                cJSON_AddNumberToObject(o, "attention_factor", 1);
+                cJSON_AddNumberToObject(o, "attention_seq_half", 0);
+                cJSON_AddNumberToObject(o, "hbm_factor", 1);
+                cJSON_AddNumberToObject(o, "op_overhead_s", 0);
+                cJSON_AddNumberToObject(o, "step_overhead_s", 0);
+            }
+        }
+        cJSON *e = cJSON_GetObjectItemCaseSensitive(cbs, gckpt_code_base_names[sum->code_base]);
+        const gckpt_code_base_eff *v = &cal->code_base[sum->code_base];
+        if (!cJSON_IsObject(e)) { /* the reader took the object: never */
+            cJSON_Delete(j);
+            cJSON_Delete(calib);
+            return NULL;
+        }
+        set_num(e, "matmul_factor", v->matmul_factor);
+        set_num(e, "attention_factor", v->attention_factor);
+        set_num(e, "hbm_factor", v->hbm_factor);
+        set_num(e, "op_overhead_s", v->op_overhead_s);
+        set_num(e, "step_overhead_s", v->step_overhead_s);
+        cJSON *fit = cJSON_GetObjectItemCaseSensitive(cbs, "fit");
+        if (!cJSON_IsObject(fit)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(cbs, "fit");
+            fit = cJSON_AddObjectToObject(cbs, "fit");
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(fit, "calibrated");
+        cJSON *cf = cJSON_AddObjectToObject(fit, "calibrated");
+        cJSON_AddStringToObject(cf, "code_base", gckpt_code_base_names[sum->code_base]);
+        cJSON_AddStringToObject(cf, "by", "gckpt-plan --calibrate-from");
+        cJSON_AddItemToObject(cf, "date", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(calib, "date"), true));
+        cJSON_AddNumberToObject(cf, "n_runs", (double)n_runs);
+        cJSON_AddNumberToObject(cf, "rms_error_before", sum->rms_before);
+        cJSON_AddNumberToObject(cf, "rms_error_after", sum->rms_after);
+        cJSON_AddStringToObject(cf, "note", "the fields this calibration fitted replace the published fit's; which ones, "
+                                            "the files and each run's residual: the calibration object");
+    }
     cJSON *src = cJSON_GetObjectItemCaseSensitive(j, "sources");
     if (!cJSON_IsObject(src)) {
         cJSON_DeleteItemFromObjectCaseSensitive(j, "sources");
         src = cJSON_AddObjectToObject(j, "sources");
     }
-    static const struct { const char *field; int knob; } f[] = {
-        {"matmul_efficiency", GCKPT_CAL_MATMUL}, {"hbm_efficiency", GCKPT_CAL_HBM},
-        {"h2d_bytes_per_s", GCKPT_CAL_COPY}, {"d2h_bytes_per_s", GCKPT_CAL_COPY}};
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    typedef struct { const char *field; int knob; } field_knob;
+    field_knob f[GCKPT_CAL_NKNOB + 1];
+    size_t nf = 0;
+    for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
+        if (sum->knob[k].applies) f[nf++] = (field_knob){sum->knob[k].field, k};
+    f[nf++] = (field_knob){"d2h_bytes_per_s", GCKPT_CAL_COPY};
+    for (size_t i = 0; i < nf; i++) {
         const gckpt_cal_knob *k = &sum->knob[f[i].knob];
         if (!k->fitted) continue;
         char s[512];
@@ -683,6 +836,7 @@ bool gckpt_calibrate(const char *const *report_paths, size_t n, const char *base
 {
     *profile_json_out = NULL;
     memset(sum, 0, sizeof *sum);
+    sum->code_base = -1;
     if (!n) {
         gckpt_seterr(err, "no report to calibrate from");
         return false;
@@ -697,27 +851,23 @@ bool gckpt_calibrate(const char *const *report_paths, size_t n, const char *base
     ok = ok && check_inputs(&in, &base, base_gpu_ref ? base_file : "of the plans", err);
     ok = ok && (have_p = predictor_init(&p, &in, err)) && check_reproduced(&p, &in, err);
     double s[GCKPT_CAL_NKNOB];
-    ok = ok && fit(&p, &in, &base, s, sum->knob, err);
+    cal_space sp;
+    ok = ok && space_of(&in, &base, &sp, sum, err) && fit(&p, &in, &sp, s, sum->knob, err);
     if (ok && !(sum->runs = calloc(in.nrun, sizeof *sum->runs))) {
         gckpt_seterr(err, "out of memory");
         ok = false;
     }
     gckpt_device cal = base;
     if (ok) {
-        gckpt_device fitted = device_at(&base, s);
+        gckpt_device fitted = device_at(&sp, s);
         /* as written: CAL_DIGITS significant digits; kept fields bit for bit */
-        if (sum->knob[GCKPT_CAL_MATMUL].fitted) cal.matmul_efficiency = round_sig(fitted.matmul_efficiency);
-        if (sum->knob[GCKPT_CAL_HBM].fitted) cal.hbm_efficiency = round_sig(fitted.hbm_efficiency);
-        if (sum->knob[GCKPT_CAL_COPY].fitted) {
-            cal.h2d_bytes_per_s = round_sig(fitted.h2d_bytes_per_s);
-            cal.d2h_bytes_per_s = round_sig(fitted.d2h_bytes_per_s);
+        for (int k = 0; k < GCKPT_CAL_NKNOB; k++) {
+            if (!sp.applies[k]) continue;
+            if (sum->knob[k].fitted) *knob_ptr(&cal, &sp, k) = round_sig(knob_get(&fitted, &sp, k));
+            sum->knob[k].before = knob_get(&base, &sp, k);
+            sum->knob[k].after = knob_get(&cal, &sp, k);
         }
-        sum->knob[GCKPT_CAL_MATMUL].before = base.matmul_efficiency;
-        sum->knob[GCKPT_CAL_MATMUL].after = cal.matmul_efficiency;
-        sum->knob[GCKPT_CAL_HBM].before = base.hbm_efficiency;
-        sum->knob[GCKPT_CAL_HBM].after = cal.hbm_efficiency;
-        sum->knob[GCKPT_CAL_COPY].before = base.h2d_bytes_per_s;
-        sum->knob[GCKPT_CAL_COPY].after = cal.h2d_bytes_per_s;
+        if (sum->knob[GCKPT_CAL_COPY].fitted) cal.d2h_bytes_per_s = round_sig(fitted.d2h_bytes_per_s);
         snprintf(sum->device, sizeof sum->device, "%s", base.name);
         snprintf(sum->measured_on, sizeof sum->measured_on, "%s (%s)", in.src[0].measured_on, in.src[0].backend);
         sum->n_runs = in.nrun;
@@ -783,10 +933,15 @@ void gckpt_calibration_print(const gckpt_calibration_summary *sum, FILE *f)
 {
     fprintf(f, "calibrated \"%s\" from %zu measured step time%s on %s\n", sum->device, sum->n_runs,
             sum->n_runs == 1 ? "" : "s", sum->measured_on);
-    fprintf(f, "%-20s %12s %12s\n", "knob", "before", "after");
-    static const char *const label[GCKPT_CAL_NKNOB] = {"matmul_efficiency", "hbm_efficiency", "h2d/d2h bytes/s"};
+    int w = sum->code_base >= 0 ? 32 : 20;
+    if (sum->code_base >= 0)
+        fprintf(f, "the time parameters of code base %s (the profile's code_bases.%s)\n",
+                gckpt_code_base_names[sum->code_base], gckpt_code_base_names[sum->code_base]);
+    fprintf(f, "%-*s %12s %12s\n", w, "knob", "before", "after");
     for (int k = 0; k < GCKPT_CAL_NKNOB; k++)
-        fprintf(f, "%-20s %12.6g %12.6g  %s\n", label[k], sum->knob[k].before, sum->knob[k].after, sum->knob[k].why);
+        if (sum->knob[k].applies)
+            fprintf(f, "%-*s %12.6g %12.6g  %s\n", w, k == GCKPT_CAL_COPY ? "h2d/d2h bytes/s" : sum->knob[k].field,
+                    sum->knob[k].before, sum->knob[k].after, sum->knob[k].why);
     fprintf(f, "%-24s %5s %12s %12s %8s %12s %8s\n", "report", "entry", "measured s", "before s", "err", "after s", "err");
     for (size_t i = 0; i < sum->n_runs; i++) {
         const gckpt_cal_run *r = &sum->runs[i];

@@ -258,14 +258,63 @@ static bool sweep(gckpt_plan *p, const batch_split *sp, int nsplit, gckpt_err *e
     return ok;
 }
 
-/* The recommendation (the fastest entry that fits) and the smallest footprint. */
-static void choose(gckpt_plan *p)
+bool gckpt_time_tied(double ta, double tb, double p10, double p90)
 {
+    if (!(ta > 0 && tb > 0)) return ta == tb;
+    double r = ta / tb;
+    return r >= p10 && r <= p90 && 1 / r >= p10 && 1 / r <= p90;
+}
+
+bool gckpt_plan_ratio_band(const gckpt_plan *p, double *p10, double *p90)
+{
+    const gckpt_code_base_eff *cb = p->target == GCKPT_TARGET_CUDA && p->req.code_base < GCKPT_NCODEBASE
+                                        ? &p->dev.code_base[p->req.code_base]
+                                        : &gckpt_code_base_neutral;
+    *p10 = cb->ratio_p10;
+    *p90 = cb->ratio_p90;
+    return *p10 < 1 || *p90 > 1;
+}
+
+bool gckpt_plan_step_range(const gckpt_plan *p, const gckpt_result *r, double *lo, double *hi)
+{
+    if (!p->dev.has_code_bases || p->target != GCKPT_TARGET_CUDA || p->req.code_base >= GCKPT_NCODEBASE) return false;
+    const gckpt_code_base_eff *cb = &p->dev.code_base[p->req.code_base];
+    if (!(cb->step_ratio_p10 < cb->step_ratio_p90)) return false; /* none given (a calibrated profile's) */
+    *lo = r->step_s * cb->step_ratio_p10;
+    *hi = r->step_s * cb->step_ratio_p90;
+    return true;
+}
+
+bool gckpt_plan_tied(const gckpt_plan *p, size_t i)
+{
+    double lo, hi;
+    /* the band comes from published pairs without CPU offload: an offload entry's copies are
+     * outside what it measured, so it ties only with an entry of the same offload */
+    if (p->fastest < 0 || !p->entries[i].fits || p->entries[i].offload != p->entries[p->fastest].offload) return false;
+    gckpt_plan_ratio_band(p, &lo, &hi);
+    return gckpt_time_tied(p->entries[i].r.tokens_per_s, p->entries[p->fastest].r.tokens_per_s, lo, hi);
+}
+
+/* The recommendation and the smallest footprint. The fastest entry that fits, unless another
+ * that fits (of the same offload) is within the code base's ratio band of it (the error of a ratio of two planned
+ * step times on one setup could swap them): then the one of those with the most memory
+ * headroom (on equal peaks the faster). Without a band the band is [1, 1]: the fastest. */
+void gckpt_plan_choose(gckpt_plan *p)
+{
+    p->recommended = p->smallest = p->fastest = -1;
     for (size_t i = 0; i < p->n; i++) {
         gckpt_entry *e = &p->entries[i];
         if (p->smallest < 0 || e->r.device_peak_bytes < p->entries[p->smallest].r.device_peak_bytes)
             p->smallest = (long)i;
-        if (e->fits && (p->recommended < 0 || better(e, &p->entries[p->recommended]))) p->recommended = (long)i;
+        if (e->fits && (p->fastest < 0 || better(e, &p->entries[p->fastest]))) p->fastest = (long)i;
+    }
+    p->recommended = p->fastest;
+    for (size_t i = 0; p->fastest >= 0 && i < p->n; i++) {
+        const gckpt_entry *e = &p->entries[i], *r = &p->entries[p->recommended];
+        if (!gckpt_plan_tied(p, i)) continue;
+        if (e->r.device_peak_bytes < r->r.device_peak_bytes ||
+            (e->r.device_peak_bytes == r->r.device_peak_bytes && better(e, r)))
+            p->recommended = (long)i;
     }
 }
 
@@ -311,7 +360,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     memset(p, 0, sizeof *p);
     p->req = *req;
     p->req.every_n = NULL;
-    p->recommended = p->smallest = -1;
+    p->recommended = p->smallest = p->fastest = -1;
     batch_split sp[GCKPT_MAX_MB];
     int nsplit = 0;
     size_t total = 0;
@@ -341,7 +390,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     p->budget_bytes = req->budget_bytes ? req->budget_bytes : p->dev.memory_bytes;
     p->usable_bytes = (uint64_t)((double)p->budget_bytes * (1.0 - req->margin));
     if (!sweep(p, sp, nsplit, err)) goto fail;
-    choose(p);
+    gckpt_plan_choose(p);
     if (!mark_pareto(p, err) || !times_in_range(p, err)) goto fail;
     if (!gckpt_plan_warnings(p)) {
         gckpt_seterr(err, "out of memory");

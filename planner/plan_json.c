@@ -57,11 +57,11 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(t, "tokens_per_s", r->tokens_per_s);
     num(t, "mfu", r->mfu);
     num(t, "hfu", r->hfu);
-    if (p->dev.has_code_bases && p->target == GCKPT_TARGET_CUDA) { /* the fit's held-out spread */
-        const gckpt_code_base_eff *cb = &p->dev.code_base[p->req.code_base];
+    double lo, hi;
+    if (gckpt_plan_step_range(p, r, &lo, &hi)) { /* the fit's held-out spread */
         cJSON *rg = cJSON_AddArrayToObject(t, "step_s_range");
-        cJSON_AddItemToArray(rg, cJSON_CreateNumber(r->step_s * cb->step_ratio_p10));
-        cJSON_AddItemToArray(rg, cJSON_CreateNumber(r->step_s * cb->step_ratio_p90));
+        cJSON_AddItemToArray(rg, cJSON_CreateNumber(lo));
+        cJSON_AddItemToArray(rg, cJSON_CreateNumber(hi));
     }
     gckpt_plan_parallel_entry_json(p, e, o, t);
     if (gckpt_peft_on(&p->req.peft)) num(o, "trainable_params", (double)p->params->trainable);
@@ -163,6 +163,23 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
         cJSON_AddItemToArray(es, entry_json(p, i, timeline && (long)i == p->recommended));
     if (p->recommended >= 0) num(root, "recommended", (double)p->recommended);
     else cJSON_AddNullToObject(root, "recommended");
+    double lo, hi;
+    if (p->fastest >= 0 && gckpt_plan_ratio_band(p, &lo, &hi)) { /* why the recommended one */
+        cJSON *rc = cJSON_AddObjectToObject(root, "recommendation");
+        num(rc, "fastest", (double)p->fastest);
+        cJSON *tied = cJSON_AddArrayToObject(rc, "tied");
+        for (size_t i = 0; i < p->n; i++)
+            if (gckpt_plan_tied(p, i)) cJSON_AddItemToArray(tied, cJSON_CreateNumber((double)i));
+        cJSON *band = cJSON_AddArrayToObject(rc, "ratio_band");
+        cJSON_AddItemToArray(band, cJSON_CreateNumber(lo));
+        cJSON_AddItemToArray(band, cJSON_CreateNumber(hi));
+        cJSON_AddStringToObject(rc, "rule",
+                                p->recommended == p->fastest
+                                    ? "the fastest entry that fits; it has the most memory headroom of the entries within "
+                                      "the ratio band of it"
+                                    : "within the ratio band of the fastest entry that fits (the planned order could be "
+                                      "the wrong way round); of those, the most memory headroom");
+    }
     if (p->smallest >= 0) num(root, "smallest", (double)p->smallest);
     else cJSON_AddNullToObject(root, "smallest");
     cJSON *ws = cJSON_AddArrayToObject(root, "warnings");

@@ -18,10 +18,13 @@ static bool notable(const gckpt_plan *p, size_t i)
 
 void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all)
 {
-    char a[32], b[32], c[32], where[256];
-    fprintf(f, "%-3s %-7s %-7s %4s %4s %5s %10s %11s %9s %8s %9s %5s %-4s  %s\n", "", "every_n",
-            "offload", "mb", "ga", "ckpt", "alloc GiB", "device GiB", "host GiB", "step s",
-            "tok/s", "MFU", "fits", "peak at");
+    char a[32], b[32], c[32], where[256], rg[48];
+    double lo, hi;
+    gckpt_result none = {0};
+    bool ranged = gckpt_plan_step_range(p, &none, &lo, &hi); /* a column of step-time ranges */
+    fprintf(f, "%-3s %-7s %-7s %4s %4s %5s %10s %11s %9s %8s%s%s %9s %5s %-4s  %s\n", "", "every_n",
+            "offload", "mb", "ga", "ckpt", "alloc GiB", "device GiB", "host GiB", "step s", ranged ? " " : "",
+            ranged ? "    p10-p90 s" : "", "tok/s", "MFU", "fits", "peak at");
     size_t shown = 0;
     for (size_t i = 0; i < p->n; i++) {
         if (!all && !notable(p, i)) continue;
@@ -32,18 +35,26 @@ void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all)
         else snprintf(en, sizeof en, "off");
         gckpt_peak_where(p, r, where, sizeof where);
         const char *mark = (long)i == p->recommended ? "=> " : e->pareto ? " * " : "   ";
-        fprintf(f, "%-3s %-7s %-7s %4llu %4llu %5llu %10s %11s %9s %8.3f %9.0f %5.2f %-4s  %s\n", mark,
+        rg[0] = 0;
+        if (ranged && gckpt_plan_step_range(p, r, &lo, &hi)) {
+            char x[24];
+            snprintf(x, sizeof x, "%.3f-%.3f", lo, hi);
+            snprintf(rg, sizeof rg, " %13s", x);
+        }
+        fprintf(f, "%-3s %-7s %-7s %4llu %4llu %5llu %10s %11s %9s %8.3f%s %9.0f %5.2f %-4s  %s\n", mark,
                 en, e->every_n ? (e->offload ? "on" : "off") : "-", (unsigned long long)e->micro_batch,
                 (unsigned long long)e->grad_accum,
                 (unsigned long long)gckpt_checkpointed_count(e->every_n, p->model.layers),
                 gib(r->peak_bytes, a, sizeof a), gib(r->device_peak_bytes, b, sizeof b),
-                gib(r->host_pinned_bytes, c, sizeof c), r->step_s, r->tokens_per_s, r->mfu,
+                gib(r->host_pinned_bytes, c, sizeof c), r->step_s, rg, r->tokens_per_s, r->mfu,
                 e->fits ? "yes" : "no", where);
         shown++;
     }
     if (!all && shown < p->n)
         fprintf(f, "(%zu of %zu entries shown: => recommended, * Pareto frontier of memory vs tokens/s; --table all shows every entry)\n",
                 shown, p->n);
+    if (ranged)
+        fprintf(f, "(p10-p90 s: the step time x the p10 and p90 of published / predicted over the fit's held-out points)\n");
 }
 
 static const char *hf_optim(gckpt_optimizer o)
@@ -252,6 +263,39 @@ static void print_breakdown(const gckpt_plan *p, const gckpt_result *r, FILE *f)
                 gib(p->params->paged_bytes, a, sizeof a));
 }
 
+static void print_setting(const gckpt_entry *e, FILE *f)
+{
+    if (e->every_n) fprintf(f, "every_n_layers=%u, offload=%s", e->every_n, e->offload ? "on" : "off");
+    else fprintf(f, "no gradient checkpointing");
+    fprintf(f, ", micro-batch %llu x grad-accum %llu", (unsigned long long)e->micro_batch,
+            (unsigned long long)e->grad_accum);
+}
+
+/* Why the recommended entry and not the fastest: the ratio band tied them. */
+static void print_tie(const gckpt_plan *p, FILE *f)
+{
+    double lo, hi;
+    if (p->fastest < 0 || !gckpt_plan_ratio_band(p, &lo, &hi)) return;
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++) n += gckpt_plan_tied(p, i) && (long)i != p->recommended;
+    if (p->recommended == p->fastest) {
+        if (n)
+            fprintf(f, "  the fastest that fits; %zu other entr%s within its ratio band (%.3f-%.3f) %s less memory "
+                       "headroom\n", n, n == 1 ? "y" : "ies", lo, hi, n == 1 ? "has" : "have");
+        return;
+    }
+    const gckpt_entry *fa = &p->entries[p->fastest], *e = &p->entries[p->recommended];
+    char a[32], b[32];
+    fprintf(f, "  chosen over the fastest that fits (entry %ld: ", p->fastest);
+    print_setting(fa, f);
+    fprintf(f, ", %.0f tokens/s, %.1f%% faster as planned):\n", fa->r.tokens_per_s,
+            100 * (fa->r.tokens_per_s / e->r.tokens_per_s - 1));
+    fprintf(f, "  within the ratio band %.3f-%.3f of it (p10-p90 of measured / planned ratio of two settings'\n"
+               "  tokens/s on one setup): the order could be the wrong way round; %s GiB headroom instead of %s GiB\n",
+            lo, hi, gib(p->usable_bytes - e->r.device_peak_bytes, a, sizeof a),
+            gib(p->usable_bytes - fa->r.device_peak_bytes, b, sizeof b));
+}
+
 void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f)
 {
     char a[32], b[32], where[256];
@@ -278,11 +322,15 @@ void gckpt_plan_print_recommendation(const gckpt_plan *p, FILE *f)
             (unsigned long long)e->grad_accum);
     fprintf(f, "  device peak %s GiB (allocated %s GiB), peak at %s\n",
             gib(e->r.device_peak_bytes, a, sizeof a), gib(e->r.peak_bytes, b, sizeof b), where);
-    fprintf(f, "  step %.3f s, %.0f tokens/s, MFU %.2f", e->r.step_s, e->r.tokens_per_s, e->r.mfu);
+    double lo, hi;
+    fprintf(f, "  step %.3f s", e->r.step_s);
+    if (gckpt_plan_step_range(p, &e->r, &lo, &hi)) fprintf(f, " (p10-p90 %.3g-%.3g s)", lo, hi);
+    fprintf(f, ", %.0f tokens/s, MFU %.2f", e->r.tokens_per_s, e->r.mfu);
     if (e->r.recompute_s > 0) fprintf(f, ", recompute %.3f s", e->r.recompute_s);
     if (e->r.copy_s > 0) fprintf(f, ", offload copies %.3f s, %s GiB pinned host", e->r.copy_s,
                                  gib(e->r.host_pinned_bytes, a, sizeof a));
     fprintf(f, "\n");
+    print_tie(p, f);
     print_breakdown(p, &e->r, f);
     gckpt_plan_print_snippet(p, e, f);
 }

@@ -622,6 +622,235 @@ static void test_host_runs(void **st)
     cJSON_Delete(c);
 }
 
+/* ---- the code base's time parameters (a profile with code_bases, runs for CUDA kernels) ---- */
+
+#define H100 GCKPT_TEST_DATA "/../../devices/h100-sxm-80gb.json"
+static const double cb_base[5] = {0.8, 0.5, 2, 2e-6, 0.01};  /* matmul, attention, hbm factors; op, step overheads */
+static const double cb_truth[5] = {0.6, 0.3, 1.5, 8e-6, 0.05};
+static const char *const cb_keys[5] = {"matmul_factor", "attention_factor", "hbm_factor", "op_overhead_s", "step_overhead_s"};
+
+/* The shipped H100 profile with code base `cb`'s parameters set to v. */
+static void cb_profile(const char *name, const char *cb, const double v[5])
+{
+    cJSON *d = load(H100);
+    cJSON *e = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "code_bases"), cb);
+    for (int k = 0; k < 5; k++) cJSON_ReplaceItemInObjectCaseSensitive(e, cb_keys[k], cJSON_CreateNumber(v[k]));
+    save(name, d);
+    cJSON_Delete(d);
+}
+
+static int plan_cb(const char *model, const char *seq, const char *ga, const char *cb, const char *gpu, const char *out)
+{
+    return cli_run(GCKPT_PLAN_EXE, A("--model", (char *)model, "--gpu", (char *)gpu, "--code-base", (char *)cb, "--seq",
+                                     (char *)seq, "--grad-accum", (char *)ga, "--every-n", "off,1,4", "--offload", "off",
+                                     "--micro-batch", "1,2,8", "--budget", "1000GiB", "-q", "-o", (char *)out),
+                   NULL, err, sizeof err);
+}
+
+/* The reports of llama-3.2-1b at seq 128, 1024, 8192 and qwen2.5-0.5b at 256, 8192, each at
+ * grad_accum 1 and 8 (9 entries a plan), planned with cb-base.json, measured as cb-truth.json
+ * plans them; their names into names[] (10). */
+static void cb_reports(const char *base, const char *truth_gpu, const char *pre, char names[10][32])
+{
+    static const struct { const char *model, *seq; } runs[5] = {
+        {"llama-3.2-1b", "128"}, {"llama-3.2-1b", "1024"}, {"llama-3.2-1b", "8192"}, {"qwen2.5-0.5b", "256"},
+        {"qwen2.5-0.5b", "8192"}};
+    int n = 0;
+    for (int i = 0; i < 5; i++)
+        for (int g = 0; g < 2; g++) {
+            const char *ga = g ? "8" : "1";
+            char bp[64], tp[64];
+            snprintf(bp, sizeof bp, "%s-base-%d%d.json", pre, i, g);
+            snprintf(tp, sizeof tp, "%s-truth-%d%d.json", pre, i, g);
+            assert_int_equal(plan_cb(runs[i].model, runs[i].seq, ga, "fused", base, bp), 0);
+            assert_int_equal(plan_cb(runs[i].model, runs[i].seq, ga, "fused", truth_gpu, tp), 0);
+            cJSON *truth = load(tp);
+            measure m = {.truth = truth, .only = -1, .kind = "gpu", .device = "NVIDIA H100 80GB HBM3"};
+            snprintf(names[n], sizeof names[n], "%s-%d%d.jsonl", pre, i, g);
+            write_report(names[n++], bp, &m);
+            cJSON_Delete(truth);
+        }
+}
+
+/* 10. Measured = the plans of a truth profile whose fused code base has other parameters (the
+ * chip's efficiencies the same): the fit gives back the truth's five parameters, writes them
+ * into code_bases.fused with provenance, keeps the efficiencies and the hf code base, and the
+ * calibrated profile plans the truth's step times. A fit that recovers parameters from
+ * measurements made with them is the fit's test, whatever the planner's numbers are. */
+static void test_code_base_truth(void **st)
+{
+    (void)st;
+    cb_profile("cb-base.json", "fused", cb_base);
+    cb_profile("cb-truth.json", "fused", cb_truth);
+    char names[10][32];
+    cb_reports("cb-base.json", "cb-truth.json", "cb", names);
+    char *args[16] = {"--calibrate-from"};
+    int k = 1;
+    for (int i = 0; i < 10; i++) args[k++] = names[i];
+    args[k++] = "--gpu";
+    args[k++] = "cb-base.json";
+    args[k++] = "-o";
+    args[k++] = "cb-cal.json";
+    args[k] = NULL;
+    if (calibrate(args) != 0) fail_msg("calibrate: %s", err);
+    if (!strstr(cli_out, "code_bases.fused.attention_factor")) fail_msg("stdout: %s", cli_out);
+    cJSON *c = load("cb-cal.json"), *h = load(H100);
+    const cJSON *e = at(at(c, "code_bases"), "fused");
+    for (int i = 0; i < 5; i++) {
+        near(num(e, cb_keys[i]), cb_truth[i], 1e-4, cb_keys[i]);
+        char kn[64];
+        snprintf(kn, sizeof kn, "code_bases.fused.%s", cb_keys[i]);
+        const cJSON *kb = knob(c, kn);
+        if (!cJSON_IsTrue(at(kb, "fitted"))) fail_msg("%s not fitted", kn);
+        near(num(kb, "before"), cb_base[i], 0, "before");
+        near(num(kb, "after"), num(e, cb_keys[i]), 0, "after");
+    }
+    /* no offload: the copy rates are not fitted, and the chip's efficiencies are not knobs here */
+    assert_false(cJSON_IsTrue(at(knob(c, "h2d_bytes_per_s"), "fitted")));
+    assert_null(knob(c, "matmul_efficiency"));
+    near(num(c, "matmul_efficiency"), num(h, "matmul_efficiency"), 0, "matmul_efficiency kept");
+    near(num(at(at(c, "code_bases"), "hf"), "matmul_factor"), num(at(at(h, "code_bases"), "hf"), "matmul_factor"), 0,
+         "hf kept");
+    const cJSON *cal = at(c, "calibration");
+    assert_string_equal(at(cal, "code_base")->valuestring, "fused");
+    assert_int_equal((int)num(cal, "n_runs"), 90);
+    assert_int_equal(cJSON_GetArraySize(at(cal, "from")), 10);
+    assert_true(num(cal, "rms_error_after") < 1e-4 && num(cal, "rms_error_before") > 0.2);
+    const cJSON *cf = at(at(at(c, "code_bases"), "fit"), "calibrated");
+    assert_string_equal(at(cf, "code_base")->valuestring, "fused");
+    assert_int_equal((int)num(cf, "n_runs"), 90);
+    assert_non_null(at(at(at(c, "code_bases"), "fit"), "ratio_from")); /* the published fit's provenance stays */
+    assert_non_null(strstr(at(at(c, "sources"), "code_bases.fused.hbm_factor")->valuestring, "calibrated"));
+    cJSON_Delete(h);
+    cJSON_Delete(c);
+    /* the calibrated profile plans what the truth planned */
+    assert_int_equal(plan_cb("qwen2.5-0.5b", "8192", "8", "fused", "cb-cal.json", "cb-check.json"), 0);
+    cJSON *a = load("cb-check.json"), *b = load("cb-truth-41.json");
+    for (int i = 0; i < cJSON_GetArraySize(at(b, "entries")); i++)
+        near(num(at(cJSON_GetArrayItem(at(a, "entries"), i), "time"), "step_s"),
+             num(at(cJSON_GetArrayItem(at(b, "entries"), i), "time"), "step_s"), 1e-4, "calibrated step");
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    /* edited after the calibration: the device reader says which field */
+    c = load("cb-cal.json");
+    cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "code_bases"), "fused"), "hbm_factor", cJSON_CreateNumber(3));
+    save("cb-edited.json", c);
+    cJSON_Delete(c);
+    assert_int_equal(plan_cb("qwen2.5-0.5b", "256", "1", "fused", "cb-edited.json", "cb-x.json"), 2);
+    one_line("edited code base", "calibration.knobs.code_bases.fused.hbm_factor.after");
+}
+
+/* 10b. A GPU profile without code_bases (as gckpt-run --calibrate writes one): the calibrated
+ * profile gets them, the runs' code base fitted, the other neutral, and the step-time range
+ * stays absent (no published fit behind it). From neutral rates the attention is under 5 % of
+ * the predicted steps, so it is not fitted (and says so) and the others take up its part: the
+ * error falls, the parameters are not the truth's. */
+static void test_code_base_created(void **st)
+{
+    (void)st;
+    cJSON *d = load(H100);
+    cJSON_DeleteItemFromObjectCaseSensitive(d, "code_bases");
+    cJSON_ReplaceItemInObjectCaseSensitive(d, "name", cJSON_CreateString("local H100"));
+    save("nocb.json", d);
+    cJSON_Delete(d);
+    cb_profile("nocb-truth.json", "fused", cb_truth);
+    d = load("nocb-truth.json");
+    cJSON_ReplaceItemInObjectCaseSensitive(d, "name", cJSON_CreateString("local H100"));
+    save("nocb-truth.json", d);
+    cJSON_Delete(d);
+    char names[10][32];
+    cb_reports("nocb.json", "nocb-truth.json", "nc", names);
+    char *args[16] = {"--calibrate-from"};
+    int k = 1;
+    for (int i = 0; i < 10; i++) args[k++] = names[i];
+    args[k++] = "--gpu";
+    args[k++] = "nocb.json";
+    args[k++] = "-o";
+    args[k++] = "nc-cal.json";
+    args[k++] = "-q";
+    args[k] = NULL;
+    if (calibrate(args) != 0) fail_msg("calibrate: %s", err);
+    cJSON *c = load("nc-cal.json");
+    const cJSON *ka = knob(c, "code_bases.fused.attention_factor");
+    assert_non_null(ka);
+    assert_false(cJSON_IsTrue(at(ka, "fitted")));
+    assert_non_null(strstr(at(ka, "why")->valuestring, "under 5%"));
+    near(num(at(at(c, "code_bases"), "fused"), "attention_factor"), 1, 0, "attention kept");
+    assert_true(cJSON_IsTrue(at(knob(c, "code_bases.fused.matmul_factor"), "fitted")));
+    assert_true(cJSON_IsTrue(at(knob(c, "code_bases.fused.step_overhead_s"), "fitted")));
+    const cJSON *cal = at(c, "calibration");
+    assert_true(num(cal, "rms_error_after") < 0.2 * num(cal, "rms_error_before"));
+    near(num(at(at(c, "code_bases"), "hf"), "matmul_factor"), 1, 0, "hf neutral");
+    near(num(at(at(c, "code_bases"), "hf"), "step_overhead_s"), 0, 0, "hf neutral");
+    cJSON_Delete(c);
+    assert_int_equal(plan_cb("qwen2.5-0.5b", "256", "1", "fused", "nc-cal.json", "nc-check.json"), 0);
+    c = load("nc-check.json");
+    assert_null(at(at(cJSON_GetArrayItem(at(c, "entries"), 0), "time"), "step_s_range"));
+    assert_null(at(c, "recommendation"));
+    cJSON_Delete(c);
+}
+
+/* 11. Few runs fit fewer parameters and say which: one report of 9 runs of one model at one
+ * seq and grad_accum cannot tell the overheads from the rates; every knob is listed, fitted or
+ * with its reason, and the runs are predicted better than before. */
+static void test_code_base_few_runs(void **st)
+{
+    (void)st;
+    assert_int_equal(calibrate(A("--calibrate-from", "cb-00.jsonl", "--gpu", "cb-base.json", "-o", "cb-few.json", "-q")), 0);
+    cJSON *c = load("cb-few.json");
+    int fitted = 0;
+    for (int i = 0; i < 5; i++) {
+        char kn[64];
+        snprintf(kn, sizeof kn, "code_bases.fused.%s", cb_keys[i]);
+        const cJSON *kb = knob(c, kn);
+        assert_non_null(kb);
+        fitted += cJSON_IsTrue(at(kb, "fitted"));
+        if (!cJSON_IsTrue(at(kb, "fitted"))) assert_non_null(strstr(at(kb, "why")->valuestring, "not fitted"));
+    }
+    assert_true(fitted >= 1 && fitted < 5);
+    const cJSON *cal = at(c, "calibration");
+    assert_true(num(cal, "rms_error_after") < num(cal, "rms_error_before"));
+    cJSON_Delete(c);
+}
+
+/* 12. Refused, one line, exit 2: runs of two code bases; a zero measured time; a report of a
+ * plan for another GPU than the base profile. */
+static void test_code_base_refusals(void **st)
+{
+    (void)st;
+    assert_int_equal(plan_cb("llama-3.2-1b", "1024", "1", "hf", "cb-base.json", "cb-hf.json"), 0);
+    measure m = {.scale = 1.5, .only = -1, .kind = "gpu", .device = "NVIDIA H100 80GB HBM3"};
+    write_report("cb-hf.jsonl", "cb-hf.json", &m);
+    write_report("cb-zero.jsonl", "cb-base-10.json", &m);
+    char *t = cli_slurp("cb-zero.jsonl"), *p = strstr(t, "\"measured_step_s\":");
+    assert_non_null(p);
+    p += strlen("\"measured_step_s\":");
+    char *q = p + strcspn(p, ",}");
+    char *u = malloc(strlen(t) + 2);
+    sprintf(u, "%.*s0%s", (int)(p - t), t, q);
+    cli_write("cb-zero.jsonl", u);
+    free(u);
+    free(t);
+    assert_int_equal(plan_cb("llama-3.2-1b", "1024", "1", "fused", "h200", "cb-h200.json"), 0);
+    write_report("cb-h200.jsonl", "cb-h200.json", &m);
+    static const struct { const char *what, *a, *b, *needle; } cases[] = {
+        {"two code bases", "cb-10.jsonl", "cb-hf.jsonl", "calibrate each code base from its own runs"},
+        {"a zero time", "cb-zero.jsonl", NULL, "time.measured_step_s"},
+        {"another GPU", "cb-h200.jsonl", NULL, "cb-h200.jsonl: planned for \"NVIDIA H200"},
+    };
+    cli_write("cb-out.json", "old\n");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = cases[i].b ? calibrate(A("--calibrate-from", (char *)cases[i].a, (char *)cases[i].b, "--gpu", "cb-base.json",
+                                          "-o", "cb-out.json"))
+                            : calibrate(A("--calibrate-from", (char *)cases[i].a, "--gpu", "cb-base.json", "-o", "cb-out.json"));
+        if (rc != 2) fail_msg("%s: exit %d, expected 2 (%s)", cases[i].what, rc, err);
+        one_line(cases[i].what, cases[i].needle);
+        char *o = cli_slurp("cb-out.json");
+        if (strcmp(o, "old\n")) fail_msg("%s: the output was touched", cases[i].what);
+        free(o);
+    }
+}
+
 static int setup(void **st)
 {
     (void)st;
@@ -644,6 +873,10 @@ int main(void)
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_profile_edited),
         cmocka_unit_test(test_host_runs),
+        cmocka_unit_test(test_code_base_truth),
+        cmocka_unit_test(test_code_base_created),
+        cmocka_unit_test(test_code_base_few_runs),
+        cmocka_unit_test(test_code_base_refusals),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     cli_teardown();

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -284,7 +285,20 @@ static void recommendation(void **state)
             }
     }
     assert_true(best >= 0);
-    assert_true(p.entries[best].r.tokens_per_s == p.entries[p.recommended].r.tokens_per_s);
+    /* the rule: of the entries that fit within the profile's ratio band of the fastest (both
+     * ways round) with its offload, the smallest device peak (tools/step_time_pairs.py's band, read here from the
+     * profile as data) */
+    const gckpt_code_base_eff *cb = &p.dev.code_base[q.code_base];
+    long want = best;
+    for (size_t i = 0; i < p.n; i++) {
+        const gckpt_entry *e = &p.entries[i];
+        double r = e->r.tokens_per_s / p.entries[best].r.tokens_per_s;
+        if (e->fits && e->offload == p.entries[best].offload && r >= cb->ratio_p10 && r <= cb->ratio_p90 &&
+            1 / r >= cb->ratio_p10 && 1 / r <= cb->ratio_p90 && e->r.device_peak_bytes < p.entries[want].r.device_peak_bytes)
+            want = (long)i;
+    }
+    assert_true(p.entries[best].r.tokens_per_s == p.entries[p.fastest].r.tokens_per_s);
+    assert_int_equal(p.entries[want].r.device_peak_bytes, p.entries[p.recommended].r.device_peak_bytes);
     assert_true(p.entries[p.recommended].fits);
     assert_int_equal(p.entries[small].r.device_peak_bytes, p.entries[p.smallest].r.device_peak_bytes);
     gckpt_plan_free(&p);
@@ -690,6 +704,134 @@ static void mfu_hfu_code_base(void **state)
     gckpt_plan_free(&p);
 }
 
+/* The tie rule in closed form: two entries are tied when each one's tokens/s over the other's
+ * lies in [p10, p90] and their offload is the same; the recommendation is the fastest that fits unless a tied one has more
+ * headroom. Two entries, their tokens/s, peaks and the band. */
+static void tie_rule(void **state)
+{
+    (void)state;
+    assert_true(gckpt_time_tied(100, 95, 0.93, 1.08));   /* 1.053 and 0.95 inside */
+    assert_false(gckpt_time_tied(100, 90, 0.93, 1.08));  /* 1.111 above p90 */
+    assert_false(gckpt_time_tied(110, 100, 0.95, 1.2));  /* 1.1 inside, 0.909 below p10 */
+    assert_true(gckpt_time_tied(104, 100, 0.95, 1.2));   /* 1.04 and 0.962 inside */
+    assert_false(gckpt_time_tied(100.001, 100, 1, 1));   /* no band: only equal tokens/s */
+    assert_true(gckpt_time_tied(100, 100, 1, 1));
+    gckpt_entry es[2] = {0};
+    gckpt_plan p;
+    memset(&p, 0, sizeof p);
+    p.entries = es;
+    p.n = 2;
+    p.target = GCKPT_TARGET_CUDA;
+    p.req.code_base = GCKPT_CB_FUSED;
+    for (int k = 0; k < GCKPT_NCODEBASE; k++) p.dev.code_base[k] = gckpt_code_base_neutral;
+    p.dev.code_base[GCKPT_CB_FUSED].ratio_p10 = 0.93;
+    p.dev.code_base[GCKPT_CB_FUSED].ratio_p90 = 1.08;
+    static const struct { double tps0, tps1; uint64_t peak0, peak1; bool fits1, off1; gckpt_target t; long fastest, rec; } c[] = {
+        {1000, 950, 70, 50, true, false, GCKPT_TARGET_CUDA, 0, 1},  /* 5.3% apart, 1 has more headroom */
+        {1000, 900, 70, 50, true, false, GCKPT_TARGET_CUDA, 0, 0},  /* 11% apart: the fastest */
+        {1000, 950, 50, 70, true, false, GCKPT_TARGET_CUDA, 0, 0},  /* tied, the fastest has more headroom */
+        {1000, 950, 70, 50, false, false, GCKPT_TARGET_CUDA, 0, 0}, /* 1 does not fit */
+        {1000, 950, 70, 50, true, false, GCKPT_TARGET_CPU, 0, 0},   /* no band on the CPU target */
+        {950, 1000, 50, 70, true, false, GCKPT_TARGET_CUDA, 1, 0},  /* the other way round */
+        {1000, 950, 70, 50, true, true, GCKPT_TARGET_CUDA, 0, 0},   /* 1 offloads, 0 does not: not tied */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        es[0].fits = true;
+        es[0].r.tokens_per_s = c[i].tps0;
+        es[0].r.device_peak_bytes = c[i].peak0;
+        es[1].fits = c[i].fits1;
+        es[1].r.tokens_per_s = c[i].tps1;
+        es[1].r.device_peak_bytes = c[i].peak1;
+        es[1].offload = c[i].off1;
+        p.target = c[i].t;
+        gckpt_plan_choose(&p);
+        if (p.fastest != c[i].fastest || p.recommended != c[i].rec)
+            fail_msg("case %zu: fastest %ld recommended %ld, want %ld %ld", i, p.fastest, p.recommended, c[i].fastest,
+                     c[i].rec);
+    }
+}
+
+/* A profile file: h200 with its code bases' ratio band removed (none: NULL) or set. */
+static void band_profile(const char *path, const double *band)
+{
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/../../devices/h200.json", 1 << 20, &err);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    if (!j) fail_msg("h200.json");
+    cJSON *cbs = cJSON_GetObjectItemCaseSensitive(j, "code_bases");
+    for (int k = 0; k < GCKPT_NCODEBASE; k++) {
+        cJSON *cb = cJSON_GetObjectItemCaseSensitive(cbs, gckpt_code_base_names[k]);
+        cJSON_DeleteItemFromObjectCaseSensitive(cb, "ratio_p10");
+        cJSON_DeleteItemFromObjectCaseSensitive(cb, "ratio_p90");
+        if (band) {
+            cJSON_AddNumberToObject(cb, "ratio_p10", band[0]);
+            cJSON_AddNumberToObject(cb, "ratio_p90", band[1]);
+        }
+    }
+    char *out = cJSON_Print(j);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(out, f) < 0 || fclose(f)) fail_msg("cannot write %s", path);
+    free(out);
+    free(text);
+    cJSON_Delete(j);
+}
+
+/* The tie-break in a plan: llama-3.2-1b at seq 4096 on an H200 with the fused code base. Without
+ * a band the fastest that fits is recommended; with the band [0.93, 1.08] an entry that fits
+ * within it of the fastest and has a smaller device peak is recommended instead, and the JSON
+ * says which entries tied and why. */
+static void tie_break_plan(void **state)
+{
+    (void)state;
+    gckpt_plan_request q = req("llama-3.2-1b", 4096);
+    q.code_base = GCKPT_CB_FUSED;
+    q.micro_batches[2] = 4;
+    q.micro_batches[3] = 8;
+    q.n_micro = 4;
+    char path[64];
+    snprintf(path, sizeof path, "tie-band-%d.json", (int)getpid());
+    gckpt_plan a, b;
+    gckpt_err err;
+    band_profile(path, NULL);
+    snprintf(q.gpu_ref, sizeof q.gpu_ref, "./%s", path);
+    if (!gckpt_plan_run(&q, &a, &err)) fail_msg("%s", err.msg);
+    band_profile(path, (const double[]){0.93, 1.08});
+    if (!gckpt_plan_run(&q, &b, &err)) fail_msg("%s", err.msg);
+    remove(path);
+    assert_int_equal(a.n, b.n);
+    assert_true(a.fastest >= 0 && a.recommended == a.fastest && b.fastest == a.fastest);
+    assert_true(b.recommended != b.fastest);
+    const gckpt_entry *fa = &b.entries[b.fastest], *re = &b.entries[b.recommended];
+    assert_true(re->fits && re->r.device_peak_bytes < fa->r.device_peak_bytes);
+    assert_true(fa->r.tokens_per_s / re->r.tokens_per_s <= 1.08 && re->r.tokens_per_s < fa->r.tokens_per_s);
+    /* no entry within the band has a smaller peak than the recommended one */
+    for (size_t i = 0; i < b.n; i++) {
+        const gckpt_entry *e = &b.entries[i];
+        if (e->fits && e->offload == fa->offload && fa->r.tokens_per_s / e->r.tokens_per_s <= 1.08)
+            assert_true(e->r.device_peak_bytes >= re->r.device_peak_bytes);
+    }
+    cJSON *ja = roundtrip(&a), *jb = roundtrip(&b);
+    char why[512];
+    if (!schema_check(schema, jb, why, sizeof why)) fail_msg("%s", why);
+    assert_null(cJSON_GetObjectItemCaseSensitive(ja, "recommendation"));
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(jb, "recommendation");
+    assert_int_equal((long)num(rc, "fastest"), b.fastest);
+    assert_int_equal((long)num(jb, "recommended"), b.recommended);
+    bool has_rec = false, has_fast = false;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(rc, "tied")) {
+        has_rec |= (long)it->valuedouble == b.recommended;
+        has_fast |= (long)it->valuedouble == b.fastest;
+    }
+    assert_true(has_rec && has_fast);
+    const cJSON *band = cJSON_GetObjectItemCaseSensitive(rc, "ratio_band");
+    assert_true(cJSON_GetArrayItem(band, 0)->valuedouble == 0.93 && cJSON_GetArrayItem(band, 1)->valuedouble == 1.08);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    gckpt_plan_free(&a);
+    gckpt_plan_free(&b);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -702,7 +844,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(schema_and_roundtrip), cmocka_unit_test(moe_plans), cmocka_unit_test(schema_rejects), cmocka_unit_test(hub_source), cmocka_unit_test(peft_plans),
         cmocka_unit_test(recommendation), cmocka_unit_test(batch_splits), cmocka_unit_test(parallel_plans), cmocka_unit_test(mode_words), cmocka_unit_test(tied_plans),
-        cmocka_unit_test(timeline_peaks), cmocka_unit_test(mfu_hfu_code_base),
+        cmocka_unit_test(timeline_peaks), cmocka_unit_test(mfu_hfu_code_base), cmocka_unit_test(tie_rule),
+        cmocka_unit_test(tie_break_plan),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cJSON_Delete(schema);

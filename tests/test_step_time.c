@@ -183,6 +183,26 @@ static void profile_field(void **state)
     assert_true(d.code_base[GCKPT_CB_FUSED].attention_seq_half == 256 && d.code_base[GCKPT_CB_HF].matmul_factor == 1);
     close_to(gckpt_attention_eff(&d.code_base[GCKPT_CB_FUSED], 768), 0.3 * 768 / 1024);
     assert_string_equal(d.code_base_fit, "{\"script\":\"s\"}");
+    /* the ratio band: optional, whole, p10 <= 1 <= p90 */
+    static const struct { const char *band, *field; } bad[] = {
+        {"\"ratio_p10\":1.05,\"ratio_p90\":1.1", "code_bases.fused.ratio_p10"},
+        {"\"ratio_p10\":0.9,\"ratio_p90\":0.95", "code_bases.fused.ratio_p90"},
+        {"\"ratio_p10\":0.9", "code_bases.fused.ratio_p10' without ratio_p90"},
+        {"\"ratio_p90\":\"1.1\"", "code_bases.fused.ratio_p90"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "%s\"code_bases\":{\"fused\":{\"matmul_factor\":0.7,\"attention_factor\":0.3,"
+                                    "\"attention_seq_half\":0,\"hbm_factor\":2,\"op_overhead_s\":0,\"step_overhead_s\":0,%s}}}",
+                 head, bad[i].band);
+        assert_false(gckpt_device_parse("p.json", text, &d, &err));
+        if (!strstr(err.msg, bad[i].field) || !strstr(err.msg, "p.json")) fail_msg("%s not in: %s", bad[i].field, err.msg);
+    }
+    snprintf(text, sizeof text, "%s\"code_bases\":{\"fused\":{\"matmul_factor\":0.7,\"attention_factor\":0.3,"
+                                "\"attention_seq_half\":0,\"hbm_factor\":2,\"op_overhead_s\":0,\"step_overhead_s\":0,"
+                                "\"ratio_p10\":0.93,\"ratio_p90\":1.08}}}", head);
+    assert_true(gckpt_device_parse("p.json", text, &d, &err));
+    assert_true(d.code_base[GCKPT_CB_FUSED].ratio_p10 == 0.93 && d.code_base[GCKPT_CB_FUSED].ratio_p90 == 1.08);
+    assert_true(d.code_base[GCKPT_CB_HF].ratio_p10 == 1 && d.code_base[GCKPT_CB_HF].ratio_p90 == 1);
 }
 
 int main(void)

@@ -425,11 +425,14 @@ def write_profiles(rows, theta, rng, rng_from, summary, csv_sha, args):
     for gpu, cls in CLASS_OF.items():
         path = os.path.join(ROOT, "devices", gpu + ".json")
         d = load_profile(gpu)
-        cbs = {}
+        cbs, old = {}, d.get("code_bases") or {}
         for cb in ("hf", "fused"):
             p = {k: float(f"{v:.4g}") for k, v in params_for(theta, cls, cb).items()}
             p["step_ratio_p10"] = round(rng[cb][0], 3)
             p["step_ratio_p90"] = round(rng[cb][1], 3)
+            for k in ("ratio_p10", "ratio_p90"):  # tools/step_time_pairs.py's band, kept (rerun it after a refit)
+                if k in old.get(cb, {}):
+                    p[k] = old[cb][k]
             cbs[cb] = p
         used = [r for r in rows if CLASS_OF[r["gpu_profile"]] == cls]
         cbs["fit"] = {
@@ -444,6 +447,8 @@ def write_profiles(rows, theta, rng, rng_from, summary, csv_sha, args):
             "note": ("fused matmul/attention factors fitted per GPU class; attention_seq_half, hbm_factor and the "
                      "overheads shared by the classes; hf not fitted: the fused rates and overheads with hbm_factor 1, "
                      "its points an out-of-sample check (docs/step-time.md)")}
+        if "ratio_from" in old.get("fit", {}):
+            cbs["fit"]["ratio_from"] = old["fit"]["ratio_from"]
         d["code_bases"] = cbs
         d.setdefault("sources", {})["code_bases"] = (
             f"fitted {today} by tools/step_time_fit.py to {len(used)} published points of GPU class {cls} "

@@ -42,6 +42,11 @@ typedef struct {
     /* optional: the 10th and 90th percentiles of published / predicted step time over the fit's
      * held-out points (1 when absent): each entry's step-time range */
     double step_ratio_p10, step_ratio_p90;
+    /* optional: the 10th and 90th percentiles of (measured ratio / planned ratio) of tokens/s
+     * of two settings on one setup (tools/step_time_pairs.py; 1 when absent): how far apart two
+     * entries of one plan must be before their order is trusted (the recommendation's tie rule,
+     * planner/plan.c). p10 <= 1 <= p90. */
+    double ratio_p10, ratio_p90;
 } gckpt_code_base_eff;
 
 typedef struct {

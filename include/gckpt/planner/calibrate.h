@@ -17,11 +17,20 @@ extern "C" {
 
 /* The knobs, in the order of gckpt_calibration_summary.knob. The pinned copy knob scales
  * h2d_bytes_per_s and d2h_bytes_per_s by one factor: checkpoint offload copies the same
- * bytes each way, so a step time cannot tell the two apart. */
-enum { GCKPT_CAL_MATMUL, GCKPT_CAL_HBM, GCKPT_CAL_COPY, GCKPT_CAL_NKNOB };
-extern const char *const gckpt_cal_knob_names[GCKPT_CAL_NKNOB]; /* "matmul_efficiency", ... */
+ * bytes each way, so a step time cannot tell the two apart.
+ * Which fields they set depends on the calibration (gckpt_calibration_summary.code_base):
+ *  - a base profile with "code_bases" and runs planned for CUDA kernels: the time parameters
+ *    of the runs' code base (code_bases.<cb>.matmul_factor, hbm_factor, attention_factor,
+ *    op_overhead_s, step_overhead_s) and the copy rates; the chip's efficiencies are kept;
+ *  - otherwise (CPU kernels, a profile without code_bases): matmul_efficiency, hbm_efficiency
+ *    and the copy rates; ATTN, OP and STEP do not apply. */
+enum { GCKPT_CAL_MATMUL, GCKPT_CAL_HBM, GCKPT_CAL_COPY, GCKPT_CAL_ATTN, GCKPT_CAL_OP, GCKPT_CAL_STEP, GCKPT_CAL_NKNOB };
+extern const char *const gckpt_cal_knob_names[GCKPT_CAL_NKNOB]; /* "matmul_efficiency", ... (the efficiency mode's) */
 
 typedef struct {
+    char field[64];       /* the profile field it sets ("matmul_efficiency", "code_bases.fused.hbm_factor";
+                           * copy: "h2d_bytes_per_s") */
+    bool applies;         /* false: not a knob of this calibration (not fitted, not printed) */
     double before, after; /* the profile's value (copy: h2d_bytes_per_s) before and after */
     bool fitted;          /* identifiable from the runs and fitted; false: kept as it was */
     bool clamped;         /* the fit left the field's range and was held at its bound */
@@ -39,6 +48,7 @@ typedef struct {
 typedef struct {
     char device[128];          /* the profile's name */
     char measured_on[160];     /* what the runs ran on (the report's device name, backend) */
+    int code_base;             /* the code base whose parameters were fitted, -1: the efficiencies */
     gckpt_cal_knob knob[GCKPT_CAL_NKNOB];
     gckpt_cal_run *runs;       /* malloc'd; gckpt_calibration_summary_free */
     size_t n_runs;

@@ -65,6 +65,8 @@ typedef struct {
     gckpt_entry *entries;
     size_t n;
     long recommended; /* index or -1 */
+    long fastest;     /* the fastest entry that fits (index or -1); recommended unless the
+                       * ratio band ties it with one of more headroom (gckpt_plan_tied) */
     long smallest;    /* index of the smallest device peak */
     gckpt_recipe *recipe; /* of the request's precision and attention */
     gckpt_params *params; /* its parameter state table under the request's optimizer */
@@ -85,6 +87,23 @@ bool gckpt_warning_say(const gckpt_plan *p, size_t i, char **msg);
 /* The run setting of plan p at one micro-batch split (checkpointing off: the caller sets
  * every_n and offload). */
 gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum);
+
+/* Whether two entries of one plan with tokens/s ta and tb are within each other's ratio band
+ * [p10, p90]: ta / tb and tb / ta both in it (the planned order could be the wrong way round). */
+bool gckpt_time_tied(double ta, double tb, double p10, double p90);
+/* The plan's ratio band (its code base's ratio_p10 / ratio_p90 on a CUDA target, else [1, 1]);
+ * false when it is [1, 1] (no band: ties only at equal tokens/s). */
+bool gckpt_plan_ratio_band(const gckpt_plan *p, double *p10, double *p90);
+/* An entry's step-time range: step_s x the code base's step_ratio_p10 / p90 (the fit's held-out
+ * spread across setups); false without one (no code_bases, a CPU target). */
+bool gckpt_plan_step_range(const gckpt_plan *p, const gckpt_result *r, double *lo, double *hi);
+/* Entry i fits, has the fastest fitting entry's offload and is within the ratio band of it (the
+ * fastest too). */
+bool gckpt_plan_tied(const gckpt_plan *p, size_t i);
+
+/* Set p's fastest, recommended and smallest from its entries (fits, tokens/s, device peaks), the
+ * device's ratio band and the target (gckpt_plan_run calls it). */
+void gckpt_plan_choose(gckpt_plan *p);
 
 /* Load model and device, sweep, recommend. false with err set on bad input. */
 bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err);

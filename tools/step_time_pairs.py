@@ -27,9 +27,10 @@ tokens per micro-batch) or the seq alone. A seq change moves the attention share
 step, which the model fits least well; so the band from these pairs is wider than the error of
 two entries of one plan, a cautious tie rule. The script prints the band per kind of pair.
 
---write stores "ratio_p10" / "ratio_p90" (the p10 / p90 of q over every pair, both code bases:
-the hf code base has too few pairs) in every fitted profile's code_bases.hf and code_bases.fused
-and "ratio_from" in code_bases.fit (script, date, data sha256, pairs).
+--write stores "ratio_p10" / "ratio_p90" in every fitted profile's code_bases.hf and
+code_bases.fused: the p10 / p90 of q over that code base's own pairs when it has at least
+MIN_PAIRS of them from at least MIN_SOURCES sources, else over every pair; and "ratio_from" in
+code_bases.fit (script, date, data sha256, pairs, which pairs each code base's band is from).
 
 Exit status: 0, 2 on unreadable input, 1 when gckpt-plan fails on a point.
 """
@@ -51,6 +52,7 @@ ROOT = stc.ROOT
 SETUP = ["source", "model", "gpu_profile", "gpus_per_node", "nodes", "parallel_arg", "precision_arg",
          "extra_args", "code_base_class"]
 SETTING = ["every_n", "micro_batch", "seq", "grad_accum"]
+MIN_PAIRS, MIN_SOURCES = 30, 2  # a code base gets a band of its own from this many pairs
 
 
 def wpct(pairs, q):
@@ -119,6 +121,18 @@ def main():
             lo, mid, hi = band(sel)
             print(f"{name:<32} {len(sel):>5} {lo:7.3f} {mid:7.3f} {hi:7.3f}")
     lo, _, hi = band(pairs)
+    # each code base's band: its own pairs when there are enough of them, else every pair
+    cb_band, cb_from = {}, {}
+    for cb in ("hf", "fused"):
+        sel = [p for p in pairs if p["code_base"] == cb]
+        if len(sel) >= MIN_PAIRS and len({p["source"] for p in sel}) >= MIN_SOURCES:
+            b = band(sel)
+            cb_band[cb] = (b[0], b[2])
+            cb_from[cb] = f"its own {len(sel)} pairs from {len({p['source'] for p in sel})} sources"
+        else:
+            cb_band[cb] = (lo, hi)
+            cb_from[cb] = f"all {len(pairs)} pairs (it has {len(sel)} of its own)"
+        print(f"band of {cb}: {cb_band[cb][0]:.3f}-{cb_band[cb][1]:.3f} from {cb_from[cb]}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"pairs": pairs, "ratio_p10": lo, "ratio_p90": hi}, f, indent=1)
@@ -135,11 +149,12 @@ def main():
                 continue
             for cb in ("hf", "fused"):
                 if cb in cbs:
-                    cbs[cb]["ratio_p10"], cbs[cb]["ratio_p90"] = round(lo, 3), round(hi, 3)
+                    cbs[cb]["ratio_p10"], cbs[cb]["ratio_p90"] = (round(v, 3) for v in cb_band[cb])
             cbs.setdefault("fit", {})["ratio_from"] = {
                 "script": "tools/step_time_pairs.py", "date": today, "data": os.path.relpath(args.csv, ROOT),
                 "data_sha256": csv_sha, "pairs": len(pairs), "sources": len(n_src),
                 "kinds": {k: sum(p["kind"] == k for p in pairs) for k in kinds},
+                "band_from": cb_from,
                 "note": ("p10 / p90 of (published ratio / planned ratio) of tokens/s over pairs of published points on "
                          "one setup, both ways round, the profiles' fitted parameters as shipped (not refitted); "
                          "most pairs change the seq, so the band is wider than two entries of one plan need")}

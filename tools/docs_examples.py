@@ -21,8 +21,9 @@ THE CONVENTION (what makes a block an example, and how it is compared)
             `build` in that copy is a link to --build, so ./build/gckpt-plan is the
             binary under test, and --build is first on PATH (plain `gckpt-run` works);
             GCKPT_DATA_DIR is the copy (models/, devices/ are the copy's). Commands run
-            with bash, LC_ALL=C, TZ=UTC, stdin /dev/null, and a time limit (--timeout,
-            default 120 s each).
+            with bash, LC_ALL=C, TZ=UTC, OPENBLAS_CORETYPE=Haswell where the CPU has
+            AVX2 and FMA (the host backend's losses depend on the BLAS kernel), stdin
+            /dev/null, and a time limit (--timeout, default 120 s each).
   Compared  Standard output, line by line, trailing spaces and trailing blank lines
             ignored, after the masks below; a command that writes nothing to standard
             output is compared with its standard error instead (an error example). The
@@ -262,6 +263,19 @@ def norm(lines):
     return out
 
 
+def blas_pin():
+    """OpenBLAS picks its kernels by CPU (an AMD Zen 4 gets Cooperlake's, a Zen 3 Haswell's),
+    and their summation order moves the host backend's losses and gradient checksums in the
+    last bits (amp-bf16 rounds them into the shown digits). The pages show Haswell's: pinned
+    wherever the CPU has what that kernel needs (AVX2, FMA); elsewhere left to OpenBLAS."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return {}
+    return {"OPENBLAS_CORETYPE": "Haswell"} if {"avx2", "fma"} <= set(flags) else {}
+
+
 def run_page(page, examples, files, args, report, updates):
     # in the build folder: on the source's file system as a rule, so hard links work
     scratch = tempfile.mkdtemp(prefix="docs-examples-", dir=os.path.abspath(args.build))
@@ -270,6 +284,7 @@ def run_page(page, examples, files, args, report, updates):
         os.symlink(os.path.abspath(args.build), os.path.join(scratch, "build"))
         env = dict(os.environ, LC_ALL="C", TZ="UTC", GCKPT_DATA_DIR=scratch,
                    PATH=os.path.abspath(args.build) + os.pathsep + os.environ.get("PATH", ""))
+        env.update(blas_pin())
         for item in sorted(examples + files, key=lambda e: e[0]):
             if item[1] == "file":
                 with open(os.path.join(scratch, item[2]), "w") as f:

@@ -449,9 +449,10 @@ static void z2_flush(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
     w->bucket_kept = false;
 }
 
-/* The reduce hook. ZeRO-2: the .grad into the bucket, as above. One deviation, for the executor
- * (whose all-reduce is the parameter's event): a copied parameter of the rank's partition makes
- * the partition buffer at its own hook, not at the flush (at most a bucket's parameters later). */
+/* The reduce hook. ZeRO-2: the .grad into the bucket, as above; the rank's partition buffer is
+ * made at the flush that reduces the first of its parameters (z2_flush), as DeepSpeed does: the
+ * parameter's ALL_REDUCE event stays at its hook (the executor keeps the reduced piece in the
+ * bucket at its running offset until that buffer exists, interp_zero2.c). */
 static void z2_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
 {
     const gckpt_ctx *c = w->c;
@@ -470,7 +471,6 @@ static void z2_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u
         w->pending_unit = u;
         w->pending_bytes = p->grad.bytes;
     } else {
-        if (kept) z2_partition(w, s, o);
         z2_collective(w, s, o, u, p);
         free_grad(o, p->tensor, *gid, p->grad.bytes);
     }

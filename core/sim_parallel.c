@@ -369,6 +369,20 @@ static void z3_release(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
     *g = -1;
 }
 
+/* The backward's end: a gathered parameter whose module ran no backward (a frozen embedding: its
+ * input is the token ids, so its post-backward hook never fires) is released there by
+ * DeepSpeed's release_backward_leftovers (partitioned_param_coordinator.py, called from
+ * parameter_offload.py's end-of-backward callback), not kept into the next micro-step. */
+static void z3_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
+{
+    for (uint64_t u = 0; u < w->units; u++)
+        for (uint64_t t = 0; t < GCKPT_MAX_TENSORS; t++) {
+            int *g = &w->gathered[u * GCKPT_MAX_TENSORS + t];
+            if (*g >= 0) gckpt_sim_release(s, o, *g);
+            *g = -1;
+        }
+}
+
 /* ZeRO-2 offload_optimizer, the boundary's reduction of a parameter with a slice in the rank's
  * partition (stage_1_and_2.py copy_grads_in_partition, cpu_offload branch): the slice's fp64
  * copy for its norm (set_norm_for_param_grad_in_gpu), freed, then its fp32 copy for the D2H
@@ -546,7 +560,7 @@ static void z3_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit,
 const gckpt_wrap_hooks gckpt_wrap_fsdp = {.pre_forward = fsdp_pre_forward, .post_forward = fsdp_post_forward,
                                           .pre_backward = fsdp_pre_backward, .post_backward = fsdp_post_backward};
 const gckpt_wrap_hooks gckpt_wrap_zero2 = {.backward_end = z2_flush, .op = z2_op};
-const gckpt_wrap_hooks gckpt_wrap_zero3 = {.op = z3_op};
+const gckpt_wrap_hooks gckpt_wrap_zero3 = {.backward_end = z3_backward_end, .op = z3_op};
 
 void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {

@@ -83,8 +83,8 @@ void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_ta
  * parallel_peak_approximate warning states it). */
 #define GCKPT_PARALLEL_PEAK_BOUND_PCT "0.21"
 /* ... with LoRA / QLoRA (tests/data/hf-dist-peft, test_parallel_peft holds each to the fixtures):
- * fsdp; zero2; zero3, planned below every measured rank (test_parallel_peft checks the sign) because
- * DeepSpeed's trace-based prefetch, which gathers frozen parameters modules ahead of their use, is
+ * fsdp; zero2; zero3, planned below every measured rank (test_parallel_peft checks the sign): DeepSpeed's
+ * trace-based prefetch, and bytes the forward holds beyond the plan in layers not checkpointed, are
  * not modelled (FINDINGS R-DISTPEFT-10). */
 #define GCKPT_PARALLEL_PEFT_FSDP_BOUND_PCT "0.04"
 #define GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT "0.03"

@@ -9,15 +9,16 @@
  *     and within the bound the parallel_peak_approximate warning states for LoRA under fsdp,
  *     zero2 and zero3 (GCKPT_PARALLEL_PEFT_*_BOUND_PCT); max and mean |error| printed per mode,
  *     and each fixture beyond 0.5 % listed with the reason:
- *       zero3, every fixture (-0.85 % .. -6.93 %, planned below, which the test checks), two
- *         effects not modelled (FINDINGS R-DISTPEFT-10): the measured steps gather frozen
- *         parameters modules ahead of their use (DeepSpeed's trace-based prefetch: by layer 0's end
- *         of the forward the every_n 1 q,v fixture holds 303,504 B more than planned, layers 1-3's
- *         frozen weights; the peaks there, in the recompute, are 0.85-1.72 % low); and with layers
- *         not checkpointed the forward's end holds more than the prefetch explains (every_n 2 q,v:
- *         86,016 B, the whole gap at its peak in the head's backward; every_n 2 and off: -1.9 ..
- *         -6.9 %). The frozen embedding's gathered buffer is released at the backward's end
- *         (release_backward_leftovers), as measured.
+ *       zero3 (-0.85 % .. +1.29 %; 8 fixtures beyond 0.5 %): the measured steps gather frozen
+ *         parameters modules ahead of their use (DeepSpeed's trace-based prefetch, FINDINGS
+ *         R-DISTPEFT-10: by layer 0's end of the forward the every_n 1 q,v fixture holds 303,504 B
+ *         more than planned, layers 1-3's frozen weights), not modelled; what it leaves at the
+ *         peaks: the every_n 1 all-linear and QLoRA fixtures 0.5-0.85 % low in the recompute, and
+ *         the no-checkpointing ones 0.68-1.29 % high (the plan holds about 16 KB through the
+ *         backward that the measured step frees earlier, not traced). Modelled and measured: ZeRO-3's
+ *         F.linear saves its input for a frozen weight too, the frozen embedding's gathered weight
+ *         is released after its forward when its output needs no gradient, else at the
+ *         backward's end.
  * The schedule's collectives (bytes of the forward's and the backward's all-gathers and of the
  * reductions) equal step 2's on every fsdp, zero2 and zero3 fixture (zero3 with checkpointing: the
  * frozen parameters of a checkpointed layer gathered once more in each micro-step's backward,
@@ -205,11 +206,6 @@ static int check_peak(const char *name, const dist_fixture *f, void *ctx)
     if (fabs(e) > PEAK_TOL) {
         print_message("  ^ not matched within %.1f %% (the reason: this file's header)\n", 100 * PEAK_TOL);
         t->beyond[mode]++;
-    }
-    /* zero3: planned below the measured peak, as the warning says (the prefetch is not modelled) */
-    if (mode == GCKPT_PAR_ZERO3 && e > 0) {
-        print_message("  ^ zero3 planned above the measured peak: the warning says below\n");
-        return 1;
     }
     if (fabs(e) <= peak_tol(mode)) return bad;
     print_message("  ^ beyond the %s bound, %.2f %%\n", gckpt_parallel_names[mode], 100 * peak_tol(mode));

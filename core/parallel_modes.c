@@ -45,7 +45,7 @@ static const gckpt_par_mode modes[GCKPT_NPAR] = {
     [GCKPT_PAR_ZERO3] = {.multi = true, MEASURED, .shard_how = GCKPT_SHARD_FLAT,
                          .title = "DeepSpeed ZeRO-3", .trainer = GCKPT_TRAINER_DEEPSPEED, .zero_stage = 3,
                          .sharded = GCKPT_SHARD_WEIGHT | GCKPT_SHARD_GRAD | GCKPT_SHARD_STATES, .persistence = true,
-                         .deepspeed = true, .bf16_compute = true, .reduce_hooks = true,
+                         .deepspeed = true, .bf16_compute = true, .reduce_hooks = true, .linear_saves_input = true,
                          .rows = gckpt_rows_zero3, .apply = gckpt_apply_zero3, .step_gather_events = gckpt_gather_zero3,
                          .offload_copies = gckpt_offload_zero3, .sim = &gckpt_wrap_zero3},
 #ifdef GCKPT_TOY /* replicas that never communicate (docs/architecture.md, "A parallel mode") */

@@ -486,8 +486,10 @@ static int linear_op(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t
     bias = bc;
     bool wg = rg(tr, w), xg = rg(tr, xi);
     /* mm saves an operand only for the other operand's gradient (a frozen weight: not
-     * the input; an input that needs no gradient: not the weight's cast) */
-    int saved[2] = {wg ? xi : -1, xg ? wc : -1};
+     * the input; an input that needs no gradient: not the weight's cast); ZeRO-3's
+     * LinearFunctionForZeroStage3 saves the input whenever it has a node */
+    bool keep_in = wg || (xg && tr->peft && tr->peft->linear_saves_input);
+    int saved[2] = {keep_in ? xi : -1, xg ? wc : -1};
     int o = linear_node(tr, xi, wc, bias, in_f, out_f, name, tr->amp ? tr->compute_dt : dt(tr, x), saved);
     gckpt_op *op = last_op(tr);
     op->grad_view[1] = !is_conv1d;

@@ -45,6 +45,7 @@ struct gckpt_wrap {
     uint8_t *regather;  /* ZeRO-3, per unit x recipe tensor: a frozen parameter of a checkpointed layer
                          * gathered again for the recompute */
     bool keep;          /* ZeRO-3: gathered parameters stay from their forward to their backward */
+    bool embed_no_grad; /* the embedding's output needs no gradient (gckpt_wrap_embed_no_grad) */
     bool tied;          /* FSDP2 with a tied head: unit 0 is [final norm, embedding = head] */
     int ipg, ipg2;      /* ZeRO-2: the ipg bucket(s) of this backward (overlap_comm: two), -1 */
     int part;           /* ZeRO-2: a later micro-step's partition buffer, -1 */
@@ -369,6 +370,20 @@ static void z3_release(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
     *g = -1;
 }
 
+/* The backward's end: a gathered parameter whose module ran no backward (a frozen embedding: its
+ * input is the token ids, so its post-backward hook never fires) is released there by
+ * DeepSpeed's release_backward_leftovers (partitioned_param_coordinator.py, called from
+ * parameter_offload.py's end-of-backward callback), not kept into the next micro-step. */
+static void z3_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
+{
+    for (uint64_t u = 0; u < w->units; u++)
+        for (uint64_t t = 0; t < GCKPT_MAX_TENSORS; t++) {
+            int *g = &w->gathered[u * GCKPT_MAX_TENSORS + t];
+            if (*g >= 0) gckpt_sim_release(s, o, *g);
+            *g = -1;
+        }
+}
+
 /* ZeRO-2 offload_optimizer, the boundary's reduction of a parameter with a slice in the rank's
  * partition (stage_1_and_2.py copy_grads_in_partition, cpu_offload branch): the slice's fp64
  * copy for its norm (set_norm_for_param_grad_in_gpu), freed, then its fp32 copy for the D2H
@@ -449,9 +464,10 @@ static void z2_flush(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
     w->bucket_kept = false;
 }
 
-/* The reduce hook. ZeRO-2: the .grad into the bucket, as above. One deviation, for the executor
- * (whose all-reduce is the parameter's event): a copied parameter of the rank's partition makes
- * the partition buffer at its own hook, not at the flush (at most a bucket's parameters later). */
+/* The reduce hook. ZeRO-2: the .grad into the bucket, as above; the rank's partition buffer is
+ * made at the flush that reduces the first of its parameters (z2_flush), as DeepSpeed does: the
+ * parameter's ALL_REDUCE event stays at its hook (the executor keeps the reduced piece in the
+ * bucket at its running offset until that buffer exists, interp_zero2.c). */
 static void z2_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u, const gckpt_param *p)
 {
     const gckpt_ctx *c = w->c;
@@ -470,7 +486,6 @@ static void z2_reduce(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t u
         w->pending_unit = u;
         w->pending_bytes = p->grad.bytes;
     } else {
-        if (kept) z2_partition(w, s, o);
         z2_collective(w, s, o, u, p);
         free_grad(o, p->tensor, *gid, p->grad.bytes);
     }
@@ -531,7 +546,11 @@ static void z3_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit,
             break;
         case GCKPT_WRAP_PRE_BWD: z3_gather(w, s, o, u, p); break;
         case GCKPT_WRAP_POST_FWD: case GCKPT_WRAP_POST_RECOMPUTE:
-            if (!w->keep) z3_release(w, s, o, u, p);
+            /* a frozen untied embedding whose output needs no gradient: its module never comes
+             * back in the recorded trace, so DeepSpeed releases it after its forward
+             * (__params_to_release finds no reuse; FINDINGS R-DISTPEFT-10) */
+            if (!w->keep || (w->embed_no_grad && p->section == GCKPT_SEC_EMBED && !p->trainable && !c->model->tied))
+                z3_release(w, s, o, u, p);
             break;
         case GCKPT_WRAP_POST_BWD:
             /* a tied head's weight: the embedding, still to run its backward, keeps it gathered */
@@ -546,7 +565,7 @@ static void z3_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit,
 const gckpt_wrap_hooks gckpt_wrap_fsdp = {.pre_forward = fsdp_pre_forward, .post_forward = fsdp_post_forward,
                                           .pre_backward = fsdp_pre_backward, .post_backward = fsdp_post_backward};
 const gckpt_wrap_hooks gckpt_wrap_zero2 = {.backward_end = z2_flush, .op = z2_op};
-const gckpt_wrap_hooks gckpt_wrap_zero3 = {.op = z3_op};
+const gckpt_wrap_hooks gckpt_wrap_zero3 = {.backward_end = z3_backward_end, .op = z3_op};
 
 void gckpt_wrap_pre_forward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
@@ -568,6 +587,8 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
 {
     if (w->h->op) w->h->op(w, s, o, unit, op, at);
 }
+
+void gckpt_wrap_embed_no_grad(gckpt_wrap *w, bool no_grad) { w->embed_no_grad = no_grad; }
 
 void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid)
 {

@@ -486,10 +486,19 @@ static gckpt_xstatus init_params(gckpt_exec *x, gckpt_err *err)
         uint64_t key = gckpt_key(x->o.seed, 0x5eedULL, (uint64_t)p->tensor, (uint64_t)(p->layer + 1));
         gckpt_xstatus rc;
         if (p->spec->quant.scheme) { /* loaded in the compute dtype, then quantized (exec_quant.h) */
-            gckpt_qbufs b = {p->w, {0}};
+            /* sharded by the mode (FSDP2's bf16 storage): the whole packed weight in a scratch
+             * buffer (setup, before the peak is reset), the rank's piece taken from it */
+            bool sharded = !p->w && x->mode->shard_packed;
+            uint64_t wb = p->spec->weight.numel * gckpt_dtype_size((gckpt_dtype)p->spec->weight.dtype);
+            void *tmp = NULL;
+            if (sharded && (rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, wb > p->spec->weight.bytes ? wb : p->spec->weight.bytes, &tmp)) != GCKPT_XS_OK)
+                return exec_be_fail(x, rc, "quantizing a sharded weight", err);
+            gckpt_qbufs b = {sharded ? tmp : p->w, {0}};
             memcpy(b.stat, p->q.stat, sizeof b.stat);
             rc = gckpt_quant_fill(x->be, p->q.layout, p->spec->rows, p->spec->cols, key, a,
                                   (gckpt_dtype)x->set.peft.compute_dtype, &b, NULL, err);
+            if (rc == GCKPT_XS_OK && sharded) rc = x->mode->shard_packed(x, i, tmp, err);
+            if (sharded) x->be->release(x->be, GCKPT_MEM_DEVICE, tmp, wb > p->spec->weight.bytes ? wb : p->spec->weight.bytes);
             if (rc != GCKPT_XS_OK) return rc;
             continue; /* frozen: no states */
         }

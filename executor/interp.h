@@ -150,6 +150,9 @@ struct exec_par_ops {
     /* parameter instance j's initial values where the mode holds them (a shard of what one
      * process makes: how, scale and key as one process initialises the whole tensor) */
     gckpt_xstatus (*init_param)(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err);
+    /* a quantized parameter instance j the mode shards (no whole weight bound): its rank's piece
+     * of the packed storage one process quantizes (packed: that whole weight, a scratch buffer) */
+    gckpt_xstatus (*shard_packed)(gckpt_exec *x, size_t j, const void *packed, gckpt_err *err);
     /* after every weight is initialised */
     gckpt_xstatus (*init)(gckpt_exec *x, gckpt_err *err);
     /* after an ALLOC / ALLOC_SCRATCH the interpreter performed */

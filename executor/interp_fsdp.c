@@ -93,6 +93,14 @@ static bool fsdp_prepare(gckpt_exec *x, gckpt_err *err)
     return true;
 }
 
+/* A shard's element size: fp32, or a quantized weight's storage dtype (packed bytes, moved as
+ * bytes: a 4-bit pair read as bf16 may be a NaN pattern a cast would not keep). */
+static unsigned shard_size(const param_t *p)
+{
+    return p->spec->quant.scheme ? gckpt_dtype_size((gckpt_dtype)p->spec->weight.dtype) : 4;
+}
+static gckpt_xt bytes_at(void *p, uint64_t off, uint64_t n) { return (gckpt_xt){(char *)p + off, n, GCKPT_DT_U8, 0}; }
+
 /* The rank's rows, every parameter's shard and states views into them. */
 static gckpt_xstatus fsdp_setup(gckpt_exec *x, gckpt_err *err)
 {
@@ -109,7 +117,8 @@ static gckpt_xstatus fsdp_setup(gckpt_exec *x, gckpt_err *err)
             if (!p->w) return exec_fail(err, "fsdp: %s (layer %d) has no whole row", p->spec->name, p->layer);
             continue;
         }
-        f->shard_bytes[j] = gckpt_round_up(4 * part_of(p), round);
+        /* fp32, or a bf16-stored Params4bit's packed storage in that dtype (R-DISTPEFT-7) */
+        f->shard_bytes[j] = gckpt_round_up(shard_size(p) * part_of(p), round);
         /* a frozen parameter (LoRA's base) has no states */
         f->state_bytes[j] = p->spec->trainable ? gckpt_round_up(4 * local_of(x, p), round) : 0;
         f->shard[j] = exec_row(x, GCKPT_ROW_WEIGHTS, i, 0, 0, copy, &bytes[0]);
@@ -119,6 +128,21 @@ static gckpt_xstatus fsdp_setup(gckpt_exec *x, gckpt_err *err)
             return exec_fail(err, "fsdp: the rows of %s (layer %d) are not its shard and states", p->spec->name, p->layer);
     }
     return GCKPT_XS_OK;
+}
+
+/* A bf16-stored Params4bit: the rank's dim-0 rows of the packed storage, the padding zero. */
+static gckpt_xstatus fsdp_shard_packed(gckpt_exec *x, size_t j, const void *packed, gckpt_err *err)
+{
+    exec_fsdp *f = x->fsdp;
+    param_t *p = &x->params[j];
+    uint64_t sz = shard_size(p), part = part_of(p), local = local_of(x, p), lo = (uint64_t)x->o.rank * part;
+    gckpt_xt none = {0};
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    if (!f->shard[j]) return exec_fail(err, "fsdp: %s (layer %d) has no shard row", p->spec->name, p->layer);
+    if (local) rc = x->be->add(x->be, bytes_at(f->shard[j], 0, local * sz), none, bytes_at((void *)packed, lo * sz, local * sz));
+    if (rc == GCKPT_XS_OK && local < part)
+        rc = x->be->init(x->be, bytes_at(f->shard[j], local * sz, (part - local) * sz), GCKPT_INIT_CONST, 0.0f, 0);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "sharding a packed weight", err);
 }
 
 static gckpt_xstatus fsdp_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err)
@@ -169,8 +193,13 @@ static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const 
             return rc;
         for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++)
             if (f->unit[j] == u && part_of(&x->params[j])) {
-                gckpt_xt to = {(char *)src.p + f->off[j] * gckpt_dtype_size((gckpt_dtype)src.dt), part_of(&x->params[j]), src.dt, 0};
-                rc = x->be->add(x->be, to, none, f32(f->shard[j], 0, to.n));
+                param_t *p = &x->params[j];
+                unsigned ss = gckpt_dtype_size((gckpt_dtype)src.dt);
+                gckpt_xt to = {(char *)src.p + f->off[j] * ss, part_of(p), src.dt, 0};
+                if (!p->spec->quant.scheme) rc = x->be->add(x->be, to, none, f32(f->shard[j], 0, to.n));
+                else if (shard_size(p) != ss) /* packed storage goes as it is (param_dtype = its dtype) */
+                    return exec_fail(err, "%s: fsdp: %s's packed storage is not of the all-gather's dtype", w->at, p->spec->name);
+                else rc = x->be->add(x->be, bytes_at(to.p, 0, to.n * ss), none, bytes_at(f->shard[j], 0, to.n * ss));
             }
         if (rc == GCKPT_XS_OK) rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, src, dst, 0);
         f->ag = a->dst;
@@ -190,7 +219,7 @@ static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const 
 static gckpt_xstatus fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp;
-    gckpt_xt none = {0}, ag;
+    gckpt_xt none = {0}, ag = {0};
     if (e->par == GCKPT_PE_RS_INPUT) {
         f->rs_in = e->inst;
         return GCKPT_XS_OK;
@@ -220,9 +249,12 @@ static gckpt_xstatus fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const ex
     gckpt_xstatus rc = inst(x, f->ag, up * world(x), "all-gather output", w, &ag, err);
     gckpt_xt mine = exec_inst_view(x, e->inst);
     unsigned sz = gckpt_dtype_size((gckpt_dtype)mine.dt);
+    bool packed = p->spec->quant.scheme != 0; /* bytes: a cast would not keep every pattern */
     for (uint64_t r = 0; r < world(x) && rc == GCKPT_XS_OK; r++)
-        rc = x->be->add(x->be, (gckpt_xt){(char *)mine.p + r * part * sz, part, mine.dt, 0}, none,
-                        (gckpt_xt){(char *)ag.p + (r * up + f->off[j]) * sz, part, ag.dt, 0});
+        rc = packed ? x->be->add(x->be, bytes_at(mine.p, r * part * sz, part * sz), none,
+                                 bytes_at(ag.p, (r * up + f->off[j]) * sz, part * sz))
+                    : x->be->add(x->be, (gckpt_xt){(char *)mine.p + r * part * sz, part, mine.dt, 0}, none,
+                                 (gckpt_xt){(char *)ag.p + (r * up + f->off[j]) * sz, part, ag.dt, 0});
     if (rc != GCKPT_XS_OK) return err->msg[0] ? rc : exec_be_fail(x, rc, w->at, err);
     if (mine.dt != p->spec->weight.dtype) return exec_fail(err, "%s: the unsharded buffer's dtype is not the weight's", w->at);
     p->w = mine.p;
@@ -338,6 +370,7 @@ const exec_par_ops exec_fsdp_ops = {.flat_grads = true,
                                     .setup = fsdp_setup,
                                     .init_param = fsdp_init_param,
                                     .on_alloc = fsdp_on_alloc,
+                                    .shard_packed = fsdp_shard_packed,
                                     .on_free = fsdp_on_free,
                                     .collective = fsdp_collective,
                                     .zero_grad = fsdp_zero_grad,

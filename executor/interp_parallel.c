@@ -32,34 +32,11 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
     const char *mode = gckpt_parallel_names[s->layout.mode];
     /* every mode executes what the core plans per rank (a hand-written plan may hold more) */
     if (!gckpt_layout_check(s, err)) return false;
-    if (!gckpt_exec_layout_ok(&s->layout, &s->peft, err)) return false;
     if ((uint32_t)world != gckpt_layout_world(&s->layout)) {
         gckpt_seterr(err, "parallel mode %s planned for %u ranks, run on %d", mode, gckpt_layout_world(&s->layout), world);
         return false;
     }
     return true;
-}
-
-bool gckpt_exec_layout_ok(const gckpt_layout *l, const gckpt_peft *pf, gckpt_err *err)
-{
-    /* LoRA / QLoRA: DDP's hooks act on the trainable parameters only (its buckets), ZeRO-1/2's on
-     * the flat groups of the trainable ones (a frozen parameter a whole replica), FSDP2's gather
-     * every sharded parameter and reduce the trainable ones' (the core's unit_part and
-     * unit_grad_part) with a uint8 Params4bit whole; ZeRO-3's partitions do not yet skip frozen
-     * and 4-bit parameters */
-    if (!gckpt_layout_multi(l) || !gckpt_peft_on(pf)) return true;
-    const char *mode = gckpt_parallel_names[l->mode], *how = gckpt_method_names[pf->method];
-    if (l->mode == GCKPT_PAR_DDP || l->mode == GCKPT_PAR_ZERO1 || l->mode == GCKPT_PAR_ZERO2) return true;
-    if (l->mode == GCKPT_PAR_FSDP) {
-        if (!gckpt_peft_quantized(pf) || pf->quant_storage == GCKPT_DT_U8) return true;
-        gckpt_seterr(err, "--method %s --quant-storage %s with parallel mode %s is planned but not executed: gckpt-run's "
-                          "fsdp hooks do not shard a Params4bit (uint8 storage runs)", how,
-                     gckpt_dtype_names[pf->quant_storage], mode);
-        return false;
-    }
-    gckpt_seterr(err, "--method %s with parallel mode %s is planned but not executed: gckpt-run's %s hooks do not "
-                      "yet handle frozen parameters (ddp, zero1, zero2 and fsdp run LoRA and QLoRA)", how, mode, mode);
-    return false;
 }
 
 const exec_par_ops *exec_par_ops_of(const gckpt_layout *l)

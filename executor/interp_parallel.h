@@ -64,6 +64,14 @@ struct exec_zero {
      * a later micro-step's (part1, added into part0 when freed) */
     uint64_t *pbuf_off;
     uint32_t part0, part1;
+    /* ZeRO-2: the ipg bucket as DeepSpeed fills it (fill: its elements in use; bucket_inst: the
+     * live bucket) and the kept instances reduced into it before the flush that makes the
+     * partition buffer (pend: instance, offset in the bucket; copied in at that buffer's alloc) */
+    uint64_t fill;
+    uint32_t bucket_inst;
+    bool pmade; /* this backward's partition buffer is made */
+    size_t npend, *pend_j;
+    uint64_t *pend_off;
     /* ZeRO-1: the ipg bucket(s) the schedule allocates at the first backward's first gradient
      * hook (an ALLOC_SCRATCH marked GCKPT_PE_IPG_BUCKET), freed with the step's release */
     uint32_t z1_bucket[2];

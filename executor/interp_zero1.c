@@ -328,6 +328,8 @@ void exec_zero_free(gckpt_exec *x)
     free(x->zero->keep);
     free(x->zero->flat_j);
     free(x->zero->pbuf_off);
+    free(x->zero->pend_j);
+    free(x->zero->pend_off);
     free(x->zero);
     x->zero = NULL;
 }

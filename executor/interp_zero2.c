@@ -6,9 +6,12 @@
  *    (component GRADS: the gradients the step reads, freed by zero_grad) or a later
  *    micro-step's (PARALLEL);
  *  - an ALL_REDUCE of one parameter copies its .grad (made afresh in every micro-step) into the
- *    ipg bucket a bucket at a time, averages it over the ranks in place (each rank's divided by N
- *    first: FINDINGS R-CPU-4 D10) and, when the parameter overlaps the rank's partition, copies it into
- *    its place in the micro-step's partition buffer;
+ *    ipg bucket at the bucket's running offset (DeepSpeed's: a parameter that would overflow the
+ *    bucket starts it again; one larger than the bucket goes through it a bucket at a time),
+ *    averages it over the ranks in place (each rank's divided by N first: FINDINGS R-CPU-4 D10)
+ *    and, when the parameter overlaps the rank's partition, copies it into its place in the
+ *    micro-step's partition buffer; before the flush that makes that buffer the piece waits in
+ *    the bucket and is copied in at the buffer's ALLOC;
  *  - the .grad's FREE at the next parameter's hook just frees it; a later micro-step's buffer
  *    is added into the first when it is freed at the backward's end;
  *  - the step (ZeRO-1's, interp_zero1.c) reads each kept instance from the partition buffer.
@@ -41,11 +44,16 @@ static gckpt_xstatus zero2_places(gckpt_exec *x, gckpt_err *err)
 {
     exec_zero *z = x->zero;
     size_t n = x->nparams ? x->nparams : 1, nk = 0;
-    z->part0 = z->part1 = GCKPT_NOINST;
+    z->part0 = z->part1 = z->bucket_inst = GCKPT_NOINST;
+    z->fill = 0;
+    z->npend = 0;
+    z->pmade = false;
     if (z->pbuf_off) return GCKPT_XS_OK;
     kept_t *order = malloc(sizeof *order * n);
     z->pbuf_off = calloc(n, sizeof *z->pbuf_off);
-    if (!order || !z->pbuf_off) {
+    z->pend_j = malloc(sizeof *z->pend_j * n);
+    z->pend_off = malloc(sizeof *z->pend_off * n);
+    if (!order || !z->pbuf_off || !z->pend_j || !z->pend_off) {
         free(order);
         return exec_fail(err, "out of memory");
     }
@@ -74,6 +82,13 @@ static gckpt_xstatus zero2_setup(gckpt_exec *x, gckpt_err *err)
 static gckpt_xstatus zero2_on_alloc(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     exec_zero *z = x->zero;
+    if (e->par == GCKPT_PE_IPG_BUCKET) { /* a backward's (first) bucket: empty */
+        if (z->bucket_inst == GCKPT_NOINST || !exec_live(x, z->bucket_inst)) z->bucket_inst = e->inst;
+        z->fill = 0;
+        z->npend = 0;
+        z->pmade = false;
+        return GCKPT_XS_OK;
+    }
     if (e->par != GCKPT_PE_GRAD_PARTITION) return GCKPT_XS_OK;
     uint32_t *slot = e->comp == GCKPT_C_GRADS ? &z->part0 : &z->part1;
     if (*slot != GCKPT_NOINST || e->dtype != z->dt || e->numel != x->ctx.par.z2_numel)
@@ -81,6 +96,18 @@ static gckpt_xstatus zero2_on_alloc(gckpt_exec *x, const gckpt_event *e, const e
                          (unsigned long long)x->ctx.par.z2_numel);
     *slot = e->inst;
     if (slot == &z->part0) x->inst[e->inst].is_pgrad = true; /* to zero_grad */
+    /* the flush: the kept pieces reduced so far in this bucket copied into their places */
+    gckpt_xt none = {0};
+    for (size_t k = 0; k < z->npend; k++) {
+        size_t j = z->pend_j[k];
+        uint64_t m = x->params[j].spec->numel;
+        if (!exec_live(x, z->bucket_inst)) return exec_fail(err, "%s: zero2: the ipg bucket is gone before the flush", w->at);
+        gckpt_xstatus rc = x->be->add(x->be, at(x->inst[e->inst].p, z->pbuf_off[j], m, z->dt), none,
+                                      at(x->inst[z->bucket_inst].p, z->pend_off[k], m, z->dt));
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    }
+    z->npend = 0;
+    z->pmade = true;
     return GCKPT_XS_OK;
 }
 
@@ -96,17 +123,33 @@ static gckpt_xstatus zero2_collective(gckpt_exec *x, const gckpt_event *e, const
     if (!exec_live(x, a->src) || a->src != a->dst || x->inst[a->src].n != z->bucket || x->inst[a->src].dt != z->dt)
         return exec_fail(err, "%s: zero2: the ipg bucket is not allocated as planned", w->at);
     size_t j = (size_t)(p - x->params);
+    uint64_t numel = p->spec->numel, base = 0;
+    /* the bucket's running offset (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads:
+     * a parameter that would overflow the bucket flushes it first) */
+    if (z->fill + numel > z->bucket) {
+        if (z->npend) /* the schedule made no partition buffer at that flush */
+            return exec_fail(err, "%s: zero2: the bucket is flushed with kept gradients and no partition buffer", w->at);
+        z->fill = 0;
+    }
+    if (numel <= z->bucket) base = z->fill;
+    z->fill += numel;
     uint32_t into = exec_live(x, z->part1) ? z->part1 : z->part0;
-    if (z->keep[j] && !exec_live(x, into)) return exec_fail(err, "%s: zero2: no partition buffer to reduce into", w->at);
+    bool made = z->pmade; /* this backward's partition buffer (part0 in the first micro-step, part1 later) */
+    if (z->keep[j] && !made && numel > z->bucket) return exec_fail(err, "%s: zero2: no partition buffer to reduce into", w->at);
     gckpt_xt none = {0};
     void *b = x->inst[a->src].p, *g = x->inst[p->grad].p;
     gckpt_xstatus rc = GCKPT_XS_OK;
-    for (uint64_t off = 0; off < p->spec->numel && rc == GCKPT_XS_OK; off += z->bucket) {
-        uint64_t m = p->spec->numel - off < z->bucket ? p->spec->numel - off : z->bucket;
-        gckpt_xt piece = at(b, 0, m, z->dt);
+    for (uint64_t off = 0; off < numel && rc == GCKPT_XS_OK; off += z->bucket) {
+        uint64_t m = numel - off < z->bucket ? numel - off : z->bucket;
+        gckpt_xt piece = at(b, base, m, z->dt);
         rc = x->be->add(x->be, piece, none, at(g, off, m, z->dt));
         if (rc == GCKPT_XS_OK) rc = x->be->collective(x->be, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_AVG, piece, piece, 0);
-        if (rc == GCKPT_XS_OK && z->keep[j]) rc = x->be->add(x->be, at(x->inst[into].p, z->pbuf_off[j] + off, m, z->dt), none, piece);
+        if (rc == GCKPT_XS_OK && z->keep[j] && made)
+            rc = x->be->add(x->be, at(x->inst[into].p, z->pbuf_off[j] + off, m, z->dt), none, piece);
+    }
+    if (rc == GCKPT_XS_OK && z->keep[j] && !made) { /* waits in the bucket for the flush */
+        z->pend_j[z->npend] = j;
+        z->pend_off[z->npend++] = base;
     }
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }

@@ -17,7 +17,10 @@
  *    master copied into the partition, the gradient partition cleared; a persistent
  *    parameter's whole copy all-gathered from the partitions through the ipg bucket (the
  *    gather's N x part elements, the tensor's numel of them copied);
- *  - the gradient checksum over every rank's pieces (exec_piece_hash).
+ *  - the gradient checksum over every rank's pieces (exec_piece_hash);
+ *  - LoRA: a frozen parameter has its partition (and whole copy) and the gathers, no place in
+ *    the master, states and gradient partitions (R-DISTPEFT-6); kept gathered under the default
+ *    limits, it is gathered once more into the same buffer for a checkpointed layer's recompute.
  * The partitions, whole copies, gradient partitions and the ipg bucket are in the model dtype
  * (the weights': bf16 under amp-bf16, DeepSpeed's bf16 model, FINDINGS R-DIST-4; else fp32); the
  * master and AdamW's states fp32, the master starting from the model-dtype partition (DeepSpeed
@@ -82,13 +85,19 @@ static gckpt_xstatus zero3_setup(gckpt_exec *x, gckpt_err *err)
         int i = (int)(p->spec - x->ctx.params.p);
         uint64_t copy = p->layer < 0 ? 0 : (uint64_t)p->layer;
         p->flat = true; /* its weight is the gathered buffer, or its whole copy */
+        /* the optimizer's flat partitions over the trainable parameters only (R-DISTPEFT-6): a
+         * frozen one (LoRA's base) has its partition and no place there */
         z->off[j] = z->q;
-        z->q += part_of(p);
-        if (p->spec->weight.dtype != z->dt) return exec_fail(err, "zero3: the parameters' dtypes differ");
-        z->part_bytes[j] = gckpt_round_up(sz * part_of(p), round);
-        z->whole_bytes[j] = p->spec->shard.whole ? gckpt_round_up(sz * p->spec->numel, round) : 0;
+        if (p->spec->trainable) z->q += part_of(p);
+        /* a Params4bit: partitioned by its stored elements in its storage dtype (R-DISTPEFT-8) */
+        uint64_t psz = p->spec->quant.scheme ? gckpt_dtype_size((gckpt_dtype)p->spec->weight.dtype) : sz;
+        if (p->spec->weight.dtype != z->dt && !p->spec->quant.scheme) return exec_fail(err, "zero3: the parameters' dtypes differ");
+        z->part_bytes[j] = gckpt_round_up(psz * part_of(p), round);
+        uint64_t stored = p->spec->quant.scheme ? p->spec->weight.numel : p->spec->numel;
+        z->whole_bytes[j] = p->spec->shard.whole ? gckpt_round_up(psz * stored, round) : 0;
         z->part[j] = exec_row(x, GCKPT_ROW_WEIGHTS, i, 0, 0, copy, &bytes[0]);
-        z->whole[j] = exec_row(x, GCKPT_ROW_WEIGHTS, i, 0, 1, copy, &bytes[1]);
+        bytes[1] = 0; /* (a Params4bit's next rows are its statistics) */
+        z->whole[j] = p->spec->shard.whole ? exec_row(x, GCKPT_ROW_WEIGHTS, i, 0, 1, copy, &bytes[1]) : NULL;
         if (!z->part[j] || bytes[0] != z->part_bytes[j] || bytes[1] != z->whole_bytes[j])
             return exec_fail(err, "zero3: the rows of %s (layer %d) are not its partition and whole copy",
                              p->spec->name, p->layer);
@@ -113,8 +122,22 @@ static gckpt_xstatus zero3_init_param(gckpt_exec *x, size_t j, gckpt_init how, f
     exec_z3 *z = x->z3;
     param_t *p = &x->params[j];
     uint64_t part = part_of(p);
+    gckpt_xt none = {0};
+    if (!p->spec->trainable) { /* frozen: the fp32 values through a scratch buffer (setup, before the peak is reset) */
+        void *tmp = NULL;
+        gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, 4 * (part ? part : 1), &tmp);
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "initialising zero3's frozen partitions", err);
+        rc = exec_shard_init(x, p, tmp, how, scale, key, err);
+        if (rc == GCKPT_XS_OK) {
+            rc = x->be->add(x->be, mdt(x, z->part[j], 0, part), none, f32(tmp, 0, part));
+            if (rc == GCKPT_XS_OK && z->whole[j]) rc = x->be->init(x->be, mdt(x, z->whole[j], 0, p->spec->numel), how, scale, key);
+            if (rc != GCKPT_XS_OK) rc = exec_be_fail(x, rc, "initialising zero3's frozen partitions", err);
+        }
+        x->be->release(x->be, GCKPT_MEM_DEVICE, tmp, 4 * (part ? part : 1));
+        return rc;
+    }
     /* the fp32 values into the master, rounded into the partition, the master from the partition */
-    gckpt_xt master = f32(z->master, z->off[j], part), none = {0};
+    gckpt_xt master = f32(z->master, z->off[j], part);
     gckpt_xstatus rc = exec_shard_init(x, p, master.p, how, scale, key, err);
     if (rc != GCKPT_XS_OK) return rc;
     rc = x->be->add(x->be, mdt(x, z->part[j], 0, part), none, master);
@@ -127,6 +150,33 @@ static gckpt_xstatus zero3_init_param(gckpt_exec *x, size_t j, gckpt_init how, f
 
 static gckpt_xstatus gather_whole(gckpt_exec *x, size_t j);
 
+/* A parameter's partition as the all-gather's input: the model dtype, or a Params4bit's storage
+ * dtype (gathered as it is stored: all_gather/uint8) */
+static gckpt_xt part_view(const gckpt_exec *x, size_t j)
+{
+    const param_t *p = &x->params[j];
+    uint8_t dt = p->spec->quant.scheme ? p->spec->weight.dtype : x->z3->dt;
+    return (gckpt_xt){x->z3->part[j], part_of(p), dt, 0};
+}
+
+/* A Params4bit not kept whole: the rank's elements of the packed storage one process quantizes,
+ * as bytes, the padding zero. (A whole one is quantized into its whole copy; its partition is
+ * never read: a frozen parameter's all-gather after the step moves nothing, below.) */
+static gckpt_xstatus zero3_shard_packed(gckpt_exec *x, size_t j, const void *packed, gckpt_err *err)
+{
+    param_t *p = &x->params[j];
+    uint64_t sz = gckpt_dtype_size((gckpt_dtype)p->spec->weight.dtype), part = part_of(p), local = local_of(x, p);
+    uint64_t lo = (uint64_t)x->o.rank * part;
+    gckpt_xt none = {0};
+    char *dst = x->z3->part[j];
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    if (local) rc = x->be->add(x->be, (gckpt_xt){dst, local * sz, GCKPT_DT_U8, 0}, none,
+                               (gckpt_xt){(char *)packed + lo * sz, local * sz, GCKPT_DT_U8, 0});
+    if (rc == GCKPT_XS_OK && local < part)
+        rc = x->be->init(x->be, (gckpt_xt){dst + local * sz, (part - local) * sz, GCKPT_DT_U8, 0}, GCKPT_INIT_CONST, 0.0f, 0);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "partitioning a packed weight", err);
+}
+
 static gckpt_xstatus zero3_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     const gckpt_coll_args *a = &e->arg.coll;
@@ -137,18 +187,23 @@ static gckpt_xstatus zero3_collective(gckpt_exec *x, const gckpt_event *e, const
         size_t j = (size_t)(p - x->params);
         if (!p->spec->shard.whole || !x->z3->whole[j])
             return exec_fail(err, "%s: zero3: an all-gather after the step of a parameter that is not persistent", w->at);
-        gckpt_xstatus rc = w->update ? gather_whole(x, j) : GCKPT_XS_OK; /* nothing was stepped without update */
+        /* nothing was stepped without update, nor a frozen parameter ever */
+        gckpt_xstatus rc = w->update && p->spec->trainable ? gather_whole(x, j) : GCKPT_XS_OK;
         return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
     }
     if (a->kind == GCKPT_COLL_REDUCE_SCATTER) /* performed by the .grad's FREE just before */
         return p->grad == GCKPT_NOINST ? GCKPT_XS_OK : exec_fail(err, "%s: zero3: the .grad is not reduced", w->at);
-    if (a->kind != GCKPT_COLL_ALL_GATHER || p->spec->shard.whole || p->w)
+    /* a frozen parameter kept gathered is gathered once more into its buffer for the recompute
+     * (core/sim_parallel.c z3_regather) */
+    bool again = p->w && !p->spec->trainable && exec_live(x, a->dst) && p->w == x->inst[a->dst].p;
+    if (a->kind != GCKPT_COLL_ALL_GATHER || p->spec->shard.whole || (p->w && !again))
         return exec_fail(err, "%s: zero3: a %s of this parameter", w->at, gckpt_coll_names[a->kind]);
     if (!exec_live(x, a->dst) || x->inst[a->dst].n != part_of(p) * world(x))
         return exec_fail(err, "%s: zero3: the gathered buffer is not allocated as the parameter needs", w->at);
     gckpt_xt dst = exec_inst_view(x, a->dst);
-    gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, mdt(x, x->z3->part[p - x->params], 0, part_of(p)),
-                                         dst, 0);
+    if (dst.dt != part_view(x, (size_t)(p - x->params)).dt)
+        return exec_fail(err, "%s: zero3: the gathered buffer is not of the partition's dtype", w->at);
+    gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, part_view(x, (size_t)(p - x->params)), dst, 0);
     if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
     p->w = dst.p;
     return GCKPT_XS_OK;
@@ -236,6 +291,7 @@ static gckpt_xstatus zero3_step(gckpt_exec *x, const exec_site *w, gckpt_err *er
     for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++) {
         param_t *p = &x->params[j];
         uint64_t local = local_of(x, p), part = part_of(p), at = z->off[j];
+        if (!p->spec->trainable) continue; /* frozen: neither gradient nor states */
         if (local) {
             gckpt_optcall c = exec_optcall(x, f32(z->master, at, local), mdt(x, grads(x), at, local), x->step + 1);
             c.s1 = f32(z->st[0], at, local);
@@ -254,6 +310,7 @@ static gckpt_xstatus zero3_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq
     *sumsq = 0;
     for (size_t j = 0; j < x->nparams; j++) {
         param_t *p = &x->params[j];
+        if (!p->spec->trainable) continue; /* frozen: no gradient */
         gckpt_xstatus rc = exec_piece_hash(x, p, mdt(x, grads(x), x->z3->off[j], local_of(x, p)),
                                            (uint64_t)x->o.rank * part_of(p), hash, sumsq, err);
         if (rc != GCKPT_XS_OK) return rc;
@@ -287,6 +344,7 @@ static void zero3_free(gckpt_exec *x)
 
 const exec_par_ops exec_zero3_ops = {.setup = zero3_setup,
                                      .init_param = zero3_init_param,
+                                     .shard_packed = zero3_shard_packed,
                                      .on_free = zero3_on_free,
                                      .collective = zero3_collective,
                                      .step = zero3_step,

@@ -511,7 +511,7 @@ static int check_plan(const gckpt_plan_file *pf)
     if (pf->optimizer == GCKPT_PAGED_ADAMW_8BIT || pf->optimizer == GCKPT_PAGED_ADAMW_32BIT)
         return bad("%s: optimizer %s: gckpt-run has no paged (managed-memory) optimizer states", pf->file,
                    gckpt_optimizer_names[pf->optimizer]);
-    if (!gckpt_exec_model_ok(&pf->model, &why) || !gckpt_exec_layout_ok(&pf->layout, &pf->peft, &why))
+    if (!gckpt_exec_model_ok(&pf->model, &why))
         return bad("%s: %s", pf->file, why.msg);
     if (pf->loss != GCKPT_LOSS_HF) /* planned only (core/fused_loss.c): no backend has its kernels */
         return bad("%s: field 'inputs.loss' = \"%s\": gckpt-run has no fused-loss kernels; it executes plans of "

@@ -128,8 +128,9 @@ static const struct {
      "CUDA's side streams, zero3's live-parameter limit and zero2's middle ranks are unverified.", false,
      "with LoRA / QLoRA the per-rank working set of fsdp is within " GCKPT_PARALLEL_PEFT_FSDP_BOUND_PCT " % of every "
      "measured rank of CPU fixtures of tiny models, zero2 within " GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT " % and zero3 "
-     "within " GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT " % (DeepSpeed's prefetch of the next layer's frozen parameters is "
-     "not modelled, either way). CUDA's side streams, zero3's live-parameter limit and zero2's middle ranks are "
+     "within " GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT " % (DeepSpeed's trace-based prefetch, which gathers frozen "
+     "parameters modules ahead of their use, up to stage3_max_live_parameters elements, is not modelled: on a large "
+     "model expect more). CUDA's side streams, zero3's live-parameter limit and zero2's middle ranks are "
      "unverified."},
     {"moe_grouped_mm_cuda_unverified", moe_applies,
      "the experts are planned as transformers' default grouped_mm, measured on the CPU; on CUDA the fused "

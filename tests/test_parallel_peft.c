@@ -9,20 +9,20 @@
  *     and within the bound the parallel_peak_approximate warning states for LoRA under fsdp,
  *     zero2 and zero3 (GCKPT_PARALLEL_PEFT_*_BOUND_PCT); max and mean |error| printed per mode,
  *     and each fixture beyond 0.5 % listed with the reason:
- *       zero2, rank 1 of the q,v fixtures (+0.93 %): the schedule makes the rank's partition buffer
- *         at the first reduce hook of one of its parameters (the executor's per-parameter
- *         all-reduce copies into it there), DeepSpeed at the ipg bucket's flush; LoRA's gradients
- *         are small against the bucket (hidden^2 elements), so the buffer (7,168 B) is planned
- *         two layers early and sits under the peak;
+ *       zero3 (-0.85 % .. +1.29 %; 8 fixtures beyond 0.5 %): the measured steps gather frozen
+ *         parameters modules ahead of their use (DeepSpeed's trace-based prefetch, FINDINGS
+ *         R-DISTPEFT-10: by layer 0's end of the forward the every_n 1 q,v fixture holds 303,504 B
+ *         more than planned, layers 1-3's frozen weights), not modelled; what it leaves at the
+ *         peaks: the every_n 1 all-linear and QLoRA fixtures 0.5-0.85 % low in the recompute, and
+ *         the no-checkpointing ones 0.68-1.29 % high (the plan holds about 16 KB through the
+ *         backward that the measured step frees earlier, not traced). Modelled and measured: ZeRO-3's
+ *         F.linear saves its input for a frozen weight too, the frozen embedding's gathered weight
+ *         is released after its forward when its output needs no gradient, else at the
+ *         backward's end.
  * The schedule's collectives (bytes of the forward's and the backward's all-gathers and of the
  * reductions) equal step 2's on every fsdp, zero2 and zero3 fixture (zero3 with checkpointing: the
  * frozen parameters of a checkpointed layer gathered once more in each micro-step's backward,
  * core/sim_parallel.c z3_regather).
- *       zero3, every fixture (-4.5 % .. +1.9 %): the measured steps gather each layer's frozen
- *         parameters one layer ahead (DeepSpeed's prefetch: layer 0's in the embedding's region),
- *         and the rank's live bytes at the forward's end exceed the plan by 70-110 KB on the tiny
- *         models, while each layer adds 45 KB less than planned; not modelled (FINDINGS
- *         R-DISTPEFT-6 and the planner's paragraph after R-DISTPEFT-9).
  * Not compared, each listed by name: the gloo twins (their allocator misses frees made on gloo's
  * threads, FINDINGS R-PROBE-5), and the `lb16` variant (a LoRA base loaded in bf16 and trained
  * under the Trainer's bf16=True autocast: the planner's precisions have no such setting). */

@@ -123,6 +123,7 @@ typedef struct {
     uint64_t bucket;   /* ZeRO's reduce_bucket_size (0: the Trainer's "auto") */
     gckpt_method method; /* LoRA / QLoRA (peft's defaults, gckpt_peft_default); 0: full fine-tuning */
     int ref_np; /* the reference: the same mode on ref_np ranks of the same global batch (0: one process) */
+    uint8_t quant_storage; /* QLoRA's bnb_4bit_quant_storage (0: peft's default, uint8) */
 } run_case;
 
 static void check_case(const run_case *c)
@@ -131,18 +132,19 @@ static void check_case(const run_case *c)
     const char *model = c->model ? c->model : "tiny-llama";
     char plan[96], one[96], rep[112], rep1[112], err[8192];
     const char *how = gckpt_method_names[c->method];
-    snprintf(plan, sizeof plan, "%s-%s%d-%s-%s-ga%llu%s.json", model, mode, c->np, gckpt_precision_names[c->prec], how,
-             (unsigned long long)c->grad_accum, c->bucket ? "-bucket" : "");
+    snprintf(plan, sizeof plan, "%s-%s%d-%s-%s-ga%llu%s%s.json", model, mode, c->np, gckpt_precision_names[c->prec], how,
+             (unsigned long long)c->grad_accum, c->bucket ? "-bucket" : "", c->quant_storage ? "-sbf16" : "");
     snprintf(rep, sizeof rep, "%sl", plan);
     int ref_np = c->ref_np ? c->ref_np : 1;
     uint64_t ref_ga = (uint64_t)c->np * c->grad_accum / (uint64_t)ref_np;
     char who[32] = "one";
     if (c->ref_np) snprintf(who, sizeof who, "%s%d", mode, c->ref_np);
-    snprintf(one, sizeof one, "%s-%s-%s-%s-ga%llu.json", model, who, gckpt_precision_names[c->one_prec], how,
-             (unsigned long long)ref_ga);
+    snprintf(one, sizeof one, "%s-%s-%s-%s-ga%llu%s.json", model, who, gckpt_precision_names[c->one_prec], how,
+             (unsigned long long)ref_ga, c->quant_storage ? "-sbf16" : "");
     snprintf(rep1, sizeof rep1, "%sl", one);
     gckpt_peft peft;
     gckpt_peft_default(c->method, &peft);
+    if (c->quant_storage) peft.quant_storage = c->quant_storage;
     write_plan_peft(plan, model, c->np, c->grad_accum, c->mode, c->prec, c->bucket, &peft);
     write_plan_peft(one, model, ref_np, ref_ga, c->ref_np ? c->mode : GCKPT_PAR_NONE, c->one_prec, 0, &peft);
     double t0 = cli_now();
@@ -225,9 +227,13 @@ static void ddp_peft(void **st)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
 }
 
-/* FSDP2, ZeRO-1 and ZeRO-2 with LoRA and QLoRA (FSDP2: the frozen parameters sharded and
- * gathered, a uint8 Params4bit whole, only the adapters reduce-scattered, R-DISTPEFT-3, -4, -7;
- * ZeRO-1/2: the frozen parameters whole, the flat groups over the adapters, R-DISTPEFT-5):
+/* FSDP2, ZeRO-1, ZeRO-2 and ZeRO-3 with LoRA and QLoRA (ZeRO-3's and FSDP2's QLoRA with bf16
+ * storage were refused by gckpt-run before; FSDP2: the frozen parameters
+ * sharded and gathered, a uint8 Params4bit whole, only the adapters reduce-scattered,
+ * R-DISTPEFT-3, -4, -7; ZeRO-1/2: the frozen parameters whole, the flat groups over the adapters,
+ * R-DISTPEFT-5; ZeRO-3: every parameter partitioned, a Params4bit by its stored bytes, the
+ * frozen ones gathered again for the recompute and released at the backward's end, the
+ * optimizer's partitions over the adapters, R-DISTPEFT-6, -8):
  * every rank's peak exact. The reference is the same mode on 4 ranks of one micro-step each, not
  * one process: the wrapper's bf16 adapters (MixedPrecisionPolicy, DeepSpeed's bf16 model) are a
  * recipe no one-GPU setting has (peft keeps them fp32, and the weights' initial values are keyed
@@ -238,28 +244,37 @@ static void sharded_peft(void **st)
 {
     (void)st;
     const double tol = 1.0 / 256;
-    static const gckpt_parallel modes[] = {GCKPT_PAR_FSDP, GCKPT_PAR_ZERO1, GCKPT_PAR_ZERO2};
+    static const gckpt_parallel modes[] = {GCKPT_PAR_FSDP, GCKPT_PAR_ZERO1, GCKPT_PAR_ZERO2, GCKPT_PAR_ZERO3};
     for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
         check_case(&(run_case){modes[i], GCKPT_AMP_BF16, GCKPT_AMP_BF16, 2, 2, false, 1, tol,
                                .method = GCKPT_METHOD_LORA, .ref_np = 4});
         check_case(&(run_case){modes[i], GCKPT_AMP_BF16, GCKPT_AMP_BF16, 2, 2, false, 1, tol,
                                .method = GCKPT_METHOD_QLORA, .ref_np = 4});
     }
-}
-
-/* ZeRO-3 refuses LoRA: its hooks do not handle frozen parameters yet (one line, exit 2). */
-static void sharded_peft_refused(void **st)
-{
-    (void)st;
-    static const gckpt_parallel modes[] = {GCKPT_PAR_ZERO3};
-    gckpt_peft peft;
-    gckpt_peft_default(GCKPT_METHOD_LORA, &peft);
-    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
-        char err[4096];
-        write_plan_peft("peft-sharded.json", "tiny-llama", 2, 1, modes[i], GCKPT_AMP_BF16, 0, &peft);
-        int rc = mpi(2, "peft-sharded.json", "no.jsonl", 1, err, sizeof err);
-        if (rc != 2 || !strstr(err, "is planned but not executed"))
-            fail_msg("--parallel %s --method lora: exit %d: %s", gckpt_parallel_names[modes[i]], rc, err);
+    /* bnb_4bit_quant_storage bf16 (the FSDP + QLoRA recipe) under FSDP2 (the packed storage
+     * sharded along dim 0 and gathered, R-DISTPEFT-7) and ZeRO-3 (partitioned by its stored
+     * elements, R-DISTPEFT-8): every rank's peak exact, the reference as above, and the same packed
+     * bytes as the uint8 storage's: loss and gradient checksum equal the uint8 run's (the cases
+     * above) bit for bit. Both were refused before. */
+    static const gckpt_parallel packed[] = {GCKPT_PAR_FSDP, GCKPT_PAR_ZERO3};
+    for (size_t i = 0; i < sizeof packed / sizeof *packed; i++) {
+        check_case(&(run_case){packed[i], GCKPT_AMP_BF16, GCKPT_AMP_BF16, 2, 2, false, 1, tol,
+                               .method = GCKPT_METHOD_QLORA, .ref_np = 4, .quant_storage = GCKPT_DT_BF16});
+        char u8n[96], b16n[96];
+        const char *m = gckpt_parallel_names[packed[i]];
+        snprintf(u8n, sizeof u8n, "tiny-llama-%s2-amp-bf16-qlora-ga2.jsonl", m);
+        snprintf(b16n, sizeof b16n, "tiny-llama-%s2-amp-bf16-qlora-ga2-sbf16.jsonl", m);
+        cJSON *u8 = load(u8n), *b16 = load(b16n);
+        for (int e = 0; e < cJSON_GetArraySize(pf_at(u8, "entries")); e++) {
+            char p[96];
+            snprintf(p, sizeof p, "entries[%d].numerics.loss", e);
+            if (num(u8, p) != num(b16, p))
+                fail_msg("%s qlora entry %d: bf16 storage loss %.17g, uint8 %.17g", m, e, num(b16, p), num(u8, p));
+            snprintf(p, sizeof p, "entries[%d].numerics.grad_checksum", e);
+            assert_string_equal(str(b16, p), str(u8, p));
+        }
+        cJSON_Delete(u8);
+        cJSON_Delete(b16);
     }
 }
 
@@ -458,7 +473,7 @@ int main(void)
     }
     schema = rf_schema();
     if (!schema || !cli_setup("gckpt-mpi")) return 1;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(ddp), cmocka_unit_test(ddp_peft), cmocka_unit_test(sharded_peft), cmocka_unit_test(sharded_peft_refused), cmocka_unit_test(zero1), cmocka_unit_test(fsdp),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(ddp), cmocka_unit_test(ddp_peft), cmocka_unit_test(sharded_peft), cmocka_unit_test(zero1), cmocka_unit_test(fsdp),
                                        cmocka_unit_test(zero2), cmocka_unit_test(zero2_split),
                                        cmocka_unit_test(zero2_bucket_size),
                                        cmocka_unit_test(zero3), cmocka_unit_test(tied),

@@ -83,12 +83,10 @@ void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_ta
  * parallel_peak_approximate warning states it). */
 #define GCKPT_PARALLEL_PEAK_BOUND_PCT "0.21"
 /* ... with LoRA / QLoRA (tests/data/hf-dist-peft, test_parallel_peft holds each to the fixtures):
- * fsdp; zero2, whose rank's partition buffer the schedule makes at the first hook of one of its
- * parameters, up to a bucket before DeepSpeed's flush (a bucket spans layers of adapters); zero3,
- * whose prefetch of the next layer's frozen parameters is not modelled (FINDINGS R-DISTPEFT-6). */
+ * fsdp; zero2; zero3, whose trace-based prefetch is not modelled (FINDINGS R-DISTPEFT-10). */
 #define GCKPT_PARALLEL_PEFT_FSDP_BOUND_PCT "0.04"
-#define GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT "0.94"
-#define GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT "4.5"
+#define GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT "0.03"
+#define GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT "1.3"
 
 
 /* Fill the shard fields of table ps for layout l of model m. */
@@ -355,6 +353,9 @@ typedef struct {
     bool flat_groups;      /* every optimizer group one flat, padded buffer (overlap_comm: two ipg buckets) */
     bool bf16_compute;     /* under amp-bf16 the ranks compute in bf16 (FSDP2's MixedPrecisionPolicy,
                             * DeepSpeed's bf16), not under autocast */
+    bool linear_saves_input; /* F.linear is DeepSpeed's LinearFunctionForZeroStage3
+                              * (memory_efficient_linear, default true), which saves its input
+                              * for a frozen weight too (FINDINGS R-DISTPEFT-10) */
     bool reduce_hooks;     /* each backward's hooks reduce and free .grad: it does not survive a
                             * micro-step, and the reduction overlaps every backward */
     bool walk_every_rank;  /* the ranks' reduction buffers differ: a plan walks each, shows the busiest */

@@ -60,6 +60,8 @@ typedef struct {
      * DeepSpeed's bf16: FINDINGS R-DISTPEFT-4, -5, -7): the adapters and QLoRA's fp32 parameters
      * (prepare_model_for_kbit_training's) compute in bf16, not fp32 */
     bool wrapper_cast;
+    /* derived likewise: a frozen weight's F.linear saves its input (ZeRO-3's linear, gckpt_par_mode) */
+    bool linear_saves_input;
 } gckpt_peft;
 
 /* How the step is spread over GPUs (gckpt/core/parallel.h has the per-rank rules). A zeroed

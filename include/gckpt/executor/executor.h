@@ -199,9 +199,6 @@ typedef struct gckpt_exec gckpt_exec;
  * table's host / cuda; its rotary tables and padding row), under either attention and at
  * any sequence; false: *err says why. */
 bool gckpt_exec_model_ok(const gckpt_model *m, gckpt_err *err);
-/* Whether gckpt-run executes fine-tuning method pf under layout l on several ranks (one line in
- * err when not): LoRA / QLoRA run under DDP only. */
-bool gckpt_exec_layout_ok(const gckpt_layout *l, const gckpt_peft *pf, gckpt_err *err);
 /* Build the recipe, context and schedule of setting s and check them; nothing is
  * allocated on the backend yet. NULL with err set on bad input. */
 gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d,

@@ -100,6 +100,7 @@ static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
                       : pf->modules_to_save ? "--modules-to-save is not measured on several GPUs"
                       : s->layout.offload ? "CPU offload (--fsdp-offload, ZeRO offload) is not measured with adapters"
                       : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
+                      : s->layout.dp_replicate ? "a ParallelismConfig mesh (HSDP) is not measured with adapters"
                       : pf->method != GCKPT_METHOD_QLORA ? NULL
                       : pf->quant == GCKPT_QUANT_INT8 ? "--quant int8 (LLM.int8) is not measured on several GPUs"
                       : pf->quant_storage != GCKPT_DT_U8 && pf->quant_storage != GCKPT_DT_BF16

@@ -131,13 +131,13 @@ def make_spec(mode, family, every_n, offload, world, bf16=True, variant="", conf
                 record_setup=True, dp_replicate=dp_replicate)
 
 
-def hsdp_spec(family, every_n, offload, replicate, shard, bf16=True, grad_accum=GRAD_ACCUM):
+def hsdp_spec(family, every_n, offload, replicate, shard, bf16=True, grad_accum=GRAD_ACCUM, gloo=False):
     """FSDP2 over accelerate's 2-D mesh (ParallelismConfig(dp_replicate_size, dp_shard_size)):
     `hsdp-...-w<world>-r<R>s<S>[-ga<n>]`; fake ranks 0 and the last (one per replicate group)."""
     world = replicate * shard
     ga = f"-ga{grad_accum}" if grad_accum != GRAD_ACCUM else ""
     sp = make_spec("fsdp2", family, every_n, offload, world, bf16=bf16, variant=f"r{replicate}s{shard}{ga}",
-                   grad_accum=grad_accum, dp_replicate=replicate)
+                   grad_accum=grad_accum, dp_replicate=replicate, gloo=gloo)
     sp["name"] = "hsdp" + sp["name"][len("fsdp2"):]
     return sp
 
@@ -156,6 +156,7 @@ def hsdp_cases():
     out.append(hsdp_spec("llama", 1, False, 1, 4))
     out.append(hsdp_spec("llama", 1, False, 2, 4))
     out.append(hsdp_spec("llama", 1, False, 4, 2))
+    out.append(hsdp_spec("llama", 1, False, 2, 2, gloo=True))  # every rank a process over gloo: real reductions
     return out
 
 

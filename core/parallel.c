@@ -14,6 +14,9 @@
                            * reference reaches: 24 per rank on 4-layer models (6 units) at 2, 4 and 8
                            * ranks, 20 with a tied head's 5 units (FINDINGS R-DIST-24), one +4 N-byte
                            * allocation per fully_shard traced under PEFT's L + 3 units (R-DISTPEFT-3) */
+#define HSDP_MESH_BYTES 4 /* FSDP2 over accelerate's mesh (a ParallelismConfig, HSDP or 1 x N): bytes per
+                           * rank of the world kept between steps that no Python reference reaches,
+                           * once, not per unit (FINDINGS R-DIST-27: 16 at 2 x 2 and 1 x 4, 32 at 2 x 4) */
 #define ZERO12_NORM 4    /* ZeRO-1/2: the fp32 gradient-norm scalar kept between steps */
 #define ZERO12_IPG_FLAG 4 /* ZeRO-1/2: bytes beside the ipg bucket, freed and retaken by the step (FINDINGS R-DIST-18) */
 #define ZERO3_SCALARS 9  /* ZeRO-3: inf_or_nan_tracker (bool) + 8 B of scalars */
@@ -67,6 +70,18 @@ uint64_t gckpt_ds_ipg_buckets(const gckpt_layout *l)
     return l->ds.overlap_comm && gckpt_par_mode_of(l->mode)->flat_groups ? 2 : 1;
 }
 
+uint32_t gckpt_layout_replicate(const gckpt_layout *l) { return l->dp_replicate > 1 ? l->dp_replicate : 1; }
+uint32_t gckpt_layout_shard_world(const gckpt_layout *l) { return gckpt_layout_world(l) / gckpt_layout_replicate(l); }
+uint32_t gckpt_layout_shard_rank(const gckpt_layout *l, uint32_t rank) { return rank % gckpt_layout_shard_world(l); }
+bool gckpt_layout_shard_inter_node(const gckpt_layout *l)
+{
+    return gckpt_layout_shard_world(l) > (l->gpus ? l->gpus : 1);
+}
+bool gckpt_layout_replicate_inter_node(const gckpt_layout *l)
+{
+    return gckpt_layout_replicate(l) > 1 && l->nodes > 1;
+}
+
 bool gckpt_layout_multi(const gckpt_layout *l) { return gckpt_par_mode_of(l->mode)->multi; }
 
 bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l)
@@ -85,6 +100,7 @@ static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
                       : pf->modules_to_save ? "--modules-to-save is not measured on several GPUs"
                       : s->layout.offload ? "CPU offload (--fsdp-offload, ZeRO offload) is not measured with adapters"
                       : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
+                      : s->layout.dp_replicate ? "a ParallelismConfig mesh (HSDP) is not measured with adapters"
                       : pf->method != GCKPT_METHOD_QLORA ? NULL
                       : pf->quant == GCKPT_QUANT_INT8 ? "--quant int8 (LLM.int8) is not measured on several GPUs"
                       : pf->quant_storage != GCKPT_DT_U8 && pf->quant_storage != GCKPT_DT_BF16
@@ -105,6 +121,21 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
     }
     if (gckpt_layout_world(&s->layout) < d->min_world) {
         gckpt_seterr(err, "--parallel %s needs more than one GPU (--gpus, --nodes)", mode);
+        return false;
+    }
+    if (s->layout.dp_replicate >= 1 && !d->replicate_dim) {
+        gckpt_seterr(err, "--dp-replicate: --parallel %s has no replicate dimension (HSDP is --parallel fsdp)", mode);
+        return false;
+    }
+    if (s->layout.dp_replicate > 1 && gckpt_layout_world(&s->layout) % s->layout.dp_replicate) {
+        gckpt_seterr(err, "--dp-replicate %u does not divide the world of %u GPUs (accelerate ParallelismConfig: "
+                          "dp_replicate_size x dp_shard_size must equal the number of processes)",
+                     s->layout.dp_replicate, gckpt_layout_world(&s->layout));
+        return false;
+    }
+    if (s->layout.dp_replicate > 1 && gckpt_layout_shard_world(&s->layout) < 2) {
+        gckpt_seterr(err, "--dp-replicate %u: dp_shard_size 1 leaves FSDP no dimension to shard across "
+                          "(accelerate ParallelismConfig._validate_accelerator)", s->layout.dp_replicate);
         return false;
     }
     if (!(d->methods >> s->peft.method & 1)) {
@@ -148,7 +179,7 @@ static uint64_t row_numel(const gckpt_param *p) { return quantized(p) || p->rows
 void gckpt_params_shard(gckpt_params *ps, const gckpt_model *m, const gckpt_layout *l)
 {
     const gckpt_par_mode *d = gckpt_par_mode_of(l->mode);
-    uint32_t n = d->multi ? gckpt_layout_world(l) : 1;
+    uint32_t n = d->multi ? gckpt_layout_shard_world(l) : 1;
     for (int i = 0; i < ps->n; i++) {
         gckpt_param *p = &ps->p[i];
         /* transformers Trainer.get_decay_parameter_names: norms and biases get no decay */
@@ -310,7 +341,7 @@ static uint64_t fsdp_units(const gckpt_model *m, const gckpt_setting *s)
 void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                      uint64_t round, gckpt_rank_state *st)
 {
-    uint32_t n = gckpt_layout_world(&s->layout);
+    uint32_t n = gckpt_layout_world(&s->layout), shard_rank = gckpt_layout_shard_rank(&s->layout, rank);
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
         if (fsdp_ignored(p)) {
@@ -322,14 +353,17 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
             GCKPT_SHARD_DIM0, p->copies, p->shard.part, gckpt_round_up(gckpt_dtype_size(dt) * p->shard.part, round));
         quant_stats_row(st, i, p, round);
         if (!p->trainable) continue;
-        uint64_t local = gckpt_shard_local(p, rank);
+        uint64_t local = gckpt_shard_local(p, shard_rank); /* HSDP: the rank's place in its shard group */
         row(st, "exp_avg (local rows)", GCKPT_ROW_STATES, i, GCKPT_DT_F32, GCKPT_SHARD_DIM0, p->copies, local,
             gckpt_round_up(4 * local, round));
         row(st, "exp_avg_sq (local rows)", GCKPT_ROW_STATES, i, GCKPT_DT_F32, GCKPT_SHARD_DIM0, p->copies, local,
             gckpt_round_up(4 * local, round));
     }
     scalar_row(st, "AdamW step", trainable_tensors(ps), ADAMW_STEP);
-    scalar_row(st, "device mesh and the units' tensors", n, FSDP_UNIT_BYTES * fsdp_units(m, s));
+    if (s->layout.dp_replicate >= 1) /* accelerate's mesh: one int32[world] (R-DIST-27), not one per unit */
+        scalar_row(st, "device mesh", 1, HSDP_MESH_BYTES * n);
+    else
+        scalar_row(st, "device mesh and the units' tensors", n, FSDP_UNIT_BYTES * fsdp_units(m, s));
     uint64_t part[GCKPT_NSEC];
     fsdp_unit_parts(ps, m, true, part);
     for (int k = GCKPT_SEC_EMBED; k <= GCKPT_SEC_HEAD; k++)
@@ -531,7 +565,7 @@ static void fsdp_offload(gckpt_ctx *c)
     uint64_t shards = 0, local = 0;
     for (int i = 0; i < ps->n; i++) {
         shards += ps->p[i].copies * ps->p[i].shard.part;
-        local += ps->p[i].copies * gckpt_shard_local(&ps->p[i], c->set.layout.rank);
+        local += ps->p[i].copies * gckpt_shard_local(&ps->p[i], gckpt_layout_shard_rank(&c->set.layout, c->set.layout.rank));
     }
     c->par.host_pinned += 2 * 4 * shards; /* the padded shards and their gradients */
     c->par.host_pageable += 2 * 4 * local;
@@ -648,7 +682,7 @@ void gckpt_parallel_apply(gckpt_ctx *c)
     const gckpt_setting *s = &c->set;
     const gckpt_par_mode *d = gckpt_par_mode_of(s->layout.mode);
     gckpt_params *ps = &c->params;
-    uint64_t round = c->dev->alloc_round_bytes, n = gckpt_layout_world(&s->layout);
+    uint64_t round = c->dev->alloc_round_bytes;
     gckpt_params_shard(ps, c->model, &s->layout);
     gckpt_rank_state *st = malloc(sizeof *st);
     if (!st) abort();
@@ -667,7 +701,8 @@ void gckpt_parallel_apply(gckpt_ctx *c)
         c->quant_weights = qw;
         c->quant_stats = qs;
         c->opt_states = rb.master + rb.states;
-        c->opt_seconds /= (double)n; /* each rank updates its 1/N of the states */
+        c->opt_seconds /= (double)gckpt_layout_shard_world(&s->layout); /* each rank updates its 1/N of the
+                                                                          * states (HSDP: 1/dp_shard) */
     }
     uint64_t grads = 0;
     for (int i = 0; i < ps->n; i++) grads += ps->p[i].copies * ps->p[i].grad.bytes;
@@ -695,15 +730,24 @@ void gckpt_parallel_volume(const gckpt_result *res, gckpt_comm_volume *v)
 void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
 {
     const gckpt_layout *l = &c->set.layout;
-    double n = gckpt_layout_world(l);
-    double bw = (l->nodes > 1) ? c->dev->inter_node_bus_bytes_per_s : c->dev->intra_node_bus_bytes_per_s;
+    const gckpt_device *dev = c->dev;
+    /* the group each collective runs in: the world, or under HSDP the all-gathers and
+     * reduce-scatters in the dp_shard group and the all-reduces (the only ones HSDP makes) in the
+     * dp_replicate group; a group spanning nodes at the inter-node bandwidth (accelerate's mesh
+     * order puts dp_shard inner: gckpt_layout_shard_inter_node) */
+    double n = gckpt_layout_shard_world(l), r = gckpt_layout_replicate(l);
+    bool hsdp = r > 1;
+    double bw = (hsdp ? gckpt_layout_shard_inter_node(l) : l->nodes > 1) ? dev->inter_node_bus_bytes_per_s
+                                                                           : dev->intra_node_bus_bytes_per_s;
+    double bw_r = gckpt_layout_replicate_inter_node(l) ? dev->inter_node_bus_bytes_per_s : dev->intra_node_bus_bytes_per_s;
     gckpt_comm_volume v;
     gckpt_parallel_offload_host(c, grad_accum, res);
     gckpt_parallel_volume(res, &v);
-    if (bw <= 0) return; /* gckpt_parallel_device_ok refused this earlier */
+    if (bw <= 0 || bw_r <= 0) return; /* gckpt_parallel_device_ok refused this earlier */
     double ring = (n - 1) / n / bw; /* seconds per byte of an all-gather / reduce-scatter (nccl-tests busbw) */
     double t_gf = v.gather_fwd * ring, t_gb = v.gather_bwd * ring, t_go = v.gather_opt * ring;
-    double t_red = (v.reduce + v.all_reduce) * ring; /* an all-reduce's bytes go twice */
+    double t_red = hsdp ? (v.reduce - v.all_reduce) * ring + 2 * v.all_reduce * (r - 1) / r / bw_r
+                        : (v.reduce + v.all_reduce) * ring; /* an all-reduce's bytes go twice */
     /* a reduction once per step (DDP, ZeRO-1, FSDP2's synchronising micro-step) overlaps one backward */
     bool every_micro = gckpt_par_mode_of(l->mode)->reduce_hooks;
     double bwd = res->backward_s + res->recompute_s, window = every_micro ? bwd : bwd / (double)grad_accum;
@@ -730,7 +774,7 @@ static double shard_elements(const gckpt_ctx *c)
 void gckpt_offload_fsdp(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h, double *h2d)
 {
     (void)grad_accum; /* fp32 shards H2D before each all-gather, the gradients D2H once */
-    double n = gckpt_layout_world(&c->set.layout), zs = c->set.precision == GCKPT_FP32 ? 4 : 2;
+    double n = gckpt_layout_shard_world(&c->set.layout), zs = c->set.precision == GCKPT_FP32 ? 4 : 2;
     *h2d = (v->gather_fwd + v->gather_bwd) / n / zs * 4;
     *d2h = 4 * shard_elements(c);
 }
@@ -779,6 +823,7 @@ double gckpt_parallel_offload_seconds(const gckpt_ctx *c, uint64_t grad_accum, c
 bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckpt_err *err)
 {
     if (!gckpt_layout_multi(l)) return true;
+    /* HSDP within one node times every group intra-node (gckpt_parallel_comm) */
     const char *field = l->nodes > 1 ? "inter_node_bus_bytes_per_s" : "intra_node_bus_bytes_per_s";
     double bw = l->nodes > 1 ? d->inter_node_bus_bytes_per_s : d->intra_node_bus_bytes_per_s;
     if (bw > 0) return true;

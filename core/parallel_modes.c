@@ -27,7 +27,7 @@ static const gckpt_par_mode modes[GCKPT_NPAR] = {
                         .title = "FSDP2 (fully_shard per decoder layer, the embedding and the tail)",
                         .trainer = GCKPT_TRAINER_FSDP2,
                         .sharded = GCKPT_SHARD_WEIGHT | GCKPT_SHARD_GRAD | GCKPT_SHARD_STATES, .bf16_compute = true,
-                        .sync_apart = true,
+                        .sync_apart = true, .replicate_dim = true,
                         .rows = gckpt_rows_fsdp, .apply = gckpt_apply_fsdp,
                         .offload_copies = gckpt_offload_fsdp, .sim = &gckpt_wrap_fsdp},
     [GCKPT_PAR_ZERO1] = {.multi = true, MEASURED, .shard_how = GCKPT_SHARD_FLAT,

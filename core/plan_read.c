@@ -292,6 +292,14 @@ static bool read_layout(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     if (world > 1 && !gckpt_json_num_opt(l, r->f, "inputs.layout.bus_bytes_per_s", 1e6, 1e15, 0, &bus, r->err)) return false;
     if (bus > 0 && nodes > 1) pf->dev.inter_node_bus_bytes_per_s = bus;
     else if (bus > 0) pf->dev.intra_node_bus_bytes_per_s = bus;
+    /* HSDP: accelerate's ParallelismConfig(dp_replicate_size, dp_shard_size) (FINDINGS R-DIST-27) */
+    uint64_t rep = 0;
+    if (!gckpt_json_u64_opt(l, r->f, "inputs.layout.dp_replicate", 1, world, 0, &rep, r->err)) return false;
+    if (rep && (world % rep || world / rep < 2 || !gckpt_par_mode_of((unsigned)mode)->replicate_dim))
+        return fail(r, "field 'inputs.layout.dp_replicate': %llu with %llu GPUs under \"%s\" (needs FSDP2 and a "
+                       "dp_shard of at least 2 that divides the world)", (unsigned long long)rep,
+                    (unsigned long long)world, gckpt_parallel_names[mode]);
+    pf->layout.dp_replicate = (uint32_t)rep;
     if (child(l, "inputs.layout.offload")) /* planned from the source only (FINDINGS R-OFFLOAD-5) */
         return fail(r, "field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
                        "not executed by gckpt-run");

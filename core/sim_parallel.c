@@ -23,7 +23,12 @@
  * with reshard_after_forward False, here unit 0: gathered at the embedding's pre-forward and
  * kept through the forward and the backward (the head's forward and backward gather nothing);
  * its post-backward hook sits on the token ids (no gradient), so FSDP2's final callback
- * reshards and reduce-scatters it after the embedding's backward; the tail unit is empty. */
+ * reshards and reduce-scatters it after the embedding's backward; the tail unit is empty.
+ * HSDP (FINDINGS R-DIST-27; _fsdp_collectives.py foreach_reduce, _fsdp_param_group.py): the
+ * all-gathers and reduce-scatters run in the dp_shard group, sized by it; each unit's
+ * reduce-scatter output (reduce dtype) is then all-reduced in place across the dp_replicate
+ * group and held by the unit's AllReduceState until the backward's final callback
+ * (finalize_backward): under bf16 it outlives its fp32 cast, to the backward's end. */
 #include "sim_parallel.h"
 
 #include <stdlib.h>
@@ -40,6 +45,7 @@ struct gckpt_wrap {
     int ag_out;         /* the latest all-gather's output, -1 */
     uint64_t ag_unit;   /* ... of this unit */
     int rs_in;          /* the latest reduce-scatter's input, -1 */
+    int *ar_held;       /* HSDP, per unit: its all-reduced shard held to the backward's end, -1 */
     uint32_t *grad_gid; /* per unit x recipe tensor: the .grad's schedule id */
     int *gathered;      /* ZeRO-3, per unit x recipe tensor: the parameter's gathered buffer, -1 */
     uint8_t *regather;  /* ZeRO-3, per unit x recipe tensor: a frozen parameter of a checkpointed layer
@@ -67,6 +73,7 @@ void gckpt_wrap_free(gckpt_wrap *w)
 {
     if (!w) return;
     free(w->params);
+    free(w->ar_held);
     free(w->grad_gid);
     free(w->gathered);
     free(w->regather);
@@ -83,13 +90,15 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
     if (units > w->cap) {
         int *np = realloc(w->params, units * sizeof *np);
         if (np) w->params = np;
+        int *nh = realloc(w->ar_held, units * sizeof *nh);
+        if (nh) w->ar_held = nh;
         uint32_t *ng = realloc(w->grad_gid, units * GCKPT_MAX_TENSORS * sizeof *ng);
         if (ng) w->grad_gid = ng;
         int *na = realloc(w->gathered, units * GCKPT_MAX_TENSORS * sizeof *na);
         if (na) w->gathered = na;
         uint8_t *nr = realloc(w->regather, units * GCKPT_MAX_TENSORS * sizeof *nr);
         if (nr) w->regather = nr;
-        if (!np || !ng || !na || !nr) return false;
+        if (!np || !nh || !ng || !na || !nr) return false;
         for (uint64_t k = w->cap * GCKPT_MAX_TENSORS; k < units * GCKPT_MAX_TENSORS; k++) ng[k] = GCKPT_NOINST;
         w->cap = units;
     }
@@ -103,7 +112,7 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
     w->units = units;
     w->sync = sync;
     w->first = first;
-    for (uint64_t u = 0; u < units; u++) w->params[u] = -1;
+    for (uint64_t u = 0; u < units; u++) w->params[u] = w->ar_held[u] = -1;
     w->ag_out = w->rs_in = w->ipg = w->ipg2 = w->part = -1;
     w->part_made = false;
     w->bucket_elems = 0;
@@ -168,14 +177,24 @@ static void collective(gckpt_sim *s, gckpt_schedule *o, uint8_t kind, uint64_t u
     e->dtype = dt;
     e->numel = numel;
     e->bytes = bytes;
-    e->arg.coll = (gckpt_coll_args){kind, sec, gckpt_sim_gid(s, src), gckpt_sim_gid(s, dst), unit};
+    e->arg.coll = (gckpt_coll_args){kind, sec, gckpt_sim_gid(s, src), gckpt_sim_gid(s, dst), unit, GCKPT_GROUP_WORLD, 0};
+}
+
+/* FSDP2's collectives: in the world, or under HSDP in the dp_shard group (the last event pushed)
+ * and, for the all-reduce, the dp_replicate group. */
+static void in_group(const gckpt_ctx *c, gckpt_schedule *o, gckpt_coll_group g)
+{
+    const gckpt_layout *l = &c->set.layout;
+    if (gckpt_layout_replicate(l) < 2 || !o->n || o->ev[o->n - 1].kind != GCKPT_EV_COLLECTIVE) return;
+    o->ev[o->n - 1].arg.coll.group = (uint8_t)g;
+    o->ev[o->n - 1].arg.coll.group_size = g == GCKPT_GROUP_REPLICATE ? gckpt_layout_replicate(l) : gckpt_layout_shard_world(l);
 }
 
 static void all_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit)
 {
     const gckpt_ctx *c = w->c;
     int sec = section_of(w, unit);
-    uint64_t part = unit_part(w, unit), n = gckpt_layout_world(&c->set.layout);
+    uint64_t part = unit_part(w, unit), n = gckpt_layout_shard_world(&c->set.layout);
     uint8_t dt = wire_dtype(c);
     /* CPUOffloadPolicy: the fp32 shard copied to the device before its cast to the all-gather
      * input (_fsdp_param.py FSDPParam.all_gather_inputs; fp32: the copy is the input) */
@@ -185,6 +204,7 @@ static void all_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
     if (dev >= 0) gckpt_sim_release(s, o, dev);
     int out = flat(s, o, GCKPT_C_PARALLEL, dt, part * n);
     collective(s, o, GCKPT_COLL_ALL_GATHER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), in, out);
+    in_group(c, o, GCKPT_GROUP_SHARD);
     gckpt_sim_release(s, o, in);
     if (w->ag_out >= 0) gckpt_sim_release(s, o, w->ag_out);
     w->ag_out = out;
@@ -273,8 +293,9 @@ static void fsdp_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, u
     /* a unit of frozen parameters only reduces nothing (R-DISTPEFT-4) */
     if (!w->sync || !unit_grad_part(w, unit)) return;
     int sec = section_of(w, unit);
-    uint64_t part = unit_grad_part(w, unit), n = gckpt_layout_world(&c->set.layout);
+    uint64_t part = unit_grad_part(w, unit), n = gckpt_layout_shard_world(&c->set.layout);
     uint8_t dt = wire_dtype(c);
+    bool hsdp = gckpt_layout_replicate(&c->set.layout) > 1;
     if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
     w->rs_in = gckpt_sim_buffer_as(s, o, -1, GCKPT_C_PARALLEL, dt, part * n, GCKPT_PE_RS_INPUT);
     free_unit_grads(w, o, unit);
@@ -282,14 +303,21 @@ static void fsdp_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, u
     bool cast = dt != GCKPT_DT_F32;
     int out = flat(s, o, cast ? GCKPT_C_PARALLEL : GCKPT_C_GRADS, dt, part);
     collective(s, o, GCKPT_COLL_REDUCE_SCATTER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), w->rs_in, out);
+    in_group(c, o, GCKPT_GROUP_SHARD);
+    if (hsdp) { /* the reduced shard all-reduced in place across the replicas, held to the backward's end */
+        collective(s, o, GCKPT_COLL_ALL_REDUCE, unit, (uint8_t)sec, dt, part, part * gckpt_dtype_size(dt), out, out);
+        in_group(c, o, GCKPT_GROUP_REPLICATE);
+    }
+    int held = hsdp ? out : -1; /* the AllReduceState's reference */
     if (cast) {
         int g = flat(s, o, GCKPT_C_GRADS, GCKPT_DT_F32, part);
-        gckpt_sim_release(s, o, out);
+        if (!hsdp) gckpt_sim_release(s, o, out);
         out = g;
     }
     /* CPUOffloadPolicy: the sharded gradient goes to pinned host memory (_fsdp_collectives.py
-     * foreach_reduce), its device copy is freed */
-    if (c->set.layout.offload) gckpt_sim_release(s, o, out);
+     * foreach_reduce), its device copy is freed (HSDP without a cast: when the state lets go) */
+    if (c->set.layout.offload && out != held) gckpt_sim_release(s, o, out);
+    if (held >= 0 && (cast || c->set.layout.offload)) w->ar_held[unit] = held;
 }
 
 static void z2_flush(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o);
@@ -297,6 +325,11 @@ static void z2_flush(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o);
 void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o)
 {
     if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
+    for (uint64_t u = 0; w->ar_held && u < w->units; u++) /* HSDP: finalize_backward's AllReduceStates */
+        if (w->ar_held[u] >= 0) {
+            gckpt_sim_release(s, o, w->ar_held[u]);
+            w->ar_held[u] = -1;
+        }
     if (w->h->backward_end) w->h->backward_end(w, s, o); /* ZeRO-2: the epilogue's reduce_ipg_grads */
     if (w->ipg >= 0) gckpt_sim_release(s, o, w->ipg);
     if (w->ipg2 >= 0) gckpt_sim_release(s, o, w->ipg2);

@@ -47,6 +47,9 @@ typedef struct {
     announce_t mine, *theirs;
     MPI_Request *req;     /* 2 x world */
     int *peer;            /* the rank of each request */
+    MPI_Comm comm;        /* MPI_COMM_WORLD, or a group of it (gckpt_comm.split: HSDP's shard and
+                           * replicate groups), its ranks numbered in it */
+    bool sub;             /* a split's: freed with MPI_Comm_free, MPI finalized by the world's */
 } mpi_comm;
 
 static bool mpi_fail(gckpt_comm *c, int rc, const char *what)
@@ -148,10 +151,10 @@ static bool announce(mpi_comm *m, int32_t op, gckpt_redop red, uint64_t count, g
     for (int p = 0; p < c->world; p++) {
         if (p == c->rank) continue;
         m->peer[n] = p;
-        if ((rc = MPI_Irecv(&m->theirs[p], (int)sizeof *a, MPI_BYTE, p, TAG_ANNOUNCE, MPI_COMM_WORLD, &m->req[n++])) != MPI_SUCCESS)
+        if ((rc = MPI_Irecv(&m->theirs[p], (int)sizeof *a, MPI_BYTE, p, TAG_ANNOUNCE, m->comm, &m->req[n++])) != MPI_SUCCESS)
             return mpi_fail(c, rc, "announcing a collective");
         m->peer[n] = p;
-        if ((rc = MPI_Isend(a, (int)sizeof *a, MPI_BYTE, p, TAG_ANNOUNCE, MPI_COMM_WORLD, &m->req[n++])) != MPI_SUCCESS)
+        if ((rc = MPI_Isend(a, (int)sizeof *a, MPI_BYTE, p, TAG_ANNOUNCE, m->comm, &m->req[n++])) != MPI_SUCCESS)
             return mpi_fail(c, rc, "announcing a collective");
     }
     if (!wait_all(m, m->req, m->peer, n, "its announcement")) return false;
@@ -197,7 +200,7 @@ static bool all_reduce(mpi_comm *m, gckpt_redop red, const void *send, void *rec
         gckpt_xt mine = {(char *)send + off * sz, n, (uint8_t)dt}, acc = {m->tmp, n, (uint8_t)dt};
         gckpt_xt out = {(char *)recv + off * sz, n, (uint8_t)dt};
         if (c->rank > 0) {
-            if ((rc = MPI_Irecv(m->tmp, (int)(n * sz), MPI_BYTE, c->rank - 1, TAG_DATA, MPI_COMM_WORLD, &r)) != MPI_SUCCESS)
+            if ((rc = MPI_Irecv(m->tmp, (int)(n * sz), MPI_BYTE, c->rank - 1, TAG_DATA, m->comm, &r)) != MPI_SUCCESS)
                 return mpi_fail(c, rc, "receiving a partial sum");
             if (!wait_one(m, &r, c->rank - 1, "a partial sum")) return false;
         }
@@ -209,11 +212,11 @@ static bool all_reduce(mpi_comm *m, gckpt_redop red, const void *send, void *rec
             st(dst, i, post != 1.0f ? rnd(dt, v) * post : v);
         }
         if (c->rank < last) {
-            if ((rc = MPI_Isend(m->tmp, (int)(n * sz), MPI_BYTE, c->rank + 1, TAG_DATA, MPI_COMM_WORLD, &r)) != MPI_SUCCESS)
+            if ((rc = MPI_Isend(m->tmp, (int)(n * sz), MPI_BYTE, c->rank + 1, TAG_DATA, m->comm, &r)) != MPI_SUCCESS)
                 return mpi_fail(c, rc, "sending a partial sum");
             if (!wait_one(m, &r, c->rank + 1, "the partial sum to be taken")) return false;
         }
-        if ((rc = MPI_Ibcast(out.p, (int)(n * sz), MPI_BYTE, last, MPI_COMM_WORLD, &r)) != MPI_SUCCESS)
+        if ((rc = MPI_Ibcast(out.p, (int)(n * sz), MPI_BYTE, last, m->comm, &r)) != MPI_SUCCESS)
             return mpi_fail(c, rc, "broadcasting the sum");
         if (!wait_one(m, &r, last, "the sum")) return false;
     }
@@ -223,7 +226,7 @@ static bool all_reduce(mpi_comm *m, gckpt_redop red, const void *send, void *rec
 static bool bcast(mpi_comm *m, void *p, uint64_t n, int root, const char *what)
 {
     MPI_Request r;
-    int rc = MPI_Ibcast(p, (int)n, MPI_BYTE, root, MPI_COMM_WORLD, &r);
+    int rc = MPI_Ibcast(p, (int)n, MPI_BYTE, root, m->comm, &r);
     if (rc != MPI_SUCCESS) return mpi_fail(&m->c, rc, what);
     return wait_one(m, &r, root, what);
 }
@@ -280,23 +283,80 @@ static bool mpi_gather(gckpt_comm *c, const void *send, void *recv, uint64_t byt
     if (!announce(m, OP_GATHER, GCKPT_RED_SUM, bytes, GCKPT_DT_U8, 0, &skip)) return false;
     if (skip) return true;
     MPI_Request r;
-    int rc = MPI_Igather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD, &r);
+    int rc = MPI_Igather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, 0, m->comm, &r);
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "gathering the ranks' results");
     return wait_one(m, &r, 0, "the ranks' results");
 }
 
-static void mpi_destroy(gckpt_comm *c)
+static void mpi_free(mpi_comm *m)
 {
-    mpi_comm *m = (mpi_comm *)c;
-    bool pending = m->pending;
     free(m->tmp);
     free(m->theirs);
     free(m->req);
     free(m->peer);
     free(m);
+}
+
+static void mpi_destroy(gckpt_comm *c)
+{
+    mpi_comm *m = (mpi_comm *)c;
+    bool pending = m->pending, sub = m->sub;
+    MPI_Comm comm = m->comm;
+    mpi_free(m);
     /* a request left pending (a rank that never came) would hold MPI_Finalize forever: the
      * process ends without it, and mpirun ends the others */
-    if (!pending) MPI_Finalize();
+    if (sub && !pending) MPI_Comm_free(&comm);
+    else if (!sub && !pending) MPI_Finalize();
+}
+
+static gckpt_comm *mpi_split(gckpt_comm *c, int color, int key, gckpt_err *err);
+
+/* A communicator over comm (its rank and size), or NULL with err set. */
+static mpi_comm *mpi_make(MPI_Comm comm, bool sub, double timeout_s, gckpt_err *err)
+{
+    mpi_comm *m = calloc(1, sizeof *m);
+    int world = 1;
+    MPI_Comm_size(comm, &world);
+    if (m) {
+        m->tmp = malloc(CHUNK);
+        m->theirs = calloc((size_t)world, sizeof *m->theirs);
+        m->req = calloc(2 * (size_t)world, sizeof *m->req);
+        m->peer = calloc(2 * (size_t)world, sizeof *m->peer);
+    }
+    if (!m || !m->tmp || !m->theirs || !m->req || !m->peer || world > 32) {
+        if (m) mpi_free(m);
+        gckpt_seterr(err, world > 32 ? "more than 32 ranks" : "out of memory");
+        return NULL;
+    }
+    m->c.name = "mpi";
+    MPI_Comm_rank(comm, &m->c.rank);
+    m->c.world = world;
+    m->c.timeout_s = timeout_s;
+    m->c.collective = mpi_collective;
+    m->c.gather = mpi_gather;
+    m->c.destroy = mpi_destroy;
+    m->c.split = mpi_split;
+    m->comm = comm;
+    m->sub = sub;
+    return m;
+}
+
+/* MPI_Comm_split: every rank calls it (a collective of c's ranks), those of one color form a
+ * group, ordered by key. */
+static gckpt_comm *mpi_split(gckpt_comm *c, int color, int key, gckpt_err *err)
+{
+    mpi_comm *m = (mpi_comm *)c;
+    MPI_Comm nc;
+    int rc = MPI_Comm_split(m->comm, color, key, &nc);
+    if (rc != MPI_SUCCESS) {
+        mpi_fail(c, rc, "splitting the ranks into groups");
+        gckpt_seterr(err, "%s", c->err.msg);
+        return NULL;
+    }
+    MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
+    mpi_comm *g = mpi_make(nc, true, c->timeout_s, err);
+    if (!g) MPI_Comm_free(&nc);
+    return g ? &g->c : NULL;
 }
 
 gckpt_comm *gckpt_comm_mpi_new(int *argc, char ***argv, gckpt_err *err)
@@ -309,34 +369,11 @@ gckpt_comm *gckpt_comm_mpi_new(int *argc, char ***argv, gckpt_err *err)
     }
     /* errors come back as codes (the message names the rank), not as an abort */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    mpi_comm *m = calloc(1, sizeof *m);
-    int world = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (m) {
-        m->tmp = malloc(CHUNK);
-        m->theirs = calloc((size_t)world, sizeof *m->theirs);
-        m->req = calloc(2 * (size_t)world, sizeof *m->req);
-        m->peer = calloc(2 * (size_t)world, sizeof *m->peer);
-    }
-    if (!m || !m->tmp || !m->theirs || !m->req || !m->peer || world > 32) {
-        if (m) {
-            free(m->tmp);
-            free(m->theirs);
-            free(m->req);
-            free(m->peer);
-            free(m);
-        }
+    mpi_comm *m = mpi_make(MPI_COMM_WORLD, false, GCKPT_COLL_TIMEOUT_S, err);
+    if (!m) {
         MPI_Finalize();
-        gckpt_seterr(err, world > 32 ? "more than 32 ranks" : "out of memory");
         return NULL;
     }
-    m->c.name = "mpi";
-    MPI_Comm_rank(MPI_COMM_WORLD, &m->c.rank);
-    m->c.world = world;
-    m->c.timeout_s = GCKPT_COLL_TIMEOUT_S;
-    m->c.collective = mpi_collective;
-    m->c.gather = mpi_gather;
-    m->c.destroy = mpi_destroy;
     return &m->c;
 }
 

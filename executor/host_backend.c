@@ -28,6 +28,7 @@ typedef struct {
     struct timespec t0;
     bool timing;
     gckpt_comm *comm;     /* NULL: one rank */
+    gckpt_comm *group[GCKPT_NGROUP]; /* HSDP's shard and replicate groups (NULL: not joined) */
 } host_be;
 
 static host_be *H(gckpt_backend *be) { return (host_be *)be; }
@@ -247,10 +248,37 @@ static gckpt_xstatus h_attach(gckpt_backend *be, gckpt_comm *comm)
     return GCKPT_XS_OK;
 }
 
+static gckpt_xstatus h_attach_group(gckpt_backend *be, gckpt_coll_group g, gckpt_comm *comm)
+{
+    if (g >= GCKPT_NGROUP) return GCKPT_XS_ERROR;
+    H(be)->group[g] = comm;
+    return GCKPT_XS_OK;
+}
+
+static gckpt_xstatus in_comm(gckpt_backend *be, gckpt_comm *c, gckpt_coll op, gckpt_redop red, gckpt_xt send,
+                             gckpt_xt recv, int root);
+
 /* "Device" memory is host memory: the communicator moves it as it is. */
 static gckpt_xstatus h_collective(gckpt_backend *be, gckpt_coll op, gckpt_redop red, gckpt_xt send, gckpt_xt recv, int root)
 {
-    gckpt_comm *c = H(be)->comm ? H(be)->comm : gckpt_comm_single();
+    return in_comm(be, H(be)->comm ? H(be)->comm : gckpt_comm_single(), op, red, send, recv, root);
+}
+
+static gckpt_xstatus h_collective_group(gckpt_backend *be, gckpt_coll_group g, gckpt_coll op, gckpt_redop red,
+                                        gckpt_xt send, gckpt_xt recv)
+{
+    if (g == GCKPT_GROUP_WORLD) return h_collective(be, op, red, send, recv, 0);
+    if (g >= GCKPT_NGROUP || !H(be)->group[g]) {
+        gckpt_seterr(&be->err, "a collective in the %s group, which this rank has not joined",
+                     g < GCKPT_NGROUP ? gckpt_coll_group_names[g] : "?");
+        return GCKPT_XS_ERROR;
+    }
+    return in_comm(be, H(be)->group[g], op, red, send, recv, 0);
+}
+
+static gckpt_xstatus in_comm(gckpt_backend *be, gckpt_comm *c, gckpt_coll op, gckpt_redop red, gckpt_xt send,
+                             gckpt_xt recv, int root)
+{
     uint64_t count;
     if (!gckpt_coll_count(op, &send, &recv, c->world, &count, &be->err)) return GCKPT_XS_ERROR;
     if (!c->collective(c, op, red, send.p, recv.p, count, (gckpt_dtype)send.dt, root)) {
@@ -294,6 +322,8 @@ gckpt_backend *gckpt_host_backend_new(uint64_t memory_limit)
     be->describe = h_describe;
     be->attach = h_attach;
     be->collective = h_collective;
+    be->attach_group = h_attach_group;
+    be->collective_group = h_collective_group;
     be->destroy = h_destroy;
     return be;
 }

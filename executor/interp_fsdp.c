@@ -43,11 +43,12 @@ struct exec_fsdp {
     uint64_t units;
 };
 
-static uint64_t world(const gckpt_exec *x) { return (uint64_t)x->o.world; }
+/* The ranks a unit is sharded over: the world, or HSDP's dp_shard group (FINDINGS R-DIST-27) */
+static uint64_t world(const gckpt_exec *x) { return gckpt_layout_shard_world(&x->set.layout); }
 static uint64_t part_of(const param_t *p) { return p->spec->shard.part; }
 static uint64_t local_of(const gckpt_exec *x, const param_t *p)
 {
-    return gckpt_shard_local(p->spec, (uint32_t)x->o.rank);
+    return gckpt_shard_local(p->spec, exec_shard_rank(x));
 }
 static gckpt_xt f32(void *p, uint64_t off, uint64_t n) { return (gckpt_xt){(char *)p + off * 4, n, GCKPT_DT_F32, 0}; }
 
@@ -178,6 +179,18 @@ static int unit_sec(const gckpt_exec *x, uint64_t unit)
 static uint64_t unit_part(const gckpt_exec *x, uint64_t unit) { return x->ctx.par.unit_part[unit_sec(x, unit)]; }
 static uint64_t unit_grad_part(const gckpt_exec *x, uint64_t unit) { return x->ctx.par.unit_grad_part[unit_sec(x, unit)]; }
 
+/* A collective in the event's group: every rank, or HSDP's dp_shard / dp_replicate group. */
+static gckpt_xstatus in_group(gckpt_exec *x, const gckpt_coll_args *a, gckpt_coll op, gckpt_redop red, gckpt_xt send,
+                              gckpt_xt recv)
+{
+    if (a->group == GCKPT_GROUP_WORLD) return x->be->collective(x->be, op, red, send, recv, 0);
+    if (!x->be->collective_group) {
+        gckpt_seterr(&x->be->err, "the %s backend has no process groups (HSDP)", x->be->name);
+        return GCKPT_XS_ERROR;
+    }
+    return x->be->collective_group(x->be, (gckpt_coll_group)a->group, op, red, send, recv);
+}
+
 static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp;
@@ -201,15 +214,19 @@ static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const 
                     return exec_fail(err, "%s: fsdp: %s's packed storage is not of the all-gather's dtype", w->at, p->spec->name);
                 else rc = x->be->add(x->be, bytes_at(to.p, 0, to.n * ss), none, bytes_at(f->shard[j], 0, to.n * ss));
             }
-        if (rc == GCKPT_XS_OK) rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, src, dst, 0);
+        if (rc == GCKPT_XS_OK) rc = in_group(x, a, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, src, dst);
         f->ag = a->dst;
         f->ag_unit = (uint32_t)u;
     } else if (a->kind == GCKPT_COLL_REDUCE_SCATTER) {
         if ((rc = inst(x, a->src, gp * n, "reduce-scatter input", w, &src, err)) != GCKPT_XS_OK ||
             (rc = inst(x, a->dst, gp, "reduce-scatter output", w, &dst, err)) != GCKPT_XS_OK)
             return rc;
-        rc = x->be->collective(x->be, GCKPT_COLL_REDUCE_SCATTER, GCKPT_RED_AVG, src, dst, 0);
+        rc = in_group(x, a, GCKPT_COLL_REDUCE_SCATTER, GCKPT_RED_AVG, src, dst);
         f->rs_out = x->inst[a->dst].is_pgrad ? GCKPT_NOINST : a->dst; /* fp32: the output is the sharded gradient */
+    } else if (a->kind == GCKPT_COLL_ALL_REDUCE && a->group == GCKPT_GROUP_REPLICATE && a->src == a->dst) {
+        /* HSDP: the reduced shard averaged across the replicas, in place (foreach_reduce) */
+        if ((rc = inst(x, a->dst, gp, "all-reduce buffer", w, &dst, err)) != GCKPT_XS_OK) return rc;
+        rc = in_group(x, a, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_AVG, dst, dst);
     } else {
         return exec_fail(err, "%s: fsdp has no %s", w->at, gckpt_coll_names[a->kind]);
     }
@@ -328,12 +345,14 @@ static gckpt_xstatus fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq,
     exec_fsdp *f = x->fsdp;
     *hash = 0;
     *sumsq = 0;
-    for (size_t j = 0; j < x->nparams; j++) {
+    /* HSDP: every replica holds the same shards; the first replica's ranks hash them */
+    bool replica0 = (uint32_t)x->o.rank < gckpt_layout_shard_world(&x->set.layout);
+    for (size_t j = 0; j < x->nparams && replica0; j++) {
         param_t *p = &x->params[j];
         if (!p->spec->trainable) continue; /* frozen (LoRA's base): no gradient */
         if (!exec_live(x, f->grad[f->unit[j]])) return exec_fail(err, "checksum: fsdp: a unit has no sharded gradient");
         gckpt_xstatus rc = exec_piece_hash(x, p, f32(x->inst[f->grad[f->unit[j]]].p, f->goff[j], local_of(x, p)),
-                                           (uint64_t)x->o.rank * part_of(p), hash, sumsq, err);
+                                           (uint64_t)exec_shard_rank(x) * part_of(p), hash, sumsq, err);
         if (rc != GCKPT_XS_OK) return rc;
     }
     return exec_ranks_hash(x, hash, sumsq, err);

@@ -217,11 +217,13 @@ gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err 
     return GCKPT_XS_OK;
 }
 
+uint32_t exec_shard_rank(const gckpt_exec *x) { return gckpt_layout_shard_rank(&x->set.layout, (uint32_t)x->o.rank); }
+
 gckpt_xstatus exec_shard_init(gckpt_exec *x, const param_t *p, void *dst, gckpt_init how, float scale, uint64_t key,
                               gckpt_err *err)
 {
-    uint64_t part = p->spec->shard.part, local = gckpt_shard_local(p->spec, (uint32_t)x->o.rank);
-    uint64_t lo = (uint64_t)x->o.rank * part;
+    uint64_t part = p->spec->shard.part, local = gckpt_shard_local(p->spec, exec_shard_rank(x));
+    uint64_t lo = (uint64_t)exec_shard_rank(x) * part;
     float *v = malloc(sizeof *v * (part ? part : 1));
     if (!v) return exec_fail(err, "out of memory");
     for (uint64_t i = 0; i < part; i++) /* the values one process's init gives these elements */

@@ -42,6 +42,9 @@ gckpt_xstatus exec_step_rows_take(gckpt_exec *x, uint64_t *bytes, gckpt_err *err
 gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uint64_t lo, uint64_t *h, double *ss,
                               gckpt_err *err);
 gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err *err);
+/* This rank's place in its shard group (HSDP: rank mod dp_shard, gckpt_layout_shard_rank; else
+ * its rank): which piece of each sharded tensor it holds. */
+uint32_t exec_shard_rank(const gckpt_exec *x);
 /* A sharded parameter's fp32 padded shard on this rank (shard.part elements at dst) from its
  * initialisation (how, scale, key as one process makes the whole tensor): elements
  * [r x part, r x part + gckpt_shard_local) of the tensor, then 0. */

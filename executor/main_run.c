@@ -487,6 +487,27 @@ void gckpt_test_hooks_install(void); /* the test build only (tests/executor/run_
 #endif
 
 /* The ranks the plan needs against the ranks started (one line on rank 0, exit 2). */
+/* HSDP (the plan's dp_replicate, FINDINGS R-DIST-27): the dp_shard groups (consecutive ranks, as
+ * accelerate's mesh puts dp_shard inner) and the dp_replicate groups (ranks dp_shard apart), split
+ * from the world and joined by the backend; groups[] owns them. 0, or the exit status. */
+static int join_groups(gckpt_backend *be, gckpt_comm *comm, const gckpt_layout *l, gckpt_comm *groups[GCKPT_NGROUP])
+{
+    uint32_t rep = gckpt_layout_replicate(l), shard = gckpt_layout_shard_world(l);
+    if (rep < 2 || comm->world < 2) return 0;
+    if (!be->attach_group || !be->collective_group || !comm->split)
+        return bad("--backend %s: a plan with dp_replicate %u (HSDP) needs process groups, which this backend does not "
+                   "run (the host backend does)", be->name, rep);
+    gckpt_err err = {0};
+    int r = comm->rank;
+    if (!(groups[GCKPT_GROUP_SHARD] = comm->split(comm, r / (int)shard, r, &err)) ||
+        !(groups[GCKPT_GROUP_REPLICATE] = comm->split(comm, r % (int)shard, r, &err)))
+        return bad("HSDP's process groups: %s", err.msg);
+    for (int g = GCKPT_GROUP_SHARD; g <= GCKPT_GROUP_REPLICATE; g++)
+        if (be->attach_group(be, (gckpt_coll_group)g, groups[g]) != GCKPT_XS_OK)
+            return bad("--backend %s: joining the %s group: %s", be->name, gckpt_coll_group_names[g], be->err.msg);
+    return 0;
+}
+
 static int check_ranks(const gckpt_plan_file *pf, const gckpt_comm *comm)
 {
     uint32_t want = gckpt_layout_multi(&pf->layout) ? gckpt_layout_world(&pf->layout) : 1;
@@ -577,6 +598,7 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
     size_t *sel = NULL;
     gckpt_backend *be = NULL;
     gckpt_comm *comm = gckpt_comm_single();
+    gckpt_comm *groups[GCKPT_NGROUP] = {NULL}; /* HSDP's (join_groups) */
     gckpt_report rep = {.plan = &pf};
     gckpt_report_file rf;
     bool rf_open = false;
@@ -634,6 +656,7 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
         rc = bad("--backend %s: joining the %d ranks: %s", be->name, comm->world, be->err.msg);
         goto out;
     }
+    if ((rc = join_groups(be, comm, &pf.layout, groups)) != 0) goto out;
     progress prog = {.n = (size_t)nsel, .tty = !comm->rank && isatty(STDERR_FILENO), .steps = (int)(a.steps + a.warmup)};
     if (!strcmp(be->name, "host") && !comm->rank) say_estimate(&pf, sel, nsel, &a, &prog);
     clock_gettime(CLOCK_MONOTONIC, &prog.start);
@@ -649,6 +672,8 @@ out:
     for (size_t i = 0; i < rep.n; i++) gckpt_entry_report_free(&rep.entries[i]);
     free(rep.entries);
     if (be) be->destroy(be);
+    for (int g = GCKPT_NGROUP - 1; g > GCKPT_GROUP_WORLD; g--)
+        if (groups[g]) groups[g]->destroy(groups[g]);
     free(sel);
     gckpt_plan_file_free(&pf);
     comm->destroy(comm);

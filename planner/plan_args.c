@@ -11,6 +11,7 @@
 #include "gckpt/planner/cli_names.h"
 #include "gckpt/planner/ds_config.h"
 #include "gckpt/planner/hub.h"
+#include "gckpt/planner/pc_config.h"
 #include "gckpt/util/safe_text.h"
 
 const gckpt_plan_option gckpt_plan_options[] = {
@@ -29,7 +30,9 @@ const gckpt_plan_option gckpt_plan_options[] = {
     {"parallel", true, GCKPT_OPT_PAR}, {"moe-imbalance", true, GCKPT_OPT_MOE},
     {"deepspeed", true, GCKPT_OPT_DS}, {"fsdp-offload", true, GCKPT_OPT_FSDP_OFF},
     {"every-n", true, GCKPT_OPT_EVERY}, {"offload", true, GCKPT_OPT_OFF}, {"budget", true, GCKPT_OPT_BUDGET},
-    {"margin", true, GCKPT_OPT_MARGIN}, {NULL, false, 0}};
+    {"margin", true, GCKPT_OPT_MARGIN}, {"dp-replicate", true, GCKPT_OPT_DP_REPLICATE},
+    {"dp-shard", true, GCKPT_OPT_DP_SHARD}, {"tp", true, GCKPT_OPT_TP}, {"cp", true, GCKPT_OPT_CP},
+    {"parallelism-config", true, GCKPT_OPT_PC}, {NULL, false, 0}};
 
 const gckpt_plan_option *gckpt_plan_option_find(const char *name)
 {
@@ -165,10 +168,51 @@ static int apply_fsdp_offload(gckpt_plan_args *a)
     return 0;
 }
 
+/* The mesh options (accelerate's ParallelismConfig: --dp-replicate, --dp-shard, --tp, --cp or
+ * --parallelism-config FILE) into the layout's dp_replicate; FSDP2 is the mode that takes a mesh
+ * (no --parallel: fsdp). 0 or the exit status of a bad value. */
+static int apply_mesh(gckpt_plan_args *a)
+{
+    static const char *const names[] = {"dp-replicate", "dp-shard", "tp", "cp"};
+    bool flags = false;
+    gckpt_pc_sizes pc = {0};
+    uint64_t *dst[] = {&pc.dp_replicate, &pc.dp_shard, &pc.tp, &pc.cp};
+    for (int k = 0; k < 4; k++) {
+        if (!a->mesh_opt[k]) continue;
+        flags = true;
+        if (!gckpt_parse_u64(a->mesh_opt[k], 1, 1u << 20, dst[k]))
+            return bad(a, "--%s: '%s' is not an integer in [1, 1048576]", names[k], a->mesh_opt[k]);
+    }
+    if (!flags && !a->pc_path) return 0;
+    if (flags && a->pc_path)
+        return bad(a, "--parallelism-config FILE excludes --dp-replicate, --dp-shard, --tp and --cp%s%s", "", "");
+    if (a->pc_path && !gckpt_pc_config_read(a->pc_path, &pc, &a->err)) return GCKPT_EXIT_INPUT;
+    if (!a->n_modes) {
+        a->modes[0] = GCKPT_PAR_FSDP;
+        a->n_modes = 1;
+    }
+    if (a->n_modes != 1 || !gckpt_par_mode_of(a->modes[0])->replicate_dim)
+        return bad(a, "%s: accelerate's ParallelismConfig shards through FSDP2: use --parallel fsdp alone%s",
+                   a->pc_path ? "--parallelism-config" : "--dp-replicate / --dp-shard", "");
+    uint32_t r = 0;
+    if (!gckpt_pc_check(&pc, gckpt_layout_world(&a->req.layout), &r, &a->err)) {
+        if (a->pc_path) { /* the file named first */
+            char msg[sizeof a->err.msg];
+            snprintf(msg, sizeof msg, "%s", a->err.msg);
+            return bad(a, "%s: %s", a->pc_path, msg);
+        }
+        return GCKPT_EXIT_INPUT;
+    }
+    a->req.layout.dp_replicate = r;
+    return 0;
+}
+
 /* The layout against the number of GPUs; 0 or the exit status of a bad combination. */
 static int check_layout(gckpt_plan_args *a)
 {
     uint32_t world = gckpt_layout_world(&a->req.layout);
+    if (world == 1 && (a->pc_path || a->mesh_opt[0] || a->mesh_opt[1] || a->mesh_opt[2] || a->mesh_opt[3]))
+        return bad(a, "a ParallelismConfig mesh needs more than one GPU (--gpus N, --nodes M)%s%s", "", "");
     if (world == 1 && a->ds_path) return bad(a, "--deepspeed needs more than one GPU (--gpus N, --nodes M)%s%s", "", "");
     int rc = apply_deepspeed(a);
     if (rc) return rc;
@@ -179,6 +223,10 @@ static int check_layout(gckpt_plan_args *a)
         a->n_modes = 0;
         return a->fsdp_offload ? apply_fsdp_offload(a) : 0; /* refused: no fsdp on one GPU */
     }
+    if (!a->n_modes && (a->pc_path || a->mesh_opt[0] || a->mesh_opt[1] || a->mesh_opt[2] || a->mesh_opt[3])) {
+        a->modes[0] = GCKPT_PAR_FSDP; /* a mesh is FSDP2's (apply_mesh) */
+        a->n_modes = 1;
+    }
     if (!a->n_modes) {
         char w[16];
         snprintf(w, sizeof w, "%u", world);
@@ -188,6 +236,8 @@ static int check_layout(gckpt_plan_args *a)
         if (a->modes[i] == GCKPT_PAR_NONE) return bad(a, "--parallel none with several GPUs: choose ddp, fsdp, zero1, zero2 or zero3%s%s", "", "");
     if (a->n_modes > 1 && a->wants_output)
         return bad(a, "--parallel with a list compares modes; -o, --plot and --html need one mode%s%s", "", "");
+    int mrc = apply_mesh(a);
+    if (mrc) return mrc;
     a->req.layout.mode = a->modes[0];
     return apply_fsdp_offload(a);
 }
@@ -382,6 +432,10 @@ int gckpt_plan_args_set(gckpt_plan_args *a, const gckpt_plan_option *o, const ch
     case GCKPT_OPT_DS: a->ds_path = arg; return 0;
     case GCKPT_OPT_FSDP_OFF: a->fsdp_offload = arg; return 0;
     case GCKPT_OPT_REVISION: a->revision = arg; return 0;
+    case GCKPT_OPT_DP_REPLICATE: case GCKPT_OPT_DP_SHARD: case GCKPT_OPT_TP: case GCKPT_OPT_CP:
+        a->mesh_opt[o->code - GCKPT_OPT_DP_REPLICATE] = arg;
+        return 0;
+    case GCKPT_OPT_PC: a->pc_path = arg; return 0;
     default: /* GCKPT_OPT_METHOD .. GCKPT_OPT_QSTORE */
         a->peft_opt[o->code - GCKPT_OPT_METHOD] = arg;
         return 0;

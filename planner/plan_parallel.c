@@ -24,6 +24,13 @@ void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f)
     const gckpt_layout *l = &p->req.layout;
     if (!gckpt_layout_multi(l)) return;
     uint32_t w = gckpt_layout_world(l);
+    if (l->dp_replicate > 1)
+        fprintf(f, "HSDP mesh (accelerate ParallelismConfig): dp_replicate %u x dp_shard %u; parameters sharded over "
+                   "the %u ranks of a dp_shard group (consecutive ranks), gradients reduce-scattered there and "
+                   "all-reduced across the %u dp_replicate groups\n",
+                l->dp_replicate, gckpt_layout_shard_world(l), gckpt_layout_shard_world(l), l->dp_replicate);
+    else if (l->dp_replicate == 1)
+        fprintf(f, "mesh (accelerate ParallelismConfig): dp_shard %u\n", w);
     fprintf(f, "%u GPUs (%u node%s x %u), %s: memory is the busiest rank's (rank 0; zero1, zero2: the busiest of all ranks), tok/s per GPU (x %u for the job); "
                "global batch = micro-batch x grad-accum x %u\n",
             w, l->nodes ? l->nodes : 1, l->nodes > 1 ? "s" : "", l->gpus ? l->gpus : 1, gckpt_par_mode_of(l->mode)->title,
@@ -43,6 +50,11 @@ void gckpt_plan_parallel_args(const gckpt_plan *p, cJSON *args)
         cJSON_AddNumberToObject(fc, "version", 2);
         cJSON_AddBoolToObject(fc, "reshard_after_forward", true);
         if (p->req.layout.offload) cJSON_AddBoolToObject(fc, "cpu_offload", true);
+        if (p->req.layout.dp_replicate) { /* printed as ParallelismConfig(...) (gckpt_plan_print_snippet) */
+            cJSON *pc = cJSON_AddObjectToObject(args, "parallelism_config");
+            cJSON_AddNumberToObject(pc, "dp_replicate_size", p->req.layout.dp_replicate);
+            cJSON_AddNumberToObject(pc, "dp_shard_size", gckpt_layout_shard_world(&p->req.layout));
+        }
         break;
     }
     case GCKPT_TRAINER_DEEPSPEED: {
@@ -136,6 +148,11 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(o, "nodes", l->nodes ? l->nodes : 1);
     cJSON_AddNumberToObject(o, "world_size", gckpt_layout_world(l));
     cJSON_AddStringToObject(o, "parallel", gckpt_parallel_names[l->mode]);
+    if (l->dp_replicate) { /* accelerate's ParallelismConfig mesh (FINDINGS R-DIST-27) */
+        cJSON_AddNumberToObject(o, "dp_replicate", l->dp_replicate);
+        cJSON_AddNumberToObject(o, "dp_shard", gckpt_layout_shard_world(l));
+        cJSON_AddStringToObject(o, "mesh", "dp_replicate x dp_shard (accelerate ParallelismConfig; dp_shard inner)");
+    }
     cJSON_AddStringToObject(o, "memory", "the busiest rank: rank 0; zero1, zero2: the busiest of every rank");
     cJSON_AddNumberToObject(o, "bus_bytes_per_s", l->nodes > 1 ? p->dev.inter_node_bus_bytes_per_s
                                                                 : p->dev.intra_node_bus_bytes_per_s);

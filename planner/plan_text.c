@@ -189,6 +189,8 @@ void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f
     fprintf(f, "\nimport torch\n");
     if (peft)
         fprintf(f, "from peft import LoraConfig, get_peft_model%s\n", qlora ? ", prepare_model_for_kbit_training" : "");
+    if (p->req.layout.dp_replicate) /* TrainingArguments(parallelism_config=...): accelerate >= 1.12 with transformers 5 */
+        fprintf(f, "from accelerate import ParallelismConfig\n");
     fprintf(f, "from transformers import AutoModelForCausalLM, %s%sTrainer, TrainingArguments\n\n",
             qlora ? "BitsAndBytesConfig, " : "", p->model.mxfp4_checkpoint && !peft ? "Mxfp4Config, " : "");
     if (peft) {
@@ -202,6 +204,13 @@ void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f
         if (cJSON_IsObject(a) && !strcmp(a->string, "deepspeed"))
             fprintf(f, "    # the Trainer's \"auto\" DeepSpeed config (or the same as a ds_config.json file)\n");
         fprintf(f, "    %s=", a->string);
+        if (cJSON_IsObject(a) && !strcmp(a->string, "parallelism_config")) { /* the object, not a dict */
+            fprintf(f, "ParallelismConfig(");
+            for (const cJSON *k = a->child; k; k = k->next)
+                fprintf(f, "%s%s=%lld", k == a->child ? "" : ", ", k->string, (long long)k->valuedouble);
+            fprintf(f, "),\n");
+            continue;
+        }
         print_literal(a, 4 + strlen(a->string) + 1, 1, f);
         fprintf(f, ",\n");
     }

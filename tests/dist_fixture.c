@@ -52,10 +52,21 @@ void dist_fixture_read(const char *path, dist_fixture *f)
          gckpt_json_str(last, path, "steps[-1].peak_where", f->where, sizeof f->where, &err);
     f->s.offload = cJSON_IsTrue(item(set, "offload"));
     const cJSON *kinds = item(item(item(root, "collectives"), "per_step"), "2"), *k;
-    cJSON_ArrayForEach(k, kinds) { /* "kind/dtype/phase" */
+    cJSON_ArrayForEach(k, kinds) { /* "kind/dtype/phase[/group<n>]" */
         double b = cJSON_GetNumberValue(item(k, "bytes"));
-        const char *phase = strrchr(k->string, '/');
-        bool gather = !strncmp(k->string, "all_gather/", 11);
+        char key[96];
+        snprintf(key, sizeof key, "%s", k->string);
+        char *grp = strstr(key, "/group");
+        uint32_t gsize = grp ? (uint32_t)strtoul(grp + 6, NULL, 10) : 0;
+        if (grp) *grp = 0; /* the key without its group */
+        if (gsize && !strncmp(key, "all_reduce/", 11)) {
+            f->replicate_group = gsize;
+            f->replicate_all_reduce += b;
+            f->replicate_all_reduce_calls += (int)cJSON_GetNumberValue(item(k, "calls"));
+        } else if (gsize)
+            f->shard_group = gsize;
+        const char *phase = strrchr(key, '/');
+        bool gather = !strncmp(key, "all_gather/", 11);
         if (gather && phase && !strcmp(phase, "/optimizer")) {
             f->gather_opt += b;
             f->gather_opt_calls += (int)cJSON_GetNumberValue(item(k, "calls"));
@@ -65,11 +76,14 @@ void dist_fixture_read(const char *path, dist_fixture *f)
         else if (gather) f->gather_bwd += b;
         else f->reduce += b;
         if (!strcmp(phase, "/backward") &&
-            (!strcmp(k->string, "all_reduce/float32/backward") || !strcmp(k->string, "all_reduce/bfloat16/backward"))) {
+            (!strcmp(key, "all_reduce/float32/backward") || !strcmp(key, "all_reduce/bfloat16/backward"))) {
             f->grad_all_reduce += b;
             f->grad_all_reduce_calls += (int)cJSON_GetNumberValue(item(k, "calls"));
         }
     }
+    /* HSDP: the Trainer's parallelism_config (accelerate's ParallelismConfig) */
+    const cJSON *pc = item(item(par, "trainer_args"), "parallelism_config");
+    uint32_t dp_replicate = cJSON_IsObject(pc) ? (uint32_t)cJSON_GetNumberValue(item(pc, "dp_replicate_size")) : 0;
     cJSON_Delete(root);
     if (!ok) fail_msg("%s", err.msg);
     f->fake = !strcmp(pg, "fake");
@@ -90,6 +104,7 @@ void dist_fixture_read(const char *path, dist_fixture *f)
     if (pm <= 0) fail_msg("%s: parallel.mode '%s' not understood", path, f->mode);
     s->layout.mode = (uint8_t)pm;
     s->layout.fsdp_keep_gathered = !strcmp(f->variant, "nrf");
+    s->layout.dp_replicate = dp_replicate;
     s->layout.rank = (uint32_t)rank;
     s->layout.ds.overlap_comm = !strcmp(f->variant, "overlap"); /* zero_optimization.overlap_comm true */
     if (!strcmp(f->variant, "tight")) { /* stage3_max_live_parameters (and reuse distance, prefetch) 0 */

@@ -33,6 +33,12 @@ typedef struct {
     /* the all-gathers after the optimizer step (of the weights), bytes and calls */
     double gather_opt;
     int gather_opt_calls;
+    /* HSDP (tests/data/hf-hsdp): the process groups' sizes step 2's collectives ran in (the
+     * "/group<n>" of a per_step key; 0 where none named one: the world), the all-gathers' and
+     * reduce-scatters' and the all-reduces'; the all-reduces' bytes and calls */
+    uint32_t shard_group, replicate_group;
+    double replicate_all_reduce;
+    int replicate_all_reduce_calls;
 } dist_fixture;
 
 

@@ -57,6 +57,12 @@ static void bad_inputs(void **state)
               "\"layer_types\":[\"chunked_attention\",\"full_attention\"]}");
     cli_write("bigvocab.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":1048576,\"num_attention_heads\":4096,\"intermediate_size\":4194304,\"vocab_size\":16777216}");
     cli_write("gpu-missing.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\"}");
+    /* accelerate's ParallelismConfig as a file (--parallelism-config) */
+    cli_write("pc-tp.json", "{\"dp_shard_size\": 2, \"tp_size\": 2}");
+    cli_write("pc-odd.json", "{\"dp_replicate_size\": 3, \"dp_shard_size\": 2}");
+    cli_write("pc-key.json", "{\"dp_replicate_size\": 2, \"dp_shard\": 2}");
+    cli_write("pc-zero.json", "{\"dp_replicate_size\": 0, \"dp_shard_size\": 4}");
+    cli_write("pc-ok.json", "{\"dp_replicate_size\": 2, \"dp_shard_size\": 2, \"tp_size\": 1, \"cp_size\": null}");
     cli_write("gpu-schema.json", "{\"schema\":\"gckpt.device/9\"}");
     cli_write("gpu-neg.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\",\"memory_bytes\":-5}");
     cli_write("ds-z3.json", "{\"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": \"auto\"}}");
@@ -232,6 +238,23 @@ static void bad_inputs(void **state)
         {"parallel SGD", A("--gpus", "2", "--parallel", "zero2", "--optimizer", "sgd", "-o", "out.json"), "--optimizer adamw"},
         {"parallel pure bf16", A("--gpus", "2", "--parallel", "fsdp", "--precision", "bf16", "-o", "out.json"), "amp-bf16"},
         {"gpu without interconnect", A("--model", "gpt2", "--gpus", "2", "--parallel", "ddp", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "intra_node_bus_bytes_per_s"},
+        /* the ParallelismConfig mesh (HSDP): accelerate's checks, and what is not planned yet */
+        {"mesh not the world", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "4", "-o", "out.json"), "not the 4 processes"},
+        {"mesh replicate alone", A("--gpus", "4", "--dp-replicate", "2", "-o", "out.json"), "dp_shard_size 1 = 2"},
+        {"mesh no shard", A("--gpus", "4", "--dp-replicate", "4", "--dp-shard", "1", "-o", "out.json"), "no dimension to shard"},
+        {"mesh tp", A("--gpus", "4", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "tensor (tp_size) parallelism of 2 is not yet planned"},
+        {"mesh cp", A("--gpus", "4", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "context (cp_size) parallelism of 2 is not yet planned"},
+        {"mesh under zero3", A("--gpus", "4", "--parallel", "zero3", "--dp-replicate", "2", "--dp-shard", "2", "-o", "out.json"), "--parallel fsdp alone"},
+        {"mesh under a list", A("--gpus", "4", "--parallel", "ddp,fsdp", "--dp-replicate", "2", "--dp-shard", "2", "-q"), "--parallel fsdp alone"},
+        {"mesh on one GPU", A("--dp-replicate", "1", "--dp-shard", "1", "-o", "out.json"), "more than one GPU"},
+        {"mesh junk", A("--gpus", "4", "--dp-replicate", "two", "--dp-shard", "2", "-o", "out.json"), "--dp-replicate: 'two'"},
+        {"mesh file and flags", A("--gpus", "4", "--parallelism-config", "./pc-ok.json", "--dp-shard", "4", "-o", "out.json"), "excludes"},
+        {"mesh file tp", A("--gpus", "4", "--parallelism-config", "./pc-tp.json", "-o", "out.json"), "pc-tp.json: ParallelismConfig: tensor"},
+        {"mesh file odd", A("--gpus", "4", "--parallelism-config", "./pc-odd.json", "-o", "out.json"), "pc-odd.json: ParallelismConfig: dp_replicate_size 3"},
+        {"mesh file key", A("--gpus", "4", "--parallelism-config", "./pc-key.json", "-o", "out.json"), "field 'dp_shard' is not"},
+        {"mesh file zero", A("--gpus", "4", "--parallelism-config", "./pc-zero.json", "-o", "out.json"), "dp_replicate_size"},
+        {"mesh with LoRA", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "2", "--method", "lora", "-o", "out.json"), "not measured with adapters"},
+        {"mesh file missing", A("--gpus", "4", "--parallelism-config", "./pc-none.json", "-o", "out.json"), "pc-none.json"},
         {"gpu without network", A("--model", "gpt2", "--gpus", "2", "--nodes", "2", "--parallel", "ddp", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "inter_node_bus_bytes_per_s"},
     };
     char err[4096];
@@ -302,6 +325,28 @@ static void good_runs(void **state)
     assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "128", "--gpus", "2", "--parallel", "fsdp", "-o",
                            "tiedf.json"), err, sizeof err), 0);
     assert_true(cli_exists("tiedf.json"));
+    /* HSDP: the mesh from the flags or from a ParallelismConfig file plans the same; the snippet
+     * builds the ParallelismConfig in TrainingArguments (transformers 5.24, accelerate 1.15) */
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--gpus", "4", "--dp-replicate", "2", "--dp-shard", "2",
+                           "--every-n", "1", "--offload", "off", "-o", "hsdp.json"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "parallelism_config=ParallelismConfig(dp_replicate_size=2, dp_shard_size=2),"));
+    assert_non_null(strstr(cli_out, "from accelerate import ParallelismConfig"));
+    assert_non_null(strstr(cli_out, "fsdp=True"));
+    assert_non_null(strstr(cli_out, "dp_replicate 2 x dp_shard 2"));
+    char *a = cli_slurp("hsdp.json");
+    assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--gpus", "4", "--parallelism-config", "./pc-ok.json",
+                           "--every-n", "1", "--offload", "off", "-o", "hsdp2.json"), err, sizeof err), 0);
+    char *b = cli_slurp("hsdp2.json");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(strstr(a, "\"dp_replicate\":\t2"));
+    /* the same peak as the flags' plan (the plans differ in their inputs' wording only) */
+    const char *pa = strstr(a, "\"peak_bytes\""), *pb = strstr(b, "\"peak_bytes\"");
+    assert_non_null(pa);
+    assert_non_null(pb);
+    assert_int_equal(strncmp(pa, pb, 40), 0);
+    free(a);
+    free(b);
 }
 
 /* LoRA / QLoRA plans: the method's inputs recorded, trainable_params per entry, QLoRA's

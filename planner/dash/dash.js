@@ -572,7 +572,12 @@
     Object.keys(shared).forEach(function (k) { add(k, shared[k]); });
     Object.keys(own).forEach(function (k) { add(k, own[k]); });
     var s = "args = TrainingArguments(\n    ...,\n";
-    order.forEach(function (k) { s += "    " + k + "=" + literal(merged[k], 4 + k.length + 1, 1) + ",\n"; });
+    order.forEach(function (k) {
+      var v = merged[k];
+      if (k === "parallelism_config" && v && typeof v === "object") /* accelerate's object, as the CLI prints it */
+        s += "    " + k + "=ParallelismConfig(" + Object.keys(v).map(function (f) { return f + "=" + v[f]; }).join(", ") + "),\n";
+      else s += "    " + k + "=" + literal(v, 4 + k.length + 1, 1) + ",\n";
+    });
     return s + ")\n";
   }
 

@@ -43,11 +43,14 @@ static const cli_opts mpi_env = {.env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW
                                           * within the test's bound */
                                          "GCKPT_COLLECTIVE_TIMEOUT=60"}};
 
+/* HSDP's replicate dimension of the next plan written (0: none; check_case sets it) */
+static uint32_t next_dp_replicate;
+
 /* bucket: a ds_config's reduce_bucket_size (0: the Trainer's "auto") */
 static void write_plan_peft(const char *name, const char *model, int ranks, uint64_t grad_accum, gckpt_parallel mode,
                             gckpt_precision prec, uint64_t bucket, const gckpt_peft *peft)
 {
-    gckpt_layout l = {.gpus = (uint32_t)ranks, .nodes = 1, .mode = (uint8_t)mode};
+    gckpt_layout l = {.gpus = (uint32_t)ranks, .nodes = 1, .mode = (uint8_t)mode, .dp_replicate = next_dp_replicate};
     if (bucket) {
         l.ds.set = GCKPT_DS_REDUCE_BUCKET;
         l.ds.reduce_bucket = bucket;
@@ -124,6 +127,7 @@ typedef struct {
     gckpt_method method; /* LoRA / QLoRA (peft's defaults, gckpt_peft_default); 0: full fine-tuning */
     int ref_np; /* the reference: the same mode on ref_np ranks of the same global batch (0: one process) */
     uint8_t quant_storage; /* QLoRA's bnb_4bit_quant_storage (0: peft's default, uint8) */
+    uint32_t dp_replicate; /* HSDP: fsdp over dp_replicate x (np / dp_replicate) (0: none) */
 } run_case;
 
 static void check_case(const run_case *c)
@@ -132,8 +136,9 @@ static void check_case(const run_case *c)
     const char *model = c->model ? c->model : "tiny-llama";
     char plan[96], one[96], rep[112], rep1[112], err[8192];
     const char *how = gckpt_method_names[c->method];
-    snprintf(plan, sizeof plan, "%s-%s%d-%s-%s-ga%llu%s%s.json", model, mode, c->np, gckpt_precision_names[c->prec], how,
-             (unsigned long long)c->grad_accum, c->bucket ? "-bucket" : "", c->quant_storage ? "-sbf16" : "");
+    snprintf(plan, sizeof plan, "%s-%s%d-%s-%s-ga%llu%s%s%s.json", model, mode, c->np, gckpt_precision_names[c->prec], how,
+             (unsigned long long)c->grad_accum, c->bucket ? "-bucket" : "", c->quant_storage ? "-sbf16" : "",
+             c->dp_replicate ? "-hsdp" : "");
     snprintf(rep, sizeof rep, "%sl", plan);
     int ref_np = c->ref_np ? c->ref_np : 1;
     uint64_t ref_ga = (uint64_t)c->np * c->grad_accum / (uint64_t)ref_np;
@@ -145,7 +150,9 @@ static void check_case(const run_case *c)
     gckpt_peft peft;
     gckpt_peft_default(c->method, &peft);
     if (c->quant_storage) peft.quant_storage = c->quant_storage;
+    next_dp_replicate = c->dp_replicate;
     write_plan_peft(plan, model, c->np, c->grad_accum, c->mode, c->prec, c->bucket, &peft);
+    next_dp_replicate = 0;
     write_plan_peft(one, model, ref_np, ref_ga, c->ref_np ? c->mode : GCKPT_PAR_NONE, c->one_prec, 0, &peft);
     double t0 = cli_now();
     int rc = mpi(c->np, plan, rep, c->steps, err, sizeof err);
@@ -327,6 +334,23 @@ static void fsdp(void **st)
     check_case(&(run_case){GCKPT_PAR_FSDP, GCKPT_FP32, GCKPT_FP32, 2, 3, false, 1, 0});
 }
 static void zero2(void **st) { (void)st, sharded(GCKPT_PAR_ZERO2, false, true); }
+/* HSDP (FSDP2 over a 2 x 2 mesh, FINDINGS R-DIST-27): parameters sharded over the dp_shard pair
+ * (ranks 0, 1 and 2, 3), each unit's reduced shard averaged across the dp_replicate pair (0, 2 and
+ * 1, 3) in place, held to the backward's end; every rank's allocator peak equals its prediction,
+ * the loss one process's of 4 micro-steps bit for bit, the gradient norm within 1e-6 in fp32 (the
+ * two-level mean associates ((g0 + g1) + (g2 + g3)) against one process's (((g0 + g1) + g2) + g3))
+ * and within 2^-8 under amp-bf16 against one bf16 process (each level's sum rounded to bf16);
+ * two micro-steps per rank too (no_sync: neither reduction in the first). */
+static void hsdp(void **st)
+{
+    (void)st;
+    const run_case cases[] = {
+        {GCKPT_PAR_FSDP, GCKPT_FP32, GCKPT_FP32, 4, 1, false, 2, 0, .dp_replicate = 2},
+        {GCKPT_PAR_FSDP, GCKPT_AMP_BF16, GCKPT_BF16, 4, 1, false, 1, 0x1p-8, .dp_replicate = 2},
+        {GCKPT_PAR_FSDP, GCKPT_FP32, GCKPT_FP32, 4, 2, false, 1, 0, .dp_replicate = 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
+}
 /* ZeRO-3 on 3 ranks with a persistent parameter whose element count 3 does not divide and whose
  * bytes fill its allocation (found by tests/ci/mpi_soak.py; here 2 layers, hidden 32, one kv
  * head of 8: k_proj and v_proj 256 fp32 elements = 1024 bytes, under the persistence threshold
@@ -474,7 +498,7 @@ int main(void)
     schema = rf_schema();
     if (!schema || !cli_setup("gckpt-mpi")) return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(ddp), cmocka_unit_test(ddp_peft), cmocka_unit_test(sharded_peft), cmocka_unit_test(zero1), cmocka_unit_test(fsdp),
-                                       cmocka_unit_test(zero2), cmocka_unit_test(zero2_split),
+                                       cmocka_unit_test(zero2), cmocka_unit_test(hsdp), cmocka_unit_test(zero2_split),
                                        cmocka_unit_test(zero2_bucket_size),
                                        cmocka_unit_test(zero3), cmocka_unit_test(tied),
                                        cmocka_unit_test(refusals)};

@@ -12,7 +12,10 @@ deepspeed.initialize, the optimizer the Trainer creates: adamw_torch_fused). acc
 refuses FSDP and DeepSpeed on a CPU (its state only turns them on for GPU-like devices),
 so after the Trainer has built its Accelerator the probe sets the state's
 distributed_type (and plugin) to what a GPU run gets; everything after that is the
-Trainer's and accelerate's code. The training loop is the Trainer's inner loop
+Trainer's and accelerate's code. HSDP (`--set hsdp`: TrainingArguments(parallelism_config=
+ParallelismConfig(dp_replicate_size, dp_shard_size)), FINDINGS R-DIST-27): accelerate's
+ParallelismConfig._validate_accelerator, which refuses MULTI_CPU, runs its checks on what a GPU
+run's Accelerator shows it (gpu_validation); each collective records its process group. The training loop is the Trainer's inner loop
 (`accelerator.no_sync` for every micro-step but the last except under DeepSpeed, the
 loss divided by the accumulation, DeepSpeed's `engine.backward(loss, scale_wrt_gas=False)`
 then `engine.step()` at the boundary, `optimizer.step()`, `model.zero_grad()`).
@@ -33,6 +36,7 @@ Usage:
   probe_dist.py --list [--set full]
   probe_dist.py --all [--set full] [--out DIR]
   probe_dist.py --filter 'fsdp2-llama-*-w2' --case zero3-qwen3-bf16-n1-plain-w4
+  probe_dist.py --set hsdp --all --out tests/data/hf-hsdp
 """
 from __future__ import annotations
 
@@ -111,7 +115,7 @@ def case_name(mode, family, precision, every_n, offload, world, variant=""):
 
 
 def make_spec(mode, family, every_n, offload, world, bf16=True, variant="", config=None, gloo=False,
-              grad_accum=GRAD_ACCUM):
+              grad_accum=GRAD_ACCUM, dp_replicate=0):
     """gloo: all ranks as processes over gloo (a twin of the fake-group case: real numerics and
     collectives; its allocator figures may miss frees, FINDINGS R-PROBE-5). Otherwise one process
     per measured rank on the fake process group: rank 0 and the last rank (ZeRO-3: rank 0 only:
@@ -124,13 +128,44 @@ def make_spec(mode, family, every_n, offload, world, bf16=True, variant="", conf
                 mode=mode, family=family, fake_ranks=fake_ranks,
                 precision=prec, bf16=bf16, attention="sdpa", every_n=every_n, offload=offload, b=B, s=S,
                 grad_accum=grad_accum, world=world, variant=variant, config=config, foreach=False,
-                record_setup=True)
+                record_setup=True, dp_replicate=dp_replicate)
+
+
+def hsdp_spec(family, every_n, offload, replicate, shard, bf16=True, grad_accum=GRAD_ACCUM, gloo=False):
+    """FSDP2 over accelerate's 2-D mesh (ParallelismConfig(dp_replicate_size, dp_shard_size)):
+    `hsdp-...-w<world>-r<R>s<S>[-ga<n>]`; fake ranks 0 and the last (one per replicate group)."""
+    world = replicate * shard
+    ga = f"-ga{grad_accum}" if grad_accum != GRAD_ACCUM else ""
+    sp = make_spec("fsdp2", family, every_n, offload, world, bf16=bf16, variant=f"r{replicate}s{shard}{ga}",
+                   grad_accum=grad_accum, dp_replicate=replicate, gloo=gloo)
+    sp["name"] = "hsdp" + sp["name"][len("fsdp2"):]
+    return sp
+
+
+def hsdp_cases():
+    """HSDP (accelerate's ParallelismConfig, FINDINGS R-DIST-27): 2x2 over every checkpoint setting,
+    bf16 and fp32, grad_accum 1 and 2; the degenerate 1x4 mesh (FSDP2 over 4 ranks); 2x4 and 4x2
+    (tests/data/hf-hsdp: `--set hsdp`)."""
+    out = []
+    for n, off in CKPT:
+        for bf16 in (True, False):
+            for ga in (1, 2):
+                if off and not bf16:
+                    continue
+                out.append(hsdp_spec("llama", n, off, 2, 2, bf16=bf16, grad_accum=ga))
+    out.append(hsdp_spec("llama", 1, False, 1, 4))
+    out.append(hsdp_spec("llama", 1, False, 2, 4))
+    out.append(hsdp_spec("llama", 1, False, 4, 2))
+    out.append(hsdp_spec("llama", 1, False, 2, 2, gloo=True))  # every rank a process over gloo: real reductions
+    return out
 
 
 def all_cases(which="default"):
-    """default: every mode x family x checkpoint setting at world 2, at world 4 every mode for
+    """hsdp: hsdp_cases(). default: every mode x family x checkpoint setting at world 2, at world 4 every mode for
     llama with every_n off / 1 / 2+offload, world 8 for FSDP2 and ZeRO-2/3, fp32 and the
     variants at world 2, and the gloo twins. full: every family and setting at worlds 2 and 4."""
+    if which == "hsdp":
+        return hsdp_cases()
     out = []
     for mode in MODES:
         for fam in FAMILIES:
@@ -210,9 +245,19 @@ def training_args(spec, out_dir):
                                              if spec["every_n"] else None))
     if spec["mode"] == "fsdp2":
         kw.update(fsdp=True, fsdp_config={"version": 2, "reshard_after_forward": spec["variant"] != "nrf"})
+        if spec.get("dp_replicate"):  # HSDP: TrainingArguments(parallelism_config=...) (accelerate >= 1.10)
+            from accelerate import ParallelismConfig
+
+            kw.update(parallelism_config=ParallelismConfig(dp_replicate_size=spec["dp_replicate"],
+                                                           dp_shard_size=spec["world"] // spec["dp_replicate"]))
     elif spec["mode"].startswith("zero"):
         kw.update(deepspeed=ds_config(spec))
-    return transformers.TrainingArguments(**kw), {k: v for k, v in kw.items() if k not in ("output_dir",)}
+    shown = {k: v for k, v in kw.items() if k not in ("output_dir",)}
+    if "parallelism_config" in shown:
+        pc = shown["parallelism_config"]
+        shown["parallelism_config"] = {k: getattr(pc, k) for k in ("dp_replicate_size", "dp_shard_size", "tp_size",
+                                                                   "cp_size")}
+    return transformers.TrainingArguments(**kw), shown
 
 
 def fake_pg_allreduce_hook(state, bucket):
@@ -293,6 +338,25 @@ def build_model(spec):
 MODEL_BUILDER = build_model
 
 
+def gpu_validation():
+    """accelerate's ParallelismConfig._validate_accelerator refuses MULTI_CPU (its allowed types
+    are FSDP2, Multi{GPU-like device} and DeepSpeed); run it on what a GPU run's Accelerator shows
+    it (distributed_type FSDP, fsdp version 2), its checks otherwise its own."""
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.utils import DistributedType
+
+    orig = getattr(ParallelismConfig._validate_accelerator, "__wrapped__", ParallelismConfig._validate_accelerator)
+
+    @functools.wraps(orig)
+    def validate(self, accelerator):
+        seen = types.SimpleNamespace(multi_device=True, num_processes=accelerator.num_processes, is_fsdp2=True,
+                                     distributed_type=DistributedType.FSDP,
+                                     is_main_process=accelerator.is_main_process)
+        return orig(self, seen)
+
+    ParallelismConfig._validate_accelerator = validate
+
+
 def setup_dist(spec):
     import transformers
 
@@ -311,6 +375,8 @@ def setup_dist(spec):
     ckpt_layers = [i for i, l in enumerate(layers) if getattr(l, "gradient_checkpointing", False)]
     tmp = tempfile.mkdtemp(prefix="gckpt-dist-")
     args, args_kw = training_args(spec, tmp)
+    if spec.get("dp_replicate"):
+        gpu_validation()
     tr = transformers.Trainer(model=model, args=args)
     force_distributed_type(tr, args, spec["mode"])
     wrapped, _ = tr._prepare_for_training(STEPS, None, None)
@@ -447,6 +513,34 @@ def bus_factor(kind, n):
     return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n}.get(kind, 1.0)
 
 
+def group_of(args):
+    """(size, global ranks) of the process group a c10d op runs on (its ProcessGroup argument;
+    a functional op's group name), None when none is found."""
+    from torch.distributed import distributed_c10d as c10d
+
+    for a in args:
+        pg = None
+        if isinstance(a, dist.ProcessGroup):
+            pg = a
+        elif isinstance(a, torch.ScriptObject):  # the dispatcher's boxed ProcessGroup (or a ReduceOp)
+            try:
+                pg = dist.ProcessGroup.unbox(a)
+            except Exception:  # noqa: BLE001 - not a process group
+                pg = None
+        elif isinstance(a, str):
+            try:
+                pg = c10d._resolve_process_group(a)
+            except Exception:  # noqa: BLE001 - not a group name
+                pg = None
+        if pg is not None:
+            try:
+                ranks = dist.get_process_group_ranks(pg)
+            except Exception:  # noqa: BLE001 - the default group of a fake world
+                ranks = list(range(pg.size()))
+            return pg.size(), ranks
+    return None
+
+
 class DistProbe(probe.Probe):
     """The storage tracker, with the wrapper's live parameters and every collective."""
 
@@ -467,11 +561,14 @@ class DistProbe(probe.Probe):
         if func.namespace in ("c10d", "_c10d_functional") and func.overloadpacket.__name__ not in SKIP:
             name = func.overloadpacket.__name__
             kind, arg = COLLECTIVES.get(name, (name, 0))
-            full = tensor_bytes(args[0]) * self.world if arg == "x_world" else tensor_bytes(args[arg])
+            group = group_of(args)
+            size = group[0] if group else self.world
+            full = tensor_bytes(args[0]) * size if arg == "x_world" else tensor_bytes(args[arg])
             self.collectives.append({
                 "step": self.step, "micro": self.micro, "phase": self.phase, "region": self.region,
                 "op": f"{func.namespace}.{name}", "kind": kind, "dtype": first_dtype(args[0]), "bytes": full,
-                "bus_bytes": round(full * bus_factor(kind, self.world))})
+                "bus_bytes": round(full * bus_factor(kind, size)),
+                "group_size": size, "group_ranks": group[1] if group else None})
         return super().__torch_dispatch__(func, types_, args, kwargs)
 
 
@@ -594,6 +691,20 @@ def parallel_info(spec, c, wrapped, tr, args_kw):
                                for fp in g.fsdp_params],
                 })
         mp_ = plugin.mixed_precision_policy
+        mesh = tr.accelerator.torch_device_mesh
+        pc = tr.accelerator.parallelism_config
+        if spec.get("dp_replicate"):
+            fm = mesh[tuple(pc.fsdp_dim_names)]
+            info["mesh"] = {
+                "accelerate_mesh": {"dim_names": list(mesh.mesh_dim_names), "shape": list(mesh.mesh.shape),
+                                    "ranks": mesh.mesh.tolist()},
+                "fsdp_dim_names": list(pc.fsdp_dim_names),
+                "fsdp_mesh_shape": list(fm.mesh.shape),
+                "shard_group_ranks": dist.get_process_group_ranks(fm.get_group(fm.ndim - 1)),
+                "replicate_group_ranks": dist.get_process_group_ranks(fm.get_group(0)) if fm.ndim == 2 else None,
+                "mesh_info": sorted({type(g.mesh_info).__name__ for m in c.model.modules()
+                                     if hasattr(m, "_get_fsdp_state") for g in m._get_fsdp_state()._fsdp_param_groups}),
+            }
         info["fsdp2"] = {
             "reshard_after_forward": plugin.reshard_after_forward,
             "mp_policy": {k: (str(getattr(mp_, k)).replace("torch.", "") if getattr(mp_, k, None) is not None else None)
@@ -626,6 +737,8 @@ def collectives_summary(log, world):
         if r["step"] < 1:
             continue
         key = f"{r['kind']}/{r['dtype']}/{r['phase']}"
+        if r.get("group_size", world) != world:  # a subgroup (HSDP's shard / replicate groups)
+            key += f"/group{r['group_size']}"
         d = out.setdefault(str(r["step"]), {}).setdefault(key, {"calls": 0, "bytes": 0, "bus_bytes": 0})
         d["calls"] += 1
         d["bytes"] += r["bytes"]
@@ -655,8 +768,8 @@ def run_one(spec):
                   "all-gather output, reduce-scatter input; bus_bytes = bytes x 2(N-1)/N (all-reduce), (N-1)/N "
                   "(all-gather, reduce-scatter)",
         "per_step": collectives_summary(log, dist.get_world_size()),
-        "step2_calls": [{k: r[k] for k in ("micro", "phase", "region", "op", "dtype", "bytes")} for r in log
-                        if r["step"] == STEPS],
+        "step2_calls": [{k: r[k] for k in ("micro", "phase", "region", "op", "dtype", "bytes", "group_size",
+                                           "group_ranks") if k in r} for r in log if r["step"] == STEPS],
     }
     live_end = fx["steps"][-1]["live_at_end_bytes"]
     fx["persistent"] = {
@@ -754,8 +867,9 @@ def run_batches(specs, out_dir, target=None):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=["default", "full"], default="default",
-                    help="default: all modes at world 2, a subset at world 4; full: every case at both")
+    ap.add_argument("--set", choices=["default", "full", "hsdp"], default="default",
+                    help="default: all modes at world 2, a subset at world 4; full: every case at both; "
+                         "hsdp: FSDP2 over accelerate's 2-D mesh (tests/data/hf-hsdp)")
     ap.add_argument("--out", default=OUT)
     probe.add_selection_args(ap)
     a = ap.parse_args(argv)

@@ -17,6 +17,12 @@ typedef enum { GCKPT_COLL_ALL_REDUCE, GCKPT_COLL_ALL_GATHER, GCKPT_COLL_REDUCE_S
 
 extern const char *const gckpt_coll_names[GCKPT_NCOLL]; /* "all_reduce", ... */
 
+/* The process group a collective runs on: every rank, or one of HSDP's (accelerate's 2-D mesh,
+ * dp_replicate outer, dp_shard inner): the dp_shard ranks of one replica (consecutive ranks),
+ * or the dp_replicate ranks holding the same shard (dp_shard apart). */
+typedef enum { GCKPT_GROUP_WORLD, GCKPT_GROUP_SHARD, GCKPT_GROUP_REPLICATE, GCKPT_NGROUP } gckpt_coll_group;
+extern const char *const gckpt_coll_group_names[GCKPT_NGROUP]; /* "world", "dp_shard", "dp_replicate" */
+
 #ifdef __cplusplus
 }
 #endif

@@ -40,6 +40,19 @@ extern "C" {
 /* GPUs in the layout (gpus x nodes, each 0 read as 1). */
 uint32_t gckpt_layout_world(const gckpt_layout *l);
 
+/* The ranks a sharding mode shards over: the world, or under HSDP (l->dp_replicate > 1) the
+ * dp_shard size, world / dp_replicate. */
+uint32_t gckpt_layout_shard_world(const gckpt_layout *l);
+/* The replicate dimension's size: l->dp_replicate, 1 when unset. */
+uint32_t gckpt_layout_replicate(const gckpt_layout *l);
+/* Rank's index in its shard group (accelerate's mesh puts dp_shard inner: rank mod dp_shard). */
+uint32_t gckpt_layout_shard_rank(const gckpt_layout *l, uint32_t rank);
+/* Whether the shard group (consecutive ranks) spans nodes (dp_shard > gpus per node), and
+ * whether the replicate group (ranks dp_shard apart) does (several nodes and a replicate
+ * dimension): which of the profile's bus bandwidths times their collectives. */
+bool gckpt_layout_shard_inter_node(const gckpt_layout *l);
+bool gckpt_layout_replicate_inter_node(const gckpt_layout *l);
+
 /* Whether the layout spreads the step over several GPUs. */
 bool gckpt_layout_multi(const gckpt_layout *l);
 
@@ -363,6 +376,8 @@ typedef struct {
                             * gradient hook and freed when the step starts (without offload_optimizer) */
     bool sink_clones_logits; /* _DDPSink clones the outputs at the forward's end (find_unused_parameters,
                               * the Trainer's choice without gradient checkpointing) */
+    bool replicate_dim;    /* takes a replicate dimension (gckpt_layout.dp_replicate, HSDP): shards over
+                            * dp_shard, all-reduces the reduced shards across dp_replicate */
     bool sync_apart;       /* the synchronising micro-step's events differ from the other later ones'
                             * (FSDP2: its backward reduce-scatters, the Trainer's no_sync keeps the
                             * unsharded .grad through the others): the step walks it apart, once

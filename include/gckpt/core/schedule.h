@@ -140,6 +140,11 @@ typedef struct {
     uint8_t unit; /* gckpt_section */
     uint32_t src, dst;
     uint64_t index; /* the wrapper unit: 0 the embedding, 1 + l layer l, L + 1 the head */
+    /* the process group (gckpt_coll_group): the world, or under HSDP the shard group (the
+     * all-gathers and reduce-scatters) or the replicate group (the all-reduce of each unit's
+     * reduced shard); group_size its ranks (0: the world's) */
+    uint8_t group;
+    uint32_t group_size;
 } gckpt_coll_args;
 
 /* What a parallel mode's event is where its kind and component leave it open (set by

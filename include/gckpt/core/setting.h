@@ -102,6 +102,14 @@ typedef struct {
     /* FSDP2 with reshard_after_forward=False (fsdp_config's key; the fixtures' nrf variant):
      * every unit stays gathered from its forward to its backward */
     bool fsdp_keep_gathered;
+    /* HSDP: FSDP2 over accelerate's 2-D mesh (ParallelismConfig(dp_replicate_size, dp_shard_size),
+     * mesh order dp_replicate outer, dp_shard inner: rank = r x dp_shard + s): the parameters
+     * sharded over the dp_shard ranks, replicated across dp_replicate groups, the gradients
+     * reduce-scattered in the shard group then all-reduced across the replicate group (FINDINGS
+     * R-DIST-27). 0: no ParallelismConfig (fully_shard builds its own 1-D mesh per unit); 1: a
+     * ParallelismConfig with dp_shard_size = the world (one mesh, FSDP2 over every rank). Only a
+     * mode whose descriptor has replicate_dim takes it (gckpt_layout_check). */
+    uint32_t dp_replicate;
     uint32_t rank; /* the rank planned: 0 (a plan; under zero2 it also walks the last rank and
                     * shows the busier), others to compare their fixtures */
 } gckpt_layout;

@@ -49,6 +49,10 @@ struct gckpt_comm {
     /* Every rank's `bytes` bytes to rank 0's recv[world * bytes] (the report); recv is
      * ignored on the others. */
     bool (*gather)(gckpt_comm *c, const void *send, void *recv, uint64_t bytes);
+    /* The group of this rank among c's: every rank calls it (a collective), those giving one
+     * color form a communicator, numbered by key (HSDP's dp_shard and dp_replicate groups); the
+     * one-rank communicator splits into itself. NULL with err set. Destroyed before c. */
+    gckpt_comm *(*split)(gckpt_comm *c, int color, int key, gckpt_err *err);
     void (*destroy)(gckpt_comm *c);
 };
 

@@ -164,6 +164,13 @@ struct gckpt_backend {
      * the compute stream. Schedule events that move data between ranks call it directly. */
     gckpt_xstatus (*collective)(gckpt_backend *be, gckpt_coll op, gckpt_redop red, gckpt_xt send, gckpt_xt recv,
                                 int root);
+    /* HSDP's process groups (gckpt_coll_group, comm.h's split): join group g's communicator
+     * (kept, not owned), and a collective within it. NULL: the backend runs collectives over
+     * every rank only (the CUDA backend: one NCCL communicator), and gckpt-run refuses a plan
+     * with a replicate dimension on it. */
+    gckpt_xstatus (*attach_group)(gckpt_backend *be, gckpt_coll_group g, gckpt_comm *comm);
+    gckpt_xstatus (*collective_group)(gckpt_backend *be, gckpt_coll_group g, gckpt_coll op, gckpt_redop red,
+                                      gckpt_xt send, gckpt_xt recv);
     void (*destroy)(gckpt_backend *be);
 };
 

@@ -21,7 +21,8 @@ enum {
     GCKPT_OPT_MARGIN, GCKPT_OPT_LONG, GCKPT_OPT_METHOD, GCKPT_OPT_RANK, GCKPT_OPT_ALPHA, GCKPT_OPT_LDROP,
     GCKPT_OPT_TARGETS, GCKPT_OPT_MTS, GCKPT_OPT_QUANT, GCKPT_OPT_DQ, GCKPT_OPT_CDT, GCKPT_OPT_QSTORE, GCKPT_OPT_GPUS,
     GCKPT_OPT_NODES, GCKPT_OPT_PAR, GCKPT_OPT_DS, GCKPT_OPT_MOE, GCKPT_OPT_FSDP_OFF, GCKPT_OPT_TARGET,
-    GCKPT_OPT_REVISION, GCKPT_OPT_CODE_BASE, GCKPT_OPT_LOSS, GCKPT_OPT_END
+    GCKPT_OPT_REVISION, GCKPT_OPT_CODE_BASE, GCKPT_OPT_LOSS, GCKPT_OPT_DP_REPLICATE, GCKPT_OPT_DP_SHARD,
+    GCKPT_OPT_TP, GCKPT_OPT_CP, GCKPT_OPT_PC, GCKPT_OPT_END
 };
 
 typedef struct {
@@ -47,6 +48,9 @@ typedef struct {
     int n_modes;
     const char *ds_path;      /* --deepspeed */
     const char *fsdp_offload; /* --fsdp-offload on|off */
+    /* --dp-replicate, --dp-shard, --tp, --cp as given (NULL: not), --parallelism-config FILE */
+    const char *mesh_opt[GCKPT_OPT_CP - GCKPT_OPT_DP_REPLICATE + 1];
+    const char *pc_path;
     const char *revision;     /* --revision (NULL: not given; a Hub id's, gckpt/planner/hub.h) */
     bool wants_output;        /* the caller writes -o or --plot: a list of modes is refused */
     gckpt_err err;            /* the one-line message of the last refusal */

@@ -1,0 +1,74 @@
+/* accelerate's ParallelismConfig as gckpt-plan takes it (gckpt/planner/pc_config.h). */
+#include "gckpt/planner/pc_config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/util/jsonget.h"
+
+/* The fields of ParallelismConfig (accelerate 1.15 parallelism_config.py) a file may hold. */
+static const char *const SIZES[] = {"dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size"};
+enum { NSIZES = sizeof SIZES / sizeof SIZES[0] };
+
+static bool known_backend(const cJSON *it, const char *want)
+{
+    return cJSON_IsNull(it) || (cJSON_IsString(it) && !strcmp(it->valuestring, want));
+}
+
+bool gckpt_pc_config_read(const char *path, gckpt_pc_sizes *out, gckpt_err *err)
+{
+    memset(out, 0, sizeof *out);
+    char *text = gckpt_read_file(path, 1u << 20, err);
+    if (!text) return false;
+    cJSON *root = gckpt_json_parse(path, text, err);
+    free(text);
+    if (!root) return false;
+    bool ok = cJSON_IsObject(root);
+    if (!ok) gckpt_seterr(err, "%s: not a JSON object of ParallelismConfig's fields", path);
+    uint64_t *dst[NSIZES] = {&out->dp_replicate, &out->dp_shard, &out->tp, &out->cp, &out->sp};
+    for (const cJSON *it = ok ? root->child : NULL; it && ok; it = it->next) {
+        int k = 0;
+        while (k < NSIZES && strcmp(it->string, SIZES[k])) k++;
+        if (k < NSIZES) ok = gckpt_json_u64_opt(root, path, SIZES[k], 1, 1u << 20, 0, dst[k], err);
+        else if (!strcmp(it->string, "cp_backend") || !strcmp(it->string, "sp_backend")) {
+            const char *want = it->string[0] == 'c' ? "torch" : "deepspeed";
+            ok = known_backend(it, want);
+            if (!ok) gckpt_seterr(err, "%s: field '%s' must be \"%s\" (accelerate ParallelismConfig)", path, it->string, want);
+        } else {
+            gckpt_seterr(err, "%s: field '%s' is not a ParallelismConfig size (dp_replicate_size, dp_shard_size, "
+                              "tp_size, cp_size, sp_size, cp_backend, sp_backend)", path, it->string);
+            ok = false;
+        }
+    }
+    cJSON_Delete(root);
+    return ok;
+}
+
+static uint64_t or1(uint64_t v) { return v ? v : 1; }
+
+bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_replicate, gckpt_err *err)
+{
+    static const char *const later[] = {"tensor (tp_size)", "context (cp_size)", "sequence (sp_size)"};
+    const uint64_t other[] = {pc->tp, pc->cp, pc->sp};
+    for (int k = 0; k < 3; k++)
+        if (or1(other[k]) != 1) {
+            gckpt_seterr(err, "ParallelismConfig: %s parallelism of %llu is not yet planned; only dp_replicate x "
+                              "dp_shard (HSDP under FSDP2)", later[k], (unsigned long long)other[k]);
+            return false;
+        }
+    uint64_t r = or1(pc->dp_replicate), s = or1(pc->dp_shard);
+    if (r * s != world) {
+        gckpt_seterr(err, "ParallelismConfig: dp_replicate_size %llu x dp_shard_size %llu = %llu, not the %u "
+                          "processes of --gpus x --nodes (accelerate _validate_accelerator: total_size must equal "
+                          "num_processes)", (unsigned long long)r, (unsigned long long)s,
+                     (unsigned long long)(r * s), world);
+        return false;
+    }
+    if (s < 2) {
+        gckpt_seterr(err, "ParallelismConfig: dp_shard_size 1 leaves FSDP no dimension to shard across (accelerate "
+                          "_validate_accelerator; pure data parallelism is --parallel ddp)");
+        return false;
+    }
+    *dp_replicate = (uint32_t)r;
+    return true;
+}

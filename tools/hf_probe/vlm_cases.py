@@ -6,6 +6,8 @@ the projected image features (FINDINGS R-VLM-*).
 
   llava        CLIP vision tower (3 blocks, vision_feature_layer -2, the CLS token dropped:
                (56/14)^2 = 16 tokens per 56x56 image), a two-layer GELU projector, Llama text
+  llava_next   the same tower over anyres tiles: a 40x60 image is the 28x28 base tile plus
+               the 2x2 tiles of the 56x56 pinpoint, 14 tokens once unpadded (with newlines)
   qwen2_5_vl   Qwen2.5-VL's ViT (3 blocks, windowed attention but block 2 full, 2D rotary,
                Conv3d patches of 2x14x14 over a doubled frame), the 2x2 patch merger,
                Qwen2 text with M-RoPE: a 56x84 image is a 4x6 patch grid, 6 tokens
@@ -14,10 +16,14 @@ the projected image features (FINDINGS R-VLM-*).
   gemma3       SigLIP vision tower, average-pooled to mm_tokens_per_image tokens, RMS-normed
                projector, Gemma 3 text with sliding / full layers (bidirectional attention
                inside an image through token_type_ids)
+  mllama       Llama 3.2 Vision: tiled vision encoder (3 local + 2 gated global layers, not
+               GradientCheckpointingLayer), a 28x56 image as 2 tiles, one <|image|> token,
+               text layer 1 a cross-attention layer over the tiles' features
 
 Three vision blocks before four text layers: every_n_layers counts both towers in
 model.modules() order (R-VLM-1), so every_n 2 checkpoints vision blocks 0 and 2 and text
-layers 1 and 3, every_n 3 vision block 0 and text layers 0 and 3.
+layers 1 and 3, every_n 3 vision block 0 and text layers 0 and 3 (mllama: no vision
+block counts, text layers 0 and 2, and 0 and 3).
 
 Grid per variant: fp32 / bf16 / amp-bf16 (CUDA's autocast lists, emulated), sdpa, every_n
 off / 1 / 1+offload / 2 / 2+offload / 3 / 3+offload, the vision tower trained or frozen

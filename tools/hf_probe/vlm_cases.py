@@ -28,7 +28,9 @@ block counts, text layers 0 and 2, and 0 and 3).
 Grid per variant: fp32 / bf16 / amp-bf16 (CUDA's autocast lists, emulated), sdpa, every_n
 off / 1 / 1+offload / 2 / 2+offload / 3 / 3+offload, the vision tower trained or frozen
 (requires_grad False on the vision encoder; the projector trains), b2 with one image per
-sample, gradient accumulation 2.
+sample, gradient accumulation 2; and llava and qwen2_5_vl with two images per sample
+(sequence 48: the placeholder runs one after the other) at every_n off / 1 / 2 / 2+offload,
+the vision tower trained.
 """
 from __future__ import annotations
 
@@ -44,7 +46,16 @@ IMG, VSTART, VEND, VIDEO = VOCAB - 1, VOCAB - 2, VOCAB - 3, VOCAB - 4  # special
 TEXT = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=96, max_position_embeddings=256, attention_dropout=0.0, bos_token_id=1,
             eos_token_id=2, pad_token_id=0)
-SEQ = 32  # text + image tokens per sample
+SEQ = 32  # text + image tokens per sample (one image)
+SEQ_MULTI = 48  # with two images per sample (MULTI_IMAGE)
+# two images per sample: the placeholder runs one after the other, the vision tower over
+# both (Qwen: one grid row per image, their patches concatenated)
+MULTI_IMAGE = ("llava", "qwen2_5_vl")
+CKPT_MULTI = [(0, False), (1, False), (2, False), (2, True)]
+
+
+def seq_len(images: int) -> int:
+    return SEQ if images == 1 else SEQ_MULTI
 
 VARIANTS: dict[str, dict] = {
     "llava": dict(
@@ -156,17 +167,20 @@ def llava_next_tokens(h: int, w: int) -> int:
     return ch * cw + ch + ph * pw
 
 
-def make_batch(var: str, gen: torch.Generator):
-    """input_ids (b, SEQ) with one image's placeholders per sample, labels (placeholders and
-    markers -100, as the collators do) and the pixel inputs of the model's forward."""
+def make_batch(var: str, gen: torch.Generator, images: int = 1):
+    """input_ids (b, seq) with `images` images' placeholders per sample, labels (placeholders
+    and markers -100, as the collators do) and the pixel inputs of the model's forward."""
     cfg, (h, w) = VARIANTS[var], IMAGE_SIZE[var]
     v = cfg["vision_config"]
     n = image_tokens(var)
-    ids = torch.randint(3, VIDEO, (B, SEQ), generator=gen)
-    if var in ("qwen2_5_vl", "qwen3_vl", "gemma3"):
-        ids[:, 1], ids[:, 2:2 + n], ids[:, 2 + n] = VSTART, IMG, VEND
-    else:
-        ids[:, 2:2 + n] = IMG
+    assert images == 1 or var in MULTI_IMAGE
+    ids = torch.randint(3, VIDEO, (B, seq_len(images)), generator=gen)
+    for k in range(images):
+        at = 1 + k * (n + 3)
+        if var in ("qwen2_5_vl", "qwen3_vl", "gemma3"):
+            ids[:, at], ids[:, at + 1:at + 1 + n], ids[:, at + 1 + n] = VSTART, IMG, VEND
+        else:
+            ids[:, at + 1:at + 1 + n] = IMG
     labels = ids.masked_fill(ids >= VIDEO, -100)
     if var == "llava_next":  # the base tile and the pinpoint's tiles, each image_size square
         t = v["image_size"]
@@ -185,7 +199,7 @@ def make_batch(var: str, gen: torch.Generator):
         px["cross_attention_mask"] = torch.cat([torch.zeros(B, 2, 1, mt, dtype=torch.long),
                                                 px["cross_attention_mask"]], 1)
     elif var == "llava" or var == "gemma3":
-        px = {"pixel_values": torch.randn(B, 3, h, w, generator=gen)}
+        px = {"pixel_values": torch.randn(B * images, 3, h, w, generator=gen)}
         if var == "gemma3":
             px["token_type_ids"] = (ids == IMG).long()  # the processor's mm_token_type_ids, renamed
     else:
@@ -193,8 +207,8 @@ def make_batch(var: str, gen: torch.Generator):
         gh, gw = h // p, w // p
         # mm_token_type_ids (1 on image placeholders): what the processor returns and M-RoPE's
         # position ids need (without it Qwen2.5-VL falls back to 1-D positions, Qwen3-VL refuses)
-        px = {"pixel_values": torch.randn(B * gh * gw, 3 * t * p * p, generator=gen),
-              "image_grid_thw": torch.tensor([[1, gh, gw]] * B), "mm_token_type_ids": (ids == IMG).int()}
+        px = {"pixel_values": torch.randn(B * images * gh * gw, 3 * t * p * p, generator=gen),
+              "image_grid_thw": torch.tensor([[1, gh, gw]] * (B * images)), "mm_token_type_ids": (ids == IMG).int()}
     return ids, labels, px
 
 
@@ -239,7 +253,8 @@ def vlm_setup(spec: dict):
     c = argparse.Namespace()
     var = spec["variant"]
     c.family, c.precision, c.attention = spec["family"], spec["precision"], spec["attention"]
-    c.every_n, c.offload, c.b, c.s = spec["every_n"], spec["offload"], B, SEQ
+    images = spec.get("images", 1)
+    c.every_n, c.offload, c.b, c.s = spec["every_n"], spec["offload"], B, seq_len(images)
     c.grad_accum = spec.get("grad_accum", probe.GRAD_ACCUM)
     c.warmup = "step"
     model = build_model(var, c.attention)
@@ -275,7 +290,7 @@ def vlm_setup(spec: dict):
     c.batch = None
 
     def next_ids():
-        ids, labels, px = make_batch(var, gen)
+        ids, labels, px = make_batch(var, gen, images)
         if c.precision == "bf16":
             px["pixel_values"] = px["pixel_values"].to(torch.bfloat16)
         queue.append((labels, px))
@@ -312,13 +327,14 @@ def run_vlm_case(spec: dict) -> dict:
 
     fx = probe.run_case(spec, setup)
     c, var = seen["c"], spec["variant"]
-    ids, _, px = make_batch(var, torch.Generator().manual_seed(0))
+    images = spec.get("images", 1)
+    ids, _, px = make_batch(var, torch.Generator().manual_seed(0), images)
     fx["setting"]["variant"] = var
     fx["setting"]["vision_tower"] = spec["vision"]
     fx["checkpointed_layer_names"] = [c.layer_names[i] for i in c.ckpt_layers]
     fx["towers"] = c.towers
-    fx["images"] = {"per_sample": 1, "size_hw": list(IMAGE_SIZE[var]), "tokens_per_image": image_tokens(var),
-                    "text_tokens_per_sample": SEQ - image_tokens(var),
+    fx["images"] = {"per_sample": images, "size_hw": list(IMAGE_SIZE[var]), "tokens_per_image": image_tokens(var),
+                    "text_tokens_per_sample": seq_len(images) - images * image_tokens(var),
                     "inputs": {k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", "")}
                                for k, v in px.items()}}
     return fx
@@ -333,4 +349,11 @@ def cases() -> list[dict]:
                     name = f"{var}-{prec}-sdpa-n{n or 'off'}-{'offload' if off else 'plain'}-vis{vis}-b{B}s{SEQ}"
                     out.append(dict(name=name, variant=var, family=cfg["model_type"], precision=prec,
                                     attention="sdpa", every_n=n, offload=off, vision=vis, b=B, s=SEQ))
+    for var in MULTI_IMAGE:
+        for prec in PRECISIONS:
+            for n, off in CKPT_MULTI:
+                name = f"{var}-{prec}-sdpa-n{n or 'off'}-{'offload' if off else 'plain'}-vistrained-b{B}s{SEQ_MULTI}-i2"
+                out.append(dict(name=name, variant=var, family=VARIANTS[var]["model_type"], precision=prec,
+                                attention="sdpa", every_n=n, offload=off, vision="trained", b=B, s=SEQ_MULTI,
+                                images=2))
     return out

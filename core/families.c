@@ -90,6 +90,32 @@ const gckpt_unmodelled_type gckpt_unmodelled_moe_types[] = {
     {NULL, NULL},
 };
 
+/* transformers 5.24's modelling of each (FINDINGS R-VLM-*) */
+const gckpt_vlm_type gckpt_vlm_types[] = {
+    {"llava", "LLaVA", "the CLIP vision tower (features of vision_feature_layer), the two-layer projector, "
+                       "(image_size / patch_size)^2 image tokens"},
+    {"llava_next", "LLaVA-NeXT", "the CLIP vision tower over anyres tiles (image_grid_pinpoints), the projector, "
+                                 "the unpadded tile features with a newline per row"},
+    {"qwen2_5_vl", "Qwen2.5-VL", "the ViT's windowed and full-attention blocks (fullatt_block_indexes), the 2x2 "
+                                 "patch merger, the pixel budget's image tokens and M-RoPE"},
+    {"qwen2_vl", "Qwen2-VL", "the ViT's full-attention blocks, the 2x2 patch merger, the pixel budget's image "
+                             "tokens and M-RoPE"},
+    {"qwen3_vl", "Qwen3-VL", "the ViT with its interpolated position embedding, the patch merger and the deepstack "
+                             "mergers into text layers, the pixel budget's image tokens and M-RoPE"},
+    {"gemma3", "Gemma 3 (multimodal)", "the SigLIP vision tower, the pooled projector (mm_tokens_per_image tokens "
+                                       "per image) and bidirectional attention over image tokens"},
+    {"mllama", "Llama 3.2 Vision", "the tiled vision encoder (local and gated global layers) and the "
+                                   "cross-attention text layers"},
+    {NULL, NULL, NULL},
+};
+
+const gckpt_vlm_type *gckpt_vlm_type_of(const char *t)
+{
+    for (const gckpt_vlm_type *v = gckpt_vlm_types; v->name; v++)
+        if (!strcmp(t, v->name)) return v;
+    return NULL;
+}
+
 const gckpt_family_info *gckpt_family_of(gckpt_family f)
 {
     return (unsigned)f < GCKPT_NFAMILY ? &families[f] : NULL;

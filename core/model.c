@@ -195,6 +195,30 @@ bool gckpt_parse_gpt2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *
     return true;
 }
 
+/* A vision-language config (gckpt_vlm_types, or any with a vision_config): refused in
+ * one line; false then. */
+static bool refuse_vlm(const char *file, const cJSON *j, const char *t, gckpt_err *err)
+{
+    const gckpt_vlm_type *v = gckpt_vlm_type_of(t);
+    const cJSON *vision = cJSON_GetObjectItemCaseSensitive(j, "vision_config");
+    if (v && !cJSON_IsObject(vision)) {
+        gckpt_seterr(err, "%s: field 'vision_config' %s: model_type \"%s\" (%s) is a vision-language model whose "
+                          "vision tower it configures", file, vision ? "is not an object" : "is missing", t, v->family);
+        return false;
+    }
+    if (v) {
+        gckpt_seterr(err, "%s: field 'model_type' = \"%s\": vision-language models are not supported yet (%s: vision "
+                          "tower not yet planned: %s)", file, t, v->family, v->missing);
+        return false;
+    }
+    if (vision) {
+        gckpt_seterr(err, "%s: field 'vision_config': vision-language models are not supported yet (model_type \"%s\": "
+                          "vision tower not yet planned)", file, t);
+        return false;
+    }
+    return true;
+}
+
 bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt_err *err)
 {
     memset(m, 0, sizeof *m);
@@ -204,6 +228,7 @@ bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt
     if (!j) return false;
     bool ok = gckpt_json_str(j, file, "model_type", m->model_type, sizeof m->model_type, err);
     const gckpt_model_type_info *type = NULL;
+    if (ok) ok = refuse_vlm(file, j, m->model_type, err);
     if (ok) {
         const char *t = m->model_type;
         const gckpt_family_info *fam = gckpt_family_by_type(t, &type);

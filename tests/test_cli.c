@@ -52,6 +52,8 @@ static void bad_inputs(void **state)
     cli_write("kvheads.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,\"num_key_value_heads\":3,\"intermediate_size\":8,\"vocab_size\":8}");
     cli_write("unknown.json", "{\"model_type\":\"t5\"}");
     cli_write("qwen2moe.json", "{\"model_type\":\"qwen2_moe\",\"num_hidden_layers\":2}");
+    /* a vision-language config without its vision section (transformers would build the class's default tower) */
+    cli_write("novision.json", "{\"model_type\":\"llava\",\"text_config\":{\"model_type\":\"llama\"}}");
     cli_write("chunked.json", "{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":2,\"hidden_size\":64,"
               "\"num_attention_heads\":4,\"intermediate_size\":8,\"vocab_size\":8,"
               "\"layer_types\":[\"chunked_attention\",\"full_attention\"]}");
@@ -112,6 +114,18 @@ static void bad_inputs(void **state)
         {"mixture of experts", A("--model", "./qwen2moe.json", "-o", "out.json"), "mixture-of-experts"},
         {"deepseek_v3 (issue 26: not planned yet)", A("--model", GCKPT_TEST_DATA "/configs/deepseek-v3.json", "-o", "out.json"),
          "\"deepseek_v3\": mixture-of-experts models are not supported yet (not planned: multi-head latent attention"},
+        /* vision-language models (issue 26): measured (tests/data/hf-vlm), not planned yet */
+        {"Qwen2.5-VL-7B", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "-o", "out.json"),
+         "\"qwen2_5_vl\": vision-language models are not supported yet (Qwen2.5-VL: vision tower not yet planned: the "
+         "ViT's windowed and full-attention blocks (fullatt_block_indexes)"},
+        {"Gemma-3-4B", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "-o", "out.json"),
+         "(Gemma 3 (multimodal): vision tower not yet planned"},
+        {"Llama-3.2-11B-Vision", A("--model", GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", "-o", "out.json"),
+         "(Llama 3.2 Vision: vision tower not yet planned: the tiled vision encoder"},
+        {"LLaVA-1.5-7B", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "-o", "out.json"),
+         "(LLaVA: vision tower not yet planned"},
+        {"VLM without vision_config", A("--model", "./novision.json", "-o", "out.json"),
+         "novision.json: field 'vision_config' is missing: model_type \"llava\" (LLaVA) is a vision-language model"},
         {"gpt_oss flash", A("--model", "gpt-oss-20b", "--seq", "64", "--attention", "flash_attention_2", "-o", "out.json"),
          "not modelled for gpt_oss (attention sinks in the flash kernel)"},
         {"moe imbalance not a number", A("--model", "mixtral-8x7b", "--moe-imbalance", "x", "-o", "out.json"),

@@ -77,6 +77,36 @@ static void model_type_lists(void **state)
                                     "multi-head latent attention (kv_lora_rank)"));
 }
 
+/* Vision-language configs (gckpt_vlm_types, issue 26): refused by name with what is not
+ * planned; one without its vision_config object, and any other config with one, too. */
+static void vlm_refused(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    assert_false(gckpt_model_parse("c.json", "{\"model_type\": \"mllama\", \"vision_config\": {}, \"text_config\": {}}",
+                                   &m, &err));
+    assert_string_equal(err.msg, "c.json: field 'model_type' = \"mllama\": vision-language models are not supported yet "
+                                 "(Llama 3.2 Vision: vision tower not yet planned: the tiled vision encoder (local and "
+                                 "gated global layers) and the cross-attention text layers)");
+    assert_false(gckpt_model_parse("c.json", "{\"model_type\": \"qwen2_5_vl\", \"hidden_size\": 64}", &m, &err));
+    assert_string_equal(err.msg, "c.json: field 'vision_config' is missing: model_type \"qwen2_5_vl\" (Qwen2.5-VL) is a "
+                                 "vision-language model whose vision tower it configures");
+    assert_false(gckpt_model_parse("c.json", "{\"model_type\": \"gemma3\", \"vision_config\": null}", &m, &err));
+    assert_string_equal(err.msg, "c.json: field 'vision_config' is not an object: model_type \"gemma3\" (Gemma 3 "
+                                 "(multimodal)) is a vision-language model whose vision tower it configures");
+    /* a text family's model_type with a vision section: not read as the text model alone */
+    assert_false(gckpt_model_parse("c.json", "{\"model_type\": \"llama\", \"vision_config\": {\"depth\": 2}}", &m, &err));
+    assert_string_equal(err.msg, "c.json: field 'vision_config': vision-language models are not supported yet "
+                                 "(model_type \"llama\": vision tower not yet planned)");
+    /* every row names a model_type no family reads (a VLM type planned by a family would be shadowed) */
+    for (const gckpt_vlm_type *v = gckpt_vlm_types; v->name; v++) {
+        assert_null(gckpt_family_by_type(v->name, NULL));
+        assert_ptr_equal(gckpt_vlm_type_of(v->name), v);
+    }
+    assert_null(gckpt_vlm_type_of("gemma3_text")); /* Gemma 3's text model is planned */
+}
+
 /* a shipped config with pad_token_id removed (the class's default applies) */
 static bool load_without_pad(const char *name, gckpt_model *m)
 {
@@ -171,6 +201,7 @@ static void peft_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(vlm_refused),
         cmocka_unit_test(one_row_per_family_one_family_per_type),
         cmocka_unit_test(model_type_lists),
         cmocka_unit_test(shipped_configs),

@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import allocs  # noqa: E402
 import family_cases  # noqa: E402
 import moe_cases  # noqa: E402
+import vlm_cases  # noqa: E402
 import gen_cases  # noqa: E402
 
 SCHEMA = "gckpt.hf-fixture/1"
@@ -60,6 +61,7 @@ DEFAULT_OUT = os.path.join(ROOT, "tests", "data", "hf")
 GEN_OUT = os.path.join(ROOT, "tests", "data", "hf-gen")
 FAM_OUT = os.path.join(ROOT, "tests", "data", "hf-fam")
 MOE_OUT = os.path.join(ROOT, "tests", "data", "hf-moe")
+VLM_OUT = os.path.join(ROOT, "tests", "data", "hf-vlm")
 DSV3_OUT = os.path.join(ROOT, "tests", "data", "hf-dsv3")
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2"]
@@ -1444,11 +1446,12 @@ def run_config(a):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=["hand", "gen", "families", "moe", "dsv3"], default="hand",
+    ap.add_argument("--set", choices=["hand", "gen", "families", "moe", "dsv3", "vlm"], default="hand",
                     help="fixture set: the hand-written one (tests/data/hf), the generated one (tests/data/hf-gen) "
                          "issue 13's dense families (tests/data/hf-fam, family_cases.py) or its mixture-of-experts "
                          "families (tests/data/hf-moe, moe_cases.py), or issue 26's DeepSeek-V3 (tests/data/hf-dsv3, "
-                         "moe_cases.dsv3_cases; not planned yet)")
+                         "moe_cases.dsv3_cases; not planned yet), or the vision-language models (tests/data/hf-vlm, "
+                         "vlm_cases.py; not planned yet)")
     ap.add_argument("--out", default=None)
     add_selection_args(ap)
     g = ap.add_argument_group("one configuration (--config), compared with gckpt's plan")
@@ -1478,20 +1481,21 @@ def main(argv=None):
         torch.set_num_threads(max(1, a.jobs))
         return run_config(a)
     cases = {"hand": hand_cases, "gen": gen_cases.cases, "families": family_cases.cases,
-             "moe": moe_cases.cases, "dsv3": moe_cases.dsv3_cases}[a.set]()
+             "moe": moe_cases.cases, "dsv3": moe_cases.dsv3_cases, "vlm": vlm_cases.cases}[a.set]()
     out_dir = a.out or {"hand": DEFAULT_OUT, "gen": GEN_OUT, "families": FAM_OUT, "moe": MOE_OUT,
-                       "dsv3": DSV3_OUT}[a.set]
+                       "dsv3": DSV3_OUT, "vlm": VLM_OUT}[a.set]
     sel = selection(ap, a, cases, "--all, --filter, --case or --config")
     if sel is None:
         return 0
+    run = vlm_cases.run_vlm_case if a.set == "vlm" else run_case
     if a.stdout:
         torch.set_num_threads(1)
         for c in sel:
-            json.dump(run_case(c), sys.stdout, indent=1)
+            json.dump(run(c), sys.stdout, indent=1)
             sys.stdout.write("\n")
         return 0
     os.makedirs(out_dir, exist_ok=True)
-    return write_cases([(c, out_dir) for c in sel], a.jobs)
+    return write_cases([(c, out_dir, run) for c in sel], a.jobs)
 
 
 if __name__ == "__main__":

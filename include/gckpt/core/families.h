@@ -75,6 +75,20 @@ typedef struct {
 } gckpt_unmodelled_type;
 extern const gckpt_unmodelled_type gckpt_unmodelled_moe_types[];
 
+/* Vision-language model types transformers trains (<Family>ForConditionalGeneration: a
+ * vision tower, a projector and a text model; tools/hf_probe/vlm_cases.py measures them,
+ * tests/data/hf-vlm): refused by name, naming what is not planned. A config of one without
+ * its vision_config object is not a whole VLM config (transformers would build the
+ * class's default tower in its place): refused too. Terminated by a NULL name. */
+typedef struct {
+    const char *name;    /* config.json model_type */
+    const char *family;  /* what users call it */
+    const char *missing; /* what its vision side does that nothing plans */
+} gckpt_vlm_type;
+extern const gckpt_vlm_type gckpt_vlm_types[];
+/* The row of model_type t in gckpt_vlm_types, NULL when it is none. */
+const gckpt_vlm_type *gckpt_vlm_type_of(const char *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -282,7 +282,7 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
         /* the wrapper reduces gradients in the synchronising micro-step (the step's last) */
         if (!s->wrap && !(s->wrap = gckpt_wrap_new())) return false;
         if (!gckpt_wrap_begin(s->wrap, c, layers, sync, !grads_exist)) return false;
-        gckpt_wrap_embed_no_grad(s->wrap, c->recipe->frozen0 && (st->modes ? st->modes[0] == GCKPT_LAYER_PLAIN : !st->every_n));
+        gckpt_wrap_frozen_input(s->wrap, c->recipe->frozen0 && (st->modes ? st->modes[0] == GCKPT_LAYER_PLAIN : !st->every_n));
     } else if (s->wrap) {
         gckpt_wrap_free(s->wrap);
         s->wrap = NULL;

@@ -51,7 +51,7 @@ struct gckpt_wrap {
     uint8_t *regather;  /* ZeRO-3, per unit x recipe tensor: a frozen parameter of a checkpointed layer
                          * gathered again for the recompute */
     bool keep;          /* ZeRO-3: gathered parameters stay from their forward to their backward */
-    bool embed_no_grad; /* the embedding's output needs no gradient (gckpt_wrap_embed_no_grad) */
+    bool frozen_in;     /* layer 0's input needs no gradient (gckpt_wrap_frozen_input) */
     bool tied;          /* FSDP2 with a tied head: unit 0 is [final norm, embedding = head] */
     int ipg, ipg2;      /* ZeRO-2: the ipg bucket(s) of this backward (overlap_comm: two), -1 */
     int part;           /* ZeRO-2: a later micro-step's partition buffer, -1 */
@@ -560,6 +560,19 @@ static void z2_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit,
     }
 }
 
+/* A frozen parameter whose module runs no backward in this step: the untied embedding, and a
+ * layer-0 op whose output needs no gradient, when layer 0's input needs none. Its module never
+ * comes back in the recorded trace, so DeepSpeed releases it after its forward
+ * (__params_to_release finds no reuse; FINDINGS R-DISTPEFT-10). */
+static bool z3_no_backward(const gckpt_wrap *w, uint64_t unit, int op, const gckpt_param *p)
+{
+    const gckpt_ctx *c = w->c;
+    if (!w->frozen_in || p->trainable) return false;
+    if (p->section == GCKPT_SEC_EMBED) return !c->model->tied;
+    int out = c->recipe->op[op].out[0];
+    return p->section == GCKPT_SEC_BLOCK && unit == 1 && out >= 0 && !c->recipe->t[out].rg0;
+}
+
 static void z3_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit, int op, gckpt_wrap_at at)
 {
     const gckpt_ctx *c = w->c;
@@ -579,11 +592,7 @@ static void z3_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit,
             break;
         case GCKPT_WRAP_PRE_BWD: z3_gather(w, s, o, u, p); break;
         case GCKPT_WRAP_POST_FWD: case GCKPT_WRAP_POST_RECOMPUTE:
-            /* a frozen untied embedding whose output needs no gradient: its module never comes
-             * back in the recorded trace, so DeepSpeed releases it after its forward
-             * (__params_to_release finds no reuse; FINDINGS R-DISTPEFT-10) */
-            if (!w->keep || (w->embed_no_grad && p->section == GCKPT_SEC_EMBED && !p->trainable && !c->model->tied))
-                z3_release(w, s, o, u, p);
+            if (!w->keep || z3_no_backward(w, unit, op, p)) z3_release(w, s, o, u, p);
             break;
         case GCKPT_WRAP_POST_BWD:
             /* a tied head's weight: the embedding, still to run its backward, keeps it gathered */
@@ -621,7 +630,7 @@ void gckpt_wrap_op(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit
     if (w->h->op) w->h->op(w, s, o, unit, op, at);
 }
 
-void gckpt_wrap_embed_no_grad(gckpt_wrap *w, bool no_grad) { w->embed_no_grad = no_grad; }
+void gckpt_wrap_frozen_input(gckpt_wrap *w, bool frozen) { w->frozen_in = frozen; }
 
 void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid)
 {

@@ -30,9 +30,10 @@ void gckpt_wrap_pre_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uin
 void gckpt_wrap_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t unit);
 /* The backward's final callback. */
 void gckpt_wrap_backward_end(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o);
-/* The embedding's output needs no gradient in this step (a frozen table, layer 0 not
- * checkpointed: the recipe's frozen0), so its module never runs a backward. */
-void gckpt_wrap_embed_no_grad(gckpt_wrap *w, bool no_grad);
+/* Layer 0's input needs no gradient in this step (a frozen table, layer 0 not checkpointed: the
+ * recipe's frozen0): the embedding's module, and layer 0's modules whose output needs no
+ * gradient then (the tensors' rg0), never run a backward. */
+void gckpt_wrap_frozen_input(gckpt_wrap *w, bool frozen);
 /* Parameter tensor t of unit `unit` got its .grad (schedule id gid). */
 void gckpt_wrap_grad_made(gckpt_wrap *w, uint64_t unit, int t, uint32_t gid);
 

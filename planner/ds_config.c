@@ -101,6 +101,7 @@ static bool unplanned_ok(const char *path, const cJSON *root, const cJSON *zero,
         {NULL, "zero_quantized_gradients", 0, "ZeRO++'s quantized gradients"},
         {NULL, "contiguous_gradients", 1, "the gradients' buffers were measured contiguous"},
         {NULL, "round_robin_gradients", 0, "the flat groups were measured in module order"},
+        {NULL, "memory_efficient_linear", 1, "ZeRO-3's linear, which keeps a frozen weight's input, was measured"},
         {"data_types", "grad_accum_dtype", -2, "gradients accumulate in the model dtype here"},
     };
     for (size_t i = 0; i < sizeof rules / sizeof *rules; i++) {

@@ -78,6 +78,7 @@ static void bad_inputs(void **state)
     cli_write("ds-hpz.json", "{\"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 8}}");
     cli_write("ds-qgrad.json", "{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_gradients\": true}}");
     cli_write("ds-noncontig.json", "{\"zero_optimization\": {\"stage\": 2, \"contiguous_gradients\": false}}");
+    cli_write("ds-nomelinear.json", "{\"zero_optimization\": {\"stage\": 3, \"memory_efficient_linear\": false}}");
     cli_write("ds-accum32.json", "{\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, \"zero_optimization\": {\"stage\": 1}}");
     cli_write("ds-ratio.json", "{\"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 3, "
               "\"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}}}");
@@ -237,6 +238,7 @@ static void bad_inputs(void **state)
         {"deepspeed ZeRO++ hpZ", A("--gpus", "2", "--deepspeed", "./ds-hpz.json", "-o", "out.json"), "'zero_optimization.zero_hpz_partition_size'"},
         {"deepspeed ZeRO++ qgZ", A("--gpus", "2", "--deepspeed", "./ds-qgrad.json", "-o", "out.json"), "'zero_optimization.zero_quantized_gradients'"},
         {"deepspeed non-contiguous gradients", A("--gpus", "2", "--deepspeed", "./ds-noncontig.json", "-o", "out.json"), "'zero_optimization.contiguous_gradients'"},
+        {"deepspeed plain linear", A("--gpus", "2", "--deepspeed", "./ds-nomelinear.json", "-o", "out.json"), "'zero_optimization.memory_efficient_linear'"},
         {"deepspeed fp32 accumulation", A("--gpus", "2", "--deepspeed", "./ds-accum32.json", "-o", "out.json"), "'data_types.grad_accum_dtype'"},
         {"deepspeed partial offload", A("--gpus", "2", "--deepspeed", "./ds-ratio.json", "-o", "out.json"), "'zero_optimization.offload_optimizer.ratio'"},
         {"deepspeed fp16", A("--gpus", "2", "--deepspeed", "./ds-fp16.json", "-o", "out.json"), "fp16.enabled"},

@@ -96,10 +96,11 @@ void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_ta
  * parallel_peak_approximate warning states it). */
 #define GCKPT_PARALLEL_PEAK_BOUND_PCT "0.21"
 /* ... with LoRA / QLoRA (tests/data/hf-dist-peft, test_parallel_peft holds each to the fixtures):
- * fsdp; zero2; zero3, whose trace-based prefetch is not modelled (FINDINGS R-DISTPEFT-10). */
+ * fsdp; zero2; zero3, planned below every measured rank (test_parallel_peft checks the sign): its
+ * trace-based prefetch is not modelled (FINDINGS R-DISTPEFT-10). */
 #define GCKPT_PARALLEL_PEFT_FSDP_BOUND_PCT "0.04"
 #define GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT "0.03"
-#define GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT "1.3"
+#define GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT "0.86"
 
 
 /* Fill the shard fields of table ps for layout l of model m. */

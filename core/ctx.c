@@ -283,8 +283,8 @@ static uint64_t saved_bytes(const gckpt_ctx *c, int sec, bool frozen0)
     for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++) {
         int n = frozen0 ? r->op[i].nsaved0 : r->op[i].nsaved;
         const int16_t *saved = frozen0 ? r->op[i].saved0 : r->op[i].saved;
-        for (int k = 0; k < n && !r->op[i].ctx_keep; k++) { /* ctx attributes: no saved tensors */
-            int t = c->storage[saved[k]];
+        for (int k = 0; k < n + r->op[i].ndead && !r->op[i].ctx_keep; k++) { /* ctx attributes: no saved tensors */
+            int t = c->storage[k < n ? saved[k] : r->op[i].dead[k - n]]; /* (dead: packed, recipe.h ndead) */
             if (seen[t] || r->t[t].section != sec || r->t[t].kind == GCKPT_T_PARAM) continue;
             seen[t] = true;
             sum += c->raw[t];

@@ -148,6 +148,11 @@ bool gckpt_recipe_unverified(const gckpt_model *m, gckpt_attention a, const char
         c = "dropout_cuda_mask_unverified";
         why = "dropout is modelled as CUDA's native_dropout, which keeps a 1-byte mask per element; the CPU keeps a "
               "noise tensor in the input dtype instead, so tools/hf_probe could not measure it.";
+    } else if (a == GCKPT_SDPA && gckpt_qk_head_dim(m) != gckpt_v_head_dim(m)) {
+        c = "mla_cuda_sdpa_unverified";
+        why = "SDPA with a v head dim that differs from the q/k head dim (multi-head latent attention) is modelled as "
+              "CUDA's memory-efficient kernel (q, k, v, output and logsumexp kept); the CPU runs the math path "
+              "(fp32 [b, heads, s, s] probabilities kept), so tools/hf_probe could not measure it.";
     }
     if (code) *code = c;
     if (sentence) *sentence = why;

@@ -111,6 +111,15 @@ static int topk_rows(tracer *tr, const char *name, int x, uint64_t rows, uint64_
     return v;
 }
 
+/* The op just traced is on a branch that never reaches the loss: what it saves is packed
+ * but goes with the node (recipe.h ndead); the caller holds it as long as the node lives. */
+static void dead_branch(tracer *tr)
+{
+    gckpt_op *op = last_op(tr);
+    for (int k = 0; k < op->nsaved && op->ndead < 2; k++) op->dead[op->ndead++] = op->saved[k];
+    op->nsaved = 0;
+}
+
 /* DeepseekV3TopkRouter (FINDINGS R-MOE-8): logits = F.linear(x.type(float32),
  * W.type(float32)) (fp32 copies outside autocast where x or W is 16-bit; under autocast a
  * bf16 linear), scores = sigmoid (keeps its output), + e_score_correction_bias (an fp32
@@ -137,22 +146,23 @@ static int router_grouped(tracer *tr, int x, int *index, int *logits_out)
      * locals (group_scores, scores_for_choice) when it returns */
     int gidx, tidx;
     int g2 = topk_rows(tr, "gate.group_top2", choice, G, 2, E / G, &gidx);
-    last_op(tr)->nsaved = 0;
+    dead_branch(tr);
     int gsum = per_tok(tr, "gate.group_scores", GCKPT_P_SUM, g2, dt(tr, g2), G, rg(tr, g2), 2);
     hold_here(tr, g2);
     int gtop = topk_rows(tr, "gate.group_topk", gsum, 1, tg, G, &tidx);
-    last_op(tr)->nsaved = 0;
+    dead_branch(tr);
     int gmask = per_tok(tr, "gate.group_mask", GCKPT_P_CAST, tidx, dt(tr, gsum), G, false, 0);
     hold_here(tr, gtop);
     int smask = per_tok(tr, "gate.score_mask", GCKPT_P_CAST, gmask, dt(tr, gmask), E, false, 0);
     int sbool = per_tok(tr, "gate.score_mask.bool", GCKPT_P_CAST, smask, BOOL, E, false, 0);
     int snot = per_tok(tr, "gate.score_mask.not", GCKPT_P_CAST, sbool, BOOL, E, false, 0);
     int masked = tnew(tr, "gate.masked_fill", GCKPT_T_ACT, dt(tr, choice), per_token(E), rg(tr, choice));
-    node(tr, "gate.masked_fill", GCKPT_P_MUL, 2, (int[]){choice, snot}, masked, -1, 0, NULL, GCKPT_BC_NONE, 0, 0);
+    node(tr, "gate.masked_fill", GCKPT_P_MUL, 2, (int[]){choice, snot}, masked, -1, 1, (int[]){snot}, GCKPT_BC_NONE, 0, 0);
+    dead_branch(tr);
     hold_here(tr, choice); /* scores_for_choice rebound after the statement */
     hold_here(tr, sbool);
     int fv = topk_rows(tr, "gate.topk", masked, 1, k, E, index);
-    last_op(tr)->nsaved = 0; /* (its indices are the gather's) */
+    dead_branch(tr); /* (its indices: the gather's too) */
     hold_here(tr, fv);
     int tw = tnew(tr, "gate.topk_weights", GCKPT_T_ACT, dt(tr, scores), per_token(k), rg(tr, scores));
     node(tr, "gate.gather", GCKPT_P_GATHER_ROWS, 2, (int[]){scores, *index}, tw, -1, 1, (int[]){*index}, GCKPT_BC_NONE,

@@ -243,6 +243,12 @@ typedef struct {
     int16_t saved[GCKPT_OP_MAX_SAVED];
     bool saves_param;    /* its node saves a parameter (not in saved[]: it costs nothing), which
                           * unpacked in the backward starts a recompute like any saved tensor */
+    uint8_t ndead;       /* tensors its node packs although the node never reaches the loss (a
+                          * branch whose results are indices: DeepSeek's router, FINDINGS R-MOE-9):
+                          * a saved-tensor hook sees them (gckpt_section_saved_bytes counts
+                          * them), but they go with the Python references that keep the node
+                          * (their hold_to), never kept for a backward */
+    int16_t dead[2];
     uint8_t nsaved0;     /* what it saves in layer 0 when its input needs no gradient (frozen0) */
     int16_t saved0[GCKPT_OP_MAX_SAVED];
     bool grad_alias[GCKPT_OP_MAX_IN]; /* input's grad is the output grad itself (add, view) */

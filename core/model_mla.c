@@ -55,7 +55,7 @@ bool gckpt_parse_deepseek(const char *f, const cJSON *j, gckpt_model *m, gckpt_e
         !gckpt_json_bool_opt(j, f, "norm_topk_prob", true, &m->topk_renorm, err) ||
         !gckpt_json_bool_opt(j, f, "rope_interleave", true, &m->rope_interleave, err) ||
         !gckpt_json_bool_opt(j, f, "attention_bias", false, &bias, err) ||
-        !gckpt_json_bool_opt(j, f, "output_router_logits", false, &m->router_aux_loss, err))
+        !gckpt_json_bool_opt(j, f, "output_router_logits", false, &m->router_logits_out, err))
         return false;
     if (!gckpt_json_absent(j, "n_routed_experts") && alias != m->experts) {
         gckpt_seterr(err, "%s: field 'num_local_experts' = %llu contradicts 'n_routed_experts' = %llu", f,
@@ -80,13 +80,8 @@ bool gckpt_parse_deepseek(const char *f, const cJSON *j, gckpt_model *m, gckpt_e
                      (unsigned long long)m->top_k, (unsigned long long)(m->topk_group * (m->experts / m->n_group)));
         return false;
     }
-    /* output_router_logits: DeepseekV3ForCausalLM adds no load-balancing loss; the recorded
-     * logits are kept until the forward returns (their saved totals are not analysed) */
-    if (m->router_aux_loss) {
-        gckpt_seterr(err, "%s: field 'output_router_logits' = true is not modelled for deepseek_v3 (the recorded "
-                          "router logits are not planned)", f);
-        return false;
-    }
+    /* output_router_logits: DeepseekV3ForCausalLM adds no load-balancing loss; the output
+     * recorder keeps the logits until the forward returns (router_logits_out) */
     m->dense_layers = m->dense_layers < m->layers ? m->dense_layers : m->layers;
     m->mla = true;
     m->head_dim = m->qk_rope_dim; /* the rotary tables' width (DeepseekV3Config.__post_init__) */

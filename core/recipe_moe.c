@@ -180,6 +180,7 @@ static int router_grouped(tracer *tr, int x, int *index, int *logits_out)
     int out = scal(tr, tw, "gate.routed_scaling", m->routed_scale, 0);
     int locals[] = {x, xf, logits, scores, masked, gsum, gmask, smask, *index, tw, gidx, tidx, snot};
     for (size_t i = 0; i < sizeof locals / sizeof *locals; i++) hold_here(tr, locals[i]);
+    tr->r->t[logits].fwd_end_free = m->router_logits_out; /* the output recorder's, to the forward's end */
     *logits_out = logits;
     return out;
 }

@@ -85,8 +85,6 @@ typedef struct {
     bool params_ok, saved_ok, offload_ok, same_phase; /* params_ok: the count and the trainable count */
     bool host_ok;             /* host equals the measured host peak (true when not measured) */
     int first_bad_layer;      /* -1 none, L head, L+1 embedding */
-    int saved_unchecked;      /* plain MoE layers of DeepSeek-V3's grouped router whose saved bytes the
-                               * probe cannot give (FINDINGS R-MOE-9): not compared, counted */
     double e_peak, e_after;   /* (planned - measured) / measured */
 } hf_cmp;
 

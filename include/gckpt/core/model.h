@@ -111,6 +111,9 @@ typedef struct {
                               * weights gathered, renormalised (topk_renorm), x routed_scale */
     uint64_t n_group, topk_group;
     double routed_scale;
+    bool router_logits_out;  /* output_router_logits without a load-balancing loss (DeepSeek-V3):
+                              * the output recorder keeps every layer's router logits until the
+                              * forward returns */
     /* gpt_oss's rope_type "yarn" (GptOssConfig's default without rope_parameters): the
      * values the rotary tables take (numerics only: the tables' shape is the default's) */
     struct {

@@ -342,12 +342,11 @@ int main(void)
            g_compared, hand, g_not_comparable, g_within);
 #else
     printf("\n%d fixtures compared (%zu hand-written, %zu generated, %zu of the later dense families, %zu "
-           "mixture-of-experts); %d not compared; amp-bf16 under CPU autocast's op lists (--target cpu), "
-           "amp-bf16-cudalists under CUDA's (emulated)\n",
-           g_compared, hand, gen, nfam, nmoe, g_not_comparable);
+           "mixture-of-experts, %zu DeepSeek-V3); %d not compared; amp-bf16 under CPU autocast's op lists (--target "
+           "cpu), amp-bf16-cudalists under CUDA's (emulated)\n",
+           g_compared, hand, gen, nfam, nmoe, ndsv3, g_not_comparable);
     printf("%d MoE fixtures compared with their measured routing: the most-loaded expert of a layer received up to "
            "%.2f x the balanced share\n", g_moe, g_moe_imbalance);
-    printf("%zu of them DeepSeek-V3's (tests/data/hf-dsv3)\n", ndsv3);
 #endif
     free(tests);
     free(fx);

@@ -4,6 +4,7 @@
  * optim_bits=32, and for tensors under 4096 elements; 8-bit codes + one fp32 absmax per
  * 256 elements for the rest), and parameter counts against the closed form of each
  * family's modules. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include "gckpt/core/params.h"
 #include "gckpt/core/peft.h"
 #include "closed_form_params.h"
+#include "gckpt/core/eval.h"
 #include "gckpt/planner/plan.h"
 
 static gckpt_device dev;
@@ -181,6 +183,11 @@ static void deepseek_real_counts(void **state)
     assert_int_equal(m.dense_layers, 3);
     assert_true(gckpt_param_count(&m) == 671026404352ull);
     assert_true((uint64_t)closed_form_params128(&m) == 671026404352ull);
+    /* MFU's model FLOPs per token: 6 x the active non-embedding parameters (the routed experts
+     * a token misses, in the 58 MoE layers only) + 6 L heads (qk 192 + v 128) seq */
+    double active = 671026404352.0 - 58.0 * (256 - 8) * 3.0 * 7168 * 2048 - 129280.0 * 7168;
+    double want = 6.0 * active + 6.0 * 61 * 128 * (192 + 128) * 4096;
+    assert_true(fabs(gckpt_palm_flops_per_token(&m, 4096) - want) <= 1e-9 * want);
     const char *lite = "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 2048, \"num_hidden_layers\": 27, "
                        "\"intermediate_size\": 10944, \"num_attention_heads\": 16, \"num_key_value_heads\": 16, "
                        "\"q_lora_rank\": null, \"kv_lora_rank\": 512, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, "

@@ -244,6 +244,12 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
      * optimizer states; block tensors repeat per layer (the parameter state table) */
     bool overflow;
     if (!gckpt_params_build(r, m->layers, s->optimizer, d->alloc_round_bytes, &c->params, &overflow, err)) return false;
+    /* the parallel modes' rows and units take every layer's parameters as one block's */
+    if (gckpt_layout_multi(&s->layout) && gckpt_recipe_typed_params(r)) {
+        gckpt_seterr(err, "%s: layers with parameters of their own kind (dense and mixture-of-experts layers) are not "
+                          "planned on several GPUs yet (--parallel): plan one GPU", m->name);
+        return false;
+    }
     /* the model's own count: the table's under full fine-tuning (the plan reader holds the two
      * equal), traced apart only when adapters are in the table */
     c->model_params = gckpt_peft_on(&s->peft) ? gckpt_param_count(m) : c->params.numel;
@@ -277,8 +283,8 @@ static uint64_t saved_bytes(const gckpt_ctx *c, int sec, bool frozen0)
     for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++) {
         int n = frozen0 ? r->op[i].nsaved0 : r->op[i].nsaved;
         const int16_t *saved = frozen0 ? r->op[i].saved0 : r->op[i].saved;
-        for (int k = 0; k < n && !r->op[i].ctx_keep; k++) { /* ctx attributes: no saved tensors */
-            int t = c->storage[saved[k]];
+        for (int k = 0; k < n + r->op[i].ndead && !r->op[i].ctx_keep; k++) { /* ctx attributes: no saved tensors */
+            int t = c->storage[k < n ? saved[k] : r->op[i].dead[k - n]]; /* (dead: packed, recipe.h ndead) */
             if (seen[t] || r->t[t].section != sec || r->t[t].kind == GCKPT_T_PARAM) continue;
             seen[t] = true;
             sum += c->raw[t];

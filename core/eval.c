@@ -43,8 +43,12 @@ double gckpt_palm_flops_per_token_n(const gckpt_model *m, uint64_t params, uint6
     double p = (double)params;
     double embed = (double)m->vocab * (double)m->hidden;
     if (m->family == GCKPT_FAMILY_GPT2) embed += (double)m->max_positions * (double)m->hidden;
-    if (m->experts > m->top_k) /* the experts a token is not routed to: SwiGLU gate, up, down */
-        p -= (double)m->layers * (double)(m->experts - m->top_k) * 3.0 * (double)m->hidden * (double)m->expert_inter;
+    if (m->experts > m->top_k) /* the experts a token is not routed to: SwiGLU gate, up, down (MoE layers only) */
+        p -= (double)(m->layers - m->dense_layers) * (double)(m->experts - m->top_k) * 3.0 * (double)m->hidden *
+             (double)m->expert_inter;
+    if (m->mla) /* QK^T over the q/k head dim, PV over v's */
+        return 6.0 * (p - embed) + 6.0 * (double)m->layers * (double)m->heads *
+                                       (double)(gckpt_qk_head_dim(m) + gckpt_v_head_dim(m)) * (double)seq;
     return 6.0 * (p - embed) + 12.0 * (double)m->layers * (double)m->heads * (double)m->head_dim * (double)seq;
 }
 

@@ -58,6 +58,8 @@ bool gckpt_parse_gpt_neox(const char *file, const cJSON *j, gckpt_model *m, gckp
 bool gckpt_parse_olmo2(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_granite(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_moe(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+/* model_mla.c: DeepSeek-V3 */
+bool gckpt_parse_deepseek(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 /* model_rope.c: the rope theta (rope_parameters', else the legacy key, else dflt); the
  * rope type of rope_parameters / rope_scaling (default, llama3; another: m->rope_other);
  * the embedding's padding row (m->pad, m->pad_id; the class's default: core/families.c).

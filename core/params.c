@@ -99,7 +99,8 @@ bool gckpt_params_build(const gckpt_recipe *r, uint64_t layers, gckpt_optimizer 
     for (int t = 0; t < r->nt; t++) {
         const gckpt_tensor *tt = &r->t[t];
         if (tt->kind != GCKPT_T_PARAM) continue;
-        if (tt->section >= GCKPT_SEC_BLOCK_MORE) { /* a later block type reuses the first's (recipe.h) */
+        if (gckpt_sec_is_block(tt->section) && r->sec_params[tt->section] != tt->section) {
+            /* a later block type of a group reuses the group's first section's (recipe.h) */
             gckpt_seterr(err, "the recipe's block types do not share parameter %s", tt->name);
             return false;
         }
@@ -114,7 +115,7 @@ bool gckpt_params_build(const gckpt_recipe *r, uint64_t layers, gckpt_optimizer 
         p->tensor = (int16_t)t;
         p->section = tt->section;
         p->role = tt->role;
-        p->copies = tt->section == GCKPT_SEC_BLOCK ? layers : 1;
+        p->copies = !gckpt_sec_is_block(tt->section) ? 1 : r->sec_layers[tt->section] ? r->sec_layers[tt->section] : layers;
         p->rows = tt->shape.mult;
         p->cols = tt->shape.width;
         p->numel = gckpt_param_numel(r, t);

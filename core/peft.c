@@ -197,6 +197,11 @@ static bool all_linear_wraps_experts(const gckpt_model *m)
 bool gckpt_peft_model_ok(const gckpt_model *m, const gckpt_peft *pf, gckpt_err *err)
 {
     if (!gckpt_peft_on(pf)) return true;
+    if (gckpt_family_of(m->family)->no_lora) {
+        gckpt_seterr(err, "--method %s on model_type \"%s\" is not planned: %s", gckpt_method_names[pf->method],
+                     m->model_type, gckpt_family_of(m->family)->no_lora);
+        return false;
+    }
     uint32_t fam = gckpt_lora_family_targets(m->family);
     char names[160];
     gckpt_lora_family_names(m->family, names, sizeof names);

@@ -148,6 +148,11 @@ bool gckpt_recipe_unverified(const gckpt_model *m, gckpt_attention a, const char
         c = "dropout_cuda_mask_unverified";
         why = "dropout is modelled as CUDA's native_dropout, which keeps a 1-byte mask per element; the CPU keeps a "
               "noise tensor in the input dtype instead, so tools/hf_probe could not measure it.";
+    } else if (a == GCKPT_SDPA && gckpt_qk_head_dim(m) != gckpt_v_head_dim(m)) {
+        c = "mla_cuda_sdpa_unverified";
+        why = "SDPA with a v head dim that differs from the q/k head dim (multi-head latent attention) is modelled as "
+              "CUDA's memory-efficient kernel (q, k, v, output and logsumexp kept); the CPU runs the math path "
+              "(fp32 [b, heads, s, s] probabilities kept), so tools/hf_probe could not measure it.";
     }
     if (code) *code = c;
     if (sentence) *sentence = why;
@@ -157,7 +162,8 @@ bool gckpt_recipe_unverified(const gckpt_model *m, gckpt_attention a, const char
 /* Each op lists the Python references that end after it (a full list would move the
  * release to the next op: never with the recipes here, 10 at most); a parameter's
  * gradient is complete (AccumulateGrad runs) after all its uses in one layer (the ops of
- * one block section: a later block type's section uses the same parameters). */
+ * one block section: a later block type's section of the same parameter group uses the
+ * same parameters). */
 static void finish(gckpt_recipe *r)
 {
     for (int t = 0; t < r->nt; t++) {
@@ -169,7 +175,8 @@ static void finish(gckpt_recipe *r)
         r->t[t].hold_to = (int16_t)h;
     }
     for (int i = 0; i < r->nop; i++)
-        for (int k = 0; k < r->op[i].nin && r->op[i].section < GCKPT_SEC_BLOCK_MORE &&
+        for (int k = 0; k < r->op[i].nin && (!gckpt_sec_is_block(r->op[i].section) ||
+                                             r->sec_params[r->op[i].section] == r->op[i].section) &&
                         r->op[i].prim != GCKPT_P_CCE_LSE; /* (CCE's lse pass: no backward) */
              k++) {
             int t = r->op[i].in[k];
@@ -256,8 +263,16 @@ uint8_t gckpt_ckpt_types(const gckpt_model *m, uint32_t every_n)
 
 gckpt_block_type gckpt_layer_block(const gckpt_model *m, gckpt_attention a, uint64_t seq, uint64_t layer)
 {
+    if (m->experts && layer < m->dense_layers) return GCKPT_BLOCK_DENSE_MLP;
     return gckpt_layer_sliding(m, layer) && gckpt_sliding_masked(m, a, seq) ? GCKPT_BLOCK_SLIDING_SDPA
                                                                              : GCKPT_BLOCK_DECODER;
+}
+
+int gckpt_block_params_group(gckpt_block_type b)
+{
+    static const uint8_t group[GCKPT_NBLOCK] = {[GCKPT_BLOCK_DECODER] = 0, [GCKPT_BLOCK_SLIDING_SDPA] = 0,
+                                                [GCKPT_BLOCK_DENSE_MLP] = 1};
+    return (unsigned)b < GCKPT_NBLOCK ? group[b] : 0;
 }
 
 int gckpt_layer_section(const gckpt_recipe *r, const gckpt_model *m, gckpt_attention a, uint64_t layer)
@@ -272,7 +287,7 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
     memset(r, 0, sizeof *r);
     r->seq = seq;
     memset(r->block_sec, -1, sizeof r->block_sec);
-    for (int k = 0; k < GCKPT_NSEC; k++) r->sec_in[k] = r->sec_out[k] = -1;
+    for (int k = 0; k < GCKPT_NSEC; k++) r->sec_in[k] = r->sec_out[k] = r->sec_params[k] = -1;
     r->mask = -1;
     r->rope[0] = r->rope[1] = r->rope_local[0] = r->rope_local[1] = -1;
     r->router_logits[0] = r->router_logits[1] = -1;

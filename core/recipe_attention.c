@@ -34,7 +34,7 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
         opnew(tr, "sdpa.mask_not", GCKPT_OP_ELEM, 1, (int[]){tr->bool_mask}, lnot, -1, 0, NULL);
         setprim(tr, GCKPT_P_BOOL_MASK, GCKPT_BC_NONE, 1, 0, 0);
     }
-    uint64_t qd = gckpt_q_dim(m);
+    uint64_t qd = m->heads * gckpt_v_head_dim(m); /* the output: v's head dim */
     int o = tnew(tr, "sdpa", GCKPT_T_ACT, dt(tr, q), per_token(qd), true);
     int lse = tnew(tr, "sdpa.lse", GCKPT_T_ACT, F32, per_token(m->heads), false);
     int op = masked ? opnew(tr, "sdpa", GCKPT_OP_ATTN, 4, (int[]){q, k, v, mconv}, o, lse, 6, (int[]){q, k, v, o, lse, mconv})
@@ -202,15 +202,16 @@ int transpose_copy(tracer *tr, int o, const char *name)
 static int sdpa_math_cpu(tracer *tr, int q, int k, int v, double p)
 {
     const gckpt_model *m = tr->m;
-    uint64_t nh = m->heads, kv = m->kv_heads, qd = gckpt_q_dim(m), kvd = gckpt_kv_dim(m);
+    uint64_t nh = m->heads, kv = m->kv_heads, qd = nh * gckpt_qk_head_dim(m), kd = kv * gckpt_qk_head_dim(m);
+    uint64_t vd = kv * gckpt_v_head_dim(m);
     q = autocast_to(tr, q, tr->compute_dt, "sdpa.cast_q");
     k = autocast_to(tr, k, tr->compute_dt, "sdpa.cast_k");
     v = autocast_to(tr, v, tr->compute_dt, "sdpa.cast_v");
     int cast_in[3] = {q, k, v};
     bool packed = q == k; /* gpt2: views of one tensor, laid out [b, s, 3h]: not dense */
     q = sdpa_role(tr, q, 0, qd, "math.q");
-    k = sdpa_role(tr, k, 1, kvd, "math.k");
-    v = sdpa_role(tr, v, 2, kvd, "math.v");
+    k = sdpa_role(tr, k, 1, kd, "math.k");
+    v = sdpa_role(tr, v, 2, vd, "math.v");
     uint8_t odt = dt(tr, q);
     int up[3] = {-1, -1, -1};
     if (odt != F32) {
@@ -232,7 +233,7 @@ static int sdpa_math_cpu(tracer *tr, int q, int k, int v, double p)
     /* q and k straight from rope keep the [b, s, heads, hd] layout through the casts and
      * scalings (folding copies them when b > 1); views of a packed tensor are not dense:
      * those results are contiguous, as are the GQA clones */
-    bool lay = !packed;
+    bool lay = !packed && !m->mla; /* MLA's query and key: cats, contiguous [b, heads, s, qk] */
     int qf = lay ? fold(tr, qs, GCKPT_P_CAST, "math.fold_q") : qs;
     int kf = lay && kv == nh ? fold(tr, ks, GCKPT_P_CAST, "math.fold_k") : ks;
     int sc = heads_matmul(tr, "math.qk", GCKPT_P_QK, qf, kf, F32, score_shape(nh), false);
@@ -240,14 +241,17 @@ static int sdpa_math_cpu(tracer *tr, int q, int k, int v, double p)
     last_op(tr)->fws_bBSS = nh; /* isneginf: bool [b, heads, s, s] */
     last_op(tr)->fws_bT = nh;   /* all: bool [b, heads, s] */
     int pd = dropout(tr, pr, p, "math.dropout");
-    int vf = (kv == nh && !packed) || (packed && kv == nh) ? fold(tr, vr, GCKPT_P_CAST, "math.fold_v") : vr;
+    /* MLA's value is a strided view of kv_b_proj's output: folded as it is, or the upcast
+     * copy (contiguous, the view not being dense) */
+    bool fold_v = m->mla ? odt == F32 : kv == nh;
+    int vf = fold_v ? fold(tr, vr, GCKPT_P_CAST, "math.fold_v") : vr;
     int w = -1;
     if (odt != F32) { /* the returned attention weights, cast back: dropped with the tuple */
         w = tnew(tr, "math.weights", GCKPT_T_ACT, odt, score_shape(nh), false);
         opnew(tr, "math.weights", GCKPT_OP_ELEM, 1, (int[]){pd}, w, -1, 0, NULL);
         setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
     }
-    int o = heads_matmul(tr, "math.pv", GCKPT_P_PV, pd, vf, F32, per_token(qd), false);
+    int o = heads_matmul(tr, "math.pv", GCKPT_P_PV, pd, vf, F32, per_token(nh * gckpt_v_head_dim(m)), false);
     o = cast_to(tr, o, odt, "math.out");
     /* the function's locals, and autocast's casts until SDPA returns */
     int held[] = {up[0], up[1], up[2], qs, kr, mask, w, cast_in[0], cast_in[1], cast_in[2]};
@@ -255,9 +259,12 @@ static int sdpa_math_cpu(tracer *tr, int q, int k, int v, double p)
     return transpose_copy(tr, o, "math.transpose");
 }
 
+/* The CPU's flash kernel needs equal q / k and v head dims: MLA's run the math path
+ * (FINDINGS R-MOE-8; CUDA's memory-efficient kernel: gckpt_recipe_unverified). */
 int attention_sdpa(tracer *tr, int q, int k, int v, double p)
 {
-    return tr->cpu && p > 0 ? sdpa_math_cpu(tr, q, k, v, p) : sdpa_fused(tr, q, k, v, p);
+    bool math = p > 0 || gckpt_qk_head_dim(tr->m) != gckpt_v_head_dim(tr->m);
+    return tr->cpu && math ? sdpa_math_cpu(tr, q, k, v, p) : sdpa_fused(tr, q, k, v, p);
 }
 
 /* Eager attention (HF's eager_attention_forward), llama family: QK^T, scale, mask,
@@ -268,13 +275,14 @@ int attention_sdpa(tracer *tr, int q, int k, int v, double p)
 int attention_eager(tracer *tr, int q, int k, int v, int mask, double p, int *weights)
 {
     const gckpt_model *m = tr->m;
-    uint64_t nh = m->heads, hd = m->head_dim;
+    uint64_t nh = m->heads;
     int krep = repeat_kv(tr, k, "repeat_k"), vrep = repeat_kv(tr, v, "repeat_v");
     /* gpt_oss's rotary cat leaves q and k contiguous [b, heads, s, hd]: folding is a view */
     int qf = autocast_to(tr, q, tr->compute_dt, "qk.cast_q");
-    if (!m->rope_halves) qf = fold(tr, qf, GCKPT_P_CAST, "qk.fold_q");
-    int kf = m->rope_halves && m->kv_heads == m->heads ? autocast_to(tr, krep, tr->compute_dt, "qk.cast_k")
-                                                       : kv_operand(tr, krep, "qk.cast_k");
+    bool contiguous = m->rope_halves || m->mla; /* MLA's query and key: cats */
+    if (!contiguous) qf = fold(tr, qf, GCKPT_P_CAST, "qk.fold_q");
+    int kf = contiguous && m->kv_heads == m->heads ? autocast_to(tr, krep, tr->compute_dt, "qk.cast_k")
+                                                   : kv_operand(tr, krep, "qk.cast_k");
     int sc = heads_matmul(tr, "qk", GCKPT_P_QK, qf, kf, dt(tr, qf), score_shape(nh), true);
     int ss = scal(tr, sc, "scale", gckpt_attn_scale(m), 0);
     if (m->attn_softcap > 0) { /* Gemma 2: / cap, tanh (saves its output), * cap: each a new tensor */
@@ -300,7 +308,7 @@ int attention_eager(tracer *tr, int q, int k, int v, int mask, double p, int *we
     *weights = pr;
     int pc = autocast_to(tr, pr, tr->compute_dt, "pv.cast_p");
     int vf = kv_operand(tr, vrep, "pv.cast_v");
-    int o = heads_matmul(tr, "pv", GCKPT_P_PV, pc, vf, dt(tr, pc), per_token(nh * hd), true);
+    int o = heads_matmul(tr, "pv", GCKPT_P_PV, pc, vf, dt(tr, pc), per_token(nh * gckpt_v_head_dim(m)), true);
     int oc = transpose_copy(tr, o, "transpose");
     hold_here(tr, krep); /* key_states / value_states (gpt_oss: combined_logits) until the function returns */
     hold_here(tr, vrep);

@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 /* x - y: nothing saved; x's gradient is the output's, y's a negated copy (SubBackward0). */
-static int sub(tracer *tr, int x, int y, const char *name)
+int sub(tracer *tr, int x, int y, const char *name)
 {
     int o = add(tr, x, y, name);
     gckpt_op *op = last_op(tr);

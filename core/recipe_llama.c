@@ -195,11 +195,12 @@ static int phi3_mlp(tracer *tr, int n2)
 }
 
 /* LlamaMLP: down_proj(silu(gate_proj(x)) * up_proj(x)); holds its argument until it returns. */
-static int llama_mlp(tracer *tr, int n2)
+int swiglu_mlp(tracer *tr, int n2, const char *pfx, uint64_t inter)
 {
     const gckpt_model *m = tr->m;
-    uint64_t h = m->hidden, I = m->intermediate;
-    tr->pfx = "mlp";
+    uint64_t h = m->hidden, I = inter;
+    const char *outer = tr->pfx;
+    tr->pfx = pfx;
     int wg = linear_weight(tr, "gate_proj.weight", I, h, false), wu = linear_weight(tr, "up_proj.weight", I, h, false);
     int wd = linear_weight(tr, "down_proj.weight", h, I, false);
     int bg = m->mlp_bias ? param(tr, "gate_proj.bias", 1, I, GCKPT_ROLE_BIAS) : -1;
@@ -212,7 +213,7 @@ static int llama_mlp(tracer *tr, int n2)
     int gu = mul(tr, act, u, "mul");
     int dn = lora_linear(tr, gu, wd, bd, I, h, GCKPT_LT_DOWN, false);
     hold_here(tr, n2);
-    tr->pfx = "";
+    tr->pfx = outer;
     return dn;
 }
 
@@ -235,13 +236,16 @@ static void llama_block(tracer *tr, gckpt_attention attn, int type, int cos, int
     int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(h), !tr->block_in_frozen);
     hold(tr, xin, HOLD_END);
     int n1 = m->post_norms_only ? xin : rmsnorm(tr, xin, h, "input_layernorm");
-    int ao = llama_attention(tr, attn, n1, cos, sin);
+    int ao = m->mla ? mla_attention(tr, attn, n1, cos, sin) : llama_attention(tr, attn, n1, cos, sin);
     if (m->sandwich_norms || m->post_norms_only) ao = rmsnorm(tr, ao, h, "post_attention_layernorm");
     int h1 = residual_add(tr, xin, ao, "residual_attn");
     hold(tr, h1, HOLD_END);
     int n2 = m->post_norms_only ? h1
              : rmsnorm(tr, h1, h, m->sandwich_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm");
-    int dn = m->experts ? moe_block(tr, n2) : m->fused_gate_up ? phi3_mlp(tr, n2) : llama_mlp(tr, n2);
+    int dn = type == GCKPT_BLOCK_DENSE_MLP ? swiglu_mlp(tr, n2, "mlp", m->intermediate)
+             : m->experts                  ? moe_block(tr, n2)
+             : m->fused_gate_up            ? phi3_mlp(tr, n2)
+                                           : swiglu_mlp(tr, n2, "mlp", m->intermediate);
     if (m->sandwich_norms || m->post_norms_only) dn = rmsnorm(tr, dn, h, "post_feedforward_layernorm");
     block_end(tr, xin, residual_add(tr, h1, dn, "residual_mlp"));
 }

@@ -87,6 +87,104 @@ static int router(tracer *tr, int x, int *index)
     return vals;
 }
 
+/* A new [T, width] activation of dtype from one op (prim, input x), saving nothing. */
+static int per_tok(tracer *tr, const char *name, int prim, int x, uint8_t dtype, uint64_t width, bool grad,
+                   uint64_t group)
+{
+    int o = tnew(tr, name, GCKPT_T_ACT, dtype, per_token(width), grad);
+    node(tr, name, prim, 1, (int[]){x}, o, -1, 0, NULL, GCKPT_BC_NONE, 0, group);
+    return o;
+}
+
+/* top-k over rows of `width` of x: values (x's dtype) and the int64 indices, which TopkBackward
+ * keeps when x needs a gradient; *index = the indices */
+static int topk_rows(tracer *tr, const char *name, int x, uint64_t rows, uint64_t k, uint64_t width, int *index)
+{
+    char nm[40];
+    snprintf(nm, sizeof nm, "%s.values", name);
+    int v = tnew(tr, nm, GCKPT_T_ACT, dt(tr, x), per_token(rows * k), rg(tr, x));
+    snprintf(nm, sizeof nm, "%s.indices", name);
+    *index = tnew(tr, nm, GCKPT_T_ACT, I64, per_token(rows * k), false);
+    node(tr, name, GCKPT_P_TOPK, 1, (int[]){x}, v, *index, 1, (int[]){*index}, GCKPT_BC_NONE, 0, k);
+    last_op(tr)->experts = (uint32_t)width;
+    last_op(tr)->top_k = (uint32_t)k;
+    return v;
+}
+
+/* The op just traced is on a branch that never reaches the loss: what it saves is packed
+ * but goes with the node (recipe.h ndead); the caller holds it as long as the node lives. */
+static void dead_branch(tracer *tr)
+{
+    gckpt_op *op = last_op(tr);
+    for (int k = 0; k < op->nsaved && op->ndead < 2; k++) op->dead[op->ndead++] = op->saved[k];
+    op->nsaved = 0;
+}
+
+/* DeepseekV3TopkRouter (FINDINGS R-MOE-8): logits = F.linear(x.type(float32),
+ * W.type(float32)) (fp32 copies outside autocast where x or W is 16-bit; under autocast a
+ * bf16 linear), scores = sigmoid (keeps its output), + e_score_correction_bias (an fp32
+ * buffer: fp32), each group's top two summed, the top topk_group groups' mask expanded to
+ * [T, E] (a copy), its bool and logical_not (the masked_fill keeps the latter), top_k of
+ * the masked scores (keeps the int64 indices), the scores gathered (the same indices),
+ * with norm_topk_prob divided in place by their sum + 1e-20 (on autocast's fp32 list; the
+ * div keeps the fp32 denominator and its result), x routed_scaling_factor. The gate's
+ * locals live until it returns; the MoE block keeps the logits (`_`) until it returns. */
+static int router_grouped(tracer *tr, int x, int *index, int *logits_out)
+{
+    const gckpt_model *m = tr->m;
+    uint64_t E = m->experts, k = m->top_k, G = m->n_group, tg = m->topk_group;
+    int w = param(tr, "gate.weight", E, m->hidden, GCKPT_ROLE_MATRIX);
+    int xf = tr->amp ? x : cast_to(tr, x, F32, "gate.x_f32");
+    int wf = tr->amp ? w : cast_to(tr, w, F32, "gate.weight_f32");
+    int logits = linear(tr, xf, wf, -1, m->hidden, E, "gate");
+    int scores = unary(tr, logits, "gate.sigmoid", false, GCKPT_P_SIGMOID, 0);
+    int choice = per_tok(tr, "gate.scores_for_choice", GCKPT_P_AFFINE, scores, F32, E, rg(tr, scores), 0);
+    last_op(tr)->sa = 1;
+    if (tr->cpu && dt(tr, scores) != F32) last_op(tr)->fws_promote = 1; /* the bf16 scores' fp32 copy */
+    /* the choice's branch (bias add, the group and final top-k, the mask) never reaches the
+     * loss (its results are indices): its nodes, and what they keep, go with the gate's
+     * locals (group_scores, scores_for_choice) when it returns */
+    int gidx, tidx;
+    int g2 = topk_rows(tr, "gate.group_top2", choice, G, 2, E / G, &gidx);
+    dead_branch(tr);
+    int gsum = per_tok(tr, "gate.group_scores", GCKPT_P_SUM, g2, dt(tr, g2), G, rg(tr, g2), 2);
+    hold_here(tr, g2);
+    int gtop = topk_rows(tr, "gate.group_topk", gsum, 1, tg, G, &tidx);
+    dead_branch(tr);
+    int gmask = per_tok(tr, "gate.group_mask", GCKPT_P_CAST, tidx, dt(tr, gsum), G, false, 0);
+    hold_here(tr, gtop);
+    int smask = per_tok(tr, "gate.score_mask", GCKPT_P_CAST, gmask, dt(tr, gmask), E, false, 0);
+    int sbool = per_tok(tr, "gate.score_mask.bool", GCKPT_P_CAST, smask, BOOL, E, false, 0);
+    int snot = per_tok(tr, "gate.score_mask.not", GCKPT_P_CAST, sbool, BOOL, E, false, 0);
+    int masked = tnew(tr, "gate.masked_fill", GCKPT_T_ACT, dt(tr, choice), per_token(E), rg(tr, choice));
+    node(tr, "gate.masked_fill", GCKPT_P_MUL, 2, (int[]){choice, snot}, masked, -1, 1, (int[]){snot}, GCKPT_BC_NONE, 0, 0);
+    dead_branch(tr);
+    hold_here(tr, choice); /* scores_for_choice rebound after the statement */
+    hold_here(tr, sbool);
+    int fv = topk_rows(tr, "gate.topk", masked, 1, k, E, index);
+    dead_branch(tr); /* (its indices: the gather's too) */
+    hold_here(tr, fv);
+    int tw = tnew(tr, "gate.topk_weights", GCKPT_T_ACT, dt(tr, scores), per_token(k), rg(tr, scores));
+    node(tr, "gate.gather", GCKPT_P_GATHER_ROWS, 2, (int[]){scores, *index}, tw, -1, 1, (int[]){*index}, GCKPT_BC_NONE,
+         0, k);
+    if (m->topk_renorm) {
+        int twf = autocast_fp32(tr, tw, "gate.topk_weights.to_f32");
+        int sum = per_tok(tr, "gate.denominator.sum", GCKPT_P_SUM, twf, dt(tr, twf), 1, rg(tr, twf), k);
+        int den = scal(tr, sum, "gate.denominator", 1.0, 1e-20);
+        int div = like(tr, "gate.topk_weights.div_", tw, dt(tr, tw), rg(tr, tw) || rg(tr, den));
+        node(tr, "gate.topk_weights.div_", GCKPT_P_DIV, 2, (int[]){tw, den}, div, -1, 2, (int[]){den, div},
+             GCKPT_BC_ROW, 0, k);
+        last_op(tr)->view_fwd = last_op(tr)->in_place = true; /* topk_weights /= denominator */
+        tw = div;
+    }
+    int out = scal(tr, tw, "gate.routed_scaling", m->routed_scale, 0);
+    int locals[] = {x, xf, logits, scores, masked, gsum, gmask, smask, *index, tw, gidx, tidx, snot};
+    for (size_t i = 0; i < sizeof locals / sizeof *locals; i++) hold_here(tr, locals[i]);
+    tr->r->t[logits].fwd_end_free = m->router_logits_out; /* the output recorder's, to the forward's end */
+    *logits_out = logits;
+    return out;
+}
+
 /* One grouped_mm projection of the sorted pairs x by an [E, out_f, in_f] weight: saves
  * the offsets, and its input only for the weight's gradient (GroupedMmBackward0 of a
  * frozen weight keeps the weight and the offsets: LoRA, FINDINGS R-PEFT-27); a GEMM per
@@ -135,8 +233,8 @@ int moe_block(tracer *tr, int x)
     const gckpt_model *m = tr->m;
     uint64_t h = m->hidden, E = m->experts, I = m->expert_inter;
     tr->pfx = "mlp";
-    int index;
-    int weights = router(tr, x, &index);
+    int index, logits = -1;
+    int weights = m->router_groups ? router_grouped(tr, x, &index, &logits) : router(tr, x, &index);
     /* gpt_oss stores [E, in, out] (is_transposed) with biases; the others [E, out, in] */
     int wgu = m->expert_bias ? param(tr, "experts.gate_up_proj", E * h, 2 * I, GCKPT_ROLE_MATRIX)
                              : param(tr, "experts.gate_up_proj", E * 2 * I, h, GCKPT_ROLE_MATRIX);
@@ -195,6 +293,12 @@ int moe_block(tracer *tr, int x)
     for (size_t i = 0; i < sizeof locals / sizeof *locals; i++) hold_here(tr, locals[i]);
     /* GptOssMLP returns the router scores too: the decoder layer's `_` keeps them */
     if (m->router_bias) hold(tr, weights, HOLD_END);
+    if (m->shared_inter) { /* DeepseekV3MoE: + shared_experts(residuals) */
+        int sh = swiglu_mlp(tr, x, "mlp.shared_experts", m->shared_inter);
+        out = add(tr, out, sh, "shared_experts.add");
+        hold_here(tr, x);
+        hold_here(tr, logits);
+    }
     tr->pfx = "";
     return out;
 }

@@ -10,7 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The next parameter of the first block section when a later one is traced: the same
+/* The next parameter of the first block section of the parameter group when a later one
+ * is traced: the same
  * module's (its name and shape; a family traces every block type's parameters in the same
  * order; the dtype is the first's: QLoRA sets the quantized one after creating it), else
  * -1. */
@@ -21,7 +22,7 @@ static int replayed(tracer *tr, const char *name, gckpt_shape shape)
     snprintf(full, sizeof full, "%s%s%s", tr->pfx && *tr->pfx ? tr->pfx : "", tr->pfx && *tr->pfx ? "." : "", name);
     for (int i = tr->replay; i < r->nt; i++) {
         const gckpt_tensor *t = &r->t[i];
-        if (t->kind != GCKPT_T_PARAM || t->section != GCKPT_SEC_BLOCK) continue;
+        if (t->kind != GCKPT_T_PARAM || t->section != r->sec_params[tr->sec]) continue;
         tr->replay = i + 1;
         bool same = !strcmp(t->name, full) && t->shape.rows == shape.rows &&
                     t->shape.mult == shape.mult && t->shape.width == shape.width;
@@ -36,8 +37,8 @@ int tnew(tracer *tr, const char *name, int kind, uint8_t dtype, gckpt_shape shap
     if (kind == GCKPT_T_PARAM && tr->replay >= 0) {
         int p = replayed(tr, name, shape);
         if (p >= 0) return p;
-        tr->replay = r->nt; /* block types that differ in parameters: new ones, which the
-                             * parameter table refuses (gckpt_params_build) */
+        tr->replay = r->nt; /* block types of one group that differ in parameters: new ones,
+                             * which the parameter table refuses (gckpt_params_build) */
     }
     int i = r->nt++;
     gckpt_tensor *t = &r->t[i];
@@ -114,7 +115,8 @@ void attn_dims(tracer *tr, uint64_t kv_heads)
     gckpt_op *o = last_op(tr);
     o->heads = (uint32_t)tr->m->heads;
     o->kv_heads = (uint32_t)kv_heads;
-    o->qk_dim = o->v_dim = (uint32_t)tr->m->head_dim; /* one head_dim for q, k and v in every family */
+    o->qk_dim = (uint32_t)gckpt_qk_head_dim(tr->m); /* head_dim, or MLA's qk and v head dims */
+    o->v_dim = (uint32_t)gckpt_v_head_dim(tr->m);
 }
 
 void expert_dims(tracer *tr)
@@ -149,12 +151,22 @@ int block_types(const tracer *tr, uint8_t order[GCKPT_NBLOCK])
 {
     bool seen[GCKPT_NBLOCK] = {false};
     int n = 0;
+    bool one = !gckpt_sliding_masked(tr->m, tr->attn, tr->seq) && !(tr->m->experts && tr->m->dense_layers);
     for (uint64_t i = 0; i < tr->m->layers && n < GCKPT_NBLOCK; i++) {
         gckpt_block_type b = gckpt_layer_block(tr->m, tr->attn, tr->seq, i);
         if (!seen[b]) order[n++] = (uint8_t)b;
         seen[b] = true;
-        if (!gckpt_sliding_masked(tr->m, tr->attn, tr->seq)) break; /* one type: every layer's */
+        if (one) break; /* one type: every layer's */
     }
+    return n;
+}
+
+/* The layers whose block type is of parameter group g. */
+static uint64_t group_layers(const tracer *tr, int g)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < tr->m->layers; i++)
+        n += gckpt_block_params_group(gckpt_layer_block(tr->m, tr->attn, tr->seq, i)) == g;
     return n;
 }
 
@@ -164,8 +176,20 @@ void block_begin(tracer *tr, int type)
     int n = 0; /* block sections traced so far */
     for (int b = 0; b < GCKPT_NBLOCK; b++) n += r->block_sec[b] >= 0;
     int sec = n ? GCKPT_SEC_BLOCK_MORE + n - 1 : GCKPT_SEC_BLOCK;
+    /* the parameters: those of the group's first section traced, or new ones */
+    int g = gckpt_block_params_group((gckpt_block_type)type), owner = sec;
+    for (int b = 0; b < GCKPT_NBLOCK; b++)
+        if (r->block_sec[b] >= 0 && gckpt_block_params_group((gckpt_block_type)b) == g &&
+            r->sec_params[r->block_sec[b]] == r->block_sec[b])
+            owner = r->block_sec[b];
     r->block_sec[type] = (int8_t)sec;
-    tr->replay = sec == GCKPT_SEC_BLOCK ? -1 : 0;
+    r->sec_params[sec] = (int8_t)owner;
+    tr->replay = owner == sec ? -1 : 0;
+    if (owner == sec && n) { /* a second group: each group's parameters are copied over its own layers */
+        r->sec_layers[sec] = group_layers(tr, g);
+        r->sec_layers[GCKPT_SEC_BLOCK] = group_layers(tr, gckpt_block_params_group((gckpt_block_type)gckpt_layer_block(
+                                                              tr->m, tr->attn, tr->seq, 0)));
+    }
     tr->sdpa_masked = type == GCKPT_BLOCK_SLIDING_SDPA;
     section_begin(tr, sec);
 }

@@ -91,6 +91,8 @@ int autocast_to(tracer *tr, int x, uint8_t dtype, const char *name);
 int autocast_fp32(tracer *tr, int x, const char *name);
 int mul(tracer *tr, int x, int y, const char *name);
 int add(tracer *tr, int x, int y, const char *name);
+/* x - y (recipe_gpt_oss.c): nothing saved; y's gradient a negated copy. */
+int sub(tracer *tr, int x, int y, const char *name);
 int scal(tracer *tr, int x, const char *name, double sa, double sb);
 /* A unary primitive on x (fp32_list: on autocast's fp32 list); what it saves is its row's
  * (gckpt/core/prim.h bwd_reads). */
@@ -161,6 +163,12 @@ void trace_gpt_neox(tracer *tr, gckpt_attention attn);
 /* The mixture-of-experts block (router + grouped_mm experts) on the post-attention norm's
  * output x (recipe_moe.c); returns its output in x's dtype. */
 int moe_block(tracer *tr, int x);
+/* DeepSeek-V3's multi-head latent attention on the input norm's output n1 (recipe_mla.c);
+ * returns o_proj's output. */
+int mla_attention(tracer *tr, gckpt_attention attn, int n1, int cos, int sin);
+/* LlamaMLP (down_proj(silu(gate_proj(x)) * up_proj(x))) of width inter under module pfx
+ * (recipe_llama.c: the dense MLP, DeepSeek's shared experts). */
+int swiglu_mlp(tracer *tr, int x, const char *pfx, uint64_t inter);
 /* gpt_oss (recipe_gpt_oss.c): the rotary embedding over two halves; the sink softmax of
  * the masked scores (returns the [b, heads, s, s] probabilities, a view; *combined = the
  * max-subtracted logits, a local of the attention until it returns); an expert bias's

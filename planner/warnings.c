@@ -280,6 +280,10 @@ static bool dropout_mask(const gckpt_plan *p, char **msg)
 {
     return dropout_rule(p, "dropout_cuda_mask_unverified", msg);
 }
+static bool mla_sdpa(const gckpt_plan *p, char **msg)
+{
+    return dropout_rule(p, "mla_cuda_sdpa_unverified", msg);
+}
 
 /* --target cpu: what the figures are (the probe's split of the CPU's one memory) */
 static bool cpu_target(const gckpt_plan *p, char **msg)
@@ -299,6 +303,7 @@ static const struct {
     {"sliding_window_masked_sdpa", sliding_masked},
     {"sdpa_unsupported_eager_planned", attention_replaced},
     {"dropout_cuda_sdpa_unverified", dropout_sdpa},
+    {"mla_cuda_sdpa_unverified", mla_sdpa},
     {"dropout_cuda_mask_unverified", dropout_mask},
     {"cpu_target", cpu_target},
 };

@@ -13,6 +13,19 @@ static inline unsigned __int128 closed_form_params128(const gckpt_model *m)
     u h = m->hidden, q = (u)m->heads * m->head_dim, kv = (u)m->kv_heads * m->head_dim,
       I = m->intermediate, V = m->vocab, L = m->layers;
     u layer;
+    if (m->mla) {
+        /* DeepSeek-V3: q (q_a_proj, its norm, q_b_proj; or q_proj), kv_a_proj_with_mqa, its
+         * norm, kv_b_proj, o_proj, two norms; the dense MLP in the first layers, else the
+         * router [E, h], E experts and the shared SwiGLU (e_score_correction_bias: a buffer) */
+        u H = m->heads, qk = (u)m->qk_nope_dim + m->qk_rope_dim, qr = m->q_lora_rank, kvr = m->kv_lora_rank;
+        u attn = (qr ? h * qr + qr + qr * H * qk : h * H * qk) + h * (kvr + m->qk_rope_dim) + kvr +
+                 kvr * H * (m->qk_nope_dim + m->v_head_dim) + H * m->v_head_dim * h + 2 * h;
+        if (m->qkv_bias) attn += (qr ? qr : 0) + kvr + m->qk_rope_dim + h;
+        u moe = (u)m->experts * h + (u)m->experts * 3 * h * m->expert_inter + 3 * h * (u)m->shared_inter;
+        u D = m->dense_layers;
+        u embed = V * h, head = h + (m->tied ? 0 : V * h);
+        return embed + D * (attn + 3 * h * I) + (L - D) * (attn + moe) + head;
+    }
     if (m->family == GCKPT_FAMILY_GPT2) {
         /* ln_1, c_attn, c_proj, ln_2, c_fc, mlp c_proj (Conv1D weights + biases) */
         layer = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * I + I) + (I * h + h);

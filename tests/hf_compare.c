@@ -270,7 +270,7 @@ static void read_routing(const cJSON *root, hf_fixture *f)
             double share = f->m.experts ? (double)most * (double)f->m.experts / (double)S : 0;
             if (share > f->moe_imbalance) f->moe_imbalance = share;
         }
-        f->moe_counts_ok &= (uint64_t)nl == f->m.layers;
+        f->moe_counts_ok &= (uint64_t)nl == f->m.layers - f->m.dense_layers; /* the MoE layers' */
     }
 }
 

@@ -113,8 +113,6 @@ static void bad_inputs(void **state)
         {"kv heads", A("--model", "./kvheads.json", "-o", "out.json"), "does not divide"},
         {"unknown model_type", A("--model", "./unknown.json", "-o", "out.json"), "supported: llama"},
         {"mixture of experts", A("--model", "./qwen2moe.json", "-o", "out.json"), "mixture-of-experts"},
-        {"deepseek_v3 (issue 26: not planned yet)", A("--model", GCKPT_TEST_DATA "/configs/deepseek-v3.json", "-o", "out.json"),
-         "\"deepseek_v3\": mixture-of-experts models are not supported yet (not planned: multi-head latent attention"},
         /* vision-language models (issue 26): measured (tests/data/hf-vlm), not planned yet */
         {"Qwen2.5-VL-7B", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "-o", "out.json"),
          "\"qwen2_5_vl\": vision-language models are not supported yet (Qwen2.5-VL: vision tower not yet planned: the "
@@ -127,6 +125,11 @@ static void bad_inputs(void **state)
          "(LLaVA: vision tower not yet planned"},
         {"VLM without vision_config", A("--model", "./novision.json", "-o", "out.json"),
          "novision.json: field 'vision_config' is missing: model_type \"llava\" (LLaVA) is a vision-language model"},
+        {"deepseek_v3 lora", A("--model", GCKPT_TEST_DATA "/configs/deepseek-v3.json", "--method", "lora", "-o", "out.json"),
+         "--method lora on model_type \"deepseek_v3\" is not planned: peft 0.21.2 has no default target modules"},
+        {"deepseek_v3 parallel", A("--model", GCKPT_TEST_DATA "/configs/deepseek-v3.json", "--parallel", "zero3", "--gpus",
+                                   "8", "--seq", "512", "-o", "out.json"),
+         "are not planned on several GPUs yet (--parallel)"},
         {"gpt_oss flash", A("--model", "gpt-oss-20b", "--seq", "64", "--attention", "flash_attention_2", "-o", "out.json"),
          "not modelled for gpt_oss (attention sinks in the flash kernel)"},
         {"moe imbalance not a number", A("--model", "mixtral-8x7b", "--moe-imbalance", "x", "-o", "out.json"),

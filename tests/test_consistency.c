@@ -205,6 +205,18 @@ static void issue13_families(void **state)
     sweep("gpt_oss-tiny", TINY("gpt_oss", ",\"num_local_experts\":4,\"num_experts_per_tok\":2,\"sliding_window\":32"));
     sweep("gpt_oss-aux", TINY("gpt_oss", ",\"num_local_experts\":4,\"num_experts_per_tok\":2,\"sliding_window\":32,"
                                          "\"output_router_logits\":true"));
+    /* deepseek_v3: dense first layers (a block type with parameters of its own) before the
+     * MoE layers, one or two of them or none; q through q_lora_rank or one q_proj;
+     * interleaved rotary or not */
+#define DSV3                                                                                                    \
+    "{\"model_type\":\"deepseek_v3\",\"num_hidden_layers\":4,\"hidden_size\":64,\"num_attention_heads\":4,"       \
+    "\"intermediate_size\":96,\"moe_intermediate_size\":16,\"n_routed_experts\":8,\"n_group\":4,\"topk_group\":2," \
+    "\"num_experts_per_tok\":2,\"kv_lora_rank\":16,\"qk_nope_head_dim\":12,\"qk_rope_head_dim\":8,\"v_head_dim\":16," \
+    "\"vocab_size\":211"
+    sweep("deepseek_v3-tiny", DSV3 ",\"q_lora_rank\":24,\"first_k_dense_replace\":1}");
+    sweep("deepseek_v3-2dense", DSV3 ",\"q_lora_rank\":null,\"first_k_dense_replace\":2,\"rope_interleave\":false}");
+    sweep("deepseek_v3-moe", DSV3 ",\"q_lora_rank\":24,\"first_k_dense_replace\":0}");
+#undef DSV3
 #undef TINY
 }
 
@@ -310,7 +322,12 @@ static void recipe_limits(void **state)
         /* gpt_oss (full fine-tuning only; LoRA is refused by the planner, traced here anyway) */
         "{\"model_type\":\"gpt_oss\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,"
         "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":100,\"vocab_size\":200,"
-        "\"num_local_experts\":4,\"num_experts_per_tok\":2,\"attention_dropout\":0.1,\"output_router_logits\":true}"};
+        "\"num_local_experts\":4,\"num_experts_per_tok\":2,\"attention_dropout\":0.1,\"output_router_logits\":true}",
+        /* deepseek_v3: two layer kinds with parameters of their own, both traced in full */
+        "{\"model_type\":\"deepseek_v3\",\"num_hidden_layers\":4,\"hidden_size\":64,\"num_attention_heads\":4,"
+        "\"intermediate_size\":96,\"moe_intermediate_size\":16,\"n_routed_experts\":8,\"n_group\":4,\"topk_group\":2,"
+        "\"num_experts_per_tok\":2,\"kv_lora_rank\":16,\"qk_nope_head_dim\":12,\"qk_rope_head_dim\":8,\"v_head_dim\":16,"
+        "\"vocab_size\":211,\"q_lora_rank\":24,\"first_k_dense_replace\":1,\"attention_bias\":true,\"attention_dropout\":0.1}"};
     static gckpt_recipe r;
     int nt = 0, nop = 0;
     for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
@@ -350,6 +367,10 @@ static void holds_released(void **state)
         "{\"model_type\":\"gpt_oss\",\"num_hidden_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,"
         "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":100,\"vocab_size\":200,"
         "\"num_local_experts\":4,\"num_experts_per_tok\":2,\"attention_dropout\":0.1}",
+        "{\"model_type\":\"deepseek_v3\",\"num_hidden_layers\":4,\"hidden_size\":64,\"num_attention_heads\":4,"
+        "\"intermediate_size\":96,\"moe_intermediate_size\":16,\"n_routed_experts\":8,\"n_group\":4,\"topk_group\":2,"
+        "\"num_experts_per_tok\":2,\"kv_lora_rank\":16,\"qk_nope_head_dim\":12,\"qk_rope_head_dim\":8,\"v_head_dim\":16,"
+        "\"vocab_size\":211,\"q_lora_rank\":24,\"first_k_dense_replace\":1,\"attention_dropout\":0.1}",
     };
     static gckpt_recipe r;
     for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {

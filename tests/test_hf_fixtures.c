@@ -8,6 +8,7 @@
  *     or 0.5 % (pure bf16), the peak in the same phase and region or in one whose
  *     measured bytes come within that tolerance of the peak (a near tie).
  * Prints max / mean errors per family x precision x attention (tools/hf_probe/TABLES.md).
+ * tests/data/hf-moe and tests/data/hf-dsv3 hold the mixture-of-experts families' fixtures.
  * Set GCKPT_HF_VERBOSE=1 to print every comparison.
  *
  * Built a second time as test_hf_peft (HF_PEFT) over the LoRA / QLoRA fixtures of
@@ -73,7 +74,7 @@ static void note(const hf_fixture *f, const hf_cmp *c)
     snprintf(key, sizeof key, "%-8s %-19s %-6s", fam, f->precision, f->method);
 #else
     char attn[16]; /* the load-balancing loss's fixtures in rows of their own */
-    snprintf(attn, sizeof attn, "%.11s%s", f->attention, f->m.router_aux_loss ? "+aux" : "");
+    snprintf(attn, sizeof attn, "%.11s%s", f->attention, f->m.router_aux_loss || f->m.router_logits_out ? "+aux" : "");
     snprintf(key, sizeof key, "%-8s %-19s %-8s", fam, f->precision, attn);
 #endif
     int i = 0;
@@ -294,9 +295,11 @@ int main(void)
     size_t nfam = n - hand - gen;
     n = scan(GCKPT_TEST_DATA "/hf-moe", &fx, n, &cap);
     size_t nmoe = n - hand - gen - nfam;
-    if (hand == 0 || gen == 0 || nfam == 0 || nmoe == 0) {
-        fprintf(stderr, "no fixtures in %s/hf, %s/hf-gen, %s/hf-fam or %s/hf-moe\n", GCKPT_TEST_DATA,
-                GCKPT_TEST_DATA, GCKPT_TEST_DATA, GCKPT_TEST_DATA);
+    n = scan(GCKPT_TEST_DATA "/hf-dsv3", &fx, n, &cap);
+    size_t ndsv3 = n - hand - gen - nfam - nmoe;
+    if (hand == 0 || gen == 0 || nfam == 0 || nmoe == 0 || ndsv3 == 0) {
+        fprintf(stderr, "no fixtures in %s/hf, %s/hf-gen, %s/hf-fam, %s/hf-moe or %s/hf-dsv3\n", GCKPT_TEST_DATA,
+                GCKPT_TEST_DATA, GCKPT_TEST_DATA, GCKPT_TEST_DATA, GCKPT_TEST_DATA);
         return 1;
     }
 #endif
@@ -339,9 +342,9 @@ int main(void)
            g_compared, hand, g_not_comparable, g_within);
 #else
     printf("\n%d fixtures compared (%zu hand-written, %zu generated, %zu of the later dense families, %zu "
-           "mixture-of-experts); %d not compared; amp-bf16 under CPU autocast's op lists (--target cpu), "
-           "amp-bf16-cudalists under CUDA's (emulated)\n",
-           g_compared, hand, gen, nfam, nmoe, g_not_comparable);
+           "mixture-of-experts, %zu DeepSeek-V3); %d not compared; amp-bf16 under CPU autocast's op lists (--target "
+           "cpu), amp-bf16-cudalists under CUDA's (emulated)\n",
+           g_compared, hand, gen, nfam, nmoe, ndsv3, g_not_comparable);
     printf("%d MoE fixtures compared with their measured routing: the most-loaded expert of a layer received up to "
            "%.2f x the balanced share\n", g_moe, g_moe_imbalance);
 #endif

@@ -4,6 +4,7 @@
  * optim_bits=32, and for tensors under 4096 elements; 8-bit codes + one fp32 absmax per
  * 256 elements for the rest), and parameter counts against the closed form of each
  * family's modules. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include "gckpt/core/params.h"
 #include "gckpt/core/peft.h"
 #include "closed_form_params.h"
+#include "gckpt/core/eval.h"
 #include "gckpt/planner/plan.h"
 
 static gckpt_device dev;
@@ -148,6 +150,12 @@ static void parameter_counts(void **state)
         /* gpt_oss: sinks, attention / router / expert biases, head_dim 64 by default */
         "{\"model_type\": \"gpt_oss\", \"num_hidden_layers\": 3, \"hidden_size\": 48, \"num_attention_heads\": 4, "
         "\"num_key_value_heads\": 2, \"intermediate_size\": 40, \"num_local_experts\": 5, \"vocab_size\": 50}",
+        /* deepseek_v3: two layer kinds with parameters of their own; q through q_proj (no q_lora_rank), biases */
+        "{\"model_type\": \"deepseek_v3\", \"num_hidden_layers\": 5, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+        "\"intermediate_size\": 96, \"moe_intermediate_size\": 16, \"n_routed_experts\": 8, \"n_group\": 4, "
+        "\"topk_group\": 2, \"num_experts_per_tok\": 2, \"n_shared_experts\": 2, \"first_k_dense_replace\": 2, "
+        "\"q_lora_rank\": null, \"kv_lora_rank\": 16, \"qk_nope_head_dim\": 12, \"qk_rope_head_dim\": 8, "
+        "\"v_head_dim\": 16, \"attention_bias\": true, \"vocab_size\": 50}",
     };
     gckpt_err err;
     gckpt_model m;
@@ -159,6 +167,39 @@ static void parameter_counts(void **state)
         if (!gckpt_model_parse("config.json", configs[i], &m, &err)) fail_msg("%s", err.msg);
         assert_true(gckpt_param_count(&m) == (uint64_t)closed_form_params128(&m));
     }
+}
+
+/* DeepSeek-V3 (tests/data/configs/deepseek-v3.json) and DeepSeek-V2-Lite's dims read as a
+ * deepseek_v3 config (no q_lora_rank, one group; V2's router has the same parameters):
+ * transformers 5.24 on the meta device counts 671,026,404,352 and 15,706,484,224
+ * (tools/hf_probe/dsv3_facts.py, FINDINGS R-MOE-8); the parameter table's count is the sum of
+ * each layer kind's copies (3 and 1 dense layers) */
+static void deepseek_real_counts(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_load(GCKPT_TEST_DATA "/configs/deepseek-v3.json", &m, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(m.dense_layers, 3);
+    assert_true(gckpt_param_count(&m) == 671026404352ull);
+    assert_true((uint64_t)closed_form_params128(&m) == 671026404352ull);
+    /* MFU's model FLOPs per token: 6 x the active non-embedding parameters (the routed experts
+     * a token misses, in the 58 MoE layers only) + 6 L heads (qk 192 + v 128) seq */
+    double active = 671026404352.0 - 58.0 * (256 - 8) * 3.0 * 7168 * 2048 - 129280.0 * 7168;
+    double want = 6.0 * active + 6.0 * 61 * 128 * (192 + 128) * 4096;
+    assert_true(fabs(gckpt_palm_flops_per_token(&m, 4096) - want) <= 1e-9 * want);
+    const char *lite = "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 2048, \"num_hidden_layers\": 27, "
+                       "\"intermediate_size\": 10944, \"num_attention_heads\": 16, \"num_key_value_heads\": 16, "
+                       "\"q_lora_rank\": null, \"kv_lora_rank\": 512, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, "
+                       "\"v_head_dim\": 128, \"n_routed_experts\": 64, \"n_shared_experts\": 2, "
+                       "\"moe_intermediate_size\": 1408, \"first_k_dense_replace\": 1, \"num_experts_per_tok\": 6, "
+                       "\"n_group\": 1, \"topk_group\": 1, \"vocab_size\": 102400, \"tie_word_embeddings\": false}";
+    if (!gckpt_model_parse("v2-lite.json", lite, &m, &err)) fail_msg("%s", err.msg);
+    assert_true(gckpt_param_count(&m) == 15706484224ull);
+    /* what is not planned is refused by name */
+    assert_false(gckpt_model_parse("c.json", "{\"model_type\": \"deepseek_v3\", \"num_hidden_layers\": 2, "
+                                   "\"hidden_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": 2}", &m, &err));
+    assert_non_null(strstr(err.msg, "'num_key_value_heads' = 2 is not modelled for deepseek_v3"));
 }
 
 /* Llama-3.1-8B QLoRA r 16 all-linear (FINDINGS R-PEFT-6, R-OPT-5): the trainable count is the
@@ -213,6 +254,7 @@ int main(void)
         cmocka_unit_test(embedding_detection),
         cmocka_unit_test(parameter_counts),
         cmocka_unit_test(llama8b_qlora_paged),
+        cmocka_unit_test(deepseek_real_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

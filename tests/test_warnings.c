@@ -173,6 +173,17 @@ static void every_model_method_mode(void **state)
                         fail_msg("%s: refused on several GPUs", what);
                 }
         }
+    /* deepseek_v3 (tests/data/configs, not shipped): one GPU, full fine-tuning, SDPA on CUDA
+     * (mla_cuda_sdpa_unverified); LoRA and several GPUs are refused for it by name (test_cli) */
+    uint32_t every = 1;
+    gckpt_plan_request q = {.micro_batches = {1}, .n_micro = 1, .grad_accum = 1, .precision = GCKPT_BF16,
+                            .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA, .every_n = &every, .n_every = 1,
+                            .offload = GCKPT_OFFLOAD_OFF, .margin = 0.05};
+    snprintf(q.model_ref, sizeof q.model_ref, "%s", GCKPT_TEST_DATA "/configs/deepseek-v3.json");
+    snprintf(q.gpu_ref, sizeof q.gpu_ref, "h200");
+    gckpt_peft_default(GCKPT_METHOD_FULL, &q.peft);
+    q.layout.gpus = q.layout.nodes = 1;
+    if (!check_plan(&q, "deepseek-v3", &t)) fail_msg("deepseek-v3: not planned on one GPU");
     print_message("%zu plans (%zu refused: LoRA / QLoRA with FSDP2's CPU offload, on the family or with its linears; "
                   "SHOW_REFUSED=1 lists them)\n", t.plans, t.refused);
     for (size_t i = 0; i < gckpt_warning_count(); i++) {

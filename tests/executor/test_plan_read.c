@@ -142,9 +142,9 @@ static void test_rejects(void **st)
         {"inputs.model.model_type", "\"gpt2\"", "inputs.model.model_type"},
         {"inputs.model.config.num_hidden_layers", "\"three\"", "num_hidden_layers"},
         {"inputs.model.config.model_type", "\"t5\"", "inputs.model.config"},
-        /* issue 26: DeepSeek-V3 refused naming the family and what is not planned */
-        {"inputs.model.config.model_type", "\"deepseek_v3\"",
-         "inputs.model.config: field 'model_type' = \"deepseek_v3\": mixture-of-experts models are not supported yet "
+        /* issue 26: DeepSeek-V2 refused naming the family and what is not planned */
+        {"inputs.model.config.model_type", "\"deepseek_v2\"",
+         "inputs.model.config: field 'model_type' = \"deepseek_v2\": mixture-of-experts models are not supported yet "
          "(not planned: multi-head latent attention"},
         {"inputs.model.config", NULL, "inputs.model.config"},
         {"inputs.device.memory_bytes", NULL, "memory_bytes"},

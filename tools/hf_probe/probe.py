@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import fnmatch
 import gc
+import itertools
 import json
 import math
 import os
@@ -231,10 +232,17 @@ def node_to_op(name: str | None) -> str | None:
     return "aten." + snake
 
 
+_entry_serial = itertools.count()
+
+
 class Entry:
-    __slots__ = ("ref", "nbytes", "kind", "producer", "module", "region")
+    __slots__ = ("ref", "nbytes", "kind", "producer", "module", "region", "serial")
 
     def __init__(self, ref, nbytes, kind, producer, module, region):
+        # serial: a StorageImpl freed during the recording can be reallocated at the same
+        # address (_cdata); the saved-tensor view keys storages by (address, serial) so that
+        # a later storage is never taken for the freed one (FINDINGS R-MOE-9)
+        self.serial = next(_entry_serial)
         self.ref = ref
         self.nbytes = nbytes
         self.kind = kind
@@ -413,7 +421,7 @@ class Probe(TorchDispatchMode):
                     "shape": list(t.shape),
                     "stride": list(t.stride()),
                     "dtype": str(t.dtype).replace("torch.", ""),
-                    "storage_key": key,
+                    "storage_key": (key, e.serial) if e is not None else key,
                     "bytes": st.nbytes() if st is not None else 0,
                     "view_bytes": t.numel() * t.element_size(),
                     "param": self.params.get(key),

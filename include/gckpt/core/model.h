@@ -25,6 +25,8 @@ typedef enum {
     /* core/model_moe.c: llama attention, a mixture-of-experts block in place of the MLP */
     GCKPT_FAMILY_MOE,      /* mixtral, qwen3_moe (q/k norms per head), olmoe (q/k norms over the projection),
                             * gpt_oss (attention sinks, biases, the clamped SwiGLU experts) */
+    /* core/model_mla.c: multi-head latent attention, dense first layers, routed + shared experts */
+    GCKPT_FAMILY_DEEPSEEK, /* deepseek_v3 */
     GCKPT_NFAMILY
 } gckpt_family;
 
@@ -95,6 +97,23 @@ typedef struct {
     bool expert_bias;        /* gate_up_proj_bias / down_proj_bias gathered per (token, expert) pair */
     double swiglu_alpha, swiglu_limit; /* the clamped SwiGLU of gpt_oss's experts (limit 0: silu) */
     bool mxfp4_checkpoint;   /* quantization_config mxfp4: trained dequantized (Mxfp4Config(dequantize=True)) */
+    /* DeepSeek-V3 (core/model_mla.c, FINDINGS R-MOE-8; 0 / false elsewhere) */
+    uint64_t dense_layers;   /* first_k_dense_replace: layers 0 .. n-1 have the dense MLP of
+                              * `intermediate` (block type DENSE_MLP, parameters of their own) */
+    uint64_t shared_inter;   /* the shared experts' SwiGLU width (moe_intermediate_size x
+                              * n_shared_experts) beside the routed ones; 0: none */
+    bool mla;                /* multi-head latent attention: q through q_lora_rank (0: one q_proj),
+                              * k / v from a kv_lora_rank latent, a decoupled rotary part */
+    uint64_t q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim;
+    bool rope_interleave;    /* the rotary part rotated as interleaved pairs (0::2, 1::2) */
+    bool router_groups;      /* DeepseekV3TopkRouter: fp32 logits, sigmoid, + e_score_correction_bias,
+                              * the top topk_group of n_group groups, top_k among them, the
+                              * weights gathered, renormalised (topk_renorm), x routed_scale */
+    uint64_t n_group, topk_group;
+    double routed_scale;
+    bool router_logits_out;  /* output_router_logits without a load-balancing loss (DeepSeek-V3):
+                              * the output recorder keeps every layer's router logits until the
+                              * forward returns */
     /* gpt_oss's rope_type "yarn" (GptOssConfig's default without rope_parameters): the
      * values the rotary tables take (numerics only: the tables' shape is the default's) */
     struct {
@@ -134,9 +153,14 @@ static inline uint64_t gckpt_q_dim(const gckpt_model *m) { return m->heads * m->
 static inline double gckpt_attn_scale(const gckpt_model *m)
 {
     if (m->multipliers) return m->attention_multiplier;
+    if (m->mla) return pow((double)(m->qk_nope_dim + m->qk_rope_dim), -0.5); /* (yarn's mscale: numerics only) */
     return pow(m->query_pre_attn_scalar > 0 ? m->query_pre_attn_scalar : (double)m->head_dim, -0.5);
 }
 static inline uint64_t gckpt_kv_dim(const gckpt_model *m) { return m->kv_heads * m->head_dim; }
+/* The per-head widths of q and k, and of v: head_dim, or multi-head latent attention's
+ * qk_nope + qk_rope and v_head_dim. */
+static inline uint64_t gckpt_qk_head_dim(const gckpt_model *m) { return m->mla ? m->qk_nope_dim + m->qk_rope_dim : m->head_dim; }
+static inline uint64_t gckpt_v_head_dim(const gckpt_model *m) { return m->mla ? m->v_head_dim : m->head_dim; }
 /* columns of the rotary cos / sin tables: rotary_dim (partial rotary), gpt_oss's
  * cat-free first half [s, head_dim / 2] */
 static inline uint64_t gckpt_rotary_table_width(const gckpt_model *m)

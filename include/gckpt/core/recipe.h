@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define GCKPT_MAX_TENSORS 416 /* the largest recipe: 371 (qwen3 with every bias and q/k norm, dropout, LoRA on all linears under autocast, both modules_to_save copies, sdpa with two block types: test_consistency recipe_limits) */
+#define GCKPT_MAX_TENSORS 416 /* the largest recipe: 374 (test_consistency recipe_limits: qwen3 with every bias and q/k norm, dropout, LoRA on all linears under autocast, both modules_to_save copies, sdpa with two block types; deepseek_v3 with its two layer kinds) */
 #define GCKPT_MAX_OPS 352     /* ... 316 ops */
 #define GCKPT_OP_MAX_IN 4
 #define GCKPT_OP_MAX_SAVED 6
@@ -32,8 +32,10 @@ extern "C" {
 /* Sections: the embedding, a block section per block type present (gckpt_block_type),
  * the head. The first block section (layer 0's type) is GCKPT_SEC_BLOCK and owns the
  * block's parameters; another type's section (GCKPT_SEC_BLOCK_MORE on) is traced from the
- * same input shape and reuses those parameters (gckpt_recipe.block_sec says which type is
- * where). The three first values are what the parameter table, the parallel wrappers and
+ * same input shape and reuses the parameters of the first section of its parameter group
+ * (gckpt_block_params_group), or makes its own when it is that group's first
+ * (gckpt_recipe.block_sec says which type is where, sec_params whose parameters a section
+ * uses). The three first values are what the parameter table, the parallel wrappers and
  * the executor read. */
 typedef enum {
     GCKPT_SEC_EMBED,
@@ -241,6 +243,12 @@ typedef struct {
     int16_t saved[GCKPT_OP_MAX_SAVED];
     bool saves_param;    /* its node saves a parameter (not in saved[]: it costs nothing), which
                           * unpacked in the backward starts a recompute like any saved tensor */
+    uint8_t ndead;       /* tensors its node packs although the node never reaches the loss (a
+                          * branch whose results are indices: DeepSeek's router, FINDINGS R-MOE-9):
+                          * a saved-tensor hook sees them (gckpt_section_saved_bytes counts
+                          * them), but they go with the Python references that keep the node
+                          * (their hold_to), never kept for a backward */
+    int16_t dead[2];
     uint8_t nsaved0;     /* what it saves in layer 0 when its input needs no gradient (frozen0) */
     int16_t saved0[GCKPT_OP_MAX_SAVED];
     bool grad_alias[GCKPT_OP_MAX_IN]; /* input's grad is the output grad itself (add, view) */
@@ -309,6 +317,12 @@ typedef struct {
     int block_out;   /* tensor: the block's output (GCKPT_SEC_BLOCK's) */
     int8_t block_sec[GCKPT_NBLOCK]; /* the section of each block type, -1: no layer is of it */
     int sec_in[GCKPT_NSEC], sec_out[GCKPT_NSEC]; /* a block section's input / output tensor */
+    int8_t sec_params[GCKPT_NSEC]; /* a block section: the section whose parameter tensors it
+                                    * uses (itself when it makes them) */
+    uint64_t sec_layers[GCKPT_NSEC]; /* a block section that makes parameters, when the block
+                                      * types have more than one parameter group: the layers
+                                      * whose parameters they are (their copies); else 0 (every
+                                      * layer's) */
     uint64_t seq;    /* the sequence it was built for (gckpt_recipe_build_seq; 0: unknown):
                       * the layers' block types are gckpt_layer_block's at it */
     int head_in;     /* tensor: the head's input */
@@ -392,6 +406,18 @@ bool gckpt_sliding_masked(const gckpt_model *m, gckpt_attention a, uint64_t seq)
  * max_window_layers then have two). The one rule the recipe, the step and the fast
  * evaluator read. */
 gckpt_block_type gckpt_layer_block(const gckpt_model *m, gckpt_attention a, uint64_t seq, uint64_t layer);
+/* The parameter group of a block type: types of one group are the same layer computed
+ * differently and share parameters (DECODER, SLIDING_SDPA); another group's layers have
+ * parameters of their own (DENSE_MLP). */
+int gckpt_block_params_group(gckpt_block_type b);
+/* Whether the recipe's block sections have parameters of more than one group (each
+ * section's parameters are copied over its own layers: gckpt_recipe.sec_layers). */
+static inline bool gckpt_recipe_typed_params(const gckpt_recipe *r)
+{
+    for (int s = 0; s < GCKPT_NSEC; s++)
+        if (r->sec_layers[s]) return true;
+    return false;
+}
 /* The section of layer `layer` in recipe r (of model m, attention a). */
 int gckpt_layer_section(const gckpt_recipe *r, const gckpt_model *m, gckpt_attention a, uint64_t layer);
 

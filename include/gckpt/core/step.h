@@ -38,8 +38,10 @@ typedef enum { GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT, GCKPT_LAYER_CKPT_OFFLOAD, GC
  * their own (one per type present, gckpt_recipe.block_sec). The rule that gives a layer's
  * type is gckpt_layer_block (gckpt/core/recipe.h). DECODER: the model's decoder layer as
  * its attention runs it (causal SDPA, eager); SLIDING_SDPA: a sliding-window layer under
- * SDPA at seq >= window, which runs a masked SDPA (gckpt_sliding_masked). */
-typedef enum { GCKPT_BLOCK_DECODER, GCKPT_BLOCK_SLIDING_SDPA, GCKPT_NBLOCK } gckpt_block_type;
+ * SDPA at seq >= window, which runs a masked SDPA (gckpt_sliding_masked); DENSE_MLP: a
+ * mixture-of-experts model's dense layer (DeepSeek's first_k_dense_replace), whose
+ * parameters are its own (gckpt_block_params_group). */
+typedef enum { GCKPT_BLOCK_DECODER, GCKPT_BLOCK_SLIDING_SDPA, GCKPT_BLOCK_DENSE_MLP, GCKPT_NBLOCK } gckpt_block_type;
 
 typedef enum {
     GCKPT_PH_FORWARD,

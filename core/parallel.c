@@ -91,7 +91,8 @@ bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l)
 
 /* LoRA / QLoRA on several GPUs as FINDINGS R-DISTPEFT-1..8 measured them: the Trainer's bf16=True,
  * 4-bit weights stored as uint8 or bf16, no modules_to_save copies, no CPU offload, FSDP2
- * resharding after the forward; the rest is R-DISTPEFT-9's unverified list. */
+ * resharding after the forward, over one dimension or accelerate's HSDP mesh (R-DISTPEFT-11);
+ * the rest is R-DISTPEFT-9's unverified list. */
 static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
 {
     const gckpt_peft *pf = &s->peft;
@@ -100,7 +101,6 @@ static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
                       : pf->modules_to_save ? "--modules-to-save is not measured on several GPUs"
                       : s->layout.offload ? "CPU offload (--fsdp-offload, ZeRO offload) is not measured with adapters"
                       : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
-                      : s->layout.dp_replicate ? "a ParallelismConfig mesh (HSDP) is not measured with adapters"
                       : pf->method != GCKPT_METHOD_QLORA ? NULL
                       : pf->quant == GCKPT_QUANT_INT8 ? "--quant int8 (LLM.int8) is not measured on several GPUs"
                       : pf->quant_storage != GCKPT_DT_U8 && pf->quant_storage != GCKPT_DT_BF16

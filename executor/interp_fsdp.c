@@ -131,12 +131,13 @@ static gckpt_xstatus fsdp_setup(gckpt_exec *x, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-/* A bf16-stored Params4bit: the rank's dim-0 rows of the packed storage, the padding zero. */
+/* A bf16-stored Params4bit: the rank's dim-0 rows of the packed storage (its place in its dp_shard
+ * group under HSDP), the padding zero. */
 static gckpt_xstatus fsdp_shard_packed(gckpt_exec *x, size_t j, const void *packed, gckpt_err *err)
 {
     exec_fsdp *f = x->fsdp;
     param_t *p = &x->params[j];
-    uint64_t sz = shard_size(p), part = part_of(p), local = local_of(x, p), lo = (uint64_t)x->o.rank * part;
+    uint64_t sz = shard_size(p), part = part_of(p), local = local_of(x, p), lo = (uint64_t)exec_shard_rank(x) * part;
     gckpt_xt none = {0};
     gckpt_xstatus rc = GCKPT_XS_OK;
     if (!f->shard[j]) return exec_fail(err, "fsdp: %s (layer %d) has no shard row", p->spec->name, p->layer);

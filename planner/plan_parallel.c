@@ -100,6 +100,9 @@ void gckpt_plan_parallel_peft_notes(const gckpt_plan *p, FILE *f)
         fprintf(f, "# FSDP2 (accelerate 1.15): each decoder layer one unit, its frozen base and adapters together, every\n"
                    "# parameter sharded; use_orig_params is obsolete (FSDP2 keeps the original parameters); only the\n"
                    "# adapters' gradients are reduce-scattered (FINDINGS R-DISTPEFT-3, -4)\n");
+        if (gckpt_layout_replicate(l) > 1)
+            fprintf(f, "# HSDP: a unit without adapters reduces nothing; only the adapters' reduced shards are\n"
+                       "# all-reduced across the dp_replicate groups (FINDINGS R-DISTPEFT-11)\n");
         if (gckpt_peft_quantized(pf))
             fprintf(f, pf->quant_storage == GCKPT_DT_BF16
                            ? "# bnb_4bit_quant_storage=torch.bfloat16: fully_shard shards the 4-bit weights as bf16 tensors\n"

@@ -272,7 +272,7 @@ static void bad_inputs(void **state)
         {"mesh file odd", A("--gpus", "4", "--parallelism-config", "./pc-odd.json", "-o", "out.json"), "pc-odd.json: ParallelismConfig: dp_replicate_size 3"},
         {"mesh file key", A("--gpus", "4", "--parallelism-config", "./pc-key.json", "-o", "out.json"), "field 'dp_shard' is not"},
         {"mesh file zero", A("--gpus", "4", "--parallelism-config", "./pc-zero.json", "-o", "out.json"), "dp_replicate_size"},
-        {"mesh with LoRA", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "2", "--method", "lora", "-o", "out.json"), "not measured with adapters"},
+        {"mesh with LoRA", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "2", "--method", "lora", "--modules-to-save", "lm_head", "-o", "out.json"), "--modules-to-save is not measured on several GPUs"},
         {"mesh file missing", A("--gpus", "4", "--parallelism-config", "./pc-none.json", "-o", "out.json"), "pc-none.json"},
         {"gpu without network", A("--model", "gpt2", "--gpus", "2", "--nodes", "2", "--parallel", "ddp", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "inter_node_bus_bytes_per_s"},
     };

@@ -95,6 +95,10 @@ def persistent_closed(fx):
     code books; R-QUANT-4..8, resident, never sharded) are the fixture's own
     quant.stats_bytes_unique_storages; the packed weights as bitsandbytes stores them."""
     mode, N, r, _ = dr.layout(fx)
+    mesh = fx["parallel"].get("mesh")
+    if mesh:  # HSDP (R-DIST-27, R-DISTPEFT-11): FSDP2 over the rank's dp_shard group, one mesh of 4 x world bytes
+        world, sg = N, mesh["shard_group_ranks"]
+        N, r = len(sg), sg.index(r)
     ps = peft_params(fx)
     q = [(n, packed_shape(fx, s)) for n, s, t in ps if quantized(fx, n)]
     tr = [(n, s) for n, s, t in ps if t]
@@ -120,7 +124,7 @@ def persistent_closed(fx):
         return (sf * sum(dr.fsdp_padded(s, N) for _, s in fr) + qb + stats
                 + 4 * sum(dr.fsdp_padded(s, N) for _, s in tr)
                 + 8 * sum(dr.fsdp_local(s, N, r) for _, s in tr) + dr.ADAMW_STEP * n_T + buf
-                + FSDP_UNIT_BYTES * N * fsdp_units(fx))
+                + (FSDP_UNIT_BYTES * world if mesh else FSDP_UNIT_BYTES * N * fsdp_units(fx)))
     s = dr.model_bytes(fx)
     if mode in ("zero1", "zero2"):
         A = dr.cdiv(T, 2 * N) * 2 * N  # one group: every adapter decays

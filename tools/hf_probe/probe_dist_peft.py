@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Per-rank ground truth for LoRA / QLoRA on several ranks (issue 25 item 1): DDP, FSDP2
-(fully_shard) and DeepSpeed ZeRO 1/2/3 under the HF Trainer, run for real on CPU with
+(fully_shard), HSDP (FSDP2 over accelerate's dp_replicate x dp_shard mesh, the `hsdp-*` cases)
+and DeepSpeed ZeRO 1/2/3 under the HF Trainer, run for real on CPU with
 probe_dist.py's machinery (the fake process group, one process per measured rank; the same
 two passes, the same fixture schema gckpt.hf-fixture/1 + `parallel`, `collectives`,
 `persistent`), the model built the way a PEFT user builds it:
@@ -24,6 +25,7 @@ Usage:
   probe_dist_peft.py --list
   probe_dist_peft.py --all                       # tests/data/hf-dist-peft
   probe_dist_peft.py --filter 'ddp-llama-*'
+  probe_dist_peft.py --filter 'hsdp-*'           # 8 cases, 16 per-rank fixtures (ranks 0 and 3)
 """
 from __future__ import annotations
 
@@ -51,14 +53,23 @@ CKPT = [(0, False), (1, False), (2, False)]
 
 
 def make_spec(mode, family, targets, every_n, world, method="lora", load="fp32", storage=None, offload=False,
-              gloo=False):
+              gloo=False, replicate=0, grad_accum=probe_dist.GRAD_ACCUM):
     """variant: lora-<targets>[-lb16] or qlora-nf4dq-s<storage>-<targets>; gloo: every rank as a
-    process over gloo (real collectives and numerics; probe_dist.py's -gloo twins)."""
+    process over gloo (real collectives and numerics; probe_dist.py's -gloo twins). replicate:
+    HSDP (mode fsdp2 over accelerate's replicate x shard mesh, FINDINGS R-DIST-27), named
+    `hsdp-...-w<world>-r<R>s<S>-<variant>[-ga<n>]`."""
     if method == "lora":
         var = f"lora-{targets}" + ("-lb16" if load == "bf16" else "")
     else:
         var = f"qlora-nf4dq-s{storage}-{targets}"
-    sp = probe_dist.make_spec(mode, family, every_n, offload, world, variant=var, gloo=gloo)
+    if replicate:
+        var = f"r{replicate}s{world // replicate}-{var}"
+    if grad_accum != probe_dist.GRAD_ACCUM:
+        var += f"-ga{grad_accum}"
+    sp = probe_dist.make_spec(mode, family, every_n, offload, world, variant=var, gloo=gloo, grad_accum=grad_accum,
+                              dp_replicate=replicate)
+    if replicate:
+        sp["name"] = "hsdp" + sp["name"][len(mode):]
     sp.update(method=method, targets=targets, r=R, alpha=ALPHA, dropout=DROPOUT, load=load,
               quant="nf4" if method == "qlora" else None, double_quant=True if method == "qlora" else None,
               compute_dtype="bf16" if method == "qlora" else None, storage=storage, load_dtype="bf16",
@@ -93,6 +104,14 @@ def all_cases():
     # over gloo (real collectives): LoRA under DDP and FSDP2, FSDP2 + QLoRA with bf16 storage
     out += [make_spec("ddp", "llama", "all", 1, 2, gloo=True), make_spec("fsdp2", "llama", "all", 1, 2, gloo=True),
             make_spec("fsdp2", "llama", "all", 1, 2, method="qlora", storage="bf16", gloo=True)]
+    # HSDP (2 x 2 mesh, world 4, fake ranks 0 and 3: one per replicate group): LoRA q,v and
+    # all-linear over every_n off / 1 / 2, grad_accum 1 and 2; QLoRA with uint8 and bf16 storage
+    for tg, n in (("all", 0), ("all", 1), ("all", 2), ("qv", 1)):
+        out.append(make_spec("fsdp2", "llama", tg, n, 4, replicate=2))
+    out.append(make_spec("fsdp2", "llama", "all", 1, 4, replicate=2, grad_accum=1))
+    for st in ("uint8", "bf16"):
+        out.append(make_spec("fsdp2", "llama", "all", 1, 4, method="qlora", storage=st, replicate=2))
+    out.append(make_spec("fsdp2", "llama", "all", 1, 4, method="qlora", storage="bf16", replicate=2, grad_accum=1))
     return out
 
 

@@ -61,7 +61,7 @@ static void optimizer_states(gckpt_optimizer o, const gckpt_recipe *r, gckpt_par
 
 /* Passes the optimizer step makes over each buffer of a trainable parameter (one pass: its
  * bytes read or written once; tools/hf_probe/opt_traffic.py counts them op by op, FINDINGS
- * R-OPT1). adamw (fused kernel): p, g, m, v read, p, m, v written. adamw-foreach (weight
+ * R-OPT-8). adamw (fused kernel): p, g, m, v read, p, m, v written. adamw-foreach (weight
  * decay 0, the Trainer's default): lerp_ m,g->m; mul_ v; addcmul_ v,g->v; sqrt v->t; div_ t;
  * add_ t; addcdiv_ p,m,t->p. sgd and bitsandbytes' kernels: one fused pass (unverified). */
 static const struct {

@@ -200,7 +200,7 @@ static void llama8b_qlora_paged(void **state)
     }
 }
 
-/* The optimizer step's traffic (FINDINGS R-OPT-TRAFFIC, tools/hf_probe/opt_traffic.py) over
+/* The optimizer step's traffic (FINDINGS R-OPT-8, tools/hf_probe/opt_traffic.py) over
  * the closed-form element count N of Llama-3.1-8B, every pass over N elements of the
  * parameter's dtype b: fused AdamW reads p, g, m, v and writes p, m, v (7 passes); the
  * foreach AdamW makes 18 (p 2, g 2, m 3, v 5, its temporary 6); the Trainer's clipping

@@ -59,6 +59,39 @@ static void optimizer_states(gckpt_optimizer o, const gckpt_recipe *r, gckpt_par
     }
 }
 
+/* Passes the optimizer step makes over each buffer of a trainable parameter (one pass: its
+ * bytes read or written once; tools/hf_probe/opt_traffic.py counts them op by op, FINDINGS
+ * R-OPT-8). adamw (fused kernel): p, g, m, v read, p, m, v written. adamw-foreach (weight
+ * decay 0, the Trainer's default): lerp_ m,g->m; mul_ v; addcmul_ v,g->v; sqrt v->t; div_ t;
+ * add_ t; addcdiv_ p,m,t->p. sgd and bitsandbytes' kernels: one fused pass (unverified). */
+static const struct {
+    uint8_t param, grad, state[GCKPT_MAX_STATES], temp;
+} opt_passes[GCKPT_NOPT] = {
+    [GCKPT_ADAMW] = {2, 1, {2, 2, 0, 0}, 0},
+    [GCKPT_ADAMW_FOREACH] = {2, 2, {3, 5, 0, 0}, 6},
+    [GCKPT_SGD] = {2, 1, {2, 0, 0, 0}, 0},
+    [GCKPT_ADAMW_8BIT] = {2, 1, {2, 2, 2, 2}, 0},
+    [GCKPT_PAGED_ADAMW_8BIT] = {2, 1, {2, 2, 2, 2}, 0},
+    [GCKPT_PAGED_ADAMW_32BIT] = {2, 1, {2, 2, 0, 0}, 0},
+};
+/* Passes over the gradients before the step: the Trainer's clip_grad_norm_ (max_grad_norm
+ * 1.0: _foreach_norm reads them, _foreach_mul_ scales them in place, unconditionally), and
+ * under fp16 autocast GradScaler.unscale_ (_amp_foreach_non_finite_check_and_unscale_). */
+#define GCKPT_CLIP_GRAD_PASSES 3
+#define GCKPT_UNSCALE_GRAD_PASSES 2
+
+/* Bytes one optimizer step moves for trainable parameter p (a frozen one: none). */
+static double opt_bytes(gckpt_optimizer o, const gckpt_recipe *r, const gckpt_param *p)
+{
+    if (!p->trainable) return 0;
+    bool fp16_amp = r->amp && r->compute_dtype == GCKPT_DT_F16;
+    double g = (double)p->grad.bytes;
+    double b = opt_passes[o].param * (double)p->weight.bytes + opt_passes[o].temp * (double)p->opt_temp.bytes +
+               (opt_passes[o].grad + GCKPT_CLIP_GRAD_PASSES + (fp16_amp ? GCKPT_UNSCALE_GRAD_PASSES : 0)) * g;
+    for (int k = 0; k < p->nstates; k++) b += opt_passes[o].state[k] * (double)p->state[k].bytes;
+    return b;
+}
+
 /* A quantized weight's storage and statistics as bitsandbytes keeps them (the recipe's
  * scheme; gckpt_quant_layout_of), each piece its own allocation. */
 static bool quantized(const gckpt_recipe *r, gckpt_param *p, uint64_t round, gckpt_err *err)
@@ -136,8 +169,7 @@ bool gckpt_params_build(const gckpt_recipe *r, uint64_t layers, gckpt_optimizer 
              add_copies(&out->stats_bytes, p->copies, p->quant.stats.bytes) &&
              add_copies(&out->quant_bytes, p->copies, p->quant.scheme ? p->weight.bytes : 0) &&
              add_copies(&out->trainable, p->copies, p->trainable ? p->numel : 0);
-        out->opt_traffic += (double)p->copies * (2.0 * (double)p->weight.bytes + (double)p->grad.bytes +
-                                                 2.0 * (double)states + 2.0 * (double)p->opt_temp.bytes);
+        out->opt_traffic += (double)p->copies * opt_bytes(o, r, p);
     }
     *overflow = !ok;
     return true;

@@ -241,6 +241,53 @@ static void llama8b_qlora_paged(void **state)
     }
 }
 
+/* The optimizer step's traffic (FINDINGS R-OPT-8, tools/hf_probe/opt_traffic.py) over
+ * the closed-form element count N of Llama-3.1-8B, every pass over N elements of the
+ * parameter's dtype b: fused AdamW reads p, g, m, v and writes p, m, v (7 passes); the
+ * foreach AdamW makes 18 (p 2, g 2, m 3, v 5, its temporary 6); the Trainer's clipping
+ * adds 3 over g, fp16 autocast's GradScaler.unscale_ 2 more. A frozen weight: none. */
+static void optimizer_traffic(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_load("llama-3.1-8b", &m, &err)) fail_msg("%s", err.msg);
+    uint64_t N = (uint64_t)closed_form_params128(&m);
+    static const struct {
+        gckpt_precision p;
+        gckpt_optimizer o;
+        double bytes_per_element; /* b x passes */
+    } cases[] = {
+        {GCKPT_BF16, GCKPT_ADAMW, 2.0 * (7 + 3)},
+        {GCKPT_BF16, GCKPT_ADAMW_FOREACH, 2.0 * (18 + 3)},
+        {GCKPT_AMP_BF16, GCKPT_ADAMW, 4.0 * (7 + 3)},
+        {GCKPT_AMP_BF16, GCKPT_ADAMW_FOREACH, 4.0 * (18 + 3)},
+        {GCKPT_AMP_FP16, GCKPT_ADAMW_FOREACH, 4.0 * (18 + 3 + 2)},
+        {GCKPT_FP32, GCKPT_ADAMW, 4.0 * (7 + 3)},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        static gckpt_recipe r;
+        gckpt_recipe_build(&m, cases[i].p, GCKPT_SDPA, &r);
+        gckpt_params ps;
+        bool overflow;
+        assert_true(gckpt_params_build(&r, m.layers, cases[i].o, 1, &ps, &overflow, &err));
+        assert_int_equal(ps.numel, N);
+        assert_true(ps.opt_traffic == cases[i].bytes_per_element * (double)N);
+    }
+    /* LoRA (peft default) over the bf16 base: only the adapters move, fp32 (peft upcasts them) */
+    static gckpt_recipe rc;
+    gckpt_peft pf;
+    gckpt_peft_default(GCKPT_METHOD_LORA, &pf);
+    gckpt_recipe_build_peft(&m, GCKPT_BF16, GCKPT_SDPA, GCKPT_TARGET_CUDA, &pf, &rc);
+    gckpt_params ps;
+    bool overflow;
+    assert_true(gckpt_params_build(&rc, m.layers, GCKPT_ADAMW_FOREACH, 1, &ps, &overflow, &err));
+    assert_true(ps.trainable > 0 && ps.trainable < N / 100);
+    for (int i = 0; i < ps.n; i++)
+        if (ps.p[i].trainable) assert_int_equal(ps.p[i].weight.dtype, GCKPT_DT_F32); /* peft autocast_adapter_dtype */
+    assert_true(ps.opt_traffic == 4.0 * (18 + 3) * (double)ps.trainable);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -255,6 +302,7 @@ int main(void)
         cmocka_unit_test(parameter_counts),
         cmocka_unit_test(llama8b_qlora_paged),
         cmocka_unit_test(deepseek_real_counts),
+        cmocka_unit_test(optimizer_traffic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

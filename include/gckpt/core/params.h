@@ -118,8 +118,9 @@ typedef struct {
                                         * (in weight_bytes) and statistics (not in it) */
     uint64_t trainable;                /* elements of trainable parameters (peft's count) */
     uint64_t paged_bytes;              /* paged optimizer states (not in state_bytes) */
-    double opt_traffic; /* bytes one optimizer step reads and writes: p, g, states read;
-                         * p, states written; temporaries written and read */
+    double opt_traffic; /* bytes one optimizer step reads and writes over the trainable
+                         * parameters: the implementation's passes over p, g, states and
+                         * temporaries, gradient clipping's and fp16 unscaling's (params.c) */
 } gckpt_params;
 
 /* The table of recipe r's parameters for a model of `layers` layers under optimizer o,

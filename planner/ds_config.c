@@ -166,10 +166,7 @@ static bool read_root(const char *path, const cJSON *root, gckpt_ds_config *out,
 bool gckpt_ds_config_read(const char *path, gckpt_ds_config *out, gckpt_err *err)
 {
     memset(out, 0, sizeof *out);
-    char *text = gckpt_read_file(path, 1u << 20, err);
-    if (!text) return false;
-    cJSON *root = gckpt_json_parse(path, text, err);
-    free(text);
+    cJSON *root = gckpt_json_read(path, 1u << 20, err);
     if (!root) return false;
     bool ok = read_root(path, root, out, err);
     cJSON_Delete(root);

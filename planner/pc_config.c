@@ -18,10 +18,7 @@ static bool known_backend(const cJSON *it, const char *want)
 bool gckpt_pc_config_read(const char *path, gckpt_pc_sizes *out, gckpt_err *err)
 {
     memset(out, 0, sizeof *out);
-    char *text = gckpt_read_file(path, 1u << 20, err);
-    if (!text) return false;
-    cJSON *root = gckpt_json_parse(path, text, err);
-    free(text);
+    cJSON *root = gckpt_json_read(path, 1u << 20, err);
     if (!root) return false;
     bool ok = cJSON_IsObject(root);
     if (!ok) gckpt_seterr(err, "%s: not a JSON object of ParallelismConfig's fields", path);

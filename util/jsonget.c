@@ -259,3 +259,12 @@ bool gckpt_json_str_opt(const cJSON *obj, const char *file, const char *field, c
     }
     return get_str(it, file, field, out, n, err);
 }
+
+cJSON *gckpt_json_read(const char *path, size_t max, gckpt_err *err)
+{
+    char *text = gckpt_read_file(path, max, err);
+    if (!text) return NULL;
+    cJSON *root = gckpt_json_parse(path, text, err);
+    free(text);
+    return root;
+}

@@ -15,6 +15,10 @@ extern "C" {
 /* Parse text; on failure err says "<file>: malformed JSON near ...". */
 cJSON *gckpt_json_parse(const char *file, const char *text, gckpt_err *err);
 
+/* Read the file at path (at most max bytes, gckpt_read_file's errors) and parse it
+ * (gckpt_json_parse's); the caller deletes the tree. */
+cJSON *gckpt_json_read(const char *path, size_t max, gckpt_err *err);
+
 /* j as text ending in a newline: indented (pretty) or on one line; j is consumed. NULL when
  * out of memory (j is still freed). */
 char *gckpt_json_text(cJSON *j, bool pretty);

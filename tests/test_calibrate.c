@@ -402,7 +402,7 @@ static void test_trainer_reports(void **st)
 {
     (void)st;
     cJSON *truth = load("truth-plan.json"), *base = load("base-plan.json");
-    char *args[16] = {"--calibrate-from"};
+    char *args[20] = {"--calibrate-from"};
     int na = 1;
     char names[6][32];
     for (int i = 0; i < 6; i++) {
@@ -684,7 +684,7 @@ static void test_code_base_truth(void **st)
     cb_profile("cb-truth.json", "fused", cb_truth);
     char names[10][32];
     cb_reports("cb-base.json", "cb-truth.json", "cb", names);
-    char *args[16] = {"--calibrate-from"};
+    char *args[20] = {"--calibrate-from"};
     int k = 1;
     for (int i = 0; i < 10; i++) args[k++] = names[i];
     args[k++] = "--gpu";
@@ -760,7 +760,7 @@ static void test_code_base_created(void **st)
     cJSON_Delete(d);
     char names[10][32];
     cb_reports("nocb.json", "nocb-truth.json", "nc", names);
-    char *args[16] = {"--calibrate-from"};
+    char *args[20] = {"--calibrate-from"};
     int k = 1;
     for (int i = 0; i < 10; i++) args[k++] = names[i];
     args[k++] = "--gpu";

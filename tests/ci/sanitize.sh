@@ -19,9 +19,9 @@ start=$(date +%s)
 cuda=(-DCMAKE_CUDA_COMPILER=NOTFOUND)
 if [ -n "${SANITIZE_CUDA:-}" ]; then cuda=(); fi
 cmake -S . -B build-asan -DGCKPT_SANITIZE=ON -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda[@]}" >/dev/null
-timeout 400 cmake --build build-asan -j2 >/dev/null
+timeout 600 cmake --build build-asan -j2 >/dev/null
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:detect_invalid_pointer_pairs=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=report_objects=1
-timeout 480 ctest --test-dir build-asan --output-on-failure -j2 --timeout 240 -LE docs
+timeout 900 ctest --test-dir build-asan --output-on-failure -j2 --timeout 240 -LE docs
 echo "sanitize.sh: ASan+UBSan+LSan ($CC): all tests passed in $(( $(date +%s) - start )) s"

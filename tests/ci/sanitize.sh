@@ -8,7 +8,7 @@
 #   SANITIZE_CUDA=1 tests/ci/sanitize.sh   keep the CUDA backend when nvcc is found (by
 #                                   default it is left out: ASan needs special options
 #                                   with the CUDA runtime, and no test here needs a GPU)
-# Bounded: about 3 minutes on 2 cores, killed after 5.
+# Bounded: about 8 minutes on 2 cores (build and tests), the build killed after 10, the tests after 15.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ -z "${CC:-}" ]; then

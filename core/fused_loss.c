@@ -71,16 +71,29 @@ bool gckpt_fused_loss_ws(const gckpt_op *op, bool bwd, uint64_t tokens, uint8_t 
              * nll = neg_dot.add_(lse); loss = nll.mean(): gone when the function returns */
             if (!piece(tokens, 4, round, &s)) return false;
         } else {
-            /* sort_logit_avg: torch.argsort(logit_avg) (int64 [V]) .to(torch.int32), kept
-             * as vocab_ordering through the kernel (unverified: torch.compile'd) */
-            if (!piece(V, 8, round, &s) || !piece(V, 4, round, &s)) return false;
+            /* at the kernel: vocab_ordering = sort_logit_avg(logit_avg), int32 [V] (its int64
+             * argsort is gone before de and dc are made, a smaller moment); cce_backward_kernel:
+             * nd_locks = cdiv(H, 64), de_locks int32 [cdiv(n, nd_locks), nd_locks], dc_locks
+             * int32 [cdiv(V, nd_locks), nd_locks]. Measured by tools/hf_probe/cce_rerun.py with
+             * sort_logit_avg eager (what the torch.compile'd one allocates is unverified). */
+            uint64_t nd = cdiv(H, 64);
+            if (!nd) nd = 1;
+            if (!piece(V, 4, round, &s) || !piece(cdiv(tokens, nd) * nd, 4, round, &s) ||
+                !piece(cdiv(V, nd) * nd, 4, round, &s))
+                return false;
         }
     } else if (op->prim == GCKPT_P_CCE_LSE && !bwd) {
-        /* _build_flat_valids (shift): (targets[..., 1:] != ignore_index).nonzero() int64
-         * [n, 2], .to(torch.int32) [n, 2] (both alive at once; the bool mask is gone by
-         * then); then locks = new_full((cdiv(B, 128),), uint32) during the lse kernel */
-        if (!piece(tokens, 16, round, &s) || !piece(tokens, 8, round, &s) || !piece(cdiv(tokens, 128), 4, round, &s))
+        /* The forward's peak up to the lse kernel, in excess of what the op is planned to
+         * hold there (the valids, made with the labels; lse fp32 [n]; logit_avg fp32 [V]).
+         * _build_flat_valids (shift): (targets[..., 1:] != ignore_index).nonzero() int64
+         * [n, 2] and its .to(torch.int32) [n, 2] alive at once (the bool mask gone by then;
+         * the valids, lse and logit_avg not made yet); at the launch, valids, lse, logit_avg
+         * and locks = new_full((cdiv(n, 128),), uint32). Measured: cce_rerun.py. */
+        uint64_t pairs = 0, held = 0, locks = 0;
+        if (!piece(tokens, 16, round, &pairs) || !piece(tokens, 8, round, &pairs) || !piece(tokens, 8, round, &held) ||
+            !piece(tokens, 4, round, &held) || !piece(V, 4, round, &held) || !piece(cdiv(tokens, 128), 4, round, &locks))
             return false;
+        s = pairs > held + locks ? pairs - held : locks;
     }
     *bytes = s;
     return true;

@@ -95,8 +95,11 @@ static void liger_head(void **state)
     }
 }
 
-/* CCE: the lse pass makes lse fp32 [n] and logit_avg fp32 [V] with the valid rows' int64 and
- * int32 pairs and the locks as temporaries; the loss makes neg_dot fp32 [n] and the scalar. */
+/* CCE: the lse pass makes lse fp32 [n] and logit_avg fp32 [V]; its temporaries are the excess
+ * of the forward's peak up to the kernel over what is held there (valids int64 [n], lse,
+ * logit_avg): the valid rows' int64 and int32 pairs (24 n bytes, before the others exist)
+ * or the locks (cdiv(n, 128) uint32), whichever is larger. The loss makes neg_dot fp32 [n]
+ * and the scalar. */
 static void cce_head(void **state)
 {
     (void)state;
@@ -106,8 +109,10 @@ static void cce_head(void **state)
     const uint64_t V = 128256;
     for (uint64_t seq = 8192; seq <= 32768; seq *= 4) {
         uint64_t T = seq;
+        uint64_t held = rnd(8 * T) + rnd(4 * T) + rnd(4 * V), pairs = rnd(16 * T) + rnd(8 * T);
+        uint64_t locks = rnd(4 * ((T + 127) / 128)), ws = pairs > held + locks ? pairs - held : locks;
         assert_int_equal(made_at(&m, setting(GCKPT_BF16, seq, 1, GCKPT_LOSS_CCE), "cce_lse"),
-                         rnd(16 * T) + rnd(8 * T) + rnd(4 * ((T + 127) / 128)) + rnd(4 * T) + rnd(4 * V));
+                         ws + rnd(4 * T) + rnd(4 * V));
         assert_int_equal(made_at(&m, setting(GCKPT_BF16, seq, 1, GCKPT_LOSS_CCE), "cce_loss"), rnd(4 * T) + 512);
     }
 }
@@ -115,7 +120,7 @@ static void cce_head(void **state)
 static uint64_t num(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(v)) fail_msg("liger-rerun.json: no number '%s'", k);
+    if (!cJSON_IsNumber(v)) fail_msg("fused-loss re-run: no number '%s'", k);
     return (uint64_t)v->valuedouble;
 }
 
@@ -163,6 +168,49 @@ static void liger_cpu_rerun(void **state)
     free(text);
 }
 
+/* cut-cross-entropy's own Python code on the CPU under the storage tracker, its Triton kernels
+ * stood in for (tools/hf_probe/cce_rerun.py, tests/data/fused-loss/cce-rerun.json), n valid
+ * rows: the planned bytes at each kernel (valids, lse, logit_avg and the op's temporaries;
+ * de, dc and the backward's temporaries) equal the measured ones, unrounded. */
+static void cce_cpu_rerun(void **state)
+{
+    (void)state;
+    gckpt_err e;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/fused-loss/cce-rerun.json", 1 << 20, &e);
+    cJSON *j = text ? gckpt_json_parse("cce-rerun.json", text, &e) : NULL;
+    if (!j) fail_msg("%s", e.msg);
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(j, "cases"), *c;
+    int k = 0;
+    cJSON_ArrayForEach(c, cases) {
+        uint64_t B = num(c, "batch"), S = num(c, "seq"), H = num(c, "hidden"), V = num(c, "vocab");
+        uint64_t n = num(c, "valid_rows"), lse_ws, loss_ws, bws;
+        assert_int_equal(n, B * (S - 1));
+        gckpt_op lse = {.prim = GCKPT_P_CCE_LSE, .fused_loss = GCKPT_LOSS_CCE, .width = V, .in_f = H};
+        gckpt_op loss = {.prim = GCKPT_P_FUSED_LCE, .fused_loss = GCKPT_LOSS_CCE, .width = V, .in_f = H};
+        assert_true(gckpt_fused_loss_ws(&lse, false, n, GCKPT_DT_BF16, GCKPT_DT_BF16, false, 1, &lse_ws));
+        assert_true(gckpt_fused_loss_ws(&loss, false, n, GCKPT_DT_BF16, GCKPT_DT_BF16, false, 1, &loss_ws));
+        assert_true(gckpt_fused_loss_ws(&loss, true, n, GCKPT_DT_BF16, GCKPT_DT_BF16, false, 1, &bws));
+        uint64_t held = 8 * n + 4 * n + 4 * V;  /* valids, lse, logit_avg */
+        uint64_t kept = held + 4;               /* and the scalar loss */
+        uint64_t grads = B * S * H * 2 + V * H * 2; /* de = zeros_like(e), dc = zeros_like(c, e.dtype) */
+        if (held + lse_ws != num(c, "peak_before_lse") || held + loss_ws != num(c, "live_at_dot") ||
+            kept != num(c, "kept_after_forward") ||
+            /* + the scalars loss / 3, its seed gradient and the loss's gradient */
+            kept + 12 + grads + bws != num(c, "live_at_backward_kernel") ||
+            num(c, "peak_before_backward_kernel") != num(c, "live_at_backward_kernel"))
+            fail_msg("case %d: planned %llu %llu %llu, measured %llu %llu %llu", k,
+                     (unsigned long long)(held + lse_ws), (unsigned long long)(held + loss_ws),
+                     (unsigned long long)(kept + 12 + grads + bws), (unsigned long long)num(c, "peak_before_lse"),
+                     (unsigned long long)num(c, "live_at_dot"), (unsigned long long)num(c, "live_at_backward_kernel"));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "grad_is_de_dc")));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "matches_eager_cross_entropy")));
+        k++;
+    }
+    assert_true(k >= 4);
+    cJSON_Delete(j);
+    free(text);
+}
+
 /* Where a fused loss is not planned: one sentence naming why. */
 static void refusals(void **state)
 {
@@ -189,7 +237,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(liger_chunks), cmocka_unit_test(liger_head), cmocka_unit_test(cce_head),
-        cmocka_unit_test(liger_cpu_rerun), cmocka_unit_test(refusals),
+        cmocka_unit_test(liger_cpu_rerun), cmocka_unit_test(cce_cpu_rerun), cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

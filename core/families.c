@@ -79,7 +79,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
      * 0.21.2 names no default targets for it and no LoRA fixture measures it */
     [GCKPT_FAMILY_DEEPSEEK] = {
         .family = GCKPT_FAMILY_DEEPSEEK,
-        .types = {{"deepseek_v3", NO_PAD, false, NO_LIGER}},
+        .types = {{"deepseek_v3", NO_PAD, false, LIGER}},
         .parse = gckpt_parse_deepseek, .trace = trace_llama,
         .lora_targets = 0, .embed_name = "embed_tokens", .padding_idx = true, .host = false, .cuda = false,
         .no_lora = "peft 0.21.2 has no default target modules for deepseek_v3 and its adapters on multi-head latent "

@@ -226,6 +226,12 @@ static void refusals(void **state)
     assert_false(gckpt_fused_loss_supported(&m, GCKPT_AMP_BF16, GCKPT_LOSS_CCE, &why));
     assert_non_null(strstr(why, "bf16"));
     assert_true(gckpt_fused_loss_supported(&m, GCKPT_AMP_BF16, GCKPT_LOSS_LIGER, &why));
+    /* liger-kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN has deepseek_v3 (its lce_forward calls
+     * LigerForCausalLMLoss on lm_head.weight as llama's does), not olmoe */
+    if (!gckpt_model_load(GCKPT_TEST_DATA "/configs/deepseek-v3.json", &m, &err)) fail_msg("%s", err.msg);
+    assert_true(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_LIGER, &why));
+    if (!gckpt_model_load("olmoe-1b-7b", &m, &err)) fail_msg("%s", err.msg);
+    assert_false(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_LIGER, &why));
 }
 
 int main(void)

@@ -14,9 +14,12 @@
 /* the classes' pad_token_id defaults (AutoConfig.for_model, transformers 5.24) */
 #define NO_PAD false, 0
 #define PAD(id) true, id
-/* use_liger_kernel=True patches the type (liger-kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN) */
-#define LIGER true
-#define NO_LIGER false
+/* use_liger_kernel=True patches the type (liger-kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN),
+ * with its fused linear cross-entropy on by default (LIGER) or off and refused (LIGER_NO_FLCE:
+ * apply_liger_kernel_to_granite has fused_linear_cross_entropy=False, cross_entropy=True) */
+#define LIGER GCKPT_LIGER_FLCE
+#define LIGER_NO_FLCE GCKPT_LIGER_NO_FLCE
+#define NO_LIGER GCKPT_LIGER_NONE
 
 #define LLAMA_LINEARS (LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN))
 
@@ -61,7 +64,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .host = true, .cuda = true},
     [GCKPT_FAMILY_GRANITE] = {
         .family = GCKPT_FAMILY_GRANITE,
-        .types = {{"granite", NO_PAD, false, LIGER}},
+        .types = {{"granite", NO_PAD, false, LIGER_NO_FLCE}},
         .parse = gckpt_parse_granite, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},

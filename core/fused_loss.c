@@ -105,9 +105,15 @@ bool gckpt_fused_loss_supported(const gckpt_model *m, gckpt_precision p, gckpt_l
     *why = NULL;
     if (loss == GCKPT_LOSS_HF) return true;
     (void)gckpt_family_by_type(m->model_type, &ty);
-    if (loss == GCKPT_LOSS_LIGER && (!ty || !ty->liger)) {
+    if (loss == GCKPT_LOSS_LIGER && (!ty || ty->liger == GCKPT_LIGER_NONE)) {
         *why = "liger-kernel 0.8.5 has no apply_liger_kernel_to_ function for this model_type "
                "(use_liger_kernel=True leaves it unpatched)";
+        return false;
+    }
+    if (loss == GCKPT_LOSS_LIGER && ty->liger == GCKPT_LIGER_NO_FLCE) {
+        *why = "liger-kernel 0.8.5's apply_liger_kernel_to_ function for this model_type has no fused linear "
+               "cross-entropy (fused_linear_cross_entropy=True raises NotImplementedError; use_liger_kernel=True "
+               "keeps the full logits, with Liger's cross_entropy)";
         return false;
     }
     if (m->multipliers) { /* Granite's logits / logits_scaling: not read from the fused kernels */

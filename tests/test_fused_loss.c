@@ -232,6 +232,16 @@ static void refusals(void **state)
     assert_true(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_LIGER, &why));
     if (!gckpt_model_load("olmoe-1b-7b", &m, &err)) fail_msg("%s", err.msg);
     assert_false(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_LIGER, &why));
+    assert_non_null(strstr(why, "no apply_liger_kernel_to_ function"));
+    /* apply_liger_kernel_to_granite: fused_linear_cross_entropy=False by default, and
+     * NotImplementedError when set; the reason names it, not the logits scaling */
+    assert_true(gckpt_model_parse("granite.json", "{\"model_type\": \"granite\", \"num_hidden_layers\": 2, "
+                                  "\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 90, "
+                                  "\"vocab_size\": 50}", &m, &err));
+    assert_false(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_LIGER, &why));
+    assert_non_null(strstr(why, "NotImplementedError"));
+    assert_false(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_CCE, &why));
+    assert_non_null(strstr(why, "logits_scaling"));
 }
 
 int main(void)

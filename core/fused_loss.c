@@ -17,12 +17,12 @@ static uint64_t next_pow2(uint64_t x)
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
-uint64_t gckpt_liger_chunk_rows(uint64_t bt, uint64_t vocab, uint64_t hidden)
+uint64_t gckpt_liger_chunk_rows(uint64_t bt, uint64_t vocab, uint64_t hidden, uint64_t mem_const)
 {
     if (!bt || !hidden) return 0;
     /* inc_factor = triton.cdiv(V, chunk_mem_const * H);
      * chunk_size = min(triton.next_power_of_2(triton.cdiv(BT, inc_factor)), BT) */
-    uint64_t inc = cdiv(vocab, hidden);
+    uint64_t inc = cdiv(vocab, hidden * (mem_const ? mem_const : 1));
     if (!inc) inc = 1;
     uint64_t c = next_pow2(cdiv(bt, inc));
     return c < bt ? c : bt;
@@ -42,7 +42,7 @@ bool gckpt_fused_loss_ws(const gckpt_op *op, bool bwd, uint64_t tokens, uint8_t 
     *bytes = 0;
     if (op->prim == GCKPT_P_FUSED_LCE && op->fused_loss == GCKPT_LOSS_LIGER) {
         if (bwd) return true; /* backward: the element_mul_kernel scales the kept gradients in place */
-        uint64_t c = gckpt_liger_chunk_rows(tokens, V, H);
+        uint64_t c = gckpt_liger_chunk_rows(tokens, V, H, op->chunk_mem_const);
         /* loss_1d = torch.zeros(BT, fp32); target_mask = target != ignore_index (bool, a local
          * until the function returns) */
         if (!piece(tokens, 4, round, &s) || !piece(tokens, 1, round, &s)) return false;

@@ -27,12 +27,16 @@ static uint64_t rnd(uint64_t x) { return (x + 511) / 512 * 512; }
 static void liger_chunks(void **state)
 {
     (void)state;
-    assert_int_equal(gckpt_liger_chunk_rows(8192, 128256, 4096), 256);   /* inc 32, 8192 / 32 */
-    assert_int_equal(gckpt_liger_chunk_rows(32768, 128256, 4096), 1024); /* inc 32 */
-    assert_int_equal(gckpt_liger_chunk_rows(100, 50257, 768), 2);        /* inc 66, cdiv 2 */
-    assert_int_equal(gckpt_liger_chunk_rows(3000, 151936, 3584), 128);   /* inc 43, cdiv 70 -> 128 */
-    assert_int_equal(gckpt_liger_chunk_rows(3, 10, 64), 3);              /* one chunk, never above BT */
-    assert_int_equal(gckpt_liger_chunk_rows(16384, 32000, 4096), 2048);  /* the source's comment's example */
+    assert_int_equal(gckpt_liger_chunk_rows(8192, 128256, 4096, 1), 256);   /* inc 32, 8192 / 32 */
+    assert_int_equal(gckpt_liger_chunk_rows(32768, 128256, 4096, 1), 1024); /* inc 32 */
+    assert_int_equal(gckpt_liger_chunk_rows(100, 50257, 768, 1), 2);        /* inc 66, cdiv 2 */
+    assert_int_equal(gckpt_liger_chunk_rows(3000, 151936, 3584, 1), 128);   /* inc 43, cdiv 70 -> 128 */
+    assert_int_equal(gckpt_liger_chunk_rows(3, 10, 64, 1), 3);              /* one chunk, never above BT */
+    assert_int_equal(gckpt_liger_chunk_rows(16384, 32000, 4096, 1), 2048);  /* the source's comment's example */
+    /* gpt_oss's lce_forward: chunk_mem_const 8 (gpt-oss-20b: V 201088, H 2880) */
+    assert_int_equal(gckpt_liger_chunk_rows(8192, 201088, 2880, 8), 1024); /* inc cdiv(V, 23040) = 9, cdiv 911 */
+    assert_int_equal(gckpt_liger_chunk_rows(8192, 201088, 2880, 1), 128);  /* inc 70, cdiv 118 */
+    assert_int_equal(gckpt_liger_chunk_rows(100, 50257, 768, 0), 2);       /* 0 taken as 1 */
 }
 
 /* The bytes allocated in the run of allocations that ends at op `name`'s first forward
@@ -95,6 +99,21 @@ static void liger_head(void **state)
     }
 }
 
+/* gpt_oss: the logits chunk at chunk_mem_const 8 (1024 rows of 201088 at 8192 tokens, not
+ * the 128 of the default) */
+static void liger_head_gpt_oss(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_load("gpt-oss-20b", &m, &err)) fail_msg("%s", err.msg);
+    const uint64_t V = 201088, H = 2880, T = 8192, c = 1024;
+    assert_int_equal(m.vocab, V);
+    assert_int_equal(m.hidden, H);
+    uint64_t want = rnd(T * H * 2) + rnd(V * H * 2) + rnd(4 * T) + rnd(T) + 512 + rnd(c * V * 2);
+    assert_int_equal(made_at(&m, setting(GCKPT_BF16, T, 1, GCKPT_LOSS_LIGER), "liger_fused_linear_ce"), want);
+}
+
 /* CCE: the lse pass makes lse fp32 [n] and logit_avg fp32 [V]; its temporaries are the excess
  * of the forward's peak up to the kernel over what is held there (valids int64 [n], lse,
  * logit_avg): the valid rows' int64 and int32 pairs (24 n bytes, before the others exist)
@@ -144,7 +163,7 @@ static void liger_cpu_rerun(void **state)
         bool bf16 = !strcmp(dts, "bf16"), amp = !strcmp(dts, "amp-bf16");
         uint8_t dt = bf16 ? GCKPT_DT_BF16 : GCKPT_DT_F32;
         uint64_t xs = bf16 ? 2 : 4, ws;
-        assert_int_equal(gckpt_liger_chunk_rows(BT, V, H), num(c, "chunk_rows"));
+        assert_int_equal(gckpt_liger_chunk_rows(BT, V, H, 1), num(c, "chunk_rows"));
         gckpt_op op = {.prim = GCKPT_P_FUSED_LCE, .fused_loss = GCKPT_LOSS_LIGER, .width = V, .in_f = H};
         assert_true(gckpt_fused_loss_ws(&op, false, BT, dt, GCKPT_DT_BF16, amp, 1, &ws));
         uint64_t grads = BT * H * xs + V * H * xs;
@@ -252,7 +271,7 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(liger_chunks), cmocka_unit_test(liger_head), cmocka_unit_test(cce_head),
+        cmocka_unit_test(liger_chunks), cmocka_unit_test(liger_head), cmocka_unit_test(liger_head_gpt_oss), cmocka_unit_test(cce_head),
         cmocka_unit_test(liger_cpu_rerun), cmocka_unit_test(cce_cpu_rerun), cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

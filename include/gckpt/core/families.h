@@ -30,6 +30,8 @@ typedef struct {
     uint8_t liger;         /* gckpt_liger_kind: what use_liger_kernel=True's call of liger-kernel
                             * 0.8.5's apply_liger_kernel_to_<type> (MODEL_TYPE_TO_APPLY_LIGER_FN)
                             * does to the loss */
+    uint8_t liger_chunk_mem_const; /* the chunk_mem_const its lce_forward passes to the fused
+                                    * linear cross-entropy (gckpt_liger_chunk_rows) */
 } gckpt_model_type_info;
 
 typedef enum {

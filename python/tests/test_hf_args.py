@@ -375,6 +375,10 @@ class HFDocExamples(unittest.TestCase):
         self.assertIn("cross_entropy=True", messages(m))
         with self.assertRaises(PlanError):
             options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True, liger_kernel_config={"layer_norm": True}))
+        # geglu: a keyword of apply_liger_kernel_to_gemma / gemma2 / gemma3_text (liger-kernel 0.8.5)
+        m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True, liger_kernel_config={"geglu": False}))
+        self.assertEqual(m["options"]["loss"], "liger")
+        self.assertNotIn("geglu", messages(m))
         m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=False))
         self.assertNotIn("loss", m["options"])
 

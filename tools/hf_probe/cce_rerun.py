@@ -4,14 +4,14 @@ probe.py, python/gckpt/tracker.py): every buffer its wrappers make, keep and han
 cut-cross-entropy 25.1.1, linear_cross_entropy(e, c, targets, shift=True) with the defaults
 (impl "cce", reduction "mean", filter_eps "high"): cce.py (LinearCrossEntropyFunction),
 utils.py (_build_flat_valids), cce_lse_forward.py, indexed_dot.py, cce_backward.py. Its
-Triton kernels do not run here (no GPU; triton is not installed): `triton` is a stand-in
-module that only lets the package import, and each kernel launch is replaced by PyTorch
-ops that write the kernel's outputs into the buffers the wrapper passed it. The tracker's
-reading is taken as each launch begins, before the stand-in allocates anything, so what
+Triton kernels do not run here (no GPU; the triton that torch's wheel brings imports, so the
+package does): each kernel launch is replaced by PyTorch ops that write the kernel's
+outputs into the buffers the wrapper passed it. The tracker's
+reading is taken as each launch begins, before the PyTorch ops allocate anything, so what
 is compared is what CCE's Python code made. torch.compile'd sort_logit_avg runs eagerly
 (argsort then .to(int32)); what inductor allocates for it is not measured.
 
-Install the package without its triton dependency (setup.sh does):
+Install the package without its dependencies (setup.sh does; triton comes with torch):
   pip install --no-deps -r tools/hf_probe/requirements-cce.txt
 Writes tests/data/fused-loss/cce-rerun.json (read by tests/test_fused_loss.c):
   python3 tools/hf_probe/cce_rerun.py [--out FILE]
@@ -23,7 +23,6 @@ import importlib.metadata
 import json
 import os
 import sys
-import types
 
 import torch
 
@@ -42,48 +41,6 @@ CASES = [  # (batch, seq, hidden, vocab)
 ]
 
 
-class _Anything(types.ModuleType):
-    """A stand-in for triton / triton.language: decorators return their function, every
-    other attribute is another stand-in (annotations such as tl.constexpr, tl.tensor)."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        sub = _Anything(f"{self.__name__}.{name}")
-        setattr(self, name, sub)
-        return sub
-
-    def __or__(self, other):  # annotations such as autotuner.Autotuner | autotuner.Heuristics
-        return self
-
-    __ror__ = __or__
-
-    def __iter__(self):
-        return iter(())
-
-    def __call__(self, *a, **k):
-        if len(a) == 1 and callable(a[0]) and not isinstance(a[0], _Anything) and not k:
-            return a[0]  # a decorator: the function itself
-        return _Anything(f"{self.__name__}()")  # a decorator factory, Config(...), ...
-
-
-def _install_triton_stand_in():
-    if "triton" in sys.modules:
-        raise SystemExit("cce_rerun.py: a real triton is importable; this re-run replaces it, run it without")
-    import torch._dynamo  # noqa: F401  torch.compile's machinery probes the real triton: imported first
-    import torch._inductor.utils  # noqa: F401
-
-    names = ["triton", "triton.language", "triton.language.extra", "triton.language.extra.libdevice",
-             "triton.runtime", "triton.testing"]
-    for n in names:
-        sys.modules[n] = _Anything(n)
-    sys.modules["triton"].cdiv = lambda a, b: -(-a // b)
-    sys.modules["triton"].next_power_of_2 = lambda x: 1 << (int(x) - 1).bit_length()
-    sys.modules["triton"].language = sys.modules["triton.language"]
-    sys.modules["triton.language"].extra = sys.modules["triton.language.extra"]
-    sys.modules["triton.language.extra"].libdevice = sys.modules["triton.language.extra.libdevice"]
-
-
 class Readings:
     mode = None
     base = 0
@@ -98,7 +55,7 @@ def _reading(name):
 
 
 class _Launch:
-    """kernel[grid](*args, **kw): a reading, then the stand-in computation."""
+    """kernel[grid](*args, **kw): a reading, then the PyTorch ops in its place."""
 
     def __init__(self, name, fn):
         self.name, self.fn = name, fn
@@ -190,7 +147,6 @@ def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "fused-loss", "cce-rerun.json"))
     a = ap.parse_args(argv)
-    _install_triton_stand_in()
     version = importlib.metadata.version("cut-cross-entropy")
     if version != CCE_VERSION:
         raise SystemExit(f"cce_rerun.py: cut-cross-entropy {version} installed, the rules are read in {CCE_VERSION}")

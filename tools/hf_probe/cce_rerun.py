@@ -12,7 +12,7 @@ is compared is what CCE's Python code made. torch.compile'd sort_logit_avg runs 
 (argsort then .to(int32)); what inductor allocates for it is not measured.
 
 Install the package without its dependencies (setup.sh does; triton comes with torch):
-  pip install --no-deps -r tools/hf_probe/requirements-cce.txt
+  pip install --no-deps -r tools/hf_probe/requirements-loss.txt
 Writes tests/data/fused-loss/cce-rerun.json (read by tests/test_fused_loss.c):
   python3 tools/hf_probe/cce_rerun.py [--out FILE]
 """

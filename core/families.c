@@ -14,9 +14,15 @@
 /* the classes' pad_token_id defaults (AutoConfig.for_model, transformers 5.24) */
 #define NO_PAD false, 0
 #define PAD(id) true, id
-/* use_liger_kernel=True patches the type (liger-kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN) */
-#define LIGER true
-#define NO_LIGER false
+/* use_liger_kernel=True patches the type (liger-kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN),
+ * with its fused linear cross-entropy on by default (LIGER) or off and refused (LIGER_NO_FLCE:
+ * apply_liger_kernel_to_granite has fused_linear_cross_entropy=False, cross_entropy=True) */
+#define LIGER GCKPT_LIGER_FLCE, 1
+#define LIGER_NO_FLCE GCKPT_LIGER_NO_FLCE, 0
+#define NO_LIGER GCKPT_LIGER_NONE, 0
+/* gpt_oss's lce_forward passes chunk_mem_const=8 (_GPT_OSS_FLCE_CHUNK_MEM_CONST), the others
+ * the function's default 1 */
+#define LIGER_CHUNK(k) GCKPT_LIGER_FLCE, k
 
 #define LLAMA_LINEARS (LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN))
 
@@ -61,7 +67,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .host = true, .cuda = true},
     [GCKPT_FAMILY_GRANITE] = {
         .family = GCKPT_FAMILY_GRANITE,
-        .types = {{"granite", NO_PAD, false, LIGER}},
+        .types = {{"granite", NO_PAD, false, LIGER_NO_FLCE}},
         .parse = gckpt_parse_granite, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
@@ -71,7 +77,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
     [GCKPT_FAMILY_MOE] = {
         .family = GCKPT_FAMILY_MOE,
         .types = {{"mixtral", NO_PAD, false, LIGER}, {"qwen3_moe", NO_PAD, false, LIGER}, {"olmoe", PAD(1), false, NO_LIGER},
-                  {"gpt_oss", NO_PAD, true, LIGER}},
+                  {"gpt_oss", NO_PAD, true, LIGER_CHUNK(8)}},
         .parse = gckpt_parse_moe, .trace = trace_llama,
         .lora_targets = LT(Q) | LT(K) | LT(V) | LT(O), .lora_beyond_targets = true, .embed_name = "embed_tokens",
         .padding_idx = true, .host = true, .cuda = true},
@@ -79,7 +85,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
      * 0.21.2 names no default targets for it and no LoRA fixture measures it */
     [GCKPT_FAMILY_DEEPSEEK] = {
         .family = GCKPT_FAMILY_DEEPSEEK,
-        .types = {{"deepseek_v3", NO_PAD, false, NO_LIGER}},
+        .types = {{"deepseek_v3", NO_PAD, false, LIGER}},
         .parse = gckpt_parse_deepseek, .trace = trace_llama,
         .lora_targets = 0, .embed_name = "embed_tokens", .padding_idx = true, .host = false, .cuda = false,
         .no_lora = "peft 0.21.2 has no default target modules for deepseek_v3 and its adapters on multi-head latent "

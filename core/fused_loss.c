@@ -17,12 +17,12 @@ static uint64_t next_pow2(uint64_t x)
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
-uint64_t gckpt_liger_chunk_rows(uint64_t bt, uint64_t vocab, uint64_t hidden)
+uint64_t gckpt_liger_chunk_rows(uint64_t bt, uint64_t vocab, uint64_t hidden, uint64_t mem_const)
 {
     if (!bt || !hidden) return 0;
     /* inc_factor = triton.cdiv(V, chunk_mem_const * H);
      * chunk_size = min(triton.next_power_of_2(triton.cdiv(BT, inc_factor)), BT) */
-    uint64_t inc = cdiv(vocab, hidden);
+    uint64_t inc = cdiv(vocab, hidden * (mem_const ? mem_const : 1));
     if (!inc) inc = 1;
     uint64_t c = next_pow2(cdiv(bt, inc));
     return c < bt ? c : bt;
@@ -42,7 +42,7 @@ bool gckpt_fused_loss_ws(const gckpt_op *op, bool bwd, uint64_t tokens, uint8_t 
     *bytes = 0;
     if (op->prim == GCKPT_P_FUSED_LCE && op->fused_loss == GCKPT_LOSS_LIGER) {
         if (bwd) return true; /* backward: the element_mul_kernel scales the kept gradients in place */
-        uint64_t c = gckpt_liger_chunk_rows(tokens, V, H);
+        uint64_t c = gckpt_liger_chunk_rows(tokens, V, H, op->chunk_mem_const);
         /* loss_1d = torch.zeros(BT, fp32); target_mask = target != ignore_index (bool, a local
          * until the function returns) */
         if (!piece(tokens, 4, round, &s) || !piece(tokens, 1, round, &s)) return false;
@@ -71,16 +71,29 @@ bool gckpt_fused_loss_ws(const gckpt_op *op, bool bwd, uint64_t tokens, uint8_t 
              * nll = neg_dot.add_(lse); loss = nll.mean(): gone when the function returns */
             if (!piece(tokens, 4, round, &s)) return false;
         } else {
-            /* sort_logit_avg: torch.argsort(logit_avg) (int64 [V]) .to(torch.int32), kept
-             * as vocab_ordering through the kernel (unverified: torch.compile'd) */
-            if (!piece(V, 8, round, &s) || !piece(V, 4, round, &s)) return false;
+            /* at the kernel: vocab_ordering = sort_logit_avg(logit_avg), int32 [V] (its int64
+             * argsort is gone before de and dc are made, a smaller moment); cce_backward_kernel:
+             * nd_locks = cdiv(H, 64), de_locks int32 [cdiv(n, nd_locks), nd_locks], dc_locks
+             * int32 [cdiv(V, nd_locks), nd_locks]. Measured by tools/hf_probe/cce_rerun.py with
+             * sort_logit_avg eager (what the torch.compile'd one allocates is unverified). */
+            uint64_t nd = cdiv(H, 64);
+            if (!nd) nd = 1;
+            if (!piece(V, 4, round, &s) || !piece(cdiv(tokens, nd) * nd, 4, round, &s) ||
+                !piece(cdiv(V, nd) * nd, 4, round, &s))
+                return false;
         }
     } else if (op->prim == GCKPT_P_CCE_LSE && !bwd) {
-        /* _build_flat_valids (shift): (targets[..., 1:] != ignore_index).nonzero() int64
-         * [n, 2], .to(torch.int32) [n, 2] (both alive at once; the bool mask is gone by
-         * then); then locks = new_full((cdiv(B, 128),), uint32) during the lse kernel */
-        if (!piece(tokens, 16, round, &s) || !piece(tokens, 8, round, &s) || !piece(cdiv(tokens, 128), 4, round, &s))
+        /* The forward's peak up to the lse kernel, in excess of what the op is planned to
+         * hold there (the valids, made with the labels; lse fp32 [n]; logit_avg fp32 [V]).
+         * _build_flat_valids (shift): (targets[..., 1:] != ignore_index).nonzero() int64
+         * [n, 2] and its .to(torch.int32) [n, 2] alive at once (the bool mask gone by then;
+         * the valids, lse and logit_avg not made yet); at the launch, valids, lse, logit_avg
+         * and locks = new_full((cdiv(n, 128),), uint32). Measured: cce_rerun.py. */
+        uint64_t pairs = 0, held = 0, locks = 0;
+        if (!piece(tokens, 16, round, &pairs) || !piece(tokens, 8, round, &pairs) || !piece(tokens, 8, round, &held) ||
+            !piece(tokens, 4, round, &held) || !piece(V, 4, round, &held) || !piece(cdiv(tokens, 128), 4, round, &locks))
             return false;
+        s = pairs > held + locks ? pairs - held : locks;
     }
     *bytes = s;
     return true;
@@ -92,9 +105,15 @@ bool gckpt_fused_loss_supported(const gckpt_model *m, gckpt_precision p, gckpt_l
     *why = NULL;
     if (loss == GCKPT_LOSS_HF) return true;
     (void)gckpt_family_by_type(m->model_type, &ty);
-    if (loss == GCKPT_LOSS_LIGER && (!ty || !ty->liger)) {
+    if (loss == GCKPT_LOSS_LIGER && (!ty || ty->liger == GCKPT_LIGER_NONE)) {
         *why = "liger-kernel 0.8.5 has no apply_liger_kernel_to_ function for this model_type "
                "(use_liger_kernel=True leaves it unpatched)";
+        return false;
+    }
+    if (loss == GCKPT_LOSS_LIGER && ty->liger == GCKPT_LIGER_NO_FLCE) {
+        *why = "liger-kernel 0.8.5's apply_liger_kernel_to_ function for this model_type has no fused linear "
+               "cross-entropy (fused_linear_cross_entropy=True raises NotImplementedError; use_liger_kernel=True "
+               "keeps the full logits, with Liger's cross_entropy)";
         return false;
     }
     if (m->multipliers) { /* Granite's logits / logits_scaling: not read from the fused kernels */

@@ -55,6 +55,8 @@ static void fused_loss_head(tracer *tr, int nf, int w)
         op->in_f = h;
         op->out_f = V;
         op->fused_loss = GCKPT_LOSS_LIGER;
+        const gckpt_model_type_info *ty = NULL;
+        op->chunk_mem_const = gckpt_family_by_type(m->model_type, &ty) && ty ? ty->liger_chunk_mem_const : 1;
         op->grads_in_fwd = true;
         op->bwd_mult = 0;
         count_flops(tr);

@@ -153,9 +153,10 @@ static const struct {
      "RMSNorm, SwiGLU and RoPE kernels, which are not modelled: the layers are planned with transformers' own "
      "ops.", true},
     {"cce_loss_unverified", cce_applies,
-     "the loss is cut-cross-entropy 25.1.1's linear_cross_entropy(hidden, lm_head.weight, labels, shift=True) as "
-     "read in its source, unverified (its Triton kernels do not run on the CPU); its valid rows b x (s - 1) are "
-     "planned as b x s.", true},
+     "the loss is cut-cross-entropy 25.1.1's linear_cross_entropy(hidden, lm_head.weight, labels, shift=True): "
+     "the buffers its Python code makes, keeps and hands on are verified by a CPU run of that code with its "
+     "kernels stood in for (tests/data/fused-loss); its Triton kernels and its torch.compile'd vocabulary sort "
+     "are unverified; its valid rows b x (s - 1) are planned as b x s.", true},
     {"collective_time_unverified", collectives_applies,
      "collective times use the GPU profile's vendor link bandwidths and each library's overlap as read in its "
      "source, unverified; NCCL's own buffers are not in the device peak."},

@@ -27,12 +27,16 @@ static uint64_t rnd(uint64_t x) { return (x + 511) / 512 * 512; }
 static void liger_chunks(void **state)
 {
     (void)state;
-    assert_int_equal(gckpt_liger_chunk_rows(8192, 128256, 4096), 256);   /* inc 32, 8192 / 32 */
-    assert_int_equal(gckpt_liger_chunk_rows(32768, 128256, 4096), 1024); /* inc 32 */
-    assert_int_equal(gckpt_liger_chunk_rows(100, 50257, 768), 2);        /* inc 66, cdiv 2 */
-    assert_int_equal(gckpt_liger_chunk_rows(3000, 151936, 3584), 128);   /* inc 43, cdiv 70 -> 128 */
-    assert_int_equal(gckpt_liger_chunk_rows(3, 10, 64), 3);              /* one chunk, never above BT */
-    assert_int_equal(gckpt_liger_chunk_rows(16384, 32000, 4096), 2048);  /* the source's comment's example */
+    assert_int_equal(gckpt_liger_chunk_rows(8192, 128256, 4096, 1), 256);   /* inc 32, 8192 / 32 */
+    assert_int_equal(gckpt_liger_chunk_rows(32768, 128256, 4096, 1), 1024); /* inc 32 */
+    assert_int_equal(gckpt_liger_chunk_rows(100, 50257, 768, 1), 2);        /* inc 66, cdiv 2 */
+    assert_int_equal(gckpt_liger_chunk_rows(3000, 151936, 3584, 1), 128);   /* inc 43, cdiv 70 -> 128 */
+    assert_int_equal(gckpt_liger_chunk_rows(3, 10, 64, 1), 3);              /* one chunk, never above BT */
+    assert_int_equal(gckpt_liger_chunk_rows(16384, 32000, 4096, 1), 2048);  /* the source's comment's example */
+    /* gpt_oss's lce_forward: chunk_mem_const 8 (gpt-oss-20b: V 201088, H 2880) */
+    assert_int_equal(gckpt_liger_chunk_rows(8192, 201088, 2880, 8), 1024); /* inc cdiv(V, 23040) = 9, cdiv 911 */
+    assert_int_equal(gckpt_liger_chunk_rows(8192, 201088, 2880, 1), 128);  /* inc 70, cdiv 118 */
+    assert_int_equal(gckpt_liger_chunk_rows(100, 50257, 768, 0), 2);       /* 0 taken as 1 */
 }
 
 /* The bytes allocated in the run of allocations that ends at op `name`'s first forward
@@ -95,8 +99,26 @@ static void liger_head(void **state)
     }
 }
 
-/* CCE: the lse pass makes lse fp32 [n] and logit_avg fp32 [V] with the valid rows' int64 and
- * int32 pairs and the locks as temporaries; the loss makes neg_dot fp32 [n] and the scalar. */
+/* gpt_oss: the logits chunk at chunk_mem_const 8 (1024 rows of 201088 at 8192 tokens, not
+ * the 128 of the default) */
+static void liger_head_gpt_oss(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_load("gpt-oss-20b", &m, &err)) fail_msg("%s", err.msg);
+    const uint64_t V = 201088, H = 2880, T = 8192, c = 1024;
+    assert_int_equal(m.vocab, V);
+    assert_int_equal(m.hidden, H);
+    uint64_t want = rnd(T * H * 2) + rnd(V * H * 2) + rnd(4 * T) + rnd(T) + 512 + rnd(c * V * 2);
+    assert_int_equal(made_at(&m, setting(GCKPT_BF16, T, 1, GCKPT_LOSS_LIGER), "liger_fused_linear_ce"), want);
+}
+
+/* CCE: the lse pass makes lse fp32 [n] and logit_avg fp32 [V]; its temporaries are the excess
+ * of the forward's peak up to the kernel over what is held there (valids int64 [n], lse,
+ * logit_avg): the valid rows' int64 and int32 pairs (24 n bytes, before the others exist)
+ * or the locks (cdiv(n, 128) uint32), whichever is larger. The loss makes neg_dot fp32 [n]
+ * and the scalar. */
 static void cce_head(void **state)
 {
     (void)state;
@@ -106,8 +128,10 @@ static void cce_head(void **state)
     const uint64_t V = 128256;
     for (uint64_t seq = 8192; seq <= 32768; seq *= 4) {
         uint64_t T = seq;
+        uint64_t held = rnd(8 * T) + rnd(4 * T) + rnd(4 * V), pairs = rnd(16 * T) + rnd(8 * T);
+        uint64_t locks = rnd(4 * ((T + 127) / 128)), ws = pairs > held + locks ? pairs - held : locks;
         assert_int_equal(made_at(&m, setting(GCKPT_BF16, seq, 1, GCKPT_LOSS_CCE), "cce_lse"),
-                         rnd(16 * T) + rnd(8 * T) + rnd(4 * ((T + 127) / 128)) + rnd(4 * T) + rnd(4 * V));
+                         ws + rnd(4 * T) + rnd(4 * V));
         assert_int_equal(made_at(&m, setting(GCKPT_BF16, seq, 1, GCKPT_LOSS_CCE), "cce_loss"), rnd(4 * T) + 512);
     }
 }
@@ -115,7 +139,7 @@ static void cce_head(void **state)
 static uint64_t num(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(v)) fail_msg("liger-rerun.json: no number '%s'", k);
+    if (!cJSON_IsNumber(v)) fail_msg("fused-loss re-run: no number '%s'", k);
     return (uint64_t)v->valuedouble;
 }
 
@@ -139,7 +163,7 @@ static void liger_cpu_rerun(void **state)
         bool bf16 = !strcmp(dts, "bf16"), amp = !strcmp(dts, "amp-bf16");
         uint8_t dt = bf16 ? GCKPT_DT_BF16 : GCKPT_DT_F32;
         uint64_t xs = bf16 ? 2 : 4, ws;
-        assert_int_equal(gckpt_liger_chunk_rows(BT, V, H), num(c, "chunk_rows"));
+        assert_int_equal(gckpt_liger_chunk_rows(BT, V, H, 1), num(c, "chunk_rows"));
         gckpt_op op = {.prim = GCKPT_P_FUSED_LCE, .fused_loss = GCKPT_LOSS_LIGER, .width = V, .in_f = H};
         assert_true(gckpt_fused_loss_ws(&op, false, BT, dt, GCKPT_DT_BF16, amp, 1, &ws));
         uint64_t grads = BT * H * xs + V * H * xs;
@@ -163,6 +187,49 @@ static void liger_cpu_rerun(void **state)
     free(text);
 }
 
+/* cut-cross-entropy's own Python code on the CPU under the storage tracker, its Triton kernels
+ * stood in for (tools/hf_probe/cce_rerun.py, tests/data/fused-loss/cce-rerun.json), n valid
+ * rows: the planned bytes at each kernel (valids, lse, logit_avg and the op's temporaries;
+ * de, dc and the backward's temporaries) equal the measured ones, unrounded. */
+static void cce_cpu_rerun(void **state)
+{
+    (void)state;
+    gckpt_err e;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/fused-loss/cce-rerun.json", 1 << 20, &e);
+    cJSON *j = text ? gckpt_json_parse("cce-rerun.json", text, &e) : NULL;
+    if (!j) fail_msg("%s", e.msg);
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(j, "cases"), *c;
+    int k = 0;
+    cJSON_ArrayForEach(c, cases) {
+        uint64_t B = num(c, "batch"), S = num(c, "seq"), H = num(c, "hidden"), V = num(c, "vocab");
+        uint64_t n = num(c, "valid_rows"), lse_ws, loss_ws, bws;
+        assert_int_equal(n, B * (S - 1));
+        gckpt_op lse = {.prim = GCKPT_P_CCE_LSE, .fused_loss = GCKPT_LOSS_CCE, .width = V, .in_f = H};
+        gckpt_op loss = {.prim = GCKPT_P_FUSED_LCE, .fused_loss = GCKPT_LOSS_CCE, .width = V, .in_f = H};
+        assert_true(gckpt_fused_loss_ws(&lse, false, n, GCKPT_DT_BF16, GCKPT_DT_BF16, false, 1, &lse_ws));
+        assert_true(gckpt_fused_loss_ws(&loss, false, n, GCKPT_DT_BF16, GCKPT_DT_BF16, false, 1, &loss_ws));
+        assert_true(gckpt_fused_loss_ws(&loss, true, n, GCKPT_DT_BF16, GCKPT_DT_BF16, false, 1, &bws));
+        uint64_t held = 8 * n + 4 * n + 4 * V;  /* valids, lse, logit_avg */
+        uint64_t kept = held + 4;               /* and the scalar loss */
+        uint64_t grads = B * S * H * 2 + V * H * 2; /* de = zeros_like(e), dc = zeros_like(c, e.dtype) */
+        if (held + lse_ws != num(c, "peak_before_lse") || held + loss_ws != num(c, "live_at_dot") ||
+            kept != num(c, "kept_after_forward") ||
+            /* + the scalars loss / 3, its seed gradient and the loss's gradient */
+            kept + 12 + grads + bws != num(c, "live_at_backward_kernel") ||
+            num(c, "peak_before_backward_kernel") != num(c, "live_at_backward_kernel"))
+            fail_msg("case %d: planned %llu %llu %llu, measured %llu %llu %llu", k,
+                     (unsigned long long)(held + lse_ws), (unsigned long long)(held + loss_ws),
+                     (unsigned long long)(kept + 12 + grads + bws), (unsigned long long)num(c, "peak_before_lse"),
+                     (unsigned long long)num(c, "live_at_dot"), (unsigned long long)num(c, "live_at_backward_kernel"));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "grad_is_de_dc")));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "matches_eager_cross_entropy")));
+        k++;
+    }
+    assert_true(k >= 4);
+    cJSON_Delete(j);
+    free(text);
+}
+
 /* Where a fused loss is not planned: one sentence naming why. */
 static void refusals(void **state)
 {
@@ -178,6 +245,22 @@ static void refusals(void **state)
     assert_false(gckpt_fused_loss_supported(&m, GCKPT_AMP_BF16, GCKPT_LOSS_CCE, &why));
     assert_non_null(strstr(why, "bf16"));
     assert_true(gckpt_fused_loss_supported(&m, GCKPT_AMP_BF16, GCKPT_LOSS_LIGER, &why));
+    /* liger-kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN has deepseek_v3 (its lce_forward calls
+     * LigerForCausalLMLoss on lm_head.weight as llama's does), not olmoe */
+    if (!gckpt_model_load(GCKPT_TEST_DATA "/configs/deepseek-v3.json", &m, &err)) fail_msg("%s", err.msg);
+    assert_true(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_LIGER, &why));
+    if (!gckpt_model_load("olmoe-1b-7b", &m, &err)) fail_msg("%s", err.msg);
+    assert_false(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_LIGER, &why));
+    assert_non_null(strstr(why, "no apply_liger_kernel_to_ function"));
+    /* apply_liger_kernel_to_granite: fused_linear_cross_entropy=False by default, and
+     * NotImplementedError when set; the reason names it, not the logits scaling */
+    assert_true(gckpt_model_parse("granite.json", "{\"model_type\": \"granite\", \"num_hidden_layers\": 2, "
+                                  "\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 90, "
+                                  "\"vocab_size\": 50}", &m, &err));
+    assert_false(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_LIGER, &why));
+    assert_non_null(strstr(why, "NotImplementedError"));
+    assert_false(gckpt_fused_loss_supported(&m, GCKPT_BF16, GCKPT_LOSS_CCE, &why));
+    assert_non_null(strstr(why, "logits_scaling"));
 }
 
 int main(void)
@@ -188,8 +271,8 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(liger_chunks), cmocka_unit_test(liger_head), cmocka_unit_test(cce_head),
-        cmocka_unit_test(liger_cpu_rerun), cmocka_unit_test(refusals),
+        cmocka_unit_test(liger_chunks), cmocka_unit_test(liger_head), cmocka_unit_test(liger_head_gpt_oss), cmocka_unit_test(cce_head),
+        cmocka_unit_test(liger_cpu_rerun), cmocka_unit_test(cce_cpu_rerun), cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -611,7 +611,9 @@ def _review_fields(args, w, checkpointing_on, parallel):
 
 # apply_liger_kernel_to_<model_type>'s keywords (liger-kernel 0.8.5), which
 # TrainingArguments.liger_kernel_config passes (transformers 5.24 integrations/liger.py)
-_LIGER_PARTS = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "swiglu")
+# (the Gemmas' functions take geglu where the others take swiglu; liger drops a keyword the
+# type's function does not take)
+_LIGER_PARTS = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "swiglu", "geglu")
 
 
 def _liger(args, w):
@@ -633,7 +635,7 @@ def _liger(args, w):
     if part["cross_entropy"] and part["fused_linear_cross_entropy"]:
         raise PlanError("TrainingArguments.liger_kernel_config: cross_entropy and fused_linear_cross_entropy "
                         "both True (liger refuses this)")
-    others = [k for k in ("rms_norm", "swiglu", "rope") if part[k]]
+    others = [k for k in ("rms_norm", "swiglu", "rope") if part[k]] + (["geglu"] if part["geglu"] and "geglu" in cfg else [])
     if others:
         w.add(NOT_MODELLED, f"TrainingArguments.use_liger_kernel=True: Liger's {', '.join(others)} kernels replace "
                             "the model's ops; the layers are planned with transformers' own ops")

@@ -375,6 +375,10 @@ class HFDocExamples(unittest.TestCase):
         self.assertIn("cross_entropy=True", messages(m))
         with self.assertRaises(PlanError):
             options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True, liger_kernel_config={"layer_norm": True}))
+        # geglu: a keyword of apply_liger_kernel_to_gemma / gemma2 / gemma3_text (liger-kernel 0.8.5)
+        m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True, liger_kernel_config={"geglu": False}))
+        self.assertEqual(m["options"]["loss"], "liger")
+        self.assertNotIn("geglu", messages(m))
         m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=False))
         self.assertNotIn("loss", m["options"])
 
@@ -579,6 +583,14 @@ class PlanFor(unittest.TestCase):
             g = plan_for("gpt2", args, seq=1024, gpu="h100-sxm-80gb")
         self.assertFalse(any(w["code"] == "liger_loss_unverified" for w in g.warnings))
         self.assertTrue(any("apply_liger_kernel_to_" in w["message"] for w in g.warnings))
+        # granite: patched, but apply_liger_kernel_to_granite's fused_linear_cross_entropy is off
+        # (Liger's cross_entropy on the full logits): transformers' loss is planned
+        granite = {"model_type": "granite", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                   "intermediate_size": 90, "vocab_size": 50, "logits_scaling": 8.0}
+        with mock.patch.dict(os.environ, {"WORLD_SIZE": "1"}):
+            r = plan_for(granite, args, seq=256, gpu="h100-sxm-80gb")
+        self.assertFalse(any(w["code"] == "liger_loss_unverified" for w in r.warnings))
+        self.assertTrue(any("NotImplementedError" in w["message"] for w in r.warnings))
 
     def shipped(self, name):
         import gckpt

@@ -8,4 +8,5 @@ if [ ! -x "$here/.venv/bin/python" ]; then
 fi
 "$here/.venv/bin/python" -m pip install --upgrade --quiet pip
 "$here/.venv/bin/python" -m pip install -r "$here/requirements.txt"
+"$here/.venv/bin/python" -m pip install --no-deps -r "$here/requirements-loss.txt"
 "$here/.venv/bin/python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'

@@ -27,9 +27,19 @@ typedef struct {
     bool pad_default;      /* the class's pad_token_id default is an index (pad_id), else None */
     int64_t pad_id;
     bool own_rope_type;    /* the reader reads rope_parameters' type itself (gpt_oss: yarn) */
-    bool liger;            /* liger-kernel 0.8.5 has an apply_liger_kernel_to_<type> for it
-                            * (MODEL_TYPE_TO_APPLY_LIGER_FN), which use_liger_kernel=True calls */
+    uint8_t liger;         /* gckpt_liger_kind: what use_liger_kernel=True's call of liger-kernel
+                            * 0.8.5's apply_liger_kernel_to_<type> (MODEL_TYPE_TO_APPLY_LIGER_FN)
+                            * does to the loss */
+    uint8_t liger_chunk_mem_const; /* the chunk_mem_const its lce_forward passes to the fused
+                                    * linear cross-entropy (gckpt_liger_chunk_rows) */
 } gckpt_model_type_info;
+
+typedef enum {
+    GCKPT_LIGER_NONE,    /* no apply_liger_kernel_to_ function: the model is left unpatched */
+    GCKPT_LIGER_FLCE,    /* fused_linear_cross_entropy defaults to True */
+    GCKPT_LIGER_NO_FLCE, /* defaults to False (cross_entropy on the full logits) and raises
+                          * NotImplementedError when set */
+} gckpt_liger_kind;
 
 #define GCKPT_FAMILY_MAX_TYPES 4
 

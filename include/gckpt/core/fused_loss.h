@@ -18,8 +18,9 @@ extern "C" {
 #endif
 
 /* Liger's chunk: the rows of [tokens, vocab] logits it makes at once,
- * min(next_power_of_2(ceil(BT / ceil(V / H))), BT) (chunk_mem_const 1); 0 for bt 0. */
-uint64_t gckpt_liger_chunk_rows(uint64_t bt, uint64_t vocab, uint64_t hidden);
+ * min(next_power_of_2(ceil(BT / ceil(V / (mem_const * H)))), BT) (mem_const: the
+ * chunk_mem_const the model's lce_forward passes, 0 taken as 1); 0 for bt 0. */
+uint64_t gckpt_liger_chunk_rows(uint64_t bt, uint64_t vocab, uint64_t hidden, uint64_t mem_const);
 
 /* The bytes of a fused-loss op's forward (bwd false) or backward temporaries at `tokens`
  * rows, each allocation rounded up to `round` (recipe.h: gckpt_op.fused_loss; x_dtype the

@@ -290,6 +290,7 @@ typedef struct {
     uint8_t dequant;     /* gckpt_quant_scheme of the weight it dequantizes (0: none) */
     uint8_t fused_loss;  /* GCKPT_P_FUSED_LCE / CCE_LSE: the gckpt_loss whose workspaces it has
                           * (gckpt_fused_loss_ws) */
+    uint8_t chunk_mem_const; /* Liger's: the model type's chunk_mem_const (families.h) */
     bool grads_in_fwd;   /* its input gradients are made by its forward and kept until its
                           * backward hands them on (Liger's fused linear cross-entropy) */
     bool ctx_keep;       /* its saved tensors are kept as ctx attributes, which saved-tensor

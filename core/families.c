@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gckpt/core/peft.h"
+#include "gckpt/core/vision.h"
 #include "model_parse.h"
 #include "recipe_tracer.h"
 
@@ -100,7 +101,10 @@ const gckpt_unmodelled_type gckpt_unmodelled_moe_types[] = {
 /* transformers 5.24's modelling of each (FINDINGS R-VLM-*) */
 const gckpt_vlm_type gckpt_vlm_types[] = {
     {"llava", "LLaVA", "the CLIP vision tower (features of vision_feature_layer), the two-layer projector, "
-                       "(image_size / patch_size)^2 image tokens"},
+                       "(image_size / patch_size)^2 image tokens", gckpt_vlm_read_llava, "clip_vision_model", "llama",
+     /* LlamaConfig's */
+     "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
+     "\"num_attention_heads\": 32}"},
     {"llava_next", "LLaVA-NeXT", "the CLIP vision tower over anyres tiles (image_grid_pinpoints), the projector, "
                                  "the unpadded tile features with a newline per row"},
     {"qwen2_5_vl", "Qwen2.5-VL", "the ViT's windowed and full-attention blocks (fullatt_block_indexes), the 2x2 "
@@ -113,7 +117,7 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
                                        "per image) and bidirectional attention over image tokens"},
     {"mllama", "Llama 3.2 Vision", "the tiled vision encoder (local and gated global layers) and the "
                                    "cross-attention text layers"},
-    {NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };
 
 const gckpt_vlm_type *gckpt_vlm_type_of(const char *t)

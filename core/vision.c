@@ -1,0 +1,296 @@
+/* The vision side of a vision-language config (gckpt/core/vision.h): the VLM readers, the
+ * tower table (per tower kind: its config keys and defaults, parameters, checkpointing
+ * layers, image token rule) and the image-size option. transformers 5.24 (FINDINGS
+ * R-VLM-*). */
+#include "gckpt/core/vision.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/core/families.h"
+#include "gckpt/util/jsonget.h"
+#include "model_parse.h"
+
+/* ---- the towers ---------------------------------------------------------------------- */
+
+typedef struct {
+    const char *model_type; /* vision_config.model_type */
+    bool (*read)(const char *f, const cJSON *j, gckpt_vision *v, gckpt_err *err);
+    uint64_t (*params)(const gckpt_vision *v);
+    /* placeholder tokens of one image (the processor's output size; h, w positive) */
+    bool (*tokens)(const gckpt_vision *v, const char *what, uint64_t h, uint64_t w, uint64_t *n, gckpt_err *err);
+} tower_info;
+
+/* CLIPVisionConfig (configuration_clip.py): a vision_config dict takes the class's
+ * defaults for the keys it omits, not LlavaConfig's init_kwargs (those apply only when
+ * vision_config is None, which the VLM reader refuses). */
+static bool read_clip(const char *f, const cJSON *j, gckpt_vision *v, gckpt_err *err)
+{
+    char act[32];
+    bool ok = gckpt_json_u64_opt(j, f, "hidden_size", 1, MAX_HIDDEN, 768, &v->hidden, err) &&
+              gckpt_json_u64_opt(j, f, "intermediate_size", 1, MAX_INTER, 3072, &v->intermediate, err) &&
+              gckpt_json_u64_opt(j, f, "num_hidden_layers", 1, MAX_LAYERS, 12, &v->layers, err) &&
+              gckpt_json_u64_opt(j, f, "num_attention_heads", 1, MAX_HEADS, 12, &v->heads, err) &&
+              gckpt_json_u64_opt(j, f, "num_channels", 1, 64, 3, &v->channels, err) &&
+              gckpt_json_u64_opt(j, f, "image_size", 1, 1u << 16, 224, &v->image_size, err) &&
+              gckpt_json_u64_opt(j, f, "patch_size", 1, 1u << 16, 32, &v->patch, err) &&
+              gckpt_json_num_opt(j, f, "layer_norm_eps", 0, 1, 1e-5, &v->norm_eps, err) &&
+              gckpt_json_num_opt(j, f, "attention_dropout", 0, 1, 0, &v->attn_dropout, err) &&
+              gckpt_json_str_opt(j, f, "hidden_act", "quick_gelu", act, sizeof act, err);
+    if (!ok) return false;
+    if (strcmp(act, "quick_gelu")) {
+        gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\" is not supported (quick_gelu)", f, act);
+        return false;
+    }
+    v->act = GCKPT_VACT_QUICK_GELU;
+    if (v->hidden % v->heads) { /* CLIPVisionConfig raises */
+        gckpt_seterr(err, "%s: field 'num_attention_heads' = %llu does not divide 'hidden_size' = %llu", f,
+                     (unsigned long long)v->heads, (unsigned long long)v->hidden);
+        return false;
+    }
+    if (v->patch > v->image_size) {
+        gckpt_seterr(err, "%s: field 'patch_size' = %llu is larger than 'image_size' = %llu (no patch)", f,
+                     (unsigned long long)v->patch, (unsigned long long)v->image_size);
+        return false;
+    }
+    if (v->attn_dropout > 0) {
+        gckpt_seterr(err, "%s: field 'attention_dropout' = %g is not modelled (0 only)", f, v->attn_dropout);
+        return false;
+    }
+    return true;
+}
+
+static uint64_t clip_grid(const gckpt_vision *v)
+{
+    uint64_t side = v->image_size / v->patch; /* the stride-patch convolution's output side */
+    return side * side;
+}
+
+/* CLIPVisionTransformer: class_embedding, the patch convolution (no bias), a position per
+ * patch and the class token, pre_layrnorm, the encoder layers (two LayerNorms, q / k / v /
+ * out_proj and fc1 / fc2 with biases), post_layernorm. */
+static uint64_t clip_params(const gckpt_vision *v)
+{
+    uint64_t h = v->hidden, i = v->intermediate;
+    uint64_t layer = 2 * (2 * h) + 4 * (h * h + h) + (h * i + i) + (i * h + h);
+    return h + v->channels * v->patch * v->patch * h + (clip_grid(v) + 1) * h + 2 * h + v->layers * layer + 2 * h;
+}
+
+/* CLIPImageProcessor resizes the shortest edge and center-crops to crop_size, which must
+ * be the tower's image_size (CLIPVisionEmbeddings raises on another pixel size): every
+ * image gives the same grid, (image_size // patch)^2 features plus the class token, which
+ * "default" drops (LlavaProcessor: the same count, R-VLM-4). Any positive size is
+ * accepted. */
+static bool clip_tokens(const gckpt_vision *v, const char *what, uint64_t h, uint64_t w, uint64_t *n,
+                        gckpt_err *err)
+{
+    (void)what, (void)h, (void)w, (void)err;
+    *n = clip_grid(v) + (v->keep_cls ? 1 : 0);
+    return true;
+}
+
+static const tower_info towers[GCKPT_NTOWER] = {
+    [GCKPT_TOWER_CLIP] = {"clip_vision_model", read_clip, clip_params, clip_tokens},
+};
+
+/* ---- the readers --------------------------------------------------------------------- */
+
+/* vision_config: the tower kind by its model_type (default_type when absent), then its
+ * reader. */
+static bool read_tower(const char *file, const cJSON *j, const char *default_type, gckpt_vision *v, gckpt_err *err)
+{
+    char f[160], type[48];
+    snprintf(f, sizeof f, "%s: vision_config", file);
+    const cJSON *vc = cJSON_GetObjectItemCaseSensitive(j, "vision_config");
+    if (!gckpt_json_str_opt(vc, f, "model_type", default_type, type, sizeof type, err)) return false;
+    for (int k = 0; k < GCKPT_NTOWER; k++)
+        if (!strcmp(type, towers[k].model_type)) {
+            v->tower = (uint8_t)k;
+            return towers[k].read(f, vc, v, err);
+        }
+    gckpt_seterr(err, "%s: field 'model_type' = \"%s\": this vision tower is not supported (%s)", f, type,
+                 default_type);
+    return false;
+}
+
+/* text_config: read by the text families' readers (the row's text_type when it names no
+ * model_type, as the config class's sub-config spec; that type's class defaults for the
+ * keys it omits). */
+static bool read_text(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_model *m, gckpt_err *err)
+{
+    char f[160];
+    snprintf(f, sizeof f, "%s: text_config", file);
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(j, "text_config");
+    if (!cJSON_IsObject(tc)) {
+        gckpt_seterr(err, "%s: field 'text_config' %s: a vision-language config names its text model (transformers "
+                          "would build the class's default one)", file, tc ? "is not an object" : "is missing");
+        return false;
+    }
+    cJSON *copy = cJSON_Duplicate(tc, true), *defaults = cJSON_Parse(row->text_defaults);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(copy, "model_type");
+    bool mem = copy && defaults && (type || cJSON_AddStringToObject(copy, "model_type", row->text_type));
+    type = cJSON_GetObjectItemCaseSensitive(copy, "model_type");
+    if (mem && cJSON_IsString(type) && !strcmp(type->valuestring, row->text_type))
+        for (const cJSON *d = defaults->child; d && mem; d = d->next)
+            if (!cJSON_GetObjectItemCaseSensitive(copy, d->string))
+                mem = cJSON_AddItemToObject(copy, d->string, cJSON_Duplicate(d, true));
+    cJSON_Delete(defaults);
+    if (!mem) {
+        cJSON_Delete(copy);
+        gckpt_seterr(err, "%s: out of memory", f);
+        return false;
+    }
+    bool ok = gckpt_model_read_config(f, copy, m, err);
+    cJSON_Delete(copy);
+    return ok;
+}
+
+/* An integer (possibly negative) in [lo, hi] (item names the field in messages). */
+static bool read_index(const char *file, const char *field, const cJSON *it, int64_t lo, int64_t hi, int64_t *out,
+                       gckpt_err *err)
+{
+    double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+    if (!cJSON_IsNumber(it) || d != floor(d) || d < (double)lo || d > (double)hi) {
+        gckpt_seterr(err, "%s: field '%s' must be an integer in [%lld, %lld] (a hidden state of the vision tower), "
+                          "got %s", file, field, (long long)lo, (long long)hi,
+                     cJSON_IsNumber(it) ? "a number outside it" : gckpt_json_type_name(it));
+        return false;
+    }
+    *out = (int64_t)d;
+    return true;
+}
+
+/* vision_feature_layer: an int or a list of them, each an index into the tower's
+ * layers + 1 hidden states (Python's, negative from the end). */
+static bool read_feature_layers(const char *file, const cJSON *j, gckpt_vision *v, gckpt_err *err)
+{
+    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(j, "vision_feature_layer");
+    int64_t n = (int64_t)v->layers + 1;
+    if (!fl || cJSON_IsNull(fl)) {
+        v->feature_layer[0] = -2;
+        v->nfeature = 1;
+        return true;
+    }
+    if (!cJSON_IsArray(fl)) {
+        v->nfeature = 1;
+        return read_index(file, "vision_feature_layer", fl, -n, n - 1, &v->feature_layer[0], err);
+    }
+    int count = cJSON_GetArraySize(fl);
+    if (count < 1 || count > GCKPT_MAX_FEATURE_LAYERS) {
+        gckpt_seterr(err, "%s: field 'vision_feature_layer' must list 1 to %d layers, got %d", file,
+                     GCKPT_MAX_FEATURE_LAYERS, count);
+        return false;
+    }
+    v->nfeature = 0;
+    for (const cJSON *it = fl->child; it; it = it->next)
+        if (!read_index(file, "vision_feature_layer", it, -n, n - 1, &v->feature_layer[v->nfeature++], err))
+            return false;
+    return true;
+}
+
+/* LlavaConfig (configuration_llava.py): vision_config and text_config (their default
+ * model_types: the row's), vision_feature_layer -2, vision_feature_select_strategy
+ * "default", projector_hidden_act "gelu", multimodal_projector_bias true,
+ * image_token_index 32000, tie_word_embeddings false (or text_config's). */
+bool gckpt_vlm_read_llava(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v, gckpt_err *err)
+{
+    char strategy[16], act[32];
+    double token;
+    bool top_tied;
+    if (!read_tower(file, j, row->vision_type, &v->vision, err) || !read_text(file, j, row, &v->text, err) ||
+        !read_feature_layers(file, j, &v->vision, err))
+        return false;
+    if (!gckpt_json_str_opt(j, file, "vision_feature_select_strategy", "default", strategy, sizeof strategy, err) ||
+        !gckpt_json_str_opt(j, file, "projector_hidden_act", "gelu", act, sizeof act, err) ||
+        !gckpt_json_bool_opt(j, file, "multimodal_projector_bias", true, &v->vision.projector_bias, err) ||
+        !gckpt_json_num_opt(j, file, "image_token_index", 0, 9007199254740992.0, 32000, &token, err) ||
+        !gckpt_json_bool_opt(j, file, "tie_word_embeddings", false, &top_tied, err))
+        return false;
+    if (strcmp(strategy, "default") && strcmp(strategy, "full")) {
+        gckpt_seterr(err, "%s: field 'vision_feature_select_strategy' = \"%s\" is not one of default, full", file,
+                     strategy);
+        return false;
+    }
+    if (strcmp(act, "gelu")) {
+        gckpt_seterr(err, "%s: field 'projector_hidden_act' = \"%s\" is not supported (gelu)", file, act);
+        return false;
+    }
+    if (token != floor(token)) {
+        gckpt_seterr(err, "%s: field 'image_token_index' = %g is not an integer", file, token);
+        return false;
+    }
+    v->vision.keep_cls = !strcmp(strategy, "full");
+    v->vision.projector_act = GCKPT_VACT_GELU;
+    v->vision.image_token = (int64_t)token;
+    v->text.tied = top_tied || v->text.tied; /* LlavaConfig.__post_init__ */
+    return true;
+}
+
+bool gckpt_vlm_parse(const char *file, const char *text, gckpt_vlm *v, gckpt_err *err)
+{
+    memset(v, 0, sizeof *v);
+    cJSON *j = gckpt_json_parse(file, text, err);
+    if (!j) return false;
+    bool ok = gckpt_json_str(j, file, "model_type", v->model_type, sizeof v->model_type, err);
+    const gckpt_vlm_type *t = ok ? gckpt_vlm_type_of(v->model_type) : NULL;
+    if (ok && t && t->read && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "vision_config"))) {
+        ok = t->read(file, j, t, v, err);
+    } else if (ok) { /* gckpt_model_parse's refusal, or no VLM at all */
+        if (gckpt_refuse_vlm(file, j, v->model_type, err))
+            gckpt_seterr(err, "%s: field 'model_type' = \"%s\" is not a vision-language model", file, v->model_type);
+        ok = false;
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* ---- what the planner reads ---------------------------------------------------------- */
+
+uint64_t gckpt_vision_tower_params(const gckpt_vlm *v)
+{
+    return towers[v->vision.tower].params(&v->vision);
+}
+
+/* LlavaMultiModalProjector: linear_1 (vision hidden x feature layers -> text hidden), the
+ * activation, linear_2 (text hidden -> text hidden), biases by multimodal_projector_bias. */
+uint64_t gckpt_vision_projector_params(const gckpt_vlm *v)
+{
+    uint64_t in = v->vision.hidden * v->vision.nfeature, h = v->text.hidden, b = v->vision.projector_bias;
+    return in * h + b * h + h * h + b * h;
+}
+
+/* Every CLIPEncoderLayer is a GradientCheckpointingLayer (R-VLM-1), also those after the
+ * feature layer (they run; their outputs reach no loss). */
+void gckpt_vlm_towers(const gckpt_vlm *v, uint64_t t[2])
+{
+    t[0] = v->vision.layers;
+    t[1] = v->text.layers;
+}
+
+bool gckpt_image_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint64_t w, uint64_t *tokens,
+                        gckpt_err *err)
+{
+    if (!h || !w) {
+        gckpt_seterr(err, "%s: an image of %llux%llu pixels has no pixels", what, (unsigned long long)h,
+                     (unsigned long long)w);
+        return false;
+    }
+    return towers[v->vision.tower].tokens(&v->vision, what, h, w, tokens, err);
+}
+
+bool gckpt_parse_image_size(const char *what, const char *s, uint64_t *h, uint64_t *w, gckpt_err *err)
+{
+    unsigned long long a, b;
+    int used = 0;
+    if (sscanf(s, "%llux%llu%n", &a, &b, &used) != 2 || s[used] || s[0] < '0' || s[0] > '9' || !strchr(s, 'x') ||
+        strchr(s, 'x')[1] < '0' || strchr(s, 'x')[1] > '9' || !a || !b || a > (1u << 20) || b > (1u << 20)) {
+        gckpt_seterr(err, "%s: '%s' is not an image size HxW (height x width in pixels, 1 to %u each)", what, s,
+                     1u << 20);
+        return false;
+    }
+    *h = a;
+    *w = b;
+    return true;
+}

@@ -1,0 +1,91 @@
+/* A vision-language model as its config.json describes it: the text model (a gckpt_model
+ * read by the text families' readers from text_config), the vision tower (vision_config),
+ * the projector between them and how an image becomes placeholder tokens in the text
+ * sequence (FINDINGS R-VLM-*). The reader of each VLM model_type is a hook of its row in
+ * gckpt_vlm_types (core/families.c); what one tower kind computes is a row of the tower
+ * table in core/vision.c. Read here; the recipe of the vision side is not built yet, so
+ * gckpt_model_parse still refuses every VLM config. */
+#ifndef GCKPT_VISION_H
+#define GCKPT_VISION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gckpt/core/model.h"
+#include "gckpt/util/util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The vision towers read (vision_config.model_type). */
+typedef enum {
+    GCKPT_TOWER_CLIP, /* clip_vision_model: CLIPVisionModel (llava) */
+    GCKPT_NTOWER
+} gckpt_tower_kind;
+
+/* Activations of the vision side that the text models' gckpt_act does not name. */
+typedef enum {
+    GCKPT_VACT_QUICK_GELU, /* x * sigmoid(1.702 x): CLIP's MLP */
+    GCKPT_VACT_GELU,       /* erf GELU: llava's projector_hidden_act "gelu" */
+} gckpt_vision_act;
+
+#define GCKPT_MAX_FEATURE_LAYERS 8
+
+typedef struct {
+    uint8_t tower;           /* gckpt_tower_kind */
+    uint64_t layers, hidden, heads, intermediate, channels, image_size, patch;
+    uint8_t act;             /* gckpt_vision_act of the tower's MLP */
+    double norm_eps, attn_dropout;
+    /* vision_feature_layer: the hidden states (index into the tower's layers + 1 outputs,
+     * negative from the end) the projector reads, concatenated when several */
+    int64_t feature_layer[GCKPT_MAX_FEATURE_LAYERS];
+    unsigned nfeature;
+    bool keep_cls;           /* vision_feature_select_strategy "full" (default: the CLS dropped) */
+    uint8_t projector_act;   /* gckpt_vision_act */
+    bool projector_bias;     /* multimodal_projector_bias */
+    int64_t image_token;     /* image_token_index: the placeholder id */
+} gckpt_vision;
+
+typedef struct gckpt_vlm {
+    char model_type[32];     /* the VLM's (config.json model_type) */
+    gckpt_model text;        /* text_config, read by its family's reader; its `tied` is the
+                              * top-level tie_word_embeddings (the ForConditionalGeneration's
+                              * lm_head), which the config class sets from text_config's */
+    gckpt_vision vision;
+} gckpt_vlm;
+
+/* Read a VLM's config.json text (file only in messages). A model_type that is no VLM, or
+ * a VLM whose vision side is not read yet, is refused as gckpt_model_parse refuses it. */
+bool gckpt_vlm_parse(const char *file, const char *text, gckpt_vlm *v, gckpt_err *err);
+
+/* The llava reader (the hook of llava's gckpt_vlm_types row): LlavaConfig's keys and
+ * defaults, a CLIP vision_config, text_config read by the text families. */
+struct cJSON;
+struct gckpt_vlm_type;
+bool gckpt_vlm_read_llava(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row, gckpt_vlm *v,
+                          gckpt_err *err);
+
+/* Parameters of the vision tower and of the projector (the text model's and lm_head's are
+ * the text model's count). */
+uint64_t gckpt_vision_tower_params(const gckpt_vlm *v);
+uint64_t gckpt_vision_projector_params(const gckpt_vlm *v);
+
+/* GradientCheckpointingLayer counts of the towers in module order ({vision, text}), what
+ * gckpt_tower_checkpointed (gckpt/core/towers.h) reads. */
+void gckpt_vlm_towers(const gckpt_vlm *v, uint64_t towers[2]);
+
+/* Image tokens (placeholders in the text sequence) of one h x w image as the family's
+ * processor prepares it (R-VLM-4); false with err naming `what` (an option or field) when
+ * the processor would reject the size. */
+bool gckpt_image_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint64_t w, uint64_t *tokens,
+                        gckpt_err *err);
+
+/* An image size "HxW" (positive integers) given as option `what`. */
+bool gckpt_parse_image_size(const char *what, const char *s, uint64_t *h, uint64_t *w, gckpt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

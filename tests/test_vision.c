@@ -1,0 +1,267 @@
+/* The vision side of a VLM config (gckpt/core/vision.h) against what transformers 5.24
+ * measured: LLaVA-1.5-7B's parameters by part on the meta device (tests/data/vlm-counts.json,
+ * tools/hf_probe/vlm_facts.py) and every llava fixture of tools/hf_probe/vlm_cases.py
+ * (tests/data/hf-vlm: the parameter count, the trainable count with the tower frozen, the
+ * towers' checkpointing layers, the image tokens the model accepted); the config classes'
+ * defaults; one-line errors. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include "closed_form_params.h"
+#include "gckpt/core/model.h"
+#include "gckpt/core/towers.h"
+#include "gckpt/core/vision.h"
+#include "gckpt/util/util.h"
+
+#ifndef GCKPT_TEST_DATA
+#error GCKPT_TEST_DATA must name tests/data
+#endif
+
+static cJSON *read_json(const char *path)
+{
+    gckpt_err err;
+    char *text = gckpt_read_file(path, 1u << 26, &err);
+    if (!text) fail_msg("%s: %s", path, err.msg);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!j) fail_msg("%s: not JSON", path);
+    return j;
+}
+
+static double num_at(const cJSON *j, const char *path_dots)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path_dots);
+    const cJSON *it = j;
+    for (char *save = NULL, *k = strtok_r(buf, ".", &save); k; k = strtok_r(NULL, ".", &save))
+        it = cJSON_GetObjectItemCaseSensitive(it, k);
+    if (!cJSON_IsNumber(it)) fail_msg("no number at %s", path_dots);
+    return it->valuedouble;
+}
+
+static void parse_ok(const char *file, const char *text, gckpt_vlm *v)
+{
+    gckpt_err err;
+    if (!gckpt_vlm_parse(file, text, v, &err)) fail_msg("%s: %s", file, err.msg);
+}
+
+/* LLaVA-1.5-7B: the counts of LlavaForConditionalGeneration on the meta device by part */
+static void llava_real(void **state)
+{
+    (void)state;
+    cJSON *counts = read_json(GCKPT_TEST_DATA "/vlm-counts.json");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(counts, "models"),
+                                                      "llava-1.5-7b.json");
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", 1u << 20, &err);
+    assert_non_null(text);
+    gckpt_vlm v;
+    parse_ok("llava-1.5-7b.json", text, &v);
+    free(text);
+    assert_int_equal(gckpt_vision_tower_params(&v), (uint64_t)num_at(c, "by_part.vision_tower"));
+    assert_int_equal(gckpt_vision_projector_params(&v), (uint64_t)num_at(c, "by_part.projector"));
+    assert_int_equal((uint64_t)closed_form_params128(&v.text),
+                     (uint64_t)(num_at(c, "by_part.text_model") + num_at(c, "by_part.lm_head")));
+    assert_int_equal(gckpt_vision_tower_params(&v) + gckpt_vision_projector_params(&v) +
+                         (uint64_t)closed_form_params128(&v.text),
+                     (uint64_t)num_at(c, "parameters"));
+    uint64_t t[2];
+    gckpt_vlm_towers(&v, t);
+    assert_int_equal(t[0], (uint64_t)num_at(c, "checkpointing_layers.vision"));
+    assert_int_equal(t[1], (uint64_t)num_at(c, "checkpointing_layers.text"));
+    /* (336 / 14)^2 = 576 whatever the image's size (R-VLM-4) */
+    uint64_t n = 0;
+    assert_true(gckpt_image_tokens(&v, "--image-size", 480, 640, &n, &err));
+    assert_int_equal(n, 576);
+    assert_true(gckpt_image_tokens(&v, "--image-size", 1, 4000, &n, &err));
+    assert_int_equal(n, 576);
+    assert_int_equal(v.vision.nfeature, 1);
+    assert_int_equal(v.vision.feature_layer[0], -2);
+    assert_int_equal(v.vision.image_token, 32000);
+    assert_false(v.text.tied);
+    cJSON_Delete(counts);
+}
+
+/* One llava fixture: its config as transformers wrote it */
+static void check_fixture(const char *path)
+{
+    cJSON *j = read_json(path);
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(j, "config");
+    char *text = cJSON_PrintUnformatted(cfg);
+    gckpt_vlm v;
+    parse_ok(path, text, &v);
+    free(text);
+    uint64_t tower = gckpt_vision_tower_params(&v),
+             all = tower + gckpt_vision_projector_params(&v) + (uint64_t)closed_form_params128(&v.text);
+    if (all != (uint64_t)num_at(j, "parameters.count"))
+        fail_msg("%s: %llu parameters planned, %.0f measured", path, (unsigned long long)all,
+                 num_at(j, "parameters.count"));
+    const cJSON *vt = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "setting"), "vision_tower");
+    bool frozen = cJSON_IsString(vt) && !strcmp(vt->valuestring, "frozen");
+    if (all - (frozen ? tower : 0) != (uint64_t)num_at(j, "parameters.trainable"))
+        fail_msg("%s: trainable parameters", path);
+    uint64_t t[2];
+    gckpt_vlm_towers(&v, t);
+    if (t[0] != (uint64_t)num_at(j, "towers.vision.layers") || t[1] != (uint64_t)num_at(j, "towers.text.layers"))
+        fail_msg("%s: tower layers", path);
+    /* the image tokens the model's placeholder check accepted, and the sequence they are in */
+    const cJSON *hw = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "images"), "size_hw");
+    uint64_t n = 0;
+    gckpt_err err;
+    if (!gckpt_image_tokens(&v, "--image-size", (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble,
+                            (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble, &n, &err))
+        fail_msg("%s: %s", path, err.msg);
+    if (n != (uint64_t)num_at(j, "images.tokens_per_image")) fail_msg("%s: %llu image tokens planned", path,
+                                                                       (unsigned long long)n);
+    if (num_at(j, "images.text_tokens_per_sample") + num_at(j, "images.per_sample") * (double)n !=
+        num_at(j, "setting.seq"))
+        fail_msg("%s: text + image tokens are not the sequence", path);
+    cJSON_Delete(j);
+}
+
+static void llava_fixtures(void **state)
+{
+    (void)state;
+    const char *dir = GCKPT_TEST_DATA "/hf-vlm";
+    DIR *d = opendir(dir);
+    if (!d) fail_msg("cannot open %s", dir);
+    struct dirent *e;
+    size_t files = 0;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, "llava-", 6) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        check_fixture(path);
+        files++;
+    }
+    closedir(d);
+    assert_int_equal(files, 42 + 12); /* the grid and the two-image cases */
+}
+
+#define TEXT_CFG "\"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 4, " \
+                 "\"num_attention_heads\": 4, \"vocab_size\": 211}"
+
+/* The config classes' defaults: CLIPVisionConfig's for a vision_config that omits a key
+ * (not LlavaConfig's 336 / 14 tower, which only a missing vision_config gets), LlamaConfig's
+ * for a text_config without model_type or widths */
+static void defaults(void **state)
+{
+    (void)state;
+    gckpt_vlm v;
+    gckpt_err err;
+    parse_ok("d.json", "{\"model_type\": \"llava\", \"vision_config\": {}, " TEXT_CFG "}", &v);
+    assert_int_equal(v.vision.tower, GCKPT_TOWER_CLIP);
+    assert_int_equal(v.vision.image_size, 224);
+    assert_int_equal(v.vision.patch, 32);
+    assert_int_equal(v.vision.layers, 12);
+    assert_int_equal(v.vision.hidden, 768);
+    assert_true(v.vision.projector_bias);
+    assert_string_equal(v.text.model_type, "llama");
+    uint64_t n = 0;
+    assert_true(gckpt_image_tokens(&v, "--image-size", 224, 224, &n, &err));
+    assert_int_equal(n, 49);
+    /* "full" keeps the class token; two feature layers widen linear_1 */
+    parse_ok("d.json", "{\"model_type\": \"llava\", \"vision_config\": {\"num_hidden_layers\": 3}, "
+                       "\"vision_feature_select_strategy\": \"full\", \"vision_feature_layer\": [-3, 1], "
+                       "\"multimodal_projector_bias\": false, \"tie_word_embeddings\": true, " TEXT_CFG "}", &v);
+    assert_true(gckpt_image_tokens(&v, "--image-size", 10, 10, &n, &err));
+    assert_int_equal(n, 50);
+    assert_int_equal(v.vision.nfeature, 2);
+    assert_int_equal(v.vision.feature_layer[0], -3);
+    assert_int_equal(gckpt_vision_projector_params(&v), 768 * 2 * 64 + 64 * 64);
+    assert_true(v.text.tied);
+    /* LlamaConfig's widths when text_config omits them (LLaVA-1.5's) */
+    parse_ok("d.json", "{\"model_type\": \"llava\", \"vision_config\": {}, \"text_config\": {}}", &v);
+    assert_int_equal(v.text.hidden, 4096);
+    assert_int_equal(v.text.layers, 32);
+    assert_int_equal(v.text.vocab, 32000);
+}
+
+static void expect_error(const char *text, const char *msg)
+{
+    gckpt_vlm v;
+    gckpt_err err;
+    err.msg[0] = 0;
+    assert_false(gckpt_vlm_parse("x.json", text, &v, &err));
+    assert_string_equal(err.msg, msg);
+    assert_null(strchr(err.msg, '\n'));
+}
+
+static void errors(void **state)
+{
+    (void)state;
+    expect_error("{\"model_type\": \"llava\", \"vision_config\": {\"model_type\": \"siglip_vision_model\"}, " TEXT_CFG
+                 "}",
+                 "x.json: vision_config: field 'model_type' = \"siglip_vision_model\": this vision tower is not "
+                 "supported (clip_vision_model)");
+    expect_error("{\"model_type\": \"llava\", \"vision_config\": {}}",
+                 "x.json: field 'text_config' is missing: a vision-language config names its text model "
+                 "(transformers would build the class's default one)");
+    expect_error("{\"model_type\": \"llava\", \"vision_config\": {\"num_hidden_layers\": 3}, "
+                 "\"vision_feature_layer\": 4, " TEXT_CFG "}",
+                 "x.json: field 'vision_feature_layer' must be an integer in [-4, 3] (a hidden state of the vision "
+                 "tower), got a number outside it");
+    expect_error("{\"model_type\": \"llava\", \"vision_config\": {}, \"vision_feature_select_strategy\": \"cls\", "
+                 TEXT_CFG "}",
+                 "x.json: field 'vision_feature_select_strategy' = \"cls\" is not one of default, full");
+    expect_error("{\"model_type\": \"llava\", \"vision_config\": {\"hidden_act\": \"gelu\"}, " TEXT_CFG "}",
+                 "x.json: vision_config: field 'hidden_act' = \"gelu\" is not supported (quick_gelu)");
+    expect_error("{\"model_type\": \"llava\", \"vision_config\": {\"attention_dropout\": 0.1}, " TEXT_CFG "}",
+                 "x.json: vision_config: field 'attention_dropout' = 0.1 is not modelled (0 only)");
+    expect_error("{\"model_type\": \"llava\", \"vision_config\": {\"num_attention_heads\": 5}, " TEXT_CFG "}",
+                 "x.json: vision_config: field 'num_attention_heads' = 5 does not divide 'hidden_size' = 768");
+    expect_error("{\"model_type\": \"llava\", \"vision_config\": {}, \"projector_hidden_act\": \"relu\", " TEXT_CFG
+                 "}",
+                 "x.json: field 'projector_hidden_act' = \"relu\" is not supported (gelu)");
+    /* the text model's own reader, named as text_config */
+    expect_error("{\"model_type\": \"llava\", \"vision_config\": {}, \"text_config\": {\"model_type\": \"llama\", "
+                 "\"hidden_act\": \"relu\"}}",
+                 "x.json: text_config: field 'hidden_act' = \"relu\" is not supported (silu, gelu, gelu_new, "
+                 "gelu_pytorch_tanh, gelu_tanh)");
+    /* not read yet, or no VLM: gckpt_model_parse's refusals */
+    expect_error("{\"model_type\": \"llava\"}",
+                 "x.json: field 'vision_config' is missing: model_type \"llava\" (LLaVA) is a vision-language model "
+                 "whose vision tower it configures");
+    expect_error("{\"model_type\": \"mllama\", \"vision_config\": {}}",
+                 "x.json: field 'model_type' = \"mllama\": vision-language models are not supported yet (Llama 3.2 "
+                 "Vision: vision tower not yet planned: the tiled vision encoder (local and gated global layers) and "
+                 "the cross-attention text layers)");
+    expect_error("{\"model_type\": \"llama\"}", "x.json: field 'model_type' = \"llama\" is not a vision-language model");
+}
+
+static void image_sizes(void **state)
+{
+    (void)state;
+    uint64_t h = 0, w = 0;
+    gckpt_err err;
+    assert_true(gckpt_parse_image_size("--image-size", "336x672", &h, &w, &err));
+    assert_int_equal(h, 336);
+    assert_int_equal(w, 672);
+    const char *bad[] = {"0x5", "5", "5x", "x5", "5x5x", "-1x5", "5x-5", "5x 5", " 5x5", "+5x5", "5X5", "2000000x5", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_false(gckpt_parse_image_size("--image-size", bad[i], &h, &w, &err));
+        char want[256];
+        snprintf(want, sizeof want,
+                 "--image-size: '%s' is not an image size HxW (height x width in pixels, 1 to 1048576 each)", bad[i]);
+        assert_string_equal(err.msg, want);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(llava_real), cmocka_unit_test(llava_fixtures), cmocka_unit_test(defaults),
+        cmocka_unit_test(errors),     cmocka_unit_test(image_sizes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

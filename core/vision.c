@@ -18,7 +18,9 @@
 typedef struct {
     const char *model_type; /* vision_config.model_type */
     bool (*read)(const char *f, const cJSON *j, gckpt_vision *v, gckpt_err *err);
-    uint64_t (*params)(const gckpt_vision *v);
+    /* the tower's parameters up to its first `layers` layers; with_tail: and what follows
+     * the last one (those that make no hidden state the projector reads) */
+    gckpt_param_tally (*tally)(const gckpt_vision *v, uint64_t layers, bool with_tail);
     /* placeholder tokens of one image (the processor's output size; h, w positive) */
     bool (*tokens)(const gckpt_vision *v, const char *what, uint64_t h, uint64_t w, uint64_t *n, gckpt_err *err);
 } tower_info;
@@ -69,13 +71,18 @@ static uint64_t clip_grid(const gckpt_vision *v)
 }
 
 /* CLIPVisionTransformer: class_embedding, the patch convolution (no bias), a position per
- * patch and the class token, pre_layrnorm, the encoder layers (two LayerNorms, q / k / v /
- * out_proj and fc1 / fc2 with biases), post_layernorm. */
-static uint64_t clip_params(const gckpt_vision *v)
+ * patch and the class token, pre_layrnorm; the encoder layers (two LayerNorms, q / k / v /
+ * out_proj and fc1 / fc2 with biases: 16 tensors); the tail, post_layernorm (of the pooled
+ * class token, which llava does not read). */
+static gckpt_param_tally clip_tally(const gckpt_vision *v, uint64_t layers, bool with_tail)
 {
     uint64_t h = v->hidden, i = v->intermediate;
     uint64_t layer = 2 * (2 * h) + 4 * (h * h + h) + (h * i + i) + (i * h + h);
-    return h + v->channels * v->patch * v->patch * h + (clip_grid(v) + 1) * h + 2 * h + v->layers * layer + 2 * h;
+    gckpt_param_tally t = {h + v->channels * v->patch * v->patch * h + (clip_grid(v) + 1) * h + 2 * h, 5};
+    t.params += layers * layer;
+    t.tensors += layers * 16;
+    if (with_tail) t.params += 2 * h, t.tensors += 2;
+    return t;
 }
 
 /* CLIPImageProcessor resizes the shortest edge and center-crops to crop_size, which must
@@ -92,7 +99,7 @@ static bool clip_tokens(const gckpt_vision *v, const char *what, uint64_t h, uin
 }
 
 static const tower_info towers[GCKPT_NTOWER] = {
-    [GCKPT_TOWER_CLIP] = {"clip_vision_model", read_clip, clip_params, clip_tokens},
+    [GCKPT_TOWER_CLIP] = {"clip_vision_model", read_clip, clip_tally, clip_tokens},
 };
 
 /* ---- the readers --------------------------------------------------------------------- */
@@ -248,17 +255,37 @@ bool gckpt_vlm_parse(const char *file, const char *text, gckpt_vlm *v, gckpt_err
 
 /* ---- what the planner reads ---------------------------------------------------------- */
 
-uint64_t gckpt_vision_tower_params(const gckpt_vlm *v)
+gckpt_param_tally gckpt_vision_tower_params(const gckpt_vlm *v)
 {
-    return towers[v->vision.tower].params(&v->vision);
+    return towers[v->vision.tower].tally(&v->vision, v->vision.layers, true);
+}
+
+/* hidden_states[k] (k in 0 .. layers, Python's negative indices from the end) is the
+ * output of layer k - 1 (0: the embeddings'): only the layers up to the deepest one read
+ * make a feature, and only they get a gradient (R-VLM-9). */
+uint64_t gckpt_vision_feature_depth(const gckpt_vlm *v)
+{
+    int64_t n = (int64_t)v->vision.layers + 1, deepest = 0;
+    for (unsigned k = 0; k < v->vision.nfeature; k++) {
+        int64_t f = v->vision.feature_layer[k];
+        if (f < 0) f += n;
+        if (f > deepest) deepest = f;
+    }
+    return (uint64_t)deepest;
+}
+
+gckpt_param_tally gckpt_vision_tower_grads(const gckpt_vlm *v)
+{
+    return towers[v->vision.tower].tally(&v->vision, gckpt_vision_feature_depth(v), false);
 }
 
 /* LlavaMultiModalProjector: linear_1 (vision hidden x feature layers -> text hidden), the
  * activation, linear_2 (text hidden -> text hidden), biases by multimodal_projector_bias. */
-uint64_t gckpt_vision_projector_params(const gckpt_vlm *v)
+gckpt_param_tally gckpt_vision_projector_params(const gckpt_vlm *v)
 {
     uint64_t in = v->vision.hidden * v->vision.nfeature, h = v->text.hidden, b = v->vision.projector_bias;
-    return in * h + b * h + h * h + b * h;
+    gckpt_param_tally t = {in * h + b * h + h * h + b * h, 2 + 2 * b};
+    return t;
 }
 
 /* Every CLIPEncoderLayer is a GradientCheckpointingLayer (R-VLM-1), also those after the

@@ -67,11 +67,11 @@ static void llava_real(void **state)
     gckpt_vlm v;
     parse_ok("llava-1.5-7b.json", text, &v);
     free(text);
-    assert_int_equal(gckpt_vision_tower_params(&v), (uint64_t)num_at(c, "by_part.vision_tower"));
-    assert_int_equal(gckpt_vision_projector_params(&v), (uint64_t)num_at(c, "by_part.projector"));
+    assert_int_equal(gckpt_vision_tower_params(&v).params, (uint64_t)num_at(c, "by_part.vision_tower"));
+    assert_int_equal(gckpt_vision_projector_params(&v).params, (uint64_t)num_at(c, "by_part.projector"));
     assert_int_equal((uint64_t)closed_form_params128(&v.text),
                      (uint64_t)(num_at(c, "by_part.text_model") + num_at(c, "by_part.lm_head")));
-    assert_int_equal(gckpt_vision_tower_params(&v) + gckpt_vision_projector_params(&v) +
+    assert_int_equal(gckpt_vision_tower_params(&v).params + gckpt_vision_projector_params(&v).params +
                          (uint64_t)closed_form_params128(&v.text),
                      (uint64_t)num_at(c, "parameters"));
     uint64_t t[2];
@@ -96,19 +96,36 @@ static void check_fixture(const char *path)
 {
     cJSON *j = read_json(path);
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(j, "config");
-    char *text = cJSON_PrintUnformatted(cfg);
+    char *cfg_text = cJSON_PrintUnformatted(cfg);
     gckpt_vlm v;
-    parse_ok(path, text, &v);
-    free(text);
-    uint64_t tower = gckpt_vision_tower_params(&v),
-             all = tower + gckpt_vision_projector_params(&v) + (uint64_t)closed_form_params128(&v.text);
+    parse_ok(path, cfg_text, &v);
+    free(cfg_text);
+    gckpt_param_tally tower = gckpt_vision_tower_params(&v), proj = gckpt_vision_projector_params(&v),
+                      grads = gckpt_vision_tower_grads(&v);
+    /* the text model: LlamaForCausalLM's tensors (no biases): 9 per layer, the embedding,
+     * the final norm, lm_head */
+    uint64_t text = (uint64_t)closed_form_params128(&v.text), text_tensors = 9 * v.text.layers + 2 + !v.text.tied;
+    uint64_t all = tower.params + proj.params + text;
     if (all != (uint64_t)num_at(j, "parameters.count"))
         fail_msg("%s: %llu parameters planned, %.0f measured", path, (unsigned long long)all,
                  num_at(j, "parameters.count"));
-    const cJSON *vt = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "setting"), "vision_tower");
+    if (tower.tensors + proj.tensors + text_tensors != (uint64_t)num_at(j, "parameters.tensors"))
+        fail_msg("%s: parameter tensors", path);
+    const cJSON *setting = cJSON_GetObjectItemCaseSensitive(j, "setting");
+    const cJSON *vt = cJSON_GetObjectItemCaseSensitive(setting, "vision_tower");
     bool frozen = cJSON_IsString(vt) && !strcmp(vt->valuestring, "frozen");
-    if (all - (frozen ? tower : 0) != (uint64_t)num_at(j, "parameters.trainable"))
+    if (all - (frozen ? tower.params : 0) != (uint64_t)num_at(j, "parameters.trainable"))
         fail_msg("%s: trainable parameters", path);
+    /* fused AdamW's states: exp_avg and exp_avg_sq in the parameter's dtype (bf16 under pure
+     * bf16, else fp32) and an fp32 step per parameter that got a gradient (R-VLM-9) */
+    const cJSON *prec = cJSON_GetObjectItemCaseSensitive(setting, "precision");
+    uint64_t per = cJSON_IsString(prec) && !strcmp(prec->valuestring, "bf16") ? 4 : 8;
+    uint64_t el = (frozen ? 0 : grads.params) + proj.params + text,
+             tn = (frozen ? 0 : grads.tensors) + proj.tensors + text_tensors;
+    const cJSON *step = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "steps"), 0);
+    if (per * el + 4 * tn != (uint64_t)num_at(step, "optimizer_state_bytes"))
+        fail_msg("%s: optimizer states: %llu planned, %.0f measured", path, (unsigned long long)(per * el + 4 * tn),
+                 num_at(step, "optimizer_state_bytes"));
     uint64_t t[2];
     gckpt_vlm_towers(&v, t);
     if (t[0] != (uint64_t)num_at(j, "towers.vision.layers") || t[1] != (uint64_t)num_at(j, "towers.text.layers"))
@@ -178,7 +195,11 @@ static void defaults(void **state)
     assert_int_equal(n, 50);
     assert_int_equal(v.vision.nfeature, 2);
     assert_int_equal(v.vision.feature_layer[0], -3);
-    assert_int_equal(gckpt_vision_projector_params(&v), 768 * 2 * 64 + 64 * 64);
+    assert_int_equal(gckpt_vision_projector_params(&v).params, 768 * 2 * 64 + 64 * 64);
+    /* hidden_states[-3] of 3 layers is layer 0's output, [1] too: layer 0 alone gets a
+     * gradient (measured: tools/hf_probe, R-VLM-9) */
+    assert_int_equal(gckpt_vision_feature_depth(&v), 1);
+    assert_int_equal(gckpt_vision_tower_grads(&v).tensors, 5 + 16);
     assert_true(v.text.tied);
     /* LlamaConfig's widths when text_config omits them (LLaVA-1.5's) */
     parse_ok("d.json", "{\"model_type\": \"llava\", \"vision_config\": {}, \"text_config\": {}}", &v);

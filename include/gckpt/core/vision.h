@@ -66,10 +66,21 @@ struct gckpt_vlm_type;
 bool gckpt_vlm_read_llava(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row, gckpt_vlm *v,
                           gckpt_err *err);
 
-/* Parameters of the vision tower and of the projector (the text model's and lm_head's are
+/* Parameter elements and tensors. */
+typedef struct {
+    uint64_t params, tensors;
+} gckpt_param_tally;
+/* The vision tower's and the projector's parameters (the text model's and lm_head's are
  * the text model's count). */
-uint64_t gckpt_vision_tower_params(const gckpt_vlm *v);
-uint64_t gckpt_vision_projector_params(const gckpt_vlm *v);
+gckpt_param_tally gckpt_vision_tower_params(const gckpt_vlm *v);
+gckpt_param_tally gckpt_vision_projector_params(const gckpt_vlm *v);
+/* How many of the tower's layers make the features the projector reads (the deepest
+ * vision_feature_layer as an index into the layers + 1 hidden states). */
+uint64_t gckpt_vision_feature_depth(const gckpt_vlm *v);
+/* The tower's parameters that get a gradient when it is trained: those layers and the
+ * embeddings before them; the layers after them and the tail (post_layernorm) run but
+ * reach no loss, so they keep no .grad and AdamW no state for them (FINDINGS R-VLM-9). */
+gckpt_param_tally gckpt_vision_tower_grads(const gckpt_vlm *v);
 
 /* GradientCheckpointingLayer counts of the towers in module order ({vision, text}), what
  * gckpt_tower_checkpointed (gckpt/core/towers.h) reads. */

@@ -108,7 +108,13 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
     {"llava_next", "LLaVA-NeXT", "the CLIP vision tower over anyres tiles (image_grid_pinpoints), the projector, "
                                  "the unpadded tile features with a newline per row"},
     {"qwen2_5_vl", "Qwen2.5-VL", "the ViT's windowed and full-attention blocks (fullatt_block_indexes), the 2x2 "
-                                 "patch merger, the pixel budget's image tokens and M-RoPE"},
+                                 "patch merger, the pixel budget's image tokens and M-RoPE",
+     gckpt_vlm_read_qwen2_5_vl, "qwen2_5_vl_vision", "qwen2_5_vl_text",
+     /* Qwen2_5_VLTextConfig's (those Qwen2Config, whose reader reads it, defaults otherwise) */
+     "{\"vocab_size\": 152064, \"hidden_size\": 8192, \"intermediate_size\": 29568, \"num_hidden_layers\": 80, "
+     "\"num_attention_heads\": 64, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-5, \"rope_theta\": 1000000.0, "
+     "\"max_position_embeddings\": 32768, \"max_window_layers\": 80}",
+     "qwen2", true},
     {"qwen2_vl", "Qwen2-VL", "the ViT's full-attention blocks, the 2x2 patch merger, the pixel budget's image "
                              "tokens and M-RoPE"},
     {"qwen3_vl", "Qwen3-VL", "the ViT with its interpolated position embedding, the patch merger and the deepstack "
@@ -117,7 +123,7 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
                                        "per image) and bidirectional attention over image tokens"},
     {"mllama", "Llama 3.2 Vision", "the tiled vision encoder (local and gated global layers) and the "
                                    "cross-attention text layers"},
-    {NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false},
 };
 
 const gckpt_vlm_type *gckpt_vlm_type_of(const char *t)

@@ -98,8 +98,113 @@ static bool clip_tokens(const gckpt_vision *v, const char *what, uint64_t h, uin
     return true;
 }
 
+/* A key or its attribute_map alias (Qwen2_5_VLVisionConfig: num_hidden_layers -> depth). */
+static bool u64_alias(const cJSON *j, const char *f, const char *key, const char *alias, uint64_t lo, uint64_t hi,
+                      uint64_t dflt, uint64_t *out, gckpt_err *err)
+{
+    if (gckpt_json_absent(j, key) && !gckpt_json_absent(j, alias))
+        return gckpt_json_u64(j, f, alias, lo, hi, out, err);
+    return gckpt_json_u64_opt(j, f, key, lo, hi, dflt, out, err);
+}
+
+/* Qwen2_5_VLVisionConfig (configuration_qwen2_5_vl.py) */
+static bool read_qwen2_5(const char *f, const cJSON *j, gckpt_vision *v, gckpt_err *err)
+{
+    char act[32];
+    bool ok = u64_alias(j, f, "depth", "num_hidden_layers", 1, MAX_LAYERS, 32, &v->layers, err) &&
+              gckpt_json_u64_opt(j, f, "hidden_size", 1, MAX_HIDDEN, 3584, &v->hidden, err) &&
+              gckpt_json_u64_opt(j, f, "intermediate_size", 1, MAX_INTER, 3420, &v->intermediate, err) &&
+              u64_alias(j, f, "num_heads", "num_attention_heads", 1, MAX_HEADS, 16, &v->heads, err) &&
+              gckpt_json_u64_opt(j, f, "in_channels", 1, 64, 3, &v->channels, err) &&
+              gckpt_json_u64_opt(j, f, "patch_size", 1, 1u << 12, 14, &v->patch, err) &&
+              gckpt_json_u64_opt(j, f, "spatial_merge_size", 1, 64, 2, &v->merge, err) &&
+              gckpt_json_u64_opt(j, f, "temporal_patch_size", 1, 64, 2, &v->temporal_patch, err) &&
+              gckpt_json_u64_opt(j, f, "window_size", 1, 1u << 16, 112, &v->window_size, err) &&
+              gckpt_json_u64_opt(j, f, "out_hidden_size", 1, MAX_HIDDEN, 3584, &v->out_hidden, err) &&
+              gckpt_json_str_opt(j, f, "hidden_act", "silu", act, sizeof act, err);
+    if (!ok) return false;
+    if (strcmp(act, "silu")) {
+        gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\" is not supported (silu)", f, act);
+        return false;
+    }
+    v->act = GCKPT_VACT_SILU;
+    if (v->hidden % v->heads) {
+        gckpt_seterr(err, "%s: field 'num_heads' = %llu does not divide 'hidden_size' = %llu", f,
+                     (unsigned long long)v->heads, (unsigned long long)v->hidden);
+        return false;
+    }
+    const cJSON *fa = cJSON_GetObjectItemCaseSensitive(j, "fullatt_block_indexes");
+    if (!fa || cJSON_IsNull(fa)) {
+        static const uint64_t dflt[] = {7, 15, 23, 31};
+        for (size_t i = 0; i < 4; i++)
+            if (dflt[i] < v->layers) v->full_attention[dflt[i] / 8] |= (uint8_t)(1u << (dflt[i] % 8));
+        return true;
+    }
+    if (!cJSON_IsArray(fa)) {
+        gckpt_seterr(err, "%s: field 'fullatt_block_indexes' must be an array of block indices, got %s", f,
+                     gckpt_json_type_name(fa));
+        return false;
+    }
+    for (const cJSON *it = fa->child; it; it = it->next) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble != floor(it->valuedouble) ||
+            it->valuedouble > 1e9) {
+            gckpt_seterr(err, "%s: field 'fullatt_block_indexes' must list non-negative block indices", f);
+            return false;
+        }
+        uint64_t i = (uint64_t)it->valuedouble; /* an index past the blocks matches none (the forward's test) */
+        if (i < v->layers) v->full_attention[i / 8] |= (uint8_t)(1u << (i % 8));
+    }
+    return true;
+}
+
+/* Qwen2_5_VisionTransformerPretrainedModel without its merger: the Conv3d patch embedding
+ * (no bias), the blocks (norm1 / norm2 RMSNorms, qkv and proj with biases, the SwiGLU
+ * gate / up / down with biases: 12 tensors). No tail: the merger reads the last block. */
+static gckpt_param_tally qwen2_5_tally(const gckpt_vision *v, uint64_t layers, bool with_tail)
+{
+    (void)with_tail;
+    uint64_t d = v->hidden, i = v->intermediate;
+    uint64_t block = 2 * d + 3 * d * d + 3 * d + d * d + d + 2 * (d * i + i) + i * d + d;
+    gckpt_param_tally t = {v->channels * v->temporal_patch * v->patch * v->patch * d, 1};
+    t.params += layers * block;
+    t.tensors += layers * 12;
+    return t;
+}
+
+/* Qwen2VLImageProcessor's smart_resize (image_processing_qwen2_vl.py) with the class's
+ * size {shortest_edge 56 * 56, longest_edge 28 * 28 * 1280} (a checkpoint's
+ * preprocessor_config may set others: not read), factor patch x merge; Python's round()
+ * rounds half to even, as nearbyint does. */
+#define QWEN_MIN_PIXELS (56.0 * 56)
+#define QWEN_MAX_PIXELS (28.0 * 28 * 1280)
+static bool qwen2_5_tokens(const gckpt_vision *v, const char *what, uint64_t h, uint64_t w, uint64_t *n,
+                           gckpt_err *err)
+{
+    double H = (double)h, W = (double)w, f = (double)(v->patch * v->merge);
+    double ratio = (H > W ? H : W) / (H < W ? H : W);
+    if (ratio > 200) {
+        gckpt_seterr(err, "%s: an image of %llux%llu pixels has an aspect ratio of %g, above the 200 the "
+                          "processor accepts (smart_resize)", what, (unsigned long long)h, (unsigned long long)w,
+                     ratio);
+        return false;
+    }
+    double hb = nearbyint(H / f) * f, wb = nearbyint(W / f) * f;
+    if (hb * wb > QWEN_MAX_PIXELS) {
+        double beta = sqrt(H * W / QWEN_MAX_PIXELS);
+        hb = fmax(f, floor(H / beta / f) * f);
+        wb = fmax(f, floor(W / beta / f) * f);
+    } else if (hb * wb < QWEN_MIN_PIXELS) {
+        double beta = sqrt(QWEN_MIN_PIXELS / (H * W));
+        hb = ceil(H * beta / f) * f;
+        wb = ceil(W * beta / f) * f;
+    }
+    *n = ((uint64_t)hb / v->patch) * ((uint64_t)wb / v->patch) / (v->merge * v->merge);
+    return true;
+}
+
 static const tower_info towers[GCKPT_NTOWER] = {
     [GCKPT_TOWER_CLIP] = {"clip_vision_model", read_clip, clip_tally, clip_tokens},
+    [GCKPT_TOWER_QWEN2_5] = {"qwen2_5_vl_vision", read_qwen2_5, qwen2_5_tally, qwen2_5_tokens},
 };
 
 /* ---- the readers --------------------------------------------------------------------- */
@@ -122,34 +227,79 @@ static bool read_tower(const char *file, const cJSON *j, const char *default_typ
     return false;
 }
 
-/* text_config: read by the text families' readers (the row's text_type when it names no
- * model_type, as the config class's sub-config spec; that type's class defaults for the
- * keys it omits). */
-static bool read_text(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_model *m, gckpt_err *err)
+/* M-RoPE in the text config's rope_parameters / rope_scaling: its mrope_section kept, the
+ * type made "default" (Qwen2_5_VLTextConfig.convert_rope_params_to_dict). */
+static bool take_mrope(const char *f, cJSON *tc, gckpt_vlm *v, gckpt_err *err)
+{
+    static const char *const keys[] = {"rope_parameters", "rope_scaling"}, *const types[] = {"rope_type", "type"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *rp = cJSON_GetObjectItemCaseSensitive(tc, keys[k]);
+        for (int t = 0; t < 2 && cJSON_IsObject(rp); t++) {
+            cJSON *ty = cJSON_GetObjectItemCaseSensitive(rp, types[t]);
+            if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "mrope")) continue;
+            if (!cJSON_SetValuestring(ty, "default")) {
+                gckpt_seterr(err, "%s: out of memory", f);
+                return false;
+            }
+        }
+        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(rp, "mrope_section");
+        if (!cJSON_IsObject(rp) || !sec || cJSON_IsNull(sec)) continue;
+        int n = cJSON_GetArraySize(sec);
+        if (!cJSON_IsArray(sec) || n < 1 || n > 4) {
+            gckpt_seterr(err, "%s: field '%s.mrope_section' must list 1 to 4 rotary widths", f, keys[k]);
+            return false;
+        }
+        v->nmrope = 0;
+        for (const cJSON *it = sec->child; it; it = it->next) {
+            if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble != floor(it->valuedouble) ||
+                it->valuedouble > MAX_HEAD_DIM) {
+                gckpt_seterr(err, "%s: field '%s.mrope_section' must list rotary widths", f, keys[k]);
+                return false;
+            }
+            v->mrope_section[v->nmrope++] = (uint64_t)it->valuedouble;
+        }
+    }
+    return true;
+}
+
+/* text_config, read by the text families' readers: the row's text_type when it names no
+ * model_type (the config class's sub-config spec), that type's class defaults for the keys
+ * it omits, read by the row's text_read_as family; without a text_config, the config's own
+ * keys when the row says so (text_at_top). */
+static bool read_text(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v, gckpt_err *err)
 {
     char f[160];
     snprintf(f, sizeof f, "%s: text_config", file);
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(j, "text_config");
-    if (!cJSON_IsObject(tc)) {
+    bool top = row->text_at_top && (!tc || cJSON_IsNull(tc));
+    if (!top && !cJSON_IsObject(tc)) {
         gckpt_seterr(err, "%s: field 'text_config' %s: a vision-language config names its text model (transformers "
                           "would build the class's default one)", file, tc ? "is not an object" : "is missing");
         return false;
     }
-    cJSON *copy = cJSON_Duplicate(tc, true), *defaults = cJSON_Parse(row->text_defaults);
+    if (top) snprintf(f, sizeof f, "%s", file);
+    cJSON *copy = cJSON_Duplicate(top ? j : tc, true), *defaults = cJSON_Parse(row->text_defaults);
+    if (top && copy) {
+        cJSON_DeleteItemFromObjectCaseSensitive(copy, "vision_config");
+        cJSON_DeleteItemFromObjectCaseSensitive(copy, "model_type");
+    }
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(copy, "model_type");
     bool mem = copy && defaults && (type || cJSON_AddStringToObject(copy, "model_type", row->text_type));
     type = cJSON_GetObjectItemCaseSensitive(copy, "model_type");
-    if (mem && cJSON_IsString(type) && !strcmp(type->valuestring, row->text_type))
+    if (mem && cJSON_IsString(type) && !strcmp(type->valuestring, row->text_type)) {
         for (const cJSON *d = defaults->child; d && mem; d = d->next)
             if (!cJSON_GetObjectItemCaseSensitive(copy, d->string))
                 mem = cJSON_AddItemToObject(copy, d->string, cJSON_Duplicate(d, true));
+        if (mem && row->text_read_as)
+            mem = cJSON_ReplaceItemInObjectCaseSensitive(copy, "model_type", cJSON_CreateString(row->text_read_as));
+    }
     cJSON_Delete(defaults);
     if (!mem) {
         cJSON_Delete(copy);
         gckpt_seterr(err, "%s: out of memory", f);
         return false;
     }
-    bool ok = gckpt_model_read_config(f, copy, m, err);
+    bool ok = take_mrope(f, copy, v, err) && gckpt_model_read_config(f, copy, &v->text, err);
     cJSON_Delete(copy);
     return ok;
 }
@@ -206,7 +356,7 @@ bool gckpt_vlm_read_llava(const char *file, const cJSON *j, const gckpt_vlm_type
     char strategy[16], act[32];
     double token;
     bool top_tied;
-    if (!read_tower(file, j, row->vision_type, &v->vision, err) || !read_text(file, j, row, &v->text, err) ||
+    if (!read_tower(file, j, row->vision_type, &v->vision, err) || !read_text(file, j, row, v, err) ||
         !read_feature_layers(file, j, &v->vision, err))
         return false;
     if (!gckpt_json_str_opt(j, file, "vision_feature_select_strategy", "default", strategy, sizeof strategy, err) ||
@@ -229,9 +379,50 @@ bool gckpt_vlm_read_llava(const char *file, const cJSON *j, const gckpt_vlm_type
         return false;
     }
     v->vision.keep_cls = !strcmp(strategy, "full");
+    v->vision.projector = GCKPT_PROJ_LLAVA;
     v->vision.projector_act = GCKPT_VACT_GELU;
     v->vision.image_token = (int64_t)token;
     v->text.tied = top_tied || v->text.tied; /* LlavaConfig.__post_init__ */
+    return true;
+}
+
+/* Qwen2_5_VLConfig: vision_config (a "qwen2_5_vl" model_type there is renamed, as the
+ * class does), text_config or the top-level text keys, image_token_id 151655,
+ * tie_word_embeddings false (or the text config's). The merger's output must be the text
+ * width (the features are scattered into the text embeddings). */
+bool gckpt_vlm_read_qwen2_5_vl(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v,
+                               gckpt_err *err)
+{
+    double token;
+    bool top_tied;
+    cJSON *copy = cJSON_Duplicate(j, true);
+    cJSON *vc = cJSON_GetObjectItemCaseSensitive(copy, "vision_config");
+    const cJSON *vt = cJSON_GetObjectItemCaseSensitive(vc, "model_type");
+    if (cJSON_IsString(vt) && !strcmp(vt->valuestring, row->name))
+        cJSON_ReplaceItemInObjectCaseSensitive(vc, "model_type", cJSON_CreateString(row->vision_type));
+    bool ok = copy && read_tower(file, copy, row->vision_type, &v->vision, err);
+    cJSON_Delete(copy);
+    if (!copy) gckpt_seterr(err, "%s: out of memory", file);
+    if (!ok || !read_text(file, j, row, v, err) ||
+        !gckpt_json_num_opt(j, file, "image_token_id", 0, 9007199254740992.0, 151655, &token, err) ||
+        !gckpt_json_bool_opt(j, file, "tie_word_embeddings", false, &top_tied, err))
+        return false;
+    if (token != floor(token)) {
+        gckpt_seterr(err, "%s: field 'image_token_id' = %g is not an integer", file, token);
+        return false;
+    }
+    if (v->vision.out_hidden != v->text.hidden) {
+        gckpt_seterr(err, "%s: vision_config: field 'out_hidden_size' = %llu is not the text model's hidden_size "
+                          "(%llu)", file, (unsigned long long)v->vision.out_hidden, (unsigned long long)v->text.hidden);
+        return false;
+    }
+    v->vision.feature_layer[0] = -1; /* the merger reads the last block */
+    v->vision.nfeature = 1;
+    v->vision.projector = GCKPT_PROJ_MERGER;
+    v->vision.projector_act = GCKPT_VACT_GELU;
+    v->vision.projector_bias = true;
+    v->vision.image_token = (int64_t)token;
+    v->text.tied = top_tied || v->text.tied;
     return true;
 }
 
@@ -283,13 +474,19 @@ gckpt_param_tally gckpt_vision_tower_grads(const gckpt_vlm *v)
  * activation, linear_2 (text hidden -> text hidden), biases by multimodal_projector_bias. */
 gckpt_param_tally gckpt_vision_projector_params(const gckpt_vlm *v)
 {
+    if (v->vision.projector == GCKPT_PROJ_MERGER) {
+        /* ln_q (RMSNorm over the block width), mlp.0 [4D, 4D] and mlp.2 [out, 4D] with biases */
+        uint64_t d = v->vision.hidden, m = d * v->vision.merge * v->vision.merge, o = v->vision.out_hidden;
+        gckpt_param_tally t = {d + m * m + m + m * o + o, 5};
+        return t;
+    }
     uint64_t in = v->vision.hidden * v->vision.nfeature, h = v->text.hidden, b = v->vision.projector_bias;
     gckpt_param_tally t = {in * h + b * h + h * h + b * h, 2 + 2 * b};
     return t;
 }
 
-/* Every CLIPEncoderLayer is a GradientCheckpointingLayer (R-VLM-1), also those after the
- * feature layer (they run; their outputs reach no loss). */
+/* Every CLIPEncoderLayer and Qwen2_5_VLVisionBlock is a GradientCheckpointingLayer
+ * (R-VLM-1), also CLIP's after the feature layer (they run; their outputs reach no loss). */
 void gckpt_vlm_towers(const gckpt_vlm *v, uint64_t t[2])
 {
     t[0] = v->vision.layers;

@@ -91,8 +91,9 @@ static void llava_real(void **state)
     cJSON_Delete(counts);
 }
 
-/* One llava fixture: its config as transformers wrote it */
-static void check_fixture(const char *path)
+/* One fixture: its config as transformers wrote it; the text model's parameter tensors per
+ * layer (LlamaDecoderLayer 9, Qwen2's with q / k / v biases 12) */
+static void check_fixture(const char *path, uint64_t text_per_layer)
 {
     cJSON *j = read_json(path);
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(j, "config");
@@ -102,9 +103,9 @@ static void check_fixture(const char *path)
     free(cfg_text);
     gckpt_param_tally tower = gckpt_vision_tower_params(&v), proj = gckpt_vision_projector_params(&v),
                       grads = gckpt_vision_tower_grads(&v);
-    /* the text model: LlamaForCausalLM's tensors (no biases): 9 per layer, the embedding,
-     * the final norm, lm_head */
-    uint64_t text = (uint64_t)closed_form_params128(&v.text), text_tensors = 9 * v.text.layers + 2 + !v.text.tied;
+    /* the text model's tensors: per layer, the embedding, the final norm, lm_head */
+    uint64_t text = (uint64_t)closed_form_params128(&v.text),
+             text_tensors = text_per_layer * v.text.layers + 2 + !v.text.tied;
     uint64_t all = tower.params + proj.params + text;
     if (all != (uint64_t)num_at(j, "parameters.count"))
         fail_msg("%s: %llu parameters planned, %.0f measured", path, (unsigned long long)all,
@@ -145,9 +146,8 @@ static void check_fixture(const char *path)
     cJSON_Delete(j);
 }
 
-static void llava_fixtures(void **state)
+static size_t family_fixtures(const char *prefix, uint64_t text_per_layer)
 {
-    (void)state;
     const char *dir = GCKPT_TEST_DATA "/hf-vlm";
     DIR *d = opendir(dir);
     if (!d) fail_msg("cannot open %s", dir);
@@ -155,14 +155,74 @@ static void llava_fixtures(void **state)
     size_t files = 0;
     while ((e = readdir(d))) {
         size_t l = strlen(e->d_name);
-        if (strncmp(e->d_name, "llava-", 6) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
+        if (strncmp(e->d_name, prefix, strlen(prefix)) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        check_fixture(path);
+        check_fixture(path, text_per_layer);
         files++;
     }
     closedir(d);
-    assert_int_equal(files, 42 + 12); /* the grid and the two-image cases */
+    return files;
+}
+
+static void llava_fixtures(void **state)
+{
+    (void)state;
+    assert_int_equal(family_fixtures("llava-", 9), 42 + 12); /* the grid and the two-image cases */
+}
+
+static void qwen2_5_vl_fixtures(void **state)
+{
+    (void)state;
+    assert_int_equal(family_fixtures("qwen2_5_vl-", 12), 42 + 12);
+}
+
+/* Qwen2.5-VL-7B (the Hub's older layout: the text keys at the top level, rope_scaling
+ * "mrope") against its measured counts */
+static void qwen2_5_vl_real(void **state)
+{
+    (void)state;
+    cJSON *counts = read_json(GCKPT_TEST_DATA "/vlm-counts.json");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(counts, "models"),
+                                                      "qwen2.5-vl-7b.json");
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", 1u << 20, &err);
+    assert_non_null(text);
+    gckpt_vlm v;
+    parse_ok("qwen2.5-vl-7b.json", text, &v);
+    free(text);
+    assert_int_equal(gckpt_vision_tower_params(&v).params, (uint64_t)num_at(c, "by_part.vision_tower"));
+    assert_int_equal(gckpt_vision_projector_params(&v).params, (uint64_t)num_at(c, "by_part.projector"));
+    assert_int_equal((uint64_t)closed_form_params128(&v.text),
+                     (uint64_t)(num_at(c, "by_part.text_model") + num_at(c, "by_part.lm_head")));
+    uint64_t t[2];
+    gckpt_vlm_towers(&v, t);
+    assert_int_equal(t[0], (uint64_t)num_at(c, "checkpointing_layers.vision"));
+    assert_int_equal(t[1], (uint64_t)num_at(c, "checkpointing_layers.text"));
+    assert_int_equal(v.nmrope, 3);
+    assert_int_equal(v.mrope_section[0], 16);
+    assert_int_equal(v.mrope_section[2], 24);
+    assert_int_equal(v.vision.image_token, 151655);
+    assert_true(v.vision.full_attention[0] & 0x80); /* block 7 */
+    assert_false(v.vision.full_attention[0] & 0x40);
+    /* smart_resize as transformers 5.24's (run alone from the installed source): h, w, tokens;
+     * 42 and 70 are 1.5 and 2.5 factors, which Python's round() takes to 2 */
+    static const uint64_t cases[][3] = {{1080, 1920, 1222}, {56, 84, 6},     {42, 42, 4},    {70, 70, 4},
+                                        {14, 14, 4},      {1, 200, 29},     {3000, 4000, 1230}, {98, 126, 16},
+                                        {4032, 3024, 1230}, {10, 2000, 29}, {28, 5600, 200}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint64_t n = 0;
+        if (!gckpt_image_tokens(&v, "--image-size", cases[i][0], cases[i][1], &n, &err)) fail_msg("%s", err.msg);
+        if (n != cases[i][2])
+            fail_msg("%llux%llu: %llu tokens, transformers %llu", (unsigned long long)cases[i][0],
+                     (unsigned long long)cases[i][1], (unsigned long long)n, (unsigned long long)cases[i][2]);
+    }
+    uint64_t n = 0;
+    assert_false(gckpt_image_tokens(&v, "--image-size", 1, 201, &n, &err));
+    assert_string_equal(err.msg, "--image-size: an image of 1x201 pixels has an aspect ratio of 201, above the 200 "
+                                 "the processor accepts (smart_resize)");
+    assert_false(gckpt_image_tokens(&v, "--image-size", 0, 201, &n, &err));
+    cJSON_Delete(counts);
 }
 
 #define TEXT_CFG "\"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 4, " \
@@ -206,6 +266,20 @@ static void defaults(void **state)
     assert_int_equal(v.text.hidden, 4096);
     assert_int_equal(v.text.layers, 32);
     assert_int_equal(v.text.vocab, 32000);
+    /* Qwen2.5-VL: a vision_config named "qwen2_5_vl" is the vision config (the class renames
+     * it); num_hidden_layers is depth's alias; the text keys at the top level, with
+     * Qwen2_5_VLTextConfig's defaults (8 kv heads, theta 1e6) where Qwen2Config's differ */
+    parse_ok("d.json", "{\"model_type\": \"qwen2_5_vl\", \"vision_config\": {\"model_type\": \"qwen2_5_vl\", "
+                       "\"num_hidden_layers\": 3, \"hidden_size\": 32, \"num_heads\": 4, \"out_hidden_size\": 64, "
+                       "\"fullatt_block_indexes\": [2, 9]}, \"hidden_size\": 64, \"intermediate_size\": 96, "
+                       "\"num_hidden_layers\": 4, \"num_attention_heads\": 16, \"vocab_size\": 211}", &v);
+    assert_int_equal(v.vision.tower, GCKPT_TOWER_QWEN2_5);
+    assert_int_equal(v.vision.layers, 3);
+    assert_int_equal(v.vision.full_attention[0], 4); /* block 2; 9 is past the blocks */
+    assert_int_equal(v.text.kv_heads, 8);
+    assert_true(v.text.rope_theta == 1e6);
+    assert_true(v.text.qkv_bias);
+    assert_int_equal(v.nmrope, 0);
 }
 
 static void expect_error(const char *text, const char *msg)
@@ -249,6 +323,13 @@ static void errors(void **state)
                  "\"hidden_act\": \"relu\"}}",
                  "x.json: text_config: field 'hidden_act' = \"relu\" is not supported (silu, gelu, gelu_new, "
                  "gelu_pytorch_tanh, gelu_tanh)");
+    /* Qwen2.5-VL: the merger must give the text width; the tower's MLP is SwiGLU */
+    expect_error("{\"model_type\": \"qwen2_5_vl\", \"vision_config\": {\"depth\": 2, \"hidden_size\": 32, "
+                 "\"num_heads\": 4, \"out_hidden_size\": 48}, \"text_config\": {\"hidden_size\": 64, "
+                 "\"num_attention_heads\": 4, \"num_key_value_heads\": 2}}",
+                 "x.json: vision_config: field 'out_hidden_size' = 48 is not the text model's hidden_size (64)");
+    expect_error("{\"model_type\": \"qwen2_5_vl\", \"vision_config\": {\"hidden_act\": \"gelu\"}}",
+                 "x.json: vision_config: field 'hidden_act' = \"gelu\" is not supported (silu)");
     /* not read yet, or no VLM: gckpt_model_parse's refusals */
     expect_error("{\"model_type\": \"llava\"}",
                  "x.json: field 'vision_config' is missing: model_type \"llava\" (LLaVA) is a vision-language model "
@@ -281,8 +362,9 @@ static void image_sizes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(llava_real), cmocka_unit_test(llava_fixtures), cmocka_unit_test(defaults),
-        cmocka_unit_test(errors),     cmocka_unit_test(image_sizes),
+        cmocka_unit_test(llava_real),      cmocka_unit_test(llava_fixtures), cmocka_unit_test(qwen2_5_vl_real),
+        cmocka_unit_test(qwen2_5_vl_fixtures), cmocka_unit_test(defaults),   cmocka_unit_test(errors),
+        cmocka_unit_test(image_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

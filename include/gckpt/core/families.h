@@ -96,6 +96,11 @@ typedef struct gckpt_vlm_type {
     /* text_type's config class defaults (a JSON object) for the keys its reader requires,
      * which a VLM's text_config of that type may omit (LLaVA-1.5's omits its widths) */
     const char *text_defaults;
+    /* the text family's model_type whose reader reads text_type (NULL: text_type's own) */
+    const char *text_read_as;
+    /* without a text_config the text keys are the config's own (Qwen2.5-VL's older layout);
+     * false: text_config is required */
+    bool text_at_top;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];
 /* The row of model_type t in gckpt_vlm_types, NULL when it is none. */

@@ -20,14 +20,25 @@ extern "C" {
 
 /* The vision towers read (vision_config.model_type). */
 typedef enum {
-    GCKPT_TOWER_CLIP, /* clip_vision_model: CLIPVisionModel (llava) */
+    GCKPT_TOWER_CLIP,     /* clip_vision_model: CLIPVisionModel (llava) */
+    GCKPT_TOWER_QWEN2_5,  /* qwen2_5_vl_vision: Qwen2.5-VL's ViT (windowed and full-attention
+                           * blocks, the 2x2 patch merger) */
     GCKPT_NTOWER
 } gckpt_tower_kind;
+
+/* What maps the tower's features to the text model's width. */
+typedef enum {
+    GCKPT_PROJ_LLAVA,  /* LlavaMultiModalProjector: linear_1, activation, linear_2 */
+    GCKPT_PROJ_MERGER, /* Qwen2_5_VLPatchMerger: RMSNorm, merge x merge patches concatenated,
+                        * Linear, GELU, Linear (a part of model.visual, trained with the
+                        * projector, not the tower) */
+} gckpt_projector_kind;
 
 /* Activations of the vision side that the text models' gckpt_act does not name. */
 typedef enum {
     GCKPT_VACT_QUICK_GELU, /* x * sigmoid(1.702 x): CLIP's MLP */
-    GCKPT_VACT_GELU,       /* erf GELU: llava's projector_hidden_act "gelu" */
+    GCKPT_VACT_GELU,       /* erf GELU: llava's projector_hidden_act "gelu", Qwen's merger */
+    GCKPT_VACT_SILU,       /* Qwen2.5-VL's SwiGLU blocks */
 } gckpt_vision_act;
 
 #define GCKPT_MAX_FEATURE_LAYERS 8
@@ -42,9 +53,14 @@ typedef struct {
     int64_t feature_layer[GCKPT_MAX_FEATURE_LAYERS];
     unsigned nfeature;
     bool keep_cls;           /* vision_feature_select_strategy "full" (default: the CLS dropped) */
+    uint8_t projector;       /* gckpt_projector_kind */
     uint8_t projector_act;   /* gckpt_vision_act */
     bool projector_bias;     /* multimodal_projector_bias */
     int64_t image_token;     /* image_token_index: the placeholder id */
+    /* Qwen2.5-VL (0 elsewhere) */
+    uint64_t temporal_patch, merge, out_hidden, window_size;
+    uint8_t full_attention[GCKPT_MAX_LAYERS / 8]; /* bit i: block i attends over the whole image
+                                                    * (fullatt_block_indexes), else per window */
 } gckpt_vision;
 
 typedef struct gckpt_vlm {
@@ -53,6 +69,11 @@ typedef struct gckpt_vlm {
                               * top-level tie_word_embeddings (the ForConditionalGeneration's
                               * lm_head), which the config class sets from text_config's */
     gckpt_vision vision;
+    /* M-RoPE (Qwen2.5-VL): the rotary dims of the temporal, height and width positions
+     * (rope_parameters' mrope_section; the text model's rope type becomes "default", as
+     * Qwen2_5_VLTextConfig converts it); nmrope 0 elsewhere */
+    uint64_t mrope_section[4];
+    unsigned nmrope;
 } gckpt_vlm;
 
 /* Read a VLM's config.json text (file only in messages). A model_type that is no VLM, or
@@ -65,6 +86,10 @@ struct cJSON;
 struct gckpt_vlm_type;
 bool gckpt_vlm_read_llava(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row, gckpt_vlm *v,
                           gckpt_err *err);
+/* The qwen2_5_vl reader: Qwen2_5_VLConfig's keys and defaults (text keys at the top level
+ * when there is no text_config, the Hub's older layout). */
+bool gckpt_vlm_read_qwen2_5_vl(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,
+                               gckpt_vlm *v, gckpt_err *err);
 
 /* Parameter elements and tensors. */
 typedef struct {

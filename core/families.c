@@ -120,7 +120,13 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
     {"qwen3_vl", "Qwen3-VL", "the ViT with its interpolated position embedding, the patch merger and the deepstack "
                              "mergers into text layers, the pixel budget's image tokens and M-RoPE"},
     {"gemma3", "Gemma 3 (multimodal)", "the SigLIP vision tower, the pooled projector (mm_tokens_per_image tokens "
-                                       "per image) and bidirectional attention over image tokens"},
+                                       "per image) and bidirectional attention over image tokens",
+     gckpt_vlm_read_gemma3, "siglip_vision_model", "gemma3_text",
+     /* Gemma3TextConfig's */
+     "{\"vocab_size\": 262208, \"hidden_size\": 2304, \"intermediate_size\": 9216, \"num_hidden_layers\": 26, "
+     "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, \"head_dim\": 256, \"query_pre_attn_scalar\": 256, "
+     "\"rms_norm_eps\": 1e-6}",
+     NULL, false},
     {"mllama", "Llama 3.2 Vision", "the tiled vision encoder (local and gated global layers) and the "
                                    "cross-attention text layers"},
     {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false},

@@ -202,22 +202,91 @@ static bool qwen2_5_tokens(const gckpt_vision *v, const char *what, uint64_t h, 
     return true;
 }
 
+/* SiglipVisionConfig (configuration_siglip.py) */
+static bool read_siglip(const char *f, const cJSON *j, gckpt_vision *v, gckpt_err *err)
+{
+    char act[32];
+    bool ok = gckpt_json_u64_opt(j, f, "hidden_size", 1, MAX_HIDDEN, 768, &v->hidden, err) &&
+              gckpt_json_u64_opt(j, f, "intermediate_size", 1, MAX_INTER, 3072, &v->intermediate, err) &&
+              gckpt_json_u64_opt(j, f, "num_hidden_layers", 1, MAX_LAYERS, 12, &v->layers, err) &&
+              gckpt_json_u64_opt(j, f, "num_attention_heads", 1, MAX_HEADS, 12, &v->heads, err) &&
+              gckpt_json_u64_opt(j, f, "num_channels", 1, 64, 3, &v->channels, err) &&
+              gckpt_json_u64_opt(j, f, "image_size", 1, 1u << 16, 224, &v->image_size, err) &&
+              gckpt_json_u64_opt(j, f, "patch_size", 1, 1u << 16, 16, &v->patch, err) &&
+              gckpt_json_num_opt(j, f, "layer_norm_eps", 0, 1, 1e-6, &v->norm_eps, err) &&
+              gckpt_json_num_opt(j, f, "attention_dropout", 0, 1, 0, &v->attn_dropout, err) &&
+              gckpt_json_bool_opt(j, f, "vision_use_head", true, &v->use_head, err) &&
+              gckpt_json_str_opt(j, f, "hidden_act", "gelu_pytorch_tanh", act, sizeof act, err);
+    if (!ok) return false;
+    if (strcmp(act, "gelu_pytorch_tanh")) {
+        gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\" is not supported (gelu_pytorch_tanh)", f, act);
+        return false;
+    }
+    v->act = GCKPT_VACT_GELU_TANH;
+    if (v->hidden % v->heads) { /* SiglipAttention raises */
+        gckpt_seterr(err, "%s: field 'num_attention_heads' = %llu does not divide 'hidden_size' = %llu", f,
+                     (unsigned long long)v->heads, (unsigned long long)v->hidden);
+        return false;
+    }
+    if (v->patch > v->image_size) {
+        gckpt_seterr(err, "%s: field 'patch_size' = %llu is larger than 'image_size' = %llu (no patch)", f,
+                     (unsigned long long)v->patch, (unsigned long long)v->image_size);
+        return false;
+    }
+    if (v->attn_dropout > 0) {
+        gckpt_seterr(err, "%s: field 'attention_dropout' = %g is not modelled (0 only)", f, v->attn_dropout);
+        return false;
+    }
+    return true;
+}
+
+/* SiglipVisionTransformer: the patch convolution (with a bias), a position per patch (no
+ * class token), the encoder layers (as CLIP's: 16 tensors), post_layernorm (Gemma 3 reads
+ * its output); the tail, the attention-pooling head when vision_use_head: probe,
+ * nn.MultiheadAttention (in_proj [3D, D] and bias, out_proj), a LayerNorm and an MLP (11
+ * tensors). */
+static gckpt_param_tally siglip_tally(const gckpt_vision *v, uint64_t layers, bool with_tail)
+{
+    uint64_t h = v->hidden, i = v->intermediate;
+    uint64_t layer = 2 * (2 * h) + 4 * (h * h + h) + (h * i + i) + (i * h + h);
+    gckpt_param_tally t = {v->channels * v->patch * v->patch * h + h + clip_grid(v) * h + 2 * h, 5};
+    t.params += layers * layer;
+    t.tensors += layers * 16;
+    if (with_tail && v->use_head) {
+        t.params += h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (h * i + i) + (i * h + h);
+        t.tensors += 11;
+    }
+    return t;
+}
+
+/* Gemma3ImageProcessor resizes every image to image_size (pan-and-scan off, its default):
+ * mm_tokens_per_image each; the reader checked that the pooled grid gives as many. */
+static bool siglip_tokens(const gckpt_vision *v, const char *what, uint64_t h, uint64_t w, uint64_t *n,
+                          gckpt_err *err)
+{
+    (void)what, (void)h, (void)w, (void)err;
+    *n = v->tokens_per_image;
+    return true;
+}
+
 static const tower_info towers[GCKPT_NTOWER] = {
     [GCKPT_TOWER_CLIP] = {"clip_vision_model", read_clip, clip_tally, clip_tokens},
     [GCKPT_TOWER_QWEN2_5] = {"qwen2_5_vl_vision", read_qwen2_5, qwen2_5_tally, qwen2_5_tokens},
+    [GCKPT_TOWER_SIGLIP] = {"siglip_vision_model", read_siglip, siglip_tally, siglip_tokens},
 };
 
 /* ---- the readers --------------------------------------------------------------------- */
 
 /* vision_config: the tower kind by its model_type (default_type when absent), then its
- * reader. */
+ * reader. A family reads only its own tower (default_type): another one's features reach
+ * the projector differently (which of its parameters get a gradient, R-VLM-9). */
 static bool read_tower(const char *file, const cJSON *j, const char *default_type, gckpt_vision *v, gckpt_err *err)
 {
     char f[160], type[48];
     snprintf(f, sizeof f, "%s: vision_config", file);
     const cJSON *vc = cJSON_GetObjectItemCaseSensitive(j, "vision_config");
     if (!gckpt_json_str_opt(vc, f, "model_type", default_type, type, sizeof type, err)) return false;
-    for (int k = 0; k < GCKPT_NTOWER; k++)
+    for (int k = 0; k < GCKPT_NTOWER && !strcmp(type, default_type); k++)
         if (!strcmp(type, towers[k].model_type)) {
             v->tower = (uint8_t)k;
             return towers[k].read(f, vc, v, err);
@@ -426,6 +495,42 @@ bool gckpt_vlm_read_qwen2_5_vl(const char *file, const cJSON *j, const gckpt_vlm
     return true;
 }
 
+/* Gemma3Config: vision_config (default siglip_vision_model), text_config (gemma3_text),
+ * mm_tokens_per_image 256, image_token_index 262144, tie_word_embeddings true (the
+ * top-level flag alone: no __post_init__ reads text_config's). The projector average-pools
+ * the image_size / patch_size grid with kernel grid // int(sqrt(mm_tokens_per_image)):
+ * the pooled grid must give mm_tokens_per_image features, or the placeholder check fails. */
+bool gckpt_vlm_read_gemma3(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v, gckpt_err *err)
+{
+    double token;
+    bool tied;
+    uint64_t mm;
+    if (!read_tower(file, j, row->vision_type, &v->vision, err) || !read_text(file, j, row, v, err) ||
+        !gckpt_json_u64_opt(j, file, "mm_tokens_per_image", 1, 1u << 20, 256, &mm, err) ||
+        !gckpt_json_num_opt(j, file, "image_token_index", 0, 9007199254740992.0, 262144, &token, err) ||
+        !gckpt_json_bool_opt(j, file, "tie_word_embeddings", true, &tied, err))
+        return false;
+    if (token != floor(token)) {
+        gckpt_seterr(err, "%s: field 'image_token_index' = %g is not an integer", file, token);
+        return false;
+    }
+    uint64_t grid = v->vision.image_size / v->vision.patch, side = (uint64_t)floor(sqrt((double)mm));
+    uint64_t kernel = side ? grid / side : 0, pooled = kernel ? grid / kernel : 0;
+    if (pooled * pooled != mm) {
+        gckpt_seterr(err, "%s: field 'mm_tokens_per_image' = %llu: the projector pools the %llux%llu patch grid to "
+                          "%llu features per image", file, (unsigned long long)mm, (unsigned long long)grid,
+                     (unsigned long long)grid, (unsigned long long)(pooled * pooled));
+        return false;
+    }
+    v->vision.tokens_per_image = mm;
+    v->vision.feature_layer[0] = -1; /* the last hidden state, after post_layernorm */
+    v->vision.nfeature = 1;
+    v->vision.projector = GCKPT_PROJ_GEMMA3;
+    v->vision.image_token = (int64_t)token;
+    v->text.tied = tied;
+    return true;
+}
+
 bool gckpt_vlm_parse(const char *file, const char *text, gckpt_vlm *v, gckpt_err *err)
 {
     memset(v, 0, sizeof *v);
@@ -474,6 +579,11 @@ gckpt_param_tally gckpt_vision_tower_grads(const gckpt_vlm *v)
  * activation, linear_2 (text hidden -> text hidden), biases by multimodal_projector_bias. */
 gckpt_param_tally gckpt_vision_projector_params(const gckpt_vlm *v)
 {
+    if (v->vision.projector == GCKPT_PROJ_GEMMA3) {
+        /* mm_input_projection_weight [D, text hidden], mm_soft_emb_norm [D] */
+        gckpt_param_tally t = {v->vision.hidden * v->text.hidden + v->vision.hidden, 2};
+        return t;
+    }
     if (v->vision.projector == GCKPT_PROJ_MERGER) {
         /* ln_q (RMSNorm over the block width), mlp.0 [4D, 4D] and mlp.2 [out, 4D] with biases */
         uint64_t d = v->vision.hidden, m = d * v->vision.merge * v->vision.merge, o = v->vision.out_hidden;
@@ -485,8 +595,9 @@ gckpt_param_tally gckpt_vision_projector_params(const gckpt_vlm *v)
     return t;
 }
 
-/* Every CLIPEncoderLayer and Qwen2_5_VLVisionBlock is a GradientCheckpointingLayer
- * (R-VLM-1), also CLIP's after the feature layer (they run; their outputs reach no loss). */
+/* Every CLIPEncoderLayer, SiglipEncoderLayer and Qwen2_5_VLVisionBlock is a
+ * GradientCheckpointingLayer (R-VLM-1), also CLIP's after the feature layer (they run;
+ * their outputs reach no loss). */
 void gckpt_vlm_towers(const gckpt_vlm *v, uint64_t t[2])
 {
     t[0] = v->vision.layers;

@@ -177,6 +177,41 @@ static void qwen2_5_vl_fixtures(void **state)
     assert_int_equal(family_fixtures("qwen2_5_vl-", 12), 42 + 12);
 }
 
+static void gemma3_fixtures(void **state)
+{
+    (void)state;
+    /* Gemma3DecoderLayer: q / k / v / o, q_norm, k_norm, four norms, gate / up / down */
+    assert_int_equal(family_fixtures("gemma3-", 13), 42);
+}
+
+/* Gemma-3-4B against its measured counts: SigLIP without its head, the tied head */
+static void gemma3_real(void **state)
+{
+    (void)state;
+    cJSON *counts = read_json(GCKPT_TEST_DATA "/vlm-counts.json");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(counts, "models"),
+                                                      "gemma-3-4b.json");
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/configs/gemma-3-4b.json", 1u << 20, &err);
+    assert_non_null(text);
+    gckpt_vlm v;
+    parse_ok("gemma-3-4b.json", text, &v);
+    free(text);
+    assert_int_equal(gckpt_vision_tower_params(&v).params, (uint64_t)num_at(c, "by_part.vision_tower"));
+    assert_int_equal(gckpt_vision_projector_params(&v).params, (uint64_t)num_at(c, "by_part.projector"));
+    assert_int_equal((uint64_t)closed_form_params128(&v.text),
+                     (uint64_t)(num_at(c, "by_part.text_model") + num_at(c, "by_part.lm_head")));
+    assert_true(v.text.tied);
+    uint64_t t[2];
+    gckpt_vlm_towers(&v, t);
+    assert_int_equal(t[0], (uint64_t)num_at(c, "checkpointing_layers.vision"));
+    assert_int_equal(t[1], (uint64_t)num_at(c, "checkpointing_layers.text"));
+    uint64_t n = 0;
+    assert_true(gckpt_image_tokens(&v, "--image-size", 480, 640, &n, &err));
+    assert_int_equal(n, 256);
+    cJSON_Delete(counts);
+}
+
 /* Qwen2.5-VL-7B (the Hub's older layout: the text keys at the top level, rope_scaling
  * "mrope") against its measured counts */
 static void qwen2_5_vl_real(void **state)
@@ -287,7 +322,7 @@ static void expect_error(const char *text, const char *msg)
     gckpt_vlm v;
     gckpt_err err;
     err.msg[0] = 0;
-    assert_false(gckpt_vlm_parse("x.json", text, &v, &err));
+    if (gckpt_vlm_parse("x.json", text, &v, &err)) fail_msg("parsed: %s", text);
     assert_string_equal(err.msg, msg);
     assert_null(strchr(err.msg, '\n'));
 }
@@ -330,6 +365,11 @@ static void errors(void **state)
                  "x.json: vision_config: field 'out_hidden_size' = 48 is not the text model's hidden_size (64)");
     expect_error("{\"model_type\": \"qwen2_5_vl\", \"vision_config\": {\"hidden_act\": \"gelu\"}}",
                  "x.json: vision_config: field 'hidden_act' = \"gelu\" is not supported (silu)");
+    /* Gemma 3: 9 tokens cannot pool a 4 x 4 grid (kernel 4 // 3 = 1 gives 16) */
+    expect_error("{\"model_type\": \"gemma3\", \"vision_config\": {\"image_size\": 56, \"patch_size\": 14}, "
+                 "\"mm_tokens_per_image\": 9, \"text_config\": {}}",
+                 "x.json: field 'mm_tokens_per_image' = 9: the projector pools the 4x4 patch grid to 16 features per "
+                 "image");
     /* not read yet, or no VLM: gckpt_model_parse's refusals */
     expect_error("{\"model_type\": \"llava\"}",
                  "x.json: field 'vision_config' is missing: model_type \"llava\" (LLaVA) is a vision-language model "
@@ -364,7 +404,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(llava_real),      cmocka_unit_test(llava_fixtures), cmocka_unit_test(qwen2_5_vl_real),
         cmocka_unit_test(qwen2_5_vl_fixtures), cmocka_unit_test(defaults),   cmocka_unit_test(errors),
-        cmocka_unit_test(image_sizes),
+        cmocka_unit_test(gemma3_real),     cmocka_unit_test(gemma3_fixtures), cmocka_unit_test(image_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@ typedef enum {
     GCKPT_TOWER_CLIP,     /* clip_vision_model: CLIPVisionModel (llava) */
     GCKPT_TOWER_QWEN2_5,  /* qwen2_5_vl_vision: Qwen2.5-VL's ViT (windowed and full-attention
                            * blocks, the 2x2 patch merger) */
+    GCKPT_TOWER_SIGLIP,   /* siglip_vision_model: SiglipVisionModel (gemma3) */
     GCKPT_NTOWER
 } gckpt_tower_kind;
 
@@ -32,6 +33,8 @@ typedef enum {
     GCKPT_PROJ_MERGER, /* Qwen2_5_VLPatchMerger: RMSNorm, merge x merge patches concatenated,
                         * Linear, GELU, Linear (a part of model.visual, trained with the
                         * projector, not the tower) */
+    GCKPT_PROJ_GEMMA3, /* Gemma3MultiModalProjector: average pool to mm_tokens_per_image, RMSNorm,
+                        * a matmul with mm_input_projection_weight [vision hidden, text hidden] */
 } gckpt_projector_kind;
 
 /* Activations of the vision side that the text models' gckpt_act does not name. */
@@ -39,6 +42,7 @@ typedef enum {
     GCKPT_VACT_QUICK_GELU, /* x * sigmoid(1.702 x): CLIP's MLP */
     GCKPT_VACT_GELU,       /* erf GELU: llava's projector_hidden_act "gelu", Qwen's merger */
     GCKPT_VACT_SILU,       /* Qwen2.5-VL's SwiGLU blocks */
+    GCKPT_VACT_GELU_TANH,  /* SigLIP's gelu_pytorch_tanh */
 } gckpt_vision_act;
 
 #define GCKPT_MAX_FEATURE_LAYERS 8
@@ -57,6 +61,10 @@ typedef struct {
     uint8_t projector_act;   /* gckpt_vision_act */
     bool projector_bias;     /* multimodal_projector_bias */
     int64_t image_token;     /* image_token_index: the placeholder id */
+    /* SigLIP: vision_use_head, the attention-pooling head (it runs; Gemma 3 reads the last
+     * hidden state, so it gets no gradient); Gemma 3: image tokens per image */
+    bool use_head;
+    uint64_t tokens_per_image;
     /* Qwen2.5-VL (0 elsewhere) */
     uint64_t temporal_patch, merge, out_hidden, window_size;
     uint8_t full_attention[GCKPT_MAX_LAYERS / 8]; /* bit i: block i attends over the whole image
@@ -90,6 +98,11 @@ bool gckpt_vlm_read_llava(const char *file, const struct cJSON *j, const struct 
  * when there is no text_config, the Hub's older layout). */
 bool gckpt_vlm_read_qwen2_5_vl(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,
                                gckpt_vlm *v, gckpt_err *err);
+
+/* The gemma3 reader: Gemma3Config's keys and defaults (a SigLIP vision_config, a
+ * gemma3_text text_config, mm_tokens_per_image 256, tie_word_embeddings true). */
+bool gckpt_vlm_read_gemma3(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row, gckpt_vlm *v,
+                           gckpt_err *err);
 
 /* Parameter elements and tensors. */
 typedef struct {

@@ -106,7 +106,11 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}"},
     {"llava_next", "LLaVA-NeXT", "the CLIP vision tower over anyres tiles (image_grid_pinpoints), the projector, "
-                                 "the unpadded tile features with a newline per row"},
+                                 "the unpadded tile features with a newline per row",
+     gckpt_vlm_read_llava_next, "clip_vision_model", "llama",
+     /* LlamaConfig's */
+     "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
+     "\"num_attention_heads\": 32}"},
     {"qwen2_5_vl", "Qwen2.5-VL", "the ViT's windowed and full-attention blocks (fullatt_block_indexes), the 2x2 "
                                  "patch merger, the pixel budget's image tokens and M-RoPE",
      gckpt_vlm_read_qwen2_5_vl, "qwen2_5_vl_vision", "qwen2_5_vl_text",

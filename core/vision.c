@@ -21,8 +21,6 @@ typedef struct {
     /* the tower's parameters up to its first `layers` layers; with_tail: and what follows
      * the last one (those that make no hidden state the projector reads) */
     gckpt_param_tally (*tally)(const gckpt_vision *v, uint64_t layers, bool with_tail);
-    /* placeholder tokens of one image (the processor's output size; h, w positive) */
-    bool (*tokens)(const gckpt_vision *v, const char *what, uint64_t h, uint64_t w, uint64_t *n, gckpt_err *err);
 } tower_info;
 
 /* CLIPVisionConfig (configuration_clip.py): a vision_config dict takes the class's
@@ -90,11 +88,11 @@ static gckpt_param_tally clip_tally(const gckpt_vision *v, uint64_t layers, bool
  * image gives the same grid, (image_size // patch)^2 features plus the class token, which
  * "default" drops (LlavaProcessor: the same count, R-VLM-4). Any positive size is
  * accepted. */
-static bool clip_tokens(const gckpt_vision *v, const char *what, uint64_t h, uint64_t w, uint64_t *n,
+static bool clip_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint64_t w, uint64_t *n,
                         gckpt_err *err)
 {
     (void)what, (void)h, (void)w, (void)err;
-    *n = clip_grid(v) + (v->keep_cls ? 1 : 0);
+    *n = clip_grid(&v->vision) + (v->vision.keep_cls ? 1 : 0);
     return true;
 }
 
@@ -177,9 +175,10 @@ static gckpt_param_tally qwen2_5_tally(const gckpt_vision *v, uint64_t layers, b
  * rounds half to even, as nearbyint does. */
 #define QWEN_MIN_PIXELS (56.0 * 56)
 #define QWEN_MAX_PIXELS (28.0 * 28 * 1280)
-static bool qwen2_5_tokens(const gckpt_vision *v, const char *what, uint64_t h, uint64_t w, uint64_t *n,
+static bool qwen2_5_tokens(const gckpt_vlm *vlm, const char *what, uint64_t h, uint64_t w, uint64_t *n,
                            gckpt_err *err)
 {
+    const gckpt_vision *v = &vlm->vision;
     double H = (double)h, W = (double)w, f = (double)(v->patch * v->merge);
     double ratio = (H > W ? H : W) / (H < W ? H : W);
     if (ratio > 200) {
@@ -259,20 +258,119 @@ static gckpt_param_tally siglip_tally(const gckpt_vision *v, uint64_t layers, bo
     return t;
 }
 
+static const tower_info towers[GCKPT_NTOWER] = {
+    [GCKPT_TOWER_CLIP] = {"clip_vision_model", read_clip, clip_tally},
+    [GCKPT_TOWER_QWEN2_5] = {"qwen2_5_vl_vision", read_qwen2_5, qwen2_5_tally},
+    [GCKPT_TOWER_SIGLIP] = {"siglip_vision_model", read_siglip, siglip_tally},
+};
+
+/* ---- the projectors and their image tokens -------------------------------------------- */
+
+/* LlavaMultiModalProjector: linear_1 (vision hidden x feature layers -> text hidden), the
+ * activation, linear_2 (text hidden -> text hidden), biases by multimodal_projector_bias. */
+static gckpt_param_tally llava_proj(const gckpt_vlm *v)
+{
+    uint64_t in = v->vision.hidden * v->vision.nfeature, h = v->text.hidden, b = v->vision.projector_bias;
+    gckpt_param_tally t = {in * h + b * h + h * h + b * h, 2 + 2 * b};
+    return t;
+}
+
+/* LLaVA-NeXT's: the same projector and image_newline [text hidden] */
+static gckpt_param_tally llava_next_proj(const gckpt_vlm *v)
+{
+    gckpt_param_tally t = llava_proj(v);
+    t.params += v->text.hidden;
+    t.tensors += 1;
+    return t;
+}
+
+/* Qwen2_5_VLPatchMerger: ln_q (RMSNorm over the block width), mlp.0 [4D, 4D] and mlp.2
+ * [out, 4D] with biases */
+static gckpt_param_tally merger_proj(const gckpt_vlm *v)
+{
+    uint64_t d = v->vision.hidden, m = d * v->vision.merge * v->vision.merge, o = v->vision.out_hidden;
+    gckpt_param_tally t = {d + m * m + m + m * o + o, 5};
+    return t;
+}
+
+/* Gemma3MultiModalProjector: mm_input_projection_weight [D, text hidden], mm_soft_emb_norm [D] */
+static gckpt_param_tally gemma3_proj(const gckpt_vlm *v)
+{
+    gckpt_param_tally t = {v->vision.hidden * v->text.hidden + v->vision.hidden, 2};
+    return t;
+}
+
 /* Gemma3ImageProcessor resizes every image to image_size (pan-and-scan off, its default):
  * mm_tokens_per_image each; the reader checked that the pooled grid gives as many. */
-static bool siglip_tokens(const gckpt_vision *v, const char *what, uint64_t h, uint64_t w, uint64_t *n,
+static bool gemma3_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint64_t w, uint64_t *n,
                           gckpt_err *err)
 {
     (void)what, (void)h, (void)w, (void)err;
-    *n = v->tokens_per_image;
+    *n = v->vision.tokens_per_image;
     return true;
 }
 
-static const tower_info towers[GCKPT_NTOWER] = {
-    [GCKPT_TOWER_CLIP] = {"clip_vision_model", read_clip, clip_tally, clip_tokens},
-    [GCKPT_TOWER_QWEN2_5] = {"qwen2_5_vl_vision", read_qwen2_5, qwen2_5_tally, qwen2_5_tokens},
-    [GCKPT_TOWER_SIGLIP] = {"siglip_vision_model", read_siglip, siglip_tally, siglip_tokens},
+/* image_processing_utils.select_best_resolution: the pinpoint that keeps the most of the
+ * image when it is scaled to fit, then the one that wastes the least. */
+static void best_resolution(const gckpt_vision *v, uint64_t h, uint64_t w, uint64_t *bh, uint64_t *bw)
+{
+    double max_eff = 0, min_waste = INFINITY;
+    *bh = *bw = 0;
+    for (unsigned k = 0; k < v->npinpoints; k++) {
+        double ph = (double)v->pinpoints[k][0], pw = (double)v->pinpoints[k][1];
+        double scale = fmin(pw / (double)w, ph / (double)h);
+        double dw = floor((double)w * scale), dh = floor((double)h * scale); /* int() of positives */
+        double eff = fmin(dw * dh, (double)w * (double)h), waste = pw * ph - eff;
+        if (eff > max_eff || (eff == max_eff && waste < min_waste)) {
+            max_eff = eff;
+            min_waste = waste;
+            *bh = v->pinpoints[k][0];
+            *bw = v->pinpoints[k][1];
+        }
+    }
+}
+
+/* int(round(x, 7)) of a positive x: the 7-digit rounding only matters within 5e-8 below an
+ * integer, which it lifts to that integer. */
+static uint64_t int_round7(double x)
+{
+    return (uint64_t)floor(x + 5e-8);
+}
+
+/* LlavaNextProcessor._get_number_of_features with the default strategy (the class token
+ * dropped): the base tile's (image_size / patch)^2 features, the best pinpoint's tiles'
+ * patch grid unpadded back to the image's aspect ratio (unpad_image's rule), one newline
+ * per remaining row. */
+static bool anyres_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint64_t w, uint64_t *n,
+                          gckpt_err *err)
+{
+    (void)what, (void)err;
+    const gckpt_vision *vi = &v->vision;
+    uint64_t bh, bw, side = vi->image_size / vi->patch;
+    best_resolution(vi, h, w, &bh, &bw);
+    uint64_t ch = side * (bh / vi->image_size), cw = side * (bw / vi->image_size);
+    if ((double)w / (double)h > (double)cw / (double)ch) {
+        uint64_t nh = int_round7((double)h * ((double)cw / (double)w));
+        ch -= (ch - nh) / 2 * 2;
+    } else {
+        uint64_t nw = int_round7((double)w * ((double)ch / (double)h));
+        cw -= (cw - nw) / 2 * 2;
+    }
+    *n = ch * cw + ch + side * side;
+    return true;
+}
+
+typedef struct {
+    gckpt_param_tally (*tally)(const gckpt_vlm *v);
+    /* placeholder tokens of one image of h x w pixels (positive) */
+    bool (*tokens)(const gckpt_vlm *v, const char *what, uint64_t h, uint64_t w, uint64_t *n, gckpt_err *err);
+} projector_info;
+
+static const projector_info projectors[] = {
+    [GCKPT_PROJ_LLAVA] = {llava_proj, clip_tokens},
+    [GCKPT_PROJ_LLAVA_NEXT] = {llava_next_proj, anyres_tokens},
+    [GCKPT_PROJ_MERGER] = {merger_proj, qwen2_5_tokens},
+    [GCKPT_PROJ_GEMMA3] = {gemma3_proj, gemma3_tokens},
 };
 
 /* ---- the readers --------------------------------------------------------------------- */
@@ -455,6 +553,57 @@ bool gckpt_vlm_read_llava(const char *file, const cJSON *j, const gckpt_vlm_type
     return true;
 }
 
+/* LlavaNextConfig: llava's keys and image_grid_pinpoints, default [[336, 672], [672, 336],
+ * [672, 672], [1008, 336], [336, 1008]] (__post_init__). Each pinpoint must be a multiple of
+ * the tower's image_size (the processor's tiles and the model's grid divide by it). The
+ * "full" strategy keeps each tile's class token, which pack_image_features cannot lay out
+ * on the tile grid: refused. */
+bool gckpt_vlm_read_llava_next(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v,
+                               gckpt_err *err)
+{
+    if (!gckpt_vlm_read_llava(file, j, row, v, err)) return false;
+    gckpt_vision *vi = &v->vision;
+    vi->projector = GCKPT_PROJ_LLAVA_NEXT;
+    if (vi->keep_cls) {
+        gckpt_seterr(err, "%s: field 'vision_feature_select_strategy' = \"full\" is not planned for %s (default only)",
+                     file, row->family);
+        return false;
+    }
+    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(j, "image_grid_pinpoints");
+    if (!pp || cJSON_IsNull(pp)) {
+        static const uint64_t dflt[5][2] = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
+        memcpy(vi->pinpoints, dflt, sizeof dflt);
+        vi->npinpoints = 5;
+    } else {
+        int count = cJSON_IsArray(pp) ? cJSON_GetArraySize(pp) : -1;
+        if (count < 1 || count > GCKPT_MAX_PINPOINTS) {
+            gckpt_seterr(err, "%s: field 'image_grid_pinpoints' must list 1 to %d [height, width] pairs", file,
+                         GCKPT_MAX_PINPOINTS);
+            return false;
+        }
+        vi->npinpoints = 0;
+        for (const cJSON *it = pp->child; it; it = it->next) {
+            const cJSON *a = cJSON_GetArrayItem(it, 0), *b = cJSON_GetArrayItem(it, 1);
+            uint64_t *p = vi->pinpoints[vi->npinpoints++];
+            if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2 || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) ||
+                a->valuedouble < 1 || b->valuedouble < 1 || a->valuedouble > 1e6 || b->valuedouble > 1e6 ||
+                a->valuedouble != floor(a->valuedouble) || b->valuedouble != floor(b->valuedouble)) {
+                gckpt_seterr(err, "%s: field 'image_grid_pinpoints' must list [height, width] pairs of pixels", file);
+                return false;
+            }
+            p[0] = (uint64_t)a->valuedouble;
+            p[1] = (uint64_t)b->valuedouble;
+            if (p[0] % vi->image_size || p[1] % vi->image_size) {
+                gckpt_seterr(err, "%s: field 'image_grid_pinpoints': [%llu, %llu] is not a multiple of the vision "
+                                  "tower's image_size %llu", file, (unsigned long long)p[0], (unsigned long long)p[1],
+                             (unsigned long long)vi->image_size);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
 /* Qwen2_5_VLConfig: vision_config (a "qwen2_5_vl" model_type there is renamed, as the
  * class does), text_config or the top-level text keys, image_token_id 151655,
  * tie_word_embeddings false (or the text config's). The merger's output must be the text
@@ -579,20 +728,7 @@ gckpt_param_tally gckpt_vision_tower_grads(const gckpt_vlm *v)
  * activation, linear_2 (text hidden -> text hidden), biases by multimodal_projector_bias. */
 gckpt_param_tally gckpt_vision_projector_params(const gckpt_vlm *v)
 {
-    if (v->vision.projector == GCKPT_PROJ_GEMMA3) {
-        /* mm_input_projection_weight [D, text hidden], mm_soft_emb_norm [D] */
-        gckpt_param_tally t = {v->vision.hidden * v->text.hidden + v->vision.hidden, 2};
-        return t;
-    }
-    if (v->vision.projector == GCKPT_PROJ_MERGER) {
-        /* ln_q (RMSNorm over the block width), mlp.0 [4D, 4D] and mlp.2 [out, 4D] with biases */
-        uint64_t d = v->vision.hidden, m = d * v->vision.merge * v->vision.merge, o = v->vision.out_hidden;
-        gckpt_param_tally t = {d + m * m + m + m * o + o, 5};
-        return t;
-    }
-    uint64_t in = v->vision.hidden * v->vision.nfeature, h = v->text.hidden, b = v->vision.projector_bias;
-    gckpt_param_tally t = {in * h + b * h + h * h + b * h, 2 + 2 * b};
-    return t;
+    return projectors[v->vision.projector].tally(v);
 }
 
 /* Every CLIPEncoderLayer, SiglipEncoderLayer and Qwen2_5_VLVisionBlock is a
@@ -612,7 +748,7 @@ bool gckpt_image_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint64
                      (unsigned long long)w);
         return false;
     }
-    return towers[v->vision.tower].tokens(&v->vision, what, h, w, tokens, err);
+    return projectors[v->vision.projector].tokens(v, what, h, w, tokens, err);
 }
 
 bool gckpt_parse_image_size(const char *what, const char *s, uint64_t *h, uint64_t *w, gckpt_err *err)

@@ -26,6 +26,10 @@
 #error GCKPT_TEST_DATA must name tests/data
 #endif
 
+/* a small llama text_config */
+#define TEXT_CFG "\"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 4, " \
+                 "\"num_attention_heads\": 4, \"vocab_size\": 211}"
+
 static cJSON *read_json(const char *path)
 {
     gckpt_err err;
@@ -177,6 +181,55 @@ static void qwen2_5_vl_fixtures(void **state)
     assert_int_equal(family_fixtures("qwen2_5_vl-", 12), 42 + 12);
 }
 
+static void llava_next_fixtures(void **state)
+{
+    (void)state;
+    assert_int_equal(family_fixtures("llava_next-", 9), 42);
+}
+
+/* LLaVA-NeXT's anyres token count against transformers 5.24's LlavaNextProcessor
+ * (_get_number_of_features, select_best_resolution: run alone from the installed source,
+ * make -C tools/hf_probe vlm-tokens; minus the class token of the default strategy): the tiny fixtures' tower (28 / 14,
+ * pinpoints 28x56, 56x28, 56x56) and LlavaNextConfig's default pinpoints at 336 / 14 */
+static void llava_next_tokens(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *cfg;
+        uint64_t hwn[10][3];
+    } sets[] = {
+        {"{\"model_type\": \"llava_next\", \"vision_config\": {\"image_size\": 28, \"patch_size\": 14}, "
+         "\"image_grid_pinpoints\": [[28, 56], [56, 28], [56, 56]], " TEXT_CFG "}",
+         {{40, 60, 14}, {28, 28, 10}, {60, 40, 16}, {100, 10, 8}}},
+        {"{\"model_type\": \"llava_next\", \"vision_config\": {\"image_size\": 336, \"patch_size\": 14}, " TEXT_CFG
+         "}",
+         {{480, 640, 2340},
+          {640, 480, 2352},
+          {1080, 1920, 1948},
+          {336, 336, 1176},
+          {100, 1000, 1160},
+          {1000, 100, 1224},
+          {700, 700, 2928},
+          {333, 1001, 2328},
+          {50, 51, 1176},
+          {4000, 3000, 2352}}},
+    };
+    for (size_t k = 0; k < 2; k++) {
+        gckpt_vlm v;
+        gckpt_err err;
+        parse_ok("n.json", sets[k].cfg, &v);
+        for (size_t i = 0; i < 10 && sets[k].hwn[i][0]; i++) {
+            uint64_t n = 0;
+            if (!gckpt_image_tokens(&v, "--image-size", sets[k].hwn[i][0], sets[k].hwn[i][1], &n, &err))
+                fail_msg("%s", err.msg);
+            if (n != sets[k].hwn[i][2])
+                fail_msg("set %zu: %llux%llu: %llu tokens, transformers %llu", k, (unsigned long long)sets[k].hwn[i][0],
+                         (unsigned long long)sets[k].hwn[i][1], (unsigned long long)n,
+                         (unsigned long long)sets[k].hwn[i][2]);
+        }
+    }
+}
+
 static void gemma3_fixtures(void **state)
 {
     (void)state;
@@ -240,7 +293,8 @@ static void qwen2_5_vl_real(void **state)
     assert_int_equal(v.vision.image_token, 151655);
     assert_true(v.vision.full_attention[0] & 0x80); /* block 7 */
     assert_false(v.vision.full_attention[0] & 0x40);
-    /* smart_resize as transformers 5.24's (run alone from the installed source): h, w, tokens;
+    /* smart_resize as transformers 5.24's (run alone from the installed source: make -C
+     * tools/hf_probe vlm-tokens): h, w, tokens;
      * 42 and 70 are 1.5 and 2.5 factors, which Python's round() takes to 2 */
     static const uint64_t cases[][3] = {{1080, 1920, 1222}, {56, 84, 6},     {42, 42, 4},    {70, 70, 4},
                                         {14, 14, 4},      {1, 200, 29},     {3000, 4000, 1230}, {98, 126, 16},
@@ -259,9 +313,6 @@ static void qwen2_5_vl_real(void **state)
     assert_false(gckpt_image_tokens(&v, "--image-size", 0, 201, &n, &err));
     cJSON_Delete(counts);
 }
-
-#define TEXT_CFG "\"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 4, " \
-                 "\"num_attention_heads\": 4, \"vocab_size\": 211}"
 
 /* The config classes' defaults: CLIPVisionConfig's for a vision_config that omits a key
  * (not LlavaConfig's 336 / 14 tower, which only a missing vision_config gets), LlamaConfig's
@@ -370,6 +421,14 @@ static void errors(void **state)
                  "\"mm_tokens_per_image\": 9, \"text_config\": {}}",
                  "x.json: field 'mm_tokens_per_image' = 9: the projector pools the 4x4 patch grid to 16 features per "
                  "image");
+    /* LLaVA-NeXT: tiles of the tower's size; the default strategy only */
+    expect_error("{\"model_type\": \"llava_next\", \"vision_config\": {\"image_size\": 28, \"patch_size\": 14}, "
+                 "\"image_grid_pinpoints\": [[28, 50]], " TEXT_CFG "}",
+                 "x.json: field 'image_grid_pinpoints': [28, 50] is not a multiple of the vision tower's image_size 28");
+    expect_error("{\"model_type\": \"llava_next\", \"vision_config\": {}, \"vision_feature_select_strategy\": "
+                 "\"full\", " TEXT_CFG "}",
+                 "x.json: field 'vision_feature_select_strategy' = \"full\" is not planned for LLaVA-NeXT (default "
+                 "only)");
     /* not read yet, or no VLM: gckpt_model_parse's refusals */
     expect_error("{\"model_type\": \"llava\"}",
                  "x.json: field 'vision_config' is missing: model_type \"llava\" (LLaVA) is a vision-language model "
@@ -404,7 +463,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(llava_real),      cmocka_unit_test(llava_fixtures), cmocka_unit_test(qwen2_5_vl_real),
         cmocka_unit_test(qwen2_5_vl_fixtures), cmocka_unit_test(defaults),   cmocka_unit_test(errors),
-        cmocka_unit_test(gemma3_real),     cmocka_unit_test(gemma3_fixtures), cmocka_unit_test(image_sizes),
+        cmocka_unit_test(gemma3_real),     cmocka_unit_test(gemma3_fixtures), cmocka_unit_test(llava_next_fixtures),
+        cmocka_unit_test(llava_next_tokens), cmocka_unit_test(image_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,9 +27,11 @@ typedef enum {
     GCKPT_NTOWER
 } gckpt_tower_kind;
 
-/* What maps the tower's features to the text model's width. */
+/* What maps the tower's features to the text model's width, and with it the family's rule
+ * for an image's tokens. */
 typedef enum {
     GCKPT_PROJ_LLAVA,  /* LlavaMultiModalProjector: linear_1, activation, linear_2 */
+    GCKPT_PROJ_LLAVA_NEXT, /* the same and image_newline; anyres tiles (image_grid_pinpoints) */
     GCKPT_PROJ_MERGER, /* Qwen2_5_VLPatchMerger: RMSNorm, merge x merge patches concatenated,
                         * Linear, GELU, Linear (a part of model.visual, trained with the
                         * projector, not the tower) */
@@ -46,6 +48,7 @@ typedef enum {
 } gckpt_vision_act;
 
 #define GCKPT_MAX_FEATURE_LAYERS 8
+#define GCKPT_MAX_PINPOINTS 64
 
 typedef struct {
     uint8_t tower;           /* gckpt_tower_kind */
@@ -65,6 +68,9 @@ typedef struct {
      * hidden state, so it gets no gradient); Gemma 3: image tokens per image */
     bool use_head;
     uint64_t tokens_per_image;
+    /* LLaVA-NeXT: image_grid_pinpoints (height, width), each a multiple of image_size */
+    uint64_t pinpoints[GCKPT_MAX_PINPOINTS][2];
+    unsigned npinpoints;
     /* Qwen2.5-VL (0 elsewhere) */
     uint64_t temporal_patch, merge, out_hidden, window_size;
     uint8_t full_attention[GCKPT_MAX_LAYERS / 8]; /* bit i: block i attends over the whole image
@@ -94,6 +100,10 @@ struct cJSON;
 struct gckpt_vlm_type;
 bool gckpt_vlm_read_llava(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row, gckpt_vlm *v,
                           gckpt_err *err);
+/* The llava_next reader: llava's keys and image_grid_pinpoints (LlavaNextConfig's
+ * default when absent); the "default" strategy only. */
+bool gckpt_vlm_read_llava_next(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,
+                               gckpt_vlm *v, gckpt_err *err);
 /* The qwen2_5_vl reader: Qwen2_5_VLConfig's keys and defaults (text keys at the top level
  * when there is no text_config, the Hub's older layout). */
 bool gckpt_vlm_read_qwen2_5_vl(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,

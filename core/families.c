@@ -122,7 +122,13 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
     {"qwen2_vl", "Qwen2-VL", "the ViT's full-attention blocks, the 2x2 patch merger, the pixel budget's image "
                              "tokens and M-RoPE"},
     {"qwen3_vl", "Qwen3-VL", "the ViT with its interpolated position embedding, the patch merger and the deepstack "
-                             "mergers into text layers, the pixel budget's image tokens and M-RoPE"},
+                             "mergers into text layers, the pixel budget's image tokens and M-RoPE",
+     gckpt_vlm_read_qwen3_vl, "qwen3_vl_vision", "qwen3_vl_text",
+     /* Qwen3VLTextConfig's (those Qwen3Config, whose reader reads it, defaults otherwise) */
+     "{\"vocab_size\": 151936, \"hidden_size\": 4096, \"intermediate_size\": 22016, \"num_hidden_layers\": 32, "
+     "\"num_attention_heads\": 32, \"head_dim\": 128, \"rms_norm_eps\": 1e-6, \"rope_theta\": 500000.0, "
+     "\"max_position_embeddings\": 128000}",
+     "qwen3", false, true},
     {"gemma3", "Gemma 3 (multimodal)", "the SigLIP vision tower, the pooled projector (mm_tokens_per_image tokens "
                                        "per image) and bidirectional attention over image tokens",
      gckpt_vlm_read_gemma3, "siglip_vision_model", "gemma3_text",
@@ -133,7 +139,7 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      NULL, false},
     {"mllama", "Llama 3.2 Vision", "the tiled vision encoder (local and gated global layers) and the "
                                    "cross-attention text layers"},
-    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false},
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, false},
 };
 
 const gckpt_vlm_type *gckpt_vlm_type_of(const char *t)

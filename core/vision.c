@@ -169,6 +169,72 @@ static gckpt_param_tally qwen2_5_tally(const gckpt_vision *v, uint64_t layers, b
     return t;
 }
 
+/* Qwen3VLVisionConfig (configuration_qwen3_vl.py) */
+static bool read_qwen3(const char *f, const cJSON *j, gckpt_vision *v, gckpt_err *err)
+{
+    char act[32];
+    bool ok = u64_alias(j, f, "depth", "num_hidden_layers", 1, MAX_LAYERS, 27, &v->layers, err) &&
+              gckpt_json_u64_opt(j, f, "hidden_size", 1, MAX_HIDDEN, 1152, &v->hidden, err) &&
+              gckpt_json_u64_opt(j, f, "intermediate_size", 1, MAX_INTER, 4304, &v->intermediate, err) &&
+              u64_alias(j, f, "num_heads", "num_attention_heads", 1, MAX_HEADS, 16, &v->heads, err) &&
+              gckpt_json_u64_opt(j, f, "in_channels", 1, 64, 3, &v->channels, err) &&
+              gckpt_json_u64_opt(j, f, "patch_size", 1, 1u << 12, 16, &v->patch, err) &&
+              gckpt_json_u64_opt(j, f, "spatial_merge_size", 1, 64, 2, &v->merge, err) &&
+              gckpt_json_u64_opt(j, f, "temporal_patch_size", 1, 64, 2, &v->temporal_patch, err) &&
+              gckpt_json_u64_opt(j, f, "out_hidden_size", 1, MAX_HIDDEN, 3584, &v->out_hidden, err) &&
+              gckpt_json_u64_opt(j, f, "num_position_embeddings", 1, 1u << 24, 2304, &v->positions, err) &&
+              gckpt_json_str_opt(j, f, "hidden_act", "gelu_pytorch_tanh", act, sizeof act, err);
+    if (!ok) return false;
+    if (strcmp(act, "gelu_pytorch_tanh")) {
+        gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\" is not supported (gelu_pytorch_tanh)", f, act);
+        return false;
+    }
+    v->act = GCKPT_VACT_GELU_TANH;
+    if (v->hidden % v->heads) {
+        gckpt_seterr(err, "%s: field 'num_heads' = %llu does not divide 'hidden_size' = %llu", f,
+                     (unsigned long long)v->heads, (unsigned long long)v->hidden);
+        return false;
+    }
+    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(j, "deepstack_visual_indexes");
+    if (!ds || cJSON_IsNull(ds)) {
+        v->ndeepstack = 3; /* (8, 16, 24) */
+        v->deepstack[0] = 8, v->deepstack[1] = 16, v->deepstack[2] = 24;
+    } else {
+        int n = cJSON_IsArray(ds) ? cJSON_GetArraySize(ds) : -1;
+        if (n < 0 || n > GCKPT_MAX_FEATURE_LAYERS) {
+            gckpt_seterr(err, "%s: field 'deepstack_visual_indexes' must list 0 to %d block indices", f,
+                         GCKPT_MAX_FEATURE_LAYERS);
+            return false;
+        }
+        v->ndeepstack = 0;
+        for (const cJSON *it = ds->child; it; it = it->next) {
+            if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble != floor(it->valuedouble) ||
+                it->valuedouble >= (double)v->layers) {
+                gckpt_seterr(err, "%s: field 'deepstack_visual_indexes' must list block indices below depth %llu", f,
+                             (unsigned long long)v->layers);
+                return false;
+            }
+            v->deepstack[v->ndeepstack++] = (uint64_t)it->valuedouble;
+        }
+    }
+    return true;
+}
+
+/* Qwen3VLVisionModel without its mergers: the Conv3d patch embedding (with a bias), the
+ * learned position table (num_position_embeddings, interpolated to each image's grid), the
+ * blocks (two LayerNorms, qkv and proj, linear_fc1 / linear_fc2, all with biases: 12
+ * tensors). No tail. */
+static gckpt_param_tally qwen3_tally(const gckpt_vision *v, uint64_t layers, bool with_tail)
+{
+    (void)with_tail;
+    uint64_t d = v->hidden, i = v->intermediate;
+    uint64_t block = 4 * d + 3 * d * d + 3 * d + d * d + d + d * i + i + i * d + d;
+    gckpt_param_tally t = {v->channels * v->temporal_patch * v->patch * v->patch * d + d + v->positions * d, 3};
+    t.params += layers * block;
+    t.tensors += layers * 12;
+    return t;
+}
+
 /* Qwen2VLImageProcessor's smart_resize (image_processing_qwen2_vl.py) with the class's
  * size {shortest_edge 56 * 56, longest_edge 28 * 28 * 1280} (a checkpoint's
  * preprocessor_config may set others: not read), factor patch x merge; Python's round()
@@ -262,6 +328,7 @@ static const tower_info towers[GCKPT_NTOWER] = {
     [GCKPT_TOWER_CLIP] = {"clip_vision_model", read_clip, clip_tally},
     [GCKPT_TOWER_QWEN2_5] = {"qwen2_5_vl_vision", read_qwen2_5, qwen2_5_tally},
     [GCKPT_TOWER_SIGLIP] = {"siglip_vision_model", read_siglip, siglip_tally},
+    [GCKPT_TOWER_QWEN3] = {"qwen3_vl_vision", read_qwen3, qwen3_tally},
 };
 
 /* ---- the projectors and their image tokens -------------------------------------------- */
@@ -290,6 +357,17 @@ static gckpt_param_tally merger_proj(const gckpt_vlm *v)
 {
     uint64_t d = v->vision.hidden, m = d * v->vision.merge * v->vision.merge, o = v->vision.out_hidden;
     gckpt_param_tally t = {d + m * m + m + m * o + o, 5};
+    return t;
+}
+
+/* Qwen3VLVisionPatchMerger: a LayerNorm (over D; the deepstack mergers' over the merged
+ * 4D), linear_fc1 [4D, 4D] and linear_fc2 [out, 4D] with biases: the merger and one
+ * deepstack merger per deepstack_visual_indexes entry */
+static gckpt_param_tally deepstack_proj(const gckpt_vlm *v)
+{
+    uint64_t d = v->vision.hidden, m = d * v->vision.merge * v->vision.merge, o = v->vision.out_hidden;
+    uint64_t mlp = m * m + m + m * o + o;
+    gckpt_param_tally t = {2 * d + mlp + v->vision.ndeepstack * (2 * m + mlp), 6 + 6 * (uint64_t)v->vision.ndeepstack};
     return t;
 }
 
@@ -370,6 +448,7 @@ static const projector_info projectors[] = {
     [GCKPT_PROJ_LLAVA] = {llava_proj, clip_tokens},
     [GCKPT_PROJ_LLAVA_NEXT] = {llava_next_proj, anyres_tokens},
     [GCKPT_PROJ_MERGER] = {merger_proj, qwen2_5_tokens},
+    [GCKPT_PROJ_DEEPSTACK] = {deepstack_proj, qwen2_5_tokens},
     [GCKPT_PROJ_GEMMA3] = {gemma3_proj, gemma3_tokens},
 };
 
@@ -457,6 +536,12 @@ static bool read_text(const char *file, const cJSON *j, const gckpt_vlm_type *ro
         for (const cJSON *d = defaults->child; d && mem; d = d->next)
             if (!cJSON_GetObjectItemCaseSensitive(copy, d->string))
                 mem = cJSON_AddItemToObject(copy, d->string, cJSON_Duplicate(d, true));
+        const cJSON *heads = cJSON_GetObjectItemCaseSensitive(copy, "num_attention_heads");
+        if (mem && row->text_kv_is_heads && cJSON_IsNumber(heads) &&
+            gckpt_json_absent(copy, "num_key_value_heads")) /* the class's __post_init__ */
+            mem = cJSON_GetObjectItemCaseSensitive(copy, "num_key_value_heads")
+                      ? cJSON_ReplaceItemInObjectCaseSensitive(copy, "num_key_value_heads", cJSON_Duplicate(heads, true))
+                      : cJSON_AddItemToObject(copy, "num_key_value_heads", cJSON_Duplicate(heads, true));
         if (mem && row->text_read_as)
             mem = cJSON_ReplaceItemInObjectCaseSensitive(copy, "model_type", cJSON_CreateString(row->text_read_as));
     }
@@ -608,8 +693,8 @@ bool gckpt_vlm_read_llava_next(const char *file, const cJSON *j, const gckpt_vlm
  * class does), text_config or the top-level text keys, image_token_id 151655,
  * tie_word_embeddings false (or the text config's). The merger's output must be the text
  * width (the features are scattered into the text embeddings). */
-bool gckpt_vlm_read_qwen2_5_vl(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v,
-                               gckpt_err *err)
+static bool read_qwen(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v, bool or_tie,
+                      gckpt_err *err)
 {
     double token;
     bool top_tied;
@@ -636,12 +721,28 @@ bool gckpt_vlm_read_qwen2_5_vl(const char *file, const cJSON *j, const gckpt_vlm
     }
     v->vision.feature_layer[0] = -1; /* the merger reads the last block */
     v->vision.nfeature = 1;
-    v->vision.projector = GCKPT_PROJ_MERGER;
     v->vision.projector_act = GCKPT_VACT_GELU;
     v->vision.projector_bias = true;
     v->vision.image_token = (int64_t)token;
-    v->text.tied = top_tied || v->text.tied;
+    v->text.tied = top_tied || (or_tie && v->text.tied);
     return true;
+}
+
+bool gckpt_vlm_read_qwen2_5_vl(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v,
+                               gckpt_err *err)
+{
+    v->vision.projector = GCKPT_PROJ_MERGER;
+    return read_qwen(file, j, row, v, true, err);
+}
+
+/* Qwen3VLConfig: as Qwen2_5_VLConfig's, but text_config is required (no top-level text
+ * keys: the row's text_at_top is false) and tie_word_embeddings is the top-level flag alone
+ * (no __post_init__ reads text_config's). */
+bool gckpt_vlm_read_qwen3_vl(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v,
+                             gckpt_err *err)
+{
+    v->vision.projector = GCKPT_PROJ_DEEPSTACK;
+    return read_qwen(file, j, row, v, false, err);
 }
 
 /* Gemma3Config: vision_config (default siglip_vision_model), text_config (gemma3_text),
@@ -731,8 +832,8 @@ gckpt_param_tally gckpt_vision_projector_params(const gckpt_vlm *v)
     return projectors[v->vision.projector].tally(v);
 }
 
-/* Every CLIPEncoderLayer, SiglipEncoderLayer and Qwen2_5_VLVisionBlock is a
- * GradientCheckpointingLayer (R-VLM-1), also CLIP's after the feature layer (they run;
+/* Every CLIPEncoderLayer, SiglipEncoderLayer, Qwen2_5_VLVisionBlock and Qwen3VLVisionBlock
+ * is a GradientCheckpointingLayer (R-VLM-1), also CLIP's after the feature layer (they run;
  * their outputs reach no loss). */
 void gckpt_vlm_towers(const gckpt_vlm *v, uint64_t t[2])
 {

@@ -230,6 +230,13 @@ static void llava_next_tokens(void **state)
     }
 }
 
+static void qwen3_vl_fixtures(void **state)
+{
+    (void)state;
+    /* Qwen3VLTextDecoderLayer: q / k / v / o, q_norm, k_norm, two norms, gate / up / down */
+    assert_int_equal(family_fixtures("qwen3_vl-", 11), 42);
+}
+
 static void gemma3_fixtures(void **state)
 {
     (void)state;
@@ -366,6 +373,20 @@ static void defaults(void **state)
     assert_true(v.text.rope_theta == 1e6);
     assert_true(v.text.qkv_bias);
     assert_int_equal(v.nmrope, 0);
+    /* Qwen3-VL: num_key_value_heads defaults to the heads (Qwen3VLTextConfig), not Qwen3's 32;
+     * the class's three deepstack mergers; factor 32 for the image tokens */
+    parse_ok("d.json", "{\"model_type\": \"qwen3_vl\", \"vision_config\": {\"depth\": 27, \"hidden_size\": 32, "
+                       "\"num_heads\": 4, \"out_hidden_size\": 64}, \"text_config\": {\"hidden_size\": 64, "
+                       "\"num_attention_heads\": 4, \"head_dim\": 16}}", &v);
+    assert_int_equal(v.text.kv_heads, 4);
+    assert_int_equal(v.vision.ndeepstack, 3);
+    assert_int_equal(v.vision.deepstack[2], 24);
+    assert_true(v.text.rope_theta == 500000.0);
+    assert_false(v.text.tied);
+    assert_true(gckpt_image_tokens(&v, "--image-size", 64, 96, &n, &err));
+    assert_int_equal(n, 6);
+    assert_true(gckpt_image_tokens(&v, "--image-size", 1080, 1920, &n, &err));
+    assert_int_equal(n, 943); /* smart_resize(1080, 1920, factor 32) = (736, 1312): 46 x 82 / 4 (vlm-tokens) */
 }
 
 static void expect_error(const char *text, const char *msg)
@@ -464,7 +485,7 @@ int main(void)
         cmocka_unit_test(llava_real),      cmocka_unit_test(llava_fixtures), cmocka_unit_test(qwen2_5_vl_real),
         cmocka_unit_test(qwen2_5_vl_fixtures), cmocka_unit_test(defaults),   cmocka_unit_test(errors),
         cmocka_unit_test(gemma3_real),     cmocka_unit_test(gemma3_fixtures), cmocka_unit_test(llava_next_fixtures),
-        cmocka_unit_test(llava_next_tokens), cmocka_unit_test(image_sizes),
+        cmocka_unit_test(llava_next_tokens), cmocka_unit_test(qwen3_vl_fixtures), cmocka_unit_test(image_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

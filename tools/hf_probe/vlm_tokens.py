@@ -37,6 +37,10 @@ def main() -> None:
             print(f"  {{{h}, {w}, {(hb // 14) * (wb // 14) // 4}}},")
         except ValueError as e:
             print(f"  {h} x {w}: ValueError: {e}")
+    print("qwen3_vl (smart_resize, factor 32: patch 16, merge 2): h, w, tokens")
+    for h, w in [(64, 96), (1080, 1920)]:
+        hb, wb = smart_resize(h, w, factor=32)
+        print(f"  {{{h}, {w}, {(hb // 16) * (wb // 16) // 4}}},")
     sbr = grab("image_processing_utils.py", {"select_best_resolution"})["select_best_resolution"]
     proc = grab("models/llava_next/processing_llava_next.py", {"_get_number_of_features", "_get_unpadded_features"},
                 "LlavaNextProcessor")

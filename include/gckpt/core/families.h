@@ -101,6 +101,9 @@ typedef struct gckpt_vlm_type {
     /* without a text_config the text keys are the config's own (Qwen2.5-VL's older layout);
      * false: text_config is required */
     bool text_at_top;
+    /* num_key_value_heads defaults to num_attention_heads (the text config class's
+     * __post_init__), not to text_read_as's reader default */
+    bool text_kv_is_heads;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];
 /* The row of model_type t in gckpt_vlm_types, NULL when it is none. */

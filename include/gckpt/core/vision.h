@@ -24,6 +24,8 @@ typedef enum {
     GCKPT_TOWER_QWEN2_5,  /* qwen2_5_vl_vision: Qwen2.5-VL's ViT (windowed and full-attention
                            * blocks, the 2x2 patch merger) */
     GCKPT_TOWER_SIGLIP,   /* siglip_vision_model: SiglipVisionModel (gemma3) */
+    GCKPT_TOWER_QWEN3,    /* qwen3_vl_vision: Qwen3-VL's ViT (learned positions, the merger and
+                           * the deepstack mergers) */
     GCKPT_NTOWER
 } gckpt_tower_kind;
 
@@ -35,6 +37,10 @@ typedef enum {
     GCKPT_PROJ_MERGER, /* Qwen2_5_VLPatchMerger: RMSNorm, merge x merge patches concatenated,
                         * Linear, GELU, Linear (a part of model.visual, trained with the
                         * projector, not the tower) */
+    GCKPT_PROJ_DEEPSTACK, /* Qwen3-VL's merger (LayerNorm, Linear, GELU, Linear) and a deepstack
+                           * merger per deepstack_visual_indexes entry, whose outputs are added to
+                           * the first text layers' outputs (parts of model.visual, trained with
+                           * the projector) */
     GCKPT_PROJ_GEMMA3, /* Gemma3MultiModalProjector: average pool to mm_tokens_per_image, RMSNorm,
                         * a matmul with mm_input_projection_weight [vision hidden, text hidden] */
 } gckpt_projector_kind;
@@ -71,8 +77,11 @@ typedef struct {
     /* LLaVA-NeXT: image_grid_pinpoints (height, width), each a multiple of image_size */
     uint64_t pinpoints[GCKPT_MAX_PINPOINTS][2];
     unsigned npinpoints;
-    /* Qwen2.5-VL (0 elsewhere) */
+    /* Qwen2.5-VL and Qwen3-VL (0 elsewhere) */
     uint64_t temporal_patch, merge, out_hidden, window_size;
+    uint64_t positions;      /* Qwen3-VL: num_position_embeddings */
+    uint64_t deepstack[GCKPT_MAX_FEATURE_LAYERS]; /* Qwen3-VL: deepstack_visual_indexes */
+    unsigned ndeepstack;
     uint8_t full_attention[GCKPT_MAX_LAYERS / 8]; /* bit i: block i attends over the whole image
                                                     * (fullatt_block_indexes), else per window */
 } gckpt_vision;
@@ -104,6 +113,9 @@ bool gckpt_vlm_read_llava(const char *file, const struct cJSON *j, const struct 
  * default when absent); the "default" strategy only. */
 bool gckpt_vlm_read_llava_next(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,
                                gckpt_vlm *v, gckpt_err *err);
+/* The qwen3_vl reader: Qwen3VLConfig's keys and defaults (text_config required). */
+bool gckpt_vlm_read_qwen3_vl(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,
+                             gckpt_vlm *v, gckpt_err *err);
 /* The qwen2_5_vl reader: Qwen2_5_VLConfig's keys and defaults (text keys at the top level
  * when there is no text_config, the Hub's older layout). */
 bool gckpt_vlm_read_qwen2_5_vl(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,

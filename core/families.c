@@ -138,7 +138,13 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "\"rms_norm_eps\": 1e-6}",
      NULL, false},
     {"mllama", "Llama 3.2 Vision", "the tiled vision encoder (local and gated global layers) and the "
-                                   "cross-attention text layers"},
+                                   "cross-attention text layers",
+     gckpt_vlm_read_mllama, "mllama_vision_model", "mllama_text_model",
+     /* MllamaTextConfig's (those LlamaConfig, whose reader reads it, defaults otherwise) */
+     "{\"vocab_size\": 128256, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 40, "
+     "\"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-5, "
+     "\"max_position_embeddings\": 131072}",
+     "llama", false, false},
     {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, false},
 };
 

@@ -21,6 +21,7 @@ typedef struct {
     /* the tower's parameters up to its first `layers` layers; with_tail: and what follows
      * the last one (those that make no hidden state the projector reads) */
     gckpt_param_tally (*tally)(const gckpt_vision *v, uint64_t layers, bool with_tail);
+    bool ckpt_layers; /* its layers are GradientCheckpointingLayer (R-VLM-1) */
 } tower_info;
 
 /* CLIPVisionConfig (configuration_clip.py): a vision_config dict takes the class's
@@ -235,6 +236,78 @@ static gckpt_param_tally qwen3_tally(const gckpt_vision *v, uint64_t layers, boo
     return t;
 }
 
+/* MllamaVisionConfig (configuration_mllama.py): supported_aspect_ratios and
+ * intermediate_layers_indices default in __post_init__; vision_output_dim must be the
+ * width of the final hidden state and the intermediate ones concatenated, which the
+ * projector reads. */
+static bool read_mllama_vision(const char *f, const cJSON *j, gckpt_vision *v, gckpt_err *err)
+{
+    char act[32];
+    bool ok = gckpt_json_u64_opt(j, f, "hidden_size", 1, MAX_HIDDEN, 1280, &v->hidden, err) &&
+              gckpt_json_u64_opt(j, f, "intermediate_size", 1, MAX_INTER, 5120, &v->intermediate, err) &&
+              gckpt_json_u64_opt(j, f, "num_hidden_layers", 1, MAX_LAYERS, 32, &v->layers, err) &&
+              gckpt_json_u64_opt(j, f, "num_global_layers", 0, MAX_LAYERS, 8, &v->global_layers, err) &&
+              gckpt_json_u64_opt(j, f, "attention_heads", 1, MAX_HEADS, 16, &v->heads, err) &&
+              gckpt_json_u64_opt(j, f, "num_channels", 1, 64, 3, &v->channels, err) &&
+              gckpt_json_u64_opt(j, f, "image_size", 1, 1u << 16, 448, &v->image_size, err) &&
+              gckpt_json_u64_opt(j, f, "patch_size", 1, 1u << 16, 14, &v->patch, err) &&
+              gckpt_json_u64_opt(j, f, "max_num_tiles", 1, 1024, 4, &v->max_tiles, err) &&
+              gckpt_json_u64_opt(j, f, "vision_output_dim", 1, MAX_HIDDEN * 64, 7680, &v->output_dim, err) &&
+              gckpt_json_num_opt(j, f, "norm_eps", 0, 1, 1e-5, &v->norm_eps, err) &&
+              gckpt_json_str_opt(j, f, "hidden_act", "gelu", act, sizeof act, err);
+    if (!ok) return false;
+    if (strcmp(act, "gelu")) {
+        gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\" is not supported (gelu)", f, act);
+        return false;
+    }
+    v->act = GCKPT_VACT_GELU;
+    if (v->hidden % v->heads) {
+        gckpt_seterr(err, "%s: field 'attention_heads' = %llu does not divide 'hidden_size' = %llu", f,
+                     (unsigned long long)v->heads, (unsigned long long)v->hidden);
+        return false;
+    }
+    if (v->patch > v->image_size) {
+        gckpt_seterr(err, "%s: field 'patch_size' = %llu is larger than 'image_size' = %llu (no patch)", f,
+                     (unsigned long long)v->patch, (unsigned long long)v->image_size);
+        return false;
+    }
+    const cJSON *ar = cJSON_GetObjectItemCaseSensitive(j, "supported_aspect_ratios");
+    const cJSON *il = cJSON_GetObjectItemCaseSensitive(j, "intermediate_layers_indices");
+    v->aspect_ratios = !ar || cJSON_IsNull(ar) ? 8 : cJSON_IsArray(ar) ? (uint64_t)cJSON_GetArraySize(ar) : 0;
+    uint64_t inter = !il || cJSON_IsNull(il) ? 5 : cJSON_IsArray(il) ? (uint64_t)cJSON_GetArraySize(il) : 0;
+    if (!v->aspect_ratios || (il && !cJSON_IsNull(il) && !cJSON_IsArray(il))) {
+        gckpt_seterr(err, "%s: field '%s' must be a list", f, v->aspect_ratios ? "intermediate_layers_indices"
+                                                                                 : "supported_aspect_ratios");
+        return false;
+    }
+    if (v->output_dim != v->hidden * (inter + 1)) {
+        gckpt_seterr(err, "%s: field 'vision_output_dim' = %llu is not hidden_size x (1 + the %llu "
+                          "intermediate_layers_indices) = %llu", f, (unsigned long long)v->output_dim,
+                     (unsigned long long)inter, (unsigned long long)(v->hidden * (inter + 1)));
+        return false;
+    }
+    return true;
+}
+
+/* MllamaVisionModel: the patch convolution (no bias), class_embedding, the gated positional
+ * embedding (a position per patch and the class token, its gate, a tile embedding per
+ * aspect ratio id), the pre / post tile positional embeddings with their gates,
+ * layernorm_pre / _post; the local layers (no attention biases: 12 tensors) and the gated
+ * global ones (gate_attn, gate_ffn: 14). Every layer feeds the projector (the final state
+ * and the intermediate ones): no tail. */
+static gckpt_param_tally mllama_tally(const gckpt_vision *v, uint64_t layers, bool with_tail)
+{
+    (void)with_tail;
+    uint64_t d = v->hidden, i = v->intermediate, n = clip_grid(v) + 1, ar = v->aspect_ratios + 1;
+    uint64_t layer = 4 * d * d + 4 * d + (d * i + i) + (i * d + d);
+    gckpt_param_tally t = {v->channels * v->patch * v->patch * d + d + n * d + 1 + ar * v->max_tiles * n * d +
+                               2 * (ar * v->max_tiles * d + 1) + 4 * d,
+                           2 + 3 + 4 + 4};
+    t.params += layers * layer + v->global_layers * (layer + 2);
+    t.tensors += layers * 12 + v->global_layers * 14;
+    return t;
+}
+
 /* Qwen2VLImageProcessor's smart_resize (image_processing_qwen2_vl.py) with the class's
  * size {shortest_edge 56 * 56, longest_edge 28 * 28 * 1280} (a checkpoint's
  * preprocessor_config may set others: not read), factor patch x merge; Python's round()
@@ -325,10 +398,11 @@ static gckpt_param_tally siglip_tally(const gckpt_vision *v, uint64_t layers, bo
 }
 
 static const tower_info towers[GCKPT_NTOWER] = {
-    [GCKPT_TOWER_CLIP] = {"clip_vision_model", read_clip, clip_tally},
-    [GCKPT_TOWER_QWEN2_5] = {"qwen2_5_vl_vision", read_qwen2_5, qwen2_5_tally},
-    [GCKPT_TOWER_SIGLIP] = {"siglip_vision_model", read_siglip, siglip_tally},
-    [GCKPT_TOWER_QWEN3] = {"qwen3_vl_vision", read_qwen3, qwen3_tally},
+    [GCKPT_TOWER_CLIP] = {"clip_vision_model", read_clip, clip_tally, true},
+    [GCKPT_TOWER_QWEN2_5] = {"qwen2_5_vl_vision", read_qwen2_5, qwen2_5_tally, true},
+    [GCKPT_TOWER_SIGLIP] = {"siglip_vision_model", read_siglip, siglip_tally, true},
+    [GCKPT_TOWER_QWEN3] = {"qwen3_vl_vision", read_qwen3, qwen3_tally, true},
+    [GCKPT_TOWER_MLLAMA] = {"mllama_vision_model", read_mllama_vision, mllama_tally, false},
 };
 
 /* ---- the projectors and their image tokens -------------------------------------------- */
@@ -369,6 +443,22 @@ static gckpt_param_tally deepstack_proj(const gckpt_vlm *v)
     uint64_t mlp = m * m + m + m * o + o;
     gckpt_param_tally t = {2 * d + mlp + v->vision.ndeepstack * (2 * m + mlp), 6 + 6 * (uint64_t)v->vision.ndeepstack};
     return t;
+}
+
+/* multi_modal_projector: Linear(vision_output_dim, text hidden) */
+static gckpt_param_tally mllama_proj(const gckpt_vlm *v)
+{
+    gckpt_param_tally t = {v->vision.output_dim * v->text.hidden + v->text.hidden, 2};
+    return t;
+}
+
+/* MllamaProcessor: one <|image|> token per image, whatever its size (the tiles are the
+ * vision side's) */
+static bool one_token(const gckpt_vlm *v, const char *what, uint64_t h, uint64_t w, uint64_t *n, gckpt_err *err)
+{
+    (void)v, (void)what, (void)h, (void)w, (void)err;
+    *n = 1;
+    return true;
 }
 
 /* Gemma3MultiModalProjector: mm_input_projection_weight [D, text hidden], mm_soft_emb_norm [D] */
@@ -449,6 +539,7 @@ static const projector_info projectors[] = {
     [GCKPT_PROJ_LLAVA_NEXT] = {llava_next_proj, anyres_tokens},
     [GCKPT_PROJ_MERGER] = {merger_proj, qwen2_5_tokens},
     [GCKPT_PROJ_DEEPSTACK] = {deepstack_proj, qwen2_5_tokens},
+    [GCKPT_PROJ_MLLAMA] = {mllama_proj, one_token},
     [GCKPT_PROJ_GEMMA3] = {gemma3_proj, gemma3_tokens},
 };
 
@@ -745,6 +836,49 @@ bool gckpt_vlm_read_qwen3_vl(const char *file, const cJSON *j, const gckpt_vlm_t
     return read_qwen(file, j, row, v, false, err);
 }
 
+/* MllamaConfig: vision_config (mllama_vision_model), text_config (mllama_text_model, read
+ * as llama; cross_attention_layers default [3, 8, ..., 38] in __post_init__),
+ * image_token_index 128256. MllamaForConditionalGeneration declares no tied weights: its
+ * lm_head is its own whatever the configs say. */
+bool gckpt_vlm_read_mllama(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v, gckpt_err *err)
+{
+    double token;
+    if (!read_tower(file, j, row->vision_type, &v->vision, err) || !read_text(file, j, row, v, err) ||
+        !gckpt_json_num_opt(j, file, "image_token_index", 0, 9007199254740992.0, 128256, &token, err))
+        return false;
+    if (token != floor(token)) {
+        gckpt_seterr(err, "%s: field 'image_token_index' = %g is not an integer", file, token);
+        return false;
+    }
+    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "text_config"),
+                                                       "cross_attention_layers");
+    if (!cl || cJSON_IsNull(cl)) {
+        for (uint64_t i = 3; i < 40; i += 5)
+            if (i < v->text.layers) v->cross[i / 8] |= (uint8_t)(1u << (i % 8)), v->ncross++;
+    } else if (!cJSON_IsArray(cl)) {
+        gckpt_seterr(err, "%s: text_config: field 'cross_attention_layers' must be a list of layer indices", file);
+        return false;
+    } else {
+        for (const cJSON *it = cl->child; it; it = it->next) {
+            if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble != floor(it->valuedouble) ||
+                it->valuedouble >= (double)v->text.layers) {
+                gckpt_seterr(err, "%s: text_config: field 'cross_attention_layers' must list layer indices below "
+                                  "num_hidden_layers %llu", file, (unsigned long long)v->text.layers);
+                return false;
+            }
+            uint64_t i = (uint64_t)it->valuedouble;
+            if (!(v->cross[i / 8] >> (i % 8) & 1)) v->cross[i / 8] |= (uint8_t)(1u << (i % 8)), v->ncross++;
+        }
+    }
+    v->vision.feature_layer[0] = -1;
+    v->vision.nfeature = 1;
+    v->vision.projector = GCKPT_PROJ_MLLAMA;
+    v->vision.projector_bias = true;
+    v->vision.image_token = (int64_t)token;
+    v->text.tied = false;
+    return true;
+}
+
 /* Gemma3Config: vision_config (default siglip_vision_model), text_config (gemma3_text),
  * mm_tokens_per_image 256, image_token_index 262144, tie_word_embeddings true (the
  * top-level flag alone: no __post_init__ reads text_config's). The projector average-pools
@@ -837,8 +971,21 @@ gckpt_param_tally gckpt_vision_projector_params(const gckpt_vlm *v)
  * their outputs reach no loss). */
 void gckpt_vlm_towers(const gckpt_vlm *v, uint64_t t[2])
 {
-    t[0] = v->vision.layers;
+    t[0] = towers[v->vision.tower].ckpt_layers ? v->vision.layers : 0;
     t[1] = v->text.layers;
+}
+
+/* MllamaTextModel: embed_tokens has vocab_size + 8 rows; a MllamaCrossAttentionDecoderLayer
+ * has the self-attention layer's projections, norms and MLP, and q_norm / k_norm over
+ * head_dim and cross_attn_attn_gate / cross_attn_mlp_gate besides */
+gckpt_param_tally gckpt_vlm_text_extra(const gckpt_vlm *v)
+{
+    gckpt_param_tally t = {0, 0};
+    if (v->vision.projector == GCKPT_PROJ_MLLAMA) {
+        t.params = 8 * v->text.hidden + v->ncross * (2 * v->text.head_dim + 2);
+        t.tensors = 4 * v->ncross;
+    }
+    return t;
 }
 
 bool gckpt_image_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint64_t w, uint64_t *tokens,

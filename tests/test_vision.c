@@ -108,8 +108,9 @@ static void check_fixture(const char *path, uint64_t text_per_layer)
     gckpt_param_tally tower = gckpt_vision_tower_params(&v), proj = gckpt_vision_projector_params(&v),
                       grads = gckpt_vision_tower_grads(&v);
     /* the text model's tensors: per layer, the embedding, the final norm, lm_head */
-    uint64_t text = (uint64_t)closed_form_params128(&v.text),
-             text_tensors = text_per_layer * v.text.layers + 2 + !v.text.tied;
+    gckpt_param_tally extra = gckpt_vlm_text_extra(&v);
+    uint64_t text = (uint64_t)closed_form_params128(&v.text) + extra.params,
+             text_tensors = text_per_layer * v.text.layers + 2 + !v.text.tied + extra.tensors;
     uint64_t all = tower.params + proj.params + text;
     if (all != (uint64_t)num_at(j, "parameters.count"))
         fail_msg("%s: %llu parameters planned, %.0f measured", path, (unsigned long long)all,
@@ -235,6 +236,41 @@ static void qwen3_vl_fixtures(void **state)
     (void)state;
     /* Qwen3VLTextDecoderLayer: q / k / v / o, q_norm, k_norm, two norms, gate / up / down */
     assert_int_equal(family_fixtures("qwen3_vl-", 11), 42);
+}
+
+static void mllama_fixtures(void **state)
+{
+    (void)state;
+    assert_int_equal(family_fixtures("mllama-", 9), 42);
+}
+
+/* Llama-3.2-11B-Vision against its measured counts: the tiled encoder, the cross-attention
+ * text layers, no checkpointing layer in the vision tower (R-VLM-1) */
+static void mllama_real(void **state)
+{
+    (void)state;
+    cJSON *counts = read_json(GCKPT_TEST_DATA "/vlm-counts.json");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(counts, "models"),
+                                                      "llama-3.2-11b-vision.json");
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", 1u << 20, &err);
+    assert_non_null(text);
+    gckpt_vlm v;
+    parse_ok("llama-3.2-11b-vision.json", text, &v);
+    free(text);
+    assert_int_equal(gckpt_vision_tower_params(&v).params, (uint64_t)num_at(c, "by_part.vision_tower"));
+    assert_int_equal(gckpt_vision_projector_params(&v).params, (uint64_t)num_at(c, "by_part.projector"));
+    assert_int_equal((uint64_t)closed_form_params128(&v.text) + gckpt_vlm_text_extra(&v).params,
+                     (uint64_t)(num_at(c, "by_part.text_model") + num_at(c, "by_part.lm_head")));
+    assert_int_equal(v.ncross, 8);
+    uint64_t t[2];
+    gckpt_vlm_towers(&v, t);
+    assert_int_equal(t[0], (uint64_t)num_at(c, "checkpointing_layers.vision"));
+    assert_int_equal(t[1], (uint64_t)num_at(c, "checkpointing_layers.text"));
+    uint64_t n = 0;
+    assert_true(gckpt_image_tokens(&v, "--image-size", 1080, 1920, &n, &err));
+    assert_int_equal(n, 1);
+    cJSON_Delete(counts);
 }
 
 static void gemma3_fixtures(void **state)
@@ -454,10 +490,15 @@ static void errors(void **state)
     expect_error("{\"model_type\": \"llava\"}",
                  "x.json: field 'vision_config' is missing: model_type \"llava\" (LLaVA) is a vision-language model "
                  "whose vision tower it configures");
-    expect_error("{\"model_type\": \"mllama\", \"vision_config\": {}}",
-                 "x.json: field 'model_type' = \"mllama\": vision-language models are not supported yet (Llama 3.2 "
-                 "Vision: vision tower not yet planned: the tiled vision encoder (local and gated global layers) and "
-                 "the cross-attention text layers)");
+    expect_error("{\"model_type\": \"qwen2_vl\", \"vision_config\": {}}",
+                 "x.json: field 'model_type' = \"qwen2_vl\": vision-language models are not supported yet (Qwen2-VL: "
+                 "vision tower not yet planned: the ViT's full-attention blocks, the 2x2 patch merger, the pixel "
+                 "budget's image tokens and M-RoPE)");
+    /* mllama: the projector reads the final and the intermediate hidden states */
+    expect_error("{\"model_type\": \"mllama\", \"vision_config\": {\"hidden_size\": 32, \"attention_heads\": 4, "
+                 "\"intermediate_layers_indices\": [1, 2], \"vision_output_dim\": 64}, \"text_config\": {}}",
+                 "x.json: vision_config: field 'vision_output_dim' = 64 is not hidden_size x (1 + the 2 "
+                 "intermediate_layers_indices) = 96");
     expect_error("{\"model_type\": \"llama\"}", "x.json: field 'model_type' = \"llama\" is not a vision-language model");
 }
 
@@ -485,7 +526,8 @@ int main(void)
         cmocka_unit_test(llava_real),      cmocka_unit_test(llava_fixtures), cmocka_unit_test(qwen2_5_vl_real),
         cmocka_unit_test(qwen2_5_vl_fixtures), cmocka_unit_test(defaults),   cmocka_unit_test(errors),
         cmocka_unit_test(gemma3_real),     cmocka_unit_test(gemma3_fixtures), cmocka_unit_test(llava_next_fixtures),
-        cmocka_unit_test(llava_next_tokens), cmocka_unit_test(qwen3_vl_fixtures), cmocka_unit_test(image_sizes),
+        cmocka_unit_test(llava_next_tokens), cmocka_unit_test(qwen3_vl_fixtures), cmocka_unit_test(mllama_real),
+        cmocka_unit_test(mllama_fixtures),   cmocka_unit_test(image_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,6 +26,8 @@ typedef enum {
     GCKPT_TOWER_SIGLIP,   /* siglip_vision_model: SiglipVisionModel (gemma3) */
     GCKPT_TOWER_QWEN3,    /* qwen3_vl_vision: Qwen3-VL's ViT (learned positions, the merger and
                            * the deepstack mergers) */
+    GCKPT_TOWER_MLLAMA,   /* mllama_vision_model: the tiled encoder (local and gated global layers,
+                           * not GradientCheckpointingLayer: never checkpointed) */
     GCKPT_NTOWER
 } gckpt_tower_kind;
 
@@ -41,6 +43,9 @@ typedef enum {
                            * merger per deepstack_visual_indexes entry, whose outputs are added to
                            * the first text layers' outputs (parts of model.visual, trained with
                            * the projector) */
+    GCKPT_PROJ_MLLAMA, /* one Linear (vision_output_dim -> text hidden, with a bias); an image
+                        * is one <|image|> token, its tiles reach the text through the
+                        * cross-attention layers */
     GCKPT_PROJ_GEMMA3, /* Gemma3MultiModalProjector: average pool to mm_tokens_per_image, RMSNorm,
                         * a matmul with mm_input_projection_weight [vision hidden, text hidden] */
 } gckpt_projector_kind;
@@ -80,6 +85,10 @@ typedef struct {
     /* Qwen2.5-VL and Qwen3-VL (0 elsewhere) */
     uint64_t temporal_patch, merge, out_hidden, window_size;
     uint64_t positions;      /* Qwen3-VL: num_position_embeddings */
+    /* mllama: num_global_layers (gated, after the `layers` local ones), max_num_tiles, the
+     * aspect ratios (supported_aspect_ratios' count), vision_output_dim (the final and the
+     * intermediate_layers_indices hidden states concatenated) */
+    uint64_t global_layers, max_tiles, aspect_ratios, output_dim;
     uint64_t deepstack[GCKPT_MAX_FEATURE_LAYERS]; /* Qwen3-VL: deepstack_visual_indexes */
     unsigned ndeepstack;
     uint8_t full_attention[GCKPT_MAX_LAYERS / 8]; /* bit i: block i attends over the whole image
@@ -97,6 +106,10 @@ typedef struct gckpt_vlm {
      * Qwen2_5_VLTextConfig converts it); nmrope 0 elsewhere */
     uint64_t mrope_section[4];
     unsigned nmrope;
+    /* mllama: the text layers that are cross-attention layers (cross_attention_layers), which
+     * the text model's llama reading counts as self-attention layers */
+    uint8_t cross[GCKPT_MAX_LAYERS / 8];
+    uint64_t ncross;
 } gckpt_vlm;
 
 /* Read a VLM's config.json text (file only in messages). A model_type that is no VLM, or
@@ -113,6 +126,10 @@ bool gckpt_vlm_read_llava(const char *file, const struct cJSON *j, const struct 
  * default when absent); the "default" strategy only. */
 bool gckpt_vlm_read_llava_next(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,
                                gckpt_vlm *v, gckpt_err *err);
+/* The mllama reader: MllamaConfig's keys and defaults (text_config read as llama with
+ * MllamaTextConfig's defaults, its cross_attention_layers). */
+bool gckpt_vlm_read_mllama(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row, gckpt_vlm *v,
+                           gckpt_err *err);
 /* The qwen3_vl reader: Qwen3VLConfig's keys and defaults (text_config required). */
 bool gckpt_vlm_read_qwen3_vl(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,
                              gckpt_vlm *v, gckpt_err *err);
@@ -134,6 +151,10 @@ typedef struct {
  * the text model's count). */
 gckpt_param_tally gckpt_vision_tower_params(const gckpt_vlm *v);
 gckpt_param_tally gckpt_vision_projector_params(const gckpt_vlm *v);
+/* What the VLM's text model has beyond its text family's reading of text_config (mllama:
+ * the embedding's 8 extra rows, each cross-attention layer's q / k norms and two gates);
+ * zero elsewhere. */
+gckpt_param_tally gckpt_vlm_text_extra(const gckpt_vlm *v);
 /* How many of the tower's layers make the features the projector reads (the deepest
  * vision_feature_layer as an index into the layers + 1 hidden states). */
 uint64_t gckpt_vision_feature_depth(const gckpt_vlm *v);

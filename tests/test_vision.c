@@ -25,6 +25,9 @@
 #ifndef GCKPT_TEST_DATA
 #error GCKPT_TEST_DATA must name tests/data
 #endif
+#ifndef GCKPT_HF_VLM_FIXTURES
+#error GCKPT_HF_VLM_FIXTURES must be the count of tests/data/hf-vlm
+#endif
 
 /* a small llama text_config */
 #define TEXT_CFG "\"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 4, " \
@@ -174,6 +177,13 @@ static void llava_fixtures(void **state)
 {
     (void)state;
     assert_int_equal(family_fixtures("llava-", 9), 42 + 12); /* the grid and the two-image cases */
+}
+
+/* every fixture of tests/data/hf-vlm is of a family read here (the family tests count them) */
+static void all_fixtures(void **state)
+{
+    (void)state;
+    assert_int_equal(54 + 42 + 54 + 42 + 42 + 42, GCKPT_HF_VLM_FIXTURES);
 }
 
 static void qwen2_5_vl_fixtures(void **state)
@@ -527,7 +537,7 @@ int main(void)
         cmocka_unit_test(qwen2_5_vl_fixtures), cmocka_unit_test(defaults),   cmocka_unit_test(errors),
         cmocka_unit_test(gemma3_real),     cmocka_unit_test(gemma3_fixtures), cmocka_unit_test(llava_next_fixtures),
         cmocka_unit_test(llava_next_tokens), cmocka_unit_test(qwen3_vl_fixtures), cmocka_unit_test(mllama_real),
-        cmocka_unit_test(mllama_fixtures),   cmocka_unit_test(image_sizes),
+        cmocka_unit_test(mllama_fixtures),   cmocka_unit_test(all_fixtures),      cmocka_unit_test(image_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gckpt/core/peft.h"
+#include "gckpt/core/vision.h"
 #include "model_parse.h"
 #include "recipe_tracer.h"
 
@@ -106,20 +107,51 @@ const gckpt_unmodelled_type gckpt_unmodelled_moe_types[] = {
 /* transformers 5.24's modelling of each (FINDINGS R-VLM-*) */
 const gckpt_vlm_type gckpt_vlm_types[] = {
     {"llava", "LLaVA", "the CLIP vision tower (features of vision_feature_layer), the two-layer projector, "
-                       "(image_size / patch_size)^2 image tokens"},
+                       "(image_size / patch_size)^2 image tokens", gckpt_vlm_read_llava, "clip_vision_model", "llama",
+     /* LlamaConfig's */
+     "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
+     "\"num_attention_heads\": 32}"},
     {"llava_next", "LLaVA-NeXT", "the CLIP vision tower over anyres tiles (image_grid_pinpoints), the projector, "
-                                 "the unpadded tile features with a newline per row"},
+                                 "the unpadded tile features with a newline per row",
+     gckpt_vlm_read_llava_next, "clip_vision_model", "llama",
+     /* LlamaConfig's */
+     "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
+     "\"num_attention_heads\": 32}"},
     {"qwen2_5_vl", "Qwen2.5-VL", "the ViT's windowed and full-attention blocks (fullatt_block_indexes), the 2x2 "
-                                 "patch merger, the pixel budget's image tokens and M-RoPE"},
+                                 "patch merger, the pixel budget's image tokens and M-RoPE",
+     gckpt_vlm_read_qwen2_5_vl, "qwen2_5_vl_vision", "qwen2_5_vl_text",
+     /* Qwen2_5_VLTextConfig's (those Qwen2Config, whose reader reads it, defaults otherwise) */
+     "{\"vocab_size\": 152064, \"hidden_size\": 8192, \"intermediate_size\": 29568, \"num_hidden_layers\": 80, "
+     "\"num_attention_heads\": 64, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-5, \"rope_theta\": 1000000.0, "
+     "\"max_position_embeddings\": 32768, \"max_window_layers\": 80}",
+     "qwen2", true},
     {"qwen2_vl", "Qwen2-VL", "the ViT's full-attention blocks, the 2x2 patch merger, the pixel budget's image "
                              "tokens and M-RoPE"},
     {"qwen3_vl", "Qwen3-VL", "the ViT with its interpolated position embedding, the patch merger and the deepstack "
-                             "mergers into text layers, the pixel budget's image tokens and M-RoPE"},
+                             "mergers into text layers, the pixel budget's image tokens and M-RoPE",
+     gckpt_vlm_read_qwen3_vl, "qwen3_vl_vision", "qwen3_vl_text",
+     /* Qwen3VLTextConfig's (those Qwen3Config, whose reader reads it, defaults otherwise) */
+     "{\"vocab_size\": 151936, \"hidden_size\": 4096, \"intermediate_size\": 22016, \"num_hidden_layers\": 32, "
+     "\"num_attention_heads\": 32, \"head_dim\": 128, \"rms_norm_eps\": 1e-6, \"rope_theta\": 500000.0, "
+     "\"max_position_embeddings\": 128000}",
+     "qwen3", false, true},
     {"gemma3", "Gemma 3 (multimodal)", "the SigLIP vision tower, the pooled projector (mm_tokens_per_image tokens "
-                                       "per image) and bidirectional attention over image tokens"},
+                                       "per image) and bidirectional attention over image tokens",
+     gckpt_vlm_read_gemma3, "siglip_vision_model", "gemma3_text",
+     /* Gemma3TextConfig's */
+     "{\"vocab_size\": 262208, \"hidden_size\": 2304, \"intermediate_size\": 9216, \"num_hidden_layers\": 26, "
+     "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, \"head_dim\": 256, \"query_pre_attn_scalar\": 256, "
+     "\"rms_norm_eps\": 1e-6}",
+     NULL, false},
     {"mllama", "Llama 3.2 Vision", "the tiled vision encoder (local and gated global layers) and the "
-                                   "cross-attention text layers"},
-    {NULL, NULL, NULL},
+                                   "cross-attention text layers",
+     gckpt_vlm_read_mllama, "mllama_vision_model", "mllama_text_model",
+     /* MllamaTextConfig's (those LlamaConfig, whose reader reads it, defaults otherwise) */
+     "{\"vocab_size\": 128256, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 40, "
+     "\"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-5, "
+     "\"max_position_embeddings\": 131072}",
+     "llama", false, false},
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, false},
 };
 
 const gckpt_vlm_type *gckpt_vlm_type_of(const char *t)

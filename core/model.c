@@ -197,7 +197,7 @@ bool gckpt_parse_gpt2(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *
 
 /* A vision-language config (gckpt_vlm_types, or any with a vision_config): refused in
  * one line; false then. */
-static bool refuse_vlm(const char *file, const cJSON *j, const char *t, gckpt_err *err)
+bool gckpt_refuse_vlm(const char *file, const cJSON *j, const char *t, gckpt_err *err)
 {
     const gckpt_vlm_type *v = gckpt_vlm_type_of(t);
     const cJSON *vision = cJSON_GetObjectItemCaseSensitive(j, "vision_config");
@@ -221,14 +221,26 @@ static bool refuse_vlm(const char *file, const cJSON *j, const char *t, gckpt_er
 
 bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt_err *err)
 {
+    cJSON *j = gckpt_json_parse(file, text, err);
+    if (!j) {
+        memset(m, 0, sizeof *m);
+        snprintf(m->name, sizeof m->name, "%s", file);
+        gckpt_text_sanitize(m->name);
+        return false;
+    }
+    bool ok = gckpt_model_read_config(file, j, m, err);
+    cJSON_Delete(j);
+    return ok;
+}
+
+bool gckpt_model_read_config(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err)
+{
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", file);
     gckpt_text_sanitize(m->name);
-    cJSON *j = gckpt_json_parse(file, text, err);
-    if (!j) return false;
     bool ok = gckpt_json_str(j, file, "model_type", m->model_type, sizeof m->model_type, err);
     const gckpt_model_type_info *type = NULL;
-    if (ok) ok = refuse_vlm(file, j, m->model_type, err);
+    if (ok) ok = gckpt_refuse_vlm(file, j, m->model_type, err);
     if (ok) {
         const char *t = m->model_type;
         const gckpt_family_info *fam = gckpt_family_by_type(t, &type);
@@ -260,7 +272,6 @@ bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt
                      file, (unsigned long long)m->kv_heads, (unsigned long long)m->heads);
         ok = false;
     }
-    cJSON_Delete(j);
     return ok;
 }
 

@@ -50,6 +50,11 @@ bool gckpt_parse_common(const char *f, const cJSON *j, gckpt_model *m, const gck
 /* The families' config readers (the hooks of core/families.c): m->model_type and
  * m->family are set. model.c: llama, mistral, qwen2, qwen3; gpt2. model_dense.c: the
  * llama-built dense families. model_moe.c: the mixture-of-experts families. */
+/* gckpt_model_parse on a parsed config object (a VLM's text_config: core/vision.c). */
+bool gckpt_model_read_config(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+/* The refusal of a vision-language config (gckpt_vlm_types) where a text model is read:
+ * false with err set when model_type t is a VLM's or j has a vision_config. */
+bool gckpt_refuse_vlm(const char *file, const cJSON *j, const char *t, gckpt_err *err);
 bool gckpt_parse_llama(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_gpt2(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_gemma(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);

@@ -92,10 +92,28 @@ extern const gckpt_unmodelled_type gckpt_unmodelled_moe_types[];
  * tests/data/hf-vlm): refused by name, naming what is not planned. A config of one without
  * its vision_config object is not a whole VLM config (transformers would build the
  * class's default tower in its place): refused too. Terminated by a NULL name. */
-typedef struct {
+struct gckpt_vlm;
+typedef struct gckpt_vlm_type {
     const char *name;    /* config.json model_type */
     const char *family;  /* what users call it */
     const char *missing; /* what its vision side does that nothing plans */
+    /* its config reader (gckpt/core/vision.h: the tower, projector and text model), NULL:
+     * not read yet; the model_type its config class gives a vision_config / text_config
+     * that names none */
+    bool (*read)(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row, struct gckpt_vlm *v,
+                 gckpt_err *err);
+    const char *vision_type, *text_type;
+    /* text_type's config class defaults (a JSON object) for the keys its reader requires,
+     * which a VLM's text_config of that type may omit (LLaVA-1.5's omits its widths) */
+    const char *text_defaults;
+    /* the text family's model_type whose reader reads text_type (NULL: text_type's own) */
+    const char *text_read_as;
+    /* without a text_config the text keys are the config's own (Qwen2.5-VL's older layout);
+     * false: text_config is required */
+    bool text_at_top;
+    /* num_key_value_heads defaults to num_attention_heads (the text config class's
+     * __post_init__), not to text_read_as's reader default */
+    bool text_kv_is_heads;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];
 /* The row of model_type t in gckpt_vlm_types, NULL when it is none. */

@@ -1,0 +1,183 @@
+/* A vision-language model as its config.json describes it: the text model (a gckpt_model
+ * read by the text families' readers from text_config), the vision tower (vision_config),
+ * the projector between them and how an image becomes placeholder tokens in the text
+ * sequence (FINDINGS R-VLM-*). The reader of each VLM model_type is a hook of its row in
+ * gckpt_vlm_types (core/families.c); what one tower kind computes is a row of the tower
+ * table in core/vision.c. Read here; the recipe of the vision side is not built yet, so
+ * gckpt_model_parse still refuses every VLM config. */
+#ifndef GCKPT_VISION_H
+#define GCKPT_VISION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gckpt/core/model.h"
+#include "gckpt/util/util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The vision towers read (vision_config.model_type). */
+typedef enum {
+    GCKPT_TOWER_CLIP,     /* clip_vision_model: CLIPVisionModel (llava) */
+    GCKPT_TOWER_QWEN2_5,  /* qwen2_5_vl_vision: Qwen2.5-VL's ViT (windowed and full-attention
+                           * blocks, the 2x2 patch merger) */
+    GCKPT_TOWER_SIGLIP,   /* siglip_vision_model: SiglipVisionModel (gemma3) */
+    GCKPT_TOWER_QWEN3,    /* qwen3_vl_vision: Qwen3-VL's ViT (learned positions, the merger and
+                           * the deepstack mergers) */
+    GCKPT_TOWER_MLLAMA,   /* mllama_vision_model: the tiled encoder (local and gated global layers,
+                           * not GradientCheckpointingLayer: never checkpointed) */
+    GCKPT_NTOWER
+} gckpt_tower_kind;
+
+/* What maps the tower's features to the text model's width, and with it the family's rule
+ * for an image's tokens. */
+typedef enum {
+    GCKPT_PROJ_LLAVA,  /* LlavaMultiModalProjector: linear_1, activation, linear_2 */
+    GCKPT_PROJ_LLAVA_NEXT, /* the same and image_newline; anyres tiles (image_grid_pinpoints) */
+    GCKPT_PROJ_MERGER, /* Qwen2_5_VLPatchMerger: RMSNorm, merge x merge patches concatenated,
+                        * Linear, GELU, Linear (a part of model.visual, trained with the
+                        * projector, not the tower) */
+    GCKPT_PROJ_DEEPSTACK, /* Qwen3-VL's merger (LayerNorm, Linear, GELU, Linear) and a deepstack
+                           * merger per deepstack_visual_indexes entry, whose outputs are added to
+                           * the first text layers' outputs (parts of model.visual, trained with
+                           * the projector) */
+    GCKPT_PROJ_MLLAMA, /* one Linear (vision_output_dim -> text hidden, with a bias); an image
+                        * is one <|image|> token, its tiles reach the text through the
+                        * cross-attention layers */
+    GCKPT_PROJ_GEMMA3, /* Gemma3MultiModalProjector: average pool to mm_tokens_per_image, RMSNorm,
+                        * a matmul with mm_input_projection_weight [vision hidden, text hidden] */
+} gckpt_projector_kind;
+
+/* Activations of the vision side that the text models' gckpt_act does not name. */
+typedef enum {
+    GCKPT_VACT_QUICK_GELU, /* x * sigmoid(1.702 x): CLIP's MLP */
+    GCKPT_VACT_GELU,       /* erf GELU: llava's projector_hidden_act "gelu", Qwen's merger */
+    GCKPT_VACT_SILU,       /* Qwen2.5-VL's SwiGLU blocks */
+    GCKPT_VACT_GELU_TANH,  /* SigLIP's gelu_pytorch_tanh */
+} gckpt_vision_act;
+
+#define GCKPT_MAX_FEATURE_LAYERS 8
+#define GCKPT_MAX_PINPOINTS 64
+
+typedef struct {
+    uint8_t tower;           /* gckpt_tower_kind */
+    uint64_t layers, hidden, heads, intermediate, channels, image_size, patch;
+    uint8_t act;             /* gckpt_vision_act of the tower's MLP */
+    double norm_eps, attn_dropout;
+    /* vision_feature_layer: the hidden states (index into the tower's layers + 1 outputs,
+     * negative from the end) the projector reads, concatenated when several */
+    int64_t feature_layer[GCKPT_MAX_FEATURE_LAYERS];
+    unsigned nfeature;
+    bool keep_cls;           /* vision_feature_select_strategy "full" (default: the CLS dropped) */
+    uint8_t projector;       /* gckpt_projector_kind */
+    uint8_t projector_act;   /* gckpt_vision_act */
+    bool projector_bias;     /* multimodal_projector_bias */
+    int64_t image_token;     /* image_token_index: the placeholder id */
+    /* SigLIP: vision_use_head, the attention-pooling head (it runs; Gemma 3 reads the last
+     * hidden state, so it gets no gradient); Gemma 3: image tokens per image */
+    bool use_head;
+    uint64_t tokens_per_image;
+    /* LLaVA-NeXT: image_grid_pinpoints (height, width), each a multiple of image_size */
+    uint64_t pinpoints[GCKPT_MAX_PINPOINTS][2];
+    unsigned npinpoints;
+    /* Qwen2.5-VL and Qwen3-VL (0 elsewhere) */
+    uint64_t temporal_patch, merge, out_hidden, window_size;
+    uint64_t positions;      /* Qwen3-VL: num_position_embeddings */
+    /* mllama: num_global_layers (gated, after the `layers` local ones), max_num_tiles, the
+     * aspect ratios (supported_aspect_ratios' count), vision_output_dim (the final and the
+     * intermediate_layers_indices hidden states concatenated) */
+    uint64_t global_layers, max_tiles, aspect_ratios, output_dim;
+    uint64_t deepstack[GCKPT_MAX_FEATURE_LAYERS]; /* Qwen3-VL: deepstack_visual_indexes */
+    unsigned ndeepstack;
+    uint8_t full_attention[GCKPT_MAX_LAYERS / 8]; /* bit i: block i attends over the whole image
+                                                    * (fullatt_block_indexes), else per window */
+} gckpt_vision;
+
+typedef struct gckpt_vlm {
+    char model_type[32];     /* the VLM's (config.json model_type) */
+    gckpt_model text;        /* text_config, read by its family's reader; its `tied` is the
+                              * top-level tie_word_embeddings (the ForConditionalGeneration's
+                              * lm_head), which the config class sets from text_config's */
+    gckpt_vision vision;
+    /* M-RoPE (Qwen2.5-VL): the rotary dims of the temporal, height and width positions
+     * (rope_parameters' mrope_section; the text model's rope type becomes "default", as
+     * Qwen2_5_VLTextConfig converts it); nmrope 0 elsewhere */
+    uint64_t mrope_section[4];
+    unsigned nmrope;
+    /* mllama: the text layers that are cross-attention layers (cross_attention_layers), which
+     * the text model's llama reading counts as self-attention layers */
+    uint8_t cross[GCKPT_MAX_LAYERS / 8];
+    uint64_t ncross;
+} gckpt_vlm;
+
+/* Read a VLM's config.json text (file only in messages). A model_type that is no VLM, or
+ * a VLM whose vision side is not read yet, is refused as gckpt_model_parse refuses it. */
+bool gckpt_vlm_parse(const char *file, const char *text, gckpt_vlm *v, gckpt_err *err);
+
+/* The llava reader (the hook of llava's gckpt_vlm_types row): LlavaConfig's keys and
+ * defaults, a CLIP vision_config, text_config read by the text families. */
+struct cJSON;
+struct gckpt_vlm_type;
+bool gckpt_vlm_read_llava(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row, gckpt_vlm *v,
+                          gckpt_err *err);
+/* The llava_next reader: llava's keys and image_grid_pinpoints (LlavaNextConfig's
+ * default when absent); the "default" strategy only. */
+bool gckpt_vlm_read_llava_next(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,
+                               gckpt_vlm *v, gckpt_err *err);
+/* The mllama reader: MllamaConfig's keys and defaults (text_config read as llama with
+ * MllamaTextConfig's defaults, its cross_attention_layers). */
+bool gckpt_vlm_read_mllama(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row, gckpt_vlm *v,
+                           gckpt_err *err);
+/* The qwen3_vl reader: Qwen3VLConfig's keys and defaults (text_config required). */
+bool gckpt_vlm_read_qwen3_vl(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,
+                             gckpt_vlm *v, gckpt_err *err);
+/* The qwen2_5_vl reader: Qwen2_5_VLConfig's keys and defaults (text keys at the top level
+ * when there is no text_config, the Hub's older layout). */
+bool gckpt_vlm_read_qwen2_5_vl(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row,
+                               gckpt_vlm *v, gckpt_err *err);
+
+/* The gemma3 reader: Gemma3Config's keys and defaults (a SigLIP vision_config, a
+ * gemma3_text text_config, mm_tokens_per_image 256, tie_word_embeddings true). */
+bool gckpt_vlm_read_gemma3(const char *file, const struct cJSON *j, const struct gckpt_vlm_type *row, gckpt_vlm *v,
+                           gckpt_err *err);
+
+/* Parameter elements and tensors. */
+typedef struct {
+    uint64_t params, tensors;
+} gckpt_param_tally;
+/* The vision tower's and the projector's parameters (the text model's and lm_head's are
+ * the text model's count). */
+gckpt_param_tally gckpt_vision_tower_params(const gckpt_vlm *v);
+gckpt_param_tally gckpt_vision_projector_params(const gckpt_vlm *v);
+/* What the VLM's text model has beyond its text family's reading of text_config (mllama:
+ * the embedding's 8 extra rows, each cross-attention layer's q / k norms and two gates);
+ * zero elsewhere. */
+gckpt_param_tally gckpt_vlm_text_extra(const gckpt_vlm *v);
+/* How many of the tower's layers make the features the projector reads (the deepest
+ * vision_feature_layer as an index into the layers + 1 hidden states). */
+uint64_t gckpt_vision_feature_depth(const gckpt_vlm *v);
+/* The tower's parameters that get a gradient when it is trained: those layers and the
+ * embeddings before them; the layers after them and the tail (post_layernorm) run but
+ * reach no loss, so they keep no .grad and AdamW no state for them (FINDINGS R-VLM-9). */
+gckpt_param_tally gckpt_vision_tower_grads(const gckpt_vlm *v);
+
+/* GradientCheckpointingLayer counts of the towers in module order ({vision, text}), what
+ * gckpt_tower_checkpointed (gckpt/core/towers.h) reads. */
+void gckpt_vlm_towers(const gckpt_vlm *v, uint64_t towers[2]);
+
+/* Image tokens (placeholders in the text sequence) of one h x w image as the family's
+ * processor prepares it (R-VLM-4); false with err naming `what` (an option or field) when
+ * the processor would reject the size. */
+bool gckpt_image_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint64_t w, uint64_t *tokens,
+                        gckpt_err *err);
+
+/* An image size "HxW" (positive integers) given as option `what`. */
+bool gckpt_parse_image_size(const char *what, const char *s, uint64_t *h, uint64_t *w, gckpt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -84,10 +84,9 @@ PARAMS = ([(f"fused.mf.{c}", 1.0, 0.2, 1.15) for c in CLASSES] +
           [("fused.seq_half", 512.0, 0.0, 16384.0), ("fused.hf", 1.0, 0.25, 4.0),
            ("fused.ovh", 2e-6, 0.0, 1e-4), ("fused.step", 0.05, 0.0, 10.0),
            # hf: fitted in a second stage on the hf points (the docstring). hf.r_af stays 1 (fused's
-           # attention rate: the same flash kernels): the hf points at long sequences disagree
-           # (fms-acceleration's flash-attention-2 runs at 4096 want about 1, universal-llm-trainer's
-           # own loop at 8192 wants 0.36: a free ratio fits the 4 points of one loop and moves
-           # the 9 Trainer points 25 % slow; docs/step-time.md)
+           # attention rate: the same flash kernels; fms-acceleration's flash-attention-2 runs at
+           # 4096 want about 1; the loop that wanted 0.36 ran SDPA with a padding mask, its rows
+           # are excluded: docs/step-time.md)
            ("hf.r_mf", 1.0, 0.3, 1.0), ("hf.r_af", 1.0, 1.0, 1.0), ("hf.hf", 1.0, 0.1, 1.0),
            ("hf.step", 0.05, 0.0, 10.0)])
 PNAMES = [p[0] for p in PARAMS]
@@ -469,8 +468,8 @@ def write_profiles(rows, theta, rng, rng_from, summary, csv_sha, args):
             "note": ("fused matmul/attention factors fitted per GPU class; attention_seq_half, hbm_factor and the "
                      "overheads shared by the classes; hf fitted after fused on the hf points only: matmul factor as "
                      "a ratio to fused's per-class one (shared by the classes), its own hbm_factor and "
-                     "step_overhead_s; fused's attention factor, attention_seq_half and op_overhead_s (the hf points "
-                     "disagree on attention; docs/step-time.md)")}
+                     "step_overhead_s; fused's attention factor, attention_seq_half and op_overhead_s (held, not "
+                     "fitted: docs/step-time.md)")}
         if "ratio_from" in old.get("fit", {}):
             cbs["fit"]["ratio_from"] = old["fit"]["ratio_from"]
         d["code_bases"] = cbs

@@ -82,15 +82,15 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .parse = gckpt_parse_moe, .trace = trace_llama,
         .lora_targets = LT(Q) | LT(K) | LT(V) | LT(O), .lora_beyond_targets = true, .embed_name = "embed_tokens",
         .padding_idx = true, .host = true, .cuda = true},
-    /* planned only (gckpt-run has no kernels for MLA's and the grouped router's ops); peft
-     * 0.21.2 names no default targets for it and no LoRA fixture measures it */
+    /* planned only (gckpt-run has no kernels for MLA's and the grouped router's ops). LoRA:
+     * the MLA projections (peft 0.21.2 names no default targets for it; all-linear and the MLP
+     * names go to the routed experts' fused parameters and the router: FINDINGS R-PEFT-29) */
     [GCKPT_FAMILY_DEEPSEEK] = {
         .family = GCKPT_FAMILY_DEEPSEEK,
         .types = {{"deepseek_v3", NO_PAD, false, LIGER}},
         .parse = gckpt_parse_deepseek, .trace = trace_llama,
-        .lora_targets = 0, .embed_name = "embed_tokens", .padding_idx = true, .host = false, .cuda = false,
-        .no_lora = "peft 0.21.2 has no default target modules for deepseek_v3 and its adapters on multi-head latent "
-                   "attention are not measured"},
+        .lora_targets = LT(Q) | LT(O) | LT(Q_A) | LT(Q_B) | LT(KV_A) | LT(KV_B), .lora_beyond_targets = true,
+        .embed_name = "embed_tokens", .padding_idx = true, .host = false, .cuda = false},
 };
 #undef LLAMA_LINEARS
 #undef LT

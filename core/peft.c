@@ -15,7 +15,8 @@ const char *const gckpt_lora_target_modules[GCKPT_NLT] = {
     "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",    "attn.c_attn",
     "attn.c_proj",      "mlp.c_fc",         "mlp.c_proj",       "self_attn.qkv_proj",
     "mlp.gate_up_proj", "attention.query_key_value", "attention.dense", "mlp.dense_h_to_4h",
-    "mlp.dense_4h_to_h"};
+    "mlp.dense_4h_to_h", "self_attn.q_a_proj", "self_attn.q_b_proj", "self_attn.kv_a_proj_with_mqa",
+    "self_attn.kv_b_proj"};
 
 const char *gckpt_lora_target_bare(gckpt_lora_target t) { return strchr(gckpt_lora_target_modules[t], '.') + 1; }
 
@@ -186,22 +187,26 @@ void gckpt_mts_name(uint8_t mts, gckpt_family f, char *buf, size_t n)
     if (mts & GCKPT_MTS_EMBED) append(buf, n, fi ? fi->embed_name : "embed_tokens");
 }
 
-/* mixtral, qwen3_moe, olmoe: peft 0.21.2's all-linear also wraps the router and the experts'
- * fused parameters with its ParamWrapper; gpt_oss's (sinks) only its q/k/v/o (FINDINGS
- * R-PEFT-28, peft_family_facts.py). */
+/* mixtral, qwen3_moe, olmoe, deepseek_v3: peft 0.21.2's all-linear also wraps the router and
+ * the experts' fused parameters with its ParamWrapper; gpt_oss's (sinks) only its q/k/v/o
+ * (FINDINGS R-PEFT-28, R-PEFT-29, peft_family_facts.py). */
 static bool all_linear_wraps_experts(const gckpt_model *m)
 {
     return gckpt_family_of(m->family)->lora_beyond_targets && !m->attn_sinks;
 }
 
+/* The family's linears that model m has: under MLA q_proj, or q_a_proj and q_b_proj with a
+ * q_lora_rank (peft ignores a listed name no module has, and refuses a list none matches) */
+static uint32_t model_targets(const gckpt_model *m)
+{
+    uint32_t t = gckpt_lora_family_targets(m->family);
+    if (m->mla) t &= m->q_lora_rank ? ~(1u << GCKPT_LT_Q) : ~((1u << GCKPT_LT_Q_A) | (1u << GCKPT_LT_Q_B));
+    return t;
+}
+
 bool gckpt_peft_model_ok(const gckpt_model *m, const gckpt_peft *pf, gckpt_err *err)
 {
     if (!gckpt_peft_on(pf)) return true;
-    if (gckpt_family_of(m->family)->no_lora) {
-        gckpt_seterr(err, "--method %s on model_type \"%s\" is not planned: %s", gckpt_method_names[pf->method],
-                     m->model_type, gckpt_family_of(m->family)->no_lora);
-        return false;
-    }
     uint32_t fam = gckpt_lora_family_targets(m->family);
     char names[160];
     gckpt_lora_family_names(m->family, names, sizeof names);
@@ -218,7 +223,8 @@ bool gckpt_peft_model_ok(const gckpt_model *m, const gckpt_peft *pf, gckpt_err *
                      m->model_type, names);
         return false;
     }
-    if (!(pf->targets & fam)) {
+    if (!(pf->targets & model_targets(m))) {
+        target_names(model_targets(m), names, sizeof names);
         gckpt_seterr(err, "--lora-targets: no linear of %s matches (its linears: %s)", m->name, names);
         return false;
     }

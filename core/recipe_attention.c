@@ -242,8 +242,9 @@ static int sdpa_math_cpu(tracer *tr, int q, int k, int v, double p)
     last_op(tr)->fws_bT = nh;   /* all: bool [b, heads, s] */
     int pd = dropout(tr, pr, p, "math.dropout");
     /* MLA's value is a strided view of kv_b_proj's output: folded as it is, or the upcast
-     * copy (contiguous, the view not being dense) */
-    bool fold_v = m->mla ? odt == F32 : kv == nh;
+     * copy, which keeps the view's [b, s, heads, v] order (to() of a tensor that is not
+     * dense gives dense strides in its order, FINDINGS R-MOE-10): folded too */
+    bool fold_v = m->mla || kv == nh;
     int vf = fold_v ? fold(tr, vr, GCKPT_P_CAST, "math.fold_v") : vr;
     int w = -1;
     if (odt != F32) { /* the returned attention weights, cast back: dropped with the tuple */

@@ -2,8 +2,8 @@
  * op as its Python runs (FINDINGS R-MOE-8): q through the q_lora_rank bottleneck and its
  * norm (or one q_proj), the kv latent and the shared rotary key from kv_a_proj_with_mqa,
  * the rotary part of q and k (interleaved pairs by default), kv_b_proj's per-head k and v,
- * attention with a qk head dim (nope + rope) that differs from v's, o_proj. Planned only
- * (gckpt-run refuses deepseek_v3). */
+ * attention with a qk head dim (nope + rope) that differs from v's, o_proj. The projections
+ * are LoRA's targets there (FINDINGS R-PEFT-29). Planned only (gckpt-run refuses deepseek_v3). */
 #include "recipe_tracer.h"
 
 #include <stdio.h>
@@ -86,21 +86,21 @@ int mla_attention(tracer *tr, gckpt_attention attn, int n1, int cos, int sin)
     tr->pfx = "self_attn";
     int q;
     if (qr) {
-        int wa = param(tr, "q_a_proj.weight", qr, h, GCKPT_ROLE_MATRIX);
+        int wa = linear_weight(tr, "q_a_proj.weight", qr, h, false);
         int ba = m->qkv_bias ? param(tr, "q_a_proj.bias", 1, qr, GCKPT_ROLE_BIAS) : -1;
-        int qa = linear(tr, n1, wa, ba, h, qr, "q_a_proj");
+        int qa = lora_linear(tr, n1, wa, ba, h, qr, GCKPT_LT_Q_A, false);
         int qn = rmsnorm(tr, qa, qr, "q_a_layernorm");
-        int wb = param(tr, "q_b_proj.weight", H * qk, qr, GCKPT_ROLE_MATRIX);
-        q = linear(tr, qn, wb, -1, qr, H * qk, "q_b_proj");
+        int wb = linear_weight(tr, "q_b_proj.weight", H * qk, qr, false);
+        q = lora_linear(tr, qn, wb, -1, qr, H * qk, GCKPT_LT_Q_B, false);
     } else {
-        int wq = param(tr, "q_proj.weight", H * qk, h, GCKPT_ROLE_MATRIX);
-        q = linear(tr, n1, wq, -1, h, H * qk, "q_proj");
+        int wq = linear_weight(tr, "q_proj.weight", H * qk, h, false);
+        q = lora_linear(tr, n1, wq, -1, h, H * qk, GCKPT_LT_Q, false);
     }
     int q_pass = head_cols(tr, q, H, qk, 0, nope, "q_pass");
     int q_rot = head_cols(tr, q, H, qk, nope, rd, "q_rot");
-    int wkv = param(tr, "kv_a_proj_with_mqa.weight", kvr + rd, h, GCKPT_ROLE_MATRIX);
+    int wkv = linear_weight(tr, "kv_a_proj_with_mqa.weight", kvr + rd, h, false);
     int bkv = m->qkv_bias ? param(tr, "kv_a_proj_with_mqa.bias", 1, kvr + rd, GCKPT_ROLE_BIAS) : -1;
-    int ckv = linear(tr, n1, wkv, bkv, h, kvr + rd, "kv_a_proj_with_mqa");
+    int ckv = lora_linear(tr, n1, wkv, bkv, h, kvr + rd, GCKPT_LT_KV_A, false);
     int kv_nope = head_cols(tr, ckv, 1, kvr + rd, 0, kvr, "kv_nope");
     int k_rot = head_cols(tr, ckv, 1, kvr + rd, kvr, rd, "k_rot");
     /* the norm's input is the view: in fp32 (no copy) its saved input is the whole
@@ -120,18 +120,18 @@ int mla_attention(tracer *tr, gckpt_attention attn, int n1, int cos, int sin)
     int query = cat_heads(tr, q_pass, qe, H * qk, qdt, "query_states");
     /* expand_kv: kv_b_proj, k_nope / value views, key = new_empty + copy_ of k_nope and the
      * expanded k_rot (contiguous [b, heads, s, qk]) */
-    int wkb = param(tr, "kv_b_proj.weight", H * (nope + vd), kvr, GCKPT_ROLE_MATRIX);
-    int kv = linear(tr, kvn, wkb, -1, kvr, H * (nope + vd), "kv_b_proj");
+    int wkb = linear_weight(tr, "kv_b_proj.weight", H * (nope + vd), kvr, false);
+    int kv = lora_linear(tr, kvn, wkb, -1, kvr, H * (nope + vd), GCKPT_LT_KV_B, false);
     int k_nope = head_cols(tr, kv, H, nope + vd, 0, nope, "k_nope");
     int value = head_cols(tr, kv, H, nope + vd, nope, vd, "value_states");
     int key = cat_heads(tr, k_nope, ke, H * qk, dt(tr, kv), "key_states");
     hold_here(tr, kv); /* expand_kv's kv_nope until it returns */
-    int wo = param(tr, "o_proj.weight", h, H * vd, GCKPT_ROLE_MATRIX);
+    int wo = linear_weight(tr, "o_proj.weight", h, H * vd, false);
     int bo = m->o_bias ? param(tr, "o_proj.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
     int weights = -1;
     int a = attn == GCKPT_SDPA ? attention_sdpa(tr, query, key, value, m->attn_dropout)
                                : attention_eager(tr, query, key, value, tr->r->mask, m->attn_dropout, &weights);
-    int ao = linear(tr, a, wo, bo, H * vd, h, "o_proj");
+    int ao = lora_linear(tr, a, wo, bo, H * vd, h, GCKPT_LT_O, false);
     /* DeepseekV3Attention.forward's locals until it returns; the decoder layer keeps the
      * returned weights (`_`) until it returns */
     int locals[] = {n1, q, ckv, kvn, qe, ke, query, key, kv};

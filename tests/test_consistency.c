@@ -298,13 +298,25 @@ static void lora_qlora(void **state)
         sweep_peft("gpt2-lora", gpt2, all[i]);
         if (all[i] == &mts || all[i] == &nf4) sweep_peft("qwen3-window-lora", qwen3w, all[i]);
     }
+    /* deepseek_v3: adapters on the MLA projections of both layer kinds (the dense first
+     * layer and the MoE ones; QLoRA also quantizes their MLPs) */
+    static const char *dsv3 = "{\"model_type\":\"deepseek_v3\",\"num_hidden_layers\":3,\"hidden_size\":64,"
+                              "\"num_attention_heads\":4,\"intermediate_size\":96,\"moe_intermediate_size\":16,"
+                              "\"n_routed_experts\":8,\"n_group\":4,\"topk_group\":2,\"num_experts_per_tok\":2,"
+                              "\"kv_lora_rank\":16,\"qk_nope_head_dim\":12,\"qk_rope_head_dim\":8,\"v_head_dim\":16,"
+                              "\"vocab_size\":211,\"q_lora_rank\":24,\"first_k_dense_replace\":1}";
+    gckpt_peft mla = lora, mla_nf4 = nf4;
+    mla.targets = mla_nf4.targets = (1u << GCKPT_LT_Q_A) | (1u << GCKPT_LT_Q_B) | (1u << GCKPT_LT_KV_A) |
+                                    (1u << GCKPT_LT_KV_B) | (1u << GCKPT_LT_O);
+    sweep_peft("deepseek_v3-lora", dsv3, &mla);
+    sweep_peft("deepseek_v3-qlora", dsv3, &mla_nf4);
 }
 
 /* The largest recipes fit the recipe's fixed tables with room to spare (a model family
  * or method that traces more must raise GCKPT_MAX_TENSORS / GCKPT_MAX_OPS): every
  * method, precision, attention and target of a qwen3 and a gpt2 with every optional
- * module and dropout, LoRA on all linears, both modules_to_save copies, and a gpt_oss
- * with dropout and the load-balancing loss. */
+ * module and dropout, LoRA on all linears, both modules_to_save copies, a gpt_oss
+ * with dropout and the load-balancing loss, and a deepseek_v3 with both layer kinds. */
 static void recipe_limits(void **state)
 {
     (void)state;

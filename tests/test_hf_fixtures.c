@@ -125,11 +125,13 @@ static void check_fixture(void **state)
     /* LoRA on a dense family adds only adapters to a step planned as full fine-tuning is:
      * held to full fine-tuning's tolerance (the issue-21 fixtures with gradient
      * accumulation 1, whose peak is layer 0's backward, were +0.23 % to +0.49 % before the
-     * rule that frees the other layer type's mask and rotary pair there) */
-    if (!strcmp(f.method, "lora") && !f.m.experts && fabs(c.e_peak) > hf_tolerance(&f)) {
+     * rule that frees the other layer type's mask and rotary pair there); DeepSeek-V3's LoRA
+     * and QLoRA too (the MLA value's copy in the CPU math path, FINDINGS R-MOE-10, was -1.3 %
+     * in QLoRA under CPU autocast before) */
+    if (((!strcmp(f.method, "lora") && !f.m.experts) || f.m.mla) && fabs(c.e_peak) > hf_tolerance(&f)) {
         hf_print(stdout, &f, &c);
-        fail_msg("%s: live peak %+.3f%% (LoRA of a dense family: tolerance %.1f%%)", fx->path, c.e_peak * 100,
-                 hf_tolerance(&f) * 100);
+        fail_msg("%s: live peak %+.3f%% (%s: tolerance %.1f%%)", fx->path, c.e_peak * 100,
+                 f.m.mla ? "multi-head latent attention" : "LoRA of a dense family", hf_tolerance(&f) * 100);
     }
     /* measured at a GEMM in a recompute (lora_A's mm, FINDINGS R-PEFT-17): the planner's peak
      * is that GEMM's output too, not its autocast cast of the input (lora_A's argument
@@ -182,9 +184,13 @@ static void offload_saving(void **state)
         if (!hf_compare(&a, &g_dev, &ca, &err) || !hf_compare(&b, &g_dev, &cb, &err)) fail_msg("%s", err.msg);
         double measured = a.peak - b.peak, planned = (double)ca.peak - (double)cb.peak;
         /* the planner models no 8-byte Python scalars of `* scaling` (FINDINGS R-AUTOGRAD-4): when
-         * the two peaks fall in different places (layers, a recompute or not), one layer's
-         * worth of them and the 4-byte cast of the one being multiplied */
-        double scalars = 8.0 * __builtin_popcount(a.s.peft.targets & gckpt_lora_family_targets(a.m.family)) + 4;
+         * the two peaks fall in different places (layers, a recompute or not), a layer's worth
+         * of them per layer between the two (one at least; DeepSeek-V3's grouped router keeps
+         * one more, `* routed_scaling_factor`) and the 4-byte cast of the one being multiplied */
+        const char *la = strstr(a.peak_where, "layer."), *lb = strstr(b.peak_where, "layer.");
+        int apart = la && lb ? abs(atoi(la + 6) - atoi(lb + 6)) : 1;
+        double scalars = 8.0 * (__builtin_popcount(a.s.peft.targets & gckpt_lora_family_targets(a.m.family)) +
+                                (a.m.n_group ? 1 : 0)) * (apart > 1 ? apart : 1) + 4;
         if (measured != planned && (fabs(measured - planned) > scalars || strcmp(a.peak_where, b.peak_where) == 0))
             fail_msg("%s: offload saves %.0f B, planned %.0f", g_fx[i].path, measured, planned);
         if (measured != planned)

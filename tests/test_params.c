@@ -188,6 +188,27 @@ static void deepseek_real_counts(void **state)
     double active = 671026404352.0 - 58.0 * (256 - 8) * 3.0 * 7168 * 2048 - 129280.0 * 7168;
     double want = 6.0 * active + 6.0 * 61 * 128 * (192 + 128) * 4096;
     assert_true(fabs(gckpt_palm_flops_per_token(&m, 4096) - want) <= 1e-9 * want);
+    /* LoRA r 16 on the MLA projections of the 61 layers (FINDINGS R-PEFT-29): the closed form
+     * sum r (in + out) and peft's get_nb_trainable_parameters() on the meta device, 97,006,592;
+     * the parameter table counts the dense and the MoE layers' adapters apart */
+    {
+        static gckpt_recipe rc;
+        gckpt_peft pf;
+        gckpt_peft_default(GCKPT_METHOD_LORA, &pf);
+        char bad[64];
+        assert_true(gckpt_lora_targets_parse("q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj", &pf.targets, bad,
+                                             sizeof bad));
+        assert_true(gckpt_peft_model_ok(&m, &pf, &err));
+        gckpt_recipe_build_peft(&m, GCKPT_AMP_BF16, GCKPT_SDPA, GCKPT_TARGET_CUDA, &pf, &rc);
+        gckpt_params ps;
+        bool overflow;
+        assert_true(gckpt_params_build(&rc, m.layers, GCKPT_ADAMW, 1, &ps, &overflow, &err));
+        uint64_t H = m.heads, h = m.hidden, qk = m.qk_nope_dim + m.qk_rope_dim, qr = m.q_lora_rank, kvr = m.kv_lora_rank;
+        uint64_t per = (h + qr) + (qr + H * qk) + (h + kvr + m.qk_rope_dim) + (kvr + H * (m.qk_nope_dim + m.v_head_dim)) +
+                       (H * m.v_head_dim + h);
+        assert_true(ps.trainable == m.layers * pf.rank * per);
+        assert_true(ps.trainable == 97006592ull);
+    }
     const char *lite = "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 2048, \"num_hidden_layers\": 27, "
                        "\"intermediate_size\": 10944, \"num_attention_heads\": 16, \"num_key_value_heads\": 16, "
                        "\"q_lora_rank\": null, \"kv_lora_rank\": 512, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, "

@@ -7,6 +7,7 @@ counts as the fixture tests/data/hf-peft/counts.json (test_hf_peft compares the 
 trainable count with it).
 
   peft_family_facts.py [--json FILE] [--counts FILE]
+  peft_family_facts.py --dsv3                  # DeepSeek-V3's targets (R-PEFT-29)
 """
 from __future__ import annotations
 
@@ -203,6 +204,46 @@ def moe_facts(var):
     return f
 
 
+def dsv3_facts():
+    """DeepSeek-V3 (FINDINGS R-PEFT-29): peft's default targets, what all-linear and the MLP
+    names wrap on moe_cases' tiny deepseek_v3 (layer 0 dense, 1-3 MoE), a name no module
+    has, and peft's trainable count of tests/data/configs/deepseek-v3.json on the meta device
+    with the MLA projections at r 16."""
+    from peft import LoraConfig, get_peft_model
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as defaults
+
+    def tiny_dsv3(**over):
+        cfg = {**moe_cases.DSV3_VARIANTS["deepseek_v3"], **over}
+        return probe.make_model(dict(family="deepseek_v3", attention="sdpa", config=cfg))
+
+    def wrapped(targets, **over):
+        try:
+            pm = lora(tiny_dsv3(**over), targets=targets)
+        except Exception as e:  # noqa: BLE001 - the error is the fact
+            return f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        return {f"layer {i}": sorted(f"{n.split(f'layers.{i}.')[-1]}: {type(mod).__name__}" for n, mod in pm.named_modules()
+                                     if hasattr(mod, "lora_A") and f"layers.{i}." in n) for i in (0, 1)}
+
+    f = {"default target modules": defaults.get("deepseek_v3"), "nn.Linear modules": linears(tiny_dsv3()),
+         "all-linear": wrapped("all-linear"), "gate_proj,up_proj,down_proj": wrapped(["gate_proj", "up_proj", "down_proj"]),
+         "MLA projections": wrapped(probe_peft.MLA_ATTN),
+         "q_proj with q_lora_rank 24": wrapped(["q_proj"]),
+         "q_proj,o_proj with q_lora_rank 24": wrapped(["q_proj", "o_proj"])}
+    with open(os.path.join(probe.ROOT, "tests", "data", "configs", "deepseek-v3.json")) as fh:
+        d = json.load(fh)
+    mt = d.pop("model_type")
+    for k in ("architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path", "auto_map",
+              "quantization_config"):
+        d.pop(k, None)
+    with torch.device("meta"):
+        m = getattr(transformers, probe.MODEL_CLASSES[mt])(transformers.AutoConfig.for_model(mt, **d))
+    pm = get_peft_model(m, LoraConfig(r=SHIPPED_RANK, lora_alpha=2 * SHIPPED_RANK, target_modules=probe_peft.MLA_ATTN,
+                                      task_type="CAUSAL_LM"))
+    tr, allp = pm.get_nb_trainable_parameters()
+    f["deepseek-v3.json r 16 MLA projections (meta)"] = {"trainable_params": tr, "all_params": allp}
+    return f
+
+
 def shipped_counts():
     """peft's count (get_nb_trainable_parameters, what print_trainable_parameters prints) of
     every shipped model of the families, r 16 all-linear, built on the meta device."""
@@ -235,9 +276,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json")
     ap.add_argument("--counts")
+    ap.add_argument("--dsv3", action="store_true", help="only DeepSeek-V3's facts (R-PEFT-29)")
     a = ap.parse_args(argv)
     import bitsandbytes
     import peft
+
+    if a.dsv3:
+        print(json.dumps(dsv3_facts(), indent=1, sort_keys=True))
+        return 0
 
     probe_peft._CKPT_ROOT = tempfile.mkdtemp(prefix="gckpt-peft-facts-")
     facts = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__,

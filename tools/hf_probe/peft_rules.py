@@ -20,7 +20,9 @@ FINDINGS R-PEFT-21 to R-PEFT-26) are checked for every rule above the activation
 bytes, optimizer states, resident bytes); what their layers save and the live bytes are
 checked against the C planner by test_hf_peft, not restated here. So are the
 mixture-of-experts families (mixtral, qwen3_moe, olmoe, gpt_oss) with attention adapters
-(FINDINGS R-PEFT-27): their router and fused expert parameters frozen next to the adapters.
+(FINDINGS R-PEFT-27): their router and fused expert parameters frozen next to the adapters,
+and DeepSeek-V3 with adapters on its MLA projections (R-PEFT-29): dense first layers,
+shared experts (nn.Linear, quantized by QLoRA), the router's correction bias a buffer.
 
 Plain Python 3, no torch: the rules must not depend on running the libraries.
 """
@@ -38,6 +40,12 @@ BLOCK, NESTED_BLOCK = 64, 256          # bitsandbytes 4-bit blocksize, nested (d
 MIN_8BIT_SIZE, PAGED_MIN = 4096, 1e5   # bitsandbytes Optimizer2State / get_state_buffer
 ACTIVATION_FAMILIES = ("llama", "qwen2", "gpt2")  # the families whose saved / live bytes are restated below
 MOE_FAMILIES = ("mixtral", "qwen3_moe", "olmoe", "gpt_oss")
+DSV3 = "deepseek_v3"  # MLA, dense first layers, shared experts (FINDINGS R-PEFT-29)
+
+
+def dsv3_dense(cfg, li):
+    """Whether DeepSeek-V3's layer li has the dense MLP (first_k_dense_replace)."""
+    return li < cfg.get("first_k_dense_replace", 3)
 
 
 # --------------------------------------------------------------------------
@@ -49,14 +57,29 @@ def dims(cfg, family):
         return dict(h=h, nh=cfg["n_head"], kv=cfg["n_head"], hd=h // cfg["n_head"], i=cfg.get("n_inner") or 4 * h,
                     V=cfg["vocab_size"], L=cfg["n_layer"], P=cfg["n_positions"])
     h, nh = cfg["hidden_size"], cfg["num_attention_heads"]
-    # gpt_neox has no key/value heads of its own (MHA)
-    return dict(h=h, nh=nh, kv=cfg.get("num_key_value_heads") or nh, hd=cfg.get("head_dim") or h // nh,
-                i=cfg["intermediate_size"], V=cfg["vocab_size"], L=cfg["num_hidden_layers"])
+    # gpt_neox has no key/value heads of its own (MHA); DeepSeek-V3's rotary covers qk_rope_head_dim
+    return dict(h=h, nh=nh, kv=cfg.get("num_key_value_heads") or nh,
+                hd=cfg.get("qk_rope_head_dim") or cfg.get("head_dim") or h // nh,
+                i=cfg["intermediate_size"], V=cfg["vocab_size"], L=cfg["num_hidden_layers"],
+                qr=cfg.get("q_lora_rank"), kvr=cfg.get("kv_lora_rank"))
 
 
-def layer_linears(family, d, cfg):
-    """(name inside a layer, in, out, has bias), in forward order."""
+def layer_linears(family, d, cfg, li=0):
+    """(name inside a layer, in, out, has bias), in forward order (DeepSeek-V3: of layer li)."""
     h, q, k, i = d["h"], d["nh"] * d["hd"], d["kv"] * d["hd"], d["i"]
+    if family == DSV3:  # MLA's projections, then the dense MLP or the shared experts
+        H, b = d["nh"], bool(cfg.get("attention_bias"))
+        qr, kvr, rope = cfg.get("q_lora_rank"), cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+        qk, vd = cfg["qk_nope_head_dim"] + rope, cfg["v_head_dim"]
+        out = ([("self_attn.q_a_proj", h, qr, b), ("self_attn.q_b_proj", qr, H * qk, False)] if qr else
+               [("self_attn.q_proj", h, H * qk, False)])
+        out += [("self_attn.kv_a_proj_with_mqa", h, kvr + rope, b),
+                ("self_attn.kv_b_proj", kvr, H * (cfg["qk_nope_head_dim"] + vd), False),
+                ("self_attn.o_proj", H * vd, h, b)]
+        mlp, mi = (("mlp", i) if dsv3_dense(cfg, li) else
+                   ("mlp.shared_experts", cfg["moe_intermediate_size"] * cfg.get("n_shared_experts", 1)))
+        return out + [(mlp + ".gate_proj", h, mi, False), (mlp + ".up_proj", h, mi, False),
+                      (mlp + ".down_proj", mi, h, False)]
     if family == "gpt2":
         return [("attn.c_attn", h, 3 * h, True), ("attn.c_proj", h, h, True),
                 ("mlp.c_fc", h, i, True), ("mlp.c_proj", i, h, True)]
@@ -89,10 +112,16 @@ def layer_prefix(family, li):
     return f"h.{li}." if family == "gpt2" else f"gpt_neox.layers.{li}." if family == "gpt_neox" else f"layers.{li}."
 
 
-def moe_params(family, d, cfg):
+def moe_params(family, d, cfg, li=0):
     """(name, numel) of a MoE layer's parameters that are no nn.Linear (transformers 5.24):
     the router, the experts' fused gate_up_proj / down_proj (gpt_oss: with biases), gpt_oss's
     attention sinks."""
+    if family == DSV3:
+        if dsv3_dense(cfg, li):
+            return []
+        h, E, mi = d["h"], cfg["n_routed_experts"], cfg["moe_intermediate_size"]
+        return [("mlp.gate.weight", E * h), ("mlp.experts.gate_up_proj", E * 2 * mi * h),
+                ("mlp.experts.down_proj", E * mi * h)]
     if family not in MOE_FAMILIES:
         return []
     h, E = d["h"], cfg.get("num_local_experts") or cfg.get("num_experts")
@@ -123,6 +152,9 @@ def layer_norms(family, d):
         out += [("self_attn.q_norm.weight", d["hd"]), ("self_attn.k_norm.weight", d["hd"])]
     if family == "olmoe":  # q/k norms over the projection
         out += [("self_attn.q_norm.weight", q), ("self_attn.k_norm.weight", k)]
+    if family == DSV3:  # MLA's latent norms
+        out += ([("self_attn.q_a_layernorm.weight", d["qr"])] if d["qr"] else []) + [
+            ("self_attn.kv_a_layernorm.weight", d["kvr"])]
     return out
 
 
@@ -133,8 +165,8 @@ def base_params(family, d, cfg):
            [("gpt_neox.embed_in.weight", V * h)] if family == "gpt_neox" else [("embed_tokens.weight", V * h)])
     for li in range(d["L"]):
         pre = layer_prefix(family, li)
-        out += [(pre + n, numel) for n, numel in layer_norms(family, d) + moe_params(family, d, cfg)]
-        for n, fin, fout, bias in layer_linears(family, d, cfg):
+        out += [(pre + n, numel) for n, numel in layer_norms(family, d) + moe_params(family, d, cfg, li)]
+        for n, fin, fout, bias in layer_linears(family, d, cfg, li):
             out.append((pre + n + ".weight", fin * fout))
             if bias:
                 out.append((pre + n + ".bias", fout))
@@ -156,8 +188,8 @@ def mts_numel(family, d, mts):
 def trainable_closed(fx):
     fam, cfg, lo = fx["setting"]["family"], fx["config"], fx["lora"]
     d = dims(cfg, fam)
-    lora = sum(lo["r"] * (fin + fout) for _ in range(d["L"])
-               for n, fin, fout, _b in layer_linears(fam, d, cfg) if targeted(n, lo["targets"]))
+    lora = sum(lo["r"] * (fin + fout) for li in range(d["L"])
+               for n, fin, fout, _b in layer_linears(fam, d, cfg, li) if targeted(n, lo["targets"]))
     return lora + mts_numel(fam, d, lo["modules_to_save"])
 
 
@@ -223,7 +255,7 @@ def params_closed(fx):
     fam, d, cfg = p["fam"], p["d"], p["cfg"]
     out, stats = {}, 0
     lins = {layer_prefix(fam, li) + n: (fin, fout, bias) for li in range(d["L"])
-            for n, fin, fout, bias in layer_linears(fam, d, cfg)}
+            for n, fin, fout, bias in layer_linears(fam, d, cfg, li)}
     for name, n in base_params(fam, d, cfg):
         mod = name.rsplit(".", 1)[0]
         if mod in lins and p["base"] != "dense":
@@ -264,6 +296,9 @@ def buffers_closed(fx):
         scale = 2 if p["method"] == "qlora" or p["md"] == 2 else 4
         # modules_to_save deep-copies the embedding module, its buffer with it
         out += scale * (2 if "embed_tokens" in p["mts"] else 1)
+    if p["fam"] == DSV3:  # each MoE layer's router e_score_correction_bias [E], fp32 but after model.to(bf16)
+        moe = sum(not dsv3_dense(p["cfg"], li) for li in range(p["d"]["L"]))
+        out += moe * p["cfg"]["n_routed_experts"] * p["md"]
     return out
 
 

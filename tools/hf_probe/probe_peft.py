@@ -74,12 +74,21 @@ FAM_VARIANTS = ("gemma", "gemma2", "gemma3_text", "olmo2", "granite", "phi3", "g
 # adapters: all-linear there also wraps the router and the fused expert parameters
 # (ParamWrapper; FINDINGS R-PEFT-28), which the planner refuses
 MOE_VARIANTS = tuple(moe_cases.VARIANTS)
+# DeepSeek-V3 (moe_cases.DSV3_VARIANTS): peft 0.21.2 names no default targets for it; its
+# nn.Linear modules are the MLA projections, the dense layers' and the shared experts' MLPs;
+# peft's v4-to-v5 conversion maps the MLP names (and all-linear's) to the routed experts'
+# fused parameters and the router (ParamWrapper), so the attention projections are the
+# modelled targets (FINDINGS R-PEFT-29)
+DSV3_VARIANTS = tuple(moe_cases.DSV3_VARIANTS)
+MLA_ATTN = ["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]
 LLAMA_ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
 # "attn" targets as a user writes them; GPT-2's "c_proj" matches by suffix, so it also
 # takes mlp.c_proj (peft's suffix rule, recorded in lora.targets_resolved)
 ATTN_TARGETS = {"llama": LLAMA_ATTN, "qwen2": LLAMA_ATTN, "gpt2": ["c_attn", "c_proj"],
                 **{v: LLAMA_ATTN for v in FAM_VARIANTS + MOE_VARIANTS}, "phi3": ["qkv_proj", "o_proj"],
-                "gpt_neox": ["query_key_value", "dense"]}
+                "gpt_neox": ["query_key_value", "dense"], "deepseek_v3": MLA_ATTN,
+                # q_lora_rank None: q_proj instead of q_a_proj / q_b_proj
+                "deepseek_v3+qproj": ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]}
 MODULES_TO_SAVE = {"llama": ["lm_head", "embed_tokens"], "qwen2": ["lm_head", "embed_tokens"], "gpt2": ["lm_head"],
                    **{v: ["lm_head", "embed_tokens"] for v in FAM_VARIANTS}, "gpt_neox": ["lm_head", "embed_in"]}
 OPTIMIZERS = ("adamw_torch_fused", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
@@ -111,9 +120,10 @@ _INFO: list[dict] = []
 # --------------------------------------------------------------------------
 def spec(family, method, precision, targets="all-linear", dropout=0.05, quant=None, double_quant=True,
          storage="uint8", every_n=0, offload=False, b=2, s=32, ckpt_api="hf", optimizer="adamw_torch_fused",
-         modules_to_save=(), aux=False, seq=False, grad_accum=probe.GRAD_ACCUM, r=R, shape=None):
+         modules_to_save=(), aux=False, seq=False, grad_accum=probe.GRAD_ACCUM, r=R, shape=None, qproj=False):
     """shape: a name of SHAPED (a model of its own instead of the family's tiny one)."""
-    fam_cfg = family_cases.VARIANTS.get(family) if family in FAM_VARIANTS else moe_cases.VARIANTS.get(family)
+    fam_cfg = (family_cases.VARIANTS.get(family) if family in FAM_VARIANTS else
+               moe_cases.DSV3_VARIANTS.get(family) if family in DSV3_VARIANTS else moe_cases.VARIANTS.get(family))
     if shape:
         fam_cfg = SHAPED[shape]
     attention = "eager" if family in family_cases.REFUSES_SDPA else "sdpa"
@@ -131,8 +141,16 @@ def spec(family, method, precision, targets="all-linear", dropout=0.05, quant=No
         sp["config"]["output_router_logits"] = True
     if seq:  # GPT-NeoX's sequential block (family_cases.py's gpt_neoxseq)
         sp["config"] = dict(family_cases.VARIANTS["gpt_neoxseq"])
+    if qproj:  # DeepSeek-V3 without the query bottleneck, rotary not interleaved
+        sp["config"].update(q_lora_rank=None, rope_interleave=False)
     sp["name"] = case_name(sp)
     return sp
+
+
+def attn_targets(sp):
+    """The attention projections a user lists (the q_proj variant's own list)."""
+    qp = sp["family"] + "+qproj"
+    return ATTN_TARGETS[qp if qp in variant(sp) else sp["family"]]
 
 
 def variant(sp):
@@ -140,7 +158,8 @@ def variant(sp):
     (use_parallel_residual False)"""
     cfg = sp.get("config", {})
     return (sp["family"] + ("+aux" if cfg.get("output_router_logits") else "")
-            + ("+seq" if cfg.get("use_parallel_residual") is False else ""))
+            + ("+seq" if cfg.get("use_parallel_residual") is False else "")
+            + ("+qproj" if "q_lora_rank" in cfg and cfg["q_lora_rank"] is None else ""))
 
 
 def case_name(sp):
@@ -260,6 +279,27 @@ def all_cases():
         out += [spec(fam, every_n=n, offload=off, grad_accum=1, **q) for n, off in ckpt21]
     q = dict(method="qlora", quant="int8", precision="amp-bf16", shape="h96kv2", r=16)
     out += [spec("llama", every_n=2, offload=True, **q), spec("llama", every_n=1, ckpt_api="prepare", grad_accum=1, **q)]
+    # DeepSeek-V3, adapters on the MLA projections (the MoE families' grid); QLoRA quantizes
+    # the MLA projections, the dense layers' and the shared experts' MLPs (every nn.Linear),
+    # the routed experts and the router stay fp32; the q_proj variant and the
+    # load-balancing loss's logits once each
+    for fam in DSV3_VARIANTS:
+        a = dict(method="lora", targets="attn")
+        out += [spec(fam, precision="fp32", every_n=n, offload=off, **a) for n, off in ckpt13]
+        out += [spec(fam, precision="fp32", dropout=0.0, every_n=1, **a),
+                spec(fam, precision="bf16", **a), spec(fam, precision="bf16", every_n=1, **a),
+                spec(fam, precision="bf16", dropout=0.0, every_n=3, offload=True, **a),
+                spec(fam, precision="amp-bf16-cudalists", **a),
+                spec(fam, precision="amp-bf16-cudalists", every_n=1, **a),
+                spec(fam, precision="amp-bf16-cudalists", dropout=0.0, every_n=3, offload=True, **a)]
+        out += [spec(fam, precision="fp32", every_n=n, qproj=True, **a) for n in (0, 1)]
+        out += [spec(fam, precision="amp-bf16-cudalists", every_n=1, qproj=True, **a)]
+        out += [spec(fam, precision="fp32", every_n=1, aux=True, **a)]
+        q = dict(method="qlora", quant="nf4", targets="attn")
+        out += [spec(fam, precision="amp-bf16", every_n=n, offload=off, **q) for n, off in ckpt13 if n != 3 or off]
+        out += [spec(fam, precision="fp32", every_n=1, **q),
+                spec(fam, precision="amp-bf16", dropout=0.0, every_n=3, **q),
+                spec(fam, precision="amp-bf16", every_n=1, qproj=True, **q)]
     return out
 
 
@@ -317,7 +357,7 @@ def lora_config(sp):
     from peft import LoraConfig
 
     return LoraConfig(r=sp["r"], lora_alpha=sp["alpha"], lora_dropout=sp["dropout"],
-                      target_modules="all-linear" if sp["targets"] == "all-linear" else ATTN_TARGETS[sp["family"]],
+                      target_modules="all-linear" if sp["targets"] == "all-linear" else attn_targets(sp),
                       modules_to_save=sp["modules_to_save"] or None, bias="none", task_type="CAUSAL_LM")
 
 
@@ -447,7 +487,7 @@ def describe(pm, hf, sp, dtypes_before):
         "param_dtype_changes_in_first_forward": {n_: [dtypes_before[n_], v[1]] for n_, v in names.items()
                                                  if dtypes_before.get(n_) not in (None, v[1])},
         "lora": {"r": sp["r"], "alpha": sp["alpha"], "dropout": sp["dropout"],
-                 "targets": sp["targets"] if sp["targets"] == "all-linear" else ATTN_TARGETS[sp["family"]],
+                 "targets": sp["targets"] if sp["targets"] == "all-linear" else attn_targets(sp),
                  "targets_resolved": resolved, "modules_to_save": sp["modules_to_save"], "bias": cfg.bias,
                  "use_rslora": cfg.use_rslora, "scaling": sp["alpha"] / sp["r"],
                  "closed_form_trainable": sum(x["r"] * (x["in"] + x["out"]) for x in layers),

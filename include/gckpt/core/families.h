@@ -66,8 +66,6 @@ typedef struct {
     /* the executor's attention kernels read q, k, v packed in the fused projection's
      * output; no SPLIT view is made a strided operand (gpt2's c_attn) */
     bool packed_qkv_kernels;
-    /* LoRA / QLoRA are not planned on it: why, as a clause (NULL: they are) */
-    const char *no_lora;
 } gckpt_family_info;
 
 /* The row of a family (every gckpt_family has one). */

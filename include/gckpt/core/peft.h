@@ -21,12 +21,15 @@ extern "C" {
  * a list entry by name suffix at a '.' boundary, so GPT-2's "c_proj" takes attn.c_proj and
  * mlp.c_proj (FINDINGS 12.2). "all-linear" is every one of a family's (the output layer,
  * lm_head, never). Phi-3's fused qkv_proj / gate_up_proj and
- * GPT-NeoX's packed query_key_value get one adapter over the fused output (FINDINGS 12.13). */
+ * GPT-NeoX's packed query_key_value get one adapter over the fused output (FINDINGS 12.13).
+ * DeepSeek-V3's multi-head latent attention: q_proj (no q_lora_rank) or q_a_proj and
+ * q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj (FINDINGS R-PEFT-29). */
 typedef enum {
     GCKPT_LT_Q, GCKPT_LT_K, GCKPT_LT_V, GCKPT_LT_O, GCKPT_LT_GATE, GCKPT_LT_UP, GCKPT_LT_DOWN,
     GCKPT_LT_C_ATTN, GCKPT_LT_ATTN_C_PROJ, GCKPT_LT_C_FC, GCKPT_LT_MLP_C_PROJ,
     GCKPT_LT_QKV_PROJ, GCKPT_LT_GATE_UP, /* phi3 (with o_proj, down_proj) */
     GCKPT_LT_QUERY_KEY_VALUE, GCKPT_LT_DENSE, GCKPT_LT_H_TO_4H, GCKPT_LT_4H_TO_H, /* gpt_neox */
+    GCKPT_LT_Q_A, GCKPT_LT_Q_B, GCKPT_LT_KV_A, GCKPT_LT_KV_B, /* deepseek_v3's MLA (with q_proj, o_proj) */
     GCKPT_NLT
 } gckpt_lora_target;
 #define GCKPT_LT_ALL ((1u << GCKPT_NLT) - 1)

@@ -8,6 +8,7 @@
 #include "recipe_tracer.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The next parameter of the first block section of the parameter group when a later one
@@ -31,6 +32,17 @@ static int replayed(tracer *tr, const char *name, gckpt_shape shape)
     return -1;
 }
 
+/* The tables are sized for the largest recipe any model and option make (test_consistency
+ * recipe_limits); a recipe past them is a bug in a recipe, not an input to refuse: stop with
+ * its name rather than write past the table. */
+static void table_room(int n, int max, const char *what, const char *name)
+{
+    if (n < max) return;
+    fprintf(stderr, "gckpt: internal error: the recipe has more than %d %s (at %s): raise GCKPT_MAX_%s\n", max,
+            what, name, what[0] == 't' ? "TENSORS" : "OPS");
+    abort();
+}
+
 int tnew(tracer *tr, const char *name, int kind, uint8_t dtype, gckpt_shape shape, bool requires_grad)
 {
     gckpt_recipe *r = tr->r;
@@ -40,6 +52,7 @@ int tnew(tracer *tr, const char *name, int kind, uint8_t dtype, gckpt_shape shap
         tr->replay = r->nt; /* block types of one group that differ in parameters: new ones,
                              * which the parameter table refuses (gckpt_params_build) */
     }
+    table_room(r->nt, GCKPT_MAX_TENSORS, "tensors", name);
     int i = r->nt++;
     gckpt_tensor *t = &r->t[i];
     memset(t, 0, sizeof *t);
@@ -65,6 +78,7 @@ int opnew(tracer *tr, const char *name, int kind, int nin, const int *in, int ou
           const int *saved)
 {
     gckpt_recipe *r = tr->r;
+    table_room(r->nop, GCKPT_MAX_OPS, "ops", name);
     int i = r->nop++;
     gckpt_op *o = &r->op[i];
     memset(o, 0, sizeof *o);

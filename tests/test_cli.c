@@ -263,6 +263,10 @@ static void bad_inputs(void **state)
         {"mesh no shard", A("--gpus", "4", "--dp-replicate", "4", "--dp-shard", "1", "-o", "out.json"), "no dimension to shard"},
         {"mesh tp", A("--gpus", "4", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "tensor (tp_size) parallelism of 2 is not yet planned"},
         {"mesh cp", A("--gpus", "4", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "context (cp_size) parallelism of 2 is not yet planned"},
+        /* with tp or cp: accelerate's own checks before the refusal (FINDINGS R-TP-1) */
+        {"mesh tp not the world", A("--gpus", "4", "--tp", "2", "-o", "out.json"), "tp_size 2 x cp_size 1 x sp_size 1 = 2, not the 4 processes"},
+        {"mesh tp pure dp", A("--gpus", "4", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "cannot be used with pure data parallelism"},
+        {"mesh tp alone", A("--gpus", "4", "--tp", "4", "-o", "out.json"), "tensor (tp_size) parallelism of 4 is not yet planned"},
         {"mesh under zero3", A("--gpus", "4", "--parallel", "zero3", "--dp-replicate", "2", "--dp-shard", "2", "-o", "out.json"), "--parallel fsdp alone"},
         {"mesh under a list", A("--gpus", "4", "--parallel", "ddp,fsdp", "--dp-replicate", "2", "--dp-shard", "2", "-q"), "--parallel fsdp alone"},
         {"mesh on one GPU", A("--dp-replicate", "1", "--dp-shard", "1", "-o", "out.json"), "more than one GPU"},

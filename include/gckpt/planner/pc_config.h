@@ -25,8 +25,10 @@ typedef struct {
 bool gckpt_pc_config_read(const char *path, gckpt_pc_sizes *out, gckpt_err *err);
 
 /* The mesh against a world of `world` processes and FSDP2 (accelerate's checks, then what is not
- * planned): tp, cp, sp other than 1 are not yet planned; the product must equal the world; FSDP
- * needs dp_shard > 1. On success *dp_replicate is the replicate size (>= 1). */
+ * planned): with tp, cp or sp other than 1, accelerate's own checks (the product of every size must
+ * equal the world; tp or cp with dp_replicate > 1 and dp_shard 1 is refused), then not yet
+ * planned; the product must equal the world; FSDP needs dp_shard > 1. On success *dp_replicate is
+ * the replicate size (>= 1). */
 bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_replicate, gckpt_err *err);
 
 #ifdef __cplusplus

@@ -1,0 +1,199 @@
+/* Tensor parallelism per rank (gckpt/core/tp.h) against tests/data/hf-tp (tools/hf_probe/
+ * probe_dist.py's tp-* cases: from_pretrained(distributed_config=DistributedConfig(tp_size=T)) and
+ * the HF Trainer's own preparation, memory on PyTorch's fake process group, FINDINGS R-TP-*):
+ *   - every standalone-TP fixture's bytes at step 2's start (persistent) and at its optimizer
+ *     step's start (+ the gradients, the embedding's whole), exact (the gloo twins: not their
+ *     memory, whose allocator misses frees made on gloo's threads, R-PROBE-5);
+ *   - every fixture's collectives of step 2, calls and bytes per kind, dtype and phase, exact;
+ *   - torch.chunk's shard sizes and the model checks (heads and key/value heads divisible,
+ *     the measured structure only). The TP x FSDP fixtures (R-TP-8) are not planned: skipped. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gckpt/core/collective.h"
+#include "gckpt/core/dtype.h"
+#include "gckpt/core/tp.h"
+#include "gckpt/util/jsonget.h"
+
+#ifndef GCKPT_TEST_DATA
+#error GCKPT_TEST_DATA must name tests/data
+#endif
+
+#define DIR_TP GCKPT_TEST_DATA "/hf-tp"
+
+static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+
+typedef struct {
+    char name[160];
+    gckpt_model m;
+    gckpt_setting s;
+    uint32_t tp, fsdp, rank;
+    bool fake;
+    uint64_t start, opt_before;
+    const cJSON *coll; /* collectives.per_step["2"] (owned by root) */
+    cJSON *root;
+} tp_fixture;
+
+static bool read_fixture(const char *dir, const char *file, tp_fixture *f)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    memset(f, 0, sizeof *f);
+    snprintf(f->name, sizeof f->name, "%s", file);
+    gckpt_err err;
+    f->root = gckpt_json_read(path, 64u << 20, &err);
+    if (!f->root) fail_msg("%s", err.msg);
+    const cJSON *set = item(f->root, "setting"), *par = item(f->root, "parallel"), *tp = item(par, "tp");
+    const cJSON *dc = item(tp, "distributed_config"), *steps = item(f->root, "steps");
+    const cJSON *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
+    char *cfg = cJSON_PrintUnformatted(item(f->root, "config"));
+    char prec[32], pg[16];
+    uint64_t tpn, fs, rank, n, mb, seq, ga;
+    bool ok = cfg && gckpt_model_parse(path, cfg, &f->m, &err) &&
+              gckpt_json_u64(dc, path, "tp_size", 1, 1024, &tpn, &err) &&
+              gckpt_json_u64(dc, path, "fsdp_size", 1, 1024, &fs, &err) &&
+              gckpt_json_u64(par, path, "rank", 0, 1023, &rank, &err) &&
+              gckpt_json_str(par, path, "process_group", pg, sizeof pg, &err) &&
+              gckpt_json_str(set, path, "precision", prec, sizeof prec, &err) &&
+              gckpt_json_u64_opt(set, path, "every_n_layers", 0, 1024, 0, &n, &err) &&
+              gckpt_json_u64(set, path, "micro_batch", 1, 1024, &mb, &err) &&
+              gckpt_json_u64(set, path, "seq", 1, 1u << 20, &seq, &err) &&
+              gckpt_json_u64(set, path, "grad_accum", 1, 1024, &ga, &err) &&
+              gckpt_json_u64(last, path, "live_at_start_bytes", 0, UINT64_MAX, &f->start, &err) &&
+              gckpt_json_u64(last, path, "optimizer_before_bytes", 0, UINT64_MAX, &f->opt_before, &err);
+    free(cfg);
+    if (!ok) fail_msg("%s", err.msg);
+    int p = gckpt_precision_from(prec);
+    if (p < 0) fail_msg("%s: precision '%s'", path, prec);
+    f->s.precision = (gckpt_precision)p;
+    f->s.every_n = (uint32_t)n;
+    f->s.micro_batch = mb;
+    f->s.seq = seq;
+    f->s.grad_accum = ga;
+    f->tp = (uint32_t)tpn;
+    f->fsdp = (uint32_t)fs;
+    f->rank = (uint32_t)(rank % tpn); /* the rank's index in its TP group (tp innermost, R-TP-1) */
+    f->fake = !strcmp(pg, "fake");
+    f->coll = item(item(item(f->root, "collectives"), "per_step"), "2");
+    return true;
+}
+
+/* Calls f(fixture) for every tp-*.json of tests/data/hf-tp; returns how many. */
+static int each_fixture(void (*fn)(const tp_fixture *, int *), int *count)
+{
+    DIR *d = opendir(DIR_TP);
+    if (!d) fail_msg("cannot open %s", DIR_TP);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "tp-", 3) || len < 6 || strcmp(e->d_name + len - 5, ".json")) continue;
+        tp_fixture f;
+        read_fixture(DIR_TP, e->d_name, &f);
+        fn(&f, count);
+        cJSON_Delete(f.root);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void check_bytes(const tp_fixture *f, int *count)
+{
+    if (f->fsdp > 1 || !f->fake) return;
+    gckpt_tp_bytes b;
+    gckpt_tp_rank_bytes(&f->m, f->tp, f->rank, 1, &b);
+    if (b.total != f->start) fail_msg("%s: persistent %llu planned, %llu measured", f->name,
+                                      (unsigned long long)b.total, (unsigned long long)f->start);
+    if (b.total + b.step_grads != f->opt_before)
+        fail_msg("%s: at the optimizer step %llu planned, %llu measured", f->name,
+                 (unsigned long long)(b.total + b.step_grads), (unsigned long long)f->opt_before);
+    (*count)++;
+}
+
+static void test_rank_bytes(void **state)
+{
+    (void)state;
+    int checked = 0;
+    int n = each_fixture(check_bytes, &checked);
+    assert_true(n >= 56);
+    assert_true(checked >= 36); /* the fake-group standalone-TP fixtures */
+}
+
+static const char *phase_name(int p) { return p == GCKPT_TP_FWD ? "forward" : "backward"; }
+
+static void check_collectives(const tp_fixture *f, int *count)
+{
+    if (f->fsdp > 1) return;
+    gckpt_tp_coll c[GCKPT_TP_MAX_COLL];
+    size_t n = gckpt_tp_collectives(&f->m, &f->s, f->tp, c);
+    if ((size_t)cJSON_GetArraySize(f->coll) != n)
+        fail_msg("%s: %d kinds measured, %zu planned", f->name, cJSON_GetArraySize(f->coll), n);
+    for (size_t j = 0; j < n; j++) {
+        char key[96];
+        snprintf(key, sizeof key, "%s/%s/%s", gckpt_coll_names[c[j].kind], c[j].dtype == GCKPT_DT_F32 ? "float32" : "bfloat16",
+                 phase_name(c[j].phase));
+        const cJSON *k = item(f->coll, key);
+        if (!k) fail_msg("%s: no measured %s", f->name, key);
+        double calls = cJSON_GetNumberValue(item(k, "calls")), bytes = cJSON_GetNumberValue(item(k, "bytes"));
+        if (calls != (double)c[j].calls || bytes != c[j].bytes)
+            fail_msg("%s: %s planned %llu calls %.0f B, measured %.0f calls %.0f B", f->name, key,
+                     (unsigned long long)c[j].calls, c[j].bytes, calls, bytes);
+    }
+    (*count)++;
+}
+
+static void test_collectives(void **state)
+{
+    (void)state;
+    int checked = 0;
+    each_fixture(check_collectives, &checked);
+    assert_true(checked >= 44); /* every standalone-TP fixture, the gloo twins too */
+}
+
+static void check_model_ok(const tp_fixture *f, int *count)
+{
+    gckpt_err err;
+    if (!gckpt_tp_model_ok(&f->m, f->tp, &err)) fail_msg("%s: %s", f->name, err.msg);
+    (*count)++;
+}
+
+static void test_checks(void **state)
+{
+    (void)state;
+    /* torch.chunk: the tiny vocabulary over 2 and 4 ranks (the fixtures' local shapes) */
+    assert_int_equal(gckpt_tp_chunk(211, 2, 0), 106);
+    assert_int_equal(gckpt_tp_chunk(211, 2, 1), 105);
+    assert_int_equal(gckpt_tp_chunk(211, 4, 3), 52);
+    assert_int_equal(gckpt_tp_chunk(3, 4, 3), 0);
+    int n = 0;
+    each_fixture(check_model_ok, &n);
+    assert_true(n >= 56);
+    /* the tiny llama's 2 key/value heads over 4 ranks: the forward's view fails (R-TP-2) */
+    tp_fixture f;
+    read_fixture(DIR_TP, "tp-llama-amp-bf16-n1-plain-w2-t2-r0.json", &f);
+    gckpt_err err;
+    assert_false(gckpt_tp_model_ok(&f.m, 4, &err));
+    assert_non_null(strstr(err.msg, "num_key_value_heads 2"));
+    assert_non_null(strstr(err.msg, "R-TP-2"));
+    f.m.tied = true; /* not measured: refused by name */
+    assert_false(gckpt_tp_model_ok(&f.m, 2, &err));
+    assert_non_null(strstr(err.msg, "tied"));
+    cJSON_Delete(f.root);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rank_bytes),
+        cmocka_unit_test(test_collectives),
+        cmocka_unit_test(test_checks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

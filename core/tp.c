@@ -145,3 +145,28 @@ size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
     if (qk) add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, qk * G, 4.0 * qk * G * (double)m->head_dim);
     return n;
 }
+
+void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckpt_model *out)
+{
+    *out = *m;
+    out->heads = m->heads / tp;
+    out->kv_heads = m->kv_heads / tp;
+    out->intermediate = gckpt_tp_chunk(m->intermediate, tp, rank);
+}
+
+int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
+                             int64_t local_persistent, const gckpt_result *peak)
+{
+    gckpt_tp_bytes b;
+    gckpt_tp_rank_bytes(m, tp, rank, 1, &b);
+    /* what the rank keeps against what the local model keeps on one GPU (its embedding and head whole) */
+    int64_t d = (int64_t)b.total - local_persistent;
+    const int64_t cut = (int64_t)(m->vocab - gckpt_tp_chunk(m->vocab, tp, rank)) * (int64_t)m->hidden;
+    /* the head's gradient is the rank's rows (the embedding's stays whole, R-TP-5) once it exists: the
+     * gradients at the peak hold at least the head's whole [V, h] */
+    if (peak->breakdown[GCKPT_C_GRADS] >= 4 * (int64_t)(m->vocab * m->hidden)) d -= 4 * cut;
+    /* autocast's cast of the head's weight, the rank's rows (R-TP-7), lives from the head's forward to its
+     * backward: a peak in the head or the loss */
+    if (s->precision != GCKPT_FP32 && peak->peak_layer == (int32_t)m->layers) d -= 2 * cut;
+    return d;
+}

@@ -15,6 +15,8 @@
 #include <stdint.h>
 
 #include "gckpt/core/model.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/core/schedule.h"
 #include "gckpt/core/setting.h"
 #include "gckpt/util/util.h"
 
@@ -59,6 +61,20 @@ typedef struct {
  * merged per (kind, dtype, phase); returns how many. */
 size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32_t tp,
                             gckpt_tp_coll out[GCKPT_TP_MAX_COLL]);
+
+/* The model a TP rank computes like (R-TP-7): heads / tp, key/value heads / tp and the rank's
+ * chunk of the intermediate size; hidden size and vocabulary whole (the residual stream, the norms
+ * and the gathered logits are whole on every rank). */
+void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckpt_model *out);
+
+/* Bytes to add to the one-GPU peak of the local model (local_persistent: its persistent bytes;
+ * peak: its walked step) for TP rank `rank`'s peak: the kept bytes (R-TP-4) against the local
+ * model's, the head's gradient and autocast cast of its rows only when they are live at the peak
+ * (R-TP-5, R-TP-7). The collectives' out-of-place buffers and the gathered logits' pieces are not
+ * modelled (test_parallel_tp: every measured rank within 0.05 %). */
+
+int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
+                             int64_t local_persistent, const gckpt_result *peak);
 
 #ifdef __cplusplus
 }

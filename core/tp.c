@@ -100,7 +100,8 @@ void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint6
         out->step_grads += copies[j] * (p[j].embedding ? gckpt_round_up(4 * p[j].rows * p[j].cols, round) : local);
         tensors += copies[j];
     }
-    out->scalars = ADAMW_STEP * tensors + MESH_BYTES_PER_RANK * (uint64_t)tp;
+    out->mesh = MESH_BYTES_PER_RANK * (uint64_t)tp;
+    out->scalars = ADAMW_STEP * tensors + out->mesh;
     if (!m->learned_positions) /* inv_freq and original_inv_freq [rotary_dim / 2] (R-DIST-22) */
         out->buffers = 2 * gckpt_round_up(4 * (m->rotary_dim / 2), round);
     out->total = out->weights + out->states + out->scalars + out->buffers;
@@ -155,18 +156,30 @@ void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckp
 }
 
 int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
-                             int64_t local_persistent, const gckpt_result *peak)
+                             const int64_t local_kept[GCKPT_NCOMP], const gckpt_result *peak, int64_t delta[GCKPT_NCOMP])
 {
     gckpt_tp_bytes b;
     gckpt_tp_rank_bytes(m, tp, rank, 1, &b);
-    /* what the rank keeps against what the local model keeps on one GPU (its embedding and head whole) */
-    int64_t d = (int64_t)b.total - local_persistent;
+    int64_t d[GCKPT_NCOMP] = {0}, other = 0, sum = 0;
+    /* what the rank keeps against what the local model keeps on one GPU (its embedding and head whole):
+     * the weights and AdamW's states by component; the step counters, buffers and meshes against the
+     * local model's other kept bytes (the device's workspace aside: a TP rank has the same) as the
+     * parallel component */
+    for (int k = 0; k < GCKPT_NCOMP; k++)
+        if (k != GCKPT_C_WEIGHTS && k != GCKPT_C_OPTIMIZER && k != GCKPT_C_WORKSPACE) other += local_kept[k];
+    d[GCKPT_C_WEIGHTS] = (int64_t)b.weights - local_kept[GCKPT_C_WEIGHTS];
+    d[GCKPT_C_OPTIMIZER] = (int64_t)b.states - local_kept[GCKPT_C_OPTIMIZER];
+    d[GCKPT_C_PARALLEL] = (int64_t)(b.scalars + b.buffers) - other;
     const int64_t cut = (int64_t)(m->vocab - gckpt_tp_chunk(m->vocab, tp, rank)) * (int64_t)m->hidden;
     /* the head's gradient is the rank's rows (the embedding's stays whole, R-TP-5) once it exists: the
      * gradients at the peak hold at least the head's whole [V, h] */
-    if (peak->breakdown[GCKPT_C_GRADS] >= 4 * (int64_t)(m->vocab * m->hidden)) d -= 4 * cut;
+    if (peak->breakdown[GCKPT_C_GRADS] >= 4 * (int64_t)(m->vocab * m->hidden)) d[GCKPT_C_GRADS] = -4 * cut;
     /* autocast's cast of the head's weight, the rank's rows (R-TP-7), lives from the head's forward to its
      * backward: a peak in the head or the loss */
-    if (s->precision != GCKPT_FP32 && peak->peak_layer == (int32_t)m->layers) d -= 2 * cut;
-    return d;
+    if (s->precision != GCKPT_FP32 && peak->peak_layer == (int32_t)m->layers) d[GCKPT_C_WEIGHT_CASTS] = -2 * cut;
+    for (int k = 0; k < GCKPT_NCOMP; k++) {
+        sum += d[k];
+        if (delta) delta[k] = d[k];
+    }
+    return sum;
 }

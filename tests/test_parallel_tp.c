@@ -10,6 +10,8 @@
  *   - every fake-group standalone-TP rank's step-2 live peak within 0.5 % (measured: 0.042 % at
  *     most): the one-GPU step of the rank's local model (gckpt_tp_local_model: heads, key/value
  *     heads and intermediate split) with gckpt_tp_peak_adjust.
+ *   - gckpt-plan's sweep with --tp (gckpt_plan_run): the fixtures' peaks within 0.5 %, the plan
+ *     JSON's per-entry TP collectives equal to the measured ones, gckpt-run's reader refusing it.
  * The TP x FSDP fixtures (R-TP-8) are not planned: skipped. */
 #include <dirent.h>
 #include <math.h>
@@ -26,7 +28,9 @@
 #include "gckpt/core/eval.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/dtype.h"
+#include "gckpt/core/plan_read.h"
 #include "gckpt/core/tp.h"
+#include "gckpt/planner/plan.h"
 #include "gckpt/util/jsonget.h"
 
 #ifndef GCKPT_TEST_DATA
@@ -219,10 +223,9 @@ static double planned_peak(const tp_fixture *f)
     gckpt_result res;
     gckpt_walk(&c, &o, &res);
     gckpt_schedule_free(&o);
-    int64_t comp[GCKPT_NCOMP] = {0}, kept = 0;
+    int64_t comp[GCKPT_NCOMP] = {0};
     gckpt_persistent(&c, comp);
-    for (int k = 0; k < GCKPT_NCOMP; k++) kept += comp[k];
-    return (double)res.peak_bytes + (double)gckpt_tp_peak_adjust(&f->m, &f->s, f->tp, f->rank, kept, &res);
+    return (double)res.peak_bytes + (double)gckpt_tp_peak_adjust(&f->m, &f->s, f->tp, f->rank, comp, &res, NULL);
 }
 
 static void check_peak(const tp_fixture *f, int *count)
@@ -245,6 +248,82 @@ static void test_peaks(void **state)
     assert_true(n >= 36);
 }
 
+/* gckpt-plan's own sweep (gckpt_plan_run with --tp): the plan of a fixture's model and setting gives
+ * the fixture's peak within 0.5 %, its breakdown summing to it; its per-entry collectives are
+ * gckpt_tp_collectives'. */
+static void plan_fixture(const char *file)
+{
+    tp_fixture f;
+    read_fixture(DIR_TP, file, &f);
+    char cfg[] = "/tmp/gckpt-tp-config-XXXXXX";
+    int fd = mkstemp(cfg);
+    if (fd < 0) fail_msg("mkstemp");
+    char *text = cJSON_PrintUnformatted(item(f.root, "config"));
+    FILE *o = fdopen(fd, "w");
+    fputs(text, o);
+    fclose(o);
+    free(text);
+    uint32_t every = f.s.every_n;
+    gckpt_plan_request q = {.seq = f.s.seq, .micro_batches = {f.s.micro_batch}, .n_micro = 1,
+                            .grad_accum = f.s.grad_accum, .precision = f.s.precision, .optimizer = GCKPT_ADAMW,
+                            .attention = GCKPT_SDPA, .every_n = &every, .n_every = 1,
+                            .offload = f.s.offload ? GCKPT_OFFLOAD_ON : GCKPT_OFFLOAD_OFF, .margin = 0.05,
+                            .target_given = true, .target = GCKPT_TARGET_CPU, .tp = f.tp};
+    snprintf(q.model_ref, sizeof q.model_ref, "%s", cfg);
+    snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", GCKPT_TEST_DATA "/devices/cpu-exact.json");
+    static gckpt_plan p;
+    gckpt_err err = {{0}};
+    bool ok = gckpt_plan_run(&q, &p, &err);
+    remove(cfg);
+    if (!ok) fail_msg("%s: %s", file, err.msg);
+    assert_int_equal(p.n, 1);
+    const gckpt_result *r = &p.entries[0].r;
+    int64_t sum = 0;
+    for (int k = 0; k < GCKPT_NCOMP; k++) {
+        assert_true(r->breakdown[k] >= 0);
+        sum += r->breakdown[k];
+    }
+    assert_int_equal((uint64_t)sum, r->peak_bytes);
+    double e = ((double)r->peak_bytes - f.peak) / f.peak;
+    print_message("gckpt_plan_run %-44.44s %10.0f %10llu %+7.3f%%\n", file, f.peak, (unsigned long long)r->peak_bytes,
+                  100 * e);
+    if (fabs(e) > 0.005) fail_msg("%s: plan's peak %llu, measured %.0f", file, (unsigned long long)r->peak_bytes, f.peak);
+    assert_int_equal(p.model.heads, f.m.heads / f.tp); /* the rank's local model */
+    /* the plan JSON: the entry's TP collectives are the fixture's step-2 collectives (R-TP-6); gckpt-run's
+     * reader refuses the plan (it does not execute tensor parallelism) */
+    cJSON *j = gckpt_plan_to_json(&p, false);
+    const cJSON *coll = item(cJSON_GetArrayItem(item(j, "entries"), 0), "tensor_parallel_collectives"), *k;
+    assert_int_equal(cJSON_GetArraySize(coll), cJSON_GetArraySize(f.coll));
+    cJSON_ArrayForEach(k, coll) {
+        char key[96];
+        snprintf(key, sizeof key, "%s/%s/%s", cJSON_GetStringValue(item(k, "kind")),
+                 strcmp(cJSON_GetStringValue(item(k, "dtype")), "fp32") ? "bfloat16" : "float32",
+                 cJSON_GetStringValue(item(k, "phase")));
+        const cJSON *m = item(f.coll, key);
+        if (!m) fail_msg("%s: the plan's %s was not measured", file, key);
+        assert_true(cJSON_GetNumberValue(item(m, "bytes")) == cJSON_GetNumberValue(item(k, "bytes")));
+        assert_true(cJSON_GetNumberValue(item(m, "calls")) == cJSON_GetNumberValue(item(k, "calls")));
+    }
+    char *plan_text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    static gckpt_plan_file pf;
+    assert_false(gckpt_plan_parse("tp.json", plan_text, &pf, &err));
+    if (!strstr(err.msg, "gckpt-run does not execute tensor parallelism")) fail_msg("%s: %s", file, err.msg);
+    free(plan_text);
+    gckpt_plan_free(&p);
+    cJSON_Delete(f.root);
+}
+
+static void test_plan_run(void **state)
+{
+    (void)state;
+    plan_fixture("tp-llama-amp-bf16-n1-plain-w2-t2-r0.json");
+    plan_fixture("tp-llama-fp32-noff-plain-w2-t2-r0.json");
+    plan_fixture("tp-llama-amp-bf16-n2-offload-w4-t4-kv4-r0.json");
+    plan_fixture("tp-llama-amp-bf16-n1-plain-w2-t2-ga1-r0.json");
+    plan_fixture("tp-qwen3-amp-bf16-noff-plain-w2-t2-r0.json");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_checks),
         cmocka_unit_test(test_peaks),
+        cmocka_unit_test(test_plan_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

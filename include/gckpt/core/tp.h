@@ -40,6 +40,7 @@ typedef struct {
     uint64_t weights; /* the local shards (fp32; the norms whole) */
     uint64_t states;  /* AdamW's exp_avg and exp_avg_sq on them */
     uint64_t scalars; /* AdamW's fp32 step per parameter tensor, the device meshes (3 int32[T]) */
+    uint64_t mesh;    /* ... of them the meshes */
     uint64_t buffers; /* rotary inv_freq and original_inv_freq */
     uint64_t total;   /* kept between steps */
     uint64_t step_grads; /* the gradients entering the step: the local shards', the embedding's whole [V, h] */
@@ -67,14 +68,16 @@ size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
  * and the gathered logits are whole on every rank). */
 void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckpt_model *out);
 
-/* Bytes to add to the one-GPU peak of the local model (local_persistent: its persistent bytes;
- * peak: its walked step) for TP rank `rank`'s peak: the kept bytes (R-TP-4) against the local
- * model's, the head's gradient and autocast cast of its rows only when they are live at the peak
- * (R-TP-5, R-TP-7). The collectives' out-of-place buffers and the gathered logits' pieces are not
- * modelled (test_parallel_tp: every measured rank within 0.05 %). */
+/* Bytes to add to the one-GPU peak of the local model (local_kept: its persistent bytes by
+ * component, gckpt_persistent; peak: its walked step) for TP rank `rank`'s peak: the kept bytes
+ * (R-TP-4) against the local model's, the head's gradient and autocast cast of its rows only when
+ * they are live at the peak (R-TP-5, R-TP-7); delta (NULL: not wanted) gets them by component.
+ * The collectives' out-of-place buffers and the gathered logits' pieces are not modelled
+ * (test_parallel_tp: every measured rank within 0.05 %). */
 
 int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
-                             int64_t local_persistent, const gckpt_result *peak);
+                             const int64_t local_kept[GCKPT_NCOMP], const gckpt_result *peak,
+                             int64_t delta[GCKPT_NCOMP]);
 
 #ifdef __cplusplus
 }

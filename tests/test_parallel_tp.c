@@ -10,6 +10,8 @@
  *   - every fake-group standalone-TP rank's step-2 live peak within 0.5 % (measured: 0.042 % at
  *     most): the one-GPU step of the rank's local model (gckpt_tp_local_model: heads, key/value
  *     heads and intermediate split) with gckpt_tp_peak_adjust.
+ *   - what each layer, the head and the embedding save and the offloaded bytes, exact against the
+ *     rank's local model (the head less the lm_head rows' cast the rank does not hold);
  *   - gckpt-plan's sweep with --tp (gckpt_plan_run): the fixtures' peaks within 0.5 %, the plan
  *     JSON's per-entry TP collectives equal to the measured ones, gckpt-run's reader refusing it.
  * The TP x FSDP fixtures (R-TP-8) are not planned: skipped. */
@@ -32,6 +34,7 @@
 #include "gckpt/core/tp.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/util/jsonget.h"
+#include "hf_compare.h"
 
 #ifndef GCKPT_TEST_DATA
 #error GCKPT_TEST_DATA must name tests/data
@@ -241,10 +244,43 @@ static void check_peak(const tp_fixture *f, int *count)
 static void test_peaks(void **state)
 {
     (void)state;
-    gckpt_err err;
-    if (!gckpt_device_load(GCKPT_TEST_DATA "/devices/cpu-exact.json", &g_dev, &err)) fail_msg("%s", err.msg);
     int n = 0;
     each_fixture(check_peak, &n);
+    assert_true(n >= 36);
+}
+
+/* What each layer, the head and the embedding save on a TP rank, and the offloaded bytes, against the
+ * rank's local model planned as one GPU (R-TP-7): the layers, the embedding and the offload exact; the
+ * head less autocast's cast of the lm_head rows the rank does not hold (bf16: 2 x (V - chunk(V)) x h). */
+static void check_saved(const tp_fixture *t, int *count)
+{
+    if (t->fsdp > 1 || !t->fake) return;
+    static hf_fixture f;
+    static hf_cmp c;
+    gckpt_err err;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", DIR_TP, t->name);
+    if (!hf_fixture_read(path, &f, &err)) fail_msg("%s", err.msg);
+    gckpt_tp_local_model(&t->m, t->tp, t->rank, &f.m);
+    if (!hf_compare(&f, &g_dev, &c, &err)) fail_msg("%s: %s", t->name, err.msg);
+    for (int i = 0; i < f.nlayers; i++)
+        if (c.layer_saved[i] != f.layer_saved[i])
+            fail_msg("%s: layer %d saves %llu planned, %llu measured", t->name, i,
+                     (unsigned long long)c.layer_saved[i], (unsigned long long)f.layer_saved[i]);
+    uint64_t cut = (t->m.vocab - gckpt_tp_chunk(t->m.vocab, t->tp, t->rank)) * t->m.hidden;
+    uint64_t head = c.head_saved - (t->s.precision == GCKPT_FP32 ? 0 : 2 * cut);
+    if (head != f.head_saved || c.embed_saved != f.embed_saved || c.offload != f.offload)
+        fail_msg("%s: head %llu / %llu, embedding %llu / %llu, offload %llu / %llu (planned / measured)", t->name,
+                 (unsigned long long)head, (unsigned long long)f.head_saved, (unsigned long long)c.embed_saved,
+                 (unsigned long long)f.embed_saved, (unsigned long long)c.offload, (unsigned long long)f.offload);
+    (*count)++;
+}
+
+static void test_saved(void **state)
+{
+    (void)state;
+    int n = 0;
+    each_fixture(check_saved, &n);
     assert_true(n >= 36);
 }
 
@@ -324,6 +360,14 @@ static void test_plan_run(void **state)
     plan_fixture("tp-qwen3-amp-bf16-noff-plain-w2-t2-r0.json");
 }
 
+static int setup(void **state)
+{
+    (void)state;
+    gckpt_err err;
+    if (!gckpt_device_load(GCKPT_TEST_DATA "/devices/cpu-exact.json", &g_dev, &err)) fail_msg("%s", err.msg);
+    return 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -332,6 +376,7 @@ int main(void)
         cmocka_unit_test(test_checks),
         cmocka_unit_test(test_peaks),
         cmocka_unit_test(test_plan_run),
+        cmocka_unit_test(test_saved),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, NULL);
 }

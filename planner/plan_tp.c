@@ -13,8 +13,9 @@ void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
     fprintf(f, "tensor parallelism over %u GPUs (transformers' tp_plan: from_pretrained(distributed_config="
                "DistributedConfig(tp_size=%u))): memory and time are TP rank 0's, which computes %llu attention and "
                "%llu key/value heads and %llu of the MLP's %llu columns; the embedding and lm_head are sharded by "
-               "vocabulary (the embedding's gradient is whole); every rank of the group sees the same batch; the TP "
-               "all-reduces are not in the step time (unverified)\n",
+               "vocabulary (the embedding's gradient is whole); every rank of the group sees the same batch; the step "
+               "time is that local model's on one GPU (its lm_head over the whole vocabulary) without the TP "
+               "all-reduces and all-gathers (unverified)\n",
             p->req.tp, p->req.tp, (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
             (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate);
 }
@@ -52,7 +53,8 @@ void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(lm, "num_attention_heads", (double)p->model.heads);
     cJSON_AddNumberToObject(lm, "num_key_value_heads", (double)p->model.kv_heads);
     cJSON_AddNumberToObject(lm, "intermediate_size", (double)p->model.intermediate);
-    cJSON_AddStringToObject(o, "time", "the TP collectives' time is not in the step time (unverified)");
+    cJSON_AddStringToObject(o, "time", "the rank's local model's one-GPU step (its lm_head over the whole vocabulary), "
+                                       "without the TP collectives' time (unverified)");
 }
 
 void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry)

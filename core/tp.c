@@ -147,6 +147,16 @@ size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
     return n;
 }
 
+double gckpt_tp_comm_seconds(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, double bus_bytes_per_s)
+{
+    gckpt_tp_coll c[GCKPT_TP_MAX_COLL];
+    size_t n = gckpt_tp_collectives(m, s, tp, c);
+    double t = 0;
+    for (size_t j = 0; j < n; j++) /* ring bus bytes (nccl-tests' busbw convention) */
+        t += c[j].bytes * (c[j].kind == GCKPT_COLL_ALL_REDUCE ? 2.0 : 1.0) * (tp - 1) / tp / bus_bytes_per_s;
+    return t;
+}
+
 void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckpt_model *out)
 {
     *out = *m;

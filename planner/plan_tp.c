@@ -14,8 +14,8 @@ void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
                "DistributedConfig(tp_size=%u))): memory and time are TP rank 0's, which computes %llu attention and "
                "%llu key/value heads and %llu of the MLP's %llu columns; the embedding and lm_head are sharded by "
                "vocabulary (the embedding's gradient is whole); every rank of the group sees the same batch; the step "
-               "time is that local model's on one GPU (its lm_head over the whole vocabulary) without the TP "
-               "all-reduces and all-gathers (unverified)\n",
+               "time is that local model's on one GPU (its lm_head over the whole vocabulary) plus the TP all-reduces' "
+               "and all-gathers' bus time, none hidden (unverified)\n",
             p->req.tp, p->req.tp, (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
             (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate);
 }
@@ -53,8 +53,9 @@ void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(lm, "num_attention_heads", (double)p->model.heads);
     cJSON_AddNumberToObject(lm, "num_key_value_heads", (double)p->model.kv_heads);
     cJSON_AddNumberToObject(lm, "intermediate_size", (double)p->model.intermediate);
-    cJSON_AddStringToObject(o, "time", "the rank's local model's one-GPU step (its lm_head over the whole vocabulary), "
-                                       "without the TP collectives' time (unverified)");
+    cJSON_AddStringToObject(o, "time", "the rank's local model's one-GPU step (its lm_head over the whole vocabulary) "
+                                       "plus the TP collectives at intra_node_bus_bytes_per_s, none hidden "
+                                       "(time.collective_exposed_s; unverified)");
 }
 
 void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry)
@@ -65,6 +66,8 @@ void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *
     s.offload = e->offload;
     gckpt_tp_coll c[GCKPT_TP_MAX_COLL];
     size_t n = gckpt_tp_collectives(&p->tp_full, &s, p->req.tp, c);
+    cJSON *time = cJSON_GetObjectItemCaseSensitive(entry, "time");
+    if (time) cJSON_AddNumberToObject(time, "collective_exposed_s", e->r.comm_s);
     cJSON *arr = cJSON_AddArrayToObject(entry, "tensor_parallel_collectives");
     for (size_t j = 0; arr && j < n; j++) {
         cJSON *k = cJSON_CreateObject();

@@ -270,6 +270,7 @@ static void bad_inputs(void **state)
         {"tp kv heads", A("--gpus", "16", "--tp", "16", "-o", "out.json"), "num_key_value_heads 8"},
         {"tp tied head", A("--model", "llama-3.2-1b", "--gpus", "2", "--tp", "2", "-o", "out.json"), "tied lm_head"},
         {"tp LoRA", A("--gpus", "2", "--tp", "2", "--method", "lora", "-o", "out.json"), "R-TP-10"},
+        {"tp without bandwidth", A("--gpus", "2", "--tp", "2", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "intra_node_bus_bytes_per_s"},
         {"mesh under zero3", A("--gpus", "4", "--parallel", "zero3", "--dp-replicate", "2", "--dp-shard", "2", "-o", "out.json"), "--parallel fsdp alone"},
         {"mesh under a list", A("--gpus", "4", "--parallel", "ddp,fsdp", "--dp-replicate", "2", "--dp-shard", "2", "-q"), "--parallel fsdp alone"},
         {"mesh on one GPU", A("--dp-replicate", "1", "--dp-shard", "1", "-o", "out.json"), "more than one GPU"},

@@ -299,6 +299,21 @@ static void plan_fixture(const char *file)
     fputs(text, o);
     fclose(o);
     free(text);
+    /* the exact CPU profile with a bus bandwidth (a plan with --tp times the TP collectives at it) */
+    const double bw = 1e11;
+    char dev[] = "/tmp/gckpt-tp-device-XXXXXX";
+    gckpt_err err = {{0}};
+    cJSON *dj = gckpt_json_read(GCKPT_TEST_DATA "/devices/cpu-exact.json", 1u << 20, &err);
+    if (!dj) fail_msg("%s", err.msg);
+    cJSON_AddNumberToObject(dj, "intra_node_bus_bytes_per_s", bw);
+    char *dtext = cJSON_PrintUnformatted(dj);
+    cJSON_Delete(dj);
+    int dfd = mkstemp(dev);
+    if (dfd < 0) fail_msg("mkstemp");
+    FILE *df = fdopen(dfd, "w");
+    fputs(dtext, df);
+    fclose(df);
+    free(dtext);
     uint32_t every = f.s.every_n;
     gckpt_plan_request q = {.seq = f.s.seq, .micro_batches = {f.s.micro_batch}, .n_micro = 1,
                             .grad_accum = f.s.grad_accum, .precision = f.s.precision, .optimizer = GCKPT_ADAMW,
@@ -306,11 +321,11 @@ static void plan_fixture(const char *file)
                             .offload = f.s.offload ? GCKPT_OFFLOAD_ON : GCKPT_OFFLOAD_OFF, .margin = 0.05,
                             .target_given = true, .target = GCKPT_TARGET_CPU, .tp = f.tp};
     snprintf(q.model_ref, sizeof q.model_ref, "%s", cfg);
-    snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", GCKPT_TEST_DATA "/devices/cpu-exact.json");
+    snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", dev);
     static gckpt_plan p;
-    gckpt_err err = {{0}};
     bool ok = gckpt_plan_run(&q, &p, &err);
     remove(cfg);
+    remove(dev);
     if (!ok) fail_msg("%s: %s", file, err.msg);
     assert_int_equal(p.n, 1);
     const gckpt_result *r = &p.entries[0].r;
@@ -325,6 +340,15 @@ static void plan_fixture(const char *file)
                   100 * e);
     if (fabs(e) > 0.005) fail_msg("%s: plan's peak %llu, measured %.0f", file, (unsigned long long)r->peak_bytes, f.peak);
     assert_int_equal(p.model.heads, f.m.heads / f.tp); /* the rank's local model */
+    /* the exposed collective time: the measured step-2 collectives' ring bus bytes at the bandwidth */
+    double want = 0;
+    const cJSON *mk;
+    cJSON_ArrayForEach(mk, f.coll) {
+        double factor = (strncmp(mk->string, "all_reduce/", 11) ? 1.0 : 2.0) * (f.tp - 1) / f.tp;
+        want += cJSON_GetNumberValue(item(mk, "bytes")) * factor / bw;
+    }
+    if (fabs(r->comm_s - want) > 1e-9 * want) fail_msg("%s: comm %.9g s planned, %.9g s from the measured bytes", file,
+                                                      r->comm_s, want);
     /* the plan JSON: the entry's TP collectives are the fixture's step-2 collectives (R-TP-6); gckpt-run's
      * reader refuses the plan (it does not execute tensor parallelism) */
     cJSON *j = gckpt_plan_to_json(&p, false);

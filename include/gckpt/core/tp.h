@@ -63,6 +63,10 @@ typedef struct {
 size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32_t tp,
                             gckpt_tp_coll out[GCKPT_TP_MAX_COLL]);
 
+/* The seconds of those collectives at a bus bandwidth (nccl-tests' busbw: all-reduce 2 (T - 1) / T x its
+ * bytes, all-gather (T - 1) / T), none hidden behind compute (planned, unverified on GPUs). */
+double gckpt_tp_comm_seconds(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, double bus_bytes_per_s);
+
 /* The model a TP rank computes like (R-TP-7): heads / tp, key/value heads / tp and the rank's
  * chunk of the intermediate size; hidden size and vocabulary whole (the residual stream, the norms
  * and the gathered logits are whole on every rank). */

@@ -363,6 +363,9 @@ static bool read_peft(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
 static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, uint32_t *every, int *n_every)
 {
     const cJSON *in = obj(r, root, "inputs");
+    if (in && child(in, "inputs.tensor_parallel")) /* one TP rank's plan (gckpt-plan --tp, FINDINGS R-TP) */
+        return fail(r, "field 'inputs.tensor_parallel': a tensor-parallel plan; gckpt-run does not execute tensor "
+                       "parallelism");
     if (!in || !read_model(r, in, pf) || !read_device(r, in, pf)) return false;
     /* version 1 planned CUDA's kernels only */
     int tg = GCKPT_TARGET_CUDA;

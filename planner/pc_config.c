@@ -43,17 +43,41 @@ bool gckpt_pc_config_read(const char *path, gckpt_pc_sizes *out, gckpt_err *err)
 
 static uint64_t or1(uint64_t v) { return v ? v : 1; }
 
-bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_replicate, gckpt_err *err)
+bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_replicate, uint32_t *tp, gckpt_err *err)
 {
+    *tp = 0;
     static const char *const later[] = {"tensor (tp_size)", "context (cp_size)", "sequence (sp_size)"};
     const uint64_t other[] = {pc->tp, pc->cp, pc->sp};
+    uint64_t r = or1(pc->dp_replicate), s = or1(pc->dp_shard), t = or1(pc->tp), c = or1(pc->cp), q = or1(pc->sp);
+    if (t * c * q != 1) { /* accelerate's checks first (FINDINGS R-TP-1, measured), then what is not planned */
+        if (r * s * t * c * q != world) {
+            gckpt_seterr(err, "ParallelismConfig: dp_replicate_size %llu x dp_shard_size %llu x tp_size %llu x cp_size "
+                              "%llu x sp_size %llu = %llu, not the %u processes of --gpus x --nodes (accelerate "
+                              "_validate_accelerator: total_size must equal num_processes)", (unsigned long long)r,
+                         (unsigned long long)s, (unsigned long long)t, (unsigned long long)c, (unsigned long long)q,
+                         (unsigned long long)(r * s * t * c * q), world);
+            return false;
+        }
+        if ((t > 1 || c > 1) && r > 1 && s == 1) {
+            gckpt_seterr(err, "ParallelismConfig: tp_size / cp_size > 1 with dp_replicate_size %llu and dp_shard_size 1 "
+                              "(accelerate ParallelismConfig: tensor / context parallelism cannot be used with pure "
+                              "data parallelism)", (unsigned long long)r);
+            return false;
+        }
+    }
+    if (t > 1 && r * s * c * q == 1) { /* TP alone: transformers' tp_plan over every process (core/tp.h) */
+        *tp = (uint32_t)t;
+        *dp_replicate = 0;
+        return true;
+    }
     for (int k = 0; k < 3; k++)
         if (or1(other[k]) != 1) {
             gckpt_seterr(err, "ParallelismConfig: %s parallelism of %llu is not yet planned; only dp_replicate x "
-                              "dp_shard (HSDP under FSDP2)", later[k], (unsigned long long)other[k]);
+                              "dp_shard (HSDP under FSDP2)%s", later[k], (unsigned long long)other[k],
+                         k == 0 ? " (TP with data parallelism: TP x FSDP is measured, FINDINGS R-TP-8, not planned; TP "
+                                  "alone is planned: --tp with no other size)" : "");
             return false;
         }
-    uint64_t r = or1(pc->dp_replicate), s = or1(pc->dp_shard);
     if (r * s != world) {
         gckpt_seterr(err, "ParallelismConfig: dp_replicate_size %llu x dp_shard_size %llu = %llu, not the %u "
                           "processes of --gpus x --nodes (accelerate _validate_accelerator: total_size must equal "

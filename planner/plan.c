@@ -7,6 +7,7 @@
 
 #include "gckpt/core/fused_loss.h"
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/tp.h"
 #include "gckpt/util/safe_text.h"
 
 void gckpt_plan_free(gckpt_plan *p)
@@ -202,6 +203,28 @@ static bool sweep_size(const gckpt_plan *p, int nsplit, size_t *total, gckpt_err
     return true;
 }
 
+/* Under --tp: TP rank 0's peak from its local model's one-GPU step (gckpt_tp_peak_adjust, FINDINGS R-TP-7);
+ * the step's TP collectives (R-TP-6) at the profile's intra-node bus bandwidth, none hidden: DTensor's
+ * redistributions wait for their result before the next op (unverified on GPUs). */
+static void tp_adjust(const gckpt_plan *p, const gckpt_ctx *c, const gckpt_entry *e, gckpt_result *r)
+{
+    int64_t kept[GCKPT_NCOMP] = {0}, d[GCKPT_NCOMP];
+    gckpt_persistent(c, kept);
+    gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
+    s.every_n = e->every_n;
+    s.offload = e->offload;
+    int64_t total = gckpt_tp_peak_adjust(&p->tp_full, &s, p->req.tp, 0, kept, r, d);
+    for (int k = 0; k < GCKPT_NCOMP; k++) r->breakdown[k] += d[k];
+    r->peak_bytes = (uint64_t)((int64_t)r->peak_bytes + total);
+    r->device_peak_bytes = (uint64_t)((int64_t)r->device_peak_bytes + total);
+    r->comm_s = gckpt_tp_comm_seconds(&p->tp_full, &s, p->req.tp, p->dev.intra_node_bus_bytes_per_s);
+    double scale = r->step_s / (r->step_s + r->comm_s);
+    r->step_s += r->comm_s;
+    r->tokens_per_s *= scale;
+    r->mfu *= scale;
+    r->hfu *= scale;
+}
+
 /* Every entry of one split from its segment profile. */
 static void evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profile *prof, batch_split sp)
 {
@@ -216,6 +239,7 @@ static void evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profil
             e->micro_batch = sp.micro_batch;
             e->grad_accum = sp.grad_accum;
             gckpt_fast_eval(c, prof, n, off, sp.grad_accum, &e->r);
+            if (p->req.tp) tp_adjust(p, c, e, &e->r);
             e->fits = e->r.device_peak_bytes <= p->usable_bytes;
         }
     }
@@ -355,6 +379,34 @@ static bool mark_pareto(gckpt_plan *p, gckpt_err *err)
     return true;
 }
 
+/* --tp T: what was measured (FINDINGS R-TP), then the model planned becomes TP rank 0's local model
+ * (the busiest: torch.chunk gives the first ranks the larger pieces). */
+static bool tp_setup(gckpt_plan *p, gckpt_err *err)
+{
+    const gckpt_plan_request *q = &p->req;
+    if (!q->tp) return true;
+    if (!gckpt_tp_model_ok(&p->model, q->tp, err)) return false;
+    if (!(p->dev.intra_node_bus_bytes_per_s > 0)) {
+        gckpt_seterr(err, "--tp %u on %s: the GPU profile has no intra_node_bus_bytes_per_s (nccl-tests' busbw), "
+                          "which times the TP all-reduces and all-gathers", q->tp, p->dev.name);
+        return false;
+    }
+    const char *what = gckpt_peft_on(&q->peft) ? "--method lora / qlora"
+                     : (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"
+                     : q->optimizer != GCKPT_ADAMW ? "--optimizer other than adamw"
+                     : q->loss != GCKPT_LOSS_HF ? "--loss other than hf"
+                     : q->code_base != GCKPT_CB_HF ? "--code-base fused"
+                     : NULL;
+    if (what) {
+        gckpt_seterr(err, "--tp %u with %s: tensor parallelism is measured for full fine-tuning with AdamW under fp32 "
+                          "or amp-bf16 and HF's loss only (FINDINGS R-TP-10)", q->tp, what);
+        return false;
+    }
+    p->tp_full = p->model;
+    gckpt_tp_local_model(&p->tp_full, q->tp, 0, &p->model);
+    return true;
+}
+
 bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -375,7 +427,9 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
-    if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err) || !loss_check(req, p, err)) goto fail;
+    if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err) || !loss_check(req, p, err) ||
+        !tp_setup(p, err))
+        goto fail;
     gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft,
                          .layout = req->layout, .attention = req->attention, .seq = req->seq,
                          .loss = (uint8_t)req->loss};

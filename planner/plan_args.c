@@ -187,15 +187,19 @@ static int apply_mesh(gckpt_plan_args *a)
     if (flags && a->pc_path)
         return bad(a, "--parallelism-config FILE excludes --dp-replicate, --dp-shard, --tp and --cp%s%s", "", "");
     if (a->pc_path && !gckpt_pc_config_read(a->pc_path, &pc, &a->err)) return GCKPT_EXIT_INPUT;
+    bool tp_alone = pc.tp > 1 && pc.dp_replicate <= 1 && pc.dp_shard <= 1 && pc.cp <= 1 && pc.sp <= 1;
+    if (tp_alone && a->modes_given)
+        return bad(a, "%s: tensor parallelism alone is transformers' own (from_pretrained shards the model, the Trainer "
+                      "wraps nothing): no --parallel%s", a->pc_path ? "--parallelism-config" : "--tp", "");
     if (!a->n_modes) {
         a->modes[0] = GCKPT_PAR_FSDP;
         a->n_modes = 1;
     }
-    if (a->n_modes != 1 || !gckpt_par_mode_of(a->modes[0])->replicate_dim)
+    if (!tp_alone && (a->n_modes != 1 || !gckpt_par_mode_of(a->modes[0])->replicate_dim))
         return bad(a, "%s: accelerate's ParallelismConfig shards through FSDP2: use --parallel fsdp alone%s",
                    a->pc_path ? "--parallelism-config" : "--dp-replicate / --dp-shard", "");
-    uint32_t r = 0;
-    if (!gckpt_pc_check(&pc, gckpt_layout_world(&a->req.layout), &r, &a->err)) {
+    uint32_t r = 0, tp = 0;
+    if (!gckpt_pc_check(&pc, gckpt_layout_world(&a->req.layout), &r, &tp, &a->err)) {
         if (a->pc_path) { /* the file named first */
             char msg[sizeof a->err.msg];
             snprintf(msg, sizeof msg, "%s", a->err.msg);
@@ -204,6 +208,11 @@ static int apply_mesh(gckpt_plan_args *a)
         return GCKPT_EXIT_INPUT;
     }
     a->req.layout.dp_replicate = r;
+    if (tp) { /* one TP rank planned as one GPU of its local model (gckpt_plan_run, core/tp.h) */
+        a->req.tp = tp;
+        a->req.layout = (gckpt_layout){0};
+        a->modes[0] = GCKPT_PAR_NONE;
+    }
     return 0;
 }
 
@@ -223,6 +232,7 @@ static int check_layout(gckpt_plan_args *a)
         a->n_modes = 0;
         return a->fsdp_offload ? apply_fsdp_offload(a) : 0; /* refused: no fsdp on one GPU */
     }
+    a->modes_given = a->n_modes > 0;
     if (!a->n_modes && (a->pc_path || a->mesh_opt[0] || a->mesh_opt[1] || a->mesh_opt[2] || a->mesh_opt[3])) {
         a->modes[0] = GCKPT_PAR_FSDP; /* a mesh is FSDP2's (apply_mesh) */
         a->n_modes = 1;

@@ -64,6 +64,7 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
         cJSON_AddItemToArray(rg, cJSON_CreateNumber(hi));
     }
     gckpt_plan_parallel_entry_json(p, e, o, t);
+    gckpt_plan_tp_entry_json(p, e, o);
     if (gckpt_peft_on(&p->req.peft)) num(o, "trainable_params", (double)p->params->trainable);
     cJSON_AddBoolToObject(o, "fits", e->fits);
     num(o, "headroom_bytes", (double)p->usable_bytes - (double)r->device_peak_bytes);
@@ -102,18 +103,20 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
 
     cJSON *in = cJSON_AddObjectToObject(root, "inputs");
     cJSON *m = cJSON_AddObjectToObject(in, "model");
-    cJSON_AddStringToObject(m, "name", p->model.name);
-    cJSON_AddStringToObject(m, "model_type", p->model.model_type);
-    num(m, "layers", (double)p->model.layers);
-    num(m, "hidden", (double)p->model.hidden);
-    num(m, "heads", (double)p->model.heads);
-    num(m, "kv_heads", (double)p->model.kv_heads);
-    num(m, "head_dim", (double)p->model.head_dim);
-    num(m, "intermediate", (double)p->model.intermediate);
-    num(m, "vocab", (double)p->model.vocab);
+    const gckpt_model *mm = p->req.tp ? &p->tp_full : &p->model; /* --tp: the whole model (a rank's: tensor_parallel) */
+    cJSON_AddStringToObject(m, "name", mm->name);
+    cJSON_AddStringToObject(m, "model_type", mm->model_type);
+    num(m, "layers", (double)mm->layers);
+    num(m, "hidden", (double)mm->hidden);
+    num(m, "heads", (double)mm->heads);
+    num(m, "kv_heads", (double)mm->kv_heads);
+    num(m, "head_dim", (double)mm->head_dim);
+    num(m, "intermediate", (double)mm->intermediate);
+    num(m, "vocab", (double)mm->vocab);
     cJSON_AddBoolToObject(m, "tied_embeddings", p->model.tied);
     /* the model's own parameters (LoRA adapters and copies: entries' trainable_params) */
-    num(m, "parameters", (double)(gckpt_peft_on(&p->req.peft) ? gckpt_param_count(&p->model) : p->params->numel));
+    num(m, "parameters", (double)(p->req.tp ? gckpt_param_count(&p->tp_full) /* the whole model, not a rank's */
+                                   : gckpt_peft_on(&p->req.peft) ? gckpt_param_count(&p->model) : p->params->numel));
     cJSON *cfg = cJSON_Parse(p->model_config_text);
     if (cfg) cJSON_AddItemToObject(m, "config", cfg);
     if (p->req.hub.id[0]) { /* where the config came from (absent: a shipped name or a path) */
@@ -152,6 +155,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     if (gckpt_peft_on(&p->req.peft)) gckpt_plan_peft_json(p, in);
     gckpt_plan_moe_json(p, in);
     gckpt_plan_parallel_json(p, in);
+    gckpt_plan_tp_json(p, in);
     /* the TrainingArguments every entry shares (each entry has its own batch and checkpointing) */
     gckpt_plan_training_args_common(p, cJSON_AddObjectToObject(in, "training_arguments"));
 

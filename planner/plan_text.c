@@ -86,6 +86,10 @@ static void print_model_line(const gckpt_plan *p, FILE *f)
         break;
     }
     const char *dtype = p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32";
+    if (p->req.tp) {
+        gckpt_plan_tp_model_line(p, gckpt_plan_model_arg(p, ma, sizeof ma), attn, f);
+        return;
+    }
     if (p->model.mxfp4_checkpoint) { /* FINDINGS R-QUANT-17 */
         fprintf(f, "# the MXFP4 experts dequantized to that dtype: kept quantized they cannot be trained\n"
                    "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s,\n"
@@ -112,6 +116,7 @@ void gckpt_plan_training_args_common(const gckpt_plan *p, cJSON *o)
     if (p->req.precision == GCKPT_AMP_FP16) cJSON_AddBoolToObject(o, "fp16", true);
     if (p->req.optimizer != GCKPT_SGD) cJSON_AddStringToObject(o, "optim", hf_optim(p->req.optimizer));
     gckpt_plan_parallel_args(p, o);
+    gckpt_plan_tp_args(p, o);
 }
 
 void gckpt_plan_training_args_entry(const gckpt_entry *e, cJSON *o, int part)
@@ -189,8 +194,9 @@ void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f
     fprintf(f, "\nimport torch\n");
     if (peft)
         fprintf(f, "from peft import LoraConfig, get_peft_model%s\n", qlora ? ", prepare_model_for_kbit_training" : "");
-    if (p->req.layout.dp_replicate) /* TrainingArguments(parallelism_config=...): accelerate >= 1.12 with transformers 5 */
+    if (p->req.layout.dp_replicate || p->req.tp) /* TrainingArguments(parallelism_config=...): accelerate >= 1.12 with transformers 5 */
         fprintf(f, "from accelerate import ParallelismConfig\n");
+    if (p->req.tp) fprintf(f, "from transformers.distributed import DistributedConfig\n");
     fprintf(f, "from transformers import AutoModelForCausalLM, %s%sTrainer, TrainingArguments\n\n",
             qlora ? "BitsAndBytesConfig, " : "", p->model.mxfp4_checkpoint && !peft ? "Mxfp4Config, " : "");
     if (peft) {
@@ -230,6 +236,7 @@ void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f
                    "# model.gradient_checkpointing_enable(every_n_layers=%u, offload=%s)\n",
                 e->every_n, e->offload ? "True" : "False");
     gckpt_plan_print_launch(p, f);
+    gckpt_plan_tp_launch(p, f);
 }
 
 void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
@@ -237,7 +244,8 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
     char a[32], b[32], peft[320];
     gckpt_plan_peft_header(p, peft, sizeof peft);
     fprintf(f, "%s (%llu parameters) on %s (%s kernels), seq %llu%s, %s, %s, %s attention%s%s%s\n", p->model.name,
-            (unsigned long long)(gckpt_peft_on(&p->req.peft) ? gckpt_param_count(&p->model) : p->params->numel),
+            (unsigned long long)(p->req.tp ? gckpt_param_count(&p->tp_full)
+                                 : gckpt_peft_on(&p->req.peft) ? gckpt_param_count(&p->model) : p->params->numel),
             p->dev.name, p->target == GCKPT_TARGET_CPU ? "PyTorch CPU" : "CUDA", (unsigned long long)p->req.seq,
             p->req.seq > p->model.max_positions ? " (beyond max_position_embeddings: --allow-long-seq)" : "",
             gckpt_precision_names[p->req.precision], gckpt_optimizer_names[p->req.optimizer],
@@ -248,6 +256,7 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
                 p->req.hub.revision, p->req.hub.commit, p->req.hub.downloaded ? "downloaded to" : "from the cache,",
                 p->req.model_ref);
     gckpt_plan_parallel_header(p, f);
+    gckpt_plan_tp_header(p, f);
     gckpt_plan_moe_header(p, f);
     fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",
             gib(p->budget_bytes, a, sizeof a), gib(p->usable_bytes, b, sizeof b), p->req.margin * 100);

@@ -277,6 +277,14 @@ static void bad_inputs(void **state)
         {"mesh no shard", A("--gpus", "4", "--dp-replicate", "4", "--dp-shard", "1", "-o", "out.json"), "no dimension to shard"},
         {"mesh tp", A("--gpus", "4", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "tensor (tp_size) parallelism of 2 is not yet planned"},
         {"mesh cp", A("--gpus", "4", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "context (cp_size) parallelism of 2 is not yet planned"},
+        /* with tp or cp: accelerate's own checks before the refusal (FINDINGS R-TP-1) */
+        {"mesh tp not the world", A("--gpus", "4", "--tp", "2", "-o", "out.json"), "tp_size 2 x cp_size 1 x sp_size 1 = 2, not the 4 processes"},
+        {"mesh tp pure dp", A("--gpus", "4", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "cannot be used with pure data parallelism"},
+        {"mesh tp under ddp", A("--gpus", "2", "--tp", "2", "--parallel", "ddp", "-o", "out.json"), "no --parallel"},
+        {"tp kv heads", A("--gpus", "16", "--tp", "16", "-o", "out.json"), "num_key_value_heads 8"},
+        {"tp tied head", A("--model", "llama-3.2-1b", "--gpus", "2", "--tp", "2", "-o", "out.json"), "tied lm_head"},
+        {"tp LoRA", A("--gpus", "2", "--tp", "2", "--method", "lora", "-o", "out.json"), "R-TP-10"},
+        {"tp without bandwidth", A("--gpus", "2", "--tp", "2", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "intra_node_bus_bytes_per_s"},
         {"mesh under zero3", A("--gpus", "4", "--parallel", "zero3", "--dp-replicate", "2", "--dp-shard", "2", "-o", "out.json"), "--parallel fsdp alone"},
         {"mesh under a list", A("--gpus", "4", "--parallel", "ddp,fsdp", "--dp-replicate", "2", "--dp-shard", "2", "-q"), "--parallel fsdp alone"},
         {"mesh on one GPU", A("--dp-replicate", "1", "--dp-shard", "1", "-o", "out.json"), "more than one GPU"},
@@ -380,6 +388,20 @@ static void good_runs(void **state)
     assert_int_equal(strncmp(pa, pb, 40), 0);
     free(a);
     free(b);
+    /* tensor parallelism alone: one TP rank planned; the snippet loads the model with transformers'
+     * DistributedConfig and gives TrainingArguments accelerate's ParallelismConfig(tp_size) (FINDINGS R-TP-1) */
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--seq", "128", "--gpus", "2", "--tp", "2", "--every-n", "1",
+                           "--offload", "off", "-o", "tp.json"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "distributed_config=DistributedConfig(tp_size=2))"));
+    assert_non_null(strstr(cli_out, "from transformers.distributed import DistributedConfig"));
+    assert_non_null(strstr(cli_out, "parallelism_config=ParallelismConfig(tp_size=2),"));
+    assert_non_null(strstr(cli_out, "torchrun --nproc_per_node 2"));
+    assert_non_null(strstr(cli_out, "tensor parallelism over 2 GPUs"));
+    char *t = cli_slurp("tp.json");
+    assert_non_null(t);
+    assert_non_null(strstr(t, "\"tensor_parallel\""));
+    assert_non_null(strstr(t, "\"tensor_parallel_collectives\""));
+    free(t);
 }
 
 /* LoRA / QLoRA plans: the method's inputs recorded, trainable_params per entry, QLoRA's

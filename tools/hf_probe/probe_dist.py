@@ -105,7 +105,7 @@ def precision_of(mode, bf16):
     bf16 run the forward on bf16 weights without autocast."""
     if not bf16:
         return "fp32"
-    return "amp-bf16" if mode == "ddp" else "bf16"
+    return "amp-bf16" if mode in ("ddp", "tp") else "bf16"
 
 
 def case_name(mode, family, precision, every_n, offload, world, variant=""):
@@ -160,12 +160,56 @@ def hsdp_cases():
     return out
 
 
+def tp_spec(family, every_n, offload, tp, shard=1, bf16=True, gloo=False, grad_accum=GRAD_ACCUM):
+    """Tensor parallelism as transformers sets it up (FINDINGS R-TP-1): every rank loads the model with
+    `from_pretrained(dir, distributed_config=DistributedConfig(tp_size=T, fsdp_size=S))` (tp_plan "auto": the
+    model's base_model_tp_plan), the Trainer builds accelerate's ParallelismConfig(tp_size=T, dp_shard_size=S)
+    from the model. `tp-<family>-<precision>-n<k>-<offload>-w<world>-t<T>[s<S>]`; bf16=True is the Trainer's
+    autocast over fp32 weights (no wrapper casts them)."""
+    world = tp * shard
+    ga = f"-ga{grad_accum}" if grad_accum != GRAD_ACCUM else ""
+    kv4 = family == "llama" and tp == 4
+    sp = make_spec("tp", family, every_n, offload, world, bf16=bf16,
+                   variant=f"t{tp}" + (f"s{shard}" if shard > 1 else "") + ("-kv4" if kv4 else "") + ga, gloo=gloo,
+                   grad_accum=grad_accum, config=dict(KV4) if kv4 else None)
+    sp.update(tp=tp, dp_shard=shard)
+    return sp
+
+
+# TP 4 needs the key/value heads divisible by 4 (the tiny llama's 2 are not: the attention's view of a k_proj
+# shard of half a head fails in the forward, FINDINGS R-TP-2): the same llama with 4 key/value heads (MHA)
+KV4 = dict(probe.make_config("llama", "sdpa").to_dict(), num_key_value_heads=4)
+
+
+def tp_cases():
+    """TP 2 and 4 (tiny llama) over every checkpoint setting, fp32 and bf16 autocast; qwen3 (its per-head norms'
+    gradient all-reduce) at TP 2; TP 2 x FSDP 2 (transformers' own fully_shard over the fsdp dim); gloo twins."""
+    out = []
+    for tp in (2, 4):
+        for n, off in CKPT:
+            for bf16 in (True, False):
+                if off and not bf16:
+                    continue
+                out.append(tp_spec("llama", n, off, tp, bf16=bf16))
+    for n, off in ((0, False), (1, False)):
+        out.append(tp_spec("qwen3", n, off, 2))
+        out.append(tp_spec("llama", n, off, 2, shard=2))
+        out.append(tp_spec("llama", n, off, 2, shard=2, bf16=False))
+    out.append(tp_spec("llama", 1, False, 2, grad_accum=1))
+    out.append(tp_spec("llama", 1, False, 2, gloo=True))
+    out.append(tp_spec("llama", 1, False, 4, gloo=True))
+    out.append(tp_spec("llama", 1, False, 2, shard=2, gloo=True))
+    return out
+
+
 def all_cases(which="default"):
-    """hsdp: hsdp_cases(). default: every mode x family x checkpoint setting at world 2, at world 4 every mode for
+    """tp: tp_cases(). hsdp: hsdp_cases(). default: every mode x family x checkpoint setting at world 2, at world 4 every mode for
     llama with every_n off / 1 / 2+offload, world 8 for FSDP2 and ZeRO-2/3, fp32 and the
     variants at world 2, and the gloo twins. full: every family and setting at worlds 2 and 4."""
     if which == "hsdp":
         return hsdp_cases()
+    if which == "tp":
+        return tp_cases()
     out = []
     for mode in MODES:
         for fam in FAMILIES:
@@ -329,16 +373,56 @@ def local(t):
     return t._local_tensor if isinstance(t, DTensor) else t
 
 
+TP_DIRS = {}  # (family, config) -> the tiny model saved once per process, for from_pretrained
+
+
 def build_model(spec):
-    """The model each rank builds before the Trainer (fp32, the probe's tiny config or spec["config"])."""
-    return probe.make_model(dict(spec, config=spec["config"]))
+    """The model each rank builds before the Trainer (fp32, the probe's tiny config or spec["config"]).
+    TP: the same model saved and loaded back with from_pretrained(distributed_config=DistributedConfig(...)),
+    which shards it at load (transformers' DistributedMixin.maybe_distribute_model)."""
+    if spec["mode"] != "tp":
+        return probe.make_model(dict(spec, config=spec["config"]))
+    import transformers
+    from transformers.distributed import DistributedConfig
+
+    key = (spec["family"], json.dumps(spec["config"], sort_keys=True))
+    if key not in TP_DIRS:
+        d = tempfile.mkdtemp(prefix="gckpt-tp-")
+        # written by hand: save_pretrained writes on the distributed rank 0 only (should_save_on_this_rank)
+        from safetensors.torch import save_file
+
+        m = probe.make_model(dict(spec, config=spec["config"]))
+        m.config.save_pretrained(d)
+        save_file({k: v.contiguous() for k, v in m.state_dict().items()}, os.path.join(d, "model.safetensors"))
+        del m
+        TP_DIRS[key] = d
+        gc.collect()
+    cfg = DistributedConfig(tp_size=spec["tp"], fsdp_size=spec["dp_shard"])
+    model = transformers.AutoModelForCausalLM.from_pretrained(TP_DIRS[key], distributed_config=cfg,
+                                                              attn_implementation=spec["attention"])
+    model.config.use_cache = False  # as probe.make_model (the Trainer's use_cache False)
+    # FINDINGS R-TP-3: the loader takes each rank's slice of the checkpoint tensor and moves it with
+    # `.to(device)`: on a GPU a copy of the slice alone; on the CPU a no-op, leaving a view into the mmapped
+    # file (outside the allocator, and a row slice's storage is the whole tensor). Copy each local tensor as the
+    # move to the GPU does, so the allocator sees what a GPU rank holds.
+    from torch.distributed.tensor import DTensor
+
+    with torch.no_grad():
+        for p in model.parameters():
+            if isinstance(p, DTensor):
+                p._local_tensor = p._local_tensor.clone()
+            else:
+                p.data = p.data.clone()
+        for b in model.buffers():
+            b.data = b.data.clone()
+    return model
 
 
 # what setup_dist builds the model with; probe_dist_peft.py sets its own (a PeftModel) in each rank
 MODEL_BUILDER = build_model
 
 
-def gpu_validation():
+def gpu_validation(fsdp=True):
     """accelerate's ParallelismConfig._validate_accelerator refuses MULTI_CPU (its allowed types
     are FSDP2, Multi{GPU-like device} and DeepSpeed); run it on what a GPU run's Accelerator shows
     it (distributed_type FSDP, fsdp version 2), its checks otherwise its own."""
@@ -349,8 +433,8 @@ def gpu_validation():
 
     @functools.wraps(orig)
     def validate(self, accelerator):
-        seen = types.SimpleNamespace(multi_device=True, num_processes=accelerator.num_processes, is_fsdp2=True,
-                                     distributed_type=DistributedType.FSDP,
+        seen = types.SimpleNamespace(multi_device=True, num_processes=accelerator.num_processes, is_fsdp2=fsdp,
+                                     distributed_type=DistributedType.FSDP if fsdp else DistributedType.MULTI_GPU,
                                      is_main_process=accelerator.is_main_process)
         return orig(self, seen)
 
@@ -375,8 +459,10 @@ def setup_dist(spec):
     ckpt_layers = [i for i, l in enumerate(layers) if getattr(l, "gradient_checkpointing", False)]
     tmp = tempfile.mkdtemp(prefix="gckpt-dist-")
     args, args_kw = training_args(spec, tmp)
-    if spec.get("dp_replicate"):
-        gpu_validation()
+    if spec.get("dp_replicate") or spec["mode"] == "tp":
+        # TP: the Trainer hands accelerate ParallelismConfig(tp_size, dp_shard_size) and no FSDP plugin (the model
+        # is sharded already), so a GPU run's Accelerator is MULTI_GPU
+        gpu_validation(fsdp=spec["mode"] != "tp")
     tr = transformers.Trainer(model=model, args=args)
     force_distributed_type(tr, args, spec["mode"])
     wrapped, _ = tr._prepare_for_training(STEPS, None, None)
@@ -395,7 +481,8 @@ def setup_dist(spec):
     c.params = list(hf.parameters())
     c.amp = c.cuda_lists = False  # DDP: accelerate's own autocast wrapper runs inside the forward
     c.param_info = {"count": n_params, "tensors": n_tensors, "bytes": n_params * 4, "dtype_at_load": "float32"}
-    gen = torch.Generator().manual_seed(1234 + rank)  # each rank draws its own micro-batches
+    # each data-parallel rank draws its own micro-batches; the ranks of a TP group (the mesh's innermost dim) share one
+    gen = torch.Generator().manual_seed(1234 + rank // spec.get("tp", 1))
     c.next_ids = lambda: torch.randint(3, hf.config.vocab_size, (c.b, c.s), generator=gen)
     micro = {"n": 0}
 
@@ -410,7 +497,11 @@ def setup_dist(spec):
             from accelerate.utils import DistributedType
 
             acc.state.distributed_type = DistributedType.FSDP
-        return contextlib.nullcontext() if (ds or last) else acc.no_sync(model=wrapped)
+        if ds or last:
+            return contextlib.nullcontext()
+        if spec["mode"] == "tp" and spec["dp_shard"] > 1:  # Trainer._run_epoch: transformers' own FSDP2 wrap
+            return tr._defer_fsdp_gradient_reduction()
+        return acc.no_sync(model=wrapped)
 
     c.micro_context = micro_context
     if ds:
@@ -505,7 +596,8 @@ COLLECTIVES = {
     "all_reduce": ("all_reduce", 0), "all_reduce_": ("all_reduce", 0),
     "all_gather_into_tensor": ("all_gather", "x_world"), "reduce_scatter_tensor": ("reduce_scatter", 0),
 }
-SKIP = {"barrier", "monitored_barrier_", "wait_tensor", "send", "recv_"}
+# _wrap_tensor_autograd: DTensor's functional collectives wrap their output for autograd (no communication)
+SKIP = {"barrier", "monitored_barrier_", "wait_tensor", "send", "recv_", "_wrap_tensor_autograd"}
 
 
 def bus_factor(kind, n):
@@ -556,6 +648,18 @@ class DistProbe(probe.Probe):
         if name == "step.start":
             self.step += 1
         super().event(name)
+
+    def pack(self, t):
+        """A DTensor autograd saves (TP's sharded weights and its DTensor activations) counts as the rank's local
+        tensor: its shape, storage and bytes; the handle keeps the DTensor for the backward."""
+        from torch.distributed.tensor import DTensor
+
+        if isinstance(t, DTensor):
+            h = super().pack(t._local_tensor)
+            if h.meta is not None:
+                h.meta["dtensor"] = {"shape": list(t.shape), "placements": [str(x) for x in t.placements]}
+            return probe.SavedHandle(t.detach(), h.meta)
+        return super().pack(t)
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         if func.namespace in ("c10d", "_c10d_functional") and func.overloadpacket.__name__ not in SKIP:
@@ -621,7 +725,7 @@ def persistent_breakdown(c, wrapped, mode, live_end):
             if hasattr(p, "ds_tensor"):
                 extra.append(p.ds_tensor)
         groups.append(("deepspeed", extra))
-    if mode == "fsdp2":
+    if mode == "fsdp2" or (mode == "tp" and any(hasattr(m, "_get_fsdp_state") for m in c.model.modules())):
         extra = []
         for m in c.model.modules():
             if hasattr(m, "_get_fsdp_state"):
@@ -713,6 +817,8 @@ def parallel_info(spec, c, wrapped, tr, args_kw):
             "offload_policy": type(plugin.cpu_offload).__name__ if plugin.cpu_offload is not None else None,
             "units": units,
         }
+    elif mode == "tp":
+        info["tp"] = tp_info(spec, c, tr)
     else:
         eng = wrapped
         ds_cfg = tr.accelerator.state.deepspeed_plugin.deepspeed_config
@@ -728,6 +834,47 @@ def parallel_info(spec, c, wrapped, tr, args_kw):
             "dtype": str(eng.get_data_types()[0]).replace("torch.", "") if hasattr(eng, "get_data_types") else None,
         }
     return info
+
+
+def tp_info(spec, c, tr):
+    """What transformers' tp_plan did to each parameter on this rank (placements over the TP mesh, local shape),
+    the mesh, accelerate's ParallelismConfig as the Trainer built it, the FSDP2 units over the fsdp dim."""
+    from torch.distributed.tensor import DTensor
+
+    hf = c.model
+    params = []
+    for n, p in hf.named_parameters():
+        d = {"name": n, "shape": list(p.shape), "dtype": str(p.dtype).replace("torch.", "")}
+        if isinstance(p, DTensor):
+            d.update(placements=[str(x) for x in p.placements], mesh_dims=list(p.device_mesh.mesh_dim_names or ()),
+                     local_shape=list(p._local_tensor.shape))
+        else:
+            d.update(placements=None, local_shape=list(p.shape))
+        params.append(d)
+    pc = tr.accelerator.parallelism_config
+    mesh = hf._device_mesh
+    units = []
+    for m in hf.modules():
+        if hasattr(m, "_get_fsdp_state"):
+            for g in m._get_fsdp_state()._fsdp_param_groups:
+                units.append({"params": [list(fp._orig_size) for fp in g.fsdp_params],
+                              "reshard_after_forward": bool(g.post_forward_mesh_info is not None)})
+    dcfg = hf.config.distributed_config
+    return {
+        "loaded_with": f"from_pretrained(dir, distributed_config=DistributedConfig(tp_size={spec['tp']}, "
+                       f"fsdp_size={spec['dp_shard']}))",
+        "distributed_config": {k: getattr(dcfg, k) for k in ("tp_size", "fsdp_size", "dp_replicate_size", "pp_size",
+                                                              "ep_size", "fsdp_mixed_precision", "fsdp_cpu_offload",
+                                                              "enable_sequence_parallel")},
+        "tp_plan": dict(hf.tp_plan),
+        "is_distributed_loading_by_transformers": bool(getattr(hf, "is_distributed_loading_by_transformers", False)),
+        "device_mesh": {"dim_names": list(mesh.mesh_dim_names), "shape": list(mesh.mesh.shape),
+                        "ranks": mesh.mesh.tolist()} if mesh is not None else None,
+        "accelerate_parallelism_config": {k: getattr(pc, k) for k in ("dp_replicate_size", "dp_shard_size", "tp_size",
+                                                                      "cp_size")} if pc is not None else None,
+        "params": params,
+        "fsdp_units": units,
+    }
 
 
 def collectives_summary(log, world):
@@ -867,9 +1014,10 @@ def run_batches(specs, out_dir, target=None):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=["default", "full", "hsdp"], default="default",
+    ap.add_argument("--set", choices=["default", "full", "hsdp", "tp"], default="default",
                     help="default: all modes at world 2, a subset at world 4; full: every case at both; "
-                         "hsdp: FSDP2 over accelerate's 2-D mesh (tests/data/hf-hsdp)")
+                         "hsdp: FSDP2 over accelerate's 2-D mesh (tests/data/hf-hsdp); tp: tensor parallelism, "
+                         "transformers' tp_plan (tests/data/hf-tp)")
     ap.add_argument("--out", default=OUT)
     probe.add_selection_args(ap)
     a = ap.parse_args(argv)

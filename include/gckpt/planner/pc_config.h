@@ -25,9 +25,12 @@ typedef struct {
 bool gckpt_pc_config_read(const char *path, gckpt_pc_sizes *out, gckpt_err *err);
 
 /* The mesh against a world of `world` processes and FSDP2 (accelerate's checks, then what is not
- * planned): tp, cp, sp other than 1 are not yet planned; the product must equal the world; FSDP
- * needs dp_shard > 1. On success *dp_replicate is the replicate size (>= 1). */
-bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_replicate, gckpt_err *err);
+ * planned): with tp, cp or sp other than 1, accelerate's own checks (the product of every size must
+ * equal the world; tp or cp with dp_replicate > 1 and dp_shard 1 is refused), then not yet
+ * planned, except tp alone (every other size 1): then *tp is its size and *dp_replicate 0; the
+ * product must equal the world; FSDP needs dp_shard > 1. On success without tp *dp_replicate is
+ * the replicate size (>= 1) and *tp 0. */
+bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_replicate, uint32_t *tp, gckpt_err *err);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,10 @@ typedef struct {
     char attn_impl[24];    /* attn_implementation to print ("": the attention's name) */
     gckpt_peft peft;       /* fine-tuning method (zeroed: full; gckpt/core/peft.h) */
     gckpt_layout layout;   /* GPUs and the parallel mode (zeroed: one GPU; gckpt/core/parallel.h) */
+    /* --tp T (or tp_size in --parallelism-config) alone: transformers' tensor parallelism over T GPUs
+     * (from_pretrained(distributed_config=DistributedConfig(tp_size=T)), gckpt/core/tp.h). One TP
+     * rank is planned: layout is then one GPU and model the rank's local model. 0: none. */
+    uint32_t tp;
     char deepspeed[512];   /* --deepspeed FILE as given ("": none; the snippet prints the Trainer's "auto" config) */
     bool target_given;     /* --target given: plan `target`, else the device profile's kind */
     gckpt_target target;
@@ -57,6 +61,7 @@ typedef struct {
 #define GCKPT_DEFAULT_SEQ 4096
 typedef struct {
     gckpt_model model;
+    gckpt_model tp_full; /* under req.tp: the whole model (model is then TP rank 0's local model) */
     gckpt_device dev;
     gckpt_target target;     /* whose kernels are planned: req.target if given, else dev.kind */
     char *model_config_text; /* config.json as read, embedded in the plan */
@@ -150,6 +155,16 @@ void gckpt_plan_print_launch(const gckpt_plan *p, FILE *f);
 void gckpt_plan_parallel_peft_notes(const gckpt_plan *p, FILE *f);
 void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs);
 void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry, cJSON *time);
+/* Tensor parallelism alone (--tp, plan_tp.c; nothing without it): the header line, the snippet's
+ * model line (model_arg, attn: the from_pretrained arguments), its TrainingArguments line and launch
+ * line, the JSON's inputs.tensor_parallel and each entry's tensor_parallel_collectives (the step's
+ * TP collectives, FINDINGS R-TP-6). */
+void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f);
+void gckpt_plan_tp_model_line(const gckpt_plan *p, const char *model_arg, const char *attn, FILE *f);
+void gckpt_plan_tp_args(const gckpt_plan *p, cJSON *args);
+void gckpt_plan_tp_launch(const gckpt_plan *p, FILE *f);
+void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs);
+void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry);
 void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);
 /* The TrainingArguments keyword arguments of an entry, in the snippet's order: the
  * entry's batch and accumulation (part 1), the plan's precision, optimizer and parallel

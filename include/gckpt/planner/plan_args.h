@@ -46,6 +46,7 @@ typedef struct {
     const char *peft_opt[GCKPT_OPT_QSTORE - GCKPT_OPT_METHOD + 1]; /* LoRA / QLoRA options as given */
     uint8_t modes[GCKPT_NPAR]; /* --parallel: the modes to plan, in the order given */
     int n_modes;
+    bool modes_given; /* --parallel or --deepspeed named the mode (not a mesh's default) */
     const char *ds_path;      /* --deepspeed */
     const char *fsdp_offload; /* --fsdp-offload on|off */
     /* --dp-replicate, --dp-shard, --tp, --cp as given (NULL: not), --parallelism-config FILE */

@@ -1,0 +1,195 @@
+/* Tensor parallelism per rank (gckpt/core/tp.h): tools/hf_probe/tp_rules.py's closed forms
+ * (FINDINGS R-TP-2, R-TP-4..6), measured in tests/data/hf-tp. */
+#include "gckpt/core/tp.h"
+
+#include <string.h>
+
+#include "gckpt/core/collective.h"
+#include "gckpt/core/dtype.h"
+#include "gckpt/core/step.h"
+
+#define ADAMW_STEP 4 /* torch AdamW's fp32 step per parameter tensor */
+#define MESH_BYTES_PER_RANK 12 /* three int32[T] device-mesh tensors stay referenced (R-TP-4) */
+
+uint64_t gckpt_tp_chunk(uint64_t n, uint32_t t, uint32_t r)
+{
+    uint64_t c = (n + t - 1) / t, start = (uint64_t)r * c;
+    return start >= n ? 0 : (n - start < c ? n - start : c);
+}
+
+bool gckpt_tp_model_ok(const gckpt_model *m, uint32_t tp, gckpt_err *err)
+{
+    if (m->heads % tp || m->kv_heads % tp) {
+        gckpt_seterr(err, "tp_size %u: num_attention_heads %llu and num_key_value_heads %llu must both divide by it "
+                          "(a colwise q / k / v shard that is not whole heads fails the attention's view in the "
+                          "first forward; FINDINGS R-TP-2)", tp, (unsigned long long)m->heads,
+                     (unsigned long long)m->kv_heads);
+        return false;
+    }
+    /* the structure measured under transformers' tp_plan: llama and qwen3 (R-TP-2); anything else
+     * (biases, a tied head, packed or latent attention, experts, other norms) is another plan */
+    const char *what = m->tied ? "a tied lm_head (tie_word_embeddings)"
+                     : (m->qkv_bias || m->o_bias || m->mlp_bias) ? "linear biases"
+                     : m->experts ? "mixture-of-experts layers"
+                     : m->mla ? "latent attention (MLA)"
+                     : (m->fused_qkv || m->fused_gate_up) ? "fused projections"
+                     : (m->sandwich_norms || m->post_norms_only || m->qk_norm_full || m->qk_norm_late) ? "its norms' layout"
+                     : m->learned_positions || m->parallel_residual || m->attn_sinks ? "its block structure"
+                     : m->rope_tables != 1 || m->rotary_dim != m->head_dim ? "its rotary tables"
+                     : m->sliding_layers ? "sliding-window layers"
+                     : NULL;
+    if (what) {
+        gckpt_seterr(err, "tensor parallelism is measured for llama- and qwen3-like models only (FINDINGS R-TP-2); "
+                          "this model has %s", what);
+        return false;
+    }
+    return true;
+}
+
+/* One parameter tensor as the tp_plan lays it out: rows x cols, which dim is sharded (-1: none). */
+typedef struct {
+    uint64_t rows, cols;
+    int dim;
+    bool embedding;
+} tp_param;
+
+/* Every parameter tensor once (a block's per layer: layers copies), llama / qwen3 (R-TP-2):
+ * out NULL counts. */
+static size_t tp_params(const gckpt_model *m, tp_param *out, uint64_t *copies)
+{
+    const uint64_t h = m->hidden, q = gckpt_q_dim(m), k = gckpt_kv_dim(m), i = m->intermediate;
+    const tp_param block[] = {
+        {q, h, 0, false}, {k, h, 0, false}, {k, h, 0, false}, {h, q, 1, false}, /* q k v colwise, o rowwise */
+        {m->head_dim, 1, -1, false}, {m->head_dim, 1, -1, false},               /* qwen3's q_norm, k_norm */
+        {i, h, 0, false}, {i, h, 0, false}, {h, i, 1, false},                   /* gate up colwise, down rowwise */
+        {h, 1, -1, false}, {h, 1, -1, false},                                   /* the two norms, replicated */
+    };
+    size_t n = 0;
+    const tp_param embed = {m->vocab, h, 0, true}, norm = {h, 1, -1, false}, head = {m->vocab, h, 0, false};
+#define PUT(p, c) do { if (out) { out[n] = (p); copies[n] = (c); } n++; } while (0)
+    PUT(embed, 1);
+    for (size_t j = 0; j < sizeof block / sizeof block[0]; j++) {
+        if ((j == 4 || j == 5) && !m->qk_norm) continue;
+        PUT(block[j], m->layers);
+    }
+    PUT(norm, 1);
+    PUT(head, 1);
+#undef PUT
+    return n;
+}
+
+static uint64_t local_numel(const tp_param *p, uint32_t tp, uint32_t r)
+{
+    if (p->dim == 0) return gckpt_tp_chunk(p->rows, tp, r) * p->cols;
+    if (p->dim == 1) return p->rows * gckpt_tp_chunk(p->cols, tp, r);
+    return p->rows * p->cols;
+}
+
+void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint64_t round, gckpt_tp_bytes *out)
+{
+    memset(out, 0, sizeof *out);
+    tp_param p[16];
+    uint64_t copies[16];
+    size_t n = tp_params(m, p, copies);
+    uint64_t tensors = 0;
+    for (size_t j = 0; j < n; j++) {
+        uint64_t local = gckpt_round_up(4 * local_numel(&p[j], tp, rank), round);
+        out->weights += copies[j] * local;
+        out->states += 2 * copies[j] * local;
+        /* the embedding's gradient is Replicate: whole on every rank (R-TP-5) */
+        out->step_grads += copies[j] * (p[j].embedding ? gckpt_round_up(4 * p[j].rows * p[j].cols, round) : local);
+        tensors += copies[j];
+    }
+    out->mesh = MESH_BYTES_PER_RANK * (uint64_t)tp;
+    out->scalars = ADAMW_STEP * tensors + out->mesh;
+    if (!m->learned_positions) /* inv_freq and original_inv_freq [rotary_dim / 2] (R-DIST-22) */
+        out->buffers = 2 * gckpt_round_up(4 * (m->rotary_dim / 2), round);
+    out->total = out->weights + out->states + out->scalars + out->buffers;
+}
+
+static void add(gckpt_tp_coll *o, size_t *n, gckpt_coll kind, gckpt_dtype dt, int phase, uint64_t calls, double bytes)
+{
+    for (size_t j = 0; j < *n; j++)
+        if (o[j].kind == kind && o[j].dtype == dt && o[j].phase == phase) {
+            o[j].calls += calls;
+            o[j].bytes += bytes;
+            return;
+        }
+    o[(*n)++] = (gckpt_tp_coll){(uint8_t)kind, (uint8_t)dt, (uint8_t)phase, calls, bytes};
+}
+
+size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32_t tp,
+                            gckpt_tp_coll out[GCKPT_TP_MAX_COLL])
+{
+    size_t n = 0;
+    const double tokens = (double)s->micro_batch * (double)s->seq, h = (double)m->hidden;
+    const uint64_t G = s->grad_accum ? s->grad_accum : 1, L = m->layers;
+    /* the compute dtype: bf16 under the Trainer's autocast, fp32 otherwise */
+    const gckpt_dtype cd = s->precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
+    const double ce = gckpt_dtype_size(cd), v_pad = (double)tp * (double)gckpt_tp_chunk(m->vocab, tp, 0);
+    /* forward: the embedding's partial lookup (fp32), o_proj's and down_proj's rowwise outputs, the head's
+     * logits gathered (the uneven last shard padded) */
+    add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_FWD, G, G * tokens * h * 4);
+    add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_FWD, 2 * L * G, 2.0 * L * G * tokens * h * ce);
+    add(out, &n, GCKPT_COLL_ALL_GATHER, cd, GCKPT_TP_FWD, G, G * tokens * v_pad * ce);
+    /* backward: every colwise module's input gradient (q, k, v, gate, up, lm_head), fp32 */
+    const uint64_t col = 5 * L + 1;
+    add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, col * G, (double)col * G * tokens * h * 4);
+    /* a checkpointed layer's recompute reruns o_proj's all-reduce (the recompute stops before down_proj's) */
+    uint64_t ck = gckpt_checkpointed_count(s->every_n, L);
+    if (ck) add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_BWD, ck * G, (double)ck * G * tokens * h * ce);
+    /* the synchronising micro-step: the Trainer's hook on every plain (replicated) parameter's gradient:
+     * the norms; qwen3's q_norm / k_norm also after every backward (replicated_with_grad_allreduce) */
+    uint64_t norms = 2 * L + 1, qk = m->qk_norm ? 2 * L : 0;
+    double nb = 4.0 * (2 * L + 1) * h + 4.0 * qk * (double)m->head_dim;
+    add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, norms + qk, nb);
+    if (qk) add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, qk * G, 4.0 * qk * G * (double)m->head_dim);
+    return n;
+}
+
+double gckpt_tp_comm_seconds(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, double bus_bytes_per_s)
+{
+    gckpt_tp_coll c[GCKPT_TP_MAX_COLL];
+    size_t n = gckpt_tp_collectives(m, s, tp, c);
+    double t = 0;
+    for (size_t j = 0; j < n; j++) /* ring bus bytes (nccl-tests' busbw convention) */
+        t += c[j].bytes * (c[j].kind == GCKPT_COLL_ALL_REDUCE ? 2.0 : 1.0) * (tp - 1) / tp / bus_bytes_per_s;
+    return t;
+}
+
+void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckpt_model *out)
+{
+    *out = *m;
+    out->heads = m->heads / tp;
+    out->kv_heads = m->kv_heads / tp;
+    out->intermediate = gckpt_tp_chunk(m->intermediate, tp, rank);
+}
+
+int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
+                             const int64_t local_kept[GCKPT_NCOMP], const gckpt_result *peak, int64_t delta[GCKPT_NCOMP])
+{
+    gckpt_tp_bytes b;
+    gckpt_tp_rank_bytes(m, tp, rank, 1, &b);
+    int64_t d[GCKPT_NCOMP] = {0}, other = 0, sum = 0;
+    /* what the rank keeps against what the local model keeps on one GPU (its embedding and head whole):
+     * the weights and AdamW's states by component; the step counters, buffers and meshes against the
+     * local model's other kept bytes (the device's workspace aside: a TP rank has the same) as the
+     * parallel component */
+    for (int k = 0; k < GCKPT_NCOMP; k++)
+        if (k != GCKPT_C_WEIGHTS && k != GCKPT_C_OPTIMIZER && k != GCKPT_C_WORKSPACE) other += local_kept[k];
+    d[GCKPT_C_WEIGHTS] = (int64_t)b.weights - local_kept[GCKPT_C_WEIGHTS];
+    d[GCKPT_C_OPTIMIZER] = (int64_t)b.states - local_kept[GCKPT_C_OPTIMIZER];
+    d[GCKPT_C_PARALLEL] = (int64_t)(b.scalars + b.buffers) - other;
+    const int64_t cut = (int64_t)(m->vocab - gckpt_tp_chunk(m->vocab, tp, rank)) * (int64_t)m->hidden;
+    /* the head's gradient is the rank's rows (the embedding's stays whole, R-TP-5) once it exists: the
+     * gradients at the peak hold at least the head's whole [V, h] */
+    if (peak->breakdown[GCKPT_C_GRADS] >= 4 * (int64_t)(m->vocab * m->hidden)) d[GCKPT_C_GRADS] = -4 * cut;
+    /* autocast's cast of the head's weight, the rank's rows (R-TP-7), lives from the head's forward to its
+     * backward: a peak in the head or the loss */
+    if (s->precision != GCKPT_FP32 && peak->peak_layer == (int32_t)m->layers) d[GCKPT_C_WEIGHT_CASTS] = -2 * cut;
+    for (int k = 0; k < GCKPT_NCOMP; k++) {
+        sum += d[k];
+        if (delta) delta[k] = d[k];
+    }
+    return sum;
+}

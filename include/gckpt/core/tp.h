@@ -1,0 +1,90 @@
+/* Tensor parallelism per rank as transformers 5.24 sets it up: every rank loads the model with
+ * from_pretrained(distributed_config=DistributedConfig(tp_size=T)) (tp_plan "auto": the model's
+ * base_model_tp_plan), the HF Trainer then builds accelerate's ParallelismConfig(tp_size=T) and
+ * wraps nothing (FINDINGS R-TP-1). The rules of tools/hf_probe/tp_rules.py, measured in
+ * tests/data/hf-tp (test_parallel_tp checks them there): what a rank keeps, the gradients entering
+ * the step, the collectives of a step, and what transformers and accelerate refuse. Standalone TP
+ * (dp_shard 1) of the dense llama-like models measured (llama, qwen3); TP x FSDP is measured
+ * (R-TP-8) but not planned here. gckpt-plan does not plan TP yet: it checks the mesh with
+ * gckpt_tp_check and refuses. (core: read by the planner) */
+#ifndef GCKPT_TP_H
+#define GCKPT_TP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gckpt/core/model.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/core/schedule.h"
+#include "gckpt/core/setting.h"
+#include "gckpt/util/util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* DTensor's Shard of n elements over t ranks (torch.chunk): rank r holds ceil(n / t), the last
+ * ranks fewer or none (R-TP-2). */
+uint64_t gckpt_tp_chunk(uint64_t n, uint32_t t, uint32_t r);
+
+/* Whether model m can be split over tp ranks by its tp_plan as measured, one line in err when not
+ * (R-TP-2): attention and key/value heads divisible by tp (the attention's view of a shard that is
+ * not whole heads fails in the forward; neither transformers nor accelerate checks it), and only
+ * the structure measured (untied, bias-free, dense, one rotary table; qwen3's q / k norms). */
+bool gckpt_tp_model_ok(const gckpt_model *m, uint32_t tp, gckpt_err *err);
+
+/* What TP rank `rank` (its index in the TP group) keeps between steps and takes into the optimizer
+ * step, bytes, each allocation rounded to round except the scalars (R-TP-4, R-TP-5). */
+typedef struct {
+    uint64_t weights; /* the local shards (fp32; the norms whole) */
+    uint64_t states;  /* AdamW's exp_avg and exp_avg_sq on them */
+    uint64_t scalars; /* AdamW's fp32 step per parameter tensor, the device meshes (3 int32[T]) */
+    uint64_t mesh;    /* ... of them the meshes */
+    uint64_t buffers; /* rotary inv_freq and original_inv_freq */
+    uint64_t total;   /* kept between steps */
+    uint64_t step_grads; /* the gradients entering the step: the local shards', the embedding's whole [V, h] */
+} gckpt_tp_bytes;
+void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint64_t round, gckpt_tp_bytes *out);
+
+/* One step's collectives on a TP rank, all in its TP group (R-TP-6): calls and bytes (all-reduce:
+ * the buffer; all-gather: the output) per kind, dtype and phase. */
+enum { GCKPT_TP_FWD, GCKPT_TP_BWD };
+typedef struct {
+    uint8_t kind;  /* gckpt_coll: ALL_REDUCE, ALL_GATHER */
+    uint8_t dtype; /* gckpt_dtype */
+    uint8_t phase; /* GCKPT_TP_FWD / BWD */
+    uint64_t calls;
+    double bytes;
+} gckpt_tp_coll;
+#define GCKPT_TP_MAX_COLL 8
+/* Setting s (its precision, micro-batch, sequence, grad_accum, every_n) of model m over tp ranks,
+ * merged per (kind, dtype, phase); returns how many. */
+size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32_t tp,
+                            gckpt_tp_coll out[GCKPT_TP_MAX_COLL]);
+
+/* The seconds of those collectives at a bus bandwidth (nccl-tests' busbw: all-reduce 2 (T - 1) / T x its
+ * bytes, all-gather (T - 1) / T), none hidden behind compute (planned, unverified on GPUs). */
+double gckpt_tp_comm_seconds(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, double bus_bytes_per_s);
+
+/* The model a TP rank computes like (R-TP-7): heads / tp, key/value heads / tp and the rank's
+ * chunk of the intermediate size; hidden size and vocabulary whole (the residual stream, the norms
+ * and the gathered logits are whole on every rank). */
+void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckpt_model *out);
+
+/* Bytes to add to the one-GPU peak of the local model (local_kept: its persistent bytes by
+ * component, gckpt_persistent; peak: its walked step) for TP rank `rank`'s peak: the kept bytes
+ * (R-TP-4) against the local model's, the head's gradient and autocast cast of its rows only when
+ * they are live at the peak (R-TP-5, R-TP-7); delta (NULL: not wanted) gets them by component.
+ * The collectives' out-of-place buffers and the gathered logits' pieces are not modelled
+ * (test_parallel_tp: every measured rank within 0.05 %). */
+
+int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
+                             const int64_t local_kept[GCKPT_NCOMP], const gckpt_result *peak,
+                             int64_t delta[GCKPT_NCOMP]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,81 @@
+/* A plan of one tensor-parallel rank (--tp T alone, gckpt/core/tp.h): the header line, the snippet's
+ * model line, Trainer argument and launch line, and the plan JSON's "tensor_parallel" sections.
+ * Nothing here runs without --tp. */
+#include "gckpt/planner/plan.h"
+
+#include "gckpt/core/collective.h"
+#include "gckpt/core/dtype.h"
+#include "gckpt/core/tp.h"
+
+void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
+{
+    if (!p->req.tp) return;
+    fprintf(f, "tensor parallelism over %u GPUs (transformers' tp_plan: from_pretrained(distributed_config="
+               "DistributedConfig(tp_size=%u))): memory and time are TP rank 0's, which computes %llu attention and "
+               "%llu key/value heads and %llu of the MLP's %llu columns; the embedding and lm_head are sharded by "
+               "vocabulary (the embedding's gradient is whole); every rank of the group sees the same batch; the step "
+               "time is that local model's on one GPU (its lm_head over the whole vocabulary) plus the TP all-reduces' "
+               "and all-gathers' bus time, none hidden (unverified)\n",
+            p->req.tp, p->req.tp, (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
+            (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate);
+}
+
+void gckpt_plan_tp_model_line(const gckpt_plan *p, const char *model_arg, const char *attn, FILE *f)
+{
+    fprintf(f, "# tensor parallelism: every process (torchrun) loads its shard; transformers 5.24 still takes the\n"
+               "# older spelling from_pretrained(..., tp_plan=\"auto\", tp_size=%u) (deprecated)\n"
+               "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.float32,\n"
+               "                                             distributed_config=DistributedConfig(tp_size=%u))\n",
+            p->req.tp, model_arg, attn, p->req.tp);
+}
+
+void gckpt_plan_tp_args(const gckpt_plan *p, cJSON *args)
+{
+    if (!p->req.tp) return;
+    /* the Trainer builds the same from the model when it is not given (FINDINGS R-TP-1) */
+    cJSON *pc = cJSON_AddObjectToObject(args, "parallelism_config");
+    cJSON_AddNumberToObject(pc, "tp_size", p->req.tp);
+}
+
+void gckpt_plan_tp_launch(const gckpt_plan *p, FILE *f)
+{
+    if (p->req.tp) fprintf(f, "# launch: torchrun --nproc_per_node %u train.py\n", p->req.tp);
+}
+
+void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs)
+{
+    if (!p->req.tp) return;
+    cJSON *o = cJSON_AddObjectToObject(inputs, "tensor_parallel");
+    cJSON_AddNumberToObject(o, "tp_size", p->req.tp);
+    cJSON_AddNumberToObject(o, "world_size", p->req.tp);
+    cJSON_AddStringToObject(o, "planned", "TP rank 0 (transformers' tp_plan, FINDINGS R-TP): its local model's step");
+    cJSON *lm = cJSON_AddObjectToObject(o, "rank_model");
+    cJSON_AddNumberToObject(lm, "num_attention_heads", (double)p->model.heads);
+    cJSON_AddNumberToObject(lm, "num_key_value_heads", (double)p->model.kv_heads);
+    cJSON_AddNumberToObject(lm, "intermediate_size", (double)p->model.intermediate);
+    cJSON_AddStringToObject(o, "time", "the rank's local model's one-GPU step (its lm_head over the whole vocabulary) "
+                                       "plus the TP collectives at intra_node_bus_bytes_per_s, none hidden "
+                                       "(time.collective_exposed_s; unverified)");
+}
+
+void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry)
+{
+    if (!p->req.tp) return;
+    gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
+    s.every_n = e->every_n;
+    s.offload = e->offload;
+    gckpt_tp_coll c[GCKPT_TP_MAX_COLL];
+    size_t n = gckpt_tp_collectives(&p->tp_full, &s, p->req.tp, c);
+    cJSON *time = cJSON_GetObjectItemCaseSensitive(entry, "time");
+    if (time) cJSON_AddNumberToObject(time, "collective_exposed_s", e->r.comm_s);
+    cJSON *arr = cJSON_AddArrayToObject(entry, "tensor_parallel_collectives");
+    for (size_t j = 0; arr && j < n; j++) {
+        cJSON *k = cJSON_CreateObject();
+        cJSON_AddStringToObject(k, "kind", gckpt_coll_names[c[j].kind]);
+        cJSON_AddStringToObject(k, "dtype", gckpt_dtype_names[c[j].dtype]);
+        cJSON_AddStringToObject(k, "phase", c[j].phase == GCKPT_TP_FWD ? "forward" : "backward");
+        cJSON_AddNumberToObject(k, "calls", (double)c[j].calls);
+        cJSON_AddNumberToObject(k, "bytes", c[j].bytes);
+        cJSON_AddItemToArray(arr, k);
+    }
+}

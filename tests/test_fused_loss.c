@@ -247,7 +247,7 @@ static bool named(const gckpt_recipe *r, int op, const char *suffix)
     return n >= k && !strcmp(r->op[op].name + n - k, suffix);
 }
 
-static mlp_reading mlp_bytes(uint64_t B, uint64_t S, uint64_t I, gckpt_loss loss)
+static mlp_reading mlp_bytes(uint64_t B, uint64_t S, uint64_t I, gckpt_loss loss, uint32_t every_n)
 {
     char cfg[400];
     snprintf(cfg, sizeof cfg, "{\"model_type\": \"llama\", \"num_hidden_layers\": 1, \"hidden_size\": 64, "
@@ -256,7 +256,7 @@ static mlp_reading mlp_bytes(uint64_t B, uint64_t S, uint64_t I, gckpt_loss loss
     gckpt_err err;
     if (!gckpt_model_parse("llama.json", cfg, &m, &err)) fail_msg("%s", err.msg);
     gckpt_setting s = setting(GCKPT_BF16, S, B, loss);
-    s.every_n = 0; /* the layer's activations kept by its forward */
+    s.every_n = every_n; /* 0: kept by the forward; 1: by the recompute in the backward */
     static gckpt_recipe r;
     gckpt_setting_recipe(&m, &s, GCKPT_TARGET_CUDA, &r);
     gckpt_ctx c;
@@ -293,7 +293,7 @@ static mlp_reading mlp_bytes(uint64_t B, uint64_t S, uint64_t I, gckpt_loss loss
                         live -= by[k];
                         id[k] = GCKPT_NOINST;
                     }
-            } else if (e->kind == GCKPT_EV_FWD && e->op == down && stage == 0) {
+            } else if (e->kind == (every_n ? GCKPT_EV_RECOMPUTE : GCKPT_EV_FWD) && e->op == down && stage == 0) {
                 out.kept = live;
             } else if (e->kind == GCKPT_EV_BWD && e->op == prod) {
                 stage = 1;
@@ -312,7 +312,8 @@ static mlp_reading mlp_bytes(uint64_t B, uint64_t S, uint64_t I, gckpt_loss loss
  * above the gate and up outputs the forward keeps Liger's output (eager: and silu's); the
  * backward's peak up to both input gradients is the measured one less the output, which the
  * probe holds in a variable and the step frees with down_proj's backward; Liger's input
- * gradients are the gate and up outputs' storage. */
+ * gradients are the gate and up outputs' storage. The layer checkpointed or not (read at
+ * the recompute). */
 static void liger_swiglu_cpu_rerun(void **state)
 {
     (void)state;
@@ -325,16 +326,16 @@ static void liger_swiglu_cpu_rerun(void **state)
     cJSON_ArrayForEach(c, cases) {
         uint64_t B = num(c, "batch"), S = num(c, "seq"), I = num(c, "intermediate"), T = num(c, "bf16_tensor_bytes");
         assert_int_equal(T, B * S * I * 2);
-        for (int l = 0; l < 2; l++) {
-            const cJSON *m = cJSON_GetObjectItemCaseSensitive(c, l ? "liger" : "eager");
+        for (int l = 0; l < 4; l++) {
+            const cJSON *m = cJSON_GetObjectItemCaseSensitive(c, l & 1 ? "liger" : "eager");
             uint64_t kept = num(m, "kept_with_output"), peak = num(m, "backward_peak_with_dc");
             assert_int_equal(kept % T, 0);
             assert_int_equal(peak % T, 0);
-            mlp_reading p = mlp_bytes(B, S, I, l ? GCKPT_LOSS_LIGER : GCKPT_LOSS_HF);
+            mlp_reading p = mlp_bytes(B, S, I, l & 1 ? GCKPT_LOSS_LIGER : GCKPT_LOSS_HF, (uint32_t)(l >> 1));
             if (p.kept != kept / T * rnd(T) || p.bwd_peak != (peak / T - 1) * rnd(T) ||
                 p.grads_in_inputs != cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "input_grads_in_input_storage")))
-                fail_msg("case %d %s: planned kept %llu, backward %llu, in place %d; measured %llu tensors, %llu "
-                         "(less the output), %d", k, l ? "liger" : "eager", (unsigned long long)(p.kept / rnd(T)),
+                fail_msg("case %d %s every_n %d: planned kept %llu, backward %llu, in place %d; measured %llu tensors, %llu "
+                         "(less the output), %d", k, l & 1 ? "liger" : "eager", l >> 1, (unsigned long long)(p.kept / rnd(T)),
                          (unsigned long long)(p.bwd_peak / rnd(T)), p.grads_in_inputs,
                          (unsigned long long)(kept / T), (unsigned long long)(peak / T - 1),
                          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "input_grads_in_input_storage")));

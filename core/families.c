@@ -24,10 +24,11 @@
 /* gpt_oss's lce_forward passes chunk_mem_const=8 (_GPT_OSS_FLCE_CHUNK_MEM_CONST), the others
  * the function's default 1 */
 #define LIGER_CHUNK(k) GCKPT_LIGER_FLCE, k, false
-/* ... and its SwiGLU replaces the dense LlamaMLP with LigerSwiGLUMLP (planned, FINDINGS R-LOSS-5).
- * Not planned, the types keep LIGER: gemma's take geglu; phi3's LigerPhi3SwiGLUMLP calls it on
- * the chunks of gate_up (ensure_contiguous copies them); the mixtures of experts' LigerExperts
- * (fused MoE); gpt_oss has swiglu off; granite's loss is refused */
+/* ... and its SwiGLU replaces the dense MLP's class with LigerSwiGLUMLP (deepseek_v3's dense
+ * MLPs and shared experts: LigerQwen3MoeSwiGLUMLP, the same forward), planned (FINDINGS
+ * R-LOSS-5). Not planned: the routed experts' LigerExperts (fused MoE; mixtral and qwen3_moe
+ * have no other MLP); gemma's take geglu; phi3's LigerPhi3SwiGLUMLP calls it on the chunks of
+ * gate_up (ensure_contiguous copies them); gpt_oss has swiglu off; granite's loss is refused */
 #define LIGER_SWIGLU GCKPT_LIGER_FLCE, 1, true
 
 #define LLAMA_LINEARS (LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN))
@@ -91,7 +92,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
      * 0.21.2 names no default targets for it and no LoRA fixture measures it */
     [GCKPT_FAMILY_DEEPSEEK] = {
         .family = GCKPT_FAMILY_DEEPSEEK,
-        .types = {{"deepseek_v3", NO_PAD, false, LIGER}},
+        .types = {{"deepseek_v3", NO_PAD, false, LIGER_SWIGLU}},
         .parse = gckpt_parse_deepseek, .trace = trace_llama,
         .lora_targets = 0, .embed_name = "embed_tokens", .padding_idx = true, .host = false, .cuda = false,
         .no_lora = "peft 0.21.2 has no default target modules for deepseek_v3 and its adapters on multi-head latent "

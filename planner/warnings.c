@@ -152,7 +152,7 @@ static const struct {
      "(tests/data/fused-loss), its Triton kernels are unverified. use_liger_kernel=True also swaps in Liger's "
      "layer kernels: its SwiGLU is planned where it replaces a dense LlamaMLP (LigerSwiGLUMLP: the output kept, "
      "not silu's, the input gradients written into the gate and up outputs; verified by a CPU run of its code), "
-     "not Gemma's GEGLU, Phi-3's gate_up MLP, the experts of a mixture of experts, gpt-oss (swiglu off) or an "
+     "not Gemma's GEGLU, Phi-3's gate_up MLP, the routed experts of a mixture of experts, gpt-oss (swiglu off) or an "
      "MLP with biases; its RMSNorm and RoPE kernels are not planned: those layers use transformers' own ops, "
      "an upper bound.", true},
     {"cce_loss_unverified", cce_applies,

@@ -239,6 +239,7 @@ static void cce_cpu_rerun(void **state)
 typedef struct {
     uint64_t kept, bwd_peak;
     bool grads_in_inputs;
+    int gu_freed; /* frees of the gate and up outputs' buffers after the product's backward */
 } mlp_reading;
 
 static bool named(const gckpt_recipe *r, int op, const char *suffix)
@@ -288,6 +289,7 @@ static mlp_reading mlp_bytes(uint64_t B, uint64_t S, uint64_t I, gckpt_loss loss
                     live += e->bytes;
                 }
             } else if (e->kind == GCKPT_EV_FREE) {
+                out.gu_freed += stage > 0 && (e->inst == gu[0] || e->inst == gu[1]);
                 for (int k = 0; k < n; k++)
                     if (id[k] == e->inst) {
                         live -= by[k];
@@ -332,6 +334,7 @@ static void liger_swiglu_cpu_rerun(void **state)
             assert_int_equal(kept % T, 0);
             assert_int_equal(peak % T, 0);
             mlp_reading p = mlp_bytes(B, S, I, l & 1 ? GCKPT_LOSS_LIGER : GCKPT_LOSS_HF, (uint32_t)(l >> 1));
+            assert_int_equal(p.gu_freed, 2); /* as gradients handed on, or as saved inputs: once each */
             if (p.kept != kept / T * rnd(T) || p.bwd_peak != (peak / T - 1) * rnd(T) ||
                 p.grads_in_inputs != cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "input_grads_in_input_storage")))
                 fail_msg("case %d %s every_n %d: planned kept %llu, backward %llu, in place %d; measured %llu tensors, %llu "

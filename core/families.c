@@ -18,12 +18,18 @@
 /* use_liger_kernel=True patches the type (liger-kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN),
  * with its fused linear cross-entropy on by default (LIGER) or off and refused (LIGER_NO_FLCE:
  * apply_liger_kernel_to_granite has fused_linear_cross_entropy=False, cross_entropy=True) */
-#define LIGER GCKPT_LIGER_FLCE, 1
-#define LIGER_NO_FLCE GCKPT_LIGER_NO_FLCE, 0
-#define NO_LIGER GCKPT_LIGER_NONE, 0
+#define LIGER GCKPT_LIGER_FLCE, 1, false
+#define LIGER_NO_FLCE GCKPT_LIGER_NO_FLCE, 0, false
+#define NO_LIGER GCKPT_LIGER_NONE, 0, false
 /* gpt_oss's lce_forward passes chunk_mem_const=8 (_GPT_OSS_FLCE_CHUNK_MEM_CONST), the others
  * the function's default 1 */
-#define LIGER_CHUNK(k) GCKPT_LIGER_FLCE, k
+#define LIGER_CHUNK(k) GCKPT_LIGER_FLCE, k, false
+/* ... and its SwiGLU replaces the dense MLP's class with LigerSwiGLUMLP (deepseek_v3's dense
+ * MLPs and shared experts: LigerQwen3MoeSwiGLUMLP, the same forward), planned (FINDINGS
+ * R-LOSS-5). Not planned: the routed experts' LigerExperts (fused MoE; mixtral and qwen3_moe
+ * have no other MLP); gemma's take geglu; phi3's LigerPhi3SwiGLUMLP calls it on the chunks of
+ * gate_up (ensure_contiguous copies them); gpt_oss has swiglu off; granite's loss is refused */
+#define LIGER_SWIGLU GCKPT_LIGER_FLCE, 1, true
 
 #define LLAMA_LINEARS (LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN))
 
@@ -31,8 +37,8 @@
 static const gckpt_family_info families[GCKPT_NFAMILY] = {
     [GCKPT_FAMILY_LLAMA] = {
         .family = GCKPT_FAMILY_LLAMA,
-        .types = {{"llama", NO_PAD, false, LIGER}, {"mistral", NO_PAD, false, LIGER}, {"qwen2", NO_PAD, false, LIGER},
-                  {"qwen3", NO_PAD, false, LIGER}},
+        .types = {{"llama", NO_PAD, false, LIGER_SWIGLU}, {"mistral", NO_PAD, false, LIGER_SWIGLU},
+                  {"qwen2", NO_PAD, false, LIGER_SWIGLU}, {"qwen3", NO_PAD, false, LIGER_SWIGLU}},
         .parse = gckpt_parse_llama, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
@@ -62,7 +68,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .padding_idx = false, .host = true, .cuda = true},
     [GCKPT_FAMILY_OLMO2] = {
         .family = GCKPT_FAMILY_OLMO2,
-        .types = {{"olmo2", PAD(1), false, LIGER}},
+        .types = {{"olmo2", PAD(1), false, LIGER_SWIGLU}},
         .parse = gckpt_parse_olmo2, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
@@ -87,7 +93,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
      * names go to the routed experts' fused parameters and the router: FINDINGS R-PEFT-29) */
     [GCKPT_FAMILY_DEEPSEEK] = {
         .family = GCKPT_FAMILY_DEEPSEEK,
-        .types = {{"deepseek_v3", NO_PAD, false, LIGER}},
+        .types = {{"deepseek_v3", NO_PAD, false, LIGER_SWIGLU}},
         .parse = gckpt_parse_deepseek, .trace = trace_llama,
         .lora_targets = LT(Q) | LT(O) | LT(Q_A) | LT(Q_B) | LT(KV_A) | LT(KV_B), .lora_beyond_targets = true,
         .embed_name = "embed_tokens", .padding_idx = true, .host = false, .cuda = false},

@@ -150,6 +150,14 @@ static bool cce_lse(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return z->op->width && z->in[1].rows == z->op->width;
 }
 
+/* Liger's SwiGLU: the gate and up outputs alike, the output like them */
+static bool swiglu(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    *n = dim_n(&z->in[0]);
+    return dim_n(&z->in[1]) == *n;
+}
+
 /* values, indices: width of each row of the experts' probabilities */
 static bool topk(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
@@ -339,6 +347,8 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
                            .out_numel = fused_lce, .flops = fused_lce_flops},
     [GCKPT_P_CCE_LSE] = {.name = "cce_lse", 2, 2, 2, .no_grad = true, .needs_width = true, .planned_only = true,
                          .out_numel = cce_lse, .flops = fused_lce_flops},
+    [GCKPT_P_SWIGLU] = {.name = "liger_swiglu", 2, 2, 1, .bwd_reads = I0 | I1, .planned_only = true,
+                        .out_numel = swiglu},
 #ifdef GCKPT_TOY /* x.clone(): CloneBackward0 saves nothing (docs/architecture.md, "A primitive") */
     [GCKPT_P_TOY] = {.name = "toy", 1, 1, 1, .out_numel = like_in0},
 #endif

@@ -10,6 +10,8 @@
 
 #include <stdio.h>
 
+#include "gckpt/core/families.h"
+
 /* LlamaModel's embedding: input ids (the batch), the token lookup, and what the model
  * hands every layer as keyword arguments: position ids, rotary cos/sin (1, s, head_dim)
  * in the embeddings' dtype and, for eager attention, the (b, 1, s, s) additive causal
@@ -194,6 +196,26 @@ static int phi3_mlp(tracer *tr, int n2)
     return dn;
 }
 
+/* use_liger_kernel=True (--loss liger) on a type whose SwiGLU liger replaces (families.h
+ * liger_swiglu): LigerSwiGLUMLP, which has no biases (an mlp_bias model is planned with
+ * transformers' ops) and takes silu only */
+static bool liger_swiglu(tracer *tr)
+{
+    const gckpt_model_type_info *ty = NULL;
+    return tr->loss == GCKPT_LOSS_LIGER && !tr->m->mlp_bias && tr->m->act == GCKPT_ACT_SILU &&
+           gckpt_family_by_type(tr->m->model_type, &ty) && ty && ty->liger_swiglu;
+}
+
+/* LigerSiLUMulFunction.apply(a, b): one output, a and b saved (FINDINGS R-LOSS-5) */
+static int liger_silu_mul(tracer *tr, int a, int b)
+{
+    int o = like(tr, "liger_swiglu", a, dt(tr, a), rg(tr, a) || rg(tr, b));
+    opnew(tr, "liger_swiglu", GCKPT_OP_ELEM, 2, (int[]){a, b}, o, -1, 2, (int[]){a, b});
+    setprim(tr, GCKPT_P_SWIGLU, GCKPT_BC_NONE, 0, 0, 0);
+    last_op(tr)->grad_into_in = 3; /* swiglu_backward writes da into a, db into b */
+    return o;
+}
+
 /* LlamaMLP: down_proj(silu(gate_proj(x)) * up_proj(x)); holds its argument until it returns. */
 int swiglu_mlp(tracer *tr, int n2, const char *pfx, uint64_t inter)
 {
@@ -206,11 +228,16 @@ int swiglu_mlp(tracer *tr, int n2, const char *pfx, uint64_t inter)
     int bg = m->mlp_bias ? param(tr, "gate_proj.bias", 1, I, GCKPT_ROLE_BIAS) : -1;
     int bu = m->mlp_bias ? param(tr, "up_proj.bias", 1, I, GCKPT_ROLE_BIAS) : -1;
     int bd = m->mlp_bias ? param(tr, "down_proj.bias", 1, h, GCKPT_ROLE_BIAS) : -1;
-    int g = lora_linear(tr, n2, wg, bg, h, I, GCKPT_LT_GATE, false);
-    int act = m->act == GCKPT_ACT_GELU_TANH ? unary(tr, g, "gelu", false, GCKPT_P_GELU, 1.0)
-                                            : unary(tr, g, "silu", false, GCKPT_P_SILU, 0);
-    int u = lora_linear(tr, n2, wu, bu, h, I, GCKPT_LT_UP, false);
-    int gu = mul(tr, act, u, "mul");
+    int g = lora_linear(tr, n2, wg, bg, h, I, GCKPT_LT_GATE, false), gu;
+    if (liger_swiglu(tr)) {
+        int u = lora_linear(tr, n2, wu, bu, h, I, GCKPT_LT_UP, false);
+        gu = liger_silu_mul(tr, g, u);
+    } else {
+        int act = m->act == GCKPT_ACT_GELU_TANH ? unary(tr, g, "gelu", false, GCKPT_P_GELU, 1.0)
+                                                : unary(tr, g, "silu", false, GCKPT_P_SILU, 0);
+        int u = lora_linear(tr, n2, wu, bu, h, I, GCKPT_LT_UP, false);
+        gu = mul(tr, act, u, "mul");
+    }
     int dn = lora_linear(tr, gu, wd, bd, I, h, GCKPT_LT_DOWN, false);
     hold_here(tr, n2);
     tr->pfx = outer;

@@ -30,6 +30,9 @@ typedef struct {
     bool l0_hold;   /* the other layer type's argument than layer 0's: held until layer 0's
                      * backward begins (held_to_layer0) */
     bool view;      /* a gradient that is a view of a larger result: summed out of place */
+    bool grad_in_place; /* an op's input whose own storage its backward wrote the input's
+                         * gradient into (G_INTO): while a gradient (refs), not freed as an
+                         * activation; the bytes stay in the activation's component */
 } inst_t;
 
 /* The simulator's view of one section instance (the embedding, a layer, the head). */
@@ -181,8 +184,20 @@ static void try_free(gckpt_sim *s, gckpt_schedule *o, int id, int16_t tensor)
 {
     inst_t *p = &s->pool[id];
     if (p->live && p->consumers <= 0 && p->saved <= 0 && p->ckpt <= 0 && !p->hold && !p->external &&
-        !p->is_const && !p->l0_hold)
+        !p->is_const && !p->l0_hold && !(p->grad_in_place && p->refs > 0))
         release(s, o, id, tensor);
+}
+
+/* A gradient buffer's last holder let it go: freed, or (an input's storage holding its
+ * gradient) handed back to its activation's holders. */
+static void grad_drop(gckpt_sim *s, gckpt_schedule *o, int g, int16_t t)
+{
+    if (!s->pool[g].grad_in_place) {
+        release(s, o, g, t);
+        return;
+    }
+    s->pool[g].grad_in_place = false;
+    try_free(s, o, g, t);
 }
 
 int gckpt_sim_buffer_as(gckpt_sim *s, gckpt_schedule *o, int16_t tensor, uint8_t comp, uint8_t dtype, uint64_t numel,
@@ -624,7 +639,7 @@ static void grad_release(gckpt_sim *s, sec_t *st, int t, gckpt_schedule *o)
     int g = ow->grad[t];
     if (g < 0) return;
     ow->grad[t] = -1;
-    if (--s->pool[g].refs <= 0) release(s, o, g, (int16_t)t);
+    if (--s->pool[g].refs <= 0) grad_drop(s, o, g, (int16_t)t);
 }
 
 /* The autograd engine's InputBuffer: a second contribution tmp to a gradient buffer g
@@ -643,7 +658,7 @@ static int sum_into(gckpt_sim *s, int16_t t, int g, int tmp, uint8_t comp, gckpt
     int nb = alloc_grad_like(s, o, t, g, comp);
     ev_grad(s, o, GCKPT_EV_GRAD_SUM, t, nb, g, tmp);
     s->pool[nb].refs = 1;
-    if (--s->pool[g].refs <= 0) release(s, o, g, t);
+    if (--s->pool[g].refs <= 0) grad_drop(s, o, g, t);
     release(s, o, tmp, t);
     return nb;
 }
@@ -714,6 +729,7 @@ enum {
     G_WIDE,      /* made in the output's wider dtype, cast afterwards */
     G_CAST,      /* (after the cast) the cast copy */
     G_BLOCK,     /* a role's block of the packed tensor's one gradient (gpt2's q/k/v) */
+    G_INTO,      /* the input's own storage (gckpt_op.grad_into_in: Liger's SwiGLU) */
 };
 
 /* One op's backward in progress: the buffers its gradients go to. */
@@ -757,8 +773,16 @@ static void bwd_buffers(gckpt_sim *s, sec_t *st, bwd_op *b, gckpt_schedule *o)
             continue;
         }
         sec_t *ow = owner(s, st, t);
-        int g = ow->grad[t];
-        if (g < 0 && op->grad_alias[k]) {
+        int g = ow->grad[t], in = (op->grad_into_in >> k) & 1 ? *slot(s, st, t) : -1;
+        if (g < 0 && in >= 0 && s->pool[in].live) {
+            /* the kernel overwrites the saved input, which nothing reads after it: the
+             * input's buffer is its gradient from now on, nothing is allocated */
+            ow->grad[t] = in;
+            s->pool[in].refs = 1;
+            s->pool[in].grad_in_place = true;
+            b->dst[k] = in;
+            b->mode[k] = G_INTO;
+        } else if (g < 0 && op->grad_alias[k]) {
             ow->grad[t] = b->gout;
             s->pool[b->gout].refs++;
             b->dst[k] = b->gout;

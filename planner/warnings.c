@@ -150,8 +150,11 @@ static const struct {
      "the loss is Liger's fused linear cross-entropy (liger-kernel 0.8.5) as read in its source: its chunking and "
      "buffers (under amp: autocast's weight copies) are verified by a CPU re-run with PyTorch ops "
      "(tests/data/fused-loss), its Triton kernels are unverified. use_liger_kernel=True also swaps in Liger's "
-     "RMSNorm, SwiGLU and RoPE kernels, which are not modelled: the layers are planned with transformers' own "
-     "ops.", true},
+     "layer kernels: its SwiGLU is planned where it replaces a dense LlamaMLP (LigerSwiGLUMLP: the output kept, "
+     "not silu's, the input gradients written into the gate and up outputs; verified by a CPU run of its code), "
+     "not Gemma's GEGLU, Phi-3's gate_up MLP, the routed experts of a mixture of experts, gpt-oss (swiglu off) or an "
+     "MLP with biases; its RMSNorm and RoPE kernels are not planned: those layers use transformers' own ops, "
+     "an upper bound.", true},
     {"cce_loss_unverified", cce_applies,
      "the loss is cut-cross-entropy 25.1.1's linear_cross_entropy(hidden, lm_head.weight, labels, shift=True): "
      "the buffers its Python code makes, keeps and hands on are verified by a CPU run of that code with its "

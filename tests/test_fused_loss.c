@@ -230,6 +230,126 @@ static void cce_cpu_rerun(void **state)
     free(text);
 }
 
+/* ---- Liger's SwiGLU (tests/data/fused-loss/liger-swiglu.json, FINDINGS R-LOSS-5) ---------- */
+
+/* The [T, I] buffers of a one-layer llama's MLP in micro-step 1's schedule (numel b*s*I, the
+ * gate and up outputs' own forward buffers left out): live at down_proj's forward, the most
+ * live from the backward of the product (eager's mul, Liger's kernel) to gate_proj's, and
+ * whether the product's backward wrote the input gradients into those two buffers. */
+typedef struct {
+    uint64_t kept, bwd_peak;
+    bool grads_in_inputs;
+    int gu_freed; /* frees of the gate and up outputs' buffers after the product's backward */
+} mlp_reading;
+
+static bool named(const gckpt_recipe *r, int op, const char *suffix)
+{
+    size_t n = strlen(r->op[op].name), k = strlen(suffix);
+    return n >= k && !strcmp(r->op[op].name + n - k, suffix);
+}
+
+static mlp_reading mlp_bytes(uint64_t B, uint64_t S, uint64_t I, gckpt_loss loss, uint32_t every_n)
+{
+    char cfg[400];
+    snprintf(cfg, sizeof cfg, "{\"model_type\": \"llama\", \"num_hidden_layers\": 1, \"hidden_size\": 64, "
+             "\"num_attention_heads\": 4, \"intermediate_size\": %llu, \"vocab_size\": 50}", (unsigned long long)I);
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_parse("llama.json", cfg, &m, &err)) fail_msg("%s", err.msg);
+    gckpt_setting s = setting(GCKPT_BF16, S, B, loss);
+    s.every_n = every_n; /* 0: kept by the forward; 1: by the recompute in the backward */
+    static gckpt_recipe r;
+    gckpt_setting_recipe(&m, &s, GCKPT_TARGET_CUDA, &r);
+    gckpt_ctx c;
+    if (!gckpt_ctx_init(&c, &m, &dev, &r, &s, &err)) fail_msg("%s", err.msg);
+    gckpt_schedule ev;
+    assert_true(gckpt_schedule_build(&c, &ev));
+    int gate = -1, up = -1, prod = -1, down = -1;
+    for (int i = 0; i < r.nop; i++) {
+        if (named(&r, i, "mlp.gate_proj")) gate = i;
+        if (named(&r, i, "mlp.up_proj")) up = i;
+        if (named(&r, i, "mlp.down_proj")) down = i;
+        if (named(&r, i, "mlp.mul") || named(&r, i, "mlp.liger_swiglu")) prod = i;
+    }
+    if (gate < 0 || up < 0 || prod < 0 || down < 0) fail_msg("no MLP ops %d %d %d %d", gate, up, prod, down);
+    enum { MAXB = 64 };
+    uint32_t id[MAXB], gu[2] = {GCKPT_NOINST, GCKPT_NOINST};
+    uint64_t by[MAXB], live = 0;
+    int n = 0, stage = 0; /* 1: in the backward window */
+    mlp_reading out = {0};
+    for (size_t si = 0; si < ev.nseg; si++)
+        for (size_t i = ev.seg[si].begin; i < ev.seg[si].end; i++) {
+            const gckpt_event *e = &ev.ev[i];
+            if (e->kind == GCKPT_EV_ALLOC && e->numel == B * S * I) {
+                bool mine = !e->grad && (e->tensor == r.op[gate].out[0] || e->tensor == r.op[up].out[0]);
+                if (mine) gu[e->tensor == r.op[up].out[0]] = e->inst;
+                else if (n < MAXB) {
+                    id[n] = e->inst;
+                    by[n++] = e->bytes;
+                    live += e->bytes;
+                }
+            } else if (e->kind == GCKPT_EV_FREE) {
+                out.gu_freed += stage > 0 && (e->inst == gu[0] || e->inst == gu[1]);
+                for (int k = 0; k < n; k++)
+                    if (id[k] == e->inst) {
+                        live -= by[k];
+                        id[k] = GCKPT_NOINST;
+                    }
+            } else if (e->kind == (every_n ? GCKPT_EV_RECOMPUTE : GCKPT_EV_FWD) && e->op == down && stage == 0) {
+                out.kept = live;
+            } else if (e->kind == GCKPT_EV_BWD && e->op == prod) {
+                stage = 1;
+                out.grads_in_inputs = e->arg.bwd.grad_in[0] == gu[0] && e->arg.bwd.grad_in[1] == gu[1];
+            } else if (e->kind == GCKPT_EV_BWD && e->op == gate) {
+                stage = 2;
+            }
+            if (stage == 1 && live > out.bwd_peak) out.bwd_peak = live;
+        }
+    gckpt_schedule_free(&ev);
+    return out;
+}
+
+/* The planned [T, I] bytes of the MLP under --loss liger (LigerSiLUMulFunction) and hf (silu
+ * and mul) equal the CPU re-run's readings, each [T, I] tensor rounded as the device rounds:
+ * above the gate and up outputs the forward keeps Liger's output (eager: and silu's); the
+ * backward's peak up to both input gradients is the measured one less the output, which the
+ * probe holds in a variable and the step frees with down_proj's backward; Liger's input
+ * gradients are the gate and up outputs' storage. The layer checkpointed or not (read at
+ * the recompute). */
+static void liger_swiglu_cpu_rerun(void **state)
+{
+    (void)state;
+    gckpt_err e;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/fused-loss/liger-swiglu.json", 1 << 20, &e);
+    cJSON *j = text ? gckpt_json_parse("liger-swiglu.json", text, &e) : NULL;
+    if (!j) fail_msg("%s", e.msg);
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(j, "cases"), *c;
+    int k = 0;
+    cJSON_ArrayForEach(c, cases) {
+        uint64_t B = num(c, "batch"), S = num(c, "seq"), I = num(c, "intermediate"), T = num(c, "bf16_tensor_bytes");
+        assert_int_equal(T, B * S * I * 2);
+        for (int l = 0; l < 4; l++) {
+            const cJSON *m = cJSON_GetObjectItemCaseSensitive(c, l & 1 ? "liger" : "eager");
+            uint64_t kept = num(m, "kept_with_output"), peak = num(m, "backward_peak_with_dc");
+            assert_int_equal(kept % T, 0);
+            assert_int_equal(peak % T, 0);
+            mlp_reading p = mlp_bytes(B, S, I, l & 1 ? GCKPT_LOSS_LIGER : GCKPT_LOSS_HF, (uint32_t)(l >> 1));
+            assert_int_equal(p.gu_freed, 2); /* as gradients handed on, or as saved inputs: once each */
+            if (p.kept != kept / T * rnd(T) || p.bwd_peak != (peak / T - 1) * rnd(T) ||
+                p.grads_in_inputs != cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "input_grads_in_input_storage")))
+                fail_msg("case %d %s every_n %d: planned kept %llu, backward %llu, in place %d; measured %llu tensors, %llu "
+                         "(less the output), %d", k, l & 1 ? "liger" : "eager", l >> 1, (unsigned long long)(p.kept / rnd(T)),
+                         (unsigned long long)(p.bwd_peak / rnd(T)), p.grads_in_inputs,
+                         (unsigned long long)(kept / T), (unsigned long long)(peak / T - 1),
+                         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "input_grads_in_input_storage")));
+        }
+        k++;
+    }
+    assert_true(k >= 2);
+    cJSON_Delete(j);
+    free(text);
+}
+
 /* Where a fused loss is not planned: one sentence naming why. */
 static void refusals(void **state)
 {
@@ -272,7 +392,8 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(liger_chunks), cmocka_unit_test(liger_head), cmocka_unit_test(liger_head_gpt_oss), cmocka_unit_test(cce_head),
-        cmocka_unit_test(liger_cpu_rerun), cmocka_unit_test(cce_cpu_rerun), cmocka_unit_test(refusals),
+        cmocka_unit_test(liger_cpu_rerun), cmocka_unit_test(cce_cpu_rerun),
+        cmocka_unit_test(liger_swiglu_cpu_rerun), cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

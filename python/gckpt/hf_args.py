@@ -619,8 +619,8 @@ _LIGER_PARTS = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm
 def _liger(args, w):
     """use_liger_kernel=True: the Trainer calls liger's apply_liger_kernel_to_<model_type> with
     liger_kernel_config's keywords (defaults: fused linear cross-entropy, RMSNorm, SwiGLU and
-    RoPE on). The fused linear cross-entropy is planned (--loss liger, docs/fused-loss.md); the
-    other kernels are not. Returns the loss option, or None."""
+    RoPE on). The fused linear cross-entropy is planned (--loss liger, docs/fused-loss.md), and
+    with it Liger's SwiGLU on a dense MLP; RMSNorm and RoPE are not. Returns the loss option, or None."""
     if not _truthy(getattr(args, "use_liger_kernel", False)):
         cfg = getattr(args, "liger_kernel_config", None)
         if cfg:
@@ -635,10 +635,15 @@ def _liger(args, w):
     if part["cross_entropy"] and part["fused_linear_cross_entropy"]:
         raise PlanError("TrainingArguments.liger_kernel_config: cross_entropy and fused_linear_cross_entropy "
                         "both True (liger refuses this)")
-    others = [k for k in ("rms_norm", "swiglu", "rope") if part[k]] + (["geglu"] if part["geglu"] and "geglu" in cfg else [])
+    others = [k for k in ("rms_norm", "rope") if part[k]] + (["geglu"] if part["geglu"] and "geglu" in cfg else [])
     if others:
         w.add(NOT_MODELLED, f"TrainingArguments.use_liger_kernel=True: Liger's {', '.join(others)} kernels replace "
-                            "the model's ops; the layers are planned with transformers' own ops")
+                            "the model's ops; the layers are planned with transformers' own ops there (its SwiGLU "
+                            "is planned where it replaces a dense MLP, docs/fused-loss.md)")
+    if not part["swiglu"] and part["fused_linear_cross_entropy"]:
+        w.add(NOT_MODELLED, "TrainingArguments.liger_kernel_config swiglu=False: the plan (--loss liger) still has "
+                            "Liger's SwiGLU where it replaces a dense MLP, one [tokens, intermediate] tensor per "
+                            "layer below transformers' ops")
     if part["cross_entropy"]:
         w.add(NOT_MODELLED, "TrainingArguments.liger_kernel_config cross_entropy=True: Liger's cross-entropy on the "
                             "full logits is planned as transformers' loss")

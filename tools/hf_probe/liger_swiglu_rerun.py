@@ -9,8 +9,8 @@ Triton kernel launches are replaced by PyTorch ops that write what the kernel wr
 buffers the wrapper passed (the forward c; the backward da into a and db into b, in place).
 The tracker's reading is taken as each launch begins, before those ops allocate anything.
 
-Not used by the planner (FINDINGS R-LOSS-5: Liger's layer kernels are not planned); it
-measures how far a plan's layer activations are above Liger's for the MLP.
+The planner's Liger SwiGLU (GCKPT_P_SWIGLU under --loss liger, FINDINGS R-LOSS-5) is tested
+against these readings (tests/test_fused_loss.c liger_swiglu_cpu_rerun).
 
 Install the package without its dependencies (setup.sh does; triton comes with torch):
   pip install --no-deps -r tools/hf_probe/requirements-loss.txt

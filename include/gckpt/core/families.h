@@ -32,6 +32,9 @@ typedef struct {
                             * does to the loss */
     uint8_t liger_chunk_mem_const; /* the chunk_mem_const its lce_forward passes to the fused
                                     * linear cross-entropy (gckpt_liger_chunk_rows) */
+    bool liger_swiglu;     /* its apply function's swiglu=True puts LigerSwiGLUMLP (LigerSiLUMulFunction
+                            * on the gate and up outputs) in the dense LlamaMLP's place: planned
+                            * as GCKPT_P_SWIGLU under --loss liger */
 } gckpt_model_type_info;
 
 typedef enum {

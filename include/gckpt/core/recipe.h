@@ -196,6 +196,10 @@ typedef enum {
      * out[1] the fp32 [vocab] logit averages of its gradient filter */
     GCKPT_P_FUSED_LCE,
     GCKPT_P_CCE_LSE,
+    /* Liger's SwiGLU (LigerSiLUMulFunction, liger-kernel 0.8.5; planned only): silu(in0) * in1
+     * in one kernel, saving in0 and in1 (not silu(in0)); its backward writes the inputs'
+     * gradients into their own storage (gckpt_op.grad_into_in) */
+    GCKPT_P_SWIGLU,
 #ifdef GCKPT_TOY
     GCKPT_P_TOY,         /* the test build's toy primitive: x.clone() (docs/architecture.md, tests/toy) */
 #endif
@@ -291,6 +295,8 @@ typedef struct {
     uint8_t fused_loss;  /* GCKPT_P_FUSED_LCE / CCE_LSE: the gckpt_loss whose workspaces it has
                           * (gckpt_fused_loss_ws) */
     uint8_t chunk_mem_const; /* Liger's: the model type's chunk_mem_const (families.h) */
+    uint8_t grad_into_in; /* bit k: input k's gradient is written into input k's own storage
+                           * (Liger's SwiGLU): no buffer, the input's becomes its gradient */
     bool grads_in_fwd;   /* its input gradients are made by its forward and kept until its
                           * backward hands them on (Liger's fused linear cross-entropy) */
     bool ctx_keep;       /* its saved tensors are kept as ctx attributes, which saved-tensor

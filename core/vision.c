@@ -24,6 +24,41 @@ typedef struct {
     bool ckpt_layers; /* its layers are GradientCheckpointingLayer (R-VLM-1) */
 } tower_info;
 
+/* The checks every tower reader makes, each as its config class or attention raises. */
+static bool take_act(const char *f, const char *act, const char *want, gckpt_vision_act kind, gckpt_vision *v,
+                     gckpt_err *err)
+{
+    if (strcmp(act, want)) {
+        gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\" is not supported (%s)", f, act, want);
+        return false;
+    }
+    v->act = (uint8_t)kind;
+    return true;
+}
+
+static bool heads_divide(const char *f, const char *key, const gckpt_vision *v, gckpt_err *err)
+{
+    if (v->hidden % v->heads == 0) return true;
+    gckpt_seterr(err, "%s: field '%s' = %llu does not divide 'hidden_size' = %llu", f, key,
+                 (unsigned long long)v->heads, (unsigned long long)v->hidden);
+    return false;
+}
+
+static bool patch_fits(const char *f, const gckpt_vision *v, gckpt_err *err)
+{
+    if (v->patch <= v->image_size) return true;
+    gckpt_seterr(err, "%s: field 'patch_size' = %llu is larger than 'image_size' = %llu (no patch)", f,
+                 (unsigned long long)v->patch, (unsigned long long)v->image_size);
+    return false;
+}
+
+static bool no_dropout(const char *f, const gckpt_vision *v, gckpt_err *err)
+{
+    if (v->attn_dropout <= 0) return true;
+    gckpt_seterr(err, "%s: field 'attention_dropout' = %g is not modelled (0 only)", f, v->attn_dropout);
+    return false;
+}
+
 /* CLIPVisionConfig (configuration_clip.py): a vision_config dict takes the class's
  * defaults for the keys it omits, not LlavaConfig's init_kwargs (those apply only when
  * vision_config is None, which the VLM reader refuses). */
@@ -40,26 +75,10 @@ static bool read_clip(const char *f, const cJSON *j, gckpt_vision *v, gckpt_err 
               gckpt_json_num_opt(j, f, "layer_norm_eps", 0, 1, 1e-5, &v->norm_eps, err) &&
               gckpt_json_num_opt(j, f, "attention_dropout", 0, 1, 0, &v->attn_dropout, err) &&
               gckpt_json_str_opt(j, f, "hidden_act", "quick_gelu", act, sizeof act, err);
-    if (!ok) return false;
-    if (strcmp(act, "quick_gelu")) {
-        gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\" is not supported (quick_gelu)", f, act);
-        return false;
-    }
-    v->act = GCKPT_VACT_QUICK_GELU;
-    if (v->hidden % v->heads) { /* CLIPVisionConfig raises */
-        gckpt_seterr(err, "%s: field 'num_attention_heads' = %llu does not divide 'hidden_size' = %llu", f,
-                     (unsigned long long)v->heads, (unsigned long long)v->hidden);
-        return false;
-    }
-    if (v->patch > v->image_size) {
-        gckpt_seterr(err, "%s: field 'patch_size' = %llu is larger than 'image_size' = %llu (no patch)", f,
-                     (unsigned long long)v->patch, (unsigned long long)v->image_size);
-        return false;
-    }
-    if (v->attn_dropout > 0) {
-        gckpt_seterr(err, "%s: field 'attention_dropout' = %g is not modelled (0 only)", f, v->attn_dropout);
-        return false;
-    }
+    if (!ok || !take_act(f, act, "quick_gelu", GCKPT_VACT_QUICK_GELU, v, err)) return false;
+    if (!heads_divide(f, "num_attention_heads", v, err)) return false;
+    if (!patch_fits(f, v, err)) return false;
+    if (!no_dropout(f, v, err)) return false;
     return true;
 }
 
@@ -121,17 +140,8 @@ static bool read_qwen2_5(const char *f, const cJSON *j, gckpt_vision *v, gckpt_e
               gckpt_json_u64_opt(j, f, "window_size", 1, 1u << 16, 112, &v->window_size, err) &&
               gckpt_json_u64_opt(j, f, "out_hidden_size", 1, MAX_HIDDEN, 3584, &v->out_hidden, err) &&
               gckpt_json_str_opt(j, f, "hidden_act", "silu", act, sizeof act, err);
-    if (!ok) return false;
-    if (strcmp(act, "silu")) {
-        gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\" is not supported (silu)", f, act);
-        return false;
-    }
-    v->act = GCKPT_VACT_SILU;
-    if (v->hidden % v->heads) {
-        gckpt_seterr(err, "%s: field 'num_heads' = %llu does not divide 'hidden_size' = %llu", f,
-                     (unsigned long long)v->heads, (unsigned long long)v->hidden);
-        return false;
-    }
+    if (!ok || !take_act(f, act, "silu", GCKPT_VACT_SILU, v, err)) return false;
+    if (!heads_divide(f, "num_heads", v, err)) return false;
     const cJSON *fa = cJSON_GetObjectItemCaseSensitive(j, "fullatt_block_indexes");
     if (!fa || cJSON_IsNull(fa)) {
         static const uint64_t dflt[] = {7, 15, 23, 31};
@@ -185,17 +195,8 @@ static bool read_qwen3(const char *f, const cJSON *j, gckpt_vision *v, gckpt_err
               gckpt_json_u64_opt(j, f, "out_hidden_size", 1, MAX_HIDDEN, 3584, &v->out_hidden, err) &&
               gckpt_json_u64_opt(j, f, "num_position_embeddings", 1, 1u << 24, 2304, &v->positions, err) &&
               gckpt_json_str_opt(j, f, "hidden_act", "gelu_pytorch_tanh", act, sizeof act, err);
-    if (!ok) return false;
-    if (strcmp(act, "gelu_pytorch_tanh")) {
-        gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\" is not supported (gelu_pytorch_tanh)", f, act);
-        return false;
-    }
-    v->act = GCKPT_VACT_GELU_TANH;
-    if (v->hidden % v->heads) {
-        gckpt_seterr(err, "%s: field 'num_heads' = %llu does not divide 'hidden_size' = %llu", f,
-                     (unsigned long long)v->heads, (unsigned long long)v->hidden);
-        return false;
-    }
+    if (!ok || !take_act(f, act, "gelu_pytorch_tanh", GCKPT_VACT_GELU_TANH, v, err)) return false;
+    if (!heads_divide(f, "num_heads", v, err)) return false;
     const cJSON *ds = cJSON_GetObjectItemCaseSensitive(j, "deepstack_visual_indexes");
     if (!ds || cJSON_IsNull(ds)) {
         v->ndeepstack = 3; /* (8, 16, 24) */
@@ -255,22 +256,9 @@ static bool read_mllama_vision(const char *f, const cJSON *j, gckpt_vision *v, g
               gckpt_json_u64_opt(j, f, "vision_output_dim", 1, MAX_HIDDEN * 64, 7680, &v->output_dim, err) &&
               gckpt_json_num_opt(j, f, "norm_eps", 0, 1, 1e-5, &v->norm_eps, err) &&
               gckpt_json_str_opt(j, f, "hidden_act", "gelu", act, sizeof act, err);
-    if (!ok) return false;
-    if (strcmp(act, "gelu")) {
-        gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\" is not supported (gelu)", f, act);
-        return false;
-    }
-    v->act = GCKPT_VACT_GELU;
-    if (v->hidden % v->heads) {
-        gckpt_seterr(err, "%s: field 'attention_heads' = %llu does not divide 'hidden_size' = %llu", f,
-                     (unsigned long long)v->heads, (unsigned long long)v->hidden);
-        return false;
-    }
-    if (v->patch > v->image_size) {
-        gckpt_seterr(err, "%s: field 'patch_size' = %llu is larger than 'image_size' = %llu (no patch)", f,
-                     (unsigned long long)v->patch, (unsigned long long)v->image_size);
-        return false;
-    }
+    if (!ok || !take_act(f, act, "gelu", GCKPT_VACT_GELU, v, err)) return false;
+    if (!heads_divide(f, "attention_heads", v, err)) return false;
+    if (!patch_fits(f, v, err)) return false;
     const cJSON *ar = cJSON_GetObjectItemCaseSensitive(j, "supported_aspect_ratios");
     const cJSON *il = cJSON_GetObjectItemCaseSensitive(j, "intermediate_layers_indices");
     v->aspect_ratios = !ar || cJSON_IsNull(ar) ? 8 : cJSON_IsArray(ar) ? (uint64_t)cJSON_GetArraySize(ar) : 0;
@@ -355,26 +343,10 @@ static bool read_siglip(const char *f, const cJSON *j, gckpt_vision *v, gckpt_er
               gckpt_json_num_opt(j, f, "attention_dropout", 0, 1, 0, &v->attn_dropout, err) &&
               gckpt_json_bool_opt(j, f, "vision_use_head", true, &v->use_head, err) &&
               gckpt_json_str_opt(j, f, "hidden_act", "gelu_pytorch_tanh", act, sizeof act, err);
-    if (!ok) return false;
-    if (strcmp(act, "gelu_pytorch_tanh")) {
-        gckpt_seterr(err, "%s: field 'hidden_act' = \"%s\" is not supported (gelu_pytorch_tanh)", f, act);
-        return false;
-    }
-    v->act = GCKPT_VACT_GELU_TANH;
-    if (v->hidden % v->heads) { /* SiglipAttention raises */
-        gckpt_seterr(err, "%s: field 'num_attention_heads' = %llu does not divide 'hidden_size' = %llu", f,
-                     (unsigned long long)v->heads, (unsigned long long)v->hidden);
-        return false;
-    }
-    if (v->patch > v->image_size) {
-        gckpt_seterr(err, "%s: field 'patch_size' = %llu is larger than 'image_size' = %llu (no patch)", f,
-                     (unsigned long long)v->patch, (unsigned long long)v->image_size);
-        return false;
-    }
-    if (v->attn_dropout > 0) {
-        gckpt_seterr(err, "%s: field 'attention_dropout' = %g is not modelled (0 only)", f, v->attn_dropout);
-        return false;
-    }
+    if (!ok || !take_act(f, act, "gelu_pytorch_tanh", GCKPT_VACT_GELU_TANH, v, err)) return false;
+    if (!heads_divide(f, "num_attention_heads", v, err)) return false;
+    if (!patch_fits(f, v, err)) return false;
+    if (!no_dropout(f, v, err)) return false;
     return true;
 }
 

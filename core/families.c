@@ -97,6 +97,13 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .parse = gckpt_parse_deepseek, .trace = trace_llama,
         .lora_targets = LT(Q) | LT(O) | LT(Q_A) | LT(Q_B) | LT(KV_A) | LT(KV_B), .lora_beyond_targets = true,
         .embed_name = "embed_tokens", .padding_idx = true, .host = false, .cuda = false},
+    /* llama whose NoPE layers skip the rotary embedding (block type NOPE, FINDINGS R-FAM-16) */
+    [GCKPT_FAMILY_SMOLLM3] = {
+        .family = GCKPT_FAMILY_SMOLLM3,
+        .types = {{"smollm3", PAD(128004), false, LIGER}},
+        .parse = gckpt_parse_smollm3, .trace = trace_llama,
+        .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
+        .host = true, .cuda = true},
 };
 #undef LLAMA_LINEARS
 #undef LT

@@ -31,6 +31,14 @@ void gckpt_set_sliding(gckpt_model *m, uint64_t i)
     }
 }
 
+void gckpt_set_nope(gckpt_model *m, uint64_t i)
+{
+    if (i < GCKPT_MAX_LAYERS && !gckpt_layer_nope(m, i)) {
+        m->nope[i / 8] |= (uint8_t)(1u << (i % 8));
+        m->nope_layers++;
+    }
+}
+
 bool gckpt_parse_layer_types(const char *f, const cJSON *j, gckpt_model *m, bool *present, gckpt_err *err)
 {
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");

@@ -1,5 +1,5 @@
 /* The config readers of issue 13's dense families: gemma, gemma2, gemma3_text, phi3,
- * gpt_neox, olmo2, granite. Keys and defaults are those of transformers 5.24's
+ * gpt_neox, olmo2, granite, smollm3. Keys and defaults are those of transformers 5.24's
  * configuration_<family>.py and what its modeling_<family>.py reads (FINDINGS
  * R-FAM-7); a key that changes memory and is not modelled is an error naming it. */
 #include <math.h>
@@ -251,5 +251,62 @@ bool gckpt_parse_granite(const char *f, const cJSON *j, gckpt_model *m, gckpt_er
     m->qkv_bias = m->o_bias = bias;
     m->mlp_bias = mlp_bias;
     m->multipliers = true;
+    return true;
+}
+
+/* SmolLM3's NoPE layers (configuration_smollm3.py 5.24, FINDINGS R-FAM-16): no_rope_layers[i]
+ * 1 is a rotary layer, 0 a NoPE one (SmolLM3Attention.use_rope = no_rope_layers[layer_idx]);
+ * at least num_hidden_layers entries (the class indexes the first ones); absent or null:
+ * layer i is NoPE where (i + 1) % no_rope_layer_interval == 0 (default 4). */
+static bool nope_layers(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+{
+    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(j, "no_rope_layers");
+    if (!nl || cJSON_IsNull(nl)) {
+        uint64_t every = 4;
+        if (!gckpt_json_u64_opt(j, f, "no_rope_layer_interval", 1, MAX_LAYERS, 4, &every, err)) return false;
+        for (uint64_t i = 0; i < m->layers; i++)
+            if ((i + 1) % every == 0) gckpt_set_nope(m, i);
+        return true;
+    }
+    if (!cJSON_IsArray(nl)) {
+        gckpt_seterr(err, "%s: field 'no_rope_layers' must be an array of 0 / 1, got %s", f, gckpt_json_type_name(nl));
+        return false;
+    }
+    if ((uint64_t)cJSON_GetArraySize(nl) < m->layers) {
+        gckpt_seterr(err, "%s: field 'no_rope_layers' has %d entries, 'num_hidden_layers' is %llu", f,
+                     cJSON_GetArraySize(nl), (unsigned long long)m->layers);
+        return false;
+    }
+    uint64_t i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, nl) {
+        if (!cJSON_IsNumber(x) || (x->valuedouble != 0 && x->valuedouble != 1)) {
+            gckpt_seterr(err, "%s: field 'no_rope_layers'[%llu] must be 0 (NoPE) or 1 (rotary)", f,
+                         (unsigned long long)i);
+            return false;
+        }
+        if (i < m->layers && x->valuedouble == 0) gckpt_set_nope(m, i);
+        i++;
+    }
+    return true;
+}
+
+bool gckpt_parse_smollm3(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+{
+    /* SmolLM3Config's defaults (those of SmolLM3-3B) */
+    gckpt_cfg_defaults d = {4, 0, true, 1e-6, 32768, "hidden_act", "silu", 11008, 128256, 2e6};
+    bool bias = false, mlp_bias = false;
+    if (!gckpt_parse_common(f, j, m, &d, err) || !gckpt_json_bool_opt(j, f, "attention_bias", false, &bias, err) ||
+        !gckpt_json_bool_opt(j, f, "mlp_bias", false, &mlp_bias, err) || !nope_layers(f, j, m, err) ||
+        /* sliding windows go to NoPE layers only (layer_types' default): a masked layer
+         * without rotary would be a fourth block type, which no SmolLM3 checkpoint uses */
+        !gckpt_refuse_true(f, j, m, "use_sliding_window", err))
+        return false;
+    if (m->act != GCKPT_ACT_SILU) {
+        gckpt_seterr(err, "%s: field 'hidden_act': smollm3 is modelled with silu (SwiGLU) only", f);
+        return false;
+    }
+    m->qkv_bias = m->o_bias = bias;
+    m->mlp_bias = mlp_bias;
     return true;
 }

@@ -21,6 +21,8 @@
 bool gckpt_parse_act(const char *file, const char *field, const char *s, gckpt_act *out, gckpt_err *err);
 /* Marks layer i sliding. */
 void gckpt_set_sliding(gckpt_model *m, uint64_t i);
+/* Marks layer i a NoPE layer (no rotary embedding; SmolLM3). */
+void gckpt_set_nope(gckpt_model *m, uint64_t i);
 /* `layer_types` (an array of num_hidden_layers strings, each "full_attention" or
  * "sliding_attention"): sets m->sliding; *present false when absent or null. Any other
  * type is an error naming the field (it would change the masks and the attention). */
@@ -62,6 +64,7 @@ bool gckpt_parse_phi3(const char *file, const cJSON *j, gckpt_model *m, gckpt_er
 bool gckpt_parse_gpt_neox(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_olmo2(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_granite(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+bool gckpt_parse_smollm3(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_moe(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 /* model_mla.c: DeepSeek-V3 */
 bool gckpt_parse_deepseek(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);

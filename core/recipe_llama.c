@@ -149,11 +149,13 @@ static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, in
             kk = rmsnorm(tr, kk, hd, "k_norm");
         }
     }
-    int qp = q, kp = kk;
-    q = rotary_of(tr, q, cos, sin, "rope_q");
-    kk = rotary_of(tr, kk, cos, sin, "rope_k");
-    hold_here(tr, qp); /* apply_rotary_pos_emb's arguments until it returns */
-    hold_here(tr, kp);
+    if (!tr->no_rope) { /* SmolLM3's NoPE layers skip apply_rotary_pos_emb */
+        int qp = q, kp = kk;
+        q = rotary_of(tr, q, cos, sin, "rope_q");
+        kk = rotary_of(tr, kk, cos, sin, "rope_k");
+        hold_here(tr, qp); /* apply_rotary_pos_emb's arguments until it returns */
+        hold_here(tr, kp);
+    }
     int weights = -1;
     int a = attn == GCKPT_SDPA ? attention_sdpa(tr, q, kk, v, m->attn_dropout)
                                : attention_eager(tr, q, kk, v, tr->r->mask, m->attn_dropout, &weights);

@@ -30,6 +30,7 @@ typedef struct gckpt_tracer {
     uint64_t seq;           /* the sequence the recipe is built for (gckpt_recipe.seq) */
     bool sdpa_masked;       /* the block being traced runs SDPA with the sliding-window mask
                              * (block type GCKPT_BLOCK_SLIDING_SDPA) */
+    bool no_rope;           /* ... applies no rotary embedding (GCKPT_BLOCK_NOPE) */
     int replay;             /* tracing a later block section: parameters are the first
                              * section's, handed out again in creation order from this tensor
                              * index on; -1: parameters are new */

@@ -314,6 +314,7 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
     }
     uint64_t mask = r.mask >= 0 ? ctx.raw[r.mask] : 0;
     bool first_plain = true, first_ckpt = true, first_sliding = false, second_rope = rope2 == 0;
+    bool rope_charged = false; /* the rotary pair: saved by the first plain layer that rotates (not NoPE) */
     c->saved_ok = (uint64_t)f->nlayers == f->m.layers;
     c->first_bad_layer = c->saved_ok ? -1 : 0;
     for (int i = 0; i < f->nlayers && (uint64_t)i < f->m.layers; i++) {
@@ -323,7 +324,10 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
             /* layer 0 of a frozen embedding without checkpointing: its input needs no gradient */
             /* the layer's block type's section (gckpt_layer_block) */
             uint64_t plain = gckpt_section_saved_bytes(&ctx, gckpt_layer_section(&r, &f->m, f->s.attention, (uint64_t)i));
-            want = (i == 0 && r.frozen0 ? gckpt_layer0_frozen_saved_bytes(&ctx) : plain) + (first_plain ? rope : 0);
+            bool rotates = !gckpt_layer_nope(&f->m, (uint64_t)i);
+            want = (i == 0 && r.frozen0 ? gckpt_layer0_frozen_saved_bytes(&ctx) : plain) +
+                   (rotates && !rope_charged ? rope : 0);
+            rope_charged |= rotates;
             /* Gemma 3: the other layer type's rotary pair, charged to its first plain layer */
             bool sl = gckpt_layer_sliding(&f->m, (uint64_t)i);
             if (!first_plain && !second_rope && sl != first_sliding) {

@@ -301,6 +301,37 @@ static void two_block_types(void **state)
     assert_true(c.params.numel == 999885952u);
 }
 
+/* SmolLM3-3B's NoPE layers (3, 7, ...: no_rope_layers 0) are block type NOPE: a section of
+ * their own without apply_rotary_pos_emb (no rotate_half), the decoder's parameters
+ * (sec_params: counted once); what they save is the decoder's (the rotary products save only
+ * the shared cos / sin tables, and SDPA saves q and k of the same size either way). */
+static void nope_layers(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_load(GCKPT_TEST_DATA "/configs/smollm3-3b.json", &m, &err)) fail_msg("%s", err.msg);
+    static gckpt_recipe r;
+    gckpt_recipe_build_seq(&m, GCKPT_BF16, GCKPT_SDPA, GCKPT_TARGET_CUDA, NULL, 4096, &r);
+    int ro = gckpt_layer_section(&r, &m, GCKPT_SDPA, 0), np = gckpt_layer_section(&r, &m, GCKPT_SDPA, 3);
+    assert_int_equal(ro, GCKPT_SEC_BLOCK);
+    assert_int_equal(np, GCKPT_SEC_BLOCK_MORE);
+    assert_int_equal(gckpt_layer_section(&r, &m, GCKPT_SDPA, 4), GCKPT_SEC_BLOCK);
+    assert_int_equal(gckpt_layer_section(&r, &m, GCKPT_SDPA, 35), GCKPT_SEC_BLOCK_MORE);
+    assert_int_equal(r.sec_params[np], GCKPT_SEC_BLOCK);
+    int halves[2] = {0, 0};
+    for (int i = 0; i < r.nop; i++)
+        if (r.op[i].prim == GCKPT_P_NEG_HALF) halves[r.op[i].section == ro ? 0 : r.op[i].section == np ? 1 : 0]++;
+    assert_int_equal(halves[0], 2); /* rotate_half of q and of k */
+    assert_int_equal(halves[1], 0);
+    gckpt_setting s = {.precision = GCKPT_BF16, .attention = GCKPT_SDPA, .micro_batch = 1, .seq = 4096, .grad_accum = 1,
+                       .optimizer = GCKPT_ADAMW};
+    gckpt_ctx c;
+    if (!gckpt_ctx_init(&c, &m, &dev, &r, &s, &err)) fail_msg("%s", err.msg);
+    assert_true(gckpt_section_saved_bytes(&c, ro) == gckpt_section_saved_bytes(&c, np));
+    assert_true(c.params.numel == 3075098624u);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -312,7 +343,7 @@ int main(void)
         cmocka_unit_test(checkpointed_layer_sets), cmocka_unit_test(checkpoint_bytes),
         cmocka_unit_test(pr48444_offload_frees),   cmocka_unit_test(accumulation_steady_state),
         cmocka_unit_test(persistent_state),        cmocka_unit_test(invariants),
-        cmocka_unit_test(two_block_types),
+        cmocka_unit_test(two_block_types),         cmocka_unit_test(nope_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,10 +53,10 @@ static void model_type_lists(void **state)
     char buf[256];
     gckpt_model_types_list(false, ", ", ", ", buf, sizeof buf);
     assert_string_equal(buf, "llama, mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, "
-                             "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3");
+                             "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3, smollm3");
     gckpt_model_types_list(true, ", ", " and ", buf, sizeof buf);
     assert_string_equal(buf, "llama, mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, "
-                             "granite, mixtral, qwen3_moe, olmoe and gpt_oss");
+                             "granite, mixtral, qwen3_moe, olmoe, gpt_oss and smollm3");
     gckpt_model_types_list(false, ", ", ", ", buf, 12); /* truncated, terminated */
     assert_true(strlen(buf) < 12);
     gckpt_model m;
@@ -64,7 +64,7 @@ static void model_type_lists(void **state)
     assert_false(gckpt_model_parse("c.json", "{\"model_type\": \"falcon\"}", &m, &err));
     assert_string_equal(err.msg, "c.json: field 'model_type' = \"falcon\" is not supported (supported: llama, "
                                  "mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, "
-                                 "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3)");
+                                 "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3, smollm3)");
     /* DeepSeek-V2 (issue 26): refused naming what is not planned */
     assert_false(gckpt_model_parse("c.json", "{\"model_type\": \"deepseek_v2\"}", &m, &err));
     assert_non_null(strstr(err.msg, "\"deepseek_v2\": mixture-of-experts models are not supported yet (not planned: "

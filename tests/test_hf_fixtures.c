@@ -56,7 +56,7 @@ typedef struct {
     int n;
     double peak_max, peak_sum, after_max, after_sum;
 } group;
-static group g_groups[128];
+static group g_groups[256]; /* the rows (133 with smollm3: 128 dropped rows silently) */
 static int g_ngroups, g_compared, g_not_comparable;
 static int g_moe;              /* MoE fixtures compared */
 static double g_moe_imbalance; /* the most imbalanced routing among them */

@@ -347,6 +347,49 @@ static void issue13_configs(void **state)
                  "\"intermediate_size\":96,\"vocab_size\":211}", "not divisible");
 }
 
+#define SMOL(extra)                                                                       \
+    "{\"model_type\":\"smollm3\",\"num_hidden_layers\":4,\"hidden_size\":64,"            \
+    "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":96,"        \
+    "\"vocab_size\":211" extra "}"
+
+/* SmolLM3 as transformers 5.24 reads its config (FINDINGS R-FAM-16): no_rope_layers[i] 0 is
+ * a NoPE layer, absent: every no_rope_layer_interval-th (default 4); the 3B's count is
+ * transformers' own on the meta device (3,075,098,624: tests/data/configs/smollm3-3b.json,
+ * a mirror of HuggingFaceTB/SmolLM3-3B's config.json) and the closed form's. */
+static void smollm3_config(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    assert_true(gckpt_model_load(GCKPT_TEST_DATA "/configs/smollm3-3b.json", &m, &err));
+    assert_true(m.family == GCKPT_FAMILY_SMOLLM3 && m.tied && m.pad && m.pad_id == 128004 && m.rope_theta == 5e6);
+    assert_int_equal(m.nope_layers, 9);
+    for (uint64_t i = 0; i < m.layers; i++) assert_true(gckpt_layer_nope(&m, i) == ((i + 1) % 4 == 0));
+    uint64_t h = 2048, kvd = 512, I = 11008, per_layer = 2 * h * h + 2 * h * kvd + 3 * h * I + 2 * h;
+    assert_true(gckpt_param_count(&m) == 128256 * h + 36 * per_layer + h);
+    assert_true(gckpt_param_count(&m) == 3075098624ull);
+    /* SmolLM3Config's defaults: interval 4, theta 2e6, tied, pad 128004, no biases */
+    assert_true(gckpt_model_parse("cfg.json", SMOL(""), &m, &err));
+    assert_true(m.nope_layers == 1 && gckpt_layer_nope(&m, 3) && m.rope_theta == 2e6 && m.tied && !m.qkv_bias);
+    assert_true(gckpt_model_parse("cfg.json", SMOL(",\"no_rope_layer_interval\":2,\"attention_bias\":true"), &m, &err));
+    assert_true(m.nope_layers == 2 && gckpt_layer_nope(&m, 1) && gckpt_layer_nope(&m, 3) && m.qkv_bias && m.o_bias);
+    /* the list wins over the interval; longer than the layers: the first ones (the class's indexing) */
+    assert_true(gckpt_model_parse("cfg.json", SMOL(",\"no_rope_layers\":[0,1,1,1,0],\"no_rope_layer_interval\":2"),
+                                  &m, &err));
+    assert_true(m.nope_layers == 1 && gckpt_layer_nope(&m, 0));
+    assert_true(gckpt_model_parse("cfg.json", SMOL(",\"no_rope_layers\":null,\"no_rope_layer_interval\":1"), &m, &err));
+    assert_int_equal(m.nope_layers, 4);
+    /* hostile: one line naming the file and the field */
+    expect_error(SMOL(",\"no_rope_layers\":[1,1,0]"), "field 'no_rope_layers' has 3 entries, 'num_hidden_layers' is 4");
+    expect_error(SMOL(",\"no_rope_layers\":[1,2,1,0]"), "field 'no_rope_layers'[1] must be 0 (NoPE) or 1");
+    expect_error(SMOL(",\"no_rope_layers\":[1,1,0.5,0]"), "field 'no_rope_layers'[2] must be 0");
+    expect_error(SMOL(",\"no_rope_layers\":[1,1,\"0\",0]"), "field 'no_rope_layers'[2] must be 0");
+    expect_error(SMOL(",\"no_rope_layers\":\"1110\""), "field 'no_rope_layers' must be an array");
+    expect_error(SMOL(",\"no_rope_layer_interval\":0"), "'no_rope_layer_interval'");
+    expect_error(SMOL(",\"use_sliding_window\":true,\"sliding_window\":8"), "field 'use_sliding_window' = true is not modelled");
+    expect_error(SMOL(",\"hidden_act\":\"gelu\""), "'hidden_act'");
+}
+
 static void hostile_values(void **state)
 {
     (void)state;
@@ -440,7 +483,7 @@ int main(void)
         cmocka_unit_test(gpt_oss_config),            cmocka_unit_test(issue13_configs),
         cmocka_unit_test(hostile_configs),           cmocka_unit_test(hostile_values),
         cmocka_unit_test(head_dim_overrides),        cmocka_unit_test(unknown_name),
-        cmocka_unit_test(unverified_dropout),
+        cmocka_unit_test(unverified_dropout),         cmocka_unit_test(smollm3_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

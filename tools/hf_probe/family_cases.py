@@ -6,7 +6,8 @@ Gemma 3's layer_types, local / global rope and q/k norms; Phi-3's fused qkv_proj
 gate_up_proj and a sliding window shorter than the sequence; Phi-4-mini's partial
 rotary (0.75) with a tied head; GPT-NeoX's parallel residual, partial rotary (0.25)
 and packed qkv with biases, and its sequential block (gpt_neoxseq: use_parallel_residual
-False); OLMo 2's post-norms and full-width q/k norms; Granite's multipliers; Mistral
+False); OLMo 2's post-norms and full-width q/k norms; Granite's multipliers; SmolLM3's
+NoPE layers (no rotary embedding on every no_rope_layer_interval-th layer); Mistral
 v0.1's sliding window (every layer); Gemma 3 with a window longer than the sequences
 (gemma3w: SDPA needs no mask there).
 
@@ -49,6 +50,10 @@ VARIANTS: dict[str, dict] = {
     "olmo2": dict(model_type="olmo2", intermediate_size=96, **COMMON),
     "granite": dict(model_type="granite", intermediate_size=96, embedding_multiplier=12.0, residual_multiplier=0.28,
                     attention_multiplier=0.0078125, logits_scaling=10.0, **COMMON),
+    # SmolLM3: NoPE layers (no_rope_layers derived from no_rope_layer_interval 2: layers 1 and 3
+    # skip the rotary embedding) with q/k/v/o biases and a tied head
+    "smollm3": dict(model_type="smollm3", intermediate_size=96, no_rope_layer_interval=2, attention_bias=True,
+                    **COMMON),
     "mistralsw": dict(model_type="mistral", intermediate_size=96, sliding_window=W, **COMMON),
     # Qwen2 / Qwen3 whose layers from max_window_layers on slide (two block types under SDPA
     # at seq >= window: masked sliding layers, causal full ones)

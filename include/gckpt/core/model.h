@@ -27,6 +27,7 @@ typedef enum {
                             * gpt_oss (attention sinks, biases, the clamped SwiGLU experts) */
     /* core/model_mla.c: multi-head latent attention, dense first layers, routed + shared experts */
     GCKPT_FAMILY_DEEPSEEK, /* deepseek_v3 */
+    GCKPT_FAMILY_SMOLLM3,  /* smollm3: llama whose NoPE layers (no_rope_layers 0) skip the rotary embedding */
     GCKPT_NFAMILY
 } gckpt_family;
 
@@ -133,11 +134,20 @@ typedef struct {
      * transformers cannot build the model (gckpt-run refuses it, the planner does not care) */
     bool pad;
     int64_t pad_id;
+    /* SmolLM3's NoPE layers (core/model_dense.c; none elsewhere): their attention applies no
+     * rotary embedding (block type GCKPT_BLOCK_NOPE) */
+    uint64_t nope_layers;
+    uint8_t nope[GCKPT_MAX_LAYERS / 8]; /* bit i: layer i is a NoPE layer */
 } gckpt_model;
 
 static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)
 {
     return i < GCKPT_MAX_LAYERS && (m->sliding[i / 8] >> (i % 8) & 1);
+}
+
+static inline bool gckpt_layer_nope(const gckpt_model *m, uint64_t i)
+{
+    return i < GCKPT_MAX_LAYERS && (m->nope[i / 8] >> (i % 8) & 1);
 }
 
 /* Parse an HF config.json text (file is only used in messages). */

@@ -40,8 +40,15 @@ typedef enum { GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT, GCKPT_LAYER_CKPT_OFFLOAD, GC
  * its attention runs it (causal SDPA, eager); SLIDING_SDPA: a sliding-window layer under
  * SDPA at seq >= window, which runs a masked SDPA (gckpt_sliding_masked); DENSE_MLP: a
  * mixture-of-experts model's dense layer (DeepSeek's first_k_dense_replace), whose
- * parameters are its own (gckpt_block_params_group). */
-typedef enum { GCKPT_BLOCK_DECODER, GCKPT_BLOCK_SLIDING_SDPA, GCKPT_BLOCK_DENSE_MLP, GCKPT_NBLOCK } gckpt_block_type;
+ * parameters are its own (gckpt_block_params_group); NOPE: SmolLM3's NoPE layer, the decoder
+ * layer without the rotary embedding (its parameters the decoder's). */
+typedef enum {
+    GCKPT_BLOCK_DECODER,
+    GCKPT_BLOCK_SLIDING_SDPA,
+    GCKPT_BLOCK_DENSE_MLP,
+    GCKPT_BLOCK_NOPE,
+    GCKPT_NBLOCK
+} gckpt_block_type;
 
 typedef enum {
     GCKPT_PH_FORWARD,

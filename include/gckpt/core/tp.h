@@ -4,9 +4,9 @@
  * wraps nothing (FINDINGS R-TP-1). The rules of tools/hf_probe/tp_rules.py, measured in
  * tests/data/hf-tp (test_parallel_tp checks them there): what a rank keeps, the gradients entering
  * the step, the collectives of a step, and what transformers and accelerate refuse. Standalone TP
- * (dp_shard 1) of the dense llama-like models measured (llama, qwen3); TP x FSDP is measured
- * (R-TP-8) but not planned here. gckpt-plan does not plan TP yet: it checks the mesh with
- * gckpt_tp_check and refuses. (core: read by the planner) */
+ * (dp_shard 1) of the dense llama-like models measured (llama, qwen3); TP x FSDP (R-TP-8) as
+ * the TP rank's local model under FSDP2 (gckpt_tp_fsdp_layout, the FSDP2 rules of
+ * core/parallel.c and core/sim_parallel.c). (core: read by the planner) */
 #ifndef GCKPT_TP_H
 #define GCKPT_TP_H
 

@@ -5,6 +5,7 @@
 #include "parallel_modes.h"
 
 #include "gckpt/core/peft.h"
+#include "gckpt/core/tp.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -159,7 +160,8 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
 
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
 {
-    return gckpt_par_mode_of(s->layout.mode)->bf16_compute && s->precision == GCKPT_AMP_BF16 ? GCKPT_BF16 : s->precision;
+    return gckpt_par_mode_of(s->layout.mode)->bf16_compute && !s->layout.fsdp_fp32 && s->precision == GCKPT_AMP_BF16
+               ? GCKPT_BF16 : s->precision;
 }
 
 void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_target target, gckpt_recipe *r)
@@ -360,7 +362,9 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
             gckpt_round_up(4 * local, round));
     }
     scalar_row(st, "AdamW step", trainable_tensors(ps), ADAMW_STEP);
-    if (s->layout.dp_replicate >= 1) /* accelerate's mesh: one int32[world] (R-DIST-27), not one per unit */
+    if (s->layout.tp > 1) /* TP x FSDP: transformers' meshes over the TP x FSDP world (R-TP-8) */
+        scalar_row(st, "device meshes", 1, gckpt_tp_mesh_bytes(s->layout.tp * n));
+    else if (s->layout.dp_replicate >= 1) /* accelerate's mesh: one int32[world] (R-DIST-27), not one per unit */
         scalar_row(st, "device mesh", 1, HSDP_MESH_BYTES * n);
     else
         scalar_row(st, "device mesh and the units' tensors", n, FSDP_UNIT_BYTES * fsdp_units(m, s));

@@ -148,7 +148,10 @@ static bool fsdp_gathered(const gckpt_param *p) { return p->shard.part != 0; }
 
 /* The dtype gathered and reduced: FSDP2's MixedPrecisionPolicy param / reduce dtype, DeepSpeed's
  * model dtype; bf16 under the Trainer's bf16=True. */
-static uint8_t wire_dtype(const gckpt_ctx *c) { return c->set.precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16; }
+static uint8_t wire_dtype(const gckpt_ctx *c)
+{
+    return c->set.precision == GCKPT_FP32 || c->set.layout.fsdp_fp32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
+}
 
 /* A parameter's .grad (schedule id gid) freed. */
 static void free_grad(gckpt_schedule *o, int16_t t, uint32_t gid, uint64_t bytes)

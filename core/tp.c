@@ -11,6 +11,8 @@
 #define ADAMW_STEP 4 /* torch AdamW's fp32 step per parameter tensor */
 #define MESH_BYTES_PER_RANK 12 /* three int32[T] device-mesh tensors stay referenced (R-TP-4) */
 
+uint64_t gckpt_tp_mesh_bytes(uint32_t world) { return MESH_BYTES_PER_RANK * (uint64_t)world; }
+
 uint64_t gckpt_tp_chunk(uint64_t n, uint32_t t, uint32_t r)
 {
     uint64_t c = (n + t - 1) / t, start = (uint64_t)r * c;
@@ -100,7 +102,7 @@ void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint6
         out->step_grads += copies[j] * (p[j].embedding ? gckpt_round_up(4 * p[j].rows * p[j].cols, round) : local);
         tensors += copies[j];
     }
-    out->mesh = MESH_BYTES_PER_RANK * (uint64_t)tp;
+    out->mesh = gckpt_tp_mesh_bytes(tp);
     out->scalars = ADAMW_STEP * tensors + out->mesh;
     if (!m->learned_positions) /* inv_freq and original_inv_freq [rotary_dim / 2] (R-DIST-22) */
         out->buffers = 2 * gckpt_round_up(4 * (m->rotary_dim / 2), round);
@@ -138,6 +140,8 @@ size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
     /* a checkpointed layer's recompute reruns o_proj's all-reduce (the recompute stops before down_proj's) */
     uint64_t ck = gckpt_checkpointed_count(s->every_n, L);
     if (ck) add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_BWD, ck * G, (double)ck * G * tokens * h * ce);
+    /* TP x FSDP: the norms are FSDP2's DTensors, reduce-scattered with the rest, no hook (R-TP-8) */
+    if (s->layout.tp > 1) return n;
     /* the synchronising micro-step: the Trainer's hook on every plain (replicated) parameter's gradient:
      * the norms; qwen3's q_norm / k_norm also after every backward (replicated_with_grad_allreduce) */
     uint64_t norms = 2 * L + 1, qk = m->qk_norm ? 2 * L : 0;
@@ -165,6 +169,13 @@ void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckp
     out->intermediate = gckpt_tp_chunk(m->intermediate, tp, rank);
 }
 
+int64_t gckpt_tp_head_cast_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
+                                  const gckpt_result *peak)
+{
+    const int64_t cut = (int64_t)(m->vocab - gckpt_tp_chunk(m->vocab, tp, rank)) * (int64_t)m->hidden;
+    return s->precision != GCKPT_FP32 && peak->peak_layer == (int32_t)m->layers ? -2 * cut : 0;
+}
+
 int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
                              const int64_t local_kept[GCKPT_NCOMP], const gckpt_result *peak, int64_t delta[GCKPT_NCOMP])
 {
@@ -186,10 +197,57 @@ int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint3
     if (peak->breakdown[GCKPT_C_GRADS] >= 4 * (int64_t)(m->vocab * m->hidden)) d[GCKPT_C_GRADS] = -4 * cut;
     /* autocast's cast of the head's weight, the rank's rows (R-TP-7), lives from the head's forward to its
      * backward: a peak in the head or the loss */
-    if (s->precision != GCKPT_FP32 && peak->peak_layer == (int32_t)m->layers) d[GCKPT_C_WEIGHT_CASTS] = -2 * cut;
+    d[GCKPT_C_WEIGHT_CASTS] = gckpt_tp_head_cast_adjust(m, s, tp, rank, peak);
     for (int k = 0; k < GCKPT_NCOMP; k++) {
         sum += d[k];
         if (delta) delta[k] = d[k];
     }
     return sum;
 }
+
+/* A buffer of numel elements of dtype dt, rounded as params.c allocates it. */
+static void tp_buffer(gckpt_buffer *b, uint64_t numel, uint64_t round)
+{
+    b->numel = numel;
+    b->bytes = gckpt_round_up(gckpt_dtype_size((gckpt_dtype)b->dtype) * numel, round);
+}
+
+void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_t round)
+{
+    const uint64_t trainable0 = ps->trainable;
+    for (int i = 0; i < ps->n; i++) {
+        gckpt_param *p = &ps->p[i];
+        bool head = p->section == GCKPT_SEC_HEAD && p->role == GCKPT_ROLE_MATRIX;
+        if (p->role != GCKPT_ROLE_EMBEDDING && !head) continue;
+        /* embedding_rowwise / colwise_gather_output: Shard(0) of [V, h] (R-TP-2) */
+        const uint64_t old_w = p->weight.bytes, old_g = p->grad.bytes, old_n = p->numel;
+        uint64_t old_s = 0, new_s = 0;
+        p->rows = gckpt_tp_chunk(p->rows, tp, rank);
+        p->numel = p->rows * p->cols;
+        tp_buffer(&p->weight, p->numel, round);
+        /* the embedding's gradient is Replicate: whole [V, h] (R-TP-5), FSDP2's unsharded .grad too */
+        if (head && p->trainable && p->grad.numel) tp_buffer(&p->grad, p->numel, round);
+        for (int k = 0; k < p->nstates; k++) {
+            old_s += p->state[k].bytes;
+            tp_buffer(&p->state[k], p->numel, round);
+            new_s += p->state[k].bytes;
+        }
+        ps->weight_bytes = ps->weight_bytes - old_w + p->weight.bytes;
+        ps->grad_bytes = ps->grad_bytes - old_g + p->grad.bytes;
+        ps->state_bytes = ps->state_bytes - old_s + new_s;
+        ps->numel = ps->numel - old_n + p->numel;
+        if (p->trainable) ps->trainable = ps->trainable - old_n + p->numel;
+    }
+    /* the optimizer's passes are per trainable element (AdamW on fp32 parameters, R-TP-10's scope) */
+    if (trainable0) ps->opt_traffic *= (double)ps->trainable / (double)trainable0;
+}
+
+void gckpt_tp_fsdp_layout(uint32_t tp, uint32_t dp_shard, uint32_t rank, gckpt_layout *out)
+{
+    /* the dense mesh (pp, dp_replicate, fsdp, tp), tp innermost: a TP group is tp consecutive ranks,
+     * an fsdp group dp_shard ranks tp apart (R-TP-1, R-TP-8); one mesh over the world (no unit
+     * meshes: gckpt_layout.dp_replicate 1); fully_shard without a MixedPrecisionPolicy */
+    *out = (gckpt_layout){.gpus = dp_shard, .nodes = 1, .mode = GCKPT_PAR_FSDP, .dp_replicate = 1, .tp = tp,
+                          .tp_rank = rank % tp, .fsdp_fp32 = true, .rank = rank / tp};
+}
+

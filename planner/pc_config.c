@@ -70,12 +70,17 @@ bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_repli
         *dp_replicate = 0;
         return true;
     }
+    if (t > 1 && r == 1 && c * q == 1) { /* TP x FSDP: transformers' own fully_shard over dp_shard (R-TP-8) */
+        *tp = (uint32_t)t;
+        *dp_replicate = 1;
+        return true;
+    }
     for (int k = 0; k < 3; k++)
         if (or1(other[k]) != 1) {
             gckpt_seterr(err, "ParallelismConfig: %s parallelism of %llu is not yet planned; only dp_replicate x "
                               "dp_shard (HSDP under FSDP2)%s", later[k], (unsigned long long)other[k],
-                         k == 0 ? " (TP with data parallelism: TP x FSDP is measured, FINDINGS R-TP-8, not planned; TP "
-                                  "alone is planned: --tp with no other size)" : "");
+                         k == 0 ? " (TP with dp_replicate_size > 1, transformers' HSDP mesh, is not measured, FINDINGS "
+                                  "R-TP-10; TP alone and TP x dp_shard are planned)" : "");
             return false;
         }
     if (r * s != world) {

@@ -152,9 +152,11 @@ static bool loss_check(const gckpt_plan_request *req, const gckpt_plan *p, gckpt
 
 gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum)
 {
+    gckpt_layout l = p->req.layout;
+    if (p->req.tp_dp_shard) gckpt_tp_fsdp_layout(p->req.tp, p->req.tp_dp_shard, 0, &l); /* TP x FSDP: world rank 0 */
     return (gckpt_setting){.seq = p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
                            .precision = p->req.precision, .optimizer = p->req.optimizer,
-                           .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .loss = (uint8_t)p->req.loss, .peft = p->req.peft, .layout = p->req.layout};
+                           .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .loss = (uint8_t)p->req.loss, .peft = p->req.peft, .layout = l};
 }
 
 /* A micro-batch with its accumulation steps. */
@@ -208,18 +210,23 @@ static bool sweep_size(const gckpt_plan *p, int nsplit, size_t *total, gckpt_err
  * redistributions wait for their result before the next op (unverified on GPUs). */
 static void tp_adjust(const gckpt_plan *p, const gckpt_ctx *c, const gckpt_entry *e, gckpt_result *r)
 {
-    int64_t kept[GCKPT_NCOMP] = {0}, d[GCKPT_NCOMP];
+    int64_t kept[GCKPT_NCOMP] = {0}, d[GCKPT_NCOMP] = {0}, total;
     gckpt_persistent(c, kept);
     gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
     s.every_n = e->every_n;
     s.offload = e->offload;
-    int64_t total = gckpt_tp_peak_adjust(&p->tp_full, &s, p->req.tp, 0, kept, r, d);
+    if (p->req.tp_dp_shard) /* TP x FSDP: the walk holds the rank's parameters; the head's cast rows left */
+        total = d[GCKPT_C_WEIGHT_CASTS] = gckpt_tp_head_cast_adjust(&p->tp_full, &s, p->req.tp, 0, r);
+    else
+        total = gckpt_tp_peak_adjust(&p->tp_full, &s, p->req.tp, 0, kept, r, d);
     for (int k = 0; k < GCKPT_NCOMP; k++) r->breakdown[k] += d[k];
     r->peak_bytes = (uint64_t)((int64_t)r->peak_bytes + total);
     r->device_peak_bytes = (uint64_t)((int64_t)r->device_peak_bytes + total);
-    r->comm_s = gckpt_tp_comm_seconds(&p->tp_full, &s, p->req.tp, p->dev.intra_node_bus_bytes_per_s);
-    double scale = r->step_s / (r->step_s + r->comm_s);
-    r->step_s += r->comm_s;
+    /* TP x FSDP: FSDP2's collectives are the walk's (its overlap), the TP ones added to them */
+    double tp_s = gckpt_tp_comm_seconds(&p->tp_full, &s, p->req.tp, p->dev.intra_node_bus_bytes_per_s);
+    r->comm_s = p->req.tp_dp_shard ? r->comm_s + tp_s : tp_s;
+    double scale = r->step_s / (r->step_s + tp_s);
+    r->step_s += tp_s;
     r->tokens_per_s *= scale;
     r->mfu *= scale;
     r->hfu *= scale;
@@ -402,6 +409,12 @@ static bool tp_setup(gckpt_plan *p, gckpt_err *err)
                           "or amp-bf16 and HF's loss only (FINDINGS R-TP-10)", q->tp, what);
         return false;
     }
+    if (q->tp_dp_shard && p->model.qk_norm) { /* ReplicatedWithGradAllReduce under FSDP2: not measured */
+        gckpt_seterr(err, "--tp %u --dp-shard %u: TP x FSDP is measured on llama-like models without q / k norms "
+                          "(qwen3's replicated_with_grad_allreduce q_norm / k_norm under FSDP2 is not; FINDINGS "
+                          "R-TP-8, R-TP-10)", q->tp, q->tp_dp_shard);
+        return false;
+    }
     p->tp_full = p->model;
     gckpt_tp_local_model(&p->tp_full, q->tp, 0, &p->model);
     return true;
@@ -431,11 +444,11 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         !tp_setup(p, err))
         goto fail;
     gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft,
-                         .layout = req->layout, .attention = req->attention, .seq = req->seq,
+                         .layout = gckpt_plan_setting(p, 1, 1).layout, .attention = req->attention, .seq = req->seq,
                          .loss = (uint8_t)req->loss};
     if (!gckpt_layout_check(&lay, err) ||
-        !gckpt_plan_mode_ok(gckpt_par_mode_of(req->layout.mode), gckpt_parallel_names[req->layout.mode], err) ||
-        !gckpt_parallel_device_ok(&p->dev, &req->layout, err))
+        !gckpt_plan_mode_ok(gckpt_par_mode_of(lay.layout.mode), gckpt_parallel_names[lay.layout.mode], err) ||
+        !gckpt_parallel_device_ok(&p->dev, &lay.layout, err))
         goto fail;
     gckpt_setting_recipe(&p->model, &lay, p->target, p->recipe);
     if (!gckpt_params_build(p->recipe, p->model.layers, req->optimizer, p->dev.alloc_round_bytes, p->params, &overflow,

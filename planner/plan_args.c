@@ -187,10 +187,12 @@ static int apply_mesh(gckpt_plan_args *a)
     if (flags && a->pc_path)
         return bad(a, "--parallelism-config FILE excludes --dp-replicate, --dp-shard, --tp and --cp%s%s", "", "");
     if (a->pc_path && !gckpt_pc_config_read(a->pc_path, &pc, &a->err)) return GCKPT_EXIT_INPUT;
-    bool tp_alone = pc.tp > 1 && pc.dp_replicate <= 1 && pc.dp_shard <= 1 && pc.cp <= 1 && pc.sp <= 1;
+    /* TP alone or TP x dp_shard: transformers' own (from_pretrained shards the model, FSDP2 included) */
+    bool tp_alone = pc.tp > 1 && pc.dp_replicate <= 1 && pc.cp <= 1 && pc.sp <= 1;
     if (tp_alone && a->modes_given)
-        return bad(a, "%s: tensor parallelism alone is transformers' own (from_pretrained shards the model, the Trainer "
-                      "wraps nothing): no --parallel%s", a->pc_path ? "--parallelism-config" : "--tp", "");
+        return bad(a, "%s: tensor parallelism is transformers' own (from_pretrained shards the model, with "
+                      "dp_shard it applies FSDP2 itself; the Trainer wraps nothing): no --parallel%s",
+                   a->pc_path ? "--parallelism-config" : "--tp", "");
     if (!a->n_modes) {
         a->modes[0] = GCKPT_PAR_FSDP;
         a->n_modes = 1;
@@ -209,7 +211,11 @@ static int apply_mesh(gckpt_plan_args *a)
     }
     a->req.layout.dp_replicate = r;
     if (tp) { /* one TP rank planned as one GPU of its local model (gckpt_plan_run, core/tp.h) */
+        if (r && a->req.layout.nodes > 1)
+            return bad(a, "%s: TP x FSDP over several nodes (--nodes) is not yet planned (measured on one node, "
+                          "FINDINGS R-TP-8)%s", a->pc_path ? a->pc_path : "--tp with --dp-shard", "");
         a->req.tp = tp;
+        a->req.tp_dp_shard = r ? gckpt_layout_world(&a->req.layout) / tp : 0; /* TP x FSDP */
         a->req.layout = (gckpt_layout){0};
         a->modes[0] = GCKPT_PAR_NONE;
     }

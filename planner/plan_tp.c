@@ -1,15 +1,33 @@
-/* A plan of one tensor-parallel rank (--tp T alone, gckpt/core/tp.h): the header line, the snippet's
- * model line, Trainer argument and launch line, and the plan JSON's "tensor_parallel" sections.
- * Nothing here runs without --tp. */
+/* A plan of one tensor-parallel rank (--tp T alone, or with --dp-shard S: TP x FSDP, gckpt/core/tp.h):
+ * the header line, the snippet's model line, Trainer argument and launch line, and the plan JSON's
+ * "tensor_parallel" sections. Nothing here runs without --tp. */
 #include "gckpt/planner/plan.h"
 
 #include "gckpt/core/collective.h"
 #include "gckpt/core/dtype.h"
 #include "gckpt/core/tp.h"
 
+/* The processes: T, or T x S under TP x FSDP. */
+static uint32_t tp_world(const gckpt_plan *p) { return p->req.tp * (p->req.tp_dp_shard ? p->req.tp_dp_shard : 1); }
+
 void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
 {
     if (!p->req.tp) return;
+    if (p->req.tp_dp_shard) {
+        fprintf(f, "tensor parallelism %u x FSDP %u over %u GPUs (transformers: from_pretrained(distributed_config="
+                   "DistributedConfig(tp_size=%u, fsdp_size=%u)) shards by tp_plan, then fully_shard over the fsdp "
+                   "dimension): memory and time are rank 0's, TP rank 0, which computes %llu attention and %llu "
+                   "key/value heads and %llu of the MLP's %llu columns; its TP shards (the embedding and lm_head by "
+                   "vocabulary) are sharded again over %u ranks, gathered and reduce-scattered in fp32 (no "
+                   "MixedPrecisionPolicy); the embedding's unsharded gradient is whole; every rank of a TP group sees "
+                   "the same batch; the step time is that local model's FSDP2 step plus the TP all-reduces' and "
+                   "all-gathers' bus time, none hidden (unverified)\n",
+                p->req.tp, p->req.tp_dp_shard, tp_world(p), p->req.tp, p->req.tp_dp_shard,
+                (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
+                (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate,
+                p->req.tp_dp_shard);
+        return;
+    }
     fprintf(f, "tensor parallelism over %u GPUs (transformers' tp_plan: from_pretrained(distributed_config="
                "DistributedConfig(tp_size=%u))): memory and time are TP rank 0's, which computes %llu attention and "
                "%llu key/value heads and %llu of the MLP's %llu columns; the embedding and lm_head are sharded by "
@@ -22,6 +40,15 @@ void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
 
 void gckpt_plan_tp_model_line(const gckpt_plan *p, const char *model_arg, const char *attn, FILE *f)
 {
+    if (p->req.tp_dp_shard) { /* the deprecated tp_plan / tp_size spelling has no fsdp_size */
+        fprintf(f, "# TP x FSDP: every process (torchrun) loads its shard; transformers applies FSDP2 itself\n"
+                   "# (fsdp_mixed_precision=False, the default: fp32 all-gathers, the Trainer's bf16 is autocast)\n"
+                   "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.float32,\n"
+                   "                                             distributed_config=DistributedConfig(tp_size=%u, "
+                   "fsdp_size=%u))\n",
+                model_arg, attn, p->req.tp, p->req.tp_dp_shard);
+        return;
+    }
     fprintf(f, "# tensor parallelism: every process (torchrun) loads its shard; transformers 5.24 still takes the\n"
                "# older spelling from_pretrained(..., tp_plan=\"auto\", tp_size=%u) (deprecated)\n"
                "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.float32,\n"
@@ -34,12 +61,13 @@ void gckpt_plan_tp_args(const gckpt_plan *p, cJSON *args)
     if (!p->req.tp) return;
     /* the Trainer builds the same from the model when it is not given (FINDINGS R-TP-1) */
     cJSON *pc = cJSON_AddObjectToObject(args, "parallelism_config");
+    if (p->req.tp_dp_shard) cJSON_AddNumberToObject(pc, "dp_shard_size", p->req.tp_dp_shard);
     cJSON_AddNumberToObject(pc, "tp_size", p->req.tp);
 }
 
 void gckpt_plan_tp_launch(const gckpt_plan *p, FILE *f)
 {
-    if (p->req.tp) fprintf(f, "# launch: torchrun --nproc_per_node %u train.py\n", p->req.tp);
+    if (p->req.tp) fprintf(f, "# launch: torchrun --nproc_per_node %u train.py\n", tp_world(p));
 }
 
 void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs)
@@ -47,15 +75,24 @@ void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs)
     if (!p->req.tp) return;
     cJSON *o = cJSON_AddObjectToObject(inputs, "tensor_parallel");
     cJSON_AddNumberToObject(o, "tp_size", p->req.tp);
-    cJSON_AddNumberToObject(o, "world_size", p->req.tp);
-    cJSON_AddStringToObject(o, "planned", "TP rank 0 (transformers' tp_plan, FINDINGS R-TP): its local model's step");
+    cJSON_AddNumberToObject(o, "world_size", tp_world(p));
+    if (p->req.tp_dp_shard) {
+        cJSON_AddNumberToObject(o, "fsdp_size", p->req.tp_dp_shard);
+        cJSON_AddStringToObject(o, "planned", "rank 0, TP rank 0 (transformers' tp_plan and fully_shard over fsdp, "
+                                              "FINDINGS R-TP-8): its local model's FSDP2 step over the fsdp group");
+    } else
+        cJSON_AddStringToObject(o, "planned", "TP rank 0 (transformers' tp_plan, FINDINGS R-TP): its local model's step");
     cJSON *lm = cJSON_AddObjectToObject(o, "rank_model");
     cJSON_AddNumberToObject(lm, "num_attention_heads", (double)p->model.heads);
     cJSON_AddNumberToObject(lm, "num_key_value_heads", (double)p->model.kv_heads);
     cJSON_AddNumberToObject(lm, "intermediate_size", (double)p->model.intermediate);
-    cJSON_AddStringToObject(o, "time", "the rank's local model's one-GPU step (its lm_head over the whole vocabulary) "
-                                       "plus the TP collectives at intra_node_bus_bytes_per_s, none hidden "
-                                       "(time.collective_exposed_s; unverified)");
+    cJSON_AddStringToObject(o, "time", p->req.tp_dp_shard
+                                           ? "the rank's local model's FSDP2 step (its lm_head over the whole "
+                                             "vocabulary) plus the TP collectives at intra_node_bus_bytes_per_s, none "
+                                             "hidden (time.collective_exposed_s: both; unverified)"
+                                           : "the rank's local model's one-GPU step (its lm_head over the whole vocabulary) "
+                                             "plus the TP collectives at intra_node_bus_bytes_per_s, none hidden "
+                                             "(time.collective_exposed_s; unverified)");
 }
 
 void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry)

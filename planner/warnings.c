@@ -7,6 +7,7 @@
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/quant_layout.h"
 #include "gckpt/core/recipe.h"
+#include "gckpt/core/tp.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/util/util.h"
 
@@ -55,6 +56,7 @@ static bool cce_applies(const gckpt_model *m, const gckpt_setting *s)
 static bool parallel_peak_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     (void)m;
+    if (s->layout.tp) return false; /* TP x FSDP: tp_fsdp_unverified says its own */
     return s->layout.mode == GCKPT_PAR_FSDP || s->layout.mode == GCKPT_PAR_ZERO2 || s->layout.mode == GCKPT_PAR_ZERO3;
 }
 
@@ -68,6 +70,13 @@ static bool qlora_int8_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     (void)m;
     return s->peft.method == GCKPT_METHOD_QLORA && s->peft.quant == GCKPT_QUANT_INT8;
+}
+
+/* TP x FSDP (gckpt_tp_fsdp_layout): measured at one size on CPU fixtures only */
+static bool tp_fsdp_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    (void)m;
+    return s->layout.tp > 1;
 }
 
 static bool collectives_applies(const gckpt_model *m, const gckpt_setting *s)
@@ -160,6 +169,11 @@ static const struct {
      "the buffers its Python code makes, keeps and hands on are verified by a CPU run of that code with its "
      "kernels stood in for (tests/data/fused-loss); its Triton kernels and its torch.compile'd vocabulary sort "
      "are unverified; its valid rows b x (s - 1) are planned as b x s.", true},
+    {"tp_fsdp_unverified", tp_fsdp_applies,
+     "TP x FSDP is planned as the TP rank's local model under FSDP2 over its fsdp group, within "
+     GCKPT_TP_FSDP_PEAK_BOUND_PCT " % of every measured rank of CPU fixtures of a tiny llama at tp 2 x dp_shard 2 "
+     "(fp32 and amp-bf16, every_n off and 1, grad-accum 2); other sizes, activation offload, the embedding "
+     "gradient's copy at its reduce-scatter, the overlap of the TP and FSDP collectives and CUDA are unverified."},
     {"collective_time_unverified", collectives_applies,
      "collective times use the GPU profile's vendor link bandwidths and each library's overlap as read in its "
      "source, unverified; NCCL's own buffers are not in the device peak."},

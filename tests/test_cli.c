@@ -61,6 +61,7 @@ static void bad_inputs(void **state)
     cli_write("gpu-missing.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\"}");
     /* accelerate's ParallelismConfig as a file (--parallelism-config) */
     cli_write("pc-tp.json", "{\"dp_shard_size\": 2, \"tp_size\": 2}");
+    cli_write("pc-hsdp-tp.json", "{\"dp_replicate_size\": 2, \"dp_shard_size\": 2, \"tp_size\": 2}");
     cli_write("pc-odd.json", "{\"dp_replicate_size\": 3, \"dp_shard_size\": 2}");
     cli_write("pc-key.json", "{\"dp_replicate_size\": 2, \"dp_shard\": 2}");
     cli_write("pc-zero.json", "{\"dp_replicate_size\": 0, \"dp_shard_size\": 4}");
@@ -275,7 +276,12 @@ static void bad_inputs(void **state)
         {"mesh not the world", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "4", "-o", "out.json"), "not the 4 processes"},
         {"mesh replicate alone", A("--gpus", "4", "--dp-replicate", "2", "-o", "out.json"), "dp_shard_size 1 = 2"},
         {"mesh no shard", A("--gpus", "4", "--dp-replicate", "4", "--dp-shard", "1", "-o", "out.json"), "no dimension to shard"},
-        {"mesh tp", A("--gpus", "4", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "tensor (tp_size) parallelism of 2 is not yet planned"},
+        {"mesh tp x hsdp", A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "TP with dp_replicate_size > 1"},
+        /* TP x FSDP (FINDINGS R-TP-8): accelerate's world check, transformers' own FSDP2, what is not measured */
+        {"tp x fsdp not the world", A("--gpus", "8", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "tp_size 2 x cp_size 1 x sp_size 1 = 4, not the 8 processes"},
+        {"tp x fsdp under fsdp", A("--gpus", "4", "--dp-shard", "2", "--tp", "2", "--parallel", "fsdp", "-o", "out.json"), "no --parallel"},
+        {"tp x fsdp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "over several nodes"},
+        {"tp x fsdp q/k norms", A("--model", "qwen3-8b", "--gpus", "4", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "without q / k norms"},
         {"mesh cp", A("--gpus", "4", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "context (cp_size) parallelism of 2 is not yet planned"},
         /* with tp or cp: accelerate's own checks before the refusal (FINDINGS R-TP-1) */
         {"mesh tp not the world", A("--gpus", "4", "--tp", "2", "-o", "out.json"), "tp_size 2 x cp_size 1 x sp_size 1 = 2, not the 4 processes"},
@@ -290,7 +296,8 @@ static void bad_inputs(void **state)
         {"mesh on one GPU", A("--dp-replicate", "1", "--dp-shard", "1", "-o", "out.json"), "more than one GPU"},
         {"mesh junk", A("--gpus", "4", "--dp-replicate", "two", "--dp-shard", "2", "-o", "out.json"), "--dp-replicate: 'two'"},
         {"mesh file and flags", A("--gpus", "4", "--parallelism-config", "./pc-ok.json", "--dp-shard", "4", "-o", "out.json"), "excludes"},
-        {"mesh file tp", A("--gpus", "4", "--parallelism-config", "./pc-tp.json", "-o", "out.json"), "pc-tp.json: ParallelismConfig: tensor"},
+        {"mesh file tp x hsdp", A("--gpus", "8", "--parallelism-config", "./pc-hsdp-tp.json", "-o", "out.json"), "pc-hsdp-tp.json: ParallelismConfig: tensor"},
+        {"mesh file tp x fsdp not the world", A("--gpus", "8", "--parallelism-config", "./pc-tp.json", "-o", "out.json"), "pc-tp.json: ParallelismConfig: dp_replicate_size 1 x dp_shard_size 2 x tp_size 2"},
         {"mesh file odd", A("--gpus", "4", "--parallelism-config", "./pc-odd.json", "-o", "out.json"), "pc-odd.json: ParallelismConfig: dp_replicate_size 3"},
         {"mesh file key", A("--gpus", "4", "--parallelism-config", "./pc-key.json", "-o", "out.json"), "field 'dp_shard' is not"},
         {"mesh file zero", A("--gpus", "4", "--parallelism-config", "./pc-zero.json", "-o", "out.json"), "dp_replicate_size"},
@@ -402,6 +409,30 @@ static void good_runs(void **state)
     assert_non_null(strstr(t, "\"tensor_parallel\""));
     assert_non_null(strstr(t, "\"tensor_parallel_collectives\""));
     free(t);
+    /* TP x FSDP: transformers' DistributedConfig(tp_size, fsdp_size) applies FSDP2 itself; the Trainer gets
+     * ParallelismConfig(dp_shard_size, tp_size); the flags and the file plan the same (FINDINGS R-TP-8) */
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--seq", "128", "--gpus", "4", "--tp", "2", "--dp-shard", "2",
+                           "--every-n", "1", "--offload", "off", "-o", "tpf.json"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "distributed_config=DistributedConfig(tp_size=2, fsdp_size=2))"));
+    assert_non_null(strstr(cli_out, "parallelism_config=ParallelismConfig(dp_shard_size=2, tp_size=2),"));
+    assert_non_null(strstr(cli_out, "torchrun --nproc_per_node 4"));
+    assert_non_null(strstr(cli_out, "tensor parallelism 2 x FSDP 2 over 4 GPUs"));
+    assert_non_null(strstr(cli_out, "[tp_fsdp_unverified]"));
+    assert_null(strstr(cli_out, "fsdp_config"));
+    char *tf = cli_slurp("tpf.json");
+    assert_non_null(tf);
+    assert_non_null(strstr(tf, "\"fsdp_size\":\t2"));
+    assert_non_null(strstr(tf, "\"world_size\":\t4"));
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--seq", "128", "--gpus", "4", "--parallelism-config",
+                           "./pc-tp.json", "--every-n", "1", "--offload", "off", "-o", "tpf2.json"), err, sizeof err), 0);
+    char *tf2 = cli_slurp("tpf2.json");
+    assert_non_null(tf2);
+    const char *p1 = strstr(tf, "\"peak_bytes\""), *p2 = strstr(tf2, "\"peak_bytes\"");
+    assert_non_null(p1);
+    assert_non_null(p2);
+    assert_int_equal(strncmp(p1, p2, 40), 0);
+    free(tf);
+    free(tf2);
 }
 
 /* LoRA / QLoRA plans: the method's inputs recorded, trainable_params per entry, QLoRA's

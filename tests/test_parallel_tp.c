@@ -14,7 +14,10 @@
  *     rank's local model (the head less the lm_head rows' cast the rank does not hold);
  *   - gckpt-plan's sweep with --tp (gckpt_plan_run): the fixtures' peaks within 0.5 %, the plan
  *     JSON's per-entry TP collectives equal to the measured ones, gckpt-run's reader refusing it.
- * The TP x FSDP fixtures (R-TP-8) are not planned: skipped. */
+ *   - TP x FSDP (R-TP-8, the t2s2 fixtures): every fake-group rank's kept bytes at step 2's start and
+ *     at its optimizer step's start exact, its peak within 0.5 %, and every rank's collectives (the
+ *     gloo twin's too) per kind, dtype and phase: the rank's local model under FSDP2 over its fsdp
+ *     group (gckpt_tp_fsdp_layout). */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -319,7 +322,8 @@ static void plan_fixture(const char *file)
                             .grad_accum = f.s.grad_accum, .precision = f.s.precision, .optimizer = GCKPT_ADAMW,
                             .attention = GCKPT_SDPA, .every_n = &every, .n_every = 1,
                             .offload = f.s.offload ? GCKPT_OFFLOAD_ON : GCKPT_OFFLOAD_OFF, .margin = 0.05,
-                            .target_given = true, .target = GCKPT_TARGET_CPU, .tp = f.tp};
+                            .target_given = true, .target = GCKPT_TARGET_CPU, .tp = f.tp,
+                            .tp_dp_shard = f.fsdp > 1 ? f.fsdp : 0};
     snprintf(q.model_ref, sizeof q.model_ref, "%s", cfg);
     snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", dev);
     static gckpt_plan p;
@@ -340,25 +344,36 @@ static void plan_fixture(const char *file)
                   100 * e);
     if (fabs(e) > 0.005) fail_msg("%s: plan's peak %llu, measured %.0f", file, (unsigned long long)r->peak_bytes, f.peak);
     assert_int_equal(p.model.heads, f.m.heads / f.tp); /* the rank's local model */
-    /* the exposed collective time: the measured step-2 collectives' ring bus bytes at the bandwidth */
-    double want = 0;
+    /* the exposed collective time: the measured step-2 collectives' ring bus bytes at the bandwidth (TP x
+     * FSDP: the TP ones, every key but FSDP2's fp32 all-gathers and reduce-scatters, on top of the walk's) */
+    double want = 0, fsdp_max = 0;
     const cJSON *mk;
     cJSON_ArrayForEach(mk, f.coll) {
-        double factor = (strncmp(mk->string, "all_reduce/", 11) ? 1.0 : 2.0) * (f.tp - 1) / f.tp;
-        want += cJSON_GetNumberValue(item(mk, "bytes")) * factor / bw;
+        double b = cJSON_GetNumberValue(item(mk, "bytes"));
+        if (f.fsdp > 1 && (!strncmp(mk->string, "all_gather/float32", 18) || !strncmp(mk->string, "reduce_scatter", 14))) {
+            fsdp_max += b * (f.fsdp - 1) / f.fsdp / bw; /* (fp32 runs: the logits' all-gather with them) */
+            continue;
+        }
+        want += b * (strncmp(mk->string, "all_reduce/", 11) ? 1.0 : 2.0) * (f.tp - 1) / f.tp / bw;
     }
-    if (fabs(r->comm_s - want) > 1e-9 * want) fail_msg("%s: comm %.9g s planned, %.9g s from the measured bytes", file,
-                                                      r->comm_s, want);
+    print_message("  comm %.9g s planned: TP %.9g s from the measured bytes, FSDP2 at most %.9g s\n", r->comm_s, want,
+                  fsdp_max);
+    if (f.fsdp > 1) { /* TP x FSDP: the TP seconds on top of the walk's exposed FSDP2 time */
+        if (r->comm_s < want * (1 - 1e-9) || r->comm_s > (want + fsdp_max) * (1 + 1e-9))
+            fail_msg("%s: comm %.9g s planned, not TP's %.9g s + at most FSDP2's %.9g s", file, r->comm_s, want, fsdp_max);
+    } else if (fabs(r->comm_s - want) > 1e-9 * want)
+        fail_msg("%s: comm %.9g s planned, %.9g s from the measured bytes", file, r->comm_s, want);
     /* the plan JSON: the entry's TP collectives are the fixture's step-2 collectives (R-TP-6); gckpt-run's
      * reader refuses the plan (it does not execute tensor parallelism) */
     cJSON *j = gckpt_plan_to_json(&p, false);
     const cJSON *coll = item(cJSON_GetArrayItem(item(j, "entries"), 0), "tensor_parallel_collectives"), *k;
-    assert_int_equal(cJSON_GetArraySize(coll), cJSON_GetArraySize(f.coll));
+    /* TP x FSDP: the measured keys also hold FSDP2's (the fixtures' bf16 runs keep them apart) */
+    if (f.fsdp < 2) assert_int_equal(cJSON_GetArraySize(coll), cJSON_GetArraySize(f.coll));
     cJSON_ArrayForEach(k, coll) {
-        char key[96];
-        snprintf(key, sizeof key, "%s/%s/%s", cJSON_GetStringValue(item(k, "kind")),
+        char key[112];
+        snprintf(key, sizeof key, "%s/%s/%s%s", cJSON_GetStringValue(item(k, "kind")),
                  strcmp(cJSON_GetStringValue(item(k, "dtype")), "fp32") ? "bfloat16" : "float32",
-                 cJSON_GetStringValue(item(k, "phase")));
+                 cJSON_GetStringValue(item(k, "phase")), f.fsdp > 1 ? "/group2" : "");
         const cJSON *m = item(f.coll, key);
         if (!m) fail_msg("%s: the plan's %s was not measured", file, key);
         assert_true(cJSON_GetNumberValue(item(m, "bytes")) == cJSON_GetNumberValue(item(k, "bytes")));
@@ -382,6 +397,138 @@ static void test_plan_run(void **state)
     plan_fixture("tp-llama-amp-bf16-n2-offload-w4-t4-kv4-r0.json");
     plan_fixture("tp-llama-amp-bf16-n1-plain-w2-t2-ga1-r0.json");
     plan_fixture("tp-qwen3-amp-bf16-noff-plain-w2-t2-r0.json");
+    /* TP x FSDP (gckpt_tp_fsdp_layout through the request's tp_dp_shard) */
+    plan_fixture("tp-llama-amp-bf16-n1-plain-w4-t2s2-r0.json");
+    plan_fixture("tp-llama-amp-bf16-noff-plain-w4-t2s2-r0.json");
+}
+
+
+/* ---- TP x FSDP (R-TP-8): the TP rank's local model under FSDP2 over its fsdp group ---- */
+
+/* World rank of fixture f (f->rank is its TP index). */
+static uint32_t world_rank(const tp_fixture *f)
+{
+    return (uint32_t)cJSON_GetNumberValue(item(item(f->root, "parallel"), "rank"));
+}
+
+/* Fixture f's rank planned as TP x FSDP: its local model walked under gckpt_tp_fsdp_layout (CPU target,
+ * exact allocator); the context stays for its rows. */
+static gckpt_ctx g_fc;
+static gckpt_model g_lm;
+static void tp_fsdp_walk(const tp_fixture *f, gckpt_setting *s, gckpt_result *res)
+{
+    gckpt_err err;
+    gckpt_tp_local_model(&f->m, f->tp, f->rank, &g_lm);
+    *s = f->s;
+    gckpt_tp_fsdp_layout(f->tp, f->fsdp, world_rank(f), &s->layout);
+    if (!gckpt_layout_check(s, &err)) fail_msg("%s: %s", f->name, err.msg);
+    gckpt_setting_recipe(&g_lm, s, GCKPT_TARGET_CPU, &g_r);
+    if (!gckpt_ctx_init(&g_fc, &g_lm, &g_dev, &g_r, s, &err)) fail_msg("%s: %s", f->name, err.msg);
+    gckpt_schedule o;
+    if (!gckpt_schedule_build(&g_fc, &o)) fail_msg("out of memory");
+    gckpt_walk(&g_fc, &o, res);
+    gckpt_schedule_free(&o);
+}
+
+/* Kept bytes at step 2's start and at its optimizer step's start (+ every unit's fp32 sharded
+ * gradient) exact; the live peak within 0.5 %. */
+static void check_fsdp_rank(const tp_fixture *f, int *count)
+{
+    if (f->fsdp < 2 || !f->fake) return;
+    gckpt_setting s;
+    gckpt_result res;
+    tp_fsdp_walk(f, &s, &res);
+    int64_t comp[GCKPT_NCOMP] = {0}, kept = 0;
+    gckpt_persistent(&g_fc, comp);
+    for (int k = 0; k < GCKPT_NCOMP; k++) kept += comp[k];
+    static gckpt_rank_state st;
+    gckpt_rank_rows(&g_fc.params, &g_lm, &s, s.layout.rank, g_dev.alloc_round_bytes, &st);
+    uint64_t grads = gckpt_rank_rows_bytes(&st, GCKPT_ROW_STEP_GRADS);
+    double peak = (double)res.peak_bytes + (double)gckpt_tp_head_cast_adjust(&f->m, &s, f->tp, f->rank, &res);
+    double e = (peak - f->peak) / f->peak;
+    print_message("TP x FSDP %-44.44s kept %7lld/%7llu step %7llu/%7llu peak %8.0f/%8.0f %+7.3f%%  %s\n", f->name,
+                  (long long)kept, (unsigned long long)f->start, (unsigned long long)((uint64_t)kept + grads),
+                  (unsigned long long)f->opt_before, peak, f->peak, 100 * e, f->where);
+    if ((uint64_t)kept != f->start)
+        fail_msg("%s: kept %lld planned, %llu measured", f->name, (long long)kept, (unsigned long long)f->start);
+    if ((uint64_t)kept + grads != f->opt_before)
+        fail_msg("%s: at the optimizer step %llu planned, %llu measured", f->name,
+                 (unsigned long long)((uint64_t)kept + grads), (unsigned long long)f->opt_before);
+    if (fabs(e) > atof(GCKPT_TP_FSDP_PEAK_BOUND_PCT) / 100)
+        fail_msg("%s: planned peak %.0f, measured %.0f (%+.3f %%)", f->name, peak, f->peak, 100 * e);
+    (*count)++;
+}
+
+static void test_fsdp_ranks(void **state)
+{
+    (void)state;
+    int n = 0;
+    each_fixture(check_fsdp_rank, &n);
+    assert_int_equal(n, 8); /* fp32 / amp-bf16 x every_n off / 1, ranks 0 and 3 */
+}
+
+/* Adds bytes (and calls, when known) to the measured-key total of kind / dtype / phase. */
+typedef struct {
+    char key[96];
+    double calls, bytes;
+    bool calls_known;
+} coll_sum;
+static void coll_add(coll_sum *o, int *n, const char *kind, const char *dt, const char *phase, double calls,
+                     double bytes, bool known)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s/%s/%s", kind, dt, phase);
+    for (int j = 0; j < *n; j++)
+        if (!strcmp(o[j].key, key)) {
+            o[j].calls += calls;
+            o[j].bytes += bytes;
+            o[j].calls_known = o[j].calls_known && known;
+            return;
+        }
+    o[*n] = (coll_sum){"", calls, bytes, known};
+    snprintf(o[*n].key, sizeof o[*n].key, "%s", key);
+    (*n)++;
+}
+
+/* Every kind / dtype / phase of step 2's collectives (all in groups of 2 at T = S = 2): the TP ones
+ * (gckpt_tp_collectives under the layout: no norm all-reduce), bytes and calls, plus FSDP2's
+ * all-gathers (forward, backward) and reduce-scatters from the schedule, bytes; the gloo twins too. */
+static void check_fsdp_collectives(const tp_fixture *f, int *count)
+{
+    if (f->fsdp < 2) return;
+    gckpt_setting s;
+    gckpt_result res;
+    tp_fsdp_walk(f, &s, &res);
+    gckpt_tp_coll c[GCKPT_TP_MAX_COLL];
+    size_t m = gckpt_tp_collectives(&f->m, &s, f->tp, c);
+    coll_sum sum[16];
+    int n = 0;
+    for (size_t j = 0; j < m; j++)
+        coll_add(sum, &n, gckpt_coll_names[c[j].kind], c[j].dtype == GCKPT_DT_F32 ? "float32" : "bfloat16",
+                 phase_name(c[j].phase), (double)c[j].calls, c[j].bytes, true);
+    coll_add(sum, &n, "all_gather", "float32", "forward", 0, res.coll_gather_fwd, false);
+    coll_add(sum, &n, "all_gather", "float32", "backward", 0, res.coll_gather_bwd, false);
+    coll_add(sum, &n, "reduce_scatter", "float32", "backward", 0, res.coll_reduce, false);
+    if (cJSON_GetArraySize(f->coll) != n) fail_msg("%s: %d kinds measured, %d planned", f->name, cJSON_GetArraySize(f->coll), n);
+    for (int j = 0; j < n; j++) {
+        char key[128];
+        snprintf(key, sizeof key, "%.95s/group2", sum[j].key);
+        const cJSON *k = item(f->coll, key);
+        if (!k) fail_msg("%s: no measured %s", f->name, key);
+        double calls = cJSON_GetNumberValue(item(k, "calls")), bytes = cJSON_GetNumberValue(item(k, "bytes"));
+        if (bytes != sum[j].bytes || (sum[j].calls_known && calls != sum[j].calls))
+            fail_msg("%s: %s planned %.0f calls %.0f B, measured %.0f calls %.0f B", f->name, key, sum[j].calls,
+                     sum[j].bytes, calls, bytes);
+    }
+    (*count)++;
+}
+
+static void test_fsdp_collectives(void **state)
+{
+    (void)state;
+    int n = 0;
+    each_fixture(check_fsdp_collectives, &n);
+    assert_int_equal(n, 12); /* the 8 fake-group ranks and the gloo twin's 4 */
 }
 
 static int setup(void **state)
@@ -401,6 +548,8 @@ int main(void)
         cmocka_unit_test(test_peaks),
         cmocka_unit_test(test_plan_run),
         cmocka_unit_test(test_saved),
+        cmocka_unit_test(test_fsdp_ranks),
+        cmocka_unit_test(test_fsdp_collectives),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

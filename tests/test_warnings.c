@@ -85,7 +85,7 @@ static bool check_plan(const gckpt_plan_request *q, const char *what, tally *t)
     assert_int_equal(cJSON_GetArraySize(ws), p.n_warnings);
     /* gckpt-run's reader keeps them whole too (it refuses CPU offload on several GPUs) */
     gckpt_plan_file pf = {0};
-    bool read = !q->layout.offload;
+    bool read = !q->layout.offload && !q->tp; /* (nor tensor parallelism) */
     if (read && !gckpt_plan_parse("plan.json", text, &pf, &e)) fail_msg("%s: %s", what, e.msg);
     size_t w = 0;
     const cJSON *it;
@@ -184,6 +184,12 @@ static void every_model_method_mode(void **state)
     gckpt_peft_default(GCKPT_METHOD_FULL, &q.peft);
     q.layout.gpus = q.layout.nodes = 1;
     if (!check_plan(&q, "deepseek-v3", &t)) fail_msg("deepseek-v3: not planned on one GPU");
+    /* TP x FSDP (--tp 2 --dp-shard 4 on 8 GPUs: the layout stays one GPU's, gckpt_tp_fsdp_layout plans it) */
+    snprintf(q.model_ref, sizeof q.model_ref, "llama-3.1-8b");
+    q.precision = GCKPT_AMP_BF16;
+    q.tp = 2;
+    q.tp_dp_shard = 4;
+    if (!check_plan(&q, "llama-3.1-8b --tp 2 --dp-shard 4", &t)) fail_msg("TP x FSDP: not planned");
     print_message("%zu plans (%zu refused: LoRA / QLoRA with FSDP2's CPU offload, on the family or with its linears; "
                   "SHOW_REFUSED=1 lists them)\n", t.plans, t.refused);
     for (size_t i = 0; i < gckpt_warning_count(); i++) {

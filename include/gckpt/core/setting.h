@@ -110,6 +110,14 @@ typedef struct {
      * ParallelismConfig with dp_shard_size = the world (one mesh, FSDP2 over every rank). Only a
      * mode whose descriptor has replicate_dim takes it (gckpt_layout_check). */
     uint32_t dp_replicate;
+    /* TP x FSDP (transformers' DistributedConfig(tp_size, fsdp_size), FINDINGS R-TP-8): the
+     * parameters are TP rank tp_rank's of tp (gckpt_tp_params_local: the embedding's and lm_head's
+     * chunk(V) rows; the model given is the rank's local model, gckpt_tp_local_model), sharded by
+     * FSDP2 over the fsdp ranks (gpus x nodes); fsdp_fp32: no MixedPrecisionPolicy
+     * (fsdp_mixed_precision False): fp32 all-gathers and reduce-scatters, the Trainer's autocast
+     * computes. 0 / false: none of this. */
+    uint32_t tp, tp_rank;
+    bool fsdp_fp32;
     uint32_t rank; /* the rank planned: 0 (a plan; under zero2 it also walks the last rank and
                     * shows the busier), others to compare their fixtures */
 } gckpt_layout;

@@ -4,9 +4,9 @@
  * wraps nothing (FINDINGS R-TP-1). The rules of tools/hf_probe/tp_rules.py, measured in
  * tests/data/hf-tp (test_parallel_tp checks them there): what a rank keeps, the gradients entering
  * the step, the collectives of a step, and what transformers and accelerate refuse. Standalone TP
- * (dp_shard 1) of the dense llama-like models measured (llama, qwen3); TP x FSDP is measured
- * (R-TP-8) but not planned here. gckpt-plan does not plan TP yet: it checks the mesh with
- * gckpt_tp_check and refuses. (core: read by the planner) */
+ * (dp_shard 1) of the dense llama-like models measured (llama, qwen3); TP x FSDP (R-TP-8) as
+ * the TP rank's local model under FSDP2 (gckpt_tp_fsdp_layout, the FSDP2 rules of
+ * core/parallel.c and core/sim_parallel.c). (core: read by the planner) */
 #ifndef GCKPT_TP_H
 #define GCKPT_TP_H
 
@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "gckpt/core/model.h"
+#include "gckpt/core/params.h"
 #include "gckpt/core/eval.h"
 #include "gckpt/core/schedule.h"
 #include "gckpt/core/setting.h"
@@ -23,6 +24,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The device meshes' bytes kept on every rank of a TP (or TP x FSDP) world of `world` ranks: three
+ * int32[world] tensors still referenced (R-TP-4, R-TP-8: 12 T and 12 T S bytes measured). */
+uint64_t gckpt_tp_mesh_bytes(uint32_t world);
 
 /* DTensor's Shard of n elements over t ranks (torch.chunk): rank r holds ceil(n / t), the last
  * ranks fewer or none (R-TP-2). */
@@ -48,7 +53,9 @@ typedef struct {
 void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint64_t round, gckpt_tp_bytes *out);
 
 /* One step's collectives on a TP rank, all in its TP group (R-TP-6): calls and bytes (all-reduce:
- * the buffer; all-gather: the output) per kind, dtype and phase. */
+ * the buffer; all-gather: the output) per kind, dtype and phase. Under TP x FSDP (s->layout.tp set)
+ * the same less the Trainer's norm-gradient all-reduces (R-TP-8: the norms are FSDP2's); FSDP2's own
+ * all-gathers and reduce-scatters are the schedule's. */
 enum { GCKPT_TP_FWD, GCKPT_TP_BWD };
 typedef struct {
     uint8_t kind;  /* gckpt_coll: ALL_REDUCE, ALL_GATHER */
@@ -82,6 +89,32 @@ void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckp
 int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
                              const int64_t local_kept[GCKPT_NCOMP], const gckpt_result *peak,
                              int64_t delta[GCKPT_NCOMP]);
+
+/* The bytes of autocast's bf16 cast of the lm_head rows rank `rank` does not hold, as a (negative)
+ * correction to a walk of its local model whose peak falls in the head or the loss (the cast lives
+ * from the head's forward to its backward; R-TP-7), else 0. */
+int64_t gckpt_tp_head_cast_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
+                                  const gckpt_result *peak);
+
+/* TP x FSDP: parameter table ps (of a TP rank's local model, gckpt_tp_local_model) made TP rank
+ * `rank`'s: the embedding's and lm_head's weights, gradients and optimizer states cut to their
+ * chunk(V) rows (R-TP-2), the totals with them. */
+void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_t round);
+
+/* The measured bound on TP x FSDP's planned per-rank peak, percent: every fake-group rank of the t2s2
+ * fixtures is within it (test_parallel_tp holds the figure to them; measured 0.42 %; the
+ * tp_fsdp_unverified warning states it). */
+#define GCKPT_TP_FSDP_PEAK_BOUND_PCT "0.5"
+
+/* TP x FSDP (transformers' DistributedConfig(tp_size=tp, fsdp_size=dp_shard), FINDINGS R-TP-8):
+ * the layout that plans world rank `rank` as FSDP2 over its fsdp group of the TP rank's local model
+ * (gckpt_tp_local_model of rank % tp): every layer, the embedding and [final norm, lm_head] one
+ * unit each (the last kept gathered from its forward to its backward), the TP-sharded parameters
+ * dim-0-sharded again over dp_shard, fp32 all-gathers and reduce-scatters in the fsdp group (no
+ * MixedPrecisionPolicy: fsdp_mixed_precision False, the Trainer's autocast computes), the
+ * reduce-scatters on the synchronising micro-step only (the Trainer's
+ * _defer_fsdp_gradient_reduction). */
+void gckpt_tp_fsdp_layout(uint32_t tp, uint32_t dp_shard, uint32_t rank, gckpt_layout *out);
 
 #ifdef __cplusplus
 }

@@ -48,6 +48,11 @@ typedef struct {
      * (from_pretrained(distributed_config=DistributedConfig(tp_size=T)), gckpt/core/tp.h). One TP
      * rank is planned: layout is then one GPU and model the rank's local model. 0: none. */
     uint32_t tp;
+    /* --tp T --dp-shard S (or tp_size and dp_shard_size in --parallelism-config): TP x FSDP,
+     * transformers' DistributedConfig(tp_size=T, fsdp_size=S), T x S = the GPUs (FINDINGS R-TP-8).
+     * TP rank 0 of fsdp rank 0 is planned: its local model under FSDP2 over S ranks
+     * (gckpt_tp_fsdp_layout, the runs' setting; layout stays one GPU). 0: none. */
+    uint32_t tp_dp_shard;
     char deepspeed[512];   /* --deepspeed FILE as given ("": none; the snippet prints the Trainer's "auto" config) */
     bool target_given;     /* --target given: plan `target`, else the device profile's kind */
     gckpt_target target;

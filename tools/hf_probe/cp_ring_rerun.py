@@ -156,8 +156,12 @@ def batch(b, s):
 
 
 def layer_saved(model):
-    """bytes autograd saves per region (decoder layer i / head-and-embedding 'rest'), storage-deduplicated."""
-    seen, per, cur = set(), {}, ["rest"]
+    """bytes autograd saves per region (decoder layer i / head-and-embedding 'rest'), storage-deduplicated,
+    parameters left out."""
+    # parameters (the weights a linear saves for its backward) are not activations: left out, as
+    # probe.py's tracker leaves them out
+    seen = {(p.untyped_storage().data_ptr(), p.untyped_storage().nbytes()) for p in model.parameters()}
+    per, cur = {}, ["rest"]
 
     from torch.distributed.tensor import DTensor
 

@@ -36,6 +36,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 OUT = os.path.join(ROOT, "tests", "data", "hf-cp")
 SCHEMA = "gckpt.hf-cp/1"
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from gckpt.tracker import _mode_class  # noqa: E402
+
+RING_CALLS = []  # one entry per ring attention call (forward and backward) of the case running
 aten = torch.ops.aten
 
 LLAMA = dict(vocab_size=211, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
@@ -82,7 +86,24 @@ def install_cpu_ring():
             mesh.get_group(), 2, bwd_op, grad_out=grad_out, grad_out_name="grad_out", query=query, key=key,
             value=value, out=out, logsumexp=logsumexp, is_causal=is_causal, dropout_p=dropout_p, scale=scale)
 
-    calls = {fwd_op: ring_fwd, bwd_op: ring_bwd}
+    def tracked(fn, op_name):
+        """The ring call under the storage tracker (python/gckpt/tracker.py's LiveBytes): the bytes its
+        aten ops allocate above its inputs, at their peak and once it returns (its outputs). The
+        kernels' own scratch (inside one aten op) is not seen."""
+        def inner(*a, **k):
+            mode = _mode_class()()
+            for t in list(a) + list(k.values()):
+                mode.track(t, resident=True)
+            base = mode.bytes
+            mode.peak = base
+            with mode:
+                res = fn(*a, **k)
+            mode.poll()
+            RING_CALLS.append(dict(op=op_name, peak_above_inputs=mode.peak - base, outputs=mode.bytes - base))
+            return res
+        return inner
+
+    calls = {fwd_op: tracked(ring_fwd, "forward"), bwd_op: tracked(ring_bwd, "backward")}
 
     def handler(op_call, args, kwargs):  # A._sdpa_handler with the CPU ops in its call map
         op_info = DTensor._op_dispatcher.unwrap_to_op_info(op_call, args, kwargs)
@@ -222,6 +243,7 @@ def run_case(rank, world, case, out_dir):
     inputs, cap = trainer_cp_inputs(inputs, world)
     positions_before = inputs["position_ids"].clone()
     log = CollectiveLog()
+    RING_CALLS.clear()
     per, pack, hooks = layer_saved(model)
     with context_parallel(mesh, buffers=cap["buffers"], buffer_seq_dims=cap["buffer_seq_dims"],
                           no_restore_buffers=cap["no_restore_buffers"]):
@@ -256,6 +278,7 @@ def run_case(rank, world, case, out_dir):
                saved={k: v for k, v in per.items()},
                saved_one_process_local_seq=saved_one_process(dtype, b, int(local_pos.shape[1]), every_n),
                collectives=log.calls,
+               ring_calls=list(RING_CALLS),
                numerics=dict(loss_sum_all_ranks=tot.item(), ref_loss_sum=(ref_out.loss * n_valid).item(),
                              grad_max_rel_diff=max_rel))
     os.makedirs(out_dir, exist_ok=True)

@@ -40,6 +40,43 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from gckpt.tracker import _mode_class  # noqa: E402
 
 RING_CALLS = []  # one entry per ring attention call (forward and backward) of the case running
+
+
+def _ring_tracker():
+    """LiveBytes keyed by the memory (data_ptr), not the storage object: the functional collectives'
+    _wrap_tensor_autograd / wait_tensor hand back a second storage object over the same bytes, which
+    LiveBytes (keyed by storage object) would count twice. Memory is dead when every storage object
+    over it is."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    base = _mode_class()
+    expired = torch.UntypedStorage._expired
+
+    class RingBytes(base):
+        def track(self, t, resident=False):
+            if not isinstance(t, torch.Tensor):
+                return
+            try:
+                st = t.untyped_storage()
+                key = st.data_ptr()
+            except RuntimeError:  # a wrapper subclass (AsyncCollectiveTensor): its inner tensor is tracked
+                return
+            if key in self.resident:
+                return
+            if key in self.live:
+                self.live[key][0].append(StorageWeakRef(st))
+                return
+            if resident:
+                self.resident.add(key)
+            else:
+                self.live[key] = ([StorageWeakRef(st)], st.nbytes())
+            self.bytes += st.nbytes()
+
+        def poll(self):
+            dead = [k for k, (refs, _) in self.live.items() if all(expired(r.cdata) for r in refs)]
+            for k in dead:
+                self.bytes -= self.live.pop(k)[1]
+
+    return RingBytes()
 aten = torch.ops.aten
 
 LLAMA = dict(vocab_size=211, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
@@ -87,11 +124,11 @@ def install_cpu_ring():
             value=value, out=out, logsumexp=logsumexp, is_causal=is_causal, dropout_p=dropout_p, scale=scale)
 
     def tracked(fn, op_name):
-        """The ring call under the storage tracker (python/gckpt/tracker.py's LiveBytes): the bytes its
+        """The ring call under the storage tracker (python/gckpt/tracker.py's LiveBytes, by memory): the bytes its
         aten ops allocate above its inputs, at their peak and once it returns (its outputs). The
         kernels' own scratch (inside one aten op) is not seen."""
         def inner(*a, **k):
-            mode = _mode_class()()
+            mode = _ring_tracker()
             for t in list(a) + list(k.values()):
                 mode.track(t, resident=True)
             base = mode.bytes

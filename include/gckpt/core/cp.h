@@ -1,0 +1,77 @@
+/* Context parallelism per rank as accelerate 1.15 sets it up (TrainingArguments(parallelism_config=
+ * ParallelismConfig(cp_size=C)), cp_backend "torch"): the HF Trainer splits each micro-batch's
+ * sequence over the C ranks of a CP group with torch 2.15's context_parallel(), whose ring
+ * attention exchanges K/V between them (FINDINGS R-CP-1..9). The rules measured in tests/data/hf-cp
+ * (tools/hf_probe/cp_ring_rerun.py: torch's own split and ring on gloo, the per-block CUDA SDPA
+ * kernel stood in by the CPU flash kernel, R-CP-5): what accelerate, the Trainer and torch refuse,
+ * the split, the ring's collectives and what a rank saves beyond one GPU at S / C. What the CUDA
+ * kernels decide (their per-block outputs and layout, the ring's transients) is unverified.
+ * gckpt-plan does not plan CP yet. (core: read by the planner) */
+#ifndef GCKPT_CP_H
+#define GCKPT_CP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gckpt/core/model.h"
+#include "gckpt/core/setting.h"
+#include "gckpt/util/util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* accelerate's cp_comm_strategy (TorchContextParallelConfig): how the ring moves K/V forward. */
+typedef enum { GCKPT_CP_ALLGATHER, GCKPT_CP_ALLTOALL } gckpt_cp_comm;
+
+/* Whether a CP group of cp ranks can train model m on sequences of seq tokens with attention attn,
+ * one line in err when not: cp >= 2; seq a multiple of cp (R-CP-4: uneven pieces fail the ring's
+ * first all-gather; nothing upstream checks); SDPA only (the Trainer, R-CP-2); no sliding-window
+ * layers (accelerate's hooks, R-CP-3); and only the structure measured (the dense llama-like
+ * block: untied, bias-free, one rotary table, no latent attention, experts or fused projections). */
+bool gckpt_cp_check(const gckpt_model *m, uint64_t seq, uint32_t cp, gckpt_attention attn, gckpt_err *err);
+
+/* Whether torch balances the split (head-tail): seq a multiple of 2 cp (R-CP-4). */
+bool gckpt_cp_balanced(uint64_t seq, uint32_t cp);
+
+/* The positions rank r of cp holds, in order, into out[seq / cp] (R-CP-4); returns seq / cp. */
+uint64_t gckpt_cp_positions(uint64_t seq, uint32_t cp, uint32_t r, uint64_t *out);
+
+/* What rank r's layers save beyond one GPU's at seq / cp (s: the rank's local setting, s->seq the
+ * local length): one [B, S / C, H D] tensor in the compute dtype per layer that is not
+ * checkpointed, on the ranks whose last ring step is a partial update (balanced split, r < C - 1;
+ * R-CP-7, CPU flash kernel's output layout). Per such layer, bytes. */
+uint64_t gckpt_cp_layer_extra(const gckpt_model *m, const gckpt_setting *s, uint32_t cp, uint32_t r, bool balanced);
+
+/* The bytes the embedding's saved input_ids storage holds beyond its local [B, S / C] int64:
+ * context_parallel shrinks each buffer in place and the storage keeps its B S elements (R-CP-4). */
+uint64_t gckpt_cp_ids_extra(const gckpt_setting *s, uint32_t cp);
+
+/* The rotary tables' bytes beyond one GPU's: the Trainer makes position_ids = arange(S).expand(B, -1)
+ * when the batch has none (R-CP-2), so cos and sin are [B, S / C, rotary_dim] (one GPU's HF run without
+ * position_ids: [1, S, rotary_dim]), in the hidden states' dtype; saved once, by the first layer that
+ * is not checkpointed (R-CP-7). */
+uint64_t gckpt_cp_rope_extra(const gckpt_model *m, const gckpt_setting *s);
+
+/* One micro-step's ring collectives on a CP rank, in its CP group (R-CP-6): calls and the bytes of
+ * each call's input per kind (all-gather: all_gather_single; all-to-all: permute_tensor), dtype and
+ * phase. s is the rank's local setting (s->seq = S / C). */
+enum { GCKPT_CP_FWD, GCKPT_CP_BWD };
+enum { GCKPT_CP_ALL_GATHER, GCKPT_CP_PERMUTE }; /* torch's all_gather_single, permute_tensor (all-to-all) */
+typedef struct {
+    uint8_t kind;  /* GCKPT_CP_ALL_GATHER / GCKPT_CP_PERMUTE */
+    uint8_t dtype; /* gckpt_dtype */
+    uint8_t phase; /* GCKPT_CP_FWD / BWD */
+    uint64_t calls;
+    double bytes_per_call;
+} gckpt_cp_coll;
+#define GCKPT_CP_MAX_COLL 6
+size_t gckpt_cp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32_t cp, gckpt_cp_comm comm,
+                            gckpt_cp_coll out[GCKPT_CP_MAX_COLL]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,268 @@
+/* Context parallelism per rank (gckpt/core/cp.h) against tests/data/hf-cp (tools/hf_probe/
+ * cp_ring_rerun.py: the Trainer's CP inputs, accelerate's hooks and torch 2.15's context_parallel
+ * and ring attention on gloo, the per-block CUDA SDPA kernel stood in by the CPU flash kernel,
+ * FINDINGS R-CP-*), every per-rank fixture:
+ *   - the checks pass for what ran, and refuse what fails or is refused upstream (an uneven
+ *     sequence, eager attention, sliding-window layers);
+ *   - the split: whether balanced, and every position a rank holds, exact;
+ *   - the ring's collectives of the micro-step: calls and bytes per kind, dtype and phase, exact;
+ *   - what each layer saves: one GPU planned at S / C (hf_compare) plus the [B, S / C] rotary tables
+ *     (gckpt_cp_rope_extra, the Trainer's expanded position_ids) equals the probe's one-process run at
+ *     S / C with those position_ids, and plus gckpt_cp_layer_extra the CP rank's, exact; the
+ *     embedding's extra input_ids storage exact. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gckpt/core/cp.h"
+#include "gckpt/core/device.h"
+#include "gckpt/core/dtype.h"
+#include "gckpt/core/step.h"
+#include "gckpt/util/jsonget.h"
+#include "hf_compare.h"
+
+#ifndef GCKPT_TEST_DATA
+#error GCKPT_TEST_DATA must name tests/data
+#endif
+#define DIR_CP GCKPT_TEST_DATA "/hf-cp"
+
+static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+static uint64_t u64(const cJSON *o, const char *k)
+{
+    const cJSON *v = item(o, k);
+    if (!cJSON_IsNumber(v)) fail_msg("field '%s' missing", k);
+    return (uint64_t)v->valuedouble;
+}
+
+typedef struct {
+    char name[160];
+    cJSON *root;
+    gckpt_model m;
+    gckpt_setting s; /* the rank's local setting: s.seq = S / C */
+    uint64_t seq;    /* the whole sequence */
+    uint32_t cp, rank;
+    gckpt_cp_comm comm;
+} cp_fixture;
+
+static void read_fixture(const char *file, cp_fixture *f)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", DIR_CP, file);
+    memset(f, 0, sizeof *f);
+    snprintf(f->name, sizeof f->name, "%s", file);
+    gckpt_err err;
+    f->root = gckpt_json_read(path, 16u << 20, &err);
+    if (!f->root) fail_msg("%s", err.msg);
+    char *cfg = cJSON_PrintUnformatted(item(f->root, "model"));
+    if (!cfg || !gckpt_model_parse(path, cfg, &f->m, &err)) fail_msg("%s: %s", path, err.msg);
+    free(cfg);
+    f->seq = u64(f->root, "seq");
+    f->cp = (uint32_t)u64(f->root, "world");
+    f->rank = (uint32_t)u64(f->root, "rank");
+    const char *dt = cJSON_GetStringValue(item(f->root, "dtype"));
+    f->s.precision = dt && !strcmp(dt, "bfloat16") ? GCKPT_BF16 : GCKPT_FP32;
+    f->s.micro_batch = u64(f->root, "batch");
+    f->s.seq = f->seq / f->cp;
+    f->s.grad_accum = 1;
+    f->s.every_n = (uint32_t)u64(f->root, "every_n_layers");
+    f->s.attention = GCKPT_SDPA;
+    const char *comm = cJSON_GetStringValue(item(f->root, "cp_comm_strategy"));
+    f->comm = comm && !strcmp(comm, "alltoall") ? GCKPT_CP_ALLTOALL : GCKPT_CP_ALLGATHER;
+}
+
+static int each_fixture(void (*fn)(const cp_fixture *))
+{
+    DIR *d = opendir(DIR_CP);
+    if (!d) fail_msg("cannot open %s", DIR_CP);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "cp-", 3) || len < 6 || strcmp(e->d_name + len - 5, ".json")) continue;
+        cp_fixture f;
+        read_fixture(e->d_name, &f);
+        fn(&f);
+        cJSON_Delete(f.root);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void check_split(const cp_fixture *f)
+{
+    gckpt_err err;
+    if (!gckpt_cp_check(&f->m, f->seq, f->cp, GCKPT_SDPA, &err)) fail_msg("%s: %s", f->name, err.msg);
+    const cJSON *sp = item(f->root, "split"), *pos = item(sp, "positions");
+    assert_int_equal(gckpt_cp_balanced(f->seq, f->cp), cJSON_IsTrue(item(sp, "head_tail")));
+    uint64_t want[4096];
+    uint64_t n = gckpt_cp_positions(f->seq, f->cp, f->rank, want);
+    assert_int_equal(n, u64(sp, "local_seq"));
+    assert_int_equal(n, (uint64_t)cJSON_GetArraySize(pos));
+    for (uint64_t i = 0; i < n; i++)
+        if ((uint64_t)cJSON_GetArrayItem(pos, (int)i)->valuedouble != want[i])
+            fail_msg("%s: position %llu is %g measured, %llu planned", f->name, (unsigned long long)i,
+                     cJSON_GetArrayItem(pos, (int)i)->valuedouble, (unsigned long long)want[i]);
+}
+
+static void test_split(void **state)
+{
+    (void)state;
+    assert_true(each_fixture(check_split) >= 16);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    cp_fixture f;
+    read_fixture("cp-llama-fp32-b1s32-w2-r0.json", &f);
+    gckpt_err err;
+    /* 33 tokens over 2 ranks: the ring's all-gather failed (cp_ring_rerun.py --adhoc 1 33 2) */
+    assert_false(gckpt_cp_check(&f.m, 33, 2, GCKPT_SDPA, &err));
+    assert_non_null(strstr(err.msg, "R-CP-4"));
+    assert_false(gckpt_cp_check(&f.m, 34, 4, GCKPT_SDPA, &err));
+    /* 36 over 4: not balanced, but it ran (the cp-llama-fp32-b1s36-w4 fixtures) */
+    assert_true(gckpt_cp_check(&f.m, 36, 4, GCKPT_SDPA, &err));
+    assert_false(gckpt_cp_balanced(36, 4));
+    assert_false(gckpt_cp_check(&f.m, 32, 2, GCKPT_EAGER, &err));
+    assert_non_null(strstr(err.msg, "only with SDPA"));
+    assert_false(gckpt_cp_check(&f.m, 32, 1, GCKPT_SDPA, &err));
+    f.m.sliding_window = 16; /* mistral's sliding_window: accelerate's hooks raise */
+    assert_false(gckpt_cp_check(&f.m, 32, 2, GCKPT_SDPA, &err));
+    assert_non_null(strstr(err.msg, "R-CP-3"));
+    f.m.sliding_window = 0;
+    f.m.tied = true; /* not measured: refused by name */
+    assert_false(gckpt_cp_check(&f.m, 32, 2, GCKPT_SDPA, &err));
+    assert_non_null(strstr(err.msg, "tied"));
+    cJSON_Delete(f.root);
+}
+
+/* calls and bytes summed per "op/phase/dtype", the fixture's names */
+typedef struct {
+    char key[64];
+    double calls, bytes;
+} agg;
+
+static void agg_add(agg *a, int *n, const char *key, double calls, double bytes)
+{
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(a[i].key, key)) {
+            a[i].calls += calls;
+            a[i].bytes += bytes;
+            return;
+        }
+    snprintf(a[*n].key, sizeof a[*n].key, "%s", key);
+    a[*n].calls = calls;
+    a[(*n)++].bytes = bytes;
+}
+
+static void check_collectives(const cp_fixture *f)
+{
+    agg meas[16], plan[16];
+    int nm = 0, np = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, item(f->root, "collectives"))
+    {
+        char key[64];
+        snprintf(key, sizeof key, "%s/%s/%s", cJSON_GetStringValue(item(c, "op")),
+                 cJSON_GetStringValue(item(c, "phase")), cJSON_GetStringValue(item(c, "dtype")));
+        agg_add(meas, &nm, key, 1, (double)u64(c, "in_bytes"));
+    }
+    gckpt_cp_coll k[GCKPT_CP_MAX_COLL];
+    size_t n = gckpt_cp_collectives(&f->m, &f->s, f->cp, f->comm, k);
+    for (size_t j = 0; j < n; j++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s/%s/%s", k[j].kind == GCKPT_CP_ALL_GATHER ? "all_gather_single" : "permute_tensor",
+                 k[j].phase == GCKPT_CP_FWD ? "forward" : "backward",
+                 k[j].dtype == GCKPT_DT_F32 ? "float32" : k[j].dtype == GCKPT_DT_BF16 ? "bfloat16" : "float16");
+        agg_add(plan, &np, key, (double)k[j].calls, (double)k[j].calls * k[j].bytes_per_call);
+    }
+    if (nm != np) fail_msg("%s: %d kinds measured, %d planned", f->name, nm, np);
+    for (int i = 0; i < nm; i++) {
+        int j = 0;
+        while (j < np && strcmp(plan[j].key, meas[i].key)) j++;
+        if (j == np) fail_msg("%s: %s measured, not planned", f->name, meas[i].key);
+        if (plan[j].calls != meas[i].calls || plan[j].bytes != meas[i].bytes)
+            fail_msg("%s: %s planned %.0f calls %.0f B, measured %.0f calls %.0f B", f->name, meas[i].key,
+                     plan[j].calls, plan[j].bytes, meas[i].calls, meas[i].bytes);
+    }
+}
+
+static void test_collectives(void **state)
+{
+    (void)state;
+    assert_true(each_fixture(check_collectives) >= 16);
+}
+
+static gckpt_device g_dev;
+
+static void check_saved(const cp_fixture *t)
+{
+    static hf_fixture f;
+    static hf_cmp c;
+    memset(&f, 0, sizeof f);
+    snprintf(f.path, sizeof f.path, "%s", t->name);
+    snprintf(f.precision, sizeof f.precision, "%s", t->s.precision == GCKPT_FP32 ? "fp32" : "bf16");
+    f.m = t->m;
+    f.s = t->s;
+    f.nlayers = (int)t->m.layers;
+    const cJSON *saved = item(t->root, "saved"), *one = item(t->root, "saved_one_process_local_seq");
+    gckpt_err err;
+    if (!hf_compare(&f, &g_dev, &c, &err)) fail_msg("%s: %s", t->name, err.msg);
+    bool balanced = gckpt_cp_balanced(t->seq, t->cp), rope = false;
+    for (int i = 0; i < f.nlayers; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "layer%d", i);
+        bool ck = gckpt_layer_mode_of(t->s.every_n, false, (uint64_t)i) != GCKPT_LAYER_PLAIN;
+        uint64_t extra = ck ? 0 : gckpt_cp_layer_extra(&t->m, &t->s, t->cp, t->rank, balanced);
+        uint64_t tables = 0; /* [B, S / C] rotary tables, saved by the first plain layer (the probe's too) */
+        if (!ck && !rope) {
+            tables = gckpt_cp_rope_extra(&t->m, &t->s);
+            rope = true;
+        }
+        if (c.layer_saved[i] + tables != u64(one, key))
+            fail_msg("%s: layer %d at S / C: planned %llu + %llu, the probe's one process %llu", t->name, i,
+                     (unsigned long long)c.layer_saved[i], (unsigned long long)tables, (unsigned long long)u64(one, key));
+        if (c.layer_saved[i] + tables + extra != u64(saved, key))
+            fail_msg("%s: layer %d planned %llu + %llu + %llu, measured %llu", t->name, i,
+                     (unsigned long long)c.layer_saved[i], (unsigned long long)tables, (unsigned long long)extra,
+                     (unsigned long long)u64(saved, key));
+    }
+    if (u64(saved, "rest") - u64(one, "rest") != gckpt_cp_ids_extra(&t->s, t->cp))
+        fail_msg("%s: input_ids storage %llu measured beyond one process, %llu planned", t->name,
+                 (unsigned long long)(u64(saved, "rest") - u64(one, "rest")),
+                 (unsigned long long)gckpt_cp_ids_extra(&t->s, t->cp));
+}
+
+static void test_saved(void **state)
+{
+    (void)state;
+    assert_true(each_fixture(check_saved) >= 16);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    gckpt_err err;
+    if (!gckpt_device_load(GCKPT_TEST_DATA "/devices/cpu-exact.json", &g_dev, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_split),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_collectives),
+        cmocka_unit_test(test_saved),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

@@ -227,7 +227,9 @@ static void tp_adjust(const gckpt_plan *p, const gckpt_ctx *c, const gckpt_entry
     r->comm_s = p->req.tp_dp_shard ? r->comm_s + tp_s : tp_s;
     double scale = r->step_s / (r->step_s + tp_s);
     r->step_s += tp_s;
-    r->tokens_per_s *= scale;
+    /* the T ranks of a TP group work on one batch: tok/s per GPU is the group's over T (MFU is
+     * already per GPU: the local model's FLOPs) */
+    r->tokens_per_s *= scale / p->req.tp;
     r->mfu *= scale;
     r->hfu *= scale;
 }

@@ -20,22 +20,22 @@ void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
                    "key/value heads and %llu of the MLP's %llu columns; its TP shards (the embedding and lm_head by "
                    "vocabulary) are sharded again over %u ranks, gathered and reduce-scattered in fp32 (no "
                    "MixedPrecisionPolicy); the embedding's unsharded gradient is whole; every rank of a TP group sees "
-                   "the same batch; the step time is that local model's FSDP2 step plus the TP all-reduces' and "
+                   "the same batch (tok/s is per GPU: a TP group's over %u); the step time is that local model's FSDP2 step plus the TP all-reduces' and "
                    "all-gathers' bus time, none hidden (unverified)\n",
                 p->req.tp, p->req.tp_dp_shard, tp_world(p), p->req.tp, p->req.tp_dp_shard,
                 (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
                 (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate,
-                p->req.tp_dp_shard);
+                p->req.tp_dp_shard, p->req.tp);
         return;
     }
     fprintf(f, "tensor parallelism over %u GPUs (transformers' tp_plan: from_pretrained(distributed_config="
                "DistributedConfig(tp_size=%u))): memory and time are TP rank 0's, which computes %llu attention and "
                "%llu key/value heads and %llu of the MLP's %llu columns; the embedding and lm_head are sharded by "
-               "vocabulary (the embedding's gradient is whole); every rank of the group sees the same batch; the step "
+               "vocabulary (the embedding's gradient is whole); every rank of the group sees the same batch (tok/s is per GPU: the group's over %u); the step "
                "time is that local model's on one GPU (its lm_head over the whole vocabulary) plus the TP all-reduces' "
                "and all-gathers' bus time, none hidden (unverified)\n",
             p->req.tp, p->req.tp, (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
-            (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate);
+            (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate, p->req.tp);
 }
 
 void gckpt_plan_tp_model_line(const gckpt_plan *p, const char *model_arg, const char *attn, FILE *f)

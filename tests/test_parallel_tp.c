@@ -344,6 +344,11 @@ static void plan_fixture(const char *file)
                   100 * e);
     if (fabs(e) > 0.005) fail_msg("%s: plan's peak %llu, measured %.0f", file, (unsigned long long)r->peak_bytes, f.peak);
     assert_int_equal(p.model.heads, f.m.heads / f.tp); /* the rank's local model */
+    /* tok/s per GPU: the T ranks of a TP group share one batch, so the step's tokens over T GPUs */
+    double tokens = (double)f.s.seq * f.s.micro_batch * f.s.grad_accum;
+    if (fabs(r->tokens_per_s * r->step_s * f.tp - tokens) > 1e-9 * tokens)
+        fail_msg("%s: %.6g tok/s per GPU x %.6g s x %u GPUs is not the step's %.0f tokens", file, r->tokens_per_s,
+                 r->step_s, f.tp, tokens);
     /* the exposed collective time: the measured step-2 collectives' ring bus bytes at the bandwidth (TP x
      * FSDP: the TP ones, every key but FSDP2's fp32 all-gathers and reduce-scatters, on top of the walk's) */
     double want = 0, fsdp_max = 0;

@@ -100,7 +100,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
     /* llama whose NoPE layers skip the rotary embedding (block type NOPE, FINDINGS R-FAM-16) */
     [GCKPT_FAMILY_SMOLLM3] = {
         .family = GCKPT_FAMILY_SMOLLM3,
-        .types = {{"smollm3", PAD(128004), false, LIGER}},
+        .types = {{"smollm3", PAD(128004), false, LIGER_SWIGLU}},
         .parse = gckpt_parse_smollm3, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},

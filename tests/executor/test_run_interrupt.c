@@ -250,6 +250,40 @@ static bool temp_file_exists(void)
     return found;
 }
 
+/* Whether SIGINT is still pending for the process (Linux: /proc/PID/status, SigPnd and ShdPnd):
+ * a second SIGINT sent before the first is delivered merges with it. */
+static bool sigint_pending(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    bool pending = false;
+    unsigned long long mask;
+    while (fgets(line, sizeof line, f))
+        if ((sscanf(line, "SigPnd: %llx", &mask) == 1 || sscanf(line, "ShdPnd: %llx", &mask) == 1) &&
+            (mask & (1ull << (SIGINT - 1))))
+            pending = true;
+    fclose(f);
+    return pending;
+}
+
+/* Removes the report temporaries a SIGKILLed run left (the next run would, but only once it
+ * runs: one seen before then is not the new run's). */
+static void remove_temp_files(void)
+{
+    DIR *d = opendir(cli_dir);
+    assert_non_null(d);
+    struct dirent *de;
+    char path[1024];
+    while ((de = readdir(d)))
+        if (strstr(de->d_name, "report.json" GCKPT_TMP_MARK)) {
+            snprintf(path, sizeof path, "%s/%s", cli_dir, de->d_name);
+            unlink(path);
+        }
+    closedir(d);
+}
+
 /* A second SIGINT while the first is being dealt with, at the worst moment: while the
  * report file is being created (the signal came during the first entry, so the report's
  * first records go to a temporary that is then renamed over the old report; the test hook
@@ -264,8 +298,14 @@ static void test_second_signal(void **st)
     cJSON *earlier = wait_finished_entry(first);
     cJSON_Delete(earlier);
     kill_and_reap(first);
+    remove_temp_files();
     char *old = slurp("report.json", true);
-    const char *const env[] = {"GCKPT_TEST_RENAME_DELAY_MS=3000", NULL};
+    /* the readiness file: the report's temporary is whole and held before its rename */
+    char ready[600], ready_env[700];
+    cli_path("second.ready", ready, sizeof ready);
+    unlink(ready);
+    snprintf(ready_env, sizeof ready_env, "GCKPT_TEST_RENAME_READY=%s", ready);
+    const char *const env[] = {"GCKPT_TEST_RENAME_DELAY_MS=20000", ready_env, NULL};
     pid_t pid = spawn_run(GCKPT_RUN_HOOKS_EXE, env);
     /* the temporary of the new report exists from the first entry on (handlers installed) */
     double until = deadline(30);
@@ -279,11 +319,18 @@ static void test_second_signal(void **st)
         nap();
     }
     assert_int_equal(kill(pid, SIGINT), 0);
-    /* the entry stops at its next event; the report is then held 3 s before its rename */
-    double t = now() + 1.0;
-    while (now() < t) nap();
-    int s;
-    if (waitpid(pid, &s, WNOHANG) == pid) fail_msg("gckpt-run ended (status %d) before the second signal", s);
+    /* the entry stops at its next event; the report is then held 20 s before its rename: the
+     * readiness file says the hold has begun, and the first signal must have been delivered */
+    double until2 = deadline(30);
+    while (access(ready, F_OK) != 0 || sigint_pending(pid)) {
+        int s;
+        if (waitpid(pid, &s, WNOHANG) == pid) fail_msg("gckpt-run ended (status %d) before the second signal", s);
+        if (now() > until2) {
+            kill_and_reap(pid);
+            fail_msg("the report was not held before its rename in time");
+        }
+        nap();
+    }
     assert_true(temp_file_exists());
     assert_int_equal(kill(pid, SIGINT), 0);
     double t0 = now();

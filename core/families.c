@@ -96,7 +96,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .types = {{"deepseek_v3", NO_PAD, false, LIGER_SWIGLU}},
         .parse = gckpt_parse_deepseek, .trace = trace_llama,
         .lora_targets = LT(Q) | LT(O) | LT(Q_A) | LT(Q_B) | LT(KV_A) | LT(KV_B), .lora_beyond_targets = true,
-        .embed_name = "embed_tokens", .padding_idx = true, .host = false, .cuda = false},
+        .embed_name = "embed_tokens", .padding_idx = true, .host = true, .cuda = false},
     /* llama whose NoPE layers skip the rotary embedding (block type NOPE, FINDINGS R-FAM-16) */
     [GCKPT_FAMILY_SMOLLM3] = {
         .family = GCKPT_FAMILY_SMOLLM3,

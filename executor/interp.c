@@ -416,6 +416,12 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
         goto fail;
     }
     if (!check_recipe(x, err) || !check_schedule(x, err) || !exec_aux_prepare(x, err)) goto fail;
+    /* the parallel modes address a layer's parameters by copy = layer (interp_ddp.c, zero*) */
+    if (gckpt_recipe_typed_params(x->r) && gckpt_layout_multi(&x->set.layout)) {
+        gckpt_seterr(err, "model_type \"%s\": layers with parameters of their own per block type (dense and MoE "
+                          "layers) are executed on one GPU only", m->model_type);
+        goto fail;
+    }
     size_t L = (size_t)m->layers;
     x->nslot = (int)L + 2;
     x->bind = calloc((size_t)x->nslot * (size_t)x->r->nop, sizeof *x->bind);

@@ -284,18 +284,6 @@ int gckpt_layer_section(const gckpt_recipe *r, const gckpt_model *m, gckpt_atten
     return sec >= 0 ? sec : GCKPT_SEC_BLOCK;
 }
 
-bool gckpt_layer_param_copy(const gckpt_recipe *r, const gckpt_model *m, gckpt_attention a, int t, uint64_t layer,
-                            uint64_t *copy)
-{
-    int sec = r->t[t].section;
-    if (!gckpt_sec_is_block(sec) || layer >= m->layers || r->sec_params[gckpt_layer_section(r, m, a, layer)] != sec)
-        return false;
-    uint64_t c = 0;
-    for (uint64_t l = 0; l < layer; l++) c += r->sec_params[gckpt_layer_section(r, m, a, l)] == sec;
-    *copy = c;
-    return true;
-}
-
 static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
                   const gckpt_peft *peft, uint64_t seq, uint8_t loss, bool block_in_frozen, gckpt_recipe *r)
 {

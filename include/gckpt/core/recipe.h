@@ -436,11 +436,6 @@ static inline bool gckpt_recipe_typed_params(const gckpt_recipe *r)
 }
 /* The section of layer `layer` in recipe r (of model m, attention a). */
 int gckpt_layer_section(const gckpt_recipe *r, const gckpt_model *m, gckpt_attention a, uint64_t layer);
-/* Whether parameter tensor t of a block section is one of layer `layer`'s (the section of
- * the layer's parameters is t's), and then *copy: which of t's copies (the layers before it
- * with t's parameters). Not a block section's: false. */
-bool gckpt_layer_param_copy(const gckpt_recipe *r, const gckpt_model *m, gckpt_attention a, int t, uint64_t layer,
-                            uint64_t *copy);
 
 /* Elements / bytes of tensor i for micro-batch b and sequence s; false on overflow (also
  * when b x s x s overflows, whatever the tensor: attention grows with it). */

@@ -88,7 +88,8 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .parse = gckpt_parse_moe, .trace = trace_llama,
         .lora_targets = LT(Q) | LT(K) | LT(V) | LT(O), .lora_beyond_targets = true, .embed_name = "embed_tokens",
         .padding_idx = true, .host = true, .cuda = true},
-    /* planned only (gckpt-run has no kernels for MLA's and the grouped router's ops). LoRA:
+    /* gckpt-run: the host backend (the CUDA kernels take one head width for q, k and v and
+     * have no ROUTE_MASK nor gather(1)). LoRA:
      * the MLA projections (peft 0.21.2 names no default targets for it; all-linear and the MLP
      * names go to the routed experts' fused parameters and the router: FINDINGS R-PEFT-29) */
     [GCKPT_FAMILY_DEEPSEEK] = {
@@ -96,7 +97,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .types = {{"deepseek_v3", NO_PAD, false, LIGER_SWIGLU}},
         .parse = gckpt_parse_deepseek, .trace = trace_llama,
         .lora_targets = LT(Q) | LT(O) | LT(Q_A) | LT(Q_B) | LT(KV_A) | LT(KV_B), .lora_beyond_targets = true,
-        .embed_name = "embed_tokens", .padding_idx = true, .host = false, .cuda = false},
+        .embed_name = "embed_tokens", .padding_idx = true, .host = true, .cuda = false},
     /* llama whose NoPE layers skip the rotary embedding (block type NOPE, FINDINGS R-FAM-16) */
     [GCKPT_FAMILY_SMOLLM3] = {
         .family = GCKPT_FAMILY_SMOLLM3,

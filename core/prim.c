@@ -44,10 +44,18 @@ static bool cat_half(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return dim_n(&z->in[0]) * 2 == *n;
 }
 
-/* shaped like the input whose rotated part it replaces */
+/* shaped like the input whose rotated part it replaces; MLA's per-head cat (sa 1): heads
+ * of width, in0's part narrower than a head, in1's one head or one per head */
 static bool cat_pass(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
     (void)k;
+    if (z->op->sa == 1) {
+        uint64_t H = z->op->heads, w = z->op->width, rows = z->in[0].rows;
+        *n = rows * H * w;
+        if (!H || !w || z->in[1].rows != rows || z->in[0].cols % H || z->in[0].cols / H >= w) return false;
+        uint64_t wb = w - z->in[0].cols / H;
+        return z->in[1].cols == wb || z->in[1].cols == H * wb;
+    }
     *n = dim_n(&z->in[1]);
     return dim_n(&z->in[0]) <= *n;
 }
@@ -122,8 +130,26 @@ static bool gather(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
     uint64_t w = z->op->width;
     (void)k;
+    if (z->op->sa == 1) { /* gather(1, idx): idx's shape, rows of `experts` */
+        *n = dim_n(&z->in[1]);
+        return w && z->op->experts && z->in[1].rows == z->in[0].rows && z->in[1].cols == w &&
+               z->in[0].cols == z->op->experts;
+    }
     *n = dim_n(&z->in[1]) * w;
     return w && dim_n(&z->in[0]) % w == 0;
+}
+
+/* the grouped router's mask: sa 0 and 1 rows of `width`, else in0's shape */
+static bool route_mask(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    (void)k;
+    uint64_t w = z->op->width, c = z->in[0].cols;
+    if (z->op->sa == 0 || z->op->sa == 1) {
+        *n = z->in[0].rows * w;
+        return w && c && (z->op->sa == 0 ? c <= w : w % c == 0);
+    }
+    *n = dim_n(&z->in[0]);
+    return z->op->sa == 2 || (z->op->sa == 3 && dim_n(&z->in[1]) == *n);
 }
 
 /* the loss and the total weight */
@@ -349,6 +375,7 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
                          .out_numel = cce_lse, .flops = fused_lce_flops},
     [GCKPT_P_SWIGLU] = {.name = "liger_swiglu", 2, 2, 1, .bwd_reads = I0 | I1, .planned_only = true,
                         .out_numel = swiglu},
+    [GCKPT_P_ROUTE_MASK] = {.name = "route_mask", 1, 2, 1, .no_grad = true, .out_numel = route_mask},
 #ifdef GCKPT_TOY /* x.clone(): CloneBackward0 saves nothing (docs/architecture.md, "A primitive") */
     [GCKPT_P_TOY] = {.name = "toy", 1, 1, 1, .out_numel = like_in0},
 #endif

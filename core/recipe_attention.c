@@ -47,7 +47,9 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
     count_flops(tr);
     gckpt_op *sd = &tr->r->op[op];
     sd->bwd_mult = 2.5;
-    sd->bws_cT = gckpt_prim_of(GCKPT_P_SDPA)->bws_dq && !tr->cpu ? qd : 0; /* the CPU kernel keeps none */
+    /* the CPU kernel keeps none; the accumulator is shaped like q (MLA: qk heads, wider than
+     * the output's v heads) */
+    sd->bws_cT = gckpt_prim_of(GCKPT_P_SDPA)->bws_dq && !tr->cpu ? m->heads * gckpt_qk_head_dim(m) : 0;
     /* CUDA with dropout: the fused kernel (flash for 16-bit, memory-efficient for fp32;
      * cuDNN only takes p a multiple of 1/16) keeps no mask, only the Philox seed and
      * offset to regenerate it in the backward, as CPU scalar tensors outside CUDA-graph
@@ -187,7 +189,7 @@ int transpose_copy(tracer *tr, int o, const char *name)
 {
     int oc = like(tr, name, o, dt(tr, o), true);
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){o}, oc, -1, 0, NULL);
-    setprim(tr, GCKPT_P_TRANSPOSE, GCKPT_BC_NONE, 0, 0, tr->m->head_dim);
+    setprim(tr, GCKPT_P_TRANSPOSE, GCKPT_BC_NONE, 0, 0, gckpt_v_head_dim(tr->m)); /* P V heads: v_dim */
     attn_dims(tr, tr->m->heads);
     return oc;
 }

@@ -3,7 +3,7 @@
  * norm (or one q_proj), the kv latent and the shared rotary key from kv_a_proj_with_mqa,
  * the rotary part of q and k (interleaved pairs by default), kv_b_proj's per-head k and v,
  * attention with a qk head dim (nope + rope) that differs from v's, o_proj. The projections
- * are LoRA's targets there (FINDINGS R-PEFT-29). Planned only (gckpt-run refuses deepseek_v3). */
+ * are LoRA's targets there (FINDINGS R-PEFT-29). gckpt-run executes it on the host backend. */
 #include "recipe_tracer.h"
 
 #include <stdio.h>
@@ -62,7 +62,7 @@ static int table_half(tracer *tr, int t, const char *name)
     sh.width /= 2;
     int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, t), sh, false);
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){t}, o, -1, 0, NULL);
-    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, -1, 0, sh.width);
+    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, -1, 0, 2 * sh.width); /* the first columns of one head */
     last_op(tr)->view_fwd = true;
     return o;
 }
@@ -74,7 +74,8 @@ static int cat_heads(tracer *tr, int a, int b, uint64_t width, uint8_t dtype, co
 {
     int o = tnew(tr, name, GCKPT_T_ACT, dtype, per_token(width), rg(tr, a) || rg(tr, b));
     opnew(tr, name, GCKPT_OP_ELEM, 2, (int[]){a, b}, o, -1, 0, NULL);
-    setprim(tr, GCKPT_P_CAT_PASS, GCKPT_BC_NONE, 0, 0, tr->m->qk_nope_dim + tr->m->qk_rope_dim);
+    setprim(tr, GCKPT_P_CAT_PASS, GCKPT_BC_NONE, 1, 0, tr->m->qk_nope_dim + tr->m->qk_rope_dim);
+    last_op(tr)->heads = (uint32_t)tr->m->heads; /* sa 1: per head [a | b], b maybe one head expanded */
     return o;
 }
 

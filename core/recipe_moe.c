@@ -148,16 +148,21 @@ static int router_grouped(tracer *tr, int x, int *index, int *logits_out)
     int g2 = topk_rows(tr, "gate.group_top2", choice, G, 2, E / G, &gidx);
     dead_branch(tr);
     int gsum = per_tok(tr, "gate.group_scores", GCKPT_P_SUM, g2, dt(tr, g2), G, rg(tr, g2), 2);
+    last_op(tr)->sa = 1; /* contiguous pairs (gckpt_sum_block) */
     hold_here(tr, g2);
     int gtop = topk_rows(tr, "gate.group_topk", gsum, 1, tg, G, &tidx);
     dead_branch(tr);
-    int gmask = per_tok(tr, "gate.group_mask", GCKPT_P_CAST, tidx, dt(tr, gsum), G, false, 0);
+    /* the mask's ops (GCKPT_P_ROUTE_MASK: scatter_ of ones, the expand's copy, ~, masked_fill) */
+    int gmask = per_tok(tr, "gate.group_mask", GCKPT_P_ROUTE_MASK, tidx, dt(tr, gsum), G, false, G);
     hold_here(tr, gtop);
-    int smask = per_tok(tr, "gate.score_mask", GCKPT_P_CAST, gmask, dt(tr, gmask), E, false, 0);
+    int smask = per_tok(tr, "gate.score_mask", GCKPT_P_ROUTE_MASK, gmask, dt(tr, gmask), E, false, E);
+    last_op(tr)->sa = 1;
     int sbool = per_tok(tr, "gate.score_mask.bool", GCKPT_P_CAST, smask, BOOL, E, false, 0);
-    int snot = per_tok(tr, "gate.score_mask.not", GCKPT_P_CAST, sbool, BOOL, E, false, 0);
+    int snot = per_tok(tr, "gate.score_mask.not", GCKPT_P_ROUTE_MASK, sbool, BOOL, E, false, 0);
+    last_op(tr)->sa = 2;
     int masked = tnew(tr, "gate.masked_fill", GCKPT_T_ACT, dt(tr, choice), per_token(E), rg(tr, choice));
-    node(tr, "gate.masked_fill", GCKPT_P_MUL, 2, (int[]){choice, snot}, masked, -1, 1, (int[]){snot}, GCKPT_BC_NONE, 0, 0);
+    node(tr, "gate.masked_fill", GCKPT_P_ROUTE_MASK, 2, (int[]){choice, snot}, masked, -1, 1, (int[]){snot},
+         GCKPT_BC_NONE, 3, 0);
     dead_branch(tr);
     hold_here(tr, choice); /* scores_for_choice rebound after the statement */
     hold_here(tr, sbool);
@@ -166,7 +171,8 @@ static int router_grouped(tracer *tr, int x, int *index, int *logits_out)
     hold_here(tr, fv);
     int tw = tnew(tr, "gate.topk_weights", GCKPT_T_ACT, dt(tr, scores), per_token(k), rg(tr, scores));
     node(tr, "gate.gather", GCKPT_P_GATHER_ROWS, 2, (int[]){scores, *index}, tw, -1, 1, (int[]){*index}, GCKPT_BC_NONE,
-         0, k);
+         1, k); /* gather(1, topk_indices) */
+    last_op(tr)->experts = (uint32_t)E;
     if (m->topk_renorm) {
         int twf = autocast_fp32(tr, tw, "gate.topk_weights.to_f32");
         int sum = per_tok(tr, "gate.denominator.sum", GCKPT_P_SUM, twf, dt(tr, twf), 1, rg(tr, twf), k);

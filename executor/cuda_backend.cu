@@ -230,6 +230,7 @@ constexpr cuda_kernel kernels[] = {
     {GCKPT_P_FUSED_LCE, nullptr, nullptr}, // planned only (core/prim.c): gckpt-run refuses the plan
     {GCKPT_P_CCE_LSE, nullptr, nullptr},
     {GCKPT_P_SWIGLU, nullptr, nullptr}, // Liger's SwiGLU: planned only
+    {GCKPT_P_ROUTE_MASK, nullptr, nullptr}, // DeepSeek-V3's router: executed on the host only
 #ifdef GCKPT_TOY
     {GCKPT_P_TOY, cuda_unary_fwd, cuda_unary_bwd}, // a copy: k_unary_fwd / _bwd's default case, as CAST
 #endif
@@ -281,7 +282,7 @@ gckpt_xstatus with_dense_inputs(cuda_be *cb, const gckpt_xcall *c, bool bwd)
         if (!src[k] || !src[k]->vW || !src[k]->p) continue;
         rc = cuda_dense_view(cb, *src[k], &tmp[k]);
         view[k]->p = tmp[k];
-        view[k]->vW = view[k]->voff = view[k]->vblk = view[k]->vstride = 0;
+        view[k]->vW = view[k]->voff = view[k]->vblk = view[k]->vstride = view[k]->vstep = 0;
     }
     if (rc == GCKPT_XS_OK) rc = dispatch(cb, &d, bwd);
     for (int k = 0; k <= GCKPT_OP_MAX_IN; k++)

@@ -581,6 +581,7 @@ __global__ void k_cat_pass_bwd(const void *g, uint8_t gdt, void *gy, uint8_t gyd
 
 gckpt_xstatus cat_pass_launch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 {
+    if (c->op->sa == 1) return op_fail(&cb->be, c, "MLA's per-head cat is executed on the host backend only");
     uint64_t C = c->in[1].cols, hd = c->op->width, rd = hd && C >= hd ? c->in[0].cols / (C / hd) : 0;
     if (!rd || rd > hd || C % hd) return op_fail(&cb->be, c, "a rotated part that does not fit the heads");
     if (!bwd) {
@@ -600,9 +601,9 @@ gckpt_xstatus cat_pass_launch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
 
 // a strided column view (gckpt_xt.vW) gathered into dense storage dst
 __global__ void k_gather_view(const void *src, uint8_t dt, void *dst, uint64_t n, uint64_t cols, uint64_t W, uint64_t off,
-                              uint64_t blk, uint64_t stride)
+                              uint64_t blk, uint64_t stride, uint64_t step)
 {
-    GRID_LOOP(i, n) stx(dst, dt, i, ldx(src, dt, gckpt_view_index(i, cols, W, off, blk, stride)));
+    GRID_LOOP(i, n) stx(dst, dt, i, ldx(src, dt, gckpt_view_index_step(i, cols, W, off, blk, stride, step)));
 }
 
 gckpt_xstatus split_launch(cuda_be *cb, const gckpt_xcall *c, bool bwd)
@@ -663,6 +664,7 @@ gckpt_xstatus embed_bwd(cuda_be *cb, const gckpt_xcall *c)
     gckpt_backend *be = &cb->be;
     const gckpt_xt &g = c->gout, &gi = c->gin[0];
     if (!gi.p) return GCKPT_XS_OK;
+    if (c->op->sa == 1) return op_fail(be, c, "the per-row gather (gather(1)) is executed on the host backend only");
     NEED_T(be, c, c->in[1], "saved ids");
     uint64_t W = c->op->width;
     CUDA_TRY(be, cudaMemsetAsync(gi.p, 0, gi.n * gckpt_dtype_size(static_cast<gckpt_dtype>(gi.dt)), cb->stream));
@@ -744,6 +746,7 @@ gckpt_xstatus embed_fwd(cuda_be *cb, const gckpt_xcall *c)
     gckpt_backend *be = &cb->be;
     const gckpt_op *op = c->op;
     const gckpt_xt &x = c->in[0], &o = c->out[0];
+    if (op->sa == 1) return op_fail(be, c, "the per-row gather (gather(1)) is executed on the host backend only");
     NEED_T(be, c, c->in[1], "ids");
     k_embed<<<grid_for(o.n, kBlock), kBlock, 0, cb->stream>>>(x.p, x.dt, static_cast<const int64_t *>(c->in[1].p), o.p, o.dt,
                                                               o.n, op->width, x.n / op->width);
@@ -834,7 +837,7 @@ gckpt_xstatus cuda_dense_view(cuda_be *cb, const gckpt_xt &v, void **out)
     CUDA_TRY(be, cudaMallocAsync(out, bytes ? bytes : 1, cb->stream));
     if (v.n)
         k_gather_view<<<grid_for(v.n, kBlock), kBlock, 0, cb->stream>>>(v.p, v.dt, *out, v.n, v.cols, v.vW, v.voff, v.vblk,
-                                                                        v.vstride);
+                                                                        v.vstride, v.vstep > 1 ? v.vstep : 1);
     LAUNCH_TRY(be);
     return GCKPT_XS_OK;
 }

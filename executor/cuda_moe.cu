@@ -177,7 +177,7 @@ MOE_END
 
 MOE_FWD(sum)
     uint64_t no = shape_n(o);
-    k_sum<<<grid_for(no, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, no, n / no, o.cols, normaliser(c));
+    k_sum<<<grid_for(no, kBlock), kBlock, 0, st>>>(x.p, x.dt, o.p, o.dt, no, n / no, gckpt_sum_block(c->op->sa, o.cols), normaliser(c));
 MOE_END
 
 MOE_FWD(div)
@@ -215,7 +215,7 @@ MOE_END
 MOE_BWD(sum)
     if (!gi.p) return GCKPT_XS_OK;
     uint64_t n = shape_n(gi);
-    k_sum_bwd<<<grid_for(n, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, n, n / shape_n(g), g.cols, normaliser(c));
+    k_sum_bwd<<<grid_for(n, kBlock), kBlock, 0, st>>>(g.p, g.dt, gi.p, gi.dt, n, n / shape_n(g), gckpt_sum_block(c->op->sa, g.cols), normaliser(c));
 MOE_END
 
 MOE_BWD(div)

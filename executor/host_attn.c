@@ -16,7 +16,8 @@
 
 enum { ROLE_Q, ROLE_K, ROLE_V };
 
-/* Layout of input k in role: row width, column offset of the role's block, heads in it. */
+/* Layout of input k in role: row width, column offset of the role's block, heads in it.
+ * q and k heads are qk_dim wide, v heads v_dim (MLA: qk = nope + rope differs from v). */
 typedef struct {
     uint64_t W, off, nh;
 } lay;
@@ -26,9 +27,9 @@ typedef struct {
 static lay layout_n(const gckpt_xcall *c, uint64_t n, int role)
 {
     uint64_t rows = c->b * c->s;
-    uint64_t hd = c->op->qk_dim, qd = c->op->heads * hd, W = rows ? n / rows : 0;
+    uint64_t hd = role == ROLE_V ? c->op->v_dim : c->op->qk_dim, qd = c->op->heads * hd, W = rows ? n / rows : 0;
     lay l = {W, 0, W / hd};
-    if (W == 3 * qd) {
+    if (c->op->qk_dim == c->op->v_dim && W == 3 * qd) {
         l.off = (uint64_t)role * qd;
         l.nh = c->op->heads;
     }
@@ -148,7 +149,7 @@ out:
 
 static gckpt_xstatus pv(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, nh = c->op->heads;
+    uint64_t B = c->b, S = c->s, hd = c->op->v_dim, nh = c->op->heads;
     lay lv = layout(c, 1, ROLE_V);
     bufs b = {0};
     gckpt_xstatus rc = GCKPT_XS_ERROR;
@@ -301,12 +302,12 @@ static float mask_bias(const gckpt_xcall *c, uint64_t bi, uint64_t i, uint64_t j
 
 gckpt_xstatus host_sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, nh = c->op->heads, qd = nh * hd;
+    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, vd = c->op->v_dim, nh = c->op->heads, od = nh * vd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
     float scale = (float)c->op->sb, p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
     bufs b = {0};
     gckpt_xstatus rc = GCKPT_XS_ERROR;
-    float *sc = hs_malloc(sizeof *sc * S), *o = hs_malloc(sizeof *o * hd);
+    float *sc = hs_malloc(sizeof *sc * S), *o = hs_malloc(sizeof *o * vd);
     if (!sc || !o) {
         gckpt_seterr(err, "op %s: out of host memory", c->op->name);
         goto out;
@@ -327,15 +328,15 @@ gckpt_xstatus host_sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
                     mx = fmaxf(mx, sc[j]);
                 }
                 for (uint64_t j = j0; j <= i; j++) sum += sc[j] = expf(sc[j] - mx);
-                memset(o, 0, sizeof *o * hd);
+                memset(o, 0, sizeof *o * vd);
                 uint64_t base = ((bi * nh + h) * S + i) * S;
                 for (uint64_t j = j0; j <= i; j++) {
                     float pj = sc[j] / sum;
                     if (p > 0) pj = gckpt_keep(c->rng, base + j, p) ? pj * inv_keep : 0.0f;
-                    const float *v = b.in[2] + (bi * S + j) * lv.W + lv.off + vh * hd;
-                    for (uint64_t t = 0; t < hd; t++) o[t] += pj * v[t];
+                    const float *v = b.in[2] + (bi * S + j) * lv.W + lv.off + vh * vd;
+                    for (uint64_t t = 0; t < vd; t++) o[t] += pj * v[t];
                 }
-                for (uint64_t t = 0; t < hd; t++) st(&c->out[0], (bi * S + i) * qd + h * hd + t, o[t]);
+                for (uint64_t t = 0; t < vd; t++) st(&c->out[0], (bi * S + i) * od + h * vd + t, o[t]);
                 st(&c->out[1], (bi * nh + h) * S + i, mx + logf(sum));
             }
         }
@@ -349,7 +350,7 @@ out:
 
 gckpt_xstatus host_sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
-    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, nh = c->op->heads, qd = nh * hd;
+    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, vd = c->op->v_dim, nh = c->op->heads, qd = nh * hd, od = nh * vd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
     float scale = (float)c->op->sb, p = (float)c->op->sa, inv_keep = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
     NEED(c, c->out[0], "saved output");
@@ -381,18 +382,16 @@ gckpt_xstatus host_sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
             uint64_t kh = h / (nh / lk.nh), vh = h / (nh / lv.nh);
             for (uint64_t i = 0; i < S; i++) {
                 const float *q = b.in[0] + (bi * S + i) * lq.W + lq.off + h * hd;
-                const float *dO = go + (bi * S + i) * qd + h * hd;
+                const float *dO = go + (bi * S + i) * od + h * vd;
                 float lse = ld(&c->out[1], (bi * nh + h) * S + i), Di = 0;
-                for (uint64_t t = 0; t < hd; t++) Di += dO[t] * ld(&c->out[0], (bi * S + i) * qd + h * hd + t);
+                for (uint64_t t = 0; t < vd; t++) Di += dO[t] * ld(&c->out[0], (bi * S + i) * od + h * vd + t);
                 uint64_t base = ((bi * nh + h) * S + i) * S;
                 for (uint64_t j = gckpt_first_key(i, c->window); j <= i; j++) {
                     const float *k = b.in[1] + (bi * S + j) * lk.W + lk.off + kh * hd;
-                    const float *v = b.in[2] + (bi * S + j) * lv.W + lv.off + vh * hd;
+                    const float *v = b.in[2] + (bi * S + j) * lv.W + lv.off + vh * vd;
                     float sdot = 0, dp = 0;
-                    for (uint64_t t = 0; t < hd; t++) {
-                        sdot += q[t] * k[t];
-                        dp += dO[t] * v[t];
-                    }
+                    for (uint64_t t = 0; t < hd; t++) sdot += q[t] * k[t];
+                    for (uint64_t t = 0; t < vd; t++) dp += dO[t] * v[t];
                     float pij = expf(sdot * scale + mask_bias(c, bi, i, j) - lse), pd = pij;
                     if (p > 0) {
                         bool keep = gckpt_keep(c->rng, base + j, p);
@@ -401,8 +400,8 @@ gckpt_xstatus host_sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
                     }
                     float ds = pij * (dp - Di) * scale;
                     if (av) {
-                        float *dv = av + (bi * S + j) * lv.W + lv.off + vh * hd;
-                        for (uint64_t t = 0; t < hd; t++) dv[t] += pd * dO[t];
+                        float *dv = av + (bi * S + j) * lv.W + lv.off + vh * vd;
+                        for (uint64_t t = 0; t < vd; t++) dv[t] += pd * dO[t];
                     }
                     float *dqi = dq + (bi * S + i) * qd + h * hd;
                     for (uint64_t t = 0; t < hd; t++) dqi[t] += ds * k[t];

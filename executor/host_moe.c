@@ -69,7 +69,7 @@ gckpt_xstatus host_sum_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *x = &c->in[0], *o = &c->out[0];
     NEED(c, *x, "input");
-    uint64_t n = shape_n(x), no = shape_n(o), w = n / no, B = o->cols;
+    uint64_t n = shape_n(x), no = shape_n(o), w = n / no, B = gckpt_sum_block(c->op->sa, o->cols);
     float *acc = zeros(c, no, err), div = normaliser(c);
     if (!acc) return GCKPT_XS_ERROR;
     for (uint64_t i = 0; i < n; i++) acc[gckpt_sum_dst(i, w, B)] += ld(x, i);
@@ -83,7 +83,7 @@ gckpt_xstatus host_sum_bwd(const gckpt_xcall *c, gckpt_err *err)
     (void)err;
     const gckpt_xt *gi = &c->gin[0];
     if (!gi->p) return GCKPT_XS_OK;
-    uint64_t n = shape_n(gi), w = n / shape_n(&c->gout), B = c->gout.cols;
+    uint64_t n = shape_n(gi), w = n / shape_n(&c->gout), B = gckpt_sum_block(c->op->sa, c->gout.cols);
     float div = normaliser(c);
     for (uint64_t i = 0; i < n; i++) st(gi, i, ld(&c->gout, gckpt_sum_dst(i, w, B)) / div);
     return GCKPT_XS_OK;

@@ -64,7 +64,9 @@ static inline uint16_t f32_to_f16(float f)
 /* the storage element of element i of t (a strided column view's, gckpt_xt.vW) */
 static inline uint64_t at_(const gckpt_xt *t, uint64_t i)
 {
-    return t->vW ? gckpt_view_index(i, t->cols, t->vW, t->voff, t->vblk, t->vstride) : i;
+    if (!t->vW) return i;
+    return t->vstep > 1 ? gckpt_view_index_step(i, t->cols, t->vW, t->voff, t->vblk, t->vstride, t->vstep)
+                        : gckpt_view_index(i, t->cols, t->vW, t->voff, t->vblk, t->vstride);
 }
 
 /* element i of t as fp32 (int64 and bool as their value) */

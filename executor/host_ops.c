@@ -233,8 +233,44 @@ static uint64_t rotated_width(const gckpt_xcall *c)
     return hd && C >= hd ? c->in[0].cols / (C / hd) : 0;
 }
 
+/* MLA's query / key states (sa 1): per head in0's columns then in1's; the gradient of an
+ * expanded in1 (one head) sums over the heads, as expand's backward */
+static gckpt_xstatus cat_heads(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+{
+    uint64_t H = c->op->heads, hd = c->op->width, wa = c->in[0].cols / H, nb = c->in[1].cols / (hd - wa);
+    const gckpt_xt *o = bwd ? &c->gout : &c->out[0];
+    if (!bwd) {
+        NEED(c, c->in[0], "input 0");
+        NEED(c, c->in[1], "input 1");
+        for (uint64_t i = 0; i < o->n; i++) {
+            int which;
+            uint64_t src;
+            gckpt_cat_heads_src(i, H, hd, wa, nb, &which, &src);
+            st(o, i, ld(which == 1 ? &c->in[0] : &c->in[1], src));
+        }
+        return GCKPT_XS_OK;
+    }
+    float *acc = NULL;
+    if (c->gin[1].p && nb == 1 && !(acc = hs_calloc(c->gin[1].n ? c->gin[1].n : 1, sizeof *acc))) {
+        gckpt_seterr(err, "op %s: out of host memory", c->op->name);
+        return GCKPT_XS_ERROR;
+    }
+    for (uint64_t i = 0; i < o->n; i++) {
+        int which;
+        uint64_t src;
+        gckpt_cat_heads_src(i, H, hd, wa, nb, &which, &src);
+        if (which == 1 && c->gin[0].p) st(&c->gin[0], src, ld(o, i));
+        else if (which == 2 && acc) acc[src] += ld(o, i);
+        else if (which == 2 && c->gin[1].p) st(&c->gin[1], src, ld(o, i));
+    }
+    if (acc) host_from_f32(&c->gin[1], acc);
+    hs_free(acc);
+    return GCKPT_XS_OK;
+}
+
 static gckpt_xstatus cat_pass(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
+    if (c->op->sa == 1) return cat_heads(c, bwd, err);
     uint64_t C = c->in[1].cols, hd = c->op->width, rd = rotated_width(c);
     if (!rd || rd > hd || C % hd) {
         gckpt_seterr(err, "op %s: a rotated part of %llu columns does not fit heads of %llu", c->op->name,
@@ -423,14 +459,73 @@ static gckpt_xstatus layernorm_bwd(const gckpt_xcall *c, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
+/* DeepSeek-V3's grouped router's mask (GCKPT_P_ROUTE_MASK; no gradient) */
+static gckpt_xstatus route_mask_fwd(const gckpt_xcall *c, gckpt_err *err)
+{
+    const gckpt_xt *x = &c->in[0], *o = &c->out[0];
+    NEED(c, *x, "input 0");
+    uint64_t w = c->op->width, xc = x->cols;
+    int mode = (int)c->op->sa;
+    if (mode == 3) NEED(c, c->in[1], "mask");
+    if (mode == 0) { /* zeros_like(...).scatter_(1, idx, 1) */
+        for (uint64_t i = 0; i < o->n; i++) st(o, i, 0.0f);
+        for (uint64_t i = 0; i < x->n; i++) {
+            int64_t g = ldi(x, i);
+            if (g < 0 || (uint64_t)g >= w) {
+                gckpt_seterr(err, "op %s: index %lld outside %llu columns", c->op->name, (long long)g, (unsigned long long)w);
+                return GCKPT_XS_ERROR;
+            }
+            st(o, i / xc * w + (uint64_t)g, 1.0f);
+        }
+        return GCKPT_XS_OK;
+    }
+    for (uint64_t i = 0; i < o->n; i++) {
+        float y;
+        switch (mode) {
+        case 1: y = ld(x, i / w * xc + i % w / (w / xc)); break;
+        case 2: y = (float)(ld(x, i) == 0.0f); break;
+        default: y = ld(&c->in[1], i) != 0.0f ? -INFINITY : ld(x, i); break;
+        }
+        st(o, i, y);
+    }
+    return GCKPT_XS_OK;
+}
+
 /* ---- embedding, log-softmax, nll ------------------------------------------------------------ */
 
 /* The embedding: rows of the table in0 picked by the int64 ids in1; also the experts'
  * gathers of rows by index (GCKPT_P_GATHER_ROWS), whose backward adds each row's
  * gradient back to its source row as the embedding's does */
+/* gather(1, idx) (GATHER_ROWS sa 1): out[r, j] = x[r, idx[r, j]], rows of `experts`; the
+ * backward scatters each gradient back to its column */
+static gckpt_xstatus gather_cols(const gckpt_xcall *c, bool bwd, gckpt_err *err)
+{
+    const gckpt_xt *ids = &c->in[1];
+    uint64_t E = c->op->experts, k = c->op->width;
+    NEED(c, *ids, bwd ? "saved indices" : "indices");
+    float *acc = NULL;
+    if (bwd && (!c->gin[0].p || !(acc = zeros(c->gin[0].n, err)))) return c->gin[0].p ? GCKPT_XS_ERROR : GCKPT_XS_OK;
+    if (!bwd) NEED(c, c->in[0], "input");
+    for (uint64_t i = 0; i < ids->n; i++) {
+        int64_t e = ldi(ids, i);
+        if (e < 0 || (uint64_t)e >= E) {
+            gckpt_seterr(err, "op %s: index %lld outside %llu columns", c->op->name, (long long)e, (unsigned long long)E);
+            hs_free(acc);
+            return GCKPT_XS_ERROR;
+        }
+        uint64_t src = i / k * E + (uint64_t)e;
+        if (bwd) acc[src] += ld(&c->gout, i);
+        else st(&c->out[0], i, ld(&c->in[0], src));
+    }
+    if (acc) host_from_f32(&c->gin[0], acc);
+    hs_free(acc);
+    return GCKPT_XS_OK;
+}
+
 static gckpt_xstatus embed_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     const gckpt_xt *tab = &c->in[0], *ids = &c->in[1], *o = &c->out[0];
+    if (c->op->sa == 1) return gather_cols(c, false, err);
     NEED(c, *tab, "table");
     NEED(c, *ids, "ids");
     uint64_t W = c->op->width, V = tab->n / W;
@@ -448,6 +543,7 @@ static gckpt_xstatus embed_fwd(const gckpt_xcall *c, gckpt_err *err)
 
 static gckpt_xstatus embed_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
+    if (c->op->sa == 1) return gather_cols(c, true, err);
     const gckpt_xt *gi = &c->gin[0], *ids = &c->in[1];
     if (!gi->p) return GCKPT_XS_OK;
     NEED(c, *ids, "saved ids");
@@ -592,6 +688,7 @@ static const host_kernel kernels[GCKPT_NPRIM] = {
     [GCKPT_P_DROP_SINK] = {host_drop_sink_fwd, host_drop_sink_bwd},
     [GCKPT_P_CAT_HALVES] = {host_cat_halves_fwd, host_cat_halves_bwd},
     [GCKPT_P_BOOL_MASK] = {host_bool_mask_fwd, NULL},
+    [GCKPT_P_ROUTE_MASK] = {route_mask_fwd, NULL},
 #ifdef GCKPT_TOY
     [GCKPT_P_TOY] = {host_toy_fwd, host_toy_bwd},
 #endif

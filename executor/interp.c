@@ -69,9 +69,9 @@ param_t *exec_param(gckpt_exec *x, int tensor, int layer)
 {
     if (tensor < 0 || tensor >= x->r->nt || x->pidx[tensor] < 0) return NULL;
     const gckpt_tensor *t = &x->r->t[tensor];
-    if (t->section == GCKPT_SEC_BLOCK) {
-        if (layer < 0 || (uint64_t)layer >= x->m.layers) return NULL;
-        return &x->params[x->pidx[tensor] + layer];
+    if (gckpt_sec_is_block(t->section)) { /* typed parameter groups: the layer's copy */
+        if (layer < 0 || (uint64_t)layer >= x->m.layers || x->lpsec[layer] != t->section) return NULL;
+        return &x->params[x->pidx[tensor] + (int)x->lcopy[layer]];
     }
     return &x->params[x->pidx[tensor]];
 }
@@ -145,8 +145,10 @@ static bool check_recipe(gckpt_exec *x, gckpt_err *err)
             gckpt_seterr(err, "recipe op %s: rotary head width %llu must be even", op->name, (unsigned long long)op->width);
             return false;
         }
-        if (op->qk_dim != op->v_dim) { /* host_attn.c / cuda_attn.cu take one head width for q, k and v */
-            gckpt_seterr(err, "recipe op %s: q/k heads of width %u and v heads of width %u are not executed", op->name,
+        /* host_attn.c takes q/k heads of qk_dim and v heads of v_dim; cuda_attn.cu one width */
+        if (op->qk_dim != op->v_dim && x->be && !strcmp(x->be->name, "cuda")) {
+            gckpt_seterr(err, "recipe op %s: q/k heads of width %u and v heads of width %u are not executed by the "
+                         "cuda backend", op->name,
                          op->qk_dim, op->v_dim);
             return false;
         }
@@ -350,15 +352,34 @@ static bool param_instances(gckpt_exec *x, gckpt_err *err)
         return false;
     }
     x->nparams = np;
+    /* each layer's parameter section and its copy of that section's tensors (one section
+     * owns them all but where block types have parameters of their own: DeepSeek-V3's
+     * dense layers) */
+    uint64_t seen[GCKPT_NSEC] = {0};
+    for (uint64_t l = 0; l < x->m.layers; l++) {
+        int sec = x->r->sec_params[gckpt_layer_section(x->r, &x->m, x->set.attention, l)];
+        x->lpsec[l] = (int8_t)sec;
+        x->lcopy[l] = sec >= 0 ? (uint32_t)seen[sec]++ : 0;
+    }
     for (int t = 0; t < x->r->nt; t++) {
         const gckpt_param *spec = gckpt_params_of(ps, t);
         for (uint64_t l = 0; spec && l < spec->copies; l++) {
             param_t *p = &x->params[x->pidx[t] + (int)l];
             p->spec = spec;
             p->tensor = t;
-            p->layer = spec->section == GCKPT_SEC_BLOCK ? (int)l : -1;
+            p->layer = -1;
             p->grad = GCKPT_NOINST;
         }
+        if (!spec || !gckpt_sec_is_block(x->r->t[t].section)) continue;
+        for (uint64_t l = 0; l < x->m.layers; l++)
+            if (x->lpsec[l] == x->r->t[t].section) {
+                if (x->lcopy[l] >= spec->copies) {
+                    gckpt_seterr(err, "recipe: %s has %llu copies, layer %llu needs more", x->r->t[t].name,
+                                 (unsigned long long)spec->copies, (unsigned long long)l);
+                    return false;
+                }
+                x->params[x->pidx[t] + (int)x->lcopy[l]].layer = (int)l;
+            }
     }
     return true;
 }
@@ -395,17 +416,25 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
         goto fail;
     }
     if (!check_recipe(x, err) || !check_schedule(x, err) || !exec_aux_prepare(x, err)) goto fail;
+    /* the parallel modes address a layer's parameters by copy = layer (interp_ddp.c, zero*) */
+    if (gckpt_recipe_typed_params(x->r) && gckpt_layout_multi(&x->set.layout)) {
+        gckpt_seterr(err, "model_type \"%s\": layers with parameters of their own per block type (dense and MoE "
+                          "layers) are executed on one GPU only", m->model_type);
+        goto fail;
+    }
     size_t L = (size_t)m->layers;
     x->nslot = (int)L + 2;
     x->bind = calloc((size_t)x->nslot * (size_t)x->r->nop, sizeof *x->bind);
     x->bind_gen = calloc((size_t)x->nslot * (size_t)x->r->nop, sizeof *x->bind_gen);
     x->gview = calloc((size_t)x->nslot * (size_t)x->r->nt, sizeof *x->gview);
     x->hb = calloc(L, sizeof *x->hb);
+    x->lpsec = calloc(L ? L : 1, sizeof *x->lpsec);
+    x->lcopy = calloc(L ? L : 1, sizeof *x->lcopy);
     uint64_t T = x->ctx.tokens;
     x->ids = malloc(sizeof *x->ids * T);
     x->labels = malloc(sizeof *x->labels * T);
     x->positions = malloc(sizeof *x->positions * s->seq);
-    if (!x->bind || !x->bind_gen || !x->gview || !x->hb || !x->ids || !x->labels || !x->positions) {
+    if (!x->bind || !x->bind_gen || !x->gview || !x->hb || !x->lpsec || !x->lcopy || !x->ids || !x->labels || !x->positions) {
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
@@ -745,6 +774,13 @@ gckpt_xstatus gckpt_exec_read_grad_raw(gckpt_exec *x, int layer, int tensor, voi
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "download", err);
 }
 
+bool gckpt_exec_param_in_layer(const gckpt_exec *x, int tensor, int layer)
+{
+    if (tensor < 0 || tensor >= x->r->nt || x->pidx[tensor] < 0) return false;
+    if (!gckpt_sec_is_block(x->r->t[tensor].section)) return layer == 0;
+    return layer >= 0 && (uint64_t)layer < x->m.layers && x->lpsec[layer] == x->r->t[tensor].section;
+}
+
 gckpt_xstatus gckpt_exec_read_grad(gckpt_exec *x, int layer, int tensor, float *out, gckpt_err *err)
 {
     param_t *p = exec_param(x, tensor, layer);
@@ -809,6 +845,8 @@ void gckpt_exec_free(gckpt_exec *x)
     free(x->bind_gen);
     free(x->gview);
     free(x->hb);
+    free(x->lpsec);
+    free(x->lcopy);
     free(x->ids);
     free(x->labels);
     free(x->positions);

@@ -92,6 +92,8 @@ struct gckpt_exec {
     uint32_t gen;
     exec_gview *gview;              /* [slot * nt + tensor] */
     hostbuf_t *hb;                  /* per layer */
+    int8_t *lpsec;                  /* per layer: the section of its parameters */
+    uint32_t *lcopy;                /* per layer: its copy of that section's parameters */
     void *workspace, *opt_temp;
     uint64_t workspace_bytes, opt_temp_bytes;
     uint64_t step;                  /* optimizer steps done */

@@ -290,6 +290,16 @@ static void strided_view(const gckpt_exec *x, int t, gckpt_xt *v)
             v->vblk = p->out_f;
             v->vstride = p->in_f;
         }
+        /* one column of every in_f of a per-head block view (MLA's x[..., 0::2] of each
+         * head's rotary columns): elements in_f apart in the block's storage */
+        const gckpt_op *q = p->in_f && p->out_f == 1 ? view_of(x, p->in[0]) : NULL;
+        if (q && q->sa >= 0 && q->in_f && q->out_f % p->in_f == 0) {
+            v->vW = gckpt_tensor_width(x->r, q->in[0], x->set.seq);
+            v->voff = (uint64_t)q->sb + (uint64_t)p->sb;
+            v->vblk = q->out_f / p->in_f;
+            v->vstride = q->in_f;
+            v->vstep = p->in_f;
+        }
     }
     v->n = v->rows * v->cols;
 }

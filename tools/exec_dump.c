@@ -34,7 +34,7 @@ static cJSON *floats(const float *v, uint64_t n)
 
 static uint64_t layers_of(const gckpt_exec *x, int t)
 {
-    return gckpt_exec_ctx(x)->recipe->t[t].section == GCKPT_SEC_BLOCK ? gckpt_exec_ctx(x)->model->layers : 1;
+    return gckpt_sec_is_block(gckpt_exec_ctx(x)->recipe->t[t].section) ? gckpt_exec_ctx(x)->model->layers : 1;
 }
 
 /* each trainable parameter of every layer (the recipe's order, flat, fp32): the weights
@@ -51,6 +51,7 @@ static int each_param(gckpt_exec *x, cJSON *arr, bool grad)
         float *v = malloc(sizeof *v * (n ? n : 1));
         if (!v) return 1;
         for (uint64_t l = 0; l < layers_of(x, t); l++) {
+            if (!gckpt_exec_param_in_layer(x, t, (int)l)) continue; /* another block type's */
             gckpt_xstatus rc = grad ? gckpt_exec_read_grad(x, (int)l, t, v, &err) : gckpt_exec_read_param(x, (int)l, t, v, &err);
             if (rc != GCKPT_XS_OK) {
                 fprintf(stderr, "gckpt-exec-dump: %s\n", err.msg);
@@ -65,7 +66,7 @@ static int each_param(gckpt_exec *x, cJSON *arr, bool grad)
             cJSON *o = cJSON_CreateObject();
             cJSON_AddItemToArray(arr, o);
             cJSON_AddStringToObject(o, "name", r->t[t].name);
-            cJSON_AddStringToObject(o, "section", r->t[t].section == GCKPT_SEC_BLOCK ? "layer" : "model");
+            cJSON_AddStringToObject(o, "section", gckpt_sec_is_block(r->t[t].section) ? "layer" : "model");
             cJSON_AddNumberToObject(o, "layer", (double)l);
             cJSON_AddItemToObject(o, "data", floats(v, n));
         }
@@ -74,22 +75,27 @@ static int each_param(gckpt_exec *x, cJSON *arr, bool grad)
     return 0;
 }
 
-/* the parameters named in zero[] set to 0 in every layer; 1 when one is not a parameter */
+/* the parameters named in zero[] set to 0 in every layer (every block type's tensor of the
+ * name); 1 when one is not a parameter */
 static int zero_params(gckpt_exec *x, const char *const *zero, int nzero, gckpt_err *err)
 {
     const gckpt_recipe *r = gckpt_exec_ctx(x)->recipe;
     for (int z = 0; z < nzero; z++) {
-        int t = 0;
-        while (t < r->nt && (r->t[t].kind != GCKPT_T_PARAM || strcmp(r->t[t].name, zero[z]))) t++;
-        if (t == r->nt) {
+        bool found = false;
+        for (int t = 0; t < r->nt; t++) {
+            if (r->t[t].kind != GCKPT_T_PARAM || strcmp(r->t[t].name, zero[z])) continue;
+            found = true;
+            float *v = calloc(gckpt_exec_param_numel(x, t) + 1, sizeof *v);
+            for (uint64_t l = 0; v && l < layers_of(x, t); l++)
+                if (gckpt_exec_param_in_layer(x, t, (int)l) && gckpt_exec_write_param(x, (int)l, t, v, err) != GCKPT_XS_OK)
+                    break;
+            free(v);
+            if (!v || err->msg[0]) return 1;
+        }
+        if (!found) {
             gckpt_seterr(err, "--zero %s: no such parameter", zero[z]);
             return 1;
         }
-        float *v = calloc(gckpt_exec_param_numel(x, t) + 1, sizeof *v);
-        for (uint64_t l = 0; v && l < layers_of(x, t); l++)
-            if (gckpt_exec_write_param(x, (int)l, t, v, err) != GCKPT_XS_OK) break;
-        free(v);
-        if (!v || err->msg[0]) return 1;
     }
     return 0;
 }

@@ -58,8 +58,9 @@ static inline void fx_collect(gckpt_exec *x, void *user)
     gckpt_err err = {{0}};
     for (int t = 0; t < r->nt; t++) {
         if (r->t[t].kind != GCKPT_T_PARAM || !r->t[t].requires_grad) continue; /* frozen: no .grad */
-        uint64_t nl = r->t[t].section == GCKPT_SEC_BLOCK ? g->layers : 1;
+        uint64_t nl = gckpt_sec_is_block(r->t[t].section) ? g->layers : 1;
         for (uint64_t l = 0; l < nl; l++) {
+            if (!gckpt_exec_param_in_layer(x, t, (int)l)) continue; /* another block type's */
             uint64_t bytes = gckpt_param_numel(r, t) * gckpt_dtype_size((gckpt_dtype)r->t[t].dtype);
             if (g->n + bytes > g->cap) {
                 size_t nc = (g->cap + bytes) * 2;

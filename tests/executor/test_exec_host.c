@@ -114,6 +114,9 @@ static void test_gemma2(void **st) { (void)st; family_ga2("tiny-gemma2-w16"); }
 static void test_mixtral(void **st) { (void)st; family_ga2("tiny-mixtral"); }
 static void test_qwen3_moe(void **st) { (void)st; family_ga2("tiny-qwen3-moe"); }
 static void test_olmoe(void **st) { (void)st; family_ga2("tiny-olmoe"); }
+/* DeepSeek-V3 (multi-head latent attention, a dense layer 0 with parameters of its own,
+ * the grouped router, a shared expert): every precision x attention, accumulation 2 */
+static void test_deepseek_v3(void **st) { (void)st; family_ga2("tiny-deepseek-v3"); }
 /* ... with output_router_logits: every layer's logits held for the head's load-balancing
  * loss, its gradient handed back to each layer's router (qwen3_moe, olmoe: 3 layers,
  * fewer than the simulator's proxy: the buffers held to the embedding's backward). Under
@@ -216,13 +219,15 @@ static void test_dense_matches_transformers(void **st)
 }
 
 /* the mixture-of-experts families, each with and without the load-balancing loss
- * (mixtral: MixtralConfig's default rope_theta 1e6), and gpt_oss (YaRN: factor 4 over 8
- * positions, truncated correction range, at seq 16) */
+ * (mixtral: MixtralConfig's default rope_theta 1e6), gpt_oss (YaRN: factor 4 over 8
+ * positions, truncated correction range, at seq 16) and deepseek_v3 (multi-head latent
+ * attention with qk heads of 20 and v heads of 16, the interleaved rotary, a dense layer
+ * 0, the grouped router's sigmoid scores, group mask and gather, shared experts) */
 static void test_moe_matches_transformers(void **st)
 {
     (void)st;
     const char *fx[] = {"tiny-mixtral", "tiny-mixtral-aux", "tiny-qwen3-moe", "tiny-qwen3-moe-aux", "tiny-olmoe",
-                        "tiny-olmoe-aux", "tiny-gpt-oss", "tiny-gpt-oss-aux", "tiny-gpt-oss-yarn"};
+                        "tiny-olmoe-aux", "tiny-gpt-oss", "tiny-gpt-oss-aux", "tiny-gpt-oss-yarn", "tiny-deepseek-v3"};
     for (size_t i = 0; i < sizeof fx / sizeof *fx; i++) matches_transformers(fx[i]);
 }
 
@@ -980,6 +985,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sliding_rule), cmocka_unit_test(test_sliding_sdpa_matches_eager),
         cmocka_unit_test(test_two_block_sections_sdpa),
         cmocka_unit_test(test_mixtral), cmocka_unit_test(test_qwen3_moe), cmocka_unit_test(test_olmoe),
+        cmocka_unit_test(test_deepseek_v3),
         cmocka_unit_test(test_moe_aux), cmocka_unit_test(test_moe_gate_up_halves),
         cmocka_unit_test(test_gpt_oss), cmocka_unit_test(test_moe_matches_transformers),
     };

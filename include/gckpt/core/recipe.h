@@ -158,7 +158,10 @@ typedef enum {
                           * backward writes its gradient into that block of the packed
                           * tensor's gradient: autograd's SplitBackward cats the roles'
                           * gradients into one buffer once all three arrived */
-    GCKPT_P_CAT_PASS,    /* partial rotary: cat(in0 rotated part, the rest of in1's heads) */
+    GCKPT_P_CAT_PASS,    /* partial rotary: cat(in0 rotated part, the rest of in1's heads);
+                          * sa 1 (MLA's query / key states): per head of `width` in0's head
+                          * then in1's, of `heads` heads, in1 maybe one head expanded to all
+                          * (gckpt_cat_heads_src) */
     /* mixture of experts (recipe_moe.c; executed on the host, CUDA kernels unverified) */
     GCKPT_P_TOPK,        /* the `width` largest of each row of `experts`: out[0] values, out[1] int64
                           * indices */
@@ -170,7 +173,8 @@ typedef enum {
     GCKPT_P_DIV,         /* x / y with broadcast `bcast` */
     GCKPT_P_SORT,        /* sort of a vector: out[0] sorted values, out[1] the permutation */
     GCKPT_P_FLOORDIV,    /* integer x // sa */
-    GCKPT_P_GATHER_ROWS, /* rows of in0 picked by the int64 vector in1 */
+    GCKPT_P_GATHER_ROWS, /* rows of in0 picked by the int64 vector in1; sa 1: per row of
+                          * `experts` columns, the columns in1 [rows, width] picks (gather(1)) */
     GCKPT_P_HISTC,       /* histogram of in0 over `width` bins of one id: an integer output takes its
                           * cumsum (the groups' end offsets), a float one the counts (sb as SUM's) */
     GCKPT_P_INVERT_PERM, /* inv[perm] = arange */
@@ -200,6 +204,11 @@ typedef enum {
      * in one kernel, saving in0 and in1 (not silu(in0)); its backward writes the inputs'
      * gradients into their own storage (gckpt_op.grad_into_in) */
     GCKPT_P_SWIGLU,
+    /* DeepSeek-V3's grouped router's mask (recipe_moe.c router_grouped; the branch has no
+     * gradient): sa 0: zeros [rows, width] with ones at in0's int64 indices (scatter_);
+     * sa 1: each column of in0 repeated to `width` columns (unsqueeze, expand, reshape);
+     * sa 2: logical_not; sa 3: in0 where in1 (bool) is false, else -inf (masked_fill) */
+    GCKPT_P_ROUTE_MASK,
 #ifdef GCKPT_TOY
     GCKPT_P_TOY,         /* the test build's toy primitive: x.clone() (docs/architecture.md, tests/toy) */
 #endif

@@ -41,8 +41,10 @@ typedef struct {
     uint64_t cols, rows;
     /* a strided column view (a block of a fused projection's output, each head's first
      * columns: read in place): element i is p[gckpt_view_index(i, cols, vW, voff, vblk,
-     * vstride)]; vW 0: dense */
-    uint64_t vW, voff, vblk, vstride;
+     * vstride)]; vW 0: dense; vstep > 1: a block's elements vstep apart (a strided slice
+     * of a block view, DeepSeek's x[..., 0::2] of each head's rotary columns:
+     * gckpt_view_index_step; the host backend only) */
+    uint64_t vW, voff, vblk, vstride, vstep;
 } gckpt_xt;
 
 /* The elements of one rank's piece of collective op (comm.h) with these buffers over world
@@ -250,6 +252,10 @@ gckpt_xstatus gckpt_exec_step(gckpt_exec *x, const gckpt_step_opts *o, gckpt_ste
 /* Parameter access (layer is ignored for embedding / head parameters). The tensor must
  * be a PARAM of the recipe. Values are converted to fp32 on the host. */
 uint64_t gckpt_exec_param_numel(const gckpt_exec *x, int tensor);
+/* Whether a layer's parameter tensor is one of layer `layer`'s (block types with parameters
+ * of their own: DeepSeek-V3's dense layers have other tensors than its MoE layers); an
+ * embedding or head parameter: layer 0 only. Readers iterate the layers and skip the rest. */
+bool gckpt_exec_param_in_layer(const gckpt_exec *x, int tensor, int layer);
 gckpt_xstatus gckpt_exec_read_param(gckpt_exec *x, int layer, int tensor, float *out, gckpt_err *err);
 gckpt_xstatus gckpt_exec_write_param(gckpt_exec *x, int layer, int tensor, const float *in, gckpt_err *err);
 /* Raw bytes of a parameter's .grad (only inside on_grads); bytes = numel * dtype size. */

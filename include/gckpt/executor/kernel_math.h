@@ -217,6 +217,26 @@ GCKPT_HD uint64_t gckpt_view_index(uint64_t i, uint64_t cols, uint64_t W, uint64
     return row * W + off + col;
 }
 
+/* gckpt_view_index with the elements of a block `step` apart */
+GCKPT_HD uint64_t gckpt_view_index_step(uint64_t i, uint64_t cols, uint64_t W, uint64_t off, uint64_t blk, uint64_t stride,
+                                        uint64_t step)
+{
+    uint64_t row = i / cols, col = i % cols;
+    col = blk ? (col / blk) * stride + (col % blk) * step : col * step;
+    return row * W + off + col;
+}
+
+/* MLA's per-head cat (GCKPT_P_CAT_PASS with sa 1): element i of the result (rows of H
+ * heads of width hd) is element *src of input 0 (which 1: rows of H heads of wa) or of
+ * input 1 (which 2: rows of nb heads of hd - wa, nb 1 when one head is expanded to all) */
+GCKPT_HD void gckpt_cat_heads_src(uint64_t i, uint64_t H, uint64_t hd, uint64_t wa, uint64_t nb, int *which,
+                                  uint64_t *src)
+{
+    uint64_t row = i / (H * hd), col = i % (H * hd), h = col / hd, d = col % hd, wb = hd - wa;
+    *which = d < wa ? 1 : 2;
+    *src = d < wa ? row * H * wa + h * wa + d : row * nb * wb + (nb == 1 ? 0 : h) * wb + (d - wa);
+}
+
 /* Partial rotary's cat (recipe.h, GCKPT_P_CAT_PASS): element i of the result (rows of C,
  * heads of width hd) is element *src of the rotated part (which 1; rows of C / hd * rd,
  * heads of width rd) or of the input (which 2) */
@@ -381,5 +401,8 @@ GCKPT_HD bool gckpt_topk_before(float a, uint64_t ia, float b, uint64_t ib) { re
  * of w (the top-k values' sum); B = the row width: view(T, k, h).sum(1) of the experts'
  * pairs, and the load-balancing loss's column sums over all rows. */
 GCKPT_HD uint64_t gckpt_sum_dst(uint64_t i, uint64_t w, uint64_t B) { return (i / (w * B)) * B + i % B; }
+/* B of a SUM: the output's row width, or 1 where the op says its groups are contiguous
+ * (sa 1: DeepSeek-V3's group scores, [T, groups] of the pairs' sums) */
+GCKPT_HD uint64_t gckpt_sum_block(double sa, uint64_t out_cols) { return sa == 1 ? 1 : out_cols; }
 
 #endif

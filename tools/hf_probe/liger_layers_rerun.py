@@ -37,7 +37,12 @@ sys.path.insert(0, HERE)
 LIGER_VERSION = "0.8.5"
 KERNELS = ["rope", "rms_norm", "swiglu"]
 CASES = ["llama-bf16-sdpa-n1-plain-b2s32", "llama-bf16-sdpa-noff-plain-b1s48", "llama-fp32-sdpa-n1-plain-b1s48",
-         "llama-amp-bf16-cudalists-sdpa-n1-plain-b2s32", "llama-bf16-sdpa-n2-plain-b1s48"]
+         "llama-amp-bf16-cudalists-sdpa-n1-plain-b2s32", "llama-bf16-sdpa-n2-plain-b1s48",
+         "qwen3-bf16-sdpa-n1-plain-b2s32", "qwen3-bf16-sdpa-noff-plain-b1s48"]
+# the hand cases' peak is the loss's: a small vocabulary and a wide MLP put it in a layer's
+# backward, where the in-place gradients (RMSNorm's dX into dY, RoPE's) show
+WIDE = {"vocab_size": 32, "intermediate_size": 512}
+WIDE_CASES = ["llama-bf16-sdpa-n1-plain-b2s32", "llama-bf16-sdpa-noff-plain-b2s32", "qwen3-fp32-sdpa-n1-plain-b1s48"]
 
 
 class _Launch:
@@ -133,11 +138,11 @@ def _swiglu_bwd(dc, a, b, stride, gate_multiplier, *rest, **k):
         b[i].copy_(db.to(b.dtype))
 
 
-def patch():
+def patch(family):
     import liger_kernel.ops.rms_norm as rn
     import liger_kernel.ops.rope as rp
     import liger_kernel.ops.swiglu as sw
-    from liger_kernel.transformers.monkey_patch import apply_liger_kernel_to_llama
+    import liger_kernel.transformers.monkey_patch as mp
 
     rn._rms_norm_forward_kernel = _Launch(_rms_fwd)
     rn._block_rms_norm_forward_kernel = _Launch(_rms_fwd_block)
@@ -147,8 +152,8 @@ def patch():
     sw._swiglu_forward_kernel = _Launch(_swiglu_fwd)
     sw._swiglu_backward_kernel = _Launch(_swiglu_bwd)
     # swiglu_forward / backward take a 2-D view of a and b; the replacement reads rows of it
-    apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                fused_linear_cross_entropy=False)
+    getattr(mp, f"apply_liger_kernel_to_{family}")(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                                   fused_linear_cross_entropy=False)
 
 
 def grads_match(spec):
@@ -181,15 +186,23 @@ def main(argv):
         import copy
         spec = dict(specs["llama-fp32-sdpa-noff-plain-b1s48"])
         ref, lref, _ = grads_match(copy.deepcopy(spec))
-        patch()
+        patch("llama")
         got, lgot, patched = grads_match(copy.deepcopy(spec))
         worst = max((ref[n] - got[n]).abs().max().item() / max(1e-6, ref[n].abs().max().item()) for n in ref)
         print(f"patched {patched}; loss {lref:.6f} vs {lgot:.6f}; worst relative gradient difference {worst:.2e}")
         return 0 if patched and worst < 1e-3 else 1
-    patch()
     os.makedirs(args.out, exist_ok=True)
-    for name in names:
-        spec = specs[name]
+    todo = [(n, specs[n]) for n in names]
+    if not args.case:
+        for n in WIDE_CASES:
+            spec = dict(specs[n])
+            cfg = probe.make_config(spec["family"], spec["attention"]).to_dict()
+            cfg.update(WIDE)
+            spec["config"] = cfg
+            spec["name"] = n.replace(spec["family"], spec["family"] + "-v32-i512", 1)
+            todo.append((spec["name"], spec))
+    for name, spec in todo:
+        patch(spec["family"])
         fx = probe.run_case(spec)
         fx["setting"]["liger_kernels"] = KERNELS
         fx["liger"] = {"liger_kernel": version, "command": "python3 tools/hf_probe/liger_layers_rerun.py",

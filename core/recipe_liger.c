@@ -48,7 +48,11 @@ int liger_rms_norm(tracer *tr, int x, int w, uint64_t width)
 
 /* liger_rotary_pos_emb(q, k, cos, sin): LigerRopeFunction rotates q and k in their own storage
  * (the projections' outputs: the transposes back to [b, s, heads, hd] are contiguous) and saves
- * cos and sin only; its backward rotates dq and dk in place the other way. One op per tensor. */
+ * cos and sin only. Its backward rotates dq and dk in place after .contiguous(), which copies
+ * them when the attention's backward hands them on in [b, heads, s, hd] order: measured on the
+ * CPU for k always and for q but under a masked SDPA (tests/data/fused-loss/liger-norm-rope.json;
+ * CUDA's layouts unverified), so each input gradient is planned as a new buffer (the copy), the
+ * incoming one freed with the node. One op per tensor. */
 int liger_rope(tracer *tr, int x, int cos, int sin, const char *name)
 {
     int o = like(tr, name, x, dt(tr, x), rg(tr, x));
@@ -56,6 +60,5 @@ int liger_rope(tracer *tr, int x, int cos, int sin, const char *name)
     setprim(tr, GCKPT_P_LIGER_ROPE, GCKPT_BC_TABLE, 0, 0, tr->m->rotary_dim);
     gckpt_op *op = last_op(tr);
     op->view_fwd = op->in_place = true;
-    op->grad_in_gout = 1;
     return o;
 }

@@ -783,7 +783,7 @@ static void bwd_buffers(gckpt_sim *s, sec_t *st, bwd_op *b, gckpt_schedule *o)
             b->dst[k] = in;
             b->mode[k] = G_INTO;
         } else if ((op->grad_in_gout >> k) & 1) {
-            /* the kernel writes the gradient over the output's (Liger's RMSNorm, RoPE): that
+            /* the kernel writes the gradient over the output's (Liger's RMSNorm): that
              * buffer is the input's first gradient, or summed into its existing one (the engine
              * then drops it) */
             s->pool[b->gout].refs++;

@@ -205,7 +205,8 @@ typedef enum {
      * into the output gradient's storage (gckpt_op.grad_in_gout) */
     GCKPT_P_LIGER_RMS_NORM,
     /* Liger's RoPE (LigerRopeFunction) on q or k: in0 rotated in place by the cos / sin tables
-     * in1, in2 (a view_fwd, in_place op), saving them; its gradient rotated in place */
+     * in1, in2 (a view_fwd, in_place op), saving them; its gradient a new buffer (the copy
+     * rope_backward's .contiguous() makes) */
     GCKPT_P_LIGER_ROPE,
 #ifdef GCKPT_TOY
     GCKPT_P_TOY,         /* the test build's toy primitive: x.clone() (docs/architecture.md, tests/toy) */
@@ -303,7 +304,7 @@ typedef struct {
                           * (gckpt_fused_loss_ws) */
     uint8_t chunk_mem_const; /* Liger's: the model type's chunk_mem_const (families.h) */
     uint8_t grad_in_gout; /* bit k: input k's gradient is written into output 0's gradient's
-                           * storage (Liger's RMSNorm in_place, RoPE): that buffer, no new one */
+                           * storage (Liger's RMSNorm, in_place=True): that buffer, no new one */
     uint8_t grad_into_in; /* bit k: input k's gradient is written into input k's own storage
                            * (Liger's SwiGLU): no buffer, the input's becomes its gradient */
     bool grads_in_fwd;   /* its input gradients are made by its forward and kept until its

@@ -1,5 +1,5 @@
 /* use_liger_kernel=True's RMSNorm and RoPE kernels (liger-kernel 0.8.5) under --loss liger, on
- * the types the family table marks (families.h liger_norm_rope), unless --liger-kernels leaves
+ * the types the family table marks (families.h liger_rms, liger_rope), unless --liger-kernels leaves
  * them out (FINDINGS R-LOSS-6, R-LOSS-7). Planned only: no backend runs them. */
 #include "recipe_tracer.h"
 
@@ -9,22 +9,24 @@
  * SM count, so 132 (H100 SXM, H200) is taken; on the CPU sm_count is 1 */
 #define LIGER_SM_COUNT 132
 
-static bool type_marked(const tracer *tr)
+static const gckpt_model_type_info *type_of(const tracer *tr)
 {
     const gckpt_model_type_info *ty = NULL;
-    return gckpt_family_by_type(tr->m->model_type, &ty) && ty && ty->liger_norm_rope;
+    return gckpt_family_by_type(tr->m->model_type, &ty) ? ty : NULL;
 }
 
 bool liger_rms_planned(const tracer *tr)
 {
-    return liger_kernel_on(tr, GCKPT_LK_RMS_NORM) && tr->m->rms == GCKPT_RMS_LLAMA && type_marked(tr);
+    const gckpt_model_type_info *ty = type_of(tr);
+    return liger_kernel_on(tr, GCKPT_LK_RMS_NORM) && tr->m->rms == GCKPT_RMS_LLAMA && ty && ty->liger_rms;
 }
 
 bool liger_rope_planned(const tracer *tr)
 {
     const gckpt_model *m = tr->m;
-    return liger_kernel_on(tr, GCKPT_LK_ROPE) && !m->rope_split_cat && !m->rope_halves && !m->rope_fp32 &&
-           type_marked(tr);
+    const gckpt_model_type_info *ty = type_of(tr);
+    return liger_kernel_on(tr, GCKPT_LK_ROPE) && !m->rope_split_cat && !m->rope_halves && !m->rope_fp32 && ty &&
+           ty->liger_rope;
 }
 
 /* LigerRMSNormFunction.apply(x, w) (casting 'llama', in_place=True): Y like x and RSTD, fp32 one

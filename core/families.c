@@ -18,18 +18,27 @@
 /* use_liger_kernel=True patches the type (liger-kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN),
  * with its fused linear cross-entropy on by default (LIGER) or off and refused (LIGER_NO_FLCE:
  * apply_liger_kernel_to_granite has fused_linear_cross_entropy=False, cross_entropy=True) */
-#define LIGER GCKPT_LIGER_FLCE, 1, false
-#define LIGER_NO_FLCE GCKPT_LIGER_NO_FLCE, 0, false
-#define NO_LIGER GCKPT_LIGER_NONE, 0, false
+#define LIGER GCKPT_LIGER_FLCE, 1, false, false, false
+#define LIGER_NO_FLCE GCKPT_LIGER_NO_FLCE, 0, false, false, false
+#define NO_LIGER GCKPT_LIGER_NONE, 0, false, false, false
 /* gpt_oss's lce_forward passes chunk_mem_const=8 (_GPT_OSS_FLCE_CHUNK_MEM_CONST), the others
  * the function's default 1 */
-#define LIGER_CHUNK(k) GCKPT_LIGER_FLCE, k, false
+#define LIGER_CHUNK(k) GCKPT_LIGER_FLCE, k, false, false, false
 /* ... and its SwiGLU replaces the dense MLP's class with LigerSwiGLUMLP (deepseek_v3's dense
  * MLPs and shared experts: LigerQwen3MoeSwiGLUMLP, the same forward), planned (FINDINGS
  * R-LOSS-5). Not planned: the routed experts' LigerExperts (fused MoE; mixtral and qwen3_moe
  * have no other MLP); gemma's take geglu; phi3's LigerPhi3SwiGLUMLP calls it on the chunks of
  * gate_up (ensure_contiguous copies them); gpt_oss has swiglu off; granite's loss is refused */
-#define LIGER_SWIGLU GCKPT_LIGER_FLCE, 1, true
+#define LIGER_SWIGLU GCKPT_LIGER_FLCE, 1, true, false, false
+/* ... and its RMSNorm and RoPE too: LigerRMSNorm with the defaults (casting 'llama', offset 0,
+ * in_place=True) on every norm (qwen3's q_norm / k_norm too) and liger_rotary_pos_emb (FINDINGS
+ * R-LOSS-6, R-LOSS-7). Not planned, named in the liger warning: olmo2 (LigerRMSNormForOlmo2,
+ * in_place=False, and its fp32 rotary), deepseek_v3 (rope off; its MLA norms' inputs are
+ * slices, which ensure_contiguous copies), gemma / gemma2 / gemma3_text (offset 1, casting
+ * 'gemma', gemma2 / 3 in_place=False), phi3's rotary (partial), mixtral, qwen3_moe, gpt_oss */
+#define LIGER_LAYERS GCKPT_LIGER_FLCE, 1, true, true, true
+/* phi3: LigerRMSNorm with the defaults, planned; its LigerPhi3SwiGLUMLP and partial rotary not */
+#define LIGER_RMS GCKPT_LIGER_FLCE, 1, false, true, false
 
 #define LLAMA_LINEARS (LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN))
 
@@ -37,8 +46,8 @@
 static const gckpt_family_info families[GCKPT_NFAMILY] = {
     [GCKPT_FAMILY_LLAMA] = {
         .family = GCKPT_FAMILY_LLAMA,
-        .types = {{"llama", NO_PAD, false, LIGER_SWIGLU}, {"mistral", NO_PAD, false, LIGER_SWIGLU},
-                  {"qwen2", NO_PAD, false, LIGER_SWIGLU}, {"qwen3", NO_PAD, false, LIGER_SWIGLU}},
+        .types = {{"llama", NO_PAD, false, LIGER_LAYERS}, {"mistral", NO_PAD, false, LIGER_LAYERS},
+                  {"qwen2", NO_PAD, false, LIGER_LAYERS}, {"qwen3", NO_PAD, false, LIGER_LAYERS}},
         .parse = gckpt_parse_llama, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
@@ -56,7 +65,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .host = true, .cuda = true},
     [GCKPT_FAMILY_PHI3] = {
         .family = GCKPT_FAMILY_PHI3,
-        .types = {{"phi3", PAD(32000), false, LIGER}},
+        .types = {{"phi3", PAD(32000), false, LIGER_RMS}},
         .parse = gckpt_parse_phi3, .trace = trace_llama,
         .lora_targets = LT(QKV_PROJ) | LT(O) | LT(GATE_UP) | LT(DOWN), .embed_name = "embed_tokens",
         .padding_idx = true, .host = true, .cuda = true},
@@ -101,7 +110,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
     /* llama whose NoPE layers skip the rotary embedding (block type NOPE, FINDINGS R-FAM-16) */
     [GCKPT_FAMILY_SMOLLM3] = {
         .family = GCKPT_FAMILY_SMOLLM3,
-        .types = {{"smollm3", PAD(128004), false, LIGER_SWIGLU}},
+        .types = {{"smollm3", PAD(128004), false, LIGER_LAYERS}},
         .parse = gckpt_parse_smollm3, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},

@@ -170,7 +170,7 @@ void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_ta
     gckpt_peft pf = s->peft;
     pf.wrapper_cast = p != s->precision; /* the wrapper's bf16 replaces autocast */
     pf.linear_saves_input = gckpt_par_mode_of(s->layout.mode)->linear_saves_input;
-    gckpt_recipe_build_loss(m, p, s->attention, target, &pf, s->seq, s->loss, r);
+    gckpt_recipe_build_loss(m, p, s->attention, target, &pf, s->seq, s->loss, s->liger_off, r);
 }
 
 /* A parameter's dim 0 and the elements of one row (a 1-D tensor is stored as one row; a

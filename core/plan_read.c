@@ -423,6 +423,20 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
     if (cJSON_GetObjectItemCaseSensitive(in, "loss") && !choice(r, in, "inputs.loss", gckpt_loss_names, GCKPT_NLOSS, &loss))
         return false;
     pf->loss = (gckpt_loss)loss;
+    const cJSON *lk = cJSON_GetObjectItemCaseSensitive(in, "liger_kernels"), *ke;
+    if (lk) { /* (plans before --liger-kernels have none: all on) */
+        if (!cJSON_IsArray(lk) || loss != GCKPT_LOSS_LIGER)
+            return fail(r, "field 'inputs.liger_kernels' must be an array of Liger kernel names, with inputs.loss "
+                           "\"liger\"%s", "");
+        char list[160] = "", badk[64];
+        cJSON_ArrayForEach(ke, lk) {
+            if (!cJSON_IsString(ke)) return fail(r, "field 'inputs.liger_kernels' holds a non-string%s", "");
+            size_t k = strlen(list);
+            snprintf(list + k, sizeof list - k, "%s%s", k ? "," : "", ke->valuestring);
+        }
+        if (!gckpt_liger_kernels_parse(list, &pf->liger_off, badk, sizeof badk))
+            return fail(r, "field 'inputs.liger_kernels': '%s' is not a Liger kernel", badk);
+    }
     const cJSON *en = arr(r, in, "inputs.every_n_layers");
     if (!en) return false;
     int ne = cJSON_GetArraySize(en);
@@ -801,6 +815,7 @@ gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i)
                        .attention = pf->attention,
                        .code_base = pf->code_base,
                        .loss = (uint8_t)pf->loss,
+                       .liger_off = pf->liger_off,
                        .every_n = e->every_n,
                        .offload = e->offload,
                        .peft = pf->peft,

@@ -184,6 +184,14 @@ static bool swiglu(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return dim_n(&z->in[1]) == *n;
 }
 
+/* Liger's RMSNorm: y like x, one rstd per row of width */
+static bool liger_rms(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    uint64_t w = z->op->width, x = dim_n(&z->in[0]);
+    *n = k == 0 ? x : w ? x / w : 0;
+    return w && x % w == 0;
+}
+
 /* values, indices: width of each row of the experts' probabilities */
 static bool topk(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
@@ -376,6 +384,10 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
     [GCKPT_P_SWIGLU] = {.name = "liger_swiglu", 2, 2, 1, .bwd_reads = I0 | I1, .planned_only = true,
                         .out_numel = swiglu},
     [GCKPT_P_ROUTE_MASK] = {.name = "route_mask", 1, 2, 1, .no_grad = true, .out_numel = route_mask},
+    [GCKPT_P_LIGER_RMS_NORM] = {.name = "liger_rms_norm", 2, 2, 2, .bwd_reads = I0 | I1 | O1, .needs_width = true,
+                                .planned_only = true, .out_numel = liger_rms},
+    [GCKPT_P_LIGER_ROPE] = {.name = "liger_rope", 3, 3, 1, .needs_width = true, .even_width = true, .bwd_reads = I1 | I2,
+                            .planned_only = true, .out_numel = like_in0},
 #ifdef GCKPT_TOY /* x.clone(): CloneBackward0 saves nothing (docs/architecture.md, "A primitive") */
     [GCKPT_P_TOY] = {.name = "toy", 1, 1, 1, .out_numel = like_in0},
 #endif

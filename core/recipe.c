@@ -110,7 +110,8 @@ void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding
      * gpt2 QLoRA with adamw_bnb_8bit / paged_adamw_8bit) */
     if (copy != wl) r->t[copy].role = GCKPT_ROLE_MATRIX;
     wl = copy;
-    if (tr->loss != GCKPT_LOSS_HF) {
+    /* liger_kernel_config {"fused_linear_cross_entropy": false}: transformers' own loss */
+    if (tr->loss == GCKPT_LOSS_CCE || liger_kernel_on(tr, GCKPT_LK_FLCE)) {
         fused_loss_head(tr, nf, wl);
         if (m->router_aux_loss) moe_aux_loss(tr);
         section_end(tr);
@@ -195,18 +196,18 @@ void gckpt_recipe_build_target(const gckpt_model *m, gckpt_precision p, gckpt_at
 }
 
 static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                  const gckpt_peft *peft, uint64_t seq, uint8_t loss, bool block_in_frozen, gckpt_recipe *r);
+                  const gckpt_peft *peft, uint64_t seq, uint8_t loss, uint8_t liger_off, bool block_in_frozen, gckpt_recipe *r);
 
 /* The same recipe traced with a block input that needs no gradient gives layer 0's saves
  * and gradients without checkpointing (frozen0); the two traces make the same ops and
  * tensors in the same order, or the variant is left out (layer 0 then planned like the
  * others: an overestimate). */
 static void layer0_variant(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                           const gckpt_peft *peft, uint64_t seq, uint8_t loss, gckpt_recipe *r)
+                           const gckpt_peft *peft, uint64_t seq, uint8_t loss, uint8_t liger_off, gckpt_recipe *r)
 {
     gckpt_recipe *v = malloc(sizeof *v);
     if (!v) return;
-    trace(m, p, a, target, peft, seq, loss, true, v);
+    trace(m, p, a, target, peft, seq, loss, liger_off, true, v);
     bool same = v->nt == r->nt && v->nop == r->nop;
     for (int i = 0; same && i < r->nop; i++) same = v->op[i].prim == r->op[i].prim && v->op[i].out[0] == r->op[i].out[0];
     if (same) {
@@ -229,15 +230,15 @@ void gckpt_recipe_build_peft(const gckpt_model *m, gckpt_precision p, gckpt_atte
 void gckpt_recipe_build_seq(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
                             const gckpt_peft *peft, uint64_t seq, gckpt_recipe *r)
 {
-    gckpt_recipe_build_loss(m, p, a, target, peft, seq, GCKPT_LOSS_HF, r);
+    gckpt_recipe_build_loss(m, p, a, target, peft, seq, GCKPT_LOSS_HF, 0, r);
 }
 
 void gckpt_recipe_build_loss(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                             const gckpt_peft *peft, uint64_t seq, uint8_t loss, gckpt_recipe *r)
+                             const gckpt_peft *peft, uint64_t seq, uint8_t loss, uint8_t liger_off, gckpt_recipe *r)
 {
     a = gckpt_attention_run(m, a);
-    trace(m, p, a, target, peft, seq, loss, false, r);
-    if (r->embed_leaf >= 0) layer0_variant(m, p, a, target, peft, seq, loss, r);
+    trace(m, p, a, target, peft, seq, loss, liger_off, false, r);
+    if (r->embed_leaf >= 0) layer0_variant(m, p, a, target, peft, seq, loss, liger_off, r);
 }
 
 gckpt_attention gckpt_attention_run(const gckpt_model *m, gckpt_attention requested)
@@ -285,7 +286,7 @@ int gckpt_layer_section(const gckpt_recipe *r, const gckpt_model *m, gckpt_atten
 }
 
 static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                  const gckpt_peft *peft, uint64_t seq, uint8_t loss, bool block_in_frozen, gckpt_recipe *r)
+                  const gckpt_peft *peft, uint64_t seq, uint8_t loss, uint8_t liger_off, bool block_in_frozen, gckpt_recipe *r)
 {
     memset(r, 0, sizeof *r);
     r->seq = seq;
@@ -297,7 +298,8 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
     r->embed_leaf = -1;
     tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target != GCKPT_TARGET_CUDA,
                  .cuda_lists = target != GCKPT_TARGET_CPU, .peft = peft, .attn = a,
-                 .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .loss = loss};
+                 .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .loss = loss,
+                 .liger_off = loss == GCKPT_LOSS_LIGER ? liger_off : 0};
     r->loss_kind = loss;
     tr.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
     tr.compute_dt = p == GCKPT_FP32 ? F32 : p == GCKPT_AMP_FP16 ? F16 : BF16;

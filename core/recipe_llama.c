@@ -100,6 +100,7 @@ static int rotary_of(tracer *tr, int x, int cos, int sin, const char *name)
     const gckpt_model *m = tr->m;
     if (m->rope_split_cat) return rope_partial(tr, x, cos, sin, name);
     if (m->rope_halves) return rope_halves(tr, x, cos, sin, name);
+    if (liger_rope_planned(tr)) return liger_rope(tr, x, cos, sin, name); /* liger_rotary_pos_emb */
     int y = rope(tr, x, cos, sin, name);
     if (m->rope_fp32) {
         char nm[40];
@@ -204,7 +205,7 @@ static int phi3_mlp(tracer *tr, int n2)
 static bool liger_swiglu(tracer *tr)
 {
     const gckpt_model_type_info *ty = NULL;
-    return tr->loss == GCKPT_LOSS_LIGER && !tr->m->mlp_bias && tr->m->act == GCKPT_ACT_SILU &&
+    return liger_kernel_on(tr, GCKPT_LK_SWIGLU) && !tr->m->mlp_bias && tr->m->act == GCKPT_ACT_SILU &&
            gckpt_family_by_type(tr->m->model_type, &ty) && ty && ty->liger_swiglu;
 }
 

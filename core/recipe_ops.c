@@ -559,6 +559,12 @@ int rmsnorm(tracer *tr, int x, uint64_t width, const char *name)
     char pfx[40];
     const char *outer = enter_module(tr, name, pfx, sizeof pfx);
     int w = param(tr, "weight", 1, width, GCKPT_ROLE_NORM_WEIGHT);
+    if (liger_rms_planned(tr)) { /* LigerRMSNorm in the module's place */
+        int y = liger_rms_norm(tr, x, w, width);
+        hold_here(tr, x);
+        tr->pfx = outer;
+        return y;
+    }
     uint8_t in_dt = dt(tr, x);
     int x32 = cast_to(tr, x, F32, "to_f32");
     int p = unary(tr, x32, "pow", true, GCKPT_P_POW, 2.0);

@@ -36,7 +36,15 @@ typedef struct gckpt_tracer {
                              * index on; -1: parameters are new */
     int bool_mask;          /* masking_utils' shared bool mask (sdpa_masked), else -1 */
     uint8_t loss;           /* gckpt_loss of the head */
+    uint8_t liger_off;      /* --loss liger: the Liger kernels switched off (gckpt_setting.liger_off) */
 } tracer;
+
+/* --loss liger with Liger's kernel k on (gckpt_liger_kernel; the family table says where the
+ * type's apply function uses it) */
+static inline bool liger_kernel_on(const tracer *tr, int k)
+{
+    return tr->loss == GCKPT_LOSS_LIGER && !((tr->liger_off >> k) & 1);
+}
 
 /* Shapes (recipe.h, gckpt_shape). */
 static inline gckpt_shape per_token(uint64_t width) { return (gckpt_shape){GCKPT_ROWS_TOKENS, 1, width}; }
@@ -133,6 +141,11 @@ int rmsnorm(tracer *tr, int x, uint64_t width, const char *name);
 int layernorm(tracer *tr, int x, uint64_t width, const char *name);
 int rope(tracer *tr, int x, int cos, int sin, const char *name);
 int rope_partial(tracer *tr, int x, int cos, int sin, const char *name);
+/* Liger's RMSNorm and RoPE (core/recipe_liger.c): whether planned here, and their ops */
+bool liger_rms_planned(const tracer *tr);
+bool liger_rope_planned(const tracer *tr);
+int liger_rms_norm(tracer *tr, int x, int w, uint64_t width);
+int liger_rope(tracer *tr, int x, int cos, int sin, const char *name);
 
 /* ---- attention (recipe_attention.c) ---- */
 /* Scaled-dot-product attention as the target runs it (q, k, v may be one packed tensor). */

@@ -782,6 +782,14 @@ static void bwd_buffers(gckpt_sim *s, sec_t *st, bwd_op *b, gckpt_schedule *o)
             s->pool[in].grad_in_place = true;
             b->dst[k] = in;
             b->mode[k] = G_INTO;
+        } else if ((op->grad_in_gout >> k) & 1) {
+            /* the kernel writes the gradient over the output's (Liger's RMSNorm): that
+             * buffer is the input's first gradient, or summed into its existing one (the engine
+             * then drops it) */
+            s->pool[b->gout].refs++;
+            b->dst[k] = b->gout;
+            b->mode[k] = g < 0 ? G_ALIAS : G_ACC;
+            if (g < 0) ow->grad[t] = b->gout;
         } else if (g < 0 && op->grad_alias[k]) {
             ow->grad[t] = b->gout;
             s->pool[b->gout].refs++;

@@ -231,6 +231,8 @@ constexpr cuda_kernel kernels[] = {
     {GCKPT_P_CCE_LSE, nullptr, nullptr},
     {GCKPT_P_SWIGLU, nullptr, nullptr}, // Liger's SwiGLU: planned only
     {GCKPT_P_ROUTE_MASK, nullptr, nullptr}, // DeepSeek-V3's router: executed on the host only
+    {GCKPT_P_LIGER_RMS_NORM, nullptr, nullptr}, // Liger's RMSNorm: planned only
+    {GCKPT_P_LIGER_ROPE, nullptr, nullptr}, // Liger's RoPE: planned only
 #ifdef GCKPT_TOY
     {GCKPT_P_TOY, cuda_unary_fwd, cuda_unary_bwd}, // a copy: k_unary_fwd / _bwd's default case, as CAST
 #endif

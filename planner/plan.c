@@ -156,7 +156,8 @@ gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint
     if (p->req.tp_dp_shard) gckpt_tp_fsdp_layout(p->req.tp, p->req.tp_dp_shard, 0, &l); /* TP x FSDP: world rank 0 */
     return (gckpt_setting){.seq = p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
                            .precision = p->req.precision, .optimizer = p->req.optimizer,
-                           .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .loss = (uint8_t)p->req.loss, .peft = p->req.peft, .layout = l};
+                           .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .loss = (uint8_t)p->req.loss,
+                           .liger_off = p->req.liger_off, .peft = p->req.peft, .layout = l};
 }
 
 /* A micro-batch with its accumulation steps. */
@@ -447,7 +448,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         goto fail;
     gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft,
                          .layout = gckpt_plan_setting(p, 1, 1).layout, .attention = req->attention, .seq = req->seq,
-                         .loss = (uint8_t)req->loss};
+                         .loss = (uint8_t)req->loss, .liger_off = req->liger_off};
     if (!gckpt_layout_check(&lay, err) ||
         !gckpt_plan_mode_ok(gckpt_par_mode_of(lay.layout.mode), gckpt_parallel_names[lay.layout.mode], err) ||
         !gckpt_parallel_device_ok(&p->dev, &lay.layout, err))

@@ -32,7 +32,7 @@ const gckpt_plan_option gckpt_plan_options[] = {
     {"every-n", true, GCKPT_OPT_EVERY}, {"offload", true, GCKPT_OPT_OFF}, {"budget", true, GCKPT_OPT_BUDGET},
     {"margin", true, GCKPT_OPT_MARGIN}, {"dp-replicate", true, GCKPT_OPT_DP_REPLICATE},
     {"dp-shard", true, GCKPT_OPT_DP_SHARD}, {"tp", true, GCKPT_OPT_TP}, {"cp", true, GCKPT_OPT_CP},
-    {"parallelism-config", true, GCKPT_OPT_PC}, {NULL, false, 0}};
+    {"parallelism-config", true, GCKPT_OPT_PC}, {"liger-kernels", true, GCKPT_OPT_LIGER_KERNELS}, {NULL, false, 0}};
 
 const gckpt_plan_option *gckpt_plan_option_find(const char *name)
 {
@@ -444,6 +444,14 @@ int gckpt_plan_args_set(gckpt_plan_args *a, const gckpt_plan_option *o, const ch
         a->req.loss = (gckpt_loss)v;
         return 0;
     }
+    case GCKPT_OPT_LIGER_KERNELS: {
+        char badk[64];
+        if (!gckpt_liger_kernels_parse(arg, &a->req.liger_off, badk, sizeof badk))
+            return bad(a, "--liger-kernels: '%s' is not a Liger kernel (a comma list of rope, rms_norm, swiglu, "
+                          "fused_linear_cross_entropy: liger_kernel_config's keys)%s", badk, "");
+        a->liger_kernels_set = true;
+        return 0;
+    }
     case GCKPT_OPT_PAR: return parse_parallel(arg, a);
     case GCKPT_OPT_DS: a->ds_path = arg; return 0;
     case GCKPT_OPT_FSDP_OFF: a->fsdp_offload = arg; return 0;
@@ -462,6 +470,8 @@ int gckpt_plan_args_finish(gckpt_plan_args *a)
 {
     int rc;
     if (a->ga_set && a->gb_set) return bad(a, "--grad-accum and --global-batch exclude each other%s%s", "", "");
+    if (a->liger_kernels_set && a->req.loss != GCKPT_LOSS_LIGER)
+        return bad(a, "--liger-kernels needs --loss liger%s%s", "", "");
     if ((rc = apply_peft_options(a))) return rc;
     if ((rc = check_layout(a))) return rc;
     a->req.every_n = a->every;

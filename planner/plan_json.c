@@ -143,6 +143,11 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     cJSON_AddStringToObject(in, "attention", gckpt_attention_names[p->req.attention]);
     cJSON_AddStringToObject(in, "code_base", gckpt_code_base_names[p->req.code_base]);
     if (p->req.loss != GCKPT_LOSS_HF) cJSON_AddStringToObject(in, "loss", gckpt_loss_names[p->req.loss]);
+    if (p->req.loss == GCKPT_LOSS_LIGER) { /* the kernels on (--liger-kernels; all by default) */
+        cJSON *lk = cJSON_AddArrayToObject(in, "liger_kernels");
+        for (int k = 0; k < GCKPT_NLK; k++)
+            if (!((p->req.liger_off >> k) & 1)) cJSON_AddItemToArray(lk, cJSON_CreateString(gckpt_liger_kernel_names[k]));
+    }
     cJSON *en = cJSON_AddArrayToObject(in, "every_n_layers");
     for (int i = 0; i < p->req.n_every; i++)
         cJSON_AddItemToArray(en, cJSON_CreateNumber(p->req.every_n[i]));

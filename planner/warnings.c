@@ -156,14 +156,16 @@ static const struct {
      "add to the step without overlap, the CPU optimizer step's time is not modelled, and gckpt-run does not "
      "execute it."},
     {"liger_loss_unverified", liger_applies,
-     "the loss is Liger's fused linear cross-entropy (liger-kernel 0.8.5) as read in its source: its chunking and "
-     "buffers (under amp: autocast's weight copies) are verified by a CPU re-run with PyTorch ops "
-     "(tests/data/fused-loss), its Triton kernels are unverified. use_liger_kernel=True also swaps in Liger's "
-     "layer kernels: its SwiGLU is planned where it replaces a dense LlamaMLP (LigerSwiGLUMLP: the output kept, "
-     "not silu's, the input gradients written into the gate and up outputs; verified by a CPU run of its code), "
-     "not Gemma's GEGLU, Phi-3's gate_up MLP, the routed experts of a mixture of experts, gpt-oss (swiglu off) or an "
-     "MLP with biases; its RMSNorm and RoPE kernels are not planned: those layers use transformers' own ops, "
-     "an upper bound.", true},
+     "Liger's kernels (liger-kernel 0.8.5), where the model type's apply function uses them and --liger-kernels "
+     "keeps them, are planned as read in its source and verified on the CPU with its Triton kernels stood in for: "
+     "the fused linear cross-entropy's chunking and buffers (under amp: autocast's weight copies) by a re-run of "
+     "its algorithm (tests/data/fused-loss), its SwiGLU on a dense LlamaMLP, its RMSNorm on Llama, Mistral, Qwen2, "
+     "Qwen3, SmolLM3 and Phi-3 (the input and an fp32 rstd kept, dX written into dY's storage) and its RoPE on the "
+     "first five (q and k rotated in place) by runs of its own code (tests/data/hf-liger). Unverified: the Triton "
+     "kernels themselves and the RMSNorm backward's fp32 partial sums, planned as [132, hidden] (132 SMs: H100 "
+     "SXM, H200); planned with transformers' ops, an upper bound: the RMSNorm and RoPE of Gemma 1/2/3, OLMo 2, "
+     "Mixtral, Qwen3-MoE, DeepSeek-V3 and gpt-oss, Phi-3's RoPE and gate_up MLP, Gemma's GEGLU, routed experts, "
+     "gpt-oss's MLP (swiglu off) and an MLP with biases.", true},
     {"cce_loss_unverified", cce_applies,
      "the loss is cut-cross-entropy 25.1.1's linear_cross_entropy(hidden, lm_head.weight, labels, shift=True): "
      "the buffers its Python code makes, keeps and hands on are verified by a CPU run of that code with its "

@@ -193,6 +193,21 @@ static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     st->offload = cJSON_IsTrue(item(set, "offload"));
     st->reentrant = cJSON_IsTrue(item(set, "use_reentrant")); /* prepare's own checkpointing */
     st->optimizer = GCKPT_ADAMW;
+    /* Liger's layer kernels (tools/hf_probe/liger_layers_rerun.py): --loss liger with the
+     * kernels listed on, the others (its loss among them) off */
+    const cJSON *lk = item(set, "liger_kernels"), *ke;
+    if (lk) {
+        char list[128] = "", bad[64];
+        cJSON_ArrayForEach(ke, lk) if (cJSON_IsString(ke)) {
+            size_t k = strlen(list);
+            snprintf(list + k, sizeof list - k, "%s%s", k ? "," : "", ke->valuestring);
+        }
+        if (!gckpt_liger_kernels_parse(list, &st->liger_off, bad, sizeof bad)) {
+            gckpt_seterr(err, "%s: field 'setting.liger_kernels': '%s' is not a Liger kernel", path, bad);
+            return false;
+        }
+        st->loss = GCKPT_LOSS_LIGER;
+    }
     f->comparable = true;
 
     double p;
@@ -298,7 +313,8 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
 {
     memset(c, 0, sizeof *c);
     static gckpt_recipe r;
-    gckpt_recipe_build_seq(&f->m, f->s.precision, f->s.attention, hf_target(f), &f->s.peft, f->s.seq, &r);
+    gckpt_recipe_build_loss(&f->m, f->s.precision, f->s.attention, hf_target(f), &f->s.peft, f->s.seq, f->s.loss,
+                            f->s.liger_off, &r);
     gckpt_ctx ctx;
     if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;
     /* a quantized weight counts its stored elements (a Params4bit: n / 2 as uint8) */
@@ -465,7 +481,8 @@ void hf_print(FILE *out, const hf_fixture *f, const hf_cmp *c)
 bool hf_events(FILE *out, const hf_fixture *f, const gckpt_device *exact, gckpt_err *err)
 {
     static gckpt_recipe r;
-    gckpt_recipe_build_seq(&f->m, f->s.precision, f->s.attention, hf_target(f), &f->s.peft, f->s.seq, &r);
+    gckpt_recipe_build_loss(&f->m, f->s.precision, f->s.attention, hf_target(f), &f->s.peft, f->s.seq, f->s.loss,
+                            f->s.liger_off, &r);
     gckpt_ctx ctx;
     gckpt_schedule ev;
     if (!gckpt_ctx_init(&ctx, &f->m, exact, &r, &f->s, err)) return false;

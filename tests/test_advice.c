@@ -205,6 +205,54 @@ static void fused_loss(void **state)
     assert_false(cli_exists("b.json"));
 }
 
+/* --liger-kernels (liger_kernel_config's keys): the kernels on recorded in inputs.liger_kernels,
+ * read back as the bits off; without rms_norm and rope the layers (not checkpointed) keep transformers' norm and
+ * rotary tensors, so the plan's peak is higher; refused in one line with a bad name or without
+ * --loss liger, and a plan file with a bad name is refused naming the field */
+static void liger_kernels(void **state)
+{
+    (void)state;
+    char *base[] = {"--model", "llama-3.2-1b", "--seq", "4096", "--precision", "bf16", "--loss", "liger",
+                    "--every-n", "0", "--offload", "off", "-q"};
+    assert_int_equal(run(A(base[0], base[1], base[2], base[3], base[4], base[5], base[6], base[7], base[8], base[9],
+                           base[10], base[11], base[12], "-o", "all.json")), 0);
+    assert_int_equal(run(A(base[0], base[1], base[2], base[3], base[4], base[5], base[6], base[7], base[8], base[9],
+                           base[10], base[11], base[12], "--liger-kernels", "swiglu,fused_linear_cross_entropy", "-o",
+                           "some.json")), 0);
+    cJSON *ja = read_plan("all.json"), *js = read_plan("some.json");
+    const cJSON *la = cJSON_GetObjectItem(cJSON_GetObjectItem(ja, "inputs"), "liger_kernels");
+    const cJSON *ls = cJSON_GetObjectItem(cJSON_GetObjectItem(js, "inputs"), "liger_kernels");
+    assert_int_equal(cJSON_GetArraySize(la), 4);
+    assert_int_equal(cJSON_GetArraySize(ls), 2);
+    assert_string_equal(cJSON_GetArrayItem(ls, 0)->valuestring, "swiglu");
+    double pa = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(ja, "entries"), 0), "memory"),
+                                    "peak_bytes")->valuedouble;
+    double ps = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(js, "entries"), 0), "memory"),
+                                    "peak_bytes")->valuedouble;
+    assert_true(ps > pa);
+    char *text = cJSON_Print(js);
+    gckpt_plan_file pf;
+    gckpt_err e;
+    assert_true(gckpt_plan_parse("some.json", text, &pf, &e));
+    assert_int_equal(pf.liger_off, (1 << GCKPT_LK_ROPE) | (1 << GCKPT_LK_RMS_NORM));
+    gckpt_plan_file_free(&pf);
+    free(text);
+    cJSON_ReplaceItemInArray((cJSON *)ls, 0, cJSON_CreateString("layer_norm"));
+    text = cJSON_Print(js);
+    assert_false(gckpt_plan_parse("some.json", text, &pf, &e));
+    assert_non_null(strstr(e.msg, "inputs.liger_kernels"));
+    assert_non_null(strstr(e.msg, "layer_norm"));
+    free(text);
+    cJSON_Delete(ja);
+    cJSON_Delete(js);
+    assert_int_equal(run(A(base[0], base[1], base[2], base[3], base[4], base[5], base[6], base[7], base[8], base[9],
+                           "--liger-kernels", "rope,bogus", "-o", "b.json")), 2);
+    one_line("--liger-kernels: 'bogus' is not a Liger kernel");
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--liger-kernels", "rope", "-o", "b.json")), 2);
+    one_line("--liger-kernels needs --loss liger");
+    assert_false(cli_exists("b.json"));
+}
+
 /* A profile slow enough to make a step longer than the reader's bound is refused
  * before a plan is written. */
 static void slow_profile(void **state)
@@ -607,7 +655,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(snippets), cmocka_unit_test(positions), cmocka_unit_test(slow_profile),
         cmocka_unit_test(shipped_plans_read_back), cmocka_unit_test(warnings), cmocka_unit_test(aliases), cmocka_unit_test(help_lists_everything),
-        cmocka_unit_test(what_users_read), cmocka_unit_test(plot_script), cmocka_unit_test(fused_loss),
+        cmocka_unit_test(what_users_read), cmocka_unit_test(plot_script), cmocka_unit_test(fused_loss), cmocka_unit_test(liger_kernels),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     cJSON_Delete(schema);

@@ -44,7 +44,7 @@ static void sweep_peft(const char *model, const char *cfg_json, const gckpt_peft
         for (int attn = 0; attn < GCKPT_NATTN; attn++) {
             gckpt_setting ps = {.precision = (gckpt_precision)prec, .layout = g_layout};
             gckpt_recipe_build_loss(&m, gckpt_parallel_compute_precision(&ps), (gckpt_attention)attn, GCKPT_TARGET_CUDA,
-                                    peft, 96, (uint8_t)g_loss, &r);
+                                    peft, 96, (uint8_t)g_loss, 0, &r);
             for (uint64_t mb = 1; mb <= 2; mb++) {
                 for (uint64_t ga = 1; ga <= 3; ga += 2) {
                     gckpt_setting s = {.seq = 96, .micro_batch = mb, .grad_accum = ga,

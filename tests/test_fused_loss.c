@@ -350,6 +350,69 @@ static void liger_swiglu_cpu_rerun(void **state)
     free(text);
 }
 
+/* ---- Liger's RMSNorm and RoPE backward (tests/data/fused-loss/liger-norm-rope.json, FINDINGS
+ * R-LOSS-6, R-LOSS-7) ----------------------------------------------------------------------- */
+
+/* In micro-step 1's schedule of a one-layer llama under --loss liger, for every BWD event of an
+ * op whose name ends in `suffix`: whether its input 0's gradient is its output's gradient
+ * buffer (-1: no such event). */
+static int bwd_in_gout(const char *suffix, gckpt_attention attn)
+{
+    gckpt_model m;
+    gckpt_err err;
+    if (!gckpt_model_parse("llama.json", "{\"model_type\": \"llama\", \"num_hidden_layers\": 1, \"hidden_size\": 64, "
+                           "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 176, "
+                           "\"vocab_size\": 50}", &m, &err))
+        fail_msg("%s", err.msg);
+    gckpt_setting s = setting(GCKPT_BF16, 48, 2, GCKPT_LOSS_LIGER);
+    s.attention = attn;
+    static gckpt_recipe r;
+    gckpt_setting_recipe(&m, &s, GCKPT_TARGET_CUDA, &r);
+    gckpt_ctx c;
+    if (!gckpt_ctx_init(&c, &m, &dev, &r, &s, &err)) fail_msg("%s", err.msg);
+    gckpt_schedule ev;
+    assert_true(gckpt_schedule_build(&c, &ev));
+    int found = -1;
+    for (size_t si = 0; si < ev.nseg; si++)
+        for (size_t i = ev.seg[si].begin; i < ev.seg[si].end; i++) {
+            const gckpt_event *e = &ev.ev[i];
+            if (e->kind != GCKPT_EV_BWD || !named(&r, e->op, suffix)) continue;
+            int same = e->arg.bwd.grad_in[0] == e->arg.bwd.grad_out;
+            if (found >= 0 && found != same) fail_msg("%s: both ways", suffix);
+            found = same;
+        }
+    gckpt_schedule_free(&ev);
+    return found;
+}
+
+/* The planned backward of Liger's RMSNorm writes the input gradient into the output gradient's
+ * buffer, as the CPU check of Liger's code found for in_place=True (its default there); RoPE's
+ * input gradients are new buffers (the .contiguous() copies the check found for k, and for q
+ * but under a masked SDPA), under SDPA and eager attention. */
+static void liger_norm_rope_in_place(void **state)
+{
+    (void)state;
+    gckpt_err e;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/fused-loss/liger-norm-rope.json", 1 << 20, &e);
+    cJSON *j = text ? gckpt_json_parse("liger-norm-rope.json", text, &e) : NULL;
+    if (!j) fail_msg("%s", e.msg);
+    const cJSON *rms = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "rms_norm"), "bfloat16");
+    const cJSON *rope = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "rope"), "bfloat16");
+    bool rms_in = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rms, "in_place_true_dx_in_dy_storage"));
+    for (int a = 0; a < GCKPT_NATTN; a++) {
+        const cJSON *ra = cJSON_GetObjectItemCaseSensitive(rope, a == GCKPT_SDPA ? "sdpa" : "eager");
+        assert_non_null(ra);
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ra, "q_rotated_in_its_storage")));
+        assert_int_equal(bwd_in_gout("input_layernorm.liger_rms_norm", (gckpt_attention)a), rms_in);
+        assert_int_equal(bwd_in_gout("self_attn.rope_q", (gckpt_attention)a),
+                         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ra, "dq_in_incoming_storage")));
+        assert_int_equal(bwd_in_gout("self_attn.rope_k", (gckpt_attention)a),
+                         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ra, "dk_in_incoming_storage")));
+    }
+    cJSON_Delete(j);
+    free(text);
+}
+
 /* Where a fused loss is not planned: one sentence naming why. */
 static void refusals(void **state)
 {
@@ -393,7 +456,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(liger_chunks), cmocka_unit_test(liger_head), cmocka_unit_test(liger_head_gpt_oss), cmocka_unit_test(cce_head),
         cmocka_unit_test(liger_cpu_rerun), cmocka_unit_test(cce_cpu_rerun),
-        cmocka_unit_test(liger_swiglu_cpu_rerun), cmocka_unit_test(refusals),
+        cmocka_unit_test(liger_swiglu_cpu_rerun), cmocka_unit_test(liger_norm_rope_in_place), cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -303,9 +303,12 @@ int main(void)
     size_t nmoe = n - hand - gen - nfam;
     n = scan(GCKPT_TEST_DATA "/hf-dsv3", &fx, n, &cap);
     size_t ndsv3 = n - hand - gen - nfam - nmoe;
-    if (hand == 0 || gen == 0 || nfam == 0 || nmoe == 0 || ndsv3 == 0) {
-        fprintf(stderr, "no fixtures in %s/hf, %s/hf-gen, %s/hf-fam, %s/hf-moe or %s/hf-dsv3\n", GCKPT_TEST_DATA,
-                GCKPT_TEST_DATA, GCKPT_TEST_DATA, GCKPT_TEST_DATA, GCKPT_TEST_DATA);
+    /* Liger's layer kernels (tools/hf_probe/liger_layers_rerun.py) */
+    n = scan(GCKPT_TEST_DATA "/hf-liger", &fx, n, &cap);
+    size_t nliger = n - hand - gen - nfam - nmoe - ndsv3;
+    if (hand == 0 || gen == 0 || nfam == 0 || nmoe == 0 || ndsv3 == 0 || nliger == 0) {
+        fprintf(stderr, "no fixtures in %s/hf, %s/hf-gen, %s/hf-fam, %s/hf-moe, %s/hf-dsv3 or %s/hf-liger\n",
+                GCKPT_TEST_DATA, GCKPT_TEST_DATA, GCKPT_TEST_DATA, GCKPT_TEST_DATA, GCKPT_TEST_DATA, GCKPT_TEST_DATA);
         return 1;
     }
 #endif

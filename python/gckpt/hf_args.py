@@ -619,13 +619,15 @@ _LIGER_PARTS = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm
 def _liger(args, w):
     """use_liger_kernel=True: the Trainer calls liger's apply_liger_kernel_to_<model_type> with
     liger_kernel_config's keywords (defaults: fused linear cross-entropy, RMSNorm, SwiGLU and
-    RoPE on). The fused linear cross-entropy is planned (--loss liger, docs/fused-loss.md), and
-    with it Liger's SwiGLU on a dense MLP; RMSNorm and RoPE are not. Returns the loss option, or None."""
+    RoPE on). Planned under --loss liger (docs/fused-loss.md), the kernels on passed as
+    --liger-kernels: the fused linear cross-entropy, SwiGLU on a dense MLP, RMSNorm and RoPE on the
+    types whose apply function gckpt plans them for (the liger_loss_unverified warning names the
+    others). Returns (loss option, liger_kernels option), each None when not set."""
     if not _truthy(getattr(args, "use_liger_kernel", False)):
         cfg = getattr(args, "liger_kernel_config", None)
         if cfg:
             w.add(IGNORED, "TrainingArguments.liger_kernel_config without use_liger_kernel=True: not applied")
-        return None
+        return None, None
     cfg = dict(getattr(args, "liger_kernel_config", None) or {})
     unknown = sorted(set(cfg) - set(_LIGER_PARTS))
     if unknown:
@@ -635,19 +637,16 @@ def _liger(args, w):
     if part["cross_entropy"] and part["fused_linear_cross_entropy"]:
         raise PlanError("TrainingArguments.liger_kernel_config: cross_entropy and fused_linear_cross_entropy "
                         "both True (liger refuses this)")
-    others = [k for k in ("rms_norm", "rope") if part[k]] + (["geglu"] if part["geglu"] and "geglu" in cfg else [])
-    if others:
-        w.add(NOT_MODELLED, f"TrainingArguments.use_liger_kernel=True: Liger's {', '.join(others)} kernels replace "
-                            "the model's ops; the layers are planned with transformers' own ops there (its SwiGLU "
-                            "is planned where it replaces a dense MLP, docs/fused-loss.md)")
-    if not part["swiglu"] and part["fused_linear_cross_entropy"]:
-        w.add(NOT_MODELLED, "TrainingArguments.liger_kernel_config swiglu=False: the plan (--loss liger) still has "
-                            "Liger's SwiGLU where it replaces a dense MLP, one [tokens, intermediate] tensor per "
-                            "layer below transformers' ops")
+    if part["geglu"] and "geglu" in cfg:
+        w.add(NOT_MODELLED, "TrainingArguments.use_liger_kernel=True: Liger's geglu kernel replaces the Gemma MLP's "
+                            "ops; the layers are planned with transformers' own ops there (docs/fused-loss.md)")
     if part["cross_entropy"]:
         w.add(NOT_MODELLED, "TrainingArguments.liger_kernel_config cross_entropy=True: Liger's cross-entropy on the "
                             "full logits is planned as transformers' loss")
-    return "liger" if part["fused_linear_cross_entropy"] else None
+    kernels = [k for k in ("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy") if part[k]]
+    if not kernels:
+        return None, None
+    return "liger", (None if len(kernels) == 4 else ",".join(kernels))
 
 
 def _evaluation(args, w):
@@ -795,9 +794,11 @@ def options_from_hf(model_or_config, args, *, peft_config=None, world_size=None,
                                 "adapters to bf16 and does not call prepare_model_for_kbit_training, so the "
                                 "parameters that are not quantized keep the loaded dtype (sft_trainer.py); the plan "
                                 "counts fp32 adapters and prepare's fp32 casts")
-    loss = _liger(args, w)
+    loss, kernels = _liger(args, w)
     if loss:
         opts["loss"] = loss
+    if kernels:
+        opts["liger_kernels"] = kernels
     _evaluation(args, w)
     _review_fields(args, w, every_n > 0, parallel)
 
@@ -845,6 +846,7 @@ def plan_for(model_or_config, args, *, seq, peft_config=None, gpu=None, world_si
         if opts.get("loss") != "liger" or "apply_liger_kernel_to_" not in str(e):
             raise
         del opts["loss"]
+        opts.pop("liger_kernels", None)
         p = plan(m["model"], gpu=gpu, seq=seq, **opts)
         m["warnings"].append({"code": IGNORED, "message": "TrainingArguments.use_liger_kernel=True: " + str(e).split(
             "--loss liger: ", 1)[-1] + "; planned with transformers' loss"})

@@ -344,11 +344,12 @@ class HFDocExamples(unittest.TestCase):
                        use_cache=True)
         m = options_from_hf(LLAMA, args)
         text = messages(m)
-        for field in ("use_liger_kernel=True", "label_smoothing_factor=0.1", "neftune_noise_alpha=5",
+        for field in ("label_smoothing_factor=0.1", "neftune_noise_alpha=5",
                       "eval_strategy='steps'", "auto_find_batch_size=True", "use_cache=True"):
             self.assertIn("TrainingArguments." + field, text)
-        self.assertEqual([w["code"] for w in m["warnings"] if "use_liger_kernel" in w["message"]], ["hf_not_modelled"])
-        self.assertEqual(m["options"]["loss"], "liger")   # the fused linear cross-entropy is planned
+        # Liger's kernels are planned (--loss liger; the plan's liger_loss_unverified names what is not)
+        self.assertNotIn("use_liger_kernel", text)
+        self.assertEqual(m["options"]["loss"], "liger")
         # use_liger_kernel=False (the default) is not warned
         m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=False))
         self.assertNotIn("liger", messages(m))
@@ -357,28 +358,31 @@ class HFDocExamples(unittest.TestCase):
                                            learning_rate=2e-4, weight_decay=0.01, report_to="none"))
         self.assertEqual(codes(m), ["hf_assumed", "hf_assumed"])   # use_cpu, the config's bf16 dtype
 
-    # use_liger_kernel=True: Liger's fused linear cross-entropy planned (--loss liger), its other
-    # kernels named; liger_kernel_config selects the parts as apply_liger_kernel_to_<type> takes them
+    # use_liger_kernel=True: --loss liger, liger_kernel_config's parts passed as --liger-kernels (the
+    # kernels on; absent when all are) as apply_liger_kernel_to_<type> takes them
     def test_liger_kernel(self):
         m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True))
         self.assertEqual(m["options"]["loss"], "liger")
-        self.assertIn("rms_norm, rope kernels", messages(m))
-        self.assertIn("SwiGLU is planned", messages(m))
+        self.assertNotIn("liger_kernels", m["options"])
+        self.assertNotIn("liger", messages(m).lower())
         m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True,
                                            liger_kernel_config={"rms_norm": False, "rope": False}))
-        self.assertEqual(m["options"]["loss"], "liger")
-        self.assertNotIn("liger", messages(m).lower())
-        # swiglu off: the plan still has Liger's SwiGLU (gckpt-plan has no switch for it), said
+        self.assertEqual((m["options"]["loss"], m["options"]["liger_kernels"]),
+                         ("liger", "swiglu,fused_linear_cross_entropy"))
         m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True,
                                            liger_kernel_config={"rms_norm": False, "swiglu": False, "rope": False}))
-        self.assertEqual(m["options"]["loss"], "liger")
-        self.assertIn("swiglu=False", messages(m))
+        self.assertEqual(m["options"]["liger_kernels"], "fused_linear_cross_entropy")
+        self.assertNotIn("swiglu", messages(m))
+        # the fused loss off: transformers' loss with Liger's layer kernels
         m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True,
                                            liger_kernel_config={"fused_linear_cross_entropy": False}))
-        self.assertNotIn("loss", m["options"])
+        self.assertEqual((m["options"]["loss"], m["options"]["liger_kernels"]), ("liger", "rope,rms_norm,swiglu"))
         m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True, liger_kernel_config={
             "fused_linear_cross_entropy": False, "cross_entropy": True}))
         self.assertIn("cross_entropy=True", messages(m))
+        m = options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True, liger_kernel_config={
+            "fused_linear_cross_entropy": False, "rms_norm": False, "swiglu": False, "rope": False}))
+        self.assertNotIn("loss", m["options"])
         with self.assertRaises(PlanError):
             options_from_hf(LLAMA, self.ta(bf16=True, use_liger_kernel=True, liger_kernel_config={"layer_norm": True}))
         # geglu: a keyword of apply_liger_kernel_to_gemma / gemma2 / gemma3_text (liger-kernel 0.8.5)

@@ -76,6 +76,8 @@ static const struct {
     {GCKPT_P_CCE_LSE, "cce_lse", R, R},
     {GCKPT_P_SWIGLU, "liger_swiglu", R, R},
     {GCKPT_P_ROUTE_MASK, "route_mask", N, R}, /* DeepSeek-V3's router: host only */
+    {GCKPT_P_LIGER_RMS_NORM, "liger_rms_norm", R, R},
+    {GCKPT_P_LIGER_ROPE, "liger_rope", R, R},
 #ifdef GCKPT_TOY
     {GCKPT_P_TOY, "toy", F, F},
 #endif

@@ -35,6 +35,11 @@ typedef struct {
     bool liger_swiglu;     /* its apply function's swiglu=True puts LigerSwiGLUMLP (LigerSiLUMulFunction
                             * on the gate and up outputs) in the dense LlamaMLP's place: planned
                             * as GCKPT_P_SWIGLU under --loss liger */
+    bool liger_rms;        /* its apply function's rms_norm=True puts LigerRMSNorm (casting 'llama',
+                            * in_place=True) on every RMSNorm: planned as GCKPT_P_LIGER_RMS_NORM
+                            * (FINDINGS R-LOSS-6) */
+    bool liger_rope;       /* ... and rope=True liger_rotary_pos_emb in apply_rotary_pos_emb's
+                            * place: planned as GCKPT_P_LIGER_ROPE (R-LOSS-7) */
 } gckpt_model_type_info;
 
 typedef enum {

@@ -43,6 +43,7 @@ typedef struct {
     gckpt_attention attention;
     uint8_t code_base; /* gckpt_code_base: inputs.code_base (absent: hf) */
     gckpt_loss loss;           /* inputs.loss (optional; absent: hf) */
+    uint8_t liger_off;         /* inputs.liger_kernels (optional; absent: all on): the kernels off */
     gckpt_offload_sel offload;
     uint64_t budget_bytes, usable_bytes;
     double margin;

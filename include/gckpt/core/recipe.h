@@ -209,6 +209,14 @@ typedef enum {
      * sa 1: each column of in0 repeated to `width` columns (unsqueeze, expand, reshape);
      * sa 2: logical_not; sa 3: in0 where in1 (bool) is false, else -inf (masked_fill) */
     GCKPT_P_ROUTE_MASK,
+    /* Liger's RMSNorm (LigerRMSNormFunction, casting 'llama', in_place=True): out0 like in0,
+     * out1 the fp32 rstd per row of width; saves in0, in1, out1; input 0's gradient is written
+     * into the output gradient's storage (gckpt_op.grad_in_gout) */
+    GCKPT_P_LIGER_RMS_NORM,
+    /* Liger's RoPE (LigerRopeFunction) on q or k: in0 rotated in place by the cos / sin tables
+     * in1, in2 (a view_fwd, in_place op), saving them; its gradient a new buffer (the copy
+     * rope_backward's .contiguous() makes) */
+    GCKPT_P_LIGER_ROPE,
 #ifdef GCKPT_TOY
     GCKPT_P_TOY,         /* the test build's toy primitive: x.clone() (docs/architecture.md, tests/toy) */
 #endif
@@ -304,6 +312,8 @@ typedef struct {
     uint8_t fused_loss;  /* GCKPT_P_FUSED_LCE / CCE_LSE: the gckpt_loss whose workspaces it has
                           * (gckpt_fused_loss_ws) */
     uint8_t chunk_mem_const; /* Liger's: the model type's chunk_mem_const (families.h) */
+    uint8_t grad_in_gout; /* bit k: input k's gradient is written into output 0's gradient's
+                           * storage (Liger's RMSNorm, in_place=True): that buffer, no new one */
     uint8_t grad_into_in; /* bit k: input k's gradient is written into input k's own storage
                            * (Liger's SwiGLU): no buffer, the input's becomes its gradient */
     bool grads_in_fwd;   /* its input gradients are made by its forward and kept until its
@@ -399,7 +409,7 @@ void gckpt_recipe_build_seq(const gckpt_model *m, gckpt_precision p, gckpt_atten
 /* ... with the head's loss `loss` (gckpt_loss; gckpt_fused_loss_supported says where a fused
  * one is planned: the caller checks it) */
 void gckpt_recipe_build_loss(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                             const gckpt_peft *peft, uint64_t seq, uint8_t loss, gckpt_recipe *r);
+                             const gckpt_peft *peft, uint64_t seq, uint8_t loss, uint8_t liger_off, gckpt_recipe *r);
 
 /* The attention transformers 5.24 runs when `requested` is asked for: Gemma 2 (soft-capping)
  * and gpt_oss (attention sinks) refuse SDPA (_supports_sdpa = False: a ValueError when

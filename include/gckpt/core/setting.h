@@ -3,6 +3,7 @@
 #define GCKPT_SETTING_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -31,6 +32,13 @@ typedef enum { GCKPT_SDPA, GCKPT_EAGER, GCKPT_NATTN } gckpt_attention;
  * ForCausalLMLoss on the full logits; Liger's fused linear cross-entropy (the Trainer's
  * use_liger_kernel=True, liger-kernel 0.8.5); cut-cross-entropy (25.1.1) */
 typedef enum { GCKPT_LOSS_HF, GCKPT_LOSS_LIGER, GCKPT_LOSS_CCE, GCKPT_NLOSS } gckpt_loss;
+/* Liger's kernels under --loss liger, named as liger_kernel_config's keys (the keyword
+ * arguments of apply_liger_kernel_to_<type>); gckpt_setting.liger_off has bit k set when
+ * kernel k is switched off (gckpt-plan --liger-kernels). Off, fused_linear_cross_entropy
+ * leaves transformers' loss on the full logits (cross_entropy stays False). */
+typedef enum {
+    GCKPT_LK_ROPE, GCKPT_LK_RMS_NORM, GCKPT_LK_SWIGLU, GCKPT_LK_FLCE, GCKPT_NLK
+} gckpt_liger_kernel;
 
 /* The training stack's efficiency class (gckpt-plan --code-base, docs/step-time.md): hf,
  * Hugging Face modules run eagerly (the Trainer, TRL, accelerate: the default); fused, a stack
@@ -135,6 +143,7 @@ typedef struct {
      * fixtures of prepare's call set it */
     bool reentrant;
     uint8_t loss;     /* gckpt_loss (zeroed: HF's) */
+    uint8_t liger_off; /* --loss liger: bit gckpt_liger_kernel set = that kernel off (zeroed: all on) */
     gckpt_peft peft;  /* zeroed: full fine-tuning */
     gckpt_layout layout; /* zeroed: one GPU */
 } gckpt_setting;
@@ -144,6 +153,7 @@ extern const char *const gckpt_optimizer_names[GCKPT_NOPT];
 extern const char *const gckpt_attention_names[GCKPT_NATTN];
 extern const char *const gckpt_code_base_names[GCKPT_NCODEBASE]; /* "hf", "fused" */
 extern const char *const gckpt_loss_names[GCKPT_NLOSS];
+extern const char *const gckpt_liger_kernel_names[GCKPT_NLK]; /* "rope", "rms_norm", "swiglu", ... */
 extern const char *const gckpt_parallel_names[GCKPT_NPAR]; /* "none", "ddp", "fsdp", "zero1", ... */
 
 /* Name -> enum; -1 if unknown. */
@@ -152,6 +162,9 @@ int gckpt_optimizer_from(const char *s);
 int gckpt_attention_from(const char *s);
 int gckpt_code_base_from(const char *s);
 int gckpt_loss_from(const char *s);
+/* "rope,rms_norm,..." (the kernels on, gckpt_liger_kernel_names) -> the bits off; false with the
+ * first name not understood in bad */
+bool gckpt_liger_kernels_parse(const char *list, uint8_t *off, char *bad, size_t nbad);
 int gckpt_parallel_from(const char *s);
 
 #ifdef __cplusplus

@@ -35,6 +35,7 @@ typedef struct {
     gckpt_attention attention;
     gckpt_code_base code_base; /* --code-base: whose time parameters (default hf) */
     gckpt_loss loss;       /* the head's loss (--loss; zeroed: HF's) */
+    uint8_t liger_off;     /* --liger-kernels: the Liger kernels left out (gckpt_setting.liger_off) */
     uint32_t *every_n;     /* values to sweep (0 = off); NULL: off and 1..L */
     int n_every;
     gckpt_offload_sel offload;

@@ -22,7 +22,7 @@ enum {
     GCKPT_OPT_TARGETS, GCKPT_OPT_MTS, GCKPT_OPT_QUANT, GCKPT_OPT_DQ, GCKPT_OPT_CDT, GCKPT_OPT_QSTORE, GCKPT_OPT_GPUS,
     GCKPT_OPT_NODES, GCKPT_OPT_PAR, GCKPT_OPT_DS, GCKPT_OPT_MOE, GCKPT_OPT_FSDP_OFF, GCKPT_OPT_TARGET,
     GCKPT_OPT_REVISION, GCKPT_OPT_CODE_BASE, GCKPT_OPT_LOSS, GCKPT_OPT_DP_REPLICATE, GCKPT_OPT_DP_SHARD,
-    GCKPT_OPT_TP, GCKPT_OPT_CP, GCKPT_OPT_PC, GCKPT_OPT_END
+    GCKPT_OPT_TP, GCKPT_OPT_CP, GCKPT_OPT_PC, GCKPT_OPT_LIGER_KERNELS, GCKPT_OPT_END
 };
 
 typedef struct {
@@ -40,6 +40,7 @@ const gckpt_plan_option *gckpt_plan_option_find(const char *name);
 typedef struct {
     gckpt_plan_request req;
     bool ga_set, gb_set;
+    bool liger_kernels_set; /* --liger-kernels given */
     char attn_note[320]; /* a sentence when --attention is planned as another one */
     uint32_t *every;     /* --every-n values (owned; req.every_n points here after finish) */
     int n_every;

@@ -158,6 +158,25 @@ static bool swiglu(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return dim_n(&z->in[1]) == *n;
 }
 
+/* the patch conv: in0's pixels in patches of in_f (C p p) elements, out_f per patch */
+static bool patch_conv(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_op *op = z->op;
+    uint64_t x = dim_n(&z->in[0]);
+    (void)k;
+    *n = op->in_f ? x / op->in_f * op->out_f : 0;
+    return op->in_f && x % op->in_f == 0 && dim_n(&z->in[1]) == op->in_f * op->out_f;
+}
+
+/* the CLS row before each sample's patches: b x (N + 1) rows of width */
+static bool cat_cls(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    uint64_t w = z->op->width;
+    (void)k;
+    *n = dim_n(&z->in[1]) + z->b * w;
+    return w && dim_n(&z->in[0]) == w && dim_n(&z->in[1]) % w == 0;
+}
+
 /* values, indices: width of each row of the experts' probabilities */
 static bool topk(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
@@ -349,6 +368,10 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
                          .out_numel = cce_lse, .flops = fused_lce_flops},
     [GCKPT_P_SWIGLU] = {.name = "liger_swiglu", 2, 2, 1, .bwd_reads = I0 | I1, .planned_only = true,
                         .out_numel = swiglu},
+    [GCKPT_P_PATCH_CONV] = {.name = "patch_conv", 2, 2, 1, .bwd_reads = I0 | I1, .planned_only = true,
+                            .out_numel = patch_conv, .flops = linear_flops},
+    [GCKPT_P_CAT_CLS] = {.name = "cat_cls", 2, 2, 1, .needs_width = true, .planned_only = true,
+                         .out_numel = cat_cls},
 #ifdef GCKPT_TOY /* x.clone(): CloneBackward0 saves nothing (docs/architecture.md, "A primitive") */
     [GCKPT_P_TOY] = {.name = "toy", 1, 1, 1, .out_numel = like_in0},
 #endif

@@ -230,6 +230,8 @@ constexpr cuda_kernel kernels[] = {
     {GCKPT_P_FUSED_LCE, nullptr, nullptr}, // planned only (core/prim.c): gckpt-run refuses the plan
     {GCKPT_P_CCE_LSE, nullptr, nullptr},
     {GCKPT_P_SWIGLU, nullptr, nullptr}, // Liger's SwiGLU: planned only
+    {GCKPT_P_PATCH_CONV, nullptr, nullptr}, // a vision tower's embedding: planned only
+    {GCKPT_P_CAT_CLS, nullptr, nullptr},
 #ifdef GCKPT_TOY
     {GCKPT_P_TOY, cuda_unary_fwd, cuda_unary_bwd}, // a copy: k_unary_fwd / _bwd's default case, as CAST
 #endif

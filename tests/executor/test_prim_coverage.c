@@ -75,6 +75,8 @@ static const struct {
     {GCKPT_P_FUSED_LCE, "fused_linear_ce", R, R}, /* planned only: gckpt-run refuses the plan */
     {GCKPT_P_CCE_LSE, "cce_lse", R, R},
     {GCKPT_P_SWIGLU, "liger_swiglu", R, R},
+    {GCKPT_P_PATCH_CONV, "patch_conv", R, R}, /* a vision tower's embedding: planned only */
+    {GCKPT_P_CAT_CLS, "cat_cls", R, R},
 #ifdef GCKPT_TOY
     {GCKPT_P_TOY, "toy", F, F},
 #endif

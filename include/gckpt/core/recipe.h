@@ -69,6 +69,7 @@ typedef enum {
     GCKPT_ROWS_FIXED,  /* mult rows */
     GCKPT_ROWS_SEQ,    /* mult x s rows: rotary tables, position ids and embeddings */
     GCKPT_ROWS_TOKENS, /* mult x b x s rows: activations */
+    GCKPT_ROWS_BATCH,  /* mult x b rows: one row per sample (a vision tower's pixels, b its images) */
 } gckpt_rows;
 
 typedef struct {
@@ -200,6 +201,13 @@ typedef enum {
      * in one kernel, saving in0 and in1 (not silu(in0)); its backward writes the inputs'
      * gradients into their own storage (gckpt_op.grad_into_in) */
     GCKPT_P_SWIGLU,
+    /* a vision tower's embedding (core/recipe_clip.c; planned only): PATCH_CONV is the patch
+     * Conv2d with stride = kernel (in0 the [b, C, H, W] pixels, in1 the [out_f, C, p, p]
+     * weight, in_f = C p p: [b, out_f, N] with N = H W / (p p), a GEMM over the patches, saving
+     * as LINEAR does); CAT_CLS is cat([class_embedding expanded to [b, 1, width], in1's
+     * patches [b, N, width]]) -> [b, N + 1, width] (in0 the [width] parameter; saves nothing) */
+    GCKPT_P_PATCH_CONV,
+    GCKPT_P_CAT_CLS,
 #ifdef GCKPT_TOY
     GCKPT_P_TOY,         /* the test build's toy primitive: x.clone() (docs/architecture.md, tests/toy) */
 #endif
@@ -214,6 +222,7 @@ typedef enum {
     GCKPT_SRC_SCALE, /* a 0-d constant (Gemma's embedding normalizer sqrt(hidden)) */
     GCKPT_SRC_ROUTER_LOGITS, /* the head's view of every MoE layer's router logits: 0 bytes
                               * here, they are counted (held) where their layer made them */
+    GCKPT_SRC_PIXELS,  /* a vision tower's pixel_values (the processor's float32 [b, C, H, W]) */
 } gckpt_source;
 
 typedef enum {

@@ -1,0 +1,187 @@
+/* The CLIP vision tower as a recipe (llava's CLIPVisionModel, transformers 5.24
+ * modeling_clip.py): its embedding (the pixels, the patch Conv2d, the CLS row, the learned
+ * positions, pre_layrnorm) and one CLIPEncoderLayer. Rows are images: the recipe is built at
+ * micro-batch = the images of a micro-batch and sequence = the tower's positions per image
+ * (patches + CLS, gckpt_vision_positions). Attention is bidirectional: SDPA without a mask
+ * saves what the causal kernel saves (q, k, v, out, lse: measured, CPU flash), its FLOPs are
+ * counted as the causal kernel's (the step time of a VLM is not planned yet). What needs a
+ * gradient follows the tower's mode (gckpt_tower_grad, FINDINGS R-VLM-3). */
+#include "recipe_tracer.h"
+
+#include "gckpt/core/vision.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The parameters of a tower module: trainable when the tower is trained (param() makes
+ * them frozen while tr->frozen_params is set). */
+static int tparam(tracer *tr, bool trained, const char *name, uint64_t rows, uint64_t cols, gckpt_param_role role)
+{
+    (void)trained;
+    return param(tr, name, rows, cols, role);
+}
+
+static int tower_norm(tracer *tr, bool trained, int x, uint64_t width, const char *name)
+{
+    (void)trained;
+    return layernorm(tr, x, width, name);
+}
+
+/* The patch Conv2d (stride = kernel, no bias) on the pixels cast to the weight's dtype:
+ * ConvolutionBackward0 saves its input and its weight whenever it has a node (a conv's
+ * backward formula takes both, unlike mm's), under autocast their compute-dtype copies.
+ * Output: [images, D, N] (flatten(2).transpose(1, 2) views it as the patches' rows). */
+static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, bool hooked)
+{
+    uint64_t in_f = vc->channels * vc->patch * vc->patch, n = vc->image_size / vc->patch;
+    int px = cast_to(tr, pix, tr->param_dt, "pixel_values.to");
+    int wc = weight_cast(tr, w, "patch_embedding.weight_cast");
+    int xi = autocast_to(tr, px, tr->compute_dt, "patch_embedding.cast_in");
+    gckpt_shape sh = {GCKPT_ROWS_BATCH, 1, n * n * vc->hidden};
+    int o = tnew(tr, "patch_embedding", GCKPT_T_ACT, tr->amp ? tr->compute_dt : dt(tr, px), sh,
+                 rg(tr, w) || hooked);
+    opnew(tr, "patch_embedding", GCKPT_OP_MATMUL, 2, (int[]){xi, wc}, o, -1, 2, (int[]){xi, wc});
+    setprim(tr, GCKPT_P_PATCH_CONV, GCKPT_BC_NONE, 0, 0, 0);
+    gckpt_op *op = last_op(tr);
+    op->in_f = in_f;
+    op->out_f = vc->hidden;
+    count_flops(tr);
+    op->bwd_mult = (double)rg(tr, w); /* the pixels need no gradient */
+    return o;
+}
+
+/* CLIPVisionEmbeddings + pre_layrnorm. */
+static void clip_embedding(tracer *tr, const gckpt_vision *vc, bool trained, bool hooked)
+{
+    gckpt_recipe *r = tr->r;
+    uint64_t D = vc->hidden, n = vc->image_size / vc->patch;
+    section_begin(tr, GCKPT_SEC_EMBED);
+    int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, F32,
+                     (gckpt_shape){GCKPT_ROWS_BATCH, 1, vc->channels * n * vc->patch * n * vc->patch}, NULL, NULL);
+    r->t[pix].step_held = true; /* the Trainer's batch dict */
+    int cls = tparam(tr, trained, "embeddings.class_embedding", 1, D, GCKPT_ROLE_MATRIX);
+    int w = tparam(tr, trained, "embeddings.patch_embedding.weight", D, vc->channels * vc->patch * vc->patch,
+                   GCKPT_ROLE_MATRIX);
+    int table = tparam(tr, trained, "embeddings.position_embedding.weight", n * n + 1, D, GCKPT_ROLE_MATRIX);
+    int pe = patch_conv(tr, vc, pix, w, hooked);
+    /* torch.cat([class_embeds, patch_embeds]): under autocast cat promotes to the widest
+     * operand, the fp32 class embedding; it saves nothing */
+    uint8_t cat_dt = tr->amp ? F32 : dt(tr, pe);
+    int x = tnew(tr, "embeddings.cat", GCKPT_T_ACT, cat_dt, per_token(D), rg(tr, pe) || trained);
+    opnew(tr, "embeddings.cat", GCKPT_OP_ELEM, 2, (int[]){cls, pe}, x, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAT_CLS, GCKPT_BC_NONE, 0, 0, D);
+    /* + position_embedding(position_ids): the ids a [1, N + 1] buffer, the lookup [1, N + 1, D]
+     * broadcast over the images; the lookup saves the ids when the table trains */
+    int ids = source(tr, "embeddings.position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
+    int pos = embedding(tr, "embeddings.position_embedding", table, ids);
+    r->t[pos].requires_grad = trained;
+    r->t[table].role = GCKPT_ROLE_EMBEDDING;
+    int e = tnew(tr, "embeddings.add_pos", GCKPT_T_ACT, cat_dt, per_token(D), rg(tr, x) || trained);
+    opnew(tr, "embeddings.add_pos", GCKPT_OP_ELEM, 2, (int[]){x, pos}, e, -1, 0, NULL);
+    setprim(tr, GCKPT_P_ADD, GCKPT_BC_TABLE, 0, 0, D);
+    r->embed_out = tower_norm(tr, trained, e, D, "pre_layrnorm");
+    section_end(tr);
+}
+
+/* A linear of the tower: a trained or frozen weight and bias (linear_node's rule: a frozen
+ * weight keeps no input). */
+static int tlinear(tracer *tr, bool trained, int x, uint64_t in_f, uint64_t out_f, const char *name)
+{
+    char pfx[40];
+    const char *outer = enter_module(tr, name, pfx, sizeof pfx);
+    int w = tparam(tr, trained, "weight", out_f, in_f, GCKPT_ROLE_MATRIX);
+    int b = tparam(tr, trained, "bias", 1, out_f, GCKPT_ROLE_BIAS);
+    tr->pfx = outer;
+    char nm[40];
+    snprintf(nm, sizeof nm, "%s", name);
+    return linear(tr, x, w, b, in_f, out_f, nm);
+}
+
+/* CLIPEncoderLayer: x + out_proj(sdpa(q, k, v of layer_norm1(x))), then + fc2(quick_gelu(fc1(
+ * layer_norm2(.)))); quick_gelu is x * sigmoid(1.702 x) (sigmoid saves its output, the mul
+ * both operands, the Python-scalar product nothing). */
+static void clip_layer(tracer *tr, const gckpt_vision *vc, bool trained, bool in_grad)
+{
+    uint64_t D = vc->hidden, I = vc->intermediate;
+    block_begin(tr, GCKPT_BLOCK_DECODER);
+    int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    hold(tr, xin, HOLD_END);
+    int n1 = tower_norm(tr, trained, xin, D, "layer_norm1");
+    tr->pfx = "self_attn";
+    int q = tlinear(tr, trained, n1, D, D, "q_proj");
+    int k = tlinear(tr, trained, n1, D, D, "k_proj");
+    int v = tlinear(tr, trained, n1, D, D, "v_proj");
+    int a = attention_sdpa(tr, q, k, v, vc->attn_dropout);
+    /* (sdpa_fused marks its output as needing a gradient; a frozen tower without the hook's
+     * has none: its q, k and v need none) */
+    tr->r->t[a].requires_grad = rg(tr, q) || rg(tr, k) || rg(tr, v);
+    /* the output's transpose + reshape is a view (CPU flash lays it out [b, S, H, hd]) */
+    int ao = tlinear(tr, trained, a, D, D, "out_proj");
+    hold_here(tr, q);
+    hold_here(tr, k);
+    hold_here(tr, v);
+    tr->pfx = "";
+    int h1 = add(tr, xin, ao, "residual_attn");
+    hold(tr, h1, HOLD_END);
+    int n2 = tower_norm(tr, trained, h1, D, "layer_norm2");
+    tr->pfx = "mlp";
+    int f = tlinear(tr, trained, n2, D, I, "fc1");
+    int sx = scal(tr, f, "activation_fn.scale", 1.702, 0);
+    int sg = unary(tr, sx, "activation_fn.sigmoid", false, GCKPT_P_SIGMOID, 0);
+    int g = mul(tr, f, sg, "activation_fn.mul");
+    int d = tlinear(tr, trained, g, I, D, "fc2");
+    tr->pfx = "";
+    int out = add(tr, h1, d, "residual_mlp");
+    block_end(tr, xin, out);
+}
+
+void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
+{
+    const gckpt_vision *vc = &v->vision;
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s vision tower", v->model_type);
+    m->layers = vc->layers;
+    m->hidden = vc->hidden;
+    m->heads = m->kv_heads = vc->heads;
+    m->head_dim = vc->heads ? vc->hidden / vc->heads : 0;
+    m->intermediate = vc->intermediate;
+    m->norm_eps = vc->norm_eps;
+    m->attn_dropout = vc->attn_dropout;
+}
+
+uint64_t gckpt_vision_positions(const gckpt_vlm *v)
+{
+    uint64_t n = v->vision.patch ? v->vision.image_size / v->vision.patch : 0;
+    return n * n + 1;
+}
+
+bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
+                               gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err)
+{
+    const gckpt_vision *vc = &v->vision;
+    if (vc->tower != GCKPT_TOWER_CLIP) {
+        gckpt_seterr(err, "%s: only a CLIP vision tower has a recipe yet (llava)", v->model_type);
+        return false;
+    }
+    if (!vc->patch || vc->image_size % vc->patch) {
+        gckpt_seterr(err, "%s: vision_config.image_size %llu is not a multiple of patch_size %llu", v->model_type,
+                     (unsigned long long)vc->image_size, (unsigned long long)vc->patch);
+        return false;
+    }
+    if (vc->act != GCKPT_VACT_QUICK_GELU) {
+        gckpt_seterr(err, "%s: vision_config.hidden_act: only quick_gelu (CLIP's) is planned", v->model_type);
+        return false;
+    }
+    tracer tr;
+    bool trained = g == GCKPT_TOWER_TRAINED;
+    tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, false, r);
+    tr.eps = vc->norm_eps;
+    tr.frozen_params = !trained;
+    clip_embedding(&tr, vc, trained, g == GCKPT_TOWER_FROZEN_HOOKED);
+    clip_layer(&tr, vc, trained, g != GCKPT_TOWER_FROZEN);
+    section_begin(&tr, GCKPT_SEC_HEAD); /* the tail and the projector: not traced yet */
+    section_end(&tr);
+    r->loss = -1;
+    recipe_finish(r);
+    return true;
+}

@@ -177,6 +177,16 @@ static bool cat_cls(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return w && dim_n(&z->in[0]) == w && dim_n(&z->in[1]) % w == 0;
 }
 
+/* rows sa .. of each of the b samples of s rows */
+static bool rows_of(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_op *op = z->op;
+    uint64_t w = op->width, first = (uint64_t)op->sa, rows = op->sb > 0 ? (uint64_t)op->sb : z->s - first;
+    (void)k;
+    *n = z->b * rows * w;
+    return w && first + rows <= z->s && dim_n(&z->in[0]) == z->b * z->s * w;
+}
+
 /* values, indices: width of each row of the experts' probabilities */
 static bool topk(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
@@ -372,6 +382,8 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
                             .out_numel = patch_conv, .flops = linear_flops},
     [GCKPT_P_CAT_CLS] = {.name = "cat_cls", 2, 2, 1, .needs_width = true, .planned_only = true,
                          .out_numel = cat_cls},
+    [GCKPT_P_ROWS_OF] = {.name = "rows_of", 1, 1, 1, .needs_width = true, .planned_only = true,
+                         .out_numel = rows_of},
 #ifdef GCKPT_TOY /* x.clone(): CloneBackward0 saves nothing (docs/architecture.md, "A primitive") */
     [GCKPT_P_TOY] = {.name = "toy", 1, 1, 1, .out_numel = like_in0},
 #endif

@@ -135,6 +135,54 @@ static void clip_layer(tracer *tr, const gckpt_vision *vc, bool trained, bool in
     block_end(tr, xin, out);
 }
 
+/* Rows `first` .. of each image's (n of them, 0: to the end) of x: a view, or a copy (a
+ * reshape of the non-contiguous slice for a matmul). */
+static int rows_of(tracer *tr, int x, uint64_t first, uint64_t n, bool view, const char *name)
+{
+    uint64_t w = tr->r->t[x].shape.width;
+    gckpt_shape sh = {n == 1 ? GCKPT_ROWS_BATCH : GCKPT_ROWS_PATCHES, 1, w};
+    int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, x), sh, rg(tr, x));
+    opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
+    setprim(tr, GCKPT_P_ROWS_OF, GCKPT_BC_NONE, (double)first, (double)n, w);
+    last_op(tr)->view_fwd = view;
+    return o;
+}
+
+/* The tower's tail and llava's projector (the head section): CLIPVisionTransformer runs
+ * post_layernorm on the last layer's CLS rows (pooled_output, which reaches no loss: R-VLM-9;
+ * LayerNorm keeps the whole last hidden state, the rows being a view of it);
+ * get_image_features takes hidden_states[vision_feature_layer][:, 1:] (the "default"
+ * strategy) into LlavaMultiModalProjector: linear_1, the activation, linear_2, trained with
+ * the tower frozen or not. Under autocast linear_1's cast copies the slice; without, matmul's
+ * reshape does. */
+static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad)
+{
+    gckpt_recipe *r = tr->r;
+    const gckpt_vision *vc = &v->vision;
+    uint64_t D = vc->hidden, Dt = v->text.hidden;
+    section_begin(tr, GCKPT_SEC_HEAD);
+    int last = tnew(tr, "last_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    r->head_in = last;
+    int cls = rows_of(tr, last, 0, 1, true, "last_hidden_state[:, 0]");
+    layernorm(tr, cls, D, "post_layernorm");
+    /* the feature layer's output: the input of the layer after it, the last one's own at -1 */
+    int feat = gckpt_vision_feature_depth(v) == vc->layers
+                   ? last
+                   : tnew(tr, "feature_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    int sel = rows_of(tr, feat, 1, 0, tr->amp, "selected_image_feature");
+    tr->frozen_params = false;
+    tr->pfx = "multi_modal_projector";
+    int w1 = param(tr, "linear_1.weight", Dt, D, GCKPT_ROLE_MATRIX);
+    int b1 = vc->projector_bias ? param(tr, "linear_1.bias", 1, Dt, GCKPT_ROLE_BIAS) : -1;
+    int w2 = param(tr, "linear_2.weight", Dt, Dt, GCKPT_ROLE_MATRIX);
+    int b2 = vc->projector_bias ? param(tr, "linear_2.bias", 1, Dt, GCKPT_ROLE_BIAS) : -1;
+    int h = linear(tr, sel, w1, b1, D, Dt, "linear_1");
+    int a = unary(tr, h, "act", false, GCKPT_P_GELU, 0);
+    r->t[linear(tr, a, w2, b2, Dt, Dt, "linear_2")].fwd_end_free = true; /* image_features, scattered into the text */
+    tr->pfx = "";
+    section_end(tr);
+}
+
 void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
 {
     const gckpt_vision *vc = &v->vision;
@@ -172,6 +220,14 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
         gckpt_seterr(err, "%s: vision_config.hidden_act: only quick_gelu (CLIP's) is planned", v->model_type);
         return false;
     }
+    /* what the fixtures measured: one feature layer, the CLS dropped, an erf GELU projector */
+    if (vc->projector != GCKPT_PROJ_LLAVA || vc->nfeature != 1 || vc->keep_cls ||
+        vc->projector_act != GCKPT_VACT_GELU) {
+        gckpt_seterr(err, "%s: only llava's projector on one vision_feature_layer with the \"default\" "
+                          "vision_feature_select_strategy and projector_hidden_act \"gelu\" is planned",
+                     v->model_type);
+        return false;
+    }
     tracer tr;
     bool trained = g == GCKPT_TOWER_TRAINED;
     tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, false, r);
@@ -179,8 +235,7 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
     tr.frozen_params = !trained;
     clip_embedding(&tr, vc, trained, g == GCKPT_TOWER_FROZEN_HOOKED);
     clip_layer(&tr, vc, trained, g != GCKPT_TOWER_FROZEN);
-    section_begin(&tr, GCKPT_SEC_HEAD); /* the tail and the projector: not traced yet */
-    section_end(&tr);
+    clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN);
     r->loss = -1;
     recipe_finish(r);
     return true;

@@ -58,7 +58,7 @@ static uint64_t measured(const cJSON *list, const char *prefix)
         const cJSON *mod = at(t, "module");
         if (cJSON_IsTrue(at(t, "param")) || !cJSON_IsString(mod)) continue;
         const char *m = mod->valuestring;
-        if (strncmp(m, prefix, n) || (m[n] && m[n] != '.')) continue;
+        if (n && (strncmp(m, prefix, n) || (m[n] && m[n] != '.'))) continue; /* "": every module */
         sum += (uint64_t)at(t, "bytes")->valuedouble;
     }
     return sum;
@@ -66,6 +66,7 @@ static uint64_t measured(const cJSON *list, const char *prefix)
 
 typedef struct {
     int files, layers_checked, plain_checked, frozen_plain_checked;
+    uint64_t tail_bytes;
 } tally;
 
 static void check_fixture(const char *path, tally *ty)
@@ -100,12 +101,12 @@ static void check_fixture(const char *path, tally *ty)
     static gckpt_ctx ctx;
     if (!gckpt_ctx_init(&ctx, &tower, &g_dev, &r, &s, &err)) fail_msg("%s: %s", path, err.msg);
 
-    /* the parameters: the embedding's and every layer's, and post_layernorm's (not traced) */
-    uint64_t traced = 0;
+    /* the parameters: the tower's and the projector's, as the reader counts them */
+    uint64_t traced = 0, counted = gckpt_vision_tower_params(&v).params + gckpt_vision_projector_params(&v).params;
     for (int i = 0; i < ctx.params.n; i++) traced += ctx.params.p[i].copies * ctx.params.p[i].weight.numel;
-    if (traced + 2 * v.vision.hidden != gckpt_vision_tower_params(&v).params)
-        fail_msg("%s: the tower recipe has %llu parameters, the reader counts %llu with post_layernorm", path,
-                 (unsigned long long)traced, (unsigned long long)gckpt_vision_tower_params(&v).params);
+    if (traced != counted)
+        fail_msg("%s: the tower recipe has %llu parameters, the reader counts %llu", path, (unsigned long long)traced,
+                 (unsigned long long)counted);
 
     /* which vision layers are checkpointed: the probe's, and R-VLM-1's cursor over the towers */
     uint64_t towers[2];
@@ -132,15 +133,34 @@ static void check_fixture(const char *path, tally *ty)
             fail_msg("%s: vision layer %llu (%s) keeps %llu bytes measured, %llu planned", path,
                      (unsigned long long)i, ck[i] ? "checkpointed" : "plain", (unsigned long long)got,
                      (unsigned long long)want);
+        /* nothing else is filed under a vision layer but, under the last, the tail, the projector
+         * and masked_scatter's bool mask of the text positions (b x seq bytes: the text side's) */
+        uint64_t rest = measured(at(l, "tensors"), "") - got;
+        uint64_t tail = i + 1 == towers[0] ? gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD) +
+                                                 b * (uint64_t)at(set, "seq")->valuedouble
+                                           : 0;
+        if (rest != tail)
+            fail_msg("%s: vision layer %llu has %llu more bytes filed, %llu expected", path, (unsigned long long)i,
+                     (unsigned long long)rest, (unsigned long long)tail);
         ty->layers_checked++;
         ty->plain_checked += !ck[i];
         ty->frozen_plain_checked += !ck[i] && frozen && plain > 0;
     }
+    /* the tail and the projector, filed under the last vision layer */
+    const cJSON *tail = at(cJSON_GetArrayItem(layers, (int)towers[0] - 1), "tensors");
+    uint64_t tail_got = measured(tail, "vision_tower.post_layernorm") + measured(tail, "multi_modal_projector");
+    if (tail_got != gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD))
+        fail_msg("%s: post_layernorm and the projector keep %llu bytes measured, %llu planned", path,
+                 (unsigned long long)tail_got, (unsigned long long)gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD));
     const cJSON *emb = at(at(at(j, "saved"), "embedding"), "tensors");
     uint64_t got = measured(emb, "vision_tower"), want = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_EMBED);
     if (got != want)
         fail_msg("%s: the tower's embedding keeps %llu bytes measured, %llu planned", path, (unsigned long long)got,
                  (unsigned long long)want);
+    /* the rest of the embedding's is the text's: the int64 input ids */
+    if (measured(emb, "") - got != 8 * b * (uint64_t)at(set, "seq")->valuedouble)
+        fail_msg("%s: the embedding has other bytes than the tower's and the input ids", path);
+    ty->tail_bytes += gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD);
     ty->files++;
     cJSON_Delete(j);
 }
@@ -161,12 +181,12 @@ static void llava_saved(void **state)
         check_fixture(path, &ty);
     }
     closedir(d);
-    printf("llava: %d fixtures, %d vision layers (%d plain, %d of them frozen under checkpointing) and the tower's "
-           "embedding saved bytes exact\n",
-           ty.files, ty.layers_checked, ty.plain_checked, ty.frozen_plain_checked);
+    printf("llava: %d fixtures, %d vision layers (%d plain, %d of them frozen under checkpointing), the tower's "
+           "embedding, post_layernorm and the projector (%llu bytes in all): saved bytes exact\n",
+           ty.files, ty.layers_checked, ty.plain_checked, ty.frozen_plain_checked, (unsigned long long)ty.tail_bytes);
     assert_int_equal(ty.files, 54);
     /* every kind of layer was compared: plain trained, plain frozen (hooked), checkpointed */
-    assert_true(ty.frozen_plain_checked > 0 && ty.plain_checked > ty.frozen_plain_checked &&
+    assert_true(ty.tail_bytes > 0 &&ty.frozen_plain_checked > 0 && ty.plain_checked > ty.frozen_plain_checked &&
                 ty.layers_checked > ty.plain_checked);
 }
 

@@ -77,6 +77,7 @@ static const struct {
     {GCKPT_P_SWIGLU, "liger_swiglu", R, R},
     {GCKPT_P_PATCH_CONV, "patch_conv", R, R}, /* a vision tower's embedding: planned only */
     {GCKPT_P_CAT_CLS, "cat_cls", R, R},
+    {GCKPT_P_ROWS_OF, "rows_of", R, R},
 #ifdef GCKPT_TOY
     {GCKPT_P_TOY, "toy", F, F},
 #endif

@@ -70,6 +70,8 @@ typedef enum {
     GCKPT_ROWS_SEQ,    /* mult x s rows: rotary tables, position ids and embeddings */
     GCKPT_ROWS_TOKENS, /* mult x b x s rows: activations */
     GCKPT_ROWS_BATCH,  /* mult x b rows: one row per sample (a vision tower's pixels, b its images) */
+    GCKPT_ROWS_PATCHES, /* mult x b x (s - 1) rows: every position but the first (a vision tower's
+                         * patches without the CLS row) */
 } gckpt_rows;
 
 typedef struct {
@@ -208,6 +210,10 @@ typedef enum {
      * patches [b, N, width]]) -> [b, N + 1, width] (in0 the [width] parameter; saves nothing) */
     GCKPT_P_PATCH_CONV,
     GCKPT_P_CAT_CLS,
+    /* rows sa .. sa + n - 1 of each sample's s rows (n = sb, or 0: to the end), [b, n, width]:
+     * x[:, 0, :] a view (view_fwd: its storage is in0's), x[:, 1:].reshape(-1, width) for a
+     * matmul a copy (planned only) */
+    GCKPT_P_ROWS_OF,
 #ifdef GCKPT_TOY
     GCKPT_P_TOY,         /* the test build's toy primitive: x.clone() (docs/architecture.md, tests/toy) */
 #endif

@@ -1,11 +1,12 @@
 /* The CLIP vision tower as a recipe (llava's CLIPVisionModel, transformers 5.24
  * modeling_clip.py): its embedding (the pixels, the patch Conv2d, the CLS row, the learned
- * positions, pre_layrnorm) and one CLIPEncoderLayer. Rows are images: the recipe is built at
+ * positions, pre_layrnorm), one CLIPEncoderLayer, and as the head the tower's tail
+ * (post_layernorm) and llava's projector. Rows are images: the recipe is built at
  * micro-batch = the images of a micro-batch and sequence = the tower's positions per image
  * (patches + CLS, gckpt_vision_positions). Attention is bidirectional: SDPA without a mask
- * saves what the causal kernel saves (q, k, v, out, lse: measured, CPU flash), its FLOPs are
- * counted as the causal kernel's (the step time of a VLM is not planned yet). What needs a
- * gradient follows the tower's mode (gckpt_tower_grad, FINDINGS R-VLM-3). */
+ * saves what the causal kernel saves (q, k, v, out, lse: measured, CPU flash); its FLOPs are
+ * the whole score matrix's. What needs a gradient follows the tower's mode
+ * (gckpt_tower_grad, FINDINGS R-VLM-3); what each op saves is R-VLM-10. */
 #include "recipe_tracer.h"
 
 #include "gckpt/core/vision.h"
@@ -115,6 +116,10 @@ static void clip_layer(tracer *tr, const gckpt_vision *vc, bool trained, bool in
     /* (sdpa_fused marks its output as needing a gradient; a frozen tower without the hook's
      * has none: its q, k and v need none) */
     tr->r->t[a].requires_grad = rg(tr, q) || rg(tr, k) || rg(tr, v);
+    /* no causal mask: QK^T and PV over the whole score matrix, twice the causal kernel's
+     * (a masked SDPA's count, FINDINGS R-ATTN-8); the op is the causal primitive otherwise,
+     * which no backend runs here: the recipe's planned-only primitives keep gckpt-run off it */
+    tr->r->op[gckpt_recipe_producer(tr->r, a)].fBSS *= 2.0;
     /* the output's transpose + reshape is a view (CPU flash lays it out [b, S, H, hd]) */
     int ao = tlinear(tr, trained, a, D, D, "out_proj");
     hold_here(tr, q);

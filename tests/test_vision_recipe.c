@@ -190,6 +190,31 @@ static void llava_saved(void **state)
                 ty.layers_checked > ty.plain_checked);
 }
 
+/* the tower's attention has no causal mask: QK^T and PV over the whole s x s scores, 2 x 2 x
+ * heads x head_dim FLOPs per b x s x s (the causal kernel's half) */
+static void attention_flops(void **state)
+{
+    (void)state;
+    cJSON *j = read_json(GCKPT_TEST_DATA "/hf-vlm/llava-fp32-sdpa-noff-plain-vistrained-b2s32.json");
+    char *cfg = cJSON_PrintUnformatted(at(j, "config"));
+    gckpt_vlm v;
+    gckpt_err err;
+    if (!gckpt_vlm_parse("fixture", cfg, &v, &err)) fail_msg("%s", err.msg);
+    free(cfg);
+    cJSON_Delete(j);
+    gckpt_model tower;
+    gckpt_vision_tower_model(&v, &tower);
+    static gckpt_recipe r;
+    assert_true(gckpt_vision_recipe_build(&v, &tower, GCKPT_FP32, GCKPT_TARGET_CPU, GCKPT_TOWER_TRAINED, &r, &err));
+    int n = 0;
+    for (int i = 0; i < r.nop; i++)
+        if (r.op[i].prim == GCKPT_P_SDPA) {
+            assert_true(r.op[i].fBSS == 4.0 * (double)v.vision.hidden);
+            n++;
+        }
+    assert_int_equal(n, 1);
+}
+
 /* another tower has no recipe yet: one line */
 static void other_towers(void **state)
 {
@@ -213,6 +238,7 @@ int main(void)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(other_towers)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(attention_flops),
+                                       cmocka_unit_test(other_towers)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -119,8 +119,10 @@ const gckpt_unmodelled_type gckpt_unmodelled_moe_types[] = {
 
 /* transformers 5.24's modelling of each (FINDINGS R-VLM-*) */
 const gckpt_vlm_type gckpt_vlm_types[] = {
-    {"llava", "LLaVA", "the CLIP vision tower (features of vision_feature_layer), the two-layer projector, "
-                       "(image_size / patch_size)^2 image tokens", gckpt_vlm_read_llava, "clip_vision_model", "llama",
+    {"llava", "LLaVA", "the step around the CLIP tower (its recipe and the projector's are traced; the text "
+                       "embedding held across the vision layers, the projector between the towers and the "
+                       "forward-only last vision layer are not simulated)",
+     gckpt_vlm_read_llava, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}"},

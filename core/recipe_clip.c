@@ -159,7 +159,9 @@ static int rows_of(tracer *tr, int x, uint64_t first, uint64_t n, bool view, con
  * get_image_features takes hidden_states[vision_feature_layer][:, 1:] (the "default"
  * strategy) into LlavaMultiModalProjector: linear_1, the activation, linear_2, trained with
  * the tower frozen or not. Under autocast linear_1's cast copies the slice; without, matmul's
- * reshape does. */
+ * reshape does. LLaVA-NeXT runs the same on every anyres tile (gckpt_image_tiles); its
+ * pack_image_features after the projector (the tiles unpadded, a newline per row: views and a
+ * cat, which save nothing) is not traced. */
 static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad)
 {
     gckpt_recipe *r = tr->r;
@@ -226,10 +228,11 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
         return false;
     }
     /* what the fixtures measured: one feature layer, the CLS dropped, an erf GELU projector */
-    if (vc->projector != GCKPT_PROJ_LLAVA || vc->nfeature != 1 || vc->keep_cls ||
+    if ((vc->projector != GCKPT_PROJ_LLAVA && vc->projector != GCKPT_PROJ_LLAVA_NEXT) || vc->nfeature != 1 ||
+        vc->keep_cls ||
         vc->projector_act != GCKPT_VACT_GELU) {
-        gckpt_seterr(err, "%s: only llava's projector on one vision_feature_layer with the \"default\" "
-                          "vision_feature_select_strategy and projector_hidden_act \"gelu\" is planned",
+        gckpt_seterr(err, "%s: only llava's and llava_next's projector on one vision_feature_layer with the "
+                          "\"default\" vision_feature_select_strategy and projector_hidden_act \"gelu\" is traced",
                      v->model_type);
         return false;
     }

@@ -1,6 +1,7 @@
-/* The CLIP tower's recipe (core/recipe_clip.c) against every llava fixture of
+/* The CLIP tower's recipe (core/recipe_clip.c) against every llava and llava_next fixture of
  * tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with CUDA's lists;
- * every_n off / 1 / 2 / 3; offload; the tower trained and frozen; one and two images): the
+ * every_n off / 1 / 2 / 3; offload; the tower trained and frozen; one and two images;
+ * LLaVA-NeXT's anyres tiles, gckpt_image_tiles against pixel_values' tile dimension): the
  * bytes each vision layer keeps for its backward, exact (a checkpointed layer its input, or
  * nothing offloaded; a plain one its ops' saved tensors: the recipe's block; a frozen tower
  * R-VLM-3's), and the tower's embedding's (the pixels, the patch conv's weight cast, the
@@ -86,7 +87,17 @@ static void check_fixture(const char *path, tally *ty)
     uint32_t every_n = cJSON_IsNumber(en) ? (uint32_t)en->valuedouble : 0;
     bool offload = cJSON_IsTrue(at(set, "offload"));
     bool frozen = !strcmp(at(set, "vision_tower")->valuestring, "frozen");
-    uint64_t images = (uint64_t)at(at(j, "images"), "per_sample")->valuedouble;
+    /* the tower's images: each image's tiles (LLaVA-NeXT's anyres; the processor's
+     * pixel_values [b, tiles, C, H, W] when every image has as many) */
+    const cJSON *hw = at(at(j, "images"), "size_hw");
+    uint64_t tiles = gckpt_image_tiles(&v, (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble,
+                                       (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble);
+    const cJSON *pv = at(at(at(at(j, "images"), "inputs"), "pixel_values"), "shape");
+    if (cJSON_GetArraySize(pv) == 5 && (uint64_t)cJSON_GetArrayItem(pv, 1)->valuedouble != tiles)
+        fail_msg("%s: %llu tiles planned, pixel_values has %.0f", path, (unsigned long long)tiles,
+                 cJSON_GetArrayItem(pv, 1)->valuedouble);
+    if (cJSON_GetArraySize(pv) == 4 && tiles != 1) fail_msg("%s: tiles without a tile dimension", path);
+    uint64_t images = (uint64_t)at(at(j, "images"), "per_sample")->valuedouble * tiles;
     uint64_t b = (uint64_t)at(set, "micro_batch")->valuedouble;
 
     gckpt_model tower;
@@ -101,8 +112,10 @@ static void check_fixture(const char *path, tally *ty)
     static gckpt_ctx ctx;
     if (!gckpt_ctx_init(&ctx, &tower, &g_dev, &r, &s, &err)) fail_msg("%s: %s", path, err.msg);
 
-    /* the parameters: the tower's and the projector's, as the reader counts them */
-    uint64_t traced = 0, counted = gckpt_vision_tower_params(&v).params + gckpt_vision_projector_params(&v).params;
+    /* the parameters: the tower's and the projector's, as the reader counts them (less
+     * LLaVA-NeXT's image_newline [text hidden], which pack_image_features reads: not traced) */
+    uint64_t traced = 0, counted = gckpt_vision_tower_params(&v).params + gckpt_vision_projector_params(&v).params -
+                                   (v.vision.projector == GCKPT_PROJ_LLAVA_NEXT ? v.text.hidden : 0);
     for (int i = 0; i < ctx.params.n; i++) traced += ctx.params.p[i].copies * ctx.params.p[i].weight.numel;
     if (traced != counted)
         fail_msg("%s: the tower recipe has %llu parameters, the reader counts %llu", path, (unsigned long long)traced,
@@ -133,12 +146,11 @@ static void check_fixture(const char *path, tally *ty)
             fail_msg("%s: vision layer %llu (%s) keeps %llu bytes measured, %llu planned", path,
                      (unsigned long long)i, ck[i] ? "checkpointed" : "plain", (unsigned long long)got,
                      (unsigned long long)want);
-        /* nothing else is filed under a vision layer but, under the last, the tail, the projector
-         * and masked_scatter's bool mask of the text positions (b x seq bytes: the text side's) */
-        uint64_t rest = measured(at(l, "tensors"), "") - got;
-        uint64_t tail = i + 1 == towers[0] ? gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD) +
-                                                 b * (uint64_t)at(set, "seq")->valuedouble
-                                           : 0;
+        /* nothing else is filed under a vision layer but, under the last, the tail and the
+         * projector, and masked_scatter's bool mask of the text positions (module "model": the
+         * text side's, b x seq bytes; one fixture's lacks it, a storage the probe left out) */
+        uint64_t rest = measured(at(l, "tensors"), "") - got - measured(at(l, "tensors"), "model");
+        uint64_t tail = i + 1 == towers[0] ? gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD) : 0;
         if (rest != tail)
             fail_msg("%s: vision layer %llu has %llu more bytes filed, %llu expected", path, (unsigned long long)i,
                      (unsigned long long)rest, (unsigned long long)tail);
@@ -165,9 +177,8 @@ static void check_fixture(const char *path, tally *ty)
     cJSON_Delete(j);
 }
 
-static void llava_saved(void **state)
+static tally family_saved(const char *prefix)
 {
-    (void)state;
     const char *dir = GCKPT_TEST_DATA "/hf-vlm";
     DIR *d = opendir(dir);
     if (!d) fail_msg("cannot open %s", dir);
@@ -175,18 +186,36 @@ static void llava_saved(void **state)
     tally ty = {0};
     while ((e = readdir(d))) {
         size_t l = strlen(e->d_name);
-        if (strncmp(e->d_name, "llava-", 6) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
+        if (strncmp(e->d_name, prefix, strlen(prefix)) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         check_fixture(path, &ty);
     }
     closedir(d);
-    printf("llava: %d fixtures, %d vision layers (%d plain, %d of them frozen under checkpointing), the tower's "
+    printf("%s: %d fixtures, %d vision layers (%d plain, %d of them frozen under checkpointing), the tower's "
            "embedding, post_layernorm and the projector (%llu bytes in all): saved bytes exact\n",
-           ty.files, ty.layers_checked, ty.plain_checked, ty.frozen_plain_checked, (unsigned long long)ty.tail_bytes);
+           prefix, ty.files, ty.layers_checked, ty.plain_checked, ty.frozen_plain_checked,
+           (unsigned long long)ty.tail_bytes);
+    return ty;
+}
+
+static void llava_saved(void **state)
+{
+    (void)state;
+    tally ty = family_saved("llava-");
     assert_int_equal(ty.files, 54);
     /* every kind of layer was compared: plain trained, plain frozen (hooked), checkpointed */
     assert_true(ty.tail_bytes > 0 &&ty.frozen_plain_checked > 0 && ty.plain_checked > ty.frozen_plain_checked &&
+                ty.layers_checked > ty.plain_checked);
+}
+
+/* LLaVA-NeXT: the same tower and projector on every anyres tile */
+static void llava_next_saved(void **state)
+{
+    (void)state;
+    tally ty = family_saved("llava_next-");
+    assert_int_equal(ty.files, 42);
+    assert_true(ty.tail_bytes > 0 && ty.frozen_plain_checked > 0 && ty.plain_checked > ty.frozen_plain_checked &&
                 ty.layers_checked > ty.plain_checked);
 }
 
@@ -238,7 +267,8 @@ int main(void)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(attention_flops),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(llava_next_saved),
+                                       cmocka_unit_test(attention_flops),
                                        cmocka_unit_test(other_towers)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

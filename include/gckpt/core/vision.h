@@ -194,6 +194,10 @@ uint64_t gckpt_vision_positions(const gckpt_vlm *v);
 bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
                                gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err);
 
+/* The images the tower runs per image of h x w pixels (positive): LLaVA-NeXT's anyres tiles
+ * (the best pinpoint's and the base tile), one for the other families. */
+uint64_t gckpt_image_tiles(const gckpt_vlm *v, uint64_t h, uint64_t w);
+
 /* An image size "HxW" (positive integers) given as option `what`. */
 bool gckpt_parse_image_size(const char *what, const char *s, uint64_t *h, uint64_t *w, gckpt_err *err);
 

@@ -14,20 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The parameters of a tower module: trainable when the tower is trained (param() makes
- * them frozen while tr->frozen_params is set). */
-static int tparam(tracer *tr, bool trained, const char *name, uint64_t rows, uint64_t cols, gckpt_param_role role)
-{
-    (void)trained;
-    return param(tr, name, rows, cols, role);
-}
-
-static int tower_norm(tracer *tr, bool trained, int x, uint64_t width, const char *name)
-{
-    (void)trained;
-    return layernorm(tr, x, width, name);
-}
-
 /* The patch Conv2d (stride = kernel, no bias) on the pixels cast to the weight's dtype:
  * ConvolutionBackward0 saves its input and its weight whenever it has a node (a conv's
  * backward formula takes both, unlike mm's), under autocast their compute-dtype copies.
@@ -52,7 +38,7 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, bool h
 }
 
 /* CLIPVisionEmbeddings + pre_layrnorm. */
-static void clip_embedding(tracer *tr, const gckpt_vision *vc, bool trained, bool hooked)
+static void clip_embedding(tracer *tr, const gckpt_vision *vc, bool hooked)
 {
     gckpt_recipe *r = tr->r;
     uint64_t D = vc->hidden, n = vc->image_size / vc->patch;
@@ -60,58 +46,56 @@ static void clip_embedding(tracer *tr, const gckpt_vision *vc, bool trained, boo
     int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, F32,
                      (gckpt_shape){GCKPT_ROWS_BATCH, 1, vc->channels * n * vc->patch * n * vc->patch}, NULL, NULL);
     r->t[pix].step_held = true; /* the Trainer's batch dict */
-    int cls = tparam(tr, trained, "embeddings.class_embedding", 1, D, GCKPT_ROLE_MATRIX);
-    int w = tparam(tr, trained, "embeddings.patch_embedding.weight", D, vc->channels * vc->patch * vc->patch,
+    int cls = param(tr, "embeddings.class_embedding", 1, D, GCKPT_ROLE_MATRIX);
+    int w = param(tr, "embeddings.patch_embedding.weight", D, vc->channels * vc->patch * vc->patch,
                    GCKPT_ROLE_MATRIX);
-    int table = tparam(tr, trained, "embeddings.position_embedding.weight", n * n + 1, D, GCKPT_ROLE_MATRIX);
+    int table = param(tr, "embeddings.position_embedding.weight", n * n + 1, D, GCKPT_ROLE_MATRIX);
     int pe = patch_conv(tr, vc, pix, w, hooked);
     /* torch.cat([class_embeds, patch_embeds]): under autocast cat promotes to the widest
      * operand, the fp32 class embedding; it saves nothing */
     uint8_t cat_dt = tr->amp ? F32 : dt(tr, pe);
-    int x = tnew(tr, "embeddings.cat", GCKPT_T_ACT, cat_dt, per_token(D), rg(tr, pe) || trained);
+    int x = tnew(tr, "embeddings.cat", GCKPT_T_ACT, cat_dt, per_token(D), rg(tr, pe) || rg(tr, cls));
     opnew(tr, "embeddings.cat", GCKPT_OP_ELEM, 2, (int[]){cls, pe}, x, -1, 0, NULL);
     setprim(tr, GCKPT_P_CAT_CLS, GCKPT_BC_NONE, 0, 0, D);
     /* + position_embedding(position_ids): the ids a [1, N + 1] buffer, the lookup [1, N + 1, D]
      * broadcast over the images; the lookup saves the ids when the table trains */
     int ids = source(tr, "embeddings.position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
     int pos = embedding(tr, "embeddings.position_embedding", table, ids);
-    r->t[pos].requires_grad = trained;
+    r->t[pos].requires_grad = rg(tr, table); /* (embedding() marks it for a leaf) */
     r->t[table].role = GCKPT_ROLE_EMBEDDING;
-    int e = tnew(tr, "embeddings.add_pos", GCKPT_T_ACT, cat_dt, per_token(D), rg(tr, x) || trained);
+    int e = tnew(tr, "embeddings.add_pos", GCKPT_T_ACT, cat_dt, per_token(D), rg(tr, x) || rg(tr, pos));
     opnew(tr, "embeddings.add_pos", GCKPT_OP_ELEM, 2, (int[]){x, pos}, e, -1, 0, NULL);
     setprim(tr, GCKPT_P_ADD, GCKPT_BC_TABLE, 0, 0, D);
-    r->embed_out = tower_norm(tr, trained, e, D, "pre_layrnorm");
+    r->embed_out = layernorm(tr, e, D, "pre_layrnorm");
     section_end(tr);
 }
 
-/* A linear of the tower: a trained or frozen weight and bias (linear_node's rule: a frozen
- * weight keeps no input). */
-static int tlinear(tracer *tr, bool trained, int x, uint64_t in_f, uint64_t out_f, const char *name)
+/* A linear of the tower: a trained or frozen weight and bias (tr->frozen_params; linear_node's
+ * rule: a frozen weight keeps no input). */
+static int tlinear(tracer *tr, int x, uint64_t in_f, uint64_t out_f, const char *name)
 {
     char pfx[40];
     const char *outer = enter_module(tr, name, pfx, sizeof pfx);
-    int w = tparam(tr, trained, "weight", out_f, in_f, GCKPT_ROLE_MATRIX);
-    int b = tparam(tr, trained, "bias", 1, out_f, GCKPT_ROLE_BIAS);
+    int w = param(tr, "weight", out_f, in_f, GCKPT_ROLE_MATRIX);
+    int b = param(tr, "bias", 1, out_f, GCKPT_ROLE_BIAS);
     tr->pfx = outer;
-    char nm[40];
-    snprintf(nm, sizeof nm, "%s", name);
-    return linear(tr, x, w, b, in_f, out_f, nm);
+    return linear(tr, x, w, b, in_f, out_f, name);
 }
 
 /* CLIPEncoderLayer: x + out_proj(sdpa(q, k, v of layer_norm1(x))), then + fc2(quick_gelu(fc1(
  * layer_norm2(.)))); quick_gelu is x * sigmoid(1.702 x) (sigmoid saves its output, the mul
  * both operands, the Python-scalar product nothing). */
-static void clip_layer(tracer *tr, const gckpt_vision *vc, bool trained, bool in_grad)
+static void clip_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
 {
     uint64_t D = vc->hidden, I = vc->intermediate;
     block_begin(tr, GCKPT_BLOCK_DECODER);
     int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
     hold(tr, xin, HOLD_END);
-    int n1 = tower_norm(tr, trained, xin, D, "layer_norm1");
+    int n1 = layernorm(tr, xin, D, "layer_norm1");
     tr->pfx = "self_attn";
-    int q = tlinear(tr, trained, n1, D, D, "q_proj");
-    int k = tlinear(tr, trained, n1, D, D, "k_proj");
-    int v = tlinear(tr, trained, n1, D, D, "v_proj");
+    int q = tlinear(tr, n1, D, D, "q_proj");
+    int k = tlinear(tr, n1, D, D, "k_proj");
+    int v = tlinear(tr, n1, D, D, "v_proj");
     int a = attention_sdpa(tr, q, k, v, vc->attn_dropout);
     /* (sdpa_fused marks its output as needing a gradient; a frozen tower without the hook's
      * has none: its q, k and v need none) */
@@ -121,20 +105,20 @@ static void clip_layer(tracer *tr, const gckpt_vision *vc, bool trained, bool in
      * which no backend runs here: the recipe's planned-only primitives keep gckpt-run off it */
     tr->r->op[gckpt_recipe_producer(tr->r, a)].fBSS *= 2.0;
     /* the output's transpose + reshape is a view (CPU flash lays it out [b, S, H, hd]) */
-    int ao = tlinear(tr, trained, a, D, D, "out_proj");
+    int ao = tlinear(tr, a, D, D, "out_proj");
     hold_here(tr, q);
     hold_here(tr, k);
     hold_here(tr, v);
     tr->pfx = "";
     int h1 = add(tr, xin, ao, "residual_attn");
     hold(tr, h1, HOLD_END);
-    int n2 = tower_norm(tr, trained, h1, D, "layer_norm2");
+    int n2 = layernorm(tr, h1, D, "layer_norm2");
     tr->pfx = "mlp";
-    int f = tlinear(tr, trained, n2, D, I, "fc1");
+    int f = tlinear(tr, n2, D, I, "fc1");
     int sx = scal(tr, f, "activation_fn.scale", 1.702, 0);
     int sg = unary(tr, sx, "activation_fn.sigmoid", false, GCKPT_P_SIGMOID, 0);
     int g = mul(tr, f, sg, "activation_fn.mul");
-    int d = tlinear(tr, trained, g, I, D, "fc2");
+    int d = tlinear(tr, g, I, D, "fc2");
     tr->pfx = "";
     int out = add(tr, h1, d, "residual_mlp");
     block_end(tr, xin, out);
@@ -237,12 +221,12 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
         return false;
     }
     tracer tr;
-    bool trained = g == GCKPT_TOWER_TRAINED;
+
     tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, false, r);
     tr.eps = vc->norm_eps;
-    tr.frozen_params = !trained;
-    clip_embedding(&tr, vc, trained, g == GCKPT_TOWER_FROZEN_HOOKED);
-    clip_layer(&tr, vc, trained, g != GCKPT_TOWER_FROZEN);
+    tr.frozen_params = g != GCKPT_TOWER_TRAINED;
+    clip_embedding(&tr, vc, g == GCKPT_TOWER_FROZEN_HOOKED);
+    clip_layer(&tr, vc, g != GCKPT_TOWER_FROZEN);
     clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN);
     r->loss = -1;
     recipe_finish(r);

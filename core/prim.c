@@ -165,7 +165,8 @@ static bool patch_conv(const gckpt_prim_sizes *z, int k, uint64_t *n)
     uint64_t x = dim_n(&z->in[0]);
     (void)k;
     *n = op->in_f ? x / op->in_f * op->out_f : 0;
-    return op->in_f && x % op->in_f == 0 && dim_n(&z->in[1]) == op->in_f * op->out_f;
+    return op->in_f && x % op->in_f == 0 && dim_n(&z->in[1]) == op->in_f * op->out_f &&
+           (!z->in[2].present || dim_n(&z->in[2]) == op->out_f);
 }
 
 /* the CLS row before each sample's patches: b x (N + 1) rows of width */
@@ -378,7 +379,7 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
                          .out_numel = cce_lse, .flops = fused_lce_flops},
     [GCKPT_P_SWIGLU] = {.name = "liger_swiglu", 2, 2, 1, .bwd_reads = I0 | I1, .planned_only = true,
                         .out_numel = swiglu},
-    [GCKPT_P_PATCH_CONV] = {.name = "patch_conv", 2, 2, 1, .bwd_reads = I0 | I1, .planned_only = true,
+    [GCKPT_P_PATCH_CONV] = {.name = "patch_conv", 2, 3, 1, .bwd_reads = I0 | I1, .planned_only = true,
                             .out_numel = patch_conv, .flops = linear_flops},
     [GCKPT_P_CAT_CLS] = {.name = "cat_cls", 2, 2, 1, .needs_width = true, .planned_only = true,
                          .out_numel = cat_cls},

@@ -203,11 +203,12 @@ typedef enum {
      * in one kernel, saving in0 and in1 (not silu(in0)); its backward writes the inputs'
      * gradients into their own storage (gckpt_op.grad_into_in) */
     GCKPT_P_SWIGLU,
-    /* a vision tower's embedding (core/recipe_clip.c; planned only): PATCH_CONV is the patch
+    /* a vision tower's embedding (core/recipe_vision.c; planned only): PATCH_CONV is the patch
      * Conv2d with stride = kernel (in0 the [b, C, H, W] pixels, in1 the [out_f, C, p, p]
-     * weight, in_f = C p p: [b, out_f, N] with N = H W / (p p), a GEMM over the patches, saving
-     * as LINEAR does); CAT_CLS is cat([class_embedding expanded to [b, 1, width], in1's
-     * patches [b, N, width]]) -> [b, N + 1, width] (in0 the [width] parameter; saves nothing) */
+     * weight, in2 an [out_f] bias or none, in_f = C p p: [b, out_f, N] with N = H W / (p p),
+     * a GEMM over the patches; ConvolutionBackward0 saves input and weight whenever it has a
+     * node); CAT_CLS is cat([class_embedding expanded to [b, 1, width], in1's patches
+     * [b, N, width]]) -> [b, N + 1, width] (in0 the [width] parameter; saves nothing) */
     GCKPT_P_PATCH_CONV,
     GCKPT_P_CAT_CLS,
     /* rows sa .. sa + n - 1 of each sample's s rows (n = sb, or 0: to the end), [b, n, width]:

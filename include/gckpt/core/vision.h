@@ -186,11 +186,12 @@ void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m);
 /* The tower's positions per image (CLIP: the patches and the CLS row), the sequence its recipe
  * is sized at; its micro-batch is the images of a micro-batch. */
 uint64_t gckpt_vision_positions(const gckpt_vlm *v);
-/* The tower's recipe (core/recipe_clip.c): GCKPT_SEC_EMBED its embedding (the pixels, the patch
- * conv, the CLS row, the positions, pre_layrnorm), GCKPT_SEC_BLOCK one encoder layer, an empty
- * head (post_layernorm, which reaches no loss, and the projector are not traced yet), for the
- * tower model `tower` (gckpt_vision_tower_model) at precision p on target. CLIP only (llava);
- * false with err for another tower. */
+/* The tower's recipe (core/recipe_vision.c): GCKPT_SEC_EMBED its embedding (the pixels, the
+ * patch conv, CLIP's class token and pre_layrnorm, the positions), GCKPT_SEC_BLOCK one encoder
+ * layer, GCKPT_SEC_HEAD llava's and llava_next's tail (post_layernorm, which reaches no loss)
+ * and projector (Gemma 3's: empty, not traced yet), for the tower model `tower`
+ * (gckpt_vision_tower_model) at precision p on target. CLIP and SigLIP towers only; false
+ * with err for another. */
 bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
                                gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err);
 

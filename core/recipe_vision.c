@@ -1,12 +1,13 @@
-/* The CLIP vision tower as a recipe (llava's CLIPVisionModel, transformers 5.24
- * modeling_clip.py): its embedding (the pixels, the patch Conv2d, the CLS row, the learned
- * positions, pre_layrnorm), one CLIPEncoderLayer, and as the head the tower's tail
- * (post_layernorm) and llava's projector. Rows are images: the recipe is built at
- * micro-batch = the images of a micro-batch and sequence = the tower's positions per image
- * (patches + CLS, gckpt_vision_positions). Attention is bidirectional: SDPA without a mask
- * saves what the causal kernel saves (q, k, v, out, lse: measured, CPU flash); its FLOPs are
- * the whole score matrix's. What needs a gradient follows the tower's mode
- * (gckpt_tower_grad, FINDINGS R-VLM-3); what each op saves is R-VLM-10. */
+/* The ViT vision towers as a recipe (transformers 5.24 modeling_clip.py, modeling_siglip.py):
+ * CLIP's (llava, llava_next) and SigLIP's (gemma3) embedding (the pixels, the patch Conv2d,
+ * CLIP's class token and pre_layrnorm, the learned positions), one encoder layer, and as the
+ * head llava's: the tower's tail (post_layernorm) and the projector (Gemma 3's head is not
+ * traced yet: an empty section). Rows are images: the recipe is built at micro-batch = the
+ * images (LLaVA-NeXT: tiles) of a micro-batch and sequence = the tower's positions per image
+ * (gckpt_vision_positions). Attention is bidirectional: SDPA without a mask saves what the
+ * causal kernel saves (q, k, v, out, lse: measured, CPU flash); its FLOPs are the whole score
+ * matrix's. What needs a gradient follows the tower's mode (gckpt_tower_grad, FINDINGS
+ * R-VLM-3); what each op saves is R-VLM-10. */
 #include "recipe_tracer.h"
 
 #include "gckpt/core/vision.h"
@@ -14,20 +15,22 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The patch Conv2d (stride = kernel, no bias) on the pixels cast to the weight's dtype:
- * ConvolutionBackward0 saves its input and its weight whenever it has a node (a conv's
+/* The patch Conv2d (stride = kernel; SigLIP's with a bias) on the pixels cast to the weight's
+ * dtype: ConvolutionBackward0 saves its input and its weight whenever it has a node (a conv's
  * backward formula takes both, unlike mm's), under autocast their compute-dtype copies.
  * Output: [images, D, N] (flatten(2).transpose(1, 2) views it as the patches' rows). */
-static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, bool hooked)
+static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bias, bool hooked)
 {
     uint64_t in_f = vc->channels * vc->patch * vc->patch, n = vc->image_size / vc->patch;
     int px = cast_to(tr, pix, tr->param_dt, "pixel_values.to");
+    /* F.conv2d(input, weight, bias): autocast casts right to left (linear_op's comment) */
+    int bc = bias >= 0 ? weight_cast(tr, bias, "patch_embedding.bias_cast") : -1;
     int wc = weight_cast(tr, w, "patch_embedding.weight_cast");
     int xi = autocast_to(tr, px, tr->compute_dt, "patch_embedding.cast_in");
     gckpt_shape sh = {GCKPT_ROWS_BATCH, 1, n * n * vc->hidden};
-    int o = tnew(tr, "patch_embedding", GCKPT_T_ACT, tr->amp ? tr->compute_dt : dt(tr, px), sh,
-                 rg(tr, w) || hooked);
-    opnew(tr, "patch_embedding", GCKPT_OP_MATMUL, 2, (int[]){xi, wc}, o, -1, 2, (int[]){xi, wc});
+    bool wg = rg(tr, w) || (bias >= 0 && rg(tr, bias));
+    int o = tnew(tr, "patch_embedding", GCKPT_T_ACT, tr->amp ? tr->compute_dt : dt(tr, px), sh, wg || hooked);
+    opnew(tr, "patch_embedding", GCKPT_OP_MATMUL, bias >= 0 ? 3 : 2, (int[]){xi, wc, bc}, o, -1, 2, (int[]){xi, wc});
     setprim(tr, GCKPT_P_PATCH_CONV, GCKPT_BC_NONE, 0, 0, 0);
     gckpt_op *op = last_op(tr);
     op->in_f = in_f;
@@ -37,8 +40,18 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, bool h
     return o;
 }
 
-/* CLIPVisionEmbeddings + pre_layrnorm. */
-static void clip_embedding(tracer *tr, const gckpt_vision *vc, bool hooked)
+/* The ViT towers traced: CLIP's class token and pre_layrnorm, SigLIP's patch-conv bias (their
+ * encoder layers are alike; the MLP's activation is the config's). */
+typedef struct {
+    bool known, cls, pre_norm, conv_bias;
+} vit_kind;
+static const vit_kind vits[GCKPT_NTOWER] = {
+    [GCKPT_TOWER_CLIP] = {.known = true, .cls = true, .pre_norm = true},
+    [GCKPT_TOWER_SIGLIP] = {.known = true, .conv_bias = true},
+};
+
+/* CLIPVisionEmbeddings + pre_layrnorm, SiglipVisionEmbeddings. */
+static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k, bool hooked)
 {
     gckpt_recipe *r = tr->r;
     uint64_t D = vc->hidden, n = vc->image_size / vc->patch;
@@ -46,27 +59,32 @@ static void clip_embedding(tracer *tr, const gckpt_vision *vc, bool hooked)
     int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, F32,
                      (gckpt_shape){GCKPT_ROWS_BATCH, 1, vc->channels * n * vc->patch * n * vc->patch}, NULL, NULL);
     r->t[pix].step_held = true; /* the Trainer's batch dict */
-    int cls = param(tr, "embeddings.class_embedding", 1, D, GCKPT_ROLE_MATRIX);
+    int cls = k->cls ? param(tr, "embeddings.class_embedding", 1, D, GCKPT_ROLE_MATRIX) : -1;
     int w = param(tr, "embeddings.patch_embedding.weight", D, vc->channels * vc->patch * vc->patch,
-                   GCKPT_ROLE_MATRIX);
-    int table = param(tr, "embeddings.position_embedding.weight", n * n + 1, D, GCKPT_ROLE_MATRIX);
-    int pe = patch_conv(tr, vc, pix, w, hooked);
-    /* torch.cat([class_embeds, patch_embeds]): under autocast cat promotes to the widest
-     * operand, the fp32 class embedding; it saves nothing */
-    uint8_t cat_dt = tr->amp ? F32 : dt(tr, pe);
-    int x = tnew(tr, "embeddings.cat", GCKPT_T_ACT, cat_dt, per_token(D), rg(tr, pe) || rg(tr, cls));
-    opnew(tr, "embeddings.cat", GCKPT_OP_ELEM, 2, (int[]){cls, pe}, x, -1, 0, NULL);
-    setprim(tr, GCKPT_P_CAT_CLS, GCKPT_BC_NONE, 0, 0, D);
-    /* + position_embedding(position_ids): the ids a [1, N + 1] buffer, the lookup [1, N + 1, D]
-     * broadcast over the images; the lookup saves the ids when the table trains */
+                  GCKPT_ROLE_MATRIX);
+    int bias = k->conv_bias ? param(tr, "embeddings.patch_embedding.bias", 1, D, GCKPT_ROLE_BIAS) : -1;
+    int table = param(tr, "embeddings.position_embedding.weight", n * n + k->cls, D, GCKPT_ROLE_MATRIX);
+    int x = patch_conv(tr, vc, pix, w, bias, hooked);
+    /* the sum with the positions is fp32 under autocast (the fp32 table, as CLIP's class token) */
+    uint8_t sum_dt = tr->amp ? F32 : dt(tr, x);
+    if (k->cls) {
+        /* torch.cat([class_embeds, patch_embeds]): under autocast cat promotes to the widest
+         * operand, the fp32 class embedding; it saves nothing */
+        int c = tnew(tr, "embeddings.cat", GCKPT_T_ACT, sum_dt, per_token(D), rg(tr, x) || rg(tr, cls));
+        opnew(tr, "embeddings.cat", GCKPT_OP_ELEM, 2, (int[]){cls, x}, c, -1, 0, NULL);
+        setprim(tr, GCKPT_P_CAT_CLS, GCKPT_BC_NONE, 0, 0, D);
+        x = c;
+    }
+    /* + position_embedding(position_ids): the ids a [1, positions] buffer, the lookup
+     * [1, positions, D] broadcast over the images; the lookup saves the ids when the table trains */
     int ids = source(tr, "embeddings.position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
     int pos = embedding(tr, "embeddings.position_embedding", table, ids);
     r->t[pos].requires_grad = rg(tr, table); /* (embedding() marks it for a leaf) */
     r->t[table].role = GCKPT_ROLE_EMBEDDING;
-    int e = tnew(tr, "embeddings.add_pos", GCKPT_T_ACT, cat_dt, per_token(D), rg(tr, x) || rg(tr, pos));
+    int e = tnew(tr, "embeddings.add_pos", GCKPT_T_ACT, sum_dt, per_token(D), rg(tr, x) || rg(tr, pos));
     opnew(tr, "embeddings.add_pos", GCKPT_OP_ELEM, 2, (int[]){x, pos}, e, -1, 0, NULL);
     setprim(tr, GCKPT_P_ADD, GCKPT_BC_TABLE, 0, 0, D);
-    r->embed_out = layernorm(tr, e, D, "pre_layrnorm");
+    r->embed_out = k->pre_norm ? layernorm(tr, e, D, "pre_layrnorm") : e;
     section_end(tr);
 }
 
@@ -82,10 +100,11 @@ static int tlinear(tracer *tr, int x, uint64_t in_f, uint64_t out_f, const char 
     return linear(tr, x, w, b, in_f, out_f, name);
 }
 
-/* CLIPEncoderLayer: x + out_proj(sdpa(q, k, v of layer_norm1(x))), then + fc2(quick_gelu(fc1(
- * layer_norm2(.)))); quick_gelu is x * sigmoid(1.702 x) (sigmoid saves its output, the mul
- * both operands, the Python-scalar product nothing). */
-static void clip_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
+/* CLIPEncoderLayer / SiglipEncoderLayer: x + out_proj(sdpa(q, k, v of layer_norm1(x))), then
+ * + fc2(act(fc1(layer_norm2(.)))); CLIP's quick_gelu is x * sigmoid(1.702 x) (sigmoid saves
+ * its output, the mul both operands, the Python-scalar product nothing), SigLIP's
+ * gelu_pytorch_tanh F.gelu(approximate="tanh") (saves its input). */
+static void vit_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
 {
     uint64_t D = vc->hidden, I = vc->intermediate;
     block_begin(tr, GCKPT_BLOCK_DECODER);
@@ -115,9 +134,14 @@ static void clip_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
     int n2 = layernorm(tr, h1, D, "layer_norm2");
     tr->pfx = "mlp";
     int f = tlinear(tr, n2, D, I, "fc1");
-    int sx = scal(tr, f, "activation_fn.scale", 1.702, 0);
-    int sg = unary(tr, sx, "activation_fn.sigmoid", false, GCKPT_P_SIGMOID, 0);
-    int g = mul(tr, f, sg, "activation_fn.mul");
+    int g;
+    if (vc->act == GCKPT_VACT_QUICK_GELU) {
+        int sx = scal(tr, f, "activation_fn.scale", 1.702, 0);
+        int sg = unary(tr, sx, "activation_fn.sigmoid", false, GCKPT_P_SIGMOID, 0);
+        g = mul(tr, f, sg, "activation_fn.mul");
+    } else {
+        g = unary(tr, f, "activation_fn", false, GCKPT_P_GELU, 1.0);
+    }
     int d = tlinear(tr, g, I, D, "fc2");
     tr->pfx = "";
     int out = add(tr, h1, d, "residual_mlp");
@@ -191,15 +215,17 @@ void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
 uint64_t gckpt_vision_positions(const gckpt_vlm *v)
 {
     uint64_t n = v->vision.patch ? v->vision.image_size / v->vision.patch : 0;
-    return n * n + 1;
+    return n * n + (v->vision.tower < GCKPT_NTOWER && vits[v->vision.tower].cls);
 }
 
 bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
                                gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err)
 {
     const gckpt_vision *vc = &v->vision;
-    if (vc->tower != GCKPT_TOWER_CLIP) {
-        gckpt_seterr(err, "%s: only a CLIP vision tower has a recipe yet (llava)", v->model_type);
+    const vit_kind *k = vc->tower < GCKPT_NTOWER ? &vits[vc->tower] : NULL;
+    if (!k || !k->known) {
+        gckpt_seterr(err, "%s: only a CLIP (llava, llava_next) or SigLIP (gemma3) vision tower has a recipe yet",
+                     v->model_type);
         return false;
     }
     if (!vc->patch || vc->image_size % vc->patch) {
@@ -207,27 +233,34 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
                      (unsigned long long)vc->image_size, (unsigned long long)vc->patch);
         return false;
     }
-    if (vc->act != GCKPT_VACT_QUICK_GELU) {
-        gckpt_seterr(err, "%s: vision_config.hidden_act: only quick_gelu (CLIP's) is planned", v->model_type);
+    if (vc->act != GCKPT_VACT_QUICK_GELU && vc->act != GCKPT_VACT_GELU_TANH) {
+        gckpt_seterr(err, "%s: vision_config.hidden_act: only quick_gelu (CLIP's) and gelu_pytorch_tanh (SigLIP's) "
+                          "are traced", v->model_type);
         return false;
     }
-    /* what the fixtures measured: one feature layer, the CLS dropped, an erf GELU projector */
-    if ((vc->projector != GCKPT_PROJ_LLAVA && vc->projector != GCKPT_PROJ_LLAVA_NEXT) || vc->nfeature != 1 ||
-        vc->keep_cls ||
-        vc->projector_act != GCKPT_VACT_GELU) {
+    /* the head: llava's tail and projector as the fixtures measured them (one feature layer,
+     * the CLS dropped, an erf GELU); Gemma 3's (SigLIP's post_layernorm and pooling head, its
+     * pooled projector) not traced yet: an empty section */
+    bool llava = vc->projector == GCKPT_PROJ_LLAVA || vc->projector == GCKPT_PROJ_LLAVA_NEXT;
+    if ((!llava && vc->projector != GCKPT_PROJ_GEMMA3) ||
+        (llava && (vc->nfeature != 1 || vc->keep_cls || vc->projector_act != GCKPT_VACT_GELU))) {
         gckpt_seterr(err, "%s: only llava's and llava_next's projector on one vision_feature_layer with the "
                           "\"default\" vision_feature_select_strategy and projector_hidden_act \"gelu\" is traced",
                      v->model_type);
         return false;
     }
     tracer tr;
-
     tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, false, r);
     tr.eps = vc->norm_eps;
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
-    clip_embedding(&tr, vc, g == GCKPT_TOWER_FROZEN_HOOKED);
-    clip_layer(&tr, vc, g != GCKPT_TOWER_FROZEN);
-    clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN);
+    vit_embedding(&tr, vc, k, g == GCKPT_TOWER_FROZEN_HOOKED);
+    vit_layer(&tr, vc, g != GCKPT_TOWER_FROZEN);
+    if (llava) {
+        clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN);
+    } else {
+        section_begin(&tr, GCKPT_SEC_HEAD);
+        section_end(&tr);
+    }
     r->loss = -1;
     recipe_finish(r);
     return true;

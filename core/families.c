@@ -129,13 +129,15 @@ const gckpt_unmodelled_type gckpt_unmodelled_moe_types[] = {
 
 /* transformers 5.24's modelling of each (FINDINGS R-VLM-*) */
 const gckpt_vlm_type gckpt_vlm_types[] = {
-    {"llava", "LLaVA", "the CLIP vision tower (features of vision_feature_layer), the two-layer projector, "
-                       "(image_size / patch_size)^2 image tokens", gckpt_vlm_read_llava, "clip_vision_model", "llama",
+    {"llava", "LLaVA", "the step around the CLIP tower (its recipe and the projector's are traced; the text "
+                       "embedding held across the vision layers, the projector between the towers and the "
+                       "forward-only last vision layer are not simulated)",
+     gckpt_vlm_read_llava, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}"},
-    {"llava_next", "LLaVA-NeXT", "the CLIP vision tower over anyres tiles (image_grid_pinpoints), the projector, "
-                                 "the unpadded tile features with a newline per row",
+    {"llava_next", "LLaVA-NeXT", "the step around the CLIP tower over anyres tiles (its recipe and the "
+                                 "projector's are traced) and the unpadded tile features with a newline per row",
      gckpt_vlm_read_llava_next, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
@@ -158,8 +160,9 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "\"num_attention_heads\": 32, \"head_dim\": 128, \"rms_norm_eps\": 1e-6, \"rope_theta\": 500000.0, "
      "\"max_position_embeddings\": 128000}",
      "qwen3", false, true},
-    {"gemma3", "Gemma 3 (multimodal)", "the SigLIP vision tower, the pooled projector (mm_tokens_per_image tokens "
-                                       "per image) and bidirectional attention over image tokens",
+    {"gemma3", "Gemma 3 (multimodal)", "the SigLIP tower's tail and pooling head (its layers are traced), the "
+                                       "pooled projector (mm_tokens_per_image tokens per image), bidirectional "
+                                       "attention over image tokens and the step around the tower",
      gckpt_vlm_read_gemma3, "siglip_vision_model", "gemma3_text",
      /* Gemma3TextConfig's */
      "{\"vocab_size\": 262208, \"hidden_size\": 2304, \"intermediate_size\": 9216, \"num_hidden_layers\": 26, "

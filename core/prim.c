@@ -192,6 +192,36 @@ static bool liger_rms(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return w && x % w == 0;
 }
 
+/* the patch conv: in0's pixels in patches of in_f (C p p) elements, out_f per patch */
+static bool patch_conv(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_op *op = z->op;
+    uint64_t x = dim_n(&z->in[0]);
+    (void)k;
+    *n = op->in_f ? x / op->in_f * op->out_f : 0;
+    return op->in_f && x % op->in_f == 0 && dim_n(&z->in[1]) == op->in_f * op->out_f &&
+           (!z->in[2].present || dim_n(&z->in[2]) == op->out_f);
+}
+
+/* the CLS row before each sample's patches: b x (N + 1) rows of width */
+static bool cat_cls(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    uint64_t w = z->op->width;
+    (void)k;
+    *n = dim_n(&z->in[1]) + z->b * w;
+    return w && dim_n(&z->in[0]) == w && dim_n(&z->in[1]) % w == 0;
+}
+
+/* rows sa .. of each of the b samples of s rows */
+static bool rows_of(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_op *op = z->op;
+    uint64_t w = op->width, first = (uint64_t)op->sa, rows = op->sb > 0 ? (uint64_t)op->sb : z->s - first;
+    (void)k;
+    *n = z->b * rows * w;
+    return w && first + rows <= z->s && dim_n(&z->in[0]) == z->b * z->s * w;
+}
+
 /* values, indices: width of each row of the experts' probabilities */
 static bool topk(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
@@ -388,6 +418,12 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
                                 .planned_only = true, .out_numel = liger_rms},
     [GCKPT_P_LIGER_ROPE] = {.name = "liger_rope", 3, 3, 1, .needs_width = true, .even_width = true, .bwd_reads = I1 | I2,
                             .planned_only = true, .out_numel = like_in0},
+    [GCKPT_P_PATCH_CONV] = {.name = "patch_conv", 2, 3, 1, .bwd_reads = I0 | I1, .planned_only = true,
+                            .out_numel = patch_conv, .flops = linear_flops},
+    [GCKPT_P_CAT_CLS] = {.name = "cat_cls", 2, 2, 1, .needs_width = true, .planned_only = true,
+                         .out_numel = cat_cls},
+    [GCKPT_P_ROWS_OF] = {.name = "rows_of", 1, 1, 1, .needs_width = true, .planned_only = true,
+                         .out_numel = rows_of},
 #ifdef GCKPT_TOY /* x.clone(): CloneBackward0 saves nothing (docs/architecture.md, "A primitive") */
     [GCKPT_P_TOY] = {.name = "toy", 1, 1, 1, .out_numel = like_in0},
 #endif

@@ -167,7 +167,7 @@ bool gckpt_recipe_unverified(const gckpt_model *m, gckpt_attention a, const char
  * gradient is complete (AccumulateGrad runs) after all its uses in one layer (the ops of
  * one block section: a later block type's section of the same parameter group uses the
  * same parameters). */
-static void finish(gckpt_recipe *r)
+void recipe_finish(gckpt_recipe *r)
 {
     for (int t = 0; t < r->nt; t++) {
         int h = r->t[t].hold_to;
@@ -285,8 +285,9 @@ int gckpt_layer_section(const gckpt_recipe *r, const gckpt_model *m, gckpt_atten
     return sec >= 0 ? sec : GCKPT_SEC_BLOCK;
 }
 
-static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
-                  const gckpt_peft *peft, uint64_t seq, uint8_t loss, uint8_t liger_off, bool block_in_frozen, gckpt_recipe *r)
+void tracer_setup(tracer *tr, const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
+                  const gckpt_peft *peft, uint64_t seq, uint8_t loss, uint8_t liger_off, bool block_in_frozen,
+                  gckpt_recipe *r)
 {
     memset(r, 0, sizeof *r);
     r->seq = seq;
@@ -296,30 +297,37 @@ static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gc
     r->rope[0] = r->rope[1] = r->rope_local[0] = r->rope_local[1] = -1;
     r->router_logits[0] = r->router_logits[1] = -1;
     r->embed_leaf = -1;
-    tracer tr = {.r = r, .m = m, .eps = m->norm_eps, .cpu = target != GCKPT_TARGET_CUDA,
-                 .cuda_lists = target != GCKPT_TARGET_CPU, .peft = peft, .attn = a,
-                 .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .loss = loss,
-                 .liger_off = loss == GCKPT_LOSS_LIGER ? liger_off : 0};
+    *tr = (tracer){.r = r, .m = m, .eps = m->norm_eps, .cpu = target != GCKPT_TARGET_CUDA,
+                   .cuda_lists = target != GCKPT_TARGET_CPU, .peft = peft, .attn = a,
+                   .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .loss = loss,
+                   .liger_off = loss == GCKPT_LOSS_LIGER ? liger_off : 0};
     r->loss_kind = loss;
-    tr.amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
-    tr.compute_dt = p == GCKPT_FP32 ? F32 : p == GCKPT_AMP_FP16 ? F16 : BF16;
-    tr.stream_dt = p == GCKPT_BF16 ? BF16 : F32; /* AMP keeps an fp32 residual stream */
-    tr.param_dt = tr.amp ? F32 : tr.stream_dt;
+    tr->amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;
+    tr->compute_dt = p == GCKPT_FP32 ? F32 : p == GCKPT_AMP_FP16 ? F16 : BF16;
+    tr->stream_dt = p == GCKPT_BF16 ? BF16 : F32; /* AMP keeps an fp32 residual stream */
+    tr->param_dt = tr->amp ? F32 : tr->stream_dt;
     if (gckpt_peft_quantized(peft)) { /* prepare_model_for_kbit_training casts to fp32 */
-        if (!peft->wrapper_cast) tr.stream_dt = tr.param_dt = F32; /* (a wrapper casts them back) */
+        if (!peft->wrapper_cast) tr->stream_dt = tr->param_dt = F32; /* (a wrapper casts them back) */
         r->quant = peft->quant;
         r->double_quant = peft->double_quant;
         r->quant_storage = peft->quant_storage;
     }
-    r->amp = tr.amp;
+    r->amp = tr->amp;
     r->target = (uint8_t)target;
-    r->stream_dtype = tr.stream_dt;
-    r->compute_dtype = tr.compute_dt;
-    r->param_dtype = tr.param_dt;
+    r->stream_dtype = tr->stream_dt;
+    r->compute_dtype = tr->compute_dt;
+    r->param_dtype = tr->param_dt;
     r->grad_dtype = r->param_dtype;
     r->hidden = m->hidden;
+}
+
+static void trace(const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
+                  const gckpt_peft *peft, uint64_t seq, uint8_t loss, uint8_t liger_off, bool block_in_frozen, gckpt_recipe *r)
+{
+    tracer tr;
+    tracer_setup(&tr, m, p, a, target, peft, seq, loss, liger_off, block_in_frozen, r);
     gckpt_family_of(m->family)->trace(&tr, a);
-    finish(r);
+    recipe_finish(r);
 }
 
 bool gckpt_tensor_numel(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, uint64_t *numel)
@@ -327,7 +335,8 @@ bool gckpt_tensor_numel(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, ui
     const gckpt_shape *sh = &r->t[i].shape;
     uint64_t T, BSS, rows, width = sh->width ? sh->width : s + sh->plus;
     if (!gckpt_mul(b, s, &T) || !gckpt_mul(T, s, &BSS)) return false;
-    uint64_t unit = sh->rows == GCKPT_ROWS_TOKENS ? T : sh->rows == GCKPT_ROWS_SEQ ? s : 1;
+    uint64_t unit = sh->rows == GCKPT_ROWS_TOKENS ? T : sh->rows == GCKPT_ROWS_SEQ ? s : sh->rows == GCKPT_ROWS_BATCH ? b : 1;
+    if (sh->rows == GCKPT_ROWS_PATCHES && (s == 0 || !gckpt_mul(b, s - 1, &unit))) return false;
     return gckpt_mul(sh->mult, unit, &rows) && gckpt_mul(rows, width, numel);
 }
 

@@ -278,7 +278,8 @@ static int bcast_of(tracer *tr, int x, int y, uint64_t *width)
  * kbit_training): adapters and modules_to_save copies are made by recipe_lora.c. */
 int param(tracer *tr, const char *name, uint64_t rows, uint64_t cols, gckpt_param_role role)
 {
-    int t = tnew(tr, name, GCKPT_T_PARAM, tr->param_dt, fixed_shape(rows, cols), !gckpt_peft_on(tr->peft));
+    int t = tnew(tr, name, GCKPT_T_PARAM, tr->param_dt, fixed_shape(rows, cols),
+                 !gckpt_peft_on(tr->peft) && !tr->frozen_params);
     tr->r->t[t].role = (uint8_t)role;
     return t;
 }
@@ -459,7 +460,7 @@ int embedding(tracer *tr, const char *name, int table, int ids)
 /* autocast's cached cast of a weight; lives until the forward pass ends. autocast caches
  * only leaves that require grad: a frozen weight's cast is a plain activation, kept by
  * the linear that saves it (FINDINGS R-PEFT-8), else freed after the op. */
-static int weight_cast(tracer *tr, int w, const char *name)
+int weight_cast(tracer *tr, int w, const char *name)
 {
     if (!tr->amp) return w;
     if (!rg(tr, w)) {

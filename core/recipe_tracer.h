@@ -37,6 +37,7 @@ typedef struct gckpt_tracer {
     int bool_mask;          /* masking_utils' shared bool mask (sdpa_masked), else -1 */
     uint8_t loss;           /* gckpt_loss of the head */
     uint8_t liger_off;      /* --loss liger: the Liger kernels switched off (gckpt_setting.liger_off) */
+    bool frozen_params;     /* param() makes frozen parameters (a frozen vision tower's) */
 } tracer;
 
 /* --loss liger with Liger's kernel k on (gckpt_liger_kernel; the family table says where the
@@ -117,6 +118,9 @@ int embedding(tracer *tr, const char *name, int table, int ids);
  * until their recompute. t < 0: nothing. */
 void layer_kwarg(tracer *tr, int t);
 int linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name);
+/* autocast's copy of weight w in the compute dtype (w itself without autocast): cached until
+ * the forward ends for a weight that requires grad, else a plain activation. */
+int weight_cast(tracer *tr, int w, const char *name);
 /* The LINEAR op itself on operands already cast: output [rows, out_f] in out_dt, saved[2]
  * (-1: none), a GEMM per gradient needed (frozen weights: none for the weight). */
 int linear_node(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name, uint8_t out_dt,
@@ -169,6 +173,14 @@ typedef enum { NORM_RMS, NORM_LAYER } norm_kind;
 /* The head: the final norm (its output held until the forward returns), lm_head (tied:
  * the embedding's table) and HF's causal-LM loss. */
 void trace_head(tracer *tr, norm_kind norm, const char *norm_name, int embedding_table);
+
+/* A tracer for model m's recipe r at the setting's precision, attention and target (recipe.h
+ * gckpt_recipe_build_loss: r cleared, its dtypes set); recipe_finish derives, once the
+ * sections are traced, the Python references each op ends and each parameter's uses. */
+void tracer_setup(tracer *tr, const gckpt_model *m, gckpt_precision p, gckpt_attention a, gckpt_target target,
+                  const gckpt_peft *peft, uint64_t seq, uint8_t loss, uint8_t liger_off, bool block_in_frozen,
+                  gckpt_recipe *r);
+void recipe_finish(gckpt_recipe *r);
 
 /* ---- the families ---- */
 void trace_llama(tracer *tr, gckpt_attention attn);

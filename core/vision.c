@@ -500,15 +500,27 @@ static bool anyres_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint
     return true;
 }
 
+/* LlavaNext's image_size_to_num_patches: the best pinpoint's tiles and the base tile (the
+ * processor pads a batch's images to the most tiles; the model drops the padding) */
+static uint64_t anyres_tiles(const gckpt_vlm *v, uint64_t h, uint64_t w)
+{
+    const gckpt_vision *vi = &v->vision;
+    uint64_t bh, bw;
+    best_resolution(vi, h, w, &bh, &bw);
+    return (bh / vi->image_size) * (bw / vi->image_size) + 1;
+}
+
 typedef struct {
     gckpt_param_tally (*tally)(const gckpt_vlm *v);
     /* placeholder tokens of one image of h x w pixels (positive) */
     bool (*tokens)(const gckpt_vlm *v, const char *what, uint64_t h, uint64_t w, uint64_t *n, gckpt_err *err);
+    /* the tower's images (tiles) per image of h x w pixels; NULL: one */
+    uint64_t (*tiles)(const gckpt_vlm *v, uint64_t h, uint64_t w);
 } projector_info;
 
 static const projector_info projectors[] = {
     [GCKPT_PROJ_LLAVA] = {llava_proj, clip_tokens},
-    [GCKPT_PROJ_LLAVA_NEXT] = {llava_next_proj, anyres_tokens},
+    [GCKPT_PROJ_LLAVA_NEXT] = {llava_next_proj, anyres_tokens, anyres_tiles},
     [GCKPT_PROJ_MERGER] = {merger_proj, qwen2_5_tokens},
     [GCKPT_PROJ_DEEPSTACK] = {deepstack_proj, qwen2_5_tokens},
     [GCKPT_PROJ_MLLAMA] = {mllama_proj, one_token},
@@ -969,6 +981,12 @@ bool gckpt_image_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint64
         return false;
     }
     return projectors[v->vision.projector].tokens(v, what, h, w, tokens, err);
+}
+
+uint64_t gckpt_image_tiles(const gckpt_vlm *v, uint64_t h, uint64_t w)
+{
+    const projector_info *p = &projectors[v->vision.projector];
+    return p->tiles ? p->tiles(v, h, w) : 1;
 }
 
 bool gckpt_parse_image_size(const char *what, const char *s, uint64_t *h, uint64_t *w, gckpt_err *err)

@@ -233,6 +233,9 @@ constexpr cuda_kernel kernels[] = {
     {GCKPT_P_ROUTE_MASK, nullptr, nullptr}, // DeepSeek-V3's router: executed on the host only
     {GCKPT_P_LIGER_RMS_NORM, nullptr, nullptr}, // Liger's RMSNorm: planned only
     {GCKPT_P_LIGER_ROPE, nullptr, nullptr}, // Liger's RoPE: planned only
+    {GCKPT_P_PATCH_CONV, nullptr, nullptr}, // a vision tower's embedding: planned only
+    {GCKPT_P_CAT_CLS, nullptr, nullptr},
+    {GCKPT_P_ROWS_OF, nullptr, nullptr},
 #ifdef GCKPT_TOY
     {GCKPT_P_TOY, cuda_unary_fwd, cuda_unary_bwd}, // a copy: k_unary_fwd / _bwd's default case, as CAST
 #endif

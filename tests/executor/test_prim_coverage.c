@@ -78,6 +78,9 @@ static const struct {
     {GCKPT_P_ROUTE_MASK, "route_mask", N, R}, /* DeepSeek-V3's router: host only */
     {GCKPT_P_LIGER_RMS_NORM, "liger_rms_norm", R, R},
     {GCKPT_P_LIGER_ROPE, "liger_rope", R, R},
+    {GCKPT_P_PATCH_CONV, "patch_conv", R, R}, /* a vision tower's embedding: planned only */
+    {GCKPT_P_CAT_CLS, "cat_cls", R, R},
+    {GCKPT_P_ROWS_OF, "rows_of", R, R},
 #ifdef GCKPT_TOY
     {GCKPT_P_TOY, "toy", F, F},
 #endif

@@ -69,6 +69,9 @@ typedef enum {
     GCKPT_ROWS_FIXED,  /* mult rows */
     GCKPT_ROWS_SEQ,    /* mult x s rows: rotary tables, position ids and embeddings */
     GCKPT_ROWS_TOKENS, /* mult x b x s rows: activations */
+    GCKPT_ROWS_BATCH,  /* mult x b rows: one row per sample (a vision tower's pixels, b its images) */
+    GCKPT_ROWS_PATCHES, /* mult x b x (s - 1) rows: every position but the first (a vision tower's
+                         * patches without the CLS row) */
 } gckpt_rows;
 
 typedef struct {
@@ -217,6 +220,18 @@ typedef enum {
      * in1, in2 (a view_fwd, in_place op), saving them; its gradient a new buffer (the copy
      * rope_backward's .contiguous() makes) */
     GCKPT_P_LIGER_ROPE,
+    /* a vision tower's embedding (core/recipe_vision.c; planned only): PATCH_CONV is the patch
+     * Conv2d with stride = kernel (in0 the [b, C, H, W] pixels, in1 the [out_f, C, p, p]
+     * weight, in2 an [out_f] bias or none, in_f = C p p: [b, out_f, N] with N = H W / (p p),
+     * a GEMM over the patches; ConvolutionBackward0 saves input and weight whenever it has a
+     * node); CAT_CLS is cat([class_embedding expanded to [b, 1, width], in1's patches
+     * [b, N, width]]) -> [b, N + 1, width] (in0 the [width] parameter; saves nothing) */
+    GCKPT_P_PATCH_CONV,
+    GCKPT_P_CAT_CLS,
+    /* rows sa .. sa + n - 1 of each sample's s rows (n = sb, or 0: to the end), [b, n, width]:
+     * x[:, 0, :] a view (view_fwd: its storage is in0's), x[:, 1:].reshape(-1, width) for a
+     * matmul a copy (planned only) */
+    GCKPT_P_ROWS_OF,
 #ifdef GCKPT_TOY
     GCKPT_P_TOY,         /* the test build's toy primitive: x.clone() (docs/architecture.md, tests/toy) */
 #endif
@@ -231,6 +246,7 @@ typedef enum {
     GCKPT_SRC_SCALE, /* a 0-d constant (Gemma's embedding normalizer sqrt(hidden)) */
     GCKPT_SRC_ROUTER_LOGITS, /* the head's view of every MoE layer's router logits: 0 bytes
                               * here, they are counted (held) where their layer made them */
+    GCKPT_SRC_PIXELS,  /* a vision tower's pixel_values (the processor's float32 [b, C, H, W]) */
 } gckpt_source;
 
 typedef enum {

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "gckpt/core/model.h"
+#include "gckpt/core/recipe.h"
 #include "gckpt/util/util.h"
 
 #ifdef __cplusplus
@@ -172,6 +173,31 @@ void gckpt_vlm_towers(const gckpt_vlm *v, uint64_t towers[2]);
  * the processor would reject the size. */
 bool gckpt_image_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint64_t w, uint64_t *tokens,
                         gckpt_err *err);
+
+/* What of the tower needs a gradient (FINDINGS R-VLM-3): a trained tower everything; a
+ * frozen one under gradient checkpointing what enable_input_require_grads' hook on its patch
+ * embedding's output makes need one (its activations, for the input gradient: no input of a
+ * frozen linear is kept); a frozen one without checkpointing nothing. */
+typedef enum { GCKPT_TOWER_TRAINED, GCKPT_TOWER_FROZEN_HOOKED, GCKPT_TOWER_FROZEN } gckpt_tower_grad;
+
+/* The tower as a gckpt_model (its layers and widths), what its recipe is traced from and a
+ * context (gckpt_ctx_init) sizes it with. */
+void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m);
+/* The tower's positions per image (CLIP: the patches and the CLS row), the sequence its recipe
+ * is sized at; its micro-batch is the images of a micro-batch. */
+uint64_t gckpt_vision_positions(const gckpt_vlm *v);
+/* The tower's recipe (core/recipe_vision.c): GCKPT_SEC_EMBED its embedding (the pixels, the
+ * patch conv, CLIP's class token and pre_layrnorm, the positions), GCKPT_SEC_BLOCK one encoder
+ * layer, GCKPT_SEC_HEAD llava's and llava_next's tail (post_layernorm, which reaches no loss)
+ * and projector (Gemma 3's: empty, not traced yet), for the tower model `tower`
+ * (gckpt_vision_tower_model) at precision p on target. CLIP and SigLIP towers only; false
+ * with err for another. */
+bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
+                               gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err);
+
+/* The images the tower runs per image of h x w pixels (positive): LLaVA-NeXT's anyres tiles
+ * (the best pinpoint's and the base tile), one for the other families. */
+uint64_t gckpt_image_tiles(const gckpt_vlm *v, uint64_t h, uint64_t w);
 
 /* An image size "HxW" (positive integers) given as option `what`. */
 bool gckpt_parse_image_size(const char *what, const char *s, uint64_t *h, uint64_t *w, gckpt_err *err);

@@ -1,0 +1,267 @@
+/* The ViT vision towers as a recipe (transformers 5.24 modeling_clip.py, modeling_siglip.py):
+ * CLIP's (llava, llava_next) and SigLIP's (gemma3) embedding (the pixels, the patch Conv2d,
+ * CLIP's class token and pre_layrnorm, the learned positions), one encoder layer, and as the
+ * head llava's: the tower's tail (post_layernorm) and the projector (Gemma 3's head is not
+ * traced yet: an empty section). Rows are images: the recipe is built at micro-batch = the
+ * images (LLaVA-NeXT: tiles) of a micro-batch and sequence = the tower's positions per image
+ * (gckpt_vision_positions). Attention is bidirectional: SDPA without a mask saves what the
+ * causal kernel saves (q, k, v, out, lse: measured, CPU flash); its FLOPs are the whole score
+ * matrix's. What needs a gradient follows the tower's mode (gckpt_tower_grad, FINDINGS
+ * R-VLM-3); what each op saves is R-VLM-10. */
+#include "recipe_tracer.h"
+
+#include "gckpt/core/vision.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The patch Conv2d (stride = kernel; SigLIP's with a bias) on the pixels cast to the weight's
+ * dtype: ConvolutionBackward0 saves its input and its weight whenever it has a node (a conv's
+ * backward formula takes both, unlike mm's), under autocast their compute-dtype copies.
+ * Output: [images, D, N] (flatten(2).transpose(1, 2) views it as the patches' rows). */
+static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bias, bool hooked)
+{
+    uint64_t in_f = vc->channels * vc->patch * vc->patch, n = vc->image_size / vc->patch;
+    int px = cast_to(tr, pix, tr->param_dt, "pixel_values.to");
+    /* F.conv2d(input, weight, bias): autocast casts right to left (linear_op's comment) */
+    int bc = bias >= 0 ? weight_cast(tr, bias, "patch_embedding.bias_cast") : -1;
+    int wc = weight_cast(tr, w, "patch_embedding.weight_cast");
+    int xi = autocast_to(tr, px, tr->compute_dt, "patch_embedding.cast_in");
+    gckpt_shape sh = {GCKPT_ROWS_BATCH, 1, n * n * vc->hidden};
+    bool wg = rg(tr, w) || (bias >= 0 && rg(tr, bias));
+    int o = tnew(tr, "patch_embedding", GCKPT_T_ACT, tr->amp ? tr->compute_dt : dt(tr, px), sh, wg || hooked);
+    opnew(tr, "patch_embedding", GCKPT_OP_MATMUL, bias >= 0 ? 3 : 2, (int[]){xi, wc, bc}, o, -1, 2, (int[]){xi, wc});
+    setprim(tr, GCKPT_P_PATCH_CONV, GCKPT_BC_NONE, 0, 0, 0);
+    gckpt_op *op = last_op(tr);
+    op->in_f = in_f;
+    op->out_f = vc->hidden;
+    count_flops(tr);
+    op->bwd_mult = (double)rg(tr, w); /* the pixels need no gradient */
+    return o;
+}
+
+/* The ViT towers traced: CLIP's class token and pre_layrnorm, SigLIP's patch-conv bias (their
+ * encoder layers are alike; the MLP's activation is the config's). */
+typedef struct {
+    bool known, cls, pre_norm, conv_bias;
+} vit_kind;
+static const vit_kind vits[GCKPT_NTOWER] = {
+    [GCKPT_TOWER_CLIP] = {.known = true, .cls = true, .pre_norm = true},
+    [GCKPT_TOWER_SIGLIP] = {.known = true, .conv_bias = true},
+};
+
+/* CLIPVisionEmbeddings + pre_layrnorm, SiglipVisionEmbeddings. */
+static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k, bool hooked)
+{
+    gckpt_recipe *r = tr->r;
+    uint64_t D = vc->hidden, n = vc->image_size / vc->patch;
+    section_begin(tr, GCKPT_SEC_EMBED);
+    int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, F32,
+                     (gckpt_shape){GCKPT_ROWS_BATCH, 1, vc->channels * n * vc->patch * n * vc->patch}, NULL, NULL);
+    r->t[pix].step_held = true; /* the Trainer's batch dict */
+    int cls = k->cls ? param(tr, "embeddings.class_embedding", 1, D, GCKPT_ROLE_MATRIX) : -1;
+    int w = param(tr, "embeddings.patch_embedding.weight", D, vc->channels * vc->patch * vc->patch,
+                  GCKPT_ROLE_MATRIX);
+    int bias = k->conv_bias ? param(tr, "embeddings.patch_embedding.bias", 1, D, GCKPT_ROLE_BIAS) : -1;
+    int table = param(tr, "embeddings.position_embedding.weight", n * n + k->cls, D, GCKPT_ROLE_MATRIX);
+    int x = patch_conv(tr, vc, pix, w, bias, hooked);
+    /* the sum with the positions is fp32 under autocast (the fp32 table, as CLIP's class token) */
+    uint8_t sum_dt = tr->amp ? F32 : dt(tr, x);
+    if (k->cls) {
+        /* torch.cat([class_embeds, patch_embeds]): under autocast cat promotes to the widest
+         * operand, the fp32 class embedding; it saves nothing */
+        int c = tnew(tr, "embeddings.cat", GCKPT_T_ACT, sum_dt, per_token(D), rg(tr, x) || rg(tr, cls));
+        opnew(tr, "embeddings.cat", GCKPT_OP_ELEM, 2, (int[]){cls, x}, c, -1, 0, NULL);
+        setprim(tr, GCKPT_P_CAT_CLS, GCKPT_BC_NONE, 0, 0, D);
+        x = c;
+    }
+    /* + position_embedding(position_ids): the ids a [1, positions] buffer, the lookup
+     * [1, positions, D] broadcast over the images; the lookup saves the ids when the table trains */
+    int ids = source(tr, "embeddings.position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
+    int pos = embedding(tr, "embeddings.position_embedding", table, ids);
+    r->t[pos].requires_grad = rg(tr, table); /* (embedding() marks it for a leaf) */
+    r->t[table].role = GCKPT_ROLE_EMBEDDING;
+    int e = tnew(tr, "embeddings.add_pos", GCKPT_T_ACT, sum_dt, per_token(D), rg(tr, x) || rg(tr, pos));
+    opnew(tr, "embeddings.add_pos", GCKPT_OP_ELEM, 2, (int[]){x, pos}, e, -1, 0, NULL);
+    setprim(tr, GCKPT_P_ADD, GCKPT_BC_TABLE, 0, 0, D);
+    r->embed_out = k->pre_norm ? layernorm(tr, e, D, "pre_layrnorm") : e;
+    section_end(tr);
+}
+
+/* A linear of the tower: a trained or frozen weight and bias (tr->frozen_params; linear_node's
+ * rule: a frozen weight keeps no input). */
+static int tlinear(tracer *tr, int x, uint64_t in_f, uint64_t out_f, const char *name)
+{
+    char pfx[40];
+    const char *outer = enter_module(tr, name, pfx, sizeof pfx);
+    int w = param(tr, "weight", out_f, in_f, GCKPT_ROLE_MATRIX);
+    int b = param(tr, "bias", 1, out_f, GCKPT_ROLE_BIAS);
+    tr->pfx = outer;
+    return linear(tr, x, w, b, in_f, out_f, name);
+}
+
+/* CLIPEncoderLayer / SiglipEncoderLayer: x + out_proj(sdpa(q, k, v of layer_norm1(x))), then
+ * + fc2(act(fc1(layer_norm2(.)))); CLIP's quick_gelu is x * sigmoid(1.702 x) (sigmoid saves
+ * its output, the mul both operands, the Python-scalar product nothing), SigLIP's
+ * gelu_pytorch_tanh F.gelu(approximate="tanh") (saves its input). */
+static void vit_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
+{
+    uint64_t D = vc->hidden, I = vc->intermediate;
+    block_begin(tr, GCKPT_BLOCK_DECODER);
+    int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    hold(tr, xin, HOLD_END);
+    int n1 = layernorm(tr, xin, D, "layer_norm1");
+    tr->pfx = "self_attn";
+    int q = tlinear(tr, n1, D, D, "q_proj");
+    int k = tlinear(tr, n1, D, D, "k_proj");
+    int v = tlinear(tr, n1, D, D, "v_proj");
+    int a = attention_sdpa(tr, q, k, v, vc->attn_dropout);
+    /* (sdpa_fused marks its output as needing a gradient; a frozen tower without the hook's
+     * has none: its q, k and v need none) */
+    tr->r->t[a].requires_grad = rg(tr, q) || rg(tr, k) || rg(tr, v);
+    /* no causal mask: QK^T and PV over the whole score matrix, twice the causal kernel's
+     * (a masked SDPA's count, FINDINGS R-ATTN-8); the op is the causal primitive otherwise,
+     * which no backend runs here: the recipe's planned-only primitives keep gckpt-run off it */
+    tr->r->op[gckpt_recipe_producer(tr->r, a)].fBSS *= 2.0;
+    /* the output's transpose + reshape is a view (CPU flash lays it out [b, S, H, hd]) */
+    int ao = tlinear(tr, a, D, D, "out_proj");
+    hold_here(tr, q);
+    hold_here(tr, k);
+    hold_here(tr, v);
+    tr->pfx = "";
+    int h1 = add(tr, xin, ao, "residual_attn");
+    hold(tr, h1, HOLD_END);
+    int n2 = layernorm(tr, h1, D, "layer_norm2");
+    tr->pfx = "mlp";
+    int f = tlinear(tr, n2, D, I, "fc1");
+    int g;
+    if (vc->act == GCKPT_VACT_QUICK_GELU) {
+        int sx = scal(tr, f, "activation_fn.scale", 1.702, 0);
+        int sg = unary(tr, sx, "activation_fn.sigmoid", false, GCKPT_P_SIGMOID, 0);
+        g = mul(tr, f, sg, "activation_fn.mul");
+    } else {
+        g = unary(tr, f, "activation_fn", false, GCKPT_P_GELU, 1.0);
+    }
+    int d = tlinear(tr, g, I, D, "fc2");
+    tr->pfx = "";
+    int out = add(tr, h1, d, "residual_mlp");
+    block_end(tr, xin, out);
+}
+
+/* Rows `first` .. of each image's (n of them, 0: to the end) of x: a view, or a copy (a
+ * reshape of the non-contiguous slice for a matmul). */
+static int rows_of(tracer *tr, int x, uint64_t first, uint64_t n, bool view, const char *name)
+{
+    uint64_t w = tr->r->t[x].shape.width;
+    gckpt_shape sh = {n == 1 ? GCKPT_ROWS_BATCH : GCKPT_ROWS_PATCHES, 1, w};
+    int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, x), sh, rg(tr, x));
+    opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
+    setprim(tr, GCKPT_P_ROWS_OF, GCKPT_BC_NONE, (double)first, (double)n, w);
+    last_op(tr)->view_fwd = view;
+    return o;
+}
+
+/* The tower's tail and llava's projector (the head section): CLIPVisionTransformer runs
+ * post_layernorm on the last layer's CLS rows (pooled_output, which reaches no loss: R-VLM-9;
+ * LayerNorm keeps the whole last hidden state, the rows being a view of it);
+ * get_image_features takes hidden_states[vision_feature_layer][:, 1:] (the "default"
+ * strategy) into LlavaMultiModalProjector: linear_1, the activation, linear_2, trained with
+ * the tower frozen or not. Under autocast linear_1's cast copies the slice; without, matmul's
+ * reshape does. LLaVA-NeXT runs the same on every anyres tile (gckpt_image_tiles); its
+ * pack_image_features after the projector (the tiles unpadded, a newline per row: views and a
+ * cat, which save nothing) is not traced. */
+static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad)
+{
+    gckpt_recipe *r = tr->r;
+    const gckpt_vision *vc = &v->vision;
+    uint64_t D = vc->hidden, Dt = v->text.hidden;
+    section_begin(tr, GCKPT_SEC_HEAD);
+    int last = tnew(tr, "last_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    r->head_in = last;
+    int cls = rows_of(tr, last, 0, 1, true, "last_hidden_state[:, 0]");
+    layernorm(tr, cls, D, "post_layernorm");
+    /* the feature layer's output: the input of the layer after it, the last one's own at -1 */
+    int feat = gckpt_vision_feature_depth(v) == vc->layers
+                   ? last
+                   : tnew(tr, "feature_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    int sel = rows_of(tr, feat, 1, 0, tr->amp, "selected_image_feature");
+    tr->frozen_params = false;
+    tr->pfx = "multi_modal_projector";
+    int w1 = param(tr, "linear_1.weight", Dt, D, GCKPT_ROLE_MATRIX);
+    int b1 = vc->projector_bias ? param(tr, "linear_1.bias", 1, Dt, GCKPT_ROLE_BIAS) : -1;
+    int w2 = param(tr, "linear_2.weight", Dt, Dt, GCKPT_ROLE_MATRIX);
+    int b2 = vc->projector_bias ? param(tr, "linear_2.bias", 1, Dt, GCKPT_ROLE_BIAS) : -1;
+    int h = linear(tr, sel, w1, b1, D, Dt, "linear_1");
+    int a = unary(tr, h, "act", false, GCKPT_P_GELU, 0);
+    r->t[linear(tr, a, w2, b2, Dt, Dt, "linear_2")].fwd_end_free = true; /* image_features, scattered into the text */
+    tr->pfx = "";
+    section_end(tr);
+}
+
+void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
+{
+    const gckpt_vision *vc = &v->vision;
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s vision tower", v->model_type);
+    m->layers = vc->layers;
+    m->hidden = vc->hidden;
+    m->heads = m->kv_heads = vc->heads;
+    m->head_dim = vc->heads ? vc->hidden / vc->heads : 0;
+    m->intermediate = vc->intermediate;
+    m->norm_eps = vc->norm_eps;
+    m->attn_dropout = vc->attn_dropout;
+}
+
+uint64_t gckpt_vision_positions(const gckpt_vlm *v)
+{
+    uint64_t n = v->vision.patch ? v->vision.image_size / v->vision.patch : 0;
+    return n * n + (v->vision.tower < GCKPT_NTOWER && vits[v->vision.tower].cls);
+}
+
+bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
+                               gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err)
+{
+    const gckpt_vision *vc = &v->vision;
+    const vit_kind *k = vc->tower < GCKPT_NTOWER ? &vits[vc->tower] : NULL;
+    if (!k || !k->known) {
+        gckpt_seterr(err, "%s: only a CLIP (llava, llava_next) or SigLIP (gemma3) vision tower has a recipe yet",
+                     v->model_type);
+        return false;
+    }
+    if (!vc->patch || vc->image_size % vc->patch) {
+        gckpt_seterr(err, "%s: vision_config.image_size %llu is not a multiple of patch_size %llu", v->model_type,
+                     (unsigned long long)vc->image_size, (unsigned long long)vc->patch);
+        return false;
+    }
+    if (vc->act != GCKPT_VACT_QUICK_GELU && vc->act != GCKPT_VACT_GELU_TANH) {
+        gckpt_seterr(err, "%s: vision_config.hidden_act: only quick_gelu (CLIP's) and gelu_pytorch_tanh (SigLIP's) "
+                          "are traced", v->model_type);
+        return false;
+    }
+    /* the head: llava's tail and projector as the fixtures measured them (one feature layer,
+     * the CLS dropped, an erf GELU); Gemma 3's (SigLIP's post_layernorm and pooling head, its
+     * pooled projector) not traced yet: an empty section */
+    bool llava = vc->projector == GCKPT_PROJ_LLAVA || vc->projector == GCKPT_PROJ_LLAVA_NEXT;
+    if ((!llava && vc->projector != GCKPT_PROJ_GEMMA3) ||
+        (llava && (vc->nfeature != 1 || vc->keep_cls || vc->projector_act != GCKPT_VACT_GELU))) {
+        gckpt_seterr(err, "%s: only llava's and llava_next's projector on one vision_feature_layer with the "
+                          "\"default\" vision_feature_select_strategy and projector_hidden_act \"gelu\" is traced",
+                     v->model_type);
+        return false;
+    }
+    tracer tr;
+    tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
+    tr.eps = vc->norm_eps;
+    tr.frozen_params = g != GCKPT_TOWER_TRAINED;
+    vit_embedding(&tr, vc, k, g == GCKPT_TOWER_FROZEN_HOOKED);
+    vit_layer(&tr, vc, g != GCKPT_TOWER_FROZEN);
+    if (llava) {
+        clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN);
+    } else {
+        section_begin(&tr, GCKPT_SEC_HEAD);
+        section_end(&tr);
+    }
+    r->loss = -1;
+    recipe_finish(r);
+    return true;
+}

@@ -1,0 +1,296 @@
+/* The ViT towers' recipe (core/recipe_vision.c) against every llava, llava_next and gemma3
+ * fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with
+ * CUDA's lists; every_n off / 1 / 2 / 3; offload; the tower trained and frozen; one and two
+ * images; LLaVA-NeXT's anyres tiles, gckpt_image_tiles against pixel_values' tile
+ * dimension). Exact, per fixture: the bytes each vision layer keeps for its backward (a
+ * checkpointed layer its input, nothing offloaded; a plain one the recipe's block; a frozen
+ * tower R-VLM-3's), the tower's embedding's, and llava's tail and projector (post_layernorm,
+ * multi_modal_projector: the head section), which the probe files under the last vision
+ * layer next to masked_scatter's mask (the text side's). Gemma 3's head (SigLIP's
+ * post_layernorm and pooling head, its projector) is not traced: its last layer's other
+ * tensors are not compared. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include "gckpt/core/device.h"
+#include "gckpt/core/schedule.h"
+#include "gckpt/core/step.h"
+#include "gckpt/core/towers.h"
+#include "gckpt/core/vision.h"
+#include "gckpt/util/util.h"
+
+#ifndef GCKPT_TEST_DATA
+#error GCKPT_TEST_DATA must name tests/data
+#endif
+
+static gckpt_device g_dev;
+
+static const cJSON *at(const cJSON *j, const char *k) { return cJSON_GetObjectItemCaseSensitive(j, k); }
+
+static cJSON *read_json(const char *path)
+{
+    gckpt_err err;
+    char *text = gckpt_read_file(path, 1u << 26, &err);
+    if (!text) fail_msg("%s: %s", path, err.msg);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!j) fail_msg("%s: not JSON", path);
+    return j;
+}
+
+/* The measured bytes of the non-parameter tensors in `list` whose module starts with prefix
+ * (a module path: "vision_tower.encoder.layers.1" takes neither layers.10 nor post_layernorm). */
+static uint64_t measured(const cJSON *list, const char *prefix)
+{
+    uint64_t sum = 0;
+    size_t n = strlen(prefix);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, list)
+    {
+        const cJSON *mod = at(t, "module");
+        if (cJSON_IsTrue(at(t, "param")) || !cJSON_IsString(mod)) continue;
+        const char *m = mod->valuestring;
+        if (n && (strncmp(m, prefix, n) || (m[n] && m[n] != '.'))) continue; /* "": every module */
+        sum += (uint64_t)at(t, "bytes")->valuedouble;
+    }
+    return sum;
+}
+
+typedef struct {
+    int files, layers_checked, plain_checked, frozen_plain_checked;
+    uint64_t tail_bytes;
+} tally;
+
+static void check_fixture(const char *path, tally *ty)
+{
+    cJSON *j = read_json(path);
+    const cJSON *set = at(j, "setting");
+    char *cfg = cJSON_PrintUnformatted(at(j, "config"));
+    gckpt_vlm v;
+    gckpt_err err;
+    if (!gckpt_vlm_parse(path, cfg, &v, &err)) fail_msg("%s: %s", path, err.msg);
+    free(cfg);
+    const char *prec = at(set, "precision")->valuestring;
+    int p = !strncmp(prec, "amp-bf16", 8) ? GCKPT_AMP_BF16 : gckpt_precision_from(prec);
+    if (p < 0) fail_msg("%s: precision %s", path, prec);
+    gckpt_target target = cJSON_IsString(at(set, "autocast_lists")) ? GCKPT_TARGET_CPU_CUDA_LISTS : GCKPT_TARGET_CPU;
+    const cJSON *en = at(set, "every_n_layers");
+    uint32_t every_n = cJSON_IsNumber(en) ? (uint32_t)en->valuedouble : 0;
+    bool offload = cJSON_IsTrue(at(set, "offload"));
+    bool frozen = !strcmp(at(set, "vision_tower")->valuestring, "frozen");
+    /* the tower's images: each image's tiles (LLaVA-NeXT's anyres; the processor's
+     * pixel_values [b, tiles, C, H, W] when every image has as many) */
+    const cJSON *hw = at(at(j, "images"), "size_hw");
+    uint64_t tiles = gckpt_image_tiles(&v, (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble,
+                                       (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble);
+    const cJSON *pv = at(at(at(at(j, "images"), "inputs"), "pixel_values"), "shape");
+    if (cJSON_GetArraySize(pv) == 5 && (uint64_t)cJSON_GetArrayItem(pv, 1)->valuedouble != tiles)
+        fail_msg("%s: %llu tiles planned, pixel_values has %.0f", path, (unsigned long long)tiles,
+                 cJSON_GetArrayItem(pv, 1)->valuedouble);
+    if (cJSON_GetArraySize(pv) == 4 && tiles != 1) fail_msg("%s: tiles without a tile dimension", path);
+    uint64_t images = (uint64_t)at(at(j, "images"), "per_sample")->valuedouble * tiles;
+    uint64_t b = (uint64_t)at(set, "micro_batch")->valuedouble;
+
+    gckpt_model tower;
+    gckpt_vision_tower_model(&v, &tower);
+    gckpt_tower_grad g = !frozen ? GCKPT_TOWER_TRAINED : every_n ? GCKPT_TOWER_FROZEN_HOOKED : GCKPT_TOWER_FROZEN;
+    static gckpt_recipe r;
+    if (!gckpt_vision_recipe_build(&v, &tower, (gckpt_precision)p, target, g, &r, &err))
+        fail_msg("%s: %s", path, err.msg);
+    gckpt_setting s = {.seq = gckpt_vision_positions(&v), .micro_batch = b * images, .grad_accum = 1,
+                       .precision = (gckpt_precision)p, .attention = GCKPT_SDPA, .every_n = every_n,
+                       .offload = offload};
+    static gckpt_ctx ctx;
+    if (!gckpt_ctx_init(&ctx, &tower, &g_dev, &r, &s, &err)) fail_msg("%s: %s", path, err.msg);
+
+    /* the parameters: the tower's and the projector's, as the reader counts them, less what is
+     * not traced: LLaVA-NeXT's image_newline [text hidden] (pack_image_features reads it);
+     * Gemma 3's head: post_layernorm, SigLIP's pooling head when the config keeps it (the
+     * probe, nn.MultiheadAttention's packed in_proj and out_proj, a LayerNorm, an MLP) and the
+     * projector */
+    bool head_traced = r.sec_end[GCKPT_SEC_HEAD] > r.sec_begin[GCKPT_SEC_HEAD];
+    uint64_t D = v.vision.hidden, I = v.vision.intermediate, untraced = 0;
+    if (v.vision.projector == GCKPT_PROJ_LLAVA_NEXT) untraced = v.text.hidden;
+    if (v.vision.projector == GCKPT_PROJ_GEMMA3)
+        untraced = 2 * D + gckpt_vision_projector_params(&v).params +
+                   (v.vision.use_head ? D + 3 * D * D + 3 * D + D * D + D + 2 * D + D * I + I + I * D + D : 0);
+    uint64_t traced = 0,
+             counted = gckpt_vision_tower_params(&v).params + gckpt_vision_projector_params(&v).params - untraced;
+    for (int i = 0; i < ctx.params.n; i++) traced += ctx.params.p[i].copies * ctx.params.p[i].weight.numel;
+    if (traced != counted)
+        fail_msg("%s: the tower recipe has %llu parameters, the reader counts %llu", path, (unsigned long long)traced,
+                 (unsigned long long)counted);
+
+    /* which vision layers are checkpointed: the probe's, and R-VLM-1's cursor over the towers */
+    uint64_t towers[2];
+    gckpt_vlm_towers(&v, towers);
+    const cJSON *ckl = at(at(at(j, "towers"), "vision"), "checkpointed");
+    bool ck[GCKPT_MAX_LAYERS] = {false};
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ckl) ck[(int)e->valuedouble] = true;
+    uint64_t set_ck[GCKPT_MAX_LAYERS];
+    size_t nck = gckpt_tower_checkpointed(every_n, towers, 0, set_ck, GCKPT_MAX_LAYERS);
+    if (nck != (size_t)cJSON_GetArraySize(ckl)) fail_msg("%s: checkpointed vision layers", path);
+    for (size_t k = 0; k < nck; k++)
+        if (!ck[set_ck[k]]) fail_msg("%s: vision layer %llu is not checkpointed", path, (unsigned long long)set_ck[k]);
+
+    const cJSON *layers = at(at(j, "saved"), "layers");
+    uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK);
+    for (uint64_t i = 0; i < towers[0]; i++) {
+        const cJSON *l = cJSON_GetArrayItem(layers, (int)i);
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "vision_tower.encoder.layers.%llu", (unsigned long long)i);
+        uint64_t got = measured(at(l, "tensors"), prefix);
+        uint64_t want = ck[i] ? (offload ? 0 : ctx.raw[r.block_in]) : plain;
+        if (got != want)
+            fail_msg("%s: vision layer %llu (%s) keeps %llu bytes measured, %llu planned", path,
+                     (unsigned long long)i, ck[i] ? "checkpointed" : "plain", (unsigned long long)got,
+                     (unsigned long long)want);
+        /* nothing else is filed under a vision layer but, under the last, the tail and the
+         * projector, and masked_scatter's bool mask of the text positions (module "model": the
+         * text side's, b x seq bytes; one fixture's lacks it, a storage the probe left out) */
+        uint64_t rest = measured(at(l, "tensors"), "") - got - measured(at(l, "tensors"), "model");
+        uint64_t tail = i + 1 == towers[0] ? gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD) : 0;
+        if ((i + 1 < towers[0] || head_traced) && rest != tail)
+            fail_msg("%s: vision layer %llu has %llu more bytes filed, %llu expected", path, (unsigned long long)i,
+                     (unsigned long long)rest, (unsigned long long)tail);
+        ty->layers_checked++;
+        ty->plain_checked += !ck[i];
+        ty->frozen_plain_checked += !ck[i] && frozen && plain > 0;
+    }
+    /* the tail and the projector, filed under the last vision layer */
+    const cJSON *tail = at(cJSON_GetArrayItem(layers, (int)towers[0] - 1), "tensors");
+    uint64_t tail_got = measured(tail, "vision_tower.post_layernorm") + measured(tail, "multi_modal_projector");
+    if (head_traced && tail_got != gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD))
+        fail_msg("%s: post_layernorm and the projector keep %llu bytes measured, %llu planned", path,
+                 (unsigned long long)tail_got, (unsigned long long)gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD));
+    const cJSON *emb = at(at(at(j, "saved"), "embedding"), "tensors");
+    uint64_t got = measured(emb, "vision_tower"), want = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_EMBED);
+    if (got != want)
+        fail_msg("%s: the tower's embedding keeps %llu bytes measured, %llu planned", path, (unsigned long long)got,
+                 (unsigned long long)want);
+    /* the rest of the embedding's is the text embedding's: the int64 input ids (and Gemma's
+     * 0-d normalizer) */
+    if (measured(emb, "") - got != measured(emb, "language_model.embed_tokens") ||
+        measured(emb, "language_model.embed_tokens") < 8 * b * (uint64_t)at(set, "seq")->valuedouble)
+        fail_msg("%s: the embedding has other bytes than the tower's and the input ids", path);
+    ty->tail_bytes += gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD);
+    ty->files++;
+    cJSON_Delete(j);
+}
+
+static tally family_saved(const char *prefix)
+{
+    const char *dir = GCKPT_TEST_DATA "/hf-vlm";
+    DIR *d = opendir(dir);
+    if (!d) fail_msg("cannot open %s", dir);
+    struct dirent *e;
+    tally ty = {0};
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, prefix, strlen(prefix)) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        check_fixture(path, &ty);
+    }
+    closedir(d);
+    printf("%s: %d fixtures, %d vision layers (%d plain, %d of them frozen under checkpointing), the tower's "
+           "embedding%s: saved bytes exact\n",
+           prefix, ty.files, ty.layers_checked, ty.plain_checked, ty.frozen_plain_checked,
+           ty.tail_bytes ? ", post_layernorm and the projector" : " (the head is not traced)");
+    return ty;
+}
+
+static void llava_saved(void **state)
+{
+    (void)state;
+    tally ty = family_saved("llava-");
+    assert_int_equal(ty.files, 54);
+    /* every kind of layer was compared: plain trained, plain frozen (hooked), checkpointed */
+    assert_true(ty.tail_bytes > 0 &&ty.frozen_plain_checked > 0 && ty.plain_checked > ty.frozen_plain_checked &&
+                ty.layers_checked > ty.plain_checked);
+}
+
+/* LLaVA-NeXT: the same tower and projector on every anyres tile */
+static void llava_next_saved(void **state)
+{
+    (void)state;
+    tally ty = family_saved("llava_next-");
+    assert_int_equal(ty.files, 42);
+    assert_true(ty.tail_bytes > 0 && ty.frozen_plain_checked > 0 && ty.plain_checked > ty.frozen_plain_checked &&
+                ty.layers_checked > ty.plain_checked);
+}
+
+/* Gemma 3: SigLIP's embedding (no class token, no pre-norm, a conv bias) and layers */
+static void gemma3_saved(void **state)
+{
+    (void)state;
+    tally ty = family_saved("gemma3-");
+    assert_int_equal(ty.files, 42);
+    assert_true(ty.tail_bytes == 0 && ty.frozen_plain_checked > 0 && ty.plain_checked > ty.frozen_plain_checked &&
+                ty.layers_checked > ty.plain_checked);
+}
+
+/* the tower's attention has no causal mask: QK^T and PV over the whole s x s scores, 2 x 2 x
+ * heads x head_dim FLOPs per b x s x s (the causal kernel's half) */
+static void attention_flops(void **state)
+{
+    (void)state;
+    cJSON *j = read_json(GCKPT_TEST_DATA "/hf-vlm/llava-fp32-sdpa-noff-plain-vistrained-b2s32.json");
+    char *cfg = cJSON_PrintUnformatted(at(j, "config"));
+    gckpt_vlm v;
+    gckpt_err err;
+    if (!gckpt_vlm_parse("fixture", cfg, &v, &err)) fail_msg("%s", err.msg);
+    free(cfg);
+    cJSON_Delete(j);
+    gckpt_model tower;
+    gckpt_vision_tower_model(&v, &tower);
+    static gckpt_recipe r;
+    assert_true(gckpt_vision_recipe_build(&v, &tower, GCKPT_FP32, GCKPT_TARGET_CPU, GCKPT_TOWER_TRAINED, &r, &err));
+    int n = 0;
+    for (int i = 0; i < r.nop; i++)
+        if (r.op[i].prim == GCKPT_P_SDPA) {
+            assert_true(r.op[i].fBSS == 4.0 * (double)v.vision.hidden);
+            n++;
+        }
+    assert_int_equal(n, 1);
+}
+
+/* another tower has no recipe yet: one line */
+static void other_towers(void **state)
+{
+    (void)state;
+    gckpt_vlm v;
+    memset(&v, 0, sizeof v);
+    snprintf(v.model_type, sizeof v.model_type, "qwen2_5_vl");
+    v.vision.tower = GCKPT_TOWER_QWEN2_5;
+    gckpt_model tower;
+    gckpt_vision_tower_model(&v, &tower);
+    static gckpt_recipe r;
+    gckpt_err err;
+    assert_false(gckpt_vision_recipe_build(&v, &tower, GCKPT_FP32, GCKPT_TARGET_CPU, GCKPT_TOWER_TRAINED, &r, &err));
+    assert_non_null(strstr(err.msg, "CLIP"));
+}
+
+int main(void)
+{
+    gckpt_err err;
+    if (!gckpt_device_load(GCKPT_TEST_DATA "/devices/cpu-exact.json", &g_dev, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(llava_next_saved),
+                                       cmocka_unit_test(gemma3_saved),
+                                       cmocka_unit_test(attention_flops),
+                                       cmocka_unit_test(other_towers)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -267,6 +267,12 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     c->opt_seconds = c->params.opt_traffic / hbm_rate(c);
     c->step_grads = c->grads;
     if (gckpt_layout_multi(&s->layout)) gckpt_parallel_apply(c); /* one rank's share */
+    else if (s->layout.tp > 1) { /* TP alone: AdamW's steps, the rotary buffers and the device meshes (R-TP-4;
+                                   * none depends on the shards: the local model's count) */
+        gckpt_tp_bytes b;
+        gckpt_tp_rank_bytes(m, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes, &b);
+        c->parallel += b.scalars + b.buffers;
+    }
     c->opt_seconds += code_base_eff(c)->step_overhead_s; /* per optimizer step, every rank */
     op_costs(c);
     if (overflow || !step_bound_ok(c)) {

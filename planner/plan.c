@@ -154,6 +154,10 @@ gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint
 {
     gckpt_layout l = p->req.layout;
     if (p->req.tp_dp_shard) gckpt_tp_fsdp_layout(p->req.tp, p->req.tp_dp_shard, 0, &l); /* TP x FSDP: world rank 0 */
+    else if (p->req.tp) { /* TP alone: TP rank 0's parameters (gckpt_tp_params_local) and kept scalars */
+        l.tp = p->req.tp;
+        l.tp_rank = 0;
+    }
     return (gckpt_setting){.seq = p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
                            .precision = p->req.precision, .optimizer = p->req.optimizer,
                            .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .loss = (uint8_t)p->req.loss, .peft = p->req.peft, .layout = l};
@@ -215,13 +219,13 @@ static void tp_adjust(const gckpt_plan *p, const gckpt_ctx *c, const gckpt_entry
     gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
     s.every_n = e->every_n;
     s.offload = e->offload;
-    if (p->req.tp_dp_shard) /* TP x FSDP: the walk holds the rank's parameters; the head's cast rows left */
-        total = d[GCKPT_C_WEIGHT_CASTS] = gckpt_tp_head_cast_adjust(&p->tp_full, &s, p->req.tp, 0, r);
-    else
-        total = gckpt_tp_peak_adjust(&p->tp_full, &s, p->req.tp, 0, kept, r, d);
+    /* the walk holds the rank's parameters (TP alone and TP x FSDP); the head's cast rows left */
+    total = d[GCKPT_C_WEIGHT_CASTS] = gckpt_tp_head_cast_adjust(&p->tp_full, &s, p->req.tp, 0, r);
+    (void)kept;
     for (int k = 0; k < GCKPT_NCOMP; k++) r->breakdown[k] += d[k];
     r->peak_bytes = (uint64_t)((int64_t)r->peak_bytes + total);
-    r->device_peak_bytes = (uint64_t)((int64_t)r->device_peak_bytes + total);
+    /* the device's peak as every plan's: the peak rounded to its segments plus the context (plan_read.c checks it) */
+    r->device_peak_bytes = gckpt_round_up(r->peak_bytes, p->dev.segment_round_bytes) + p->dev.context_bytes;
     /* TP x FSDP: FSDP2's collectives are the walk's (its overlap), the TP ones added to them */
     double tp_s = gckpt_tp_comm_seconds(&p->tp_full, &s, p->req.tp, p->dev.intra_node_bus_bytes_per_s);
     r->comm_s = p->req.tp_dp_shard ? r->comm_s + tp_s : tp_s;

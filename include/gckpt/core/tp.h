@@ -53,7 +53,7 @@ typedef struct {
 void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint64_t round, gckpt_tp_bytes *out);
 
 /* One step's collectives on a TP rank, all in its TP group (R-TP-6): calls and bytes (all-reduce:
- * the buffer; all-gather: the output) per kind, dtype and phase. Under TP x FSDP (s->layout.tp set)
+ * the buffer; all-gather: the output) per kind, dtype and phase. Under TP x FSDP (s->layout.tp set, mode FSDP)
  * the same less the Trainer's norm-gradient all-reduces (R-TP-8: the norms are FSDP2's); FSDP2's own
  * all-gathers and reduce-scatters are the schedule's. */
 enum { GCKPT_TP_FWD, GCKPT_TP_BWD };

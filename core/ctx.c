@@ -245,7 +245,7 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
      * optimizer states; block tensors repeat per layer (the parameter state table) */
     bool overflow;
     if (!gckpt_params_build(r, m->layers, s->optimizer, d->alloc_round_bytes, &c->params, &overflow, err)) return false;
-    /* TP x FSDP: the TP rank's vocab-sharded embedding and lm_head (core/tp.h) */
+    /* TP (alone or x FSDP): the TP rank's vocab-sharded embedding and lm_head (core/tp.h) */
     if (s->layout.tp > 1) gckpt_tp_params_local(&c->params, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes);
     /* the parallel modes' rows and units take every layer's parameters as one block's */
     if (gckpt_layout_multi(&s->layout) && gckpt_recipe_typed_params(r)) {

@@ -176,35 +176,6 @@ int64_t gckpt_tp_head_cast_adjust(const gckpt_model *m, const gckpt_setting *s, 
     return s->precision != GCKPT_FP32 && peak->peak_layer == (int32_t)m->layers ? -2 * cut : 0;
 }
 
-int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
-                             const int64_t local_kept[GCKPT_NCOMP], const gckpt_result *peak, int64_t delta[GCKPT_NCOMP])
-{
-    gckpt_tp_bytes b;
-    gckpt_tp_rank_bytes(m, tp, rank, 1, &b);
-    int64_t d[GCKPT_NCOMP] = {0}, other = 0, sum = 0;
-    /* what the rank keeps against what the local model keeps on one GPU (its embedding and head whole):
-     * the weights and AdamW's states by component; the step counters, buffers and meshes against the
-     * local model's other kept bytes (the device's workspace aside: a TP rank has the same) as the
-     * parallel component */
-    for (int k = 0; k < GCKPT_NCOMP; k++)
-        if (k != GCKPT_C_WEIGHTS && k != GCKPT_C_OPTIMIZER && k != GCKPT_C_WORKSPACE) other += local_kept[k];
-    d[GCKPT_C_WEIGHTS] = (int64_t)b.weights - local_kept[GCKPT_C_WEIGHTS];
-    d[GCKPT_C_OPTIMIZER] = (int64_t)b.states - local_kept[GCKPT_C_OPTIMIZER];
-    d[GCKPT_C_PARALLEL] = (int64_t)(b.scalars + b.buffers) - other;
-    const int64_t cut = (int64_t)(m->vocab - gckpt_tp_chunk(m->vocab, tp, rank)) * (int64_t)m->hidden;
-    /* the head's gradient is the rank's rows (the embedding's stays whole, R-TP-5) once it exists: the
-     * gradients at the peak hold at least the head's whole [V, h] */
-    if (peak->breakdown[GCKPT_C_GRADS] >= 4 * (int64_t)(m->vocab * m->hidden)) d[GCKPT_C_GRADS] = -4 * cut;
-    /* autocast's cast of the head's weight, the rank's rows (R-TP-7), lives from the head's forward to its
-     * backward: a peak in the head or the loss */
-    d[GCKPT_C_WEIGHT_CASTS] = gckpt_tp_head_cast_adjust(m, s, tp, rank, peak);
-    for (int k = 0; k < GCKPT_NCOMP; k++) {
-        sum += d[k];
-        if (delta) delta[k] = d[k];
-    }
-    return sum;
-}
-
 /* A buffer of numel elements of dtype dt, rounded as params.c allocates it. */
 static void tp_buffer(gckpt_buffer *b, uint64_t numel, uint64_t round)
 {

@@ -209,21 +209,19 @@ static bool sweep_size(const gckpt_plan *p, int nsplit, size_t *total, gckpt_err
     return true;
 }
 
-/* Under --tp: TP rank 0's peak from its local model's one-GPU step (gckpt_tp_peak_adjust, FINDINGS R-TP-7);
- * the step's TP collectives (R-TP-6) at the profile's intra-node bus bandwidth, none hidden: DTensor's
+/* Under --tp: TP rank 0's peak is the walk of its local model (FINDINGS R-TP-7) holding the rank's
+ * parameters (gckpt_plan_setting's layout: gckpt_tp_params_local, the kept scalars; the same walk
+ * gckpt-run executes), less autocast's cast of the lm_head rows it does not hold; the step's TP
+ * collectives (R-TP-6) at the profile's intra-node bus bandwidth, none hidden: DTensor's
  * redistributions wait for their result before the next op (unverified on GPUs). */
-static void tp_adjust(const gckpt_plan *p, const gckpt_ctx *c, const gckpt_entry *e, gckpt_result *r)
+static void tp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r)
 {
-    int64_t kept[GCKPT_NCOMP] = {0}, d[GCKPT_NCOMP] = {0}, total;
-    gckpt_persistent(c, kept);
     gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
     s.every_n = e->every_n;
     s.offload = e->offload;
-    /* the walk holds the rank's parameters (TP alone and TP x FSDP); the head's cast rows left */
-    total = d[GCKPT_C_WEIGHT_CASTS] = gckpt_tp_head_cast_adjust(&p->tp_full, &s, p->req.tp, 0, r);
-    (void)kept;
-    for (int k = 0; k < GCKPT_NCOMP; k++) r->breakdown[k] += d[k];
-    r->peak_bytes = (uint64_t)((int64_t)r->peak_bytes + total);
+    int64_t cast = gckpt_tp_head_cast_adjust(&p->tp_full, &s, p->req.tp, 0, r);
+    r->breakdown[GCKPT_C_WEIGHT_CASTS] += cast;
+    r->peak_bytes = (uint64_t)((int64_t)r->peak_bytes + cast);
     /* the device's peak as every plan's: the peak rounded to its segments plus the context (plan_read.c checks it) */
     r->device_peak_bytes = gckpt_round_up(r->peak_bytes, p->dev.segment_round_bytes) + p->dev.context_bytes;
     /* TP x FSDP: FSDP2's collectives are the walk's (its overlap), the TP ones added to them */
@@ -252,7 +250,7 @@ static void evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profil
             e->micro_batch = sp.micro_batch;
             e->grad_accum = sp.grad_accum;
             gckpt_fast_eval(c, prof, n, off, sp.grad_accum, &e->r);
-            if (p->req.tp) tp_adjust(p, c, e, &e->r);
+            if (p->req.tp) tp_adjust(p, e, &e->r);
             e->fits = e->r.device_peak_bytes <= p->usable_bytes;
         }
     }

@@ -610,6 +610,11 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
         goto out;
     }
     if (!(be = make_backend(&a, &rc))) goto out;
+    if (pf.layout.tp > 1 && strcmp(be->name, "host")) { /* interp_tp.c computes the vocabulary-parallel ops on host memory */
+        rc = bad("--backend %s: %s: a tensor-parallel plan (tp_size %u) is executed on the host backend only "
+                 "(--backend host)", be->name, pf.file, pf.layout.tp);
+        goto out;
+    }
     rep = (gckpt_report){.plan = &pf, .backend = be->name, .planned = (size_t)nsel};
     rep.opts = (gckpt_run_opts){.steps = (int)a.steps, .warmup = (int)a.warmup, .tolerance = a.tolerance,
                                 .time_tolerance = a.time_tolerance, .force = a.force, .seed = a.seed,
@@ -658,11 +663,6 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
         goto out;
     }
     if ((rc = join_groups(be, comm, &pf.layout, groups)) != 0) goto out;
-    if (pf.layout.tp > 1 && strcmp(be->name, "host")) { /* interp_tp.c computes the vocabulary-parallel ops on host memory */
-        rc = bad("--backend %s: %s: a tensor-parallel plan (tp_size %u) is executed on the host backend only "
-                 "(--backend host)", be->name, pf.file, pf.layout.tp);
-        goto out;
-    }
     progress prog = {.n = (size_t)nsel, .tty = !comm->rank && isatty(STDERR_FILENO), .steps = (int)(a.steps + a.warmup)};
     if (!strcmp(be->name, "host") && !comm->rank) say_estimate(&pf, sel, nsel, &a, &prog);
     clock_gettime(CLOCK_MONOTONIC, &prog.start);

@@ -9,7 +9,8 @@
  * - colwise_gather_output (lm_head): the rank's logits columns, all-gathered into the whole logits (the
  *   loss on the whole vocabulary on every rank); the input's gradient all-reduced.
  * The norms are replicated: their gradients are the same on every rank (the Trainer's norm-gradient
- * all-reduce is not run). Reductions add in rank order (comm.h). The vocabulary-parallel ops compute on
+ * all-reduce is not run); qwen3's q_norm / k_norm (replicated_with_grad_allreduce) see only the rank's
+ * heads: their gradient contributions are all-reduced. Reductions add in rank order (comm.h). The vocabulary-parallel ops compute on
  * host memory: the host backend only (gckpt-run refuses another), fp32 only. */
 #include "interp_parallel.h"
 
@@ -21,7 +22,9 @@
 #include "gckpt/core/tp.h"
 #include "host_blas.h"
 
-typedef enum { TP_REPL, TP_COL, TP_ROW, TP_VOCAB } tp_style;
+/* TP_REPL_AR: replicated_with_grad_allreduce (qwen3's q_norm / k_norm: each rank's heads give a part of
+ * their gradient, all-reduced after every backward, R-TP-2, R-TP-6) */
+typedef enum { TP_REPL, TP_COL, TP_ROW, TP_VOCAB, TP_REPL_AR } tp_style;
 
 /* The tp_plan of the llama-like models measured (R-TP-2), by parameter name; `inter`: the sharded
  * dimension is the intermediate size (uneven: torch.chunk), else heads x head_dim (divisible). */
@@ -33,7 +36,7 @@ static const struct {
     {"q_proj.weight", TP_COL, false},      {"k_proj.weight", TP_COL, false},   {"v_proj.weight", TP_COL, false},
     {"o_proj.weight", TP_ROW, false},      {"gate_proj.weight", TP_COL, true}, {"up_proj.weight", TP_COL, true},
     {"down_proj.weight", TP_ROW, true},    {"embed_tokens.weight", TP_VOCAB, false},
-    {"lm_head.weight", TP_VOCAB, false},
+    {"lm_head.weight", TP_VOCAB, false},   {"q_norm.weight", TP_REPL_AR, false}, {"k_norm.weight", TP_REPL_AR, false},
 };
 
 struct exec_tp {
@@ -248,6 +251,8 @@ static gckpt_xstatus tp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, con
     if (vocab && !embed) return head_bwd(x, c, w, err);
     gckpt_xstatus rc = x->be->backward(x->be, c); /* the embedding's: its whole [V, h] gradient */
     if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    /* replicated_with_grad_allreduce: the weight's partial gradient (this op's contribution) summed */
+    if (style == TP_REPL_AR && c->gin[k].p && (rc = all_reduce(x, c->gin[k], w, err)) != GCKPT_XS_OK) return rc;
     /* colwise: the input's partial gradient summed over the ranks, each module's own (R-TP-6) */
     return style == TP_COL && k != 0 && c->gin[0].p ? all_reduce(x, c->gin[0], w, err) : GCKPT_XS_OK;
 }
@@ -288,7 +293,7 @@ static gckpt_xstatus tp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, g
         if (!exec_live(x, p->grad)) return exec_fail(err, "checksum: parameter %s has no gradient", x->r->t[p->tensor].name);
         gckpt_xt g = exec_inst_view(x, p->grad);
         int style = x->tp->style[p->tensor];
-        bool whole = style == TP_REPL || g.n != p->spec->rows * p->spec->cols; /* the embedding's gradient */
+        bool whole = style == TP_REPL || style == TP_REPL_AR || g.n != p->spec->rows * p->spec->cols; /* or the embedding's */
         if (whole && x->tp->r) continue;
         uint64_t rows = whole ? g.n / p->spec->cols : p->spec->rows, cols = p->spec->cols;
         for (uint64_t r = 0; r < rows; r++) { /* row by row: a rowwise shard's rows are not contiguous */

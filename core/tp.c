@@ -169,13 +169,6 @@ void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckp
     out->intermediate = gckpt_tp_chunk(m->intermediate, tp, rank);
 }
 
-int64_t gckpt_tp_head_cast_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
-                                  const gckpt_result *peak)
-{
-    const int64_t cut = (int64_t)(m->vocab - gckpt_tp_chunk(m->vocab, tp, rank)) * (int64_t)m->hidden;
-    return s->precision != GCKPT_FP32 && peak->peak_layer == (int32_t)m->layers ? -2 * cut : 0;
-}
-
 /* A buffer of numel elements of dtype dt, rounded as params.c allocates it. */
 static void tp_buffer(gckpt_buffer *b, uint64_t numel, uint64_t round)
 {

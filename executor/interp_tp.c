@@ -43,8 +43,9 @@ struct exec_tp {
     uint32_t T, r;
     void *mesh;          /* the kept scalars, buffers and device meshes (R-TP-4): held, never read */
     uint64_t mesh_bytes;
-    int8_t *style;       /* per recipe tensor: tp_style of a parameter */
+    int8_t *style;       /* per recipe tensor: tp_style of a parameter (and of its autocast cast) */
     bool *inter;
+    bool *cin;           /* per recipe tensor: autocast's cast of a colwise module's (or the head's) input */
 };
 
 static bool ends_with(const char *s, const char *suf)
@@ -55,8 +56,9 @@ static bool ends_with(const char *s, const char *suf)
 
 static bool tp_prepare(gckpt_exec *x, gckpt_err *err)
 {
-    if (x->set.precision != GCKPT_FP32) {
-        gckpt_seterr(err, "tensor parallelism is executed in fp32 only (this plan: %s)", gckpt_precision_names[x->set.precision]);
+    if (x->set.precision != GCKPT_FP32 && x->set.precision != GCKPT_AMP_BF16) {
+        gckpt_seterr(err, "tensor parallelism is executed in fp32 and amp-bf16 only (this plan: %s)",
+                     gckpt_precision_names[x->set.precision]);
         return false;
     }
     if (gckpt_peft_on(&x->set.peft) || x->set.optimizer != GCKPT_ADAMW) {
@@ -64,7 +66,8 @@ static bool tp_prepare(gckpt_exec *x, gckpt_err *err)
         return false;
     }
     exec_tp *t = x->tp = calloc(1, sizeof *x->tp);
-    if (!t || !(t->style = calloc((size_t)x->r->nt, 1)) || !(t->inter = calloc((size_t)x->r->nt, sizeof *t->inter))) {
+    if (!t || !(t->style = calloc((size_t)x->r->nt, 1)) || !(t->inter = calloc((size_t)x->r->nt, sizeof *t->inter)) ||
+        !(t->cin = calloc((size_t)x->r->nt, sizeof *t->cin))) {
         gckpt_seterr(err, "out of memory");
         return false;
     }
@@ -77,6 +80,18 @@ static bool tp_prepare(gckpt_exec *x, gckpt_err *err)
                 t->style[k] = (int8_t)tp_plan[j].style;
                 t->inter[k] = tp_plan[j].inter;
             }
+    }
+    /* amp-bf16: autocast's cast of a styled weight is styled as it; the cast of a colwise (or the head's)
+     * input is where its fp32 input gradient is all-reduced (R-TP-6: the module's input is the fp32 one) */
+    for (int o = 0; o < x->r->nop; o++) {
+        const gckpt_op *op = &x->r->op[o];
+        if (op->prim == GCKPT_P_CAST && x->r->t[op->in[0]].kind == GCKPT_T_PARAM) t->style[op->out[0]] = t->style[op->in[0]];
+    }
+    for (int o = 0; o < x->r->nop; o++) {
+        const gckpt_op *op = &x->r->op[o];
+        if (op->prim != GCKPT_P_LINEAR || (t->style[op->in[1]] != TP_COL && t->style[op->in[1]] != TP_VOCAB)) continue;
+        for (int c = 0; c < x->r->nop; c++)
+            if (x->r->op[c].prim == GCKPT_P_CAST && x->r->op[c].out[0] == op->in[0]) t->cin[op->in[0]] = true;
     }
     return true;
 }
@@ -134,19 +149,20 @@ static gckpt_xstatus tp_init_param(gckpt_exec *x, size_t j, gckpt_init how, floa
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising a TP shard", err);
 }
 
-/* An fp32 all-reduce (sum, rank order) of v in place over the TP group. */
+/* An all-reduce (sum, rank order, in fp32 rounded to v's dtype after each addition) of v in place over
+ * the TP group. */
 static gckpt_xstatus all_reduce(gckpt_exec *x, gckpt_xt v, const exec_site *w, gckpt_err *err)
 {
-    if (v.vW || v.dt != GCKPT_DT_F32) return exec_fail(err, "%s: tensor parallelism: an all-reduce of a strided or non-fp32 view", w->at);
+    if (v.vW) return exec_fail(err, "%s: tensor parallelism: an all-reduce of a strided view", w->at);
     gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_SUM, v, v, 0);
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
 
-/* The parameter input of an op (its weight), -1 when none. */
+/* The weight input of an op (a parameter, or autocast's cast of one), -1 when none. */
 static int weight_of(const gckpt_exec *x, const gckpt_op *op, int *k)
 {
     for (int j = 0; j < op->nin; j++)
-        if (x->r->t[op->in[j]].kind == GCKPT_T_PARAM) {
+        if (x->r->t[op->in[j]].kind == GCKPT_T_PARAM || x->tp->style[op->in[j]] != TP_REPL) {
             *k = j;
             return op->in[j];
         }
@@ -175,86 +191,128 @@ static gckpt_xstatus embed_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w
     return all_reduce(x, *o, w, err);
 }
 
-/* colwise_gather_output's forward: the rank's logits columns, then every rank's gathered into the whole
- * logits [tokens, V] (the pieces padded to ceil(V / T) columns, as DTensor pads them). */
+static bool dense(const gckpt_xt *v) { return v->p && !v->vW; }
+
+/* The first n elements of v as fp32 (NULL: out of memory). */
+static float *to_f32(const gckpt_xt *v, uint64_t n)
+{
+    float *f = malloc(sizeof *f * (n ? n : 1));
+    for (uint64_t i = 0; f && i < n; i++) f[i] = ld(v, i);
+    return f;
+}
+
+/* colwise_gather_output's forward: the rank's logits columns (in the compute dtype), then every rank's
+ * gathered into the whole logits [tokens, V] (the pieces padded to ceil(V / T) columns, as DTensor pads
+ * them). */
 static gckpt_xstatus head_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w, gckpt_err *err)
 {
     const exec_tp *t = x->tp;
     const gckpt_xt *in = &c->in[0], *wt = &c->in[1], *o = &c->out[0];
-    uint64_t K = c->op->in_f, V = x->tp_full.vocab, part = (V + t->T - 1) / t->T, M = in->n / K;
-    if (!dense_f32(in) || !dense_f32(wt) || !dense_f32(o) || c->op->out_f != V || o->n != M * V || c->op->nin > 2)
-        return exec_fail(err, "%s: tensor parallelism: lm_head is not an fp32 linear onto the vocabulary", w->at);
-    float *mine = calloc(M * part + 1, sizeof *mine), *all = calloc(M * part * t->T + 1, sizeof *all);
-    if (!mine || !all) {
-        free(mine);
-        free(all);
-        return exec_fail(err, "out of memory");
-    }
-    uint64_t rows = gckpt_tp_chunk(V, t->T, t->r);
-    if (rows) host_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)rows, (int)K, 1.0f, in->p, (int)K, wt->p,
-                         (int)K, 0.0f, mine, (int)part);
+    uint64_t K = c->op->in_f, V = x->tp_full.vocab, part = (V + t->T - 1) / t->T, M = in->n / K,
+             rows = gckpt_tp_chunk(V, t->T, t->r), sz = gckpt_dtype_size((gckpt_dtype)o->dt);
+    if (!dense(in) || !dense(wt) || !dense(o) || c->op->out_f != V || o->n != M * V || wt->n < rows * K || c->op->nin > 2)
+        return exec_fail(err, "%s: tensor parallelism: lm_head is not a linear onto the vocabulary", w->at);
+    float *xf = to_f32(in, M * K), *wf = to_f32(wt, rows * K), *mine = calloc(M * part + 1, sizeof *mine);
+    char *pk = calloc(M * part + 1, sz), *all = calloc(M * part * t->T + 1, sz);
+    bool ok = xf && wf && mine && pk && all;
+    if (ok && rows)
+        host_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)rows, (int)K, 1.0f, xf, (int)K, wf, (int)K, 0.0f,
+                   mine, (int)part);
+    gckpt_xt piece = {pk, M * part, o->dt, 0, 0, 0, 0, 0, 0};
+    for (uint64_t i = 0; ok && i < M * part; i++) st(&piece, i, mine[i]); /* rounded as one process's linear */
     gckpt_comm *cm = x->o.comm;
-    bool ok = cm && cm->collective(cm, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, mine, all, M * part, GCKPT_DT_F32, 0);
-    if (ok) {
-        float *out = o->p;
-        for (uint32_t r = 0; r < t->T; r++) {
-            uint64_t lo = (uint64_t)r * part, n = gckpt_tp_chunk(V, t->T, r);
-            for (uint64_t i = 0; i < M; i++) memcpy(out + i * V + lo, all + ((uint64_t)r * M + i) * part, n * sizeof *out);
-        }
+    bool sent = ok && cm && cm->collective(cm, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, pk, all, M * part, (gckpt_dtype)o->dt, 0);
+    for (uint32_t r = 0; sent && r < t->T; r++) {
+        uint64_t lo = (uint64_t)r * part, n = gckpt_tp_chunk(V, t->T, r);
+        for (uint64_t i = 0; i < M; i++) memcpy((char *)o->p + (i * V + lo) * sz, all + ((uint64_t)r * M + i) * part * sz, n * sz);
     }
+    free(xf);
+    free(wf);
     free(mine);
+    free(pk);
     free(all);
-    return ok ? GCKPT_XS_OK : exec_fail(err, "%s: gathering the logits: %s", w->at, cm ? cm->err.msg : "no communicator");
+    if (!ok) return exec_fail(err, "out of memory");
+    return sent ? GCKPT_XS_OK : exec_fail(err, "%s: gathering the logits: %s", w->at, cm ? cm->err.msg : "no communicator");
 }
 
 /* Its backward from the whole logits' gradient: the rank's columns give its rows' gradient and its
- * partial input gradient, all-reduced. */
+ * partial input gradient (all-reduced by the caller). */
 static gckpt_xstatus head_bwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w, gckpt_err *err)
 {
     const exec_tp *t = x->tp;
     uint64_t K = c->op->in_f, V = x->tp_full.vocab, M = c->gout.n / V, lo = chunk_start(t, V),
              rows = gckpt_tp_chunk(V, t->T, t->r);
-    if (!dense_f32(&c->gout)) return exec_fail(err, "%s: tensor parallelism: the logits' gradient is not fp32", w->at);
-    const float *g = (const float *)c->gout.p + lo;
-    if (c->gin[0].p) {
-        if (!dense_f32(&c->gin[0]) || !dense_f32(&c->in[1])) return exec_fail(err, "%s: tensor parallelism: lm_head's input gradient", w->at);
-        if (rows) host_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)rows, 1.0f, g, (int)V,
-                             c->in[1].p, (int)K, 0.0f, c->gin[0].p, (int)K);
-        else memset(c->gin[0].p, 0, c->gin[0].n * 4);
-        gckpt_xstatus rc = all_reduce(x, c->gin[0], w, err);
-        if (rc != GCKPT_XS_OK) return rc;
+    if (!dense(&c->gout) || (c->gin[0].p && (!dense(&c->gin[0]) || !dense(&c->in[1]))) ||
+        (c->gin[1].p && (!dense(&c->gin[1]) || !dense(&c->in[0]) || c->gin[1].n < rows * K)))
+        return exec_fail(err, "%s: tensor parallelism: lm_head's gradients", w->at);
+    float *g = malloc(sizeof *g * (M * rows + 1)), *wf = NULL, *xf = NULL, *r = NULL;
+    bool ok = g != NULL;
+    for (uint64_t i = 0; ok && i < M; i++)
+        for (uint64_t j = 0; j < rows; j++) g[i * rows + j] = ld(&c->gout, i * V + lo + j);
+    if (ok && c->gin[0].p) {
+        ok = (wf = to_f32(&c->in[1], rows * K)) && (r = calloc(M * K + 1, sizeof *r));
+        if (ok && rows)
+            host_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)rows, 1.0f, g, (int)rows, wf, (int)K,
+                       0.0f, r, (int)K);
+        for (uint64_t i = 0; ok && i < M * K; i++) st(&c->gin[0], i, r[i]);
+        free(r);
+        r = NULL;
     }
-    if (c->gin[1].p) {
-        if (!dense_f32(&c->gin[1]) || !dense_f32(&c->in[0]) || c->gin[1].n != rows * K)
-            return exec_fail(err, "%s: tensor parallelism: lm_head's weight gradient", w->at);
-        if (rows) host_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)K, (int)M, 1.0f, g, (int)V,
-                             c->in[0].p, (int)K, 0.0f, c->gin[1].p, (int)K);
+    if (ok && c->gin[1].p) {
+        ok = (xf = to_f32(&c->in[0], M * K)) && (r = calloc(rows * K + 1, sizeof *r));
+        if (ok && rows)
+            host_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)K, (int)M, 1.0f, g, (int)rows, xf, (int)K,
+                       0.0f, r, (int)K);
+        for (uint64_t i = 0; ok && i < rows * K; i++) st(&c->gin[1], i, r[i]); /* its rows: the first of the cast's buffer */
     }
-    return GCKPT_XS_OK;
+    free(g);
+    free(wf);
+    free(xf);
+    free(r);
+    return ok ? GCKPT_XS_OK : exec_fail(err, "out of memory");
 }
 
 static gckpt_xstatus tp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, const exec_site *w, gckpt_err *err)
 {
+    const exec_tp *t = x->tp;
     int k = -1, wt = weight_of(x, c->op, &k);
-    int style = wt >= 0 ? x->tp->style[wt] : TP_REPL;
-    bool vocab = style == TP_VOCAB, embed = vocab && c->op->prim == GCKPT_P_EMBED;
-    if (vocab && !embed && c->op->prim != GCKPT_P_LINEAR)
+    int style = wt >= 0 ? t->style[wt] : TP_REPL;
+    bool vocab = style == TP_VOCAB, embed = vocab && c->op->prim == GCKPT_P_EMBED, cast = c->op->prim == GCKPT_P_CAST;
+    /* the cast's input (the colwise module's, the head's) takes the all-reduce of its fp32 gradient */
+    bool in_cast = c->op->nin > 0 && t->cin[c->op->in[0]];
+    gckpt_xstatus rc;
+    if (vocab && !embed && !cast && c->op->prim != GCKPT_P_LINEAR)
         return exec_fail(err, "%s: tensor parallelism: %s is not an embedding or a linear", w->at, c->op->name);
     if (!backward) {
         if (embed) return embed_fwd(x, c, w, err);
+        if (vocab && cast) { /* autocast's cast of lm_head's weight: the rank's rows, at the buffer's start */
+            if (!dense(&c->in[0]) || !dense(&c->out[0]) || c->out[0].n < c->in[0].n)
+                return exec_fail(err, "%s: tensor parallelism: the cast of lm_head's rows", w->at);
+            for (uint64_t i = 0; i < c->in[0].n; i++) st(&c->out[0], i, ld(&c->in[0], i));
+            return GCKPT_XS_OK;
+        }
         if (vocab) return head_fwd(x, c, w, err);
-        gckpt_xstatus rc = x->be->forward(x->be, c);
-        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+        if ((rc = x->be->forward(x->be, c)) != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
         /* rowwise: the partial output summed over the ranks (a recompute too: R-TP-6) */
-        return style == TP_ROW ? all_reduce(x, c->out[0], w, err) : GCKPT_XS_OK;
+        return style == TP_ROW && !cast ? all_reduce(x, c->out[0], w, err) : GCKPT_XS_OK;
     }
-    if (vocab && !embed) return head_bwd(x, c, w, err);
-    gckpt_xstatus rc = x->be->backward(x->be, c); /* the embedding's: its whole [V, h] gradient */
-    if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    if (vocab && cast) { /* the cast of lm_head's rows: their gradient, at the buffer's start, into the weight's */
+        if (c->gin[0].p && (!dense(&c->gin[0]) || !dense(&c->gout) || c->gout.n < c->gin[0].n))
+            return exec_fail(err, "%s: tensor parallelism: the gradient of lm_head's rows", w->at);
+        for (uint64_t i = 0; c->gin[0].p && i < c->gin[0].n; i++) st(&c->gin[0], i, ld(&c->gout, i));
+        return GCKPT_XS_OK;
+    }
+    if (vocab && !embed) rc = head_bwd(x, c, w, err);
+    else if ((rc = x->be->backward(x->be, c)) != GCKPT_XS_OK) /* the embedding's: its whole [V, h] gradient */
+        return exec_be_fail(x, rc, w->at, err);
+    if (rc != GCKPT_XS_OK) return rc;
     /* replicated_with_grad_allreduce: the weight's partial gradient (this op's contribution) summed */
     if (style == TP_REPL_AR && c->gin[k].p && (rc = all_reduce(x, c->gin[k], w, err)) != GCKPT_XS_OK) return rc;
-    /* colwise: the input's partial gradient summed over the ranks, each module's own (R-TP-6) */
-    return style == TP_COL && k != 0 && c->gin[0].p ? all_reduce(x, c->gin[0], w, err) : GCKPT_XS_OK;
+    /* autocast's cast of a colwise (or the head's) input: its fp32 gradient summed, each module's own */
+    if (cast && c->op->out[0] >= 0 && t->cin[c->op->out[0]] && c->gin[0].p) return all_reduce(x, c->gin[0], w, err);
+    /* colwise and the head, their input not cast (fp32): the input's partial gradient summed (R-TP-6) */
+    bool col = !cast && (style == TP_COL || (vocab && !embed)) && k != 0;
+    return col && !in_cast && c->gin[0].p ? all_reduce(x, c->gin[0], w, err) : GCKPT_XS_OK;
 }
 
 /* AdamW on the rank's weights; the embedding's gradient is whole: its rows of the rank (R-TP-5). */
@@ -319,6 +377,7 @@ static void tp_free(gckpt_exec *x)
     if (!t) return;
     free(t->style);
     free(t->inter);
+    free(t->cin);
     free(t);
     x->tp = NULL;
 }

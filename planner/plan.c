@@ -210,8 +210,8 @@ static bool sweep_size(const gckpt_plan *p, int nsplit, size_t *total, gckpt_err
 }
 
 /* Under --tp: TP rank 0's peak is the walk of its local model (FINDINGS R-TP-7) holding the rank's
- * parameters (gckpt_plan_setting's layout: gckpt_tp_params_local, the kept scalars; the same walk
- * gckpt-run executes), less autocast's cast of the lm_head rows it does not hold; the step's TP
+ * parameters (gckpt_plan_setting's layout: gckpt_tp_params_local, the kept scalars, autocast's cast of
+ * its lm_head rows; the same walk gckpt-run executes); the step's TP
  * collectives (R-TP-6) at the profile's intra-node bus bandwidth, none hidden: DTensor's
  * redistributions wait for their result before the next op (unverified on GPUs). */
 static void tp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r)
@@ -219,11 +219,6 @@ static void tp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r
     gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
     s.every_n = e->every_n;
     s.offload = e->offload;
-    int64_t cast = gckpt_tp_head_cast_adjust(&p->tp_full, &s, p->req.tp, 0, r);
-    r->breakdown[GCKPT_C_WEIGHT_CASTS] += cast;
-    r->peak_bytes = (uint64_t)((int64_t)r->peak_bytes + cast);
-    /* the device's peak as every plan's: the peak rounded to its segments plus the context (plan_read.c checks it) */
-    r->device_peak_bytes = gckpt_round_up(r->peak_bytes, p->dev.segment_round_bytes) + p->dev.context_bytes;
     /* TP x FSDP: FSDP2's collectives are the walk's (its overlap), the TP ones added to them */
     double tp_s = gckpt_tp_comm_seconds(&p->tp_full, &s, p->req.tp, p->dev.intra_node_bus_bytes_per_s);
     r->comm_s = p->req.tp_dp_shard ? r->comm_s + tp_s : tp_s;

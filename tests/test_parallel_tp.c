@@ -9,8 +9,8 @@
  *     the measured structure only);
  *   - every fake-group standalone-TP rank's step-2 live peak within 0.5 % (measured: 0.042 % at
  *     most): the one-GPU step of the rank's local model (gckpt_tp_local_model: heads, key/value
- *     heads and intermediate split) holding the rank's parameters, less the head's cast rows it
- *     does not hold (gckpt_tp_head_cast_adjust): gckpt-plan's walk, which gckpt-run executes.
+ *     heads and intermediate split) holding the rank's parameters (and autocast's cast of its lm_head
+ *     rows only): gckpt-plan's walk, which gckpt-run executes.
  *   - what each layer, the head and the embedding save and the offloaded bytes, exact against the
  *     rank's local model (the head less the lm_head rows' cast the rank does not hold);
  *   - gckpt-plan's sweep with --tp (gckpt_plan_run): the fixtures' peaks within 0.5 %, the plan
@@ -218,7 +218,7 @@ static gckpt_recipe g_r;
 
 /* TP rank f's planned peak: the step of its local model holding the rank's parameters (CPU target,
  * exact allocator; the layout's tp and tp_rank: gckpt_tp_params_local and the kept scalars, the walk
- * gckpt-plan makes and gckpt-run executes) and gckpt_tp_head_cast_adjust. */
+ * gckpt-plan makes and gckpt-run executes; autocast's cast of the rank's lm_head rows only). */
 static double planned_peak(const tp_fixture *f)
 {
     static gckpt_ctx c;
@@ -235,7 +235,7 @@ static double planned_peak(const tp_fixture *f)
     gckpt_result res;
     gckpt_walk(&c, &o, &res);
     gckpt_schedule_free(&o);
-    return (double)res.peak_bytes + (double)gckpt_tp_head_cast_adjust(&f->m, &f->s, f->tp, f->rank, &res);
+    return (double)res.peak_bytes;
 }
 
 static void check_peak(const tp_fixture *f, int *count)
@@ -460,7 +460,7 @@ static void check_fsdp_rank(const tp_fixture *f, int *count)
     static gckpt_rank_state st;
     gckpt_rank_rows(&g_fc.params, &g_lm, &s, s.layout.rank, g_dev.alloc_round_bytes, &st);
     uint64_t grads = gckpt_rank_rows_bytes(&st, GCKPT_ROW_STEP_GRADS);
-    double peak = (double)res.peak_bytes + (double)gckpt_tp_head_cast_adjust(&f->m, &s, f->tp, f->rank, &res);
+    double peak = (double)res.peak_bytes;
     double e = (peak - f->peak) / f->peak;
     print_message("TP x FSDP %-44.44s kept %7lld/%7llu step %7llu/%7llu peak %8.0f/%8.0f %+7.3f%%  %s\n", f->name,
                   (long long)kept, (unsigned long long)f->start, (unsigned long long)((uint64_t)kept + grads),

@@ -79,12 +79,6 @@ double gckpt_tp_comm_seconds(const gckpt_model *m, const gckpt_setting *s, uint3
  * and the gathered logits are whole on every rank). */
 void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckpt_model *out);
 
-/* The bytes of autocast's bf16 cast of the lm_head rows rank `rank` does not hold, as a (negative)
- * correction to a walk of its local model whose peak falls in the head or the loss (the cast lives
- * from the head's forward to its backward; R-TP-7), else 0. */
-int64_t gckpt_tp_head_cast_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
-                                  const gckpt_result *peak);
-
 /* TP alone and TP x FSDP (core/ctx.c, when the layout has tp): parameter table ps (of a TP rank's
  * local model, gckpt_tp_local_model) made TP rank `rank`'s: the embedding's and lm_head's weights, gradients and optimizer states cut to their
  * chunk(V) rows (R-TP-2), the totals with them. */

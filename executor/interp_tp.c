@@ -10,8 +10,10 @@
  *   loss on the whole vocabulary on every rank); the input's gradient all-reduced.
  * The norms are replicated: their gradients are the same on every rank (the Trainer's norm-gradient
  * all-reduce is not run); qwen3's q_norm / k_norm (replicated_with_grad_allreduce) see only the rank's
- * heads: their gradient contributions are all-reduced. Reductions add in rank order (comm.h). The vocabulary-parallel ops compute on
- * host memory: the host backend only (gckpt-run refuses another), fp32 only. */
+ * heads: their gradient contributions are all-reduced. Under amp-bf16 the rowwise outputs and the logits
+ * are bf16, and a colwise input's gradient is all-reduced in fp32 after autocast's cast of it (the module's
+ * input is the fp32 one, R-TP-6). Reductions add in rank order (comm.h). The vocabulary-parallel ops
+ * compute on host memory: the host backend only (gckpt-run refuses another); fp32 or amp-bf16. */
 #include "interp_parallel.h"
 
 #include <stdlib.h>

@@ -245,8 +245,19 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
      * optimizer states; block tensors repeat per layer (the parameter state table) */
     bool overflow;
     if (!gckpt_params_build(r, m->layers, s->optimizer, d->alloc_round_bytes, &c->params, &overflow, err)) return false;
-    /* TP x FSDP: the TP rank's vocab-sharded embedding and lm_head (core/tp.h) */
-    if (s->layout.tp > 1) gckpt_tp_params_local(&c->params, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes);
+    /* TP (alone or x FSDP): the TP rank's vocab-sharded embedding and lm_head (core/tp.h) */
+    if (s->layout.tp > 1) {
+        gckpt_tp_params_local(&c->params, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes);
+        /* autocast casts the rank's rows of a vocabulary-sharded weight (lm_head's, R-TP-7): its cast and
+         * the cast's gradient are that many elements */
+        for (int t = 0; t < r->nt; t++) {
+            const gckpt_param *p = r->t[t].kind == GCKPT_T_WCAST ? gckpt_params_of(&c->params, r->t[t].param) : NULL;
+            if (!p || p->numel >= c->numel[t]) continue;
+            c->numel[t] = p->numel;
+            c->raw[t] = p->numel * gckpt_dtype_size((gckpt_dtype)r->t[t].dtype);
+            c->tbytes[t] = gckpt_round_up(c->raw[t], d->alloc_round_bytes);
+        }
+    }
     /* the parallel modes' rows and units take every layer's parameters as one block's */
     if (gckpt_layout_multi(&s->layout) && gckpt_recipe_typed_params(r)) {
         gckpt_seterr(err, "%s: layers with parameters of their own kind (dense and mixture-of-experts layers) are not "
@@ -267,6 +278,12 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     c->opt_seconds = c->params.opt_traffic / hbm_rate(c);
     c->step_grads = c->grads;
     if (gckpt_layout_multi(&s->layout)) gckpt_parallel_apply(c); /* one rank's share */
+    else if (s->layout.tp > 1) { /* TP alone: AdamW's steps, the rotary buffers and the device meshes (R-TP-4;
+                                   * none depends on the shards: the local model's count) */
+        gckpt_tp_bytes b;
+        gckpt_tp_rank_bytes(m, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes, &b);
+        c->parallel += b.scalars + b.buffers;
+    }
     c->opt_seconds += code_base_eff(c)->step_overhead_s; /* per optimizer step, every rank */
     op_costs(c);
     if (overflow || !step_bound_ok(c)) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/tp.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/safe_text.h"
 
@@ -360,12 +361,34 @@ static bool read_peft(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     return true;
 }
 
+/* inputs.tensor_parallel (gckpt-plan --tp, FINDINGS R-TP; absent: none): TP alone, its size in the
+ * layout's tp (inputs.model is the whole model; each rank executes its local model). TP x FSDP
+ * (fsdp_size) is planned, not executed. */
+static bool read_tp(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
+{
+    if (!child(in, "inputs.tensor_parallel")) return true;
+    const cJSON *t = obj(r, in, "inputs.tensor_parallel");
+    uint64_t tp, world;
+    if (!t || !u64(r, t, "inputs.tensor_parallel.tp_size", 2, GCKPT_MAX_RANKS, &tp) ||
+        !u64(r, t, "inputs.tensor_parallel.world_size", 2, GCKPT_MAX_RANKS, &world))
+        return false;
+    if (child(t, "inputs.tensor_parallel.fsdp_size"))
+        return fail(r, "field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by gckpt-run "
+                       "(it runs TP alone)");
+    if (world != tp)
+        return fail(r, "field 'inputs.tensor_parallel.world_size': %llu is not tp_size %llu", (unsigned long long)world,
+                    (unsigned long long)tp);
+    if (child(in, "inputs.layout"))
+        return fail(r, "field 'inputs.layout': tensor parallelism with a parallel mode (gckpt-plan plans neither)");
+    gckpt_err why = {{0}};
+    if (!gckpt_tp_model_ok(&pf->model, (uint32_t)tp, &why)) return fail(r, "field 'inputs.tensor_parallel.tp_size': %s", why.msg);
+    pf->layout.tp = (uint32_t)tp;
+    return true;
+}
+
 static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, uint32_t *every, int *n_every)
 {
     const cJSON *in = obj(r, root, "inputs");
-    if (in && child(in, "inputs.tensor_parallel")) /* one TP rank's plan (gckpt-plan --tp, FINDINGS R-TP) */
-        return fail(r, "field 'inputs.tensor_parallel': a tensor-parallel plan; gckpt-run does not execute tensor "
-                       "parallelism");
     if (!in || !read_model(r, in, pf) || !read_device(r, in, pf)) return false;
     /* version 1 planned CUDA's kernels only */
     int tg = GCKPT_TARGET_CUDA;
@@ -382,7 +405,7 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
         return fail(r, "field 'inputs.seq' = %llu exceeds the model's max_position_embeddings (%llu) and "
                        "'inputs.allow_long_seq' is not true",
                     (unsigned long long)pf->seq, (unsigned long long)pf->model.max_positions);
-    if (!read_peft(r, in, pf) || !read_layout(r, in, pf)) return false;
+    if (!read_peft(r, in, pf) || !read_layout(r, in, pf) || !read_tp(r, in, pf)) return false;
     gckpt_err why = {{0}};
     if (!gckpt_peft_model_ok(&pf->model, &pf->peft, &why)) return fail(r, "field 'inputs.lora': %s", why.msg);
     const cJSON *mb = arr(r, in, "inputs.micro_batches");

@@ -141,7 +141,7 @@ size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
     uint64_t ck = gckpt_checkpointed_count(s->every_n, L);
     if (ck) add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_BWD, ck * G, (double)ck * G * tokens * h * ce);
     /* TP x FSDP: the norms are FSDP2's DTensors, reduce-scattered with the rest, no hook (R-TP-8) */
-    if (s->layout.tp > 1) return n;
+    if (s->layout.tp > 1 && s->layout.mode == GCKPT_PAR_FSDP) return n;
     /* the synchronising micro-step: the Trainer's hook on every plain (replicated) parameter's gradient:
      * the norms; qwen3's q_norm / k_norm also after every backward (replicated_with_grad_allreduce) */
     uint64_t norms = 2 * L + 1, qk = m->qk_norm ? 2 * L : 0;
@@ -167,42 +167,6 @@ void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckp
     out->heads = m->heads / tp;
     out->kv_heads = m->kv_heads / tp;
     out->intermediate = gckpt_tp_chunk(m->intermediate, tp, rank);
-}
-
-int64_t gckpt_tp_head_cast_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
-                                  const gckpt_result *peak)
-{
-    const int64_t cut = (int64_t)(m->vocab - gckpt_tp_chunk(m->vocab, tp, rank)) * (int64_t)m->hidden;
-    return s->precision != GCKPT_FP32 && peak->peak_layer == (int32_t)m->layers ? -2 * cut : 0;
-}
-
-int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
-                             const int64_t local_kept[GCKPT_NCOMP], const gckpt_result *peak, int64_t delta[GCKPT_NCOMP])
-{
-    gckpt_tp_bytes b;
-    gckpt_tp_rank_bytes(m, tp, rank, 1, &b);
-    int64_t d[GCKPT_NCOMP] = {0}, other = 0, sum = 0;
-    /* what the rank keeps against what the local model keeps on one GPU (its embedding and head whole):
-     * the weights and AdamW's states by component; the step counters, buffers and meshes against the
-     * local model's other kept bytes (the device's workspace aside: a TP rank has the same) as the
-     * parallel component */
-    for (int k = 0; k < GCKPT_NCOMP; k++)
-        if (k != GCKPT_C_WEIGHTS && k != GCKPT_C_OPTIMIZER && k != GCKPT_C_WORKSPACE) other += local_kept[k];
-    d[GCKPT_C_WEIGHTS] = (int64_t)b.weights - local_kept[GCKPT_C_WEIGHTS];
-    d[GCKPT_C_OPTIMIZER] = (int64_t)b.states - local_kept[GCKPT_C_OPTIMIZER];
-    d[GCKPT_C_PARALLEL] = (int64_t)(b.scalars + b.buffers) - other;
-    const int64_t cut = (int64_t)(m->vocab - gckpt_tp_chunk(m->vocab, tp, rank)) * (int64_t)m->hidden;
-    /* the head's gradient is the rank's rows (the embedding's stays whole, R-TP-5) once it exists: the
-     * gradients at the peak hold at least the head's whole [V, h] */
-    if (peak->breakdown[GCKPT_C_GRADS] >= 4 * (int64_t)(m->vocab * m->hidden)) d[GCKPT_C_GRADS] = -4 * cut;
-    /* autocast's cast of the head's weight, the rank's rows (R-TP-7), lives from the head's forward to its
-     * backward: a peak in the head or the loss */
-    d[GCKPT_C_WEIGHT_CASTS] = gckpt_tp_head_cast_adjust(m, s, tp, rank, peak);
-    for (int k = 0; k < GCKPT_NCOMP; k++) {
-        sum += d[k];
-        if (delta) delta[k] = d[k];
-    }
-    return sum;
 }
 
 /* A buffer of numel elements of dtype dt, rounded as params.c allocates it. */

@@ -4,6 +4,8 @@
  * measured here with the backend's own bf16 load/store. */
 #include "host_estimate.h"
 
+#include "gckpt/core/tp.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,14 +119,16 @@ static void work_event(void *user, const gckpt_walk_state *w, const gckpt_event 
 bool gckpt_entry_step_work(const gckpt_plan_file *pf, size_t i, double *flops, double *bytes)
 {
     gckpt_setting s = gckpt_plan_file_setting(pf, i);
+    gckpt_model m = pf->model;
+    if (s.layout.tp > 1) gckpt_tp_local_model(&pf->model, s.layout.tp, 0, &m); /* TP rank 0's (interp.c) */
     gckpt_recipe *r = malloc(sizeof *r);
     *flops = *bytes = 0;
     if (!r) return false;
-    gckpt_exec_recipe(&pf->model, &s, r);
+    gckpt_exec_recipe(&m, &s, r);
     gckpt_ctx *c = malloc(sizeof *c);
     gckpt_err err;
     gckpt_schedule ev = {0};
-    bool ok = c && gckpt_ctx_init(c, &pf->model, &pf->dev, r, &s, &err) && gckpt_schedule_build(c, &ev);
+    bool ok = c && gckpt_ctx_init(c, &m, &pf->dev, r, &s, &err) && gckpt_schedule_build(c, &ev);
     if (ok) {
         step_work sw = {pf->dev.hbm_bytes_per_s * pf->dev.hbm_efficiency, 0, 0};
         gckpt_walk_state w;

@@ -11,6 +11,7 @@
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/peft.h"
 #include "gckpt/core/prim.h"
+#include "gckpt/core/tp.h"
 #include "gckpt/executor/exec_quant.h"
 
 #include <math.h>
@@ -400,6 +401,11 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     x->mode = exec_par_ops_of(&s->layout); /* exec_parallel_check: a mode of the table */
     if (o) x->o = *o;
     if (gckpt_layout_multi(&x->set.layout)) x->set.layout.rank = (uint32_t)x->o.rank; /* the context is this rank's */
+    if (x->set.layout.tp > 1) { /* TP alone: this rank's local model and shards (gckpt/core/tp.h) */
+        x->set.layout.tp_rank = (uint32_t)x->o.rank;
+        x->tp_full = *m;
+        gckpt_tp_local_model(m, x->set.layout.tp, x->set.layout.tp_rank, &x->m);
+    }
     if (x->o.lr <= 0) x->o.lr = 1e-4;
     if (x->o.init_std <= 0) x->o.init_std = 0.02;
     if (x->o.world < 1) x->o.world = 1;

@@ -49,6 +49,7 @@ typedef struct exec_rows exec_rows;
 typedef struct exec_zero exec_zero;
 typedef struct exec_fsdp exec_fsdp;
 typedef struct exec_z3 exec_z3;
+typedef struct exec_tp exec_tp;
 typedef struct exec_aux exec_aux;
 typedef struct exec_par_ops exec_par_ops;
 
@@ -107,6 +108,8 @@ struct gckpt_exec {
     exec_zero *zero;                /* ZeRO-1/2's flat groups and partitions (interp_zero1.c) */
     exec_fsdp *fsdp;                /* FSDP2's shards and units (interp_fsdp.c) */
     exec_z3 *z3;                    /* ZeRO-3's partitions (interp_zero3.c) */
+    exec_tp *tp;                    /* tensor parallelism's shards (interp_tp.c) */
+    gckpt_model tp_full;            /* tensor parallelism: the whole model (m is the rank's local one) */
     exec_aux *aux;                  /* the load-balancing loss's routing of its gradients to the
                                      * layers (interp_aux.c), else NULL */
 };
@@ -114,7 +117,9 @@ struct gckpt_exec {
 /* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
 static inline uint64_t exec_global_micro(const gckpt_exec *x, uint64_t micro)
 {
-    return (uint64_t)x->o.rank * x->set.grad_accum + micro;
+    /* a TP group's ranks see one batch (FINDINGS R-TP-1) */
+    uint64_t dp_rank = x->set.layout.tp > 1 ? 0 : (uint64_t)x->o.rank;
+    return dp_rank * x->set.grad_accum + micro;
 }
 
 /* Where an event runs: its segment, its index in the schedule, the micro-step. */
@@ -161,6 +166,9 @@ struct exec_par_ops {
     gckpt_xstatus (*on_alloc)(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
     /* before a FREE: *done when the hook released the instance itself */
     gckpt_xstatus (*on_free)(gckpt_exec *x, const gckpt_event *e, const exec_site *w, bool *done, gckpt_err *err);
+    /* an op's forward (backward false) or backward in place of the backend's: the mode computes
+     * it (tensor parallelism: its sharded ops and the collectives inside them) */
+    gckpt_xstatus (*run_op)(gckpt_exec *x, gckpt_xcall *c, bool backward, const exec_site *w, gckpt_err *err);
     /* a COLLECTIVE event (DDP's and ZeRO-1's reduction too: those opening the optimizer part) */
     gckpt_xstatus (*collective)(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err);
     /* a ZERO_GRAD marked GCKPT_PE_OUTSIDE_PARTITION: whether instance i keeps its .grad */

@@ -498,6 +498,8 @@ static gckpt_xstatus ev_fwd(gckpt_exec *x, const gckpt_event *e, const exec_site
         rc = x->be->source(x->be, (gckpt_source)op->source, &c, source_data(x, op));
     } else if (op->in[0] == x->r->router_logits[1]) { /* the view of every layer's logits */
         return exec_aux_forward(x, &c, w, err);
+    } else if (x->mode->run_op) { /* the mode computes it (tensor parallelism's sharded ops) */
+        if ((rc = x->mode->run_op(x, &c, false, w, err)) != GCKPT_XS_OK) return rc;
     } else {
         rc = x->be->forward(x->be, &c);
     }
@@ -554,6 +556,7 @@ static gckpt_xstatus ev_bwd(gckpt_exec *x, const gckpt_event *e, const exec_site
         rc = x->be->set_scalar(x->be, c.gout, (float)(1.0 / (double)x->set.grad_accum));
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
     }
+    if (x->mode->run_op) return x->mode->run_op(x, &c, true, w, err);
     rc = x->be->backward(x->be, &c);
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }

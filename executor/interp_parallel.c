@@ -24,6 +24,16 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
         gckpt_seterr(err, "rank %d of %d ranks", rank, world);
         return false;
     }
+    if (s->layout.tp > 1 && gckpt_layout_multi(&s->layout)) {
+        gckpt_seterr(err, "TP x FSDP (tp %u x %u ranks) is planned, not executed by gckpt-run", s->layout.tp,
+                     gckpt_layout_world(&s->layout));
+        return false;
+    }
+    if (s->layout.tp > 1) { /* TP alone: one rank per TP rank (interp_tp.c) */
+        if ((uint32_t)world == s->layout.tp) return true;
+        gckpt_seterr(err, "tensor parallelism planned for %u ranks, run on %d", s->layout.tp, world);
+        return false;
+    }
     if (!gckpt_layout_multi(&s->layout)) {
         if (world == 1) return true;
         gckpt_seterr(err, "a one-GPU setting run on %d ranks", world);
@@ -49,6 +59,7 @@ const exec_par_ops *exec_par_ops_of(const gckpt_layout *l)
         [GCKPT_PAR_TOY] = &exec_toy_ops,
 #endif
     };
+    if (l->tp > 1) return l->mode == GCKPT_PAR_NONE ? &exec_tp_ops : NULL; /* TP alone; TP x FSDP is not executed */
     return l->mode < GCKPT_NPAR ? modes[l->mode] : NULL;
 }
 

@@ -9,6 +9,7 @@
 
 /* Each mode's hooks (exec_par_ops_of picks one). */
 extern const exec_par_ops exec_ddp_ops, exec_zero1_ops, exec_zero2_ops, exec_zero3_ops, exec_fsdp_ops;
+extern const exec_par_ops exec_tp_ops; /* tensor parallelism alone (interp_tp.c) */
 #ifdef GCKPT_TOY
 extern const exec_par_ops exec_toy_ops; /* the toy mode's (tests/toy/toy_exec.c) */
 #endif

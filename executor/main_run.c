@@ -510,14 +510,15 @@ static int join_groups(gckpt_backend *be, gckpt_comm *comm, const gckpt_layout *
 
 static int check_ranks(const gckpt_plan_file *pf, const gckpt_comm *comm)
 {
-    uint32_t want = gckpt_layout_multi(&pf->layout) ? gckpt_layout_world(&pf->layout) : 1;
+    uint32_t want = pf->layout.tp > 1 ? pf->layout.tp /* TP alone: one rank per TP rank */
+                  : gckpt_layout_multi(&pf->layout) ? gckpt_layout_world(&pf->layout) : 1;
     if ((uint32_t)comm->world == want) return 0;
     char line[800];
     snprintf(line, sizeof line, "mpirun -np %u gckpt-run --plan %s ... (as root add --allow-run-as-root; more ranks "
                                 "than cores: --oversubscribe)", want, pf->file);
     if (comm->world == 1)
         return bad("%s: a plan for %u ranks (%s): run one process per rank: %s", pf->file, want,
-                   gckpt_parallel_names[pf->layout.mode], line);
+                   pf->layout.tp > 1 ? "tensor parallelism" : gckpt_parallel_names[pf->layout.mode], line);
     return bad("%s: a plan for %u rank%s, started as %d ranks: %s", pf->file, want, want == 1 ? "" : "s", comm->world,
                want == 1 ? "run it without mpirun" : line);
 }
@@ -609,6 +610,11 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
         goto out;
     }
     if (!(be = make_backend(&a, &rc))) goto out;
+    if (pf.layout.tp > 1 && strcmp(be->name, "host")) { /* interp_tp.c computes the vocabulary-parallel ops on host memory */
+        rc = bad("--backend %s: %s: a tensor-parallel plan (tp_size %u) is executed on the host backend only "
+                 "(--backend host)", be->name, pf.file, pf.layout.tp);
+        goto out;
+    }
     rep = (gckpt_report){.plan = &pf, .backend = be->name, .planned = (size_t)nsel};
     rep.opts = (gckpt_run_opts){.steps = (int)a.steps, .warmup = (int)a.warmup, .tolerance = a.tolerance,
                                 .time_tolerance = a.time_tolerance, .force = a.force, .seed = a.seed,

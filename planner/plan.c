@@ -154,6 +154,10 @@ gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint
 {
     gckpt_layout l = p->req.layout;
     if (p->req.tp_dp_shard) gckpt_tp_fsdp_layout(p->req.tp, p->req.tp_dp_shard, 0, &l); /* TP x FSDP: world rank 0 */
+    else if (p->req.tp) { /* TP alone: TP rank 0's parameters (gckpt_tp_params_local) and kept scalars */
+        l.tp = p->req.tp;
+        l.tp_rank = 0;
+    }
     return (gckpt_setting){.seq = p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
                            .precision = p->req.precision, .optimizer = p->req.optimizer,
                            .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .loss = (uint8_t)p->req.loss,
@@ -206,23 +210,16 @@ static bool sweep_size(const gckpt_plan *p, int nsplit, size_t *total, gckpt_err
     return true;
 }
 
-/* Under --tp: TP rank 0's peak from its local model's one-GPU step (gckpt_tp_peak_adjust, FINDINGS R-TP-7);
- * the step's TP collectives (R-TP-6) at the profile's intra-node bus bandwidth, none hidden: DTensor's
+/* Under --tp: TP rank 0's peak is the walk of its local model (FINDINGS R-TP-7) holding the rank's
+ * parameters (gckpt_plan_setting's layout: gckpt_tp_params_local, the kept scalars, autocast's cast of
+ * its lm_head rows; the same walk gckpt-run executes); the step's TP
+ * collectives (R-TP-6) at the profile's intra-node bus bandwidth, none hidden: DTensor's
  * redistributions wait for their result before the next op (unverified on GPUs). */
-static void tp_adjust(const gckpt_plan *p, const gckpt_ctx *c, const gckpt_entry *e, gckpt_result *r)
+static void tp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r)
 {
-    int64_t kept[GCKPT_NCOMP] = {0}, d[GCKPT_NCOMP] = {0}, total;
-    gckpt_persistent(c, kept);
     gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
     s.every_n = e->every_n;
     s.offload = e->offload;
-    if (p->req.tp_dp_shard) /* TP x FSDP: the walk holds the rank's parameters; the head's cast rows left */
-        total = d[GCKPT_C_WEIGHT_CASTS] = gckpt_tp_head_cast_adjust(&p->tp_full, &s, p->req.tp, 0, r);
-    else
-        total = gckpt_tp_peak_adjust(&p->tp_full, &s, p->req.tp, 0, kept, r, d);
-    for (int k = 0; k < GCKPT_NCOMP; k++) r->breakdown[k] += d[k];
-    r->peak_bytes = (uint64_t)((int64_t)r->peak_bytes + total);
-    r->device_peak_bytes = (uint64_t)((int64_t)r->device_peak_bytes + total);
     /* TP x FSDP: FSDP2's collectives are the walk's (its overlap), the TP ones added to them */
     double tp_s = gckpt_tp_comm_seconds(&p->tp_full, &s, p->req.tp, p->dev.intra_node_bus_bytes_per_s);
     r->comm_s = p->req.tp_dp_shard ? r->comm_s + tp_s : tp_s;
@@ -249,7 +246,7 @@ static void evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profil
             e->micro_batch = sp.micro_batch;
             e->grad_accum = sp.grad_accum;
             gckpt_fast_eval(c, prof, n, off, sp.grad_accum, &e->r);
-            if (p->req.tp) tp_adjust(p, c, e, &e->r);
+            if (p->req.tp) tp_adjust(p, e, &e->r);
             e->fits = e->r.device_peak_bytes <= p->usable_bytes;
         }
     }

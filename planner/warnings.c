@@ -76,7 +76,7 @@ static bool qlora_int8_applies(const gckpt_model *m, const gckpt_setting *s)
 static bool tp_fsdp_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     (void)m;
-    return s->layout.tp > 1;
+    return s->layout.tp > 1 && s->layout.mode == GCKPT_PAR_FSDP; /* not TP alone (mode none) */
 }
 
 static bool collectives_applies(const gckpt_model *m, const gckpt_setting *s)

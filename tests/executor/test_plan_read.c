@@ -310,10 +310,47 @@ static void test_layout(void **st)
     free(base);
 }
 
+/* A TP plan (gckpt-plan --tp T): read back with the layout's tp (every entry's setting carries it);
+ * a damaged tensor_parallel section, TP x FSDP and TP with a parallel mode refused, one line. */
+static void test_tp(void **st)
+{
+    (void)st;
+    char *base = pf_plan_text_tp("tiny-llama", GCKPT_FP32, GCKPT_SDPA, every, 2, 2, 1, 0, NULL, NULL, 2, 0);
+    assert_non_null(base);
+    gckpt_plan_file pf;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_parse("plan.json", base, &pf, &err)) fail_msg("%s", err.msg);
+    gckpt_setting s = gckpt_plan_file_setting(&pf, 0);
+    assert_int_equal(s.layout.tp, 2);
+    assert_int_equal(s.layout.mode, GCKPT_PAR_NONE);
+    assert_int_equal(pf.model.heads, 4); /* the whole model (each rank makes its local one) */
+    gckpt_plan_file_free(&pf);
+    const mutation ms[] = {
+        {"inputs.tensor_parallel.tp_size", "1", "inputs.tensor_parallel.tp_size"},
+        {"inputs.tensor_parallel.tp_size", "4", "field 'inputs.tensor_parallel.world_size': 2 is not tp_size 4"},
+        {"inputs.tensor_parallel.world_size", "4", "field 'inputs.tensor_parallel.world_size': 4 is not tp_size 2"},
+        {"inputs.tensor_parallel.world_size", NULL, "inputs.tensor_parallel.world_size"},
+        {"inputs.tensor_parallel", "{\"tp_size\": 2, \"world_size\": 4, \"fsdp_size\": 2}",
+         "field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by gckpt-run"},
+        {"inputs.tensor_parallel", "[]", "inputs.tensor_parallel"},
+    };
+    mutate_all(base, ms, sizeof ms / sizeof *ms);
+    cJSON *root = cJSON_Parse(base);
+    assert_non_null(root);
+    cJSON_AddItemToObject(cJSON_GetObjectItemCaseSensitive(root, "inputs"), "layout",
+                          cJSON_Parse("{\"gpus\": 2, \"nodes\": 1, \"world_size\": 2, \"parallel\": \"ddp\"}"));
+    char *t = cJSON_Print(root);
+    expect_reject(t, "layout", "field 'inputs.layout': tensor parallelism with a parallel mode");
+    free(t);
+    cJSON_Delete(root);
+    free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_rejects),
                                        cmocka_unit_test(test_rejects_global_batch),
-                                       cmocka_unit_test(test_version1), cmocka_unit_test(test_layout)};
+                                       cmocka_unit_test(test_version1), cmocka_unit_test(test_layout),
+                                       cmocka_unit_test(test_tp)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -468,6 +468,116 @@ static void zero2_bucket_size(void **st)
     check_case(&(run_case){GCKPT_PAR_ZERO2, GCKPT_AMP_BF16, GCKPT_BF16, 2, 1, true, 1, 0, NULL, n});
 }
 
+static int own_lines(const char *err);
+
+/* Tensor parallelism alone (gckpt-plan --tp T; interp_tp.c), fp32 (and amp-bf16 at T 2), every_n off / 1 / 2
+ * x offload, on T ranks
+ * against one process of the same batch (the TP ranks share it: mb x grad_accum): every entry passes, every
+ * rank's allocator peak equals its schedule's and rank 0's the plan's byte for byte, the ranks' loss and
+ * gathered gradient checksum agree, the loss equals one process's within 1e-6 (bit for bit measured at T 2
+ * and 4; the rowwise all-reduce adds the ranks' partial sums, a reassociation) and the gradient norm within
+ * 1e-6 (the checksum differs: the colwise input gradients and rowwise outputs are summed in another order).
+ * T 4 on a model with 4 key/value heads and uneven intermediate (70) and vocabulary (131) chunks; qwen3's
+ * q / k norms. */
+static void check_tp(const char *model, int T, uint64_t grad_accum, int steps, gckpt_precision prec)
+{
+    char plan[96], one[96], rep[112], rep1[112], err[8192];
+    const char *pn = gckpt_precision_names[prec];
+    snprintf(plan, sizeof plan, "%s-tp%d-%s-ga%llu.json", model, T, pn, (unsigned long long)grad_accum);
+    snprintf(one, sizeof one, "%s-tpone-%s-ga%llu.json", model, pn, (unsigned long long)grad_accum);
+    snprintf(rep, sizeof rep, "%sl", plan);
+    snprintf(rep1, sizeof rep1, "%sl", one);
+    char *t = pf_plan_text_tp(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum, 0, NULL, NULL, (uint32_t)T, 0);
+    assert_non_null(t);
+    cli_write(plan, t);
+    free(t);
+    t = pf_plan_text_full(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum, 0, NULL, NULL);
+    assert_non_null(t);
+    cli_write(one, t);
+    free(t);
+    int rc = mpi(T, plan, rep, steps, err, sizeof err);
+    if (rc != 0) fail_msg("%s: mpirun -np %d: exit %d: %s", plan, T, rc, err);
+    cJSON *r = load(rep), *s = single(one, rep1, steps);
+    assert_int_equal(num(r, "ranks.world_size"), T);
+    assert_string_equal(str(r, "ranks.parallel"), "tp");
+    int n = cJSON_GetArraySize(pf_at(r, "entries"));
+    assert_int_equal(n, 5);
+    const char *hash0 = str(r, "entries[0].numerics.grad_checksum");
+    for (int i = 0; i < n; i++) {
+        char p[96];
+        snprintf(p, sizeof p, "entries[%d].pass", i);
+        if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d did not pass", plan, i);
+        snprintf(p, sizeof p, "entries[%d].ranks", i);
+        assert_int_equal(cJSON_GetArraySize(pf_at(r, p)), T);
+        double busiest = 0;
+        for (int k = 0; k < T; k++) {
+            snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.measured", i, k);
+            busiest = fmax(busiest, num(r, p));
+            snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.exact", i, k);
+            if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d rank %d: measured peak != its prediction", plan, i, k);
+            snprintf(p, sizeof p, "entries[%d].ranks[%d].grad_checksum", i, k);
+            assert_string_equal(str(r, p), hash0); /* the gathered gradients, on every rank */
+        }
+        snprintf(p, sizeof p, "entries[%d].memory.peak_bytes.measured", i);
+        double meas = num(r, p);
+        snprintf(p, sizeof p, "entries[%d].memory.peak_bytes.predicted", i);
+        double pred = num(r, p);
+        snprintf(p, sizeof p, "entries[%d].memory.schedule_peak_bytes", i);
+        if (meas != busiest || pred != busiest || num(r, p) != busiest) /* rank 0, the busiest, is the plan's */
+            fail_msg("%s entry %d: the plan predicted %.0f, rank 0's schedule %.0f, measured %.0f, the busiest rank %.0f",
+                     plan, i, pred, num(r, p), meas, busiest);
+        snprintf(p, sizeof p, "entries[%d].message", i);
+        if (!cJSON_IsNull(pf_at(r, p))) fail_msg("%s entry %d: message %s", plan, i, str(r, p));
+        snprintf(p, sizeof p, "entries[%d].numerics.grad_checksum", i);
+        assert_string_equal(str(r, p), hash0); /* across every_n / offload */
+        snprintf(p, sizeof p, "entries[%d].numerics.loss", i);
+        double loss = num(r, p), loss1 = num(s, p);
+        snprintf(p, sizeof p, "entries[%d].numerics.grad_norm", i);
+        double g = num(r, p), g1 = num(s, p);
+        print_message("tp %d entry %d: loss %.17g (one process %.17g%s), grad norm %.17g (%.17g, %+.2e)\n", T, i, loss,
+                      loss1, loss == loss1 ? ", bit for bit" : "", g, g1, (g - g1) / g1);
+        /* amp-bf16: each rank's rowwise partial output is rounded to bf16 before the sum (one process
+         * rounds the whole product once), and the logits' pieces likewise: measured 6.7e-6 on the loss,
+         * 3.0e-4 on the norm (grad_accum 2; a missing all-reduce moves the loss by 1e-3) */
+        double lt = prec == GCKPT_FP32 ? 1e-6 : 3e-5, gt = prec == GCKPT_FP32 ? 1e-6 : 1e-3;
+        if (fabs(loss - loss1) > lt * fabs(loss1)) fail_msg("%s entry %d: loss %.17g, one process %.17g", plan, i, loss, loss1);
+        if (fabs(g - g1) > gt * g1) fail_msg("%s entry %d: gradient norm %.17g, one process %.17g", plan, i, g, g1);
+    }
+    cJSON_Delete(r);
+    cJSON_Delete(s);
+}
+
+static void tp(void **st)
+{
+    (void)st;
+    check_tp("tiny-llama", 2, 1, 2, GCKPT_FP32);
+    check_tp("tiny-llama-tp4", 4, 2, 1, GCKPT_FP32);
+    check_tp("tiny-llama", 2, 2, 1, GCKPT_AMP_BF16);
+    /* qwen3's q_norm / k_norm (replicated_with_grad_allreduce): each rank's heads give part of their
+     * gradient (without the all-reduce the norm is 2.7e-6 off, with it 2e-8) */
+    check_tp("tiny-qwen3-tp2", 2, 2, 1, GCKPT_FP32);
+    /* refused, one line and exit 2, no report: without mpirun, on other ranks than T, TP x FSDP (planned,
+     * not executed) */
+    char err[8192];
+    int rc = cli_run(GCKPT_RUN_EXE, A("--plan", "tiny-llama-tp2-fp32-ga1.json", "--backend", "host", "-o", "no.jsonl"), NULL,
+                     err, sizeof err);
+    assert_int_equal(rc, 2);
+    if (!strstr(err, "a plan for 2 ranks (tensor parallelism)") || !strstr(err, "mpirun -np 2 gckpt-run") ||
+        strchr(err, '\n') != strrchr(err, '\n'))
+        fail_msg("without mpirun: %s", err);
+    rc = mpi(4, "tiny-llama-tp2-fp32-ga1.json", "no.jsonl", 1, err, sizeof err);
+    if (rc != 2 || !strstr(err, "a plan for 2 ranks, started as 4 ranks") || own_lines(err) != 1) fail_msg("4 ranks for 2: %s", err);
+    char *t = pf_plan_text_tp("tiny-llama-tp4", GCKPT_AMP_BF16, GCKPT_SDPA, every, 3, 2, 1, 0, NULL, NULL, 2, 2);
+    assert_non_null(t);
+    cli_write("tpfsdp.json", t);
+    free(t);
+    rc = mpi(4, "tpfsdp.json", "no.jsonl", 1, err, sizeof err);
+    if (rc != 2 || !strstr(err, "field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed") ||
+        own_lines(err) != 1)
+        fail_msg("TP x FSDP: %s", err);
+    assert_false(cli_exists("no.jsonl"));
+}
+
 /* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */
 static int own_lines(const char *err)
 {
@@ -537,7 +647,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(ddp), cmocka_unit_test(ddp_peft), cmocka_unit_test(sharded_peft), cmocka_unit_test(zero1), cmocka_unit_test(fsdp),
                                        cmocka_unit_test(zero2), cmocka_unit_test(hsdp), cmocka_unit_test(hsdp_peft), cmocka_unit_test(zero2_split),
                                        cmocka_unit_test(zero2_bucket_size),
-                                       cmocka_unit_test(zero3), cmocka_unit_test(tied),
+                                       cmocka_unit_test(zero3), cmocka_unit_test(tied), cmocka_unit_test(tp),
                                        cmocka_unit_test(refusals)};
     const char *only = getenv("GCKPT_MPI_TEST"); /* one test by name (cmocka's filter): hsdp_peft */
     if (only && *only) cmocka_set_test_filter(only);

@@ -118,7 +118,11 @@ typedef struct {
      * ParallelismConfig with dp_shard_size = the world (one mesh, FSDP2 over every rank). Only a
      * mode whose descriptor has replicate_dim takes it (gckpt_layout_check). */
     uint32_t dp_replicate;
-    /* TP x FSDP (transformers' DistributedConfig(tp_size, fsdp_size), FINDINGS R-TP-8): the
+    /* Tensor parallelism alone (mode none, tp > 1: transformers' DistributedConfig(tp_size), FINDINGS
+     * R-TP-4, R-TP-7): the parameters are TP rank tp_rank's of tp (as below), the context's parallel
+     * bytes AdamW's steps, the rotary buffers and the device meshes (gckpt_tp_rank_bytes); gckpt-run
+     * runs it on tp ranks (executor/interp_tp.c).
+     * TP x FSDP (transformers' DistributedConfig(tp_size, fsdp_size), FINDINGS R-TP-8): the
      * parameters are TP rank tp_rank's of tp (gckpt_tp_params_local: the embedding's and lm_head's
      * chunk(V) rows; the model given is the rank's local model, gckpt_tp_local_model), sharded by
      * FSDP2 over the fsdp ranks (gpus x nodes); fsdp_fp32: no MixedPrecisionPolicy

@@ -53,7 +53,7 @@ typedef struct {
 void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint64_t round, gckpt_tp_bytes *out);
 
 /* One step's collectives on a TP rank, all in its TP group (R-TP-6): calls and bytes (all-reduce:
- * the buffer; all-gather: the output) per kind, dtype and phase. Under TP x FSDP (s->layout.tp set)
+ * the buffer; all-gather: the output) per kind, dtype and phase. Under TP x FSDP (s->layout.tp set, mode FSDP)
  * the same less the Trainer's norm-gradient all-reduces (R-TP-8: the norms are FSDP2's); FSDP2's own
  * all-gathers and reduce-scatters are the schedule's. */
 enum { GCKPT_TP_FWD, GCKPT_TP_BWD };
@@ -79,25 +79,8 @@ double gckpt_tp_comm_seconds(const gckpt_model *m, const gckpt_setting *s, uint3
  * and the gathered logits are whole on every rank). */
 void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckpt_model *out);
 
-/* Bytes to add to the one-GPU peak of the local model (local_kept: its persistent bytes by
- * component, gckpt_persistent; peak: its walked step) for TP rank `rank`'s peak: the kept bytes
- * (R-TP-4) against the local model's, the head's gradient and autocast cast of its rows only when
- * they are live at the peak (R-TP-5, R-TP-7); delta (NULL: not wanted) gets them by component.
- * The collectives' out-of-place buffers and the gathered logits' pieces are not modelled
- * (test_parallel_tp: every measured rank within 0.05 %). */
-
-int64_t gckpt_tp_peak_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
-                             const int64_t local_kept[GCKPT_NCOMP], const gckpt_result *peak,
-                             int64_t delta[GCKPT_NCOMP]);
-
-/* The bytes of autocast's bf16 cast of the lm_head rows rank `rank` does not hold, as a (negative)
- * correction to a walk of its local model whose peak falls in the head or the loss (the cast lives
- * from the head's forward to its backward; R-TP-7), else 0. */
-int64_t gckpt_tp_head_cast_adjust(const gckpt_model *m, const gckpt_setting *s, uint32_t tp, uint32_t rank,
-                                  const gckpt_result *peak);
-
-/* TP x FSDP: parameter table ps (of a TP rank's local model, gckpt_tp_local_model) made TP rank
- * `rank`'s: the embedding's and lm_head's weights, gradients and optimizer states cut to their
+/* TP alone and TP x FSDP (core/ctx.c, when the layout has tp): parameter table ps (of a TP rank's
+ * local model, gckpt_tp_local_model) made TP rank `rank`'s: the embedding's and lm_head's weights, gradients and optimizer states cut to their
  * chunk(V) rows (R-TP-2), the totals with them. */
 void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_t round);
 

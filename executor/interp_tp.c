@@ -1,0 +1,394 @@
+/* Tensor parallelism alone (gckpt-plan --tp T; transformers' tp_plan, FINDINGS R-TP-2, R-TP-5, R-TP-6):
+ * every rank runs the schedule of its local model (gckpt_tp_local_model: heads / T, key/value heads / T,
+ * chunk(intermediate); the embedding's and lm_head's chunk(V) rows, gckpt_tp_params_local) on the batch
+ * every rank of the group shares, with the collectives inside the ops as the tp_plan's styles put them:
+ * - colwise (q, k, v, gate, up): the weight's chunk of output rows; the input's gradient all-reduced;
+ * - rowwise (o, down): the weight's chunk of input columns; the output all-reduced (also in a recompute);
+ * - embedding_rowwise: the rank's rows looked up (other ids give zeros), the output all-reduced; its
+ *   gradient whole [V, h] on every rank (Replicate, R-TP-5), the rank's rows stepped;
+ * - colwise_gather_output (lm_head): the rank's logits columns, all-gathered into the whole logits (the
+ *   loss on the whole vocabulary on every rank); the input's gradient all-reduced.
+ * The norms are replicated: their gradients are the same on every rank (the Trainer's norm-gradient
+ * all-reduce is not run); qwen3's q_norm / k_norm (replicated_with_grad_allreduce) see only the rank's
+ * heads: their gradient contributions are all-reduced. Under amp-bf16 the rowwise outputs and the logits
+ * are bf16, and a colwise input's gradient is all-reduced in fp32 after autocast's cast of it (the module's
+ * input is the fp32 one, R-TP-6). Reductions add in rank order (comm.h). The vocabulary-parallel ops
+ * compute on host memory: the host backend only (gckpt-run refuses another); fp32 or amp-bf16. */
+#include "interp_parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gckpt/core/dtype.h"
+#include "gckpt/core/peft.h"
+#include "gckpt/core/tp.h"
+#include "host_blas.h"
+
+/* TP_REPL_AR: replicated_with_grad_allreduce (qwen3's q_norm / k_norm: each rank's heads give a part of
+ * their gradient, all-reduced after every backward, R-TP-2, R-TP-6) */
+typedef enum { TP_REPL, TP_COL, TP_ROW, TP_VOCAB, TP_REPL_AR } tp_style;
+
+/* The tp_plan of the llama-like models measured (R-TP-2), by parameter name; `inter`: the sharded
+ * dimension is the intermediate size (uneven: torch.chunk), else heads x head_dim (divisible). */
+static const struct {
+    const char *suffix;
+    uint8_t style;
+    bool inter;
+} tp_plan[] = {
+    {"q_proj.weight", TP_COL, false},      {"k_proj.weight", TP_COL, false},   {"v_proj.weight", TP_COL, false},
+    {"o_proj.weight", TP_ROW, false},      {"gate_proj.weight", TP_COL, true}, {"up_proj.weight", TP_COL, true},
+    {"down_proj.weight", TP_ROW, true},    {"embed_tokens.weight", TP_VOCAB, false},
+    {"lm_head.weight", TP_VOCAB, false},   {"q_norm.weight", TP_REPL_AR, false}, {"k_norm.weight", TP_REPL_AR, false},
+};
+
+struct exec_tp {
+    uint32_t T, r;
+    void *mesh;          /* the kept scalars, buffers and device meshes (R-TP-4): held, never read */
+    uint64_t mesh_bytes;
+    int8_t *style;       /* per recipe tensor: tp_style of a parameter (and of its autocast cast) */
+    bool *inter;
+    bool *cin;           /* per recipe tensor: autocast's cast of a colwise module's (or the head's) input */
+};
+
+static bool ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static bool tp_prepare(gckpt_exec *x, gckpt_err *err)
+{
+    if (x->set.precision != GCKPT_FP32 && x->set.precision != GCKPT_AMP_BF16) {
+        gckpt_seterr(err, "tensor parallelism is executed in fp32 and amp-bf16 only (this plan: %s)",
+                     gckpt_precision_names[x->set.precision]);
+        return false;
+    }
+    if (gckpt_peft_on(&x->set.peft) || x->set.optimizer != GCKPT_ADAMW) {
+        gckpt_seterr(err, "tensor parallelism is executed for full fine-tuning with adamw only");
+        return false;
+    }
+    exec_tp *t = x->tp = calloc(1, sizeof *x->tp);
+    if (!t || !(t->style = calloc((size_t)x->r->nt, 1)) || !(t->inter = calloc((size_t)x->r->nt, sizeof *t->inter)) ||
+        !(t->cin = calloc((size_t)x->r->nt, sizeof *t->cin))) {
+        gckpt_seterr(err, "out of memory");
+        return false;
+    }
+    t->T = x->set.layout.tp;
+    t->r = x->set.layout.tp_rank;
+    for (int k = 0; k < x->r->nt; k++) {
+        if (x->r->t[k].kind != GCKPT_T_PARAM) continue;
+        for (size_t j = 0; j < sizeof tp_plan / sizeof tp_plan[0]; j++)
+            if (ends_with(x->r->t[k].name, tp_plan[j].suffix)) {
+                t->style[k] = (int8_t)tp_plan[j].style;
+                t->inter[k] = tp_plan[j].inter;
+            }
+    }
+    /* amp-bf16: autocast's cast of a styled weight is styled as it; the cast of a colwise (or the head's)
+     * input is where its fp32 input gradient is all-reduced (R-TP-6: the module's input is the fp32 one) */
+    for (int o = 0; o < x->r->nop; o++) {
+        const gckpt_op *op = &x->r->op[o];
+        if (op->prim == GCKPT_P_CAST && x->r->t[op->in[0]].kind == GCKPT_T_PARAM) t->style[op->out[0]] = t->style[op->in[0]];
+    }
+    for (int o = 0; o < x->r->nop; o++) {
+        const gckpt_op *op = &x->r->op[o];
+        if (op->prim != GCKPT_P_LINEAR || (t->style[op->in[1]] != TP_COL && t->style[op->in[1]] != TP_VOCAB)) continue;
+        for (int c = 0; c < x->r->nop; c++)
+            if (x->r->op[c].prim == GCKPT_P_CAST && x->r->op[c].out[0] == op->in[0]) t->cin[op->in[0]] = true;
+    }
+    return true;
+}
+
+static gckpt_xstatus tp_setup(gckpt_exec *x, gckpt_err *err)
+{
+    exec_tp *t = x->tp;
+    /* AdamW's step counters, the rotary buffers and the device meshes (core/ctx.c: the context's parallel
+     * bytes, R-TP-4): held as one buffer, never read */
+    t->mesh_bytes = x->ctx.parallel;
+    gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, t->mesh_bytes, &t->mesh);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "allocating the kept scalars", err);
+}
+
+/* The whole tensor's length of a sharded dimension, and the rank's first index in it (torch.chunk). */
+static uint64_t full_dim(const gckpt_exec *x, int tensor, uint64_t local)
+{
+    const exec_tp *t = x->tp;
+    if (t->style[tensor] == TP_VOCAB) return x->tp_full.vocab;
+    return t->inter[tensor] ? x->tp_full.intermediate : local * t->T;
+}
+static uint64_t chunk_start(const exec_tp *t, uint64_t full) { return (uint64_t)t->r * ((full + t->T - 1) / t->T); }
+
+/* The index in the whole tensor of the local element (i, j) of an instance of rows x cols. */
+static uint64_t global_index(const gckpt_exec *x, int tensor, uint64_t rows, uint64_t cols, uint64_t i, uint64_t j)
+{
+    switch (x->tp->style[tensor]) {
+    case TP_COL: case TP_VOCAB: return (chunk_start(x->tp, full_dim(x, tensor, rows)) + i) * cols + j;
+    case TP_ROW: {
+        uint64_t full = full_dim(x, tensor, cols);
+        return i * full + chunk_start(x->tp, full) + j;
+    }
+    default: return i * cols + j;
+    }
+}
+
+/* The rank's elements of what one process initialises (interp.c init_params), states zero. */
+static gckpt_xstatus tp_init_param(gckpt_exec *x, size_t j, gckpt_init how, float scale, uint64_t key, gckpt_err *err)
+{
+    param_t *p = &x->params[j];
+    uint64_t rows = p->spec->rows, cols = p->spec->cols, n = rows * cols;
+    if (n != p->spec->weight.numel || p->spec->weight.dtype != GCKPT_DT_F32)
+        return exec_fail(err, "tensor parallelism: %s is not an fp32 %llu x %llu weight", p->spec->name,
+                         (unsigned long long)rows, (unsigned long long)cols);
+    float *v = malloc(sizeof *v * (n ? n : 1));
+    if (!v) return exec_fail(err, "out of memory");
+    for (uint64_t i = 0; i < rows; i++)
+        for (uint64_t k = 0; k < cols; k++)
+            v[i * cols + k] = how == GCKPT_INIT_CONST ? scale
+                                                      : gckpt_rng_uniform(key, global_index(x, p->tensor, rows, cols, i, k), scale);
+    gckpt_xstatus rc = x->be->upload(x->be, p->w, v, n * 4);
+    free(v);
+    for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates && p->st[k]; k++)
+        rc = x->be->init(x->be, exec_state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising a TP shard", err);
+}
+
+/* An all-reduce (sum, rank order, in fp32 rounded to v's dtype after each addition) of v in place over
+ * the TP group. */
+static gckpt_xstatus all_reduce(gckpt_exec *x, gckpt_xt v, const exec_site *w, gckpt_err *err)
+{
+    if (v.vW) return exec_fail(err, "%s: tensor parallelism: an all-reduce of a strided view", w->at);
+    gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_SUM, v, v, 0);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
+}
+
+/* The weight input of an op (a parameter, or autocast's cast of one), -1 when none. */
+static int weight_of(const gckpt_exec *x, const gckpt_op *op, int *k)
+{
+    for (int j = 0; j < op->nin; j++)
+        if (x->r->t[op->in[j]].kind == GCKPT_T_PARAM || x->tp->style[op->in[j]] != TP_REPL) {
+            *k = j;
+            return op->in[j];
+        }
+    return -1;
+}
+
+static bool dense_f32(const gckpt_xt *v) { return v->p && !v->vW && v->dt == GCKPT_DT_F32; }
+
+/* embedding_rowwise's forward: the rank's rows of the ids it holds, zeros for the others, all-reduced. */
+static gckpt_xstatus embed_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w, gckpt_err *err)
+{
+    const exec_tp *t = x->tp;
+    const gckpt_xt *tab = &c->in[0], *ids = &c->in[1], *o = &c->out[0];
+    uint64_t W = c->op->width, V = x->tp_full.vocab, lo = chunk_start(t, V), rows = gckpt_tp_chunk(V, t->T, t->r);
+    if (!dense_f32(tab) || !dense_f32(o) || !ids->p || tab->n != rows * W)
+        return exec_fail(err, "%s: tensor parallelism: the embedding is not an fp32 table of the rank's %llu rows", w->at,
+                         (unsigned long long)rows);
+    const float *tb = tab->p;
+    float *out = o->p;
+    for (uint64_t k = 0; k < ids->n; k++) {
+        int64_t id = ((const int64_t *)ids->p)[k];
+        if (id < 0 || (uint64_t)id >= V) return exec_fail(err, "%s: id %lld outside the vocabulary", w->at, (long long)id);
+        bool mine = (uint64_t)id >= lo && (uint64_t)id < lo + rows;
+        for (uint64_t j = 0; j < W; j++) out[k * W + j] = mine ? tb[((uint64_t)id - lo) * W + j] : 0.0f;
+    }
+    return all_reduce(x, *o, w, err);
+}
+
+static bool dense(const gckpt_xt *v) { return v->p && !v->vW; }
+
+/* The first n elements of v as fp32 (NULL: out of memory). */
+static float *to_f32(const gckpt_xt *v, uint64_t n)
+{
+    float *f = malloc(sizeof *f * (n ? n : 1));
+    for (uint64_t i = 0; f && i < n; i++) f[i] = ld(v, i);
+    return f;
+}
+
+/* colwise_gather_output's forward: the rank's logits columns (in the compute dtype), then every rank's
+ * gathered into the whole logits [tokens, V] (the pieces padded to ceil(V / T) columns, as DTensor pads
+ * them). */
+static gckpt_xstatus head_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w, gckpt_err *err)
+{
+    const exec_tp *t = x->tp;
+    const gckpt_xt *in = &c->in[0], *wt = &c->in[1], *o = &c->out[0];
+    uint64_t K = c->op->in_f, V = x->tp_full.vocab, part = (V + t->T - 1) / t->T, M = in->n / K,
+             rows = gckpt_tp_chunk(V, t->T, t->r), sz = gckpt_dtype_size((gckpt_dtype)o->dt);
+    if (!dense(in) || !dense(wt) || !dense(o) || c->op->out_f != V || o->n != M * V || wt->n < rows * K || c->op->nin > 2)
+        return exec_fail(err, "%s: tensor parallelism: lm_head is not a linear onto the vocabulary", w->at);
+    float *xf = to_f32(in, M * K), *wf = to_f32(wt, rows * K), *mine = calloc(M * part + 1, sizeof *mine);
+    char *pk = calloc(M * part + 1, sz), *all = calloc(M * part * t->T + 1, sz);
+    bool ok = xf && wf && mine && pk && all;
+    if (ok && rows)
+        host_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)rows, (int)K, 1.0f, xf, (int)K, wf, (int)K, 0.0f,
+                   mine, (int)part);
+    gckpt_xt piece = {pk, M * part, o->dt, 0, 0, 0, 0, 0, 0};
+    for (uint64_t i = 0; ok && i < M * part; i++) st(&piece, i, mine[i]); /* rounded as one process's linear */
+    gckpt_comm *cm = x->o.comm;
+    bool sent = ok && cm && cm->collective(cm, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, pk, all, M * part, (gckpt_dtype)o->dt, 0);
+    for (uint32_t r = 0; sent && r < t->T; r++) {
+        uint64_t lo = (uint64_t)r * part, n = gckpt_tp_chunk(V, t->T, r);
+        for (uint64_t i = 0; i < M; i++) memcpy((char *)o->p + (i * V + lo) * sz, all + ((uint64_t)r * M + i) * part * sz, n * sz);
+    }
+    free(xf);
+    free(wf);
+    free(mine);
+    free(pk);
+    free(all);
+    if (!ok) return exec_fail(err, "out of memory");
+    return sent ? GCKPT_XS_OK : exec_fail(err, "%s: gathering the logits: %s", w->at, cm ? cm->err.msg : "no communicator");
+}
+
+/* Its backward from the whole logits' gradient: the rank's columns give its rows' gradient and its
+ * partial input gradient (all-reduced by the caller). */
+static gckpt_xstatus head_bwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w, gckpt_err *err)
+{
+    const exec_tp *t = x->tp;
+    uint64_t K = c->op->in_f, V = x->tp_full.vocab, M = c->gout.n / V, lo = chunk_start(t, V),
+             rows = gckpt_tp_chunk(V, t->T, t->r);
+    if (!dense(&c->gout) || (c->gin[0].p && (!dense(&c->gin[0]) || !dense(&c->in[1]))) ||
+        (c->gin[1].p && (!dense(&c->gin[1]) || !dense(&c->in[0]) || c->gin[1].n < rows * K)))
+        return exec_fail(err, "%s: tensor parallelism: lm_head's gradients", w->at);
+    float *g = malloc(sizeof *g * (M * rows + 1)), *wf = NULL, *xf = NULL, *r = NULL;
+    bool ok = g != NULL;
+    for (uint64_t i = 0; ok && i < M; i++)
+        for (uint64_t j = 0; j < rows; j++) g[i * rows + j] = ld(&c->gout, i * V + lo + j);
+    if (ok && c->gin[0].p) {
+        ok = (wf = to_f32(&c->in[1], rows * K)) && (r = calloc(M * K + 1, sizeof *r));
+        if (ok && rows)
+            host_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)rows, 1.0f, g, (int)rows, wf, (int)K,
+                       0.0f, r, (int)K);
+        for (uint64_t i = 0; ok && i < M * K; i++) st(&c->gin[0], i, r[i]);
+        free(r);
+        r = NULL;
+    }
+    if (ok && c->gin[1].p) {
+        ok = (xf = to_f32(&c->in[0], M * K)) && (r = calloc(rows * K + 1, sizeof *r));
+        if (ok && rows)
+            host_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)K, (int)M, 1.0f, g, (int)rows, xf, (int)K,
+                       0.0f, r, (int)K);
+        for (uint64_t i = 0; ok && i < rows * K; i++) st(&c->gin[1], i, r[i]); /* its rows: the first of the cast's buffer */
+    }
+    free(g);
+    free(wf);
+    free(xf);
+    free(r);
+    return ok ? GCKPT_XS_OK : exec_fail(err, "out of memory");
+}
+
+static gckpt_xstatus tp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, const exec_site *w, gckpt_err *err)
+{
+    const exec_tp *t = x->tp;
+    int k = -1, wt = weight_of(x, c->op, &k);
+    int style = wt >= 0 ? t->style[wt] : TP_REPL;
+    bool vocab = style == TP_VOCAB, embed = vocab && c->op->prim == GCKPT_P_EMBED, cast = c->op->prim == GCKPT_P_CAST;
+    /* the cast's input (the colwise module's, the head's) takes the all-reduce of its fp32 gradient */
+    bool in_cast = c->op->nin > 0 && t->cin[c->op->in[0]];
+    gckpt_xstatus rc;
+    if (vocab && !embed && !cast && c->op->prim != GCKPT_P_LINEAR)
+        return exec_fail(err, "%s: tensor parallelism: %s is not an embedding or a linear", w->at, c->op->name);
+    if (!backward) {
+        if (embed) return embed_fwd(x, c, w, err);
+        if (vocab && cast) { /* autocast's cast of lm_head's weight: the rank's rows, at the buffer's start */
+            if (!dense(&c->in[0]) || !dense(&c->out[0]) || c->out[0].n < c->in[0].n)
+                return exec_fail(err, "%s: tensor parallelism: the cast of lm_head's rows", w->at);
+            for (uint64_t i = 0; i < c->in[0].n; i++) st(&c->out[0], i, ld(&c->in[0], i));
+            return GCKPT_XS_OK;
+        }
+        if (vocab) return head_fwd(x, c, w, err);
+        if ((rc = x->be->forward(x->be, c)) != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+        /* rowwise: the partial output summed over the ranks (a recompute too: R-TP-6) */
+        return style == TP_ROW && !cast ? all_reduce(x, c->out[0], w, err) : GCKPT_XS_OK;
+    }
+    if (vocab && cast) { /* the cast of lm_head's rows: their gradient, at the buffer's start, into the weight's */
+        if (c->gin[0].p && (!dense(&c->gin[0]) || !dense(&c->gout) || c->gout.n < c->gin[0].n))
+            return exec_fail(err, "%s: tensor parallelism: the gradient of lm_head's rows", w->at);
+        for (uint64_t i = 0; c->gin[0].p && i < c->gin[0].n; i++) st(&c->gin[0], i, ld(&c->gout, i));
+        return GCKPT_XS_OK;
+    }
+    if (vocab && !embed) rc = head_bwd(x, c, w, err);
+    else if ((rc = x->be->backward(x->be, c)) != GCKPT_XS_OK) /* the embedding's: its whole [V, h] gradient */
+        return exec_be_fail(x, rc, w->at, err);
+    if (rc != GCKPT_XS_OK) return rc;
+    /* replicated_with_grad_allreduce: the weight's partial gradient (this op's contribution) summed */
+    if (style == TP_REPL_AR && c->gin[k].p && (rc = all_reduce(x, c->gin[k], w, err)) != GCKPT_XS_OK) return rc;
+    /* autocast's cast of a colwise (or the head's) input: its fp32 gradient summed, each module's own */
+    if (cast && c->op->out[0] >= 0 && t->cin[c->op->out[0]] && c->gin[0].p) return all_reduce(x, c->gin[0], w, err);
+    /* colwise and the head, their input not cast (fp32): the input's partial gradient summed (R-TP-6) */
+    bool col = !cast && (style == TP_COL || (vocab && !embed)) && k != 0;
+    return col && !in_cast && c->gin[0].p ? all_reduce(x, c->gin[0], w, err) : GCKPT_XS_OK;
+}
+
+/* AdamW on the rank's weights; the embedding's gradient is whole: its rows of the rank (R-TP-5). */
+static gckpt_xstatus tp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
+{
+    uint64_t step = x->step + 1;
+    for (size_t i = 0; i < x->nparams; i++) {
+        param_t *p = &x->params[i];
+        if (!exec_live(x, p->grad))
+            return exec_fail(err, "%s: parameter %s (layer %d) has no gradient", w->at, x->r->t[p->tensor].name, p->layer);
+        gckpt_xt g = exec_inst_view(x, p->grad), pw = exec_param_view(p);
+        if (g.n != pw.n) { /* the embedding: the rank's rows of its whole gradient */
+            uint64_t lo = chunk_start(x->tp, x->tp_full.vocab) * p->spec->cols;
+            if (g.vW || lo + pw.n > g.n) return exec_fail(err, "%s: %s: its gradient does not hold its rows", w->at, p->spec->name);
+            g.p = (float *)g.p + lo;
+            g.n = pw.n;
+            g.rows = p->spec->rows;
+        }
+        gckpt_optcall c = exec_optcall(x, pw, g, step);
+        c.s1 = exec_state_view(p, 0);
+        c.s2 = exec_state_view(p, 1);
+        gckpt_xstatus rc = x->be->optim(x->be, &c);
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+    }
+    return GCKPT_XS_OK;
+}
+
+/* The gradient checksum of the whole model: each rank hashes its shards' elements at their indices in the
+ * whole tensor, the replicated ones (the norms, the embedding's whole gradient) rank 0 only; the sums added. */
+static gckpt_xstatus tp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err)
+{
+    *hash = 0;
+    *sumsq = 0;
+    for (size_t i = 0; i < x->nparams; i++) {
+        param_t *p = &x->params[i];
+        if (!exec_live(x, p->grad)) return exec_fail(err, "checksum: parameter %s has no gradient", x->r->t[p->tensor].name);
+        gckpt_xt g = exec_inst_view(x, p->grad);
+        int style = x->tp->style[p->tensor];
+        bool whole = style == TP_REPL || style == TP_REPL_AR || g.n != p->spec->rows * p->spec->cols; /* or the embedding's */
+        if (whole && x->tp->r) continue;
+        uint64_t rows = whole ? g.n / p->spec->cols : p->spec->rows, cols = p->spec->cols;
+        for (uint64_t r = 0; r < rows; r++) { /* row by row: a rowwise shard's rows are not contiguous */
+            gckpt_xt row = {(float *)g.p + r * cols, cols, g.dt, 0, 0, 0, 0, 0, 0};
+            uint64_t at = whole ? r * cols : global_index(x, p->tensor, rows, cols, r, 0);
+            gckpt_xstatus rc = exec_piece_hash(x, p, row, at, hash, sumsq, err);
+            if (rc != GCKPT_XS_OK) return rc;
+        }
+    }
+    return exec_ranks_hash(x, hash, sumsq, err);
+}
+
+static void tp_release(gckpt_exec *x)
+{
+    exec_tp *t = x->tp;
+    if (t && t->mesh) x->be->release(x->be, GCKPT_MEM_DEVICE, t->mesh, t->mesh_bytes);
+    if (t) t->mesh = NULL;
+}
+
+static void tp_free(gckpt_exec *x)
+{
+    exec_tp *t = x->tp;
+    if (!t) return;
+    free(t->style);
+    free(t->inter);
+    free(t->cin);
+    free(t);
+    x->tp = NULL;
+}
+
+const exec_par_ops exec_tp_ops = {.prepare = tp_prepare,
+                                  .setup = tp_setup,
+                                  .init_param = tp_init_param,
+                                  .run_op = tp_run_op,
+                                  .step = tp_step,
+                                  .checksum = tp_checksum,
+                                  .release = tp_release,
+                                  .free = tp_free};

@@ -211,9 +211,12 @@ static int apply_mesh(gckpt_plan_args *a)
     }
     a->req.layout.dp_replicate = r;
     if (tp) { /* one TP rank planned as one GPU of its local model (gckpt_plan_run, core/tp.h) */
-        if (r && a->req.layout.nodes > 1)
-            return bad(a, "%s: TP x FSDP over several nodes (--nodes) is not yet planned (measured on one node, "
-                          "FINDINGS R-TP-8)%s", a->pc_path ? a->pc_path : "--tp with --dp-shard", "");
+        /* TP alone too: its collectives are timed at the profile's intra-node bandwidth (R-TP-6) */
+        if (a->req.layout.nodes > 1)
+            return bad(a, "%s over several nodes (--nodes) is not yet planned (measured on one node; the TP "
+                          "collectives are timed at the intra-node bandwidth, FINDINGS R-TP-6, R-TP-8)%s",
+                       r ? (a->pc_path ? "TP x FSDP (--parallelism-config)" : "TP x FSDP (--tp with --dp-shard)")
+                         : (a->pc_path ? "tensor parallelism (--parallelism-config)" : "tensor parallelism (--tp)"), "");
         a->req.tp = tp;
         a->req.tp_dp_shard = r ? gckpt_layout_world(&a->req.layout) / tp : 0; /* TP x FSDP */
         a->req.layout = (gckpt_layout){0};

@@ -281,6 +281,7 @@ static void bad_inputs(void **state)
         {"tp x fsdp not the world", A("--gpus", "8", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "tp_size 2 x cp_size 1 x sp_size 1 = 4, not the 8 processes"},
         {"tp x fsdp under fsdp", A("--gpus", "4", "--dp-shard", "2", "--tp", "2", "--parallel", "fsdp", "-o", "out.json"), "no --parallel"},
         {"tp x fsdp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "over several nodes"},
+        {"tp nodes", A("--gpus", "2", "--nodes", "2", "--tp", "4", "-o", "out.json"), "tensor parallelism (--tp) over several nodes"},
         {"tp x fsdp q/k norms", A("--model", "qwen3-8b", "--gpus", "4", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "without q / k norms"},
         {"mesh cp", A("--gpus", "4", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "context (cp_size) parallelism of 2 is not yet planned"},
         /* with tp or cp: accelerate's own checks before the refusal (FINDINGS R-TP-1) */

@@ -171,6 +171,10 @@ void gckpt_plan_tp_launch(const gckpt_plan *p, FILE *f);
 void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs);
 void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry);
 void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);
+/* "What would fit instead" (alternatives.c), when the plan of req fits nowhere: the request
+ * re-planned with other choices (one GPU: the loss, precision, optimizer, LoRA / QLoRA; several:
+ * the other modes and the TP layouts), one line each that the planner accepts. */
+void gckpt_plan_print_alternatives(const gckpt_plan_request *req, const gckpt_plan *plan, FILE *f);
 /* The TrainingArguments keyword arguments of an entry, in the snippet's order: the
  * entry's batch and accumulation (part 1), the plan's precision, optimizer and parallel
  * mode (common), the entry's checkpointing (part 2; part 0: both parts of the entry).

@@ -92,7 +92,8 @@ static void loss_alternatives(const gckpt_plan_request *req, const gckpt_plan *p
 /* The processes of a request: --tp's T (x S under TP x FSDP), else the layout's GPUs x nodes. */
 static uint32_t request_world(const gckpt_plan_request *q)
 {
-    return q->tp ? q->tp * (q->tp_dp_shard ? q->tp_dp_shard : 1) : gckpt_layout_world(&q->layout);
+    return q->tp ? q->tp * (q->tp_dp_shard ? q->tp_dp_shard : 1) * (q->tp_dp_replicate ? q->tp_dp_replicate : 1)
+                 : gckpt_layout_world(&q->layout);
 }
 
 /* Several GPUs: the other modes on the same GPUs (a TP request's on its T x S GPUs, one node). */
@@ -103,7 +104,7 @@ static void mode_alternatives(const gckpt_plan_request *req, alt_out *o)
     for (int m = GCKPT_PAR_DDP; m < GCKPT_NPAR; m++) {
         if (!req->tp && m == req->layout.mode) continue;
         gckpt_plan_request r = *req;
-        r.tp = r.tp_dp_shard = 0;
+        r.tp = r.tp_dp_shard = r.tp_dp_replicate = 0;
         r.layout = base;
         r.layout.mode = (uint8_t)m;
         snprintf(label, sizeof label, "--parallel %s", gckpt_parallel_names[m]);
@@ -111,8 +112,9 @@ static void mode_alternatives(const gckpt_plan_request *req, alt_out *o)
     }
 }
 
-/* Several GPUs on one node: tensor parallelism over them, --tp T alone (T = the GPUs) and TP x FSDP
- * (--tp T --dp-shard S, T x S = the GPUs), for every T > 1 dividing them. Which T the model takes
+/* Several GPUs on one node: tensor parallelism over them, --tp T alone (T = the GPUs), TP x FSDP
+ * (--tp T --dp-shard S, T x S = the GPUs) and TP x DDP (--tp T --dp-replicate S), for every T > 1
+ * dividing them. Which T the model takes
  * (heads and key/value heads divisible, the measured structure), and which choices TP is planned
  * with, gckpt_plan_run decides (core/tp.c, tp_setup): a layout it refuses is not said. */
 static void tp_alternatives(const gckpt_plan_request *req, alt_out *o)
@@ -120,17 +122,20 @@ static void tp_alternatives(const gckpt_plan_request *req, alt_out *o)
     uint32_t w = request_world(req);
     if (req->layout.nodes > 1) return; /* TP is planned on one node only */
     char label[96];
-    for (uint32_t t = 2; t <= w; t++) {
-        uint32_t s = t == w ? 0 : w / t;
-        if (w % t || (req->tp == t && req->tp_dp_shard == s)) continue;
-        gckpt_plan_request r = *req;
-        r.layout = (gckpt_layout){0};
-        r.tp = t;
-        r.tp_dp_shard = s;
-        if (s) snprintf(label, sizeof label, "--tp %u --dp-shard %u", t, s);
-        else snprintf(label, sizeof label, "--tp %u", t);
-        o->tp |= print_alternative(&r, label, o);
-    }
+    for (uint32_t t = 2; t <= w; t++)
+        for (int rep = 0; rep < 2 && !(w % t); rep++) { /* the rest of the GPUs sharded, then replicated */
+            uint32_t s = t == w ? 0 : w / t;
+            if ((rep && !s) || (req->tp == t && req->tp_dp_shard == (rep ? 0 : s) && req->tp_dp_replicate == (rep ? s : 0)))
+                continue;
+            gckpt_plan_request r = *req;
+            r.layout = (gckpt_layout){0};
+            r.tp = t;
+            r.tp_dp_shard = rep ? 0 : s;
+            r.tp_dp_replicate = rep ? s : 0;
+            if (s) snprintf(label, sizeof label, "--tp %u --dp-%s %u", t, rep ? "replicate" : "shard", s);
+            else snprintf(label, sizeof label, "--tp %u", t);
+            o->tp |= print_alternative(&r, label, o);
+        }
 }
 
 /* When nothing fits: on one GPU, re-plan with cheaper precision / optimizer choices and, for full

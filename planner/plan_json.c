@@ -43,7 +43,7 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     for (int k = 0; k < GCKPT_NCOMP; k++)
         if (!gckpt_component_optional(k) ||
             (k == GCKPT_C_PAGED_STATES   ? p->params->paged_bytes != 0
-             : k == GCKPT_C_PARALLEL     ? gckpt_layout_multi(&p->req.layout) || p->req.tp_dp_shard
+             : k == GCKPT_C_PARALLEL     ? gckpt_layout_multi(&p->req.layout) || p->req.tp_dp_shard || p->req.tp_dp_replicate
                                          : p->params->quant_bytes != 0))
             num(bd, gckpt_component_names[k], (double)r->breakdown[k]);
     num(m, "context_bytes", (double)p->dev.context_bytes);

@@ -4,7 +4,7 @@
  * the options a user would type (the memory and time of a TP plan are checked against the fixtures
  * in test_parallel_tp; here only which layouts are tried and what their lines say):
  *   - a case where only TP fits (llama-3.1-70b on 8 GPUs at a 138 GiB budget): --tp 8 fits, the
- *     modes do not, each TP line equals its separate plan's entry;
+ *     modes do not, each TP line (TP alone, x FSDP, x DDP) equals its separate plan's entry;
  *   - a model with q / k norms (qwen3): TP alone is said, TP x FSDP (refused for it) is not;
  *   - several nodes: no TP line (refused there);
  *   - a TP request: the modes over its GPUs and the other TP layouts, not itself. */
@@ -127,6 +127,8 @@ static void test_only_tp_fits(void **state)
     check_line(text, "--tp 8", base, tp8);
     check_line(text, "--tp 4 --dp-shard 2", base, tp4);
     check_line(text, "--tp 2 --dp-shard 4", base, tp2);
+    static const char *const td4[] = {"--tp", "2", "--dp-replicate", "4", NULL};
+    check_line(text, "--tp 2 --dp-replicate 4", base, td4);
     check_line(text, "--parallel zero3", base, z3);
     check_line(text, "--parallel ddp", base, ddp);
     /* only TP fits: its line says so, every mode's does not */
@@ -154,6 +156,7 @@ static void test_refused_layouts_left_out(void **state)
     print_message("%s", text);
     assert_non_null(line_of(text, "--tp 4"));
     assert_null(strstr(text, "--dp-shard"));
+    assert_null(strstr(text, "--dp-replicate"));
     free(text);
     /* several nodes: no TP layout is planned there */
     const char *nodes[] = {"--model", "llama-3.1-70b", "--gpus", "4", "--nodes", "2", "--seq", "8192", "--every-n",

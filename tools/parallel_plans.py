@@ -12,7 +12,8 @@ gckpt-plan's own default sweep (every every_n_layers value, offload on and off, 
 1, grad-accum 1, amp-bf16, AdamW) for one layout:
   * FSDP2 (--parallel fsdp) and ZeRO-3 (--parallel zero3) over the W GPUs;
   * tensor parallelism inside a node, T = 2, 4 and 8 dividing W: TP T x FSDP W / T
-    (--tp T --dp-shard W / T), or TP alone when T = W (--tp T).
+    (--tp T --dp-shard W / T), TP T x DDP W / T (--tp T --dp-replicate W / T), or TP alone
+    when T = W (--tp T).
 A RoPE model planned beyond its max_position_embeddings gets --allow-long-seq (the plan
 records it; the table says so).
 
@@ -65,6 +66,7 @@ def layouts(world):
         s = world // t
         if s > 1:
             out.append((f"TP {t} x FSDP {s}", t, ["--tp", str(t), "--dp-shard", str(s)]))
+            out.append((f"TP {t} x DDP {s}", t, ["--tp", str(t), "--dp-replicate", str(s)]))
         else:
             out.append((f"TP {t}", t, ["--tp", str(t)]))
     return out
@@ -139,7 +141,8 @@ def report(exe):
                         d, why = plan(exe, ["--model", model, "--gpu", GPU, "--seq", str(seq)] + long_seq + gpus + flags,
                                       tmpdir)
                         if d is None:
-                            generic = f"TP {t}" + (" x FSDP" if world > t else "") if t else label
+                            generic = (f"TP {t}" + (" x " + label.split(" x ")[1].split()[0] if " x " in label else "")
+                                       if t else label)
                             refused.setdefault(why, []).append((generic, world, seq))
                             continue
                         rows.append([k(seq), str(world), label] + row(d, world, t))

@@ -53,6 +53,10 @@ typedef struct {
      * TP rank 0 of fsdp rank 0 is planned: its local model under FSDP2 over S ranks
      * (gckpt_tp_fsdp_layout, the runs' setting; layout stays one GPU). 0: none. */
     uint32_t tp_dp_shard;
+    /* --tp T --dp-replicate R (no --dp-shard): TP x DDP, transformers' DistributedConfig(tp_size=T,
+     * dp_replicate_size=R), T x R = the GPUs: FSDP2 over its (dp_replicate, fsdp) mesh of one shard rank
+     * (gckpt_tp_hsdp_layout, FINDINGS R-TP-11). 0: none. */
+    uint32_t tp_dp_replicate;
     char deepspeed[512];   /* --deepspeed FILE as given ("": none; the snippet prints the Trainer's "auto" config) */
     bool target_given;     /* --target given: plan `target`, else the device profile's kind */
     gckpt_target target;

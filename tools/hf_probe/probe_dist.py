@@ -208,6 +208,9 @@ def tp_cases():
         out.append(tp_spec("llama", n, off, 2, replicate=2, bf16=False))
     out.append(tp_spec("llama", 1, False, 2, replicate=2, grad_accum=1))
     out.append(tp_spec("llama", 1, False, 2, replicate=2, gloo=True))
+    # HSDP x TP (DistributedConfig(tp_size=2, fsdp_size=2, dp_replicate_size=2): 8 ranks)
+    out.append(tp_spec("llama", 1, False, 2, shard=2, replicate=2))
+    out.append(tp_spec("llama", 0, False, 2, shard=2, replicate=2, bf16=False))
     return out
 
 

@@ -168,16 +168,20 @@ static int apply_fsdp_offload(gckpt_plan_args *a)
     return 0;
 }
 
-/* --tp T --dp-replicate R (no --dp-shard): TP x DDP as transformers builds it from DistributedConfig(tp_size=T,
- * dp_replicate_size=R), FSDP2 over one shard rank (FINDINGS R-TP-11). accelerate refuses the same sizes in a
- * user's ParallelismConfig ("pure data parallelism"), but here the Trainer gives it ParallelismConfig(tp_size=T,
- * dp_shard_size=R), which it takes; a --parallelism-config FILE is accelerate's, so it keeps that refusal. */
+/* --tp T --dp-replicate R [--dp-shard S]: TP x DDP (S 1) or HSDP x TP as transformers builds them from
+ * DistributedConfig(tp_size=T, fsdp_size=S, dp_replicate_size=R): FSDP2 over its (dp_replicate, fsdp) mesh
+ * (FINDINGS R-TP-11). accelerate refuses TP x DDP's sizes in a user's ParallelismConfig ("pure data
+ * parallelism"), and the Trainer overwrites a user's dp_shard_size with R x S; it gives accelerate
+ * ParallelismConfig(tp_size=T, dp_shard_size=R x S) itself, which it takes. A --parallelism-config FILE is
+ * accelerate's, so it keeps accelerate's refusals. */
 static int apply_tp_ddp(gckpt_plan_args *a, const gckpt_pc_sizes *pc)
 {
     uint32_t world = gckpt_layout_world(&a->req.layout);
-    if (pc->tp * pc->dp_replicate != world)
-        return bad(a, "--tp %s --dp-replicate %s: their product is not the processes of --gpus x --nodes (transformers' "
-                      "mesh (pp, dp_replicate, fsdp, tp) must equal the world size)", a->mesh_opt[2], a->mesh_opt[0]);
+    uint64_t s = pc->dp_shard > 1 ? pc->dp_shard : 1;
+    if (pc->tp * pc->dp_replicate * s != world)
+        return bad(a, "--tp %s --dp-replicate %s (x --dp-shard): their product is not the processes of --gpus x --nodes "
+                      "(transformers' mesh (pp, dp_replicate, fsdp, tp) must equal the world size)", a->mesh_opt[2],
+                   a->mesh_opt[0]);
     if (a->modes_given)
         return bad(a, "--tp with --dp-replicate: transformers applies FSDP2 itself (DistributedConfig(dp_replicate_size)), "
                       "the Trainer wraps nothing: no --parallel%s%s", "", "");
@@ -187,6 +191,7 @@ static int apply_tp_ddp(gckpt_plan_args *a, const gckpt_pc_sizes *pc)
                    "", "");
     a->req.tp = (uint32_t)pc->tp;
     a->req.tp_dp_replicate = (uint32_t)pc->dp_replicate;
+    a->req.tp_dp_shard = s > 1 ? (uint32_t)s : 0;
     a->req.layout = (gckpt_layout){0};
     a->modes[0] = GCKPT_PAR_NONE;
     a->n_modes = 1;
@@ -212,7 +217,7 @@ static int apply_mesh(gckpt_plan_args *a)
     if (flags && a->pc_path)
         return bad(a, "--parallelism-config FILE excludes --dp-replicate, --dp-shard, --tp and --cp%s%s", "", "");
     if (a->pc_path && !gckpt_pc_config_read(a->pc_path, &pc, &a->err)) return GCKPT_EXIT_INPUT;
-    if (!a->pc_path && pc.tp > 1 && pc.dp_replicate > 1 && pc.dp_shard <= 1 && pc.cp <= 1) return apply_tp_ddp(a, &pc);
+    if (!a->pc_path && pc.tp > 1 && pc.dp_replicate > 1 && pc.cp <= 1) return apply_tp_ddp(a, &pc);
     /* TP alone or TP x dp_shard: transformers' own (from_pretrained shards the model, FSDP2 included) */
     bool tp_alone = pc.tp > 1 && pc.dp_replicate <= 1 && pc.cp <= 1 && pc.sp <= 1;
     if (tp_alone && a->modes_given)

@@ -16,6 +16,22 @@ static uint32_t tp_world(const gckpt_plan *p)
 void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
 {
     if (!p->req.tp) return;
+    if (p->req.tp_dp_replicate && p->req.tp_dp_shard) {
+        fprintf(f, "tensor parallelism %u x HSDP %u x %u over %u GPUs (transformers: from_pretrained(distributed_config="
+                   "DistributedConfig(tp_size=%u, fsdp_size=%u, dp_replicate_size=%u)) shards by tp_plan, then fully_shard "
+                   "over its (dp_replicate, fsdp) mesh): memory and time are rank 0's, TP rank 0, which computes %llu "
+                   "attention and %llu key/value heads and %llu of the MLP's %llu columns; its TP shards are sharded again "
+                   "over %u ranks, gathered and reduce-scattered in fp32 (no MixedPrecisionPolicy), every micro-step "
+                   "reduce-scattering into FSDP2's partial output and the last all-reducing it across the %u replicas; "
+                   "every rank of a TP group sees the same batch (tok/s is per GPU: a TP group's over %u); the step time "
+                   "is that local model's FSDP2 step plus the TP all-reduces' and all-gathers' bus time, none hidden "
+                   "(unverified)\n",
+                p->req.tp, p->req.tp_dp_replicate, p->req.tp_dp_shard, tp_world(p), p->req.tp, p->req.tp_dp_shard,
+                p->req.tp_dp_replicate, (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
+                (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate,
+                p->req.tp_dp_shard, p->req.tp_dp_replicate, p->req.tp);
+        return;
+    }
     if (p->req.tp_dp_replicate) {
         fprintf(f, "tensor parallelism %u x DDP %u over %u GPUs (transformers: from_pretrained(distributed_config="
                    "DistributedConfig(tp_size=%u, dp_replicate_size=%u)) shards by tp_plan, then fully_shard over its "
@@ -58,13 +74,16 @@ void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
 
 void gckpt_plan_tp_model_line(const gckpt_plan *p, const char *model_arg, const char *attn, FILE *f)
 {
-    if (p->req.tp_dp_replicate) { /* not ParallelismConfig(dp_replicate_size=R): accelerate refuses it with tp */
-        fprintf(f, "# TP x DDP: every process (torchrun) loads its shard; transformers applies FSDP2 itself over its\n"
-                   "# (dp_replicate, fsdp) mesh of one shard rank (FINDINGS R-TP-11)\n"
+    if (p->req.tp_dp_replicate) { /* not ParallelismConfig(dp_replicate_size=R): the Trainer overwrites its dp_shard */
+        char fs[32] = "";
+        if (p->req.tp_dp_shard) snprintf(fs, sizeof fs, "fsdp_size=%u, ", p->req.tp_dp_shard);
+        fprintf(f, "# TP x %s: every process (torchrun) loads its shard; transformers applies FSDP2 itself over its\n"
+                   "# (dp_replicate, fsdp) mesh%s (FINDINGS R-TP-11)\n"
                    "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.float32,\n"
                    "                                             distributed_config=DistributedConfig(tp_size=%u, "
-                   "dp_replicate_size=%u))\n",
-                model_arg, attn, p->req.tp, p->req.tp_dp_replicate);
+                   "%sdp_replicate_size=%u))\n",
+                p->req.tp_dp_shard ? "HSDP" : "DDP", p->req.tp_dp_shard ? "" : " of one shard rank", model_arg, attn,
+                p->req.tp, fs, p->req.tp_dp_replicate);
         return;
     }
     if (p->req.tp_dp_shard) { /* the deprecated tp_plan / tp_size spelling has no fsdp_size */
@@ -90,7 +109,8 @@ void gckpt_plan_tp_args(const gckpt_plan *p, cJSON *args)
     cJSON *pc = cJSON_AddObjectToObject(args, "parallelism_config");
     /* what the Trainer builds: dp_shard_size = DistributedConfig.dp_size, the replicas included */
     if (p->req.tp_dp_shard || p->req.tp_dp_replicate)
-        cJSON_AddNumberToObject(pc, "dp_shard_size", p->req.tp_dp_shard ? p->req.tp_dp_shard : p->req.tp_dp_replicate);
+        cJSON_AddNumberToObject(pc, "dp_shard_size", (p->req.tp_dp_shard ? p->req.tp_dp_shard : 1) *
+                                                         (p->req.tp_dp_replicate ? p->req.tp_dp_replicate : 1));
     cJSON_AddNumberToObject(pc, "tp_size", p->req.tp);
 }
 
@@ -107,9 +127,10 @@ void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(o, "world_size", tp_world(p));
     if (p->req.tp_dp_replicate) {
         cJSON_AddNumberToObject(o, "dp_replicate_size", p->req.tp_dp_replicate);
+        cJSON_AddNumberToObject(o, "fsdp_size", p->req.tp_dp_shard ? p->req.tp_dp_shard : 1);
         cJSON_AddStringToObject(o, "planned", "rank 0, TP rank 0 (transformers' tp_plan and fully_shard over its "
-                                              "(dp_replicate, fsdp) mesh of one shard rank, FINDINGS R-TP-11): its local "
-                                              "model's FSDP2 step");
+                                              "(dp_replicate, fsdp) mesh, FINDINGS R-TP-11): its local model's FSDP2 "
+                                              "step");
     } else if (p->req.tp_dp_shard) {
         cJSON_AddNumberToObject(o, "fsdp_size", p->req.tp_dp_shard);
         cJSON_AddStringToObject(o, "planned", "rank 0, TP rank 0 (transformers' tp_plan and fully_shard over fsdp, "

@@ -277,7 +277,6 @@ static void bad_inputs(void **state)
         {"mesh not the world", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "4", "-o", "out.json"), "not the 4 processes"},
         {"mesh replicate alone", A("--gpus", "4", "--dp-replicate", "2", "-o", "out.json"), "dp_shard_size 1 = 2"},
         {"mesh no shard", A("--gpus", "4", "--dp-replicate", "4", "--dp-shard", "1", "-o", "out.json"), "no dimension to shard"},
-        {"mesh tp x hsdp", A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "TP with dp_replicate_size > 1"},
         /* TP x FSDP (FINDINGS R-TP-8): accelerate's world check, transformers' own FSDP2, what is not measured */
         {"tp x fsdp not the world", A("--gpus", "8", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "tp_size 2 x cp_size 1 x sp_size 1 = 4, not the 8 processes"},
         {"tp x fsdp under fsdp", A("--gpus", "4", "--dp-shard", "2", "--tp", "2", "--parallel", "fsdp", "-o", "out.json"), "no --parallel"},
@@ -290,7 +289,7 @@ static void bad_inputs(void **state)
         /* accelerate's own ParallelismConfig refuses TP with pure data parallelism; --tp with --dp-replicate is
          * transformers' DistributedConfig(dp_replicate_size), planned (R-TP-11) */
         {"mesh file tp pure dp", A("--gpus", "4", "--parallelism-config", "./pc-ddp-tp.json", "-o", "out.json"), "cannot be used with pure data parallelism"},
-        {"tp x ddp not the world", A("--gpus", "8", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "--tp 2 --dp-replicate 2: their product is not the processes"},
+        {"tp x ddp not the world", A("--gpus", "8", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "--tp 2 --dp-replicate 2 (x --dp-shard): their product is not the processes"},
         {"tp x ddp under fsdp", A("--gpus", "4", "--dp-replicate", "2", "--tp", "2", "--parallel", "fsdp", "-o", "out.json"), "no --parallel"},
         {"tp x ddp nodes", A("--gpus", "2", "--nodes", "2", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "TP x DDP (--tp with --dp-replicate) over several nodes"},
         {"tp x ddp q/k norms", A("--model", "qwen3-8b", "--gpus", "4", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "--tp 2 --dp-replicate 2: TP x FSDP / DDP is measured on llama-like models without q / k norms"},
@@ -449,6 +448,12 @@ static void good_runs(void **state)
     assert_non_null(strstr(td, "\"dp_replicate_size\":\t2"));
     assert_non_null(strstr(td, "\"world_size\":\t4"));
     free(td);
+    /* HSDP x TP: DistributedConfig(tp_size, fsdp_size, dp_replicate_size); accelerate gets dp_shard_size = R x S */
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--seq", "128", "--gpus", "8", "--tp", "2", "--dp-replicate", "2",
+                           "--dp-shard", "2", "--every-n", "1", "--offload", "off"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "distributed_config=DistributedConfig(tp_size=2, fsdp_size=2, dp_replicate_size=2))"));
+    assert_non_null(strstr(cli_out, "parallelism_config=ParallelismConfig(dp_shard_size=4, tp_size=2),"));
+    assert_non_null(strstr(cli_out, "tensor parallelism 2 x HSDP 2 x 2 over 8 GPUs"));
     const char *p1 = strstr(tf, "\"peak_bytes\""), *p2 = strstr(tf2, "\"peak_bytes\"");
     assert_non_null(p1);
     assert_non_null(p2);

@@ -20,7 +20,8 @@
  *     group (gckpt_tp_fsdp_layout).
  *   - TP x DDP (R-TP-11, the t2r2 fixtures: DistributedConfig(tp_size=2, dp_replicate_size=2)): the same, FSDP2
  *     over one shard rank replicated twice (gckpt_tp_hsdp_layout), every micro-step's reduce kept as the
- *     partial output; gckpt_plan_run with --tp --dp-replicate on two of them. */
+ *     partial output; gckpt_plan_run with --tp --dp-replicate on two of them; HSDP x TP (t2r2s2: R = S = T =
+ *     2, 8 ranks) likewise, its reduce-scatters on every micro-step. */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -420,6 +421,8 @@ static void test_plan_run(void **state)
     /* TP x DDP (R-TP-11): --tp 2 --dp-replicate 2 */
     plan_fixture("tp-llama-amp-bf16-n1-plain-w4-t2r2-r0.json");
     plan_fixture("tp-llama-fp32-noff-plain-w4-t2r2-r0.json");
+    /* HSDP x TP: --tp 2 --dp-replicate 2 --dp-shard 2 */
+    plan_fixture("tp-llama-amp-bf16-n1-plain-w8-t2r2s2-r0.json");
 }
 
 
@@ -484,7 +487,7 @@ static void test_fsdp_ranks(void **state)
     (void)state;
     int n = 0;
     each_fixture(check_fsdp_rank, &n);
-    assert_int_equal(n, 18); /* t2s2 and t2r2: fp32 / amp-bf16 x every_n off / 1, ranks 0 and 3; t2r2 ga1 */
+    assert_int_equal(n, 22); /* t2s2 and t2r2: fp32 / amp-bf16 x every_n off / 1, ranks 0 and 3; t2r2 ga1; t2r2s2 x 2 */
 }
 
 /* Adds bytes (and calls, when known) to the measured-key total of kind / dtype / phase. */
@@ -552,7 +555,7 @@ static void test_fsdp_collectives(void **state)
     (void)state;
     int n = 0;
     each_fixture(check_fsdp_collectives, &n);
-    assert_int_equal(n, 26); /* the 18 fake-group ranks and the gloo twins' 4 + 4 */
+    assert_int_equal(n, 30); /* the 22 fake-group ranks and the gloo twins' 4 + 4 */
 }
 
 static int setup(void **state)

@@ -134,7 +134,8 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
                      s->layout.dp_replicate, gckpt_layout_world(&s->layout));
         return false;
     }
-    if (s->layout.dp_replicate > 1 && gckpt_layout_shard_world(&s->layout) < 2) {
+    /* (transformers' own HSDP mesh under TP may shard over 1: FSDP2 then replicates, R-TP-11) */
+    if (s->layout.dp_replicate > 1 && gckpt_layout_shard_world(&s->layout) < 2 && !s->layout.tp) {
         gckpt_seterr(err, "--dp-replicate %u: dp_shard_size 1 leaves FSDP no dimension to shard across "
                           "(accelerate ParallelismConfig._validate_accelerator)", s->layout.dp_replicate);
         return false;

@@ -363,7 +363,7 @@ static bool read_peft(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
 
 /* inputs.tensor_parallel (gckpt-plan --tp, FINDINGS R-TP; absent: none): TP alone, its size in the
  * layout's tp (inputs.model is the whole model; each rank executes its local model). TP x FSDP
- * (fsdp_size) is planned, not executed. */
+ * (fsdp_size) and TP with replicas (dp_replicate_size) are planned, not executed. */
 static bool read_tp(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
 {
     if (!child(in, "inputs.tensor_parallel")) return true;
@@ -375,6 +375,9 @@ static bool read_tp(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     if (child(t, "inputs.tensor_parallel.fsdp_size"))
         return fail(r, "field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by gckpt-run "
                        "(it runs TP alone)");
+    if (child(t, "inputs.tensor_parallel.dp_replicate_size"))
+        return fail(r, "field 'inputs.tensor_parallel.dp_replicate_size': TP with replicas is planned, not executed "
+                       "by gckpt-run (it runs TP alone)");
     if (world != tp)
         return fail(r, "field 'inputs.tensor_parallel.world_size': %llu is not tp_size %llu", (unsigned long long)world,
                     (unsigned long long)tp);

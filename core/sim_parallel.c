@@ -46,6 +46,9 @@ struct gckpt_wrap {
     uint64_t ag_unit;   /* ... of this unit */
     int rs_in;          /* the latest reduce-scatter's input, -1 */
     int *ar_held;       /* HSDP, per unit: its all-reduced shard held to the backward's end, -1 */
+    /* HSDP x TP (R-TP-11), per unit: the partial reduce output of the micro-steps before the
+     * synchronising one (FSDP2's _partial_reduce_output), its schedule id, GCKPT_NOINST */
+    uint32_t *partial;
     uint32_t *grad_gid; /* per unit x recipe tensor: the .grad's schedule id */
     int *gathered;      /* ZeRO-3, per unit x recipe tensor: the parameter's gathered buffer, -1 */
     uint8_t *regather;  /* ZeRO-3, per unit x recipe tensor: a frozen parameter of a checkpointed layer
@@ -74,13 +77,25 @@ void gckpt_wrap_free(gckpt_wrap *w)
     if (!w) return;
     free(w->params);
     free(w->ar_held);
+    free(w->partial);
     free(w->grad_gid);
     free(w->gathered);
     free(w->regather);
     free(w);
 }
 
-bool gckpt_wrap_grads_kept(const gckpt_ctx *c) { return !gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks; }
+/* transformers' HSDP mesh under TP: the Trainer's _defer_fsdp_gradient_reduction defers only the
+ * all-reduce across replicas (set_requires_all_reduce(False)), so every micro-step reduces its
+ * unsharded gradients into FSDP2's partial reduce output (R-TP-11) */
+static bool defers_all_reduce(const gckpt_ctx *c)
+{
+    return c->set.layout.tp && gckpt_layout_replicate(&c->set.layout) > 1;
+}
+
+bool gckpt_wrap_grads_kept(const gckpt_ctx *c)
+{
+    return !gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks && !defers_all_reduce(c);
+}
 
 bool gckpt_wrap_active(const gckpt_ctx *c) { return gckpt_par_mode_of(c->set.layout.mode)->sim != NULL; }
 
@@ -92,6 +107,9 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
         if (np) w->params = np;
         int *nh = realloc(w->ar_held, units * sizeof *nh);
         if (nh) w->ar_held = nh;
+        uint32_t *npr = realloc(w->partial, units * sizeof *npr);
+        if (npr) w->partial = npr;
+        if (!npr) return false;
         uint32_t *ng = realloc(w->grad_gid, units * GCKPT_MAX_TENSORS * sizeof *ng);
         if (ng) w->grad_gid = ng;
         int *na = realloc(w->gathered, units * GCKPT_MAX_TENSORS * sizeof *na);
@@ -113,6 +131,7 @@ bool gckpt_wrap_begin(gckpt_wrap *w, const gckpt_ctx *c, uint64_t layers, bool s
     w->sync = sync;
     w->first = first;
     for (uint64_t u = 0; u < units; u++) w->params[u] = w->ar_held[u] = -1;
+    for (uint64_t u = 0; first && u < units; u++) w->partial[u] = GCKPT_NOINST; /* kept across micro-steps */
     w->ag_out = w->rs_in = w->ipg = w->ipg2 = w->part = -1;
     w->part_made = false;
     w->bucket_elems = 0;
@@ -166,6 +185,18 @@ static void free_grad(gckpt_schedule *o, int16_t t, uint32_t gid, uint64_t bytes
     e->bytes = bytes;
 }
 
+/* A partial reduce output made in an earlier micro-step (R-TP-11), by its schedule id. */
+static void free_partial(gckpt_schedule *o, uint32_t gid, uint64_t bytes)
+{
+    gckpt_event *e;
+    if (gid == GCKPT_NOINST || !(e = gckpt_schedule_push(o))) return;
+    e->kind = GCKPT_EV_FREE;
+    e->comp = GCKPT_C_GRADS;
+    e->tensor = -1;
+    e->inst = gid;
+    e->bytes = bytes;
+}
+
 static int flat(gckpt_sim *s, gckpt_schedule *o, uint8_t comp, uint8_t dt, uint64_t numel)
 {
     return gckpt_sim_buffer(s, o, -1, comp, dt, numel);
@@ -199,6 +230,13 @@ static void all_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
     int sec = section_of(w, unit);
     uint64_t part = unit_part(w, unit), n = gckpt_layout_shard_world(&c->set.layout);
     uint8_t dt = wire_dtype(c);
+    if (n == 1) { /* one shard rank (HSDP x TP at dp_shard 1, R-TP-11): no all-gather, copy_out copies each
+                   * parameter's all-gather input into its unsharded buffer (_fsdp_param_group.py unshard) */
+        if (w->ag_out >= 0) gckpt_sim_release(s, o, w->ag_out);
+        w->ag_out = -1;
+        w->ag_unit = unit;
+        return;
+    }
     /* CPUOffloadPolicy: the fp32 shard copied to the device before its cast to the all-gather
      * input (_fsdp_param.py FSDPParam.all_gather_inputs; fp32: the copy is the input) */
     bool h2d = c->set.layout.offload && dt != GCKPT_DT_F32;
@@ -266,7 +304,7 @@ static void fsdp_pre_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, ui
     if (w->params[unit] < 0 && unit_part(w, unit)) { /* resharded after its forward: the prefetched output copied out */
         if (w->ag_unit != unit) all_gather(w, s, o, unit);
         copy_out(w, s, o, unit);
-        gckpt_sim_release(s, o, w->ag_out);
+        if (w->ag_out >= 0) gckpt_sim_release(s, o, w->ag_out);
         w->ag_out = -1;
         w->ag_unit = UINT64_MAX;
     }
@@ -294,7 +332,8 @@ static void fsdp_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, u
     if (unit_part(w, unit) == 0) return;
     reshard(w, s, o, unit);
     /* a unit of frozen parameters only reduces nothing (R-DISTPEFT-4) */
-    if (!w->sync || !unit_grad_part(w, unit)) return;
+    bool defer = defers_all_reduce(c);
+    if ((!w->sync && !defer) || !unit_grad_part(w, unit)) return;
     int sec = section_of(w, unit);
     uint64_t part = unit_grad_part(w, unit), n = gckpt_layout_shard_world(&c->set.layout);
     uint8_t dt = wire_dtype(c);
@@ -305,8 +344,20 @@ static void fsdp_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, u
     /* fp32 reduce dtype: the output is the sharded gradient itself */
     bool cast = dt != GCKPT_DT_F32;
     int out = flat(s, o, cast ? GCKPT_C_PARALLEL : GCKPT_C_GRADS, dt, part);
-    collective(s, o, GCKPT_COLL_REDUCE_SCATTER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), w->rs_in, out);
-    in_group(c, o, GCKPT_GROUP_SHARD);
+    if (n > 1) { /* one shard rank: the input copied to the output (_fsdp_collectives.py foreach_reduce) */
+        collective(s, o, GCKPT_COLL_REDUCE_SCATTER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), w->rs_in,
+                   out);
+        in_group(c, o, GCKPT_GROUP_SHARD);
+    }
+    if (defer && !w->sync) { /* kept as the partial output, or added into it (foreach_reduce) */
+        if (w->partial[unit] == GCKPT_NOINST) w->partial[unit] = gckpt_sim_gid(s, out);
+        else gckpt_sim_release(s, o, out);
+        return;
+    }
+    if (defer && w->partial[unit] != GCKPT_NOINST) { /* reduce_output += partial, then the partial goes */
+        free_partial(o, w->partial[unit], part * gckpt_dtype_size(dt));
+        w->partial[unit] = GCKPT_NOINST;
+    }
     if (hsdp) { /* the reduced shard all-reduced in place across the replicas, held to the backward's end */
         collective(s, o, GCKPT_COLL_ALL_REDUCE, unit, (uint8_t)sec, dt, part, part * gckpt_dtype_size(dt), out, out);
         in_group(c, o, GCKPT_GROUP_REPLICATE);

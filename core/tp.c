@@ -211,7 +211,13 @@ void gckpt_tp_fsdp_layout(uint32_t tp, uint32_t dp_shard, uint32_t rank, gckpt_l
     /* the dense mesh (pp, dp_replicate, fsdp, tp), tp innermost: a TP group is tp consecutive ranks,
      * an fsdp group dp_shard ranks tp apart (R-TP-1, R-TP-8); one mesh over the world (no unit
      * meshes: gckpt_layout.dp_replicate 1); fully_shard without a MixedPrecisionPolicy */
-    *out = (gckpt_layout){.gpus = dp_shard, .nodes = 1, .mode = GCKPT_PAR_FSDP, .dp_replicate = 1, .tp = tp,
-                          .tp_rank = rank % tp, .fsdp_fp32 = true, .rank = rank / tp};
+    gckpt_tp_hsdp_layout(tp, 1, dp_shard, rank, out);
+}
+
+void gckpt_tp_hsdp_layout(uint32_t tp, uint32_t dp_replicate, uint32_t dp_shard, uint32_t rank, gckpt_layout *out)
+{
+    *out = (gckpt_layout){.gpus = dp_replicate * dp_shard, .nodes = 1, .mode = GCKPT_PAR_FSDP,
+                          .dp_replicate = dp_replicate, .tp = tp, .tp_rank = rank % tp, .fsdp_fp32 = true,
+                          .rank = rank / tp};
 }
 

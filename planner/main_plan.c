@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gckpt/core/fused_loss.h"
 #include "gckpt/planner/cli_names.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/planner/plan_args.h"
@@ -198,136 +197,6 @@ static void list_dir(const char *sub)
     }
 }
 
-/* One alternative request re-planned: its line of "What would fit instead". */
-static void print_alternative(const gckpt_plan_request *r, const char *label, bool *header, FILE *f)
-{
-    gckpt_plan_request c = *r;
-    if (r->every_n) {
-        c.every_n = malloc(sizeof *c.every_n * (size_t)r->n_every);
-        if (!c.every_n) return;
-        memcpy(c.every_n, r->every_n, sizeof *c.every_n * (size_t)r->n_every);
-    }
-    gckpt_plan p;
-    gckpt_err err;
-    bool ok = gckpt_plan_run(&c, &p, &err);
-    free(c.every_n);
-    if (!ok) return;
-    if (!*header) {
-        fprintf(f, "\nWhat would fit instead (same model, GPU, sequence and batch):\n");
-        *header = true;
-    }
-    fprintf(f, "  %-46s ", label);
-    if (p.recommended >= 0) {
-        const gckpt_entry *e = &p.entries[p.recommended];
-        char en[16];
-        if (e->every_n) snprintf(en, sizeof en, "%u", e->every_n);
-        else snprintf(en, sizeof en, "off");
-        fprintf(f, "fits: every_n_layers=%s offload=%s mb %llu, %.2f GiB, %.0f tokens/s\n", en,
-                e->offload ? "on" : "off", (unsigned long long)e->micro_batch,
-                (double)e->r.device_peak_bytes / 1073741824.0, e->r.tokens_per_s);
-    } else {
-        fprintf(f, "does not fit either (smallest %.2f GiB)\n",
-                (double)p.entries[p.smallest].r.device_peak_bytes / 1073741824.0);
-    }
-    gckpt_plan_free(&p);
-}
-
-/* When nothing fits: re-plan with cheaper precision / optimizer choices and, for full
- * fine-tuning, with LoRA and QLoRA (the planner's defaults: r 16, all-linear; QLoRA nf4
- * with double quantization, bf16 compute), and say which would fit, so the user gets a
- * way forward, not only a "no". */
-/* Whether HF's loss dominates the smallest entry's peak: the peak is in the loss, or the
- * logits and their gradients are the largest of what the step adds to the persistent state. */
-static bool loss_dominates(const gckpt_plan *p)
-{
-    if (p->smallest < 0) return false;
-    const gckpt_result *r = &p->entries[p->smallest].r;
-    if (r->peak_phase == GCKPT_PH_LOSS) return true;
-    for (int k = GCKPT_C_ACTIVATIONS; k < GCKPT_NCOMP; k++)
-        if (k != GCKPT_C_LOGITS && r->breakdown[k] >= r->breakdown[GCKPT_C_LOGITS]) return false;
-    return true;
-}
-
-/* The fused losses (docs/fused-loss.md) where they are planned for the model: cut-cross-entropy
- * with bf16 hidden states (its backward's requirement). */
-static void loss_alternatives(const gckpt_plan_request *req, const gckpt_plan *p, bool *header, FILE *f)
-{
-    if (req->loss != GCKPT_LOSS_HF || !loss_dominates(p)) return;
-    for (int l = GCKPT_LOSS_LIGER; l < GCKPT_NLOSS; l++) {
-        gckpt_plan_request r = *req;
-        r.loss = (gckpt_loss)l;
-        const char *why;
-        if (!gckpt_fused_loss_supported(&p->model, r.precision, r.loss, &why)) r.precision = GCKPT_BF16;
-        if (!gckpt_fused_loss_supported(&p->model, r.precision, r.loss, &why)) continue;
-        char label[96];
-        snprintf(label, sizeof label, "--loss %-5s%s%s", gckpt_loss_names[l], r.precision != req->precision ? " --precision " : "",
-                 r.precision != req->precision ? gckpt_precision_names[r.precision] : "");
-        print_alternative(&r, label, header, f);
-    }
-}
-
-static void print_alternatives(const gckpt_plan_request *req, const gckpt_plan *plan, FILE *f)
-{
-    const gckpt_model *model = &plan->model;
-    /* several GPUs: the other modes on the same GPUs (the precision / optimizer / LoRA
-     * alternatives below are refused there: nothing else was measured per rank) */
-    if (req->layout.mode != GCKPT_PAR_NONE) {
-        bool header = false;
-        char label[96];
-        for (int m = GCKPT_PAR_DDP; m < GCKPT_NPAR; m++) {
-            if (m == req->layout.mode) continue;
-            gckpt_plan_request r = *req;
-            r.layout.mode = (uint8_t)m;
-            snprintf(label, sizeof label, "--parallel %s", gckpt_parallel_names[m]);
-            print_alternative(&r, label, &header, f);
-        }
-        return;
-    }
-    static const struct { int prec, opt; } alt[] = {
-        {-1, GCKPT_ADAMW_8BIT}, {GCKPT_BF16, -1}, {GCKPT_BF16, GCKPT_ADAMW_8BIT}, {GCKPT_BF16, GCKPT_SGD},
-    };
-    bool header = false;
-    loss_alternatives(req, plan, &header, f);
-    char label[96];
-    int tried[sizeof alt / sizeof alt[0] + 1][2] = {{(int)req->precision, (int)req->optimizer}};
-    int ntried = 1;
-    for (size_t i = 0; i < sizeof alt / sizeof alt[0]; i++) {
-        gckpt_plan_request r = *req;
-        if (alt[i].prec >= 0) r.precision = (gckpt_precision)alt[i].prec;
-        if (alt[i].opt >= 0) r.optimizer = (gckpt_optimizer)alt[i].opt;
-        /* an alternative that keeps one of the request's choices can equal the request
-         * or an earlier one (bf16 + adamw-8bit from a bf16 request): say each once */
-        bool seen = false;
-        for (int k = 0; k < ntried; k++) seen |= tried[k][0] == (int)r.precision && tried[k][1] == (int)r.optimizer;
-        if (seen) continue;
-        tried[ntried][0] = (int)r.precision;
-        tried[ntried][1] = (int)r.optimizer;
-        ntried++;
-        snprintf(label, sizeof label, "--precision %-8s --optimizer %-13s", gckpt_precision_names[r.precision],
-                 gckpt_optimizer_names[r.optimizer]);
-        print_alternative(&r, label, &header, f);
-    }
-    if (req->peft.method != GCKPT_METHOD_FULL) return;
-    static const struct { int method, prec; } peft[] = {
-        {GCKPT_METHOD_LORA, GCKPT_BF16}, {GCKPT_METHOD_LORA, GCKPT_AMP_BF16}, {GCKPT_METHOD_QLORA, GCKPT_AMP_BF16}};
-    for (size_t i = 0; i < sizeof peft / sizeof peft[0]; i++) {
-        gckpt_plan_request r = *req;
-        gckpt_peft_default((gckpt_method)peft[i].method, &r.peft);
-        r.precision = (gckpt_precision)peft[i].prec;
-        /* where all-linear is refused (the mixture-of-experts families), the family's
-         * modelled linears: the attention projections */
-        gckpt_err err;
-        const char *tg = "all-linear";
-        if (!gckpt_peft_model_ok(model, &r.peft, &err)) {
-            r.peft.targets = gckpt_lora_family_targets(model->family);
-            tg = "q/k/v/o";
-        }
-        snprintf(label, sizeof label, "--method %-5s --precision %-8s (r 16, %s)", gckpt_method_names[peft[i].method],
-                 gckpt_precision_names[r.precision], tg);
-        print_alternative(&r, label, &header, f);
-    }
-}
-
 enum { O_PLOT = GCKPT_OPT_END, O_TABLE, O_LIST, O_CALIB, O_HTML };
 
 /* What the command line asks for: the planning options (plan_args.c) and the outputs. */
@@ -508,7 +377,7 @@ static int plan_and_write(const cli_args *a)
         if (a->pa.attn_note[0]) fprintf(human, "note: %s\n\n", a->pa.attn_note);
         gckpt_plan_print_table(&p, human, a->all);
         gckpt_plan_print_recommendation(&p, human);
-        if (p.recommended < 0) print_alternatives(&a->pa.req, &p, human);
+        if (p.recommended < 0) gckpt_plan_print_alternatives(&a->pa.req, &p, human);
     }
     if ((a->out || a->plot || a->html) && !gckpt_plan_output_write(&outs, &p, human, a->quiet, &err)) rc = fail_line(&err);
     if (rc == GCKPT_EXIT_OK && !gckpt_stdout_check(&err)) rc = fail_line(&err);

@@ -79,8 +79,10 @@ bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_repli
         if (or1(other[k]) != 1) {
             gckpt_seterr(err, "ParallelismConfig: %s parallelism of %llu is not yet planned; only dp_replicate x "
                               "dp_shard (HSDP under FSDP2)%s", later[k], (unsigned long long)other[k],
-                         k == 0 ? " (TP with dp_replicate_size > 1, transformers' HSDP mesh, is not measured, FINDINGS "
-                                  "R-TP-10; TP alone and TP x dp_shard are planned)" : "");
+                         k == 0 ? " (TP with dp_replicate_size > 1 in accelerate's ParallelismConfig: the Trainer "
+                                  "overwrites its dp_shard_size with DistributedConfig's dp_size; TP alone and TP x "
+                                  "dp_shard are planned, and TP x DDP / HSDP x TP by --tp with --dp-replicate, FINDINGS "
+                                  "R-TP-11)" : "");
             return false;
         }
     if (r * s != world) {

@@ -153,7 +153,9 @@ static bool loss_check(const gckpt_plan_request *req, const gckpt_plan *p, gckpt
 gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum)
 {
     gckpt_layout l = p->req.layout;
-    if (p->req.tp_dp_shard) gckpt_tp_fsdp_layout(p->req.tp, p->req.tp_dp_shard, 0, &l); /* TP x FSDP: world rank 0 */
+    if (p->req.tp_dp_shard || p->req.tp_dp_replicate) /* TP x FSDP or TP x DDP: world rank 0 */
+        gckpt_tp_hsdp_layout(p->req.tp, p->req.tp_dp_replicate ? p->req.tp_dp_replicate : 1,
+                             p->req.tp_dp_shard ? p->req.tp_dp_shard : 1, 0, &l);
     else if (p->req.tp) { /* TP alone: TP rank 0's parameters (gckpt_tp_params_local) and kept scalars */
         l.tp = p->req.tp;
         l.tp_rank = 0;
@@ -222,7 +224,7 @@ static void tp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r
     s.offload = e->offload;
     /* TP x FSDP: FSDP2's collectives are the walk's (its overlap), the TP ones added to them */
     double tp_s = gckpt_tp_comm_seconds(&p->tp_full, &s, p->req.tp, p->dev.intra_node_bus_bytes_per_s);
-    r->comm_s = p->req.tp_dp_shard ? r->comm_s + tp_s : tp_s;
+    r->comm_s = p->req.tp_dp_shard || p->req.tp_dp_replicate ? r->comm_s + tp_s : tp_s;
     double scale = r->step_s / (r->step_s + tp_s);
     r->step_s += tp_s;
     /* the T ranks of a TP group work on one batch: tok/s per GPU is the group's over T (MFU is
@@ -409,10 +411,11 @@ static bool tp_setup(gckpt_plan *p, gckpt_err *err)
                           "or amp-bf16 and HF's loss only (FINDINGS R-TP-10)", q->tp, what);
         return false;
     }
-    if (q->tp_dp_shard && p->model.qk_norm) { /* ReplicatedWithGradAllReduce under FSDP2: not measured */
-        gckpt_seterr(err, "--tp %u --dp-shard %u: TP x FSDP is measured on llama-like models without q / k norms "
+    if ((q->tp_dp_shard || q->tp_dp_replicate) && p->model.qk_norm) { /* ReplicatedWithGradAllReduce under FSDP2 */
+        gckpt_seterr(err, "--tp %u --%s %u: TP x FSDP / DDP is measured on llama-like models without q / k norms "
                           "(qwen3's replicated_with_grad_allreduce q_norm / k_norm under FSDP2 is not; FINDINGS "
-                          "R-TP-8, R-TP-10)", q->tp, q->tp_dp_shard);
+                          "R-TP-8, R-TP-10)", q->tp, q->tp_dp_shard ? "dp-shard" : "dp-replicate",
+                     q->tp_dp_shard ? q->tp_dp_shard : q->tp_dp_replicate);
         return false;
     }
     p->tp_full = p->model;

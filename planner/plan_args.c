@@ -168,6 +168,36 @@ static int apply_fsdp_offload(gckpt_plan_args *a)
     return 0;
 }
 
+/* --tp T --dp-replicate R [--dp-shard S]: TP x DDP (S 1) or HSDP x TP as transformers builds them from
+ * DistributedConfig(tp_size=T, fsdp_size=S, dp_replicate_size=R): FSDP2 over its (dp_replicate, fsdp) mesh
+ * (FINDINGS R-TP-11). accelerate refuses TP x DDP's sizes in a user's ParallelismConfig ("pure data
+ * parallelism"), and the Trainer overwrites a user's dp_shard_size with R x S; it gives accelerate
+ * ParallelismConfig(tp_size=T, dp_shard_size=R x S) itself, which it takes. A --parallelism-config FILE is
+ * accelerate's, so it keeps accelerate's refusals. */
+static int apply_tp_ddp(gckpt_plan_args *a, const gckpt_pc_sizes *pc)
+{
+    uint32_t world = gckpt_layout_world(&a->req.layout);
+    uint64_t s = pc->dp_shard > 1 ? pc->dp_shard : 1;
+    if (pc->tp * pc->dp_replicate * s != world)
+        return bad(a, "--tp %s --dp-replicate %s (x --dp-shard): their product is not the processes of --gpus x --nodes "
+                      "(transformers' mesh (pp, dp_replicate, fsdp, tp) must equal the world size)", a->mesh_opt[2],
+                   a->mesh_opt[0]);
+    if (a->modes_given)
+        return bad(a, "--tp with --dp-replicate: transformers applies FSDP2 itself (DistributedConfig(dp_replicate_size)), "
+                      "the Trainer wraps nothing: no --parallel%s%s", "", "");
+    if (a->req.layout.nodes > 1)
+        return bad(a, "TP x DDP (--tp with --dp-replicate) over several nodes (--nodes) is not yet planned (measured on "
+                      "one node; the TP collectives are timed at the intra-node bandwidth, FINDINGS R-TP-6, R-TP-11)%s%s",
+                   "", "");
+    a->req.tp = (uint32_t)pc->tp;
+    a->req.tp_dp_replicate = (uint32_t)pc->dp_replicate;
+    a->req.tp_dp_shard = s > 1 ? (uint32_t)s : 0;
+    a->req.layout = (gckpt_layout){0};
+    a->modes[0] = GCKPT_PAR_NONE;
+    a->n_modes = 1;
+    return 0;
+}
+
 /* The mesh options (accelerate's ParallelismConfig: --dp-replicate, --dp-shard, --tp, --cp or
  * --parallelism-config FILE) into the layout's dp_replicate; FSDP2 is the mode that takes a mesh
  * (no --parallel: fsdp). 0 or the exit status of a bad value. */
@@ -187,6 +217,7 @@ static int apply_mesh(gckpt_plan_args *a)
     if (flags && a->pc_path)
         return bad(a, "--parallelism-config FILE excludes --dp-replicate, --dp-shard, --tp and --cp%s%s", "", "");
     if (a->pc_path && !gckpt_pc_config_read(a->pc_path, &pc, &a->err)) return GCKPT_EXIT_INPUT;
+    if (!a->pc_path && pc.tp > 1 && pc.dp_replicate > 1 && pc.cp <= 1) return apply_tp_ddp(a, &pc);
     /* TP alone or TP x dp_shard: transformers' own (from_pretrained shards the model, FSDP2 included) */
     bool tp_alone = pc.tp > 1 && pc.dp_replicate <= 1 && pc.cp <= 1 && pc.sp <= 1;
     if (tp_alone && a->modes_given)
@@ -211,9 +242,12 @@ static int apply_mesh(gckpt_plan_args *a)
     }
     a->req.layout.dp_replicate = r;
     if (tp) { /* one TP rank planned as one GPU of its local model (gckpt_plan_run, core/tp.h) */
-        if (r && a->req.layout.nodes > 1)
-            return bad(a, "%s: TP x FSDP over several nodes (--nodes) is not yet planned (measured on one node, "
-                          "FINDINGS R-TP-8)%s", a->pc_path ? a->pc_path : "--tp with --dp-shard", "");
+        /* TP alone too: its collectives are timed at the profile's intra-node bandwidth (R-TP-6) */
+        if (a->req.layout.nodes > 1)
+            return bad(a, "%s over several nodes (--nodes) is not yet planned (measured on one node; the TP "
+                          "collectives are timed at the intra-node bandwidth, FINDINGS R-TP-6, R-TP-8)%s",
+                       r ? (a->pc_path ? "TP x FSDP (--parallelism-config)" : "TP x FSDP (--tp with --dp-shard)")
+                         : (a->pc_path ? "tensor parallelism (--parallelism-config)" : "tensor parallelism (--tp)"), "");
         a->req.tp = tp;
         a->req.tp_dp_shard = r ? gckpt_layout_world(&a->req.layout) / tp : 0; /* TP x FSDP */
         a->req.layout = (gckpt_layout){0};

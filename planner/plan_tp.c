@@ -7,12 +7,46 @@
 #include "gckpt/core/dtype.h"
 #include "gckpt/core/tp.h"
 
-/* The processes: T, or T x S under TP x FSDP. */
-static uint32_t tp_world(const gckpt_plan *p) { return p->req.tp * (p->req.tp_dp_shard ? p->req.tp_dp_shard : 1); }
+/* The processes: T, T x S under TP x FSDP, T x R under TP x DDP. */
+static uint32_t tp_world(const gckpt_plan *p)
+{
+    return p->req.tp * (p->req.tp_dp_shard ? p->req.tp_dp_shard : 1) * (p->req.tp_dp_replicate ? p->req.tp_dp_replicate : 1);
+}
 
 void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
 {
     if (!p->req.tp) return;
+    if (p->req.tp_dp_replicate && p->req.tp_dp_shard) {
+        fprintf(f, "tensor parallelism %u x HSDP %u x %u over %u GPUs (transformers: from_pretrained(distributed_config="
+                   "DistributedConfig(tp_size=%u, fsdp_size=%u, dp_replicate_size=%u)) shards by tp_plan, then fully_shard "
+                   "over its (dp_replicate, fsdp) mesh): memory and time are rank 0's, TP rank 0, which computes %llu "
+                   "attention and %llu key/value heads and %llu of the MLP's %llu columns; its TP shards are sharded again "
+                   "over %u ranks, gathered and reduce-scattered in fp32 (no MixedPrecisionPolicy), every micro-step "
+                   "reduce-scattering into FSDP2's partial output and the last all-reducing it across the %u replicas; "
+                   "every rank of a TP group sees the same batch (tok/s is per GPU: a TP group's over %u); the step time "
+                   "is that local model's FSDP2 step plus the TP all-reduces' and all-gathers' bus time, none hidden "
+                   "(unverified)\n",
+                p->req.tp, p->req.tp_dp_replicate, p->req.tp_dp_shard, tp_world(p), p->req.tp, p->req.tp_dp_shard,
+                p->req.tp_dp_replicate, (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
+                (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate,
+                p->req.tp_dp_shard, p->req.tp_dp_replicate, p->req.tp);
+        return;
+    }
+    if (p->req.tp_dp_replicate) {
+        fprintf(f, "tensor parallelism %u x DDP %u over %u GPUs (transformers: from_pretrained(distributed_config="
+                   "DistributedConfig(tp_size=%u, dp_replicate_size=%u)) shards by tp_plan, then fully_shard over its "
+                   "(dp_replicate, fsdp) mesh of one shard rank: each replica keeps its TP shard whole): memory and time "
+                   "are rank 0's, TP rank 0, which computes %llu attention and %llu key/value heads and %llu of the MLP's "
+                   "%llu columns; every micro-step reduces its gradients into FSDP2's partial output (fp32), the last "
+                   "all-reduces it across the %u replicas; every rank of a TP group sees the same batch (tok/s is per "
+                   "GPU: a TP group's over %u); the step time is that local model's FSDP2 step plus the TP all-reduces' "
+                   "and all-gathers' bus time, none hidden (unverified)\n",
+                p->req.tp, p->req.tp_dp_replicate, tp_world(p), p->req.tp, p->req.tp_dp_replicate,
+                (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
+                (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate,
+                p->req.tp_dp_replicate, p->req.tp);
+        return;
+    }
     if (p->req.tp_dp_shard) {
         fprintf(f, "tensor parallelism %u x FSDP %u over %u GPUs (transformers: from_pretrained(distributed_config="
                    "DistributedConfig(tp_size=%u, fsdp_size=%u)) shards by tp_plan, then fully_shard over the fsdp "
@@ -40,6 +74,18 @@ void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
 
 void gckpt_plan_tp_model_line(const gckpt_plan *p, const char *model_arg, const char *attn, FILE *f)
 {
+    if (p->req.tp_dp_replicate) { /* not ParallelismConfig(dp_replicate_size=R): the Trainer overwrites its dp_shard */
+        char fs[32] = "";
+        if (p->req.tp_dp_shard) snprintf(fs, sizeof fs, "fsdp_size=%u, ", p->req.tp_dp_shard);
+        fprintf(f, "# TP x %s: every process (torchrun) loads its shard; transformers applies FSDP2 itself over its\n"
+                   "# (dp_replicate, fsdp) mesh%s (FINDINGS R-TP-11)\n"
+                   "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.float32,\n"
+                   "                                             distributed_config=DistributedConfig(tp_size=%u, "
+                   "%sdp_replicate_size=%u))\n",
+                p->req.tp_dp_shard ? "HSDP" : "DDP", p->req.tp_dp_shard ? "" : " of one shard rank", model_arg, attn,
+                p->req.tp, fs, p->req.tp_dp_replicate);
+        return;
+    }
     if (p->req.tp_dp_shard) { /* the deprecated tp_plan / tp_size spelling has no fsdp_size */
         fprintf(f, "# TP x FSDP: every process (torchrun) loads its shard; transformers applies FSDP2 itself\n"
                    "# (fsdp_mixed_precision=False, the default: fp32 all-gathers, the Trainer's bf16 is autocast)\n"
@@ -61,7 +107,10 @@ void gckpt_plan_tp_args(const gckpt_plan *p, cJSON *args)
     if (!p->req.tp) return;
     /* the Trainer builds the same from the model when it is not given (FINDINGS R-TP-1) */
     cJSON *pc = cJSON_AddObjectToObject(args, "parallelism_config");
-    if (p->req.tp_dp_shard) cJSON_AddNumberToObject(pc, "dp_shard_size", p->req.tp_dp_shard);
+    /* what the Trainer builds: dp_shard_size = DistributedConfig.dp_size, the replicas included */
+    if (p->req.tp_dp_shard || p->req.tp_dp_replicate)
+        cJSON_AddNumberToObject(pc, "dp_shard_size", (p->req.tp_dp_shard ? p->req.tp_dp_shard : 1) *
+                                                         (p->req.tp_dp_replicate ? p->req.tp_dp_replicate : 1));
     cJSON_AddNumberToObject(pc, "tp_size", p->req.tp);
 }
 
@@ -76,7 +125,13 @@ void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs)
     cJSON *o = cJSON_AddObjectToObject(inputs, "tensor_parallel");
     cJSON_AddNumberToObject(o, "tp_size", p->req.tp);
     cJSON_AddNumberToObject(o, "world_size", tp_world(p));
-    if (p->req.tp_dp_shard) {
+    if (p->req.tp_dp_replicate) {
+        cJSON_AddNumberToObject(o, "dp_replicate_size", p->req.tp_dp_replicate);
+        cJSON_AddNumberToObject(o, "fsdp_size", p->req.tp_dp_shard ? p->req.tp_dp_shard : 1);
+        cJSON_AddStringToObject(o, "planned", "rank 0, TP rank 0 (transformers' tp_plan and fully_shard over its "
+                                              "(dp_replicate, fsdp) mesh, FINDINGS R-TP-11): its local model's FSDP2 "
+                                              "step");
+    } else if (p->req.tp_dp_shard) {
         cJSON_AddNumberToObject(o, "fsdp_size", p->req.tp_dp_shard);
         cJSON_AddStringToObject(o, "planned", "rank 0, TP rank 0 (transformers' tp_plan and fully_shard over fsdp, "
                                               "FINDINGS R-TP-8): its local model's FSDP2 step over the fsdp group");
@@ -86,7 +141,7 @@ void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(lm, "num_attention_heads", (double)p->model.heads);
     cJSON_AddNumberToObject(lm, "num_key_value_heads", (double)p->model.kv_heads);
     cJSON_AddNumberToObject(lm, "intermediate_size", (double)p->model.intermediate);
-    cJSON_AddStringToObject(o, "time", p->req.tp_dp_shard
+    cJSON_AddStringToObject(o, "time", p->req.tp_dp_shard || p->req.tp_dp_replicate
                                            ? "the rank's local model's FSDP2 step (its lm_head over the whole "
                                              "vocabulary) plus the TP collectives at intra_node_bus_bytes_per_s, none "
                                              "hidden (time.collective_exposed_s: both; unverified)"

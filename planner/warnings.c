@@ -172,10 +172,11 @@ static const struct {
      "kernels stood in for (tests/data/fused-loss); its Triton kernels and its torch.compile'd vocabulary sort "
      "are unverified; its valid rows b x (s - 1) are planned as b x s.", true},
     {"tp_fsdp_unverified", tp_fsdp_applies,
-     "TP x FSDP is planned as the TP rank's local model under FSDP2 over its fsdp group, within "
-     GCKPT_TP_FSDP_PEAK_BOUND_PCT " % of every measured rank of CPU fixtures of a tiny llama at tp 2 x dp_shard 2 "
-     "(fp32 and amp-bf16, every_n off and 1, grad-accum 2); other sizes, activation offload, the embedding "
-     "gradient's copy at its reduce-scatter, the overlap of the TP and FSDP collectives and CUDA are unverified."},
+     "TP x FSDP is planned as the TP rank's local model under FSDP2 over its fsdp group (TP x DDP: over one "
+     "shard rank, replicated), within " GCKPT_TP_FSDP_PEAK_BOUND_PCT " % of every measured rank of CPU fixtures of a "
+     "tiny llama at tp 2 x dp_shard 2, tp 2 x dp_replicate 2 and tp 2 x dp_replicate 2 x dp_shard 2 (fp32 and "
+     "amp-bf16, every_n off and 1, grad-accum 2; TP x DDP also grad-accum 1); other sizes, activation offload, the embedding gradient's copy at its "
+     "reduce-scatter, the overlap of the TP and FSDP collectives and CUDA are unverified."},
     {"collective_time_unverified", collectives_applies,
      "collective times use the GPU profile's vendor link bandwidths and each library's overlap as read in its "
      "source, unverified; NCCL's own buffers are not in the device peak."},

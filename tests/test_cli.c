@@ -62,6 +62,7 @@ static void bad_inputs(void **state)
     /* accelerate's ParallelismConfig as a file (--parallelism-config) */
     cli_write("pc-tp.json", "{\"dp_shard_size\": 2, \"tp_size\": 2}");
     cli_write("pc-hsdp-tp.json", "{\"dp_replicate_size\": 2, \"dp_shard_size\": 2, \"tp_size\": 2}");
+    cli_write("pc-ddp-tp.json", "{\"dp_replicate_size\": 2, \"tp_size\": 2}");
     cli_write("pc-odd.json", "{\"dp_replicate_size\": 3, \"dp_shard_size\": 2}");
     cli_write("pc-key.json", "{\"dp_replicate_size\": 2, \"dp_shard\": 2}");
     cli_write("pc-zero.json", "{\"dp_replicate_size\": 0, \"dp_shard_size\": 4}");
@@ -276,16 +277,22 @@ static void bad_inputs(void **state)
         {"mesh not the world", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "4", "-o", "out.json"), "not the 4 processes"},
         {"mesh replicate alone", A("--gpus", "4", "--dp-replicate", "2", "-o", "out.json"), "dp_shard_size 1 = 2"},
         {"mesh no shard", A("--gpus", "4", "--dp-replicate", "4", "--dp-shard", "1", "-o", "out.json"), "no dimension to shard"},
-        {"mesh tp x hsdp", A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "TP with dp_replicate_size > 1"},
         /* TP x FSDP (FINDINGS R-TP-8): accelerate's world check, transformers' own FSDP2, what is not measured */
         {"tp x fsdp not the world", A("--gpus", "8", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "tp_size 2 x cp_size 1 x sp_size 1 = 4, not the 8 processes"},
         {"tp x fsdp under fsdp", A("--gpus", "4", "--dp-shard", "2", "--tp", "2", "--parallel", "fsdp", "-o", "out.json"), "no --parallel"},
         {"tp x fsdp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "over several nodes"},
+        {"tp nodes", A("--gpus", "2", "--nodes", "2", "--tp", "4", "-o", "out.json"), "tensor parallelism (--tp) over several nodes"},
         {"tp x fsdp q/k norms", A("--model", "qwen3-8b", "--gpus", "4", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "without q / k norms"},
         {"mesh cp", A("--gpus", "4", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "context (cp_size) parallelism of 2 is not yet planned"},
         /* with tp or cp: accelerate's own checks before the refusal (FINDINGS R-TP-1) */
         {"mesh tp not the world", A("--gpus", "4", "--tp", "2", "-o", "out.json"), "tp_size 2 x cp_size 1 x sp_size 1 = 2, not the 4 processes"},
-        {"mesh tp pure dp", A("--gpus", "4", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "cannot be used with pure data parallelism"},
+        /* accelerate's own ParallelismConfig refuses TP with pure data parallelism; --tp with --dp-replicate is
+         * transformers' DistributedConfig(dp_replicate_size), planned (R-TP-11) */
+        {"mesh file tp pure dp", A("--gpus", "4", "--parallelism-config", "./pc-ddp-tp.json", "-o", "out.json"), "cannot be used with pure data parallelism"},
+        {"tp x ddp not the world", A("--gpus", "8", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "--tp 2 --dp-replicate 2 (x --dp-shard): their product is not the processes"},
+        {"tp x ddp under fsdp", A("--gpus", "4", "--dp-replicate", "2", "--tp", "2", "--parallel", "fsdp", "-o", "out.json"), "no --parallel"},
+        {"tp x ddp nodes", A("--gpus", "2", "--nodes", "2", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "TP x DDP (--tp with --dp-replicate) over several nodes"},
+        {"tp x ddp q/k norms", A("--model", "qwen3-8b", "--gpus", "4", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "--tp 2 --dp-replicate 2: TP x FSDP / DDP is measured on llama-like models without q / k norms"},
         {"mesh tp under ddp", A("--gpus", "2", "--tp", "2", "--parallel", "ddp", "-o", "out.json"), "no --parallel"},
         {"tp kv heads", A("--gpus", "16", "--tp", "16", "-o", "out.json"), "num_key_value_heads 8"},
         {"tp tied head", A("--model", "llama-3.2-1b", "--gpus", "2", "--tp", "2", "-o", "out.json"), "tied lm_head"},
@@ -427,6 +434,26 @@ static void good_runs(void **state)
                            "./pc-tp.json", "--every-n", "1", "--offload", "off", "-o", "tpf2.json"), err, sizeof err), 0);
     char *tf2 = cli_slurp("tpf2.json");
     assert_non_null(tf2);
+    /* TP x DDP: DistributedConfig(tp_size, dp_replicate_size); the Trainer gives accelerate ParallelismConfig(tp_size,
+     * dp_shard_size = the replicas) (FINDINGS R-TP-11) */
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--seq", "128", "--gpus", "4", "--tp", "2", "--dp-replicate", "2",
+                           "--every-n", "1", "--offload", "off", "-o", "tpd.json"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "distributed_config=DistributedConfig(tp_size=2, dp_replicate_size=2))"));
+    assert_non_null(strstr(cli_out, "parallelism_config=ParallelismConfig(dp_shard_size=2, tp_size=2),"));
+    assert_non_null(strstr(cli_out, "torchrun --nproc_per_node 4"));
+    assert_non_null(strstr(cli_out, "tensor parallelism 2 x DDP 2 over 4 GPUs"));
+    assert_non_null(strstr(cli_out, "[tp_fsdp_unverified]"));
+    char *td = cli_slurp("tpd.json");
+    assert_non_null(td);
+    assert_non_null(strstr(td, "\"dp_replicate_size\":\t2"));
+    assert_non_null(strstr(td, "\"world_size\":\t4"));
+    free(td);
+    /* HSDP x TP: DistributedConfig(tp_size, fsdp_size, dp_replicate_size); accelerate gets dp_shard_size = R x S */
+    assert_int_equal(run(A("--model", "llama-3.1-8b", "--seq", "128", "--gpus", "8", "--tp", "2", "--dp-replicate", "2",
+                           "--dp-shard", "2", "--every-n", "1", "--offload", "off"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "distributed_config=DistributedConfig(tp_size=2, fsdp_size=2, dp_replicate_size=2))"));
+    assert_non_null(strstr(cli_out, "parallelism_config=ParallelismConfig(dp_shard_size=4, tp_size=2),"));
+    assert_non_null(strstr(cli_out, "tensor parallelism 2 x HSDP 2 x 2 over 8 GPUs"));
     const char *p1 = strstr(tf, "\"peak_bytes\""), *p2 = strstr(tf2, "\"peak_bytes\"");
     assert_non_null(p1);
     assert_non_null(p2);

@@ -19,7 +19,11 @@
  *   - TP x FSDP (R-TP-8, the t2s2 fixtures): every fake-group rank's kept bytes at step 2's start and
  *     at its optimizer step's start exact, its peak within 0.5 %, and every rank's collectives (the
  *     gloo twin's too) per kind, dtype and phase: the rank's local model under FSDP2 over its fsdp
- *     group (gckpt_tp_fsdp_layout). */
+ *     group (gckpt_tp_fsdp_layout).
+ *   - TP x DDP (R-TP-11, the t2r2 fixtures: DistributedConfig(tp_size=2, dp_replicate_size=2)): the same, FSDP2
+ *     over one shard rank replicated twice (gckpt_tp_hsdp_layout), every micro-step's reduce kept as the
+ *     partial output; gckpt_plan_run with --tp --dp-replicate on two of them; HSDP x TP (t2r2s2: R = S = T =
+ *     2, 8 ranks) likewise, its reduce-scatters on every micro-step. */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -53,7 +57,7 @@ typedef struct {
     char name[160];
     gckpt_model m;
     gckpt_setting s;
-    uint32_t tp, fsdp, rank;
+    uint32_t tp, fsdp, rep, rank; /* rep: dp_replicate_size (HSDP x TP, R-TP-11) */
     bool fake;
     uint64_t start, opt_before;
     double peak;
@@ -76,10 +80,11 @@ static bool read_fixture(const char *dir, const char *file, tp_fixture *f)
     const cJSON *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
     char *cfg = cJSON_PrintUnformatted(item(f->root, "config"));
     char prec[32], pg[16];
-    uint64_t tpn, fs, rank, n, mb, seq, ga;
+    uint64_t tpn, fs, rep, rank, n, mb, seq, ga;
     bool ok = cfg && gckpt_model_parse(path, cfg, &f->m, &err) &&
               gckpt_json_u64(dc, path, "tp_size", 1, 1024, &tpn, &err) &&
               gckpt_json_u64(dc, path, "fsdp_size", 1, 1024, &fs, &err) &&
+              gckpt_json_u64(dc, path, "dp_replicate_size", 1, 1024, &rep, &err) &&
               gckpt_json_u64(par, path, "rank", 0, 1023, &rank, &err) &&
               gckpt_json_str(par, path, "process_group", pg, sizeof pg, &err) &&
               gckpt_json_str(set, path, "precision", prec, sizeof prec, &err) &&
@@ -104,6 +109,7 @@ static bool read_fixture(const char *dir, const char *file, tp_fixture *f)
     f->s.attention = GCKPT_SDPA;
     f->tp = (uint32_t)tpn;
     f->fsdp = (uint32_t)fs;
+    f->rep = (uint32_t)rep;
     f->rank = (uint32_t)(rank % tpn); /* the rank's index in its TP group (tp innermost, R-TP-1) */
     f->fake = !strcmp(pg, "fake");
     f->coll = item(item(item(f->root, "collectives"), "per_step"), "2");
@@ -131,7 +137,7 @@ static int each_fixture(void (*fn)(const tp_fixture *, int *), int *count)
 
 static void check_bytes(const tp_fixture *f, int *count)
 {
-    if (f->fsdp > 1 || !f->fake) return;
+    if (f->fsdp * f->rep > 1 || !f->fake) return;
     gckpt_tp_bytes b;
     gckpt_tp_rank_bytes(&f->m, f->tp, f->rank, 1, &b);
     if (b.total != f->start) fail_msg("%s: persistent %llu planned, %llu measured", f->name,
@@ -155,7 +161,7 @@ static const char *phase_name(int p) { return p == GCKPT_TP_FWD ? "forward" : "b
 
 static void check_collectives(const tp_fixture *f, int *count)
 {
-    if (f->fsdp > 1) return;
+    if (f->fsdp * f->rep > 1) return;
     gckpt_tp_coll c[GCKPT_TP_MAX_COLL];
     size_t n = gckpt_tp_collectives(&f->m, &f->s, f->tp, c);
     if ((size_t)cJSON_GetArraySize(f->coll) != n)
@@ -240,7 +246,7 @@ static double planned_peak(const tp_fixture *f)
 
 static void check_peak(const tp_fixture *f, int *count)
 {
-    if (f->fsdp > 1 || !f->fake) return;
+    if (f->fsdp * f->rep > 1 || !f->fake) return;
     double p = planned_peak(f), e = (p - f->peak) / f->peak;
     print_message("%-48.48s %10.0f %10.0f %+7.3f%%  %s\n", f->name, f->peak, p, 100 * e, f->where);
     if (fabs(e) > 0.005) fail_msg("%s: planned peak %.0f, measured %.0f (%+.3f %%)", f->name, p, f->peak, 100 * e);
@@ -261,7 +267,7 @@ static void test_peaks(void **state)
  * head less autocast's cast of the lm_head rows the rank does not hold (bf16: 2 x (V - chunk(V)) x h). */
 static void check_saved(const tp_fixture *t, int *count)
 {
-    if (t->fsdp > 1 || !t->fake) return;
+    if (t->fsdp * t->rep > 1 || !t->fake) return;
     static hf_fixture f;
     static hf_cmp c;
     gckpt_err err;
@@ -327,7 +333,7 @@ static void plan_fixture(const char *file)
                             .attention = GCKPT_SDPA, .every_n = &every, .n_every = 1,
                             .offload = f.s.offload ? GCKPT_OFFLOAD_ON : GCKPT_OFFLOAD_OFF, .margin = 0.05,
                             .target_given = true, .target = GCKPT_TARGET_CPU, .tp = f.tp,
-                            .tp_dp_shard = f.fsdp > 1 ? f.fsdp : 0};
+                            .tp_dp_shard = f.fsdp > 1 ? f.fsdp : 0, .tp_dp_replicate = f.rep > 1 ? f.rep : 0};
     snprintf(q.model_ref, sizeof q.model_ref, "%s", cfg);
     snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", dev);
     static gckpt_plan p;
@@ -353,6 +359,9 @@ static void plan_fixture(const char *file)
     if (fabs(r->tokens_per_s * r->step_s * f.tp - tokens) > 1e-9 * tokens)
         fail_msg("%s: %.6g tok/s per GPU x %.6g s x %u GPUs is not the step's %.0f tokens", file, r->tokens_per_s,
                  r->step_s, f.tp, tokens);
+    /* TP x DDP (R-TP-11): the replicas' fp32 all-reduces share their measured key with TP's fp32 backward
+     * ones (test_fsdp_collectives holds both, per rank); the TP JSON and the reader's refusal below */
+    if (f.rep > 1) goto json;
     /* the exposed collective time: the measured step-2 collectives' ring bus bytes at the bandwidth (TP x
      * FSDP: the TP ones, every key but FSDP2's fp32 all-gathers and reduce-scatters, on top of the walk's) */
     double want = 0, fsdp_max = 0;
@@ -374,12 +383,16 @@ static void plan_fixture(const char *file)
         fail_msg("%s: comm %.9g s planned, %.9g s from the measured bytes", file, r->comm_s, want);
     /* the plan JSON: the entry's TP collectives are the fixture's step-2 collectives (R-TP-6); gckpt-run's
      * reader reads TP alone back (a consistent plan: the breakdown sums to the peak, the device peak is
-     * the peak's segments plus the context) and refuses TP x FSDP (planned, not executed) */
+     * the peak's segments plus the context) and refuses TP x FSDP and TP x DDP (planned, not executed) */
+json:;
     cJSON *j = gckpt_plan_to_json(&p, false);
     const cJSON *coll = item(cJSON_GetArrayItem(item(j, "entries"), 0), "tensor_parallel_collectives"), *k;
+    if (f.rep > 1) assert_int_equal(cJSON_GetNumberValue(item(item(item(j, "inputs"), "tensor_parallel"),
+                                                                "dp_replicate_size")), f.rep);
     /* TP x FSDP: the measured keys also hold FSDP2's (the fixtures' bf16 runs keep them apart) */
     if (f.fsdp < 2) assert_int_equal(cJSON_GetArraySize(coll), cJSON_GetArraySize(f.coll));
     cJSON_ArrayForEach(k, coll) {
+        if (f.rep > 1) break;
         char key[112];
         snprintf(key, sizeof key, "%s/%s/%s%s", cJSON_GetStringValue(item(k, "kind")),
                  strcmp(cJSON_GetStringValue(item(k, "dtype")), "fp32") ? "bfloat16" : "float32",
@@ -395,6 +408,9 @@ static void plan_fixture(const char *file)
     if (f.fsdp > 1) {
         assert_false(gckpt_plan_parse("tp.json", plan_text, &pf, &err));
         if (!strstr(err.msg, "TP x FSDP is planned, not executed")) fail_msg("%s: %s", file, err.msg);
+    } else if (f.rep > 1) {
+        assert_false(gckpt_plan_parse("tp.json", plan_text, &pf, &err));
+        if (!strstr(err.msg, "TP with replicas is planned, not executed")) fail_msg("%s: %s", file, err.msg);
     } else {
         if (!gckpt_plan_parse("tp.json", plan_text, &pf, &err)) fail_msg("%s: %s", file, err.msg);
         assert_int_equal(pf.layout.tp, f.tp);
@@ -416,6 +432,11 @@ static void test_plan_run(void **state)
     /* TP x FSDP (gckpt_tp_fsdp_layout through the request's tp_dp_shard) */
     plan_fixture("tp-llama-amp-bf16-n1-plain-w4-t2s2-r0.json");
     plan_fixture("tp-llama-amp-bf16-noff-plain-w4-t2s2-r0.json");
+    /* TP x DDP (R-TP-11): --tp 2 --dp-replicate 2 */
+    plan_fixture("tp-llama-amp-bf16-n1-plain-w4-t2r2-r0.json");
+    plan_fixture("tp-llama-fp32-noff-plain-w4-t2r2-r0.json");
+    /* HSDP x TP: --tp 2 --dp-replicate 2 --dp-shard 2 */
+    plan_fixture("tp-llama-amp-bf16-n1-plain-w8-t2r2s2-r0.json");
 }
 
 
@@ -436,7 +457,7 @@ static void tp_fsdp_walk(const tp_fixture *f, gckpt_setting *s, gckpt_result *re
     gckpt_err err;
     gckpt_tp_local_model(&f->m, f->tp, f->rank, &g_lm);
     *s = f->s;
-    gckpt_tp_fsdp_layout(f->tp, f->fsdp, world_rank(f), &s->layout);
+    gckpt_tp_hsdp_layout(f->tp, f->rep, f->fsdp, world_rank(f), &s->layout);
     if (!gckpt_layout_check(s, &err)) fail_msg("%s: %s", f->name, err.msg);
     gckpt_setting_recipe(&g_lm, s, GCKPT_TARGET_CPU, &g_r);
     if (!gckpt_ctx_init(&g_fc, &g_lm, &g_dev, &g_r, s, &err)) fail_msg("%s: %s", f->name, err.msg);
@@ -450,7 +471,7 @@ static void tp_fsdp_walk(const tp_fixture *f, gckpt_setting *s, gckpt_result *re
  * gradient) exact; the live peak within 0.5 %. */
 static void check_fsdp_rank(const tp_fixture *f, int *count)
 {
-    if (f->fsdp < 2 || !f->fake) return;
+    if (f->fsdp * f->rep < 2 || !f->fake) return;
     gckpt_setting s;
     gckpt_result res;
     tp_fsdp_walk(f, &s, &res);
@@ -480,7 +501,7 @@ static void test_fsdp_ranks(void **state)
     (void)state;
     int n = 0;
     each_fixture(check_fsdp_rank, &n);
-    assert_int_equal(n, 8); /* fp32 / amp-bf16 x every_n off / 1, ranks 0 and 3 */
+    assert_int_equal(n, 22); /* t2s2 and t2r2: fp32 / amp-bf16 x every_n off / 1, ranks 0 and 3; t2r2 ga1; t2r2s2 x 2 */
 }
 
 /* Adds bytes (and calls, when known) to the measured-key total of kind / dtype / phase. */
@@ -511,7 +532,7 @@ static void coll_add(coll_sum *o, int *n, const char *kind, const char *dt, cons
  * all-gathers (forward, backward) and reduce-scatters from the schedule, bytes; the gloo twins too. */
 static void check_fsdp_collectives(const tp_fixture *f, int *count)
 {
-    if (f->fsdp < 2) return;
+    if (f->fsdp * f->rep < 2) return;
     gckpt_setting s;
     gckpt_result res;
     tp_fsdp_walk(f, &s, &res);
@@ -522,9 +543,13 @@ static void check_fsdp_collectives(const tp_fixture *f, int *count)
     for (size_t j = 0; j < m; j++)
         coll_add(sum, &n, gckpt_coll_names[c[j].kind], c[j].dtype == GCKPT_DT_F32 ? "float32" : "bfloat16",
                  phase_name(c[j].phase), (double)c[j].calls, c[j].bytes, true);
-    coll_add(sum, &n, "all_gather", "float32", "forward", 0, res.coll_gather_fwd, false);
-    coll_add(sum, &n, "all_gather", "float32", "backward", 0, res.coll_gather_bwd, false);
-    coll_add(sum, &n, "reduce_scatter", "float32", "backward", 0, res.coll_reduce, false);
+    /* (HSDP x TP at dp_shard 1: no all-gather nor reduce-scatter, R-TP-11; the replicas' fp32 all-reduce
+     * of every unit's gradient on the synchronising micro-step joins TP's fp32 backward all-reduces) */
+    if (res.coll_gather_fwd > 0) coll_add(sum, &n, "all_gather", "float32", "forward", 0, res.coll_gather_fwd, false);
+    if (res.coll_gather_bwd > 0) coll_add(sum, &n, "all_gather", "float32", "backward", 0, res.coll_gather_bwd, false);
+    double rs = res.coll_reduce - res.coll_all_reduce; /* coll_reduce: every gradient reduction */
+    if (rs > 0) coll_add(sum, &n, "reduce_scatter", "float32", "backward", 0, rs, false);
+    if (res.coll_all_reduce > 0) coll_add(sum, &n, "all_reduce", "float32", "backward", 0, res.coll_all_reduce, false);
     if (cJSON_GetArraySize(f->coll) != n) fail_msg("%s: %d kinds measured, %d planned", f->name, cJSON_GetArraySize(f->coll), n);
     for (int j = 0; j < n; j++) {
         char key[128];
@@ -544,7 +569,7 @@ static void test_fsdp_collectives(void **state)
     (void)state;
     int n = 0;
     each_fixture(check_fsdp_collectives, &n);
-    assert_int_equal(n, 12); /* the 8 fake-group ranks and the gloo twin's 4 */
+    assert_int_equal(n, 30); /* the 22 fake-group ranks and the gloo twins' 4 + 4 */
 }
 
 static int setup(void **state)

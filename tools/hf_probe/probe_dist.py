@@ -160,19 +160,22 @@ def hsdp_cases():
     return out
 
 
-def tp_spec(family, every_n, offload, tp, shard=1, bf16=True, gloo=False, grad_accum=GRAD_ACCUM):
+def tp_spec(family, every_n, offload, tp, shard=1, bf16=True, gloo=False, grad_accum=GRAD_ACCUM, replicate=1):
     """Tensor parallelism as transformers sets it up (FINDINGS R-TP-1): every rank loads the model with
     `from_pretrained(dir, distributed_config=DistributedConfig(tp_size=T, fsdp_size=S))` (tp_plan "auto": the
     model's base_model_tp_plan), the Trainer builds accelerate's ParallelismConfig(tp_size=T, dp_shard_size=S)
-    from the model. `tp-<family>-<precision>-n<k>-<offload>-w<world>-t<T>[s<S>]`; bf16=True is the Trainer's
-    autocast over fp32 weights (no wrapper casts them)."""
-    world = tp * shard
+    from the model. `tp-<family>-<precision>-n<k>-<offload>-w<world>-t<T>[r<R>][s<S>]`; bf16=True is the Trainer's
+    autocast over fp32 weights (no wrapper casts them). replicate R > 1: DistributedConfig(dp_replicate_size=R) too,
+    transformers' HSDP mesh (pp, dp_replicate, fsdp, tp) with FSDP2 over (dp_replicate, fsdp) (FINDINGS R-TP-11);
+    the Trainer then gives accelerate ParallelismConfig(tp_size=T, dp_shard_size=R x S)."""
+    world = tp * shard * replicate
     ga = f"-ga{grad_accum}" if grad_accum != GRAD_ACCUM else ""
     kv4 = family == "llama" and tp == 4
     sp = make_spec("tp", family, every_n, offload, world, bf16=bf16,
-                   variant=f"t{tp}" + (f"s{shard}" if shard > 1 else "") + ("-kv4" if kv4 else "") + ga, gloo=gloo,
+                   variant=f"t{tp}" + (f"r{replicate}" if replicate > 1 else "") + (f"s{shard}" if shard > 1 else "")
+                   + ("-kv4" if kv4 else "") + ga, gloo=gloo,
                    grad_accum=grad_accum, config=dict(KV4) if kv4 else None)
-    sp.update(tp=tp, dp_shard=shard)
+    sp.update(tp=tp, dp_shard=shard, tp_replicate=replicate)
     return sp
 
 
@@ -199,6 +202,15 @@ def tp_cases():
     out.append(tp_spec("llama", 1, False, 2, gloo=True))
     out.append(tp_spec("llama", 1, False, 4, gloo=True))
     out.append(tp_spec("llama", 1, False, 2, shard=2, gloo=True))
+    # DDP x TP through transformers (DistributedConfig(tp_size=2, dp_replicate_size=2): FSDP2 over a (2, 1) mesh)
+    for n, off in ((0, False), (1, False)):
+        out.append(tp_spec("llama", n, off, 2, replicate=2))
+        out.append(tp_spec("llama", n, off, 2, replicate=2, bf16=False))
+    out.append(tp_spec("llama", 1, False, 2, replicate=2, grad_accum=1))
+    out.append(tp_spec("llama", 1, False, 2, replicate=2, gloo=True))
+    # HSDP x TP (DistributedConfig(tp_size=2, fsdp_size=2, dp_replicate_size=2): 8 ranks)
+    out.append(tp_spec("llama", 1, False, 2, shard=2, replicate=2))
+    out.append(tp_spec("llama", 0, False, 2, shard=2, replicate=2, bf16=False))
     return out
 
 
@@ -397,7 +409,7 @@ def build_model(spec):
         del m
         TP_DIRS[key] = d
         gc.collect()
-    cfg = DistributedConfig(tp_size=spec["tp"], fsdp_size=spec["dp_shard"])
+    cfg = DistributedConfig(tp_size=spec["tp"], fsdp_size=spec["dp_shard"], dp_replicate_size=spec.get("tp_replicate", 1))
     model = transformers.AutoModelForCausalLM.from_pretrained(TP_DIRS[key], distributed_config=cfg,
                                                               attn_implementation=spec["attention"])
     model.config.use_cache = False  # as probe.make_model (the Trainer's use_cache False)
@@ -499,7 +511,7 @@ def setup_dist(spec):
             acc.state.distributed_type = DistributedType.FSDP
         if ds or last:
             return contextlib.nullcontext()
-        if spec["mode"] == "tp" and spec["dp_shard"] > 1:  # Trainer._run_epoch: transformers' own FSDP2 wrap
+        if spec["mode"] == "tp" and spec["dp_shard"] * spec.get("tp_replicate", 1) > 1:  # transformers' own FSDP2
             return tr._defer_fsdp_gradient_reduction()
         return acc.no_sync(model=wrapped)
 
@@ -862,7 +874,8 @@ def tp_info(spec, c, tr):
     dcfg = hf.config.distributed_config
     return {
         "loaded_with": f"from_pretrained(dir, distributed_config=DistributedConfig(tp_size={spec['tp']}, "
-                       f"fsdp_size={spec['dp_shard']}))",
+                       f"fsdp_size={spec['dp_shard']}" + (f", dp_replicate_size={spec['tp_replicate']}"
+                                                           if spec.get("tp_replicate", 1) > 1 else "") + "))",
         "distributed_config": {k: getattr(dcfg, k) for k in ("tp_size", "fsdp_size", "dp_replicate_size", "pp_size",
                                                               "ep_size", "fsdp_mixed_precision", "fsdp_cpu_offload",
                                                               "enable_sequence_parallel")},

@@ -12,7 +12,7 @@ allocator misses frees made on gloo's threads, FINDINGS R-PROBE-5):
   * the bytes at the optimizer step's start: + every local gradient, the embedding's whole [V, h] (Replicate);
   * collectives: calls and bytes of every kind x dtype x phase.
 
-  python3 tp_rules.py [FIXTURE.json ...]   (default: every tp-* fixture in tests/data/hf-tp without a fsdp dim)
+  python3 tp_rules.py [FIXTURE.json ...]   (default: every tp-* fixture in tests/data/hf-tp without a fsdp or dp_replicate dim)
 
 Plain Python 3, no torch: the rules must not depend on running the libraries.
 """
@@ -176,7 +176,8 @@ def main(argv):
     n = fails = 0
     for f in files:
         fx = json.load(open(f))
-        if fx["parallel"]["tp"]["distributed_config"]["fsdp_size"] > 1:
+        dc = fx["parallel"]["tp"]["distributed_config"]
+        if dc["fsdp_size"] * dc.get("dp_replicate_size", 1) > 1:  # FSDP2 over a data-parallel dim (R-TP-8, R-TP-11)
             continue
         n += 1
         bad = check(fx, os.path.basename(f))

@@ -98,6 +98,11 @@ void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_
  * reduce-scatters on the synchronising micro-step only (the Trainer's
  * _defer_fsdp_gradient_reduction). */
 void gckpt_tp_fsdp_layout(uint32_t tp, uint32_t dp_shard, uint32_t rank, gckpt_layout *out);
+/* HSDP x TP (DistributedConfig(tp_size=T, fsdp_size=S, dp_replicate_size=R), FINDINGS R-TP-11): the same
+ * with FSDP2 over transformers' 2-D (dp_replicate, fsdp) mesh, rank = r / tp = replicate x S + shard;
+ * S may be 1 (DDP x TP: FSDP2 replicates, transformers tells accelerate dp_shard_size = R x S). R 1 is
+ * gckpt_tp_fsdp_layout. */
+void gckpt_tp_hsdp_layout(uint32_t tp, uint32_t dp_replicate, uint32_t dp_shard, uint32_t rank, gckpt_layout *out);
 
 #ifdef __cplusplus
 }

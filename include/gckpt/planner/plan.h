@@ -54,6 +54,10 @@ typedef struct {
      * TP rank 0 of fsdp rank 0 is planned: its local model under FSDP2 over S ranks
      * (gckpt_tp_fsdp_layout, the runs' setting; layout stays one GPU). 0: none. */
     uint32_t tp_dp_shard;
+    /* --tp T --dp-replicate R (no --dp-shard): TP x DDP, transformers' DistributedConfig(tp_size=T,
+     * dp_replicate_size=R), T x R = the GPUs: FSDP2 over its (dp_replicate, fsdp) mesh of one shard rank
+     * (gckpt_tp_hsdp_layout, FINDINGS R-TP-11). 0: none. */
+    uint32_t tp_dp_replicate;
     char deepspeed[512];   /* --deepspeed FILE as given ("": none; the snippet prints the Trainer's "auto" config) */
     bool target_given;     /* --target given: plan `target`, else the device profile's kind */
     gckpt_target target;
@@ -172,6 +176,10 @@ void gckpt_plan_tp_launch(const gckpt_plan *p, FILE *f);
 void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs);
 void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry);
 void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);
+/* "What would fit instead" (alternatives.c), when the plan of req fits nowhere: the request
+ * re-planned with other choices (one GPU: the loss, precision, optimizer, LoRA / QLoRA; several:
+ * the other modes and the TP layouts), one line each that the planner accepts. */
+void gckpt_plan_print_alternatives(const gckpt_plan_request *req, const gckpt_plan *plan, FILE *f);
 /* The TrainingArguments keyword arguments of an entry, in the snippet's order: the
  * entry's batch and accumulation (part 1), the plan's precision, optimizer and parallel
  * mode (common), the entry's checkpointing (part 2; part 0: both parts of the entry).

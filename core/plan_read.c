@@ -372,12 +372,12 @@ static bool read_tp(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     if (!t || !u64(r, t, "inputs.tensor_parallel.tp_size", 2, GCKPT_MAX_RANKS, &tp) ||
         !u64(r, t, "inputs.tensor_parallel.world_size", 2, GCKPT_MAX_RANKS, &world))
         return false;
-    if (child(t, "inputs.tensor_parallel.fsdp_size"))
-        return fail(r, "field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by gckpt-run "
-                       "(it runs TP alone)");
     if (child(t, "inputs.tensor_parallel.dp_replicate_size"))
         return fail(r, "field 'inputs.tensor_parallel.dp_replicate_size': TP with replicas is planned, not executed "
                        "by gckpt-run (it runs TP alone)");
+    if (child(t, "inputs.tensor_parallel.fsdp_size"))
+        return fail(r, "field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by gckpt-run "
+                       "(it runs TP alone)");
     if (world != tp)
         return fail(r, "field 'inputs.tensor_parallel.world_size': %llu is not tp_size %llu", (unsigned long long)world,
                     (unsigned long long)tp);

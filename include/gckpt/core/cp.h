@@ -4,8 +4,8 @@
  * attention exchanges K/V between them (FINDINGS R-CP-1..9). The rules measured in tests/data/hf-cp
  * (tools/hf_probe/cp_ring_rerun.py: torch's own split and ring on gloo, the per-block CUDA SDPA
  * kernel stood in by the CPU flash kernel, R-CP-5): what accelerate, the Trainer and torch refuse,
- * the split, the ring's collectives and what a rank saves beyond one GPU at S / C. What the CUDA
- * kernels decide (their per-block outputs and layout, the ring's transients) is unverified.
+ * the split, the ring's collectives and transients, and what a rank saves beyond one GPU at S / C. What
+ * the CUDA kernels decide (their per-block outputs, scratch and layout) is unverified.
  * gckpt-plan does not plan CP yet. (core: read by the planner) */
 #ifndef GCKPT_CP_H
 #define GCKPT_CP_H
@@ -69,6 +69,18 @@ typedef struct {
 #define GCKPT_CP_MAX_COLL 6
 size_t gckpt_cp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32_t cp, gckpt_cp_comm comm,
                             gckpt_cp_coll out[GCKPT_CP_MAX_COLL]);
+
+/* The most bytes one ring attention call holds above its inputs (forward: q, k, v; backward: the
+ * gradient of out, q, k, v, out, lse), its outputs included, on rank rank of cp (s: the rank's local
+ * setting, s->seq = S / C): torch 2.15's _templated_ring_attention (backward_pass false) or
+ * _templated_ring_attention_backward replayed buffer by buffer (core/cp_ring.c, FINDINGS R-CP-10):
+ * the K/V cat and what the rotater receives (allgather: a C-times buffer; alltoall: one block), each
+ * block's out and lse, the fp32 merge's temporaries and _partial_update's cats; backward: the fp32
+ * accumulators, each block's dq / dk / dv, the fp32 dK/dV cat and what arrives. The per-block kernel
+ * is the CPU flash kernel's outputs (out in the compute dtype, lse fp32); its scratch and the CUDA
+ * kernels' extra outputs are not in it (unverified). */
+uint64_t gckpt_cp_ring_peak(const gckpt_model *m, const gckpt_setting *s, uint32_t cp, uint32_t rank, bool balanced,
+                            gckpt_cp_comm comm, bool backward_pass);
 
 #ifdef __cplusplus
 }

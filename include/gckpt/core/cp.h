@@ -70,6 +70,18 @@ typedef struct {
 size_t gckpt_cp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32_t cp, gckpt_cp_comm comm,
                             gckpt_cp_coll out[GCKPT_CP_MAX_COLL]);
 
+/* What a CP rank of a CP x FSDP2 step holds at its backward peak beyond FSDP2's plan of the same
+ * rank at S / C tokens (FINDINGS R-CP-11; s: the local setting, seq the whole sequence, hidden_size /
+ * compute_size the hidden states' and the attention output's element sizes): the Trainer's CP buffers
+ * (their storages stay whole), the rotary tables per batch row, and on the partial-merge ranks (R-CP-7)
+ * one [B, S / C, H D] copy per plain layer plus the recomputed layer's. Measured at B = 2 with the
+ * peak after the ring's calls (an MLP product of the backward); the ring's own transients
+ * (gckpt_cp_ring_peak) are not at that peak. */
+/* How far gckpt_cp_step_extra's plan may be from the measured peaks (test_parallel_cp_fsdp). */
+#define GCKPT_CP_PEAK_BOUND_PCT "0.5"
+uint64_t gckpt_cp_step_extra(const gckpt_model *m, const gckpt_setting *s, uint64_t seq, uint32_t cp, uint32_t r,
+                             unsigned hidden_size, unsigned compute_size);
+
 /* The most bytes one ring attention call holds above its inputs (forward: q, k, v; backward: the
  * gradient of out, q, k, v, out, lse), its outputs included, on rank rank of cp (s: the rank's local
  * setting, s->seq = S / C): torch 2.15's _templated_ring_attention (backward_pass false) or

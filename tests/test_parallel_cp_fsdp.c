@@ -1,0 +1,144 @@
+/* Context parallelism over FSDP2 per rank (accelerate's ParallelismConfig(dp_shard_size, cp_size) with
+ * the fsdp plugin, FSDP2 over the flattened dp_shard_cp mesh) against tests/data/hf-cp-fsdp
+ * (tools/hf_probe/probe_dist.py's cp-* cases: the Trainer's preparation and CP inputs, accelerate's
+ * context_parallel, torch's ring with the per-block CPU flash kernel, FINDINGS R-CP-11), fake group:
+ *   - the persistent bytes at step 2's start and end: FSDP2's over all C x S ranks, exact;
+ *   - step 2's live peak: FSDP2 over C x S ranks at S / C tokens (the fsdp planning path) plus CP's
+ *     extras (gckpt_cp_step_extra) within GCKPT_CP_PEAK_BOUND_PCT. */
+#include <dirent.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gckpt/core/cp.h"
+#include "gckpt/core/parallel.h"
+#include "gckpt/core/recipe.h"
+#include "dist_fixture.h"
+
+#ifndef GCKPT_TEST_DATA
+#error GCKPT_TEST_DATA must name tests/data
+#endif
+#define DIR_CPF GCKPT_TEST_DATA "/hf-cp-fsdp"
+
+static gckpt_recipe g_r;
+static gckpt_device g_dev;
+
+static int setup(void **state)
+{
+    (void)state;
+    gckpt_err err;
+    if (!gckpt_device_load(GCKPT_TEST_DATA "/devices/cpu-exact.json", &g_dev, &err)) fail_msg("%s", err.msg);
+    return 0;
+}
+
+static void planned_step(const gckpt_model *m, const gckpt_setting *s, gckpt_result *res)
+{
+    static gckpt_ctx c;
+    gckpt_err err;
+    gckpt_setting_recipe(m, s, GCKPT_TARGET_CPU, &g_r);
+    if (!gckpt_ctx_init(&c, m, &g_dev, &g_r, s, &err)) fail_msg("%s", err.msg);
+    gckpt_schedule ev;
+    if (!gckpt_schedule_build(&c, &ev)) fail_msg("out of memory");
+    gckpt_walk(&c, &ev, res);
+    gckpt_schedule_free(&ev);
+}
+
+/* The CP size from the probe's variant ("c<C>" or "c<C>s<S>"). */
+static uint32_t cp_of(const dist_fixture *f)
+{
+    const char *c = strchr(f->variant, 'c');
+    if (!c) fail_msg("variant '%s' names no cp size", f->variant);
+    return (uint32_t)strtoul(c + 1, NULL, 10);
+}
+
+typedef void (*fx_fn)(const char *name, const dist_fixture *f, uint32_t cp);
+
+static int each_fixture(fx_fn fn)
+{
+    DIR *d = opendir(DIR_CPF);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t k = strlen(e->d_name);
+        if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", DIR_CPF, e->d_name);
+        static dist_fixture f;
+        dist_fixture_read(path, &f);
+        if (!f.fake) continue;
+        fn(e->d_name, &f, cp_of(&f));
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static double g_worst;
+
+/* FSDP2 over every rank (dp_shard x cp: accelerate's dp_shard_cp) at S / C tokens, plus
+ * gckpt_cp_step_extra: within GCKPT_CP_PEAK_BOUND_PCT of step 2's measured peak. */
+static void check_peak(const char *name, const dist_fixture *f, uint32_t cp)
+{
+    gckpt_setting s = f->s;
+    const uint64_t seq = s.seq;
+    s.seq = seq / cp;
+    gckpt_result res;
+    planned_step(&f->m, &s, &res);
+    /* FSDP2's MixedPrecisionPolicy under bf16=True: the hidden states and attention in bf16 */
+    const unsigned e = s.precision == GCKPT_FP32 ? 4 : 2;
+    const uint32_t cp_rank = f->rank % cp; /* accelerate's mesh: cp inside dp_shard */
+    const uint64_t x = gckpt_cp_step_extra(&f->m, &s, seq, cp, cp_rank, e, e);
+    const double planned = (double)res.peak_bytes + (double)x, err = (planned - f->peak) / f->peak;
+    print_message("%-42.42s cp rank %u: measured %9.0f, FSDP2 at S/C %9llu + CP %6llu = %9.0f %+7.3f%%  %s\n", name,
+                  cp_rank, f->peak, (unsigned long long)res.peak_bytes, (unsigned long long)x, planned, 100 * err,
+                  f->where);
+    if (fabs(err) > g_worst) g_worst = fabs(err);
+    if (fabs(err) > atof(GCKPT_CP_PEAK_BOUND_PCT) / 100)
+        fail_msg("%s: planned %.0f, measured %.0f (%+.3f %%)", name, planned, f->peak, 100 * err);
+}
+
+static void test_peaks(void **state)
+{
+    (void)state;
+    g_worst = 0;
+    assert_true(each_fixture(check_peak) >= 20);
+    print_message("CP x FSDP2: max |error| %.3f %%\n", 100 * g_worst);
+}
+
+/* Parameters, gradients and AdamW's states at step 2's start and end: FSDP2's over all C x S ranks. */
+static void check_persistent(const char *name, const dist_fixture *f, uint32_t cp)
+{
+    (void)cp;
+    static gckpt_params ps;
+    gckpt_err err;
+    bool overflow = false;
+    gckpt_setting_recipe(&f->m, &f->s, GCKPT_TARGET_CPU, &g_r);
+    if (!gckpt_params_build(&g_r, f->m.layers, f->s.optimizer, 1, &ps, &overflow, &err)) fail_msg("%s", err.msg);
+    gckpt_params_shard(&ps, &f->m, &f->s.layout);
+    gckpt_rank_bytes b;
+    gckpt_rank_persistent(&ps, &f->m, &f->s, f->rank, 1, &b);
+    if (b.total != f->start || b.total != f->end)
+        fail_msg("%s: planned %llu, measured start %llu end %llu", name, (unsigned long long)b.total,
+                 (unsigned long long)f->start, (unsigned long long)f->end);
+}
+
+static void test_persistent(void **state)
+{
+    (void)state;
+    assert_true(each_fixture(check_persistent) >= 20);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_persistent),
+        cmocka_unit_test(test_peaks),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

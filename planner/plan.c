@@ -154,7 +154,8 @@ gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint
 {
     gckpt_layout l = p->req.layout;
     if (p->req.tp_dp_shard) gckpt_tp_fsdp_layout(p->req.tp, p->req.tp_dp_shard, 0, &l); /* TP x FSDP: world rank 0 */
-    return (gckpt_setting){.seq = p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
+    l.cp = p->req.cp; /* CP: the rank's piece of the sequence (plan_cp.c) */
+    return (gckpt_setting){.seq = p->req.cp ? p->req.seq / p->req.cp : p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
                            .precision = p->req.precision, .optimizer = p->req.optimizer,
                            .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .loss = (uint8_t)p->req.loss, .peft = p->req.peft, .layout = l};
 }
@@ -249,6 +250,7 @@ static void evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profil
             e->grad_accum = sp.grad_accum;
             gckpt_fast_eval(c, prof, n, off, sp.grad_accum, &e->r);
             if (p->req.tp) tp_adjust(p, c, e, &e->r);
+            if (p->req.cp) gckpt_plan_cp_adjust(p, e, &e->r);
             e->fits = e->r.device_peak_bytes <= p->usable_bytes;
         }
     }
@@ -443,10 +445,11 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         goto fail;
     }
     if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err) || !loss_check(req, p, err) ||
-        !tp_setup(p, err))
+        !tp_setup(p, err) || !gckpt_plan_cp_setup(p, err))
         goto fail;
     gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft,
-                         .layout = gckpt_plan_setting(p, 1, 1).layout, .attention = req->attention, .seq = req->seq,
+                         .layout = gckpt_plan_setting(p, 1, 1).layout, .attention = req->attention,
+                         .seq = gckpt_plan_setting(p, 1, 1).seq,
                          .loss = (uint8_t)req->loss};
     if (!gckpt_layout_check(&lay, err) ||
         !gckpt_plan_mode_ok(gckpt_par_mode_of(lay.layout.mode), gckpt_parallel_names[lay.layout.mode], err) ||
@@ -495,7 +498,8 @@ static void tensor_role(const gckpt_plan *p, const gckpt_result *r, char *buf, s
     int prod = gckpt_recipe_producer(p->recipe, r->peak_tensor);
     const gckpt_op *op = prod >= 0 ? &p->recipe->op[prod] : NULL;
     uint64_t bytes = 0;
-    if (!gckpt_tensor_bytes(p->recipe, r->peak_tensor, p->req.micro_batches[0], p->req.seq, &bytes)) bytes = 0;
+    if (!gckpt_tensor_bytes(p->recipe, r->peak_tensor, p->req.micro_batches[0], gckpt_plan_setting(p, 1, 1).seq, &bytes))
+        bytes = 0;
     if (t->kind == GCKPT_T_PARAM) {
         snprintf(buf, n, "%s gradient of %s", dtype_word(p->recipe->grad_dtype), t->name);
     } else if (t->kind == GCKPT_T_WCAST) {

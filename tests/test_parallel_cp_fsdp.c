@@ -4,7 +4,9 @@
  * context_parallel, torch's ring with the per-block CPU flash kernel, FINDINGS R-CP-11), fake group:
  *   - the persistent bytes at step 2's start and end: FSDP2's over all C x S ranks, exact;
  *   - step 2's live peak: FSDP2 over C x S ranks at S / C tokens (the fsdp planning path) plus CP's
- *     extras (gckpt_cp_step_extra) within GCKPT_CP_PEAK_BOUND_PCT. */
+ *     extras (gckpt_cp_step_extra) within GCKPT_CP_PEAK_BOUND_PCT;
+ *   - gckpt-plan's own sweep with --cp (gckpt_plan_run): every rank-0 fixture's peak within the same
+ *     bound, its breakdown summing to it, tok/s per GPU the rank's B x S / C tokens per step. */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -19,6 +21,8 @@
 #include "gckpt/core/cp.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/recipe.h"
+#include "gckpt/planner/plan.h"
+#include "gckpt/util/jsonget.h"
 #include "dist_fixture.h"
 
 #ifndef GCKPT_TEST_DATA
@@ -134,11 +138,83 @@ static void test_persistent(void **state)
     assert_true(each_fixture(check_persistent) >= 20);
 }
 
+/* A file under /tmp holding text; its path in path (a mkstemp template). */
+static void temp_file(char *path, const char *text)
+{
+    int fd = mkstemp(path);
+    if (fd < 0) fail_msg("mkstemp");
+    FILE *o = fdopen(fd, "w");
+    fputs(text, o);
+    fclose(o);
+}
+
+/* gckpt_plan_run with --cp C (and the fixture's dp_shard) on the fixture's model and setting. */
+static void check_plan_run(const char *name, const dist_fixture *f, uint32_t cp)
+{
+    if (f->rank) return; /* the plan is rank 0's */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", DIR_CPF, name);
+    gckpt_err err = {{0}};
+    cJSON *root = gckpt_json_read(path, 16u << 20, &err);
+    if (!root) fail_msg("%s", err.msg);
+    char *cfg_text = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(root, "config"));
+    cJSON_Delete(root);
+    char cfg[] = "/tmp/gckpt-cp-config-XXXXXX", dev[] = "/tmp/gckpt-cp-device-XXXXXX";
+    temp_file(cfg, cfg_text);
+    free(cfg_text);
+    /* the exact CPU profile with a bus bandwidth (the ring's exchanges are timed at it) */
+    cJSON *dj = gckpt_json_read(GCKPT_TEST_DATA "/devices/cpu-exact.json", 1u << 20, &err);
+    if (!dj) fail_msg("%s", err.msg);
+    cJSON_AddNumberToObject(dj, "intra_node_bus_bytes_per_s", 1e11);
+    char *dtext = cJSON_PrintUnformatted(dj);
+    cJSON_Delete(dj);
+    temp_file(dev, dtext);
+    free(dtext);
+    uint32_t every = f->s.every_n;
+    gckpt_plan_request q = {.seq = f->s.seq, .micro_batches = {f->s.micro_batch}, .n_micro = 1,
+                            .grad_accum = f->s.grad_accum, .precision = f->s.precision, .optimizer = GCKPT_ADAMW,
+                            .attention = GCKPT_SDPA, .every_n = &every, .n_every = 1, .offload = GCKPT_OFFLOAD_OFF,
+                            .margin = 0.05, .target_given = true, .target = GCKPT_TARGET_CPU, .cp = cp,
+                            .layout = {.gpus = f->s.layout.gpus, .nodes = 1, .mode = GCKPT_PAR_FSDP}};
+    snprintf(q.model_ref, sizeof q.model_ref, "%s", cfg);
+    snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", dev);
+    static gckpt_plan p;
+    bool ok = gckpt_plan_run(&q, &p, &err);
+    remove(cfg);
+    remove(dev);
+    if (!ok) fail_msg("%s: %s", name, err.msg);
+    assert_int_equal(p.n, 1);
+    const gckpt_result *r = &p.entries[0].r;
+    int64_t sum = 0;
+    for (int k = 0; k < GCKPT_NCOMP; k++) {
+        assert_true(r->breakdown[k] >= 0);
+        sum += r->breakdown[k];
+    }
+    assert_int_equal((uint64_t)sum, r->peak_bytes);
+    const double e = ((double)r->peak_bytes - f->peak) / f->peak;
+    print_message("gckpt_plan_run --cp %u %-40.40s %10.0f %10llu %+7.3f%%\n", cp, name, f->peak,
+                  (unsigned long long)r->peak_bytes, 100 * e);
+    if (fabs(e) > atof(GCKPT_CP_PEAK_BOUND_PCT) / 100)
+        fail_msg("%s: plan's peak %llu, measured %.0f", name, (unsigned long long)r->peak_bytes, f->peak);
+    /* tok/s per GPU: each rank computes its S / C tokens of every sequence */
+    const double tokens = (double)f->s.seq / cp * (double)f->s.micro_batch * (double)f->s.grad_accum;
+    if (fabs(r->tokens_per_s * r->step_s - tokens) > 1e-9 * tokens)
+        fail_msg("%s: %.6g tok/s x %.6g s is not the rank's %.0f tokens", name, r->tokens_per_s, r->step_s, tokens);
+    gckpt_plan_free(&p);
+}
+
+static void test_plan_run(void **state)
+{
+    (void)state;
+    assert_true(each_fixture(check_plan_run) >= 20);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_persistent),
         cmocka_unit_test(test_peaks),
+        cmocka_unit_test(test_plan_run),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -6,7 +6,7 @@
  * kernel stood in by the CPU flash kernel, R-CP-5): what accelerate, the Trainer and torch refuse,
  * the split, the ring's collectives and transients, and what a rank saves beyond one GPU at S / C. What
  * the CUDA kernels decide (their per-block outputs, scratch and layout) is unverified.
- * gckpt-plan does not plan CP yet. (core: read by the planner) */
+ * gckpt-plan --cp plans a rank under FSDP2 with them (planner/plan_cp.c, R-CP-11). (core: read by the planner) */
 #ifndef GCKPT_CP_H
 #define GCKPT_CP_H
 

@@ -236,7 +236,7 @@ static void tp_adjust(const gckpt_plan *p, const gckpt_ctx *c, const gckpt_entry
 }
 
 /* Every entry of one split from its segment profile. */
-static void evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profile *prof, batch_split sp)
+static bool evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profile *prof, batch_split sp, gckpt_err *err)
 {
     for (int i = 0; i < p->req.n_every; i++) {
         uint32_t n = p->req.every_n[i];
@@ -250,10 +250,11 @@ static void evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profil
             e->grad_accum = sp.grad_accum;
             gckpt_fast_eval(c, prof, n, off, sp.grad_accum, &e->r);
             if (p->req.tp) tp_adjust(p, c, e, &e->r);
-            if (p->req.cp) gckpt_plan_cp_adjust(p, e, &e->r);
+            if (p->req.cp && !gckpt_plan_cp_adjust(p, e, &e->r, err)) return false;
             e->fits = e->r.device_peak_bytes <= p->usable_bytes;
         }
     }
+    return true;
 }
 
 /* A LoRA / QLoRA request against the model: its target list must match a linear of the
@@ -285,7 +286,7 @@ static bool sweep(gckpt_plan *p, const batch_split *sp, int nsplit, gckpt_err *e
         gckpt_setting s = gckpt_plan_setting(p, sp[mi].micro_batch, sp[mi].grad_accum);
         ok = gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, err);
         if (ok && !(ok = gckpt_profile_build_with(prr, c, prof))) gckpt_seterr(err, "out of memory while profiling");
-        if (ok) evaluate_split(p, c, prof, sp[mi]);
+        if (ok) ok = evaluate_split(p, c, prof, sp[mi], err);
     }
     free(c);
     free(prof);

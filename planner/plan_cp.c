@@ -5,6 +5,8 @@
  * Nothing here runs without --cp. */
 #include "gckpt/planner/plan.h"
 
+#include <stdlib.h>
+
 #include "gckpt/core/cp.h"
 #include "gckpt/core/dtype.h"
 
@@ -41,22 +43,27 @@ bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err)
     return true;
 }
 
-void gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r)
+bool gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_err *err)
 {
     gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
     s.every_n = e->every_n;
     s.offload = e->offload;
-    /* rank 0: a partial-merge rank when the split is balanced, the busiest (R-CP-7) */
-    const uint64_t x = gckpt_cp_step_extra(&p->model, &s, p->req.seq, p->req.cp, 0, elem(p), elem(p));
-    r->breakdown[GCKPT_C_ACTIVATIONS] += (int64_t)x;
-    r->peak_bytes += x;
+    /* rank 0 (a partial-merge rank when the split is balanced, R-CP-7): its walked step plus CP's
+     * buffers, or a ring attention call (gckpt_cp_peak) */
+    gckpt_ctx *c = malloc(sizeof *c);
+    bool ok = c && gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, err);
+    if (ok && !(ok = gckpt_cp_peak(c, p->req.seq, p->req.cp, 0, GCKPT_CP_ALLGATHER, elem(p), elem(p), r)))
+        gckpt_seterr(err, "out of memory walking the CP step");
+    if (!c) gckpt_seterr(err, "out of memory");
+    free(c);
+    if (!ok) return false;
     r->device_peak_bytes = gckpt_round_up(r->peak_bytes, p->dev.segment_round_bytes) + p->dev.context_bytes;
     /* the ring's K/V and dK/dV exchanges in the CP group at the intra-node bus bandwidth, none hidden */
-    gckpt_cp_coll c[GCKPT_CP_MAX_COLL];
-    size_t n = gckpt_cp_collectives(&p->model, &s, p->req.cp, GCKPT_CP_ALLGATHER, c);
+    gckpt_cp_coll k[GCKPT_CP_MAX_COLL];
+    size_t n = gckpt_cp_collectives(&p->model, &s, p->req.cp, GCKPT_CP_ALLGATHER, k);
     double t = 0;
     for (size_t j = 0; j < n; j++) /* all-gather: C - 1 pieces arrive; permute: one */
-        t += (double)c[j].calls * c[j].bytes_per_call * (c[j].kind == GCKPT_CP_ALL_GATHER ? p->req.cp - 1 : 1) *
+        t += (double)k[j].calls * k[j].bytes_per_call * (k[j].kind == GCKPT_CP_ALL_GATHER ? p->req.cp - 1 : 1) *
              (double)s.grad_accum / p->dev.intra_node_bus_bytes_per_s;
     double scale = r->step_s / (r->step_s + t);
     r->comm_s += t;
@@ -64,6 +71,7 @@ void gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_resul
     r->tokens_per_s *= scale;
     r->mfu *= scale;
     r->hfu *= scale;
+    return true;
 }
 
 void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f)

@@ -4,7 +4,8 @@
  * context_parallel, torch's ring with the per-block CPU flash kernel, FINDINGS R-CP-11), fake group:
  *   - the persistent bytes at step 2's start and end: FSDP2's over all C x S ranks, exact;
  *   - step 2's live peak: FSDP2 over C x S ranks at S / C tokens (the fsdp planning path) plus CP's
- *     extras (gckpt_cp_step_extra) within GCKPT_CP_PEAK_BOUND_PCT;
+ *     extras (gckpt_cp_step_extra), or a ring attention call with its replayed transients where that
+ *     is higher (gckpt_cp_peak: the wide-attention llama's fixtures), within GCKPT_CP_PEAK_BOUND_PCT;
  *   - gckpt-plan's own sweep with --cp (gckpt_plan_run): every rank-0 fixture's peak within the same
  *     bound, its breakdown summing to it, tok/s per GPU the rank's B x S / C tokens per step. */
 #include <dirent.h>
@@ -41,15 +42,17 @@ static int setup(void **state)
     return 0;
 }
 
+static gckpt_ctx g_c;
+
+/* FSDP2's walked step of the rank at S / C (CPU target, exact allocator), in g_c. */
 static void planned_step(const gckpt_model *m, const gckpt_setting *s, gckpt_result *res)
 {
-    static gckpt_ctx c;
     gckpt_err err;
     gckpt_setting_recipe(m, s, GCKPT_TARGET_CPU, &g_r);
-    if (!gckpt_ctx_init(&c, m, &g_dev, &g_r, s, &err)) fail_msg("%s", err.msg);
+    if (!gckpt_ctx_init(&g_c, m, &g_dev, &g_r, s, &err)) fail_msg("%s", err.msg);
     gckpt_schedule ev;
-    if (!gckpt_schedule_build(&c, &ev)) fail_msg("out of memory");
-    gckpt_walk(&c, &ev, res);
+    if (!gckpt_schedule_build(&g_c, &ev)) fail_msg("out of memory");
+    gckpt_walk(&g_c, &ev, res);
     gckpt_schedule_free(&ev);
 }
 
@@ -85,8 +88,20 @@ static int each_fixture(fx_fn fn)
 
 static double g_worst;
 
-/* FSDP2 over every rank (dp_shard x cp: accelerate's dp_shard_cp) at S / C tokens, plus
- * gckpt_cp_step_extra: within GCKPT_CP_PEAK_BOUND_PCT of step 2's measured peak. */
+/* Within GCKPT_CP_PEAK_BOUND_PCT; a peak planned inside a ring call within GCKPT_CP_RING_PEAK_BOUND_PCT
+ * below the measured one, never above (what the replay leaves out only adds, R-CP-11). */
+static void check_bound(const char *name, double measured, double planned, bool ring)
+{
+    const double err = (planned - measured) / measured;
+    const double tol = atof(ring ? GCKPT_CP_RING_PEAK_BOUND_PCT : GCKPT_CP_PEAK_BOUND_PCT) / 100;
+    if (fabs(err) > g_worst) g_worst = fabs(err);
+    if (fabs(err) > tol || (ring && err > 1e-3))
+        fail_msg("%s: planned %.0f, measured %.0f (%+.3f %%%s)", name, planned, measured, 100 * err,
+                 ring ? ", the peak in a ring call" : "");
+}
+
+/* FSDP2 over every rank (dp_shard x cp: accelerate's dp_shard_cp) at S / C tokens, then gckpt_cp_peak
+ * (CP's buffers, or a ring call when higher): within GCKPT_CP_PEAK_BOUND_PCT of step 2's measured peak. */
 static void check_peak(const char *name, const dist_fixture *f, uint32_t cp)
 {
     gckpt_setting s = f->s;
@@ -97,21 +112,20 @@ static void check_peak(const char *name, const dist_fixture *f, uint32_t cp)
     /* FSDP2's MixedPrecisionPolicy under bf16=True: the hidden states and attention in bf16 */
     const unsigned e = s.precision == GCKPT_FP32 ? 4 : 2;
     const uint32_t cp_rank = f->rank % cp; /* accelerate's mesh: cp inside dp_shard */
-    const uint64_t x = gckpt_cp_step_extra(&f->m, &s, seq, cp, cp_rank, e, e);
-    const double planned = (double)res.peak_bytes + (double)x, err = (planned - f->peak) / f->peak;
-    print_message("%-42.42s cp rank %u: measured %9.0f, FSDP2 at S/C %9llu + CP %6llu = %9.0f %+7.3f%%  %s\n", name,
-                  cp_rank, f->peak, (unsigned long long)res.peak_bytes, (unsigned long long)x, planned, 100 * err,
-                  f->where);
-    if (fabs(err) > g_worst) g_worst = fabs(err);
-    if (fabs(err) > atof(GCKPT_CP_PEAK_BOUND_PCT) / 100)
-        fail_msg("%s: planned %.0f, measured %.0f (%+.3f %%)", name, planned, f->peak, 100 * err);
+    const uint64_t fsdp = res.peak_bytes, x = gckpt_cp_step_extra(&f->m, &s, seq, cp, cp_rank, e, e);
+    if (!gckpt_cp_peak(&g_c, seq, cp, cp_rank, GCKPT_CP_ALLGATHER, e, e, &res)) fail_msg("out of memory");
+    const double planned = (double)res.peak_bytes, err = (planned - f->peak) / f->peak;
+    print_message("%-42.42s cp rank %u: measured %9.0f, FSDP2 at S/C %9llu -> CP %9.0f (layer %d%s) %+7.3f%%  %s\n",
+                  name, cp_rank, f->peak, (unsigned long long)fsdp, planned, res.peak_layer,
+                  res.peak_bytes != fsdp + x ? ", a ring call" : "", 100 * err, f->where);
+    check_bound(name, f->peak, planned, res.peak_bytes != fsdp + x);
 }
 
 static void test_peaks(void **state)
 {
     (void)state;
     g_worst = 0;
-    assert_true(each_fixture(check_peak) >= 20);
+    assert_true(each_fixture(check_peak) >= 28);
     print_message("CP x FSDP2: max |error| %.3f %%\n", 100 * g_worst);
 }
 
@@ -135,7 +149,7 @@ static void check_persistent(const char *name, const dist_fixture *f, uint32_t c
 static void test_persistent(void **state)
 {
     (void)state;
-    assert_true(each_fixture(check_persistent) >= 20);
+    assert_true(each_fixture(check_persistent) >= 28);
 }
 
 /* A file under /tmp holding text; its path in path (a mkstemp template). */
@@ -194,8 +208,15 @@ static void check_plan_run(const char *name, const dist_fixture *f, uint32_t cp)
     const double e = ((double)r->peak_bytes - f->peak) / f->peak;
     print_message("gckpt_plan_run --cp %u %-40.40s %10.0f %10llu %+7.3f%%\n", cp, name, f->peak,
                   (unsigned long long)r->peak_bytes, 100 * e);
-    if (fabs(e) > atof(GCKPT_CP_PEAK_BOUND_PCT) / 100)
-        fail_msg("%s: plan's peak %llu, measured %.0f", name, (unsigned long long)r->peak_bytes, f->peak);
+    /* whether its peak is a ring call: the same rank through check_peak's path */
+    gckpt_setting ls = f->s;
+    ls.seq = f->s.seq / cp;
+    gckpt_result walked;
+    planned_step(&f->m, &ls, &walked);
+    const unsigned el = ls.precision == GCKPT_FP32 ? 4 : 2;
+    const uint64_t fsdp = walked.peak_bytes, x = gckpt_cp_step_extra(&f->m, &ls, f->s.seq, cp, 0, el, el);
+    if (!gckpt_cp_peak(&g_c, f->s.seq, cp, 0, GCKPT_CP_ALLGATHER, el, el, &walked)) fail_msg("out of memory");
+    check_bound(name, f->peak, (double)r->peak_bytes, walked.peak_bytes != fsdp + x);
     /* tok/s per GPU: each rank computes its S / C tokens of every sequence */
     const double tokens = (double)f->s.seq / cp * (double)f->s.micro_batch * (double)f->s.grad_accum;
     if (fabs(r->tokens_per_s * r->step_s - tokens) > 1e-9 * tokens)
@@ -206,7 +227,7 @@ static void check_plan_run(const char *name, const dist_fixture *f, uint32_t cp)
 static void test_plan_run(void **state)
 {
     (void)state;
-    assert_true(each_fixture(check_plan_run) >= 20);
+    assert_true(each_fixture(check_plan_run) >= 28);
 }
 
 int main(void)

@@ -217,14 +217,23 @@ def cp_spec(every_n, offload, cp, shard=1, bf16=True, gloo=False):
     return sp
 
 
+# attention wider than the model (16 heads of 64 over hidden 64): the ring's buffers outweigh the MLP's, so the
+# step's peak falls inside a ring attention call (FINDINGS R-CP-11)
+WIDE_ATTN = dict(probe.make_config("llama", "sdpa").to_dict(), num_attention_heads=16, num_key_value_heads=16,
+                 head_dim=64)
+
+
 def cp_cases():
-    """CP 2 alone (FSDP2 over its 2 ranks), CP 2 x dp_shard 2, CP 4; every_n off and 1; bf16 and fp32
-    (tests/data/hf-cp-fsdp: `--set cp`)."""
+    """CP 2 alone (FSDP2 over its 2 ranks), CP 2 x dp_shard 2, CP 4; every_n off and 1; bf16 and fp32; the
+    wide-attention llama at CP 2 (tests/data/hf-cp-fsdp: `--set cp`)."""
     out = []
     for n in (0, 1):
         for bf16 in (True, False):
             out.append(cp_spec(n, False, 2, bf16=bf16))
             out.append(cp_spec(n, False, 2, shard=2, bf16=bf16))
+            wide = cp_spec(n, False, 2, bf16=bf16)
+            wide.update(config=dict(WIDE_ATTN), name=wide["name"].replace("cp-llama", "cp-llamawide"))
+            out.append(wide)
         out.append(cp_spec(n, False, 4))
     return out
 

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gckpt/core/eval.h"
 #include "gckpt/core/model.h"
 #include "gckpt/core/setting.h"
 #include "gckpt/util/util.h"
@@ -79,8 +80,25 @@ size_t gckpt_cp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
  * (gckpt_cp_ring_peak) are not at that peak. */
 /* How far gckpt_cp_step_extra's plan may be from the measured peaks (test_parallel_cp_fsdp). */
 #define GCKPT_CP_PEAK_BOUND_PCT "0.5"
+/* ... where the peak is inside a ring call (the wide-attention fixtures): the plan below the measured
+ * peak by at most this; not replayed there: the CPU kernels' promoted fp32 copies of the block
+ * gradients in the accumulators' mixed-dtype += (R-CPU-2) and flatten's copies of accumulators
+ * zeros_like left non-contiguous (FINDINGS R-CP-11). */
+#define GCKPT_CP_RING_PEAK_BOUND_PCT "0.75"
 uint64_t gckpt_cp_step_extra(const gckpt_model *m, const gckpt_setting *s, uint64_t seq, uint32_t cp, uint32_t r,
                              unsigned hidden_size, unsigned compute_size);
+
+/* gckpt_cp_step_extra's buffers with `copies` o_proj-input copies live (partial-merge ranks only). */
+uint64_t gckpt_cp_extra_at(const gckpt_model *m, const gckpt_setting *s, uint64_t seq, uint32_t cp, uint32_t r,
+                           unsigned hidden_size, unsigned compute_size, uint64_t copies);
+
+/* A CP rank's step peak into r (r: ctx c's walked step at S / C, c->set the rank's local setting):
+ * the higher of r's peak plus gckpt_cp_step_extra and, at each SDPA op of the walked schedule
+ * (forward, recompute, backward), the memory before the plain kernel's outputs plus the ring's
+ * replayed peak (gckpt_cp_ring_peak of rank `rank`) plus the CP buffers live then (R-CP-10, R-CP-11);
+ * the breakdown, phase and layer follow. false when out of memory. */
+bool gckpt_cp_peak(const gckpt_ctx *c, uint64_t seq, uint32_t cp, uint32_t rank, gckpt_cp_comm comm,
+                   unsigned hidden_size, unsigned compute_size, gckpt_result *r);
 
 /* The most bytes one ring attention call holds above its inputs (forward: q, k, v; backward: the
  * gradient of out, q, k, v, out, lse), its outputs included, on rank rank of cp (s: the rank's local

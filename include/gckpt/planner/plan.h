@@ -179,7 +179,7 @@ void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *
  * refused otherwise, one line), the rank's peak and time beyond FSDP2's at S / C, the header
  * line, the snippet's parallelism_config and notes, the plan JSON's "context_parallel". */
 bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err);
-void gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r);
+bool gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_err *err);
 void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f);
 void gckpt_plan_cp_args(const gckpt_plan *p, cJSON *args);
 void gckpt_plan_cp_notes(const gckpt_plan *p, FILE *f);

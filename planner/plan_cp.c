@@ -21,6 +21,11 @@ bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err)
 {
     const gckpt_plan_request *q = &p->req;
     if (!q->cp) return true;
+    if (q->layout.mode != GCKPT_PAR_FSDP) { /* a request built in code (plan_args.c routes --cp to fsdp) */
+        gckpt_seterr(err, "--cp %u with --parallel %s: accelerate's context parallelism shards through FSDP2 over "
+                          "dp_shard x cp (FINDINGS R-CP-1)", q->cp, gckpt_parallel_names[q->layout.mode]);
+        return false;
+    }
     if (!gckpt_cp_check(&p->model, q->seq, q->cp, q->attention, err)) return false; /* names cp_size */
     const char *what = gckpt_peft_on(&q->peft) ? "--method lora / qlora"
                      : (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"

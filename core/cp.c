@@ -89,6 +89,29 @@ uint64_t gckpt_cp_ids_extra(const gckpt_setting *s, uint32_t cp)
     return s->micro_batch * s->seq * (uint64_t)(cp - 1) * 8;
 }
 
+uint64_t gckpt_cp_extra_at(const gckpt_model *m, const gckpt_setting *s, uint64_t seq, uint32_t cp, uint32_t r,
+                           unsigned hidden_size, unsigned compute_size, uint64_t copies)
+{
+    const uint64_t B = s->micro_batch, n = s->seq;
+    /* the Trainer's buffers, split in place (their storages stay whole): input_ids beyond its local
+     * [B, S / C], labels and shift_labels [B, S], position_ids' arange(S); five local [B, S / C] int64
+     * copies (context_parallel's shard clones) */
+    uint64_t x = B * seq / cp * (cp - 1) * 8 + 2 * B * seq * 8 + seq * 8 + 5 * B * n * 8;
+    /* the rotary tables per batch row (position_ids expanded), in the hidden states' dtype */
+    x += 2 * (B - 1) * n * m->rotary_dim * hidden_size;
+    /* the partial-merge ranks' copies of o_proj's input */
+    if (gckpt_cp_balanced(seq, cp) && r + 1 < cp) x += copies * B * n * gckpt_q_dim(m) * compute_size;
+    return x;
+}
+
+uint64_t gckpt_cp_step_extra(const gckpt_model *m, const gckpt_setting *s, uint64_t seq, uint32_t cp, uint32_t r,
+                             unsigned hidden_size, unsigned compute_size)
+{
+    /* at a backward peak: every plain layer's copy, and the recomputed layer's */
+    const uint64_t L = m->layers, ck = gckpt_checkpointed_count(s->every_n, L);
+    return gckpt_cp_extra_at(m, s, seq, cp, r, hidden_size, compute_size, (L - ck) + (ck ? 1 : 0));
+}
+
 static void add(gckpt_cp_coll *o, size_t *n, int kind, gckpt_dtype dt, int phase, uint64_t calls, double bytes)
 {
     if (!calls) return;

@@ -241,12 +241,16 @@ static void all_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
      * input (_fsdp_param.py FSDPParam.all_gather_inputs; fp32: the copy is the input) */
     bool h2d = c->set.layout.offload && dt != GCKPT_DT_F32;
     int dev = h2d ? flat(s, o, GCKPT_C_PARALLEL, GCKPT_DT_F32, part) : -1;
-    int in = flat(s, o, GCKPT_C_PARALLEL, dt, part);
+    /* fp32 on the device (no MixedPrecisionPolicy cast, no offload copy): the shards are copied
+     * straight into the output's own slice, no input buffer (_fsdp_collectives.py:
+     * _get_param_all_gather_inputs' views, all_gather_copy_in's narrow; FINDINGS R-CP-11) */
+    bool own_in = dt != GCKPT_DT_F32 || c->set.layout.offload;
+    int in = own_in ? flat(s, o, GCKPT_C_PARALLEL, dt, part) : -1;
     if (dev >= 0) gckpt_sim_release(s, o, dev);
     int out = flat(s, o, GCKPT_C_PARALLEL, dt, part * n);
     collective(s, o, GCKPT_COLL_ALL_GATHER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), in, out);
     in_group(c, o, GCKPT_GROUP_SHARD);
-    gckpt_sim_release(s, o, in);
+    if (in >= 0) gckpt_sim_release(s, o, in);
     if (w->ag_out >= 0) gckpt_sim_release(s, o, w->ag_out);
     w->ag_out = out;
     w->ag_unit = unit;

@@ -6,7 +6,8 @@
  *    of the tensor first, the padding 0) and AdamW's two states on its unpadded local rows,
  *    views into the rank's parameter-state rows (exec_rank_buffers);
  *  - an ALL_GATHER packs the unit's shards (table order, cast to the wire dtype) into its
- *    source and gathers; each ALLOC of a parameter's unsharded buffer that follows copies its
+ *    source (fp32: none of its own, this rank's slice of the output, as torch's
+ *    all_gather_copy_in) and gathers; each ALLOC of a parameter's unsharded buffer that follows copies its
  *    padded chunks out of the latest gather's output and is the weight the ops read until
  *    its FREE (reshard);
  *  - in the synchronising micro-step each unsharded .grad's FREE packs it into the
@@ -202,8 +203,11 @@ static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const 
     gckpt_xt src, dst, none = {0};
     gckpt_xstatus rc;
     if (a->kind == GCKPT_COLL_ALL_GATHER) {
-        if ((rc = inst(x, a->src, up, "all-gather input", w, &src, err)) != GCKPT_XS_OK ||
-            (rc = inst(x, a->dst, up * n, "all-gather output", w, &dst, err)) != GCKPT_XS_OK)
+        if ((rc = inst(x, a->dst, up * n, "all-gather output", w, &dst, err)) != GCKPT_XS_OK) return rc;
+        if (a->src == GCKPT_NOINST) /* fp32: the shards packed into this rank's slice of the output (in place) */
+            src = (gckpt_xt){(char *)dst.p + (uint64_t)exec_shard_rank(x) * up * gckpt_dtype_size((gckpt_dtype)dst.dt), up,
+                             dst.dt, 0};
+        else if ((rc = inst(x, a->src, up, "all-gather input", w, &src, err)) != GCKPT_XS_OK)
             return rc;
         for (size_t j = 0; j < x->nparams && rc == GCKPT_XS_OK; j++)
             if (f->unit[j] == u && part_of(&x->params[j])) {

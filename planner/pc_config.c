@@ -100,3 +100,38 @@ bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_repli
     *dp_replicate = (uint32_t)r;
     return true;
 }
+
+bool gckpt_pc_cp(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *cp, gckpt_err *err)
+{
+    *cp = 0;
+    uint64_t r = or1(pc->dp_replicate), s = or1(pc->dp_shard), t = or1(pc->tp), c = or1(pc->cp), q = or1(pc->sp);
+    if (c < 2) return true;
+    /* accelerate's own checks first (FINDINGS R-CP-1), then what is not measured */
+    if (r * s * t * c * q != world) {
+        gckpt_seterr(err, "ParallelismConfig: dp_replicate_size %llu x dp_shard_size %llu x tp_size %llu x cp_size "
+                          "%llu x sp_size %llu = %llu, not the %u processes of --gpus x --nodes (accelerate "
+                          "_validate_accelerator: total_size must equal num_processes)", (unsigned long long)r,
+                     (unsigned long long)s, (unsigned long long)t, (unsigned long long)c, (unsigned long long)q,
+                     (unsigned long long)(r * s * t * c * q), world);
+        return false;
+    }
+    if (q > 1) {
+        gckpt_seterr(err, "ParallelismConfig: cp_size %llu with sp_size %llu (accelerate: context parallelism and "
+                          "sequence parallelism are mutually exclusive)", (unsigned long long)c, (unsigned long long)q);
+        return false;
+    }
+    if (r > 1 && s == 1) {
+        gckpt_seterr(err, "ParallelismConfig: cp_size %llu with dp_replicate_size %llu and dp_shard_size 1 "
+                          "(accelerate ParallelismConfig: tensor / context parallelism cannot be used with pure data "
+                          "parallelism)", (unsigned long long)c, (unsigned long long)r);
+        return false;
+    }
+    if (t > 1 || r > 1) {
+        gckpt_seterr(err, "ParallelismConfig: cp_size %llu with %s %llu is not measured; context parallelism is "
+                          "planned alone or with dp_shard_size (FSDP2 over dp_shard x cp, FINDINGS R-CP-11)",
+                     (unsigned long long)c, t > 1 ? "tp_size" : "dp_replicate_size", (unsigned long long)(t > 1 ? t : r));
+        return false;
+    }
+    *cp = (uint32_t)c;
+    return true;
+}

@@ -160,7 +160,8 @@ gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint
         l.tp = p->req.tp;
         l.tp_rank = 0;
     }
-    return (gckpt_setting){.seq = p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
+    l.cp = p->req.cp; /* CP: the rank's piece of the sequence (plan_cp.c) */
+    return (gckpt_setting){.seq = p->req.cp ? p->req.seq / p->req.cp : p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
                            .precision = p->req.precision, .optimizer = p->req.optimizer,
                            .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .loss = (uint8_t)p->req.loss,
                            .liger_off = p->req.liger_off, .peft = p->req.peft, .layout = l};
@@ -235,7 +236,7 @@ static void tp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r
 }
 
 /* Every entry of one split from its segment profile. */
-static void evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profile *prof, batch_split sp)
+static bool evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profile *prof, batch_split sp, gckpt_err *err)
 {
     for (int i = 0; i < p->req.n_every; i++) {
         uint32_t n = p->req.every_n[i];
@@ -249,9 +250,11 @@ static void evaluate_split(gckpt_plan *p, const gckpt_ctx *c, const gckpt_profil
             e->grad_accum = sp.grad_accum;
             gckpt_fast_eval(c, prof, n, off, sp.grad_accum, &e->r);
             if (p->req.tp) tp_adjust(p, e, &e->r);
+            if (p->req.cp && !gckpt_plan_cp_adjust(p, e, &e->r, err)) return false;
             e->fits = e->r.device_peak_bytes <= p->usable_bytes;
         }
     }
+    return true;
 }
 
 /* A LoRA / QLoRA request against the model: its target list must match a linear of the
@@ -283,7 +286,7 @@ static bool sweep(gckpt_plan *p, const batch_split *sp, int nsplit, gckpt_err *e
         gckpt_setting s = gckpt_plan_setting(p, sp[mi].micro_batch, sp[mi].grad_accum);
         ok = gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, err);
         if (ok && !(ok = gckpt_profile_build_with(prr, c, prof))) gckpt_seterr(err, "out of memory while profiling");
-        if (ok) evaluate_split(p, c, prof, sp[mi]);
+        if (ok) ok = evaluate_split(p, c, prof, sp[mi], err);
     }
     free(c);
     free(prof);
@@ -444,10 +447,10 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         goto fail;
     }
     if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err) || !loss_check(req, p, err) ||
-        !tp_setup(p, err))
+        !tp_setup(p, err) || !gckpt_plan_cp_setup(p, err))
         goto fail;
     gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft,
-                         .layout = gckpt_plan_setting(p, 1, 1).layout, .attention = req->attention, .seq = req->seq,
+                         .layout = gckpt_plan_setting(p, 1, 1).layout, .attention = req->attention, .seq = gckpt_plan_setting(p, 1, 1).seq,
                          .loss = (uint8_t)req->loss, .liger_off = req->liger_off};
     if (!gckpt_layout_check(&lay, err) ||
         !gckpt_plan_mode_ok(gckpt_par_mode_of(lay.layout.mode), gckpt_parallel_names[lay.layout.mode], err) ||
@@ -496,7 +499,8 @@ static void tensor_role(const gckpt_plan *p, const gckpt_result *r, char *buf, s
     int prod = gckpt_recipe_producer(p->recipe, r->peak_tensor);
     const gckpt_op *op = prod >= 0 ? &p->recipe->op[prod] : NULL;
     uint64_t bytes = 0;
-    if (!gckpt_tensor_bytes(p->recipe, r->peak_tensor, p->req.micro_batches[0], p->req.seq, &bytes)) bytes = 0;
+    if (!gckpt_tensor_bytes(p->recipe, r->peak_tensor, p->req.micro_batches[0], gckpt_plan_setting(p, 1, 1).seq, &bytes))
+        bytes = 0;
     if (t->kind == GCKPT_T_PARAM) {
         snprintf(buf, n, "%s gradient of %s", dtype_word(p->recipe->grad_dtype), t->name);
     } else if (t->kind == GCKPT_T_WCAST) {

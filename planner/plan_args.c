@@ -231,7 +231,26 @@ static int apply_mesh(gckpt_plan_args *a)
     if (!tp_alone && (a->n_modes != 1 || !gckpt_par_mode_of(a->modes[0])->replicate_dim))
         return bad(a, "%s: accelerate's ParallelismConfig shards through FSDP2: use --parallel fsdp alone%s",
                    a->pc_path ? "--parallelism-config" : "--dp-replicate / --dp-shard", "");
-    uint32_t r = 0, tp = 0;
+    uint32_t r = 0, tp = 0, cp = 0;
+    if (!gckpt_pc_cp(&pc, gckpt_layout_world(&a->req.layout), &cp, &a->err)) {
+        if (a->pc_path) {
+            char msg[sizeof a->err.msg];
+            snprintf(msg, sizeof msg, "%s", a->err.msg);
+            return bad(a, "%s: %s", a->pc_path, msg);
+        }
+        return GCKPT_EXIT_INPUT;
+    }
+    if (cp) { /* CP: FSDP2 over dp_shard x cp (every rank), each rank at S / C (gckpt_plan_run, core/cp.h) */
+        if (a->req.layout.nodes > 1)
+            return bad(a, "%s: context parallelism over several nodes (--nodes) is not measured (FINDINGS R-CP-11)%s",
+                       a->pc_path ? a->pc_path : "--cp", "");
+        a->req.cp = cp;
+        a->req.layout.dp_replicate = 0;
+        /* activation offload under CP is not measured: the default sweep (both) plans without it,
+         * --offload on is refused (gckpt_plan_cp_setup) */
+        if (a->req.offload == GCKPT_OFFLOAD_BOTH) a->req.offload = GCKPT_OFFLOAD_OFF;
+        return 0;
+    }
     if (!gckpt_pc_check(&pc, gckpt_layout_world(&a->req.layout), &r, &tp, &a->err)) {
         if (a->pc_path) { /* the file named first */
             char msg[sizeof a->err.msg];

@@ -161,6 +161,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     gckpt_plan_moe_json(p, in);
     gckpt_plan_parallel_json(p, in);
     gckpt_plan_tp_json(p, in);
+    gckpt_plan_cp_json(p, in);
     /* the TrainingArguments every entry shares (each entry has its own batch and checkpointing) */
     gckpt_plan_training_args_common(p, cJSON_AddObjectToObject(in, "training_arguments"));
 

@@ -31,10 +31,12 @@ void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f)
                 l->dp_replicate, gckpt_layout_shard_world(l), gckpt_layout_shard_world(l), l->dp_replicate);
     else if (l->dp_replicate == 1)
         fprintf(f, "mesh (accelerate ParallelismConfig): dp_shard %u\n", w);
+    /* CP: the C ranks of a CP group share their sequences (plan_cp.c) */
+    const uint32_t data = p->req.cp ? w / p->req.cp : w;
     fprintf(f, "%u GPUs (%u node%s x %u), %s: memory is the busiest rank's (rank 0; zero1, zero2: the busiest of all ranks), tok/s per GPU (x %u for the job); "
                "global batch = micro-batch x grad-accum x %u\n",
             w, l->nodes ? l->nodes : 1, l->nodes > 1 ? "s" : "", l->gpus ? l->gpus : 1, gckpt_par_mode_of(l->mode)->title,
-            w, w);
+            w, data);
 }
 
 /* The TrainingArguments lines of the mode (inside TrainingArguments(...)), as its row's trainer
@@ -179,8 +181,9 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
 void gckpt_plan_parallel_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry, cJSON *time)
 {
     if (!gckpt_layout_multi(&p->req.layout)) return;
-    cJSON_AddNumberToObject(entry, "global_batch",
-                            (double)(e->micro_batch * e->grad_accum * gckpt_layout_world(&p->req.layout)));
+    cJSON_AddNumberToObject(entry, "global_batch", /* CP: a CP group's ranks share their sequences */
+                            (double)(e->micro_batch * e->grad_accum * gckpt_layout_world(&p->req.layout) /
+                                     (p->req.cp ? p->req.cp : 1)));
     cJSON_AddNumberToObject(time, "collective_exposed_s", e->r.comm_s);
     if (p->req.layout.offload) { /* the CPU optimizer's fp32 master and states: host, not pinned */
         cJSON *mem = cJSON_GetObjectItemCaseSensitive(entry, "memory");

@@ -117,6 +117,7 @@ void gckpt_plan_training_args_common(const gckpt_plan *p, cJSON *o)
     if (p->req.optimizer != GCKPT_SGD) cJSON_AddStringToObject(o, "optim", hf_optim(p->req.optimizer));
     gckpt_plan_parallel_args(p, o);
     gckpt_plan_tp_args(p, o);
+    gckpt_plan_cp_args(p, o);
 }
 
 void gckpt_plan_training_args_entry(const gckpt_entry *e, cJSON *o, int part)
@@ -194,7 +195,7 @@ void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f
     fprintf(f, "\nimport torch\n");
     if (peft)
         fprintf(f, "from peft import LoraConfig, get_peft_model%s\n", qlora ? ", prepare_model_for_kbit_training" : "");
-    if (p->req.layout.dp_replicate || p->req.tp) /* TrainingArguments(parallelism_config=...): accelerate >= 1.12 with transformers 5 */
+    if (p->req.layout.dp_replicate || p->req.tp || p->req.cp) /* TrainingArguments(parallelism_config=...): accelerate >= 1.12 with transformers 5 */
         fprintf(f, "from accelerate import ParallelismConfig\n");
     if (p->req.tp) fprintf(f, "from transformers.distributed import DistributedConfig\n");
     fprintf(f, "from transformers import AutoModelForCausalLM, %s%sTrainer, TrainingArguments\n\n",
@@ -222,6 +223,7 @@ void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f
     }
     cJSON_Delete(args);
     fprintf(f, ")\n");
+    gckpt_plan_cp_notes(p, f);
     if (p->req.optimizer == GCKPT_SGD)
         fprintf(f, "# SGD with momentum 0.9 (the planned momentum buffer): optim=\"sgd\" reads optim_args only since\n"
                    "# transformers PR #44203; an optimizer passed to the Trainer has momentum in every version\n"
@@ -257,6 +259,7 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
                 p->req.model_ref);
     gckpt_plan_parallel_header(p, f);
     gckpt_plan_tp_header(p, f);
+    gckpt_plan_cp_header(p, f);
     gckpt_plan_moe_header(p, f);
     fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",
             gib(p->budget_bytes, a, sizeof a), gib(p->usable_bytes, b, sizeof b), p->req.margin * 100);

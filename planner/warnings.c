@@ -7,6 +7,7 @@
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/quant_layout.h"
 #include "gckpt/core/recipe.h"
+#include "gckpt/core/cp.h"
 #include "gckpt/core/tp.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/util/util.h"
@@ -77,6 +78,13 @@ static bool tp_fsdp_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     (void)m;
     return s->layout.tp > 1 && s->layout.mode == GCKPT_PAR_FSDP; /* not TP alone (mode none) */
+}
+
+/* context parallelism (plan_cp.c): measured on CPU fixtures only, with the per-block kernel stood in */
+static bool cp_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    (void)m;
+    return s->layout.cp > 1;
 }
 
 static bool collectives_applies(const gckpt_model *m, const gckpt_setting *s)
@@ -177,6 +185,17 @@ static const struct {
      "tiny llama at tp 2 x dp_shard 2, tp 2 x dp_replicate 2 and tp 2 x dp_replicate 2 x dp_shard 2 (fp32 and "
      "amp-bf16, every_n off and 1, grad-accum 2; TP x DDP also grad-accum 1); other sizes, activation offload, the embedding gradient's copy at its "
      "reduce-scatter, the overlap of the TP and FSDP collectives and CUDA are unverified."},
+    {"cp_unverified", cp_applies,
+     "context parallelism is planned as FSDP2 over dp_shard x cp at seq / cp plus CP's buffers (the Trainer's split "
+     "inputs, per-row rotary tables, the partial-merge ranks' o_proj input copies), or a ring attention call with "
+     "its transients replayed from torch's code where that is higher: within " GCKPT_CP_PEAK_BOUND_PCT " % of every "
+     "measured rank of CPU fixtures of a tiny llama at cp 2, cp 4 and cp 2 x dp_shard 2 (fp32 and bf16, every_n off "
+     "and 1) whose peak is after the ring's calls, and up to " GCKPT_CP_RING_PEAK_BOUND_PCT " % below where it is "
+     "inside one (a wide-attention llama, cp 2); torch's ring ran with the per-block CUDA SDPA kernel stood in by "
+     "the CPU flash kernel. Unverified: the CUDA flash / efficient / cuDNN kernels per block (their extra outputs, "
+     "scratch and output layout), NCCL (the ring's overlap, what an uneven sequence does), the math backend under "
+     "CP, the Trainer's loss reduction under CP, other batch sizes' input buffers, other families, LoRA, TP and "
+     "HSDP with CP."},
     {"collective_time_unverified", collectives_applies,
      "collective times use the GPU profile's vendor link bandwidths and each library's overlap as read in its "
      "source, unverified; NCCL's own buffers are not in the device peak."},

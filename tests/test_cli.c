@@ -283,7 +283,19 @@ static void bad_inputs(void **state)
         {"tp x fsdp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "over several nodes"},
         {"tp nodes", A("--gpus", "2", "--nodes", "2", "--tp", "4", "-o", "out.json"), "tensor parallelism (--tp) over several nodes"},
         {"tp x fsdp q/k norms", A("--model", "qwen3-8b", "--gpus", "4", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "without q / k norms"},
-        {"mesh cp", A("--gpus", "4", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "context (cp_size) parallelism of 2 is not yet planned"},
+        /* context parallelism (FINDINGS R-CP): accelerate's checks, torch's and the Trainer's refusals, what is not measured */
+        {"cp not the world", A("--gpus", "4", "--cp", "2", "-o", "out.json"), "cp_size 2 x sp_size 1 = 2, not the 4 processes"},
+        {"cp uneven sequence", A("--gpus", "2", "--cp", "2", "--seq", "4095", "-o", "out.json"), "R-CP-4"},
+        {"cp eager", A("--gpus", "2", "--cp", "2", "--attention", "eager", "-o", "out.json"), "only with SDPA"},
+        {"cp sliding window", A("--model", "gemma-2-2b", "--gpus", "2", "--cp", "2", "-o", "out.json"), "sliding-window"},
+        {"cp tied head", A("--model", "llama-3.2-1b", "--gpus", "2", "--cp", "2", "-o", "out.json"), "tied lm_head"},
+        {"cp x tp", A("--gpus", "4", "--cp", "2", "--tp", "2", "-o", "out.json"), "cp_size 2 with tp_size 2 is not measured"},
+        {"cp x hsdp", A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "with dp_replicate_size 2 is not measured"},
+        {"cp pure dp", A("--gpus", "4", "--dp-replicate", "2", "--cp", "2", "-o", "out.json"), "cannot be used with pure data parallelism"},
+        {"cp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "several nodes"},
+        {"cp LoRA", A("--gpus", "2", "--cp", "2", "--method", "lora", "-o", "out.json"), "R-CP-11"},
+        {"cp activation offload", A("--gpus", "2", "--cp", "2", "--offload", "on", "-o", "out.json"), "--offload"},
+        {"cp without bandwidth", A("--gpus", "2", "--cp", "2", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "intra_node_bus_bytes_per_s"},
         /* with tp or cp: accelerate's own checks before the refusal (FINDINGS R-TP-1) */
         {"mesh tp not the world", A("--gpus", "4", "--tp", "2", "-o", "out.json"), "tp_size 2 x cp_size 1 x sp_size 1 = 2, not the 4 processes"},
         /* accelerate's own ParallelismConfig refuses TP with pure data parallelism; --tp with --dp-replicate is

@@ -190,6 +190,13 @@ static void every_model_method_mode(void **state)
     q.tp = 2;
     q.tp_dp_shard = 4;
     if (!check_plan(&q, "llama-3.1-8b --tp 2 --dp-shard 4", &t)) fail_msg("TP x FSDP: not planned");
+    /* context parallelism (--cp 2 --dp-shard 4 on 8 GPUs: FSDP2 over all 8, plan_cp.c) */
+    q.tp = q.tp_dp_shard = 0;
+    q.cp = 2;
+    q.seq = 8192;
+    q.layout.mode = GCKPT_PAR_FSDP;
+    q.layout.gpus = 8;
+    if (!check_plan(&q, "llama-3.1-8b --cp 2 --dp-shard 4", &t)) fail_msg("CP x FSDP: not planned");
     print_message("%zu plans (%zu refused: LoRA / QLoRA with FSDP2's CPU offload, on the family or with its linears; "
                   "SHOW_REFUSED=1 lists them)\n", t.plans, t.refused);
     for (size_t i = 0; i < gckpt_warning_count(); i++) {

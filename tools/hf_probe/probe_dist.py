@@ -214,6 +214,42 @@ def tp_cases():
     return out
 
 
+def cp_spec(every_n, offload, cp, shard=1, bf16=True, gloo=False):
+    """Context parallelism as accelerate sets it up on a GPU (FINDINGS R-CP-1): TrainingArguments(fsdp (version 2),
+    parallelism_config=ParallelismConfig(dp_shard_size=S, cp_size=C)): FSDP2 over the flattened dp_shard_cp mesh
+    (C x S ranks), each CP group's C ranks one batch, each a different piece of the sequence (the Trainer's
+    _prepare_context_parallel_inputs and accelerate's context_parallel() around every micro-step), torch's ring
+    attention with the per-block CUDA SDPA kernel stood in by the CPU flash kernel (cp_ring_rerun.install_cpu_ring,
+    R-CP-5). `cp-llama-<precision>-n<k>-<offload>-w<world>-c<C>[s<S>]`; fake ranks 0 and the last."""
+    world = cp * shard
+    sp = make_spec("fsdp2", "llama", every_n, offload, world, bf16=bf16,
+                   variant=f"c{cp}" + (f"s{shard}" if shard > 1 else ""), gloo=gloo)
+    sp["name"] = "cp" + sp["name"][len("fsdp2"):]
+    sp.update(cp=cp, dp_shard=shard)
+    return sp
+
+
+# attention wider than the model (16 heads of 64 over hidden 64): the ring's buffers outweigh the MLP's, so the
+# step's peak falls inside a ring attention call (FINDINGS R-CP-11)
+WIDE_ATTN = dict(probe.make_config("llama", "sdpa").to_dict(), num_attention_heads=16, num_key_value_heads=16,
+                 head_dim=64)
+
+
+def cp_cases():
+    """CP 2 alone (FSDP2 over its 2 ranks), CP 2 x dp_shard 2, CP 4; every_n off and 1; bf16 and fp32; the
+    wide-attention llama at CP 2 (tests/data/hf-cp-fsdp: `--set cp`)."""
+    out = []
+    for n in (0, 1):
+        for bf16 in (True, False):
+            out.append(cp_spec(n, False, 2, bf16=bf16))
+            out.append(cp_spec(n, False, 2, shard=2, bf16=bf16))
+            wide = cp_spec(n, False, 2, bf16=bf16)
+            wide.update(config=dict(WIDE_ATTN), name=wide["name"].replace("cp-llama", "cp-llamawide"))
+            out.append(wide)
+        out.append(cp_spec(n, False, 4))
+    return out
+
+
 def all_cases(which="default"):
     """tp: tp_cases(). hsdp: hsdp_cases(). default: every mode x family x checkpoint setting at world 2, at world 4 every mode for
     llama with every_n off / 1 / 2+offload, world 8 for FSDP2 and ZeRO-2/3, fp32 and the
@@ -222,6 +258,8 @@ def all_cases(which="default"):
         return hsdp_cases()
     if which == "tp":
         return tp_cases()
+    if which == "cp":
+        return cp_cases()
     out = []
     for mode in MODES:
         for fam in FAMILIES:
@@ -301,7 +339,11 @@ def training_args(spec, out_dir):
                                              if spec["every_n"] else None))
     if spec["mode"] == "fsdp2":
         kw.update(fsdp=True, fsdp_config={"version": 2, "reshard_after_forward": spec["variant"] != "nrf"})
-        if spec.get("dp_replicate"):  # HSDP: TrainingArguments(parallelism_config=...) (accelerate >= 1.10)
+        if spec.get("cp"):  # CP: FSDP2 over dp_shard_cp (accelerate requires it on a GPU, FINDINGS R-CP-1)
+            from accelerate import ParallelismConfig
+
+            kw.update(parallelism_config=ParallelismConfig(dp_shard_size=spec["dp_shard"], cp_size=spec["cp"]))
+        elif spec.get("dp_replicate"):  # HSDP: TrainingArguments(parallelism_config=...) (accelerate >= 1.10)
             from accelerate import ParallelismConfig
 
             kw.update(parallelism_config=ParallelismConfig(dp_replicate_size=spec["dp_replicate"],
@@ -453,6 +495,37 @@ def gpu_validation(fsdp=True):
     ParallelismConfig._validate_accelerator = validate
 
 
+def cp_step(c, tr, wrapped, hf, outer):
+    """Each micro-step as Trainer.training_step runs it under CP: _prepare_context_parallel_inputs on the batch
+    (shift_labels and position_ids made on the whole sequence, the buffers split in place by context_parallel),
+    forward and backward inside the context. The probe hands the forward input_ids = labels = ids; the context is
+    entered there (the ids are known) and left with the micro-step."""
+    from transformers import Trainer
+
+    live = {}
+
+    def forward(input_ids=None, labels=None):
+        inputs = {"input_ids": input_ids, "labels": labels.clone()}
+        ctx, inputs = Trainer._prepare_context_parallel_inputs(tr, wrapped, inputs)
+        cm = ctx()
+        cm.__enter__()
+        live["cm"] = cm
+        return wrapped(**inputs)
+
+    @contextlib.contextmanager
+    def micro(m):
+        with outer(m):
+            try:
+                yield
+            finally:
+                cm = live.pop("cm", None)
+                if cm is not None:
+                    cm.__exit__(None, None, None)
+
+    c.forward_model = forward
+    c.micro_context = micro
+
+
 def setup_dist(spec):
     import transformers
 
@@ -471,7 +544,13 @@ def setup_dist(spec):
     ckpt_layers = [i for i, l in enumerate(layers) if getattr(l, "gradient_checkpointing", False)]
     tmp = tempfile.mkdtemp(prefix="gckpt-dist-")
     args, args_kw = training_args(spec, tmp)
-    if spec.get("dp_replicate") or spec["mode"] == "tp":
+    if spec.get("cp"):
+        import cp_ring_rerun  # the per-block CPU flash kernel in torch's ring (R-CP-5)
+
+        if not getattr(cp_ring_rerun, "_installed", False):
+            cp_ring_rerun.install_cpu_ring()
+            cp_ring_rerun._installed = True
+    if spec.get("dp_replicate") or spec["mode"] == "tp" or spec.get("cp"):
         # TP: the Trainer hands accelerate ParallelismConfig(tp_size, dp_shard_size) and no FSDP plugin (the model
         # is sharded already), so a GPU run's Accelerator is MULTI_GPU
         gpu_validation(fsdp=spec["mode"] != "tp")
@@ -494,7 +573,8 @@ def setup_dist(spec):
     c.amp = c.cuda_lists = False  # DDP: accelerate's own autocast wrapper runs inside the forward
     c.param_info = {"count": n_params, "tensors": n_tensors, "bytes": n_params * 4, "dtype_at_load": "float32"}
     # each data-parallel rank draws its own micro-batches; the ranks of a TP group (the mesh's innermost dim) share one
-    gen = torch.Generator().manual_seed(1234 + rank // spec.get("tp", 1))
+    # (CP: the ranks of a CP group, the mesh's cp dim inside dp_shard, likewise: process_index // (tp x cp))
+    gen = torch.Generator().manual_seed(1234 + rank // (spec.get("tp", 1) * spec.get("cp", 1)))
     c.next_ids = lambda: torch.randint(3, hf.config.vocab_size, (c.b, c.s), generator=gen)
     micro = {"n": 0}
 
@@ -516,6 +596,8 @@ def setup_dist(spec):
         return acc.no_sync(model=wrapped)
 
     c.micro_context = micro_context
+    if spec.get("cp"):
+        cp_step(c, tr, wrapped, hf, micro_context)
     if ds:
         def run_backward(loss):
             # accelerate's DeepSpeedEngineWrapper.backward, with the engine.step() it makes at the
@@ -1027,10 +1109,10 @@ def run_batches(specs, out_dir, target=None):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=["default", "full", "hsdp", "tp"], default="default",
+    ap.add_argument("--set", choices=["default", "full", "hsdp", "tp", "cp"], default="default",
                     help="default: all modes at world 2, a subset at world 4; full: every case at both; "
                          "hsdp: FSDP2 over accelerate's 2-D mesh (tests/data/hf-hsdp); tp: tensor parallelism, "
-                         "transformers' tp_plan (tests/data/hf-tp)")
+                         "transformers' tp_plan (tests/data/hf-tp); cp: context parallelism over FSDP2 (tests/data/hf-cp-fsdp)")
     ap.add_argument("--out", default=OUT)
     probe.add_selection_args(ap)
     a = ap.parse_args(argv)

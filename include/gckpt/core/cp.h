@@ -4,9 +4,9 @@
  * attention exchanges K/V between them (FINDINGS R-CP-1..9). The rules measured in tests/data/hf-cp
  * (tools/hf_probe/cp_ring_rerun.py: torch's own split and ring on gloo, the per-block CUDA SDPA
  * kernel stood in by the CPU flash kernel, R-CP-5): what accelerate, the Trainer and torch refuse,
- * the split, the ring's collectives and what a rank saves beyond one GPU at S / C. What the CUDA
- * kernels decide (their per-block outputs and layout, the ring's transients) is unverified.
- * gckpt-plan does not plan CP yet. (core: read by the planner) */
+ * the split, the ring's collectives and transients, and what a rank saves beyond one GPU at S / C. What
+ * the CUDA kernels decide (their per-block outputs, scratch and layout) is unverified.
+ * gckpt-plan --cp plans a rank under FSDP2 with them (planner/plan_cp.c, R-CP-11). (core: read by the planner) */
 #ifndef GCKPT_CP_H
 #define GCKPT_CP_H
 
@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gckpt/core/eval.h"
 #include "gckpt/core/model.h"
 #include "gckpt/core/setting.h"
 #include "gckpt/util/util.h"
@@ -69,6 +70,47 @@ typedef struct {
 #define GCKPT_CP_MAX_COLL 6
 size_t gckpt_cp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32_t cp, gckpt_cp_comm comm,
                             gckpt_cp_coll out[GCKPT_CP_MAX_COLL]);
+
+/* What a CP rank of a CP x FSDP2 step holds at its backward peak beyond FSDP2's plan of the same
+ * rank at S / C tokens (FINDINGS R-CP-11; s: the local setting, seq the whole sequence, hidden_size /
+ * compute_size the hidden states' and the attention output's element sizes): the Trainer's CP buffers
+ * (their storages stay whole), the rotary tables per batch row, and on the partial-merge ranks (R-CP-7)
+ * one [B, S / C, H D] copy per plain layer plus the recomputed layer's. Measured at B = 2 with the
+ * peak after the ring's calls (an MLP product of the backward); the ring's own transients
+ * (gckpt_cp_ring_peak) are not at that peak. */
+/* How far gckpt_cp_step_extra's plan may be from the measured peaks (test_parallel_cp_fsdp). */
+#define GCKPT_CP_PEAK_BOUND_PCT "0.5"
+/* ... where the peak is inside a ring call (the wide-attention fixtures): the plan below the measured
+ * peak by at most this; not replayed there: the CPU kernels' promoted fp32 copies of the block
+ * gradients in the accumulators' mixed-dtype += (R-CPU-2) and flatten's copies of accumulators
+ * zeros_like left non-contiguous (FINDINGS R-CP-11). */
+#define GCKPT_CP_RING_PEAK_BOUND_PCT "0.75"
+uint64_t gckpt_cp_step_extra(const gckpt_model *m, const gckpt_setting *s, uint64_t seq, uint32_t cp, uint32_t r,
+                             unsigned hidden_size, unsigned compute_size);
+
+/* gckpt_cp_step_extra's buffers with `copies` o_proj-input copies live (partial-merge ranks only). */
+uint64_t gckpt_cp_extra_at(const gckpt_model *m, const gckpt_setting *s, uint64_t seq, uint32_t cp, uint32_t r,
+                           unsigned hidden_size, unsigned compute_size, uint64_t copies);
+
+/* A CP rank's step peak into r (r: ctx c's walked step at S / C, c->set the rank's local setting):
+ * the higher of r's peak plus gckpt_cp_step_extra and, at each SDPA op of the walked schedule
+ * (forward, recompute, backward), the memory before the plain kernel's outputs plus the ring's
+ * replayed peak (gckpt_cp_ring_peak of rank `rank`) plus the CP buffers live then (R-CP-10, R-CP-11);
+ * the breakdown, phase and layer follow. false when out of memory. */
+bool gckpt_cp_peak(const gckpt_ctx *c, uint64_t seq, uint32_t cp, uint32_t rank, gckpt_cp_comm comm,
+                   unsigned hidden_size, unsigned compute_size, gckpt_result *r);
+
+/* The most bytes one ring attention call holds above its inputs (forward: q, k, v; backward: the
+ * gradient of out, q, k, v, out, lse), its outputs included, on rank rank of cp (s: the rank's local
+ * setting, s->seq = S / C): torch 2.15's _templated_ring_attention (backward_pass false) or
+ * _templated_ring_attention_backward replayed buffer by buffer (core/cp_ring.c, FINDINGS R-CP-10):
+ * the K/V cat and what the rotater receives (allgather: a C-times buffer; alltoall: one block), each
+ * block's out and lse, the fp32 merge's temporaries and _partial_update's cats; backward: the fp32
+ * accumulators, each block's dq / dk / dv, the fp32 dK/dV cat and what arrives. The per-block kernel
+ * is the CPU flash kernel's outputs (out in the compute dtype, lse fp32); its scratch and the CUDA
+ * kernels' extra outputs are not in it (unverified). */
+uint64_t gckpt_cp_ring_peak(const gckpt_model *m, const gckpt_setting *s, uint32_t cp, uint32_t rank, bool balanced,
+                            gckpt_cp_comm comm, bool backward_pass);
 
 #ifdef __cplusplus
 }

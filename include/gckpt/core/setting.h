@@ -130,6 +130,10 @@ typedef struct {
      * computes. 0 / false: none of this. */
     uint32_t tp, tp_rank;
     bool fsdp_fp32;
+    /* context parallelism (accelerate's ParallelismConfig(cp_size), FINDINGS R-CP-11): the CP size
+     * of a CP x FSDP2 mesh, FSDP2 over every rank (dp_shard x cp); the setting's seq is then the
+     * rank's piece, S / cp. 0: none. */
+    uint32_t cp;
     uint32_t rank; /* the rank planned: 0 (a plan; under zero2 it also walks the last rank and
                     * shows the busier), others to compare their fixtures */
 } gckpt_layout;

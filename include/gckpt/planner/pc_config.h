@@ -32,6 +32,12 @@ bool gckpt_pc_config_read(const char *path, gckpt_pc_sizes *out, gckpt_err *err)
  * the replicate size (>= 1) and *tp 0. */
 bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_replicate, uint32_t *tp, gckpt_err *err);
 
+/* Context parallelism (cp_size > 1): accelerate's checks (the product of the sizes equals the world;
+ * cp with sp refused; cp with dp_replicate > 1 and dp_shard 1 refused), then what is not measured
+ * (tp, dp_replicate); *cp its size, the mesh FSDP2 over dp_shard x cp = the world (FINDINGS R-CP-1,
+ * R-CP-11). cp_size 1 or none: true, *cp 0. One line in err when refused. */
+bool gckpt_pc_cp(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *cp, gckpt_err *err);
+
 #ifdef __cplusplus
 }
 #endif

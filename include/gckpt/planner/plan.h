@@ -58,6 +58,10 @@ typedef struct {
      * dp_replicate_size=R), T x R = the GPUs: FSDP2 over its (dp_replicate, fsdp) mesh of one shard rank
      * (gckpt_tp_hsdp_layout, FINDINGS R-TP-11). 0: none. */
     uint32_t tp_dp_replicate;
+    /* --cp C (or cp_size in --parallelism-config), alone or with --dp-shard: accelerate's context
+     * parallelism, FSDP2 over every GPU (dp_shard x cp), each rank at seq / C tokens (plan_cp.c,
+     * gckpt/core/cp.h). seq stays the whole sequence. 0: none. */
+    uint32_t cp;
     char deepspeed[512];   /* --deepspeed FILE as given ("": none; the snippet prints the Trainer's "auto" config) */
     bool target_given;     /* --target given: plan `target`, else the device profile's kind */
     gckpt_target target;
@@ -175,6 +179,16 @@ void gckpt_plan_tp_args(const gckpt_plan *p, cJSON *args);
 void gckpt_plan_tp_launch(const gckpt_plan *p, FILE *f);
 void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs);
 void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry);
+
+/* Context parallelism (--cp, plan_cp.c; nothing without it): what was measured (the request
+ * refused otherwise, one line), the rank's peak and time beyond FSDP2's at S / C, the header
+ * line, the snippet's parallelism_config and notes, the plan JSON's "context_parallel". */
+bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err);
+bool gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_err *err);
+void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f);
+void gckpt_plan_cp_args(const gckpt_plan *p, cJSON *args);
+void gckpt_plan_cp_notes(const gckpt_plan *p, FILE *f);
+void gckpt_plan_cp_json(const gckpt_plan *p, cJSON *inputs);
 void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);
 /* "What would fit instead" (alternatives.c), when the plan of req fits nowhere: the request
  * re-planned with other choices (one GPU: the loss, precision, optimizer, LoRA / QLoRA; several:

@@ -1,0 +1,130 @@
+/* A plan of one context-parallel rank (--cp C, alone or with --dp-shard S: accelerate's
+ * ParallelismConfig(dp_shard_size=S, cp_size=C) with FSDP2 over the dp_shard x cp ranks,
+ * gckpt/core/cp.h): what was measured, the rank's peak and time beyond FSDP2's at S / C, the
+ * header line, the snippet's parallelism_config and notes, the plan JSON's "context_parallel".
+ * Nothing here runs without --cp. */
+#include "gckpt/planner/plan.h"
+
+#include <stdlib.h>
+
+#include "gckpt/core/cp.h"
+#include "gckpt/core/dtype.h"
+
+/* The CP x FSDP2 mesh's dp_shard size: the GPUs over C. */
+static uint32_t cp_shard(const gckpt_plan *p) { return gckpt_layout_world(&p->req.layout) / p->req.cp; }
+
+/* The hidden states' and attention output's element size: fp32, or FSDP2's MixedPrecisionPolicy
+ * under bf16 / fp16 (the measured bf16=True runs compute in bf16, R-CP-11). */
+static unsigned elem(const gckpt_plan *p) { return p->req.precision == GCKPT_FP32 ? 4 : 2; }
+
+bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err)
+{
+    const gckpt_plan_request *q = &p->req;
+    if (!q->cp) return true;
+    if (q->layout.mode != GCKPT_PAR_FSDP) { /* a request built in code (plan_args.c routes --cp to fsdp) */
+        gckpt_seterr(err, "--cp %u with --parallel %s: accelerate's context parallelism shards through FSDP2 over "
+                          "dp_shard x cp (FINDINGS R-CP-1)", q->cp, gckpt_parallel_names[q->layout.mode]);
+        return false;
+    }
+    if (!gckpt_cp_check(&p->model, q->seq, q->cp, q->attention, err)) return false; /* names cp_size */
+    const char *what = gckpt_peft_on(&q->peft) ? "--method lora / qlora"
+                     : (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"
+                     : q->optimizer != GCKPT_ADAMW ? "--optimizer other than adamw"
+                     : q->loss != GCKPT_LOSS_HF ? "--loss other than hf"
+                     : q->code_base != GCKPT_CB_HF ? "--code-base fused"
+                     : q->layout.offload ? "--fsdp-offload"
+                     : q->offload != GCKPT_OFFLOAD_OFF ? "--offload (activation offload)"
+                     : NULL;
+    if (what) {
+        gckpt_seterr(err, "--cp %u with %s: context parallelism is measured for full fine-tuning with AdamW under fp32 "
+                          "or bf16 (FSDP2's mixed precision), HF's loss, without offload (FINDINGS R-CP-11)", q->cp, what);
+        return false;
+    }
+    if (!(p->dev.intra_node_bus_bytes_per_s > 0)) {
+        gckpt_seterr(err, "--cp %u on %s: the GPU profile has no intra_node_bus_bytes_per_s (nccl-tests' busbw), which "
+                          "times the ring attention's K/V exchanges", q->cp, p->dev.name);
+        return false;
+    }
+    return true;
+}
+
+bool gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_err *err)
+{
+    gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
+    s.every_n = e->every_n;
+    s.offload = e->offload;
+    /* rank 0 (a partial-merge rank when the split is balanced, R-CP-7): its walked step plus CP's
+     * buffers, or a ring attention call (gckpt_cp_peak) */
+    gckpt_ctx *c = malloc(sizeof *c);
+    bool ok = c && gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, err);
+    if (ok && !(ok = gckpt_cp_peak(c, p->req.seq, p->req.cp, 0, GCKPT_CP_ALLGATHER, elem(p), elem(p), r)))
+        gckpt_seterr(err, "out of memory walking the CP step");
+    if (!c) gckpt_seterr(err, "out of memory");
+    free(c);
+    if (!ok) return false;
+    r->device_peak_bytes = gckpt_round_up(r->peak_bytes, p->dev.segment_round_bytes) + p->dev.context_bytes;
+    /* the ring's K/V and dK/dV exchanges in the CP group at the intra-node bus bandwidth, none hidden */
+    gckpt_cp_coll k[GCKPT_CP_MAX_COLL];
+    size_t n = gckpt_cp_collectives(&p->model, &s, p->req.cp, GCKPT_CP_ALLGATHER, k);
+    double t = 0;
+    for (size_t j = 0; j < n; j++) /* all-gather: C - 1 pieces arrive; permute: one */
+        t += (double)k[j].calls * k[j].bytes_per_call * (k[j].kind == GCKPT_CP_ALL_GATHER ? p->req.cp - 1 : 1) *
+             (double)s.grad_accum / p->dev.intra_node_bus_bytes_per_s;
+    double scale = r->step_s / (r->step_s + t);
+    r->comm_s += t;
+    r->step_s += t;
+    r->tokens_per_s *= scale;
+    r->mfu *= scale;
+    r->hfu *= scale;
+    return true;
+}
+
+void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f)
+{
+    if (!p->req.cp) return;
+    const uint64_t S = p->req.seq, C = p->req.cp;
+    fprintf(f, "context parallelism %llu x dp_shard %u over %u GPUs (accelerate's ParallelismConfig(dp_shard_size=%u, "
+               "cp_size=%llu), FSDP2 over all of them): every rank of a CP group sees the same batch and computes %llu "
+               "of its %llu tokens (%s split), K/V exchanged by torch's ring attention (allgather); memory and time are "
+               "rank 0's: FSDP2's at seq %llu plus CP's buffers (the Trainer's split inputs, per-row rotary tables, %s), "
+               "the ring's time none hidden; tok/s per GPU (FINDINGS R-CP-1..11)\n",
+            (unsigned long long)C, cp_shard(p), gckpt_layout_world(&p->req.layout), cp_shard(p), (unsigned long long)C,
+            (unsigned long long)(S / C), (unsigned long long)S,
+            gckpt_cp_balanced(S, p->req.cp) ? "head-tail, load-balanced" : "contiguous, not load-balanced",
+            (unsigned long long)(S / C),
+            gckpt_cp_balanced(S, p->req.cp) ? "a copy of o_proj's input per layer on the partial-merge ranks"
+                                             : "no partial-merge copies");
+}
+
+void gckpt_plan_cp_args(const gckpt_plan *p, cJSON *args)
+{
+    if (!p->req.cp) return;
+    cJSON *pc = cJSON_AddObjectToObject(args, "parallelism_config"); /* printed as ParallelismConfig(...) */
+    cJSON_AddNumberToObject(pc, "dp_shard_size", cp_shard(p));
+    cJSON_AddNumberToObject(pc, "cp_size", p->req.cp);
+}
+
+void gckpt_plan_cp_notes(const gckpt_plan *p, FILE *f)
+{
+    if (!p->req.cp) return;
+    fprintf(f, "# context parallelism (accelerate 1.15, torch >= 2.6): SDPA attention only (attn_implementation=\"sdpa\";\n"
+               "# the Trainer refuses others), no sliding-window layers (accelerate refuses them), the sequence a\n"
+               "# multiple of cp_size (%u; torch's ring fails otherwise and nothing checks it), load-balanced when a\n"
+               "# multiple of 2 x cp_size; on a GPU accelerate requires the FSDP2 plugin above; the Trainer makes\n"
+               "# shift_labels and position_ids on the whole sequence and splits the batch; pad to a fixed length\n",
+            p->req.cp);
+}
+
+void gckpt_plan_cp_json(const gckpt_plan *p, cJSON *inputs)
+{
+    if (!p->req.cp) return;
+    cJSON *o = cJSON_AddObjectToObject(inputs, "context_parallel");
+    cJSON_AddNumberToObject(o, "cp_size", p->req.cp);
+    cJSON_AddNumberToObject(o, "dp_shard_size", cp_shard(p));
+    cJSON_AddNumberToObject(o, "local_seq", (double)(p->req.seq / p->req.cp));
+    cJSON_AddBoolToObject(o, "load_balanced", gckpt_cp_balanced(p->req.seq, p->req.cp));
+    cJSON_AddStringToObject(o, "cp_comm_strategy", "allgather");
+    cJSON_AddStringToObject(o, "planned", "rank 0: FSDP2 over dp_shard x cp at seq / cp, plus the CP buffers of "
+                                          "gckpt_cp_step_extra (FINDINGS R-CP-11); the ring's K/V and dK/dV exchanges "
+                                          "at intra_node_bus_bytes_per_s, none hidden");
+}

@@ -17,6 +17,14 @@ static uint32_t cp_shard(const gckpt_plan *p) { return gckpt_layout_world(&p->re
  * under bf16 / fp16 (the measured bf16=True runs compute in bf16, R-CP-11). */
 static unsigned elem(const gckpt_plan *p) { return p->req.precision == GCKPT_FP32 ? 4 : 2; }
 
+void gckpt_plan_request_cp(gckpt_plan_request *r, uint32_t cp)
+{
+    r->cp = cp;
+    r->tp = r->tp_dp_shard = r->tp_dp_replicate = 0;
+    r->layout.mode = GCKPT_PAR_FSDP;
+    r->layout.dp_replicate = 0;
+}
+
 bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err)
 {
     const gckpt_plan_request *q = &p->req;

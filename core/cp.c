@@ -7,6 +7,13 @@
 
 bool gckpt_cp_balanced(uint64_t seq, uint32_t cp) { return cp > 1 && seq % (2ull * cp) == 0; }
 
+double gckpt_cp_attention_units(uint64_t seq, uint32_t cp, uint32_t *calls)
+{
+    *calls = cp > 1 ? cp : 1;
+    if (cp < 2) return 1.0;
+    return gckpt_cp_balanced(seq, cp) ? (double)cp : 2.0 * cp - 1.0;
+}
+
 bool gckpt_cp_check(const gckpt_model *m, uint64_t seq, uint32_t cp, gckpt_attention attn, gckpt_err *err)
 {
     if (cp < 2) {

@@ -1,6 +1,7 @@
 /* The context of one setting: every tensor's size, the parameter state table, each op's
  * seconds, FLOPs and workspace, the bound that keeps every byte count of a step inside
  * 64 bits. */
+#include "gckpt/core/cp.h"
 #include "gckpt/core/fused_loss.h"
 #include "gckpt/core/schedule.h"
 #include "gckpt/core/parallel.h"
@@ -45,6 +46,11 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
     const gckpt_recipe *r = c->recipe;
     double T = (double)c->tokens, S = (double)c->set.seq;
     double f = op->fT * T + op->fBSS * T * S;
+    uint32_t calls = 1;
+    if (op->kind == GCKPT_OP_ATTN && c->set.layout.cp > 1) /* torch's ring: the rank's queries against every
+                                                            * K/V block, one kernel per block (core/cp.h) */
+        f = op->fT * T + op->fBSS * T * S *
+                             gckpt_cp_attention_units(c->set.seq * c->set.layout.cp, c->set.layout.cp, &calls);
     double traffic = 0;
     for (int k = 0; k < op->nin; k++) {
         const gckpt_tensor *t = &r->t[op->in[k]];
@@ -62,7 +68,7 @@ static double op_seconds(const gckpt_ctx *c, const gckpt_op *op, bool bwd, doubl
     double tm = *flops / mrate, tb = traffic / (hbm_rate(c) * cb->hbm_factor);
     /* an op that does anything is a kernel launch at least: its launch and dispatch, not
      * hidden behind the kernel before it (eager PyTorch issues ops one by one) */
-    double launch = (tm > 0 || tb > 0) ? cb->op_overhead_s : 0;
+    double launch = (tm > 0 || tb > 0) ? cb->op_overhead_s * calls : 0;
     /* QLoRA: the whole weight dequantized before the GEMM, in the forward, every
      * recompute and the backward (FINDINGS R-QUANT-11, R-PEFT-18): a memory-bound pass that reads
      * the stored codes and writes the weight, which the GEMM then reads */

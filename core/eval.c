@@ -61,7 +61,9 @@ static void finish(const gckpt_ctx *c, uint32_t every_n, uint64_t grad_accum, gc
     double tokens = (double)c->tokens * (double)grad_accum;
     res->tokens_per_s = res->step_s > 0 ? tokens / res->step_s : 0;
     double busy = res->step_s * peak_rate(c);
-    res->mfu = busy > 0 ? gckpt_palm_flops_per_token_n(c->model, c->model_params, c->set.seq) * tokens / busy : 0;
+    /* PaLM's attention term counts the token's context: under CP the whole sequence, not the rank's piece */
+    uint64_t context = c->set.seq * (c->set.layout.cp > 1 ? c->set.layout.cp : 1);
+    res->mfu = busy > 0 ? gckpt_palm_flops_per_token_n(c->model, c->model_params, context) * tokens / busy : 0;
     res->hfu = busy > 0 ? res->hw_flops / busy : 0;
 }
 

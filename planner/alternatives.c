@@ -10,11 +10,11 @@
 #include "gckpt/planner/plan.h"
 
 /* Where the lines go: the header once, before the first; per_rank: several GPUs (the step time
- * is said too: a TP rank's step covers a part of its group's batch, so tok/s alone would hide it);
- * tp: a TP layout was said (its batch note follows the lines). */
+ * is said too: a TP or CP rank's step covers a part of its group's batch, so tok/s alone would
+ * hide it); tp, cp: a TP / CP layout was said (its batch note follows the lines). */
 typedef struct {
     FILE *f;
-    bool header, per_rank, tp;
+    bool header, per_rank, tp, cp;
 } alt_out;
 
 /* One alternative request re-planned: its line of "What would fit instead"; false when the
@@ -102,9 +102,9 @@ static void mode_alternatives(const gckpt_plan_request *req, alt_out *o)
     gckpt_layout base = req->tp ? (gckpt_layout){.gpus = request_world(req)} : req->layout;
     char label[96];
     for (int m = GCKPT_PAR_DDP; m < GCKPT_NPAR; m++) {
-        if (!req->tp && m == req->layout.mode) continue;
+        if (!req->tp && !req->cp && m == req->layout.mode) continue;
         gckpt_plan_request r = *req;
-        r.tp = r.tp_dp_shard = r.tp_dp_replicate = 0;
+        r.tp = r.tp_dp_shard = r.tp_dp_replicate = r.cp = 0;
         r.layout = base;
         r.layout.mode = (uint8_t)m;
         snprintf(label, sizeof label, "--parallel %s", gckpt_parallel_names[m]);
@@ -112,48 +112,87 @@ static void mode_alternatives(const gckpt_plan_request *req, alt_out *o)
     }
 }
 
-/* Several GPUs on one node: tensor parallelism over them, --tp T alone (T = the GPUs), TP x FSDP
- * (--tp T --dp-shard S, T x S = the GPUs) and TP x DDP (--tp T --dp-replicate S), for every T > 1
- * dividing them. Which T the model takes
- * (heads and key/value heads divisible, the measured structure), and which choices TP is planned
- * with, gckpt_plan_run decides (core/tp.c, tp_setup): a layout it refuses is not said. */
+/* One TP layout of the GPUs: --tp t with rep replicas (0: none) of s FSDP shards each (0: none). */
+static void tp_layout(const gckpt_plan_request *req, uint32_t t, uint32_t rep, uint32_t s, alt_out *o)
+{
+    if (req->tp == t && req->tp_dp_shard == s && req->tp_dp_replicate == rep) return; /* the request itself */
+    gckpt_plan_request r = *req;
+    r.layout = (gckpt_layout){0};
+    r.cp = 0;
+    r.tp = t;
+    r.tp_dp_shard = s;
+    r.tp_dp_replicate = rep;
+    char label[96];
+    int n = snprintf(label, sizeof label, "--tp %u", t);
+    if (rep) n += snprintf(label + n, sizeof label - (size_t)n, " --dp-replicate %u", rep);
+    if (s) snprintf(label + n, sizeof label - (size_t)n, " --dp-shard %u", s);
+    o->tp |= print_alternative(&r, label, o);
+}
+
+/* Several GPUs on one node: tensor parallelism over them, for every T > 1 dividing them: --tp T
+ * alone (T = the GPUs), TP x FSDP (--tp T --dp-shard S, T x S = the GPUs), TP x DDP (--tp T
+ * --dp-replicate S) and HSDP x TP (--tp T --dp-replicate R --dp-shard S, T x R x S = the GPUs,
+ * R, S > 1). Which T the model takes (heads and key/value heads divisible, the measured
+ * structure), and which choices TP is planned with, gckpt_plan_run decides (core/tp.c, tp_setup):
+ * a layout it refuses is not said. */
 static void tp_alternatives(const gckpt_plan_request *req, alt_out *o)
 {
     uint32_t w = request_world(req);
     if (req->layout.nodes > 1) return; /* TP is planned on one node only */
-    char label[96];
-    for (uint32_t t = 2; t <= w; t++)
-        for (int rep = 0; rep < 2 && !(w % t); rep++) { /* the rest of the GPUs sharded, then replicated */
-            uint32_t s = t == w ? 0 : w / t;
-            if ((rep && !s) || (req->tp == t && req->tp_dp_shard == (rep ? 0 : s) && req->tp_dp_replicate == (rep ? s : 0)))
-                continue;
-            gckpt_plan_request r = *req;
-            r.layout = (gckpt_layout){0};
-            r.tp = t;
-            r.tp_dp_shard = rep ? 0 : s;
-            r.tp_dp_replicate = rep ? s : 0;
-            if (s) snprintf(label, sizeof label, "--tp %u --dp-%s %u", t, rep ? "replicate" : "shard", s);
-            else snprintf(label, sizeof label, "--tp %u", t);
-            o->tp |= print_alternative(&r, label, o);
+    for (uint32_t t = 2; t <= w; t++) {
+        if (w % t) continue;
+        uint32_t rest = w / t;
+        if (rest == 1) {
+            tp_layout(req, t, 0, 0, o);
+            continue;
         }
+        tp_layout(req, t, 0, rest, o); /* the rest of the GPUs sharded, */
+        tp_layout(req, t, rest, 0, o); /* replicated, */
+        for (uint32_t rep = 2; rep < rest; rep++) /* then both */
+            if (!(rest % rep)) tp_layout(req, t, rep, rest / rep, o);
+    }
+}
+
+/* Several GPUs on one node: context parallelism over them, --cp C alone (C = the GPUs) and CP x
+ * FSDP (--cp C --dp-shard S, C x S = the GPUs), for every C > 1 dividing them: FSDP2 over all of
+ * them, each rank at seq / C tokens. Which C, models and choices CP is planned for,
+ * gckpt_plan_run decides (plan_cp.c, gckpt_plan_cp_setup): a layout it refuses is not said. */
+static void cp_alternatives(const gckpt_plan_request *req, alt_out *o)
+{
+    uint32_t w = request_world(req);
+    if (req->layout.nodes > 1) return; /* CP over several nodes is refused by the reader (plan_args.c) */
+    char label[96];
+    for (uint32_t c = 2; c <= w; c++) {
+        if (w % c || req->cp == c) continue; /* the request's own: its C fixes S */
+        gckpt_plan_request r = *req;
+        if (req->tp) r.layout = (gckpt_layout){.gpus = w}; /* a TP request has no layout: its T x S GPUs */
+        gckpt_plan_request_cp(&r, c);
+        if (c == w) snprintf(label, sizeof label, "--cp %u", c);
+        else snprintf(label, sizeof label, "--cp %u --dp-shard %u", c, w / c);
+        o->cp |= print_alternative(&r, label, o);
+    }
 }
 
 /* When nothing fits: on one GPU, re-plan with cheaper precision / optimizer choices and, for full
  * fine-tuning, with LoRA and QLoRA (the planner's defaults: r 16, all-linear; QLoRA nf4
  * with double quantization, bf16 compute), and say which would fit, so the user gets a
- * way forward, not only a "no"; on several, the other modes and TP layouts. */
+ * way forward, not only a "no"; on several, the other modes, the TP and the CP layouts. */
 void gckpt_plan_print_alternatives(const gckpt_plan_request *req, const gckpt_plan *plan, FILE *f)
 {
     const gckpt_model *model = &plan->model;
     /* several GPUs: the other modes and the TP layouts on the same GPUs (the precision / optimizer /
-     * LoRA alternatives below are refused there: nothing else was measured per rank) */
+     * LoRA alternatives below are refused there: nothing else was measured per rank), then CP's */
     if (request_world(req) > 1) {
         alt_out o = {.f = f, .per_rank = true};
         mode_alternatives(req, &o);
         tp_alternatives(req, &o);
+        cp_alternatives(req, &o);
         if (o.tp)
             fprintf(f, "  (--tp T: the T ranks of a TP group share one batch, so the global batch is micro-batch x "
                        "grad-accum x GPUs / T)\n");
+        if (o.cp)
+            fprintf(f, "  (--cp C: the C ranks of a CP group share one batch, each computing seq / C of its tokens, so "
+                       "the global batch is micro-batch x grad-accum x GPUs / C)\n");
         return;
     }
     static const struct { int prec, opt; } alt[] = {

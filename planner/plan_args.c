@@ -244,11 +244,7 @@ static int apply_mesh(gckpt_plan_args *a)
         if (a->req.layout.nodes > 1)
             return bad(a, "%s: context parallelism over several nodes (--nodes) is not measured (FINDINGS R-CP-11)%s",
                        a->pc_path ? a->pc_path : "--cp", "");
-        a->req.cp = cp;
-        a->req.layout.dp_replicate = 0;
-        /* activation offload under CP is not measured: the default sweep (both) plans without it,
-         * --offload on is refused (gckpt_plan_cp_setup) */
-        if (a->req.offload == GCKPT_OFFLOAD_BOTH) a->req.offload = GCKPT_OFFLOAD_OFF;
+        gckpt_plan_request_cp(&a->req, cp);
         return 0;
     }
     if (!gckpt_pc_check(&pc, gckpt_layout_world(&a->req.layout), &r, &tp, &a->err)) {

@@ -5,6 +5,7 @@
  * Nothing here runs without --cp. */
 #include "gckpt/planner/plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "gckpt/core/cp.h"
@@ -16,6 +17,14 @@ static uint32_t cp_shard(const gckpt_plan *p) { return gckpt_layout_world(&p->re
 /* The hidden states' and attention output's element size: fp32, or FSDP2's MixedPrecisionPolicy
  * under bf16 / fp16 (the measured bf16=True runs compute in bf16, R-CP-11). */
 static unsigned elem(const gckpt_plan *p) { return p->req.precision == GCKPT_FP32 ? 4 : 2; }
+
+void gckpt_plan_request_cp(gckpt_plan_request *r, uint32_t cp)
+{
+    r->cp = cp;
+    r->tp = r->tp_dp_shard = r->tp_dp_replicate = 0;
+    r->layout.mode = GCKPT_PAR_FSDP;
+    r->layout.dp_replicate = 0;
+}
 
 bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err)
 {
@@ -83,17 +92,22 @@ void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f)
 {
     if (!p->req.cp) return;
     const uint64_t S = p->req.seq, C = p->req.cp;
+    uint32_t calls;
+    char units[64]; /* the busiest rank's SDPA work (core/cp.h) */
+    snprintf(units, sizeof units, "%g times", gckpt_cp_attention_units(S, p->req.cp, &calls));
     fprintf(f, "context parallelism %llu x dp_shard %u over %u GPUs (accelerate's ParallelismConfig(dp_shard_size=%u, "
                "cp_size=%llu), FSDP2 over all of them): every rank of a CP group sees the same batch and computes %llu "
-               "of its %llu tokens (%s split), K/V exchanged by torch's ring attention (allgather); memory and time are "
-               "rank 0's: FSDP2's at seq %llu plus CP's buffers (the Trainer's split inputs, per-row rotary tables, %s), "
-               "the ring's time none hidden; tok/s per GPU (FINDINGS R-CP-1..11)\n",
+               "of its %llu tokens (%s split), K/V exchanged by torch's ring attention (allgather); memory is rank "
+               "0's: FSDP2's at seq %llu plus CP's buffers (the Trainer's split inputs, per-row rotary tables, %s); time "
+               "the busiest rank's: FSDP2's at that seq with its attention %s one GPU's (one SDPA call per K/V block), "
+               "the ring's exchanges none hidden; tok/s per GPU (FINDINGS R-CP-1..12)\n",
             (unsigned long long)C, cp_shard(p), gckpt_layout_world(&p->req.layout), cp_shard(p), (unsigned long long)C,
             (unsigned long long)(S / C), (unsigned long long)S,
             gckpt_cp_balanced(S, p->req.cp) ? "head-tail, load-balanced" : "contiguous, not load-balanced",
             (unsigned long long)(S / C),
             gckpt_cp_balanced(S, p->req.cp) ? "a copy of o_proj's input per layer on the partial-merge ranks"
-                                             : "no partial-merge copies");
+                                             : "no partial-merge copies",
+            units);
 }
 
 void gckpt_plan_cp_args(const gckpt_plan *p, cJSON *args)
@@ -125,6 +139,8 @@ void gckpt_plan_cp_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddBoolToObject(o, "load_balanced", gckpt_cp_balanced(p->req.seq, p->req.cp));
     cJSON_AddStringToObject(o, "cp_comm_strategy", "allgather");
     cJSON_AddStringToObject(o, "planned", "rank 0: FSDP2 over dp_shard x cp at seq / cp, plus the CP buffers of "
-                                          "gckpt_cp_step_extra (FINDINGS R-CP-11); the ring's K/V and dK/dV exchanges "
-                                          "at intra_node_bus_bytes_per_s, none hidden");
+                                          "gckpt_cp_step_extra (FINDINGS R-CP-11); time: the busiest rank's, its "
+                                          "attention gckpt_cp_attention_units times one GPU's at seq / cp (R-CP-12); "
+                                          "the ring's K/V and dK/dV exchanges at intra_node_bus_bytes_per_s, none "
+                                          "hidden");
 }

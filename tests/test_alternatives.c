@@ -1,5 +1,6 @@
 /* "What would fit instead" on several GPUs (gckpt_plan_print_alternatives, planner/alternatives.c):
- * the other modes and the tensor-parallel layouts the planner accepts for the model and the world,
+ * the other modes and the tensor- and context-parallel layouts the planner accepts for the model
+ * and the world,
  * each line the recommended (or smallest) entry of that layout's own plan, planned separately from
  * the options a user would type (the memory and time of a TP plan are checked against the fixtures
  * in test_parallel_tp; here only which layouts are tried and what their lines say):
@@ -7,7 +8,14 @@
  *     modes do not, each TP line (TP alone, x FSDP, x DDP) equals its separate plan's entry;
  *   - a model with q / k norms (qwen3): TP alone is said, TP x FSDP (refused for it) is not;
  *   - several nodes: no TP line (refused there);
- *   - a TP request: the modes over its GPUs and the other TP layouts, not itself. */
+ *   - a TP request: the modes over its GPUs and the other TP layouts, not itself;
+ *   - a case where only CP fits (llama-3.1-8b on 8 H100s at 128k tokens, HF's fp32 logits over
+ *     the whole sequence): --cp 8 and --cp 4 --dp-shard 2 fit, no mode or TP layout (HSDP x TP
+ *     included) does, each line equal to its separate plan's entry (the CP plan's memory and time
+ *     are checked against the fixtures in test_parallel_cp*);
+ *   - CP refused (q / k norms, several nodes, activation offload on): no CP line;
+ *   - a CP request: the modes (fsdp included, with the request's offload sweep), the TP layouts
+ *     and the other CP layouts, not itself. */
 #define _GNU_SOURCE /* open_memstream */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -185,12 +193,98 @@ static void test_tp_request(void **state)
     free(text);
 }
 
+/* llama-3.1-8b on 8 H100s at 128k tokens: HF's fp32 logits and their gradient over the whole
+ * sequence put every mode and TP layout above 200 GiB; CP splits the sequence (each rank's logits
+ * of seq / C tokens): --cp 8 fits, and --cp 4 --dp-shard 2. */
+static const char *const cp_base[] = {"--model", "llama-3.1-8b", "--gpus", "8", "--seq", "131072", NULL};
+
+static void test_only_cp_fits(void **state)
+{
+    (void)state;
+    const char *req[] = {"--model", "llama-3.1-8b", "--gpus", "8", "--seq", "131072", "--parallel", "fsdp", NULL};
+    char *text = alternatives(req);
+    print_message("%s", text);
+    static const char *const cp8[] = {"--cp", "8", NULL}, *const cp4[] = {"--cp", "4", "--dp-shard", "2", NULL},
+                             *const cp2[] = {"--cp", "2", "--dp-shard", "4", NULL},
+                             *const hsdp_tp[] = {"--tp", "2", "--dp-replicate", "2", "--dp-shard", "2", NULL},
+                             *const tp8[] = {"--tp", "8", NULL}, *const z3[] = {"--parallel", "zero3", NULL};
+    check_line(text, "--cp 8", cp_base, cp8);
+    check_line(text, "--cp 4 --dp-shard 2", cp_base, cp4);
+    check_line(text, "--cp 2 --dp-shard 4", cp_base, cp2);
+    check_line(text, "--tp 2 --dp-replicate 2 --dp-shard 2", cp_base, hsdp_tp);
+    check_line(text, "--tp 8", cp_base, tp8);
+    check_line(text, "--parallel zero3", cp_base, z3);
+    assert_non_null(strstr(line_of(text, "--cp 8"), "fits: every_n_layers="));
+    assert_non_null(strstr(line_of(text, "--cp 4 --dp-shard 2"), "fits: every_n_layers="));
+    /* nothing else fits: every line before the CP ones says so */
+    static const char *const others[] = {"--parallel ddp", "--parallel zero1", "--parallel zero2", "--parallel zero3",
+                                         "--tp 2 --dp-shard 4", "--tp 2 --dp-replicate 4",
+                                         "--tp 2 --dp-replicate 2 --dp-shard 2", "--tp 4 --dp-shard 2",
+                                         "--tp 4 --dp-replicate 2", "--tp 8"};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        const char *l = line_of(text, others[i]);
+        if (!l) fail_msg("no line for %s", others[i]);
+        const char *v = l + 2 + strlen(others[i]);
+        while (*v == ' ') v++;
+        assert_int_equal(strncmp(v, "does not fit either", 19), 0);
+    }
+    assert_null(line_of(text, "--parallel fsdp")); /* the request itself */
+    assert_non_null(strstr(text, "(--cp C: the C ranks of a CP group share one batch"));
+    free(text);
+}
+
+/* CP refused by the planner: no --cp line (q / k norms, activation offload on), nor over nodes. */
+static void test_refused_cp_left_out(void **state)
+{
+    (void)state;
+    const char *qwen[] = {"--model", "qwen3-8b", "--gpus", "4", "--seq", "131072", "--allow-long-seq", "--every-n", "1",
+                          "--parallel", "ddp", NULL};
+    char *text = alternatives(qwen);
+    assert_non_null(line_of(text, "--tp 4"));
+    assert_null(strstr(text, "--cp"));
+    free(text);
+    const char *off[] = {"--model", "llama-3.1-8b", "--gpus", "8", "--seq", "131072", "--parallel", "fsdp", "--offload",
+                         "on", NULL};
+    text = alternatives(off);
+    assert_non_null(line_of(text, "--parallel zero3"));
+    assert_null(strstr(text, "--cp"));
+    free(text);
+    const char *nodes[] = {"--model", "llama-3.1-8b", "--gpus", "4", "--nodes", "2", "--seq", "131072", "--parallel",
+                           "fsdp", NULL};
+    text = alternatives(nodes);
+    assert_non_null(line_of(text, "--parallel zero3"));
+    assert_null(strstr(text, "--cp"));
+    free(text);
+}
+
+/* A CP request that fits nowhere (--cp 2 --dp-shard 4 at 128k): the modes over its GPUs, FSDP2
+ * included and with the default offload sweep (as --parallel fsdp plans it), plain TP layouts,
+ * the other CP layouts, not its own. */
+static void test_cp_request(void **state)
+{
+    (void)state;
+    const char *req[] = {"--model", "llama-3.1-8b", "--gpus", "8", "--seq", "131072", "--cp", "2", "--dp-shard", "4",
+                         NULL};
+    char *text = alternatives(req);
+    print_message("%s", text);
+    static const char *const cp8[] = {"--cp", "8", NULL}, *const fsdp[] = {"--parallel", "fsdp", NULL},
+                             *const tp4[] = {"--tp", "4", "--dp-shard", "2", NULL};
+    check_line(text, "--parallel fsdp", cp_base, fsdp);
+    check_line(text, "--tp 4 --dp-shard 2", cp_base, tp4);
+    check_line(text, "--cp 8", cp_base, cp8);
+    assert_null(line_of(text, "--cp 2 --dp-shard 4"));
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_only_tp_fits),
         cmocka_unit_test(test_refused_layouts_left_out),
         cmocka_unit_test(test_tp_request),
+        cmocka_unit_test(test_only_cp_fits),
+        cmocka_unit_test(test_refused_cp_left_out),
+        cmocka_unit_test(test_cp_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,10 @@
  *     S / C with those position_ids, and plus gckpt_cp_layer_extra the CP rank's, exact; the
  *     embedding's extra input_ids storage exact;
  *   - every ring attention call's peak above its inputs (forward, recomputed forward, backward):
- *     gckpt_cp_ring_peak exact, but for three calls whose excess the rerun did not repeat (NOISY). */
+ *     gckpt_cp_ring_peak exact, but for three calls whose excess the rerun did not repeat (NOISY);
+ * and against tests/data/hf-cp-work (tools/hf_probe/cp_ring_work.py: torch's ring functions' per-block
+ * kernel calls, R-CP-12): gckpt_cp_attention_units, the busiest rank's SDPA work in units of the
+ * local causal call and its kernel calls, exact, forward and backward, balanced and contiguous. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,6 +36,7 @@
 #error GCKPT_TEST_DATA must name tests/data
 #endif
 #define DIR_CP GCKPT_TEST_DATA "/hf-cp"
+#define DIR_CP_WORK GCKPT_TEST_DATA "/hf-cp-work"
 
 static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 static uint64_t u64(const cJSON *o, const char *k)
@@ -304,6 +308,67 @@ static int setup(void **state)
     return 0;
 }
 
+/* The ring's SDPA work: per case (seq, C), the busiest rank's units and kernel calls of the forward
+ * and of the backward, measured, against gckpt_cp_attention_units; every rank's at most that. */
+static void test_ring_work(void **state)
+{
+    (void)state;
+    struct { uint64_t seq; uint32_t cp, ranks; double units[2]; uint64_t calls[2]; } c[16] = {{0}};
+    int nc = 0, nfiles = 0;
+    DIR *d = opendir(DIR_CP_WORK);
+    if (!d) fail_msg("cannot open %s", DIR_CP_WORK);
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".json")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", DIR_CP_WORK, e->d_name);
+        gckpt_err err;
+        cJSON *root = gckpt_json_read(path, 1u << 20, &err);
+        if (!root) fail_msg("%s", err.msg);
+        uint64_t seq = u64(root, "seq");
+        uint32_t cp = (uint32_t)u64(root, "world");
+        assert_int_equal(cJSON_IsTrue(item(root, "load_balanced")), gckpt_cp_balanced(seq, cp));
+        int k = 0;
+        while (k < nc && (c[k].seq != seq || c[k].cp != cp)) k++;
+        if (k == nc) {
+            assert_true(nc < 16);
+            c[nc].seq = seq;
+            c[nc++].cp = cp;
+        }
+        c[k].ranks++;
+        static const char *const phase[2] = {"forward", "backward"};
+        for (int ph = 0; ph < 2; ph++) {
+            const cJSON *u = item(item(root, "units"), phase[ph]);
+            if (!cJSON_IsNumber(u)) fail_msg("%s: units.%s missing", e->d_name, phase[ph]);
+            if (u->valuedouble > c[k].units[ph]) c[k].units[ph] = u->valuedouble;
+            uint64_t n = 0;
+            const cJSON *call;
+            cJSON_ArrayForEach(call, item(root, "kernel_calls"))
+                n += !strcmp(cJSON_GetStringValue(item(call, "phase")), phase[ph]);
+            if (n > c[k].calls[ph]) c[k].calls[ph] = n;
+        }
+        cJSON_Delete(root);
+        nfiles++;
+    }
+    closedir(d);
+    assert_true(nfiles >= 12);
+    bool balanced = false, contiguous = false;
+    for (int k = 0; k < nc; k++) {
+        assert_int_equal(c[k].ranks, c[k].cp);
+        uint32_t calls;
+        const double units = gckpt_cp_attention_units(c[k].seq, c[k].cp, &calls);
+        for (int ph = 0; ph < 2; ph++) {
+            if (c[k].units[ph] != units || c[k].calls[ph] != calls)
+                fail_msg("seq %llu cp %u: the busiest rank's %s: %g units in %llu calls measured, %g in %u planned",
+                         (unsigned long long)c[k].seq, c[k].cp, ph ? "backward" : "forward", c[k].units[ph],
+                         (unsigned long long)c[k].calls[ph], units, calls);
+        }
+        balanced |= gckpt_cp_balanced(c[k].seq, c[k].cp);
+        contiguous |= !gckpt_cp_balanced(c[k].seq, c[k].cp);
+    }
+    assert_true(balanced && contiguous);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_saved),
         cmocka_unit_test(test_ring_transients),
+        cmocka_unit_test(test_ring_work),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -194,9 +194,29 @@ static void check_plan_run(const char *name, const dist_fixture *f, uint32_t cp)
     snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", dev);
     static gckpt_plan p;
     bool ok = gckpt_plan_run(&q, &p, &err);
+    /* the ring's SDPA work (R-CP-12): the rank's FLOPs are one GPU's at S / C plus units - 1 times its
+     * attention's, which one GPU's at 2 S / C less twice those at S / C gives (every other counted op
+     * is per token, the attention per token and key: 2 T x 2 L - 2 (T x L) = 2 T L) */
+    double hw[2] = {0};
+    for (int k = 0; ok && k < 2; k++) {
+        gckpt_plan_request one = q;
+        one.cp = 0;
+        one.seq = q.seq / cp * (uint64_t)(k + 1);
+        static gckpt_plan pk;
+        if (!gckpt_plan_run(&one, &pk, &err)) fail_msg("%s: one GPU at %llu: %s", name, (unsigned long long)one.seq, err.msg);
+        hw[k] = pk.entries[0].r.hw_flops;
+        gckpt_plan_free(&pk);
+    }
     remove(cfg);
     remove(dev);
     if (!ok) fail_msg("%s: %s", name, err.msg);
+    uint32_t calls;
+    const double units = gckpt_cp_attention_units(q.seq, cp, &calls), attn = (hw[1] - 2.0 * hw[0]) / 2.0;
+    const double want_hw = hw[0] + (units - 1.0) * attn;
+    assert_true(attn > 0);
+    if (fabs(p.entries[0].r.hw_flops - want_hw) > 1e-9 * want_hw)
+        fail_msg("%s: hw FLOPs %.6g planned, %.6g = one GPU's at S / C %.6g + (%g - 1) x its attention's %.6g", name,
+                 p.entries[0].r.hw_flops, want_hw, hw[0], units, attn);
     assert_int_equal(p.n, 1);
     const gckpt_result *r = &p.entries[0].r;
     int64_t sum = 0;

@@ -13,7 +13,10 @@ gckpt-plan's own default sweep (every every_n_layers value, offload on and off, 
   * FSDP2 (--parallel fsdp) and ZeRO-3 (--parallel zero3) over the W GPUs;
   * tensor parallelism inside a node, T = 2, 4 and 8 dividing W: TP T x FSDP W / T
     (--tp T --dp-shard W / T), TP T x DDP W / T (--tp T --dp-replicate W / T), or TP alone
-    when T = W (--tp T).
+    when T = W (--tp T);
+  * context parallelism inside a node, C = 2, 4 and 8 dividing W: CP C x FSDP W / C (--cp C
+    --dp-shard W / C), or CP alone when C = W (--cp C): FSDP2 over all W GPUs, each rank at
+    seq / C tokens (gckpt-plan refuses CP over several nodes: listed under the table).
 A RoPE model planned beyond its max_position_embeddings gets --allow-long-seq (the plan
 records it; the table says so).
 
@@ -21,7 +24,7 @@ A table row is the recommended entry of a layout that fits (the fastest within t
 ratio band, the most headroom), or the smallest entry of one that fits nowhere: its every_n /
 offload, the per-rank device peak, the step time, tokens/s per GPU, the exposed collective
 time (time.collective_exposed_s), the global batch (sequences per optimizer step: micro-batch
-x grad-accum x W, over T under TP, whose T ranks share one batch) and the plan's warnings
+x grad-accum x W, over T under TP and over C under CP, whose T or C ranks share one batch) and the plan's warnings
 other than use_cache_on (the unverified parts). A layout gckpt-plan refuses is listed under
 the table with its one-line reason, grouped by reason.
 
@@ -49,6 +52,7 @@ MODELS = [("llama-3.1-8b", "Llama-3.1-8B"), ("llama-3.1-70b", "Llama-3.1-70B"), 
 SEQS = [8192, 32768, 131072]
 WORLDS = [8, 16, 32, 64]
 TPS = [2, 4, 8]
+CPS = [2, 4, 8]
 BLOCK = "parallel_plans"
 
 
@@ -58,17 +62,20 @@ def die(msg):
 
 
 def layouts(world):
-    """(label, T or 0, gckpt-plan flags) of every layout tried on world GPUs."""
-    out = [("FSDP2", 0, ["--parallel", "fsdp"]), ("ZeRO-3", 0, ["--parallel", "zero3"])]
-    for t in TPS:
-        if world % t:
-            continue
-        s = world // t
-        if s > 1:
-            out.append((f"TP {t} x FSDP {s}", t, ["--tp", str(t), "--dp-shard", str(s)]))
-            out.append((f"TP {t} x DDP {s}", t, ["--tp", str(t), "--dp-replicate", str(s)]))
-        else:
-            out.append((f"TP {t}", t, ["--tp", str(t)]))
+    """(label, the ranks sharing one batch (T or C, else 1), gckpt-plan flags, the label without
+    the data-parallel size: what a refusal lists) of every layout tried on world GPUs."""
+    out = [("FSDP2", 1, ["--parallel", "fsdp"], "FSDP2"), ("ZeRO-3", 1, ["--parallel", "zero3"], "ZeRO-3")]
+    for name, flag, sizes in (("TP", "--tp", TPS), ("CP", "--cp", CPS)):
+        for n in sizes:
+            if world % n:
+                continue
+            s = world // n
+            if s == 1:
+                out.append((f"{name} {n}", n, [flag, str(n)], f"{name} {n}"))
+                continue
+            out.append((f"{name} {n} x FSDP {s}", n, [flag, str(n), "--dp-shard", str(s)], f"{name} {n} x FSDP"))
+            if name == "TP":  # CP with replicas is refused by accelerate's rules and not measured
+                out.append((f"TP {n} x DDP {s}", n, ["--tp", str(n), "--dp-replicate", str(s)], f"TP {n} x DDP"))
     return out
 
 
@@ -96,14 +103,14 @@ def plan(exe, args, tmpdir):
         return json.load(f), None
 
 
-def row(d, world, t):
+def row(d, world, share):
     """The table's cells of a plan: its recommended entry, or its smallest."""
     fits = d["recommended"] is not None and d["recommended"] >= 0
     e = d["entries"][d["recommended"] if fits else d["smallest"]]
     en = "off" if not e["every_n_layers"] else str(e["every_n_layers"])
     entry = f"{en} / {'on' if e['offload'] else 'off'}" if e["every_n_layers"] else "off / -"
     tm = e["time"]
-    gb = e["micro_batch"] * e["grad_accum"] * world // (t or 1)
+    gb = e["micro_batch"] * e["grad_accum"] * world // share
     warns = sorted({w["code"] for w in d["warnings"]} - {"use_cache_on"})
     return [
         "yes" if fits else "**no**",
@@ -137,15 +144,13 @@ def report(exe):
                 for world in WORLDS:
                     gpus = ["--gpus", str(min(world, PER_NODE)), "--nodes", str(max(1, world // PER_NODE))]
                     long_seq = ["--allow-long-seq"] if maxpos and seq > maxpos else []
-                    for label, t, flags in layouts(world):
+                    for label, share, flags, generic in layouts(world):
                         d, why = plan(exe, ["--model", model, "--gpu", GPU, "--seq", str(seq)] + long_seq + gpus + flags,
                                       tmpdir)
                         if d is None:
-                            generic = (f"TP {t}" + (" x " + label.split(" x ")[1].split()[0] if " x " in label else "")
-                                       if t else label)
                             refused.setdefault(why, []).append((generic, world, seq))
                             continue
-                        rows.append([k(seq), str(world), label] + row(d, world, t))
+                        rows.append([k(seq), str(world), label] + row(d, world, share))
             print(f"\n#### {title}\n")
             if maxpos and max(SEQS) > maxpos:
                 print(f"max_position_embeddings is {maxpos}: the longer sequences are planned with `--allow-long-seq`.\n")

@@ -36,6 +36,15 @@ bool gckpt_cp_check(const gckpt_model *m, uint64_t seq, uint32_t cp, gckpt_atten
 /* Whether torch balances the split (head-tail): seq a multiple of 2 cp (R-CP-4). */
 bool gckpt_cp_balanced(uint64_t seq, uint32_t cp);
 
+/* The SDPA work of one attention call under torch's ring on the busiest rank of cp, in units of
+ * the local causal SDPA over seq / cp tokens (_templated_ring_attention and its backward alike,
+ * FINDINGS R-CP-12): step 0 is the local causal call (1); load-balanced, each of the cp - 1 others
+ * is a non-causal call over half of the block (the first half of K / V, or the second half of Q:
+ * 1 each), cp on every rank; contiguous, rank r skips the steps after r and computes the others
+ * over the whole block (2 each), the last rank 2 cp - 1 (the step waits for it at the next
+ * collective). *calls: the kernel calls on that rank. */
+double gckpt_cp_attention_units(uint64_t seq, uint32_t cp, uint32_t *calls);
+
 /* The positions rank r of cp holds, in order, into out[seq / cp] (R-CP-4); returns seq / cp. */
 uint64_t gckpt_cp_positions(uint64_t seq, uint32_t cp, uint32_t r, uint64_t *out);
 

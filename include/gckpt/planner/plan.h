@@ -183,6 +183,10 @@ void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *
 /* Context parallelism (--cp, plan_cp.c; nothing without it): what was measured (the request
  * refused otherwise, one line), the rank's peak and time beyond FSDP2's at S / C, the header
  * line, the snippet's parallelism_config and notes, the plan JSON's "context_parallel". */
+/* The request of --cp C on its layout's GPUs (what the CLI's reader and "What would fit instead"
+ * build): FSDP2 over all of them, no TP, no replicas (gckpt_plan_run plans the default offload
+ * sweep without activation offload). Which C the planner accepts is gckpt_plan_cp_setup's. */
+void gckpt_plan_request_cp(gckpt_plan_request *r, uint32_t cp);
 bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err);
 bool gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_err *err);
 void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f);
@@ -192,7 +196,7 @@ void gckpt_plan_cp_json(const gckpt_plan *p, cJSON *inputs);
 void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all);
 /* "What would fit instead" (alternatives.c), when the plan of req fits nowhere: the request
  * re-planned with other choices (one GPU: the loss, precision, optimizer, LoRA / QLoRA; several:
- * the other modes and the TP layouts), one line each that the planner accepts. */
+ * the other modes, the TP and the CP layouts), one line each that the planner accepts. */
 void gckpt_plan_print_alternatives(const gckpt_plan_request *req, const gckpt_plan *plan, FILE *f);
 /* The TrainingArguments keyword arguments of an entry, in the snippet's order: the
  * entry's batch and accumulation (part 1), the plan's precision, optimizer and parallel

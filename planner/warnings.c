@@ -193,7 +193,7 @@ static const struct {
      "and 1) whose peak is after the ring's calls, and up to " GCKPT_CP_RING_PEAK_BOUND_PCT " % below where it is "
      "inside one (a wide-attention llama, cp 2); torch's ring ran with the per-block CUDA SDPA kernel stood in by "
      "the CPU flash kernel. Unverified: the CUDA flash / efficient / cuDNN kernels per block (their extra outputs, "
-     "scratch and output layout), NCCL (the ring's overlap, what an uneven sequence does), the math backend under "
+     "scratch, output layout and time: a rank's attention is timed as C blocks of its S / C queries, R-CP-12), NCCL (the ring's overlap, what an uneven sequence does), the math backend under "
      "CP, the Trainer's loss reduction under CP, other batch sizes' input buffers, other families, LoRA, TP and "
      "HSDP with CP."},
     {"collective_time_unverified", collectives_applies,

@@ -51,12 +51,12 @@ static const vit_kind vits[GCKPT_NTOWER] = {
 };
 
 /* CLIPVisionEmbeddings + pre_layrnorm, SiglipVisionEmbeddings. */
-static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k, bool hooked)
+static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k, bool hooked, uint8_t pixel_dt)
 {
     gckpt_recipe *r = tr->r;
     uint64_t D = vc->hidden, n = vc->image_size / vc->patch;
     section_begin(tr, GCKPT_SEC_EMBED);
-    int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, F32,
+    int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, pixel_dt,
                      (gckpt_shape){GCKPT_ROWS_BATCH, 1, vc->channels * n * vc->patch * n * vc->patch}, NULL, NULL);
     r->t[pix].step_held = true; /* the Trainer's batch dict */
     int cls = k->cls ? param(tr, "embeddings.class_embedding", 1, D, GCKPT_ROLE_MATRIX) : -1;
@@ -170,20 +170,29 @@ static int rows_of(tracer *tr, int x, uint64_t first, uint64_t n, bool view, con
  * reshape does. LLaVA-NeXT runs the same on every anyres tile (gckpt_image_tiles); its
  * pack_image_features after the projector (the tiles unpadded, a newline per row: views and a
  * cat, which save nothing) is not traced. */
-static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad)
+static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
 {
     gckpt_recipe *r = tr->r;
     const gckpt_vision *vc = &v->vision;
     uint64_t D = vc->hidden, Dt = v->text.hidden;
     section_begin(tr, GCKPT_SEC_HEAD);
-    int last = tnew(tr, "last_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
-    r->head_in = last;
-    int cls = rows_of(tr, last, 0, 1, true, "last_hidden_state[:, 0]");
-    layernorm(tr, cls, D, "post_layernorm");
-    /* the feature layer's output: the input of the layer after it, the last one's own at -1 */
-    int feat = gckpt_vision_feature_depth(v) == vc->layers
+    int feat;
+    if (step) {
+        /* in a step the head reads the feature layer's output (the sim's live layers end
+         * there); the tail, which reaches no loss, is left out (its LayerNorm keeps the last
+         * hidden state, held until the forward returns anyway, and per image its mean and rstd) */
+        feat = tnew(tr, "feature_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+        r->head_in = feat;
+    } else {
+        int last = tnew(tr, "last_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+        r->head_in = last;
+        int cls = rows_of(tr, last, 0, 1, true, "last_hidden_state[:, 0]");
+        layernorm(tr, cls, D, "post_layernorm");
+        /* the feature layer's output: the input of the layer after it, the last one's own at -1 */
+        feat = gckpt_vision_feature_depth(v) == vc->layers
                    ? last
                    : tnew(tr, "feature_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    }
     int sel = rows_of(tr, feat, 1, 0, tr->amp, "selected_image_feature");
     tr->frozen_params = false;
     tr->pfx = "multi_modal_projector";
@@ -193,7 +202,9 @@ static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad)
     int b2 = vc->projector_bias ? param(tr, "linear_2.bias", 1, Dt, GCKPT_ROLE_BIAS) : -1;
     int h = linear(tr, sel, w1, b1, D, Dt, "linear_1");
     int a = unary(tr, h, "act", false, GCKPT_P_GELU, 0);
-    r->t[linear(tr, a, w2, b2, Dt, Dt, "linear_2")].fwd_end_free = true; /* image_features, scattered into the text */
+    int feats = linear(tr, a, w2, b2, Dt, Dt, "linear_2");
+    r->t[feats].fwd_end_free = true; /* image_features, scattered into the text */
+    if (step) r->grad_seed = feats;
     tr->pfx = "";
     section_end(tr);
 }
@@ -218,8 +229,8 @@ uint64_t gckpt_vision_positions(const gckpt_vlm *v)
     return n * n + (v->vision.tower < GCKPT_NTOWER && vits[v->vision.tower].cls);
 }
 
-bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
-                               gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err)
+static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
+                  gckpt_tower_grad g, bool step, uint8_t pixel_dt, gckpt_recipe *r, gckpt_err *err)
 {
     const gckpt_vision *vc = &v->vision;
     const vit_kind *k = vc->tower < GCKPT_NTOWER ? &vits[vc->tower] : NULL;
@@ -253,10 +264,20 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
     tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
     tr.eps = vc->norm_eps;
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
-    vit_embedding(&tr, vc, k, g == GCKPT_TOWER_FROZEN_HOOKED);
+    vit_embedding(&tr, vc, k, g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
     vit_layer(&tr, vc, g != GCKPT_TOWER_FROZEN);
+    if (step) {
+        /* the tower's output (hidden_states[0]) and every layer's stay alive in
+         * image_outputs.hidden_states until the model's forward returns (LlavaModel.forward
+         * keeps mm_encoder_outputs and returns it as image_outputs) */
+        r->t[r->embed_out].fwd_end_free = true;
+        r->t[r->block_out].fwd_end_free = true;
+    }
     if (llava) {
-        clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN);
+        clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN, step);
+    } else if (step) {
+        gckpt_seterr(err, "%s: only llava's and llava_next's vision side is planned in a step", v->model_type);
+        return false;
     } else {
         section_begin(&tr, GCKPT_SEC_HEAD);
         section_end(&tr);
@@ -264,4 +285,17 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
     r->loss = -1;
     recipe_finish(r);
     return true;
+}
+
+bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
+                               gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err)
+{
+    return build(v, tower, p, target, g, false, F32, r, err);
+}
+
+bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                    gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
+                                    gckpt_err *err)
+{
+    return build(v, tower, p, target, g, true, pixel_dt, r, err);
 }

@@ -65,6 +65,9 @@ static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k,
     int bias = k->conv_bias ? param(tr, "embeddings.patch_embedding.bias", 1, D, GCKPT_ROLE_BIAS) : -1;
     int table = param(tr, "embeddings.position_embedding.weight", n * n + k->cls, D, GCKPT_ROLE_MATRIX);
     int x = patch_conv(tr, vc, pix, w, bias, hooked);
+    /* a frozen tower's hooked patch output is a leaf that requires grad (enable_input_require_grads):
+     * its AccumulateGrad node holds it until the graph goes with the micro-step */
+    if (hooked && !rg(tr, w)) r->t[x].step_held = true;
     /* the sum with the positions is fp32 under autocast (the fp32 table, as CLIP's class token) */
     uint8_t sum_dt = tr->amp ? F32 : dt(tr, x);
     if (k->cls) {

@@ -256,6 +256,7 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
             int64_t t = 0, ts[GCKPT_NCOMP];
             gckpt_step_start(&p->tc, s->every_n, ts);
             for (int k = 0; k < GCKPT_NCOMP; k++) t += start[k];
+            fprintf(stdout, "text block saved %llu head %llu embed %llu; ", (unsigned long long)gckpt_section_saved_bytes(&p->tc, GCKPT_SEC_BLOCK), (unsigned long long)gckpt_section_saved_bytes(&p->tc, GCKPT_SEC_HEAD), (unsigned long long)gckpt_section_saved_bytes(&p->tc, GCKPT_SEC_EMBED));
             fprintf(stdout, "start %lld: text w %lld g %lld o %lld; vision w %lld g %lld o %lld dead %lld\n", (long long)t,
                     (long long)ts[GCKPT_C_WEIGHTS], (long long)ts[GCKPT_C_GRADS], (long long)ts[GCKPT_C_OPTIMIZER],
                     (long long)vstart[GCKPT_C_WEIGHTS], (long long)vstart[GCKPT_C_GRADS],

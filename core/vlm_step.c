@@ -10,11 +10,12 @@
  * for the projector's, cast back to its dtype under autocast). */
 #include "gckpt/core/vlm_step.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sim.h"
+#include "gckpt/core/parallel.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/schedule.h"
 #include "gckpt/core/step.h"
@@ -195,6 +196,22 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
 {
     memset(res, 0, sizeof *res);
     memset(info, 0, sizeof *info);
+    /* what this step does not simulate, refused by name */
+    bool sliding = false;
+    for (uint64_t l = 0; l < v->text.layers; l++) sliding |= gckpt_layer_sliding(&v->text, l);
+    const char *why = v->vision.projector != GCKPT_PROJ_LLAVA
+                          ? "only llava's step is planned (llava_next's pack_image_features and image_newline are not)"
+                      : gckpt_peft_on(&s->peft)          ? "LoRA and QLoRA on a VLM are not planned"
+                      : gckpt_layout_multi(&s->layout)   ? "a VLM is planned on one GPU only"
+                      : s->loss != GCKPT_LOSS_HF         ? "a fused loss on a VLM is not planned"
+                      : sliding || v->text.experts        ? "a text model with sliding-window or expert layers is not planned "
+                                                           "in a VLM step"
+                      : s->reentrant                      ? "reentrant checkpointing on a VLM is not planned"
+                                                          : NULL;
+    if (why) {
+        gckpt_seterr(err, "%s: %s", v->model_type, why);
+        return false;
+    }
     parts *p = calloc(1, sizeof *p);
     if (!p) return fail_oom(err);
     bool ok = false;
@@ -252,28 +269,9 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
         gckpt_persistent(&p->vc, live);
         for (int k = 0; k < GCKPT_NCOMP; k++) start[k] += vstart[k];
         start[GCKPT_C_WEIGHTS] += full[GCKPT_C_WEIGHTS] - live[GCKPT_C_WEIGHTS];
-        if (getenv("VLM_DEBUG")) {
-            int64_t t = 0, ts[GCKPT_NCOMP];
-            gckpt_step_start(&p->tc, s->every_n, ts);
-            for (int k = 0; k < GCKPT_NCOMP; k++) t += start[k];
-            fprintf(stdout, "text block saved %llu head %llu embed %llu; ", (unsigned long long)gckpt_section_saved_bytes(&p->tc, GCKPT_SEC_BLOCK), (unsigned long long)gckpt_section_saved_bytes(&p->tc, GCKPT_SEC_HEAD), (unsigned long long)gckpt_section_saved_bytes(&p->tc, GCKPT_SEC_EMBED));
-            fprintf(stdout, "start %lld: text w %lld g %lld o %lld; vision w %lld g %lld o %lld dead %lld\n", (long long)t,
-                    (long long)ts[GCKPT_C_WEIGHTS], (long long)ts[GCKPT_C_GRADS], (long long)ts[GCKPT_C_OPTIMIZER],
-                    (long long)vstart[GCKPT_C_WEIGHTS], (long long)vstart[GCKPT_C_GRADS],
-                    (long long)vstart[GCKPT_C_OPTIMIZER], (long long)(full[GCKPT_C_WEIGHTS] - live[GCKPT_C_WEIGHTS]));
-        }
         gckpt_walk_state w;
         gckpt_walk_begin(&w, start, true);
-        if (getenv("VLM_DEBUG") && atoi(getenv("VLM_DEBUG")) > 1) {
-            for (size_t i = 0; i < sc.nseg; i++) {
-                const gckpt_sched_seg *g = &sc.seg[i];
-                gckpt_walk_segment(&w, &g->seg, g->repeat, sc.ev + g->begin, g->end - g->begin, NULL, NULL);
-                fprintf(stdout, "  %s micro%d row%d part%d stage%d layer%d: %lld (peak %lld)\n", b.vision_seg[i] ? "V" : "T",
-                        g->seg.micro, g->seg.row, g->seg.part, g->seg.stage, g->seg.layer, (long long)w.m.total, (long long)w.peak);
-            }
-        } else {
-            gckpt_walk_schedule(&w, &sc, NULL, NULL);
-        }
+        gckpt_walk_schedule(&w, &sc, NULL, NULL);
         memcpy(res->breakdown, w.at_peak, sizeof w.at_peak);
         res->peak_bytes = (uint64_t)w.peak;
         res->peak_phase = GCKPT_PH_FORWARD;

@@ -269,13 +269,6 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
     vit_embedding(&tr, vc, k, g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
     vit_layer(&tr, vc, g != GCKPT_TOWER_FROZEN);
-    if (step) {
-        /* the tower's output (hidden_states[0]) and every layer's stay alive in
-         * image_outputs.hidden_states until the model's forward returns (LlavaModel.forward
-         * keeps mm_encoder_outputs and returns it as image_outputs) */
-        r->t[r->embed_out].fwd_end_free = true;
-        r->t[r->block_out].fwd_end_free = true;
-    }
     if (llava) {
         clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN, step);
     } else if (step) {

@@ -1056,7 +1056,8 @@ static void layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, int block,
     if (s->wrap) gckpt_wrap_post_forward(s->wrap, s, o, (uint64_t)layer + 1);
     s->stream = st->inst[st->out];
     if ((uint64_t)layer + 1 == s->live && s->live < s->nlayers) {
-        /* the head's input, read after the forward-only layers: held until the forward ends */
+        /* the head's input, read after the forward-only layers: held until the forward ends
+         * (a VLM's image_outputs.hidden_states keeps the selected one) */
         s->feat = s->stream;
         s->pool[s->feat].hold = true;
     }

@@ -206,9 +206,15 @@ static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bo
     int h = linear(tr, sel, w1, b1, D, Dt, "linear_1");
     int a = unary(tr, h, "act", false, GCKPT_P_GELU, 0);
     int feats = linear(tr, a, w2, b2, Dt, Dt, "linear_2");
-    r->t[feats].fwd_end_free = true; /* image_features, scattered into the text */
+    /* image_features: llava's image_outputs.pooler_output keeps views of it until the forward
+     * returns; llava_next's keeps pack_image_features' new tensors (core/vlm_step.c), and this
+     * output goes once they are made */
+    r->t[feats].fwd_end_free = !step || vc->projector == GCKPT_PROJ_LLAVA;
     if (step) r->grad_seed = feats;
     tr->pfx = "";
+    /* LLaVA-NeXT's newline vector (its cat in pack_image_features saves nothing): in a step,
+     * its weight and optimizer states (the tower's saved-bytes recipe leaves it out) */
+    if (step && vc->projector == GCKPT_PROJ_LLAVA_NEXT) param(tr, "image_newline", 1, Dt, GCKPT_ROLE_BIAS);
     section_end(tr);
 }
 

@@ -128,6 +128,13 @@ static void bridge_close(builder *b)
 typedef struct {
     uint64_t bs, img, width;           /* text positions (b x s), image tokens, text width */
     uint8_t feat_dt, text_dt;          /* the projector's output, the text embeddings (and their gradients) */
+    /* LLaVA-NeXT: pixel_values [b, tiles, ...] concatenated to the tower's batch (a copy of
+     * `pixels` elements of pixel_dt, which the patch conv keeps when it needs no cast), and
+     * pack_image_features' tensors, kept as image_outputs.pooler_output */
+    bool packed;
+    uint64_t pixels;
+    uint8_t pixel_dt;
+    bool conv_keeps_pixels;
 } bridge_sizes;
 
 /* A flat buffer of the bridge (in the vision simulator's numbering). */
@@ -146,8 +153,18 @@ static bool build(builder *b, const bridge_sizes *z)
             !gckpt_sim_begin(b->vs, b->vc, b->vst, later, sync, m ? gckpt_sim_next_id(b->vs) : VISION_IDS))
             return false;
         rows(b, false, m, 0); /* inputs_embeds = embed_tokens(input_ids) */
+        int pix = -1, packed = -1;
+        if (z->packed) { /* get_image_features: torch.cat of each sample's tiles */
+            bridge_open(b, m, GCKPT_STAGE_FORWARD);
+            pix = buf(b, GCKPT_C_ACTIVATIONS, z->pixel_dt, z->pixels);
+            bridge_close(b);
+        }
         for (int r = 0; r < 3; r++) rows(b, true, m, r); /* get_image_features: the tower, the projector */
         bridge_open(b, m, GCKPT_STAGE_FORWARD);
+        if (z->packed) { /* pack_image_features' result; the concatenated pixels go unless the conv keeps them */
+            packed = buf(b, GCKPT_C_ACTIVATIONS, z->feat_dt, z->img * z->width);
+            if (!z->conv_keeps_pixels) drop(b, pix);
+        }
         /* torch.cat(image_features) (and .to(inputs_embeds.dtype): the cat's copy then goes) */
         int feats = buf(b, GCKPT_C_ACTIVATIONS, z->feat_dt, z->img * z->width);
         if (z->feat_dt != z->text_dt) {
@@ -166,6 +183,11 @@ static bool build(builder *b, const bridge_sizes *z)
         bridge_close(b);
         for (int r = 2; r < 5; r++) rows(b, false, m, r); /* the head and loss; the forward returns */
         for (int r = 3; r < 5; r++) rows(b, true, m, r); /* image_outputs goes with the outputs */
+        if (packed >= 0) {
+            bridge_open(b, m, GCKPT_STAGE_FORWARD);
+            drop(b, packed);
+            bridge_close(b);
+        }
         for (int r = 5; r < 7; r++) rows(b, false, m, r); /* the text backward */
         bridge_open(b, m, GCKPT_STAGE_BACKWARD);
         /* MaskedScatterBackward: masked_fill for the text embeddings (stood for by the text's
@@ -176,6 +198,11 @@ static bool build(builder *b, const bridge_sizes *z)
         drop(b, mask);
         bridge_close(b);
         for (int r = 5; r < 8; r++) rows(b, true, m, r); /* the projector's and the tower's backward */
+        if (z->packed && z->conv_keeps_pixels) {
+            bridge_open(b, m, GCKPT_STAGE_BACKWARD);
+            drop(b, pix); /* the patch conv's saved input */
+            bridge_close(b);
+        }
         for (int r = 7; r < 9; r++) rows(b, false, m, r); /* the text embedding's; graphs freed */
         for (int r = 8; r < 10; r++) rows(b, true, m, r);
         rows(b, false, m, 9);
@@ -199,8 +226,8 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
     /* what this step does not simulate, refused by name */
     bool sliding = false;
     for (uint64_t l = 0; l < v->text.layers; l++) sliding |= gckpt_layer_sliding(&v->text, l);
-    const char *why = v->vision.projector != GCKPT_PROJ_LLAVA
-                          ? "only llava's step is planned (llava_next's pack_image_features and image_newline are not)"
+    const char *why = v->vision.projector != GCKPT_PROJ_LLAVA && v->vision.projector != GCKPT_PROJ_LLAVA_NEXT
+                          ? "only llava's and llava_next's step is simulated"
                       : gckpt_peft_on(&s->peft)          ? "LoRA and QLoRA on a VLM are not planned"
                       : gckpt_layout_multi(&s->layout)   ? "a VLM is planned on one GPU only"
                       : s->loss != GCKPT_LOSS_HF         ? "a fused loss on a VLM is not planned"
@@ -257,9 +284,16 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
     b.out = &sc;
     b.ts = gckpt_sim_new();
     b.vs = gckpt_sim_new();
+    uint8_t pixel_dt = im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32;
     bridge_sizes z = {.bs = s->micro_batch * s->seq, .img = s->micro_batch * info->image_tokens,
                       .width = v->text.hidden, .feat_dt = p->vr.t[p->vr.grad_seed].dtype,
-                      .text_dt = p->tr.t[p->tr.embed_out].dtype};
+                      .text_dt = p->tr.t[p->tr.embed_out].dtype,
+                      .packed = v->vision.projector == GCKPT_PROJ_LLAVA_NEXT,
+                      .pixels = vs.micro_batch * v->vision.channels * v->vision.image_size * v->vision.image_size,
+                      .pixel_dt = pixel_dt,
+                      /* the patch conv has a node (its weight trains) and no cast between */
+                      .conv_keeps_pixels = im->tower_trained && pixel_dt == p->vr.param_dtype &&
+                                           s->precision != GCKPT_AMP_BF16 && s->precision != GCKPT_AMP_FP16};
     bool built = b.ts && b.vs && collect(&tst, &b.tl) && collect(&vst, &b.vl) && build(&b, &z);
     if (built) {
         int64_t start[GCKPT_NCOMP], vstart[GCKPT_NCOMP], full[GCKPT_NCOMP], live[GCKPT_NCOMP];

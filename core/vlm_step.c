@@ -1,13 +1,14 @@
-/* A LLaVA step as two simulators' schedules walked in transformers 5.24's order
- * (gckpt/core/vlm_step.h; modeling_llava.py LlavaModel.forward, get_image_features,
- * get_placeholder_mask). The text model is its family's recipe at the whole sequence (text
+/* A LLaVA or LLaVA-NeXT step as two simulators' schedules walked in transformers 5.24's order
+ * (gckpt/core/vlm_step.h, FINDINGS R-VLM-11; modeling_llava.py LlavaModel.forward,
+ * get_image_features, get_placeholder_mask; modeling_llava_next.py's, pack_image_features). The text model is its family's recipe at the whole sequence (text
  * and image tokens); the tower is gckpt_vision_step_recipe_build's, sized at the
  * micro-batch's images (tiles) and the tower's positions. Between them, what LlavaModel.forward
  * does itself (the bridge): torch.cat of the projected features (a copy, .to(the text
  * embeddings' dtype) another under autocast), the placeholder mask (bool [b, s, 1], which
  * masked_scatter saves), masked_scatter's new embeddings (the old ones go), and in the
  * backward masked_scatter's two gradients (masked_fill for the text embedding's, masked_select
- * for the projector's, cast back to its dtype under autocast). */
+ * for the projector's, cast back to its dtype under autocast). LLaVA-NeXT's bridge adds the
+ * tiles' pixel copy (the tower's batch) and pack_image_features' tensors. */
 #include "gckpt/core/vlm_step.h"
 
 #include <stdlib.h>

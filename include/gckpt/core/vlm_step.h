@@ -1,5 +1,6 @@
-/* A LLaVA training step: the text model's step and the vision tower's, simulated as two
- * schedules walked in the order transformers 5.24 runs them (core/vlm_step.c). The text
+/* A LLaVA (or LLaVA-NeXT) training step: the text model's step and the vision tower's,
+ * simulated as two schedules walked in the order transformers 5.24 runs them
+ * (core/vlm_step.c). The text
  * embedding, the tower (its embedding, layers, the forward-only layers after the feature
  * layer) and the projector, masked_scatter into the text embeddings, the text layers, head
  * and loss; the forward returns (the tower's hidden states, held in image_outputs, go); the
@@ -46,7 +47,7 @@ typedef struct {
  * per sample, precision, every_n, offload, accumulation; one device, no PEFT) for VLM v on
  * device d and target; res as gckpt_walk fills it (peak, after the forward, breakdown, the
  * step's seconds from the same per-op model for both towers). false with err when a part
- * cannot be planned (only llava's CLIP tower and projector are). */
+ * is not simulated (llava's and llava_next's only; one GPU, full fine-tuning, HF's loss). */
 bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
                     const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info, gckpt_err *err);
 

@@ -306,7 +306,14 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
         start[GCKPT_C_WEIGHTS] += full[GCKPT_C_WEIGHTS] - live[GCKPT_C_WEIGHTS];
         gckpt_walk_state w;
         gckpt_walk_begin(&w, start, true);
-        gckpt_walk_schedule(&w, &sc, NULL, NULL);
+        size_t peak_seg = 0; /* the segment the peak falls in: the text's or the tower's */
+        for (size_t i = 0; i < sc.nseg; i++) {
+            const gckpt_sched_seg *sg = &sc.seg[i];
+            int64_t before = w.peak;
+            gckpt_walk_segment(&w, &sg->seg, sg->repeat, sg->end > sg->begin ? sc.ev + sg->begin : NULL,
+                               sg->end - sg->begin, NULL, NULL);
+            if (w.peak > before) peak_seg = i;
+        }
         memcpy(res->breakdown, w.at_peak, sizeof w.at_peak);
         res->peak_bytes = (uint64_t)w.peak;
         res->peak_phase = GCKPT_PH_FORWARD;
@@ -316,8 +323,7 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
             res->peak_phase = (uint8_t)gckpt_seg_phase(&w.peak_seg);
             res->peak_micro = w.peak_seg.micro;
             res->peak_layer = gckpt_seg_place(&w.peak_seg, towers[1]);
-            for (size_t i = 0; i < sc.nseg; i++)
-                if (!memcmp(&sc.seg[i].seg, &w.peak_seg, sizeof w.peak_seg)) info->peak_in_vision = b.vision_seg[i];
+            info->peak_in_vision = b.vision_seg[peak_seg];
         }
         if (w.after_forward_seen) res->after_forward_bytes = (uint64_t)w.after_forward;
         res->step_s = w.seconds;

@@ -19,7 +19,7 @@
  * dtype: ConvolutionBackward0 saves its input and its weight whenever it has a node (a conv's
  * backward formula takes both, unlike mm's), under autocast their compute-dtype copies.
  * Output: [images, D, N] (flatten(2).transpose(1, 2) views it as the patches' rows). */
-static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bias, bool hooked)
+static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bias, bool hooked, uint64_t positions)
 {
     uint64_t in_f = vc->channels * vc->patch * vc->patch, n = vc->image_size / vc->patch;
     int px = cast_to(tr, pix, tr->param_dt, "pixel_values.to");
@@ -36,6 +36,9 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bi
     op->in_f = in_f;
     op->out_f = vc->hidden;
     count_flops(tr);
+    /* a GEMM over the n x n patches; fT counts per position of the tower's sequence (+ CLIP's
+     * class token) */
+    op->fT *= (double)(n * n) / (double)positions;
     op->bwd_mult = (double)rg(tr, w); /* the pixels need no gradient */
     return o;
 }
@@ -64,7 +67,7 @@ static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k,
                   GCKPT_ROLE_MATRIX);
     int bias = k->conv_bias ? param(tr, "embeddings.patch_embedding.bias", 1, D, GCKPT_ROLE_BIAS) : -1;
     int table = param(tr, "embeddings.position_embedding.weight", n * n + k->cls, D, GCKPT_ROLE_MATRIX);
-    int x = patch_conv(tr, vc, pix, w, bias, hooked);
+    int x = patch_conv(tr, vc, pix, w, bias, hooked, n * n + k->cls);
     /* a frozen tower's hooked patch output is a leaf that requires grad (enable_input_require_grads):
      * its AccumulateGrad node holds it until the graph goes with the micro-step */
     if (hooked && !rg(tr, w)) r->t[x].step_held = true;

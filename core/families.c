@@ -134,7 +134,8 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      gckpt_vlm_read_llava, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
-     "\"num_attention_heads\": 32}"},
+     "\"num_attention_heads\": 32}",
+     NULL, false, false, true},
     {"llava_next", "LLaVA-NeXT", "gckpt-plan's sweep and image options (the step around the CLIP tower over "
                                  "anyres tiles is simulated and its live peak measured against every fixture, "
                                  "but no plan is made from it)",

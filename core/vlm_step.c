@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "sim.h"
+#include "gckpt/core/families.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/peft.h"
 #include "gckpt/core/recipe.h"
@@ -29,7 +30,7 @@
 typedef struct {
     gckpt_recipe tr, vr, vfull;
     gckpt_ctx tc, vc, vfc; /* the text model, the tower's live layers, the whole tower */
-    gckpt_model tower, tower_live;
+    gckpt_model text, tower, tower_live;
     uint8_t tmodes[GCKPT_MAX_LAYERS], vmodes[GCKPT_MAX_LAYERS];
 } parts;
 
@@ -270,12 +271,17 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
         !gckpt_ctx_init(&p->vc, &p->tower_live, d, &p->vr, &vs, err) ||
         !gckpt_ctx_init(&p->vfc, &p->tower, d, &p->vfull, &vs, err))
         goto out;
-    /* the text model at the whole sequence */
-    gckpt_recipe_build_loss(&v->text, s->precision, s->attention, target, &s->peft, s->seq, s->loss, s->liger_off,
+    /* the text model at the whole sequence; without checkpointing (which forces use_cache off)
+     * a family that passes no use_cache fills text_config's DynamicCache */
+    const gckpt_vlm_type *row = gckpt_vlm_type_of(v->model_type);
+    p->text = v->text;
+    p->text.kv_cache = row && row->text_cache_in_training && v->text.use_cache && !s->every_n;
+    gckpt_recipe_build_loss(&p->text, s->precision, s->attention, target, &s->peft, s->seq, s->loss, s->liger_off,
                             &p->tr);
-    if (!gckpt_ctx_init(&p->tc, &v->text, d, &p->tr, s, err)) goto out;
+    if (!gckpt_ctx_init(&p->tc, &p->text, d, &p->tr, s, err)) goto out;
 
     gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(&vs, towers[0]);
+    tst.model = &p->text;
     tst.modes = p->tmodes;
     vst.modes = p->vmodes;
     vst.live_layers = info->vision_live;

@@ -54,30 +54,8 @@ static bool same_layers(const cJSON *tower, const uint64_t *got, size_t n)
     return i == n;
 }
 
-/* Fixtures whose live peak is not yet planned within the bound, and what is measured there
- * (docs/families.md, the VLM section): held to a looser bound so that a change still shows,
- * and the test fails when one comes within the bound (then it leaves this list). */
-static const struct {
-    const char *file, *why;
-} known[] = {
-    /* without checkpointing llava's text model builds a DynamicCache (its forward passes no
-     * use_cache, text_config's is True): each layer holds its k and v copies (8192 B in bf16
-     * at b2 s32) until the forward returns; not simulated (FINDINGS R-VLM-11) */
-    {"llava-amp-bf16-cudalists-sdpa-noff-plain-visfrozen-b2s32.json", "every_n off: the text KV cache"},
-    {"llava-amp-bf16-cudalists-sdpa-noff-plain-vistrained-b2s32.json", "every_n off: the text KV cache"},
-    {"llava-amp-bf16-cudalists-sdpa-noff-plain-vistrained-b2s48-i2.json", "every_n off: the text KV cache"},
-};
-#define KNOWN_BOUND 0.01 /* what the known ones are held to */
-
-static const char *known_gap(const char *name)
-{
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (!strcmp(known[i].file, name)) return known[i].why;
-    return NULL;
-}
-
 typedef struct {
-    int files, passed, known, known_passed;
+    int files, passed;
     double worst;
 } tally;
 
@@ -126,20 +104,12 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     double e = ((double)res.peak_bytes - peak) / peak, ea = ((double)res.after_forward_bytes - after) / after;
     double tol = p == GCKPT_BF16 ? 0.005 : 0.001;
     bool pass = fabs(e) <= tol;
-    const char *gap = known_gap(name);
-    printf("%-58s peak measured %9.0f planned %9llu %+7.3f%% %s  (after forward %+7.3f%%; planned in %s%s)%s%s\n",
-           name, peak, (unsigned long long)res.peak_bytes, e * 100, pass ? "ok" : "BEYOND", ea * 100,
-           gckpt_phase_names[res.peak_phase], info.peak_in_vision ? ", vision tower" : "", gap ? "  known: " : "",
-           gap ? gap : "");
+    printf("%-58s peak measured %9.0f planned %9llu %+7.3f%% %s  (after forward %+7.3f%%; planned in %s%s)\n", name,
+           peak, (unsigned long long)res.peak_bytes, e * 100, pass ? "ok" : "BEYOND", ea * 100,
+           gckpt_phase_names[res.peak_phase], info.peak_in_vision ? ", vision tower" : "");
     ty->files++;
-    if (gap) {
-        ty->known++;
-        ty->known_passed += pass;
-        if (fabs(e) > KNOWN_BOUND) fail_msg("%s: a known gap grew beyond %.0f%%", name, KNOWN_BOUND * 100);
-    } else {
-        ty->passed += pass;
-        if (fabs(e) / tol > ty->worst) ty->worst = fabs(e) / tol;
-    }
+    ty->passed += pass;
+    if (fabs(e) / tol > ty->worst) ty->worst = fabs(e) / tol;
     cJSON_Delete(j);
 }
 
@@ -158,9 +128,8 @@ static tally family_peaks(const char *prefix)
         check_fixture(path, e->d_name, &ty);
     }
     closedir(d);
-    printf("%s %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it); %d known gaps "
-           "within %.0f%%\n",
-           prefix, ty.passed, ty.files - ty.known, ty.worst, ty.known, KNOWN_BOUND * 100);
+    printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it)\n", prefix, ty.passed,
+           ty.files, ty.worst);
     return ty;
 }
 
@@ -169,8 +138,7 @@ static void llava_peaks(void **state)
     (void)state;
     tally ty = family_peaks("llava-");
     assert_int_equal(ty.files, 54);
-    assert_int_equal(ty.passed, ty.files - ty.known);
-    if (ty.known_passed) fail_msg("%d known gaps now within the bound: take them off the list", ty.known_passed);
+    assert_int_equal(ty.passed, ty.files);
 }
 
 /* LLaVA-NeXT: the tower on every anyres tile, pack_image_features between the towers */
@@ -179,8 +147,7 @@ static void llava_next_peaks(void **state)
     (void)state;
     tally ty = family_peaks("llava_next-");
     assert_int_equal(ty.files, 42);
-    assert_int_equal(ty.passed, ty.files - ty.known);
-    if (ty.known_passed) fail_msg("%d known gaps now within the bound: take them off the list", ty.known_passed);
+    assert_int_equal(ty.passed, ty.files);
 }
 
 int main(void)

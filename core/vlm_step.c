@@ -341,6 +341,14 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
         res->copy_s = w.copy_s;
         res->optimizer_s = w.opt_s;
         res->host_pinned_bytes = (uint64_t)w.host_peak;
+        /* the device peak, tokens/s and utilisation as a text step's (MFU counts the text
+         * model's FLOPs per token, PaLM's; HFU every op's, the tower's too); the RNG states of
+         * the checkpointed layers live together at the first recompute: both towers' but the
+         * forward-only ones', whose graph is gone (FINDINGS R-VLM-11) */
+        gckpt_result_finish(&p->tc, s->every_n, s->grad_accum, res);
+        uint64_t live_ckpt = info->ntext_ckpt;
+        for (size_t i = 0; i < info->nvision_ckpt; i++) live_ckpt += info->vision_ckpt[i] < info->vision_live;
+        res->host_rng_bytes = gckpt_rng_states_bytes_n(&p->tc, live_ckpt);
         ok = true;
     } else {
         fail_oom(err);

@@ -1,10 +1,12 @@
-/* A LLaVA training step (core/vlm_step.c) against every llava fixture of tests/data/hf-vlm
- * (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with CUDA's lists; every_n off / 1 /
- * 2 / 3; offload; the tower trained and frozen; one and two images): the planned live peak
+/* A LLaVA or LLaVA-NeXT training step (core/vlm_step.c) against every llava and llava_next
+ * fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with
+ * CUDA's lists; every_n off / 1 / 2 / 3; offload; the tower trained and frozen; one and two
+ * images; LLaVA-NeXT's anyres tiles): the planned live peak
  * of the steady-state step against the measured one (the last step's live_peak_bytes), within
  * the planner's fixture tolerance (0.1 % fp32 and amp, 0.5 % bf16, tests/hf_compare.h), one
- * line per fixture; and which layers of each tower are checkpointed against the probe's
- * (towers.vision / towers.text.checkpointed). */
+ * line per fixture; the host peak (both towers' offloaded inputs, the checkpoints' RNG
+ * states) exactly; which layers of each tower are checkpointed against the probe's
+ * (towers.vision / towers.text.checkpointed); the tokens per image. */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -101,6 +103,12 @@ static void check_fixture(const char *path, const char *name, tally *ty)
         fail_msg("%s: the checkpointed layers differ from the probe's", path);
     const cJSON *steps = at(j, "steps"), *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
     double peak = at(last, "live_peak_bytes")->valuedouble, after = at(last, "after_forward_bytes")->valuedouble;
+    /* the host: both towers' offloaded inputs and the checkpoints' RNG states, exact */
+    double host = at(last, "host_peak_bytes")->valuedouble;
+    if ((double)(res.host_pinned_bytes + res.host_rng_bytes) != host)
+        fail_msg("%s: host peak %.0f measured, %llu planned (offloaded %llu, RNG states %llu)", path, host,
+                 (unsigned long long)(res.host_pinned_bytes + res.host_rng_bytes),
+                 (unsigned long long)res.host_pinned_bytes, (unsigned long long)res.host_rng_bytes);
     double e = ((double)res.peak_bytes - peak) / peak, ea = ((double)res.after_forward_bytes - after) / after;
     double tol = p == GCKPT_BF16 ? 0.005 : 0.001;
     bool pass = fabs(e) <= tol;

@@ -27,6 +27,11 @@ uint64_t gckpt_rng_state_bytes(const gckpt_ctx *c, uint32_t every_n)
     uint64_t n = 0;
     for (uint64_t i = 0; every_n && i < c->model->layers; i++)
         n += gckpt_layer_mode_of(every_n, false, i) != GCKPT_LAYER_PLAIN;
+    return gckpt_rng_states_bytes_n(c, n);
+}
+
+uint64_t gckpt_rng_states_bytes_n(const gckpt_ctx *c, uint64_t n)
+{
     if (!n) return 0;
     uint64_t per = GCKPT_CPU_RNG_STATE_BYTES;
     if (c->recipe->target == GCKPT_TARGET_CUDA) per += GCKPT_CUDA_RNG_STATE_BYTES * (1u + c->recipe->mask_positional);
@@ -52,7 +57,7 @@ double gckpt_palm_flops_per_token_n(const gckpt_model *m, uint64_t params, uint6
     return 6.0 * (p - embed) + 12.0 * (double)m->layers * (double)m->heads * (double)m->head_dim * (double)seq;
 }
 
-static void finish(const gckpt_ctx *c, uint32_t every_n, uint64_t grad_accum, gckpt_result *res)
+void gckpt_result_finish(const gckpt_ctx *c, uint32_t every_n, uint64_t grad_accum, gckpt_result *res)
 {
     res->host_rng_bytes = gckpt_rng_state_bytes(c, every_n);
     uint64_t seg = c->dev->segment_round_bytes;
@@ -106,7 +111,7 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
     res->peak_bytes = (uint64_t)w.peak;
     res->host_pinned_bytes = (uint64_t)w.host_peak + c->par.host_pinned;
     res->host_pageable_bytes = c->par.host_pageable;
-    finish(c, c->set.every_n, c->set.grad_accum, res);
+    gckpt_result_finish(c, c->set.every_n, c->set.grad_accum, res);
 }
 
 /* ---- segment profiles --------------------------------------------------------------- */
@@ -512,7 +517,7 @@ void gckpt_fast_eval_ex(const gckpt_ctx *c, const gckpt_profile *p, uint32_t eve
         comp_state rp = {.peak_seq = st.peak_seq, .vec = res->breakdown};
         compose_replay(c, p, firsts, every_n, offload, nmicro, &rp);
     }
-    finish(c, every_n, grad_accum, res);
+    gckpt_result_finish(c, every_n, grad_accum, res);
 }
 
 void gckpt_fast_eval(const gckpt_ctx *c, const gckpt_profile *p, uint32_t every_n, bool offload,

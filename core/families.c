@@ -129,15 +129,16 @@ const gckpt_unmodelled_type gckpt_unmodelled_moe_types[] = {
 
 /* transformers 5.24's modelling of each (FINDINGS R-VLM-*) */
 const gckpt_vlm_type gckpt_vlm_types[] = {
-    {"llava", "LLaVA", "the step around the CLIP tower (its recipe and the projector's are traced; the text "
-                       "embedding held across the vision layers, the projector between the towers and the "
-                       "forward-only last vision layer are not simulated)",
+    {"llava", "LLaVA", "gckpt-plan's sweep and image options (the step around the CLIP tower is simulated "
+                       "and its live peak measured against every fixture, but no plan is made from it)",
      gckpt_vlm_read_llava, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
-     "\"num_attention_heads\": 32}"},
-    {"llava_next", "LLaVA-NeXT", "the step around the CLIP tower over anyres tiles (its recipe and the "
-                                 "projector's are traced) and the unpadded tile features with a newline per row",
+     "\"num_attention_heads\": 32}",
+     NULL, false, false, true},
+    {"llava_next", "LLaVA-NeXT", "gckpt-plan's sweep and image options (the step around the CLIP tower over "
+                                 "anyres tiles is simulated and its live peak measured against every fixture, "
+                                 "but no plan is made from it)",
      gckpt_vlm_read_llava_next, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "

@@ -95,6 +95,17 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
 
 /* q or k through the rotary embedding (Phi-3: the partial form, a copy; OLMo 2 rotates
  * in fp32 and casts back). */
+/* DynamicLayer.update's torch.cat([empty, x]): a copy, held by the cache until the forward
+ * returns (its CatBackward passes the gradient through) */
+static int kv_cache_copy(tracer *tr, int x, const char *name)
+{
+    int y = like(tr, name, x, dt(tr, x), rg(tr, x));
+    opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, y, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+    tr->r->t[y].fwd_end_free = true;
+    return y;
+}
+
 static int rotary_of(tracer *tr, int x, int cos, int sin, const char *name)
 {
     const gckpt_model *m = tr->m;
@@ -156,6 +167,10 @@ static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, in
         kk = rotary_of(tr, kk, cos, sin, "rope_k");
         hold_here(tr, qp); /* apply_rotary_pos_emb's arguments until it returns */
         hold_here(tr, kp);
+    }
+    if (m->kv_cache) { /* cache.update: attention reads the cache's copies, the originals go */
+        kk = kv_cache_copy(tr, kk, "cache.keys");
+        v = kv_cache_copy(tr, v, "cache.values");
     }
     int weights = -1;
     int a = attn == GCKPT_SDPA ? attention_sdpa(tr, q, kk, v, m->attn_dropout)

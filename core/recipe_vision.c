@@ -19,7 +19,7 @@
  * dtype: ConvolutionBackward0 saves its input and its weight whenever it has a node (a conv's
  * backward formula takes both, unlike mm's), under autocast their compute-dtype copies.
  * Output: [images, D, N] (flatten(2).transpose(1, 2) views it as the patches' rows). */
-static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bias, bool hooked)
+static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bias, bool hooked, uint64_t positions)
 {
     uint64_t in_f = vc->channels * vc->patch * vc->patch, n = vc->image_size / vc->patch;
     int px = cast_to(tr, pix, tr->param_dt, "pixel_values.to");
@@ -36,6 +36,9 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bi
     op->in_f = in_f;
     op->out_f = vc->hidden;
     count_flops(tr);
+    /* a GEMM over the n x n patches; fT counts per position of the tower's sequence (+ CLIP's
+     * class token) */
+    op->fT *= (double)(n * n) / (double)positions;
     op->bwd_mult = (double)rg(tr, w); /* the pixels need no gradient */
     return o;
 }
@@ -51,12 +54,12 @@ static const vit_kind vits[GCKPT_NTOWER] = {
 };
 
 /* CLIPVisionEmbeddings + pre_layrnorm, SiglipVisionEmbeddings. */
-static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k, bool hooked)
+static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k, bool hooked, uint8_t pixel_dt)
 {
     gckpt_recipe *r = tr->r;
     uint64_t D = vc->hidden, n = vc->image_size / vc->patch;
     section_begin(tr, GCKPT_SEC_EMBED);
-    int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, F32,
+    int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, pixel_dt,
                      (gckpt_shape){GCKPT_ROWS_BATCH, 1, vc->channels * n * vc->patch * n * vc->patch}, NULL, NULL);
     r->t[pix].step_held = true; /* the Trainer's batch dict */
     int cls = k->cls ? param(tr, "embeddings.class_embedding", 1, D, GCKPT_ROLE_MATRIX) : -1;
@@ -64,7 +67,10 @@ static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k,
                   GCKPT_ROLE_MATRIX);
     int bias = k->conv_bias ? param(tr, "embeddings.patch_embedding.bias", 1, D, GCKPT_ROLE_BIAS) : -1;
     int table = param(tr, "embeddings.position_embedding.weight", n * n + k->cls, D, GCKPT_ROLE_MATRIX);
-    int x = patch_conv(tr, vc, pix, w, bias, hooked);
+    int x = patch_conv(tr, vc, pix, w, bias, hooked, n * n + k->cls);
+    /* a frozen tower's hooked patch output is a leaf that requires grad (enable_input_require_grads):
+     * its AccumulateGrad node holds it until the graph goes with the micro-step */
+    if (hooked && !rg(tr, w)) r->t[x].step_held = true;
     /* the sum with the positions is fp32 under autocast (the fp32 table, as CLIP's class token) */
     uint8_t sum_dt = tr->amp ? F32 : dt(tr, x);
     if (k->cls) {
@@ -170,20 +176,29 @@ static int rows_of(tracer *tr, int x, uint64_t first, uint64_t n, bool view, con
  * reshape does. LLaVA-NeXT runs the same on every anyres tile (gckpt_image_tiles); its
  * pack_image_features after the projector (the tiles unpadded, a newline per row: views and a
  * cat, which save nothing) is not traced. */
-static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad)
+static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
 {
     gckpt_recipe *r = tr->r;
     const gckpt_vision *vc = &v->vision;
     uint64_t D = vc->hidden, Dt = v->text.hidden;
     section_begin(tr, GCKPT_SEC_HEAD);
-    int last = tnew(tr, "last_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
-    r->head_in = last;
-    int cls = rows_of(tr, last, 0, 1, true, "last_hidden_state[:, 0]");
-    layernorm(tr, cls, D, "post_layernorm");
-    /* the feature layer's output: the input of the layer after it, the last one's own at -1 */
-    int feat = gckpt_vision_feature_depth(v) == vc->layers
+    int feat;
+    if (step) {
+        /* in a step the head reads the feature layer's output (the sim's live layers end
+         * there); the tail, which reaches no loss, is left out (its LayerNorm keeps the last
+         * hidden state, held until the forward returns anyway, and per image its mean and rstd) */
+        feat = tnew(tr, "feature_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+        r->head_in = feat;
+    } else {
+        int last = tnew(tr, "last_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+        r->head_in = last;
+        int cls = rows_of(tr, last, 0, 1, true, "last_hidden_state[:, 0]");
+        layernorm(tr, cls, D, "post_layernorm");
+        /* the feature layer's output: the input of the layer after it, the last one's own at -1 */
+        feat = gckpt_vision_feature_depth(v) == vc->layers
                    ? last
                    : tnew(tr, "feature_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    }
     int sel = rows_of(tr, feat, 1, 0, tr->amp, "selected_image_feature");
     tr->frozen_params = false;
     tr->pfx = "multi_modal_projector";
@@ -193,8 +208,16 @@ static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad)
     int b2 = vc->projector_bias ? param(tr, "linear_2.bias", 1, Dt, GCKPT_ROLE_BIAS) : -1;
     int h = linear(tr, sel, w1, b1, D, Dt, "linear_1");
     int a = unary(tr, h, "act", false, GCKPT_P_GELU, 0);
-    r->t[linear(tr, a, w2, b2, Dt, Dt, "linear_2")].fwd_end_free = true; /* image_features, scattered into the text */
+    int feats = linear(tr, a, w2, b2, Dt, Dt, "linear_2");
+    /* image_features: llava's image_outputs.pooler_output keeps views of it until the forward
+     * returns; llava_next's keeps pack_image_features' new tensors (core/vlm_step.c), and this
+     * output goes once they are made */
+    r->t[feats].fwd_end_free = !step || vc->projector == GCKPT_PROJ_LLAVA;
+    if (step) r->grad_seed = feats;
     tr->pfx = "";
+    /* LLaVA-NeXT's newline vector (its cat in pack_image_features saves nothing): in a step,
+     * its weight and optimizer states (the tower's saved-bytes recipe leaves it out) */
+    if (step && vc->projector == GCKPT_PROJ_LLAVA_NEXT) param(tr, "image_newline", 1, Dt, GCKPT_ROLE_BIAS);
     section_end(tr);
 }
 
@@ -218,8 +241,8 @@ uint64_t gckpt_vision_positions(const gckpt_vlm *v)
     return n * n + (v->vision.tower < GCKPT_NTOWER && vits[v->vision.tower].cls);
 }
 
-bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
-                               gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err)
+static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
+                  gckpt_tower_grad g, bool step, uint8_t pixel_dt, gckpt_recipe *r, gckpt_err *err)
 {
     const gckpt_vision *vc = &v->vision;
     const vit_kind *k = vc->tower < GCKPT_NTOWER ? &vits[vc->tower] : NULL;
@@ -253,10 +276,13 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
     tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
     tr.eps = vc->norm_eps;
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
-    vit_embedding(&tr, vc, k, g == GCKPT_TOWER_FROZEN_HOOKED);
+    vit_embedding(&tr, vc, k, g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
     vit_layer(&tr, vc, g != GCKPT_TOWER_FROZEN);
     if (llava) {
-        clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN);
+        clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN, step);
+    } else if (step) {
+        gckpt_seterr(err, "%s: only llava's and llava_next's vision side is planned in a step", v->model_type);
+        return false;
     } else {
         section_begin(&tr, GCKPT_SEC_HEAD);
         section_end(&tr);
@@ -264,4 +290,17 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
     r->loss = -1;
     recipe_finish(r);
     return true;
+}
+
+bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
+                               gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err)
+{
+    return build(v, tower, p, target, g, false, F32, r, err);
+}
+
+bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                    gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
+                                    gckpt_err *err)
+{
+    return build(v, tower, p, target, g, true, pixel_dt, r, err);
 }

@@ -73,6 +73,9 @@ struct gckpt_sim {
     int sliding_mask;            /* the sliding layers' own eager mask (Gemma 2's second mask,
                                   * layer_type SLIDING) that their attention reads instead of
                                   * the recipe's mask, or -1 */
+    uint64_t live;               /* layers whose output reaches the loss (gckpt_step.live_layers) */
+    int feat;                    /* with forward-only layers after them: the head's input, the
+                                  * last live layer's output; else -1 */
     bool proxy;                  /* a profile's proxy step (eval.c): its layer 0 is the model's,
                                   * the later ones stand for any layer */
     uint32_t base; /* id of pool[0] */
@@ -316,6 +319,8 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
     s->sliding_mask = -1;
     s->early_op = -1;
     s->proxy = st->modes != NULL;
+    s->live = st->live_layers && st->live_layers < layers ? st->live_layers : layers;
+    s->feat = -1;
     const gckpt_recipe *r = c->recipe;
     for (int t = 0; r->mask >= 0 && t < r->nt; t++)
         if (t != r->mask && r->t[t].kind == GCKPT_T_CONST && r->t[t].layer_type == GCKPT_LT_SLIDING &&
@@ -1050,12 +1055,35 @@ static void layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, int block,
             st->out, o);
     if (s->wrap) gckpt_wrap_post_forward(s->wrap, s, o, (uint64_t)layer + 1);
     s->stream = st->inst[st->out];
+    if ((uint64_t)layer + 1 == s->live && s->live < s->nlayers) {
+        /* the head's input, read after the forward-only layers: held until the forward ends
+         * (a VLM's image_outputs.hidden_states keeps the selected one) */
+        s->feat = s->stream;
+        s->pool[s->feat].hold = true;
+    }
+}
+
+static void drop_checkpoint(gckpt_sim *s, sec_t *st, gckpt_schedule *o);
+
+/* A forward-only layer (gckpt_step.live_layers) when the forward returns: its graph goes,
+ * with what it saved (or its checkpoint's input) and its output. */
+static void dead_layer_free(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    for (int i = r->sec_begin[st->sec]; i < r->sec_end[st->sec]; i++)
+        if (st->saved_reg[i]) drop_saved(s, st, i, o);
+    if (st->mode != GCKPT_LAYER_PLAIN) drop_checkpoint(s, st, o);
+    int out = st->inst[st->out];
+    if (out >= 0) {
+        s->pool[out].external = false;
+        try_free(s, o, out, (int16_t)st->out);
+    }
 }
 
 static void head_fwd(gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
-    s->head.inst[r->head_in] = s->stream;
+    s->head.inst[r->head_in] = s->feat >= 0 ? s->feat : s->stream;
     if (s->wrap) gckpt_wrap_pre_forward(s->wrap, s, o, s->nlayers + 1);
     /* the base model returns: its masks go unless a checkpoint holds them */
     for (int t = 0; t < r->nt; t++) {
@@ -1083,10 +1111,12 @@ static void fwd_end(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
 static void head_bwd(gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
-    /* loss.backward(): the seed gradient of the scalar loss */
-    int g = alloc_grad(s, o, r->loss, GCKPT_C_BACKWARD);
+    /* loss.backward(): the seed gradient of the scalar loss (without a loss: of the output
+     * whose gradient comes from outside, gckpt_recipe.grad_seed) */
+    int seed = r->loss >= 0 ? r->loss : r->grad_seed;
+    int g = alloc_grad(s, o, seed, GCKPT_C_BACKWARD);
     s->pool[g].refs = 1;
-    s->head.grad[r->loss] = g;
+    s->head.grad[seed] = g;
     if (s->wrap) {
         /* the tail unit's pre-backward runs when its output (lm_head's) gets its gradient: the
          * loss's backward first */
@@ -1299,6 +1329,14 @@ void gckpt_sim_segment(gckpt_sim *s, const gckpt_seg *g, gckpt_schedule *o)
         else embed_bwd(s, o);
         break;
     case GCKPT_PART_LAYER:
+        if ((uint64_t)g->layer >= s->live && !fwd) {
+            /* a forward-only layer: no backward; its graph goes when the forward returns */
+            if (g->stage == GCKPT_STAGE_FORWARD_END) {
+                dead_layer_free(s, &s->layer[g->layer], o);
+                fwd_end(s, &s->layer[g->layer], o);
+            }
+            break;
+        }
         if (fwd) layer_fwd(s, g->layer, (gckpt_layer_mode)g->mode, g->block, o);
         else if (bwd) layer_bwd(s, g->layer, o);
         else if (g->stage == GCKPT_STAGE_GRAPH_FREED) free_graph_kept(s, &s->layer[g->layer], s->layer[g->layer].sec, o);

@@ -10,6 +10,7 @@
  * post_layernorm and pooling head, its projector) is not traced: its last layer's other
  * tensors are not compared. */
 #include <dirent.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -256,13 +257,23 @@ static void attention_flops(void **state)
     gckpt_vision_tower_model(&v, &tower);
     static gckpt_recipe r;
     assert_true(gckpt_vision_recipe_build(&v, &tower, GCKPT_FP32, GCKPT_TARGET_CPU, GCKPT_TOWER_TRAINED, &r, &err));
-    int n = 0;
-    for (int i = 0; i < r.nop; i++)
+    int n = 0, conv = 0;
+    uint64_t patches = (v.vision.image_size / v.vision.patch) * (v.vision.image_size / v.vision.patch);
+    for (int i = 0; i < r.nop; i++) {
         if (r.op[i].prim == GCKPT_P_SDPA) {
             assert_true(r.op[i].fBSS == 4.0 * (double)v.vision.hidden);
             n++;
         }
+        /* the patch conv: 2 x (C p^2) x D per patch, the class token's row none: fT x positions */
+        if (r.op[i].prim == GCKPT_P_PATCH_CONV) {
+            double want = 2.0 * (double)(v.vision.channels * v.vision.patch * v.vision.patch) *
+                          (double)v.vision.hidden * (double)patches;
+            assert_true(fabs(r.op[i].fT * (double)gckpt_vision_positions(&v) - want) <= 1e-9 * want);
+            conv++;
+        }
+    }
     assert_int_equal(n, 1);
+    assert_int_equal(conv, 1);
 }
 
 /* another tower has no recipe yet: one line */

@@ -148,12 +148,12 @@ static void test_rejects(void **st)
          "(not planned: multi-head latent attention"},
         {"inputs.model.config", NULL, "inputs.model.config"},
         /* a vision-language model's config in a plan: refused in one line as gckpt-plan refuses it
-         * (its tower's recipe is traced, the step is not planned) */
+         * (its step is simulated, no plan is made from it) */
         {"inputs.model.config",
          "{\"model_type\": \"llava\", \"vision_config\": {\"model_type\": \"clip_vision_model\"}, "
          "\"text_config\": {\"model_type\": \"llama\"}}",
          "inputs.model.config: field 'model_type' = \"llava\": vision-language models are not supported yet (LLaVA: "
-         "vision tower not yet planned: the step around the CLIP tower"},
+         "vision tower not yet planned: gckpt-plan's sweep and image options"},
         {"inputs.device.memory_bytes", NULL, "memory_bytes"},
         {"inputs.device.schema", "\"gckpt.device/9\"", "inputs.device"},
         {"entries", "[]", "entries"},

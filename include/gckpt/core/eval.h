@@ -53,6 +53,12 @@ typedef struct {
 #define GCKPT_CPU_RNG_STATE_BYTES 5056u
 #define GCKPT_CUDA_RNG_STATE_BYTES 16u
 uint64_t gckpt_rng_state_bytes(const gckpt_ctx *c, uint32_t every_n);
+/* The same for n checkpointed layers whose states are live together (a VLM's towers). */
+uint64_t gckpt_rng_states_bytes_n(const gckpt_ctx *c, uint64_t n);
+/* A walked result's figures beside its peak and time: the RNG states (every_n's, on c's
+ * model), the device peak (segment rounding, the CUDA context), tokens/s, MFU and HFU
+ * (c's tokens and model), a parallel mode's collectives. */
+void gckpt_result_finish(const gckpt_ctx *c, uint32_t every_n, uint64_t grad_accum, gckpt_result *res);
 
 /* Model FLOPs per token as PaLM (Chowdhery et al. 2022, appendix B) and torchtitan
  * (get_num_flop_per_token) count them, the one definition of MFU: 6 x the parameters less the

@@ -120,6 +120,10 @@ typedef struct gckpt_vlm_type {
     /* num_key_value_heads defaults to num_attention_heads (the text config class's
      * __post_init__), not to text_read_as's reader default */
     bool text_kv_is_heads;
+    /* its forward passes no use_cache down, so the text model reads text_config.use_cache (the
+     * Trainer sets only the top-level config's) and, without checkpointing, fills a
+     * DynamicCache while training (FINDINGS R-VLM-11) */
+    bool text_cache_in_training;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];
 /* The row of model_type t in gckpt_vlm_types, NULL when it is none. */

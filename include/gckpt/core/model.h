@@ -59,6 +59,10 @@ typedef struct {
     /* What the config says about how the model may be run (HF defaults when absent). */
     uint64_t max_positions;  /* longest sequence: max_position_embeddings, gpt2 n_positions */
     bool use_cache;          /* config use_cache (the plans assume False, as the Trainer sets) */
+    bool kv_cache;           /* the training forward fills a DynamicCache: each attention's k and v
+                              * copied into it (DynamicLayer.update's torch.cat), the copies held
+                              * until the forward returns. Set by a VLM step only (core/vlm_step.c:
+                              * a family whose forward passes no use_cache, without checkpointing) */
     uint64_t sliding_window; /* window of sliding-attention layers; 0: none */
     uint64_t sliding_layers; /* how many layers use it */
     uint8_t sliding[GCKPT_MAX_LAYERS / 8]; /* bit i: layer i is a sliding-attention layer */

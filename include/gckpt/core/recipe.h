@@ -369,6 +369,9 @@ typedef struct {
                       * the layers' block types are gckpt_layer_block's at it */
     int head_in;     /* tensor: the head's input */
     int loss;        /* tensor: the scalar loss */
+    int grad_seed;   /* a recipe without a loss (a VLM's vision side in a step): the head's
+                      * output whose gradient arrives from outside (the projector's, from
+                      * masked_scatter's backward), seeded where a loss's would be; else -1 */
     int mask;        /* tensor: eager attention's causal mask, or -1 */
     int rope[2];     /* tensors: the rotary (cos, sin) the block's rope reads, or -1 */
     int rope_local[2]; /* Gemma 3 with two layer types: the sliding layers' pair, which a

@@ -214,6 +214,11 @@ typedef struct {
     gckpt_micro_run micro[GCKPT_MAX_MICRO_RUNS]; /* ... each (gckpt_micro_runs); a step written as a
                                                   * literal with micro_steps 1 and this zero: the first */
     bool optimizer;       /* the optimizer ends the step */
+    uint64_t live_layers; /* 0: every layer's output reaches the loss; else the layers from
+                           * live_layers on run forward only (a VLM's vision layers after the
+                           * feature layer, FINDINGS R-VLM-9): the head reads layer
+                           * live_layers - 1's output, and the later layers get no backward,
+                           * their graph going when the forward returns (their FORWARD_END) */
 } gckpt_step;
 
 /* The step of setting s on a model of `layers` layers (its micro-steps: gckpt_micro_runs at the

@@ -194,6 +194,13 @@ uint64_t gckpt_vision_positions(const gckpt_vlm *v);
  * with err for another. */
 bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
                                gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err);
+/* The same recipe as one step simulates it (core/vlm_step.c): its head is the projector on
+ * the feature layer's output (the tail, which reaches no loss, left out), whose output's
+ * gradient is seeded from outside (gckpt_recipe.grad_seed); the batch's pixel_values are pixel_dt (gckpt_dtype; the image processor's float32, cast to the
+ * weights' dtype in the embedding). llava and llava_next only. */
+bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                    gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
+                                    gckpt_err *err);
 
 /* The images the tower runs per image of h x w pixels (positive): LLaVA-NeXT's anyres tiles
  * (the best pinpoint's and the base tile), one for the other families. */

@@ -1,0 +1,367 @@
+/* A LLaVA or LLaVA-NeXT step as two simulators' schedules walked in transformers 5.24's order
+ * (gckpt/core/vlm_step.h, FINDINGS R-VLM-11; modeling_llava.py LlavaModel.forward,
+ * get_image_features, get_placeholder_mask; modeling_llava_next.py's, pack_image_features). The text model is its family's recipe at the whole sequence (text
+ * and image tokens); the tower is gckpt_vision_step_recipe_build's, sized at the
+ * micro-batch's images (tiles) and the tower's positions. Between them, what LlavaModel.forward
+ * does itself (the bridge): torch.cat of the projected features (a copy, .to(the text
+ * embeddings' dtype) another under autocast), the placeholder mask (bool [b, s, 1], which
+ * masked_scatter saves), masked_scatter's new embeddings (the old ones go), and in the
+ * backward masked_scatter's two gradients (masked_fill for the text embedding's, masked_select
+ * for the projector's, cast back to its dtype under autocast). LLaVA-NeXT's bridge adds the
+ * tiles' pixel copy (the tower's batch) and pack_image_features' tensors. */
+#include "gckpt/core/vlm_step.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+#include "gckpt/core/families.h"
+#include "gckpt/core/parallel.h"
+#include "gckpt/core/peft.h"
+#include "gckpt/core/recipe.h"
+#include "gckpt/core/schedule.h"
+#include "gckpt/core/step.h"
+#include "gckpt/core/step_walk.h"
+#include "gckpt/core/towers.h"
+
+/* the vision simulator numbers its instances apart from the text's */
+#define VISION_IDS ((uint32_t)1 << 30)
+
+typedef struct {
+    gckpt_recipe tr, vr, vfull;
+    gckpt_ctx tc, vc, vfc; /* the text model, the tower's live layers, the whole tower */
+    gckpt_model text, tower, tower_live;
+    uint8_t tmodes[GCKPT_MAX_LAYERS], vmodes[GCKPT_MAX_LAYERS];
+} parts;
+
+/* One tower's layer modes from the module-order rule (R-VLM-1), offload on checkpointed ones. */
+static size_t tower_modes(const gckpt_setting *s, const uint64_t towers[2], size_t t, uint8_t *modes, uint64_t *ckpt)
+{
+    size_t n = gckpt_tower_checkpointed(s->every_n, towers, t, ckpt, GCKPT_MAX_LAYERS);
+    memset(modes, GCKPT_LAYER_PLAIN, towers[t]);
+    for (size_t i = 0; i < n && i < GCKPT_MAX_LAYERS; i++)
+        modes[ckpt[i]] = (uint8_t)(s->offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT);
+    return n;
+}
+
+/* Segments of one step, in order, with the micro-step each is in. */
+typedef struct {
+    gckpt_seg *seg;
+    int *micro;
+    size_t n;
+} seglist;
+
+static bool collect(const gckpt_step *st, seglist *l)
+{
+    size_t cap = 16 + (size_t)st->micro_steps * (6 + 4 * (size_t)st->layers);
+    l->seg = malloc(cap * sizeof *l->seg);
+    l->micro = malloc(cap * sizeof *l->micro);
+    l->n = 0;
+    if (!l->seg || !l->micro) return false;
+    gckpt_step_iter it;
+    gckpt_step_begin(&it, st);
+    gckpt_seg g;
+    while (l->n < cap && gckpt_step_next(&it, &g)) {
+        l->seg[l->n] = g;
+        l->micro[l->n++] = it.micro;
+    }
+    return true;
+}
+
+typedef struct {
+    gckpt_schedule *out;
+    gckpt_sim *ts, *vs;
+    const gckpt_ctx *tc, *vc;
+    const gckpt_step *tst, *vst;
+    seglist tl, vl;
+    bool *vision_seg; /* per schedule segment: the tower's */
+    size_t nvision_seg;
+    bool ok;
+} builder;
+
+static void mark(builder *b, bool vision)
+{
+    size_t n = b->out->nseg;
+    if (n > b->nvision_seg) {
+        bool *nv = realloc(b->vision_seg, n * 2 * sizeof *nv);
+        if (!nv) {
+            b->ok = false;
+            return;
+        }
+        b->vision_seg = nv;
+        b->nvision_seg = n * 2;
+    }
+    b->vision_seg[n - 1] = vision;
+}
+
+/* The segments of micro-step m (-1: the optimizer) at row `row` of one tower, in order. */
+static void rows(builder *b, bool vision, int m, int row)
+{
+    const seglist *l = vision ? &b->vl : &b->tl;
+    const gckpt_step *st = vision ? b->vst : b->tst;
+    for (size_t i = 0; i < l->n && b->ok; i++) {
+        bool opt = l->seg[i].micro == GCKPT_MICRO_NONE;
+        if (opt != (m < 0) || (!opt && (l->micro[i] != m || l->seg[i].row != row))) continue;
+        gckpt_schedule_open(b->out, &l->seg[i], opt ? 1 : st->micro[m].repeat);
+        gckpt_sim_segment(vision ? b->vs : b->ts, &l->seg[i], b->out);
+        gckpt_schedule_close(b->out);
+        mark(b, vision);
+        b->ok = b->ok && !b->out->oom;
+    }
+}
+
+/* A bridge segment: LlavaModel.forward's own events, labelled as the text embedding's
+ * forward or backward in micro-step m. */
+static void bridge_open(builder *b, int m, uint8_t stage)
+{
+    gckpt_seg g = {.row = stage == GCKPT_STAGE_FORWARD ? 0 : 7, .part = GCKPT_PART_EMBEDDING, .stage = stage,
+                   .mode = GCKPT_LAYER_PLAIN, .block = GCKPT_BLOCK_DECODER, .micro = b->tst->micro[m].micro,
+                   .sync = b->tst->micro[m].sync, .layer = -1};
+    gckpt_schedule_open(b->out, &g, b->tst->micro[m].repeat);
+}
+
+static void bridge_close(builder *b)
+{
+    gckpt_schedule_close(b->out);
+    mark(b, false);
+    b->ok = b->ok && !b->out->oom;
+}
+
+typedef struct {
+    uint64_t bs, img, width;           /* text positions (b x s), image tokens, text width */
+    uint8_t feat_dt, text_dt;          /* the projector's output, the text embeddings (and their gradients) */
+    /* LLaVA-NeXT: pixel_values [b, tiles, ...] concatenated to the tower's batch (a copy of
+     * `pixels` elements of pixel_dt, which the patch conv keeps when it needs no cast), and
+     * pack_image_features' tensors, kept as image_outputs.pooler_output */
+    bool packed;
+    uint64_t pixels;
+    uint8_t pixel_dt;
+    bool conv_keeps_pixels;
+} bridge_sizes;
+
+/* A flat buffer of the bridge (in the vision simulator's numbering). */
+static int buf(builder *b, uint8_t comp, uint8_t dt, uint64_t numel)
+{
+    return gckpt_sim_buffer(b->vs, b->out, -1, comp, dt, numel);
+}
+
+static void drop(builder *b, int id) { gckpt_sim_release(b->vs, b->out, id); }
+
+static bool build(builder *b, const bridge_sizes *z)
+{
+    for (int m = 0; m < b->tst->micro_steps && b->ok; m++) {
+        bool later = b->tst->micro[m].micro == GCKPT_MICRO_LATER, sync = b->tst->micro[m].sync;
+        if (!gckpt_sim_begin(b->ts, b->tc, b->tst, later, sync, m ? gckpt_sim_next_id(b->ts) : 0) ||
+            !gckpt_sim_begin(b->vs, b->vc, b->vst, later, sync, m ? gckpt_sim_next_id(b->vs) : VISION_IDS))
+            return false;
+        rows(b, false, m, 0); /* inputs_embeds = embed_tokens(input_ids) */
+        int pix = -1, packed = -1;
+        if (z->packed) { /* get_image_features: torch.cat of each sample's tiles */
+            bridge_open(b, m, GCKPT_STAGE_FORWARD);
+            pix = buf(b, GCKPT_C_ACTIVATIONS, z->pixel_dt, z->pixels);
+            bridge_close(b);
+        }
+        for (int r = 0; r < 3; r++) rows(b, true, m, r); /* get_image_features: the tower, the projector */
+        bridge_open(b, m, GCKPT_STAGE_FORWARD);
+        if (z->packed) { /* pack_image_features' result; the concatenated pixels go unless the conv keeps them */
+            packed = buf(b, GCKPT_C_ACTIVATIONS, z->feat_dt, z->img * z->width);
+            if (!z->conv_keeps_pixels) drop(b, pix);
+        }
+        /* torch.cat(image_features) (and .to(inputs_embeds.dtype): the cat's copy then goes) */
+        int feats = buf(b, GCKPT_C_ACTIVATIONS, z->feat_dt, z->img * z->width);
+        if (z->feat_dt != z->text_dt) {
+            int cast = buf(b, GCKPT_C_ACTIVATIONS, z->text_dt, z->img * z->width);
+            drop(b, feats);
+            feats = cast;
+        }
+        int mask = buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_BOOL, z->bs); /* saved by masked_scatter */
+        /* masked_scatter's new embeddings while the old are alive (the text's embed_out
+         * stands for the new ones from here on) */
+        drop(b, buf(b, GCKPT_C_ACTIVATIONS, z->text_dt, z->bs * z->width));
+        bridge_close(b);
+        rows(b, false, m, 1); /* the text layers */
+        bridge_open(b, m, GCKPT_STAGE_FORWARD);
+        drop(b, feats); /* LlavaModel.forward returns: its image_features */
+        bridge_close(b);
+        for (int r = 2; r < 5; r++) rows(b, false, m, r); /* the head and loss; the forward returns */
+        for (int r = 3; r < 5; r++) rows(b, true, m, r); /* image_outputs goes with the outputs */
+        if (packed >= 0) {
+            bridge_open(b, m, GCKPT_STAGE_FORWARD);
+            drop(b, packed);
+            bridge_close(b);
+        }
+        for (int r = 5; r < 7; r++) rows(b, false, m, r); /* the text backward */
+        bridge_open(b, m, GCKPT_STAGE_BACKWARD);
+        /* MaskedScatterBackward: masked_fill for the text embeddings (stood for by the text's
+         * gradient stream from here on) and masked_select for the features, which under
+         * autocast ToCopyBackward casts to the projector's dtype (the tower's seed gradient) */
+        drop(b, buf(b, GCKPT_C_BACKWARD, z->text_dt, z->bs * z->width));
+        if (z->feat_dt != z->text_dt) drop(b, buf(b, GCKPT_C_BACKWARD, z->text_dt, z->img * z->width));
+        drop(b, mask);
+        bridge_close(b);
+        for (int r = 5; r < 8; r++) rows(b, true, m, r); /* the projector's and the tower's backward */
+        if (z->packed && z->conv_keeps_pixels) {
+            bridge_open(b, m, GCKPT_STAGE_BACKWARD);
+            drop(b, pix); /* the patch conv's saved input */
+            bridge_close(b);
+        }
+        for (int r = 7; r < 9; r++) rows(b, false, m, r); /* the text embedding's; graphs freed */
+        for (int r = 8; r < 10; r++) rows(b, true, m, r);
+        rows(b, false, m, 9);
+    }
+    rows(b, false, -1, 0);
+    rows(b, true, -1, 0);
+    return b->ok;
+}
+
+static bool fail_oom(gckpt_err *err)
+{
+    gckpt_seterr(err, "out of memory building a VLM step");
+    return false;
+}
+
+bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
+                    const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info, gckpt_err *err)
+{
+    memset(res, 0, sizeof *res);
+    memset(info, 0, sizeof *info);
+    /* what this step does not simulate, refused by name */
+    bool sliding = false;
+    for (uint64_t l = 0; l < v->text.layers; l++) sliding |= gckpt_layer_sliding(&v->text, l);
+    const char *why = v->vision.projector != GCKPT_PROJ_LLAVA && v->vision.projector != GCKPT_PROJ_LLAVA_NEXT
+                          ? "only llava's and llava_next's step is simulated"
+                      : gckpt_peft_on(&s->peft)          ? "LoRA and QLoRA on a VLM are not planned"
+                      : gckpt_layout_multi(&s->layout)   ? "a VLM is planned on one GPU only"
+                      : s->loss != GCKPT_LOSS_HF         ? "a fused loss on a VLM is not planned"
+                      : sliding || v->text.experts        ? "a text model with sliding-window or expert layers is not planned "
+                                                           "in a VLM step"
+                      : s->reentrant                      ? "reentrant checkpointing on a VLM is not planned"
+                                                          : NULL;
+    if (why) {
+        gckpt_seterr(err, "%s: %s", v->model_type, why);
+        return false;
+    }
+    parts *p = calloc(1, sizeof *p);
+    if (!p) return fail_oom(err);
+    bool ok = false;
+    uint64_t towers[2];
+    gckpt_vlm_towers(v, towers);
+    info->vision_layers = towers[0];
+    info->text_layers = towers[1];
+    info->vision_live = gckpt_vision_feature_depth(v);
+    info->image_tokens = im->images * im->tokens;
+    info->nvision_ckpt = tower_modes(s, towers, 0, p->vmodes, info->vision_ckpt);
+    info->ntext_ckpt = tower_modes(s, towers, 1, p->tmodes, info->text_ckpt);
+
+    /* the tower: live layers in the parameter table (the later ones and the tail get no
+     * gradient, R-VLM-9: their weights are the full tower's less the live ones') */
+    gckpt_tower_grad g = im->tower_trained ? GCKPT_TOWER_TRAINED
+                         : s->every_n      ? GCKPT_TOWER_FROZEN_HOOKED
+                                           : GCKPT_TOWER_FROZEN;
+    gckpt_vision_tower_model(v, &p->tower);
+    p->tower_live = p->tower;
+    p->tower_live.layers = info->vision_live;
+    gckpt_setting vs = *s;
+    vs.micro_batch = s->micro_batch * im->images * im->tiles;
+    vs.seq = gckpt_vision_positions(v);
+    vs.attention = GCKPT_SDPA;
+    if (!gckpt_vision_step_recipe_build(v, &p->tower_live, s->precision, target, g,
+                                        im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32, &p->vr, err) ||
+        !gckpt_vision_recipe_build(v, &p->tower, s->precision, target, g, &p->vfull, err) ||
+        !gckpt_ctx_init(&p->vc, &p->tower_live, d, &p->vr, &vs, err) ||
+        !gckpt_ctx_init(&p->vfc, &p->tower, d, &p->vfull, &vs, err))
+        goto out;
+    /* the text model at the whole sequence; without checkpointing (which forces use_cache off)
+     * a family that passes no use_cache fills text_config's DynamicCache */
+    const gckpt_vlm_type *row = gckpt_vlm_type_of(v->model_type);
+    p->text = v->text;
+    p->text.kv_cache = row && row->text_cache_in_training && v->text.use_cache && !s->every_n;
+    gckpt_recipe_build_loss(&p->text, s->precision, s->attention, target, &s->peft, s->seq, s->loss, s->liger_off,
+                            &p->tr);
+    if (!gckpt_ctx_init(&p->tc, &p->text, d, &p->tr, s, err)) goto out;
+
+    gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(&vs, towers[0]);
+    tst.model = &p->text;
+    tst.modes = p->tmodes;
+    vst.modes = p->vmodes;
+    vst.live_layers = info->vision_live;
+    builder b = {.tc = &p->tc, .vc = &p->vc, .tst = &tst, .vst = &vst, .ok = true};
+    gckpt_schedule sc;
+    memset(&sc, 0, sizeof sc);
+    b.out = &sc;
+    b.ts = gckpt_sim_new();
+    b.vs = gckpt_sim_new();
+    uint8_t pixel_dt = im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32;
+    bridge_sizes z = {.bs = s->micro_batch * s->seq, .img = s->micro_batch * info->image_tokens,
+                      .width = v->text.hidden, .feat_dt = p->vr.t[p->vr.grad_seed].dtype,
+                      .text_dt = p->tr.t[p->tr.embed_out].dtype,
+                      .packed = v->vision.projector == GCKPT_PROJ_LLAVA_NEXT,
+                      .pixels = vs.micro_batch * v->vision.channels * v->vision.image_size * v->vision.image_size,
+                      .pixel_dt = pixel_dt,
+                      /* the patch conv has a node (its weight trains) and no cast between */
+                      .conv_keeps_pixels = im->tower_trained && pixel_dt == p->vr.param_dtype &&
+                                           s->precision != GCKPT_AMP_BF16 && s->precision != GCKPT_AMP_FP16};
+    bool built = b.ts && b.vs && collect(&tst, &b.tl) && collect(&vst, &b.vl) && build(&b, &z);
+    if (built) {
+        int64_t start[GCKPT_NCOMP], vstart[GCKPT_NCOMP], full[GCKPT_NCOMP], live[GCKPT_NCOMP];
+        gckpt_step_start(&p->tc, s->every_n, start);
+        gckpt_step_start(&p->vc, s->every_n, vstart);
+        gckpt_persistent(&p->vfc, full);
+        gckpt_persistent(&p->vc, live);
+        for (int k = 0; k < GCKPT_NCOMP; k++) start[k] += vstart[k];
+        start[GCKPT_C_WEIGHTS] += full[GCKPT_C_WEIGHTS] - live[GCKPT_C_WEIGHTS];
+        gckpt_walk_state w;
+        gckpt_walk_begin(&w, start, true);
+        size_t peak_seg = 0; /* the segment the peak falls in: the text's or the tower's */
+        for (size_t i = 0; i < sc.nseg; i++) {
+            const gckpt_sched_seg *sg = &sc.seg[i];
+            int64_t before = w.peak;
+            gckpt_walk_segment(&w, &sg->seg, sg->repeat, sg->end > sg->begin ? sc.ev + sg->begin : NULL,
+                               sg->end - sg->begin, NULL, NULL);
+            if (w.peak > before) peak_seg = i;
+        }
+        memcpy(res->breakdown, w.at_peak, sizeof w.at_peak);
+        res->peak_bytes = (uint64_t)w.peak;
+        res->peak_phase = GCKPT_PH_FORWARD;
+        res->peak_layer = -1;
+        res->peak_tensor = -1;
+        if (w.has_peak) {
+            res->peak_phase = (uint8_t)gckpt_seg_phase(&w.peak_seg);
+            res->peak_micro = w.peak_seg.micro;
+            res->peak_layer = gckpt_seg_place(&w.peak_seg, towers[1]);
+            info->peak_in_vision = b.vision_seg[peak_seg];
+        }
+        if (w.after_forward_seen) res->after_forward_bytes = (uint64_t)w.after_forward;
+        res->step_s = w.seconds;
+        res->model_flops = w.flops;
+        res->hw_flops = w.hw_flops;
+        res->forward_s = w.fwd_s;
+        res->backward_s = w.bwd_s;
+        res->recompute_s = w.recompute_s;
+        res->copy_s = w.copy_s;
+        res->optimizer_s = w.opt_s;
+        res->host_pinned_bytes = (uint64_t)w.host_peak;
+        /* the device peak, tokens/s and utilisation as a text step's (MFU counts the text
+         * model's FLOPs per token, PaLM's; HFU every op's, the tower's too); the RNG states of
+         * the checkpointed layers live together at the first recompute: both towers' but the
+         * forward-only ones', whose graph is gone (FINDINGS R-VLM-11) */
+        gckpt_result_finish(&p->tc, s->every_n, s->grad_accum, res);
+        uint64_t live_ckpt = info->ntext_ckpt;
+        for (size_t i = 0; i < info->nvision_ckpt; i++) live_ckpt += info->vision_ckpt[i] < info->vision_live;
+        res->host_rng_bytes = gckpt_rng_states_bytes_n(&p->tc, live_ckpt);
+        ok = true;
+    } else {
+        fail_oom(err);
+    }
+    gckpt_schedule_free(&sc);
+    gckpt_sim_free(b.ts);
+    gckpt_sim_free(b.vs);
+    free(b.tl.seg);
+    free(b.tl.micro);
+    free(b.vl.seg);
+    free(b.vl.micro);
+    free(b.vision_seg);
+out:
+    free(p);
+    return ok;
+}

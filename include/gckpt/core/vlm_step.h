@@ -1,0 +1,58 @@
+/* A LLaVA (or LLaVA-NeXT) training step: the text model's step and the vision tower's,
+ * simulated as two schedules walked in the order transformers 5.24 runs them
+ * (core/vlm_step.c). The text
+ * embedding, the tower (its embedding, layers, the forward-only layers after the feature
+ * layer) and the projector, masked_scatter into the text embeddings, the text layers, head
+ * and loss; the forward returns (the tower's hidden states, held in image_outputs, go); the
+ * text backward, masked_scatter's, the projector's and the tower's, the text embedding's;
+ * the optimizer over both parameter tables. Which layers of each tower are checkpointed is
+ * gckpt_tower_checkpointed's (FINDINGS R-VLM-1). */
+#ifndef GCKPT_VLM_STEP_H
+#define GCKPT_VLM_STEP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gckpt/core/device.h"
+#include "gckpt/core/eval.h"
+#include "gckpt/core/setting.h"
+#include "gckpt/core/vision.h"
+#include "gckpt/util/util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a step feeds the tower: images per sample, the tower runs `tiles` per image
+ * (gckpt_image_tiles), each image `tokens` placeholders (gckpt_image_tokens); whether the
+ * tower trains (false: requires_grad_(False) on vision_tower, the projector trains); the
+ * batch's pixel_values dtype (gckpt_dtype: 0 is the image processor's float32; the probe's
+ * pure-bf16 cases feed bf16). */
+typedef struct {
+    uint64_t images, tiles, tokens;
+    bool tower_trained;
+    uint8_t pixel_dtype;
+} gckpt_vlm_images;
+
+/* The step's figures beside the walk's result. */
+typedef struct {
+    uint64_t text_layers, vision_layers, vision_live; /* vision_live: up to the feature layer */
+    uint64_t vision_ckpt[GCKPT_MAX_LAYERS], text_ckpt[GCKPT_MAX_LAYERS];
+    size_t nvision_ckpt, ntext_ckpt;
+    uint64_t image_tokens;       /* per sample */
+    bool peak_in_vision;         /* the peak falls in a segment of the tower's */
+} gckpt_vlm_step_info;
+
+/* Walk the steady-state step of setting s (its micro-batch, sequence: text and image tokens
+ * per sample, precision, every_n, offload, accumulation; one device, no PEFT) for VLM v on
+ * device d and target; res as gckpt_walk fills it (peak, after the forward, breakdown, the
+ * step's seconds from the same per-op model for both towers). false with err when a part
+ * is not simulated (llava's and llava_next's only; one GPU, full fine-tuning, HF's loss). */
+bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
+                    const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info, gckpt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,171 @@
+/* A LLaVA or LLaVA-NeXT training step (core/vlm_step.c) against every llava and llava_next
+ * fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with
+ * CUDA's lists; every_n off / 1 / 2 / 3; offload; the tower trained and frozen; one and two
+ * images; LLaVA-NeXT's anyres tiles): the planned live peak
+ * of the steady-state step against the measured one (the last step's live_peak_bytes), within
+ * the planner's fixture tolerance (0.1 % fp32 and amp, 0.5 % bf16, tests/hf_compare.h; the
+ * live bytes after micro-step 1's forward as well), one
+ * line per fixture; the host peak (both towers' offloaded inputs, the checkpoints' RNG
+ * states) exactly; which layers of each tower are checkpointed against the probe's
+ * (towers.vision / towers.text.checkpointed); the tokens per image. */
+#include <dirent.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include "gckpt/core/device.h"
+#include "gckpt/core/vlm_step.h"
+#include "gckpt/util/util.h"
+
+#ifndef GCKPT_TEST_DATA
+#error GCKPT_TEST_DATA must name tests/data
+#endif
+
+static gckpt_device g_dev;
+
+static const cJSON *at(const cJSON *j, const char *k) { return cJSON_GetObjectItemCaseSensitive(j, k); }
+
+static cJSON *read_json(const char *path)
+{
+    gckpt_err err;
+    char *text = gckpt_read_file(path, 1u << 26, &err);
+    if (!text) fail_msg("%s: %s", path, err.msg);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!j) fail_msg("%s: not JSON", path);
+    return j;
+}
+
+/* the probe's checkpointed layers of one tower against the planner's */
+static bool same_layers(const cJSON *tower, const uint64_t *got, size_t n)
+{
+    const cJSON *ck = at(tower, "checkpointed"), *e;
+    size_t i = 0;
+    cJSON_ArrayForEach(e, ck)
+    {
+        if (i >= n || (uint64_t)e->valuedouble != got[i]) return false;
+        i++;
+    }
+    return i == n;
+}
+
+typedef struct {
+    int files, passed;
+    double worst;
+} tally;
+
+static void check_fixture(const char *path, const char *name, tally *ty)
+{
+    cJSON *j = read_json(path);
+    const cJSON *set = at(j, "setting");
+    char *cfg = cJSON_PrintUnformatted(at(j, "config"));
+    gckpt_vlm v;
+    gckpt_err err;
+    if (!gckpt_vlm_parse(path, cfg, &v, &err)) fail_msg("%s: %s", path, err.msg);
+    free(cfg);
+    const char *prec = at(set, "precision")->valuestring;
+    int p = !strncmp(prec, "amp-bf16", 8) ? GCKPT_AMP_BF16 : gckpt_precision_from(prec);
+    if (p < 0) fail_msg("%s: precision %s", path, prec);
+    gckpt_target target = cJSON_IsString(at(set, "autocast_lists")) ? GCKPT_TARGET_CPU_CUDA_LISTS : GCKPT_TARGET_CPU;
+    const cJSON *en = at(set, "every_n_layers");
+    gckpt_setting s = {.micro_batch = (uint64_t)at(set, "micro_batch")->valuedouble,
+                       .seq = (uint64_t)at(set, "seq")->valuedouble,
+                       .grad_accum = (uint64_t)at(set, "grad_accum")->valuedouble,
+                       .precision = (gckpt_precision)p,
+                       .attention = GCKPT_SDPA,
+                       .every_n = cJSON_IsNumber(en) ? (uint32_t)en->valuedouble : 0,
+                       .offload = cJSON_IsTrue(at(set, "offload")),
+                       .optimizer = GCKPT_ADAMW};
+    const cJSON *im = at(j, "images"), *hw = at(im, "size_hw");
+    uint64_t h = (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble, w = (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble;
+    gckpt_vlm_images images = {.images = (uint64_t)at(im, "per_sample")->valuedouble,
+                               .tiles = gckpt_image_tiles(&v, h, w),
+                               .tower_trained = strcmp(at(set, "vision_tower")->valuestring, "frozen") != 0,
+                               /* vlm_cases.py casts the batch's pixels to bf16 for its pure-bf16 cases */
+                               .pixel_dtype = p == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32};
+    if (!gckpt_image_tokens(&v, "image", h, w, &images.tokens, &err)) fail_msg("%s: %s", path, err.msg);
+    if (images.tokens != (uint64_t)at(im, "tokens_per_image")->valuedouble)
+        fail_msg("%s: %llu tokens per image planned, %.0f measured", path, (unsigned long long)images.tokens,
+                 at(im, "tokens_per_image")->valuedouble);
+    gckpt_result res;
+    static gckpt_vlm_step_info info;
+    if (!gckpt_vlm_walk(&v, &g_dev, &s, target, &images, &res, &info, &err)) fail_msg("%s: %s", path, err.msg);
+    const cJSON *towers = at(j, "towers");
+    if (!same_layers(at(towers, "vision"), info.vision_ckpt, info.nvision_ckpt) ||
+        !same_layers(at(towers, "text"), info.text_ckpt, info.ntext_ckpt))
+        fail_msg("%s: the checkpointed layers differ from the probe's", path);
+    const cJSON *steps = at(j, "steps"), *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
+    double peak = at(last, "live_peak_bytes")->valuedouble, after = at(last, "after_forward_bytes")->valuedouble;
+    /* the host: both towers' offloaded inputs and the checkpoints' RNG states, exact */
+    double host = at(last, "host_peak_bytes")->valuedouble;
+    if ((double)(res.host_pinned_bytes + res.host_rng_bytes) != host)
+        fail_msg("%s: host peak %.0f measured, %llu planned (offloaded %llu, RNG states %llu)", path, host,
+                 (unsigned long long)(res.host_pinned_bytes + res.host_rng_bytes),
+                 (unsigned long long)res.host_pinned_bytes, (unsigned long long)res.host_rng_bytes);
+    double e = ((double)res.peak_bytes - peak) / peak, ea = ((double)res.after_forward_bytes - after) / after;
+    double tol = p == GCKPT_BF16 ? 0.005 : 0.001;
+    bool pass = fabs(e) <= tol && fabs(ea) <= tol; /* the live bytes after the forward too, as hf_pass */
+    printf("%-58s peak measured %9.0f planned %9llu %+7.3f%% %s  (after forward %+7.3f%%; planned in %s%s)\n", name,
+           peak, (unsigned long long)res.peak_bytes, e * 100, pass ? "ok" : "BEYOND", ea * 100,
+           gckpt_phase_names[res.peak_phase], info.peak_in_vision ? ", vision tower" : "");
+    ty->files++;
+    ty->passed += pass;
+    if (fabs(e) / tol > ty->worst) ty->worst = fabs(e) / tol;
+    cJSON_Delete(j);
+}
+
+static tally family_peaks(const char *prefix)
+{
+    const char *dir = GCKPT_TEST_DATA "/hf-vlm";
+    DIR *d = opendir(dir);
+    if (!d) fail_msg("cannot open %s", dir);
+    struct dirent *e;
+    tally ty = {0};
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, prefix, strlen(prefix)) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        check_fixture(path, e->d_name, &ty);
+    }
+    closedir(d);
+    printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it)\n", prefix, ty.passed,
+           ty.files, ty.worst);
+    return ty;
+}
+
+static void llava_peaks(void **state)
+{
+    (void)state;
+    tally ty = family_peaks("llava-");
+    assert_int_equal(ty.files, 54);
+    assert_int_equal(ty.passed, ty.files);
+}
+
+/* LLaVA-NeXT: the tower on every anyres tile, pack_image_features between the towers */
+static void llava_next_peaks(void **state)
+{
+    (void)state;
+    tally ty = family_peaks("llava_next-");
+    assert_int_equal(ty.files, 42);
+    assert_int_equal(ty.passed, ty.files);
+}
+
+int main(void)
+{
+    gckpt_err err;
+    if (!gckpt_device_load(GCKPT_TEST_DATA "/devices/cpu-exact.json", &g_dev, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

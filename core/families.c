@@ -18,27 +18,31 @@
 /* use_liger_kernel=True patches the type (liger-kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN),
  * with its fused linear cross-entropy on by default (LIGER) or off and refused (LIGER_NO_FLCE:
  * apply_liger_kernel_to_granite has fused_linear_cross_entropy=False, cross_entropy=True) */
-#define LIGER GCKPT_LIGER_FLCE, 1, false, false, false
-#define LIGER_NO_FLCE GCKPT_LIGER_NO_FLCE, 0, false, false, false
-#define NO_LIGER GCKPT_LIGER_NONE, 0, false, false, false
+#define LIGER GCKPT_LIGER_FLCE, 1, false, false, false, false
+#define LIGER_NO_FLCE GCKPT_LIGER_NO_FLCE, 0, false, false, false, false
+#define NO_LIGER GCKPT_LIGER_NONE, 0, false, false, false, false
 /* gpt_oss's lce_forward passes chunk_mem_const=8 (_GPT_OSS_FLCE_CHUNK_MEM_CONST), the others
  * the function's default 1 */
-#define LIGER_CHUNK(k) GCKPT_LIGER_FLCE, k, false, false, false
+#define LIGER_CHUNK(k) GCKPT_LIGER_FLCE, k, false, false, false, false
 /* ... and its SwiGLU replaces the dense MLP's class with LigerSwiGLUMLP (deepseek_v3's dense
  * MLPs and shared experts: LigerQwen3MoeSwiGLUMLP, the same forward), planned (FINDINGS
- * R-LOSS-5). Not planned: the routed experts' LigerExperts (fused MoE; mixtral and qwen3_moe
- * have no other MLP); gemma's take geglu; phi3's LigerPhi3SwiGLUMLP calls it on the chunks of
+ * R-LOSS-5). Not planned: deepseek_v3's routed experts' LigerExperts (mixtral's and qwen3_moe's
+ * are: LIGER_MOE); gemma's take geglu; phi3's LigerPhi3SwiGLUMLP calls it on the chunks of
  * gate_up (ensure_contiguous copies them); gpt_oss has swiglu off; granite's loss is refused */
-#define LIGER_SWIGLU GCKPT_LIGER_FLCE, 1, true, false, false
+#define LIGER_SWIGLU GCKPT_LIGER_FLCE, 1, true, false, false, false
 /* ... and its RMSNorm and RoPE too: LigerRMSNorm with the defaults (casting 'llama', offset 0,
  * in_place=True) on every norm (qwen3's q_norm / k_norm too) and liger_rotary_pos_emb (FINDINGS
  * R-LOSS-6, R-LOSS-7). Not planned, named in the liger warning: olmo2 (LigerRMSNormForOlmo2,
  * in_place=False, and its fp32 rotary), deepseek_v3 (rope off; its MLA norms' inputs are
  * slices, which ensure_contiguous copies), gemma / gemma2 / gemma3_text (offset 1, casting
- * 'gemma', gemma2 / 3 in_place=False), phi3's rotary (partial), mixtral, qwen3_moe, gpt_oss */
-#define LIGER_LAYERS GCKPT_LIGER_FLCE, 1, true, true, true
+ * 'gemma', gemma2 / 3 in_place=False), phi3's rotary (partial), gpt_oss */
+#define LIGER_LAYERS GCKPT_LIGER_FLCE, 1, true, true, true, false
 /* phi3: LigerRMSNorm with the defaults, planned; its LigerPhi3SwiGLUMLP and partial rotary not */
-#define LIGER_RMS GCKPT_LIGER_FLCE, 1, false, true, false
+#define LIGER_RMS GCKPT_LIGER_FLCE, 1, false, true, false, false
+/* mixtral, qwen3_moe: LigerRMSNorm with the defaults (qwen3_moe's q_norm / k_norm too),
+ * liger_rotary_pos_emb, and swiglu=True's LigerExperts in the routed experts' class's place (their
+ * dense MLPs, qwen3_moe's mlp_only_layers, stay transformers'): FINDINGS R-LOSS-9 */
+#define LIGER_MOE GCKPT_LIGER_FLCE, 1, false, true, true, true
 
 #define LLAMA_LINEARS (LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN))
 
@@ -92,7 +96,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
      * rope types (yarn, model_moe.c) */
     [GCKPT_FAMILY_MOE] = {
         .family = GCKPT_FAMILY_MOE,
-        .types = {{"mixtral", NO_PAD, false, LIGER}, {"qwen3_moe", NO_PAD, false, LIGER}, {"olmoe", PAD(1), false, NO_LIGER},
+        .types = {{"mixtral", NO_PAD, false, LIGER_MOE}, {"qwen3_moe", NO_PAD, false, LIGER_MOE}, {"olmoe", PAD(1), false, NO_LIGER},
                   {"gpt_oss", NO_PAD, true, LIGER_CHUNK(8)}},
         .parse = gckpt_parse_moe, .trace = trace_llama,
         .lora_targets = LT(Q) | LT(K) | LT(V) | LT(O), .lora_beyond_targets = true, .embed_name = "embed_tokens",

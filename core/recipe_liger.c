@@ -64,3 +64,61 @@ int liger_rope(tracer *tr, int x, int cos, int sin, const char *name)
     op->view_fwd = op->in_place = true;
     return o;
 }
+
+bool liger_experts_planned(const tracer *tr)
+{
+    const gckpt_model *m = tr->m;
+    const gckpt_model_type_info *ty = type_of(tr);
+    return liger_kernel_on(tr, GCKPT_LK_SWIGLU) && m->experts && !m->expert_bias && m->swiglu_limit <= 0 && ty &&
+           ty->liger_experts;
+}
+
+/* LigerExperts.forward (swiglu=True on mixtral / qwen3_moe, transformers 5): top_k_index.to(int32)
+ * (a local until it returns), then LigerFusedMoEFunction.apply(x, gate_up_proj, down_proj, index,
+ * weights) (FINDINGS R-LOSS-9). compute_routing_metadata: int32 x_gather / s_scatter /
+ * s_reverse_scatter [T k] each, expert_start_idx [E + 1] and the M-tile arrays (sum over experts
+ * of ceil(pairs / 64) each: planned as E, exact while every expert gets 1 to 64 pairs, under by at
+ * most 8 bytes per 64 pairs otherwise); its temporaries tile_expert_counts [E, n_tiles] (planned
+ * one tile: T <= 1024 / next_pow2(k)), expert_token_count [E], expert_tile_offset [E + 1]. The
+ * forward's pre_act [T k, 2 I] is saved with x, the routing weights (flatten() of the router's
+ * [T, k]: a view) and the metadata; post_act [T k, I] and Y [T k, H] go when it returns. The
+ * backward keeps d_pre_act [T k, 2 I], weighted_act [T k, I] and dx_expanded [T k, H] (dO's dtype)
+ * until it returns, with dx, the weight gradients (zeros_like: also of frozen weights) and dS [T, k]
+ * in dO's dtype, which autograd casts to the weights' dtype when they differ (mixtral's fp32
+ * weights under bf16: dS counted as workspace, an upper bound by the cast copy). */
+int liger_fused_moe(tracer *tr, int x, int index, int weights, int wgu, int wd)
+{
+    const gckpt_model *m = tr->m;
+    uint64_t h = m->hidden, I = m->expert_inter, k = m->top_k, E = m->experts;
+    uint64_t xs = gckpt_dtype_size((gckpt_dtype)dt(tr, x));
+    int i32 = tnew(tr, "experts.top_k_index.int32", GCKPT_T_ACT, GCKPT_DT_I32, per_token(k), false);
+    opnew(tr, "experts.top_k_index.int32", GCKPT_OP_ELEM, 1, (int[]){index}, i32, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+    int idx = tnew(tr, "experts.routing_idx", GCKPT_T_ACT, GCKPT_DT_I32, (gckpt_shape){GCKPT_ROWS_TOKENS, k, 3}, false);
+    int tiles = tnew(tr, "experts.expert_start_tiles", GCKPT_T_ACT, GCKPT_DT_I32, fixed_shape(1, 3 * E + 1), false);
+    opnew(tr, "experts.routing_metadata", GCKPT_OP_ELEM, 1, (int[]){i32}, idx, tiles, 0, NULL);
+    setprim(tr, GCKPT_P_LIGER_MOE_ROUTE, GCKPT_BC_NONE, 0, 0, 0);
+    expert_dims(tr);
+    last_op(tr)->fws_fixed = (3 * E + 1) * 4;
+    int out = like(tr, "experts.liger_fused_moe", x, dt(tr, x), true);
+    int pre = tnew(tr, "experts.pre_act", GCKPT_T_ACT, dt(tr, x), (gckpt_shape){GCKPT_ROWS_TOKENS, k, 2 * I}, false);
+    opnew(tr, "experts.liger_fused_moe", GCKPT_OP_MATMUL, 4, (int[]){x, wgu, wd, weights}, out, pre, 7,
+          (int[]){x, wgu, wd, pre, weights, idx, tiles});
+    setprim(tr, GCKPT_P_LIGER_MOE, GCKPT_BC_NONE, 0, 0, 0);
+    gckpt_op *op = last_op(tr);
+    op->in_f = h;
+    op->out_f = I;
+    expert_dims(tr);
+    count_flops(tr);
+    op->bwd_mult = 2.0; /* dA', dW2, dx_expanded, dW1: 12 H I per pair */
+    op->fws_bT = k * (I + h) * xs;
+    op->bws_bT = k * (3 * I + h) * xs + (dt(tr, weights) != dt(tr, x) ? k * xs : 0);
+    /* the backward makes both weight gradients (zeros_like, then the dW kernels) whether or not
+     * the weights need them (LoRA's frozen experts): autograd drops a frozen one's on return */
+    if (!rg(tr, wgu)) op->bws_fixed += E * 2 * I * h * gckpt_dtype_size((gckpt_dtype)dt(tr, wgu));
+    if (!rg(tr, wd)) op->bws_fixed += E * h * I * gckpt_dtype_size((gckpt_dtype)dt(tr, wd));
+    /* the metadata are not inputs of the op that saves them: locals of its forward until then */
+    int locals[] = {i32, idx, tiles};
+    for (size_t i = 0; i < sizeof locals / sizeof *locals; i++) hold_here(tr, locals[i]);
+    return out;
+}

@@ -248,6 +248,13 @@ int moe_block(tracer *tr, int x)
     int wd = m->expert_bias ? param(tr, "experts.down_proj", E * I, h, GCKPT_ROLE_MATRIX)
                             : param(tr, "experts.down_proj", E * h, I, GCKPT_ROLE_MATRIX);
     int bd = m->expert_bias ? param(tr, "experts.down_proj_bias", E, h, GCKPT_ROLE_BIAS) : -1;
+    if (liger_experts_planned(tr)) { /* --loss liger: LigerExperts (recipe_liger.c) */
+        int out = liger_fused_moe(tr, x, index, weights, wgu, wd);
+        int locals[] = {x, weights, index};
+        for (size_t i = 0; i < sizeof locals / sizeof *locals; i++) hold_here(tr, locals[i]);
+        tr->pfx = "";
+        return out;
+    }
     /* expert_ids_g, perm = sort(expert ids); hidden[perm // k], weights[perm] (index
      * saves its index) */
     int ids = tnew(tr, "expert_ids_g", GCKPT_T_ACT, I64, pairs(tr, 1), false);

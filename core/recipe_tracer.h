@@ -150,6 +150,10 @@ bool liger_rms_planned(const tracer *tr);
 bool liger_rope_planned(const tracer *tr);
 int liger_rms_norm(tracer *tr, int x, int w, uint64_t width);
 int liger_rope(tracer *tr, int x, int cos, int sin, const char *name);
+/* ... its fused MoE experts (LigerExperts) on x with the router's int64 index and weights and the
+ * experts' gate_up / down parameters; returns the experts' output */
+bool liger_experts_planned(const tracer *tr);
+int liger_fused_moe(tracer *tr, int x, int index, int weights, int wgu, int wd);
 
 /* ---- attention (recipe_attention.c) ---- */
 /* Scaled-dot-product attention as the target runs it (q, k, v may be one packed tensor). */

@@ -40,6 +40,9 @@ typedef struct {
                             * (FINDINGS R-LOSS-6) */
     bool liger_rope;       /* ... and rope=True liger_rotary_pos_emb in apply_rotary_pos_emb's
                             * place: planned as GCKPT_P_LIGER_ROPE (R-LOSS-7) */
+    bool liger_experts;    /* ... and swiglu=True LigerExperts (LigerFusedMoEFunction) in the routed
+                            * experts' class's place (transformers 5): planned as
+                            * GCKPT_P_LIGER_MOE_ROUTE + GCKPT_P_LIGER_MOE (R-LOSS-9) */
 } gckpt_model_type_info;
 
 typedef enum {

@@ -51,7 +51,11 @@ MOE_CASES = [f"{f}-{c}" for f in ("mixtral", "qwen3_moe")
              for c in ("bf16-sdpa-n1-plain-b2s32", "bf16-sdpa-noff-plain-b1s48", "fp32-sdpa-n1-offload-b2s32",
                        "amp-bf16-cudalists-sdpa-n1-plain-b2s32", "amp-bf16-cudalists-sdpa-noff-plain-b2s32")]
 # ... and with a vocabulary of 32, where the peak leaves the loss / optimizer for a layer's backward
-MOE_WIDE_CASES = [f"{f}-{c}" for f in ("mixtral", "qwen3_moe")
+MOE_# ... under attention-only LoRA (probe_peft.py's cases): the frozen experts' weight gradients,
+# which the fused MoE's backward makes anyway
+MOE_LORA_CASES = ["mixtral-lora-bf16-attn-d0.05-sdpa-noff-plain-b2s32",
+                  "qwen3_moe-lora-amp-bf16-cudalists-attn-d0.05-sdpa-n1-plain-b2s32"]
+WIDE_CASES = [f"{f}-{c}" for f in ("mixtral", "qwen3_moe")
                   for c in ("bf16-sdpa-noff-plain-b2s32", "fp32-sdpa-n1-plain-b2s32")]
 WIDE_CASES = ["llama-bf16-sdpa-n1-plain-b2s32", "llama-bf16-sdpa-noff-plain-b2s32", "qwen3-fp32-sdpa-n1-plain-b1s48"]
 
@@ -328,6 +332,7 @@ def main(argv):
     ap.add_argument("--case", action="append", default=[])
     ap.add_argument("--check-grads", action="store_true", help="compare the gradients with transformers' ops")
     ap.add_argument("--check-family", default="llama", choices=["llama", "mixtral", "qwen3_moe"])
+    ap.add_argument("--moe-lora", action="store_true", help="only the MoE LoRA cases")
     ap.add_argument("--moe", action="store_true", help="only the MoE cases (mixtral, qwen3_moe; with --case: those named)")
     ap.add_argument("--families", action="store_true", help="only the family cases (phi3)")
     args = ap.parse_args(argv)
@@ -353,9 +358,16 @@ def main(argv):
     os.makedirs(args.out, exist_ok=True)
     import family_cases
     fam = {s["name"]: s for s in family_cases.cases()}
-    todo = [] if args.families or args.moe else [(n, specs[n]) for n in names]
+    todo = [] if args.families or args.moe or args.moe_lora else [(n, specs[n]) for n in names]
     kernels_of = {}
-    if args.moe:
+    runner = {}
+    if args.moe_lora:
+        import probe_peft
+        peft_specs = {s["name"]: s for s in probe_peft.all_cases()}
+        for n in MOE_LORA_CASES:
+            todo.append((n, peft_specs[n]))
+            runner[n] = probe_peft.run_case
+    elif args.moe:
         import moe_cases
         moe = {s["name"]: s for s in moe_cases.cases()}
         for n in MOE_CASES + MOE_WIDE_CASES:
@@ -369,7 +381,7 @@ def main(argv):
         for n, ks in FAMILY_CASES.items():
             todo.append((n, fam[n]))
             kernels_of[n] = ks
-    if not args.case and not args.families and not args.moe:
+    if not args.case and not args.families and not args.moe and not args.moe_lora:
         for n in WIDE_CASES:
             spec = dict(specs[n])
             cfg = probe.make_config(spec["family"], spec["attention"]).to_dict()
@@ -380,7 +392,7 @@ def main(argv):
     for name, spec in todo:
         ks = kernels_of.get(name, KERNELS)
         patch(spec["family"], ks)
-        fx = probe.run_case(spec)
+        fx = runner.get(name, probe.run_case)(spec)
         fx["setting"]["liger_kernels"] = ks
         fx["liger"] = {"liger_kernel": version, "command": "python3 tools/hf_probe/liger_layers_rerun.py",
                        "replaced": "the Triton launches (rms_norm, rope, swiglu, the fused MoE's), row by row in PyTorch"}

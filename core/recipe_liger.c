@@ -5,6 +5,8 @@
 
 #include "gckpt/core/families.h"
 
+#include <string.h>
+
 /* rms_norm_backward's fp32 partial weight gradients are [sm_count, H]: the GPU profiles have no
  * SM count, so 132 (H100 SXM, H200) is taken; on the CPU sm_count is 1 */
 #define LIGER_SM_COUNT 132
@@ -15,25 +17,29 @@ static const gckpt_model_type_info *type_of(const tracer *tr)
     return gckpt_family_by_type(tr->m->model_type, &ty) ? ty : NULL;
 }
 
-bool liger_rms_planned(const tracer *tr)
+int liger_rms_in_place(const tracer *tr, const char *name)
 {
     const gckpt_model_type_info *ty = type_of(tr);
-    return liger_kernel_on(tr, GCKPT_LK_RMS_NORM) && tr->m->rms == GCKPT_RMS_LLAMA && ty && ty->liger_rms;
+    if (!liger_kernel_on(tr, GCKPT_LK_RMS_NORM) || !ty) return -1;
+    bool final = tr->sec == GCKPT_SEC_HEAD, qk = !strcmp(name, "q_norm") || !strcmp(name, "k_norm");
+    unsigned want = final ? GCKPT_LRMS_FINAL : qk ? GCKPT_LRMS_QK : GCKPT_LRMS_LAYER;
+    unsigned copy = final ? GCKPT_LRMS_FINAL_COPY : GCKPT_LRMS_LAYER_COPY;
+    if (!(ty->liger_rms & want)) return -1;
+    return !(ty->liger_rms & copy);
 }
 
 bool liger_rope_planned(const tracer *tr)
 {
     const gckpt_model *m = tr->m;
     const gckpt_model_type_info *ty = type_of(tr);
-    return liger_kernel_on(tr, GCKPT_LK_ROPE) && !m->rope_split_cat && !m->rope_halves && !m->rope_fp32 && ty &&
-           ty->liger_rope;
+    return liger_kernel_on(tr, GCKPT_LK_ROPE) && !m->rope_split_cat && !m->rope_halves && ty && ty->liger_rope;
 }
 
-/* LigerRMSNormFunction.apply(x, w) (casting 'llama', in_place=True): Y like x and RSTD, fp32 one
- * per row; saves x (its input, a view of it), w and RSTD. The backward writes dX into dY's
- * storage and sums the fp32 partials _dW [sm_count, H] into dW (.to(W.dtype): one more fp32 [H]
- * when W is narrower). */
-int liger_rms_norm(tracer *tr, int x, int w, uint64_t width)
+/* LigerRMSNormFunction.apply(x, w) (casting 'llama' or 'gemma', any offset): Y like x and RSTD,
+ * fp32 one per row; saves x (its input, a view of it), w and RSTD. The backward writes dX into
+ * dY's storage (in_place=True; else zeros_like(dY), a new buffer) and sums the fp32 partials _dW
+ * [sm_count, H] into dW (.to(W.dtype): one more fp32 [H] when W is narrower). */
+int liger_rms_norm(tracer *tr, int x, int w, uint64_t width, bool in_place)
 {
     int y = like(tr, "liger_rms_norm", x, dt(tr, x), rg(tr, x) || rg(tr, w));
     gckpt_shape sh = tr->r->t[x].shape;
@@ -42,7 +48,7 @@ int liger_rms_norm(tracer *tr, int x, int w, uint64_t width)
     opnew(tr, "liger_rms_norm", GCKPT_OP_ELEM, 2, (int[]){x, w}, y, rstd, 3, (int[]){x, w, rstd});
     setprim(tr, GCKPT_P_LIGER_RMS_NORM, GCKPT_BC_NONE, tr->eps, 0, width);
     gckpt_op *op = last_op(tr);
-    op->grad_in_gout = 1;
+    op->grad_in_gout = in_place;
     if (rg(tr, w))
         op->bws_fixed = (uint64_t)(tr->cpu ? 1 : LIGER_SM_COUNT) * width * 4 + (dt(tr, w) != F32 ? width * 4 : 0);
     return y;

@@ -50,12 +50,21 @@ FAMILY_CASES = {"phi3-bf16-sdpa-noff-plain-b1s48": ["rms_norm"], "phi3-bf16-sdpa
 MOE_CASES = [f"{f}-{c}" for f in ("mixtral", "qwen3_moe")
              for c in ("bf16-sdpa-n1-plain-b2s32", "bf16-sdpa-noff-plain-b1s48", "fp32-sdpa-n1-offload-b2s32",
                        "amp-bf16-cudalists-sdpa-n1-plain-b2s32", "amp-bf16-cudalists-sdpa-noff-plain-b2s32")]
-# ... and with a vocabulary of 32, where the peak leaves the loss / optimizer for a layer's backward
-MOE_# ... under attention-only LoRA (probe_peft.py's cases): the frozen experts' weight gradients,
+# RMSNorm variants, patched on the built model as the Trainer does (instance_setup): olmo2 (the
+# final norm in_place=True, the post norms in_place=False, q_norm / k_norm left transformers'),
+# gemma (offset 1, casting 'gemma', in_place=True), gemma2 (the same, in_place=False); with
+# liger_rotary_pos_emb, and olmo2's LigerSwiGLUMLP (the Gemmas' GEGLU is not planned: geglu off)
+INSTANCE_CASES = {"olmo2-bf16-sdpa-noff-plain-b1s48": KERNELS, "olmo2-bf16-sdpa-n1-plain-b2s32": KERNELS,
+                  "olmo2-fp32-sdpa-n1-plain-b1s48": KERNELS,
+                  "gemma-bf16-sdpa-noff-plain-b1s48": ["rope", "rms_norm"],
+                  "gemma2-bf16-eager-noff-plain-b1s48": ["rope", "rms_norm"],
+                  "gemma2-amp-bf16-cudalists-eager-n1-plain-b2s32": ["rope", "rms_norm"]}
+# ... under attention-only LoRA (probe_peft.py's cases): the frozen experts' weight gradients,
 # which the fused MoE's backward makes anyway
 MOE_LORA_CASES = ["mixtral-lora-bf16-attn-d0.05-sdpa-noff-plain-b2s32",
                   "qwen3_moe-lora-amp-bf16-cudalists-attn-d0.05-sdpa-n1-plain-b2s32"]
-WIDE_CASES = [f"{f}-{c}" for f in ("mixtral", "qwen3_moe")
+# the MoE cases with a vocabulary of 32, where the peak leaves the loss / optimizer for a layer's backward
+MOE_WIDE_CASES = [f"{f}-{c}" for f in ("mixtral", "qwen3_moe")
                   for c in ("bf16-sdpa-noff-plain-b2s32", "fp32-sdpa-n1-plain-b2s32")]
 WIDE_CASES = ["llama-bf16-sdpa-n1-plain-b2s32", "llama-bf16-sdpa-noff-plain-b2s32", "qwen3-fp32-sdpa-n1-plain-b1s48"]
 
@@ -290,10 +299,18 @@ def patch_moe():
 
 
 def patch(family, kernels=KERNELS):
+    """The kernels stood in for, then apply_liger_kernel_to_<family> before the model is built (its
+    class swaps: for the types measured so, the same modules and forwards as the instance path)."""
+    patch_kernels()
+    import liger_kernel.transformers.monkey_patch as mp
+    on = {k: k in kernels for k in KERNELS}
+    getattr(mp, f"apply_liger_kernel_to_{family}")(cross_entropy=False, fused_linear_cross_entropy=False, **on)
+
+
+def patch_kernels():
     import liger_kernel.ops.rms_norm as rn
     import liger_kernel.ops.rope as rp
     import liger_kernel.ops.swiglu as sw
-    import liger_kernel.transformers.monkey_patch as mp
 
     rn._rms_norm_forward_kernel = _Launch(_rms_fwd)
     rn._block_rms_norm_forward_kernel = _Launch(_rms_fwd_block)
@@ -304,8 +321,34 @@ def patch(family, kernels=KERNELS):
     sw._swiglu_backward_kernel = _Launch(_swiglu_bwd)
     patch_moe()
     # swiglu_forward / backward take a 2-D view of a and b; the replacement reads rows of it
-    on = {k: k in kernels for k in KERNELS}
-    getattr(mp, f"apply_liger_kernel_to_{family}")(cross_entropy=False, fused_linear_cross_entropy=False, **on)
+
+
+def instance_setup(kernels):
+    """probe.setup, then use_liger_kernel=True's own path: transformers' apply_liger_kernel calls
+    _apply_liger_kernel_to_instance(model=...), so apply_liger_kernel_to_<type>(model=...) patches the
+    built modules (_patch_rms_norm_module with the type's offset / casting / in_place, the MLP's
+    forward) and swaps module-level functions (apply_rotary_pos_emb); its class swaps reach no built
+    module, and are undone here so that the next pass builds transformers' classes again (olmo2's
+    q_norm / k_norm stay Olmo2RMSNorm, as under the Trainer)."""
+    import importlib
+    import inspect
+
+    import liger_kernel.transformers.monkey_patch as mp
+    import probe
+
+    def setup(spec):
+        c = probe.setup(spec)
+        fam = spec["family"]
+        mod = importlib.import_module(f"transformers.models.{fam}.modeling_{fam}")
+        classes = {k: v for k, v in vars(mod).items() if inspect.isclass(v)}
+        fn = getattr(mp, f"apply_liger_kernel_to_{fam}")
+        names = inspect.signature(fn).parameters
+        kw = {k: (k in kernels) for k in ("rope", "rms_norm", "swiglu", "geglu") if k in names}
+        fn(model=c.model, cross_entropy=False, fused_linear_cross_entropy=False, **kw)
+        for k, v in classes.items():
+            setattr(mod, k, v)
+        return c
+    return setup
 
 
 def grads_match(spec):
@@ -333,6 +376,7 @@ def main(argv):
     ap.add_argument("--check-grads", action="store_true", help="compare the gradients with transformers' ops")
     ap.add_argument("--check-family", default="llama", choices=["llama", "mixtral", "qwen3_moe"])
     ap.add_argument("--moe-lora", action="store_true", help="only the MoE LoRA cases")
+    ap.add_argument("--variants", action="store_true", help="only the RMSNorm variant cases (olmo2, gemma, gemma2)")
     ap.add_argument("--moe", action="store_true", help="only the MoE cases (mixtral, qwen3_moe; with --case: those named)")
     ap.add_argument("--families", action="store_true", help="only the family cases (phi3)")
     args = ap.parse_args(argv)
@@ -358,10 +402,18 @@ def main(argv):
     os.makedirs(args.out, exist_ok=True)
     import family_cases
     fam = {s["name"]: s for s in family_cases.cases()}
-    todo = [] if args.families or args.moe or args.moe_lora else [(n, specs[n]) for n in names]
+    todo = [] if args.families or args.moe or args.moe_lora or args.variants else [(n, specs[n]) for n in names]
     kernels_of = {}
     runner = {}
-    if args.moe_lora:
+    if args.variants:
+        import family_cases
+        fam_specs = {s["name"]: s for s in family_cases.cases()}
+        for n, ks in INSTANCE_CASES.items():
+            if not args.case or n in args.case:
+                todo.append((n, fam_specs[n]))
+                kernels_of[n] = ks
+                runner[n] = lambda sp, ks=ks: probe.run_case(sp, instance_setup(ks))
+    elif args.moe_lora:
         import probe_peft
         peft_specs = {s["name"]: s for s in probe_peft.all_cases()}
         for n in MOE_LORA_CASES:
@@ -381,7 +433,7 @@ def main(argv):
         for n, ks in FAMILY_CASES.items():
             todo.append((n, fam[n]))
             kernels_of[n] = ks
-    if not args.case and not args.families and not args.moe and not args.moe_lora:
+    if not args.case and not args.families and not args.moe and not args.moe_lora and not args.variants:
         for n in WIDE_CASES:
             spec = dict(specs[n])
             cfg = probe.make_config(spec["family"], spec["attention"]).to_dict()
@@ -391,7 +443,10 @@ def main(argv):
             todo.append((spec["name"], spec))
     for name, spec in todo:
         ks = kernels_of.get(name, KERNELS)
-        patch(spec["family"], ks)
+        if name in INSTANCE_CASES:
+            patch_kernels()
+        else:
+            patch(spec["family"], ks)
         fx = runner.get(name, probe.run_case)(spec)
         fx["setting"]["liger_kernels"] = ks
         fx["liger"] = {"liger_kernel": version, "command": "python3 tools/hf_probe/liger_layers_rerun.py",

@@ -60,9 +60,12 @@ INSTANCE_CASES = {"olmo2-bf16-sdpa-noff-plain-b1s48": KERNELS, "olmo2-bf16-sdpa-
                   "gemma2-bf16-eager-noff-plain-b1s48": ["rope", "rms_norm"],
                   "gemma2-amp-bf16-cudalists-eager-n1-plain-b2s32": ["rope", "rms_norm"]}
 # ... under attention-only LoRA (probe_peft.py's cases): the frozen experts' weight gradients,
-# which the fused MoE's backward makes anyway
+# which the fused MoE's backward makes anyway (the -v32 ones with a vocabulary of 32, whose peak is
+# that backward's)
 MOE_LORA_CASES = ["mixtral-lora-bf16-attn-d0.05-sdpa-noff-plain-b2s32",
-                  "qwen3_moe-lora-amp-bf16-cudalists-attn-d0.05-sdpa-n1-plain-b2s32"]
+                  "qwen3_moe-lora-amp-bf16-cudalists-attn-d0.05-sdpa-n1-plain-b2s32",
+                  "mixtral-v32-lora-bf16-attn-d0.05-sdpa-noff-plain-b2s32",
+                  "qwen3_moe-v32-lora-fp32-attn-d0.05-sdpa-n1-plain-b2s32"]
 # the MoE cases with a vocabulary of 32, where the peak leaves the loss / optimizer for a layer's backward
 MOE_WIDE_CASES = [f"{f}-{c}" for f in ("mixtral", "qwen3_moe")
                   for c in ("bf16-sdpa-noff-plain-b2s32", "fp32-sdpa-n1-plain-b2s32")]
@@ -417,8 +420,13 @@ def main(argv):
         import probe_peft
         peft_specs = {s["name"]: s for s in probe_peft.all_cases()}
         for n in MOE_LORA_CASES:
-            todo.append((n, peft_specs[n]))
-            runner[n] = probe_peft.run_case
+            spec = dict(peft_specs[n.replace("-v32", "")])
+            if "-v32" in n:
+                spec["config"] = {**spec["config"], "vocab_size": 32}
+                spec["name"] = n
+            if not args.case or n in args.case:
+                todo.append((n, spec))
+                runner[n] = probe_peft.run_case
     elif args.moe:
         import moe_cases
         moe = {s["name"]: s for s in moe_cases.cases()}

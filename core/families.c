@@ -48,12 +48,15 @@
  * swap, which reaches no built module, would change them); liger_rotary_pos_emb on its fp32 tables */
 #define LIGER_OLMO2 GCKPT_LIGER_FLCE, 1, true, GCKPT_LRMS_FINAL | GCKPT_LRMS_LAYER | GCKPT_LRMS_LAYER_COPY, true, false
 /* gemma: every norm with offset 1, casting 'gemma' (the same buffers), in_place=True; gemma2: the
- * same with in_place=False; both liger_rotary_pos_emb (their GEGLU MLP not planned). gemma3_text
- * (in_place=False, its q_norm / k_norm too, two rotary tables) not planned */
+ * same with in_place=False; gemma3_text: the same, its q_norm / k_norm too; all with
+ * liger_rotary_pos_emb (gemma3_text's two tables alike; their GEGLU MLP not planned) */
 #define LIGER_GEMMA GCKPT_LIGER_FLCE, 1, false, GCKPT_LRMS_FINAL | GCKPT_LRMS_LAYER, true, false
 #define LIGER_GEMMA2                                                                                              \
     GCKPT_LIGER_FLCE, 1, false, GCKPT_LRMS_FINAL | GCKPT_LRMS_LAYER | GCKPT_LRMS_FINAL_COPY | GCKPT_LRMS_LAYER_COPY, \
         true, false
+#define LIGER_GEMMA3                                                                                              \
+    GCKPT_LIGER_FLCE, 1, false,                                                                                   \
+        GCKPT_LRMS_FINAL | GCKPT_LRMS_LAYER | GCKPT_LRMS_QK | GCKPT_LRMS_FINAL_COPY | GCKPT_LRMS_LAYER_COPY, true, false
 
 #define LLAMA_LINEARS (LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN))
 
@@ -74,7 +77,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .padding_idx = false, .host = true, .cuda = true, .packed_qkv_kernels = true},
     [GCKPT_FAMILY_GEMMA] = {
         .family = GCKPT_FAMILY_GEMMA,
-        .types = {{"gemma", PAD(0), false, LIGER_GEMMA}, {"gemma2", PAD(0), false, LIGER_GEMMA2}, {"gemma3_text", PAD(0), false, LIGER}},
+        .types = {{"gemma", PAD(0), false, LIGER_GEMMA}, {"gemma2", PAD(0), false, LIGER_GEMMA2}, {"gemma3_text", PAD(0), false, LIGER_GEMMA3}},
         .parse = gckpt_parse_gemma, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},

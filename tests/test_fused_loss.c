@@ -421,7 +421,7 @@ static void liger_norm_rope_in_place(void **state)
 }
 
 /* The RMSNorm variants as the Trainer's instance patch configures them: in_place=False (gemma2's
- * norms, olmo2's post norms) a new input-gradient buffer, in_place=True (gemma's, olmo2's final
+ * and gemma3_text's norms, olmo2's post norms) a new input-gradient buffer, in_place=True (gemma's, olmo2's final
  * norm) dY's, as liger-norm-rope.json found for each; olmo2's q_norm / k_norm are not Liger's. */
 static void liger_norm_variants_in_place(void **state)
 {
@@ -443,6 +443,7 @@ static void liger_norm_variants_in_place(void **state)
     assert_int_equal(bwd_in_gout_of("gemma2", "norm.liger_rms_norm", true, GCKPT_EAGER), no);
     assert_int_equal(bwd_in_gout_of("gemma", "input_layernorm.liger_rms_norm", false, GCKPT_SDPA), yes);
     assert_int_equal(bwd_in_gout_of("gemma", "norm.liger_rms_norm", true, GCKPT_SDPA), yes);
+    assert_int_equal(bwd_in_gout_of("gemma3_text", "self_attn.q_norm.liger_rms_norm", true, GCKPT_SDPA), no);
     cJSON_Delete(j);
     free(text);
 }

@@ -52,13 +52,15 @@ MOE_CASES = [f"{f}-{c}" for f in ("mixtral", "qwen3_moe")
                        "amp-bf16-cudalists-sdpa-n1-plain-b2s32", "amp-bf16-cudalists-sdpa-noff-plain-b2s32")]
 # RMSNorm variants, patched on the built model as the Trainer does (instance_setup): olmo2 (the
 # final norm in_place=True, the post norms in_place=False, q_norm / k_norm left transformers'),
-# gemma (offset 1, casting 'gemma', in_place=True), gemma2 (the same, in_place=False); with
+# gemma (offset 1, casting 'gemma', in_place=True), gemma2 and gemma3_text (the same, in_place=False;
+# gemma3_text's q_norm / k_norm too); with
 # liger_rotary_pos_emb, and olmo2's LigerSwiGLUMLP (the Gemmas' GEGLU is not planned: geglu off)
 INSTANCE_CASES = {"olmo2-bf16-sdpa-noff-plain-b1s48": KERNELS, "olmo2-bf16-sdpa-n1-plain-b2s32": KERNELS,
                   "olmo2-fp32-sdpa-n1-plain-b1s48": KERNELS,
                   "gemma-bf16-sdpa-noff-plain-b1s48": ["rope", "rms_norm"],
                   "gemma2-bf16-eager-noff-plain-b1s48": ["rope", "rms_norm"],
-                  "gemma2-amp-bf16-cudalists-eager-n1-plain-b2s32": ["rope", "rms_norm"]}
+                  "gemma2-amp-bf16-cudalists-eager-n1-plain-b2s32": ["rope", "rms_norm"],
+                  "gemma3_text-bf16-sdpa-noff-plain-b1s48": ["rope", "rms_norm"]}
 # ... under attention-only LoRA (probe_peft.py's cases): the frozen experts' weight gradients,
 # which the fused MoE's backward makes anyway (the -v32 ones with a vocabulary of 32, whose peak is
 # that backward's)
@@ -342,7 +344,8 @@ def instance_setup(kernels):
     def setup(spec):
         c = probe.setup(spec)
         fam = spec["family"]
-        mod = importlib.import_module(f"transformers.models.{fam}.modeling_{fam}")
+        pkg = {"gemma3_text": "gemma3"}.get(fam, fam)
+        mod = importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}")
         classes = {k: v for k, v in vars(mod).items() if inspect.isclass(v)}
         fn = getattr(mp, f"apply_liger_kernel_to_{fam}")
         names = inspect.signature(fn).parameters

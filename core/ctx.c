@@ -127,6 +127,8 @@ static bool bwd_ws_bytes(const gckpt_ctx *c, const gckpt_op *op, uint64_t *out)
     x = gckpt_round_up(x, c->dev->alloc_round_bytes);
     if (op->bws_in && (!gckpt_mul(op->bws_in, c->tbytes[op->in[0]], &y) || !gckpt_add(x, y, &x))) return false;
     if (op->bws_out && (!gckpt_mul(op->bws_out, c->tbytes[op->out[0]], &y) || !gckpt_add(x, y, &x))) return false;
+    if (op->bws_bT && (!gckpt_mul(op->bws_bT, c->tokens, &y) || !gckpt_add(x, gckpt_round_up(y, c->dev->alloc_round_bytes), &x)))
+        return false;
     if (op->bws_fixed && !gckpt_add(x, gckpt_round_up(op->bws_fixed, c->dev->alloc_round_bytes), &x)) return false;
     if (op->fused_loss && (!fused_ws(c, op, true, &y) || !gckpt_add(x, y, &x))) return false;
     *out = x;

@@ -18,27 +18,45 @@
 /* use_liger_kernel=True patches the type (liger-kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN),
  * with its fused linear cross-entropy on by default (LIGER) or off and refused (LIGER_NO_FLCE:
  * apply_liger_kernel_to_granite has fused_linear_cross_entropy=False, cross_entropy=True) */
-#define LIGER GCKPT_LIGER_FLCE, 1, false, false, false
-#define LIGER_NO_FLCE GCKPT_LIGER_NO_FLCE, 0, false, false, false
-#define NO_LIGER GCKPT_LIGER_NONE, 0, false, false, false
+#define LIGER GCKPT_LIGER_FLCE, 1, false, 0, false, false
+#define LIGER_NO_FLCE GCKPT_LIGER_NO_FLCE, 0, false, 0, false, false
+#define NO_LIGER GCKPT_LIGER_NONE, 0, false, 0, false, false
 /* gpt_oss's lce_forward passes chunk_mem_const=8 (_GPT_OSS_FLCE_CHUNK_MEM_CONST), the others
  * the function's default 1 */
-#define LIGER_CHUNK(k) GCKPT_LIGER_FLCE, k, false, false, false
+#define LIGER_CHUNK(k) GCKPT_LIGER_FLCE, k, false, 0, false, false
 /* ... and its SwiGLU replaces the dense MLP's class with LigerSwiGLUMLP (deepseek_v3's dense
  * MLPs and shared experts: LigerQwen3MoeSwiGLUMLP, the same forward), planned (FINDINGS
- * R-LOSS-5). Not planned: the routed experts' LigerExperts (fused MoE; mixtral and qwen3_moe
- * have no other MLP); gemma's take geglu; phi3's LigerPhi3SwiGLUMLP calls it on the chunks of
+ * R-LOSS-5). Not planned: deepseek_v3's routed experts' LigerExperts (mixtral's and qwen3_moe's
+ * are: LIGER_MOE); gemma's take geglu; phi3's LigerPhi3SwiGLUMLP calls it on the chunks of
  * gate_up (ensure_contiguous copies them); gpt_oss has swiglu off; granite's loss is refused */
-#define LIGER_SWIGLU GCKPT_LIGER_FLCE, 1, true, false, false
+#define LIGER_SWIGLU GCKPT_LIGER_FLCE, 1, true, 0, false, false
 /* ... and its RMSNorm and RoPE too: LigerRMSNorm with the defaults (casting 'llama', offset 0,
  * in_place=True) on every norm (qwen3's q_norm / k_norm too) and liger_rotary_pos_emb (FINDINGS
- * R-LOSS-6, R-LOSS-7). Not planned, named in the liger warning: olmo2 (LigerRMSNormForOlmo2,
- * in_place=False, and its fp32 rotary), deepseek_v3 (rope off; its MLA norms' inputs are
- * slices, which ensure_contiguous copies), gemma / gemma2 / gemma3_text (offset 1, casting
- * 'gemma', gemma2 / 3 in_place=False), phi3's rotary (partial), mixtral, qwen3_moe, gpt_oss */
-#define LIGER_LAYERS GCKPT_LIGER_FLCE, 1, true, true, true
+ * R-LOSS-6, R-LOSS-7). Not planned, named in the liger warning: deepseek_v3 (rope off; its MLA
+ * norms' inputs are slices, which ensure_contiguous copies), gemma3_text, phi3's rotary
+ * (partial), gpt_oss */
+#define LRMS_ALL (GCKPT_LRMS_FINAL | GCKPT_LRMS_LAYER | GCKPT_LRMS_QK)
+#define LIGER_LAYERS GCKPT_LIGER_FLCE, 1, true, LRMS_ALL, true, false
 /* phi3: LigerRMSNorm with the defaults, planned; its LigerPhi3SwiGLUMLP and partial rotary not */
-#define LIGER_RMS GCKPT_LIGER_FLCE, 1, false, true, false
+#define LIGER_RMS GCKPT_LIGER_FLCE, 1, false, LRMS_ALL, false, false
+/* mixtral, qwen3_moe: LigerRMSNorm with the defaults (qwen3_moe's q_norm / k_norm too),
+ * liger_rotary_pos_emb, and swiglu=True's LigerExperts in the routed experts' class's place (their
+ * dense MLPs, qwen3_moe's mlp_only_layers, stay transformers'): FINDINGS R-LOSS-9 */
+#define LIGER_MOE GCKPT_LIGER_FLCE, 1, false, LRMS_ALL, true, true
+/* olmo2 (the Trainer's instance patch): the final norm with the defaults, the post-attention and
+ * post-feed-forward norms with in_place=False, q_norm / k_norm left transformers' (only the class
+ * swap, which reaches no built module, would change them); liger_rotary_pos_emb on its fp32 tables */
+#define LIGER_OLMO2 GCKPT_LIGER_FLCE, 1, true, GCKPT_LRMS_FINAL | GCKPT_LRMS_LAYER | GCKPT_LRMS_LAYER_COPY, true, false
+/* gemma: every norm with offset 1, casting 'gemma' (the same buffers), in_place=True; gemma2: the
+ * same with in_place=False; gemma3_text: the same, its q_norm / k_norm too; all with
+ * liger_rotary_pos_emb (gemma3_text's two tables alike; their GEGLU MLP not planned) */
+#define LIGER_GEMMA GCKPT_LIGER_FLCE, 1, false, GCKPT_LRMS_FINAL | GCKPT_LRMS_LAYER, true, false
+#define LIGER_GEMMA2                                                                                              \
+    GCKPT_LIGER_FLCE, 1, false, GCKPT_LRMS_FINAL | GCKPT_LRMS_LAYER | GCKPT_LRMS_FINAL_COPY | GCKPT_LRMS_LAYER_COPY, \
+        true, false
+#define LIGER_GEMMA3                                                                                              \
+    GCKPT_LIGER_FLCE, 1, false,                                                                                   \
+        GCKPT_LRMS_FINAL | GCKPT_LRMS_LAYER | GCKPT_LRMS_QK | GCKPT_LRMS_FINAL_COPY | GCKPT_LRMS_LAYER_COPY, true, false
 
 #define LLAMA_LINEARS (LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE) | LT(UP) | LT(DOWN))
 
@@ -59,7 +77,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .padding_idx = false, .host = true, .cuda = true, .packed_qkv_kernels = true},
     [GCKPT_FAMILY_GEMMA] = {
         .family = GCKPT_FAMILY_GEMMA,
-        .types = {{"gemma", PAD(0), false, LIGER}, {"gemma2", PAD(0), false, LIGER}, {"gemma3_text", PAD(0), false, LIGER}},
+        .types = {{"gemma", PAD(0), false, LIGER_GEMMA}, {"gemma2", PAD(0), false, LIGER_GEMMA2}, {"gemma3_text", PAD(0), false, LIGER_GEMMA3}},
         .parse = gckpt_parse_gemma, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
@@ -77,7 +95,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .padding_idx = false, .host = true, .cuda = true},
     [GCKPT_FAMILY_OLMO2] = {
         .family = GCKPT_FAMILY_OLMO2,
-        .types = {{"olmo2", PAD(1), false, LIGER_SWIGLU}},
+        .types = {{"olmo2", PAD(1), false, LIGER_OLMO2}},
         .parse = gckpt_parse_olmo2, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
@@ -92,7 +110,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
      * rope types (yarn, model_moe.c) */
     [GCKPT_FAMILY_MOE] = {
         .family = GCKPT_FAMILY_MOE,
-        .types = {{"mixtral", NO_PAD, false, LIGER}, {"qwen3_moe", NO_PAD, false, LIGER}, {"olmoe", PAD(1), false, NO_LIGER},
+        .types = {{"mixtral", NO_PAD, false, LIGER_MOE}, {"qwen3_moe", NO_PAD, false, LIGER_MOE}, {"olmoe", PAD(1), false, NO_LIGER},
                   {"gpt_oss", NO_PAD, true, LIGER_CHUNK(8)}},
         .parse = gckpt_parse_moe, .trace = trace_llama,
         .lora_targets = LT(Q) | LT(K) | LT(V) | LT(O), .lora_beyond_targets = true, .embed_name = "embed_tokens",

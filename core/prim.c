@@ -222,6 +222,26 @@ static bool rows_of(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return w && first + rows <= z->s && dim_n(&z->in[0]) == z->b * z->s * w;
 }
 
+/* Liger's routing metadata: three int32 per (token, expert) pair; expert_start_idx [E + 1]
+ * and the two M-tile arrays (E tiles) */
+static bool liger_moe_route(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_op *op = z->op;
+    uint64_t x = dim_n(&z->in[0]);
+    *n = k == 0 ? 3 * x : 3 * (uint64_t)op->experts + 1;
+    return op->top_k && op->experts && x % op->top_k == 0;
+}
+
+/* Liger's fused experts: out[0] like x [T, in_f], out[1] pre_act [T, top_k x 2 out_f] */
+static bool liger_moe(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_op *op = z->op;
+    uint64_t x = dim_n(&z->in[0]), e = op->experts, f = op->in_f * op->out_f;
+    *n = op->in_f == 0 ? 0 : k == 0 ? x : x / op->in_f * op->top_k * 2 * op->out_f;
+    return op->in_f && x % op->in_f == 0 && dim_n(&z->in[1]) == e * 2 * f && dim_n(&z->in[2]) == e * f &&
+           dim_n(&z->in[3]) == x / op->in_f * op->top_k;
+}
+
 /* values, indices: width of each row of the experts' probabilities */
 static bool topk(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
@@ -329,6 +349,13 @@ static void grouped_flops(const gckpt_op *op, double *fT, double *fBSS)
     *fBSS = 0;
 }
 
+/* Liger's fused experts: gate_up (2 out_f x in_f) and down (in_f x out_f) per pair */
+static void liger_moe_flops(const gckpt_op *op, double *fT, double *fBSS)
+{
+    *fT = 6.0 * (double)op->in_f * (double)op->out_f * (double)op->top_k;
+    *fBSS = 0;
+}
+
 /* scores q k^T per head: s x s dot products of qk_dim */
 static void qk_flops(const gckpt_op *op, double *fT, double *fBSS)
 {
@@ -424,6 +451,10 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
                          .out_numel = cat_cls},
     [GCKPT_P_ROWS_OF] = {.name = "rows_of", 1, 1, 1, .needs_width = true, .planned_only = true,
                          .out_numel = rows_of},
+    [GCKPT_P_LIGER_MOE_ROUTE] = {.name = "liger_moe_route", 1, 1, 2, .no_grad = true, .planned_only = true,
+                                 .out_numel = liger_moe_route},
+    [GCKPT_P_LIGER_MOE] = {.name = "liger_moe", 4, 4, 2, .bwd_reads = I0 | I1 | I2 | I3 | O1, .planned_only = true,
+                           .out_numel = liger_moe, .flops = liger_moe_flops},
 #ifdef GCKPT_TOY /* x.clone(): CloneBackward0 saves nothing (docs/architecture.md, "A primitive") */
     [GCKPT_P_TOY] = {.name = "toy", 1, 1, 1, .out_numel = like_in0},
 #endif

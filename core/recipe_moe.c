@@ -78,9 +78,22 @@ static int router(tracer *tr, int x, int *index)
     if (m->topk_renorm) {
         int sum = tnew(tr, "topk.sum", GCKPT_T_ACT, F32, per_token(1), rg(tr, vals));
         node(tr, "topk.sum", GCKPT_P_SUM, 1, (int[]){vals}, sum, -1, 0, NULL, GCKPT_BC_NONE, 0, k);
-        int div = like(tr, "topk.div", vals, F32, rg(tr, vals));
-        node(tr, "topk.div", GCKPT_P_DIV, 2, (int[]){vals, sum}, div, -1, 2, (int[]){sum, div}, GCKPT_BC_ROW, 0, k);
-        vals = div;
+        if (liger_experts_planned(tr)) {
+            /* router_top_value /= sum runs in place: DivBackward0 keeps a clone of the values,
+             * and the quotient is the top-k values' storage, which LigerFusedMoEFunction saves
+             * when it is the routing weights (no cast): a second [T, k] (hf-liger fixtures) */
+            int cl = like(tr, "topk.values.clone", vals, F32, false);
+            node(tr, "topk.values.clone", GCKPT_P_CAST, 1, (int[]){vals}, cl, -1, 0, NULL, GCKPT_BC_NONE, 0, 0);
+            int div = like(tr, "topk.div_", vals, F32, rg(tr, vals));
+            node(tr, "topk.div_", GCKPT_P_DIV, 2, (int[]){vals, sum}, div, -1, 2, (int[]){sum, cl}, GCKPT_BC_ROW, 0, k);
+            last_op(tr)->view_fwd = last_op(tr)->in_place = true;
+            hold_here(tr, cl);
+            vals = div;
+        } else {
+            int div = like(tr, "topk.div", vals, F32, rg(tr, vals));
+            node(tr, "topk.div", GCKPT_P_DIV, 2, (int[]){vals, sum}, div, -1, 2, (int[]){sum, div}, GCKPT_BC_ROW, 0, k);
+            vals = div;
+        }
     }
     if (!m->topk_weights_f32) vals = cast_to(tr, vals, dt(tr, logits), "router_scores.to");
     router_returns(tr, logits);
@@ -248,6 +261,13 @@ int moe_block(tracer *tr, int x)
     int wd = m->expert_bias ? param(tr, "experts.down_proj", E * I, h, GCKPT_ROLE_MATRIX)
                             : param(tr, "experts.down_proj", E * h, I, GCKPT_ROLE_MATRIX);
     int bd = m->expert_bias ? param(tr, "experts.down_proj_bias", E, h, GCKPT_ROLE_BIAS) : -1;
+    if (liger_experts_planned(tr)) { /* --loss liger: LigerExperts (recipe_liger.c) */
+        int out = liger_fused_moe(tr, x, index, weights, wgu, wd);
+        int locals[] = {x, weights, index};
+        for (size_t i = 0; i < sizeof locals / sizeof *locals; i++) hold_here(tr, locals[i]);
+        tr->pfx = "";
+        return out;
+    }
     /* expert_ids_g, perm = sort(expert ids); hidden[perm // k], weights[perm] (index
      * saves its index) */
     int ids = tnew(tr, "expert_ids_g", GCKPT_T_ACT, I64, pairs(tr, 1), false);

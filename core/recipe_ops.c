@@ -560,8 +560,9 @@ int rmsnorm(tracer *tr, int x, uint64_t width, const char *name)
     char pfx[40];
     const char *outer = enter_module(tr, name, pfx, sizeof pfx);
     int w = param(tr, "weight", 1, width, GCKPT_ROLE_NORM_WEIGHT);
-    if (liger_rms_planned(tr)) { /* LigerRMSNorm in the module's place */
-        int y = liger_rms_norm(tr, x, w, width);
+    int liger = liger_rms_in_place(tr, name);
+    if (liger >= 0) { /* LigerRMSNorm's forward in the module's */
+        int y = liger_rms_norm(tr, x, w, width, liger == 1);
         hold_here(tr, x);
         tr->pfx = outer;
         return y;

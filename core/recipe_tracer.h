@@ -146,10 +146,15 @@ int layernorm(tracer *tr, int x, uint64_t width, const char *name);
 int rope(tracer *tr, int x, int cos, int sin, const char *name);
 int rope_partial(tracer *tr, int x, int cos, int sin, const char *name);
 /* Liger's RMSNorm and RoPE (core/recipe_liger.c): whether planned here, and their ops */
-bool liger_rms_planned(const tracer *tr);
+/* the RMSNorm `name` of the section being traced: -1 not Liger's, else its in_place */
+int liger_rms_in_place(const tracer *tr, const char *name);
 bool liger_rope_planned(const tracer *tr);
-int liger_rms_norm(tracer *tr, int x, int w, uint64_t width);
+int liger_rms_norm(tracer *tr, int x, int w, uint64_t width, bool in_place);
 int liger_rope(tracer *tr, int x, int cos, int sin, const char *name);
+/* ... its fused MoE experts (LigerExperts) on x with the router's int64 index and weights and the
+ * experts' gate_up / down parameters; returns the experts' output */
+bool liger_experts_planned(const tracer *tr);
+int liger_fused_moe(tracer *tr, int x, int index, int weights, int wgu, int wd);
 
 /* ---- attention (recipe_attention.c) ---- */
 /* Scaled-dot-product attention as the target runs it (q, k, v may be one packed tensor). */

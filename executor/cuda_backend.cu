@@ -236,6 +236,8 @@ constexpr cuda_kernel kernels[] = {
     {GCKPT_P_PATCH_CONV, nullptr, nullptr}, // a vision tower's embedding: planned only
     {GCKPT_P_CAT_CLS, nullptr, nullptr},
     {GCKPT_P_ROWS_OF, nullptr, nullptr},
+    {GCKPT_P_LIGER_MOE_ROUTE, nullptr, nullptr}, // Liger's fused MoE: planned only
+    {GCKPT_P_LIGER_MOE, nullptr, nullptr},
 #ifdef GCKPT_TOY
     {GCKPT_P_TOY, cuda_unary_fwd, cuda_unary_bwd}, // a copy: k_unary_fwd / _bwd's default case, as CAST
 #endif

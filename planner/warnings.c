@@ -167,13 +167,16 @@ static const struct {
      "Liger's kernels (liger-kernel 0.8.5), where the model type's apply function uses them and --liger-kernels "
      "keeps them, are planned as read in its source and verified on the CPU with its Triton kernels stood in for: "
      "the fused linear cross-entropy's chunking and buffers (under amp: autocast's weight copies) by a re-run of "
-     "its algorithm (tests/data/fused-loss), its SwiGLU on a dense LlamaMLP, its RMSNorm on Llama, Mistral, Qwen2, "
-     "Qwen3, SmolLM3 and Phi-3 (the input and an fp32 rstd kept, dX written into dY's storage) and its RoPE on the "
-     "first five (q and k rotated in place) by runs of its own code (tests/data/hf-liger). Unverified: the Triton "
-     "kernels themselves and the RMSNorm backward's fp32 partial sums, planned as [132, hidden] (132 SMs: H100 "
-     "SXM, H200); planned with transformers' ops, an upper bound: the RMSNorm and RoPE of Gemma 1/2/3, OLMo 2, "
-     "Mixtral, Qwen3-MoE, DeepSeek-V3 and gpt-oss, Phi-3's RoPE and gate_up MLP, Gemma's GEGLU, routed experts, "
-     "gpt-oss's MLP (swiglu off) and an MLP with biases.", true},
+     "its algorithm (tests/data/fused-loss), its SwiGLU on a dense LlamaMLP, its RMSNorm (the input and an fp32 "
+     "rstd kept; dX written into dY's storage, or a new buffer where in_place=False) and RoPE (q and k rotated in "
+     "place) on Llama, Mistral, Qwen2, Qwen3, SmolLM3, Mixtral, Qwen3-MoE, OLMo 2 and Gemma 1/2/3 (Phi-3: its "
+     "RMSNorm) and the fused MoE experts (LigerExperts) of Mixtral and Qwen3-MoE by runs of its own code "
+     "(tests/data/hf-liger). Unverified: the Triton kernels themselves (the fused MoE's grouped GEMMs and routing "
+     "kernels included), the RMSNorm backward's fp32 partial sums, planned as [132, hidden] (132 SMs: H100 SXM, "
+     "H200), and the fused MoE's M-tile arrays, planned as one tile per expert (up to 8 bytes per 64 "
+     "token-expert pairs more when an expert gets over 64); planned with transformers' ops, an upper bound: "
+     "the RMSNorm and RoPE of DeepSeek-V3 and gpt-oss, Phi-3's RoPE and gate_up MLP, the Gemmas' "
+     "GEGLU, DeepSeek-V3's routed experts, gpt-oss's MLP (swiglu off) and an MLP with biases.", true},
     {"cce_loss_unverified", cce_applies,
      "the loss is cut-cross-entropy 25.1.1's linear_cross_entropy(hidden, lm_head.weight, labels, shift=True): "
      "the buffers its Python code makes, keeps and hands on are verified by a CPU run of that code with its "

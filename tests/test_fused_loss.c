@@ -356,14 +356,15 @@ static void liger_swiglu_cpu_rerun(void **state)
 /* In micro-step 1's schedule of a one-layer llama under --loss liger, for every BWD event of an
  * op whose name ends in `suffix`: whether its input 0's gradient is its output's gradient
  * buffer (-1: no such event). */
-static int bwd_in_gout(const char *suffix, gckpt_attention attn)
+static int bwd_in_gout_of(const char *model_type, const char *suffix, bool exact, gckpt_attention attn)
 {
     gckpt_model m;
     gckpt_err err;
-    if (!gckpt_model_parse("llama.json", "{\"model_type\": \"llama\", \"num_hidden_layers\": 1, \"hidden_size\": 64, "
-                           "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 176, "
-                           "\"vocab_size\": 50}", &m, &err))
-        fail_msg("%s", err.msg);
+    char cfg[300];
+    snprintf(cfg, sizeof cfg, "{\"model_type\": \"%s\", \"num_hidden_layers\": 1, \"hidden_size\": 64, "
+             "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 176, "
+             "\"vocab_size\": 50}", model_type);
+    if (!gckpt_model_parse("config.json", cfg, &m, &err)) fail_msg("%s", err.msg);
     gckpt_setting s = setting(GCKPT_BF16, 48, 2, GCKPT_LOSS_LIGER);
     s.attention = attn;
     static gckpt_recipe r;
@@ -376,13 +377,19 @@ static int bwd_in_gout(const char *suffix, gckpt_attention attn)
     for (size_t si = 0; si < ev.nseg; si++)
         for (size_t i = ev.seg[si].begin; i < ev.seg[si].end; i++) {
             const gckpt_event *e = &ev.ev[i];
-            if (e->kind != GCKPT_EV_BWD || !named(&r, e->op, suffix)) continue;
+            if (e->kind != GCKPT_EV_BWD || !(exact ? !strcmp(r.op[e->op].name, suffix) : named(&r, e->op, suffix)))
+                continue;
             int same = e->arg.bwd.grad_in[0] == e->arg.bwd.grad_out;
             if (found >= 0 && found != same) fail_msg("%s: both ways", suffix);
             found = same;
         }
     gckpt_schedule_free(&ev);
     return found;
+}
+
+static int bwd_in_gout(const char *suffix, gckpt_attention attn)
+{
+    return bwd_in_gout_of("llama", suffix, false, attn);
 }
 
 /* The planned backward of Liger's RMSNorm writes the input gradient into the output gradient's
@@ -409,6 +416,34 @@ static void liger_norm_rope_in_place(void **state)
         assert_int_equal(bwd_in_gout("self_attn.rope_k", (gckpt_attention)a),
                          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ra, "dk_in_incoming_storage")));
     }
+    cJSON_Delete(j);
+    free(text);
+}
+
+/* The RMSNorm variants as the Trainer's instance patch configures them: in_place=False (gemma2's
+ * and gemma3_text's norms, olmo2's post norms) a new input-gradient buffer, in_place=True (gemma's, olmo2's final
+ * norm) dY's, as liger-norm-rope.json found for each; olmo2's q_norm / k_norm are not Liger's. */
+static void liger_norm_variants_in_place(void **state)
+{
+    (void)state;
+    gckpt_err e;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/fused-loss/liger-norm-rope.json", 1 << 20, &e);
+    cJSON *j = text ? gckpt_json_parse("liger-norm-rope.json", text, &e) : NULL;
+    if (!j) fail_msg("%s", e.msg);
+    const cJSON *rms = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "rms_norm"), "bfloat16");
+    int yes = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rms, "in_place_true_dx_in_dy_storage"));
+    int no = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rms, "in_place_false_dx_in_dy_storage"));
+    assert_int_not_equal(yes, no);
+    assert_int_equal(bwd_in_gout_of("olmo2", "post_attention_layernorm.liger_rms_norm", false, GCKPT_SDPA), no);
+    /* (op names are cut to 39 characters) */
+    assert_int_equal(bwd_in_gout_of("olmo2", "post_feedforward_layernorm.liger_rms_no", true, GCKPT_SDPA), no);
+    assert_int_equal(bwd_in_gout_of("olmo2", "norm.liger_rms_norm", true, GCKPT_SDPA), yes);
+    assert_int_equal(bwd_in_gout_of("olmo2", "q_norm.liger_rms_norm", false, GCKPT_SDPA), -1);
+    assert_int_equal(bwd_in_gout_of("gemma2", "input_layernorm.liger_rms_norm", false, GCKPT_EAGER), no);
+    assert_int_equal(bwd_in_gout_of("gemma2", "norm.liger_rms_norm", true, GCKPT_EAGER), no);
+    assert_int_equal(bwd_in_gout_of("gemma", "input_layernorm.liger_rms_norm", false, GCKPT_SDPA), yes);
+    assert_int_equal(bwd_in_gout_of("gemma", "norm.liger_rms_norm", true, GCKPT_SDPA), yes);
+    assert_int_equal(bwd_in_gout_of("gemma3_text", "self_attn.q_norm.liger_rms_norm", true, GCKPT_SDPA), no);
     cJSON_Delete(j);
     free(text);
 }
@@ -456,7 +491,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(liger_chunks), cmocka_unit_test(liger_head), cmocka_unit_test(liger_head_gpt_oss), cmocka_unit_test(cce_head),
         cmocka_unit_test(liger_cpu_rerun), cmocka_unit_test(cce_cpu_rerun),
-        cmocka_unit_test(liger_swiglu_cpu_rerun), cmocka_unit_test(liger_norm_rope_in_place), cmocka_unit_test(refusals),
+        cmocka_unit_test(liger_swiglu_cpu_rerun), cmocka_unit_test(liger_norm_rope_in_place),
+        cmocka_unit_test(liger_norm_variants_in_place), cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

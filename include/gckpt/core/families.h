@@ -35,12 +35,27 @@ typedef struct {
     bool liger_swiglu;     /* its apply function's swiglu=True puts LigerSwiGLUMLP (LigerSiLUMulFunction
                             * on the gate and up outputs) in the dense LlamaMLP's place: planned
                             * as GCKPT_P_SWIGLU under --loss liger */
-    bool liger_rms;        /* its apply function's rms_norm=True puts LigerRMSNorm (casting 'llama',
-                            * in_place=True) on every RMSNorm: planned as GCKPT_P_LIGER_RMS_NORM
+    uint8_t liger_rms;     /* gckpt_liger_rms bits: the RMSNorms its apply function's rms_norm=True
+                            * patches on the model instance (_patch_rms_norm_module: LigerRMSNorm's
+                            * forward, with the type's offset / casting, which change no buffer)
+                            * and those with in_place=False: planned as GCKPT_P_LIGER_RMS_NORM
                             * (FINDINGS R-LOSS-6) */
     bool liger_rope;       /* ... and rope=True liger_rotary_pos_emb in apply_rotary_pos_emb's
                             * place: planned as GCKPT_P_LIGER_ROPE (R-LOSS-7) */
+    bool liger_experts;    /* ... and swiglu=True LigerExperts (LigerFusedMoEFunction) in the routed
+                            * experts' class's place (transformers 5): planned as
+                            * GCKPT_P_LIGER_MOE_ROUTE + GCKPT_P_LIGER_MOE (R-LOSS-9) */
 } gckpt_model_type_info;
+
+/* Which RMSNorms use_liger_kernel=True patches (the Trainer patches the built model: an apply
+ * function's class swaps reach no existing module) */
+typedef enum {
+    GCKPT_LRMS_FINAL = 1,       /* the final norm */
+    GCKPT_LRMS_LAYER = 2,       /* the decoder layers' norms (input / post-attention / feed-forward) */
+    GCKPT_LRMS_QK = 4,          /* the attention's q_norm / k_norm */
+    GCKPT_LRMS_FINAL_COPY = 8,  /* ... the final norm with in_place=False (dX a new buffer) */
+    GCKPT_LRMS_LAYER_COPY = 16, /* ... the layers' and q / k norms with in_place=False */
+} gckpt_liger_rms;
 
 typedef enum {
     GCKPT_LIGER_NONE,    /* no apply_liger_kernel_to_ function: the model is left unpatched */

@@ -232,6 +232,15 @@ typedef enum {
      * x[:, 0, :] a view (view_fwd: its storage is in0's), x[:, 1:].reshape(-1, width) for a
      * matmul a copy (planned only) */
     GCKPT_P_ROWS_OF,
+    /* Liger's fused MoE experts (LigerExperts' LigerFusedMoEFunction, liger-kernel 0.8.5; planned
+     * only). LIGER_MOE_ROUTE: compute_routing_metadata of the int32 top-k indices in0 [T, k]:
+     * out[0] int32 [T, 3 k] (x_gather_idx, s_scatter_idx, s_reverse_scatter_idx, one per pair),
+     * out[1] int32 [3 E + 1] (expert_start_idx and the two M-tile arrays, E tiles each: exact
+     * while every expert gets 1 to 64 pairs); no gradient. LIGER_MOE: the experts of in0 (x
+     * [T, H]) by in1 (gate_up [E x 2 out_f, in_f]) and in2 (down [E x in_f, out_f]) weighted by
+     * in3 (the routing weights [T, k]): out[0] like x, out[1] pre_act [T, 2 k out_f] (saved) */
+    GCKPT_P_LIGER_MOE_ROUTE,
+    GCKPT_P_LIGER_MOE,
 #ifdef GCKPT_TOY
     GCKPT_P_TOY,         /* the test build's toy primitive: x.clone() (docs/architecture.md, tests/toy) */
 #endif
@@ -311,6 +320,8 @@ typedef struct {
      * derivative formula makes on the way: pow's x.pow(e-1) and e*that; a broadcast
      * operand's grad*other before the engine reduces it to the operand's shape). */
     uint64_t bws_cT;
+    uint64_t bws_bT;     /* ... and bytes per token of temporaries in the output's dtype (Liger's
+                          * fused MoE: d_pre_act, weighted_act, dx_expanded) */
     uint8_t bws_in, bws_out;
     /* CPU target only: PyTorch's CPU kernels compute a mixed-dtype elementwise op on
      * copies of the narrower operands in the result dtype (CUDA casts on the fly).

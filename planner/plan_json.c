@@ -20,7 +20,8 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(o, "grad_accum", (double)e->grad_accum);
     cJSON *cl = cJSON_AddArrayToObject(o, "checkpointed_layers");
     gckpt_mode_cursor cur = gckpt_mode_cursor_at(e->every_n, e->offload, 0);
-    for (uint64_t i = 0; e->every_n && i < p->model.layers; i++, gckpt_mode_cursor_up(&cur))
+    if (p->vlm) gckpt_plan_vlm_entry_json(p, e, cl, o);
+    for (uint64_t i = 0; !p->vlm && e->every_n && i < p->model.layers; i++, gckpt_mode_cursor_up(&cur))
         if (gckpt_mode_cursor_mode(&cur) != GCKPT_LAYER_PLAIN) cJSON_AddItemToArray(cl, cJSON_CreateNumber((double)i));
     cJSON *m = cJSON_AddObjectToObject(o, "memory");
     num(m, "peak_bytes", (double)r->peak_bytes);
@@ -125,6 +126,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
         cJSON_AddStringToObject(hub, "revision", p->req.hub.revision);
         cJSON_AddStringToObject(hub, "commit", p->req.hub.commit);
     }
+    gckpt_plan_vlm_json(p, in);
     cJSON_AddItemToObject(in, "device", gckpt_device_to_json(&p->dev));
     cJSON_AddStringToObject(in, "target", gckpt_target_names[p->target]);
     num(in, "seq", (double)p->req.seq);

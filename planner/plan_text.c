@@ -261,6 +261,7 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
     gckpt_plan_tp_header(p, f);
     gckpt_plan_cp_header(p, f);
     gckpt_plan_moe_header(p, f);
+    gckpt_plan_vlm_header(p, f);
     fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",
             gib(p->budget_bytes, a, sizeof a), gib(p->usable_bytes, b, sizeof b), p->req.margin * 100);
     for (size_t i = 0; i < p->n_warnings; i++)

@@ -71,7 +71,7 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(o, "headroom_bytes", (double)p->usable_bytes - (double)r->device_peak_bytes);
     cJSON_AddBoolToObject(o, "pareto", e->pareto);
     gckpt_plan_training_args_entry(e, cJSON_AddObjectToObject(o, "training_arguments"), 0);
-    if (timeline) {
+    if (timeline && !p->vlm) { /* a VLM's two-tower step has no timeline yet (plan_vlm.c) */
         enum { MAXP = 1000 };
         double *ts = malloc(sizeof *ts * MAXP), *bs = malloc(sizeof *bs * MAXP);
         uint8_t *ph = malloc(MAXP);
@@ -116,7 +116,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     num(m, "vocab", (double)mm->vocab);
     cJSON_AddBoolToObject(m, "tied_embeddings", p->model.tied);
     /* the model's own parameters (LoRA adapters and copies: entries' trainable_params) */
-    num(m, "parameters", (double)(p->req.tp ? gckpt_param_count(&p->tp_full) /* the whole model, not a rank's */
+    num(m, "parameters", (double)(p->vlm ? gckpt_plan_vlm_params(p) : p->req.tp ? gckpt_param_count(&p->tp_full) /* the whole model, not a rank's */
                                    : gckpt_peft_on(&p->req.peft) ? gckpt_param_count(&p->model) : p->params->numel));
     cJSON *cfg = cJSON_Parse(p->model_config_text);
     if (cfg) cJSON_AddItemToObject(m, "config", cfg);

@@ -170,3 +170,16 @@ void gckpt_plan_vlm_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON 
     }
     free(l);
 }
+
+uint64_t gckpt_plan_vlm_params(const gckpt_plan *p)
+{
+    return p->params->numel + gckpt_vision_tower_params(p->vlm).params + gckpt_vision_projector_params(p->vlm).params +
+           gckpt_vlm_text_extra(p->vlm).params;
+}
+
+uint64_t gckpt_plan_vlm_checkpointed(const gckpt_plan *p, uint32_t every_n)
+{
+    uint64_t towers[2];
+    gckpt_vlm_towers(p->vlm, towers);
+    return gckpt_tower_checkpointed(every_n, towers, 0, NULL, 0) + gckpt_tower_checkpointed(every_n, towers, 1, NULL, 0);
+}

@@ -118,6 +118,9 @@ bool gckpt_plan_vlm_load(gckpt_plan *p, const char *path, const char *text, gckp
 bool gckpt_plan_vlm_options_ok(const gckpt_plan *p, gckpt_err *err);
 bool gckpt_plan_vlm_evaluate(gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum, gckpt_err *err);
 bool gckpt_plan_vlm_chosen(gckpt_plan *p, gckpt_err *err);
+/* the VLM's parameters (text model, tower, projector); the layers every_n checkpoints in both towers */
+uint64_t gckpt_plan_vlm_params(const gckpt_plan *p);
+uint64_t gckpt_plan_vlm_checkpointed(const gckpt_plan *p, uint32_t every_n);
 void gckpt_plan_vlm_header(const gckpt_plan *p, FILE *f);
 void gckpt_plan_vlm_json(const gckpt_plan *p, cJSON *inputs);
 /* entry e's checkpointed text layers into `text` (the module-order rule, not the text cursor)

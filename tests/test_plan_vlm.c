@@ -5,7 +5,8 @@
  * offload, images per sample and their size, the tower trained or frozen; on the
  * exact-accounting CPU profile), and its one entry's live peak is held to the measured one
  * within the planner's fixture tolerance (0.1 % fp32 and amp, 0.5 % bf16). The plan JSON of
- * each carries the images and the checkpointed layers of both towers the probe saw. */
+ * each carries the images and the checkpointed layers of both towers the probe saw, and
+ * passes reports/schema/plan.schema.json. */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -22,10 +23,13 @@
 #include <cjson/cJSON.h>
 #include "gckpt/planner/plan.h"
 #include "gckpt/util/util.h"
+#include "schema_check.h"
 
 #ifndef GCKPT_TEST_DATA
 #error GCKPT_TEST_DATA must name tests/data
 #endif
+
+static cJSON *g_schema; /* reports/schema/plan.schema.json */
 
 static const cJSON *at(const cJSON *j, const char *k) { return cJSON_GetObjectItemCaseSensitive(j, k); }
 
@@ -107,7 +111,10 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     bool pass = fabs(e) <= tol;
 
     /* the plan JSON: the images as the probe fed them, both towers' checkpointed layers */
-    cJSON *doc = gckpt_plan_to_json(&plan, false);
+    cJSON *doc = gckpt_plan_to_json(&plan, true);
+    char why[512];
+    /* the schema knows the targets a user plans, not the probe's CUDA-lists emulation */
+    if (q.target == GCKPT_TARGET_CPU && !schema_check(g_schema, doc, why, sizeof why)) fail_msg("%s: %s", name, why);
     const cJSON *vin = at(at(doc, "inputs"), "vision"), *ent = cJSON_GetArrayItem(at(doc, "entries"), 0);
     if (!vin || at(vin, "images")->valuedouble != at(im, "per_sample")->valuedouble ||
         at(vin, "tokens_per_image")->valuedouble != at(im, "tokens_per_image")->valuedouble)
@@ -163,6 +170,13 @@ static void llava_next_plans(void **state)
 
 int main(void)
 {
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/../../reports/schema/plan.schema.json", 1 << 20, &err);
+    if (!text || !(g_schema = cJSON_Parse(text))) {
+        fprintf(stderr, "plan.schema.json: %s\n", text ? "not JSON" : err.msg);
+        return 1;
+    }
+    free(text);
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -328,8 +328,8 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
         if (w.has_peak) {
             res->peak_phase = (uint8_t)gckpt_seg_phase(&w.peak_seg);
             res->peak_micro = w.peak_seg.micro;
-            res->peak_layer = gckpt_seg_place(&w.peak_seg, towers[1]);
-            info->peak_in_vision = b.vision_seg[peak_seg];
+            info->peak_in_vision = res->peak_vision = b.vision_seg[peak_seg];
+            res->peak_layer = gckpt_seg_place(&w.peak_seg, towers[res->peak_vision ? 0 : 1]);
         }
         if (w.after_forward_seen) res->after_forward_bytes = (uint64_t)w.after_forward;
         res->step_s = w.seconds;

@@ -547,7 +547,12 @@ void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, siz
 {
     long L = (long)p->model.layers;
     char loc[64], role[160];
-    if (r->peak_layer < 0) snprintf(loc, sizeof loc, "embedding");
+    uint64_t towers[2] = {0, 0};
+    if (p->vlm) gckpt_vlm_towers(p->vlm, towers);
+    if (r->peak_vision && r->peak_layer < 0) snprintf(loc, sizeof loc, "vision tower's embedding");
+    else if (r->peak_vision && (uint64_t)r->peak_layer < towers[0]) snprintf(loc, sizeof loc, "vision layer %d", r->peak_layer);
+    else if (r->peak_vision) snprintf(loc, sizeof loc, "projector");
+    else if (r->peak_layer < 0) snprintf(loc, sizeof loc, "embedding");
     else if (r->peak_layer < L) snprintf(loc, sizeof loc, "layer %d", r->peak_layer);
     else snprintf(loc, sizeof loc, "lm_head/loss");
     const char *micro = r->peak_micro == GCKPT_MICRO_LATER ? ", later micro-step (gradients exist)" : "";

@@ -30,7 +30,7 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(m, "host_rng_state_bytes", (double)r->host_rng_bytes);
     num(m, "after_forward_bytes", (double)r->after_forward_bytes);
     cJSON_AddStringToObject(m, "peak_phase", gckpt_phase_names[r->peak_phase]);
-    if (r->peak_layer >= 0 && (uint64_t)r->peak_layer < p->model.layers)
+    if (!r->peak_vision && r->peak_layer >= 0 && (uint64_t)r->peak_layer < p->model.layers)
         num(m, "peak_layer", r->peak_layer);
     else
         cJSON_AddNullToObject(m, "peak_layer");

@@ -79,13 +79,29 @@ static bool seq_ok(const gckpt_plan *p, gckpt_err *err)
     return false;
 }
 
-static bool walk(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_vlm_step_info *info,
-                 gckpt_err *err)
+static bool walk_events(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_vlm_step_info *info,
+                        gckpt_walk_event_fn fn, void *user, gckpt_err *err)
 {
     gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
     s.every_n = e->every_n;
     s.offload = e->offload;
-    return gckpt_vlm_walk(p->vlm, &p->dev, &s, p->target, p->images, r, info, err);
+    return gckpt_vlm_walk_events(p->vlm, &p->dev, &s, p->target, p->images, r, info, fn, user, err);
+}
+
+static bool walk(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_vlm_step_info *info,
+                 gckpt_err *err)
+{
+    return walk_events(p, e, r, info, NULL, NULL, err);
+}
+
+bool gckpt_plan_vlm_events(const gckpt_plan *p, const gckpt_entry *e, gckpt_walk_event_fn fn, void *user)
+{
+    gckpt_result r;
+    gckpt_err err;
+    gckpt_vlm_step_info *info = malloc(sizeof *info);
+    bool ok = info && walk_events(p, e, &r, info, fn, user, &err);
+    free(info);
+    return ok;
 }
 
 bool gckpt_plan_vlm_evaluate(gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum, gckpt_err *err)

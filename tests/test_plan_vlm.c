@@ -123,6 +123,12 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     if (!same_array(at(ent, "checkpointed_layers"), at(at(at(j, "towers"), "text"), "checkpointed")) ||
         !same_array(at(ent, "vision_checkpointed_layers"), at(at(at(j, "towers"), "vision"), "checkpointed")))
         fail_msg("%s: the plan's checkpointed layers differ from the probe's", name);
+    /* the timeline (its entry's step walked into buckets) reaches the entry's peak, no higher */
+    double top = 0;
+    const cJSON *b;
+    cJSON_ArrayForEach(b, at(at(ent, "timeline"), "allocated_bytes")) top = b->valuedouble > top ? b->valuedouble : top;
+    if (top != (double)r->peak_bytes) fail_msg("%s: the timeline's top %.0f is not the peak %llu", name, top,
+                                               (unsigned long long)r->peak_bytes);
     cJSON_Delete(doc);
     printf("%-58s measured %9.0f planned %9llu %+7.3f%% %s\n", name, peak, (unsigned long long)r->peak_bytes, e * 100,
            pass ? "ok" : "BEYOND");

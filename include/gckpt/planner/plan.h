@@ -121,6 +121,8 @@ bool gckpt_plan_vlm_chosen(gckpt_plan *p, gckpt_err *err);
 /* the VLM's parameters (text model, tower, projector); the layers every_n checkpoints in both towers */
 uint64_t gckpt_plan_vlm_params(const gckpt_plan *p);
 uint64_t gckpt_plan_vlm_checkpointed(const gckpt_plan *p, uint32_t every_n);
+/* entry e's step walked again with fn at every event (its memory timeline); false: out of memory */
+bool gckpt_plan_vlm_events(const gckpt_plan *p, const gckpt_entry *e, gckpt_walk_event_fn fn, void *user);
 void gckpt_plan_vlm_header(const gckpt_plan *p, FILE *f);
 void gckpt_plan_vlm_json(const gckpt_plan *p, cJSON *inputs);
 /* entry e's checkpointed text layers into `text` (the module-order rule, not the text cursor)

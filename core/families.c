@@ -147,20 +147,18 @@ const gckpt_unmodelled_type gckpt_unmodelled_moe_types[] = {
 
 /* transformers 5.24's modelling of each (FINDINGS R-VLM-*) */
 const gckpt_vlm_type gckpt_vlm_types[] = {
-    {"llava", "LLaVA", "gckpt-plan's sweep and image options (the step around the CLIP tower is simulated "
-                       "and its live peak measured against every fixture, but no plan is made from it)",
+    {"llava", "LLaVA", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_llava, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}",
-     NULL, false, false, true},
-    {"llava_next", "LLaVA-NeXT", "gckpt-plan's sweep and image options (the step around the CLIP tower over "
-                                 "anyres tiles is simulated and its live peak measured against every fixture, "
-                                 "but no plan is made from it)",
+     NULL, false, false, true, true},
+    {"llava_next", "LLaVA-NeXT", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_llava_next, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
-     "\"num_attention_heads\": 32}"},
+     "\"num_attention_heads\": 32}",
+     NULL, false, false, false, true},
     {"qwen2_5_vl", "Qwen2.5-VL", "the ViT's windowed and full-attention blocks (fullatt_block_indexes), the 2x2 "
                                  "patch merger, the pixel budget's image tokens and M-RoPE",
      gckpt_vlm_read_qwen2_5_vl, "qwen2_5_vl_vision", "qwen2_5_vl_text",
@@ -196,7 +194,7 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "\"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-5, "
      "\"max_position_embeddings\": 131072}",
      "llama", false, false},
-    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, false},
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, false, false, false},
 };
 
 const gckpt_vlm_type *gckpt_vlm_type_of(const char *t)

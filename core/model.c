@@ -214,6 +214,11 @@ bool gckpt_refuse_vlm(const char *file, const cJSON *j, const char *t, gckpt_err
                           "vision tower it configures", file, vision ? "is not an object" : "is missing", t, v->family);
         return false;
     }
+    if (v && v->walked) { /* gckpt-plan reads it through gckpt_vlm_parse */
+        gckpt_seterr(err, "%s: field 'model_type' = \"%s\": a vision-language model (%s) is planned by gckpt-plan "
+                          "only (not yet: %s)", file, t, v->family, v->missing);
+        return false;
+    }
     if (v) {
         gckpt_seterr(err, "%s: field 'model_type' = \"%s\": vision-language models are not supported yet (%s: vision "
                           "tower not yet planned: %s)", file, t, v->family, v->missing);
@@ -291,14 +296,17 @@ bool gckpt_model_load(const char *name_or_path, gckpt_model *m, gckpt_err *err)
     if (!text) return false;
     bool ok = gckpt_model_parse(path, text, m, err);
     free(text);
-    if (ok) {
-        /* Name shown in reports: the stem of the file. */
-        const char *base = strrchr(name_or_path, '/');
-        base = base ? base + 1 : name_or_path;
-        snprintf(m->name, sizeof m->name, "%s", base);
-        size_t l = strlen(m->name);
-        if (l > 5 && !strcmp(m->name + l - 5, ".json")) m->name[l - 5] = 0;
-        gckpt_text_sanitize(m->name); /* shown on terminals, in tables and plots */
-    }
+    if (ok) gckpt_model_name_from(name_or_path, m);
     return ok;
+}
+
+void gckpt_model_name_from(const char *name_or_path, gckpt_model *m)
+{
+    /* Name shown in reports: the stem of the file. */
+    const char *base = strrchr(name_or_path, '/');
+    base = base ? base + 1 : name_or_path;
+    snprintf(m->name, sizeof m->name, "%s", base);
+    size_t l = strlen(m->name);
+    if (l > 5 && !strcmp(m->name + l - 5, ".json")) m->name[l - 5] = 0;
+    gckpt_text_sanitize(m->name); /* shown on terminals, in tables and plots */
 }

@@ -223,6 +223,13 @@ static bool fail_oom(gckpt_err *err)
 bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
                     const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info, gckpt_err *err)
 {
+    return gckpt_vlm_walk_events(v, d, s, target, im, res, info, NULL, NULL, err);
+}
+
+bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
+                           const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info,
+                           gckpt_walk_event_fn on_event, void *user, gckpt_err *err)
+{
     memset(res, 0, sizeof *res);
     memset(info, 0, sizeof *info);
     /* what this step does not simulate, refused by name */
@@ -317,7 +324,7 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
             const gckpt_sched_seg *sg = &sc.seg[i];
             int64_t before = w.peak;
             gckpt_walk_segment(&w, &sg->seg, sg->repeat, sg->end > sg->begin ? sc.ev + sg->begin : NULL,
-                               sg->end - sg->begin, NULL, NULL);
+                               sg->end - sg->begin, on_event, user);
             if (w.peak > before) peak_seg = i;
         }
         memcpy(res->breakdown, w.at_peak, sizeof w.at_peak);
@@ -328,8 +335,8 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
         if (w.has_peak) {
             res->peak_phase = (uint8_t)gckpt_seg_phase(&w.peak_seg);
             res->peak_micro = w.peak_seg.micro;
-            res->peak_layer = gckpt_seg_place(&w.peak_seg, towers[1]);
-            info->peak_in_vision = b.vision_seg[peak_seg];
+            info->peak_in_vision = res->peak_vision = b.vision_seg[peak_seg];
+            res->peak_layer = gckpt_seg_place(&w.peak_seg, towers[res->peak_vision ? 0 : 1]);
         }
         if (w.after_forward_seen) res->after_forward_bytes = (uint64_t)w.after_forward;
         res->step_s = w.seconds;

@@ -17,6 +17,9 @@ void gckpt_plan_free(gckpt_plan *p)
     free(p->params);
     free(p->model_config_text);
     free(p->req.every_n);
+    free(p->vlm);
+    free(p->images);
+    free(p->vlm_info);
     gckpt_warnings_free(p->warnings, &p->n_warnings);
     memset(p, 0, sizeof *p);
 }
@@ -68,13 +71,19 @@ static bool times_in_range(const gckpt_plan *p, gckpt_err *err)
 static bool load_inputs(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err)
 {
     char path[4096];
-    if (!gckpt_model_load(req->model_ref, &p->model, err)) return false;
+    if (!gckpt_resolve_data("models", req->model_ref, path, sizeof path, err) ||
+        !(p->model_config_text = gckpt_read_file(path, 16u << 20, err)))
+        return false;
+    if (gckpt_plan_is_vlm(p->model_config_text)) { /* LLaVA: its text model and tower (plan_vlm.c) */
+        if (!gckpt_plan_vlm_load(p, path, p->model_config_text, err)) return false;
+    } else if (!gckpt_model_load(req->model_ref, &p->model, err)) {
+        return false;
+    }
+    if (!gckpt_plan_vlm_options_ok(p, err)) return false;
     if (req->hub.id[0]) { /* a Hub id is the model's name, not its cached file's "config" */
         snprintf(p->model.name, sizeof p->model.name, "%.127s", req->hub.id); /* ids reach 193 */
         gckpt_text_sanitize(p->model.name);
     }
-    if (!gckpt_resolve_data("models", req->model_ref, path, sizeof path, err)) return false;
-    p->model_config_text = gckpt_read_file(path, 16u << 20, err);
     /* flash_attention_2 is planned as SDPA's fused kernel: not with soft-capping, sinks or
      * a window, which the flash kernel takes as arguments (no mask) and SDPA cannot
      * (gpt_oss: transformers swaps in a kernels-hub flash build with sinks, FINDINGS R-ATTN-10) */
@@ -103,10 +112,18 @@ const char *gckpt_plan_attn_impl(const gckpt_plan *p)
                                : gckpt_attention_names[gckpt_attention_run(&p->model, p->req.attention)];
 }
 
+/* The layers every_n_layers counts: a VLM's vision blocks and text layers (R-VLM-1). */
+static uint64_t sweep_layers(const gckpt_plan *p)
+{
+    uint64_t t[2] = {0, p->model.layers};
+    if (p->vlm) gckpt_vlm_towers(p->vlm, t);
+    return t[0] + t[1];
+}
+
 /* The every_n values to sweep (default: off and 1..L) into p->req.every_n. */
 static bool every_n_values(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err)
 {
-    const uint64_t L = p->model.layers;
+    const uint64_t L = sweep_layers(p);
     int ne = req->every_n ? req->n_every : (int)L + 1;
     uint32_t *ev = malloc(sizeof *ev * (size_t)(ne ? ne : 1));
     if (!ev) {
@@ -195,7 +212,7 @@ static int offload_choices(const gckpt_plan *p) { return p->req.offload == GCKPT
 /* The sweep's entries, refused when it is too large to plan. */
 static bool sweep_size(const gckpt_plan *p, int nsplit, size_t *total, gckpt_err *err)
 {
-    const uint64_t L = p->model.layers;
+    const uint64_t L = sweep_layers(p);
     size_t n = 0;
     for (int i = 0; i < p->req.n_every; i++) n += p->req.every_n[i] ? (size_t)offload_choices(p) : 1;
     n *= (size_t)nsplit;
@@ -283,6 +300,10 @@ static bool sweep(gckpt_plan *p, const batch_split *sp, int nsplit, gckpt_err *e
     bool ok = prof && prr && c;
     if (!ok) gckpt_seterr(err, "out of memory");
     for (int mi = 0; ok && mi < nsplit; mi++) {
+        if (p->vlm) { /* one walk per entry across both towers (plan_vlm.c) */
+            ok = gckpt_plan_vlm_evaluate(p, sp[mi].micro_batch, sp[mi].grad_accum, err);
+            continue;
+        }
         gckpt_setting s = gckpt_plan_setting(p, sp[mi].micro_batch, sp[mi].grad_accum);
         ok = gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, err);
         if (ok && !(ok = gckpt_profile_build_with(prr, c, prof))) gckpt_seterr(err, "out of memory while profiling");
@@ -468,7 +489,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     p->usable_bytes = (uint64_t)((double)p->budget_bytes * (1.0 - req->margin));
     if (!sweep(p, sp, nsplit, err)) goto fail;
     gckpt_plan_choose(p);
-    if (!mark_pareto(p, err) || !times_in_range(p, err)) goto fail;
+    if (!mark_pareto(p, err) || !times_in_range(p, err) || (p->vlm && !gckpt_plan_vlm_chosen(p, err))) goto fail;
     if (!gckpt_plan_warnings(p)) {
         gckpt_seterr(err, "out of memory");
         goto fail;
@@ -526,7 +547,12 @@ void gckpt_peak_where(const gckpt_plan *p, const gckpt_result *r, char *buf, siz
 {
     long L = (long)p->model.layers;
     char loc[64], role[160];
-    if (r->peak_layer < 0) snprintf(loc, sizeof loc, "embedding");
+    uint64_t towers[2] = {0, 0};
+    if (p->vlm) gckpt_vlm_towers(p->vlm, towers);
+    if (r->peak_vision && r->peak_layer < 0) snprintf(loc, sizeof loc, "vision tower's embedding");
+    else if (r->peak_vision && (uint64_t)r->peak_layer < towers[0]) snprintf(loc, sizeof loc, "vision layer %d", r->peak_layer);
+    else if (r->peak_vision) snprintf(loc, sizeof loc, "projector");
+    else if (r->peak_layer < 0) snprintf(loc, sizeof loc, "embedding");
     else if (r->peak_layer < L) snprintf(loc, sizeof loc, "layer %d", r->peak_layer);
     else snprintf(loc, sizeof loc, "lm_head/loss");
     const char *micro = r->peak_micro == GCKPT_MICRO_LATER ? ", later micro-step (gradients exist)" : "";

@@ -32,7 +32,9 @@ const gckpt_plan_option gckpt_plan_options[] = {
     {"every-n", true, GCKPT_OPT_EVERY}, {"offload", true, GCKPT_OPT_OFF}, {"budget", true, GCKPT_OPT_BUDGET},
     {"margin", true, GCKPT_OPT_MARGIN}, {"dp-replicate", true, GCKPT_OPT_DP_REPLICATE},
     {"dp-shard", true, GCKPT_OPT_DP_SHARD}, {"tp", true, GCKPT_OPT_TP}, {"cp", true, GCKPT_OPT_CP},
-    {"parallelism-config", true, GCKPT_OPT_PC}, {"liger-kernels", true, GCKPT_OPT_LIGER_KERNELS}, {NULL, false, 0}};
+    {"parallelism-config", true, GCKPT_OPT_PC}, {"liger-kernels", true, GCKPT_OPT_LIGER_KERNELS},
+    {"images", true, GCKPT_OPT_IMAGES}, {"image-size", true, GCKPT_OPT_IMAGE_SIZE},
+    {"vision-tower", true, GCKPT_OPT_VISION_TOWER}, {NULL, false, 0}};
 
 const gckpt_plan_option *gckpt_plan_option_find(const char *name)
 {
@@ -466,6 +468,26 @@ static int parse_name_option(int c, const char *arg, gckpt_plan_args *a)
     }
 }
 
+/* A vision-language model's images (checked against the model by gckpt_plan_run, plan_vlm.c);
+ * 0, or the exit status of a bad value. */
+static int parse_image_option(int c, const char *arg, gckpt_plan_args *a)
+{
+    gckpt_plan_request *req = &a->req;
+    if (c == GCKPT_OPT_IMAGES) {
+        if (!gckpt_parse_u64(arg, 1, 4096, &req->images)) return bad(a, "--images: '%s' is not an integer in [1, 4096]%s", arg, "");
+    } else if (c == GCKPT_OPT_IMAGE_SIZE) {
+        gckpt_err e;
+        if (!gckpt_parse_image_size("--image-size", arg, &req->image_h, &req->image_w, &e)) return bad(a, "%s%s", e.msg, "");
+    } else if (!strcmp(arg, "trained")) {
+        req->vision_tower = GCKPT_VISION_TRAINED;
+    } else if (!strcmp(arg, "frozen")) {
+        req->vision_tower = GCKPT_VISION_FROZEN;
+    } else {
+        return bad(a, "--vision-tower: unknown '%s' (trained, frozen)%s", arg, "");
+    }
+    return 0;
+}
+
 void gckpt_plan_args_init(gckpt_plan_args *a)
 {
     *a = (gckpt_plan_args){.req = {.seq = 0 /* the model's default */, .micro_batches = {1}, .n_micro = 1,
@@ -509,6 +531,7 @@ int gckpt_plan_args_set(gckpt_plan_args *a, const gckpt_plan_option *o, const ch
         a->mesh_opt[o->code - GCKPT_OPT_DP_REPLICATE] = arg;
         return 0;
     case GCKPT_OPT_PC: a->pc_path = arg; return 0;
+    case GCKPT_OPT_IMAGES: case GCKPT_OPT_IMAGE_SIZE: case GCKPT_OPT_VISION_TOWER: return parse_image_option(o->code, arg, a);
     default: /* GCKPT_OPT_METHOD .. GCKPT_OPT_QSTORE */
         a->peft_opt[o->code - GCKPT_OPT_METHOD] = arg;
         return 0;

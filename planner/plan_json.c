@@ -20,7 +20,8 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(o, "grad_accum", (double)e->grad_accum);
     cJSON *cl = cJSON_AddArrayToObject(o, "checkpointed_layers");
     gckpt_mode_cursor cur = gckpt_mode_cursor_at(e->every_n, e->offload, 0);
-    for (uint64_t i = 0; e->every_n && i < p->model.layers; i++, gckpt_mode_cursor_up(&cur))
+    if (p->vlm) gckpt_plan_vlm_entry_json(p, e, cl, o);
+    for (uint64_t i = 0; !p->vlm && e->every_n && i < p->model.layers; i++, gckpt_mode_cursor_up(&cur))
         if (gckpt_mode_cursor_mode(&cur) != GCKPT_LAYER_PLAIN) cJSON_AddItemToArray(cl, cJSON_CreateNumber((double)i));
     cJSON *m = cJSON_AddObjectToObject(o, "memory");
     num(m, "peak_bytes", (double)r->peak_bytes);
@@ -29,7 +30,7 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     num(m, "host_rng_state_bytes", (double)r->host_rng_bytes);
     num(m, "after_forward_bytes", (double)r->after_forward_bytes);
     cJSON_AddStringToObject(m, "peak_phase", gckpt_phase_names[r->peak_phase]);
-    if (r->peak_layer >= 0 && (uint64_t)r->peak_layer < p->model.layers)
+    if (!r->peak_vision && r->peak_layer >= 0 && (uint64_t)r->peak_layer < p->model.layers)
         num(m, "peak_layer", r->peak_layer);
     else
         cJSON_AddNullToObject(m, "peak_layer");
@@ -115,7 +116,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     num(m, "vocab", (double)mm->vocab);
     cJSON_AddBoolToObject(m, "tied_embeddings", p->model.tied);
     /* the model's own parameters (LoRA adapters and copies: entries' trainable_params) */
-    num(m, "parameters", (double)(p->req.tp ? gckpt_param_count(&p->tp_full) /* the whole model, not a rank's */
+    num(m, "parameters", (double)(p->vlm ? gckpt_plan_vlm_params(p) : p->req.tp ? gckpt_param_count(&p->tp_full) /* the whole model, not a rank's */
                                    : gckpt_peft_on(&p->req.peft) ? gckpt_param_count(&p->model) : p->params->numel));
     cJSON *cfg = cJSON_Parse(p->model_config_text);
     if (cfg) cJSON_AddItemToObject(m, "config", cfg);
@@ -125,6 +126,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
         cJSON_AddStringToObject(hub, "revision", p->req.hub.revision);
         cJSON_AddStringToObject(hub, "commit", p->req.hub.commit);
     }
+    gckpt_plan_vlm_json(p, in);
     cJSON_AddItemToObject(in, "device", gckpt_device_to_json(&p->dev));
     cJSON_AddStringToObject(in, "target", gckpt_target_names[p->target]);
     num(in, "seq", (double)p->req.seq);

@@ -44,7 +44,8 @@ void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all)
         fprintf(f, "%-3s %-7s %-7s %4llu %4llu %5llu %10s %11s %9s %8.3f%s %9.0f %5.2f %-4s  %s\n", mark,
                 en, e->every_n ? (e->offload ? "on" : "off") : "-", (unsigned long long)e->micro_batch,
                 (unsigned long long)e->grad_accum,
-                (unsigned long long)gckpt_checkpointed_count(e->every_n, p->model.layers),
+                (unsigned long long)(p->vlm ? gckpt_plan_vlm_checkpointed(p, e->every_n)
+                                            : gckpt_checkpointed_count(e->every_n, p->model.layers)),
                 gib(r->peak_bytes, a, sizeof a), gib(r->device_peak_bytes, b, sizeof b),
                 gib(r->host_pinned_bytes, c, sizeof c), r->step_s, rg, r->tokens_per_s, r->mfu,
                 e->fits ? "yes" : "no", where);
@@ -66,6 +67,11 @@ static const char *hf_optim(gckpt_optimizer o)
     case GCKPT_ADAMW_FOREACH: return "adamw_torch";
     default: return "adamw_torch_fused";
     }
+}
+
+static const char *model_class(const gckpt_plan *p)
+{
+    return p->vlm ? "AutoModelForImageTextToText" : "AutoModelForCausalLM";
 }
 
 /* The dtype the weights must be loaded in, and why (transformers v5's from_pretrained
@@ -97,8 +103,11 @@ static void print_model_line(const gckpt_plan *p, FILE *f)
                 gckpt_plan_model_arg(p, ma, sizeof ma), attn, dtype);
         return;
     }
-    fprintf(f, "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s)\n",
+    /* a VLM: the ForConditionalGeneration class AutoModelForImageTextToText maps its model_type to */
+    fprintf(f, "model = %s.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s)\n", model_class(p),
             gckpt_plan_model_arg(p, ma, sizeof ma), attn, dtype);
+    if (p->vlm && !p->images->tower_trained)
+        fprintf(f, "model.model.vision_tower.requires_grad_(False)  # --vision-tower frozen: the projector trains\n");
 }
 
 const char *gckpt_plan_model_arg(const gckpt_plan *p, char *buf, size_t n)
@@ -198,7 +207,7 @@ void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f
     if (p->req.layout.dp_replicate || p->req.tp || p->req.cp) /* TrainingArguments(parallelism_config=...): accelerate >= 1.12 with transformers 5 */
         fprintf(f, "from accelerate import ParallelismConfig\n");
     if (p->req.tp) fprintf(f, "from transformers.distributed import DistributedConfig\n");
-    fprintf(f, "from transformers import AutoModelForCausalLM, %s%sTrainer, TrainingArguments\n\n",
+    fprintf(f, "from transformers import %s, %s%sTrainer, TrainingArguments\n\n", model_class(p),
             qlora ? "BitsAndBytesConfig, " : "", p->model.mxfp4_checkpoint && !peft ? "Mxfp4Config, " : "");
     if (peft) {
         gckpt_plan_print_peft_model(p, f);
@@ -246,7 +255,7 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
     char a[32], b[32], peft[320];
     gckpt_plan_peft_header(p, peft, sizeof peft);
     fprintf(f, "%s (%llu parameters) on %s (%s kernels), seq %llu%s, %s, %s, %s attention%s%s%s\n", p->model.name,
-            (unsigned long long)(p->req.tp ? gckpt_param_count(&p->tp_full)
+            (unsigned long long)(p->vlm ? gckpt_plan_vlm_params(p) : p->req.tp ? gckpt_param_count(&p->tp_full)
                                  : gckpt_peft_on(&p->req.peft) ? gckpt_param_count(&p->model) : p->params->numel),
             p->dev.name, p->target == GCKPT_TARGET_CPU ? "PyTorch CPU" : "CUDA", (unsigned long long)p->req.seq,
             p->req.seq > p->model.max_positions ? " (beyond max_position_embeddings: --allow-long-seq)" : "",
@@ -261,6 +270,7 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
     gckpt_plan_tp_header(p, f);
     gckpt_plan_cp_header(p, f);
     gckpt_plan_moe_header(p, f);
+    gckpt_plan_vlm_header(p, f);
     fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",
             gib(p->budget_bytes, a, sizeof a), gib(p->usable_bytes, b, sizeof b), p->req.margin * 100);
     for (size_t i = 0; i < p->n_warnings; i++)

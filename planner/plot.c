@@ -30,9 +30,47 @@ static void timeline_event(void *user, const gckpt_walk_state *w, const gckpt_ev
     }
 }
 
+static void add_seconds(void *user, const gckpt_walk_state *w, const gckpt_event *e)
+{
+    (void)w;
+    *(double *)user += e->seconds;
+}
+
+/* The buckets' points in time order, the empty ones dropped. */
+static size_t compact(double *t, double *bytes, uint8_t *phase, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < max; i++)
+        if (t[i] >= 0) {
+            t[n] = t[i];
+            bytes[n] = bytes[i];
+            phase[n] = phase[i];
+            n++;
+        }
+    return n;
+}
+
+/* A VLM's step (plan_vlm.c): both towers' composed schedule, walked once for its length and
+ * once into the buckets */
+static size_t vlm_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t, double *bytes, uint8_t *phase,
+                           size_t max)
+{
+    timeline_buckets tl = {t, bytes, phase, max, 0, 0};
+    for (size_t i = 0; i < max; i++) {
+        t[i] = -1;
+        bytes[i] = -1;
+        phase[i] = 0;
+    }
+    if (!max || !gckpt_plan_vlm_events(p, e, add_seconds, &tl.total_t) ||
+        !gckpt_plan_vlm_events(p, e, timeline_event, &tl))
+        return 0;
+    return compact(t, bytes, phase, max);
+}
+
 size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t, double *bytes,
                            uint8_t *phase, size_t max)
 {
+    if (p->vlm) return vlm_timeline(p, e, t, bytes, phase, max);
     gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
     s.every_n = e->every_n;
     s.offload = e->offload;
@@ -64,15 +102,7 @@ size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t,
     gckpt_walk_schedule(&w, &sc, timeline_event, &tl);
     gckpt_schedule_free(&sc);
     free(c);
-    size_t n = 0;
-    for (size_t i = 0; i < max; i++)
-        if (t[i] >= 0) {
-            t[n] = t[i];
-            bytes[n] = bytes[i];
-            phase[n] = phase[i];
-            n++;
-        }
-    return n;
+    return compact(t, bytes, phase, max);
 }
 
 bool gckpt_plot_name_ok(const char *file, gckpt_err *err)
@@ -207,6 +237,7 @@ static void write_script(const gckpt_plan *p, FILE *f, const char *file, const c
         }
     }
     fprintf(f, "set yrange [0:%.4f]\n", top * 1.1);
+    if (!np) fprintf(f, "set xrange [0:1]\n"); /* no timeline could be built: an empty panel */
     fprintf(f, "set arrow 2 from graph 0, first %.4f to graph 1, first %.4f nohead front lw 2 dt 2 lc rgb '#cc0000'\n", budget, budget);
     fprintf(f, "set label 2 'usable budget' at graph 0.02, first %.4f offset 0,0.7 front tc rgb '#cc0000'\n", budget);
     if (bpk >= 0)

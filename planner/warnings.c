@@ -8,6 +8,7 @@
 #include "gckpt/core/quant_layout.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/cp.h"
+#include "gckpt/core/families.h"
 #include "gckpt/core/tp.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/util/util.h"
@@ -125,13 +126,15 @@ static const struct {
     const char *text;
     bool cuda;
     const char *peft_text; /* the text under LoRA / QLoRA, when it differs */
+    bool not_vlm_cache;    /* not said where vlm_text_cache says otherwise */
 } fixed_rules[] = {
     {"padding_not_modelled", padding_applies,
      "micro-batches above 1 are planned as unpadded sequences of --seq tokens; a padded batch gives SDPA a "
      "materialised mask instead of is_causal, which is not modelled."},
     {"use_cache_on", use_cache_applies,
      "config.json has use_cache on; the plan assumes use_cache=False, which the Trainer and gradient "
-     "checkpointing set (in your own loop without checkpointing, set model.config.use_cache = False)."},
+     "checkpointing set (in your own loop without checkpointing, set model.config.use_cache = False).",
+     false, NULL, true},
     {"qlora_4bit_cuda_unverified", qlora_4bit_applies,
      "4-bit layers are planned with bitsandbytes' dequantize-then-matmul path measured on the CPU; on CUDA a "
      "fused kernel may skip the dequantized copy for few tokens per micro-batch: unverified on a GPU.", true},
@@ -338,10 +341,39 @@ static bool cpu_target(const gckpt_plan *p, char **msg)
     return *msg != NULL;
 }
 
+/* A VLM (plan_vlm.c): the tower's ops are timed by the text layers' per-op model */
+static bool vision_time(const gckpt_plan *p, char **msg)
+{
+    if (!p->vlm) return true;
+    *msg = say("the vision tower's and the projector's step time come from the same per-op model as the text "
+               "layers' (their FLOPs and bytes), never fitted to a measured VLM step: unverified; MFU counts the "
+               "text model's FLOPs only.");
+    return *msg != NULL;
+}
+
+/* A VLM whose text model reads text_config.use_cache in training (FINDINGS R-VLM-11, R-VLM-12) */
+static bool vlm_caches(const gckpt_plan *p)
+{
+    const gckpt_vlm_type *row = p->vlm ? gckpt_vlm_type_of(p->vlm->model_type) : NULL;
+    return row && row->text_cache_in_training && p->vlm->text.use_cache;
+}
+
+static bool vlm_cache(const gckpt_plan *p, char **msg)
+{
+    if (!vlm_caches(p)) return true;
+    *msg = say("text_config has use_cache on, and %s passes none to its text model: without gradient "
+               "checkpointing it fills a KV cache in training (the Trainer sets only the top-level config's "
+               "use_cache), which the every_n off entries include; model.config.text_config.use_cache = False "
+               "avoids it.", p->vlm->model_type);
+    return *msg != NULL;
+}
+
 static const struct {
     const char *code;
     bool (*say)(const gckpt_plan *p, char **msg);
 } computed_rules[] = {
+    {"vision_tower_time_unverified", vision_time},
+    {"vlm_text_cache", vlm_cache},
     {"sdpa_fp32_gqa_math_fallback", fp32_gqa},
     {"sliding_window_masked_sdpa", sliding_masked},
     {"sdpa_unsupported_eager_planned", attention_replaced},
@@ -374,6 +406,7 @@ bool gckpt_warning_say(const gckpt_plan *p, size_t i, char **msg)
     gckpt_setting s = request_setting(p);
     if (fixed_rules[i - N_COMPUTED].cuda && p->target != GCKPT_TARGET_CUDA) return true;
     if (!fixed_rules[i - N_COMPUTED].when(&p->model, &s)) return true;
+    if (fixed_rules[i - N_COMPUTED].not_vlm_cache && vlm_caches(p)) return true;
     const char *peft = fixed_rules[i - N_COMPUTED].peft_text;
     *msg = say("%s", peft && gckpt_peft_on(&s.peft) ? peft : fixed_rules[i - N_COMPUTED].text);
     return *msg != NULL;

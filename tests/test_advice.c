@@ -15,6 +15,7 @@
 
 #include "cli_harness.h"
 #include "gckpt/core/parallel.h"
+#include "gckpt/planner/plan_args.h"
 #include "gckpt/planner/cli_names.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/planner/plan.h"
@@ -517,6 +518,11 @@ static void help_lists_everything(void **state)
         "--version"};
     assert_int_equal(run(A("--help")), 0);
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) in_help(opts[i]);
+    for (const gckpt_plan_option *o = gckpt_plan_options; o->name; o++) { /* every planning option of the table */
+        char name[64];
+        snprintf(name, sizeof name, "--%s", o->name);
+        in_help(name);
+    }
     for (int i = 0; i < GCKPT_NOPT; i++) in_help(gckpt_optimizer_names[i]);
     /* and each TrainingArguments name the error message lists, which parses back */
     char list[512];

@@ -123,8 +123,26 @@ static void bad_inputs(void **state)
          "(Gemma 3 (multimodal): vision tower not yet planned"},
         {"Llama-3.2-11B-Vision", A("--model", GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", "-o", "out.json"),
          "(Llama 3.2 Vision: vision tower not yet planned: the tiled vision encoder"},
-        {"LLaVA-1.5-7B", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "-o", "out.json"),
-         "(LLaVA: vision tower not yet planned"},
+        /* LLaVA is planned (planner/plan_vlm.c): its image options' bad values and what its step does not simulate */
+        {"images zero", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--images", "0", "-o", "out.json"),
+         "--images: '0' is not an integer in [1, 4096]"},
+        {"image size syntax", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--image-size", "336", "-o",
+                                "out.json"), "--image-size: '336' is not an image size HxW"},
+        {"image size zero", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--image-size", "0x336", "-o",
+                              "out.json"), "--image-size: '0x336' is not an image size HxW"},
+        {"vision tower", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--vision-tower", "half", "-o",
+                           "out.json"), "--vision-tower: unknown 'half' (trained, frozen)"},
+        {"images on a text model", A("--model", "gpt2", "--images", "2", "-o", "out.json"),
+         "--images: model_type \"gpt2\" (gpt2) is no vision-language model"},
+        {"vision tower on a text model", A("--model", "gpt2", "--vision-tower", "frozen", "-o", "out.json"),
+         "--vision-tower: model_type \"gpt2\""},
+        {"image tokens fill seq", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--images",
+                                    "2", "-o", "out.json"),
+         "--seq 1024: a sample's 2 image(s) take 1152 tokens of it (576 each), leaving no text tokens"},
+        {"LLaVA LoRA", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--method", "lora",
+                         "-o", "out.json"), "llava: LoRA and QLoRA on a VLM are not planned"},
+        {"LLaVA every-n", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--every-n", "57", "-o", "out.json"),
+         "--every-n: 57 exceeds the model's 56 layers"},
         {"VLM without vision_config", A("--model", "./novision.json", "-o", "out.json"),
          "novision.json: field 'vision_config' is missing: model_type \"llava\" (LLaVA) is a vision-language model"},
         /* peft 0.21.2 maps all-linear and the MLP names to the routed experts' fused
@@ -375,6 +393,15 @@ static void good_runs(void **state)
     assert_non_null(strstr(cli_out, "gnuplot is not installed"));
     assert_true(cli_exists("q.png.gp"));
     assert_false(cli_exists("q.png"));
+    /* LLaVA: planned across the vision tower and the text model, the header's image line, the
+     * snippet's class; the frozen tower in the snippet */
+    assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--vision-tower",
+                           "frozen", "--budget", "200GiB", "-o", "llava.json"), err, sizeof err), 0);
+    assert_true(cli_exists("llava.json"));
+    assert_non_null(strstr(cli_out, "llava: 1 image(s) of 336x336 per sample, 1 tile(s) each, 576 image tokens + 448 "
+                                    "text tokens per sample; vision tower frozen (24 layers, 23 reach the projector)"));
+    assert_non_null(strstr(cli_out, "model = AutoModelForImageTextToText.from_pretrained("));
+    assert_non_null(strstr(cli_out, "model.model.vision_tower.requires_grad_(False)"));
     /* -o - puts the JSON alone on stdout */
     assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--every-n", "off,1", "-o", "-"), err, sizeof err), 0);
     assert_true(cli_out[0] == '{');

@@ -85,7 +85,7 @@ static bool check_plan(const gckpt_plan_request *q, const char *what, tally *t)
     assert_int_equal(cJSON_GetArraySize(ws), p.n_warnings);
     /* gckpt-run's reader keeps them whole too (it refuses CPU offload on several GPUs) */
     gckpt_plan_file pf = {0};
-    bool read = !q->layout.offload && !q->tp; /* (nor tensor parallelism) */
+    bool read = !q->layout.offload && !q->tp && !p.vlm; /* (nor tensor parallelism, nor a VLM) */
     if (read && !gckpt_plan_parse("plan.json", text, &pf, &e)) fail_msg("%s: %s", what, e.msg);
     size_t w = 0;
     const cJSON *it;
@@ -197,6 +197,13 @@ static void every_model_method_mode(void **state)
     q.layout.mode = GCKPT_PAR_FSDP;
     q.layout.gpus = 8;
     if (!check_plan(&q, "llama-3.1-8b --cp 2 --dp-shard 4", &t)) fail_msg("CP x FSDP: not planned");
+    /* a vision-language model (planner/plan_vlm.c): LLaVA-1.5 on one GPU, its text_config's use_cache on */
+    q.cp = 0;
+    q.seq = 2048;
+    q.layout.mode = GCKPT_PAR_NONE;
+    q.layout.gpus = 1;
+    snprintf(q.model_ref, sizeof q.model_ref, "%s", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json");
+    if (!check_plan(&q, "llava-1.5-7b", &t)) fail_msg("LLaVA: not planned");
     print_message("%zu plans (%zu refused: LoRA / QLoRA with FSDP2's CPU offload, on the family or with its linears; "
                   "SHOW_REFUSED=1 lists them)\n", t.plans, t.refused);
     for (size_t i = 0; i < gckpt_warning_count(); i++) {

@@ -25,6 +25,8 @@ typedef struct {
     int32_t peak_layer;         /* gckpt_seg_place: -1 embedding, 0..L-1, L head, L+1 optimizer */
     int16_t peak_tensor;        /* recipe tensor allocated at the peak, -1 if none */
     bool peak_grad;             /* ... and that allocation is its gradient */
+    bool peak_vision;           /* a VLM step (core/vlm_step.c): the peak is in the vision tower's
+                                 * segments, peak_layer placed among its layers (its head: the projector) */
     double step_s, forward_s, backward_s, recompute_s, copy_s, optimizer_s;
     double comm_s;              /* several GPUs: collectives not hidden behind compute (in step_s) */
     /* several GPUs: bytes of the schedule's COLLECTIVE events per step (all-gathers of the

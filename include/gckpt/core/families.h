@@ -139,6 +139,9 @@ typedef struct gckpt_vlm_type {
      * Trainer sets only the top-level config's) and, without checkpointing, fills a
      * DynamicCache while training (FINDINGS R-VLM-11) */
     bool text_cache_in_training;
+    /* its training step is simulated (gckpt_vlm_walk, core/vlm_step.c): gckpt-plan plans it;
+     * `missing` then says what other tools still lack */
+    bool walked;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];
 /* The row of model_type t in gckpt_vlm_types, NULL when it is none. */

@@ -158,6 +158,8 @@ static inline bool gckpt_layer_nope(const gckpt_model *m, uint64_t i)
 bool gckpt_model_parse(const char *file, const char *text, gckpt_model *m, gckpt_err *err);
 /* Resolve a name (models/NAME.json) or a path and load it. */
 bool gckpt_model_load(const char *name_or_path, gckpt_model *m, gckpt_err *err);
+/* m->name as gckpt_model_load names it: the stem of name_or_path, sanitised. */
+void gckpt_model_name_from(const char *name_or_path, gckpt_model *m);
 
 /* Convenience: attention widths. */
 static inline uint64_t gckpt_q_dim(const gckpt_model *m) { return m->heads * m->head_dim; }

@@ -16,6 +16,7 @@
 #include "gckpt/core/device.h"
 #include "gckpt/core/eval.h"
 #include "gckpt/core/setting.h"
+#include "gckpt/core/step_walk.h"
 #include "gckpt/core/vision.h"
 #include "gckpt/util/util.h"
 
@@ -50,6 +51,11 @@ typedef struct {
  * is not simulated (llava's and llava_next's only; one GPU, full fine-tuning, HF's loss). */
 bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
                     const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info, gckpt_err *err);
+/* The same walk with on_event (NULL: none) called at every event of the composed schedule, in
+ * order, as gckpt_walk_schedule calls it (a plan's memory timeline). */
+bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
+                           const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info,
+                           gckpt_walk_event_fn on_event, void *user, gckpt_err *err);
 
 #ifdef __cplusplus
 }

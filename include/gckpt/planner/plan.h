@@ -11,6 +11,7 @@
 #include "gckpt/core/eval.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/plan_format.h"
+#include "gckpt/core/vlm_step.h"
 #include "gckpt/planner/hub.h"
 
 #ifdef __cplusplus
@@ -69,7 +70,16 @@ typedef struct {
                             * share (0: not given, balanced routing; plan_moe.c) */
     gckpt_hub_source hub;  /* a Hub id's config.json (model_ref is then its cached path; id "": not
                             * from the Hub; gckpt/planner/hub.h) */
+    /* a vision-language model (plan_vlm.c; refused for a text model when given): --images N per
+     * sample (0: not given, 1); --image-size HxW (0: not given, the vision config's image_size);
+     * --vision-tower (GCKPT_VISION_*); the batch's pixel_values dtype (gckpt_dtype, 0: the image
+     * processor's float32; the API's only, for a collator that casts, as the probe's bf16 cases) */
+    uint64_t images, image_h, image_w;
+    uint8_t vision_tower, pixel_dtype;
 } gckpt_plan_request;
+
+/* --vision-tower: not given (the model as loaded trains it), trained, frozen */
+enum { GCKPT_VISION_DEFAULT, GCKPT_VISION_TRAINED, GCKPT_VISION_FROZEN };
 
 /* The default sequence: min(4096, the model's limit); a request with seq 0 gets it. */
 #define GCKPT_DEFAULT_SEQ 4096
@@ -91,7 +101,33 @@ typedef struct {
     gckpt_params *params; /* its parameter state table under the request's optimizer */
     gckpt_warning warnings[GCKPT_MAX_WARNINGS];
     size_t n_warnings;
+    /* a vision-language model whose step is simulated (plan_vlm.c; NULL: a text model): model
+     * is its text model; the images fed per sample; the recommended (else the smallest) entry's
+     * step figures (both towers' checkpointed layers) */
+    struct gckpt_vlm *vlm;
+    gckpt_vlm_images *images;
+    gckpt_vlm_step_info *vlm_info;
 } gckpt_plan;
+
+/* A VLM (plan_vlm.c): whether config text `text` is one whose step gckpt-plan simulates (its
+ * gckpt_vlm_types row's `walked`); read it into p (p->vlm, p->model its text model, the images
+ * of the request); refuse the image options for a text model; sweep one split's entries with
+ * gckpt_vlm_walk; fill p->vlm_info for the chosen entry; the header's line; the JSON's inputs. */
+bool gckpt_plan_is_vlm(const char *text);
+bool gckpt_plan_vlm_load(gckpt_plan *p, const char *path, const char *text, gckpt_err *err);
+bool gckpt_plan_vlm_options_ok(const gckpt_plan *p, gckpt_err *err);
+bool gckpt_plan_vlm_evaluate(gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum, gckpt_err *err);
+bool gckpt_plan_vlm_chosen(gckpt_plan *p, gckpt_err *err);
+/* the VLM's parameters (text model, tower, projector); the layers every_n checkpoints in both towers */
+uint64_t gckpt_plan_vlm_params(const gckpt_plan *p);
+uint64_t gckpt_plan_vlm_checkpointed(const gckpt_plan *p, uint32_t every_n);
+/* entry e's step walked again with fn at every event (its memory timeline); false: out of memory */
+bool gckpt_plan_vlm_events(const gckpt_plan *p, const gckpt_entry *e, gckpt_walk_event_fn fn, void *user);
+void gckpt_plan_vlm_header(const gckpt_plan *p, FILE *f);
+void gckpt_plan_vlm_json(const gckpt_plan *p, cJSON *inputs);
+/* entry e's checkpointed text layers into `text` (the module-order rule, not the text cursor)
+ * and its vision_checkpointed_layers into entry */
+void gckpt_plan_vlm_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *text, cJSON *entry);
 
 /* The warnings of a plan (model + run settings, and the plan's entries where a figure is
  * said): fills p->warnings. Called by gckpt_plan_run. false: out of memory. */

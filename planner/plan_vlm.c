@@ -1,0 +1,201 @@
+/* A vision-language model in the plan (gckpt/planner/plan.h): LLaVA and LLaVA-NeXT, whose
+ * training step gckpt_vlm_walk simulates across the CLIP tower and the text model
+ * (core/vlm_step.c, FINDINGS R-VLM-11). Each entry of the sweep is one walk; the images a
+ * sample carries come from --images, --image-size and --vision-tower. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "gckpt/core/families.h"
+#include "gckpt/core/towers.h"
+#include "gckpt/core/vision.h"
+#include "gckpt/planner/plan.h"
+
+bool gckpt_plan_is_vlm(const char *text)
+{
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "model_type") : NULL;
+    const gckpt_vlm_type *row = cJSON_IsString(t) ? gckpt_vlm_type_of(t->valuestring) : NULL;
+    cJSON_Delete(j);
+    return row && row->walked;
+}
+
+static bool oom(gckpt_err *err)
+{
+    gckpt_seterr(err, "out of memory");
+    return false;
+}
+
+bool gckpt_plan_vlm_options_ok(const gckpt_plan *p, gckpt_err *err)
+{
+    const gckpt_plan_request *q = &p->req;
+    if (p->vlm || !(q->images || q->image_h || q->vision_tower)) return true;
+    gckpt_seterr(err, "--%s: model_type \"%s\" (%s) is no vision-language model (LLaVA, LLaVA-NeXT)",
+                 q->images ? "images" : q->image_h ? "image-size" : "vision-tower", p->model.model_type,
+                 p->model.name);
+    return false;
+}
+
+bool gckpt_plan_vlm_load(gckpt_plan *p, const char *path, const char *text, gckpt_err *err)
+{
+    const gckpt_plan_request *q = &p->req;
+    if (!(p->vlm = malloc(sizeof *p->vlm)) || !(p->images = calloc(1, sizeof *p->images)) ||
+        !(p->vlm_info = calloc(1, sizeof *p->vlm_info)))
+        return oom(err);
+    if (!gckpt_vlm_parse(path, text, p->vlm, err)) return false;
+    p->model = p->vlm->text;
+    gckpt_model_name_from(q->model_ref, &p->model);
+    /* the tensor parallel and context parallel plans rewrite the text model alone */
+    if (q->tp || q->cp) {
+        gckpt_seterr(err, "--%s on model_type \"%s\": a vision-language model is planned on one GPU only",
+                     q->tp ? "tp" : "cp", p->vlm->model_type);
+        return false;
+    }
+    /* CLIPImageProcessor resizes and crops any size (FINDINGS R-VLM-11): the config's square
+     * image unless --image-size says otherwise (LLaVA-NeXT's tiles follow it, R-VLM-4) */
+    uint64_t h = q->image_h ? q->image_h : p->vlm->vision.image_size;
+    uint64_t w = q->image_h ? q->image_w : p->vlm->vision.image_size;
+    gckpt_vlm_images *im = p->images;
+    im->images = q->images ? q->images : 1;
+    im->tiles = gckpt_image_tiles(p->vlm, h, w);
+    /* the model as from_pretrained loads it trains every parameter; the Trainer leaves it so */
+    im->tower_trained = q->vision_tower != GCKPT_VISION_FROZEN;
+    im->pixel_dtype = q->pixel_dtype;
+    p->req.image_h = h;
+    p->req.image_w = w;
+    return gckpt_image_tokens(p->vlm, "--image-size", h, w, &im->tokens, err);
+}
+
+/* --seq is the whole sequence: the text tokens and every image's placeholders */
+static bool seq_ok(const gckpt_plan *p, gckpt_err *err)
+{
+    uint64_t img = p->images->images * p->images->tokens;
+    if (p->req.seq > img) return true;
+    gckpt_seterr(err, "--seq %llu: a sample's %llu image(s) take %llu tokens of it (%llu each), leaving no text "
+                      "tokens; raise --seq or lower --images",
+                 (unsigned long long)p->req.seq, (unsigned long long)p->images->images, (unsigned long long)img,
+                 (unsigned long long)p->images->tokens);
+    return false;
+}
+
+static bool walk_events(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_vlm_step_info *info,
+                        gckpt_walk_event_fn fn, void *user, gckpt_err *err)
+{
+    gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
+    s.every_n = e->every_n;
+    s.offload = e->offload;
+    return gckpt_vlm_walk_events(p->vlm, &p->dev, &s, p->target, p->images, r, info, fn, user, err);
+}
+
+static bool walk(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_vlm_step_info *info,
+                 gckpt_err *err)
+{
+    return walk_events(p, e, r, info, NULL, NULL, err);
+}
+
+bool gckpt_plan_vlm_events(const gckpt_plan *p, const gckpt_entry *e, gckpt_walk_event_fn fn, void *user)
+{
+    gckpt_result r;
+    gckpt_err err;
+    gckpt_vlm_step_info *info = malloc(sizeof *info);
+    bool ok = info && walk_events(p, e, &r, info, fn, user, &err);
+    free(info);
+    return ok;
+}
+
+bool gckpt_plan_vlm_evaluate(gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum, gckpt_err *err)
+{
+    if (!seq_ok(p, err)) return false;
+    for (int i = 0; i < p->req.n_every; i++) {
+        uint32_t n = p->req.every_n[i];
+        int choices = n && p->req.offload == GCKPT_OFFLOAD_BOTH ? 2 : 1;
+        for (int o = 0; o < choices; o++) {
+            gckpt_entry *e = &p->entries[p->n++];
+            e->every_n = n;
+            e->offload = n && (p->req.offload == GCKPT_OFFLOAD_ON || (p->req.offload == GCKPT_OFFLOAD_BOTH && o == 1));
+            e->micro_batch = micro_batch;
+            e->grad_accum = grad_accum;
+            if (!walk(p, e, &e->r, p->vlm_info, err)) return false;
+            e->fits = e->r.device_peak_bytes <= p->usable_bytes;
+        }
+    }
+    return true;
+}
+
+bool gckpt_plan_vlm_chosen(gckpt_plan *p, gckpt_err *err)
+{
+    long i = p->recommended >= 0 ? p->recommended : p->smallest;
+    gckpt_result r;
+    return i < 0 || walk(p, &p->entries[i], &r, p->vlm_info, err);
+}
+
+static void print_layers(const uint64_t *l, size_t n, FILE *f)
+{
+    if (!n) fprintf(f, "none");
+    for (size_t i = 0; i < n && i < 12; i++) fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)l[i]);
+    if (n > 12) fprintf(f, ",... (%zu layers)", n);
+}
+
+void gckpt_plan_vlm_header(const gckpt_plan *p, FILE *f)
+{
+    if (!p->vlm) return;
+    const gckpt_vlm_images *im = p->images;
+    const gckpt_vlm_step_info *in = p->vlm_info;
+    uint64_t img = im->images * im->tokens;
+    fprintf(f, "%s: %llu image(s) of %llux%llu per sample, %llu tile(s) each, %llu image tokens + %llu text tokens "
+               "per sample; vision tower %s (%llu layers, %llu reach the projector), text model %llu layers\n",
+            p->vlm->model_type, (unsigned long long)im->images, (unsigned long long)p->req.image_h,
+            (unsigned long long)p->req.image_w, (unsigned long long)im->tiles, (unsigned long long)img,
+            (unsigned long long)(p->req.seq - img), im->tower_trained ? "trained" : "frozen",
+            (unsigned long long)in->vision_layers, (unsigned long long)in->vision_live,
+            (unsigned long long)in->text_layers);
+    long i = p->recommended >= 0 ? p->recommended : p->smallest;
+    if (i < 0) return;
+    fprintf(f, "%s entry (every_n %u): checkpointed vision layers ", p->recommended >= 0 ? "recommended" : "smallest",
+            p->entries[i].every_n);
+    print_layers(in->vision_ckpt, in->nvision_ckpt, f);
+    fprintf(f, "; text layers ");
+    print_layers(in->text_ckpt, in->ntext_ckpt, f);
+    fprintf(f, " (every_n_layers counts the vision blocks first)\n");
+}
+
+void gckpt_plan_vlm_json(const gckpt_plan *p, cJSON *inputs)
+{
+    if (!p->vlm) return;
+    cJSON *o = cJSON_AddObjectToObject(inputs, "vision");
+    cJSON_AddStringToObject(o, "model_type", p->vlm->model_type);
+    cJSON_AddNumberToObject(o, "images", (double)p->images->images);
+    cJSON *sz = cJSON_AddArrayToObject(o, "image_size");
+    cJSON_AddItemToArray(sz, cJSON_CreateNumber((double)p->req.image_h));
+    cJSON_AddItemToArray(sz, cJSON_CreateNumber((double)p->req.image_w));
+    cJSON_AddNumberToObject(o, "tiles_per_image", (double)p->images->tiles);
+    cJSON_AddNumberToObject(o, "tokens_per_image", (double)p->images->tokens);
+    cJSON_AddStringToObject(o, "vision_tower", p->images->tower_trained ? "trained" : "frozen");
+    cJSON_AddNumberToObject(o, "vision_layers", (double)p->vlm_info->vision_layers);
+}
+
+void gckpt_plan_vlm_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *text, cJSON *entry)
+{
+    uint64_t towers[2], *l = malloc(sizeof *l * GCKPT_MAX_LAYERS);
+    gckpt_vlm_towers(p->vlm, towers);
+    cJSON *vision = cJSON_AddArrayToObject(entry, "vision_checkpointed_layers");
+    for (size_t t = 0; t < 2; t++) {
+        size_t n = l ? gckpt_tower_checkpointed(e->every_n, towers, t, l, GCKPT_MAX_LAYERS) : 0;
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(t ? text : vision, cJSON_CreateNumber((double)l[i]));
+    }
+    free(l);
+}
+
+uint64_t gckpt_plan_vlm_params(const gckpt_plan *p)
+{
+    return p->params->numel + gckpt_vision_tower_params(p->vlm).params + gckpt_vision_projector_params(p->vlm).params +
+           gckpt_vlm_text_extra(p->vlm).params;
+}
+
+uint64_t gckpt_plan_vlm_checkpointed(const gckpt_plan *p, uint32_t every_n)
+{
+    uint64_t towers[2];
+    gckpt_vlm_towers(p->vlm, towers);
+    return gckpt_tower_checkpointed(every_n, towers, 0, NULL, 0) + gckpt_tower_checkpointed(every_n, towers, 1, NULL, 0);
+}

@@ -1,0 +1,189 @@
+/* gckpt-plan on a vision-language model (planner/plan_vlm.c) against what was measured:
+ * for every llava and llava_next fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py),
+ * gckpt_plan_run plans the fixture's own config.json (written to a file, as a user passes
+ * it) at the fixture's setting (micro-batch, sequence, accumulation, precision, every_n,
+ * offload, images per sample and their size, the tower trained or frozen; on the
+ * exact-accounting CPU profile), and its one entry's live peak is held to the measured one
+ * within the planner's fixture tolerance (0.1 % fp32 and amp, 0.5 % bf16). The plan JSON of
+ * each carries the images and the checkpointed layers of both towers the probe saw, and
+ * passes reports/schema/plan.schema.json. */
+#include <dirent.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include "gckpt/planner/plan.h"
+#include "gckpt/util/util.h"
+#include "schema_check.h"
+
+#ifndef GCKPT_TEST_DATA
+#error GCKPT_TEST_DATA must name tests/data
+#endif
+
+static cJSON *g_schema; /* reports/schema/plan.schema.json */
+
+static const cJSON *at(const cJSON *j, const char *k) { return cJSON_GetObjectItemCaseSensitive(j, k); }
+
+static cJSON *read_json(const char *path)
+{
+    gckpt_err err;
+    char *text = gckpt_read_file(path, 1u << 26, &err);
+    if (!text) fail_msg("%s: %s", path, err.msg);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!j) fail_msg("%s: not JSON", path);
+    return j;
+}
+
+/* the probe's checkpointed layers of one tower against the plan JSON's */
+static bool same_array(const cJSON *a, const cJSON *b)
+{
+    if (cJSON_GetArraySize(a) != cJSON_GetArraySize(b)) return false;
+    for (int i = 0; i < cJSON_GetArraySize(a); i++)
+        if (cJSON_GetArrayItem(a, i)->valuedouble != cJSON_GetArrayItem(b, i)->valuedouble) return false;
+    return true;
+}
+
+typedef struct {
+    int files, passed;
+    double worst;
+} tally;
+
+static void check_fixture(const char *path, const char *name, tally *ty)
+{
+    cJSON *j = read_json(path);
+    const cJSON *set = at(j, "setting"), *im = at(j, "images"), *hw = at(im, "size_hw");
+    char cfg_path[64];
+    snprintf(cfg_path, sizeof cfg_path, "./plan-vlm-%d.json", (int)getpid());
+    char *cfg = cJSON_Print(at(j, "config"));
+    FILE *f = fopen(cfg_path, "w");
+    if (!f || fputs(cfg, f) < 0 || fclose(f)) fail_msg("cannot write %s", cfg_path);
+    free(cfg);
+
+    const char *prec = at(set, "precision")->valuestring;
+    int p = !strncmp(prec, "amp-bf16", 8) ? GCKPT_AMP_BF16 : gckpt_precision_from(prec);
+    if (p < 0) fail_msg("%s: precision %s", path, prec);
+    const cJSON *en = at(set, "every_n_layers");
+    uint32_t every = cJSON_IsNumber(en) ? (uint32_t)en->valuedouble : 0;
+    gckpt_plan_request q = {.seq = (uint64_t)at(set, "seq")->valuedouble,
+                            .micro_batches = {(uint64_t)at(set, "micro_batch")->valuedouble},
+                            .n_micro = 1,
+                            .grad_accum = (uint64_t)at(set, "grad_accum")->valuedouble,
+                            .precision = (gckpt_precision)p,
+                            .optimizer = GCKPT_ADAMW,
+                            .attention = GCKPT_SDPA,
+                            .every_n = &every,
+                            .n_every = 1,
+                            .offload = cJSON_IsTrue(at(set, "offload")) ? GCKPT_OFFLOAD_ON : GCKPT_OFFLOAD_OFF,
+                            .margin = 0.05,
+                            .target_given = true,
+                            .target = cJSON_IsString(at(set, "autocast_lists")) ? GCKPT_TARGET_CPU_CUDA_LISTS
+                                                                                : GCKPT_TARGET_CPU,
+                            .images = (uint64_t)at(im, "per_sample")->valuedouble,
+                            .image_h = (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble,
+                            .image_w = (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble,
+                            .vision_tower = strcmp(at(set, "vision_tower")->valuestring, "frozen")
+                                                ? GCKPT_VISION_TRAINED
+                                                : GCKPT_VISION_FROZEN,
+                            /* vlm_cases.py casts the batch's pixels to bf16 for its pure-bf16 cases */
+                            .pixel_dtype = p == GCKPT_BF16 ? GCKPT_DT_BF16 : 0};
+    snprintf(q.model_ref, sizeof q.model_ref, "%s", cfg_path);
+    snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", GCKPT_TEST_DATA "/devices/cpu-exact.json");
+    gckpt_plan plan;
+    gckpt_err err;
+    bool planned = gckpt_plan_run(&q, &plan, &err);
+    unlink(cfg_path);
+    if (!planned) fail_msg("%s: %s", name, err.msg);
+    assert_int_equal(plan.n, 1);
+    const gckpt_result *r = &plan.entries[0].r;
+
+    const cJSON *steps = at(j, "steps"), *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
+    double peak = at(last, "live_peak_bytes")->valuedouble;
+    double e = ((double)r->peak_bytes - peak) / peak, tol = p == GCKPT_BF16 ? 0.005 : 0.001;
+    bool pass = fabs(e) <= tol;
+
+    /* the plan JSON: the images as the probe fed them, both towers' checkpointed layers */
+    cJSON *doc = gckpt_plan_to_json(&plan, true);
+    char why[512];
+    /* the schema knows the targets a user plans, not the probe's CUDA-lists emulation */
+    if (q.target == GCKPT_TARGET_CPU && !schema_check(g_schema, doc, why, sizeof why)) fail_msg("%s: %s", name, why);
+    const cJSON *vin = at(at(doc, "inputs"), "vision"), *ent = cJSON_GetArrayItem(at(doc, "entries"), 0);
+    if (!vin || at(vin, "images")->valuedouble != at(im, "per_sample")->valuedouble ||
+        at(vin, "tokens_per_image")->valuedouble != at(im, "tokens_per_image")->valuedouble)
+        fail_msg("%s: the plan's inputs.vision differs from the fixture's images", name);
+    if (!same_array(at(ent, "checkpointed_layers"), at(at(at(j, "towers"), "text"), "checkpointed")) ||
+        !same_array(at(ent, "vision_checkpointed_layers"), at(at(at(j, "towers"), "vision"), "checkpointed")))
+        fail_msg("%s: the plan's checkpointed layers differ from the probe's", name);
+    /* the timeline (its entry's step walked into buckets) reaches the entry's peak, no higher */
+    double top = 0;
+    const cJSON *b;
+    cJSON_ArrayForEach(b, at(at(ent, "timeline"), "allocated_bytes")) top = b->valuedouble > top ? b->valuedouble : top;
+    if (top != (double)r->peak_bytes) fail_msg("%s: the timeline's top %.0f is not the peak %llu", name, top,
+                                               (unsigned long long)r->peak_bytes);
+    cJSON_Delete(doc);
+    printf("%-58s measured %9.0f planned %9llu %+7.3f%% %s\n", name, peak, (unsigned long long)r->peak_bytes, e * 100,
+           pass ? "ok" : "BEYOND");
+    ty->files++;
+    ty->passed += pass;
+    if (fabs(e) / tol > ty->worst) ty->worst = fabs(e) / tol;
+    gckpt_plan_free(&plan);
+    cJSON_Delete(j);
+}
+
+static tally family(const char *prefix)
+{
+    const char *dir = GCKPT_TEST_DATA "/hf-vlm";
+    DIR *d = opendir(dir);
+    if (!d) fail_msg("cannot open %s", dir);
+    struct dirent *e;
+    tally ty = {0};
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, prefix, strlen(prefix)) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        check_fixture(path, e->d_name, &ty);
+    }
+    closedir(d);
+    printf("%s: %d of %d plans' peaks within the tolerance of the measured (the worst at %.2f x it)\n", prefix,
+           ty.passed, ty.files, ty.worst);
+    return ty;
+}
+
+static void llava_plans(void **state)
+{
+    (void)state;
+    tally ty = family("llava-");
+    assert_int_equal(ty.files, 54);
+    assert_int_equal(ty.passed, ty.files);
+}
+
+static void llava_next_plans(void **state)
+{
+    (void)state;
+    tally ty = family("llava_next-");
+    assert_int_equal(ty.files, 42);
+    assert_int_equal(ty.passed, ty.files);
+}
+
+int main(void)
+{
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/../../reports/schema/plan.schema.json", 1 << 20, &err);
+    if (!text || !(g_schema = cJSON_Parse(text))) {
+        fprintf(stderr, "plan.schema.json: %s\n", text ? "not JSON" : err.msg);
+        return 1;
+    }
+    free(text);
+    const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -74,6 +74,41 @@ void gckpt_result_finish(const gckpt_ctx *c, uint32_t every_n, uint64_t grad_acc
 
 /* ---- event walk -------------------------------------------------------------------- */
 
+/* The figures a walked step decides: its breakdown at the peak, the peak's place (its
+ * segment placed among `layers` layers), the phases' seconds, FLOPs, collectives, the
+ * device and pinned host peaks (the context and a mode's host bytes are the caller's). */
+void gckpt_result_of_walk(const gckpt_walk_state *w, uint64_t layers, gckpt_result *res)
+{
+    memcpy(res->breakdown, w->at_peak, sizeof w->at_peak);
+    res->peak_phase = GCKPT_PH_FORWARD;
+    res->peak_layer = -1;
+    res->peak_tensor = -1;
+    if (w->has_peak) {
+        res->peak_phase = (uint8_t)gckpt_seg_phase(&w->peak_seg);
+        res->peak_micro = w->peak_seg.micro;
+        res->peak_layer = gckpt_seg_place(&w->peak_seg, layers);
+        res->peak_tensor = w->peak_tensor;
+        res->peak_grad = w->peak_grad;
+    }
+    if (w->after_forward_seen) res->after_forward_bytes = (uint64_t)w->after_forward;
+    res->step_s = w->seconds;
+    res->model_flops = w->flops;
+    res->hw_flops = w->hw_flops;
+    res->forward_s = w->fwd_s;
+    res->backward_s = w->bwd_s;
+    res->recompute_s = w->recompute_s;
+    res->copy_s = w->copy_s;
+    res->optimizer_s = w->opt_s;
+    res->coll_seen = w->coll_seen;
+    res->coll_reduce = w->coll_reduce;
+    res->coll_all_reduce = w->coll_all_reduce;
+    res->coll_gather_fwd = w->coll_gather_fwd;
+    res->coll_gather_bwd = w->coll_gather_bwd;
+    res->coll_gather_opt = w->coll_gather_opt;
+    res->peak_bytes = (uint64_t)w->peak;
+    res->host_pinned_bytes = (uint64_t)w->host_peak;
+}
+
 void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
 {
     memset(res, 0, sizeof *res);
@@ -82,34 +117,8 @@ void gckpt_walk(const gckpt_ctx *c, const gckpt_schedule *sc, gckpt_result *res)
     gckpt_walk_state w;
     gckpt_walk_begin(&w, start, true);
     gckpt_walk_schedule(&w, sc, NULL, NULL);
-    memcpy(res->breakdown, w.at_peak, sizeof w.at_peak);
-    res->peak_phase = GCKPT_PH_FORWARD;
-    res->peak_layer = -1;
-    res->peak_tensor = -1;
-    if (w.has_peak) {
-        res->peak_phase = (uint8_t)gckpt_seg_phase(&w.peak_seg);
-        res->peak_micro = w.peak_seg.micro;
-        res->peak_layer = gckpt_seg_place(&w.peak_seg, c->model->layers);
-        res->peak_tensor = w.peak_tensor;
-        res->peak_grad = w.peak_grad;
-    }
-    if (w.after_forward_seen) res->after_forward_bytes = (uint64_t)w.after_forward;
-    res->step_s = w.seconds;
-    res->model_flops = w.flops;
-    res->hw_flops = w.hw_flops;
-    res->forward_s = w.fwd_s;
-    res->backward_s = w.bwd_s;
-    res->recompute_s = w.recompute_s;
-    res->copy_s = w.copy_s;
-    res->optimizer_s = w.opt_s;
-    res->coll_seen = w.coll_seen;
-    res->coll_reduce = w.coll_reduce;
-    res->coll_all_reduce = w.coll_all_reduce;
-    res->coll_gather_fwd = w.coll_gather_fwd;
-    res->coll_gather_bwd = w.coll_gather_bwd;
-    res->coll_gather_opt = w.coll_gather_opt;
-    res->peak_bytes = (uint64_t)w.peak;
-    res->host_pinned_bytes = (uint64_t)w.host_peak + c->par.host_pinned;
+    gckpt_result_of_walk(&w, c->model->layers, res);
+    res->host_pinned_bytes += c->par.host_pinned;
     res->host_pageable_bytes = c->par.host_pageable;
     gckpt_result_finish(c, c->set.every_n, c->set.grad_accum, res);
 }

@@ -327,27 +327,14 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
                                sg->end - sg->begin, on_event, user);
             if (w.peak > before) peak_seg = i;
         }
-        memcpy(res->breakdown, w.at_peak, sizeof w.at_peak);
-        res->peak_bytes = (uint64_t)w.peak;
-        res->peak_phase = GCKPT_PH_FORWARD;
+        gckpt_result_of_walk(&w, 0, res);
         res->peak_layer = -1;
-        res->peak_tensor = -1;
+        res->peak_tensor = -1; /* a tensor of one of two recipes: not named */
+        res->peak_grad = false;
         if (w.has_peak) {
-            res->peak_phase = (uint8_t)gckpt_seg_phase(&w.peak_seg);
-            res->peak_micro = w.peak_seg.micro;
             info->peak_in_vision = res->peak_vision = b.vision_seg[peak_seg];
             res->peak_layer = gckpt_seg_place(&w.peak_seg, towers[res->peak_vision ? 0 : 1]);
         }
-        if (w.after_forward_seen) res->after_forward_bytes = (uint64_t)w.after_forward;
-        res->step_s = w.seconds;
-        res->model_flops = w.flops;
-        res->hw_flops = w.hw_flops;
-        res->forward_s = w.fwd_s;
-        res->backward_s = w.bwd_s;
-        res->recompute_s = w.recompute_s;
-        res->copy_s = w.copy_s;
-        res->optimizer_s = w.opt_s;
-        res->host_pinned_bytes = (uint64_t)w.host_peak;
         /* the device peak, tokens/s and utilisation as a text step's (MFU counts the text
          * model's FLOPs per token, PaLM's; HFU every op's, the tower's too); the RNG states of
          * the checkpointed layers live together at the first recompute: both towers' but the

@@ -61,6 +61,10 @@ uint64_t gckpt_rng_states_bytes_n(const gckpt_ctx *c, uint64_t n);
  * model), the device peak (segment rounding, the CUDA context), tokens/s, MFU and HFU
  * (c's tokens and model), a parallel mode's collectives. */
 void gckpt_result_finish(const gckpt_ctx *c, uint32_t every_n, uint64_t grad_accum, gckpt_result *res);
+/* The figures a walked step decides (core/eval.c): its breakdown at the peak, the peak's
+ * place among `layers` layers, seconds, FLOPs, collectives, the device and pinned host peaks. */
+struct gckpt_walk_state;
+void gckpt_result_of_walk(const struct gckpt_walk_state *w, uint64_t layers, gckpt_result *res);
 
 /* Model FLOPs per token as PaLM (Chowdhery et al. 2022, appendix B) and torchtitan
  * (get_num_flop_per_token) count them, the one definition of MFU: 6 x the parameters less the

@@ -29,20 +29,9 @@
 #error GCKPT_TEST_DATA must name tests/data
 #endif
 
+#include "json_file.h"
+
 static cJSON *g_schema; /* reports/schema/plan.schema.json */
-
-static const cJSON *at(const cJSON *j, const char *k) { return cJSON_GetObjectItemCaseSensitive(j, k); }
-
-static cJSON *read_json(const char *path)
-{
-    gckpt_err err;
-    char *text = gckpt_read_file(path, 1u << 26, &err);
-    if (!text) fail_msg("%s: %s", path, err.msg);
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    if (!j) fail_msg("%s: not JSON", path);
-    return j;
-}
 
 /* the probe's checkpointed layers of one tower against the plan JSON's */
 static bool same_array(const cJSON *a, const cJSON *b)

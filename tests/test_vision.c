@@ -25,6 +25,8 @@
 #ifndef GCKPT_TEST_DATA
 #error GCKPT_TEST_DATA must name tests/data
 #endif
+
+#include "json_file.h"
 #ifndef GCKPT_HF_VLM_FIXTURES
 #error GCKPT_HF_VLM_FIXTURES must be the count of tests/data/hf-vlm
 #endif
@@ -32,17 +34,6 @@
 /* a small llama text_config */
 #define TEXT_CFG "\"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 4, " \
                  "\"num_attention_heads\": 4, \"vocab_size\": 211}"
-
-static cJSON *read_json(const char *path)
-{
-    gckpt_err err;
-    char *text = gckpt_read_file(path, 1u << 26, &err);
-    if (!text) fail_msg("%s: %s", path, err.msg);
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    if (!j) fail_msg("%s: not JSON", path);
-    return j;
-}
 
 static double num_at(const cJSON *j, const char *path_dots)
 {

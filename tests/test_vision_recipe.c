@@ -33,20 +33,9 @@
 #error GCKPT_TEST_DATA must name tests/data
 #endif
 
+#include "json_file.h"
+
 static gckpt_device g_dev;
-
-static const cJSON *at(const cJSON *j, const char *k) { return cJSON_GetObjectItemCaseSensitive(j, k); }
-
-static cJSON *read_json(const char *path)
-{
-    gckpt_err err;
-    char *text = gckpt_read_file(path, 1u << 26, &err);
-    if (!text) fail_msg("%s: %s", path, err.msg);
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    if (!j) fail_msg("%s: not JSON", path);
-    return j;
-}
 
 /* The measured bytes of the non-parameter tensors in `list` whose module starts with prefix
  * (a module path: "vision_tower.encoder.layers.1" takes neither layers.10 nor post_layernorm). */

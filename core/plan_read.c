@@ -434,8 +434,8 @@ static bool read_tp(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
         !u64(r, t, "inputs.tensor_parallel.world_size", 2, GCKPT_MAX_RANKS, &world))
         return false;
     uint64_t rep = 0, fsdp = 0;
-    if (!gckpt_json_u64_opt(t, r->f, "inputs.tensor_parallel.dp_replicate_size", 2, GCKPT_MAX_RANKS, 0, &rep, r->err) ||
-        !gckpt_json_u64_opt(t, r->f, "inputs.tensor_parallel.fsdp_size", 2, GCKPT_MAX_RANKS, 0, &fsdp, r->err))
+    if (!gckpt_json_u64_opt(t, r->f, "inputs.tensor_parallel.dp_replicate_size", 1, GCKPT_MAX_RANKS, 0, &rep, r->err) ||
+        !gckpt_json_u64_opt(t, r->f, "inputs.tensor_parallel.fsdp_size", 1, GCKPT_MAX_RANKS, 0, &fsdp, r->err))
         return false;
     pf->tp_replicate = (uint32_t)rep;
     pf->tp_fsdp = (uint32_t)fsdp;
@@ -613,7 +613,8 @@ static bool read_memory(plan_reader *r, const cJSON *e, const char *pre, gckpt_p
                     pre, (unsigned long long)res->device_peak_bytes, (unsigned long long)dp);
     if (res->after_forward_bytes > res->peak_bytes)
         return fail(r, "field '%s.memory.after_forward_bytes' exceeds peak_bytes", pre);
-    if (!en->offload && res->host_pinned_bytes)
+    /* CPU offload on several GPUs (inputs.layout.offload) pins host memory of its own */
+    if (!en->offload && !pf->layout.offload && res->host_pinned_bytes)
         return fail(r, "field '%s.memory.host_pinned_bytes' = %llu but the entry does not offload", pre,
                     (unsigned long long)res->host_pinned_bytes);
     if (en->offload && !res->host_pinned_bytes)
@@ -657,7 +658,7 @@ static bool read_memory(plan_reader *r, const cJSON *e, const char *pre, gckpt_p
     return true;
 }
 
-static bool read_time(plan_reader *r, const cJSON *e, const char *pre, gckpt_entry *en)
+static bool read_time(plan_reader *r, const cJSON *e, const char *pre, const gckpt_plan_file *pf, gckpt_entry *en)
 {
     char p[128];
     snprintf(p, sizeof p, "%s.time", pre);
@@ -678,7 +679,7 @@ static bool read_time(plan_reader *r, const cJSON *e, const char *pre, gckpt_ent
     if (!(res->step_s > 0)) return fail(r, "field '%s.time.step_s' must be positive", pre);
     if (en->every_n == 0 && res->recompute_s != 0)
         return fail(r, "field '%s.time.recompute_s' is not 0 but gradient checkpointing is off", pre);
-    if (!en->offload && res->copy_s != 0)
+    if (!en->offload && !pf->layout.offload && res->copy_s != 0)
         return fail(r, "field '%s.time.offload_copy_s' is not 0 but the entry does not offload", pre);
     return true;
 }
@@ -799,7 +800,7 @@ static bool read_entry(plan_reader *r, const cJSON *e, size_t i, gckpt_plan_file
     if (!read_layers(r, e, p, pf, pf->vlm ? 1 : -1, en->every_n)) return false;
     snprintf(p, sizeof p, "%s.vision_checkpointed_layers", pre);
     if (pf->vlm && !read_layers(r, e, p, pf, 0, en->every_n)) return false;
-    if (!read_memory(r, e, pre, pf, en) || !read_time(r, e, pre, en) || !read_timeline(r, e, pre)) return false;
+    if (!read_memory(r, e, pre, pf, en) || !read_time(r, e, pre, pf, en) || !read_timeline(r, e, pre)) return false;
     snprintf(p, sizeof p, "%s.fits", pre);
     if (!boolean(r, e, p, &en->fits)) return false;
     if (en->fits != (en->r.device_peak_bytes <= pf->usable_bytes))

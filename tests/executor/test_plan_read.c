@@ -371,11 +371,48 @@ static void test_tp(void **st)
     free(base);
 }
 
+/* A context-parallel plan (gckpt-plan --cp C): read (gckpt-dash draws it), its cp_size recorded;
+ * gckpt-run refuses it (it would run the ranks as the layout's mode over the whole sequence);
+ * a context_parallel section contradicting the layout or the sequence is refused by the reader. */
+static void test_cp(void **st)
+{
+    (void)st;
+    char *plain = pf_plan_text("tiny-llama", GCKPT_FP32, GCKPT_SDPA, every, 2, 2, 1, 0);
+    assert_non_null(plain);
+    cJSON *root = cJSON_Parse(plain);
+    assert_non_null(root);
+    cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "inputs");
+    double seq = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(in, "seq"));
+    char cp[160];
+    snprintf(cp, sizeof cp, "{\"cp_size\": 2, \"dp_shard_size\": 1, \"local_seq\": %.0f, \"load_balanced\": true}", seq / 2);
+    cJSON_AddItemToObject(in, "layout", cJSON_Parse("{\"gpus\": 2, \"nodes\": 1, \"world_size\": 2, \"parallel\": \"fsdp\"}"));
+    cJSON_AddItemToObject(in, "context_parallel", cJSON_Parse(cp));
+    char *base = cJSON_Print(root);
+    cJSON_Delete(root);
+    free(plain);
+    gckpt_plan_file pf;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_parse("plan.json", base, &pf, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(pf.cp, 2);
+    gckpt_plan_file_free(&pf);
+    const mutation ms[] = {
+        {"inputs.context_parallel.cp_size", "2",
+         "field 'inputs.context_parallel': context parallelism is planned, not executed by gckpt-run", 1},
+        {"inputs.context_parallel.cp_size", "4", "field 'inputs.context_parallel.cp_size': 4 x dp_shard_size 1 is not"},
+        {"inputs.context_parallel.dp_shard_size", "\"1\"", "inputs.context_parallel.dp_shard_size"},
+        {"inputs.context_parallel.local_seq", "1", "field 'inputs.context_parallel.local_seq' = 1 contradicts"},
+        {"inputs.context_parallel.load_balanced", NULL, "inputs.context_parallel.load_balanced"},
+        {"inputs.layout", NULL, "field 'inputs.context_parallel.cp_size'"},
+    };
+    mutate_all(base, ms, sizeof ms / sizeof *ms);
+    free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_rejects),
                                        cmocka_unit_test(test_rejects_global_batch),
                                        cmocka_unit_test(test_version1), cmocka_unit_test(test_layout),
-                                       cmocka_unit_test(test_tp)};
+                                       cmocka_unit_test(test_tp), cmocka_unit_test(test_cp)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -337,6 +337,18 @@ def test_cli_planned_only(fx):
         r = fx.dash("bad-planned%d.html" % i, bad)
         refused(fx, r, "bad-planned%d.json" % i, "bad-planned%d.html" % i, "%s with a bad %s" % (label, field))
         check(("'%s" % field).encode() in r.stderr, "%s: the field %s is not named: %r" % (label, field, r.stderr))
+    # the calibration re-evaluates a report's plan entries as gckpt-run's settings (no CP, vision
+    # tower or TP x FSDP in them): a callback report of such a plan is refused, naming why
+    recs = records(cb(fx, "callback.jsonl"))
+    for i, (label, plan) in enumerate((x[0], x[1]) for x in plans):
+        recs[0]["plan"] = dict(recs[0]["plan"], file=os.path.basename(plan), device=load(plan)["inputs"]["device"]["name"])
+        rep = fx.p("cal-planned%d.jsonl" % i)
+        with open(rep, "w") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in recs))
+        r = run([fx.plan_exe, "--calibrate-from", rep, "-o", fx.p("cal-planned%d.json" % i)], env=fx.env)
+        err = r.stderr.decode("utf-8", "replace")
+        check(r.returncode == 2 and "cal-planned%d.jsonl: its plan.file: " % i in err and " is planned" in err
+              and not os.path.exists(fx.p("cal-planned%d.json" % i)), "%s: --calibrate-from its report: %r" % (label, err))
 
 
 CALLBACK_DIR = "tests/data/dash"  # real gckpt.TrainerCallback reports (its README says how they were made)

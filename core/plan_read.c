@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/towers.h"
 #include "gckpt/core/tp.h"
+#include "gckpt/core/vision.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/util/safe_text.h"
 
@@ -130,6 +132,12 @@ static bool u64_or_null(plan_reader *r, const cJSON *o, const char *path, uint64
 
 /* ---- inputs ------------------------------------------------------------------------- */
 
+/* The GradientCheckpointingLayers every_n_layers counts: a VLM's both towers (core/towers.h). */
+static uint64_t ckpt_layers(const gckpt_plan_file *pf)
+{
+    return pf->vlm ? pf->towers[0] + pf->towers[1] : pf->model.layers;
+}
+
 /* The first number in o (depth first) that is not finite (1e999 parses as infinity), or
  * NULL. The embedded config and profile are printed back to text for their own readers,
  * and cJSON prints a non-finite number as null, which those readers take as "absent" for
@@ -185,6 +193,35 @@ static bool read_hub(plan_reader *r, const cJSON *m, gckpt_plan_file *pf)
     return true;
 }
 
+/* inputs.vision (planner/plan_vlm.c): the VLM it names and the images each sample carries. */
+static bool read_vision(plan_reader *r, const cJSON *in, const gckpt_vlm *v)
+{
+    const cJSON *o = obj(r, in, "inputs.vision");
+    char type[32];
+    int tower;
+    uint64_t x;
+    static const char *const towers[] = {"trained", "frozen"};
+    if (!o || !str(r, o, "inputs.vision.model_type", type, sizeof type) ||
+        !u64(r, o, "inputs.vision.images", 1, 1u << 16, &x) ||
+        !u64(r, o, "inputs.vision.tiles_per_image", 1, 1u << 16, &x) ||
+        !u64(r, o, "inputs.vision.tokens_per_image", 1, 1u << 24, &x) ||
+        !u64(r, o, "inputs.vision.vision_layers", 0, GCKPT_MAX_LAYERS, &x) ||
+        !choice(r, o, "inputs.vision.vision_tower", towers, 2, &tower))
+        return false;
+    if (strcmp(type, v->model_type))
+        return fail(r, "field 'inputs.vision.model_type' = \"%s\" contradicts inputs.model.config (\"%s\")", type,
+                    v->model_type);
+    const cJSON *sz = arr(r, o, "inputs.vision.image_size");
+    if (!sz) return false;
+    if (cJSON_GetArraySize(sz) != 2) return fail(r, "field 'inputs.vision.image_size' must hold 2 sizes (height, width)");
+    for (int i = 0; i < 2; i++) {
+        char p[48];
+        snprintf(p, sizeof p, "inputs.vision.image_size[%d]", i);
+        if (!item_u64(r, cJSON_GetArrayItem(sz, i), p, 1, 1u << 20, &x)) return false;
+    }
+    return true;
+}
+
 static bool read_model(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
 {
     const cJSON *m = obj(r, in, "inputs.model");
@@ -195,7 +232,26 @@ static bool read_model(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     if (!pf->config_text) return fail(r, "out of memory printing 'inputs.model.config'");
     char label[600];
     snprintf(label, sizeof label, "%s: inputs.model.config", r->f);
-    if (!gckpt_model_parse(label, pf->config_text, &pf->model, r->err)) return false;
+    /* a VLM's plan (inputs.vision): the config is the VLM's, inputs.model its text model and
+     * the parameters of both towers and the projector (planner/plan_vlm.c) */
+    uint64_t params;
+    if ((pf->vlm = child(in, "inputs.vision") != NULL)) {
+        gckpt_vlm *v = malloc(sizeof *v);
+        if (!v) return fail(r, "out of memory");
+        bool ok = gckpt_vlm_parse(label, pf->config_text, v, r->err);
+        if (ok) {
+            pf->model = v->text;
+            gckpt_vlm_towers(v, pf->towers);
+            params = gckpt_param_count(&v->text) + gckpt_vision_tower_params(v).params +
+                     gckpt_vision_projector_params(v).params + gckpt_vlm_text_extra(v).params;
+            ok = read_vision(r, in, v);
+        }
+        free(v);
+        if (!ok) return false;
+    } else {
+        if (!gckpt_model_parse(label, pf->config_text, &pf->model, r->err)) return false;
+        params = gckpt_param_count(&pf->model);
+    }
     char name[128], type[32];
     if (!str(r, m, "inputs.model.name", name, sizeof name) ||
         !str(r, m, "inputs.model.model_type", type, sizeof type))
@@ -216,7 +272,7 @@ static bool read_model(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
         !eq_u64(r, m, "inputs.model.head_dim", md->head_dim, cf) ||
         !eq_u64(r, m, "inputs.model.intermediate", md->intermediate, cf) ||
         !eq_u64(r, m, "inputs.model.vocab", md->vocab, cf) ||
-        !eq_u64(r, m, "inputs.model.parameters", gckpt_param_count(md), "the parameter count of inputs.model.config") ||
+        !eq_u64(r, m, "inputs.model.parameters", params, "the parameter count of inputs.model.config") ||
         !boolean(r, m, "inputs.model.tied_embeddings", &tied))
         return false;
     if (tied != md->tied)
@@ -301,9 +357,14 @@ static bool read_layout(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
                        "dp_shard of at least 2 that divides the world)", (unsigned long long)rep,
                     (unsigned long long)world, gckpt_parallel_names[mode]);
     pf->layout.dp_replicate = (uint32_t)rep;
-    if (child(l, "inputs.layout.offload")) /* planned from the source only (FINDINGS R-OFFLOAD-5) */
-        return fail(r, "field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
-                       "not executed by gckpt-run");
+    if (child(l, "inputs.layout.offload")) { /* planned from the source only (FINDINGS R-OFFLOAD-5) */
+        const cJSON *o = obj(r, l, "inputs.layout.offload");
+        bool opt = false, par = false;
+        if (!o || !boolean(r, o, "inputs.layout.offload.optimizer", &opt) || !boolean(r, o, "inputs.layout.offload.param", &par))
+            return false;
+        if (!opt && !par) return fail(r, "field 'inputs.layout.offload': neither optimizer nor param is true");
+        pf->layout.offload = (uint8_t)((opt ? GCKPT_OFFLOAD_OPTIMIZER : 0) | (par ? GCKPT_OFFLOAD_PARAM : 0));
+    }
     if (!gckpt_par_mode_of((unsigned)mode)->deepspeed) return true;
     const cJSON *ds = obj(r, l, "inputs.layout.deepspeed");
     gckpt_ds_limits *d = &pf->layout.ds;
@@ -361,9 +422,9 @@ static bool read_peft(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     return true;
 }
 
-/* inputs.tensor_parallel (gckpt-plan --tp, FINDINGS R-TP; absent: none): TP alone, its size in the
- * layout's tp (inputs.model is the whole model; each rank executes its local model). TP x FSDP
- * (fsdp_size) and TP with replicas (dp_replicate_size) are planned, not executed. */
+/* inputs.tensor_parallel (gckpt-plan --tp, FINDINGS R-TP; absent: none): its size in the layout's
+ * tp (inputs.model is the whole model; each rank executes its local model), over fsdp_size x
+ * dp_replicate_size copies of it (TP x FSDP, TP with replicas: planned, not executed). */
 static bool read_tp(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
 {
     if (!child(in, "inputs.tensor_parallel")) return true;
@@ -372,20 +433,48 @@ static bool read_tp(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     if (!t || !u64(r, t, "inputs.tensor_parallel.tp_size", 2, GCKPT_MAX_RANKS, &tp) ||
         !u64(r, t, "inputs.tensor_parallel.world_size", 2, GCKPT_MAX_RANKS, &world))
         return false;
-    if (child(t, "inputs.tensor_parallel.dp_replicate_size"))
-        return fail(r, "field 'inputs.tensor_parallel.dp_replicate_size': TP with replicas is planned, not executed "
-                       "by gckpt-run (it runs TP alone)");
-    if (child(t, "inputs.tensor_parallel.fsdp_size"))
-        return fail(r, "field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by gckpt-run "
-                       "(it runs TP alone)");
-    if (world != tp)
+    uint64_t rep = 0, fsdp = 0;
+    if (!gckpt_json_u64_opt(t, r->f, "inputs.tensor_parallel.dp_replicate_size", 1, GCKPT_MAX_RANKS, 0, &rep, r->err) ||
+        !gckpt_json_u64_opt(t, r->f, "inputs.tensor_parallel.fsdp_size", 1, GCKPT_MAX_RANKS, 0, &fsdp, r->err))
+        return false;
+    pf->tp_replicate = (uint32_t)rep;
+    pf->tp_fsdp = (uint32_t)fsdp;
+    if (!rep && !fsdp && world != tp)
         return fail(r, "field 'inputs.tensor_parallel.world_size': %llu is not tp_size %llu", (unsigned long long)world,
                     (unsigned long long)tp);
+    if (world != tp * (rep ? rep : 1) * (fsdp ? fsdp : 1))
+        return fail(r, "field 'inputs.tensor_parallel.world_size': %llu is not tp_size x fsdp_size x dp_replicate_size "
+                       "(%llu x %llu x %llu)", (unsigned long long)world, (unsigned long long)tp,
+                    (unsigned long long)(fsdp ? fsdp : 1), (unsigned long long)(rep ? rep : 1));
     if (child(in, "inputs.layout"))
         return fail(r, "field 'inputs.layout': tensor parallelism with a parallel mode (gckpt-plan plans neither)");
     gckpt_err why = {{0}};
     if (!gckpt_tp_model_ok(&pf->model, (uint32_t)tp, &why)) return fail(r, "field 'inputs.tensor_parallel.tp_size': %s", why.msg);
     pf->layout.tp = (uint32_t)tp;
+    return true;
+}
+
+/* inputs.context_parallel (gckpt-plan --cp, planner/plan_cp.c; absent: none): cp_size x
+ * dp_shard_size ranks of the layout (planned, not executed). */
+static bool read_cp(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
+{
+    if (!child(in, "inputs.context_parallel")) return true;
+    const cJSON *c = obj(r, in, "inputs.context_parallel");
+    uint64_t cp, shard, local;
+    bool balanced;
+    if (!c || !u64(r, c, "inputs.context_parallel.cp_size", 2, GCKPT_MAX_RANKS, &cp) ||
+        !u64(r, c, "inputs.context_parallel.dp_shard_size", 1, GCKPT_MAX_RANKS, &shard) ||
+        !u64(r, c, "inputs.context_parallel.local_seq", 1, pf->seq, &local) ||
+        !boolean(r, c, "inputs.context_parallel.load_balanced", &balanced))
+        return false;
+    uint64_t world = (uint64_t)pf->layout.gpus * pf->layout.nodes;
+    if (!child(in, "inputs.layout") || cp * shard != world)
+        return fail(r, "field 'inputs.context_parallel.cp_size': %llu x dp_shard_size %llu is not inputs.layout's "
+                       "world_size (%llu)", (unsigned long long)cp, (unsigned long long)shard, (unsigned long long)world);
+    if (local != pf->seq / cp)
+        return fail(r, "field 'inputs.context_parallel.local_seq' = %llu contradicts inputs.seq / cp_size (%llu)",
+                    (unsigned long long)local, (unsigned long long)(pf->seq / cp));
+    pf->cp = (uint32_t)cp;
     return true;
 }
 
@@ -408,7 +497,7 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
         return fail(r, "field 'inputs.seq' = %llu exceeds the model's max_position_embeddings (%llu) and "
                        "'inputs.allow_long_seq' is not true",
                     (unsigned long long)pf->seq, (unsigned long long)pf->model.max_positions);
-    if (!read_peft(r, in, pf) || !read_layout(r, in, pf) || !read_tp(r, in, pf)) return false;
+    if (!read_peft(r, in, pf) || !read_layout(r, in, pf) || !read_tp(r, in, pf) || !read_cp(r, in, pf)) return false;
     gckpt_err why = {{0}};
     if (!gckpt_peft_model_ok(&pf->model, &pf->peft, &why)) return fail(r, "field 'inputs.lora': %s", why.msg);
     const cJSON *mb = arr(r, in, "inputs.micro_batches");
@@ -466,14 +555,14 @@ static bool read_inputs(plan_reader *r, const cJSON *root, gckpt_plan_file *pf, 
     const cJSON *en = arr(r, in, "inputs.every_n_layers");
     if (!en) return false;
     int ne = cJSON_GetArraySize(en);
-    if (ne < 1 || (uint64_t)ne > pf->model.layers + 1)
-        return fail(r, "field 'inputs.every_n_layers' must hold 1 to %llu values, has %d",
-                    (unsigned long long)pf->model.layers + 1, ne);
+    const uint64_t L = ckpt_layers(pf);
+    if (ne < 1 || (uint64_t)ne > L + 1)
+        return fail(r, "field 'inputs.every_n_layers' must hold 1 to %llu values, has %d", (unsigned long long)L + 1, ne);
     for (int i = 0; i < ne; i++) {
         char p[64];
         uint64_t v;
         snprintf(p, sizeof p, "inputs.every_n_layers[%d]", i);
-        if (!item_u64(r, cJSON_GetArrayItem(en, i), p, 0, pf->model.layers, &v)) return false;
+        if (!item_u64(r, cJSON_GetArrayItem(en, i), p, 0, L, &v)) return false;
         every[i] = (uint32_t)v;
     }
     *n_every = ne;
@@ -524,7 +613,8 @@ static bool read_memory(plan_reader *r, const cJSON *e, const char *pre, gckpt_p
                     pre, (unsigned long long)res->device_peak_bytes, (unsigned long long)dp);
     if (res->after_forward_bytes > res->peak_bytes)
         return fail(r, "field '%s.memory.after_forward_bytes' exceeds peak_bytes", pre);
-    if (!en->offload && res->host_pinned_bytes)
+    /* CPU offload on several GPUs (inputs.layout.offload) pins host memory of its own */
+    if (!en->offload && !pf->layout.offload && res->host_pinned_bytes)
         return fail(r, "field '%s.memory.host_pinned_bytes' = %llu but the entry does not offload", pre,
                     (unsigned long long)res->host_pinned_bytes);
     if (en->offload && !res->host_pinned_bytes)
@@ -535,7 +625,7 @@ static bool read_memory(plan_reader *r, const cJSON *e, const char *pre, gckpt_p
     res->peak_phase = (uint8_t)ph;
     bool null_layer;
     snprintf(p, sizeof p, "%s.memory.peak_layer", pre);
-    if (!u64_or_null(r, m, p, 0, pf->model.layers - 1, &v, &null_layer)) return false;
+    if (!u64_or_null(r, m, p, 0, ckpt_layers(pf) - 1, &v, &null_layer)) return false;
     res->peak_layer = null_layer ? -1 : (int32_t)v;
     static const char *const micro[] = {"first", "later", "optimizer"};
     int mi;
@@ -568,7 +658,7 @@ static bool read_memory(plan_reader *r, const cJSON *e, const char *pre, gckpt_p
     return true;
 }
 
-static bool read_time(plan_reader *r, const cJSON *e, const char *pre, gckpt_entry *en)
+static bool read_time(plan_reader *r, const cJSON *e, const char *pre, const gckpt_plan_file *pf, gckpt_entry *en)
 {
     char p[128];
     snprintf(p, sizeof p, "%s.time", pre);
@@ -589,7 +679,7 @@ static bool read_time(plan_reader *r, const cJSON *e, const char *pre, gckpt_ent
     if (!(res->step_s > 0)) return fail(r, "field '%s.time.step_s' must be positive", pre);
     if (en->every_n == 0 && res->recompute_s != 0)
         return fail(r, "field '%s.time.recompute_s' is not 0 but gradient checkpointing is off", pre);
-    if (!en->offload && res->copy_s != 0)
+    if (!en->offload && !pf->layout.offload && res->copy_s != 0)
         return fail(r, "field '%s.time.offload_copy_s' is not 0 but the entry does not offload", pre);
     return true;
 }
@@ -628,13 +718,48 @@ static bool read_timeline(plan_reader *r, const cJSON *e, const char *pre)
     return true;
 }
 
+/* An entry's checkpointed layers (field path p) against every_n: the model's (tower -1) or
+ * tower `tower` of a VLM's, as transformers numbers them. */
+static bool read_layers(plan_reader *r, const cJSON *e, const char *p, const gckpt_plan_file *pf, int tower,
+                        uint32_t every_n)
+{
+    const cJSON *cl = arr(r, e, p);
+    if (!cl) return false;
+    const uint64_t L = tower < 0 ? pf->model.layers : pf->towers[tower];
+    uint64_t want = tower < 0 ? gckpt_checkpointed_count(every_n, L)
+                              : gckpt_tower_checkpointed(every_n, pf->towers, (size_t)tower, NULL, 0);
+    if ((uint64_t)cJSON_GetArraySize(cl) != want)
+        return fail(r, "field '%s' has %d layers, every_n_layers = %u checkpoints %llu of %llu", p,
+                    cJSON_GetArraySize(cl), every_n, (unsigned long long)want, (unsigned long long)L);
+    uint64_t *layers = malloc(sizeof *layers * (want ? want : 1)), v = 0;
+    if (!layers) return fail(r, "out of memory");
+    if (tower < 0) gckpt_checkpointed_layers(every_n, L, layers, want);
+    else gckpt_tower_checkpointed(every_n, pf->towers, (size_t)tower, layers, want);
+    const cJSON *it;
+    uint64_t k = 0;
+    bool ok = true;
+    cJSON_ArrayForEach(it, cl) {
+        char q[160];
+        snprintf(q, sizeof q, "%s[%llu]", p, (unsigned long long)k);
+        if (!(ok = item_u64(r, it, q, 0, L - 1, &v))) break;
+        if (v != layers[k]) {
+            ok = fail(r, "field '%s' = %llu contradicts every_n_layers = %u (expected layer %llu)", q,
+                      (unsigned long long)v, every_n, (unsigned long long)layers[k]);
+            break;
+        }
+        k++;
+    }
+    free(layers);
+    return ok;
+}
+
 static bool read_entry(plan_reader *r, const cJSON *e, size_t i, gckpt_plan_file *pf, const uint32_t *every, int ne)
 {
     char pre[48], p[128];
     snprintf(pre, sizeof pre, "entries[%zu]", i);
     if (!cJSON_IsObject(e)) return fail(r, "field '%s' must be an object, got %s", pre, gckpt_json_type_name(e));
     gckpt_entry *en = &pf->entries[i];
-    const uint64_t L = pf->model.layers;
+    const uint64_t L = ckpt_layers(pf);
     uint64_t v;
     snprintf(p, sizeof p, "%s.index", pre);
     if (!u64(r, e, p, 0, MAXB, &v)) return false;
@@ -670,33 +795,12 @@ static bool read_entry(plan_reader *r, const cJSON *e, size_t i, gckpt_plan_file
     if (!gckpt_mul(en->micro_batch, pf->seq, &tok) || tok > ((uint64_t)1 << 40))
         return fail(r, "fields '%s.micro_batch' x inputs.seq = %llu tokens per micro-batch, more than 2^40", pre,
                     (unsigned long long)tok);
+    /* a VLM's: the text model's layers, then the vision tower's (core/towers.h) */
     snprintf(p, sizeof p, "%s.checkpointed_layers", pre);
-    const cJSON *cl = arr(r, e, p);
-    if (!cl) return false;
-    uint64_t want = gckpt_checkpointed_count(en->every_n, L);
-    if ((uint64_t)cJSON_GetArraySize(cl) != want)
-        return fail(r, "field '%s' has %d layers, every_n_layers = %u checkpoints %llu of %llu", p,
-                    cJSON_GetArraySize(cl), en->every_n, (unsigned long long)want, (unsigned long long)L);
-    uint64_t *layers = malloc(sizeof *layers * (want ? want : 1));
-    if (!layers) return fail(r, "out of memory");
-    gckpt_checkpointed_layers(en->every_n, L, layers, want);
-    const cJSON *it;
-    uint64_t k = 0;
-    bool ok = true;
-    cJSON_ArrayForEach(it, cl) {
-        char q[160];
-        snprintf(q, sizeof q, "%s[%llu]", p, (unsigned long long)k);
-        if (!(ok = item_u64(r, it, q, 0, L - 1, &v))) break;
-        if (v != layers[k]) {
-            ok = fail(r, "field '%s' = %llu contradicts every_n_layers = %u (expected layer %llu)", q,
-                      (unsigned long long)v, en->every_n, (unsigned long long)layers[k]);
-            break;
-        }
-        k++;
-    }
-    free(layers);
-    if (!ok) return false;
-    if (!read_memory(r, e, pre, pf, en) || !read_time(r, e, pre, en) || !read_timeline(r, e, pre)) return false;
+    if (!read_layers(r, e, p, pf, pf->vlm ? 1 : -1, en->every_n)) return false;
+    snprintf(p, sizeof p, "%s.vision_checkpointed_layers", pre);
+    if (pf->vlm && !read_layers(r, e, p, pf, 0, en->every_n)) return false;
+    if (!read_memory(r, e, pre, pf, en) || !read_time(r, e, pre, pf, en) || !read_timeline(r, e, pre)) return false;
     snprintf(p, sizeof p, "%s.fits", pre);
     if (!boolean(r, e, p, &en->fits)) return false;
     if (en->fits != (en->r.device_peak_bytes <= pf->usable_bytes))
@@ -808,6 +912,37 @@ done:
         memcpy(pf->file, keep, sizeof keep);
     }
     return ok;
+}
+
+bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
+{
+    const char *f = pf->file;
+    if (pf->vlm) { /* the model reader's refusal of a VLM config, as it says it (gckpt_refuse_vlm) */
+        char label[600];
+        snprintf(label, sizeof label, "%s: inputs.model.config", f);
+        gckpt_model *m = malloc(sizeof *m);
+        if (m && gckpt_model_parse(label, pf->config_text, m, err))
+            gckpt_seterr(err, "%s: field 'inputs.vision': a vision-language model is planned, not executed by gckpt-run", f);
+        free(m);
+        if (!m) gckpt_seterr(err, "out of memory");
+        return false;
+    }
+    if (pf->layout.offload)
+        gckpt_seterr(err, "%s: field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
+                          "not executed by gckpt-run", f);
+    else if (pf->tp_replicate)
+        gckpt_seterr(err, "%s: field 'inputs.tensor_parallel.dp_replicate_size': TP with replicas is planned, not "
+                          "executed by gckpt-run (it runs TP alone)", f);
+    else if (pf->tp_fsdp)
+        gckpt_seterr(err, "%s: field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by "
+                          "gckpt-run (it runs TP alone)", f);
+    else if (pf->cp)
+        gckpt_seterr(err, "%s: field 'inputs.context_parallel': context parallelism is planned, not executed by "
+                          "gckpt-run (it would run the ranks as %s over the whole sequence)", f,
+                     gckpt_parallel_names[pf->layout.mode]);
+    else
+        return true;
+    return false;
 }
 
 bool gckpt_plan_read(const char *path, gckpt_plan_file *pf, gckpt_err *err)

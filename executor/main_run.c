@@ -596,6 +596,10 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
     gckpt_err err = {{0}};
     gckpt_plan_file pf;
     if (!gckpt_plan_read(a.plan, &pf, &err)) return bad("%s", err.msg);
+    if (!gckpt_plan_executable(&pf, &err)) { /* a plan kind gckpt-plan plans and gckpt-run does not run */
+        gckpt_plan_file_free(&pf);
+        return bad("%s", err.msg);
+    }
     size_t *sel = NULL;
     gckpt_backend *be = NULL;
     gckpt_comm *comm = gckpt_comm_single();

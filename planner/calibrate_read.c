@@ -186,6 +186,13 @@ static bool report_plan(const char *f, const char *plan_file, const char *plan_v
         gckpt_seterr(err, "%s: its plan.file: %s", f, perr.msg);
         return false;
     }
+    /* its entries are re-evaluated as gckpt-run's settings (gckpt_plan_file_setting), which
+     * carry no vision tower, CP or TP x FSDP: those plans stay refused */
+    if (!gckpt_plan_executable(pf, &perr)) {
+        gckpt_seterr(err, "%s: its plan.file: %s", f, perr.msg);
+        gckpt_plan_file_free(pf);
+        return false;
+    }
     if (strcmp(pf->generator_version, plan_ver) || strcmp(pf->dev.name, s->planned_for)) {
         gckpt_seterr(err, "%s: field 'plan.file' = \"%s\" is not the plan this report ran (generator %s, device \"%s\"; "
                           "the report says %s, \"%s\")", f, path, pf->generator_version, pf->dev.name, plan_ver,

@@ -1,6 +1,7 @@
 /* gckpt-dash: one self-contained HTML page over a plan and reports of it, gckpt-run's or
  * gckpt.TrainerCallback's (docs/dashboard.md; the page: planner/dash_html.c). The plan is
- * checked by the plan reader, each report read by gckpt_report_load and checked against
+ * checked by the plan reader (every field; a plan gckpt-run does not execute, such as a
+ * VLM, CP or TP x FSDP, is drawn too), each report read by gckpt_report_load and checked against
  * the plan; any failure is one line naming the file, exit 2, and no page is written. Each
  * report is a file named on the command line: a callback run under torchrun writes one
  * per rank and each is read as given (its rank from its records), none looked for. */

@@ -106,6 +106,16 @@
   ];
   if (typeof inputs.method === "string") sub.splice(4, 0, str(inputs.method));
   if (layout) sub.push(String(layout.world_size) + " GPUs, " + str(layout.parallel));
+  /* the kinds gckpt-run does not execute (planned only): TP with FSDP or replicas, CP, a VLM */
+  var tpi = inputs.tensor_parallel ? obj(inputs.tensor_parallel) : null;
+  var cpi = inputs.context_parallel ? obj(inputs.context_parallel) : null;
+  var vis = inputs.vision ? obj(inputs.vision) : null;
+  function count(v) { return isNum(v) ? String(v) : "?"; }
+  if (tpi) sub.push("TP " + count(tpi.tp_size) + (isNum(tpi.fsdp_size) ? " x FSDP " + tpi.fsdp_size : "") +
+    (isNum(tpi.dp_replicate_size) ? " x " + tpi.dp_replicate_size + " replicas" : "") + " over " + count(tpi.world_size) + " GPUs");
+  if (cpi) sub.push("context parallel " + count(cpi.cp_size) + " x dp_shard " + count(cpi.dp_shard_size) + ", " + count(cpi.local_seq) + " tokens per rank");
+  if (vis) sub.push(str(vis.model_type, "VLM") + ": " + count(vis.images) + " image(s) of " + count(vis.tokens_per_image) +
+    " tokens per sample, vision tower " + str(vis.vision_tower, "?"));
   document.getElementById("subtitle").textContent = sub.join(" \u00b7 ");
   var wl = document.getElementById("warnings");
   arr(plan.warnings).forEach(function (w) {
@@ -608,6 +618,8 @@
     if (isNum(m.host_pinned_bytes)) fact(dl, "pinned host memory", bytesGib(m.host_pinned_bytes));
     if (isNum(m.context_bytes)) fact(dl, "CUDA context (in the device peak)", gib(m.context_bytes));
     fact(dl, "checkpointed layers", arr(e.checkpointed_layers).length ? arr(e.checkpointed_layers).join(", ") : "none");
+    if (Array.isArray(e.vision_checkpointed_layers))
+      fact(dl, "checkpointed vision layers", e.vision_checkpointed_layers.length ? e.vision_checkpointed_layers.join(", ") : "none");
     breakdownBars(e);
     timelineChart(e);
     var rk = document.getElementById("ranks");

@@ -254,6 +254,7 @@ def test_cli(fx):
             f.write(t)
         refused(fx, fx.dash("r%d.html" % i, plan, rep, path), "bad-report-%d.jsonl" % i, "r%d.html" % i, "report: " + label)
     test_cli_callback(fx)
+    test_cli_planned_only(fx)
     # an existing page is left as it was by a refusal
     with open(fx.p("keep.html"), "w") as f:
         f.write("old\n")
@@ -298,6 +299,56 @@ def test_cli(fx):
         check("\u202e" not in page and "\ufffd" not in b, "a bidi override or an invalid byte reached the page")
         check(json.loads(b)["plan"]["inputs"]["model"]["name"].startswith("</script>"), "the hostile name is not the data's")
     check(page.count("<script") == 2, "the page has other scripts than its data and its own")
+
+
+def test_cli_planned_only(fx):
+    """Plans gckpt-plan makes and gckpt-run does not execute (a VLM, context parallelism, TP x
+    FSDP): the reader accepts them, so the page is drawn, their sections in its data; a field
+    of theirs that contradicts the plan is refused, one line naming the file and the field."""
+    d = fx.source
+    tiny = d + "/tests/executor/data/tiny-llama.json"
+    base = ["--seq", "32", "--micro-batch", "1,2", "--every-n", "off,1,2"]  # the shipped H100 profile: its bus times CP and TP
+    plans = [("llava", fx.plan("vlm.json", "--model", d + "/tests/data/configs/llava-1.5-7b.json", "--seq", "1024",
+                                "--micro-batch", "1", "--every-n", "off,1,4"),
+              "vision", ("entries", 1, "vision_checkpointed_layers"), [0, 2], "entries[1].vision_checkpointed_layers"),
+             ("--cp 2", fx.plan("cp.json", "--model", tiny, "--cp", "2", "--gpus", "2", *base),
+              "context_parallel", ("inputs", "context_parallel", "local_seq"), 5, "inputs.context_parallel.local_seq"),
+             ("--tp 2 --dp-shard 2", fx.plan("tpfsdp.json", "--model", tiny, "--tp", "2", "--dp-shard", "2", "--gpus", "4", *base),
+              "tensor_parallel", ("inputs", "tensor_parallel", "world_size"), 8, "inputs.tensor_parallel.world_size")]
+    for i, (label, plan, section, path, bad_value, field) in enumerate(plans):
+        p = load(plan)
+        check(section in p["inputs"], "%s: the plan has no inputs.%s" % (label, section))
+        r = run([fx.run_exe, "--plan", plan, "--backend", "host", "-q", "-o", fx.p("run%d.jsonl" % i)], env=fx.env)
+        check(r.returncode == 2 and b" is planned" in r.stderr, "%s: gckpt-run did not refuse it: %r" % (label, r.stderr))
+        r = fx.dash("planned%d.html" % i, plan)
+        check(r.returncode == 0 and r.stderr == b"", "%s: exit %d %r" % (label, r.returncode, r.stderr))
+        if r.returncode == 0:
+            page = open(fx.p("planned%d.html" % i), encoding="utf-8").read()
+            block = json.loads(re.search(r'<script type="application/json" id="gckpt-data">(.*?)</script>', page, re.S).group(1))
+            check(block["plan"]["inputs"].get(section) == p["inputs"][section], "%s: the page's data lacks inputs.%s" % (label, section))
+        # one field corrupted: refused, naming the file and the field, no page
+        q = p
+        for k in path[:-1]:
+            q = q[k]
+        q[path[-1]] = bad_value
+        bad = fx.p("bad-planned%d.json" % i)
+        with open(bad, "w") as f:
+            json.dump(p, f)
+        r = fx.dash("bad-planned%d.html" % i, bad)
+        refused(fx, r, "bad-planned%d.json" % i, "bad-planned%d.html" % i, "%s with a bad %s" % (label, field))
+        check(("'%s" % field).encode() in r.stderr, "%s: the field %s is not named: %r" % (label, field, r.stderr))
+    # the calibration re-evaluates a report's plan entries as gckpt-run's settings (no CP, vision
+    # tower or TP x FSDP in them): a callback report of such a plan is refused, naming why
+    recs = records(cb(fx, "callback.jsonl"))
+    for i, (label, plan) in enumerate((x[0], x[1]) for x in plans):
+        recs[0]["plan"] = dict(recs[0]["plan"], file=os.path.basename(plan), device=load(plan)["inputs"]["device"]["name"])
+        rep = fx.p("cal-planned%d.jsonl" % i)
+        with open(rep, "w") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in recs))
+        r = run([fx.plan_exe, "--calibrate-from", rep, "-o", fx.p("cal-planned%d.json" % i)], env=fx.env)
+        err = r.stderr.decode("utf-8", "replace")
+        check(r.returncode == 2 and "cal-planned%d.jsonl: its plan.file: " % i in err and " is planned" in err
+              and not os.path.exists(fx.p("cal-planned%d.json" % i)), "%s: --calibrate-from its report: %r" % (label, err))
 
 
 CALLBACK_DIR = "tests/data/dash"  # real gckpt.TrainerCallback reports (its README says how they were made)

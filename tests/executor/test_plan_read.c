@@ -85,6 +85,7 @@ typedef struct {
     const char *path;   /* item to change */
     const char *json;   /* its new value (NULL: delete it) */
     const char *expect; /* a piece of the message */
+    bool exec_only;     /* read, then refused by gckpt_plan_executable (gckpt-run) */
 } mutation;
 
 static void expect_reject(const char *text, const char *what, const char *expect)
@@ -101,6 +102,19 @@ static void expect_reject(const char *text, const char *what, const char *expect
     assert_null(pf.entries);
 }
 
+/* A plan the reader accepts (gckpt-dash draws it) and gckpt-run refuses, one line. */
+static void expect_not_executed(const char *text, const char *what, const char *expect)
+{
+    gckpt_plan_file pf;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_parse("bad-plan.json", text, &pf, &err)) fail_msg("%s: refused by the reader: %s", what, err.msg);
+    bool ok = gckpt_plan_executable(&pf, &err);
+    gckpt_plan_file_free(&pf);
+    if (ok) fail_msg("%s: executable", what);
+    if (strncmp(err.msg, "bad-plan.json", 13) || !strstr(err.msg, expect) || strchr(err.msg, '\n'))
+        fail_msg("%s: message \"%s\" lacks \"%s\" or the file name", what, err.msg, expect);
+}
+
 static void mutate_all(const char *base, const mutation *ms, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -110,7 +124,8 @@ static void mutate_all(const char *base, const mutation *ms, size_t n)
         if (ms[i].json) assert_non_null(v);
         if (!pf_set(root, ms[i].path, v)) fail_msg("no %s in the plan", ms[i].path);
         char *t = cJSON_Print(root);
-        expect_reject(t, ms[i].path, ms[i].expect);
+        if (ms[i].exec_only) expect_not_executed(t, ms[i].path, ms[i].expect);
+        else expect_reject(t, ms[i].path, ms[i].expect);
         free(t);
         cJSON_Delete(root);
     }
@@ -272,13 +287,15 @@ static void test_layout(void **st)
     snprintf(zero3_off, sizeof zero3_off, "{\"gpus\": 2, \"nodes\": 1, \"world_size\": 2, \"parallel\": \"zero3\", %s, "
              "\"offload\": {\"optimizer\": true, \"param\": false}}", ds);
     snprintf(zero1_nods, sizeof zero1_nods, "{\"gpus\": 4, \"nodes\": 1, \"world_size\": 4, \"parallel\": \"zero1\"}");
-    const struct { const char *layout, *expect; int mode; uint32_t world; } cases[] = {
+    const struct { const char *layout, *expect; int mode; uint32_t world; bool exec_only; } cases[] = {
         {"{\"gpus\": 8, \"nodes\": 1, \"world_size\": 8, \"parallel\": \"ddp\"}", NULL, GCKPT_PAR_DDP, 8},
         {"{\"gpus\": 8, \"nodes\": 1, \"world_size\": 8, \"parallel\": \"fsdp\"}", NULL, GCKPT_PAR_FSDP, 8},
         {zero1, NULL, GCKPT_PAR_ZERO1, 4},
         {"{\"gpus\": 1, \"nodes\": 1, \"world_size\": 1, \"parallel\": \"none\"}", NULL, GCKPT_PAR_NONE, 1},
         {zero1_nods, "inputs.layout.deepspeed", 0, 0},
-        {zero3_off, "field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, not executed", 0, 0},
+        {zero3_off, "field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, not executed", 0, 0, 1},
+        {"{\"gpus\": 2, \"nodes\": 1, \"world_size\": 2, \"parallel\": \"fsdp\", \"offload\": {\"optimizer\": \"yes\", "
+         "\"param\": true}}", "bad-plan.json: field 'inputs.layout.offload.optimizer' must be true or false", 0, 0, 0},
         {"{\"world_size\": 16, \"parallel\": \"zero3\"}", "inputs.layout.gpus", 0, 0},
         {"{\"gpus\": 2, \"nodes\": 2, \"world_size\": 8, \"parallel\": \"ddp\"}", "not gpus x nodes", 0, 0},
         {"{\"gpus\": 4, \"nodes\": 1, \"world_size\": 4, \"parallel\": \"none\"}", "inputs.layout.parallel", 0, 0},
@@ -301,6 +318,8 @@ static void test_layout(void **st)
             assert_int_equal(gckpt_layout_world(&s.layout), cases[i].world);
             if (cases[i].mode == GCKPT_PAR_ZERO1) assert_int_equal(s.layout.ds.reduce_bucket, 4096);
             gckpt_plan_file_free(&pf);
+        } else if (cases[i].exec_only) {
+            expect_not_executed(t, cases[i].layout, cases[i].expect);
         } else {
             expect_reject(t, cases[i].layout, cases[i].expect);
         }
@@ -331,7 +350,13 @@ static void test_tp(void **st)
         {"inputs.tensor_parallel.world_size", "4", "field 'inputs.tensor_parallel.world_size': 4 is not tp_size 2"},
         {"inputs.tensor_parallel.world_size", NULL, "inputs.tensor_parallel.world_size"},
         {"inputs.tensor_parallel", "{\"tp_size\": 2, \"world_size\": 4, \"fsdp_size\": 2}",
-         "field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by gckpt-run"},
+         "field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by gckpt-run", 1},
+        {"inputs.tensor_parallel", "{\"tp_size\": 2, \"world_size\": 4, \"dp_replicate_size\": 2}",
+         "field 'inputs.tensor_parallel.dp_replicate_size': TP with replicas is planned, not executed by gckpt-run", 1},
+        {"inputs.tensor_parallel", "{\"tp_size\": 2, \"world_size\": 8, \"fsdp_size\": 2}",
+         "field 'inputs.tensor_parallel.world_size': 8 is not tp_size x fsdp_size x dp_replicate_size (2 x 2 x 1)"},
+        {"inputs.tensor_parallel", "{\"tp_size\": 2, \"world_size\": 4, \"fsdp_size\": \"2\"}",
+         "inputs.tensor_parallel.fsdp_size"},
         {"inputs.tensor_parallel", "[]", "inputs.tensor_parallel"},
     };
     mutate_all(base, ms, sizeof ms / sizeof *ms);
@@ -346,11 +371,48 @@ static void test_tp(void **st)
     free(base);
 }
 
+/* A context-parallel plan (gckpt-plan --cp C): read (gckpt-dash draws it), its cp_size recorded;
+ * gckpt-run refuses it (it would run the ranks as the layout's mode over the whole sequence);
+ * a context_parallel section contradicting the layout or the sequence is refused by the reader. */
+static void test_cp(void **st)
+{
+    (void)st;
+    char *plain = pf_plan_text("tiny-llama", GCKPT_FP32, GCKPT_SDPA, every, 2, 2, 1, 0);
+    assert_non_null(plain);
+    cJSON *root = cJSON_Parse(plain);
+    assert_non_null(root);
+    cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "inputs");
+    double seq = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(in, "seq"));
+    char cp[160];
+    snprintf(cp, sizeof cp, "{\"cp_size\": 2, \"dp_shard_size\": 1, \"local_seq\": %.0f, \"load_balanced\": true}", seq / 2);
+    cJSON_AddItemToObject(in, "layout", cJSON_Parse("{\"gpus\": 2, \"nodes\": 1, \"world_size\": 2, \"parallel\": \"fsdp\"}"));
+    cJSON_AddItemToObject(in, "context_parallel", cJSON_Parse(cp));
+    char *base = cJSON_Print(root);
+    cJSON_Delete(root);
+    free(plain);
+    gckpt_plan_file pf;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_parse("plan.json", base, &pf, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(pf.cp, 2);
+    gckpt_plan_file_free(&pf);
+    const mutation ms[] = {
+        {"inputs.context_parallel.cp_size", "2",
+         "field 'inputs.context_parallel': context parallelism is planned, not executed by gckpt-run", 1},
+        {"inputs.context_parallel.cp_size", "4", "field 'inputs.context_parallel.cp_size': 4 x dp_shard_size 1 is not"},
+        {"inputs.context_parallel.dp_shard_size", "\"1\"", "inputs.context_parallel.dp_shard_size"},
+        {"inputs.context_parallel.local_seq", "1", "field 'inputs.context_parallel.local_seq' = 1 contradicts"},
+        {"inputs.context_parallel.load_balanced", NULL, "inputs.context_parallel.load_balanced"},
+        {"inputs.layout", NULL, "field 'inputs.context_parallel.cp_size'"},
+    };
+    mutate_all(base, ms, sizeof ms / sizeof *ms);
+    free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_rejects),
                                        cmocka_unit_test(test_rejects_global_batch),
                                        cmocka_unit_test(test_version1), cmocka_unit_test(test_layout),
-                                       cmocka_unit_test(test_tp)};
+                                       cmocka_unit_test(test_tp), cmocka_unit_test(test_cp)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,6 +27,7 @@
 #include "fuzz_common.h"
 #include "gckpt/util/jsonget.h"
 #include "gckpt/core/plan_read.h"
+#include "gckpt/core/vision.h"
 
 #define FILE_NAME "fuzz.json"
 #define MAXB ((uint64_t)1 << 53)
@@ -49,8 +50,15 @@ static void check_model(const gckpt_plan_file *pf)
     FUZZ_CHECK(pf->config_text, "no config_text");
     gckpt_model again;
     gckpt_err err = {{0}};
-    FUZZ_CHECK(gckpt_model_parse("config_text", pf->config_text, &again, &err),
-               "config_text of an accepted plan refused: %s", err.msg);
+    if (pf->vlm) { /* the VLM's config: its text model is the plan's model */
+        static gckpt_vlm v;
+        FUZZ_CHECK(gckpt_vlm_parse("config_text", pf->config_text, &v, &err), "config_text of an accepted VLM plan refused: %s",
+                   err.msg);
+        again = v.text;
+    } else {
+        FUZZ_CHECK(gckpt_model_parse("config_text", pf->config_text, &again, &err),
+                   "config_text of an accepted plan refused: %s", err.msg);
+    }
     FUZZ_CHECK(again.family == m->family && again.layers == m->layers && again.hidden == m->hidden &&
                    again.heads == m->heads && again.kv_heads == m->kv_heads &&
                    again.head_dim == m->head_dim && again.intermediate == m->intermediate &&
@@ -120,9 +128,11 @@ static void check_entry(const gckpt_plan_file *pf, size_t i, const cJSON *raw, c
 {
     const gckpt_entry *e = &pf->entries[i];
     const gckpt_result *r = &e->r;
-    const uint64_t L = pf->model.layers;
+    /* a VLM's (inputs.vision): every_n counts its vision blocks first, then its text layers
+     * (transformers' module order), and checkpointed_layers lists the text layers */
+    const uint64_t off = pf->vlm ? pf->towers[0] : 0, L = pf->vlm ? pf->towers[1] : pf->model.layers;
 
-    FUZZ_CHECK(e->every_n <= L, "entry %zu: every_n %u > %llu layers", i, e->every_n, (unsigned long long)L);
+    FUZZ_CHECK(e->every_n <= off + L, "entry %zu: every_n %u > %llu layers", i, e->every_n, (unsigned long long)(off + L));
     bool listed = false;
     const cJSON *it;
     cJSON_ArrayForEach(it, raw_every) {
@@ -153,10 +163,12 @@ static void check_entry(const gckpt_plan_file *pf, size_t i, const cJSON *raw, c
     FUZZ_CHECK(dp == r->device_peak_bytes, "entry %zu: device peak %llu", i,
                (unsigned long long)r->device_peak_bytes);
     FUZZ_CHECK(r->after_forward_bytes <= r->peak_bytes, "entry %zu: after_forward > peak", i);
-    FUZZ_CHECK(e->offload == (r->host_pinned_bytes > 0), "entry %zu: host pinned %llu, offload %d", i,
+    /* CPU offload on several GPUs (inputs.layout.offload) pins host memory of its own */
+    FUZZ_CHECK(pf->layout.offload ? !e->offload || r->host_pinned_bytes > 0 : e->offload == (r->host_pinned_bytes > 0),
+               "entry %zu: host pinned %llu, offload %d", i,
                (unsigned long long)r->host_pinned_bytes, e->offload);
     FUZZ_CHECK(r->peak_phase < GCKPT_NPHASE, "entry %zu: phase %u", i, r->peak_phase);
-    FUZZ_CHECK(r->peak_layer >= -1 && (r->peak_layer < 0 || (uint64_t)r->peak_layer < L), "entry %zu: peak layer %d",
+    FUZZ_CHECK(r->peak_layer >= -1 && (r->peak_layer < 0 || (uint64_t)r->peak_layer < off + L), "entry %zu: peak layer %d",
                i, r->peak_layer);
     FUZZ_CHECK(r->peak_micro < 3 && (r->peak_micro != 1 || e->grad_accum >= 2), "entry %zu: peak micro-step %u", i,
                r->peak_micro);
@@ -177,7 +189,7 @@ static void check_entry(const gckpt_plan_file *pf, size_t i, const cJSON *raw, c
         FUZZ_CHECK(isfinite(t[k]) && t[k] >= 0 && t[k] <= 1e12, "entry %zu: time %zu = %g", i, k, t[k]);
     FUZZ_CHECK(r->step_s > 0, "entry %zu: step_s 0", i);
     FUZZ_CHECK(e->every_n || r->recompute_s == 0, "entry %zu: recompute without checkpointing", i);
-    FUZZ_CHECK(e->offload || r->copy_s == 0, "entry %zu: copy time without offload", i);
+    FUZZ_CHECK(e->offload || pf->layout.offload || r->copy_s == 0, "entry %zu: copy time without offload", i);
 
     /* the raw entry: the same setting, and checkpointed layers 0, n, 2n, ... < L */
     FUZZ_CHECK(cJSON_IsObject(raw), "entry %zu: raw entry not an object", i);
@@ -195,15 +207,17 @@ static void check_entry(const gckpt_plan_file *pf, size_t i, const cJSON *raw, c
     const cJSON *cl = cJSON_GetObjectItemCaseSensitive(raw, "checkpointed_layers");
     FUZZ_CHECK(cJSON_IsArray(cl), "entry %zu: checkpointed_layers not an array", i);
     uint64_t k = 0;
+    /* the first text layer whose module index off + l is a multiple of every_n */
+    const uint64_t first = e->every_n && off % e->every_n ? e->every_n - off % e->every_n : 0;
     cJSON_ArrayForEach(it, cl) {
         FUZZ_CHECK(e->every_n > 0, "entry %zu: a checkpointed layer with every_n 0", i);
-        FUZZ_CHECK(raw_int(it, &v) && v == k * e->every_n && v < L,
+        FUZZ_CHECK(raw_int(it, &v) && v == first + k * e->every_n && v < L,
                    "entry %zu: checkpointed layer %llu is not %llu (every_n %u, %llu layers)", i,
-                   (unsigned long long)k, (unsigned long long)(k * e->every_n), e->every_n, (unsigned long long)L);
+                   (unsigned long long)k, (unsigned long long)(first + k * e->every_n), e->every_n, (unsigned long long)L);
         k++;
     }
     /* all of them: the next multiple is past the last layer */
-    FUZZ_CHECK(e->every_n == 0 ? k == 0 : k * e->every_n >= L, "entry %zu: %llu checkpointed layers of %llu, every_n %u",
+    FUZZ_CHECK(e->every_n == 0 ? k == 0 : first + k * e->every_n >= L, "entry %zu: %llu checkpointed layers of %llu, every_n %u",
                i, (unsigned long long)k, (unsigned long long)L, e->every_n);
 
     /* a timeline, if any: three arrays of one length, phases by name */

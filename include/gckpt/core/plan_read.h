@@ -55,13 +55,25 @@ typedef struct {
     long smallest;            /* -1: none */
     bool allow_long_seq;      /* inputs.allow_long_seq (absent: false) */
     gckpt_peft peft;          /* inputs.method / lora / quant (absent: full fine-tuning) */
-    gckpt_layout layout;      /* inputs.layout (absent: zeroed, one GPU) */
+    gckpt_layout layout;      /* inputs.layout (absent: zeroed, one GPU); its offload: inputs.layout.offload */
+    /* The plan's kind where gckpt-plan plans more than gckpt-run executes (checked like every
+     * field; gckpt_plan_executable refuses them): */
+    bool vlm;                 /* inputs.vision: a vision-language model (model: its text model) */
+    uint64_t towers[2];       /* vlm: the GradientCheckpointingLayer counts {vision, text} */
+    uint32_t tp_fsdp;         /* inputs.tensor_parallel.fsdp_size (0: none) */
+    uint32_t tp_replicate;    /* inputs.tensor_parallel.dp_replicate_size (0: none) */
+    uint32_t cp;              /* inputs.context_parallel.cp_size (0: none) */
     gckpt_warning warnings[GCKPT_MAX_WARNINGS];
     size_t n_warnings;
 } gckpt_plan_file;
 
 /* Parse plan text; file names the source in messages. */
 bool gckpt_plan_parse(const char *file, const char *text, gckpt_plan_file *pf, gckpt_err *err);
+/* Whether gckpt-run executes the plan (a VLM, TP x FSDP, TP with replicas, context
+ * parallelism and CPU offload on several GPUs are planned, not executed): false with one
+ * line naming the file and the field. The reader accepts those plans (gckpt-dash draws
+ * them); gckpt-run and the calibration (which re-evaluates entries as gckpt-run's) ask this. */
+bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err);
 /* Read and parse a plan file. */
 bool gckpt_plan_read(const char *path, gckpt_plan_file *pf, gckpt_err *err);
 void gckpt_plan_file_free(gckpt_plan_file *pf);

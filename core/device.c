@@ -9,6 +9,11 @@
 
 const char *const gckpt_target_names[GCKPT_NTARGET] = {"cuda", "cpu"};
 
+const char *gckpt_target_label(gckpt_target t)
+{
+    return t < GCKPT_NTARGET ? gckpt_target_names[t] : "cpu-cuda-lists";
+}
+
 int gckpt_target_from(const char *s)
 {
     for (int i = 0; i < GCKPT_NTARGET; i++)

@@ -128,7 +128,7 @@ cJSON *gckpt_plan_to_json(const gckpt_plan *p, bool timeline)
     }
     gckpt_plan_vlm_json(p, in);
     cJSON_AddItemToObject(in, "device", gckpt_device_to_json(&p->dev));
-    cJSON_AddStringToObject(in, "target", gckpt_target_names[p->target]);
+    cJSON_AddStringToObject(in, "target", gckpt_target_label(p->target));
     num(in, "seq", (double)p->req.seq);
     cJSON *mb = cJSON_AddArrayToObject(in, "micro_batches");
     for (int i = 0; i < p->req.n_micro; i++)

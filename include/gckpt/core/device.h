@@ -26,6 +26,9 @@ typedef enum {
     GCKPT_TARGET_CPU_CUDA_LISTS = GCKPT_NTARGET
 } gckpt_target;
 extern const char *const gckpt_target_names[GCKPT_NTARGET]; /* "cuda", "cpu" */
+/* t's name: gckpt_target_names', or "cpu-cuda-lists" for the probe's emulation (a test's plan,
+ * never a user's: no reader takes it back). */
+const char *gckpt_target_label(gckpt_target t);
 /* The target named s (exactly as gckpt_target_names spells it), or -1. */
 int gckpt_target_from(const char *s);
 

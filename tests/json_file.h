@@ -3,7 +3,10 @@
 #ifndef GCKPT_TESTS_JSON_FILE_H
 #define GCKPT_TESTS_JSON_FILE_H
 
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gckpt/util/util.h"
 
@@ -20,5 +23,23 @@ static inline cJSON *read_json(const char *path)
 
 /* an object's member (NULL when absent) */
 static inline const cJSON *at(const cJSON *j, const char *k) { return cJSON_GetObjectItemCaseSensitive(j, k); }
+
+/* each(path, file name, user) for every dir/PREFIX*.json (readdir order); the test fails when the
+ * folder cannot be opened */
+static inline void each_json_file(const char *dir, const char *prefix,
+                                  void (*each)(const char *path, const char *name, void *user), void *user)
+{
+    DIR *d = opendir(dir);
+    if (!d) fail_msg("cannot open %s", dir);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, prefix, strlen(prefix)) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        each(path, e->d_name, user);
+    }
+    closedir(d);
+}
 
 #endif

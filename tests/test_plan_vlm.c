@@ -7,7 +7,6 @@
  * within the planner's fixture tolerance (0.1 % fp32 and amp, 0.5 % bf16). The plan JSON of
  * each carries the images and the checkpointed layers of both towers the probe saw, and
  * passes reports/schema/plan.schema.json. */
-#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -128,21 +127,15 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     cJSON_Delete(j);
 }
 
+static void check_one(const char *path, const char *name, void *ty)
+{
+    check_fixture(path, name, ty);
+}
+
 static tally family(const char *prefix)
 {
-    const char *dir = GCKPT_TEST_DATA "/hf-vlm";
-    DIR *d = opendir(dir);
-    if (!d) fail_msg("cannot open %s", dir);
-    struct dirent *e;
     tally ty = {0};
-    while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (strncmp(e->d_name, prefix, strlen(prefix)) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        check_fixture(path, e->d_name, &ty);
-    }
-    closedir(d);
+    each_json_file(GCKPT_TEST_DATA "/hf-vlm", prefix, check_one, &ty);
     printf("%s: %d of %d plans' peaks within the tolerance of the measured (the worst at %.2f x it)\n", prefix,
            ty.passed, ty.files, ty.worst);
     return ty;

@@ -9,7 +9,6 @@
  * layer next to masked_scatter's mask (the text side's). Gemma 3's head (SigLIP's
  * post_layernorm and pooling head, its projector) is not traced: its last layer's other
  * tensors are not compared. */
-#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -178,21 +177,16 @@ static void check_fixture(const char *path, tally *ty)
     cJSON_Delete(j);
 }
 
+static void check_one(const char *path, const char *name, void *ty)
+{
+    (void)name;
+    check_fixture(path, ty);
+}
+
 static tally family_saved(const char *prefix)
 {
-    const char *dir = GCKPT_TEST_DATA "/hf-vlm";
-    DIR *d = opendir(dir);
-    if (!d) fail_msg("cannot open %s", dir);
-    struct dirent *e;
     tally ty = {0};
-    while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (strncmp(e->d_name, prefix, strlen(prefix)) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        check_fixture(path, &ty);
-    }
-    closedir(d);
+    each_json_file(GCKPT_TEST_DATA "/hf-vlm", prefix, check_one, &ty);
     printf("%s: %d fixtures, %d vision layers (%d plain, %d of them frozen under checkpointing), the tower's "
            "embedding%s: saved bytes exact\n",
            prefix, ty.files, ty.layers_checked, ty.plain_checked, ty.frozen_plain_checked,

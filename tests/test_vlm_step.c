@@ -8,7 +8,6 @@
  * line per fixture; the host peak (both towers' offloaded inputs, the checkpoints' RNG
  * states) exactly; which layers of each tower are checkpointed against the probe's
  * (towers.vision / towers.text.checkpointed); the tokens per image. */
-#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -111,21 +110,15 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     cJSON_Delete(j);
 }
 
+static void check_one(const char *path, const char *name, void *ty)
+{
+    check_fixture(path, name, ty);
+}
+
 static tally family_peaks(const char *prefix)
 {
-    const char *dir = GCKPT_TEST_DATA "/hf-vlm";
-    DIR *d = opendir(dir);
-    if (!d) fail_msg("cannot open %s", dir);
-    struct dirent *e;
     tally ty = {0};
-    while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (strncmp(e->d_name, prefix, strlen(prefix)) || l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        check_fixture(path, e->d_name, &ty);
-    }
-    closedir(d);
+    each_json_file(GCKPT_TEST_DATA "/hf-vlm", prefix, check_one, &ty);
     printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it)\n", prefix, ty.passed,
            ty.files, ty.worst);
     return ty;

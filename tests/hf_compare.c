@@ -178,7 +178,7 @@ static bool read_root(const char *path, const cJSON *root, hf_fixture *f, gckpt_
     f->dropout = num(set, path, "dropout", &d, err) ? d : 0;
     gckpt_setting *st = &f->s;
     memset(st, 0, sizeof *st);
-    int prec = !strncmp(f->precision, "amp-bf16", 8) ? GCKPT_AMP_BF16 : gckpt_precision_from(f->precision);
+    int prec = hf_precision_from(f->precision);
     int attn = gckpt_attention_from(f->attention);
     if (prec < 0 || attn < 0 || b < 1 || s < 1 || ga < 1 || n < 0) {
         gckpt_seterr(err, "%s: setting '%s' / '%s' / sizes not understood", path, f->precision, f->attention);
@@ -287,6 +287,11 @@ static void read_routing(const cJSON *root, hf_fixture *f)
         }
         f->moe_counts_ok &= (uint64_t)nl == f->m.layers - f->m.dense_layers; /* the MoE layers' */
     }
+}
+
+int hf_precision_from(const char *name)
+{
+    return !strncmp(name, "amp-bf16", 8) ? GCKPT_AMP_BF16 : gckpt_precision_from(name);
 }
 
 gckpt_target hf_target(const hf_fixture *f)

@@ -89,6 +89,8 @@ typedef struct {
 } hf_cmp;
 
 /* Read a fixture (schema gckpt.hf-fixture/1); false with err naming file and field. */
+/* A probe setting's precision name as gckpt's ("amp-bf16-cudalists" is amp-bf16), or -1. */
+int hf_precision_from(const char *name);
 /* The target f was measured as: GCKPT_TARGET_CPU, or _CPU_CUDA_LISTS for "cudalists". */
 gckpt_target hf_target(const hf_fixture *f);
 bool hf_fixture_read(const char *path, hf_fixture *f, gckpt_err *err);

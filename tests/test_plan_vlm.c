@@ -28,6 +28,7 @@
 #error GCKPT_TEST_DATA must name tests/data
 #endif
 
+#include "hf_compare.h"
 #include "json_file.h"
 
 static cJSON *g_schema; /* reports/schema/plan.schema.json */
@@ -58,7 +59,7 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     free(cfg);
 
     const char *prec = at(set, "precision")->valuestring;
-    int p = !strncmp(prec, "amp-bf16", 8) ? GCKPT_AMP_BF16 : gckpt_precision_from(prec);
+    int p = hf_precision_from(prec);
     if (p < 0) fail_msg("%s: precision %s", path, prec);
     const cJSON *en = at(set, "every_n_layers");
     uint32_t every = cJSON_IsNumber(en) ? (uint32_t)en->valuedouble : 0;

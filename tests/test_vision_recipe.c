@@ -32,6 +32,7 @@
 #error GCKPT_TEST_DATA must name tests/data
 #endif
 
+#include "hf_compare.h"
 #include "json_file.h"
 
 static gckpt_device g_dev;
@@ -69,7 +70,7 @@ static void check_fixture(const char *path, tally *ty)
     if (!gckpt_vlm_parse(path, cfg, &v, &err)) fail_msg("%s: %s", path, err.msg);
     free(cfg);
     const char *prec = at(set, "precision")->valuestring;
-    int p = !strncmp(prec, "amp-bf16", 8) ? GCKPT_AMP_BF16 : gckpt_precision_from(prec);
+    int p = hf_precision_from(prec);
     if (p < 0) fail_msg("%s: precision %s", path, prec);
     gckpt_target target = cJSON_IsString(at(set, "autocast_lists")) ? GCKPT_TARGET_CPU_CUDA_LISTS : GCKPT_TARGET_CPU;
     const cJSON *en = at(set, "every_n_layers");

@@ -401,8 +401,10 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     x->mode = exec_par_ops_of(&s->layout); /* exec_parallel_check: a mode of the table */
     if (o) x->o = *o;
     if (gckpt_layout_multi(&x->set.layout)) x->set.layout.rank = (uint32_t)x->o.rank; /* the context is this rank's */
-    if (x->set.layout.tp > 1) { /* TP alone: this rank's local model and shards (gckpt/core/tp.h) */
-        x->set.layout.tp_rank = (uint32_t)x->o.rank;
+    if (x->set.layout.tp > 1) { /* TP: this rank's local model and shards (gckpt/core/tp.h) */
+        /* TP x FSDP: TP rank r % tp of data-parallel rank r / tp (gckpt_tp_hsdp_layout, R-TP-1) */
+        x->set.layout.tp_rank = (uint32_t)x->o.rank % x->set.layout.tp;
+        if (gckpt_layout_multi(&x->set.layout)) x->set.layout.rank = (uint32_t)x->o.rank / x->set.layout.tp;
         x->tp_full = *m;
         gckpt_tp_local_model(m, x->set.layout.tp, x->set.layout.tp_rank, &x->m);
     }

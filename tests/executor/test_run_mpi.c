@@ -479,26 +479,31 @@ static int own_lines(const char *err);
  * 1e-6 (the checksum differs: the colwise input gradients and rowwise outputs are summed in another order).
  * T 4 on a model with 4 key/value heads and uneven intermediate (70) and vocabulary (131) chunks; qwen3's
  * q / k norms. */
-static void check_tp(const char *model, int T, uint64_t grad_accum, int steps, gckpt_precision prec)
+/* R, S: --dp-replicate R, --dp-shard S beside --tp T (0: none); the world is T x R x S ranks, the one
+ * process runs R x S x grad_accum micro-steps (the data-parallel ranks' batches in their order). */
+static void check_tp_mesh(const char *model, int T, int R, int S, uint64_t grad_accum, int steps, gckpt_precision prec)
 {
-    char plan[96], one[96], rep[112], rep1[112], err[8192];
+    char plan[112], one[112], rep[128], rep1[128], err[8192];
     const char *pn = gckpt_precision_names[prec];
-    snprintf(plan, sizeof plan, "%s-tp%d-%s-ga%llu.json", model, T, pn, (unsigned long long)grad_accum);
-    snprintf(one, sizeof one, "%s-tpone-%s-ga%llu.json", model, pn, (unsigned long long)grad_accum);
+    int dp = (R ? R : 1) * (S ? S : 1), world = T * dp;
+    if (dp == 1) snprintf(plan, sizeof plan, "%s-tp%d-%s-ga%llu.json", model, T, pn, (unsigned long long)grad_accum);
+    else snprintf(plan, sizeof plan, "%s-tp%dr%ds%d-%s-ga%llu.json", model, T, R, S, pn, (unsigned long long)grad_accum);
+    snprintf(one, sizeof one, "%s-tpone-%s-ga%llu.json", model, pn, (unsigned long long)grad_accum * (uint64_t)dp);
     snprintf(rep, sizeof rep, "%sl", plan);
     snprintf(rep1, sizeof rep1, "%sl", one);
-    char *t = pf_plan_text_tp(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum, 0, NULL, NULL, (uint32_t)T, 0);
+    char *t = pf_plan_text_mesh(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum, 0, NULL, NULL, (uint32_t)T, (uint32_t)R,
+                                (uint32_t)S);
     assert_non_null(t);
     cli_write(plan, t);
     free(t);
-    t = pf_plan_text_full(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum, 0, NULL, NULL);
+    t = pf_plan_text_full(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum * (uint64_t)dp, 0, NULL, NULL);
     assert_non_null(t);
     cli_write(one, t);
     free(t);
-    int rc = mpi(T, plan, rep, steps, err, sizeof err);
-    if (rc != 0) fail_msg("%s: mpirun -np %d: exit %d: %s", plan, T, rc, err);
+    int rc = mpi(world, plan, rep, steps, err, sizeof err);
+    if (rc != 0) fail_msg("%s: mpirun -np %d: exit %d: %s", plan, world, rc, err);
     cJSON *r = load(rep), *s = single(one, rep1, steps);
-    assert_int_equal(num(r, "ranks.world_size"), T);
+    assert_int_equal(num(r, "ranks.world_size"), world);
     assert_string_equal(str(r, "ranks.parallel"), "tp");
     int n = cJSON_GetArraySize(pf_at(r, "entries"));
     assert_int_equal(n, 5);
@@ -508,9 +513,9 @@ static void check_tp(const char *model, int T, uint64_t grad_accum, int steps, g
         snprintf(p, sizeof p, "entries[%d].pass", i);
         if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d did not pass", plan, i);
         snprintf(p, sizeof p, "entries[%d].ranks", i);
-        assert_int_equal(cJSON_GetArraySize(pf_at(r, p)), T);
+        assert_int_equal(cJSON_GetArraySize(pf_at(r, p)), world);
         double busiest = 0;
-        for (int k = 0; k < T; k++) {
+        for (int k = 0; k < world; k++) {
             snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.measured", i, k);
             busiest = fmax(busiest, num(r, p));
             snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.exact", i, k);
@@ -534,8 +539,8 @@ static void check_tp(const char *model, int T, uint64_t grad_accum, int steps, g
         double loss = num(r, p), loss1 = num(s, p);
         snprintf(p, sizeof p, "entries[%d].numerics.grad_norm", i);
         double g = num(r, p), g1 = num(s, p);
-        print_message("tp %d entry %d: loss %.17g (one process %.17g%s), grad norm %.17g (%.17g, %+.2e)\n", T, i, loss,
-                      loss1, loss == loss1 ? ", bit for bit" : "", g, g1, (g - g1) / g1);
+        print_message("tp %d x %d entry %d: loss %.17g (one process %.17g%s), grad norm %.17g (%.17g, %+.2e)\n", T, dp, i,
+                      loss, loss1, loss == loss1 ? ", bit for bit" : "", g, g1, (g - g1) / g1);
         /* amp-bf16: each rank's rowwise partial output is rounded to bf16 before the sum (one process
          * rounds the whole product once), and the logits' pieces likewise: measured 6.7e-6 on the loss,
          * 3.0e-4 on the norm (grad_accum 2; a missing all-reduce moves the loss by 1e-3) */
@@ -545,6 +550,25 @@ static void check_tp(const char *model, int T, uint64_t grad_accum, int steps, g
     }
     cJSON_Delete(r);
     cJSON_Delete(s);
+}
+
+static void check_tp(const char *model, int T, uint64_t grad_accum, int steps, gckpt_precision prec)
+{
+    check_tp_mesh(model, T, 0, 0, grad_accum, steps, prec);
+}
+
+/* TP x DDP (gckpt-plan --tp 2 --dp-replicate 2; interp_fsdp.c's exec_tp_fsdp_ops, FINDINGS R-TP-11): 4 ranks,
+ * each TP group FSDP2 over one shard rank replicated twice: every micro-step's reduce output kept as the
+ * partial output and added into the synchronising one's before its all-reduce across the replicas; fp32 at
+ * grad_accum 2 (the partial output made and consumed) over two steps (the AdamW step on the reduced
+ * gradients), and grad_accum 1. As check_tp against one process of 2 x grad_accum micro-steps: every rank's
+ * peak equal to its schedule's (the plan's), the loss within 1e-6 (measured bit for bit), the gradient norm
+ * within 1e-6 (measured 1.5e-8). */
+static void tp_ddp(void **st)
+{
+    (void)st;
+    check_tp_mesh("tiny-llama", 2, 2, 0, 2, 2, GCKPT_FP32);
+    check_tp_mesh("tiny-llama", 2, 2, 0, 1, 1, GCKPT_FP32);
 }
 
 static void tp(void **st)
@@ -648,7 +672,7 @@ int main(void)
                                        cmocka_unit_test(zero2), cmocka_unit_test(hsdp), cmocka_unit_test(hsdp_peft), cmocka_unit_test(zero2_split),
                                        cmocka_unit_test(zero2_bucket_size),
                                        cmocka_unit_test(zero3), cmocka_unit_test(tied), cmocka_unit_test(tp),
-                                       cmocka_unit_test(refusals)};
+                                       cmocka_unit_test(tp_ddp), cmocka_unit_test(refusals)};
     const char *only = getenv("GCKPT_MPI_TEST"); /* one test by name (cmocka's filter): hsdp_peft */
     if (only && *only) cmocka_set_test_filter(only);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

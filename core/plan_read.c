@@ -930,12 +930,6 @@ bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
     if (pf->layout.offload)
         gckpt_seterr(err, "%s: field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
                           "not executed by gckpt-run", f);
-    else if (pf->tp_replicate > 1 && pf->tp_fsdp > 1)
-        gckpt_seterr(err, "%s: field 'inputs.tensor_parallel.dp_replicate_size': HSDP x TP (dp_replicate with fsdp_size) "
-                          "is planned, not executed by gckpt-run (it runs TP alone and TP x DDP)", f);
-    else if (pf->tp_fsdp > 1)
-        gckpt_seterr(err, "%s: field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by "
-                          "gckpt-run (it runs TP alone and TP x DDP)", f);
     else if (pf->cp)
         gckpt_seterr(err, "%s: field 'inputs.context_parallel': context parallelism is planned, not executed by "
                           "gckpt-run (it would run the ranks as %s over the whole sequence)", f,

@@ -12,6 +12,7 @@
 
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/peft.h"
+#include "gckpt/util/test_hooks.h"
 
 bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err)
 {
@@ -198,6 +199,10 @@ gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uin
      * under amp-bf16: the fp32 sharded gradient is the bf16 reduce-scatter's output cast up, so
      * the bf16 bits lose nothing) */
     gckpt_dtype dt = (gckpt_dtype)p->spec->grad.dtype;
+    float *dump = gckpt_hook_grad_piece && rc == GCKPT_XS_OK ? malloc(sizeof *dump * (n ? n : 1)) : NULL;
+    for (uint64_t i = 0; dump && i < n; i++) dump[i] = ld(&v, i);
+    if (dump) gckpt_hook_grad_piece(p->tensor, p->layer, lo, dump, n); /* tests only (test_hooks.h) */
+    free(dump);
     for (uint64_t i = 0; i < n && rc == GCKPT_XS_OK; i++) {
         uint64_t bits = 0; /* its low bytes, as the host backend's checksum reads a buffer */
         float f = ld(&v, i);

@@ -24,7 +24,12 @@
  * param_dtype = reduce_dtype = bf16, FINDINGS R-DIST-3) the shards and states stay fp32 and the
  * schedule's events say bf16 for the rest: the all-gather packs the shards rounded to bf16, the
  * unsharded parameters and their .grad are bf16 (the ops compute in bf16), the reduce-scatter
- * averages bf16 and its output is cast into the fp32 sharded gradient the step reads. */
+ * averages bf16 and its output is cast into the fp32 sharded gradient the step reads.
+ * TP x FSDP (exec_tp_fsdp_ops, FINDINGS R-TP-8, R-TP-11, R-EXEC-4): the same over the ranks of one TP
+ * rank (its world: the dp_shard group), interp_tp.c's ops on the unsharded local weights; at one shard
+ * rank the shard and the reduce input are copied (no all-gather, no reduce-scatter); with replicas the
+ * first micro-step's reduce output is kept as the partial output, later ones added into it (their FREE)
+ * and it into the synchronising micro-step's (its FREE), before the all-reduce. */
 #include "interp_parallel.h"
 
 #include <stdlib.h>

@@ -13,7 +13,10 @@
  * heads: their gradient contributions are all-reduced. Under amp-bf16 the rowwise outputs and the logits
  * are bf16, and a colwise input's gradient is all-reduced in fp32 after autocast's cast of it (the module's
  * input is the fp32 one, R-TP-6). Reductions add in rank order (comm.h). The vocabulary-parallel ops
- * compute on host memory: the host backend only (gckpt-run refuses another); fp32 or amp-bf16. */
+ * compute on host memory: the host backend only (gckpt-run refuses another); fp32 or amp-bf16.
+ * TP x FSDP (TP x DDP, HSDP x TP: interp_fsdp.c's exec_tp_fsdp_ops) runs these ops on FSDP2's unsharded
+ * local weights, its collectives in the TP group (tp_coll); FSDP2 shards, steps and hashes the local
+ * tensors (exec_tp_index: their elements' places in the whole tensor). */
 #include "interp_parallel.h"
 
 #include <stdlib.h>

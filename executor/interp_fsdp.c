@@ -453,6 +453,16 @@ static void fsdp_free(gckpt_exec *x)
     x->fsdp = NULL;
 }
 
+static bool tp_fsdp_prepare(gckpt_exec *x, gckpt_err *err)
+{
+    if (x->m.qk_norm) { /* gckpt-plan refuses it too (plan.c) */
+        gckpt_seterr(err, "TP x FSDP with q / k norms (qwen3's replicated_with_grad_allreduce under FSDP2) is not "
+                          "measured (FINDINGS R-TP-8, R-TP-10)");
+        return false;
+    }
+    return exec_tp_prepare(x, err);
+}
+
 static void tp_fsdp_free(gckpt_exec *x)
 {
     fsdp_free(x);
@@ -475,7 +485,7 @@ const exec_par_ops exec_fsdp_ops = {.flat_grads = true,
 
 /* TP x FSDP: TP's ops (the collectives inside them in the TP group) on the unsharded local weights */
 const exec_par_ops exec_tp_fsdp_ops = {.flat_grads = true,
-                                       .prepare = exec_tp_prepare,
+                                       .prepare = tp_fsdp_prepare,
                                        .setup = fsdp_setup,
                                        .init_param = fsdp_init_param,
                                        .on_alloc = fsdp_on_alloc,

@@ -684,6 +684,32 @@ static void tp_ddp(void **st)
     (void)st;
     check_tp_mesh("tiny-llama", 2, 2, 0, 2, 2, GCKPT_FP32);
     check_tp_mesh("tiny-llama", 2, 2, 0, 1, 1, GCKPT_FP32);
+    /* qwen3's q / k norms under FSDP2 are not measured: gckpt-plan refuses the plan, and gckpt-run a
+     * hand-made one (TP alone's with replicas added) entry by entry, naming why */
+    char *t = pf_plan_text_tp("tiny-qwen3-tp2", GCKPT_FP32, GCKPT_SDPA, every, 3, 2, 1, 0, NULL, NULL, 2, 0);
+    assert_non_null(t);
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    assert_non_null(j);
+    cJSON *tpj = pf_at(j, "inputs.tensor_parallel");
+    cJSON_ReplaceItemInObject(tpj, "world_size", cJSON_CreateNumber(4));
+    cJSON_AddNumberToObject(tpj, "dp_replicate_size", 2);
+    t = cJSON_Print(j);
+    cJSON_Delete(j);
+    cli_write("qwen3-tpddp.json", t);
+    free(t);
+    char err[8192];
+    int rc = mpi(4, "qwen3-tpddp.json", "qwen3-tpddp.jsonl", 1, err, sizeof err);
+    assert_int_equal(rc, 1);
+    cJSON *r = load("qwen3-tpddp.jsonl");
+    for (int i = 0; i < cJSON_GetArraySize(pf_at(r, "entries")); i++) {
+        char p[64];
+        snprintf(p, sizeof p, "entries[%d].status", i);
+        assert_string_equal(str(r, p), "error");
+        snprintf(p, sizeof p, "entries[%d].message", i);
+        if (!strstr(str(r, p), "TP x FSDP with q / k norms")) fail_msg("%s", str(r, p));
+    }
+    cJSON_Delete(r);
 }
 
 /* TP x FSDP (--tp 2 --dp-shard 2, R-TP-8): 4 ranks, each TP rank's local parameters FSDP2-sharded over

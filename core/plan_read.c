@@ -930,12 +930,6 @@ bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
     if (pf->layout.offload)
         gckpt_seterr(err, "%s: field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
                           "not executed by gckpt-run", f);
-    else if (pf->tp_replicate)
-        gckpt_seterr(err, "%s: field 'inputs.tensor_parallel.dp_replicate_size': TP with replicas is planned, not "
-                          "executed by gckpt-run (it runs TP alone)", f);
-    else if (pf->tp_fsdp)
-        gckpt_seterr(err, "%s: field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by "
-                          "gckpt-run (it runs TP alone)", f);
     else if (pf->cp)
         gckpt_seterr(err, "%s: field 'inputs.context_parallel': context parallelism is planned, not executed by "
                           "gckpt-run (it would run the ranks as %s over the whole sequence)", f,
@@ -981,5 +975,15 @@ gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i)
                        .offload = e->offload,
                        .peft = pf->peft,
                        .layout = pf->layout};
+    if (pf->tp_fsdp || pf->tp_replicate) /* TP x FSDP, TP with replicas: world rank 0's, as gckpt_plan_setting */
+        gckpt_tp_hsdp_layout(pf->layout.tp, pf->tp_replicate ? pf->tp_replicate : 1, pf->tp_fsdp ? pf->tp_fsdp : 1, 0,
+                             &s.layout);
     return s;
+}
+
+uint32_t gckpt_plan_file_ranks(const gckpt_plan_file *pf)
+{
+    if (pf->layout.tp > 1) /* one process per rank of the mesh (dp_replicate, fsdp, tp) */
+        return pf->layout.tp * (pf->tp_replicate ? pf->tp_replicate : 1) * (pf->tp_fsdp ? pf->tp_fsdp : 1);
+    return gckpt_layout_multi(&pf->layout) ? gckpt_layout_world(&pf->layout) : 1;
 }

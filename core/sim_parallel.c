@@ -185,7 +185,8 @@ static void free_grad(gckpt_schedule *o, int16_t t, uint32_t gid, uint64_t bytes
     e->bytes = bytes;
 }
 
-/* A partial reduce output made in an earlier micro-step (R-TP-11), by its schedule id. */
+/* A partial reduce output made in an earlier micro-step (R-TP-11), by its schedule id; bytes: its
+ * allocation's (rounded as gckpt_sim_buffer rounds it). */
 static void free_partial(gckpt_schedule *o, uint32_t gid, uint64_t bytes)
 {
     gckpt_event *e;
@@ -359,7 +360,7 @@ static void fsdp_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, u
         return;
     }
     if (defer && w->partial[unit] != GCKPT_NOINST) { /* reduce_output += partial, then the partial goes */
-        free_partial(o, w->partial[unit], part * gckpt_dtype_size(dt));
+        free_partial(o, w->partial[unit], gckpt_round_up(part * gckpt_dtype_size(dt), c->dev->alloc_round_bytes));
         w->partial[unit] = GCKPT_NOINST;
     }
     if (hsdp) { /* the reduced shard all-reduced in place across the replicas, held to the backward's end */

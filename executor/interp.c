@@ -12,6 +12,7 @@
 #include "gckpt/core/peft.h"
 #include "gckpt/core/prim.h"
 #include "gckpt/core/tp.h"
+#include "gckpt/util/test_hooks.h"
 #include "gckpt/executor/exec_quant.h"
 
 #include <math.h>
@@ -401,8 +402,10 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
     x->mode = exec_par_ops_of(&s->layout); /* exec_parallel_check: a mode of the table */
     if (o) x->o = *o;
     if (gckpt_layout_multi(&x->set.layout)) x->set.layout.rank = (uint32_t)x->o.rank; /* the context is this rank's */
-    if (x->set.layout.tp > 1) { /* TP alone: this rank's local model and shards (gckpt/core/tp.h) */
-        x->set.layout.tp_rank = (uint32_t)x->o.rank;
+    if (x->set.layout.tp > 1) { /* TP: this rank's local model and shards (gckpt/core/tp.h) */
+        /* TP x FSDP: TP rank r % tp of data-parallel rank r / tp (gckpt_tp_hsdp_layout, R-TP-1) */
+        x->set.layout.tp_rank = (uint32_t)x->o.rank % x->set.layout.tp;
+        if (gckpt_layout_multi(&x->set.layout)) x->set.layout.rank = (uint32_t)x->o.rank / x->set.layout.tp;
         x->tp_full = *m;
         gckpt_tp_local_model(m, x->set.layout.tp, x->set.layout.tp_rank, &x->m);
     }
@@ -631,6 +634,22 @@ static gckpt_xstatus run_part(gckpt_exec *x, const exec_part *part, uint64_t mic
     return which == RUN_LEADING_COLLECTIVES ? GCKPT_XS_OK : check_clean(x, in_micro, err);
 }
 
+/* A parameter's whole .grad as fp32 to the test hook. */
+static gckpt_xstatus dump_grad(gckpt_exec *x, const param_t *p)
+{
+    gckpt_xt g = exec_inst_view(x, p->grad);
+    unsigned sz = gckpt_dtype_size((gckpt_dtype)g.dt);
+    void *raw = malloc(sz * (g.n ? g.n : 1));
+    float *f = malloc(sizeof *f * (g.n ? g.n : 1));
+    gckpt_xstatus rc = raw && f ? x->be->download(x->be, raw, g.p, g.n * sz) : GCKPT_XS_OOM;
+    gckpt_xt v = {raw, g.n, g.dt, 0};
+    for (uint64_t i = 0; rc == GCKPT_XS_OK && i < g.n; i++) f[i] = ld(&v, i);
+    if (rc == GCKPT_XS_OK) gckpt_hook_grad_piece(p->tensor, p->layer, 0, f, g.n);
+    free(raw);
+    free(f);
+    return rc;
+}
+
 static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *err)
 {
     uint64_t h = 0;
@@ -648,6 +667,7 @@ static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *
         double s;
         gckpt_xstatus rc = x->be->checksum(x->be, exec_inst_view(x, p->grad),
                                            gckpt_key((uint64_t)p->tensor, (uint64_t)(p->layer + 1), 0x9ad, 0), &hh, &s);
+        if (rc == GCKPT_XS_OK && gckpt_hook_grad_piece) rc = dump_grad(x, p); /* tests only (test_hooks.h) */
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, "checksum", err);
         h += hh;
         ss += s;

@@ -117,8 +117,8 @@ struct gckpt_exec {
 /* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
 static inline uint64_t exec_global_micro(const gckpt_exec *x, uint64_t micro)
 {
-    /* a TP group's ranks see one batch (FINDINGS R-TP-1) */
-    uint64_t dp_rank = x->set.layout.tp > 1 ? 0 : (uint64_t)x->o.rank;
+    /* a TP group's ranks see one batch (FINDINGS R-TP-1): the data-parallel rank's (TP alone: 0) */
+    uint64_t dp_rank = x->set.layout.tp > 1 ? x->set.layout.rank : (uint64_t)x->o.rank;
     return dp_rank * x->set.grad_accum + micro;
 }
 

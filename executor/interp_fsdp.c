@@ -24,7 +24,12 @@
  * param_dtype = reduce_dtype = bf16, FINDINGS R-DIST-3) the shards and states stay fp32 and the
  * schedule's events say bf16 for the rest: the all-gather packs the shards rounded to bf16, the
  * unsharded parameters and their .grad are bf16 (the ops compute in bf16), the reduce-scatter
- * averages bf16 and its output is cast into the fp32 sharded gradient the step reads. */
+ * averages bf16 and its output is cast into the fp32 sharded gradient the step reads.
+ * TP x FSDP (exec_tp_fsdp_ops, FINDINGS R-TP-8, R-TP-11, R-EXEC-4): the same over the ranks of one TP
+ * rank (its world: the dp_shard group), interp_tp.c's ops on the unsharded local weights; at one shard
+ * rank the shard and the reduce input are copied (no all-gather, no reduce-scatter); with replicas the
+ * first micro-step's reduce output is kept as the partial output, later ones added into it (their FREE)
+ * and it into the synchronising micro-step's (its FREE), before the all-reduce. */
 #include "interp_parallel.h"
 
 #include <stdlib.h>
@@ -41,6 +46,9 @@ struct exec_fsdp {
     uint32_t ag, ag_unit; /* the latest all-gather's output and its unit */
     uint32_t rs_in;     /* the latest reduce-scatter input (the unit's .grads are packed into it) */
     uint32_t rs_out;    /* the latest reduce-scatter's output, until the sharded gradient takes it */
+    /* per unit: an earlier micro-step's reduce output kept as FSDP2's _partial_reduce_output (TP with
+     * replicas defers only the all-reduce, R-TP-11), GCKPT_NOINST */
+    uint32_t *partial;
     uint64_t units;
 };
 
@@ -70,10 +78,11 @@ static bool fsdp_prepare(gckpt_exec *x, gckpt_err *err)
         f->shard_bytes = calloc(n, sizeof *f->shard_bytes);
         f->state_bytes = calloc(n, sizeof *f->state_bytes);
         f->grad = malloc(f->units * sizeof *f->grad);
+        f->partial = malloc(f->units * sizeof *f->partial);
     }
-    if (!f || !f->off || !f->goff || !f->unit || !f->shard || !f->shard_bytes || !f->state_bytes || !f->grad)
+    if (!f || !f->off || !f->goff || !f->unit || !f->shard || !f->shard_bytes || !f->state_bytes || !f->grad || !f->partial)
         return gckpt_seterr(err, "out of memory"), false;
-    for (uint64_t u = 0; u < f->units; u++) f->grad[u] = GCKPT_NOINST;
+    for (uint64_t u = 0; u < f->units; u++) f->grad[u] = f->partial[u] = GCKPT_NOINST;
     f->ag = f->rs_in = f->rs_out = GCKPT_NOINST;
     /* a unit's shards packed in the table's order, as core/sim_parallel.c copies them out; its
      * sharded gradient the trainable ones' only (core/parallel.c's unit_grad_part, R-DISTPEFT-4) */
@@ -185,12 +194,14 @@ static uint64_t unit_grad_part(const gckpt_exec *x, uint64_t unit) { return x->c
 static gckpt_xstatus in_group(gckpt_exec *x, const gckpt_coll_args *a, gckpt_coll op, gckpt_redop red, gckpt_xt send,
                               gckpt_xt recv)
 {
-    if (a->group == GCKPT_GROUP_WORLD) return x->be->collective(x->be, op, red, send, recv, 0);
+    /* TP x FSDP: FSDP2's world is the ranks of this TP rank, its dp_shard group at dp_replicate 1 */
+    gckpt_coll_group g = a->group == GCKPT_GROUP_WORLD && x->tp ? GCKPT_GROUP_SHARD : (gckpt_coll_group)a->group;
+    if (g == GCKPT_GROUP_WORLD) return x->be->collective(x->be, op, red, send, recv, 0);
     if (!x->be->collective_group) {
         gckpt_seterr(&x->be->err, "the %s backend has no process groups (HSDP)", x->be->name);
         return GCKPT_XS_ERROR;
     }
-    return x->be->collective_group(x->be, (gckpt_coll_group)a->group, op, red, send, recv);
+    return x->be->collective_group(x->be, g, op, red, send, recv);
 }
 
 static gckpt_xstatus fsdp_collective(gckpt_exec *x, const gckpt_event *e, const exec_site *w, gckpt_err *err)
@@ -248,10 +259,24 @@ static gckpt_xstatus fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const ex
     }
     if (e->kind == GCKPT_EV_ALLOC_SCRATCH && e->comp == GCKPT_C_GRADS) { /* a unit's fp32 sharded gradient */
         uint64_t u = (uint64_t)exec_seg_slot(x, w->seg);
+        if (u < f->units && f->grad[u] != GCKPT_NOINST && f->partial[u] == GCKPT_NOINST) {
+            /* the first micro-step's reduce output, kept (R-TP-11): the partial output from now on */
+            f->partial[u] = f->grad[u];
+            x->inst[f->partial[u]].is_pgrad = false;
+            f->grad[u] = GCKPT_NOINST;
+        }
         if (u >= f->units || f->grad[u] != GCKPT_NOINST || e->dtype != GCKPT_DT_F32 || e->numel != unit_grad_part(x, u))
             return exec_fail(err, "%s: not unit %llu's fp32 sharded gradient", w->at, (unsigned long long)u);
         f->grad[u] = e->inst;
         x->inst[e->inst].is_pgrad = true; /* to zero_grad */
+        if (world(x) == 1) { /* one shard rank: the reduce input copied, no reduce-scatter (foreach_reduce) */
+            gckpt_xt in;
+            gckpt_xstatus rc = inst(x, f->rs_in, e->numel, "reduce input", w, &in, err);
+            if (rc == GCKPT_XS_OK && in.dt != GCKPT_DT_F32) return exec_fail(err, "%s: fsdp: a reduce input not fp32", w->at);
+            if (rc == GCKPT_XS_OK && (rc = x->be->add(x->be, exec_inst_view(x, e->inst), none, in)) != GCKPT_XS_OK)
+                return exec_be_fail(x, rc, w->at, err);
+            return rc;
+        }
         if (f->rs_out == GCKPT_NOINST) return GCKPT_XS_OK; /* fp32 on the wire: the reduce-scatter writes it */
         gckpt_xt out;
         gckpt_xstatus rc = inst(x, f->rs_out, e->numel, "reduce-scatter output", w, &out, err);
@@ -266,10 +291,18 @@ static gckpt_xstatus fsdp_on_alloc(gckpt_exec *x, const gckpt_event *e, const ex
     size_t j = p ? (size_t)(p - x->params) : 0;
     if (!p || p->w || e->numel != part_of(p) * world(x))
         return exec_fail(err, "%s: not an ungathered parameter's unsharded buffer", w->at);
+    gckpt_xt mine = exec_inst_view(x, e->inst);
+    if (world(x) == 1) { /* one shard rank: no all-gather, the shard copied out (unshard, R-TP-11) */
+        if (p->spec->quant.scheme || mine.dt != p->spec->weight.dtype)
+            return exec_fail(err, "%s: fsdp: a one-rank shard that is not an unquantized weight", w->at);
+        gckpt_xstatus rc = x->be->add(x->be, mine, none, f32(f->shard[j], 0, mine.n));
+        if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
+        p->w = mine.p;
+        return GCKPT_XS_OK;
+    }
     if (f->ag_unit != f->unit[j]) return exec_fail(err, "%s: the latest all-gather is another unit's", w->at);
     uint64_t up = unit_part(x, f->unit[j]), part = part_of(p);
     gckpt_xstatus rc = inst(x, f->ag, up * world(x), "all-gather output", w, &ag, err);
-    gckpt_xt mine = exec_inst_view(x, e->inst);
     unsigned sz = gckpt_dtype_size((gckpt_dtype)mine.dt);
     bool packed = p->spec->quant.scheme != 0; /* bytes: a cast would not keep every pattern */
     for (uint64_t r = 0; r < world(x) && rc == GCKPT_XS_OK; r++)
@@ -288,6 +321,23 @@ static gckpt_xstatus fsdp_on_free(gckpt_exec *x, const gckpt_event *e, const exe
     exec_fsdp *f = x->fsdp;
     *done = false;
     void *buf = x->inst[e->inst].p;
+    for (uint64_t u = 0; u < f->units; u++) { /* the deferred all-reduce's partial output (R-TP-11) */
+        gckpt_xstatus rc = GCKPT_XS_OK;
+        if (e->inst == f->partial[u]) { /* the synchronising micro-step: reduce_output += partial */
+            if (!exec_live(x, f->grad[u])) return exec_fail(err, "%s: fsdp: a partial output and no reduce output", w->at);
+            gckpt_xt out = exec_inst_view(x, f->grad[u]);
+            rc = x->be->add(x->be, out, out, exec_inst_view(x, e->inst));
+            f->partial[u] = GCKPT_NOINST;
+        } else if (e->inst == f->grad[u]) { /* a later micro-step's reduce output added into the partial */
+            if (!exec_live(x, f->partial[u])) return exec_fail(err, "%s: fsdp: a unit's reduce output freed", w->at);
+            gckpt_xt part = exec_inst_view(x, f->partial[u]);
+            rc = x->be->add(x->be, part, part, exec_inst_view(x, e->inst));
+            x->inst[e->inst].is_pgrad = false;
+            f->grad[u] = GCKPT_NOINST;
+        } else
+            continue;
+        return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
+    }
     for (size_t j = 0; j < x->nparams; j++) {
         param_t *p = &x->params[j];
         if (p->w == buf) p->w = NULL; /* resharded */
@@ -295,6 +345,8 @@ static gckpt_xstatus fsdp_on_free(gckpt_exec *x, const gckpt_event *e, const exe
         /* an unsharded .grad into the reduce-scatter input: rank r's piece holds its rows */
         uint64_t up = unit_grad_part(x, f->unit[j]), part = part_of(p), numel = p->spec->numel;
         gckpt_xt in, g = exec_inst_view(x, p->grad), none = {0};
+        /* TP's embedding: its whole [V, h] .grad, the rank's rows packed (R-TP-8) */
+        g.p = (char *)g.p + exec_tp_grad_lo(x, p, g.n) * gckpt_dtype_size((gckpt_dtype)g.dt);
         gckpt_xstatus rc = inst(x, f->rs_in, up * world(x), "reduce-scatter input", w, &in, err);
         unsigned si = gckpt_dtype_size((gckpt_dtype)in.dt), sg = gckpt_dtype_size((gckpt_dtype)g.dt);
         for (uint64_t r = 0; r < world(x) && rc == GCKPT_XS_OK; r++) {
@@ -351,13 +403,15 @@ static gckpt_xstatus fsdp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq,
     *hash = 0;
     *sumsq = 0;
     /* HSDP: every replica holds the same shards; the first replica's ranks hash them */
-    bool replica0 = (uint32_t)x->o.rank < gckpt_layout_shard_world(&x->set.layout);
+    bool replica0 = exec_dp_rank(x) < gckpt_layout_shard_world(&x->set.layout);
     for (size_t j = 0; j < x->nparams && replica0; j++) {
         param_t *p = &x->params[j];
         if (!p->spec->trainable) continue; /* frozen (LoRA's base): no gradient */
         if (!exec_live(x, f->grad[f->unit[j]])) return exec_fail(err, "checksum: fsdp: a unit has no sharded gradient");
-        gckpt_xstatus rc = exec_piece_hash(x, p, f32(x->inst[f->grad[f->unit[j]]].p, f->goff[j], local_of(x, p)),
-                                           (uint64_t)exec_shard_rank(x) * part_of(p), hash, sumsq, err);
+        gckpt_xt piece = f32(x->inst[f->grad[f->unit[j]]].p, f->goff[j], local_of(x, p));
+        uint64_t lo = (uint64_t)exec_shard_rank(x) * part_of(p);
+        gckpt_xstatus rc = x->tp ? exec_tp_piece_hash(x, p, piece, lo, hash, sumsq, err) /* at the whole tensor's indices */
+                                 : exec_piece_hash(x, p, piece, lo, hash, sumsq, err);
         if (rc != GCKPT_XS_OK) return rc;
     }
     return exec_ranks_hash(x, hash, sumsq, err);
@@ -372,7 +426,15 @@ static void fsdp_release(gckpt_exec *x)
         p->st[0] = p->st[1] = NULL;
         p->w = NULL;
     }
-    for (uint64_t u = 0; f && u < f->units; u++) f->grad[u] = GCKPT_NOINST;
+    for (uint64_t u = 0; f && u < f->units; u++) f->grad[u] = f->partial[u] = GCKPT_NOINST;
+}
+
+/* The partial outputs live from one micro-step to the next. */
+static bool fsdp_holds(const gckpt_exec *x, uint32_t id)
+{
+    for (uint64_t u = 0; u < x->fsdp->units; u++)
+        if (x->fsdp->partial[u] == id) return true;
+    return false;
 }
 
 static void fsdp_free(gckpt_exec *x)
@@ -386,8 +448,25 @@ static void fsdp_free(gckpt_exec *x)
     free(f->shard_bytes);
     free(f->state_bytes);
     free(f->grad);
+    free(f->partial);
     free(f);
     x->fsdp = NULL;
+}
+
+static bool tp_fsdp_prepare(gckpt_exec *x, gckpt_err *err)
+{
+    if (x->m.qk_norm) { /* gckpt-plan refuses it too (plan.c) */
+        gckpt_seterr(err, "TP x FSDP with q / k norms (qwen3's replicated_with_grad_allreduce under FSDP2) is not "
+                          "measured (FINDINGS R-TP-8, R-TP-10)");
+        return false;
+    }
+    return exec_tp_prepare(x, err);
+}
+
+static void tp_fsdp_free(gckpt_exec *x)
+{
+    fsdp_free(x);
+    exec_tp_free(x);
 }
 
 const exec_par_ops exec_fsdp_ops = {.flat_grads = true,
@@ -400,5 +479,22 @@ const exec_par_ops exec_fsdp_ops = {.flat_grads = true,
                                     .zero_grad = fsdp_zero_grad,
                                     .step = fsdp_step,
                                     .checksum = fsdp_checksum,
+                                    .holds = fsdp_holds,
                                     .release = fsdp_release,
                                     .free = fsdp_free};
+
+/* TP x FSDP: TP's ops (the collectives inside them in the TP group) on the unsharded local weights */
+const exec_par_ops exec_tp_fsdp_ops = {.flat_grads = true,
+                                       .prepare = tp_fsdp_prepare,
+                                       .setup = fsdp_setup,
+                                       .init_param = fsdp_init_param,
+                                       .on_alloc = fsdp_on_alloc,
+                                       .on_free = fsdp_on_free,
+                                       .run_op = exec_tp_run_op,
+                                       .collective = fsdp_collective,
+                                       .zero_grad = fsdp_zero_grad,
+                                       .step = fsdp_step,
+                                       .checksum = fsdp_checksum,
+                                       .holds = fsdp_holds,
+                                       .release = fsdp_release,
+                                       .free = tp_fsdp_free};

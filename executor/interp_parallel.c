@@ -12,6 +12,7 @@
 
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/peft.h"
+#include "gckpt/util/test_hooks.h"
 
 bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt_err *err)
 {
@@ -24,9 +25,12 @@ bool exec_parallel_check(const gckpt_setting *s, const gckpt_exec_opts *o, gckpt
         gckpt_seterr(err, "rank %d of %d ranks", rank, world);
         return false;
     }
-    if (s->layout.tp > 1 && gckpt_layout_multi(&s->layout)) {
-        gckpt_seterr(err, "TP x FSDP (tp %u x %u ranks) is planned, not executed by gckpt-run", s->layout.tp,
-                     gckpt_layout_world(&s->layout));
+    if (s->layout.tp > 1 && gckpt_layout_multi(&s->layout)) { /* TP x FSDP: one rank per rank of the mesh */
+        if (!gckpt_layout_check(s, err)) return false;
+        uint32_t want = s->layout.tp * gckpt_layout_world(&s->layout);
+        if ((uint32_t)world == want) return true;
+        gckpt_seterr(err, "tensor parallelism (tp %u) x %s planned for %u ranks, run on %d", s->layout.tp,
+                     gckpt_parallel_names[s->layout.mode], want, world);
         return false;
     }
     if (s->layout.tp > 1) { /* TP alone: one rank per TP rank (interp_tp.c) */
@@ -59,7 +63,8 @@ const exec_par_ops *exec_par_ops_of(const gckpt_layout *l)
         [GCKPT_PAR_TOY] = &exec_toy_ops,
 #endif
     };
-    if (l->tp > 1) return l->mode == GCKPT_PAR_NONE ? &exec_tp_ops : NULL; /* TP alone; TP x FSDP is not executed */
+    if (l->tp > 1) /* TP alone; TP x FSDP (gckpt_tp_hsdp_layout) */
+        return l->mode == GCKPT_PAR_NONE ? &exec_tp_ops : l->mode == GCKPT_PAR_FSDP ? &exec_tp_fsdp_ops : NULL;
     return l->mode < GCKPT_NPAR ? modes[l->mode] : NULL;
 }
 
@@ -123,7 +128,7 @@ gckpt_xstatus exec_rank_buffers(gckpt_exec *x, gckpt_err *err)
 {
     if (!x->rows && !(x->rows = calloc(1, sizeof *x->rows))) return exec_fail(err, "out of memory");
     gckpt_rank_state *st = &x->rows->st;
-    gckpt_rank_rows(&x->ctx.params, &x->m, &x->set, (uint32_t)x->o.rank, x->dev.alloc_round_bytes, st);
+    gckpt_rank_rows(&x->ctx.params, &x->m, &x->set, exec_dp_rank(x), x->dev.alloc_round_bytes, st);
     uint64_t sum = 0;
     for (int k = 0; k < st->n; k++) {
         x->rows->buf[k] = NULL;
@@ -194,6 +199,10 @@ gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uin
      * under amp-bf16: the fp32 sharded gradient is the bf16 reduce-scatter's output cast up, so
      * the bf16 bits lose nothing) */
     gckpt_dtype dt = (gckpt_dtype)p->spec->grad.dtype;
+    float *dump = gckpt_hook_grad_piece && rc == GCKPT_XS_OK ? malloc(sizeof *dump * (n ? n : 1)) : NULL;
+    for (uint64_t i = 0; dump && i < n; i++) dump[i] = ld(&v, i);
+    if (dump) gckpt_hook_grad_piece(p->tensor, p->layer, lo, dump, n); /* tests only (test_hooks.h) */
+    free(dump);
     for (uint64_t i = 0; i < n && rc == GCKPT_XS_OK; i++) {
         uint64_t bits = 0; /* its low bytes, as the host backend's checksum reads a buffer */
         float f = ld(&v, i);
@@ -228,7 +237,12 @@ gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err 
     return GCKPT_XS_OK;
 }
 
-uint32_t exec_shard_rank(const gckpt_exec *x) { return gckpt_layout_shard_rank(&x->set.layout, (uint32_t)x->o.rank); }
+uint32_t exec_dp_rank(const gckpt_exec *x)
+{
+    return x->set.layout.tp > 1 ? x->set.layout.rank : (uint32_t)x->o.rank; /* gckpt_exec_new sets it */
+}
+
+uint32_t exec_shard_rank(const gckpt_exec *x) { return gckpt_layout_shard_rank(&x->set.layout, exec_dp_rank(x)); }
 
 gckpt_xstatus exec_shard_init(gckpt_exec *x, const param_t *p, void *dst, gckpt_init how, float scale, uint64_t key,
                               gckpt_err *err)
@@ -238,7 +252,7 @@ gckpt_xstatus exec_shard_init(gckpt_exec *x, const param_t *p, void *dst, gckpt_
     float *v = malloc(sizeof *v * (part ? part : 1));
     if (!v) return exec_fail(err, "out of memory");
     for (uint64_t i = 0; i < part; i++) /* the values one process's init gives these elements */
-        v[i] = i >= local ? 0.0f : how == GCKPT_INIT_CONST ? scale : gckpt_rng_uniform(key, lo + i, scale);
+        v[i] = i >= local ? 0.0f : how == GCKPT_INIT_CONST ? scale : gckpt_rng_uniform(key, exec_tp_index(x, p, lo + i), scale);
     gckpt_xstatus rc = x->be->upload(x->be, dst, v, part * 4);
     free(v);
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising a shard", err);

@@ -10,6 +10,9 @@
 /* Each mode's hooks (exec_par_ops_of picks one). */
 extern const exec_par_ops exec_ddp_ops, exec_zero1_ops, exec_zero2_ops, exec_zero3_ops, exec_fsdp_ops;
 extern const exec_par_ops exec_tp_ops; /* tensor parallelism alone (interp_tp.c) */
+/* TP x FSDP (gckpt_tp_hsdp_layout: TP x DDP, TP x FSDP, HSDP x TP): interp_tp.c's sharded ops in the
+ * TP group, FSDP2 (interp_fsdp.c) over the ranks of one TP rank */
+extern const exec_par_ops exec_tp_fsdp_ops;
 #ifdef GCKPT_TOY
 extern const exec_par_ops exec_toy_ops; /* the toy mode's (tests/toy/toy_exec.c) */
 #endif
@@ -43,6 +46,21 @@ gckpt_xstatus exec_step_rows_take(gckpt_exec *x, uint64_t *bytes, gckpt_err *err
 gckpt_xstatus exec_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uint64_t lo, uint64_t *h, double *ss,
                               gckpt_err *err);
 gckpt_xstatus exec_ranks_hash(gckpt_exec *x, uint64_t *h, double *ss, gckpt_err *err);
+/* TP (interp_tp.c) for the modes that shard its local tensors (TP x FSDP): its prepare, ops and free;
+ * the whole tensor's index of element e of parameter p's local tensor (e itself without TP); the
+ * offset of the rank's rows in a .grad of n elements (the embedding's whole [V, h] gradient, R-TP-5;
+ * 0 otherwise); a piece of p's local gradient (elements [lo, lo + src.n)) hashed at its whole-tensor
+ * indices, a replicated tensor's on TP rank 0 only (as exec_piece_hash). */
+bool exec_tp_prepare(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_tp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, const exec_site *w, gckpt_err *err);
+void exec_tp_free(gckpt_exec *x);
+uint64_t exec_tp_index(const gckpt_exec *x, const param_t *p, uint64_t e);
+uint64_t exec_tp_grad_lo(const gckpt_exec *x, const param_t *p, uint64_t n);
+gckpt_xstatus exec_tp_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uint64_t lo, uint64_t *h, double *ss,
+                                 gckpt_err *err);
+/* This rank's data-parallel rank: its rank, or under TP x FSDP its rank / tp (the dense mesh's tp
+ * innermost, R-TP-1) */
+uint32_t exec_dp_rank(const gckpt_exec *x);
 /* This rank's place in its shard group (HSDP: rank mod dp_shard, gckpt_layout_shard_rank; else
  * its rank): which piece of each sharded tensor it holds. */
 uint32_t exec_shard_rank(const gckpt_exec *x);

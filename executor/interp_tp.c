@@ -13,7 +13,10 @@
  * heads: their gradient contributions are all-reduced. Under amp-bf16 the rowwise outputs and the logits
  * are bf16, and a colwise input's gradient is all-reduced in fp32 after autocast's cast of it (the module's
  * input is the fp32 one, R-TP-6). Reductions add in rank order (comm.h). The vocabulary-parallel ops
- * compute on host memory: the host backend only (gckpt-run refuses another); fp32 or amp-bf16. */
+ * compute on host memory: the host backend only (gckpt-run refuses another); fp32 or amp-bf16.
+ * TP x FSDP (TP x DDP, HSDP x TP: interp_fsdp.c's exec_tp_fsdp_ops) runs these ops on FSDP2's unsharded
+ * local weights, its collectives in the TP group (tp_coll); FSDP2 shards, steps and hashes the local
+ * tensors (exec_tp_index: their elements' places in the whole tensor). */
 #include "interp_parallel.h"
 
 #include <stdlib.h>
@@ -56,7 +59,7 @@ static bool ends_with(const char *s, const char *suf)
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-static bool tp_prepare(gckpt_exec *x, gckpt_err *err)
+bool exec_tp_prepare(gckpt_exec *x, gckpt_err *err)
 {
     if (x->set.precision != GCKPT_FP32 && x->set.precision != GCKPT_AMP_BF16) {
         gckpt_seterr(err, "tensor parallelism is executed in fp32 and amp-bf16 only (this plan: %s)",
@@ -151,12 +154,24 @@ static gckpt_xstatus tp_init_param(gckpt_exec *x, size_t j, gckpt_init how, floa
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "initialising a TP shard", err);
 }
 
+/* A collective in the TP group: the world under TP alone, its own group (tp consecutive ranks) under
+ * TP x FSDP (main_run.c joins it). */
+static gckpt_xstatus tp_coll(gckpt_exec *x, gckpt_coll op, gckpt_xt send, gckpt_xt recv)
+{
+    if (!gckpt_layout_multi(&x->set.layout)) return x->be->collective(x->be, op, GCKPT_RED_SUM, send, recv, 0);
+    if (!x->be->collective_group) {
+        gckpt_seterr(&x->be->err, "the %s backend has no process groups (TP x FSDP)", x->be->name);
+        return GCKPT_XS_ERROR;
+    }
+    return x->be->collective_group(x->be, GCKPT_GROUP_TP, op, GCKPT_RED_SUM, send, recv);
+}
+
 /* An all-reduce (sum, rank order, in fp32 rounded to v's dtype after each addition) of v in place over
  * the TP group. */
 static gckpt_xstatus all_reduce(gckpt_exec *x, gckpt_xt v, const exec_site *w, gckpt_err *err)
 {
     if (v.vW) return exec_fail(err, "%s: tensor parallelism: an all-reduce of a strided view", w->at);
-    gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_ALL_REDUCE, GCKPT_RED_SUM, v, v, 0);
+    gckpt_xstatus rc = tp_coll(x, GCKPT_COLL_ALL_REDUCE, v, v);
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
 
@@ -222,8 +237,9 @@ static gckpt_xstatus head_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w,
                    mine, (int)part);
     gckpt_xt piece = {pk, M * part, o->dt, 0, 0, 0, 0, 0, 0};
     for (uint64_t i = 0; ok && i < M * part; i++) st(&piece, i, mine[i]); /* rounded as one process's linear */
-    gckpt_comm *cm = x->o.comm;
-    bool sent = ok && cm && cm->collective(cm, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, pk, all, M * part, (gckpt_dtype)o->dt, 0);
+    gckpt_xstatus rc = ok ? tp_coll(x, GCKPT_COLL_ALL_GATHER, piece, (gckpt_xt){all, M * part * t->T, o->dt, 0, 0, 0, 0, 0, 0})
+                          : GCKPT_XS_ERROR;
+    bool sent = rc == GCKPT_XS_OK;
     for (uint32_t r = 0; sent && r < t->T; r++) {
         uint64_t lo = (uint64_t)r * part, n = gckpt_tp_chunk(V, t->T, r);
         for (uint64_t i = 0; i < M; i++) memcpy((char *)o->p + (i * V + lo) * sz, all + ((uint64_t)r * M + i) * part * sz, n * sz);
@@ -234,7 +250,7 @@ static gckpt_xstatus head_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w,
     free(pk);
     free(all);
     if (!ok) return exec_fail(err, "out of memory");
-    return sent ? GCKPT_XS_OK : exec_fail(err, "%s: gathering the logits: %s", w->at, cm ? cm->err.msg : "no communicator");
+    return sent ? GCKPT_XS_OK : exec_fail(err, "%s: gathering the logits: %s", w->at, x->be->err.msg);
 }
 
 /* Its backward from the whole logits' gradient: the rank's columns give its rows' gradient and its
@@ -274,7 +290,7 @@ static gckpt_xstatus head_bwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w,
     return ok ? GCKPT_XS_OK : exec_fail(err, "out of memory");
 }
 
-static gckpt_xstatus tp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, const exec_site *w, gckpt_err *err)
+gckpt_xstatus exec_tp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, const exec_site *w, gckpt_err *err)
 {
     const exec_tp *t = x->tp;
     int k = -1, wt = weight_of(x, c->op, &k);
@@ -366,6 +382,34 @@ static gckpt_xstatus tp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, g
     return exec_ranks_hash(x, hash, sumsq, err);
 }
 
+uint64_t exec_tp_index(const gckpt_exec *x, const param_t *p, uint64_t e)
+{
+    uint64_t cols = p->spec->cols ? p->spec->cols : 1;
+    return x->tp ? global_index(x, p->tensor, p->spec->rows, cols, e / cols, e % cols) : e;
+}
+
+uint64_t exec_tp_grad_lo(const gckpt_exec *x, const param_t *p, uint64_t n)
+{
+    if (!x->tp || x->tp->style[p->tensor] != TP_VOCAB || n == p->spec->numel) return 0;
+    return chunk_start(x->tp, x->tp_full.vocab) * p->spec->cols; /* the embedding's whole gradient */
+}
+
+gckpt_xstatus exec_tp_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uint64_t lo, uint64_t *h, double *ss,
+                                 gckpt_err *err)
+{
+    int style = x->tp->style[p->tensor];
+    if ((style == TP_REPL || style == TP_REPL_AR) && x->tp->r) return GCKPT_XS_OK; /* the same on every TP rank */
+    uint64_t cols = p->spec->cols ? p->spec->cols : 1, sz = gckpt_dtype_size((gckpt_dtype)src.dt);
+    for (uint64_t e = lo; e < lo + src.n;) { /* by local rows: a rowwise shard's rows are not contiguous */
+        uint64_t n = cols - e % cols < lo + src.n - e ? cols - e % cols : lo + src.n - e;
+        gckpt_xt run = {(char *)src.p + (e - lo) * sz, n, src.dt, 0, 0, 0, 0, 0, 0};
+        gckpt_xstatus rc = exec_piece_hash(x, p, run, exec_tp_index(x, p, e), h, ss, err);
+        if (rc != GCKPT_XS_OK) return rc;
+        e += n;
+    }
+    return GCKPT_XS_OK;
+}
+
 static void tp_release(gckpt_exec *x)
 {
     exec_tp *t = x->tp;
@@ -373,7 +417,7 @@ static void tp_release(gckpt_exec *x)
     if (t) t->mesh = NULL;
 }
 
-static void tp_free(gckpt_exec *x)
+void exec_tp_free(gckpt_exec *x)
 {
     exec_tp *t = x->tp;
     if (!t) return;
@@ -384,11 +428,11 @@ static void tp_free(gckpt_exec *x)
     x->tp = NULL;
 }
 
-const exec_par_ops exec_tp_ops = {.prepare = tp_prepare,
+const exec_par_ops exec_tp_ops = {.prepare = exec_tp_prepare,
                                   .setup = tp_setup,
                                   .init_param = tp_init_param,
-                                  .run_op = tp_run_op,
+                                  .run_op = exec_tp_run_op,
                                   .step = tp_step,
                                   .checksum = tp_checksum,
                                   .release = tp_release,
-                                  .free = tp_free};
+                                  .free = exec_tp_free};

@@ -489,29 +489,33 @@ void gckpt_test_hooks_install(void); /* the test build only (tests/executor/run_
 /* The ranks the plan needs against the ranks started (one line on rank 0, exit 2). */
 /* HSDP (the plan's dp_replicate, FINDINGS R-DIST-27): the dp_shard groups (consecutive ranks, as
  * accelerate's mesh puts dp_shard inner) and the dp_replicate groups (ranks dp_shard apart), split
- * from the world and joined by the backend; groups[] owns them. 0, or the exit status. */
+ * from the world and joined by the backend; under TP x FSDP (transformers' dense mesh (dp_replicate,
+ * fsdp, tp), tp innermost: R-TP-1) the TP group (tp consecutive ranks) and those two among the ranks
+ * of one TP rank (world rank r is TP rank r % tp of data-parallel rank r / tp). groups[] owns them.
+ * 0, or the exit status. */
 static int join_groups(gckpt_backend *be, gckpt_comm *comm, const gckpt_layout *l, gckpt_comm *groups[GCKPT_NGROUP])
 {
     uint32_t rep = gckpt_layout_replicate(l), shard = gckpt_layout_shard_world(l);
-    if (rep < 2 || comm->world < 2) return 0;
+    int T = l->tp > 1 && gckpt_layout_multi(l) ? (int)l->tp : 1;
+    if ((rep < 2 && T < 2) || comm->world < 2) return 0;
     if (!be->attach_group || !be->collective_group || !comm->split)
-        return bad("--backend %s: a plan with dp_replicate %u (HSDP) needs process groups, which this backend does not "
-                   "run (the host backend does)", be->name, rep);
+        return bad("--backend %s: a plan with %s needs process groups, which this backend does not run (the host "
+                   "backend does)", be->name, T > 1 ? "tensor parallelism over data-parallel ranks" : "dp_replicate (HSDP)");
     gckpt_err err = {0};
-    int r = comm->rank;
-    if (!(groups[GCKPT_GROUP_SHARD] = comm->split(comm, r / (int)shard, r, &err)) ||
-        !(groups[GCKPT_GROUP_REPLICATE] = comm->split(comm, r % (int)shard, r, &err)))
-        return bad("HSDP's process groups: %s", err.msg);
-    for (int g = GCKPT_GROUP_SHARD; g <= GCKPT_GROUP_REPLICATE; g++)
-        if (be->attach_group(be, (gckpt_coll_group)g, groups[g]) != GCKPT_XS_OK)
+    int r = comm->rank, tr = r % T, d = r / T, S = (int)shard;
+    if (!(groups[GCKPT_GROUP_SHARD] = comm->split(comm, tr + T * (d / S), r, &err)) ||
+        !(groups[GCKPT_GROUP_REPLICATE] = comm->split(comm, tr + T * (d % S), r, &err)) ||
+        (T > 1 && !(groups[GCKPT_GROUP_TP] = comm->split(comm, r / T, r, &err))))
+        return bad("%s process groups: %s", T > 1 ? "TP x FSDP's" : "HSDP's", err.msg);
+    for (int g = GCKPT_GROUP_SHARD; g < GCKPT_NGROUP; g++)
+        if (groups[g] && be->attach_group(be, (gckpt_coll_group)g, groups[g]) != GCKPT_XS_OK)
             return bad("--backend %s: joining the %s group: %s", be->name, gckpt_coll_group_names[g], be->err.msg);
     return 0;
 }
 
 static int check_ranks(const gckpt_plan_file *pf, const gckpt_comm *comm)
 {
-    uint32_t want = pf->layout.tp > 1 ? pf->layout.tp /* TP alone: one rank per TP rank */
-                  : gckpt_layout_multi(&pf->layout) ? gckpt_layout_world(&pf->layout) : 1;
+    uint32_t want = gckpt_plan_file_ranks(pf);
     if ((uint32_t)comm->world == want) return 0;
     char line[800];
     snprintf(line, sizeof line, "mpirun -np %u gckpt-run --plan %s ... (as root add --allow-run-as-root; more ranks "
@@ -666,7 +670,8 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
         rc = bad("--backend %s: joining the %d ranks: %s", be->name, comm->world, be->err.msg);
         goto out;
     }
-    if ((rc = join_groups(be, comm, &pf.layout, groups)) != 0) goto out;
+    gckpt_layout lay = pf.n ? gckpt_plan_file_setting(&pf, 0).layout : pf.layout; /* every entry's */
+    if ((rc = join_groups(be, comm, &lay, groups)) != 0) goto out;
     progress prog = {.n = (size_t)nsel, .tty = !comm->rank && isatty(STDERR_FILENO), .steps = (int)(a.steps + a.warmup)};
     if (!strcmp(be->name, "host") && !comm->rank) say_estimate(&pf, sel, nsel, &a, &prog);
     clock_gettime(CLOCK_MONOTONIC, &prog.start);

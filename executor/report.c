@@ -145,10 +145,10 @@ cJSON *gckpt_report_header_json(const gckpt_report *r)
     cJSON_AddNumberToObject(op, "seed", (double)r->opts.seed);
     num_or_null(op, "memory_limit_bytes", r->opts.memory_limit > 0, (double)r->opts.memory_limit);
     cJSON_AddNumberToObject(root, "selected", (double)r->planned);
-    bool tp = pf->layout.tp > 1; /* tensor parallelism alone: one process per TP rank */
+    bool tp = pf->layout.tp > 1; /* tensor parallelism (over data-parallel ranks too): one process per rank */
     if (gckpt_layout_multi(&pf->layout) || tp) { /* one process per rank; this report is rank 0's */
         cJSON *rk = cJSON_AddObjectToObject(root, "ranks");
-        cJSON_AddNumberToObject(rk, "world_size", tp ? pf->layout.tp : gckpt_layout_world(&pf->layout));
+        cJSON_AddNumberToObject(rk, "world_size", gckpt_plan_file_ranks(pf));
         cJSON_AddStringToObject(rk, "parallel", tp ? "tp" : gckpt_parallel_names[pf->layout.mode]);
     }
     return root;

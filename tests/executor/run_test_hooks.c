@@ -17,10 +17,13 @@
  *   GCKPT_TEST_INIT_READY       under mpirun: every rank creates PATH.<rank> (holding its
  *                               process id) right before MPI_Init (test_run_mpi_fail)
  *   GCKPT_TEST_INIT_STALL_MS    under mpirun: rank GCKPT_TEST_STALL_RANK then waits this long
- *                               before MPI_Init, so the other ranks wait in it */
+ *                               before MPI_Init, so the other ranks wait in it
+ *   GCKPT_TEST_GRAD_DUMP        every gradient piece the checksums hash appended to PATH.<rank>
+ *                               (grad_dump_record, then its n floats; test_run_mpi's tp tests) */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -107,8 +110,29 @@ static void before_mpi_init(void)
     if (init_stall_ms && (!who || strtol(who, NULL, 10) == launch_rank())) sleep_ms(init_stall_ms, 0);
 }
 
+/* GCKPT_TEST_GRAD_DUMP's records (tests/executor/test_run_mpi.c reads them) */
+typedef struct {
+    int32_t tensor, layer;
+    uint64_t lo, n;
+} grad_dump_record;
+
+static FILE *grad_dump;
+
+static void grad_piece(int tensor, int layer, unsigned long long lo, const float *v, unsigned long long n)
+{
+    grad_dump_record r = {tensor, layer, lo, n};
+    if (fwrite(&r, sizeof r, 1, grad_dump) != 1 || fwrite(v, sizeof *v, n, grad_dump) != n) abort();
+    fflush(grad_dump);
+}
+
 void gckpt_test_hooks_install(void)
 {
+    const char *dump = getenv("GCKPT_TEST_GRAD_DUMP");
+    if (dump && *dump) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.%ld", dump, launch_rank());
+        if ((grad_dump = fopen(path, "ab"))) gckpt_hook_grad_piece = grad_piece;
+    }
     if ((rename_delay_ms = ms_of("GCKPT_TEST_RENAME_DELAY_MS", 60000))) gckpt_hook_before_rename = before_rename;
     const char *who = getenv("GCKPT_TEST_STALL_RANK");
     if ((stall_ms = ms_of("GCKPT_TEST_HOST_STALL_MS", 600000)) && (!who || strtol(who, NULL, 10) == launch_rank()))

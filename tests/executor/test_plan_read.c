@@ -330,7 +330,8 @@ static void test_layout(void **st)
 }
 
 /* A TP plan (gckpt-plan --tp T): read back with the layout's tp (every entry's setting carries it);
- * a damaged tensor_parallel section, TP x FSDP and TP with a parallel mode refused, one line. */
+ * a damaged tensor_parallel section and TP with a parallel mode refused, one line; TP x DDP, TP x FSDP
+ * and HSDP x TP read as world rank 0's layout. */
 static void test_tp(void **st)
 {
     (void)st;
@@ -343,16 +344,30 @@ static void test_tp(void **st)
     assert_int_equal(s.layout.tp, 2);
     assert_int_equal(s.layout.mode, GCKPT_PAR_NONE);
     assert_int_equal(pf.model.heads, 4); /* the whole model (each rank makes its local one) */
+    assert_int_equal(gckpt_plan_file_ranks(&pf), 2);
     gckpt_plan_file_free(&pf);
+    /* TP x DDP, TP x FSDP, HSDP x TP: executed, each entry as world rank 0's FSDP2 over its
+     * (dp_replicate, fsdp) mesh (gckpt_tp_hsdp_layout, R-TP-8, R-TP-11) on tp x R x S processes */
+    const uint32_t mesh[][2] = {{2, 0}, {0, 2}, {2, 2}};
+    for (size_t k = 0; k < sizeof mesh / sizeof *mesh; k++) {
+        uint32_t R = mesh[k][0], S = mesh[k][1];
+        char *t = pf_plan_text_mesh("tiny-llama", GCKPT_FP32, GCKPT_SDPA, every, 2, 2, 1, 0, NULL, NULL, 2, R, S);
+        assert_non_null(t);
+        if (!gckpt_plan_parse("plan.json", t, &pf, &err) || !gckpt_plan_executable(&pf, &err)) fail_msg("%s", err.msg);
+        s = gckpt_plan_file_setting(&pf, 0);
+        assert_int_equal(s.layout.mode, GCKPT_PAR_FSDP);
+        assert_int_equal(s.layout.tp, 2);
+        assert_int_equal(gckpt_layout_replicate(&s.layout), R ? R : 1);
+        assert_int_equal(gckpt_layout_shard_world(&s.layout), S ? S : 1);
+        assert_int_equal(gckpt_plan_file_ranks(&pf), 2 * (R ? R : 1) * (S ? S : 1));
+        gckpt_plan_file_free(&pf);
+        free(t);
+    }
     const mutation ms[] = {
         {"inputs.tensor_parallel.tp_size", "1", "inputs.tensor_parallel.tp_size"},
         {"inputs.tensor_parallel.tp_size", "4", "field 'inputs.tensor_parallel.world_size': 2 is not tp_size 4"},
         {"inputs.tensor_parallel.world_size", "4", "field 'inputs.tensor_parallel.world_size': 4 is not tp_size 2"},
         {"inputs.tensor_parallel.world_size", NULL, "inputs.tensor_parallel.world_size"},
-        {"inputs.tensor_parallel", "{\"tp_size\": 2, \"world_size\": 4, \"fsdp_size\": 2}",
-         "field 'inputs.tensor_parallel.fsdp_size': TP x FSDP is planned, not executed by gckpt-run", 1},
-        {"inputs.tensor_parallel", "{\"tp_size\": 2, \"world_size\": 4, \"dp_replicate_size\": 2}",
-         "field 'inputs.tensor_parallel.dp_replicate_size': TP with replicas is planned, not executed by gckpt-run", 1},
         {"inputs.tensor_parallel", "{\"tp_size\": 2, \"world_size\": 8, \"fsdp_size\": 2}",
          "field 'inputs.tensor_parallel.world_size': 8 is not tp_size x fsdp_size x dp_replicate_size (2 x 2 x 1)"},
         {"inputs.tensor_parallel", "{\"tp_size\": 2, \"world_size\": 4, \"fsdp_size\": \"2\"}",

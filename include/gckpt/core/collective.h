@@ -19,9 +19,11 @@ extern const char *const gckpt_coll_names[GCKPT_NCOLL]; /* "all_reduce", ... */
 
 /* The process group a collective runs on: every rank, or one of HSDP's (accelerate's 2-D mesh,
  * dp_replicate outer, dp_shard inner): the dp_shard ranks of one replica (consecutive ranks),
- * or the dp_replicate ranks holding the same shard (dp_shard apart). */
-typedef enum { GCKPT_GROUP_WORLD, GCKPT_GROUP_SHARD, GCKPT_GROUP_REPLICATE, GCKPT_NGROUP } gckpt_coll_group;
-extern const char *const gckpt_coll_group_names[GCKPT_NGROUP]; /* "world", "dp_shard", "dp_replicate" */
+ * or the dp_replicate ranks holding the same shard (dp_shard apart); under TP x FSDP (the dense
+ * mesh (dp_replicate, fsdp, tp), FINDINGS R-TP-1) those among the ranks of one TP rank, and the
+ * TP group (tp consecutive ranks). */
+typedef enum { GCKPT_GROUP_WORLD, GCKPT_GROUP_SHARD, GCKPT_GROUP_REPLICATE, GCKPT_GROUP_TP, GCKPT_NGROUP } gckpt_coll_group;
+extern const char *const gckpt_coll_group_names[GCKPT_NGROUP]; /* "world", "dp_shard", "dp_replicate", "tp" */
 
 #ifdef __cplusplus
 }

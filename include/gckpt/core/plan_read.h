@@ -74,11 +74,14 @@ bool gckpt_plan_parse(const char *file, const char *text, gckpt_plan_file *pf, g
  * line naming the file and the field. The reader accepts those plans (gckpt-dash draws
  * them); gckpt-run and the calibration (which re-evaluates entries as gckpt-run's) ask this. */
 bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err);
+/* The processes gckpt-run runs the plan on: one per rank of its mesh (a TP plan's tp x fsdp_size x
+ * dp_replicate_size), of its layout's world, or 1. */
+uint32_t gckpt_plan_file_ranks(const gckpt_plan_file *pf);
 /* Read and parse a plan file. */
 bool gckpt_plan_read(const char *path, gckpt_plan_file *pf, gckpt_err *err);
 void gckpt_plan_file_free(gckpt_plan_file *pf);
 
-/* The run setting of entry i. */
+/* The run setting of entry i (TP x FSDP, TP with replicas: world rank 0's layout, gckpt_tp_hsdp_layout). */
 gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i);
 
 #endif

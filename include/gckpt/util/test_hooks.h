@@ -21,6 +21,11 @@ extern void (*gckpt_hook_host_forward)(void);
 extern bool (*gckpt_hook_skip_collective)(int rank, unsigned long long seq);
 /* Right before MPI_Init (executor/comm_mpi.c): the ranks are starting. */
 extern void (*gckpt_hook_before_mpi_init)(void);
+/* Each piece of a parameter's gradient the step's checksum hashes (executor/interp.c: one
+ * process's whole .grad; interp_parallel.c exec_piece_hash: a rank's piece), as fp32: n
+ * elements from element lo of the whole tensor of recipe tensor `tensor` in layer `layer`
+ * (-1: outside the blocks). The ranks' pieces cover every element once. */
+extern void (*gckpt_hook_grad_piece)(int tensor, int layer, unsigned long long lo, const float *v, unsigned long long n);
 
 #ifdef __cplusplus
 }

@@ -285,7 +285,7 @@ static void bad_inputs(void **state)
         {"a list of modes with -o", A("--gpus", "8", "--parallel", "ddp,fsdp", "-o", "out.json"), "one mode"},
         /* LoRA / QLoRA on several GPUs: what FINDINGS R-DISTPEFT did not measure */
         {"parallel LoRA fp32", A("--gpus", "2", "--parallel", "ddp", "--method", "lora", "--precision", "fp32", "-o", "out.json"), "only --precision amp-bf16"},
-        {"parallel LoRA offload", A("--gpus", "2", "--parallel", "fsdp", "--method", "lora", "--fsdp-offload", "on", "-o", "out.json"), "CPU offload"},
+        {"parallel LoRA HSDP offload", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "2", "--method", "lora", "--fsdp-offload", "on", "-o", "out.json"), "CPU offload over accelerate's HSDP mesh"},
         {"parallel LoRA modules_to_save", A("--gpus", "2", "--parallel", "zero2", "--method", "lora", "--modules-to-save", "lm_head", "-o", "out.json"), "--modules-to-save"},
         {"parallel QLoRA int8", A("--gpus", "2", "--parallel", "zero3", "--method", "qlora", "--quant", "int8", "-o", "out.json"), "--quant int8"},
         {"parallel SGD", A("--gpus", "2", "--parallel", "zero2", "--optimizer", "sgd", "-o", "out.json"), "--optimizer adamw"},

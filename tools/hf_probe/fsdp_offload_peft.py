@@ -21,6 +21,8 @@ CPU). What is recorded from FSDP2's own objects instead:
   * after the run: which sharded parameters have a .grad, and the optimizer's parameters and
     states (elements, dtype).
 Not seen: pinned memory, the copies' time and streams, the CPU optimizer step's time, CUDA.
+Steps are counted by an optimizer step hook over the whole run: probe.run_case's storage pass is
+steps 1-2, its allocator pass steps 3-4 (each pass builds its own Trainer).
 
 Usage: fsdp_offload_peft.py [--out DIR] [--filter GLOB]  (3 cases, 2 fake ranks each, ~2 min on 2 cores)
 """

@@ -105,6 +105,7 @@ void gckpt_result_of_walk(const gckpt_walk_state *w, uint64_t layers, gckpt_resu
     res->coll_gather_fwd = w->coll_gather_fwd;
     res->coll_gather_bwd = w->coll_gather_bwd;
     res->coll_gather_opt = w->coll_gather_opt;
+    memcpy(res->coll_gather_part, w->coll_gather_part, sizeof res->coll_gather_part);
     res->peak_bytes = (uint64_t)w->peak;
     res->host_pinned_bytes = (uint64_t)w->host_peak;
 }
@@ -153,6 +154,7 @@ static void summarize(const gckpt_schedule *ev, const gckpt_seg *g, size_t from,
     s->coll_gather_fwd = w.coll_gather_fwd;
     s->coll_gather_bwd = w.coll_gather_bwd;
     s->coll_gather_opt = w.coll_gather_opt;
+    memcpy(s->coll_gather_part, w.coll_gather_part, sizeof s->coll_gather_part);
 }
 
 struct gckpt_profiler {
@@ -384,6 +386,7 @@ static inline void time_add(gckpt_result *r, const gckpt_seg_summary *s, double 
         r->coll_gather_fwd += s->coll_gather_fwd * mult;
         r->coll_gather_bwd += s->coll_gather_bwd * mult;
         r->coll_gather_opt += s->coll_gather_opt * mult;
+        for (int k = 0; k < GCKPT_NSEC; k++) r->coll_gather_part[k] += s->coll_gather_part[k] * mult;
     }
 }
 

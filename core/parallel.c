@@ -91,16 +91,20 @@ bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l)
 }
 
 /* LoRA / QLoRA on several GPUs as FINDINGS R-DISTPEFT-1..8 measured them: the Trainer's bf16=True,
- * 4-bit weights stored as uint8 or bf16, no modules_to_save copies, no CPU offload, FSDP2
- * resharding after the forward, over one dimension or accelerate's HSDP mesh (R-DISTPEFT-11);
- * the rest is R-DISTPEFT-9's unverified list. */
+ * 4-bit weights stored as uint8 or bf16, no modules_to_save copies, FSDP2 resharding after the
+ * forward, over one dimension or accelerate's HSDP mesh (R-DISTPEFT-11); FSDP2's CPUOffloadPolicy
+ * over one dimension as read and run on the CPU (R-DISTPEFT-12; its plans warned
+ * parallel_offload_unverified); the rest is R-DISTPEFT-9's unverified list. */
 static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
 {
     const gckpt_peft *pf = &s->peft;
     const char *how = gckpt_method_names[pf->method];
     const char *why = s->precision != GCKPT_AMP_BF16 ? "only --precision amp-bf16 (the Trainer's bf16=True) is measured"
                       : pf->modules_to_save ? "--modules-to-save is not measured on several GPUs"
-                      : s->layout.offload ? "CPU offload (--fsdp-offload, ZeRO offload) is not measured with adapters"
+                      : s->layout.offload && s->layout.mode != GCKPT_PAR_FSDP
+                          ? "ZeRO offload (the ds_config's offload_optimizer / offload_param) is not measured with adapters"
+                      : s->layout.offload && s->layout.dp_replicate >= 1
+                          ? "CPU offload over accelerate's HSDP mesh (--dp-replicate) is not measured with adapters"
                       : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
                       : pf->method != GCKPT_METHOD_QLORA ? NULL
                       : pf->quant == GCKPT_QUANT_INT8 ? "--quant int8 (LLM.int8) is not measured on several GPUs"
@@ -310,16 +314,36 @@ void gckpt_rows_ddp(const gckpt_params *ps, const gckpt_model *m, const gckpt_se
         scalar_row(st, "find_unused_parameters' used map and its device copy", trainable_tensors(ps), DDP_USED_MAP);
 }
 
-/* FSDP2: elements of one unit's padded local shards per section (the embedding, one layer, the
- * tail). A tied head: accelerate's fsdp2_prepare_model shards [final norm, embedding, lm_head]
+/* FSDP2: the dtype a parameter's padded local shard is stored in: accelerate upcasts the trainable
+ * ones to fp32, a frozen one keeps its loaded dtype (fp32 here, QLoRA's prepared fp32), a bf16
+ * Params4bit its bf16 storage (FINDINGS R-DISTPEFT-4, -7). The row that holds it, what CPU offload
+ * puts on the host and copies to the device before each all-gather (R-DISTPEFT-12) read it here. */
+static gckpt_dtype fsdp_shard_dtype(const gckpt_param *p)
+{
+    return quantized(p) ? (gckpt_dtype)p->weight.dtype : GCKPT_DT_F32;
+}
+
+/* What one unit's parameters add to a per-section figure. */
+typedef enum {
+    FSDP_PART,      /* elements of every sharded parameter: what the all-gather carries */
+    FSDP_GRAD_PART, /* ... of those that get a gradient, which the reduce-scatter carries (R-DISTPEFT-4) */
+    FSDP_HOST,      /* bytes as stored (fsdp_shard_dtype): CPU offload's H2D copy per all-gather */
+    FSDP_F32_PART   /* elements stored fp32: copied to the device, then cast to the all-gather's dtype */
+} fsdp_unit_figure;
+
+/* FSDP2: one unit's figure per section (the embedding, one layer, the tail) over its padded local
+ * shards. A tied head: accelerate's fsdp2_prepare_model shards [final norm, embedding, lm_head]
  * as one unit (one all-gather, one reduce-scatter, one fp32 sharded gradient), the tail unit is
  * empty (core/sim_parallel.c places that unit at the embedding's). */
-static void fsdp_unit_parts(const gckpt_params *ps, const gckpt_model *m, bool grads, uint64_t part[GCKPT_NSEC])
+static void fsdp_unit_parts(const gckpt_params *ps, const gckpt_model *m, fsdp_unit_figure what, uint64_t part[GCKPT_NSEC])
 {
     for (int k = 0; k < GCKPT_NSEC; k++) part[k] = 0;
-    /* grads: only the parameters that get a gradient, which the reduce-scatter carries
-     * (R-DISTPEFT-4); else every sharded one, which the all-gather carries */
-    for (int i = 0; i < ps->n; i++) part[ps->p[i].section] += ps->p[i].trainable || !grads ? ps->p[i].shard.part : 0;
+    for (int i = 0; i < ps->n; i++) {
+        const gckpt_param *p = &ps->p[i];
+        gckpt_dtype dt = fsdp_shard_dtype(p);
+        bool in = what == FSDP_PART || what == FSDP_HOST || (what == FSDP_GRAD_PART ? p->trainable : dt == GCKPT_DT_F32);
+        part[p->section] += in ? p->shard.part * (what == FSDP_HOST ? gckpt_dtype_size(dt) : 1) : 0;
+    }
     if (m->tied) {
         part[GCKPT_SEC_EMBED] += part[GCKPT_SEC_HEAD];
         part[GCKPT_SEC_HEAD] = 0;
@@ -351,7 +375,7 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
             whole_frozen_row(st, i, p, (gckpt_dtype)p->weight.dtype, round);
             continue;
         }
-        gckpt_dtype dt = quantized(p) ? (gckpt_dtype)p->weight.dtype : GCKPT_DT_F32;
+        gckpt_dtype dt = fsdp_shard_dtype(p);
         row(st, p->trainable ? "fp32 sharded parameter" : "sharded frozen parameter", GCKPT_ROW_WEIGHTS, i, dt,
             GCKPT_SHARD_DIM0, p->copies, p->shard.part, gckpt_round_up(gckpt_dtype_size(dt) * p->shard.part, round));
         quant_stats_row(st, i, p, round);
@@ -370,7 +394,7 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
     else
         scalar_row(st, "device mesh and the units' tensors", n, FSDP_UNIT_BYTES * fsdp_units(m, s));
     uint64_t part[GCKPT_NSEC];
-    fsdp_unit_parts(ps, m, true, part);
+    fsdp_unit_parts(ps, m, FSDP_GRAD_PART, part);
     for (int k = GCKPT_SEC_EMBED; k <= GCKPT_SEC_HEAD; k++)
         row(st, "fp32 sharded gradient of a unit", GCKPT_ROW_STEP_GRADS, -1, GCKPT_DT_F32, GCKPT_SHARD_DIM0,
             k == GCKPT_SEC_BLOCK ? m->layers : 1, part[k], gckpt_round_up(4 * part[k], round));
@@ -560,21 +584,43 @@ static void zero12_offload(gckpt_ctx *c, const gckpt_zero_group zg[2], const gck
     }
 }
 
-/* FSDP2's CPUOffloadPolicy (FINDINGS R-OFFLOAD-6, read in torch's _fully_shard, not measured): the
- * fp32 sharded parameters and gradients in pinned host memory (FSDPParam._init_sharded_param,
- * foreach_reduce), AdamW's states and its step on the CPU (pageable: zeros_like of a CPU
- * parameter); the device keeps the unsharded buffers and collectives' buffers (the events). */
-static void fsdp_offload(gckpt_ctx *c)
+/* Elements of the rank's unpadded local rows of the parameters that get a gradient: their sharded
+ * gradients (foreach_reduce's views of the unpadded shard), and AdamW's states under FSDP2. */
+static uint64_t fsdp_trainable_local(const gckpt_ctx *c)
+{
+    uint64_t local = 0;
+    uint32_t r = gckpt_layout_shard_rank(&c->set.layout, c->set.layout.rank);
+    for (int i = 0; i < c->params.n; i++)
+        if (c->params.p[i].trainable) local += c->params.p[i].copies * gckpt_shard_local(&c->params.p[i], r);
+    return local;
+}
+
+/* FSDP2's CPUOffloadPolicy (FINDINGS R-OFFLOAD-6, read in torch's _fully_shard; with adapters
+ * R-DISTPEFT-12): every parameter FSDP manages, frozen or not, keeps its padded shard in its sharded
+ * dtype in pinned host memory (FSDPParam._init_sharded_param: the rows' sharded WEIGHTS); the
+ * reduced sharded gradients, of the trainable ones only, go to pinned host memory as fp32
+ * (foreach_reduce); AdamW's states, on the trainable local rows, and its step are on the CPU
+ * (pageable: zeros_like of a CPU parameter). What FSDP does not manage stays on the device: a uint8
+ * Params4bit (ignored_params) and every quantized weight's statistics (the module's quant_state,
+ * neither a parameter nor a buffer). The device keeps the unsharded buffers and collectives'
+ * buffers (the events). */
+static void fsdp_offload(gckpt_ctx *c, const gckpt_rank_state *st)
 {
     const gckpt_params *ps = &c->params;
-    uint64_t shards = 0, local = 0;
-    for (int i = 0; i < ps->n; i++) {
-        shards += ps->p[i].copies * ps->p[i].shard.part;
-        local += ps->p[i].copies * gckpt_shard_local(&ps->p[i], gckpt_layout_shard_rank(&c->set.layout, c->set.layout.rank));
+    uint64_t pinned = 0, dev_w = 0, dev_q = 0;
+    for (int k = 0; k < st->n; k++) {
+        const gckpt_state_row *r = &st->row[k];
+        if (r->kind != GCKPT_ROW_WEIGHTS || r->sharding != GCKPT_SHARD_DIM0) continue;
+        pinned += r->count * r->elements * gckpt_dtype_size((gckpt_dtype)r->dtype);
+        if (r->param >= 0 && quantized(&ps->p[r->param])) dev_q += r->bytes;
+        else dev_w += r->bytes;
     }
-    c->par.host_pinned += 2 * 4 * shards; /* the padded shards and their gradients */
-    c->par.host_pageable += 2 * 4 * local;
-    c->weights = c->opt_states = c->opt_temp = 0;
+    uint64_t local = fsdp_trainable_local(c);
+    c->par.host_pinned += pinned + 4 * local; /* the padded shards and the trainable ones' gradients */
+    c->par.host_pageable += 2 * 4 * local;    /* exp_avg, exp_avg_sq */
+    c->weights -= dev_w;
+    c->quant_weights -= dev_q;
+    c->opt_states = c->opt_temp = 0;
     c->grads = c->step_grads = 0;
 }
 
@@ -672,14 +718,16 @@ void gckpt_apply_zero3(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_ran
 
 void gckpt_apply_fsdp(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 {
-    fsdp_unit_parts(&c->params, c->model, false, c->par.unit_part);
-    fsdp_unit_parts(&c->params, c->model, true, c->par.unit_grad_part);
+    fsdp_unit_parts(&c->params, c->model, FSDP_PART, c->par.unit_part);
+    fsdp_unit_parts(&c->params, c->model, FSDP_GRAD_PART, c->par.unit_grad_part);
+    fsdp_unit_parts(&c->params, c->model, FSDP_HOST, c->par.unit_host);
+    fsdp_unit_parts(&c->params, c->model, FSDP_F32_PART, c->par.unit_f32_part);
     /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
      * schedule's events (core/sim_parallel.c); what stays allocated into the optimizer step is
      * each unit's fp32 sharded gradient (a flat buffer its parameters' .grad view) */
     c->parallel = rb->scalars + rb->buffers;
     c->grads = c->step_grads = gckpt_rank_rows_bytes(st, GCKPT_ROW_STEP_GRADS);
-    if (c->set.layout.offload) fsdp_offload(c);
+    if (c->set.layout.offload) fsdp_offload(c, st);
 }
 
 void gckpt_parallel_apply(gckpt_ctx *c)
@@ -730,6 +778,7 @@ void gckpt_parallel_volume(const gckpt_result *res, gckpt_comm_volume *v)
     *v = (gckpt_comm_volume){.gather_fwd = res->coll_gather_fwd, .gather_bwd = res->coll_gather_bwd,
                              .gather_opt = res->coll_gather_opt, .reduce = res->coll_reduce,
                              .all_reduce = res->coll_all_reduce};
+    memcpy(v->gather_part, res->coll_gather_part, sizeof v->gather_part);
 }
 
 void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *res)
@@ -778,10 +827,15 @@ static double shard_elements(const gckpt_ctx *c)
 
 void gckpt_offload_fsdp(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h, double *h2d)
 {
-    (void)grad_accum; /* fp32 shards H2D before each all-gather, the gradients D2H once */
-    double n = gckpt_layout_shard_world(&c->set.layout), zs = c->set.precision == GCKPT_FP32 ? 4 : 2;
-    *h2d = (v->gather_fwd + v->gather_bwd) / n / zs * 4;
-    *d2h = 4 * shard_elements(c);
+    /* each unit's shards H2D as stored before each of its all-gathers (R-DISTPEFT-12: frozen ones
+     * too, in their own dtype): the gathered pieces' elements per section times the unit's stored
+     * bytes per element; the trainable parameters' fp32 sharded gradients D2H once, at the
+     * synchronising micro-step's reduce-scatter */
+    (void)grad_accum;
+    *h2d = 0;
+    for (int k = 0; k < GCKPT_NSEC; k++)
+        if (c->par.unit_part[k]) *h2d += v->gather_part[k] * (double)c->par.unit_host[k] / (double)c->par.unit_part[k];
+    *d2h = 4 * (double)fsdp_trainable_local(c);
 }
 
 void gckpt_offload_zero12(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h, double *h2d)

@@ -238,10 +238,12 @@ static void all_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
         w->ag_unit = unit;
         return;
     }
-    /* CPUOffloadPolicy: the fp32 shard copied to the device before its cast to the all-gather
-     * input (_fsdp_param.py FSDPParam.all_gather_inputs; fp32: the copy is the input) */
-    bool h2d = c->set.layout.offload && dt != GCKPT_DT_F32;
-    int dev = h2d ? flat(s, o, GCKPT_C_PARALLEL, GCKPT_DT_F32, part) : -1;
+    /* CPUOffloadPolicy: the fp32 shards copied to the device before their cast to the all-gather
+     * input (_fsdp_param.py FSDPParam.all_gather_inputs; fp32: the copy is the input, and so is a
+     * bf16 Params4bit's copy under bf16: FINDINGS R-DISTPEFT-12) */
+    uint64_t f32 = c->par.unit_f32_part[section_of(w, unit)];
+    bool h2d = c->set.layout.offload && dt != GCKPT_DT_F32 && f32;
+    int dev = h2d ? flat(s, o, GCKPT_C_PARALLEL, GCKPT_DT_F32, f32) : -1;
     /* fp32 on the device (no MixedPrecisionPolicy cast, no offload copy): the shards are copied
      * straight into the output's own slice, no input buffer (_fsdp_collectives.py:
      * _get_param_all_gather_inputs' views, all_gather_copy_in's narrow; FINDINGS R-CP-11) */

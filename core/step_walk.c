@@ -56,9 +56,12 @@ static void tally_coll(gckpt_walk_state *w, const gckpt_event *e, gckpt_phase ph
     if (e->arg.coll.kind != GCKPT_COLL_ALL_GATHER) {
         w->coll_reduce += b;
         if (e->arg.coll.kind == GCKPT_COLL_ALL_REDUCE) w->coll_all_reduce += b;
-    } else if (phase == GCKPT_PH_BACKWARD) w->coll_gather_bwd += b;
-    else if (phase == GCKPT_PH_OPTIMIZER) w->coll_gather_opt += b;
-    else w->coll_gather_fwd += b;
+    } else {
+        if (e->arg.coll.unit < GCKPT_NSEC) w->coll_gather_part[e->arg.coll.unit] += (double)e->numel * mult;
+        if (phase == GCKPT_PH_BACKWARD) w->coll_gather_bwd += b;
+        else if (phase == GCKPT_PH_OPTIMIZER) w->coll_gather_opt += b;
+        else w->coll_gather_fwd += b;
+    }
 }
 
 /* The loop, specialised: with and without a callback, and for a segment run once (the

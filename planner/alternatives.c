@@ -110,6 +110,15 @@ static void mode_alternatives(const gckpt_plan_request *req, alt_out *o)
         snprintf(label, sizeof label, "--parallel %s", gckpt_parallel_names[m]);
         print_alternative(&r, label, o);
     }
+    /* FSDP2's CPUOffloadPolicy (its shards, frozen ones too, the gradients and AdamW's states on
+     * the host: FINDINGS R-OFFLOAD-6, R-DISTPEFT-12), when the request has no CPU offload */
+    if (req->layout.offload) return;
+    gckpt_plan_request r = *req;
+    r.tp = r.tp_dp_shard = r.tp_dp_replicate = r.cp = 0;
+    r.layout = base;
+    r.layout.mode = GCKPT_PAR_FSDP;
+    r.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM; /* --fsdp-offload on */
+    print_alternative(&r, "--parallel fsdp --fsdp-offload on", o);
 }
 
 /* One TP layout of the GPUs: --tp t with rep replicas (0: none) of s FSDP shards each (0: none). */

@@ -111,6 +111,12 @@ void gckpt_plan_parallel_peft_notes(const gckpt_plan *p, FILE *f)
                              "# (FINDINGS R-DISTPEFT-7)\n"
                            : "# bnb_4bit_quant_storage=torch.uint8: accelerate keeps every 4-bit weight whole on every rank\n"
                              "# (ignored_params); --quant-storage bf16 plans them sharded (FINDINGS R-DISTPEFT-7)\n");
+        if (l->offload)
+            fprintf(f, "# cpu_offload: every shard, frozen ones too, the adapters' gradients and AdamW's states on the\n"
+                       "# host; each unit's shards copied to the GPU before every all-gather (FINDINGS R-DISTPEFT-12)\n%s",
+                    gckpt_peft_quantized(pf) ? "# from_pretrained still puts the whole quantized model on each GPU before fully_shard\n"
+                                               "# shards it: that load is not planned\n"
+                                             : "");
         break;
     case GCKPT_PAR_ZERO1:
     case GCKPT_PAR_ZERO2:

@@ -15,7 +15,9 @@
  *     are checked against the fixtures in test_parallel_cp*);
  *   - CP refused (q / k norms, several nodes, activation offload on): no CP line;
  *   - a CP request: the modes (fsdp included, with the request's offload sweep), the TP layouts
- *     and the other CP layouts, not itself. */
+ *     and the other CP layouts, not itself;
+ *   - FSDP2 with CPU offload (--fsdp-offload on) when the request has none: QLoRA llama-3.1-70b
+ *     on 2 RTX 4090s fits only so. */
 #define _GNU_SOURCE /* open_memstream */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -276,6 +278,24 @@ static void test_cp_request(void **state)
     free(text);
 }
 
+/* QLoRA (bf16 storage, the FSDP + QLoRA recipe) of llama-3.1-70b on 2 RTX 4090s at 2k tokens:
+ * nothing fits in any mode (FSDP2's smallest 28.96 GiB), FSDP2 with CPU offload does (the
+ * shards, frozen ones too, and AdamW's states on the host); its line equals its own plan's
+ * entry. A request with the offload already on gets no such line. */
+static void test_fsdp_offload_line(void **state)
+{
+    (void)state;
+    static const char *const base[] = {"--model", "llama-3.1-70b", "--gpu", "rtx-4090", "--method", "qlora",
+                                       "--quant-storage", "bf16", "--gpus", "2", "--seq", "2048", "--every-n", "1", NULL};
+    const char *req[] = {"--model", "llama-3.1-70b", "--gpu", "rtx-4090", "--method", "qlora", "--quant-storage", "bf16",
+                         "--gpus", "2", "--seq", "2048", "--every-n", "1", "--parallel", "fsdp", NULL};
+    static const char *const off[] = {"--parallel", "fsdp", "--fsdp-offload", "on", NULL};
+    char *text = alternatives(req);
+    check_line(text, "--parallel fsdp --fsdp-offload on", base, off);
+    assert_non_null(strstr(line_of(text, "--parallel fsdp --fsdp-offload on"), "fits: "));
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_only_cp_fits),
         cmocka_unit_test(test_refused_cp_left_out),
         cmocka_unit_test(test_cp_request),
+        cmocka_unit_test(test_fsdp_offload_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

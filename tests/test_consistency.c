@@ -258,6 +258,16 @@ static void parallel_modes(void **state)
                                   .offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM};
         sweep("qwen2-odd", qwen2);
     }
+    /* ... FSDP2's with LoRA and QLoRA (bf16 storage): frozen shards of two dtypes, each gathered
+     * unit's H2D copy per section (FINDINGS R-DISTPEFT-12) */
+    gckpt_peft lora, nf4;
+    gckpt_peft_default(GCKPT_METHOD_LORA, &lora);
+    gckpt_peft_default(GCKPT_METHOD_QLORA, &nf4);
+    nf4.quant_storage = GCKPT_DT_BF16;
+    g_layout = (gckpt_layout){.gpus = 3, .nodes = 1, .mode = GCKPT_PAR_FSDP,
+                              .offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM};
+    sweep_peft("qwen2-odd-lora", qwen2, &lora);
+    sweep_peft("qwen2-odd-qlora", qwen2, &nf4);
     /* ZeRO-1/2 offload_optimizer: no master, states or step temporaries on the device, the
      * largest parameter's buffer, the norm's fp64 copies (ZeRO-2: events, ZeRO-1: the step's) */
     for (int mode = GCKPT_PAR_ZERO1; mode <= GCKPT_PAR_ZERO2; mode++) {

@@ -20,6 +20,7 @@
 #include <math.h>
 
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/util/jsonget.h"
 #include "dist_fixture.h"
@@ -728,6 +729,59 @@ static void test_offload_closed_forms(void **state)
     each_offload_model(zero3_fsdp_offload);
 }
 
+/* FSDP2's CPUOffloadPolicy with LoRA / QLoRA (FINDINGS R-DISTPEFT-12, read in torch's _fully_shard
+ * and run on the CPU under the Trainer), Llama-3.1-8B / -70B and Qwen2.5-7B at 2 and 8 ranks, r 16
+ * all-linear, against closed forms from the model's shapes (every dim divides the ranks: no
+ * padding): P the base's parameters, Q the quantized linears' elements (per layer q, k, v, o, gate,
+ * up, down), T = r x the sum of each linear's in + out (the adapters). Every parameter FSDP
+ * shards, frozen too, goes to pinned host memory in its sharded dtype (fp32; a bf16 Params4bit as
+ * Q / 4 bf16 elements), the adapters' fp32 gradients too (4 T / N) and AdamW's states pageable
+ * (8 T / N); the device keeps no weight, state or gradient of them, a uint8 Params4bit whole
+ * (ignored_params, not FSDP's) and every quantization statistic (the module's quant_state). */
+static void test_peft_fsdp_offload(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b"};
+    static const uint64_t ranks[] = {2, 8};
+    gckpt_device dev = h100();
+    static gckpt_ctx on, off;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        gckpt_model m;
+        gckpt_err err;
+        if (!gckpt_model_load(names[i], &m, &err)) fail_msg("%s", err.msg);
+        uint64_t h = m.hidden, I = m.intermediate, qd = m.heads * m.head_dim, kvd = m.kv_heads * m.head_dim;
+        uint64_t P = gckpt_param_count(&m), r = 16;
+        uint64_t Q = m.layers * (2 * h * qd + 2 * h * kvd + 3 * h * I);
+        uint64_t T = m.layers * r * (2 * (h + qd) + 2 * (h + kvd) + 3 * (h + I));
+        for (size_t k = 0; k < sizeof ranks / sizeof *ranks; k++)
+            for (int v = 0; v < 3; v++) { /* LoRA, QLoRA with bf16 storage, QLoRA with uint8 storage */
+                const uint64_t N = ranks[k];
+                gckpt_setting s = {0};
+                s.seq = 512;
+                s.micro_batch = s.grad_accum = s.every_n = 1;
+                s.optimizer = GCKPT_ADAMW;
+                s.precision = GCKPT_AMP_BF16;
+                s.layout = (gckpt_layout){(uint32_t)N, 1, GCKPT_PAR_FSDP};
+                gckpt_peft_default(v ? GCKPT_METHOD_QLORA : GCKPT_METHOD_LORA, &s.peft);
+                if (v == 1) s.peft.quant_storage = GCKPT_DT_BF16;
+                gckpt_setting_recipe(&m, &s, GCKPT_TARGET_CUDA, &g_r);
+                if (!gckpt_ctx_init(&off, &m, &dev, &g_r, &s, &err)) fail_msg("%s", err.msg);
+                s.layout.offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM; /* --fsdp-offload on */
+                if (!gckpt_ctx_init(&on, &m, &dev, &g_r, &s, &err)) fail_msg("%s %s N=%llu: %s", names[i],
+                                                                            v ? "qlora" : "lora", (unsigned long long)N, err.msg);
+                uint64_t frozen_host = v == 0 ? 4 * P : 4 * (P - Q) + (v == 1 ? 2 * (Q / 4) : 0);
+                assert_int_equal(on.par.host_pinned, (frozen_host + 4 * T) / N + 4 * T / N);
+                assert_int_equal(on.par.host_pageable, 8 * T / N);
+                assert_int_equal(on.weights + on.opt_states + on.opt_temp + on.grads + on.step_grads, 0);
+                assert_true(off.weights > 0 && off.opt_states > 0);
+                assert_int_equal(on.quant_weights, v == 2 ? off.quant_weights : 0);
+                assert_true(v != 2 || on.quant_weights > 0);
+                assert_int_equal(on.quant_stats, off.quant_stats);
+                assert_int_equal(off.par.host_pinned + off.par.host_pageable, 0);
+            }
+    }
+}
+
 /* ZeRO-1/2 offload_optimizer (FINDINGS R-OFFLOAD-7, read in DeepSpeed's stage_1_and_2.py), per
  * shipped model on 8 ranks, against closed forms from the parameter table's groups alone
  * (G_g elements, A_g = ceil(G_g / 2N) 2N, a partition A_g / N): the device loses exactly the
@@ -858,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_step_gathers),
         cmocka_unit_test(test_collectives_grad_accum),
         cmocka_unit_test(test_tied),
+        cmocka_unit_test(test_peft_fsdp_offload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -339,6 +339,8 @@ def training_args(spec, out_dir):
                                              if spec["every_n"] else None))
     if spec["mode"] == "fsdp2":
         kw.update(fsdp=True, fsdp_config={"version": 2, "reshard_after_forward": spec["variant"] != "nrf"})
+        if spec.get("cpu_offload"):  # CPUOffloadPolicy through the Trainer (fsdp_offload_peft.py, R-DISTPEFT-12)
+            kw["fsdp_config"]["cpu_offload"] = True
         if spec.get("cp"):  # CP: FSDP2 over dp_shard_cp (accelerate requires it on a GPU, FINDINGS R-CP-1)
             from accelerate import ParallelismConfig
 

@@ -33,6 +33,7 @@ typedef struct {
      * forward, of the backward and after the optimizer step; reductions, of them all-reduces);
      * coll_seen false when it has none. gckpt_parallel_comm times them. */
     double coll_gather_fwd, coll_gather_bwd, coll_gather_opt, coll_reduce, coll_all_reduce;
+    double coll_gather_part[GCKPT_NSEC]; /* the all-gathers' pieces per section (gckpt_walk_state's) */
     bool coll_seen;
     double model_flops;         /* forward + backward FLOPs of the step as traced (no recompute) */
     double hw_flops;            /* ... and the recomputes' too: what the GPU executes */
@@ -95,6 +96,7 @@ typedef struct {
     double fwd_s, bwd_s;
     /* its COLLECTIVE events' bytes (gckpt_walk_state's coll_*) */
     double coll_reduce, coll_all_reduce, coll_gather_fwd, coll_gather_bwd, coll_gather_opt;
+    double coll_gather_part[GCKPT_NSEC];
     bool coll_seen;
 } gckpt_seg_summary;
 

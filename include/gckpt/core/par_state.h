@@ -18,6 +18,9 @@ typedef struct {
                                      * embedding, one layer, the tail): what the all-gather carries */
     uint64_t unit_grad_part[GCKPT_NSEC]; /* ... of its trainable parameters: its reduce-scatter and
                                           * fp32 sharded gradient (LoRA: the adapters') */
+    uint64_t unit_host[GCKPT_NSEC];     /* ... bytes of all of them as stored (fp32, a bf16 Params4bit's
+                                         * bf16): CPU offload's H2D copy before each all-gather */
+    uint64_t unit_f32_part[GCKPT_NSEC]; /* ... elements of those stored fp32 (copied, then cast) */
     uint64_t z2_numel;              /* ZeRO-2: elements of the rank's reduced gradients */
     uint64_t z1_reduce_numel;       /* ZeRO-1: elements (model dtype) its boundary reduction holds
                                      * above the full .grad for a moment (a transient at the end

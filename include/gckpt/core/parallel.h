@@ -220,8 +220,9 @@ bool gckpt_zero3_keeps_gathered(const gckpt_ctx *c);
 
 /* The PCIe copies of a layout with CPU offload (0 without), added to res->copy_s and
  * returned for the step time (not overlapped: unverified, FINDINGS 13.10). FSDP2's
- * CPUOffloadPolicy: each unit's fp32 shards H2D before every all-gather, the sharded gradients
- * D2H on the synchronising micro-step. ZeRO-3: the reduced
+ * CPUOffloadPolicy: each unit's shards, in the dtype each is stored in (frozen ones too), H2D
+ * before every all-gather, the trainable parameters' fp32 sharded gradients D2H on the
+ * synchronising micro-step. ZeRO-3: the reduced
  * gradient partitions D2H each micro-step (offload_optimizer), the stepped partitions H2D
  * (offload_optimizer alone), each gathered parameter's partition H2D before its all-gather
  * (offload_param; v's gathers over the ranks). ZeRO-1/2 (offload_optimizer): the partition's
@@ -242,6 +243,7 @@ bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckp
  * all-reduces' bytes. */
 struct gckpt_comm_volume {
     double gather_fwd, gather_bwd, gather_opt, reduce, all_reduce;
+    double gather_part[GCKPT_NSEC]; /* elements of the all-gathers' pieces (one rank's) per section */
 };
 /* The volumes of res, a walked or composed step: its COLLECTIVE events' bytes (gckpt_result's
  * coll_*), the only source of the collectives' volume. */

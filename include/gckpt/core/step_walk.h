@@ -40,6 +40,9 @@ typedef struct gckpt_walk_state {
     /* bytes of the COLLECTIVE events (times repeat): reductions (of them all-reduces), the
      * forward's, the backward's and the optimizer step's all-gathers; coll_seen when there was one */
     double coll_reduce, coll_all_reduce, coll_gather_fwd, coll_gather_bwd, coll_gather_opt;
+    /* the all-gathers' pieces (one rank's elements, the event's numel) per recipe section: FSDP2's
+     * CPU offload copies each gathered unit's shards to the device (gckpt_offload_fsdp) */
+    double coll_gather_part[GCKPT_NSEC];
     bool coll_seen;
     /* the segment being walked and its repeat count (for the event callback) */
     const gckpt_seg *seg;

@@ -221,6 +221,65 @@ static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bo
     section_end(tr);
 }
 
+/* Gemma 3's head (FINDINGS R-VLM-13): SiglipVisionTransformer's post_layernorm on the last
+ * layer's output (last_hidden_state, on the loss's path), then Gemma3MultiModalProjector:
+ * transpose + reshape + contiguous (a copy, [images, D, grid, grid]), AvgPool2d to the
+ * mm_tokens_per_image grid (saves its input), flatten + transpose (views), mm_soft_emb_norm
+ * (Gemma3RMSNorm: fp32, (1 + w), type_as), torch.matmul with mm_input_projection_weight
+ * [D, text hidden] (autocast's cast keeps the normed value's transposed strides, so the
+ * matmul's reshape clones it either way: the clone is what mm saves), .type_as(the last
+ * hidden state) (under autocast a copy back to fp32). SigLIP's attention-pooling head
+ * (vision_use_head) runs on last_hidden_state too, but its output is the pooler_output
+ * that get_image_features overwrites with the projector's: its graph goes before the text
+ * model runs and reaches no loss; only its parameters are traced (weights, no gradient). */
+static void gemma3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
+{
+    gckpt_recipe *r = tr->r;
+    const gckpt_vision *vc = &v->vision;
+    uint64_t D = vc->hidden, I = vc->intermediate, Dt = v->text.hidden;
+    section_begin(tr, GCKPT_SEC_HEAD);
+    int enc = tnew(tr, "encoder_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    r->head_in = enc;
+    int last = layernorm(tr, enc, D, "post_layernorm");
+    if (vc->use_head && !step) { /* the pooling head's parameters (the step counts them as the full tower's) */
+        tr->pfx = "head";
+        param(tr, "probe", 1, D, GCKPT_ROLE_BIAS);
+        param(tr, "attention.in_proj_weight", 3 * D, D, GCKPT_ROLE_MATRIX);
+        param(tr, "attention.in_proj_bias", 1, 3 * D, GCKPT_ROLE_BIAS);
+        param(tr, "attention.out_proj.weight", D, D, GCKPT_ROLE_MATRIX);
+        param(tr, "attention.out_proj.bias", 1, D, GCKPT_ROLE_BIAS);
+        param(tr, "layernorm.weight", 1, D, GCKPT_ROLE_NORM_WEIGHT);
+        param(tr, "layernorm.bias", 1, D, GCKPT_ROLE_BIAS);
+        param(tr, "mlp.fc1.weight", I, D, GCKPT_ROLE_MATRIX);
+        param(tr, "mlp.fc1.bias", 1, I, GCKPT_ROLE_BIAS);
+        param(tr, "mlp.fc2.weight", D, I, GCKPT_ROLE_MATRIX);
+        param(tr, "mlp.fc2.bias", 1, D, GCKPT_ROLE_BIAS);
+        tr->pfx = "";
+    }
+    tr->frozen_params = false;
+    tr->pfx = "multi_modal_projector";
+    int grid = tnew(tr, "contiguous", GCKPT_T_ACT, dt(tr, last), per_token(D), rg(tr, last));
+    opnew(tr, "contiguous", GCKPT_OP_ELEM, 1, (int[]){last}, grid, -1, 0, NULL);
+    setprim(tr, GCKPT_P_TRANSPOSE, GCKPT_BC_NONE, 0, 0, D);
+    gckpt_shape pooled_sh = {GCKPT_ROWS_BATCH, vc->tokens_per_image, D};
+    int pooled = tnew(tr, "avg_pool", GCKPT_T_ACT, dt(tr, grid), pooled_sh, rg(tr, grid));
+    opnew(tr, "avg_pool", GCKPT_OP_ELEM, 1, (int[]){grid}, pooled, -1, rg(tr, grid), (int[]){grid});
+    setprim(tr, GCKPT_P_AVG_POOL, GCKPT_BC_NONE, 0, (double)vc->tokens_per_image, D);
+    int normed = rmsnorm(tr, pooled, D, "mm_soft_emb_norm");
+    int w = param(tr, "mm_input_projection_weight", Dt, D, GCKPT_ROLE_MATRIX);
+    int xc = autocast_to(tr, normed, tr->compute_dt, "matmul.cast_in");
+    int sel = tnew(tr, "matmul.reshape", GCKPT_T_ACT, dt(tr, xc), pooled_sh, rg(tr, xc));
+    opnew(tr, "matmul.reshape", GCKPT_OP_ELEM, 1, (int[]){xc}, sel, -1, 0, NULL);
+    setprim(tr, GCKPT_P_TRANSPOSE, GCKPT_BC_NONE, 0, 0, D);
+    int proj = linear(tr, sel, w, -1, D, Dt, "matmul");
+    int feats = cast_to(tr, proj, dt(tr, last), "type_as");
+    /* image_outputs.pooler_output keeps it until the model's forward returns */
+    r->t[feats].fwd_end_free = true;
+    if (step) r->grad_seed = feats;
+    tr->pfx = "";
+    section_end(tr);
+}
+
 void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
 {
     const gckpt_vision *vc = &v->vision;
@@ -272,21 +331,19 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
                      v->model_type);
         return false;
     }
+    /* Gemma 3's mm_soft_emb_norm is Gemma's RMSNorm: (1 + w), fp32 */
+    gckpt_model tm = *tower;
+    tm.rms = GCKPT_RMS_GEMMA;
     tracer tr;
-    tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
+    tracer_setup(&tr, &tm, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
     tr.eps = vc->norm_eps;
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
     vit_embedding(&tr, vc, k, g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
     vit_layer(&tr, vc, g != GCKPT_TOWER_FROZEN);
-    if (llava) {
+    if (llava)
         clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN, step);
-    } else if (step) {
-        gckpt_seterr(err, "%s: only llava's and llava_next's vision side is planned in a step", v->model_type);
-        return false;
-    } else {
-        section_begin(&tr, GCKPT_SEC_HEAD);
-        section_end(&tr);
-    }
+    else
+        gemma3_head(&tr, v, g != GCKPT_TOWER_FROZEN, step);
     r->loss = -1;
     recipe_finish(r);
     return true;

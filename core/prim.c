@@ -326,12 +326,12 @@ static bool cat_halves(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return w && w % 2 == 0 && dim_n(&z->in[1]) == x && x % (w / 2) == 0;
 }
 
-/* [s, s] -> [b, 1, s, s] */
+/* [s, s] (or a VLM's per-sample [b, 1, s, s]) -> [b, 1, s, s] */
 static bool bool_mask(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
     (void)k;
     *n = z->b * z->s * z->s;
-    return dim_n(&z->in[0]) == z->s * z->s;
+    return dim_n(&z->in[0]) == z->s * z->s || dim_n(&z->in[0]) == z->b * z->s * z->s;
 }
 
 /* ---- FLOPs ---------------------------------------------------------------------------------- */

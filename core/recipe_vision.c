@@ -231,8 +231,9 @@ static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bo
  * hidden state) (under autocast a copy back to fp32). SigLIP's attention-pooling head
  * (vision_use_head) runs on last_hidden_state too, but its output is the pooler_output
  * that get_image_features overwrites with the projector's: its graph goes before the text
- * model runs and reaches no loss; only its parameters are traced (weights, no gradient). */
-static void gemma3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
+ * model runs and reaches no loss; only its parameters are traced (in a step: weights, no
+ * gradient) and, under autocast, the casts autocast caches. */
+static void gemma3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool trained, bool step)
 {
     gckpt_recipe *r = tr->r;
     const gckpt_vision *vc = &v->vision;
@@ -241,19 +242,28 @@ static void gemma3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
     int enc = tnew(tr, "encoder_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
     r->head_in = enc;
     int last = layernorm(tr, enc, D, "post_layernorm");
-    if (vc->use_head && !step) { /* the pooling head's parameters (the step counts them as the full tower's) */
+    /* image_outputs.last_hidden_state: kept with the model's outputs until its forward returns */
+    r->t[last].fwd_end_free = step;
+    if (vc->use_head) {
+        /* the pooling head: in a step its parameters get no gradient (R-VLM-9); under autocast
+         * a trained tower's leaf weights' casts (out_proj's, the MLP's; in_proj's are of split
+         * views, not cached) stay in autocast's cache until the forward ends */
+        bool cached = step && tr->amp && trained;
+        if (step) tr->frozen_params = true;
         tr->pfx = "head";
         param(tr, "probe", 1, D, GCKPT_ROLE_BIAS);
         param(tr, "attention.in_proj_weight", 3 * D, D, GCKPT_ROLE_MATRIX);
         param(tr, "attention.in_proj_bias", 1, 3 * D, GCKPT_ROLE_BIAS);
-        param(tr, "attention.out_proj.weight", D, D, GCKPT_ROLE_MATRIX);
-        param(tr, "attention.out_proj.bias", 1, D, GCKPT_ROLE_BIAS);
+        int leaf[6];
+        leaf[0] = param(tr, "attention.out_proj.weight", D, D, GCKPT_ROLE_MATRIX);
+        leaf[1] = param(tr, "attention.out_proj.bias", 1, D, GCKPT_ROLE_BIAS);
         param(tr, "layernorm.weight", 1, D, GCKPT_ROLE_NORM_WEIGHT);
         param(tr, "layernorm.bias", 1, D, GCKPT_ROLE_BIAS);
-        param(tr, "mlp.fc1.weight", I, D, GCKPT_ROLE_MATRIX);
-        param(tr, "mlp.fc1.bias", 1, I, GCKPT_ROLE_BIAS);
-        param(tr, "mlp.fc2.weight", D, I, GCKPT_ROLE_MATRIX);
-        param(tr, "mlp.fc2.bias", 1, D, GCKPT_ROLE_BIAS);
+        leaf[2] = param(tr, "mlp.fc1.weight", I, D, GCKPT_ROLE_MATRIX);
+        leaf[3] = param(tr, "mlp.fc1.bias", 1, I, GCKPT_ROLE_BIAS);
+        leaf[4] = param(tr, "mlp.fc2.weight", D, I, GCKPT_ROLE_MATRIX);
+        leaf[5] = param(tr, "mlp.fc2.bias", 1, D, GCKPT_ROLE_BIAS);
+        for (int k = 0; k < 6 && cached; k++) r->t[weight_cast(tr, leaf[k], "autocast_cache")].fwd_end_free = true;
         tr->pfx = "";
     }
     tr->frozen_params = false;
@@ -343,7 +353,7 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
     if (llava)
         clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN, step);
     else
-        gemma3_head(&tr, v, g != GCKPT_TOWER_FROZEN, step);
+        gemma3_head(&tr, v, g != GCKPT_TOWER_FROZEN, g == GCKPT_TOWER_TRAINED, step);
     r->loss = -1;
     recipe_finish(r);
     return true;

@@ -24,32 +24,6 @@
 #include "gckpt/core/step_walk.h"
 #include "gckpt/core/towers.h"
 
-/* What the VLM's model forward does between the towers, per projector (FINDINGS R-VLM-11,
- * R-VLM-14); a projector without a row is not simulated. */
-typedef struct {
-    bool walked;
-    /* torch.cat(image_features) (llava's): a copy of the projected features, alive until the
-     * model's forward returns; Gemma 3's pooler_output is the projector's output itself */
-    bool cat_copy;
-    bool packed; /* LLaVA-NeXT's tiles' pixel copy and pack_image_features' tensors */
-    /* token_type_ids (Gemma 3): get_block_sequence_ids_for_mask's int64 [b, s] ids, alive
-     * until the model's forward returns, and the full and sliding bool masks of every text
-     * layer (gckpt_model.image_masks), which also plan the text model's sliding layers */
-    bool image_masks;
-} bridge_kind;
-static const bridge_kind bridges[] = {
-    [GCKPT_PROJ_LLAVA] = {.walked = true, .cat_copy = true},
-    [GCKPT_PROJ_LLAVA_NEXT] = {.walked = true, .cat_copy = true, .packed = true},
-    [GCKPT_PROJ_GEMMA3] = {.walked = true, .image_masks = true},
-};
-
-static const bridge_kind *bridge_of(const gckpt_vlm *v)
-{
-    return v->vision.projector < sizeof bridges / sizeof *bridges && bridges[v->vision.projector].walked
-               ? &bridges[v->vision.projector]
-               : NULL;
-}
-
 /* the vision simulator numbers its instances apart from the text's */
 #define VISION_IDS ((uint32_t)1 << 30)
 
@@ -154,7 +128,7 @@ static void bridge_close(builder *b)
 }
 
 typedef struct {
-    const bridge_kind *kind;
+    const gckpt_vlm_type *kind; /* the family's row: what its forward does between the towers */
     uint64_t bs, img, width;           /* text positions (b x s), image tokens, text width */
     uint8_t feat_dt, text_dt;          /* the projector's output, the text embeddings (and their gradients) */
     /* LLaVA-NeXT: pixel_values [b, tiles, ...] concatenated to the tower's batch (a copy of
@@ -195,7 +169,7 @@ static bool build(builder *b, const bridge_sizes *z)
             if (!z->conv_keeps_pixels) drop(b, pix);
         }
         /* torch.cat(image_features) (and .to(inputs_embeds.dtype): the cat's copy then goes) */
-        int feats = z->kind->cat_copy ? buf(b, GCKPT_C_ACTIVATIONS, z->feat_dt, z->img * z->width) : -1;
+        int feats = z->kind->features_cat ? buf(b, GCKPT_C_ACTIVATIONS, z->feat_dt, z->img * z->width) : -1;
         if (feats >= 0 && z->feat_dt != z->text_dt) {
             int cast = buf(b, GCKPT_C_ACTIVATIONS, z->text_dt, z->img * z->width);
             drop(b, feats);
@@ -264,8 +238,8 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     /* what this step does not simulate, refused by name */
     bool sliding = false;
     for (uint64_t l = 0; l < v->text.layers; l++) sliding |= gckpt_layer_sliding(&v->text, l);
-    const bridge_kind *kind = bridge_of(v);
-    const char *why = !kind                              ? "only llava's, llava_next's and gemma3's step is simulated"
+    const gckpt_vlm_type *kind = gckpt_vlm_type_of(v->model_type);
+    const char *why = !kind || !kind->walked              ? "its step is not simulated (gckpt_vlm_types' walked rows only)"
                       : gckpt_peft_on(&s->peft)          ? "LoRA and QLoRA on a VLM are not planned"
                       : gckpt_layout_multi(&s->layout)   ? "a VLM is planned on one GPU only"
                       : s->loss != GCKPT_LOSS_HF         ? "a fused loss on a VLM is not planned"
@@ -309,9 +283,8 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
         goto out;
     /* the text model at the whole sequence; without checkpointing (which forces use_cache off)
      * a family that passes no use_cache fills text_config's DynamicCache */
-    const gckpt_vlm_type *row = gckpt_vlm_type_of(v->model_type);
     p->text = v->text;
-    p->text.kv_cache = row && row->text_cache_in_training && v->text.use_cache && !s->every_n;
+    p->text.kv_cache = kind->text_cache_in_training && v->text.use_cache && !s->every_n;
     p->text.image_masks = kind->image_masks;
     gckpt_recipe_build_loss(&p->text, s->precision, s->attention, target, &s->peft, s->seq, s->loss, s->liger_off,
                             &p->tr);
@@ -338,7 +311,7 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     bridge_sizes z = {.kind = kind, .bs = s->micro_batch * s->seq, .img = s->micro_batch * info->image_tokens,
                       .width = v->text.hidden, .feat_dt = p->vr.t[p->vr.grad_seed].dtype,
                       .text_dt = p->tr.t[p->tr.embed_out].dtype,
-                      .packed = kind->packed,
+                      .packed = kind->packed_tiles,
                       .pixels = vs.micro_batch * v->vision.channels * v->vision.image_size * v->vision.image_size,
                       .pixel_dt = pixel_dt,
                       /* the patch conv has a node (its weight trains) and no cast between */

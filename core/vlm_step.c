@@ -245,6 +245,8 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
                       : s->loss != GCKPT_LOSS_HF         ? "a fused loss on a VLM is not planned"
                       : (sliding && !kind->image_masks) || v->text.experts ? "a text model with sliding-window or expert layers is not planned "
                                                            "in a VLM step"
+                      : kind->image_masks && s->attention != GCKPT_SDPA
+                          ? "its token_type_ids masks are measured under sdpa only: plan --attention sdpa"
                       : s->reentrant                      ? "reentrant checkpointing on a VLM is not planned"
                                                           : NULL;
     if (why) {

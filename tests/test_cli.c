@@ -124,6 +124,8 @@ static void bad_inputs(void **state)
          "gemma3: LoRA and QLoRA on a VLM are not planned"},
         {"Gemma 3 several GPUs", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--gpus", "2", "--parallel",
                                    "ddp", "-o", "out.json"), "gemma3: a VLM is planned on one GPU only"},
+        {"Gemma 3 eager", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--attention", "eager", "-o",
+                            "out.json"), "gemma3: its token_type_ids masks are measured under sdpa only"},
         {"Gemma 3 fused loss", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--loss", "liger", "-o",
                                  "out.json"), "gemma3: a fused loss on a VLM is not planned"},
         {"Llama-3.2-11B-Vision", A("--model", GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", "-o", "out.json"),

@@ -1,8 +1,8 @@
 /* The ViT vision towers as a recipe (transformers 5.24 modeling_clip.py, modeling_siglip.py):
  * CLIP's (llava, llava_next) and SigLIP's (gemma3) embedding (the pixels, the patch Conv2d,
  * CLIP's class token and pre_layrnorm, the learned positions), one encoder layer, and as the
- * head llava's: the tower's tail (post_layernorm) and the projector (Gemma 3's head is not
- * traced yet: an empty section). Rows are images: the recipe is built at micro-batch = the
+ * head llava's (the tower's tail, post_layernorm, and the projector) or Gemma 3's
+ * (post_layernorm and the pooled projector, R-VLM-13). Rows are images: the recipe is built at micro-batch = the
  * images (LLaVA-NeXT: tiles) of a micro-batch and sequence = the tower's positions per image
  * (gckpt_vision_positions). Attention is bidirectional: SDPA without a mask saves what the
  * causal kernel saves (q, k, v, out, lse: measured, CPU flash); its FLOPs are the whole score
@@ -331,13 +331,12 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
         return false;
     }
     /* the head: llava's tail and projector as the fixtures measured them (one feature layer,
-     * the CLS dropped, an erf GELU); Gemma 3's (SigLIP's post_layernorm and pooling head, its
-     * pooled projector) not traced yet: an empty section */
+     * the CLS dropped, an erf GELU); Gemma 3's post_layernorm and pooled projector */
     bool llava = vc->projector == GCKPT_PROJ_LLAVA || vc->projector == GCKPT_PROJ_LLAVA_NEXT;
     if ((!llava && vc->projector != GCKPT_PROJ_GEMMA3) ||
         (llava && (vc->nfeature != 1 || vc->keep_cls || vc->projector_act != GCKPT_VACT_GELU))) {
-        gckpt_seterr(err, "%s: only llava's and llava_next's projector on one vision_feature_layer with the "
-                          "\"default\" vision_feature_select_strategy and projector_hidden_act \"gelu\" is traced",
+        gckpt_seterr(err, "%s: only gemma3's projector and llava's and llava_next's on one vision_feature_layer with "
+                          "the \"default\" vision_feature_select_strategy and projector_hidden_act \"gelu\" are traced",
                      v->model_type);
         return false;
     }

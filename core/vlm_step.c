@@ -1,4 +1,4 @@
-/* A LLaVA or LLaVA-NeXT step as two simulators' schedules walked in transformers 5.24's order
+/* A LLaVA, LLaVA-NeXT or Gemma 3 step as two simulators' schedules walked in transformers 5.24's order
  * (gckpt/core/vlm_step.h, FINDINGS R-VLM-11; modeling_llava.py LlavaModel.forward,
  * get_image_features, get_placeholder_mask; modeling_llava_next.py's, pack_image_features). The text model is its family's recipe at the whole sequence (text
  * and image tokens); the tower is gckpt_vision_step_recipe_build's, sized at the
@@ -8,7 +8,10 @@
  * masked_scatter saves), masked_scatter's new embeddings (the old ones go), and in the
  * backward masked_scatter's two gradients (masked_fill for the text embedding's, masked_select
  * for the projector's, cast back to its dtype under autocast). LLaVA-NeXT's bridge adds the
- * tiles' pixel copy (the tower's batch) and pack_image_features' tensors. */
+ * tiles' pixel copy (the tower's batch) and pack_image_features' tensors; Gemma 3's
+ * (Gemma3Model.forward, FINDINGS R-VLM-14) has no cat copy, holds token_type_ids' block ids
+ * and gives every text layer its type's materialised mask. What each family does is its
+ * gckpt_vlm_types row's (features_cat, packed_tiles, image_masks). */
 #include "gckpt/core/vlm_step.h"
 
 #include <stdlib.h>

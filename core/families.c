@@ -152,13 +152,13 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}",
-     NULL, false, false, true, true},
+     NULL, false, false, true, true, true},
     {"llava_next", "LLaVA-NeXT", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_llava_next, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}",
-     NULL, false, false, false, true},
+     NULL, false, false, false, true, true, true},
     {"qwen2_5_vl", "Qwen2.5-VL", "the ViT's windowed and full-attention blocks (fullatt_block_indexes), the 2x2 "
                                  "patch merger, the pixel budget's image tokens and M-RoPE",
      gckpt_vlm_read_qwen2_5_vl, "qwen2_5_vl_vision", "qwen2_5_vl_text",
@@ -177,15 +177,13 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "\"num_attention_heads\": 32, \"head_dim\": 128, \"rms_norm_eps\": 1e-6, \"rope_theta\": 500000.0, "
      "\"max_position_embeddings\": 128000}",
      "qwen3", false, true},
-    {"gemma3", "Gemma 3 (multimodal)", "the SigLIP tower's tail and pooling head (its layers are traced), the "
-                                       "pooled projector (mm_tokens_per_image tokens per image), bidirectional "
-                                       "attention over image tokens and the step around the tower",
+    {"gemma3", "Gemma 3 (multimodal)", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_gemma3, "siglip_vision_model", "gemma3_text",
      /* Gemma3TextConfig's */
      "{\"vocab_size\": 262208, \"hidden_size\": 2304, \"intermediate_size\": 9216, \"num_hidden_layers\": 26, "
      "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, \"head_dim\": 256, \"query_pre_attn_scalar\": 256, "
      "\"rms_norm_eps\": 1e-6}",
-     NULL, false},
+     NULL, false, false, true, true, false, false, true},
     {"mllama", "Llama 3.2 Vision", "the tiled vision encoder (local and gated global layers) and the "
                                    "cross-attention text layers",
      gckpt_vlm_read_mllama, "mllama_vision_model", "mllama_text_model",

@@ -222,6 +222,16 @@ static bool rows_of(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return w && first + rows <= z->s && dim_n(&z->in[0]) == z->b * z->s * w;
 }
 
+/* the pooled grid: sb tokens of each sample's s patches */
+static bool avg_pool(const gckpt_prim_sizes *z, int k, uint64_t *n)
+{
+    const gckpt_op *op = z->op;
+    uint64_t w = op->width, tokens = (uint64_t)op->sb;
+    (void)k;
+    *n = z->b * tokens * w;
+    return w && tokens && tokens <= z->s && dim_n(&z->in[0]) == z->b * z->s * w;
+}
+
 /* Liger's routing metadata: three int32 per (token, expert) pair; expert_start_idx [E + 1]
  * and the two M-tile arrays (E tiles) */
 static bool liger_moe_route(const gckpt_prim_sizes *z, int k, uint64_t *n)
@@ -316,12 +326,12 @@ static bool cat_halves(const gckpt_prim_sizes *z, int k, uint64_t *n)
     return w && w % 2 == 0 && dim_n(&z->in[1]) == x && x % (w / 2) == 0;
 }
 
-/* [s, s] -> [b, 1, s, s] */
+/* [s, s] (or a VLM's per-sample [b, 1, s, s]) -> [b, 1, s, s] */
 static bool bool_mask(const gckpt_prim_sizes *z, int k, uint64_t *n)
 {
     (void)k;
     *n = z->b * z->s * z->s;
-    return dim_n(&z->in[0]) == z->s * z->s;
+    return dim_n(&z->in[0]) == z->s * z->s || dim_n(&z->in[0]) == z->b * z->s * z->s;
 }
 
 /* ---- FLOPs ---------------------------------------------------------------------------------- */
@@ -451,6 +461,8 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
                          .out_numel = cat_cls},
     [GCKPT_P_ROWS_OF] = {.name = "rows_of", 1, 1, 1, .needs_width = true, .planned_only = true,
                          .out_numel = rows_of},
+    [GCKPT_P_AVG_POOL] = {.name = "avg_pool", 1, 1, 1, .bwd_reads = I0, .needs_width = true, .planned_only = true,
+                          .out_numel = avg_pool},
     [GCKPT_P_LIGER_MOE_ROUTE] = {.name = "liger_moe_route", 1, 1, 2, .no_grad = true, .planned_only = true,
                                  .out_numel = liger_moe_route},
     [GCKPT_P_LIGER_MOE] = {.name = "liger_moe", 4, 4, 2, .bwd_reads = I0 | I1 | I2 | I3 | O1, .planned_only = true,

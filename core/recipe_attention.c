@@ -17,7 +17,7 @@ static int repeat_to(tracer *tr, int x, uint8_t dtype, const char *name);
 static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
 {
     const gckpt_model *m = tr->m;
-    bool masked = tr->sdpa_masked && tr->bool_mask >= 0;
+    bool masked = tr->sdpa_masked && tr->sdpa_mask >= 0;
     if (masked && m->kv_heads < m->heads) {
         k = repeat_to(tr, k, dt(tr, k), "sdpa.repeat_k");
         v = repeat_to(tr, v, dt(tr, v), "sdpa.repeat_v");
@@ -28,10 +28,10 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
     int mconv = -1;
     if (masked) {
         mconv = tnew(tr, "sdpa.mask", GCKPT_T_ACT, dt(tr, q), score_shape(1), false);
-        opnew(tr, "sdpa.mask", GCKPT_OP_ELEM, 1, (int[]){tr->bool_mask}, mconv, -1, 0, NULL);
+        opnew(tr, "sdpa.mask", GCKPT_OP_ELEM, 1, (int[]){tr->sdpa_mask}, mconv, -1, 0, NULL);
         setprim(tr, GCKPT_P_BOOL_MASK, GCKPT_BC_NONE, 0, 0, 0);
         int lnot = tnew(tr, "sdpa.mask_not", GCKPT_T_ACT, BOOL, score_shape(1), false);
-        opnew(tr, "sdpa.mask_not", GCKPT_OP_ELEM, 1, (int[]){tr->bool_mask}, lnot, -1, 0, NULL);
+        opnew(tr, "sdpa.mask_not", GCKPT_OP_ELEM, 1, (int[]){tr->sdpa_mask}, lnot, -1, 0, NULL);
         setprim(tr, GCKPT_P_BOOL_MASK, GCKPT_BC_NONE, 1, 0, 0);
     }
     uint64_t qd = m->heads * gckpt_v_head_dim(m); /* the output: v's head dim */

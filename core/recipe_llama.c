@@ -67,10 +67,18 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     if (attn == GCKPT_EAGER && (m->sandwich_norms || m->attn_sinks || mixed)) /* GptOssModel: both too */
         mask2 = source(tr, "sliding_mask", GCKPT_SRC_MASK, tr->stream_dt, score_shape(1), NULL, NULL);
     /* SDPA at seq >= window: masking_utils' bool mask, an expanded view of one [s, s] */
-    if (gckpt_sliding_masked(m, attn, tr->seq))
+    if (gckpt_sliding_masked(m, attn, tr->seq) && !m->image_masks)
         tr->bool_mask = source(tr, "sliding_mask", GCKPT_SRC_MASK, BOOL, (gckpt_shape){GCKPT_ROWS_SEQ, 1, 0}, NULL, NULL);
-    int kwargs[8] = {pos, *cos, *sin, mask, cos2, sin2, mask2, tr->bool_mask};
-    for (int k = 0; k < 8; k++) layer_kwarg(tr, kwargs[k]);
+    /* a VLM's token_type_ids (Gemma 3, FINDINGS R-VLM-14): create_masks_for_vision_model's
+     * full and sliding masks, each its own bool [b, 1, s, s] (the image blocks differ per
+     * sample), read by every layer of its type */
+    if (m->image_masks && attn == GCKPT_SDPA) {
+        tr->full_mask = source(tr, "full_mask", GCKPT_SRC_MASK, BOOL, score_shape(1), NULL, NULL);
+        tr->bool_mask = source(tr, "sliding_mask", GCKPT_SRC_MASK, BOOL, score_shape(1), NULL, NULL);
+        if (mixed) r->t[tr->full_mask].layer_type = GCKPT_LT_FULL;
+    }
+    int kwargs[9] = {pos, *cos, *sin, mask, cos2, sin2, mask2, tr->bool_mask, tr->full_mask};
+    for (int k = 0; k < 9; k++) layer_kwarg(tr, kwargs[k]);
     /* two layer types: each eager mask and (Gemma 3) rotary pair is an argument of its
      * type's layers only (`causal_mask_mapping[layer_type]`, `position_embeddings[layer_type]`):
      * held by checkpoints when a layer of its type is checkpointed, a pair also saved by

@@ -205,7 +205,9 @@ void block_begin(tracer *tr, int type)
         r->sec_layers[GCKPT_SEC_BLOCK] = group_layers(tr, gckpt_block_params_group((gckpt_block_type)gckpt_layer_block(
                                                               tr->m, tr->attn, tr->seq, 0)));
     }
-    tr->sdpa_masked = type == GCKPT_BLOCK_SLIDING_SDPA;
+    /* a VLM's token_type_ids masks: the full layers' SDPA reads their own bool mask too */
+    tr->sdpa_masked = type == GCKPT_BLOCK_SLIDING_SDPA || (type == GCKPT_BLOCK_DECODER && tr->full_mask >= 0);
+    tr->sdpa_mask = type == GCKPT_BLOCK_SLIDING_SDPA ? tr->bool_mask : tr->full_mask;
     tr->no_rope = type == GCKPT_BLOCK_NOPE;
     section_begin(tr, sec);
 }

@@ -35,6 +35,9 @@ typedef struct gckpt_tracer {
                              * section's, handed out again in creation order from this tensor
                              * index on; -1: parameters are new */
     int bool_mask;          /* masking_utils' shared bool mask (sdpa_masked), else -1 */
+    int full_mask;          /* a VLM's token_type_ids masks (gckpt_model.image_masks): the full
+                             * layers' bool mask, else -1 */
+    int sdpa_mask;          /* the mask the block being traced reads (bool_mask or full_mask) */
     uint8_t loss;           /* gckpt_loss of the head */
     uint8_t liger_off;      /* --loss liger: the Liger kernels switched off (gckpt_setting.liger_off) */
     bool frozen_params;     /* param() makes frozen parameters (a frozen vision tower's) */

@@ -1,8 +1,8 @@
 /* The ViT vision towers as a recipe (transformers 5.24 modeling_clip.py, modeling_siglip.py):
  * CLIP's (llava, llava_next) and SigLIP's (gemma3) embedding (the pixels, the patch Conv2d,
  * CLIP's class token and pre_layrnorm, the learned positions), one encoder layer, and as the
- * head llava's: the tower's tail (post_layernorm) and the projector (Gemma 3's head is not
- * traced yet: an empty section). Rows are images: the recipe is built at micro-batch = the
+ * head llava's (the tower's tail, post_layernorm, and the projector) or Gemma 3's
+ * (post_layernorm and the pooled projector, R-VLM-13). Rows are images: the recipe is built at micro-batch = the
  * images (LLaVA-NeXT: tiles) of a micro-batch and sequence = the tower's positions per image
  * (gckpt_vision_positions). Attention is bidirectional: SDPA without a mask saves what the
  * causal kernel saves (q, k, v, out, lse: measured, CPU flash); its FLOPs are the whole score
@@ -221,6 +221,75 @@ static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bo
     section_end(tr);
 }
 
+/* Gemma 3's head (FINDINGS R-VLM-13): SiglipVisionTransformer's post_layernorm on the last
+ * layer's output (last_hidden_state, on the loss's path), then Gemma3MultiModalProjector:
+ * transpose + reshape + contiguous (a copy, [images, D, grid, grid]), AvgPool2d to the
+ * mm_tokens_per_image grid (saves its input), flatten + transpose (views), mm_soft_emb_norm
+ * (Gemma3RMSNorm: fp32, (1 + w), type_as), torch.matmul with mm_input_projection_weight
+ * [D, text hidden] (autocast's cast keeps the normed value's transposed strides, so the
+ * matmul's reshape clones it either way: the clone is what mm saves), .type_as(the last
+ * hidden state) (under autocast a copy back to fp32). SigLIP's attention-pooling head
+ * (vision_use_head) runs on last_hidden_state too, but its output is the pooler_output
+ * that get_image_features overwrites with the projector's: its graph goes before the text
+ * model runs and reaches no loss; only its parameters are traced (in a step: weights, no
+ * gradient) and, under autocast, the casts autocast caches. */
+static void gemma3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool trained, bool step)
+{
+    gckpt_recipe *r = tr->r;
+    const gckpt_vision *vc = &v->vision;
+    uint64_t D = vc->hidden, I = vc->intermediate, Dt = v->text.hidden;
+    section_begin(tr, GCKPT_SEC_HEAD);
+    int enc = tnew(tr, "encoder_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    r->head_in = enc;
+    int last = layernorm(tr, enc, D, "post_layernorm");
+    /* image_outputs.last_hidden_state: kept with the model's outputs until its forward returns */
+    r->t[last].fwd_end_free = step;
+    if (vc->use_head) {
+        /* the pooling head: in a step its parameters get no gradient (R-VLM-9); under autocast
+         * a trained tower's leaf weights' casts (out_proj's, the MLP's; in_proj's are of split
+         * views, not cached) stay in autocast's cache until the forward ends */
+        bool cached = step && tr->amp && trained;
+        if (step) tr->frozen_params = true;
+        tr->pfx = "head";
+        param(tr, "probe", 1, D, GCKPT_ROLE_BIAS);
+        param(tr, "attention.in_proj_weight", 3 * D, D, GCKPT_ROLE_MATRIX);
+        param(tr, "attention.in_proj_bias", 1, 3 * D, GCKPT_ROLE_BIAS);
+        int leaf[6];
+        leaf[0] = param(tr, "attention.out_proj.weight", D, D, GCKPT_ROLE_MATRIX);
+        leaf[1] = param(tr, "attention.out_proj.bias", 1, D, GCKPT_ROLE_BIAS);
+        param(tr, "layernorm.weight", 1, D, GCKPT_ROLE_NORM_WEIGHT);
+        param(tr, "layernorm.bias", 1, D, GCKPT_ROLE_BIAS);
+        leaf[2] = param(tr, "mlp.fc1.weight", I, D, GCKPT_ROLE_MATRIX);
+        leaf[3] = param(tr, "mlp.fc1.bias", 1, I, GCKPT_ROLE_BIAS);
+        leaf[4] = param(tr, "mlp.fc2.weight", D, I, GCKPT_ROLE_MATRIX);
+        leaf[5] = param(tr, "mlp.fc2.bias", 1, D, GCKPT_ROLE_BIAS);
+        for (int k = 0; k < 6 && cached; k++) r->t[weight_cast(tr, leaf[k], "autocast_cache")].fwd_end_free = true;
+        tr->pfx = "";
+    }
+    tr->frozen_params = false;
+    tr->pfx = "multi_modal_projector";
+    int grid = tnew(tr, "contiguous", GCKPT_T_ACT, dt(tr, last), per_token(D), rg(tr, last));
+    opnew(tr, "contiguous", GCKPT_OP_ELEM, 1, (int[]){last}, grid, -1, 0, NULL);
+    setprim(tr, GCKPT_P_TRANSPOSE, GCKPT_BC_NONE, 0, 0, D);
+    gckpt_shape pooled_sh = {GCKPT_ROWS_BATCH, vc->tokens_per_image, D};
+    int pooled = tnew(tr, "avg_pool", GCKPT_T_ACT, dt(tr, grid), pooled_sh, rg(tr, grid));
+    opnew(tr, "avg_pool", GCKPT_OP_ELEM, 1, (int[]){grid}, pooled, -1, rg(tr, grid), (int[]){grid});
+    setprim(tr, GCKPT_P_AVG_POOL, GCKPT_BC_NONE, 0, (double)vc->tokens_per_image, D);
+    int normed = rmsnorm(tr, pooled, D, "mm_soft_emb_norm");
+    int w = param(tr, "mm_input_projection_weight", Dt, D, GCKPT_ROLE_MATRIX);
+    int xc = autocast_to(tr, normed, tr->compute_dt, "matmul.cast_in");
+    int sel = tnew(tr, "matmul.reshape", GCKPT_T_ACT, dt(tr, xc), pooled_sh, rg(tr, xc));
+    opnew(tr, "matmul.reshape", GCKPT_OP_ELEM, 1, (int[]){xc}, sel, -1, 0, NULL);
+    setprim(tr, GCKPT_P_TRANSPOSE, GCKPT_BC_NONE, 0, 0, D);
+    int proj = linear(tr, sel, w, -1, D, Dt, "matmul");
+    int feats = cast_to(tr, proj, dt(tr, last), "type_as");
+    /* image_outputs.pooler_output keeps it until the model's forward returns */
+    r->t[feats].fwd_end_free = true;
+    if (step) r->grad_seed = feats;
+    tr->pfx = "";
+    section_end(tr);
+}
+
 void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
 {
     const gckpt_vision *vc = &v->vision;
@@ -262,31 +331,28 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
         return false;
     }
     /* the head: llava's tail and projector as the fixtures measured them (one feature layer,
-     * the CLS dropped, an erf GELU); Gemma 3's (SigLIP's post_layernorm and pooling head, its
-     * pooled projector) not traced yet: an empty section */
+     * the CLS dropped, an erf GELU); Gemma 3's post_layernorm and pooled projector */
     bool llava = vc->projector == GCKPT_PROJ_LLAVA || vc->projector == GCKPT_PROJ_LLAVA_NEXT;
     if ((!llava && vc->projector != GCKPT_PROJ_GEMMA3) ||
         (llava && (vc->nfeature != 1 || vc->keep_cls || vc->projector_act != GCKPT_VACT_GELU))) {
-        gckpt_seterr(err, "%s: only llava's and llava_next's projector on one vision_feature_layer with the "
-                          "\"default\" vision_feature_select_strategy and projector_hidden_act \"gelu\" is traced",
+        gckpt_seterr(err, "%s: only gemma3's projector and llava's and llava_next's on one vision_feature_layer with "
+                          "the \"default\" vision_feature_select_strategy and projector_hidden_act \"gelu\" are traced",
                      v->model_type);
         return false;
     }
+    /* Gemma 3's mm_soft_emb_norm is Gemma's RMSNorm: (1 + w), fp32 */
+    gckpt_model tm = *tower;
+    tm.rms = GCKPT_RMS_GEMMA;
     tracer tr;
-    tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
+    tracer_setup(&tr, &tm, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
     tr.eps = vc->norm_eps;
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
     vit_embedding(&tr, vc, k, g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
     vit_layer(&tr, vc, g != GCKPT_TOWER_FROZEN);
-    if (llava) {
+    if (llava)
         clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN, step);
-    } else if (step) {
-        gckpt_seterr(err, "%s: only llava's and llava_next's vision side is planned in a step", v->model_type);
-        return false;
-    } else {
-        section_begin(&tr, GCKPT_SEC_HEAD);
-        section_end(&tr);
-    }
+    else
+        gemma3_head(&tr, v, g != GCKPT_TOWER_FROZEN, g == GCKPT_TOWER_TRAINED, step);
     r->loss = -1;
     recipe_finish(r);
     return true;

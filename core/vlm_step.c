@@ -1,4 +1,4 @@
-/* A LLaVA or LLaVA-NeXT step as two simulators' schedules walked in transformers 5.24's order
+/* A LLaVA, LLaVA-NeXT or Gemma 3 step as two simulators' schedules walked in transformers 5.24's order
  * (gckpt/core/vlm_step.h, FINDINGS R-VLM-11; modeling_llava.py LlavaModel.forward,
  * get_image_features, get_placeholder_mask; modeling_llava_next.py's, pack_image_features). The text model is its family's recipe at the whole sequence (text
  * and image tokens); the tower is gckpt_vision_step_recipe_build's, sized at the
@@ -8,7 +8,10 @@
  * masked_scatter saves), masked_scatter's new embeddings (the old ones go), and in the
  * backward masked_scatter's two gradients (masked_fill for the text embedding's, masked_select
  * for the projector's, cast back to its dtype under autocast). LLaVA-NeXT's bridge adds the
- * tiles' pixel copy (the tower's batch) and pack_image_features' tensors. */
+ * tiles' pixel copy (the tower's batch) and pack_image_features' tensors; Gemma 3's
+ * (Gemma3Model.forward, FINDINGS R-VLM-14) has no cat copy, holds token_type_ids' block ids
+ * and gives every text layer its type's materialised mask. What each family does is its
+ * gckpt_vlm_types row's (features_cat, packed_tiles, image_masks). */
 #include "gckpt/core/vlm_step.h"
 
 #include <stdlib.h>
@@ -128,6 +131,7 @@ static void bridge_close(builder *b)
 }
 
 typedef struct {
+    const gckpt_vlm_type *kind; /* the family's row: what its forward does between the towers */
     uint64_t bs, img, width;           /* text positions (b x s), image tokens, text width */
     uint8_t feat_dt, text_dt;          /* the projector's output, the text embeddings (and their gradients) */
     /* LLaVA-NeXT: pixel_values [b, tiles, ...] concatenated to the tower's batch (a copy of
@@ -168,8 +172,8 @@ static bool build(builder *b, const bridge_sizes *z)
             if (!z->conv_keeps_pixels) drop(b, pix);
         }
         /* torch.cat(image_features) (and .to(inputs_embeds.dtype): the cat's copy then goes) */
-        int feats = buf(b, GCKPT_C_ACTIVATIONS, z->feat_dt, z->img * z->width);
-        if (z->feat_dt != z->text_dt) {
+        int feats = z->kind->features_cat ? buf(b, GCKPT_C_ACTIVATIONS, z->feat_dt, z->img * z->width) : -1;
+        if (feats >= 0 && z->feat_dt != z->text_dt) {
             int cast = buf(b, GCKPT_C_ACTIVATIONS, z->text_dt, z->img * z->width);
             drop(b, feats);
             feats = cast;
@@ -178,10 +182,12 @@ static bool build(builder *b, const bridge_sizes *z)
         /* masked_scatter's new embeddings while the old are alive (the text's embed_out
          * stands for the new ones from here on) */
         drop(b, buf(b, GCKPT_C_ACTIVATIONS, z->text_dt, z->bs * z->width));
+        int ids = z->kind->image_masks ? buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_I64, z->bs) : -1;
         bridge_close(b);
         rows(b, false, m, 1); /* the text layers */
         bridge_open(b, m, GCKPT_STAGE_FORWARD);
-        drop(b, feats); /* LlavaModel.forward returns: its image_features */
+        if (feats >= 0) drop(b, feats); /* LlavaModel.forward returns: its image_features */
+        if (ids >= 0) drop(b, ids);     /* Gemma3Model.forward's block_sequence_ids */
         bridge_close(b);
         for (int r = 2; r < 5; r++) rows(b, false, m, r); /* the head and loss; the forward returns */
         for (int r = 3; r < 5; r++) rows(b, true, m, r); /* image_outputs goes with the outputs */
@@ -235,13 +241,15 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     /* what this step does not simulate, refused by name */
     bool sliding = false;
     for (uint64_t l = 0; l < v->text.layers; l++) sliding |= gckpt_layer_sliding(&v->text, l);
-    const char *why = v->vision.projector != GCKPT_PROJ_LLAVA && v->vision.projector != GCKPT_PROJ_LLAVA_NEXT
-                          ? "only llava's and llava_next's step is simulated"
+    const gckpt_vlm_type *kind = gckpt_vlm_type_of(v->model_type);
+    const char *why = !kind || !kind->walked              ? "its step is not simulated (gckpt_vlm_types' walked rows only)"
                       : gckpt_peft_on(&s->peft)          ? "LoRA and QLoRA on a VLM are not planned"
                       : gckpt_layout_multi(&s->layout)   ? "a VLM is planned on one GPU only"
                       : s->loss != GCKPT_LOSS_HF         ? "a fused loss on a VLM is not planned"
-                      : sliding || v->text.experts        ? "a text model with sliding-window or expert layers is not planned "
+                      : (sliding && !kind->image_masks) || v->text.experts ? "a text model with sliding-window or expert layers is not planned "
                                                            "in a VLM step"
+                      : kind->image_masks && s->attention != GCKPT_SDPA
+                          ? "its token_type_ids masks are measured under sdpa only: plan --attention sdpa"
                       : s->reentrant                      ? "reentrant checkpointing on a VLM is not planned"
                                                           : NULL;
     if (why) {
@@ -280,9 +288,9 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
         goto out;
     /* the text model at the whole sequence; without checkpointing (which forces use_cache off)
      * a family that passes no use_cache fills text_config's DynamicCache */
-    const gckpt_vlm_type *row = gckpt_vlm_type_of(v->model_type);
     p->text = v->text;
-    p->text.kv_cache = row && row->text_cache_in_training && v->text.use_cache && !s->every_n;
+    p->text.kv_cache = kind->text_cache_in_training && v->text.use_cache && !s->every_n;
+    p->text.image_masks = kind->image_masks;
     gckpt_recipe_build_loss(&p->text, s->precision, s->attention, target, &s->peft, s->seq, s->loss, s->liger_off,
                             &p->tr);
     if (!gckpt_ctx_init(&p->tc, &p->text, d, &p->tr, s, err)) goto out;
@@ -290,6 +298,12 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(&vs, towers[0]);
     tst.model = &p->text;
     tst.modes = p->tmodes;
+    /* the attention types of the checkpointed text layers (R-VLM-1's indices, not every_n's
+     * from text layer 0): which layer type's masks and rotary pair their frames hold */
+    for (size_t i = 0; i < info->ntext_ckpt; i++)
+        tst.ckpt_types |= (uint8_t)(1u << ((gckpt_layer_sliding(&p->text, info->text_ckpt[i]) ? GCKPT_LT_SLIDING
+                                                                                                : GCKPT_LT_FULL) -
+                                           1));
     vst.modes = p->vmodes;
     vst.live_layers = info->vision_live;
     builder b = {.tc = &p->tc, .vc = &p->vc, .tst = &tst, .vst = &vst, .ok = true};
@@ -299,10 +313,10 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     b.ts = gckpt_sim_new();
     b.vs = gckpt_sim_new();
     uint8_t pixel_dt = im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32;
-    bridge_sizes z = {.bs = s->micro_batch * s->seq, .img = s->micro_batch * info->image_tokens,
+    bridge_sizes z = {.kind = kind, .bs = s->micro_batch * s->seq, .img = s->micro_batch * info->image_tokens,
                       .width = v->text.hidden, .feat_dt = p->vr.t[p->vr.grad_seed].dtype,
                       .text_dt = p->tr.t[p->tr.embed_out].dtype,
-                      .packed = v->vision.projector == GCKPT_PROJ_LLAVA_NEXT,
+                      .packed = kind->packed_tiles,
                       .pixels = vs.micro_batch * v->vision.channels * v->vision.image_size * v->vision.image_size,
                       .pixel_dt = pixel_dt,
                       /* the patch conv has a node (its weight trains) and no cast between */

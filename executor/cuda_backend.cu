@@ -236,6 +236,7 @@ constexpr cuda_kernel kernels[] = {
     {GCKPT_P_PATCH_CONV, nullptr, nullptr}, // a vision tower's embedding: planned only
     {GCKPT_P_CAT_CLS, nullptr, nullptr},
     {GCKPT_P_ROWS_OF, nullptr, nullptr},
+    {GCKPT_P_AVG_POOL, nullptr, nullptr}, // Gemma 3's projector pool: planned only
     {GCKPT_P_LIGER_MOE_ROUTE, nullptr, nullptr}, // Liger's fused MoE: planned only
     {GCKPT_P_LIGER_MOE, nullptr, nullptr},
 #ifdef GCKPT_TOY

@@ -1,7 +1,9 @@
-/* A vision-language model in the plan (gckpt/planner/plan.h): LLaVA and LLaVA-NeXT, whose
- * training step gckpt_vlm_walk simulates across the CLIP tower and the text model
- * (core/vlm_step.c, FINDINGS R-VLM-11). Each entry of the sweep is one walk; the images a
- * sample carries come from --images, --image-size and --vision-tower. */
+/* A vision-language model in the plan (gckpt/planner/plan.h): the families whose training
+ * step gckpt_vlm_walk simulates across the vision tower and the text model (gckpt_vlm_types'
+ * walked rows: LLaVA, LLaVA-NeXT, Gemma 3; core/vlm_step.c, FINDINGS R-VLM-11, R-VLM-14).
+ * Each entry of the sweep is one walk; the images a sample carries come from --images,
+ * --image-size and --vision-tower. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,9 +33,14 @@ bool gckpt_plan_vlm_options_ok(const gckpt_plan *p, gckpt_err *err)
 {
     const gckpt_plan_request *q = &p->req;
     if (p->vlm || !(q->images || q->image_h || q->vision_tower)) return true;
-    gckpt_seterr(err, "--%s: model_type \"%s\" (%s) is no vision-language model (LLaVA, LLaVA-NeXT)",
+    char planned[160] = "";
+    for (const gckpt_vlm_type *t = gckpt_vlm_types; t->name; t++)
+        if (t->walked)
+            snprintf(planned + strlen(planned), sizeof planned - strlen(planned), "%s%s", planned[0] ? ", " : "",
+                     t->family);
+    gckpt_seterr(err, "--%s: model_type \"%s\" (%s) is no vision-language model (%s)",
                  q->images ? "images" : q->image_h ? "image-size" : "vision-tower", p->model.model_type,
-                 p->model.name);
+                 p->model.name, planned);
     return false;
 }
 
@@ -52,8 +59,9 @@ bool gckpt_plan_vlm_load(gckpt_plan *p, const char *path, const char *text, gckp
                      q->tp ? "tp" : "cp", p->vlm->model_type);
         return false;
     }
-    /* CLIPImageProcessor resizes and crops any size (FINDINGS R-VLM-11): the config's square
-     * image unless --image-size says otherwise (LLaVA-NeXT's tiles follow it, R-VLM-4) */
+    /* CLIPImageProcessor resizes and crops any size (FINDINGS R-VLM-11), Gemma3ImageProcessor
+     * resizes any size (R-VLM-15): the config's square image unless --image-size says
+     * otherwise (LLaVA-NeXT's tiles follow it, R-VLM-4) */
     uint64_t h = q->image_h ? q->image_h : p->vlm->vision.image_size;
     uint64_t w = q->image_h ? q->image_w : p->vlm->vision.image_size;
     gckpt_vlm_images *im = p->images;
@@ -144,12 +152,15 @@ void gckpt_plan_vlm_header(const gckpt_plan *p, FILE *f)
     const gckpt_vlm_step_info *in = p->vlm_info;
     uint64_t img = im->images * im->tokens;
     fprintf(f, "%s: %llu image(s) of %llux%llu per sample, %llu tile(s) each, %llu image tokens + %llu text tokens "
-               "per sample; vision tower %s (%llu layers, %llu reach the projector), text model %llu layers\n",
+               "per sample; vision tower %s (%llu layers, %llu reach the projector), text model %llu layers; %llu "
+               "tokens per image%s\n",
             p->vlm->model_type, (unsigned long long)im->images, (unsigned long long)p->req.image_h,
             (unsigned long long)p->req.image_w, (unsigned long long)im->tiles, (unsigned long long)img,
             (unsigned long long)(p->req.seq - img), im->tower_trained ? "trained" : "frozen",
             (unsigned long long)in->vision_layers, (unsigned long long)in->vision_live,
-            (unsigned long long)in->text_layers);
+            (unsigned long long)in->text_layers, (unsigned long long)im->tokens,
+            /* the config's count (Gemma 3's), else the processor's rule (R-VLM-4) */
+            p->vlm->vision.tokens_per_image ? " (mm_tokens_per_image)" : "");
     long i = p->recommended >= 0 ? p->recommended : p->smallest;
     if (i < 0) return;
     fprintf(f, "%s entry (every_n %u): checkpointed vision layers ", p->recommended >= 0 ? "recommended" : "smallest",

@@ -289,6 +289,15 @@ static bool fp32_gqa(const gckpt_plan *p, char **msg)
 static bool sliding_masked(const gckpt_plan *p, char **msg)
 {
     const gckpt_model *m = &p->model;
+    const gckpt_vlm_type *row = p->vlm ? gckpt_vlm_type_of(p->vlm->model_type) : NULL;
+    if (row && row->image_masks) { /* token_type_ids' masks (FINDINGS R-VLM-14) */
+        *msg = say("%s's token_type_ids make every text layer's mask a materialised bool [b, 1, s, s] (bidirectional "
+                   "within each image's tokens; %llu of %llu layers also slide over %llu tokens): SDPA repeats k and "
+                   "v to every head and computes the full s x s in every layer (planned so, per layer).",
+                   p->vlm->model_type, (unsigned long long)m->sliding_layers, (unsigned long long)m->layers,
+                   (unsigned long long)m->sliding_window);
+        return *msg != NULL;
+    }
     if (!gckpt_sliding_masked(m, p->req.attention, p->req.seq)) return true;
     if (m->sliding_layers == m->layers)
         *msg = say("every layer's sliding window (%llu tokens) is at most seq %llu: SDPA then keeps a materialised "

@@ -119,8 +119,15 @@ static void bad_inputs(void **state)
         {"Qwen2.5-VL-7B", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "-o", "out.json"),
          "\"qwen2_5_vl\": vision-language models are not supported yet (Qwen2.5-VL: vision tower not yet planned: the "
          "ViT's windowed and full-attention blocks (fullatt_block_indexes)"},
-        {"Gemma-3-4B", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "-o", "out.json"),
-         "(Gemma 3 (multimodal): vision tower not yet planned"},
+        /* Gemma 3 is planned: what its step does not simulate, one line each */
+        {"Gemma 3 LoRA", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--method", "lora", "-o", "out.json"),
+         "gemma3: LoRA and QLoRA on a VLM are not planned"},
+        {"Gemma 3 several GPUs", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--gpus", "2", "--parallel",
+                                   "ddp", "-o", "out.json"), "gemma3: a VLM is planned on one GPU only"},
+        {"Gemma 3 eager", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--attention", "eager", "-o",
+                            "out.json"), "gemma3: its token_type_ids masks are measured under sdpa only"},
+        {"Gemma 3 fused loss", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--loss", "liger", "-o",
+                                 "out.json"), "gemma3: a fused loss on a VLM is not planned"},
         {"Llama-3.2-11B-Vision", A("--model", GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", "-o", "out.json"),
          "(Llama 3.2 Vision: vision tower not yet planned: the tiled vision encoder"},
         /* LLaVA is planned (planner/plan_vlm.c): its image options' bad values and what its step does not simulate */
@@ -402,6 +409,14 @@ static void good_runs(void **state)
                                     "text tokens per sample; vision tower frozen (24 layers, 23 reach the projector)"));
     assert_non_null(strstr(cli_out, "model = AutoModelForImageTextToText.from_pretrained("));
     assert_non_null(strstr(cli_out, "model.model.vision_tower.requires_grad_(False)"));
+    /* Gemma 3: any image size resized to the tower's 896, mm_tokens_per_image tokens each */
+    assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--seq", "2048", "--images", "2",
+                           "--image-size", "480x640", "--gpu", "h100-sxm-80gb", "-o", "gemma3.json"), err, sizeof err), 0);
+    assert_true(cli_exists("gemma3.json"));
+    assert_non_null(strstr(cli_out, "gemma3: 2 image(s) of 480x640 per sample, 1 tile(s) each, 512 image tokens + 1536 "
+                                    "text tokens per sample; vision tower trained (27 layers, 27 reach the projector), "
+                                    "text model 34 layers; 256 tokens per image (mm_tokens_per_image)"));
+    assert_non_null(strstr(cli_out, "model = AutoModelForImageTextToText.from_pretrained("));
     /* -o - puts the JSON alone on stdout */
     assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--every-n", "off,1", "-o", "-"), err, sizeof err), 0);
     assert_true(cli_out[0] == '{');

@@ -1,5 +1,5 @@
 /* gckpt-plan on a vision-language model (planner/plan_vlm.c) against what was measured:
- * for every llava and llava_next fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py),
+ * for every llava, llava_next and gemma3 fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py),
  * gckpt_plan_run plans the fixture's own config.json (written to a file, as a user passes
  * it) at the fixture's setting (micro-batch, sequence, accumulation, precision, every_n,
  * offload, images per sample and their size, the tower trained or frozen; on the
@@ -158,6 +158,15 @@ static void llava_next_plans(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* Gemma 3: the SigLIP tower and the pooled projector (mm_tokens_per_image per image) */
+static void gemma3_plans(void **state)
+{
+    (void)state;
+    tally ty = family("gemma3-");
+    assert_int_equal(ty.files, 42);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -167,6 +176,7 @@ int main(void)
         return 1;
     }
     free(text);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans),
+                                       cmocka_unit_test(gemma3_plans)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -142,6 +142,16 @@ static void llava_next_peaks(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* Gemma 3: the SigLIP tower, post_layernorm and the pooled projector, token_type_ids' masks
+ * on every text layer (sliding and full) */
+static void gemma3_peaks(void **state)
+{
+    (void)state;
+    tally ty = family_peaks("gemma3-");
+    assert_int_equal(ty.files, 42);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -149,6 +159,7 @@ int main(void)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks),
+                                       cmocka_unit_test(gemma3_peaks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,6 +81,7 @@ static const struct {
     {GCKPT_P_PATCH_CONV, "patch_conv", R, R}, /* a vision tower's embedding: planned only */
     {GCKPT_P_CAT_CLS, "cat_cls", R, R},
     {GCKPT_P_ROWS_OF, "rows_of", R, R},
+    {GCKPT_P_AVG_POOL, "avg_pool", R, R},
     {GCKPT_P_LIGER_MOE_ROUTE, "liger_moe_route", R, R}, /* Liger's fused MoE: planned only */
     {GCKPT_P_LIGER_MOE, "liger_moe", R, R},
 #ifdef GCKPT_TOY

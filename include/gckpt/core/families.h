@@ -142,6 +142,13 @@ typedef struct gckpt_vlm_type {
     /* its training step is simulated (gckpt_vlm_walk, core/vlm_step.c): gckpt-plan plans it;
      * `missing` then says what other tools still lack */
     bool walked;
+    /* what its forward does between the towers (core/vlm_step.c, FINDINGS R-VLM-11, R-VLM-14):
+     * features_cat, torch.cat of the projected features (a copy alive until the forward
+     * returns; Gemma 3's pooler_output is the projector's output itself); packed_tiles,
+     * LLaVA-NeXT's tiles' pixel copy and pack_image_features' tensors; image_masks,
+     * token_type_ids' int64 block ids and the full and sliding bool masks on every text
+     * layer (gckpt_model.image_masks), with which its text model's sliding layers are planned */
+    bool features_cat, packed_tiles, image_masks;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];
 /* The row of model_type t in gckpt_vlm_types, NULL when it is none. */

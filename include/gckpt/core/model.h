@@ -59,6 +59,9 @@ typedef struct {
     /* What the config says about how the model may be run (HF defaults when absent). */
     uint64_t max_positions;  /* longest sequence: max_position_embeddings, gpt2 n_positions */
     bool use_cache;          /* config use_cache (the plans assume False, as the Trainer sets) */
+    bool image_masks;        /* a VLM's token_type_ids masks (Gemma 3): every layer's SDPA reads a
+                              * materialised bool [b, 1, s, s] mask of its layer type. Set by a
+                              * VLM step only (core/vlm_step.c) */
     bool kv_cache;           /* the training forward fills a DynamicCache: each attention's k and v
                               * copied into it (DynamicLayer.update's torch.cat), the copies held
                               * until the forward returns. Set by a VLM step only (core/vlm_step.c:

@@ -232,6 +232,10 @@ typedef enum {
      * x[:, 0, :] a view (view_fwd: its storage is in0's), x[:, 1:].reshape(-1, width) for a
      * matmul a copy (planned only) */
     GCKPT_P_ROWS_OF,
+    /* Gemma 3's projector pool (nn.AvgPool2d with stride = kernel over each image's patch grid,
+     * planned only): in0 [b, s, width] (the grid's s patches, a contiguous copy) -> [b, sb,
+     * width] (sb: the pooled grid's tokens); AvgPool2DBackward0 saves its input */
+    GCKPT_P_AVG_POOL,
     /* Liger's fused MoE experts (LigerExperts' LigerFusedMoEFunction, liger-kernel 0.8.5; planned
      * only). LIGER_MOE_ROUTE: compute_routing_metadata of the int32 top-k indices in0 [T, k]:
      * out[0] int32 [T, 3 k] (x_gather_idx, s_scatter_idx, s_reverse_scatter_idx, one per pair),

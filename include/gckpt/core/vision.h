@@ -189,7 +189,8 @@ uint64_t gckpt_vision_positions(const gckpt_vlm *v);
 /* The tower's recipe (core/recipe_vision.c): GCKPT_SEC_EMBED its embedding (the pixels, the
  * patch conv, CLIP's class token and pre_layrnorm, the positions), GCKPT_SEC_BLOCK one encoder
  * layer, GCKPT_SEC_HEAD llava's and llava_next's tail (post_layernorm, which reaches no loss)
- * and projector (Gemma 3's: empty, not traced yet), for the tower model `tower`
+ * and projector, or Gemma 3's post_layernorm and pooled projector (the attention-pooling
+ * head's parameters only: its graph goes before the text model runs), for the tower model `tower`
  * (gckpt_vision_tower_model) at precision p on target. CLIP and SigLIP towers only; false
  * with err for another. */
 bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
@@ -197,7 +198,7 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
 /* The same recipe as one step simulates it (core/vlm_step.c): its head is the projector on
  * the feature layer's output (the tail, which reaches no loss, left out), whose output's
  * gradient is seeded from outside (gckpt_recipe.grad_seed); the batch's pixel_values are pixel_dt (gckpt_dtype; the image processor's float32, cast to the
- * weights' dtype in the embedding). llava and llava_next only. */
+ * weights' dtype in the embedding). llava, llava_next and gemma3. */
 bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
                                     gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
                                     gckpt_err *err);

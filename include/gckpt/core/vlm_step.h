@@ -1,4 +1,4 @@
-/* A LLaVA (or LLaVA-NeXT) training step: the text model's step and the vision tower's,
+/* A LLaVA, LLaVA-NeXT or Gemma 3 training step: the text model's step and the vision tower's,
  * simulated as two schedules walked in the order transformers 5.24 runs them
  * (core/vlm_step.c). The text
  * embedding, the tower (its embedding, layers, the forward-only layers after the feature
@@ -48,7 +48,8 @@ typedef struct {
  * per sample, precision, every_n, offload, accumulation; one device, no PEFT) for VLM v on
  * device d and target; res as gckpt_walk fills it (peak, after the forward, breakdown, the
  * step's seconds from the same per-op model for both towers). false with err when a part
- * is not simulated (llava's and llava_next's only; one GPU, full fine-tuning, HF's loss). */
+ * is not simulated (gckpt_vlm_types' walked rows only; one GPU, full fine-tuning, HF's loss;
+ * Gemma 3 under sdpa). */
 bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
                     const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info, gckpt_err *err);
 /* The same walk with on_event (NULL: none) called at every event of the composed schedule, in

@@ -54,7 +54,8 @@ static void say_ready(const char *ready)
 {
     if (!ready || !*ready) return;
     char tmp[4096], pid[32];
-    snprintf(tmp, sizeof tmp, "%s.part", ready);
+    int len = snprintf(tmp, sizeof tmp, "%s.part", ready);
+    if (len < 0 || (size_t)len >= sizeof tmp) return; /* a name too long to hold: no signal */
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
         int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());

@@ -1,5 +1,5 @@
-/* The ViT towers' recipe (core/recipe_vision.c) against every llava, llava_next and gemma3
- * fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with
+/* The vision towers' recipe (core/recipe_vision.c) against every llava, llava_next, gemma3
+ * and qwen2_5_vl fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with
  * CUDA's lists; every_n off / 1 / 2 / 3; offload; the tower trained and frozen; one and two
  * images; LLaVA-NeXT's anyres tiles, gckpt_image_tiles against pixel_values' tile
  * dimension). Exact, per fixture: the bytes each vision layer keeps for its backward (a
@@ -8,7 +8,9 @@
  * multi_modal_projector: the head section), which the probe files under the last vision
  * layer next to masked_scatter's mask (the text side's). Gemma 3's head (SigLIP's
  * post_layernorm and pooling head, its projector) is not traced: its last layer's other
- * tensors are not compared. */
+ * tensors are not compared. Qwen2.5-VL: its tower at the image's patches (pixel_values' rows
+ * against gckpt_vision_image_positions), its blocks, the rotary tables (filed under the first
+ * plain block), its embedding and the patch merger with the reverse index (the head). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -60,6 +62,37 @@ typedef struct {
     uint64_t tail_bytes;
 } tally;
 
+/* Where the probe files each tower's tensors (module paths), by tower kind: the layers
+ * (printf with the index), the tower (its embedding's, and under the last layer its head's
+ * when the head is not a module of its own), the head's modules. */
+typedef struct {
+    const char *layer_fmt, *tower, *head[2];
+} tower_modules;
+static const tower_modules modules_of[GCKPT_NTOWER] = {
+    [GCKPT_TOWER_CLIP] = {"vision_tower.encoder.layers.%llu", "vision_tower",
+                          {"vision_tower.post_layernorm", "multi_modal_projector"}},
+    [GCKPT_TOWER_SIGLIP] = {"vision_tower.encoder.layers.%llu", "vision_tower",
+                            {"vision_tower.post_layernorm", "multi_modal_projector"}},
+    /* the merger, and the reverse index (module "visual" itself) */
+    [GCKPT_TOWER_QWEN2_5] = {"visual.blocks.%llu", "visual", {"visual"}},
+};
+
+/* Bytes the block's ops save of tensors made before it (the embedding's rotary tables, every
+ * block's: the probe files them under the first block that saves them, a plain one). */
+static uint64_t shared_saved(const gckpt_ctx *ctx, const gckpt_recipe *r)
+{
+    bool seen[GCKPT_MAX_TENSORS] = {false};
+    uint64_t sum = 0;
+    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+        for (int k = 0; k < r->op[i].nsaved; k++) {
+            int t = ctx->storage[r->op[i].saved[k]];
+            if (seen[t] || r->t[t].section != GCKPT_SEC_EMBED || r->t[t].kind == GCKPT_T_PARAM) continue;
+            seen[t] = true;
+            sum += ctx->raw[t];
+        }
+    return sum;
+}
+
 static void check_fixture(const char *path, tally *ty)
 {
     cJSON *j = read_json(path);
@@ -89,6 +122,16 @@ static void check_fixture(const char *path, tally *ty)
     if (cJSON_GetArraySize(pv) == 4 && tiles != 1) fail_msg("%s: tiles without a tile dimension", path);
     uint64_t images = (uint64_t)at(at(j, "images"), "per_sample")->valuedouble * tiles;
     uint64_t b = (uint64_t)at(set, "micro_batch")->valuedouble;
+    /* the tower's positions per image: Qwen2.5-VL's patches of the image's smart_resize'd
+     * grid, which pixel_values [patches, C T p^2] lists for every image of the batch */
+    uint64_t positions = gckpt_vision_image_positions(&v, (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble,
+                                                      (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble);
+    if (cJSON_GetArraySize(pv) == 2 && (uint64_t)cJSON_GetArrayItem(pv, 0)->valuedouble != b * images * positions)
+        fail_msg("%s: %llu patches per image planned, pixel_values has %.0f rows for %llu images", path,
+                 (unsigned long long)positions, cJSON_GetArrayItem(pv, 0)->valuedouble,
+                 (unsigned long long)(b * images));
+    const tower_modules *mods = &modules_of[v.vision.tower];
+    if (!mods->layer_fmt) fail_msg("%s: no module paths for this tower", path);
 
     gckpt_model tower;
     gckpt_vision_tower_model(&v, &tower);
@@ -96,7 +139,7 @@ static void check_fixture(const char *path, tally *ty)
     static gckpt_recipe r;
     if (!gckpt_vision_recipe_build(&v, &tower, (gckpt_precision)p, target, g, &r, &err))
         fail_msg("%s: %s", path, err.msg);
-    gckpt_setting s = {.seq = gckpt_vision_positions(&v), .micro_batch = b * images, .grad_accum = 1,
+    gckpt_setting s = {.seq = positions, .micro_batch = b * images, .grad_accum = 1,
                        .precision = (gckpt_precision)p, .attention = GCKPT_SDPA, .every_n = every_n,
                        .offload = offload};
     static gckpt_ctx ctx;
@@ -134,13 +177,15 @@ static void check_fixture(const char *path, tally *ty)
         if (!ck[set_ck[k]]) fail_msg("%s: vision layer %llu is not checkpointed", path, (unsigned long long)set_ck[k]);
 
     const cJSON *layers = at(at(j, "saved"), "layers");
-    uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK);
+    uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK), shared = shared_saved(&ctx, &r);
+    bool first_plain = true;
     for (uint64_t i = 0; i < towers[0]; i++) {
         const cJSON *l = cJSON_GetArrayItem(layers, (int)i);
         char prefix[64];
-        snprintf(prefix, sizeof prefix, "vision_tower.encoder.layers.%llu", (unsigned long long)i);
+        snprintf(prefix, sizeof prefix, mods->layer_fmt, (unsigned long long)i);
         uint64_t got = measured(at(l, "tensors"), prefix);
-        uint64_t want = ck[i] ? (offload ? 0 : ctx.raw[r.block_in]) : plain;
+        uint64_t want = ck[i] ? (offload ? 0 : ctx.raw[r.block_in]) : plain + (first_plain && plain ? shared : 0);
+        if (!ck[i] && plain) first_plain = false;
         if (got != want)
             fail_msg("%s: vision layer %llu (%s) keeps %llu bytes measured, %llu planned", path,
                      (unsigned long long)i, ck[i] ? "checkpointed" : "plain", (unsigned long long)got,
@@ -159,12 +204,18 @@ static void check_fixture(const char *path, tally *ty)
     }
     /* the tail and the projector, filed under the last vision layer */
     const cJSON *tail = at(cJSON_GetArrayItem(layers, (int)towers[0] - 1), "tensors");
-    uint64_t tail_got = measured(tail, "vision_tower.post_layernorm") + measured(tail, "multi_modal_projector");
+    uint64_t tail_got = 0;
+    for (int k = 0; k < 2 && mods->head[k]; k++) tail_got += measured(tail, mods->head[k]);
+    if (v.vision.tower == GCKPT_TOWER_QWEN2_5) { /* "visual" less the last block */
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, mods->layer_fmt, (unsigned long long)(towers[0] - 1));
+        tail_got -= measured(tail, prefix);
+    }
     if (head_traced && tail_got != gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD))
         fail_msg("%s: post_layernorm and the projector keep %llu bytes measured, %llu planned", path,
                  (unsigned long long)tail_got, (unsigned long long)gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD));
     const cJSON *emb = at(at(at(j, "saved"), "embedding"), "tensors");
-    uint64_t got = measured(emb, "vision_tower"), want = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_EMBED);
+    uint64_t got = measured(emb, mods->tower), want = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_EMBED);
     if (got != want)
         fail_msg("%s: the tower's embedding keeps %llu bytes measured, %llu planned", path, (unsigned long long)got,
                  (unsigned long long)want);
@@ -225,6 +276,17 @@ static void gemma3_saved(void **state)
                 ty.layers_checked > ty.plain_checked);
 }
 
+/* Qwen2.5-VL: the Conv3d embedding, the window permutation and rotary tables, the SiLU
+ * blocks (windowed and full-attention alike), the patch merger (R-VLM-20..22) */
+static void qwen2_5_vl_saved(void **state)
+{
+    (void)state;
+    tally ty = family_saved("qwen2_5_vl-");
+    assert_int_equal(ty.files, 54);
+    assert_true(ty.tail_bytes > 0 && ty.frozen_plain_checked > 0 && ty.plain_checked > ty.frozen_plain_checked &&
+                ty.layers_checked > ty.plain_checked);
+}
+
 /* the tower's attention has no causal mask: QK^T and PV over the whole s x s scores, 2 x 2 x
  * heads x head_dim FLOPs per b x s x s (the causal kernel's half) */
 static void attention_flops(void **state)
@@ -266,8 +328,8 @@ static void other_towers(void **state)
     (void)state;
     gckpt_vlm v;
     memset(&v, 0, sizeof v);
-    snprintf(v.model_type, sizeof v.model_type, "qwen2_5_vl");
-    v.vision.tower = GCKPT_TOWER_QWEN2_5;
+    snprintf(v.model_type, sizeof v.model_type, "qwen3_vl");
+    v.vision.tower = GCKPT_TOWER_QWEN3;
     gckpt_model tower;
     gckpt_vision_tower_model(&v, &tower);
     static gckpt_recipe r;
@@ -284,7 +346,7 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(llava_next_saved),
-                                       cmocka_unit_test(gemma3_saved),
+                                       cmocka_unit_test(gemma3_saved), cmocka_unit_test(qwen2_5_vl_saved),
                                        cmocka_unit_test(attention_flops),
                                        cmocka_unit_test(other_towers)};
     return cmocka_run_group_tests(tests, NULL, NULL);

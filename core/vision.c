@@ -628,6 +628,8 @@ static bool read_text(const char *file, const cJSON *j, const gckpt_vlm_type *ro
     }
     bool ok = take_mrope(f, copy, v, err) && gckpt_model_read_config(f, copy, &v->text, err);
     cJSON_Delete(copy);
+    /* M-RoPE's tables: a row per token (Qwen2_5_VLRotaryEmbedding on [3, b, s] position ids) */
+    if (ok && v->nmrope) v->text.rope_per_token = true;
     return ok;
 }
 

@@ -166,7 +166,8 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "{\"vocab_size\": 152064, \"hidden_size\": 8192, \"intermediate_size\": 29568, \"num_hidden_layers\": 80, "
      "\"num_attention_heads\": 64, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-5, \"rope_theta\": 1000000.0, "
      "\"max_position_embeddings\": 32768, \"max_window_layers\": 80}",
-     "qwen2", true},
+     /* its forward passes use_cache None down: the text model fills text_config's cache */
+     "qwen2", true, false, true},
     {"qwen2_vl", "Qwen2-VL", "the ViT's full-attention blocks, the 2x2 patch merger, the pixel budget's image "
                              "tokens and M-RoPE"},
     {"qwen3_vl", "Qwen3-VL", "the ViT with its interpolated position embedding, the patch merger and the deepstack "

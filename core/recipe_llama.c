@@ -48,7 +48,9 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
         r->t[x].fwd_end_free = r->t[x].base_end_free = true;
     }
     if (m->multipliers) x = scal(tr, x, "embedding_multiplier", m->embedding_multiplier, 0);
-    int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
+    /* M-RoPE: get_rope_index's [3, b, s] */
+    gckpt_shape psh = m->rope_per_token ? (gckpt_shape){GCKPT_ROWS_TOKENS, 3, 1} : per_position(1);
+    int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, psh, NULL, NULL);
     /* cos/sin in the embeddings' dtype (OLMo 2: always fp32), rotary_dim wide (partial
      * rotary), per position (M-RoPE: per token); Gemma 3: one pair per layer type (local and
      * global theta) */

@@ -352,6 +352,9 @@ static void qwen_merger(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
     section_begin(tr, GCKPT_SEC_HEAD);
     int last = tnew(tr, "last_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
     r->head_in = last;
+    /* BaseModelOutputWithPooling's last_hidden_state: image_outputs keeps it until the model's
+     * forward returns */
+    r->t[last].fwd_end_free = true;
     tr->frozen_params = false;
     tr->pfx = "merger";
     int n = rmsnorm(tr, last, D, "ln_q");
@@ -440,10 +443,6 @@ static bool qwen_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool 
                        gckpt_err *err)
 {
     const gckpt_vision *vc = &v->vision;
-    if (step) {
-        gckpt_seterr(err, "%s: only llava's and llava_next's vision side is planned in a step", v->model_type);
-        return false;
-    }
     if (!vc->merge || vc->projector != GCKPT_PROJ_MERGER || vc->act != GCKPT_VACT_SILU) {
         gckpt_seterr(err, "%s: only Qwen2.5-VL's SiLU blocks with its patch merger are traced", v->model_type);
         return false;

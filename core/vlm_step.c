@@ -235,8 +235,9 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     /* what this step does not simulate, refused by name */
     bool sliding = false;
     for (uint64_t l = 0; l < v->text.layers; l++) sliding |= gckpt_layer_sliding(&v->text, l);
-    const char *why = v->vision.projector != GCKPT_PROJ_LLAVA && v->vision.projector != GCKPT_PROJ_LLAVA_NEXT
-                          ? "only llava's and llava_next's step is simulated"
+    const char *why = v->vision.projector != GCKPT_PROJ_LLAVA && v->vision.projector != GCKPT_PROJ_LLAVA_NEXT &&
+                              v->vision.projector != GCKPT_PROJ_MERGER
+                          ? "only llava's, llava_next's and qwen2_5_vl's step is simulated"
                       : gckpt_peft_on(&s->peft)          ? "LoRA and QLoRA on a VLM are not planned"
                       : gckpt_layout_multi(&s->layout)   ? "a VLM is planned on one GPU only"
                       : s->loss != GCKPT_LOSS_HF         ? "a fused loss on a VLM is not planned"
@@ -270,7 +271,8 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     p->tower_live.layers = info->vision_live;
     gckpt_setting vs = *s;
     vs.micro_batch = s->micro_batch * im->images * im->tiles;
-    vs.seq = gckpt_vision_positions(v);
+    /* Qwen2.5-VL: an image's patches, merge x merge per token */
+    vs.seq = v->vision.merge ? im->tokens * v->vision.merge * v->vision.merge : gckpt_vision_positions(v);
     vs.attention = GCKPT_SDPA;
     if (!gckpt_vision_step_recipe_build(v, &p->tower_live, s->precision, target, g,
                                         im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32, &p->vr, err) ||

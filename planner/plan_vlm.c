@@ -1,5 +1,5 @@
-/* A vision-language model in the plan (gckpt/planner/plan.h): LLaVA and LLaVA-NeXT, whose
- * training step gckpt_vlm_walk simulates across the CLIP tower and the text model
+/* A vision-language model in the plan (gckpt/planner/plan.h): LLaVA, LLaVA-NeXT and Qwen2.5-VL,
+ * whose training step gckpt_vlm_walk simulates across the vision tower and the text model
  * (core/vlm_step.c, FINDINGS R-VLM-11). Each entry of the sweep is one walk; the images a
  * sample carries come from --images, --image-size and --vision-tower. */
 #include <stdlib.h>
@@ -31,7 +31,7 @@ bool gckpt_plan_vlm_options_ok(const gckpt_plan *p, gckpt_err *err)
 {
     const gckpt_plan_request *q = &p->req;
     if (p->vlm || !(q->images || q->image_h || q->vision_tower)) return true;
-    gckpt_seterr(err, "--%s: model_type \"%s\" (%s) is no vision-language model (LLaVA, LLaVA-NeXT)",
+    gckpt_seterr(err, "--%s: model_type \"%s\" (%s) is no vision-language model (LLaVA, LLaVA-NeXT, Qwen2.5-VL)",
                  q->images ? "images" : q->image_h ? "image-size" : "vision-tower", p->model.model_type,
                  p->model.name);
     return false;
@@ -54,6 +54,11 @@ bool gckpt_plan_vlm_load(gckpt_plan *p, const char *path, const char *text, gckp
     }
     /* CLIPImageProcessor resizes and crops any size (FINDINGS R-VLM-11): the config's square
      * image unless --image-size says otherwise (LLaVA-NeXT's tiles follow it, R-VLM-4) */
+    if (!q->image_h && !p->vlm->vision.image_size) { /* Qwen2.5-VL: tokens follow the image's size */
+        gckpt_seterr(err, "--image-size: model_type \"%s\" (%s) needs the images' size HxW: its processor's tokens "
+                          "per image follow it", p->vlm->model_type, p->model.name);
+        return false;
+    }
     uint64_t h = q->image_h ? q->image_h : p->vlm->vision.image_size;
     uint64_t w = q->image_h ? q->image_w : p->vlm->vision.image_size;
     gckpt_vlm_images *im = p->images;

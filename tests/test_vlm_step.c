@@ -92,17 +92,8 @@ static void check_fixture(const char *path, const char *name, tally *ty)
         !same_layers(at(towers, "text"), info.text_ckpt, info.ntext_ckpt))
         fail_msg("%s: the checkpointed layers differ from the probe's", path);
     const cJSON *steps = at(j, "steps"), *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
-    double peak = at(last, "live_peak_bytes")->valuedouble, after = at(last, "after_forward_bytes")->valuedouble;
-    /* a peak between the micro-steps ("idle") is the probe's own batch making: vlm_cases.py
-     * builds the pixels in fp32 and casts them to bf16 for its pure-bf16 cases, both alive
-     * at once (a Trainer's collator hands the processor's fp32 pixels to the model): the
-     * step's peak is then the highest of its other regions' */
-    const cJSON *regions = cJSON_GetObjectItemCaseSensitive(last, "region_peaks"), *rg;
-    if (strncmp(at(last, "peak_phase")->valuestring, "idle", 4) == 0 && regions) {
-        peak = 0;
-        cJSON_ArrayForEach(rg, regions) if (strncmp(rg->string, "idle", 4) && rg->valuedouble > peak) peak =
-            rg->valuedouble;
-    }
+    /* (a peak between the micro-steps is the probe's batch making: hf_vlm_step_peak) */
+    double peak = hf_vlm_step_peak(last), after = at(last, "after_forward_bytes")->valuedouble;
     /* the host: both towers' offloaded inputs and the checkpoints' RNG states, exact */
     double host = at(last, "host_peak_bytes")->valuedouble;
     if ((double)(res.host_pinned_bytes + res.host_rng_bytes) != host)

@@ -142,6 +142,10 @@ typedef struct gckpt_vlm_type {
     /* its training step is simulated (gckpt_vlm_walk, core/vlm_step.c): gckpt-plan plans it;
      * `missing` then says what other tools still lack */
     bool walked;
+    /* the vision tower's module under model.model (NULL: "vision_tower") and a part of it that
+     * trains with the projector when the tower is frozen (NULL: none): what gckpt-plan's
+     * snippet freezes for --vision-tower frozen (FINDINGS R-VLM-12, R-VLM-22) */
+    const char *tower_module, *tower_trained_part;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];
 /* The row of model_type t in gckpt_vlm_types, NULL when it is none. */

@@ -244,6 +244,9 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
                       : sliding || v->text.experts        ? "a text model with sliding-window or expert layers is not planned "
                                                            "in a VLM step"
                       : s->reentrant                      ? "reentrant checkpointing on a VLM is not planned"
+                      /* attn_implementation reaches every sub-model: the tower would run eager too */
+                      : s->attention != GCKPT_SDPA        ? "attention other than sdpa on a VLM is not planned (the "
+                                                            "vision tower runs it too; its recipe is SDPA's)"
                                                           : NULL;
     if (why) {
         gckpt_seterr(err, "%s: %s", v->model_type, why);

@@ -214,6 +214,16 @@ static bool build(builder *b, const bridge_sizes *z)
     return b->ok;
 }
 
+/* The tower's one block stands for all of them: its attention's FLOPs are the layers' mean
+ * (Qwen2.5-VL's windowed and full-attention blocks, gckpt_vision_attention_share). */
+static bool scale_attention(const gckpt_vlm *v, const gckpt_vlm_images *im, gckpt_recipe *r)
+{
+    double share = gckpt_vision_attention_share(v, im->h, im->w);
+    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+        if (r->op[i].prim == GCKPT_P_SDPA) r->op[i].fBSS *= share;
+    return true;
+}
+
 static bool fail_oom(gckpt_err *err)
 {
     gckpt_seterr(err, "out of memory building a VLM step");
@@ -280,6 +290,7 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     if (!gckpt_vision_step_recipe_build(v, &p->tower_live, s->precision, target, g,
                                         im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32, &p->vr, err) ||
         !gckpt_vision_recipe_build(v, &p->tower, s->precision, target, g, &p->vfull, err) ||
+        !scale_attention(v, im, &p->vr) || !scale_attention(v, im, &p->vfull) ||
         !gckpt_ctx_init(&p->vc, &p->tower_live, d, &p->vr, &vs, err) ||
         !gckpt_ctx_init(&p->vfc, &p->tower, d, &p->vfull, &vs, err))
         goto out;

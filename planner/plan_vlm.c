@@ -67,6 +67,8 @@ bool gckpt_plan_vlm_load(gckpt_plan *p, const char *path, const char *text, gckp
     /* the model as from_pretrained loads it trains every parameter; the Trainer leaves it so */
     im->tower_trained = q->vision_tower != GCKPT_VISION_FROZEN;
     im->pixel_dtype = q->pixel_dtype;
+    im->h = h;
+    im->w = w;
     p->req.image_h = h;
     p->req.image_w = w;
     return gckpt_image_tokens(p->vlm, "--image-size", h, w, &im->tokens, err);

@@ -287,6 +287,55 @@ static void qwen2_5_vl_saved(void **state)
                 ty.layers_checked > ty.plain_checked);
 }
 
+/* Qwen2.5-VL's attention work: the SDPA calls the probe saw (each chunk's logsumexp [1, heads,
+ * len]: a window's, or an image's in a full-attention block) against
+ * gckpt_vision_attention_share, over every plain trained fp32 fixture; and Qwen2.5-VL-7B at
+ * 1080 x 1920 in closed form (a 52 x 94 patch grid, 26 x 47 merged, windows of 4 x 4 merged
+ * units: rows 6 x 4 + 2, columns 11 x 4 + 3; blocks 7, 15, 23, 31 full) */
+static void qwen2_5_vl_windows(void **state)
+{
+    (void)state;
+    const char *names[] = {"qwen2_5_vl-fp32-sdpa-noff-plain-vistrained-b2s32.json",
+                           "qwen2_5_vl-fp32-sdpa-noff-plain-vistrained-b2s48-i2.json"};
+    for (size_t f = 0; f < 2; f++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/hf-vlm/%s", GCKPT_TEST_DATA, names[f]);
+        cJSON *j = read_json(path);
+        char *cfg = cJSON_PrintUnformatted(at(j, "config"));
+        gckpt_vlm v;
+        gckpt_err err;
+        if (!gckpt_vlm_parse(path, cfg, &v, &err)) fail_msg("%s", err.msg);
+        free(cfg);
+        const cJSON *hw = at(at(j, "images"), "size_hw"), *layers = at(at(j, "saved"), "layers"), *t;
+        uint64_t h = (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble, w = (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble;
+        double images = at(at(j, "images"), "per_sample")->valuedouble * at(at(j, "setting"), "micro_batch")->valuedouble;
+        double S = (double)gckpt_vision_image_positions(&v, h, w), sum = 0;
+        for (uint64_t i = 0; i < v.vision.layers; i++)
+            cJSON_ArrayForEach(t, at(cJSON_GetArrayItem(layers, (int)i), "tensors"))
+            {
+                const cJSON *sh = at(t, "shape");
+                if (strstr(at(t, "op")->valuestring, "scaled_dot_product") && cJSON_GetArraySize(sh) == 3) {
+                    double len = cJSON_GetArrayItem(sh, 2)->valuedouble;
+                    sum += len * len;
+                }
+            }
+        double measured = sum / ((double)v.vision.layers * images * S * S), planned = gckpt_vision_attention_share(&v, h, w);
+        printf("%s: attention share measured %.6f planned %.6f\n", names[f], measured, planned);
+        assert_true(measured < 1.0 && fabs(measured - planned) <= 1e-12);
+        cJSON_Delete(j);
+    }
+    gckpt_vlm v;
+    gckpt_err err;
+    cJSON *cfg = read_json(GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json");
+    char *text = cJSON_PrintUnformatted(cfg);
+    if (!gckpt_vlm_parse("qwen2.5-vl-7b.json", text, &v, &err)) fail_msg("%s", err.msg);
+    free(text);
+    cJSON_Delete(cfg);
+    double windowed = 16.0 * (6 * 16 + 4) * (11 * 16 + 9) / (4888.0 * 4888.0);
+    assert_true(fabs(gckpt_vision_attention_share(&v, 1080, 1920) - (4 + 28 * windowed) / 32) <= 1e-12);
+    assert_true(gckpt_vision_attention_share(&v, 0, 0) == 1.0);
+}
+
 /* the tower's attention has no causal mask: QK^T and PV over the whole s x s scores, 2 x 2 x
  * heads x head_dim FLOPs per b x s x s (the causal kernel's half) */
 static void attention_flops(void **state)
@@ -347,6 +396,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(llava_next_saved),
                                        cmocka_unit_test(gemma3_saved), cmocka_unit_test(qwen2_5_vl_saved),
+                                       cmocka_unit_test(qwen2_5_vl_windows),
                                        cmocka_unit_test(attention_flops),
                                        cmocka_unit_test(other_towers)};
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -79,7 +79,9 @@ static void check_fixture(const char *path, const char *name, tally *ty)
                                .tiles = gckpt_image_tiles(&v, h, w),
                                .tower_trained = strcmp(at(set, "vision_tower")->valuestring, "frozen") != 0,
                                /* vlm_cases.py casts the batch's pixels to bf16 for its pure-bf16 cases */
-                               .pixel_dtype = p == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32};
+                               .pixel_dtype = p == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32,
+                               .h = h,
+                               .w = w};
     if (!gckpt_image_tokens(&v, "image", h, w, &images.tokens, &err)) fail_msg("%s: %s", path, err.msg);
     if (images.tokens != (uint64_t)at(im, "tokens_per_image")->valuedouble)
         fail_msg("%s: %llu tokens per image planned, %.0f measured", path, (unsigned long long)images.tokens,

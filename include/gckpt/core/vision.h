@@ -207,6 +207,12 @@ bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower
                                     gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
                                     gckpt_err *err);
 
+/* The tower's attention score work (QK^T, PV) over its layers for one image of h x w pixels,
+ * as a share of every layer attending over the whole image: Qwen2.5-VL's windowed blocks
+ * attend within their windows (FINDINGS R-VLM-20); 1 for the other towers, or when h or w
+ * is 0 (unknown). */
+double gckpt_vision_attention_share(const gckpt_vlm *v, uint64_t h, uint64_t w);
+
 /* The images the tower runs per image of h x w pixels (positive): LLaVA-NeXT's anyres tiles
  * (the best pinpoint's and the base tile), one for the other families. */
 uint64_t gckpt_image_tiles(const gckpt_vlm *v, uint64_t h, uint64_t w);

@@ -301,7 +301,8 @@ static int qwen_rotary(tracer *tr, int x, const char *name)
  * then + down(silu(gate(norm2(.))) * up(norm2(.))), every linear with a bias. The chunks
  * (windows, or images in fullatt_block_indexes) split q, k, v as views and save, in all, one
  * [N, D] output and [N, heads] logsumexp: one block serves both kinds (their FLOPs differ:
- * counted here as one chunk per image). */
+ * one chunk per image here, the step scales them to the layers' mean,
+ * gckpt_vision_attention_share). */
 static void qwen_block(tracer *tr, const gckpt_vision *vc, bool in_grad)
 {
     uint64_t D = vc->hidden, I = vc->intermediate;

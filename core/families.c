@@ -152,21 +152,22 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}",
-     NULL, false, false, true, true, true},
+     NULL, false, false, true, true, .features_cat = true},
     {"llava_next", "LLaVA-NeXT", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_llava_next, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}",
-     NULL, false, false, false, true, true, true},
-    {"qwen2_5_vl", "Qwen2.5-VL", "the ViT's windowed and full-attention blocks (fullatt_block_indexes), the 2x2 "
-                                 "patch merger, the pixel budget's image tokens and M-RoPE",
+     NULL, false, false, false, true, .features_cat = true, .packed_tiles = true},
+    {"qwen2_5_vl", "Qwen2.5-VL", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_qwen2_5_vl, "qwen2_5_vl_vision", "qwen2_5_vl_text",
      /* Qwen2_5_VLTextConfig's (those Qwen2Config, whose reader reads it, defaults otherwise) */
      "{\"vocab_size\": 152064, \"hidden_size\": 8192, \"intermediate_size\": 29568, \"num_hidden_layers\": 80, "
      "\"num_attention_heads\": 64, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-5, \"rope_theta\": 1000000.0, "
      "\"max_position_embeddings\": 32768, \"max_window_layers\": 80}",
-     "qwen2", true},
+     /* its forward passes use_cache None down: the text model fills text_config's cache */
+     "qwen2", true, false, true, true, .features_cat = true, .tower_module = "visual",
+     .tower_trained_part = "merger"},
     {"qwen2_vl", "Qwen2-VL", "the ViT's full-attention blocks, the 2x2 patch merger, the pixel budget's image "
                              "tokens and M-RoPE"},
     {"qwen3_vl", "Qwen3-VL", "the ViT with its interpolated position embedding, the patch merger and the deepstack "
@@ -183,7 +184,7 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "{\"vocab_size\": 262208, \"hidden_size\": 2304, \"intermediate_size\": 9216, \"num_hidden_layers\": 26, "
      "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, \"head_dim\": 256, \"query_pre_attn_scalar\": 256, "
      "\"rms_norm_eps\": 1e-6}",
-     NULL, false, false, true, true, false, false, true},
+     NULL, false, false, true, true, .image_masks = true},
     {"mllama", "Llama 3.2 Vision", "the tiled vision encoder (local and gated global layers) and the "
                                    "cross-attention text layers",
      gckpt_vlm_read_mllama, "mllama_vision_model", "mllama_text_model",
@@ -192,7 +193,7 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "\"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-5, "
      "\"max_position_embeddings\": 131072}",
      "llama", false, false},
-    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false, false, false, false},
+    {.name = NULL},
 };
 
 const gckpt_vlm_type *gckpt_vlm_type_of(const char *t)

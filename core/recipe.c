@@ -340,6 +340,10 @@ bool gckpt_tensor_numel(const gckpt_recipe *r, int i, uint64_t b, uint64_t s, ui
     if (!gckpt_mul(b, s, &T) || !gckpt_mul(T, s, &BSS)) return false;
     uint64_t unit = sh->rows == GCKPT_ROWS_TOKENS ? T : sh->rows == GCKPT_ROWS_SEQ ? s : sh->rows == GCKPT_ROWS_BATCH ? b : 1;
     if (sh->rows == GCKPT_ROWS_PATCHES && (s == 0 || !gckpt_mul(b, s - 1, &unit))) return false;
+    if (sh->rows == GCKPT_ROWS_GROUPS) { /* whole groups only */
+        if (!sh->mult || T % sh->mult) return false;
+        return gckpt_mul(T / sh->mult, width, numel);
+    }
     return gckpt_mul(sh->mult, unit, &rows) && gckpt_mul(rows, width, numel);
 }
 

@@ -48,12 +48,16 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
         r->t[x].fwd_end_free = r->t[x].base_end_free = true;
     }
     if (m->multipliers) x = scal(tr, x, "embedding_multiplier", m->embedding_multiplier, 0);
-    int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, per_position(1), NULL, NULL);
+    /* M-RoPE: get_rope_index's [3, b, s] */
+    gckpt_shape psh = m->rope_per_token ? (gckpt_shape){GCKPT_ROWS_TOKENS, 3, 1} : per_position(1);
+    int pos = source(tr, "position_ids", GCKPT_SRC_POSITIONS, I64, psh, NULL, NULL);
     /* cos/sin in the embeddings' dtype (OLMo 2: always fp32), rotary_dim wide (partial
-     * rotary); Gemma 3: one pair per layer type (local and global theta) */
+     * rotary), per position (M-RoPE: per token); Gemma 3: one pair per layer type (local and
+     * global theta) */
     uint8_t rdt = m->rope_fp32 ? F32 : tr->stream_dt;
     uint64_t rw = gckpt_rotary_table_width(m);
-    *cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, rdt, per_position(rw), "rotary.sin", sin);
+    gckpt_shape rsh = m->rope_per_token ? per_token(rw) : per_position(rw);
+    *cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, rdt, rsh, "rotary.sin", sin);
     int cos2 = -1, sin2 = -1;
     if (m->rope_tables > 1)
         cos2 = source(tr, "rotary_local.cos", GCKPT_SRC_ROTARY, rdt, per_position(m->rotary_dim), "rotary_local.sin",

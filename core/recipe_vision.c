@@ -1,4 +1,4 @@
-/* The ViT vision towers as a recipe (transformers 5.24 modeling_clip.py, modeling_siglip.py):
+/* The vision towers as a recipe (transformers 5.24 modeling_clip.py, modeling_siglip.py):
  * CLIP's (llava, llava_next) and SigLIP's (gemma3) embedding (the pixels, the patch Conv2d,
  * CLIP's class token and pre_layrnorm, the learned positions), one encoder layer, and as the
  * head llava's (the tower's tail, post_layernorm, and the projector) or Gemma 3's
@@ -7,7 +7,9 @@
  * (gckpt_vision_positions). Attention is bidirectional: SDPA without a mask saves what the
  * causal kernel saves (q, k, v, out, lse: measured, CPU flash); its FLOPs are the whole score
  * matrix's. What needs a gradient follows the tower's mode (gckpt_tower_grad, FINDINGS
- * R-VLM-3); what each op saves is R-VLM-10. */
+ * R-VLM-3); what each op saves is R-VLM-10. Qwen2.5-VL's tower (its Conv3d embedding, window
+ * permutation and 2-D rotary, its block, the patch merger as the head) is a second table
+ * row (R-VLM-20..22): rows its patches. */
 #include "recipe_tracer.h"
 
 #include "gckpt/core/vision.h"
@@ -46,11 +48,11 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bi
 /* The ViT towers traced: CLIP's class token and pre_layrnorm, SigLIP's patch-conv bias (their
  * encoder layers are alike; the MLP's activation is the config's). */
 typedef struct {
-    bool known, cls, pre_norm, conv_bias;
+    bool cls, pre_norm, conv_bias;
 } vit_kind;
 static const vit_kind vits[GCKPT_NTOWER] = {
-    [GCKPT_TOWER_CLIP] = {.known = true, .cls = true, .pre_norm = true},
-    [GCKPT_TOWER_SIGLIP] = {.known = true, .conv_bias = true},
+    [GCKPT_TOWER_CLIP] = {.cls = true, .pre_norm = true},
+    [GCKPT_TOWER_SIGLIP] = {.conv_bias = true},
 };
 
 /* CLIPVisionEmbeddings + pre_layrnorm, SiglipVisionEmbeddings. */
@@ -290,6 +292,158 @@ static void gemma3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool train
     section_end(tr);
 }
 
+/* ---- Qwen2.5-VL's ViT (FINDINGS R-VLM-20..22) ------------------------------------------
+ * Rows are the micro-batch's patches (all its images; the recipe's sequence is an image's
+ * patches, gckpt_vision_image_positions). Under autocast the residual stream is bf16: the
+ * patch conv's output, which nothing promotes. */
+
+/* An int64 index of one entry per merged token (window_index, its argsort): [N / merge^2]. */
+static int merged_index(tracer *tr, const gckpt_vision *vc, const char *name)
+{
+    gckpt_shape sh = {GCKPT_ROWS_GROUPS, vc->merge * vc->merge, 1};
+    return source(tr, name, GCKPT_SRC_POSITIONS, I64, sh, NULL, NULL);
+}
+
+/* x[index] over groups of merge^2 rows (permute_input_for_window_attn, the merger's
+ * reverse_indices): a new tensor; IndexBackward0 keeps the index when x needs a gradient. */
+static int gather_groups(tracer *tr, const gckpt_vision *vc, int x, int index, const char *name)
+{
+    const gckpt_tensor *t = &tr->r->t[x];
+    uint64_t group = t->shape.rows == GCKPT_ROWS_GROUPS ? 1 : vc->merge * vc->merge;
+    int o = tnew(tr, name, GCKPT_T_ACT, t->dtype, t->shape, rg(tr, x));
+    opnew(tr, name, GCKPT_OP_ELEM, 2, (int[]){x, index}, o, -1, rg(tr, x) ? 1 : 0, (int[]){index});
+    setprim(tr, GCKPT_P_GATHER_ROWS, GCKPT_BC_NONE, 0, 0, group * tr->r->t[x].shape.width);
+    return o;
+}
+
+/* Qwen2_5_VisionPatchEmbed (a bias-free Conv3d, stride = kernel: a GEMM of C T p^2 by D per
+ * patch; ConvolutionBackward0 keeps its input and weight whenever it has a node), the window
+ * permutation and the fp32 rotary cos / sin [N, head_dim] every block gets. */
+static void qwen_embedding(tracer *tr, const gckpt_vision *vc, bool hooked, uint8_t pixel_dt)
+{
+    gckpt_recipe *r = tr->r;
+    uint64_t D = vc->hidden, in_f = vc->channels * vc->temporal_patch * vc->patch * vc->patch;
+    section_begin(tr, GCKPT_SEC_EMBED);
+    int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, pixel_dt, per_token(in_f), NULL, NULL);
+    r->t[pix].step_held = true; /* the Trainer's batch dict */
+    int w = param(tr, "patch_embed.proj.weight", D, in_f, GCKPT_ROLE_MATRIX);
+    int px = cast_to(tr, pix, tr->param_dt, "pixel_values.to");
+    int wc = weight_cast(tr, w, "patch_embed.weight_cast");
+    int xi = autocast_to(tr, px, tr->compute_dt, "patch_embed.cast_in");
+    int x = tnew(tr, "patch_embed", GCKPT_T_ACT, tr->amp ? tr->compute_dt : dt(tr, px), per_token(D),
+                 rg(tr, w) || hooked);
+    opnew(tr, "patch_embed", GCKPT_OP_MATMUL, 2, (int[]){xi, wc}, x, -1, 2, (int[]){xi, wc});
+    setprim(tr, GCKPT_P_PATCH_CONV, GCKPT_BC_NONE, 0, 0, 0);
+    last_op(tr)->in_f = in_f;
+    last_op(tr)->out_f = D;
+    count_flops(tr);
+    last_op(tr)->bwd_mult = (double)rg(tr, w); /* the pixels need no gradient */
+    /* a frozen tower's hooked output: a leaf held by its AccumulateGrad node (R-VLM-3) */
+    if (hooked && !rg(tr, w)) r->t[x].step_held = true;
+    int wi = merged_index(tr, vc, "window_index");
+    x = gather_groups(tr, vc, x, wi, "window_permute");
+    int sin;
+    int cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, F32, per_token(D / vc->heads), "rotary.sin", &sin);
+    layer_kwarg(tr, cos);
+    layer_kwarg(tr, sin);
+    r->rope[0] = cos;
+    r->rope[1] = sin;
+    r->embed_out = x;
+    section_end(tr);
+}
+
+/* apply_rotary_pos_emb_vision on q or k (a view of qkv's output): in fp32 (q.float(): a copy
+ * unless fp32), the muls keeping cos and sin, cast back to the input dtype. */
+static int qwen_rotary(tracer *tr, int x, const char *name)
+{
+    char nm[40];
+    snprintf(nm, sizeof nm, "%s.float", name);
+    int xf = cast_to(tr, x, F32, nm);
+    int y = rope(tr, xf, tr->r->rope[0], tr->r->rope[1], name);
+    snprintf(nm, sizeof nm, "%s.to_in", name);
+    y = cast_to(tr, y, dt(tr, x), nm);
+    hold_here(tr, xf);
+    return y;
+}
+
+/* Qwen2_5_VLVisionBlock: x + proj(cat(sdpa per chunk of q, k, v of qkv(norm1(x)), rotated)),
+ * then + down(silu(gate(norm2(.))) * up(norm2(.))), every linear with a bias. The chunks
+ * (windows, or images in fullatt_block_indexes) split q, k, v as views and save, in all, one
+ * [N, D] output and [N, heads] logsumexp: one block serves both kinds (their FLOPs differ:
+ * one chunk per image here, the step scales them to the layers' mean,
+ * gckpt_vision_attention_share). */
+static void qwen_block(tracer *tr, const gckpt_vision *vc, bool in_grad)
+{
+    uint64_t D = vc->hidden, I = vc->intermediate;
+    block_begin(tr, GCKPT_BLOCK_DECODER);
+    int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    hold(tr, xin, HOLD_END);
+    int n1 = rmsnorm(tr, xin, D, "norm1");
+    tr->pfx = "attn";
+    int qkv = tlinear(tr, n1, D, 3 * D, "qkv");
+    int q = slice_of(tr, qkv, 0, D, "q"), k = slice_of(tr, qkv, 1, D, "k"), v = slice_of(tr, qkv, 2, D, "v");
+    int qr = qwen_rotary(tr, q, "rope_q"), kr = qwen_rotary(tr, k, "rope_k");
+    int a = attention_sdpa(tr, qr, kr, v, vc->attn_dropout);
+    tr->r->t[a].requires_grad = rg(tr, qr) || rg(tr, kr) || rg(tr, v);
+    /* no causal mask: the whole score matrix, twice the causal kernel's (vit_layer's) */
+    tr->r->op[gckpt_recipe_producer(tr->r, a)].fBSS *= 2.0;
+    /* torch.cat of the chunks' outputs: a new [N, D], proj's saved input */
+    int c = like(tr, "attn_output.cat", a, dt(tr, a), rg(tr, a));
+    opnew(tr, "attn_output.cat", GCKPT_OP_ELEM, 1, (int[]){a}, c, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+    int ao = tlinear(tr, c, D, D, "proj");
+    int held[] = {n1, qkv, q, k, v, qr, kr};
+    for (size_t i = 0; i < sizeof held / sizeof *held; i++) hold_here(tr, held[i]);
+    tr->pfx = "";
+    int h1 = add(tr, xin, ao, "residual_attn");
+    hold(tr, h1, HOLD_END);
+    int n2 = rmsnorm(tr, h1, D, "norm2");
+    tr->pfx = "mlp";
+    int g = tlinear(tr, n2, D, I, "gate_proj");
+    int sg = unary(tr, g, "act_fn", false, GCKPT_P_SILU, 0);
+    int u = tlinear(tr, n2, D, I, "up_proj");
+    int p = mul(tr, sg, u, "mul");
+    int d = tlinear(tr, p, I, D, "down_proj");
+    hold_here(tr, n2);
+    tr->pfx = "";
+    int out = add(tr, h1, d, "residual_mlp");
+    block_end(tr, xin, out);
+}
+
+/* Qwen2_5_VLPatchMerger on the last block's output, then the window order undone
+ * (merged[argsort(window_index)]): ln_q, the merge^2 rows of a token viewed as one, Linear,
+ * erf GELU, Linear to the text hidden. Part of the visual module but trained with the
+ * projector (a frozen tower's merger trains). */
+static void qwen_merger(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
+{
+    gckpt_recipe *r = tr->r;
+    const gckpt_vision *vc = &v->vision;
+    uint64_t D = vc->hidden, m2 = vc->merge * vc->merge, M = m2 * D, out_f = vc->out_hidden;
+    section_begin(tr, GCKPT_SEC_HEAD);
+    int last = tnew(tr, "last_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    r->head_in = last;
+    /* BaseModelOutputWithPooling's last_hidden_state: image_outputs keeps it until the model's
+     * forward returns */
+    r->t[last].fwd_end_free = true;
+    tr->frozen_params = false;
+    tr->pfx = "merger";
+    int n = rmsnorm(tr, last, D, "ln_q");
+    gckpt_shape sh = {GCKPT_ROWS_GROUPS, m2, M};
+    int nv = tnew(tr, "ln_q.view", GCKPT_T_ACT, dt(tr, n), sh, rg(tr, n));
+    opnew(tr, "ln_q.view", GCKPT_OP_ELEM, 1, (int[]){n}, nv, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+    last_op(tr)->view_fwd = true;
+    int h = tlinear(tr, nv, M, M, "mlp.0");
+    int a = unary(tr, h, "mlp.1", false, GCKPT_P_GELU, 0);
+    int mo = tlinear(tr, a, M, out_f, "mlp.2");
+    tr->pfx = "";
+    int rev = merged_index(tr, vc, "reverse_indices");
+    int feats = gather_groups(tr, vc, mo, rev, "merged[reverse_indices]");
+    r->t[feats].fwd_end_free = true; /* pooler_output, until the forward returns */
+    if (step) r->grad_seed = feats;
+    section_end(tr);
+}
+
 void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
 {
     const gckpt_vision *vc = &v->vision;
@@ -302,6 +456,8 @@ void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
     m->intermediate = vc->intermediate;
     m->norm_eps = vc->norm_eps;
     m->attn_dropout = vc->attn_dropout;
+    /* Qwen2.5-VL's 2-D rotary turns the whole head (rotate_half over head_dim) */
+    if (vc->tower == GCKPT_TOWER_QWEN2_5) m->rotary_dim = m->head_dim;
 }
 
 uint64_t gckpt_vision_positions(const gckpt_vlm *v)
@@ -310,16 +466,10 @@ uint64_t gckpt_vision_positions(const gckpt_vlm *v)
     return n * n + (v->vision.tower < GCKPT_NTOWER && vits[v->vision.tower].cls);
 }
 
-static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
-                  gckpt_tower_grad g, bool step, uint8_t pixel_dt, gckpt_recipe *r, gckpt_err *err)
+/* CLIP's and SigLIP's tower (llava, llava_next, gemma3) traced on tr. */
+static bool vit_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, uint8_t pixel_dt, gckpt_err *err)
 {
     const gckpt_vision *vc = &v->vision;
-    const vit_kind *k = vc->tower < GCKPT_NTOWER ? &vits[vc->tower] : NULL;
-    if (!k || !k->known) {
-        gckpt_seterr(err, "%s: only a CLIP (llava, llava_next) or SigLIP (gemma3) vision tower has a recipe yet",
-                     v->model_type);
-        return false;
-    }
     if (!vc->patch || vc->image_size % vc->patch) {
         gckpt_seterr(err, "%s: vision_config.image_size %llu is not a multiple of patch_size %llu", v->model_type,
                      (unsigned long long)vc->image_size, (unsigned long long)vc->patch);
@@ -340,19 +490,68 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
                      v->model_type);
         return false;
     }
+    tr->eps = vc->norm_eps;
+    vit_embedding(tr, vc, &vits[vc->tower], g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
+    vit_layer(tr, vc, g != GCKPT_TOWER_FROZEN);
+    if (llava)
+        clip_tail_projector(tr, v, g != GCKPT_TOWER_FROZEN, step);
+    else
+        gemma3_head(tr, v, g != GCKPT_TOWER_FROZEN, g == GCKPT_TOWER_TRAINED, step);
+    return true;
+}
+
+/* Qwen2.5-VL's tower traced on tr: the embedding, one block (windowed and full-attention
+ * blocks save alike) and the merger as the head. */
+static bool qwen_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, uint8_t pixel_dt,
+                       gckpt_err *err)
+{
+    const gckpt_vision *vc = &v->vision;
+    if (!vc->merge || vc->projector != GCKPT_PROJ_MERGER || vc->act != GCKPT_VACT_SILU) {
+        gckpt_seterr(err, "%s: only Qwen2.5-VL's SiLU blocks with its patch merger are traced", v->model_type);
+        return false;
+    }
+    tr->eps = 1e-6; /* Qwen2_5_VLRMSNorm(hidden, eps=1e-6) in the blocks and ln_q */
+    if (tr->amp) tr->stream_dt = tr->compute_dt; /* the conv's autocast output */
+    qwen_embedding(tr, vc, g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
+    qwen_block(tr, vc, g != GCKPT_TOWER_FROZEN);
+    qwen_merger(tr, v, g != GCKPT_TOWER_FROZEN, step);
+    return true;
+}
+
+/* The towers with a recipe, by kind. */
+typedef bool (*tower_trace)(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, uint8_t pixel_dt,
+                            gckpt_err *err);
+static const tower_trace tower_traces[GCKPT_NTOWER] = {
+    [GCKPT_TOWER_CLIP] = vit_trace,
+    [GCKPT_TOWER_SIGLIP] = vit_trace,
+    [GCKPT_TOWER_QWEN2_5] = qwen_trace,
+};
+
+uint64_t gckpt_vision_image_positions(const gckpt_vlm *v, uint64_t h, uint64_t w)
+{
+    if (v->vision.tower != GCKPT_TOWER_QWEN2_5) return gckpt_vision_positions(v);
+    uint64_t tokens;
+    gckpt_err err;
+    if (!gckpt_image_tokens(v, "image", h, w, &tokens, &err)) return 0;
+    return tokens * v->vision.merge * v->vision.merge;
+}
+
+static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
+                  gckpt_tower_grad g, bool step, uint8_t pixel_dt, gckpt_recipe *r, gckpt_err *err)
+{
+    tower_trace trace = v->vision.tower < GCKPT_NTOWER ? tower_traces[v->vision.tower] : NULL;
+    if (!trace) {
+        gckpt_seterr(err, "%s: only a CLIP (llava, llava_next), SigLIP (gemma3) or Qwen2.5-VL vision tower has a "
+                          "recipe yet", v->model_type);
+        return false;
+    }
     /* Gemma 3's mm_soft_emb_norm is Gemma's RMSNorm: (1 + w), fp32 */
     gckpt_model tm = *tower;
-    tm.rms = GCKPT_RMS_GEMMA;
+    if (v->vision.projector == GCKPT_PROJ_GEMMA3) tm.rms = GCKPT_RMS_GEMMA;
     tracer tr;
     tracer_setup(&tr, &tm, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
-    tr.eps = vc->norm_eps;
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
-    vit_embedding(&tr, vc, k, g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
-    vit_layer(&tr, vc, g != GCKPT_TOWER_FROZEN);
-    if (llava)
-        clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN, step);
-    else
-        gemma3_head(&tr, v, g != GCKPT_TOWER_FROZEN, g == GCKPT_TOWER_TRAINED, step);
+    if (!trace(&tr, v, g, step, pixel_dt, err)) return false;
     r->loss = -1;
     recipe_finish(r);
     return true;

@@ -1084,6 +1084,10 @@ static void head_fwd(gckpt_sim *s, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
     s->head.inst[r->head_in] = s->feat >= 0 ? s->feat : s->stream;
+    /* a head input the model's output keeps (Qwen2.5-VL's last_hidden_state in image_outputs)
+     * lives until the forward returns */
+    int hin = s->head.inst[r->head_in];
+    if (hin >= 0 && r->t[r->head_in].fwd_end_free) s->pool[hin].hold = true;
     if (s->wrap) gckpt_wrap_pre_forward(s->wrap, s, o, s->nlayers + 1);
     /* the base model returns: its masks go unless a checkpoint holds them */
     for (int t = 0; t < r->nt; t++) {

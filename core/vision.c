@@ -22,6 +22,9 @@ typedef struct {
      * the last one (those that make no hidden state the projector reads) */
     gckpt_param_tally (*tally)(const gckpt_vision *v, uint64_t layers, bool with_tail);
     bool ckpt_layers; /* its layers are GradientCheckpointingLayer (R-VLM-1) */
+    /* its attention's score work over its layers, as a share of every layer attending over
+     * the whole image of h x w pixels (NULL: 1, all do) */
+    double (*attn_share)(const gckpt_vlm *v, uint64_t h, uint64_t w);
 } tower_info;
 
 /* The checks every tower reader makes, each as its config class or attention raises. */
@@ -302,8 +305,8 @@ static gckpt_param_tally mllama_tally(const gckpt_vision *v, uint64_t layers, bo
  * rounds half to even, as nearbyint does. */
 #define QWEN_MIN_PIXELS (56.0 * 56)
 #define QWEN_MAX_PIXELS (28.0 * 28 * 1280)
-static bool qwen2_5_tokens(const gckpt_vlm *vlm, const char *what, uint64_t h, uint64_t w, uint64_t *n,
-                           gckpt_err *err)
+static bool qwen_grid(const gckpt_vlm *vlm, const char *what, uint64_t h, uint64_t w, uint64_t *gh, uint64_t *gw,
+                      gckpt_err *err)
 {
     const gckpt_vision *v = &vlm->vision;
     double H = (double)h, W = (double)w, f = (double)(v->patch * v->merge);
@@ -324,9 +327,48 @@ static bool qwen2_5_tokens(const gckpt_vlm *vlm, const char *what, uint64_t h, u
         hb = ceil(H * beta / f) * f;
         wb = ceil(W * beta / f) * f;
     }
-    *n = ((uint64_t)hb / v->patch) * ((uint64_t)wb / v->patch) / (v->merge * v->merge);
+    *gh = (uint64_t)hb / v->patch;
+    *gw = (uint64_t)wb / v->patch;
     return true;
 }
+
+static bool qwen2_5_tokens(const gckpt_vlm *vlm, const char *what, uint64_t h, uint64_t w, uint64_t *n,
+                           gckpt_err *err)
+{
+    uint64_t gh, gw;
+    if (!qwen_grid(vlm, what, h, w, &gh, &gw, err)) return false;
+    *n = gh * gw / (vlm->vision.merge * vlm->vision.merge);
+    return true;
+}
+
+/* Sum of the squares of the chunks n splits into of `size` (the last one shorter). */
+static double chunk_squares(uint64_t n, uint64_t size)
+{
+    double sum = 0;
+    for (uint64_t at = 0; at < n; at += size) {
+        double c = (double)(n - at < size ? n - at : size);
+        sum += c * c;
+    }
+    return sum;
+}
+
+/* Qwen2.5-VL: get_vision_window_index's windows of window_size / merge / patch merged units
+ * a side (FINDINGS R-VLM-20): a windowed block's score work is the windows' sum of squared
+ * lengths, a fullatt_block_indexes block's the image's S^2. */
+static double qwen2_5_attn_share(const gckpt_vlm *vlm, uint64_t h, uint64_t w)
+{
+    const gckpt_vision *v = &vlm->vision;
+    uint64_t gh, gw, m = v->merge, ws = v->patch && m ? v->window_size / m / v->patch : 0;
+    gckpt_err err;
+    if (!v->layers || !ws || !qwen_grid(vlm, "image", h, w, &gh, &gw, &err)) return 1.0;
+    double S = (double)(gh * gw), m4 = (double)(m * m) * (double)(m * m);
+    double windowed = m4 * chunk_squares(gh / m, ws) * chunk_squares(gw / m, ws) / (S * S);
+    double sum = 0;
+    for (uint64_t i = 0; i < v->layers; i++)
+        sum += (v->full_attention[i / 8] >> (i % 8)) & 1 ? 1.0 : windowed;
+    return sum / (double)v->layers;
+}
+
 
 /* SiglipVisionConfig (configuration_siglip.py) */
 static bool read_siglip(const char *f, const cJSON *j, gckpt_vision *v, gckpt_err *err)
@@ -371,11 +413,17 @@ static gckpt_param_tally siglip_tally(const gckpt_vision *v, uint64_t layers, bo
 
 static const tower_info towers[GCKPT_NTOWER] = {
     [GCKPT_TOWER_CLIP] = {"clip_vision_model", read_clip, clip_tally, true},
-    [GCKPT_TOWER_QWEN2_5] = {"qwen2_5_vl_vision", read_qwen2_5, qwen2_5_tally, true},
+    [GCKPT_TOWER_QWEN2_5] = {"qwen2_5_vl_vision", read_qwen2_5, qwen2_5_tally, true, qwen2_5_attn_share},
     [GCKPT_TOWER_SIGLIP] = {"siglip_vision_model", read_siglip, siglip_tally, true},
     [GCKPT_TOWER_QWEN3] = {"qwen3_vl_vision", read_qwen3, qwen3_tally, true},
     [GCKPT_TOWER_MLLAMA] = {"mllama_vision_model", read_mllama_vision, mllama_tally, false},
 };
+
+double gckpt_vision_attention_share(const gckpt_vlm *v, uint64_t h, uint64_t w)
+{
+    const tower_info *t = v->vision.tower < GCKPT_NTOWER ? &towers[v->vision.tower] : NULL;
+    return t && t->attn_share && h && w ? t->attn_share(v, h, w) : 1.0;
+}
 
 /* ---- the projectors and their image tokens -------------------------------------------- */
 
@@ -628,6 +676,8 @@ static bool read_text(const char *file, const cJSON *j, const gckpt_vlm_type *ro
     }
     bool ok = take_mrope(f, copy, v, err) && gckpt_model_read_config(f, copy, &v->text, err);
     cJSON_Delete(copy);
+    /* M-RoPE's tables: a row per token (Qwen2_5_VLRotaryEmbedding on [3, b, s] position ids) */
+    if (ok && v->nmrope) v->text.rope_per_token = true;
     return ok;
 }
 

@@ -220,6 +220,16 @@ static bool build(builder *b, const bridge_sizes *z)
     return b->ok;
 }
 
+/* The tower's one block stands for all of them: its attention's FLOPs are the layers' mean
+ * (Qwen2.5-VL's windowed and full-attention blocks, gckpt_vision_attention_share). */
+static bool scale_attention(const gckpt_vlm *v, const gckpt_vlm_images *im, gckpt_recipe *r)
+{
+    double share = gckpt_vision_attention_share(v, im->h, im->w);
+    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+        if (r->op[i].prim == GCKPT_P_SDPA) r->op[i].fBSS *= share;
+    return true;
+}
+
 static bool fail_oom(gckpt_err *err)
 {
     gckpt_seterr(err, "out of memory building a VLM step");
@@ -251,6 +261,9 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
                       : kind->image_masks && s->attention != GCKPT_SDPA
                           ? "its token_type_ids masks are measured under sdpa only: plan --attention sdpa"
                       : s->reentrant                      ? "reentrant checkpointing on a VLM is not planned"
+                      /* attn_implementation reaches every sub-model: the tower would run eager too */
+                      : s->attention != GCKPT_SDPA        ? "attention other than sdpa on a VLM is not planned (the "
+                                                            "vision tower runs it too; its recipe is SDPA's)"
                                                           : NULL;
     if (why) {
         gckpt_seterr(err, "%s: %s", v->model_type, why);
@@ -278,11 +291,13 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     p->tower_live.layers = info->vision_live;
     gckpt_setting vs = *s;
     vs.micro_batch = s->micro_batch * im->images * im->tiles;
-    vs.seq = gckpt_vision_positions(v);
+    /* Qwen2.5-VL: an image's patches, merge x merge per token */
+    vs.seq = v->vision.merge ? im->tokens * v->vision.merge * v->vision.merge : gckpt_vision_positions(v);
     vs.attention = GCKPT_SDPA;
     if (!gckpt_vision_step_recipe_build(v, &p->tower_live, s->precision, target, g,
                                         im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32, &p->vr, err) ||
         !gckpt_vision_recipe_build(v, &p->tower, s->precision, target, g, &p->vfull, err) ||
+        !scale_attention(v, im, &p->vr) || !scale_attention(v, im, &p->vfull) ||
         !gckpt_ctx_init(&p->vc, &p->tower_live, d, &p->vr, &vs, err) ||
         !gckpt_ctx_init(&p->vfc, &p->tower, d, &p->vfull, &vs, err))
         goto out;

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "gckpt/core/families.h"
+
 static const char *gib(uint64_t b, char *buf, size_t n)
 {
     snprintf(buf, n, "%.2f", (double)b / 1073741824.0);
@@ -106,8 +108,13 @@ static void print_model_line(const gckpt_plan *p, FILE *f)
     /* a VLM: the ForConditionalGeneration class AutoModelForImageTextToText maps its model_type to */
     fprintf(f, "model = %s.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s)\n", model_class(p),
             gckpt_plan_model_arg(p, ma, sizeof ma), attn, dtype);
-    if (p->vlm && !p->images->tower_trained)
-        fprintf(f, "model.model.vision_tower.requires_grad_(False)  # --vision-tower frozen: the projector trains\n");
+    if (p->vlm && !p->images->tower_trained) {
+        const gckpt_vlm_type *row = gckpt_vlm_type_of(p->vlm->model_type);
+        const char *tower = row && row->tower_module ? row->tower_module : "vision_tower";
+        fprintf(f, "model.model.%s.requires_grad_(False)  # --vision-tower frozen: the projector trains\n", tower);
+        if (row && row->tower_trained_part)
+            fprintf(f, "model.model.%s.%s.requires_grad_(True)  # (the projector)\n", tower, row->tower_trained_part);
+    }
 }
 
 const char *gckpt_plan_model_arg(const gckpt_plan *p, char *buf, size_t n)

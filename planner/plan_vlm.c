@@ -1,8 +1,8 @@
 /* A vision-language model in the plan (gckpt/planner/plan.h): the families whose training
  * step gckpt_vlm_walk simulates across the vision tower and the text model (gckpt_vlm_types'
- * walked rows: LLaVA, LLaVA-NeXT, Gemma 3; core/vlm_step.c, FINDINGS R-VLM-11, R-VLM-14).
- * Each entry of the sweep is one walk; the images a sample carries come from --images,
- * --image-size and --vision-tower. */
+ * walked rows: LLaVA, LLaVA-NeXT, Gemma 3, Qwen2.5-VL; core/vlm_step.c, FINDINGS R-VLM-11,
+ * R-VLM-14, R-VLM-24). Each entry of the sweep is one walk; the images a sample carries come
+ * from --images, --image-size and --vision-tower. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +62,11 @@ bool gckpt_plan_vlm_load(gckpt_plan *p, const char *path, const char *text, gckp
     /* CLIPImageProcessor resizes and crops any size (FINDINGS R-VLM-11), Gemma3ImageProcessor
      * resizes any size (R-VLM-15): the config's square image unless --image-size says
      * otherwise (LLaVA-NeXT's tiles follow it, R-VLM-4) */
+    if (!q->image_h && !p->vlm->vision.image_size) { /* Qwen2.5-VL: tokens follow the image's size */
+        gckpt_seterr(err, "--image-size: model_type \"%s\" (%s) needs the images' size HxW: its processor's tokens "
+                          "per image follow it", p->vlm->model_type, p->model.name);
+        return false;
+    }
     uint64_t h = q->image_h ? q->image_h : p->vlm->vision.image_size;
     uint64_t w = q->image_h ? q->image_w : p->vlm->vision.image_size;
     gckpt_vlm_images *im = p->images;
@@ -70,6 +75,8 @@ bool gckpt_plan_vlm_load(gckpt_plan *p, const char *path, const char *text, gckp
     /* the model as from_pretrained loads it trains every parameter; the Trainer leaves it so */
     im->tower_trained = q->vision_tower != GCKPT_VISION_FROZEN;
     im->pixel_dtype = q->pixel_dtype;
+    im->h = h;
+    im->w = w;
     p->req.image_h = h;
     p->req.image_w = w;
     return gckpt_image_tokens(p->vlm, "--image-size", h, w, &im->tokens, err);

@@ -289,6 +289,17 @@ static void read_routing(const cJSON *root, hf_fixture *f)
     }
 }
 
+double hf_vlm_step_peak(const cJSON *last)
+{
+    double peak = cJSON_GetObjectItemCaseSensitive(last, "live_peak_bytes")->valuedouble;
+    const cJSON *phase = cJSON_GetObjectItemCaseSensitive(last, "peak_phase");
+    const cJSON *regions = cJSON_GetObjectItemCaseSensitive(last, "region_peaks"), *r;
+    if (!cJSON_IsString(phase) || strncmp(phase->valuestring, "idle", 4) || !regions) return peak;
+    peak = 0;
+    cJSON_ArrayForEach(r, regions) if (strncmp(r->string, "idle", 4) && r->valuedouble > peak) peak = r->valuedouble;
+    return peak;
+}
+
 int hf_precision_from(const char *name)
 {
     return !strncmp(name, "amp-bf16", 8) ? GCKPT_AMP_BF16 : gckpt_precision_from(name);

@@ -91,6 +91,13 @@ typedef struct {
 /* Read a fixture (schema gckpt.hf-fixture/1); false with err naming file and field. */
 /* A probe setting's precision name as gckpt's ("amp-bf16-cudalists" is amp-bf16), or -1. */
 int hf_precision_from(const char *name);
+/* A VLM fixture's step peak from its last step (steps[-1]): live_peak_bytes, unless that
+ * falls between the micro-steps ("idle"): the probe's own batch making (vlm_cases.py builds
+ * the pixels in fp32 and casts them to bf16 for its pure-bf16 cases, both alive at once; a
+ * Trainer's collator hands the processor's fp32 pixels to the model), then the highest of
+ * the step's other regions (region_peaks). */
+struct cJSON;
+double hf_vlm_step_peak(const struct cJSON *last);
 /* The target f was measured as: GCKPT_TARGET_CPU, or _CPU_CUDA_LISTS for "cudalists". */
 gckpt_target hf_target(const hf_fixture *f);
 bool hf_fixture_read(const char *path, hf_fixture *f, gckpt_err *err);

@@ -115,10 +115,17 @@ static void bad_inputs(void **state)
         {"kv heads", A("--model", "./kvheads.json", "-o", "out.json"), "does not divide"},
         {"unknown model_type", A("--model", "./unknown.json", "-o", "out.json"), "supported: llama"},
         {"mixture of experts", A("--model", "./qwen2moe.json", "-o", "out.json"), "mixture-of-experts"},
+        /* Qwen2.5-VL is planned, its tokens per image from the image's size: --image-size needed */
+        {"Qwen2.5-VL-7B without an image size", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "-o",
+                                                  "out.json"),
+         "--image-size: model_type \"qwen2_5_vl\" (qwen2.5-vl-7b) needs the images' size HxW"},
+        {"VLM eager", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "--image-size", "448x448",
+                        "--attention", "eager", "-o", "out.json"),
+         "qwen2_5_vl: attention other than sdpa on a VLM is not planned"},
+        {"Qwen2.5-VL-7B extreme aspect", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "--image-size",
+                                           "10x2100", "-o", "out.json"),
+         "--image-size"},
         /* vision-language models (issue 26): measured (tests/data/hf-vlm), not planned yet */
-        {"Qwen2.5-VL-7B", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "-o", "out.json"),
-         "\"qwen2_5_vl\": vision-language models are not supported yet (Qwen2.5-VL: vision tower not yet planned: the "
-         "ViT's windowed and full-attention blocks (fullatt_block_indexes)"},
         /* Gemma 3 is planned: what its step does not simulate, one line each */
         {"Gemma 3 LoRA", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--method", "lora", "-o", "out.json"),
          "gemma3: LoRA and QLoRA on a VLM are not planned"},

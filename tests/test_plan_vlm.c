@@ -1,5 +1,5 @@
 /* gckpt-plan on a vision-language model (planner/plan_vlm.c) against what was measured:
- * for every llava, llava_next and gemma3 fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py),
+ * for every llava, llava_next, gemma3 and qwen2_5_vl fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py),
  * gckpt_plan_run plans the fixture's own config.json (written to a file, as a user passes
  * it) at the fixture's setting (micro-batch, sequence, accumulation, precision, every_n,
  * offload, images per sample and their size, the tower trained or frozen; on the
@@ -96,7 +96,7 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     const gckpt_result *r = &plan.entries[0].r;
 
     const cJSON *steps = at(j, "steps"), *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
-    double peak = at(last, "live_peak_bytes")->valuedouble;
+    double peak = hf_vlm_step_peak(last);
     double e = ((double)r->peak_bytes - peak) / peak, tol = p == GCKPT_BF16 ? 0.005 : 0.001;
     bool pass = fabs(e) <= tol;
 
@@ -167,6 +167,15 @@ static void gemma3_plans(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* Qwen2.5-VL: its tokens per image from --image-size (smart_resize's grid merged 2 x 2) */
+static void qwen2_5_vl_plans(void **state)
+{
+    (void)state;
+    tally ty = family("qwen2_5_vl-");
+    assert_int_equal(ty.files, 54);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -177,6 +186,6 @@ int main(void)
     }
     free(text);
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans),
-                                       cmocka_unit_test(gemma3_plans)};
+                                       cmocka_unit_test(gemma3_plans), cmocka_unit_test(qwen2_5_vl_plans)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

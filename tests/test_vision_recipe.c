@@ -1,5 +1,5 @@
-/* The ViT towers' recipe (core/recipe_vision.c) against every llava, llava_next and gemma3
- * fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with
+/* The vision towers' recipe (core/recipe_vision.c) against every llava, llava_next, gemma3
+ * and qwen2_5_vl fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with
  * CUDA's lists; every_n off / 1 / 2 / 3; offload; the tower trained and frozen; one and two
  * images; LLaVA-NeXT's anyres tiles, gckpt_image_tiles against pixel_values' tile
  * dimension). Exact, per fixture: the bytes each vision layer keeps for its backward (a
@@ -9,7 +9,9 @@
  * layer next to masked_scatter's mask (the text side's); Gemma 3's head the same way
  * (post_layernorm, Gemma3MultiModalProjector), less SigLIP's pooling head (vision_tower.head:
  * its graph goes before the text model runs, FINDINGS R-VLM-13; only its parameters are
- * traced). */
+ * traced). Qwen2.5-VL: its tower at the image's patches (pixel_values' rows against
+ * gckpt_vision_image_positions), its blocks, the rotary tables (filed under the first plain
+ * block), its embedding and the patch merger with the reverse index (the head). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -61,6 +63,37 @@ typedef struct {
     uint64_t tail_bytes;
 } tally;
 
+/* Where the probe files each tower's tensors (module paths), by tower kind: the layers
+ * (printf with the index), the tower (its embedding's, and under the last layer its head's
+ * when the head is not a module of its own), the head's modules. */
+typedef struct {
+    const char *layer_fmt, *tower, *head[2];
+} tower_modules;
+static const tower_modules modules_of[GCKPT_NTOWER] = {
+    [GCKPT_TOWER_CLIP] = {"vision_tower.encoder.layers.%llu", "vision_tower",
+                          {"vision_tower.post_layernorm", "multi_modal_projector"}},
+    [GCKPT_TOWER_SIGLIP] = {"vision_tower.encoder.layers.%llu", "vision_tower",
+                            {"vision_tower.post_layernorm", "multi_modal_projector"}},
+    /* the merger, and the reverse index (module "visual" itself) */
+    [GCKPT_TOWER_QWEN2_5] = {"visual.blocks.%llu", "visual", {"visual"}},
+};
+
+/* Bytes the block's ops save of tensors made before it (the embedding's rotary tables, every
+ * block's: the probe files them under the first block that saves them, a plain one). */
+static uint64_t shared_saved(const gckpt_ctx *ctx, const gckpt_recipe *r)
+{
+    bool seen[GCKPT_MAX_TENSORS] = {false};
+    uint64_t sum = 0;
+    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+        for (int k = 0; k < r->op[i].nsaved; k++) {
+            int t = ctx->storage[r->op[i].saved[k]];
+            if (seen[t] || r->t[t].section != GCKPT_SEC_EMBED || r->t[t].kind == GCKPT_T_PARAM) continue;
+            seen[t] = true;
+            sum += ctx->raw[t];
+        }
+    return sum;
+}
+
 static void check_fixture(const char *path, tally *ty)
 {
     cJSON *j = read_json(path);
@@ -90,6 +123,16 @@ static void check_fixture(const char *path, tally *ty)
     if (cJSON_GetArraySize(pv) == 4 && tiles != 1) fail_msg("%s: tiles without a tile dimension", path);
     uint64_t images = (uint64_t)at(at(j, "images"), "per_sample")->valuedouble * tiles;
     uint64_t b = (uint64_t)at(set, "micro_batch")->valuedouble;
+    /* the tower's positions per image: Qwen2.5-VL's patches of the image's smart_resize'd
+     * grid, which pixel_values [patches, C T p^2] lists for every image of the batch */
+    uint64_t positions = gckpt_vision_image_positions(&v, (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble,
+                                                      (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble);
+    if (cJSON_GetArraySize(pv) == 2 && (uint64_t)cJSON_GetArrayItem(pv, 0)->valuedouble != b * images * positions)
+        fail_msg("%s: %llu patches per image planned, pixel_values has %.0f rows for %llu images", path,
+                 (unsigned long long)positions, cJSON_GetArrayItem(pv, 0)->valuedouble,
+                 (unsigned long long)(b * images));
+    const tower_modules *mods = &modules_of[v.vision.tower];
+    if (!mods->layer_fmt) fail_msg("%s: no module paths for this tower", path);
 
     gckpt_model tower;
     gckpt_vision_tower_model(&v, &tower);
@@ -97,7 +140,7 @@ static void check_fixture(const char *path, tally *ty)
     static gckpt_recipe r;
     if (!gckpt_vision_recipe_build(&v, &tower, (gckpt_precision)p, target, g, &r, &err))
         fail_msg("%s: %s", path, err.msg);
-    gckpt_setting s = {.seq = gckpt_vision_positions(&v), .micro_batch = b * images, .grad_accum = 1,
+    gckpt_setting s = {.seq = positions, .micro_batch = b * images, .grad_accum = 1,
                        .precision = (gckpt_precision)p, .attention = GCKPT_SDPA, .every_n = every_n,
                        .offload = offload};
     static gckpt_ctx ctx;
@@ -129,13 +172,15 @@ static void check_fixture(const char *path, tally *ty)
         if (!ck[set_ck[k]]) fail_msg("%s: vision layer %llu is not checkpointed", path, (unsigned long long)set_ck[k]);
 
     const cJSON *layers = at(at(j, "saved"), "layers");
-    uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK);
+    uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK), shared = shared_saved(&ctx, &r);
+    bool first_plain = true;
     for (uint64_t i = 0; i < towers[0]; i++) {
         const cJSON *l = cJSON_GetArrayItem(layers, (int)i);
         char prefix[64];
-        snprintf(prefix, sizeof prefix, "vision_tower.encoder.layers.%llu", (unsigned long long)i);
+        snprintf(prefix, sizeof prefix, mods->layer_fmt, (unsigned long long)i);
         uint64_t got = measured(at(l, "tensors"), prefix);
-        uint64_t want = ck[i] ? (offload ? 0 : ctx.raw[r.block_in]) : plain;
+        uint64_t want = ck[i] ? (offload ? 0 : ctx.raw[r.block_in]) : plain + (first_plain && plain ? shared : 0);
+        if (!ck[i] && plain) first_plain = false;
         if (got != want)
             fail_msg("%s: vision layer %llu (%s) keeps %llu bytes measured, %llu planned", path,
                      (unsigned long long)i, ck[i] ? "checkpointed" : "plain", (unsigned long long)got,
@@ -155,12 +200,18 @@ static void check_fixture(const char *path, tally *ty)
     }
     /* the tail and the projector, filed under the last vision layer */
     const cJSON *tail = at(cJSON_GetArrayItem(layers, (int)towers[0] - 1), "tensors");
-    uint64_t tail_got = measured(tail, "vision_tower.post_layernorm") + measured(tail, "multi_modal_projector");
+    uint64_t tail_got = 0;
+    for (int k = 0; k < 2 && mods->head[k]; k++) tail_got += measured(tail, mods->head[k]);
+    if (v.vision.tower == GCKPT_TOWER_QWEN2_5) { /* "visual" less the last block */
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, mods->layer_fmt, (unsigned long long)(towers[0] - 1));
+        tail_got -= measured(tail, prefix);
+    }
     if (head_traced && tail_got != gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD))
         fail_msg("%s: post_layernorm and the projector keep %llu bytes measured, %llu planned", path,
                  (unsigned long long)tail_got, (unsigned long long)gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD));
     const cJSON *emb = at(at(at(j, "saved"), "embedding"), "tensors");
-    uint64_t got = measured(emb, "vision_tower"), want = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_EMBED);
+    uint64_t got = measured(emb, mods->tower), want = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_EMBED);
     if (got != want)
         fail_msg("%s: the tower's embedding keeps %llu bytes measured, %llu planned", path, (unsigned long long)got,
                  (unsigned long long)want);
@@ -222,6 +273,66 @@ static void gemma3_saved(void **state)
                 ty.layers_checked > ty.plain_checked);
 }
 
+/* Qwen2.5-VL: the Conv3d embedding, the window permutation and rotary tables, the SiLU
+ * blocks (windowed and full-attention alike), the patch merger (R-VLM-20..22) */
+static void qwen2_5_vl_saved(void **state)
+{
+    (void)state;
+    tally ty = family_saved("qwen2_5_vl-");
+    assert_int_equal(ty.files, 54);
+    assert_true(ty.tail_bytes > 0 && ty.frozen_plain_checked > 0 && ty.plain_checked > ty.frozen_plain_checked &&
+                ty.layers_checked > ty.plain_checked);
+}
+
+/* Qwen2.5-VL's attention work: the SDPA calls the probe saw (each chunk's logsumexp [1, heads,
+ * len]: a window's, or an image's in a full-attention block) against
+ * gckpt_vision_attention_share, over every plain trained fp32 fixture; and Qwen2.5-VL-7B at
+ * 1080 x 1920 in closed form (a 52 x 94 patch grid, 26 x 47 merged, windows of 4 x 4 merged
+ * units: rows 6 x 4 + 2, columns 11 x 4 + 3; blocks 7, 15, 23, 31 full) */
+static void qwen2_5_vl_windows(void **state)
+{
+    (void)state;
+    const char *names[] = {"qwen2_5_vl-fp32-sdpa-noff-plain-vistrained-b2s32.json",
+                           "qwen2_5_vl-fp32-sdpa-noff-plain-vistrained-b2s48-i2.json"};
+    for (size_t f = 0; f < 2; f++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/hf-vlm/%s", GCKPT_TEST_DATA, names[f]);
+        cJSON *j = read_json(path);
+        char *cfg = cJSON_PrintUnformatted(at(j, "config"));
+        gckpt_vlm v;
+        gckpt_err err;
+        if (!gckpt_vlm_parse(path, cfg, &v, &err)) fail_msg("%s", err.msg);
+        free(cfg);
+        const cJSON *hw = at(at(j, "images"), "size_hw"), *layers = at(at(j, "saved"), "layers"), *t;
+        uint64_t h = (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble, w = (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble;
+        double images = at(at(j, "images"), "per_sample")->valuedouble * at(at(j, "setting"), "micro_batch")->valuedouble;
+        double S = (double)gckpt_vision_image_positions(&v, h, w), sum = 0;
+        for (uint64_t i = 0; i < v.vision.layers; i++)
+            cJSON_ArrayForEach(t, at(cJSON_GetArrayItem(layers, (int)i), "tensors"))
+            {
+                const cJSON *sh = at(t, "shape");
+                if (strstr(at(t, "op")->valuestring, "scaled_dot_product") && cJSON_GetArraySize(sh) == 3) {
+                    double len = cJSON_GetArrayItem(sh, 2)->valuedouble;
+                    sum += len * len;
+                }
+            }
+        double measured = sum / ((double)v.vision.layers * images * S * S), planned = gckpt_vision_attention_share(&v, h, w);
+        printf("%s: attention share measured %.6f planned %.6f\n", names[f], measured, planned);
+        assert_true(measured < 1.0 && fabs(measured - planned) <= 1e-12);
+        cJSON_Delete(j);
+    }
+    gckpt_vlm v;
+    gckpt_err err;
+    cJSON *cfg = read_json(GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json");
+    char *text = cJSON_PrintUnformatted(cfg);
+    if (!gckpt_vlm_parse("qwen2.5-vl-7b.json", text, &v, &err)) fail_msg("%s", err.msg);
+    free(text);
+    cJSON_Delete(cfg);
+    double windowed = 16.0 * (6 * 16 + 4) * (11 * 16 + 9) / (4888.0 * 4888.0);
+    assert_true(fabs(gckpt_vision_attention_share(&v, 1080, 1920) - (4 + 28 * windowed) / 32) <= 1e-12);
+    assert_true(gckpt_vision_attention_share(&v, 0, 0) == 1.0);
+}
+
 /* the tower's attention has no causal mask: QK^T and PV over the whole s x s scores, 2 x 2 x
  * heads x head_dim FLOPs per b x s x s (the causal kernel's half) */
 static void attention_flops(void **state)
@@ -263,8 +374,8 @@ static void other_towers(void **state)
     (void)state;
     gckpt_vlm v;
     memset(&v, 0, sizeof v);
-    snprintf(v.model_type, sizeof v.model_type, "qwen2_5_vl");
-    v.vision.tower = GCKPT_TOWER_QWEN2_5;
+    snprintf(v.model_type, sizeof v.model_type, "qwen3_vl");
+    v.vision.tower = GCKPT_TOWER_QWEN3;
     gckpt_model tower;
     gckpt_vision_tower_model(&v, &tower);
     static gckpt_recipe r;
@@ -281,7 +392,8 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(llava_next_saved),
-                                       cmocka_unit_test(gemma3_saved),
+                                       cmocka_unit_test(gemma3_saved), cmocka_unit_test(qwen2_5_vl_saved),
+                                       cmocka_unit_test(qwen2_5_vl_windows),
                                        cmocka_unit_test(attention_flops),
                                        cmocka_unit_test(other_towers)};
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -79,7 +79,9 @@ static void check_fixture(const char *path, const char *name, tally *ty)
                                .tiles = gckpt_image_tiles(&v, h, w),
                                .tower_trained = strcmp(at(set, "vision_tower")->valuestring, "frozen") != 0,
                                /* vlm_cases.py casts the batch's pixels to bf16 for its pure-bf16 cases */
-                               .pixel_dtype = p == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32};
+                               .pixel_dtype = p == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32,
+                               .h = h,
+                               .w = w};
     if (!gckpt_image_tokens(&v, "image", h, w, &images.tokens, &err)) fail_msg("%s: %s", path, err.msg);
     if (images.tokens != (uint64_t)at(im, "tokens_per_image")->valuedouble)
         fail_msg("%s: %llu tokens per image planned, %.0f measured", path, (unsigned long long)images.tokens,
@@ -92,7 +94,8 @@ static void check_fixture(const char *path, const char *name, tally *ty)
         !same_layers(at(towers, "text"), info.text_ckpt, info.ntext_ckpt))
         fail_msg("%s: the checkpointed layers differ from the probe's", path);
     const cJSON *steps = at(j, "steps"), *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
-    double peak = at(last, "live_peak_bytes")->valuedouble, after = at(last, "after_forward_bytes")->valuedouble;
+    /* (a peak between the micro-steps is the probe's batch making: hf_vlm_step_peak) */
+    double peak = hf_vlm_step_peak(last), after = at(last, "after_forward_bytes")->valuedouble;
     /* the host: both towers' offloaded inputs and the checkpoints' RNG states, exact */
     double host = at(last, "host_peak_bytes")->valuedouble;
     if ((double)(res.host_pinned_bytes + res.host_rng_bytes) != host)
@@ -152,6 +155,15 @@ static void gemma3_peaks(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* Qwen2.5-VL: the windowed ViT and its merger, M-RoPE text layers */
+static void qwen2_5_vl_peaks(void **state)
+{
+    (void)state;
+    tally ty = family_peaks("qwen2_5_vl-");
+    assert_int_equal(ty.files, 54);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -160,6 +172,6 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks),
-                                       cmocka_unit_test(gemma3_peaks)};
+                                       cmocka_unit_test(gemma3_peaks), cmocka_unit_test(qwen2_5_vl_peaks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -149,6 +149,10 @@ typedef struct gckpt_vlm_type {
      * token_type_ids' int64 block ids and the full and sliding bool masks on every text
      * layer (gckpt_model.image_masks), with which its text model's sliding layers are planned */
     bool features_cat, packed_tiles, image_masks;
+    /* the vision tower's module under model.model (NULL: "vision_tower") and a part of it that
+     * trains with the projector when the tower is frozen (NULL: none): what gckpt-plan's
+     * snippet freezes for --vision-tower frozen (FINDINGS R-VLM-12, R-VLM-22) */
+    const char *tower_module, *tower_trained_part;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];
 /* The row of model_type t in gckpt_vlm_types, NULL when it is none. */

@@ -78,6 +78,9 @@ typedef struct {
     bool rope_split_cat;     /* phi3: apply_rotary_pos_emb splits the rotated dims off and cats them
                               * back (q and k a cat's output, so SDPA's output is copied contiguous) */
     bool rope_fp32;          /* olmo2: rotary tables fp32, q and k rotated in fp32 and cast back */
+    bool rope_per_token;     /* M-RoPE (a VLM's text model, qwen2_5_vl): the rotary tables are
+                              * [b, 1, s, head_dim], one row per token, the 3-D position ids
+                              * differing per sample; else [1, s, head_dim] per position */
     bool qk_norm_late;       /* the gemma family: q and k normed after all three projections */
     bool parallel_residual;  /* gpt_neox: x + attn(ln1(x)) + mlp(ln2(x)); false: y = x + attn(ln1(x)),
                               * y + mlp(ln2(y)) (use_parallel_residual: false) */

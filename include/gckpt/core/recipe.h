@@ -72,6 +72,8 @@ typedef enum {
     GCKPT_ROWS_BATCH,  /* mult x b rows: one row per sample (a vision tower's pixels, b its images) */
     GCKPT_ROWS_PATCHES, /* mult x b x (s - 1) rows: every position but the first (a vision tower's
                          * patches without the CLS row) */
+    GCKPT_ROWS_GROUPS, /* b x s / mult rows: groups of mult consecutive positions (Qwen2.5-VL's
+                        * merge x merge patches, one merged token each) */
 } gckpt_rows;
 
 typedef struct {

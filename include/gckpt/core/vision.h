@@ -186,13 +186,18 @@ void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m);
 /* The tower's positions per image (CLIP: the patches and the CLS row), the sequence its recipe
  * is sized at; its micro-batch is the images of a micro-batch. */
 uint64_t gckpt_vision_positions(const gckpt_vlm *v);
+/* ... for one h x w image: Qwen2.5-VL's patches after its processor's smart_resize (the
+ * image's tokens x merge^2; 0 for a size the processor refuses), the other towers'
+ * gckpt_vision_positions. */
+uint64_t gckpt_vision_image_positions(const gckpt_vlm *v, uint64_t h, uint64_t w);
 /* The tower's recipe (core/recipe_vision.c): GCKPT_SEC_EMBED its embedding (the pixels, the
  * patch conv, CLIP's class token and pre_layrnorm, the positions), GCKPT_SEC_BLOCK one encoder
  * layer, GCKPT_SEC_HEAD llava's and llava_next's tail (post_layernorm, which reaches no loss)
  * and projector, or Gemma 3's post_layernorm and pooled projector (the attention-pooling
  * head's parameters only: its graph goes before the text model runs), for the tower model `tower`
- * (gckpt_vision_tower_model) at precision p on target. CLIP and SigLIP towers only; false
- * with err for another. */
+ * (gckpt_vision_tower_model) at precision p on target. CLIP and SigLIP towers, and Qwen2.5-VL's
+ * (its Conv3d embedding with the window permutation and the rotary tables, one block, the
+ * patch merger as the head; rows its patches); false with err for another. */
 bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
                                gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err);
 /* The same recipe as one step simulates it (core/vlm_step.c): its head is the projector on
@@ -202,6 +207,12 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
 bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
                                     gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
                                     gckpt_err *err);
+
+/* The tower's attention score work (QK^T, PV) over its layers for one image of h x w pixels,
+ * as a share of every layer attending over the whole image: Qwen2.5-VL's windowed blocks
+ * attend within their windows (FINDINGS R-VLM-20); 1 for the other towers, or when h or w
+ * is 0 (unknown). */
+double gckpt_vision_attention_share(const gckpt_vlm *v, uint64_t h, uint64_t w);
 
 /* The images the tower runs per image of h x w pixels (positive): LLaVA-NeXT's anyres tiles
  * (the best pinpoint's and the base tile), one for the other families. */

@@ -33,6 +33,7 @@ typedef struct {
     uint64_t images, tiles, tokens;
     bool tower_trained;
     uint8_t pixel_dtype;
+    uint64_t h, w; /* the images' size in pixels (0: unknown; Qwen2.5-VL's windows follow it) */
 } gckpt_vlm_images;
 
 /* The step's figures beside the walk's result. */

@@ -31,7 +31,7 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bi
     bool wg = rg(tr, w) || (bias >= 0 && rg(tr, bias));
     int o = tnew(tr, "patch_embedding", GCKPT_T_ACT, tr->amp ? tr->compute_dt : dt(tr, px), sh, wg || hooked);
     opnew(tr, "patch_embedding", GCKPT_OP_MATMUL, bias >= 0 ? 3 : 2, (int[]){xi, wc, bc}, o, -1, 2, (int[]){xi, wc});
-    setprim(tr, GCKPT_P_PATCH_CONV, GCKPT_BC_NONE, 0, 0, 0);
+    setprim(tr, GCKPT_P_PATCH_CONV, GCKPT_BC_NONE, (double)vc->patch, 0, 0); /* sa: the kernel's patch side */
     gckpt_op *op = last_op(tr);
     op->in_f = in_f;
     op->out_f = vc->hidden;

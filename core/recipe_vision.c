@@ -127,8 +127,9 @@ static void vit_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
     tr->r->t[a].requires_grad = rg(tr, q) || rg(tr, k) || rg(tr, v);
     /* no causal mask: QK^T and PV over the whole score matrix, twice the causal kernel's
      * (a masked SDPA's count, FINDINGS R-ATTN-8); the op is the causal primitive otherwise,
-     * which no backend runs here: the recipe's planned-only primitives keep gckpt-run off it */
+     * marked bidirectional (the host kernel's every key; CUDA's refuses it) */
     tr->r->op[gckpt_recipe_producer(tr->r, a)].fBSS *= 2.0;
+    tr->r->op[gckpt_recipe_producer(tr->r, a)].bidirectional = true;
     /* the output's transpose + reshape is a view (CPU flash lays it out [b, S, H, hd]) */
     int ao = tlinear(tr, a, D, D, "out_proj");
     hold_here(tr, q);

@@ -172,7 +172,8 @@ static gckpt_xstatus ev_host(gckpt_exec *x, const gckpt_event *e, const exec_sit
         return GCKPT_XS_OK;
     case GCKPT_EV_HOST_FREE:
         if (!h->p || h->bytes != e->bytes) return exec_fail(err, "%s: frees a host buffer that was not allocated", w->at);
-        if (h->rd != h->wr)
+        /* (a VLM tower's forward-only layer packs its input and never unpacks it: its graph goes) */
+        if (h->rd != h->wr && (uint64_t)layer < x->live_layers)
             return exec_fail(err, "%s: %llu of the %llu bytes copied out were not copied back", w->at,
                              (unsigned long long)(h->wr - h->rd), (unsigned long long)h->wr);
         x->be->release(x->be, GCKPT_MEM_PINNED, h->p, h->bytes);
@@ -615,7 +616,7 @@ static gckpt_xstatus ev_opt(gckpt_exec *x, const exec_site *w, gckpt_err *err)
     uint64_t step = x->step + 1;
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
-        if (!p->spec->trainable) continue; /* frozen: neither gradient nor states */
+        if (!p->spec->trainable || p->fwd_only) continue; /* frozen: neither gradient nor states */
         if (!exec_live(x, p->grad))
             return exec_fail(err, "%s: parameter %s (layer %d) has no gradient", w->at, x->r->t[p->tensor].name, p->layer);
         gckpt_optcall c = exec_optcall(x, exec_param_view(p), exec_inst_view(x, p->grad), step);

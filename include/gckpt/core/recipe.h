@@ -310,6 +310,8 @@ typedef struct {
     bool view_fwd;       /* the forward is a view of input 0 (an expand): no allocation,
                           * the output is input 0's storage; its gradient still has the
                           * output's size (repeat_kv of one kv head) */
+    bool bidirectional;  /* SDPA without a mask or causality (a ViT tower's): every query sees
+                          * every key of its image */
     bool in_place;       /* with view_fwd: computed into input 0's storage (x.add_(y)),
                           * not a view that computes nothing */
     /* Time: forward FLOPs = fT*(b*s) + fBSS*(b*s*s); backward = bwd_mult * forward. */

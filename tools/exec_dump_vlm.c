@@ -168,6 +168,8 @@ int main(int argc, char **argv)
     cJSON_AddNumberToObject(root, "seq", (double)s.seq);
     cJSON_AddNumberToObject(root, "images", (double)im.images);
     cJSON_AddBoolToObject(root, "tower_trained", im.tower_trained);
+    cJSON_AddNumberToObject(root, "every_n", (double)s.every_n);
+    cJSON_AddBoolToObject(root, "offload", s.offload);
     cJSON_AddNumberToObject(root, "loss", res.loss);
     cJSON_AddNumberToObject(root, "allocated_peak", (double)ms.allocated_peak);
     cJSON_AddNumberToObject(root, "pinned_peak", (double)ms.pinned_peak);

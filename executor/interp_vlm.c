@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/core/families.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/vision.h"
 #include "interp.h"
@@ -39,12 +40,16 @@ struct gckpt_vexec {
 
 bool gckpt_vexec_supported(const gckpt_backend *be, const gckpt_vlm *v, const gckpt_setting *s, gckpt_err *err)
 {
-    const char *why = be && strcmp(be->name, "host") ? "a VLM step runs on the host backend only (the CUDA kernels of "
-                                                       "the tower are unverified)"
-                      : v->vision.projector != GCKPT_PROJ_LLAVA ? "only llava's step is executed (llava_next's anyres "
-                                                                  "tiles and the other VLMs are planned only)"
-                      : s->precision != GCKPT_FP32 ? "a VLM step is executed in fp32 only"
-                      : gckpt_layout_multi(&s->layout) ? "a VLM step is executed on one GPU only"
+    const gckpt_vlm_type *row = gckpt_vlm_type_of(v->model_type);
+    if (!row || !row->host || v->vision.projector != GCKPT_PROJ_LLAVA) { /* the table's word; the bridge is llava's */
+        gckpt_seterr(err, "model_type \"%s\" (%s) is planned, not executed by gckpt-run (not yet: %s)", v->model_type,
+                     row ? row->family : v->model_type, row ? row->missing : "its step");
+        return false;
+    }
+    const char *why = be && strcmp(be->name, "host") ? "its step runs on the host backend only (--backend host): the "
+                                                       "tower's kernels on CUDA are unverified"
+                      : s->precision != GCKPT_FP32 ? "its step is executed in fp32 only (bf16 and autocast unverified)"
+                      : gckpt_layout_multi(&s->layout) ? "its step is executed on one GPU only"
                                                        : NULL;
     if (!why && !gckpt_exec_model_ok(&v->text, err)) return false;
     if (why) gckpt_seterr(err, "model_type \"%s\": %s", v->model_type, why);

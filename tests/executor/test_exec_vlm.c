@@ -244,10 +244,11 @@ static void what_it_does_not_run_is_refused(void **st)
     assert_non_null(strstr(err.msg, "fp32"));
     gckpt_vlm next = v;
     next.vision.projector = GCKPT_PROJ_LLAVA_NEXT;
+    snprintf(next.model_type, sizeof next.model_type, "llava_next");
     s = setting(0, false, 1);
     memset(&err, 0, sizeof err);
     assert_false(gckpt_vexec_supported(be, &next, &s, &err));
-    assert_non_null(strstr(err.msg, "llava_next"));
+    assert_non_null(strstr(err.msg, "\"llava_next\" (LLaVA-NeXT) is planned, not executed by gckpt-run"));
     be->destroy(be);
 }
 

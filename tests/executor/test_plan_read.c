@@ -162,13 +162,13 @@ static void test_rejects(void **st)
          "inputs.model.config: field 'model_type' = \"deepseek_v2\": mixture-of-experts models are not supported yet "
          "(not planned: multi-head latent attention"},
         {"inputs.model.config", NULL, "inputs.model.config"},
-        /* a vision-language model's plan (gckpt-plan plans LLaVA): refused in one line, gckpt-run does
-         * not execute the vision tower */
+        /* a text model's plan whose config is a vision-language model's (gckpt-plan plans LLaVA
+         * with inputs.vision): refused in one line */
         {"inputs.model.config",
          "{\"model_type\": \"llava\", \"vision_config\": {\"model_type\": \"clip_vision_model\"}, "
          "\"text_config\": {\"model_type\": \"llama\"}}",
          "inputs.model.config: field 'model_type' = \"llava\": a vision-language model (LLaVA) is planned by "
-         "gckpt-plan only (not yet: gckpt-run's execution of the vision tower)"},
+         "gckpt-plan only (not yet: gckpt-run's execution on the CUDA backend and in bf16 or under autocast"},
         {"inputs.device.memory_bytes", NULL, "memory_bytes"},
         {"inputs.device.schema", "\"gckpt.device/9\"", "inputs.device"},
         {"entries", "[]", "entries"},

@@ -48,7 +48,8 @@ bool gckpt_vexec_supported(const gckpt_backend *be, const gckpt_vlm *v, const gc
     }
     const char *why = be && strcmp(be->name, "host") ? "its step runs on the host backend only (--backend host): the "
                                                        "tower's kernels on CUDA are unverified"
-                      : s->precision != GCKPT_FP32 ? "its step is executed in fp32 only (bf16 and autocast unverified)"
+                      : s->precision != GCKPT_FP32 && s->precision != GCKPT_AMP_BF16
+                          ? "its step is executed in fp32 and amp-bf16 only (pure bf16 and fp16 unverified)"
                       : gckpt_layout_multi(&s->layout) ? "its step is executed on one GPU only"
                                                        : NULL;
     if (!why && !gckpt_exec_model_ok(&v->text, err)) return false;

@@ -3,7 +3,8 @@
  * step, the batch (ids, labels, pixel values), the loss, every trained parameter's gradient,
  * and the allocator's peak next to the walk's. Developer tool, not a test.
  *   gckpt-exec-dump-vlm CONFIG.json [--seq N] [--micro-batch N] [--images N] [--grad-accum N]
- *                       [--every-n N] [--offload] [--frozen] [--seed N] [--bias-std X] -o OUT.json
+ *                       [--every-n N] [--offload] [--frozen] [--seed N] [--bias-std X] [--precision P]
+ *                       -o OUT.json
  * Exit 0: written; 1: the step failed; 2: bad usage or input. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -81,7 +82,7 @@ static void on_grads(gckpt_exec *x, void *user)
 static int usage(void)
 {
     fprintf(stderr, "usage: gckpt-exec-dump-vlm CONFIG.json [--seq N] [--micro-batch N] [--images N] [--grad-accum N] "
-                    "[--every-n N] [--offload] [--frozen] [--seed N] [--bias-std X] -o OUT.json\n");
+                    "[--every-n N] [--offload] [--frozen] [--seed N] [--bias-std X] [--precision P] -o OUT.json\n");
     return 2;
 }
 
@@ -101,9 +102,11 @@ int main(int argc, char **argv)
             continue;
         }
         if (!v) return usage();
+        int k;
         if (!strcmp(a, "-o")) out = v;
         else if (!strcmp(a, "--every-n") && (s.every_n = (uint32_t)strtoul(v, NULL, 10)) <= 64) {}
         else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--precision") && (k = gckpt_precision_from(v)) >= 0) s.precision = (gckpt_precision)k;
         else if (!strcmp(a, "--bias-std") && (o.bias_std = strtod(v, NULL)) >= 0 && o.bias_std < 10) {}
         else if (!strcmp(a, "--seq") && (s.seq = strtoull(v, NULL, 10)) > 0 && s.seq <= 4096) {}
         else if (!strcmp(a, "--micro-batch") && (s.micro_batch = strtoull(v, NULL, 10)) > 0 && s.micro_batch <= 64) {}
@@ -169,6 +172,7 @@ int main(int argc, char **argv)
     cJSON_AddNumberToObject(root, "images", (double)im.images);
     cJSON_AddBoolToObject(root, "tower_trained", im.tower_trained);
     cJSON_AddNumberToObject(root, "every_n", (double)s.every_n);
+    cJSON_AddStringToObject(root, "precision", gckpt_precision_names[s.precision]);
     cJSON_AddBoolToObject(root, "offload", s.offload);
     cJSON_AddNumberToObject(root, "loss", res.loss);
     cJSON_AddNumberToObject(root, "allocated_peak", (double)ms.allocated_peak);

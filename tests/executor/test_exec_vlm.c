@@ -102,7 +102,10 @@ static void collect(gckpt_exec *x, void *user)
     side_norms(gckpt_vexec_side(g->vx, true), g);
 }
 
-static void matches_transformers(const char *fixture, bool trained, uint32_t every_n)
+/* loss_tol, norm_tol: relative (fp32: rounding; amp-bf16: transformers under CPU autocast with
+ * CUDA's fp32 lists emulated, bf16 roundings in another order) */
+static void matches_transformers(const char *fixture, bool trained, uint32_t every_n, gckpt_precision prec,
+                                 double loss_tol, double norm_tol)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s.json", GCKPT_TEST_DATA, fixture);
@@ -116,6 +119,7 @@ static void matches_transformers(const char *fixture, bool trained, uint32_t eve
     gckpt_device d = device();
     gckpt_vlm_images im = images_of(&v, trained);
     gckpt_setting s = setting(every_n, false, 1);
+    s.precision = prec;
     gckpt_backend *be = gckpt_host_backend_new(0);
     gckpt_exec_opts o = {.seed = 7, .init_std = 0.05, .bias_std = 0.05}; /* gckpt-exec-dump-vlm's */
     gckpt_vexec *vx = gckpt_vexec_new(be, &v, &d, &s, &im, &o, &err);
@@ -127,27 +131,30 @@ static void matches_transformers(const char *fixture, bool trained, uint32_t eve
     if (gckpt_vexec_setup(vx, &err) != GCKPT_XS_OK || gckpt_vexec_step(vx, &so, &res, &err) != GCKPT_XS_OK)
         fail_msg("%s", err.msg);
     assert_int_equal(g.failed, 0);
-    double want = cJSON_GetObjectItem(hf, "loss")->valuedouble, worst = 0;
+    double want = cJSON_GetObjectItem(hf, "loss")->valuedouble, worst = 0, top = 0;
     const char *where = "";
     size_t i = 0;
     const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(hf, "params")) top = fmax(top, cJSON_GetObjectItem(p, "grad_norm")->valuedouble);
+    /* a gradient that is zero in exact arithmetic (a key projection's bias: softmax ignores a
+     * per-query constant) holds rounding noise on both sides: relative to 1e-3 of the largest */
     cJSON_ArrayForEach(p, cJSON_GetObjectItem(hf, "params")) {
         assert_true(i < g.n);
         double ref = cJSON_GetObjectItem(p, "grad_norm")->valuedouble;
-        double rel = fabs(norms[i] - ref) / (ref > 1e-6 ? ref : 1e-6);
+        double rel = fabs(norms[i] - ref) / fmax(ref, 1e-3 * top);
         if (rel > worst) {
             worst = rel;
             where = cJSON_GetObjectItem(p, "name")->valuestring;
         }
         i++;
     }
-    printf("# %s vs transformers %s (fp32, SDPA, mb 2, seq 32, the tower %s, every_n %u): loss %.9f vs %.9f; largest "
+    printf("# %s vs transformers %s (%s, SDPA, mb 2, seq 32, the tower %s, every_n %u): loss %.9f vs %.9f; largest "
            "relative gradient-norm difference %.2e (%s) over %zu parameters\n",
-           fixture, cJSON_GetObjectItem(hf, "transformers")->valuestring, trained ? "trained" : "frozen", every_n,
-           res.loss, want, worst, where, i);
+           fixture, cJSON_GetObjectItem(hf, "transformers")->valuestring, gckpt_precision_names[prec],
+           trained ? "trained" : "frozen", every_n, res.loss, want, worst, where, i);
     assert_int_equal(i, g.n);
-    assert_true(fabs(res.loss - want) < 1e-6 * fabs(want));
-    assert_true(worst < 1e-5);
+    assert_true(fabs(res.loss - want) < loss_tol * fabs(want));
+    assert_true(worst < norm_tol);
     cJSON_Delete(hf);
     gckpt_vexec_free(vx);
     be->destroy(be);
@@ -156,24 +163,34 @@ static void matches_transformers(const char *fixture, bool trained, uint32_t eve
 static void trained_tower_matches_transformers(void **st)
 {
     (void)st;
-    matches_transformers("hf-tiny-llava", true, 0);
+    matches_transformers("hf-tiny-llava", true, 0, GCKPT_FP32, 1e-6, 1e-5);
+}
+
+/* amp-bf16: the loss within 1.8e-05 of transformers' (the projector reading rows 1.. of every
+ * image in place, not a copy: read from row 0 on, 4.9e-04) */
+static void amp_matches_transformers(void **st)
+{
+    (void)st;
+    matches_transformers("hf-tiny-llava-amp", true, 0, GCKPT_AMP_BF16, 1e-4, 2e-2);
 }
 
 static void frozen_tower_matches_transformers(void **st)
 {
     (void)st;
-    matches_transformers("hf-tiny-llava-frozen", false, 2);
+    matches_transformers("hf-tiny-llava-frozen", false, 2, GCKPT_FP32, 1e-6, 1e-5);
 }
 
 /* ---- memory --------------------------------------------------------------------------- */
 
 /* two steps of the setting: the allocator's peaks against the walk's */
 /* (returns the second step's loss) */
-static double peak_is_the_plans(const gckpt_vlm *v, bool trained, uint32_t every_n, bool offload, uint64_t ga)
+static double peak_is_the_plans(const gckpt_vlm *v, bool trained, uint32_t every_n, bool offload, uint64_t ga,
+                                gckpt_precision p)
 {
     gckpt_device d = device();
     gckpt_vlm_images im = images_of(v, trained);
     gckpt_setting s = setting(every_n, offload, ga);
+    s.precision = p;
     gckpt_err err = {{0}};
     gckpt_result pred;
     gckpt_vlm_step_info info;
@@ -189,9 +206,10 @@ static double peak_is_the_plans(const gckpt_vlm *v, bool trained, uint32_t every
         fail_msg("%s", err.msg);
     gckpt_memstat ms;
     be->memstat(be, &ms);
-    printf("# tower %s, every_n %u%s, grad_accum %llu: peak %llu (plan %llu), pinned %llu (plan %llu), loss %.6f, "
+    printf("# %s, tower %s, every_n %u%s, grad_accum %llu: peak %llu (plan %llu), pinned %llu (plan %llu), loss %.6f, "
            "%.6f\n",
-           trained ? "trained" : "frozen", every_n, offload ? " + offload" : "", (unsigned long long)ga,
+           gckpt_precision_names[p], trained ? "trained" : "frozen", every_n, offload ? " + offload" : "",
+           (unsigned long long)ga,
            (unsigned long long)ms.allocated_peak, (unsigned long long)pred.peak_bytes,
            (unsigned long long)ms.pinned_peak, (unsigned long long)pred.host_pinned_bytes, res[0].loss, res[1].loss);
     assert_int_equal(ms.allocated_peak, pred.peak_bytes);
@@ -212,10 +230,13 @@ static void peaks_are_the_plans(void **st)
         uint32_t n;
         bool off;
     } grid[] = {{0, false}, {1, false}, {1, true}, {2, false}, {2, true}, {3, true}};
-    for (int tr = 0; tr < 2; tr++) {
+    const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_AMP_BF16};
+    for (int k = 0; k < 4; k++) {
+        bool tr = k % 2 == 0;
+        gckpt_precision p = precs[k / 2];
         double first = 0;
         for (size_t i = 0; i < sizeof grid / sizeof *grid; i++) {
-            double loss = peak_is_the_plans(&v, tr == 0, grid[i].n, grid[i].off, 1);
+            double loss = peak_is_the_plans(&v, tr, grid[i].n, grid[i].off, 1, p);
             /* checkpointing and offload change no number: the checkpointed settings' losses
              * (one text recipe: without checkpointing it has the DynamicCache's tensors, and its
              * weights other keys) are equal bit for bit */
@@ -223,9 +244,11 @@ static void peaks_are_the_plans(void **st)
             else if (grid[i].n) assert_memory_equal(&loss, &first, sizeof loss);
         }
     }
-    peak_is_the_plans(&v, true, 0, false, 2);
-    peak_is_the_plans(&v, true, 2, true, 2);
-    peak_is_the_plans(&v, false, 1, false, 3);
+    peak_is_the_plans(&v, true, 0, false, 2, GCKPT_FP32);
+    peak_is_the_plans(&v, true, 2, true, 2, GCKPT_FP32);
+    peak_is_the_plans(&v, false, 1, false, 3, GCKPT_FP32);
+    peak_is_the_plans(&v, true, 3, true, 2, GCKPT_AMP_BF16);
+    peak_is_the_plans(&v, false, 1, true, 3, GCKPT_AMP_BF16);
 }
 
 /* ---- refusals ------------------------------------------------------------------------- */
@@ -239,9 +262,9 @@ static void what_it_does_not_run_is_refused(void **st)
     gckpt_backend *be = gckpt_host_backend_new(0);
     gckpt_err err = {{0}};
     gckpt_setting s = setting(0, false, 1);
-    s.precision = GCKPT_AMP_BF16;
+    s.precision = GCKPT_BF16; /* pure bf16: the batch's pixels in bf16, not run */
     assert_null(gckpt_vexec_new(be, &v, &d, &s, &im, NULL, &err));
-    assert_non_null(strstr(err.msg, "fp32"));
+    assert_non_null(strstr(err.msg, "fp32 and amp-bf16 only"));
     gckpt_vlm next = v;
     next.vision.projector = GCKPT_PROJ_LLAVA_NEXT;
     snprintf(next.model_type, sizeof next.model_type, "llava_next");
@@ -257,6 +280,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(trained_tower_matches_transformers),
         cmocka_unit_test(frozen_tower_matches_transformers),
+        cmocka_unit_test(amp_matches_transformers),
         cmocka_unit_test(peaks_are_the_plans),
         cmocka_unit_test(what_it_does_not_run_is_refused),
     };

@@ -168,7 +168,7 @@ static void test_rejects(void **st)
          "{\"model_type\": \"llava\", \"vision_config\": {\"model_type\": \"clip_vision_model\"}, "
          "\"text_config\": {\"model_type\": \"llama\"}}",
          "inputs.model.config: field 'model_type' = \"llava\": a vision-language model (LLaVA) is planned by "
-         "gckpt-plan only (not yet: gckpt-run's execution on the CUDA backend and in bf16 or under autocast"},
+         "gckpt-plan only (not yet: gckpt-run's execution on the CUDA backend and in pure bf16"},
         {"inputs.device.memory_bytes", NULL, "memory_bytes"},
         {"inputs.device.schema", "\"gckpt.device/9\"", "inputs.device"},
         {"entries", "[]", "entries"},

@@ -10,6 +10,9 @@ difference exceeds --tol (default 1e-5).
   build/gckpt-exec-dump-vlm CONFIG.json [--every-n N] [--offload] [--frozen] -o step.json
   .venv/bin/python exec_vlm.py CONFIG.json step.json [FIXTURE.json] [--tol X]
 
+A step dumped with --precision amp-bf16 runs under CPU autocast with CUDA's fp32 op lists
+emulated (probe.py's CudaAutocastLists): bf16 roundings in another order, a looser --tol.
+
 FIXTURE.json (optional) receives transformers' loss and each dumped parameter's gradient
 norm in the dump's order (tests/executor/data/hf-tiny-llava*.json: test_exec_vlm compares
 gckpt-run's step of the same seed with them). The layers after vision_feature_layer and
@@ -17,6 +20,7 @@ post_layernorm keep transformers' initialisation: they reach no loss (R-VLM-9).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -78,8 +82,17 @@ def main(argv: list[str]) -> int:
     px = torch.tensor(dump["pixel_values"], dtype=torch.float32).view(-1, vc.num_channels, vc.image_size, vc.image_size)
     if dump.get("every_n"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    out = model(input_ids=ids, pixel_values=px, labels=labels)
-    out.loss.backward()
+    # amp-bf16: CPU autocast with CUDA's fp32 lists emulated (probe.py's CudaAutocastLists), as the
+    # executor runs the CUDA recipe; bf16 rounding differs in order: compare with --tol 1e-2
+    amp = dump.get("precision") == "amp-bf16"
+    ctx = contextlib.ExitStack()
+    if amp:
+        from probe import CudaAutocastLists
+        ctx.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
+        ctx.enter_context(CudaAutocastLists())
+    with ctx:
+        out = model(input_ids=ids, pixel_values=px, labels=labels)
+        out.loss.backward()
     print(f"loss: gckpt-run {dump['loss']:.9g}  transformers {out.loss.item():.9g}  "
           f"relative difference {abs(dump['loss'] - out.loss.item()) / abs(out.loss.item()):.3g}")
     worst, where, fixture, rows = 0.0, "", [], []

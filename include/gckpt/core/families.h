@@ -142,7 +142,7 @@ typedef struct gckpt_vlm_type {
     /* its training step is simulated (gckpt_vlm_walk, core/vlm_step.c): gckpt-plan plans it;
      * `missing` then says what other tools still lack */
     bool walked;
-    /* gckpt-run executes the walked step on the host backend (executor/interp_vlm.c) in fp32 */
+    /* gckpt-run executes the walked step on the host backend (executor/interp_vlm.c) */
     bool host;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];

@@ -4,7 +4,8 @@
  * between them what LlavaModel.forward does itself: the projected features scattered into
  * the image placeholders' rows of the text embeddings (masked_scatter), and in the backward
  * those rows' gradient handed to the projector (masked_select) and zeroed for the text
- * embedding (masked_fill). Host backend only; llava only (not llava_next's tiles). */
+ * embedding (masked_fill). Host backend only, fp32 and amp-bf16; llava only (not llava_next's
+ * tiles). */
 #ifndef GCKPT_EXEC_VLM_H
 #define GCKPT_EXEC_VLM_H
 

@@ -184,13 +184,15 @@ static void frozen_tower_matches_transformers(void **st)
 
 /* two steps of the setting: the allocator's peaks against the walk's */
 /* (returns the second step's loss) */
-static double peak_is_the_plans(const gckpt_vlm *v, bool trained, uint32_t every_n, bool offload, uint64_t ga,
-                                gckpt_precision p)
+static double peak_images(const gckpt_vlm *v, bool trained, uint32_t every_n, bool offload, uint64_t ga,
+                          gckpt_precision p, uint64_t images)
 {
     gckpt_device d = device();
     gckpt_vlm_images im = images_of(v, trained);
     gckpt_setting s = setting(every_n, offload, ga);
     s.precision = p;
+    im.images = images; /* two: the placeholder runs one after the other, seq 48 (the probe's) */
+    if (images > 1) s.seq = 48;
     gckpt_err err = {{0}};
     gckpt_result pred;
     gckpt_vlm_step_info info;
@@ -206,9 +208,10 @@ static double peak_is_the_plans(const gckpt_vlm *v, bool trained, uint32_t every
         fail_msg("%s", err.msg);
     gckpt_memstat ms;
     be->memstat(be, &ms);
-    printf("# %s, tower %s, every_n %u%s, grad_accum %llu: peak %llu (plan %llu), pinned %llu (plan %llu), loss %.6f, "
+    printf("# %s, %llu image(s), tower %s, every_n %u%s, grad_accum %llu: peak %llu (plan %llu), pinned %llu (plan %llu), loss %.6f, "
            "%.6f\n",
-           gckpt_precision_names[p], trained ? "trained" : "frozen", every_n, offload ? " + offload" : "",
+           gckpt_precision_names[p], (unsigned long long)images, trained ? "trained" : "frozen", every_n,
+           offload ? " + offload" : "",
            (unsigned long long)ga,
            (unsigned long long)ms.allocated_peak, (unsigned long long)pred.peak_bytes,
            (unsigned long long)ms.pinned_peak, (unsigned long long)pred.host_pinned_bytes, res[0].loss, res[1].loss);
@@ -220,6 +223,12 @@ static double peak_is_the_plans(const gckpt_vlm *v, bool trained, uint32_t every
     assert_int_equal(ms.allocated + ms.pinned, 0);
     be->destroy(be);
     return res[1].loss;
+}
+
+static double peak_is_the_plans(const gckpt_vlm *v, bool trained, uint32_t every_n, bool offload, uint64_t ga,
+                                gckpt_precision p)
+{
+    return peak_images(v, trained, every_n, offload, ga, p, 1);
 }
 
 static void peaks_are_the_plans(void **st)
@@ -249,6 +258,8 @@ static void peaks_are_the_plans(void **st)
     peak_is_the_plans(&v, false, 1, false, 3, GCKPT_FP32);
     peak_is_the_plans(&v, true, 3, true, 2, GCKPT_AMP_BF16);
     peak_is_the_plans(&v, false, 1, true, 3, GCKPT_AMP_BF16);
+    peak_images(&v, true, 2, true, 1, GCKPT_FP32, 2);
+    peak_images(&v, true, 0, false, 2, GCKPT_AMP_BF16, 2);
 }
 
 /* ---- refusals ------------------------------------------------------------------------- */
@@ -272,6 +283,11 @@ static void what_it_does_not_run_is_refused(void **st)
     memset(&err, 0, sizeof err);
     assert_false(gckpt_vexec_supported(be, &next, &s, &err));
     assert_non_null(strstr(err.msg, "\"llava_next\" (LLaVA-NeXT) is planned, not executed by gckpt-run"));
+    /* another backend than the host's: its kernels of the tower are unverified */
+    gckpt_backend cuda = {.name = "cuda"};
+    memset(&err, 0, sizeof err);
+    assert_false(gckpt_vexec_supported(&cuda, &v, &s, &err));
+    assert_non_null(strstr(err.msg, "host backend only (--backend host): the tower's kernels on CUDA are unverified"));
     be->destroy(be);
 }
 

@@ -187,7 +187,14 @@ static bool report_plan(const char *f, const char *plan_file, const char *plan_v
         return false;
     }
     /* its entries are re-evaluated as gckpt-run's settings (gckpt_plan_file_setting), which
-     * carry no vision tower, CP or TP x FSDP: those plans stay refused */
+     * carry no vision tower, CP or TP x FSDP: those plans stay refused (a VLM's by name:
+     * gckpt-run executes llava's) */
+    if (pf->vlm) {
+        gckpt_seterr(err, "%s: its plan.file: field 'inputs.vision': a vision-language model's plan is not calibrated "
+                          "(its entries are re-evaluated as text models' settings)", f);
+        gckpt_plan_file_free(pf);
+        return false;
+    }
     if (!gckpt_plan_executable(pf, &perr)) {
         gckpt_seterr(err, "%s: its plan.file: %s", f, perr.msg);
         gckpt_plan_file_free(pf);

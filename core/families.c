@@ -147,12 +147,13 @@ const gckpt_unmodelled_type gckpt_unmodelled_moe_types[] = {
 
 /* transformers 5.24's modelling of each (FINDINGS R-VLM-*) */
 const gckpt_vlm_type gckpt_vlm_types[] = {
-    {"llava", "LLaVA", "gckpt-run's execution of the vision tower",
+    {"llava", "LLaVA", "gckpt-run's execution on the CUDA backend and in pure bf16 (the host backend runs its fp32 "
+                       "and amp-bf16 step)",
      gckpt_vlm_read_llava, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}",
-     NULL, false, false, true, true, .features_cat = true},
+     NULL, false, false, true, true, .features_cat = true, .host = true},
     {"llava_next", "LLaVA-NeXT", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_llava_next, "clip_vision_model", "llama",
      /* LlamaConfig's */

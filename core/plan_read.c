@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/core/families.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/towers.h"
 #include "gckpt/core/tp.h"
@@ -194,7 +195,7 @@ static bool read_hub(plan_reader *r, const cJSON *m, gckpt_plan_file *pf)
 }
 
 /* inputs.vision (planner/plan_vlm.c): the VLM it names and the images each sample carries. */
-static bool read_vision(plan_reader *r, const cJSON *in, const gckpt_vlm *v)
+static bool read_vision(plan_reader *r, const cJSON *in, const gckpt_vlm *v, gckpt_plan_file *pf)
 {
     const cJSON *o = obj(r, in, "inputs.vision");
     char type[32];
@@ -202,12 +203,13 @@ static bool read_vision(plan_reader *r, const cJSON *in, const gckpt_vlm *v)
     uint64_t x;
     static const char *const towers[] = {"trained", "frozen"};
     if (!o || !str(r, o, "inputs.vision.model_type", type, sizeof type) ||
-        !u64(r, o, "inputs.vision.images", 1, 1u << 16, &x) ||
-        !u64(r, o, "inputs.vision.tiles_per_image", 1, 1u << 16, &x) ||
-        !u64(r, o, "inputs.vision.tokens_per_image", 1, 1u << 24, &x) ||
+        !u64(r, o, "inputs.vision.images", 1, 1u << 16, &pf->vlm_images) ||
+        !u64(r, o, "inputs.vision.tiles_per_image", 1, 1u << 16, &pf->vlm_tiles) ||
+        !u64(r, o, "inputs.vision.tokens_per_image", 1, 1u << 24, &pf->vlm_tokens) ||
         !u64(r, o, "inputs.vision.vision_layers", 0, GCKPT_MAX_LAYERS, &x) ||
         !choice(r, o, "inputs.vision.vision_tower", towers, 2, &tower))
         return false;
+    pf->vlm_tower_trained = tower == 0;
     if (strcmp(type, v->model_type))
         return fail(r, "field 'inputs.vision.model_type' = \"%s\" contradicts inputs.model.config (\"%s\")", type,
                     v->model_type);
@@ -244,7 +246,7 @@ static bool read_model(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
             gckpt_vlm_towers(v, pf->towers);
             params = gckpt_param_count(&v->text) + gckpt_vision_tower_params(v).params +
                      gckpt_vision_projector_params(v).params + gckpt_vlm_text_extra(v).params;
-            ok = read_vision(r, in, v);
+            ok = read_vision(r, in, v, pf);
         }
         free(v);
         if (!ok) return false;
@@ -917,15 +919,19 @@ done:
 bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
 {
     const char *f = pf->file;
-    if (pf->vlm) { /* the model reader's refusal of a VLM config, as it says it (gckpt_refuse_vlm) */
+    if (pf->vlm) { /* the VLM table's word (gckpt_vlm_type.host): llava's step runs on the host backend */
+        gckpt_vlm *v = malloc(sizeof *v);
         char label[600];
         snprintf(label, sizeof label, "%s: inputs.model.config", f);
-        gckpt_model *m = malloc(sizeof *m);
-        if (m && gckpt_model_parse(label, pf->config_text, m, err))
-            gckpt_seterr(err, "%s: field 'inputs.vision': a vision-language model is planned, not executed by gckpt-run", f);
-        free(m);
-        if (!m) gckpt_seterr(err, "out of memory");
-        return false;
+        bool ok = v && gckpt_vlm_parse(label, pf->config_text, v, err);
+        const gckpt_vlm_type *row = ok ? gckpt_vlm_type_of(v->model_type) : NULL;
+        if (ok && !(row && row->host))
+            gckpt_seterr(err, "%s: field 'inputs.vision': model_type \"%s\" (%s) is planned, not executed by gckpt-run "
+                              "(not yet: %s)", f, v->model_type, row ? row->family : v->model_type,
+                         row ? row->missing : "its step");
+        if (!v) gckpt_seterr(err, "out of memory");
+        free(v);
+        if (!ok || !(row && row->host)) return false;
     }
     if (pf->layout.offload)
         gckpt_seterr(err, "%s: field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "

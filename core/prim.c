@@ -455,6 +455,8 @@ static const gckpt_prim_info prims[GCKPT_NPRIM] = {
                                 .planned_only = true, .out_numel = liger_rms},
     [GCKPT_P_LIGER_ROPE] = {.name = "liger_rope", 3, 3, 1, .needs_width = true, .even_width = true, .bwd_reads = I1 | I2,
                             .planned_only = true, .out_numel = like_in0},
+    /* a ViT tower's: host kernels (executor/host_vision.c), none on CUDA; planned only while
+     * gckpt-run refuses VLM plans (gckpt_plan_executable) */
     [GCKPT_P_PATCH_CONV] = {.name = "patch_conv", 2, 3, 1, .bwd_reads = I0 | I1, .planned_only = true,
                             .out_numel = patch_conv, .flops = linear_flops},
     [GCKPT_P_CAT_CLS] = {.name = "cat_cls", 2, 2, 1, .needs_width = true, .planned_only = true,

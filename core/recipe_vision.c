@@ -33,7 +33,7 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bi
     bool wg = rg(tr, w) || (bias >= 0 && rg(tr, bias));
     int o = tnew(tr, "patch_embedding", GCKPT_T_ACT, tr->amp ? tr->compute_dt : dt(tr, px), sh, wg || hooked);
     opnew(tr, "patch_embedding", GCKPT_OP_MATMUL, bias >= 0 ? 3 : 2, (int[]){xi, wc, bc}, o, -1, 2, (int[]){xi, wc});
-    setprim(tr, GCKPT_P_PATCH_CONV, GCKPT_BC_NONE, 0, 0, 0);
+    setprim(tr, GCKPT_P_PATCH_CONV, GCKPT_BC_NONE, (double)vc->patch, 0, 0); /* sa: the kernel's patch side */
     gckpt_op *op = last_op(tr);
     op->in_f = in_f;
     op->out_f = vc->hidden;
@@ -129,8 +129,9 @@ static void vit_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
     tr->r->t[a].requires_grad = rg(tr, q) || rg(tr, k) || rg(tr, v);
     /* no causal mask: QK^T and PV over the whole score matrix, twice the causal kernel's
      * (a masked SDPA's count, FINDINGS R-ATTN-8); the op is the causal primitive otherwise,
-     * which no backend runs here: the recipe's planned-only primitives keep gckpt-run off it */
+     * marked bidirectional (the host kernel's every key; CUDA's refuses it) */
     tr->r->op[gckpt_recipe_producer(tr->r, a)].fBSS *= 2.0;
+    tr->r->op[gckpt_recipe_producer(tr->r, a)].bidirectional = true;
     /* the output's transpose + reshape is a view (CPU flash lays it out [b, S, H, hd]) */
     int ao = tlinear(tr, a, D, D, "out_proj");
     hold_here(tr, q);

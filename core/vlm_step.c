@@ -30,13 +30,6 @@
 /* the vision simulator numbers its instances apart from the text's */
 #define VISION_IDS ((uint32_t)1 << 30)
 
-typedef struct {
-    gckpt_recipe tr, vr, vfull;
-    gckpt_ctx tc, vc, vfc; /* the text model, the tower's live layers, the whole tower */
-    gckpt_model text, tower, tower_live;
-    uint8_t tmodes[GCKPT_MAX_LAYERS], vmodes[GCKPT_MAX_LAYERS];
-} parts;
-
 /* One tower's layer modes from the module-order rule (R-VLM-1), offload on checkpointed ones. */
 static size_t tower_modes(const gckpt_setting *s, const uint64_t towers[2], size_t t, uint8_t *modes, uint64_t *ckpt)
 {
@@ -77,24 +70,24 @@ typedef struct {
     const gckpt_ctx *tc, *vc;
     const gckpt_step *tst, *vst;
     seglist tl, vl;
-    bool *vision_seg; /* per schedule segment: the tower's */
-    size_t nvision_seg;
+    uint8_t *seg_kind; /* per schedule segment: gckpt_vseg */
+    size_t nseg_kind;
     bool ok;
 } builder;
 
-static void mark(builder *b, bool vision)
+static void mark(builder *b, uint8_t kind)
 {
     size_t n = b->out->nseg;
-    if (n > b->nvision_seg) {
-        bool *nv = realloc(b->vision_seg, n * 2 * sizeof *nv);
-        if (!nv) {
+    if (n > b->nseg_kind) {
+        uint8_t *nk = realloc(b->seg_kind, n * 2 * sizeof *nk);
+        if (!nk) {
             b->ok = false;
             return;
         }
-        b->vision_seg = nv;
-        b->nvision_seg = n * 2;
+        b->seg_kind = nk;
+        b->nseg_kind = n * 2;
     }
-    b->vision_seg[n - 1] = vision;
+    b->seg_kind[n - 1] = kind;
 }
 
 /* The segments of micro-step m (-1: the optimizer) at row `row` of one tower, in order. */
@@ -108,7 +101,7 @@ static void rows(builder *b, bool vision, int m, int row)
         gckpt_schedule_open(b->out, &l->seg[i], opt ? 1 : st->micro[m].repeat);
         gckpt_sim_segment(vision ? b->vs : b->ts, &l->seg[i], b->out);
         gckpt_schedule_close(b->out);
-        mark(b, vision);
+        mark(b, vision ? GCKPT_VSEG_VISION : GCKPT_VSEG_TEXT);
         b->ok = b->ok && !b->out->oom;
     }
 }
@@ -126,7 +119,7 @@ static void bridge_open(builder *b, int m, uint8_t stage)
 static void bridge_close(builder *b)
 {
     gckpt_schedule_close(b->out);
-    mark(b, false);
+    mark(b, GCKPT_VSEG_BRIDGE);
     b->ok = b->ok && !b->out->oom;
 }
 
@@ -236,17 +229,18 @@ static bool fail_oom(gckpt_err *err)
     return false;
 }
 
-bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
-                    const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info, gckpt_err *err)
+void gckpt_vlm_step_free(gckpt_vlm_step *st)
 {
-    return gckpt_vlm_walk_events(v, d, s, target, im, res, info, NULL, NULL, err);
+    if (!st) return;
+    gckpt_schedule_free(&st->sched);
+    free(st->seg_kind);
+    free(st);
 }
 
-bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
-                           const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info,
-                           gckpt_walk_event_fn on_event, void *user, gckpt_err *err)
+gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s,
+                                   gckpt_target target, const gckpt_vlm_images *im, gckpt_vlm_step_info *info,
+                                   gckpt_err *err)
 {
-    memset(res, 0, sizeof *res);
     memset(info, 0, sizeof *info);
     /* what this step does not simulate, refused by name */
     bool sliding = false;
@@ -267,10 +261,13 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
                                                           : NULL;
     if (why) {
         gckpt_seterr(err, "%s: %s", v->model_type, why);
-        return false;
+        return NULL;
     }
-    parts *p = calloc(1, sizeof *p);
-    if (!p) return fail_oom(err);
+    gckpt_vlm_step *p = calloc(1, sizeof *p);
+    if (!p) {
+        fail_oom(err);
+        return NULL;
+    }
     bool ok = false;
     uint64_t towers[2];
     gckpt_vlm_towers(v, towers);
@@ -280,6 +277,8 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     info->image_tokens = im->images * im->tokens;
     info->nvision_ckpt = tower_modes(s, towers, 0, p->vmodes, info->vision_ckpt);
     info->ntext_ckpt = tower_modes(s, towers, 1, p->tmodes, info->text_ckpt);
+    p->image_rows = info->image_tokens;
+    p->vision_ids = VISION_IDS;
 
     /* the tower: live layers in the parameter table (the later ones and the tail get no
      * gradient, R-VLM-9: their weights are the full tower's less the live ones') */
@@ -289,17 +288,18 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     gckpt_vision_tower_model(v, &p->tower);
     p->tower_live = p->tower;
     p->tower_live.layers = info->vision_live;
-    gckpt_setting vs = *s;
-    vs.micro_batch = s->micro_batch * im->images * im->tiles;
+    gckpt_setting *vs = &p->vset;
+    *vs = *s;
+    vs->micro_batch = s->micro_batch * im->images * im->tiles;
     /* Qwen2.5-VL: an image's patches, merge x merge per token */
-    vs.seq = v->vision.merge ? im->tokens * v->vision.merge * v->vision.merge : gckpt_vision_positions(v);
-    vs.attention = GCKPT_SDPA;
+    vs->seq = v->vision.merge ? im->tokens * v->vision.merge * v->vision.merge : gckpt_vision_positions(v);
+    vs->attention = GCKPT_SDPA;
     if (!gckpt_vision_step_recipe_build(v, &p->tower_live, s->precision, target, g,
                                         im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32, &p->vr, err) ||
         !gckpt_vision_recipe_build(v, &p->tower, s->precision, target, g, &p->vfull, err) ||
         !scale_attention(v, im, &p->vr) || !scale_attention(v, im, &p->vfull) ||
-        !gckpt_ctx_init(&p->vc, &p->tower_live, d, &p->vr, &vs, err) ||
-        !gckpt_ctx_init(&p->vfc, &p->tower, d, &p->vfull, &vs, err))
+        !gckpt_ctx_init(&p->vc, &p->tower_live, d, &p->vr, vs, err) ||
+        !gckpt_ctx_init(&p->vfc, &p->tower, d, &p->vfull, vs, err))
         goto out;
     /* the text model at the whole sequence; without checkpointing (which forces use_cache off)
      * a family that passes no use_cache fills text_config's DynamicCache */
@@ -310,7 +310,7 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
                             &p->tr);
     if (!gckpt_ctx_init(&p->tc, &p->text, d, &p->tr, s, err)) goto out;
 
-    gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(&vs, towers[0]);
+    gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(vs, towers[0]);
     tst.model = &p->text;
     tst.modes = p->tmodes;
     /* the attention types of the checkpointed text layers (R-VLM-1's indices, not every_n's
@@ -322,9 +322,7 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     vst.modes = p->vmodes;
     vst.live_layers = info->vision_live;
     builder b = {.tc = &p->tc, .vc = &p->vc, .tst = &tst, .vst = &vst, .ok = true};
-    gckpt_schedule sc;
-    memset(&sc, 0, sizeof sc);
-    b.out = &sc;
+    b.out = &p->sched;
     b.ts = gckpt_sim_new();
     b.vs = gckpt_sim_new();
     uint8_t pixel_dt = im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32;
@@ -332,59 +330,82 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
                       .width = v->text.hidden, .feat_dt = p->vr.t[p->vr.grad_seed].dtype,
                       .text_dt = p->tr.t[p->tr.embed_out].dtype,
                       .packed = kind->packed_tiles,
-                      .pixels = vs.micro_batch * v->vision.channels * v->vision.image_size * v->vision.image_size,
+                      .pixels = vs->micro_batch * v->vision.channels * v->vision.image_size * v->vision.image_size,
                       .pixel_dt = pixel_dt,
                       /* the patch conv has a node (its weight trains) and no cast between */
                       .conv_keeps_pixels = im->tower_trained && pixel_dt == p->vr.param_dtype &&
                                            s->precision != GCKPT_AMP_BF16 && s->precision != GCKPT_AMP_FP16};
     bool built = b.ts && b.vs && collect(&tst, &b.tl) && collect(&vst, &b.vl) && build(&b, &z);
     if (built) {
-        int64_t start[GCKPT_NCOMP], vstart[GCKPT_NCOMP], full[GCKPT_NCOMP], live[GCKPT_NCOMP];
-        gckpt_step_start(&p->tc, s->every_n, start);
+        int64_t vstart[GCKPT_NCOMP], full[GCKPT_NCOMP], live[GCKPT_NCOMP];
+        gckpt_step_start(&p->tc, s->every_n, p->start);
         gckpt_step_start(&p->vc, s->every_n, vstart);
         gckpt_persistent(&p->vfc, full);
         gckpt_persistent(&p->vc, live);
-        for (int k = 0; k < GCKPT_NCOMP; k++) start[k] += vstart[k];
-        start[GCKPT_C_WEIGHTS] += full[GCKPT_C_WEIGHTS] - live[GCKPT_C_WEIGHTS];
-        gckpt_walk_state w;
-        gckpt_walk_begin(&w, start, true);
-        size_t peak_seg = 0; /* the segment the peak falls in: the text's or the tower's */
-        for (size_t i = 0; i < sc.nseg; i++) {
-            const gckpt_sched_seg *sg = &sc.seg[i];
-            int64_t before = w.peak;
-            gckpt_walk_segment(&w, &sg->seg, sg->repeat, sg->end > sg->begin ? sc.ev + sg->begin : NULL,
-                               sg->end - sg->begin, on_event, user);
-            if (w.peak > before) peak_seg = i;
-        }
-        gckpt_result_of_walk(&w, 0, res);
-        res->peak_layer = -1;
-        res->peak_tensor = -1; /* a tensor of one of two recipes: not named */
-        res->peak_grad = false;
-        if (w.has_peak) {
-            info->peak_in_vision = res->peak_vision = b.vision_seg[peak_seg];
-            res->peak_layer = gckpt_seg_place(&w.peak_seg, towers[res->peak_vision ? 0 : 1]);
-        }
-        /* the device peak, tokens/s and utilisation as a text step's (MFU counts the text
-         * model's FLOPs per token, PaLM's; HFU every op's, the tower's too); the RNG states of
-         * the checkpointed layers live together at the first recompute: both towers' but the
-         * forward-only ones', whose graph is gone (FINDINGS R-VLM-11) */
-        gckpt_result_finish(&p->tc, s->every_n, s->grad_accum, res);
-        uint64_t live_ckpt = info->ntext_ckpt;
-        for (size_t i = 0; i < info->nvision_ckpt; i++) live_ckpt += info->vision_ckpt[i] < info->vision_live;
-        res->host_rng_bytes = gckpt_rng_states_bytes_n(&p->tc, live_ckpt);
+        for (int k = 0; k < GCKPT_NCOMP; k++) p->start[k] += vstart[k];
+        p->dead_weights = full[GCKPT_C_WEIGHTS] - live[GCKPT_C_WEIGHTS];
+        p->start[GCKPT_C_WEIGHTS] += p->dead_weights;
+        p->seg_kind = b.seg_kind;
+        b.seg_kind = NULL;
         ok = true;
     } else {
         fail_oom(err);
     }
-    gckpt_schedule_free(&sc);
     gckpt_sim_free(b.ts);
     gckpt_sim_free(b.vs);
     free(b.tl.seg);
     free(b.tl.micro);
     free(b.vl.seg);
     free(b.vl.micro);
-    free(b.vision_seg);
+    free(b.seg_kind);
 out:
-    free(p);
-    return ok;
+    if (!ok) {
+        gckpt_vlm_step_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
+                    const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info, gckpt_err *err)
+{
+    return gckpt_vlm_walk_events(v, d, s, target, im, res, info, NULL, NULL, err);
+}
+
+bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
+                           const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info,
+                           gckpt_walk_event_fn on_event, void *user, gckpt_err *err)
+{
+    memset(res, 0, sizeof *res);
+    gckpt_vlm_step *p = gckpt_vlm_step_new(v, d, s, target, im, info, err);
+    if (!p) return false;
+    const gckpt_schedule *sc = &p->sched;
+    gckpt_walk_state w;
+    gckpt_walk_begin(&w, p->start, true);
+    size_t peak_seg = 0; /* the segment the peak falls in: the text's or the tower's */
+    for (size_t i = 0; i < sc->nseg; i++) {
+        const gckpt_sched_seg *sg = &sc->seg[i];
+        int64_t before = w.peak;
+        gckpt_walk_segment(&w, &sg->seg, sg->repeat, sg->end > sg->begin ? sc->ev + sg->begin : NULL,
+                           sg->end - sg->begin, on_event, user);
+        if (w.peak > before) peak_seg = i;
+    }
+    gckpt_result_of_walk(&w, 0, res);
+    res->peak_layer = -1;
+    res->peak_tensor = -1; /* a tensor of one of two recipes: not named */
+    res->peak_grad = false;
+    if (w.has_peak) {
+        info->peak_in_vision = res->peak_vision = p->seg_kind[peak_seg] == GCKPT_VSEG_VISION;
+        res->peak_layer = gckpt_seg_place(&w.peak_seg, res->peak_vision ? info->vision_layers : info->text_layers);
+    }
+    /* the device peak, tokens/s and utilisation as a text step's (MFU counts the text
+     * model's FLOPs per token, PaLM's; HFU every op's, the tower's too); the RNG states of
+     * the checkpointed layers live together at the first recompute: both towers' but the
+     * forward-only ones', whose graph is gone (FINDINGS R-VLM-11) */
+    gckpt_result_finish(&p->tc, s->every_n, s->grad_accum, res);
+    uint64_t live_ckpt = info->ntext_ckpt;
+    for (size_t i = 0; i < info->nvision_ckpt; i++) live_ckpt += info->vision_ckpt[i] < info->vision_live;
+    res->host_rng_bytes = gckpt_rng_states_bytes_n(&p->tc, live_ckpt);
+    gckpt_vlm_step_free(p);
+    return true;
 }

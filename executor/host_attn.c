@@ -319,18 +319,19 @@ gckpt_xstatus host_sdpa_fwd(const gckpt_xcall *c, gckpt_err *err)
             for (uint64_t i = 0; i < S; i++) {
                 const float *q = b.in[0] + (bi * S + i) * lq.W + lq.off + h * hd;
                 float mx = -INFINITY, sum = 0;
-                uint64_t j0 = gckpt_first_key(i, c->window); /* keys j0..i are visible */
-                for (uint64_t j = j0; j <= i; j++) {
+                /* keys j0..j1 are visible: up to i, or every key (a ViT's bidirectional SDPA) */
+                uint64_t j0 = c->op->bidirectional ? 0 : gckpt_first_key(i, c->window), j1 = c->op->bidirectional ? S - 1 : i;
+                for (uint64_t j = j0; j <= j1; j++) {
                     const float *k = b.in[1] + (bi * S + j) * lk.W + lk.off + kh * hd;
                     float d = 0;
                     for (uint64_t t = 0; t < hd; t++) d += q[t] * k[t];
                     sc[j] = d * scale + mask_bias(c, bi, i, j);
                     mx = fmaxf(mx, sc[j]);
                 }
-                for (uint64_t j = j0; j <= i; j++) sum += sc[j] = expf(sc[j] - mx);
+                for (uint64_t j = j0; j <= j1; j++) sum += sc[j] = expf(sc[j] - mx);
                 memset(o, 0, sizeof *o * vd);
                 uint64_t base = ((bi * nh + h) * S + i) * S;
-                for (uint64_t j = j0; j <= i; j++) {
+                for (uint64_t j = j0; j <= j1; j++) {
                     float pj = sc[j] / sum;
                     if (p > 0) pj = gckpt_keep(c->rng, base + j, p) ? pj * inv_keep : 0.0f;
                     const float *v = b.in[2] + (bi * S + j) * lv.W + lv.off + vh * vd;
@@ -386,7 +387,8 @@ gckpt_xstatus host_sdpa_bwd(const gckpt_xcall *c, gckpt_err *err)
                 float lse = ld(&c->out[1], (bi * nh + h) * S + i), Di = 0;
                 for (uint64_t t = 0; t < vd; t++) Di += dO[t] * ld(&c->out[0], (bi * S + i) * od + h * vd + t);
                 uint64_t base = ((bi * nh + h) * S + i) * S;
-                for (uint64_t j = gckpt_first_key(i, c->window); j <= i; j++) {
+                uint64_t j0 = c->op->bidirectional ? 0 : gckpt_first_key(i, c->window), j1 = c->op->bidirectional ? S - 1 : i;
+                for (uint64_t j = j0; j <= j1; j++) {
                     const float *k = b.in[1] + (bi * S + j) * lk.W + lk.off + kh * hd;
                     const float *v = b.in[2] + (bi * S + j) * lv.W + lv.off + vh * vd;
                     float sdot = 0, dp = 0;

@@ -5,6 +5,7 @@
 #include "host_estimate.h"
 
 #include "gckpt/core/tp.h"
+#include "gckpt/core/vlm_step.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -116,9 +117,31 @@ static void work_event(void *user, const gckpt_walk_state *w, const gckpt_event 
     else sw->bytes += e->seconds * sw->hbm * times;
 }
 
+/* A VLM plan's entry: the composed step's events (both towers and the bridge, core/vlm_step.c). */
+static bool vlm_step_work(const gckpt_plan_file *pf, const gckpt_setting *s, step_work *sw)
+{
+    gckpt_vlm *v = malloc(sizeof *v);
+    gckpt_vlm_images im = {.images = pf->vlm_images, .tiles = pf->vlm_tiles, .tokens = pf->vlm_tokens,
+                           .tower_trained = pf->vlm_tower_trained};
+    gckpt_result res;
+    gckpt_vlm_step_info info;
+    gckpt_err err = {{0}};
+    bool ok = v && gckpt_vlm_parse(pf->file, pf->config_text, v, &err) &&
+              gckpt_vlm_walk_events(v, &pf->dev, s, GCKPT_TARGET_CUDA, &im, &res, &info, work_event, sw, &err);
+    free(v);
+    return ok;
+}
+
 bool gckpt_entry_step_work(const gckpt_plan_file *pf, size_t i, double *flops, double *bytes)
 {
     gckpt_setting s = gckpt_plan_file_setting(pf, i);
+    if (pf->vlm) {
+        step_work sw = {pf->dev.hbm_bytes_per_s * pf->dev.hbm_efficiency, 0, 0};
+        bool ok = vlm_step_work(pf, &s, &sw);
+        *flops = sw.flops;
+        *bytes = sw.bytes;
+        return ok;
+    }
     gckpt_model m = pf->model;
     if (s.layout.tp > 1) gckpt_tp_local_model(&pf->model, s.layout.tp, 0, &m); /* TP rank 0's (interp.c) */
     gckpt_recipe *r = malloc(sizeof *r);

@@ -689,6 +689,9 @@ static const host_kernel kernels[GCKPT_NPRIM] = {
     [GCKPT_P_CAT_HALVES] = {host_cat_halves_fwd, host_cat_halves_bwd},
     [GCKPT_P_BOOL_MASK] = {host_bool_mask_fwd, NULL},
     [GCKPT_P_ROUTE_MASK] = {route_mask_fwd, NULL},
+    [GCKPT_P_PATCH_CONV] = {host_patch_conv_fwd, host_patch_conv_bwd},
+    [GCKPT_P_CAT_CLS] = {host_cat_cls_fwd, host_cat_cls_bwd},
+    [GCKPT_P_ROWS_OF] = {host_rows_of_fwd, host_rows_of_bwd},
 #ifdef GCKPT_TOY
     [GCKPT_P_TOY] = {host_toy_fwd, host_toy_bwd},
 #endif

@@ -49,6 +49,10 @@ HOST_KERNEL_PAIR(cat_sink);
 HOST_KERNEL_PAIR(max_last);
 HOST_KERNEL_PAIR(drop_sink);
 HOST_KERNEL_PAIR(cat_halves);
+/* a ViT tower's patch conv, class-token cat and row selections (host_vision.c) */
+HOST_KERNEL_PAIR(patch_conv);
+HOST_KERNEL_PAIR(cat_cls);
+HOST_KERNEL_PAIR(rows_of);
 #ifdef GCKPT_TOY
 HOST_KERNEL_PAIR(toy); /* the toy primitive's (tests/toy/toy_exec.c) */
 #endif

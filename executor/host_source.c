@@ -1,6 +1,7 @@
 /* SOURCE ops on the host: token ids, labels and positions from the interpreter's data,
  * HF's default (or gpt_oss's YaRN) rotary tables, the eager path's additive causal or sliding-window mask
- * (masking_utils' bool one under SDPA) and Gemma's embedding normalizer. */
+ * (masking_utils' bool one under SDPA), Gemma's embedding normalizer and a vision tower's
+ * seeded random pixels. */
 #include <math.h>
 #include <string.h>
 
@@ -43,7 +44,10 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
     }
     case GCKPT_SRC_SCALE: st(o, 0, gckpt_embed_normalizer(c->m->hidden)); return GCKPT_XS_OK;
     case GCKPT_SRC_ROUTER_LOGITS: return GCKPT_XS_OK; /* a view: the layers hold the logits (interp_aux.c) */
-    case GCKPT_SRC_PIXELS: break; /* a vision tower's: not executed (interp.c refuses its recipe) */
+    case GCKPT_SRC_PIXELS: /* a vision tower's pixel_values: uniform in [-1, 1), drawn from the
+                            * call's stream (seed, step, micro-step, op), fp32 or the batch's dtype */
+        for (uint64_t i = 0; i < o->n; i++) st(o, i, gckpt_rng_uniform(c->rng, i, 1.0f));
+        return GCKPT_XS_OK;
     }
     gckpt_seterr(err, "op %s: unknown source", c->op->name);
     return GCKPT_XS_ERROR;

@@ -73,6 +73,10 @@ param_t *exec_param(gckpt_exec *x, int tensor, int layer)
     const gckpt_tensor *t = &x->r->t[tensor];
     if (gckpt_sec_is_block(t->section)) { /* typed parameter groups: the layer's copy */
         if (layer < 0 || (uint64_t)layer >= x->m.layers || x->lpsec[layer] != t->section) return NULL;
+        if ((uint64_t)layer >= x->live_layers) /* a forward-only layer's */
+            return x->fwd_index[tensor] < 0 ? NULL
+                                            : &x->params[x->fwd_base + (size_t)((uint64_t)layer - x->live_layers) *
+                                                                           (size_t)x->nfwd + (size_t)x->fwd_index[tensor]];
         return &x->params[x->pidx[tensor] + (int)x->lcopy[layer]];
     }
     return &x->params[x->pidx[tensor]];
@@ -130,7 +134,7 @@ static bool check_recipe(gckpt_exec *x, gckpt_err *err)
         const gckpt_prim_info *info = gckpt_prim_of(op->prim);
         bool source = info && info->nin_max == 0; /* a source makes data: no inputs */
         if (op->nin == 0) {
-            if (!source || op->source > GCKPT_SRC_ROUTER_LOGITS) {
+            if (!source || op->source > GCKPT_SRC_PIXELS) {
                 gckpt_seterr(err, "recipe op %s: an op without inputs that is not a known source", op->name);
                 return false;
             }
@@ -152,6 +156,11 @@ static bool check_recipe(gckpt_exec *x, gckpt_err *err)
             gckpt_seterr(err, "recipe op %s: q/k heads of width %u and v heads of width %u are not executed by the "
                          "cuda backend", op->name,
                          op->qk_dim, op->v_dim);
+            return false;
+        }
+        if (op->bidirectional && x->be && !strcmp(x->be->name, "cuda")) { /* a ViT's attention */
+            gckpt_seterr(err, "recipe op %s: a bidirectional SDPA is not executed by the cuda backend (unverified)",
+                         op->name);
             return false;
         }
         if (info->needs_width && op->width == 0) {
@@ -183,6 +192,7 @@ static bool check_segment(gckpt_exec *x, size_t si, uint32_t *maxid, gckpt_err *
 {
     const gckpt_schedule *sc = &x->sched;
     const gckpt_sched_seg *g = &sc->seg[si];
+    if (!exec_owns(x, si)) return true; /* the other side's of a VLM step */
     if (g->seg.part == GCKPT_PART_LAYER && (g->seg.layer < 0 || (uint64_t)g->seg.layer >= x->m.layers)) {
         gckpt_seterr(err, "schedule segment %zu: layer %d out of range", si, g->seg.layer);
         return false;
@@ -348,17 +358,38 @@ static bool param_instances(gckpt_exec *x, gckpt_err *err)
         x->pidx[t] = spec ? (int)np : -1;
         np += spec ? spec->copies : 0;
     }
+    /* the forward-only layers' weights: one instance per block parameter tensor and layer */
+    x->fwd_index = malloc(sizeof *x->fwd_index * (size_t)(x->r->nt ? x->r->nt : 1));
+    if (!x->fwd_index) {
+        gckpt_seterr(err, "out of memory");
+        return false;
+    }
+    x->nfwd = 0;
+    for (int t = 0; t < x->r->nt; t++)
+        x->fwd_index[t] = gckpt_params_of(ps, t) && gckpt_sec_is_block(x->r->t[t].section) ? x->nfwd++ : -1;
+    x->fwd_base = np;
+    np += (size_t)(x->m.layers - x->live_layers) * (size_t)x->nfwd;
     x->params = calloc(np ? np : 1, sizeof *x->params);
     if (!x->params) {
         gckpt_seterr(err, "out of memory");
         return false;
     }
     x->nparams = np;
+    for (uint64_t l = x->live_layers; l < x->m.layers; l++)
+        for (int t = 0; t < x->r->nt; t++) {
+            if (x->fwd_index[t] < 0) continue;
+            param_t *p = &x->params[x->fwd_base + (size_t)(l - x->live_layers) * (size_t)x->nfwd + (size_t)x->fwd_index[t]];
+            p->spec = gckpt_params_of(ps, t);
+            p->tensor = t;
+            p->layer = (int)l;
+            p->grad = GCKPT_NOINST;
+            p->fwd_only = true;
+        }
     /* each layer's parameter section and its copy of that section's tensors (one section
      * owns them all but where block types have parameters of their own: DeepSeek-V3's
      * dense layers) */
     uint64_t seen[GCKPT_NSEC] = {0};
-    for (uint64_t l = 0; l < x->m.layers; l++) {
+    for (uint64_t l = 0; l < x->m.layers; l++) { /* (a forward-only layer's copy is unused) */
         int sec = x->r->sec_params[gckpt_layer_section(x->r, &x->m, x->set.attention, l)];
         x->lpsec[l] = (int8_t)sec;
         x->lcopy[l] = sec >= 0 ? (uint32_t)seen[sec]++ : 0;
@@ -373,7 +404,7 @@ static bool param_instances(gckpt_exec *x, gckpt_err *err)
             p->grad = GCKPT_NOINST;
         }
         if (!spec || !gckpt_sec_is_block(x->r->t[t].section)) continue;
-        for (uint64_t l = 0; l < x->m.layers; l++)
+        for (uint64_t l = 0; l < x->live_layers; l++)
             if (x->lpsec[l] == x->r->t[t].section) {
                 if (x->lcopy[l] >= spec->copies) {
                     gckpt_seterr(err, "recipe: %s has %llu copies, layer %llu needs more", x->r->t[t].name,
@@ -385,6 +416,8 @@ static bool param_instances(gckpt_exec *x, gckpt_err *err)
     }
     return true;
 }
+
+static bool exec_finish(gckpt_exec *x, gckpt_err *err);
 
 gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_device *d, const gckpt_setting *s,
                            const gckpt_exec_opts *o, gckpt_err *err)
@@ -418,12 +451,102 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
         goto fail;
     }
     gckpt_exec_recipe(&x->m, s, x->r);
+    x->live_layers = x->m.layers;
     if (!gckpt_ctx_init(&x->ctx, &x->m, &x->dev, x->r, &x->set, err) || (x->mode->prepare && !x->mode->prepare(x, err)))
         goto fail;
     if (!gckpt_schedule_build(&x->ctx, &x->sched)) {
         gckpt_seterr(err, "out of memory building the schedule");
         goto fail;
     }
+    if (!exec_finish(x, err)) goto fail;
+    return x;
+fail:
+    gckpt_exec_free(x);
+    return NULL;
+}
+
+/* The instance ids of an event that are at or past base, less base (GCKPT_NOINST kept). */
+static void renumber(gckpt_event *e, uint32_t base)
+{
+#define RN(v) ((v) = (v) != GCKPT_NOINST && (v) >= base ? (v) - base : (v))
+    RN(e->inst);
+    switch (e->kind) {
+    case GCKPT_EV_FWD: case GCKPT_EV_RECOMPUTE:
+        for (int k = 0; k < GCKPT_OP_MAX_IN; k++) RN(e->arg.fwd.in[k]);
+        RN(e->arg.fwd.out[0]);
+        RN(e->arg.fwd.out[1]);
+        RN(e->arg.fwd.workspace);
+        break;
+    case GCKPT_EV_BWD:
+        for (int k = 0; k < GCKPT_OP_MAX_IN; k++) RN(e->arg.bwd.grad_in[k]);
+        RN(e->arg.bwd.grad_out);
+        RN(e->arg.bwd.workspace);
+        break;
+    case GCKPT_EV_GRAD_SUM: case GCKPT_EV_GRAD_CAST: case GCKPT_EV_GRAD_ACCUMULATE:
+        RN(e->arg.sum.dst);
+        RN(e->arg.sum.a);
+        RN(e->arg.sum.b);
+        break;
+    default: break;
+    }
+#undef RN
+}
+
+gckpt_exec *exec_new_part(gckpt_backend *be, const gckpt_model *m, const gckpt_model *live, const gckpt_device *d,
+                          const gckpt_setting *s, const gckpt_exec_opts *o, const gckpt_recipe *r,
+                          const gckpt_schedule *sched, const uint8_t *seg_kind, uint8_t own_mask, uint32_t id_base,
+                          gckpt_err *err)
+{
+    gckpt_exec *x = calloc(1, sizeof *x);
+    if (!x) {
+        gckpt_seterr(err, "out of memory");
+        return NULL;
+    }
+    x->be = be;
+    x->m = *m;
+    x->dev = *d;
+    x->set = *s;
+    x->mode = exec_par_ops_of(&s->layout);
+    if (o) x->o = *o;
+    if (x->o.lr <= 0) x->o.lr = 1e-4;
+    if (x->o.init_std <= 0) x->o.init_std = 0.02;
+    if (x->o.world < 1) x->o.world = 1;
+    x->seg_kind = seg_kind;
+    x->own_mask = own_mask;
+    x->r = malloc(sizeof *x->r);
+    x->sched.ev = malloc(sizeof *x->sched.ev * (sched->n ? sched->n : 1));
+    x->sched.seg = malloc(sizeof *x->sched.seg * (sched->nseg ? sched->nseg : 1));
+    if (!x->r || !x->sched.ev || !x->sched.seg) {
+        gckpt_seterr(err, "out of memory");
+        goto fail;
+    }
+    *x->r = *r;
+    memcpy(x->sched.ev, sched->ev, sizeof *x->sched.ev * sched->n);
+    memcpy(x->sched.seg, sched->seg, sizeof *x->sched.seg * sched->nseg);
+    x->sched.n = x->sched.cap = sched->n;
+    x->sched.nseg = x->sched.seg_cap = sched->nseg;
+    for (size_t si = 0; id_base && si < sched->nseg; si++)
+        if (exec_owns(x, si))
+            for (size_t i = sched->seg[si].begin; i < sched->seg[si].end; i++) renumber(&x->sched.ev[i], id_base);
+    x->ctx_model = live ? *live : *m;
+    x->live_layers = x->ctx_model.layers;
+    if (x->live_layers > x->m.layers) {
+        gckpt_seterr(err, "a model part of %llu live layers of %llu", (unsigned long long)x->live_layers,
+                     (unsigned long long)x->m.layers);
+        goto fail;
+    }
+    if (!gckpt_ctx_init(&x->ctx, &x->ctx_model, &x->dev, x->r, &x->set, err) || !exec_finish(x, err)) goto fail;
+    return x;
+fail:
+    gckpt_exec_free(x);
+    return NULL;
+}
+
+/* The checks of the recipe and schedule, and the interpreter's tables. */
+static bool exec_finish(gckpt_exec *x, gckpt_err *err)
+{
+    const gckpt_model *m = &x->m;
+    const gckpt_setting *s = &x->set;
     if (!check_recipe(x, err) || !check_schedule(x, err) || !exec_aux_prepare(x, err)) goto fail;
     /* the parallel modes address a layer's parameters by copy = layer (interp_ddp.c, zero*) */
     if (gckpt_recipe_typed_params(x->r) && gckpt_layout_multi(&x->set.layout)) {
@@ -447,11 +570,9 @@ gckpt_exec *gckpt_exec_new(gckpt_backend *be, const gckpt_model *m, const gckpt_
         gckpt_seterr(err, "out of memory");
         goto fail;
     }
-    if (!param_instances(x, err)) goto fail;
-    return x;
+    return param_instances(x, err);
 fail:
-    gckpt_exec_free(x);
-    return NULL;
+    return false;
 }
 
 void gckpt_exec_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_recipe *r)
@@ -505,7 +626,7 @@ static gckpt_xstatus alloc_params(gckpt_exec *x, gckpt_err *err)
         if (p->flat) continue; /* several ranks: views into the rank's rows or the mode's buffers */
         if ((rc = palloc(x, p->spec->weight.bytes, &p->w, err)) != GCKPT_XS_OK) return rc;
         if (p->spec->quant.scheme && (rc = alloc_quant_stats(x, p, err)) != GCKPT_XS_OK) return rc;
-        for (int k = 0; k < p->spec->nstates; k++)
+        for (int k = 0; k < p->spec->nstates && !p->fwd_only; k++)
             if ((rc = palloc(x, p->spec->state[k].bytes, &p->st[k], err)) != GCKPT_XS_OK) return rc;
     }
     return GCKPT_XS_OK;
@@ -573,11 +694,11 @@ gckpt_xstatus gckpt_exec_setup(gckpt_exec *x, gckpt_err *err)
 /* ---- steps -------------------------------------------------------------------------------- */
 
 /* The micro-step's batch: random token ids, labels shifted by one as HF's loss does. */
-static void make_data(gckpt_exec *x, uint64_t micro)
+void exec_make_data(gckpt_exec *x, uint64_t micro)
 {
     uint64_t B = x->set.micro_batch, S = x->set.seq, V = x->m.vocab;
     uint64_t key = gckpt_key(x->o.seed, x->step, exec_global_micro(x, micro), 0xda7aULL);
-    for (uint64_t i = 0; i < B * S; i++) x->ids[i] = (int64_t)(gckpt_rng(key, i) % V);
+    for (uint64_t i = 0; i < B * S; i++) x->ids[i] = V ? (int64_t)(gckpt_rng(key, i) % V) : 0; /* (a tower: none) */
     for (uint64_t b = 0; b < B; b++)
         for (uint64_t i = 0; i < S; i++)
             x->labels[b * S + i] = i + 1 < S ? x->ids[b * S + i + 1] : -100; /* HF shift, ignore_index */
@@ -586,7 +707,7 @@ static void make_data(gckpt_exec *x, uint64_t micro)
 
 /* After a micro-step only the parameters' .grad (and what the parallel mode holds: ZeRO-1's ipg
  * bucket) may be allocated. */
-static gckpt_xstatus check_clean(gckpt_exec *x, bool grads_allowed, gckpt_err *err)
+gckpt_xstatus exec_check_clean(gckpt_exec *x, bool grads_allowed, gckpt_err *err)
 {
     for (uint32_t id = 0; id < x->ninst; id++)
         if (x->inst[id].live && !(grads_allowed && (x->inst[id].is_pgrad || (x->mode->holds && x->mode->holds(x, id))))) {
@@ -613,7 +734,7 @@ static gckpt_xstatus run_part(gckpt_exec *x, const exec_part *part, uint64_t mic
     if (which != RUN_REST) {
         x->gen++;
         exec_aux_micro_begin(x);
-        if (in_micro) make_data(x, micro);
+        if (in_micro) exec_make_data(x, micro);
     }
     exec_site w = {.micro = micro, .update = update};
     bool leading = true;
@@ -631,7 +752,7 @@ static gckpt_xstatus run_part(gckpt_exec *x, const exec_part *part, uint64_t mic
             (*count)++;
         }
     }
-    return which == RUN_LEADING_COLLECTIVES ? GCKPT_XS_OK : check_clean(x, in_micro, err);
+    return which == RUN_LEADING_COLLECTIVES ? GCKPT_XS_OK : exec_check_clean(x, in_micro, err);
 }
 
 /* A parameter's whole .grad as fp32 to the test hook. */
@@ -652,16 +773,20 @@ static gckpt_xstatus dump_grad(gckpt_exec *x, const param_t *p)
 
 static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *err)
 {
+    double ss = 0;
+    gckpt_xstatus rc = exec_checksum(x, &res->grad_hash, &ss, err);
+    res->grad_norm = sqrt(ss);
+    return rc;
+}
+
+gckpt_xstatus exec_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err)
+{
     uint64_t h = 0;
     double ss = 0;
-    if (x->mode->checksum) { /* the gradients are sharded: every rank's pieces */
-        gckpt_xstatus rc = x->mode->checksum(x, &res->grad_hash, &ss, err);
-        res->grad_norm = sqrt(ss);
-        return rc;
-    }
+    if (x->mode->checksum) return x->mode->checksum(x, hash, sumsq, err); /* sharded: every rank's pieces */
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
-        if (!p->spec->trainable) continue; /* frozen (LoRA's base): no .grad */
+        if (!p->spec->trainable || p->fwd_only) continue; /* frozen (LoRA's base): no .grad */
         if (!exec_live(x, p->grad)) return exec_fail(err, "checksum: parameter %s has no gradient", x->r->t[p->tensor].name);
         uint64_t hh;
         double s;
@@ -672,8 +797,8 @@ static gckpt_xstatus checksum(gckpt_exec *x, gckpt_step_result *res, gckpt_err *
         h += hh;
         ss += s;
     }
-    res->grad_hash = h;
-    res->grad_norm = sqrt(ss);
+    *hash = h;
+    *sumsq = ss;
     return GCKPT_XS_OK;
 }
 
@@ -873,6 +998,7 @@ void gckpt_exec_free(gckpt_exec *x)
     free(x->hb);
     free(x->lpsec);
     free(x->lcopy);
+    free(x->fwd_index);
     free(x->ids);
     free(x->labels);
     free(x->positions);

@@ -30,6 +30,8 @@ typedef struct {
     gckpt_xquant q;     /* a quantized weight's statistics (QLoRA), else empty */
     uint64_t temp_off;  /* adamw-foreach: offset in the optimizer temporary */
     uint32_t grad;      /* instance of .grad, GCKPT_NOINST when none */
+    bool fwd_only;      /* a VLM tower's layer after the feature layer (runs forward only, reaches
+                           no loss): its weight only, never trained */
     bool flat;          /* several ranks: its buffers are not the parameter table's allocations but
                            views into the rank's rows (a replica's weight and states, FSDP2's
                            states) or the mode's (ZeRO's flat groups, a gathered weight):
@@ -112,7 +114,25 @@ struct gckpt_exec {
     gckpt_model tp_full;            /* tensor parallelism: the whole model (m is the rank's local one) */
     exec_aux *aux;                  /* the load-balancing loss's routing of its gradients to the
                                      * layers (interp_aux.c), else NULL */
+    /* one side of a VLM step (interp_vlm.c): the composed schedule's segments are each the
+     * text model's, the tower's or the bridge's (gckpt_vseg); the exec performs and checks
+     * those whose bit own_mask has. NULL: every segment is its own. */
+    const uint8_t *seg_kind;
+    uint8_t own_mask;
+    /* its layers from live_layers on (the context's model has live_layers; m all of them) run
+     * forward only: their parameters are instances fwd_base + (layer - live) * nfwd +
+     * fwd_index[tensor] (the block's parameter tensors), weights only */
+    gckpt_model ctx_model;
+    uint64_t live_layers;
+    size_t fwd_base;
+    int nfwd, *fwd_index;
 };
+
+/* Whether segment si of the schedule is this exec's to perform. */
+static inline bool exec_owns(const gckpt_exec *x, size_t si)
+{
+    return !x->seg_kind || (x->own_mask >> x->seg_kind[si] & 1u);
+}
 
 /* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
 static inline uint64_t exec_global_micro(const gckpt_exec *x, uint64_t micro)
@@ -206,6 +226,19 @@ gckpt_xstatus exec_aux_forward(gckpt_exec *x, const gckpt_xcall *c, const exec_s
 gckpt_xstatus exec_aux_on_free(gckpt_exec *x, uint32_t id, const exec_site *w, gckpt_err *err);
 gckpt_xstatus exec_aux_on_alloc(gckpt_exec *x, uint32_t id, const exec_site *w, gckpt_err *err);
 gckpt_xstatus exec_aux_add(gckpt_exec *x, int layer, gckpt_xt gout, const exec_site *w, gckpt_err *err);
+/* One side of a VLM step (interp_vlm.c): model m (its layers after live's run forward only:
+ * live is the context's; NULL: m), recipe r and setting s as the core's step built them, the step's composed schedule copied with the instances of the side's own
+ * segments renumbered from id_base down to 0 (0: as they are). */
+gckpt_exec *exec_new_part(gckpt_backend *be, const gckpt_model *m, const gckpt_model *live, const gckpt_device *d,
+                          const gckpt_setting *s, const gckpt_exec_opts *o, const gckpt_recipe *r,
+                          const gckpt_schedule *sched, const uint8_t *seg_kind, uint8_t own_mask, uint32_t id_base,
+                          gckpt_err *err);
+/* A micro-step's batch (random ids, shifted labels, positions); after a micro-step or the
+ * step, what may still be allocated (interp.c's run_part). */
+void exec_make_data(gckpt_exec *x, uint64_t micro);
+gckpt_xstatus exec_check_clean(gckpt_exec *x, bool grads_allowed, gckpt_err *err);
+/* The gradients' checksum (gckpt_step_result.grad_hash) and their sum of squares. */
+gckpt_xstatus exec_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, gckpt_err *err);
 /* Perform one event (interp_events.c). */
 gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *site, gckpt_err *err);
 /* A segment's layer (-1 outside the layers) and its wrapper unit / binding slot (0 the

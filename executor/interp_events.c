@@ -172,7 +172,8 @@ static gckpt_xstatus ev_host(gckpt_exec *x, const gckpt_event *e, const exec_sit
         return GCKPT_XS_OK;
     case GCKPT_EV_HOST_FREE:
         if (!h->p || h->bytes != e->bytes) return exec_fail(err, "%s: frees a host buffer that was not allocated", w->at);
-        if (h->rd != h->wr)
+        /* (a VLM tower's forward-only layer packs its input and never unpacks it: its graph goes) */
+        if (h->rd != h->wr && (uint64_t)layer < x->live_layers)
             return exec_fail(err, "%s: %llu of the %llu bytes copied out were not copied back", w->at,
                              (unsigned long long)(h->wr - h->rd), (unsigned long long)h->wr);
         x->be->release(x->be, GCKPT_MEM_PINNED, h->p, h->bytes);
@@ -270,9 +271,28 @@ static const gckpt_op *view_of(const gckpt_exec *x, int t)
     return info->col_view && op->view_fwd ? op : NULL;
 }
 
+/* A ViT's rows of each image read in place (ROWS_OF, view_fwd: x[:, 1:] under autocast, whose
+ * cast copies it): image k's rows first .. first + n - 1 of its s rows of width w are the
+ * columns first w .. of the k-th row of width s w. */
+static bool rows_view(const gckpt_exec *x, int t, gckpt_xt *v)
+{
+    int p = gckpt_recipe_producer(x->r, t);
+    const gckpt_op *op = p >= 0 ? &x->r->op[p] : NULL;
+    if (!op || op->prim != GCKPT_P_ROWS_OF || !op->view_fwd || !op->width) return false;
+    uint64_t w = op->width, first = op->sa > 0 ? (uint64_t)op->sa : 0, b = x->set.micro_batch;
+    uint64_t s = b ? x->ctx.numel[op->in[0]] / (b * w) : 0, n = op->sb > 0 ? (uint64_t)op->sb : s - first;
+    v->rows = b;
+    v->cols = n * w;
+    v->vW = s * w;
+    v->voff = first * w;
+    v->n = v->rows * v->cols;
+    return true;
+}
+
 static void strided_view(const gckpt_exec *x, int t, gckpt_xt *v)
 {
-    if (gckpt_family_of(x->m.family)->packed_qkv_kernels || !v->p) return;
+    if (!v->p || rows_view(x, t, v)) return;
+    if (gckpt_family_of(x->m.family)->packed_qkv_kernels) return;
     const gckpt_op *p = view_of(x, t);
     if (!p) return;
     if (p->sa < 0) { /* each head's first columns (partial rotary) of x, itself maybe a block */
@@ -615,7 +635,7 @@ static gckpt_xstatus ev_opt(gckpt_exec *x, const exec_site *w, gckpt_err *err)
     uint64_t step = x->step + 1;
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
-        if (!p->spec->trainable) continue; /* frozen: neither gradient nor states */
+        if (!p->spec->trainable || p->fwd_only) continue; /* frozen: neither gradient nor states */
         if (!exec_live(x, p->grad))
             return exec_fail(err, "%s: parameter %s (layer %d) has no gradient", w->at, x->r->t[p->tensor].name, p->layer);
         gckpt_optcall c = exec_optcall(x, exec_param_view(p), exec_inst_view(x, p->grad), step);

@@ -12,6 +12,7 @@
 #include "gckpt/executor/exec_host.h"
 #include "host_estimate.h"
 #include "gckpt/executor/exec_run.h"
+#include "gckpt/executor/exec_vlm.h"
 #include "gckpt/util/outpath.h"
 #include "gckpt/core/plan_read.h"
 #include "gckpt/executor/report_file.h"
@@ -585,6 +586,19 @@ int main(int argc, char **argv)
     return run_plan(&a, launched, &argc, &argv);
 }
 
+/* A VLM plan: whether this backend runs its step at the plan's precision (exec_vlm.h's word);
+ * else one line naming the plan's field, exit 2. */
+static int vlm_runs(const gckpt_plan_file *pf, const gckpt_backend *be)
+{
+    gckpt_err err = {{0}};
+    gckpt_vlm *v = malloc(sizeof *v);
+    if (!v) return bad("out of memory");
+    gckpt_setting s = pf->n ? gckpt_plan_file_setting(pf, 0) : (gckpt_setting){.precision = pf->precision};
+    bool ok = gckpt_vlm_parse(pf->file, pf->config_text, v, &err) && gckpt_vexec_supported(be, v, &s, &err);
+    free(v);
+    return ok ? 0 : bad("--backend %s: %s: field 'inputs.vision': %s", be->name, pf->file, err.msg);
+}
+
 /* Under mpirun everything rank 0's report names (the plan, the entries, the backend and its
  * device) is settled and the watchdog armed before MPI_Init: a rank that ends while the ranks
  * start, or a SIGTERM to mpirun then, leaves the others waiting in MPI_Init until mpirun's
@@ -623,6 +637,7 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
                  "(--backend host)", be->name, pf.file, pf.layout.tp);
         goto out;
     }
+    if (pf.vlm && (rc = vlm_runs(&pf, be)) != 0) goto out;
     rep = (gckpt_report){.plan = &pf, .backend = be->name, .planned = (size_t)nsel};
     rep.opts = (gckpt_run_opts){.steps = (int)a.steps, .warmup = (int)a.warmup, .tolerance = a.tolerance,
                                 .time_tolerance = a.time_tolerance, .force = a.force, .seed = a.seed,

@@ -57,6 +57,9 @@ gckpt_xstatus gckpt_op_check_source(gckpt_source what, const gckpt_xcall *c, gck
         break;
     case GCKPT_SRC_SCALE: want = 1; break;                      /* a 0-d tensor */
     case GCKPT_SRC_ROUTER_LOGITS: want = 0; break;              /* a view: the layers hold the logits */
+    case GCKPT_SRC_PIXELS: /* [images, C, H, W]: the recipe's row per image */
+        want = c->b * gckpt_tensor_width(c->r, c->op->out[0], c->s);
+        break;
     default: gckpt_seterr(err, "op %s: unknown source", c->op->name); return GCKPT_XS_ERROR;
     }
     for (int k = 0; k < 2; k++)

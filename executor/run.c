@@ -13,6 +13,7 @@
 #include "gckpt/core/eval.h"
 #include "gckpt/executor/exec_host.h"
 #include "gckpt/executor/exec_run.h"
+#include "gckpt/executor/exec_vlm.h"
 
 
 const char *gckpt_signal_name(int sig)
@@ -76,13 +77,63 @@ static void set_status(gckpt_entry_report *rep, gckpt_run_status st, const char 
     if (msg && *msg) snprintf(rep->message, sizeof rep->message, "%s", msg);
 }
 
+/* An entry's executor: a plan's one interpreter, or a VLM plan's step (exec_vlm.h) with the
+ * text side's interpreter in x. */
+typedef struct {
+    gckpt_exec *x;
+    gckpt_vexec *vx;
+} runner;
+
+static gckpt_xstatus r_setup(runner *r, gckpt_err *err)
+{
+    return r->vx ? gckpt_vexec_setup(r->vx, err) : gckpt_exec_setup(r->x, err);
+}
+
+static gckpt_xstatus r_step(runner *r, const gckpt_step_opts *so, gckpt_step_result *res, gckpt_err *err)
+{
+    return r->vx ? gckpt_vexec_step(r->vx, so, res, err) : gckpt_exec_step(r->x, so, res, err);
+}
+
+static void r_free(runner *r)
+{
+    if (r->vx) gckpt_vexec_free(r->vx);
+    else gckpt_exec_free(r->x);
+    r->x = NULL;
+    r->vx = NULL;
+}
+
+/* The entry's executor and this build's walk of its schedule (a VLM's: gckpt_vlm_walk, the
+ * plan's). */
+static bool r_new(runner *r, gckpt_backend *be, const gckpt_plan_file *pf, const gckpt_setting *s,
+                  const gckpt_exec_opts *xo, gckpt_result *walk, gckpt_err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (!pf->vlm) {
+        if (!(r->x = gckpt_exec_new(be, &pf->model, &pf->dev, s, xo, err))) return false;
+        gckpt_walk(gckpt_exec_ctx(r->x), gckpt_exec_schedule(r->x), walk);
+        return true;
+    }
+    gckpt_vlm *v = malloc(sizeof *v);
+    gckpt_vlm_images im = {.images = pf->vlm_images, .tiles = pf->vlm_tiles, .tokens = pf->vlm_tokens,
+                           .tower_trained = pf->vlm_tower_trained};
+    gckpt_vlm_step_info info;
+    bool ok = v && gckpt_vlm_parse(pf->file, pf->config_text, v, err) &&
+              (r->vx = gckpt_vexec_new(be, v, &pf->dev, s, &im, xo, err)) != NULL &&
+              gckpt_vlm_walk(v, &pf->dev, s, GCKPT_TARGET_CUDA, &im, walk, &info, err);
+    if (!v) gckpt_seterr(err, "out of memory");
+    free(v);
+    if (ok) r->x = gckpt_vexec_side(r->vx, false);
+    else r_free(r);
+    return ok;
+}
+
 /* Run the steps; the executor's allocations are released by the caller. A stop request
  * is honoured between the executor's events (inside gckpt_exec_setup / gckpt_exec_step)
  * and between steps. */
-static void run_steps(gckpt_exec *x, gckpt_backend *be, const gckpt_run_opts *o, gckpt_entry_report *rep)
+static void run_steps(runner *x, gckpt_backend *be, const gckpt_run_opts *o, gckpt_entry_report *rep)
 {
     gckpt_err err = {{0}};
-    gckpt_xstatus rc = gckpt_exec_setup(x, &err);
+    gckpt_xstatus rc = r_setup(x, &err);
     bool set_up = rc == GCKPT_XS_OK;
     int total = o->warmup + o->steps, s = 0;
     for (; rc == GCKPT_XS_OK && s < total; s++) {
@@ -94,7 +145,7 @@ static void run_steps(gckpt_exec *x, gckpt_backend *be, const gckpt_run_opts *o,
         bool last = s == total - 1;
         gckpt_step_opts so = {.update = true, .checksum = last};
         gckpt_step_result res;
-        rc = gckpt_exec_step(x, &so, &res, &err);
+        rc = r_step(x, &so, &res, &err);
         if (rc != GCKPT_XS_OK) break;
         if (s >= o->warmup) rep->step_times[rep->nsteps++] = res.seconds;
         if (o->on_step) o->on_step(o->on_step_ctx, s + 1, total);
@@ -216,33 +267,34 @@ static void run_one(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, cons
     gckpt_setting s = gckpt_plan_file_setting(pf, i);
     gckpt_exec_opts xo = {.seed = o->seed, .stop = o->stop, .rank = o->comm ? o->comm->rank : 0, .world = world_of(o),
                           .comm = o->comm};
-    gckpt_exec *x = gckpt_exec_new(be, &pf->model, &pf->dev, &s, &xo, &err);
-    if (!x) {
+    runner x;
+    gckpt_result walk;
+    if (!r_new(&x, be, pf, &s, &xo, &walk, &err)) {
         set_status(rep, GCKPT_RS_ERROR, err.msg);
         rep->pass = 0;
         return;
     }
-    gckpt_result walk;
-    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_schedule(x), &walk);
     rep->pred_schedule_peak = walk.peak_bytes;
     /* the larger of the plan's counts and this build's */
     uint64_t peak = walk.peak_bytes > e->r.peak_bytes ? walk.peak_bytes : e->r.peak_bytes;
     uint64_t pinned = walk.host_pinned_bytes > e->r.host_pinned_bytes ? walk.host_pinned_bytes : e->r.host_pinned_bytes;
-    bool admit = !o->host_guard || o->force || gckpt_host_admit(x, peak, pinned, o->memory_limit, rep->message, sizeof rep->message);
+    /* (a VLM's: the text side's kernels' scratch, the larger by far in the planned configs) */
+    bool admit = !o->host_guard || o->force ||
+                 gckpt_host_admit(x.x, peak, pinned, o->memory_limit, rep->message, sizeof rep->message);
     if (!all_agree(o, admit)) {
         if (admit) snprintf(rep->message, sizeof rep->message, "another rank has not the host memory for this entry");
         rep->status = GCKPT_RS_SKIPPED_HOST_MEMORY;
-        gckpt_exec_free(x);
+        r_free(&x);
         rep->wall_s = now() - t0;
         return;
     }
     be->reset_peaks(be);
     rep->status = GCKPT_RS_OK;
     rep->step_times = malloc(sizeof *rep->step_times * (size_t)(o->steps > 0 ? o->steps : 1));
-    if (rep->step_times) run_steps(x, be, o, rep);
+    if (rep->step_times) run_steps(&x, be, o, rep);
     else set_status(rep, GCKPT_RS_OOM, "out of host memory for the step times");
     be->memstat(be, &ms);
-    gckpt_exec_free(x);
+    r_free(&x);
     gckpt_memstat after;
     be->memstat(be, &after);
     bool leaked = after.allocated || after.pinned;

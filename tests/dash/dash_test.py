@@ -302,13 +302,13 @@ def test_cli(fx):
 
 
 def test_cli_planned_only(fx):
-    """Plans gckpt-plan makes and gckpt-run does not execute (a VLM, context parallelism) or
+    """Plans gckpt-plan makes and gckpt-run does not execute (a VLM but LLaVA, context parallelism) or
     executes over MPI only (TP x FSDP): the reader accepts them, so the page is drawn, their sections in its data; a field
     of theirs that contradicts the plan is refused, one line naming the file and the field."""
     d = fx.source
     tiny = d + "/tests/executor/data/tiny-llama.json"
     base = ["--seq", "32", "--micro-batch", "1,2", "--every-n", "off,1,2"]  # the shipped H100 profile: its bus times CP and TP
-    plans = [("llava", fx.plan("vlm.json", "--model", d + "/tests/data/configs/llava-1.5-7b.json", "--seq", "1024",
+    plans = [("gemma3", fx.plan("vlm.json", "--model", d + "/tests/data/configs/gemma-3-4b.json", "--seq", "1024",
                                 "--micro-batch", "1", "--every-n", "off,1,4"),
               "vision", ("entries", 1, "vision_checkpointed_layers"), [0, 2], "entries[1].vision_checkpointed_layers"),
              ("--cp 2", fx.plan("cp.json", "--model", tiny, "--cp", "2", "--gpus", "2", *base),
@@ -349,7 +349,9 @@ def test_cli_planned_only(fx):
             f.write("".join(json.dumps(x) + "\n" for x in recs))
         r = run([fx.plan_exe, "--calibrate-from", rep, "-o", fx.p("cal-planned%d.json" % i)], env=fx.env)
         err = r.stderr.decode("utf-8", "replace")
-        says = " is not re-evaluated by the calibration" if label.startswith("--tp") else " is planned"
+        says = (" is not re-evaluated by the calibration" if label.startswith("--tp")
+                else "field 'inputs.vision': a vision-language model's plan is not calibrated" if label == "gemma3"
+                else " is planned")
         check(r.returncode == 2 and "cal-planned%d.jsonl: its plan.file: " % i in err and says in err
               and not os.path.exists(fx.p("cal-planned%d.json" % i)), "%s: --calibrate-from its report: %r" % (label, err))
 

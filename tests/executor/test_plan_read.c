@@ -162,13 +162,13 @@ static void test_rejects(void **st)
          "inputs.model.config: field 'model_type' = \"deepseek_v2\": mixture-of-experts models are not supported yet "
          "(not planned: multi-head latent attention"},
         {"inputs.model.config", NULL, "inputs.model.config"},
-        /* a vision-language model's plan (gckpt-plan plans LLaVA): refused in one line, gckpt-run does
-         * not execute the vision tower */
+        /* a text model's plan whose config is a vision-language model's (gckpt-plan plans LLaVA
+         * with inputs.vision): refused in one line */
         {"inputs.model.config",
          "{\"model_type\": \"llava\", \"vision_config\": {\"model_type\": \"clip_vision_model\"}, "
          "\"text_config\": {\"model_type\": \"llama\"}}",
          "inputs.model.config: field 'model_type' = \"llava\": a vision-language model (LLaVA) is planned by "
-         "gckpt-plan only (not yet: gckpt-run's execution of the vision tower)"},
+         "gckpt-plan only (not yet: gckpt-run's execution on the CUDA backend and in pure bf16"},
         {"inputs.device.memory_bytes", NULL, "memory_bytes"},
         {"inputs.device.schema", "\"gckpt.device/9\"", "inputs.device"},
         {"entries", "[]", "entries"},
@@ -423,11 +423,59 @@ static void test_cp(void **st)
     free(base);
 }
 
+/* A LLaVA plan (gckpt-plan --images 1): inputs.vision read back (images, tiles, tokens, the
+ * tower); gckpt-run executes it (the VLM table's host flag), a llava_next plan refused naming it. */
+static char *vlm_plan(const char *config, bool frozen)
+{
+    gckpt_plan_request req = {.seq = 32, .micro_batches = {2}, .n_micro = 1, .grad_accum = 1, .precision = GCKPT_FP32,
+                              .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH,
+                              .margin = 0.05, .images = 1,
+                              .vision_tower = frozen ? GCKPT_VISION_FROZEN : GCKPT_VISION_TRAINED};
+    snprintf(req.model_ref, sizeof req.model_ref, "%s/%s.json", GCKPT_TEST_DATA, config);
+    snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
+    uint32_t ev[2] = {0, 2};
+    req.every_n = ev;
+    req.n_every = 2;
+    gckpt_plan plan;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_run(&req, &plan, &err)) fail_msg("plan: %s", err.msg);
+    cJSON *j = gckpt_plan_to_json(&plan, true);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    gckpt_plan_free(&plan);
+    return text;
+}
+
+static void test_vlm(void **st)
+{
+    (void)st;
+    char *llava = vlm_plan("tiny-llava", true), *next = vlm_plan("tiny-llava-next", false);
+    gckpt_plan_file pf;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_parse("llava.json", llava, &pf, &err)) fail_msg("%s", err.msg);
+    assert_true(pf.vlm);
+    assert_int_equal(pf.vlm_images, 1);
+    assert_int_equal(pf.vlm_tiles, 1);
+    assert_int_equal(pf.vlm_tokens, 16);
+    assert_false(pf.vlm_tower_trained);
+    if (!gckpt_plan_executable(&pf, &err)) fail_msg("%s", err.msg);
+    gckpt_plan_file_free(&pf);
+    if (!gckpt_plan_parse("next.json", next, &pf, &err)) fail_msg("%s", err.msg);
+    assert_true(pf.vlm_tower_trained);
+    assert_false(gckpt_plan_executable(&pf, &err));
+    assert_non_null(strstr(err.msg, "next.json: field 'inputs.vision': model_type \"llava_next\" (LLaVA-NeXT) is planned, "
+                                    "not executed by gckpt-run"));
+    gckpt_plan_file_free(&pf);
+    free(llava);
+    free(next);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_rejects),
                                        cmocka_unit_test(test_rejects_global_batch),
                                        cmocka_unit_test(test_version1), cmocka_unit_test(test_layout),
-                                       cmocka_unit_test(test_tp), cmocka_unit_test(test_cp)};
+                                       cmocka_unit_test(test_tp), cmocka_unit_test(test_cp),
+                                       cmocka_unit_test(test_vlm)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,10 +78,10 @@ static const struct {
     {GCKPT_P_ROUTE_MASK, "route_mask", N, R}, /* DeepSeek-V3's router: host only */
     {GCKPT_P_LIGER_RMS_NORM, "liger_rms_norm", R, R},
     {GCKPT_P_LIGER_ROPE, "liger_rope", R, R},
-    {GCKPT_P_PATCH_CONV, "patch_conv", R, R}, /* a vision tower's embedding: planned only */
-    {GCKPT_P_CAT_CLS, "cat_cls", R, R},
-    {GCKPT_P_ROWS_OF, "rows_of", R, R},
-    {GCKPT_P_AVG_POOL, "avg_pool", R, R},
+    {GCKPT_P_PATCH_CONV, "patch_conv", F, R}, /* a vision tower's: host kernels (host_vision.c) */
+    {GCKPT_P_CAT_CLS, "cat_cls", F, R},
+    {GCKPT_P_ROWS_OF, "rows_of", F, R},
+    {GCKPT_P_AVG_POOL, "avg_pool", R, R}, /* Gemma 3's projector: planned only */
     {GCKPT_P_LIGER_MOE_ROUTE, "liger_moe_route", R, R}, /* Liger's fused MoE: planned only */
     {GCKPT_P_LIGER_MOE, "liger_moe", R, R},
 #ifdef GCKPT_TOY

@@ -247,6 +247,92 @@ static void test_moe(void **st)
     no_temp_files();
 }
 
+/* A LLaVA plan (gckpt-plan --images 1: the tower and the text model walked as one step,
+ * core/vlm_step.c) as JSON text: mb 2, seq 32 (16 image tokens), every_n off / 1 / 2 / 3 x
+ * offload; the tower trained or frozen; grad_accum from the global batch. */
+static char *llava_plan(const char *config, gckpt_precision p, bool frozen, uint64_t global_batch)
+{
+    gckpt_plan_request req = {.seq = 32, .micro_batches = {2}, .n_micro = 1, .grad_accum = 1,
+                              .global_batch = global_batch, .precision = p, .optimizer = GCKPT_ADAMW,
+                              .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05, .images = 1,
+                              .vision_tower = frozen ? GCKPT_VISION_FROZEN : GCKPT_VISION_TRAINED};
+    snprintf(req.model_ref, sizeof req.model_ref, "%s/%s.json", GCKPT_TEST_DATA, config);
+    snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
+    uint32_t ev[4] = {0, 1, 2, 3};
+    req.every_n = ev;
+    req.n_every = 4;
+    gckpt_plan plan;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_run(&req, &plan, &err)) fail_msg("plan: %s", err.msg);
+    cJSON *j = gckpt_plan_to_json(&plan, true);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    gckpt_plan_free(&plan);
+    return text;
+}
+
+/* gckpt-run executes a LLaVA plan on the host backend: every entry ok and passing, the
+ * allocator's peak and pinned peak the plan's, the same gradients for every checkpointed
+ * setting (without checkpointing the text model fills transformers' DynamicCache: another
+ * recipe, whose weights the executor draws by other keys) */
+static void llava_runs_exactly(const char *plan)
+{
+    const char *args[] = {"--plan", plan, "--all", "--steps", "1", "--warmup", "0", "-o", "rv.json", NULL};
+    assert_int_equal(run(args), 0);
+    cJSON *doc = report("rv.json");
+    cJSON *e;
+    const char *sum0 = NULL;
+    int n = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "entries")) {
+        assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "status")), "ok");
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(e, "pass")));
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(e, "message"));
+        if (msg && *msg) fail_msg("%s: %s", plan, msg);
+        assert_true(pf_at(e, "memory.peak_bytes.predicted")->valuedouble == pf_at(e, "memory.peak_bytes.measured")->valuedouble);
+        assert_true(pf_at(e, "memory.host_pinned_bytes.predicted")->valuedouble ==
+                    pf_at(e, "memory.host_pinned_bytes.measured")->valuedouble);
+        const char *sum = pf_at(e, "numerics.grad_checksum")->valuestring;
+        if (n++ == 0) continue; /* every_n off */
+        if (!sum0) sum0 = sum;
+        assert_string_equal(sum, sum0);
+    }
+    assert_int_equal(n, 7);
+    cJSON_Delete(doc);
+}
+
+static void test_llava(void **st)
+{
+    (void)st;
+    char *tr = llava_plan("tiny-llava", GCKPT_FP32, false, 0), *fr = llava_plan("tiny-llava", GCKPT_FP32, true, 4);
+    put("llava-trained.json", tr);
+    put("llava-frozen.json", fr);
+    free(tr);
+    free(fr);
+    llava_runs_exactly("llava-trained.json");
+    llava_runs_exactly("llava-frozen.json"); /* grad_accum 2 */
+    char *amp = llava_plan("tiny-llava", GCKPT_AMP_BF16, false, 0);
+    put("llava-amp.json", amp);
+    free(amp);
+    llava_runs_exactly("llava-amp.json");
+    /* what it does not run: one line naming the plan's field, exit 2, no report */
+    char *bf = llava_plan("tiny-llava", GCKPT_BF16, false, 0), *next = llava_plan("tiny-llava-next", GCKPT_FP32, false, 0);
+    put("llava-bf16.json", bf);
+    put("llava-next.json", next);
+    free(bf);
+    free(next);
+    const char *a1[] = {"--plan", "llava-bf16.json", "-o", "rbf.json", NULL};
+    assert_int_equal(run(a1), 2);
+    one_line("llava-bf16.json: field 'inputs.vision': model_type \"llava\": its step is executed in fp32 and amp-bf16 "
+             "only");
+    assert_false(exists("rbf.json"));
+    const char *a2[] = {"--plan", "llava-next.json", "-o", "rnext.json", NULL};
+    assert_int_equal(run(a2), 2);
+    one_line("llava-next.json: field 'inputs.vision': model_type \"llava_next\" (LLaVA-NeXT) is planned, not executed "
+             "by gckpt-run");
+    assert_false(exists("rnext.json"));
+    no_temp_files();
+}
+
 /* A limit below some entries' peaks: those are out of memory, the others still run. */
 static void test_oom_goes_on(void **st)
 {
@@ -475,7 +561,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_entries), cmocka_unit_test(test_oom_goes_on), cmocka_unit_test(test_skip_force),
         cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_help_version), cmocka_unit_test(test_lora_qlora),
-        cmocka_unit_test(test_moe),         cmocka_unit_test(test_sliding_plans),
+        cmocka_unit_test(test_moe),         cmocka_unit_test(test_sliding_plans), cmocka_unit_test(test_llava),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -153,6 +153,8 @@ typedef struct gckpt_vlm_type {
      * trains with the projector when the tower is frozen (NULL: none): what gckpt-plan's
      * snippet freezes for --vision-tower frozen (FINDINGS R-VLM-12, R-VLM-22) */
     const char *tower_module, *tower_trained_part;
+    /* gckpt-run executes the walked step on the host backend (executor/interp_vlm.c) */
+    bool host;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];
 /* The row of model_type t in gckpt_vlm_types, NULL when it is none. */

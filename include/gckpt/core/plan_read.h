@@ -60,6 +60,10 @@ typedef struct {
      * field; gckpt_plan_executable refuses them): */
     bool vlm;                 /* inputs.vision: a vision-language model (model: its text model) */
     uint64_t towers[2];       /* vlm: the GradientCheckpointingLayer counts {vision, text} */
+    /* vlm: inputs.vision's images per sample, tiles per image, tokens per image and whether
+     * the tower trains (gckpt_vlm_images of the walk) */
+    uint64_t vlm_images, vlm_tiles, vlm_tokens;
+    bool vlm_tower_trained;
     uint32_t tp_fsdp;         /* inputs.tensor_parallel.fsdp_size (0: none) */
     uint32_t tp_replicate;    /* inputs.tensor_parallel.dp_replicate_size (0: none) */
     uint32_t cp;              /* inputs.context_parallel.cp_size (0: none) */

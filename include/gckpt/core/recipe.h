@@ -224,8 +224,9 @@ typedef enum {
     GCKPT_P_LIGER_ROPE,
     /* a vision tower's embedding (core/recipe_vision.c; planned only): PATCH_CONV is the patch
      * Conv2d with stride = kernel (in0 the [b, C, H, W] pixels, in1 the [out_f, C, p, p]
-     * weight, in2 an [out_f] bias or none, in_f = C p p: [b, out_f, N] with N = H W / (p p),
-     * a GEMM over the patches; ConvolutionBackward0 saves input and weight whenever it has a
+     * weight, in2 an [out_f] bias or none, in_f = C p p, sa = p: [b, out_f, N] with
+     * N = H W / (p p), a GEMM over the patches (the host backend lays its output out as the
+     * [b, N, out_f] rows flatten(2).transpose(1, 2) views); ConvolutionBackward0 saves input and weight whenever it has a
      * node); CAT_CLS is cat([class_embedding expanded to [b, 1, width], in1's patches
      * [b, N, width]]) -> [b, N + 1, width] (in0 the [width] parameter; saves nothing) */
     GCKPT_P_PATCH_CONV,
@@ -315,6 +316,8 @@ typedef struct {
     bool view_fwd;       /* the forward is a view of input 0 (an expand): no allocation,
                           * the output is input 0's storage; its gradient still has the
                           * output's size (repeat_kv of one kv head) */
+    bool bidirectional;  /* SDPA without a mask or causality (a ViT tower's): every query sees
+                          * every key of its image */
     bool in_place;       /* with view_fwd: computed into input 0's storage (x.add_(y)),
                           * not a view that computes nothing */
     /* Time: forward FLOPs = fT*(b*s) + fBSS*(b*s*s); backward = bwd_mult * forward. */

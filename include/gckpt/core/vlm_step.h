@@ -14,6 +14,8 @@
 #include <stdint.h>
 
 #include "gckpt/core/device.h"
+#include "gckpt/core/recipe.h"
+#include "gckpt/core/schedule.h"
 #include "gckpt/core/eval.h"
 #include "gckpt/core/setting.h"
 #include "gckpt/core/step_walk.h"
@@ -58,6 +60,38 @@ bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setti
 bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
                            const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info,
                            gckpt_walk_event_fn on_event, void *user, gckpt_err *err);
+
+/* The step itself, as the walk builds it and gckpt-run performs it (executor/interp_vlm.c):
+ * both towers' recipes, contexts and models, the composed schedule and which side each of
+ * its segments belongs to. The tower's instances are numbered from vision_ids on. */
+typedef enum {
+    GCKPT_VSEG_TEXT,   /* the text model's recipe and simulator */
+    GCKPT_VSEG_VISION, /* the tower's (and the projector's) */
+    GCKPT_VSEG_BRIDGE, /* LlavaModel.forward's own events (a buffer of the tower's numbering):
+                        * the forward's cat, mask and masked_scatter, or masked_scatter's backward */
+} gckpt_vseg;
+
+typedef struct {
+    gckpt_recipe tr, vr, vfull;
+    gckpt_ctx tc, vc, vfc; /* the text model, the tower's live layers, the whole tower */
+    gckpt_model text, tower, tower_live;
+    gckpt_setting vset;    /* the tower's setting: its images as the micro-batch, its positions */
+    uint8_t tmodes[GCKPT_MAX_LAYERS], vmodes[GCKPT_MAX_LAYERS];
+    gckpt_schedule sched;
+    uint8_t *seg_kind;     /* per segment of sched: gckpt_vseg */
+    uint32_t vision_ids;
+    int64_t start[GCKPT_NCOMP]; /* the bytes held when the step starts (both towers', and the
+                                 * weights of the tower's layers after the feature layer) */
+    int64_t dead_weights;  /* ... of which those weights */
+    uint64_t image_rows;   /* image tokens per sample */
+} gckpt_vlm_step;
+
+/* Build the step of gckpt_vlm_walk's arguments (NULL with err when it is not simulated);
+ * gckpt_vlm_step_free releases it. */
+gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s,
+                                   gckpt_target target, const gckpt_vlm_images *im, gckpt_vlm_step_info *info,
+                                   gckpt_err *err);
+void gckpt_vlm_step_free(gckpt_vlm_step *st);
 
 #ifdef __cplusplus
 }

@@ -77,10 +77,13 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     uint64_t h = (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble, w = (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble;
     gckpt_vlm_images images = {.images = (uint64_t)at(im, "per_sample")->valuedouble,
                                .tiles = gckpt_image_tiles(&v, h, w),
-                               .tower_trained = strcmp(at(set, "vision_tower")->valuestring, "frozen") != 0,
+                               /* "frozen", or the LoRA fixtures' "frozen (get_peft_model)" */
+                               .tower_trained = strncmp(at(set, "vision_tower")->valuestring, "frozen", 6) != 0,
                                /* vlm_cases.py casts the batch's pixels to bf16 for its pure-bf16 cases */
                                .pixel_dtype = p == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32};
     if (!gckpt_image_tokens(&v, "image", h, w, &images.tokens, &err)) fail_msg("%s: %s", path, err.msg);
+    /* tests/data/hf-vlm-peft: LoRA on the text model (method, lora) */
+    if (!hf_peft_read(path, j, &s, &err)) fail_msg("%s: %s", path, err.msg);
     if (images.tokens != (uint64_t)at(im, "tokens_per_image")->valuedouble)
         fail_msg("%s: %llu tokens per image planned, %.0f measured", path, (unsigned long long)images.tokens,
                  at(im, "tokens_per_image")->valuedouble);
@@ -116,13 +119,24 @@ static void check_one(const char *path, const char *name, void *ty)
     check_fixture(path, name, ty);
 }
 
-static tally family_peaks(const char *prefix)
+/* the LoRA fixtures with adapters on the text model only (the regex targets: "-textattn-") */
+static void check_text_adapters(const char *path, const char *name, void *ty)
+{
+    if (strstr(name, "-textattn-")) check_fixture(path, name, ty);
+}
+
+static tally dir_peaks(const char *dir, const char *prefix, void (*fn)(const char *, const char *, void *))
 {
     tally ty = {0};
-    each_json_file(GCKPT_TEST_DATA "/hf-vlm", prefix, check_one, &ty);
+    each_json_file(dir, prefix, fn, &ty);
     printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it)\n", prefix, ty.passed,
            ty.files, ty.worst);
     return ty;
+}
+
+static tally family_peaks(const char *prefix)
+{
+    return dir_peaks(GCKPT_TEST_DATA "/hf-vlm", prefix, check_one);
 }
 
 static void llava_peaks(void **state)
@@ -152,6 +166,17 @@ static void gemma3_peaks(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* LoRA on LLaVA's text model (tests/data/hf-vlm-peft, tools/hf_probe/probe_vlm_peft.py; FINDINGS
+ * R-VLM-40 to R-VLM-43): the text layers' adapters, the tower and the projector frozen,
+ * hooked under checkpointing; fp32, bf16, amp-bf16 over every_n off / 1 / 2 x offload */
+static void llava_lora_peaks(void **state)
+{
+    (void)state;
+    tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-lora-", check_text_adapters);
+    assert_int_equal(ty.files, 15);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -160,6 +185,6 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks),
-                                       cmocka_unit_test(gemma3_peaks)};
+                                       cmocka_unit_test(gemma3_peaks), cmocka_unit_test(llava_lora_peaks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -329,6 +329,8 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
                             &p->tr);
     if (!gckpt_ctx_init(&p->tc, &p->text, d, &p->tr, s, err)) goto out;
 
+    info->text_layer_saved = gckpt_layer_saved_bytes(&p->tc);
+    info->vision_layer_saved = gckpt_layer_saved_bytes(&p->vc);
     gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(&vs, towers[0]);
     tst.model = &p->text;
     tst.modes = p->tmodes;

@@ -89,8 +89,10 @@ void gckpt_plan_peft_header(const gckpt_plan *p, char *buf, size_t n)
     if (!gckpt_peft_on(pf)) return;
     char targets[160];
     gckpt_lora_targets_name(pf->targets, p->model.family, targets, sizeof targets);
-    size_t k = (size_t)snprintf(buf, n, ", %s r %u alpha %g dropout %g %s, %llu trainable",
+    /* a VLM's adapters are on its text model only (the snippet's regex, FINDINGS R-VLM-40) */
+    size_t k = (size_t)snprintf(buf, n, ", %s r %u alpha %g dropout %g %s%s, %llu trainable",
                                 gckpt_method_names[pf->method], pf->rank, pf->alpha, pf->dropout, targets,
+                                p->vlm ? " of the text model" : "",
                                 (unsigned long long)p->params->trainable);
     if (pf->method == GCKPT_METHOD_QLORA && k < n)
         snprintf(buf + k, n - k, ", %s%s", gckpt_quant_names[pf->quant],

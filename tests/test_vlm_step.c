@@ -7,7 +7,9 @@
  * live bytes after micro-step 1's forward as well), one
  * line per fixture; the host peak (both towers' offloaded inputs, the checkpoints' RNG
  * states) exactly; which layers of each tower are checkpointed against the probe's
- * (towers.vision / towers.text.checkpointed); the tokens per image. */
+ * (towers.vision / towers.text.checkpointed); the tokens per image. The LoRA fixtures of
+ * tests/data/hf-vlm-peft (adapters on the text model) the same way, and each plain layer's
+ * saved bytes exactly. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,8 +49,9 @@ static bool same_layers(const cJSON *tower, const uint64_t *got, size_t n)
 }
 
 typedef struct {
-    int files, passed;
+    int files, passed, layers_exact;
     double worst;
+    bool exact_layers; /* check each plain layer's saved bytes */
 } tally;
 
 static void check_fixture(const char *path, const char *name, tally *ty)
@@ -94,6 +97,27 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     if (!same_layers(at(towers, "vision"), info.vision_ckpt, info.nvision_ckpt) ||
         !same_layers(at(towers, "text"), info.text_ckpt, info.ntext_ckpt))
         fail_msg("%s: the checkpointed layers differ from the probe's", path);
+    /* what each plain layer saves, exact (the LoRA fixtures; their text layers are all
+     * alike): the text layers but the first plain one (its region also holds the rotary pair
+     * every layer shares), the vision blocks past block 0 that reach the projector but the
+     * tower's last (whose region holds the projector's tensors; the probe's regions: the
+     * vision blocks first, module order) */
+    const cJSON *layers = at(at(j, "saved"), "layers");
+    uint64_t nv = (uint64_t)at(at(towers, "vision"), "layers")->valuedouble;
+    bool first_text = true;
+    for (int k = 0; k < cJSON_GetArraySize(layers) && ty->exact_layers; k++) {
+        const cJSON *l = cJSON_GetArrayItem(layers, k);
+        bool vis = (uint64_t)k < nv, plain = !cJSON_IsTrue(at(l, "checkpointed"));
+        uint64_t i = vis ? (uint64_t)k : (uint64_t)k - nv;
+        bool skip = !plain || (vis ? i == 0 || i >= info.vision_live || i + 1 == nv : first_text);
+        if (!vis && plain) first_text = false;
+        if (skip) continue;
+        uint64_t want = vis ? info.vision_layer_saved : info.text_layer_saved;
+        if ((uint64_t)at(l, "bytes")->valuedouble != want)
+            fail_msg("%s: %s layer %llu saves %.0f bytes, %llu planned", path, vis ? "vision" : "text",
+                     (unsigned long long)i, at(l, "bytes")->valuedouble, (unsigned long long)want);
+        ty->layers_exact++;
+    }
     const cJSON *steps = at(j, "steps"), *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
     double peak = at(last, "live_peak_bytes")->valuedouble, after = at(last, "after_forward_bytes")->valuedouble;
     /* the host: both towers' offloaded inputs and the checkpoints' RNG states, exact */
@@ -127,10 +151,10 @@ static void check_text_adapters(const char *path, const char *name, void *ty)
 
 static tally dir_peaks(const char *dir, const char *prefix, void (*fn)(const char *, const char *, void *))
 {
-    tally ty = {0};
+    tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0};
     each_json_file(dir, prefix, fn, &ty);
-    printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it)\n", prefix, ty.passed,
-           ty.files, ty.worst);
+    printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it); %d plain layers' saved "
+           "bytes exact\n", prefix, ty.passed, ty.files, ty.worst, ty.layers_exact);
     return ty;
 }
 
@@ -174,6 +198,7 @@ static void llava_lora_peaks(void **state)
     (void)state;
     tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-lora-", check_text_adapters);
     assert_int_equal(ty.files, 15);
+    assert_int_equal(ty.layers_exact, 24); /* every_n off: 3 text, 1 vision; every_n 2: 1 and 1 */
     assert_int_equal(ty.passed, ty.files);
 }
 

@@ -80,14 +80,9 @@ uint8_t gckpt_step_block(const gckpt_step *st, uint64_t layer)
 
 void gckpt_step_checkpointing(const gckpt_step *st, bool *any, bool *offload)
 {
-    /* every_n checkpoints layer 0 first; per-layer modes (a VLM's text layers, R-VLM-1)
-     * may leave it plain while others are checkpointed */
-    *any = *offload = false;
-    for (uint64_t l = 0; l < st->layers; l++) {
-        gckpt_layer_mode m = gckpt_step_mode(st, l);
-        *any |= m != GCKPT_LAYER_PLAIN;
-        *offload |= m == GCKPT_LAYER_CKPT_OFFLOAD;
-    }
+    gckpt_layer_mode m0 = st->layers ? gckpt_step_mode(st, 0) : GCKPT_LAYER_PLAIN;
+    *any = m0 != GCKPT_LAYER_PLAIN || st->ckpt_on;
+    *offload = m0 == GCKPT_LAYER_CKPT_OFFLOAD || (st->ckpt_on && st->offload);
 }
 
 void gckpt_step_begin(gckpt_step_iter *it, const gckpt_step *st)

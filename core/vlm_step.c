@@ -334,6 +334,7 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(&vs, towers[0]);
     tst.model = &p->text;
     tst.modes = p->tmodes;
+    tst.ckpt_on = s->every_n != 0; /* text layer 0 may be plain (R-VLM-43) */
     /* the attention types of the checkpointed text layers (R-VLM-1's indices, not every_n's
      * from text layer 0): which layer type's masks and rotary pair their frames hold */
     for (size_t i = 0; i < info->ntext_ckpt; i++)

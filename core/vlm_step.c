@@ -273,6 +273,7 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
     const char *why = !kind || !kind->walked              ? "its step is not simulated (gckpt_vlm_types' walked rows only)"
                       : gckpt_peft_quantized(&s->peft)   ? "QLoRA on a VLM is not planned (bitsandbytes quantizes the vision "
                                                            "tower's and the projector's linears too: FINDINGS R-VLM-41)"
+                      : gckpt_peft_on(&s->peft) && !kind->lora ? "LoRA on it is not measured (llava's is: FINDINGS R-VLM-43)"
                       : gckpt_peft_on(&s->peft) && s->peft.modules_to_save ? "modules_to_save on a VLM is not planned"
                       : gckpt_peft_on(&s->peft) && im->tower_trained ? "LoRA trains the adapters only: the vision tower "
                                                                        "is frozen (get_peft_model)"

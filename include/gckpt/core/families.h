@@ -149,6 +149,9 @@ typedef struct gckpt_vlm_type {
      * token_type_ids' int64 block ids and the full and sliding bool masks on every text
      * layer (gckpt_model.image_masks), with which its text model's sliding layers are planned */
     bool features_cat, packed_tiles, image_masks;
+    /* LoRA with adapters on its text model is measured (tests/data/hf-vlm-peft, FINDINGS
+     * R-VLM-43): gckpt_vlm_walk plans --method lora on it */
+    bool lora;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];
 /* The row of model_type t in gckpt_vlm_types, NULL when it is none. */

@@ -12,23 +12,30 @@ static const char *torch_dtype(uint8_t dt)
     return dt == GCKPT_DT_BF16 ? "bfloat16" : dt == GCKPT_DT_F16 ? "float16" : dt == GCKPT_DT_F32 ? "float32" : "uint8";
 }
 
-/* "[\"q_proj\", \"v_proj\"]" or "\"all-linear\""; on a VLM the regex that keeps the
- * adapters on the text model (a name list or all-linear reaches the vision tower too:
- * FINDINGS R-VLM-40) */
+/* A VLM's target_modules: the regex that keeps the adapters on the text model (a name list
+ * or all-linear reaches the vision tower too: FINDINGS R-VLM-40) */
+static void vlm_target_regex(const gckpt_plan *p, char *buf, size_t n)
+{
+    uint32_t on = gckpt_lora_family_targets(p->model.family) & p->req.peft.targets;
+    size_t k = (size_t)snprintf(buf, n, "model\\.language_model.*\\.(");
+    bool first = true;
+    for (int t = 0; t < GCKPT_NLT && k < n; t++)
+        if (on & (1u << t)) {
+            k += (size_t)snprintf(buf + k, n - k, "%s%s", first ? "" : "|", gckpt_lora_target_bare((gckpt_lora_target)t));
+            first = false;
+        }
+    if (k < n) snprintf(buf + k, n - k, ")");
+}
+
+/* "[\"q_proj\", \"v_proj\"]" or "\"all-linear\""; on a VLM r"<the regex>" */
 static void targets_python(const gckpt_plan *p, char *buf, size_t n)
 {
     char names[200];
     gckpt_lora_targets_name(p->req.peft.targets, p->model.family, names, sizeof names);
     if (p->vlm) {
-        uint32_t all = gckpt_lora_family_targets(p->model.family);
-        size_t k = (size_t)snprintf(buf, n, "r\"model\\.language_model.*\\.(");
-        bool first = true;
-        for (int t = 0; t < GCKPT_NLT && k < n; t++)
-            if ((all & p->req.peft.targets) & (1u << t)) {
-                k += (size_t)snprintf(buf + k, n - k, "%s%s", first ? "" : "|", gckpt_lora_target_bare((gckpt_lora_target)t));
-                first = false;
-            }
-        if (k < n) snprintf(buf + k, n - k, ")\"");
+        char re[200];
+        vlm_target_regex(p, re, sizeof re);
+        snprintf(buf, n, "r\"%s\"", re);
         return;
     }
     if (!strcmp(names, "all-linear")) {
@@ -111,6 +118,10 @@ void gckpt_plan_peft_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(l, "dropout", pf->dropout);
     gckpt_lora_targets_name(pf->targets, p->model.family, names, sizeof names);
     cJSON_AddStringToObject(l, "targets", names);
+    if (p->vlm) { /* what LoraConfig gets: the text model's linears only */
+        vlm_target_regex(p, names, sizeof names);
+        cJSON_AddStringToObject(l, "target_modules", names);
+    }
     gckpt_mts_name(pf->modules_to_save, p->model.family, names, sizeof names);
     cJSON_AddStringToObject(l, "modules_to_save", names);
     if (pf->method != GCKPT_METHOD_QLORA) return;

@@ -111,6 +111,10 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     char why[512];
     /* the schema knows the targets a user plans, not the probe's CUDA-lists emulation */
     if (q.target == GCKPT_TARGET_CPU && !schema_check(g_schema, doc, why, sizeof why)) fail_msg("%s: %s", name, why);
+    /* LoRA: inputs.lora.target_modules is the regex the probe gave LoraConfig */
+    const cJSON *ftm = at(at(j, "lora"), "target_modules"), *ptm = at(at(at(doc, "inputs"), "lora"), "target_modules");
+    if (cJSON_IsString(ftm) && (!cJSON_IsString(ptm) || strcmp(ftm->valuestring, ptm->valuestring)))
+        fail_msg("%s: the plan's inputs.lora.target_modules is not the probe's %s", name, ftm->valuestring);
     const cJSON *vin = at(at(doc, "inputs"), "vision"), *ent = cJSON_GetArrayItem(at(doc, "entries"), 0);
     if (!vin || at(vin, "images")->valuedouble != at(im, "per_sample")->valuedouble ||
         at(vin, "tokens_per_image")->valuedouble != at(im, "tokens_per_image")->valuedouble)

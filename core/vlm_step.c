@@ -11,7 +11,9 @@
  * tiles' pixel copy (the tower's batch) and pack_image_features' tensors; Gemma 3's
  * (Gemma3Model.forward, FINDINGS R-VLM-14) has no cat copy, holds token_type_ids' block ids
  * and gives every text layer its type's materialised mask. What each family does is its
- * gckpt_vlm_types row's (features_cat, packed_tiles, image_masks). */
+ * gckpt_vlm_types row's (features_cat, packed_tiles, image_masks). LoRA on the text model
+ * (the row's lora; FINDINGS R-VLM-42, R-VLM-43): the tower and projector frozen, hooked
+ * under checkpointing, the hooked text embedding held beside the new embeddings. */
 #include "gckpt/core/vlm_step.h"
 
 #include <stdlib.h>
@@ -187,8 +189,9 @@ static bool build(builder *b, const bridge_sizes *z)
             feats = cast;
         }
         int mask = buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_BOOL, z->bs); /* saved by masked_scatter */
-        /* masked_scatter's new embeddings while the old are alive (the text's embed_out
-         * stands for the new ones from here on) */
+        /* masked_scatter's new embeddings while the old are alive: the old then go (the text's
+         * embed_out stands for the new ones from here on), unless hooked into a leaf that
+         * the backward's AccumulateGrad keeps (leaf_held) */
         int leaf = buf(b, GCKPT_C_ACTIVATIONS, z->text_dt, z->bs * z->width);
         if (!z->leaf_held) drop(b, leaf);
         int ids = z->kind->image_masks ? buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_I64, z->bs) : -1;
@@ -207,11 +210,11 @@ static bool build(builder *b, const bridge_sizes *z)
             bridge_close(b);
         }
         for (int r = 5; r < 7; r++) rows(b, false, m, r); /* the text backward */
-        if (z->grad) bridge_open(b, m, GCKPT_STAGE_BACKWARD);
         /* MaskedScatterBackward: masked_fill for the text embeddings (stood for by the text's
          * gradient stream from here on) and masked_select for the features, which under
          * autocast ToCopyBackward casts to the projector's dtype (the tower's seed gradient) */
         if (z->grad) {
+            bridge_open(b, m, GCKPT_STAGE_BACKWARD);
             drop(b, buf(b, GCKPT_C_BACKWARD, z->text_dt, z->bs * z->width));
             if (z->feat_dt != z->text_dt) drop(b, buf(b, GCKPT_C_BACKWARD, z->text_dt, z->img * z->width));
             drop(b, mask);

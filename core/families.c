@@ -153,7 +153,7 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}",
-     NULL, false, false, true, true, .features_cat = true, .host = true},
+     NULL, false, false, true, true, .features_cat = true, .host = true, .lora = true},
     {"llava_next", "LLaVA-NeXT", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_llava_next, "clip_vision_model", "llama",
      /* LlamaConfig's */

@@ -179,7 +179,7 @@ static int rows_of(tracer *tr, int x, uint64_t first, uint64_t n, bool view, con
  * reshape does. LLaVA-NeXT runs the same on every anyres tile (gckpt_image_tiles); its
  * pack_image_features after the projector (the tiles unpadded, a newline per row: views and a
  * cat, which save nothing) is not traced. */
-static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
+static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bool proj_frozen, bool step)
 {
     gckpt_recipe *r = tr->r;
     const gckpt_vision *vc = &v->vision;
@@ -203,7 +203,7 @@ static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bo
                    : tnew(tr, "feature_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
     }
     int sel = rows_of(tr, feat, 1, 0, tr->amp, "selected_image_feature");
-    tr->frozen_params = false;
+    tr->frozen_params = proj_frozen;
     tr->pfx = "multi_modal_projector";
     int w1 = param(tr, "linear_1.weight", Dt, D, GCKPT_ROLE_MATRIX);
     int b1 = vc->projector_bias ? param(tr, "linear_1.bias", 1, Dt, GCKPT_ROLE_BIAS) : -1;
@@ -236,7 +236,7 @@ static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bo
  * that get_image_features overwrites with the projector's: its graph goes before the text
  * model runs and reaches no loss; only its parameters are traced (in a step: weights, no
  * gradient) and, under autocast, the casts autocast caches. */
-static void gemma3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool trained, bool step)
+static void gemma3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool trained, bool proj_frozen, bool step)
 {
     gckpt_recipe *r = tr->r;
     const gckpt_vision *vc = &v->vision;
@@ -269,7 +269,7 @@ static void gemma3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool train
         for (int k = 0; k < 6 && cached; k++) r->t[weight_cast(tr, leaf[k], "autocast_cache")].fwd_end_free = true;
         tr->pfx = "";
     }
-    tr->frozen_params = false;
+    tr->frozen_params = proj_frozen;
     tr->pfx = "multi_modal_projector";
     int grid = tnew(tr, "contiguous", GCKPT_T_ACT, dt(tr, last), per_token(D), rg(tr, last));
     opnew(tr, "contiguous", GCKPT_OP_ELEM, 1, (int[]){last}, grid, -1, 0, NULL);
@@ -491,13 +491,17 @@ static bool vit_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool s
                      v->model_type);
         return false;
     }
+    bool hooked = g == GCKPT_TOWER_FROZEN_HOOKED || g == GCKPT_TOWER_ALL_FROZEN_HOOKED;
+    bool in_grad = g != GCKPT_TOWER_FROZEN && g != GCKPT_TOWER_ALL_FROZEN;
+    /* the projector trains unless get_peft_model froze it with the tower */
+    bool proj_frozen = g == GCKPT_TOWER_ALL_FROZEN_HOOKED || g == GCKPT_TOWER_ALL_FROZEN;
     tr->eps = vc->norm_eps;
-    vit_embedding(tr, vc, &vits[vc->tower], g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
-    vit_layer(tr, vc, g != GCKPT_TOWER_FROZEN);
+    vit_embedding(tr, vc, &vits[vc->tower], hooked, pixel_dt);
+    vit_layer(tr, vc, in_grad);
     if (llava)
-        clip_tail_projector(tr, v, g != GCKPT_TOWER_FROZEN, step);
+        clip_tail_projector(tr, v, in_grad, proj_frozen, step);
     else
-        gemma3_head(tr, v, g != GCKPT_TOWER_FROZEN, g == GCKPT_TOWER_TRAINED, step);
+        gemma3_head(tr, v, in_grad, g == GCKPT_TOWER_TRAINED, proj_frozen, step);
     return true;
 }
 

@@ -1046,7 +1046,9 @@ static void layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, int block,
     st->sec = r->block_sec[block] >= 0 ? r->block_sec[block] : GCKPT_SEC_BLOCK;
     st->in = r->sec_in[st->sec];
     st->out = r->sec_out[st->sec];
-    st->frozen_in = layer == 0 && mode == GCKPT_LAYER_PLAIN && r->frozen0;
+    /* (not when another layer is checkpointed: enable_input_require_grads hooked the
+     * embedding, as in a VLM whose text layer 0 every_n skips, FINDINGS R-VLM-43) */
+    st->frozen_in = layer == 0 && mode == GCKPT_LAYER_PLAIN && r->frozen0 && !s->ckpt_any;
     st->inst[st->in] = s->stream;
     st->xin = s->stream;
     if (s->wrap) gckpt_wrap_pre_forward(s->wrap, s, o, (uint64_t)layer + 1);

@@ -81,8 +81,8 @@ uint8_t gckpt_step_block(const gckpt_step *st, uint64_t layer)
 void gckpt_step_checkpointing(const gckpt_step *st, bool *any, bool *offload)
 {
     gckpt_layer_mode m0 = st->layers ? gckpt_step_mode(st, 0) : GCKPT_LAYER_PLAIN;
-    *any = m0 != GCKPT_LAYER_PLAIN;
-    *offload = m0 == GCKPT_LAYER_CKPT_OFFLOAD;
+    *any = m0 != GCKPT_LAYER_PLAIN || st->ckpt_on;
+    *offload = m0 == GCKPT_LAYER_CKPT_OFFLOAD || (st->ckpt_on && st->offload);
 }
 
 void gckpt_step_begin(gckpt_step_iter *it, const gckpt_step *st)

@@ -11,7 +11,9 @@
  * tiles' pixel copy (the tower's batch) and pack_image_features' tensors; Gemma 3's
  * (Gemma3Model.forward, FINDINGS R-VLM-14) has no cat copy, holds token_type_ids' block ids
  * and gives every text layer its type's materialised mask. What each family does is its
- * gckpt_vlm_types row's (features_cat, packed_tiles, image_masks). */
+ * gckpt_vlm_types row's (features_cat, packed_tiles, image_masks). LoRA on the text model
+ * (the row's lora; FINDINGS R-VLM-42, R-VLM-43): the tower and projector frozen, hooked
+ * under checkpointing, the hooked text embedding held beside the new embeddings. */
 #include "gckpt/core/vlm_step.h"
 
 #include <stdlib.h>
@@ -134,6 +136,14 @@ typedef struct {
     uint64_t pixels;
     uint8_t pixel_dt;
     bool conv_keeps_pixels;
+    /* whether anything before the text layers needs a gradient: not with LoRA on the text
+     * model without checkpointing (no hooked embedding, the tower and projector frozen:
+     * masked_scatter has no node and keeps no mask, R-VLM-42) */
+    bool grad;
+    /* the text embedding's output hooked into a leaf (LoRA under checkpointing): its
+     * AccumulateGrad node keeps it while masked_scatter's new embeddings go on as the
+     * text layers' input (R-VLM-43) */
+    bool leaf_held;
 } bridge_sizes;
 
 /* A flat buffer of the bridge (in the vision simulator's numbering). */
@@ -172,14 +182,17 @@ static bool build(builder *b, const bridge_sizes *z)
             feats = cast;
         }
         int mask = buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_BOOL, z->bs); /* saved by masked_scatter */
-        /* masked_scatter's new embeddings while the old are alive (the text's embed_out
-         * stands for the new ones from here on) */
-        drop(b, buf(b, GCKPT_C_ACTIVATIONS, z->text_dt, z->bs * z->width));
+        /* masked_scatter's new embeddings while the old are alive: the old then go (the text's
+         * embed_out stands for the new ones from here on), unless hooked into a leaf that
+         * the backward's AccumulateGrad keeps (leaf_held) */
+        int leaf = buf(b, GCKPT_C_ACTIVATIONS, z->text_dt, z->bs * z->width);
+        if (!z->leaf_held) drop(b, leaf);
         int ids = z->kind->image_masks ? buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_I64, z->bs) : -1;
         bridge_close(b);
         rows(b, false, m, 1); /* the text layers */
         bridge_open(b, m, GCKPT_STAGE_FORWARD);
         if (feats >= 0) drop(b, feats); /* LlavaModel.forward returns: its image_features */
+        if (!z->grad) drop(b, mask);    /* and its placeholder mask, which nothing saved */
         if (ids >= 0) drop(b, ids);     /* Gemma3Model.forward's block_sequence_ids */
         bridge_close(b);
         for (int r = 2; r < 5; r++) rows(b, false, m, r); /* the head and loss; the forward returns */
@@ -190,18 +203,25 @@ static bool build(builder *b, const bridge_sizes *z)
             bridge_close(b);
         }
         for (int r = 5; r < 7; r++) rows(b, false, m, r); /* the text backward */
-        bridge_open(b, m, GCKPT_STAGE_BACKWARD);
         /* MaskedScatterBackward: masked_fill for the text embeddings (stood for by the text's
          * gradient stream from here on) and masked_select for the features, which under
          * autocast ToCopyBackward casts to the projector's dtype (the tower's seed gradient) */
-        drop(b, buf(b, GCKPT_C_BACKWARD, z->text_dt, z->bs * z->width));
-        if (z->feat_dt != z->text_dt) drop(b, buf(b, GCKPT_C_BACKWARD, z->text_dt, z->img * z->width));
-        drop(b, mask);
-        bridge_close(b);
+        if (z->grad) {
+            bridge_open(b, m, GCKPT_STAGE_BACKWARD);
+            drop(b, buf(b, GCKPT_C_BACKWARD, z->text_dt, z->bs * z->width));
+            if (z->feat_dt != z->text_dt) drop(b, buf(b, GCKPT_C_BACKWARD, z->text_dt, z->img * z->width));
+            drop(b, mask);
+            bridge_close(b);
+        }
         for (int r = 5; r < 8; r++) rows(b, true, m, r); /* the projector's and the tower's backward */
         if (z->packed && z->conv_keeps_pixels) {
             bridge_open(b, m, GCKPT_STAGE_BACKWARD);
             drop(b, pix); /* the patch conv's saved input */
+            bridge_close(b);
+        }
+        if (z->leaf_held) {
+            bridge_open(b, m, GCKPT_STAGE_BACKWARD);
+            drop(b, leaf);
             bridge_close(b);
         }
         for (int r = 7; r < 9; r++) rows(b, false, m, r); /* the text embedding's; graphs freed */
@@ -221,6 +241,17 @@ static bool scale_attention(const gckpt_vlm *v, const gckpt_vlm_images *im, gckp
     for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
         if (r->op[i].prim == GCKPT_P_SDPA) r->op[i].fBSS *= share;
     return true;
+}
+
+/* Whether a plain text layer keeps its input for the backward (fp32's RMSNorm saves it;
+ * pure bf16's saves its fp32 cast instead, the residual add nothing). */
+static bool layer_saves_input(const gckpt_recipe *r)
+{
+    int in = r->sec_in[GCKPT_SEC_BLOCK];
+    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+        for (int k = 0; k < r->op[i].nsaved; k++)
+            if (r->op[i].saved[k] == in) return true;
+    return false;
 }
 
 static bool fail_oom(gckpt_err *err)
@@ -247,7 +278,12 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
     for (uint64_t l = 0; l < v->text.layers; l++) sliding |= gckpt_layer_sliding(&v->text, l);
     const gckpt_vlm_type *kind = gckpt_vlm_type_of(v->model_type);
     const char *why = !kind || !kind->walked              ? "its step is not simulated (gckpt_vlm_types' walked rows only)"
-                      : gckpt_peft_on(&s->peft)          ? "LoRA and QLoRA on a VLM are not planned"
+                      : gckpt_peft_quantized(&s->peft)   ? "QLoRA on a VLM is not planned (bitsandbytes quantizes the vision "
+                                                           "tower's and the projector's linears too: FINDINGS R-VLM-41)"
+                      : gckpt_peft_on(&s->peft) && !kind->lora ? "LoRA on it is not measured (llava's is: FINDINGS R-VLM-43)"
+                      : gckpt_peft_on(&s->peft) && s->peft.modules_to_save ? "modules_to_save on a VLM is not planned"
+                      : gckpt_peft_on(&s->peft) && im->tower_trained ? "LoRA trains the adapters only: the vision tower "
+                                                                       "is frozen (get_peft_model)"
                       : gckpt_layout_multi(&s->layout)   ? "a VLM is planned on one GPU only"
                       : s->loss != GCKPT_LOSS_HF         ? "a fused loss on a VLM is not planned"
                       : (sliding && !kind->image_masks) || v->text.experts ? "a text model with sliding-window or expert layers is not planned "
@@ -282,8 +318,10 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
 
     /* the tower: live layers in the parameter table (the later ones and the tail get no
      * gradient, R-VLM-9: their weights are the full tower's less the live ones') */
+    bool peft = gckpt_peft_on(&s->peft); /* adapters on the text model: the projector frozen too (R-VLM-42) */
     gckpt_tower_grad g = im->tower_trained ? GCKPT_TOWER_TRAINED
-                         : s->every_n      ? GCKPT_TOWER_FROZEN_HOOKED
+                         : s->every_n      ? (peft ? GCKPT_TOWER_ALL_FROZEN_HOOKED : GCKPT_TOWER_FROZEN_HOOKED)
+                         : peft            ? GCKPT_TOWER_ALL_FROZEN
                                            : GCKPT_TOWER_FROZEN;
     gckpt_vision_tower_model(v, &p->tower);
     p->tower_live = p->tower;
@@ -310,9 +348,12 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
                             &p->tr);
     if (!gckpt_ctx_init(&p->tc, &p->text, d, &p->tr, s, err)) goto out;
 
+    info->text_layer_saved = gckpt_layer_saved_bytes(&p->tc);
+    info->vision_layer_saved = gckpt_layer_saved_bytes(&p->vc);
     gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(vs, towers[0]);
     tst.model = &p->text;
     tst.modes = p->tmodes;
+    tst.ckpt_on = s->every_n != 0; /* text layer 0 may be plain (R-VLM-43) */
     /* the attention types of the checkpointed text layers (R-VLM-1's indices, not every_n's
      * from text layer 0): which layer type's masks and rotary pair their frames hold */
     for (size_t i = 0; i < info->ntext_ckpt; i++)
@@ -334,7 +375,14 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
                       .pixel_dt = pixel_dt,
                       /* the patch conv has a node (its weight trains) and no cast between */
                       .conv_keeps_pixels = im->tower_trained && pixel_dt == p->vr.param_dtype &&
-                                           s->precision != GCKPT_AMP_BF16 && s->precision != GCKPT_AMP_FP16};
+                                           s->precision != GCKPT_AMP_BF16 && s->precision != GCKPT_AMP_FP16,
+                      .grad = g != GCKPT_TOWER_ALL_FROZEN,
+                      /* while text layer 0 keeps the new embeddings: its checkpoint on the device,
+                       * or, plain, its ops (offloaded or unsaved they go, and the held leaf is the
+                       * only copy, as the text step has it) */
+                      .leaf_held = peft && s->every_n && p->tr.embed_leaf >= 0 &&
+                                   (p->tmodes[0] == GCKPT_LAYER_CKPT ||
+                                    (p->tmodes[0] == GCKPT_LAYER_PLAIN && layer_saves_input(&p->tr)))};
     bool built = b.ts && b.vs && collect(&tst, &b.tl) && collect(&vst, &b.vl) && build(&b, &z);
     if (built) {
         int64_t vstart[GCKPT_NCOMP], full[GCKPT_NCOMP], live[GCKPT_NCOMP];

@@ -12,11 +12,32 @@ static const char *torch_dtype(uint8_t dt)
     return dt == GCKPT_DT_BF16 ? "bfloat16" : dt == GCKPT_DT_F16 ? "float16" : dt == GCKPT_DT_F32 ? "float32" : "uint8";
 }
 
-/* "[\"q_proj\", \"v_proj\"]" or "\"all-linear\"" */
+/* A VLM's target_modules: the regex that keeps the adapters on the text model (a name list
+ * or all-linear reaches the vision tower too: FINDINGS R-VLM-40) */
+static void vlm_target_regex(const gckpt_plan *p, char *buf, size_t n)
+{
+    uint32_t on = gckpt_lora_family_targets(p->model.family) & p->req.peft.targets;
+    size_t k = (size_t)snprintf(buf, n, "model\\.language_model.*\\.(");
+    bool first = true;
+    for (int t = 0; t < GCKPT_NLT && k < n; t++)
+        if (on & (1u << t)) {
+            k += (size_t)snprintf(buf + k, n - k, "%s%s", first ? "" : "|", gckpt_lora_target_bare((gckpt_lora_target)t));
+            first = false;
+        }
+    if (k < n) snprintf(buf + k, n - k, ")");
+}
+
+/* "[\"q_proj\", \"v_proj\"]" or "\"all-linear\""; on a VLM r"<the regex>" */
 static void targets_python(const gckpt_plan *p, char *buf, size_t n)
 {
     char names[200];
     gckpt_lora_targets_name(p->req.peft.targets, p->model.family, names, sizeof names);
+    if (p->vlm) {
+        char re[200];
+        vlm_target_regex(p, re, sizeof re);
+        snprintf(buf, n, "r\"%s\"", re);
+        return;
+    }
     if (!strcmp(names, "all-linear")) {
         snprintf(buf, n, "\"all-linear\"");
         return;
@@ -43,14 +64,14 @@ void gckpt_plan_print_peft_model(const gckpt_plan *p, FILE *f)
                        "                         bnb_4bit_compute_dtype=torch.%s, bnb_4bit_quant_storage=torch.%s)\n",
                     gckpt_quant_names[pf->quant], pf->double_quant ? "True" : "False", torch_dtype(pf->compute_dtype),
                     torch_dtype(pf->quant_storage));
-        fprintf(f, "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", quantization_config=bnb,\n"
+        fprintf(f, "model = %s.from_pretrained(%s, attn_implementation=\"%s\", quantization_config=bnb,\n"
                    "                                             dtype=torch.bfloat16)\n"
                    "# fp32 non-quantized parameters; not its own checkpointing (reentrant, every layer: FINDINGS R-PEFT-1)\n"
                    "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)\n",
-                gckpt_plan_model_arg(p, ma, sizeof ma), attn);
+                gckpt_plan_model_class(p), gckpt_plan_model_arg(p, ma, sizeof ma), attn);
     } else {
-        fprintf(f, "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s)\n",
-                gckpt_plan_model_arg(p, ma, sizeof ma), attn, p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32");
+        fprintf(f, "model = %s.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s)\n",
+                gckpt_plan_model_class(p), gckpt_plan_model_arg(p, ma, sizeof ma), attn, p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32");
     }
     char targets[256], mts[160] = "";
     targets_python(p, targets, sizeof targets);
@@ -75,8 +96,10 @@ void gckpt_plan_peft_header(const gckpt_plan *p, char *buf, size_t n)
     if (!gckpt_peft_on(pf)) return;
     char targets[160];
     gckpt_lora_targets_name(pf->targets, p->model.family, targets, sizeof targets);
-    size_t k = (size_t)snprintf(buf, n, ", %s r %u alpha %g dropout %g %s, %llu trainable",
+    /* a VLM's adapters are on its text model only (the snippet's regex, FINDINGS R-VLM-40) */
+    size_t k = (size_t)snprintf(buf, n, ", %s r %u alpha %g dropout %g %s%s, %llu trainable",
                                 gckpt_method_names[pf->method], pf->rank, pf->alpha, pf->dropout, targets,
+                                p->vlm ? " of the text model" : "",
                                 (unsigned long long)p->params->trainable);
     if (pf->method == GCKPT_METHOD_QLORA && k < n)
         snprintf(buf + k, n - k, ", %s%s", gckpt_quant_names[pf->quant],
@@ -95,6 +118,10 @@ void gckpt_plan_peft_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(l, "dropout", pf->dropout);
     gckpt_lora_targets_name(pf->targets, p->model.family, names, sizeof names);
     cJSON_AddStringToObject(l, "targets", names);
+    if (p->vlm) { /* what LoraConfig gets: the text model's linears only */
+        vlm_target_regex(p, names, sizeof names);
+        cJSON_AddStringToObject(l, "target_modules", names);
+    }
     gckpt_mts_name(pf->modules_to_save, p->model.family, names, sizeof names);
     cJSON_AddStringToObject(l, "modules_to_save", names);
     if (pf->method != GCKPT_METHOD_QLORA) return;

@@ -71,7 +71,7 @@ static const char *hf_optim(gckpt_optimizer o)
     }
 }
 
-static const char *model_class(const gckpt_plan *p)
+const char *gckpt_plan_model_class(const gckpt_plan *p)
 {
     return p->vlm ? "AutoModelForImageTextToText" : "AutoModelForCausalLM";
 }
@@ -106,7 +106,7 @@ static void print_model_line(const gckpt_plan *p, FILE *f)
         return;
     }
     /* a VLM: the ForConditionalGeneration class AutoModelForImageTextToText maps its model_type to */
-    fprintf(f, "model = %s.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s)\n", model_class(p),
+    fprintf(f, "model = %s.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s)\n", gckpt_plan_model_class(p),
             gckpt_plan_model_arg(p, ma, sizeof ma), attn, dtype);
     if (p->vlm && !p->images->tower_trained) {
         const gckpt_vlm_type *row = gckpt_vlm_type_of(p->vlm->model_type);
@@ -214,7 +214,7 @@ void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f
     if (p->req.layout.dp_replicate || p->req.tp || p->req.cp) /* TrainingArguments(parallelism_config=...): accelerate >= 1.12 with transformers 5 */
         fprintf(f, "from accelerate import ParallelismConfig\n");
     if (p->req.tp) fprintf(f, "from transformers.distributed import DistributedConfig\n");
-    fprintf(f, "from transformers import %s, %s%sTrainer, TrainingArguments\n\n", model_class(p),
+    fprintf(f, "from transformers import %s, %s%sTrainer, TrainingArguments\n\n", gckpt_plan_model_class(p),
             qlora ? "BitsAndBytesConfig, " : "", p->model.mxfp4_checkpoint && !peft ? "Mxfp4Config, " : "");
     if (peft) {
         gckpt_plan_print_peft_model(p, f);

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "gckpt/core/families.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/towers.h"
 #include "gckpt/core/vision.h"
 #include "gckpt/planner/plan.h"
@@ -72,8 +73,15 @@ bool gckpt_plan_vlm_load(gckpt_plan *p, const char *path, const char *text, gckp
     gckpt_vlm_images *im = p->images;
     im->images = q->images ? q->images : 1;
     im->tiles = gckpt_image_tiles(p->vlm, h, w);
-    /* the model as from_pretrained loads it trains every parameter; the Trainer leaves it so */
-    im->tower_trained = q->vision_tower != GCKPT_VISION_FROZEN;
+    /* the model as from_pretrained loads it trains every parameter; the Trainer leaves it so;
+     * get_peft_model freezes all but the adapters (FINDINGS R-VLM-42) */
+    bool peft = gckpt_peft_on(&q->peft);
+    if (peft && q->vision_tower == GCKPT_VISION_TRAINED) {
+        gckpt_seterr(err, "--vision-tower trained with --method %s: get_peft_model freezes the vision tower (adapters "
+                          "on the text model only are planned)", gckpt_method_names[q->peft.method]);
+        return false;
+    }
+    im->tower_trained = !peft && q->vision_tower != GCKPT_VISION_FROZEN;
     im->pixel_dtype = q->pixel_dtype;
     im->h = h;
     im->w = w;

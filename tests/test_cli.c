@@ -128,7 +128,7 @@ static void bad_inputs(void **state)
         /* vision-language models (issue 26): measured (tests/data/hf-vlm), not planned yet */
         /* Gemma 3 is planned: what its step does not simulate, one line each */
         {"Gemma 3 LoRA", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--method", "lora", "-o", "out.json"),
-         "gemma3: LoRA and QLoRA on a VLM are not planned"},
+         "gemma3: LoRA on it is not measured (llava's is: FINDINGS R-VLM-43)"},
         {"Gemma 3 several GPUs", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--gpus", "2", "--parallel",
                                    "ddp", "-o", "out.json"), "gemma3: a VLM is planned on one GPU only"},
         {"Gemma 3 eager", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--attention", "eager", "-o",
@@ -153,8 +153,17 @@ static void bad_inputs(void **state)
         {"image tokens fill seq", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--images",
                                     "2", "-o", "out.json"),
          "--seq 1024: a sample's 2 image(s) take 1152 tokens of it (576 each), leaving no text tokens"},
-        {"LLaVA LoRA", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--method", "lora",
-                         "-o", "out.json"), "llava: LoRA and QLoRA on a VLM are not planned"},
+        {"LLaVA QLoRA", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--method", "qlora",
+                          "-o", "out.json"),
+         "llava: QLoRA on a VLM is not planned (bitsandbytes quantizes the vision tower's and the projector's linears "
+         "too: FINDINGS R-VLM-41)"},
+        {"LLaVA LoRA modules_to_save", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024",
+                                         "--method", "lora", "--modules-to-save", "lm_head", "-o", "out.json"),
+         "llava: modules_to_save on a VLM is not planned"},
+        {"LLaVA LoRA, tower trained", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024",
+                                        "--method", "lora", "--vision-tower", "trained", "-o", "out.json"),
+         "--vision-tower trained with --method lora: get_peft_model freezes the vision tower (adapters on the text "
+         "model only are planned)"},
         {"LLaVA every-n", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--every-n", "57", "-o", "out.json"),
          "--every-n: 57 exceeds the model's 56 layers"},
         {"VLM without vision_config", A("--model", "./novision.json", "-o", "out.json"),

@@ -7,6 +7,7 @@
  * within the planner's fixture tolerance (0.1 % fp32 and amp, 0.5 % bf16). The plan JSON of
  * each carries the images and the checkpointed layers of both towers the probe saw, and
  * passes reports/schema/plan.schema.json. */
+#define _GNU_SOURCE /* open_memstream */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -80,15 +81,20 @@ static void check_fixture(const char *path, const char *name, tally *ty)
                             .images = (uint64_t)at(im, "per_sample")->valuedouble,
                             .image_h = (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble,
                             .image_w = (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble,
-                            .vision_tower = strcmp(at(set, "vision_tower")->valuestring, "frozen")
+                            /* "frozen", or the LoRA fixtures' "frozen (get_peft_model)" */
+                            .vision_tower = strncmp(at(set, "vision_tower")->valuestring, "frozen", 6)
                                                 ? GCKPT_VISION_TRAINED
                                                 : GCKPT_VISION_FROZEN,
                             /* vlm_cases.py casts the batch's pixels to bf16 for its pure-bf16 cases */
                             .pixel_dtype = p == GCKPT_BF16 ? GCKPT_DT_BF16 : 0};
+    /* tests/data/hf-vlm-peft: LoRA on the text model (method, lora) */
+    gckpt_err err;
+    gckpt_setting ps = {0};
+    if (!hf_peft_read(path, j, &ps, &err)) fail_msg("%s: %s", path, err.msg);
+    q.peft = ps.peft;
     snprintf(q.model_ref, sizeof q.model_ref, "%s", cfg_path);
     snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", GCKPT_TEST_DATA "/devices/cpu-exact.json");
     gckpt_plan plan;
-    gckpt_err err;
     bool planned = gckpt_plan_run(&q, &plan, &err);
     unlink(cfg_path);
     if (!planned) fail_msg("%s: %s", name, err.msg);
@@ -105,6 +111,10 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     char why[512];
     /* the schema knows the targets a user plans, not the probe's CUDA-lists emulation */
     if (q.target == GCKPT_TARGET_CPU && !schema_check(g_schema, doc, why, sizeof why)) fail_msg("%s: %s", name, why);
+    /* LoRA: inputs.lora.target_modules is the regex the probe gave LoraConfig */
+    const cJSON *ftm = at(at(j, "lora"), "target_modules"), *ptm = at(at(at(doc, "inputs"), "lora"), "target_modules");
+    if (cJSON_IsString(ftm) && (!cJSON_IsString(ptm) || strcmp(ftm->valuestring, ptm->valuestring)))
+        fail_msg("%s: the plan's inputs.lora.target_modules is not the probe's %s", name, ftm->valuestring);
     const cJSON *vin = at(at(doc, "inputs"), "vision"), *ent = cJSON_GetArrayItem(at(doc, "entries"), 0);
     if (!vin || at(vin, "images")->valuedouble != at(im, "per_sample")->valuedouble ||
         at(vin, "tokens_per_image")->valuedouble != at(im, "tokens_per_image")->valuedouble)
@@ -119,6 +129,20 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     if (top != (double)r->peak_bytes) fail_msg("%s: the timeline's top %.0f is not the peak %llu", name, top,
                                                (unsigned long long)r->peak_bytes);
     cJSON_Delete(doc);
+    /* LoRA: the snippet loads the VLM class and passes LoraConfig the probe's target_modules
+     * (the regex that keeps the adapters on the text model, FINDINGS R-VLM-40) */
+    const cJSON *tm = at(at(j, "lora"), "target_modules");
+    if (cJSON_IsString(tm)) {
+        char *out = NULL, want[160];
+        size_t len = 0;
+        FILE *mf = open_memstream(&out, &len);
+        gckpt_plan_print_snippet(&plan, &plan.entries[0], mf);
+        fclose(mf);
+        snprintf(want, sizeof want, "target_modules=r\"%s\",", tm->valuestring);
+        if (!strstr(out, want) || !strstr(out, "model = AutoModelForImageTextToText.from_pretrained("))
+            fail_msg("%s: the snippet does not load the VLM with %s:\n%s", name, want, out);
+        free(out);
+    }
     printf("%-58s measured %9.0f planned %9llu %+7.3f%% %s\n", name, peak, (unsigned long long)r->peak_bytes, e * 100,
            pass ? "ok" : "BEYOND");
     ty->files++;
@@ -133,13 +157,24 @@ static void check_one(const char *path, const char *name, void *ty)
     check_fixture(path, name, ty);
 }
 
-static tally family(const char *prefix)
+/* the LoRA fixtures with adapters on the text model only (the regex targets: "-textattn-") */
+static void check_text_adapters(const char *path, const char *name, void *ty)
+{
+    if (strstr(name, "-textattn-")) check_fixture(path, name, ty);
+}
+
+static tally family_in(const char *dir, const char *prefix, void (*fn)(const char *, const char *, void *))
 {
     tally ty = {0};
-    each_json_file(GCKPT_TEST_DATA "/hf-vlm", prefix, check_one, &ty);
+    each_json_file(dir, prefix, fn, &ty);
     printf("%s: %d of %d plans' peaks within the tolerance of the measured (the worst at %.2f x it)\n", prefix,
            ty.passed, ty.files, ty.worst);
     return ty;
+}
+
+static tally family(const char *prefix)
+{
+    return family_in(GCKPT_TEST_DATA "/hf-vlm", prefix, check_one);
 }
 
 static void llava_plans(void **state)
@@ -176,6 +211,16 @@ static void qwen2_5_vl_plans(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* --method lora on LLaVA (tests/data/hf-vlm-peft): adapters on the text model, the tower and
+ * projector frozen (FINDINGS R-VLM-42, R-VLM-43) */
+static void llava_lora_plans(void **state)
+{
+    (void)state;
+    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-lora-", check_text_adapters);
+    assert_int_equal(ty.files, 15);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -186,6 +231,7 @@ int main(void)
     }
     free(text);
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans),
-                                       cmocka_unit_test(gemma3_plans), cmocka_unit_test(qwen2_5_vl_plans)};
+                                       cmocka_unit_test(gemma3_plans), cmocka_unit_test(qwen2_5_vl_plans),
+                                       cmocka_unit_test(llava_lora_plans)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

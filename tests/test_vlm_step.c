@@ -7,7 +7,9 @@
  * live bytes after micro-step 1's forward as well), one
  * line per fixture; the host peak (both towers' offloaded inputs, the checkpoints' RNG
  * states) exactly; which layers of each tower are checkpointed against the probe's
- * (towers.vision / towers.text.checkpointed); the tokens per image. */
+ * (towers.vision / towers.text.checkpointed); the tokens per image. The LoRA fixtures of
+ * tests/data/hf-vlm-peft (adapters on the text model) the same way, and each plain layer's
+ * saved bytes exactly. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,8 +49,9 @@ static bool same_layers(const cJSON *tower, const uint64_t *got, size_t n)
 }
 
 typedef struct {
-    int files, passed;
+    int files, passed, layers_exact;
     double worst;
+    bool exact_layers; /* check each plain layer's saved bytes */
 } tally;
 
 static void check_fixture(const char *path, const char *name, tally *ty)
@@ -77,12 +80,15 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     uint64_t h = (uint64_t)cJSON_GetArrayItem(hw, 0)->valuedouble, w = (uint64_t)cJSON_GetArrayItem(hw, 1)->valuedouble;
     gckpt_vlm_images images = {.images = (uint64_t)at(im, "per_sample")->valuedouble,
                                .tiles = gckpt_image_tiles(&v, h, w),
-                               .tower_trained = strcmp(at(set, "vision_tower")->valuestring, "frozen") != 0,
+                               /* "frozen", or the LoRA fixtures' "frozen (get_peft_model)" */
+                               .tower_trained = strncmp(at(set, "vision_tower")->valuestring, "frozen", 6) != 0,
                                /* vlm_cases.py casts the batch's pixels to bf16 for its pure-bf16 cases */
                                .pixel_dtype = p == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32,
                                .h = h,
                                .w = w};
     if (!gckpt_image_tokens(&v, "image", h, w, &images.tokens, &err)) fail_msg("%s: %s", path, err.msg);
+    /* tests/data/hf-vlm-peft: LoRA on the text model (method, lora) */
+    if (!hf_peft_read(path, j, &s, &err)) fail_msg("%s: %s", path, err.msg);
     if (images.tokens != (uint64_t)at(im, "tokens_per_image")->valuedouble)
         fail_msg("%s: %llu tokens per image planned, %.0f measured", path, (unsigned long long)images.tokens,
                  at(im, "tokens_per_image")->valuedouble);
@@ -93,6 +99,27 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     if (!same_layers(at(towers, "vision"), info.vision_ckpt, info.nvision_ckpt) ||
         !same_layers(at(towers, "text"), info.text_ckpt, info.ntext_ckpt))
         fail_msg("%s: the checkpointed layers differ from the probe's", path);
+    /* what each plain layer saves, exact (the LoRA fixtures; their text layers are all
+     * alike): the text layers but the first plain one (its region also holds the rotary pair
+     * every layer shares), the vision blocks past block 0 that reach the projector but the
+     * tower's last (whose region holds the projector's tensors; the probe's regions: the
+     * vision blocks first, module order) */
+    const cJSON *layers = at(at(j, "saved"), "layers");
+    uint64_t nv = (uint64_t)at(at(towers, "vision"), "layers")->valuedouble;
+    bool first_text = true;
+    for (int k = 0; k < cJSON_GetArraySize(layers) && ty->exact_layers; k++) {
+        const cJSON *l = cJSON_GetArrayItem(layers, k);
+        bool vis = (uint64_t)k < nv, plain = !cJSON_IsTrue(at(l, "checkpointed"));
+        uint64_t i = vis ? (uint64_t)k : (uint64_t)k - nv;
+        bool skip = !plain || (vis ? i == 0 || i >= info.vision_live || i + 1 == nv : first_text);
+        if (!vis && plain) first_text = false;
+        if (skip) continue;
+        uint64_t want = vis ? info.vision_layer_saved : info.text_layer_saved;
+        if ((uint64_t)at(l, "bytes")->valuedouble != want)
+            fail_msg("%s: %s layer %llu saves %.0f bytes, %llu planned", path, vis ? "vision" : "text",
+                     (unsigned long long)i, at(l, "bytes")->valuedouble, (unsigned long long)want);
+        ty->layers_exact++;
+    }
     const cJSON *steps = at(j, "steps"), *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
     /* (a peak between the micro-steps is the probe's batch making: hf_vlm_step_peak) */
     double peak = hf_vlm_step_peak(last), after = at(last, "after_forward_bytes")->valuedouble;
@@ -119,13 +146,24 @@ static void check_one(const char *path, const char *name, void *ty)
     check_fixture(path, name, ty);
 }
 
+/* the LoRA fixtures with adapters on the text model only (the regex targets: "-textattn-") */
+static void check_text_adapters(const char *path, const char *name, void *ty)
+{
+    if (strstr(name, "-textattn-")) check_fixture(path, name, ty);
+}
+
+static tally dir_peaks(const char *dir, const char *prefix, void (*fn)(const char *, const char *, void *))
+{
+    tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0};
+    each_json_file(dir, prefix, fn, &ty);
+    printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it); %d plain layers' saved "
+           "bytes exact\n", prefix, ty.passed, ty.files, ty.worst, ty.layers_exact);
+    return ty;
+}
+
 static tally family_peaks(const char *prefix)
 {
-    tally ty = {0};
-    each_json_file(GCKPT_TEST_DATA "/hf-vlm", prefix, check_one, &ty);
-    printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it)\n", prefix, ty.passed,
-           ty.files, ty.worst);
-    return ty;
+    return dir_peaks(GCKPT_TEST_DATA "/hf-vlm", prefix, check_one);
 }
 
 static void llava_peaks(void **state)
@@ -164,6 +202,18 @@ static void qwen2_5_vl_peaks(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* LoRA on LLaVA's text model (tests/data/hf-vlm-peft, tools/hf_probe/probe_vlm_peft.py; FINDINGS
+ * R-VLM-40 to R-VLM-43): the text layers' adapters, the tower and the projector frozen,
+ * hooked under checkpointing; fp32, bf16, amp-bf16 over every_n off / 1 / 2 x offload */
+static void llava_lora_peaks(void **state)
+{
+    (void)state;
+    tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-lora-", check_text_adapters);
+    assert_int_equal(ty.files, 15);
+    assert_int_equal(ty.layers_exact, 24); /* every_n off: 3 text, 1 vision; every_n 2: 1 and 1 */
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -172,6 +222,7 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks),
-                                       cmocka_unit_test(gemma3_peaks), cmocka_unit_test(qwen2_5_vl_peaks)};
+                                       cmocka_unit_test(gemma3_peaks), cmocka_unit_test(qwen2_5_vl_peaks),
+                                       cmocka_unit_test(llava_lora_peaks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

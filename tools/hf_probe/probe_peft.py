@@ -487,7 +487,7 @@ def describe(pm, hf, sp, dtypes_before):
         "param_dtype_changes_in_first_forward": {n_: [dtypes_before[n_], v[1]] for n_, v in names.items()
                                                  if dtypes_before.get(n_) not in (None, v[1])},
         "lora": {"r": sp["r"], "alpha": sp["alpha"], "dropout": sp["dropout"],
-                 "targets": sp["targets"] if sp["targets"] == "all-linear" else attn_targets(sp),
+                 "targets": sp.get("target_modules") or (sp["targets"] if sp["targets"] == "all-linear" else attn_targets(sp)),
                  "targets_resolved": resolved, "modules_to_save": sp["modules_to_save"], "bias": cfg.bias,
                  "use_rslora": cfg.use_rslora, "scaling": sp["alpha"] / sp["r"],
                  "closed_form_trainable": sum(x["r"] * (x["in"] + x["out"]) for x in layers),
@@ -601,10 +601,12 @@ def _module_key(mod):
     return ".".join(p for p in parts if p != "default") or "-"
 
 
-def run_case(sp):
+def run_case(sp, setup=None):
+    """setup: setup_peft unless given (probe_vlm_peft.py passes its own, which appends to
+    _INFO as setup_peft does)."""
     del _INFO[:]
     with cuda_autocast_query() if sp["precision"] == "amp-bf16-cudalists" else contextlib.nullcontext():
-        fx = probe.run_case(sp, setup_peft)
+        fx = probe.run_case(sp, setup or setup_peft)
     info = _INFO[0]
     if len(_INFO) != 2 or _INFO[1] != info:
         raise RuntimeError("the two passes built different models")

@@ -155,6 +155,9 @@ typedef struct gckpt_vlm_type {
     const char *tower_module, *tower_trained_part;
     /* gckpt-run executes the walked step on the host backend (executor/interp_vlm.c) */
     bool host;
+    /* LoRA with adapters on its text model is measured (tests/data/hf-vlm-peft, FINDINGS
+     * R-VLM-43): gckpt_vlm_walk plans --method lora on it */
+    bool lora;
 } gckpt_vlm_type;
 extern const gckpt_vlm_type gckpt_vlm_types[];
 /* The row of model_type t in gckpt_vlm_types, NULL when it is none. */

@@ -219,6 +219,9 @@ typedef struct {
                            * feature layer, FINDINGS R-VLM-9): the head reads layer
                            * live_layers - 1's output, and the later layers get no backward,
                            * their graph going when the forward returns (their FORWARD_END) */
+    bool ckpt_on;         /* with modes: checkpointing is on though layer 0 may be plain (a VLM's
+                           * text layers after the vision blocks, R-VLM-1): the embedding
+                           * hooked, the checkpointed layers' arguments held (R-VLM-43) */
 } gckpt_step;
 
 /* The step of setting s on a model of `layers` layers (its micro-steps: gckpt_micro_runs at the
@@ -228,7 +231,8 @@ gckpt_layer_mode gckpt_step_mode(const gckpt_step *st, uint64_t layer);
 /* A layer's block type in step st. */
 uint8_t gckpt_step_block(const gckpt_step *st, uint64_t layer);
 /* Whether layers are checkpointed and offloaded (layer 0's mode: it is checkpointed
- * whenever any is): checkpoints then hold the layers' arguments (recipe.h, ckpt_held). */
+ * whenever any is, but for st->ckpt_on): checkpoints then hold the layers' arguments
+ * (recipe.h, ckpt_held). */
 void gckpt_step_checkpointing(const gckpt_step *st, bool *any, bool *offload);
 
 typedef struct {

@@ -178,7 +178,15 @@ bool gckpt_image_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint64
  * frozen one under gradient checkpointing what enable_input_require_grads' hook on its patch
  * embedding's output makes need one (its activations, for the input gradient: no input of a
  * frozen linear is kept); a frozen one without checkpointing nothing. */
-typedef enum { GCKPT_TOWER_TRAINED, GCKPT_TOWER_FROZEN_HOOKED, GCKPT_TOWER_FROZEN } gckpt_tower_grad;
+typedef enum {
+    GCKPT_TOWER_TRAINED,
+    GCKPT_TOWER_FROZEN_HOOKED,
+    GCKPT_TOWER_FROZEN,
+    /* LoRA / QLoRA with adapters on the text model only: get_peft_model freezes the projector
+     * too (FINDINGS R-VLM-42), hooked under checkpointing or not */
+    GCKPT_TOWER_ALL_FROZEN_HOOKED,
+    GCKPT_TOWER_ALL_FROZEN
+} gckpt_tower_grad;
 
 /* The tower as a gckpt_model (its layers and widths), what its recipe is traced from and a
  * context (gckpt_ctx_init) sizes it with. */

@@ -45,13 +45,16 @@ typedef struct {
     size_t nvision_ckpt, ntext_ckpt;
     uint64_t image_tokens;       /* per sample */
     bool peak_in_vision;         /* the peak falls in a segment of the tower's */
+    /* what one plain layer saves for the backward (its shared tensors, such as the rotary
+     * pair, not counted): a text layer past layer 0, a vision block */
+    uint64_t text_layer_saved, vision_layer_saved;
 } gckpt_vlm_step_info;
 
 /* Walk the steady-state step of setting s (its micro-batch, sequence: text and image tokens
- * per sample, precision, every_n, offload, accumulation; one device, no PEFT) for VLM v on
+ * per sample, precision, every_n, offload, accumulation; one device; LoRA on the text model) for VLM v on
  * device d and target; res as gckpt_walk fills it (peak, after the forward, breakdown, the
  * step's seconds from the same per-op model for both towers). false with err when a part
- * is not simulated (gckpt_vlm_types' walked rows only; one GPU, full fine-tuning, HF's loss;
+ * is not simulated (gckpt_vlm_types' walked rows only; one GPU, full fine-tuning or LoRA, HF's loss;
  * Gemma 3 under sdpa). */
 bool gckpt_vlm_walk(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s, gckpt_target target,
                     const gckpt_vlm_images *im, gckpt_result *res, gckpt_vlm_step_info *info, gckpt_err *err);

@@ -177,6 +177,9 @@ const char *gckpt_plan_attn_impl(const gckpt_plan *p);
 /* from_pretrained's first argument in the snippets: "..." (the user's checkpoint), or a
  * Hub id's "ORG/NAME" (with revision="REV" when not main), written into buf. */
 const char *gckpt_plan_model_arg(const gckpt_plan *p, char *buf, size_t n);
+/* The Auto class the snippet loads with: AutoModelForImageTextToText for a VLM, else
+ * AutoModelForCausalLM. */
+const char *gckpt_plan_model_class(const gckpt_plan *p);
 
 /* Human outputs: the header (model, GPU, budget, warnings) comes first. */
 void gckpt_plan_print_header(const gckpt_plan *p, FILE *f);

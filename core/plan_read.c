@@ -929,9 +929,14 @@ bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
             gckpt_seterr(err, "%s: field 'inputs.vision': model_type \"%s\" (%s) is planned, not executed by gckpt-run "
                               "(not yet: %s)", f, v->model_type, row ? row->family : v->model_type,
                          row ? row->missing : "its step");
+        /* LoRA on a VLM is planned (R-VLM-43); the executor's VLM step has no adapters */
+        bool peft = ok && row && row->host && gckpt_peft_on(&pf->peft);
+        if (peft)
+            gckpt_seterr(err, "%s: field 'inputs.method': %s on a vision-language model is planned, not executed by "
+                              "gckpt-run", f, gckpt_method_names[pf->peft.method]);
         if (!v) gckpt_seterr(err, "out of memory");
         free(v);
-        if (!ok || !(row && row->host)) return false;
+        if (!ok || !(row && row->host) || peft) return false;
     }
     if (pf->layout.offload)
         gckpt_seterr(err, "%s: field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "

@@ -215,8 +215,10 @@ void gckpt_plan_vlm_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON 
 
 uint64_t gckpt_plan_vlm_params(const gckpt_plan *p)
 {
-    return p->params->numel + gckpt_vision_tower_params(p->vlm).params + gckpt_vision_projector_params(p->vlm).params +
-           gckpt_vlm_text_extra(p->vlm).params;
+    /* the model's own parameters, as the plan reader counts them from the config: LoRA's
+     * adapters (in p->params) are not the model's */
+    return gckpt_param_count(&p->vlm->text) + gckpt_vision_tower_params(p->vlm).params +
+           gckpt_vision_projector_params(p->vlm).params + gckpt_vlm_text_extra(p->vlm).params;
 }
 
 uint64_t gckpt_plan_vlm_checkpointed(const gckpt_plan *p, uint32_t every_n)

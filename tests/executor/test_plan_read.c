@@ -425,12 +425,13 @@ static void test_cp(void **st)
 
 /* A LLaVA plan (gckpt-plan --images 1): inputs.vision read back (images, tiles, tokens, the
  * tower); gckpt-run executes it (the VLM table's host flag), a llava_next plan refused naming it. */
-static char *vlm_plan(const char *config, bool frozen)
+static char *vlm_plan(const char *config, bool frozen, bool lora)
 {
     gckpt_plan_request req = {.seq = 32, .micro_batches = {2}, .n_micro = 1, .grad_accum = 1, .precision = GCKPT_FP32,
                               .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH,
                               .margin = 0.05, .images = 1,
                               .vision_tower = frozen ? GCKPT_VISION_FROZEN : GCKPT_VISION_TRAINED};
+    if (lora) gckpt_peft_default(GCKPT_METHOD_LORA, &req.peft);
     snprintf(req.model_ref, sizeof req.model_ref, "%s/%s.json", GCKPT_TEST_DATA, config);
     snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
     uint32_t ev[2] = {0, 2};
@@ -449,7 +450,8 @@ static char *vlm_plan(const char *config, bool frozen)
 static void test_vlm(void **st)
 {
     (void)st;
-    char *llava = vlm_plan("tiny-llava", true), *next = vlm_plan("tiny-llava-next", false);
+    char *llava = vlm_plan("tiny-llava", true, false), *next = vlm_plan("tiny-llava-next", false, false);
+    char *lora = vlm_plan("tiny-llava", true, true);
     gckpt_plan_file pf;
     gckpt_err err = {{0}};
     if (!gckpt_plan_parse("llava.json", llava, &pf, &err)) fail_msg("%s", err.msg);
@@ -466,8 +468,15 @@ static void test_vlm(void **st)
     assert_non_null(strstr(err.msg, "next.json: field 'inputs.vision': model_type \"llava_next\" (LLaVA-NeXT) is planned, "
                                     "not executed by gckpt-run"));
     gckpt_plan_file_free(&pf);
+    /* LoRA on llava: read (its parameter count is the model's, not the adapters'), not executed */
+    if (!gckpt_plan_parse("lora.json", lora, &pf, &err)) fail_msg("%s", err.msg);
+    assert_false(gckpt_plan_executable(&pf, &err));
+    assert_non_null(strstr(err.msg, "lora.json: field 'inputs.method': lora on a vision-language model is planned, "
+                                    "not executed by gckpt-run"));
+    gckpt_plan_file_free(&pf);
     free(llava);
     free(next);
+    free(lora);
 }
 
 int main(void)

@@ -6,6 +6,7 @@
 
 #include "gckpt/core/collective.h"
 #include "gckpt/core/dtype.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/step.h"
 
 #define ADAMW_STEP 4 /* torch AdamW's fp32 step per parameter tensor */
@@ -46,6 +47,41 @@ bool gckpt_tp_model_ok(const gckpt_model *m, uint32_t tp, gckpt_err *err)
         return false;
     }
     return true;
+}
+
+/* The tp_plan style of each LoRA target llama's and qwen3's plans name (R-TP-2) and what peft makes of
+ * it (R-TP-12, R-TP-13): colwise layers' adapters run (lora_B sharded), rowwise layers' fail. */
+static const struct {
+    gckpt_lora_target t;
+    bool rowwise;
+} TP_LORA_STYLE[] = {
+    {GCKPT_LT_Q, false}, {GCKPT_LT_K, false},    {GCKPT_LT_V, false},   {GCKPT_LT_O, true},
+    {GCKPT_LT_GATE, false}, {GCKPT_LT_UP, false}, {GCKPT_LT_DOWN, true},
+};
+
+bool gckpt_tp_peft_ok(const gckpt_peft *pf, uint32_t tp, gckpt_err *err)
+{
+    if (!gckpt_peft_on(pf)) return true;
+    if (pf->method == GCKPT_METHOD_QLORA) {
+        gckpt_seterr(err, "--tp %u --method qlora: transformers loads bitsandbytes' 4-bit weights with the tp_plan as "
+                          "DTensors over the packed storage, and the Linear4bit forward asserts (bitsandbytes "
+                          "nn/modules.py:498) and get_peft_model fails (peft tuners/lora/bnb.py:585) (FINDINGS "
+                          "R-TP-14)", tp);
+        return false;
+    }
+    for (size_t j = 0; j < sizeof TP_LORA_STYLE / sizeof TP_LORA_STYLE[0]; j++) {
+        if (!TP_LORA_STYLE[j].rowwise || !(pf->targets & (1u << TP_LORA_STYLE[j].t))) continue;
+        gckpt_seterr(err, "--tp %u --method lora with %s (rowwise in the tp_plan): peft sizes its lora_A by the local "
+                          "shard (peft tuners/tuners_utils.py:186) but transformers' RowwiseParallel wraps the input "
+                          "by lora_A.in_features (transformers distributed/tensor_parallel.py:261), so the first forward "
+                          "fails (FINDINGS R-TP-13); only q_proj, k_proj, v_proj, gate_proj, up_proj run under TP",
+                     tp, gckpt_lora_target_bare(TP_LORA_STYLE[j].t));
+        return false;
+    }
+    gckpt_seterr(err, "--tp %u --method lora: adapters on colwise layers run under the tp_plan and equal one process "
+                      "(FINDINGS R-TP-12, measured per rank in tests/data/hf-tp-peft), but a rank's memory and "
+                      "collectives with adapters are not planned yet", tp);
+    return false;
 }
 
 /* One parameter tensor as the tp_plan lays it out: rows x cols, which dim is sharded (-1: none). */

@@ -424,8 +424,8 @@ static bool tp_setup(gckpt_plan *p, gckpt_err *err)
                           "which times the TP all-reduces and all-gathers", q->tp, p->dev.name);
         return false;
     }
-    const char *what = gckpt_peft_on(&q->peft) ? "--method lora / qlora"
-                     : (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"
+    if (!gckpt_tp_peft_ok(&q->peft, q->tp, err)) return false;
+    const char *what = (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"
                      : q->optimizer != GCKPT_ADAMW ? "--optimizer other than adamw"
                      : q->loss != GCKPT_LOSS_HF ? "--loss other than hf"
                      : q->code_base != GCKPT_CB_HF ? "--code-base fused"

@@ -308,6 +308,11 @@ static void bad_inputs(void **state)
         {"tp x fsdp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "over several nodes"},
         {"tp nodes", A("--gpus", "2", "--nodes", "2", "--tp", "4", "-o", "out.json"), "tensor parallelism (--tp) over several nodes"},
         {"tp x fsdp q/k norms", A("--model", "qwen3-8b", "--gpus", "4", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "without q / k norms"},
+        /* LoRA / QLoRA under TP (FINDINGS R-TP-12..14): measured to fail, or to run but not planned */
+        {"tp LoRA all-linear", A("--gpus", "2", "--tp", "2", "--method", "lora", "-o", "out.json"), "--method lora with o_proj (rowwise in the tp_plan)"},
+        {"tp LoRA rowwise fails", A("--gpus", "2", "--tp", "2", "--method", "lora", "--lora-targets", "q_proj,down_proj", "-o", "out.json"), "down_proj (rowwise in the tp_plan): peft sizes its lora_A by the local shard (peft tuners/tuners_utils.py:186) but transformers' RowwiseParallel wraps the input by lora_A.in_features (transformers distributed/tensor_parallel.py:261), so the first forward fails (FINDINGS R-TP-13)"},
+        {"tp LoRA colwise", A("--gpus", "2", "--tp", "2", "--method", "lora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "equal one process (FINDINGS R-TP-12, measured per rank in tests/data/hf-tp-peft), but a rank's memory and collectives with adapters are not planned yet"},
+        {"tp QLoRA", A("--gpus", "2", "--tp", "2", "--method", "qlora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "the Linear4bit forward asserts (bitsandbytes nn/modules.py:498) and get_peft_model fails (peft tuners/lora/bnb.py:585) (FINDINGS R-TP-14)"},
         /* context parallelism (FINDINGS R-CP): accelerate's checks, torch's and the Trainer's refusals, what is not measured */
         {"cp not the world", A("--gpus", "4", "--cp", "2", "-o", "out.json"), "cp_size 2 x sp_size 1 = 2, not the 4 processes"},
         {"cp uneven sequence", A("--gpus", "2", "--cp", "2", "--seq", "4095", "-o", "out.json"), "R-CP-4"},

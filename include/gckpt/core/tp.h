@@ -39,6 +39,12 @@ uint64_t gckpt_tp_chunk(uint64_t n, uint32_t t, uint32_t r);
  * the structure measured (untied, bias-free, dense, one rotary table; qwen3's q / k norms). */
 bool gckpt_tp_model_ok(const gckpt_model *m, uint32_t tp, gckpt_err *err);
 
+/* Whether LoRA / QLoRA as pf says is planned on top of the tp_plan, one line in err when not: QLoRA
+ * fails at the 4-bit base's forward and in get_peft_model (R-TP-14), an adapter on a rowwise layer
+ * (o_proj, down_proj) in the first forward (R-TP-13); adapters on colwise layers only run and equal one
+ * process, measured per rank (tests/data/hf-tp-peft) but not planned yet (R-TP-12). */
+bool gckpt_tp_peft_ok(const gckpt_peft *pf, uint32_t tp, gckpt_err *err);
+
 /* What TP rank `rank` (its index in the TP group) keeps between steps and takes into the optimizer
  * step, bytes, each allocation rounded to round except the scalars (R-TP-4, R-TP-5). */
 typedef struct {

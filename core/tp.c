@@ -59,7 +59,7 @@ static const struct {
     {GCKPT_LT_GATE, false}, {GCKPT_LT_UP, false}, {GCKPT_LT_DOWN, true},
 };
 
-bool gckpt_tp_peft_ok(const gckpt_peft *pf, uint32_t tp, gckpt_err *err)
+bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, bool dp, gckpt_err *err)
 {
     if (!gckpt_peft_on(pf)) return true;
     if (pf->method == GCKPT_METHOD_QLORA) {
@@ -78,10 +78,23 @@ bool gckpt_tp_peft_ok(const gckpt_peft *pf, uint32_t tp, gckpt_err *err)
                      tp, gckpt_lora_target_bare(TP_LORA_STYLE[j].t));
         return false;
     }
-    gckpt_seterr(err, "--tp %u --method lora: adapters on colwise layers run under the tp_plan and equal one process "
-                      "(FINDINGS R-TP-12, measured per rank in tests/data/hf-tp-peft), but a rank's memory and "
-                      "collectives with adapters are not planned yet", tp);
-    return false;
+    /* measured: standalone TP of the llama (no q / k norms), no modules_to_save (R-TP-12) */
+    const char *what = dp ? "with --dp-shard / --dp-replicate" : m->qk_norm ? "on a model with q / k norms (qwen3)"
+                     : pf->modules_to_save ? "with --modules-to-save" : NULL;
+    if (what) {
+        gckpt_seterr(err, "--tp %u --method lora %s is not measured (LoRA under TP is measured on llama-like models "
+                          "with TP alone and no modules_to_save, FINDINGS R-TP-12)", tp, what);
+        return false;
+    }
+    return true;
+}
+
+uint64_t gckpt_tp_lora_adapters(const gckpt_peft *pf)
+{
+    uint64_t n = 0;
+    for (size_t j = 0; gckpt_peft_on(pf) && j < sizeof TP_LORA_STYLE / sizeof TP_LORA_STYLE[0]; j++)
+        n += !TP_LORA_STYLE[j].rowwise && (pf->targets & (1u << TP_LORA_STYLE[j].t));
+    return n;
 }
 
 /* One parameter tensor as the tp_plan lays it out: rows x cols, which dim is sharded (-1: none). */
@@ -178,6 +191,24 @@ size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
     if (ck) add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_BWD, ck * G, (double)ck * G * tokens * h * ce);
     /* TP x FSDP: the norms are FSDP2's DTensors, reduce-scattered with the rest, no hook (R-TP-8) */
     if (s->layout.tp > 1 && s->layout.mode == GCKPT_PAR_FSDP) return n;
+    const uint64_t adapters = L * gckpt_tp_lora_adapters(&s->peft);
+    if (adapters) { /* LoRA on colwise layers (R-TP-12): the norms are frozen (no hook) */
+        /* without checkpointing nothing makes the frozen embedding's output require a gradient
+         * (enable_input_require_grads comes with checkpointing): layer 0's q, k, v get no input gradient */
+        if (!s->every_n) {
+            for (size_t j = 0; j < n; j++)
+                if (out[j].kind == GCKPT_COLL_ALL_REDUCE && out[j].dtype == GCKPT_DT_F32 && out[j].phase == GCKPT_TP_BWD) {
+                    out[j].calls -= 3 * G;
+                    out[j].bytes -= 3.0 * G * tokens * h * 4;
+                }
+        }
+        /* each lora_B's colwise input [B, S, r]: its gradient all-reduced in every backward */
+        add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_BWD, adapters * G,
+            (double)adapters * G * tokens * s->peft.rank * ce);
+        /* the synchronising micro-step: the Trainer's hook on each replicated lora_A [r, h], fp32 */
+        add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, adapters, 4.0 * adapters * s->peft.rank * h);
+        return n;
+    }
     /* the synchronising micro-step: the Trainer's hook on every plain (replicated) parameter's gradient:
      * the norms; qwen3's q_norm / k_norm also after every backward (replicated_with_grad_allreduce) */
     uint64_t norms = 2 * L + 1, qk = m->qk_norm ? 2 * L : 0;

@@ -595,7 +595,8 @@ static int setup(void **state)
     return 0;
 }
 
-/* ---- LoRA under TP (R-TP-12..14): tests/data/hf-tp-peft, q_proj and v_proj adapters on TP 2 ---- */
+/* ---- LoRA under TP (R-TP-12..14): tests/data/hf-tp-peft, q_proj and v_proj adapters (every colwise
+ * layer's in the -col fixtures) on TP 2 ---- */
 
 /* Each fake-group rank's kept bytes at step 2's start and entering its optimizer step exact (the frozen
  * local shards, the adapters with lora_B's rows, AdamW's states and steps on the adapters only, buffers,
@@ -607,12 +608,17 @@ static void check_peft_rank(const tp_fixture *f, int *count)
     const cJSON *kinds = item(f->root, "param_kinds_after_wrap");
     gckpt_model lm;
     gckpt_tp_local_model(&f->m, f->tp, f->rank, &lm);
-    /* colwise adapters only (R-TP-13): q (heads x head_dim) and v (key/value heads x head_dim), local */
+    /* colwise adapters only (R-TP-13): each lora_B the rows of its layer's local output (q: heads / T x
+     * head_dim, k and v: key/value heads / T x head_dim, gate and up: chunk(intermediate)) */
+    const uint32_t tg = f->s.peft.targets;
     uint64_t per_layer = gckpt_tp_lora_adapters(&f->s.peft), r = f->s.peft.rank;
-    assert_int_equal(per_layer, 2);
+    uint64_t out = (tg >> GCKPT_LT_Q & 1) * gckpt_q_dim(&lm) +
+                   ((tg >> GCKPT_LT_K & 1) + (tg >> GCKPT_LT_V & 1)) * gckpt_kv_dim(&lm) +
+                   ((tg >> GCKPT_LT_GATE & 1) + (tg >> GCKPT_LT_UP & 1)) * lm.intermediate;
+    assert_true(per_layer == 2 || per_layer == 5);
     double sharded = cJSON_GetNumberValue(item(item(kinds, "DTensor:float32:trainable"), "local_numel"));
     double whole = cJSON_GetNumberValue(item(item(kinds, "Parameter:float32:trainable"), "local_numel"));
-    if (sharded != (double)(f->m.layers * r * (gckpt_q_dim(&lm) + gckpt_kv_dim(&lm))) ||
+    if (sharded != (double)(f->m.layers * r * out) ||
         whole != (double)(f->m.layers * per_layer * r * f->m.hidden))
         fail_msg("%s: lora_B %.0f, lora_A %.0f elements measured", f->name, sharded, whole);
     if (!f->fake) return;
@@ -637,8 +643,8 @@ static void test_peft_ranks(void **state)
 {
     (void)state;
     int n = 0;
-    assert_int_equal(each_fixture_in(DIR_TP_PEFT, check_peft_rank, &n), 12);
-    assert_int_equal(n, 6); /* the fake-group ranks with checkpointing */
+    assert_int_equal(each_fixture_in(DIR_TP_PEFT, check_peft_rank, &n), 14);
+    assert_int_equal(n, 8); /* the fake-group ranks with checkpointing */
 }
 
 /* Every LoRA fixture's step-2 collectives exact (the gloo twin's too): the TP ones less the norms' hooks,
@@ -648,7 +654,7 @@ static void test_peft_collectives(void **state)
     (void)state;
     int n = 0;
     each_fixture_in(DIR_TP_PEFT, check_collectives, &n);
-    assert_int_equal(n, 12);
+    assert_int_equal(n, 14);
 }
 
 static void test_peft_saved(void **state)
@@ -656,7 +662,7 @@ static void test_peft_saved(void **state)
     (void)state;
     int n = 0;
     each_fixture_in(DIR_TP_PEFT, check_saved, &n);
-    assert_int_equal(n, 10);
+    assert_int_equal(n, 12);
 }
 
 static void test_peft_plan_run(void **state)
@@ -665,6 +671,7 @@ static void test_peft_plan_run(void **state)
     plan_fixture_in(DIR_TP_PEFT, "tp-llama-amp-bf16-n1-plain-w2-t2-lora-qv-r0.json");
     plan_fixture_in(DIR_TP_PEFT, "tp-llama-fp32-n1-plain-w2-t2-lora-qv-r0.json");
     plan_fixture_in(DIR_TP_PEFT, "tp-llama-amp-bf16-n1-offload-w2-t2-lora-qv-r0.json");
+    plan_fixture_in(DIR_TP_PEFT, "tp-llama-amp-bf16-n1-plain-w2-t2-lora-col-r0.json"); /* q, k, v, gate, up */
 }
 
 /* What is refused, by rule: QLoRA (R-TP-14), an adapter on a rowwise layer (R-TP-13), what is not measured. */

@@ -50,7 +50,8 @@ import probe_peft  # noqa: E402
 OUT = os.path.join(probe.ROOT, "tests", "data", "hf-dist-peft")
 OUT_TP = os.path.join(probe.ROOT, "tests", "data", "hf-tp-peft")
 R, ALPHA, DROPOUT = 8, 16, 0.05
-TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"]}
+TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"],
+           "col": ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"]}  # col: every colwise layer under TP
 CKPT = [(0, False), (1, False), (2, False)]
 
 
@@ -128,11 +129,12 @@ def tp_spec(targets, every_n, offload=False, bf16=True, gloo=False):
 
 
 def tp_cases():
-    """q,v only: peft's adapters of a colwise layer run under TP; a rowwise one's (o_proj, down_proj, all-linear)
+    """q,v, and every colwise layer: peft's adapters of a colwise layer run under TP; a rowwise one's (o_proj, down_proj, all-linear)
     fail in the first forward (FINDINGS R-TP-13, tp_peft_check.py)."""
     out = [tp_spec("qv", n, off, bf16=bf16) for n, off in CKPT[:2] for bf16 in (True, False)]
     out.append(tp_spec("qv", 1, True))
     out.append(tp_spec("qv", 1, False, gloo=True))
+    out.append(tp_spec("col", 1, False))  # every colwise layer (q, k, v, gate, up)
     return out
 
 

@@ -941,6 +941,9 @@ bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
     if (pf->layout.offload)
         gckpt_seterr(err, "%s: field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
                           "not executed by gckpt-run", f);
+    else if (pf->layout.tp > 1 && gckpt_peft_on(&pf->peft)) /* FINDINGS R-TP-12: measured with the probe only */
+        gckpt_seterr(err, "%s: field 'inputs.method': LoRA under tensor parallelism is planned, not executed by "
+                          "gckpt-run", f);
     else if (pf->cp)
         gckpt_seterr(err, "%s: field 'inputs.context_parallel': context parallelism is planned, not executed by "
                           "gckpt-run (it would run the ranks as %s over the whole sequence)", f,

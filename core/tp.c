@@ -6,6 +6,7 @@
 
 #include "gckpt/core/collective.h"
 #include "gckpt/core/dtype.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/step.h"
 
 #define ADAMW_STEP 4 /* torch AdamW's fp32 step per parameter tensor */
@@ -46,6 +47,54 @@ bool gckpt_tp_model_ok(const gckpt_model *m, uint32_t tp, gckpt_err *err)
         return false;
     }
     return true;
+}
+
+/* The tp_plan style of each LoRA target llama's and qwen3's plans name (R-TP-2) and what peft makes of
+ * it (R-TP-12, R-TP-13): colwise layers' adapters run (lora_B sharded), rowwise layers' fail. */
+static const struct {
+    gckpt_lora_target t;
+    bool rowwise;
+} TP_LORA_STYLE[] = {
+    {GCKPT_LT_Q, false}, {GCKPT_LT_K, false},    {GCKPT_LT_V, false},   {GCKPT_LT_O, true},
+    {GCKPT_LT_GATE, false}, {GCKPT_LT_UP, false}, {GCKPT_LT_DOWN, true},
+};
+
+bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, bool dp, gckpt_err *err)
+{
+    if (!gckpt_peft_on(pf)) return true;
+    if (pf->method == GCKPT_METHOD_QLORA) {
+        gckpt_seterr(err, "--tp %u --method qlora: transformers loads bitsandbytes' 4-bit weights with the tp_plan as "
+                          "DTensors over the packed storage, and the Linear4bit forward asserts (bitsandbytes "
+                          "nn/modules.py:498) and get_peft_model fails (peft tuners/lora/bnb.py:585) (FINDINGS "
+                          "R-TP-14)", tp);
+        return false;
+    }
+    for (size_t j = 0; j < sizeof TP_LORA_STYLE / sizeof TP_LORA_STYLE[0]; j++) {
+        if (!TP_LORA_STYLE[j].rowwise || !(pf->targets & (1u << TP_LORA_STYLE[j].t))) continue;
+        gckpt_seterr(err, "--tp %u --method lora with %s (rowwise in the tp_plan): peft sizes its lora_A by the local "
+                          "shard (peft tuners/tuners_utils.py:186) but transformers' RowwiseParallel wraps the input "
+                          "by lora_A.in_features (transformers distributed/tensor_parallel.py:261), so the first forward "
+                          "fails (FINDINGS R-TP-13); only q_proj, k_proj, v_proj, gate_proj, up_proj run under TP",
+                     tp, gckpt_lora_target_bare(TP_LORA_STYLE[j].t));
+        return false;
+    }
+    /* measured: standalone TP of the llama (no q / k norms), no modules_to_save (R-TP-12) */
+    const char *what = dp ? "with --dp-shard / --dp-replicate" : m->qk_norm ? "on a model with q / k norms (qwen3)"
+                     : pf->modules_to_save ? "with --modules-to-save" : NULL;
+    if (what) {
+        gckpt_seterr(err, "--tp %u --method lora %s is not measured (LoRA under TP is measured on llama-like models "
+                          "with TP alone and no modules_to_save, FINDINGS R-TP-12)", tp, what);
+        return false;
+    }
+    return true;
+}
+
+uint64_t gckpt_tp_lora_adapters(const gckpt_peft *pf)
+{
+    uint64_t n = 0;
+    for (size_t j = 0; gckpt_peft_on(pf) && j < sizeof TP_LORA_STYLE / sizeof TP_LORA_STYLE[0]; j++)
+        n += !TP_LORA_STYLE[j].rowwise && (pf->targets & (1u << TP_LORA_STYLE[j].t));
+    return n;
 }
 
 /* One parameter tensor as the tp_plan lays it out: rows x cols, which dim is sharded (-1: none). */
@@ -142,6 +191,24 @@ size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
     if (ck) add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_BWD, ck * G, (double)ck * G * tokens * h * ce);
     /* TP x FSDP: the norms are FSDP2's DTensors, reduce-scattered with the rest, no hook (R-TP-8) */
     if (s->layout.tp > 1 && s->layout.mode == GCKPT_PAR_FSDP) return n;
+    const uint64_t adapters = L * gckpt_tp_lora_adapters(&s->peft);
+    if (adapters) { /* LoRA on colwise layers (R-TP-12): the norms are frozen (no hook) */
+        /* without checkpointing nothing makes the frozen embedding's output require a gradient
+         * (enable_input_require_grads comes with checkpointing): layer 0's q, k, v get no input gradient */
+        if (!s->every_n) {
+            for (size_t j = 0; j < n; j++)
+                if (out[j].kind == GCKPT_COLL_ALL_REDUCE && out[j].dtype == GCKPT_DT_F32 && out[j].phase == GCKPT_TP_BWD) {
+                    out[j].calls -= 3 * G;
+                    out[j].bytes -= 3.0 * G * tokens * h * 4;
+                }
+        }
+        /* each lora_B's colwise input [B, S, r]: its gradient all-reduced in every backward */
+        add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_BWD, adapters * G,
+            (double)adapters * G * tokens * s->peft.rank * ce);
+        /* the synchronising micro-step: the Trainer's hook on each replicated lora_A [r, h], fp32 */
+        add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, adapters, 4.0 * adapters * s->peft.rank * h);
+        return n;
+    }
     /* the synchronising micro-step: the Trainer's hook on every plain (replicated) parameter's gradient:
      * the norms; qwen3's q_norm / k_norm also after every backward (replicated_with_grad_allreduce) */
     uint64_t norms = 2 * L + 1, qk = m->qk_norm ? 2 * L : 0;

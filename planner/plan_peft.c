@@ -69,6 +69,10 @@ void gckpt_plan_print_peft_model(const gckpt_plan *p, FILE *f)
                    "# fp32 non-quantized parameters; not its own checkpointing (reentrant, every layer: FINDINGS R-PEFT-1)\n"
                    "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)\n",
                 gckpt_plan_model_class(p), gckpt_plan_model_arg(p, ma, sizeof ma), attn);
+    } else if (p->req.tp) { /* peft wraps the tp_plan's sharded model (FINDINGS R-TP-12) */
+        gckpt_plan_tp_model_line(p, gckpt_plan_model_arg(p, ma, sizeof ma), attn, f);
+        fprintf(f, "# peft hooks each colwise layer's adapter: lora_B sharded like the layer, lora_A replicated\n"
+                   "# (its gradient all-reduced by the Trainer); o_proj / down_proj adapters fail (FINDINGS R-TP-12, -13)\n");
     } else {
         fprintf(f, "model = %s.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s)\n",
                 gckpt_plan_model_class(p), gckpt_plan_model_arg(p, ma, sizeof ma), attn, p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32");

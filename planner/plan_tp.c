@@ -5,6 +5,7 @@
 
 #include "gckpt/core/collective.h"
 #include "gckpt/core/dtype.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/tp.h"
 
 /* The processes: T, T x S under TP x FSDP, T x R under TP x DDP. */
@@ -65,11 +66,15 @@ void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
     fprintf(f, "tensor parallelism over %u GPUs (transformers' tp_plan: from_pretrained(distributed_config="
                "DistributedConfig(tp_size=%u))): memory and time are TP rank 0's, which computes %llu attention and "
                "%llu key/value heads and %llu of the MLP's %llu columns; the embedding and lm_head are sharded by "
-               "vocabulary (the embedding's gradient is whole); every rank of the group sees the same batch (tok/s is per GPU: the group's over %u); the step "
+               "vocabulary (%s); every rank of the group sees the same batch (tok/s is per GPU: the group's over %u); the step "
                "time is that local model's on one GPU (its lm_head over the whole vocabulary) plus the TP all-reduces' "
                "and all-gathers' bus time, none hidden (unverified)\n",
             p->req.tp, p->req.tp, (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
-            (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate, p->req.tp);
+            (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate,
+            gckpt_peft_on(&p->req.peft) ? "frozen; each colwise adapter's lora_B sharded, lora_A replicated: FINDINGS "
+                                          "R-TP-12"
+                                        : "the embedding's gradient is whole",
+            p->req.tp);
 }
 
 void gckpt_plan_tp_model_line(const gckpt_plan *p, const char *model_arg, const char *attn, FILE *f)

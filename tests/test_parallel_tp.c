@@ -50,11 +50,13 @@
 #endif
 
 #define DIR_TP GCKPT_TEST_DATA "/hf-tp"
+#define DIR_TP_PEFT GCKPT_TEST_DATA "/hf-tp-peft" /* LoRA under TP (R-TP-12) */
 
 static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
 typedef struct {
     char name[160];
+    const char *dir;
     gckpt_model m;
     gckpt_setting s;
     uint32_t tp, fsdp, rep, rank; /* rep: dp_replicate_size (HSDP x TP, R-TP-11) */
@@ -113,20 +115,26 @@ static bool read_fixture(const char *dir, const char *file, tp_fixture *f)
     f->rank = (uint32_t)(rank % tpn); /* the rank's index in its TP group (tp innermost, R-TP-1) */
     f->fake = !strcmp(pg, "fake");
     f->coll = item(item(item(f->root, "collectives"), "per_step"), "2");
+    f->dir = dir;
+    if (item(f->root, "method")) { /* a PeftModel's fixture: its LoraConfig as hf_compare reads it */
+        static hf_fixture hf;
+        if (!hf_fixture_read(path, &hf, &err)) fail_msg("%s", err.msg);
+        f->s.peft = hf.s.peft;
+    }
     return true;
 }
 
-/* Calls f(fixture) for every tp-*.json of tests/data/hf-tp; returns how many. */
-static int each_fixture(void (*fn)(const tp_fixture *, int *), int *count)
+/* Calls f(fixture) for every tp-*.json of dir; returns how many. */
+static int each_fixture_in(const char *dir, void (*fn)(const tp_fixture *, int *), int *count)
 {
-    DIR *d = opendir(DIR_TP);
-    if (!d) fail_msg("cannot open %s", DIR_TP);
+    DIR *d = opendir(dir);
+    if (!d) fail_msg("cannot open %s", dir);
     int n = 0;
     for (struct dirent *e; (e = readdir(d));) {
         size_t len = strlen(e->d_name);
         if (strncmp(e->d_name, "tp-", 3) || len < 6 || strcmp(e->d_name + len - 5, ".json")) continue;
         tp_fixture f;
-        read_fixture(DIR_TP, e->d_name, &f);
+        read_fixture(dir, e->d_name, &f);
         fn(&f, count);
         cJSON_Delete(f.root);
         n++;
@@ -134,6 +142,8 @@ static int each_fixture(void (*fn)(const tp_fixture *, int *), int *count)
     closedir(d);
     return n;
 }
+
+static int each_fixture(void (*fn)(const tp_fixture *, int *), int *count) { return each_fixture_in(DIR_TP, fn, count); }
 
 static void check_bytes(const tp_fixture *f, int *count)
 {
@@ -272,7 +282,7 @@ static void check_saved(const tp_fixture *t, int *count)
     static hf_cmp c;
     gckpt_err err;
     char path[512];
-    snprintf(path, sizeof path, "%s/%s", DIR_TP, t->name);
+    snprintf(path, sizeof path, "%s/%s", t->dir, t->name);
     if (!hf_fixture_read(path, &f, &err)) fail_msg("%s", err.msg);
     gckpt_tp_local_model(&t->m, t->tp, t->rank, &f.m);
     if (!hf_compare(&f, &g_dev, &c, &err)) fail_msg("%s: %s", t->name, err.msg);
@@ -300,10 +310,10 @@ static void test_saved(void **state)
 /* gckpt-plan's own sweep (gckpt_plan_run with --tp): the plan of a fixture's model and setting gives
  * the fixture's peak within 0.5 %, its breakdown summing to it; its per-entry collectives are
  * gckpt_tp_collectives'. */
-static void plan_fixture(const char *file)
+static void plan_fixture_in(const char *dir, const char *file)
 {
     tp_fixture f;
-    read_fixture(DIR_TP, file, &f);
+    read_fixture(dir, file, &f);
     char cfg[] = "/tmp/gckpt-tp-config-XXXXXX";
     int fd = mkstemp(cfg);
     if (fd < 0) fail_msg("mkstemp");
@@ -334,6 +344,7 @@ static void plan_fixture(const char *file)
                             .offload = f.s.offload ? GCKPT_OFFLOAD_ON : GCKPT_OFFLOAD_OFF, .margin = 0.05,
                             .target_given = true, .target = GCKPT_TARGET_CPU, .tp = f.tp,
                             .tp_dp_shard = f.fsdp > 1 ? f.fsdp : 0, .tp_dp_replicate = f.rep > 1 ? f.rep : 0};
+    q.peft = f.s.peft;
     snprintf(q.model_ref, sizeof q.model_ref, "%s", cfg);
     snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", dev);
     static gckpt_plan p;
@@ -410,13 +421,20 @@ json:;
     assert_int_equal(pf.layout.tp, f.tp);
     assert_int_equal(pf.tp_fsdp > 1 ? pf.tp_fsdp : 0, f.fsdp > 1 ? f.fsdp : 0); /* TP x DDP: fsdp_size 1 */
     assert_int_equal(pf.tp_replicate, f.rep > 1 ? f.rep : 0);
-    if (!gckpt_plan_executable(&pf, &err)) fail_msg("%s: %s", file, err.msg);
+    if (gckpt_peft_on(&f.s.peft)) { /* LoRA under TP: read, planned, not executed (R-TP-12) */
+        assert_false(gckpt_plan_executable(&pf, &err));
+        assert_non_null(strstr(err.msg, "LoRA under tensor parallelism is planned, not executed"));
+        assert_int_equal(pf.peft.targets, f.s.peft.targets);
+    } else if (!gckpt_plan_executable(&pf, &err))
+        fail_msg("%s: %s", file, err.msg);
     assert_int_equal(gckpt_plan_file_ranks(&pf), f.tp * (f.rep > 1 ? f.rep : 1) * (f.fsdp > 1 ? f.fsdp : 1));
     gckpt_plan_file_free(&pf);
     free(plan_text);
     gckpt_plan_free(&p);
     cJSON_Delete(f.root);
 }
+
+static void plan_fixture(const char *file) { plan_fixture_in(DIR_TP, file); }
 
 static void test_plan_run(void **state)
 {
@@ -577,6 +595,110 @@ static int setup(void **state)
     return 0;
 }
 
+/* ---- LoRA under TP (R-TP-12..14): tests/data/hf-tp-peft, q_proj and v_proj adapters (every colwise
+ * layer's in the -col fixtures) on TP 2 ---- */
+
+/* Each fake-group rank's kept bytes at step 2's start and entering its optimizer step exact (the frozen
+ * local shards, the adapters with lora_B's rows, AdamW's states and steps on the adapters only, buffers,
+ * meshes), its peak within 0.5 %, and peft's layout against the rank's tensors (lora_A [r, h] whole,
+ * lora_B [out / T, r] its rows). */
+static void check_peft_rank(const tp_fixture *f, int *count)
+{
+    if (!gckpt_peft_on(&f->s.peft)) fail_msg("%s: no LoRA read", f->name);
+    const cJSON *kinds = item(f->root, "param_kinds_after_wrap");
+    gckpt_model lm;
+    gckpt_tp_local_model(&f->m, f->tp, f->rank, &lm);
+    /* colwise adapters only (R-TP-13): each lora_B the rows of its layer's local output (q: heads / T x
+     * head_dim, k and v: key/value heads / T x head_dim, gate and up: chunk(intermediate)) */
+    const uint32_t tg = f->s.peft.targets;
+    uint64_t per_layer = gckpt_tp_lora_adapters(&f->s.peft), r = f->s.peft.rank;
+    uint64_t out = (tg >> GCKPT_LT_Q & 1) * gckpt_q_dim(&lm) +
+                   ((tg >> GCKPT_LT_K & 1) + (tg >> GCKPT_LT_V & 1)) * gckpt_kv_dim(&lm) +
+                   ((tg >> GCKPT_LT_GATE & 1) + (tg >> GCKPT_LT_UP & 1)) * lm.intermediate;
+    assert_true(per_layer == 2 || per_layer == 5);
+    double sharded = cJSON_GetNumberValue(item(item(kinds, "DTensor:float32:trainable"), "local_numel"));
+    double whole = cJSON_GetNumberValue(item(item(kinds, "Parameter:float32:trainable"), "local_numel"));
+    if (sharded != (double)(f->m.layers * r * out) ||
+        whole != (double)(f->m.layers * per_layer * r * f->m.hidden))
+        fail_msg("%s: lora_B %.0f, lora_A %.0f elements measured", f->name, sharded, whole);
+    if (!f->fake) return;
+    static gckpt_ctx c;
+    gckpt_err err;
+    gckpt_setting s = f->s;
+    s.layout.tp = f->tp;
+    s.layout.tp_rank = f->rank;
+    gckpt_setting_recipe(&lm, &s, GCKPT_TARGET_CPU, &g_r);
+    if (!gckpt_ctx_init(&c, &lm, &g_dev, &g_r, &s, &err)) fail_msg("%s: %s", f->name, err.msg);
+    uint64_t kept = c.weights + c.opt_states + c.parallel;
+    if (kept != f->start || kept + c.grads != f->opt_before)
+        fail_msg("%s: kept %llu / %llu, at the optimizer step %llu / %llu (planned / measured)", f->name,
+                 (unsigned long long)kept, (unsigned long long)f->start, (unsigned long long)(kept + c.grads),
+                 (unsigned long long)f->opt_before);
+    /* without checkpointing the walk is 1 % off (R-TP-12: not planned, gckpt-plan refuses every_n off) */
+    if (!f->s.every_n) return;
+    check_peak(f, count);
+}
+
+static void test_peft_ranks(void **state)
+{
+    (void)state;
+    int n = 0;
+    assert_int_equal(each_fixture_in(DIR_TP_PEFT, check_peft_rank, &n), 14);
+    assert_int_equal(n, 8); /* the fake-group ranks with checkpointing */
+}
+
+/* Every LoRA fixture's step-2 collectives exact (the gloo twin's too): the TP ones less the norms' hooks,
+ * each lora_B's input gradient all-reduced per backward, each lora_A's by the Trainer's hook. */
+static void test_peft_collectives(void **state)
+{
+    (void)state;
+    int n = 0;
+    each_fixture_in(DIR_TP_PEFT, check_collectives, &n);
+    assert_int_equal(n, 14);
+}
+
+static void test_peft_saved(void **state)
+{
+    (void)state;
+    int n = 0;
+    each_fixture_in(DIR_TP_PEFT, check_saved, &n);
+    assert_int_equal(n, 12);
+}
+
+static void test_peft_plan_run(void **state)
+{
+    (void)state;
+    plan_fixture_in(DIR_TP_PEFT, "tp-llama-amp-bf16-n1-plain-w2-t2-lora-qv-r0.json");
+    plan_fixture_in(DIR_TP_PEFT, "tp-llama-fp32-n1-plain-w2-t2-lora-qv-r0.json");
+    plan_fixture_in(DIR_TP_PEFT, "tp-llama-amp-bf16-n1-offload-w2-t2-lora-qv-r0.json");
+    plan_fixture_in(DIR_TP_PEFT, "tp-llama-amp-bf16-n1-plain-w2-t2-lora-col-r0.json"); /* q, k, v, gate, up */
+}
+
+/* What is refused, by rule: QLoRA (R-TP-14), an adapter on a rowwise layer (R-TP-13), what is not measured. */
+static void test_peft_refused(void **state)
+{
+    (void)state;
+    tp_fixture f;
+    read_fixture(DIR_TP_PEFT, "tp-llama-amp-bf16-n1-plain-w2-t2-lora-qv-r0.json", &f);
+    gckpt_err err;
+    gckpt_peft pf = f.s.peft;
+    assert_true(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err)); /* the measured q_proj, v_proj */
+    pf.targets = GCKPT_LT_ALL;
+    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err));
+    assert_non_null(strstr(err.msg, "with o_proj (rowwise"));
+    assert_non_null(strstr(err.msg, "R-TP-13"));
+    pf.targets = (1u << GCKPT_LT_Q) | (1u << GCKPT_LT_DOWN);
+    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err));
+    assert_non_null(strstr(err.msg, "with down_proj (rowwise"));
+    pf = f.s.peft;
+    pf.method = GCKPT_METHOD_QLORA;
+    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err));
+    assert_non_null(strstr(err.msg, "R-TP-14"));
+    assert_false(gckpt_tp_peft_ok(&f.s.peft, &f.m, 2, true, &err)); /* TP x FSDP / DDP with LoRA */
+    assert_non_null(strstr(err.msg, "R-TP-12"));
+    cJSON_Delete(f.root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -588,6 +710,11 @@ int main(void)
         cmocka_unit_test(test_saved),
         cmocka_unit_test(test_fsdp_ranks),
         cmocka_unit_test(test_fsdp_collectives),
+        cmocka_unit_test(test_peft_ranks),
+        cmocka_unit_test(test_peft_collectives),
+        cmocka_unit_test(test_peft_saved),
+        cmocka_unit_test(test_peft_plan_run),
+        cmocka_unit_test(test_peft_refused),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -26,6 +26,7 @@ Usage:
   probe_dist_peft.py --all                       # tests/data/hf-dist-peft
   probe_dist_peft.py --filter 'ddp-llama-*'
   probe_dist_peft.py --filter 'hsdp-*'           # 8 cases, 16 per-rank fixtures (ranks 0 and 3)
+  probe_dist_peft.py --tp --all                  # LoRA q,v under TP 2: tests/data/hf-tp-peft (FINDINGS R-TP-12)
 """
 from __future__ import annotations
 
@@ -47,8 +48,10 @@ import probe_dist  # noqa: E402
 import probe_peft  # noqa: E402
 
 OUT = os.path.join(probe.ROOT, "tests", "data", "hf-dist-peft")
+OUT_TP = os.path.join(probe.ROOT, "tests", "data", "hf-tp-peft")
 R, ALPHA, DROPOUT = 8, 16, 0.05
-TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"]}
+TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"],
+           "col": ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"]}  # col: every colwise layer under TP
 CKPT = [(0, False), (1, False), (2, False)]
 
 
@@ -115,6 +118,26 @@ def all_cases():
     return out
 
 
+def tp_spec(targets, every_n, offload=False, bf16=True, gloo=False):
+    """LoRA on transformers' TP 2 (FINDINGS R-TP-12): the tp_plan model of probe_dist.tp_spec (loaded with
+    DistributedConfig(tp_size=2)), then get_peft_model. `tp-llama-<precision>-n<k>-<offload>-w2-t2-lora-<targets>`."""
+    sp = probe_dist.tp_spec("llama", every_n, offload, 2, bf16=bf16, gloo=gloo)
+    sp["name"] += f"-lora-{targets}"
+    sp.update(method="lora", targets=targets, r=R, alpha=ALPHA, dropout=DROPOUT, load="fp32", quant=None,
+              double_quant=None, compute_dtype=None, storage=None, load_dtype="bf16", modules_to_save=[], shape=None)
+    return sp
+
+
+def tp_cases():
+    """q,v, and every colwise layer: peft's adapters of a colwise layer run under TP; a rowwise one's (o_proj, down_proj, all-linear)
+    fail in the first forward (FINDINGS R-TP-13, tp_peft_check.py)."""
+    out = [tp_spec("qv", n, off, bf16=bf16) for n, off in CKPT[:2] for bf16 in (True, False)]
+    out.append(tp_spec("qv", 1, True))
+    out.append(tp_spec("qv", 1, False, gloo=True))
+    out.append(tp_spec("col", 1, False))  # every colwise layer (q, k, v, gate, up)
+    return out
+
+
 # --------------------------------------------------------------------------
 # the model each rank builds (probe_dist.MODEL_BUILDER)
 # --------------------------------------------------------------------------
@@ -133,7 +156,9 @@ def build_peft_model(spec):
     from peft import LoraConfig, get_peft_model
 
     sp = peft_spec(spec)
-    if spec["method"] == "lora":
+    if spec["mode"] == "tp":  # transformers shards it at load (probe_dist.build_model); peft hooks the adapters
+        hf = probe_dist.build_model(spec)
+    elif spec["method"] == "lora":
         hf = probe.make_model(dict(spec, config=spec["config"]))
         if spec["load"] == "bf16":
             hf = hf.to(torch.bfloat16)
@@ -199,10 +224,12 @@ def rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks=N
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=OUT)
+    ap.add_argument("--out", default=None, help=f"default {OUT}; with --tp {OUT_TP}")
+    ap.add_argument("--tp", action="store_true", help="the LoRA-under-TP cases (tp_cases) instead")
     probe.add_selection_args(ap)
     a = ap.parse_args(argv)
-    cases = all_cases()
+    cases = tp_cases() if a.tp else all_cases()
+    a.out = a.out or (OUT_TP if a.tp else OUT)
     if len({c["name"] for c in cases}) != len(cases):
         raise SystemExit("duplicate case names")
     sel = probe.selection(ap, a, cases)

@@ -39,6 +39,16 @@ uint64_t gckpt_tp_chunk(uint64_t n, uint32_t t, uint32_t r);
  * the structure measured (untied, bias-free, dense, one rotary table; qwen3's q / k norms). */
 bool gckpt_tp_model_ok(const gckpt_model *m, uint32_t tp, gckpt_err *err);
 
+/* Whether LoRA / QLoRA as pf says is planned on top of model m's tp_plan (dp: with --dp-shard /
+ * --dp-replicate), one line in err when not: QLoRA fails at the 4-bit base's forward and in
+ * get_peft_model (R-TP-14), an adapter on a rowwise layer (o_proj, down_proj) in the first forward
+ * (R-TP-13); adapters on colwise layers only run, equal one process and are planned as measured in
+ * tests/data/hf-tp-peft (R-TP-12: TP alone, llama-like, no modules_to_save). */
+bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, bool dp, gckpt_err *err);
+/* The adapters per layer under TP (LoRA on colwise layers, R-TP-12): each a replicated lora_A whose
+ * gradient the Trainer all-reduces and a sharded lora_B whose input gradient is all-reduced. */
+uint64_t gckpt_tp_lora_adapters(const gckpt_peft *pf);
+
 /* What TP rank `rank` (its index in the TP group) keeps between steps and takes into the optimizer
  * step, bytes, each allocation rounded to round except the scalars (R-TP-4, R-TP-5). */
 typedef struct {
@@ -52,8 +62,8 @@ typedef struct {
 } gckpt_tp_bytes;
 void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint64_t round, gckpt_tp_bytes *out);
 
-/* One step's collectives on a TP rank, all in its TP group (R-TP-6): calls and bytes (all-reduce:
- * the buffer; all-gather: the output) per kind, dtype and phase. Under TP x FSDP (s->layout.tp set, mode FSDP)
+/* One step's collectives on a TP rank, all in its TP group (R-TP-6; with LoRA s->peft R-TP-12): calls and
+ * bytes (all-reduce: the buffer; all-gather: the output) per kind, dtype and phase. Under TP x FSDP (s->layout.tp set, mode FSDP)
  * the same less the Trainer's norm-gradient all-reduces (R-TP-8: the norms are FSDP2's); FSDP2's own
  * all-gathers and reduce-scatters are the schedule's. */
 enum { GCKPT_TP_FWD, GCKPT_TP_BWD };

@@ -930,10 +930,11 @@ bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
     if (pf->layout.offload)
         gckpt_seterr(err, "%s: field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
                           "not executed by gckpt-run", f);
-    else if (pf->cp)
-        gckpt_seterr(err, "%s: field 'inputs.context_parallel': context parallelism is planned, not executed by "
-                          "gckpt-run (it would run the ranks as %s over the whole sequence)", f,
-                     gckpt_parallel_names[pf->layout.mode]);
+    else if (pf->cp && (gckpt_layout_world(&pf->layout) != pf->cp || pf->precision != GCKPT_FP32))
+        gckpt_seterr(err, "%s: field 'inputs.context_parallel': gckpt-run executes context parallelism alone (no "
+                          "dp_shard_size) in fp32; this plan's cp_size %u x dp_shard_size %u in %s is planned, not "
+                          "executed", f, pf->cp, gckpt_layout_world(&pf->layout) / pf->cp,
+                     gckpt_precision_names[pf->precision]);
     else
         return true;
     return false;
@@ -975,6 +976,10 @@ gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i)
                        .offload = e->offload,
                        .peft = pf->peft,
                        .layout = pf->layout};
+    if (pf->cp) { /* CP: the rank's S / C tokens (planner/plan.c gckpt_plan_setting) */
+        s.seq = pf->seq / pf->cp;
+        s.layout.cp = pf->cp;
+    }
     if (pf->tp_fsdp || pf->tp_replicate) /* TP x FSDP, TP with replicas: world rank 0's, as gckpt_plan_setting */
         gckpt_tp_hsdp_layout(pf->layout.tp, pf->tp_replicate ? pf->tp_replicate : 1, pf->tp_fsdp ? pf->tp_fsdp : 1, 0,
                              &s.layout);

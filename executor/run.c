@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gckpt/core/cp.h"
 #include "gckpt/core/eval.h"
 #include "gckpt/executor/exec_host.h"
 #include "gckpt/executor/exec_run.h"
@@ -223,7 +224,19 @@ static void run_one(gckpt_backend *be, const gckpt_plan_file *pf, size_t i, cons
         return;
     }
     gckpt_result walk;
-    gckpt_walk(gckpt_exec_ctx(x), gckpt_exec_schedule(x), &walk);
+    const gckpt_ctx *xc = gckpt_exec_ctx(x);
+    gckpt_walk(xc, gckpt_exec_schedule(x), &walk);
+    uint32_t cp = xc->set.layout.cp;
+    if (cp > 1) { /* this CP rank's: the walk plus CP's buffers or a ring call (core/cp_walk.c) */
+        unsigned es = xc->set.precision == GCKPT_FP32 ? 4 : 2;
+        uint32_t r = (o->comm ? (uint32_t)o->comm->rank : 0) % cp;
+        if (!gckpt_cp_peak(xc, xc->set.seq * cp, cp, r, GCKPT_CP_ALLGATHER, es, es, &walk)) {
+            set_status(rep, GCKPT_RS_ERROR, "out of memory walking the CP step");
+            rep->pass = 0;
+            gckpt_exec_free(x);
+            return;
+        }
+    }
     rep->pred_schedule_peak = walk.peak_bytes;
     /* the larger of the plan's counts and this build's */
     uint64_t peak = walk.peak_bytes > e->r.peak_bytes ? walk.peak_bytes : e->r.peak_bytes;

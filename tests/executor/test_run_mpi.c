@@ -757,6 +757,107 @@ static void tp(void **st)
     assert_false(cli_exists("no.jsonl"));
 }
 
+/* Context parallelism (gckpt-plan --cp 2 --gpus 2, seq 32: head-tail load-balanced, 16 tokens per rank;
+ * interp_cp.c, FINDINGS R-EXEC-6), fp32, every_n off / 1 / 2, on 2 ranks against one process over the
+ * whole sequence (the same micro-batches: the CP ranks share them): every entry passes, every rank's
+ * allocator peak equals its prediction (FSDP2's walked step at S / C, CP's buffers and the ring's replayed
+ * transients, core/cp_walk.c) and the busiest rank's is the plan's, byte for byte; the loss (the Trainer's
+ * CP loss averaged over the ranks) within 1e-6 of one process's and the gradients within 1e-6 elementwise
+ * (the ring's merge and the dK/dV sums reassociate). CP x dp_shard is refused, one line, exit 2. */
+static void check_cp(uint64_t grad_accum, int steps)
+{
+    char plan[96], one[96], rep[112], rep1[112], err[8192];
+    snprintf(plan, sizeof plan, "cp2-ga%llu.json", (unsigned long long)grad_accum);
+    snprintf(one, sizeof one, "cpone-ga%llu.json", (unsigned long long)grad_accum);
+    snprintf(rep, sizeof rep, "%sl", plan);
+    snprintf(rep1, sizeof rep1, "%sl", one);
+    char *t = pf_plan_text_cp("tiny-llama", GCKPT_FP32, every, 3, 2, grad_accum, 32, 2, 1);
+    assert_non_null(t);
+    cli_write(plan, t);
+    free(t);
+    t = pf_plan_text_cp("tiny-llama", GCKPT_FP32, every, 3, 2, grad_accum, 32, 0, 0);
+    assert_non_null(t);
+    cli_write(one, t);
+    free(t);
+    char st[8], dump[128], dumpv[160], dump1[128], dump1v[160], name[200], path[512];
+    snprintf(st, sizeof st, "%d", steps);
+    snprintf(dump, sizeof dump, "%s.grads", plan);
+    snprintf(dump1, sizeof dump1, "%s.grads", one);
+    snprintf(dumpv, sizeof dumpv, "GCKPT_TEST_GRAD_DUMP=%s", dump);
+    snprintf(dump1v, sizeof dump1v, "GCKPT_TEST_GRAD_DUMP=%s", dump1);
+    for (int k = 0; k < 2; k++) { /* appended to: none from an earlier run */
+        snprintf(name, sizeof name, "%s.%d", dump, k);
+        cli_path(name, path, sizeof path);
+        unlink(path);
+    }
+    snprintf(name, sizeof name, "%s.0", dump1);
+    cli_path(name, path, sizeof path);
+    unlink(path);
+    int rc = cli_run_opts(GCKPT_MPIEXEC, A("-np", "2", "--oversubscribe", "-x", dumpv, GCKPT_RUN_HOOKS_EXE, "--plan", plan,
+                                           "--all", "--backend", "host", "--steps", st, "--warmup", "0", "-o", rep),
+                          &mpi_env, err, sizeof err);
+    if (rc != 0) fail_msg("%s: mpirun -np 2: exit %d: %s", plan, rc, err);
+    const cli_opts dump_env = {.env = {dump1v}};
+    rc = cli_run_opts(GCKPT_RUN_HOOKS_EXE, A("--plan", one, "--all", "--backend", "host", "--steps", st, "--warmup", "0",
+                                             "-q", "-o", rep1),
+                      &dump_env, err, sizeof err);
+    if (rc != 0) fail_msg("%s: exit %d: %s", one, rc, err);
+    /* each entry appends its gradients: the last of each tensor is the last entry's (every_n 2) */
+    double gmax = grads_max_diff(dump, 2, dump1);
+    print_message("cp 2 (grad_accum %llu, %d steps): the gradients within %.3g of one process's elementwise\n",
+                  (unsigned long long)grad_accum, steps, gmax);
+    if (gmax > 1e-6) fail_msg("%s: a gradient element %.3g from one process's", plan, gmax);
+    cJSON *r = load(rep), *s = load(rep1);
+    assert_int_equal(num(r, "ranks.world_size"), 2);
+    int n = cJSON_GetArraySize(pf_at(r, "entries"));
+    assert_int_equal(n, 3);
+    for (int i = 0; i < n; i++) {
+        char p[96];
+        snprintf(p, sizeof p, "entries[%d].pass", i);
+        if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d did not pass", plan, i);
+        double busiest = 0;
+        for (int k = 0; k < 2; k++) {
+            snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.measured", i, k);
+            busiest = fmax(busiest, num(r, p));
+            snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.exact", i, k);
+            if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d rank %d: measured peak != its prediction", plan, i, k);
+        }
+        snprintf(p, sizeof p, "entries[%d].memory.peak_bytes.predicted", i);
+        double pred = num(r, p);
+        snprintf(p, sizeof p, "entries[%d].memory.schedule_peak_bytes", i);
+        if (pred != busiest || num(r, p) != busiest) /* rank 0, the partial-merge rank, is the plan's */
+            fail_msg("%s entry %d: the plan predicted %.0f, the schedule %.0f, the busiest rank measured %.0f", plan, i,
+                     pred, num(r, p), busiest);
+        snprintf(p, sizeof p, "entries[%d].numerics.loss", i);
+        double loss = num(r, p), loss1 = num(s, p);
+        snprintf(p, sizeof p, "entries[%d].numerics.grad_norm", i);
+        double g = num(r, p), g1 = num(s, p);
+        print_message("cp 2 entry %d: peak %.0f, loss %.17g (one process %.17g%s), grad norm %.17g (%.17g, %+.2e)\n", i,
+                      busiest, loss, loss1, loss == loss1 ? ", bit for bit" : "", g, g1, (g - g1) / g1);
+        if (fabs(loss - loss1) > 1e-6 * fabs(loss1)) fail_msg("%s entry %d: loss %.17g, one process %.17g", plan, i, loss, loss1);
+        if (fabs(g - g1) > 1e-6 * g1) fail_msg("%s entry %d: gradient norm %.17g, one process %.17g", plan, i, g, g1);
+    }
+    cJSON_Delete(r);
+    cJSON_Delete(s);
+}
+
+static void cp(void **st)
+{
+    (void)st;
+    check_cp(1, 1);
+    check_cp(2, 2);
+    /* CP x dp_shard: planned, refused by gckpt-run before any rank runs */
+    char *t = pf_plan_text_cp("tiny-llama", GCKPT_FP32, every, 3, 2, 1, 32, 2, 2);
+    assert_non_null(t);
+    cli_write("cp2s2.json", t);
+    free(t);
+    char err[8192];
+    int rc = mpi(4, "cp2s2.json", "no.jsonl", 1, err, sizeof err);
+    if (rc != 2 || !strstr(err, "gckpt-run executes context parallelism alone") || own_lines(err) != 1)
+        fail_msg("cp 2 x dp_shard 2: exit %d: %s", rc, err);
+    assert_false(cli_exists("no.jsonl"));
+}
+
 /* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */
 static int own_lines(const char *err)
 {
@@ -827,7 +928,8 @@ int main(void)
                                        cmocka_unit_test(zero2), cmocka_unit_test(hsdp), cmocka_unit_test(hsdp_peft), cmocka_unit_test(zero2_split),
                                        cmocka_unit_test(zero2_bucket_size),
                                        cmocka_unit_test(zero3), cmocka_unit_test(tied), cmocka_unit_test(tp),
-                                       cmocka_unit_test(tp_ddp), cmocka_unit_test(tp_fsdp), cmocka_unit_test(refusals)};
+                                       cmocka_unit_test(tp_ddp), cmocka_unit_test(tp_fsdp), cmocka_unit_test(cp),
+                                       cmocka_unit_test(refusals)};
     const char *only = getenv("GCKPT_MPI_TEST"); /* one test by name (cmocka's filter): hsdp_peft */
     if (only && *only) cmocka_set_test_filter(only);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

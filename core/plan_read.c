@@ -930,11 +930,9 @@ bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
     if (pf->layout.offload)
         gckpt_seterr(err, "%s: field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
                           "not executed by gckpt-run", f);
-    else if (pf->cp && (gckpt_layout_world(&pf->layout) != pf->cp || pf->precision != GCKPT_FP32))
-        gckpt_seterr(err, "%s: field 'inputs.context_parallel': gckpt-run executes context parallelism alone (no "
-                          "dp_shard_size) in fp32; this plan's cp_size %u x dp_shard_size %u in %s is planned, not "
-                          "executed", f, pf->cp, gckpt_layout_world(&pf->layout) / pf->cp,
-                     gckpt_precision_names[pf->precision]);
+    else if (pf->cp && pf->precision != GCKPT_FP32)
+        gckpt_seterr(err, "%s: field 'inputs.precision' = \"%s\": gckpt-run executes context parallelism in fp32 only; "
+                          "this plan (cp_size %u) is planned, not executed", f, gckpt_precision_names[pf->precision], pf->cp);
     else
         return true;
     return false;

@@ -15,7 +15,9 @@
  *   the per-row rotary tables) held from the first step to the end, the partial-merge ranks' o_proj
  *   copy per layer from its forward (or recompute) ring call to its backward's, and during each ring
  *   call the replayed transients (gckpt_cp_ring_peak) above what the op's own allocations hold, as
- *   core/cp_walk.c plans them (gckpt_cp_extra_before). The host backend only; fp32; CP alone. */
+ *   core/cp_walk.c plans them (gckpt_cp_extra_before). The host backend only; fp32. CP x dp_shard:
+ *   FSDP2 over all the ranks, the ring in the CP group (cp consecutive ranks: cp innermost in
+ *   accelerate's mesh), each CP group's batch that of its data-parallel rank (rank / cp). */
 #include "interp_parallel.h"
 
 #include <stdlib.h>
@@ -47,8 +49,8 @@ bool exec_cp_prepare(gckpt_exec *x, gckpt_err *err)
         gckpt_seterr(err, "context parallelism is executed on the host backend only (--backend host)");
         return false;
     }
-    if (x->set.precision != GCKPT_FP32 || gckpt_layout_world(&x->set.layout) != x->set.layout.cp) {
-        gckpt_seterr(err, "context parallelism is executed in fp32 with cp_size ranks (no dp_shard) only");
+    if (x->set.precision != GCKPT_FP32) {
+        gckpt_seterr(err, "context parallelism is executed in fp32 only");
         return false;
     }
     exec_cp *c = x->cp = calloc(1, sizeof *x->cp);
@@ -112,11 +114,23 @@ void exec_cp_after_event(gckpt_exec *x, const gckpt_event *e)
     x->cp->base = ms.allocated - x->cp->held;
 }
 
+/* A collective in the CP group: the world under CP alone, its own group (cp consecutive ranks) under
+ * CP x dp_shard (main_run.c joins it). */
+static gckpt_xstatus cp_coll(gckpt_exec *x, gckpt_coll op, gckpt_xt send, gckpt_xt recv)
+{
+    if (gckpt_layout_world(&x->set.layout) == x->cp->C) return x->be->collective(x->be, op, GCKPT_RED_SUM, send, recv, 0);
+    if (!x->be->collective_group) {
+        gckpt_seterr(&x->be->err, "the %s backend has no process groups (CP x dp_shard)", x->be->name);
+        return GCKPT_XS_ERROR;
+    }
+    return x->be->collective_group(x->be, GCKPT_GROUP_CP, op, GCKPT_RED_SUM, send, recv);
+}
+
 static gckpt_xstatus gather(void *u, const float *send, float *recv, uint64_t n, gckpt_err *err)
 {
     gckpt_exec *x = u;
     gckpt_xt s = {(void *)send, n, GCKPT_DT_F32, 0, 0, 0, 0, 0, 0}, r = {recv, n * x->cp->C, GCKPT_DT_F32, 0, 0, 0, 0, 0, 0};
-    gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_ALL_GATHER, GCKPT_RED_SUM, s, r, 0);
+    gckpt_xstatus rc = cp_coll(x, GCKPT_COLL_ALL_GATHER, s, r);
     if (rc != GCKPT_XS_OK) gckpt_seterr(err, "the ring's K/V all-gather: %s", x->be->err.msg);
     return rc;
 }
@@ -125,7 +139,7 @@ static gckpt_xstatus scatter(void *u, const float *send, float *recv, uint64_t n
 {
     gckpt_exec *x = u;
     gckpt_xt s = {(void *)send, n * x->cp->C, GCKPT_DT_F32, 0, 0, 0, 0, 0, 0}, r = {recv, n, GCKPT_DT_F32, 0, 0, 0, 0, 0, 0};
-    gckpt_xstatus rc = x->be->collective(x->be, GCKPT_COLL_REDUCE_SCATTER, GCKPT_RED_SUM, s, r, 0);
+    gckpt_xstatus rc = cp_coll(x, GCKPT_COLL_REDUCE_SCATTER, s, r);
     if (rc != GCKPT_XS_OK) gckpt_seterr(err, "the ring's dK/dV reduction: %s", x->be->err.msg);
     return rc;
 }

@@ -764,29 +764,32 @@ static void tp(void **st)
  * transients, core/cp_walk.c) and the busiest rank's is the plan's, byte for byte; the loss (the Trainer's
  * CP loss averaged over the ranks) within 1e-6 of one process's and the gradients within 1e-6 elementwise
  * (the ring's merge and the dK/dV sums reassociate); tiny-llama and a wide-attention llama whose peak is
- * a ring call's. CP x dp_shard is refused, one line, exit 2. */
-static void check_cp(const char *model, uint64_t grad_accum, int steps)
+ * a ring call's; CP 2 x dp_shard 2 on 4 ranks against one process of 2 x grad_accum micro-steps. amp-bf16
+ * is refused, one line, exit 2. */
+static void check_cp(const char *model, uint32_t dp_shard, uint64_t grad_accum, int steps)
 {
     char plan[96], one[96], rep[112], rep1[112], err[8192];
-    snprintf(plan, sizeof plan, "%s-cp2-ga%llu.json", model, (unsigned long long)grad_accum);
-    snprintf(one, sizeof one, "%s-cpone-ga%llu.json", model, (unsigned long long)grad_accum);
+    int world = 2 * (int)dp_shard;
+    snprintf(plan, sizeof plan, "%s-cp2s%u-ga%llu.json", model, dp_shard, (unsigned long long)grad_accum);
+    snprintf(one, sizeof one, "%s-cpone-ga%llu.json", model, (unsigned long long)grad_accum * dp_shard);
     snprintf(rep, sizeof rep, "%sl", plan);
     snprintf(rep1, sizeof rep1, "%sl", one);
-    char *t = pf_plan_text_cp(model, GCKPT_FP32, every, 3, 2, grad_accum, 32, 2, 1);
+    char *t = pf_plan_text_cp(model, GCKPT_FP32, every, 3, 2, grad_accum, 32, 2, dp_shard);
     assert_non_null(t);
     cli_write(plan, t);
     free(t);
-    t = pf_plan_text_cp(model, GCKPT_FP32, every, 3, 2, grad_accum, 32, 0, 0);
+    t = pf_plan_text_cp(model, GCKPT_FP32, every, 3, 2, grad_accum * dp_shard, 32, 0, 0);
     assert_non_null(t);
     cli_write(one, t);
     free(t);
-    char st[8], dump[128], dumpv[160], dump1[128], dump1v[160], name[200], path[512];
+    char npv[8], st[8], dump[128], dumpv[160], dump1[128], dump1v[160], name[200], path[512];
     snprintf(st, sizeof st, "%d", steps);
+    snprintf(npv, sizeof npv, "%d", world);
     snprintf(dump, sizeof dump, "%s.grads", plan);
     snprintf(dump1, sizeof dump1, "%s.grads", one);
     snprintf(dumpv, sizeof dumpv, "GCKPT_TEST_GRAD_DUMP=%s", dump);
     snprintf(dump1v, sizeof dump1v, "GCKPT_TEST_GRAD_DUMP=%s", dump1);
-    for (int k = 0; k < 2; k++) { /* appended to: none from an earlier run */
+    for (int k = 0; k < world; k++) { /* appended to: none from an earlier run */
         snprintf(name, sizeof name, "%s.%d", dump, k);
         cli_path(name, path, sizeof path);
         unlink(path);
@@ -794,22 +797,22 @@ static void check_cp(const char *model, uint64_t grad_accum, int steps)
     snprintf(name, sizeof name, "%s.0", dump1);
     cli_path(name, path, sizeof path);
     unlink(path);
-    int rc = cli_run_opts(GCKPT_MPIEXEC, A("-np", "2", "--oversubscribe", "-x", dumpv, GCKPT_RUN_HOOKS_EXE, "--plan", plan,
+    int rc = cli_run_opts(GCKPT_MPIEXEC, A("-np", npv, "--oversubscribe", "-x", dumpv, GCKPT_RUN_HOOKS_EXE, "--plan", plan,
                                            "--all", "--backend", "host", "--steps", st, "--warmup", "0", "-o", rep),
                           &mpi_env, err, sizeof err);
-    if (rc != 0) fail_msg("%s: mpirun -np 2: exit %d: %s", plan, rc, err);
+    if (rc != 0) fail_msg("%s: mpirun -np %d: exit %d: %s", plan, world, rc, err);
     const cli_opts dump_env = {.env = {dump1v}};
     rc = cli_run_opts(GCKPT_RUN_HOOKS_EXE, A("--plan", one, "--all", "--backend", "host", "--steps", st, "--warmup", "0",
                                              "-q", "-o", rep1),
                       &dump_env, err, sizeof err);
     if (rc != 0) fail_msg("%s: exit %d: %s", one, rc, err);
     /* each entry appends its gradients: the last of each tensor is the last entry's (every_n 2) */
-    double gmax = grads_max_diff(dump, 2, dump1);
-    print_message("%s cp 2 (grad_accum %llu, %d steps): the gradients within %.3g of one process's elementwise\n",
-                  model, (unsigned long long)grad_accum, steps, gmax);
+    double gmax = grads_max_diff(dump, world, dump1);
+    print_message("%s cp 2 x dp_shard %u (grad_accum %llu, %d steps): the gradients within %.3g of one process's "
+                  "elementwise\n", model, dp_shard, (unsigned long long)grad_accum, steps, gmax);
     if (gmax > 1e-6) fail_msg("%s: a gradient element %.3g from one process's", plan, gmax);
     cJSON *r = load(rep), *s = load(rep1);
-    assert_int_equal(num(r, "ranks.world_size"), 2);
+    assert_int_equal(num(r, "ranks.world_size"), world);
     int n = cJSON_GetArraySize(pf_at(r, "entries"));
     assert_int_equal(n, 3);
     for (int i = 0; i < n; i++) {
@@ -817,7 +820,7 @@ static void check_cp(const char *model, uint64_t grad_accum, int steps)
         snprintf(p, sizeof p, "entries[%d].pass", i);
         if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d did not pass", plan, i);
         double busiest = 0;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < world; k++) {
             snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.measured", i, k);
             busiest = fmax(busiest, num(r, p));
             snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.exact", i, k);
@@ -833,8 +836,8 @@ static void check_cp(const char *model, uint64_t grad_accum, int steps)
         double loss = num(r, p), loss1 = num(s, p);
         snprintf(p, sizeof p, "entries[%d].numerics.grad_norm", i);
         double g = num(r, p), g1 = num(s, p);
-        print_message("%s cp 2 entry %d: peak %.0f, loss %.17g (one process %.17g%s), grad norm %.17g (%.17g, %+.2e)\n",
-                      model, i, busiest, loss, loss1, loss == loss1 ? ", bit for bit" : "", g, g1, (g - g1) / g1);
+        print_message("%s cp 2 x %u entry %d: peak %.0f, loss %.17g (one process %.17g%s), grad norm %.17g (%.17g, %+.2e)\n",
+                      model, dp_shard, i, busiest, loss, loss1, loss == loss1 ? ", bit for bit" : "", g, g1, (g - g1) / g1);
         if (fabs(loss - loss1) > 1e-6 * fabs(loss1)) fail_msg("%s entry %d: loss %.17g, one process %.17g", plan, i, loss, loss1);
         if (fabs(g - g1) > 1e-6 * g1) fail_msg("%s entry %d: gradient norm %.17g, one process %.17g", plan, i, g, g1);
     }
@@ -845,20 +848,22 @@ static void check_cp(const char *model, uint64_t grad_accum, int steps)
 static void cp(void **st)
 {
     (void)st;
-    check_cp("tiny-llama", 1, 1);
-    check_cp("tiny-llama", 2, 2);
+    check_cp("tiny-llama", 1, 1, 1);
+    check_cp("tiny-llama", 1, 2, 2);
+    /* CP x dp_shard (FSDP2 over the 4 ranks, the ring in each CP pair; against 2 x grad_accum micro-steps) */
+    check_cp("tiny-llama", 2, 2, 1);
     /* the wide-attention llama of R-CP-11 (16 heads of 64 over hidden 64): the peak inside a ring call
      * (the backward's), its transients replayed (without them rank 0 measures 3.5 % below) */
-    check_cp("tiny-llama-wide", 1, 1);
-    /* CP x dp_shard: planned, refused by gckpt-run before any rank runs */
-    char *t = pf_plan_text_cp("tiny-llama", GCKPT_FP32, every, 3, 2, 1, 32, 2, 2);
+    check_cp("tiny-llama-wide", 1, 1, 1);
+    /* amp-bf16: planned, refused by gckpt-run before any rank runs (one line, exit 2, no report) */
+    char *t = pf_plan_text_cp("tiny-llama", GCKPT_AMP_BF16, every, 3, 2, 1, 32, 2, 1);
     assert_non_null(t);
-    cli_write("cp2s2.json", t);
+    cli_write("cp2-bf16.json", t);
     free(t);
     char err[8192];
-    int rc = mpi(4, "cp2s2.json", "no.jsonl", 1, err, sizeof err);
-    if (rc != 2 || !strstr(err, "gckpt-run executes context parallelism alone") || own_lines(err) != 1)
-        fail_msg("cp 2 x dp_shard 2: exit %d: %s", rc, err);
+    int rc = mpi(2, "cp2-bf16.json", "no.jsonl", 1, err, sizeof err);
+    if (rc != 2 || !strstr(err, "gckpt-run executes context parallelism in fp32 only") || own_lines(err) != 1)
+        fail_msg("cp 2 amp-bf16: exit %d: %s", rc, err);
     assert_false(cli_exists("no.jsonl"));
 }
 

@@ -442,6 +442,26 @@ static void pack_kv(const gckpt_xcall *c, const bufs *b, lay lk, lay lv, float *
         for (uint64_t h = 0; h < lv.nh; h++) memcpy(dst + (r * lv.nh + h) * vd, b->in[2] + r * lv.W + lv.off + h * vd, vd * 4);
 }
 
+/* count floats from the call's transients while they last (*own false), else host scratch */
+static float *ring_take(const host_ring *g, uint64_t *used, uint64_t count, bool zero, bool *own)
+{
+    uint64_t b = count * sizeof(float);
+    if (g->arena && *used + b <= g->arena_bytes) {
+        float *p = (float *)((char *)g->arena + *used);
+        *used += b;
+        *own = false;
+        if (zero) memset(p, 0, b);
+        return p;
+    }
+    *own = true;
+    return zero ? hs_calloc(count ? count : 1, sizeof(float)) : hs_malloc(b ? b : 1);
+}
+
+static void ring_drop(float *p, bool own)
+{
+    if (own) hs_free(p);
+}
+
 /* One K/V block's visible keys for query position qp: key position <= query position (the load-
  * balanced blocks of torch's ring are exactly these sets, R-CP-6). */
 static bool ring_visible(const host_ring *g, uint32_t src, uint64_t j, uint64_t qp) { return g->pos[src * g->s + j] <= qp; }
@@ -454,8 +474,10 @@ gckpt_xstatus host_sdpa_ring_fwd(const gckpt_xcall *c, const host_ring *g, gckpt
     uint64_t kn = B * S * lk.nh * hd, n = kn + B * S * lv.nh * vd; /* one rank's cat(K, V) */
     bufs b = {0};
     gckpt_xstatus rc = GCKPT_XS_ERROR;
-    float *mine = hs_malloc(sizeof *mine * n), *all = hs_malloc(sizeof *all * n * g->cp), *sc = hs_malloc(sizeof *sc * S),
-          *o = hs_malloc(sizeof *o * vd), *acc = hs_malloc(sizeof *acc * vd);
+    uint64_t used = 0;
+    bool own_m, own_a;
+    float *mine = ring_take(g, &used, n, false, &own_m), *all = ring_take(g, &used, n * g->cp, false, &own_a),
+          *sc = hs_malloc(sizeof *sc * S), *o = hs_malloc(sizeof *o * vd), *acc = hs_malloc(sizeof *acc * vd);
     if (!mine || !all || !sc || !o || !acc) {
         gckpt_seterr(err, "op %s: out of host memory", c->op->name);
         goto out;
@@ -517,8 +539,8 @@ gckpt_xstatus host_sdpa_ring_fwd(const gckpt_xcall *c, const host_ring *g, gckpt
         }
     rc = GCKPT_XS_OK;
 out:
-    hs_free(mine);
-    hs_free(all);
+    ring_drop(mine, own_m);
+    ring_drop(all, own_a);
     hs_free(sc);
     hs_free(o);
     hs_free(acc);
@@ -536,8 +558,10 @@ gckpt_xstatus host_sdpa_ring_bwd(const gckpt_xcall *c, const host_ring *g, gckpt
     NEED(c, c->out[1], "saved logsumexp");
     bufs b = {0};
     gckpt_xstatus rc = GCKPT_XS_ERROR;
-    float *go = NULL, *mine = hs_malloc(sizeof *mine * n), *all = hs_malloc(sizeof *all * n * g->cp),
-          *dall = hs_calloc(n * g->cp, sizeof *dall), *dq = hs_calloc(B * S * qd, sizeof *dq);
+    uint64_t used = 0;
+    bool own_m, own_a, own_d;
+    float *go = NULL, *mine = ring_take(g, &used, n, false, &own_m), *all = ring_take(g, &used, n * g->cp, false, &own_a),
+          *dall = ring_take(g, &used, n * g->cp, true, &own_d), *dq = hs_calloc(B * S * qd, sizeof *dq);
     float *aq = acc_of(c, &b, 0, err), *ak = acc_of(c, &b, 1, err), *av = acc_of(c, &b, 2, err);
     if (!mine || !all || !dall || !dq) {
         gckpt_seterr(err, "op %s: out of host memory", c->op->name);
@@ -594,9 +618,9 @@ gckpt_xstatus host_sdpa_ring_bwd(const gckpt_xcall *c, const host_ring *g, gckpt
     rc = GCKPT_XS_OK;
 out:
     hs_free(go);
-    hs_free(mine);
-    hs_free(all);
-    hs_free(dall);
+    ring_drop(mine, own_m);
+    ring_drop(all, own_a);
+    ring_drop(dall, own_d);
     hs_free(dq);
     bufs_store_free(c, &b, rc == GCKPT_XS_OK);
     return rc;

@@ -49,6 +49,11 @@ typedef struct {
     gckpt_xstatus (*all_gather)(void *user, const float *send, float *recv, uint64_t n, gckpt_err *err);
     gckpt_xstatus (*reduce_scatter)(void *user, const float *send, float *recv, uint64_t n, gckpt_err *err);
     void *user;
+    /* the call's transients (the replayed peak's bytes, interp_cp.c): the K/V exchange's buffers (this
+     * rank's cat, every rank's) and then the backward's dK / dV sums are taken from it where they fit,
+     * the rest from host scratch */
+    void *arena;
+    uint64_t arena_bytes;
 } host_ring;
 gckpt_xstatus host_sdpa_ring_fwd(const gckpt_xcall *c, const host_ring *g, gckpt_err *err);
 gckpt_xstatus host_sdpa_ring_bwd(const gckpt_xcall *c, const host_ring *g, gckpt_err *err);

@@ -14,7 +14,8 @@
  * - the memory: CP's buffers (gckpt_cp_extra_at: the Trainer's split buffers' storages, the clones,
  *   the per-row rotary tables) held from the first step to the end, the partial-merge ranks' o_proj
  *   copy per layer from its forward (or recompute) ring call to its backward's, and during each ring
- *   call the replayed transients (gckpt_cp_ring_peak) above what the op's own allocations hold, as
+ *   call the replayed transients (gckpt_cp_ring_peak) above what the op's own allocations hold (one
+ *   allocation; the ring's K/V exchange buffers and dK / dV sums are taken from it), as
  *   core/cp_walk.c plans them (gckpt_cp_extra_before). The host backend only; fp32. CP x dp_shard:
  *   FSDP2 over all the ranks, the ring in the CP group (cp consecutive ranks: cp innermost in
  *   accelerate's mesh), each CP group's batch that of its data-parallel rank (rank / cp). */
@@ -166,7 +167,7 @@ static gckpt_xstatus ring(gckpt_exec *x, gckpt_xcall *call, bool backward, const
     uint64_t trb = target > ms.allocated ? target - ms.allocated : 0;
     if (trb && (rc = take(x, trb, &tr, w->at, err)) != GCKPT_XS_OK) return rc;
     host_ring g = {.cp = c->C, .rank = c->r, .s = x->set.seq, .pos = c->pos, .all_gather = gather,
-                   .reduce_scatter = scatter, .user = x};
+                   .reduce_scatter = scatter, .user = x, .arena = tr, .arena_bytes = trb};
     rc = backward ? host_sdpa_ring_bwd(call, &g, err) : host_sdpa_ring_fwd(call, &g, err);
     if (tr) x->be->release(x->be, GCKPT_MEM_DEVICE, tr, trb);
     if (rc != GCKPT_XS_OK) return rc;

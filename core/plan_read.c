@@ -930,8 +930,9 @@ bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
     if (pf->layout.offload)
         gckpt_seterr(err, "%s: field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
                           "not executed by gckpt-run", f);
-    else if (pf->cp && pf->precision != GCKPT_FP32)
-        gckpt_seterr(err, "%s: field 'inputs.precision' = \"%s\": gckpt-run executes context parallelism in fp32 only; "
+    else if (pf->cp && pf->precision != GCKPT_FP32 && pf->precision != GCKPT_AMP_BF16)
+        gckpt_seterr(err, "%s: field 'inputs.precision' = \"%s\": gckpt-run executes context parallelism in fp32 and "
+                          "amp-bf16 only; "
                           "this plan (cp_size %u) is planned, not executed", f, gckpt_precision_names[pf->precision], pf->cp);
     else
         return true;

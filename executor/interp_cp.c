@@ -50,8 +50,8 @@ bool exec_cp_prepare(gckpt_exec *x, gckpt_err *err)
         gckpt_seterr(err, "context parallelism is executed on the host backend only (--backend host)");
         return false;
     }
-    if (x->set.precision != GCKPT_FP32) {
-        gckpt_seterr(err, "context parallelism is executed in fp32 only");
+    if (x->set.precision != GCKPT_FP32 && x->set.precision != GCKPT_AMP_BF16) {
+        gckpt_seterr(err, "context parallelism is executed in fp32 and amp-bf16 only");
         return false;
     }
     exec_cp *c = x->cp = calloc(1, sizeof *x->cp);

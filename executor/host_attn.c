@@ -520,6 +520,7 @@ gckpt_xstatus host_sdpa_ring_fwd(const gckpt_xcall *c, const host_ring *g, gckpt
                         float pj = sc[j] / sum;
                         for (uint64_t u = 0; u < vd; u++) o[u] += pj * v[u];
                     }
+                    for (uint64_t u = 0; u < vd; u++) o[u] = rnd(c->out[0].dt, o[u]); /* the block kernel's out */
                     float bl = mx + logf(sum);
                     if (first) {
                         memcpy(acc, o, sizeof *acc * vd);

@@ -16,10 +16,10 @@
  *   copy per layer from its forward (or recompute) ring call to its backward's, and during each ring
  *   call the replayed transients (gckpt_cp_ring_peak) above what the op's own allocations hold (one
  *   allocation; the ring's K/V exchange buffers and dK / dV sums are taken from it), as
- *   core/cp_walk.c plans them (gckpt_cp_extra_before). The host backend only; fp32 and amp-bf16.
- *   CP x dp_shard:
- *   FSDP2 over all the ranks, the ring in the CP group (cp consecutive ranks: cp innermost in
- *   accelerate's mesh), each CP group's batch that of its data-parallel rank (rank / cp). */
+ *   core/cp_walk.c plans them (gckpt_cp_extra_before).
+ * The host backend only; fp32 and amp-bf16. CP x dp_shard: FSDP2 over all the ranks, the ring in the CP
+ * group (cp consecutive ranks: cp innermost in accelerate's mesh), each CP group's batch that of its
+ * data-parallel rank (rank / cp). */
 #include "interp_parallel.h"
 
 #include <stdlib.h>

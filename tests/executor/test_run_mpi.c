@@ -757,16 +757,16 @@ static void tp(void **st)
     assert_false(cli_exists("no.jsonl"));
 }
 
-/* Context parallelism (gckpt-plan --cp 2 --gpus 2, seq 32: head-tail load-balanced, 16 tokens per rank;
- * interp_cp.c, FINDINGS R-EXEC-6), fp32, every_n off / 1 / 2, on 2 ranks against one process over the
- * whole sequence (the same micro-batches: the CP ranks share them): every entry passes, every rank's
- * allocator peak equals its prediction (FSDP2's walked step at S / C, CP's buffers and the ring's replayed
- * transients, core/cp_walk.c) and rank 0's is the plan's, byte for byte (the busiest rank's too but on the
- * contiguous split, whose last rank peaks a little higher); the loss (the Trainer's
- * CP loss averaged over the ranks) within 1e-6 of one process's and the gradients within 1e-6 elementwise
- * (the ring's merge and the dK/dV sums reassociate); tiny-llama and a wide-attention llama whose peak is
- * a ring call's; CP 2 x dp_shard 2 on 4 ranks against one process of 2 x grad_accum micro-steps; amp-bf16
- * against one bf16 process. Another precision is refused, one line, exit 2. */
+/* Context parallelism (gckpt-plan --cp C [--dp-shard S] --gpus C x S; interp_cp.c, FINDINGS R-EXEC-6), every_n
+ * off / 1 / 2, on C x S ranks against one process over the whole sequence (the same micro-batches, S x
+ * grad_accum of them: the CP ranks of a group share theirs): every entry passes, every rank's allocator peak
+ * equals its prediction (FSDP2's walked step at seq / C, CP's buffers and the ring's replayed transients,
+ * core/cp_walk.c) and rank 0's is the plan's, byte for byte (the busiest rank's too but on the contiguous
+ * split, whose last rank peaks a little higher); fp32: the loss (the Trainer's CP loss averaged over the
+ * ranks) within 1e-6 of one process's and the gradients within 1e-6 elementwise (the ring's merge and the
+ * dK/dV sums reassociate); amp-bf16 against one bf16 process within 1e-5 and 1e-3. Cases: tiny-llama at cp
+ * 2 (head-tail, seq 32), cp 4 (seq 32) and the contiguous split (cp 4, seq 36), cp 2 x dp_shard 2, amp-bf16,
+ * and a wide-attention llama whose peak is a ring call's. Another precision is refused, one line, exit 2. */
 static void check_cp_prec(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps,
                           gckpt_precision prec)
 {

@@ -116,14 +116,12 @@ struct gckpt_exec {
                                      * layers (interp_aux.c), else NULL */
 };
 
-/* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
 /* Context parallelism (interp_cp.c): the rank's pieces of the micro-step's batch made with `key`
  * (make_data's); after each event that is no allocation, the memory the ring's transients count from. */
 void exec_cp_data(gckpt_exec *x, uint64_t key);
 void exec_cp_after_event(gckpt_exec *x, const gckpt_event *e);
-/* its CP rank (0 without CP) */
-uint32_t exec_cp_rank(const gckpt_exec *x);
 
+/* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
 static inline uint64_t exec_global_micro(const gckpt_exec *x, uint64_t micro)
 {
     /* a TP group's ranks see one batch (FINDINGS R-TP-1): the data-parallel rank's (TP alone: 0) */

@@ -76,8 +76,6 @@ bool exec_cp_prepare(gckpt_exec *x, gckpt_err *err)
     return true;
 }
 
-uint32_t exec_cp_rank(const gckpt_exec *x) { return x->cp ? x->cp->r : 0; }
-
 static gckpt_xstatus take(gckpt_exec *x, uint64_t bytes, void **p, const char *what, gckpt_err *err)
 {
     gckpt_xstatus rc = x->be->alloc(x->be, GCKPT_MEM_DEVICE, bytes, p);

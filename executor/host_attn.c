@@ -562,7 +562,8 @@ gckpt_xstatus host_sdpa_ring_bwd(const gckpt_xcall *c, const host_ring *g, gckpt
     uint64_t used = 0;
     bool own_m, own_a, own_d;
     float *go = NULL, *mine = ring_take(g, &used, n, false, &own_m), *all = ring_take(g, &used, n * g->cp, false, &own_a),
-          *dall = ring_take(g, &used, n * g->cp, true, &own_d), *dq = hs_calloc(B * S * qd, sizeof *dq);
+          *dall = ring_take(g, &used, n * g->cp, true, &own_d), *dq = hs_calloc(B * S * qd, sizeof *dq), *bq = NULL,
+          *bkv = NULL;
     float *aq = acc_of(c, &b, 0, err), *ak = acc_of(c, &b, 1, err), *av = acc_of(c, &b, 2, err);
     if (!mine || !all || !dall || !dq) {
         gckpt_seterr(err, "op %s: out of host memory", c->op->name);
@@ -575,20 +576,28 @@ gckpt_xstatus host_sdpa_ring_bwd(const gckpt_xcall *c, const host_ring *g, gckpt
     pack_kv(c, &b, lk, lv, mine);
     if ((rc = g->all_gather(g->user, mine, all, n, err)) != GCKPT_XS_OK) goto out; /* the backward's K/V again */
     rc = GCKPT_XS_ERROR;
-    for (uint64_t bi = 0; bi < B; bi++)
-        for (uint64_t h = 0; h < nh; h++) {
-            uint64_t kh = h / (nh / lk.nh), vh = h / (nh / lv.nh);
-            for (uint64_t i = 0; i < S; i++) {
-                const float *q = b.in[0] + (bi * S + i) * lq.W + lq.off + h * hd;
-                const float *dO = go + (bi * S + i) * od + h * vd;
-                uint64_t qp = g->pos[g->rank * S + i];
-                float lse = ld(&c->out[1], (bi * nh + h) * S + i), Di = 0;
-                for (uint64_t u = 0; u < vd; u++) Di += dO[u] * ld(&c->out[0], (bi * S + i) * od + h * vd + u);
-                float *dqi = dq + (bi * S + i) * qd + h * hd;
-                for (uint32_t t = 0; t < g->cp; t++) { /* each block's backward with the merged out and lse */
-                    uint32_t src = (g->rank + g->cp - t) % g->cp;
-                    const float *K = all + src * n + bi * S * lk.nh * hd, *V = all + src * n + kn + bi * S * lv.nh * vd;
-                    float *dK = dall + src * n + bi * S * lk.nh * hd, *dV = dall + src * n + kn + bi * S * lv.nh * vd;
+    /* each block's backward with the merged out and lse: its dq, dk, dv in the compute dtype (the block
+     * kernel's outputs), added into the fp32 accumulators (dK / dV per source rank) */
+    if (!(bq = hs_malloc(sizeof *bq * B * S * qd)) || !(bkv = hs_malloc(sizeof *bkv * n))) {
+        gckpt_seterr(err, "op %s: out of host memory", c->op->name);
+        goto out;
+    }
+    for (uint32_t t = 0; t < g->cp; t++) {
+        uint32_t src = (g->rank + g->cp - t) % g->cp;
+        memset(bq, 0, sizeof *bq * B * S * qd);
+        memset(bkv, 0, sizeof *bkv * n);
+        for (uint64_t bi = 0; bi < B; bi++)
+            for (uint64_t h = 0; h < nh; h++) {
+                uint64_t kh = h / (nh / lk.nh), vh = h / (nh / lv.nh);
+                const float *K = all + src * n + bi * S * lk.nh * hd, *V = all + src * n + kn + bi * S * lv.nh * vd;
+                float *dK = bkv + bi * S * lk.nh * hd, *dV = bkv + kn + bi * S * lv.nh * vd;
+                for (uint64_t i = 0; i < S; i++) {
+                    const float *q = b.in[0] + (bi * S + i) * lq.W + lq.off + h * hd;
+                    const float *dO = go + (bi * S + i) * od + h * vd;
+                    uint64_t qp = g->pos[g->rank * S + i];
+                    float lse = ld(&c->out[1], (bi * nh + h) * S + i), Di = 0;
+                    for (uint64_t u = 0; u < vd; u++) Di += dO[u] * ld(&c->out[0], (bi * S + i) * od + h * vd + u);
+                    float *dqi = bq + (bi * S + i) * qd + h * hd;
                     for (uint64_t j = 0; j < S; j++) {
                         if (!ring_visible(g, src, j, qp)) continue;
                         const float *k = K + (j * lk.nh + kh) * hd, *v = V + (j * lv.nh + vh) * vd;
@@ -603,7 +612,10 @@ gckpt_xstatus host_sdpa_ring_bwd(const gckpt_xcall *c, const host_ring *g, gckpt
                     }
                 }
             }
-        }
+        uint8_t cdt = c->out[0].dt;
+        for (uint64_t e = 0; e < B * S * qd; e++) dq[e] += rnd(cdt, bq[e]);
+        for (uint64_t e = 0; e < n; e++) dall[src * n + e] += rnd(cdt, bkv[e]);
+    }
     /* dK / dV to the rank that holds K / V, summed over the ranks (fp32, as convert_to_f32) */
     if ((rc = g->reduce_scatter(g->user, dall, mine, n, err)) != GCKPT_XS_OK) goto out;
     for (uint64_t r = 0; r < B * S; r++) {
@@ -623,6 +635,8 @@ out:
     ring_drop(all, own_a);
     ring_drop(dall, own_d);
     hs_free(dq);
+    hs_free(bq);
+    hs_free(bkv);
     bufs_store_free(c, &b, rc == GCKPT_XS_OK);
     return rc;
 }

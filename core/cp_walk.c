@@ -32,6 +32,12 @@ static uint64_t plain_before(const gckpt_setting *s, int32_t k)
     return n;
 }
 
+uint64_t gckpt_cp_extra_before(const gckpt_model *m, const gckpt_setting *s, uint64_t seq, uint32_t cp, uint32_t r,
+                               unsigned hidden_size, unsigned compute_size, int32_t layer)
+{
+    return gckpt_cp_extra_at(m, s, seq, cp, r, hidden_size, compute_size, plain_before(s, layer));
+}
+
 static void on_event(void *user, const gckpt_walk_state *w, const gckpt_event *e)
 {
     cp_walk *cw = user;
@@ -40,8 +46,8 @@ static void on_event(void *user, const gckpt_walk_state *w, const gckpt_event *e
                 c->recipe->op[e->op].prim == GCKPT_P_SDPA;
     if (sdpa && w->seg && w->seg->part == GCKPT_PART_LAYER) {
         const uint64_t ring = e->kind == GCKPT_EV_BWD ? cw->bwd : cw->fwd;
-        const uint64_t x = gckpt_cp_extra_at(c->model, &c->set, cw->seq, cw->cp, cw->rank, cw->hs, cw->cs,
-                                             plain_before(&c->set, w->seg->layer));
+        const uint64_t x = gckpt_cp_extra_before(c->model, &c->set, cw->seq, cw->cp, cw->rank, cw->hs, cw->cs,
+                                                 w->seg->layer);
         const int64_t cand = cw->base + (int64_t)(ring + x);
         if (cand > cw->best) {
             cw->best = cand;

@@ -944,10 +944,10 @@ bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
     else if (pf->layout.tp > 1 && gckpt_peft_on(&pf->peft)) /* FINDINGS R-TP-12: measured with the probe only */
         gckpt_seterr(err, "%s: field 'inputs.method': LoRA under tensor parallelism is planned, not executed by "
                           "gckpt-run", f);
-    else if (pf->cp)
-        gckpt_seterr(err, "%s: field 'inputs.context_parallel': context parallelism is planned, not executed by "
-                          "gckpt-run (it would run the ranks as %s over the whole sequence)", f,
-                     gckpt_parallel_names[pf->layout.mode]);
+    else if (pf->cp && pf->precision != GCKPT_FP32 && pf->precision != GCKPT_AMP_BF16)
+        gckpt_seterr(err, "%s: field 'inputs.precision' = \"%s\": gckpt-run executes context parallelism in fp32 and "
+                          "amp-bf16 only; "
+                          "this plan (cp_size %u) is planned, not executed", f, gckpt_precision_names[pf->precision], pf->cp);
     else
         return true;
     return false;
@@ -989,6 +989,10 @@ gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i)
                        .offload = e->offload,
                        .peft = pf->peft,
                        .layout = pf->layout};
+    if (pf->cp) { /* CP: the rank's S / C tokens (planner/plan.c gckpt_plan_setting) */
+        s.seq = pf->seq / pf->cp;
+        s.layout.cp = pf->cp;
+    }
     if (pf->tp_fsdp || pf->tp_replicate) /* TP x FSDP, TP with replicas: world rank 0's, as gckpt_plan_setting */
         gckpt_tp_hsdp_layout(pf->layout.tp, pf->tp_replicate ? pf->tp_replicate : 1, pf->tp_fsdp ? pf->tp_fsdp : 1, 0,
                              &s.layout);

@@ -21,7 +21,7 @@ const char *const gckpt_event_names[GCKPT_NEVENT] = {
 };
 
 const char *const gckpt_coll_names[GCKPT_NCOLL] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
-const char *const gckpt_coll_group_names[GCKPT_NGROUP] = {"world", "dp_shard", "dp_replicate", "tp"};
+const char *const gckpt_coll_group_names[GCKPT_NGROUP] = {"world", "dp_shard", "dp_replicate", "tp", "cp"};
 
 void gckpt_schedule_free(gckpt_schedule *s)
 {

@@ -26,11 +26,11 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
         uint64_t hd = c->m->rotary_dim; /* HF's dim: int(head_dim * partial_rotary_factor) */
         uint64_t w = gckpt_rotary_table_width(c->m); /* gpt_oss: the first half only */
         gckpt_yarn y = gckpt_yarn_of(c->m, hd, c->rope_theta);
-        for (uint64_t pos = 0; pos < c->s; pos++)
+        for (uint64_t i = 0; i < c->s; i++) /* host: the positions (a CP rank's pieces), else 0 .. s - 1 */
             for (uint64_t k = 0; k < w; k++) {
-                float f = gckpt_rope_angle_yarn(pos, k, hd, (float)c->rope_theta, y);
-                st(o, pos * w + k, cosf(f) * y.attn);
-                st(&c->out[1], pos * w + k, sinf(f) * y.attn);
+                float f = gckpt_rope_angle_yarn(host ? (uint64_t)host[i] : i, k, hd, (float)c->rope_theta, y);
+                st(o, i * w + k, cosf(f) * y.attn);
+                st(&c->out[1], i * w + k, sinf(f) * y.attn);
             }
         return GCKPT_XS_OK;
     }

@@ -698,6 +698,10 @@ void exec_make_data(gckpt_exec *x, uint64_t micro)
 {
     uint64_t B = x->set.micro_batch, S = x->set.seq, V = x->m.vocab;
     uint64_t key = gckpt_key(x->o.seed, x->step, exec_global_micro(x, micro), 0xda7aULL);
+    if (x->cp) { /* the rank's pieces of its CP group's batch */
+        exec_cp_data(x, key);
+        return;
+    }
     for (uint64_t i = 0; i < B * S; i++) x->ids[i] = V ? (int64_t)(gckpt_rng(key, i) % V) : 0; /* (a tower: none) */
     for (uint64_t b = 0; b < B; b++)
         for (uint64_t i = 0; i < S; i++)

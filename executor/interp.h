@@ -52,6 +52,7 @@ typedef struct exec_zero exec_zero;
 typedef struct exec_fsdp exec_fsdp;
 typedef struct exec_z3 exec_z3;
 typedef struct exec_tp exec_tp;
+typedef struct exec_cp exec_cp;
 typedef struct exec_aux exec_aux;
 typedef struct exec_par_ops exec_par_ops;
 
@@ -111,6 +112,7 @@ struct gckpt_exec {
     exec_fsdp *fsdp;                /* FSDP2's shards and units (interp_fsdp.c) */
     exec_z3 *z3;                    /* ZeRO-3's partitions (interp_zero3.c) */
     exec_tp *tp;                    /* tensor parallelism's shards (interp_tp.c) */
+    exec_cp *cp;                    /* context parallelism's ring and buffers (interp_cp.c) */
     gckpt_model tp_full;            /* tensor parallelism: the whole model (m is the rank's local one) */
     exec_aux *aux;                  /* the load-balancing loss's routing of its gradients to the
                                      * layers (interp_aux.c), else NULL */
@@ -133,12 +135,17 @@ static inline bool exec_owns(const gckpt_exec *x, size_t si)
 {
     return !x->seg_kind || (x->own_mask >> x->seg_kind[si] & 1u);
 }
+/* Context parallelism (interp_cp.c): the rank's pieces of the micro-step's batch made with `key`
+ * (make_data's); after each event that is no allocation, the memory the ring's transients count from. */
+void exec_cp_data(gckpt_exec *x, uint64_t key);
+void exec_cp_after_event(gckpt_exec *x, const gckpt_event *e);
 
 /* The global micro-step that this rank's micro-step `micro` trains (data, dropout). */
 static inline uint64_t exec_global_micro(const gckpt_exec *x, uint64_t micro)
 {
     /* a TP group's ranks see one batch (FINDINGS R-TP-1): the data-parallel rank's (TP alone: 0) */
     uint64_t dp_rank = x->set.layout.tp > 1 ? x->set.layout.rank : (uint64_t)x->o.rank;
+    if (x->set.layout.cp > 1) dp_rank /= x->set.layout.cp; /* a CP group's ranks likewise (R-CP-1) */
     return dp_rank * x->set.grad_accum + micro;
 }
 

@@ -426,6 +426,7 @@ static const int64_t *source_data(gckpt_exec *x, const gckpt_op *op)
     case GCKPT_SRC_IDS: return x->ids;
     case GCKPT_SRC_LABELS: return x->labels;
     case GCKPT_SRC_POSITIONS: return x->positions;
+    case GCKPT_SRC_ROTARY: return x->cp ? x->positions : NULL; /* CP: the rank's positions' tables */
     default: return NULL;
     }
 }
@@ -655,7 +656,16 @@ static gckpt_xstatus ev_opt(gckpt_exec *x, const exec_site *w, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
+static gckpt_xstatus run_event(gckpt_exec *x, const gckpt_event *e, exec_site *w, gckpt_err *err);
+
 gckpt_xstatus exec_event(gckpt_exec *x, const gckpt_event *e, exec_site *w, gckpt_err *err)
+{
+    gckpt_xstatus rc = run_event(x, e, w, err);
+    if (rc == GCKPT_XS_OK && x->cp) exec_cp_after_event(x, e);
+    return rc;
+}
+
+static gckpt_xstatus run_event(gckpt_exec *x, const gckpt_event *e, exec_site *w, gckpt_err *err)
 {
     exec_where(x, w->seg, w->index, w->at, sizeof w->at);
     /* several ranks: the event a collective belongs to is announced with it (comm.h) */

@@ -483,6 +483,35 @@ const exec_par_ops exec_fsdp_ops = {.flat_grads = true,
                                     .release = fsdp_release,
                                     .free = fsdp_free};
 
+static void cp_fsdp_release(gckpt_exec *x)
+{
+    exec_cp_release(x);
+    fsdp_release(x);
+}
+
+static void cp_fsdp_free(gckpt_exec *x)
+{
+    fsdp_free(x);
+    exec_cp_free(x);
+}
+
+/* CP x FSDP: FSDP2 over the cp ranks, every op through interp_cp.c (the ring, the loss) */
+const exec_par_ops exec_cp_fsdp_ops = {.flat_grads = true,
+                                       .prepare = exec_cp_prepare,
+                                       .setup = fsdp_setup,
+                                       .init_param = fsdp_init_param,
+                                       .init = exec_cp_init,
+                                       .on_alloc = fsdp_on_alloc,
+                                       .on_free = fsdp_on_free,
+                                       .run_op = exec_cp_run_op,
+                                       .collective = fsdp_collective,
+                                       .zero_grad = fsdp_zero_grad,
+                                       .step = fsdp_step,
+                                       .checksum = fsdp_checksum,
+                                       .holds = fsdp_holds,
+                                       .release = cp_fsdp_release,
+                                       .free = cp_fsdp_free};
+
 /* TP x FSDP: TP's ops (the collectives inside them in the TP group) on the unsharded local weights */
 const exec_par_ops exec_tp_fsdp_ops = {.flat_grads = true,
                                        .prepare = tp_fsdp_prepare,

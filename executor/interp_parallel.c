@@ -63,6 +63,7 @@ const exec_par_ops *exec_par_ops_of(const gckpt_layout *l)
         [GCKPT_PAR_TOY] = &exec_toy_ops,
 #endif
     };
+    if (l->cp > 1) return l->mode == GCKPT_PAR_FSDP ? &exec_cp_fsdp_ops : NULL; /* CP: FSDP2 over dp_shard x cp */
     if (l->tp > 1) /* TP alone; TP x FSDP (gckpt_tp_hsdp_layout) */
         return l->mode == GCKPT_PAR_NONE ? &exec_tp_ops : l->mode == GCKPT_PAR_FSDP ? &exec_tp_fsdp_ops : NULL;
     return l->mode < GCKPT_NPAR ? modes[l->mode] : NULL;

@@ -13,6 +13,13 @@ extern const exec_par_ops exec_tp_ops; /* tensor parallelism alone (interp_tp.c)
 /* TP x FSDP (gckpt_tp_hsdp_layout: TP x DDP, TP x FSDP, HSDP x TP): interp_tp.c's sharded ops in the
  * TP group, FSDP2 (interp_fsdp.c) over the ranks of one TP rank */
 extern const exec_par_ops exec_tp_fsdp_ops;
+/* CP x FSDP (gckpt-plan --cp C): FSDP2 over the cp ranks, interp_cp.c's ring attention, data and loss */
+extern const exec_par_ops exec_cp_fsdp_ops;
+bool exec_cp_prepare(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_cp_init(gckpt_exec *x, gckpt_err *err);
+gckpt_xstatus exec_cp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, const exec_site *w, gckpt_err *err);
+void exec_cp_release(gckpt_exec *x);
+void exec_cp_free(gckpt_exec *x);
 #ifdef GCKPT_TOY
 extern const exec_par_ops exec_toy_ops; /* the toy mode's (tests/toy/toy_exec.c) */
 #endif

@@ -498,11 +498,21 @@ static int join_groups(gckpt_backend *be, gckpt_comm *comm, const gckpt_layout *
 {
     uint32_t rep = gckpt_layout_replicate(l), shard = gckpt_layout_shard_world(l);
     int T = l->tp > 1 && gckpt_layout_multi(l) ? (int)l->tp : 1;
+    gckpt_err err = {0};
+    if (l->cp > 1 && (uint32_t)comm->world > l->cp) { /* CP x dp_shard: the ring in the CP group (cp innermost, R-CP-1) */
+        if (!be->attach_group || !be->collective_group || !comm->split)
+            return bad("--backend %s: context parallelism with dp_shard needs process groups, which this backend does "
+                       "not run (the host backend does)", be->name);
+        if (!(groups[GCKPT_GROUP_CP] = comm->split(comm, comm->rank / (int)l->cp, comm->rank, &err)))
+            return bad("CP's process groups: %s", err.msg);
+        if (be->attach_group(be, GCKPT_GROUP_CP, groups[GCKPT_GROUP_CP]) != GCKPT_XS_OK)
+            return bad("--backend %s: joining the cp group: %s", be->name, be->err.msg);
+        return 0;
+    }
     if ((rep < 2 && T < 2) || comm->world < 2) return 0;
     if (!be->attach_group || !be->collective_group || !comm->split)
         return bad("--backend %s: a plan with %s needs process groups, which this backend does not run (the host "
                    "backend does)", be->name, T > 1 ? "tensor parallelism over data-parallel ranks" : "dp_replicate (HSDP)");
-    gckpt_err err = {0};
     int r = comm->rank, tr = r % T, d = r / T, S = (int)shard;
     if (!(groups[GCKPT_GROUP_SHARD] = comm->split(comm, tr + T * (d / S), r, &err)) ||
         !(groups[GCKPT_GROUP_REPLICATE] = comm->split(comm, tr + T * (d % S), r, &err)) ||

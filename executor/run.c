@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gckpt/core/cp.h"
 #include "gckpt/core/eval.h"
 #include "gckpt/executor/exec_host.h"
 #include "gckpt/executor/exec_run.h"
@@ -110,7 +111,17 @@ static bool r_new(runner *r, gckpt_backend *be, const gckpt_plan_file *pf, const
     memset(r, 0, sizeof *r);
     if (!pf->vlm) {
         if (!(r->x = gckpt_exec_new(be, &pf->model, &pf->dev, s, xo, err))) return false;
-        gckpt_walk(gckpt_exec_ctx(r->x), gckpt_exec_schedule(r->x), walk);
+        const gckpt_ctx *xc = gckpt_exec_ctx(r->x);
+        gckpt_walk(xc, gckpt_exec_schedule(r->x), walk);
+        uint32_t cp = xc->set.layout.cp;
+        if (cp > 1) { /* this CP rank's: the walk plus CP's buffers or a ring call (core/cp_walk.c) */
+            unsigned es = xc->set.precision == GCKPT_FP32 ? 4 : 2;
+            if (!gckpt_cp_peak(xc, xc->set.seq * cp, cp, (uint32_t)xo->rank % cp, GCKPT_CP_ALLGATHER, es, es, walk)) {
+                gckpt_seterr(err, "out of memory walking the CP step");
+                r_free(r);
+                return false;
+            }
+        }
         return true;
     }
     gckpt_vlm *v = malloc(sizeof *v);

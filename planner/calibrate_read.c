@@ -187,9 +187,9 @@ static bool report_plan(const char *f, const char *plan_file, const char *plan_v
         return false;
     }
     /* its entries are re-evaluated as gckpt-run's settings (gckpt_plan_file_setting), which
-     * carry no vision tower or CP: those plans stay refused (a VLM's by name: gckpt-run executes
-     * llava's); so do TP x FSDP's (gckpt-run runs them, the re-evaluation is of the whole model,
-     * not a TP rank's local one) */
+     * carry no vision tower: those plans stay refused (a VLM's by name: gckpt-run executes
+     * llava's); so do TP x FSDP's and CP's (gckpt-run runs them, the re-evaluation is of the
+     * whole model, not a TP rank's local one or a CP rank's walk) */
     if (pf->vlm) {
         gckpt_seterr(err, "%s: its plan.file: field 'inputs.vision': a vision-language model's plan is not calibrated "
                           "(its entries are re-evaluated as text models' settings)", f);
@@ -200,6 +200,10 @@ static bool report_plan(const char *f, const char *plan_file, const char *plan_v
     if (ok && (pf->tp_fsdp > 1 || pf->tp_replicate > 1)) {
         gckpt_seterr(&perr, "%s: field 'inputs.tensor_parallel': TP x FSDP (or with replicas) is not re-evaluated by "
                             "the calibration", pf->file);
+        ok = false;
+    } else if (ok && pf->cp > 1) { /* gckpt-run runs it; a CP rank's step is the planner's CP walk, not re-evaluated */
+        gckpt_seterr(&perr, "%s: field 'inputs.context_parallel': context parallelism is not re-evaluated by the "
+                            "calibration", pf->file);
         ok = false;
     }
     if (!ok) {

@@ -302,8 +302,8 @@ def test_cli(fx):
 
 
 def test_cli_planned_only(fx):
-    """Plans gckpt-plan makes and gckpt-run does not execute (a VLM but LLaVA, context parallelism) or
-    executes over MPI only (TP x FSDP): the reader accepts them, so the page is drawn, their sections in its data; a field
+    """Plans gckpt-plan makes and gckpt-run does not execute (a VLM but LLaVA) or executes over
+    MPI only (context parallelism, TP x FSDP): the reader accepts them, so the page is drawn, their sections in its data; a field
     of theirs that contradicts the plan is refused, one line naming the file and the field."""
     d = fx.source
     tiny = d + "/tests/executor/data/tiny-llama.json"
@@ -319,8 +319,9 @@ def test_cli_planned_only(fx):
         p = load(plan)
         check(section in p["inputs"], "%s: the plan has no inputs.%s" % (label, section))
         r = run([fx.run_exe, "--plan", plan, "--backend", "host", "-q", "-o", fx.p("run%d.jsonl" % i)], env=fx.env)
-        # TP x FSDP is executed, over MPI: one process alone is sent to mpirun
-        says = b"mpirun -np 4 gckpt-run" if label.startswith("--tp") else b" is planned"
+        # TP x FSDP and CP are executed, over MPI: one process alone is sent to mpirun
+        says = (b"mpirun -np 4 gckpt-run" if label.startswith("--tp") else b"mpirun -np 2 gckpt-run" if label == "--cp 2"
+                else b" is planned")
         check(r.returncode == 2 and says in r.stderr, "%s: gckpt-run did not refuse it: %r" % (label, r.stderr))
         r = fx.dash("planned%d.html" % i, plan)
         check(r.returncode == 0 and r.stderr == b"", "%s: exit %d %r" % (label, r.returncode, r.stderr))
@@ -349,7 +350,7 @@ def test_cli_planned_only(fx):
             f.write("".join(json.dumps(x) + "\n" for x in recs))
         r = run([fx.plan_exe, "--calibrate-from", rep, "-o", fx.p("cal-planned%d.json" % i)], env=fx.env)
         err = r.stderr.decode("utf-8", "replace")
-        says = (" is not re-evaluated by the calibration" if label.startswith("--tp")
+        says = (" is not re-evaluated by the calibration" if label.startswith("--tp") or label == "--cp 2"
                 else "field 'inputs.vision': a vision-language model's plan is not calibrated" if label == "gemma3"
                 else " is planned")
         check(r.returncode == 2 and "cal-planned%d.jsonl: its plan.file: " % i in err and says in err

@@ -50,6 +50,37 @@ static inline char *pf_plan_text_mesh(const char *fixture, gckpt_precision p, gc
     return text;
 }
 
+/* gckpt-plan --seq seq [--cp cp --gpus cp x dp_shard] (cp 0: one GPU), offload off: context parallelism
+ * and the one process it is compared with. */
+static inline char *pf_plan_text_cp(const char *fixture, gckpt_precision p, const uint32_t *every, int n_every,
+                                    uint64_t mb, uint64_t grad_accum, uint64_t seq, uint32_t cp, uint32_t dp_shard)
+{
+    gckpt_plan_request req = {.seq = seq, .micro_batches = {mb}, .n_micro = 1, .grad_accum = grad_accum,
+                              .precision = p, .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA,
+                              .offload = GCKPT_OFFLOAD_OFF, .margin = 0.05};
+    if (cp) {
+        req.layout = (gckpt_layout){.gpus = cp * (dp_shard ? dp_shard : 1), .nodes = 1};
+        gckpt_plan_request_cp(&req, cp);
+    }
+    snprintf(req.model_ref, sizeof req.model_ref, "%s/%s.json", GCKPT_TEST_DATA, fixture);
+    snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
+    uint32_t ev[64];
+    memcpy(ev, every, sizeof *ev * (size_t)n_every);
+    req.every_n = ev;
+    req.n_every = n_every;
+    gckpt_plan plan;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_run(&req, &plan, &err)) {
+        fprintf(stderr, "plan: %s\n", err.msg);
+        return NULL;
+    }
+    cJSON *j = gckpt_plan_to_json(&plan, true);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    gckpt_plan_free(&plan);
+    return text;
+}
+
 static inline char *pf_plan_text_tp(const char *fixture, gckpt_precision p, gckpt_attention a, const uint32_t *every,
                                     int n_every, uint64_t mb, uint64_t grad_accum, uint64_t global_batch,
                                     const gckpt_peft *peft, const gckpt_layout *layout, uint32_t tp, uint32_t dp_shard)

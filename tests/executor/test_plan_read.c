@@ -387,7 +387,7 @@ static void test_tp(void **st)
 }
 
 /* A context-parallel plan (gckpt-plan --cp C): read (gckpt-dash draws it), its cp_size recorded;
- * gckpt-run refuses it (it would run the ranks as the layout's mode over the whole sequence);
+ * gckpt-run executes it (alone and with dp_shard) in fp32 (R-EXEC-6);
  * a context_parallel section contradicting the layout or the sequence is refused by the reader. */
 static void test_cp(void **st)
 {
@@ -409,10 +409,23 @@ static void test_cp(void **st)
     gckpt_err err = {{0}};
     if (!gckpt_plan_parse("plan.json", base, &pf, &err)) fail_msg("%s", err.msg);
     assert_int_equal(pf.cp, 2);
+    /* executed (CP alone, fp32: R-EXEC-6): the rank's setting is S / C tokens with cp_size in its layout */
+    if (!gckpt_plan_executable(&pf, &err)) fail_msg("%s", err.msg);
+    gckpt_setting s = gckpt_plan_file_setting(&pf, 0);
+    assert_int_equal(s.seq, (uint64_t)seq / 2);
+    assert_int_equal(s.layout.cp, 2);
     gckpt_plan_file_free(&pf);
+    /* CP x dp_shard: read and executed */
+    cJSON *r4 = cJSON_Parse(base);
+    assert_non_null(r4);
+    assert_true(pf_set(r4, "inputs.layout", cJSON_Parse("{\"gpus\": 4, \"nodes\": 1, \"world_size\": 4, \"parallel\": \"fsdp\"}")));
+    assert_true(pf_set(r4, "inputs.context_parallel.dp_shard_size", cJSON_CreateNumber(2)));
+    char *t4 = cJSON_Print(r4);
+    cJSON_Delete(r4);
+    if (!gckpt_plan_parse("plan.json", t4, &pf, &err) || !gckpt_plan_executable(&pf, &err)) fail_msg("%s", err.msg);
+    gckpt_plan_file_free(&pf);
+    free(t4);
     const mutation ms[] = {
-        {"inputs.context_parallel.cp_size", "2",
-         "field 'inputs.context_parallel': context parallelism is planned, not executed by gckpt-run", 1},
         {"inputs.context_parallel.cp_size", "4", "field 'inputs.context_parallel.cp_size': 4 x dp_shard_size 1 is not"},
         {"inputs.context_parallel.dp_shard_size", "\"1\"", "inputs.context_parallel.dp_shard_size"},
         {"inputs.context_parallel.local_seq", "1", "field 'inputs.context_parallel.local_seq' = 1 contradicts"},

@@ -13,6 +13,7 @@
  * amp-bf16 against one bf16 process. A multi-rank plan without mpirun, a rank count that differs
  * from the plan, and zero2 / fsdp in a precision other than fp32 or amp-bf16 (a hand-written
  * plan: gckpt-plan plans only those two) are refused. Skipped (77) when the build has no MPI. */
+#include <fnmatch.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -757,6 +758,145 @@ static void tp(void **st)
     assert_false(cli_exists("no.jsonl"));
 }
 
+/* Context parallelism (gckpt-plan --cp C [--dp-shard S] --gpus C x S; interp_cp.c, FINDINGS R-EXEC-6), every_n
+ * off / 1 / 2, on C x S ranks against one process over the whole sequence (the same micro-batches, S x
+ * grad_accum of them: the CP ranks of a group share theirs): every entry passes, every rank's allocator peak
+ * equals its prediction (FSDP2's walked step at seq / C, CP's buffers and the ring's replayed transients,
+ * core/cp_walk.c) and rank 0's is the plan's, byte for byte (the busiest rank's too but on the contiguous
+ * split, whose last rank peaks a little higher); fp32: the loss (the Trainer's CP loss averaged over the
+ * ranks) within 1e-6 of one process's and the gradients within 1e-6 elementwise (the ring's merge and the
+ * dK/dV sums reassociate); amp-bf16 against one bf16 process within 1e-5 and 1e-3. Cases: tiny-llama at cp
+ * 2 (head-tail, seq 32), cp 4 (seq 32) and the contiguous split (cp 4, seq 36), cp 2 x dp_shard 2, amp-bf16,
+ * and a wide-attention llama whose peak is a ring call's. Another precision is refused, one line, exit 2. */
+static void check_cp_prec(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps,
+                          gckpt_precision prec)
+{
+    char plan[96], one[96], rep[112], rep1[112], err[8192];
+    int world = (int)(C * dp_shard);
+    /* amp-bf16: FSDP2's MixedPrecisionPolicy computes in bf16: against one bf16 process (as fsdp's cases) */
+    gckpt_precision one_prec = prec == GCKPT_AMP_BF16 ? GCKPT_BF16 : prec;
+    const char *pn = gckpt_precision_names[prec];
+    snprintf(plan, sizeof plan, "%s-cp%us%u-s%llu-ga%llu-%s.json", model, C, dp_shard, (unsigned long long)seq,
+             (unsigned long long)grad_accum, pn);
+    snprintf(one, sizeof one, "%s-cpone-s%llu-ga%llu-%s.json", model, (unsigned long long)seq,
+             (unsigned long long)grad_accum * dp_shard, pn);
+    snprintf(rep, sizeof rep, "%sl", plan);
+    snprintf(rep1, sizeof rep1, "%sl", one);
+    char *t = pf_plan_text_cp(model, prec, every, 3, 2, grad_accum, seq, C, dp_shard);
+    assert_non_null(t);
+    cli_write(plan, t);
+    free(t);
+    t = pf_plan_text_cp(model, one_prec, every, 3, 2, grad_accum * dp_shard, seq, 0, 0);
+    assert_non_null(t);
+    cli_write(one, t);
+    free(t);
+    char npv[8], st[8], dump[128], dumpv[160], dump1[128], dump1v[160], name[200], path[512];
+    snprintf(st, sizeof st, "%d", steps);
+    snprintf(npv, sizeof npv, "%d", world);
+    snprintf(dump, sizeof dump, "%s.grads", plan);
+    snprintf(dump1, sizeof dump1, "%s.grads", one);
+    snprintf(dumpv, sizeof dumpv, "GCKPT_TEST_GRAD_DUMP=%s", dump);
+    snprintf(dump1v, sizeof dump1v, "GCKPT_TEST_GRAD_DUMP=%s", dump1);
+    for (int k = 0; k < world; k++) { /* appended to: none from an earlier run */
+        snprintf(name, sizeof name, "%s.%d", dump, k);
+        cli_path(name, path, sizeof path);
+        unlink(path);
+    }
+    snprintf(name, sizeof name, "%s.0", dump1);
+    cli_path(name, path, sizeof path);
+    unlink(path);
+    int rc = cli_run_opts(GCKPT_MPIEXEC, A("-np", npv, "--oversubscribe", "-x", dumpv, GCKPT_RUN_HOOKS_EXE, "--plan", plan,
+                                           "--all", "--backend", "host", "--steps", st, "--warmup", "0", "-o", rep),
+                          &mpi_env, err, sizeof err);
+    if (rc != 0) fail_msg("%s: mpirun -np %d: exit %d: %s", plan, world, rc, err);
+    const cli_opts dump_env = {.env = {dump1v}};
+    rc = cli_run_opts(GCKPT_RUN_HOOKS_EXE, A("--plan", one, "--all", "--backend", "host", "--steps", st, "--warmup", "0",
+                                             "-q", "-o", rep1),
+                      &dump_env, err, sizeof err);
+    if (rc != 0) fail_msg("%s: exit %d: %s", one, rc, err);
+    /* each entry appends its gradients: the last of each tensor is the last entry's (every_n 2) */
+    double gmax = grads_max_diff(dump, world, dump1);
+    print_message("%s cp %u x dp_shard %u, seq %llu, %s (grad_accum %llu, %d steps): the gradients within %.3g of one "
+                  "process's elementwise\n", model, C, dp_shard, (unsigned long long)seq, pn, (unsigned long long)grad_accum,
+                  steps, gmax);
+    /* fp32: reassociation; amp-bf16: the ring merges the blocks' unrounded outputs in fp32 where one bf16 process
+     * rounds its one SDPA output */
+    double gt = prec == GCKPT_FP32 ? 1e-6 : 1e-3, lt = prec == GCKPT_FP32 ? 1e-6 : 1e-5;
+    if (gmax > gt) fail_msg("%s: a gradient element %.3g from one process's", plan, gmax);
+    cJSON *r = load(rep), *s = load(rep1);
+    assert_int_equal(num(r, "ranks.world_size"), world);
+    int n = cJSON_GetArraySize(pf_at(r, "entries"));
+    assert_int_equal(n, 3);
+    for (int i = 0; i < n; i++) {
+        char p[96];
+        snprintf(p, sizeof p, "entries[%d].pass", i);
+        if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d did not pass", plan, i);
+        double busiest = 0, rank0 = 0;
+        for (int k = 0; k < world; k++) {
+            snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.measured", i, k);
+            busiest = fmax(busiest, num(r, p));
+            if (!k) rank0 = num(r, p);
+            snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.exact", i, k);
+            if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d rank %d: measured peak != its prediction", plan, i, k);
+        }
+        snprintf(p, sizeof p, "entries[%d].memory.peak_bytes.predicted", i);
+        double pred = num(r, p);
+        snprintf(p, sizeof p, "entries[%d].memory.schedule_peak_bytes", i);
+        /* the plan is rank 0's (planner/plan_cp.c); the busiest rank's prediction is the schedule's */
+        if (pred != rank0 || num(r, p) != busiest)
+            fail_msg("%s entry %d: the plan predicted %.0f (rank 0 measured %.0f), the schedule %.0f, the busiest rank "
+                     "measured %.0f", plan, i, pred, rank0, num(r, p), busiest);
+        if (busiest != rank0) /* the contiguous split: the last rank's ring runs every block */
+            print_message("%s cp %u entry %d: the busiest rank measured %.0f, %.0f above rank 0 (the plan's)\n", model, C,
+                          i, busiest, busiest - rank0);
+        snprintf(p, sizeof p, "entries[%d].numerics.loss", i);
+        double loss = num(r, p), loss1 = num(s, p);
+        snprintf(p, sizeof p, "entries[%d].numerics.grad_norm", i);
+        double g = num(r, p), g1 = num(s, p);
+        print_message("%s cp %u x %u entry %d: peak %.0f, loss %.17g (one process %.17g%s), grad norm %.17g (%.17g, %+.2e)\n",
+                      model, C, dp_shard, i, busiest, loss, loss1, loss == loss1 ? ", bit for bit" : "", g, g1, (g - g1) / g1);
+        if (fabs(loss - loss1) > lt * fabs(loss1)) fail_msg("%s entry %d: loss %.17g, one process %.17g", plan, i, loss, loss1);
+        if (fabs(g - g1) > gt * g1) fail_msg("%s entry %d: gradient norm %.17g, one process %.17g", plan, i, g, g1);
+    }
+    cJSON_Delete(r);
+    cJSON_Delete(s);
+}
+
+static void check_cp(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps)
+{
+    check_cp_prec(model, C, seq, dp_shard, grad_accum, steps, GCKPT_FP32);
+}
+
+static void cp(void **st)
+{
+    (void)st;
+    check_cp("tiny-llama", 2, 32, 1, 1, 1);
+    check_cp("tiny-llama", 2, 32, 1, 2, 2);
+    /* cp 4 (three partial-merge ranks, each rank's ring of four blocks) and the contiguous split (seq 36 on
+     * 4 ranks: 36 % 8 != 0, no load balancing, the blocks above the diagonal skipped) */
+    check_cp("tiny-llama", 4, 32, 1, 1, 1);
+    check_cp("tiny-llama", 4, 36, 1, 1, 1);
+    /* CP x dp_shard (FSDP2 over the 4 ranks, the ring in each CP pair; against 2 x grad_accum micro-steps) */
+    check_cp("tiny-llama", 2, 32, 2, 2, 1);
+    /* the wide-attention llama of R-CP-11 (16 heads of 64 over hidden 64): the peak inside a ring call
+     * (the backward's), its transients replayed (without them rank 0 measures 3.5 % below) */
+    check_cp("tiny-llama-wide", 2, 32, 1, 1, 1);
+    /* amp-bf16 (FSDP2's mixed precision: bf16 compute, fp32 reductions) */
+    check_cp_prec("tiny-llama", 2, 32, 1, 2, 1, GCKPT_AMP_BF16);
+    /* another precision (a hand-edited plan: gckpt-plan plans fp32 and amp-bf16): refused by gckpt-run before any
+     * rank runs (one line, exit 2, no report) */
+    char *t = pf_plan_text_cp("tiny-llama", GCKPT_AMP_BF16, every, 3, 2, 1, 32, 2, 1), *at = t ? strstr(t, "\"amp-bf16\"") : NULL;
+    assert_non_null(at);
+    memcpy(at, "\"bf16\"    ", 10); /* JSON whitespace after the value */
+    cli_write("cp2-bf16.json", t);
+    free(t);
+    char err[8192];
+    int rc = mpi(2, "cp2-bf16.json", "no.jsonl", 1, err, sizeof err);
+    if (rc != 2 || !strstr(err, "gckpt-run executes context parallelism in fp32 and amp-bf16 only") || own_lines(err) != 1)
+        fail_msg("cp 2 bf16: exit %d: %s", rc, err);
+    assert_false(cli_exists("no.jsonl"));
+}
+
 /* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */
 static int own_lines(const char *err)
 {
@@ -811,6 +951,19 @@ static void refusals(void **st)
     }
 }
 
+/* Whether name matches one of the comma-separated fnmatch patterns of list. */
+static bool name_in(const char *name, const char *list)
+{
+    char pat[128];
+    for (const char *p = list; *p;) {
+        size_t k = strcspn(p, ",");
+        snprintf(pat, sizeof pat, "%.*s", (int)(k < sizeof pat ? k : sizeof pat - 1), p);
+        if (*pat && fnmatch(pat, name, 0) == 0) return true;
+        p += k + (p[k] == ',');
+    }
+    return false;
+}
+
 int main(void)
 {
 #ifndef GCKPT_HAVE_MPI
@@ -827,12 +980,17 @@ int main(void)
                                        cmocka_unit_test(zero2), cmocka_unit_test(hsdp), cmocka_unit_test(hsdp_peft), cmocka_unit_test(zero2_split),
                                        cmocka_unit_test(zero2_bucket_size),
                                        cmocka_unit_test(zero3), cmocka_unit_test(tied), cmocka_unit_test(tp),
-                                       cmocka_unit_test(tp_ddp), cmocka_unit_test(tp_fsdp), cmocka_unit_test(refusals)};
-    const char *only = getenv("GCKPT_MPI_TEST"); /* tests by name (cmocka's filter): hsdp_peft, tp* */
-    if (only && *only) cmocka_set_test_filter(only);
-    const char *skip = getenv("GCKPT_MPI_SKIP"); /* tests left to another CTest entry: tp* */
-    if (skip && *skip) cmocka_set_skip_filter(skip);
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+                                       cmocka_unit_test(tp_ddp), cmocka_unit_test(tp_fsdp), cmocka_unit_test(cp),
+                                       cmocka_unit_test(refusals)};
+    /* GCKPT_MPI_TEST: the tests to run, GCKPT_MPI_SKIP: those left to another CTest entry;
+     * each a comma-separated list of fnmatch patterns (hsdp_peft; tp*,cp) */
+    const char *only = getenv("GCKPT_MPI_TEST"), *skip = getenv("GCKPT_MPI_SKIP");
+    struct CMUnitTest chosen[sizeof tests / sizeof *tests];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
+        if ((!only || !*only || name_in(tests[i].name, only)) && !(skip && *skip && name_in(tests[i].name, skip)))
+            chosen[n++] = tests[i];
+    int rc = _cmocka_run_group_tests("test_run_mpi", chosen, n, NULL, NULL);
     cli_teardown();
     cJSON_Delete(schema);
     return rc;

@@ -22,8 +22,8 @@ extern const char *const gckpt_coll_names[GCKPT_NCOLL]; /* "all_reduce", ... */
  * or the dp_replicate ranks holding the same shard (dp_shard apart); under TP x FSDP (the dense
  * mesh (dp_replicate, fsdp, tp), FINDINGS R-TP-1) those among the ranks of one TP rank, and the
  * TP group (tp consecutive ranks). */
-typedef enum { GCKPT_GROUP_WORLD, GCKPT_GROUP_SHARD, GCKPT_GROUP_REPLICATE, GCKPT_GROUP_TP, GCKPT_NGROUP } gckpt_coll_group;
-extern const char *const gckpt_coll_group_names[GCKPT_NGROUP]; /* "world", "dp_shard", "dp_replicate", "tp" */
+typedef enum { GCKPT_GROUP_WORLD, GCKPT_GROUP_SHARD, GCKPT_GROUP_REPLICATE, GCKPT_GROUP_TP, GCKPT_GROUP_CP, GCKPT_NGROUP } gckpt_coll_group;
+extern const char *const gckpt_coll_group_names[GCKPT_NGROUP]; /* "world", "dp_shard", "dp_replicate", "tp", "cp" */
 
 #ifdef __cplusplus
 }

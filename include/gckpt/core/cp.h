@@ -101,6 +101,13 @@ uint64_t gckpt_cp_step_extra(const gckpt_model *m, const gckpt_setting *s, uint6
 uint64_t gckpt_cp_extra_at(const gckpt_model *m, const gckpt_setting *s, uint64_t seq, uint32_t cp, uint32_t r,
                            unsigned hidden_size, unsigned compute_size, uint64_t copies);
 
+/* The CP buffers live at an SDPA op of layer `layer` (forward, recompute or backward): gckpt_cp_extra_at
+ * with the o_proj copies of the plain layers before it (a layer's copy is made after its forward's
+ * ring call and freed at its backward's; a recomputed layer's likewise). gckpt_cp_peak and gckpt-run's
+ * CP ranks (executor/interp_cp.c) both read it. */
+uint64_t gckpt_cp_extra_before(const gckpt_model *m, const gckpt_setting *s, uint64_t seq, uint32_t cp, uint32_t r,
+                               unsigned hidden_size, unsigned compute_size, int32_t layer);
+
 /* A CP rank's step peak into r (r: ctx c's walked step at S / C, c->set the rank's local setting):
  * the higher of r's peak plus gckpt_cp_step_extra and, at each SDPA op of the walked schedule
  * (forward, recompute, backward), the memory before the plain kernel's outputs plus the ring's

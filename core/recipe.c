@@ -302,7 +302,7 @@ void tracer_setup(tracer *tr, const gckpt_model *m, gckpt_precision p, gckpt_att
     r->grad_seed = -1;
     *tr = (tracer){.r = r, .m = m, .eps = m->norm_eps, .cpu = target != GCKPT_TARGET_CUDA,
                    .cuda_lists = target != GCKPT_TARGET_CPU, .peft = peft, .attn = a,
-                   .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .full_mask = -1, .sdpa_mask = -1, .loss = loss,
+                   .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .full_mask = -1, .sdpa_mask = -1, .float_mask = -1, .loss = loss,
                    .liger_off = loss == GCKPT_LOSS_LIGER ? liger_off : 0};
     r->loss_kind = loss;
     tr->amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;

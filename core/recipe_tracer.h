@@ -38,6 +38,8 @@ typedef struct gckpt_tracer {
     int full_mask;          /* a VLM's token_type_ids masks (gckpt_model.image_masks): the full
                              * layers' bool mask, else -1 */
     int sdpa_mask;          /* the mask the block being traced reads (bool_mask or full_mask) */
+    int float_mask;         /* a float mask every SDPA reads as it is (mllama's vision encoders'
+                             * aspect-ratio mask, FINDINGS R-VLM-30), else -1 */
     uint8_t loss;           /* gckpt_loss of the head */
     uint8_t liger_off;      /* --loss liger: the Liger kernels switched off (gckpt_setting.liger_off) */
     bool frozen_params;     /* param() makes frozen parameters (a frozen vision tower's) */

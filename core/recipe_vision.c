@@ -7,7 +7,9 @@
  * (gckpt_vision_positions). Attention is bidirectional: SDPA without a mask saves what the
  * causal kernel saves (q, k, v, out, lse: measured, CPU flash); its FLOPs are the whole score
  * matrix's. What needs a gradient follows the tower's mode (gckpt_tower_grad, FINDINGS
- * R-VLM-3); what each op saves is R-VLM-10. */
+ * R-VLM-3); what each op saves is R-VLM-10. mllama's local and gated global encoder layers
+ * are traced alone (gckpt_vision_layer_recipe_build, R-VLM-30): its tiled embedding and
+ * projector are not yet. */
 #include "recipe_tracer.h"
 
 #include "gckpt/core/vision.h"
@@ -44,13 +46,20 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bi
 }
 
 /* The ViT towers traced: CLIP's class token and pre_layrnorm, SigLIP's patch-conv bias (their
- * encoder layers are alike; the MLP's activation is the config's). */
+ * encoder layers are alike; the MLP's activation is the config's). mllama's encoder layers
+ * (FINDINGS R-VLM-30): no attention biases; an image's max_num_tiles tiles, each padded to a
+ * multiple of 8 positions, are one sequence, and every layer's SDPA reads one float mask
+ * (the aspect-ratio mask, built once per forward in the tower's dtype); `gated`: the global
+ * layers' tanh gates. Only its layers are traced (its tiled embedding and its projector are
+ * not yet): `layers_only`. */
 typedef struct {
-    bool known, cls, pre_norm, conv_bias;
+    bool known, cls, pre_norm, conv_bias, attn_bias, tiled, gated, layers_only;
 } vit_kind;
 static const vit_kind vits[GCKPT_NTOWER] = {
-    [GCKPT_TOWER_CLIP] = {.known = true, .cls = true, .pre_norm = true},
-    [GCKPT_TOWER_SIGLIP] = {.known = true, .conv_bias = true},
+    [GCKPT_TOWER_CLIP] = {.known = true, .cls = true, .pre_norm = true, .attn_bias = true},
+    [GCKPT_TOWER_SIGLIP] = {.known = true, .conv_bias = true, .attn_bias = true},
+    [GCKPT_TOWER_MLLAMA] = {.known = true, .cls = true, .pre_norm = true, .tiled = true, .gated = true,
+                            .layers_only = true},
 };
 
 /* CLIPVisionEmbeddings + pre_layrnorm, SiglipVisionEmbeddings. */
@@ -95,22 +104,40 @@ static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k,
 }
 
 /* A linear of the tower: a trained or frozen weight and bias (tr->frozen_params; linear_node's
- * rule: a frozen weight keeps no input). */
-static int tlinear(tracer *tr, int x, uint64_t in_f, uint64_t out_f, const char *name)
+ * rule: a frozen weight keeps no input); without a bias when !bias. */
+static int tlinear_b(tracer *tr, int x, uint64_t in_f, uint64_t out_f, const char *name, bool bias)
 {
     char pfx[40];
     const char *outer = enter_module(tr, name, pfx, sizeof pfx);
     int w = param(tr, "weight", out_f, in_f, GCKPT_ROLE_MATRIX);
-    int b = param(tr, "bias", 1, out_f, GCKPT_ROLE_BIAS);
+    int b = bias ? param(tr, "bias", 1, out_f, GCKPT_ROLE_BIAS) : -1;
     tr->pfx = outer;
     return linear(tr, x, w, b, in_f, out_f, name);
+}
+
+static int tlinear(tracer *tr, int x, uint64_t in_f, uint64_t out_f, const char *name)
+{
+    return tlinear_b(tr, x, in_f, out_f, name, true);
+}
+
+/* mllama's gate: x * gate.tanh() (a [1] parameter; tanh saves its output, the mul x when the
+ * gate trains and the tanh when x needs a gradient: R-VLM-30). */
+static int tanh_gate(tracer *tr, int x, const char *name)
+{
+    int g = param(tr, name, 1, 1, GCKPT_ROLE_BIAS);
+    int t = unary(tr, g, "tanh", false, GCKPT_P_TANH, 0);
+    return mul(tr, x, t, name);
 }
 
 /* CLIPEncoderLayer / SiglipEncoderLayer: x + out_proj(sdpa(q, k, v of layer_norm1(x))), then
  * + fc2(act(fc1(layer_norm2(.)))); CLIP's quick_gelu is x * sigmoid(1.702 x) (sigmoid saves
  * its output, the mul both operands, the Python-scalar product nothing), SigLIP's
- * gelu_pytorch_tanh F.gelu(approximate="tanh") (saves its input). */
-static void vit_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
+ * gelu_pytorch_tanh F.gelu(approximate="tanh") (saves its input), mllama's F.gelu (erf; the
+ * same saved input). MllamaVisionEncoderLayer is the same layer (its modules named
+ * input_layernorm, o_proj, post_attention_layernorm; the names do not change what is
+ * saved) without attention biases, its SDPA reading the tiled tower's mask (tr->float_mask:
+ * a masked SDPA counts the whole score matrix itself), gated when `gated`. */
+static void vit_layer(tracer *tr, const gckpt_vision *vc, const vit_kind *kind, bool in_grad, bool gated)
 {
     uint64_t D = vc->hidden, I = vc->intermediate;
     block_begin(tr, GCKPT_BLOCK_DECODER);
@@ -118,9 +145,9 @@ static void vit_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
     hold(tr, xin, HOLD_END);
     int n1 = layernorm(tr, xin, D, "layer_norm1");
     tr->pfx = "self_attn";
-    int q = tlinear(tr, n1, D, D, "q_proj");
-    int k = tlinear(tr, n1, D, D, "k_proj");
-    int v = tlinear(tr, n1, D, D, "v_proj");
+    int q = tlinear_b(tr, n1, D, D, "q_proj", kind->attn_bias);
+    int k = tlinear_b(tr, n1, D, D, "k_proj", kind->attn_bias);
+    int v = tlinear_b(tr, n1, D, D, "v_proj", kind->attn_bias);
     int a = attention_sdpa(tr, q, k, v, vc->attn_dropout);
     /* (sdpa_fused marks its output as needing a gradient; a frozen tower without the hook's
      * has none: its q, k and v need none) */
@@ -128,13 +155,14 @@ static void vit_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
     /* no causal mask: QK^T and PV over the whole score matrix, twice the causal kernel's
      * (a masked SDPA's count, FINDINGS R-ATTN-8); the op is the causal primitive otherwise,
      * which no backend runs here: the recipe's planned-only primitives keep gckpt-run off it */
-    tr->r->op[gckpt_recipe_producer(tr->r, a)].fBSS *= 2.0;
+    if (tr->float_mask < 0) tr->r->op[gckpt_recipe_producer(tr->r, a)].fBSS *= 2.0;
     /* the output's transpose + reshape is a view (CPU flash lays it out [b, S, H, hd]) */
-    int ao = tlinear(tr, a, D, D, "out_proj");
+    int ao = tlinear_b(tr, a, D, D, "out_proj", kind->attn_bias);
     hold_here(tr, q);
     hold_here(tr, k);
     hold_here(tr, v);
     tr->pfx = "";
+    if (gated) ao = tanh_gate(tr, ao, "gate_attn");
     int h1 = add(tr, xin, ao, "residual_attn");
     hold(tr, h1, HOLD_END);
     int n2 = layernorm(tr, h1, D, "layer_norm2");
@@ -146,10 +174,11 @@ static void vit_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
         int sg = unary(tr, sx, "activation_fn.sigmoid", false, GCKPT_P_SIGMOID, 0);
         g = mul(tr, f, sg, "activation_fn.mul");
     } else {
-        g = unary(tr, f, "activation_fn", false, GCKPT_P_GELU, 1.0);
+        g = unary(tr, f, "activation_fn", false, GCKPT_P_GELU, vc->act == GCKPT_VACT_GELU_TANH ? 1.0 : 0.0);
     }
     int d = tlinear(tr, g, I, D, "fc2");
     tr->pfx = "";
+    if (gated) d = tanh_gate(tr, d, "gate_ffn");
     int out = add(tr, h1, d, "residual_mlp");
     block_end(tr, xin, out);
 }
@@ -307,7 +336,22 @@ void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
 uint64_t gckpt_vision_positions(const gckpt_vlm *v)
 {
     uint64_t n = v->vision.patch ? v->vision.image_size / v->vision.patch : 0;
-    return n * n + (v->vision.tower < GCKPT_NTOWER && vits[v->vision.tower].cls);
+    const vit_kind *k = v->vision.tower < GCKPT_NTOWER ? &vits[v->vision.tower] : NULL;
+    uint64_t tile = n * n + (k && k->cls);
+    /* mllama: every tile padded to a multiple of 8, the image's max_num_tiles tiles one sequence */
+    return k && k->tiled ? v->vision.max_tiles * ((tile + 7) / 8 * 8) : tile;
+}
+
+/* The tiled tower's embedding section, as far as it is traced: the aspect-ratio mask
+ * (_prepare_aspect_ratio_attention_mask: [images, 1, S, S] in the weights' dtype, under
+ * autocast the bf16 of the matmul that builds it), read by every encoder layer's SDPA. */
+static void tiled_mask(tracer *tr)
+{
+    section_begin(tr, GCKPT_SEC_EMBED);
+    tr->float_mask = source(tr, "aspect_ratio_attention_mask", GCKPT_SRC_MASK, tr->amp ? tr->compute_dt : tr->param_dt,
+                            score_shape(1), NULL, NULL);
+    tr->r->embed_out = -1;
+    section_end(tr);
 }
 
 static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
@@ -315,7 +359,7 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
 {
     const gckpt_vision *vc = &v->vision;
     const vit_kind *k = vc->tower < GCKPT_NTOWER ? &vits[vc->tower] : NULL;
-    if (!k || !k->known) {
+    if (!k || !k->known || k->layers_only) {
         gckpt_seterr(err, "%s: only a CLIP (llava, llava_next) or SigLIP (gemma3) vision tower has a recipe yet",
                      v->model_type);
         return false;
@@ -348,7 +392,7 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
     tr.eps = vc->norm_eps;
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
     vit_embedding(&tr, vc, k, g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
-    vit_layer(&tr, vc, g != GCKPT_TOWER_FROZEN);
+    vit_layer(&tr, vc, k, g != GCKPT_TOWER_FROZEN, false);
     if (llava)
         clip_tail_projector(&tr, v, g != GCKPT_TOWER_FROZEN, step);
     else
@@ -369,4 +413,34 @@ bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower
                                     gckpt_err *err)
 {
     return build(v, tower, p, target, g, true, pixel_dt, r, err);
+}
+
+bool gckpt_vision_layer_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                     gckpt_target target, gckpt_tower_grad g, bool global, gckpt_recipe *r,
+                                     gckpt_err *err)
+{
+    const gckpt_vision *vc = &v->vision;
+    const vit_kind *k = vc->tower < GCKPT_NTOWER ? &vits[vc->tower] : NULL;
+    if (!k || !k->tiled) {
+        gckpt_seterr(err, "%s: only mllama's vision encoder layers are traced alone", v->model_type);
+        return false;
+    }
+    if (global && !vc->global_layers) {
+        gckpt_seterr(err, "%s: vision_config.num_global_layers is 0: no global layer to trace", v->model_type);
+        return false;
+    }
+    if (!vc->patch || vc->image_size % vc->patch) {
+        gckpt_seterr(err, "%s: vision_config.image_size %llu is not a multiple of patch_size %llu", v->model_type,
+                     (unsigned long long)vc->image_size, (unsigned long long)vc->patch);
+        return false;
+    }
+    tracer tr;
+    tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
+    tr.eps = vc->norm_eps;
+    tr.frozen_params = g != GCKPT_TOWER_TRAINED;
+    tiled_mask(&tr);
+    vit_layer(&tr, vc, k, g != GCKPT_TOWER_FROZEN, global && k->gated);
+    r->loss = -1;
+    recipe_finish(r);
+    return true;
 }

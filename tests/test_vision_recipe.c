@@ -9,7 +9,8 @@
  * layer next to masked_scatter's mask (the text side's); Gemma 3's head the same way
  * (post_layernorm, Gemma3MultiModalProjector), less SigLIP's pooling head (vision_tower.head:
  * its graph goes before the text model runs, FINDINGS R-VLM-13; only its parameters are
- * traced). */
+ * traced). mllama: every local and gated global encoder layer of its 42 fixtures
+ * (gckpt_vision_layer_recipe_build, R-VLM-30), and each layer's parameter count. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -222,6 +223,95 @@ static void gemma3_saved(void **state)
                 ty.layers_checked > ty.plain_checked);
 }
 
+/* mllama (FINDINGS R-VLM-30): every local and gated global encoder layer of every mllama
+ * fixture, exact. Not checkpointing layers: the probe files the whole tower under the
+ * embedding, by module (vision_model.transformer.layers.i, global_transformer.layers.i); the
+ * aspect-ratio mask every layer's SDPA reads is one storage, filed under local layer 0. The
+ * tower's images: the processor's max_num_tiles tiles per image, one sequence each. */
+typedef struct {
+    int files, local_checked, global_checked, frozen_checked, zero_checked;
+} mllama_tally;
+
+static void check_mllama(const char *path, const char *name, void *arg)
+{
+    (void)name;
+    mllama_tally *ty = arg;
+    cJSON *j = read_json(path);
+    const cJSON *set = at(j, "setting");
+    char *cfg = cJSON_PrintUnformatted(at(j, "config"));
+    gckpt_vlm v;
+    gckpt_err err;
+    if (!gckpt_vlm_parse(path, cfg, &v, &err)) fail_msg("%s: %s", path, err.msg);
+    free(cfg);
+    const char *prec = at(set, "precision")->valuestring;
+    int p = hf_precision_from(prec);
+    if (p < 0) fail_msg("%s: precision %s", path, prec);
+    gckpt_target target = cJSON_IsString(at(set, "autocast_lists")) ? GCKPT_TARGET_CPU_CUDA_LISTS : GCKPT_TARGET_CPU;
+    const cJSON *en = at(set, "every_n_layers");
+    uint32_t every_n = cJSON_IsNumber(en) ? (uint32_t)en->valuedouble : 0;
+    bool frozen = !strcmp(at(set, "vision_tower")->valuestring, "frozen");
+    /* pixel_values [b, images, max_num_tiles, C, H, W]: the tiles the tower runs */
+    const cJSON *pv = at(at(at(at(j, "images"), "inputs"), "pixel_values"), "shape");
+    if (cJSON_GetArraySize(pv) != 6 || (uint64_t)cJSON_GetArrayItem(pv, 2)->valuedouble != v.vision.max_tiles)
+        fail_msg("%s: pixel_values is not [b, images, max_num_tiles, C, H, W]", path);
+    uint64_t images = (uint64_t)at(at(j, "images"), "per_sample")->valuedouble;
+    uint64_t b = (uint64_t)at(set, "micro_batch")->valuedouble;
+    gckpt_model tower;
+    gckpt_vision_tower_model(&v, &tower);
+    gckpt_tower_grad g = !frozen ? GCKPT_TOWER_TRAINED : every_n ? GCKPT_TOWER_FROZEN_HOOKED : GCKPT_TOWER_FROZEN;
+    gckpt_setting s = {.seq = gckpt_vision_positions(&v), .micro_batch = b * images, .grad_accum = 1,
+                       .precision = (gckpt_precision)p, .attention = GCKPT_SDPA};
+    const cJSON *emb = at(at(at(j, "saved"), "embedding"), "tensors");
+    for (int global = 0; global < 2; global++) {
+        static gckpt_recipe r;
+        static gckpt_ctx ctx;
+        if (!gckpt_vision_layer_recipe_build(&v, &tower, (gckpt_precision)p, target, g, global, &r, &err) ||
+            !gckpt_ctx_init(&ctx, &tower, &g_dev, &r, &s, &err))
+            fail_msg("%s: %s", path, err.msg);
+        uint64_t layer = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK);
+        /* the layer's parameters, MllamaVisionEncoderLayer's: q, k, v, o without biases, two
+         * LayerNorms, fc1 and fc2 with biases; a global layer's two gates */
+        uint64_t D = v.vision.hidden, I = v.vision.intermediate, numel = 0;
+        for (int t = 0; t < r.nt; t++)
+            if (r.t[t].kind == GCKPT_T_PARAM && r.t[t].section == GCKPT_SEC_BLOCK) numel += gckpt_param_numel(&r, t);
+        if (numel != 4 * D * D + 4 * D + 2 * D * I + I + D + (global ? 2 : 0))
+            fail_msg("%s: a %s layer traced with %llu parameters", path, global ? "global" : "local",
+                     (unsigned long long)numel);
+        /* the mask: the embedding section's source, saved by every layer's SDPA */
+        uint64_t mask = 0;
+        for (int i = 0; i < r.nop; i++)
+            if (r.op[i].prim == GCKPT_P_SOURCE && r.op[i].source == GCKPT_SRC_MASK) mask = ctx.raw[r.op[i].out[0]];
+        uint64_t n = global ? v.vision.global_layers : v.vision.layers;
+        for (uint64_t i = 0; i < n; i++) {
+            char prefix[80];
+            snprintf(prefix, sizeof prefix, "vision_model.%stransformer.layers.%llu", global ? "global_" : "",
+                     (unsigned long long)i);
+            uint64_t got = measured(emb, prefix), want = layer + (!global && i == 0 && layer ? mask : 0);
+            if (got != want)
+                fail_msg("%s: %s keeps %llu bytes measured, %llu planned", path, prefix, (unsigned long long)got,
+                         (unsigned long long)want);
+            *(global ? &ty->global_checked : &ty->local_checked) += 1;
+            ty->frozen_checked += frozen && layer > 0;
+            ty->zero_checked += layer == 0;
+        }
+    }
+    ty->files++;
+    cJSON_Delete(j);
+}
+
+static void mllama_saved(void **state)
+{
+    (void)state;
+    mllama_tally ty = {0};
+    each_json_file(GCKPT_TEST_DATA "/hf-vlm", "mllama-", check_mllama, &ty);
+    printf("mllama-: %d fixtures, %d local and %d global encoder layers (%d frozen under checkpointing, %d saving "
+           "nothing): saved bytes exact\n",
+           ty.files, ty.local_checked, ty.global_checked, ty.frozen_checked, ty.zero_checked);
+    assert_int_equal(ty.files, 42);
+    assert_true(ty.frozen_checked > 0 && ty.zero_checked > 0 && ty.global_checked > 0 &&
+                ty.local_checked > ty.global_checked);
+}
+
 /* the tower's attention has no causal mask: QK^T and PV over the whole s x s scores, 2 x 2 x
  * heads x head_dim FLOPs per b x s x s (the causal kernel's half) */
 static void attention_flops(void **state)
@@ -281,7 +371,7 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(llava_next_saved),
-                                       cmocka_unit_test(gemma3_saved),
+                                       cmocka_unit_test(gemma3_saved), cmocka_unit_test(mllama_saved),
                                        cmocka_unit_test(attention_flops),
                                        cmocka_unit_test(other_towers)};
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -183,8 +183,9 @@ typedef enum { GCKPT_TOWER_TRAINED, GCKPT_TOWER_FROZEN_HOOKED, GCKPT_TOWER_FROZE
 /* The tower as a gckpt_model (its layers and widths), what its recipe is traced from and a
  * context (gckpt_ctx_init) sizes it with. */
 void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m);
-/* The tower's positions per image (CLIP: the patches and the CLS row), the sequence its recipe
- * is sized at; its micro-batch is the images of a micro-batch. */
+/* The tower's positions per image (CLIP: the patches and the CLS row; mllama: its
+ * max_num_tiles tiles of patches and a class row, each padded to a multiple of 8), the
+ * sequence its recipe is sized at; its micro-batch is the images of a micro-batch. */
 uint64_t gckpt_vision_positions(const gckpt_vlm *v);
 /* The tower's recipe (core/recipe_vision.c): GCKPT_SEC_EMBED its embedding (the pixels, the
  * patch conv, CLIP's class token and pre_layrnorm, the positions), GCKPT_SEC_BLOCK one encoder
@@ -202,6 +203,16 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
 bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
                                     gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
                                     gckpt_err *err);
+
+/* mllama's vision encoder layers alone (FINDINGS R-VLM-30): GCKPT_SEC_EMBED holds only the
+ * aspect-ratio mask every layer's SDPA reads (its tiled embedding is not traced yet),
+ * GCKPT_SEC_BLOCK one local encoder layer, or with `global` one gated global layer; no head.
+ * Sized at micro-batch = the images of a micro-batch, sequence = gckpt_vision_positions (an
+ * image's max_num_tiles tiles, each padded to a multiple of 8). False with err for another
+ * tower. */
+bool gckpt_vision_layer_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                     gckpt_target target, gckpt_tower_grad g, bool global, gckpt_recipe *r,
+                                     gckpt_err *err);
 
 /* The images the tower runs per image of h x w pixels (positive): LLaVA-NeXT's anyres tiles
  * (the best pinpoint's and the base tile), one for the other families. */

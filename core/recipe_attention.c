@@ -61,11 +61,15 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
     return o;
 }
 
-/* k / v with every kv head repeated for its query heads ([rows, heads * hd]) in dtype. */
+/* k / v with every kv head repeated for its query heads ([rows, heads * hd]) in dtype; its
+ * rows are x's (mllama's cross-attention keys: the image features', not the tokens'). */
 static int repeat_to(tracer *tr, int x, uint8_t dtype, const char *name)
 {
     const gckpt_model *m = tr->m;
-    int o = tnew(tr, name, GCKPT_T_ACT, dtype, per_token(gckpt_q_dim(m)), rg(tr, x));
+    gckpt_shape sh = tr->r->t[x].shape;
+    sh.width = gckpt_q_dim(m);
+    if (sh.rows == GCKPT_ROWS_TOKENS) sh = per_token(gckpt_q_dim(m));
+    int o = tnew(tr, name, GCKPT_T_ACT, dtype, sh, rg(tr, x));
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
     setprim(tr, GCKPT_P_REPEAT_KV, GCKPT_BC_NONE, 0, 0, m->head_dim);
     attn_dims(tr, m->kv_heads);

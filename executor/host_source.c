@@ -44,6 +44,7 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
     case GCKPT_SRC_SCALE: st(o, 0, gckpt_embed_normalizer(c->m->hidden)); return GCKPT_XS_OK;
     case GCKPT_SRC_ROUTER_LOGITS: return GCKPT_XS_OK; /* a view: the layers hold the logits (interp_aux.c) */
     case GCKPT_SRC_PIXELS: break; /* a vision tower's: not executed (interp.c refuses its recipe) */
+    case GCKPT_SRC_FEATURES: break; /* mllama's cross_attention_states: its recipe is not executed */
     }
     gckpt_seterr(err, "op %s: unknown source", c->op->name);
     return GCKPT_XS_ERROR;

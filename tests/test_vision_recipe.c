@@ -312,6 +312,88 @@ static void mllama_saved(void **state)
                 ty.local_checked > ty.global_checked);
 }
 
+/* The bytes the block's ops save of tensors made outside it, in the embedding section (the
+ * inputs every layer reads: one storage, filed by the probe under the first layer that saves
+ * it). */
+static uint64_t shared_saved(const gckpt_ctx *ctx, const gckpt_recipe *r)
+{
+    static bool seen[GCKPT_MAX_TENSORS];
+    memset(seen, 0, sizeof seen);
+    uint64_t sum = 0;
+    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+        for (int k = 0; k < r->op[i].nsaved; k++) {
+            int t = r->op[i].saved[k];
+            if (t < 0 || seen[t] || r->t[t].section != GCKPT_SEC_EMBED || r->t[t].kind == GCKPT_T_PARAM) continue;
+            seen[t] = true;
+            sum += ctx->raw[t];
+        }
+    return sum;
+}
+
+/* mllama's text cross-attention layer (core/recipe_mllama.c, R-VLM-31) against text layer 1 of
+ * every mllama fixture where it is not checkpointed: the layer's saved bytes plus what it
+ * saves of its inputs from outside (cross_attention_states, the masks: one storage for every
+ * cross-attention layer, so the first one's). Checkpointed: its hidden input only (the
+ * frame's record, R-VLM-31), offloaded: nothing. */
+typedef struct {
+    int plain, checkpointed;
+} cross_tally;
+
+static void check_cross(const char *path, const char *name, void *arg)
+{
+    (void)name;
+    cross_tally *ty = arg;
+    cJSON *j = read_json(path);
+    const cJSON *set = at(j, "setting");
+    char *cfg = cJSON_PrintUnformatted(at(j, "config"));
+    gckpt_vlm v;
+    gckpt_err err;
+    if (!gckpt_vlm_parse(path, cfg, &v, &err)) fail_msg("%s: %s", path, err.msg);
+    free(cfg);
+    int p = hf_precision_from(at(set, "precision")->valuestring);
+    gckpt_target target = cJSON_IsString(at(set, "autocast_lists")) ? GCKPT_TARGET_CPU_CUDA_LISTS : GCKPT_TARGET_CPU;
+    uint64_t images = (uint64_t)at(at(j, "images"), "per_sample")->valuedouble;
+    uint64_t b = (uint64_t)at(set, "micro_batch")->valuedouble, seq = (uint64_t)at(set, "seq")->valuedouble;
+    static gckpt_recipe r;
+    static gckpt_ctx ctx;
+    gckpt_setting s = {.seq = seq, .micro_batch = b, .grad_accum = 1, .precision = (gckpt_precision)p,
+                       .attention = GCKPT_SDPA};
+    if (!gckpt_mllama_cross_recipe_build(&v, (gckpt_precision)p, target, seq, images, &r, &err) ||
+        !gckpt_ctx_init(&ctx, &v.text, &g_dev, &r, &s, &err))
+        fail_msg("%s: %s", path, err.msg);
+    const cJSON *layers = at(at(j, "saved"), "layers"), *l;
+    cJSON_ArrayForEach(l, layers)
+    {
+        int i = (int)at(l, "index")->valuedouble;
+        if (!(v.cross[i / 8] >> (i % 8) & 1)) continue;
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "language_model.layers.%d", i);
+        uint64_t got = measured(at(l, "tensors"), prefix), want;
+        if (cJSON_IsTrue(at(l, "checkpointed"))) {
+            want = cJSON_IsTrue(at(set, "offload")) ? 0 : ctx.raw[r.block_in];
+            ty->checkpointed++;
+        } else {
+            want = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK) + shared_saved(&ctx, &r);
+            ty->plain++;
+        }
+        if (got != want)
+            fail_msg("%s: cross-attention layer %d keeps %llu bytes measured, %llu planned", path, i,
+                     (unsigned long long)got, (unsigned long long)want);
+    }
+    cJSON_Delete(j);
+}
+
+static void mllama_cross_saved(void **state)
+{
+    (void)state;
+    cross_tally ty = {0};
+    each_json_file(GCKPT_TEST_DATA "/hf-vlm", "mllama-", check_cross, &ty);
+    printf("mllama-: %d cross-attention layers plain, %d checkpointed: saved bytes exact\n", ty.plain,
+           ty.checkpointed);
+    assert_int_equal(ty.plain + ty.checkpointed, 42);
+    assert_true(ty.plain > 0 && ty.checkpointed > 0);
+}
+
 /* the tower's attention has no causal mask: QK^T and PV over the whole s x s scores, 2 x 2 x
  * heads x head_dim FLOPs per b x s x s (the causal kernel's half) */
 static void attention_flops(void **state)
@@ -372,6 +454,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(llava_next_saved),
                                        cmocka_unit_test(gemma3_saved), cmocka_unit_test(mllama_saved),
+                                       cmocka_unit_test(mllama_cross_saved),
                                        cmocka_unit_test(attention_flops),
                                        cmocka_unit_test(other_towers)};
     return cmocka_run_group_tests(tests, NULL, NULL);

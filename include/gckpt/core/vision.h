@@ -214,6 +214,18 @@ bool gckpt_vision_layer_recipe_build(const gckpt_vlm *v, const gckpt_model *towe
                                      gckpt_target target, gckpt_tower_grad g, bool global, gckpt_recipe *r,
                                      gckpt_err *err);
 
+/* mllama's cross-attention keys per sample for `images` images (each max_num_tiles tiles of
+ * (image_size / patch)^2 patches and a class token: the padding tiles kept, the encoder's
+ * padding rows dropped; FINDINGS R-VLM-31). */
+uint64_t gckpt_mllama_cross_keys(const gckpt_vlm *v, uint64_t images);
+/* mllama's text cross-attention layer alone (core/recipe_mllama.c, R-VLM-31), the text model
+ * fully trained: GCKPT_SEC_EMBED holds its inputs from outside (cross_attention_states, the
+ * cross-attention mask, full_text_row_masked_out_mask: one storage each for every
+ * cross-attention layer), GCKPT_SEC_BLOCK the layer; sized at sequence seq with `images`
+ * images per sample. False with err when the config has no cross-attention layer. */
+bool gckpt_mllama_cross_recipe_build(const gckpt_vlm *v, gckpt_precision p, gckpt_target target, uint64_t seq,
+                                     uint64_t images, gckpt_recipe *r, gckpt_err *err);
+
 /* The images the tower runs per image of h x w pixels (positive): LLaVA-NeXT's anyres tiles
  * (the best pinpoint's and the base tile), one for the other families. */
 uint64_t gckpt_image_tiles(const gckpt_vlm *v, uint64_t h, uint64_t w);

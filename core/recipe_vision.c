@@ -7,9 +7,9 @@
  * (gckpt_vision_positions). Attention is bidirectional: SDPA without a mask saves what the
  * causal kernel saves (q, k, v, out, lse: measured, CPU flash); its FLOPs are the whole score
  * matrix's. What needs a gradient follows the tower's mode (gckpt_tower_grad, FINDINGS
- * R-VLM-3); what each op saves is R-VLM-10. mllama's local and gated global encoder layers
- * are traced alone (gckpt_vision_layer_recipe_build, R-VLM-30): its tiled embedding and
- * projector are not yet. */
+ * R-VLM-3); what each op saves is R-VLM-10. mllama's tower (its tiled embedding, a local or
+ * a gated global encoder layer, layernorm_post, the post-tile embedding and the projector)
+ * for its saved bytes (gckpt_vision_layer_recipe_build, R-VLM-30), not yet in a step's order. */
 #include "recipe_tracer.h"
 
 #include "gckpt/core/vision.h"
@@ -21,7 +21,8 @@
  * dtype: ConvolutionBackward0 saves its input and its weight whenever it has a node (a conv's
  * backward formula takes both, unlike mm's), under autocast their compute-dtype copies.
  * Output: [images, D, N] (flatten(2).transpose(1, 2) views it as the patches' rows). */
-static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bias, bool hooked, uint64_t positions)
+static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bias, bool hooked, uint64_t positions,
+                      uint64_t tiles)
 {
     uint64_t in_f = vc->channels * vc->patch * vc->patch, n = vc->image_size / vc->patch;
     int px = cast_to(tr, pix, tr->param_dt, "pixel_values.to");
@@ -29,7 +30,7 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bi
     int bc = bias >= 0 ? weight_cast(tr, bias, "patch_embedding.bias_cast") : -1;
     int wc = weight_cast(tr, w, "patch_embedding.weight_cast");
     int xi = autocast_to(tr, px, tr->compute_dt, "patch_embedding.cast_in");
-    gckpt_shape sh = {GCKPT_ROWS_BATCH, 1, n * n * vc->hidden};
+    gckpt_shape sh = {GCKPT_ROWS_BATCH, 1, tiles * n * n * vc->hidden};
     bool wg = rg(tr, w) || (bias >= 0 && rg(tr, bias));
     int o = tnew(tr, "patch_embedding", GCKPT_T_ACT, tr->amp ? tr->compute_dt : dt(tr, px), sh, wg || hooked);
     opnew(tr, "patch_embedding", GCKPT_OP_MATMUL, bias >= 0 ? 3 : 2, (int[]){xi, wc, bc}, o, -1, 2, (int[]){xi, wc});
@@ -40,7 +41,7 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bi
     count_flops(tr);
     /* a GEMM over the n x n patches; fT counts per position of the tower's sequence (+ CLIP's
      * class token) */
-    op->fT *= (double)(n * n) / (double)positions;
+    op->fT *= (double)(tiles * n * n) / (double)positions;
     op->bwd_mult = (double)rg(tr, w); /* the pixels need no gradient */
     return o;
 }
@@ -50,8 +51,8 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bi
  * (FINDINGS R-VLM-30): no attention biases; an image's max_num_tiles tiles, each padded to a
  * multiple of 8 positions, are one sequence, and every layer's SDPA reads one float mask
  * (the aspect-ratio mask, built once per forward in the tower's dtype); `gated`: the global
- * layers' tanh gates. Only its layers are traced (its tiled embedding and its projector are
- * not yet): `layers_only`. */
+ * layers' tanh gates. Its recipe is traced for saved bytes only, not in a step's order (the
+ * global layers run between its head's layernorm_post and projector): `layers_only`. */
 typedef struct {
     bool known, cls, pre_norm, conv_bias, attn_bias, tiled, gated, layers_only;
 } vit_kind;
@@ -76,7 +77,7 @@ static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k,
                   GCKPT_ROLE_MATRIX);
     int bias = k->conv_bias ? param(tr, "embeddings.patch_embedding.bias", 1, D, GCKPT_ROLE_BIAS) : -1;
     int table = param(tr, "embeddings.position_embedding.weight", n * n + k->cls, D, GCKPT_ROLE_MATRIX);
-    int x = patch_conv(tr, vc, pix, w, bias, hooked, n * n + k->cls);
+    int x = patch_conv(tr, vc, pix, w, bias, hooked, n * n + k->cls, 1);
     /* a frozen tower's hooked patch output is a leaf that requires grad (enable_input_require_grads):
      * its AccumulateGrad node holds it until the graph goes with the micro-step */
     if (hooked && !rg(tr, w)) r->t[x].step_held = true;
@@ -333,24 +334,108 @@ void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
     m->attn_dropout = vc->attn_dropout;
 }
 
-uint64_t gckpt_vision_positions(const gckpt_vlm *v)
+static uint64_t positions_of(const gckpt_vision *vc, bool padded)
 {
-    uint64_t n = v->vision.patch ? v->vision.image_size / v->vision.patch : 0;
-    const vit_kind *k = v->vision.tower < GCKPT_NTOWER ? &vits[v->vision.tower] : NULL;
+    uint64_t n = vc->patch ? vc->image_size / vc->patch : 0;
+    const vit_kind *k = vc->tower < GCKPT_NTOWER ? &vits[vc->tower] : NULL;
     uint64_t tile = n * n + (k && k->cls);
     /* mllama: every tile padded to a multiple of 8, the image's max_num_tiles tiles one sequence */
-    return k && k->tiled ? v->vision.max_tiles * ((tile + 7) / 8 * 8) : tile;
+    return k && k->tiled ? vc->max_tiles * (padded ? (tile + 7) / 8 * 8 : tile) : tile;
 }
 
-/* The tiled tower's embedding section, as far as it is traced: the aspect-ratio mask
- * (_prepare_aspect_ratio_attention_mask: [images, 1, S, S] in the weights' dtype, under
- * autocast the bf16 of the matmul that builds it), read by every encoder layer's SDPA. */
-static void tiled_mask(tracer *tr)
+uint64_t gckpt_vision_positions(const gckpt_vlm *v) { return positions_of(&v->vision, true); }
+
+/* MllamaPrecomputedAspectRatioEmbedding: embedding(aspect_ratio_ids) [images, tiles x D]
+ * (saves the ids when its table trains) * gate.tanh(), added to every patch of its tile. */
+static int tile_embedding(tracer *tr, const gckpt_vision *vc, int x, int ids, const char *name)
 {
+    char pfx[48];
+    const char *outer = enter_module(tr, name, pfx, sizeof pfx);
+    int table = param(tr, "embedding.weight", vc->aspect_ratios + 1, vc->max_tiles * vc->hidden, GCKPT_ROLE_MATRIX);
+    int e = embedding(tr, "embedding", table, ids);
+    tr->r->t[e].requires_grad = rg(tr, table);
+    int gated = tanh_gate(tr, e, "gate");
+    tr->pfx = outer;
+    return add(tr, x, gated, name);
+}
+
+/* The tiled tower's embedding (MllamaVisionModel.forward up to the local encoder): the patch
+ * conv on every tile, the gated pre-tile embedding, a class token per tile, the gated
+ * position embedding ((1 - gate.tanh()) * embedding: rsub saves nothing, the mul its
+ * output; gate.tanh() * tile_embedding(ids)), layernorm_pre, F.pad to the padded rows (a copy
+ * that saves nothing), and the aspect-ratio mask (_prepare_aspect_ratio_attention_mask:
+ * [images, 1, S, S] in the weights' dtype, under autocast the bf16 of the matmul that builds
+ * it), read by every encoder layer's SDPA. */
+static void tiled_embedding(tracer *tr, const gckpt_vision *vc, bool hooked, uint8_t pixel_dt)
+{
+    gckpt_recipe *r = tr->r;
+    uint64_t D = vc->hidden, n = vc->image_size / vc->patch, T = vc->max_tiles, P = n * n + 1;
     section_begin(tr, GCKPT_SEC_EMBED);
+    int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, pixel_dt,
+                     (gckpt_shape){GCKPT_ROWS_BATCH, 1, T * vc->channels * vc->image_size * vc->image_size}, NULL, NULL);
+    r->t[pix].step_held = true;
+    int ids = source(tr, "aspect_ratio_ids", GCKPT_SRC_IDS, I64, (gckpt_shape){GCKPT_ROWS_BATCH, 1, 1}, NULL, NULL);
+    int w = param(tr, "patch_embedding.weight", D, vc->channels * vc->patch * vc->patch, GCKPT_ROLE_MATRIX);
+    int x = patch_conv(tr, vc, pix, w, -1, hooked, positions_of(vc, true), T);
+    if (hooked && !rg(tr, w)) r->t[x].step_held = true; /* the hooked leaf (vit_embedding's) */
+    x = tile_embedding(tr, vc, x, ids, "pre_tile_positional_embedding");
+    int cls = param(tr, "class_embedding", 1, D, GCKPT_ROLE_MATRIX);
+    int c = tnew(tr, "class_cat", GCKPT_T_ACT, dt(tr, x), (gckpt_shape){GCKPT_ROWS_BATCH, T * P, D},
+                 rg(tr, x) || rg(tr, cls));
+    opnew(tr, "class_cat", GCKPT_OP_ELEM, 2, (int[]){cls, x}, c, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAT_CLS, GCKPT_BC_NONE, 0, 0, D);
+    tr->pfx = "gated_positional_embedding";
+    int gate = param(tr, "gate", 1, 1, GCKPT_ROLE_BIAS);
+    int pos = param(tr, "embedding", P, D, GCKPT_ROLE_MATRIX);
+    int tile_table = param(tr, "tile_embedding.weight", vc->aspect_ratios + 1, T * P * D, GCKPT_ROLE_MATRIX);
+    int t1 = unary(tr, gate, "tanh", false, GCKPT_P_TANH, 0);
+    int one_minus = scal(tr, t1, "rsub", -1.0, 1.0);
+    int gpos = mul(tr, pos, one_minus, "gated_position");
+    x = add(tr, c, gpos, "add_position");
+    int tp = embedding(tr, "tile_embedding", tile_table, ids);
+    r->t[tp].requires_grad = rg(tr, tile_table);
+    int t2 = unary(tr, gate, "tanh_tile", false, GCKPT_P_TANH, 0);
+    x = add(tr, x, mul(tr, tp, t2, "gated_tile_position"), "add_tile_position");
+    tr->pfx = "";
+    int ln = layernorm(tr, x, D, "layernorm_pre");
+    int padded = tnew(tr, "pad", GCKPT_T_ACT, dt(tr, ln), per_token(D), rg(tr, ln));
+    opnew(tr, "pad", GCKPT_OP_ELEM, 1, (int[]){ln}, padded, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0); /* a copy into more rows (planned only) */
+    r->embed_out = padded;
     tr->float_mask = source(tr, "aspect_ratio_attention_mask", GCKPT_SRC_MASK, tr->amp ? tr->compute_dt : tr->param_dt,
                             score_shape(1), NULL, NULL);
-    tr->r->embed_out = -1;
+    section_end(tr);
+}
+
+/* The tiled tower's head: layernorm_post on the local encoder's output and the gated
+ * post-tile embedding (the global layers run after them: traced as the block), then the
+ * intermediate local outputs torch.stack'ed, the padding rows sliced off and reshaped (copies)
+ * and torch.cat with the global output: none saves anything; the projector (a Linear with a
+ * bias, trained with the tower frozen or not) saves the cat's output. */
+static void tiled_head(tracer *tr, const gckpt_vlm *v, bool in_grad)
+{
+    gckpt_recipe *r = tr->r;
+    const gckpt_vision *vc = &v->vision;
+    uint64_t D = vc->hidden, n = vc->image_size / vc->patch, T = vc->max_tiles, P = n * n + 1;
+    section_begin(tr, GCKPT_SEC_HEAD);
+    int local = tnew(tr, "local_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    r->head_in = local;
+    int ln = layernorm(tr, local, D, "layernorm_post");
+    int ids = -1;
+    for (int i = 0; i < r->nop && ids < 0; i++)
+        if (r->op[i].prim == GCKPT_P_SOURCE && r->op[i].source == GCKPT_SRC_IDS) ids = r->op[i].out[0];
+    tile_embedding(tr, vc, ln, ids, "post_tile_positional_embedding");
+    int glob = tnew(tr, "global_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    int feats = tnew(tr, "features_cat", GCKPT_T_ACT, tr->stream_dt, (gckpt_shape){GCKPT_ROWS_BATCH, T * P, vc->output_dim},
+                     in_grad);
+    opnew(tr, "features_cat", GCKPT_OP_ELEM, 1, (int[]){glob}, feats, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0); /* stack, slices and cat: copies (planned only) */
+    tr->frozen_params = false;
+    tr->pfx = "multi_modal_projector";
+    int w = param(tr, "weight", v->text.hidden, vc->output_dim, GCKPT_ROLE_MATRIX);
+    int b = param(tr, "bias", 1, v->text.hidden, GCKPT_ROLE_BIAS);
+    linear(tr, feats, w, b, vc->output_dim, v->text.hidden, "multi_modal_projector");
+    tr->pfx = "";
     section_end(tr);
 }
 
@@ -438,8 +523,9 @@ bool gckpt_vision_layer_recipe_build(const gckpt_vlm *v, const gckpt_model *towe
     tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
     tr.eps = vc->norm_eps;
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
-    tiled_mask(&tr);
+    tiled_embedding(&tr, vc, g == GCKPT_TOWER_FROZEN_HOOKED, tr.param_dt);
     vit_layer(&tr, vc, k, g != GCKPT_TOWER_FROZEN, global && k->gated);
+    tiled_head(&tr, v, g != GCKPT_TOWER_FROZEN);
     r->loss = -1;
     recipe_finish(r);
     return true;

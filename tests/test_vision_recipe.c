@@ -9,8 +9,10 @@
  * layer next to masked_scatter's mask (the text side's); Gemma 3's head the same way
  * (post_layernorm, Gemma3MultiModalProjector), less SigLIP's pooling head (vision_tower.head:
  * its graph goes before the text model runs, FINDINGS R-VLM-13; only its parameters are
- * traced). mllama: every local and gated global encoder layer of its 42 fixtures
- * (gckpt_vision_layer_recipe_build, R-VLM-30), and each layer's parameter count. */
+ * traced). mllama: its tiled embedding, every local and gated global encoder layer, its head
+ * (layernorm_post, the post-tile embedding, the projector) in its 42 fixtures
+ * (gckpt_vision_layer_recipe_build, R-VLM-30), each layer's parameter count, and its text
+ * cross-attention layer (gckpt_mllama_cross_recipe_build, R-VLM-31). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -230,6 +232,7 @@ static void gemma3_saved(void **state)
  * tower's images: the processor's max_num_tiles tiles per image, one sequence each. */
 typedef struct {
     int files, local_checked, global_checked, frozen_checked, zero_checked;
+    uint64_t head_bytes;
 } mllama_tally;
 
 static void check_mllama(const char *path, const char *name, void *arg)
@@ -281,6 +284,34 @@ static void check_mllama(const char *path, const char *name, void *arg)
         uint64_t mask = 0;
         for (int i = 0; i < r.nop; i++)
             if (r.op[i].prim == GCKPT_P_SOURCE && r.op[i].source == GCKPT_SRC_MASK) mask = ctx.raw[r.op[i].out[0]];
+        /* the embedding and the head (FINDINGS R-VLM-30), by module, less the mask (a source) */
+        if (!global) {
+            static const char *const embed_mods[] = {"vision_model.patch_embedding",
+                                                     "vision_model.pre_tile_positional_embedding",
+                                                     "vision_model.gated_positional_embedding",
+                                                     "vision_model.layernorm_pre"};
+            static const char *const head_mods[] = {"vision_model.layernorm_post",
+                                                    "vision_model.post_tile_positional_embedding",
+                                                    "multi_modal_projector"};
+            uint64_t e = 0, h = 0;
+            for (size_t i = 0; i < sizeof embed_mods / sizeof *embed_mods; i++) e += measured(emb, embed_mods[i]);
+            for (size_t i = 0; i < sizeof head_mods / sizeof *head_mods; i++) h += measured(emb, head_mods[i]);
+            if (e != gckpt_section_saved_bytes(&ctx, GCKPT_SEC_EMBED) || h != gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD))
+                fail_msg("%s: the embedding keeps %llu bytes measured, %llu planned; the head %llu and %llu", path,
+                         (unsigned long long)e, (unsigned long long)gckpt_section_saved_bytes(&ctx, GCKPT_SEC_EMBED),
+                         (unsigned long long)h, (unsigned long long)gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD));
+            /* nothing else of the tower or the projector is filed */
+            uint64_t layers_sum = 0;
+            for (uint64_t i = 0; i < v.vision.layers + v.vision.global_layers; i++) {
+                char pf[80];
+                snprintf(pf, sizeof pf, "vision_model.%stransformer.layers.%llu", i < v.vision.layers ? "" : "global_",
+                         (unsigned long long)(i < v.vision.layers ? i : i - v.vision.layers));
+                layers_sum += measured(emb, pf);
+            }
+            if (measured(emb, "vision_model") + measured(emb, "multi_modal_projector") != e + h + layers_sum)
+                fail_msg("%s: the tower has bytes filed under other modules", path);
+            ty->head_bytes += h;
+        }
         uint64_t n = global ? v.vision.global_layers : v.vision.layers;
         for (uint64_t i = 0; i < n; i++) {
             char prefix[80];
@@ -308,7 +339,7 @@ static void mllama_saved(void **state)
            "nothing): saved bytes exact\n",
            ty.files, ty.local_checked, ty.global_checked, ty.frozen_checked, ty.zero_checked);
     assert_int_equal(ty.files, 42);
-    assert_true(ty.frozen_checked > 0 && ty.zero_checked > 0 && ty.global_checked > 0 &&
+    assert_true(ty.head_bytes > 0 && ty.frozen_checked > 0 && ty.zero_checked > 0 && ty.global_checked > 0 &&
                 ty.local_checked > ty.global_checked);
 }
 

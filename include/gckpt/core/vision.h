@@ -204,9 +204,12 @@ bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower
                                     gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
                                     gckpt_err *err);
 
-/* mllama's vision encoder layers alone (FINDINGS R-VLM-30): GCKPT_SEC_EMBED holds only the
- * aspect-ratio mask every layer's SDPA reads (its tiled embedding is not traced yet),
- * GCKPT_SEC_BLOCK one local encoder layer, or with `global` one gated global layer; no head.
+/* mllama's vision tower for its saved bytes (FINDINGS R-VLM-30): GCKPT_SEC_EMBED its tiled
+ * embedding (the patch conv on every tile, the gated tile and position embeddings, the class
+ * tokens, layernorm_pre, the padding) and the aspect-ratio mask every layer's SDPA reads,
+ * GCKPT_SEC_BLOCK one local encoder layer, or with `global` one gated global layer,
+ * GCKPT_SEC_HEAD layernorm_post, the post-tile embedding (which run between the local and the
+ * global layers) and the projector. Not yet a step's order.
  * Sized at micro-batch = the images of a micro-batch, sequence = gckpt_vision_positions (an
  * image's max_num_tiles tiles, each padded to a multiple of 8). False with err for another
  * tower. */

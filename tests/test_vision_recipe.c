@@ -460,6 +460,49 @@ static void attention_flops(void **state)
     assert_int_equal(conv, 1);
 }
 
+/* Llama-3.2-11B-Vision's config (tests/data/configs): R-VLM-30's rows and R-VLM-31's keys in
+ * closed form. A 560 / 14 tile is 1600 patches and a class token, padded to 1608; an image is
+ * its 4 tiles as one sequence, 6432 rows, whose aspect-ratio mask is 6432^2 values in the
+ * tower's dtype; the cross-attention layers read 4 x 1601 keys per image. */
+static void mllama_real_shapes(void **state)
+{
+    (void)state;
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", 1u << 20, &err);
+    if (!text) fail_msg("%s", err.msg);
+    gckpt_vlm v;
+    if (!gckpt_vlm_parse("llama-3.2-11b-vision.json", text, &v, &err)) fail_msg("%s", err.msg);
+    free(text);
+    assert_int_equal(gckpt_vision_positions(&v), 4 * 1608);
+    assert_int_equal(gckpt_mllama_cross_keys(&v, 1), 4 * 1601);
+    assert_int_equal(gckpt_mllama_cross_keys(&v, 2), 2 * 4 * 1601);
+    gckpt_model tower;
+    gckpt_vision_tower_model(&v, &tower);
+    static gckpt_recipe r;
+    static gckpt_ctx ctx;
+    assert_true(gckpt_vision_layer_recipe_build(&v, &tower, GCKPT_BF16, GCKPT_TARGET_CUDA, GCKPT_TOWER_TRAINED, false,
+                                                &r, &err));
+    gckpt_setting s = {.seq = gckpt_vision_positions(&v), .micro_batch = 1, .grad_accum = 1, .precision = GCKPT_BF16,
+                       .attention = GCKPT_SDPA};
+    if (!gckpt_ctx_init(&ctx, &tower, &g_dev, &r, &s, &err)) fail_msg("%s", err.msg);
+    uint64_t mask = 0;
+    for (int i = 0; i < r.nop; i++)
+        if (r.op[i].prim == GCKPT_P_SOURCE && r.op[i].source == GCKPT_SRC_MASK) mask = ctx.raw[r.op[i].out[0]];
+    assert_int_equal(mask, 6432ull * 6432ull * 2);
+    printf("Llama-3.2-11B-Vision, one image, bf16: the aspect-ratio mask %llu B, a local layer saves %llu B\n",
+           (unsigned long long)mask, (unsigned long long)gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK));
+    /* the builders refuse what they do not trace, in one line */
+    assert_false(gckpt_mllama_cross_recipe_build(&v, GCKPT_BF16, GCKPT_TARGET_CUDA, 64, 0, &r, &err));
+    assert_non_null(strstr(err.msg, "no cross-attention layer"));
+    assert_null(strchr(err.msg, '\n'));
+    v.ncross = 0;
+    assert_false(gckpt_mllama_cross_recipe_build(&v, GCKPT_BF16, GCKPT_TARGET_CUDA, 64, 1, &r, &err));
+    v.vision.global_layers = 0;
+    assert_false(gckpt_vision_layer_recipe_build(&v, &tower, GCKPT_BF16, GCKPT_TARGET_CUDA, GCKPT_TOWER_TRAINED, true,
+                                                 &r, &err));
+    assert_non_null(strstr(err.msg, "num_global_layers"));
+}
+
 /* another tower has no recipe yet: one line */
 static void other_towers(void **state)
 {
@@ -485,7 +528,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(llava_next_saved),
                                        cmocka_unit_test(gemma3_saved), cmocka_unit_test(mllama_saved),
-                                       cmocka_unit_test(mllama_cross_saved),
+                                       cmocka_unit_test(mllama_cross_saved), cmocka_unit_test(mllama_real_shapes),
                                        cmocka_unit_test(attention_flops),
                                        cmocka_unit_test(other_towers)};
     return cmocka_run_group_tests(tests, NULL, NULL);

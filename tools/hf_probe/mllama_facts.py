@@ -74,6 +74,53 @@ def run(precision: str) -> None:
             print(f"  {k}: {v}")
 
 
+def batch(h: int, w: int, images: int, gen: torch.Generator):
+    """The tiny mllama's inputs with `images` h x w images per sample (each image_size-tiled:
+    h / t x w / t real tiles, padded to max_num_tiles), their <|image|> tokens at 2, 3, ...
+    (consecutive: every later token attends to all of them, the processor's rule)."""
+    v = vlm_cases.VARIANTS["mllama"]["vision_config"]
+    t, mt, b, s = v["image_size"], v["max_num_tiles"], vlm_cases.B, vlm_cases.SEQ
+    ar = [h // t, w // t]
+    nt = ar[0] * ar[1]
+    ids = torch.randint(3, vlm_cases.VIDEO, (b, s), generator=gen)
+    ids[:, 2:2 + images] = vlm_cases.IMG
+    labels = ids.masked_fill(ids >= vlm_cases.VIDEO, -100)
+    tiles = [1] * nt + [0] * (mt - nt)
+    cam = torch.zeros(b, s, images, mt, dtype=torch.long)
+    cam[:, 2:, :, :] = torch.tensor(tiles)
+    px = {"pixel_values": torch.randn(b, images, mt, 3, t, t, generator=gen),
+          "aspect_ratio_ids": torch.tensor([[v["supported_aspect_ratios"].index(ar) + 1] * images] * b),
+          "aspect_ratio_mask": torch.tensor([[tiles] * images] * b), "cross_attention_mask": cam}
+    return ids, labels, px
+
+
+def saved_total(h: int, w: int, images: int) -> tuple[int, tuple]:
+    """Bytes autograd saves in one fp32 forward (distinct storages), and the cross-attention
+    layer's cross_attention_states shape."""
+    model = vlm_cases.build_model("mllama", "sdpa")
+    model.train()
+    ids, labels, px = batch(h, w, images, torch.Generator().manual_seed(0))
+    seen: dict = {}
+    shapes: dict = {}
+
+    def pack(x):
+        if x.requires_grad and x.is_leaf:  # a parameter
+            return x
+        key = x.untyped_storage().data_ptr()
+        seen[key] = max(seen.get(key, 0), x.untyped_storage().nbytes())
+        return x
+
+    def cross_hook(_m, args, kwargs):
+        shapes["cross_attention_states"] = tuple(kwargs["cross_attention_states"].shape)
+
+    for layer in model.model.language_model.layers:
+        if isinstance(layer, mm.MllamaCrossAttentionDecoderLayer):
+            layer.register_forward_pre_hook(cross_hook, with_kwargs=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        model(input_ids=ids, labels=labels, **px)
+    return sum(seen.values()), shapes["cross_attention_states"]
+
+
 def installed_functions():
     import ast  # noqa: PLC0415
     import functools  # noqa: PLC0415
@@ -104,6 +151,12 @@ def main() -> None:
           f"num_patches {(v.image_size // v.patch_size) ** 2 + 1}")
     for p in ("fp32", "bf16", "amp-bf16"):
         run(p)
+    # the image's size changes no saved byte (all max_num_tiles tiles run); a second image per
+    # sample doubles the cross-attention keys
+    for hw, n in [((28, 56), 1), ((28, 28), 1), ((56, 28), 1), ((28, 56), 2)]:
+        total, cross = saved_total(hw[0], hw[1], n)
+        print(f"  fp32, {n} image(s) of {hw[0]} x {hw[1]} per sample: {total} bytes saved, "
+              f"cross_attention_states {cross}")
     # the processor's canvas choice: its two functions taken from the installed file (the
     # module imports torchvision, not installed here; they need numpy only)
     get_optimal_tiled_canvas = installed_functions()

@@ -10,6 +10,8 @@ of vlm_cases.py's mllama fixtures, checked by running the model (FINDINGS R-VLM-
     patches dropped) and cross_attention_states' shape;
   * the cross-attention layers' masks: cross_attention_mask [b, 1, s, images * tiles *
     (patches + 1)] and full_text_row_masked_out_mask [b, 1, s, 1], in the model's dtype;
+  * the bytes autograd saves do not depend on the image's size (every max_num_tiles tile runs,
+    padding tiles too), and a second image per sample doubles the cross-attention keys;
   * the processor's tiling (get_optimal_tiled_canvas, run alone: numpy only) for a few image
     sizes at Llama-3.2-11B-Vision's tile 560 and max_image_tiles 4.
 

@@ -489,8 +489,18 @@ static void mllama_real_shapes(void **state)
     for (int i = 0; i < r.nop; i++)
         if (r.op[i].prim == GCKPT_P_SOURCE && r.op[i].source == GCKPT_SRC_MASK) mask = ctx.raw[r.op[i].out[0]];
     assert_int_equal(mask, 6432ull * 6432ull * 2);
-    printf("Llama-3.2-11B-Vision, one image, bf16: the aspect-ratio mask %llu B, a local layer saves %llu B\n",
-           (unsigned long long)mask, (unsigned long long)gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK));
+    uint64_t local = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK), embed = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_EMBED),
+             head = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD);
+    assert_true(gckpt_vision_layer_recipe_build(&v, &tower, GCKPT_BF16, GCKPT_TARGET_CUDA, GCKPT_TOWER_TRAINED, true, &r,
+                                                &err));
+    if (!gckpt_ctx_init(&ctx, &tower, &g_dev, &r, &s, &err)) fail_msg("%s", err.msg);
+    uint64_t global = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK);
+    /* a global layer's two gates: each mul keeps its bf16 [6432, 1280] input and the 2-byte tanh */
+    assert_int_equal(global - local, 2 * (6432ull * 1280 * 2 + 2));
+    printf("Llama-3.2-11B-Vision, one image, bf16, the tower trained: the aspect-ratio mask %llu B, a local layer "
+           "%llu B, a global one %llu B, the tower with its head %llu B saved (never checkpointed)\n",
+           (unsigned long long)mask, (unsigned long long)local, (unsigned long long)global,
+           (unsigned long long)(embed + mask + v.vision.layers * local + v.vision.global_layers * global + head));
     /* the builders refuse what they do not trace, in one line */
     assert_false(gckpt_mllama_cross_recipe_build(&v, GCKPT_BF16, GCKPT_TARGET_CUDA, 64, 0, &r, &err));
     assert_non_null(strstr(err.msg, "no cross-attention layer"));

@@ -346,12 +346,12 @@ static void mllama_saved(void **state)
 /* The bytes the block's ops save of tensors made outside it, in the embedding section (the
  * inputs every layer reads: one storage, filed by the probe under the first layer that saves
  * it). */
-static uint64_t shared_saved(const gckpt_ctx *ctx, const gckpt_recipe *r)
+static uint64_t shared_saved_in(const gckpt_ctx *ctx, const gckpt_recipe *r, int sec)
 {
     static bool seen[GCKPT_MAX_TENSORS];
     memset(seen, 0, sizeof seen);
     uint64_t sum = 0;
-    for (int i = r->sec_begin[GCKPT_SEC_BLOCK]; i < r->sec_end[GCKPT_SEC_BLOCK]; i++)
+    for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++)
         for (int k = 0; k < r->op[i].nsaved; k++) {
             int t = r->op[i].saved[k];
             if (t < 0 || seen[t] || r->t[t].section != GCKPT_SEC_EMBED || r->t[t].kind == GCKPT_T_PARAM) continue;
@@ -359,6 +359,11 @@ static uint64_t shared_saved(const gckpt_ctx *ctx, const gckpt_recipe *r)
             sum += ctx->raw[t];
         }
     return sum;
+}
+
+static uint64_t shared_saved(const gckpt_ctx *ctx, const gckpt_recipe *r)
+{
+    return shared_saved_in(ctx, r, GCKPT_SEC_BLOCK);
 }
 
 /* mllama's text cross-attention layer (core/recipe_mllama.c, R-VLM-31) against text layer 1 of
@@ -423,6 +428,72 @@ static void mllama_cross_saved(void **state)
            ty.checkpointed);
     assert_int_equal(ty.plain + ty.checkpointed, 42);
     assert_true(ty.plain > 0 && ty.checkpointed > 0);
+}
+
+/* mllama's whole text model with its cross-attention layers in place (gckpt_mllama_text_model,
+ * block type GCKPT_BLOCK_CROSS) against every text layer of every mllama fixture: a plain
+ * layer its block type's section, the first plain self-attention layer the rotary pair too
+ * and the first plain cross-attention layer the inputs it saves from outside (hf_compare's
+ * charging of shared tensors); a checkpointed one its input, offloaded nothing. */
+static void check_text(const char *path, const char *name, void *arg)
+{
+    (void)name;
+    int *layers_checked = arg;
+    cJSON *j = read_json(path);
+    const cJSON *set = at(j, "setting");
+    char *cfg = cJSON_PrintUnformatted(at(j, "config"));
+    gckpt_vlm v;
+    gckpt_err err;
+    if (!gckpt_vlm_parse(path, cfg, &v, &err)) fail_msg("%s: %s", path, err.msg);
+    free(cfg);
+    int p = hf_precision_from(at(set, "precision")->valuestring);
+    gckpt_target target = cJSON_IsString(at(set, "autocast_lists")) ? GCKPT_TARGET_CPU_CUDA_LISTS : GCKPT_TARGET_CPU;
+    const cJSON *en = at(set, "every_n_layers");
+    uint32_t every_n = cJSON_IsNumber(en) ? (uint32_t)en->valuedouble : 0;
+    bool offload = cJSON_IsTrue(at(set, "offload"));
+    uint64_t images = (uint64_t)at(at(j, "images"), "per_sample")->valuedouble;
+    static gckpt_model m;
+    gckpt_mllama_text_model(&v, images, &m);
+    gckpt_setting s = {.seq = (uint64_t)at(set, "seq")->valuedouble,
+                       .micro_batch = (uint64_t)at(set, "micro_batch")->valuedouble, .grad_accum = 1,
+                       .precision = (gckpt_precision)p, .attention = GCKPT_SDPA, .every_n = every_n, .offload = offload};
+    static gckpt_recipe r;
+    static gckpt_ctx ctx;
+    gckpt_recipe_build_loss(&m, s.precision, GCKPT_SDPA, target, &s.peft, s.seq, GCKPT_LOSS_HF, 0, &r);
+    if (!gckpt_ctx_init(&ctx, &m, &g_dev, &r, &s, &err)) fail_msg("%s: %s", path, err.msg);
+    uint64_t rope = ctx.raw[r.rope[0]] + ctx.raw[r.rope[1]];
+    bool rope_charged = false, cross_charged = false;
+    const cJSON *l;
+    cJSON_ArrayForEach(l, at(at(j, "saved"), "layers"))
+    {
+        int i = (int)at(l, "index")->valuedouble;
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "language_model.layers.%d", i);
+        uint64_t got = measured(at(l, "tensors"), prefix), want;
+        bool cross = gckpt_layer_cross(&m, (uint64_t)i);
+        if (cJSON_IsTrue(at(l, "checkpointed"))) {
+            want = offload ? 0 : ctx.raw[r.block_in];
+        } else {
+            int sec = gckpt_layer_section(&r, &m, GCKPT_SDPA, (uint64_t)i);
+            want = gckpt_section_saved_bytes(&ctx, sec);
+            if (cross && !cross_charged) want += shared_saved_in(&ctx, &r, sec), cross_charged = true;
+            if (!cross && !rope_charged) want += rope, rope_charged = true;
+        }
+        if (got != want)
+            fail_msg("%s: text layer %d (%s) keeps %llu bytes measured, %llu planned", path, i,
+                     cross ? "cross-attention" : "self-attention", (unsigned long long)got, (unsigned long long)want);
+        (*layers_checked)++;
+    }
+    cJSON_Delete(j);
+}
+
+static void mllama_text_saved(void **state)
+{
+    (void)state;
+    int n = 0;
+    each_json_file(GCKPT_TEST_DATA "/hf-vlm", "mllama-", check_text, &n);
+    printf("mllama-: %d text layers, the cross-attention ones in place: saved bytes exact\n", n);
+    assert_int_equal(n, 42 * 4);
 }
 
 /* the tower's attention has no causal mask: QK^T and PV over the whole s x s scores, 2 x 2 x
@@ -538,7 +609,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(llava_next_saved),
                                        cmocka_unit_test(gemma3_saved), cmocka_unit_test(mllama_saved),
-                                       cmocka_unit_test(mllama_cross_saved), cmocka_unit_test(mllama_real_shapes),
+                                       cmocka_unit_test(mllama_cross_saved), cmocka_unit_test(mllama_text_saved), cmocka_unit_test(mllama_real_shapes),
                                        cmocka_unit_test(attention_flops),
                                        cmocka_unit_test(other_towers)};
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -226,6 +226,10 @@ uint64_t gckpt_mllama_cross_keys(const gckpt_vlm *v, uint64_t images);
  * cross-attention mask, full_text_row_masked_out_mask: one storage each for every
  * cross-attention layer), GCKPT_SEC_BLOCK the layer; sized at sequence seq with `images`
  * images per sample. False with err when the config has no cross-attention layer. */
+/* mllama's text model with its cross-attention layers in place (gckpt_model.cross, block type
+ * GCKPT_BLOCK_CROSS; their keys for `images` images per sample): what the text recipe traces
+ * (core/recipe_llama.c, core/recipe_mllama.c). */
+void gckpt_mllama_text_model(const gckpt_vlm *v, uint64_t images, gckpt_model *m);
 bool gckpt_mllama_cross_recipe_build(const gckpt_vlm *v, gckpt_precision p, gckpt_target target, uint64_t seq,
                                      uint64_t images, gckpt_recipe *r, gckpt_err *err);
 

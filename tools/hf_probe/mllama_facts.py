@@ -10,6 +10,8 @@ of vlm_cases.py's mllama fixtures, checked by running the model (FINDINGS R-VLM-
     patches dropped) and cross_attention_states' shape;
   * the cross-attention layers' masks: cross_attention_mask [b, 1, s, images * tiles *
     (patches + 1)] and full_text_row_masked_out_mask [b, 1, s, 1], in the model's dtype;
+  * the order the backward runs the text layers, the text embedding, the projector and the
+    vision encoder in;
   * the bytes autograd saves do not depend on the image's size (every max_num_tiles tile runs,
     padding tiles too), and a second image per sample doubles the cross-attention keys;
   * the processor's tiling (get_optimal_tiled_canvas, run alone: numpy only) for a few image
@@ -123,6 +125,26 @@ def saved_total(h: int, w: int, images: int) -> tuple[int, tuple]:
     return sum(seen.values()), shapes["cross_attention_states"]
 
 
+def backward_order() -> list[str]:
+    """The order the modules' backward runs in one fp32 step (full backward hooks; fired
+    when the gradients of a module's inputs are computed)."""
+    model = vlm_cases.build_model("mllama", "sdpa")
+    model.train()
+    ids, labels, px = vlm_cases.make_batch("mllama", torch.Generator().manual_seed(0))
+    order: list[str] = []
+    mods = {"language_model.embed_tokens": model.model.language_model.embed_tokens,
+            "multi_modal_projector": model.model.multi_modal_projector,
+            "vision_model.global_transformer.layers.1": model.model.vision_model.global_transformer.layers[-1],
+            "vision_model.transformer.layers.0": model.model.vision_model.transformer.layers[0],
+            "vision_model.patch_embedding": model.model.vision_model.patch_embedding}
+    for i, layer in enumerate(model.model.language_model.layers):
+        mods[f"language_model.layers.{i}"] = layer
+    for name, mod in mods.items():
+        mod.register_full_backward_hook(lambda _m, _gi, _go, name=name: order.append(name))
+    model(input_ids=ids, labels=labels, **px).loss.backward()
+    return order
+
+
 def installed_functions():
     import ast  # noqa: PLC0415
     import functools  # noqa: PLC0415
@@ -153,6 +175,7 @@ def main() -> None:
           f"num_patches {(v.image_size // v.patch_size) ** 2 + 1}")
     for p in ("fp32", "bf16", "amp-bf16"):
         run(p)
+    print("  backward order:", " > ".join(backward_order()))
     # the image's size changes no saved byte (all max_num_tiles tiles run); a second image per
     # sample doubles the cross-attention keys
     for hw, n in [((28, 56), 1), ((28, 28), 1), ((56, 28), 1), ((28, 56), 2)]:

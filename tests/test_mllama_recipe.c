@@ -1,6 +1,7 @@
-/* Llama 3.2 Vision (mllama) against its 42 fixtures of tests/data/hf-vlm
+/* Llama 3.2 Vision (mllama) against its 54 fixtures of tests/data/hf-vlm
  * (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with CUDA's lists; every_n off / 1 /
- * 2 / 3; offload; the vision tower trained and frozen; one 2-tile image per sample). Exact,
+ * 2 / 3; offload; the vision tower trained and frozen; one 2-tile image per sample; and
+ * two images per sample at every_n off / 1 / 2 / 2 + offload, the tower trained). Exact,
  * per fixture: the vision tower (core/recipe_vision.c, gckpt_vision_layer_recipe_build:
  * its tiled embedding, every local and gated global encoder layer, its head; FINDINGS
  * R-VLM-30) and each layer's parameter count; the text cross-attention layer alone
@@ -164,7 +165,7 @@ static void mllama_saved(void **state)
     printf("mllama-: %d fixtures, %d local and %d global encoder layers (%d frozen under checkpointing, %d saving "
            "nothing): saved bytes exact\n",
            ty.files, ty.local_checked, ty.global_checked, ty.frozen_checked, ty.zero_checked);
-    assert_int_equal(ty.files, 42);
+    assert_int_equal(ty.files, 42 + 12); /* the grid and the two-image cases */
     assert_true(ty.head_bytes > 0 && ty.frozen_checked > 0 && ty.zero_checked > 0 && ty.global_checked > 0 &&
                 ty.local_checked > ty.global_checked);
 }
@@ -252,7 +253,7 @@ static void mllama_cross_saved(void **state)
     each_json_file(GCKPT_TEST_DATA "/hf-vlm", "mllama-", check_cross, &ty);
     printf("mllama-: %d cross-attention layers plain, %d checkpointed: saved bytes exact\n", ty.plain,
            ty.checkpointed);
-    assert_int_equal(ty.plain + ty.checkpointed, 42);
+    assert_int_equal(ty.plain + ty.checkpointed, 42 + 12);
     assert_true(ty.plain > 0 && ty.checkpointed > 0);
 }
 
@@ -319,7 +320,7 @@ static void mllama_text_saved(void **state)
     int n = 0;
     each_json_file(GCKPT_TEST_DATA "/hf-vlm", "mllama-", check_text, &n);
     printf("mllama-: %d text layers, the cross-attention ones in place: saved bytes exact\n", n);
-    assert_int_equal(n, 42 * 4);
+    assert_int_equal(n, (42 + 12) * 4);
 }
 
 /* Llama-3.2-11B-Vision's config (tests/data/configs): R-VLM-30's rows and R-VLM-31's keys in

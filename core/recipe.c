@@ -268,6 +268,7 @@ uint8_t gckpt_ckpt_types(const gckpt_model *m, uint32_t every_n)
 
 gckpt_block_type gckpt_layer_block(const gckpt_model *m, gckpt_attention a, uint64_t seq, uint64_t layer)
 {
+    if (gckpt_layer_cross(m, layer)) return GCKPT_BLOCK_CROSS;
     if (m->experts && layer < m->dense_layers) return GCKPT_BLOCK_DENSE_MLP;
     if (gckpt_layer_nope(m, layer)) return GCKPT_BLOCK_NOPE; /* never sliding (the reader refuses it) */
     return gckpt_layer_sliding(m, layer) && gckpt_sliding_masked(m, a, seq) ? GCKPT_BLOCK_SLIDING_SDPA
@@ -277,7 +278,8 @@ gckpt_block_type gckpt_layer_block(const gckpt_model *m, gckpt_attention a, uint
 int gckpt_block_params_group(gckpt_block_type b)
 {
     static const uint8_t group[GCKPT_NBLOCK] = {[GCKPT_BLOCK_DECODER] = 0, [GCKPT_BLOCK_SLIDING_SDPA] = 0,
-                                                [GCKPT_BLOCK_DENSE_MLP] = 1, [GCKPT_BLOCK_NOPE] = 0};
+                                                [GCKPT_BLOCK_DENSE_MLP] = 1, [GCKPT_BLOCK_NOPE] = 0,
+                                                [GCKPT_BLOCK_CROSS] = 2};
     return (unsigned)b < GCKPT_NBLOCK ? group[b] : 0;
 }
 
@@ -302,7 +304,7 @@ void tracer_setup(tracer *tr, const gckpt_model *m, gckpt_precision p, gckpt_att
     r->grad_seed = -1;
     *tr = (tracer){.r = r, .m = m, .eps = m->norm_eps, .cpu = target != GCKPT_TARGET_CUDA,
                    .cuda_lists = target != GCKPT_TARGET_CPU, .peft = peft, .attn = a,
-                   .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .full_mask = -1, .sdpa_mask = -1, .loss = loss,
+                   .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .full_mask = -1, .sdpa_mask = -1, .float_mask = -1, .cross_in = {-1, -1, -1}, .loss = loss,
                    .liger_off = loss == GCKPT_LOSS_LIGER ? liger_off : 0};
     r->loss_kind = loss;
     tr->amp = p == GCKPT_AMP_BF16 || p == GCKPT_AMP_FP16;

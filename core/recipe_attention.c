@@ -13,11 +13,12 @@ static int repeat_to(tracer *tr, int x, uint8_t dtype, const char *name);
  * With the sliding-window mask (tr->sdpa_masked): transformers repeats k and v to every
  * head (use_gqa_in_sdpa is false with a mask), and SDPA converts the shared bool mask
  * to q's dtype (zeros_like, then masked_fill_ of its logical_not: both [b, 1, s, s],
- * materialised) and saves the converted mask (FINDINGS R-ATTN-8). */
+ * materialised) and saves the converted mask (FINDINGS R-ATTN-8). A float mask
+ * (tr->float_mask) is read as it is, under autocast cast to the compute dtype, and saved. */
 static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
 {
     const gckpt_model *m = tr->m;
-    bool masked = tr->sdpa_masked && tr->sdpa_mask >= 0;
+    bool masked = (tr->sdpa_masked && tr->sdpa_mask >= 0) || tr->float_mask >= 0;
     if (masked && m->kv_heads < m->heads) {
         k = repeat_to(tr, k, dt(tr, k), "sdpa.repeat_k");
         v = repeat_to(tr, v, dt(tr, v), "sdpa.repeat_v");
@@ -26,7 +27,9 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
     k = autocast_to(tr, k, tr->compute_dt, "sdpa.cast_k");
     v = autocast_to(tr, v, tr->compute_dt, "sdpa.cast_v");
     int mconv = -1;
-    if (masked) {
+    if (tr->float_mask >= 0) {
+        mconv = autocast_to(tr, tr->float_mask, tr->compute_dt, "sdpa.cast_mask");
+    } else if (masked) {
         mconv = tnew(tr, "sdpa.mask", GCKPT_T_ACT, dt(tr, q), score_shape(1), false);
         opnew(tr, "sdpa.mask", GCKPT_OP_ELEM, 1, (int[]){tr->sdpa_mask}, mconv, -1, 0, NULL);
         setprim(tr, GCKPT_P_BOOL_MASK, GCKPT_BC_NONE, 0, 0, 0);
@@ -58,11 +61,15 @@ static int sdpa_fused(tracer *tr, int q, int k, int v, double p)
     return o;
 }
 
-/* k / v with every kv head repeated for its query heads ([rows, heads * hd]) in dtype. */
+/* k / v with every kv head repeated for its query heads ([rows, heads * hd]) in dtype; its
+ * rows are x's (mllama's cross-attention keys: the image features', not the tokens'). */
 static int repeat_to(tracer *tr, int x, uint8_t dtype, const char *name)
 {
     const gckpt_model *m = tr->m;
-    int o = tnew(tr, name, GCKPT_T_ACT, dtype, per_token(gckpt_q_dim(m)), rg(tr, x));
+    gckpt_shape sh = tr->r->t[x].shape;
+    sh.width = gckpt_q_dim(m);
+    if (sh.rows == GCKPT_ROWS_TOKENS) sh = per_token(gckpt_q_dim(m));
+    int o = tnew(tr, name, GCKPT_T_ACT, dtype, sh, rg(tr, x));
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, o, -1, 0, NULL);
     setprim(tr, GCKPT_P_REPEAT_KV, GCKPT_BC_NONE, 0, 0, m->head_dim);
     attn_dims(tr, m->kv_heads);

@@ -101,6 +101,7 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     r->rope[1] = *sin;
     r->mask = mask;
     r->embed_out = x;
+    if (m->cross_layers) mllama_cross_sources(tr);
     section_end(tr);
     return table;
 }
@@ -314,6 +315,11 @@ void trace_llama(tracer *tr, gckpt_attention attn)
     /* a block section per layer type (Gemma 3, Qwen2/3 with max_window_layers under SDPA
      * at seq >= window: masked sliding layers and causal full ones) */
     uint8_t types[GCKPT_NBLOCK];
-    for (int k = 0, n = block_types(tr, types); k < n; k++) llama_block(tr, attn, types[k], cos, sin);
+    for (int k = 0, n = block_types(tr, types); k < n; k++) {
+        if (types[k] == GCKPT_BLOCK_CROSS)
+            mllama_cross_block(tr);
+        else
+            llama_block(tr, attn, types[k], cos, sin);
+    }
     trace_head(tr, NORM_RMS, "norm", table);
 }

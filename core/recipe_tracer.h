@@ -38,6 +38,10 @@ typedef struct gckpt_tracer {
     int full_mask;          /* a VLM's token_type_ids masks (gckpt_model.image_masks): the full
                              * layers' bool mask, else -1 */
     int sdpa_mask;          /* the mask the block being traced reads (bool_mask or full_mask) */
+    int float_mask;         /* a float mask every SDPA reads as it is (mllama's vision encoders'
+                             * aspect-ratio mask, FINDINGS R-VLM-30), else -1 */
+    int cross_in[3];        /* mllama's cross-attention inputs (cross_attention_states, the cross
+                             * mask, the row mask: embedding sources), else -1 */
     uint8_t loss;           /* gckpt_loss of the head */
     uint8_t liger_off;      /* --loss liger: the Liger kernels switched off (gckpt_setting.liger_off) */
     bool frozen_params;     /* param() makes frozen parameters (a frozen vision tower's) */
@@ -192,6 +196,10 @@ void recipe_finish(gckpt_recipe *r);
 
 /* ---- the families ---- */
 void trace_llama(tracer *tr, gckpt_attention attn);
+/* mllama's cross-attention inputs as embedding sources (tr->cross_in), and its
+ * cross-attention layer as block type GCKPT_BLOCK_CROSS (core/recipe_mllama.c) */
+void mllama_cross_sources(tracer *tr);
+void mllama_cross_block(tracer *tr);
 void trace_gpt2(tracer *tr, gckpt_attention attn);
 void trace_gpt_neox(tracer *tr, gckpt_attention attn);
 /* The mixture-of-experts block (router + grouped_mm experts) on the post-attention norm's

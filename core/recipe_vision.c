@@ -9,7 +9,9 @@
  * matrix's. What needs a gradient follows the tower's mode (gckpt_tower_grad, FINDINGS
  * R-VLM-3); what each op saves is R-VLM-10. Qwen2.5-VL's tower (its Conv3d embedding, window
  * permutation and 2-D rotary, its block, the patch merger as the head) is a second table
- * row (R-VLM-20..22): rows its patches. */
+ * row (R-VLM-20..22): rows its patches. mllama's tower (its tiled embedding, a local or a
+ * gated global encoder layer, layernorm_post, the post-tile embedding and the projector) for
+ * its saved bytes (gckpt_vision_layer_recipe_build, R-VLM-30), not yet in a step's order. */
 #include "recipe_tracer.h"
 
 #include "gckpt/core/vision.h"
@@ -21,7 +23,8 @@
  * dtype: ConvolutionBackward0 saves its input and its weight whenever it has a node (a conv's
  * backward formula takes both, unlike mm's), under autocast their compute-dtype copies.
  * Output: [images, D, N] (flatten(2).transpose(1, 2) views it as the patches' rows). */
-static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bias, bool hooked, uint64_t positions)
+static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bias, bool hooked, uint64_t positions,
+                      uint64_t tiles)
 {
     uint64_t in_f = vc->channels * vc->patch * vc->patch, n = vc->image_size / vc->patch;
     int px = cast_to(tr, pix, tr->param_dt, "pixel_values.to");
@@ -29,7 +32,7 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bi
     int bc = bias >= 0 ? weight_cast(tr, bias, "patch_embedding.bias_cast") : -1;
     int wc = weight_cast(tr, w, "patch_embedding.weight_cast");
     int xi = autocast_to(tr, px, tr->compute_dt, "patch_embedding.cast_in");
-    gckpt_shape sh = {GCKPT_ROWS_BATCH, 1, n * n * vc->hidden};
+    gckpt_shape sh = {GCKPT_ROWS_BATCH, 1, tiles * n * n * vc->hidden};
     bool wg = rg(tr, w) || (bias >= 0 && rg(tr, bias));
     int o = tnew(tr, "patch_embedding", GCKPT_T_ACT, tr->amp ? tr->compute_dt : dt(tr, px), sh, wg || hooked);
     opnew(tr, "patch_embedding", GCKPT_OP_MATMUL, bias >= 0 ? 3 : 2, (int[]){xi, wc, bc}, o, -1, 2, (int[]){xi, wc});
@@ -40,19 +43,26 @@ static int patch_conv(tracer *tr, const gckpt_vision *vc, int pix, int w, int bi
     count_flops(tr);
     /* a GEMM over the n x n patches; fT counts per position of the tower's sequence (+ CLIP's
      * class token) */
-    op->fT *= (double)(n * n) / (double)positions;
+    op->fT *= (double)(tiles * n * n) / (double)positions;
     op->bwd_mult = (double)rg(tr, w); /* the pixels need no gradient */
     return o;
 }
 
 /* The ViT towers traced: CLIP's class token and pre_layrnorm, SigLIP's patch-conv bias (their
- * encoder layers are alike; the MLP's activation is the config's). */
+ * encoder layers are alike; the MLP's activation is the config's). mllama's encoder layers
+ * (FINDINGS R-VLM-30): no attention biases; an image's max_num_tiles tiles, each padded to a
+ * multiple of 8 positions, are one sequence, and every layer's SDPA reads one float mask
+ * (the aspect-ratio mask, built once per forward in the tower's dtype); `gated`: the global
+ * layers' tanh gates. Its recipe is traced for saved bytes only, not in a step's order (the
+ * global layers run between its head's layernorm_post and projector): `layers_only`. */
 typedef struct {
-    bool cls, pre_norm, conv_bias;
+    bool known, cls, pre_norm, conv_bias, attn_bias, tiled, gated, layers_only;
 } vit_kind;
 static const vit_kind vits[GCKPT_NTOWER] = {
-    [GCKPT_TOWER_CLIP] = {.cls = true, .pre_norm = true},
-    [GCKPT_TOWER_SIGLIP] = {.conv_bias = true},
+    [GCKPT_TOWER_CLIP] = {.known = true, .cls = true, .pre_norm = true, .attn_bias = true},
+    [GCKPT_TOWER_SIGLIP] = {.known = true, .conv_bias = true, .attn_bias = true},
+    [GCKPT_TOWER_MLLAMA] = {.known = true, .cls = true, .pre_norm = true, .tiled = true, .gated = true,
+                            .layers_only = true},
 };
 
 /* CLIPVisionEmbeddings + pre_layrnorm, SiglipVisionEmbeddings. */
@@ -69,7 +79,7 @@ static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k,
                   GCKPT_ROLE_MATRIX);
     int bias = k->conv_bias ? param(tr, "embeddings.patch_embedding.bias", 1, D, GCKPT_ROLE_BIAS) : -1;
     int table = param(tr, "embeddings.position_embedding.weight", n * n + k->cls, D, GCKPT_ROLE_MATRIX);
-    int x = patch_conv(tr, vc, pix, w, bias, hooked, n * n + k->cls);
+    int x = patch_conv(tr, vc, pix, w, bias, hooked, n * n + k->cls, 1);
     /* a frozen tower's hooked patch output is a leaf that requires grad (enable_input_require_grads):
      * its AccumulateGrad node holds it until the graph goes with the micro-step */
     if (hooked && !rg(tr, w)) r->t[x].step_held = true;
@@ -97,22 +107,40 @@ static void vit_embedding(tracer *tr, const gckpt_vision *vc, const vit_kind *k,
 }
 
 /* A linear of the tower: a trained or frozen weight and bias (tr->frozen_params; linear_node's
- * rule: a frozen weight keeps no input). */
-static int tlinear(tracer *tr, int x, uint64_t in_f, uint64_t out_f, const char *name)
+ * rule: a frozen weight keeps no input); without a bias when !bias. */
+static int tlinear_b(tracer *tr, int x, uint64_t in_f, uint64_t out_f, const char *name, bool bias)
 {
     char pfx[40];
     const char *outer = enter_module(tr, name, pfx, sizeof pfx);
     int w = param(tr, "weight", out_f, in_f, GCKPT_ROLE_MATRIX);
-    int b = param(tr, "bias", 1, out_f, GCKPT_ROLE_BIAS);
+    int b = bias ? param(tr, "bias", 1, out_f, GCKPT_ROLE_BIAS) : -1;
     tr->pfx = outer;
     return linear(tr, x, w, b, in_f, out_f, name);
+}
+
+static int tlinear(tracer *tr, int x, uint64_t in_f, uint64_t out_f, const char *name)
+{
+    return tlinear_b(tr, x, in_f, out_f, name, true);
+}
+
+/* mllama's gate: x * gate.tanh() (a [1] parameter; tanh saves its output, the mul x when the
+ * gate trains and the tanh when x needs a gradient: R-VLM-30). */
+static int tanh_gate(tracer *tr, int x, const char *name)
+{
+    int g = param(tr, name, 1, 1, GCKPT_ROLE_BIAS);
+    int t = unary(tr, g, "tanh", false, GCKPT_P_TANH, 0);
+    return mul(tr, x, t, name);
 }
 
 /* CLIPEncoderLayer / SiglipEncoderLayer: x + out_proj(sdpa(q, k, v of layer_norm1(x))), then
  * + fc2(act(fc1(layer_norm2(.)))); CLIP's quick_gelu is x * sigmoid(1.702 x) (sigmoid saves
  * its output, the mul both operands, the Python-scalar product nothing), SigLIP's
- * gelu_pytorch_tanh F.gelu(approximate="tanh") (saves its input). */
-static void vit_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
+ * gelu_pytorch_tanh F.gelu(approximate="tanh") (saves its input), mllama's F.gelu (erf; the
+ * same saved input). MllamaVisionEncoderLayer is the same layer (its modules named
+ * input_layernorm, o_proj, post_attention_layernorm; the names do not change what is
+ * saved) without attention biases, its SDPA reading the tiled tower's mask (tr->float_mask:
+ * a masked SDPA counts the whole score matrix itself), gated when `gated`. */
+static void vit_layer(tracer *tr, const gckpt_vision *vc, const vit_kind *kind, bool in_grad, bool gated)
 {
     uint64_t D = vc->hidden, I = vc->intermediate;
     block_begin(tr, GCKPT_BLOCK_DECODER);
@@ -120,24 +148,28 @@ static void vit_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
     hold(tr, xin, HOLD_END);
     int n1 = layernorm(tr, xin, D, "layer_norm1");
     tr->pfx = "self_attn";
-    int q = tlinear(tr, n1, D, D, "q_proj");
-    int k = tlinear(tr, n1, D, D, "k_proj");
-    int v = tlinear(tr, n1, D, D, "v_proj");
+    int q = tlinear_b(tr, n1, D, D, "q_proj", kind->attn_bias);
+    int k = tlinear_b(tr, n1, D, D, "k_proj", kind->attn_bias);
+    int v = tlinear_b(tr, n1, D, D, "v_proj", kind->attn_bias);
     int a = attention_sdpa(tr, q, k, v, vc->attn_dropout);
     /* (sdpa_fused marks its output as needing a gradient; a frozen tower without the hook's
      * has none: its q, k and v need none) */
     tr->r->t[a].requires_grad = rg(tr, q) || rg(tr, k) || rg(tr, v);
     /* no causal mask: QK^T and PV over the whole score matrix, twice the causal kernel's
      * (a masked SDPA's count, FINDINGS R-ATTN-8); the op is the causal primitive otherwise,
-     * marked bidirectional (the host kernel's every key; CUDA's refuses it) */
-    tr->r->op[gckpt_recipe_producer(tr->r, a)].fBSS *= 2.0;
-    tr->r->op[gckpt_recipe_producer(tr->r, a)].bidirectional = true;
+     * marked bidirectional (the host kernel's every key; CUDA's refuses it); mllama's masked
+     * SDPA (tr->float_mask) counts the whole matrix itself and is planned only */
+    if (tr->float_mask < 0) {
+        tr->r->op[gckpt_recipe_producer(tr->r, a)].fBSS *= 2.0;
+        tr->r->op[gckpt_recipe_producer(tr->r, a)].bidirectional = true;
+    }
     /* the output's transpose + reshape is a view (CPU flash lays it out [b, S, H, hd]) */
-    int ao = tlinear(tr, a, D, D, "out_proj");
+    int ao = tlinear_b(tr, a, D, D, "out_proj", kind->attn_bias);
     hold_here(tr, q);
     hold_here(tr, k);
     hold_here(tr, v);
     tr->pfx = "";
+    if (gated) ao = tanh_gate(tr, ao, "gate_attn");
     int h1 = add(tr, xin, ao, "residual_attn");
     hold(tr, h1, HOLD_END);
     int n2 = layernorm(tr, h1, D, "layer_norm2");
@@ -149,10 +181,11 @@ static void vit_layer(tracer *tr, const gckpt_vision *vc, bool in_grad)
         int sg = unary(tr, sx, "activation_fn.sigmoid", false, GCKPT_P_SIGMOID, 0);
         g = mul(tr, f, sg, "activation_fn.mul");
     } else {
-        g = unary(tr, f, "activation_fn", false, GCKPT_P_GELU, 1.0);
+        g = unary(tr, f, "activation_fn", false, GCKPT_P_GELU, vc->act == GCKPT_VACT_GELU_TANH ? 1.0 : 0.0);
     }
     int d = tlinear(tr, g, I, D, "fc2");
     tr->pfx = "";
+    if (gated) d = tanh_gate(tr, d, "gate_ffn");
     int out = add(tr, h1, d, "residual_mlp");
     block_end(tr, xin, out);
 }
@@ -461,10 +494,109 @@ void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
     if (vc->tower == GCKPT_TOWER_QWEN2_5) m->rotary_dim = m->head_dim;
 }
 
-uint64_t gckpt_vision_positions(const gckpt_vlm *v)
+static uint64_t positions_of(const gckpt_vision *vc, bool padded)
 {
-    uint64_t n = v->vision.patch ? v->vision.image_size / v->vision.patch : 0;
-    return n * n + (v->vision.tower < GCKPT_NTOWER && vits[v->vision.tower].cls);
+    uint64_t n = vc->patch ? vc->image_size / vc->patch : 0;
+    const vit_kind *k = vc->tower < GCKPT_NTOWER ? &vits[vc->tower] : NULL;
+    uint64_t tile = n * n + (k && k->cls);
+    /* mllama: every tile padded to a multiple of 8, the image's max_num_tiles tiles one sequence */
+    return k && k->tiled ? vc->max_tiles * (padded ? (tile + 7) / 8 * 8 : tile) : tile;
+}
+
+uint64_t gckpt_vision_positions(const gckpt_vlm *v) { return positions_of(&v->vision, true); }
+
+/* MllamaPrecomputedAspectRatioEmbedding: embedding(aspect_ratio_ids) [images, tiles x D]
+ * (saves the ids when its table trains) * gate.tanh(), added to every patch of its tile. */
+static int tile_embedding(tracer *tr, const gckpt_vision *vc, int x, int ids, const char *name)
+{
+    char pfx[48];
+    const char *outer = enter_module(tr, name, pfx, sizeof pfx);
+    int table = param(tr, "embedding.weight", vc->aspect_ratios + 1, vc->max_tiles * vc->hidden, GCKPT_ROLE_MATRIX);
+    int e = embedding(tr, "embedding", table, ids);
+    tr->r->t[e].requires_grad = rg(tr, table);
+    int gated = tanh_gate(tr, e, "gate");
+    tr->pfx = outer;
+    return add(tr, x, gated, name);
+}
+
+/* The tiled tower's embedding (MllamaVisionModel.forward up to the local encoder): the patch
+ * conv on every tile, the gated pre-tile embedding, a class token per tile, the gated
+ * position embedding ((1 - gate.tanh()) * embedding: rsub saves nothing, the mul its
+ * output; gate.tanh() * tile_embedding(ids)), layernorm_pre, F.pad to the padded rows (a copy
+ * that saves nothing), and the aspect-ratio mask (_prepare_aspect_ratio_attention_mask:
+ * [images, 1, S, S] in the weights' dtype, under autocast the bf16 of the matmul that builds
+ * it), read by every encoder layer's SDPA. */
+static void tiled_embedding(tracer *tr, const gckpt_vision *vc, bool hooked, uint8_t pixel_dt)
+{
+    gckpt_recipe *r = tr->r;
+    uint64_t D = vc->hidden, n = vc->image_size / vc->patch, T = vc->max_tiles, P = n * n + 1;
+    section_begin(tr, GCKPT_SEC_EMBED);
+    int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, pixel_dt,
+                     (gckpt_shape){GCKPT_ROWS_BATCH, 1, T * vc->channels * vc->image_size * vc->image_size}, NULL, NULL);
+    r->t[pix].step_held = true;
+    int ids = source(tr, "aspect_ratio_ids", GCKPT_SRC_IDS, I64, (gckpt_shape){GCKPT_ROWS_BATCH, 1, 1}, NULL, NULL);
+    int w = param(tr, "patch_embedding.weight", D, vc->channels * vc->patch * vc->patch, GCKPT_ROLE_MATRIX);
+    int x = patch_conv(tr, vc, pix, w, -1, hooked, positions_of(vc, true), T);
+    if (hooked && !rg(tr, w)) r->t[x].step_held = true; /* the hooked leaf (vit_embedding's) */
+    x = tile_embedding(tr, vc, x, ids, "pre_tile_positional_embedding");
+    int cls = param(tr, "class_embedding", 1, D, GCKPT_ROLE_MATRIX);
+    int c = tnew(tr, "class_cat", GCKPT_T_ACT, dt(tr, x), (gckpt_shape){GCKPT_ROWS_BATCH, T * P, D},
+                 rg(tr, x) || rg(tr, cls));
+    opnew(tr, "class_cat", GCKPT_OP_ELEM, 2, (int[]){cls, x}, c, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAT_CLS, GCKPT_BC_NONE, 0, 0, D);
+    tr->pfx = "gated_positional_embedding";
+    int gate = param(tr, "gate", 1, 1, GCKPT_ROLE_BIAS);
+    int pos = param(tr, "embedding", P, D, GCKPT_ROLE_MATRIX);
+    int tile_table = param(tr, "tile_embedding.weight", vc->aspect_ratios + 1, T * P * D, GCKPT_ROLE_MATRIX);
+    int t1 = unary(tr, gate, "tanh", false, GCKPT_P_TANH, 0);
+    int one_minus = scal(tr, t1, "rsub", -1.0, 1.0);
+    int gpos = mul(tr, pos, one_minus, "gated_position");
+    x = add(tr, c, gpos, "add_position");
+    int tp = embedding(tr, "tile_embedding", tile_table, ids);
+    r->t[tp].requires_grad = rg(tr, tile_table);
+    int t2 = unary(tr, gate, "tanh_tile", false, GCKPT_P_TANH, 0);
+    x = add(tr, x, mul(tr, tp, t2, "gated_tile_position"), "add_tile_position");
+    tr->pfx = "";
+    int ln = layernorm(tr, x, D, "layernorm_pre");
+    int padded = tnew(tr, "pad", GCKPT_T_ACT, dt(tr, ln), per_token(D), rg(tr, ln));
+    opnew(tr, "pad", GCKPT_OP_ELEM, 1, (int[]){ln}, padded, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0); /* a copy into more rows (planned only) */
+    r->embed_out = padded;
+    tr->float_mask = source(tr, "aspect_ratio_attention_mask", GCKPT_SRC_MASK, tr->amp ? tr->compute_dt : tr->param_dt,
+                            score_shape(1), NULL, NULL);
+    section_end(tr);
+}
+
+/* The tiled tower's head: layernorm_post on the local encoder's output and the gated
+ * post-tile embedding (the global layers run after them: traced as the block), then the
+ * intermediate local outputs torch.stack'ed, the padding rows sliced off and reshaped (copies)
+ * and torch.cat with the global output: none saves anything; the projector (a Linear with a
+ * bias, trained with the tower frozen or not) saves the cat's output. */
+static void tiled_head(tracer *tr, const gckpt_vlm *v, bool in_grad)
+{
+    gckpt_recipe *r = tr->r;
+    const gckpt_vision *vc = &v->vision;
+    uint64_t D = vc->hidden, n = vc->image_size / vc->patch, T = vc->max_tiles, P = n * n + 1;
+    section_begin(tr, GCKPT_SEC_HEAD);
+    int local = tnew(tr, "local_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    r->head_in = local;
+    int ln = layernorm(tr, local, D, "layernorm_post");
+    int ids = -1;
+    for (int i = 0; i < r->nop && ids < 0; i++)
+        if (r->op[i].prim == GCKPT_P_SOURCE && r->op[i].source == GCKPT_SRC_IDS) ids = r->op[i].out[0];
+    tile_embedding(tr, vc, ln, ids, "post_tile_positional_embedding");
+    int glob = tnew(tr, "global_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    int feats = tnew(tr, "features_cat", GCKPT_T_ACT, tr->stream_dt, (gckpt_shape){GCKPT_ROWS_BATCH, T * P, vc->output_dim},
+                     in_grad);
+    opnew(tr, "features_cat", GCKPT_OP_ELEM, 1, (int[]){glob}, feats, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0); /* stack, slices and cat: copies (planned only) */
+    tr->frozen_params = false;
+    tr->pfx = "multi_modal_projector";
+    int w = param(tr, "weight", v->text.hidden, vc->output_dim, GCKPT_ROLE_MATRIX);
+    int b = param(tr, "bias", 1, v->text.hidden, GCKPT_ROLE_BIAS);
+    linear(tr, feats, w, b, vc->output_dim, v->text.hidden, "multi_modal_projector");
+    tr->pfx = "";
+    section_end(tr);
 }
 
 /* CLIP's and SigLIP's tower (llava, llava_next, gemma3) traced on tr. */
@@ -497,7 +629,7 @@ static bool vit_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool s
     bool proj_frozen = g == GCKPT_TOWER_ALL_FROZEN_HOOKED || g == GCKPT_TOWER_ALL_FROZEN;
     tr->eps = vc->norm_eps;
     vit_embedding(tr, vc, &vits[vc->tower], hooked, pixel_dt);
-    vit_layer(tr, vc, in_grad);
+    vit_layer(tr, vc, &vits[vc->tower], in_grad, false);
     if (llava)
         clip_tail_projector(tr, v, in_grad, proj_frozen, step);
     else
@@ -573,4 +705,35 @@ bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower
                                     gckpt_err *err)
 {
     return build(v, tower, p, target, g, true, pixel_dt, r, err);
+}
+
+bool gckpt_vision_layer_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                     gckpt_target target, gckpt_tower_grad g, bool global, gckpt_recipe *r,
+                                     gckpt_err *err)
+{
+    const gckpt_vision *vc = &v->vision;
+    const vit_kind *k = vc->tower < GCKPT_NTOWER ? &vits[vc->tower] : NULL;
+    if (!k || !k->tiled) {
+        gckpt_seterr(err, "%s: only mllama's vision encoder layers are traced alone", v->model_type);
+        return false;
+    }
+    if (global && !vc->global_layers) {
+        gckpt_seterr(err, "%s: vision_config.num_global_layers is 0: no global layer to trace", v->model_type);
+        return false;
+    }
+    if (!vc->patch || vc->image_size % vc->patch) {
+        gckpt_seterr(err, "%s: vision_config.image_size %llu is not a multiple of patch_size %llu", v->model_type,
+                     (unsigned long long)vc->image_size, (unsigned long long)vc->patch);
+        return false;
+    }
+    tracer tr;
+    tracer_setup(&tr, tower, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
+    tr.eps = vc->norm_eps;
+    tr.frozen_params = g != GCKPT_TOWER_TRAINED;
+    tiled_embedding(&tr, vc, g == GCKPT_TOWER_FROZEN_HOOKED, tr.param_dt);
+    vit_layer(&tr, vc, k, g != GCKPT_TOWER_FROZEN, global && k->gated);
+    tiled_head(&tr, v, g != GCKPT_TOWER_FROZEN);
+    r->loss = -1;
+    recipe_finish(r);
+    return true;
 }

@@ -48,6 +48,7 @@ gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t
                             * call's stream (seed, step, micro-step, op), fp32 or the batch's dtype */
         for (uint64_t i = 0; i < o->n; i++) st(o, i, gckpt_rng_uniform(c->rng, i, 1.0f));
         return GCKPT_XS_OK;
+    case GCKPT_SRC_FEATURES: break; /* mllama's cross_attention_states: its recipe is not executed */
     }
     gckpt_seterr(err, "op %s: unknown source", c->op->name);
     return GCKPT_XS_ERROR;

@@ -174,7 +174,7 @@ static void llava_fixtures(void **state)
 static void all_fixtures(void **state)
 {
     (void)state;
-    assert_int_equal(54 + 42 + 54 + 42 + 42 + 42, GCKPT_HF_VLM_FIXTURES);
+    assert_int_equal(54 + 42 + 54 + 42 + 42 + 54, GCKPT_HF_VLM_FIXTURES);
 }
 
 static void qwen2_5_vl_fixtures(void **state)
@@ -242,7 +242,7 @@ static void qwen3_vl_fixtures(void **state)
 static void mllama_fixtures(void **state)
 {
     (void)state;
-    assert_int_equal(family_fixtures("mllama-", 9), 42);
+    assert_int_equal(family_fixtures("mllama-", 9), 42 + 12); /* the grid and the two-image cases */
 }
 
 /* Llama-3.2-11B-Vision against its measured counts: the tiled encoder, the cross-attention

@@ -11,7 +11,7 @@
  * its graph goes before the text model runs, FINDINGS R-VLM-13; only its parameters are
  * traced). Qwen2.5-VL: its tower at the image's patches (pixel_values' rows against
  * gckpt_vision_image_positions), its blocks, the rotary tables (filed under the first plain
- * block), its embedding and the patch merger with the reverse index (the head). */
+ * block), its embedding and the patch merger with the reverse index (the head). mllama's: tests/test_mllama_recipe.c. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

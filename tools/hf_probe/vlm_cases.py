@@ -28,9 +28,10 @@ block counts, text layers 0 and 2, and 0 and 3).
 Grid per variant: fp32 / bf16 / amp-bf16 (CUDA's autocast lists, emulated), sdpa, every_n
 off / 1 / 1+offload / 2 / 2+offload / 3 / 3+offload, the vision tower trained or frozen
 (requires_grad False on the vision encoder; the projector trains), b2 with one image per
-sample, gradient accumulation 2; and llava and qwen2_5_vl with two images per sample
-(sequence 48: the placeholder runs one after the other) at every_n off / 1 / 2 / 2+offload,
-the vision tower trained.
+sample, gradient accumulation 2; and llava, qwen2_5_vl and mllama with two images per sample
+(sequence 48: the placeholder runs one after the other; mllama's <|image|> tokens at 2 and 6,
+each image's cross-attention rows from its token to the next one's) at every_n off / 1 / 2 /
+2+offload, the vision tower trained.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ SEQ = 32  # text + image tokens per sample (one image)
 SEQ_MULTI = 48  # with two images per sample (MULTI_IMAGE)
 # two images per sample: the placeholder runs one after the other, the vision tower over
 # both (Qwen: one grid row per image, their patches concatenated)
-MULTI_IMAGE = ("llava", "qwen2_5_vl")
+MULTI_IMAGE = ("llava", "qwen2_5_vl", "mllama")
 CKPT_MULTI = [(0, False), (1, False), (2, False), (2, True)]
 
 
@@ -187,7 +188,7 @@ def make_batch(var: str, gen: torch.Generator, images: int = 1):
         sh, sw = llava_next_tile_grid(h, w)
         px = {"pixel_values": torch.randn(B, 1 + sh * sw, 3, t, t, generator=gen),
               "image_sizes": torch.tensor([[h, w]] * B)}
-    elif var == "mllama":  # one image of h/t x w/t tiles (aspect ratio id: its index + 1), padded to max_num_tiles
+    elif var == "mllama" and images == 1:  # one image of h/t x w/t tiles (aspect ratio id: its index + 1), padded to max_num_tiles
         t, mt = v["image_size"], v["max_num_tiles"]
         ar = [h // t, w // t]
         nt = ar[0] * ar[1]
@@ -198,6 +199,19 @@ def make_batch(var: str, gen: torch.Generator, images: int = 1):
               "cross_attention_mask": torch.tensor([[[[1] * nt + [0] * (mt - nt)]] * (SEQ - 2) for _ in range(B)])}
         px["cross_attention_mask"] = torch.cat([torch.zeros(B, 2, 1, mt, dtype=torch.long),
                                                 px["cross_attention_mask"]], 1)
+    elif var == "mllama":  # several images: each attends from its <|image|> token to the next one's
+        # (get_cross_attention_token_mask; the last to the end), [b, seq, images, max_num_tiles]
+        t, mt = v["image_size"], v["max_num_tiles"]
+        ar = [h // t, w // t]
+        nt = ar[0] * ar[1]
+        starts = [1 + k * (n + 3) + 1 for k in range(images)] + [seq_len(images)]
+        cam = torch.zeros(B, seq_len(images), images, mt, dtype=torch.long)
+        for k in range(images):
+            cam[:, starts[k]:starts[k + 1], k, :nt] = 1
+        px = {"pixel_values": torch.randn(B, images, mt, 3, t, t, generator=gen),
+              "aspect_ratio_ids": torch.tensor([[v["supported_aspect_ratios"].index(ar) + 1] * images] * B),
+              "aspect_ratio_mask": torch.tensor([[[1] * nt + [0] * (mt - nt)] * images] * B),
+              "cross_attention_mask": cam}
     elif var == "llava" or var == "gemma3":
         px = {"pixel_values": torch.randn(B * images, 3, h, w, generator=gen)}
         if var == "gemma3":

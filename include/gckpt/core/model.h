@@ -148,6 +148,11 @@ typedef struct {
      * rotary embedding (block type GCKPT_BLOCK_NOPE) */
     uint64_t nope_layers;
     uint8_t nope[GCKPT_MAX_LAYERS / 8]; /* bit i: layer i is a NoPE layer */
+    /* mllama's text model traced with its cross-attention layers in place (block type
+     * GCKPT_BLOCK_CROSS, gckpt_mllama_text_model; none elsewhere, the reader sets none):
+     * which layers, and the image keys each sample's cross-attention reads */
+    uint64_t cross_layers, cross_keys;
+    uint8_t cross[GCKPT_MAX_LAYERS / 8];
 } gckpt_model;
 
 static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)
@@ -158,6 +163,11 @@ static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)
 static inline bool gckpt_layer_nope(const gckpt_model *m, uint64_t i)
 {
     return i < GCKPT_MAX_LAYERS && (m->nope[i / 8] >> (i % 8) & 1);
+}
+
+static inline bool gckpt_layer_cross(const gckpt_model *m, uint64_t i)
+{
+    return i < GCKPT_MAX_LAYERS && (m->cross[i / 8] >> (i % 8) & 1);
 }
 
 /* Parse an HF config.json text (file is only used in messages). */

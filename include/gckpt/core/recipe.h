@@ -263,6 +263,8 @@ typedef enum {
     GCKPT_SRC_ROUTER_LOGITS, /* the head's view of every MoE layer's router logits: 0 bytes
                               * here, they are counted (held) where their layer made them */
     GCKPT_SRC_PIXELS,  /* a vision tower's pixel_values (the processor's float32 [b, C, H, W]) */
+    GCKPT_SRC_FEATURES, /* a VLM's projected image features made outside the recipe (mllama's
+                         * cross_attention_states, read by its cross-attention layers) */
 } gckpt_source;
 
 typedef enum {

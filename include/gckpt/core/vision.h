@@ -191,8 +191,9 @@ typedef enum {
 /* The tower as a gckpt_model (its layers and widths), what its recipe is traced from and a
  * context (gckpt_ctx_init) sizes it with. */
 void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m);
-/* The tower's positions per image (CLIP: the patches and the CLS row), the sequence its recipe
- * is sized at; its micro-batch is the images of a micro-batch. */
+/* The tower's positions per image (CLIP: the patches and the CLS row; mllama: its
+ * max_num_tiles tiles of patches and a class row, each padded to a multiple of 8), the
+ * sequence its recipe is sized at; its micro-batch is the images of a micro-batch. */
 uint64_t gckpt_vision_positions(const gckpt_vlm *v);
 /* ... for one h x w image: Qwen2.5-VL's patches after its processor's smart_resize (the
  * image's tokens x merge^2; 0 for a size the processor refuses), the other towers'
@@ -221,6 +222,35 @@ bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower
  * attend within their windows (FINDINGS R-VLM-20); 1 for the other towers, or when h or w
  * is 0 (unknown). */
 double gckpt_vision_attention_share(const gckpt_vlm *v, uint64_t h, uint64_t w);
+
+/* mllama's vision tower for its saved bytes (FINDINGS R-VLM-30): GCKPT_SEC_EMBED its tiled
+ * embedding (the patch conv on every tile, the gated tile and position embeddings, the class
+ * tokens, layernorm_pre, the padding) and the aspect-ratio mask every layer's SDPA reads,
+ * GCKPT_SEC_BLOCK one local encoder layer, or with `global` one gated global layer,
+ * GCKPT_SEC_HEAD layernorm_post, the post-tile embedding (which run between the local and the
+ * global layers) and the projector. Not yet a step's order.
+ * Sized at micro-batch = the images of a micro-batch, sequence = gckpt_vision_positions (an
+ * image's max_num_tiles tiles, each padded to a multiple of 8). False with err for another
+ * tower. */
+bool gckpt_vision_layer_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                     gckpt_target target, gckpt_tower_grad g, bool global, gckpt_recipe *r,
+                                     gckpt_err *err);
+
+/* mllama's cross-attention keys per sample for `images` images (each max_num_tiles tiles of
+ * (image_size / patch)^2 patches and a class token: the padding tiles kept, the encoder's
+ * padding rows dropped; FINDINGS R-VLM-31). */
+uint64_t gckpt_mllama_cross_keys(const gckpt_vlm *v, uint64_t images);
+/* mllama's text cross-attention layer alone (core/recipe_mllama.c, R-VLM-31), the text model
+ * fully trained: GCKPT_SEC_EMBED holds its inputs from outside (cross_attention_states, the
+ * cross-attention mask, full_text_row_masked_out_mask: one storage each for every
+ * cross-attention layer), GCKPT_SEC_BLOCK the layer; sized at sequence seq with `images`
+ * images per sample. False with err when the config has no cross-attention layer. */
+/* mllama's text model with its cross-attention layers in place (gckpt_model.cross, block type
+ * GCKPT_BLOCK_CROSS; their keys for `images` images per sample): what the text recipe traces
+ * (core/recipe_llama.c, core/recipe_mllama.c). */
+void gckpt_mllama_text_model(const gckpt_vlm *v, uint64_t images, gckpt_model *m);
+bool gckpt_mllama_cross_recipe_build(const gckpt_vlm *v, gckpt_precision p, gckpt_target target, uint64_t seq,
+                                     uint64_t images, gckpt_recipe *r, gckpt_err *err);
 
 /* The images the tower runs per image of h x w pixels (positive): LLaVA-NeXT's anyres tiles
  * (the best pinpoint's and the base tile), one for the other families. */

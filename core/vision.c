@@ -724,6 +724,33 @@ static bool read_feature_layers(const char *file, const cJSON *j, gckpt_vision *
     return true;
 }
 
+/* The image token's id: configuration_llava.py, configuration_llava_next.py,
+ * configuration_mllama.py and configuration_gemma3.py have attribute_map = {"image_token_id":
+ * "image_token_index"}, so a config.json may name it either way (FINDINGS R-VLM-36; with both,
+ * transformers 5.24 keeps image_token_id's: two different values are refused). */
+static bool read_image_token_index(const char *file, const cJSON *j, double dflt, int64_t *out, gckpt_err *err)
+{
+    static const char *const names[2] = {"image_token_index", "image_token_id"};
+    double got[2];
+    bool has[2];
+    for (int i = 0; i < 2; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, names[i]);
+        has[i] = f && !cJSON_IsNull(f);
+        if (!gckpt_json_num_opt(j, file, names[i], 0, 9007199254740992.0, dflt, &got[i], err)) return false;
+        if (got[i] != floor(got[i])) {
+            gckpt_seterr(err, "%s: field '%s' = %g is not an integer", file, names[i], got[i]);
+            return false;
+        }
+    }
+    if (has[0] && has[1] && got[0] != got[1]) {
+        gckpt_seterr(err, "%s: fields 'image_token_index' = %.0f and 'image_token_id' = %.0f differ (one field "
+                     "under two names: give one)", file, got[0], got[1]);
+        return false;
+    }
+    *out = (int64_t)(has[1] ? got[1] : got[0]);
+    return true;
+}
+
 /* LlavaConfig (configuration_llava.py): vision_config and text_config (their default
  * model_types: the row's), vision_feature_layer -2, vision_feature_select_strategy
  * "default", projector_hidden_act "gelu", multimodal_projector_bias true,
@@ -731,7 +758,7 @@ static bool read_feature_layers(const char *file, const cJSON *j, gckpt_vision *
 bool gckpt_vlm_read_llava(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v, gckpt_err *err)
 {
     char strategy[16], act[32];
-    double token;
+    int64_t token;
     bool top_tied;
     if (!read_tower(file, j, row->vision_type, &v->vision, err) || !read_text(file, j, row, v, err) ||
         !read_feature_layers(file, j, &v->vision, err))
@@ -739,7 +766,7 @@ bool gckpt_vlm_read_llava(const char *file, const cJSON *j, const gckpt_vlm_type
     if (!gckpt_json_str_opt(j, file, "vision_feature_select_strategy", "default", strategy, sizeof strategy, err) ||
         !gckpt_json_str_opt(j, file, "projector_hidden_act", "gelu", act, sizeof act, err) ||
         !gckpt_json_bool_opt(j, file, "multimodal_projector_bias", true, &v->vision.projector_bias, err) ||
-        !gckpt_json_num_opt(j, file, "image_token_index", 0, 9007199254740992.0, 32000, &token, err) ||
+        !read_image_token_index(file, j, 32000, &token, err) ||
         !gckpt_json_bool_opt(j, file, "tie_word_embeddings", false, &top_tied, err))
         return false;
     if (strcmp(strategy, "default") && strcmp(strategy, "full")) {
@@ -751,14 +778,10 @@ bool gckpt_vlm_read_llava(const char *file, const cJSON *j, const gckpt_vlm_type
         gckpt_seterr(err, "%s: field 'projector_hidden_act' = \"%s\" is not supported (gelu)", file, act);
         return false;
     }
-    if (token != floor(token)) {
-        gckpt_seterr(err, "%s: field 'image_token_index' = %g is not an integer", file, token);
-        return false;
-    }
     v->vision.keep_cls = !strcmp(strategy, "full");
     v->vision.projector = GCKPT_PROJ_LLAVA;
     v->vision.projector_act = GCKPT_VACT_GELU;
-    v->vision.image_token = (int64_t)token;
+    v->vision.image_token = token;
     v->text.tied = top_tied || v->text.tied; /* LlavaConfig.__post_init__ */
     return true;
 }
@@ -876,14 +899,10 @@ bool gckpt_vlm_read_qwen3_vl(const char *file, const cJSON *j, const gckpt_vlm_t
  * lm_head is its own whatever the configs say. */
 bool gckpt_vlm_read_mllama(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v, gckpt_err *err)
 {
-    double token;
+    int64_t token;
     if (!read_tower(file, j, row->vision_type, &v->vision, err) || !read_text(file, j, row, v, err) ||
-        !gckpt_json_num_opt(j, file, "image_token_index", 0, 9007199254740992.0, 128256, &token, err))
+        !read_image_token_index(file, j, 128256, &token, err))
         return false;
-    if (token != floor(token)) {
-        gckpt_seterr(err, "%s: field 'image_token_index' = %g is not an integer", file, token);
-        return false;
-    }
     const cJSON *cl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "text_config"),
                                                        "cross_attention_layers");
     if (!cl || cJSON_IsNull(cl)) {
@@ -908,7 +927,7 @@ bool gckpt_vlm_read_mllama(const char *file, const cJSON *j, const gckpt_vlm_typ
     v->vision.nfeature = 1;
     v->vision.projector = GCKPT_PROJ_MLLAMA;
     v->vision.projector_bias = true;
-    v->vision.image_token = (int64_t)token;
+    v->vision.image_token = token;
     v->text.tied = false;
     return true;
 }
@@ -920,18 +939,14 @@ bool gckpt_vlm_read_mllama(const char *file, const cJSON *j, const gckpt_vlm_typ
  * the pooled grid must give mm_tokens_per_image features, or the placeholder check fails. */
 bool gckpt_vlm_read_gemma3(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v, gckpt_err *err)
 {
-    double token;
+    int64_t token;
     bool tied;
     uint64_t mm;
     if (!read_tower(file, j, row->vision_type, &v->vision, err) || !read_text(file, j, row, v, err) ||
         !gckpt_json_u64_opt(j, file, "mm_tokens_per_image", 1, 1u << 20, 256, &mm, err) ||
-        !gckpt_json_num_opt(j, file, "image_token_index", 0, 9007199254740992.0, 262144, &token, err) ||
+        !read_image_token_index(file, j, 262144, &token, err) ||
         !gckpt_json_bool_opt(j, file, "tie_word_embeddings", true, &tied, err))
         return false;
-    if (token != floor(token)) {
-        gckpt_seterr(err, "%s: field 'image_token_index' = %g is not an integer", file, token);
-        return false;
-    }
     uint64_t grid = v->vision.image_size / v->vision.patch, side = (uint64_t)floor(sqrt((double)mm));
     uint64_t kernel = side ? grid / side : 0, pooled = kernel ? grid / kernel : 0;
     if (pooled * pooled != mm) {
@@ -944,7 +959,7 @@ bool gckpt_vlm_read_gemma3(const char *file, const cJSON *j, const gckpt_vlm_typ
     v->vision.feature_layer[0] = -1; /* the last hidden state, after post_layernorm */
     v->vision.nfeature = 1;
     v->vision.projector = GCKPT_PROJ_GEMMA3;
-    v->vision.image_token = (int64_t)token;
+    v->vision.image_token = token;
     v->text.tied = tied;
     return true;
 }

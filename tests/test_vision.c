@@ -436,6 +436,37 @@ static void expect_error(const char *text, const char *msg)
     assert_null(strchr(err.msg, '\n'));
 }
 
+/* The image token under either name (the four config classes' attribute_map, R-VLM-36):
+ * image_token_id alone is read, both equal are one, both different are refused by name */
+static void image_token_names(void **state)
+{
+    (void)state;
+    static const char *const cfg[] = {
+        "{\"model_type\": \"llava\", \"vision_config\": {}, " TEXT_CFG ", ",
+        "{\"model_type\": \"llava_next\", \"vision_config\": {}, " TEXT_CFG ", ",
+        "{\"model_type\": \"mllama\", \"vision_config\": {}, \"text_config\": {}, ",
+        "{\"model_type\": \"gemma3\", \"vision_config\": {}, \"mm_tokens_per_image\": 196, \"text_config\": {}, ",
+    };
+    char text[1024];
+    for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++) {
+        gckpt_vlm v;
+        snprintf(text, sizeof text, "%s\"image_token_id\": 7}", cfg[i]);
+        parse_ok("x.json", text, &v);
+        assert_int_equal(v.vision.image_token, 7);
+        snprintf(text, sizeof text, "%s\"image_token_index\": 9}", cfg[i]);
+        parse_ok("x.json", text, &v);
+        assert_int_equal(v.vision.image_token, 9);
+        snprintf(text, sizeof text, "%s\"image_token_index\": 5, \"image_token_id\": 5}", cfg[i]);
+        parse_ok("x.json", text, &v);
+        assert_int_equal(v.vision.image_token, 5);
+        snprintf(text, sizeof text, "%s\"image_token_index\": 9, \"image_token_id\": 7}", cfg[i]);
+        expect_error(text, "x.json: fields 'image_token_index' = 9 and 'image_token_id' = 7 differ (one field under "
+                           "two names: give one)");
+        snprintf(text, sizeof text, "%s\"image_token_id\": 7.5}", cfg[i]);
+        expect_error(text, "x.json: field 'image_token_id' = 7.5 is not an integer");
+    }
+}
+
 static void errors(void **state)
 {
     (void)state;
@@ -529,6 +560,7 @@ int main(void)
         cmocka_unit_test(gemma3_real),     cmocka_unit_test(gemma3_fixtures), cmocka_unit_test(llava_next_fixtures),
         cmocka_unit_test(llava_next_tokens), cmocka_unit_test(qwen3_vl_fixtures), cmocka_unit_test(mllama_real),
         cmocka_unit_test(mllama_fixtures),   cmocka_unit_test(all_fixtures),      cmocka_unit_test(image_sizes),
+        cmocka_unit_test(image_token_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

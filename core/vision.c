@@ -525,6 +525,36 @@ static uint64_t int_round7(double x)
     return (uint64_t)floor(x + 5e-8);
 }
 
+/* The anyres tiles' patch grid of an image of h x w pixels: the best pinpoint's tiles
+ * (tiles_h x tiles_w, get_anyres_image_grid_shape), `side` patches a tile side, and the
+ * rows [y0, y1) and columns [x0, x1) of the tiles' (tiles_h side) x (tiles_w side) grid
+ * that unpad_image keeps (the image's aspect ratio back: its padding cut on both sides). */
+typedef struct {
+    uint64_t side, tiles_h, tiles_w, y0, y1, x0, x1;
+} anyres_grid;
+
+static void anyres_grid_of(const gckpt_vision *vi, uint64_t h, uint64_t w, anyres_grid *g)
+{
+    uint64_t bh, bw;
+    best_resolution(vi, h, w, &bh, &bw);
+    g->side = vi->image_size / vi->patch;
+    g->tiles_h = bh / vi->image_size;
+    g->tiles_w = bw / vi->image_size;
+    uint64_t ch = g->side * g->tiles_h, cw = g->side * g->tiles_w;
+    g->y0 = g->x0 = 0;
+    g->y1 = ch;
+    g->x1 = cw;
+    if ((double)w / (double)h > (double)cw / (double)ch) {
+        uint64_t nh = int_round7((double)h * ((double)cw / (double)w));
+        g->y0 = (ch - nh) / 2;
+        g->y1 = ch - g->y0;
+    } else {
+        uint64_t nw = int_round7((double)w * ((double)ch / (double)h));
+        g->x0 = (cw - nw) / 2;
+        g->x1 = cw - g->x0;
+    }
+}
+
 /* LlavaNextProcessor._get_number_of_features with the default strategy (the class token
  * dropped): the base tile's (image_size / patch)^2 features, the best pinpoint's tiles'
  * patch grid unpadded back to the image's aspect ratio (unpad_image's rule), one newline
@@ -533,18 +563,31 @@ static bool anyres_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint
                           gckpt_err *err)
 {
     (void)what, (void)err;
-    const gckpt_vision *vi = &v->vision;
-    uint64_t bh, bw, side = vi->image_size / vi->patch;
-    best_resolution(vi, h, w, &bh, &bw);
-    uint64_t ch = side * (bh / vi->image_size), cw = side * (bw / vi->image_size);
-    if ((double)w / (double)h > (double)cw / (double)ch) {
-        uint64_t nh = int_round7((double)h * ((double)cw / (double)w));
-        ch -= (ch - nh) / 2 * 2;
-    } else {
-        uint64_t nw = int_round7((double)w * ((double)ch / (double)h));
-        cw -= (cw - nw) / 2 * 2;
+    anyres_grid g;
+    anyres_grid_of(&v->vision, h, w, &g);
+    *n = (g.y1 - g.y0) * (g.x1 - g.x0 + 1) + g.side * g.side;
+    return true;
+}
+
+bool gckpt_anyres_pack(const gckpt_vlm *v, uint64_t h, uint64_t w, int64_t *src, uint64_t cap, uint64_t *n)
+{
+    if (v->vision.projector != GCKPT_PROJ_LLAVA_NEXT || !h || !w) return false;
+    anyres_grid g;
+    anyres_grid_of(&v->vision, h, w, &g);
+    uint64_t per = g.side * g.side, k = 0;
+    *n = (g.y1 - g.y0) * (g.x1 - g.x0 + 1) + per;
+    if (*n > cap) return false;
+    for (uint64_t p = 0; p < per; p++) src[k++] = (int64_t)p; /* the base tile's, first */
+    /* view(tiles_h, tiles_w, side, side, D).permute(4, 0, 2, 1, 3): row Y = tile row x side +
+     * patch row, column X = tile column x side + patch column; row-major after the unpad, a
+     * newline closing each row */
+    for (uint64_t y = g.y0; y < g.y1; y++) {
+        for (uint64_t x = g.x0; x < g.x1; x++) {
+            uint64_t tile = 1 + (y / g.side) * g.tiles_w + x / g.side;
+            src[k++] = (int64_t)(tile * per + (y % g.side) * g.side + x % g.side);
+        }
+        src[k++] = -1;
     }
-    *n = ch * cw + ch + side * side;
     return true;
 }
 

@@ -4,9 +4,14 @@ LlavaNextModel.pack_image_features (5.24, modeling_llava_next.py) on features wh
 their row (tile t, patch p: t * patches + p, the default strategy's rows after the class
 token is dropped) and a newline vector of -1, for small configs and image sizes. Each packed
 row is then the tower row it copies, or -1 for the newline: what gckpt_anyres_pack
-(core/vision.c) must give (tests/test_vision.c anyres_pack).
+(core/vision.c) must give (tests/test_vision.c anyres_pack). With a second path, the values
+and gradients too (fp32, torch's autograd): two images of one size per case, random
+features, newline and upstream gradient G, loss sum(cat(packed) * G); the packed rows and
+the gradients of the features and the newline, for executor/host_anyres.c
+(tests/executor/test_host_vision.c anyres_pack_matches_transformers).
 
-  .venv/bin/python anyres_pack.py ../../tests/data/anyres-pack.json
+  .venv/bin/python anyres_pack.py ../../tests/data/anyres-pack.json \
+      ../../tests/executor/data/hf-anyres-pack.json
 """
 from __future__ import annotations
 
@@ -48,5 +53,36 @@ def main(out: str) -> None:
         f.write("\n")
 
 
+def grads(out: str) -> None:
+    image_size, patch, pins, W = 28, 14, [[28, 56], [56, 28], [56, 56]], 6
+    cfg = SimpleNamespace(vision_config=SimpleNamespace(image_size=image_size, patch_size=patch),
+                          image_grid_pinpoints=pins)
+    model = SimpleNamespace(config=cfg)
+    per = (image_size // patch) ** 2
+    torch.manual_seed(0)
+    cases = []
+    for h, w in [(40, 60), (60, 40), (100, 10)]:
+        tiles = image_size_to_num_patches((h, w), pins, image_size)
+        feat = torch.randn(2, tiles, per, W, dtype=torch.float32, requires_grad=True)
+        newline = torch.randn(W, dtype=torch.float32, requires_grad=True)
+        packed, _ = LlavaNextModel.pack_image_features(model, [feat[0], feat[1]], torch.tensor([[h, w], [h, w]]),
+                                                       "default", image_newline=newline)
+        packed = torch.cat(packed, 0)
+        g = torch.randn_like(packed)
+        (packed * g).sum().backward()
+        flat = lambda t: [float(x) for x in t.detach().reshape(-1).tolist()]
+        cases.append({"image_size": image_size, "patch_size": patch, "image_grid_pinpoints": pins, "h": h, "w": w,
+                      "images": 2, "tiles": tiles, "width": W, "feat": flat(feat), "newline": flat(newline),
+                      "g": flat(g), "packed": flat(packed), "feat_grad": flat(feat.grad),
+                      "newline_grad": flat(newline.grad)})
+    with open(out, "w") as f:
+        json.dump({"source": "transformers " + __import__("transformers").__version__ +
+                   " LlavaNextModel.pack_image_features, fp32 autograd (tools/hf_probe/anyres_pack.py)",
+                   "cases": cases}, f)
+        f.write("\n")
+
+
 if __name__ == "__main__":
     main(sys.argv[1])
+    if len(sys.argv) > 2:
+        grads(sys.argv[2])

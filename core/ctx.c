@@ -30,8 +30,7 @@ static double hbm_rate(const gckpt_ctx *c) { return c->dev->hbm_bytes_per_s * c-
  * plain roofline for the CPU's kernels (what the probe measures). */
 static const gckpt_code_base_eff *code_base_eff(const gckpt_ctx *c)
 {
-    if (c->recipe->target != GCKPT_TARGET_CUDA || c->set.code_base >= GCKPT_NCODEBASE) return &gckpt_code_base_neutral;
-    return &c->dev->code_base[c->set.code_base];
+    return gckpt_code_base_of(c->dev, (gckpt_target)c->recipe->target, c->set.code_base);
 }
 
 static double param_bytes_of(const gckpt_ctx *c, int t)

@@ -142,6 +142,12 @@ const gckpt_code_base_eff gckpt_code_base_neutral = {.matmul_factor = 1, .attent
                                                      .step_ratio_p10 = 1, .step_ratio_p90 = 1,
                                                      .ratio_p10 = 1, .ratio_p90 = 1};
 
+const gckpt_code_base_eff *gckpt_code_base_of(const gckpt_device *d, gckpt_target target, unsigned code_base)
+{
+    return target != GCKPT_TARGET_CUDA || code_base >= GCKPT_NCODEBASE ? &gckpt_code_base_neutral
+                                                                       : &d->code_base[code_base];
+}
+
 double gckpt_attention_eff(const gckpt_code_base_eff *e, double seq)
 {
     return e->attention_factor * seq / (seq + e->attention_seq_half);

@@ -525,6 +525,36 @@ static uint64_t int_round7(double x)
     return (uint64_t)floor(x + 5e-8);
 }
 
+/* The anyres tiles' patch grid of an image of h x w pixels: the best pinpoint's tiles
+ * (tiles_h x tiles_w, get_anyres_image_grid_shape), `side` patches a tile side, and the
+ * rows [y0, y1) and columns [x0, x1) of the tiles' (tiles_h side) x (tiles_w side) grid
+ * that unpad_image keeps (the image's aspect ratio back: its padding cut on both sides). */
+typedef struct {
+    uint64_t side, tiles_h, tiles_w, y0, y1, x0, x1;
+} anyres_grid;
+
+static void anyres_grid_of(const gckpt_vision *vi, uint64_t h, uint64_t w, anyres_grid *g)
+{
+    uint64_t bh, bw;
+    best_resolution(vi, h, w, &bh, &bw);
+    g->side = vi->image_size / vi->patch;
+    g->tiles_h = bh / vi->image_size;
+    g->tiles_w = bw / vi->image_size;
+    uint64_t ch = g->side * g->tiles_h, cw = g->side * g->tiles_w;
+    g->y0 = g->x0 = 0;
+    g->y1 = ch;
+    g->x1 = cw;
+    if ((double)w / (double)h > (double)cw / (double)ch) {
+        uint64_t nh = int_round7((double)h * ((double)cw / (double)w));
+        g->y0 = (ch - nh) / 2;
+        g->y1 = ch - g->y0;
+    } else {
+        uint64_t nw = int_round7((double)w * ((double)ch / (double)h));
+        g->x0 = (cw - nw) / 2;
+        g->x1 = cw - g->x0;
+    }
+}
+
 /* LlavaNextProcessor._get_number_of_features with the default strategy (the class token
  * dropped): the base tile's (image_size / patch)^2 features, the best pinpoint's tiles'
  * patch grid unpadded back to the image's aspect ratio (unpad_image's rule), one newline
@@ -533,18 +563,31 @@ static bool anyres_tokens(const gckpt_vlm *v, const char *what, uint64_t h, uint
                           gckpt_err *err)
 {
     (void)what, (void)err;
-    const gckpt_vision *vi = &v->vision;
-    uint64_t bh, bw, side = vi->image_size / vi->patch;
-    best_resolution(vi, h, w, &bh, &bw);
-    uint64_t ch = side * (bh / vi->image_size), cw = side * (bw / vi->image_size);
-    if ((double)w / (double)h > (double)cw / (double)ch) {
-        uint64_t nh = int_round7((double)h * ((double)cw / (double)w));
-        ch -= (ch - nh) / 2 * 2;
-    } else {
-        uint64_t nw = int_round7((double)w * ((double)ch / (double)h));
-        cw -= (cw - nw) / 2 * 2;
+    anyres_grid g;
+    anyres_grid_of(&v->vision, h, w, &g);
+    *n = (g.y1 - g.y0) * (g.x1 - g.x0 + 1) + g.side * g.side;
+    return true;
+}
+
+bool gckpt_anyres_pack(const gckpt_vlm *v, uint64_t h, uint64_t w, int64_t *src, uint64_t cap, uint64_t *n)
+{
+    if (v->vision.projector != GCKPT_PROJ_LLAVA_NEXT || !h || !w) return false;
+    anyres_grid g;
+    anyres_grid_of(&v->vision, h, w, &g);
+    uint64_t per = g.side * g.side, k = 0;
+    *n = (g.y1 - g.y0) * (g.x1 - g.x0 + 1) + per;
+    if (*n > cap) return false;
+    for (uint64_t p = 0; p < per; p++) src[k++] = (int64_t)p; /* the base tile's, first */
+    /* view(tiles_h, tiles_w, side, side, D).permute(4, 0, 2, 1, 3): row Y = tile row x side +
+     * patch row, column X = tile column x side + patch column; row-major after the unpad, a
+     * newline closing each row */
+    for (uint64_t y = g.y0; y < g.y1; y++) {
+        for (uint64_t x = g.x0; x < g.x1; x++) {
+            uint64_t tile = 1 + (y / g.side) * g.tiles_w + x / g.side;
+            src[k++] = (int64_t)(tile * per + (y % g.side) * g.side + x % g.side);
+        }
+        src[k++] = -1;
     }
-    *n = ch * cw + ch + side * side;
     return true;
 }
 
@@ -724,6 +767,33 @@ static bool read_feature_layers(const char *file, const cJSON *j, gckpt_vision *
     return true;
 }
 
+/* The image token's id: configuration_llava.py, configuration_llava_next.py,
+ * configuration_mllama.py and configuration_gemma3.py have attribute_map = {"image_token_id":
+ * "image_token_index"}, so a config.json may name it either way (FINDINGS R-VLM-36; with both,
+ * transformers 5.24 keeps image_token_id's: two different values are refused). */
+static bool read_image_token_index(const char *file, const cJSON *j, double dflt, int64_t *out, gckpt_err *err)
+{
+    static const char *const names[2] = {"image_token_index", "image_token_id"};
+    double got[2];
+    bool has[2];
+    for (int i = 0; i < 2; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, names[i]);
+        has[i] = f && !cJSON_IsNull(f);
+        if (!gckpt_json_num_opt(j, file, names[i], 0, 9007199254740992.0, dflt, &got[i], err)) return false;
+        if (got[i] != floor(got[i])) {
+            gckpt_seterr(err, "%s: field '%s' = %g is not an integer", file, names[i], got[i]);
+            return false;
+        }
+    }
+    if (has[0] && has[1] && got[0] != got[1]) {
+        gckpt_seterr(err, "%s: fields 'image_token_index' = %.0f and 'image_token_id' = %.0f differ (one field "
+                     "under two names: give one)", file, got[0], got[1]);
+        return false;
+    }
+    *out = (int64_t)(has[1] ? got[1] : got[0]);
+    return true;
+}
+
 /* LlavaConfig (configuration_llava.py): vision_config and text_config (their default
  * model_types: the row's), vision_feature_layer -2, vision_feature_select_strategy
  * "default", projector_hidden_act "gelu", multimodal_projector_bias true,
@@ -731,7 +801,7 @@ static bool read_feature_layers(const char *file, const cJSON *j, gckpt_vision *
 bool gckpt_vlm_read_llava(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v, gckpt_err *err)
 {
     char strategy[16], act[32];
-    double token;
+    int64_t token;
     bool top_tied;
     if (!read_tower(file, j, row->vision_type, &v->vision, err) || !read_text(file, j, row, v, err) ||
         !read_feature_layers(file, j, &v->vision, err))
@@ -739,7 +809,7 @@ bool gckpt_vlm_read_llava(const char *file, const cJSON *j, const gckpt_vlm_type
     if (!gckpt_json_str_opt(j, file, "vision_feature_select_strategy", "default", strategy, sizeof strategy, err) ||
         !gckpt_json_str_opt(j, file, "projector_hidden_act", "gelu", act, sizeof act, err) ||
         !gckpt_json_bool_opt(j, file, "multimodal_projector_bias", true, &v->vision.projector_bias, err) ||
-        !gckpt_json_num_opt(j, file, "image_token_index", 0, 9007199254740992.0, 32000, &token, err) ||
+        !read_image_token_index(file, j, 32000, &token, err) ||
         !gckpt_json_bool_opt(j, file, "tie_word_embeddings", false, &top_tied, err))
         return false;
     if (strcmp(strategy, "default") && strcmp(strategy, "full")) {
@@ -751,14 +821,10 @@ bool gckpt_vlm_read_llava(const char *file, const cJSON *j, const gckpt_vlm_type
         gckpt_seterr(err, "%s: field 'projector_hidden_act' = \"%s\" is not supported (gelu)", file, act);
         return false;
     }
-    if (token != floor(token)) {
-        gckpt_seterr(err, "%s: field 'image_token_index' = %g is not an integer", file, token);
-        return false;
-    }
     v->vision.keep_cls = !strcmp(strategy, "full");
     v->vision.projector = GCKPT_PROJ_LLAVA;
     v->vision.projector_act = GCKPT_VACT_GELU;
-    v->vision.image_token = (int64_t)token;
+    v->vision.image_token = token;
     v->text.tied = top_tied || v->text.tied; /* LlavaConfig.__post_init__ */
     return true;
 }
@@ -876,14 +942,10 @@ bool gckpt_vlm_read_qwen3_vl(const char *file, const cJSON *j, const gckpt_vlm_t
  * lm_head is its own whatever the configs say. */
 bool gckpt_vlm_read_mllama(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v, gckpt_err *err)
 {
-    double token;
+    int64_t token;
     if (!read_tower(file, j, row->vision_type, &v->vision, err) || !read_text(file, j, row, v, err) ||
-        !gckpt_json_num_opt(j, file, "image_token_index", 0, 9007199254740992.0, 128256, &token, err))
+        !read_image_token_index(file, j, 128256, &token, err))
         return false;
-    if (token != floor(token)) {
-        gckpt_seterr(err, "%s: field 'image_token_index' = %g is not an integer", file, token);
-        return false;
-    }
     const cJSON *cl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "text_config"),
                                                        "cross_attention_layers");
     if (!cl || cJSON_IsNull(cl)) {
@@ -908,7 +970,7 @@ bool gckpt_vlm_read_mllama(const char *file, const cJSON *j, const gckpt_vlm_typ
     v->vision.nfeature = 1;
     v->vision.projector = GCKPT_PROJ_MLLAMA;
     v->vision.projector_bias = true;
-    v->vision.image_token = (int64_t)token;
+    v->vision.image_token = token;
     v->text.tied = false;
     return true;
 }
@@ -920,18 +982,14 @@ bool gckpt_vlm_read_mllama(const char *file, const cJSON *j, const gckpt_vlm_typ
  * the pooled grid must give mm_tokens_per_image features, or the placeholder check fails. */
 bool gckpt_vlm_read_gemma3(const char *file, const cJSON *j, const gckpt_vlm_type *row, gckpt_vlm *v, gckpt_err *err)
 {
-    double token;
+    int64_t token;
     bool tied;
     uint64_t mm;
     if (!read_tower(file, j, row->vision_type, &v->vision, err) || !read_text(file, j, row, v, err) ||
         !gckpt_json_u64_opt(j, file, "mm_tokens_per_image", 1, 1u << 20, 256, &mm, err) ||
-        !gckpt_json_num_opt(j, file, "image_token_index", 0, 9007199254740992.0, 262144, &token, err) ||
+        !read_image_token_index(file, j, 262144, &token, err) ||
         !gckpt_json_bool_opt(j, file, "tie_word_embeddings", true, &tied, err))
         return false;
-    if (token != floor(token)) {
-        gckpt_seterr(err, "%s: field 'image_token_index' = %g is not an integer", file, token);
-        return false;
-    }
     uint64_t grid = v->vision.image_size / v->vision.patch, side = (uint64_t)floor(sqrt((double)mm));
     uint64_t kernel = side ? grid / side : 0, pooled = kernel ? grid / kernel : 0;
     if (pooled * pooled != mm) {
@@ -944,7 +1002,7 @@ bool gckpt_vlm_read_gemma3(const char *file, const cJSON *j, const gckpt_vlm_typ
     v->vision.feature_layer[0] = -1; /* the last hidden state, after post_layernorm */
     v->vision.nfeature = 1;
     v->vision.projector = GCKPT_PROJ_GEMMA3;
-    v->vision.image_token = (int64_t)token;
+    v->vision.image_token = token;
     v->text.tied = tied;
     return true;
 }

@@ -103,18 +103,40 @@ double gckpt_host_elem_rate(void)
 }
 
 /* The work of one event, times its segment's repeat count: its matrix FLOPs, or the bytes
- * an op without (timed by the planner as its traffic at the profile's HBM rate) moves. */
+ * an op without moves. The planner times such an op as its traffic at the profile's HBM
+ * rate (x the code base's hbm_factor) plus the code base's op_overhead_s, and the optimizer
+ * step as its traffic plus step_overhead_s (core/ctx.c op_seconds): the overheads are the
+ * GPU's launch and dispatch, no bytes, and taken for bytes they made a tiny model's step tens
+ * of GB (0.033 s of step overhead alone is 100 GB at an H100's rate). */
 typedef struct {
-    double hbm, flops, bytes;
+    double hbm;                    /* the profile's HBM rate x hbm_efficiency */
+    const gckpt_code_base_eff *cb; /* the entry's code base on the profile (CUDA recipes) */
+    double flops, bytes;
 } step_work;
+
+/* The bytes behind `seconds` that carry `overhead` seconds besides, at `rate` */
+static double traffic_of(double seconds, double overhead, double rate)
+{
+    return seconds > overhead ? (seconds - overhead) * rate : 0;
+}
 
 static void work_event(void *user, const gckpt_walk_state *w, const gckpt_event *e)
 {
     step_work *sw = user;
-    if (e->kind == GCKPT_EV_D2H || e->kind == GCKPT_EV_H2D) return;
-    double times = (double)w->repeat;
-    if (e->flops > 0) sw->flops += e->flops * times;
-    else sw->bytes += e->seconds * sw->hbm * times;
+    double times = (double)w->repeat, b;
+    switch (e->kind) {
+    case GCKPT_EV_D2H: case GCKPT_EV_H2D: return;
+    case GCKPT_EV_FWD: case GCKPT_EV_RECOMPUTE: case GCKPT_EV_BWD:
+        if (e->flops > 0) {
+            sw->flops += e->flops * times;
+            return;
+        }
+        b = traffic_of(e->seconds, sw->cb->op_overhead_s, sw->hbm * sw->cb->hbm_factor);
+        break;
+    case GCKPT_EV_OPT_STEP: b = traffic_of(e->seconds, sw->cb->step_overhead_s, sw->hbm); break;
+    default: b = e->seconds * sw->hbm; /* the gradient sums: 3 x bytes at the HBM rate, no overhead */
+    }
+    sw->bytes += b * times;
 }
 
 /* A VLM plan's entry: the composed step's events (both towers and the bridge, core/vlm_step.c). */
@@ -136,7 +158,8 @@ bool gckpt_entry_step_work(const gckpt_plan_file *pf, size_t i, double *flops, d
 {
     gckpt_setting s = gckpt_plan_file_setting(pf, i);
     if (pf->vlm) {
-        step_work sw = {pf->dev.hbm_bytes_per_s * pf->dev.hbm_efficiency, 0, 0};
+        step_work sw = {pf->dev.hbm_bytes_per_s * pf->dev.hbm_efficiency,
+                        gckpt_code_base_of(&pf->dev, GCKPT_TARGET_CUDA, s.code_base), 0, 0};
         bool ok = vlm_step_work(pf, &s, &sw);
         *flops = sw.flops;
         *bytes = sw.bytes;
@@ -153,7 +176,8 @@ bool gckpt_entry_step_work(const gckpt_plan_file *pf, size_t i, double *flops, d
     gckpt_schedule ev = {0};
     bool ok = c && gckpt_ctx_init(c, &m, &pf->dev, r, &s, &err) && gckpt_schedule_build(c, &ev);
     if (ok) {
-        step_work sw = {pf->dev.hbm_bytes_per_s * pf->dev.hbm_efficiency, 0, 0};
+        step_work sw = {pf->dev.hbm_bytes_per_s * pf->dev.hbm_efficiency,
+                        gckpt_code_base_of(&pf->dev, (gckpt_target)r->target, s.code_base), 0, 0};
         gckpt_walk_state w;
         gckpt_walk_begin(&w, NULL, false);
         gckpt_walk_schedule(&w, &ev, work_event, &sw);

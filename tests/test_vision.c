@@ -232,6 +232,50 @@ static void llava_next_tokens(void **state)
     }
 }
 
+/* pack_image_features as a row map against transformers' own (tests/data/anyres-pack.json,
+ * tools/hf_probe/anyres_pack.py, R-VLM-37): every packed row's tower row or the newline,
+ * the tiles and the count gckpt_image_tokens gives */
+static void anyres_pack(void **state)
+{
+    (void)state;
+    cJSON *doc = read_json(GCKPT_TEST_DATA "/anyres-pack.json");
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(doc, "cases");
+    int ncase = 0;
+    for (const cJSON *c = cases ? cases->child : NULL; c; c = c->next, ncase++) {
+        char cfg[1024];
+        char *pins = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c, "image_grid_pinpoints"));
+        snprintf(cfg, sizeof cfg,
+                 "{\"model_type\": \"llava_next\", \"vision_config\": {\"image_size\": %d, \"patch_size\": %d}, "
+                 "\"image_grid_pinpoints\": %s, " TEXT_CFG "}",
+                 (int)num_at(c, "image_size"), (int)num_at(c, "patch_size"), pins);
+        free(pins);
+        gckpt_vlm v;
+        parse_ok("anyres-pack.json", cfg, &v);
+        uint64_t h = (uint64_t)num_at(c, "h"), w = (uint64_t)num_at(c, "w"), n = 0, tokens = 0;
+        const cJSON *rows = cJSON_GetObjectItemCaseSensitive(c, "rows");
+        int64_t src[4096];
+        assert_true(gckpt_anyres_pack(&v, h, w, src, 4096, &n));
+        assert_int_equal(n, (uint64_t)cJSON_GetArraySize(rows));
+        gckpt_err err;
+        assert_true(gckpt_image_tokens(&v, "--image-size", h, w, &tokens, &err));
+        assert_int_equal(tokens, n);
+        assert_int_equal(gckpt_image_tiles(&v, h, w), (uint64_t)num_at(c, "tiles"));
+        uint64_t r = 0;
+        for (const cJSON *it = rows->child; it; it = it->next, r++)
+            if (src[r] != (int64_t)it->valuedouble)
+                fail_msg("%llux%llu: packed row %llu copies %lld, transformers' %lld", (unsigned long long)h,
+                         (unsigned long long)w, (unsigned long long)r, (long long)src[r], (long long)it->valuedouble);
+        assert_false(gckpt_anyres_pack(&v, h, w, src, n - 1, &n)); /* a short buffer: refused */
+    }
+    assert_true(ncase >= 10);
+    cJSON_Delete(doc);
+    gckpt_vlm l;
+    int64_t src[8];
+    uint64_t n;
+    parse_ok("x.json", "{\"model_type\": \"llava\", \"vision_config\": {}, " TEXT_CFG "}", &l);
+    assert_false(gckpt_anyres_pack(&l, 336, 336, src, 8, &n)); /* llava packs nothing */
+}
+
 static void qwen3_vl_fixtures(void **state)
 {
     (void)state;
@@ -436,6 +480,37 @@ static void expect_error(const char *text, const char *msg)
     assert_null(strchr(err.msg, '\n'));
 }
 
+/* The image token under either name (the four config classes' attribute_map, R-VLM-36):
+ * image_token_id alone is read, both equal are one, both different are refused by name */
+static void image_token_names(void **state)
+{
+    (void)state;
+    static const char *const cfg[] = {
+        "{\"model_type\": \"llava\", \"vision_config\": {}, " TEXT_CFG ", ",
+        "{\"model_type\": \"llava_next\", \"vision_config\": {}, " TEXT_CFG ", ",
+        "{\"model_type\": \"mllama\", \"vision_config\": {}, \"text_config\": {}, ",
+        "{\"model_type\": \"gemma3\", \"vision_config\": {}, \"mm_tokens_per_image\": 196, \"text_config\": {}, ",
+    };
+    char text[1024];
+    for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++) {
+        gckpt_vlm v;
+        snprintf(text, sizeof text, "%s\"image_token_id\": 7}", cfg[i]);
+        parse_ok("x.json", text, &v);
+        assert_int_equal(v.vision.image_token, 7);
+        snprintf(text, sizeof text, "%s\"image_token_index\": 9}", cfg[i]);
+        parse_ok("x.json", text, &v);
+        assert_int_equal(v.vision.image_token, 9);
+        snprintf(text, sizeof text, "%s\"image_token_index\": 5, \"image_token_id\": 5}", cfg[i]);
+        parse_ok("x.json", text, &v);
+        assert_int_equal(v.vision.image_token, 5);
+        snprintf(text, sizeof text, "%s\"image_token_index\": 9, \"image_token_id\": 7}", cfg[i]);
+        expect_error(text, "x.json: fields 'image_token_index' = 9 and 'image_token_id' = 7 differ (one field under "
+                           "two names: give one)");
+        snprintf(text, sizeof text, "%s\"image_token_id\": 7.5}", cfg[i]);
+        expect_error(text, "x.json: field 'image_token_id' = 7.5 is not an integer");
+    }
+}
+
 static void errors(void **state)
 {
     (void)state;
@@ -529,6 +604,7 @@ int main(void)
         cmocka_unit_test(gemma3_real),     cmocka_unit_test(gemma3_fixtures), cmocka_unit_test(llava_next_fixtures),
         cmocka_unit_test(llava_next_tokens), cmocka_unit_test(qwen3_vl_fixtures), cmocka_unit_test(mllama_real),
         cmocka_unit_test(mllama_fixtures),   cmocka_unit_test(all_fixtures),      cmocka_unit_test(image_sizes),
+        cmocka_unit_test(image_token_names), cmocka_unit_test(anyres_pack),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@
 #include "gckpt/core/vision.h"
 #include "gckpt/executor/exec_rng.h"
 #include "gckpt/util/util.h"
+#include "host_anyres.h"
 #include "host_blas.h"
 #include "host_ops.h"
 
@@ -240,12 +241,81 @@ static void pixel_source_draws_from_the_stream(void **state)
     assert_true(same < n / 16);
 }
 
+static float *floats_of(const cJSON *c, const char *name, uint64_t n)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(c, name);
+    if ((uint64_t)cJSON_GetArraySize(a) != n)
+        fail_msg("%s: %d values, not %llu", name, cJSON_GetArraySize(a), (unsigned long long)n);
+    float *v = malloc(sizeof *v * n + 1);
+    uint64_t i = 0;
+    for (const cJSON *it = a->child; it; it = it->next) v[i++] = (float)it->valuedouble;
+    return v;
+}
+
+static uint64_t u64_of(const cJSON *c, const char *name)
+{
+    return (uint64_t)cJSON_GetObjectItemCaseSensitive(c, name)->valuedouble;
+}
+
+/* LLaVA-NeXT's pack_image_features and its backward (host_anyres.c over gckpt_anyres_pack's
+ * map) against transformers' own under autograd (hf-anyres-pack.json,
+ * tools/hf_probe/anyres_pack.py, R-VLM-37): two images per case, the packed rows and the
+ * features' gradient copies (equal), the newline's gradient a sum (within 1e-6) */
+static void anyres_pack_matches_transformers(void **state)
+{
+    (void)state;
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/hf-anyres-pack.json", 1u << 22, &err);
+    assert_non_null(text);
+    cJSON *doc = cJSON_Parse(text);
+    free(text);
+    int ncase = 0;
+    for (const cJSON *c = cJSON_GetObjectItemCaseSensitive(doc, "cases")->child; c; c = c->next, ncase++) {
+        char cfg[1024];
+        char *pins = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c, "image_grid_pinpoints"));
+        snprintf(cfg, sizeof cfg,
+                 "{\"model_type\": \"llava_next\", \"vision_config\": {\"image_size\": %llu, \"patch_size\": %llu}, "
+                 "\"image_grid_pinpoints\": %s, \"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 96, "
+                 "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 211}}",
+                 (unsigned long long)u64_of(c, "image_size"), (unsigned long long)u64_of(c, "patch_size"), pins);
+        free(pins);
+        gckpt_vlm v;
+        if (!gckpt_vlm_parse("hf-anyres-pack.json", cfg, &v, &err)) fail_msg("%s", err.msg);
+        uint64_t images = u64_of(c, "images"), W = u64_of(c, "width"),
+                 side = u64_of(c, "image_size") / u64_of(c, "patch_size");
+        uint64_t stride = u64_of(c, "tiles") * side * side, n = 0;
+        int64_t src[256];
+        assert_true(gckpt_anyres_pack(&v, u64_of(c, "h"), u64_of(c, "w"), src, 256, &n));
+        float *feat = floats_of(c, "feat", images * stride * W), *nl = floats_of(c, "newline", W),
+              *g = floats_of(c, "g", images * n * W), *want = floats_of(c, "packed", images * n * W),
+              *gfw = floats_of(c, "feat_grad", images * stride * W), *gnw = floats_of(c, "newline_grad", W);
+        float *out = malloc(sizeof *out * images * n * W), *gf = malloc(sizeof *gf * images * stride * W), gn[64] = {0};
+        host_anyres_pack(feat, images, stride, nl, src, n, W, out);
+        host_anyres_unpack(g, images, stride, src, n, W, gf, gn);
+        assert_memory_equal(out, want, sizeof *out * images * n * W);
+        assert_memory_equal(gf, gfw, sizeof *gf * images * stride * W);
+        double big = 0, diff = 0;
+        for (uint64_t k = 0; k < W; k++) {
+            big = fmax(big, fabs(gnw[k]));
+            diff = fmax(diff, fabs((double)gn[k] - gnw[k]));
+        }
+        printf("%llux%llu: %llu packed rows per image; the newline's gradient within %.2g of its largest %.3g\n",
+               (unsigned long long)u64_of(c, "h"), (unsigned long long)u64_of(c, "w"), (unsigned long long)n, diff,
+               big);
+        assert_true(big > 0 && diff <= 1e-6 * big);
+        free(feat), free(nl), free(g), free(want), free(gfw), free(gnw), free(out), free(gf);
+    }
+    assert_int_equal(ncase, 3);
+    cJSON_Delete(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(clip_embeddings_match_transformers),
         cmocka_unit_test(patch_conv_refuses_a_wrong_geometry),
         cmocka_unit_test(pixel_source_draws_from_the_stream),
+        cmocka_unit_test(anyres_pack_matches_transformers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -74,6 +74,9 @@ typedef struct {
 
 /* The neutral parameters: the datasheet roofline (no code-base correction). */
 extern const gckpt_code_base_eff gckpt_code_base_neutral;
+/* The time parameters an op of a `target` recipe gets at code base `code_base` (a setting's):
+ * the profile's for CUDA, the neutral ones for a CPU target or an unknown code base. */
+const gckpt_code_base_eff *gckpt_code_base_of(const gckpt_device *d, gckpt_target target, unsigned code_base);
 /* Fraction of matmul_efficiency x peak the code base's fused attention reaches at seq. */
 double gckpt_attention_eff(const gckpt_code_base_eff *e, double seq);
 

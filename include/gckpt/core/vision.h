@@ -256,6 +256,12 @@ bool gckpt_mllama_cross_recipe_build(const gckpt_vlm *v, gckpt_precision p, gckp
  * (the best pinpoint's and the base tile), one for the other families. */
 uint64_t gckpt_image_tiles(const gckpt_vlm *v, uint64_t h, uint64_t w);
 
+/* LLaVA-NeXT's pack_image_features for one image of h x w pixels as a row map: src[r] is
+ * the tower's feature row (tile t, patch p: t x (image_size / patch)^2 + p, tile 0 the base
+ * one) packed row r copies, -1 for image_newline; *n rows (gckpt_image_tokens' count). false
+ * for another projector, h or w 0, or more than cap rows. */
+bool gckpt_anyres_pack(const gckpt_vlm *v, uint64_t h, uint64_t w, int64_t *src, uint64_t cap, uint64_t *n);
+
 /* An image size "HxW" (positive integers) given as option `what`. */
 bool gckpt_parse_image_size(const char *what, const char *s, uint64_t *h, uint64_t *w, gckpt_err *err);
 

@@ -239,7 +239,8 @@ static void check_entry(const gckpt_plan_file *pf, size_t i, const cJSON *raw, c
     }
 
     gckpt_setting s = gckpt_plan_file_setting(pf, i);
-    FUZZ_CHECK(s.seq == pf->seq && s.micro_batch == e->micro_batch && s.grad_accum == e->grad_accum &&
+    /* (a CP plan's rank runs seq / cp tokens) */
+    FUZZ_CHECK(s.seq == (pf->cp ? pf->seq / pf->cp : pf->seq) && s.micro_batch == e->micro_batch && s.grad_accum == e->grad_accum &&
                    s.precision == pf->precision && s.optimizer == pf->optimizer &&
                    s.attention == pf->attention && s.every_n == e->every_n && s.offload == e->offload,
                "entry %zu: setting", i);

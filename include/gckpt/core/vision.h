@@ -208,6 +208,11 @@ bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower
                                     gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
                                     gckpt_err *err);
 
+/* Qwen3-VL: the tower's recipe with one deepstack merger (Qwen3VLVisionPatchMerger with
+ * use_postshuffle_norm, on a block's output) as its head, in place of the merger. */
+bool gckpt_vision_deepstack_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                         gckpt_target target, gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err);
+
 /* The tower's attention score work (QK^T, PV) over its layers for one image of h x w pixels,
  * as a share of every layer attending over the whole image: Qwen2.5-VL's windowed blocks
  * attend within their windows (FINDINGS R-VLM-20); 1 for the other towers, or when h or w

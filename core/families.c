@@ -178,7 +178,8 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "{\"vocab_size\": 151936, \"hidden_size\": 4096, \"intermediate_size\": 22016, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32, \"head_dim\": 128, \"rms_norm_eps\": 1e-6, \"rope_theta\": 500000.0, "
      "\"max_position_embeddings\": 128000}",
-     "qwen3", false, true},
+     "qwen3", false, true, true, true, .features_cat = true, .tower_module = "visual",
+     .tower_trained_part = "merger"},
     {"gemma3", "Gemma 3 (multimodal)", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_gemma3, "siglip_vision_model", "gemma3_text",
      /* Gemma3TextConfig's */

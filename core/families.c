@@ -171,8 +171,7 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      .tower_trained_part = {"merger"}},
     {"qwen2_vl", "Qwen2-VL", "the ViT's full-attention blocks, the 2x2 patch merger, the pixel budget's image "
                              "tokens and M-RoPE"},
-    {"qwen3_vl", "Qwen3-VL", "its training step: the deepstack mergers' features added into the first text layers' "
-                             "hidden states, interleaved M-RoPE (the tower's saved bytes are traced)",
+    {"qwen3_vl", "Qwen3-VL", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_qwen3_vl, "qwen3_vl_vision", "qwen3_vl_text",
      /* Qwen3VLTextConfig's (those Qwen3Config, whose reader reads it, defaults otherwise) */
      "{\"vocab_size\": 151936, \"hidden_size\": 4096, \"intermediate_size\": 22016, \"num_hidden_layers\": 32, "

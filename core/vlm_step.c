@@ -11,7 +11,9 @@
  * tiles' pixel copy (the tower's batch) and pack_image_features' tensors; Gemma 3's
  * (Gemma3Model.forward, FINDINGS R-VLM-14) has no cat copy, holds token_type_ids' block ids
  * and gives every text layer its type's materialised mask. What each family does is its
- * gckpt_vlm_types row's (features_cat, packed_tiles, image_masks). */
+ * gckpt_vlm_types row's (features_cat, packed_tiles, image_masks). Qwen3-VL's deepstack
+ * mergers (the tower's deepstack_visual_indexes) add their events around both towers' layer
+ * segments (deepstack_hook, FINDINGS R-VLM-53). */
 #include "gckpt/core/vlm_step.h"
 
 #include <stdlib.h>

@@ -197,7 +197,9 @@ uint64_t gckpt_vision_image_positions(const gckpt_vlm *v, uint64_t h, uint64_t w
  * head's parameters only: its graph goes before the text model runs), for the tower model `tower`
  * (gckpt_vision_tower_model) at precision p on target. CLIP and SigLIP towers, and Qwen2.5-VL's
  * (its Conv3d embedding with the window permutation and the rotary tables, one block, the
- * patch merger as the head; rows its patches); false with err for another. */
+ * patch merger as the head; rows its patches) and Qwen3-VL's (its Conv3d embedding with the
+ * interpolated learned positions, one LayerNorm / GELU block, the merger as the head); false
+ * with err for another. */
 bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
                                gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err);
 /* The same recipe as one step simulates it (core/vlm_step.c): its head is the projector on

@@ -168,17 +168,17 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "\"max_position_embeddings\": 32768, \"max_window_layers\": 80}",
      /* its forward passes use_cache None down: the text model fills text_config's cache */
      "qwen2", true, false, true, true, .features_cat = true, .tower_module = "visual",
-     .tower_trained_part = "merger"},
+     .tower_trained_part = {"merger"}},
     {"qwen2_vl", "Qwen2-VL", "the ViT's full-attention blocks, the 2x2 patch merger, the pixel budget's image "
                              "tokens and M-RoPE"},
-    {"qwen3_vl", "Qwen3-VL", "the ViT with its interpolated position embedding, the patch merger and the deepstack "
-                             "mergers into text layers, the pixel budget's image tokens and M-RoPE",
+    {"qwen3_vl", "Qwen3-VL", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_qwen3_vl, "qwen3_vl_vision", "qwen3_vl_text",
      /* Qwen3VLTextConfig's (those Qwen3Config, whose reader reads it, defaults otherwise) */
      "{\"vocab_size\": 151936, \"hidden_size\": 4096, \"intermediate_size\": 22016, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32, \"head_dim\": 128, \"rms_norm_eps\": 1e-6, \"rope_theta\": 500000.0, "
      "\"max_position_embeddings\": 128000}",
-     "qwen3", false, true},
+     "qwen3", false, true, true, true, .features_cat = true, .tower_module = "visual",
+     .tower_trained_part = {"merger", "deepstack_merger_list"}},
     {"gemma3", "Gemma 3 (multimodal)", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_gemma3, "siglip_vision_model", "gemma3_text",
      /* Gemma3TextConfig's */

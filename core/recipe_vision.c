@@ -400,19 +400,48 @@ static int qwen_rotary(tracer *tr, int x, const char *name)
     return y;
 }
 
-/* Qwen2_5_VLVisionBlock: x + proj(cat(sdpa per chunk of q, k, v of qkv(norm1(x)), rotated)),
- * then + down(silu(gate(norm2(.))) * up(norm2(.))), every linear with a bias. The chunks
- * (windows, or images in fullatt_block_indexes) split q, k, v as views and save, in all, one
- * [N, D] output and [N, heads] logsumexp: one block serves both kinds (their FLOPs differ:
- * one chunk per image here, the step scales them to the layers' mean,
- * gckpt_vision_attention_share). */
-static void qwen_block(tracer *tr, const gckpt_vision *vc, bool in_grad)
+/* The MLP of a Qwen ViT block on norm2's output: Qwen2.5-VL's SwiGLU (gate_proj, silu,
+ * up_proj, their product, down_proj), Qwen3-VL's linear_fc1, gelu_pytorch_tanh (saves its
+ * input), linear_fc2; every linear with a bias. */
+static int qwen_swiglu(tracer *tr, const gckpt_vision *vc, int n2)
 {
     uint64_t D = vc->hidden, I = vc->intermediate;
+    int g = tlinear(tr, n2, D, I, "gate_proj");
+    int sg = unary(tr, g, "act_fn", false, GCKPT_P_SILU, 0);
+    int u = tlinear(tr, n2, D, I, "up_proj");
+    int p = mul(tr, sg, u, "mul");
+    return tlinear(tr, p, I, D, "down_proj");
+}
+
+static int qwen3_mlp(tracer *tr, const gckpt_vision *vc, int n2)
+{
+    uint64_t D = vc->hidden, I = vc->intermediate;
+    int f = tlinear(tr, n2, D, I, "linear_fc1");
+    int g = unary(tr, f, "act_fn", false, GCKPT_P_GELU, 1.0);
+    return tlinear(tr, g, I, D, "linear_fc2");
+}
+
+/* A Qwen ViT block's norms and MLP: Qwen2.5-VL's RMSNorms and SwiGLU, Qwen3-VL's LayerNorms
+ * (eps 1e-6 both) and GELU MLP (FINDINGS R-VLM-21, R-VLM-51). */
+typedef struct {
+    int (*norm)(tracer *tr, int x, uint64_t width, const char *name);
+    int (*mlp)(tracer *tr, const gckpt_vision *vc, int n2);
+} qwen_block_kind;
+static const qwen_block_kind qwen2_5_kind = {rmsnorm, qwen_swiglu}, qwen3_kind = {layernorm, qwen3_mlp};
+
+/* Qwen2_5_VLVisionBlock / Qwen3VLVisionBlock: x + proj(cat(sdpa per chunk of q, k, v of
+ * qkv(norm1(x)), rotated)), then + mlp(norm2(.)), every linear with a bias. The chunks
+ * (Qwen2.5-VL's windows, or images in fullatt_block_indexes; Qwen3-VL's images) split q, k, v
+ * as views and save, in all, one [N, D] output and [N, heads] logsumexp: one block serves
+ * both kinds (their FLOPs differ: one chunk per image here, the step scales them to the
+ * layers' mean, gckpt_vision_attention_share). */
+static void qwen_block(tracer *tr, const gckpt_vision *vc, const qwen_block_kind *kind, bool in_grad)
+{
+    uint64_t D = vc->hidden;
     block_begin(tr, GCKPT_BLOCK_DECODER);
     int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
     hold(tr, xin, HOLD_END);
-    int n1 = rmsnorm(tr, xin, D, "norm1");
+    int n1 = kind->norm(tr, xin, D, "norm1");
     tr->pfx = "attn";
     int qkv = tlinear(tr, n1, D, 3 * D, "qkv");
     int q = slice_of(tr, qkv, 0, D, "q"), k = slice_of(tr, qkv, 1, D, "k"), v = slice_of(tr, qkv, 2, D, "v");
@@ -431,13 +460,9 @@ static void qwen_block(tracer *tr, const gckpt_vision *vc, bool in_grad)
     tr->pfx = "";
     int h1 = add(tr, xin, ao, "residual_attn");
     hold(tr, h1, HOLD_END);
-    int n2 = rmsnorm(tr, h1, D, "norm2");
+    int n2 = kind->norm(tr, h1, D, "norm2");
     tr->pfx = "mlp";
-    int g = tlinear(tr, n2, D, I, "gate_proj");
-    int sg = unary(tr, g, "act_fn", false, GCKPT_P_SILU, 0);
-    int u = tlinear(tr, n2, D, I, "up_proj");
-    int p = mul(tr, sg, u, "mul");
-    int d = tlinear(tr, p, I, D, "down_proj");
+    int d = kind->mlp(tr, vc, n2);
     hold_here(tr, n2);
     tr->pfx = "";
     int out = add(tr, h1, d, "residual_mlp");
@@ -478,6 +503,119 @@ static void qwen_merger(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
     section_end(tr);
 }
 
+/* ---- Qwen3-VL's ViT (FINDINGS R-VLM-50..53) -------------------------------------------
+ * Qwen2.5-VL's rows (the micro-batch's patches) and rotary; no windows: every block attends
+ * over each image (cu_seqlens). */
+
+/* Qwen3VLVisionPatchEmbed (a Conv3d with a bias; ConvolutionBackward0 keeps its input and
+ * weight whenever it has a node), then the learned positions: fast_pos_embed_interpolate's
+ * bilinear resampling of the num_position_embeddings grid to each image's, as pos_embed
+ * looked up at four int64 corner indices per patch ([N, 4]; EmbeddingBackward0 keeps them
+ * when the table trains), times the fp32 corner weights [N, 4, 1] (MulBackward0 keeps them:
+ * promoted to fp32), summed over the corners, cast to the conv output's dtype and added.
+ * No input embedding to hook: a frozen tower's blocks never need a gradient (R-VLM-3). */
+static void qwen3_embedding(tracer *tr, const gckpt_vision *vc, uint8_t pixel_dt)
+{
+    gckpt_recipe *r = tr->r;
+    uint64_t D = vc->hidden, in_f = vc->channels * vc->temporal_patch * vc->patch * vc->patch;
+    section_begin(tr, GCKPT_SEC_EMBED);
+    int pix = source(tr, "pixel_values", GCKPT_SRC_PIXELS, pixel_dt, per_token(in_f), NULL, NULL);
+    r->t[pix].step_held = true; /* the Trainer's batch dict */
+    int w = param(tr, "patch_embed.proj.weight", D, in_f, GCKPT_ROLE_MATRIX);
+    int b = param(tr, "patch_embed.proj.bias", 1, D, GCKPT_ROLE_BIAS);
+    int px = cast_to(tr, pix, tr->param_dt, "pixel_values.to");
+    /* F.conv3d(input, weight, bias): autocast casts right to left (patch_conv's) */
+    int bc = weight_cast(tr, b, "patch_embed.bias_cast");
+    int wc = weight_cast(tr, w, "patch_embed.weight_cast");
+    int xi = autocast_to(tr, px, tr->compute_dt, "patch_embed.cast_in");
+    int x = tnew(tr, "patch_embed", GCKPT_T_ACT, tr->amp ? tr->compute_dt : dt(tr, px), per_token(D),
+                 rg(tr, w) || rg(tr, b));
+    opnew(tr, "patch_embed", GCKPT_OP_MATMUL, 3, (int[]){xi, wc, bc}, x, -1, 2, (int[]){xi, wc});
+    setprim(tr, GCKPT_P_PATCH_CONV, GCKPT_BC_NONE, 0, 0, 0);
+    last_op(tr)->in_f = in_f;
+    last_op(tr)->out_f = D;
+    count_flops(tr);
+    last_op(tr)->bwd_mult = (double)rg(tr, w); /* the pixels need no gradient */
+    int table = param(tr, "pos_embed.weight", vc->positions, D, GCKPT_ROLE_EMBEDDING);
+    int ids = source(tr, "pos_embed.interp_indices", GCKPT_SRC_POSITIONS, I64, per_token(4), NULL, NULL);
+    int wts = source(tr, "pos_embed.interp_weights", GCKPT_SRC_POSITIONS, F32, per_token(4), NULL, NULL);
+    int look = tnew(tr, "pos_embed", GCKPT_T_ACT, dt(tr, table), per_token(4 * D), rg(tr, table));
+    opnew(tr, "pos_embed", GCKPT_OP_EMBED, 2, (int[]){table, ids}, look, -1, 1, (int[]){rg(tr, table) ? ids : -1});
+    setprim(tr, GCKPT_P_EMBED, GCKPT_BC_NONE, 0, 0, 4 * D);
+    int wl = tnew(tr, "pos_embed.weighted", GCKPT_T_ACT, F32, per_token(4 * D), rg(tr, look));
+    opnew(tr, "pos_embed.weighted", GCKPT_OP_ELEM, 2, (int[]){look, wts}, wl, -1, 1,
+          (int[]){rg(tr, look) ? wts : -1});
+    setprim(tr, GCKPT_P_MUL, GCKPT_BC_NONE, 0, 0, 4 * D);
+    int pe = tnew(tr, "pos_embed.sum", GCKPT_T_ACT, F32, per_token(D), rg(tr, wl));
+    opnew(tr, "pos_embed.sum", GCKPT_OP_ELEM, 1, (int[]){wl}, pe, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+    pe = cast_to(tr, pe, dt(tr, x), "pos_embed.to");
+    x = add(tr, x, pe, "add_pos");
+    int sin;
+    int cos = source(tr, "rotary.cos", GCKPT_SRC_ROTARY, F32, per_token(D / vc->heads), "rotary.sin", &sin);
+    layer_kwarg(tr, cos);
+    layer_kwarg(tr, sin);
+    r->rope[0] = cos;
+    r->rope[1] = sin;
+    r->embed_out = x;
+    section_end(tr);
+}
+
+/* Qwen3VLVisionPatchMerger on x (a block's output, [N, D]): the LayerNorm over D, then the
+ * merge^2 rows of a token viewed as one (the merger), or first the view and the LayerNorm
+ * over the merged width (a deepstack merger, use_postshuffle_norm; its norm saves the block's
+ * output itself outside autocast, R-VLM-52), linear_fc1, erf GELU, linear_fc2 to out_hidden. */
+static int qwen3_merger(tracer *tr, const gckpt_vision *vc, int x, bool postshuffle)
+{
+    uint64_t D = vc->hidden, m2 = vc->merge * vc->merge, M = m2 * D;
+    gckpt_shape sh = {GCKPT_ROWS_GROUPS, m2, M};
+    int n = postshuffle ? x : layernorm(tr, x, D, "norm");
+    int nv = tnew(tr, "view", GCKPT_T_ACT, dt(tr, n), sh, rg(tr, n));
+    opnew(tr, "view", GCKPT_OP_ELEM, 1, (int[]){n}, nv, -1, 0, NULL);
+    setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0);
+    last_op(tr)->view_fwd = true;
+    if (postshuffle) nv = layernorm(tr, nv, M, "norm");
+    int h = tlinear(tr, nv, M, M, "linear_fc1");
+    int a = unary(tr, h, "act_fn", false, GCKPT_P_GELU, 0);
+    return tlinear(tr, a, M, vc->out_hidden, "linear_fc2");
+}
+
+/* Qwen3-VL's head: the merger on the last block's output (pooler_output), trained with the
+ * projector; the deepstack mergers' parameters (trained with it too; each runs after its
+ * block: gckpt_vision_deepstack_recipe_build traces one). With deepstack, the head is one
+ * deepstack merger on a block's output instead. */
+static void qwen3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step, bool deepstack)
+{
+    gckpt_recipe *r = tr->r;
+    const gckpt_vision *vc = &v->vision;
+    uint64_t D = vc->hidden, M = vc->merge * vc->merge * D, o = vc->out_hidden;
+    section_begin(tr, GCKPT_SEC_HEAD);
+    int last = tnew(tr, deepstack ? "block_output" : "last_hidden_state", GCKPT_T_ACT, tr->stream_dt, per_token(D),
+                    in_grad);
+    r->head_in = last;
+    /* BaseModelOutputWithDeepstackFeatures' last_hidden_state: kept until the forward returns */
+    r->t[last].fwd_end_free = !deepstack;
+    tr->frozen_params = false;
+    tr->pfx = deepstack ? "deepstack_merger_list.0" : "merger";
+    int feats = qwen3_merger(tr, vc, last, deepstack);
+    tr->pfx = "";
+    r->t[feats].fwd_end_free = true; /* pooler_output / deepstack_features, until the forward returns */
+    if (step) r->grad_seed = feats;
+    for (unsigned k = 0; k < vc->ndeepstack && !deepstack; k++) {
+        char nm[64];
+        static const char *const names[] = {"norm.weight", "norm.bias", "linear_fc1.weight",
+                                            "linear_fc1.bias", "linear_fc2.weight", "linear_fc2.bias"};
+        const uint64_t rows[] = {1, 1, M, 1, o, 1}, cols[] = {M, M, M, M, M, o};
+        const gckpt_param_role roles[] = {GCKPT_ROLE_NORM_WEIGHT, GCKPT_ROLE_BIAS, GCKPT_ROLE_MATRIX,
+                                          GCKPT_ROLE_BIAS, GCKPT_ROLE_MATRIX, GCKPT_ROLE_BIAS};
+        for (int i = 0; i < 6; i++) {
+            snprintf(nm, sizeof nm, "deepstack_merger_list.%u.%s", k, names[i]);
+            param(tr, nm, rows[i], cols[i], roles[i]);
+        }
+    }
+    section_end(tr);
+}
+
 void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
 {
     const gckpt_vision *vc = &v->vision;
@@ -490,8 +628,8 @@ void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
     m->intermediate = vc->intermediate;
     m->norm_eps = vc->norm_eps;
     m->attn_dropout = vc->attn_dropout;
-    /* Qwen2.5-VL's 2-D rotary turns the whole head (rotate_half over head_dim) */
-    if (vc->tower == GCKPT_TOWER_QWEN2_5) m->rotary_dim = m->head_dim;
+    /* Qwen2.5-VL's and Qwen3-VL's 2-D rotary turn the whole head (rotate_half over head_dim) */
+    if (vc->tower == GCKPT_TOWER_QWEN2_5 || vc->tower == GCKPT_TOWER_QWEN3) m->rotary_dim = m->head_dim;
 }
 
 static uint64_t positions_of(const gckpt_vision *vc, bool padded)
@@ -600,8 +738,10 @@ static void tiled_head(tracer *tr, const gckpt_vlm *v, bool in_grad)
 }
 
 /* CLIP's and SigLIP's tower (llava, llava_next, gemma3) traced on tr. */
-static bool vit_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, uint8_t pixel_dt, gckpt_err *err)
+static bool vit_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, bool deepstack, uint8_t pixel_dt,
+                      gckpt_err *err)
 {
+    (void)deepstack;
     const gckpt_vision *vc = &v->vision;
     if (!vc->patch || vc->image_size % vc->patch) {
         gckpt_seterr(err, "%s: vision_config.image_size %llu is not a multiple of patch_size %llu", v->model_type,
@@ -639,9 +779,10 @@ static bool vit_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool s
 
 /* Qwen2.5-VL's tower traced on tr: the embedding, one block (windowed and full-attention
  * blocks save alike) and the merger as the head. */
-static bool qwen_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, uint8_t pixel_dt,
-                       gckpt_err *err)
+static bool qwen_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, bool deepstack,
+                       uint8_t pixel_dt, gckpt_err *err)
 {
+    (void)deepstack;
     const gckpt_vision *vc = &v->vision;
     if (!vc->merge || vc->projector != GCKPT_PROJ_MERGER || vc->act != GCKPT_VACT_SILU) {
         gckpt_seterr(err, "%s: only Qwen2.5-VL's SiLU blocks with its patch merger are traced", v->model_type);
@@ -650,23 +791,46 @@ static bool qwen_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool 
     tr->eps = 1e-6; /* Qwen2_5_VLRMSNorm(hidden, eps=1e-6) in the blocks and ln_q */
     if (tr->amp) tr->stream_dt = tr->compute_dt; /* the conv's autocast output */
     qwen_embedding(tr, vc, g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
-    qwen_block(tr, vc, g != GCKPT_TOWER_FROZEN);
+    qwen_block(tr, vc, &qwen2_5_kind, g != GCKPT_TOWER_FROZEN);
     qwen_merger(tr, v, g != GCKPT_TOWER_FROZEN, step);
     return true;
 }
 
+/* Qwen3-VL's tower traced on tr: the embedding, one block (LayerNorms, the GELU MLP, full
+ * attention per image) and the merger as the head, or (deepstack) one deepstack merger.
+ * Its frozen tower is never hooked (R-VLM-3): its blocks need no gradient. */
+static bool qwen3_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, bool deepstack,
+                        uint8_t pixel_dt, gckpt_err *err)
+{
+    const gckpt_vision *vc = &v->vision;
+    if (!vc->merge || vc->projector != GCKPT_PROJ_DEEPSTACK || vc->act != GCKPT_VACT_GELU_TANH) {
+        gckpt_seterr(err, "%s: only Qwen3-VL's gelu_pytorch_tanh blocks with its patch and deepstack mergers are "
+                          "traced", v->model_type);
+        return false;
+    }
+    tr->eps = 1e-6; /* nn.LayerNorm(eps=1e-6) in the blocks and the mergers */
+    if (tr->amp) tr->stream_dt = tr->compute_dt; /* the conv's autocast output */
+    bool trained = g == GCKPT_TOWER_TRAINED;
+    qwen3_embedding(tr, vc, pixel_dt);
+    qwen_block(tr, vc, &qwen3_kind, trained);
+    qwen3_head(tr, v, trained, step, deepstack);
+    return true;
+}
+
 /* The towers with a recipe, by kind. */
-typedef bool (*tower_trace)(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, uint8_t pixel_dt,
-                            gckpt_err *err);
+typedef bool (*tower_trace)(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, bool deepstack,
+                            uint8_t pixel_dt, gckpt_err *err);
 static const tower_trace tower_traces[GCKPT_NTOWER] = {
     [GCKPT_TOWER_CLIP] = vit_trace,
     [GCKPT_TOWER_SIGLIP] = vit_trace,
     [GCKPT_TOWER_QWEN2_5] = qwen_trace,
+    [GCKPT_TOWER_QWEN3] = qwen3_trace,
 };
 
 uint64_t gckpt_vision_image_positions(const gckpt_vlm *v, uint64_t h, uint64_t w)
 {
-    if (v->vision.tower != GCKPT_TOWER_QWEN2_5) return gckpt_vision_positions(v);
+    if (v->vision.tower != GCKPT_TOWER_QWEN2_5 && v->vision.tower != GCKPT_TOWER_QWEN3)
+        return gckpt_vision_positions(v);
     uint64_t tokens;
     gckpt_err err;
     if (!gckpt_image_tokens(v, "image", h, w, &tokens, &err)) return 0;
@@ -674,12 +838,12 @@ uint64_t gckpt_vision_image_positions(const gckpt_vlm *v, uint64_t h, uint64_t w
 }
 
 static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
-                  gckpt_tower_grad g, bool step, uint8_t pixel_dt, gckpt_recipe *r, gckpt_err *err)
+                  gckpt_tower_grad g, bool step, bool deepstack, uint8_t pixel_dt, gckpt_recipe *r, gckpt_err *err)
 {
     tower_trace trace = v->vision.tower < GCKPT_NTOWER ? tower_traces[v->vision.tower] : NULL;
     if (!trace) {
-        gckpt_seterr(err, "%s: only a CLIP (llava, llava_next), SigLIP (gemma3) or Qwen2.5-VL vision tower has a "
-                          "recipe yet", v->model_type);
+        gckpt_seterr(err, "%s: only a CLIP (llava, llava_next), SigLIP (gemma3), Qwen2.5-VL or Qwen3-VL vision "
+                          "tower has a recipe yet", v->model_type);
         return false;
     }
     /* Gemma 3's mm_soft_emb_norm is Gemma's RMSNorm: (1 + w), fp32 */
@@ -688,7 +852,7 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
     tracer tr;
     tracer_setup(&tr, &tm, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
-    if (!trace(&tr, v, g, step, pixel_dt, err)) return false;
+    if (!trace(&tr, v, g, step, deepstack, pixel_dt, err)) return false;
     r->loss = -1;
     recipe_finish(r);
     return true;
@@ -697,14 +861,24 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
 bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
                                gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err)
 {
-    return build(v, tower, p, target, g, false, F32, r, err);
+    return build(v, tower, p, target, g, false, false, F32, r, err);
 }
 
 bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
                                     gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
                                     gckpt_err *err)
 {
-    return build(v, tower, p, target, g, true, pixel_dt, r, err);
+    return build(v, tower, p, target, g, true, false, pixel_dt, r, err);
+}
+
+bool gckpt_vision_deepstack_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                         gckpt_target target, gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err)
+{
+    if (v->vision.tower != GCKPT_TOWER_QWEN3) {
+        gckpt_seterr(err, "%s: only Qwen3-VL's tower has deepstack mergers", v->model_type);
+        return false;
+    }
+    return build(v, tower, p, target, g, false, true, F32, r, err);
 }
 
 bool gckpt_vision_layer_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,

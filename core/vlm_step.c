@@ -13,7 +13,9 @@
  * and gives every text layer its type's materialised mask. What each family does is its
  * gckpt_vlm_types row's (features_cat, packed_tiles, image_masks). LoRA on the text model
  * (the row's lora; FINDINGS R-VLM-42, R-VLM-43): the tower and projector frozen, hooked
- * under checkpointing, the hooked text embedding held beside the new embeddings. */
+ * under checkpointing, the hooked text embedding held beside the new embeddings. Qwen3-VL's
+ * deepstack mergers (the tower's deepstack_visual_indexes) add their events around both
+ * towers' layer segments (deepstack_hook, FINDINGS R-VLM-53). */
 #include "gckpt/core/vlm_step.h"
 
 #include <stdlib.h>
@@ -92,21 +94,29 @@ static void mark(builder *b, uint8_t kind)
     b->seg_kind[n - 1] = kind;
 }
 
+struct bridge_sizes;
+/* called before (after = false) and after each layer segment of a row (Qwen3-VL's deepstack) */
+typedef void (*seg_hook)(builder *b, const struct bridge_sizes *z, int m, bool vision, const gckpt_seg *g, bool after);
+
 /* The segments of micro-step m (-1: the optimizer) at row `row` of one tower, in order. */
-static void rows(builder *b, bool vision, int m, int row)
+static void rows_hooked(builder *b, bool vision, int m, int row, seg_hook hook, const struct bridge_sizes *z)
 {
     const seglist *l = vision ? &b->vl : &b->tl;
     const gckpt_step *st = vision ? b->vst : b->tst;
     for (size_t i = 0; i < l->n && b->ok; i++) {
         bool opt = l->seg[i].micro == GCKPT_MICRO_NONE;
         if (opt != (m < 0) || (!opt && (l->micro[i] != m || l->seg[i].row != row))) continue;
+        if (hook && l->seg[i].layer >= 0) hook(b, z, m, vision, &l->seg[i], false);
         gckpt_schedule_open(b->out, &l->seg[i], opt ? 1 : st->micro[m].repeat);
         gckpt_sim_segment(vision ? b->vs : b->ts, &l->seg[i], b->out);
         gckpt_schedule_close(b->out);
         mark(b, vision ? GCKPT_VSEG_VISION : GCKPT_VSEG_TEXT);
         b->ok = b->ok && !b->out->oom;
+        if (hook && l->seg[i].layer >= 0) hook(b, z, m, vision, &l->seg[i], true);
     }
 }
+
+static void rows(builder *b, bool vision, int m, int row) { rows_hooked(b, vision, m, row, NULL, NULL); }
 
 /* A bridge segment: LlavaModel.forward's own events, labelled as the text embedding's
  * forward or backward in micro-step m. */
@@ -125,7 +135,7 @@ static void bridge_close(builder *b)
     b->ok = b->ok && !b->out->oom;
 }
 
-typedef struct {
+typedef struct bridge_sizes {
     const gckpt_vlm_type *kind; /* the family's row: what its forward does between the towers */
     uint64_t bs, img, width;           /* text positions (b x s), image tokens, text width */
     uint8_t feat_dt, text_dt;          /* the projector's output, the text embeddings (and their gradients) */
@@ -144,6 +154,17 @@ typedef struct {
      * AccumulateGrad node keeps it while masked_scatter's new embeddings go on as the
      * text layers' input (R-VLM-43) */
     bool leaf_held;
+    /* Qwen3-VL's deepstack mergers (FINDINGS R-VLM-52, R-VLM-53): after vision block
+     * ds_block[k] merger k keeps ds_saved bytes beyond what the next block holds anyway and
+     * makes its output (feat_dt, img x width, kept in image_outputs), whose copy the text
+     * model adds after its layer k; its gradient waits from text layer k's backward until
+     * the merger's, after vision block ds_block[k] + 1's; in the first micro-step the
+     * merger's backward makes its parameters' gradients (ds_params elements of grad_dt) */
+    unsigned nds;
+    uint64_t ds_block[GCKPT_MAX_FEATURE_LAYERS], ds_saved[GCKPT_MAX_FEATURE_LAYERS], ds_params;
+    uint8_t grad_dt;
+    int ds_held[GCKPT_MAX_FEATURE_LAYERS], ds_out[GCKPT_MAX_FEATURE_LAYERS], ds_copy[GCKPT_MAX_FEATURE_LAYERS],
+        ds_grad[GCKPT_MAX_FEATURE_LAYERS];
 } bridge_sizes;
 
 /* A flat buffer of the bridge (in the vision simulator's numbering). */
@@ -153,6 +174,32 @@ static int buf(builder *b, uint8_t comp, uint8_t dt, uint64_t numel)
 }
 
 static void drop(builder *b, int id) { gckpt_sim_release(b->vs, b->out, id); }
+
+/* Qwen3-VL's deepstack events around the towers' layer segments. */
+static void deepstack_hook(builder *b, const bridge_sizes *zc, int m, bool vision, const gckpt_seg *g, bool after)
+{
+    bridge_sizes *z = (bridge_sizes *)zc;
+    bool fwd = g->stage == GCKPT_STAGE_FORWARD, bwd = g->stage == GCKPT_STAGE_BACKWARD;
+    for (unsigned k = 0; k < z->nds; k++) {
+        if (vision && fwd && after && (uint64_t)g->layer == z->ds_block[k]) {
+            bridge_open(b, m, GCKPT_STAGE_FORWARD);
+            z->ds_held[k] = buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_BOOL, z->ds_saved[k]);
+            z->ds_out[k] = buf(b, GCKPT_C_ACTIVATIONS, z->feat_dt, z->img * z->width);
+            bridge_close(b);
+        } else if (!vision && bwd && after && (uint64_t)g->layer == k) {
+            bridge_open(b, m, GCKPT_STAGE_BACKWARD);
+            z->ds_grad[k] = buf(b, GCKPT_C_BACKWARD, z->feat_dt, z->img * z->width);
+            bridge_close(b);
+        } else if (vision && bwd && !after && (uint64_t)g->layer == z->ds_block[k]) {
+            bridge_open(b, m, GCKPT_STAGE_BACKWARD);
+            if (b->tst->micro[m].micro == GCKPT_MICRO_FIRST) buf(b, GCKPT_C_GRADS, z->grad_dt, z->ds_params);
+            if (z->ds_grad[k] >= 0) drop(b, z->ds_grad[k]);
+            if (z->ds_held[k] >= 0) drop(b, z->ds_held[k]);
+            z->ds_grad[k] = z->ds_held[k] = -1;
+            bridge_close(b);
+        }
+    }
+}
 
 static bool build(builder *b, const bridge_sizes *z)
 {
@@ -168,7 +215,8 @@ static bool build(builder *b, const bridge_sizes *z)
             pix = buf(b, GCKPT_C_ACTIVATIONS, z->pixel_dt, z->pixels);
             bridge_close(b);
         }
-        for (int r = 0; r < 3; r++) rows(b, true, m, r); /* get_image_features: the tower, the projector */
+        seg_hook hook = z->nds ? deepstack_hook : NULL;
+        for (int r = 0; r < 3; r++) rows_hooked(b, true, m, r, hook, z); /* get_image_features: the tower, the projector */
         bridge_open(b, m, GCKPT_STAGE_FORWARD);
         if (z->packed) { /* pack_image_features' result; the concatenated pixels go unless the conv keeps them */
             packed = buf(b, GCKPT_C_ACTIVATIONS, z->feat_dt, z->img * z->width);
@@ -188,21 +236,26 @@ static bool build(builder *b, const bridge_sizes *z)
         int leaf = buf(b, GCKPT_C_ACTIVATIONS, z->text_dt, z->bs * z->width);
         if (!z->leaf_held) drop(b, leaf);
         int ids = z->kind->image_masks ? buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_I64, z->bs) : -1;
+        /* deepstack_visual_embeds: torch.cat of each merger's per-image split (a copy) */
+        int *copies = ((bridge_sizes *)z)->ds_copy;
+        for (unsigned k = 0; k < z->nds; k++) copies[k] = buf(b, GCKPT_C_ACTIVATIONS, z->feat_dt, z->img * z->width);
         bridge_close(b);
         rows(b, false, m, 1); /* the text layers */
         bridge_open(b, m, GCKPT_STAGE_FORWARD);
         if (feats >= 0) drop(b, feats); /* LlavaModel.forward returns: its image_features */
         if (!z->grad) drop(b, mask);    /* and its placeholder mask, which nothing saved */
         if (ids >= 0) drop(b, ids);     /* Gemma3Model.forward's block_sequence_ids */
+        for (unsigned k = 0; k < z->nds; k++) drop(b, copies[k]);
         bridge_close(b);
         for (int r = 2; r < 5; r++) rows(b, false, m, r); /* the head and loss; the forward returns */
         for (int r = 3; r < 5; r++) rows(b, true, m, r); /* image_outputs goes with the outputs */
-        if (packed >= 0) {
+        if (packed >= 0 || z->nds) {
             bridge_open(b, m, GCKPT_STAGE_FORWARD);
-            drop(b, packed);
+            if (packed >= 0) drop(b, packed);
+            for (unsigned k = 0; k < z->nds; k++) drop(b, z->ds_out[k]); /* image_outputs' deepstack_features */
             bridge_close(b);
         }
-        for (int r = 5; r < 7; r++) rows(b, false, m, r); /* the text backward */
+        for (int r = 5; r < 7; r++) rows_hooked(b, false, m, r, hook, z); /* the text backward */
         /* MaskedScatterBackward: masked_fill for the text embeddings (stood for by the text's
          * gradient stream from here on) and masked_select for the features, which under
          * autocast ToCopyBackward casts to the projector's dtype (the tower's seed gradient) */
@@ -213,7 +266,7 @@ static bool build(builder *b, const bridge_sizes *z)
             drop(b, mask);
             bridge_close(b);
         }
-        for (int r = 5; r < 8; r++) rows(b, true, m, r); /* the projector's and the tower's backward */
+        for (int r = 5; r < 8; r++) rows_hooked(b, true, m, r, hook, z); /* the projector's and the tower's backward */
         if (z->packed && z->conv_keeps_pixels) {
             bridge_open(b, m, GCKPT_STAGE_BACKWARD);
             drop(b, pix); /* the patch conv's saved input */
@@ -254,6 +307,15 @@ static bool layer_saves_input(const gckpt_recipe *r)
     return false;
 }
 
+/* A frozen tower that nothing hooks (Qwen3-VL's: no input embedding, R-VLM-3) builds no graph
+ * in its blocks: torch.utils.checkpoint then keeps neither their inputs (nor offloads them)
+ * nor their RNG states, and the blocks run as plain ones that save nothing (R-VLM-53). */
+static bool graphless_tower(gckpt_vlm_step *p, uint64_t layers)
+{
+    if (!p->vr.t[p->vr.embed_out].requires_grad) memset(p->vmodes, GCKPT_LAYER_PLAIN, layers);
+    return true;
+}
+
 static bool fail_oom(gckpt_err *err)
 {
     gckpt_seterr(err, "out of memory building a VLM step");
@@ -266,6 +328,51 @@ void gckpt_vlm_step_free(gckpt_vlm_step *st)
     gckpt_schedule_free(&st->sched);
     free(st->seg_kind);
     free(st);
+}
+
+/* Whether an op of section sec of c's recipe saves tensor t's storage. */
+static bool section_saves(const gckpt_ctx *c, int sec, int t)
+{
+    const gckpt_recipe *r = c->recipe;
+    for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++)
+        for (int k = 0; k < r->op[i].nsaved; k++)
+            if (c->storage[r->op[i].saved[k]] == c->storage[t]) return true;
+    return false;
+}
+
+/* Qwen3-VL's deepstack mergers in the step: one merger's recipe (its head section) at the
+ * tower's setting; what it keeps beyond the block output the next block holds anyway (its
+ * input, kept by a plain block's norm or an unoffloaded checkpoint), its parameters. */
+static bool deepstack_sizes(const gckpt_vlm *v, const gckpt_device *d, const gckpt_vlm_step *p,
+                            const gckpt_setting *vs, gckpt_target target, gckpt_tower_grad g, bridge_sizes *z,
+                            gckpt_err *err)
+{
+    gckpt_recipe *dr = malloc(sizeof *dr);
+    gckpt_ctx *dc = malloc(sizeof *dc);
+    bool ok = dr && dc && gckpt_vision_deepstack_recipe_build(v, &p->tower_live, vs->precision, target, g, dr, err) &&
+              gckpt_ctx_init(dc, &p->tower_live, d, dr, vs, err);
+    if (!dr || !dc) fail_oom(err);
+    if (ok) {
+        uint64_t saved = gckpt_section_saved_bytes(dc, GCKPT_SEC_HEAD), out = dc->raw[dr->head_in];
+        bool keeps_out = section_saves(dc, GCKPT_SEC_HEAD, dr->head_in);
+        bool plain_keeps_in = section_saves(&p->vc, GCKPT_SEC_BLOCK, p->vr.block_in);
+        uint64_t m = v->vision.hidden * v->vision.merge * v->vision.merge, o = v->vision.out_hidden;
+        z->nds = v->vision.ndeepstack;
+        z->ds_params = 2 * m + m * m + m + m * o + o;
+        z->grad_dt = p->vr.grad_dtype;
+        for (unsigned k = 0; k < z->nds; k++) {
+            uint64_t i = v->vision.deepstack[k];
+            uint8_t next = i + 1 < p->tower_live.layers ? p->vmodes[i + 1] : GCKPT_LAYER_PLAIN;
+            bool held = i + 1 < p->tower_live.layers &&
+                        (next == GCKPT_LAYER_CKPT || (next == GCKPT_LAYER_PLAIN && plain_keeps_in));
+            z->ds_block[k] = i;
+            z->ds_saved[k] = saved - (keeps_out && held ? out : 0);
+            z->ds_held[k] = z->ds_out[k] = z->ds_copy[k] = z->ds_grad[k] = -1;
+        }
+    }
+    free(dr);
+    free(dc);
+    return ok;
 }
 
 gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s,
@@ -335,7 +442,7 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
     if (!gckpt_vision_step_recipe_build(v, &p->tower_live, s->precision, target, g,
                                         im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32, &p->vr, err) ||
         !gckpt_vision_recipe_build(v, &p->tower, s->precision, target, g, &p->vfull, err) ||
-        !scale_attention(v, im, &p->vr) || !scale_attention(v, im, &p->vfull) ||
+        !scale_attention(v, im, &p->vr) || !scale_attention(v, im, &p->vfull) || !graphless_tower(p, towers[0]) ||
         !gckpt_ctx_init(&p->vc, &p->tower_live, d, &p->vr, vs, err) ||
         !gckpt_ctx_init(&p->vfc, &p->tower, d, &p->vfull, vs, err))
         goto out;
@@ -383,6 +490,7 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
                       .leaf_held = peft && s->every_n && p->tr.embed_leaf >= 0 &&
                                    (p->tmodes[0] == GCKPT_LAYER_CKPT ||
                                     (p->tmodes[0] == GCKPT_LAYER_PLAIN && layer_saves_input(&p->tr)))};
+    if (v->vision.ndeepstack && !deepstack_sizes(v, d, p, vs, target, g, &z, err)) goto free_sims;
     bool built = b.ts && b.vs && collect(&tst, &b.tl) && collect(&vst, &b.vl) && build(&b, &z);
     if (built) {
         int64_t vstart[GCKPT_NCOMP], full[GCKPT_NCOMP], live[GCKPT_NCOMP];
@@ -399,6 +507,7 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
     } else {
         fail_oom(err);
     }
+free_sims:
     gckpt_sim_free(b.ts);
     gckpt_sim_free(b.vs);
     free(b.tl.seg);
@@ -452,7 +561,8 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
      * forward-only ones', whose graph is gone (FINDINGS R-VLM-11) */
     gckpt_result_finish(&p->tc, s->every_n, s->grad_accum, res);
     uint64_t live_ckpt = info->ntext_ckpt;
-    for (size_t i = 0; i < info->nvision_ckpt; i++) live_ckpt += info->vision_ckpt[i] < info->vision_live;
+    for (size_t i = 0; i < info->nvision_ckpt; i++)
+        live_ckpt += info->vision_ckpt[i] < info->vision_live && p->vmodes[info->vision_ckpt[i]] != GCKPT_LAYER_PLAIN;
     res->host_rng_bytes = gckpt_rng_states_bytes_n(&p->tc, live_ckpt);
     gckpt_vlm_step_free(p);
     return true;

@@ -112,8 +112,8 @@ static void print_model_line(const gckpt_plan *p, FILE *f)
         const gckpt_vlm_type *row = gckpt_vlm_type_of(p->vlm->model_type);
         const char *tower = row && row->tower_module ? row->tower_module : "vision_tower";
         fprintf(f, "model.model.%s.requires_grad_(False)  # --vision-tower frozen: the projector trains\n", tower);
-        if (row && row->tower_trained_part)
-            fprintf(f, "model.model.%s.%s.requires_grad_(True)  # (the projector)\n", tower, row->tower_trained_part);
+        for (int k = 0; row && k < 2 && row->tower_trained_part[k]; k++)
+            fprintf(f, "model.model.%s.%s.requires_grad_(True)  # (the projector)\n", tower, row->tower_trained_part[k]);
     }
 }
 

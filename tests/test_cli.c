@@ -119,6 +119,9 @@ static void bad_inputs(void **state)
         {"Qwen2.5-VL-7B without an image size", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "-o",
                                                   "out.json"),
          "--image-size: model_type \"qwen2_5_vl\" (qwen2.5-vl-7b) needs the images' size HxW"},
+        {"Qwen3-VL-4B without an image size", A("--model", GCKPT_TEST_DATA "/configs/qwen3-vl-4b.json", "-o",
+                                                "out.json"),
+         "--image-size: model_type \"qwen3_vl\" (qwen3-vl-4b) needs the images' size HxW"},
         {"VLM eager", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "--image-size", "448x448",
                         "--attention", "eager", "-o", "out.json"),
          "qwen2_5_vl: attention other than sdpa on a VLM is not planned"},
@@ -432,6 +435,13 @@ static void good_runs(void **state)
                                     "text tokens per sample; vision tower frozen (24 layers, 23 reach the projector)"));
     assert_non_null(strstr(cli_out, "model = AutoModelForImageTextToText.from_pretrained("));
     assert_non_null(strstr(cli_out, "model.model.vision_tower.requires_grad_(False)"));
+    /* Qwen3-VL: planned at an image size; a frozen tower's snippet unfreezes both mergers */
+    assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/qwen3-vl-4b.json", "--seq", "1024", "--image-size",
+                           "448x448", "--vision-tower", "frozen", "--budget", "200GiB", "-o", "qwen3vl.json"),
+                         err, sizeof err), 0);
+    assert_true(cli_exists("qwen3vl.json"));
+    assert_non_null(strstr(cli_out, "196 image tokens + 828 text tokens per sample"));
+    assert_non_null(strstr(cli_out, "model.model.visual.deepstack_merger_list.requires_grad_(True)"));
     /* Gemma 3: any image size resized to the tower's 896, mm_tokens_per_image tokens each */
     assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--seq", "2048", "--images", "2",
                            "--image-size", "480x640", "--gpu", "h100-sxm-80gb", "-o", "gemma3.json"), err, sizeof err), 0);

@@ -1,5 +1,5 @@
 /* gckpt-plan on a vision-language model (planner/plan_vlm.c) against what was measured:
- * for every llava, llava_next, gemma3 and qwen2_5_vl fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py),
+ * for every llava, llava_next, gemma3, qwen2_5_vl and qwen3_vl fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py),
  * gckpt_plan_run plans the fixture's own config.json (written to a file, as a user passes
  * it) at the fixture's setting (micro-batch, sequence, accumulation, precision, every_n,
  * offload, images per sample and their size, the tower trained or frozen; on the
@@ -221,6 +221,15 @@ static void llava_lora_plans(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* Qwen3-VL: the same token rule at patch 16; the deepstack mergers in the step (R-VLM-53) */
+static void qwen3_vl_plans(void **state)
+{
+    (void)state;
+    tally ty = family("qwen3_vl-");
+    assert_int_equal(ty.files, 42);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -232,6 +241,6 @@ int main(void)
     free(text);
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans),
                                        cmocka_unit_test(gemma3_plans), cmocka_unit_test(qwen2_5_vl_plans),
-                                       cmocka_unit_test(llava_lora_plans)};
+                                       cmocka_unit_test(llava_lora_plans), cmocka_unit_test(qwen3_vl_plans)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -596,10 +596,46 @@ static void image_sizes(void **state)
     }
 }
 
+/* Qwen3-VL-4B-Instruct (its vision_config names model_type "qwen3_vl", which
+ * Qwen3VLConfig.__post_init__ renames to qwen3_vl_vision) against its measured counts */
+static void qwen3_vl_real(void **state)
+{
+    (void)state;
+    cJSON *counts = read_json(GCKPT_TEST_DATA "/vlm-counts.json");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(counts, "models"),
+                                                      "qwen3-vl-4b.json");
+    assert_non_null(c);
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/configs/qwen3-vl-4b.json", 1u << 20, &err);
+    assert_non_null(text);
+    gckpt_vlm v;
+    parse_ok("qwen3-vl-4b.json", text, &v);
+    free(text);
+    assert_int_equal(v.vision.tower, GCKPT_TOWER_QWEN3);
+    assert_int_equal(gckpt_vision_tower_params(&v).params, (uint64_t)num_at(c, "by_part.vision_tower"));
+    assert_int_equal(gckpt_vision_projector_params(&v).params, (uint64_t)num_at(c, "by_part.projector"));
+    assert_int_equal((uint64_t)closed_form_params128(&v.text),
+                     (uint64_t)(num_at(c, "by_part.text_model") + num_at(c, "by_part.lm_head")));
+    assert_int_equal(gckpt_vision_tower_params(&v).params + gckpt_vision_projector_params(&v).params +
+                         (uint64_t)closed_form_params128(&v.text),
+                     (uint64_t)num_at(c, "parameters"));
+    uint64_t t[2];
+    gckpt_vlm_towers(&v, t);
+    assert_int_equal(t[0], (uint64_t)num_at(c, "checkpointing_layers.vision"));
+    assert_int_equal(t[1], (uint64_t)num_at(c, "checkpointing_layers.text"));
+    assert_int_equal(v.vision.ndeepstack, 3);
+    assert_int_equal(v.vision.deepstack[2], 17);
+    /* smart_resize, factor 32, the class's pixel budget (make -C tools/hf_probe vlm-tokens) */
+    uint64_t n = 0;
+    assert_true(gckpt_image_tokens(&v, "--image-size", 1080, 1920, &n, &err));
+    assert_int_equal(n, 943);
+    cJSON_Delete(counts);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(llava_real),      cmocka_unit_test(llava_fixtures), cmocka_unit_test(qwen2_5_vl_real),
+        cmocka_unit_test(llava_real),      cmocka_unit_test(llava_fixtures), cmocka_unit_test(qwen2_5_vl_real), cmocka_unit_test(qwen3_vl_real),
         cmocka_unit_test(qwen2_5_vl_fixtures), cmocka_unit_test(defaults),   cmocka_unit_test(errors),
         cmocka_unit_test(gemma3_real),     cmocka_unit_test(gemma3_fixtures), cmocka_unit_test(llava_next_fixtures),
         cmocka_unit_test(llava_next_tokens), cmocka_unit_test(qwen3_vl_fixtures), cmocka_unit_test(mllama_real),

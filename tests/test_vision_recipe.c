@@ -59,7 +59,7 @@ static uint64_t measured(const cJSON *list, const char *prefix)
 }
 
 typedef struct {
-    int files, layers_checked, plain_checked, frozen_plain_checked;
+    int files, layers_checked, plain_checked, frozen_plain_checked, deepstack_checked;
     uint64_t tail_bytes;
 } tally;
 
@@ -76,7 +76,26 @@ static const tower_modules modules_of[GCKPT_NTOWER] = {
                             {"vision_tower.post_layernorm", "multi_modal_projector"}},
     /* the merger, and the reverse index (module "visual" itself) */
     [GCKPT_TOWER_QWEN2_5] = {"visual.blocks.%llu", "visual", {"visual"}},
+    /* the merger (the deepstack mergers are filed under their blocks: checked apart) */
+    [GCKPT_TOWER_QWEN3] = {"visual.blocks.%llu", "visual", {"visual.merger"}},
 };
+
+/* Whether an op of section sec saves tensor t's storage. */
+static bool saves(const gckpt_ctx *ctx, const gckpt_recipe *r, int sec, int t)
+{
+    for (int i = r->sec_begin[sec]; i < r->sec_end[sec]; i++)
+        for (int k = 0; k < r->op[i].nsaved; k++)
+            if (ctx->storage[r->op[i].saved[k]] == ctx->storage[t]) return true;
+    return false;
+}
+
+/* Qwen3-VL: the position of block i among deepstack_visual_indexes, or -1 */
+static int deepstack_of(const gckpt_vlm *v, uint64_t i)
+{
+    for (unsigned k = 0; k < v->vision.ndeepstack; k++)
+        if (v->vision.deepstack[k] == i) return (int)k;
+    return -1;
+}
 
 /* Bytes the block's ops save of tensors made before it (the embedding's rotary tables, every
  * block's: the probe files them under the first block that saves them, a plain one). */
@@ -173,6 +192,20 @@ static void check_fixture(const char *path, tally *ty)
 
     const cJSON *layers = at(at(j, "saved"), "layers");
     uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK), shared = shared_saved(&ctx, &r);
+    /* Qwen3-VL's deepstack mergers: one's recipe; when its norm keeps the block's output
+     * itself (no autocast copy), the next block's input is that tensor, filed under the merger */
+    uint64_t ds_bytes = 0;
+    bool ds_keeps_out = false;
+    if (v.vision.ndeepstack) {
+        static gckpt_recipe dr;
+        static gckpt_ctx dctx;
+        if (!gckpt_vision_deepstack_recipe_build(&v, &tower, (gckpt_precision)p, target, g, &dr, &err) ||
+            !gckpt_ctx_init(&dctx, &tower, &g_dev, &dr, &s, &err))
+            fail_msg("%s: %s", path, err.msg);
+        ds_bytes = gckpt_section_saved_bytes(&dctx, GCKPT_SEC_HEAD);
+        ds_keeps_out = saves(&dctx, &dr, GCKPT_SEC_HEAD, dr.head_in);
+    }
+    bool plain_keeps_in = saves(&ctx, &r, GCKPT_SEC_BLOCK, r.block_in);
     bool first_plain = true;
     for (uint64_t i = 0; i < towers[0]; i++) {
         const cJSON *l = cJSON_GetArrayItem(layers, (int)i);
@@ -180,7 +213,18 @@ static void check_fixture(const char *path, tally *ty)
         snprintf(prefix, sizeof prefix, mods->layer_fmt, (unsigned long long)i);
         uint64_t got = measured(at(l, "tensors"), prefix);
         uint64_t want = ck[i] ? (offload ? 0 : ctx.raw[r.block_in]) : plain + (first_plain && plain ? shared : 0);
+        if (i > 0 && deepstack_of(&v, i - 1) >= 0 && ds_keeps_out && (ck[i] ? !offload : plain_keeps_in))
+            want -= ctx.raw[r.block_in];
         if (!ck[i] && plain) first_plain = false;
+        int ds = deepstack_of(&v, i);
+        if (ds >= 0) {
+            char dp[64];
+            snprintf(dp, sizeof dp, "visual.deepstack_merger_list.%d", ds);
+            if (measured(at(l, "tensors"), dp) != ds_bytes)
+                fail_msg("%s: deepstack merger %d keeps %llu bytes measured, %llu planned", path, ds,
+                         (unsigned long long)measured(at(l, "tensors"), dp), (unsigned long long)ds_bytes);
+            ty->deepstack_checked++;
+        }
         if (got != want)
             fail_msg("%s: vision layer %llu (%s) keeps %llu bytes measured, %llu planned", path,
                      (unsigned long long)i, ck[i] ? "checkpointed" : "plain", (unsigned long long)got,
@@ -190,7 +234,8 @@ static void check_fixture(const char *path, tally *ty)
          * text side's, b x seq bytes; one fixture's lacks it, a storage the probe left out) */
         uint64_t rest = measured(at(l, "tensors"), "") - got - measured(at(l, "tensors"), "model") -
                         measured(at(l, "tensors"), "vision_tower.head");
-        uint64_t tail = i + 1 == towers[0] ? gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD) : 0;
+        uint64_t tail = (i + 1 == towers[0] ? gckpt_section_saved_bytes(&ctx, GCKPT_SEC_HEAD) : 0) +
+                        (ds >= 0 ? ds_bytes : 0);
         if ((i + 1 < towers[0] || head_traced) && rest != tail)
             fail_msg("%s: vision layer %llu has %llu more bytes filed, %llu expected", path, (unsigned long long)i,
                      (unsigned long long)rest, (unsigned long long)tail);
@@ -284,6 +329,18 @@ static void qwen2_5_vl_saved(void **state)
                 ty.layers_checked > ty.plain_checked);
 }
 
+/* Qwen3-VL: the Conv3d embedding with the interpolated learned positions and the rotary
+ * tables, the LayerNorm / GELU blocks, the merger and the deepstack mergers (R-VLM-50..52) */
+static void qwen3_vl_saved(void **state)
+{
+    (void)state;
+    tally ty = family_saved("qwen3_vl-");
+    assert_int_equal(ty.files, 42);
+    /* the fixtures' blocks 0 and 1 have deepstack mergers: two per fixture */
+    assert_int_equal(ty.deepstack_checked, 2 * 42);
+    assert_true(ty.tail_bytes > 0 && ty.plain_checked > ty.frozen_plain_checked && ty.layers_checked > ty.plain_checked);
+}
+
 /* Qwen2.5-VL's attention work: the SDPA calls the probe saw (each chunk's logsumexp [1, heads,
  * len]: a window's, or an image's in a full-attention block) against
  * gckpt_vision_attention_share, over every plain trained fp32 fixture; and Qwen2.5-VL-7B at
@@ -374,8 +431,8 @@ static void other_towers(void **state)
     (void)state;
     gckpt_vlm v;
     memset(&v, 0, sizeof v);
-    snprintf(v.model_type, sizeof v.model_type, "qwen3_vl");
-    v.vision.tower = GCKPT_TOWER_QWEN3;
+    snprintf(v.model_type, sizeof v.model_type, "mllama");
+    v.vision.tower = GCKPT_TOWER_MLLAMA;
     gckpt_model tower;
     gckpt_vision_tower_model(&v, &tower);
     static gckpt_recipe r;
@@ -393,7 +450,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_saved), cmocka_unit_test(llava_next_saved),
                                        cmocka_unit_test(gemma3_saved), cmocka_unit_test(qwen2_5_vl_saved),
-                                       cmocka_unit_test(qwen2_5_vl_windows),
+                                       cmocka_unit_test(qwen2_5_vl_windows), cmocka_unit_test(qwen3_vl_saved),
                                        cmocka_unit_test(attention_flops),
                                        cmocka_unit_test(other_towers)};
     return cmocka_run_group_tests(tests, NULL, NULL);

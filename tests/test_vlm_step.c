@@ -214,6 +214,16 @@ static void llava_lora_peaks(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* Qwen3-VL: its ViT, the merger and the deepstack mergers, whose features the first text
+ * layers add (R-VLM-53) */
+static void qwen3_vl_peaks(void **state)
+{
+    (void)state;
+    tally ty = family_peaks("qwen3_vl-");
+    assert_int_equal(ty.files, 42);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -223,6 +233,6 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks),
                                        cmocka_unit_test(gemma3_peaks), cmocka_unit_test(qwen2_5_vl_peaks),
-                                       cmocka_unit_test(llava_lora_peaks)};
+                                       cmocka_unit_test(llava_lora_peaks), cmocka_unit_test(qwen3_vl_peaks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,6 +42,8 @@ OUT = os.path.join(ROOT, "tests", "data", "vlm-counts.json")
 # file -> (class, the vision tower's module, the projector's modules)
 MODELS = {
     "qwen2.5-vl-7b.json": ("Qwen2_5_VLForConditionalGeneration", "model.visual", ("model.visual.merger",)),
+    "qwen3-vl-4b.json": ("Qwen3VLForConditionalGeneration", "model.visual",
+                         ("model.visual.merger", "model.visual.deepstack_merger_list")),
     "gemma-3-4b.json": ("Gemma3ForConditionalGeneration", "model.vision_tower", ("model.multi_modal_projector",)),
     "llama-3.2-11b-vision.json": ("MllamaForConditionalGeneration", "model.vision_model",
                                   ("model.multi_modal_projector",)),
@@ -101,6 +103,15 @@ def closed_form(name: str) -> dict:
         m = D * v["spatial_merge_size"] ** 2
         projector = D + (m * m + m) + (m * v["out_hidden_size"] + v["out_hidden_size"])  # ln_q, mlp
         text, head = text_model(t, "qwen2")
+    elif mt == "qwen3_vl":  # Conv3d patches with a bias, learned positions, LayerNorm blocks, GELU MLP
+        p, C, tp, I = v["patch_size"], v["in_channels"], v["temporal_patch_size"], v["intermediate_size"]
+        block = 4 * D + (D * 3 * D + 3 * D) + (D * D + D) + (D * I + I) + (I * D + D)
+        vision = C * tp * p * p * D + D + v["num_position_embeddings"] * D + v["depth"] * block
+        m, o = D * v["spatial_merge_size"] ** 2, v["out_hidden_size"]
+        mlp = (m * m + m) + (m * o + o)
+        projector = 2 * D + mlp + len(v["deepstack_visual_indexes"]) * (2 * m + mlp)  # merger, deepstack mergers
+        text, head = text_model(t, "qwen3")
+        head = 0 if conf.tie_word_embeddings else head
     elif mt == "mllama":  # tiles: gated positions per tile and aspect ratio; local + gated global layers
         p, C, I = v["patch_size"], v["num_channels"], v["intermediate_size"]
         n, tiles, ar = (v["image_size"] // p) ** 2 + 1, v["max_num_tiles"], len(v["supported_aspect_ratios"]) + 1

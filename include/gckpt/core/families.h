@@ -150,9 +150,9 @@ typedef struct gckpt_vlm_type {
      * layer (gckpt_model.image_masks), with which its text model's sliding layers are planned */
     bool features_cat, packed_tiles, image_masks;
     /* the vision tower's module under model.model (NULL: "vision_tower") and a part of it that
-     * trains with the projector when the tower is frozen (NULL: none): what gckpt-plan's
+     * trains with the projector when the tower is frozen, up to two (NULL: none): what gckpt-plan's
      * snippet freezes for --vision-tower frozen (FINDINGS R-VLM-12, R-VLM-22) */
-    const char *tower_module, *tower_trained_part;
+    const char *tower_module, *tower_trained_part[2];
     /* gckpt-run executes the walked step on the host backend (executor/interp_vlm.c) */
     bool host;
     /* LoRA with adapters on its text model is measured (tests/data/hf-vlm-peft, FINDINGS

@@ -206,7 +206,9 @@ uint64_t gckpt_vision_image_positions(const gckpt_vlm *v, uint64_t h, uint64_t w
  * head's parameters only: its graph goes before the text model runs), for the tower model `tower`
  * (gckpt_vision_tower_model) at precision p on target. CLIP and SigLIP towers, and Qwen2.5-VL's
  * (its Conv3d embedding with the window permutation and the rotary tables, one block, the
- * patch merger as the head; rows its patches); false with err for another. */
+ * patch merger as the head; rows its patches) and Qwen3-VL's (its Conv3d embedding with the
+ * interpolated learned positions, one LayerNorm / GELU block, the merger as the head); false
+ * with err for another. */
 bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
                                gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err);
 /* The same recipe as one step simulates it (core/vlm_step.c): its head is the projector on
@@ -216,6 +218,11 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
 bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
                                     gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
                                     gckpt_err *err);
+
+/* Qwen3-VL: the tower's recipe with one deepstack merger (Qwen3VLVisionPatchMerger with
+ * use_postshuffle_norm, on a block's output) as its head, in place of the merger. */
+bool gckpt_vision_deepstack_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                         gckpt_target target, gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err);
 
 /* The tower's attention score work (QK^T, PV) over its layers for one image of h x w pixels,
  * as a share of every layer attending over the whole image: Qwen2.5-VL's windowed blocks

@@ -4,6 +4,7 @@
 #define GCKPT_TESTS_JSON_FILE_H
 
 #include <dirent.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,25 @@ static inline void each_json_file(const char *dir, const char *prefix,
         each(path, e->d_name, user);
     }
     closedir(d);
+}
+
+/* A probe fixture's tensor list: the measured bytes of the non-parameter tensors in `list`
+ * whose module starts with prefix (a module path: "vision_tower.encoder.layers.1" takes
+ * neither layers.10 nor post_layernorm). */
+static inline uint64_t measured(const cJSON *list, const char *prefix)
+{
+    uint64_t sum = 0;
+    size_t n = strlen(prefix);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, list)
+    {
+        const cJSON *mod = at(t, "module");
+        if (cJSON_IsTrue(at(t, "param")) || !cJSON_IsString(mod)) continue;
+        const char *m = mod->valuestring;
+        if (n && (strncmp(m, prefix, n) || (m[n] && m[n] != '.'))) continue; /* "": every module */
+        sum += (uint64_t)at(t, "bytes")->valuedouble;
+    }
+    return sum;
 }
 
 #endif

@@ -40,24 +40,6 @@
 
 static gckpt_device g_dev;
 
-/* The measured bytes of the non-parameter tensors in `list` whose module starts with prefix
- * (a module path: "vision_tower.encoder.layers.1" takes neither layers.10 nor post_layernorm). */
-static uint64_t measured(const cJSON *list, const char *prefix)
-{
-    uint64_t sum = 0;
-    size_t n = strlen(prefix);
-    const cJSON *t;
-    cJSON_ArrayForEach(t, list)
-    {
-        const cJSON *mod = at(t, "module");
-        if (cJSON_IsTrue(at(t, "param")) || !cJSON_IsString(mod)) continue;
-        const char *m = mod->valuestring;
-        if (n && (strncmp(m, prefix, n) || (m[n] && m[n] != '.'))) continue; /* "": every module */
-        sum += (uint64_t)at(t, "bytes")->valuedouble;
-    }
-    return sum;
-}
-
 typedef struct {
     int files, layers_checked, plain_checked, frozen_plain_checked, deepstack_checked;
     uint64_t tail_bytes;

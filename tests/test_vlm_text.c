@@ -33,23 +33,6 @@
 
 static gckpt_device g_dev;
 
-/* The measured bytes of the non-parameter tensors in `list` under module path prefix. */
-static uint64_t measured(const cJSON *list, const char *prefix)
-{
-    uint64_t sum = 0;
-    size_t n = strlen(prefix);
-    const cJSON *t;
-    cJSON_ArrayForEach(t, list)
-    {
-        const cJSON *mod = at(t, "module");
-        if (cJSON_IsTrue(at(t, "param")) || !cJSON_IsString(mod)) continue;
-        const char *m = mod->valuestring;
-        if (strncmp(m, prefix, n) || (m[n] && m[n] != '.')) continue;
-        sum += (uint64_t)at(t, "bytes")->valuedouble;
-    }
-    return sum;
-}
-
 /* Bytes the block's ops save of tensors the embedding made (the rotary tables). */
 static uint64_t shared_saved(const gckpt_ctx *ctx, const gckpt_recipe *r)
 {

@@ -668,12 +668,6 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
      * it: the entry running is reported as interrupted and everything is freed. Code that
      * never reaches a safe point is cut off by the watchdog after GCKPT_STOP_GRACE_S. */
     rep.opts.stop = &stop_signal;
-    if (!launched) { /* one process: at once (the host estimate below takes a while; a signal in
-                      * it must not kill the run with its report's temporary left behind) */
-        if (!gckpt_watchdog_start(&rf, stop_grace))
-            fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
-        install_handlers();
-    }
     /* several ranks by the launcher's word: armed before MPI_Init; a launcher that does not
      * say how many ranks it started: after */
     bool ranks = launched && gckpt_comm_launch_world() > 1;
@@ -708,7 +702,7 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
     clock_gettime(CLOCK_MONOTONIC, &prog.start);
     rep.opts.on_step = on_step;
     rep.opts.on_step_ctx = &prog;
-    if (launched && !ranks && !gckpt_watchdog_start(&rf, stop_grace)) /* mpirun -np 1 */
+    if (!ranks && !gckpt_watchdog_start(&rf, stop_grace))
         fprintf(stderr, "gckpt-run: note: no watchdog thread; a stop request waits for the next safe point\n");
     install_handlers();
     int status = run_entries(be, &pf, sel, nsel, &rep, &rf, &prog, &write_failed);

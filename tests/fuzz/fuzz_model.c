@@ -19,8 +19,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    "a zero dimension was accepted");
         FUZZ_CHECK(m.heads % m.kv_heads == 0, "kv heads %llu do not divide heads %llu",
                    (unsigned long long)m.kv_heads, (unsigned long long)m.heads);
-        FUZZ_CHECK(m.family <= GCKPT_FAMILY_MOE, "family");
-        FUZZ_CHECK((m.family == GCKPT_FAMILY_MOE) == (m.experts > 0) &&
+        FUZZ_CHECK(m.family < GCKPT_NFAMILY, "family %d", (int)m.family);
+        /* experts: the mixture-of-experts families and DeepSeek's routed experts only */
+        bool routed = m.family == GCKPT_FAMILY_MOE || m.family == GCKPT_FAMILY_DEEPSEEK;
+        FUZZ_CHECK(routed == (m.experts > 0) &&
                        (!m.experts || (m.top_k >= 1 && m.top_k <= m.experts && m.expert_inter >= 1)),
                    "experts %llu, top-k %llu", (unsigned long long)m.experts, (unsigned long long)m.top_k);
         FUZZ_CHECK(memchr(m.model_type, 0, sizeof m.model_type) != NULL, "model_type unterminated");

@@ -2,6 +2,8 @@
 #include "gckpt/util/outpath.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -59,11 +61,20 @@ static bool one(const char *out, const char *const *ins, int nin, gckpt_err *err
         gckpt_seterr(err, "%s: cannot write: %s", out, strerror(errno));
         return false;
     }
-    /* the directory takes a new file: create the temporary a real write would, and remove it */
+    /* the directory takes a new file: create the temporary a real write would, and remove it,
+     * with SIGINT / SIGTERM held off meanwhile (this runs before a program's handlers exist: a
+     * signal between the two would kill it with the temporary left behind; held, it kills it
+     * right after the removal) */
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, &old);
     gckpt_afile f;
-    if (!gckpt_afile_open(&f, out, err)) return false;
-    gckpt_afile_abort(&f);
-    return true;
+    bool ok = gckpt_afile_open(&f, out, err);
+    if (ok) gckpt_afile_abort(&f);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return ok;
 }
 
 bool gckpt_outpath_check(const char *const *outs, int nout, const char *const *ins, int nin, gckpt_err *err)

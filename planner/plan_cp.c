@@ -62,12 +62,19 @@ bool gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_resul
     gckpt_setting s = gckpt_plan_setting(p, e->micro_batch, e->grad_accum);
     s.every_n = e->every_n;
     s.offload = e->offload;
-    /* rank 0 (a partial-merge rank when the split is balanced, R-CP-7): its walked step plus CP's
-     * buffers, or a ring attention call (gckpt_cp_peak) */
+    /* the busiest CP rank: each rank's walked step plus CP's buffers, or a ring attention call
+     * (gckpt_cp_peak). The ranks differ: balanced, every rank but the last keeps o_proj's input
+     * per plain layer (R-CP-7); contiguous, rank r's ring runs r + 1 of the C blocks */
     gckpt_ctx *c = malloc(sizeof *c);
     bool ok = c && gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, err);
-    if (ok && !(ok = gckpt_cp_peak(c, p->req.seq, p->req.cp, 0, GCKPT_CP_ALLGATHER, elem(p), elem(p), r)))
-        gckpt_seterr(err, "out of memory walking the CP step");
+    gckpt_result base = *r, one;
+    for (uint32_t k = 0; ok && k < p->req.cp; k++) {
+        one = base;
+        if (!(ok = gckpt_cp_peak(c, p->req.seq, p->req.cp, k, GCKPT_CP_ALLGATHER, elem(p), elem(p), &one)))
+            gckpt_seterr(err, "out of memory walking the CP step");
+        else if (!k || one.peak_bytes > r->peak_bytes)
+            *r = one;
+    }
     if (!c) gckpt_seterr(err, "out of memory");
     free(c);
     if (!ok) return false;
@@ -97,8 +104,8 @@ void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f)
     snprintf(units, sizeof units, "%g times", gckpt_cp_attention_units(S, p->req.cp, &calls));
     fprintf(f, "context parallelism %llu x dp_shard %u over %u GPUs (accelerate's ParallelismConfig(dp_shard_size=%u, "
                "cp_size=%llu), FSDP2 over all of them): every rank of a CP group sees the same batch and computes %llu "
-               "of its %llu tokens (%s split), K/V exchanged by torch's ring attention (allgather); memory is rank "
-               "0's: FSDP2's at seq %llu plus CP's buffers (the Trainer's split inputs, per-row rotary tables, %s); time "
+               "of its %llu tokens (%s split), K/V exchanged by torch's ring attention (allgather); memory is the "
+               "busiest CP rank's: FSDP2's at seq %llu plus CP's buffers (the Trainer's split inputs, per-row rotary tables, %s); time "
                "the busiest rank's: FSDP2's at that seq with its attention %s one GPU's (one SDPA call per K/V block), "
                "the ring's exchanges none hidden; tok/s per GPU (FINDINGS R-CP-1..12)\n",
             (unsigned long long)C, cp_shard(p), gckpt_layout_world(&p->req.layout), cp_shard(p), (unsigned long long)C,
@@ -138,7 +145,7 @@ void gckpt_plan_cp_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(o, "local_seq", (double)(p->req.seq / p->req.cp));
     cJSON_AddBoolToObject(o, "load_balanced", gckpt_cp_balanced(p->req.seq, p->req.cp));
     cJSON_AddStringToObject(o, "cp_comm_strategy", "allgather");
-    cJSON_AddStringToObject(o, "planned", "rank 0: FSDP2 over dp_shard x cp at seq / cp, plus the CP buffers of "
+    cJSON_AddStringToObject(o, "planned", "the busiest CP rank: FSDP2 over dp_shard x cp at seq / cp, plus the CP buffers of "
                                           "gckpt_cp_step_extra (FINDINGS R-CP-11); time: the busiest rank's, its "
                                           "attention gckpt_cp_attention_units times one GPU's at seq / cp (R-CP-12); "
                                           "the ring's K/V and dK/dV exchanges at intra_node_bus_bytes_per_s, none "

@@ -286,6 +286,45 @@ static void llava_tower_plans(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* tests/data/vlm-trainer-towers.json (tools/hf_probe/vlm_trainer_towers.py): the snippet run
+ * with the Trainer for a step. Its per-layer code with gradient_checkpointing=False leaves
+ * the planned layers checkpointed after train(); turned True (every_n_layers 2), the
+ * Trainer's own call redoes every_n over both towers (FINDINGS R-VLM-71). */
+static bool same_list(const cJSON *a, const uint64_t *l, size_t n)
+{
+    if ((size_t)cJSON_GetArraySize(a) != n) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((uint64_t)cJSON_GetArrayItem(a, (int)i)->valuedouble != l[i]) return false;
+    return true;
+}
+
+static void trainer_keeps_flags(void **state)
+{
+    (void)state;
+    cJSON *j = read_json(GCKPT_TEST_DATA "/vlm-trainer-towers.json");
+    const cJSON *c;
+    const uint64_t towers[2] = {3, 4}; /* vlm_cases.py's llava: 3 CLIP blocks, 4 Llama layers */
+    static const char *const names[2] = {"vision", "text"};
+    int n = 0;
+    cJSON_ArrayForEach(c, at(j, "cases"))
+    {
+        bool trainer_gc = cJSON_IsTrue(at(c, "trainer_gradient_checkpointing"));
+        uint8_t which = (uint8_t)gckpt_ckpt_towers_from(at(c, "checkpoint_towers")->valuestring);
+        for (size_t t = 0; t < 2; t++) {
+            uint64_t l[8];
+            size_t k = gckpt_tower_checkpointed(2, trainer_gc ? GCKPT_CKPT_TOWERS_ALL : which, towers, t, l, 8);
+            if (!same_list(at(at(c, "after_train"), names[t]), l, k))
+                fail_msg("%s%s: %s layers after train() are not the rule's", at(c, "checkpoint_towers")->valuestring,
+                         trainer_gc ? " (Trainer's checkpointing on)" : "", names[t]);
+            if (!trainer_gc && !same_list(at(at(c, "planned"), names[t]), l, k))
+                fail_msg("%s: the plan's %s layers are not the rule's", at(c, "checkpoint_towers")->valuestring, names[t]);
+        }
+        n++;
+    }
+    assert_int_equal(n, 4);
+    cJSON_Delete(j);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -298,6 +337,6 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans),
                                        cmocka_unit_test(gemma3_plans), cmocka_unit_test(qwen2_5_vl_plans),
                                        cmocka_unit_test(llava_lora_plans), cmocka_unit_test(qwen3_vl_plans),
-                                       cmocka_unit_test(llava_tower_plans)};
+                                       cmocka_unit_test(llava_tower_plans), cmocka_unit_test(trainer_keeps_flags)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

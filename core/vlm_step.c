@@ -468,9 +468,6 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
                                                                                                 : GCKPT_LT_FULL) -
                                            1));
     vst.modes = p->vmodes;
-    /* checkpointing on (the tower's embedding hooked) though vision block 0 may be plain
-     * (--checkpoint-towers text); a graphless tower's blocks run as plain ones */
-    vst.ckpt_on = s->every_n != 0 && p->vr.t[p->vr.embed_out].requires_grad;
     vst.live_layers = info->vision_live;
     builder b = {.tc = &p->tc, .vc = &p->vc, .tst = &tst, .vst = &vst, .ok = true};
     b.out = &p->sched;

@@ -400,17 +400,18 @@ def cases() -> list[dict]:
     return out
 
 
-# --checkpoint-towers text | vision (tests/data/hf-vlm-towers): llava's tower trained, the
-# per-layer code gckpt-plan prints run as printed (per_layer_code)
+# --checkpoint-towers text | vision (tests/data/hf-vlm-towers): llava, the tower trained (and
+# frozen in four), the per-layer code gckpt-plan prints run as printed (per_layer_code)
 TOWER_CKPT = [(1, False), (2, False), (2, True), (3, False)]
 
 
 def tower_cases() -> list[dict]:
     out = []
-    for prec in ("fp32", "amp-bf16-cudalists"):
-        for n, off in TOWER_CKPT:
-            for choice in ("text", "vision"):
-                name = f"llava-{prec}-sdpa-n{n}-{'offload' if off else 'plain'}-vistrained-b{B}s{SEQ}-ckpt{choice}"
-                out.append(dict(name=name, variant="llava", family="llava", precision=prec, attention="sdpa",
-                                every_n=n, offload=off, vision="trained", b=B, s=SEQ, checkpoint_towers=choice))
+    grid = [(p, n, off, "trained") for p in ("fp32", "amp-bf16-cudalists") for n, off in TOWER_CKPT]
+    grid += [("fp32", 1, False, "frozen"), ("fp32", 2, True, "frozen")]  # the frozen tower, hooked, its blocks plain
+    for prec, n, off, vis in grid:
+        for choice in ("text", "vision"):
+            name = f"llava-{prec}-sdpa-n{n}-{'offload' if off else 'plain'}-vis{vis}-b{B}s{SEQ}-ckpt{choice}"
+            out.append(dict(name=name, variant="llava", family="llava", precision=prec, attention="sdpa",
+                            every_n=n, offload=off, vision=vis, b=B, s=SEQ, checkpoint_towers=choice))
     return out

@@ -133,10 +133,11 @@ static bool u64_or_null(plan_reader *r, const cJSON *o, const char *path, uint64
 
 /* ---- inputs ------------------------------------------------------------------------- */
 
-/* The GradientCheckpointingLayers every_n_layers counts: a VLM's both towers (core/towers.h). */
+/* The GradientCheckpointingLayers every_n_layers counts: a VLM's both towers, or the one
+ * inputs.vision.checkpoint_towers names (core/towers.h). */
 static uint64_t ckpt_layers(const gckpt_plan_file *pf)
 {
-    return pf->vlm ? pf->towers[0] + pf->towers[1] : pf->model.layers;
+    return pf->vlm ? gckpt_towers_counted(pf->ckpt_towers, pf->towers) : pf->model.layers;
 }
 
 /* The first number in o (depth first) that is not finite (1e999 parses as infinity), or
@@ -210,6 +211,12 @@ static bool read_vision(plan_reader *r, const cJSON *in, const gckpt_vlm *v, gck
         !choice(r, o, "inputs.vision.vision_tower", towers, 2, &tower))
         return false;
     pf->vlm_tower_trained = tower == 0;
+    /* which towers every_n covers (absent: all, the plans written before the option) */
+    if (child(o, "inputs.vision.checkpoint_towers")) {
+        if (!choice(r, o, "inputs.vision.checkpoint_towers", gckpt_ckpt_towers_names, GCKPT_NCKPT_TOWERS, &tower))
+            return false;
+        pf->ckpt_towers = (uint8_t)tower;
+    }
     if (strcmp(type, v->model_type))
         return fail(r, "field 'inputs.vision.model_type' = \"%s\" contradicts inputs.model.config (\"%s\")", type,
                     v->model_type);
@@ -729,14 +736,14 @@ static bool read_layers(plan_reader *r, const cJSON *e, const char *p, const gck
     if (!cl) return false;
     const uint64_t L = tower < 0 ? pf->model.layers : pf->towers[tower];
     uint64_t want = tower < 0 ? gckpt_checkpointed_count(every_n, L)
-                              : gckpt_tower_checkpointed(every_n, pf->towers, (size_t)tower, NULL, 0);
+                              : gckpt_tower_checkpointed(every_n, pf->ckpt_towers, pf->towers, (size_t)tower, NULL, 0);
     if ((uint64_t)cJSON_GetArraySize(cl) != want)
         return fail(r, "field '%s' has %d layers, every_n_layers = %u checkpoints %llu of %llu", p,
                     cJSON_GetArraySize(cl), every_n, (unsigned long long)want, (unsigned long long)L);
     uint64_t *layers = malloc(sizeof *layers * (want ? want : 1)), v = 0;
     if (!layers) return fail(r, "out of memory");
     if (tower < 0) gckpt_checkpointed_layers(every_n, L, layers, want);
-    else gckpt_tower_checkpointed(every_n, pf->towers, (size_t)tower, layers, want);
+    else gckpt_tower_checkpointed(every_n, pf->ckpt_towers, pf->towers, (size_t)tower, layers, want);
     const cJSON *it;
     uint64_t k = 0;
     bool ok = true;
@@ -987,6 +994,7 @@ gckpt_setting gckpt_plan_file_setting(const gckpt_plan_file *pf, size_t i)
                        .liger_off = pf->liger_off,
                        .every_n = e->every_n,
                        .offload = e->offload,
+                       .ckpt_towers = pf->ckpt_towers,
                        .peft = pf->peft,
                        .layout = pf->layout};
     if (pf->cp) { /* CP: the rank's S / C tokens (planner/plan.c gckpt_plan_setting) */

@@ -37,7 +37,7 @@
 /* One tower's layer modes from the module-order rule (R-VLM-1), offload on checkpointed ones. */
 static size_t tower_modes(const gckpt_setting *s, const uint64_t towers[2], size_t t, uint8_t *modes, uint64_t *ckpt)
 {
-    size_t n = gckpt_tower_checkpointed(s->every_n, towers, t, ckpt, GCKPT_MAX_LAYERS);
+    size_t n = gckpt_tower_checkpointed(s->every_n, s->ckpt_towers, towers, t, ckpt, GCKPT_MAX_LAYERS);
     memset(modes, GCKPT_LAYER_PLAIN, towers[t]);
     for (size_t i = 0; i < n && i < GCKPT_MAX_LAYERS; i++)
         modes[ckpt[i]] = (uint8_t)(s->offload ? GCKPT_LAYER_CKPT_OFFLOAD : GCKPT_LAYER_CKPT);

@@ -7,6 +7,7 @@
 
 #include "gckpt/core/fused_loss.h"
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/towers.h"
 #include "gckpt/core/tp.h"
 #include "gckpt/util/safe_text.h"
 
@@ -112,12 +113,13 @@ const char *gckpt_plan_attn_impl(const gckpt_plan *p)
                                : gckpt_attention_names[gckpt_attention_run(&p->model, p->req.attention)];
 }
 
-/* The layers every_n_layers counts: a VLM's vision blocks and text layers (R-VLM-1). */
+/* The layers every_n_layers counts: a VLM's vision blocks and text layers (R-VLM-1), or the
+ * tower --checkpoint-towers chooses. */
 static uint64_t sweep_layers(const gckpt_plan *p)
 {
     uint64_t t[2] = {0, p->model.layers};
     if (p->vlm) gckpt_vlm_towers(p->vlm, t);
-    return t[0] + t[1];
+    return gckpt_towers_counted(p->req.checkpoint_towers, t);
 }
 
 /* The every_n values to sweep (default: off and 1..L) into p->req.every_n. */
@@ -181,7 +183,8 @@ gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint
     return (gckpt_setting){.seq = p->req.cp ? p->req.seq / p->req.cp : p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
                            .precision = p->req.precision, .optimizer = p->req.optimizer,
                            .attention = p->req.attention, .code_base = (uint8_t)p->req.code_base, .loss = (uint8_t)p->req.loss,
-                           .liger_off = p->req.liger_off, .peft = p->req.peft, .layout = l};
+                           .liger_off = p->req.liger_off, .peft = p->req.peft, .layout = l,
+                           .ckpt_towers = p->req.checkpoint_towers};
 }
 
 /* A micro-batch with its accumulation steps. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gckpt/core/towers.h"
 #include "gckpt/planner/cli_names.h"
 #include "gckpt/planner/ds_config.h"
 #include "gckpt/planner/hub.h"
@@ -34,7 +35,8 @@ const gckpt_plan_option gckpt_plan_options[] = {
     {"dp-shard", true, GCKPT_OPT_DP_SHARD}, {"tp", true, GCKPT_OPT_TP}, {"cp", true, GCKPT_OPT_CP},
     {"parallelism-config", true, GCKPT_OPT_PC}, {"liger-kernels", true, GCKPT_OPT_LIGER_KERNELS},
     {"images", true, GCKPT_OPT_IMAGES}, {"image-size", true, GCKPT_OPT_IMAGE_SIZE},
-    {"vision-tower", true, GCKPT_OPT_VISION_TOWER}, {NULL, false, 0}};
+    {"vision-tower", true, GCKPT_OPT_VISION_TOWER}, {"checkpoint-towers", true, GCKPT_OPT_CKPT_TOWERS},
+    {NULL, false, 0}};
 
 const gckpt_plan_option *gckpt_plan_option_find(const char *name)
 {
@@ -478,6 +480,11 @@ static int parse_image_option(int c, const char *arg, gckpt_plan_args *a)
     } else if (c == GCKPT_OPT_IMAGE_SIZE) {
         gckpt_err e;
         if (!gckpt_parse_image_size("--image-size", arg, &req->image_h, &req->image_w, &e)) return bad(a, "%s%s", e.msg, "");
+    } else if (c == GCKPT_OPT_CKPT_TOWERS) {
+        int v = gckpt_ckpt_towers_from(arg);
+        if (v < 0) return bad(a, "--checkpoint-towers: unknown '%s' (all, text, vision)%s", arg, "");
+        req->checkpoint_towers = (uint8_t)v;
+        req->checkpoint_towers_given = true;
     } else if (!strcmp(arg, "trained")) {
         req->vision_tower = GCKPT_VISION_TRAINED;
     } else if (!strcmp(arg, "frozen")) {
@@ -531,7 +538,8 @@ int gckpt_plan_args_set(gckpt_plan_args *a, const gckpt_plan_option *o, const ch
         a->mesh_opt[o->code - GCKPT_OPT_DP_REPLICATE] = arg;
         return 0;
     case GCKPT_OPT_PC: a->pc_path = arg; return 0;
-    case GCKPT_OPT_IMAGES: case GCKPT_OPT_IMAGE_SIZE: case GCKPT_OPT_VISION_TOWER: return parse_image_option(o->code, arg, a);
+    case GCKPT_OPT_IMAGES: case GCKPT_OPT_IMAGE_SIZE: case GCKPT_OPT_VISION_TOWER: case GCKPT_OPT_CKPT_TOWERS:
+        return parse_image_option(o->code, arg, a);
     default: /* GCKPT_OPT_METHOD .. GCKPT_OPT_QSTORE */
         a->peft_opt[o->code - GCKPT_OPT_METHOD] = arg;
         return 0;

@@ -70,7 +70,7 @@ static cJSON *entry_json(const gckpt_plan *p, size_t idx, bool timeline)
     cJSON_AddBoolToObject(o, "fits", e->fits);
     num(o, "headroom_bytes", (double)p->usable_bytes - (double)r->device_peak_bytes);
     cJSON_AddBoolToObject(o, "pareto", e->pareto);
-    gckpt_plan_training_args_entry(e, cJSON_AddObjectToObject(o, "training_arguments"), 0);
+    gckpt_plan_training_args_entry(p, e, cJSON_AddObjectToObject(o, "training_arguments"), 0);
     if (timeline) {
         enum { MAXP = 1000 };
         double *ts = malloc(sizeof *ts * MAXP), *bs = malloc(sizeof *bs * MAXP);

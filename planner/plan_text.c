@@ -25,7 +25,7 @@ void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all)
     gckpt_result none = {0};
     bool ranged = gckpt_plan_step_range(p, &none, &lo, &hi); /* a column of step-time ranges */
     fprintf(f, "%-3s %-7s %-7s %4s %4s %5s %10s %11s %9s %8s%s%s %9s %5s %-4s  %s\n", "", "every_n",
-            "offload", "mb", "ga", "ckpt", "alloc GiB", "device GiB", "host GiB", "step s", ranged ? " " : "",
+            "offload", "mb", "ga", p->vlm ? "V+T" : "ckpt", "alloc GiB", "device GiB", "host GiB", "step s", ranged ? " " : "",
             ranged ? "    p10-p90 s" : "", "tok/s", "MFU", "fits", "peak at");
     size_t shown = 0;
     for (size_t i = 0; i < p->n; i++) {
@@ -43,11 +43,12 @@ void gckpt_plan_print_table(const gckpt_plan *p, FILE *f, bool all)
             snprintf(x, sizeof x, "%.3f-%.3f", lo, hi);
             snprintf(rg, sizeof rg, " %13s", x);
         }
-        fprintf(f, "%-3s %-7s %-7s %4llu %4llu %5llu %10s %11s %9s %8.3f%s %9.0f %5.2f %-4s  %s\n", mark,
+        char ck[32];
+        if (p->vlm) gckpt_plan_vlm_checkpointed(p, e->every_n, ck, sizeof ck);
+        else snprintf(ck, sizeof ck, "%llu", (unsigned long long)gckpt_checkpointed_count(e->every_n, p->model.layers));
+        fprintf(f, "%-3s %-7s %-7s %4llu %4llu %5s %10s %11s %9s %8.3f%s %9.0f %5.2f %-4s  %s\n", mark,
                 en, e->every_n ? (e->offload ? "on" : "off") : "-", (unsigned long long)e->micro_batch,
-                (unsigned long long)e->grad_accum,
-                (unsigned long long)(p->vlm ? gckpt_plan_vlm_checkpointed(p, e->every_n)
-                                            : gckpt_checkpointed_count(e->every_n, p->model.layers)),
+                (unsigned long long)e->grad_accum, ck,
                 gib(r->peak_bytes, a, sizeof a), gib(r->device_peak_bytes, b, sizeof b),
                 gib(r->host_pinned_bytes, c, sizeof c), r->step_s, rg, r->tokens_per_s, r->mfu,
                 e->fits ? "yes" : "no", where);
@@ -136,15 +137,18 @@ void gckpt_plan_training_args_common(const gckpt_plan *p, cJSON *o)
     gckpt_plan_cp_args(p, o);
 }
 
-void gckpt_plan_training_args_entry(const gckpt_entry *e, cJSON *o, int part)
+void gckpt_plan_training_args_entry(const gckpt_plan *p, const gckpt_entry *e, cJSON *o, int part)
 {
     if (part != 2) {
         cJSON_AddNumberToObject(o, "per_device_train_batch_size", (double)e->micro_batch);
         cJSON_AddNumberToObject(o, "gradient_accumulation_steps", (double)e->grad_accum);
     }
     if (part == 1) return;
-    cJSON_AddBoolToObject(o, "gradient_checkpointing", e->every_n != 0);
-    if (e->every_n) {
+    /* per-layer code enables checkpointing on the model: the Trainer's would redo every_n
+     * over both towers (FINDINGS R-VLM-71) */
+    bool per_layer = gckpt_plan_vlm_per_layer(p, e);
+    cJSON_AddBoolToObject(o, "gradient_checkpointing", e->every_n != 0 && !per_layer);
+    if (e->every_n && !per_layer) {
         cJSON *k = cJSON_AddObjectToObject(o, "gradient_checkpointing_kwargs");
         cJSON_AddNumberToObject(k, "every_n_layers", e->every_n);
         cJSON_AddBoolToObject(k, "offload", e->offload);
@@ -155,9 +159,9 @@ cJSON *gckpt_plan_training_args(const gckpt_plan *p, const gckpt_entry *e)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
-    gckpt_plan_training_args_entry(e, o, 1);
+    gckpt_plan_training_args_entry(p, e, o, 1);
     gckpt_plan_training_args_common(p, o);
-    gckpt_plan_training_args_entry(e, o, 2);
+    gckpt_plan_training_args_entry(p, e, o, 2);
     return o;
 }
 
@@ -214,13 +218,16 @@ void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f
     if (p->req.layout.dp_replicate || p->req.tp || p->req.cp) /* TrainingArguments(parallelism_config=...): accelerate >= 1.12 with transformers 5 */
         fprintf(f, "from accelerate import ParallelismConfig\n");
     if (p->req.tp) fprintf(f, "from transformers.distributed import DistributedConfig\n");
-    fprintf(f, "from transformers import %s, %s%sTrainer, TrainingArguments\n\n", gckpt_plan_model_class(p),
+    fprintf(f, "from transformers import %s, %s%sTrainer, TrainingArguments\n", gckpt_plan_model_class(p),
             qlora ? "BitsAndBytesConfig, " : "", p->model.mxfp4_checkpoint && !peft ? "Mxfp4Config, " : "");
+    if (gckpt_plan_vlm_per_layer(p, e)) fprintf(f, "from transformers.modeling_layers import GradientCheckpointingLayer\n");
+    fprintf(f, "\n");
     if (peft) {
         gckpt_plan_print_peft_model(p, f);
         gckpt_plan_parallel_peft_notes(p, f);
     } else
         print_model_line(p, f);
+    gckpt_plan_vlm_per_layer_code(p, e, f);
     fprintf(f, "args = TrainingArguments(\n    ...,\n");
     cJSON *args = gckpt_plan_training_args(p, e);
     for (const cJSON *a = args ? args->child : NULL; a; a = a->next) {
@@ -247,7 +254,7 @@ void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f
                    "trainer = Trainer(model=model, args=args, optimizers=(sgd, None), ...)\n");
     else
         fprintf(f, "trainer = Trainer(model=model, args=args, ...)\n");
-    if (e->every_n)
+    if (e->every_n && !gckpt_plan_vlm_per_layer(p, e))
         fprintf(f, "# transformers >= 5.24 also calls these activation_checkpointing(_kwargs); the\n"
                    "# gradient_checkpointing names keep working until v6\n"
                    "# or, without the Trainer (keyword arguments, not gradient_checkpointing_kwargs):\n"

@@ -33,14 +33,15 @@ static bool oom(gckpt_err *err)
 bool gckpt_plan_vlm_options_ok(const gckpt_plan *p, gckpt_err *err)
 {
     const gckpt_plan_request *q = &p->req;
-    if (p->vlm || !(q->images || q->image_h || q->vision_tower)) return true;
+    if (p->vlm || !(q->images || q->image_h || q->vision_tower || q->checkpoint_towers_given)) return true;
     char planned[160] = "";
     for (const gckpt_vlm_type *t = gckpt_vlm_types; t->name; t++)
         if (t->walked)
             snprintf(planned + strlen(planned), sizeof planned - strlen(planned), "%s%s", planned[0] ? ", " : "",
                      t->family);
     gckpt_seterr(err, "--%s: model_type \"%s\" (%s) is no vision-language model (%s)",
-                 q->images ? "images" : q->image_h ? "image-size" : "vision-tower", p->model.model_type,
+                 q->images ? "images" : q->image_h ? "image-size" : q->vision_tower ? "vision-tower" : "checkpoint-towers",
+                 p->model.model_type,
                  p->model.name, planned);
     return false;
 }
@@ -82,6 +83,20 @@ bool gckpt_plan_vlm_load(gckpt_plan *p, const char *path, const char *text, gckp
         return false;
     }
     im->tower_trained = !peft && q->vision_tower != GCKPT_VISION_FROZEN;
+    /* per-layer flags under LoRA (a PeftModel's modules) are not measured; a tower without
+     * GradientCheckpointingLayer blocks has nothing to checkpoint */
+    uint64_t towers[2];
+    gckpt_vlm_towers(p->vlm, towers);
+    if (q->checkpoint_towers != GCKPT_CKPT_TOWERS_ALL && peft) {
+        gckpt_seterr(err, "--checkpoint-towers %s with --method %s: per-layer checkpointing under peft is not measured "
+                          "(all is)", gckpt_ckpt_towers_names[q->checkpoint_towers], gckpt_method_names[q->peft.method]);
+        return false;
+    }
+    if (!gckpt_towers_counted(q->checkpoint_towers, towers)) {
+        gckpt_seterr(err, "--checkpoint-towers %s: model_type \"%s\" has no GradientCheckpointingLayer in that tower",
+                     gckpt_ckpt_towers_names[q->checkpoint_towers], p->vlm->model_type);
+        return false;
+    }
     im->pixel_dtype = q->pixel_dtype;
     im->h = h;
     im->w = w;
@@ -183,7 +198,13 @@ void gckpt_plan_vlm_header(const gckpt_plan *p, FILE *f)
     print_layers(in->vision_ckpt, in->nvision_ckpt, f);
     fprintf(f, "; text layers ");
     print_layers(in->text_ckpt, in->ntext_ckpt, f);
-    fprintf(f, " (every_n_layers counts the vision blocks first)\n");
+    if (p->req.checkpoint_towers == GCKPT_CKPT_TOWERS_ALL)
+        fprintf(f, " (every_n_layers counts the vision blocks first)\n");
+    else
+        fprintf(f, " (--checkpoint-towers %s: every_n counted from the %s's layer 0, the other's layers plain%s)\n",
+                gckpt_ckpt_towers_names[p->req.checkpoint_towers],
+                p->req.checkpoint_towers == GCKPT_CKPT_TOWERS_TEXT ? "text model" : "vision tower",
+                gckpt_plan_vlm_per_layer(p, &p->entries[i]) ? "; per-layer code below" : "");
 }
 
 void gckpt_plan_vlm_json(const gckpt_plan *p, cJSON *inputs)
@@ -199,6 +220,7 @@ void gckpt_plan_vlm_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(o, "tokens_per_image", (double)p->images->tokens);
     cJSON_AddStringToObject(o, "vision_tower", p->images->tower_trained ? "trained" : "frozen");
     cJSON_AddNumberToObject(o, "vision_layers", (double)p->vlm_info->vision_layers);
+    cJSON_AddStringToObject(o, "checkpoint_towers", gckpt_ckpt_towers_names[p->req.checkpoint_towers]);
 }
 
 void gckpt_plan_vlm_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *text, cJSON *entry)
@@ -207,7 +229,8 @@ void gckpt_plan_vlm_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON 
     gckpt_vlm_towers(p->vlm, towers);
     cJSON *vision = cJSON_AddArrayToObject(entry, "vision_checkpointed_layers");
     for (size_t t = 0; t < 2; t++) {
-        size_t n = l ? gckpt_tower_checkpointed(e->every_n, towers, t, l, GCKPT_MAX_LAYERS) : 0;
+        size_t n = l ? gckpt_tower_checkpointed(e->every_n, p->req.checkpoint_towers, towers, t, l, GCKPT_MAX_LAYERS)
+                     : 0;
         for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(t ? text : vision, cJSON_CreateNumber((double)l[i]));
     }
     free(l);
@@ -221,9 +244,53 @@ uint64_t gckpt_plan_vlm_params(const gckpt_plan *p)
            gckpt_vision_projector_params(p->vlm).params + gckpt_vlm_text_extra(p->vlm).params;
 }
 
-uint64_t gckpt_plan_vlm_checkpointed(const gckpt_plan *p, uint32_t every_n)
+const char *gckpt_plan_vlm_checkpointed(const gckpt_plan *p, uint32_t every_n, char *buf, size_t n)
 {
     uint64_t towers[2];
     gckpt_vlm_towers(p->vlm, towers);
-    return gckpt_tower_checkpointed(every_n, towers, 0, NULL, 0) + gckpt_tower_checkpointed(every_n, towers, 1, NULL, 0);
+    snprintf(buf, n, "%zu+%zu", gckpt_tower_checkpointed(every_n, p->req.checkpoint_towers, towers, 0, NULL, 0),
+             gckpt_tower_checkpointed(every_n, p->req.checkpoint_towers, towers, 1, NULL, 0));
+    return buf;
+}
+
+bool gckpt_plan_vlm_per_layer(const gckpt_plan *p, const gckpt_entry *e)
+{
+    if (!p->vlm || !e->every_n || p->req.checkpoint_towers == GCKPT_CKPT_TOWERS_ALL) return false;
+    /* per-layer code only where every_n_layers alone checkpoints other layers */
+    uint64_t towers[2], *a = malloc(2 * sizeof *a * GCKPT_MAX_LAYERS), *b = a ? a + GCKPT_MAX_LAYERS : NULL;
+    bool differ = !a;
+    gckpt_vlm_towers(p->vlm, towers);
+    for (size_t t = 0; t < 2 && !differ; t++) {
+        size_t n = gckpt_tower_checkpointed(e->every_n, p->req.checkpoint_towers, towers, t, a, GCKPT_MAX_LAYERS);
+        differ = n != gckpt_tower_checkpointed(e->every_n, GCKPT_CKPT_TOWERS_ALL, towers, t, b, GCKPT_MAX_LAYERS) ||
+                 memcmp(a, b, sizeof *a * (n < GCKPT_MAX_LAYERS ? n : GCKPT_MAX_LAYERS)) != 0;
+    }
+    free(a);
+    return differ;
+}
+
+void gckpt_plan_vlm_per_layer_code(const gckpt_plan *p, const gckpt_entry *e, FILE *f)
+{
+    if (!gckpt_plan_vlm_per_layer(p, e)) return;
+    const gckpt_vlm_type *row = gckpt_vlm_type_of(p->vlm->model_type);
+    const char *tower = row && row->tower_module ? row->tower_module : "vision_tower";
+    static const char *const names[2] = {"vision", "text"};
+    size_t chosen = p->req.checkpoint_towers == GCKPT_CKPT_TOWERS_TEXT ? 1 : 0;
+    /* tools/hf_probe/vlm_cases.py per_layer_code runs these lines as printed (FINDINGS R-VLM-70..72) */
+    fprintf(f, "# --checkpoint-towers %s: every_n_layers=%u counted from the %s's layer 0, the other tower's\n"
+               "# layers plain (every_n_layers alone counts the vision blocks first). Enabled here, once,\n"
+               "# before the Trainer; its gradient_checkpointing stays False (True re-runs every_n_layers\n"
+               "# over both towers, resetting these flags)\n"
+               "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False}, "
+               "offload=%s)\n"
+               "layers = [(name, m) for name, m in model.named_modules() if isinstance(m, GradientCheckpointingLayer)]\n"
+               "vision = [m for name, m in layers if \"%s\" in name.split(\".\")]\n"
+               "text = [m for name, m in layers if \"%s\" not in name.split(\".\")]\n",
+            gckpt_ckpt_towers_names[p->req.checkpoint_towers], e->every_n,
+            chosen ? "text model" : "vision tower", e->offload ? "True" : "False", tower, tower);
+    for (size_t t = 0; t < 2; t++) {
+        fprintf(f, "for i, m in enumerate(%s):\n    m.gradient_checkpointing = ", names[t]);
+        if (t == chosen) fprintf(f, "i %% %u == 0\n", e->every_n);
+        else fprintf(f, "False\n");
+    }
 }

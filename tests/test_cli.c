@@ -149,6 +149,18 @@ static void bad_inputs(void **state)
                               "out.json"), "--image-size: '0x336' is not an image size HxW"},
         {"vision tower", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--vision-tower", "half", "-o",
                            "out.json"), "--vision-tower: unknown 'half' (trained, frozen)"},
+        {"checkpoint towers", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--checkpoint-towers", "both",
+                                "-o", "out.json"), "--checkpoint-towers: unknown 'both' (all, text, vision)"},
+        {"checkpoint towers on a text model", A("--model", "gpt2", "--checkpoint-towers", "text", "-o", "out.json"),
+         "--checkpoint-towers: model_type \"gpt2\" (gpt2) is no vision-language model"},
+        {"checkpoint towers all on a text model", A("--model", "gpt2", "--checkpoint-towers", "all", "-o", "out.json"),
+         "--checkpoint-towers: model_type \"gpt2\" (gpt2) is no vision-language model"},
+        {"checkpoint towers with LoRA", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024",
+                                          "--method", "lora", "--checkpoint-towers", "text", "-o", "out.json"),
+         "--checkpoint-towers text with --method lora: per-layer checkpointing under peft is not measured (all is)"},
+        {"checkpoint towers every-n", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--checkpoint-towers",
+                                        "text", "--every-n", "33", "-o", "out.json"),
+         "--every-n: 33 exceeds the model's 32 layers"},
         {"images on a text model", A("--model", "gpt2", "--images", "2", "-o", "out.json"),
          "--images: model_type \"gpt2\" (gpt2) is no vision-language model"},
         {"vision tower on a text model", A("--model", "gpt2", "--vision-tower", "frozen", "-o", "out.json"),
@@ -435,6 +447,26 @@ static void good_runs(void **state)
                                     "text tokens per sample; vision tower frozen (24 layers, 23 reach the projector)"));
     assert_non_null(strstr(cli_out, "model = AutoModelForImageTextToText.from_pretrained("));
     assert_non_null(strstr(cli_out, "model.model.vision_tower.requires_grad_(False)"));
+    /* --checkpoint-towers text: every_n from text layer 0, the tower plain; the table's V+T
+     * cell, the per-layer code and the Trainer's checkpointing off, in the JSON too */
+    assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--every-n", "2",
+                           "--offload", "off", "--checkpoint-towers", "text", "--budget", "200GiB", "-o", "towers.json"),
+                         err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "checkpointed vision layers none; text layers 0,2,4,6,8,10,12,14,16,18,20,22,... "
+                                    "(16 layers) (--checkpoint-towers text"));
+    assert_non_null(strstr(cli_out, " 0+16 "));
+    assert_non_null(strstr(cli_out, "    m.gradient_checkpointing = i % 2 == 0\n"));
+    assert_non_null(strstr(cli_out, "    gradient_checkpointing=False,\n"));
+    assert_null(strstr(cli_out, "\"every_n_layers\": 2"));
+    {
+        char *tj = cli_slurp("towers.json");
+        assert_non_null(tj);
+        assert_non_null(strstr(tj, "\"checkpoint_towers\":\t\"text\""));
+        assert_non_null(strstr(tj, "\"vision_checkpointed_layers\":\t[]"));
+        assert_non_null(strstr(tj, "\"gradient_checkpointing\":\tfalse"));
+        assert_null(strstr(tj, "\"gradient_checkpointing\":\ttrue"));
+        free(tj);
+    }
     /* Qwen3-VL: planned at an image size; a frozen tower's snippet unfreezes both mergers */
     assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/qwen3-vl-4b.json", "--seq", "1024", "--image-size",
                            "448x448", "--vision-tower", "frozen", "--budget", "200GiB", "-o", "qwen3vl.json"),

@@ -6,7 +6,9 @@
  * exact-accounting CPU profile), and its one entry's live peak is held to the measured one
  * within the planner's fixture tolerance (0.1 % fp32 and amp, 0.5 % bf16). The plan JSON of
  * each carries the images and the checkpointed layers of both towers the probe saw, and
- * passes reports/schema/plan.schema.json. */
+ * passes reports/schema/plan.schema.json. The --checkpoint-towers fixtures of
+ * tests/data/hf-vlm-towers the same way, with each layer's measured saved tensors against its
+ * planned mode and the snippet's per-layer code against the lines the probe ran. */
 #define _GNU_SOURCE /* open_memstream */
 #include <math.h>
 #include <setjmp.h>
@@ -21,6 +23,7 @@
 #include <cmocka.h>
 
 #include <cjson/cJSON.h>
+#include "gckpt/core/towers.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/util/util.h"
 #include "schema_check.h"
@@ -87,6 +90,15 @@ static void check_fixture(const char *path, const char *name, tally *ty)
                                                 : GCKPT_VISION_FROZEN,
                             /* vlm_cases.py casts the batch's pixels to bf16 for its pure-bf16 cases */
                             .pixel_dtype = p == GCKPT_BF16 ? GCKPT_DT_BF16 : 0};
+    /* tests/data/hf-vlm-towers: --checkpoint-towers text | vision, the probe running the
+     * per-layer code the snippet prints */
+    const cJSON *ct = at(set, "checkpoint_towers");
+    if (cJSON_IsString(ct)) {
+        int v = gckpt_ckpt_towers_from(ct->valuestring);
+        if (v < 0) fail_msg("%s: checkpoint_towers %s", path, ct->valuestring);
+        q.checkpoint_towers = (uint8_t)v;
+        q.checkpoint_towers_given = true;
+    }
     /* tests/data/hf-vlm-peft: LoRA on the text model (method, lora) */
     gckpt_err err;
     gckpt_setting ps = {0};
@@ -122,6 +134,25 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     if (!same_array(at(ent, "checkpointed_layers"), at(at(at(j, "towers"), "text"), "checkpointed")) ||
         !same_array(at(ent, "vision_checkpointed_layers"), at(at(at(j, "towers"), "vision"), "checkpointed")))
         fail_msg("%s: the plan's checkpointed layers differ from the probe's", name);
+    /* what each layer saved, measured: a checkpointed one only its checkpoint's inputs (or
+     * nothing, offloaded), a plain one its ops' tensors (a flag set False after
+     * gradient_checkpointing_enable runs the layer plain, FINDINGS R-VLM-71) */
+    if (cJSON_IsString(ct)) {
+        const cJSON *layers = at(at(j, "saved"), "layers");
+        int nv = (int)at(at(at(j, "towers"), "vision"), "layers")->valuedouble;
+        /* (the tower's last block's region also holds the projector's tensors: not judged) */
+        for (int k = 0; k < cJSON_GetArraySize(layers); k++) {
+            if (k == nv - 1) continue;
+            const cJSON *want = at(ent, k < nv ? "vision_checkpointed_layers" : "checkpointed_layers"), *x;
+            bool ck = false, frame_only = true;
+            cJSON_ArrayForEach(x, want) ck |= (int)x->valuedouble == (k < nv ? k : k - nv);
+            cJSON_ArrayForEach(x, at(cJSON_GetArrayItem(layers, k), "tensors"))
+                frame_only &= !strcmp(at(x, "op")->valuestring, "checkpoint.save_inputs");
+            if (ck != frame_only)
+                fail_msg("%s: module-order layer %d is %s but saved %s", name, k, ck ? "planned checkpointed" : "planned plain",
+                         frame_only ? "only checkpoint inputs" : "its ops' tensors");
+        }
+    }
     /* the timeline (its entry's step walked into buckets) reaches the entry's peak, no higher */
     double top = 0;
     const cJSON *b;
@@ -132,15 +163,30 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     /* LoRA: the snippet loads the VLM class and passes LoraConfig the probe's target_modules
      * (the regex that keeps the adapters on the text model, FINDINGS R-VLM-40) */
     const cJSON *tm = at(at(j, "lora"), "target_modules");
-    if (cJSON_IsString(tm)) {
+    const cJSON *code = at(set, "per_layer_code");
+    if (cJSON_IsString(tm) || cJSON_IsArray(code)) {
         char *out = NULL, want[160];
         size_t len = 0;
         FILE *mf = open_memstream(&out, &len);
         gckpt_plan_print_snippet(&plan, &plan.entries[0], mf);
         fclose(mf);
-        snprintf(want, sizeof want, "target_modules=r\"%s\",", tm->valuestring);
-        if (!strstr(out, want) || !strstr(out, "model = AutoModelForImageTextToText.from_pretrained("))
-            fail_msg("%s: the snippet does not load the VLM with %s:\n%s", name, want, out);
+        if (cJSON_IsString(tm)) {
+            snprintf(want, sizeof want, "target_modules=r\"%s\",", tm->valuestring);
+            if (!strstr(out, want) || !strstr(out, "model = AutoModelForImageTextToText.from_pretrained("))
+                fail_msg("%s: the snippet does not load the VLM with %s:\n%s", name, want, out);
+        }
+        /* the per-layer code the probe ran, line for line, and the Trainer's checkpointing off */
+        if (cJSON_IsArray(code)) {
+            size_t n = 1;
+            const cJSON *l;
+            cJSON_ArrayForEach(l, code) n += strlen(l->valuestring) + 1;
+            char *block = malloc(n), *w = block;
+            cJSON_ArrayForEach(l, code) w += sprintf(w, "%s\n", l->valuestring);
+            if (!strstr(out, block) || !strstr(out, "gradient_checkpointing=False,") ||
+                !strstr(out, "from transformers.modeling_layers import GradientCheckpointingLayer\n"))
+                fail_msg("%s: the snippet is not the per-layer code the probe ran:\n%s\nwanted:\n%s", name, out, block);
+            free(block);
+        }
         free(out);
     }
     printf("%-58s measured %9.0f planned %9llu %+7.3f%% %s\n", name, peak, (unsigned long long)r->peak_bytes, e * 100,
@@ -230,6 +276,55 @@ static void qwen3_vl_plans(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* --checkpoint-towers text | vision on LLaVA (tests/data/hf-vlm-towers): every_n from one
+ * tower's layer 0, the other's plain, as the snippet's per-layer code sets them */
+static void llava_tower_plans(void **state)
+{
+    (void)state;
+    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-towers", "llava-", check_one);
+    assert_int_equal(ty.files, 20);
+    assert_int_equal(ty.passed, ty.files);
+}
+
+/* tests/data/vlm-trainer-towers.json (tools/hf_probe/vlm_trainer_towers.py): the snippet run
+ * with the Trainer for a step. Its per-layer code with gradient_checkpointing=False leaves
+ * the planned layers checkpointed after train(); turned True (every_n_layers 2), the
+ * Trainer's own call redoes every_n over both towers (FINDINGS R-VLM-71). */
+static bool same_list(const cJSON *a, const uint64_t *l, size_t n)
+{
+    if ((size_t)cJSON_GetArraySize(a) != n) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((uint64_t)cJSON_GetArrayItem(a, (int)i)->valuedouble != l[i]) return false;
+    return true;
+}
+
+static void trainer_keeps_flags(void **state)
+{
+    (void)state;
+    cJSON *j = read_json(GCKPT_TEST_DATA "/vlm-trainer-towers.json");
+    const cJSON *c;
+    const uint64_t towers[2] = {3, 4}; /* vlm_cases.py's llava: 3 CLIP blocks, 4 Llama layers */
+    static const char *const names[2] = {"vision", "text"};
+    int n = 0;
+    cJSON_ArrayForEach(c, at(j, "cases"))
+    {
+        bool trainer_gc = cJSON_IsTrue(at(c, "trainer_gradient_checkpointing"));
+        uint8_t which = (uint8_t)gckpt_ckpt_towers_from(at(c, "checkpoint_towers")->valuestring);
+        for (size_t t = 0; t < 2; t++) {
+            uint64_t l[8];
+            size_t k = gckpt_tower_checkpointed(2, trainer_gc ? GCKPT_CKPT_TOWERS_ALL : which, towers, t, l, 8);
+            if (!same_list(at(at(c, "after_train"), names[t]), l, k))
+                fail_msg("%s%s: %s layers after train() are not the rule's", at(c, "checkpoint_towers")->valuestring,
+                         trainer_gc ? " (Trainer's checkpointing on)" : "", names[t]);
+            if (!trainer_gc && !same_list(at(at(c, "planned"), names[t]), l, k))
+                fail_msg("%s: the plan's %s layers are not the rule's", at(c, "checkpoint_towers")->valuestring, names[t]);
+        }
+        n++;
+    }
+    assert_int_equal(n, 4);
+    cJSON_Delete(j);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -241,6 +336,7 @@ int main(void)
     free(text);
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans),
                                        cmocka_unit_test(gemma3_plans), cmocka_unit_test(qwen2_5_vl_plans),
-                                       cmocka_unit_test(llava_lora_plans), cmocka_unit_test(qwen3_vl_plans)};
+                                       cmocka_unit_test(llava_lora_plans), cmocka_unit_test(qwen3_vl_plans),
+                                       cmocka_unit_test(llava_tower_plans), cmocka_unit_test(trainer_keeps_flags)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,22 +33,45 @@ static void closed_forms(void **state)
     (void)state;
     uint64_t out[64];
     uint64_t qwen[] = {32, 28}, odd[] = {31, 28};
-    assert_int_equal(gckpt_tower_checkpointed(2, qwen, 0, out, 64), 16);
-    assert_int_equal(gckpt_tower_checkpointed(2, qwen, 1, out, 64), 14);
+    assert_int_equal(gckpt_tower_checkpointed(2, GCKPT_CKPT_TOWERS_ALL, qwen, 0, out, 64), 16);
+    assert_int_equal(gckpt_tower_checkpointed(2, GCKPT_CKPT_TOWERS_ALL, qwen, 1, out, 64), 14);
     for (int i = 0; i < 14; i++) assert_int_equal(out[i], 2 * i);
-    assert_int_equal(gckpt_tower_checkpointed(2, odd, 1, out, 64), 14);
+    assert_int_equal(gckpt_tower_checkpointed(2, GCKPT_CKPT_TOWERS_ALL, odd, 1, out, 64), 14);
     for (int i = 0; i < 14; i++) assert_int_equal(out[i], 2 * i + 1);
     /* every_n 3 after 32 blocks: module indices 33, 36, ... are text layers 1, 4, ..., 25 */
-    assert_int_equal(gckpt_tower_checkpointed(3, qwen, 1, out, 64), 9);
+    assert_int_equal(gckpt_tower_checkpointed(3, GCKPT_CKPT_TOWERS_ALL, qwen, 1, out, 64), 9);
     assert_int_equal(out[0], 1);
     assert_int_equal(out[8], 25);
     assert_int_equal(gckpt_tower_module_index(qwen, 1, 5), 37);
     /* off, and a tower of no checkpointing layers (mllama's vision encoder) before the text */
     uint64_t mllama[] = {0, 40};
-    assert_int_equal(gckpt_tower_checkpointed(0, qwen, 1, out, 64), 0);
-    assert_int_equal(gckpt_tower_checkpointed(1, mllama, 0, out, 64), 0);
-    assert_int_equal(gckpt_tower_checkpointed(4, mllama, 1, out, 1), 10); /* counted beyond max */
+    assert_int_equal(gckpt_tower_checkpointed(0, GCKPT_CKPT_TOWERS_ALL, qwen, 1, out, 64), 0);
+    assert_int_equal(gckpt_tower_checkpointed(1, GCKPT_CKPT_TOWERS_ALL, mllama, 0, out, 64), 0);
+    assert_int_equal(gckpt_tower_checkpointed(4, GCKPT_CKPT_TOWERS_ALL, mllama, 1, out, 1), 10); /* counted beyond max */
     assert_int_equal(out[0], 0);
+}
+
+/* --checkpoint-towers text | vision: every_n from the chosen tower's layer 0 whatever the
+ * other tower's depth, the other's layers plain; the layers the sweep counts */
+static void chosen_tower(void **state)
+{
+    (void)state;
+    uint64_t out[64];
+    uint64_t qwen[] = {32, 28}, odd[] = {31, 28};
+    assert_int_equal(gckpt_tower_checkpointed(2, GCKPT_CKPT_TOWERS_TEXT, odd, 1, out, 64), 14);
+    for (int i = 0; i < 14; i++) assert_int_equal(out[i], 2 * i); /* the even ones, not the odd ones */
+    assert_int_equal(gckpt_tower_checkpointed(3, GCKPT_CKPT_TOWERS_TEXT, qwen, 1, out, 64), 10); /* 0, 3, ..., 27 */
+    assert_int_equal(out[9], 27);
+    assert_int_equal(gckpt_tower_checkpointed(1, GCKPT_CKPT_TOWERS_TEXT, qwen, 0, out, 64), 0);
+    assert_int_equal(gckpt_tower_checkpointed(3, GCKPT_CKPT_TOWERS_VISION, odd, 0, out, 64), 11); /* 0, 3, ..., 30 */
+    assert_int_equal(out[10], 30);
+    assert_int_equal(gckpt_tower_checkpointed(1, GCKPT_CKPT_TOWERS_VISION, qwen, 1, out, 64), 0);
+    assert_int_equal(gckpt_tower_checkpointed(0, GCKPT_CKPT_TOWERS_VISION, qwen, 0, out, 64), 0);
+    assert_int_equal(gckpt_towers_counted(GCKPT_CKPT_TOWERS_ALL, qwen), 60);
+    assert_int_equal(gckpt_towers_counted(GCKPT_CKPT_TOWERS_TEXT, qwen), 28);
+    assert_int_equal(gckpt_towers_counted(GCKPT_CKPT_TOWERS_VISION, qwen), 32);
+    assert_int_equal(gckpt_ckpt_towers_from("vision"), GCKPT_CKPT_TOWERS_VISION);
+    assert_int_equal(gckpt_ckpt_towers_from("Text"), -1);
 }
 
 static void fail_in(const char *path, const char *what)
@@ -79,7 +102,7 @@ static size_t check_fixture(const char *path)
     size_t g = 0, checked = 0;
     for (size_t t = 0; t < 2; t++) {
         uint64_t want[256];
-        size_t n = gckpt_tower_checkpointed((uint32_t)en->valuedouble, towers, t, want, 256);
+        size_t n = gckpt_tower_checkpointed((uint32_t)en->valuedouble, GCKPT_CKPT_TOWERS_ALL, towers, t, want, 256);
         const cJSON *got = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tw, tower_names[t]),
                                                             "checkpointed");
         if ((size_t)cJSON_GetArraySize(got) != n)
@@ -127,7 +150,7 @@ static void fixtures(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(closed_forms),
+        cmocka_unit_test(closed_forms), cmocka_unit_test(chosen_tower),
         cmocka_unit_test(fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

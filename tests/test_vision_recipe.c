@@ -167,7 +167,7 @@ static void check_fixture(const char *path, tally *ty)
     const cJSON *e;
     cJSON_ArrayForEach(e, ckl) ck[(int)e->valuedouble] = true;
     uint64_t set_ck[GCKPT_MAX_LAYERS];
-    size_t nck = gckpt_tower_checkpointed(every_n, towers, 0, set_ck, GCKPT_MAX_LAYERS);
+    size_t nck = gckpt_tower_checkpointed(every_n, GCKPT_CKPT_TOWERS_ALL, towers, 0, set_ck, GCKPT_MAX_LAYERS);
     if (nck != (size_t)cJSON_GetArraySize(ckl)) fail_msg("%s: checkpointed vision layers", path);
     for (size_t k = 0; k < nck; k++)
         if (!ck[set_ck[k]]) fail_msg("%s: vision layer %llu is not checkpointed", path, (unsigned long long)set_ck[k]);

@@ -23,6 +23,7 @@
 
 #include <cjson/cJSON.h>
 #include "gckpt/core/device.h"
+#include "gckpt/core/towers.h"
 #include "gckpt/core/vlm_step.h"
 #include "gckpt/util/util.h"
 
@@ -89,6 +90,9 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     if (!gckpt_image_tokens(&v, "image", h, w, &images.tokens, &err)) fail_msg("%s: %s", path, err.msg);
     /* tests/data/hf-vlm-peft: LoRA on the text model (method, lora) */
     if (!hf_peft_read(path, j, &s, &err)) fail_msg("%s: %s", path, err.msg);
+    /* tests/data/hf-vlm-towers: --checkpoint-towers text | vision */
+    const cJSON *ct = at(set, "checkpoint_towers");
+    if (cJSON_IsString(ct)) s.ckpt_towers = (uint8_t)gckpt_ckpt_towers_from(ct->valuestring);
     if (images.tokens != (uint64_t)at(im, "tokens_per_image")->valuedouble)
         fail_msg("%s: %llu tokens per image planned, %.0f measured", path, (unsigned long long)images.tokens,
                  at(im, "tokens_per_image")->valuedouble);
@@ -154,7 +158,7 @@ static void check_text_adapters(const char *path, const char *name, void *ty)
 
 static tally dir_peaks(const char *dir, const char *prefix, void (*fn)(const char *, const char *, void *))
 {
-    tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0};
+    tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0 || strstr(dir, "hf-vlm-towers")};
     each_json_file(dir, prefix, fn, &ty);
     printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it); %d plain layers' saved "
            "bytes exact\n", prefix, ty.passed, ty.files, ty.worst, ty.layers_exact);
@@ -224,6 +228,18 @@ static void qwen3_vl_peaks(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* --checkpoint-towers text | vision on LLaVA (tests/data/hf-vlm-towers, vlm_cases.tower_cases):
+ * every_n counted from one tower's layer 0, the other's layers plain, as the probe's run of
+ * the per-layer code gckpt-plan prints set them (FINDINGS R-VLM-70..72) */
+static void llava_tower_peaks(void **state)
+{
+    (void)state;
+    tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-towers", "llava-", check_one);
+    assert_int_equal(ty.files, 20);
+    assert_true(ty.layers_exact > 0);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -233,6 +249,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks),
                                        cmocka_unit_test(gemma3_peaks), cmocka_unit_test(qwen2_5_vl_peaks),
-                                       cmocka_unit_test(llava_lora_peaks), cmocka_unit_test(qwen3_vl_peaks)};
+                                       cmocka_unit_test(llava_lora_peaks), cmocka_unit_test(qwen3_vl_peaks),
+                                       cmocka_unit_test(llava_tower_peaks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

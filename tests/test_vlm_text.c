@@ -78,7 +78,7 @@ static void check_fixture(const char *path, const char *name, void *arg)
     if (!gckpt_ctx_init(&ctx, &v.text, &g_dev, &r, &s, &err)) fail_msg("%s: %s", path, err.msg);
     uint64_t towers[2], ck_idx[GCKPT_MAX_LAYERS];
     gckpt_vlm_towers(&v, towers);
-    size_t nck = gckpt_tower_checkpointed(every_n, towers, 1, ck_idx, GCKPT_MAX_LAYERS);
+    size_t nck = gckpt_tower_checkpointed(every_n, GCKPT_CKPT_TOWERS_ALL, towers, 1, ck_idx, GCKPT_MAX_LAYERS);
     bool ck[GCKPT_MAX_LAYERS] = {false};
     for (size_t k = 0; k < nck; k++) ck[ck_idx[k]] = true;
     uint64_t plain = gckpt_section_saved_bytes(&ctx, GCKPT_SEC_BLOCK), shared = shared_saved(&ctx, &r);

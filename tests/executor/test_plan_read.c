@@ -10,6 +10,7 @@
 
 #include "gckpt/core/plan_read.h"
 #include "gckpt/core/parallel.h"
+#include "gckpt/core/towers.h"
 #include "plan_fixture.h"
 
 static const uint32_t every[] = {0, 1, 2, 3};
@@ -438,12 +439,13 @@ static void test_cp(void **st)
 
 /* A LLaVA plan (gckpt-plan --images 1): inputs.vision read back (images, tiles, tokens, the
  * tower); gckpt-run executes it (the VLM table's host flag), a llava_next plan refused naming it. */
-static char *vlm_plan(const char *config, bool frozen, bool lora)
+static char *vlm_plan_towers(const char *config, bool frozen, bool lora, uint8_t towers)
 {
     gckpt_plan_request req = {.seq = 32, .micro_batches = {2}, .n_micro = 1, .grad_accum = 1, .precision = GCKPT_FP32,
                               .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA, .offload = GCKPT_OFFLOAD_BOTH,
                               .margin = 0.05, .images = 1,
-                              .vision_tower = frozen ? GCKPT_VISION_FROZEN : GCKPT_VISION_TRAINED};
+                              .vision_tower = frozen ? GCKPT_VISION_FROZEN : GCKPT_VISION_TRAINED,
+                              .checkpoint_towers = towers};
     if (lora) gckpt_peft_default(GCKPT_METHOD_LORA, &req.peft);
     snprintf(req.model_ref, sizeof req.model_ref, "%s/%s.json", GCKPT_TEST_DATA, config);
     snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");
@@ -458,6 +460,41 @@ static char *vlm_plan(const char *config, bool frozen, bool lora)
     cJSON_Delete(j);
     gckpt_plan_free(&plan);
     return text;
+}
+
+static char *vlm_plan(const char *config, bool frozen, bool lora)
+{
+    return vlm_plan_towers(config, frozen, lora, GCKPT_CKPT_TOWERS_ALL);
+}
+
+/* --checkpoint-towers text: read back into the setting gckpt-run walks; its layers checked
+ * against that rule (every_n_layers' own would contradict them), a bad value refused, and
+ * a plan without the field (written before the option) read as all */
+static void test_vlm_towers(void **st)
+{
+    (void)st;
+    char *text = vlm_plan_towers("tiny-llava", false, false, GCKPT_CKPT_TOWERS_TEXT);
+    gckpt_plan_file pf;
+    gckpt_err err = {{0}};
+    if (!gckpt_plan_parse("towers.json", text, &pf, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(pf.ckpt_towers, GCKPT_CKPT_TOWERS_TEXT);
+    assert_int_equal(gckpt_plan_file_setting(&pf, 1).ckpt_towers, GCKPT_CKPT_TOWERS_TEXT);
+    gckpt_plan_file_free(&pf);
+    cJSON *j = cJSON_Parse(text);
+    cJSON *vis = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "inputs"), "vision");
+    cJSON_ReplaceItemInObject(vis, "checkpoint_towers", cJSON_CreateString("both"));
+    char *bad = cJSON_Print(j);
+    assert_false(gckpt_plan_parse("bad.json", bad, &pf, &err));
+    assert_non_null(strstr(err.msg, "inputs.vision.checkpoint_towers"));
+    free(bad);
+    /* as all, the text layers [0, 2] contradict every_n_layers = 2 over both towers */
+    cJSON_DeleteItemFromObject(vis, "checkpoint_towers");
+    char *old = cJSON_Print(j);
+    assert_false(gckpt_plan_parse("old.json", old, &pf, &err));
+    assert_non_null(strstr(err.msg, "contradicts every_n_layers = 2"));
+    free(old);
+    cJSON_Delete(j);
+    free(text);
 }
 
 static void test_vlm(void **st)
@@ -494,7 +531,7 @@ static void test_vlm(void **st)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_rejects),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_rejects), cmocka_unit_test(test_vlm_towers),
                                        cmocka_unit_test(test_rejects_global_batch),
                                        cmocka_unit_test(test_version1), cmocka_unit_test(test_layout),
                                        cmocka_unit_test(test_tp), cmocka_unit_test(test_cp),

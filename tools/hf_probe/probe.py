@@ -63,6 +63,7 @@ GEN_OUT = os.path.join(ROOT, "tests", "data", "hf-gen")
 FAM_OUT = os.path.join(ROOT, "tests", "data", "hf-fam")
 MOE_OUT = os.path.join(ROOT, "tests", "data", "hf-moe")
 VLM_OUT = os.path.join(ROOT, "tests", "data", "hf-vlm")
+VLM_TOWERS_OUT = os.path.join(ROOT, "tests", "data", "hf-vlm-towers")
 DSV3_OUT = os.path.join(ROOT, "tests", "data", "hf-dsv3")
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2"]
@@ -1455,12 +1456,13 @@ def run_config(a):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=["hand", "gen", "families", "moe", "dsv3", "vlm"], default="hand",
+    ap.add_argument("--set", choices=["hand", "gen", "families", "moe", "dsv3", "vlm", "vlm-towers"], default="hand",
                     help="fixture set: the hand-written one (tests/data/hf), the generated one (tests/data/hf-gen) "
                          "issue 13's dense families (tests/data/hf-fam, family_cases.py) or its mixture-of-experts "
                          "families (tests/data/hf-moe, moe_cases.py), or issue 26's DeepSeek-V3 (tests/data/hf-dsv3, "
                          "moe_cases.dsv3_cases; not planned yet), or the vision-language models (tests/data/hf-vlm, "
-                         "vlm_cases.py; not planned yet)")
+                         "vlm_cases.py; not planned yet), or llava's per-tower checkpointing (tests/data/hf-vlm-towers, "
+                         "vlm_cases.tower_cases)")
     ap.add_argument("--out", default=None)
     add_selection_args(ap)
     g = ap.add_argument_group("one configuration (--config), compared with gckpt's plan")
@@ -1490,13 +1492,14 @@ def main(argv=None):
         torch.set_num_threads(max(1, a.jobs))
         return run_config(a)
     cases = {"hand": hand_cases, "gen": gen_cases.cases, "families": family_cases.cases,
-             "moe": moe_cases.cases, "dsv3": moe_cases.dsv3_cases, "vlm": vlm_cases.cases}[a.set]()
+             "moe": moe_cases.cases, "dsv3": moe_cases.dsv3_cases, "vlm": vlm_cases.cases,
+             "vlm-towers": vlm_cases.tower_cases}[a.set]()
     out_dir = a.out or {"hand": DEFAULT_OUT, "gen": GEN_OUT, "families": FAM_OUT, "moe": MOE_OUT,
-                       "dsv3": DSV3_OUT, "vlm": VLM_OUT}[a.set]
+                       "dsv3": DSV3_OUT, "vlm": VLM_OUT, "vlm-towers": VLM_TOWERS_OUT}[a.set]
     sel = selection(ap, a, cases, "--all, --filter, --case or --config")
     if sel is None:
         return 0
-    run = vlm_cases.run_vlm_case if a.set == "vlm" else run_case
+    run = vlm_cases.run_vlm_case if a.set in ("vlm", "vlm-towers") else run_case
     if a.stdout:
         torch.set_num_threads(1)
         for c in sel:

@@ -258,6 +258,25 @@ def towers(var: str, layers) -> dict:
     return res
 
 
+def per_layer_code(var: str, choice: str, every_n: int, offload: bool) -> list[str]:
+    """gckpt-plan's per-layer checkpointing code for --checkpoint-towers text | vision
+    (planner/plan_vlm.c prints these lines; FINDINGS R-VLM-70..72): checkpointing enabled
+    on the model (its hooks, use_cache off, the one checkpoint function with offload on
+    every module), then each GradientCheckpointingLayer's flag, every_n counted from the
+    chosen tower's own layer 0, the other tower's layers plain. The Trainer's
+    gradient_checkpointing stays False (it would re-run every_n over both towers)."""
+    tower = VISION[var][0].split(".")[-1]
+    lines = [f'model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={{"use_reentrant": False}}, '
+             f'offload={offload})',
+             "layers = [(name, m) for name, m in model.named_modules() if isinstance(m, GradientCheckpointingLayer)]",
+             f'vision = [m for name, m in layers if "{tower}" in name.split(".")]',
+             f'text = [m for name, m in layers if "{tower}" not in name.split(".")]']
+    for t in ("vision", "text"):
+        lines += [f"for i, m in enumerate({t}):",
+                  f"    m.gradient_checkpointing = {f'i % {every_n} == 0' if t == choice else 'False'}"]
+    return lines
+
+
 def vlm_setup(spec: dict):
     """probe.setup for a VLM: every checkpointing layer of both towers is a region
     (c.layers), the forward gets the sample's pixels, the optimizer the trainable
@@ -280,7 +299,11 @@ def vlm_setup(spec: dict):
         for n, p in model.named_parameters():
             if n.startswith(enc + ".") and not any(n.startswith(k + ".") for k in keep):
                 p.requires_grad_(False)
-    if c.every_n:
+    towers_choice = spec.get("checkpoint_towers", "all")
+    if c.every_n and towers_choice != "all":  # the code gckpt-plan prints, run as printed
+        exec("\n".join(per_layer_code(var, towers_choice, c.every_n, c.offload)),  # noqa: S102
+             {"model": model, "GradientCheckpointingLayer": GradientCheckpointingLayer})
+    elif c.every_n:
         model.gradient_checkpointing_enable(every_n_layers=c.every_n, offload=c.offload)
     c.model = model
     named = gc_layers(model)
@@ -345,6 +368,10 @@ def run_vlm_case(spec: dict) -> dict:
     ids, _, px = make_batch(var, torch.Generator().manual_seed(0), images)
     fx["setting"]["variant"] = var
     fx["setting"]["vision_tower"] = spec["vision"]
+    if spec.get("checkpoint_towers", "all") != "all":
+        fx["setting"]["checkpoint_towers"] = spec["checkpoint_towers"]
+        fx["setting"]["per_layer_code"] = per_layer_code(var, spec["checkpoint_towers"], spec["every_n"],
+                                                         spec["offload"])
     fx["checkpointed_layer_names"] = [c.layer_names[i] for i in c.ckpt_layers]
     fx["towers"] = c.towers
     fx["images"] = {"per_sample": images, "size_hw": list(IMAGE_SIZE[var]), "tokens_per_image": image_tokens(var),
@@ -370,4 +397,21 @@ def cases() -> list[dict]:
                 out.append(dict(name=name, variant=var, family=VARIANTS[var]["model_type"], precision=prec,
                                 attention="sdpa", every_n=n, offload=off, vision="trained", b=B, s=SEQ_MULTI,
                                 images=2))
+    return out
+
+
+# --checkpoint-towers text | vision (tests/data/hf-vlm-towers): llava, the tower trained (and
+# frozen in four), the per-layer code gckpt-plan prints run as printed (per_layer_code)
+TOWER_CKPT = [(1, False), (2, False), (2, True), (3, False)]
+
+
+def tower_cases() -> list[dict]:
+    out = []
+    grid = [(p, n, off, "trained") for p in ("fp32", "amp-bf16-cudalists") for n, off in TOWER_CKPT]
+    grid += [("fp32", 1, False, "frozen"), ("fp32", 2, True, "frozen")]  # the frozen tower, hooked, its blocks plain
+    for prec, n, off, vis in grid:
+        for choice in ("text", "vision"):
+            name = f"llava-{prec}-sdpa-n{n}-{'offload' if off else 'plain'}-vis{vis}-b{B}s{SEQ}-ckpt{choice}"
+            out.append(dict(name=name, variant="llava", family="llava", precision=prec, attention="sdpa",
+                            every_n=n, offload=off, vision=vis, b=B, s=SEQ, checkpoint_towers=choice))
     return out

@@ -64,6 +64,7 @@ typedef struct {
      * the tower trains (gckpt_vlm_images of the walk) */
     uint64_t vlm_images, vlm_tiles, vlm_tokens;
     bool vlm_tower_trained;
+    uint8_t ckpt_towers;      /* vlm: inputs.vision.checkpoint_towers (gckpt_ckpt_towers; absent: all) */
     uint32_t tp_fsdp;         /* inputs.tensor_parallel.fsdp_size (0: none) */
     uint32_t tp_replicate;    /* inputs.tensor_parallel.dp_replicate_size (0: none) */
     uint32_t cp;              /* inputs.context_parallel.cp_size (0: none) */

@@ -150,6 +150,7 @@ typedef struct {
      * own call, FINDINGS 12.1); a plan prints and plans the non-reentrant call, the
      * fixtures of prepare's call set it */
     bool reentrant;
+    uint8_t ckpt_towers; /* a VLM's: gckpt_ckpt_towers (gckpt/core/towers.h; zeroed: all) */
     uint8_t loss;     /* gckpt_loss (zeroed: HF's) */
     uint8_t liger_off; /* --loss liger: bit gckpt_liger_kernel set = that kernel off (zeroed: all on) */
     gckpt_peft peft;  /* zeroed: full fine-tuning */

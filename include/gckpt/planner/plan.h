@@ -76,6 +76,10 @@ typedef struct {
      * processor's float32; the API's only, for a collator that casts, as the probe's bf16 cases) */
     uint64_t images, image_h, image_w;
     uint8_t vision_tower, pixel_dtype;
+    /* --checkpoint-towers: which towers every_n_layers covers (gckpt_ckpt_towers, gckpt/core/towers.h;
+     * 0: all, transformers' own count over both); checkpoint_towers_given: the option was given */
+    uint8_t checkpoint_towers;
+    bool checkpoint_towers_given;
 } gckpt_plan_request;
 
 /* --vision-tower: not given (the model as loaded trains it), trained, frozen */
@@ -120,7 +124,12 @@ bool gckpt_plan_vlm_evaluate(gckpt_plan *p, uint64_t micro_batch, uint64_t grad_
 bool gckpt_plan_vlm_chosen(gckpt_plan *p, gckpt_err *err);
 /* the VLM's parameters (text model, tower, projector); the layers every_n checkpoints in both towers */
 uint64_t gckpt_plan_vlm_params(const gckpt_plan *p);
-uint64_t gckpt_plan_vlm_checkpointed(const gckpt_plan *p, uint32_t every_n);
+/* the table's ckpt cell: the layers every_n checkpoints in each tower, "vision+text" */
+const char *gckpt_plan_vlm_checkpointed(const gckpt_plan *p, uint32_t every_n, char *buf, size_t n);
+/* whether entry e's checkpointing is per-layer code (--checkpoint-towers text | vision), and
+ * that code: gradient_checkpointing_enable, then each GradientCheckpointingLayer's flag */
+bool gckpt_plan_vlm_per_layer(const gckpt_plan *p, const gckpt_entry *e);
+void gckpt_plan_vlm_per_layer_code(const gckpt_plan *p, const gckpt_entry *e, FILE *f);
 /* entry e's step walked again with fn at every event (its memory timeline); false: out of memory */
 bool gckpt_plan_vlm_events(const gckpt_plan *p, const gckpt_entry *e, gckpt_walk_event_fn fn, void *user);
 void gckpt_plan_vlm_header(const gckpt_plan *p, FILE *f);
@@ -243,7 +252,7 @@ void gckpt_plan_print_alternatives(const gckpt_plan_request *req, const gckpt_pl
  * The snippet prints them; the JSON plan carries the common ones once and each entry's
  * own, which the Python package's Plan.training_arguments() joins. */
 void gckpt_plan_training_args_common(const gckpt_plan *p, cJSON *o);
-void gckpt_plan_training_args_entry(const gckpt_entry *e, cJSON *o, int part);
+void gckpt_plan_training_args_entry(const gckpt_plan *p, const gckpt_entry *e, cJSON *o, int part);
 cJSON *gckpt_plan_training_args(const gckpt_plan *p, const gckpt_entry *e);
 /* The snippet to paste for an entry (model, TrainingArguments, Trainer, launch lines). */
 void gckpt_plan_print_snippet(const gckpt_plan *p, const gckpt_entry *e, FILE *f);

@@ -219,7 +219,7 @@ static bool read_vision(plan_reader *r, const cJSON *in, const gckpt_vlm *v, gck
     for (int i = 0; i < 2; i++) {
         char p[48];
         snprintf(p, sizeof p, "inputs.vision.image_size[%d]", i);
-        if (!item_u64(r, cJSON_GetArrayItem(sz, i), p, 1, 1u << 20, &x)) return false;
+        if (!item_u64(r, cJSON_GetArrayItem(sz, i), p, 1, 1u << 20, i ? &pf->vlm_w : &pf->vlm_h)) return false;
     }
     return true;
 }

@@ -437,7 +437,7 @@ static void test_cp(void **st)
 }
 
 /* A LLaVA plan (gckpt-plan --images 1): inputs.vision read back (images, tiles, tokens, the
- * tower); gckpt-run executes it (the VLM table's host flag), a llava_next plan refused naming it. */
+ * tower, the image size); gckpt-run executes it and a llava_next one (the VLM table's host flag). */
 static char *vlm_plan(const char *config, bool frozen, bool lora)
 {
     gckpt_plan_request req = {.seq = 32, .micro_batches = {2}, .n_micro = 1, .grad_accum = 1, .precision = GCKPT_FP32,
@@ -477,9 +477,12 @@ static void test_vlm(void **st)
     gckpt_plan_file_free(&pf);
     if (!gckpt_plan_parse("next.json", next, &pf, &err)) fail_msg("%s", err.msg);
     assert_true(pf.vlm_tower_trained);
-    assert_false(gckpt_plan_executable(&pf, &err));
-    assert_non_null(strstr(err.msg, "next.json: field 'inputs.vision': model_type \"llava_next\" (LLaVA-NeXT) is planned, "
-                                    "not executed by gckpt-run"));
+    /* the config's 28x28 images: the base tile and the best pinpoint's two (R-VLM-37) */
+    assert_int_equal(pf.vlm_h, 28);
+    assert_int_equal(pf.vlm_w, 28);
+    assert_int_equal(pf.vlm_tiles, 3);
+    assert_int_equal(pf.vlm_tokens, 10);
+    if (!gckpt_plan_executable(&pf, &err)) fail_msg("%s", err.msg);
     gckpt_plan_file_free(&pf);
     /* LoRA on llava: read (its parameter count is the model's, not the adapters'), not executed */
     if (!gckpt_plan_parse("lora.json", lora, &pf, &err)) fail_msg("%s", err.msg);

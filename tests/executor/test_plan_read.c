@@ -484,6 +484,27 @@ static void test_vlm(void **st)
     assert_int_equal(pf.vlm_tokens, 10);
     if (!gckpt_plan_executable(&pf, &err)) fail_msg("%s", err.msg);
     gckpt_plan_file_free(&pf);
+    /* tiles or tokens that are not the image size's: refused naming the fields */
+    cJSON *j = cJSON_Parse(next);
+    cJSON *vis = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "inputs"), "vision");
+    cJSON_ReplaceItemInObject(vis, "tiles_per_image", cJSON_CreateNumber(4));
+    char *bad = cJSON_Print(j);
+    memset(&err, 0, sizeof err);
+    assert_false(gckpt_plan_parse("bad.json", bad, &pf, &err));
+    assert_non_null(strstr(err.msg, "bad.json: fields 'inputs.vision.tiles_per_image' = 4 and 'tokens_per_image' = 10 "
+                                    "contradict 'inputs.vision.image_size' (28x28: 3 tiles, 10 tokens)"));
+    free(bad);
+    cJSON_ReplaceItemInObject(vis, "tiles_per_image", cJSON_CreateNumber(3));
+    cJSON *sz = cJSON_CreateArray();
+    cJSON_AddItemToArray(sz, cJSON_CreateNumber(60));
+    cJSON_AddItemToArray(sz, cJSON_CreateNumber(40));
+    cJSON_ReplaceItemInObject(vis, "image_size", sz);
+    bad = cJSON_Print(j);
+    memset(&err, 0, sizeof err);
+    assert_false(gckpt_plan_parse("bad.json", bad, &pf, &err));
+    assert_non_null(strstr(err.msg, "(60x40: 5 tiles, 16 tokens)"));
+    free(bad);
+    cJSON_Delete(j);
     /* LoRA on llava: read (its parameter count is the model's, not the adapters'), not executed */
     if (!gckpt_plan_parse("lora.json", lora, &pf, &err)) fail_msg("%s", err.msg);
     assert_false(gckpt_plan_executable(&pf, &err));

@@ -224,15 +224,16 @@ static gckpt_xstatus move(gckpt_exec *x, uint32_t id, float *host, bool down, gc
 }
 
 /* v rounded to t's dtype (t.n elements; t.p unused) and back to fp32 */
-static void round_through(const gckpt_xt *t, float *v)
+static gckpt_xstatus round_through(const gckpt_xt *t, float *v, gckpt_err *err)
 {
-    if (t->dt == GCKPT_DT_F32) return;
+    if (t->dt == GCKPT_DT_F32) return GCKPT_XS_OK;
     void *raw = malloc(t->n * gckpt_dtype_size((gckpt_dtype)t->dt) + 1);
-    if (!raw) return; /* callers checked bigger buffers; fp32 left as is only then */
+    if (!raw) return exec_fail(err, "out of memory");
     gckpt_xt h = {raw, t->n, t->dt};
     exec_convert_from_f32(&h, v);
     exec_convert_to_f32(&h, v);
     free(raw);
+    return GCKPT_XS_OK;
 }
 
 /* The pack's backward: g (the packed rows' gradient) into gfeat, the newline rows summed
@@ -276,9 +277,9 @@ static gckpt_xstatus pack(gckpt_vexec *vx, uint32_t feat, gckpt_err *err)
     if (rc == GCKPT_XS_OK) rc = gckpt_exec_read_param(x, 0, vx->st->vr.bridge_param, nl, err);
     if (rc == GCKPT_XS_OK) {
         gckpt_xt f = {NULL, W, x->inst[feat].dt};
-        round_through(&f, nl);
-        host_anyres_pack(ff, images, vx->stride, nl, vx->src, vx->nsrc, W, vx->pk);
-        vx->packed = true;
+        rc = round_through(&f, nl, err);
+        if (rc == GCKPT_XS_OK) host_anyres_pack(ff, images, vx->stride, nl, vx->src, vx->nsrc, W, vx->pk);
+        vx->packed = rc == GCKPT_XS_OK;
     }
     free(ff);
     free(nl);
@@ -337,8 +338,8 @@ static gckpt_xstatus bridge(gckpt_vexec *vx, uint32_t text, uint32_t feat, bool 
     if (rc == GCKPT_XS_OK) rc = move(t, text, te, false, err);
     if (rc == GCKPT_XS_OK && backward && vx->src) { /* the pack's backward, in the features' dtype */
         gckpt_xt f = {NULL, rows * W, x->inst[feat].dt};
-        round_through(&f, fe);
-        rc = newline_grad(vx, fe, ff, images, nl, err);
+        rc = round_through(&f, fe, err);
+        if (rc == GCKPT_XS_OK) rc = newline_grad(vx, fe, ff, images, nl, err);
     }
     if (rc == GCKPT_XS_OK && backward) rc = move(x, feat, ff, false, err);
     free(te);

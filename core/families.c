@@ -154,12 +154,13 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}",
      NULL, false, false, true, true, .features_cat = true, .host = true, .lora = true},
-    {"llava_next", "LLaVA-NeXT", "gckpt-run's execution of the vision tower",
+    {"llava_next", "LLaVA-NeXT", "gckpt-run's execution on the CUDA backend and in pure bf16 (the host backend runs "
+                                 "its fp32 and amp-bf16 step)",
      gckpt_vlm_read_llava_next, "clip_vision_model", "llama",
      /* LlamaConfig's */
      "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
      "\"num_attention_heads\": 32}",
-     NULL, false, false, false, true, .features_cat = true, .packed_tiles = true},
+     NULL, false, false, false, true, .features_cat = true, .packed_tiles = true, .host = true},
     {"qwen2_5_vl", "Qwen2.5-VL", "gckpt-run's execution of the vision tower",
      gckpt_vlm_read_qwen2_5_vl, "qwen2_5_vl_vision", "qwen2_5_vl_text",
      /* Qwen2_5_VLTextConfig's (those Qwen2Config, whose reader reads it, defaults otherwise) */

@@ -226,8 +226,20 @@ static bool read_vision(plan_reader *r, const cJSON *in, const gckpt_vlm *v, gck
     for (int i = 0; i < 2; i++) {
         char p[48];
         snprintf(p, sizeof p, "inputs.vision.image_size[%d]", i);
-        if (!item_u64(r, cJSON_GetArrayItem(sz, i), p, 1, 1u << 20, &x)) return false;
+        if (!item_u64(r, cJSON_GetArrayItem(sz, i), p, 1, 1u << 20, i ? &pf->vlm_w : &pf->vlm_h)) return false;
     }
+    /* the tiles and tokens follow the image size (planner/plan_vlm.c; LLaVA-NeXT's packed rows
+     * too, which gckpt-run lays out from it) */
+    uint64_t tiles = gckpt_image_tiles(v, pf->vlm_h, pf->vlm_w), tokens = 0;
+    gckpt_err e = {{0}};
+    if (!gckpt_image_tokens(v, "inputs.vision.image_size", pf->vlm_h, pf->vlm_w, &tokens, &e))
+        return fail(r, "%s", e.msg);
+    if (tiles != pf->vlm_tiles || tokens != pf->vlm_tokens)
+        return fail(r, "fields 'inputs.vision.tiles_per_image' = %llu and 'tokens_per_image' = %llu contradict "
+                       "'inputs.vision.image_size' (%llux%llu: %llu tiles, %llu tokens)",
+                    (unsigned long long)pf->vlm_tiles, (unsigned long long)pf->vlm_tokens,
+                    (unsigned long long)pf->vlm_h, (unsigned long long)pf->vlm_w, (unsigned long long)tiles,
+                    (unsigned long long)tokens);
     return true;
 }
 

@@ -252,8 +252,10 @@ static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bo
     if (step) r->grad_seed = feats;
     tr->pfx = "";
     /* LLaVA-NeXT's newline vector (its cat in pack_image_features saves nothing): in a step,
-     * its weight and optimizer states (the tower's saved-bytes recipe leaves it out) */
-    if (step && vc->projector == GCKPT_PROJ_LLAVA_NEXT) param(tr, "image_newline", 1, Dt, GCKPT_ROLE_BIAS);
+     * its weight and optimizer states (the tower's saved-bytes recipe leaves it out); no op
+     * here reads it: the step's bridge makes its gradient */
+    if (step && vc->projector == GCKPT_PROJ_LLAVA_NEXT)
+        r->bridge_param = param(tr, "image_newline", 1, Dt, GCKPT_ROLE_BIAS);
     section_end(tr);
 }
 

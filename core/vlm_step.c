@@ -146,6 +146,13 @@ typedef struct bridge_sizes {
     uint64_t pixels;
     uint8_t pixel_dt;
     bool conv_keeps_pixels;
+    /* the tower recipe's bridge parameter (LLaVA-NeXT's image_newline: no op of the recipe
+     * reads it; pack_image_features' cat does): its .grad, made in the first micro-step's
+     * backward of the pack (after masked_scatter's, before the projector's) and freed by
+     * zero_grad with the others; bridge_grad 0: none (frozen, or no such parameter) */
+    int16_t bridge_param;
+    uint8_t bridge_grad_dt;
+    uint64_t bridge_grad;
     /* whether anything before the text layers needs a gradient: not with LoRA on the text
      * model without checkpointing (no hooked embedding, the tower and projector frozen:
      * masked_scatter has no node and keeps no mask, R-VLM-42) */
@@ -264,6 +271,8 @@ static bool build(builder *b, const bridge_sizes *z)
             drop(b, buf(b, GCKPT_C_BACKWARD, z->text_dt, z->bs * z->width));
             if (z->feat_dt != z->text_dt) drop(b, buf(b, GCKPT_C_BACKWARD, z->text_dt, z->img * z->width));
             drop(b, mask);
+            if (z->bridge_grad && b->tst->micro[m].micro == GCKPT_MICRO_FIRST)
+                gckpt_sim_buffer(b->vs, b->out, z->bridge_param, GCKPT_C_GRADS, z->bridge_grad_dt, z->bridge_grad);
             bridge_close(b);
         }
         for (int r = 5; r < 8; r++) rows_hooked(b, true, m, r, hook, z); /* the projector's and the tower's backward */
@@ -490,6 +499,12 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
                       .leaf_held = peft && s->every_n && p->tr.embed_leaf >= 0 &&
                                    (p->tmodes[0] == GCKPT_LAYER_CKPT ||
                                     (p->tmodes[0] == GCKPT_LAYER_PLAIN && layer_saves_input(&p->tr)))};
+    const gckpt_param *bp = gckpt_params_of(&p->vc.params, p->vr.bridge_param);
+    if (bp && bp->trainable) {
+        z.bridge_param = (int16_t)p->vr.bridge_param;
+        z.bridge_grad_dt = bp->grad.dtype;
+        z.bridge_grad = bp->grad.numel;
+    }
     if (v->vision.ndeepstack && !deepstack_sizes(v, d, p, vs, target, g, &z, err)) goto free_sims;
     bool built = b.ts && b.vs && collect(&tst, &b.tl) && collect(&vst, &b.vl) && build(&b, &z);
     if (built) {

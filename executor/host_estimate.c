@@ -144,7 +144,7 @@ static bool vlm_step_work(const gckpt_plan_file *pf, const gckpt_setting *s, ste
 {
     gckpt_vlm *v = malloc(sizeof *v);
     gckpt_vlm_images im = {.images = pf->vlm_images, .tiles = pf->vlm_tiles, .tokens = pf->vlm_tokens,
-                           .tower_trained = pf->vlm_tower_trained};
+                           .tower_trained = pf->vlm_tower_trained, .h = pf->vlm_h, .w = pf->vlm_w};
     gckpt_result res;
     gckpt_vlm_step_info info;
     gckpt_err err = {{0}};

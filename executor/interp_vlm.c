@@ -1,4 +1,4 @@
-/* A LLaVA step on a backend (gckpt/executor/exec_vlm.h): the core's composed step
+/* A LLaVA or LLaVA-NeXT step on a backend (gckpt/executor/exec_vlm.h): the core's composed step
  * (gckpt_vlm_step_new decides the order, the walk reads the same schedule) performed by two
  * interpreters, the text model's and the tower's, each segment by its side's; the bridge
  * segments' buffers by the tower's (they are in its numbering). What LlavaModel.forward
@@ -10,6 +10,12 @@
  *  - when the tower's seed gradient is allocated (its head backward), MaskedScatterBackward:
  *    those rows of the text embeddings' gradient become the projector's output gradient
  *    (masked_select) and are zeroed for the text embedding's backward (masked_fill).
+ * LLaVA-NeXT's pack_image_features (modeling_llava_next.py) sits between the projector and
+ * masked_scatter: its rows are the map gckpt_anyres_pack gives for the plan's image size
+ * (each image's tile features unpadded, image_newline closing each row; host_anyres.c), its
+ * backward scatters the packed rows' gradient back (zero where unpadded away) and sums the
+ * newline rows into image_newline's .grad, which the step allocates in the bridge's
+ * backward of the first micro-step (core/vlm_step.c) and this file zeroes there.
  * The data go through the backend's download / upload (the host backend's memcpy). */
 #include "gckpt/executor/exec_vlm.h"
 
@@ -20,6 +26,7 @@
 #include "gckpt/core/families.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/vision.h"
+#include "host_anyres.h"
 #include "interp.h"
 
 struct gckpt_vexec {
@@ -36,12 +43,21 @@ struct gckpt_vexec {
     uint64_t npixels;
     int emb_op, feat_op, pix_op; /* the text embedding's op, the projector's last, the pixels' source */
     int64_t *ids;               /* the micro-step's ids, labels (the text side's) */
+    /* LLaVA-NeXT: each image's packed rows (gckpt_anyres_pack: a tower feature row, -1 the
+     * newline), their count, the tower's feature rows per image (tiles x patches) */
+    int64_t *src;
+    uint64_t nsrc, stride;
+    float *pk;                  /* the micro-step's packed rows (fp32), made before the
+                                 * projector's output goes (it goes once the pack is made) */
+    uint64_t npk;
+    bool packed;
 };
 
 bool gckpt_vexec_supported(const gckpt_backend *be, const gckpt_vlm *v, const gckpt_setting *s, gckpt_err *err)
 {
     const gckpt_vlm_type *row = gckpt_vlm_type_of(v->model_type);
-    if (!row || !row->host || v->vision.projector != GCKPT_PROJ_LLAVA) { /* the table's word; the bridge is llava's */
+    /* the table's word; the bridge is llava's and llava_next's */
+    if (!row || !row->host || (v->vision.projector != GCKPT_PROJ_LLAVA && v->vision.projector != GCKPT_PROJ_LLAVA_NEXT)) {
         gckpt_seterr(err, "model_type \"%s\" (%s) is planned, not executed by gckpt-run (not yet: %s)", v->model_type,
                      row ? row->family : v->model_type, row ? row->missing : "its step");
         return false;
@@ -58,6 +74,37 @@ bool gckpt_vexec_supported(const gckpt_backend *be, const gckpt_vlm *v, const gc
 }
 
 static int producer_of(const gckpt_recipe *r, int t) { return t >= 0 ? gckpt_recipe_producer(r, t) : -1; }
+
+/* LLaVA-NeXT: the packed rows of an image of the plan's size, which must be the plan's
+ * tiles and tokens (the image processor's: one base tile and the best pinpoint's). */
+static bool pack_map(gckpt_vexec *vx, gckpt_err *err)
+{
+    const gckpt_vlm *v = &vx->v;
+    uint64_t h = vx->im.h, w = vx->im.w, side = v->vision.image_size / v->vision.patch, n = 0;
+    if (!h || !w) {
+        gckpt_seterr(err, "model_type \"%s\": its step needs the images' size (anyres tiles)", v->model_type);
+        return false;
+    }
+    uint64_t tiles = gckpt_image_tiles(v, h, w), cap = tiles * side * side + side * side + 1;
+    if (tiles != vx->im.tiles) {
+        gckpt_seterr(err, "%llu tiles per image planned, an image of %llux%llu has %llu", (unsigned long long)vx->im.tiles,
+                     (unsigned long long)h, (unsigned long long)w, (unsigned long long)tiles);
+        return false;
+    }
+    if (!(vx->src = malloc(sizeof *vx->src * cap))) {
+        gckpt_seterr(err, "out of memory");
+        return false;
+    }
+    if (!gckpt_anyres_pack(v, h, w, vx->src, cap, &n) || n != vx->im.tokens) {
+        gckpt_seterr(err, "%llu tokens per image planned, pack_image_features makes %llu of an image of %llux%llu",
+                     (unsigned long long)vx->im.tokens, (unsigned long long)n, (unsigned long long)h,
+                     (unsigned long long)w);
+        return false;
+    }
+    vx->nsrc = n;
+    vx->stride = tiles * side * side;
+    return true;
+}
 
 gckpt_vexec *gckpt_vexec_new(gckpt_backend *be, const gckpt_vlm *v, const gckpt_device *d, const gckpt_setting *s,
                              const gckpt_vlm_images *im, const gckpt_exec_opts *o, gckpt_err *err)
@@ -101,6 +148,7 @@ gckpt_vexec *gckpt_vexec_new(gckpt_backend *be, const gckpt_vlm *v, const gckpt_
         gckpt_seterr(err, "the VLM step's recipes have no text embedding, image features or pixels");
         goto fail;
     }
+    if (v->vision.projector == GCKPT_PROJ_LLAVA_NEXT && !pack_map(vx, err)) goto fail;
     return vx;
 fail:
     gckpt_vexec_free(vx);
@@ -175,20 +223,100 @@ static gckpt_xstatus move(gckpt_exec *x, uint32_t id, float *host, bool down, gc
     return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, "the VLM bridge", err);
 }
 
+/* v rounded to t's dtype (t.n elements; t.p unused) and back to fp32 */
+static gckpt_xstatus round_through(const gckpt_xt *t, float *v, gckpt_err *err)
+{
+    if (t->dt == GCKPT_DT_F32) return GCKPT_XS_OK;
+    void *raw = malloc(t->n * gckpt_dtype_size((gckpt_dtype)t->dt) + 1);
+    if (!raw) return exec_fail(err, "out of memory");
+    gckpt_xt h = {raw, t->n, t->dt};
+    exec_convert_from_f32(&h, v);
+    exec_convert_to_f32(&h, v);
+    free(raw);
+    return GCKPT_XS_OK;
+}
+
+/* The pack's backward: g (the packed rows' gradient) into gfeat, the newline rows summed
+ * (fp32, as ToCopyBackward casts them before the expand's sum) into image_newline's .grad. */
+static gckpt_xstatus newline_grad(gckpt_vexec *vx, const float *g, float *gfeat, uint64_t images, float *sum,
+                                  gckpt_err *err)
+{
+    gckpt_exec *x = vx->x;
+    uint64_t W = vx->v.text.hidden;
+    memset(sum, 0, sizeof *sum * W);
+    host_anyres_unpack(g, images, vx->stride, vx->src, vx->nsrc, W, gfeat, sum);
+    param_t *p = exec_param(x, vx->st->vr.bridge_param, 0);
+    if (!p || !p->spec->trainable) return GCKPT_XS_OK; /* frozen (LoRA on the text model): no gradient */
+    if (!exec_live(x, p->grad) || x->inst[p->grad].n != W)
+        return exec_fail(err, "the VLM bridge: image_newline's .grad is not allocated as the step says");
+    float *acc = malloc(sizeof *acc * W + 1);
+    if (!acc) return exec_fail(err, "out of memory");
+    gckpt_xstatus rc = move(x, p->grad, acc, true, err);
+    for (uint64_t c = 0; rc == GCKPT_XS_OK && c < W; c++) acc[c] += sum[c];
+    if (rc == GCKPT_XS_OK) rc = move(x, p->grad, acc, false, err);
+    free(acc);
+    return rc;
+}
+
+/* pack_image_features on the micro-step's projector output `feat` (LLaVA-NeXT): the
+ * packed rows, image_newline cast to the features' dtype (.to in the cat), into vx->pk */
+static gckpt_xstatus pack(gckpt_vexec *vx, uint32_t feat, gckpt_err *err)
+{
+    gckpt_exec *x = vx->x;
+    uint64_t W = vx->v.text.hidden;
+    if (!exec_live(x, feat) || x->inst[feat].n % (vx->stride * W))
+        return exec_fail(err, "the VLM bridge: the image features are not allocated as the step says");
+    uint64_t images = x->inst[feat].n / (vx->stride * W), n = images * vx->nsrc * W;
+    float *ff = malloc(sizeof *ff * x->inst[feat].n + 1), *nl = malloc(sizeof *nl * W + 1);
+    if (n != vx->npk) {
+        free(vx->pk);
+        vx->npk = 0;
+        if ((vx->pk = malloc(sizeof *vx->pk * n + 1))) vx->npk = n;
+    }
+    gckpt_xstatus rc = ff && nl && vx->pk ? move(x, feat, ff, true, err) : exec_fail(err, "out of memory");
+    if (rc == GCKPT_XS_OK) rc = gckpt_exec_read_param(x, 0, vx->st->vr.bridge_param, nl, err);
+    if (rc == GCKPT_XS_OK) {
+        gckpt_xt f = {NULL, W, x->inst[feat].dt};
+        rc = round_through(&f, nl, err);
+        if (rc == GCKPT_XS_OK) host_anyres_pack(ff, images, vx->stride, nl, vx->src, vx->nsrc, W, vx->pk);
+        vx->packed = rc == GCKPT_XS_OK;
+    }
+    free(ff);
+    free(nl);
+    return rc;
+}
+
 /* masked_scatter (forward) or its backward: the rows of the text side's instance `text`
  * ([b s, width]) at the image tokens, in order, and the tower's `feat` ([image rows, width]) */
 static gckpt_xstatus bridge(gckpt_vexec *vx, uint32_t text, uint32_t feat, bool backward, gckpt_err *err)
 {
     gckpt_exec *t = vx->t, *x = vx->x;
     uint64_t W = vx->v.text.hidden, BS = t->set.micro_batch * t->set.seq;
-    if (!exec_live(t, text) || !exec_live(x, feat) || t->inst[text].n != BS * W || x->inst[feat].n % W)
+    if (!backward && vx->src && !vx->packed) { /* the projector's output is still there: pack it now */
+        gckpt_xstatus prc = pack(vx, feat, err);
+        if (prc != GCKPT_XS_OK) return prc;
+    }
+    if (!exec_live(t, text) || (!exec_live(x, feat) && (backward || !vx->src)) || t->inst[text].n != BS * W ||
+        (exec_live(x, feat) && x->inst[feat].n % W))
         return exec_fail(err, "the VLM bridge: the text embeddings or the image features are not allocated as the "
                               "step says");
-    uint64_t rows = x->inst[feat].n / W, k = 0;
+    uint64_t frows = vx->src && !backward ? vx->npk / W / vx->nsrc * vx->stride : x->inst[feat].n / W;
+    uint64_t images = vx->src ? frows / vx->stride : 0;
+    if (vx->src && frows != images * vx->stride)
+        return exec_fail(err, "the VLM bridge: %llu feature rows are not whole images' tiles", (unsigned long long)frows);
+    /* the rows masked_scatter moves: the features, or LLaVA-NeXT's packed rows */
+    uint64_t rows = vx->src ? images * vx->nsrc : frows, k = 0;
     float *te = malloc(sizeof *te * BS * W + 1), *fe = malloc(sizeof *fe * rows * W + 1);
-    gckpt_xstatus rc = te && fe ? GCKPT_XS_OK : exec_fail(err, "out of memory");
+    float *ff = vx->src ? malloc(sizeof *ff * frows * W + 1) : fe, *nl = vx->src ? malloc(sizeof *nl * W + 1) : NULL;
+    gckpt_xstatus rc = te && fe && ff && (nl || !vx->src) ? GCKPT_XS_OK : exec_fail(err, "out of memory");
     if (rc == GCKPT_XS_OK) rc = move(t, text, te, true, err);
-    if (rc == GCKPT_XS_OK && !backward) rc = move(x, feat, fe, true, err);
+    if (rc == GCKPT_XS_OK && !backward && !vx->src) rc = move(x, feat, fe, true, err);
+    if (rc == GCKPT_XS_OK && !backward && vx->src) {
+        if (!vx->packed || vx->npk != rows * W)
+            rc = exec_fail(err, "the VLM bridge: pack_image_features' rows were not made");
+        else
+            memcpy(fe, vx->pk, sizeof *fe * rows * W);
+    }
     for (uint64_t p = 0; rc == GCKPT_XS_OK && p < BS; p++) {
         if (t->ids[p] != vx->v.vision.image_token) continue;
         if (k == rows) {
@@ -208,9 +336,16 @@ static gckpt_xstatus bridge(gckpt_vexec *vx, uint32_t text, uint32_t feat, bool 
         rc = exec_fail(err, "the VLM bridge: %llu image tokens and %llu image features", (unsigned long long)k,
                        (unsigned long long)rows);
     if (rc == GCKPT_XS_OK) rc = move(t, text, te, false, err);
-    if (rc == GCKPT_XS_OK && backward) rc = move(x, feat, fe, false, err);
+    if (rc == GCKPT_XS_OK && backward && vx->src) { /* the pack's backward, in the features' dtype */
+        gckpt_xt f = {NULL, rows * W, x->inst[feat].dt};
+        rc = round_through(&f, fe, err);
+        if (rc == GCKPT_XS_OK) rc = newline_grad(vx, fe, ff, images, nl, err);
+    }
+    if (rc == GCKPT_XS_OK && backward) rc = move(x, feat, ff, false, err);
     free(te);
     free(fe);
+    if (vx->src) free(ff);
+    free(nl);
     return rc;
 }
 
@@ -237,6 +372,15 @@ static void vlm_data(gckpt_vexec *vx, uint64_t micro)
             int64_t next = i + 1 < S ? t->ids[b * S + i + 1] : -100;
             t->labels[b * S + i] = next == img ? -100 : next;
         }
+}
+
+static gckpt_xstatus zero_inst(gckpt_exec *x, uint32_t id, gckpt_err *err)
+{
+    float *z = calloc(x->inst[id].n + 1, sizeof *z);
+    if (!z) return exec_fail(err, "out of memory");
+    gckpt_xstatus rc = move(x, id, z, false, err);
+    free(z);
+    return rc;
 }
 
 /* the pixels of the micro-step, kept for gckpt_vexec_batch */
@@ -268,6 +412,7 @@ static gckpt_xstatus run_part(gckpt_vexec *vx, const exec_part *part, uint64_t m
         gemb = part_inst(t, part, vx->emb_op, GCKPT_EV_BWD);
         feat = part_inst(x, part, vx->feat_op, GCKPT_EV_FWD);
         pix = part_inst(x, part, vx->pix_op, GCKPT_EV_FWD);
+        vx->packed = false;
         if (emb == GCKPT_NOINST || gemb == GCKPT_NOINST || feat == GCKPT_NOINST)
             return exec_fail(err, "the VLM step's micro-step has no text embedding or image features");
     }
@@ -291,11 +436,19 @@ static gckpt_xstatus run_part(gckpt_vexec *vx, const exec_part *part, uint64_t m
             }
             const gckpt_event *e = &X->sched.ev[i];
             w.index = i;
+            /* LLaVA-NeXT: the projector's output goes once the pack is made (core/vlm_step.c) */
+            if (vx->src && in_micro && X == x && e->kind == GCKPT_EV_FREE && e->inst == feat && !vx->packed &&
+                (rc = pack(vx, feat, err)) != GCKPT_XS_OK)
+                return rc;
             if ((rc = exec_event(X, e, &w, err)) != GCKPT_XS_OK) return rc;
             (*count)++;
             if (X != x || !in_micro) continue;
             if (vx->keep_pixels && e->kind == GCKPT_EV_FWD && e->op == vx->pix_op &&
                 (rc = keep_pixels(vx, pix, err)) != GCKPT_XS_OK)
+                return rc;
+            /* image_newline's .grad, made by the pack's backward (the bridge's below adds to it) */
+            if (vx->src && e->kind == GCKPT_EV_ALLOC && e->comp == GCKPT_C_GRADS && e->tensor == vx->st->vr.bridge_param &&
+                (rc = zero_inst(x, e->inst, err)) != GCKPT_XS_OK)
                 return rc;
             /* the tower's seed gradient: the projector output's, from masked_scatter's backward */
             if (e->kind == GCKPT_EV_ALLOC && e->tensor == vx->st->vr.grad_seed && e->comp == GCKPT_C_BACKWARD &&
@@ -372,5 +525,7 @@ void gckpt_vexec_free(gckpt_vexec *vx)
     gckpt_exec_free(vx->x);
     gckpt_vlm_step_free(vx->st);
     free(vx->pixels);
+    free(vx->src);
+    free(vx->pk);
     free(vx);
 }

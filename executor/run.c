@@ -126,7 +126,7 @@ static bool r_new(runner *r, gckpt_backend *be, const gckpt_plan_file *pf, const
     }
     gckpt_vlm *v = malloc(sizeof *v);
     gckpt_vlm_images im = {.images = pf->vlm_images, .tiles = pf->vlm_tiles, .tokens = pf->vlm_tokens,
-                           .tower_trained = pf->vlm_tower_trained};
+                           .tower_trained = pf->vlm_tower_trained, .h = pf->vlm_h, .w = pf->vlm_w};
     gckpt_vlm_step_info info;
     bool ok = v && gckpt_vlm_parse(pf->file, pf->config_text, v, err) &&
               (r->vx = gckpt_vexec_new(be, v, &pf->dev, s, &im, xo, err)) != NULL &&

@@ -49,6 +49,26 @@ static bool same_layers(const cJSON *tower, const uint64_t *got, size_t n)
     return i == n;
 }
 
+/* A steady-state step ends where it began: every component's live bytes back at the step's
+ * start (what the step allocates it frees; the optimizer's zero_grad frees exactly the
+ * gradients the backward made, LLaVA-NeXT's image_newline's among them). */
+static void step_returns(const char *path, const gckpt_vlm *v, const gckpt_setting *s, gckpt_target target,
+                         const gckpt_vlm_images *im)
+{
+    static gckpt_vlm_step_info info;
+    gckpt_err err;
+    gckpt_vlm_step *p = gckpt_vlm_step_new(v, &g_dev, s, target, im, &info, &err);
+    if (!p) fail_msg("%s: %s", path, err.msg);
+    gckpt_walk_state w;
+    gckpt_walk_begin(&w, p->start, true);
+    gckpt_walk_schedule(&w, &p->sched, NULL, NULL);
+    for (int k = 0; k < GCKPT_NCOMP; k++)
+        if (w.m.cur[k] != p->start[k])
+            fail_msg("%s: component %s ends the step at %lld bytes, began at %lld", path, gckpt_component_names[k],
+                     (long long)w.m.cur[k], (long long)p->start[k]);
+    gckpt_vlm_step_free(p);
+}
+
 typedef struct {
     int files, passed, layers_exact;
     double worst;
@@ -99,6 +119,7 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     gckpt_result res;
     static gckpt_vlm_step_info info;
     if (!gckpt_vlm_walk(&v, &g_dev, &s, target, &images, &res, &info, &err)) fail_msg("%s: %s", path, err.msg);
+    step_returns(path, &v, &s, target, &images);
     const cJSON *towers = at(j, "towers");
     if (!same_layers(at(towers, "vision"), info.vision_ckpt, info.nvision_ckpt) ||
         !same_layers(at(towers, "text"), info.text_ckpt, info.ntext_ckpt))

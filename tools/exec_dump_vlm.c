@@ -4,7 +4,9 @@
  * and the allocator's peak next to the walk's. Developer tool, not a test.
  *   gckpt-exec-dump-vlm CONFIG.json [--seq N] [--micro-batch N] [--images N] [--grad-accum N]
  *                       [--every-n N] [--offload] [--frozen] [--seed N] [--bias-std X] [--precision P]
- *                       -o OUT.json
+ *                       [--image-size HxW] -o OUT.json
+ * --image-size: the images' size in pixels (default the tower's square; LLaVA-NeXT's anyres
+ * tiles and packed rows follow it, as its image processor's).
  * Exit 0: written; 1: the step failed; 2: bad usage or input. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -82,14 +84,15 @@ static void on_grads(gckpt_exec *x, void *user)
 static int usage(void)
 {
     fprintf(stderr, "usage: gckpt-exec-dump-vlm CONFIG.json [--seq N] [--micro-batch N] [--images N] [--grad-accum N] "
-                    "[--every-n N] [--offload] [--frozen] [--seed N] [--bias-std X] [--precision P] -o OUT.json\n");
+                    "[--every-n N] [--offload] [--frozen] [--seed N] [--bias-std X] [--precision P] [--image-size HxW] "
+                    "-o OUT.json\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) return usage();
-    const char *cfg = argv[1], *out = NULL;
+    const char *cfg = argv[1], *out = NULL, *size = NULL;
     gckpt_setting s = {.seq = 32, .micro_batch = 2, .grad_accum = 1, .precision = GCKPT_FP32,
                        .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA};
     gckpt_exec_opts o = {.seed = 7, .init_std = 0.05};
@@ -104,6 +107,7 @@ int main(int argc, char **argv)
         if (!v) return usage();
         int k;
         if (!strcmp(a, "-o")) out = v;
+        else if (!strcmp(a, "--image-size")) size = v;
         else if (!strcmp(a, "--every-n") && (s.every_n = (uint32_t)strtoul(v, NULL, 10)) <= 64) {}
         else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--precision") && (k = gckpt_precision_from(v)) >= 0) s.precision = (gckpt_precision)k;
@@ -120,8 +124,12 @@ int main(int argc, char **argv)
     gckpt_vlm v;
     gckpt_device dev;
     char *text = gckpt_read_file(cfg, 1u << 22, &err);
-    if (!text || !gckpt_vlm_parse(cfg, text, &v, &err) || !gckpt_device_load("h100-sxm-80gb", &dev, &err) ||
-        !gckpt_image_tokens(&v, "--images", v.vision.image_size, v.vision.image_size, &im.tokens, &err)) {
+    bool ok = text && gckpt_vlm_parse(cfg, text, &v, &err) && gckpt_device_load("h100-sxm-80gb", &dev, &err);
+    im.h = im.w = ok ? v.vision.image_size : 0;
+    ok = ok && (!size || gckpt_parse_image_size("--image-size", size, &im.h, &im.w, &err)) &&
+         gckpt_image_tokens(&v, "--image-size", im.h, im.w, &im.tokens, &err);
+    if (ok) im.tiles = gckpt_image_tiles(&v, im.h, im.w);
+    if (!ok) {
         fprintf(stderr, "gckpt-exec-dump-vlm: %s\n", err.msg);
         free(text);
         return 2;
@@ -170,6 +178,12 @@ int main(int argc, char **argv)
     cJSON_AddNumberToObject(root, "micro_batch", (double)s.micro_batch);
     cJSON_AddNumberToObject(root, "seq", (double)s.seq);
     cJSON_AddNumberToObject(root, "images", (double)im.images);
+    cJSON *hw = cJSON_CreateArray();
+    cJSON_AddItemToArray(hw, cJSON_CreateNumber((double)im.h));
+    cJSON_AddItemToArray(hw, cJSON_CreateNumber((double)im.w));
+    cJSON_AddItemToObject(root, "image_size", hw);
+    cJSON_AddNumberToObject(root, "tiles", (double)im.tiles);
+    cJSON_AddNumberToObject(root, "tokens_per_image", (double)im.tokens);
     cJSON_AddBoolToObject(root, "tower_trained", im.tower_trained);
     cJSON_AddNumberToObject(root, "every_n", (double)s.every_n);
     cJSON_AddStringToObject(root, "precision", gckpt_precision_names[s.precision]);

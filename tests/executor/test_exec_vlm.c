@@ -1,8 +1,12 @@
-/* gckpt-run's LLaVA step on the host backend (executor/interp_vlm.c, gckpt/executor/exec_vlm.h):
+/* gckpt-run's LLaVA and LLaVA-NeXT steps on the host backend (executor/interp_vlm.c,
+ * gckpt/executor/exec_vlm.h):
  *  - its loss and every trained parameter's gradient norm against transformers 5.24's
- *    LlavaForConditionalGeneration on the same weights, batch and pixels
- *    (tests/executor/data/hf-tiny-llava*.json, written by tools/hf_probe/exec_vlm.py from
- *    gckpt-exec-dump-vlm's step; FINDINGS R-EXEC-5), the tower trained and frozen;
+ *    LlavaForConditionalGeneration / LlavaNextForConditionalGeneration on the same weights,
+ *    batch and pixels (tests/executor/data/hf-tiny-llava*.json, written by
+ *    tools/hf_probe/exec_vlm.py from gckpt-exec-dump-vlm's step; FINDINGS R-EXEC-5, R-EXEC-7),
+ *    the tower trained and frozen; LLaVA-NeXT at the image processor's shapes for images of
+ *    40x60, 60x40 (5 anyres tiles, 14 and 16 packed rows: unpadded in height, in width) and
+ *    28x28 (3 tiles, 10 rows);
  *  - the allocator's peak and pinned peak equal to the planner's walk of the same step
  *    (gckpt_vlm_walk: the plan's peak) for every_n off / 1 / 2 / 3, with and without offload,
  *    the tower trained and frozen, one and two micro-steps, and nothing left allocated;
@@ -45,14 +49,17 @@ static gckpt_device device(void)
     return d;
 }
 
-static gckpt_vlm_images images_of(const gckpt_vlm *v, bool trained)
+/* one image per sample of h x w pixels (0: the tower's square), its tiles and tokens */
+static gckpt_vlm_images images_at(const gckpt_vlm *v, bool trained, uint64_t h, uint64_t w)
 {
-    gckpt_vlm_images im = {.images = 1, .tiles = 1, .tower_trained = trained};
+    if (!h) h = w = v->vision.image_size;
+    gckpt_vlm_images im = {.images = 1, .tiles = gckpt_image_tiles(v, h, w), .tower_trained = trained, .h = h, .w = w};
     gckpt_err err = {{0}};
-    if (!gckpt_image_tokens(v, "images", v->vision.image_size, v->vision.image_size, &im.tokens, &err))
-        fail_msg("%s", err.msg);
+    if (!gckpt_image_tokens(v, "images", h, w, &im.tokens, &err)) fail_msg("%s", err.msg);
     return im;
 }
+
+static gckpt_vlm_images images_of(const gckpt_vlm *v, bool trained) { return images_at(v, trained, 0, 0); }
 
 /* the probe's setting: mb 2, seq 32 (16 image tokens), fp32, SDPA, AdamW */
 static uint8_t g_towers; /* --checkpoint-towers (gckpt_ckpt_towers; 0: all) of the settings below */
@@ -108,8 +115,8 @@ static void collect(gckpt_exec *x, void *user)
 
 /* loss_tol, norm_tol: relative (fp32: rounding; amp-bf16: transformers under CPU autocast with
  * CUDA's fp32 lists emulated, bf16 roundings in another order) */
-static void matches_transformers(const char *fixture, bool trained, uint32_t every_n, gckpt_precision prec,
-                                 double loss_tol, double norm_tol)
+static void matches_at(const char *config, const char *fixture, bool trained, uint32_t every_n, gckpt_precision prec,
+                       double loss_tol, double norm_tol, uint64_t h, uint64_t w)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s.json", GCKPT_TEST_DATA, fixture);
@@ -119,9 +126,9 @@ static void matches_transformers(const char *fixture, bool trained, uint32_t eve
     cJSON *hf = cJSON_Parse(text);
     free(text);
     assert_non_null(hf);
-    gckpt_vlm v = load_vlm("tiny-llava");
+    gckpt_vlm v = load_vlm(config);
     gckpt_device d = device();
-    gckpt_vlm_images im = images_of(&v, trained);
+    gckpt_vlm_images im = images_at(&v, trained, h, w);
     gckpt_setting s = setting(every_n, false, 1);
     s.precision = prec;
     gckpt_backend *be = gckpt_host_backend_new(0);
@@ -152,16 +159,33 @@ static void matches_transformers(const char *fixture, bool trained, uint32_t eve
         }
         i++;
     }
-    printf("# %s vs transformers %s (%s, SDPA, mb 2, seq 32, the tower %s, every_n %u): loss %.9f vs %.9f; largest "
-           "relative gradient-norm difference %.2e (%s) over %zu parameters\n",
+    printf("# %s vs transformers %s (%s, SDPA, mb 2, seq 32, %llux%llu images, %llu tiles, %llu tokens, the tower %s, "
+           "every_n %u): loss %.9f vs %.9f; largest relative gradient-norm difference %.2e (%s) over %zu parameters\n",
            fixture, cJSON_GetObjectItem(hf, "transformers")->valuestring, gckpt_precision_names[prec],
-           trained ? "trained" : "frozen", every_n, res.loss, want, worst, where, i);
+           (unsigned long long)im.h, (unsigned long long)im.w, (unsigned long long)im.tiles,
+           (unsigned long long)im.tokens, trained ? "trained" : "frozen", every_n, res.loss, want, worst, where, i);
     assert_int_equal(i, g.n);
     assert_true(fabs(res.loss - want) < loss_tol * fabs(want));
     assert_true(worst < norm_tol);
     cJSON_Delete(hf);
     gckpt_vexec_free(vx);
     be->destroy(be);
+}
+
+static void matches_transformers(const char *fixture, bool trained, uint32_t every_n, gckpt_precision prec,
+                                 double loss_tol, double norm_tol)
+{
+    matches_at("tiny-llava", fixture, trained, every_n, prec, loss_tol, norm_tol, 0, 0);
+}
+
+/* LLaVA-NeXT (tools/hf_probe/exec_vlm.py's LlavaNextForConditionalGeneration): pixel_values
+ * [images, tiles, 3, 28, 28] and image_sizes as its image processor makes them */
+static void next_matches_transformers(void **st)
+{
+    (void)st;
+    matches_at("tiny-llava-next", "hf-tiny-llava-next", true, 0, GCKPT_FP32, 1e-6, 1e-5, 40, 60);
+    matches_at("tiny-llava-next", "hf-tiny-llava-next-frozen", false, 2, GCKPT_FP32, 1e-6, 1e-5, 60, 40);
+    matches_at("tiny-llava-next", "hf-tiny-llava-next-amp", true, 0, GCKPT_AMP_BF16, 1e-4, 2e-2, 28, 28);
 }
 
 static void trained_tower_matches_transformers(void **st)
@@ -188,11 +212,11 @@ static void frozen_tower_matches_transformers(void **st)
 
 /* two steps of the setting: the allocator's peaks against the walk's */
 /* (returns the second step's loss) */
-static double peak_images(const gckpt_vlm *v, bool trained, uint32_t every_n, bool offload, uint64_t ga,
-                          gckpt_precision p, uint64_t images)
+static double peak_at(const gckpt_vlm *v, bool trained, uint32_t every_n, bool offload, uint64_t ga,
+                      gckpt_precision p, uint64_t images, uint64_t h, uint64_t w)
 {
     gckpt_device d = device();
-    gckpt_vlm_images im = images_of(v, trained);
+    gckpt_vlm_images im = images_at(v, trained, h, w);
     gckpt_setting s = setting(every_n, offload, ga);
     s.precision = p;
     im.images = images; /* two: the placeholder runs one after the other, seq 48 (the probe's) */
@@ -212,9 +236,10 @@ static double peak_images(const gckpt_vlm *v, bool trained, uint32_t every_n, bo
         fail_msg("%s", err.msg);
     gckpt_memstat ms;
     be->memstat(be, &ms);
-    printf("# %s, %llu image(s), tower %s, every_n %u%s, grad_accum %llu: peak %llu (plan %llu), pinned %llu (plan %llu), loss %.6f, "
-           "%.6f\n",
-           gckpt_precision_names[p], (unsigned long long)images, trained ? "trained" : "frozen", every_n,
+    printf("# %s %s, %llu image(s) of %llux%llu, tower %s, every_n %u%s, grad_accum %llu: peak %llu (plan %llu), pinned %llu "
+           "(plan %llu), loss %.6f, %.6f\n",
+           v->model_type, gckpt_precision_names[p], (unsigned long long)images, (unsigned long long)im.h,
+           (unsigned long long)im.w, trained ? "trained" : "frozen", every_n,
            offload ? " + offload" : "",
            (unsigned long long)ga,
            (unsigned long long)ms.allocated_peak, (unsigned long long)pred.peak_bytes,
@@ -229,10 +254,44 @@ static double peak_images(const gckpt_vlm *v, bool trained, uint32_t every_n, bo
     return res[1].loss;
 }
 
+static double peak_images(const gckpt_vlm *v, bool trained, uint32_t every_n, bool offload, uint64_t ga,
+                          gckpt_precision p, uint64_t images)
+{
+    return peak_at(v, trained, every_n, offload, ga, p, images, 0, 0);
+}
+
 static double peak_is_the_plans(const gckpt_vlm *v, bool trained, uint32_t every_n, bool offload, uint64_t ga,
                                 gckpt_precision p)
 {
     return peak_images(v, trained, every_n, offload, ga, p, 1);
+}
+
+/* LLaVA-NeXT: fp32 and amp-bf16 x every_n off / 1 / 2 x offload x the tower trained / frozen
+ * (an image of 40x60: 5 tiles, 14 packed rows), equal losses over the checkpointed settings;
+ * grad_accum 2 (image_newline's .grad made in the first micro-step only) and two images of
+ * 60x40 and 28x28 */
+static void next_peaks_are_the_plans(void **st)
+{
+    (void)st;
+    gckpt_vlm v = load_vlm("tiny-llava-next");
+    const struct {
+        uint32_t n;
+        bool off;
+    } grid[] = {{0, false}, {1, false}, {1, true}, {2, false}, {2, true}};
+    const gckpt_precision precs[] = {GCKPT_FP32, GCKPT_AMP_BF16};
+    for (int k = 0; k < 4; k++) {
+        bool tr = k % 2 == 0;
+        double first = 0;
+        for (size_t i = 0; i < sizeof grid / sizeof *grid; i++) {
+            double loss = peak_at(&v, tr, grid[i].n, grid[i].off, 1, precs[k / 2], 1, 40, 60);
+            if (grid[i].n && !first) first = loss;
+            else if (grid[i].n) assert_memory_equal(&loss, &first, sizeof loss);
+        }
+    }
+    peak_at(&v, true, 2, true, 2, GCKPT_FP32, 1, 40, 60);
+    peak_at(&v, false, 1, false, 3, GCKPT_AMP_BF16, 1, 40, 60);
+    peak_at(&v, true, 0, false, 2, GCKPT_FP32, 2, 60, 40);
+    peak_at(&v, true, 1, true, 1, GCKPT_AMP_BF16, 2, 28, 28);
 }
 
 static void peaks_are_the_plans(void **st)
@@ -302,13 +361,29 @@ static void what_it_does_not_run_is_refused(void **st)
     s.precision = GCKPT_BF16; /* pure bf16: the batch's pixels in bf16, not run */
     assert_null(gckpt_vexec_new(be, &v, &d, &s, &im, NULL, &err));
     assert_non_null(strstr(err.msg, "fp32 and amp-bf16 only"));
-    gckpt_vlm next = v;
-    next.vision.projector = GCKPT_PROJ_LLAVA_NEXT;
-    snprintf(next.model_type, sizeof next.model_type, "llava_next");
+    /* a VLM whose row has no host flag */
+    gckpt_vlm other = v;
+    snprintf(other.model_type, sizeof other.model_type, "qwen2_5_vl");
     s = setting(0, false, 1);
     memset(&err, 0, sizeof err);
-    assert_false(gckpt_vexec_supported(be, &next, &s, &err));
-    assert_non_null(strstr(err.msg, "\"llava_next\" (LLaVA-NeXT) is planned, not executed by gckpt-run"));
+    assert_false(gckpt_vexec_supported(be, &other, &s, &err));
+    assert_non_null(strstr(err.msg, "\"qwen2_5_vl\" (Qwen2.5-VL) is planned, not executed by gckpt-run"));
+    /* LLaVA-NeXT: tiles or tokens that are not the image size's (the pack's rows follow it) */
+    gckpt_vlm next = load_vlm("tiny-llava-next");
+    gckpt_vlm_images ni = images_at(&next, true, 40, 60);
+    ni.tiles = 3;
+    memset(&err, 0, sizeof err);
+    assert_null(gckpt_vexec_new(be, &next, &d, &s, &ni, NULL, &err));
+    assert_non_null(strstr(err.msg, "3 tiles per image planned, an image of 40x60 has 5"));
+    ni = images_at(&next, true, 40, 60);
+    ni.tokens = 16;
+    memset(&err, 0, sizeof err);
+    assert_null(gckpt_vexec_new(be, &next, &d, &s, &ni, NULL, &err));
+    assert_non_null(strstr(err.msg, "16 tokens per image planned, pack_image_features makes 14 of an image of 40x60"));
+    ni.h = ni.w = 0;
+    memset(&err, 0, sizeof err);
+    assert_null(gckpt_vexec_new(be, &next, &d, &s, &ni, NULL, &err));
+    assert_non_null(strstr(err.msg, "needs the images' size"));
     /* another backend than the host's: its kernels of the tower are unverified */
     gckpt_backend cuda = {.name = "cuda"};
     memset(&err, 0, sizeof err);
@@ -323,7 +398,9 @@ int main(void)
         cmocka_unit_test(trained_tower_matches_transformers),
         cmocka_unit_test(frozen_tower_matches_transformers),
         cmocka_unit_test(amp_matches_transformers),
+        cmocka_unit_test(next_matches_transformers),
         cmocka_unit_test(peaks_are_the_plans), cmocka_unit_test(tower_choice_peaks_are_the_plans),
+        cmocka_unit_test(next_peaks_are_the_plans),
         cmocka_unit_test(what_it_does_not_run_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

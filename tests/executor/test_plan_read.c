@@ -438,7 +438,7 @@ static void test_cp(void **st)
 }
 
 /* A LLaVA plan (gckpt-plan --images 1): inputs.vision read back (images, tiles, tokens, the
- * tower); gckpt-run executes it (the VLM table's host flag), a llava_next plan refused naming it. */
+ * tower, the image size); gckpt-run executes it and a llava_next one (the VLM table's host flag). */
 static char *vlm_plan_towers(const char *config, bool frozen, bool lora, uint8_t towers)
 {
     gckpt_plan_request req = {.seq = 32, .micro_batches = {2}, .n_micro = 1, .grad_accum = 1, .precision = GCKPT_FP32,
@@ -514,10 +514,34 @@ static void test_vlm(void **st)
     gckpt_plan_file_free(&pf);
     if (!gckpt_plan_parse("next.json", next, &pf, &err)) fail_msg("%s", err.msg);
     assert_true(pf.vlm_tower_trained);
-    assert_false(gckpt_plan_executable(&pf, &err));
-    assert_non_null(strstr(err.msg, "next.json: field 'inputs.vision': model_type \"llava_next\" (LLaVA-NeXT) is planned, "
-                                    "not executed by gckpt-run"));
+    /* the config's 28x28 images: the base tile and the best pinpoint's two (R-VLM-37) */
+    assert_int_equal(pf.vlm_h, 28);
+    assert_int_equal(pf.vlm_w, 28);
+    assert_int_equal(pf.vlm_tiles, 3);
+    assert_int_equal(pf.vlm_tokens, 10);
+    if (!gckpt_plan_executable(&pf, &err)) fail_msg("%s", err.msg);
     gckpt_plan_file_free(&pf);
+    /* tiles or tokens that are not the image size's: refused naming the fields */
+    cJSON *j = cJSON_Parse(next);
+    cJSON *vis = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "inputs"), "vision");
+    cJSON_ReplaceItemInObject(vis, "tiles_per_image", cJSON_CreateNumber(4));
+    char *bad = cJSON_Print(j);
+    memset(&err, 0, sizeof err);
+    assert_false(gckpt_plan_parse("bad.json", bad, &pf, &err));
+    assert_non_null(strstr(err.msg, "bad.json: fields 'inputs.vision.tiles_per_image' = 4 and 'tokens_per_image' = 10 "
+                                    "contradict 'inputs.vision.image_size' (28x28: 3 tiles, 10 tokens)"));
+    free(bad);
+    cJSON_ReplaceItemInObject(vis, "tiles_per_image", cJSON_CreateNumber(3));
+    cJSON *sz = cJSON_CreateArray();
+    cJSON_AddItemToArray(sz, cJSON_CreateNumber(60));
+    cJSON_AddItemToArray(sz, cJSON_CreateNumber(40));
+    cJSON_ReplaceItemInObject(vis, "image_size", sz);
+    bad = cJSON_Print(j);
+    memset(&err, 0, sizeof err);
+    assert_false(gckpt_plan_parse("bad.json", bad, &pf, &err));
+    assert_non_null(strstr(err.msg, "(60x40: 5 tiles, 16 tokens)"));
+    free(bad);
+    cJSON_Delete(j);
     /* LoRA on llava: read (its parameter count is the model's, not the adapters'), not executed */
     if (!gckpt_plan_parse("lora.json", lora, &pf, &err)) fail_msg("%s", err.msg);
     assert_false(gckpt_plan_executable(&pf, &err));

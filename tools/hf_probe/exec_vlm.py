@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""gckpt-run's LLaVA step next to transformers' own (FINDINGS R-EXEC-5): the weights, batch
-(input_ids, labels, pixel_values), loss and gradients of one host step that
-gckpt-exec-dump-vlm wrote are loaded into LlavaForConditionalGeneration of the same
-config.json (fp32, SDPA, CPU), which runs its own forward and backward. Prints both losses
+"""gckpt-run's LLaVA or LLaVA-NeXT step next to transformers' own (FINDINGS R-EXEC-5,
+R-EXEC-7): the weights, batch (input_ids, labels, pixel_values), loss and gradients of one host
+step that gckpt-exec-dump-vlm wrote are loaded into LlavaForConditionalGeneration (or
+LlavaNextForConditionalGeneration) of the same config.json (fp32, SDPA, CPU), which runs its
+own forward and backward. LLaVA-NeXT's batch is its image processor's shapes: pixel_values
+[images, tiles, C, H, W] (the dump's pixels in that order: image-major, the base tile first)
+and image_sizes, the dump's image_size for every image. Prints both losses
 and, per parameter, the largest gradient difference relative to the largest gradient
 element; exits 1 when a dumped parameter has no counterpart, a shape differs, or a relative
 difference exceeds --tol (default 1e-5).
@@ -31,6 +34,8 @@ import transformers
 def hf_name(p: dict, vision: bool) -> str:
     n = p["name"]
     if vision:
+        if n == "image_newline":  # LlavaNextModel's own parameter
+            return "model.image_newline"
         if p["section"] == "layer":
             return f"model.vision_tower.encoder.layers.{p['layer']}.{n}"
         return f"model.{n}" if n.startswith("multi_modal_projector.") else f"model.vision_tower.{n}"
@@ -56,7 +61,9 @@ def main(argv: list[str]) -> int:
     config.text_config._attn_implementation = "sdpa"
     config.vision_config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = transformers.LlavaForConditionalGeneration(config).to(torch.float32).train()
+    next_ = cfg["model_type"] == "llava_next"
+    cls = transformers.LlavaNextForConditionalGeneration if next_ else transformers.LlavaForConditionalGeneration
+    model = cls(config).to(torch.float32).train()
     model.config.use_cache = False
     params = dict(model.named_parameters())
     ours = [(hf_name(p, False), p) for p in dump["text_params"]] + [(hf_name(p, True), p) for p in dump["vision_params"]]
@@ -80,6 +87,11 @@ def main(argv: list[str]) -> int:
     labels = ids.masked_fill(ids == img, -100)  # the executor's labels are these, shifted
     vc = config.vision_config
     px = torch.tensor(dump["pixel_values"], dtype=torch.float32).view(-1, vc.num_channels, vc.image_size, vc.image_size)
+    extra = {}
+    if next_:
+        tiles = int(dump["tiles"])
+        px = px.view(-1, tiles, vc.num_channels, vc.image_size, vc.image_size)
+        extra["image_sizes"] = torch.tensor([dump["image_size"]] * px.shape[0], dtype=torch.long)
     if dump.get("every_n"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     # amp-bf16: CPU autocast with CUDA's fp32 lists emulated (probe.py's CudaAutocastLists), as the
@@ -91,7 +103,7 @@ def main(argv: list[str]) -> int:
         ctx.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
         ctx.enter_context(CudaAutocastLists())
     with ctx:
-        out = model(input_ids=ids, pixel_values=px, labels=labels)
+        out = model(input_ids=ids, pixel_values=px, labels=labels, **extra)
         out.loss.backward()
     print(f"loss: gckpt-run {dump['loss']:.9g}  transformers {out.loss.item():.9g}  "
           f"relative difference {abs(dump['loss'] - out.loss.item()) / abs(out.loss.item()):.3g}")
@@ -123,7 +135,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 3:
         with open(argv[2], "w") as f:
             json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
-                       "note": "tools/hf_probe/exec_vlm.py: LlavaForConditionalGeneration, fp32, SDPA, CPU",
+                       "note": f"tools/hf_probe/exec_vlm.py: {cls.__name__}, fp32, SDPA, CPU",
                        "loss": out.loss.item(), "params": fixture}, f, indent=1)
             f.write("\n")
     return 0 if worst <= tol and abs(dump["loss"] - out.loss.item()) <= tol * abs(out.loss.item()) else 1

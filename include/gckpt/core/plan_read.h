@@ -63,6 +63,7 @@ typedef struct {
     /* vlm: inputs.vision's images per sample, tiles per image, tokens per image and whether
      * the tower trains (gckpt_vlm_images of the walk) */
     uint64_t vlm_images, vlm_tiles, vlm_tokens;
+    uint64_t vlm_h, vlm_w; /* inputs.vision.image_size (LLaVA-NeXT's anyres pack follows it) */
     bool vlm_tower_trained;
     uint8_t ckpt_towers;      /* vlm: inputs.vision.checkpoint_towers (gckpt_ckpt_towers; absent: all) */
     uint32_t tp_fsdp;         /* inputs.tensor_parallel.fsdp_size (0: none) */

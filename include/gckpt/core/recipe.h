@@ -394,6 +394,9 @@ typedef struct {
     int grad_seed;   /* a recipe without a loss (a VLM's vision side in a step): the head's
                       * output whose gradient arrives from outside (the projector's, from
                       * masked_scatter's backward), seeded where a loss's would be; else -1 */
+    int bridge_param; /* a parameter no op of this recipe reads, whose gradient a VLM step's
+                       * bridge makes (core/vlm_step.c: LLaVA-NeXT's image_newline, read by
+                       * pack_image_features' cat); else -1 */
     int mask;        /* tensor: eager attention's causal mask, or -1 */
     int rope[2];     /* tensors: the rotary (cos, sin) the block's rope reads, or -1 */
     int rope_local[2]; /* Gemma 3 with two layer types: the sliding layers' pair, which a

@@ -133,8 +133,8 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
     /* phi3's gate_up MLP and partial rotary, rotated as interleaved pairs (GCKPT_P_NEG_HALF /
-     * CAT_HALF with sa 1, which no backend runs: gckpt-run refuses it), q/k/v biases, Gemma 2's
-     * four norms (FINDINGS R-FAM-17). Liger: apply_liger_kernel_to_glm4's fused loss
+     * CAT_HALF / CAT_HALVES with sa 1: the host backend's, not the CUDA kernels'), q/k/v
+     * biases, Gemma 2's four norms (FINDINGS R-FAM-17). Liger: apply_liger_kernel_to_glm4's fused loss
      * (LigerForCausalLMLoss on lm_head.weight, chunk_mem_const 1); its LigerRMSNormForGlm4 and
      * LigerPhi3SwiGLUMLP planned with transformers' ops (an upper bound), rope off */
     [GCKPT_FAMILY_GLM4] = {
@@ -142,7 +142,7 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .types = {{"glm4", PAD(151329), false, LIGER}},
         .parse = gckpt_parse_glm4, .trace = trace_llama,
         .lora_targets = LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE_UP) | LT(DOWN), .embed_name = "embed_tokens",
-        .padding_idx = true, .host = false, .cuda = false},
+        .padding_idx = true, .host = true, .cuda = false},
 };
 #undef LLAMA_LINEARS
 #undef LT

@@ -56,7 +56,7 @@ static void model_type_lists(void **state)
                              "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3, smollm3, glm4");
     gckpt_model_types_list(true, ", ", " and ", buf, sizeof buf);
     assert_string_equal(buf, "llama, mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, "
-                             "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3 and smollm3");
+                             "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3, smollm3 and glm4");
     gckpt_model_types_list(false, ", ", ", ", buf, 12); /* truncated, terminated */
     assert_true(strlen(buf) < 12);
     gckpt_model m;

@@ -132,6 +132,17 @@ static const gckpt_family_info families[GCKPT_NFAMILY] = {
         .parse = gckpt_parse_smollm3, .trace = trace_llama,
         .lora_targets = LLAMA_LINEARS, .embed_name = "embed_tokens", .padding_idx = true,
         .host = true, .cuda = true},
+    /* phi3's gate_up MLP and partial rotary, rotated as interleaved pairs (GCKPT_P_NEG_HALF /
+     * CAT_HALF / CAT_HALVES with sa 1: the host backend's, not the CUDA kernels'), q/k/v
+     * biases, Gemma 2's four norms (FINDINGS R-FAM-17). Liger: apply_liger_kernel_to_glm4's fused loss
+     * (LigerForCausalLMLoss on lm_head.weight, chunk_mem_const 1); its LigerRMSNormForGlm4 and
+     * LigerPhi3SwiGLUMLP planned with transformers' ops (an upper bound), rope off */
+    [GCKPT_FAMILY_GLM4] = {
+        .family = GCKPT_FAMILY_GLM4,
+        .types = {{"glm4", PAD(151329), false, LIGER}},
+        .parse = gckpt_parse_glm4, .trace = trace_llama,
+        .lora_targets = LT(Q) | LT(K) | LT(V) | LT(O) | LT(GATE_UP) | LT(DOWN), .embed_name = "embed_tokens",
+        .padding_idx = true, .host = true, .cuda = false},
 };
 #undef LLAMA_LINEARS
 #undef LT
@@ -142,6 +153,13 @@ const gckpt_unmodelled_type gckpt_unmodelled_moe_types[] = {
     {"qwen2_moe", "a shared expert with its sigmoid gate"},
     {"deepseek_v2", "multi-head latent attention (kv_lora_rank), dense first layers (first_k_dense_replace) and "
                     "shared experts"},
+    {NULL, NULL},
+};
+
+/* transformers 5.24's modelling of each, no small delta on a family (FINDINGS R-FAM-18) */
+const gckpt_unmodelled_type gckpt_unmodelled_dense_types[] = {
+    {"cohere2", "CohereLayerNorm (mean-centred, no bias, in fp32 Python ops) feeding one parallel attention + MLP "
+                "sum, rotary only on its sliding-window layers (the full ones are NoPE), logit_scale"},
     {NULL, NULL},
 };
 

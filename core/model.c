@@ -261,14 +261,19 @@ bool gckpt_model_read_config(const char *file, const cJSON *j, gckpt_model *m, g
             m->family = fam->family;
             ok = fam->parse(file, j, m, err);
         } else {
-            const gckpt_unmodelled_type *moe = NULL;
+            const gckpt_unmodelled_type *moe = NULL, *dense = NULL;
             for (const gckpt_unmodelled_type *u = gckpt_unmodelled_moe_types; u->name && !moe; u++)
                 if (!strcmp(t, u->name)) moe = u;
+            for (const gckpt_unmodelled_type *u = gckpt_unmodelled_dense_types; u->name && !dense; u++)
+                if (!strcmp(t, u->name)) dense = u;
             char types[256];
             gckpt_model_types_list(false, ", ", ", ", types, sizeof types);
             if (moe)
                 gckpt_seterr(err, "%s: field 'model_type' = \"%s\": mixture-of-experts models are not supported yet "
                                   "(not planned: %s; supported: %s)", file, t, moe->missing, types);
+            else if (dense)
+                gckpt_seterr(err, "%s: field 'model_type' = \"%s\" is not supported yet (not planned: %s; supported: "
+                                  "%s)", file, t, dense->missing, types);
             else
                 gckpt_seterr(err, "%s: field 'model_type' = \"%s\" is not supported (supported: %s)", file, t,
                          types);

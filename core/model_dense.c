@@ -1,5 +1,5 @@
 /* The config readers of issue 13's dense families: gemma, gemma2, gemma3_text, phi3,
- * gpt_neox, olmo2, granite, smollm3. Keys and defaults are those of transformers 5.24's
+ * gpt_neox, olmo2, granite, smollm3, glm4. Keys and defaults are those of transformers 5.24's
  * configuration_<family>.py and what its modeling_<family>.py reads (FINDINGS
  * R-FAM-7); a key that changes memory and is not modelled is an error naming it. */
 #include <math.h>
@@ -149,7 +149,7 @@ bool gckpt_parse_gemma(const char *f, const cJSON *j, gckpt_model *m, gckpt_err 
     m->embed_scale = true;
     m->qk_norm_late = true; /* Gemma 3 (the only one with q/k norms) */
     if (g1) return true;
-    m->sandwich_norms = true;
+    m->sandwich_norms = m->both_masks = true;
     if (!window(f, j, m, err) ||
         !gckpt_json_num_opt(j, f, "query_pre_attn_scalar", 1e-6, 1e12, 256, &m->query_pre_attn_scalar, err))
         return false;
@@ -308,5 +308,27 @@ bool gckpt_parse_smollm3(const char *f, const cJSON *j, gckpt_model *m, gckpt_er
     }
     m->qkv_bias = m->o_bias = bias;
     m->mlp_bias = mlp_bias;
+    return true;
+}
+
+/* GLM-4-0414 (configuration_glm4.py / modular_glm4.py 5.24, FINDINGS R-FAM-17): llama's
+ * reader with Glm4Config's defaults (head_dim a field, 128), Phi-3's gate_up MLP and
+ * partial rotary (rope_parameters' or the legacy partial_rotary_factor, default 0.5, set in
+ * __post_init__) rotated as interleaved pairs, q/k/v biases (attention_bias, default True;
+ * o_proj has none) and four RMSNorms per layer (the sandwich of Gemma 2, other names). */
+bool gckpt_parse_glm4(const char *f, const cJSON *j, gckpt_model *m, gckpt_err *err)
+{
+    gckpt_cfg_defaults d = {2, 128, false, 1.5625e-7, 131072, "hidden_act", "silu", 13696, 151552, 0};
+    bool bias = true;
+    if (!gckpt_parse_common(f, j, m, &d, err) || !rotary(f, j, m, "partial_rotary_factor", 0.5, err) ||
+        !gckpt_json_bool_opt(j, f, "attention_bias", true, &bias, err))
+        return false;
+    if (m->act != GCKPT_ACT_SILU) {
+        gckpt_seterr(err, "%s: field 'hidden_act': glm4 is modelled with silu (its gate_up MLP) only", f);
+        return false;
+    }
+    m->qkv_bias = bias;
+    m->fused_gate_up = m->rope_split_cat = m->rope_interleave = true;
+    m->sandwich_norms = m->glm_norms = true;
     return true;
 }

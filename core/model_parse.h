@@ -65,6 +65,7 @@ bool gckpt_parse_gpt_neox(const char *file, const cJSON *j, gckpt_model *m, gckp
 bool gckpt_parse_olmo2(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_granite(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_smollm3(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
+bool gckpt_parse_glm4(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 bool gckpt_parse_moe(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);
 /* model_mla.c: DeepSeek-V3 */
 bool gckpt_parse_deepseek(const char *file, const cJSON *j, gckpt_model *m, gckpt_err *err);

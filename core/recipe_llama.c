@@ -68,7 +68,7 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
      * Qwen2 / Qwen3 when some layers slide, shared by the layers of each type
      * (masking_utils: eager materialises both) */
     bool mixed = m->sliding_layers && m->sliding_layers < m->layers;
-    if (attn == GCKPT_EAGER && (m->sandwich_norms || m->attn_sinks || mixed)) /* GptOssModel: both too */
+    if (attn == GCKPT_EAGER && (m->both_masks || m->attn_sinks || mixed)) /* GptOssModel: both too */
         mask2 = source(tr, "sliding_mask", GCKPT_SRC_MASK, tr->stream_dt, score_shape(1), NULL, NULL);
     /* SDPA at seq >= window: masking_utils' bool mask, an expanded view of one [s, s] */
     if (gckpt_sliding_masked(m, attn, tr->seq) && !m->image_masks)
@@ -176,10 +176,15 @@ static int llama_attention(tracer *tr, gckpt_attention attn, int n1, int cos, in
     }
     if (!tr->no_rope) { /* SmolLM3's NoPE layers skip apply_rotary_pos_emb */
         int qp = q, kp = kk;
+        if (m->rope_interleave) rope_table_pairs(tr, &cos, &sin); /* GLM */
         q = rotary_of(tr, q, cos, sin, "rope_q");
         kk = rotary_of(tr, kk, cos, sin, "rope_k");
-        hold_here(tr, qp); /* apply_rotary_pos_emb's arguments until it returns */
+        hold_here(tr, qp); /* apply_rotary_pos_emb's arguments (GLM: and its tables) until it returns */
         hold_here(tr, kp);
+        if (m->rope_interleave) {
+            hold_here(tr, cos);
+            hold_here(tr, sin);
+        }
     }
     if (m->kv_cache) { /* cache.update: attention reads the cache's copies, the originals go */
         kk = kv_cache_copy(tr, kk, "cache.keys");
@@ -295,16 +300,20 @@ static void llama_block(tracer *tr, gckpt_attention attn, int type, int cos, int
     hold(tr, xin, HOLD_END);
     int n1 = m->post_norms_only ? xin : rmsnorm(tr, xin, h, "input_layernorm");
     int ao = m->mla ? mla_attention(tr, attn, n1, cos, sin) : llama_attention(tr, attn, n1, cos, sin);
-    if (m->sandwich_norms || m->post_norms_only) ao = rmsnorm(tr, ao, h, "post_attention_layernorm");
+    /* the norms' names: llama's, Gemma 2's sandwich, GLM-4's */
+    bool glm = m->glm_norms;
+    if (m->sandwich_norms || m->post_norms_only)
+        ao = rmsnorm(tr, ao, h, glm ? "post_self_attn_layernorm" : "post_attention_layernorm");
     int h1 = residual_add(tr, xin, ao, "residual_attn");
     hold(tr, h1, HOLD_END);
     int n2 = m->post_norms_only ? h1
-             : rmsnorm(tr, h1, h, m->sandwich_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm");
+             : rmsnorm(tr, h1, h, m->sandwich_norms && !glm ? "pre_feedforward_layernorm" : "post_attention_layernorm");
     int dn = type == GCKPT_BLOCK_DENSE_MLP ? swiglu_mlp(tr, n2, "mlp", m->intermediate)
              : m->experts                  ? moe_block(tr, n2)
              : m->fused_gate_up            ? phi3_mlp(tr, n2)
                                            : swiglu_mlp(tr, n2, "mlp", m->intermediate);
-    if (m->sandwich_norms || m->post_norms_only) dn = rmsnorm(tr, dn, h, "post_feedforward_layernorm");
+    if (m->sandwich_norms || m->post_norms_only)
+        dn = rmsnorm(tr, dn, h, glm ? "post_mlp_layernorm" : "post_feedforward_layernorm");
     block_end(tr, xin, residual_add(tr, h1, dn, "residual_mlp"));
 }
 

@@ -55,18 +55,6 @@ static int rope_interleaved(tracer *tr, int x, int cos_h, int sin_h, uint64_t he
     return o;
 }
 
-/* The first half of a rotary table (cos[..., : d // 2]): a view. */
-static int table_half(tracer *tr, int t, const char *name)
-{
-    gckpt_shape sh = tr->r->t[t].shape;
-    sh.width /= 2;
-    int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, t), sh, false);
-    opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){t}, o, -1, 0, NULL);
-    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, -1, 0, 2 * sh.width); /* the first columns of one head */
-    last_op(tr)->view_fwd = true;
-    return o;
-}
-
 /* torch.cat((a, b), dim=-1) per head (a: heads x wa, b: heads x wb, or one head of wb
  * expanded to every head: expand_kv's key): a new tensor in the promoted dtype (key:
  * new_empty in a's dtype, then two copy_), nothing saved. */

@@ -611,7 +611,37 @@ int layernorm(tracer *tr, int x, uint64_t width, const char *name)
     return o;
 }
 
-/* HF rotate_half + apply_rotary_pos_emb for one of q / k: x*cos + cat(-x2, x1)*sin. */
+/* The first half of a rotary table (cos[..., : d // 2]): a view. */
+int table_half(tracer *tr, int t, const char *name)
+{
+    gckpt_shape sh = tr->r->t[t].shape;
+    sh.width /= 2;
+    int o = tnew(tr, name, GCKPT_T_ACT, dt(tr, t), sh, false);
+    opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){t}, o, -1, 0, NULL);
+    setprim(tr, GCKPT_P_SPLIT, GCKPT_BC_NONE, -1, 0, 2 * sh.width); /* the first columns of one head */
+    last_op(tr)->view_fwd = true;
+    return o;
+}
+
+/* GLM's apply_rotary_pos_emb: cos[..., : d // 2].repeat_interleave(2, dim=-1), and sin's: a
+ * new pair per call (per layer), each entry of the first half twice; kept by the products
+ * that read them (CAT_HALVES with sa 1: the two inputs' columns interleaved). */
+void rope_table_pairs(tracer *tr, int *cos, int *sin)
+{
+    for (int k = 0; k < 2; k++) {
+        int *t = k ? sin : cos;
+        int h = table_half(tr, *t, k ? "rope.sin_half" : "rope.cos_half");
+        const char *nm = k ? "rope.sin_pairs" : "rope.cos_pairs";
+        int o = like(tr, nm, *t, dt(tr, *t), false);
+        opnew(tr, nm, GCKPT_OP_ELEM, 2, (int[]){h, h}, o, -1, 0, NULL);
+        setprim(tr, GCKPT_P_CAT_HALVES, GCKPT_BC_NONE, 1, 0, tr->m->rotary_dim);
+        *t = o;
+    }
+}
+
+/* HF rotate_half + apply_rotary_pos_emb for one of q / k: x*cos + cat(-x2, x1)*sin (GLM,
+ * rope_interleave: x*cos + stack((-x[..., 1::2], x[..., 0::2]), -1).flatten(-2)*sin, the
+ * same tensors: NEG_HALF and CAT_HALF with sa 1). */
 int rope(tracer *tr, int x, int cos, int sin, const char *name)
 {
     char nm[40];
@@ -622,11 +652,12 @@ int rope(tracer *tr, int x, int cos, int sin, const char *name)
     snprintf(nm, sizeof nm, "%s.neg", name);
     int ng = tnew(tr, nm, GCKPT_T_ACT, dt(tr, x), half, rg(tr, x));
     opnew(tr, nm, GCKPT_OP_ELEM, 1, (int[]){x}, ng, -1, 0, NULL);
-    setprim(tr, GCKPT_P_NEG_HALF, GCKPT_BC_NONE, 0, 0, tr->m->rotary_dim); /* per rotated head */
+    double pairs = tr->m->rope_interleave ? 1 : 0;
+    setprim(tr, GCKPT_P_NEG_HALF, GCKPT_BC_NONE, pairs, 0, tr->m->rotary_dim); /* per rotated head */
     snprintf(nm, sizeof nm, "%s.cat", name);
     int rot = like(tr, nm, x, dt(tr, x), rg(tr, x));
     opnew(tr, nm, GCKPT_OP_ELEM, 2, (int[]){ng, x}, rot, -1, 0, NULL);
-    setprim(tr, GCKPT_P_CAT_HALF, GCKPT_BC_NONE, 0, 0, tr->m->rotary_dim);
+    setprim(tr, GCKPT_P_CAT_HALF, GCKPT_BC_NONE, pairs, 0, tr->m->rotary_dim);
     snprintf(nm, sizeof nm, "%s.mul_sin", name);
     int rs = mul(tr, rot, sin, nm);
     snprintf(nm, sizeof nm, "%s.add", name);

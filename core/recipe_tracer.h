@@ -152,6 +152,10 @@ int rmsnorm(tracer *tr, int x, uint64_t width, const char *name);
 int layernorm(tracer *tr, int x, uint64_t width, const char *name);
 int rope(tracer *tr, int x, int cos, int sin, const char *name);
 int rope_partial(tracer *tr, int x, int cos, int sin, const char *name);
+/* The first half of a rotary table (cos[..., : d // 2]): a view. */
+int table_half(tracer *tr, int t, const char *name);
+/* GLM's per-call tables: each of cos / sin's first half repeat_interleave(2) */
+void rope_table_pairs(tracer *tr, int *cos, int *sin);
 /* Liger's RMSNorm and RoPE (core/recipe_liger.c): whether planned here, and their ops */
 /* the RMSNorm `name` of the section being traced: -1 not Liger's, else its in_place */
 int liger_rms_in_place(const tracer *tr, const char *name);

@@ -198,9 +198,43 @@ static void half_map(int mode, const gckpt_xt *out, const gckpt_xt *a, const gck
     }
 }
 
+/* GLM's rotate_half on interleaved pairs (sa 1, recipe.h): per head of width w, NEG_HALF
+ * -x[..., 1::2] (half-width rows of C / 2), CAT_HALF stack((neg, x[..., 0::2]), -1).flatten(-2);
+ * their gradients scatter back to those columns (the others 0). */
+static void pairs_map(bool neg, bool bwd, int k, const gckpt_xcall *c, const gckpt_xt *out, uint64_t C, uint64_t w)
+{
+    uint64_t hw = w / 2, half = C / 2;
+    for (uint64_t i = 0; i < out->n; i++) {
+        if (neg && !bwd) { /* out: half rows; x[row, head, 2j + 1] */
+            uint64_t row = i / half, col = i % half;
+            st(out, i, -ld(&c->in[0], row * C + (col / hw) * w + 2 * (col % hw) + 1));
+            continue;
+        }
+        if (!neg && bwd && k == 0) { /* neg's gradient: g[row, head, 2j] */
+            uint64_t row = i / half, col = i % half;
+            st(out, i, ld(&c->gout, row * C + (col / hw) * w + 2 * (col % hw)));
+            continue;
+        }
+        uint64_t row = i / C, col = i % C, hd = col / w, j = col % w;
+        if (!neg && !bwd) /* out[2j] = neg[j], out[2j + 1] = x[2j] */
+            st(out, i, j % 2 ? ld(&c->in[1], row * C + hd * w + j - 1) : ld(&c->in[0], row * half + hd * hw + j / 2));
+        else if (neg) /* x's gradient from NEG: -g[j / 2] at odd columns */
+            st(out, i, j % 2 ? -ld(&c->gout, row * half + hd * hw + j / 2) : 0.0f);
+        else /* x's gradient from CAT: g[j + 1] at even columns */
+            st(out, i, j % 2 ? 0.0f : ld(&c->gout, row * C + hd * w + j + 1));
+    }
+}
+
 static gckpt_xstatus half_fwd(const gckpt_xcall *c, gckpt_err *err)
 {
     uint64_t w = c->op->width;
+    if (c->op->sa == 1) {
+        NEED(c, c->in[0], "input 0");
+        if (c->op->prim == GCKPT_P_CAT_HALF) NEED(c, c->in[1], "input 1");
+        pairs_map(c->op->prim == GCKPT_P_NEG_HALF, false, 0, c, &c->out[0],
+                  c->op->prim == GCKPT_P_NEG_HALF ? c->in[0].cols : c->in[1].cols, w);
+        return GCKPT_XS_OK;
+    }
     if (c->op->prim == GCKPT_P_NEG_HALF) {
         NEED(c, c->in[0], "input");
         half_map(GCKPT_HALF_NEG, &c->out[0], &c->in[0], NULL, c->in[0].cols, w);
@@ -216,6 +250,13 @@ static gckpt_xstatus half_bwd(const gckpt_xcall *c, gckpt_err *err)
 {
     (void)err;
     uint64_t w = c->op->width;
+    if (c->op->sa == 1) {
+        bool neg = c->op->prim == GCKPT_P_NEG_HALF;
+        uint64_t C = neg ? c->in[0].cols : c->in[1].cols;
+        for (int k = 0; k < (neg ? 1 : 2); k++)
+            if (c->gin[k].p) pairs_map(neg, true, k, c, &c->gin[k], C, w);
+        return GCKPT_XS_OK;
+    }
     if (c->op->prim == GCKPT_P_NEG_HALF) {
         if (c->gin[0].p) half_map(GCKPT_HALF_NEG_GRAD, &c->gin[0], &c->gout, NULL, c->in[0].cols, w);
     } else {

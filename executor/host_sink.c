@@ -82,8 +82,9 @@ static gckpt_xstatus drop_sink(const gckpt_xcall *c, bool bwd, gckpt_err *err)
     return GCKPT_XS_OK;
 }
 
-/* per head of width `width`: cat(in0's half, in1's half) (each input half as wide);
- * backward: each input's gradient is its half of every head of the output's */
+/* per head of width `width`: cat(in0's half, in1's half) (each input half as wide); sa 1:
+ * their columns interleaved (GLM's repeat_interleave'd rotary tables); backward: each
+ * input's gradient is its part of every head of the output's */
 static gckpt_xstatus cat_halves(const gckpt_xcall *c, bool bwd, gckpt_err *err)
 {
     uint64_t w = c->op->width, h = w / 2, n = c->in[0].rows * c->in[0].cols;
@@ -92,7 +93,8 @@ static gckpt_xstatus cat_halves(const gckpt_xcall *c, bool bwd, gckpt_err *err)
         if (!bwd) NEED(c, *part, k ? "input 1" : "input 0");
         if (!part->p) continue;
         for (uint64_t i = 0; i < n; i++) {
-            uint64_t o = (i / h) * w + (uint64_t)k * h + i % h; /* head i / h, its half k */
+            uint64_t o = c->op->sa == 1 ? (i / h) * w + 2 * (i % h) + (uint64_t)k /* pair i % h, its k */
+                                        : (i / h) * w + (uint64_t)k * h + i % h; /* head i / h, its half k */
             if (bwd) st(part, i, ld(&c->gout, o));
             else st(&c->out[0], o, ld(part, i));
         }

@@ -325,6 +325,14 @@ bool hf_fixture_read(const char *path, hf_fixture *f, gckpt_err *err)
     return ok;
 }
 
+/* the tensor whose storage t is, through forward views */
+static int view_base(const gckpt_recipe *r, int t)
+{
+    for (int i = r->nop - 1; i >= 0; i--)
+        if (r->op[i].out[0] == t && r->op[i].view_fwd && r->op[i].nin > 0) t = r->op[i].in[0];
+    return t;
+}
+
 bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt_err *err)
 {
     memset(c, 0, sizeof *c);
@@ -344,6 +352,12 @@ bool hf_compare(const hf_fixture *f, const gckpt_device *exact, hf_cmp *c, gckpt
         if (!strcmp(r.t[t].name, "rotary.cos") || !strcmp(r.t[t].name, "rotary.sin")) rope += ctx.raw[t];
         if (!strcmp(r.t[t].name, "rotary_local.cos") || !strcmp(r.t[t].name, "rotary_local.sin")) rope2 += ctx.raw[t];
     }
+    /* the pair is charged only where a layer's op saves it or a view of it (GLM-4's layers
+     * save per-layer copies of its halves instead: FINDINGS R-FAM-17) */
+    bool pair_saved = false;
+    for (int i = 0; i < r.nop; i++)
+        for (int k = 0; k < r.op[i].nsaved; k++) pair_saved |= r.op[i].saved[k] >= 0 && !strcmp(r.t[view_base(&r, r.op[i].saved[k])].name, "rotary.cos");
+    if (!pair_saved) rope = 0;
     uint64_t mask = r.mask >= 0 ? ctx.raw[r.mask] : 0;
     bool first_plain = true, first_ckpt = true, first_sliding = false, second_rope = rope2 == 0;
     bool rope_charged = false; /* the rotary pair: saved by the first plain layer that rotates (not NoPE) */

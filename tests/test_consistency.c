@@ -188,6 +188,7 @@ static void issue13_families(void **state)
     sweep("gemma-tiny", TINY("gemma", ""));
     sweep("olmo2-tiny", TINY("olmo2", ""));
     sweep("granite-tiny", TINY("granite", ",\"residual_multiplier\":0.2,\"logits_scaling\":8"));
+    sweep("glm4-tiny", TINY("glm4", ",\"pad_token_id\":0")); /* per-layer rotary table pairs */
     sweep("gpt_neox-tiny", "{\"model_type\":\"gpt_neox\",\"num_hidden_layers\":3,\"hidden_size\":64,"
                            "\"num_attention_heads\":4,\"intermediate_size\":128,\"vocab_size\":211}");
     /* mixture of experts; the load-balancing loss's per-layer gradients with more layers

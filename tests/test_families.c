@@ -53,10 +53,10 @@ static void model_type_lists(void **state)
     char buf[256];
     gckpt_model_types_list(false, ", ", ", ", buf, sizeof buf);
     assert_string_equal(buf, "llama, mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, "
-                             "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3, smollm3");
+                             "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3, smollm3, glm4");
     gckpt_model_types_list(true, ", ", " and ", buf, sizeof buf);
     assert_string_equal(buf, "llama, mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, "
-                             "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3 and smollm3");
+                             "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3, smollm3 and glm4");
     gckpt_model_types_list(false, ", ", ", ", buf, 12); /* truncated, terminated */
     assert_true(strlen(buf) < 12);
     gckpt_model m;
@@ -64,7 +64,12 @@ static void model_type_lists(void **state)
     assert_false(gckpt_model_parse("c.json", "{\"model_type\": \"falcon\"}", &m, &err));
     assert_string_equal(err.msg, "c.json: field 'model_type' = \"falcon\" is not supported (supported: llama, "
                                  "mistral, qwen2, qwen3, gpt2, gemma, gemma2, gemma3_text, phi3, gpt_neox, olmo2, "
-                                 "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3, smollm3)");
+                                 "granite, mixtral, qwen3_moe, olmoe, gpt_oss, deepseek_v3, smollm3, glm4)");
+    /* Cohere2 (Command R7B): refused naming what is not planned (FINDINGS R-FAM-18) */
+    assert_false(gckpt_model_parse("c.json", "{\"model_type\": \"cohere2\", \"hidden_size\": 64}", &m, &err));
+    assert_non_null(strstr(err.msg, "c.json: field 'model_type' = \"cohere2\" is not supported yet (not planned: "
+                                    "CohereLayerNorm (mean-centred, no bias"));
+    assert_null(strchr(err.msg, '\n'));
     /* DeepSeek-V2 (issue 26): refused naming what is not planned */
     assert_false(gckpt_model_parse("c.json", "{\"model_type\": \"deepseek_v2\"}", &m, &err));
     assert_non_null(strstr(err.msg, "\"deepseek_v2\": mixture-of-experts models are not supported yet (not planned: "

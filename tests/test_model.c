@@ -390,6 +390,38 @@ static void smollm3_config(void **state)
     expect_error(SMOL(",\"hidden_act\":\"gelu\""), "'hidden_act'");
 }
 
+/* GLM-4-0414 as transformers 5.24 reads its config (FINDINGS R-FAM-17): Glm4Config's defaults
+ * (head_dim 128 whatever the width, partial rotary 0.5, q/k/v biases, untied); the 9B's count
+ * is transformers' own on the meta device (9,400,279,040: tests/data/configs/glm-4-9b-0414.json)
+ * and the closed form's. */
+static void glm4_config(void **state)
+{
+    (void)state;
+    gckpt_model m;
+    gckpt_err err;
+    assert_true(gckpt_model_load(GCKPT_TEST_DATA "/configs/glm-4-9b-0414.json", &m, &err));
+    assert_true(m.family == GCKPT_FAMILY_GLM4 && !m.tied && m.pad && m.pad_id == 151329 && m.head_dim == 128);
+    assert_true(m.rotary_dim == 64 && m.qkv_bias && !m.o_bias && m.fused_gate_up && !m.fused_qkv);
+    assert_true(m.sandwich_norms && m.glm_norms && !m.both_masks && m.rope_interleave && m.rope_split_cat);
+    uint64_t h = 4096, kvd = 256, I = 13696;
+    uint64_t per_layer = 2 * h * h + 2 * h * kvd + (h + 2 * kvd) + 3 * h * I + 4 * h;
+    assert_true(gckpt_param_count(&m) == 2 * 151552 * h + 40 * per_layer + h);
+    assert_true(gckpt_param_count(&m) == 9400279040ull);
+    /* the class's defaults: head_dim 128 (not hidden / heads), factor 0.5, biases */
+    assert_true(gckpt_model_parse("cfg.json", DENSE("glm4", ""), &m, &err));
+    assert_true(m.head_dim == 128 && m.rotary_dim == 64 && m.qkv_bias && !m.tied && m.norm_eps == 1.5625e-7);
+    /* rope_parameters' factor wins over the legacy key */
+    assert_true(gckpt_model_parse("cfg.json", DENSE("glm4", ",\"head_dim\":16,\"partial_rotary_factor\":1.0,"
+                                                            "\"rope_parameters\":{\"rope_type\":\"default\","
+                                                            "\"rope_theta\":10000.0,\"partial_rotary_factor\":0.25},"
+                                                            "\"attention_bias\":false"),
+                                  &m, &err));
+    assert_true(m.head_dim == 16 && m.rotary_dim == 4 && !m.qkv_bias);
+    expect_error(DENSE("glm4", ",\"hidden_act\":\"gelu\""), "field 'hidden_act': glm4 is modelled with silu");
+    expect_error(DENSE("glm4", ",\"partial_rotary_factor\":0.001"), "rotary dims");
+    expect_error(DENSE("glm4", ",\"attention_bias\":\"yes\""), "'attention_bias'");
+}
+
 static void hostile_values(void **state)
 {
     (void)state;
@@ -483,7 +515,7 @@ int main(void)
         cmocka_unit_test(gpt_oss_config),            cmocka_unit_test(issue13_configs),
         cmocka_unit_test(hostile_configs),           cmocka_unit_test(hostile_values),
         cmocka_unit_test(head_dim_overrides),        cmocka_unit_test(unknown_name),
-        cmocka_unit_test(unverified_dropout),         cmocka_unit_test(smollm3_config),
+        cmocka_unit_test(unverified_dropout),         cmocka_unit_test(smollm3_config), cmocka_unit_test(glm4_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

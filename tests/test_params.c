@@ -124,7 +124,8 @@ static void parameter_counts(void **state)
                                   GCKPT_TEST_DATA "/../executor/data/tiny-llama.json",
                                   GCKPT_TEST_DATA "/../executor/data/tiny-qwen3.json",
                                   GCKPT_TEST_DATA "/../executor/data/tiny-mistral-kv1.json",
-                                  GCKPT_TEST_DATA "/configs/smollm3-3b.json"};
+                                  GCKPT_TEST_DATA "/configs/smollm3-3b.json",
+                                  GCKPT_TEST_DATA "/configs/glm-4-9b-0414.json"};
     static const char *configs[] = {
         "{\"model_type\": \"llama\", \"num_hidden_layers\": 3, \"hidden_size\": 96, \"num_attention_heads\": 6, "
         "\"num_key_value_heads\": 2, \"head_dim\": 20, \"intermediate_size\": 200, \"vocab_size\": 77, "
@@ -152,6 +153,9 @@ static void parameter_counts(void **state)
         "{\"model_type\": \"smollm3\", \"num_hidden_layers\": 5, \"hidden_size\": 64, \"num_attention_heads\": 4, "
         "\"num_key_value_heads\": 2, \"intermediate_size\": 90, \"vocab_size\": 50, \"attention_bias\": true, "
         "\"mlp_bias\": true, \"no_rope_layer_interval\": 2, \"tie_word_embeddings\": false}",
+        /* glm4: q/k/v biases without an o bias, gate_up_proj, four norms, head_dim 128 by default, tied */
+        "{\"model_type\": \"glm4\", \"num_hidden_layers\": 3, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 2, \"intermediate_size\": 90, \"vocab_size\": 50, \"tie_word_embeddings\": true}",
         /* gpt_oss: sinks, attention / router / expert biases, head_dim 64 by default */
         "{\"model_type\": \"gpt_oss\", \"num_hidden_layers\": 3, \"hidden_size\": 48, \"num_attention_heads\": 4, "
         "\"num_key_value_heads\": 2, \"intermediate_size\": 40, \"num_local_experts\": 5, \"vocab_size\": 50}",

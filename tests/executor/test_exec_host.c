@@ -104,6 +104,9 @@ static void test_granite(void **st) { (void)st; family_ga2("tiny-granite"); }
 /* SmolLM3: layer 1 of 3 a NoPE layer (no_rope_layer_interval 2; block type NOPE, a second
  * section without the rotary embedding), q/k/v/o biases, tied */
 static void test_smollm3(void **st) { (void)st; family_ga2("tiny-smollm3"); }
+/* GLM-4: interleaved partial rotary (4 of 8 columns) with per-layer tables, q/k/v biases,
+ * gate_up_proj, four norms, untied */
+static void test_glm4(void **st) { (void)st; family_ga2("tiny-glm4"); }
 static void test_gemma(void **st) { (void)st; family_ga2("tiny-gemma"); }
 /* Gemma 2 (soft-capped scores and logits, sandwich norms; eager whatever is asked) with
  * a window of 16 = the sequence: its sliding layers' mask is the causal one */
@@ -207,14 +210,16 @@ static void matches_transformers(const char *fixture)
  * token 0 in the batch; window 16 with both soft-caps), gemma3 (two rotary tables),
  * phi3 (partial rotary; multi-head), gpt_neox (parallel residual, interleaved qkv; the
  * sequential block, use_parallel_residual false), olmo2, granite (its four multipliers),
- * smollm3 (a NoPE layer: treated as a rotary one, the loss is 4.4e-5 off) */
+ * smollm3 (a NoPE layer: treated as a rotary one, the loss is 4.4e-5 off), glm4 (its
+ * interleaved pairs rotated as llama's halves: the loss is 1.0e-4 off) */
 static void test_dense_matches_transformers(void **st)
 {
     (void)st;
     const char *fx[] = {"tiny-llama",   "tiny-llama-mha",  "tiny-llama-tied",   "tiny-llama3-rope", "tiny-mistral-sw8",
                         "tiny-qwen2-sw", "tiny-qwen3",      "tiny-gpt2",         "tiny-gemma",       "tiny-gemma2",
                         "tiny-gemma2-w16", "tiny-gemma3",   "tiny-phi3-partial", "tiny-phi3-mha",    "tiny-gpt-neox",
-                        "tiny-gpt-neox-seq", "tiny-olmo2", "tiny-granite", "tiny-smollm3"};
+                        "tiny-gpt-neox-seq", "tiny-olmo2", "tiny-granite", "tiny-smollm3",
+                        "tiny-glm4"};
     for (size_t i = 0; i < sizeof fx / sizeof *fx; i++) matches_transformers(fx[i]);
 }
 
@@ -974,7 +979,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_oversized_activation_fails), cmocka_unit_test(test_allocation_larger_than_elements),
     };
     const struct CMUnitTest issue13[] = {
-        cmocka_unit_test(test_olmo2),  cmocka_unit_test(test_granite), cmocka_unit_test(test_smollm3),
+        cmocka_unit_test(test_olmo2),  cmocka_unit_test(test_granite), cmocka_unit_test(test_smollm3), cmocka_unit_test(test_glm4),
         cmocka_unit_test(test_gemma), cmocka_unit_test(test_gemma2),
         cmocka_unit_test(test_gemma2_sliding), cmocka_unit_test(test_mistral_sliding),
         cmocka_unit_test(test_qwen2_sliding), cmocka_unit_test(test_gemma2_window_used),

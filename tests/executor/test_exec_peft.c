@@ -136,7 +136,7 @@ static void test_issue13_families(void **st)
 {
     (void)st;
     const char *fams[] = {"tiny-gemma", "tiny-gemma2", "tiny-gemma3", "tiny-olmo2", "tiny-granite", "tiny-phi3",
-                          "tiny-gpt-neox", "tiny-gpt-neox-seq", "tiny-smollm3"};
+                          "tiny-gpt-neox", "tiny-gpt-neox-seq", "tiny-smollm3", "tiny-glm4"};
     for (size_t i = 0; i < sizeof fams / sizeof *fams; i++) {
         gckpt_peft lora = method(GCKPT_METHOD_LORA, 0.05, 0), qlora = method(GCKPT_METHOD_QLORA, 0.05, 0);
         sweep(fams[i], GCKPT_FP32, &lora, 2);

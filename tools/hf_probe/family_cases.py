@@ -7,7 +7,8 @@ gate_up_proj and a sliding window shorter than the sequence; Phi-4-mini's partia
 rotary (0.75) with a tied head; GPT-NeoX's parallel residual, partial rotary (0.25)
 and packed qkv with biases, and its sequential block (gpt_neoxseq: use_parallel_residual
 False); OLMo 2's post-norms and full-width q/k norms; Granite's multipliers; SmolLM3's
-NoPE layers (no rotary embedding on every no_rope_layer_interval-th layer); Mistral
+NoPE layers (no rotary embedding on every no_rope_layer_interval-th layer); GLM-4's
+four norms per layer, q/k/v biases, gate_up_proj and interleaved partial rotary (0.5); Mistral
 v0.1's sliding window (every layer); Gemma 3 with a window longer than the sequences
 (gemma3w: SDPA needs no mask there).
 
@@ -54,6 +55,9 @@ VARIANTS: dict[str, dict] = {
     # skip the rotary embedding) with q/k/v/o biases and a tied head
     "smollm3": dict(model_type="smollm3", intermediate_size=96, no_rope_layer_interval=2, attention_bias=True,
                     **COMMON),
+    # GLM-4 (0414): Glm4Config's defaults for what changes memory: partial rotary 0.5
+    # (interleaved pairs), q/k/v biases without an o bias, an untied head
+    "glm4": dict(model_type="glm4", intermediate_size=96, **COMMON),
     "mistralsw": dict(model_type="mistral", intermediate_size=96, sliding_window=W, **COMMON),
     # Qwen2 / Qwen3 whose layers from max_window_layers on slide (two block types under SDPA
     # at seq >= window: masked sliding layers, causal full ones)

@@ -142,6 +142,7 @@ MODEL_CLASSES = {
     "olmo2": "Olmo2ForCausalLM",
     "granite": "GraniteForCausalLM",
     "smollm3": "SmolLM3ForCausalLM",
+    "glm4": "Glm4ForCausalLM",
     # issue 13's mixture-of-experts families (moe_cases.py, tests/data/hf-moe)
     "mixtral": "MixtralForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",

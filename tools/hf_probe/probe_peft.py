@@ -69,7 +69,7 @@ FAMILIES = ("llama", "qwen2", "gpt2")
 # issue 13's dense families with adapters: family_cases.py's tiny configurations (sliding
 # windows shorter than the sequence, soft-capping, multipliers, fused projections);
 # gemma2 refuses SDPA
-FAM_VARIANTS = ("gemma", "gemma2", "gemma3_text", "olmo2", "granite", "phi3", "gpt_neox", "smollm3")
+FAM_VARIANTS = ("gemma", "gemma2", "gemma3_text", "olmo2", "granite", "phi3", "gpt_neox", "smollm3", "glm4")
 # the mixture-of-experts families (moe_cases.py's tiny configurations) with attention-only
 # adapters: all-linear there also wraps the router and the fused expert parameters
 # (ParamWrapper; FINDINGS R-PEFT-28), which the planner refuses

@@ -107,6 +107,8 @@ typedef struct {
     const char *missing; /* what its modelling does that no family plans */
 } gckpt_unmodelled_type;
 extern const gckpt_unmodelled_type gckpt_unmodelled_moe_types[];
+/* dense decoders read by no family, with what their modelling does that none plans */
+extern const gckpt_unmodelled_type gckpt_unmodelled_dense_types[];
 
 /* Vision-language model types transformers trains (<Family>ForConditionalGeneration: a
  * vision tower, a projector and a text model; tools/hf_probe/vlm_cases.py measures them,

@@ -28,6 +28,8 @@ typedef enum {
     /* core/model_mla.c: multi-head latent attention, dense first layers, routed + shared experts */
     GCKPT_FAMILY_DEEPSEEK, /* deepseek_v3 */
     GCKPT_FAMILY_SMOLLM3,  /* smollm3: llama whose NoPE layers (no_rope_layers 0) skip the rotary embedding */
+    GCKPT_FAMILY_GLM4,     /* glm4 (GLM-4-0414): phi3's gate_up MLP and partial rotary (interleaved pairs),
+                            * q/k/v biases, four norms per layer */
     GCKPT_NFAMILY
 } gckpt_family;
 
@@ -71,7 +73,11 @@ typedef struct {
     uint8_t sliding[GCKPT_MAX_LAYERS / 8]; /* bit i: layer i is a sliding-attention layer */
     /* issue 13's families (0 / false / 1.0 for llama and gpt2) */
     gckpt_rms_kind rms;
-    bool sandwich_norms;     /* gemma2/3: post-attention, pre- and post-feedforward norms */
+    bool sandwich_norms;     /* gemma2/3, glm4: post-attention, pre- and post-feedforward norms */
+    bool glm_norms;          /* glm4: those named post_self_attn_layernorm, post_attention_layernorm
+                              * (before the MLP) and post_mlp_layernorm */
+    bool both_masks;         /* gemma2/3: the model builds the full and the sliding-window mask in
+                              * every forward (eager materialises both) */
     bool post_norms_only;    /* olmo2: no input norm; norms after attention and MLP */
     bool qk_norm_full;       /* olmo2: q_norm over heads*head_dim, k_norm over kv*head_dim */
     bool fused_qkv, fused_gate_up; /* phi3 */
@@ -116,7 +122,9 @@ typedef struct {
     bool mla;                /* multi-head latent attention: q through q_lora_rank (0: one q_proj),
                               * k / v from a kv_lora_rank latent, a decoupled rotary part */
     uint64_t q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim;
-    bool rope_interleave;    /* the rotary part rotated as interleaved pairs (0::2, 1::2) */
+    bool rope_interleave;    /* the rotary part rotated as interleaved pairs (0::2, 1::2); glm4: its
+                              * apply_rotary_pos_emb also makes the tables' first halves
+                              * repeat_interleave(2), a new pair per layer */
     bool router_groups;      /* DeepseekV3TopkRouter: fp32 logits, sigmoid, + e_score_correction_bias,
                               * the top topk_group of n_group groups, top_k among them, the
                               * weights gathered, renormalised (topk_renorm), x routed_scale */

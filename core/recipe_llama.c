@@ -24,7 +24,7 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     section_begin(tr, GCKPT_SEC_EMBED);
     int ids = source(tr, "input_ids", GCKPT_SRC_IDS, I64, per_token(1), NULL, NULL);
     r->t[ids].step_held = true;
-    int table = param(tr, "embed_tokens.weight", m->vocab, m->hidden, GCKPT_ROLE_MATRIX);
+    int table = param(tr, "embed_tokens.weight", m->vocab + m->embed_extra_rows, m->hidden, GCKPT_ROLE_MATRIX);
     int used = mts_param(tr, table, GCKPT_MTS_EMBED, "embed_tokens.modules_to_save.weight");
     int x = embedding(tr, "embed_tokens", used, ids);
     /* a frozen Gemma table: the embedding module's output is the scaled one (its forward

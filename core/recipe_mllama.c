@@ -93,6 +93,7 @@ void gckpt_mllama_text_model(const gckpt_vlm *v, uint64_t images, gckpt_model *m
     memcpy(m->cross, v->cross, sizeof m->cross);
     m->cross_layers = v->ncross;
     m->cross_keys = gckpt_mllama_cross_keys(v, images);
+    m->embed_extra_rows = GCKPT_MLLAMA_EMBED_EXTRA_ROWS;
 }
 
 bool gckpt_mllama_cross_recipe_build(const gckpt_vlm *v, gckpt_precision p, gckpt_target target, uint64_t seq,

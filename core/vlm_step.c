@@ -20,6 +20,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 
 #include "sim.h"
 #include "gckpt/core/families.h"
@@ -30,6 +31,7 @@
 #include "gckpt/core/step.h"
 #include "gckpt/core/step_walk.h"
 #include "gckpt/core/towers.h"
+#include "gckpt/core/vision.h"
 
 /* the vision simulator numbers its instances apart from the text's */
 #define VISION_IDS ((uint32_t)1 << 30)
@@ -286,6 +288,33 @@ static bool build(builder *b, const bridge_sizes *z)
     return b->ok;
 }
 
+/* mllama's step (FINDINGS R-VLM-34): the tower and the projector run first; the text model's
+ * embedding makes cross_attention_states (its source, standing for the projector's output
+ * from here on) and the two masks, which the cross-attention layers read (held until the
+ * lowest cross-attention layer's backward when saved or checkpointed, the masks otherwise
+ * until the text model returns: the text recipe's layer arguments); no masked_scatter. The
+ * backward: the text layers, the text embedding, then the projector (its seed gradient is
+ * the cross-attention states' accumulated one) and the tower, global layers before local. */
+static bool build_cross(builder *b)
+{
+    for (int m = 0; m < b->tst->micro_steps && b->ok; m++) {
+        bool later = b->tst->micro[m].micro == GCKPT_MICRO_LATER, sync = b->tst->micro[m].sync;
+        if (!gckpt_sim_begin(b->ts, b->tc, b->tst, later, sync, m ? gckpt_sim_next_id(b->ts) : 0) ||
+            !gckpt_sim_begin(b->vs, b->vc, b->vst, later, sync, m ? gckpt_sim_next_id(b->vs) : VISION_IDS))
+            return false;
+        for (int r = 0; r < 3; r++) rows(b, true, m, r);  /* the tower, the projector */
+        for (int r = 0; r < 5; r++) rows(b, false, m, r); /* the text model, the head and loss; it returns */
+        for (int r = 3; r < 5; r++) rows(b, true, m, r);
+        for (int r = 5; r < 8; r++) rows(b, false, m, r); /* the text backward, its embedding's */
+        for (int r = 5; r < 8; r++) rows(b, true, m, r);  /* the projector's, the tower's */
+        for (int r = 8; r < 10; r++) rows(b, false, m, r);
+        for (int r = 8; r < 10; r++) rows(b, true, m, r);
+    }
+    rows(b, false, -1, 0);
+    rows(b, true, -1, 0);
+    return b->ok;
+}
+
 /* The tower's one block stands for all of them: its attention's FLOPs are the layers' mean
  * (Qwen2.5-VL's windowed and full-attention blocks, gckpt_vision_attention_share). */
 static bool scale_attention(const gckpt_vlm *v, const gckpt_vlm_images *im, gckpt_recipe *r)
@@ -414,9 +443,12 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
     bool ok = false;
     uint64_t towers[2];
     gckpt_vlm_towers(v, towers);
-    info->vision_layers = towers[0];
+    gckpt_vision_tower_model(v, &p->tower);
+    /* a tower with no checkpointable layer (mllama's plain modules) is walked whole */
+    uint64_t vwalk = towers[0] ? towers[0] : p->tower.layers;
+    info->vision_layers = vwalk;
     info->text_layers = towers[1];
-    info->vision_live = gckpt_vision_feature_depth(v);
+    info->vision_live = towers[0] ? gckpt_vision_feature_depth(v) : vwalk;
     info->image_tokens = im->images * im->tokens;
     info->nvision_ckpt = tower_modes(s, towers, 0, p->vmodes, info->vision_ckpt);
     info->ntext_ckpt = tower_modes(s, towers, 1, p->tmodes, info->text_ckpt);
@@ -430,7 +462,6 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
                          : s->every_n      ? (peft ? GCKPT_TOWER_ALL_FROZEN_HOOKED : GCKPT_TOWER_FROZEN_HOOKED)
                          : peft            ? GCKPT_TOWER_ALL_FROZEN
                                            : GCKPT_TOWER_FROZEN;
-    gckpt_vision_tower_model(v, &p->tower);
     p->tower_live = p->tower;
     p->tower_live.layers = info->vision_live;
     gckpt_setting *vs = &p->vset;
@@ -448,7 +479,10 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
         goto out;
     /* the text model at the whole sequence; without checkpointing (which forces use_cache off)
      * a family that passes no use_cache fills text_config's DynamicCache */
-    p->text = v->text;
+    if (kind->cross_attention)
+        gckpt_mllama_text_model(v, im->images, &p->text);
+    else
+        p->text = v->text;
     p->text.kv_cache = kind->text_cache_in_training && v->text.use_cache && !s->every_n;
     p->text.image_masks = kind->image_masks;
     gckpt_recipe_build_loss(&p->text, s->precision, s->attention, target, &s->peft, s->seq, s->loss, s->liger_off,
@@ -457,9 +491,19 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
 
     info->text_layer_saved = gckpt_layer_saved_bytes(&p->tc);
     info->vision_layer_saved = gckpt_layer_saved_bytes(&p->vc);
-    gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(vs, towers[0]);
+    gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(vs, vwalk);
     tst.model = &p->text;
     tst.modes = p->tmodes;
+    if (p->text.cross_layers) { /* mllama's cross-attention layers: their own block type */
+        for (uint64_t l = 0; l < towers[1]; l++)
+            p->tblocks[l] = (uint8_t)gckpt_layer_block(&p->text, s->attention, s->seq, l);
+        tst.blocks = p->tblocks;
+    }
+    if (p->tower.gated_from) { /* its gated global layers after the local ones */
+        for (uint64_t l = 0; l < vwalk; l++)
+            p->vblocks[l] = (uint8_t)gckpt_layer_block(&p->tower, GCKPT_SDPA, vs->seq, l);
+        vst.blocks = p->vblocks;
+    }
     tst.ckpt_on = s->every_n != 0; /* text layer 0 may be plain (R-VLM-43) */
     /* the attention types of the checkpointed text layers (R-VLM-1's indices, not every_n's
      * from text layer 0): which layer type's masks and rotary pair their frames hold */
@@ -491,7 +535,8 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
                                    (p->tmodes[0] == GCKPT_LAYER_CKPT ||
                                     (p->tmodes[0] == GCKPT_LAYER_PLAIN && layer_saves_input(&p->tr)))};
     if (v->vision.ndeepstack && !deepstack_sizes(v, d, p, vs, target, g, &z, err)) goto free_sims;
-    bool built = b.ts && b.vs && collect(&tst, &b.tl) && collect(&vst, &b.vl) && build(&b, &z);
+    bool built = b.ts && b.vs && collect(&tst, &b.tl) && collect(&vst, &b.vl) &&
+                 (kind->cross_attention ? build_cross(&b) : build(&b, &z));
     if (built) {
         int64_t vstart[GCKPT_NCOMP], full[GCKPT_NCOMP], live[GCKPT_NCOMP];
         gckpt_step_start(&p->tc, s->every_n, p->start);
@@ -548,6 +593,8 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
         if (w.peak > before) peak_seg = i;
     }
     gckpt_result_of_walk(&w, 0, res);
+    if (getenv("DBG_VLM")) { int64_t t = 0; for (int k = 0; k < GCKPT_NCOMP; k++) t += p->start[k];
+        fprintf(stderr, "DBG tw %llu vw %llu vfw %llu ", (unsigned long long)p->tc.weights, (unsigned long long)p->vc.weights, (unsigned long long)p->vfc.weights); fprintf(stderr, "DBG start %lld after_fwd %llu peak %llu\n", (long long)t, (unsigned long long)res->after_forward_bytes, (unsigned long long)w.peak); }
     res->peak_layer = -1;
     res->peak_tensor = -1; /* a tensor of one of two recipes: not named */
     res->peak_grad = false;

@@ -224,6 +224,17 @@ static void qwen3_vl_peaks(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* Llama 3.2 Vision: the tiled tower (local, then gated global layers, never checkpointed), the
+ * projector's output as the cross-attention layers' states, the text backward before the
+ * projector's (R-VLM-34); one and two images per sample */
+static void mllama_peaks(void **state)
+{
+    (void)state;
+    tally ty = family_peaks("mllama-");
+    assert_int_equal(ty.files, 42 + 12);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -233,6 +244,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks),
                                        cmocka_unit_test(gemma3_peaks), cmocka_unit_test(qwen2_5_vl_peaks),
-                                       cmocka_unit_test(llava_lora_peaks), cmocka_unit_test(qwen3_vl_peaks)};
+                                       cmocka_unit_test(llava_lora_peaks), cmocka_unit_test(qwen3_vl_peaks),
+                                       cmocka_unit_test(mllama_peaks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,7 +193,7 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "{\"vocab_size\": 128256, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 40, "
      "\"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-5, "
      "\"max_position_embeddings\": 131072}",
-     "llama", false, false, false, true, .cross_attention = true},
+     "llama", false, false, true, true, .cross_attention = true},
     {.name = NULL},
 };
 

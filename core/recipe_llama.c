@@ -110,7 +110,7 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
  * in fp32 and casts back). */
 /* DynamicLayer.update's torch.cat([empty, x]): a copy, held by the cache until the forward
  * returns (its CatBackward passes the gradient through) */
-static int kv_cache_copy(tracer *tr, int x, const char *name)
+int kv_cache_copy(tracer *tr, int x, const char *name)
 {
     int y = like(tr, name, x, dt(tr, x), rg(tr, x));
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, y, -1, 0, NULL);

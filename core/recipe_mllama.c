@@ -64,6 +64,10 @@ void mllama_cross_block(tracer *tr)
     int q = rmsnorm(tr, linear(tr, n1, wq, -1, h, qd, "q_proj"), hd, "q_norm");
     int k = rmsnorm(tr, linear(tr, states, wk, -1, h, kvd, "k_proj"), hd, "k_norm");
     int vv = linear(tr, states, wv, -1, h, kvd, "v_proj");
+    if (m->kv_cache) { /* the text model's DynamicCache (training without checkpointing, R-VLM-60) */
+        k = kv_cache_copy(tr, k, "cache.keys");
+        vv = kv_cache_copy(tr, vv, "cache.values");
+    }
     /* a float mask: k and v repeated to every head, the mask saved (sdpa_fused) */
     int a = attention_sdpa(tr, q, k, vv, m->attn_dropout);
     gckpt_op *sd = &r->op[gckpt_recipe_producer(r, a)];

@@ -707,6 +707,8 @@ static void tiled_embedding(tracer *tr, const gckpt_vision *vc, bool hooked, uin
     r->embed_out = padded;
     tr->float_mask = source(tr, "aspect_ratio_attention_mask", GCKPT_SRC_MASK, tr->amp ? tr->compute_dt : tr->param_dt,
                             score_shape(1), NULL, NULL);
+    /* every encoder layer's argument (what their SDPA saves), until the tower returns */
+    layer_kwarg(tr, tr->float_mask);
     section_end(tr);
 }
 
@@ -736,6 +738,9 @@ static void tiled_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
                      in_grad);
     opnew(tr, "features_cat", GCKPT_OP_ELEM, 1, (int[]){glob}, feats, -1, 0, NULL);
     setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0); /* stack, slices and cat: copies (planned only) */
+    /* the cat is the tower's last_hidden_state, which MllamaModel returns as image_outputs: held
+     * until the forward returns (under autocast beside the projector's saved bf16 cast) */
+    if (step) r->t[feats].fwd_end_free = true;
     tr->frozen_params = false;
     tr->pfx = "multi_modal_projector";
     int w = param(tr, "weight", v->text.hidden, vc->output_dim, GCKPT_ROLE_MATRIX);

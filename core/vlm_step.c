@@ -20,7 +20,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 
 #include "sim.h"
 #include "gckpt/core/families.h"
@@ -165,6 +164,7 @@ typedef struct bridge_sizes {
     unsigned nds;
     uint64_t ds_block[GCKPT_MAX_FEATURE_LAYERS], ds_saved[GCKPT_MAX_FEATURE_LAYERS], ds_params;
     uint8_t grad_dt;
+    uint64_t batch_masks; /* mllama: the batch's int64 cross-attention and aspect-ratio masks' elements */
     int ds_held[GCKPT_MAX_FEATURE_LAYERS], ds_out[GCKPT_MAX_FEATURE_LAYERS], ds_copy[GCKPT_MAX_FEATURE_LAYERS],
         ds_grad[GCKPT_MAX_FEATURE_LAYERS];
 } bridge_sizes;
@@ -295,13 +295,18 @@ static bool build(builder *b, const bridge_sizes *z)
  * until the text model returns: the text recipe's layer arguments); no masked_scatter. The
  * backward: the text layers, the text embedding, then the projector (its seed gradient is
  * the cross-attention states' accumulated one) and the tower, global layers before local. */
-static bool build_cross(builder *b)
+static bool build_cross(builder *b, const bridge_sizes *z)
 {
     for (int m = 0; m < b->tst->micro_steps && b->ok; m++) {
         bool later = b->tst->micro[m].micro == GCKPT_MICRO_LATER, sync = b->tst->micro[m].sync;
         if (!gckpt_sim_begin(b->ts, b->tc, b->tst, later, sync, m ? gckpt_sim_next_id(b->ts) : 0) ||
             !gckpt_sim_begin(b->vs, b->vc, b->vst, later, sync, m ? gckpt_sim_next_id(b->vs) : VISION_IDS))
             return false;
+        /* the batch's cross_attention_mask [b, s, images, max_num_tiles] and aspect_ratio_mask
+         * [b, images, max_num_tiles] (int64, the processor's): the Trainer's dict holds them */
+        bridge_open(b, m, GCKPT_STAGE_FORWARD);
+        int batch = buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_I64, z->batch_masks);
+        bridge_close(b);
         for (int r = 0; r < 3; r++) rows(b, true, m, r);  /* the tower, the projector */
         for (int r = 0; r < 5; r++) rows(b, false, m, r); /* the text model, the head and loss; it returns */
         for (int r = 3; r < 5; r++) rows(b, true, m, r);
@@ -309,6 +314,9 @@ static bool build_cross(builder *b)
         for (int r = 5; r < 8; r++) rows(b, true, m, r);  /* the projector's, the tower's */
         for (int r = 8; r < 10; r++) rows(b, false, m, r);
         for (int r = 8; r < 10; r++) rows(b, true, m, r);
+        bridge_open(b, m, GCKPT_STAGE_BACKWARD); /* the micro-step ends: its batch goes */
+        drop(b, batch);
+        bridge_close(b);
     }
     rows(b, false, -1, 0);
     rows(b, true, -1, 0);
@@ -534,9 +542,11 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
                       .leaf_held = peft && s->every_n && p->tr.embed_leaf >= 0 &&
                                    (p->tmodes[0] == GCKPT_LAYER_CKPT ||
                                     (p->tmodes[0] == GCKPT_LAYER_PLAIN && layer_saves_input(&p->tr)))};
+    if (kind->cross_attention)
+        z.batch_masks = s->micro_batch * im->images * v->vision.max_tiles * (s->seq + 1);
     if (v->vision.ndeepstack && !deepstack_sizes(v, d, p, vs, target, g, &z, err)) goto free_sims;
     bool built = b.ts && b.vs && collect(&tst, &b.tl) && collect(&vst, &b.vl) &&
-                 (kind->cross_attention ? build_cross(&b) : build(&b, &z));
+                 (kind->cross_attention ? build_cross(&b, &z) : build(&b, &z));
     if (built) {
         int64_t vstart[GCKPT_NCOMP], full[GCKPT_NCOMP], live[GCKPT_NCOMP];
         gckpt_step_start(&p->tc, s->every_n, p->start);
@@ -593,8 +603,6 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
         if (w.peak > before) peak_seg = i;
     }
     gckpt_result_of_walk(&w, 0, res);
-    if (getenv("DBG_VLM")) { int64_t t = 0; for (int k = 0; k < GCKPT_NCOMP; k++) t += p->start[k];
-        fprintf(stderr, "DBG tw %llu vw %llu vfw %llu ", (unsigned long long)p->tc.weights, (unsigned long long)p->vc.weights, (unsigned long long)p->vfc.weights); fprintf(stderr, "DBG start %lld after_fwd %llu peak %llu\n", (long long)t, (unsigned long long)res->after_forward_bytes, (unsigned long long)w.peak); }
     res->peak_layer = -1;
     res->peak_tensor = -1; /* a tensor of one of two recipes: not named */
     res->peak_grad = false;

@@ -235,6 +235,36 @@ static void mllama_peaks(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* Llama-3.2-11B-Vision's step holds every parameter once: its recipes' weights (the text model
+ * with the cross-attention layers and embed_tokens' 8 extra rows, the tower's local and global
+ * layers, the projector) against transformers' count on the meta device
+ * (tests/data/vlm-counts.json, tools/hf_probe/vlm_facts.py), fp32 */
+static void mllama_real_parameters(void **state)
+{
+    (void)state;
+    cJSON *counts = read_json(GCKPT_TEST_DATA "/vlm-counts.json");
+    const cJSON *c = at(at(counts, "models"), "llama-3.2-11b-vision.json");
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", 1u << 20, &err);
+    if (!text) fail_msg("%s", err.msg);
+    static gckpt_vlm v;
+    if (!gckpt_vlm_parse("llama-3.2-11b-vision.json", text, &v, &err)) fail_msg("%s", err.msg);
+    free(text);
+    gckpt_setting s = {.micro_batch = 1, .seq = 64, .grad_accum = 1, .precision = GCKPT_FP32,
+                       .attention = GCKPT_SDPA, .optimizer = GCKPT_ADAMW};
+    gckpt_vlm_images im = {.images = 1, .tiles = 1, .tokens = 1, .tower_trained = true, .h = 560, .w = 560};
+    static gckpt_vlm_step_info info;
+    gckpt_vlm_step *p = gckpt_vlm_step_new(&v, &g_dev, &s, GCKPT_TARGET_CUDA, &im, &info, &err);
+    if (!p) fail_msg("%s", err.msg);
+    double want = at(c, "parameters")->valuedouble;
+    printf("Llama-3.2-11B-Vision: the step's weights %lld B, 4 x %.0f parameters measured\n",
+           (long long)p->start[GCKPT_C_WEIGHTS], want);
+    assert_true((double)p->start[GCKPT_C_WEIGHTS] == 4 * want);
+    assert_int_equal(info.nvision_ckpt, 0); /* no vision layer is a GradientCheckpointingLayer */
+    gckpt_vlm_step_free(p);
+    cJSON_Delete(counts);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -245,6 +275,6 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks),
                                        cmocka_unit_test(gemma3_peaks), cmocka_unit_test(qwen2_5_vl_peaks),
                                        cmocka_unit_test(llava_lora_peaks), cmocka_unit_test(qwen3_vl_peaks),
-                                       cmocka_unit_test(mllama_peaks)};
+                                       cmocka_unit_test(mllama_peaks), cmocka_unit_test(mllama_real_parameters)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

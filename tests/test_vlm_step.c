@@ -9,7 +9,10 @@
  * states) exactly; which layers of each tower are checkpointed against the probe's
  * (towers.vision / towers.text.checkpointed); the tokens per image. The LoRA fixtures of
  * tests/data/hf-vlm-peft (adapters on the text model) the same way, and each plain layer's
- * saved bytes exactly. */
+ * saved bytes exactly. mllama (Llama 3.2 Vision) the same way, and its backward's tail (the text
+ * embedding's, the projector's and the tower's backward after text layer 0's: where
+ * cross_attention_states' gradient waits for the projector, R-VLM-34) exactly; Llama-3.2-11B-Vision's
+ * step weights against transformers' parameter count. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -49,10 +52,50 @@ static bool same_layers(const cJSON *tower, const uint64_t *got, size_t n)
 }
 
 typedef struct {
-    int files, passed, layers_exact;
+    int files, passed, layers_exact, tails;
     double worst;
     bool exact_layers; /* check each plain layer's saved bytes */
+    /* check the backward's tail: mllama's text embedding, projector and tower after text layer 0's */
+    bool tail;
 } tally;
+
+/* The planned backward's tail, the last micro-step's: the live bytes when text layer 0's backward
+ * has ended (at the first text embedding's backward segment after a layer's, row 7, once the
+ * layers' arguments have gone) and their highest point from there to the micro-step's end
+ * (row 9), what the probe's
+ * micro<k>.backward.layer.0.end live_bytes and micro<k>.backward.end max_since_prev measure. */
+typedef struct {
+    bool open, seen6, grown;
+    int64_t prev, base, max, last_base, last_max;
+} tail_watch;
+
+static void watch_tail(void *user, const gckpt_walk_state *w, const gckpt_event *e)
+{
+    (void)e;
+    tail_watch *t = user;
+    const gckpt_seg *g = w->seg;
+    if (g && g->micro != GCKPT_MICRO_NONE) {
+        if (g->row == 6) t->seen6 = true;
+        if (!t->open && t->seen6 && g->row == 7) {
+            t->open = true;
+            t->base = t->max = t->prev;
+            t->grown = false;
+        }
+        /* the text layers' arguments the last checkpoint (layer 0's) held go first, as the
+         * probe's layer.0.end sees them gone: the base is the live bytes before the first growth */
+        if (t->open && !t->grown) {
+            if (w->m.total > t->prev) t->grown = true;
+            else t->base = w->m.total;
+        }
+        if (t->open && g->row == 9) {
+            t->open = t->seen6 = false;
+            t->last_base = t->base;
+            t->last_max = t->max;
+        }
+        if (t->open && w->m.total > t->max) t->max = w->m.total;
+    }
+    t->prev = w->m.total;
+}
 
 static void check_fixture(const char *path, const char *name, tally *ty)
 {
@@ -94,7 +137,9 @@ static void check_fixture(const char *path, const char *name, tally *ty)
                  at(im, "tokens_per_image")->valuedouble);
     gckpt_result res;
     static gckpt_vlm_step_info info;
-    if (!gckpt_vlm_walk(&v, &g_dev, &s, target, &images, &res, &info, &err)) fail_msg("%s: %s", path, err.msg);
+    tail_watch tw = {0};
+    if (!gckpt_vlm_walk_events(&v, &g_dev, &s, target, &images, &res, &info, ty->tail ? watch_tail : NULL, &tw, &err))
+        fail_msg("%s: %s", path, err.msg);
     const cJSON *towers = at(j, "towers");
     if (!same_layers(at(towers, "vision"), info.vision_ckpt, info.nvision_ckpt) ||
         !same_layers(at(towers, "text"), info.text_ckpt, info.ntext_ckpt))
@@ -132,6 +177,28 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     double e = ((double)res.peak_bytes - peak) / peak, ea = ((double)res.after_forward_bytes - after) / after;
     double tol = p == GCKPT_BF16 ? 0.005 : 0.001;
     bool pass = fabs(e) <= tol && fabs(ea) <= tol; /* the live bytes after the forward too, as hf_pass */
+    if (ty->tail) {
+        /* the backward's tail (the text embedding's, the projector's and the tower's backward after
+         * text layer 0's): its rise above the live bytes there, exact */
+        const cJSON *ev, *l0 = NULL, *end = NULL;
+        char want[48], want0[48];
+        snprintf(want, sizeof want, "micro%d.backward.end", (int)s.grad_accum);
+        snprintf(want0, sizeof want0, "micro%d.backward.layer.0.end", (int)s.grad_accum);
+        cJSON_ArrayForEach(ev, at(last, "timeline"))
+        {
+            if (!strcmp(at(ev, "event")->valuestring, want)) end = ev;
+            if (!strcmp(at(ev, "event")->valuestring, want0)) l0 = ev;
+        }
+        if (!end || !l0) fail_msg("%s: no %s or %s in the last step's timeline", path, want0, want);
+        double rise = at(end, "max_since_prev")->valuedouble - at(l0, "live_bytes")->valuedouble;
+        double prise = (double)(tw.last_max - tw.last_base);
+        if (prise != rise) {
+            printf("%s: the backward's tail rises %.0f bytes above text layer 0's backward end measured, %.0f "
+                   "planned\n", name, rise, prise);
+            pass = false;
+        }
+        ty->tails += prise == rise;
+    }
     printf("%-58s peak measured %9.0f planned %9llu %+7.3f%% %s  (after forward %+7.3f%%; planned in %s%s)\n", name,
            peak, (unsigned long long)res.peak_bytes, e * 100, pass ? "ok" : "BEYOND", ea * 100,
            gckpt_phase_names[res.peak_phase], info.peak_in_vision ? ", vision tower" : "");
@@ -154,10 +221,12 @@ static void check_text_adapters(const char *path, const char *name, void *ty)
 
 static tally dir_peaks(const char *dir, const char *prefix, void (*fn)(const char *, const char *, void *))
 {
-    tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0};
+    tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0, .tail = strcmp(prefix, "mllama-") == 0};
     each_json_file(dir, prefix, fn, &ty);
     printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it); %d plain layers' saved "
-           "bytes exact\n", prefix, ty.passed, ty.files, ty.worst, ty.layers_exact);
+           "bytes exact", prefix, ty.passed, ty.files, ty.worst, ty.layers_exact);
+    if (ty.tail) printf("; %d backward tails exact", ty.tails);
+    printf("\n");
     return ty;
 }
 
@@ -232,6 +301,7 @@ static void mllama_peaks(void **state)
     (void)state;
     tally ty = family_peaks("mllama-");
     assert_int_equal(ty.files, 42 + 12);
+    assert_int_equal(ty.tails, ty.files);
     assert_int_equal(ty.passed, ty.files);
 }
 

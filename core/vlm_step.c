@@ -20,7 +20,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 
 #include "sim.h"
 #include "gckpt/core/families.h"
@@ -602,7 +601,6 @@ bool gckpt_vlm_walk_events(const gckpt_vlm *v, const gckpt_device *d, const gckp
         gckpt_walk_segment(&w, &sg->seg, sg->repeat, sg->end > sg->begin ? sc->ev + sg->begin : NULL,
                            sg->end - sg->begin, on_event, user);
         if (w.peak > before) peak_seg = i;
-        if (getenv("DBG_SEG") && sg->seg.micro != GCKPT_MICRO_NONE) fprintf(stderr, "SEG %d kind %d row %d layer %d live %lld peak %lld\n", sg->seg.micro, p->seg_kind[i], sg->seg.row, sg->seg.layer, (long long)w.m.total, (long long)w.peak);
     }
     gckpt_result_of_walk(&w, 0, res);
     res->peak_layer = -1;

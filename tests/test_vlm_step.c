@@ -60,12 +60,12 @@ typedef struct {
 } tally;
 
 /* The planned backward's tail, the last micro-step's: the live bytes when text layer 0's backward
- * has ended (at the first text embedding's backward segment after a layer's, row 7, once the
- * layers' arguments have gone) and their highest point from there to the micro-step's end
- * (row 9), what the probe's
- * micro<k>.backward.layer.0.end live_bytes and micro<k>.backward.end max_since_prev measure. */
+ * begins (its first event: the micro-step's first row-6 segment of layer 0, the text's) and
+ * their highest point from the text embedding's backward after it (row 7) to the micro-step's
+ * end (row 9): what the probe's micro<k>.backward.layer.0.start live_bytes and
+ * micro<k>.backward.end max_since_prev measure. */
 typedef struct {
-    bool open, seen6, grown;
+    bool open, at0, seen6;
     int64_t prev, base, max, last_base, last_max;
 } tail_watch;
 
@@ -75,20 +75,17 @@ static void watch_tail(void *user, const gckpt_walk_state *w, const gckpt_event 
     tail_watch *t = user;
     const gckpt_seg *g = w->seg;
     if (g && g->micro != GCKPT_MICRO_NONE) {
+        if (g->row == 6 && g->layer == 0 && !t->at0 && !t->open) {
+            t->at0 = true;
+            t->base = t->prev;
+        }
         if (g->row == 6) t->seen6 = true;
         if (!t->open && t->seen6 && g->row == 7) {
             t->open = true;
-            t->base = t->max = t->prev;
-            t->grown = false;
-        }
-        /* the text layers' arguments the last checkpoint (layer 0's) held go first, as the
-         * probe's layer.0.end sees them gone: the base is the live bytes before the first growth */
-        if (t->open && !t->grown) {
-            if (w->m.total > t->prev) t->grown = true;
-            else t->base = w->m.total;
+            t->max = t->prev;
         }
         if (t->open && g->row == 9) {
-            t->open = t->seen6 = false;
+            t->open = t->seen6 = t->at0 = false;
             t->last_base = t->base;
             t->last_max = t->max;
         }
@@ -179,11 +176,11 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     bool pass = fabs(e) <= tol && fabs(ea) <= tol; /* the live bytes after the forward too, as hf_pass */
     if (ty->tail) {
         /* the backward's tail (the text embedding's, the projector's and the tower's backward after
-         * text layer 0's): its rise above the live bytes there, exact */
+         * text layer 0's): its height above the live bytes where layer 0's backward begins, exact */
         const cJSON *ev, *l0 = NULL, *end = NULL;
         char want[48], want0[48];
         snprintf(want, sizeof want, "micro%d.backward.end", (int)s.grad_accum);
-        snprintf(want0, sizeof want0, "micro%d.backward.layer.0.end", (int)s.grad_accum);
+        snprintf(want0, sizeof want0, "micro%d.backward.layer.0.start", (int)s.grad_accum);
         cJSON_ArrayForEach(ev, at(last, "timeline"))
         {
             if (!strcmp(at(ev, "event")->valuestring, want)) end = ev;
@@ -193,7 +190,7 @@ static void check_fixture(const char *path, const char *name, tally *ty)
         double rise = at(end, "max_since_prev")->valuedouble - at(l0, "live_bytes")->valuedouble;
         double prise = (double)(tw.last_max - tw.last_base);
         if (prise != rise) {
-            printf("%s: the backward's tail rises %.0f bytes above text layer 0's backward end measured, %.0f "
+            printf("%s: the backward's tail peaks %+.0f bytes from text layer 0's backward start measured, %+.0f "
                    "planned\n", name, rise, prise);
             pass = false;
         }

@@ -166,11 +166,13 @@ void gckpt_plan_vlm_header(const gckpt_plan *p, FILE *f)
     const gckpt_vlm_images *im = p->images;
     const gckpt_vlm_step_info *in = p->vlm_info;
     uint64_t img = im->images * im->tokens;
+    /* a tiled tower runs every image's max_num_tiles tiles, padding tiles too (mllama, R-VLM-33) */
+    uint64_t tiles = p->vlm->vision.max_tiles ? p->vlm->vision.max_tiles : im->tiles;
     fprintf(f, "%s: %llu image(s) of %llux%llu per sample, %llu tile(s) each, %llu image tokens + %llu text tokens "
                "per sample; vision tower %s (%llu layers, %llu reach the projector), text model %llu layers; %llu "
                "tokens per image%s\n",
             p->vlm->model_type, (unsigned long long)im->images, (unsigned long long)p->req.image_h,
-            (unsigned long long)p->req.image_w, (unsigned long long)im->tiles, (unsigned long long)img,
+            (unsigned long long)p->req.image_w, (unsigned long long)tiles, (unsigned long long)img,
             (unsigned long long)(p->req.seq - img), im->tower_trained ? "trained" : "frozen",
             (unsigned long long)in->vision_layers, (unsigned long long)in->vision_live,
             (unsigned long long)in->text_layers, (unsigned long long)im->tokens,
@@ -183,7 +185,10 @@ void gckpt_plan_vlm_header(const gckpt_plan *p, FILE *f)
     print_layers(in->vision_ckpt, in->nvision_ckpt, f);
     fprintf(f, "; text layers ");
     print_layers(in->text_ckpt, in->ntext_ckpt, f);
-    fprintf(f, " (every_n_layers counts the vision blocks first)\n");
+    uint64_t towers[2];
+    gckpt_vlm_towers(p->vlm, towers);
+    fprintf(f, towers[0] ? " (every_n_layers counts the vision blocks first)\n"
+                         : " (no vision layer is a checkpointing layer: every_n_layers counts the text layers)\n");
 }
 
 void gckpt_plan_vlm_json(const gckpt_plan *p, cJSON *inputs)

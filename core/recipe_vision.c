@@ -842,9 +842,14 @@ static bool tiled_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool
 {
     (void)deepstack;
     const gckpt_vision *vc = &v->vision;
-    if (!vc->patch || vc->image_size % vc->patch || !vc->global_layers) {
-        gckpt_seterr(err, "%s: only a tiled tower with global layers and image_size a multiple of patch_size is "
-                          "traced", v->model_type);
+    if (!vc->patch || vc->image_size % vc->patch) {
+        gckpt_seterr(err, "%s: vision_config.image_size %llu is not a multiple of patch_size %llu", v->model_type,
+                     (unsigned long long)vc->image_size, (unsigned long long)vc->patch);
+        return false;
+    }
+    if (!vc->global_layers) {
+        gckpt_seterr(err, "%s: vision_config.num_global_layers is 0: only a tower with gated global layers is traced",
+                     v->model_type);
         return false;
     }
     const vit_kind *k = &vits[vc->tower];
@@ -882,8 +887,8 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
 {
     tower_trace trace = v->vision.tower < GCKPT_NTOWER ? tower_traces[v->vision.tower] : NULL;
     if (!trace) {
-        gckpt_seterr(err, "%s: only a CLIP (llava, llava_next), SigLIP (gemma3), Qwen2.5-VL or Qwen3-VL vision "
-                          "tower has a recipe yet", v->model_type);
+        gckpt_seterr(err, "%s: only a CLIP (llava, llava_next), SigLIP (gemma3), Qwen2.5-VL, Qwen3-VL or mllama "
+                          "vision tower has a recipe yet", v->model_type);
         return false;
     }
     /* Gemma 3's mm_soft_emb_norm is Gemma's RMSNorm: (1 + w), fp32 */

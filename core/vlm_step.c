@@ -15,7 +15,10 @@
  * (the row's lora; FINDINGS R-VLM-42, R-VLM-43): the tower and projector frozen, hooked
  * under checkpointing, the hooked text embedding held beside the new embeddings. Qwen3-VL's
  * deepstack mergers (the tower's deepstack_visual_indexes) add their events around both
- * towers' layer segments (deepstack_hook, FINDINGS R-VLM-53). */
+ * towers' layer segments (deepstack_hook, FINDINGS R-VLM-53). Llama 3.2 Vision's features
+ * reach the text model as cross-attention states instead (the row's cross_attention,
+ * build_cross, FINDINGS R-VLM-60 to R-VLM-62): its tiled tower walked whole (local, then gated
+ * global layers), the text model with its cross-attention layers. */
 #include "gckpt/core/vlm_step.h"
 
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* A vision-language model in the plan (gckpt/planner/plan.h): the families whose training
  * step gckpt_vlm_walk simulates across the vision tower and the text model (gckpt_vlm_types'
- * walked rows: LLaVA, LLaVA-NeXT, Gemma 3, Qwen2.5-VL; core/vlm_step.c, FINDINGS R-VLM-11,
- * R-VLM-14, R-VLM-24). Each entry of the sweep is one walk; the images a sample carries come
+ * walked rows: LLaVA, LLaVA-NeXT, Gemma 3, Qwen2.5-VL, Qwen3-VL, Llama 3.2 Vision; core/vlm_step.c,
+ * FINDINGS R-VLM-11, R-VLM-14, R-VLM-24, R-VLM-53, R-VLM-62). Each entry of the sweep is one walk; the images a sample carries come
  * from --images, --image-size and --vision-tower. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -205,14 +205,14 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, \"head_dim\": 256, \"query_pre_attn_scalar\": 256, "
      "\"rms_norm_eps\": 1e-6}",
      NULL, false, false, true, true, .image_masks = true},
-    {"mllama", "Llama 3.2 Vision", "the tiled vision encoder (local and gated global layers) and the "
-                                   "cross-attention text layers",
+    {"mllama", "Llama 3.2 Vision", "gckpt-run's execution of the tiled vision encoder and the cross-attention text "
+                                   "layers",
      gckpt_vlm_read_mllama, "mllama_vision_model", "mllama_text_model",
      /* MllamaTextConfig's (those LlamaConfig, whose reader reads it, defaults otherwise) */
      "{\"vocab_size\": 128256, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 40, "
      "\"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-5, "
      "\"max_position_embeddings\": 131072}",
-     "llama", false, false},
+     "llama", false, false, true, true, .cross_attention = true},
     {.name = NULL},
 };
 

@@ -269,6 +269,7 @@ uint8_t gckpt_ckpt_types(const gckpt_model *m, uint32_t every_n)
 gckpt_block_type gckpt_layer_block(const gckpt_model *m, gckpt_attention a, uint64_t seq, uint64_t layer)
 {
     if (gckpt_layer_cross(m, layer)) return GCKPT_BLOCK_CROSS;
+    if (m->gated_from && layer >= m->gated_from) return GCKPT_BLOCK_GATED;
     if (m->experts && layer < m->dense_layers) return GCKPT_BLOCK_DENSE_MLP;
     if (gckpt_layer_nope(m, layer)) return GCKPT_BLOCK_NOPE; /* never sliding (the reader refuses it) */
     return gckpt_layer_sliding(m, layer) && gckpt_sliding_masked(m, a, seq) ? GCKPT_BLOCK_SLIDING_SDPA
@@ -279,7 +280,7 @@ int gckpt_block_params_group(gckpt_block_type b)
 {
     static const uint8_t group[GCKPT_NBLOCK] = {[GCKPT_BLOCK_DECODER] = 0, [GCKPT_BLOCK_SLIDING_SDPA] = 0,
                                                 [GCKPT_BLOCK_DENSE_MLP] = 1, [GCKPT_BLOCK_NOPE] = 0,
-                                                [GCKPT_BLOCK_CROSS] = 2};
+                                                [GCKPT_BLOCK_CROSS] = 2, [GCKPT_BLOCK_GATED] = 3};
     return (unsigned)b < GCKPT_NBLOCK ? group[b] : 0;
 }
 

@@ -22,9 +22,14 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     gckpt_recipe *r = tr->r;
     const gckpt_model *m = tr->m;
     section_begin(tr, GCKPT_SEC_EMBED);
+    /* mllama: cross_attention_states and the cross-attention masks exist before the text model
+     * runs (MllamaModel.forward); traced first, the backward reaches them last: their gradient
+     * (cross_attention_states') lives through the text embedding's backward until the
+     * projector's (FINDINGS R-VLM-34) */
+    if (m->cross_layers) mllama_cross_sources(tr);
     int ids = source(tr, "input_ids", GCKPT_SRC_IDS, I64, per_token(1), NULL, NULL);
     r->t[ids].step_held = true;
-    int table = param(tr, "embed_tokens.weight", m->vocab, m->hidden, GCKPT_ROLE_MATRIX);
+    int table = param(tr, "embed_tokens.weight", m->vocab + m->embed_extra_rows, m->hidden, GCKPT_ROLE_MATRIX);
     int used = mts_param(tr, table, GCKPT_MTS_EMBED, "embed_tokens.modules_to_save.weight");
     int x = embedding(tr, "embed_tokens", used, ids);
     /* a frozen Gemma table: the embedding module's output is the scaled one (its forward
@@ -101,7 +106,6 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
     r->rope[1] = *sin;
     r->mask = mask;
     r->embed_out = x;
-    if (m->cross_layers) mllama_cross_sources(tr);
     section_end(tr);
     return table;
 }
@@ -110,7 +114,7 @@ static int llama_embedding(tracer *tr, gckpt_attention attn, int *cos, int *sin)
  * in fp32 and casts back). */
 /* DynamicLayer.update's torch.cat([empty, x]): a copy, held by the cache until the forward
  * returns (its CatBackward passes the gradient through) */
-static int kv_cache_copy(tracer *tr, int x, const char *name)
+int kv_cache_copy(tracer *tr, int x, const char *name)
 {
     int y = like(tr, name, x, dt(tr, x), rg(tr, x));
     opnew(tr, name, GCKPT_OP_ELEM, 1, (int[]){x}, y, -1, 0, NULL);

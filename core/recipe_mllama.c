@@ -64,6 +64,10 @@ void mllama_cross_block(tracer *tr)
     int q = rmsnorm(tr, linear(tr, n1, wq, -1, h, qd, "q_proj"), hd, "q_norm");
     int k = rmsnorm(tr, linear(tr, states, wk, -1, h, kvd, "k_proj"), hd, "k_norm");
     int vv = linear(tr, states, wv, -1, h, kvd, "v_proj");
+    if (m->kv_cache) { /* the text model's DynamicCache (training without checkpointing, R-VLM-60) */
+        k = kv_cache_copy(tr, k, "cache.keys");
+        vv = kv_cache_copy(tr, vv, "cache.values");
+    }
     /* a float mask: k and v repeated to every head, the mask saved (sdpa_fused) */
     int a = attention_sdpa(tr, q, k, vv, m->attn_dropout);
     gckpt_op *sd = &r->op[gckpt_recipe_producer(r, a)];
@@ -93,6 +97,7 @@ void gckpt_mllama_text_model(const gckpt_vlm *v, uint64_t images, gckpt_model *m
     memcpy(m->cross, v->cross, sizeof m->cross);
     m->cross_layers = v->ncross;
     m->cross_keys = gckpt_mllama_cross_keys(v, images);
+    m->embed_extra_rows = GCKPT_MLLAMA_EMBED_EXTRA_ROWS;
 }
 
 bool gckpt_mllama_cross_recipe_build(const gckpt_vlm *v, gckpt_precision p, gckpt_target target, uint64_t seq,

@@ -166,7 +166,7 @@ int block_types(const tracer *tr, uint8_t order[GCKPT_NBLOCK])
     bool seen[GCKPT_NBLOCK] = {false};
     int n = 0;
     bool one = !gckpt_sliding_masked(tr->m, tr->attn, tr->seq) && !(tr->m->experts && tr->m->dense_layers) &&
-               !tr->m->nope_layers && !tr->m->cross_layers;
+               !tr->m->nope_layers && !tr->m->cross_layers && !tr->m->gated_from;
     for (uint64_t i = 0; i < tr->m->layers && n < GCKPT_NBLOCK; i++) {
         gckpt_block_type b = gckpt_layer_block(tr->m, tr->attn, tr->seq, i);
         if (!seen[b]) order[n++] = (uint8_t)b;

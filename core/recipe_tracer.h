@@ -200,6 +200,8 @@ void recipe_finish(gckpt_recipe *r);
 
 /* ---- the families ---- */
 void trace_llama(tracer *tr, gckpt_attention attn);
+/* DynamicLayer.update's copy of k or v (gckpt_model.kv_cache), held until the forward returns */
+int kv_cache_copy(tracer *tr, int x, const char *name);
 /* mllama's cross-attention inputs as embedding sources (tr->cross_in), and its
  * cross-attention layer as block type GCKPT_BLOCK_CROSS (core/recipe_mllama.c) */
 void mllama_cross_sources(tracer *tr);

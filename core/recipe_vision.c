@@ -143,7 +143,7 @@ static int tanh_gate(tracer *tr, int x, const char *name)
 static void vit_layer(tracer *tr, const gckpt_vision *vc, const vit_kind *kind, bool in_grad, bool gated)
 {
     uint64_t D = vc->hidden, I = vc->intermediate;
-    block_begin(tr, GCKPT_BLOCK_DECODER);
+    block_begin(tr, gated ? GCKPT_BLOCK_GATED : GCKPT_BLOCK_DECODER);
     int xin = tnew(tr, "hidden_states", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
     hold(tr, xin, HOLD_END);
     int n1 = layernorm(tr, xin, D, "layer_norm1");
@@ -632,6 +632,11 @@ void gckpt_vision_tower_model(const gckpt_vlm *v, gckpt_model *m)
     m->attn_dropout = vc->attn_dropout;
     /* Qwen2.5-VL's and Qwen3-VL's 2-D rotary turn the whole head (rotate_half over head_dim) */
     if (vc->tower == GCKPT_TOWER_QWEN2_5 || vc->tower == GCKPT_TOWER_QWEN3) m->rotary_dim = m->head_dim;
+    /* mllama: the local encoder's layers, then the gated global encoder's (one walk, R-VLM-30) */
+    if (vc->tower < GCKPT_NTOWER && vits[vc->tower].gated && vc->global_layers) {
+        m->gated_from = vc->layers;
+        m->layers = vc->layers + vc->global_layers;
+    }
 }
 
 static uint64_t positions_of(const gckpt_vision *vc, bool padded)
@@ -704,6 +709,8 @@ static void tiled_embedding(tracer *tr, const gckpt_vision *vc, bool hooked, uin
     r->embed_out = padded;
     tr->float_mask = source(tr, "aspect_ratio_attention_mask", GCKPT_SRC_MASK, tr->amp ? tr->compute_dt : tr->param_dt,
                             score_shape(1), NULL, NULL);
+    /* every encoder layer's argument (what their SDPA saves), until the tower returns */
+    layer_kwarg(tr, tr->float_mask);
     section_end(tr);
 }
 
@@ -712,7 +719,7 @@ static void tiled_embedding(tracer *tr, const gckpt_vision *vc, bool hooked, uin
  * intermediate local outputs torch.stack'ed, the padding rows sliced off and reshaped (copies)
  * and torch.cat with the global output: none saves anything; the projector (a Linear with a
  * bias, trained with the tower frozen or not) saves the cat's output. */
-static void tiled_head(tracer *tr, const gckpt_vlm *v, bool in_grad)
+static void tiled_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
 {
     gckpt_recipe *r = tr->r;
     const gckpt_vision *vc = &v->vision;
@@ -725,16 +732,25 @@ static void tiled_head(tracer *tr, const gckpt_vlm *v, bool in_grad)
     for (int i = 0; i < r->nop && ids < 0; i++)
         if (r->op[i].prim == GCKPT_P_SOURCE && r->op[i].source == GCKPT_SRC_IDS) ids = r->op[i].out[0];
     tile_embedding(tr, vc, ln, ids, "post_tile_positional_embedding");
-    int glob = tnew(tr, "global_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    /* in a step the layers run before the head (local, then global: one walk), so the head's
+     * input stands for both the local output layernorm_post keeps and the global output the
+     * cat copies (the same [rows, D]; what each saves is unchanged, R-VLM-30) */
+    int glob = step ? local : tnew(tr, "global_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
     int feats = tnew(tr, "features_cat", GCKPT_T_ACT, tr->stream_dt, (gckpt_shape){GCKPT_ROWS_BATCH, T * P, vc->output_dim},
                      in_grad);
     opnew(tr, "features_cat", GCKPT_OP_ELEM, 1, (int[]){glob}, feats, -1, 0, NULL);
     setprim(tr, GCKPT_P_CAST, GCKPT_BC_NONE, 0, 0, 0); /* stack, slices and cat: copies (planned only) */
+    /* the cat is the tower's last_hidden_state, which MllamaModel returns as image_outputs: held
+     * until the forward returns (under autocast beside the projector's saved bf16 cast) */
+    if (step) r->t[feats].fwd_end_free = true;
     tr->frozen_params = false;
     tr->pfx = "multi_modal_projector";
     int w = param(tr, "weight", v->text.hidden, vc->output_dim, GCKPT_ROLE_MATRIX);
     int b = param(tr, "bias", 1, v->text.hidden, GCKPT_ROLE_BIAS);
-    linear(tr, feats, w, b, vc->output_dim, v->text.hidden, "multi_modal_projector");
+    int out = linear(tr, feats, w, b, vc->output_dim, v->text.hidden, "multi_modal_projector");
+    /* cross_attention_states: the text recipe's source (GCKPT_SRC_FEATURES) stands for it from
+     * the text's forward on; its gradient is the tower's seed */
+    if (step) r->grad_seed = out;
     tr->pfx = "";
     section_end(tr);
 }
@@ -819,6 +835,34 @@ static bool qwen3_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool
     return true;
 }
 
+/* mllama's tiled tower traced on tr (R-VLM-30): the embedding, a local encoder layer, a gated
+ * global one (its own block type, GCKPT_BLOCK_GATED: the tower model's layers from gated_from
+ * on) and the head (layernorm_post, the post-tile embedding, the cat and the projector). Never
+ * checkpointed (plain nn.Modules: gckpt_vlm_towers counts none). */
+static bool tiled_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, bool deepstack,
+                        uint8_t pixel_dt, gckpt_err *err)
+{
+    (void)deepstack;
+    const gckpt_vision *vc = &v->vision;
+    if (!vc->patch || vc->image_size % vc->patch) {
+        gckpt_seterr(err, "%s: vision_config.image_size %llu is not a multiple of patch_size %llu", v->model_type,
+                     (unsigned long long)vc->image_size, (unsigned long long)vc->patch);
+        return false;
+    }
+    if (!vc->global_layers) {
+        gckpt_seterr(err, "%s: vision_config.num_global_layers is 0: only a tower with gated global layers is traced",
+                     v->model_type);
+        return false;
+    }
+    const vit_kind *k = &vits[vc->tower];
+    tr->eps = vc->norm_eps;
+    tiled_embedding(tr, vc, g == GCKPT_TOWER_FROZEN_HOOKED, pixel_dt);
+    vit_layer(tr, vc, k, g != GCKPT_TOWER_FROZEN, false);
+    vit_layer(tr, vc, k, g != GCKPT_TOWER_FROZEN, true);
+    tiled_head(tr, v, g != GCKPT_TOWER_FROZEN, step);
+    return true;
+}
+
 /* The towers with a recipe, by kind. */
 typedef bool (*tower_trace)(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, bool deepstack,
                             uint8_t pixel_dt, gckpt_err *err);
@@ -827,6 +871,7 @@ static const tower_trace tower_traces[GCKPT_NTOWER] = {
     [GCKPT_TOWER_SIGLIP] = vit_trace,
     [GCKPT_TOWER_QWEN2_5] = qwen_trace,
     [GCKPT_TOWER_QWEN3] = qwen3_trace,
+    [GCKPT_TOWER_MLLAMA] = tiled_trace,
 };
 
 uint64_t gckpt_vision_image_positions(const gckpt_vlm *v, uint64_t h, uint64_t w)
@@ -844,8 +889,8 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
 {
     tower_trace trace = v->vision.tower < GCKPT_NTOWER ? tower_traces[v->vision.tower] : NULL;
     if (!trace) {
-        gckpt_seterr(err, "%s: only a CLIP (llava, llava_next), SigLIP (gemma3), Qwen2.5-VL or Qwen3-VL vision "
-                          "tower has a recipe yet", v->model_type);
+        gckpt_seterr(err, "%s: only a CLIP (llava, llava_next), SigLIP (gemma3), Qwen2.5-VL, Qwen3-VL or mllama "
+                          "vision tower has a recipe yet", v->model_type);
         return false;
     }
     /* Gemma 3's mm_soft_emb_norm is Gemma's RMSNorm: (1 + w), fp32 */
@@ -908,7 +953,7 @@ bool gckpt_vision_layer_recipe_build(const gckpt_vlm *v, const gckpt_model *towe
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
     tiled_embedding(&tr, vc, g == GCKPT_TOWER_FROZEN_HOOKED, tr.param_dt);
     vit_layer(&tr, vc, k, g != GCKPT_TOWER_FROZEN, global && k->gated);
-    tiled_head(&tr, v, g != GCKPT_TOWER_FROZEN);
+    tiled_head(&tr, v, g != GCKPT_TOWER_FROZEN, false);
     r->loss = -1;
     recipe_finish(r);
     return true;

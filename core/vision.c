@@ -1074,7 +1074,7 @@ gckpt_param_tally gckpt_vlm_text_extra(const gckpt_vlm *v)
 {
     gckpt_param_tally t = {0, 0};
     if (v->vision.projector == GCKPT_PROJ_MLLAMA) {
-        t.params = 8 * v->text.hidden + v->ncross * (2 * v->text.head_dim + 2);
+        t.params = GCKPT_MLLAMA_EMBED_EXTRA_ROWS * v->text.hidden + v->ncross * (2 * v->text.head_dim + 2);
         t.tensors = 4 * v->ncross;
     }
     return t;

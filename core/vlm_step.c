@@ -15,7 +15,10 @@
  * (the row's lora; FINDINGS R-VLM-42, R-VLM-43): the tower and projector frozen, hooked
  * under checkpointing, the hooked text embedding held beside the new embeddings. Qwen3-VL's
  * deepstack mergers (the tower's deepstack_visual_indexes) add their events around both
- * towers' layer segments (deepstack_hook, FINDINGS R-VLM-53). */
+ * towers' layer segments (deepstack_hook, FINDINGS R-VLM-53). Llama 3.2 Vision's features
+ * reach the text model as cross-attention states instead (the row's cross_attention,
+ * build_cross, FINDINGS R-VLM-60 to R-VLM-62): its tiled tower walked whole (local, then gated
+ * global layers), the text model with its cross-attention layers. */
 #include "gckpt/core/vlm_step.h"
 
 #include <stdlib.h>
@@ -30,6 +33,7 @@
 #include "gckpt/core/step.h"
 #include "gckpt/core/step_walk.h"
 #include "gckpt/core/towers.h"
+#include "gckpt/core/vision.h"
 
 /* the vision simulator numbers its instances apart from the text's */
 #define VISION_IDS ((uint32_t)1 << 30)
@@ -170,6 +174,7 @@ typedef struct bridge_sizes {
     unsigned nds;
     uint64_t ds_block[GCKPT_MAX_FEATURE_LAYERS], ds_saved[GCKPT_MAX_FEATURE_LAYERS], ds_params;
     uint8_t grad_dt;
+    uint64_t batch_masks; /* mllama: the batch's int64 cross-attention and aspect-ratio masks' elements */
     int ds_held[GCKPT_MAX_FEATURE_LAYERS], ds_out[GCKPT_MAX_FEATURE_LAYERS], ds_copy[GCKPT_MAX_FEATURE_LAYERS],
         ds_grad[GCKPT_MAX_FEATURE_LAYERS];
 } bridge_sizes;
@@ -289,6 +294,41 @@ static bool build(builder *b, const bridge_sizes *z)
         for (int r = 7; r < 9; r++) rows(b, false, m, r); /* the text embedding's; graphs freed */
         for (int r = 8; r < 10; r++) rows(b, true, m, r);
         rows(b, false, m, 9);
+    }
+    rows(b, false, -1, 0);
+    rows(b, true, -1, 0);
+    return b->ok;
+}
+
+/* mllama's step (FINDINGS R-VLM-34): the tower and the projector run first; the text model's
+ * embedding makes cross_attention_states (its source, standing for the projector's output
+ * from here on) and the two masks, which the cross-attention layers read (held until the
+ * lowest cross-attention layer's backward when saved or checkpointed, the masks otherwise
+ * until the text model returns: the text recipe's layer arguments); no masked_scatter. The
+ * backward: the text layers, the text embedding, then the projector (its seed gradient is
+ * the cross-attention states' accumulated one) and the tower, global layers before local. */
+static bool build_cross(builder *b, const bridge_sizes *z)
+{
+    for (int m = 0; m < b->tst->micro_steps && b->ok; m++) {
+        bool later = b->tst->micro[m].micro == GCKPT_MICRO_LATER, sync = b->tst->micro[m].sync;
+        if (!gckpt_sim_begin(b->ts, b->tc, b->tst, later, sync, m ? gckpt_sim_next_id(b->ts) : 0) ||
+            !gckpt_sim_begin(b->vs, b->vc, b->vst, later, sync, m ? gckpt_sim_next_id(b->vs) : VISION_IDS))
+            return false;
+        /* the batch's cross_attention_mask [b, s, images, max_num_tiles] and aspect_ratio_mask
+         * [b, images, max_num_tiles] (int64, the processor's): the Trainer's dict holds them */
+        bridge_open(b, m, GCKPT_STAGE_FORWARD);
+        int batch = buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_I64, z->batch_masks);
+        bridge_close(b);
+        for (int r = 0; r < 3; r++) rows(b, true, m, r);  /* the tower, the projector */
+        for (int r = 0; r < 5; r++) rows(b, false, m, r); /* the text model, the head and loss; it returns */
+        for (int r = 3; r < 5; r++) rows(b, true, m, r);
+        for (int r = 5; r < 8; r++) rows(b, false, m, r); /* the text backward, its embedding's */
+        for (int r = 5; r < 8; r++) rows(b, true, m, r);  /* the projector's, the tower's */
+        for (int r = 8; r < 10; r++) rows(b, false, m, r);
+        for (int r = 8; r < 10; r++) rows(b, true, m, r);
+        bridge_open(b, m, GCKPT_STAGE_BACKWARD); /* the micro-step ends: its batch goes */
+        drop(b, batch);
+        bridge_close(b);
     }
     rows(b, false, -1, 0);
     rows(b, true, -1, 0);
@@ -423,9 +463,12 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
     bool ok = false;
     uint64_t towers[2];
     gckpt_vlm_towers(v, towers);
-    info->vision_layers = towers[0];
+    gckpt_vision_tower_model(v, &p->tower);
+    /* a tower with no checkpointable layer (mllama's plain modules) is walked whole */
+    uint64_t vwalk = towers[0] ? towers[0] : p->tower.layers;
+    info->vision_layers = vwalk;
     info->text_layers = towers[1];
-    info->vision_live = gckpt_vision_feature_depth(v);
+    info->vision_live = towers[0] ? gckpt_vision_feature_depth(v) : vwalk;
     info->image_tokens = im->images * im->tokens;
     info->nvision_ckpt = tower_modes(s, towers, 0, p->vmodes, info->vision_ckpt);
     info->ntext_ckpt = tower_modes(s, towers, 1, p->tmodes, info->text_ckpt);
@@ -439,7 +482,6 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
                          : s->every_n      ? (peft ? GCKPT_TOWER_ALL_FROZEN_HOOKED : GCKPT_TOWER_FROZEN_HOOKED)
                          : peft            ? GCKPT_TOWER_ALL_FROZEN
                                            : GCKPT_TOWER_FROZEN;
-    gckpt_vision_tower_model(v, &p->tower);
     p->tower_live = p->tower;
     p->tower_live.layers = info->vision_live;
     gckpt_setting *vs = &p->vset;
@@ -457,7 +499,10 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
         goto out;
     /* the text model at the whole sequence; without checkpointing (which forces use_cache off)
      * a family that passes no use_cache fills text_config's DynamicCache */
-    p->text = v->text;
+    if (kind->cross_attention)
+        gckpt_mllama_text_model(v, im->images, &p->text);
+    else
+        p->text = v->text;
     p->text.kv_cache = kind->text_cache_in_training && v->text.use_cache && !s->every_n;
     p->text.image_masks = kind->image_masks;
     gckpt_recipe_build_loss(&p->text, s->precision, s->attention, target, &s->peft, s->seq, s->loss, s->liger_off,
@@ -466,9 +511,19 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
 
     info->text_layer_saved = gckpt_layer_saved_bytes(&p->tc);
     info->vision_layer_saved = gckpt_layer_saved_bytes(&p->vc);
-    gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(vs, towers[0]);
+    gckpt_step tst = gckpt_step_of(s, towers[1]), vst = gckpt_step_of(vs, vwalk);
     tst.model = &p->text;
     tst.modes = p->tmodes;
+    if (p->text.cross_layers) { /* mllama's cross-attention layers: their own block type */
+        for (uint64_t l = 0; l < towers[1]; l++)
+            p->tblocks[l] = (uint8_t)gckpt_layer_block(&p->text, s->attention, s->seq, l);
+        tst.blocks = p->tblocks;
+    }
+    if (p->tower.gated_from) { /* its gated global layers after the local ones */
+        for (uint64_t l = 0; l < vwalk; l++)
+            p->vblocks[l] = (uint8_t)gckpt_layer_block(&p->tower, GCKPT_SDPA, vs->seq, l);
+        vst.blocks = p->vblocks;
+    }
     tst.ckpt_on = s->every_n != 0; /* text layer 0 may be plain (R-VLM-43) */
     /* the attention types of the checkpointed text layers (R-VLM-1's indices, not every_n's
      * from text layer 0): which layer type's masks and rotary pair their frames hold */
@@ -505,8 +560,11 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
         z.bridge_grad_dt = bp->grad.dtype;
         z.bridge_grad = bp->grad.numel;
     }
+    if (kind->cross_attention)
+        z.batch_masks = s->micro_batch * im->images * v->vision.max_tiles * (s->seq + 1);
     if (v->vision.ndeepstack && !deepstack_sizes(v, d, p, vs, target, g, &z, err)) goto free_sims;
-    bool built = b.ts && b.vs && collect(&tst, &b.tl) && collect(&vst, &b.vl) && build(&b, &z);
+    bool built = b.ts && b.vs && collect(&tst, &b.tl) && collect(&vst, &b.vl) &&
+                 (kind->cross_attention ? build_cross(&b, &z) : build(&b, &z));
     if (built) {
         int64_t vstart[GCKPT_NCOMP], full[GCKPT_NCOMP], live[GCKPT_NCOMP];
         gckpt_step_start(&p->tc, s->every_n, p->start);

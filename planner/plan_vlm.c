@@ -1,7 +1,7 @@
 /* A vision-language model in the plan (gckpt/planner/plan.h): the families whose training
  * step gckpt_vlm_walk simulates across the vision tower and the text model (gckpt_vlm_types'
- * walked rows: LLaVA, LLaVA-NeXT, Gemma 3, Qwen2.5-VL; core/vlm_step.c, FINDINGS R-VLM-11,
- * R-VLM-14, R-VLM-24). Each entry of the sweep is one walk; the images a sample carries come
+ * walked rows: LLaVA, LLaVA-NeXT, Gemma 3, Qwen2.5-VL, Qwen3-VL, Llama 3.2 Vision; core/vlm_step.c,
+ * FINDINGS R-VLM-11, R-VLM-14, R-VLM-24, R-VLM-53, R-VLM-62). Each entry of the sweep is one walk; the images a sample carries come
  * from --images, --image-size and --vision-tower. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,11 +181,13 @@ void gckpt_plan_vlm_header(const gckpt_plan *p, FILE *f)
     const gckpt_vlm_images *im = p->images;
     const gckpt_vlm_step_info *in = p->vlm_info;
     uint64_t img = im->images * im->tokens;
+    /* a tiled tower runs every image's max_num_tiles tiles, padding tiles too (mllama, R-VLM-33) */
+    uint64_t tiles = p->vlm->vision.max_tiles ? p->vlm->vision.max_tiles : im->tiles;
     fprintf(f, "%s: %llu image(s) of %llux%llu per sample, %llu tile(s) each, %llu image tokens + %llu text tokens "
                "per sample; vision tower %s (%llu layers, %llu reach the projector), text model %llu layers; %llu "
                "tokens per image%s\n",
             p->vlm->model_type, (unsigned long long)im->images, (unsigned long long)p->req.image_h,
-            (unsigned long long)p->req.image_w, (unsigned long long)im->tiles, (unsigned long long)img,
+            (unsigned long long)p->req.image_w, (unsigned long long)tiles, (unsigned long long)img,
             (unsigned long long)(p->req.seq - img), im->tower_trained ? "trained" : "frozen",
             (unsigned long long)in->vision_layers, (unsigned long long)in->vision_live,
             (unsigned long long)in->text_layers, (unsigned long long)im->tokens,
@@ -198,13 +200,17 @@ void gckpt_plan_vlm_header(const gckpt_plan *p, FILE *f)
     print_layers(in->vision_ckpt, in->nvision_ckpt, f);
     fprintf(f, "; text layers ");
     print_layers(in->text_ckpt, in->ntext_ckpt, f);
-    if (p->req.checkpoint_towers == GCKPT_CKPT_TOWERS_ALL)
-        fprintf(f, " (every_n_layers counts the vision blocks first)\n");
-    else
+    if (p->req.checkpoint_towers == GCKPT_CKPT_TOWERS_ALL) {
+        uint64_t towers[2];
+        gckpt_vlm_towers(p->vlm, towers);
+        fprintf(f, towers[0] ? " (every_n_layers counts the vision blocks first)\n"
+                             : " (no vision layer is a checkpointing layer: every_n_layers counts the text layers)\n");
+    } else {
         fprintf(f, " (--checkpoint-towers %s: every_n counted from the %s's layer 0, the other's layers plain%s)\n",
                 gckpt_ckpt_towers_names[p->req.checkpoint_towers],
                 p->req.checkpoint_towers == GCKPT_CKPT_TOWERS_TEXT ? "text model" : "vision tower",
                 gckpt_plan_vlm_per_layer(p, &p->entries[i]) ? "; per-layer code below" : "");
+    }
 }
 
 void gckpt_plan_vlm_json(const gckpt_plan *p, cJSON *inputs)

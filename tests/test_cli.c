@@ -138,8 +138,9 @@ static void bad_inputs(void **state)
                             "out.json"), "gemma3: its token_type_ids masks are measured under sdpa only"},
         {"Gemma 3 fused loss", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--loss", "liger", "-o",
                                  "out.json"), "gemma3: a fused loss on a VLM is not planned"},
-        {"Llama-3.2-11B-Vision", A("--model", GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", "-o", "out.json"),
-         "(Llama 3.2 Vision: vision tower not yet planned: the tiled vision encoder"},
+        {"Llama-3.2-11B-Vision LoRA", A("--model", GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", "--method",
+                                        "lora", "-o", "out.json"),
+         "mllama: LoRA on it is not measured (llava's is: FINDINGS R-VLM-43)"},
         /* LLaVA is planned (planner/plan_vlm.c): its image options' bad values and what its step does not simulate */
         {"images zero", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--images", "0", "-o", "out.json"),
          "--images: '0' is not an integer in [1, 4096]"},
@@ -482,6 +483,14 @@ static void good_runs(void **state)
                                     "text tokens per sample; vision tower trained (27 layers, 27 reach the projector), "
                                     "text model 34 layers; 256 tokens per image (mm_tokens_per_image)"));
     assert_non_null(strstr(cli_out, "model = AutoModelForImageTextToText.from_pretrained("));
+    /* Llama 3.2 Vision: planned (its tower's four tiles per image, no vision checkpointing layer) */
+    assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", "--seq", "2048", "--gpu",
+                           "h100-sxm-80gb", "-o", "mllama.json"), err, sizeof err), 0);
+    assert_true(cli_exists("mllama.json"));
+    assert_non_null(strstr(cli_out, "mllama: 1 image(s) of 560x560 per sample, 4 tile(s) each, 1 image tokens + 2047 "
+                                    "text tokens per sample; vision tower trained (40 layers, 40 reach the projector), "
+                                    "text model 40 layers"));
+    assert_non_null(strstr(cli_out, "no vision layer is a checkpointing layer"));
     /* -o - puts the JSON alone on stdout */
     assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--every-n", "off,1", "-o", "-"), err, sizeof err), 0);
     assert_true(cli_out[0] == '{');

@@ -1,5 +1,5 @@
 /* gckpt-plan on a vision-language model (planner/plan_vlm.c) against what was measured:
- * for every llava, llava_next, gemma3, qwen2_5_vl and qwen3_vl fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py),
+ * for every llava, llava_next, gemma3, qwen2_5_vl, qwen3_vl and mllama fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py),
  * gckpt_plan_run plans the fixture's own config.json (written to a file, as a user passes
  * it) at the fixture's setting (micro-batch, sequence, accumulation, precision, every_n,
  * offload, images per sample and their size, the tower trained or frozen; on the
@@ -325,6 +325,16 @@ static void trainer_keeps_flags(void **state)
     cJSON_Delete(j);
 }
 
+/* Llama 3.2 Vision: the tiled tower (never checkpointed), the cross-attention layers reading the
+ * projector's output (R-VLM-62); one and two images */
+static void mllama_plans(void **state)
+{
+    (void)state;
+    tally ty = family("mllama-");
+    assert_int_equal(ty.files, 42 + 12);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -337,6 +347,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans),
                                        cmocka_unit_test(gemma3_plans), cmocka_unit_test(qwen2_5_vl_plans),
                                        cmocka_unit_test(llava_lora_plans), cmocka_unit_test(qwen3_vl_plans),
-                                       cmocka_unit_test(llava_tower_plans), cmocka_unit_test(trainer_keeps_flags)};
+                                       cmocka_unit_test(llava_tower_plans), cmocka_unit_test(trainer_keeps_flags),
+                                       cmocka_unit_test(mllama_plans)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -407,20 +407,29 @@ static void attention_flops(void **state)
     assert_int_equal(conv, 1);
 }
 
-/* another tower has no recipe yet: one line */
+/* a tower kind without a recipe, and an mllama tower its config cannot trace: one line each */
 static void other_towers(void **state)
 {
     (void)state;
     gckpt_vlm v;
     memset(&v, 0, sizeof v);
     snprintf(v.model_type, sizeof v.model_type, "mllama");
-    v.vision.tower = GCKPT_TOWER_MLLAMA;
+    v.vision.tower = GCKPT_NTOWER;
     gckpt_model tower;
-    gckpt_vision_tower_model(&v, &tower);
+    memset(&tower, 0, sizeof tower);
     static gckpt_recipe r;
     gckpt_err err;
     assert_false(gckpt_vision_recipe_build(&v, &tower, GCKPT_FP32, GCKPT_TARGET_CPU, GCKPT_TOWER_TRAINED, &r, &err));
     assert_non_null(strstr(err.msg, "CLIP"));
+    v.vision.tower = GCKPT_TOWER_MLLAMA;
+    gckpt_vision_tower_model(&v, &tower);
+    assert_false(gckpt_vision_recipe_build(&v, &tower, GCKPT_FP32, GCKPT_TARGET_CPU, GCKPT_TOWER_TRAINED, &r, &err));
+    assert_non_null(strstr(err.msg, "patch_size"));
+    v.vision.image_size = 28;
+    v.vision.patch = 14;
+    assert_false(gckpt_vision_recipe_build(&v, &tower, GCKPT_FP32, GCKPT_TARGET_CPU, GCKPT_TOWER_TRAINED, &r, &err));
+    assert_non_null(strstr(err.msg, "num_global_layers"));
+    assert_null(strchr(err.msg, '\n'));
 }
 
 int main(void)

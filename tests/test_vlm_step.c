@@ -9,7 +9,10 @@
  * states) exactly; which layers of each tower are checkpointed against the probe's
  * (towers.vision / towers.text.checkpointed); the tokens per image. The LoRA fixtures of
  * tests/data/hf-vlm-peft (adapters on the text model) the same way, and each plain layer's
- * saved bytes exactly. */
+ * saved bytes exactly. mllama (Llama 3.2 Vision) the same way, and its backward's tail (the text
+ * embedding's, the projector's and the tower's backward after text layer 0's: where
+ * cross_attention_states' gradient waits for the projector, R-VLM-34) exactly; Llama-3.2-11B-Vision's
+ * step weights against transformers' parameter count. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -70,10 +73,47 @@ static void step_returns(const char *path, const gckpt_vlm *v, const gckpt_setti
 }
 
 typedef struct {
-    int files, passed, layers_exact;
+    int files, passed, layers_exact, tails;
     double worst;
     bool exact_layers; /* check each plain layer's saved bytes */
+    /* check the backward's tail: mllama's text embedding, projector and tower after text layer 0's */
+    bool tail;
 } tally;
+
+/* The planned backward's tail, the last micro-step's: the live bytes when text layer 0's backward
+ * begins (its first event: the micro-step's first row-6 segment of layer 0, the text's) and
+ * their highest point from the text embedding's backward after it (row 7) to the micro-step's
+ * end (row 9): what the probe's micro<k>.backward.layer.0.start live_bytes and
+ * micro<k>.backward.end max_since_prev measure. */
+typedef struct {
+    bool open, at0, seen6;
+    int64_t prev, base, max, last_base, last_max;
+} tail_watch;
+
+static void watch_tail(void *user, const gckpt_walk_state *w, const gckpt_event *e)
+{
+    (void)e;
+    tail_watch *t = user;
+    const gckpt_seg *g = w->seg;
+    if (g && g->micro != GCKPT_MICRO_NONE) {
+        if (g->row == 6 && g->layer == 0 && !t->at0 && !t->open) {
+            t->at0 = true;
+            t->base = t->prev;
+        }
+        if (g->row == 6) t->seen6 = true;
+        if (!t->open && t->seen6 && g->row == 7) {
+            t->open = true;
+            t->max = t->prev;
+        }
+        if (t->open && g->row == 9) {
+            t->open = t->seen6 = t->at0 = false;
+            t->last_base = t->base;
+            t->last_max = t->max;
+        }
+        if (t->open && w->m.total > t->max) t->max = w->m.total;
+    }
+    t->prev = w->m.total;
+}
 
 static void check_fixture(const char *path, const char *name, tally *ty)
 {
@@ -118,7 +158,9 @@ static void check_fixture(const char *path, const char *name, tally *ty)
                  at(im, "tokens_per_image")->valuedouble);
     gckpt_result res;
     static gckpt_vlm_step_info info;
-    if (!gckpt_vlm_walk(&v, &g_dev, &s, target, &images, &res, &info, &err)) fail_msg("%s: %s", path, err.msg);
+    tail_watch tw = {0};
+    if (!gckpt_vlm_walk_events(&v, &g_dev, &s, target, &images, &res, &info, ty->tail ? watch_tail : NULL, &tw, &err))
+        fail_msg("%s: %s", path, err.msg);
     step_returns(path, &v, &s, target, &images);
     const cJSON *towers = at(j, "towers");
     if (!same_layers(at(towers, "vision"), info.vision_ckpt, info.nvision_ckpt) ||
@@ -157,6 +199,28 @@ static void check_fixture(const char *path, const char *name, tally *ty)
     double e = ((double)res.peak_bytes - peak) / peak, ea = ((double)res.after_forward_bytes - after) / after;
     double tol = p == GCKPT_BF16 ? 0.005 : 0.001;
     bool pass = fabs(e) <= tol && fabs(ea) <= tol; /* the live bytes after the forward too, as hf_pass */
+    if (ty->tail) {
+        /* the backward's tail (the text embedding's, the projector's and the tower's backward after
+         * text layer 0's): its height above the live bytes where layer 0's backward begins, exact */
+        const cJSON *ev, *l0 = NULL, *end = NULL;
+        char want[48], want0[48];
+        snprintf(want, sizeof want, "micro%d.backward.end", (int)s.grad_accum);
+        snprintf(want0, sizeof want0, "micro%d.backward.layer.0.start", (int)s.grad_accum);
+        cJSON_ArrayForEach(ev, at(last, "timeline"))
+        {
+            if (!strcmp(at(ev, "event")->valuestring, want)) end = ev;
+            if (!strcmp(at(ev, "event")->valuestring, want0)) l0 = ev;
+        }
+        if (!end || !l0) fail_msg("%s: no %s or %s in the last step's timeline", path, want0, want);
+        double rise = at(end, "max_since_prev")->valuedouble - at(l0, "live_bytes")->valuedouble;
+        double prise = (double)(tw.last_max - tw.last_base);
+        if (prise != rise) {
+            printf("%s: the backward's tail peaks %+.0f bytes from text layer 0's backward start measured, %+.0f "
+                   "planned\n", name, rise, prise);
+            pass = false;
+        }
+        ty->tails += prise == rise;
+    }
     printf("%-58s peak measured %9.0f planned %9llu %+7.3f%% %s  (after forward %+7.3f%%; planned in %s%s)\n", name,
            peak, (unsigned long long)res.peak_bytes, e * 100, pass ? "ok" : "BEYOND", ea * 100,
            gckpt_phase_names[res.peak_phase], info.peak_in_vision ? ", vision tower" : "");
@@ -179,10 +243,13 @@ static void check_text_adapters(const char *path, const char *name, void *ty)
 
 static tally dir_peaks(const char *dir, const char *prefix, void (*fn)(const char *, const char *, void *))
 {
-    tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0 || strstr(dir, "hf-vlm-towers")};
+    tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0 || strstr(dir, "hf-vlm-towers"),
+                .tail = strcmp(prefix, "mllama-") == 0};
     each_json_file(dir, prefix, fn, &ty);
     printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it); %d plain layers' saved "
-           "bytes exact\n", prefix, ty.passed, ty.files, ty.worst, ty.layers_exact);
+           "bytes exact", prefix, ty.passed, ty.files, ty.worst, ty.layers_exact);
+    if (ty.tail) printf("; %d backward tails exact", ty.tails);
+    printf("\n");
     return ty;
 }
 
@@ -261,6 +328,48 @@ static void llava_tower_peaks(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* Llama 3.2 Vision: the tiled tower (local, then gated global layers, never checkpointed), the
+ * projector's output as the cross-attention layers' states, the text backward before the
+ * projector's (R-VLM-34); one and two images per sample */
+static void mllama_peaks(void **state)
+{
+    (void)state;
+    tally ty = family_peaks("mllama-");
+    assert_int_equal(ty.files, 42 + 12);
+    assert_int_equal(ty.tails, ty.files);
+    assert_int_equal(ty.passed, ty.files);
+}
+
+/* Llama-3.2-11B-Vision's step holds every parameter once: its recipes' weights (the text model
+ * with the cross-attention layers and embed_tokens' 8 extra rows, the tower's local and global
+ * layers, the projector) against transformers' count on the meta device
+ * (tests/data/vlm-counts.json, tools/hf_probe/vlm_facts.py), fp32 */
+static void mllama_real_parameters(void **state)
+{
+    (void)state;
+    cJSON *counts = read_json(GCKPT_TEST_DATA "/vlm-counts.json");
+    const cJSON *c = at(at(counts, "models"), "llama-3.2-11b-vision.json");
+    gckpt_err err;
+    char *text = gckpt_read_file(GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", 1u << 20, &err);
+    if (!text) fail_msg("%s", err.msg);
+    static gckpt_vlm v;
+    if (!gckpt_vlm_parse("llama-3.2-11b-vision.json", text, &v, &err)) fail_msg("%s", err.msg);
+    free(text);
+    gckpt_setting s = {.micro_batch = 1, .seq = 64, .grad_accum = 1, .precision = GCKPT_FP32,
+                       .attention = GCKPT_SDPA, .optimizer = GCKPT_ADAMW};
+    gckpt_vlm_images im = {.images = 1, .tiles = 1, .tokens = 1, .tower_trained = true, .h = 560, .w = 560};
+    static gckpt_vlm_step_info info;
+    gckpt_vlm_step *p = gckpt_vlm_step_new(&v, &g_dev, &s, GCKPT_TARGET_CUDA, &im, &info, &err);
+    if (!p) fail_msg("%s", err.msg);
+    double want = at(c, "parameters")->valuedouble;
+    printf("Llama-3.2-11B-Vision: the step's weights %lld B, 4 x %.0f parameters measured\n",
+           (long long)p->start[GCKPT_C_WEIGHTS], want);
+    assert_true((double)p->start[GCKPT_C_WEIGHTS] == 4 * want);
+    assert_int_equal(info.nvision_ckpt, 0); /* no vision layer is a GradientCheckpointingLayer */
+    gckpt_vlm_step_free(p);
+    cJSON_Delete(counts);
+}
+
 int main(void)
 {
     gckpt_err err;
@@ -271,6 +380,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks),
                                        cmocka_unit_test(gemma3_peaks), cmocka_unit_test(qwen2_5_vl_peaks),
                                        cmocka_unit_test(llava_lora_peaks), cmocka_unit_test(qwen3_vl_peaks),
-                                       cmocka_unit_test(llava_tower_peaks)};
+                                       cmocka_unit_test(llava_tower_peaks), cmocka_unit_test(mllama_peaks),
+                                       cmocka_unit_test(mllama_real_parameters)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

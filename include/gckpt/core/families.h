@@ -151,6 +151,11 @@ typedef struct gckpt_vlm_type {
      * token_type_ids' int64 block ids and the full and sliding bool masks on every text
      * layer (gckpt_model.image_masks), with which its text model's sliding layers are planned */
     bool features_cat, packed_tiles, image_masks;
+    /* the features reach the text model as cross-attention states (mllama, FINDINGS R-VLM-34):
+     * the tower runs before the text embedding, no masked_scatter; the text model's
+     * cross-attention layers read them (gckpt_mllama_text_model) and their gradient goes to
+     * the projector after the text embedding's backward */
+    bool cross_attention;
     /* the vision tower's module under model.model (NULL: "vision_tower") and a part of it that
      * trains with the projector when the tower is frozen, up to two (NULL: none): what gckpt-plan's
      * snippet freezes for --vision-tower frozen (FINDINGS R-VLM-12, R-VLM-22) */

@@ -161,6 +161,10 @@ typedef struct {
      * which layers, and the image keys each sample's cross-attention reads */
     uint64_t cross_layers, cross_keys;
     uint8_t cross[GCKPT_MAX_LAYERS / 8];
+    uint64_t embed_extra_rows; /* ... and its embed_tokens' rows beyond vocab (lm_head has vocab) */
+    /* mllama's vision tower in a step (gckpt_vision_tower_model): its layers from gated_from on
+     * are the gated global encoder's (block type GCKPT_BLOCK_GATED); 0: none */
+    uint64_t gated_from;
 } gckpt_model;
 
 static inline bool gckpt_layer_sliding(const gckpt_model *m, uint64_t i)

@@ -42,13 +42,15 @@ typedef enum { GCKPT_LAYER_PLAIN, GCKPT_LAYER_CKPT, GCKPT_LAYER_CKPT_OFFLOAD, GC
  * mixture-of-experts model's dense layer (DeepSeek's first_k_dense_replace), whose
  * parameters are its own (gckpt_block_params_group); NOPE: SmolLM3's NoPE layer, the decoder
  * layer without the rotary embedding (its parameters the decoder's); CROSS: mllama's
- * cross-attention layer (its parameters its own, FINDINGS R-VLM-31). */
+ * cross-attention layer (its parameters its own, FINDINGS R-VLM-31); GATED: mllama's vision
+ * tower's gated global encoder layer (two tanh gates; its parameters its own, R-VLM-30). */
 typedef enum {
     GCKPT_BLOCK_DECODER,
     GCKPT_BLOCK_SLIDING_SDPA,
     GCKPT_BLOCK_DENSE_MLP,
     GCKPT_BLOCK_NOPE,
     GCKPT_BLOCK_CROSS,
+    GCKPT_BLOCK_GATED,
     GCKPT_NBLOCK
 } gckpt_block_type;
 

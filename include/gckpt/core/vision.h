@@ -156,6 +156,8 @@ gckpt_param_tally gckpt_vision_projector_params(const gckpt_vlm *v);
  * the embedding's 8 extra rows, each cross-attention layer's q / k norms and two gates);
  * zero elsewhere. */
 gckpt_param_tally gckpt_vlm_text_extra(const gckpt_vlm *v);
+/* MllamaTextModel's embed_tokens rows beyond vocab_size (nn.Embedding(vocab_size + 8, ...)) */
+#define GCKPT_MLLAMA_EMBED_EXTRA_ROWS 8
 /* How many of the tower's layers make the features the projector reads (the deepest
  * vision_feature_layer as an index into the layers + 1 hidden states). */
 uint64_t gckpt_vision_feature_depth(const gckpt_vlm *v);

@@ -80,6 +80,9 @@ typedef struct {
     gckpt_model text, tower, tower_live;
     gckpt_setting vset;    /* the tower's setting: its images as the micro-batch, its positions */
     uint8_t tmodes[GCKPT_MAX_LAYERS], vmodes[GCKPT_MAX_LAYERS];
+    /* each layer's block type where a tower has two (mllama's cross-attention text layers,
+     * its gated global vision layers) */
+    uint8_t tblocks[GCKPT_MAX_LAYERS], vblocks[GCKPT_MAX_LAYERS];
     gckpt_schedule sched;
     uint8_t *seg_kind;     /* per segment of sched: gckpt_vseg */
     uint32_t vision_ids;

@@ -256,9 +256,12 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     if (s->layout.tp > 1) {
         gckpt_tp_params_local(&c->params, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes);
         /* autocast casts the rank's rows of a vocabulary-sharded weight (lm_head's, R-TP-7): its cast and
-         * the cast's gradient are that many elements */
-        for (int t = 0; t < r->nt; t++) {
-            const gckpt_param *p = r->t[t].kind == GCKPT_T_WCAST ? gckpt_params_of(&c->params, r->t[t].param) : NULL;
+         * the cast's gradient are that many elements; the cast of a frozen one too (LoRA: not cached, a
+         * plain activation the linear saves, R-TP-15) */
+        for (int k = 0; k < r->nop; k++) {
+            const gckpt_op *o = &r->op[k];
+            const gckpt_param *p = o->prim == GCKPT_P_CAST ? gckpt_params_of(&c->params, o->in[0]) : NULL;
+            const int t = o->out[0];
             if (!p || p->numel >= c->numel[t]) continue;
             c->numel[t] = p->numel;
             c->raw[t] = p->numel * gckpt_dtype_size((gckpt_dtype)r->t[t].dtype);

@@ -273,6 +273,21 @@ void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_
     if (trainable0) ps->opt_traffic *= (double)ps->trainable / (double)trainable0;
 }
 
+uint64_t gckpt_tp_gather_bytes(uint64_t rows, uint64_t vocab, uint32_t tp, uint32_t rank, uint64_t elem,
+                               uint64_t round)
+{
+    /* torch 2.15 Shard._to_replicate_tensor: _maybe_pad_tensor, funcol.all_gather_single (all_gather_into_tensor
+     * along dim 0, then cat of its chunks along the gathered dim), _maybe_unpad_tensor (a copy when padded);
+     * the local logits stay until the hook returns. Most at once: local + padded + gathered + concatenated. */
+    const uint64_t part = (vocab + tp - 1) / tp, mine = gckpt_tp_chunk(vocab, tp, rank);
+    const uint64_t local = gckpt_round_up(rows * mine * elem, round);
+    const uint64_t pad = mine < part ? gckpt_round_up(rows * part * elem, round) : 0;
+    const uint64_t gathered = gckpt_round_up(rows * part * tp * elem, round);
+    const uint64_t whole = gckpt_round_up(rows * vocab * elem, round);
+    const uint64_t most = local + pad + 2 * gathered;
+    return most > whole ? most - whole : 0;
+}
+
 void gckpt_tp_fsdp_layout(uint32_t tp, uint32_t dp_shard, uint32_t rank, gckpt_layout *out)
 {
     /* the dense mesh (pp, dp_replicate, fsdp, tp), tp innermost: a TP group is tp consecutive ranks,

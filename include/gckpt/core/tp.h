@@ -94,6 +94,14 @@ void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckp
  * chunk(V) rows (R-TP-2), the totals with them. */
 void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_t round);
 
+/* colwise_gather_output's redistribution after lm_head's linear on TP rank `rank` (R-TP-15): the rank's
+ * logits columns [rows, chunk(V)] (elem bytes each), padded to ceil(V / T) columns on a rank that holds
+ * fewer, all-gathered and concatenated along the vocabulary ([rows, T ceil(V / T)] twice), then cut to
+ * [rows, V]. Returns the most bytes those temporaries hold at once beyond the whole logits' own
+ * allocation (each allocation rounded up to round bytes). */
+uint64_t gckpt_tp_gather_bytes(uint64_t rows, uint64_t vocab, uint32_t tp, uint32_t rank, uint64_t elem,
+                               uint64_t round);
+
 /* The measured bound on TP x FSDP's planned per-rank peak, percent: every fake-group rank of the t2s2
  * fixtures is within it (test_parallel_tp holds the figure to them; measured 0.42 %; the
  * tp_fsdp_unverified warning states it). */

@@ -59,7 +59,8 @@ static const struct {
     {GCKPT_LT_GATE, false}, {GCKPT_LT_UP, false}, {GCKPT_LT_DOWN, true},
 };
 
-bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, bool dp, gckpt_err *err)
+bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, uint32_t dp_shard, uint32_t dp_replicate,
+                      gckpt_err *err)
 {
     if (!gckpt_peft_on(pf)) return true;
     if (pf->method == GCKPT_METHOD_QLORA) {
@@ -78,8 +79,22 @@ bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, b
                      tp, gckpt_lora_target_bare(TP_LORA_STYLE[j].t));
         return false;
     }
+    if (dp_shard > 1) {
+        gckpt_seterr(err, "--tp %u --dp-shard %u --method lora: transformers applies fully_shard at load, before "
+                          "get_peft_model, and peft sizes each adapter by the base weight's local piece, which FSDP2 "
+                          "has cut again (peft tuners/tuners_utils.py:186: lora_B [out / (T x S), r] under a [out / T] "
+                          "TP shard), so the first forward fails (FINDINGS R-TP-16)", tp, dp_shard);
+        return false;
+    }
+    if (dp_replicate > 1) {
+        gckpt_seterr(err, "--tp %u --dp-replicate %u --method lora: the Trainer averages over the replicas only the "
+                          "trainable parameters that are not DTensors (transformers trainer.py:2632-2660), so each "
+                          "replica trains its own lora_B (the TP-sharded half of every adapter) on its own batch "
+                          "(FINDINGS R-TP-17)", tp, dp_replicate);
+        return false;
+    }
     /* measured: standalone TP of the llama (no q / k norms), no modules_to_save (R-TP-12) */
-    const char *what = dp ? "with --dp-shard / --dp-replicate" : m->qk_norm ? "on a model with q / k norms (qwen3)"
+    const char *what = m->qk_norm ? "on a model with q / k norms (qwen3)"
                      : pf->modules_to_save ? "with --modules-to-save" : NULL;
     if (what) {
         gckpt_seterr(err, "--tp %u --method lora %s is not measured (LoRA under TP is measured on llama-like models "

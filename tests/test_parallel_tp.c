@@ -694,20 +694,26 @@ static void test_peft_refused(void **state)
     read_fixture(DIR_TP_PEFT, "tp-llama-amp-bf16-n1-plain-w2-t2-lora-qv-r0.json", &f);
     gckpt_err err;
     gckpt_peft pf = f.s.peft;
-    assert_true(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err)); /* the measured q_proj, v_proj */
+    assert_true(gckpt_tp_peft_ok(&pf, &f.m, 2, 0, 0, &err)); /* the measured q_proj, v_proj */
     pf.targets = GCKPT_LT_ALL;
-    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err));
+    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, 0, 0, &err));
     assert_non_null(strstr(err.msg, "with o_proj (rowwise"));
     assert_non_null(strstr(err.msg, "R-TP-13"));
     pf.targets = (1u << GCKPT_LT_Q) | (1u << GCKPT_LT_DOWN);
-    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err));
+    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, 0, 0, &err));
     assert_non_null(strstr(err.msg, "with down_proj (rowwise"));
     pf = f.s.peft;
     pf.method = GCKPT_METHOD_QLORA;
-    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err));
+    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, 0, 0, &err));
     assert_non_null(strstr(err.msg, "R-TP-14"));
-    assert_false(gckpt_tp_peft_ok(&f.s.peft, &f.m, 2, true, &err)); /* TP x FSDP / DDP with LoRA */
-    assert_non_null(strstr(err.msg, "R-TP-12"));
+    /* TP x FSDP: the first forward fails (R-TP-16), HSDP x TP too; TP x DDP: lora_B not averaged (R-TP-17) */
+    assert_false(gckpt_tp_peft_ok(&f.s.peft, &f.m, 2, 2, 0, &err));
+    assert_non_null(strstr(err.msg, "R-TP-16"));
+    assert_false(gckpt_tp_peft_ok(&f.s.peft, &f.m, 2, 2, 2, &err));
+    assert_non_null(strstr(err.msg, "R-TP-16"));
+    assert_false(gckpt_tp_peft_ok(&f.s.peft, &f.m, 2, 1, 2, &err));
+    assert_non_null(strstr(err.msg, "R-TP-17"));
+    assert_true(gckpt_tp_peft_ok(&f.s.peft, &f.m, 2, 1, 1, &err)); /* sizes of 1: TP alone */
     cJSON_Delete(f.root);
 }
 

@@ -39,12 +39,14 @@ uint64_t gckpt_tp_chunk(uint64_t n, uint32_t t, uint32_t r);
  * the structure measured (untied, bias-free, dense, one rotary table; qwen3's q / k norms). */
 bool gckpt_tp_model_ok(const gckpt_model *m, uint32_t tp, gckpt_err *err);
 
-/* Whether LoRA / QLoRA as pf says is planned on top of model m's tp_plan (dp: with --dp-shard /
- * --dp-replicate), one line in err when not: QLoRA fails at the 4-bit base's forward and in
- * get_peft_model (R-TP-14), an adapter on a rowwise layer (o_proj, down_proj) in the first forward
- * (R-TP-13); adapters on colwise layers only run, equal one process and are planned as measured in
- * tests/data/hf-tp-peft (R-TP-12: TP alone, llama-like, no modules_to_save). */
-bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, bool dp, gckpt_err *err);
+/* Whether LoRA / QLoRA as pf says is planned on top of model m's tp_plan (dp_shard, dp_replicate: the
+ * --dp-shard / --dp-replicate sizes, 0 or 1 without), one line in err when not: QLoRA fails at the 4-bit
+ * base's forward and in get_peft_model (R-TP-14), an adapter on a rowwise layer (o_proj, down_proj) in the
+ * first forward (R-TP-13), every adapter under TP x FSDP too (R-TP-16); under TP x DDP lora_B's gradient is
+ * not averaged over the replicas (R-TP-17); adapters on colwise layers under TP alone run, equal one process
+ * and are planned as measured in tests/data/hf-tp-peft (R-TP-12: llama-like, no modules_to_save). */
+bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, uint32_t dp_shard, uint32_t dp_replicate,
+                      gckpt_err *err);
 /* The adapters per layer under TP (LoRA on colwise layers, R-TP-12): each a replicated lora_A whose
  * gradient the Trainer all-reduces and a sharded lora_B whose input gradient is all-reduced. */
 uint64_t gckpt_tp_lora_adapters(const gckpt_peft *pf);

@@ -213,6 +213,12 @@ static void test_checks(void **state)
     assert_int_equal(gckpt_tp_chunk(211, 2, 1), 105);
     assert_int_equal(gckpt_tp_chunk(211, 4, 3), 52);
     assert_int_equal(gckpt_tp_chunk(3, 4, 3), 0);
+    /* the logits gather's temporaries beyond the whole logits (R-TP-15), against the allocations the
+     * allocator recorded (tools/hf_probe/alloc_live.py, 2 x 32 tokens, V 211 over 2): the short rank in
+     * fp32, local 26,880 + pad 27,136 + gathered and concatenated 54,272 each - the whole 54,016; rank 0
+     * in bf16, no pad: 13,568 + 2 x 27,136 - 27,008 (a vocabulary T divides is not measured) */
+    assert_int_equal(gckpt_tp_gather_bytes(64, 211, 2, 1, 4, 1), 26880 + 27136 + 2 * 54272 - 54016);
+    assert_int_equal(gckpt_tp_gather_bytes(64, 211, 2, 0, 2, 1), 13568 + 2 * 27136 - 27008);
     int n = 0;
     each_fixture(check_model_ok, &n);
     assert_true(n >= 56);

@@ -11,10 +11,11 @@ placement, then the comparison, or the exception and where it was raised.
   tp_peft_check.py --targets q_proj,v_proj        # colwise layers only: runs, equal to one process
   tp_peft_check.py --targets all-linear           # o_proj / down_proj (rowwise): the first forward fails
   tp_peft_check.py --qlora                        # nf4 + tp_plan: the base forward and get_peft_model fail
-  tp_peft_check.py --fsdp 2                       # TP x FSDP (DistributedConfig(tp_size=2, fsdp_size=2), 4 ranks)
+  tp_peft_check.py --fsdp 2                       # TP x FSDP (DistributedConfig(tp_size=2, fsdp_size=2), 4 ranks):
+                                                  # the first forward fails (R-TP-16)
   tp_peft_check.py --replicate 2                  # TP x DDP (dp_replicate_size=2): each data-parallel rank its own
                                                   # batch, the Trainer's hook on every plain trainable parameter,
-                                                  # against one process on the mean of their losses (R-TP-16)
+                                                  # against one process on the mean of their losses (R-TP-17)
 """
 from __future__ import annotations
 
@@ -77,18 +78,20 @@ def step(pm, vocab, dp=0):
     return out.loss.item()
 
 
-def trainer_hook(pm):
-    """transformers 5.24 Trainer._sync_replicated_trainable_parameters (trainer.py:2632-2660), as written: every
-    trainable parameter that is not a DTensor broadcast from rank 0, its gradient all-reduced (AVG, the whole
-    world) after accumulation (one micro-step here: every backward is the synchronising one)."""
-    from torch.distributed.tensor import DTensor
+def trainer_hook(pm, d):
+    """transformers 5.24 Trainer._sync_replicated_trainable_parameters (trainer.py:2632-2660), the Trainer's own
+    method on a Trainer built for the model: every trainable parameter that is not a DTensor broadcast from rank 0,
+    its gradient all-reduced (AVG, the whole world) after accumulation (sync_gradients: one micro-step here)."""
+    import transformers
 
-    for p in pm.parameters():
-        if not p.requires_grad or isinstance(p.data, DTensor):
-            continue
-        with torch.no_grad():
-            dist.broadcast(p.data, src=0)
-        p.register_post_accumulate_grad_hook(lambda q: dist.all_reduce(q.grad, op=dist.ReduceOp.AVG))
+    import probe_dist  # accelerate refuses MULTI_CPU with a ParallelismConfig: its check as on GPUs (the probe's)
+
+    probe_dist.gpu_validation(fsdp=False)
+    args = transformers.TrainingArguments(output_dir=os.path.join(d, "trainer"), use_cpu=True, report_to=[],
+                                          save_strategy="no", per_device_train_batch_size=2)
+    tr = transformers.Trainer(model=pm, args=args)
+    assert tr.accelerator.sync_gradients
+    tr._sync_replicated_trainable_parameters(pm)
 
 
 def rank_main(rank, world, d, targets, qlora, port, out, fsdp=1, replicate=1):
@@ -133,7 +136,7 @@ def rank_main(rank, world, d, targets, qlora, port, out, fsdp=1, replicate=1):
         if not qlora and fsdp == 1:  # TP x FSDP: the adapters' local shapes are not their DTensor's (R-TP-16)
             set_adapters(pm)
         if dp > 1:
-            trainer_hook(pm)
+            trainer_hook(pm, d)
         loss = step(pm, m.config.vocab_size, rank // (world // dp))
         grads = {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).clone()
                  for n, p in pm.named_parameters() if p.requires_grad and ".layers.0." in n}

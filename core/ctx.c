@@ -256,13 +256,28 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     if (s->layout.tp > 1) {
         gckpt_tp_params_local(&c->params, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes);
         /* autocast casts the rank's rows of a vocabulary-sharded weight (lm_head's, R-TP-7): its cast and
-         * the cast's gradient are that many elements */
-        for (int t = 0; t < r->nt; t++) {
-            const gckpt_param *p = r->t[t].kind == GCKPT_T_WCAST ? gckpt_params_of(&c->params, r->t[t].param) : NULL;
+         * the cast's gradient are that many elements; the cast of a frozen one too (LoRA: not cached, a
+         * plain activation the linear saves, R-TP-15) */
+        for (int k = 0; k < r->nop; k++) {
+            const gckpt_op *o = &r->op[k];
+            const gckpt_param *p = o->prim == GCKPT_P_CAST ? gckpt_params_of(&c->params, o->in[0]) : NULL;
+            const int t = o->out[0];
             if (!p || p->numel >= c->numel[t]) continue;
             c->numel[t] = p->numel;
             c->raw[t] = p->numel * gckpt_dtype_size((gckpt_dtype)r->t[t].dtype);
             c->tbytes[t] = gckpt_round_up(c->raw[t], d->alloc_round_bytes);
+        }
+        /* the linear onto the vocabulary (its weight, or its cast, holds the rank's rows): its output
+         * all-gathered into the whole logits after it returns (R-TP-15) */
+        for (int k = 0; k < r->nop; k++) {
+            const gckpt_op *o = &r->op[k];
+            int w = o->prim == GCKPT_P_LINEAR && o->nin > 1 ? o->in[1] : -1, pk = w >= 0 ? gckpt_recipe_producer(r, w) : -1;
+            if (pk >= 0 && r->op[pk].prim == GCKPT_P_CAST) w = r->op[pk].in[0];
+            const gckpt_param *p = gckpt_params_of(&c->params, w);
+            if (!p || p->section != GCKPT_SEC_HEAD || p->role != GCKPT_ROLE_MATRIX || !o->out_f) continue;
+            const int t = o->out[0];
+            c->op_gather[k] = gckpt_tp_gather_bytes(c->numel[t] / o->out_f, o->out_f, s->layout.tp, s->layout.tp_rank,
+                                                    gckpt_dtype_size((gckpt_dtype)r->t[t].dtype), d->alloc_round_bytes);
         }
     }
     /* the parallel modes' rows and units take every layer's parameters as one block's */

@@ -558,6 +558,8 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool sa
             released = i;
             break;
         }
+        if (c->op_gather[i]) /* TP: the output redistributed once the op's inputs are released (R-TP-15) */
+            release(s, o, alloc_scratch(s, o, c->op_gather[i], mode == MODE_RECOMPUTE ? GCKPT_C_RECOMPUTE : GCKPT_C_ACTIVATIONS, 0), -1);
         for (int k = 0; k < op->nunhold; k++) unhold(s, st, op->unhold[k], made, o);
         for (int k = 0; k < 2; k++)
             if (op->out[k] >= 0) try_free(s, o, st->inst[op->out[k]], op->out[k]);

@@ -59,7 +59,8 @@ static const struct {
     {GCKPT_LT_GATE, false}, {GCKPT_LT_UP, false}, {GCKPT_LT_DOWN, true},
 };
 
-bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, bool dp, gckpt_err *err)
+bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, uint32_t dp_shard, uint32_t dp_replicate,
+                      gckpt_err *err)
 {
     if (!gckpt_peft_on(pf)) return true;
     if (pf->method == GCKPT_METHOD_QLORA) {
@@ -78,8 +79,22 @@ bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, b
                      tp, gckpt_lora_target_bare(TP_LORA_STYLE[j].t));
         return false;
     }
+    if (dp_shard > 1) {
+        gckpt_seterr(err, "--tp %u --dp-shard %u --method lora: transformers applies fully_shard at load, before "
+                          "get_peft_model, and peft sizes each adapter by the base weight's local piece, which FSDP2 "
+                          "has cut again (peft tuners/tuners_utils.py:186: lora_B [out / (T x S), r] under a [out / T] "
+                          "TP shard), so the first forward fails (FINDINGS R-TP-16)", tp, dp_shard);
+        return false;
+    }
+    if (dp_replicate > 1) {
+        gckpt_seterr(err, "--tp %u --dp-replicate %u --method lora: the Trainer averages over the replicas only the "
+                          "trainable parameters that are not DTensors (transformers trainer.py:2632-2660), so each "
+                          "replica trains its own lora_B (the TP-sharded half of every adapter) on its own batch "
+                          "(FINDINGS R-TP-17)", tp, dp_replicate);
+        return false;
+    }
     /* measured: standalone TP of the llama (no q / k norms), no modules_to_save (R-TP-12) */
-    const char *what = dp ? "with --dp-shard / --dp-replicate" : m->qk_norm ? "on a model with q / k norms (qwen3)"
+    const char *what = m->qk_norm ? "on a model with q / k norms (qwen3)"
                      : pf->modules_to_save ? "with --modules-to-save" : NULL;
     if (what) {
         gckpt_seterr(err, "--tp %u --method lora %s is not measured (LoRA under TP is measured on llama-like models "
@@ -271,6 +286,21 @@ void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_
     }
     /* the optimizer's passes are per trainable element (AdamW on fp32 parameters, R-TP-10's scope) */
     if (trainable0) ps->opt_traffic *= (double)ps->trainable / (double)trainable0;
+}
+
+uint64_t gckpt_tp_gather_bytes(uint64_t rows, uint64_t vocab, uint32_t tp, uint32_t rank, uint64_t elem,
+                               uint64_t round)
+{
+    /* torch 2.15 Shard._to_replicate_tensor: _maybe_pad_tensor, funcol.all_gather_single (all_gather_into_tensor
+     * along dim 0, then cat of its chunks along the gathered dim), _maybe_unpad_tensor (a copy when padded);
+     * the local logits stay until the hook returns. Most at once: local + padded + gathered + concatenated. */
+    const uint64_t part = (vocab + tp - 1) / tp, mine = gckpt_tp_chunk(vocab, tp, rank);
+    const uint64_t local = gckpt_round_up(rows * mine * elem, round);
+    const uint64_t pad = mine < part ? gckpt_round_up(rows * part * elem, round) : 0;
+    const uint64_t gathered = gckpt_round_up(rows * part * tp * elem, round);
+    const uint64_t whole = gckpt_round_up(rows * vocab * elem, round);
+    const uint64_t most = local + pad + 2 * gathered;
+    return most > whole ? most - whole : 0;
 }
 
 void gckpt_tp_fsdp_layout(uint32_t tp, uint32_t dp_shard, uint32_t rank, gckpt_layout *out)

@@ -417,7 +417,7 @@ static bool mark_pareto(gckpt_plan *p, gckpt_err *err)
 
 /* --tp T: what was measured (FINDINGS R-TP), then the model planned becomes TP rank 0's local model
  * (the busiest: torch.chunk gives the first ranks the larger pieces). */
-static bool tp_setup(gckpt_plan *p, bool every_given, gckpt_err *err)
+static bool tp_setup(gckpt_plan *p, gckpt_err *err)
 {
     const gckpt_plan_request *q = &p->req;
     if (!q->tp) return true;
@@ -427,19 +427,7 @@ static bool tp_setup(gckpt_plan *p, bool every_given, gckpt_err *err)
                           "which times the TP all-reduces and all-gathers", q->tp, p->dev.name);
         return false;
     }
-    if (!gckpt_tp_peft_ok(&q->peft, &p->model, q->tp, q->tp_dp_shard || q->tp_dp_replicate, err)) return false;
-    if (gckpt_peft_on(&q->peft)) { /* LoRA under TP is planned with checkpointing only (R-TP-12): the sweep's off goes */
-        int k = 0;
-        for (int i = 0; i < p->req.n_every; i++)
-            if (p->req.every_n[i]) p->req.every_n[k++] = p->req.every_n[i];
-        if (!k || (every_given && k < p->req.n_every)) {
-            gckpt_seterr(err, "--tp %u --method lora --every-n off: LoRA under TP without checkpointing is measured but "
-                              "not planned (its peak 1 %% off the measured one, FINDINGS R-TP-12); plan --every-n 1 or more",
-                         q->tp);
-            return false;
-        }
-        p->req.n_every = k;
-    }
+    if (!gckpt_tp_peft_ok(&q->peft, &p->model, q->tp, q->tp_dp_shard, q->tp_dp_replicate, err)) return false;
     const char *what = (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"
                      : q->optimizer != GCKPT_ADAMW ? "--optimizer other than adamw"
                      : q->loss != GCKPT_LOSS_HF ? "--loss other than hf"
@@ -487,7 +475,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
         goto fail;
     }
     if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err) || !loss_check(req, p, err) ||
-        !tp_setup(p, req->every_n != NULL, err) || !gckpt_plan_cp_setup(p, err))
+        !tp_setup(p, err) || !gckpt_plan_cp_setup(p, err))
         goto fail;
     gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft,
                          .layout = gckpt_plan_setting(p, 1, 1).layout, .attention = req->attention, .seq = gckpt_plan_setting(p, 1, 1).seq,

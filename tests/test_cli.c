@@ -340,13 +340,14 @@ static void bad_inputs(void **state)
         {"tp x fsdp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "over several nodes"},
         {"tp nodes", A("--gpus", "2", "--nodes", "2", "--tp", "4", "-o", "out.json"), "tensor parallelism (--tp) over several nodes"},
         {"tp x fsdp q/k norms", A("--model", "qwen3-8b", "--gpus", "4", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "without q / k norms"},
-        /* LoRA / QLoRA under TP (FINDINGS R-TP-12..14): measured to fail, or to run but not planned */
+        /* LoRA / QLoRA under TP (FINDINGS R-TP-12..15): measured to fail, or not measured */
         {"tp LoRA all-linear", A("--gpus", "2", "--tp", "2", "--method", "lora", "-o", "out.json"), "--method lora with o_proj (rowwise in the tp_plan)"},
         {"tp LoRA rowwise fails", A("--gpus", "2", "--tp", "2", "--method", "lora", "--lora-targets", "q_proj,down_proj", "-o", "out.json"), "down_proj (rowwise in the tp_plan): peft sizes its lora_A by the local shard (peft tuners/tuners_utils.py:186) but transformers' RowwiseParallel wraps the input by lora_A.in_features (transformers distributed/tensor_parallel.py:261), so the first forward fails (FINDINGS R-TP-13)"},
-        {"tp LoRA x fsdp", A("--gpus", "4", "--tp", "2", "--dp-shard", "2", "--method", "lora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "--tp 2 --method lora with --dp-shard / --dp-replicate is not measured (LoRA under TP is measured on llama-like models with TP alone and no modules_to_save, FINDINGS R-TP-12)"},
+        {"tp LoRA x fsdp", A("--gpus", "4", "--tp", "2", "--dp-shard", "2", "--method", "lora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "--tp 2 --dp-shard 2 --method lora: transformers applies fully_shard at load, before get_peft_model, and peft sizes each adapter by the base weight's local piece, which FSDP2 has cut again (peft tuners/tuners_utils.py:186: lora_B [out / (T x S), r] under a [out / T] TP shard), so the first forward fails (FINDINGS R-TP-16)"},
+        {"tp LoRA x ddp", A("--gpus", "4", "--tp", "2", "--dp-replicate", "2", "--method", "lora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "--tp 2 --dp-replicate 2 --method lora: the Trainer averages over the replicas only the trainable parameters that are not DTensors (transformers trainer.py:2632-2660), so each replica trains its own lora_B (the TP-sharded half of every adapter) on its own batch (FINDINGS R-TP-17)"},
+        {"hsdp x tp LoRA", A("--gpus", "8", "--tp", "2", "--dp-replicate", "2", "--dp-shard", "2", "--method", "lora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "(FINDINGS R-TP-16)"},
         {"tp LoRA qwen3", A("--model", "qwen3-8b", "--gpus", "2", "--tp", "2", "--method", "lora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "on a model with q / k norms (qwen3) is not measured"},
         {"tp LoRA modules_to_save", A("--gpus", "2", "--tp", "2", "--method", "lora", "--lora-targets", "q_proj", "--modules-to-save", "lm_head", "-o", "out.json"), "--tp 2 --method lora with --modules-to-save is not measured"},
-        {"tp LoRA every_n off", A("--gpus", "2", "--tp", "2", "--method", "lora", "--lora-targets", "q_proj,v_proj", "--every-n", "off,1", "-o", "out.json"), "--every-n off: LoRA under TP without checkpointing is measured but not planned"},
         {"tp QLoRA", A("--gpus", "2", "--tp", "2", "--method", "qlora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "the Linear4bit forward asserts (bitsandbytes nn/modules.py:498) and get_peft_model fails (peft tuners/lora/bnb.py:585) (FINDINGS R-TP-14)"},
         /* context parallelism (FINDINGS R-CP): accelerate's checks, torch's and the Trainer's refusals, what is not measured */
         {"cp not the world", A("--gpus", "4", "--cp", "2", "-o", "out.json"), "cp_size 2 x sp_size 1 = 2, not the 4 processes"},
@@ -629,10 +630,10 @@ static void lora_runs(void **state)
     assert_non_null(j);
     assert_non_null(strstr(j, "\"storage\":\t\"bf16\""));
     free(j);
-    /* LoRA under TP (FINDINGS R-TP-12): colwise adapters on the tp_plan's model, checkpointing only (the
-     * sweep has no every_n off); the snippet loads the shard, then get_peft_model */
+    /* LoRA under TP (FINDINGS R-TP-12, R-TP-15): colwise adapters on the tp_plan's model, every_n off planned
+     * too; the snippet loads the shard, then get_peft_model */
     assert_int_equal(run(A("--model", "llama-3.1-8b", "--seq", "512", "--method", "lora", "--lora-targets",
-                           "q_proj,v_proj", "--gpus", "2", "--tp", "2", "--every-n", "1,4", "-o", "lora-tp.json"), err,
+                           "q_proj,v_proj", "--gpus", "2", "--tp", "2", "--every-n", "off,1,4", "-o", "lora-tp.json"), err,
                          sizeof err), 0);
     const char *tpl = strstr(cli_out, "distributed_config=DistributedConfig(tp_size=2))\n");
     assert_non_null(tpl);
@@ -642,7 +643,7 @@ static void lora_runs(void **state)
     j = cli_slurp("lora-tp.json");
     assert_non_null(j);
     assert_non_null(strstr(j, "\"tp_size\":\t2"));
-    assert_null(strstr(j, "\"every_n_layers\":\t0"));
+    assert_non_null(strstr(j, "\"every_n_layers\":\t0")); /* every_n off: planned (R-TP-15) */
     free(j);
     assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "512", "--method", "lora", "--gpus", "2", "--parallel",
                            "ddp"), err, sizeof err), 0);

@@ -213,6 +213,12 @@ static void test_checks(void **state)
     assert_int_equal(gckpt_tp_chunk(211, 2, 1), 105);
     assert_int_equal(gckpt_tp_chunk(211, 4, 3), 52);
     assert_int_equal(gckpt_tp_chunk(3, 4, 3), 0);
+    /* the logits gather's temporaries beyond the whole logits (R-TP-15), against the allocations the
+     * allocator recorded (tools/hf_probe/alloc_live.py, 2 x 32 tokens, V 211 over 2): the short rank in
+     * fp32, local 26,880 + pad 27,136 + gathered and concatenated 54,272 each - the whole 54,016; rank 0
+     * in bf16, no pad: 13,568 + 2 x 27,136 - 27,008 (a vocabulary T divides is not measured) */
+    assert_int_equal(gckpt_tp_gather_bytes(64, 211, 2, 1, 4, 1), 26880 + 27136 + 2 * 54272 - 54016);
+    assert_int_equal(gckpt_tp_gather_bytes(64, 211, 2, 0, 2, 1), 13568 + 2 * 27136 - 27008);
     int n = 0;
     each_fixture(check_model_ok, &n);
     assert_true(n >= 56);
@@ -254,14 +260,23 @@ static double planned_peak(const tp_fixture *f)
     return (double)res.peak_bytes;
 }
 
-static void check_peak(const tp_fixture *f, int *count)
+/* A peak at the head forward's logits gather (colwise_gather_output's concatenation, R-TP-15): its
+ * temporaries planned allocation by allocation, so held to 0.01 % (measured: 64 B at most, the adapters'
+ * 8-B allocations the plan has not). */
+static bool gather_peak(const tp_fixture *f) { return strstr(f->where, "/forward/head/") && strstr(f->where, "aten.cat"); }
+#define GATHER_PEAK_BOUND 0.0001
+
+static void check_peak_within(const tp_fixture *f, int *count, double bound)
 {
     if (f->fsdp * f->rep > 1 || !f->fake) return;
     double p = planned_peak(f), e = (p - f->peak) / f->peak;
     print_message("%-48.48s %10.0f %10.0f %+7.3f%%  %s\n", f->name, f->peak, p, 100 * e, f->where);
-    if (fabs(e) > 0.005) fail_msg("%s: planned peak %.0f, measured %.0f (%+.3f %%)", f->name, p, f->peak, 100 * e);
+    if (gather_peak(f) && bound > GATHER_PEAK_BOUND) bound = GATHER_PEAK_BOUND;
+    if (fabs(e) > bound) fail_msg("%s: planned peak %.0f, measured %.0f (%+.3f %%)", f->name, p, f->peak, 100 * e);
     (*count)++;
 }
+
+static void check_peak(const tp_fixture *f, int *count) { check_peak_within(f, count, 0.005); }
 
 /* Every fake-group standalone-TP rank's step-2 peak within 0.5 %. */
 static void test_peaks(void **state)
@@ -506,7 +521,7 @@ static void check_fsdp_rank(const tp_fixture *f, int *count)
     if ((uint64_t)kept + grads != f->opt_before)
         fail_msg("%s: at the optimizer step %llu planned, %llu measured", f->name,
                  (unsigned long long)((uint64_t)kept + grads), (unsigned long long)f->opt_before);
-    if (fabs(e) > atof(GCKPT_TP_FSDP_PEAK_BOUND_PCT) / 100)
+    if (fabs(e) > (gather_peak(f) ? GATHER_PEAK_BOUND : atof(GCKPT_TP_FSDP_PEAK_BOUND_PCT) / 100))
         fail_msg("%s: planned peak %.0f, measured %.0f (%+.3f %%)", f->name, peak, f->peak, 100 * e);
     (*count)++;
 }
@@ -634,9 +649,9 @@ static void check_peft_rank(const tp_fixture *f, int *count)
         fail_msg("%s: kept %llu / %llu, at the optimizer step %llu / %llu (planned / measured)", f->name,
                  (unsigned long long)kept, (unsigned long long)f->start, (unsigned long long)(kept + c.grads),
                  (unsigned long long)f->opt_before);
-    /* without checkpointing the walk is 1 % off (R-TP-12: not planned, gckpt-plan refuses every_n off) */
-    if (!f->s.every_n) return;
-    check_peak(f, count);
+    /* every_n off and 1 within the one-GPU bound, 0.1 % (measured: 0.019 % at most; without checkpointing
+     * the frozen lm_head's cast and the logits gather are the rank's, R-TP-15) */
+    check_peak_within(f, count, 0.001);
 }
 
 static void test_peft_ranks(void **state)
@@ -644,7 +659,7 @@ static void test_peft_ranks(void **state)
     (void)state;
     int n = 0;
     assert_int_equal(each_fixture_in(DIR_TP_PEFT, check_peft_rank, &n), 14);
-    assert_int_equal(n, 8); /* the fake-group ranks with checkpointing */
+    assert_int_equal(n, 12); /* the fake-group ranks, every_n off and 1 */
 }
 
 /* Every LoRA fixture's step-2 collectives exact (the gloo twin's too): the TP ones less the norms' hooks,
@@ -672,6 +687,9 @@ static void test_peft_plan_run(void **state)
     plan_fixture_in(DIR_TP_PEFT, "tp-llama-fp32-n1-plain-w2-t2-lora-qv-r0.json");
     plan_fixture_in(DIR_TP_PEFT, "tp-llama-amp-bf16-n1-offload-w2-t2-lora-qv-r0.json");
     plan_fixture_in(DIR_TP_PEFT, "tp-llama-amp-bf16-n1-plain-w2-t2-lora-col-r0.json"); /* q, k, v, gate, up */
+    /* without checkpointing (R-TP-15) */
+    plan_fixture_in(DIR_TP_PEFT, "tp-llama-amp-bf16-noff-plain-w2-t2-lora-qv-r0.json");
+    plan_fixture_in(DIR_TP_PEFT, "tp-llama-fp32-noff-plain-w2-t2-lora-qv-r0.json");
 }
 
 /* What is refused, by rule: QLoRA (R-TP-14), an adapter on a rowwise layer (R-TP-13), what is not measured. */
@@ -682,20 +700,26 @@ static void test_peft_refused(void **state)
     read_fixture(DIR_TP_PEFT, "tp-llama-amp-bf16-n1-plain-w2-t2-lora-qv-r0.json", &f);
     gckpt_err err;
     gckpt_peft pf = f.s.peft;
-    assert_true(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err)); /* the measured q_proj, v_proj */
+    assert_true(gckpt_tp_peft_ok(&pf, &f.m, 2, 0, 0, &err)); /* the measured q_proj, v_proj */
     pf.targets = GCKPT_LT_ALL;
-    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err));
+    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, 0, 0, &err));
     assert_non_null(strstr(err.msg, "with o_proj (rowwise"));
     assert_non_null(strstr(err.msg, "R-TP-13"));
     pf.targets = (1u << GCKPT_LT_Q) | (1u << GCKPT_LT_DOWN);
-    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err));
+    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, 0, 0, &err));
     assert_non_null(strstr(err.msg, "with down_proj (rowwise"));
     pf = f.s.peft;
     pf.method = GCKPT_METHOD_QLORA;
-    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, false, &err));
+    assert_false(gckpt_tp_peft_ok(&pf, &f.m, 2, 0, 0, &err));
     assert_non_null(strstr(err.msg, "R-TP-14"));
-    assert_false(gckpt_tp_peft_ok(&f.s.peft, &f.m, 2, true, &err)); /* TP x FSDP / DDP with LoRA */
-    assert_non_null(strstr(err.msg, "R-TP-12"));
+    /* TP x FSDP: the first forward fails (R-TP-16), HSDP x TP too; TP x DDP: lora_B not averaged (R-TP-17) */
+    assert_false(gckpt_tp_peft_ok(&f.s.peft, &f.m, 2, 2, 0, &err));
+    assert_non_null(strstr(err.msg, "R-TP-16"));
+    assert_false(gckpt_tp_peft_ok(&f.s.peft, &f.m, 2, 2, 2, &err));
+    assert_non_null(strstr(err.msg, "R-TP-16"));
+    assert_false(gckpt_tp_peft_ok(&f.s.peft, &f.m, 2, 1, 2, &err));
+    assert_non_null(strstr(err.msg, "R-TP-17"));
+    assert_true(gckpt_tp_peft_ok(&f.s.peft, &f.m, 2, 1, 1, &err)); /* sizes of 1: TP alone */
     cJSON_Delete(f.root);
 }
 

@@ -272,6 +272,9 @@ typedef struct {
      * workspace bytes; the backward's promoted copies (CPU target) */
     double op_s[2][GCKPT_MAX_OPS], op_flops[2][GCKPT_MAX_OPS];
     uint64_t op_ws[2][GCKPT_MAX_OPS], op_promo[GCKPT_MAX_OPS];
+    /* TP: the temporaries of an op's output redistribution, made once its inputs are released
+     * (lm_head's colwise_gather_output, gckpt_tp_gather_bytes); 0 elsewhere */
+    uint64_t op_gather[GCKPT_MAX_OPS];
 } gckpt_ctx;
 
 /* The most bytes a step may allocate in total (persistent state + every allocation of

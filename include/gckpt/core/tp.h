@@ -39,12 +39,14 @@ uint64_t gckpt_tp_chunk(uint64_t n, uint32_t t, uint32_t r);
  * the structure measured (untied, bias-free, dense, one rotary table; qwen3's q / k norms). */
 bool gckpt_tp_model_ok(const gckpt_model *m, uint32_t tp, gckpt_err *err);
 
-/* Whether LoRA / QLoRA as pf says is planned on top of model m's tp_plan (dp: with --dp-shard /
- * --dp-replicate), one line in err when not: QLoRA fails at the 4-bit base's forward and in
- * get_peft_model (R-TP-14), an adapter on a rowwise layer (o_proj, down_proj) in the first forward
- * (R-TP-13); adapters on colwise layers only run, equal one process and are planned as measured in
- * tests/data/hf-tp-peft (R-TP-12: TP alone, llama-like, no modules_to_save). */
-bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, bool dp, gckpt_err *err);
+/* Whether LoRA / QLoRA as pf says is planned on top of model m's tp_plan (dp_shard, dp_replicate: the
+ * --dp-shard / --dp-replicate sizes, 0 or 1 without), one line in err when not: QLoRA fails at the 4-bit
+ * base's forward and in get_peft_model (R-TP-14), an adapter on a rowwise layer (o_proj, down_proj) in the
+ * first forward (R-TP-13), every adapter under TP x FSDP too (R-TP-16); under TP x DDP lora_B's gradient is
+ * not averaged over the replicas (R-TP-17); adapters on colwise layers under TP alone run, equal one process
+ * and are planned as measured in tests/data/hf-tp-peft (R-TP-12: llama-like, no modules_to_save). */
+bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, uint32_t dp_shard, uint32_t dp_replicate,
+                      gckpt_err *err);
 /* The adapters per layer under TP (LoRA on colwise layers, R-TP-12): each a replicated lora_A whose
  * gradient the Trainer all-reduces and a sharded lora_B whose input gradient is all-reduced. */
 uint64_t gckpt_tp_lora_adapters(const gckpt_peft *pf);
@@ -93,6 +95,14 @@ void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckp
  * local model, gckpt_tp_local_model) made TP rank `rank`'s: the embedding's and lm_head's weights, gradients and optimizer states cut to their
  * chunk(V) rows (R-TP-2), the totals with them. */
 void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_t round);
+
+/* colwise_gather_output's redistribution after lm_head's linear on TP rank `rank` (R-TP-15): the rank's
+ * logits columns [rows, chunk(V)] (elem bytes each), padded to ceil(V / T) columns on a rank that holds
+ * fewer, all-gathered and concatenated along the vocabulary ([rows, T ceil(V / T)] twice), then cut to
+ * [rows, V]. Returns the most bytes those temporaries hold at once beyond the whole logits' own
+ * allocation (each allocation rounded up to round bytes). */
+uint64_t gckpt_tp_gather_bytes(uint64_t rows, uint64_t vocab, uint32_t tp, uint32_t rank, uint64_t elem,
+                               uint64_t round);
 
 /* The measured bound on TP x FSDP's planned per-rank peak, percent: every fake-group rank of the t2s2
  * fixtures is within it (test_parallel_tp holds the figure to them; measured 0.42 %; the

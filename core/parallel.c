@@ -94,15 +94,18 @@ bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l)
  * 4-bit weights stored as uint8 or bf16, no modules_to_save copies, FSDP2 resharding after the
  * forward, over one dimension or accelerate's HSDP mesh (R-DISTPEFT-11); FSDP2's CPUOffloadPolicy
  * over one dimension as read and run on the CPU (R-DISTPEFT-12; its plans warned
- * parallel_offload_unverified); the rest is R-DISTPEFT-9's unverified list. */
+ * parallel_offload_unverified); ZeRO-2 / ZeRO-3 offload with LoRA as run on the CPU (R-DISTPEFT-15,
+ * -16; ZeRO-1's and QLoRA's not run); the rest is R-DISTPEFT-9's unverified list. */
 static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
 {
     const gckpt_peft *pf = &s->peft;
     const char *how = gckpt_method_names[pf->method];
     const char *why = s->precision != GCKPT_AMP_BF16 ? "only --precision amp-bf16 (the Trainer's bf16=True) is measured"
                       : pf->modules_to_save ? "--modules-to-save is not measured on several GPUs"
-                      : s->layout.offload && s->layout.mode != GCKPT_PAR_FSDP
-                          ? "ZeRO offload (the ds_config's offload_optimizer / offload_param) is not measured with adapters"
+                      : s->layout.offload && s->layout.mode != GCKPT_PAR_FSDP &&
+                              (pf->method == GCKPT_METHOD_QLORA || s->layout.mode == GCKPT_PAR_ZERO1)
+                          ? "ZeRO offload (the ds_config's offload_optimizer / offload_param) is measured with LoRA "
+                            "under ZeRO-2 and ZeRO-3 only"
                       : s->layout.offload && s->layout.dp_replicate >= 1
                           ? "CPU offload over accelerate's HSDP mesh (--dp-replicate) is not measured with adapters"
                       : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
@@ -400,6 +403,14 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
             k == GCKPT_SEC_BLOCK ? m->layers : 1, part[k], gckpt_round_up(4 * part[k], round));
 }
 
+/* AdamW's step per optimizer group: torch's an fp32 tensor on the device; DeepSpeedCPUAdam's (the
+ * ds_config's optimizer under offload_optimizer) a Python int (ops/adam/cpu_adam.py step: state['step'] = 0;
+ * FINDINGS R-DISTPEFT-15). */
+static void adamw_step_row(gckpt_rank_state *st, const gckpt_params *ps, const gckpt_setting *s)
+{
+    if (!(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER)) scalar_row(st, "AdamW step", (uint64_t)optimizer_groups(ps), ADAMW_STEP);
+}
+
 /* ZeRO-1/2: per optimizer group the flat model-dtype weights (replicated), the fp32 master
  * partition and AdamW's states on it; AdamW's step per group and the gradient norm. */
 void gckpt_rows_zero12(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
@@ -421,8 +432,10 @@ void gckpt_rows_zero12(const gckpt_params *ps, const gckpt_model *m, const gckpt
             zg[g].state_bytes);
         for (int k = first; k < st->n; k++) st->row[k].group = (uint8_t)g;
     }
-    scalar_row(st, "AdamW step", (uint64_t)optimizer_groups(ps), ADAMW_STEP);
-    scalar_row(st, "gradient norm", 1, ZERO12_NORM);
+    adamw_step_row(st, ps, s);
+    /* under offload_optimizer the norm is made on the optimizer's device, the CPU
+     * (complete_grad_norm_calculation_for_cpu_offload: device=self.device; R-DISTPEFT-15) */
+    if (!(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER)) scalar_row(st, "gradient norm", 1, ZERO12_NORM);
     uint64_t bucket = gckpt_ds_reduce_bucket(m, &s->layout);
     row(st, "ipg bucket", GCKPT_ROW_IPG, -1, zero_dtype(s), GCKPT_SHARD_NONE, gckpt_ds_ipg_buckets(&s->layout), bucket,
         gckpt_round_up(gckpt_dtype_size(zero_dtype(s)) * bucket, round));
@@ -464,8 +477,11 @@ void gckpt_rows_zero3(const gckpt_params *ps, const gckpt_model *m, const gckpt_
     row(st, "exp_avg_sq partitions", GCKPT_ROW_STATES, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(4 * q, round));
     row(st, "gradient partitions", GCKPT_ROW_GRADS, -1, dt, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(zs * q, round));
     row(st, "ipg bucket", GCKPT_ROW_GRADS, -1, dt, GCKPT_SHARD_NONE, 1, bucket, gckpt_round_up(zs * bucket, round));
-    scalar_row(st, "AdamW step", (uint64_t)optimizer_groups(ps), ADAMW_STEP);
-    scalar_row(st, "inf_or_nan_tracker and scalars", 1, ZERO3_SCALARS);
+    adamw_step_row(st, ps, s);
+    /* of them the gradient norm's 4 B are not live at a step's start under offload_optimizer, as
+     * ZeRO-2's (R-DISTPEFT-16) */
+    scalar_row(st, "inf_or_nan_tracker and scalars", 1,
+               ZERO3_SCALARS - (s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER ? ZERO12_NORM : 0));
 }
 
 void gckpt_rank_rows(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
@@ -516,22 +532,24 @@ static int module_order(const gckpt_param *p)
     return 0;
 }
 
-/* ZeRO-3's CPU offload (FINDINGS R-OFFLOAD-8, read in deepspeed's stage3.py, not measured).
- * offload_optimizer: the fp32 master partitions and AdamW's states move to pageable host
- * memory (_create_fp32_partitions), the flat gradient partitions to pinned host memory
- * (_setup_for_real_optimizer) with a pinned fp32 gradient per sub-group
- * (initialize_optimizer_states); the step runs on the CPU, so no fp32 copy of a sub-group on
- * the device; the ipg bucket stays. offload_param: every non-persistent parameter's
- * model-dtype partition lives in a pinned host buffer (_create_param_groups_fp16_flat_cpu_memory);
- * persistent ones stay on the device (partition_parameters.py _partition_param). */
+/* ZeRO-3's CPU offload (FINDINGS R-OFFLOAD-8, read in deepspeed's stage3.py; with LoRA run on the
+ * CPU, R-DISTPEFT-16). offload_optimizer: over the optimizer's partitions (the trainable
+ * parameters') the fp32 master sub-groups and DeepSpeedCPUAdam's states move to pageable host
+ * memory (_create_fp32_partitions: .to(cpu).clone()), the flat gradient partitions
+ * (_setup_for_real_optimizer) and a fp32 gradient per sub-group (initialize_optimizer_states) to
+ * pinned host memory; the step runs on the CPU, so no fp32 copy of a sub-group on the device; the
+ * ipg bucket stays. offload_param: every parameter's model-dtype partition, frozen and persistent
+ * ones too, lives in pinned host memory (the trainable ones' in the flat buffer of
+ * _create_param_groups_fp16_flat_cpu_memory, the others' where _partition_param made them: the
+ * engine converts the model before mark_persistent_parameters, so none is persistent then); the
+ * persistent whole copies stay on the device. */
 static void zero3_offload(gckpt_ctx *c, const gckpt_rank_bytes *rb, uint64_t ipg, uint64_t zs, uint64_t round)
 {
     const gckpt_params *ps = &c->params;
     uint64_t q = 0, moved = 0, moved_dev = 0;
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
-        q += p->copies * p->shard.part;
-        if (p->shard.whole) continue;
+        if (p->trainable) q += p->copies * p->shard.part;
         moved += p->copies * p->shard.part;
         moved_dev += p->copies * gckpt_round_up(zs * p->shard.part, round);
     }
@@ -565,8 +583,8 @@ static void zero12_offload(gckpt_ctx *c, const gckpt_zero_group zg[2], const gck
 {
     const gckpt_params *ps = &c->params;
     uint64_t largest = 0, part = 0;
-    for (int i = 0; i < ps->n; i++)
-        if (ps->p[i].numel > largest) largest = ps->p[i].numel;
+    for (int i = 0; i < ps->n; i++) /* over the optimizer's bit16_groups: the trainable ones (R-DISTPEFT-15) */
+        if (ps->p[i].trainable && ps->p[i].numel > largest) largest = ps->p[i].numel;
     for (int g = 0; g < 2; g++) part += zg[g].part;
     c->par.host_pinned += (4 + zs + 4) * part + zs * largest;
     c->par.host_pageable += 2 * 4 * part;
@@ -817,11 +835,13 @@ void gckpt_parallel_offload_host(const gckpt_ctx *c, uint64_t grad_accum, gckpt_
     if (grad_accum > 1) res->host_pinned_bytes += zs * c->par.z12_offload_numel;
 }
 
-/* Elements of the rank's partitions (FSDP2's shards, ZeRO-3's partitions) over every instance. */
+/* Elements of the rank's ZeRO-3 partitions of the trainable parameters over every instance: the
+ * optimizer's (its gradient partitions and master; with LoRA the adapters', R-DISTPEFT-16). */
 static double shard_elements(const gckpt_ctx *c)
 {
     double q = 0;
-    for (int i = 0; i < c->params.n; i++) q += (double)(c->params.p[i].copies * c->params.p[i].shard.part);
+    for (int i = 0; i < c->params.n; i++)
+        if (c->params.p[i].trainable) q += (double)(c->params.p[i].copies * c->params.p[i].shard.part);
     return q;
 }
 

@@ -93,9 +93,9 @@ bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l)
 /* LoRA / QLoRA on several GPUs as FINDINGS R-DISTPEFT-1..8 measured them: the Trainer's bf16=True,
  * 4-bit weights stored as uint8 or bf16, no modules_to_save copies, FSDP2 resharding after the
  * forward, over one dimension or accelerate's HSDP mesh (R-DISTPEFT-11); FSDP2's CPUOffloadPolicy
- * over one dimension as read and run on the CPU (R-DISTPEFT-12; its plans warned
- * parallel_offload_unverified); ZeRO-2 / ZeRO-3 offload with LoRA as run on the CPU (R-DISTPEFT-15,
- * -16; ZeRO-1's and QLoRA's not run); the rest is R-DISTPEFT-9's unverified list. */
+ * over one dimension or accelerate's HSDP mesh as read and run on the CPU (R-DISTPEFT-12, -17; its
+ * plans warned parallel_offload_unverified); ZeRO-2 / ZeRO-3 offload with LoRA as run on the CPU
+ * (R-DISTPEFT-15, -16; ZeRO-1's and QLoRA's not run); the rest is R-DISTPEFT-9's unverified list. */
 static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
 {
     const gckpt_peft *pf = &s->peft;
@@ -106,8 +106,6 @@ static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
                               (pf->method == GCKPT_METHOD_QLORA || s->layout.mode == GCKPT_PAR_ZERO1)
                           ? "ZeRO offload (the ds_config's offload_optimizer / offload_param) is measured with LoRA "
                             "under ZeRO-2 and ZeRO-3 only"
-                      : s->layout.offload && s->layout.dp_replicate >= 1
-                          ? "CPU offload over accelerate's HSDP mesh (--dp-replicate) is not measured with adapters"
                       : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
                       : pf->method != GCKPT_METHOD_QLORA ? NULL
                       : pf->quant == GCKPT_QUANT_INT8 ? "--quant int8 (LLM.int8) is not measured on several GPUs"

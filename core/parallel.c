@@ -94,18 +94,17 @@ bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l)
  * 4-bit weights stored as uint8 or bf16, no modules_to_save copies, FSDP2 resharding after the
  * forward, over one dimension or accelerate's HSDP mesh (R-DISTPEFT-11); FSDP2's CPUOffloadPolicy
  * over one dimension or accelerate's HSDP mesh as read and run on the CPU (R-DISTPEFT-12, -17; its
- * plans warned parallel_offload_unverified); ZeRO-2 / ZeRO-3 offload with LoRA as run on the CPU
- * (R-DISTPEFT-15, -16; ZeRO-1's and QLoRA's not run); the rest is R-DISTPEFT-9's unverified list. */
+ * plans warned parallel_offload_unverified); ZeRO-2 / ZeRO-3 offload with LoRA / QLoRA as run on the
+ * CPU (R-DISTPEFT-15, -16, -18; ZeRO-1's not run); the rest is R-DISTPEFT-9's unverified list. */
 static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
 {
     const gckpt_peft *pf = &s->peft;
     const char *how = gckpt_method_names[pf->method];
     const char *why = s->precision != GCKPT_AMP_BF16 ? "only --precision amp-bf16 (the Trainer's bf16=True) is measured"
                       : pf->modules_to_save ? "--modules-to-save is not measured on several GPUs"
-                      : s->layout.offload && s->layout.mode != GCKPT_PAR_FSDP &&
-                              (pf->method == GCKPT_METHOD_QLORA || s->layout.mode == GCKPT_PAR_ZERO1)
-                          ? "ZeRO offload (the ds_config's offload_optimizer / offload_param) is measured with LoRA "
-                            "under ZeRO-2 and ZeRO-3 only"
+                      : s->layout.offload && s->layout.mode == GCKPT_PAR_ZERO1
+                          ? "ZeRO offload (the ds_config's offload_optimizer) is measured with adapters under ZeRO-2 "
+                            "and ZeRO-3 only"
                       : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
                       : pf->method != GCKPT_METHOD_QLORA ? NULL
                       : pf->quant == GCKPT_QUANT_INT8 ? "--quant int8 (LLM.int8) is not measured on several GPUs"
@@ -544,12 +543,15 @@ static int module_order(const gckpt_param *p)
 static void zero3_offload(gckpt_ctx *c, const gckpt_rank_bytes *rb, uint64_t ipg, uint64_t zs, uint64_t round)
 {
     const gckpt_params *ps = &c->params;
-    uint64_t q = 0, moved = 0, moved_dev = 0;
+    uint64_t q = 0, moved = 0, moved_dev = 0, moved_q = 0;
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
+        /* a Params4bit's partition in its storage dtype (gckpt_rows_zero3, R-DISTPEFT-8), counted
+         * in quant_weights */
+        uint64_t b = quantized(p) ? gckpt_dtype_size((gckpt_dtype)p->weight.dtype) : zs;
         if (p->trainable) q += p->copies * p->shard.part;
-        moved += p->copies * p->shard.part;
-        moved_dev += p->copies * gckpt_round_up(zs * p->shard.part, round);
+        moved += p->copies * b * p->shard.part;
+        *(quantized(p) ? &moved_q : &moved_dev) += p->copies * gckpt_round_up(b * p->shard.part, round);
     }
     if (c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER) {
         c->par.host_pageable += 4 * q + 2 * 4 * q; /* fp32 master + exp_avg + exp_avg_sq */
@@ -560,7 +562,8 @@ static void zero3_offload(gckpt_ctx *c, const gckpt_rank_bytes *rb, uint64_t ipg
     }
     if (c->set.layout.offload & GCKPT_OFFLOAD_PARAM) {
         c->weights -= moved_dev;
-        c->par.host_pinned += zs * moved;
+        c->quant_weights -= moved_q;
+        c->par.host_pinned += moved;
     }
 }
 

@@ -168,8 +168,8 @@ static const struct {
      "execute it.", false,
      "CPU offload with LoRA / QLoRA is planned from torch's and DeepSpeed's source and CPU runs of the Trainer "
      "(which buffers go to the host: under FSDP2 every shard, frozen too, copied to the device before each "
-     "all-gather, the adapters' gradients back; under ZeRO-2 / ZeRO-3 with LoRA the adapters' fp32 master, "
-     "gradients and DeepSpeedCPUAdam's states, with offload_param every partition, frozen too), not measured on "
+     "all-gather, the adapters' gradients back; under ZeRO-2 / ZeRO-3 the adapters' fp32 master, gradients and "
+     "DeepSpeedCPUAdam's states, with offload_param every partition, frozen and 4-bit too), not measured on "
      "a GPU: the pinned host bytes, the PCIe copies (added to the step without overlap), the CPU optimizer "
      "step's time (not modelled), the quantization statistics left on the device, bitsandbytes' CUDA kernels on "
      "the copied bf16 storage and loading a 4-bit model whole onto each GPU before fully_shard are unverified; "

@@ -21,7 +21,7 @@ identity. What is recorded from DeepSpeed's own objects instead:
   * the model's parameters, frozen and trainable: whole or partitioned, elements, dtype.
 Not seen: page-locking, the copies (their bytes are read from the code, R-OFFLOAD-7/8), CUDA.
 
-Usage: zero_offload_peft.py [--out DIR] [--filter GLOB]  (3 cases, 2 fake ranks each, ~3 min on 2 cores)
+Usage: zero_offload_peft.py [--out DIR] [--filter GLOB]  (6 cases, 9 per-rank fixtures, ~6 min on 2 cores)
 """
 from __future__ import annotations
 
@@ -49,8 +49,10 @@ def dt(t):
 
 def cases():
     out = []
-    for mode, param in (("zero2", False), ("zero3", False), ("zero3", True)):
-        sp = probe_dist_peft.make_spec(mode, "llama", "all", 1, 2)
+    for mode, param, method, storage in (("zero2", False, "lora", None), ("zero3", False, "lora", None),
+                                         ("zero3", True, "lora", None), ("zero2", False, "qlora", "uint8"),
+                                         ("zero3", True, "qlora", "uint8"), ("zero3", True, "qlora", "bf16")):
+        sp = probe_dist_peft.make_spec(mode, "llama", "all", 1, 2, method=method, storage=storage)
         sp["ds_offload"] = {"optimizer": True, "param": param}
         sp["name"] = sp["name"].replace("-plain-", "-plain-offopt-" if not param else "-plain-offall-")
         # ZeRO-3 on rank 0 only, as probe_dist's ZeRO-3 cases (rank 1's forward fails on the fake group)
@@ -218,7 +220,9 @@ def main(argv=None):
     sel = [c for c in cases() if fnmatch.fnmatch(c["name"], a.filter)]
     os.makedirs(a.out, exist_ok=True)
     probe_peft._CKPT_ROOT = os.environ["GCKPT_DPEFT_CKPTS"] = tempfile.mkdtemp(prefix="gckpt-dpeft-")
-    try:
+    try:  # QLoRA's tiny checkpoints, saved once by the parent (fsdp_offload_peft.py does the same)
+        for sp in {probe_peft.model_key(probe_dist_peft.peft_spec(c)): c for c in sel if c["method"] == "qlora"}.values():
+            probe_peft.saved_tiny_model(probe_dist_peft.peft_spec(sp))
         rc = probe_dist.run_batches(sel, a.out, target=rank_entry)
     finally:
         shutil.rmtree(probe_peft._CKPT_ROOT, ignore_errors=True)

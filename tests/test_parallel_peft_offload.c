@@ -2,7 +2,8 @@
  * gckpt_offload_fsdp) against tests/data/hf-dist-peft-cpuoff (tools/hf_probe/fsdp_offload_peft.py:
  * the Trainer with fsdp_config cpu_offload on a tiny llama, all-linear r 8, LoRA and QLoRA with
  * bf16 and uint8 storage, every_n 1, grad_accum 2, ranks 0 and 1 of 2 on the fake process group;
- * FINDINGS R-DISTPEFT-12). On a CPU the host is the device, so the allocator cannot tell what
+ * FINDINGS R-DISTPEFT-12; the same over accelerate's 2 x 2 HSDP mesh, ranks 0 and 3: R-DISTPEFT-17).
+ * On a CPU the host is the device, so the allocator cannot tell what
  * would sit in host memory (its figures equal the hf-dist-peft fixtures without offload: this
  * test checks that too); what the probe reads from FSDP's own objects is compared instead:
  *   - pinned host bytes: every parameter FSDP manages, frozen too, as its padded sharded data
@@ -201,7 +202,8 @@ static void plan_zero(dist_fixture *f, unsigned offload, gckpt_result *res, doub
 /* DeepSpeed ZeRO-2 / ZeRO-3 offload with LoRA (core/parallel.c zero12_offload, zero3_offload)
  * against tests/data/hf-dist-peft-zerooff (tools/hf_probe/zero_offload_peft.py: the Trainer with the
  * ds_config's offload_optimizer, ZeRO-3 also offload_param, DeepSpeedCPUAdam; the hf-dist-peft
- * recipe above; ZeRO-2 ranks 0 and 1, ZeRO-3 rank 0; FINDINGS R-DISTPEFT-15, -16). DS_ACCELERATOR=cpu:
+ * recipe above, LoRA and QLoRA; ZeRO-2 ranks 0 and 1, ZeRO-3 rank 0; FINDINGS R-DISTPEFT-15, -16,
+ * -18). DS_ACCELERATOR=cpu:
  * one memory holds host and device, so:
  *   - pinned host bytes: the buffers DeepSpeed hands get_accelerator().pin_memory that are alive
  *     after the run (the probe's weak references), the accumulators of grad_accum 2 included: exact;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""DeepSpeed ZeRO-2 / ZeRO-3 CPU offload with LoRA under the Trainer, run on the CPU (FINDINGS
-R-DISTPEFT-15, -16). The hf-dist-peft LoRA case (probe_dist_peft.py: tiny llama, all-linear r 8,
-Trainer bf16=True, every_n 1, grad_accum 2, fake process group, ranks 0 and 1 of 2) with the
+"""DeepSpeed ZeRO-2 / ZeRO-3 CPU offload with LoRA / QLoRA under the Trainer, run on the CPU (FINDINGS
+R-DISTPEFT-15, -16, -18). The hf-dist-peft cases (probe_dist_peft.py: tiny llama, all-linear r 8,
+Trainer bf16=True, every_n 1, grad_accum 2, fake process group, ZeRO-2 ranks 0 and 1 of 2, ZeRO-3
+rank 0; QLoRA nf4 with uint8 or bf16 storage) with the
 ds_config's `offload_optimizer: {device: cpu}` (ZeRO-2, ZeRO-3) and `offload_param: {device: cpu}`
 (ZeRO-3) and an `optimizer` section (AdamW, "auto" parameters: without it DeepSpeed refuses a
 client optimizer under offload, R-OFFLOAD-7), so the engine builds DeepSpeedCPUAdam (its C++ op is

@@ -87,24 +87,21 @@ bool gckpt_layout_multi(const gckpt_layout *l) { return gckpt_par_mode_of(l->mod
 
 bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l)
 {
-    return gckpt_par_mode_of(l->mode)->ipg_bucket_event && !(l->offload & GCKPT_OFFLOAD_OPTIMIZER);
+    return gckpt_par_mode_of(l->mode)->ipg_bucket_event; /* offload_optimizer too (R-DISTPEFT-19) */
 }
 
 /* LoRA / QLoRA on several GPUs as FINDINGS R-DISTPEFT-1..8 measured them: the Trainer's bf16=True,
  * 4-bit weights stored as uint8 or bf16, no modules_to_save copies, FSDP2 resharding after the
  * forward, over one dimension or accelerate's HSDP mesh (R-DISTPEFT-11); FSDP2's CPUOffloadPolicy
  * over one dimension or accelerate's HSDP mesh as read and run on the CPU (R-DISTPEFT-12, -17; its
- * plans warned parallel_offload_unverified); ZeRO-2 / ZeRO-3 offload with LoRA / QLoRA as run on the
- * CPU (R-DISTPEFT-15, -16, -18; ZeRO-1's not run); the rest is R-DISTPEFT-9's unverified list. */
+ * plans warned parallel_offload_unverified); ZeRO offload with LoRA / QLoRA as run on the CPU
+ * (R-DISTPEFT-15, -16, -18, -19); the rest is R-DISTPEFT-9's unverified list. */
 static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
 {
     const gckpt_peft *pf = &s->peft;
     const char *how = gckpt_method_names[pf->method];
     const char *why = s->precision != GCKPT_AMP_BF16 ? "only --precision amp-bf16 (the Trainer's bf16=True) is measured"
                       : pf->modules_to_save ? "--modules-to-save is not measured on several GPUs"
-                      : s->layout.offload && s->layout.mode == GCKPT_PAR_ZERO1
-                          ? "ZeRO offload (the ds_config's offload_optimizer) is measured with adapters under ZeRO-2 "
-                            "and ZeRO-3 only"
                       : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
                       : pf->method != GCKPT_METHOD_QLORA ? NULL
                       : pf->quant == GCKPT_QUANT_INT8 ? "--quant int8 (LLM.int8) is not measured on several GPUs"
@@ -591,14 +588,15 @@ static void zero12_offload(gckpt_ctx *c, const gckpt_zero_group zg[2], const gck
     c->par.host_pageable += 2 * 4 * part;
     c->opt_states = 0;
     c->parallel += gckpt_round_up(zs * largest, round);
-    c->par.z12_offload_numel = keep->numel;
-    if (gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks) { /* ZeRO-2 */
+    bool hooks = gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks;
+    /* the accumulators: ZeRO-2's only, ZeRO-1 makes none (measured with LoRA, R-DISTPEFT-19) */
+    c->par.z12_offload_numel = hooks ? keep->numel : 0;
+    if (hooks) { /* ZeRO-2 */
         c->opt_temp = 0;
         c->grads = c->step_grads = 0;
         c->par.z2_numel = 0;
     } else { /* every .grad and the bucket live at the reduction; the largest slice's fp64 copy */
         c->step_grads = c->grads;
-        c->par.step_released = c->par.step_retaken = 0;
         c->opt_temp = gckpt_round_up(8 * keep->max_slice, round);
     }
 }

@@ -315,7 +315,6 @@ static void bad_inputs(void **state)
         {"a list of modes with -o", A("--gpus", "8", "--parallel", "ddp,fsdp", "-o", "out.json"), "one mode"},
         /* LoRA / QLoRA on several GPUs: what FINDINGS R-DISTPEFT did not measure */
         {"parallel LoRA fp32", A("--gpus", "2", "--parallel", "ddp", "--method", "lora", "--precision", "fp32", "-o", "out.json"), "only --precision amp-bf16"},
-        {"parallel LoRA ZeRO-1 offload", A("--gpus", "2", "--method", "lora", "--deepspeed", "./ds-off-z1.json", "-o", "out.json"), "measured with adapters under ZeRO-2 and ZeRO-3 only"},
         {"parallel LoRA modules_to_save", A("--gpus", "2", "--parallel", "zero2", "--method", "lora", "--modules-to-save", "lm_head", "-o", "out.json"), "--modules-to-save"},
         {"parallel QLoRA int8", A("--gpus", "2", "--parallel", "zero3", "--method", "qlora", "--quant", "int8", "-o", "out.json"), "--quant int8"},
         {"parallel SGD", A("--gpus", "2", "--parallel", "zero2", "--optimizer", "sgd", "-o", "out.json"), "--optimizer adamw"},
@@ -472,10 +471,13 @@ static void good_runs(void **state)
     assert_non_null(strstr(cli_out, "CPU offload with LoRA / QLoRA is planned from torch's and DeepSpeed's source"));
     assert_non_null(strstr(cli_out, "# cpu_offload: every shard, frozen ones too"));
     assert_non_null(strstr(cli_out, "\"cpu_offload\": True"));
-    /* ZeRO-2 / ZeRO-3 offload with LoRA / QLoRA is planned (refused before: FINDINGS R-DISTPEFT-15, -16, -18) */
+    /* ZeRO-1 / 2 / 3 offload with LoRA / QLoRA is planned (refused before: FINDINGS R-DISTPEFT-15, -16, -18, -19) */
     assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "128", "--gpus", "2", "--method", "lora", "--deepspeed",
                            "./ds-off-z2.json", "-o", "z2lora.json"), err, sizeof err), 0);
     assert_true(cli_exists("z2lora.json"));
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "128", "--gpus", "2", "--method", "lora", "--deepspeed",
+                           "./ds-off-z1.json", "-o", "z1lora.json"), err, sizeof err), 0);
+    assert_true(cli_exists("z1lora.json"));
     assert_non_null(strstr(cli_out, "under ZeRO-2 / ZeRO-3 the adapters' fp32 master"));
     assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "128", "--gpus", "2", "--method", "lora", "--deepspeed",
                            "./ds-off-z3p.json", "-o", "z3lora.json"), err, sizeof err), 0);

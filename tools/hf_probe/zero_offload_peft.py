@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""DeepSpeed ZeRO-2 / ZeRO-3 CPU offload with LoRA / QLoRA under the Trainer, run on the CPU (FINDINGS
-R-DISTPEFT-15, -16, -18). The hf-dist-peft cases (probe_dist_peft.py: tiny llama, all-linear r 8,
-Trainer bf16=True, every_n 1, grad_accum 2, fake process group, ZeRO-2 ranks 0 and 1 of 2, ZeRO-3
+"""DeepSpeed ZeRO-1 / 2 / 3 CPU offload with LoRA / QLoRA under the Trainer, run on the CPU (FINDINGS
+R-DISTPEFT-15, -16, -18, -19). The hf-dist-peft cases (probe_dist_peft.py: tiny llama, all-linear r 8,
+Trainer bf16=True, every_n 1, grad_accum 2, fake process group, ZeRO-1/2 ranks 0 and 1 of 2, ZeRO-3
 rank 0; QLoRA nf4 with uint8 or bf16 storage) with the
-ds_config's `offload_optimizer: {device: cpu}` (ZeRO-2, ZeRO-3) and `offload_param: {device: cpu}`
+ds_config's `offload_optimizer: {device: cpu}` (ZeRO-1, -2, -3) and `offload_param: {device: cpu}`
 (ZeRO-3) and an `optimizer` section (AdamW, "auto" parameters: without it DeepSpeed refuses a
 client optimizer under offload, R-OFFLOAD-7), so the engine builds DeepSpeedCPUAdam (its C++ op is
 JIT-built with g++ on first use, ~10 minutes on 2 cores, cached in ~/.cache/torch_extensions).
@@ -22,7 +22,7 @@ identity. What is recorded from DeepSpeed's own objects instead:
   * the model's parameters, frozen and trainable: whole or partitioned, elements, dtype.
 Not seen: page-locking, the copies (their bytes are read from the code, R-OFFLOAD-7/8), CUDA.
 
-Usage: zero_offload_peft.py [--out DIR] [--filter GLOB]  (6 cases, 9 per-rank fixtures, ~6 min on 2 cores)
+Usage: zero_offload_peft.py [--out DIR] [--filter GLOB]  (7 cases, 10 per-rank fixtures, ~8 min on 2 cores)
 """
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def dt(t):
 
 def cases():
     out = []
-    for mode, param, method, storage in (("zero2", False, "lora", None), ("zero3", False, "lora", None),
+    for mode, param, method, storage in (("zero1", False, "lora", None), ("zero2", False, "lora", None),
+                                         ("zero3", False, "lora", None),
                                          ("zero3", True, "lora", None), ("zero2", False, "qlora", "uint8"),
                                          ("zero3", True, "qlora", "uint8"), ("zero3", True, "qlora", "bf16")):
         sp = probe_dist_peft.make_spec(mode, "llama", "all", 1, 2, method=method, storage=storage)

@@ -280,7 +280,7 @@ static void test_zero_offload_fixtures(void **state)
     }
     free(list);
     print_message("%d fixtures compared, %d differ\n", compared, bad);
-    assert_int_equal(compared, 10); /* LoRA 6 (ZeRO-1, -2, -3), QLoRA 4 */
+    assert_int_equal(compared, 12); /* LoRA 6, QLoRA 6 (ZeRO-1, -2, -3) */
     assert_int_equal(bad, 0);
 }
 

@@ -22,7 +22,7 @@ identity. What is recorded from DeepSpeed's own objects instead:
   * the model's parameters, frozen and trainable: whole or partitioned, elements, dtype.
 Not seen: page-locking, the copies (their bytes are read from the code, R-OFFLOAD-7/8), CUDA.
 
-Usage: zero_offload_peft.py [--out DIR] [--filter GLOB]  (7 cases, 10 per-rank fixtures, ~8 min on 2 cores)
+Usage: zero_offload_peft.py [--out DIR] [--filter GLOB]  (8 cases, 12 per-rank fixtures, ~9 min on 2 cores)
 """
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ def dt(t):
 def cases():
     out = []
     for mode, param, method, storage in (("zero1", False, "lora", None), ("zero2", False, "lora", None),
-                                         ("zero3", False, "lora", None),
-                                         ("zero3", True, "lora", None), ("zero2", False, "qlora", "uint8"),
+                                         ("zero3", False, "lora", None), ("zero3", True, "lora", None),
+                                         ("zero1", False, "qlora", "uint8"), ("zero2", False, "qlora", "uint8"),
                                          ("zero3", True, "qlora", "uint8"), ("zero3", True, "qlora", "bf16")):
         sp = probe_dist_peft.make_spec(mode, "llama", "all", 1, 2, method=method, storage=storage)
         sp["ds_offload"] = {"optimizer": True, "param": param}

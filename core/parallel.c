@@ -87,24 +87,21 @@ bool gckpt_layout_multi(const gckpt_layout *l) { return gckpt_par_mode_of(l->mod
 
 bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l)
 {
-    return gckpt_par_mode_of(l->mode)->ipg_bucket_event && !(l->offload & GCKPT_OFFLOAD_OPTIMIZER);
+    return gckpt_par_mode_of(l->mode)->ipg_bucket_event; /* offload_optimizer too (R-DISTPEFT-19) */
 }
 
 /* LoRA / QLoRA on several GPUs as FINDINGS R-DISTPEFT-1..8 measured them: the Trainer's bf16=True,
  * 4-bit weights stored as uint8 or bf16, no modules_to_save copies, FSDP2 resharding after the
  * forward, over one dimension or accelerate's HSDP mesh (R-DISTPEFT-11); FSDP2's CPUOffloadPolicy
- * over one dimension as read and run on the CPU (R-DISTPEFT-12; its plans warned
- * parallel_offload_unverified); the rest is R-DISTPEFT-9's unverified list. */
+ * over one dimension or accelerate's HSDP mesh as read and run on the CPU (R-DISTPEFT-12, -17; its
+ * plans warned parallel_offload_unverified); ZeRO offload with LoRA / QLoRA as run on the CPU
+ * (R-DISTPEFT-15, -16, -18, -19); the rest is R-DISTPEFT-9's unverified list. */
 static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
 {
     const gckpt_peft *pf = &s->peft;
     const char *how = gckpt_method_names[pf->method];
     const char *why = s->precision != GCKPT_AMP_BF16 ? "only --precision amp-bf16 (the Trainer's bf16=True) is measured"
                       : pf->modules_to_save ? "--modules-to-save is not measured on several GPUs"
-                      : s->layout.offload && s->layout.mode != GCKPT_PAR_FSDP
-                          ? "ZeRO offload (the ds_config's offload_optimizer / offload_param) is not measured with adapters"
-                      : s->layout.offload && s->layout.dp_replicate >= 1
-                          ? "CPU offload over accelerate's HSDP mesh (--dp-replicate) is not measured with adapters"
                       : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
                       : pf->method != GCKPT_METHOD_QLORA ? NULL
                       : pf->quant == GCKPT_QUANT_INT8 ? "--quant int8 (LLM.int8) is not measured on several GPUs"
@@ -400,6 +397,14 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
             k == GCKPT_SEC_BLOCK ? m->layers : 1, part[k], gckpt_round_up(4 * part[k], round));
 }
 
+/* AdamW's step per optimizer group: torch's an fp32 tensor on the device; DeepSpeedCPUAdam's (the
+ * ds_config's optimizer under offload_optimizer) a Python int (ops/adam/cpu_adam.py step: state['step'] = 0;
+ * FINDINGS R-DISTPEFT-15). */
+static void adamw_step_row(gckpt_rank_state *st, const gckpt_params *ps, const gckpt_setting *s)
+{
+    if (!(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER)) scalar_row(st, "AdamW step", (uint64_t)optimizer_groups(ps), ADAMW_STEP);
+}
+
 /* ZeRO-1/2: per optimizer group the flat model-dtype weights (replicated), the fp32 master
  * partition and AdamW's states on it; AdamW's step per group and the gradient norm. */
 void gckpt_rows_zero12(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
@@ -421,8 +426,10 @@ void gckpt_rows_zero12(const gckpt_params *ps, const gckpt_model *m, const gckpt
             zg[g].state_bytes);
         for (int k = first; k < st->n; k++) st->row[k].group = (uint8_t)g;
     }
-    scalar_row(st, "AdamW step", (uint64_t)optimizer_groups(ps), ADAMW_STEP);
-    scalar_row(st, "gradient norm", 1, ZERO12_NORM);
+    adamw_step_row(st, ps, s);
+    /* under offload_optimizer the norm is made on the optimizer's device, the CPU
+     * (complete_grad_norm_calculation_for_cpu_offload: device=self.device; R-DISTPEFT-15) */
+    if (!(s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER)) scalar_row(st, "gradient norm", 1, ZERO12_NORM);
     uint64_t bucket = gckpt_ds_reduce_bucket(m, &s->layout);
     row(st, "ipg bucket", GCKPT_ROW_IPG, -1, zero_dtype(s), GCKPT_SHARD_NONE, gckpt_ds_ipg_buckets(&s->layout), bucket,
         gckpt_round_up(gckpt_dtype_size(zero_dtype(s)) * bucket, round));
@@ -464,8 +471,11 @@ void gckpt_rows_zero3(const gckpt_params *ps, const gckpt_model *m, const gckpt_
     row(st, "exp_avg_sq partitions", GCKPT_ROW_STATES, -1, GCKPT_DT_F32, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(4 * q, round));
     row(st, "gradient partitions", GCKPT_ROW_GRADS, -1, dt, GCKPT_SHARD_FLAT, 1, q, gckpt_round_up(zs * q, round));
     row(st, "ipg bucket", GCKPT_ROW_GRADS, -1, dt, GCKPT_SHARD_NONE, 1, bucket, gckpt_round_up(zs * bucket, round));
-    scalar_row(st, "AdamW step", (uint64_t)optimizer_groups(ps), ADAMW_STEP);
-    scalar_row(st, "inf_or_nan_tracker and scalars", 1, ZERO3_SCALARS);
+    adamw_step_row(st, ps, s);
+    /* of them the gradient norm's 4 B are not live at a step's start under offload_optimizer, as
+     * ZeRO-2's (R-DISTPEFT-16) */
+    scalar_row(st, "inf_or_nan_tracker and scalars", 1,
+               ZERO3_SCALARS - (s->layout.offload & GCKPT_OFFLOAD_OPTIMIZER ? ZERO12_NORM : 0));
 }
 
 void gckpt_rank_rows(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
@@ -516,24 +526,29 @@ static int module_order(const gckpt_param *p)
     return 0;
 }
 
-/* ZeRO-3's CPU offload (FINDINGS R-OFFLOAD-8, read in deepspeed's stage3.py, not measured).
- * offload_optimizer: the fp32 master partitions and AdamW's states move to pageable host
- * memory (_create_fp32_partitions), the flat gradient partitions to pinned host memory
- * (_setup_for_real_optimizer) with a pinned fp32 gradient per sub-group
- * (initialize_optimizer_states); the step runs on the CPU, so no fp32 copy of a sub-group on
- * the device; the ipg bucket stays. offload_param: every non-persistent parameter's
- * model-dtype partition lives in a pinned host buffer (_create_param_groups_fp16_flat_cpu_memory);
- * persistent ones stay on the device (partition_parameters.py _partition_param). */
+/* ZeRO-3's CPU offload (FINDINGS R-OFFLOAD-8, read in deepspeed's stage3.py; with LoRA run on the
+ * CPU, R-DISTPEFT-16). offload_optimizer: over the optimizer's partitions (the trainable
+ * parameters') the fp32 master sub-groups and DeepSpeedCPUAdam's states move to pageable host
+ * memory (_create_fp32_partitions: .to(cpu).clone()), the flat gradient partitions
+ * (_setup_for_real_optimizer) and a fp32 gradient per sub-group (initialize_optimizer_states) to
+ * pinned host memory; the step runs on the CPU, so no fp32 copy of a sub-group on the device; the
+ * ipg bucket stays. offload_param: every parameter's model-dtype partition, frozen and persistent
+ * ones too, lives in pinned host memory (the trainable ones' in the flat buffer of
+ * _create_param_groups_fp16_flat_cpu_memory, the others' where _partition_param made them: the
+ * engine converts the model before mark_persistent_parameters, so none is persistent then); the
+ * persistent whole copies stay on the device. */
 static void zero3_offload(gckpt_ctx *c, const gckpt_rank_bytes *rb, uint64_t ipg, uint64_t zs, uint64_t round)
 {
     const gckpt_params *ps = &c->params;
-    uint64_t q = 0, moved = 0, moved_dev = 0;
+    uint64_t q = 0, moved = 0, moved_dev = 0, moved_q = 0;
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
-        q += p->copies * p->shard.part;
-        if (p->shard.whole) continue;
-        moved += p->copies * p->shard.part;
-        moved_dev += p->copies * gckpt_round_up(zs * p->shard.part, round);
+        /* a Params4bit's partition in its storage dtype (gckpt_rows_zero3, R-DISTPEFT-8), counted
+         * in quant_weights */
+        uint64_t b = quantized(p) ? gckpt_dtype_size((gckpt_dtype)p->weight.dtype) : zs;
+        if (p->trainable) q += p->copies * p->shard.part;
+        moved += p->copies * b * p->shard.part;
+        *(quantized(p) ? &moved_q : &moved_dev) += p->copies * gckpt_round_up(b * p->shard.part, round);
     }
     if (c->set.layout.offload & GCKPT_OFFLOAD_OPTIMIZER) {
         c->par.host_pageable += 4 * q + 2 * 4 * q; /* fp32 master + exp_avg + exp_avg_sq */
@@ -544,7 +559,8 @@ static void zero3_offload(gckpt_ctx *c, const gckpt_rank_bytes *rb, uint64_t ipg
     }
     if (c->set.layout.offload & GCKPT_OFFLOAD_PARAM) {
         c->weights -= moved_dev;
-        c->par.host_pinned += zs * moved;
+        c->quant_weights -= moved_q;
+        c->par.host_pinned += moved;
     }
 }
 
@@ -565,21 +581,22 @@ static void zero12_offload(gckpt_ctx *c, const gckpt_zero_group zg[2], const gck
 {
     const gckpt_params *ps = &c->params;
     uint64_t largest = 0, part = 0;
-    for (int i = 0; i < ps->n; i++)
-        if (ps->p[i].numel > largest) largest = ps->p[i].numel;
+    for (int i = 0; i < ps->n; i++) /* over the optimizer's bit16_groups: the trainable ones (R-DISTPEFT-15) */
+        if (ps->p[i].trainable && ps->p[i].numel > largest) largest = ps->p[i].numel;
     for (int g = 0; g < 2; g++) part += zg[g].part;
     c->par.host_pinned += (4 + zs + 4) * part + zs * largest;
     c->par.host_pageable += 2 * 4 * part;
     c->opt_states = 0;
     c->parallel += gckpt_round_up(zs * largest, round);
-    c->par.z12_offload_numel = keep->numel;
-    if (gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks) { /* ZeRO-2 */
+    bool hooks = gckpt_par_mode_of(c->set.layout.mode)->reduce_hooks;
+    /* the accumulators: ZeRO-2's only, ZeRO-1 makes none (measured with LoRA, R-DISTPEFT-19) */
+    c->par.z12_offload_numel = hooks ? keep->numel : 0;
+    if (hooks) { /* ZeRO-2 */
         c->opt_temp = 0;
         c->grads = c->step_grads = 0;
         c->par.z2_numel = 0;
     } else { /* every .grad and the bucket live at the reduction; the largest slice's fp64 copy */
         c->step_grads = c->grads;
-        c->par.step_released = c->par.step_retaken = 0;
         c->opt_temp = gckpt_round_up(8 * keep->max_slice, round);
     }
 }
@@ -817,11 +834,13 @@ void gckpt_parallel_offload_host(const gckpt_ctx *c, uint64_t grad_accum, gckpt_
     if (grad_accum > 1) res->host_pinned_bytes += zs * c->par.z12_offload_numel;
 }
 
-/* Elements of the rank's partitions (FSDP2's shards, ZeRO-3's partitions) over every instance. */
+/* Elements of the rank's ZeRO-3 partitions of the trainable parameters over every instance: the
+ * optimizer's (its gradient partitions and master; with LoRA the adapters', R-DISTPEFT-16). */
 static double shard_elements(const gckpt_ctx *c)
 {
     double q = 0;
-    for (int i = 0; i < c->params.n; i++) q += (double)(c->params.p[i].copies * c->params.p[i].shard.part);
+    for (int i = 0; i < c->params.n; i++)
+        if (c->params.p[i].trainable) q += (double)(c->params.p[i].copies * c->params.p[i].shard.part);
     return q;
 }
 

@@ -166,12 +166,14 @@ static const struct {
      "CPU offload on several GPUs is planned from torch's and DeepSpeed's source, not measured: the PCIe copies "
      "add to the step without overlap, the CPU optimizer step's time is not modelled, and gckpt-run does not "
      "execute it.", false,
-     "FSDP2's CPU offload with LoRA / QLoRA is planned from torch's source and a CPU run of the Trainer (which "
-     "parameters go to the host, which copies FSDP makes: every shard, frozen too, to the device before each "
-     "all-gather, the adapters' gradients back), not measured on a GPU: the pinned host bytes, the PCIe copies "
-     "(added to the step without overlap), the CPU optimizer step's time (not modelled), the quantization "
-     "statistics left on the device, bitsandbytes' CUDA kernels on the copied bf16 storage and loading a 4-bit "
-     "model whole onto each GPU before fully_shard are unverified; gckpt-run does not execute it."},
+     "CPU offload with LoRA / QLoRA is planned from torch's and DeepSpeed's source and CPU runs of the Trainer "
+     "(which buffers go to the host: under FSDP2 every shard, frozen too, copied to the device before each "
+     "all-gather, the adapters' gradients back; under ZeRO-2 / ZeRO-3 the adapters' fp32 master, gradients and "
+     "DeepSpeedCPUAdam's states, with offload_param every partition, frozen and 4-bit too), not measured on "
+     "a GPU: the pinned host bytes, the PCIe copies (added to the step without overlap), the CPU optimizer "
+     "step's time (not modelled), the quantization statistics left on the device, bitsandbytes' CUDA kernels on "
+     "the copied bf16 storage and loading a 4-bit model whole onto each GPU before fully_shard are unverified; "
+     "gckpt-run does not execute it."},
     {"liger_loss_unverified", liger_applies,
      "Liger's kernels (liger-kernel 0.8.5), where the model type's apply function uses them and --liger-kernels "
      "keeps them, are planned as read in its source and verified on the CPU with its Triton kernels stood in for: "

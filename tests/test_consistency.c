@@ -269,6 +269,16 @@ static void parallel_modes(void **state)
                               .offload = GCKPT_OFFLOAD_OPTIMIZER | GCKPT_OFFLOAD_PARAM};
     sweep_peft("qwen2-odd-lora", qwen2, &lora);
     sweep_peft("qwen2-odd-qlora", qwen2, &nf4);
+    /* ... ZeRO-2's offload_optimizer and ZeRO-3's with offload_param, with LoRA and QLoRA: the
+     * optimizer's buffers over the adapters, a Params4bit's partition off the device
+     * (FINDINGS R-DISTPEFT-15, -16, -18) */
+    for (int mode = GCKPT_PAR_ZERO2; mode <= GCKPT_PAR_ZERO3; mode++) {
+        g_layout = (gckpt_layout){.gpus = 3, .nodes = 1, .mode = (uint8_t)mode,
+                                  .offload = (uint8_t)(GCKPT_OFFLOAD_OPTIMIZER |
+                                                       (mode == GCKPT_PAR_ZERO3 ? GCKPT_OFFLOAD_PARAM : 0))};
+        sweep_peft("qwen2-odd-lora", qwen2, &lora);
+        sweep_peft("qwen2-odd-qlora", qwen2, &nf4);
+    }
     /* ZeRO-1/2 offload_optimizer: no master, states or step temporaries on the device, the
      * largest parameter's buffer, the norm's fp64 copies (ZeRO-2: events, ZeRO-1: the step's) */
     for (int mode = GCKPT_PAR_ZERO1; mode <= GCKPT_PAR_ZERO2; mode++) {

@@ -186,7 +186,8 @@ static const struct {
      "kernels included), the RMSNorm backward's fp32 partial sums, planned as [132, hidden] (132 SMs: H100 SXM, "
      "H200), and the fused MoE's M-tile arrays, planned as one tile per expert (up to 8 bytes per 64 "
      "token-expert pairs more when an expert gets over 64); planned with transformers' ops, an upper bound: "
-     "the RMSNorm and RoPE of DeepSeek-V3 and gpt-oss, Phi-3's RoPE and gate_up MLP, the Gemmas' "
+     "the RMSNorm and RoPE of DeepSeek-V3 and gpt-oss, Phi-3's RoPE and gate_up MLP, GLM-4's RMSNorm and "
+     "gate_up MLP (no hf-liger fixture), the Gemmas' "
      "GEGLU, DeepSeek-V3's routed experts, gpt-oss's MLP (swiglu off) and an MLP with biases.", true},
     {"cce_loss_unverified", cce_applies,
      "the loss is cut-cross-entropy 25.1.1's linear_cross_entropy(hidden, lm_head.weight, labels, shift=True): "

@@ -71,6 +71,12 @@ static int quant_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint6
     return cast_to(tr, o, dt(tr, x), nm);
 }
 
+int base_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name)
+{
+    bool quant = dt(tr, w) == GCKPT_DT_NF4 || dt(tr, w) == GCKPT_DT_I8;
+    return quant ? quant_linear(tr, x, w, bias, in_f, out_f, name) : linear(tr, x, w, bias, in_f, out_f, name);
+}
+
 int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, gckpt_lora_target t,
                 bool is_conv1d)
 {

@@ -29,7 +29,8 @@ struct gckpt_vexec {
     gckpt_vlm_step_info info;
     gckpt_vlm_images im;
     gckpt_exec *t, *x;          /* the text side, the tower's */
-    void *dead;                 /* the weights of the tower's tail (post_layernorm): no op reads them */
+    void *dead;                 /* the weights of the tower's tail (post_layernorm), the buffers and step
+                                 * counters: no op reads them */
     uint64_t dead_bytes;
     bool keep_pixels;
     float *pixels;
@@ -129,6 +130,8 @@ gckpt_xstatus gckpt_vexec_setup(gckpt_vexec *vx, gckpt_err *err)
     for (size_t i = 0; i < vx->x->nparams; i++)
         if (vx->x->params[i].fwd_only) rest -= (int64_t)vx->x->params[i].spec->weight.bytes;
     if (rest < 0) return exec_fail(err, "setup: the tower's forward-only layers take more than its unused weights");
+    /* + the model's buffers and AdamW's step counters the core's start holds: held, never read */
+    rest += vx->st->kept_buffers + vx->st->kept_steps;
     vx->dead_bytes = (uint64_t)rest;
     if (rc == GCKPT_XS_OK && rest > 0) {
         rc = vx->be->alloc(vx->be, GCKPT_MEM_DEVICE, vx->dead_bytes, &vx->dead);

@@ -156,10 +156,14 @@ static void bad_inputs(void **state)
         {"image tokens fill seq", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--images",
                                     "2", "-o", "out.json"),
          "--seq 1024: a sample's 2 image(s) take 1152 tokens of it (576 each), leaving no text tokens"},
-        {"LLaVA QLoRA", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--method", "qlora",
-                          "-o", "out.json"),
-         "llava: QLoRA on a VLM is not planned (bitsandbytes quantizes the vision tower's and the projector's linears "
-         "too: FINDINGS R-VLM-41)"},
+        /* QLoRA on LLaVA is planned at what the probe measured: nf4 under amp-bf16 */
+        {"LLaVA QLoRA int8", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--method",
+                               "qlora", "--quant", "int8", "-o", "out.json"),
+         "llava: QLoRA on a VLM is measured with nf4 under amp-bf16 only (FINDINGS R-VLM-92): plan --quant nf4 "
+         "--precision amp-bf16"},
+        {"LLaVA QLoRA fp32", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--method",
+                               "qlora", "--precision", "fp32", "-o", "out.json"),
+         "llava: QLoRA on a VLM is measured with nf4 under amp-bf16 only"},
         {"LLaVA LoRA modules_to_save", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024",
                                          "--method", "lora", "--modules-to-save", "lm_head", "-o", "out.json"),
          "llava: modules_to_save on a VLM is not planned"},
@@ -435,6 +439,14 @@ static void good_runs(void **state)
                                     "text tokens per sample; vision tower frozen (24 layers, 23 reach the projector)"));
     assert_non_null(strstr(cli_out, "model = AutoModelForImageTextToText.from_pretrained("));
     assert_non_null(strstr(cli_out, "model.model.vision_tower.requires_grad_(False)"));
+    /* QLoRA on LLaVA: planned (the tower's and the projector's linears 4-bit too, FINDINGS R-VLM-92),
+     * the adapters on the text model, the snippet loading the VLM in 4 bits */
+    assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--method", "qlora",
+                           "-o", "llava-qlora.json"), err, sizeof err), 0);
+    assert_true(cli_exists("llava-qlora.json"));
+    assert_non_null(strstr(cli_out, "qlora r 16 alpha 32 dropout 0.05 all-linear of the text model"));
+    assert_non_null(strstr(cli_out, "model = AutoModelForImageTextToText.from_pretrained(..., attn_implementation=\"sdpa\", "
+                                    "quantization_config=bnb"));
     /* Qwen3-VL: planned at an image size; a frozen tower's snippet unfreezes both mergers */
     assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/qwen3-vl-4b.json", "--seq", "1024", "--image-size",
                            "448x448", "--vision-tower", "frozen", "--budget", "200GiB", "-o", "qwen3vl.json"),

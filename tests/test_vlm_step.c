@@ -49,7 +49,7 @@ static bool same_layers(const cJSON *tower, const uint64_t *got, size_t n)
 }
 
 typedef struct {
-    int files, passed, layers_exact;
+    int files, passed, layers_exact, starts_exact;
     double worst;
     bool exact_layers; /* check each plain layer's saved bytes */
 } tally;
@@ -121,6 +121,19 @@ static void check_fixture(const char *path, const char *name, tally *ty)
         ty->layers_exact++;
     }
     const cJSON *steps = at(j, "steps"), *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
+    /* the step's start exactly: the weights, the quantized ones' storage and statistics, the
+     * optimizer's states, the model's buffers and AdamW's step counters (the probe's
+     * live_at_start_bytes: every parameter, gradient, buffer and optimizer state tensor) */
+    static gckpt_vlm_step_info sinfo;
+    gckpt_vlm_step *st = gckpt_vlm_step_new(&v, &g_dev, &s, target, &images, &sinfo, &err);
+    if (!st) fail_msg("%s: %s", path, err.msg);
+    int64_t start = 0;
+    for (int k = 0; k < GCKPT_NCOMP; k++) start += k == GCKPT_C_WORKSPACE ? 0 : st->start[k];
+    gckpt_vlm_step_free(st);
+    double start_m = at(last, "live_at_start_bytes")->valuedouble;
+    if ((double)start != start_m)
+        fail_msg("%s: the step starts at %.0f bytes measured, %lld planned", path, start_m, (long long)start);
+    ty->starts_exact++;
     /* (a peak between the micro-steps is the probe's batch making: hf_vlm_step_peak) */
     double peak = hf_vlm_step_peak(last), after = at(last, "after_forward_bytes")->valuedouble;
     /* the host: both towers' offloaded inputs and the checkpoints' RNG states, exact */
@@ -157,7 +170,8 @@ static tally dir_peaks(const char *dir, const char *prefix, void (*fn)(const cha
     tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0};
     each_json_file(dir, prefix, fn, &ty);
     printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it); %d plain layers' saved "
-           "bytes exact\n", prefix, ty.passed, ty.files, ty.worst, ty.layers_exact);
+           "bytes exact; %d steps' start bytes exact\n", prefix, ty.passed, ty.files, ty.worst, ty.layers_exact,
+           ty.starts_exact);
     return ty;
 }
 
@@ -214,6 +228,16 @@ static void llava_lora_peaks(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* QLoRA on LLaVA (nf4, double quantization, bf16 compute; amp-bf16): the tower's and the
+ * projector's linears 4-bit too (FINDINGS R-VLM-41), adapters on the text model */
+static void llava_qlora_peaks(void **state)
+{
+    (void)state;
+    tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-qlora-", check_text_adapters);
+    assert_int_equal(ty.files, 5);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 /* Qwen3-VL: its ViT, the merger and the deepstack mergers, whose features the first text
  * layers add (R-VLM-53) */
 static void qwen3_vl_peaks(void **state)
@@ -233,6 +257,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks),
                                        cmocka_unit_test(gemma3_peaks), cmocka_unit_test(qwen2_5_vl_peaks),
-                                       cmocka_unit_test(llava_lora_peaks), cmocka_unit_test(qwen3_vl_peaks)};
+                                       cmocka_unit_test(llava_lora_peaks), cmocka_unit_test(qwen3_vl_peaks),
+                                       cmocka_unit_test(llava_qlora_peaks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
-/* A LLaVA or LLaVA-NeXT training step (core/vlm_step.c) against every llava and llava_next
- * fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with
+/* A VLM training step (core/vlm_step.c) against every walked family's fixtures of
+ * tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with
  * CUDA's lists; every_n off / 1 / 2 / 3; offload; the tower trained and frozen; one and two
  * images; LLaVA-NeXT's anyres tiles): the planned live peak
  * of the steady-state step against the measured one (the last step's live_peak_bytes), within
@@ -9,7 +9,10 @@
  * states) exactly; which layers of each tower are checkpointed against the probe's
  * (towers.vision / towers.text.checkpointed); the tokens per image. The LoRA fixtures of
  * tests/data/hf-vlm-peft (adapters on the text model) the same way, and each plain layer's
- * saved bytes exactly. */
+ * saved bytes exactly, the live bytes after the forward exactly but the 8-byte Python scalars
+ * (R-AUTOGRAD-4); the QLoRA ones (the tower's and projector's linears 4-bit) likewise. Every
+ * fixture's step start exactly: weights, quantized storage and statistics, optimizer states,
+ * the model's buffers and AdamW's step counters (FINDINGS R-VLM-90). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +26,7 @@
 
 #include <cjson/cJSON.h>
 #include "gckpt/core/device.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/vlm_step.h"
 #include "gckpt/util/util.h"
 
@@ -49,9 +53,10 @@ static bool same_layers(const cJSON *tower, const uint64_t *got, size_t n)
 }
 
 typedef struct {
-    int files, passed, layers_exact, starts_exact;
+    int files, passed, layers_exact, starts_exact, forwards_exact;
     double worst;
     bool exact_layers; /* check each plain layer's saved bytes */
+    bool adapters;     /* LoRA / QLoRA: the live bytes after the forward exactly, but the scalars */
 } tally;
 
 static void check_fixture(const char *path, const char *name, tally *ty)
@@ -142,6 +147,19 @@ static void check_fixture(const char *path, const char *name, tally *ty)
         fail_msg("%s: host peak %.0f measured, %llu planned (offloaded %llu, RNG states %llu)", path, host,
                  (unsigned long long)(res.host_pinned_bytes + res.host_rng_bytes),
                  (unsigned long long)res.host_pinned_bytes, (unsigned long long)res.host_rng_bytes);
+    /* LoRA / QLoRA: after the first micro-step's forward the plan holds what was measured but
+     * the 8-byte Python scalars it leaves out (FINDINGS R-AUTOGRAD-4): each adapter's `*
+     * scaling` in every text layer, checkpointed or not, CLIP's `1.702 * x` in each live
+     * vision layer when the hooked tower builds a graph, the loss's one (R-VLM-91) */
+    if (ty->adapters) {
+        double after1 = cJSON_GetArrayItem(at(last, "after_forward_bytes_micro"), 0)->valuedouble;
+        uint64_t n = (uint64_t)__builtin_popcount(s.peft.targets & gckpt_lora_family_targets(v.text.family)) *
+                         info.text_layers + (s.every_n ? info.vision_live : 0) + 1;
+        if (after1 - (double)res.after_forward_bytes != 8.0 * (double)n)
+            fail_msg("%s: %.0f bytes after the forward measured, %llu planned: not the %llu 8-byte scalars apart", path,
+                     after1, (unsigned long long)res.after_forward_bytes, (unsigned long long)n);
+        ty->forwards_exact++;
+    }
     double e = ((double)res.peak_bytes - peak) / peak, ea = ((double)res.after_forward_bytes - after) / after;
     double tol = p == GCKPT_BF16 ? 0.005 : 0.001;
     bool pass = fabs(e) <= tol && fabs(ea) <= tol; /* the live bytes after the forward too, as hf_pass */
@@ -167,11 +185,12 @@ static void check_text_adapters(const char *path, const char *name, void *ty)
 
 static tally dir_peaks(const char *dir, const char *prefix, void (*fn)(const char *, const char *, void *))
 {
-    tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0};
+    tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0,
+                .adapters = strncmp(prefix, "llava-lora-", 11) == 0 || strncmp(prefix, "llava-qlora-", 12) == 0};
     each_json_file(dir, prefix, fn, &ty);
     printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it); %d plain layers' saved "
-           "bytes exact; %d steps' start bytes exact\n", prefix, ty.passed, ty.files, ty.worst, ty.layers_exact,
-           ty.starts_exact);
+           "bytes exact; %d steps' start bytes exact; %d forwards exact but the scalars\n", prefix, ty.passed, ty.files,
+           ty.worst, ty.layers_exact, ty.starts_exact, ty.forwards_exact);
     return ty;
 }
 
@@ -225,6 +244,7 @@ static void llava_lora_peaks(void **state)
     tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-lora-", check_text_adapters);
     assert_int_equal(ty.files, 15);
     assert_int_equal(ty.layers_exact, 24); /* every_n off: 3 text, 1 vision; every_n 2: 1 and 1 */
+    assert_int_equal(ty.forwards_exact, ty.files);
     assert_int_equal(ty.passed, ty.files);
 }
 
@@ -235,6 +255,7 @@ static void llava_qlora_peaks(void **state)
     (void)state;
     tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-qlora-", check_text_adapters);
     assert_int_equal(ty.files, 5);
+    assert_int_equal(ty.forwards_exact, ty.files);
     assert_int_equal(ty.passed, ty.files);
 }
 

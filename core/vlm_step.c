@@ -209,9 +209,11 @@ static bool build(builder *b, const bridge_sizes *z)
             !gckpt_sim_begin(b->vs, b->vc, b->vst, later, sync, m ? gckpt_sim_next_id(b->vs) : VISION_IDS))
             return false;
         /* the batch's labels: the VLM collators' own tensor (input_ids cloned, the image
-         * tokens -100), held by the batch dict until the micro-step's backward ends (R-VLM-91) */
+         * tokens -100), held by the batch dict until the micro-step's backward ends (R-VLM-91);
+         * with them Gemma 3's token_type_ids, the processor's, which its forward reads */
         bridge_open(b, m, GCKPT_STAGE_FORWARD);
         int labels = buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_I64, z->bs);
+        int types = z->kind->image_masks ? buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_I64, z->bs) : -1;
         bridge_close(b);
         rows(b, false, m, 0); /* inputs_embeds = embed_tokens(input_ids) */
         int pix = -1, packed = -1;
@@ -287,6 +289,7 @@ static bool build(builder *b, const bridge_sizes *z)
         rows(b, false, m, 9);
         bridge_open(b, m, GCKPT_STAGE_BACKWARD);
         drop(b, labels);
+        if (types >= 0) drop(b, types);
         bridge_close(b);
     }
     rows(b, false, -1, 0);
@@ -393,7 +396,7 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
     for (uint64_t l = 0; l < v->text.layers; l++) sliding |= gckpt_layer_sliding(&v->text, l);
     const gckpt_vlm_type *kind = gckpt_vlm_type_of(v->model_type);
     const char *why = !kind || !kind->walked              ? "its step is not simulated (gckpt_vlm_types' walked rows only)"
-                      : gckpt_peft_on(&s->peft) && !kind->lora ? "LoRA on it is not measured (llava's is: FINDINGS R-VLM-43)"
+                      : gckpt_peft_on(&s->peft) && !kind->lora ? "LoRA on it is not measured (llava's and gemma3's are: FINDINGS R-VLM-43, R-VLM-93)"
                       : gckpt_peft_quantized(&s->peft) && (s->peft.quant != GCKPT_QUANT_NF4 || s->precision != GCKPT_AMP_BF16)
                           ? "QLoRA on a VLM is measured with nf4 under amp-bf16 only (FINDINGS R-VLM-92): plan --quant nf4 "
                             "--precision amp-bf16"

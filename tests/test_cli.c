@@ -130,8 +130,11 @@ static void bad_inputs(void **state)
          "--image-size"},
         /* vision-language models (issue 26): measured (tests/data/hf-vlm), not planned yet */
         /* Gemma 3 is planned: what its step does not simulate, one line each */
-        {"Gemma 3 LoRA", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--method", "lora", "-o", "out.json"),
-         "gemma3: LoRA on it is not measured (llava's is: FINDINGS R-VLM-43)"},
+        {"Gemma 3 QLoRA", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--method", "qlora", "-o", "out.json"),
+         "gemma3: QLoRA's 4-bit vision linears are traced for llava's tower only"},
+        {"Qwen2.5-VL LoRA", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "--image-size", "448x448",
+                              "--method", "lora", "-o", "out.json"),
+         "qwen2_5_vl: LoRA on it is not measured (llava's and gemma3's are: FINDINGS R-VLM-43, R-VLM-93)"},
         {"Gemma 3 several GPUs", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--gpus", "2", "--parallel",
                                    "ddp", "-o", "out.json"), "gemma3: a VLM is planned on one GPU only"},
         {"Gemma 3 eager", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--attention", "eager", "-o",
@@ -447,6 +450,12 @@ static void good_runs(void **state)
     assert_non_null(strstr(cli_out, "qlora r 16 alpha 32 dropout 0.05 all-linear of the text model"));
     assert_non_null(strstr(cli_out, "model = AutoModelForImageTextToText.from_pretrained(..., attn_implementation=\"sdpa\", "
                                     "quantization_config=bnb"));
+    /* LoRA on Gemma 3's text model: planned (FINDINGS R-VLM-93), the regex in the snippet */
+    assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--seq", "2048", "--method", "lora",
+                           "--gpu", "h100-sxm-80gb", "-o", "gemma3-lora.json"), err, sizeof err), 0);
+    assert_true(cli_exists("gemma3-lora.json"));
+    assert_non_null(strstr(cli_out, "lora r 16 alpha 32 dropout 0.05 all-linear of the text model, 29802496 trainable"));
+    assert_non_null(strstr(cli_out, "target_modules=r\"model\\.language_model.*\\.(q_proj|"));
     /* Qwen3-VL: planned at an image size; a frozen tower's snippet unfreezes both mergers */
     assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/qwen3-vl-4b.json", "--seq", "1024", "--image-size",
                            "448x448", "--vision-tower", "frozen", "--budget", "200GiB", "-o", "qwen3vl.json"),

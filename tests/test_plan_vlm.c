@@ -235,6 +235,16 @@ static void llava_qlora_plans(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* --method lora on Gemma 3: adapters on the text model, the SigLIP tower and the projector
+ * frozen (FINDINGS R-VLM-93) */
+static void gemma3_lora_plans(void **state)
+{
+    (void)state;
+    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-peft", "gemma3-lora-", check_text_adapters);
+    assert_int_equal(ty.files, 15);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 /* Qwen3-VL: the same token rule at patch 16; the deepstack mergers in the step (R-VLM-53) */
 static void qwen3_vl_plans(void **state)
 {
@@ -256,6 +266,6 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans),
                                        cmocka_unit_test(gemma3_plans), cmocka_unit_test(qwen2_5_vl_plans),
                                        cmocka_unit_test(llava_lora_plans), cmocka_unit_test(qwen3_vl_plans),
-                                       cmocka_unit_test(llava_qlora_plans)};
+                                       cmocka_unit_test(llava_qlora_plans), cmocka_unit_test(gemma3_lora_plans)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -396,10 +396,12 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
     for (uint64_t l = 0; l < v->text.layers; l++) sliding |= gckpt_layer_sliding(&v->text, l);
     const gckpt_vlm_type *kind = gckpt_vlm_type_of(v->model_type);
     const char *why = !kind || !kind->walked              ? "its step is not simulated (gckpt_vlm_types' walked rows only)"
-                      : gckpt_peft_on(&s->peft) && !kind->lora ? "LoRA on it is not measured (llava's and gemma3's are: FINDINGS R-VLM-43, R-VLM-93)"
-                      : gckpt_peft_quantized(&s->peft) && (s->peft.quant != GCKPT_QUANT_NF4 || s->precision != GCKPT_AMP_BF16)
-                          ? "QLoRA on a VLM is measured with nf4 under amp-bf16 only (FINDINGS R-VLM-92): plan --quant nf4 "
-                            "--precision amp-bf16"
+                      : gckpt_peft_on(&s->peft) && !kind->lora
+                          ? "LoRA on it is not measured (llava's and gemma3's are: FINDINGS R-VLM-43, R-VLM-93)"
+                      : gckpt_peft_quantized(&s->peft) &&
+                              (s->peft.quant != GCKPT_QUANT_NF4 || s->precision != GCKPT_AMP_BF16)
+                          ? "QLoRA on a VLM is measured with nf4 under amp-bf16 only (FINDINGS R-VLM-92): plan --quant "
+                            "nf4 --precision amp-bf16"
                       : gckpt_peft_on(&s->peft) && s->peft.modules_to_save ? "modules_to_save on a VLM is not planned"
                       : gckpt_peft_on(&s->peft) && im->tower_trained ? "LoRA trains the adapters only: the vision tower "
                                                                        "is frozen (get_peft_model)"
@@ -522,7 +524,8 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
          * states (the live layers' and the text model's: the rest get no gradient), R-VLM-90 */
         uint64_t round = d->alloc_round_bytes;
         gckpt_dtype fdt = (gckpt_dtype)p->tr.param_dtype;
-        p->kept_buffers = (int64_t)(gckpt_model_buffer_bytes(&p->text, fdt, round) + gckpt_vision_buffer_bytes(v, fdt, round));
+        p->kept_buffers =
+            (int64_t)(gckpt_model_buffer_bytes(&p->text, fdt, round) + gckpt_vision_buffer_bytes(v, fdt, round));
         p->kept_steps = (int64_t)(gckpt_step_counter_bytes(&p->tc.params, s->optimizer) +
                                   gckpt_step_counter_bytes(&p->vc.params, s->optimizer));
         p->start[GCKPT_C_WEIGHTS] += p->kept_buffers;

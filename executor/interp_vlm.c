@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "gckpt/core/families.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/vision.h"
 #include "interp.h"
@@ -52,7 +53,9 @@ bool gckpt_vexec_supported(const gckpt_backend *be, const gckpt_vlm *v, const gc
                       : s->precision != GCKPT_FP32 && s->precision != GCKPT_AMP_BF16
                           ? "its step is executed in fp32 and amp-bf16 only (pure bf16 and fp16 unverified)"
                       : gckpt_layout_multi(&s->layout) ? "its step is executed on one GPU only"
-                                                       : NULL;
+                      /* the bridge runs the text embedding's backward, which a frozen one has not */
+                      : gckpt_peft_on(&s->peft) ? "its LoRA and QLoRA steps are planned, not executed by gckpt-run"
+                                                : NULL;
     if (!why && !gckpt_exec_model_ok(&v->text, err)) return false;
     if (why) gckpt_seterr(err, "model_type \"%s\": %s", v->model_type, why);
     return !why;

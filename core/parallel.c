@@ -298,11 +298,12 @@ static void model_buffer_rows(const gckpt_model *m, uint64_t round, gckpt_rank_s
         row(st, "embed_scale", GCKPT_ROW_BUFFERS, -1, GCKPT_DT_F32, GCKPT_SHARD_NONE, 1, 1, gckpt_round_up(4, round));
 }
 
-uint64_t gckpt_model_buffer_bytes(const gckpt_model *m, gckpt_dtype float_dt, uint64_t round)
+uint64_t gckpt_model_buffer_bytes(const gckpt_model *m, gckpt_dtype float_dt, gckpt_dtype scalar_dt, uint64_t round)
 {
     model_buffers b = buffers_of(m);
     uint64_t sz = gckpt_dtype_size(float_dt);
-    return b.rotary * gckpt_round_up(sz * b.half, round) + (b.embed_scale ? gckpt_round_up(sz, round) : 0);
+    return b.rotary * gckpt_round_up(sz * b.half, round) +
+           (b.embed_scale ? gckpt_round_up(gckpt_dtype_size(scalar_dt), round) : 0);
 }
 
 /* The step counter each trainable tensor's optimizer state keeps on the device: torch

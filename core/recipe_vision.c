@@ -296,10 +296,14 @@ static void gemma3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool train
         leaf[1] = param(tr, "attention.out_proj.bias", 1, D, GCKPT_ROLE_BIAS);
         param(tr, "layernorm.weight", 1, D, GCKPT_ROLE_NORM_WEIGHT);
         param(tr, "layernorm.bias", 1, D, GCKPT_ROLE_BIAS);
-        leaf[2] = param(tr, "mlp.fc1.weight", I, D, GCKPT_ROLE_MATRIX);
+        /* QLoRA: the head's MLP linears 4-bit, its biases cast by their forward; the attention's
+         * out_proj (nn.MultiheadAttention's NonDynamicallyQuantizableLinear) stays (R-VLM-94) */
+        leaf[2] = linear_weight(tr, "mlp.fc1.weight", I, D, false);
         leaf[3] = param(tr, "mlp.fc1.bias", 1, I, GCKPT_ROLE_BIAS);
-        leaf[4] = param(tr, "mlp.fc2.weight", D, I, GCKPT_ROLE_MATRIX);
+        leaf[4] = linear_weight(tr, "mlp.fc2.weight", D, I, false);
         leaf[5] = param(tr, "mlp.fc2.bias", 1, D, GCKPT_ROLE_BIAS);
+        quant_bias(tr, last, leaf[2], leaf[3]);
+        quant_bias(tr, last, leaf[4], leaf[5]);
         for (int k = 0; k < 6 && cached; k++) r->t[weight_cast(tr, leaf[k], "autocast_cache")].fwd_end_free = true;
         tr->pfx = "";
     }
@@ -879,8 +883,9 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
     gckpt_model tm = *tower;
     if (v->vision.projector == GCKPT_PROJ_GEMMA3) tm.rms = GCKPT_RMS_GEMMA;
     bool quant = gckpt_peft_quantized(pf);
-    if (quant && v->vision.projector != GCKPT_PROJ_LLAVA) {
-        gckpt_seterr(err, "%s: QLoRA's 4-bit vision linears are traced for llava's tower only", v->model_type);
+    if (quant && v->vision.projector != GCKPT_PROJ_LLAVA && v->vision.projector != GCKPT_PROJ_GEMMA3) {
+        gckpt_seterr(err, "%s: QLoRA's 4-bit vision linears are traced for llava's and gemma3's towers only",
+                     v->model_type);
         return false;
     }
     tracer tr;

@@ -154,7 +154,7 @@ void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint6
     }
     out->mesh = gckpt_tp_mesh_bytes(tp);
     out->scalars = ADAMW_STEP * tensors + out->mesh;
-    out->buffers = gckpt_model_buffer_bytes(m, GCKPT_DT_F32, round); /* R-DIST-22 */
+    out->buffers = gckpt_model_buffer_bytes(m, GCKPT_DT_F32, GCKPT_DT_F32, round); /* R-DIST-22 */
     out->total = out->weights + out->states + out->scalars + out->buffers;
 }
 

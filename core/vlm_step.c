@@ -522,13 +522,15 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
         /* QLoRA: the later layers' 4-bit weights and their statistics too */
         p->start[GCKPT_C_QUANT_WEIGHTS] += full[GCKPT_C_QUANT_WEIGHTS] - live[GCKPT_C_QUANT_WEIGHTS];
         p->start[GCKPT_C_QUANT_STATS] += full[GCKPT_C_QUANT_STATS] - live[GCKPT_C_QUANT_STATS];
-        /* the buffers, with the weights (the text model's and the tower's, floating ones in the
-         * weights' dtype), and the optimizer's step counters of every tensor it steps, with its
-         * states (the live layers' and the text model's: the rest get no gradient), R-VLM-90 */
+        /* the buffers, with the weights (the text model's and the tower's; the rotary tables in
+         * the weights' dtype, embed_scale in the load dtype: QLoRA's from_pretrained loads bf16),
+         * and the optimizer's step counters of every tensor it steps, with its states (the live
+         * layers' and the text model's: the rest get no gradient), R-VLM-90 */
         uint64_t round = d->alloc_round_bytes;
         gckpt_dtype fdt = (gckpt_dtype)p->tr.param_dtype;
-        p->kept_buffers =
-            (int64_t)(gckpt_model_buffer_bytes(&p->text, fdt, round) + gckpt_vision_buffer_bytes(v, fdt, round));
+        gckpt_dtype sdt = gckpt_peft_quantized(&s->peft) ? GCKPT_DT_BF16 : fdt;
+        p->kept_buffers = (int64_t)(gckpt_model_buffer_bytes(&p->text, fdt, sdt, round) +
+                                    gckpt_vision_buffer_bytes(v, fdt, round));
         p->kept_steps = (int64_t)(gckpt_step_counter_bytes(&p->tc.params, s->optimizer) +
                                   gckpt_step_counter_bytes(&p->vc.params, s->optimizer));
         p->start[GCKPT_C_WEIGHTS] += p->kept_buffers;

@@ -130,8 +130,9 @@ static void bad_inputs(void **state)
          "--image-size"},
         /* vision-language models (issue 26): measured (tests/data/hf-vlm), not planned yet */
         /* Gemma 3 is planned: what its step does not simulate, one line each */
-        {"Gemma 3 QLoRA", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--method", "qlora", "-o", "out.json"),
-         "gemma3: QLoRA's 4-bit vision linears are traced for llava's tower only"},
+        {"Gemma 3 QLoRA fp4", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--method", "qlora", "--quant",
+                                "fp4", "-o", "out.json"),
+         "gemma3: QLoRA on a VLM is measured with nf4 under amp-bf16 only (FINDINGS R-VLM-92)"},
         {"Qwen2.5-VL LoRA", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "--image-size", "448x448",
                               "--method", "lora", "-o", "out.json"),
          "qwen2_5_vl: LoRA on it is not measured (llava's and gemma3's are: FINDINGS R-VLM-43, R-VLM-93)"},

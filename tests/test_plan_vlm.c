@@ -245,6 +245,16 @@ static void gemma3_lora_plans(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* --method qlora on Gemma 3: nf4 under amp-bf16, the SigLIP tower's linears 4-bit too
+ * (FINDINGS R-VLM-94) */
+static void gemma3_qlora_plans(void **state)
+{
+    (void)state;
+    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-peft", "gemma3-qlora-", check_text_adapters);
+    assert_int_equal(ty.files, 5);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 /* Qwen3-VL: the same token rule at patch 16; the deepstack mergers in the step (R-VLM-53) */
 static void qwen3_vl_plans(void **state)
 {
@@ -266,6 +276,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans),
                                        cmocka_unit_test(gemma3_plans), cmocka_unit_test(qwen2_5_vl_plans),
                                        cmocka_unit_test(llava_lora_plans), cmocka_unit_test(qwen3_vl_plans),
-                                       cmocka_unit_test(llava_qlora_plans), cmocka_unit_test(gemma3_lora_plans)};
+                                       cmocka_unit_test(llava_qlora_plans), cmocka_unit_test(gemma3_lora_plans),
+                                       cmocka_unit_test(gemma3_qlora_plans)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

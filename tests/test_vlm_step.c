@@ -271,6 +271,17 @@ static void gemma3_lora_peaks(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* QLoRA on Gemma 3 (nf4, double quantization, bf16 compute; amp-bf16): the SigLIP tower's
+ * linears and its pooling head's MLP 4-bit too (FINDINGS R-VLM-94) */
+static void gemma3_qlora_peaks(void **state)
+{
+    (void)state;
+    tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-peft", "gemma3-qlora-", check_text_adapters);
+    assert_int_equal(ty.files, 5);
+    assert_int_equal(ty.forwards_exact, ty.files);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 /* Qwen3-VL: its ViT, the merger and the deepstack mergers, whose features the first text
  * layers add (R-VLM-53) */
 static void qwen3_vl_peaks(void **state)
@@ -291,6 +302,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_peaks), cmocka_unit_test(llava_next_peaks),
                                        cmocka_unit_test(gemma3_peaks), cmocka_unit_test(qwen2_5_vl_peaks),
                                        cmocka_unit_test(llava_lora_peaks), cmocka_unit_test(qwen3_vl_peaks),
-                                       cmocka_unit_test(llava_qlora_peaks), cmocka_unit_test(gemma3_lora_peaks)};
+                                       cmocka_unit_test(llava_qlora_peaks), cmocka_unit_test(gemma3_lora_peaks),
+                                       cmocka_unit_test(gemma3_qlora_peaks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -83,9 +83,10 @@ def spec(var, method, precision, targets, every_n, offload, dropout=0.05):
 
 def all_cases():
     out = []
-    # Gemma 3: LoRA with the adapters on the text model (the regex) only
+    # Gemma 3: LoRA and QLoRA with the adapters on the text model (the regex) only
     for prec in ("fp32", "bf16", "amp-bf16-cudalists"):
         out += [spec("gemma3", "lora", prec, "textattn", n, off) for n, off in CKPT]
+    out += [spec("gemma3", "qlora", "amp-bf16-cudalists", "textattn", n, off) for n, off in CKPT]
     for var in ("llava",):
         for prec in ("fp32", "bf16", "amp-bf16-cudalists"):
             for tg in ("textattn", "all"):

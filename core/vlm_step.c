@@ -14,7 +14,7 @@
  * gckpt_vlm_types row's (features_cat, packed_tiles, image_masks). LoRA on the text model
  * (the row's lora; FINDINGS R-VLM-42, R-VLM-43): the tower and projector frozen, hooked
  * under checkpointing, the hooked text embedding held beside the new embeddings; QLoRA (llava,
- * R-VLM-92) the tower's and projector's linears 4-bit too. Qwen3-VL's
+ * gemma3: R-VLM-92, R-VLM-94) the tower's linears 4-bit too (llava's projector's). Qwen3-VL's
  * deepstack mergers (the tower's deepstack_visual_indexes) add their events around both
  * towers' layer segments (deepstack_hook, FINDINGS R-VLM-53). Every step holds the batch's
  * labels (and Gemma 3's token_type_ids) through each micro-step and, from its start, the

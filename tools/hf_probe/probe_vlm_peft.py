@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Ground truth for LoRA / QLoRA on a vision-language model (tiny llava of vlm_cases.py; LoRA on
-the text model of its tiny gemma3 too), on CPU.
+"""Ground truth for LoRA / QLoRA on a vision-language model (tiny llava of vlm_cases.py; LoRA and
+QLoRA on the text model of its tiny gemma3 too), on CPU.
 
 The model a VLM SFT user trains (TRL's VLM SFT with peft), built as they build it:
 

@@ -305,11 +305,8 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
         gckpt_tp_bytes b;
         gckpt_tp_rank_bytes(m, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes, &b);
         uint64_t scalars = b.scalars;
-        if (gckpt_peft_on(&s->peft)) { /* AdamW's fp32 steps on the trainable tensors only (R-TP-12) */
-            scalars = b.mesh;
-            for (int i = 0; i < c->params.n; i++)
-                if (c->params.p[i].trainable) scalars += 4 * c->params.p[i].copies;
-        }
+        if (gckpt_peft_on(&s->peft)) /* AdamW's fp32 steps on the trainable tensors only (R-TP-12) */
+            scalars = b.mesh + gckpt_step_counter_bytes(&c->params, GCKPT_ADAMW);
         c->parallel += scalars + b.buffers;
     }
     c->opt_seconds += code_base_eff(c)->step_overhead_s; /* per optimizer step, every rank */

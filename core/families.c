@@ -204,7 +204,7 @@ const gckpt_vlm_type gckpt_vlm_types[] = {
      "{\"vocab_size\": 262208, \"hidden_size\": 2304, \"intermediate_size\": 9216, \"num_hidden_layers\": 26, "
      "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, \"head_dim\": 256, \"query_pre_attn_scalar\": 256, "
      "\"rms_norm_eps\": 1e-6}",
-     NULL, false, false, true, true, .image_masks = true},
+     NULL, false, false, true, true, .image_masks = true, .lora = true},
     {"mllama", "Llama 3.2 Vision", "gckpt-run's execution of the tiled vision encoder and the cross-attention text "
                                    "layers",
      gckpt_vlm_read_mllama, "mllama_vision_model", "mllama_text_model",

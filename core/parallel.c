@@ -268,19 +268,50 @@ static void whole_frozen_row(gckpt_rank_state *st, int i, const gckpt_param *p, 
 /* ZeRO's model dtype: bf16 under the Trainer's bf16=True, else fp32 */
 static gckpt_dtype zero_dtype(const gckpt_setting *s) { return s->precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16; }
 
-/* The model's buffers, fp32 in every mode (FINDINGS R-DIST-22; read in transformers 5.24's
- * modeling_*.py, every nn.Buffer): each rotary table's inv_freq and original_inv_freq
- * [rotary_dim / 2] (gemma3_text: one pair per layer type, Gemma3RotaryEmbedding; phi3 and
- * gpt_neox: the partial rotary's dims), the gemma family's embed_scale (a 0-d tensor); GPT-2
- * has none. */
+/* The model's buffers (FINDINGS R-DIST-22; read in transformers 5.24's modeling_*.py, every
+ * nn.Buffer): each rotary table's inv_freq and original_inv_freq [rotary_dim / 2]
+ * (gemma3_text: one pair per layer type, Gemma3RotaryEmbedding; phi3 and gpt_neox: the
+ * partial rotary's dims), the gemma family's embed_scale (a 0-d tensor); GPT-2 has none.
+ * The one rule: the rows below and gckpt_model_buffer_bytes read it. */
+typedef struct {
+    uint64_t rotary, half; /* rotary buffers of `half` elements each */
+    bool embed_scale;
+} model_buffers;
+
+static model_buffers buffers_of(const gckpt_model *m)
+{
+    if (m->learned_positions) return (model_buffers){0, 0, false};
+    return (model_buffers){2 * (uint64_t)m->rope_tables, m->rotary_dim / 2, m->embed_scale};
+}
+
+/* fp32 in every parallel mode (DeepSpeed's bf16 and FSDP2 keep them fp32) */
 static void model_buffer_rows(const gckpt_model *m, uint64_t round, gckpt_rank_state *st)
 {
-    if (m->learned_positions) return;
-    uint64_t half = m->rotary_dim / 2;
-    row(st, "rotary inv_freq and original_inv_freq", GCKPT_ROW_BUFFERS, -1, GCKPT_DT_F32, GCKPT_SHARD_NONE,
-        2 * (uint64_t)m->rope_tables, half, gckpt_round_up(4 * half, round));
-    if (m->embed_scale)
+    model_buffers b = buffers_of(m);
+    if (b.rotary)
+        row(st, "rotary inv_freq and original_inv_freq", GCKPT_ROW_BUFFERS, -1, GCKPT_DT_F32, GCKPT_SHARD_NONE,
+            b.rotary, b.half, gckpt_round_up(4 * b.half, round));
+    if (b.embed_scale)
         row(st, "embed_scale", GCKPT_ROW_BUFFERS, -1, GCKPT_DT_F32, GCKPT_SHARD_NONE, 1, 1, gckpt_round_up(4, round));
+}
+
+uint64_t gckpt_model_buffer_bytes(const gckpt_model *m, gckpt_dtype float_dt, gckpt_dtype scalar_dt, uint64_t round)
+{
+    model_buffers b = buffers_of(m);
+    uint64_t sz = gckpt_dtype_size(float_dt);
+    return b.rotary * gckpt_round_up(sz * b.half, round) +
+           (b.embed_scale ? gckpt_round_up(gckpt_dtype_size(scalar_dt), round) : 0);
+}
+
+/* The step counter each trainable tensor's optimizer state keeps on the device: torch
+ * AdamW(fused=True)'s `step` is an fp32 0-d tensor on the parameter's device; without fused
+ * (or capturable) it is a CPU tensor (torch 2.15 optim/adam.py _init_group), bitsandbytes'
+ * a Python int (optim/optimizer.py), SGD keeps none. */
+static const uint8_t device_step[GCKPT_NOPT] = {[GCKPT_ADAMW] = ADAMW_STEP};
+
+uint64_t gckpt_step_counter_bytes(const gckpt_params *ps, gckpt_optimizer o)
+{
+    return o < GCKPT_NOPT ? device_step[o] * trainable_tensors(ps) : 0;
 }
 
 /* DDP: full replicas of the weights and AdamW's states as on one GPU, the buckets (a flat copy

@@ -31,15 +31,21 @@ int linear_weight(tracer *tr, const char *name, uint64_t out_f, uint64_t in_f, b
     return w;
 }
 
+void quant_bias(tracer *tr, int x, int w, int bias)
+{
+    /* the first forward casts the bias for good (FINDINGS R-QUANT-3): Linear4bit to the compute
+     * dtype, Linear8bitLt to its input's dtype */
+    bool quant = dt(tr, w) == GCKPT_DT_NF4 || dt(tr, w) == GCKPT_DT_I8;
+    if (quant && bias >= 0) tr->r->t[bias].dtype = dt(tr, w) == GCKPT_DT_I8 ? dt(tr, x) : tr->peft->compute_dtype;
+}
+
 /* Linear4bit / Linear8bitLt's forward on a frozen quantized weight: x.to(compute) (4-bit),
  * the dequantized weight as a forward temporary of the op and again in its backward
  * (fws_fixed / bws_fixed), F.linear, .to(x's dtype) (4-bit). Nothing saved. */
 static int quant_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name)
 {
     bool int8 = dt(tr, w) == GCKPT_DT_I8;
-    /* the first forward casts the bias for good (FINDINGS R-QUANT-3): Linear4bit to the compute
-     * dtype, Linear8bitLt to its input's dtype */
-    if (bias >= 0) tr->r->t[bias].dtype = int8 ? dt(tr, x) : tr->peft->compute_dtype;
+    quant_bias(tr, x, w, bias);
     char nm[48];
     snprintf(nm, sizeof nm, "%s.cast_in", name);
     uint64_t n = out_f * in_f, deq;
@@ -69,6 +75,12 @@ static int quant_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint6
     if (int8) return o;
     snprintf(nm, sizeof nm, "%s.to_in", name);
     return cast_to(tr, o, dt(tr, x), nm);
+}
+
+int base_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name)
+{
+    bool quant = dt(tr, w) == GCKPT_DT_NF4 || dt(tr, w) == GCKPT_DT_I8;
+    return quant ? quant_linear(tr, x, w, bias, in_f, out_f, name) : linear(tr, x, w, bias, in_f, out_f, name);
 }
 
 int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, gckpt_lora_target t,

@@ -142,6 +142,11 @@ int linear_weight(tracer *tr, const char *name, uint64_t out_f, uint64_t in_f, b
 /* The linear of target t (named as the module: gckpt_lora_target_bare) with its adapter
  * when targeted: the base (frozen, quantized or trainable) and lora_B(lora_A(dropout(x)))
  * * alpha / r added to it (a fused projection's whole output: FINDINGS R-PEFT-22). */
+/* A linear without an adapter: plain, or a 4-bit / 8-bit base's (weight from linear_weight). */
+/* A quantized linear's bias as its first forward (on input x) leaves it (weight w from
+ * linear_weight; a plain weight's: untouched), for a linear whose forward is not traced. */
+void quant_bias(tracer *tr, int x, int w, int bias);
+int base_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, const char *name);
 int lora_linear(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t out_f, gckpt_lora_target t,
                 bool is_conv1d);
 /* The parameter the head / the embedding uses: a trainable modules_to_save copy (the

@@ -112,10 +112,10 @@ static int tlinear_b(tracer *tr, int x, uint64_t in_f, uint64_t out_f, const cha
 {
     char pfx[40];
     const char *outer = enter_module(tr, name, pfx, sizeof pfx);
-    int w = param(tr, "weight", out_f, in_f, GCKPT_ROLE_MATRIX);
+    int w = linear_weight(tr, "weight", out_f, in_f, false); /* QLoRA: 4-bit (R-VLM-41) */
     int b = bias ? param(tr, "bias", 1, out_f, GCKPT_ROLE_BIAS) : -1;
     tr->pfx = outer;
-    return linear(tr, x, w, b, in_f, out_f, name);
+    return base_linear(tr, x, w, b, in_f, out_f, name);
 }
 
 static int tlinear(tracer *tr, int x, uint64_t in_f, uint64_t out_f, const char *name)
@@ -238,24 +238,24 @@ static void clip_tail_projector(tracer *tr, const gckpt_vlm *v, bool in_grad, bo
     int sel = rows_of(tr, feat, 1, 0, tr->amp, "selected_image_feature");
     tr->frozen_params = proj_frozen;
     tr->pfx = "multi_modal_projector";
-    int w1 = param(tr, "linear_1.weight", Dt, D, GCKPT_ROLE_MATRIX);
+    int w1 = linear_weight(tr, "linear_1.weight", Dt, D, false);
     int b1 = vc->projector_bias ? param(tr, "linear_1.bias", 1, Dt, GCKPT_ROLE_BIAS) : -1;
-    int w2 = param(tr, "linear_2.weight", Dt, Dt, GCKPT_ROLE_MATRIX);
+    int w2 = linear_weight(tr, "linear_2.weight", Dt, Dt, false);
     int b2 = vc->projector_bias ? param(tr, "linear_2.bias", 1, Dt, GCKPT_ROLE_BIAS) : -1;
-    int h = linear(tr, sel, w1, b1, D, Dt, "linear_1");
+    int h = base_linear(tr, sel, w1, b1, D, Dt, "linear_1");
     int a = unary(tr, h, "act", false, GCKPT_P_GELU, 0);
-    int feats = linear(tr, a, w2, b2, Dt, Dt, "linear_2");
+    int feats = base_linear(tr, a, w2, b2, Dt, Dt, "linear_2");
     /* image_features: llava's image_outputs.pooler_output keeps views of it until the forward
      * returns; llava_next's keeps pack_image_features' new tensors (core/vlm_step.c), and this
      * output goes once they are made */
     r->t[feats].fwd_end_free = !step || vc->projector == GCKPT_PROJ_LLAVA;
     if (step) r->grad_seed = feats;
     tr->pfx = "";
-    /* LLaVA-NeXT's newline vector (its cat in pack_image_features saves nothing): in a step,
-     * its weight and optimizer states (the tower's saved-bytes recipe leaves it out); no op
-     * here reads it: the step's bridge makes its gradient */
-    if (step && vc->projector == GCKPT_PROJ_LLAVA_NEXT)
-        r->bridge_param = param(tr, "image_newline", 1, Dt, GCKPT_ROLE_BIAS);
+    /* LLaVA-NeXT's newline vector (its cat in pack_image_features saves nothing): its weight
+     * and optimizer states, in both recipes (the step's live weights are the whole tower's less
+     * the unused layers': FINDINGS R-VLM-90); no op here reads it: a step's bridge makes its
+     * gradient (R-VLM-80) */
+    if (vc->projector == GCKPT_PROJ_LLAVA_NEXT) r->bridge_param = param(tr, "image_newline", 1, Dt, GCKPT_ROLE_BIAS);
     section_end(tr);
 }
 
@@ -297,10 +297,14 @@ static void gemma3_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool train
         leaf[1] = param(tr, "attention.out_proj.bias", 1, D, GCKPT_ROLE_BIAS);
         param(tr, "layernorm.weight", 1, D, GCKPT_ROLE_NORM_WEIGHT);
         param(tr, "layernorm.bias", 1, D, GCKPT_ROLE_BIAS);
-        leaf[2] = param(tr, "mlp.fc1.weight", I, D, GCKPT_ROLE_MATRIX);
+        /* QLoRA: the head's MLP linears 4-bit, its biases cast by their forward; the attention's
+         * out_proj (nn.MultiheadAttention's NonDynamicallyQuantizableLinear) stays (R-VLM-94) */
+        leaf[2] = linear_weight(tr, "mlp.fc1.weight", I, D, false);
         leaf[3] = param(tr, "mlp.fc1.bias", 1, I, GCKPT_ROLE_BIAS);
-        leaf[4] = param(tr, "mlp.fc2.weight", D, I, GCKPT_ROLE_MATRIX);
+        leaf[4] = linear_weight(tr, "mlp.fc2.weight", D, I, false);
         leaf[5] = param(tr, "mlp.fc2.bias", 1, D, GCKPT_ROLE_BIAS);
+        quant_bias(tr, last, leaf[2], leaf[3]);
+        quant_bias(tr, last, leaf[4], leaf[5]);
         for (int k = 0; k < 6 && cached; k++) r->t[weight_cast(tr, leaf[k], "autocast_cache")].fwd_end_free = true;
         tr->pfx = "";
     }
@@ -874,6 +878,33 @@ static const tower_trace tower_traces[GCKPT_NTOWER] = {
     [GCKPT_TOWER_MLLAMA] = tiled_trace,
 };
 
+/* The tower's buffers (transformers 5.24, every nn.Buffer): CLIP's and SigLIP's position_ids,
+ * int64 [1, positions] (persistent=False; the lookup reads them, FINDINGS R-VLM-90); Qwen2.5-VL's
+ * and Qwen3-VL's axial rotary inv_freq and original_inv_freq, arange(0, head_dim / 2, 2)
+ * elements each in the floating dtype (VisionRotaryEmbedding.compute_axial_rope_parameters);
+ * mllama's tower: not walked, none counted. */
+static const struct {
+    bool position_ids, axial_rotary;
+} tower_buffers[GCKPT_NTOWER] = {
+    [GCKPT_TOWER_CLIP] = {.position_ids = true},
+    [GCKPT_TOWER_SIGLIP] = {.position_ids = true},
+    [GCKPT_TOWER_QWEN2_5] = {.axial_rotary = true},
+    [GCKPT_TOWER_QWEN3] = {.axial_rotary = true},
+};
+
+uint64_t gckpt_vision_buffer_bytes(const gckpt_vlm *v, gckpt_dtype float_dt, uint64_t round)
+{
+    const gckpt_vision *vc = &v->vision;
+    if (vc->tower >= GCKPT_NTOWER) return 0;
+    uint64_t out = 0;
+    if (tower_buffers[vc->tower].position_ids) out += gckpt_round_up(8 * positions_of(vc, false), round);
+    if (tower_buffers[vc->tower].axial_rotary && vc->heads) {
+        uint64_t spatial = vc->hidden / vc->heads / 2;
+        out += 2 * gckpt_round_up(gckpt_dtype_size(float_dt) * ((spatial + 1) / 2), round);
+    }
+    return out;
+}
+
 uint64_t gckpt_vision_image_positions(const gckpt_vlm *v, uint64_t h, uint64_t w)
 {
     if (v->vision.tower != GCKPT_TOWER_QWEN2_5 && v->vision.tower != GCKPT_TOWER_QWEN3)
@@ -885,7 +916,8 @@ uint64_t gckpt_vision_image_positions(const gckpt_vlm *v, uint64_t h, uint64_t w
 }
 
 static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
-                  gckpt_tower_grad g, bool step, bool deepstack, uint8_t pixel_dt, gckpt_recipe *r, gckpt_err *err)
+                  gckpt_tower_grad g, const gckpt_peft *pf, bool step, bool deepstack, uint8_t pixel_dt,
+                  gckpt_recipe *r, gckpt_err *err)
 {
     tower_trace trace = v->vision.tower < GCKPT_NTOWER ? tower_traces[v->vision.tower] : NULL;
     if (!trace) {
@@ -896,8 +928,15 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
     /* Gemma 3's mm_soft_emb_norm is Gemma's RMSNorm: (1 + w), fp32 */
     gckpt_model tm = *tower;
     if (v->vision.projector == GCKPT_PROJ_GEMMA3) tm.rms = GCKPT_RMS_GEMMA;
+    bool quant = gckpt_peft_quantized(pf);
+    if (quant && v->vision.projector != GCKPT_PROJ_LLAVA && v->vision.projector != GCKPT_PROJ_GEMMA3) {
+        gckpt_seterr(err, "%s: QLoRA's 4-bit vision linears are traced for llava's and gemma3's towers only",
+                     v->model_type);
+        return false;
+    }
     tracer tr;
-    tracer_setup(&tr, &tm, p, GCKPT_SDPA, target, NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0, false, r);
+    tracer_setup(&tr, &tm, p, GCKPT_SDPA, target, quant ? pf : NULL, gckpt_vision_positions(v), GCKPT_LOSS_HF, 0,
+                 false, r);
     tr.frozen_params = g != GCKPT_TOWER_TRAINED;
     if (!trace(&tr, v, g, step, deepstack, pixel_dt, err)) return false;
     r->loss = -1;
@@ -908,14 +947,28 @@ static bool build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision 
 bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p, gckpt_target target,
                                gckpt_tower_grad g, gckpt_recipe *r, gckpt_err *err)
 {
-    return build(v, tower, p, target, g, false, false, F32, r, err);
+    return build(v, tower, p, target, g, NULL, false, false, F32, r, err);
+}
+
+bool gckpt_vision_recipe_build_quant(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                     gckpt_target target, gckpt_tower_grad g, const gckpt_peft *pf, gckpt_recipe *r,
+                                     gckpt_err *err)
+{
+    return build(v, tower, p, target, g, pf, false, false, F32, r, err);
+}
+
+bool gckpt_vision_step_recipe_build_quant(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                          gckpt_target target, gckpt_tower_grad g, const gckpt_peft *pf,
+                                          uint8_t pixel_dt, gckpt_recipe *r, gckpt_err *err)
+{
+    return build(v, tower, p, target, g, pf, true, false, pixel_dt, r, err);
 }
 
 bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
                                     gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
                                     gckpt_err *err)
 {
-    return build(v, tower, p, target, g, true, false, pixel_dt, r, err);
+    return build(v, tower, p, target, g, NULL, true, false, pixel_dt, r, err);
 }
 
 bool gckpt_vision_deepstack_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
@@ -925,7 +978,7 @@ bool gckpt_vision_deepstack_recipe_build(const gckpt_vlm *v, const gckpt_model *
         gckpt_seterr(err, "%s: only Qwen3-VL's tower has deepstack mergers", v->model_type);
         return false;
     }
-    return build(v, tower, p, target, g, false, true, F32, r, err);
+    return build(v, tower, p, target, g, NULL, false, true, F32, r, err);
 }
 
 bool gckpt_vision_layer_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,

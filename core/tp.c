@@ -6,6 +6,7 @@
 
 #include "gckpt/core/collective.h"
 #include "gckpt/core/dtype.h"
+#include "gckpt/core/parallel.h"
 #include "gckpt/core/peft.h"
 #include "gckpt/core/step.h"
 
@@ -168,8 +169,7 @@ void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint6
     }
     out->mesh = gckpt_tp_mesh_bytes(tp);
     out->scalars = ADAMW_STEP * tensors + out->mesh;
-    if (!m->learned_positions) /* inv_freq and original_inv_freq [rotary_dim / 2] (R-DIST-22) */
-        out->buffers = 2 * gckpt_round_up(4 * (m->rotary_dim / 2), round);
+    out->buffers = gckpt_model_buffer_bytes(m, GCKPT_DT_F32, GCKPT_DT_F32, round); /* R-DIST-22 */
     out->total = out->weights + out->states + out->scalars + out->buffers;
 }
 

@@ -13,12 +13,15 @@
  * and gives every text layer its type's materialised mask. What each family does is its
  * gckpt_vlm_types row's (features_cat, packed_tiles, image_masks). LoRA on the text model
  * (the row's lora; FINDINGS R-VLM-42, R-VLM-43): the tower and projector frozen, hooked
- * under checkpointing, the hooked text embedding held beside the new embeddings. Qwen3-VL's
+ * under checkpointing, the hooked text embedding held beside the new embeddings; QLoRA (llava,
+ * gemma3: R-VLM-92, R-VLM-94) the tower's linears 4-bit too (llava's projector's). Qwen3-VL's
  * deepstack mergers (the tower's deepstack_visual_indexes) add their events around both
  * towers' layer segments (deepstack_hook, FINDINGS R-VLM-53). Llama 3.2 Vision's features
  * reach the text model as cross-attention states instead (the row's cross_attention,
  * build_cross, FINDINGS R-VLM-60 to R-VLM-62): its tiled tower walked whole (local, then gated
- * global layers), the text model with its cross-attention layers. */
+ * global layers), the text model with its cross-attention layers. Every step holds the batch's
+ * labels (and Gemma 3's token_type_ids) through each micro-step and, from its start, the
+ * model's buffers and AdamW's step counters (R-VLM-90, R-VLM-91). */
 #include "gckpt/core/vlm_step.h"
 
 #include <stdlib.h>
@@ -220,6 +223,13 @@ static bool build(builder *b, const bridge_sizes *z)
         if (!gckpt_sim_begin(b->ts, b->tc, b->tst, later, sync, m ? gckpt_sim_next_id(b->ts) : 0) ||
             !gckpt_sim_begin(b->vs, b->vc, b->vst, later, sync, m ? gckpt_sim_next_id(b->vs) : VISION_IDS))
             return false;
+        /* the batch's labels: the VLM collators' own tensor (input_ids cloned, the image
+         * tokens -100), held by the batch dict until the micro-step's backward ends (R-VLM-91);
+         * with them Gemma 3's token_type_ids, the processor's, which its forward reads */
+        bridge_open(b, m, GCKPT_STAGE_FORWARD);
+        int labels = buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_I64, z->bs);
+        int types = z->kind->image_masks ? buf(b, GCKPT_C_ACTIVATIONS, GCKPT_DT_I64, z->bs) : -1;
+        bridge_close(b);
         rows(b, false, m, 0); /* inputs_embeds = embed_tokens(input_ids) */
         int pix = -1, packed = -1;
         if (z->packed) { /* get_image_features: torch.cat of each sample's tiles */
@@ -294,6 +304,10 @@ static bool build(builder *b, const bridge_sizes *z)
         for (int r = 7; r < 9; r++) rows(b, false, m, r); /* the text embedding's; graphs freed */
         for (int r = 8; r < 10; r++) rows(b, true, m, r);
         rows(b, false, m, 9);
+        bridge_open(b, m, GCKPT_STAGE_BACKWARD);
+        drop(b, labels);
+        if (types >= 0) drop(b, types);
+        bridge_close(b);
     }
     rows(b, false, -1, 0);
     rows(b, true, -1, 0);
@@ -434,9 +448,12 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
     for (uint64_t l = 0; l < v->text.layers; l++) sliding |= gckpt_layer_sliding(&v->text, l);
     const gckpt_vlm_type *kind = gckpt_vlm_type_of(v->model_type);
     const char *why = !kind || !kind->walked              ? "its step is not simulated (gckpt_vlm_types' walked rows only)"
-                      : gckpt_peft_quantized(&s->peft)   ? "QLoRA on a VLM is not planned (bitsandbytes quantizes the vision "
-                                                           "tower's and the projector's linears too: FINDINGS R-VLM-41)"
-                      : gckpt_peft_on(&s->peft) && !kind->lora ? "LoRA on it is not measured (llava's is: FINDINGS R-VLM-43)"
+                      : gckpt_peft_on(&s->peft) && !kind->lora
+                          ? "LoRA on it is not measured (llava's and gemma3's are: FINDINGS R-VLM-43, R-VLM-93)"
+                      : gckpt_peft_quantized(&s->peft) &&
+                              (s->peft.quant != GCKPT_QUANT_NF4 || s->precision != GCKPT_AMP_BF16)
+                          ? "QLoRA on a VLM is measured with nf4 under amp-bf16 only (FINDINGS R-VLM-92): plan --quant "
+                            "nf4 --precision amp-bf16"
                       : gckpt_peft_on(&s->peft) && s->peft.modules_to_save ? "modules_to_save on a VLM is not planned"
                       : gckpt_peft_on(&s->peft) && im->tower_trained ? "LoRA trains the adapters only: the vision tower "
                                                                        "is frozen (get_peft_model)"
@@ -490,9 +507,10 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
     /* Qwen2.5-VL: an image's patches, merge x merge per token */
     vs->seq = v->vision.merge ? im->tokens * v->vision.merge * v->vision.merge : gckpt_vision_positions(v);
     vs->attention = GCKPT_SDPA;
-    if (!gckpt_vision_step_recipe_build(v, &p->tower_live, s->precision, target, g,
-                                        im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32, &p->vr, err) ||
-        !gckpt_vision_recipe_build(v, &p->tower, s->precision, target, g, &p->vfull, err) ||
+    /* QLoRA: the tower's and the projector's linears 4-bit too (R-VLM-41) */
+    if (!gckpt_vision_step_recipe_build_quant(v, &p->tower_live, s->precision, target, g, &s->peft,
+                                              im->pixel_dtype ? im->pixel_dtype : GCKPT_DT_F32, &p->vr, err) ||
+        !gckpt_vision_recipe_build_quant(v, &p->tower, s->precision, target, g, &s->peft, &p->vfull, err) ||
         !scale_attention(v, im, &p->vr) || !scale_attention(v, im, &p->vfull) || !graphless_tower(p, towers[0]) ||
         !gckpt_ctx_init(&p->vc, &p->tower_live, d, &p->vr, vs, err) ||
         !gckpt_ctx_init(&p->vfc, &p->tower, d, &p->vfull, vs, err))
@@ -574,6 +592,22 @@ gckpt_vlm_step *gckpt_vlm_step_new(const gckpt_vlm *v, const gckpt_device *d, co
         for (int k = 0; k < GCKPT_NCOMP; k++) p->start[k] += vstart[k];
         p->dead_weights = full[GCKPT_C_WEIGHTS] - live[GCKPT_C_WEIGHTS];
         p->start[GCKPT_C_WEIGHTS] += p->dead_weights;
+        /* QLoRA: the later layers' 4-bit weights and their statistics too */
+        p->start[GCKPT_C_QUANT_WEIGHTS] += full[GCKPT_C_QUANT_WEIGHTS] - live[GCKPT_C_QUANT_WEIGHTS];
+        p->start[GCKPT_C_QUANT_STATS] += full[GCKPT_C_QUANT_STATS] - live[GCKPT_C_QUANT_STATS];
+        /* the buffers, with the weights (the text model's and the tower's; the rotary tables in
+         * the weights' dtype, embed_scale in the load dtype: QLoRA's from_pretrained loads bf16),
+         * and the optimizer's step counters of every tensor it steps, with its states (the live
+         * layers' and the text model's: the rest get no gradient), R-VLM-90 */
+        uint64_t round = d->alloc_round_bytes;
+        gckpt_dtype fdt = (gckpt_dtype)p->tr.param_dtype;
+        gckpt_dtype sdt = gckpt_peft_quantized(&s->peft) ? GCKPT_DT_BF16 : fdt;
+        p->kept_buffers = (int64_t)(gckpt_model_buffer_bytes(&p->text, fdt, sdt, round) +
+                                    gckpt_vision_buffer_bytes(v, fdt, round));
+        p->kept_steps = (int64_t)(gckpt_step_counter_bytes(&p->tc.params, s->optimizer) +
+                                  gckpt_step_counter_bytes(&p->vc.params, s->optimizer));
+        p->start[GCKPT_C_WEIGHTS] += p->kept_buffers;
+        p->start[GCKPT_C_OPTIMIZER] += p->kept_steps;
         p->seg_kind = b.seg_kind;
         b.seg_kind = NULL;
         ok = true;

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "gckpt/core/families.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/recipe.h"
 #include "gckpt/core/vision.h"
 #include "host_anyres.h"
@@ -36,7 +37,8 @@ struct gckpt_vexec {
     gckpt_vlm_step_info info;
     gckpt_vlm_images im;
     gckpt_exec *t, *x;          /* the text side, the tower's */
-    void *dead;                 /* the weights of the tower's tail (post_layernorm): no op reads them */
+    void *dead;                 /* the weights of the tower's tail (post_layernorm), the buffers and step
+                                 * counters: no op reads them */
     uint64_t dead_bytes;
     bool keep_pixels;
     float *pixels;
@@ -67,7 +69,9 @@ bool gckpt_vexec_supported(const gckpt_backend *be, const gckpt_vlm *v, const gc
                       : s->precision != GCKPT_FP32 && s->precision != GCKPT_AMP_BF16
                           ? "its step is executed in fp32 and amp-bf16 only (pure bf16 and fp16 unverified)"
                       : gckpt_layout_multi(&s->layout) ? "its step is executed on one GPU only"
-                                                       : NULL;
+                      /* the bridge runs the text embedding's backward, which a frozen one has not */
+                      : gckpt_peft_on(&s->peft) ? "its LoRA and QLoRA steps are planned, not executed by gckpt-run"
+                                                : NULL;
     if (!why && !gckpt_exec_model_ok(&v->text, err)) return false;
     if (why) gckpt_seterr(err, "model_type \"%s\": %s", v->model_type, why);
     return !why;
@@ -177,6 +181,8 @@ gckpt_xstatus gckpt_vexec_setup(gckpt_vexec *vx, gckpt_err *err)
     for (size_t i = 0; i < vx->x->nparams; i++)
         if (vx->x->params[i].fwd_only) rest -= (int64_t)vx->x->params[i].spec->weight.bytes;
     if (rest < 0) return exec_fail(err, "setup: the tower's forward-only layers take more than its unused weights");
+    /* + the model's buffers and AdamW's step counters the core's start holds: held, never read */
+    rest += vx->st->kept_buffers + vx->st->kept_steps;
     vx->dead_bytes = (uint64_t)rest;
     if (rc == GCKPT_XS_OK && rest > 0) {
         rc = vx->be->alloc(vx->be, GCKPT_MEM_DEVICE, vx->dead_bytes, &vx->dead);

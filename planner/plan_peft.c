@@ -64,11 +64,14 @@ void gckpt_plan_print_peft_model(const gckpt_plan *p, FILE *f)
                        "                         bnb_4bit_compute_dtype=torch.%s, bnb_4bit_quant_storage=torch.%s)\n",
                     gckpt_quant_names[pf->quant], pf->double_quant ? "True" : "False", torch_dtype(pf->compute_dtype),
                     torch_dtype(pf->quant_storage));
+        const char *cls = gckpt_plan_model_class(p);
+        /* the continuation under from_pretrained's first argument, whatever the class */
+        int indent = (int)(strlen("model = .from_pretrained(") + strlen(cls));
         fprintf(f, "model = %s.from_pretrained(%s, attn_implementation=\"%s\", quantization_config=bnb,\n"
-                   "                                             dtype=torch.bfloat16)\n"
+                   "%*sdtype=torch.bfloat16)\n"
                    "# fp32 non-quantized parameters; not its own checkpointing (reentrant, every layer: FINDINGS R-PEFT-1)\n"
                    "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)\n",
-                gckpt_plan_model_class(p), gckpt_plan_model_arg(p, ma, sizeof ma), attn);
+                cls, gckpt_plan_model_arg(p, ma, sizeof ma), attn, indent, "");
     } else if (p->req.tp) { /* peft wraps the tp_plan's sharded model (FINDINGS R-TP-12) */
         gckpt_plan_tp_model_line(p, gckpt_plan_model_arg(p, ma, sizeof ma), attn, f);
         fprintf(f, "# peft hooks each colwise layer's adapter: lora_B sharded like the layer, lora_A replicated\n"

@@ -134,8 +134,12 @@ static void bad_inputs(void **state)
          "--image-size"},
         /* vision-language models (issue 26): measured (tests/data/hf-vlm), not planned yet */
         /* Gemma 3 is planned: what its step does not simulate, one line each */
-        {"Gemma 3 LoRA", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--method", "lora", "-o", "out.json"),
-         "gemma3: LoRA on it is not measured (llava's is: FINDINGS R-VLM-43)"},
+        {"Gemma 3 QLoRA fp4", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--method", "qlora", "--quant",
+                                "fp4", "-o", "out.json"),
+         "gemma3: QLoRA on a VLM is measured with nf4 under amp-bf16 only (FINDINGS R-VLM-92)"},
+        {"Qwen2.5-VL LoRA", A("--model", GCKPT_TEST_DATA "/configs/qwen2.5-vl-7b.json", "--image-size", "448x448",
+                              "--method", "lora", "-o", "out.json"),
+         "qwen2_5_vl: LoRA on it is not measured (llava's and gemma3's are: FINDINGS R-VLM-43, R-VLM-93)"},
         {"Gemma 3 several GPUs", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--gpus", "2", "--parallel",
                                    "ddp", "-o", "out.json"), "gemma3: a VLM is planned on one GPU only"},
         {"Gemma 3 eager", A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--attention", "eager", "-o",
@@ -144,7 +148,7 @@ static void bad_inputs(void **state)
                                  "out.json"), "gemma3: a fused loss on a VLM is not planned"},
         {"Llama-3.2-11B-Vision LoRA", A("--model", GCKPT_TEST_DATA "/configs/llama-3.2-11b-vision.json", "--method",
                                         "lora", "-o", "out.json"),
-         "mllama: LoRA on it is not measured (llava's is: FINDINGS R-VLM-43)"},
+         "mllama: LoRA on it is not measured (llava's and gemma3's are: FINDINGS R-VLM-43, R-VLM-93)"},
         /* LLaVA is planned (planner/plan_vlm.c): its image options' bad values and what its step does not simulate */
         {"images zero", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--images", "0", "-o", "out.json"),
          "--images: '0' is not an integer in [1, 4096]"},
@@ -173,10 +177,14 @@ static void bad_inputs(void **state)
         {"image tokens fill seq", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--images",
                                     "2", "-o", "out.json"),
          "--seq 1024: a sample's 2 image(s) take 1152 tokens of it (576 each), leaving no text tokens"},
-        {"LLaVA QLoRA", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--method", "qlora",
-                          "-o", "out.json"),
-         "llava: QLoRA on a VLM is not planned (bitsandbytes quantizes the vision tower's and the projector's linears "
-         "too: FINDINGS R-VLM-41)"},
+        /* QLoRA on LLaVA is planned at what the probe measured: nf4 under amp-bf16 */
+        {"LLaVA QLoRA int8", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--method",
+                               "qlora", "--quant", "int8", "-o", "out.json"),
+         "llava: QLoRA on a VLM is measured with nf4 under amp-bf16 only (FINDINGS R-VLM-92): plan --quant nf4 "
+         "--precision amp-bf16"},
+        {"LLaVA QLoRA fp32", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--method",
+                               "qlora", "--precision", "fp32", "-o", "out.json"),
+         "llava: QLoRA on a VLM is measured with nf4 under amp-bf16 only"},
         {"LLaVA LoRA modules_to_save", A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024",
                                          "--method", "lora", "--modules-to-save", "lm_head", "-o", "out.json"),
          "llava: modules_to_save on a VLM is not planned"},
@@ -472,6 +480,20 @@ static void good_runs(void **state)
         assert_null(strstr(tj, "\"gradient_checkpointing\":\ttrue"));
         free(tj);
     }
+    /* QLoRA on LLaVA: planned (the tower's and the projector's linears 4-bit too, FINDINGS R-VLM-92),
+     * the adapters on the text model, the snippet loading the VLM in 4 bits */
+    assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/llava-1.5-7b.json", "--seq", "1024", "--method", "qlora",
+                           "-o", "llava-qlora.json"), err, sizeof err), 0);
+    assert_true(cli_exists("llava-qlora.json"));
+    assert_non_null(strstr(cli_out, "qlora r 16 alpha 32 dropout 0.05 all-linear of the text model"));
+    assert_non_null(strstr(cli_out, "model = AutoModelForImageTextToText.from_pretrained(..., attn_implementation=\"sdpa\", "
+                                    "quantization_config=bnb"));
+    /* LoRA on Gemma 3's text model: planned (FINDINGS R-VLM-93), the regex in the snippet */
+    assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/gemma-3-4b.json", "--seq", "2048", "--method", "lora",
+                           "--gpu", "h100-sxm-80gb", "-o", "gemma3-lora.json"), err, sizeof err), 0);
+    assert_true(cli_exists("gemma3-lora.json"));
+    assert_non_null(strstr(cli_out, "lora r 16 alpha 32 dropout 0.05 all-linear of the text model, 29802496 trainable"));
+    assert_non_null(strstr(cli_out, "target_modules=r\"model\\.language_model.*\\.(q_proj|"));
     /* Qwen3-VL: planned at an image size; a frozen tower's snippet unfreezes both mergers */
     assert_int_equal(run(A("--model", GCKPT_TEST_DATA "/configs/qwen3-vl-4b.json", "--seq", "1024", "--image-size",
                            "448x448", "--vision-tower", "frozen", "--budget", "200GiB", "-o", "qwen3vl.json"),

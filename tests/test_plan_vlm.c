@@ -174,6 +174,10 @@ static void check_fixture(const char *path, const char *name, tally *ty)
             snprintf(want, sizeof want, "target_modules=r\"%s\",", tm->valuestring);
             if (!strstr(out, want) || !strstr(out, "model = AutoModelForImageTextToText.from_pretrained("))
                 fail_msg("%s: the snippet does not load the VLM with %s:\n%s", name, want, out);
+            /* QLoRA: loaded 4-bit and prepared as the probe did */
+            if (!strcmp(at(j, "method")->valuestring, "qlora") &&
+                (!strstr(out, "BitsAndBytesConfig(") || !strstr(out, "prepare_model_for_kbit_training(")))
+                fail_msg("%s: the snippet does not load the VLM in 4 bits and prepare it:\n%s", name, out);
         }
         /* the per-layer code the probe ran, line for line, and the Trainer's checkpointing off */
         if (cJSON_IsArray(code)) {
@@ -267,6 +271,36 @@ static void llava_lora_plans(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
+/* --method qlora on LLaVA: nf4 with double quantization, bf16 compute, amp-bf16; every linear
+ * but lm_head 4-bit, the tower's and the projector's too (FINDINGS R-VLM-41, R-VLM-92) */
+static void llava_qlora_plans(void **state)
+{
+    (void)state;
+    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-qlora-", check_text_adapters);
+    assert_int_equal(ty.files, 5);
+    assert_int_equal(ty.passed, ty.files);
+}
+
+/* --method lora on Gemma 3: adapters on the text model, the SigLIP tower and the projector
+ * frozen (FINDINGS R-VLM-93) */
+static void gemma3_lora_plans(void **state)
+{
+    (void)state;
+    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-peft", "gemma3-lora-", check_text_adapters);
+    assert_int_equal(ty.files, 15);
+    assert_int_equal(ty.passed, ty.files);
+}
+
+/* --method qlora on Gemma 3: nf4 under amp-bf16, the SigLIP tower's linears 4-bit too
+ * (FINDINGS R-VLM-94) */
+static void gemma3_qlora_plans(void **state)
+{
+    (void)state;
+    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-peft", "gemma3-qlora-", check_text_adapters);
+    assert_int_equal(ty.files, 5);
+    assert_int_equal(ty.passed, ty.files);
+}
+
 /* Qwen3-VL: the same token rule at patch 16; the deepstack mergers in the step (R-VLM-53) */
 static void qwen3_vl_plans(void **state)
 {
@@ -348,6 +382,7 @@ int main(void)
                                        cmocka_unit_test(gemma3_plans), cmocka_unit_test(qwen2_5_vl_plans),
                                        cmocka_unit_test(llava_lora_plans), cmocka_unit_test(qwen3_vl_plans),
                                        cmocka_unit_test(llava_tower_plans), cmocka_unit_test(trainer_keeps_flags),
-                                       cmocka_unit_test(mllama_plans)};
+                                       cmocka_unit_test(mllama_plans), cmocka_unit_test(llava_qlora_plans),
+                                       cmocka_unit_test(gemma3_lora_plans), cmocka_unit_test(gemma3_qlora_plans)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,13 +147,10 @@ static void check_fixture(const char *path, tally *ty)
     static gckpt_ctx ctx;
     if (!gckpt_ctx_init(&ctx, &tower, &g_dev, &r, &s, &err)) fail_msg("%s: %s", path, err.msg);
 
-    /* the parameters: the tower's and the projector's, as the reader counts them, less what is
-     * not traced: LLaVA-NeXT's image_newline [text hidden] (pack_image_features reads it) */
+    /* the parameters: the tower's and the projector's (LLaVA-NeXT's image_newline with them),
+     * as the reader counts them */
     bool head_traced = r.sec_end[GCKPT_SEC_HEAD] > r.sec_begin[GCKPT_SEC_HEAD];
-    uint64_t untraced = 0;
-    if (v.vision.projector == GCKPT_PROJ_LLAVA_NEXT) untraced = v.text.hidden;
-    uint64_t traced = 0,
-             counted = gckpt_vision_tower_params(&v).params + gckpt_vision_projector_params(&v).params - untraced;
+    uint64_t traced = 0, counted = gckpt_vision_tower_params(&v).params + gckpt_vision_projector_params(&v).params;
     for (int i = 0; i < ctx.params.n; i++) traced += ctx.params.p[i].copies * ctx.params.p[i].weight.numel;
     if (traced != counted)
         fail_msg("%s: the tower recipe has %llu parameters, the reader counts %llu", path, (unsigned long long)traced,

@@ -1,5 +1,5 @@
-/* A LLaVA or LLaVA-NeXT training step (core/vlm_step.c) against every llava and llava_next
- * fixture of tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with
+/* A VLM training step (core/vlm_step.c) against every walked family's fixtures of
+ * tests/data/hf-vlm (tools/hf_probe/vlm_cases.py: fp32, bf16 and amp-bf16 with
  * CUDA's lists; every_n off / 1 / 2 / 3; offload; the tower trained and frozen; one and two
  * images; LLaVA-NeXT's anyres tiles): the planned live peak
  * of the steady-state step against the measured one (the last step's live_peak_bytes), within
@@ -9,10 +9,14 @@
  * states) exactly; which layers of each tower are checkpointed against the probe's
  * (towers.vision / towers.text.checkpointed); the tokens per image. The LoRA fixtures of
  * tests/data/hf-vlm-peft (adapters on the text model) the same way, and each plain layer's
- * saved bytes exactly. mllama (Llama 3.2 Vision) the same way, and its backward's tail (the text
- * embedding's, the projector's and the tower's backward after text layer 0's: where
- * cross_attention_states' gradient waits for the projector, R-VLM-34) exactly; Llama-3.2-11B-Vision's
- * step weights against transformers' parameter count. */
+ * saved bytes exactly, the live bytes after the forward exactly but the 8-byte Python scalars
+ * (R-AUTOGRAD-4); the QLoRA ones (the tower's and projector's linears 4-bit) likewise. Every
+ * fixture's step start exactly: weights, quantized storage and statistics, optimizer states,
+ * the model's buffers and AdamW's step counters (FINDINGS R-VLM-90). mllama (Llama 3.2 Vision)
+ * the same way, and its backward's tail (the text embedding's, the projector's and the tower's
+ * backward after text layer 0's: where cross_attention_states' gradient waits for the
+ * projector, R-VLM-34) exactly; Llama-3.2-11B-Vision's step weights against transformers'
+ * parameter count. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +31,7 @@
 #include <cjson/cJSON.h>
 #include "gckpt/core/device.h"
 #include "gckpt/core/towers.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/vlm_step.h"
 #include "gckpt/util/util.h"
 
@@ -73,11 +78,12 @@ static void step_returns(const char *path, const gckpt_vlm *v, const gckpt_setti
 }
 
 typedef struct {
-    int files, passed, layers_exact, tails;
+    int files, passed, layers_exact, tails, starts_exact, forwards_exact;
     double worst;
     bool exact_layers; /* check each plain layer's saved bytes */
     /* check the backward's tail: mllama's text embedding, projector and tower after text layer 0's */
     bool tail;
+    bool adapters; /* LoRA / QLoRA: the live bytes after the forward exactly, but the scalars */
 } tally;
 
 /* The planned backward's tail, the last micro-step's: the live bytes when text layer 0's backward
@@ -188,6 +194,19 @@ static void check_fixture(const char *path, const char *name, tally *ty)
         ty->layers_exact++;
     }
     const cJSON *steps = at(j, "steps"), *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
+    /* the step's start exactly: the weights, the quantized ones' storage and statistics, the
+     * optimizer's states, the model's buffers and AdamW's step counters (the probe's
+     * live_at_start_bytes: every parameter, gradient, buffer and optimizer state tensor) */
+    static gckpt_vlm_step_info sinfo;
+    gckpt_vlm_step *st = gckpt_vlm_step_new(&v, &g_dev, &s, target, &images, &sinfo, &err);
+    if (!st) fail_msg("%s: %s", path, err.msg);
+    int64_t start = 0;
+    for (int k = 0; k < GCKPT_NCOMP; k++) start += k == GCKPT_C_WORKSPACE ? 0 : st->start[k];
+    gckpt_vlm_step_free(st);
+    double start_m = at(last, "live_at_start_bytes")->valuedouble;
+    if ((double)start != start_m)
+        fail_msg("%s: the step starts at %.0f bytes measured, %lld planned", path, start_m, (long long)start);
+    ty->starts_exact++;
     /* (a peak between the micro-steps is the probe's batch making: hf_vlm_step_peak) */
     double peak = hf_vlm_step_peak(last), after = at(last, "after_forward_bytes")->valuedouble;
     /* the host: both towers' offloaded inputs and the checkpoints' RNG states, exact */
@@ -196,6 +215,20 @@ static void check_fixture(const char *path, const char *name, tally *ty)
         fail_msg("%s: host peak %.0f measured, %llu planned (offloaded %llu, RNG states %llu)", path, host,
                  (unsigned long long)(res.host_pinned_bytes + res.host_rng_bytes),
                  (unsigned long long)res.host_pinned_bytes, (unsigned long long)res.host_rng_bytes);
+    /* LoRA / QLoRA: after the first micro-step's forward the plan holds what was measured but
+     * the 8-byte Python scalars it leaves out (FINDINGS R-AUTOGRAD-4): each adapter's `*
+     * scaling` in every text layer, checkpointed or not, CLIP's `1.702 * x` (quick_gelu) in each
+     * live vision layer when the hooked tower builds a graph, the loss's one (R-VLM-91) */
+    if (ty->adapters) {
+        double after1 = cJSON_GetArrayItem(at(last, "after_forward_bytes_micro"), 0)->valuedouble;
+        uint64_t n = (uint64_t)__builtin_popcount(s.peft.targets & gckpt_lora_family_targets(v.text.family)) *
+                         info.text_layers +
+                     (s.every_n && v.vision.act == GCKPT_VACT_QUICK_GELU ? info.vision_live : 0) + 1;
+        if (after1 - (double)res.after_forward_bytes != 8.0 * (double)n)
+            fail_msg("%s: %.0f bytes after the forward measured, %llu planned: not the %llu 8-byte scalars apart", path,
+                     after1, (unsigned long long)res.after_forward_bytes, (unsigned long long)n);
+        ty->forwards_exact++;
+    }
     double e = ((double)res.peak_bytes - peak) / peak, ea = ((double)res.after_forward_bytes - after) / after;
     double tol = p == GCKPT_BF16 ? 0.005 : 0.001;
     bool pass = fabs(e) <= tol && fabs(ea) <= tol; /* the live bytes after the forward too, as hf_pass */
@@ -244,10 +277,11 @@ static void check_text_adapters(const char *path, const char *name, void *ty)
 static tally dir_peaks(const char *dir, const char *prefix, void (*fn)(const char *, const char *, void *))
 {
     tally ty = {.exact_layers = strncmp(prefix, "llava-lora-", 11) == 0 || strstr(dir, "hf-vlm-towers"),
-                .tail = strcmp(prefix, "mllama-") == 0};
+                .tail = strcmp(prefix, "mllama-") == 0, .adapters = strstr(prefix, "lora-") != NULL};
     each_json_file(dir, prefix, fn, &ty);
     printf("%s: %d of %d fixtures' live peaks within the tolerance (the worst at %.2f x it); %d plain layers' saved "
-           "bytes exact", prefix, ty.passed, ty.files, ty.worst, ty.layers_exact);
+           "bytes exact; %d steps' start bytes exact; %d forwards exact but the scalars", prefix, ty.passed, ty.files,
+           ty.worst, ty.layers_exact, ty.starts_exact, ty.forwards_exact);
     if (ty.tail) printf("; %d backward tails exact", ty.tails);
     printf("\n");
     return ty;
@@ -303,6 +337,40 @@ static void llava_lora_peaks(void **state)
     tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-lora-", check_text_adapters);
     assert_int_equal(ty.files, 15);
     assert_int_equal(ty.layers_exact, 24); /* every_n off: 3 text, 1 vision; every_n 2: 1 and 1 */
+    assert_int_equal(ty.forwards_exact, ty.files);
+    assert_int_equal(ty.passed, ty.files);
+}
+
+/* QLoRA on LLaVA (nf4, double quantization, bf16 compute; amp-bf16): the tower's and the
+ * projector's linears 4-bit too (FINDINGS R-VLM-41), adapters on the text model */
+static void llava_qlora_peaks(void **state)
+{
+    (void)state;
+    tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-qlora-", check_text_adapters);
+    assert_int_equal(ty.files, 5);
+    assert_int_equal(ty.forwards_exact, ty.files);
+    assert_int_equal(ty.passed, ty.files);
+}
+
+/* LoRA on Gemma 3's text model (FINDINGS R-VLM-93): the SigLIP tower and the projector frozen,
+ * hooked under checkpointing; fp32, bf16, amp-bf16 over every_n off / 1 / 2 x offload */
+static void gemma3_lora_peaks(void **state)
+{
+    (void)state;
+    tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-peft", "gemma3-lora-", check_text_adapters);
+    assert_int_equal(ty.files, 15);
+    assert_int_equal(ty.forwards_exact, ty.files);
+    assert_int_equal(ty.passed, ty.files);
+}
+
+/* QLoRA on Gemma 3 (nf4, double quantization, bf16 compute; amp-bf16): the SigLIP tower's
+ * linears and its pooling head's MLP 4-bit too (FINDINGS R-VLM-94) */
+static void gemma3_qlora_peaks(void **state)
+{
+    (void)state;
+    tally ty = dir_peaks(GCKPT_TEST_DATA "/hf-vlm-peft", "gemma3-qlora-", check_text_adapters);
+    assert_int_equal(ty.files, 5);
+    assert_int_equal(ty.forwards_exact, ty.files);
     assert_int_equal(ty.passed, ty.files);
 }
 
@@ -362,9 +430,11 @@ static void mllama_real_parameters(void **state)
     gckpt_vlm_step *p = gckpt_vlm_step_new(&v, &g_dev, &s, GCKPT_TARGET_CUDA, &im, &info, &err);
     if (!p) fail_msg("%s", err.msg);
     double want = at(c, "parameters")->valuedouble;
-    printf("Llama-3.2-11B-Vision: the step's weights %lld B, 4 x %.0f parameters measured\n",
-           (long long)p->start[GCKPT_C_WEIGHTS], want);
-    assert_true((double)p->start[GCKPT_C_WEIGHTS] == 4 * want);
+    /* the weights component holds the model's buffers too (R-VLM-90) */
+    int64_t weights = p->start[GCKPT_C_WEIGHTS] - p->kept_buffers;
+    printf("Llama-3.2-11B-Vision: the step's weights %lld B (and %lld B of buffers), 4 x %.0f parameters measured\n",
+           (long long)weights, (long long)p->kept_buffers, want);
+    assert_true((double)weights == 4 * want);
     assert_int_equal(info.nvision_ckpt, 0); /* no vision layer is a GradientCheckpointingLayer */
     gckpt_vlm_step_free(p);
     cJSON_Delete(counts);
@@ -381,6 +451,7 @@ int main(void)
                                        cmocka_unit_test(gemma3_peaks), cmocka_unit_test(qwen2_5_vl_peaks),
                                        cmocka_unit_test(llava_lora_peaks), cmocka_unit_test(qwen3_vl_peaks),
                                        cmocka_unit_test(llava_tower_peaks), cmocka_unit_test(mllama_peaks),
-                                       cmocka_unit_test(mllama_real_parameters)};
+                                       cmocka_unit_test(mllama_real_parameters), cmocka_unit_test(llava_qlora_peaks),
+                                       cmocka_unit_test(gemma3_lora_peaks), cmocka_unit_test(gemma3_qlora_peaks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@
 
 #include "gckpt/core/towers.h"
 #include "gckpt/core/device.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/vision.h"
 #include "gckpt/executor/exec_host.h"
 #include "gckpt/executor/exec_vlm.h"
@@ -384,6 +385,13 @@ static void what_it_does_not_run_is_refused(void **st)
     memset(&err, 0, sizeof err);
     assert_null(gckpt_vexec_new(be, &next, &d, &s, &ni, NULL, &err));
     assert_non_null(strstr(err.msg, "needs the images' size"));
+    /* adapters: planned (FINDINGS R-VLM-43, R-VLM-92), not executed */
+    s = setting(1, false, 1);
+    gckpt_peft_default(GCKPT_METHOD_QLORA, &s.peft);
+    memset(&err, 0, sizeof err);
+    assert_false(gckpt_vexec_supported(be, &v, &s, &err));
+    assert_non_null(strstr(err.msg, "its LoRA and QLoRA steps are planned, not executed by gckpt-run"));
+    s = setting(0, false, 1);
     /* another backend than the host's: its kernels of the tower are unverified */
     gckpt_backend cuda = {.name = "cuda"};
     memset(&err, 0, sizeof err);

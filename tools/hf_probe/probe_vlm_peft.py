@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Ground truth for LoRA / QLoRA on a vision-language model (tiny llava of vlm_cases.py), on CPU.
+"""Ground truth for LoRA / QLoRA on a vision-language model (tiny llava of vlm_cases.py; LoRA and
+QLoRA on the text model of its tiny gemma3 too), on CPU.
 
 The model a VLM SFT user trains (TRL's VLM SFT with peft), built as they build it:
 
@@ -58,7 +59,7 @@ import probe_peft  # noqa: E402
 import vlm_cases  # noqa: E402
 
 OUT = os.path.join(probe.ROOT, "tests", "data", "hf-vlm-peft")
-VARIANTS = ("llava",)
+VARIANTS = ("llava", "gemma3")
 TARGETS = {"textattn": r"model\.language_model.*\.(q_proj|k_proj|v_proj|o_proj)",
            "attn": ["q_proj", "k_proj", "v_proj", "o_proj"], "all": "all-linear"}
 CKPT = [(0, False), (1, False), (1, True), (2, False), (2, True)]
@@ -82,7 +83,11 @@ def spec(var, method, precision, targets, every_n, offload, dropout=0.05):
 
 def all_cases():
     out = []
-    for var in VARIANTS:
+    # Gemma 3: LoRA and QLoRA with the adapters on the text model (the regex) only
+    for prec in ("fp32", "bf16", "amp-bf16-cudalists"):
+        out += [spec("gemma3", "lora", prec, "textattn", n, off) for n, off in CKPT]
+    out += [spec("gemma3", "qlora", "amp-bf16-cudalists", "textattn", n, off) for n, off in CKPT]
+    for var in ("llava",):
         for prec in ("fp32", "bf16", "amp-bf16-cudalists"):
             for tg in ("textattn", "all"):
                 out += [spec(var, "lora", prec, tg, n, off) for n, off in CKPT]
@@ -162,7 +167,7 @@ def setup(sp):
     if sp["precision"] == "bf16":
         px["pixel_values"] = px["pixel_values"].to(torch.bfloat16)
     with torch.no_grad(), (torch.autocast("cpu", dtype=torch.bfloat16) if c.amp else contextlib.nullcontext()):
-        pm(input_ids=ids[:1], pixel_values=px["pixel_values"][:1])
+        pm(input_ids=ids[:1], **{k: t[:1] for k, t in px.items()})
     info = probe_peft.describe(pm, hf, sp, before)
     info["layer_input_requires_grad"] = input_rg
     info["input_require_grads_hooked"] = sorted(

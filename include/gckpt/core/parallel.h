@@ -187,6 +187,15 @@ typedef struct gckpt_rank_state {
  * gckpt_params_shard, each allocation rounded to round. */
 void gckpt_rank_rows(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, uint32_t rank,
                      uint64_t round, gckpt_rank_state *out);
+/* The model's buffers (R-DIST-22: the rotary tables' inv_freq and original_inv_freq, computed
+ * in fp32, in float_dt; gemma's embed_scale, torch.tensor(float) in the default dtype, in
+ * scalar_dt), each allocation rounded to round: fp32 under every parallel mode; one GPU's pure
+ * bf16 casts the model whole, its buffers too; from_pretrained(dtype=bfloat16) (QLoRA) makes
+ * embed_scale bf16 and leaves the rotary tables fp32 (FINDINGS R-VLM-90). */
+uint64_t gckpt_model_buffer_bytes(const gckpt_model *m, gckpt_dtype float_dt, gckpt_dtype scalar_dt, uint64_t round);
+/* The optimizer's step counters on the device for table ps's trainable tensors (every
+ * instance): 4 B each under torch AdamW(fused=True), none under the others (R-TP-4, R-VLM-90). */
+uint64_t gckpt_step_counter_bytes(const gckpt_params *ps, gckpt_optimizer o);
 /* The rows kept between steps summed per kind (what gckpt_rank_persistent returns). */
 void gckpt_rank_rows_sum(const gckpt_rank_state *st, gckpt_rank_bytes *out);
 /* Bytes of the rows of one kind. */

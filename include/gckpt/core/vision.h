@@ -201,6 +201,9 @@ uint64_t gckpt_vision_positions(const gckpt_vlm *v);
  * image's tokens x merge^2; 0 for a size the processor refuses), the other towers'
  * gckpt_vision_positions. */
 uint64_t gckpt_vision_image_positions(const gckpt_vlm *v, uint64_t h, uint64_t w);
+/* The tower's buffers kept with its weights (CLIP's and SigLIP's position_ids, the Qwen
+ * towers' rotary inv_freq pair in float_dt), each allocation rounded to round (R-VLM-90). */
+uint64_t gckpt_vision_buffer_bytes(const gckpt_vlm *v, gckpt_dtype float_dt, uint64_t round);
 /* The tower's recipe (core/recipe_vision.c): GCKPT_SEC_EMBED its embedding (the pixels, the
  * patch conv, CLIP's class token and pre_layrnorm, the positions), GCKPT_SEC_BLOCK one encoder
  * layer, GCKPT_SEC_HEAD llava's and llava_next's tail (post_layernorm, which reaches no loss)
@@ -220,6 +223,15 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
 bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
                                     gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
                                     gckpt_err *err);
+/* Both recipes under QLoRA (pf quantized): bitsandbytes loads the tower's and the
+ * projector's linears in 4 bits too, prepare_model_for_kbit_training the rest in fp32
+ * (FINDINGS R-VLM-41); no adapters in the tower. pf NULL or not quantized: as above. */
+bool gckpt_vision_recipe_build_quant(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                     gckpt_target target, gckpt_tower_grad g, const gckpt_peft *pf, gckpt_recipe *r,
+                                     gckpt_err *err);
+bool gckpt_vision_step_recipe_build_quant(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
+                                          gckpt_target target, gckpt_tower_grad g, const gckpt_peft *pf,
+                                          uint8_t pixel_dt, gckpt_recipe *r, gckpt_err *err);
 
 /* Qwen3-VL: the tower's recipe with one deepstack merger (Qwen3VLVisionPatchMerger with
  * use_postshuffle_norm, on a block's output) as its head, in place of the merger. */

@@ -89,6 +89,8 @@ typedef struct {
     int64_t start[GCKPT_NCOMP]; /* the bytes held when the step starts (both towers', and the
                                  * weights of the tower's layers after the feature layer) */
     int64_t dead_weights;  /* ... of which those weights */
+    int64_t kept_buffers;  /* ... the model's buffers (in weights) */
+    int64_t kept_steps;    /* ... the optimizer's step counters (in the optimizer's states) */
     uint64_t image_rows;   /* image tokens per sample */
 } gckpt_vlm_step;
 

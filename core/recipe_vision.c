@@ -11,7 +11,8 @@
  * permutation and 2-D rotary, its block, the patch merger as the head) is a second table
  * row (R-VLM-20..22): rows its patches. mllama's tower (its tiled embedding, a local or a
  * gated global encoder layer, layernorm_post, the post-tile embedding and the projector) for
- * its saved bytes (gckpt_vision_layer_recipe_build, R-VLM-30), not yet in a step's order. */
+ * its saved bytes (gckpt_vision_layer_recipe_build, R-VLM-30) and in a step's order (tiled_trace,
+ * R-VLM-62, R-VLM-63). */
 #include "recipe_tracer.h"
 
 #include "gckpt/core/vision.h"

@@ -304,6 +304,7 @@ void tracer_setup(tracer *tr, const gckpt_model *m, gckpt_precision p, gckpt_att
     r->embed_leaf = -1;
     r->grad_seed = -1;
     r->bridge_param = -1;
+    r->lead_end = r->lead_in = r->lead_out = r->lead_block = -1;
     *tr = (tracer){.r = r, .m = m, .eps = m->norm_eps, .cpu = target != GCKPT_TARGET_CUDA,
                    .cuda_lists = target != GCKPT_TARGET_CPU, .peft = peft, .attn = a,
                    .seq = seq, .replay = -1, .block_in_frozen = block_in_frozen, .bool_mask = -1, .full_mask = -1, .sdpa_mask = -1, .float_mask = -1, .cross_in = {-1, -1, -1}, .loss = loss,

@@ -11,7 +11,8 @@
  * permutation and 2-D rotary, its block, the patch merger as the head) is a second table
  * row (R-VLM-20..22): rows its patches. mllama's tower (its tiled embedding, a local or a
  * gated global encoder layer, layernorm_post, the post-tile embedding and the projector) for
- * its saved bytes (gckpt_vision_layer_recipe_build, R-VLM-30), not yet in a step's order. */
+ * its saved bytes (gckpt_vision_layer_recipe_build, R-VLM-30) and in a step's order (tiled_trace,
+ * R-VLM-62, R-VLM-63). */
 #include "recipe_tracer.h"
 
 #include "gckpt/core/vision.h"
@@ -722,7 +723,11 @@ static void tiled_embedding(tracer *tr, const gckpt_vision *vc, bool hooked, uin
  * post-tile embedding (the global layers run after them: traced as the block), then the
  * intermediate local outputs torch.stack'ed, the padding rows sliced off and reshaped (copies)
  * and torch.cat with the global output: none saves anything; the projector (a Linear with a
- * bias, trained with the tower frozen or not) saves the cat's output. */
+ * bias, trained with the tower frozen or not) saves the cat's output. In a step the tower's
+ * layers are one walk (local, then global), and layernorm_post and the post-tile embedding
+ * are the head's lead (gckpt_recipe.lead_end): run before the first gated layer, on the last
+ * local layer's output, making the first global layer's input, and differentiated right after
+ * that layer's backward, as MllamaVisionModel.forward runs them (FINDINGS R-VLM-63). */
 static void tiled_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
 {
     gckpt_recipe *r = tr->r;
@@ -730,16 +735,22 @@ static void tiled_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
     uint64_t D = vc->hidden, n = vc->image_size / vc->patch, T = vc->max_tiles, P = n * n + 1;
     section_begin(tr, GCKPT_SEC_HEAD);
     int local = tnew(tr, "local_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
-    r->head_in = local;
     int ln = layernorm(tr, local, D, "layernorm_post");
     int ids = -1;
     for (int i = 0; i < r->nop && ids < 0; i++)
         if (r->op[i].prim == GCKPT_P_SOURCE && r->op[i].source == GCKPT_SRC_IDS) ids = r->op[i].out[0];
-    tile_embedding(tr, vc, ln, ids, "post_tile_positional_embedding");
-    /* in a step the layers run before the head (local, then global: one walk), so the head's
-     * input stands for both the local output layernorm_post keeps and the global output the
-     * cat copies (the same [rows, D]; what each saves is unchanged, R-VLM-30) */
-    int glob = step ? local : tnew(tr, "global_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    int post_tile = tile_embedding(tr, vc, ln, ids, "post_tile_positional_embedding");
+    int glob = tnew(tr, "global_output", GCKPT_T_ACT, tr->stream_dt, per_token(D), in_grad);
+    /* alone (saved bytes) the head's input is the local output; in a step the global layers'
+     * output, the lead having run between the encoders. The cat's copy of the intermediate
+     * local outputs reads layers whose outputs the next layer's norm keeps anyway (R-VLM-30). */
+    r->head_in = step ? glob : local;
+    if (step) {
+        r->lead_in = local;
+        r->lead_out = post_tile;
+        r->lead_end = r->nop;
+        r->lead_block = GCKPT_BLOCK_GATED;
+    }
     int feats = tnew(tr, "features_cat", GCKPT_T_ACT, tr->stream_dt, (gckpt_shape){GCKPT_ROWS_BATCH, T * P, vc->output_dim},
                      in_grad);
     opnew(tr, "features_cat", GCKPT_OP_ELEM, 1, (int[]){glob}, feats, -1, 0, NULL);

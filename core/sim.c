@@ -76,6 +76,8 @@ struct gckpt_sim {
     uint64_t live;               /* layers whose output reaches the loss (gckpt_step.live_layers) */
     int feat;                    /* with forward-only layers after them: the head's input, the
                                   * last live layer's output; else -1 */
+    int lead_layer;              /* the layer the head's lead (gckpt_recipe.lead_end) ran before
+                                  * in this micro-step, or -1 */
     bool proxy;                  /* a profile's proxy step (eval.c): its layer 0 is the model's,
                                   * the later ones stand for any layer */
     uint32_t base; /* id of pool[0] */
@@ -321,6 +323,7 @@ bool gckpt_sim_begin(gckpt_sim *s, const gckpt_ctx *c, const gckpt_step *st, boo
     s->proxy = st->modes != NULL;
     s->live = st->live_layers && st->live_layers < layers ? st->live_layers : layers;
     s->feat = -1;
+    s->lead_layer = -1;
     const gckpt_recipe *r = c->recipe;
     for (int t = 0; r->mask >= 0 && t < r->nt; t++)
         if (t != r->mask && r->t[t].kind == GCKPT_T_CONST && r->t[t].layer_type == GCKPT_LT_SLIDING &&
@@ -464,19 +467,20 @@ static void unhold(gckpt_sim *s, sec_t *st, int t, const bool *made, gckpt_sched
     try_free(s, o, id, (int16_t)t);
 }
 
-/* Run the forward ops [begin, end) of a section. save_only_last: the last op only
+/* Run the forward ops [begin, end) of a section (begin -1: its first). save_only_last: the last op only
  * saves its inputs (a recompute stops there, before computing its output). Python
  * references (recipe.h, hold_to) count as one more consumer each, released after the
  * op that ends them, or all at once when a recompute stops before that op (the
  * exception unwinds HF's frames). */
 static void early_grads(gckpt_sim *s, sec_t *st, int i, gckpt_schedule *o);
 
-static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int end, bool save_only_last, int sec_in,
+static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int begin, int end, bool save_only_last, int sec_in,
                     int sec_out, gckpt_schedule *o)
 {
     const gckpt_ctx *c = s->c;
     const gckpt_recipe *r = c->recipe;
-    int begin = r->sec_begin[sec], send = r->sec_end[sec];
+    if (begin < 0) begin = r->sec_begin[sec];
+    int send = r->sec_end[sec];
     int cons[GCKPT_MAX_TENSORS] = {0};
     bool made[GCKPT_MAX_TENSORS] = {false};
     for (int i = begin; i < end; i++)
@@ -1010,7 +1014,7 @@ static void embed_fwd(gckpt_sim *s, gckpt_schedule *o)
     init_sec(&s->embed);
     init_sec(&s->head);
     if (s->wrap) gckpt_wrap_pre_forward(s->wrap, s, o, 0);
-    sim_fwd(s, &s->embed, GCKPT_SEC_EMBED, MODE_SAVE, r->sec_end[GCKPT_SEC_EMBED], false, -1, r->embed_out, o);
+    sim_fwd(s, &s->embed, GCKPT_SEC_EMBED, MODE_SAVE, -1, r->sec_end[GCKPT_SEC_EMBED], false, -1, r->embed_out, o);
     if (s->wrap) gckpt_wrap_post_forward(s->wrap, s, o, 0);
     s->stream = s->embed.inst[r->embed_out];
     /* a frozen embedding's output made a leaf by enable_input_require_grads (with
@@ -1038,11 +1042,37 @@ static void keep_layer_input(gckpt_sim *s, sec_t *st, gckpt_schedule *o)
     }
 }
 
+/* The head's ops from here on run after the layers (before: its lead, gckpt_recipe.lead_end). */
+static int head_begin(const gckpt_recipe *r) { return r->lead_end >= 0 ? r->lead_end : r->sec_begin[GCKPT_SEC_HEAD]; }
+
+/* The head's lead before layer `layer`, the first of its block type (mllama's layernorm_post
+ * and post-tile embedding before the first gated global layer): on the stream, which its
+ * output then is. The recipe sets a lead only when a layer of that type follows. */
+static void lead_fwd(gckpt_sim *s, int layer, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    s->lead_layer = layer;
+    s->head.inst[r->lead_in] = s->stream;
+    sim_fwd(s, &s->head, GCKPT_SEC_HEAD, MODE_SAVE, -1, r->lead_end, false, r->lead_in, r->lead_out, o);
+    s->stream = s->head.inst[r->lead_out];
+}
+
+/* ... and its backward, right after that layer's: the gradient stream through it. */
+static void lead_bwd(gckpt_sim *s, gckpt_schedule *o)
+{
+    const gckpt_recipe *r = s->c->recipe;
+    s->head.grad[r->lead_out] = s->gstream;
+    sim_bwd(s, &s->head, GCKPT_SEC_HEAD, -1, r->lead_end, o);
+    s->gstream = s->head.grad[r->lead_in];
+    s->head.grad[r->lead_in] = -1;
+}
+
 /* A layer of block type `block`: the section the recipe traced for it. */
 static void layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, int block, gckpt_schedule *o)
 {
     const gckpt_recipe *r = s->c->recipe;
     sec_t *st = &s->layer[layer];
+    if (r->lead_end >= 0 && block == r->lead_block && s->lead_layer < 0) lead_fwd(s, layer, o);
     init_sec(st);
     st->mode = mode;
     st->sec = r->block_sec[block] >= 0 ? r->block_sec[block] : GCKPT_SEC_BLOCK;
@@ -1055,8 +1085,8 @@ static void layer_fwd(gckpt_sim *s, int layer, gckpt_layer_mode mode, int block,
     st->xin = s->stream;
     if (s->wrap) gckpt_wrap_pre_forward(s->wrap, s, o, (uint64_t)layer + 1);
     keep_layer_input(s, st, o);
-    sim_fwd(s, st, st->sec, mode == GCKPT_LAYER_PLAIN ? MODE_SAVE : MODE_NOSAVE, r->sec_end[st->sec], false, st->in,
-            st->out, o);
+    sim_fwd(s, st, st->sec, mode == GCKPT_LAYER_PLAIN ? MODE_SAVE : MODE_NOSAVE, -1, r->sec_end[st->sec], false,
+            st->in, st->out, o);
     if (s->wrap) gckpt_wrap_post_forward(s->wrap, s, o, (uint64_t)layer + 1);
     s->stream = st->inst[st->out];
     if ((uint64_t)layer + 1 == s->live && s->live < s->nlayers) {
@@ -1100,7 +1130,8 @@ static void head_fwd(gckpt_sim *s, gckpt_schedule *o)
         s->pool[id].hold = false;
         try_free(s, o, id, (int16_t)t);
     }
-    sim_fwd(s, &s->head, GCKPT_SEC_HEAD, MODE_SAVE, r->sec_end[GCKPT_SEC_HEAD], false, r->head_in, -1, o);
+    sim_fwd(s, &s->head, GCKPT_SEC_HEAD, MODE_SAVE, head_begin(r), r->sec_end[GCKPT_SEC_HEAD], false, r->head_in, -1,
+            o);
     if (s->wrap) gckpt_wrap_forward_end(s->wrap, s, o); /* the root's forward returns after the loss */
 }
 
@@ -1128,16 +1159,16 @@ static void head_bwd(gckpt_sim *s, gckpt_schedule *o)
     if (s->wrap) {
         /* the tail unit's pre-backward runs when its output (lm_head's) gets its gradient: the
          * loss's backward first */
-        int lm = r->sec_begin[GCKPT_SEC_HEAD];
-        for (int i = r->sec_begin[GCKPT_SEC_HEAD]; i < r->sec_end[GCKPT_SEC_HEAD]; i++)
+        int lm = head_begin(r);
+        for (int i = head_begin(r); i < r->sec_end[GCKPT_SEC_HEAD]; i++)
             for (int k = 0; k < r->op[i].nin; k++)
                 if (r->t[r->op[i].in[k]].kind == GCKPT_T_PARAM) lm = i;
         sim_bwd(s, &s->head, GCKPT_SEC_HEAD, lm + 1, -1, o);
         gckpt_wrap_pre_backward(s->wrap, s, o, s->nlayers + 1);
-        sim_bwd(s, &s->head, GCKPT_SEC_HEAD, -1, lm + 1, o);
+        sim_bwd(s, &s->head, GCKPT_SEC_HEAD, head_begin(r), lm + 1, o);
         gckpt_wrap_post_backward(s->wrap, s, o, s->nlayers + 1);
     } else {
-        sim_bwd(s, &s->head, GCKPT_SEC_HEAD, -1, -1, o);
+        sim_bwd(s, &s->head, GCKPT_SEC_HEAD, head_begin(r), -1, o);
     }
     s->gstream = s->head.grad[r->head_in];
     s->head.grad[r->head_in] = -1;
@@ -1171,7 +1202,7 @@ static void recompute(gckpt_sim *s, sec_t *st, int stop, gckpt_schedule *o)
     const gckpt_op *lo = &r->op[stop - 1];
     bool save_only = !s->c->set.reentrant;
     for (int k = 0; k < lo->nsaved; k++) save_only &= lo->saved[k] != lo->out[0] && lo->saved[k] != lo->out[1];
-    sim_fwd(s, st, st->sec, MODE_RECOMPUTE, stop, save_only, st->in, s->c->set.reentrant ? st->out : -1, o);
+    sim_fwd(s, st, st->sec, MODE_RECOMPUTE, -1, stop, save_only, st->in, s->c->set.reentrant ? st->out : -1, o);
     if (st->mask >= 0) { /* an offloaded mask's device copy: the recompute's argument */
         s->pool[st->mask].ckpt = 0;
         try_free(s, o, st->mask, (int16_t)r->mask);
@@ -1239,6 +1270,7 @@ static void layer_bwd(gckpt_sim *s, int layer, gckpt_schedule *o)
     if (s->wrap) gckpt_wrap_post_backward(s->wrap, s, o, (uint64_t)layer + 1);
     s->gstream = st->grad[st->in];
     st->grad[st->in] = -1;
+    if (layer == s->lead_layer) lead_bwd(s, o);
 }
 
 static void embed_bwd(gckpt_sim *s, gckpt_schedule *o)

@@ -390,6 +390,13 @@ typedef struct {
     uint64_t seq;    /* the sequence it was built for (gckpt_recipe_build_seq; 0: unknown):
                       * the layers' block types are gckpt_layer_block's at it */
     int head_in;     /* tensor: the head's input */
+    /* a head whose first ops run between the layers (mllama's tower in a step: layernorm_post
+     * and the post-tile embedding, between the local and the gated global encoder layers,
+     * FINDINGS R-VLM-63): the head's ops before lead_end run before the first layer of block
+     * type lead_block, from lead_in (the stream there) to lead_out (that layer's input), and
+     * their backward right after that layer's (core/sim.c lead_fwd, lead_bwd); -1: none */
+    int lead_end, lead_in, lead_out;
+    int8_t lead_block;
     int loss;        /* tensor: the scalar loss */
     int grad_seed;   /* a recipe without a loss (a VLM's vision side in a step): the head's
                       * output whose gradient arrives from outside (the projector's, from

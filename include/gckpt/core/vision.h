@@ -219,7 +219,9 @@ bool gckpt_vision_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gck
 /* The same recipe as one step simulates it (core/vlm_step.c): its head is the projector on
  * the feature layer's output (the tail, which reaches no loss, left out), whose output's
  * gradient is seeded from outside (gckpt_recipe.grad_seed); the batch's pixel_values are pixel_dt (gckpt_dtype; the image processor's float32, cast to the
- * weights' dtype in the embedding). llava, llava_next and gemma3. */
+ * weights' dtype in the embedding). llava, llava_next and gemma3. mllama's: its local and
+ * gated global layers one walk, layernorm_post and the post-tile embedding the head's lead,
+ * run between them (gckpt_recipe.lead_end, FINDINGS R-VLM-63). */
 bool gckpt_vision_step_recipe_build(const gckpt_vlm *v, const gckpt_model *tower, gckpt_precision p,
                                     gckpt_target target, gckpt_tower_grad g, uint8_t pixel_dt, gckpt_recipe *r,
                                     gckpt_err *err);

@@ -770,17 +770,23 @@ static void tiled_head(tracer *tr, const gckpt_vlm *v, bool in_grad, bool step)
     section_end(tr);
 }
 
+/* The tower's image size a whole number of patches (one line in err when not). */
+static bool patch_grid_ok(const gckpt_vlm *v, gckpt_err *err)
+{
+    const gckpt_vision *vc = &v->vision;
+    if (vc->patch && vc->image_size % vc->patch == 0) return true;
+    gckpt_seterr(err, "%s: vision_config.image_size %llu is not a multiple of patch_size %llu", v->model_type,
+                 (unsigned long long)vc->image_size, (unsigned long long)vc->patch);
+    return false;
+}
+
 /* CLIP's and SigLIP's tower (llava, llava_next, gemma3) traced on tr. */
 static bool vit_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool step, bool deepstack, uint8_t pixel_dt,
                       gckpt_err *err)
 {
     (void)deepstack;
     const gckpt_vision *vc = &v->vision;
-    if (!vc->patch || vc->image_size % vc->patch) {
-        gckpt_seterr(err, "%s: vision_config.image_size %llu is not a multiple of patch_size %llu", v->model_type,
-                     (unsigned long long)vc->image_size, (unsigned long long)vc->patch);
-        return false;
-    }
+    if (!patch_grid_ok(v, err)) return false;
     if (vc->act != GCKPT_VACT_QUICK_GELU && vc->act != GCKPT_VACT_GELU_TANH) {
         gckpt_seterr(err, "%s: vision_config.hidden_act: only quick_gelu (CLIP's) and gelu_pytorch_tanh (SigLIP's) "
                           "are traced", v->model_type);
@@ -859,11 +865,7 @@ static bool tiled_trace(tracer *tr, const gckpt_vlm *v, gckpt_tower_grad g, bool
 {
     (void)deepstack;
     const gckpt_vision *vc = &v->vision;
-    if (!vc->patch || vc->image_size % vc->patch) {
-        gckpt_seterr(err, "%s: vision_config.image_size %llu is not a multiple of patch_size %llu", v->model_type,
-                     (unsigned long long)vc->image_size, (unsigned long long)vc->patch);
-        return false;
-    }
+    if (!patch_grid_ok(v, err)) return false;
     if (!vc->global_layers) {
         gckpt_seterr(err, "%s: vision_config.num_global_layers is 0: only a tower with gated global layers is traced",
                      v->model_type);

@@ -216,13 +216,18 @@ static void deepstack_hook(builder *b, const bridge_sizes *zc, int m, bool visio
     }
 }
 
+/* Micro-step m begins in both towers' simulators (the tower's ids after the text's). */
+static bool begin_micro(builder *b, int m)
+{
+    bool later = b->tst->micro[m].micro == GCKPT_MICRO_LATER, sync = b->tst->micro[m].sync;
+    return gckpt_sim_begin(b->ts, b->tc, b->tst, later, sync, m ? gckpt_sim_next_id(b->ts) : 0) &&
+           gckpt_sim_begin(b->vs, b->vc, b->vst, later, sync, m ? gckpt_sim_next_id(b->vs) : VISION_IDS);
+}
+
 static bool build(builder *b, const bridge_sizes *z)
 {
     for (int m = 0; m < b->tst->micro_steps && b->ok; m++) {
-        bool later = b->tst->micro[m].micro == GCKPT_MICRO_LATER, sync = b->tst->micro[m].sync;
-        if (!gckpt_sim_begin(b->ts, b->tc, b->tst, later, sync, m ? gckpt_sim_next_id(b->ts) : 0) ||
-            !gckpt_sim_begin(b->vs, b->vc, b->vst, later, sync, m ? gckpt_sim_next_id(b->vs) : VISION_IDS))
-            return false;
+        if (!begin_micro(b, m)) return false;
         /* the batch's labels: the VLM collators' own tensor (input_ids cloned, the image
          * tokens -100), held by the batch dict until the micro-step's backward ends (R-VLM-91);
          * with them Gemma 3's token_type_ids, the processor's, which its forward reads */
@@ -324,10 +329,7 @@ static bool build(builder *b, const bridge_sizes *z)
 static bool build_cross(builder *b, const bridge_sizes *z)
 {
     for (int m = 0; m < b->tst->micro_steps && b->ok; m++) {
-        bool later = b->tst->micro[m].micro == GCKPT_MICRO_LATER, sync = b->tst->micro[m].sync;
-        if (!gckpt_sim_begin(b->ts, b->tc, b->tst, later, sync, m ? gckpt_sim_next_id(b->ts) : 0) ||
-            !gckpt_sim_begin(b->vs, b->vc, b->vst, later, sync, m ? gckpt_sim_next_id(b->vs) : VISION_IDS))
-            return false;
+        if (!begin_micro(b, m)) return false;
         /* the batch's cross_attention_mask [b, s, images, max_num_tiles] and aspect_ratio_mask
          * [b, images, max_num_tiles] (int64, the processor's): the Trainer's dict holds them */
         bridge_open(b, m, GCKPT_STAGE_FORWARD);

@@ -212,10 +212,11 @@ def fixture_extra(fx, spec, c):
     fx["setting"]["load_dtype"] = "bfloat16" if spec["load"] == "bf16" or spec["method"] == "qlora" else "float32"
 
 
-def rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks=None):
-    """probe_dist.rank_main with the PEFT model and fields (set in the spawned process)."""
+def rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks=None, extra=None):
+    """probe_dist.rank_main with the PEFT model and fields (set in the spawned process); extra:
+    a fixture_extra of a probe built on this one (it calls fixture_extra itself)."""
     probe_dist.MODEL_BUILDER = build_peft_model
-    probe_dist.FIXTURE_EXTRA = fixture_extra
+    probe_dist.FIXTURE_EXTRA = extra or fixture_extra
     # the tiny checkpoints QLoRA loads, saved once by the parent (a rank's save_pretrained under
     # a distributed state writes no weights on ranks other than 0)
     probe_peft._CKPT_ROOT = os.environ.get("GCKPT_DPEFT_CKPTS") or tempfile.mkdtemp(prefix=f"gckpt-dpeft-r{index}-")

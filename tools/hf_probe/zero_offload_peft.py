@@ -203,14 +203,7 @@ def rank_entry(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks=
     import deepspeed  # noqa: F401  (DS_ACCELERATOR=cpu is set below by rank_main too)
 
     install_recorders()
-    orig = probe_dist.rank_main
-
-    def patched(*a, **k):
-        probe_dist.FIXTURE_EXTRA = fixture_extra
-        return orig(*a, **k)
-
-    probe_dist.rank_main = patched
-    probe_dist_peft.rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks)
+    probe_dist_peft.rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks, extra=fixture_extra)
 
 
 def main(argv=None):

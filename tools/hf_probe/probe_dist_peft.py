@@ -31,6 +31,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -221,6 +222,29 @@ def rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks=N
     # a distributed state writes no weights on ranks other than 0)
     probe_peft._CKPT_ROOT = os.environ.get("GCKPT_DPEFT_CKPTS") or tempfile.mkdtemp(prefix=f"gckpt-dpeft-r{index}-")
     probe_dist.rank_main(index, world, port, specs, out_dir, deepspeed_needed, fake_ranks)
+
+
+def run_offload_cases(sel, out, target, field):
+    """The offload probes' parent (fsdp_offload_peft.py, zero_offload_peft.py): QLoRA's tiny
+    checkpoints saved once, the cases run by target (a rank entry passing its fixture_extra to
+    rank_main), then each rank's persistent bytes and fixture field printed. Returns run_batches'."""
+    os.makedirs(out, exist_ok=True)
+    probe_peft._CKPT_ROOT = os.environ["GCKPT_DPEFT_CKPTS"] = tempfile.mkdtemp(prefix="gckpt-dpeft-")
+    try:
+        for sp in {probe_peft.model_key(peft_spec(c)): c for c in sel if c["method"] == "qlora"}.values():
+            probe_peft.saved_tiny_model(peft_spec(sp))
+        rc = probe_dist.run_batches(sel, out, target=target)
+    finally:
+        shutil.rmtree(probe_peft._CKPT_ROOT, ignore_errors=True)
+    for c in sel:
+        for r in c["fake_ranks"]:
+            path = os.path.join(out, f"{c['name']}-r{r}.json")
+            if os.path.exists(path):
+                with open(path) as f:
+                    fx = json.load(f)
+                print(c["name"], f"r{r}", "persistent", fx["persistent"]["step2_start_bytes"],
+                      json.dumps(fx[field], sort_keys=True))
+    return rc
 
 
 def main(argv=None):

@@ -29,16 +29,13 @@ from __future__ import annotations
 import argparse
 import collections
 import fnmatch
-import json
 import os
-import shutil
 import sys
 import tempfile
 import weakref
 
 import probe_dist
 import probe_dist_peft
-import probe_peft
 
 OUT = os.path.join(tempfile.gettempdir(), "gckpt-zero-offload-peft")
 PINS = []  # (caller, dtype, bytes, weakref)
@@ -213,22 +210,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     os.environ["DS_ACCELERATOR"] = "cpu"
     sel = [c for c in cases() if fnmatch.fnmatch(c["name"], a.filter)]
-    os.makedirs(a.out, exist_ok=True)
-    probe_peft._CKPT_ROOT = os.environ["GCKPT_DPEFT_CKPTS"] = tempfile.mkdtemp(prefix="gckpt-dpeft-")
-    try:  # QLoRA's tiny checkpoints, saved once by the parent (fsdp_offload_peft.py does the same)
-        for sp in {probe_peft.model_key(probe_dist_peft.peft_spec(c)): c for c in sel if c["method"] == "qlora"}.values():
-            probe_peft.saved_tiny_model(probe_dist_peft.peft_spec(sp))
-        rc = probe_dist.run_batches(sel, a.out, target=rank_entry)
-    finally:
-        shutil.rmtree(probe_peft._CKPT_ROOT, ignore_errors=True)
-    for c in sel:
-        for r in c["fake_ranks"]:
-            path = os.path.join(a.out, f"{c['name']}-r{r}.json")
-            if os.path.exists(path):
-                fx = json.load(open(path))
-                print(c["name"], f"r{r}", "persistent", fx["persistent"]["step2_start_bytes"],
-                      json.dumps(fx["zero_offload"], sort_keys=True))
-    return rc
+    return probe_dist_peft.run_offload_cases(sel, a.out, rank_entry, "zero_offload")
 
 
 if __name__ == "__main__":

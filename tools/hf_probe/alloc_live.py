@@ -17,6 +17,7 @@ Used for FINDINGS R-TP-15. One case takes about 30 s on one core.
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import os
 import sys
@@ -44,16 +45,7 @@ def report(tl, step, at, around):
     ts = next((t for t, n in tl.marks if n == at and t0 <= t <= t_end), None)
     if ts is None:
         raise SystemExit(f"no mark {at!r} in step {step}")
-    live = {}
-    for i, m in enumerate(tl.mems):
-        if m.ts > ts:
-            break
-        if m.kind != "device":
-            continue
-        if m.nbytes > 0:
-            live[m.addr] = i
-        else:
-            live.pop(m.addr, None)
+    live = tl.live_allocations(0, bisect.bisect_right(tl.ts, ts))  # tl.ts is sorted
     per = collections.Counter()
     print(f"step {step} at {at}: {tl.live_at(ts)} B live; made in step {step} and still live:")
     for i in sorted(live.values()):

@@ -263,6 +263,20 @@ class Timeline:
             out[key] = max(out.get(key, 0), self.cur[i])
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
+    def live_allocations(self, lo, hi):
+        """{address: event index} of the device allocations made by events [lo, hi) and not
+        freed by then (peak_live.py, alloc_live.py)."""
+        live = {}
+        for i in range(lo, hi):
+            m = self.mems[i]
+            if m.kind != "device":
+                continue
+            if m.nbytes > 0:
+                live[m.addr] = i
+            else:
+                live.pop(m.addr, None)
+        return live
+
     def index_range(self, t0, t1):
         """Indices of the events within [t0, t1]."""
         return bisect.bisect_left(self.ts, t0), bisect.bisect_right(self.ts, t1)

@@ -36,15 +36,7 @@ def _after_forward(self, t0, t1):
     t = next((t for t, n in self.marks if n == "fwd_end::micro1" and t0 <= t <= t1), None)
     if t is None:
         return
-    live = {}
-    for i in range(bisect.bisect_left(self.ts, t0), bisect.bisect_right(self.ts, t)):
-        m = self.mems[i]
-        if m.kind != "device":
-            continue
-        if m.nbytes > 0:
-            live[m.addr] = i
-        else:
-            live.pop(m.addr, None)
+    live = self.live_allocations(bisect.bisect_left(self.ts, t0), bisect.bisect_right(self.ts, t))
     total = sum(self.mems[i].nbytes for i in live.values())
     print(f"=== after micro-step 1's forward: {total} B allocated in the window and live", file=OUT)
     for i in sorted(live.values()):
@@ -59,15 +51,7 @@ def _listing_peak(self, t0, t1):
     if hi <= lo:
         return res
     bi = max(range(lo, hi), key=lambda i: self.cur[i])
-    live = {}
-    for i in range(lo, bi + 1):
-        m = self.mems[i]
-        if m.kind != "device":
-            continue
-        if m.nbytes > 0:
-            live[m.addr] = i
-        else:
-            live.pop(m.addr, None)
+    live = self.live_allocations(lo, bi + 1)
     print(f"=== peak {self.cur[bi]} B at {self.where(bi)[0]}", file=OUT)
     for i in sorted(live.values()):
         print(f"  {self.mems[i].nbytes:>10} {self.where(i)[0]}", file=OUT)

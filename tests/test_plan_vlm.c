@@ -261,43 +261,24 @@ static void qwen2_5_vl_plans(void **state)
     assert_int_equal(ty.passed, ty.files);
 }
 
-/* --method lora on LLaVA (tests/data/hf-vlm-peft): adapters on the text model, the tower and
- * projector frozen (FINDINGS R-VLM-42, R-VLM-43) */
-static void llava_lora_plans(void **state)
-{
-    (void)state;
-    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-lora-", check_text_adapters);
-    assert_int_equal(ty.files, 15);
-    assert_int_equal(ty.passed, ty.files);
-}
+/* Adapters on a VLM's text model (tests/data/hf-vlm-peft), the tower and projector frozen: a
+ * case per fixture prefix and count (FINDINGS R-VLM-40 to R-VLM-43: LoRA on LLaVA; R-VLM-41,
+ * R-VLM-92: QLoRA on LLaVA, nf4 with double quantization under amp-bf16, the tower's and the
+ * projector's linears 4-bit too; R-VLM-93, R-VLM-94: LoRA and QLoRA on Gemma 3, the SigLIP
+ * tower's linears 4-bit under QLoRA) */
+typedef struct {
+    const char *prefix;
+    int files;
+} adapter_case;
 
-/* --method qlora on LLaVA: nf4 with double quantization, bf16 compute, amp-bf16; every linear
- * but lm_head 4-bit, the tower's and the projector's too (FINDINGS R-VLM-41, R-VLM-92) */
-static void llava_qlora_plans(void **state)
-{
-    (void)state;
-    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-peft", "llava-qlora-", check_text_adapters);
-    assert_int_equal(ty.files, 5);
-    assert_int_equal(ty.passed, ty.files);
-}
+static const adapter_case adapter_cases[] = {
+    {"llava-lora-", 15}, {"llava-qlora-", 5}, {"gemma3-lora-", 15}, {"gemma3-qlora-", 5}};
 
-/* --method lora on Gemma 3: adapters on the text model, the SigLIP tower and the projector
- * frozen (FINDINGS R-VLM-93) */
-static void gemma3_lora_plans(void **state)
+static void adapter_plans(void **state)
 {
-    (void)state;
-    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-peft", "gemma3-lora-", check_text_adapters);
-    assert_int_equal(ty.files, 15);
-    assert_int_equal(ty.passed, ty.files);
-}
-
-/* --method qlora on Gemma 3: nf4 under amp-bf16, the SigLIP tower's linears 4-bit too
- * (FINDINGS R-VLM-94) */
-static void gemma3_qlora_plans(void **state)
-{
-    (void)state;
-    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-peft", "gemma3-qlora-", check_text_adapters);
-    assert_int_equal(ty.files, 5);
+    const adapter_case *c = *state;
+    tally ty = family_in(GCKPT_TEST_DATA "/hf-vlm-peft", c->prefix, check_text_adapters);
+    assert_int_equal(ty.files, c->files);
     assert_int_equal(ty.passed, ty.files);
 }
 
@@ -380,9 +361,12 @@ int main(void)
     free(text);
     const struct CMUnitTest tests[] = {cmocka_unit_test(llava_plans), cmocka_unit_test(llava_next_plans),
                                        cmocka_unit_test(gemma3_plans), cmocka_unit_test(qwen2_5_vl_plans),
-                                       cmocka_unit_test(llava_lora_plans), cmocka_unit_test(qwen3_vl_plans),
+                                       cmocka_unit_test(qwen3_vl_plans),
                                        cmocka_unit_test(llava_tower_plans), cmocka_unit_test(trainer_keeps_flags),
-                                       cmocka_unit_test(mllama_plans), cmocka_unit_test(llava_qlora_plans),
-                                       cmocka_unit_test(gemma3_lora_plans), cmocka_unit_test(gemma3_qlora_plans)};
+                                       cmocka_unit_test(mllama_plans),
+                                       cmocka_unit_test_prestate(adapter_plans, (void *)&adapter_cases[0]),
+                                       cmocka_unit_test_prestate(adapter_plans, (void *)&adapter_cases[1]),
+                                       cmocka_unit_test_prestate(adapter_plans, (void *)&adapter_cases[2]),
+                                       cmocka_unit_test_prestate(adapter_plans, (void *)&adapter_cases[3])};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

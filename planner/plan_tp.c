@@ -202,6 +202,19 @@ static void keep_busier(gckpt_result *r, const gckpt_result *k)
     r->peak_grad = k->peak_grad;
 }
 
+/* Whether an earlier TP rank holds the same chunks of the intermediate size and the vocabulary (heads
+ * divide by T, gckpt_tp_model_ok): its walk is rank k's (torch.chunk: only the last ranks differ). */
+static bool tp_walked(const gckpt_plan *p, uint32_t k)
+{
+    const gckpt_model *m = &p->tp_full;
+    const uint32_t T = p->req.tp;
+    for (uint32_t j = 0; j < k; j++)
+        if (gckpt_tp_chunk(m->intermediate, T, j) == gckpt_tp_chunk(m->intermediate, T, k) &&
+            gckpt_tp_chunk(m->vocab, T, j) == gckpt_tp_chunk(m->vocab, T, k))
+            return true;
+    return false;
+}
+
 bool gckpt_plan_tp_busiest(gckpt_plan *p, size_t first, uint64_t micro_batch, uint64_t grad_accum, gckpt_err *err)
 {
     if (p->req.tp < 2) return true;
@@ -215,6 +228,7 @@ bool gckpt_plan_tp_busiest(gckpt_plan *p, size_t first, uint64_t micro_batch, ui
     bool ok = rc && c && prof && pr;
     if (!ok) gckpt_seterr(err, "out of memory");
     for (uint32_t k = 1; ok && k < p->req.tp; k++) {
+        if (tp_walked(p, k)) continue;
         gckpt_model m; /* lives while c points at it */
         gckpt_tp_local_model(&p->tp_full, p->req.tp, k, &m);
         gckpt_setting lay = gckpt_plan_recipe_setting(p, k), s = gckpt_plan_setting_tp(p, micro_batch, grad_accum, k);

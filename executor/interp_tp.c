@@ -14,6 +14,8 @@
  * are bf16, and a colwise input's gradient is all-reduced in fp32 after autocast's cast of it (the module's
  * input is the fp32 one, R-TP-6). Reductions add in rank order (comm.h). The vocabulary-parallel ops
  * compute on host memory: the host backend only (gckpt-run refuses another); fp32 or amp-bf16.
+ * LoRA (TP alone, colwise targets): interp_tp_lora.c styles each lora_B as its layer (colwise: its input's
+ * gradient all-reduced) and lora_A replicated; the frozen base is neither stepped nor hashed.
  * TP x FSDP (TP x DDP, HSDP x TP: interp_fsdp.c's exec_tp_fsdp_ops) runs these ops on FSDP2's unsharded
  * local weights, its collectives in the TP group (tp_coll); FSDP2 shards, steps and hashes the local
  * tensors (exec_tp_index: their elements' places in the whole tensor). */

@@ -5,8 +5,9 @@
  * lora_A [r, in] replicated (a plain parameter, the same on every rank). The adapter's local output adds
  * to the base layer's local output; nothing is all-reduced in the forward. lora_A's gradient is whole and
  * the same on every rank once lora_B's input gradient is summed; the Trainer's all-reduce (AVG) of it
- * on the synchronising micro-step (transformers trainer.py _sync_replicated_trainable_parameters) changes
- * no value at T a power of two and is not run, as the norms' under full fine-tuning (interp_tp.c). What
+ * on the synchronising micro-step (transformers trainer.py _sync_replicated_trainable_parameters) averages
+ * T equal values (at T = 2 exactly the value; else at most the running sum's rounding) and is not run, as
+ * the norms' under full fine-tuning (interp_tp.c; FINDINGS R-TP-19). What
  * gckpt-plan refuses (gckpt_tp_peft_ok: QLoRA, rowwise targets, TP x FSDP / DDP, q / k norms,
  * modules_to_save) gckpt-run refuses with the same line. */
 #include "interp_parallel.h"

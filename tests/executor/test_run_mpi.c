@@ -476,7 +476,7 @@ static int own_lines(const char *err);
 /* Tensor parallelism alone (gckpt-plan --tp T; interp_tp.c), fp32 (and amp-bf16 at T 2), every_n off / 1 / 2
  * x offload, on T ranks
  * against one process of the same batch (the TP ranks share it: mb x grad_accum): every entry passes, every
- * rank's allocator peak equals its schedule's and rank 0's the plan's byte for byte, the ranks' loss and
+ * rank's allocator peak equals its schedule's and the busiest rank's the plan's byte for byte, the ranks' loss and
  * gathered gradient checksum agree, the loss equals one process's within 1e-6 (bit for bit measured at T 2
  * and 4; the rowwise all-reduce adds the ranks' partial sums, a reassociation) and the gradient norm within
  * 1e-6 (the checksum differs: the colwise input gradients and rowwise outputs are summed in another order).
@@ -566,8 +566,8 @@ static double grads_max_diff(const char *dump, int world, const char *one)
 
 /* R, S: --dp-replicate R, --dp-shard S beside --tp T (0: none); the world is T x R x S ranks, the one
  * process runs R x S x grad_accum micro-steps (the data-parallel ranks' batches in their order). */
-/* peft: LoRA (NULL: full fine-tuning), the one process's the same; *busiest_rank: the rank whose
- * allocator peak was the highest at any entry (the last of equals' first: rank 0 unless another is above it) */
+/* peft: LoRA (NULL: full fine-tuning), the one process's the same; *busiest_rank: 0, or the last rank k > 0
+ * whose allocator peak was above every lower rank's at some entry */
 static void check_tp_case(const char *model, int T, int R, int S, uint64_t grad_accum, int steps, gckpt_precision prec,
                           const gckpt_peft *peft, int *busiest_rank)
 {

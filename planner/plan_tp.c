@@ -215,6 +215,41 @@ static bool tp_walked(const gckpt_plan *p, uint32_t k)
     return false;
 }
 
+bool gckpt_plan_tp_rank_ctx(const gckpt_plan *p, uint32_t k, uint64_t micro_batch, uint64_t grad_accum, gckpt_model *m,
+                            gckpt_recipe *rc, gckpt_ctx *c, gckpt_err *err)
+{
+    gckpt_tp_local_model(&p->tp_full, p->req.tp, k, m);
+    gckpt_setting lay = gckpt_plan_recipe_setting(p, k), s = gckpt_plan_setting_tp(p, micro_batch, grad_accum, k);
+    gckpt_setting_recipe(m, &lay, p->target, rc);
+    return gckpt_ctx_init(c, m, &p->dev, rc, &s, err);
+}
+
+bool gckpt_plan_tp_entry_rank(const gckpt_plan *p, const gckpt_entry *e, uint32_t *rank)
+{
+    *rank = 0;
+    gckpt_recipe *rc = malloc(sizeof *rc);
+    gckpt_ctx *c = malloc(sizeof *c);
+    gckpt_profile *prof = malloc(sizeof *prof);
+    bool ok = rc && c && prof;
+    for (uint32_t k = 1; ok && k < p->req.tp; k++) {
+        gckpt_model m;
+        gckpt_err err;
+        gckpt_result r;
+        if (tp_walked(p, k)) continue;
+        ok = gckpt_plan_tp_rank_ctx(p, k, e->micro_batch, e->grad_accum, &m, rc, c, &err) && gckpt_profile_build(c, prof);
+        if (!ok) break;
+        gckpt_fast_eval(c, prof, e->every_n, e->offload, e->grad_accum, &r);
+        if (r.peak_bytes == e->r.peak_bytes && r.peak_bytes > 0) { /* (rank 0's otherwise, gckpt_plan_tp_busiest) */
+            *rank = k;
+            break;
+        }
+    }
+    free(prof);
+    free(c);
+    free(rc);
+    return ok;
+}
+
 bool gckpt_plan_tp_busiest(gckpt_plan *p, size_t first, uint64_t micro_batch, uint64_t grad_accum, gckpt_err *err)
 {
     if (p->req.tp < 2) return true;
@@ -230,10 +265,7 @@ bool gckpt_plan_tp_busiest(gckpt_plan *p, size_t first, uint64_t micro_batch, ui
     for (uint32_t k = 1; ok && k < p->req.tp; k++) {
         if (tp_walked(p, k)) continue;
         gckpt_model m; /* lives while c points at it */
-        gckpt_tp_local_model(&p->tp_full, p->req.tp, k, &m);
-        gckpt_setting lay = gckpt_plan_recipe_setting(p, k), s = gckpt_plan_setting_tp(p, micro_batch, grad_accum, k);
-        gckpt_setting_recipe(&m, &lay, p->target, rc);
-        ok = gckpt_ctx_init(c, &m, &p->dev, rc, &s, err);
+        ok = gckpt_plan_tp_rank_ctx(p, k, micro_batch, grad_accum, &m, rc, c, err);
         if (ok && !(ok = gckpt_profile_build_with(pr, c, prof))) gckpt_seterr(err, "out of memory while profiling");
         for (size_t i = first; ok && i < p->n; i++) {
             gckpt_entry *e = &p->entries[i];

@@ -452,6 +452,15 @@ static void plan_fixture_rank(const char *dir, const char *file, uint32_t *busie
     if (fabs(e) > 0.005)
         fail_msg("%s: plan's peak %llu, the busiest rank's (%u) measured %.0f", file, (unsigned long long)r->peak_bytes, br,
                  f.peak);
+    /* the plot's timeline is the busiest rank's step too: its highest point the entry's peak */
+    enum { MAXP = 1000 };
+    static double ts[MAXP], bs[MAXP];
+    static uint8_t ph[MAXP];
+    size_t np = gckpt_plan_timeline(&p, &p.entries[0], ts, bs, ph, MAXP);
+    double mx = 0;
+    for (size_t k = 0; k < np; k++) mx = bs[k] > mx ? bs[k] : mx;
+    if (!np || (uint64_t)mx != r->peak_bytes)
+        fail_msg("%s: the timeline's peak %.0f (%zu points), the entry's %llu", file, mx, np, (unsigned long long)r->peak_bytes);
     assert_int_equal(p.model.heads, f.m.heads / f.tp); /* the rank's local model */
     /* tok/s per GPU: the T ranks of a TP group share one batch, so the step's tokens over T GPUs */
     double tokens = (double)f.s.seq * f.s.micro_batch * f.s.grad_accum;

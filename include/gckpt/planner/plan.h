@@ -235,6 +235,11 @@ void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *
  * model walked at each, the busiest rank's memory kept (the time stays rank 0's: the largest chunks),
  * fits redone. Nothing without --tp. */
 bool gckpt_plan_tp_busiest(gckpt_plan *p, size_t first, uint64_t micro_batch, uint64_t grad_accum, gckpt_err *err);
+/* TP rank k's local model, recipe and context at one micro-batch split (m and rc live while c is used). */
+bool gckpt_plan_tp_rank_ctx(const gckpt_plan *p, uint32_t k, uint64_t micro_batch, uint64_t grad_accum, gckpt_model *m,
+                            gckpt_recipe *rc, gckpt_ctx *c, gckpt_err *err);
+/* The TP rank whose step is entry e's memory (0 unless another's peak is the entry's); false: out of memory. */
+bool gckpt_plan_tp_entry_rank(const gckpt_plan *p, const gckpt_entry *e, uint32_t *rank);
 
 /* Context parallelism (--cp, plan_cp.c; nothing without it): what was measured (the request
  * refused otherwise, one line), the rank's peak and time beyond FSDP2's at S / C, the header

@@ -705,6 +705,23 @@ static void tp_lora(void **st)
     check_tp_case("tiny-llama", 2, 0, 0, 2, 1, GCKPT_AMP_BF16, &qv, NULL);
     check_tp_case("tiny-llama-tp4", 4, 0, 0, 2, 1, GCKPT_FP32, &col, &busiest);
     print_message("tp 4 LoRA on every colwise layer fp32: the busiest rank %d\n", busiest);
+    /* QLoRA under TP, as gckpt-plan refuses it (R-TP-14): a LoRA plan made QLoRA is refused, one line and
+     * exit 2, no report */
+    char *t = pf_plan_text_tp("tiny-llama", GCKPT_FP32, GCKPT_SDPA, every, 3, 2, 1, 0, &qv, NULL, 2, 0);
+    assert_non_null(t);
+    cJSON *j = cJSON_Parse(t), *in = pf_at(j, "inputs");
+    free(t);
+    cJSON_ReplaceItemInObject(in, "method", cJSON_CreateString("qlora"));
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(in, "quant"), "type", "nf4");
+    t = cJSON_Print(j);
+    cJSON_Delete(j);
+    cli_write("tp-qlora.json", t);
+    free(t);
+    char err[8192];
+    int rc = cli_run(GCKPT_RUN_EXE, A("--plan", "tp-qlora.json", "--backend", "host", "-o", "no.jsonl"), NULL, err, sizeof err);
+    if (rc != 2 || !strstr(err, "--method qlora") || !strstr(err, "R-TP-14") || strchr(err, '\n') != strrchr(err, '\n'))
+        fail_msg("QLoRA under TP: exit %d: %s", rc, err);
+    assert_false(cli_exists("no.jsonl"));
 }
 
 /* TP x DDP (gckpt-plan --tp 2 --dp-replicate 2; interp_fsdp.c's exec_tp_fsdp_ops, FINDINGS R-TP-11): 4 ranks,

@@ -13,9 +13,11 @@
  *     rows only): gckpt-plan's walk, which gckpt-run executes.
  *   - what each layer, the head and the embedding save and the offloaded bytes, exact against the
  *     rank's local model (the head less the lm_head rows' cast the rank does not hold);
- *   - gckpt-plan's sweep with --tp (gckpt_plan_run): the fixtures' peaks within 0.5 %, the plan
- *     JSON's per-entry TP collectives equal to the measured ones, gckpt-run's reader taking it back
- *     (and refusing TP x FSDP, planned but not executed).
+ *   - gckpt-plan's sweep with --tp (gckpt_plan_run): the busiest measured TP rank's peak within 0.5 %
+ *     (every TP rank walked, R-TP-18; the fp32 LoRA every_n off case's is the last rank's), the
+ *     timeline's highest point the entry's peak, the plan JSON's per-entry TP collectives equal to the
+ *     measured ones, gckpt-run's reader taking it back (LoRA too, R-EXEC-8; what gckpt-plan refuses
+ *     under TP refused by the reader with its line).
  *   - TP x FSDP (R-TP-8, the t2s2 fixtures): every fake-group rank's kept bytes at step 2's start and
  *     at its optimizer step's start exact, its peak within 0.5 %, and every rank's collectives (the
  *     gloo twin's too) per kind, dtype and phase: the rank's local model under FSDP2 over its fsdp

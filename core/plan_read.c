@@ -475,6 +475,18 @@ static bool read_tp(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
     return true;
 }
 
+/* LoRA under TP: executed where gckpt-plan plans it (TP alone, colwise targets; executor/interp_tp_lora.c),
+ * refused with the planner's line elsewhere (QLoRA, rowwise targets, TP x FSDP / DDP). */
+static bool tp_peft_executed(const gckpt_plan_file *pf, gckpt_err *err)
+{
+    gckpt_err why = {{0}};
+    if (gckpt_tp_peft_ok(&pf->peft, &pf->model, pf->layout.tp, pf->tp_fsdp > 1 ? pf->tp_fsdp : 0,
+                         pf->tp_replicate > 1 ? pf->tp_replicate : 0, &why))
+        return true;
+    gckpt_seterr(err, "%s: field 'inputs.method': %s; not executed by gckpt-run", pf->file, why.msg);
+    return false;
+}
+
 /* inputs.context_parallel (gckpt-plan --cp, planner/plan_cp.c; absent: none): cp_size x
  * dp_shard_size ranks of the layout (planned, not executed). */
 static bool read_cp(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
@@ -960,9 +972,8 @@ bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
     if (pf->layout.offload)
         gckpt_seterr(err, "%s: field 'inputs.layout.offload': CPU offload on several GPUs is planned from the source, "
                           "not executed by gckpt-run", f);
-    else if (pf->layout.tp > 1 && gckpt_peft_on(&pf->peft)) /* FINDINGS R-TP-12: measured with the probe only */
-        gckpt_seterr(err, "%s: field 'inputs.method': LoRA under tensor parallelism is planned, not executed by "
-                          "gckpt-run", f);
+    else if (pf->layout.tp > 1 && gckpt_peft_on(&pf->peft) && !tp_peft_executed(pf, err))
+        ; /* what gckpt-plan refuses under TP (R-TP-13, -14, -16, -17): err names the rule */
     else if (pf->cp && pf->precision != GCKPT_FP32 && pf->precision != GCKPT_AMP_BF16)
         gckpt_seterr(err, "%s: field 'inputs.precision' = \"%s\": gckpt-run executes context parallelism in fp32 and "
                           "amp-bf16 only; "

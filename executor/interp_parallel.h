@@ -65,6 +65,11 @@ uint64_t exec_tp_index(const gckpt_exec *x, const param_t *p, uint64_t e);
 uint64_t exec_tp_grad_lo(const gckpt_exec *x, const param_t *p, uint64_t n);
 gckpt_xstatus exec_tp_piece_hash(gckpt_exec *x, const param_t *p, gckpt_xt src, uint64_t lo, uint64_t *h, double *ss,
                                  gckpt_err *err);
+/* LoRA under TP (interp_tp_lora.c): a parameter's role by name (1: a colwise layer's lora_B, sharded
+ * like it, *inter when its rows are the intermediate size; 0: lora_A, replicated; -1: no adapter), and
+ * whether the plan's adapters are what gckpt-plan plans under TP (gckpt_tp_peft_ok's line otherwise). */
+int exec_tp_lora_role(const char *name, bool *inter);
+bool exec_tp_lora_ok(const gckpt_exec *x, gckpt_err *err);
 /* This rank's data-parallel rank: its rank, or under TP x FSDP its rank / tp (the dense mesh's tp
  * innermost, R-TP-1) */
 uint32_t exec_dp_rank(const gckpt_exec *x);

@@ -14,6 +14,8 @@
  * are bf16, and a colwise input's gradient is all-reduced in fp32 after autocast's cast of it (the module's
  * input is the fp32 one, R-TP-6). Reductions add in rank order (comm.h). The vocabulary-parallel ops
  * compute on host memory: the host backend only (gckpt-run refuses another); fp32 or amp-bf16.
+ * LoRA (TP alone, colwise targets): interp_tp_lora.c styles each lora_B as its layer (colwise: its input's
+ * gradient all-reduced) and lora_A replicated; the frozen base is neither stepped nor hashed.
  * TP x FSDP (TP x DDP, HSDP x TP: interp_fsdp.c's exec_tp_fsdp_ops) runs these ops on FSDP2's unsharded
  * local weights, its collectives in the TP group (tp_coll); FSDP2 shards, steps and hashes the local
  * tensors (exec_tp_index: their elements' places in the whole tensor). */
@@ -66,10 +68,11 @@ bool exec_tp_prepare(gckpt_exec *x, gckpt_err *err)
                      gckpt_precision_names[x->set.precision]);
         return false;
     }
-    if (gckpt_peft_on(&x->set.peft) || x->set.optimizer != GCKPT_ADAMW) {
-        gckpt_seterr(err, "tensor parallelism is executed for full fine-tuning with adamw only");
+    if (x->set.optimizer != GCKPT_ADAMW) {
+        gckpt_seterr(err, "tensor parallelism is executed with adamw only");
         return false;
     }
+    if (!exec_tp_lora_ok(x, err)) return false; /* LoRA: what gckpt-plan plans (interp_tp_lora.c) */
     exec_tp *t = x->tp = calloc(1, sizeof *x->tp);
     if (!t || !(t->style = calloc((size_t)x->r->nt, 1)) || !(t->inter = calloc((size_t)x->r->nt, sizeof *t->inter)) ||
         !(t->cin = calloc((size_t)x->r->nt, sizeof *t->cin))) {
@@ -85,6 +88,12 @@ bool exec_tp_prepare(gckpt_exec *x, gckpt_err *err)
                 t->style[k] = (int8_t)tp_plan[j].style;
                 t->inter[k] = tp_plan[j].inter;
             }
+        bool inter; /* LoRA: lora_B sharded like its colwise layer, lora_A replicated (interp_tp_lora.c) */
+        int lora = exec_tp_lora_role(x->r->t[k].name, &inter);
+        if (lora >= 0) {
+            t->style[k] = (int8_t)(lora ? TP_COL : TP_REPL);
+            t->inter[k] = inter;
+        }
     }
     /* amp-bf16: autocast's cast of a styled weight is styled as it; the cast of a colwise (or the head's)
      * input is where its fp32 input gradient is all-reduced (R-TP-6: the module's input is the fp32 one) */
@@ -339,6 +348,7 @@ static gckpt_xstatus tp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
     uint64_t step = x->step + 1;
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
+        if (!p->spec->trainable || p->fwd_only) continue; /* frozen (LoRA's base): no .grad */
         if (!exec_live(x, p->grad))
             return exec_fail(err, "%s: parameter %s (layer %d) has no gradient", w->at, x->r->t[p->tensor].name, p->layer);
         gckpt_xt g = exec_inst_view(x, p->grad), pw = exec_param_view(p);
@@ -366,6 +376,7 @@ static gckpt_xstatus tp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, g
     *sumsq = 0;
     for (size_t i = 0; i < x->nparams; i++) {
         param_t *p = &x->params[i];
+        if (!p->spec->trainable || p->fwd_only) continue; /* frozen (LoRA's base): no .grad */
         if (!exec_live(x, p->grad)) return exec_fail(err, "checksum: parameter %s has no gradient", x->r->t[p->tensor].name);
         gckpt_xt g = exec_inst_view(x, p->grad);
         int style = x->tp->style[p->tensor];

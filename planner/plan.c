@@ -171,13 +171,18 @@ static bool loss_check(const gckpt_plan_request *req, const gckpt_plan *p, gckpt
 
 gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum)
 {
+    return gckpt_plan_setting_tp(p, micro_batch, grad_accum, 0);
+}
+
+gckpt_setting gckpt_plan_setting_tp(const gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum, uint32_t tp_rank)
+{
     gckpt_layout l = p->req.layout;
-    if (p->req.tp_dp_shard || p->req.tp_dp_replicate) /* TP x FSDP or TP x DDP: world rank 0 */
+    if (p->req.tp_dp_shard || p->req.tp_dp_replicate) /* TP x FSDP or TP x DDP: world rank tp_rank (fsdp rank 0) */
         gckpt_tp_hsdp_layout(p->req.tp, p->req.tp_dp_replicate ? p->req.tp_dp_replicate : 1,
-                             p->req.tp_dp_shard ? p->req.tp_dp_shard : 1, 0, &l);
-    else if (p->req.tp) { /* TP alone: TP rank 0's parameters (gckpt_tp_params_local) and kept scalars */
+                             p->req.tp_dp_shard ? p->req.tp_dp_shard : 1, tp_rank, &l);
+    else if (p->req.tp) { /* TP alone: the TP rank's parameters (gckpt_tp_params_local) and kept scalars */
         l.tp = p->req.tp;
-        l.tp_rank = 0;
+        l.tp_rank = tp_rank;
     }
     l.cp = p->req.cp; /* CP: the rank's piece of the sequence (plan_cp.c) */
     return (gckpt_setting){.seq = p->req.cp ? p->req.seq / p->req.cp : p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
@@ -233,9 +238,10 @@ static bool sweep_size(const gckpt_plan *p, int nsplit, size_t *total, gckpt_err
     return true;
 }
 
-/* Under --tp: TP rank 0's peak is the walk of its local model (FINDINGS R-TP-7) holding the rank's
- * parameters (gckpt_plan_setting's layout: gckpt_tp_params_local, the kept scalars, autocast's cast of
- * its lm_head rows; the same walk gckpt-run executes); the step's TP
+/* Under --tp: a TP rank's peak is the walk of its local model (FINDINGS R-TP-7) holding the rank's
+ * parameters (gckpt_plan_setting_tp's layout: gckpt_tp_params_local, the kept scalars, autocast's cast of
+ * its lm_head rows; the same walk gckpt-run executes), the busiest rank's kept (gckpt_plan_tp_busiest);
+ * the time TP rank 0's (the largest chunks); the step's TP
  * collectives (R-TP-6) at the profile's intra-node bus bandwidth, none hidden: DTensor's
  * redistributions wait for their result before the next op (unverified on GPUs). */
 static void tp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r)
@@ -310,7 +316,10 @@ static bool sweep(gckpt_plan *p, const batch_split *sp, int nsplit, gckpt_err *e
         gckpt_setting s = gckpt_plan_setting(p, sp[mi].micro_batch, sp[mi].grad_accum);
         ok = gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, err);
         if (ok && !(ok = gckpt_profile_build_with(prr, c, prof))) gckpt_seterr(err, "out of memory while profiling");
+        const size_t first = p->n;
         if (ok) ok = evaluate_split(p, c, prof, sp[mi], err);
+        /* TP: the busiest TP rank's memory (plan_tp.c) */
+        if (ok && p->req.tp) ok = gckpt_plan_tp_busiest(p, first, sp[mi].micro_batch, sp[mi].grad_accum, err);
     }
     free(c);
     free(prof);
@@ -416,7 +425,8 @@ static bool mark_pareto(gckpt_plan *p, gckpt_err *err)
 }
 
 /* --tp T: what was measured (FINDINGS R-TP), then the model planned becomes TP rank 0's local model
- * (the busiest: torch.chunk gives the first ranks the larger pieces). */
+ * (torch.chunk gives the first ranks the larger pieces: the slowest); the other ranks' memory is
+ * walked too (gckpt_plan_tp_busiest: an uneven vocabulary's short rank pads its logits, R-TP-15). */
 static bool tp_setup(gckpt_plan *p, gckpt_err *err)
 {
     const gckpt_plan_request *q = &p->req;
@@ -450,6 +460,15 @@ static bool tp_setup(gckpt_plan *p, gckpt_err *err)
     return true;
 }
 
+gckpt_setting gckpt_plan_recipe_setting(const gckpt_plan *p, uint32_t tp_rank)
+{
+    const gckpt_plan_request *req = &p->req;
+    const gckpt_setting s = gckpt_plan_setting_tp(p, 1, 1, tp_rank);
+    return (gckpt_setting){.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft,
+                           .layout = s.layout, .attention = req->attention, .seq = s.seq,
+                           .loss = (uint8_t)req->loss, .liger_off = req->liger_off};
+}
+
 bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -477,9 +496,7 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     if (!peft_check(req, p, err) || !gckpt_plan_moe_check(req, &p->model, err) || !loss_check(req, p, err) ||
         !tp_setup(p, err) || !gckpt_plan_cp_setup(p, err))
         goto fail;
-    gckpt_setting lay = {.precision = req->precision, .optimizer = req->optimizer, .peft = req->peft,
-                         .layout = gckpt_plan_setting(p, 1, 1).layout, .attention = req->attention, .seq = gckpt_plan_setting(p, 1, 1).seq,
-                         .loss = (uint8_t)req->loss, .liger_off = req->liger_off};
+    gckpt_setting lay = gckpt_plan_recipe_setting(p, 0);
     if (!gckpt_layout_check(&lay, err) ||
         !gckpt_plan_mode_ok(gckpt_par_mode_of(lay.layout.mode), gckpt_parallel_names[lay.layout.mode], err) ||
         !gckpt_parallel_device_ok(&p->dev, &lay.layout, err))

@@ -77,15 +77,28 @@ size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t,
     gckpt_ctx *c = malloc(sizeof *c);
     gckpt_err err;
     gckpt_schedule sc = {0};
-    uint32_t rank = 0;
-    bool ok = max > 0 && c && gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, &err) && gckpt_result_rank(c, &rank);
+    uint32_t rank = 0, tp_rank = 0;
+    /* TP: the busiest TP rank's step is the entry's (gckpt_plan_tp_busiest): its own model and recipe */
+    gckpt_model tpm;
+    gckpt_recipe *tpr = NULL;
+    bool ok = max > 0 && c && (!p->req.tp || gckpt_plan_tp_entry_rank(p, e, &tp_rank));
+    if (ok && tp_rank) {
+        s = gckpt_plan_setting_tp(p, e->micro_batch, e->grad_accum, tp_rank);
+        s.every_n = e->every_n;
+        s.offload = e->offload;
+        ok = (tpr = malloc(sizeof *tpr)) && gckpt_plan_tp_rank_ctx(p, tp_rank, e->micro_batch, e->grad_accum, &tpm, tpr, c, &err);
+    }
+    const gckpt_model *m = tpr ? &tpm : &p->model;
+    const gckpt_recipe *rc = tpr ? tpr : p->recipe;
+    ok = ok && gckpt_ctx_init(c, m, &p->dev, rc, &s, &err) && gckpt_result_rank(c, &rank);
     if (ok && rank != s.layout.rank) { /* ZeRO-1/2: the busiest rank's step is the entry's */
         s.layout.rank = rank;
-        ok = gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, &err);
+        ok = gckpt_ctx_init(c, m, &p->dev, rc, &s, &err);
     }
     if (!ok || !gckpt_schedule_build(c, &sc)) {
         gckpt_schedule_free(&sc);
         free(c);
+        free(tpr);
         return 0;
     }
     timeline_buckets tl = {t, bytes, phase, max, 0, 0};
@@ -102,6 +115,7 @@ size_t gckpt_plan_timeline(const gckpt_plan *p, const gckpt_entry *e, double *t,
     gckpt_walk_schedule(&w, &sc, timeline_event, &tl);
     gckpt_schedule_free(&sc);
     free(c);
+    free(tpr);
     return compact(t, bytes, phase, max);
 }
 

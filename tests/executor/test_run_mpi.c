@@ -476,7 +476,7 @@ static int own_lines(const char *err);
 /* Tensor parallelism alone (gckpt-plan --tp T; interp_tp.c), fp32 (and amp-bf16 at T 2), every_n off / 1 / 2
  * x offload, on T ranks
  * against one process of the same batch (the TP ranks share it: mb x grad_accum): every entry passes, every
- * rank's allocator peak equals its schedule's and rank 0's the plan's byte for byte, the ranks' loss and
+ * rank's allocator peak equals its schedule's and the busiest rank's the plan's byte for byte, the ranks' loss and
  * gathered gradient checksum agree, the loss equals one process's within 1e-6 (bit for bit measured at T 2
  * and 4; the rowwise all-reduce adds the ranks' partial sums, a reassociation) and the gradient norm within
  * 1e-6 (the checksum differs: the colwise input gradients and rowwise outputs are summed in another order).
@@ -566,22 +566,26 @@ static double grads_max_diff(const char *dump, int world, const char *one)
 
 /* R, S: --dp-replicate R, --dp-shard S beside --tp T (0: none); the world is T x R x S ranks, the one
  * process runs R x S x grad_accum micro-steps (the data-parallel ranks' batches in their order). */
-static void check_tp_mesh(const char *model, int T, int R, int S, uint64_t grad_accum, int steps, gckpt_precision prec)
+/* peft: LoRA (NULL: full fine-tuning), the one process's the same; *busiest_rank: 0, or the last rank k > 0
+ * whose allocator peak was above every lower rank's at some entry */
+static void check_tp_case(const char *model, int T, int R, int S, uint64_t grad_accum, int steps, gckpt_precision prec,
+                          const gckpt_peft *peft, int *busiest_rank)
 {
     char plan[112], one[112], rep[128], rep1[128], err[8192];
-    const char *pn = gckpt_precision_names[prec];
+    const char *pn = gckpt_precision_names[prec], *lo = peft ? "-lora" : "";
     int dp = (R ? R : 1) * (S ? S : 1), world = T * dp;
-    if (dp == 1) snprintf(plan, sizeof plan, "%s-tp%d-%s-ga%llu.json", model, T, pn, (unsigned long long)grad_accum);
+    if (busiest_rank) *busiest_rank = 0;
+    if (dp == 1) snprintf(plan, sizeof plan, "%s-tp%d-%s%s-ga%llu.json", model, T, pn, lo, (unsigned long long)grad_accum);
     else snprintf(plan, sizeof plan, "%s-tp%dr%ds%d-%s-ga%llu.json", model, T, R, S, pn, (unsigned long long)grad_accum);
-    snprintf(one, sizeof one, "%s-tpone-%s-ga%llu.json", model, pn, (unsigned long long)grad_accum * (uint64_t)dp);
+    snprintf(one, sizeof one, "%s-tpone-%s%s-ga%llu.json", model, pn, lo, (unsigned long long)grad_accum * (uint64_t)dp);
     snprintf(rep, sizeof rep, "%sl", plan);
     snprintf(rep1, sizeof rep1, "%sl", one);
-    char *t = pf_plan_text_mesh(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum, 0, NULL, NULL, (uint32_t)T, (uint32_t)R,
+    char *t = pf_plan_text_mesh(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum, 0, peft, NULL, (uint32_t)T, (uint32_t)R,
                                 (uint32_t)S);
     assert_non_null(t);
     cli_write(plan, t);
     free(t);
-    t = pf_plan_text_full(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum * (uint64_t)dp, 0, NULL, NULL);
+    t = pf_plan_text_full(model, prec, GCKPT_SDPA, every, 3, 2, grad_accum * (uint64_t)dp, 0, peft, NULL);
     assert_non_null(t);
     cli_write(one, t);
     free(t);
@@ -633,6 +637,7 @@ static void check_tp_mesh(const char *model, int T, int R, int S, uint64_t grad_
         double busiest = 0;
         for (int k = 0; k < world; k++) {
             snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.measured", i, k);
+            if (busiest_rank && num(r, p) > busiest && k) *busiest_rank = k;
             busiest = fmax(busiest, num(r, p));
             snprintf(p, sizeof p, "entries[%d].ranks[%d].peak_bytes.exact", i, k);
             if (!cJSON_IsTrue(pf_at(r, p))) fail_msg("%s entry %d rank %d: measured peak != its prediction", plan, i, k);
@@ -644,9 +649,10 @@ static void check_tp_mesh(const char *model, int T, int R, int S, uint64_t grad_
         snprintf(p, sizeof p, "entries[%d].memory.peak_bytes.predicted", i);
         double pred = num(r, p);
         snprintf(p, sizeof p, "entries[%d].memory.schedule_peak_bytes", i);
-        if (meas != busiest || pred != busiest || num(r, p) != busiest) /* rank 0, the busiest, is the plan's */
-            fail_msg("%s entry %d: the plan predicted %.0f, rank 0's schedule %.0f, measured %.0f, the busiest rank %.0f",
-                     plan, i, pred, num(r, p), meas, busiest);
+        /* the plan is the busiest TP rank's (gckpt_plan_tp_busiest), byte for byte */
+        if (meas != busiest || pred != busiest || num(r, p) != busiest)
+            fail_msg("%s entry %d: the plan predicted %.0f, the busiest rank's schedule %.0f, measured %.0f, the busiest "
+                     "rank %.0f", plan, i, pred, num(r, p), meas, busiest);
         snprintf(p, sizeof p, "entries[%d].message", i);
         if (!cJSON_IsNull(pf_at(r, p))) fail_msg("%s entry %d: message %s", plan, i, str(r, p));
         snprintf(p, sizeof p, "entries[%d].numerics.grad_checksum", i);
@@ -668,9 +674,54 @@ static void check_tp_mesh(const char *model, int T, int R, int S, uint64_t grad_
     cJSON_Delete(s);
 }
 
+static void check_tp_mesh(const char *model, int T, int R, int S, uint64_t grad_accum, int steps, gckpt_precision prec)
+{
+    check_tp_case(model, T, R, S, grad_accum, steps, prec, NULL, NULL);
+}
+
 static void check_tp(const char *model, int T, uint64_t grad_accum, int steps, gckpt_precision prec)
 {
     check_tp_mesh(model, T, 0, 0, grad_accum, steps, prec);
+}
+
+/* LoRA under TP alone (gckpt-plan --tp T --method lora; interp_tp_lora.c, FINDINGS R-TP-12, R-EXEC-8): each
+ * colwise layer's lora_B its rows, lora_A replicated, lora_B's input gradient all-reduced. As check_tp against
+ * one process's LoRA step: every rank's allocator peak equal to its schedule's and the plan equal to the
+ * busiest rank's, the loss and the adapters' gradients within float reassociation. The fp32 q / v case's
+ * busiest rank is the last (the short vocabulary chunk pads its logits for the gather without checkpointing,
+ * R-TP-15, R-TP-18). */
+static void tp_lora(void **st)
+{
+    (void)st;
+    gckpt_peft qv, col;
+    gckpt_peft_default(GCKPT_METHOD_LORA, &qv);
+    qv.targets = (1u << GCKPT_LT_Q) | (1u << GCKPT_LT_V);
+    col = qv;
+    col.targets |= (1u << GCKPT_LT_K) | (1u << GCKPT_LT_GATE) | (1u << GCKPT_LT_UP);
+    int busiest = -1;
+    check_tp_case("tiny-llama", 2, 0, 0, 1, 2, GCKPT_FP32, &qv, &busiest);
+    print_message("tp 2 LoRA q / v fp32: the busiest rank %d\n", busiest);
+    assert_int_equal(busiest, 1);
+    check_tp_case("tiny-llama", 2, 0, 0, 2, 1, GCKPT_AMP_BF16, &qv, NULL);
+    check_tp_case("tiny-llama-tp4", 4, 0, 0, 2, 1, GCKPT_FP32, &col, &busiest);
+    print_message("tp 4 LoRA on every colwise layer fp32: the busiest rank %d\n", busiest);
+    /* QLoRA under TP, as gckpt-plan refuses it (R-TP-14): a LoRA plan made QLoRA is refused, one line and
+     * exit 2, no report */
+    char *t = pf_plan_text_tp("tiny-llama", GCKPT_FP32, GCKPT_SDPA, every, 3, 2, 1, 0, &qv, NULL, 2, 0);
+    assert_non_null(t);
+    cJSON *j = cJSON_Parse(t), *in = pf_at(j, "inputs");
+    free(t);
+    cJSON_ReplaceItemInObject(in, "method", cJSON_CreateString("qlora"));
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(in, "quant"), "type", "nf4");
+    t = cJSON_Print(j);
+    cJSON_Delete(j);
+    cli_write("tp-qlora.json", t);
+    free(t);
+    char err[8192];
+    int rc = cli_run(GCKPT_RUN_EXE, A("--plan", "tp-qlora.json", "--backend", "host", "-o", "no.jsonl"), NULL, err, sizeof err);
+    if (rc != 2 || !strstr(err, "--method qlora") || !strstr(err, "R-TP-14") || strchr(err, '\n') != strrchr(err, '\n'))
+        fail_msg("QLoRA under TP: exit %d: %s", rc, err);
+    assert_false(cli_exists("no.jsonl"));
 }
 
 /* TP x DDP (gckpt-plan --tp 2 --dp-replicate 2; interp_fsdp.c's exec_tp_fsdp_ops, FINDINGS R-TP-11): 4 ranks,
@@ -979,7 +1030,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(ddp), cmocka_unit_test(ddp_peft), cmocka_unit_test(sharded_peft), cmocka_unit_test(zero1), cmocka_unit_test(fsdp),
                                        cmocka_unit_test(zero2), cmocka_unit_test(hsdp), cmocka_unit_test(hsdp_peft), cmocka_unit_test(zero2_split),
                                        cmocka_unit_test(zero2_bucket_size),
-                                       cmocka_unit_test(zero3), cmocka_unit_test(tied), cmocka_unit_test(tp),
+                                       cmocka_unit_test(zero3), cmocka_unit_test(tied), cmocka_unit_test(tp), cmocka_unit_test(tp_lora),
                                        cmocka_unit_test(tp_ddp), cmocka_unit_test(tp_fsdp), cmocka_unit_test(cp),
                                        cmocka_unit_test(refusals)};
     /* GCKPT_MPI_TEST: the tests to run, GCKPT_MPI_SKIP: those left to another CTest entry;

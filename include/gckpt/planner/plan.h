@@ -151,6 +151,10 @@ bool gckpt_warning_say(const gckpt_plan *p, size_t i, char **msg);
 /* The run setting of plan p at one micro-batch split (checkpointing off: the caller sets
  * every_n and offload). */
 gckpt_setting gckpt_plan_setting(const gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum);
+/* The same for TP rank tp_rank (under --tp; its local model is gckpt_tp_local_model of tp_full). */
+gckpt_setting gckpt_plan_setting_tp(const gckpt_plan *p, uint64_t micro_batch, uint64_t grad_accum, uint32_t tp_rank);
+/* The setting a recipe is built from (gckpt_setting_recipe), of TP rank tp_rank. */
+gckpt_setting gckpt_plan_recipe_setting(const gckpt_plan *p, uint32_t tp_rank);
 
 /* Whether two entries of one plan with tokens/s ta and tb are within each other's ratio band
  * [p10, p90]: ta / tb and tb / ta both in it (the planned order could be the wrong way round). */
@@ -227,6 +231,15 @@ void gckpt_plan_tp_args(const gckpt_plan *p, cJSON *args);
 void gckpt_plan_tp_launch(const gckpt_plan *p, FILE *f);
 void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs);
 void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry);
+/* The entries first..p->n - 1 of one micro-batch split (TP rank 0's, walked): every other TP rank's local
+ * model walked at each, the busiest rank's memory kept (the time stays rank 0's: the largest chunks),
+ * fits redone. Nothing without --tp. */
+bool gckpt_plan_tp_busiest(gckpt_plan *p, size_t first, uint64_t micro_batch, uint64_t grad_accum, gckpt_err *err);
+/* TP rank k's local model, recipe and context at one micro-batch split (m and rc live while c is used). */
+bool gckpt_plan_tp_rank_ctx(const gckpt_plan *p, uint32_t k, uint64_t micro_batch, uint64_t grad_accum, gckpt_model *m,
+                            gckpt_recipe *rc, gckpt_ctx *c, gckpt_err *err);
+/* The TP rank whose step is entry e's memory (0 unless another's peak is the entry's); false: out of memory. */
+bool gckpt_plan_tp_entry_rank(const gckpt_plan *p, const gckpt_entry *e, uint32_t *rank);
 
 /* Context parallelism (--cp, plan_cp.c; nothing without it): what was measured (the request
  * refused otherwise, one line), the rank's peak and time beyond FSDP2's at S / C, the header

@@ -642,9 +642,9 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
         goto out;
     }
     if (!(be = make_backend(&a, &rc))) goto out;
-    if (pf.layout.tp > 1 && strcmp(be->name, "host")) { /* interp_tp.c computes the vocabulary-parallel ops on host memory */
-        rc = bad("--backend %s: %s: a tensor-parallel plan (tp_size %u) is executed on the host backend only "
-                 "(--backend host)", be->name, pf.file, pf.layout.tp);
+    if (pf.layout.cp > 1 && strcmp(be->name, "host")) { /* interp_cp.c's ring attention computes on host memory */
+        rc = bad("--backend %s: %s: a context-parallel plan (cp_size %u) is executed on the host backend only "
+                 "(--backend host)", be->name, pf.file, pf.layout.cp);
         goto out;
     }
     if (pf.vlm && (rc = vlm_runs(&pf, be)) != 0) goto out;

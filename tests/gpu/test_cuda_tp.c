@@ -51,7 +51,7 @@ static cJSON *run(int np, const char *plan, const char *backend, const char *rep
 {
     char npv[8], err[8192], path[512];
     snprintf(npv, sizeof npv, "%d", np);
-    int rc = cli_run_opts(GCKPT_MPIEXEC, A("-np", npv, GCKPT_RUN_EXE, "--plan", (char *)plan, "--all", "--backend",
+    int rc = cli_run_opts(GCKPT_MPIEXEC, A("-np", npv, "--oversubscribe", GCKPT_RUN_EXE, "--plan", (char *)plan, "--all", "--backend",
                                            (char *)backend, "--steps", "2", "--warmup", "0", "-o", (char *)report),
                           &mpi_env, err, sizeof err);
     if (rc != 0) fail_msg("%s: mpirun -np %d gckpt-run --backend %s: exit %d: %s", plan, np, backend, rc, err);

@@ -465,6 +465,17 @@ gckpt_xstatus c_collective(gckpt_backend *be, gckpt_coll op, gckpt_redop red, gc
     return cuda_nccl_collective(as_cuda(be), op, red, send, recv, root);
 }
 
+gckpt_xstatus c_attach_group(gckpt_backend *be, gckpt_coll_group g, gckpt_comm *comm)
+{
+    return cuda_nccl_attach_group(as_cuda(be), g, comm);
+}
+
+gckpt_xstatus c_collective_group(gckpt_backend *be, gckpt_coll_group g, gckpt_coll op, gckpt_redop red, gckpt_xt send,
+                                 gckpt_xt recv)
+{
+    return cuda_nccl_collective_group(as_cuda(be), g, op, red, send, recv);
+}
+
 void c_destroy(gckpt_backend *be)
 {
     cuda_be *b = as_cuda(be);
@@ -582,6 +593,9 @@ extern "C" gckpt_backend *gckpt_cuda_backend_new(const gckpt_cuda_opts *o, gckpt
     be->describe = c_describe;
     be->attach = c_attach;
     be->collective = c_collective;
+    be->attach_group = c_attach_group;
+    be->collective_group = c_collective_group;
+    cuda_tp_ops(be);
     be->destroy = c_destroy;
     cudaDeviceProp prop;
     cudaError_t e;

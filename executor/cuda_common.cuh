@@ -42,6 +42,10 @@ struct cuda_be {
     size_t smem_optin;         // max dynamic shared memory per block
     gckpt_comm *comm;          // the run's ranks (nullptr: one)
     ncclComm *nccl;            // their NCCL communicator (cuda_nccl.cu), nullptr for one rank
+    // the process groups joined (attach_group: HSDP's, TP x FSDP's; nullptr: not joined) and an
+    // NCCL communicator of each (nullptr for a group of one rank)
+    gckpt_comm *group[GCKPT_NGROUP];
+    ncclComm *group_nccl[GCKPT_NGROUP];
 };
 
 // The backend behind the interface.
@@ -217,6 +221,11 @@ gckpt_xstatus cuda_source(cuda_be *b, gckpt_source what, const gckpt_xcall *c, c
 gckpt_xstatus cuda_optim(cuda_be *b, const gckpt_optcall *c);
 gckpt_xstatus cuda_nccl_attach(cuda_be *b, gckpt_comm *comm);
 gckpt_xstatus cuda_nccl_collective(cuda_be *b, gckpt_coll op, gckpt_redop red, gckpt_xt send, gckpt_xt recv, int root);
+gckpt_xstatus cuda_nccl_attach_group(cuda_be *b, gckpt_coll_group g, gckpt_comm *comm);
+gckpt_xstatus cuda_nccl_collective_group(cuda_be *b, gckpt_coll_group g, gckpt_coll op, gckpt_redop red, gckpt_xt send,
+                                         gckpt_xt recv);
+// cuda_tp.cu: the backend's scratch, copy2d and embed_rows (tensor parallelism's vocabulary ops)
+void cuda_tp_ops(gckpt_backend *be);
 void cuda_nccl_destroy(cuda_be *b);
 gckpt_xstatus cuda_add(cuda_be *b, gckpt_xt dst, gckpt_xt a, gckpt_xt x);
 gckpt_xstatus cuda_fill(cuda_be *b, gckpt_xt t, gckpt_init how, float scale, uint64_t key);

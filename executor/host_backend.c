@@ -324,6 +324,7 @@ gckpt_backend *gckpt_host_backend_new(uint64_t memory_limit)
     be->collective = h_collective;
     be->attach_group = h_attach_group;
     be->collective_group = h_collective_group;
+    host_tp_ops(be);
     be->destroy = h_destroy;
     return be;
 }

@@ -82,6 +82,9 @@ HOST_KERNEL_PAIR(toy); /* the toy primitive's (tests/toy/toy_exec.c) */
 gckpt_xstatus host_optim(const gckpt_optcall *c, gckpt_err *err);
 gckpt_xstatus host_source(gckpt_source what, const gckpt_xcall *c, const int64_t *host, gckpt_err *err);
 
+/* the backend's tensor-parallel ops (host_tp.c): scratch, copy2d, embed_rows */
+void host_tp_ops(gckpt_backend *be);
+
 /* shared helpers */
 float *host_to_f32(const gckpt_xt *t, gckpt_err *err); /* fp32 copy (hs_malloc: free with hs_free) */
 void host_from_f32(const gckpt_xt *t, const float *v);  /* store with rounding */

@@ -12,8 +12,9 @@
  * all-reduce is not run); qwen3's q_norm / k_norm (replicated_with_grad_allreduce) see only the rank's
  * heads: their gradient contributions are all-reduced. Under amp-bf16 the rowwise outputs and the logits
  * are bf16, and a colwise input's gradient is all-reduced in fp32 after autocast's cast of it (the module's
- * input is the fp32 one, R-TP-6). Reductions add in rank order (comm.h). The vocabulary-parallel ops
- * compute on host memory: the host backend only (gckpt-run refuses another); fp32 or amp-bf16.
+ * input is the fp32 one, R-TP-6). Reductions add in rank order (comm.h). fp32 or amp-bf16. Everything runs
+ * through the backend (the vocabulary-parallel ops with its scratch, copy2d and embed_rows, executor.h): the
+ * host backend, and the CUDA backend with NCCL (compiled, never run: unverified).
  * LoRA (TP alone, colwise targets): interp_tp_lora.c styles each lora_B as its layer (colwise: its input's
  * gradient all-reduced) and lora_A replicated; the frozen base is neither stepped nor hashed.
  * TP x FSDP (TP x DDP, HSDP x TP: interp_fsdp.c's exec_tp_fsdp_ops) runs these ops on FSDP2's unsharded
@@ -27,7 +28,6 @@
 #include "gckpt/core/dtype.h"
 #include "gckpt/core/peft.h"
 #include "gckpt/core/tp.h"
-#include "host_blas.h"
 
 /* TP_REPL_AR: replicated_with_grad_allreduce (qwen3's q_norm / k_norm: each rank's heads give a part of
  * their gradient, all-reduced after every backward, R-TP-2, R-TP-6) */
@@ -203,100 +203,97 @@ static gckpt_xstatus embed_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w
     const exec_tp *t = x->tp;
     const gckpt_xt *tab = &c->in[0], *ids = &c->in[1], *o = &c->out[0];
     uint64_t W = c->op->width, V = x->tp_full.vocab, lo = chunk_start(t, V), rows = gckpt_tp_chunk(V, t->T, t->r);
-    if (!dense_f32(tab) || !dense_f32(o) || !ids->p || tab->n != rows * W)
+    if (!dense_f32(tab) || !dense_f32(o) || !ids->p || tab->n != rows * W || o->n != ids->n * W)
         return exec_fail(err, "%s: tensor parallelism: the embedding is not an fp32 table of the rank's %llu rows", w->at,
                          (unsigned long long)rows);
-    const float *tb = tab->p;
-    float *out = o->p;
-    for (uint64_t k = 0; k < ids->n; k++) {
-        int64_t id = ((const int64_t *)ids->p)[k];
-        if (id < 0 || (uint64_t)id >= V) return exec_fail(err, "%s: id %lld outside the vocabulary", w->at, (long long)id);
-        bool mine = (uint64_t)id >= lo && (uint64_t)id < lo + rows;
-        for (uint64_t j = 0; j < W; j++) out[k * W + j] = mine ? tb[((uint64_t)id - lo) * W + j] : 0.0f;
-    }
-    return all_reduce(x, *o, w, err);
+    gckpt_xstatus rc = x->be->embed_rows(x->be, *o, *tab, *ids, lo, V);
+    return rc == GCKPT_XS_OK ? all_reduce(x, *o, w, err) : exec_be_fail(x, rc, w->at, err);
 }
 
 static bool dense(const gckpt_xt *v) { return v->p && !v->vW; }
 
-/* The first n elements of v as fp32 (NULL: out of memory). */
-static float *to_f32(const gckpt_xt *v, uint64_t n)
+/* A dense rows x cols matrix of dtype dt at p. */
+static gckpt_xt mat(void *p, uint8_t dt, uint64_t rows, uint64_t cols)
 {
-    float *f = malloc(sizeof *f * (n ? n : 1));
-    for (uint64_t i = 0; f && i < n; i++) f[i] = ld(v, i);
-    return f;
+    return (gckpt_xt){.p = p, .n = rows * cols, .dt = dt, .cols = cols, .rows = rows};
 }
 
-/* colwise_gather_output's forward: the rank's logits columns (in the compute dtype), then every rank's
- * gathered into the whole logits [tokens, V] (the pieces padded to ceil(V / T) columns, as DTensor pads
- * them). */
+/* lm_head's linear on the rank's rows only (rows x K of the weight, its first rows x K elements: the
+ * parameter, or autocast's cast of it at its buffer's start): the call c with out_f = rows. */
+static gckpt_xcall rank_linear(const gckpt_xcall *c, gckpt_op *op, uint64_t rows)
+{
+    *op = *c->op;
+    op->out_f = rows;
+    gckpt_xcall l = *c;
+    l.op = op;
+    l.in[1] = mat(c->in[1].p, c->in[1].dt, rows, op->in_f);
+    if (l.gin[1].p) l.gin[1] = mat(c->gin[1].p, c->gin[1].dt, rows, op->in_f);
+    return l;
+}
+
+/* colwise_gather_output's forward: the rank's logits columns (in the compute dtype: the backend's
+ * linear on its rows), then every rank's gathered into the whole logits [tokens, V] (the pieces padded
+ * to ceil(V / T) columns, as DTensor pads them). The temporaries are the backend's scratch. */
 static gckpt_xstatus head_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w, gckpt_err *err)
 {
     const exec_tp *t = x->tp;
+    gckpt_backend *be = x->be;
     const gckpt_xt *in = &c->in[0], *wt = &c->in[1], *o = &c->out[0];
     uint64_t K = c->op->in_f, V = x->tp_full.vocab, part = (V + t->T - 1) / t->T, M = in->n / K,
              rows = gckpt_tp_chunk(V, t->T, t->r), sz = gckpt_dtype_size((gckpt_dtype)o->dt);
     if (!dense(in) || !dense(wt) || !dense(o) || c->op->out_f != V || o->n != M * V || wt->n < rows * K || c->op->nin > 2)
         return exec_fail(err, "%s: tensor parallelism: lm_head is not a linear onto the vocabulary", w->at);
-    float *xf = to_f32(in, M * K), *wf = to_f32(wt, rows * K), *mine = calloc(M * part + 1, sizeof *mine);
-    char *pk = calloc(M * part + 1, sz), *all = calloc(M * part * t->T + 1, sz);
-    bool ok = xf && wf && mine && pk && all;
-    if (ok && rows)
-        host_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)rows, (int)K, 1.0f, xf, (int)K, wf, (int)K, 0.0f,
-                   mine, (int)part);
-    gckpt_xt piece = {pk, M * part, o->dt, 0, 0, 0, 0, 0, 0};
-    for (uint64_t i = 0; ok && i < M * part; i++) st(&piece, i, mine[i]); /* rounded as one process's linear */
-    gckpt_xstatus rc = ok ? tp_coll(x, GCKPT_COLL_ALL_GATHER, piece, (gckpt_xt){all, M * part * t->T, o->dt, 0, 0, 0, 0, 0, 0})
-                          : GCKPT_XS_ERROR;
-    bool sent = rc == GCKPT_XS_OK;
-    for (uint32_t r = 0; sent && r < t->T; r++) {
-        uint64_t lo = (uint64_t)r * part, n = gckpt_tp_chunk(V, t->T, r);
-        for (uint64_t i = 0; i < M; i++) memcpy((char *)o->p + (i * V + lo) * sz, all + ((uint64_t)r * M + i) * part * sz, n * sz);
+    void *pk = NULL, *all = NULL, *mine = NULL;
+    gckpt_xstatus rc = be->scratch(be, M * part * sz, &pk);
+    if (rc == GCKPT_XS_OK) rc = be->scratch(be, M * part * t->T * sz, &all);
+    if (rc == GCKPT_XS_OK && rows < part) rc = be->scratch(be, M * rows * sz, &mine);
+    gckpt_xt piece = mat(pk, o->dt, M, part);
+    if (rc == GCKPT_XS_OK && rows < part) rc = be->init(be, piece, GCKPT_INIT_CONST, 0.0f, 0); /* the padding */
+    if (rc == GCKPT_XS_OK && rows) { /* rounded as one process's linear */
+        gckpt_op op;
+        gckpt_xcall l = rank_linear(c, &op, rows);
+        l.out[0] = mat(rows < part ? mine : pk, o->dt, M, rows);
+        l.out[1] = (gckpt_xt){0};
+        rc = be->forward(be, &l);
+        if (rc == GCKPT_XS_OK && rows < part) rc = be->copy2d(be, pk, part * sz, mine, rows * sz, rows * sz, M);
     }
-    free(xf);
-    free(wf);
-    free(mine);
-    free(pk);
-    free(all);
-    if (!ok) return exec_fail(err, "out of memory");
-    return sent ? GCKPT_XS_OK : exec_fail(err, "%s: gathering the logits: %s", w->at, x->be->err.msg);
+    if (rc == GCKPT_XS_OK) rc = tp_coll(x, GCKPT_COLL_ALL_GATHER, piece, mat(all, o->dt, M * t->T, part));
+    for (uint32_t r = 0; rc == GCKPT_XS_OK && r < t->T; r++) /* rank r's block [M, part] into its columns */
+        rc = be->copy2d(be, (char *)o->p + (uint64_t)r * part * sz, V * sz, (char *)all + (uint64_t)r * M * part * sz,
+                        part * sz, gckpt_tp_chunk(V, t->T, r) * sz, M);
+    be->scratch_free(be, pk);
+    be->scratch_free(be, all);
+    be->scratch_free(be, mine);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
 
-/* Its backward from the whole logits' gradient: the rank's columns give its rows' gradient and its
- * partial input gradient (all-reduced by the caller). */
+/* Its backward from the whole logits' gradient: the rank's columns (copied out) give its rows'
+ * gradient and its partial input gradient (all-reduced by the caller), the backend's linear backward on
+ * its rows. */
 static gckpt_xstatus head_bwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w, gckpt_err *err)
 {
     const exec_tp *t = x->tp;
+    gckpt_backend *be = x->be;
     uint64_t K = c->op->in_f, V = x->tp_full.vocab, M = c->gout.n / V, lo = chunk_start(t, V),
-             rows = gckpt_tp_chunk(V, t->T, t->r);
+             rows = gckpt_tp_chunk(V, t->T, t->r), sz = gckpt_dtype_size((gckpt_dtype)c->gout.dt);
     if (!dense(&c->gout) || (c->gin[0].p && (!dense(&c->gin[0]) || !dense(&c->in[1]))) ||
         (c->gin[1].p && (!dense(&c->gin[1]) || !dense(&c->in[0]) || c->gin[1].n < rows * K)))
         return exec_fail(err, "%s: tensor parallelism: lm_head's gradients", w->at);
-    float *g = malloc(sizeof *g * (M * rows + 1)), *wf = NULL, *xf = NULL, *r = NULL;
-    bool ok = g != NULL;
-    for (uint64_t i = 0; ok && i < M; i++)
-        for (uint64_t j = 0; j < rows; j++) g[i * rows + j] = ld(&c->gout, i * V + lo + j);
-    if (ok && c->gin[0].p) {
-        ok = (wf = to_f32(&c->in[1], rows * K)) && (r = calloc(M * K + 1, sizeof *r));
-        if (ok && rows)
-            host_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)rows, 1.0f, g, (int)rows, wf, (int)K,
-                       0.0f, r, (int)K);
-        for (uint64_t i = 0; ok && i < M * K; i++) st(&c->gin[0], i, r[i]);
-        free(r);
-        r = NULL;
+    if (!rows) { /* no rows here: no part of the input's gradient */
+        gckpt_xstatus rc = c->gin[0].p ? be->init(be, c->gin[0], GCKPT_INIT_CONST, 0.0f, 0) : GCKPT_XS_OK;
+        return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
     }
-    if (ok && c->gin[1].p) {
-        ok = (xf = to_f32(&c->in[0], M * K)) && (r = calloc(rows * K + 1, sizeof *r));
-        if (ok && rows)
-            host_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)K, (int)M, 1.0f, g, (int)rows, xf, (int)K,
-                       0.0f, r, (int)K);
-        for (uint64_t i = 0; ok && i < rows * K; i++) st(&c->gin[1], i, r[i]); /* its rows: the first of the cast's buffer */
+    void *g = NULL;
+    gckpt_xstatus rc = be->scratch(be, M * rows * sz, &g);
+    if (rc == GCKPT_XS_OK) rc = be->copy2d(be, g, rows * sz, (char *)c->gout.p + lo * sz, V * sz, rows * sz, M);
+    if (rc == GCKPT_XS_OK) {
+        gckpt_op op;
+        gckpt_xcall l = rank_linear(c, &op, rows);
+        l.gout = mat(g, c->gout.dt, M, rows);
+        rc = be->backward(be, &l);
     }
-    free(g);
-    free(wf);
-    free(xf);
-    free(r);
-    return ok ? GCKPT_XS_OK : exec_fail(err, "out of memory");
+    be->scratch_free(be, g);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
 }
 
 gckpt_xstatus exec_tp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, const exec_site *w, gckpt_err *err)
@@ -315,8 +312,8 @@ gckpt_xstatus exec_tp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, const
         if (vocab && cast) { /* autocast's cast of lm_head's weight: the rank's rows, at the buffer's start */
             if (!dense(&c->in[0]) || !dense(&c->out[0]) || c->out[0].n < c->in[0].n)
                 return exec_fail(err, "%s: tensor parallelism: the cast of lm_head's rows", w->at);
-            for (uint64_t i = 0; i < c->in[0].n; i++) st(&c->out[0], i, ld(&c->in[0], i));
-            return GCKPT_XS_OK;
+            rc = x->be->add(x->be, mat(c->out[0].p, c->out[0].dt, 1, c->in[0].n), (gckpt_xt){0}, c->in[0]);
+            return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
         }
         if (vocab) return head_fwd(x, c, w, err);
         if ((rc = x->be->forward(x->be, c)) != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
@@ -326,8 +323,9 @@ gckpt_xstatus exec_tp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, const
     if (vocab && cast) { /* the cast of lm_head's rows: their gradient, at the buffer's start, into the weight's */
         if (c->gin[0].p && (!dense(&c->gin[0]) || !dense(&c->gout) || c->gout.n < c->gin[0].n))
             return exec_fail(err, "%s: tensor parallelism: the gradient of lm_head's rows", w->at);
-        for (uint64_t i = 0; c->gin[0].p && i < c->gin[0].n; i++) st(&c->gin[0], i, ld(&c->gout, i));
-        return GCKPT_XS_OK;
+        rc = c->gin[0].p ? x->be->add(x->be, c->gin[0], (gckpt_xt){0}, mat(c->gout.p, c->gout.dt, 1, c->gin[0].n))
+                         : GCKPT_XS_OK;
+        return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, w->at, err);
     }
     if (vocab && !embed) rc = head_bwd(x, c, w, err);
     else if ((rc = x->be->backward(x->be, c)) != GCKPT_XS_OK) /* the embedding's: its whole [V, h] gradient */

@@ -512,7 +512,7 @@ static int join_groups(gckpt_backend *be, gckpt_comm *comm, const gckpt_layout *
     if ((rep < 2 && T < 2) || comm->world < 2) return 0;
     if (!be->attach_group || !be->collective_group || !comm->split)
         return bad("--backend %s: a plan with %s needs process groups, which this backend does not run (the host "
-                   "backend does)", be->name, T > 1 ? "tensor parallelism over data-parallel ranks" : "dp_replicate (HSDP)");
+                   "and CUDA backends do)", be->name, T > 1 ? "tensor parallelism over data-parallel ranks" : "dp_replicate (HSDP)");
     int r = comm->rank, tr = r % T, d = r / T, S = (int)shard;
     if (!(groups[GCKPT_GROUP_SHARD] = comm->split(comm, tr + T * (d / S), r, &err)) ||
         !(groups[GCKPT_GROUP_REPLICATE] = comm->split(comm, tr + T * (d % S), r, &err)) ||
@@ -642,9 +642,9 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
         goto out;
     }
     if (!(be = make_backend(&a, &rc))) goto out;
-    if (pf.layout.tp > 1 && strcmp(be->name, "host")) { /* interp_tp.c computes the vocabulary-parallel ops on host memory */
-        rc = bad("--backend %s: %s: a tensor-parallel plan (tp_size %u) is executed on the host backend only "
-                 "(--backend host)", be->name, pf.file, pf.layout.tp);
+    if (pf.layout.cp > 1 && strcmp(be->name, "host")) { /* interp_cp.c's ring attention computes on host memory */
+        rc = bad("--backend %s: %s: a context-parallel plan (cp_size %u) is executed on the host backend only "
+                 "(--backend host)", be->name, pf.file, pf.layout.cp);
         goto out;
     }
     if (pf.vlm && (rc = vlm_runs(&pf, be)) != 0) goto out;

@@ -969,6 +969,38 @@ static void test_allocation_larger_than_elements(void **st)
 /* Two groups, so that ctest runs them side by side (the suite's time under ASan): the
  * llama / gpt2 families and the checks of the interpreter (no argument), issue 13's dense
  * and mixture-of-experts families and sliding windows ("issue13"), or both ("all"). */
+/* The host backend's ops for tensor parallelism's vocabulary-parallel ops (interp_tp.c; executor.h): the
+ * lookup of the rank's rows (rows [lo, lo + 2) of a vocabulary of 6, zeros for other ids, an id outside
+ * the vocabulary refused), a block of columns copied between row pitches, scratch outside the
+ * allocator's counts. */
+static void test_tp_backend_ops(void **state)
+{
+    (void)state;
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    assert_non_null(be);
+    float tab[2 * 3] = {1, 2, 3, 4, 5, 6}, out[4 * 3];
+    int64_t ids[4] = {2, 3, 0, 5};
+    gckpt_xt o = {out, 12, GCKPT_DT_F32, 3, 4}, t = {tab, 6, GCKPT_DT_F32, 3, 2}, i = {ids, 4, GCKPT_DT_I64, 4, 1};
+    assert_int_equal(be->embed_rows(be, o, t, i, 2, 6), GCKPT_XS_OK);
+    const float want[12] = {1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 0};
+    assert_memory_equal(out, want, sizeof want);
+    ids[1] = 6; /* outside the vocabulary */
+    assert_int_equal(be->embed_rows(be, o, t, i, 2, 6), GCKPT_XS_ERROR);
+    assert_non_null(strstr(be->err.msg, "id 6 outside the vocabulary"));
+    /* columns 1..2 of a 3 x 4 matrix into columns 0..1 of a 3 x 2 one */
+    float a[12] = {0, 1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23}, b[6] = {0};
+    assert_int_equal(be->copy2d(be, b, 2 * 4, a + 1, 4 * 4, 2 * 4, 3), GCKPT_XS_OK);
+    const float wb[6] = {1, 2, 11, 12, 21, 22};
+    assert_memory_equal(b, wb, sizeof wb);
+    void *sc = NULL;
+    assert_int_equal(be->scratch(be, 1 << 20, &sc), GCKPT_XS_OK);
+    gckpt_memstat ms;
+    be->memstat(be, &ms);
+    assert_int_equal(ms.allocated_peak, 0); /* as a kernel's own scratch */
+    be->scratch_free(be, sc);
+    be->destroy(be);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest base[] = {
@@ -977,6 +1009,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_optimizers), cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
         cmocka_unit_test(test_detects_broken_schedule), cmocka_unit_test(test_dense_matches_transformers),
         cmocka_unit_test(test_oversized_activation_fails), cmocka_unit_test(test_allocation_larger_than_elements),
+        cmocka_unit_test(test_tp_backend_ops),
     };
     const struct CMUnitTest issue13[] = {
         cmocka_unit_test(test_olmo2),  cmocka_unit_test(test_granite), cmocka_unit_test(test_smollm3), cmocka_unit_test(test_glm4),

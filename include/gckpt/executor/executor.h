@@ -168,11 +168,26 @@ struct gckpt_backend {
                                 int root);
     /* HSDP's process groups (gckpt_coll_group, comm.h's split): join group g's communicator
      * (kept, not owned), and a collective within it. NULL: the backend runs collectives over
-     * every rank only (the CUDA backend: one NCCL communicator), and gckpt-run refuses a plan
-     * with a replicate dimension on it. */
+     * every rank only, and gckpt-run refuses a plan with process groups on it. The CUDA
+     * backend makes an NCCL communicator per group (cuda_nccl.cu). */
     gckpt_xstatus (*attach_group)(gckpt_backend *be, gckpt_coll_group g, gckpt_comm *comm);
     gckpt_xstatus (*collective_group)(gckpt_backend *be, gckpt_coll_group g, gckpt_coll op, gckpt_redop red,
                                       gckpt_xt send, gckpt_xt recv);
+    /* Tensor parallelism's vocabulary-parallel ops (interp_tp.c). An op's temporaries outside
+     * the allocator's counts, as a kernel's own scratch (host: malloc; CUDA: the stream's
+     * pool), freed by scratch_free after the op's last use of them on the stream. */
+    gckpt_xstatus (*scratch)(gckpt_backend *be, uint64_t bytes, void **out);
+    void (*scratch_free)(gckpt_backend *be, void *p);
+    /* height rows of width bytes, src's rows spitch bytes apart, to dst's dpitch apart
+     * (backend memory, on the compute stream): a block of columns of a row-major matrix */
+    gckpt_xstatus (*copy2d)(gckpt_backend *be, void *dst, uint64_t dpitch, const void *src, uint64_t spitch,
+                            uint64_t width, uint64_t height);
+    /* embedding_rowwise's lookup: row k of out (out.n / ids.n columns) is row ids[k] - lo of
+     * tab (the rank's rows [lo, lo + tab.n / columns) of the vocabulary) when the id is one of
+     * them, else zeros; ids int64. An id outside [0, vocab): the host backend fails, the CUDA
+     * backend writes zeros (a kernel cannot stop the step). */
+    gckpt_xstatus (*embed_rows)(gckpt_backend *be, gckpt_xt out, gckpt_xt tab, gckpt_xt ids, uint64_t lo,
+                                uint64_t vocab);
     void (*destroy)(gckpt_backend *be);
 };
 

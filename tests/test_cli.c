@@ -367,7 +367,7 @@ static void bad_inputs(void **state)
         {"cp sliding window", A("--model", "gemma-2-2b", "--gpus", "2", "--cp", "2", "-o", "out.json"), "sliding-window"},
         {"cp tied head", A("--model", "llama-3.2-1b", "--gpus", "2", "--cp", "2", "-o", "out.json"), "tied lm_head"},
         {"cp x tp", A("--gpus", "4", "--cp", "2", "--tp", "2", "-o", "out.json"), "cp_size 2 with tp_size 2 is not measured"},
-        {"cp x hsdp", A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "with dp_replicate_size 2 is not measured"},
+        {"cp x hsdp not the world", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "cp_size 2 x sp_size 1 = 8, not the 4 processes"},
         {"cp pure dp", A("--gpus", "4", "--dp-replicate", "2", "--cp", "2", "-o", "out.json"), "cannot be used with pure data parallelism"},
         {"cp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "several nodes"},
         {"cp LoRA", A("--gpus", "2", "--cp", "2", "--method", "lora", "-o", "out.json"), "R-CP-11"},
@@ -446,6 +446,11 @@ static void good_runs(void **state)
     assert_true(cli_exists("p.svg.entries.dat"));
     assert_true(cli_exists("p.svg.timeline.dat"));
     assert_int_equal(run(A("--bogus"), err, sizeof err), 2);
+    /* CP x HSDP (FINDINGS R-CP-17): FSDP2 over dp_shard x cp, replicated over dp_replicate */
+    assert_int_equal(run(A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "--seq", "4096",
+                           "-o", "cphsdp.json"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "ParallelismConfig(dp_replicate_size=2, dp_shard_size=2, cp_size=2)"));
+    assert_non_null(strstr(cli_out, "dp_replicate 2 x dp_shard_cp 4"));
     /* without gnuplot: a clear message, and the script and data are still written */
     assert_int_equal(cli_run(GCKPT_PLAN_EXE, A("--model", "gpt2", "--seq", "256", "-q", "--plot", "q.png"), "/nonexistent", err, sizeof err), 0);
     assert_non_null(strstr(cli_out, "gnuplot is not installed"));

@@ -60,7 +60,7 @@ static inline char *pf_plan_text_cp(const char *fixture, gckpt_precision p, cons
                               .offload = GCKPT_OFFLOAD_OFF, .margin = 0.05};
     if (cp) {
         req.layout = (gckpt_layout){.gpus = cp * (dp_shard ? dp_shard : 1), .nodes = 1};
-        gckpt_plan_request_cp(&req, cp);
+        gckpt_plan_request_cp(&req, cp, 0);
     }
     snprintf(req.model_ref, sizeof req.model_ref, "%s/%s.json", GCKPT_TEST_DATA, fixture);
     snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");

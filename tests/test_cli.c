@@ -366,7 +366,7 @@ static void bad_inputs(void **state)
         {"cp eager", A("--gpus", "2", "--cp", "2", "--attention", "eager", "-o", "out.json"), "only with SDPA"},
         {"cp sliding window", A("--model", "gemma-2-2b", "--gpus", "2", "--cp", "2", "-o", "out.json"), "sliding-window"},
         {"cp tied head", A("--model", "llama-3.2-1b", "--gpus", "2", "--cp", "2", "-o", "out.json"), "tied lm_head"},
-        {"cp x tp", A("--gpus", "4", "--cp", "2", "--tp", "2", "-o", "out.json"), "cp_size 2 with tp_size 2 is not measured"},
+        {"cp x tp", A("--gpus", "4", "--cp", "2", "--tp", "2", "-o", "out.json"), "cp_size 2 with tp_size 2 does not run through the Trainer: transformers' tensor-parallel loader builds its mesh (pp, dp_replicate, fsdp, tp) without a cp dimension"},
         {"cp x hsdp not the world", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "cp_size 2 x sp_size 1 = 8, not the 4 processes"},
         {"cp pure dp", A("--gpus", "4", "--dp-replicate", "2", "--cp", "2", "-o", "out.json"), "cannot be used with pure data parallelism"},
         {"cp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "several nodes"},

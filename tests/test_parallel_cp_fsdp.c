@@ -23,6 +23,7 @@
 #include "gckpt/core/cp.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/recipe.h"
+#include "gckpt/planner/pc_config.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/util/jsonget.h"
 #include "dist_fixture.h"
@@ -252,12 +253,52 @@ static void test_plan_run(void **state)
     assert_true(each_fixture(check_plan_run) >= 36);
 }
 
+/* CP x TP (FINDINGS R-CP-19): tools/hf_probe/cp_tp_check.py's record (tests/data/hf-cp-tp) of where each way of
+ * asking transformers and the Trainer for tp 2 with cp 2 on 4 ranks stops; gckpt_pc_cp refuses tp with cp, its
+ * line naming the library lines that raised on every case through a DistributedConfig of the data-parallel sizes
+ * (the pp_size case, a pipeline split, stops elsewhere at load and is recorded only). */
+static void test_cp_tp_refusal(void **state)
+{
+    (void)state;
+    gckpt_pc_sizes pc = {.tp = 2, .cp = 2};
+    uint32_t cp = 9, rep = 9;
+    gckpt_err err = {{0}};
+    assert_false(gckpt_pc_cp(&pc, 4, &cp, &rep, &err));
+    assert_null(strchr(err.msg, '\n'));
+    FILE *f = fopen(GCKPT_TEST_DATA "/hf-cp-tp/cp-tp-check.jsonl", "r");
+    assert_non_null(f);
+    static char line[1 << 14];
+    int n = 0, named = 0;
+    while (fgets(line, sizeof line, f)) {
+        cJSON *o = cJSON_Parse(line);
+        assert_non_null(o);
+        const cJSON *at = cJSON_GetObjectItemCaseSensitive(o, "raised_at"),
+                    *dc = cJSON_GetObjectItemCaseSensitive(o, "distributed_config");
+        if (!cJSON_IsString(at)) fail_msg("case %d ran: %s", n, line); /* none reaches a step */
+        if (!cJSON_GetObjectItemCaseSensitive(dc, "pp_size")) {
+            char src[128]; /* "transformers/distributed/utils.py:315 (fn)" -> "distributed/utils.py:315" */
+            const char *s = strchr(at->valuestring, '/');
+            snprintf(src, sizeof src, "%s", s ? s + 1 : at->valuestring);
+            char *sp = strchr(src, ' ');
+            if (sp) *sp = 0;
+            if (!strstr(err.msg, src)) fail_msg("measured at %s, not named in: %s", src, err.msg);
+            named++;
+        }
+        cJSON_Delete(o);
+        n++;
+    }
+    fclose(f);
+    assert_int_equal(n, 4);
+    assert_int_equal(named, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_persistent),
         cmocka_unit_test(test_peaks),
         cmocka_unit_test(test_plan_run),
+        cmocka_unit_test(test_cp_tp_refusal),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -127,12 +127,12 @@ bool gckpt_pc_cp(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *cp, uint32_
         return false;
     }
     if (t > 1) { /* measured by tools/hf_probe/cp_tp_check.py (tests/data/hf-cp-tp) */
-        gckpt_seterr(err, "ParallelismConfig: cp_size %llu with tp_size %llu does not run through the Trainer: "
-                          "transformers' tensor-parallel loader builds its mesh (pp, dp_replicate, fsdp, tp) without "
-                          "a cp dimension and requires its product to be the world size (transformers "
-                          "distributed/utils.py:315), and the Trainer then sets ParallelismConfig's tp_size and "
-                          "dp_shard_size from the DistributedConfig (trainer.py:789-790), so dp x tp x cp exceeds "
-                          "the processes and accelerate refuses (parallelism_config.py:373) (FINDINGS R-CP-19)",
+        /* short: the reader prefixes a --parallelism-config file's path within gckpt_err's 512 bytes */
+        gckpt_seterr(err, "ParallelismConfig: cp_size %llu with tp_size %llu: transformers' TP loader builds a (pp, "
+                          "dp_replicate, fsdp, tp) mesh with no cp dimension that must span the world "
+                          "(distributed/utils.py:315), and the Trainer sets tp_size and dp_shard_size from it "
+                          "(trainer.py:789), so the sizes exceed the processes and accelerate refuses "
+                          "(parallelism_config.py:373) (FINDINGS R-CP-19)",
                      (unsigned long long)c, (unsigned long long)t);
         return false;
     }

@@ -63,6 +63,7 @@ static void bad_inputs(void **state)
     cli_write("pc-tp.json", "{\"dp_shard_size\": 2, \"tp_size\": 2}");
     cli_write("pc-hsdp-tp.json", "{\"dp_replicate_size\": 2, \"dp_shard_size\": 2, \"tp_size\": 2}");
     cli_write("pc-ddp-tp.json", "{\"dp_replicate_size\": 2, \"tp_size\": 2}");
+    cli_write("pc-tp-cp.json", "{\"tp_size\": 2, \"cp_size\": 2}");
     cli_write("pc-odd.json", "{\"dp_replicate_size\": 3, \"dp_shard_size\": 2}");
     cli_write("pc-key.json", "{\"dp_replicate_size\": 2, \"dp_shard\": 2}");
     cli_write("pc-zero.json", "{\"dp_replicate_size\": 0, \"dp_shard_size\": 4}");
@@ -366,7 +367,7 @@ static void bad_inputs(void **state)
         {"cp eager", A("--gpus", "2", "--cp", "2", "--attention", "eager", "-o", "out.json"), "only with SDPA"},
         {"cp sliding window", A("--model", "gemma-2-2b", "--gpus", "2", "--cp", "2", "-o", "out.json"), "sliding-window"},
         {"cp tied head", A("--model", "llama-3.2-1b", "--gpus", "2", "--cp", "2", "-o", "out.json"), "tied lm_head"},
-        {"cp x tp", A("--gpus", "4", "--cp", "2", "--tp", "2", "-o", "out.json"), "cp_size 2 with tp_size 2 does not run through the Trainer: transformers' tensor-parallel loader builds its mesh (pp, dp_replicate, fsdp, tp) without a cp dimension"},
+        {"cp x tp", A("--gpus", "4", "--cp", "2", "--tp", "2", "-o", "out.json"), "cp_size 2 with tp_size 2: transformers' TP loader builds a (pp, dp_replicate, fsdp, tp) mesh with no cp dimension that must span the world (distributed/utils.py:315), and the Trainer sets tp_size and dp_shard_size from it (trainer.py:789), so the sizes exceed the processes and accelerate refuses (parallelism_config.py:373) (FINDINGS R-CP-19)"},
         {"cp x hsdp not the world", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "cp_size 2 x sp_size 1 = 8, not the 4 processes"},
         {"cp pure dp", A("--gpus", "4", "--dp-replicate", "2", "--cp", "2", "-o", "out.json"), "cannot be used with pure data parallelism"},
         {"cp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "several nodes"},
@@ -391,6 +392,7 @@ static void bad_inputs(void **state)
         {"mesh on one GPU", A("--dp-replicate", "1", "--dp-shard", "1", "-o", "out.json"), "more than one GPU"},
         {"mesh junk", A("--gpus", "4", "--dp-replicate", "two", "--dp-shard", "2", "-o", "out.json"), "--dp-replicate: 'two'"},
         {"mesh file and flags", A("--gpus", "4", "--parallelism-config", "./pc-ok.json", "--dp-shard", "4", "-o", "out.json"), "excludes"},
+        {"mesh file tp x cp", A("--gpus", "4", "--parallelism-config", "./pc-tp-cp.json", "-o", "out.json"), "pc-tp-cp.json: ParallelismConfig: cp_size 2 with tp_size 2: transformers' TP loader builds a (pp, dp_replicate, fsdp, tp) mesh with no cp dimension that must span the world (distributed/utils.py:315), and the Trainer sets tp_size and dp_shard_size from it (trainer.py:789), so the sizes exceed the processes and accelerate refuses (parallelism_config.py:373) (FINDINGS R-CP-19)"},
         {"mesh file tp x hsdp", A("--gpus", "8", "--parallelism-config", "./pc-hsdp-tp.json", "-o", "out.json"), "pc-hsdp-tp.json: ParallelismConfig: tensor"},
         {"mesh file tp x fsdp not the world", A("--gpus", "8", "--parallelism-config", "./pc-tp.json", "-o", "out.json"), "pc-tp.json: ParallelismConfig: dp_replicate_size 1 x dp_shard_size 2 x tp_size 2"},
         {"mesh file odd", A("--gpus", "4", "--parallelism-config", "./pc-odd.json", "-o", "out.json"), "pc-odd.json: ParallelismConfig: dp_replicate_size 3"},

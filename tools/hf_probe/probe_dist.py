@@ -240,7 +240,8 @@ WIDE_ATTN = dict(probe.make_config("llama", "sdpa").to_dict(), num_attention_hea
 
 def cp_cases():
     """CP 2 alone (FSDP2 over its 2 ranks), CP 2 x dp_shard 2, CP 4, CP 2 x dp_shard 2 x dp_replicate 2; every_n
-    off and 1; bf16 and fp32; the wide-attention llama at CP 2 (tests/data/hf-cp-fsdp: `--set cp`)."""
+    off and 1; bf16 and fp32; the wide-attention llama at CP 2; on 16 ranks CP 4 x 2 x 2 and CP 2 x 2 x 4
+    (tests/data/hf-cp-fsdp: `--set cp`)."""
     out = []
     for n in (0, 1):
         for bf16 in (True, False):
@@ -252,6 +253,9 @@ def cp_cases():
         out.append(cp_spec(n, False, 4))
         for bf16 in (True, False):  # HSDP with CP: dp_replicate 2 x dp_shard 2 x cp 2 (R-CP-17)
             out.append(cp_spec(n, False, 2, shard=2, replicate=2, bf16=bf16))
+    # 16 ranks: cp 4 under HSDP, and 4 replicas
+    out.append(cp_spec(1, False, 4, shard=2, replicate=2))
+    out.append(cp_spec(0, False, 2, shard=2, replicate=4, bf16=False))
     return out
 
 

@@ -488,22 +488,27 @@ static bool tp_peft_executed(const gckpt_plan_file *pf, gckpt_err *err)
 }
 
 /* inputs.context_parallel (gckpt-plan --cp, planner/plan_cp.c; absent: none): cp_size x
- * dp_shard_size ranks of the layout (planned, not executed). */
+ * dp_shard_size x dp_replicate_size (absent: 1; the layout's HSDP replicas, R-CP-17) ranks of the layout. */
 static bool read_cp(plan_reader *r, const cJSON *in, gckpt_plan_file *pf)
 {
     if (!child(in, "inputs.context_parallel")) return true;
     const cJSON *c = obj(r, in, "inputs.context_parallel");
-    uint64_t cp, shard, local;
+    uint64_t cp, shard, local, rep = 1;
     bool balanced;
     if (!c || !u64(r, c, "inputs.context_parallel.cp_size", 2, GCKPT_MAX_RANKS, &cp) ||
         !u64(r, c, "inputs.context_parallel.dp_shard_size", 1, GCKPT_MAX_RANKS, &shard) ||
+        !gckpt_json_u64_opt(c, r->f, "inputs.context_parallel.dp_replicate_size", 1, GCKPT_MAX_RANKS, 1, &rep, r->err) ||
         !u64(r, c, "inputs.context_parallel.local_seq", 1, pf->seq, &local) ||
         !boolean(r, c, "inputs.context_parallel.load_balanced", &balanced))
         return false;
     uint64_t world = (uint64_t)pf->layout.gpus * pf->layout.nodes;
-    if (!child(in, "inputs.layout") || cp * shard != world)
-        return fail(r, "field 'inputs.context_parallel.cp_size': %llu x dp_shard_size %llu is not inputs.layout's "
-                       "world_size (%llu)", (unsigned long long)cp, (unsigned long long)shard, (unsigned long long)world);
+    if (!child(in, "inputs.layout") || cp * shard * rep != world)
+        return fail(r, "field 'inputs.context_parallel.cp_size': %llu x dp_shard_size %llu x dp_replicate_size %llu is "
+                       "not inputs.layout's world_size (%llu)", (unsigned long long)cp, (unsigned long long)shard,
+                    (unsigned long long)rep, (unsigned long long)world);
+    if (rep != (pf->layout.dp_replicate > 1 ? pf->layout.dp_replicate : 1))
+        return fail(r, "field 'inputs.context_parallel.dp_replicate_size' = %llu contradicts inputs.layout.dp_replicate "
+                       "(%u)", (unsigned long long)rep, pf->layout.dp_replicate);
     if (local != pf->seq / cp)
         return fail(r, "field 'inputs.context_parallel.local_seq' = %llu contradicts inputs.seq / cp_size (%llu)",
                     (unsigned long long)local, (unsigned long long)(pf->seq / cp));

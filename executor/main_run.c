@@ -494,6 +494,8 @@ void gckpt_test_hooks_install(void); /* the test build only (tests/executor/run_
  * fsdp, tp), tp innermost: R-TP-1) the TP group (tp consecutive ranks) and those two among the ranks
  * of one TP rank (world rank r is TP rank r % tp of data-parallel rank r / tp). groups[] owns them.
  * 0, or the exit status. */
+/* CP (innermost, R-CP-1): its group of cp consecutive ranks, then under HSDP FSDP2's two over the
+ * flattened dp_shard_cp dimension (shard_world consecutive ranks) as without CP (R-CP-17). */
 static int join_groups(gckpt_backend *be, gckpt_comm *comm, const gckpt_layout *l, gckpt_comm *groups[GCKPT_NGROUP])
 {
     uint32_t rep = gckpt_layout_replicate(l), shard = gckpt_layout_shard_world(l);
@@ -507,7 +509,7 @@ static int join_groups(gckpt_backend *be, gckpt_comm *comm, const gckpt_layout *
             return bad("CP's process groups: %s", err.msg);
         if (be->attach_group(be, GCKPT_GROUP_CP, groups[GCKPT_GROUP_CP]) != GCKPT_XS_OK)
             return bad("--backend %s: joining the cp group: %s", be->name, be->err.msg);
-        return 0;
+        if (rep < 2) return 0; /* HSDP with CP: FSDP2's groups over dp_shard_cp below (R-CP-17) */
     }
     if ((rep < 2 && T < 2) || comm->world < 2) return 0;
     if (!be->attach_group || !be->collective_group || !comm->split)

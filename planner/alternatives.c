@@ -175,7 +175,7 @@ static void cp_alternatives(const gckpt_plan_request *req, alt_out *o)
         if (w % c || req->cp == c) continue; /* the request's own: its C fixes S */
         gckpt_plan_request r = *req;
         if (req->tp) r.layout = (gckpt_layout){.gpus = w}; /* a TP request has no layout: its T x S GPUs */
-        gckpt_plan_request_cp(&r, c);
+        gckpt_plan_request_cp(&r, c, 0);
         if (c == w) snprintf(label, sizeof label, "--cp %u", c);
         else snprintf(label, sizeof label, "--cp %u --dp-shard %u", c, w / c);
         o->cp |= print_alternative(&r, label, o);

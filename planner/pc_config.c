@@ -101,9 +101,9 @@ bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_repli
     return true;
 }
 
-bool gckpt_pc_cp(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *cp, gckpt_err *err)
+bool gckpt_pc_cp(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *cp, uint32_t *dp_replicate, gckpt_err *err)
 {
-    *cp = 0;
+    *cp = *dp_replicate = 0;
     uint64_t r = or1(pc->dp_replicate), s = or1(pc->dp_shard), t = or1(pc->tp), c = or1(pc->cp), q = or1(pc->sp);
     if (c < 2) return true;
     /* accelerate's own checks first (FINDINGS R-CP-1), then what is not measured */
@@ -126,12 +126,17 @@ bool gckpt_pc_cp(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *cp, gckpt_e
                           "parallelism)", (unsigned long long)c, (unsigned long long)r);
         return false;
     }
-    if (t > 1 || r > 1) {
-        gckpt_seterr(err, "ParallelismConfig: cp_size %llu with %s %llu is not measured; context parallelism is "
-                          "planned alone or with dp_shard_size (FSDP2 over dp_shard x cp, FINDINGS R-CP-11)",
-                     (unsigned long long)c, t > 1 ? "tp_size" : "dp_replicate_size", (unsigned long long)(t > 1 ? t : r));
+    if (t > 1) { /* measured by tools/hf_probe/cp_tp_check.py (tests/data/hf-cp-tp) */
+        /* short: the reader prefixes a --parallelism-config file's path within gckpt_err's 512 bytes */
+        gckpt_seterr(err, "ParallelismConfig: cp_size %llu with tp_size %llu: transformers' TP loader builds a (pp, "
+                          "dp_replicate, fsdp, tp) mesh with no cp dimension that must span the world "
+                          "(distributed/utils.py:315), and the Trainer sets tp_size and dp_shard_size from it "
+                          "(trainer.py:789), so the sizes exceed the processes and accelerate refuses "
+                          "(parallelism_config.py:373) (FINDINGS R-CP-19)",
+                     (unsigned long long)c, (unsigned long long)t);
         return false;
     }
     *cp = (uint32_t)c;
+    *dp_replicate = r > 1 ? (uint32_t)r : 0; /* FSDP2 over accelerate's (dp_replicate, dp_shard_cp) mesh */
     return true;
 }

@@ -236,7 +236,7 @@ static int apply_mesh(gckpt_plan_args *a)
         return bad(a, "%s: accelerate's ParallelismConfig shards through FSDP2: use --parallel fsdp alone%s",
                    a->pc_path ? "--parallelism-config" : "--dp-replicate / --dp-shard", "");
     uint32_t r = 0, tp = 0, cp = 0;
-    if (!gckpt_pc_cp(&pc, gckpt_layout_world(&a->req.layout), &cp, &a->err)) {
+    if (!gckpt_pc_cp(&pc, gckpt_layout_world(&a->req.layout), &cp, &r, &a->err)) {
         if (a->pc_path) {
             char msg[sizeof a->err.msg];
             snprintf(msg, sizeof msg, "%s", a->err.msg);
@@ -244,11 +244,11 @@ static int apply_mesh(gckpt_plan_args *a)
         }
         return GCKPT_EXIT_INPUT;
     }
-    if (cp) { /* CP: FSDP2 over dp_shard x cp (every rank), each rank at S / C (gckpt_plan_run, core/cp.h) */
+    if (cp) { /* CP: FSDP2 over dp_shard x cp, HSDP across r replicas, each rank at S / C (gckpt_plan_run, core/cp.h) */
         if (a->req.layout.nodes > 1)
             return bad(a, "%s: context parallelism over several nodes (--nodes) is not measured (FINDINGS R-CP-11)%s",
                        a->pc_path ? a->pc_path : "--cp", "");
-        gckpt_plan_request_cp(&a->req, cp);
+        gckpt_plan_request_cp(&a->req, cp, r);
         return 0;
     }
     if (!gckpt_pc_check(&pc, gckpt_layout_world(&a->req.layout), &r, &tp, &a->err)) {

@@ -1,5 +1,6 @@
-/* A plan of one context-parallel rank (--cp C, alone or with --dp-shard S: accelerate's
- * ParallelismConfig(dp_shard_size=S, cp_size=C) with FSDP2 over the dp_shard x cp ranks,
+/* A plan of one context-parallel rank (--cp C, alone or with --dp-shard S and --dp-replicate R:
+ * accelerate's ParallelismConfig(dp_replicate_size=R, dp_shard_size=S, cp_size=C) with FSDP2 over
+ * the dp_shard x cp ranks, HSDP across the R replicas,
  * gckpt/core/cp.h): what was measured, the rank's peak and time beyond FSDP2's at S / C, the
  * header line, the snippet's parallelism_config and notes, the plan JSON's "context_parallel".
  * Nothing here runs without --cp. */
@@ -11,19 +12,23 @@
 #include "gckpt/core/cp.h"
 #include "gckpt/core/dtype.h"
 
-/* The CP x FSDP2 mesh's dp_shard size: the GPUs over C. */
-static uint32_t cp_shard(const gckpt_plan *p) { return gckpt_layout_world(&p->req.layout) / p->req.cp; }
+/* The CP x FSDP2 mesh's dp_shard size: a dp_shard_cp group's GPUs (all of them, or a replica's
+ * under HSDP, R-CP-17) over C. */
+static uint32_t cp_shard(const gckpt_plan *p) { return gckpt_layout_shard_world(&p->req.layout) / p->req.cp; }
+
+/* The HSDP replicas (accelerate's dp_replicate_size), 1 without. */
+static uint32_t cp_replicas(const gckpt_plan *p) { return p->req.layout.dp_replicate > 1 ? p->req.layout.dp_replicate : 1; }
 
 /* The hidden states' and attention output's element size: fp32, or FSDP2's MixedPrecisionPolicy
  * under bf16 / fp16 (the measured bf16=True runs compute in bf16, R-CP-11). */
 static unsigned elem(const gckpt_plan *p) { return p->req.precision == GCKPT_FP32 ? 4 : 2; }
 
-void gckpt_plan_request_cp(gckpt_plan_request *r, uint32_t cp)
+void gckpt_plan_request_cp(gckpt_plan_request *r, uint32_t cp, uint32_t dp_replicate)
 {
     r->cp = cp;
     r->tp = r->tp_dp_shard = r->tp_dp_replicate = 0;
     r->layout.mode = GCKPT_PAR_FSDP;
-    r->layout.dp_replicate = 0;
+    r->layout.dp_replicate = dp_replicate > 1 ? dp_replicate : 0;
 }
 
 bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err)
@@ -102,13 +107,21 @@ void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f)
     uint32_t calls;
     char units[64]; /* the busiest rank's SDPA work (core/cp.h) */
     snprintf(units, sizeof units, "%g times", gckpt_cp_attention_units(S, p->req.cp, &calls));
-    fprintf(f, "context parallelism %llu x dp_shard %u over %u GPUs (accelerate's ParallelismConfig(dp_shard_size=%u, "
-               "cp_size=%llu), FSDP2 over all of them): every rank of a CP group sees the same batch and computes %llu "
+    char mesh[160], pc[96];
+    if (cp_replicas(p) > 1) {
+        snprintf(mesh, sizeof mesh, " x dp_replicate %u", cp_replicas(p));
+        snprintf(pc, sizeof pc, "dp_replicate_size=%u, ", cp_replicas(p));
+    } else
+        mesh[0] = pc[0] = 0;
+    fprintf(f, "context parallelism %llu x dp_shard %u%s over %u GPUs (accelerate's ParallelismConfig(%sdp_shard_size=%u, "
+               "cp_size=%llu), FSDP2 over %s): every rank of a CP group sees the same batch and computes %llu "
                "of its %llu tokens (%s split), K/V exchanged by torch's ring attention (allgather); memory is the "
                "busiest CP rank's: FSDP2's at seq %llu plus CP's buffers (the Trainer's split inputs, per-row rotary tables, %s); time "
                "the busiest rank's: FSDP2's at that seq with its attention %s one GPU's (one SDPA call per K/V block), "
                "the ring's exchanges none hidden; tok/s per GPU (FINDINGS R-CP-1..12)\n",
-            (unsigned long long)C, cp_shard(p), gckpt_layout_world(&p->req.layout), cp_shard(p), (unsigned long long)C,
+            (unsigned long long)C, cp_shard(p), mesh, gckpt_layout_world(&p->req.layout), pc, cp_shard(p),
+            (unsigned long long)C,
+            cp_replicas(p) > 1 ? "the dp_shard x cp ranks of each replica, HSDP across the replicas" : "all of them",
             (unsigned long long)(S / C), (unsigned long long)S,
             gckpt_cp_balanced(S, p->req.cp) ? "head-tail, load-balanced" : "contiguous, not load-balanced",
             (unsigned long long)(S / C),
@@ -121,6 +134,7 @@ void gckpt_plan_cp_args(const gckpt_plan *p, cJSON *args)
 {
     if (!p->req.cp) return;
     cJSON *pc = cJSON_AddObjectToObject(args, "parallelism_config"); /* printed as ParallelismConfig(...) */
+    if (cp_replicas(p) > 1) cJSON_AddNumberToObject(pc, "dp_replicate_size", cp_replicas(p));
     cJSON_AddNumberToObject(pc, "dp_shard_size", cp_shard(p));
     cJSON_AddNumberToObject(pc, "cp_size", p->req.cp);
 }
@@ -142,10 +156,12 @@ void gckpt_plan_cp_json(const gckpt_plan *p, cJSON *inputs)
     cJSON *o = cJSON_AddObjectToObject(inputs, "context_parallel");
     cJSON_AddNumberToObject(o, "cp_size", p->req.cp);
     cJSON_AddNumberToObject(o, "dp_shard_size", cp_shard(p));
+    cJSON_AddNumberToObject(o, "dp_replicate_size", cp_replicas(p));
     cJSON_AddNumberToObject(o, "local_seq", (double)(p->req.seq / p->req.cp));
     cJSON_AddBoolToObject(o, "load_balanced", gckpt_cp_balanced(p->req.seq, p->req.cp));
     cJSON_AddStringToObject(o, "cp_comm_strategy", "allgather");
-    cJSON_AddStringToObject(o, "planned", "the busiest CP rank: FSDP2 over dp_shard x cp at seq / cp, plus the CP buffers of "
+    cJSON_AddStringToObject(o, "planned", "the busiest CP rank: FSDP2 over dp_shard x cp at seq / cp (HSDP across "
+                                          "dp_replicate, R-CP-17), plus the CP buffers of "
                                           "gckpt_cp_step_extra (FINDINGS R-CP-11); time: the busiest rank's, its "
                                           "attention gckpt_cp_attention_units times one GPU's at seq / cp (R-CP-12); "
                                           "the ring's K/V and dK/dV exchanges at intra_node_bus_bytes_per_s, none "

@@ -24,11 +24,12 @@ void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f)
     const gckpt_layout *l = &p->req.layout;
     if (!gckpt_layout_multi(l)) return;
     uint32_t w = gckpt_layout_world(l);
-    if (l->dp_replicate > 1)
-        fprintf(f, "HSDP mesh (accelerate ParallelismConfig): dp_replicate %u x dp_shard %u; parameters sharded over "
-                   "the %u ranks of a dp_shard group (consecutive ranks), gradients reduce-scattered there and "
+    if (l->dp_replicate > 1) /* CP: FSDP2's shard dim is accelerate's flattened dp_shard_cp (R-CP-17) */
+        fprintf(f, "HSDP mesh (accelerate ParallelismConfig): dp_replicate %u x %s %u; parameters sharded over "
+                   "the %u ranks of a %s group (consecutive ranks), gradients reduce-scattered there and "
                    "all-reduced across the %u dp_replicate groups\n",
-                l->dp_replicate, gckpt_layout_shard_world(l), gckpt_layout_shard_world(l), l->dp_replicate);
+                l->dp_replicate, p->req.cp ? "dp_shard_cp" : "dp_shard", gckpt_layout_shard_world(l),
+                gckpt_layout_shard_world(l), p->req.cp ? "dp_shard_cp" : "dp_shard", l->dp_replicate);
     else if (l->dp_replicate == 1)
         fprintf(f, "mesh (accelerate ParallelismConfig): dp_shard %u\n", w);
     /* CP: the C ranks of a CP group share their sequences (plan_cp.c) */
@@ -52,7 +53,8 @@ void gckpt_plan_parallel_args(const gckpt_plan *p, cJSON *args)
         cJSON_AddNumberToObject(fc, "version", 2);
         cJSON_AddBoolToObject(fc, "reshard_after_forward", true);
         if (p->req.layout.offload) cJSON_AddBoolToObject(fc, "cpu_offload", true);
-        if (p->req.layout.dp_replicate) { /* printed as ParallelismConfig(...) (gckpt_plan_print_snippet) */
+        /* printed as ParallelismConfig(...) (gckpt_plan_print_snippet); CP's is plan_cp.c's */
+        if (p->req.layout.dp_replicate && !p->req.cp) {
             cJSON *pc = cJSON_AddObjectToObject(args, "parallelism_config");
             cJSON_AddNumberToObject(pc, "dp_replicate_size", p->req.layout.dp_replicate);
             cJSON_AddNumberToObject(pc, "dp_shard_size", gckpt_layout_shard_world(&p->req.layout));
@@ -162,7 +164,10 @@ void gckpt_plan_parallel_json(const gckpt_plan *p, cJSON *inputs)
     if (l->dp_replicate) { /* accelerate's ParallelismConfig mesh (FINDINGS R-DIST-27) */
         cJSON_AddNumberToObject(o, "dp_replicate", l->dp_replicate);
         cJSON_AddNumberToObject(o, "dp_shard", gckpt_layout_shard_world(l));
-        cJSON_AddStringToObject(o, "mesh", "dp_replicate x dp_shard (accelerate ParallelismConfig; dp_shard inner)");
+        cJSON_AddStringToObject(o, "mesh", p->req.cp ? "dp_replicate x dp_shard_cp (accelerate ParallelismConfig; "
+                                                       "dp_shard the flattened dp_shard x cp, cp inner)"
+                                                     : "dp_replicate x dp_shard (accelerate ParallelismConfig; "
+                                                       "dp_shard inner)");
     }
     cJSON_AddStringToObject(o, "memory", "the busiest rank: rank 0; zero1, zero2: the busiest of every rank");
     cJSON_AddNumberToObject(o, "bus_bytes_per_s", l->nodes > 1 ? p->dev.inter_node_bus_bytes_per_s

@@ -63,6 +63,7 @@ static void bad_inputs(void **state)
     cli_write("pc-tp.json", "{\"dp_shard_size\": 2, \"tp_size\": 2}");
     cli_write("pc-hsdp-tp.json", "{\"dp_replicate_size\": 2, \"dp_shard_size\": 2, \"tp_size\": 2}");
     cli_write("pc-ddp-tp.json", "{\"dp_replicate_size\": 2, \"tp_size\": 2}");
+    cli_write("pc-tp-cp.json", "{\"tp_size\": 2, \"cp_size\": 2}");
     cli_write("pc-odd.json", "{\"dp_replicate_size\": 3, \"dp_shard_size\": 2}");
     cli_write("pc-key.json", "{\"dp_replicate_size\": 2, \"dp_shard\": 2}");
     cli_write("pc-zero.json", "{\"dp_replicate_size\": 0, \"dp_shard_size\": 4}");
@@ -366,8 +367,8 @@ static void bad_inputs(void **state)
         {"cp eager", A("--gpus", "2", "--cp", "2", "--attention", "eager", "-o", "out.json"), "only with SDPA"},
         {"cp sliding window", A("--model", "gemma-2-2b", "--gpus", "2", "--cp", "2", "-o", "out.json"), "sliding-window"},
         {"cp tied head", A("--model", "llama-3.2-1b", "--gpus", "2", "--cp", "2", "-o", "out.json"), "tied lm_head"},
-        {"cp x tp", A("--gpus", "4", "--cp", "2", "--tp", "2", "-o", "out.json"), "cp_size 2 with tp_size 2 is not measured"},
-        {"cp x hsdp", A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "with dp_replicate_size 2 is not measured"},
+        {"cp x tp", A("--gpus", "4", "--cp", "2", "--tp", "2", "-o", "out.json"), "cp_size 2 with tp_size 2: transformers' TP loader builds a (pp, dp_replicate, fsdp, tp) mesh with no cp dimension that must span the world (distributed/utils.py:315), and the Trainer sets tp_size and dp_shard_size from it (trainer.py:789), so the sizes exceed the processes and accelerate refuses (parallelism_config.py:373) (FINDINGS R-CP-19)"},
+        {"cp x hsdp not the world", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "cp_size 2 x sp_size 1 = 8, not the 4 processes"},
         {"cp pure dp", A("--gpus", "4", "--dp-replicate", "2", "--cp", "2", "-o", "out.json"), "cannot be used with pure data parallelism"},
         {"cp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "several nodes"},
         {"cp LoRA", A("--gpus", "2", "--cp", "2", "--method", "lora", "-o", "out.json"), "R-CP-11"},
@@ -391,6 +392,7 @@ static void bad_inputs(void **state)
         {"mesh on one GPU", A("--dp-replicate", "1", "--dp-shard", "1", "-o", "out.json"), "more than one GPU"},
         {"mesh junk", A("--gpus", "4", "--dp-replicate", "two", "--dp-shard", "2", "-o", "out.json"), "--dp-replicate: 'two'"},
         {"mesh file and flags", A("--gpus", "4", "--parallelism-config", "./pc-ok.json", "--dp-shard", "4", "-o", "out.json"), "excludes"},
+        {"mesh file tp x cp", A("--gpus", "4", "--parallelism-config", "./pc-tp-cp.json", "-o", "out.json"), "pc-tp-cp.json: ParallelismConfig: cp_size 2 with tp_size 2: transformers' TP loader builds a (pp, dp_replicate, fsdp, tp) mesh with no cp dimension that must span the world (distributed/utils.py:315), and the Trainer sets tp_size and dp_shard_size from it (trainer.py:789), so the sizes exceed the processes and accelerate refuses (parallelism_config.py:373) (FINDINGS R-CP-19)"},
         {"mesh file tp x hsdp", A("--gpus", "8", "--parallelism-config", "./pc-hsdp-tp.json", "-o", "out.json"), "pc-hsdp-tp.json: ParallelismConfig: tensor"},
         {"mesh file tp x fsdp not the world", A("--gpus", "8", "--parallelism-config", "./pc-tp.json", "-o", "out.json"), "pc-tp.json: ParallelismConfig: dp_replicate_size 1 x dp_shard_size 2 x tp_size 2"},
         {"mesh file odd", A("--gpus", "4", "--parallelism-config", "./pc-odd.json", "-o", "out.json"), "pc-odd.json: ParallelismConfig: dp_replicate_size 3"},
@@ -446,6 +448,11 @@ static void good_runs(void **state)
     assert_true(cli_exists("p.svg.entries.dat"));
     assert_true(cli_exists("p.svg.timeline.dat"));
     assert_int_equal(run(A("--bogus"), err, sizeof err), 2);
+    /* CP x HSDP (FINDINGS R-CP-17): FSDP2 over dp_shard x cp, replicated over dp_replicate */
+    assert_int_equal(run(A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "--seq", "4096",
+                           "-o", "cphsdp.json"), err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "ParallelismConfig(dp_replicate_size=2, dp_shard_size=2, cp_size=2)"));
+    assert_non_null(strstr(cli_out, "dp_replicate 2 x dp_shard_cp 4"));
     /* without gnuplot: a clear message, and the script and data are still written */
     assert_int_equal(cli_run(GCKPT_PLAN_EXE, A("--model", "gpt2", "--seq", "256", "-q", "--plot", "q.png"), "/nonexistent", err, sizeof err), 0);
     assert_non_null(strstr(cli_out, "gnuplot is not installed"));

@@ -1,8 +1,9 @@
-/* Context parallelism over FSDP2 per rank (accelerate's ParallelismConfig(dp_shard_size, cp_size) with
- * the fsdp plugin, FSDP2 over the flattened dp_shard_cp mesh) against tests/data/hf-cp-fsdp
+/* Context parallelism over FSDP2 per rank (accelerate's ParallelismConfig(dp_replicate_size, dp_shard_size,
+ * cp_size) with the fsdp plugin, FSDP2 over the flattened dp_shard_cp mesh, HSDP across dp_replicate when
+ * it is 2: FINDINGS R-CP-17, the fixture's replicas read into the layout) against tests/data/hf-cp-fsdp
  * (tools/hf_probe/probe_dist.py's cp-* cases: the Trainer's preparation and CP inputs, accelerate's
  * context_parallel, torch's ring with the per-block CPU flash kernel, FINDINGS R-CP-11), fake group:
- *   - the persistent bytes at step 2's start and end: FSDP2's over all C x S ranks, exact;
+ *   - the persistent bytes at step 2's start and end: FSDP2's over all C x S ranks (a replica's), exact;
  *   - step 2's live peak: FSDP2 over C x S ranks at S / C tokens (the fsdp planning path) plus CP's
  *     extras (gckpt_cp_step_extra), or a ring attention call with its replayed transients where that
  *     is higher (gckpt_cp_peak: the wide-attention llama's fixtures), within GCKPT_CP_PEAK_BOUND_PCT;
@@ -22,6 +23,7 @@
 #include "gckpt/core/cp.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/recipe.h"
+#include "gckpt/planner/pc_config.h"
 #include "gckpt/planner/plan.h"
 #include "gckpt/util/jsonget.h"
 #include "dist_fixture.h"
@@ -125,7 +127,7 @@ static void test_peaks(void **state)
 {
     (void)state;
     g_worst = 0;
-    assert_true(each_fixture(check_peak) >= 28);
+    assert_true(each_fixture(check_peak) >= 40);
     print_message("CP x FSDP2: max |error| %.3f %%\n", 100 * g_worst);
 }
 
@@ -149,7 +151,7 @@ static void check_persistent(const char *name, const dist_fixture *f, uint32_t c
 static void test_persistent(void **state)
 {
     (void)state;
-    assert_true(each_fixture(check_persistent) >= 28);
+    assert_true(each_fixture(check_persistent) >= 40);
 }
 
 /* A file under /tmp holding text; its path in path (a mkstemp template). */
@@ -162,7 +164,7 @@ static void temp_file(char *path, const char *text)
     fclose(o);
 }
 
-/* gckpt_plan_run with --cp C (and the fixture's dp_shard) on the fixture's model and setting. */
+/* gckpt_plan_run with --cp C (and the fixture's dp_shard and dp_replicate) on the fixture's model and setting. */
 static void check_plan_run(const char *name, const dist_fixture *f, uint32_t cp)
 {
     if (f->rank) return; /* the plan is rank 0's */
@@ -188,8 +190,9 @@ static void check_plan_run(const char *name, const dist_fixture *f, uint32_t cp)
     gckpt_plan_request q = {.seq = f->s.seq, .micro_batches = {f->s.micro_batch}, .n_micro = 1,
                             .grad_accum = f->s.grad_accum, .precision = f->s.precision, .optimizer = GCKPT_ADAMW,
                             .attention = GCKPT_SDPA, .every_n = &every, .n_every = 1, .offload = GCKPT_OFFLOAD_OFF,
-                            .margin = 0.05, .target_given = true, .target = GCKPT_TARGET_CPU, .cp = cp,
-                            .layout = {.gpus = f->s.layout.gpus, .nodes = 1, .mode = GCKPT_PAR_FSDP}};
+                            .margin = 0.05, .target_given = true, .target = GCKPT_TARGET_CPU,
+                            .layout = {.gpus = f->s.layout.gpus, .nodes = 1}};
+    gckpt_plan_request_cp(&q, cp, f->s.layout.dp_replicate); /* HSDP's replicas too (R-CP-17) */
     snprintf(q.model_ref, sizeof q.model_ref, "%s", cfg);
     snprintf(q.gpu_ref, sizeof q.gpu_ref, "%s", dev);
     static gckpt_plan p;
@@ -247,7 +250,46 @@ static void check_plan_run(const char *name, const dist_fixture *f, uint32_t cp)
 static void test_plan_run(void **state)
 {
     (void)state;
-    assert_true(each_fixture(check_plan_run) >= 28);
+    assert_true(each_fixture(check_plan_run) >= 40);
+}
+
+/* CP x TP (FINDINGS R-CP-19): tools/hf_probe/cp_tp_check.py's record (tests/data/hf-cp-tp) of where each way of
+ * asking transformers and the Trainer for tp 2 with cp 2 on 4 ranks stops; gckpt_pc_cp refuses tp with cp, its
+ * line naming the library lines that raised on every case through a DistributedConfig of the data-parallel sizes
+ * (the pp_size case, a pipeline split, stops elsewhere at load and is recorded only). */
+static void test_cp_tp_refusal(void **state)
+{
+    (void)state;
+    gckpt_pc_sizes pc = {.tp = 2, .cp = 2};
+    uint32_t cp = 9, rep = 9;
+    gckpt_err err = {{0}};
+    assert_false(gckpt_pc_cp(&pc, 4, &cp, &rep, &err));
+    assert_null(strchr(err.msg, '\n'));
+    FILE *f = fopen(GCKPT_TEST_DATA "/hf-cp-tp/cp-tp-check.jsonl", "r");
+    assert_non_null(f);
+    static char line[1 << 14];
+    int n = 0, named = 0;
+    while (fgets(line, sizeof line, f)) {
+        cJSON *o = cJSON_Parse(line);
+        assert_non_null(o);
+        const cJSON *at = cJSON_GetObjectItemCaseSensitive(o, "raised_at"),
+                    *dc = cJSON_GetObjectItemCaseSensitive(o, "distributed_config");
+        if (!cJSON_IsString(at)) fail_msg("case %d ran: %s", n, line); /* none reaches a step */
+        if (!cJSON_GetObjectItemCaseSensitive(dc, "pp_size")) {
+            char src[128]; /* "transformers/distributed/utils.py:315 (fn)" -> "distributed/utils.py:315" */
+            const char *s = strchr(at->valuestring, '/');
+            snprintf(src, sizeof src, "%s", s ? s + 1 : at->valuestring);
+            char *sp = strchr(src, ' ');
+            if (sp) *sp = 0;
+            if (!strstr(err.msg, src)) fail_msg("measured at %s, not named in: %s", src, err.msg);
+            named++;
+        }
+        cJSON_Delete(o);
+        n++;
+    }
+    fclose(f);
+    assert_int_equal(n, 4);
+    assert_int_equal(named, 3);
 }
 
 int main(void)
@@ -256,6 +298,7 @@ int main(void)
         cmocka_unit_test(test_persistent),
         cmocka_unit_test(test_peaks),
         cmocka_unit_test(test_plan_run),
+        cmocka_unit_test(test_cp_tp_refusal),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -50,17 +50,18 @@ static inline char *pf_plan_text_mesh(const char *fixture, gckpt_precision p, gc
     return text;
 }
 
-/* gckpt-plan --seq seq [--cp cp --gpus cp x dp_shard] (cp 0: one GPU), offload off: context parallelism
- * and the one process it is compared with. */
+/* gckpt-plan --seq seq [--cp cp --dp-replicate R --gpus cp x dp_shard x R] (cp 0: one GPU; R 0 or 1: no
+ * replicas), offload off: context parallelism and the one process it is compared with. */
 static inline char *pf_plan_text_cp(const char *fixture, gckpt_precision p, const uint32_t *every, int n_every,
-                                    uint64_t mb, uint64_t grad_accum, uint64_t seq, uint32_t cp, uint32_t dp_shard)
+                                    uint64_t mb, uint64_t grad_accum, uint64_t seq, uint32_t cp, uint32_t dp_shard,
+                                    uint32_t dp_replicate)
 {
     gckpt_plan_request req = {.seq = seq, .micro_batches = {mb}, .n_micro = 1, .grad_accum = grad_accum,
                               .precision = p, .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA,
                               .offload = GCKPT_OFFLOAD_OFF, .margin = 0.05};
     if (cp) {
-        req.layout = (gckpt_layout){.gpus = cp * (dp_shard ? dp_shard : 1), .nodes = 1};
-        gckpt_plan_request_cp(&req, cp);
+        req.layout = (gckpt_layout){.gpus = cp * (dp_shard ? dp_shard : 1) * (dp_replicate ? dp_replicate : 1), .nodes = 1};
+        gckpt_plan_request_cp(&req, cp, dp_replicate);
     }
     snprintf(req.model_ref, sizeof req.model_ref, "%s/%s.json", GCKPT_TEST_DATA, fixture);
     snprintf(req.gpu_ref, sizeof req.gpu_ref, "h100-sxm-80gb");

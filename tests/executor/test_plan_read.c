@@ -399,8 +399,9 @@ static void test_cp(void **st)
     assert_non_null(root);
     cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "inputs");
     double seq = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(in, "seq"));
-    char cp[160];
-    snprintf(cp, sizeof cp, "{\"cp_size\": 2, \"dp_shard_size\": 1, \"local_seq\": %.0f, \"load_balanced\": true}", seq / 2);
+    char cp[200];
+    snprintf(cp, sizeof cp, "{\"cp_size\": 2, \"dp_shard_size\": 1, \"dp_replicate_size\": 1, \"local_seq\": %.0f, "
+                            "\"load_balanced\": true}", seq / 2);
     cJSON_AddItemToObject(in, "layout", cJSON_Parse("{\"gpus\": 2, \"nodes\": 1, \"world_size\": 2, \"parallel\": \"fsdp\"}"));
     cJSON_AddItemToObject(in, "context_parallel", cJSON_Parse(cp));
     char *base = cJSON_Print(root);
@@ -426,8 +427,36 @@ static void test_cp(void **st)
     if (!gckpt_plan_parse("plan.json", t4, &pf, &err) || !gckpt_plan_executable(&pf, &err)) fail_msg("%s", err.msg);
     gckpt_plan_file_free(&pf);
     free(t4);
+    /* CP x HSDP (R-CP-17): dp_replicate_size the layout's dp_replicate, read and executed; a
+     * dp_replicate_size the layout lacks refused */
+    cJSON *r8 = cJSON_Parse(base);
+    assert_non_null(r8);
+    assert_true(pf_set(r8, "inputs.layout", cJSON_Parse("{\"gpus\": 8, \"nodes\": 1, \"world_size\": 8, \"parallel\": "
+                                                         "\"fsdp\", \"dp_replicate\": 2}")));
+    assert_true(pf_set(r8, "inputs.context_parallel.dp_shard_size", cJSON_CreateNumber(2)));
+    assert_true(pf_set(r8, "inputs.context_parallel.dp_replicate_size", cJSON_CreateNumber(2)));
+    char *t8 = cJSON_Print(r8);
+    if (!gckpt_plan_parse("plan.json", t8, &pf, &err) || !gckpt_plan_executable(&pf, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(pf.layout.dp_replicate, 2);
+    assert_int_equal(gckpt_plan_file_ranks(&pf), 8);
+    gckpt_plan_file_free(&pf);
+    free(t8);
+    assert_true(pf_set(r8, "inputs.layout", cJSON_Parse("{\"gpus\": 8, \"nodes\": 1, \"world_size\": 8, \"parallel\": "
+                                                         "\"fsdp\", \"dp_replicate\": 4}")));
+    assert_true(pf_set(r8, "inputs.context_parallel.dp_shard_size", cJSON_CreateNumber(2)));
+    t8 = cJSON_Print(r8);
+    cJSON_Delete(r8);
+    if (gckpt_plan_parse("plan.json", t8, &pf, &err))
+        fail_msg("a dp_replicate_size 2 against the layout's dp_replicate 4 was read");
+    if (!strstr(err.msg, "field 'inputs.context_parallel.dp_replicate_size' = 2 contradicts inputs.layout.dp_replicate (4)"))
+        fail_msg("%s", err.msg);
+    free(t8);
     const mutation ms[] = {
-        {"inputs.context_parallel.cp_size", "4", "field 'inputs.context_parallel.cp_size': 4 x dp_shard_size 1 is not"},
+        {"inputs.context_parallel.cp_size", "4", "field 'inputs.context_parallel.cp_size': 4 x dp_shard_size 1 x "
+                                                 "dp_replicate_size 1 is not"},
+        {"inputs.context_parallel.dp_replicate_size", "2", "field 'inputs.context_parallel.cp_size': 2 x dp_shard_size 1 x "
+                                                           "dp_replicate_size 2 is not"},
+        {"inputs.context_parallel.dp_replicate_size", "0", "inputs.context_parallel.dp_replicate_size"},
         {"inputs.context_parallel.dp_shard_size", "\"1\"", "inputs.context_parallel.dp_shard_size"},
         {"inputs.context_parallel.local_seq", "1", "field 'inputs.context_parallel.local_seq' = 1 contradicts"},
         {"inputs.context_parallel.load_balanced", NULL, "inputs.context_parallel.load_balanced"},

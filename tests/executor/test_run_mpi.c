@@ -819,25 +819,26 @@ static void tp(void **st)
  * dK/dV sums reassociate); amp-bf16 against one bf16 process within 1e-5 and 1e-3. Cases: tiny-llama at cp
  * 2 (head-tail, seq 32), cp 4 (seq 32) and the contiguous split (cp 4, seq 36), cp 2 x dp_shard 2, amp-bf16,
  * and a wide-attention llama whose peak is a ring call's. Another precision is refused, one line, exit 2. */
-static void check_cp_prec(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps,
-                          gckpt_precision prec)
+static void check_cp_rep(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint32_t R, uint64_t grad_accum,
+                         int steps, gckpt_precision prec)
 {
     char plan[96], one[96], rep[112], rep1[112], err[8192];
-    int world = (int)(C * dp_shard);
+    const uint32_t dp = dp_shard * (R ? R : 1); /* the data-parallel ranks: dp_shard x dp_replicate */
+    int world = (int)(C * dp);
     /* amp-bf16: FSDP2's MixedPrecisionPolicy computes in bf16: against one bf16 process (as fsdp's cases) */
     gckpt_precision one_prec = prec == GCKPT_AMP_BF16 ? GCKPT_BF16 : prec;
     const char *pn = gckpt_precision_names[prec];
-    snprintf(plan, sizeof plan, "%s-cp%us%u-s%llu-ga%llu-%s.json", model, C, dp_shard, (unsigned long long)seq,
+    snprintf(plan, sizeof plan, "%s-cp%us%ur%u-s%llu-ga%llu-%s.json", model, C, dp_shard, R, (unsigned long long)seq,
              (unsigned long long)grad_accum, pn);
     snprintf(one, sizeof one, "%s-cpone-s%llu-ga%llu-%s.json", model, (unsigned long long)seq,
-             (unsigned long long)grad_accum * dp_shard, pn);
+             (unsigned long long)grad_accum * dp, pn);
     snprintf(rep, sizeof rep, "%sl", plan);
     snprintf(rep1, sizeof rep1, "%sl", one);
-    char *t = pf_plan_text_cp(model, prec, every, 3, 2, grad_accum, seq, C, dp_shard);
+    char *t = pf_plan_text_cp(model, prec, every, 3, 2, grad_accum, seq, C, dp_shard, R);
     assert_non_null(t);
     cli_write(plan, t);
     free(t);
-    t = pf_plan_text_cp(model, one_prec, every, 3, 2, grad_accum * dp_shard, seq, 0, 0);
+    t = pf_plan_text_cp(model, one_prec, every, 3, 2, grad_accum * dp, seq, 0, 0, 0);
     assert_non_null(t);
     cli_write(one, t);
     free(t);
@@ -867,9 +868,9 @@ static void check_cp_prec(const char *model, uint32_t C, uint64_t seq, uint32_t 
     if (rc != 0) fail_msg("%s: exit %d: %s", one, rc, err);
     /* each entry appends its gradients: the last of each tensor is the last entry's (every_n 2) */
     double gmax = grads_max_diff(dump, world, dump1);
-    print_message("%s cp %u x dp_shard %u, seq %llu, %s (grad_accum %llu, %d steps): the gradients within %.3g of one "
-                  "process's elementwise\n", model, C, dp_shard, (unsigned long long)seq, pn, (unsigned long long)grad_accum,
-                  steps, gmax);
+    print_message("%s cp %u x dp_shard %u x dp_replicate %u, seq %llu, %s (grad_accum %llu, %d steps): the gradients "
+                  "within %.3g of one process's elementwise\n", model, C, dp_shard, R ? R : 1, (unsigned long long)seq, pn,
+                  (unsigned long long)grad_accum, steps, gmax);
     /* fp32: reassociation; amp-bf16: the ring merges the blocks' unrounded outputs in fp32 where one bf16 process
      * rounds its one SDPA output */
     double gt = prec == GCKPT_FP32 ? 1e-6 : 1e-3, lt = prec == GCKPT_FP32 ? 1e-6 : 1e-5;
@@ -913,6 +914,12 @@ static void check_cp_prec(const char *model, uint32_t C, uint64_t seq, uint32_t 
     cJSON_Delete(s);
 }
 
+static void check_cp_prec(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps,
+                          gckpt_precision prec)
+{
+    check_cp_rep(model, C, seq, dp_shard, 0, grad_accum, steps, prec);
+}
+
 static void check_cp(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps)
 {
     check_cp_prec(model, C, seq, dp_shard, grad_accum, steps, GCKPT_FP32);
@@ -936,7 +943,7 @@ static void cp(void **st)
     check_cp_prec("tiny-llama", 2, 32, 1, 2, 1, GCKPT_AMP_BF16);
     /* another precision (a hand-edited plan: gckpt-plan plans fp32 and amp-bf16): refused by gckpt-run before any
      * rank runs (one line, exit 2, no report) */
-    char *t = pf_plan_text_cp("tiny-llama", GCKPT_AMP_BF16, every, 3, 2, 1, 32, 2, 1), *at = t ? strstr(t, "\"amp-bf16\"") : NULL;
+    char *t = pf_plan_text_cp("tiny-llama", GCKPT_AMP_BF16, every, 3, 2, 1, 32, 2, 1, 0), *at = t ? strstr(t, "\"amp-bf16\"") : NULL;
     assert_non_null(at);
     memcpy(at, "\"bf16\"    ", 10); /* JSON whitespace after the value */
     cli_write("cp2-bf16.json", t);
@@ -946,6 +953,18 @@ static void cp(void **st)
     if (rc != 2 || !strstr(err, "gckpt-run executes context parallelism in fp32 and amp-bf16 only") || own_lines(err) != 1)
         fail_msg("cp 2 bf16: exit %d: %s", rc, err);
     assert_false(cli_exists("no.jsonl"));
+}
+
+/* CP x HSDP (gckpt-plan --cp 2 --dp-shard 2 --dp-replicate 2 --gpus 8, FINDINGS R-CP-17): accelerate's mesh
+ * (dp_replicate, dp_shard, cp), FSDP2 over the flattened dp_shard_cp (4 consecutive ranks) with the replicas'
+ * all-reduce, the ring in each CP pair; 8 ranks against one process over the 4 data-parallel ranks' micro-batches:
+ * check_cp_rep's checks (every rank's allocator peak its prediction, the busiest the plan's, the loss and
+ * gradients one process's). */
+static void cp_hsdp(void **st)
+{
+    (void)st;
+    check_cp_rep("tiny-llama", 2, 32, 2, 2, 1, 1, GCKPT_FP32);
+    check_cp_rep("tiny-llama", 2, 32, 2, 2, 1, 1, GCKPT_AMP_BF16);
 }
 
 /* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */
@@ -1032,7 +1051,7 @@ int main(void)
                                        cmocka_unit_test(zero2_bucket_size),
                                        cmocka_unit_test(zero3), cmocka_unit_test(tied), cmocka_unit_test(tp), cmocka_unit_test(tp_lora),
                                        cmocka_unit_test(tp_ddp), cmocka_unit_test(tp_fsdp), cmocka_unit_test(cp),
-                                       cmocka_unit_test(refusals)};
+                                       cmocka_unit_test(cp_hsdp), cmocka_unit_test(refusals)};
     /* GCKPT_MPI_TEST: the tests to run, GCKPT_MPI_SKIP: those left to another CTest entry;
      * each a comma-separated list of fnmatch patterns (hsdp_peft; tp*,cp) */
     const char *only = getenv("GCKPT_MPI_TEST"), *skip = getenv("GCKPT_MPI_SKIP");

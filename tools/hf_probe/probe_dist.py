@@ -214,16 +214,19 @@ def tp_cases():
     return out
 
 
-def cp_spec(every_n, offload, cp, shard=1, bf16=True, gloo=False):
+def cp_spec(every_n, offload, cp, shard=1, bf16=True, gloo=False, replicate=1):
     """Context parallelism as accelerate sets it up on a GPU (FINDINGS R-CP-1): TrainingArguments(fsdp (version 2),
     parallelism_config=ParallelismConfig(dp_shard_size=S, cp_size=C)): FSDP2 over the flattened dp_shard_cp mesh
     (C x S ranks), each CP group's C ranks one batch, each a different piece of the sequence (the Trainer's
     _prepare_context_parallel_inputs and accelerate's context_parallel() around every micro-step), torch's ring
     attention with the per-block CUDA SDPA kernel stood in by the CPU flash kernel (cp_ring_rerun.install_cpu_ring,
-    R-CP-5). `cp-llama-<precision>-n<k>-<offload>-w<world>-c<C>[s<S>]`; fake ranks 0 and the last."""
-    world = cp * shard
+    R-CP-5). replicate R > 1: ParallelismConfig(dp_replicate_size=R, ...) too, HSDP with CP: FSDP2 over accelerate's
+    (dp_replicate, dp_shard_cp) mesh (FINDINGS R-CP-17). `cp-llama-<precision>-n<k>-<offload>-w<world>-c<C>[s<S>][r<R>]`;
+    fake ranks 0 and the last."""
+    world = cp * shard * replicate
     sp = make_spec("fsdp2", "llama", every_n, offload, world, bf16=bf16,
-                   variant=f"c{cp}" + (f"s{shard}" if shard > 1 else ""), gloo=gloo)
+                   variant=f"c{cp}" + (f"s{shard}" if shard > 1 else "") + (f"r{replicate}" if replicate > 1 else ""),
+                   gloo=gloo, dp_replicate=replicate if replicate > 1 else 0)
     sp["name"] = "cp" + sp["name"][len("fsdp2"):]
     sp.update(cp=cp, dp_shard=shard)
     return sp
@@ -236,8 +239,9 @@ WIDE_ATTN = dict(probe.make_config("llama", "sdpa").to_dict(), num_attention_hea
 
 
 def cp_cases():
-    """CP 2 alone (FSDP2 over its 2 ranks), CP 2 x dp_shard 2, CP 4; every_n off and 1; bf16 and fp32; the
-    wide-attention llama at CP 2 (tests/data/hf-cp-fsdp: `--set cp`)."""
+    """CP 2 alone (FSDP2 over its 2 ranks), CP 2 x dp_shard 2, CP 4, CP 2 x dp_shard 2 x dp_replicate 2; every_n
+    off and 1; bf16 and fp32; the wide-attention llama at CP 2; on 16 ranks CP 4 x 2 x 2 and CP 2 x 2 x 4
+    (tests/data/hf-cp-fsdp: `--set cp`)."""
     out = []
     for n in (0, 1):
         for bf16 in (True, False):
@@ -247,6 +251,11 @@ def cp_cases():
             wide.update(config=dict(WIDE_ATTN), name=wide["name"].replace("cp-llama", "cp-llamawide"))
             out.append(wide)
         out.append(cp_spec(n, False, 4))
+        for bf16 in (True, False):  # HSDP with CP: dp_replicate 2 x dp_shard 2 x cp 2 (R-CP-17)
+            out.append(cp_spec(n, False, 2, shard=2, replicate=2, bf16=bf16))
+    # 16 ranks: cp 4 under HSDP, and 4 replicas
+    out.append(cp_spec(1, False, 4, shard=2, replicate=2))
+    out.append(cp_spec(0, False, 2, shard=2, replicate=4, bf16=False))
     return out
 
 
@@ -344,7 +353,8 @@ def training_args(spec, out_dir):
         if spec.get("cp"):  # CP: FSDP2 over dp_shard_cp (accelerate requires it on a GPU, FINDINGS R-CP-1)
             from accelerate import ParallelismConfig
 
-            kw.update(parallelism_config=ParallelismConfig(dp_shard_size=spec["dp_shard"], cp_size=spec["cp"]))
+            kw.update(parallelism_config=ParallelismConfig(dp_replicate_size=spec.get("dp_replicate") or 1,
+                                                           dp_shard_size=spec["dp_shard"], cp_size=spec["cp"]))
         elif spec.get("dp_replicate"):  # HSDP: TrainingArguments(parallelism_config=...) (accelerate >= 1.10)
             from accelerate import ParallelismConfig
 

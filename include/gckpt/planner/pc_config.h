@@ -33,10 +33,11 @@ bool gckpt_pc_config_read(const char *path, gckpt_pc_sizes *out, gckpt_err *err)
 bool gckpt_pc_check(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *dp_replicate, uint32_t *tp, gckpt_err *err);
 
 /* Context parallelism (cp_size > 1): accelerate's checks (the product of the sizes equals the world;
- * cp with sp refused; cp with dp_replicate > 1 and dp_shard 1 refused), then what is not measured
- * (tp, dp_replicate); *cp its size, the mesh FSDP2 over dp_shard x cp = the world (FINDINGS R-CP-1,
- * R-CP-11). cp_size 1 or none: true, *cp 0. One line in err when refused. */
-bool gckpt_pc_cp(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *cp, gckpt_err *err);
+ * cp with sp refused; cp with dp_replicate > 1 and dp_shard 1 refused), then tp, which transformers'
+ * loader and the Trainer cannot build together with cp (measured, R-CP-19); *cp its size, *dp_replicate the replicas (0 when dp_replicate_size is 1 or unset): FSDP2
+ * over dp_shard x cp, HSDP across the dp_replicate groups when R > 1 (FINDINGS R-CP-1, R-CP-11,
+ * R-CP-17). cp_size 1 or none: true, *cp 0. One line in err when refused. */
+bool gckpt_pc_cp(const gckpt_pc_sizes *pc, uint32_t world, uint32_t *cp, uint32_t *dp_replicate, gckpt_err *err);
 
 #ifdef __cplusplus
 }

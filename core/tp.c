@@ -152,19 +152,24 @@ static uint64_t local_numel(const tp_param *p, uint32_t tp, uint32_t r)
     return p->rows * p->cols;
 }
 
-void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint64_t round, gckpt_tp_bytes *out)
+gckpt_dtype gckpt_tp_param_dtype(gckpt_precision p) { return p == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32; }
+
+void gckpt_tp_rank_bytes(const gckpt_model *m, gckpt_precision prec, uint32_t tp, uint32_t rank, uint64_t round,
+                         gckpt_tp_bytes *out)
 {
     memset(out, 0, sizeof *out);
     tp_param p[16];
     uint64_t copies[16];
     size_t n = tp_params(m, p, copies);
     uint64_t tensors = 0;
+    /* the loaded dtype: fused AdamW's states and the gradients like the parameters (R-TP-4, R-TP-22) */
+    const uint64_t es = gckpt_dtype_size(gckpt_tp_param_dtype(prec));
     for (size_t j = 0; j < n; j++) {
-        uint64_t local = gckpt_round_up(4 * local_numel(&p[j], tp, rank), round);
+        uint64_t local = gckpt_round_up(es * local_numel(&p[j], tp, rank), round);
         out->weights += copies[j] * local;
         out->states += 2 * copies[j] * local;
         /* the embedding's gradient is Replicate: whole on every rank (R-TP-5) */
-        out->step_grads += copies[j] * (p[j].embedding ? gckpt_round_up(4 * p[j].rows * p[j].cols, round) : local);
+        out->step_grads += copies[j] * (p[j].embedding ? gckpt_round_up(es * p[j].rows * p[j].cols, round) : local);
         tensors += copies[j];
     }
     out->mesh = gckpt_tp_mesh_bytes(tp);
@@ -190,17 +195,21 @@ size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
     size_t n = 0;
     const double tokens = (double)s->micro_batch * (double)s->seq, h = (double)m->hidden;
     const uint64_t G = s->grad_accum ? s->grad_accum : 1, L = m->layers;
-    /* the compute dtype: bf16 under the Trainer's autocast, fp32 otherwise */
+    /* the compute dtype: bf16 under the Trainer's autocast, fp32 otherwise; the residual stream's (the
+     * embedding's output, the colwise inputs' gradients, the norms'): the parameters' (fp32, or bf16
+     * under pure bf16, R-TP-22) */
     const gckpt_dtype cd = s->precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
-    const double ce = gckpt_dtype_size(cd), v_pad = (double)tp * (double)gckpt_tp_chunk(m->vocab, tp, 0);
-    /* forward: the embedding's partial lookup (fp32), o_proj's and down_proj's rowwise outputs, the head's
+    const gckpt_dtype pd = gckpt_tp_param_dtype(s->precision);
+    const double ce = gckpt_dtype_size(cd), pe = gckpt_dtype_size(pd);
+    const double v_pad = (double)tp * (double)gckpt_tp_chunk(m->vocab, tp, 0);
+    /* forward: the embedding's partial lookup, o_proj's and down_proj's rowwise outputs, the head's
      * logits gathered (the uneven last shard padded) */
-    add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_FWD, G, G * tokens * h * 4);
+    add(out, &n, GCKPT_COLL_ALL_REDUCE, pd, GCKPT_TP_FWD, G, G * tokens * h * pe);
     add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_FWD, 2 * L * G, 2.0 * L * G * tokens * h * ce);
     add(out, &n, GCKPT_COLL_ALL_GATHER, cd, GCKPT_TP_FWD, G, G * tokens * v_pad * ce);
-    /* backward: every colwise module's input gradient (q, k, v, gate, up, lm_head), fp32 */
+    /* backward: every colwise module's input gradient (q, k, v, gate, up, lm_head), the residual's dtype */
     const uint64_t col = 5 * L + 1;
-    add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, col * G, (double)col * G * tokens * h * 4);
+    add(out, &n, GCKPT_COLL_ALL_REDUCE, pd, GCKPT_TP_BWD, col * G, (double)col * G * tokens * h * pe);
     /* a checkpointed layer's recompute reruns o_proj's all-reduce (the recompute stops before down_proj's) */
     uint64_t ck = gckpt_checkpointed_count(s->every_n, L);
     if (ck) add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_BWD, ck * G, (double)ck * G * tokens * h * ce);
@@ -227,9 +236,9 @@ size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
     /* the synchronising micro-step: the Trainer's hook on every plain (replicated) parameter's gradient:
      * the norms; qwen3's q_norm / k_norm also after every backward (replicated_with_grad_allreduce) */
     uint64_t norms = 2 * L + 1, qk = m->qk_norm ? 2 * L : 0;
-    double nb = 4.0 * (2 * L + 1) * h + 4.0 * qk * (double)m->head_dim;
-    add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, norms + qk, nb);
-    if (qk) add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, qk * G, 4.0 * qk * G * (double)m->head_dim);
+    double nb = pe * (2 * L + 1) * h + pe * qk * (double)m->head_dim;
+    add(out, &n, GCKPT_COLL_ALL_REDUCE, pd, GCKPT_TP_BWD, norms + qk, nb);
+    if (qk) add(out, &n, GCKPT_COLL_ALL_REDUCE, pd, GCKPT_TP_BWD, qk * G, pe * qk * G * (double)m->head_dim);
     return n;
 }
 

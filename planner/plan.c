@@ -428,14 +428,16 @@ static bool tp_setup(gckpt_plan *p, gckpt_err *err)
         return false;
     }
     if (!gckpt_tp_peft_ok(&q->peft, &p->model, q->tp, q->tp_dp_shard, q->tp_dp_replicate, err)) return false;
-    const char *what = (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"
+    /* pure bf16: the model loaded in bf16 (R-TP-22) */
+    const char *what = (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16 && q->precision != GCKPT_BF16)
+                           ? "--precision other than fp32, bf16 and amp-bf16"
                      : q->optimizer != GCKPT_ADAMW ? "--optimizer other than adamw"
                      : q->loss != GCKPT_LOSS_HF ? "--loss other than hf"
                      : q->code_base != GCKPT_CB_HF ? "--code-base fused"
                      : NULL;
     if (what) {
-        gckpt_seterr(err, "--tp %u with %s: tensor parallelism is measured for full fine-tuning with AdamW under fp32 "
-                          "or amp-bf16 and HF's loss only (FINDINGS R-TP-10)", q->tp, what);
+        gckpt_seterr(err, "--tp %u with %s: tensor parallelism is measured for full fine-tuning with AdamW under fp32, "
+                          "bf16 or amp-bf16 and HF's loss only (FINDINGS R-TP-10, R-TP-22)", q->tp, what);
         return false;
     }
     if ((q->tp_dp_shard || q->tp_dp_replicate) && p->model.qk_norm) { /* ReplicatedWithGradAllReduce under FSDP2 */

@@ -149,7 +149,7 @@ static void check_bytes(const tp_fixture *f, int *count)
 {
     if (f->fsdp * f->rep > 1 || !f->fake) return;
     gckpt_tp_bytes b;
-    gckpt_tp_rank_bytes(&f->m, f->tp, f->rank, 1, &b);
+    gckpt_tp_rank_bytes(&f->m, f->s.precision, f->tp, f->rank, 1, &b);
     if (b.total != f->start) fail_msg("%s: persistent %llu planned, %llu measured", f->name,
                                       (unsigned long long)b.total, (unsigned long long)f->start);
     if (b.total + b.step_grads != f->opt_before)
@@ -306,7 +306,7 @@ static void check_saved(const tp_fixture *t, int *count)
             fail_msg("%s: layer %d saves %llu planned, %llu measured", t->name, i,
                      (unsigned long long)c.layer_saved[i], (unsigned long long)f.layer_saved[i]);
     uint64_t cut = (t->m.vocab - gckpt_tp_chunk(t->m.vocab, t->tp, t->rank)) * t->m.hidden;
-    uint64_t head = c.head_saved - (t->s.precision == GCKPT_FP32 ? 0 : 2 * cut);
+    uint64_t head = c.head_saved - (t->s.precision == GCKPT_AMP_BF16 ? 2 * cut : 0); /* pure bf16: no cast */
     if (head != f.head_saved || c.embed_saved != f.embed_saved || c.offload != f.offload)
         fail_msg("%s: head %llu / %llu, embedding %llu / %llu, offload %llu / %llu (planned / measured)", t->name,
                  (unsigned long long)head, (unsigned long long)f.head_saved, (unsigned long long)c.embed_saved,
@@ -459,6 +459,8 @@ static void test_plan_run(void **state)
     plan_fixture("tp-llama-amp-bf16-n2-offload-w4-t4-kv4-r0.json");
     plan_fixture("tp-llama-amp-bf16-n1-plain-w2-t2-ga1-r0.json");
     plan_fixture("tp-qwen3-amp-bf16-noff-plain-w2-t2-r0.json");
+    /* pure bf16 (R-TP-22: the shards, gradients, AdamW states and every collective bf16) */
+    plan_fixture("tp-llama-bf16-n1-plain-w2-t2-r0.json");
     /* TP x FSDP (gckpt_tp_fsdp_layout through the request's tp_dp_shard) */
     plan_fixture("tp-llama-amp-bf16-n1-plain-w4-t2s2-r0.json");
     plan_fixture("tp-llama-amp-bf16-noff-plain-w4-t2s2-r0.json");

@@ -160,14 +160,17 @@ def hsdp_cases():
     return out
 
 
-def tp_spec(family, every_n, offload, tp, shard=1, bf16=True, gloo=False, grad_accum=GRAD_ACCUM, replicate=1):
+def tp_spec(family, every_n, offload, tp, shard=1, bf16=True, gloo=False, grad_accum=GRAD_ACCUM, replicate=1,
+            pure=False):
     """Tensor parallelism as transformers sets it up (FINDINGS R-TP-1): every rank loads the model with
     `from_pretrained(dir, distributed_config=DistributedConfig(tp_size=T, fsdp_size=S))` (tp_plan "auto": the
     model's base_model_tp_plan), the Trainer builds accelerate's ParallelismConfig(tp_size=T, dp_shard_size=S)
     from the model. `tp-<family>-<precision>-n<k>-<offload>-w<world>-t<T>[r<R>][s<S>]`; bf16=True is the Trainer's
     autocast over fp32 weights (no wrapper casts them). replicate R > 1: DistributedConfig(dp_replicate_size=R) too,
     transformers' HSDP mesh (pp, dp_replicate, fsdp, tp) with FSDP2 over (dp_replicate, fsdp) (FINDINGS R-TP-11);
-    the Trainer then gives accelerate ParallelismConfig(tp_size=T, dp_shard_size=R x S)."""
+    the Trainer then gives accelerate ParallelismConfig(tp_size=T, dp_shard_size=R x S).
+    pure=True: pure bf16 (`tp-<family>-bf16-...`): from_pretrained(..., dtype=torch.bfloat16) with the Trainer's
+    bf16=False (no autocast: the single-process "bf16" recipe; FINDINGS R-TP-22)."""
     world = tp * shard * replicate
     ga = f"-ga{grad_accum}" if grad_accum != GRAD_ACCUM else ""
     kv4 = family == "llama" and tp == 4
@@ -176,6 +179,8 @@ def tp_spec(family, every_n, offload, tp, shard=1, bf16=True, gloo=False, grad_a
                    + ("-kv4" if kv4 else "") + ga, gloo=gloo,
                    grad_accum=grad_accum, config=dict(KV4) if kv4 else None)
     sp.update(tp=tp, dp_shard=shard, tp_replicate=replicate)
+    if pure:
+        sp.update(name=sp["name"].replace("-amp-bf16-", "-bf16-", 1), precision="bf16", bf16=False, load_dtype="bfloat16")
     return sp
 
 
@@ -211,6 +216,16 @@ def tp_cases():
     # HSDP x TP (DistributedConfig(tp_size=2, fsdp_size=2, dp_replicate_size=2): 8 ranks)
     out.append(tp_spec("llama", 1, False, 2, shard=2, replicate=2))
     out.append(tp_spec("llama", 0, False, 2, shard=2, replicate=2, bf16=False))
+    out.extend(tp_bf16_cases())
+    return out
+
+
+def tp_bf16_cases():
+    """Pure bf16 under TP (FINDINGS R-TP-22): T 2 and 4 over every checkpoint setting, TP 2 x FSDP 2, gloo twins."""
+    out = [tp_spec("llama", n, off, tp, pure=True) for tp in (2, 4) for n, off in CKPT]
+    out += [tp_spec("llama", n, False, 2, shard=2, pure=True) for n in (0, 1)]
+    out.append(tp_spec("llama", 1, False, 2, gloo=True, pure=True))
+    out.append(tp_spec("llama", 1, False, 2, shard=2, gloo=True, pure=True))
     return out
 
 
@@ -455,7 +470,8 @@ def build_model(spec):
         gc.collect()
     cfg = DistributedConfig(tp_size=spec["tp"], fsdp_size=spec["dp_shard"], dp_replicate_size=spec.get("tp_replicate", 1))
     model = transformers.AutoModelForCausalLM.from_pretrained(TP_DIRS[key], distributed_config=cfg,
-                                                              attn_implementation=spec["attention"])
+                                                              attn_implementation=spec["attention"],
+                                                              dtype=getattr(torch, spec.get("load_dtype", "float32")))
     model.config.use_cache = False  # as probe.make_model (the Trainer's use_cache False)
     # FINDINGS R-TP-3: the loader takes each rank's slice of the checkpoint tensor and moves it with
     # `.to(device)`: on a GPU a copy of the slice alone; on the CPU a no-op, leaving a view into the mmapped
@@ -573,7 +589,8 @@ def setup_dist(spec):
     c.layers, c.ckpt_layers, c.nlayers = layers, ckpt_layers, len(layers)
     c.params = list(hf.parameters())
     c.amp = c.cuda_lists = False  # DDP: accelerate's own autocast wrapper runs inside the forward
-    c.param_info = {"count": n_params, "tensors": n_tensors, "bytes": n_params * 4, "dtype_at_load": "float32"}
+    c.param_info = {"count": n_params, "tensors": n_tensors, "bytes": n_params * (2 if spec.get("load_dtype") == "bfloat16" else 4),
+                    "dtype_at_load": spec.get("load_dtype", "float32")}
     # each data-parallel rank draws its own micro-batches; the ranks of a TP group (the mesh's innermost dim) share one
     # (CP: the ranks of a CP group, the mesh's cp dim inside dp_shard, likewise: process_index // (tp x cp))
     gen = torch.Generator().manual_seed(1234 + rank // (spec.get("tp", 1) * spec.get("cp", 1)))

@@ -13,7 +13,9 @@
  * heads: their gradient contributions are all-reduced. Under amp-bf16 the rowwise outputs and the logits
  * are bf16, and a colwise input's gradient is all-reduced in fp32 after autocast's cast of it (the module's
  * input is the fp32 one, R-TP-6). Reductions add in rank order (comm.h). The vocabulary-parallel ops
- * compute on host memory: the host backend only (gckpt-run refuses another); fp32 or amp-bf16.
+ * compute on host memory: the host backend only (gckpt-run refuses another); fp32, amp-bf16 or pure bf16
+ * (the weights, the residual stream and every collective bf16, as torch's DTensors of a bf16-loaded model:
+ * R-TP-22).
  * TP x FSDP (TP x DDP, HSDP x TP: interp_fsdp.c's exec_tp_fsdp_ops) runs these ops on FSDP2's unsharded
  * local weights, its collectives in the TP group (tp_coll); FSDP2 shards, steps and hashes the local
  * tensors (exec_tp_index: their elements' places in the whole tensor). */
@@ -61,8 +63,8 @@ static bool ends_with(const char *s, const char *suf)
 
 bool exec_tp_prepare(gckpt_exec *x, gckpt_err *err)
 {
-    if (x->set.precision != GCKPT_FP32 && x->set.precision != GCKPT_AMP_BF16) {
-        gckpt_seterr(err, "tensor parallelism is executed in fp32 and amp-bf16 only (this plan: %s)",
+    if (x->set.precision != GCKPT_FP32 && x->set.precision != GCKPT_AMP_BF16 && x->set.precision != GCKPT_BF16) {
+        gckpt_seterr(err, "tensor parallelism is executed in fp32, bf16 and amp-bf16 only (this plan: %s)",
                      gckpt_precision_names[x->set.precision]);
         return false;
     }
@@ -138,16 +140,18 @@ static gckpt_xstatus tp_init_param(gckpt_exec *x, size_t j, gckpt_init how, floa
 {
     param_t *p = &x->params[j];
     uint64_t rows = p->spec->rows, cols = p->spec->cols, n = rows * cols;
-    if (n != p->spec->weight.numel || p->spec->weight.dtype != GCKPT_DT_F32)
-        return exec_fail(err, "tensor parallelism: %s is not an fp32 %llu x %llu weight", p->spec->name,
+    gckpt_dtype dt = (gckpt_dtype)p->spec->weight.dtype; /* fp32, or bf16 under pure bf16 */
+    if (n != p->spec->weight.numel || (dt != GCKPT_DT_F32 && dt != GCKPT_DT_BF16))
+        return exec_fail(err, "tensor parallelism: %s is not an fp32 or bf16 %llu x %llu weight", p->spec->name,
                          (unsigned long long)rows, (unsigned long long)cols);
-    float *v = malloc(sizeof *v * (n ? n : 1));
+    void *v = malloc(gckpt_dtype_size(dt) * (n ? n : 1));
     if (!v) return exec_fail(err, "out of memory");
+    gckpt_xt vt = {v, n, (uint8_t)dt, 0, 0, 0, 0, 0, 0}; /* rounded as one process's init (host_backend.c) */
     for (uint64_t i = 0; i < rows; i++)
         for (uint64_t k = 0; k < cols; k++)
-            v[i * cols + k] = how == GCKPT_INIT_CONST ? scale
-                                                      : gckpt_rng_uniform(key, global_index(x, p->tensor, rows, cols, i, k), scale);
-    gckpt_xstatus rc = x->be->upload(x->be, p->w, v, n * 4);
+            st(&vt, i * cols + k, how == GCKPT_INIT_CONST ? scale
+                                                          : gckpt_rng_uniform(key, global_index(x, p->tensor, rows, cols, i, k), scale));
+    gckpt_xstatus rc = x->be->upload(x->be, p->w, v, n * gckpt_dtype_size(dt));
     free(v);
     for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates && p->st[k]; k++)
         rc = x->be->init(x->be, exec_state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
@@ -186,7 +190,7 @@ static int weight_of(const gckpt_exec *x, const gckpt_op *op, int *k)
     return -1;
 }
 
-static bool dense_f32(const gckpt_xt *v) { return v->p && !v->vW && v->dt == GCKPT_DT_F32; }
+static bool dense(const gckpt_xt *v) { return v->p && !v->vW; }
 
 /* embedding_rowwise's forward: the rank's rows of the ids it holds, zeros for the others, all-reduced. */
 static gckpt_xstatus embed_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w, gckpt_err *err)
@@ -194,21 +198,18 @@ static gckpt_xstatus embed_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w
     const exec_tp *t = x->tp;
     const gckpt_xt *tab = &c->in[0], *ids = &c->in[1], *o = &c->out[0];
     uint64_t W = c->op->width, V = x->tp_full.vocab, lo = chunk_start(t, V), rows = gckpt_tp_chunk(V, t->T, t->r);
-    if (!dense_f32(tab) || !dense_f32(o) || !ids->p || tab->n != rows * W)
-        return exec_fail(err, "%s: tensor parallelism: the embedding is not an fp32 table of the rank's %llu rows", w->at,
+    /* the table's dtype: fp32, or bf16 under pure bf16 (the all-reduce in it, R-TP-22) */
+    if (!dense(tab) || !dense(o) || tab->dt != o->dt || !ids->p || tab->n != rows * W)
+        return exec_fail(err, "%s: tensor parallelism: the embedding is not a table of the rank's %llu rows", w->at,
                          (unsigned long long)rows);
-    const float *tb = tab->p;
-    float *out = o->p;
     for (uint64_t k = 0; k < ids->n; k++) {
         int64_t id = ((const int64_t *)ids->p)[k];
         if (id < 0 || (uint64_t)id >= V) return exec_fail(err, "%s: id %lld outside the vocabulary", w->at, (long long)id);
         bool mine = (uint64_t)id >= lo && (uint64_t)id < lo + rows;
-        for (uint64_t j = 0; j < W; j++) out[k * W + j] = mine ? tb[((uint64_t)id - lo) * W + j] : 0.0f;
+        for (uint64_t j = 0; j < W; j++) st(o, k * W + j, mine ? ld(tab, ((uint64_t)id - lo) * W + j) : 0.0f);
     }
     return all_reduce(x, *o, w, err);
 }
-
-static bool dense(const gckpt_xt *v) { return v->p && !v->vW; }
 
 /* The first n elements of v as fp32 (NULL: out of memory). */
 static float *to_f32(const gckpt_xt *v, uint64_t n)
@@ -345,7 +346,7 @@ static gckpt_xstatus tp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
         if (g.n != pw.n) { /* the embedding: the rank's rows of its whole gradient */
             uint64_t lo = chunk_start(x->tp, x->tp_full.vocab) * p->spec->cols;
             if (g.vW || lo + pw.n > g.n) return exec_fail(err, "%s: %s: its gradient does not hold its rows", w->at, p->spec->name);
-            g.p = (float *)g.p + lo;
+            g.p = (char *)g.p + lo * gckpt_dtype_size((gckpt_dtype)g.dt);
             g.n = pw.n;
             g.rows = p->spec->rows;
         }
@@ -373,7 +374,7 @@ static gckpt_xstatus tp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, g
         if (whole && x->tp->r) continue;
         uint64_t rows = whole ? g.n / p->spec->cols : p->spec->rows, cols = p->spec->cols;
         for (uint64_t r = 0; r < rows; r++) { /* row by row: a rowwise shard's rows are not contiguous */
-            gckpt_xt row = {(float *)g.p + r * cols, cols, g.dt, 0, 0, 0, 0, 0, 0};
+            gckpt_xt row = {(char *)g.p + r * cols * gckpt_dtype_size((gckpt_dtype)g.dt), cols, g.dt, 0, 0, 0, 0, 0, 0};
             uint64_t at = whole ? r * cols : global_index(x, p->tensor, rows, cols, r, 0);
             gckpt_xstatus rc = exec_piece_hash(x, p, row, at, hash, sumsq, err);
             if (rc != GCKPT_XS_OK) return rc;

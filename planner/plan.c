@@ -440,6 +440,12 @@ static bool tp_setup(gckpt_plan *p, gckpt_err *err)
                           "bf16 or amp-bf16 and HF's loss only (FINDINGS R-TP-10, R-TP-22)", q->tp, what);
         return false;
     }
+    if ((q->tp_dp_shard || q->tp_dp_replicate) && q->precision == GCKPT_BF16) {
+        gckpt_seterr(err, "--tp %u --%s %u --precision bf16: TP x FSDP / DDP under pure bf16 is not measured (FSDP2 "
+                          "over bf16 TP shards: FINDINGS R-TP-22); TP alone is", q->tp,
+                     q->tp_dp_shard ? "dp-shard" : "dp-replicate", q->tp_dp_shard ? q->tp_dp_shard : q->tp_dp_replicate);
+        return false;
+    }
     if ((q->tp_dp_shard || q->tp_dp_replicate) && p->model.qk_norm) { /* ReplicatedWithGradAllReduce under FSDP2 */
         gckpt_seterr(err, "--tp %u --%s %u: TP x FSDP / DDP is measured on llama-like models without q / k norms "
                           "(qwen3's replicated_with_grad_allreduce q_norm / k_norm under FSDP2 is not; FINDINGS "

@@ -105,6 +105,34 @@ bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, u
     return true;
 }
 
+/* Why each optimizer but fused AdamW is not planned under TP (R-TP-23): measured on the TP-sharded tiny
+ * llama over gloo (tools/hf_probe/tp_optim_check.py), one step each, fp32 and bf16 alike. */
+static const char *const TP_OPTIMIZER_WHY[GCKPT_NOPT] = {
+    [GCKPT_ADAMW_FOREACH] =
+        "torch picks AdamW's foreach path only when every parameter's type is Tensor or Parameter (torch "
+        "optim/optimizer.py:181, _default_to_fused_or_foreach) and the TP shards are DTensors, so the Trainer's "
+        "adamw_torch runs the single-tensor loop, which adamw-foreach does not plan (foreach=True forced fails: "
+        "aten._foreach_mul_.Scalar got mixed torch.Tensor and DTensor)",
+    [GCKPT_SGD] = "torch's SGD steps the DTensor shards (measured: one step on gloo), but what a rank holds under it "
+                  "was not measured",
+    [GCKPT_ADAMW_8BIT] = "bitsandbytes' optimizer_update_8bit_blockwise gets the DTensor parameter, gradient and "
+                         "states with plain quantization maps and absmax (bitsandbytes optim/optimizer.py:570, "
+                         "functional.py:1192): the first step fails (got mixed torch.Tensor and DTensor)",
+    [GCKPT_PAGED_ADAMW_8BIT] = "bitsandbytes' optimizer_update_8bit_blockwise gets the DTensor parameter, gradient and "
+                               "states with plain quantization maps and absmax (bitsandbytes optim/optimizer.py:570, "
+                               "functional.py:1192): the first step fails (got mixed torch.Tensor and DTensor)",
+    [GCKPT_PAGED_ADAMW_32BIT] = "bitsandbytes.optimizer_update_32bit has no DTensor sharding strategy (bitsandbytes "
+                                "functional.py:1147): the first step fails with NotImplementedError",
+};
+
+bool gckpt_tp_optimizer_ok(gckpt_optimizer o, uint32_t tp, gckpt_err *err)
+{
+    if (o == GCKPT_ADAMW) return true;
+    gckpt_seterr(err, "--tp %u --optimizer %s: %s (FINDINGS R-TP-23); --optimizer adamw (adamw_torch_fused) is "
+                      "planned under TP", tp, gckpt_optimizer_names[o], TP_OPTIMIZER_WHY[o] ? TP_OPTIMIZER_WHY[o] : "not measured");
+    return false;
+}
+
 uint64_t gckpt_tp_lora_adapters(const gckpt_peft *pf)
 {
     uint64_t n = 0;

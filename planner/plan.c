@@ -427,11 +427,12 @@ static bool tp_setup(gckpt_plan *p, gckpt_err *err)
                           "which times the TP all-reduces and all-gathers", q->tp, p->dev.name);
         return false;
     }
-    if (!gckpt_tp_peft_ok(&q->peft, &p->model, q->tp, q->tp_dp_shard, q->tp_dp_replicate, err)) return false;
+    if (!gckpt_tp_peft_ok(&q->peft, &p->model, q->tp, q->tp_dp_shard, q->tp_dp_replicate, err) ||
+        !gckpt_tp_optimizer_ok(q->optimizer, q->tp, err))
+        return false;
     /* pure bf16: the model loaded in bf16 (R-TP-22) */
     const char *what = (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16 && q->precision != GCKPT_BF16)
                            ? "--precision other than fp32, bf16 and amp-bf16"
-                     : q->optimizer != GCKPT_ADAMW ? "--optimizer other than adamw"
                      : q->loss != GCKPT_LOSS_HF ? "--loss other than hf"
                      : q->code_base != GCKPT_CB_HF ? "--code-base fused"
                      : NULL;

@@ -64,6 +64,9 @@ typedef struct {
 } gckpt_tp_bytes;
 void gckpt_tp_rank_bytes(const gckpt_model *m, gckpt_precision prec, uint32_t tp, uint32_t rank, uint64_t round,
                          gckpt_tp_bytes *out);
+/* Whether tp ranks can run optimizer o (fused AdamW only: the others fail on DTensors or are not measured,
+ * R-TP-23); false with the reason in err. */
+bool gckpt_tp_optimizer_ok(gckpt_optimizer o, uint32_t tp, gckpt_err *err);
 /* The dtype a TP rank's parameters, gradients and AdamW states are loaded in: bf16 under pure bf16
  * (from_pretrained(dtype=torch.bfloat16), R-TP-22), fp32 otherwise (amp-bf16 is autocast over fp32). */
 gckpt_dtype gckpt_tp_param_dtype(gckpt_precision p);

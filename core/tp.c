@@ -105,16 +105,25 @@ bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, u
     return true;
 }
 
-/* Why each optimizer but fused AdamW is not planned under TP (R-TP-23): measured on the TP-sharded tiny
- * llama over gloo (tools/hf_probe/tp_optim_check.py), one step each, fp32 and bf16 alike. */
+/* Each optimizer under TP (R-TP-4, R-TP-23): its states per parameter and whether they are clones of the
+ * gradient (SGD's momentum buffer: the embedding's is then whole [V, h], Replicate like its gradient) or
+ * zeros_like the shard (AdamW's), and its device step counter; planned: fused AdamW, SGD (TP alone). */
+static const struct {
+    uint8_t states, step;
+    bool like_grad, planned;
+} TP_OPT[GCKPT_NOPT] = {
+    [GCKPT_ADAMW] = {2, ADAMW_STEP, false, true},
+    [GCKPT_SGD] = {1, 0, true, true},
+};
+
+/* Why each other optimizer is not planned under TP (R-TP-23): measured on the TP-sharded tiny llama
+ * over gloo (tools/hf_probe/tp_optim_check.py), one step each, fp32 and bf16 alike. */
 static const char *const TP_OPTIMIZER_WHY[GCKPT_NOPT] = {
     [GCKPT_ADAMW_FOREACH] =
         "torch picks AdamW's foreach path only when every parameter's type is Tensor or Parameter (torch "
         "optim/optimizer.py:181, _default_to_fused_or_foreach) and the TP shards are DTensors, so the Trainer's "
         "adamw_torch runs the single-tensor loop, which adamw-foreach does not plan (foreach=True forced fails: "
         "aten._foreach_mul_.Scalar got mixed torch.Tensor and DTensor)",
-    [GCKPT_SGD] = "torch's SGD steps the DTensor shards (measured: one step on gloo), but what a rank holds under it "
-                  "was not measured",
     [GCKPT_ADAMW_8BIT] = "bitsandbytes' optimizer_update_8bit_blockwise gets the DTensor parameter, gradient and "
                          "states with plain quantization maps and absmax (bitsandbytes optim/optimizer.py:570, "
                          "functional.py:1192): the first step fails (got mixed torch.Tensor and DTensor)",
@@ -125,11 +134,16 @@ static const char *const TP_OPTIMIZER_WHY[GCKPT_NOPT] = {
                                 "functional.py:1147): the first step fails with NotImplementedError",
 };
 
-bool gckpt_tp_optimizer_ok(gckpt_optimizer o, uint32_t tp, gckpt_err *err)
+bool gckpt_tp_optimizer_ok(gckpt_optimizer o, uint32_t tp, bool data_parallel, gckpt_err *err)
 {
-    if (o == GCKPT_ADAMW) return true;
-    gckpt_seterr(err, "--tp %u --optimizer %s: %s (FINDINGS R-TP-23); --optimizer adamw (adamw_torch_fused) is "
-                      "planned under TP", tp, gckpt_optimizer_names[o], TP_OPTIMIZER_WHY[o] ? TP_OPTIMIZER_WHY[o] : "not measured");
+    if (o == GCKPT_SGD && data_parallel) {
+        gckpt_seterr(err, "--tp %u --optimizer sgd with --dp-shard or --dp-replicate: SGD is measured under TP alone "
+                          "(FINDINGS R-TP-23)", tp);
+        return false;
+    }
+    if (o < GCKPT_NOPT && TP_OPT[o].planned) return true;
+    gckpt_seterr(err, "--tp %u --optimizer %s: %s (FINDINGS R-TP-23); --optimizer adamw (adamw_torch_fused) and sgd "
+                      "are planned under TP", tp, gckpt_optimizer_names[o], TP_OPTIMIZER_WHY[o] ? TP_OPTIMIZER_WHY[o] : "not measured");
     return false;
 }
 
@@ -182,9 +196,11 @@ static uint64_t local_numel(const tp_param *p, uint32_t tp, uint32_t r)
 
 gckpt_dtype gckpt_tp_param_dtype(gckpt_precision p) { return p == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32; }
 
-void gckpt_tp_rank_bytes(const gckpt_model *m, gckpt_precision prec, uint32_t tp, uint32_t rank, uint64_t round,
-                         gckpt_tp_bytes *out)
+void gckpt_tp_rank_bytes(const gckpt_model *m, gckpt_precision prec, gckpt_optimizer o, uint32_t tp, uint32_t rank,
+                         uint64_t round, gckpt_tp_bytes *out)
 {
+    const uint64_t nstates = o < GCKPT_NOPT ? TP_OPT[o].states : 0, step = o < GCKPT_NOPT ? TP_OPT[o].step : 0;
+    const bool like_grad = o < GCKPT_NOPT && TP_OPT[o].like_grad;
     memset(out, 0, sizeof *out);
     tp_param p[16];
     uint64_t copies[16];
@@ -194,14 +210,15 @@ void gckpt_tp_rank_bytes(const gckpt_model *m, gckpt_precision prec, uint32_t tp
     const uint64_t es = gckpt_dtype_size(gckpt_tp_param_dtype(prec));
     for (size_t j = 0; j < n; j++) {
         uint64_t local = gckpt_round_up(es * local_numel(&p[j], tp, rank), round);
+        /* the embedding's gradient is Replicate: whole on every rank (R-TP-5), so is a state cloned from it */
+        const uint64_t grad = p[j].embedding ? gckpt_round_up(es * p[j].rows * p[j].cols, round) : local;
         out->weights += copies[j] * local;
-        out->states += 2 * copies[j] * local;
-        /* the embedding's gradient is Replicate: whole on every rank (R-TP-5) */
-        out->step_grads += copies[j] * (p[j].embedding ? gckpt_round_up(es * p[j].rows * p[j].cols, round) : local);
+        out->states += nstates * copies[j] * (like_grad ? grad : local);
+        out->step_grads += copies[j] * grad;
         tensors += copies[j];
     }
     out->mesh = gckpt_tp_mesh_bytes(tp);
-    out->scalars = ADAMW_STEP * tensors + out->mesh;
+    out->scalars = step * tensors + out->mesh;
     out->buffers = gckpt_model_buffer_bytes(m, GCKPT_DT_F32, GCKPT_DT_F32, round); /* R-DIST-22 */
     out->total = out->weights + out->states + out->scalars + out->buffers;
 }
@@ -295,8 +312,9 @@ static void tp_buffer(gckpt_buffer *b, uint64_t numel, uint64_t round)
     b->bytes = gckpt_round_up(gckpt_dtype_size((gckpt_dtype)b->dtype) * numel, round);
 }
 
-void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_t round)
+void gckpt_tp_params_local(gckpt_params *ps, gckpt_optimizer o, uint32_t tp, uint32_t rank, uint64_t round)
 {
+    const bool like_grad = o < GCKPT_NOPT && TP_OPT[o].like_grad;
     const uint64_t trainable0 = ps->trainable;
     for (int i = 0; i < ps->n; i++) {
         gckpt_param *p = &ps->p[i];
@@ -310,9 +328,9 @@ void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_
         tp_buffer(&p->weight, p->numel, round);
         /* the embedding's gradient is Replicate: whole [V, h] (R-TP-5), FSDP2's unsharded .grad too */
         if (head && p->trainable && p->grad.numel) tp_buffer(&p->grad, p->numel, round);
-        for (int k = 0; k < p->nstates; k++) {
+        for (int k = 0; k < p->nstates; k++) { /* SGD's momentum of the embedding: whole, as its gradient */
             old_s += p->state[k].bytes;
-            tp_buffer(&p->state[k], p->numel, round);
+            if (!(like_grad && !head)) tp_buffer(&p->state[k], p->numel, round);
             new_s += p->state[k].bytes;
         }
         ps->weight_bytes = ps->weight_bytes - old_w + p->weight.bytes;

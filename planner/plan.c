@@ -428,7 +428,7 @@ static bool tp_setup(gckpt_plan *p, gckpt_err *err)
         return false;
     }
     if (!gckpt_tp_peft_ok(&q->peft, &p->model, q->tp, q->tp_dp_shard, q->tp_dp_replicate, err) ||
-        !gckpt_tp_optimizer_ok(q->optimizer, q->tp, err))
+        !gckpt_tp_optimizer_ok(q->optimizer, q->tp, q->tp_dp_shard || q->tp_dp_replicate, err))
         return false;
     /* pure bf16: the model loaded in bf16 (R-TP-22) */
     const char *what = (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16 && q->precision != GCKPT_BF16)

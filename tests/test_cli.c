@@ -364,7 +364,7 @@ static void bad_inputs(void **state)
         {"tp paged-adamw-8bit", A("--gpus", "2", "--tp", "2", "--optimizer", "paged-adamw-8bit", "-o", "out.json"), "--optimizer paged-adamw-8bit: bitsandbytes' optimizer_update_8bit_blockwise gets the DTensor parameter"},
         {"tp paged-adamw-32bit", A("--gpus", "2", "--tp", "2", "--optimizer", "paged-adamw-32bit", "-o", "out.json"), "optimizer_update_32bit has no DTensor sharding strategy"},
         {"tp adamw-foreach", A("--gpus", "2", "--tp", "2", "--optimizer", "adamw-foreach", "-o", "out.json"), "the TP shards are DTensors, so the Trainer's adamw_torch runs the single-tensor loop"},
-        {"tp sgd", A("--gpus", "2", "--tp", "2", "--optimizer", "sgd", "-o", "out.json"), "--tp 2 --optimizer sgd: torch's SGD steps the DTensor shards (measured: one step on gloo), but what a rank holds under it was not measured"},
+        {"tp x fsdp sgd", A("--gpus", "4", "--tp", "2", "--dp-shard", "2", "--optimizer", "sgd", "-o", "out.json"), "--tp 2 --optimizer sgd with --dp-shard or --dp-replicate: SGD is measured under TP alone (FINDINGS R-TP-23)"},
         {"tp amp-fp16", A("--gpus", "2", "--tp", "2", "--precision", "amp-fp16", "-o", "out.json"), "--tp 2 with --precision other than fp32, bf16 and amp-bf16"},
         {"tp x fsdp pure bf16", A("--gpus", "4", "--tp", "2", "--dp-shard", "2", "--precision", "bf16", "-o", "out.json"), "--tp 2 --dp-shard 2 --precision bf16: TP x FSDP / DDP under pure bf16"},
         {"tp x ddp pure bf16", A("--gpus", "4", "--tp", "2", "--dp-replicate", "2", "--precision", "bf16", "-o", "out.json"), "--tp 2 --dp-replicate 2 --precision bf16"},

@@ -217,6 +217,7 @@ def tp_cases():
     out.append(tp_spec("llama", 1, False, 2, shard=2, replicate=2))
     out.append(tp_spec("llama", 0, False, 2, shard=2, replicate=2, bf16=False))
     out.extend(tp_bf16_cases())
+    out.extend(tp_sgd_cases())
     return out
 
 
@@ -224,6 +225,16 @@ def tp_bf16_cases():
     """Pure bf16 under TP (FINDINGS R-TP-22): T 2 and 4, every_n off and 1, offload, the gloo twin at T 2."""
     out = [tp_spec("llama", n, off, tp, pure=True) for tp in (2, 4) for n, off in CKPT[:3]]
     out.append(tp_spec("llama", 1, False, 2, gloo=True, pure=True))
+    return out
+
+
+def tp_sgd_cases():
+    """SGD (momentum 0.9) under TP 2, fp32, every_n off and 1 (FINDINGS R-TP-23)."""
+    out = []
+    for n in (0, 1):
+        sp = tp_spec("llama", n, False, 2, bf16=False)
+        sp.update(name=sp["name"] + "-sgd", optimizer="sgd")
+        out.append(sp)
     return out
 
 
@@ -578,7 +589,10 @@ def setup_dist(spec):
         # TP: the Trainer hands accelerate ParallelismConfig(tp_size, dp_shard_size) and no FSDP plugin (the model
         # is sharded already), so a GPU run's Accelerator is MULTI_GPU
         gpu_validation(fsdp=spec["mode"] != "tp")
-    tr = transformers.Trainer(model=model, args=args)
+    # optimizer "sgd": the one gckpt's snippet passes (torch.optim.SGD, momentum 0.9; FINDINGS R-TP-23)
+    opts = ((torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9), None) if spec.get("optimizer") == "sgd"
+            else (None, None))
+    tr = transformers.Trainer(model=model, args=args, optimizers=opts)
     force_distributed_type(tr, args, spec["mode"])
     wrapped, _ = tr._prepare_for_training(STEPS, None, None)
     if spec["mode"] == "ddp" and spec["fake_ranks"]:
@@ -1017,7 +1031,10 @@ def run_one(spec):
     rank = dist.get_rank()
     fx = probe.run_case(spec, setup_dist)  # storage pass, then allocator pass (each builds its own Trainer)
     c, wrapped, tr = LAST["c"], LAST["wrapped"], LAST["tr"]
-    fx["setting"].update(optimizer="adamw", optimizer_impl="the Trainer's adamw_torch_fused (torch.optim.AdamW, "
+    sgd = spec.get("optimizer") == "sgd"
+    fx["setting"].update(optimizer="sgd" if sgd else "adamw",
+                         optimizer_impl="torch.optim.SGD(momentum=0.9), passed to the Trainer" if sgd else
+                         "the Trainer's adamw_torch_fused (torch.optim.AdamW, "
                          "fused=True)" + (", wrapped by DeepSpeed's ZeRO optimizer" if spec["mode"].startswith("zero")
                                           else ""), micro_batch_per_rank=spec["b"],
                          global_batch=spec["b"] * spec["grad_accum"] * dist.get_world_size())

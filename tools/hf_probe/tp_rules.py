@@ -94,6 +94,9 @@ def persistent(fx):
     n_t = len(tp_params(cfg, fam))
     d = dims(cfg, fam)
     buffers = 2 * 4 * (d["hd"] // 2)  # rotary inv_freq and original_inv_freq, fp32 [head_dim / 2]
+    if fx["setting"].get("optimizer") == "sgd":  # R-TP-23: one momentum buffer, a clone of the gradient (the
+        # embedding's whole [V, h], Replicate like its gradient, R-TP-5); no step counter
+        return {"weights": w, "states": step_grads(fx), "buffers": buffers, "mesh": mesh_bytes(t)}
     return {"weights": w, "states": 2 * w + ADAMW_STEP * n_t, "buffers": buffers, "mesh": mesh_bytes(t)}
 
 

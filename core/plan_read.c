@@ -963,9 +963,6 @@ bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
     else if (pf->layout.tp > 1 && gckpt_peft_on(&pf->peft)) /* FINDINGS R-TP-12: measured with the probe only */
         gckpt_seterr(err, "%s: field 'inputs.method': LoRA under tensor parallelism is planned, not executed by "
                           "gckpt-run", f);
-    else if (pf->layout.tp > 1 && pf->optimizer != GCKPT_ADAMW) /* FINDINGS R-TP-23: SGD measured with the probe */
-        gckpt_seterr(err, "%s: field 'inputs.optimizer' = \"%s\": %s under tensor parallelism is planned, not executed by "
-                          "gckpt-run", f, gckpt_optimizer_names[pf->optimizer], gckpt_optimizer_names[pf->optimizer]);
     else if (pf->cp && pf->precision != GCKPT_FP32 && pf->precision != GCKPT_AMP_BF16)
         gckpt_seterr(err, "%s: field 'inputs.precision' = \"%s\": gckpt-run executes context parallelism in fp32 and "
                           "amp-bf16 only; "

@@ -68,8 +68,8 @@ bool exec_tp_prepare(gckpt_exec *x, gckpt_err *err)
                      gckpt_precision_names[x->set.precision]);
         return false;
     }
-    if (gckpt_peft_on(&x->set.peft) || x->set.optimizer != GCKPT_ADAMW) {
-        gckpt_seterr(err, "tensor parallelism is executed for full fine-tuning with adamw only");
+    if (gckpt_peft_on(&x->set.peft) || (x->set.optimizer != GCKPT_ADAMW && x->set.optimizer != GCKPT_SGD)) {
+        gckpt_seterr(err, "tensor parallelism is executed for full fine-tuning with adamw or sgd only");
         return false;
     }
     exec_tp *t = x->tp = calloc(1, sizeof *x->tp);
@@ -334,7 +334,9 @@ gckpt_xstatus exec_tp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, const
     return col && !in_cast && c->gin[0].p ? all_reduce(x, c->gin[0], w, err) : GCKPT_XS_OK;
 }
 
-/* AdamW on the rank's weights; the embedding's gradient is whole: its rows of the rank (R-TP-5). */
+/* AdamW or SGD on the rank's weights; the embedding's gradient is whole: its rows of the rank (R-TP-5), and
+ * so is SGD's momentum buffer, a clone of it (R-TP-23): its rows stepped, as they are all the rank's
+ * parameter reads. */
 static gckpt_xstatus tp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
 {
     uint64_t step = x->step + 1;
@@ -352,7 +354,14 @@ static gckpt_xstatus tp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
         }
         gckpt_optcall c = exec_optcall(x, pw, g, step);
         c.s1 = exec_state_view(p, 0);
-        c.s2 = exec_state_view(p, 1);
+        if (p->spec->nstates >= 2) c.s2 = exec_state_view(p, 1);
+        if (c.s1.n != pw.n) { /* SGD's whole momentum of the embedding: the rank's rows, as its gradient's */
+            uint64_t lo = chunk_start(x->tp, x->tp_full.vocab) * p->spec->cols;
+            if (c.s1.vW || lo + pw.n > c.s1.n)
+                return exec_fail(err, "%s: %s: its optimizer state does not hold its rows", w->at, p->spec->name);
+            c.s1.p = (char *)c.s1.p + lo * gckpt_dtype_size((gckpt_dtype)c.s1.dt);
+            c.s1.n = pw.n;
+        }
         gckpt_xstatus rc = x->be->optim(x->be, &c);
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
     }

@@ -254,7 +254,7 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     if (!gckpt_params_build(r, m->layers, s->optimizer, d->alloc_round_bytes, &c->params, &overflow, err)) return false;
     /* TP (alone or x FSDP): the TP rank's vocab-sharded embedding and lm_head (core/tp.h) */
     if (s->layout.tp > 1) {
-        gckpt_tp_params_local(&c->params, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes);
+        gckpt_tp_params_local(&c->params, s->optimizer, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes);
         /* autocast casts the rank's rows of a vocabulary-sharded weight (lm_head's, R-TP-7): its cast and
          * the cast's gradient are that many elements; the cast of a frozen one too (LoRA: not cached, a
          * plain activation the linear saves, R-TP-15) */
@@ -303,7 +303,7 @@ bool gckpt_ctx_init(gckpt_ctx *c, const gckpt_model *m, const gckpt_device *d,
     else if (s->layout.tp > 1) { /* TP alone: AdamW's steps, the rotary buffers and the device meshes (R-TP-4;
                                    * none depends on the shards: the local model's count) */
         gckpt_tp_bytes b;
-        gckpt_tp_rank_bytes(m, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes, &b);
+        gckpt_tp_rank_bytes(m, s->precision, s->optimizer, s->layout.tp, s->layout.tp_rank, d->alloc_round_bytes, &b);
         uint64_t scalars = b.scalars;
         if (gckpt_peft_on(&s->peft)) /* AdamW's fp32 steps on the trainable tensors only (R-TP-12) */
             scalars = b.mesh + gckpt_step_counter_bytes(&c->params, GCKPT_ADAMW);

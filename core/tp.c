@@ -105,6 +105,48 @@ bool gckpt_tp_peft_ok(const gckpt_peft *pf, const gckpt_model *m, uint32_t tp, u
     return true;
 }
 
+/* Each optimizer under TP (R-TP-4, R-TP-23): its states per parameter and whether they are clones of the
+ * gradient (SGD's momentum buffer: the embedding's is then whole [V, h], Replicate like its gradient) or
+ * zeros_like the shard (AdamW's), and its device step counter; planned: fused AdamW, SGD (TP alone). */
+static const struct {
+    uint8_t states, step;
+    bool like_grad, planned;
+} TP_OPT[GCKPT_NOPT] = {
+    [GCKPT_ADAMW] = {2, ADAMW_STEP, false, true},
+    [GCKPT_SGD] = {1, 0, true, true},
+};
+
+/* Why each other optimizer is not planned under TP (R-TP-23): measured on the TP-sharded tiny llama
+ * over gloo (tools/hf_probe/tp_optim_check.py), one step each, fp32 and bf16 alike. */
+static const char *const TP_OPTIMIZER_WHY[GCKPT_NOPT] = {
+    [GCKPT_ADAMW_FOREACH] =
+        "torch picks AdamW's foreach path only when every parameter's type is Tensor or Parameter (torch "
+        "optim/optimizer.py:181, _default_to_fused_or_foreach) and the TP shards are DTensors, so the Trainer's "
+        "adamw_torch runs the single-tensor loop, which adamw-foreach does not plan (foreach=True forced fails: "
+        "aten._foreach_mul_.Scalar got mixed torch.Tensor and DTensor)",
+    [GCKPT_ADAMW_8BIT] = "bitsandbytes' optimizer_update_8bit_blockwise gets the DTensor parameter, gradient and "
+                         "states with plain quantization maps and absmax (bitsandbytes optim/optimizer.py:570, "
+                         "functional.py:1192): the first step fails (got mixed torch.Tensor and DTensor)",
+    [GCKPT_PAGED_ADAMW_8BIT] = "bitsandbytes' optimizer_update_8bit_blockwise gets the DTensor parameter, gradient and "
+                               "states with plain quantization maps and absmax (bitsandbytes optim/optimizer.py:570, "
+                               "functional.py:1192): the first step fails (got mixed torch.Tensor and DTensor)",
+    [GCKPT_PAGED_ADAMW_32BIT] = "bitsandbytes.optimizer_update_32bit has no DTensor sharding strategy (bitsandbytes "
+                                "functional.py:1147): the first step fails with NotImplementedError",
+};
+
+bool gckpt_tp_optimizer_ok(gckpt_optimizer o, uint32_t tp, bool data_parallel, gckpt_err *err)
+{
+    if (o == GCKPT_SGD && data_parallel) {
+        gckpt_seterr(err, "--tp %u --optimizer sgd with --dp-shard or --dp-replicate: SGD is measured under TP alone "
+                          "(FINDINGS R-TP-23)", tp);
+        return false;
+    }
+    if (o < GCKPT_NOPT && TP_OPT[o].planned) return true;
+    gckpt_seterr(err, "--tp %u --optimizer %s: %s (FINDINGS R-TP-23); --optimizer adamw (adamw_torch_fused) and sgd "
+                      "are planned under TP", tp, gckpt_optimizer_names[o], TP_OPTIMIZER_WHY[o] ? TP_OPTIMIZER_WHY[o] : "not measured");
+    return false;
+}
+
 uint64_t gckpt_tp_lora_adapters(const gckpt_peft *pf)
 {
     uint64_t n = 0;
@@ -152,23 +194,31 @@ static uint64_t local_numel(const tp_param *p, uint32_t tp, uint32_t r)
     return p->rows * p->cols;
 }
 
-void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint64_t round, gckpt_tp_bytes *out)
+gckpt_dtype gckpt_tp_param_dtype(gckpt_precision p) { return p == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32; }
+
+void gckpt_tp_rank_bytes(const gckpt_model *m, gckpt_precision prec, gckpt_optimizer o, uint32_t tp, uint32_t rank,
+                         uint64_t round, gckpt_tp_bytes *out)
 {
+    const uint64_t nstates = o < GCKPT_NOPT ? TP_OPT[o].states : 0, step = o < GCKPT_NOPT ? TP_OPT[o].step : 0;
+    const bool like_grad = o < GCKPT_NOPT && TP_OPT[o].like_grad;
     memset(out, 0, sizeof *out);
     tp_param p[16];
     uint64_t copies[16];
     size_t n = tp_params(m, p, copies);
     uint64_t tensors = 0;
+    /* the loaded dtype: fused AdamW's states and the gradients like the parameters (R-TP-4, R-TP-22) */
+    const uint64_t es = gckpt_dtype_size(gckpt_tp_param_dtype(prec));
     for (size_t j = 0; j < n; j++) {
-        uint64_t local = gckpt_round_up(4 * local_numel(&p[j], tp, rank), round);
+        uint64_t local = gckpt_round_up(es * local_numel(&p[j], tp, rank), round);
+        /* the embedding's gradient is Replicate: whole on every rank (R-TP-5), so is a state cloned from it */
+        const uint64_t grad = p[j].embedding ? gckpt_round_up(es * p[j].rows * p[j].cols, round) : local;
         out->weights += copies[j] * local;
-        out->states += 2 * copies[j] * local;
-        /* the embedding's gradient is Replicate: whole on every rank (R-TP-5) */
-        out->step_grads += copies[j] * (p[j].embedding ? gckpt_round_up(4 * p[j].rows * p[j].cols, round) : local);
+        out->states += nstates * copies[j] * (like_grad ? grad : local);
+        out->step_grads += copies[j] * grad;
         tensors += copies[j];
     }
     out->mesh = gckpt_tp_mesh_bytes(tp);
-    out->scalars = ADAMW_STEP * tensors + out->mesh;
+    out->scalars = step * tensors + out->mesh;
     out->buffers = gckpt_model_buffer_bytes(m, GCKPT_DT_F32, GCKPT_DT_F32, round); /* R-DIST-22 */
     out->total = out->weights + out->states + out->scalars + out->buffers;
 }
@@ -190,17 +240,21 @@ size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
     size_t n = 0;
     const double tokens = (double)s->micro_batch * (double)s->seq, h = (double)m->hidden;
     const uint64_t G = s->grad_accum ? s->grad_accum : 1, L = m->layers;
-    /* the compute dtype: bf16 under the Trainer's autocast, fp32 otherwise */
+    /* the compute dtype: bf16 under the Trainer's autocast, fp32 otherwise; the residual stream's (the
+     * embedding's output, the colwise inputs' gradients, the norms'): the parameters' (fp32, or bf16
+     * under pure bf16, R-TP-22) */
     const gckpt_dtype cd = s->precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
-    const double ce = gckpt_dtype_size(cd), v_pad = (double)tp * (double)gckpt_tp_chunk(m->vocab, tp, 0);
-    /* forward: the embedding's partial lookup (fp32), o_proj's and down_proj's rowwise outputs, the head's
+    const gckpt_dtype pd = gckpt_tp_param_dtype(s->precision);
+    const double ce = gckpt_dtype_size(cd), pe = gckpt_dtype_size(pd);
+    const double v_pad = (double)tp * (double)gckpt_tp_chunk(m->vocab, tp, 0);
+    /* forward: the embedding's partial lookup, o_proj's and down_proj's rowwise outputs, the head's
      * logits gathered (the uneven last shard padded) */
-    add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_FWD, G, G * tokens * h * 4);
+    add(out, &n, GCKPT_COLL_ALL_REDUCE, pd, GCKPT_TP_FWD, G, G * tokens * h * pe);
     add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_FWD, 2 * L * G, 2.0 * L * G * tokens * h * ce);
     add(out, &n, GCKPT_COLL_ALL_GATHER, cd, GCKPT_TP_FWD, G, G * tokens * v_pad * ce);
-    /* backward: every colwise module's input gradient (q, k, v, gate, up, lm_head), fp32 */
+    /* backward: every colwise module's input gradient (q, k, v, gate, up, lm_head), the residual's dtype */
     const uint64_t col = 5 * L + 1;
-    add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, col * G, (double)col * G * tokens * h * 4);
+    add(out, &n, GCKPT_COLL_ALL_REDUCE, pd, GCKPT_TP_BWD, col * G, (double)col * G * tokens * h * pe);
     /* a checkpointed layer's recompute reruns o_proj's all-reduce (the recompute stops before down_proj's) */
     uint64_t ck = gckpt_checkpointed_count(s->every_n, L);
     if (ck) add(out, &n, GCKPT_COLL_ALL_REDUCE, cd, GCKPT_TP_BWD, ck * G, (double)ck * G * tokens * h * ce);
@@ -227,9 +281,9 @@ size_t gckpt_tp_collectives(const gckpt_model *m, const gckpt_setting *s, uint32
     /* the synchronising micro-step: the Trainer's hook on every plain (replicated) parameter's gradient:
      * the norms; qwen3's q_norm / k_norm also after every backward (replicated_with_grad_allreduce) */
     uint64_t norms = 2 * L + 1, qk = m->qk_norm ? 2 * L : 0;
-    double nb = 4.0 * (2 * L + 1) * h + 4.0 * qk * (double)m->head_dim;
-    add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, norms + qk, nb);
-    if (qk) add(out, &n, GCKPT_COLL_ALL_REDUCE, GCKPT_DT_F32, GCKPT_TP_BWD, qk * G, 4.0 * qk * G * (double)m->head_dim);
+    double nb = pe * (2 * L + 1) * h + pe * qk * (double)m->head_dim;
+    add(out, &n, GCKPT_COLL_ALL_REDUCE, pd, GCKPT_TP_BWD, norms + qk, nb);
+    if (qk) add(out, &n, GCKPT_COLL_ALL_REDUCE, pd, GCKPT_TP_BWD, qk * G, pe * qk * G * (double)m->head_dim);
     return n;
 }
 
@@ -258,8 +312,9 @@ static void tp_buffer(gckpt_buffer *b, uint64_t numel, uint64_t round)
     b->bytes = gckpt_round_up(gckpt_dtype_size((gckpt_dtype)b->dtype) * numel, round);
 }
 
-void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_t round)
+void gckpt_tp_params_local(gckpt_params *ps, gckpt_optimizer o, uint32_t tp, uint32_t rank, uint64_t round)
 {
+    const bool like_grad = o < GCKPT_NOPT && TP_OPT[o].like_grad;
     const uint64_t trainable0 = ps->trainable;
     for (int i = 0; i < ps->n; i++) {
         gckpt_param *p = &ps->p[i];
@@ -273,9 +328,9 @@ void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_
         tp_buffer(&p->weight, p->numel, round);
         /* the embedding's gradient is Replicate: whole [V, h] (R-TP-5), FSDP2's unsharded .grad too */
         if (head && p->trainable && p->grad.numel) tp_buffer(&p->grad, p->numel, round);
-        for (int k = 0; k < p->nstates; k++) {
+        for (int k = 0; k < p->nstates; k++) { /* SGD's momentum of the embedding: whole, as its gradient */
             old_s += p->state[k].bytes;
-            tp_buffer(&p->state[k], p->numel, round);
+            if (!(like_grad && !head)) tp_buffer(&p->state[k], p->numel, round);
             new_s += p->state[k].bytes;
         }
         ps->weight_bytes = ps->weight_bytes - old_w + p->weight.bytes;

@@ -12,9 +12,10 @@
  * all-reduce is not run); qwen3's q_norm / k_norm (replicated_with_grad_allreduce) see only the rank's
  * heads: their gradient contributions are all-reduced. Under amp-bf16 the rowwise outputs and the logits
  * are bf16, and a colwise input's gradient is all-reduced in fp32 after autocast's cast of it (the module's
- * input is the fp32 one, R-TP-6). Reductions add in rank order (comm.h). fp32 or amp-bf16. Everything runs
- * through the backend (the vocabulary-parallel ops with its scratch, copy2d and embed_rows, executor.h): the
- * host backend, and the CUDA backend with NCCL (compiled, never run: unverified).
+ * input is the fp32 one, R-TP-6). Reductions add in rank order (comm.h). fp32, amp-bf16 or pure bf16 (the
+ * weights, the residual stream and every collective bf16, as torch's DTensors of a bf16-loaded model:
+ * R-TP-22). Everything runs through the backend (the vocabulary-parallel ops with its scratch, copy2d and
+ * embed_rows, executor.h): the host backend, and the CUDA backend with NCCL (compiled, never run: unverified).
  * LoRA (TP alone, colwise targets): interp_tp_lora.c styles each lora_B as its layer (colwise: its input's
  * gradient all-reduced) and lora_A replicated; the frozen base is neither stepped nor hashed.
  * TP x FSDP (TP x DDP, HSDP x TP: interp_fsdp.c's exec_tp_fsdp_ops) runs these ops on FSDP2's unsharded
@@ -63,13 +64,13 @@ static bool ends_with(const char *s, const char *suf)
 
 bool exec_tp_prepare(gckpt_exec *x, gckpt_err *err)
 {
-    if (x->set.precision != GCKPT_FP32 && x->set.precision != GCKPT_AMP_BF16) {
-        gckpt_seterr(err, "tensor parallelism is executed in fp32 and amp-bf16 only (this plan: %s)",
+    if (x->set.precision != GCKPT_FP32 && x->set.precision != GCKPT_AMP_BF16 && x->set.precision != GCKPT_BF16) {
+        gckpt_seterr(err, "tensor parallelism is executed in fp32, bf16 and amp-bf16 only (this plan: %s)",
                      gckpt_precision_names[x->set.precision]);
         return false;
     }
-    if (x->set.optimizer != GCKPT_ADAMW) {
-        gckpt_seterr(err, "tensor parallelism is executed with adamw only");
+    if (x->set.optimizer != GCKPT_ADAMW && x->set.optimizer != GCKPT_SGD) {
+        gckpt_seterr(err, "tensor parallelism is executed with adamw or sgd only");
         return false;
     }
     if (!exec_tp_lora_ok(x, err)) return false; /* LoRA: what gckpt-plan plans (interp_tp_lora.c) */
@@ -147,16 +148,18 @@ static gckpt_xstatus tp_init_param(gckpt_exec *x, size_t j, gckpt_init how, floa
 {
     param_t *p = &x->params[j];
     uint64_t rows = p->spec->rows, cols = p->spec->cols, n = rows * cols;
-    if (n != p->spec->weight.numel || p->spec->weight.dtype != GCKPT_DT_F32)
-        return exec_fail(err, "tensor parallelism: %s is not an fp32 %llu x %llu weight", p->spec->name,
+    gckpt_dtype dt = (gckpt_dtype)p->spec->weight.dtype; /* fp32, or bf16 under pure bf16 */
+    if (n != p->spec->weight.numel || (dt != GCKPT_DT_F32 && dt != GCKPT_DT_BF16))
+        return exec_fail(err, "tensor parallelism: %s is not an fp32 or bf16 %llu x %llu weight", p->spec->name,
                          (unsigned long long)rows, (unsigned long long)cols);
-    float *v = malloc(sizeof *v * (n ? n : 1));
+    void *v = malloc(gckpt_dtype_size(dt) * (n ? n : 1));
     if (!v) return exec_fail(err, "out of memory");
+    gckpt_xt vt = {v, n, (uint8_t)dt, 0, 0, 0, 0, 0, 0}; /* rounded as one process's init (host_backend.c) */
     for (uint64_t i = 0; i < rows; i++)
         for (uint64_t k = 0; k < cols; k++)
-            v[i * cols + k] = how == GCKPT_INIT_CONST ? scale
-                                                      : gckpt_rng_uniform(key, global_index(x, p->tensor, rows, cols, i, k), scale);
-    gckpt_xstatus rc = x->be->upload(x->be, p->w, v, n * 4);
+            st(&vt, i * cols + k, how == GCKPT_INIT_CONST ? scale
+                                                          : gckpt_rng_uniform(key, global_index(x, p->tensor, rows, cols, i, k), scale));
+    gckpt_xstatus rc = x->be->upload(x->be, p->w, v, n * gckpt_dtype_size(dt));
     free(v);
     for (int k = 0; rc == GCKPT_XS_OK && k < p->spec->nstates && p->st[k]; k++)
         rc = x->be->init(x->be, exec_state_view(p, k), GCKPT_INIT_CONST, 0.0f, 0);
@@ -195,7 +198,7 @@ static int weight_of(const gckpt_exec *x, const gckpt_op *op, int *k)
     return -1;
 }
 
-static bool dense_f32(const gckpt_xt *v) { return v->p && !v->vW && v->dt == GCKPT_DT_F32; }
+static bool dense(const gckpt_xt *v) { return v->p && !v->vW; }
 
 /* embedding_rowwise's forward: the rank's rows of the ids it holds, zeros for the others, all-reduced. */
 static gckpt_xstatus embed_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w, gckpt_err *err)
@@ -203,14 +206,13 @@ static gckpt_xstatus embed_fwd(gckpt_exec *x, gckpt_xcall *c, const exec_site *w
     const exec_tp *t = x->tp;
     const gckpt_xt *tab = &c->in[0], *ids = &c->in[1], *o = &c->out[0];
     uint64_t W = c->op->width, V = x->tp_full.vocab, lo = chunk_start(t, V), rows = gckpt_tp_chunk(V, t->T, t->r);
-    if (!dense_f32(tab) || !dense_f32(o) || !ids->p || tab->n != rows * W || o->n != ids->n * W)
-        return exec_fail(err, "%s: tensor parallelism: the embedding is not an fp32 table of the rank's %llu rows", w->at,
+    /* the table's dtype: fp32, or bf16 under pure bf16 (the all-reduce in it, R-TP-22) */
+    if (!dense(tab) || !dense(o) || tab->dt != o->dt || !ids->p || tab->n != rows * W || o->n != ids->n * W)
+        return exec_fail(err, "%s: tensor parallelism: the embedding is not a table of the rank's %llu rows", w->at,
                          (unsigned long long)rows);
     gckpt_xstatus rc = x->be->embed_rows(x->be, *o, *tab, *ids, lo, V);
     return rc == GCKPT_XS_OK ? all_reduce(x, *o, w, err) : exec_be_fail(x, rc, w->at, err);
 }
-
-static bool dense(const gckpt_xt *v) { return v->p && !v->vW; }
 
 /* A dense rows x cols matrix of dtype dt at p. */
 static gckpt_xt mat(void *p, uint8_t dt, uint64_t rows, uint64_t cols)
@@ -340,7 +342,9 @@ gckpt_xstatus exec_tp_run_op(gckpt_exec *x, gckpt_xcall *c, bool backward, const
     return col && !in_cast && c->gin[0].p ? all_reduce(x, c->gin[0], w, err) : GCKPT_XS_OK;
 }
 
-/* AdamW on the rank's weights; the embedding's gradient is whole: its rows of the rank (R-TP-5). */
+/* AdamW or SGD on the rank's weights; the embedding's gradient is whole: its rows of the rank (R-TP-5), and
+ * so is SGD's momentum buffer, a clone of it (R-TP-23): its rows stepped, as they are all the rank's
+ * parameter reads. */
 static gckpt_xstatus tp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
 {
     uint64_t step = x->step + 1;
@@ -353,13 +357,20 @@ static gckpt_xstatus tp_step(gckpt_exec *x, const exec_site *w, gckpt_err *err)
         if (g.n != pw.n) { /* the embedding: the rank's rows of its whole gradient */
             uint64_t lo = chunk_start(x->tp, x->tp_full.vocab) * p->spec->cols;
             if (g.vW || lo + pw.n > g.n) return exec_fail(err, "%s: %s: its gradient does not hold its rows", w->at, p->spec->name);
-            g.p = (float *)g.p + lo;
+            g.p = (char *)g.p + lo * gckpt_dtype_size((gckpt_dtype)g.dt);
             g.n = pw.n;
             g.rows = p->spec->rows;
         }
         gckpt_optcall c = exec_optcall(x, pw, g, step);
         c.s1 = exec_state_view(p, 0);
-        c.s2 = exec_state_view(p, 1);
+        if (p->spec->nstates >= 2) c.s2 = exec_state_view(p, 1);
+        if (c.s1.n != pw.n) { /* SGD's whole momentum of the embedding: the rank's rows, as its gradient's */
+            uint64_t lo = chunk_start(x->tp, x->tp_full.vocab) * p->spec->cols;
+            if (c.s1.vW || lo + pw.n > c.s1.n)
+                return exec_fail(err, "%s: %s: its optimizer state does not hold its rows", w->at, p->spec->name);
+            c.s1.p = (char *)c.s1.p + lo * gckpt_dtype_size((gckpt_dtype)c.s1.dt);
+            c.s1.n = pw.n;
+        }
         gckpt_xstatus rc = x->be->optim(x->be, &c);
         if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
     }
@@ -382,7 +393,7 @@ static gckpt_xstatus tp_checksum(gckpt_exec *x, uint64_t *hash, double *sumsq, g
         if (whole && x->tp->r) continue;
         uint64_t rows = whole ? g.n / p->spec->cols : p->spec->rows, cols = p->spec->cols;
         for (uint64_t r = 0; r < rows; r++) { /* row by row: a rowwise shard's rows are not contiguous */
-            gckpt_xt row = {(float *)g.p + r * cols, cols, g.dt, 0, 0, 0, 0, 0, 0};
+            gckpt_xt row = {(char *)g.p + r * cols * gckpt_dtype_size((gckpt_dtype)g.dt), cols, g.dt, 0, 0, 0, 0, 0, 0};
             uint64_t at = whole ? r * cols : global_index(x, p->tensor, rows, cols, r, 0);
             gckpt_xstatus rc = exec_piece_hash(x, p, row, at, hash, sumsq, err);
             if (rc != GCKPT_XS_OK) return rc;

@@ -437,15 +437,24 @@ static bool tp_setup(gckpt_plan *p, gckpt_err *err)
                           "which times the TP all-reduces and all-gathers", q->tp, p->dev.name);
         return false;
     }
-    if (!gckpt_tp_peft_ok(&q->peft, &p->model, q->tp, q->tp_dp_shard, q->tp_dp_replicate, err)) return false;
-    const char *what = (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"
-                     : q->optimizer != GCKPT_ADAMW ? "--optimizer other than adamw"
+    if (!gckpt_tp_peft_ok(&q->peft, &p->model, q->tp, q->tp_dp_shard, q->tp_dp_replicate, err) ||
+        !gckpt_tp_optimizer_ok(q->optimizer, q->tp, q->tp_dp_shard || q->tp_dp_replicate, err))
+        return false;
+    /* pure bf16: the model loaded in bf16 (R-TP-22) */
+    const char *what = (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16 && q->precision != GCKPT_BF16)
+                           ? "--precision other than fp32, bf16 and amp-bf16"
                      : q->loss != GCKPT_LOSS_HF ? "--loss other than hf"
                      : q->code_base != GCKPT_CB_HF ? "--code-base fused"
                      : NULL;
     if (what) {
-        gckpt_seterr(err, "--tp %u with %s: tensor parallelism is measured for full fine-tuning with AdamW under fp32 "
-                          "or amp-bf16 and HF's loss only (FINDINGS R-TP-10)", q->tp, what);
+        gckpt_seterr(err, "--tp %u with %s: tensor parallelism is measured for full fine-tuning with AdamW under fp32, "
+                          "bf16 or amp-bf16 and HF's loss only (FINDINGS R-TP-10, R-TP-22)", q->tp, what);
+        return false;
+    }
+    if ((q->tp_dp_shard || q->tp_dp_replicate) && q->precision == GCKPT_BF16) {
+        gckpt_seterr(err, "--tp %u --%s %u --precision bf16: TP x FSDP / DDP under pure bf16 is not measured (FSDP2 "
+                          "over bf16 TP shards: FINDINGS R-TP-22); TP alone is", q->tp,
+                     q->tp_dp_shard ? "dp-shard" : "dp-replicate", q->tp_dp_shard ? q->tp_dp_shard : q->tp_dp_replicate);
         return false;
     }
     if ((q->tp_dp_shard || q->tp_dp_replicate) && p->model.qk_norm) { /* ReplicatedWithGradAllReduce under FSDP2 */

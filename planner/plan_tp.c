@@ -83,32 +83,34 @@ void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
 
 void gckpt_plan_tp_model_line(const gckpt_plan *p, const char *model_arg, const char *attn, FILE *f)
 {
+    /* pure bf16: the shards loaded in bf16, the Trainer's bf16 off (R-TP-22) */
+    const char *dt = p->req.precision == GCKPT_BF16 ? "bfloat16" : "float32";
     if (p->req.tp_dp_replicate) { /* not ParallelismConfig(dp_replicate_size=R): the Trainer overwrites its dp_shard */
         char fs[32] = "";
         if (p->req.tp_dp_shard) snprintf(fs, sizeof fs, "fsdp_size=%u, ", p->req.tp_dp_shard);
         fprintf(f, "# TP x %s: every process (torchrun) loads its shard; transformers applies FSDP2 itself over its\n"
                    "# (dp_replicate, fsdp) mesh%s (FINDINGS R-TP-11)\n"
-                   "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.float32,\n"
+                   "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s,\n"
                    "                                             distributed_config=DistributedConfig(tp_size=%u, "
                    "%sdp_replicate_size=%u))\n",
-                p->req.tp_dp_shard ? "HSDP" : "DDP", p->req.tp_dp_shard ? "" : " of one shard rank", model_arg, attn,
+                p->req.tp_dp_shard ? "HSDP" : "DDP", p->req.tp_dp_shard ? "" : " of one shard rank", model_arg, attn, dt,
                 p->req.tp, fs, p->req.tp_dp_replicate);
         return;
     }
     if (p->req.tp_dp_shard) { /* the deprecated tp_plan / tp_size spelling has no fsdp_size */
         fprintf(f, "# TP x FSDP: every process (torchrun) loads its shard; transformers applies FSDP2 itself\n"
                    "# (fsdp_mixed_precision=False, the default: fp32 all-gathers, the Trainer's bf16 is autocast)\n"
-                   "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.float32,\n"
+                   "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s,\n"
                    "                                             distributed_config=DistributedConfig(tp_size=%u, "
                    "fsdp_size=%u))\n",
-                model_arg, attn, p->req.tp, p->req.tp_dp_shard);
+                model_arg, attn, dt, p->req.tp, p->req.tp_dp_shard);
         return;
     }
     fprintf(f, "# tensor parallelism: every process (torchrun) loads its shard; transformers 5.24 still takes the\n"
                "# older spelling from_pretrained(..., tp_plan=\"auto\", tp_size=%u) (deprecated)\n"
-               "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.float32,\n"
+               "model = AutoModelForCausalLM.from_pretrained(%s, attn_implementation=\"%s\", dtype=torch.%s,\n"
                "                                             distributed_config=DistributedConfig(tp_size=%u))\n",
-            p->req.tp, model_arg, attn, p->req.tp);
+            p->req.tp, model_arg, attn, dt, p->req.tp);
 }
 
 void gckpt_plan_tp_args(const gckpt_plan *p, cJSON *args)

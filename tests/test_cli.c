@@ -360,6 +360,15 @@ static void bad_inputs(void **state)
         {"hsdp x tp LoRA", A("--gpus", "8", "--tp", "2", "--dp-replicate", "2", "--dp-shard", "2", "--method", "lora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "(FINDINGS R-TP-16)"},
         {"tp LoRA qwen3", A("--model", "qwen3-8b", "--gpus", "2", "--tp", "2", "--method", "lora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "on a model with q / k norms (qwen3) is not measured"},
         {"tp LoRA modules_to_save", A("--gpus", "2", "--tp", "2", "--method", "lora", "--lora-targets", "q_proj", "--modules-to-save", "lm_head", "-o", "out.json"), "--tp 2 --method lora with --modules-to-save is not measured"},
+        /* TP's optimizers and precisions (FINDINGS R-TP-22, R-TP-23): the reason each is not planned */
+        {"tp adamw-8bit", A("--gpus", "2", "--tp", "2", "--optimizer", "adamw-8bit", "-o", "out.json"), "--tp 2 --optimizer adamw-8bit: bitsandbytes' optimizer_update_8bit_blockwise gets the DTensor parameter, gradient and states with plain quantization maps and absmax (bitsandbytes optim/optimizer.py:570, functional.py:1192): the first step fails (got mixed torch.Tensor and DTensor) (FINDINGS R-TP-23)"},
+        {"tp paged-adamw-8bit", A("--gpus", "2", "--tp", "2", "--optimizer", "paged-adamw-8bit", "-o", "out.json"), "--optimizer paged-adamw-8bit: bitsandbytes' optimizer_update_8bit_blockwise gets the DTensor parameter"},
+        {"tp paged-adamw-32bit", A("--gpus", "2", "--tp", "2", "--optimizer", "paged-adamw-32bit", "-o", "out.json"), "optimizer_update_32bit has no DTensor sharding strategy"},
+        {"tp adamw-foreach", A("--gpus", "2", "--tp", "2", "--optimizer", "adamw-foreach", "-o", "out.json"), "the TP shards are DTensors, so the Trainer's adamw_torch runs the single-tensor loop"},
+        {"tp x fsdp sgd", A("--gpus", "4", "--tp", "2", "--dp-shard", "2", "--optimizer", "sgd", "-o", "out.json"), "--tp 2 --optimizer sgd with --dp-shard or --dp-replicate: SGD is measured under TP alone (FINDINGS R-TP-23)"},
+        {"tp amp-fp16", A("--gpus", "2", "--tp", "2", "--precision", "amp-fp16", "-o", "out.json"), "--tp 2 with --precision other than fp32, bf16 and amp-bf16"},
+        {"tp x fsdp pure bf16", A("--gpus", "4", "--tp", "2", "--dp-shard", "2", "--precision", "bf16", "-o", "out.json"), "--tp 2 --dp-shard 2 --precision bf16: TP x FSDP / DDP under pure bf16"},
+        {"tp x ddp pure bf16", A("--gpus", "4", "--tp", "2", "--dp-replicate", "2", "--precision", "bf16", "-o", "out.json"), "--tp 2 --dp-replicate 2 --precision bf16"},
         {"tp QLoRA", A("--gpus", "2", "--tp", "2", "--method", "qlora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "the Linear4bit forward asserts (bitsandbytes nn/modules.py:498) and get_peft_model fails (peft tuners/lora/bnb.py:585) (FINDINGS R-TP-14)"},
         /* context parallelism (FINDINGS R-CP): accelerate's checks, torch's and the Trainer's refusals, what is not measured */
         {"cp not the world", A("--gpus", "4", "--cp", "2", "-o", "out.json"), "cp_size 2 x sp_size 1 = 2, not the 4 processes"},

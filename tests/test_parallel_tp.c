@@ -83,7 +83,7 @@ static bool read_fixture(const char *dir, const char *file, tp_fixture *f)
     const cJSON *dc = item(tp, "distributed_config"), *steps = item(f->root, "steps");
     const cJSON *last = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
     char *cfg = cJSON_PrintUnformatted(item(f->root, "config"));
-    char prec[32], pg[16];
+    char prec[32], pg[16], opt[32] = "adamw";
     uint64_t tpn, fs, rep, rank, n, mb, seq, ga;
     bool ok = cfg && gckpt_model_parse(path, cfg, &f->m, &err) &&
               gckpt_json_u64(dc, path, "tp_size", 1, 1024, &tpn, &err) &&
@@ -92,6 +92,7 @@ static bool read_fixture(const char *dir, const char *file, tp_fixture *f)
               gckpt_json_u64(par, path, "rank", 0, 1023, &rank, &err) &&
               gckpt_json_str(par, path, "process_group", pg, sizeof pg, &err) &&
               gckpt_json_str(set, path, "precision", prec, sizeof prec, &err) &&
+              (!item(set, "optimizer") || gckpt_json_str(set, path, "optimizer", opt, sizeof opt, &err)) &&
               gckpt_json_u64_opt(set, path, "every_n_layers", 0, 1024, 0, &n, &err) &&
               gckpt_json_u64(set, path, "micro_batch", 1, 1024, &mb, &err) &&
               gckpt_json_u64(set, path, "seq", 1, 1u << 20, &seq, &err) &&
@@ -105,6 +106,10 @@ static bool read_fixture(const char *dir, const char *file, tp_fixture *f)
     int p = gckpt_precision_from(prec);
     if (p < 0) fail_msg("%s: precision '%s'", path, prec);
     f->s.precision = (gckpt_precision)p;
+    f->s.optimizer = GCKPT_NOPT; /* adamw (the Trainer's adamw_torch_fused) or sgd (R-TP-23) */
+    for (int k = 0; k < GCKPT_NOPT; k++)
+        if (!strcmp(opt, gckpt_optimizer_names[k])) f->s.optimizer = (gckpt_optimizer)k;
+    if (f->s.optimizer == GCKPT_NOPT) fail_msg("%s: optimizer '%s'", path, opt);
     f->s.every_n = (uint32_t)n;
     f->s.micro_batch = mb;
     f->s.seq = seq;
@@ -151,7 +156,7 @@ static void check_bytes(const tp_fixture *f, int *count)
 {
     if (f->fsdp * f->rep > 1 || !f->fake) return;
     gckpt_tp_bytes b;
-    gckpt_tp_rank_bytes(&f->m, f->tp, f->rank, 1, &b);
+    gckpt_tp_rank_bytes(&f->m, f->s.precision, f->s.optimizer, f->tp, f->rank, 1, &b);
     if (b.total != f->start) fail_msg("%s: persistent %llu planned, %llu measured", f->name,
                                       (unsigned long long)b.total, (unsigned long long)f->start);
     if (b.total + b.step_grads != f->opt_before)
@@ -165,8 +170,8 @@ static void test_rank_bytes(void **state)
     (void)state;
     int checked = 0;
     int n = each_fixture(check_bytes, &checked);
-    assert_true(n >= 56);
-    assert_true(checked >= 36); /* the fake-group standalone-TP fixtures */
+    assert_true(n >= 92);
+    assert_true(checked >= 54); /* the fake-group standalone-TP fixtures (12 pure bf16, R-TP-22; 4 SGD, R-TP-23) */
 }
 
 static const char *phase_name(int p) { return p == GCKPT_TP_FWD ? "forward" : "backward"; }
@@ -197,7 +202,7 @@ static void test_collectives(void **state)
     (void)state;
     int checked = 0;
     each_fixture(check_collectives, &checked);
-    assert_true(checked >= 44); /* every standalone-TP fixture, the gloo twins too */
+    assert_true(checked >= 62); /* every standalone-TP fixture, the gloo twins too */
 }
 
 static void check_model_ok(const tp_fixture *f, int *count)
@@ -223,7 +228,7 @@ static void test_checks(void **state)
     assert_int_equal(gckpt_tp_gather_bytes(64, 211, 2, 0, 2, 1), 13568 + 2 * 27136 - 27008);
     int n = 0;
     each_fixture(check_model_ok, &n);
-    assert_true(n >= 56);
+    assert_true(n >= 92);
     /* the tiny llama's 2 key/value heads over 4 ranks: the forward's view fails (R-TP-2) */
     tp_fixture f;
     read_fixture(DIR_TP, "tp-llama-amp-bf16-n1-plain-w2-t2-r0.json", &f);
@@ -286,7 +291,7 @@ static void test_peaks(void **state)
     (void)state;
     int n = 0;
     each_fixture(check_peak, &n);
-    assert_true(n >= 36);
+    assert_true(n >= 54);
 }
 
 /* What each layer, the head and the embedding save on a TP rank, and the offloaded bytes, against the
@@ -308,7 +313,7 @@ static void check_saved(const tp_fixture *t, int *count)
             fail_msg("%s: layer %d saves %llu planned, %llu measured", t->name, i,
                      (unsigned long long)c.layer_saved[i], (unsigned long long)f.layer_saved[i]);
     uint64_t cut = (t->m.vocab - gckpt_tp_chunk(t->m.vocab, t->tp, t->rank)) * t->m.hidden;
-    uint64_t head = c.head_saved - (t->s.precision == GCKPT_FP32 ? 0 : 2 * cut);
+    uint64_t head = c.head_saved - (t->s.precision == GCKPT_AMP_BF16 ? 2 * cut : 0); /* pure bf16: no cast */
     if (head != f.head_saved || c.embed_saved != f.embed_saved || c.offload != f.offload)
         fail_msg("%s: head %llu / %llu, embedding %llu / %llu, offload %llu / %llu (planned / measured)", t->name,
                  (unsigned long long)head, (unsigned long long)f.head_saved, (unsigned long long)c.embed_saved,
@@ -321,7 +326,7 @@ static void test_saved(void **state)
     (void)state;
     int n = 0;
     each_fixture(check_saved, &n);
-    assert_true(n >= 36);
+    assert_true(n >= 54);
 }
 
 /* A LoRA-under-TP plan made into what gckpt-plan refuses is read but not executed, the planner's rule
@@ -427,7 +432,7 @@ static void plan_fixture_rank(const char *dir, const char *file, uint32_t *busie
     free(dtext);
     uint32_t every = f.s.every_n;
     gckpt_plan_request q = {.seq = f.s.seq, .micro_batches = {f.s.micro_batch}, .n_micro = 1,
-                            .grad_accum = f.s.grad_accum, .precision = f.s.precision, .optimizer = GCKPT_ADAMW,
+                            .grad_accum = f.s.grad_accum, .precision = f.s.precision, .optimizer = f.s.optimizer,
                             .attention = GCKPT_SDPA, .every_n = &every, .n_every = 1,
                             .offload = f.s.offload ? GCKPT_OFFLOAD_ON : GCKPT_OFFLOAD_OFF, .margin = 0.05,
                             .target_given = true, .target = GCKPT_TARGET_CPU, .tp = f.tp,
@@ -546,6 +551,12 @@ static void test_plan_run(void **state)
     plan_fixture("tp-llama-amp-bf16-n2-offload-w4-t4-kv4-r0.json");
     plan_fixture("tp-llama-amp-bf16-n1-plain-w2-t2-ga1-r0.json");
     plan_fixture("tp-qwen3-amp-bf16-noff-plain-w2-t2-r0.json");
+    /* pure bf16 (R-TP-22: the shards, gradients, AdamW states and every collective bf16) */
+    plan_fixture("tp-llama-bf16-n1-plain-w2-t2-r0.json");
+    plan_fixture("tp-llama-bf16-noff-plain-w4-t4-kv4-r0.json");
+    plan_fixture("tp-llama-bf16-n1-offload-w2-t2-r0.json");
+    /* SGD with momentum (R-TP-23: one state per tensor, the embedding's whole like its gradient, no step) */
+    plan_fixture("tp-llama-fp32-n1-plain-w2-t2-sgd-r0.json");
     /* TP x FSDP (gckpt_tp_fsdp_layout through the request's tp_dp_shard) */
     plan_fixture("tp-llama-amp-bf16-n1-plain-w4-t2s2-r0.json");
     plan_fixture("tp-llama-amp-bf16-noff-plain-w4-t2s2-r0.json");

@@ -16,13 +16,15 @@
 /* every: values of every_n_layers (0 = off); global_batch 0: grad_accum is fixed; peft:
  * LoRA / QLoRA (NULL: full fine-tuning); layout: several GPUs (NULL: one). */
 /* tp, dp_replicate, dp_shard: gckpt-plan --tp tp [--dp-replicate dp_replicate] [--dp-shard dp_shard] (0: none) */
+/* pf_optimizer: the optimizer the next plans are made with (adamw unless a test sets it) */
+static gckpt_optimizer pf_optimizer = GCKPT_ADAMW;
 static inline char *pf_plan_text_mesh(const char *fixture, gckpt_precision p, gckpt_attention a, const uint32_t *every,
                                       int n_every, uint64_t mb, uint64_t grad_accum, uint64_t global_batch,
                                       const gckpt_peft *peft, const gckpt_layout *layout, uint32_t tp,
                                       uint32_t dp_replicate, uint32_t dp_shard)
 {
     gckpt_plan_request req = {.seq = 16, .micro_batches = {mb}, .n_micro = 1, .grad_accum = grad_accum,
-                              .global_batch = global_batch, .precision = p, .optimizer = GCKPT_ADAMW,
+                              .global_batch = global_batch, .precision = p, .optimizer = pf_optimizer,
                               .attention = a, .offload = GCKPT_OFFLOAD_BOTH, .margin = 0.05,
                               .tp = tp, .tp_dp_shard = dp_shard, .tp_dp_replicate = dp_replicate};
     if (peft) req.peft = *peft;

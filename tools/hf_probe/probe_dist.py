@@ -160,14 +160,17 @@ def hsdp_cases():
     return out
 
 
-def tp_spec(family, every_n, offload, tp, shard=1, bf16=True, gloo=False, grad_accum=GRAD_ACCUM, replicate=1):
+def tp_spec(family, every_n, offload, tp, shard=1, bf16=True, gloo=False, grad_accum=GRAD_ACCUM, replicate=1,
+            pure=False):
     """Tensor parallelism as transformers sets it up (FINDINGS R-TP-1): every rank loads the model with
     `from_pretrained(dir, distributed_config=DistributedConfig(tp_size=T, fsdp_size=S))` (tp_plan "auto": the
     model's base_model_tp_plan), the Trainer builds accelerate's ParallelismConfig(tp_size=T, dp_shard_size=S)
     from the model. `tp-<family>-<precision>-n<k>-<offload>-w<world>-t<T>[r<R>][s<S>]`; bf16=True is the Trainer's
     autocast over fp32 weights (no wrapper casts them). replicate R > 1: DistributedConfig(dp_replicate_size=R) too,
     transformers' HSDP mesh (pp, dp_replicate, fsdp, tp) with FSDP2 over (dp_replicate, fsdp) (FINDINGS R-TP-11);
-    the Trainer then gives accelerate ParallelismConfig(tp_size=T, dp_shard_size=R x S)."""
+    the Trainer then gives accelerate ParallelismConfig(tp_size=T, dp_shard_size=R x S).
+    pure=True: pure bf16 (`tp-<family>-bf16-...`): from_pretrained(..., dtype=torch.bfloat16) with the Trainer's
+    bf16=False (no autocast: the single-process "bf16" recipe; FINDINGS R-TP-22)."""
     world = tp * shard * replicate
     ga = f"-ga{grad_accum}" if grad_accum != GRAD_ACCUM else ""
     kv4 = family == "llama" and tp == 4
@@ -176,6 +179,8 @@ def tp_spec(family, every_n, offload, tp, shard=1, bf16=True, gloo=False, grad_a
                    + ("-kv4" if kv4 else "") + ga, gloo=gloo,
                    grad_accum=grad_accum, config=dict(KV4) if kv4 else None)
     sp.update(tp=tp, dp_shard=shard, tp_replicate=replicate)
+    if pure:
+        sp.update(name=sp["name"].replace("-amp-bf16-", "-bf16-", 1), precision="bf16", bf16=False, load_dtype="bfloat16")
     return sp
 
 
@@ -211,7 +216,32 @@ def tp_cases():
     # HSDP x TP (DistributedConfig(tp_size=2, fsdp_size=2, dp_replicate_size=2): 8 ranks)
     out.append(tp_spec("llama", 1, False, 2, shard=2, replicate=2))
     out.append(tp_spec("llama", 0, False, 2, shard=2, replicate=2, bf16=False))
+    out.extend(tp_bf16_cases())
+    out.extend(tp_sgd_cases())
     return out
+
+
+def tp_bf16_cases():
+    """Pure bf16 under TP (FINDINGS R-TP-22): T 2 and 4, every_n off and 1, offload, the gloo twin at T 2."""
+    out = [tp_spec("llama", n, off, tp, pure=True) for tp in (2, 4) for n, off in CKPT[:3]]
+    out.append(tp_spec("llama", 1, False, 2, gloo=True, pure=True))
+    return out
+
+
+def tp_sgd_cases():
+    """SGD (momentum 0.9) under TP 2, fp32, every_n off and 1 (FINDINGS R-TP-23)."""
+    out = []
+    for n in (0, 1):
+        sp = tp_spec("llama", n, False, 2, bf16=False)
+        sp.update(name=sp["name"] + "-sgd", optimizer="sgd")
+        out.append(sp)
+    return out
+
+
+def tp_bf16_fsdp_cases():
+    """TP 2 x FSDP 2 under pure bf16 (FINDINGS R-TP-24: measured, not planned, so not in tests/data/hf-tp):
+    `--set tp-bf16-fsdp --all --out DIR`."""
+    return [tp_spec("llama", 1, False, 2, shard=2, pure=True)]
 
 
 def cp_spec(every_n, offload, cp, shard=1, bf16=True, gloo=False, replicate=1):
@@ -267,6 +297,8 @@ def all_cases(which="default"):
         return hsdp_cases()
     if which == "tp":
         return tp_cases()
+    if which == "tp-bf16-fsdp":
+        return tp_bf16_fsdp_cases()
     if which == "cp":
         return cp_cases()
     out = []
@@ -465,7 +497,8 @@ def build_model(spec):
         gc.collect()
     cfg = DistributedConfig(tp_size=spec["tp"], fsdp_size=spec["dp_shard"], dp_replicate_size=spec.get("tp_replicate", 1))
     model = transformers.AutoModelForCausalLM.from_pretrained(TP_DIRS[key], distributed_config=cfg,
-                                                              attn_implementation=spec["attention"])
+                                                              attn_implementation=spec["attention"],
+                                                              dtype=getattr(torch, spec.get("load_dtype", "float32")))
     model.config.use_cache = False  # as probe.make_model (the Trainer's use_cache False)
     # FINDINGS R-TP-3: the loader takes each rank's slice of the checkpoint tensor and moves it with
     # `.to(device)`: on a GPU a copy of the slice alone; on the CPU a no-op, leaving a view into the mmapped
@@ -566,7 +599,10 @@ def setup_dist(spec):
         # TP: the Trainer hands accelerate ParallelismConfig(tp_size, dp_shard_size) and no FSDP plugin (the model
         # is sharded already), so a GPU run's Accelerator is MULTI_GPU
         gpu_validation(fsdp=spec["mode"] != "tp")
-    tr = transformers.Trainer(model=model, args=args)
+    # optimizer "sgd": the one gckpt's snippet passes (torch.optim.SGD, momentum 0.9; FINDINGS R-TP-23)
+    opts = ((torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9), None) if spec.get("optimizer") == "sgd"
+            else (None, None))
+    tr = transformers.Trainer(model=model, args=args, optimizers=opts)
     force_distributed_type(tr, args, spec["mode"])
     wrapped, _ = tr._prepare_for_training(STEPS, None, None)
     if spec["mode"] == "ddp" and spec["fake_ranks"]:
@@ -583,7 +619,8 @@ def setup_dist(spec):
     c.layers, c.ckpt_layers, c.nlayers = layers, ckpt_layers, len(layers)
     c.params = list(hf.parameters())
     c.amp = c.cuda_lists = False  # DDP: accelerate's own autocast wrapper runs inside the forward
-    c.param_info = {"count": n_params, "tensors": n_tensors, "bytes": n_params * 4, "dtype_at_load": "float32"}
+    c.param_info = {"count": n_params, "tensors": n_tensors, "bytes": n_params * (2 if spec.get("load_dtype") == "bfloat16" else 4),
+                    "dtype_at_load": spec.get("load_dtype", "float32")}
     # each data-parallel rank draws its own micro-batches; the ranks of a TP group (the mesh's innermost dim) share one
     # (CP: the ranks of a CP group, the mesh's cp dim inside dp_shard, likewise: process_index // (tp x cp))
     gen = torch.Generator().manual_seed(1234 + rank // (spec.get("tp", 1) * spec.get("cp", 1)))
@@ -1004,7 +1041,10 @@ def run_one(spec):
     rank = dist.get_rank()
     fx = probe.run_case(spec, setup_dist)  # storage pass, then allocator pass (each builds its own Trainer)
     c, wrapped, tr = LAST["c"], LAST["wrapped"], LAST["tr"]
-    fx["setting"].update(optimizer="adamw", optimizer_impl="the Trainer's adamw_torch_fused (torch.optim.AdamW, "
+    sgd = spec.get("optimizer") == "sgd"
+    fx["setting"].update(optimizer="sgd" if sgd else "adamw",
+                         optimizer_impl="torch.optim.SGD(momentum=0.9), passed to the Trainer" if sgd else
+                         "the Trainer's adamw_torch_fused (torch.optim.AdamW, "
                          "fused=True)" + (", wrapped by DeepSpeed's ZeRO optimizer" if spec["mode"].startswith("zero")
                                           else ""), micro_batch_per_rank=spec["b"],
                          global_batch=spec["b"] * spec["grad_accum"] * dist.get_world_size())
@@ -1121,10 +1161,11 @@ def run_batches(specs, out_dir, target=None):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=["default", "full", "hsdp", "tp", "cp"], default="default",
+    ap.add_argument("--set", choices=["default", "full", "hsdp", "tp", "tp-bf16-fsdp", "cp"], default="default",
                     help="default: all modes at world 2, a subset at world 4; full: every case at both; "
                          "hsdp: FSDP2 over accelerate's 2-D mesh (tests/data/hf-hsdp); tp: tensor parallelism, "
-                         "transformers' tp_plan (tests/data/hf-tp); cp: context parallelism over FSDP2 (tests/data/hf-cp-fsdp)")
+                         "transformers' tp_plan (tests/data/hf-tp); tp-bf16-fsdp: TP x FSDP under pure bf16 (FINDINGS R-TP-24, "
+                         "not fixtures); cp: context parallelism over FSDP2 (tests/data/hf-cp-fsdp)")
     ap.add_argument("--out", default=OUT)
     probe.add_selection_args(ap)
     a = ap.parse_args(argv)

@@ -80,15 +80,23 @@ def mesh_bytes(t):
     return 3 * 4 * t
 
 
+def elem(fx):
+    """The loaded dtype's bytes: bf16 under pure bf16 (from_pretrained(dtype=torch.bfloat16), R-TP-22), else fp32."""
+    return 2 if fx["setting"]["precision"] == "bf16" else 4
+
+
 def persistent(fx):
-    """Bytes live at step 2's start (R-TP-4)."""
+    """Bytes live at step 2's start (R-TP-4; R-TP-22: in the loaded dtype)."""
     cfg, fam = fx["config"], fx["setting"]["family"]
     t, r = fx["parallel"]["tp"]["distributed_config"]["tp_size"], fx["parallel"]["rank"] % \
         fx["parallel"]["tp"]["distributed_config"]["tp_size"]
-    w = sum(4 * numel(local_shape(s, dim, t, r)) for _, s, dim in tp_params(cfg, fam))
+    w = sum(elem(fx) * numel(local_shape(s, dim, t, r)) for _, s, dim in tp_params(cfg, fam))
     n_t = len(tp_params(cfg, fam))
     d = dims(cfg, fam)
     buffers = 2 * 4 * (d["hd"] // 2)  # rotary inv_freq and original_inv_freq, fp32 [head_dim / 2]
+    if fx["setting"].get("optimizer") == "sgd":  # R-TP-23: one momentum buffer, a clone of the gradient (the
+        # embedding's whole [V, h], Replicate like its gradient, R-TP-5); no step counter
+        return {"weights": w, "states": step_grads(fx), "buffers": buffers, "mesh": mesh_bytes(t)}
     return {"weights": w, "states": 2 * w + ADAMW_STEP * n_t, "buffers": buffers, "mesh": mesh_bytes(t)}
 
 
@@ -99,7 +107,7 @@ def step_grads(fx):
     r = fx["parallel"]["rank"] % t
     g = 0
     for name, s, dim in tp_params(cfg, fam):
-        g += 4 * numel(s if name == "model.embed_tokens.weight" else local_shape(s, dim, t, r))
+        g += elem(fx) * numel(s if name == "model.embed_tokens.weight" else local_shape(s, dim, t, r))
     return g
 
 
@@ -111,8 +119,11 @@ def collectives(fx):
     h, V, L = d["h"], d["V"], d["L"]
     tokens = st["micro_batch"] * st["seq"]
     G = st["grad_accum"]
-    cd = "bfloat16" if st["precision"] == "amp-bf16" else "float32"
+    cd = "float32" if st["precision"] == "fp32" else "bfloat16"
     ce = 2 if cd == "bfloat16" else 4
+    # the residual stream's dtype (the embedding's output, the colwise inputs' gradients, the norms'): the
+    # loaded one (fp32 under autocast; bf16 under pure bf16, R-TP-22)
+    pd, pe = ("bfloat16", 2) if st["precision"] == "bf16" else ("float32", 4)
     ck = len(fx["checkpointed_layers"])
     out = {}
 
@@ -122,23 +133,23 @@ def collectives(fx):
 
     # forward, per micro-step: the embedding's partial lookup (fp32: no autocast), each layer's o_proj and
     # down_proj rowwise outputs (compute dtype), the head's colwise_gather_output all-gather (padded to T ceil(V/T))
-    add("all_reduce/float32/forward", G, G * tokens * h * 4)
+    add(f"all_reduce/{pd}/forward", G, G * tokens * h * pe)
     add(f"all_reduce/{cd}/forward", 2 * L * G, 2 * L * G * tokens * h * ce)
     add(f"all_gather/{cd}/forward", G, G * tokens * t * cdiv(V, t) * ce)
     # backward, per micro-step: every colwise module's input gradient (q, k, v, gate, up in a layer, the head),
     # fp32 (the norm's output is fp32); the recompute of a checkpointed layer reruns o_proj's all-reduce only
     # (its down_proj output is not needed: the recompute stops early)
     n_col = 5 * L + 1
-    add("all_reduce/float32/backward", n_col * G, n_col * G * tokens * h * 4)
+    add(f"all_reduce/{pd}/backward", n_col * G, n_col * G * tokens * h * pe)
     if ck:
         add(f"all_reduce/{cd}/backward", ck * G, ck * G * tokens * h * ce)
     # the synchronising micro-step: the Trainer's _sync_replicated_trainable_parameters hook all-reduces every
     # plain (not DTensor) trainable parameter's gradient: the norms (and qwen3's q_norm / k_norm)
     plain = [(n, s) for n, s, dim in tp_params(cfg, fam) if dim is None]
-    add("all_reduce/float32/backward", len(plain), sum(4 * numel(s) for _, s in plain))
+    add(f"all_reduce/{pd}/backward", len(plain), sum(pe * numel(s) for _, s in plain))
     if fam == "qwen3":  # replicated_with_grad_allreduce: q_norm / k_norm's gradient all-reduced every backward
         qk = [(n, s) for n, s in plain if "q_norm" in n or "k_norm" in n]
-        add("all_reduce/float32/backward", len(qk) * G, G * sum(4 * numel(s) for _, s in qk))
+        add(f"all_reduce/{pd}/backward", len(qk) * G, G * sum(pe * numel(s) for _, s in qk))
     return out
 
 

@@ -54,7 +54,7 @@ uint64_t gckpt_tp_lora_adapters(const gckpt_peft *pf);
 /* What TP rank `rank` (its index in the TP group) keeps between steps and takes into the optimizer
  * step, bytes, each allocation rounded to round except the scalars (R-TP-4, R-TP-5). */
 typedef struct {
-    uint64_t weights; /* the local shards (fp32; the norms whole) */
+    uint64_t weights; /* the local shards (the loaded dtype: gckpt_tp_param_dtype; the norms whole) */
     uint64_t states;  /* AdamW's exp_avg and exp_avg_sq on them */
     uint64_t scalars; /* AdamW's fp32 step per parameter tensor, the device meshes (3 int32[T]) */
     uint64_t mesh;    /* ... of them the meshes */
@@ -62,7 +62,14 @@ typedef struct {
     uint64_t total;   /* kept between steps */
     uint64_t step_grads; /* the gradients entering the step: the local shards', the embedding's whole [V, h] */
 } gckpt_tp_bytes;
-void gckpt_tp_rank_bytes(const gckpt_model *m, uint32_t tp, uint32_t rank, uint64_t round, gckpt_tp_bytes *out);
+void gckpt_tp_rank_bytes(const gckpt_model *m, gckpt_precision prec, gckpt_optimizer o, uint32_t tp, uint32_t rank,
+                         uint64_t round, gckpt_tp_bytes *out);
+/* Whether optimizer o is planned on tp ranks (fused AdamW; SGD under TP alone, not data_parallel; the others
+ * fail on DTensors or are not measured, R-TP-23); false with the reason in err. */
+bool gckpt_tp_optimizer_ok(gckpt_optimizer o, uint32_t tp, bool data_parallel, gckpt_err *err);
+/* The dtype a TP rank's parameters, gradients and AdamW states are loaded in: bf16 under pure bf16
+ * (from_pretrained(dtype=torch.bfloat16), R-TP-22), fp32 otherwise (amp-bf16 is autocast over fp32). */
+gckpt_dtype gckpt_tp_param_dtype(gckpt_precision p);
 
 /* One step's collectives on a TP rank, all in its TP group (R-TP-6; with LoRA s->peft R-TP-12): calls and
  * bytes (all-reduce: the buffer; all-gather: the output) per kind, dtype and phase. Under TP x FSDP (s->layout.tp set, mode FSDP)
@@ -94,7 +101,7 @@ void gckpt_tp_local_model(const gckpt_model *m, uint32_t tp, uint32_t rank, gckp
 /* TP alone and TP x FSDP (core/ctx.c, when the layout has tp): parameter table ps (of a TP rank's
  * local model, gckpt_tp_local_model) made TP rank `rank`'s: the embedding's and lm_head's weights, gradients and optimizer states cut to their
  * chunk(V) rows (R-TP-2), the totals with them. */
-void gckpt_tp_params_local(gckpt_params *ps, uint32_t tp, uint32_t rank, uint64_t round);
+void gckpt_tp_params_local(gckpt_params *ps, gckpt_optimizer o, uint32_t tp, uint32_t rank, uint64_t round);
 
 /* colwise_gather_output's redistribution after lm_head's linear on TP rank `rank` (R-TP-15): the rank's
  * logits columns [rows, chunk(V)] (elem bytes each), padded to ceil(V / T) columns on a rank that holds

@@ -232,8 +232,8 @@ void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *
  * refused otherwise, one line), the rank's peak and time beyond FSDP2's at S / C, the header
  * line, the snippet's parallelism_config and notes, the plan JSON's "context_parallel". */
 /* The request of --cp C on its layout's GPUs (what the CLI's reader and "What would fit instead"
- * build): FSDP2 over all of them, no TP, no replicas (gckpt_plan_run plans the default offload
- * sweep without activation offload). Which C the planner accepts is gckpt_plan_cp_setup's. */
+ * build): FSDP2 over all of them, no TP, no replicas. Which C the planner accepts is
+ * gckpt_plan_cp_setup's. */
 void gckpt_plan_request_cp(gckpt_plan_request *r, uint32_t cp);
 bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err);
 bool gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_err *err);

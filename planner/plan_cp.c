@@ -36,18 +36,17 @@ bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err)
         return false;
     }
     if (!gckpt_cp_check(&p->model, q->seq, q->cp, q->attention, err)) return false; /* names cp_size */
-    /* LoRA and activation offload: measured (R-CP-23, R-CP-24); QLoRA not */
-    const char *what = gckpt_peft_quantized(&q->peft) ? "--method qlora"
-                     : (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"
+    /* LoRA, QLoRA and activation offload: measured (R-CP-23..26) */
+    const char *what = (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"
                      : q->optimizer != GCKPT_ADAMW ? "--optimizer other than adamw"
                      : q->loss != GCKPT_LOSS_HF ? "--loss other than hf"
                      : q->code_base != GCKPT_CB_HF ? "--code-base fused"
                      : q->layout.offload ? "--fsdp-offload"
                      : NULL;
     if (what) {
-        gckpt_seterr(err, "--cp %u with %s: context parallelism is measured for full fine-tuning and LoRA with AdamW "
-                          "under fp32 or bf16 (FSDP2's mixed precision), HF's loss, without FSDP's CPU offload "
-                          "(FINDINGS R-CP-11, R-CP-23)", q->cp, what);
+        gckpt_seterr(err, "--cp %u with %s: context parallelism is measured for full fine-tuning, LoRA and QLoRA "
+                          "with AdamW under fp32 or bf16 (FSDP2's mixed precision), HF's loss, without FSDP's CPU "
+                          "offload (FINDINGS R-CP-11, R-CP-23..26)", q->cp, what);
         return false;
     }
     if (!(p->dev.intra_node_bus_bytes_per_s > 0)) {
@@ -108,7 +107,7 @@ void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f)
                "of its %llu tokens (%s split), K/V exchanged by torch's ring attention (allgather); memory is the "
                "busiest CP rank's: FSDP2's at seq %llu plus CP's buffers (the Trainer's split inputs, per-row rotary tables, %s); time "
                "the busiest rank's: FSDP2's at that seq with its attention %s one GPU's (one SDPA call per K/V block), "
-               "the ring's exchanges none hidden; tok/s per GPU (FINDINGS R-CP-1..12)\n",
+               "the ring's exchanges none hidden; tok/s per GPU (FINDINGS R-CP-1..12, R-CP-23..26)\n",
             (unsigned long long)C, cp_shard(p), gckpt_layout_world(&p->req.layout), cp_shard(p), (unsigned long long)C,
             (unsigned long long)(S / C), (unsigned long long)S,
             gckpt_cp_balanced(S, p->req.cp) ? "head-tail, load-balanced" : "contiguous, not load-balanced",
@@ -116,7 +115,7 @@ void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f)
             !gckpt_cp_balanced(S, p->req.cp) ? "no partial-merge copies"
             : gckpt_cp_oproj_input_saved(&(gckpt_setting){.peft = p->req.peft})
                 ? "a copy of o_proj's input per layer on the partial-merge ranks"
-                : "no copies of o_proj's input: nothing saves it under LoRA (FINDINGS R-CP-23)",
+                : "no copies of o_proj's input, which nothing saves under LoRA",
             units);
 }
 

@@ -370,7 +370,6 @@ static void bad_inputs(void **state)
         {"cp x hsdp", A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "with dp_replicate_size 2 is not measured"},
         {"cp pure dp", A("--gpus", "4", "--dp-replicate", "2", "--cp", "2", "-o", "out.json"), "cannot be used with pure data parallelism"},
         {"cp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "several nodes"},
-        {"cp QLoRA", A("--gpus", "2", "--cp", "2", "--method", "qlora", "-o", "out.json"), "--cp 2 with --method qlora"},
         {"cp fsdp offload", A("--gpus", "2", "--cp", "2", "--fsdp-offload", "on", "-o", "out.json"), "--cp 2 with --fsdp-offload"},
         {"cp without bandwidth", A("--gpus", "2", "--cp", "2", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "intra_node_bus_bytes_per_s"},
         /* with tp or cp: accelerate's own checks before the refusal (FINDINGS R-TP-1) */

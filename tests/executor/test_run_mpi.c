@@ -768,25 +768,25 @@ static void tp(void **st)
  * dK/dV sums reassociate); amp-bf16 against one bf16 process within 1e-5 and 1e-3. Cases: tiny-llama at cp
  * 2 (head-tail, seq 32), cp 4 (seq 32) and the contiguous split (cp 4, seq 36), cp 2 x dp_shard 2, amp-bf16,
  * and a wide-attention llama whose peak is a ring call's. Another precision is refused, one line, exit 2. */
-static void check_cp_prec(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps,
-                          gckpt_precision prec)
+static void check_cp_peft(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps,
+                          gckpt_precision prec, const gckpt_peft *peft)
 {
     char plan[96], one[96], rep[112], rep1[112], err[8192];
     int world = (int)(C * dp_shard);
     /* amp-bf16: FSDP2's MixedPrecisionPolicy computes in bf16: against one bf16 process (as fsdp's cases) */
     gckpt_precision one_prec = prec == GCKPT_AMP_BF16 ? GCKPT_BF16 : prec;
-    const char *pn = gckpt_precision_names[prec];
-    snprintf(plan, sizeof plan, "%s-cp%us%u-s%llu-ga%llu-%s.json", model, C, dp_shard, (unsigned long long)seq,
-             (unsigned long long)grad_accum, pn);
-    snprintf(one, sizeof one, "%s-cpone-s%llu-ga%llu-%s.json", model, (unsigned long long)seq,
-             (unsigned long long)grad_accum * dp_shard, pn);
+    const char *pn = gckpt_precision_names[prec], *how = gckpt_method_names[peft ? peft->method : GCKPT_METHOD_FULL];
+    snprintf(plan, sizeof plan, "%s-cp%us%u-s%llu-ga%llu-%s-%s.json", model, C, dp_shard, (unsigned long long)seq,
+             (unsigned long long)grad_accum, pn, how);
+    snprintf(one, sizeof one, "%s-cpone-s%llu-ga%llu-%s-%s.json", model, (unsigned long long)seq,
+             (unsigned long long)grad_accum * dp_shard, pn, how);
     snprintf(rep, sizeof rep, "%sl", plan);
     snprintf(rep1, sizeof rep1, "%sl", one);
-    char *t = pf_plan_text_cp(model, prec, every, 3, 2, grad_accum, seq, C, dp_shard);
+    char *t = pf_plan_text_cp_peft(model, prec, every, 3, 2, grad_accum, seq, C, dp_shard, peft);
     assert_non_null(t);
     cli_write(plan, t);
     free(t);
-    t = pf_plan_text_cp(model, one_prec, every, 3, 2, grad_accum * dp_shard, seq, 0, 0);
+    t = pf_plan_text_cp_peft(model, one_prec, every, 3, 2, grad_accum * dp_shard, seq, 0, 0, peft);
     assert_non_null(t);
     cli_write(one, t);
     free(t);
@@ -862,6 +862,12 @@ static void check_cp_prec(const char *model, uint32_t C, uint64_t seq, uint32_t 
     cJSON_Delete(s);
 }
 
+static void check_cp_prec(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps,
+                          gckpt_precision prec)
+{
+    check_cp_peft(model, C, seq, dp_shard, grad_accum, steps, prec, NULL);
+}
+
 static void check_cp(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps)
 {
     check_cp_prec(model, C, seq, dp_shard, grad_accum, steps, GCKPT_FP32);
@@ -883,6 +889,13 @@ static void cp(void **st)
     check_cp("tiny-llama-wide", 2, 32, 1, 1, 1);
     /* amp-bf16 (FSDP2's mixed precision: bf16 compute, fp32 reductions) */
     check_cp_prec("tiny-llama", 2, 32, 1, 2, 1, GCKPT_AMP_BF16);
+    /* LoRA all-linear (FINDINGS R-CP-23, R-CP-25): the adapters' gradients against one process's, every rank's
+     * peak its prediction; lora_dropout 0 (so rank 0 keeps its o_proj input copies): a CP rank draws the dropout
+     * masks of its own pieces, not one process's over the whole sequence */
+    gckpt_peft lora;
+    gckpt_peft_default(GCKPT_METHOD_LORA, &lora);
+    lora.dropout = 0;
+    check_cp_peft("tiny-llama", 2, 32, 1, 2, 1, GCKPT_FP32, &lora);
     /* another precision (a hand-edited plan: gckpt-plan plans fp32 and amp-bf16): refused by gckpt-run before any
      * rank runs (one line, exit 2, no report) */
     char *t = pf_plan_text_cp("tiny-llama", GCKPT_AMP_BF16, every, 3, 2, 1, 32, 2, 1), *at = t ? strstr(t, "\"amp-bf16\"") : NULL;

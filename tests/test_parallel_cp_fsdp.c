@@ -38,7 +38,7 @@
 static const struct {
     const char *dir;
     int min;
-} DIRS[] = {{GCKPT_TEST_DATA "/hf-cp-fsdp", 28}, {GCKPT_TEST_DATA "/hf-cp-peft", 32}};
+} DIRS[] = {{GCKPT_TEST_DATA "/hf-cp-fsdp", 28}, {GCKPT_TEST_DATA "/hf-cp-peft", 34}};
 #define NDIRS (sizeof DIRS / sizeof DIRS[0])
 
 static gckpt_recipe g_r;

@@ -164,11 +164,12 @@ def cp_spec(targets, every_n, offload=False, cp=2, shard=1, bf16=True, method="l
 
 
 def cp_cases():
-    """CP 2 with LoRA q,v and all-linear, every_n off and 1, bf16 and fp32; CP 2 x dp_shard 2 (all-linear,
+    """CP 2 with LoRA q,v and all-linear, every_n off and 1, bf16 and fp32; CP 2 x dp_shard 2 and CP 4 (all-linear,
     every_n 1); activation offload (every_n 1 + offload) with LoRA and with full fine-tuning; all-linear with
     lora_dropout 0."""
     out = [cp_spec(tg, n, bf16=bf16) for tg in ("qv", "all") for n in (0, 1) for bf16 in (True, False)]
     out.append(cp_spec("all", 1, shard=2))
+    out.append(cp_spec("all", 1, cp=4))  # three partial-merge ranks
     out += [cp_spec("all", 1, offload=True, bf16=bf16) for bf16 in (True, False)]
     out += [cp_spec(None, 1, offload=True, bf16=bf16, method="full") for bf16 in (True, False)]
     # lora_dropout 0: o_proj's adapter saves the attention output itself (the partial-merge copy kept, R-CP-23)

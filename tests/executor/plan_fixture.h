@@ -50,15 +50,15 @@ static inline char *pf_plan_text_mesh(const char *fixture, gckpt_precision p, gc
     return text;
 }
 
-/* gckpt-plan --seq seq [--cp cp --gpus cp x dp_shard] (cp 0: one GPU), offload off: context parallelism
- * and the one process it is compared with; peft: LoRA / QLoRA (NULL: full fine-tuning). */
+/* gckpt-plan --seq seq [--cp cp --gpus cp x dp_shard] (cp 0: one GPU): context parallelism and the one
+ * process it is compared with; peft: LoRA / QLoRA (NULL: full fine-tuning); offload: --offload off / on. */
 static inline char *pf_plan_text_cp_peft(const char *fixture, gckpt_precision p, const uint32_t *every, int n_every,
                                          uint64_t mb, uint64_t grad_accum, uint64_t seq, uint32_t cp, uint32_t dp_shard,
-                                         const gckpt_peft *peft)
+                                         const gckpt_peft *peft, gckpt_offload_sel offload)
 {
     gckpt_plan_request req = {.seq = seq, .micro_batches = {mb}, .n_micro = 1, .grad_accum = grad_accum,
                               .precision = p, .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA,
-                              .offload = GCKPT_OFFLOAD_OFF, .margin = 0.05};
+                              .offload = offload, .margin = 0.05};
     if (peft) req.peft = *peft;
     if (cp) {
         req.layout = (gckpt_layout){.gpus = cp * (dp_shard ? dp_shard : 1), .nodes = 1};
@@ -86,7 +86,7 @@ static inline char *pf_plan_text_cp_peft(const char *fixture, gckpt_precision p,
 static inline char *pf_plan_text_cp(const char *fixture, gckpt_precision p, const uint32_t *every, int n_every,
                                     uint64_t mb, uint64_t grad_accum, uint64_t seq, uint32_t cp, uint32_t dp_shard)
 {
-    return pf_plan_text_cp_peft(fixture, p, every, n_every, mb, grad_accum, seq, cp, dp_shard, NULL);
+    return pf_plan_text_cp_peft(fixture, p, every, n_every, mb, grad_accum, seq, cp, dp_shard, NULL, GCKPT_OFFLOAD_OFF);
 }
 
 static inline char *pf_plan_text_tp(const char *fixture, gckpt_precision p, gckpt_attention a, const uint32_t *every,

@@ -769,24 +769,25 @@ static void tp(void **st)
  * 2 (head-tail, seq 32), cp 4 (seq 32) and the contiguous split (cp 4, seq 36), cp 2 x dp_shard 2, amp-bf16,
  * and a wide-attention llama whose peak is a ring call's. Another precision is refused, one line, exit 2. */
 static void check_cp_peft(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps,
-                          gckpt_precision prec, const gckpt_peft *peft)
+                          gckpt_precision prec, const gckpt_peft *peft, gckpt_offload_sel offload)
 {
     char plan[96], one[96], rep[112], rep1[112], err[8192];
     int world = (int)(C * dp_shard);
     /* amp-bf16: FSDP2's MixedPrecisionPolicy computes in bf16: against one bf16 process (as fsdp's cases) */
     gckpt_precision one_prec = prec == GCKPT_AMP_BF16 ? GCKPT_BF16 : prec;
     const char *pn = gckpt_precision_names[prec], *how = gckpt_method_names[peft ? peft->method : GCKPT_METHOD_FULL];
-    snprintf(plan, sizeof plan, "%s-cp%us%u-s%llu-ga%llu-%s-%s.json", model, C, dp_shard, (unsigned long long)seq,
-             (unsigned long long)grad_accum, pn, how);
-    snprintf(one, sizeof one, "%s-cpone-s%llu-ga%llu-%s-%s.json", model, (unsigned long long)seq,
-             (unsigned long long)grad_accum * dp_shard, pn, how);
+    const char *off = offload == GCKPT_OFFLOAD_ON ? "-offload" : "";
+    snprintf(plan, sizeof plan, "%s-cp%us%u-s%llu-ga%llu-%s-%s%s.json", model, C, dp_shard, (unsigned long long)seq,
+             (unsigned long long)grad_accum, pn, how, off);
+    snprintf(one, sizeof one, "%s-cpone-s%llu-ga%llu-%s-%s%s.json", model, (unsigned long long)seq,
+             (unsigned long long)grad_accum * dp_shard, pn, how, off);
     snprintf(rep, sizeof rep, "%sl", plan);
     snprintf(rep1, sizeof rep1, "%sl", one);
-    char *t = pf_plan_text_cp_peft(model, prec, every, 3, 2, grad_accum, seq, C, dp_shard, peft);
+    char *t = pf_plan_text_cp_peft(model, prec, every, 3, 2, grad_accum, seq, C, dp_shard, peft, offload);
     assert_non_null(t);
     cli_write(plan, t);
     free(t);
-    t = pf_plan_text_cp_peft(model, one_prec, every, 3, 2, grad_accum * dp_shard, seq, 0, 0, peft);
+    t = pf_plan_text_cp_peft(model, one_prec, every, 3, 2, grad_accum * dp_shard, seq, 0, 0, peft, offload);
     assert_non_null(t);
     cli_write(one, t);
     free(t);
@@ -865,7 +866,7 @@ static void check_cp_peft(const char *model, uint32_t C, uint64_t seq, uint32_t 
 static void check_cp_prec(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps,
                           gckpt_precision prec)
 {
-    check_cp_peft(model, C, seq, dp_shard, grad_accum, steps, prec, NULL);
+    check_cp_peft(model, C, seq, dp_shard, grad_accum, steps, prec, NULL, GCKPT_OFFLOAD_OFF);
 }
 
 static void check_cp(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps)
@@ -895,7 +896,10 @@ static void cp(void **st)
     gckpt_peft lora;
     gckpt_peft_default(GCKPT_METHOD_LORA, &lora);
     lora.dropout = 0;
-    check_cp_peft("tiny-llama", 2, 32, 1, 2, 1, GCKPT_FP32, &lora);
+    check_cp_peft("tiny-llama", 2, 32, 1, 2, 1, GCKPT_FP32, &lora, GCKPT_OFFLOAD_OFF);
+    /* activation offload (FINDINGS R-CP-24; every_n 1 and 2 offloaded, every_n off plain), full fine-tuning and LoRA */
+    check_cp_peft("tiny-llama", 2, 32, 1, 2, 1, GCKPT_FP32, NULL, GCKPT_OFFLOAD_ON);
+    check_cp_peft("tiny-llama", 2, 32, 1, 2, 1, GCKPT_FP32, &lora, GCKPT_OFFLOAD_ON);
     /* another precision (a hand-edited plan: gckpt-plan plans fp32 and amp-bf16): refused by gckpt-run before any
      * rank runs (one line, exit 2, no report) */
     char *t = pf_plan_text_cp("tiny-llama", GCKPT_AMP_BF16, every, 3, 2, 1, 32, 2, 1), *at = t ? strstr(t, "\"amp-bf16\"") : NULL;

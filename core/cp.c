@@ -3,6 +3,7 @@
 #include "gckpt/core/cp.h"
 
 #include "gckpt/core/dtype.h"
+#include "gckpt/core/peft.h"
 #include "gckpt/core/step.h"
 
 bool gckpt_cp_balanced(uint64_t seq, uint32_t cp) { return cp > 1 && seq % (2ull * cp) == 0; }
@@ -76,9 +77,19 @@ static gckpt_dtype compute_dtype(const gckpt_setting *s)
     return s->precision == GCKPT_FP32 ? GCKPT_DT_F32 : s->precision == GCKPT_AMP_FP16 ? GCKPT_DT_F16 : GCKPT_DT_BF16;
 }
 
+bool gckpt_cp_oproj_input_saved(const gckpt_setting *s)
+{
+    /* full fine-tuning: o_proj's weight trains, F.linear saves its input. LoRA: the frozen base linear
+     * saves none (recipe_lora.c); an o_proj adapter's lora_A saves what lora_dropout returns, a new
+     * tensor unless the dropout is 0 (under CP x FSDP2 the adapters compute in the input's dtype, so
+     * no cast comes between); q,v or dropout > 0: the copy dies with the attention (R-CP-23) */
+    if (!gckpt_peft_on(&s->peft)) return true;
+    return (s->peft.targets & (1u << GCKPT_LT_O)) && s->peft.dropout == 0;
+}
+
 uint64_t gckpt_cp_layer_extra(const gckpt_model *m, const gckpt_setting *s, uint32_t cp, uint32_t r, bool balanced)
 {
-    if (!balanced || r + 1 >= cp) return 0;
+    if (!balanced || r + 1 >= cp || !gckpt_cp_oproj_input_saved(s)) return 0;
     /* o_proj's input copied out of the merged output (_partial_update's cat leaves it standard-laid) */
     return s->micro_batch * s->seq * gckpt_q_dim(m) * (uint64_t)gckpt_dtype_size(compute_dtype(s));
 }
@@ -107,7 +118,8 @@ uint64_t gckpt_cp_extra_at(const gckpt_model *m, const gckpt_setting *s, uint64_
     /* the rotary tables per batch row (position_ids expanded), in the hidden states' dtype */
     x += 2 * (B - 1) * n * m->rotary_dim * hidden_size;
     /* the partial-merge ranks' copies of o_proj's input */
-    if (gckpt_cp_balanced(seq, cp) && r + 1 < cp) x += copies * B * n * gckpt_q_dim(m) * compute_size;
+    if (gckpt_cp_balanced(seq, cp) && r + 1 < cp && gckpt_cp_oproj_input_saved(s))
+        x += copies * B * n * gckpt_q_dim(m) * compute_size;
     return x;
 }
 

@@ -100,7 +100,12 @@ static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
 {
     const gckpt_peft *pf = &s->peft;
     const char *how = gckpt_method_names[pf->method];
-    const char *why = s->precision != GCKPT_AMP_BF16 ? "only --precision amp-bf16 (the Trainer's bf16=True) is measured"
+    /* fp32 (bf16=False) with LoRA under CP x FSDP2 over one dimension: measured by CP x FSDP2's fixtures
+     * (R-CP-23); FSDP2 alone in fp32 is not */
+    const bool fp32_ok = s->precision == GCKPT_FP32 && s->layout.mode == GCKPT_PAR_FSDP && s->layout.cp > 1 &&
+                         s->layout.dp_replicate <= 1 && pf->method == GCKPT_METHOD_LORA;
+    const char *why = s->precision != GCKPT_AMP_BF16 && !fp32_ok
+                          ? "only --precision amp-bf16 (the Trainer's bf16=True) is measured"
                       : pf->modules_to_save ? "--modules-to-save is not measured on several GPUs"
                       : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
                       : pf->method != GCKPT_METHOD_QLORA ? NULL

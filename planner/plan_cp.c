@@ -41,17 +41,22 @@ bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err)
         return false;
     }
     if (!gckpt_cp_check(&p->model, q->seq, q->cp, q->attention, err)) return false; /* names cp_size */
-    const char *what = gckpt_peft_on(&q->peft) ? "--method lora / qlora"
-                     : (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"
+    /* LoRA, QLoRA and activation offload: measured (R-CP-23..26) */
+    const char *what = (q->precision != GCKPT_FP32 && q->precision != GCKPT_AMP_BF16) ? "--precision other than fp32 and amp-bf16"
                      : q->optimizer != GCKPT_ADAMW ? "--optimizer other than adamw"
                      : q->loss != GCKPT_LOSS_HF ? "--loss other than hf"
                      : q->code_base != GCKPT_CB_HF ? "--code-base fused"
                      : q->layout.offload ? "--fsdp-offload"
-                     : q->offload != GCKPT_OFFLOAD_OFF ? "--offload (activation offload)"
+                     /* each measured alone: HSDP (R-CP-17) for full fine-tuning without offload, LoRA and offload
+                      * (R-CP-23..26) without replicas */
+                     : q->layout.dp_replicate > 1 && gckpt_peft_on(&q->peft) ? "--dp-replicate with --method lora / qlora"
+                     : q->layout.dp_replicate > 1 && q->offload == GCKPT_OFFLOAD_ON ? "--dp-replicate with --offload on"
                      : NULL;
     if (what) {
-        gckpt_seterr(err, "--cp %u with %s: context parallelism is measured for full fine-tuning with AdamW under fp32 "
-                          "or bf16 (FSDP2's mixed precision), HF's loss, without offload (FINDINGS R-CP-11)", q->cp, what);
+        gckpt_seterr(err, "--cp %u with %s: context parallelism is measured for full fine-tuning, LoRA and QLoRA "
+                          "with AdamW under fp32 or bf16 (FSDP2's mixed precision), HF's loss, without FSDP's CPU "
+                          "offload, and with HSDP's replicas for full fine-tuning without activation offload (FINDINGS "
+                          "R-CP-11, R-CP-17, R-CP-23..26)", q->cp, what);
         return false;
     }
     if (!(p->dev.intra_node_bus_bytes_per_s > 0)) {
@@ -118,15 +123,17 @@ void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f)
                "of its %llu tokens (%s split), K/V exchanged by torch's ring attention (allgather); memory is the "
                "busiest CP rank's: FSDP2's at seq %llu plus CP's buffers (the Trainer's split inputs, per-row rotary tables, %s); time "
                "the busiest rank's: FSDP2's at that seq with its attention %s one GPU's (one SDPA call per K/V block), "
-               "the ring's exchanges none hidden; tok/s per GPU (FINDINGS R-CP-1..12)\n",
+               "the ring's exchanges none hidden; tok/s per GPU (FINDINGS R-CP-1..12, R-CP-17, R-CP-23..26)\n",
             (unsigned long long)C, cp_shard(p), mesh, gckpt_layout_world(&p->req.layout), pc, cp_shard(p),
             (unsigned long long)C,
             cp_replicas(p) > 1 ? "the dp_shard x cp ranks of each replica, HSDP across the replicas" : "all of them",
             (unsigned long long)(S / C), (unsigned long long)S,
             gckpt_cp_balanced(S, p->req.cp) ? "head-tail, load-balanced" : "contiguous, not load-balanced",
             (unsigned long long)(S / C),
-            gckpt_cp_balanced(S, p->req.cp) ? "a copy of o_proj's input per layer on the partial-merge ranks"
-                                             : "no partial-merge copies",
+            !gckpt_cp_balanced(S, p->req.cp) ? "no partial-merge copies"
+            : gckpt_cp_oproj_input_saved(&(gckpt_setting){.peft = p->req.peft})
+                ? "a copy of o_proj's input per layer on the partial-merge ranks"
+                : "no copies of o_proj's input, which nothing saves under LoRA",
             units);
 }
 

@@ -205,13 +205,13 @@ static const struct {
      "inputs, per-row rotary tables, the partial-merge ranks' o_proj input copies), or a ring attention call with "
      "its transients replayed from torch's code where that is higher: within " GCKPT_CP_PEAK_BOUND_PCT " % of every "
      "measured rank of CPU fixtures of a tiny llama at cp 2, cp 4, cp 2 x dp_shard 2 and under HSDP cp 2 and 4 x "
-     "dp_shard 2 x dp_replicate 2 and 4 (fp32 and bf16, every_n off "
-     "and 1) whose peak is after the ring's calls, and up to " GCKPT_CP_RING_PEAK_BOUND_PCT " % below where it is "
+     "dp_shard 2 x dp_replicate 2 and 4 (fp32 and bf16, every_n off and 1; at cp 2 also LoRA q,v and all-linear, "
+     "QLoRA, activation offload with and without LoRA) whose peak is after the ring's calls, and up to " GCKPT_CP_RING_PEAK_BOUND_PCT " % below where it is "
      "inside one (a wide-attention llama, cp 2); torch's ring ran with the per-block CUDA SDPA kernel stood in by "
      "the CPU flash kernel. Unverified: the CUDA flash / efficient / cuDNN kernels per block (their extra outputs, "
      "scratch, output layout and time: a rank's attention is timed as C blocks of its S / C queries, R-CP-12), NCCL (the ring's overlap, what an uneven sequence does), the math backend under "
-     "CP, the Trainer's loss reduction under CP, other batch sizes' input buffers, other families, LoRA, TP with "
-     "CP, HSDP with CP at other sizes."},
+     "CP, the Trainer's loss reduction under CP, other batch sizes' input buffers, other families, TP with CP, "
+     "HSDP with CP at other sizes or with LoRA / offload."},
     {"collective_time_unverified", collectives_applies,
      "collective times use the GPU profile's vendor link bandwidths and each library's overlap as read in its "
      "source, unverified; NCCL's own buffers are not in the device peak."},

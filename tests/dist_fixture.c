@@ -51,6 +51,7 @@ void dist_fixture_read(const char *path, dist_fixture *f)
          gckpt_json_num(last, path, "steps[-1].live_peak_bytes", 0, 1e18, &peak, &err) &&
          gckpt_json_str(last, path, "steps[-1].peak_where", f->where, sizeof f->where, &err);
     f->s.offload = cJSON_IsTrue(item(set, "offload"));
+    ok = ok && gckpt_json_u64_opt(root, path, "offload_bytes", 0, UINT64_MAX, 0, &f->offload_bytes, &err);
     const cJSON *kinds = item(item(item(root, "collectives"), "per_step"), "2"), *k;
     cJSON_ArrayForEach(k, kinds) { /* "kind/dtype/phase[/group<n>]" */
         double b = cJSON_GetNumberValue(item(k, "bytes"));
@@ -84,6 +85,8 @@ void dist_fixture_read(const char *path, dist_fixture *f)
     /* HSDP: the Trainer's parallelism_config (accelerate's ParallelismConfig) */
     const cJSON *pc = item(item(par, "trainer_args"), "parallelism_config");
     uint32_t dp_replicate = cJSON_IsObject(pc) ? (uint32_t)cJSON_GetNumberValue(item(pc, "dp_replicate_size")) : 0;
+    /* CP (tests/data/hf-cp-fsdp, hf-cp-peft): its cp_size (setting.seq stays the whole sequence) */
+    uint32_t cp_size = cJSON_IsObject(pc) ? (uint32_t)cJSON_GetNumberValue(item(pc, "cp_size")) : 0;
     cJSON_Delete(root);
     if (!ok) fail_msg("%s", err.msg);
     f->fake = !strcmp(pg, "fake");
@@ -105,6 +108,7 @@ void dist_fixture_read(const char *path, dist_fixture *f)
     s->layout.mode = (uint8_t)pm;
     s->layout.fsdp_keep_gathered = !strcmp(f->variant, "nrf");
     s->layout.dp_replicate = dp_replicate;
+    s->layout.cp = cp_size > 1 ? cp_size : 0;
     s->layout.rank = (uint32_t)rank;
     s->layout.ds.overlap_comm = !strcmp(f->variant, "overlap"); /* zero_optimization.overlap_comm true */
     if (!strcmp(f->variant, "tight")) { /* stage3_max_live_parameters (and reuse distance, prefetch) 0 */

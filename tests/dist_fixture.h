@@ -21,6 +21,7 @@ typedef struct {
      * bf16=True autocast (the probe's lb16 variant), which the planner has no setting for */
     bool bf16_base;
     uint64_t start, end; /* live bytes at step 2's start and end */
+    uint64_t offload_bytes; /* activation offload: the bytes save_on_cpu moved to the host (0 without) */
     double peak;         /* step 2's live peak */
     char where[160];
     /* step 2's collectives' bytes (all-gather output, reduce-scatter input, all-reduce buffer):

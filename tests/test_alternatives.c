@@ -235,7 +235,7 @@ static void test_only_cp_fits(void **state)
     free(text);
 }
 
-/* CP refused by the planner: no --cp line (q / k norms, activation offload on), nor over nodes. */
+/* CP refused by the planner: no --cp line (q / k norms, FSDP2's CPU offload), nor over nodes. */
 static void test_refused_cp_left_out(void **state)
 {
     (void)state;
@@ -245,8 +245,8 @@ static void test_refused_cp_left_out(void **state)
     assert_non_null(line_of(text, "--tp 4"));
     assert_null(strstr(text, "--cp"));
     free(text);
-    const char *off[] = {"--model", "llama-3.1-8b", "--gpus", "8", "--seq", "131072", "--parallel", "fsdp", "--offload",
-                         "on", NULL};
+    const char *off[] = {"--model", "llama-3.1-8b", "--gpus", "8", "--seq", "131072", "--parallel", "fsdp",
+                         "--fsdp-offload", "on", NULL};
     text = alternatives(off);
     assert_non_null(line_of(text, "--parallel zero3"));
     assert_null(strstr(text, "--cp"));

@@ -380,8 +380,7 @@ static void bad_inputs(void **state)
         {"cp x hsdp not the world", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "cp_size 2 x sp_size 1 = 8, not the 4 processes"},
         {"cp pure dp", A("--gpus", "4", "--dp-replicate", "2", "--cp", "2", "-o", "out.json"), "cannot be used with pure data parallelism"},
         {"cp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "several nodes"},
-        {"cp LoRA", A("--gpus", "2", "--cp", "2", "--method", "lora", "-o", "out.json"), "R-CP-11"},
-        {"cp activation offload", A("--gpus", "2", "--cp", "2", "--offload", "on", "-o", "out.json"), "--offload"},
+        {"cp fsdp offload", A("--gpus", "2", "--cp", "2", "--fsdp-offload", "on", "-o", "out.json"), "--cp 2 with --fsdp-offload"},
         {"cp without bandwidth", A("--gpus", "2", "--cp", "2", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "intra_node_bus_bytes_per_s"},
         /* with tp or cp: accelerate's own checks before the refusal (FINDINGS R-TP-1) */
         {"mesh tp not the world", A("--gpus", "4", "--tp", "2", "-o", "out.json"), "tp_size 2 x cp_size 1 x sp_size 1 = 2, not the 4 processes"},

@@ -8,7 +8,10 @@
  *     extras (gckpt_cp_step_extra), or a ring attention call with its replayed transients where that
  *     is higher (gckpt_cp_peak: the wide-attention llama's fixtures), within GCKPT_CP_PEAK_BOUND_PCT;
  *   - gckpt-plan's own sweep with --cp (gckpt_plan_run): every rank-0 fixture's peak within the same
- *     bound, its breakdown summing to it, tok/s per GPU the rank's B x S / C tokens per step. */
+ *     bound, its breakdown summing to it, tok/s per GPU the rank's B x S / C tokens per step.
+ * The same on tests/data/hf-cp-peft (tools/hf_probe/probe_dist_peft.py --cp): LoRA q,v and all-linear
+ * (FSDP2 + PEFT's units at S / C; no o_proj input copies unless an o_proj adapter's dropout is 0,
+ * FINDINGS R-CP-23), activation offload with and without LoRA (the offloaded bytes exact, R-CP-24). */
 #include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
@@ -31,7 +34,14 @@
 #ifndef GCKPT_TEST_DATA
 #error GCKPT_TEST_DATA must name tests/data
 #endif
-#define DIR_CPF GCKPT_TEST_DATA "/hf-cp-fsdp"
+/* The fixture folders and how many per-rank fake-group fixtures each has at least: full fine-tuning
+ * (probe_dist.py --set cp), and LoRA q,v / all-linear and activation offload (probe_dist_peft.py --cp,
+ * FINDINGS R-CP-23..). */
+static const struct {
+    const char *dir;
+    int min;
+} DIRS[] = {{GCKPT_TEST_DATA "/hf-cp-fsdp", 40}, {GCKPT_TEST_DATA "/hf-cp-peft", 34}};
+#define NDIRS (sizeof DIRS / sizeof DIRS[0])
 
 static gckpt_recipe g_r;
 static gckpt_device g_dev;
@@ -66,26 +76,29 @@ static uint32_t cp_of(const dist_fixture *f)
     return (uint32_t)strtoul(c + 1, NULL, 10);
 }
 
-typedef void (*fx_fn)(const char *name, const dist_fixture *f, uint32_t cp);
+typedef void (*fx_fn)(const char *path, const char *name, const dist_fixture *f, uint32_t cp);
 
-static int each_fixture(fx_fn fn)
+/* fn on every fake-group fixture of every folder; fails when a folder has fewer than its minimum. */
+static void each_fixture(fx_fn fn)
 {
-    DIR *d = opendir(DIR_CPF);
-    assert_non_null(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        size_t k = strlen(e->d_name);
-        if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", DIR_CPF, e->d_name);
-        static dist_fixture f;
-        dist_fixture_read(path, &f);
-        if (!f.fake) continue;
-        fn(e->d_name, &f, cp_of(&f));
-        n++;
+    for (size_t i = 0; i < NDIRS; i++) {
+        DIR *d = opendir(DIRS[i].dir);
+        assert_non_null(d);
+        int n = 0;
+        for (struct dirent *e; (e = readdir(d));) {
+            size_t k = strlen(e->d_name);
+            if (k < 6 || strcmp(e->d_name + k - 5, ".json")) continue;
+            char path[1024];
+            snprintf(path, sizeof path, "%s/%s", DIRS[i].dir, e->d_name);
+            static dist_fixture f;
+            dist_fixture_read(path, &f);
+            if (!f.fake) continue;
+            fn(path, e->d_name, &f, cp_of(&f));
+            n++;
+        }
+        closedir(d);
+        if (n < DIRS[i].min) fail_msg("%s: %d fake-group fixtures, at least %d expected", DIRS[i].dir, n, DIRS[i].min);
     }
-    closedir(d);
-    return n;
 }
 
 static double g_worst;
@@ -104,8 +117,9 @@ static void check_bound(const char *name, double measured, double planned, bool 
 
 /* FSDP2 over every rank (dp_shard x cp: accelerate's dp_shard_cp) at S / C tokens, then gckpt_cp_peak
  * (CP's buffers, or a ring call when higher): within GCKPT_CP_PEAK_BOUND_PCT of step 2's measured peak. */
-static void check_peak(const char *name, const dist_fixture *f, uint32_t cp)
+static void check_peak(const char *path, const char *name, const dist_fixture *f, uint32_t cp)
 {
+    (void)path;
     gckpt_setting s = f->s;
     const uint64_t seq = s.seq;
     s.seq = seq / cp;
@@ -121,19 +135,24 @@ static void check_peak(const char *name, const dist_fixture *f, uint32_t cp)
                   name, cp_rank, f->peak, (unsigned long long)fsdp, planned, res.peak_layer,
                   res.peak_bytes != fsdp + x ? ", a ring call" : "", 100 * err, f->where);
     check_bound(name, f->peak, planned, res.peak_bytes != fsdp + x);
+    /* activation offload: the checkpointed layers' inputs on the host, exact (R-CP-24) */
+    if (res.host_pinned_bytes != f->offload_bytes)
+        fail_msg("%s: offloaded %llu planned, %llu measured", name, (unsigned long long)res.host_pinned_bytes,
+                 (unsigned long long)f->offload_bytes);
 }
 
 static void test_peaks(void **state)
 {
     (void)state;
     g_worst = 0;
-    assert_true(each_fixture(check_peak) >= 40);
+    each_fixture(check_peak);
     print_message("CP x FSDP2: max |error| %.3f %%\n", 100 * g_worst);
 }
 
 /* Parameters, gradients and AdamW's states at step 2's start and end: FSDP2's over all C x S ranks. */
-static void check_persistent(const char *name, const dist_fixture *f, uint32_t cp)
+static void check_persistent(const char *path, const char *name, const dist_fixture *f, uint32_t cp)
 {
+    (void)path;
     (void)cp;
     static gckpt_params ps;
     gckpt_err err;
@@ -151,7 +170,7 @@ static void check_persistent(const char *name, const dist_fixture *f, uint32_t c
 static void test_persistent(void **state)
 {
     (void)state;
-    assert_true(each_fixture(check_persistent) >= 40);
+    each_fixture(check_persistent);
 }
 
 /* A file under /tmp holding text; its path in path (a mkstemp template). */
@@ -165,11 +184,9 @@ static void temp_file(char *path, const char *text)
 }
 
 /* gckpt_plan_run with --cp C (and the fixture's dp_shard and dp_replicate) on the fixture's model and setting. */
-static void check_plan_run(const char *name, const dist_fixture *f, uint32_t cp)
+static void check_plan_run(const char *path, const char *name, const dist_fixture *f, uint32_t cp)
 {
     if (f->rank) return; /* the plan is rank 0's */
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", DIR_CPF, name);
     gckpt_err err = {{0}};
     cJSON *root = gckpt_json_read(path, 16u << 20, &err);
     if (!root) fail_msg("%s", err.msg);
@@ -189,7 +206,8 @@ static void check_plan_run(const char *name, const dist_fixture *f, uint32_t cp)
     uint32_t every = f->s.every_n;
     gckpt_plan_request q = {.seq = f->s.seq, .micro_batches = {f->s.micro_batch}, .n_micro = 1,
                             .grad_accum = f->s.grad_accum, .precision = f->s.precision, .optimizer = GCKPT_ADAMW,
-                            .attention = GCKPT_SDPA, .every_n = &every, .n_every = 1, .offload = GCKPT_OFFLOAD_OFF,
+                            .attention = GCKPT_SDPA, .every_n = &every, .n_every = 1,
+                            .offload = f->s.offload ? GCKPT_OFFLOAD_ON : GCKPT_OFFLOAD_OFF, .peft = f->s.peft,
                             .margin = 0.05, .target_given = true, .target = GCKPT_TARGET_CPU,
                             .layout = {.gpus = f->s.layout.gpus, .nodes = 1}};
     gckpt_plan_request_cp(&q, cp, f->s.layout.dp_replicate); /* HSDP's replicas too (R-CP-17) */
@@ -250,7 +268,7 @@ static void check_plan_run(const char *name, const dist_fixture *f, uint32_t cp)
 static void test_plan_run(void **state)
 {
     (void)state;
-    assert_true(each_fixture(check_plan_run) >= 40);
+    each_fixture(check_plan_run);
 }
 
 /* CP x TP (FINDINGS R-CP-19): tools/hf_probe/cp_tp_check.py's record (tests/data/hf-cp-tp) of where each way of

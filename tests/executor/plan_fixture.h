@@ -53,14 +53,16 @@ static inline char *pf_plan_text_mesh(const char *fixture, gckpt_precision p, gc
 }
 
 /* gckpt-plan --seq seq [--cp cp --dp-replicate R --gpus cp x dp_shard x R] (cp 0: one GPU; R 0 or 1: no
- * replicas), offload off: context parallelism and the one process it is compared with. */
-static inline char *pf_plan_text_cp(const char *fixture, gckpt_precision p, const uint32_t *every, int n_every,
-                                    uint64_t mb, uint64_t grad_accum, uint64_t seq, uint32_t cp, uint32_t dp_shard,
-                                    uint32_t dp_replicate)
+ * replicas): context parallelism and the one process it is compared with; peft: LoRA / QLoRA (NULL: full
+ * fine-tuning); offload: --offload off / on. */
+static inline char *pf_plan_text_cp_peft(const char *fixture, gckpt_precision p, const uint32_t *every, int n_every,
+                                         uint64_t mb, uint64_t grad_accum, uint64_t seq, uint32_t cp, uint32_t dp_shard,
+                                         uint32_t dp_replicate, const gckpt_peft *peft, gckpt_offload_sel offload)
 {
     gckpt_plan_request req = {.seq = seq, .micro_batches = {mb}, .n_micro = 1, .grad_accum = grad_accum,
                               .precision = p, .optimizer = GCKPT_ADAMW, .attention = GCKPT_SDPA,
-                              .offload = GCKPT_OFFLOAD_OFF, .margin = 0.05};
+                              .offload = offload, .margin = 0.05};
+    if (peft) req.peft = *peft;
     if (cp) {
         req.layout = (gckpt_layout){.gpus = cp * (dp_shard ? dp_shard : 1) * (dp_replicate ? dp_replicate : 1), .nodes = 1};
         gckpt_plan_request_cp(&req, cp, dp_replicate);
@@ -82,6 +84,14 @@ static inline char *pf_plan_text_cp(const char *fixture, gckpt_precision p, cons
     cJSON_Delete(j);
     gckpt_plan_free(&plan);
     return text;
+}
+
+static inline char *pf_plan_text_cp(const char *fixture, gckpt_precision p, const uint32_t *every, int n_every,
+                                    uint64_t mb, uint64_t grad_accum, uint64_t seq, uint32_t cp, uint32_t dp_shard,
+                                    uint32_t dp_replicate)
+{
+    return pf_plan_text_cp_peft(fixture, p, every, n_every, mb, grad_accum, seq, cp, dp_shard, dp_replicate, NULL,
+                                GCKPT_OFFLOAD_OFF);
 }
 
 static inline char *pf_plan_text_tp(const char *fixture, gckpt_precision p, gckpt_attention a, const uint32_t *every,

@@ -829,26 +829,27 @@ static void tp(void **st)
  * dK/dV sums reassociate); amp-bf16 against one bf16 process within 1e-5 and 1e-3. Cases: tiny-llama at cp
  * 2 (head-tail, seq 32), cp 4 (seq 32) and the contiguous split (cp 4, seq 36), cp 2 x dp_shard 2, amp-bf16,
  * and a wide-attention llama whose peak is a ring call's. Another precision is refused, one line, exit 2. */
-static void check_cp_rep(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint32_t R, uint64_t grad_accum,
-                         int steps, gckpt_precision prec)
+static void check_cp_peft(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint32_t R, uint64_t grad_accum,
+                          int steps, gckpt_precision prec, const gckpt_peft *peft, gckpt_offload_sel offload)
 {
     char plan[96], one[96], rep[112], rep1[112], err[8192];
     const uint32_t dp = dp_shard * (R ? R : 1); /* the data-parallel ranks: dp_shard x dp_replicate */
     int world = (int)(C * dp);
     /* amp-bf16: FSDP2's MixedPrecisionPolicy computes in bf16: against one bf16 process (as fsdp's cases) */
     gckpt_precision one_prec = prec == GCKPT_AMP_BF16 ? GCKPT_BF16 : prec;
-    const char *pn = gckpt_precision_names[prec];
-    snprintf(plan, sizeof plan, "%s-cp%us%ur%u-s%llu-ga%llu-%s.json", model, C, dp_shard, R, (unsigned long long)seq,
-             (unsigned long long)grad_accum, pn);
-    snprintf(one, sizeof one, "%s-cpone-s%llu-ga%llu-%s.json", model, (unsigned long long)seq,
-             (unsigned long long)grad_accum * dp, pn);
+    const char *pn = gckpt_precision_names[prec], *how = gckpt_method_names[peft ? peft->method : GCKPT_METHOD_FULL];
+    const char *off = offload == GCKPT_OFFLOAD_ON ? "-offload" : "";
+    snprintf(plan, sizeof plan, "%s-cp%us%ur%u-s%llu-ga%llu-%s-%s%s.json", model, C, dp_shard, R, (unsigned long long)seq,
+             (unsigned long long)grad_accum, pn, how, off);
+    snprintf(one, sizeof one, "%s-cpone-s%llu-ga%llu-%s-%s%s.json", model, (unsigned long long)seq,
+             (unsigned long long)grad_accum * dp, pn, how, off);
     snprintf(rep, sizeof rep, "%sl", plan);
     snprintf(rep1, sizeof rep1, "%sl", one);
-    char *t = pf_plan_text_cp(model, prec, every, 3, 2, grad_accum, seq, C, dp_shard, R);
+    char *t = pf_plan_text_cp_peft(model, prec, every, 3, 2, grad_accum, seq, C, dp_shard, R, peft, offload);
     assert_non_null(t);
     cli_write(plan, t);
     free(t);
-    t = pf_plan_text_cp(model, one_prec, every, 3, 2, grad_accum * dp, seq, 0, 0, 0);
+    t = pf_plan_text_cp_peft(model, one_prec, every, 3, 2, grad_accum * dp, seq, 0, 0, 0, peft, offload);
     assert_non_null(t);
     cli_write(one, t);
     free(t);
@@ -927,7 +928,7 @@ static void check_cp_rep(const char *model, uint32_t C, uint64_t seq, uint32_t d
 static void check_cp_prec(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps,
                           gckpt_precision prec)
 {
-    check_cp_rep(model, C, seq, dp_shard, 0, grad_accum, steps, prec);
+    check_cp_peft(model, C, seq, dp_shard, 0, grad_accum, steps, prec, NULL, GCKPT_OFFLOAD_OFF);
 }
 
 static void check_cp(const char *model, uint32_t C, uint64_t seq, uint32_t dp_shard, uint64_t grad_accum, int steps)
@@ -951,6 +952,16 @@ static void cp(void **st)
     check_cp("tiny-llama-wide", 2, 32, 1, 1, 1);
     /* amp-bf16 (FSDP2's mixed precision: bf16 compute, fp32 reductions) */
     check_cp_prec("tiny-llama", 2, 32, 1, 2, 1, GCKPT_AMP_BF16);
+    /* LoRA all-linear (FINDINGS R-CP-23, R-CP-25): the adapters' gradients against one process's, every rank's
+     * peak its prediction; lora_dropout 0 (so rank 0 keeps its o_proj input copies): a CP rank draws the dropout
+     * masks of its own pieces, not one process's over the whole sequence */
+    gckpt_peft lora;
+    gckpt_peft_default(GCKPT_METHOD_LORA, &lora);
+    lora.dropout = 0;
+    check_cp_peft("tiny-llama", 2, 32, 1, 0, 2, 1, GCKPT_FP32, &lora, GCKPT_OFFLOAD_OFF);
+    /* activation offload (FINDINGS R-CP-24; every_n 1 and 2 offloaded, every_n off plain), full fine-tuning and LoRA */
+    check_cp_peft("tiny-llama", 2, 32, 1, 0, 2, 1, GCKPT_FP32, NULL, GCKPT_OFFLOAD_ON);
+    check_cp_peft("tiny-llama", 2, 32, 1, 0, 2, 1, GCKPT_FP32, &lora, GCKPT_OFFLOAD_ON);
     /* another precision (a hand-edited plan: gckpt-plan plans fp32 and amp-bf16): refused by gckpt-run before any
      * rank runs (one line, exit 2, no report) */
     char *t = pf_plan_text_cp("tiny-llama", GCKPT_AMP_BF16, every, 3, 2, 1, 32, 2, 1, 0), *at = t ? strstr(t, "\"amp-bf16\"") : NULL;
@@ -968,13 +979,13 @@ static void cp(void **st)
 /* CP x HSDP (gckpt-plan --cp 2 --dp-shard 2 --dp-replicate 2 --gpus 8, FINDINGS R-CP-17): accelerate's mesh
  * (dp_replicate, dp_shard, cp), FSDP2 over the flattened dp_shard_cp (4 consecutive ranks) with the replicas'
  * all-reduce, the ring in each CP pair; 8 ranks against one process over the 4 data-parallel ranks' micro-batches:
- * check_cp_rep's checks (every rank's allocator peak its prediction, the busiest the plan's, the loss and
+ * check_cp_peft's checks (every rank's allocator peak its prediction, the busiest the plan's, the loss and
  * gradients one process's). */
 static void cp_hsdp(void **st)
 {
     (void)st;
-    check_cp_rep("tiny-llama", 2, 32, 2, 2, 1, 1, GCKPT_FP32);
-    check_cp_rep("tiny-llama", 2, 32, 2, 2, 1, 1, GCKPT_AMP_BF16);
+    check_cp_peft("tiny-llama", 2, 32, 2, 2, 1, 1, GCKPT_FP32, NULL, GCKPT_OFFLOAD_OFF);
+    check_cp_peft("tiny-llama", 2, 32, 2, 2, 1, 1, GCKPT_AMP_BF16, NULL, GCKPT_OFFLOAD_OFF);
 }
 
 /* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */

@@ -27,6 +27,8 @@ Usage:
   probe_dist_peft.py --filter 'ddp-llama-*'
   probe_dist_peft.py --filter 'hsdp-*'           # 8 cases, 16 per-rank fixtures (ranks 0 and 3)
   probe_dist_peft.py --tp --all                  # LoRA q,v under TP 2: tests/data/hf-tp-peft (FINDINGS R-TP-12)
+  probe_dist_peft.py --cp --all                  # LoRA (and full fine-tuning with activation offload) under CP x FSDP2:
+                                                 # tests/data/hf-cp-peft (FINDINGS R-CP-23..)
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ import probe_peft  # noqa: E402
 
 OUT = os.path.join(probe.ROOT, "tests", "data", "hf-dist-peft")
 OUT_TP = os.path.join(probe.ROOT, "tests", "data", "hf-tp-peft")
+OUT_CP = os.path.join(probe.ROOT, "tests", "data", "hf-cp-peft")
 R, ALPHA, DROPOUT = 8, 16, 0.05
 TARGETS = {"all": "all-linear", "qv": ["q_proj", "v_proj"],
            "col": ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"]}  # col: every colwise layer under TP
@@ -139,6 +142,43 @@ def tp_cases():
     return out
 
 
+def cp_spec(targets, every_n, offload=False, cp=2, shard=1, bf16=True, method="lora", dropout=DROPOUT,
+            storage=None):
+    """LoRA on CP x FSDP2 (probe_dist.cp_spec: ParallelismConfig(dp_shard_size=S, cp_size=C) with the FSDP2
+    plugin, the Trainer's _prepare_context_parallel_inputs per micro-step, R-CP-5's stand-in kernel), the PeftModel
+    built as for the FSDP2 cases. `cp-llama-<precision>-n<k>-<offload>-w<world>-c<C>[s<S>]-lora-<targets>`;
+    method "full": no adapters (probe_dist's own model), for CP with activation offload."""
+    sp = probe_dist.cp_spec(every_n, offload, cp, shard=shard, bf16=bf16)
+    if method == "full":
+        return sp
+    if method == "qlora":  # nf4, double quantization, bf16 compute, the given storage (make_spec's QLoRA)
+        sp["name"] += f"-qlora-nf4dq-s{storage}-{targets}"
+        sp.update(method="qlora", targets=targets, r=R, alpha=ALPHA, dropout=dropout, load="fp32", quant="nf4",
+                  double_quant=True, compute_dtype="bf16", storage=storage, load_dtype="bf16", modules_to_save=[],
+                  shape=None)
+        return sp
+    sp["name"] += f"-lora-{targets}" + ("" if dropout == DROPOUT else f"-d{dropout:g}")
+    sp.update(method="lora", targets=targets, r=R, alpha=ALPHA, dropout=dropout, load="fp32", quant=None,
+              double_quant=None, compute_dtype=None, storage=None, load_dtype="bf16", modules_to_save=[], shape=None)
+    return sp
+
+
+def cp_cases():
+    """CP 2 with LoRA q,v and all-linear, every_n off and 1, bf16 and fp32; CP 2 x dp_shard 2 and CP 4 (all-linear,
+    every_n 1); activation offload (every_n 1 + offload) with LoRA and with full fine-tuning; all-linear with
+    lora_dropout 0."""
+    out = [cp_spec(tg, n, bf16=bf16) for tg in ("qv", "all") for n in (0, 1) for bf16 in (True, False)]
+    out.append(cp_spec("all", 1, shard=2))
+    out.append(cp_spec("all", 1, cp=4))  # three partial-merge ranks
+    out += [cp_spec("all", 1, offload=True, bf16=bf16) for bf16 in (True, False)]
+    out += [cp_spec(None, 1, offload=True, bf16=bf16, method="full") for bf16 in (True, False)]
+    # lora_dropout 0: o_proj's adapter saves the attention output itself (the partial-merge copy kept, R-CP-23)
+    out.append(cp_spec("all", 0, dropout=0.0))
+    # QLoRA (nf4 + double quantization) with bf16 and uint8 storage, every_n 1
+    out += [cp_spec("all", 1, method="qlora", storage=st) for st in ("bf16", "uint8")]
+    return out
+
+
 # --------------------------------------------------------------------------
 # the model each rank builds (probe_dist.MODEL_BUILDER)
 # --------------------------------------------------------------------------
@@ -156,6 +196,10 @@ def peft_spec(spec):
 def build_peft_model(spec):
     from peft import LoraConfig, get_peft_model
 
+    if spec.get("method") is None:  # full fine-tuning (cp_cases' offload twins): probe_dist's model
+        INFO.clear()
+        return probe_dist.build_model(spec)
+
     sp = peft_spec(spec)
     if spec["mode"] == "tp":  # transformers shards it at load (probe_dist.build_model); peft hooks the adapters
         hf = probe_dist.build_model(spec)
@@ -168,7 +212,7 @@ def build_peft_model(spec):
         hf = probe_peft.load_base(dict(sp, ckpt_api="hf"))
     hf.config.use_cache = False
     torch.manual_seed(0)  # the adapters' initialisation
-    cfg = LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=DROPOUT, target_modules=TARGETS[spec["targets"]],
+    cfg = LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=spec.get("dropout", DROPOUT), target_modules=TARGETS[spec["targets"]],
                      bias="none", task_type="CAUSAL_LM")
     pm = get_peft_model(hf, cfg)
     before = {probe_peft.short(n): probe_peft.dt(p) for n, p in pm.named_parameters()}
@@ -198,6 +242,9 @@ def param_kinds(model):
 def fixture_extra(fx, spec, c):
     import bitsandbytes
     import peft
+
+    if spec.get("method") is None:  # full fine-tuning: probe_dist's fixture as it is
+        return
 
     info = dict(INFO)
     fx["versions"].update(peft=peft.__version__, bitsandbytes=bitsandbytes.__version__)
@@ -231,7 +278,7 @@ def run_offload_cases(sel, out, target, field):
     os.makedirs(out, exist_ok=True)
     probe_peft._CKPT_ROOT = os.environ["GCKPT_DPEFT_CKPTS"] = tempfile.mkdtemp(prefix="gckpt-dpeft-")
     try:
-        for sp in {probe_peft.model_key(peft_spec(c)): c for c in sel if c["method"] == "qlora"}.values():
+        for sp in {probe_peft.model_key(peft_spec(c)): c for c in sel if c.get("method") == "qlora"}.values():
             probe_peft.saved_tiny_model(peft_spec(sp))
         rc = probe_dist.run_batches(sel, out, target=target)
     finally:
@@ -249,12 +296,13 @@ def run_offload_cases(sel, out, target, field):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=None, help=f"default {OUT}; with --tp {OUT_TP}")
+    ap.add_argument("--out", default=None, help=f"default {OUT}; with --tp {OUT_TP}; with --cp {OUT_CP}")
     ap.add_argument("--tp", action="store_true", help="the LoRA-under-TP cases (tp_cases) instead")
+    ap.add_argument("--cp", action="store_true", help="the LoRA-under-CP cases (cp_cases) instead")
     probe.add_selection_args(ap)
     a = ap.parse_args(argv)
-    cases = tp_cases() if a.tp else all_cases()
-    a.out = a.out or (OUT_TP if a.tp else OUT)
+    cases = tp_cases() if a.tp else cp_cases() if a.cp else all_cases()
+    a.out = a.out or (OUT_TP if a.tp else OUT_CP if a.cp else OUT)
     if len({c["name"] for c in cases}) != len(cases):
         raise SystemExit("duplicate case names")
     sel = probe.selection(ap, a, cases)
@@ -263,7 +311,7 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     probe_peft._CKPT_ROOT = os.environ["GCKPT_DPEFT_CKPTS"] = tempfile.mkdtemp(prefix="gckpt-dpeft-")
     try:
-        for sp in {probe_peft.model_key(peft_spec(c)): c for c in sel if c["method"] == "qlora"}.values():
+        for sp in {probe_peft.model_key(peft_spec(c)): c for c in sel if c.get("method") == "qlora"}.values():
             probe_peft.saved_tiny_model(peft_spec(sp))
         return probe_dist.run_batches(sel, a.out, target=rank_main)
     finally:

@@ -53,6 +53,10 @@ uint64_t gckpt_cp_positions(uint64_t seq, uint32_t cp, uint32_t r, uint64_t *out
  * checkpointed, on the ranks whose last ring step is a partial update (balanced split, r < C - 1;
  * R-CP-7, CPU flash kernel's output layout). Per such layer, bytes. */
 uint64_t gckpt_cp_layer_extra(const gckpt_model *m, const gckpt_setting *s, uint32_t cp, uint32_t r, bool balanced);
+/* Whether something saves o_proj's input, so that a partial-merge rank's copy of it lives until the
+ * layer's backward (R-CP-7): full fine-tuning (its weight's gradient), LoRA with an o_proj adapter
+ * whose dropout is 0 (lora_A takes the input itself); not LoRA q,v or dropout > 0 (R-CP-23). */
+bool gckpt_cp_oproj_input_saved(const gckpt_setting *s);
 
 /* The bytes the embedding's saved input_ids storage holds beyond its local [B, S / C] int64:
  * context_parallel shrinks each buffer in place and the storage keeps its B S elements (R-CP-4). */

@@ -246,9 +246,8 @@ bool gckpt_plan_tp_entry_rank(const gckpt_plan *p, const gckpt_entry *e, uint32_
  * line, the snippet's parallelism_config and notes, the plan JSON's "context_parallel". */
 /* The request of --cp C on its layout's GPUs (what the CLI's reader and "What would fit instead"
  * build): FSDP2 over all of them (dp_replicate 0), or HSDP over dp_replicate R groups of
- * GPUs / R (accelerate's (dp_replicate, dp_shard_cp) mesh, R-CP-17); no TP (gckpt_plan_run plans
- * the default offload sweep without activation offload). Which C the planner accepts is
- * gckpt_plan_cp_setup's. */
+ * GPUs / R (accelerate's (dp_replicate, dp_shard_cp) mesh, R-CP-17); no TP. Which C the planner
+ * accepts is gckpt_plan_cp_setup's. */
 void gckpt_plan_request_cp(gckpt_plan_request *r, uint32_t cp, uint32_t dp_replicate);
 bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err);
 bool gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r, gckpt_err *err);

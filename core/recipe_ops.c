@@ -536,6 +536,8 @@ static int linear_op(tracer *tr, int x, int w, int bias, uint64_t in_f, uint64_t
     int o = linear_node(tr, xi, wc, bias, in_f, out_f, name, tr->amp ? tr->compute_dt : dt(tr, x), saved);
     gckpt_op *op = last_op(tr);
     op->grad_view[1] = !is_conv1d;
+    /* F.linear under ZeRO-3 is LinearFunctionForZeroStage3 (Conv1D's addmm is not) */
+    op->out_before_save = !is_conv1d && tr->peft && tr->peft->linear_saves_input;
     return o;
 }
 

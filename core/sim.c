@@ -519,6 +519,9 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int begin, int e
         } else if (!save_only) {
             fwd_outputs(s, st, i, mode, cons, made, sec_out, o);
         }
+        /* a custom Function's output is made before its inputs are saved: the stop drops it */
+        int dropped = save_only && op->out_before_save && op->out[0] >= 0 ? alloc_tensor(s, o, op->out[0], GCKPT_C_RECOMPUTE)
+                                                                         : -1;
         gckpt_event *e = ev_compute(s, o, mode == MODE_RECOMPUTE ? GCKPT_EV_RECOMPUTE : GCKPT_EV_FWD, i);
         if (e) {
             for (int k = 0; k < GCKPT_OP_MAX_IN; k++)
@@ -526,10 +529,13 @@ static void sim_fwd(gckpt_sim *s, sec_t *st, int sec, int mode, int begin, int e
                                                                                       : GCKPT_NOINST;
             for (int k = 0; k < 2; k++)
                 e->arg.fwd.out[k] = !save_only && op->out[k] >= 0 ? gid(s, st->inst[op->out[k]]) : GCKPT_NOINST;
+            if (dropped >= 0) e->arg.fwd.out[0] = gid(s, dropped);
             e->arg.fwd.workspace = fws >= 0 ? gid(s, fws) : GCKPT_NOINST;
-            /* a view, or a recompute that stops once the op saved its inputs: no work */
-            if (save_only || c->fwd_view[i]) e->seconds = e->flops = 0;
+            /* a view, or a recompute that stops once the op saved its inputs: no work (a
+             * custom Function's output made first: its work, not handed on) */
+            if ((save_only && dropped < 0) || c->fwd_view[i]) e->seconds = e->flops = 0;
         }
+        if (dropped >= 0) release(s, o, dropped, op->out[0]);
         if (fws >= 0) release(s, o, fws, -1);
         /* ctx attributes (ctx_keep) are kept by the first forward's node, checkpointed or
          * not, until the micro-step's graph is freed (free_graph_kept); a non-reentrant

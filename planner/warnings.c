@@ -147,11 +147,11 @@ static const struct {
      "source, within " GCKPT_PARALLEL_PEAK_BOUND_PCT " % of every measured rank of CPU fixtures of tiny models; "
      "CUDA's side streams, zero3's live-parameter limit and zero2's middle ranks are unverified.", false,
      "with LoRA / QLoRA the per-rank working set of fsdp is within " GCKPT_PARALLEL_PEFT_FSDP_BOUND_PCT " % of every "
-     "measured rank of CPU fixtures of tiny models and zero2 within " GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT " %; zero3 is "
-     "planned below every measured rank, by up to " GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT " % (DeepSpeed's trace-based "
-     "prefetch, which gathers frozen parameters modules ahead of their use, up to stage3_max_live_parameters "
-     "elements, is not modelled: on a large model expect more). CUDA's side streams, zero3's live-parameter limit "
-     "and zero2's middle ranks are unverified."},
+     "measured rank of CPU fixtures of tiny models, zero2 within " GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT " % and zero3 "
+     "within " GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT " %. zero3's trace-based prefetch, which gathers parameters "
+     "modules ahead of their use in the forward, is not modelled: under the default limits every parameter is "
+     "gathered by the forward's end, so only a peak inside the forward can be higher. CUDA's side streams, zero3's "
+     "live-parameter limit and zero2's middle ranks are unverified."},
     {"moe_grouped_mm_cuda_unverified", moe_applies,
      "the experts are planned as transformers' default grouped_mm, measured on the CPU; on CUDA the fused "
      "grouped GEMM runs only for bf16 on sm90 / sm100, elsewhere a per-expert loop: step time unverified.", true},

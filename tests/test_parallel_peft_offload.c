@@ -211,8 +211,9 @@ static void plan_zero(dist_fixture *f, unsigned offload, gckpt_result *res, doub
  *     sub-groups (`.to(cpu).clone()`, not pinned): exact;
  *   - device: step 2's live bytes at its start less both host figures equal the planned
  *     persistent device bytes exactly; step 2's live peak less them: ZeRO-2 within 0.5 %; ZeRO-3
- *     planned below it by what the same rank without offload (tests/data/hf-dist-peft) is planned
- *     below its own peak (DeepSpeed's prefetch, R-DISTPEFT-10), within 0.05 % of the peak. */
+ *     off by what the same rank without offload (tests/data/hf-dist-peft) is off by, within the
+ *     bound the warning states (GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT; 1.36 % before the recompute's
+ *     LinearFunctionForZeroStage3 output was planned, R-DISTPEFT-20). */
 static int check_zero(const char *name)
 {
     char path[1024];
@@ -260,7 +261,8 @@ static int check_zero(const char *name)
     bad += host_pinned != pinned;
     bad += host_pageable != pageable;
     bad += dev_persistent != start - pinned - pageable;
-    bad += z3 ? gap > 0 || fabs(gap - gap_plain) > 0.0005 * dev_peak : fabs(e) > 0.005;
+    double z3_bound = atof(GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT) / 100;
+    bad += z3 ? fabs(e) > z3_bound || fabs(gap - gap_plain) > 0.0005 * dev_peak : fabs(e) > 0.005;
     return bad;
 }
 

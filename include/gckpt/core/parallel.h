@@ -95,12 +95,13 @@ void gckpt_setting_recipe(const gckpt_model *m, const gckpt_setting *s, gckpt_ta
  * (test_parallel's test_fixture_peaks holds the figure to the fixtures; the
  * parallel_peak_approximate warning states it). */
 #define GCKPT_PARALLEL_PEAK_BOUND_PCT "0.21"
-/* ... with LoRA / QLoRA (tests/data/hf-dist-peft, test_parallel_peft holds each to the fixtures):
- * fsdp; zero2; zero3, planned below every measured rank (test_parallel_peft checks the sign): its
- * trace-based prefetch is not modelled (FINDINGS R-DISTPEFT-10). */
+/* ... with LoRA / QLoRA (tests/data/hf-dist-peft, test_parallel_peft holds each to the fixtures;
+ * zero3 also tests/data/hf-dist-peft-zerooff, test_parallel_peft_offload): fsdp; zero2; zero3
+ * (0.86 before a recompute stopping at LinearFunctionForZeroStage3 made that op's output, FINDINGS
+ * R-DISTPEFT-20). */
 #define GCKPT_PARALLEL_PEFT_FSDP_BOUND_PCT "0.04"
 #define GCKPT_PARALLEL_PEFT_ZERO2_BOUND_PCT "0.03"
-#define GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT "0.86"
+#define GCKPT_PARALLEL_PEFT_ZERO3_BOUND_PCT "0.05"
 
 
 /* Fill the shard fields of table ps for layout l of model m. */

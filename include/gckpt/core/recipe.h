@@ -360,6 +360,10 @@ typedef struct {
                           * hooks do not see: also in a checkpointed layer's forward, not
                           * offloaded, and not released after its backward but with its graph
                           * (core/sim.c free_graph_kept; bitsandbytes' int8 ctx.A, FINDINGS 12.6) */
+    bool out_before_save; /* a custom autograd.Function (ZeRO-3's LinearFunctionForZeroStage3):
+                           * setup_context saves its inputs after forward computed the output, so
+                           * a non-reentrant recompute stopping at it makes the output, then drops
+                           * it as the stop unwinds (FINDINGS R-DISTPEFT-20) */
 } gckpt_op;
 
 typedef struct {

@@ -168,12 +168,20 @@ static void test_refused_layouts_left_out(void **state)
     assert_null(strstr(text, "--dp-shard"));
     assert_null(strstr(text, "--dp-replicate"));
     free(text);
-    /* several nodes: no TP layout is planned there */
+    /* several nodes: TP layouts with a TP group inside a node (T divides its 4 GPUs), the rest across
+     * nodes, each said as its own plan on the same nodes; no TP group of 8 (it would span nodes) */
+    static const char *const nbase[] = {"--model", "llama-3.1-70b", "--gpus", "4", "--nodes", "2", "--seq", "8192",
+                                        "--every-n", "1", NULL};
     const char *nodes[] = {"--model", "llama-3.1-70b", "--gpus", "4", "--nodes", "2", "--seq", "8192", "--every-n",
                            "1", "--parallel", "ddp", NULL};
     text = alternatives(nodes);
-    assert_non_null(line_of(text, "--parallel fsdp"));
-    assert_null(strstr(text, "--tp"));
+    static const char *const tp4s2[] = {"--tp", "4", "--dp-shard", "2", NULL},
+                             *const tp2r2s2[] = {"--tp", "2", "--dp-replicate", "2", "--dp-shard", "2", NULL},
+                             *const fsdp[] = {"--parallel", "fsdp", NULL};
+    check_line(text, "--parallel fsdp", nbase, fsdp);
+    check_line(text, "--tp 4 --dp-shard 2", nbase, tp4s2);
+    check_line(text, "--tp 2 --dp-replicate 2 --dp-shard 2", nbase, tp2r2s2);
+    assert_null(line_of(text, "--tp 8"));
     free(text);
 }
 
@@ -235,7 +243,8 @@ static void test_only_cp_fits(void **state)
     free(text);
 }
 
-/* CP refused by the planner: no --cp line (q / k norms, activation offload on), nor over nodes. */
+/* CP refused by the planner: no --cp line (q / k norms, activation offload on); over nodes it is
+ * planned (the ring at its group's placement). */
 static void test_refused_cp_left_out(void **state)
 {
     (void)state;
@@ -255,7 +264,11 @@ static void test_refused_cp_left_out(void **state)
                            "fsdp", NULL};
     text = alternatives(nodes);
     assert_non_null(line_of(text, "--parallel zero3"));
-    assert_null(strstr(text, "--cp"));
+    static const char *const nbase[] = {"--model", "llama-3.1-8b", "--gpus", "4", "--nodes", "2", "--seq", "131072",
+                                        NULL};
+    static const char *const cp8[] = {"--cp", "8", NULL}, *const cp4[] = {"--cp", "4", "--dp-shard", "2", NULL};
+    check_line(text, "--cp 8", nbase, cp8);
+    check_line(text, "--cp 4 --dp-shard 2", nbase, cp4);
     free(text);
 }
 

@@ -7,13 +7,15 @@
  *   - a case where only TP fits (llama-3.1-70b on 8 GPUs at a 138 GiB budget): --tp 8 fits, the
  *     modes do not, each TP line (TP alone, x FSDP, x DDP) equals its separate plan's entry;
  *   - a model with q / k norms (qwen3): TP alone is said, TP x FSDP (refused for it) is not;
- *   - several nodes: no TP line (refused there);
+ *   - several nodes: the TP layouts with a TP group inside a node (the rest across nodes), each
+ *     line equal to its separate plan's entry on the same nodes; no TP group wider than a node;
  *   - a TP request: the modes over its GPUs and the other TP layouts, not itself;
  *   - a case where only CP fits (llama-3.1-8b on 8 H100s at 128k tokens, HF's fp32 logits over
  *     the whole sequence): --cp 8 and --cp 4 --dp-shard 2 fit, no mode or TP layout (HSDP x TP
  *     included) does, each line equal to its separate plan's entry (the CP plan's memory and time
  *     are checked against the fixtures in test_parallel_cp*);
- *   - CP refused (q / k norms, several nodes, activation offload on): no CP line;
+ *   - CP refused (q / k norms, activation offload on): no CP line; over several nodes the CP
+ *     layouts, each line equal to its separate plan's entry;
  *   - a CP request: the modes (fsdp included, with the request's offload sweep), the TP layouts
  *     and the other CP layouts, not itself;
  *   - FSDP2 with CPU offload (--fsdp-offload on) when the request has none: QLoRA llama-3.1-70b

@@ -19,11 +19,12 @@ from accelerate.parallelism_config import ParallelismConfig
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-# (world, dp_replicate, dp_shard, cp, tp): 8 and 16 ranks (one node of 8, two nodes of 8)
+# (world, dp_replicate, dp_shard, cp, tp): 8, 16 and 12 ranks (one node of 8, two of 8, two of 6)
 CASES = [
     (8, 1, 4, 1, 2), (8, 2, 2, 1, 2), (8, 1, 4, 2, 1), (8, 1, 2, 2, 2), (8, 2, 2, 2, 1),
     (16, 1, 2, 1, 8), (16, 1, 4, 1, 4), (16, 2, 1, 1, 8), (16, 1, 2, 8, 1), (16, 1, 1, 16, 1),
     (16, 2, 4, 2, 1), (16, 1, 2, 2, 4),
+    (12, 3, 4, 1, 1), (12, 1, 3, 1, 4),  # on nodes of 6: a group of 4 consecutive ranks straddles one
 ]
 
 

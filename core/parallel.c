@@ -5,6 +5,7 @@
 #include "parallel_modes.h"
 
 #include "gckpt/core/peft.h"
+#include "gckpt/core/mesh.h"
 #include "gckpt/core/tp.h"
 
 #include <stdlib.h>
@@ -76,11 +77,13 @@ uint32_t gckpt_layout_shard_world(const gckpt_layout *l) { return gckpt_layout_w
 uint32_t gckpt_layout_shard_rank(const gckpt_layout *l, uint32_t rank) { return rank % gckpt_layout_shard_world(l); }
 bool gckpt_layout_shard_inter_node(const gckpt_layout *l)
 {
-    return gckpt_layout_shard_world(l) > (l->gpus ? l->gpus : 1);
+    gckpt_mesh m = gckpt_layout_mesh(l);
+    return gckpt_mesh_group_inter_node(&m, GCKPT_GROUP_SHARD);
 }
 bool gckpt_layout_replicate_inter_node(const gckpt_layout *l)
 {
-    return gckpt_layout_replicate(l) > 1 && l->nodes > 1;
+    gckpt_mesh m = gckpt_layout_mesh(l);
+    return gckpt_mesh_group_inter_node(&m, GCKPT_GROUP_REPLICATE);
 }
 
 bool gckpt_layout_multi(const gckpt_layout *l) { return gckpt_par_mode_of(l->mode)->multi; }
@@ -840,13 +843,13 @@ void gckpt_parallel_comm(const gckpt_ctx *c, uint64_t grad_accum, gckpt_result *
     const gckpt_device *dev = c->dev;
     /* the group each collective runs in: the world, or under HSDP the all-gathers and
      * reduce-scatters in the dp_shard group and the all-reduces (the only ones HSDP makes) in the
-     * dp_replicate group; a group spanning nodes at the inter-node bandwidth (accelerate's mesh
-     * order puts dp_shard inner: gckpt_layout_shard_inter_node) */
+     * dp_replicate group (under TP and CP: dp_shard_cp, ranks T apart); each at its placement's
+     * bandwidth (gckpt_mesh_group_bus: inter-node when the group spans nodes) */
     double n = gckpt_layout_shard_world(l), r = gckpt_layout_replicate(l);
     bool hsdp = r > 1;
-    double bw = (hsdp ? gckpt_layout_shard_inter_node(l) : l->nodes > 1) ? dev->inter_node_bus_bytes_per_s
-                                                                           : dev->intra_node_bus_bytes_per_s;
-    double bw_r = gckpt_layout_replicate_inter_node(l) ? dev->inter_node_bus_bytes_per_s : dev->intra_node_bus_bytes_per_s;
+    gckpt_mesh mesh = gckpt_layout_mesh(l);
+    double bw = gckpt_mesh_group_bus(dev, &mesh, GCKPT_GROUP_SHARD, NULL);
+    double bw_r = hsdp ? gckpt_mesh_group_bus(dev, &mesh, GCKPT_GROUP_REPLICATE, NULL) : bw;
     gckpt_comm_volume v;
     gckpt_parallel_offload_host(c, grad_accum, res);
     gckpt_parallel_volume(res, &v);
@@ -937,13 +940,18 @@ double gckpt_parallel_offload_seconds(const gckpt_ctx *c, uint64_t grad_accum, c
 bool gckpt_parallel_device_ok(const gckpt_device *d, const gckpt_layout *l, gckpt_err *err)
 {
     if (!gckpt_layout_multi(l)) return true;
-    /* HSDP within one node times every group intra-node (gckpt_parallel_comm) */
-    const char *field = l->nodes > 1 ? "inter_node_bus_bytes_per_s" : "intra_node_bus_bytes_per_s";
-    double bw = l->nodes > 1 ? d->inter_node_bus_bytes_per_s : d->intra_node_bus_bytes_per_s;
-    if (bw > 0) return true;
-    gckpt_seterr(err, "GPU profile '%s': field '%s' is missing (needed to time collectives on several GPUs)", d->name,
-                 field);
-    return false;
+    /* each group with a collective (more than one rank) at its placement's bandwidth (gckpt_parallel_comm) */
+    gckpt_mesh m = gckpt_layout_mesh(l);
+    for (int g = GCKPT_GROUP_SHARD; g < GCKPT_NGROUP; g++) { /* WORLD: none of its own beyond SHARD's */
+        uint32_t stride, size;
+        gckpt_mesh_group_shape(&m, (gckpt_group)g, &stride, &size);
+        const char *field;
+        if (size < 2 || gckpt_mesh_group_bus(d, &m, (gckpt_group)g, &field) > 0) continue;
+        gckpt_seterr(err, "GPU profile '%s': field '%s' is missing (needed to time collectives on several GPUs)",
+                     d->name, field);
+        return false;
+    }
+    return true;
 }
 
 /* ---- ZeRO-1/2's flat groups, shared by the per-rank sizes above and the executor ---------- */

@@ -96,10 +96,26 @@ static uint32_t request_world(const gckpt_plan_request *q)
                  : gckpt_layout_world(&q->layout);
 }
 
-/* Several GPUs: the other modes on the same GPUs (a TP request's on its T x S GPUs, one node). */
+/* The request's GPUs as a layout of one GPU count per node and nodes: a TP request's T x S GPUs
+ * on its nodes (node_gpus each; 0: one node), else the request's layout. */
+static gckpt_layout request_gpus(const gckpt_plan_request *q)
+{
+    uint32_t w = request_world(q);
+    if (!q->tp) return q->layout;
+    return q->node_gpus ? (gckpt_layout){.gpus = q->node_gpus, .nodes = w / q->node_gpus} : (gckpt_layout){.gpus = w};
+}
+
+/* GPUs per node of the request (one node: all of them). */
+static uint32_t request_node_gpus(const gckpt_plan_request *q)
+{
+    gckpt_layout l = request_gpus(q);
+    return l.gpus ? l.gpus : 1;
+}
+
+/* Several GPUs: the other modes on the same GPUs and nodes (a TP request's on its T x S GPUs). */
 static void mode_alternatives(const gckpt_plan_request *req, alt_out *o)
 {
-    gckpt_layout base = req->tp ? (gckpt_layout){.gpus = request_world(req)} : req->layout;
+    gckpt_layout base = request_gpus(req);
     char label[96];
     for (int m = GCKPT_PAR_DDP; m < GCKPT_NPAR; m++) {
         if (!req->tp && !req->cp && m == req->layout.mode) continue;
@@ -126,6 +142,8 @@ static void tp_layout(const gckpt_plan_request *req, uint32_t t, uint32_t rep, u
 {
     if (req->tp == t && req->tp_dp_shard == s && req->tp_dp_replicate == rep) return; /* the request itself */
     gckpt_plan_request r = *req;
+    gckpt_layout gpus = request_gpus(req);
+    r.node_gpus = gpus.nodes > 1 ? gpus.gpus : 0; /* several nodes: where the groups sit */
     r.layout = (gckpt_layout){0};
     r.cp = 0;
     r.tp = t;
@@ -138,18 +156,18 @@ static void tp_layout(const gckpt_plan_request *req, uint32_t t, uint32_t rep, u
     o->tp |= print_alternative(&r, label, o);
 }
 
-/* Several GPUs on one node: tensor parallelism over them, for every T > 1 dividing them: --tp T
- * alone (T = the GPUs), TP x FSDP (--tp T --dp-shard S, T x S = the GPUs), TP x DDP (--tp T
+/* Several GPUs: tensor parallelism over them, for every T > 1 dividing a node's GPUs (on one node
+ * all of them; on several a TP group stays inside a node, the rest across nodes): --tp T alone
+ * (T = the GPUs), TP x FSDP (--tp T --dp-shard S, T x S = the GPUs), TP x DDP (--tp T
  * --dp-replicate S) and HSDP x TP (--tp T --dp-replicate R --dp-shard S, T x R x S = the GPUs,
- * R, S > 1). Which T the model takes (heads and key/value heads divisible, the measured
- * structure), and which choices TP is planned with, gckpt_plan_run decides (core/tp.c, tp_setup):
- * a layout it refuses is not said. */
+ * R, S > 1), each group timed at its placement's bandwidth (gckpt/core/mesh.h). Which T the model
+ * takes (heads and key/value heads divisible, the measured structure), and which choices TP is
+ * planned with, gckpt_plan_run decides (core/tp.c, tp_setup): a layout it refuses is not said. */
 static void tp_alternatives(const gckpt_plan_request *req, alt_out *o)
 {
-    uint32_t w = request_world(req);
-    if (req->layout.nodes > 1) return; /* TP is planned on one node only */
-    for (uint32_t t = 2; t <= w; t++) {
-        if (w % t) continue;
+    uint32_t w = request_world(req), g = request_node_gpus(req);
+    for (uint32_t t = 2; t <= g; t++) {
+        if (g % t) continue;
         uint32_t rest = w / t;
         if (rest == 1) {
             tp_layout(req, t, 0, 0, o);
@@ -162,19 +180,22 @@ static void tp_alternatives(const gckpt_plan_request *req, alt_out *o)
     }
 }
 
-/* Several GPUs on one node: context parallelism over them, --cp C alone (C = the GPUs) and CP x
- * FSDP (--cp C --dp-shard S, C x S = the GPUs), for every C > 1 dividing them: FSDP2 over all of
- * them, each rank at seq / C tokens. Which C, models and choices CP is planned for,
- * gckpt_plan_run decides (plan_cp.c, gckpt_plan_cp_setup): a layout it refuses is not said. */
+/* Several GPUs: context parallelism over them, --cp C alone (C = the GPUs) and CP x FSDP (--cp C
+ * --dp-shard S, C x S = the GPUs), for every C > 1 dividing them (across nodes too: the ring
+ * timed at its placement's bandwidth, gckpt/core/mesh.h): FSDP2 over all of them, each rank at
+ * seq / C tokens. Which C, models and choices CP is planned for, gckpt_plan_run decides
+ * (plan_cp.c, gckpt_plan_cp_setup): a layout it refuses is not said. */
 static void cp_alternatives(const gckpt_plan_request *req, alt_out *o)
 {
     uint32_t w = request_world(req);
-    if (req->layout.nodes > 1) return; /* CP over several nodes is refused by the reader (plan_args.c) */
     char label[96];
     for (uint32_t c = 2; c <= w; c++) {
         if (w % c || req->cp == c) continue; /* the request's own: its C fixes S */
         gckpt_plan_request r = *req;
-        if (req->tp) r.layout = (gckpt_layout){.gpus = w}; /* a TP request has no layout: its T x S GPUs */
+        if (req->tp) { /* a TP request has no layout: its T x S GPUs on its nodes */
+            r.layout = request_gpus(req);
+            r.node_gpus = 0;
+        }
         gckpt_plan_request_cp(&r, c, 0);
         if (c == w) snprintf(label, sizeof label, "--cp %u", c);
         else snprintf(label, sizeof label, "--cp %u --dp-shard %u", c, w / c);

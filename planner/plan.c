@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gckpt/core/fused_loss.h"
+#include "gckpt/core/mesh.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/towers.h"
 #include "gckpt/core/tp.h"
@@ -184,6 +185,7 @@ gckpt_setting gckpt_plan_setting_tp(const gckpt_plan *p, uint64_t micro_batch, u
         l.tp = p->req.tp;
         l.tp_rank = tp_rank;
     }
+    if (p->req.tp) l.node_gpus = p->req.node_gpus; /* where the run's groups sit (gckpt_layout_mesh) */
     l.cp = p->req.cp; /* CP: the rank's piece of the sequence (plan_cp.c) */
     return (gckpt_setting){.seq = p->req.cp ? p->req.seq / p->req.cp : p->req.seq, .micro_batch = micro_batch, .grad_accum = grad_accum,
                            .precision = p->req.precision, .optimizer = p->req.optimizer,
@@ -241,8 +243,8 @@ static bool sweep_size(const gckpt_plan *p, int nsplit, size_t *total, gckpt_err
 /* Under --tp: a TP rank's peak is the walk of its local model (FINDINGS R-TP-7) holding the rank's
  * parameters (gckpt_plan_setting_tp's layout: gckpt_tp_params_local, the kept scalars, autocast's cast of
  * its lm_head rows; the same walk gckpt-run executes), the busiest rank's kept (gckpt_plan_tp_busiest);
- * the time TP rank 0's (the largest chunks); the step's TP
- * collectives (R-TP-6) at the profile's intra-node bus bandwidth, none hidden: DTensor's
+ * the time TP rank 0's (the largest chunks); the step's TP collectives (R-TP-6) at the TP group's bus
+ * bandwidth (intra-node unless the group spans nodes, gckpt_mesh_group_bus), none hidden: DTensor's
  * redistributions wait for their result before the next op (unverified on GPUs). */
 static void tp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r)
 {
@@ -250,7 +252,8 @@ static void tp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_result *r
     s.every_n = e->every_n;
     s.offload = e->offload;
     /* TP x FSDP: FSDP2's collectives are the walk's (its overlap), the TP ones added to them */
-    double tp_s = gckpt_tp_comm_seconds(&p->tp_full, &s, p->req.tp, p->dev.intra_node_bus_bytes_per_s);
+    gckpt_mesh mesh = gckpt_layout_mesh(&s.layout);
+    double tp_s = gckpt_tp_comm_seconds(&p->tp_full, &s, p->req.tp, gckpt_mesh_group_bus(&p->dev, &mesh, GCKPT_GROUP_TP, NULL));
     r->comm_s = p->req.tp_dp_shard || p->req.tp_dp_replicate ? r->comm_s + tp_s : tp_s;
     double scale = r->step_s / (r->step_s + tp_s);
     r->step_s += tp_s;
@@ -432,11 +435,15 @@ static bool tp_setup(gckpt_plan *p, gckpt_err *err)
     const gckpt_plan_request *q = &p->req;
     if (!q->tp) return true;
     if (!gckpt_tp_model_ok(&p->model, q->tp, err)) return false;
-    if (!(p->dev.intra_node_bus_bytes_per_s > 0)) {
-        gckpt_seterr(err, "--tp %u on %s: the GPU profile has no intra_node_bus_bytes_per_s (nccl-tests' busbw), "
-                          "which times the TP all-reduces and all-gathers", q->tp, p->dev.name);
+    gckpt_setting s0 = gckpt_plan_setting(p, 1, 1);
+    gckpt_mesh mesh = gckpt_layout_mesh(&s0.layout);
+    const char *field;
+    if (!(gckpt_mesh_group_bus(&p->dev, &mesh, GCKPT_GROUP_TP, &field) > 0)) {
+        gckpt_seterr(err, "--tp %u on %s: the GPU profile has no %s (nccl-tests' busbw), "
+                          "which times the TP all-reduces and all-gathers", q->tp, p->dev.name, field);
         return false;
     }
+    if (!gckpt_parallel_device_ok(&p->dev, &s0.layout, err)) return false; /* FSDP2's groups under TP x FSDP */
     if (!gckpt_tp_peft_ok(&q->peft, &p->model, q->tp, q->tp_dp_shard, q->tp_dp_replicate, err) ||
         !gckpt_tp_optimizer_ok(q->optimizer, q->tp, q->tp_dp_shard || q->tp_dp_replicate, err))
         return false;

@@ -189,10 +189,8 @@ static int apply_tp_ddp(gckpt_plan_args *a, const gckpt_pc_sizes *pc)
     if (a->modes_given)
         return bad(a, "--tp with --dp-replicate: transformers applies FSDP2 itself (DistributedConfig(dp_replicate_size)), "
                       "the Trainer wraps nothing: no --parallel%s%s", "", "");
-    if (a->req.layout.nodes > 1)
-        return bad(a, "TP x DDP (--tp with --dp-replicate) over several nodes (--nodes) is not yet planned (measured on "
-                      "one node; the TP collectives are timed at the intra-node bandwidth, FINDINGS R-TP-6, R-TP-11)%s%s",
-                   "", "");
+    /* several nodes: the mesh's groups placed on them (gckpt_layout_mesh, FINDINGS R-TP-26) */
+    a->req.node_gpus = a->req.layout.nodes > 1 ? a->req.layout.gpus : 0;
     a->req.tp = (uint32_t)pc->tp;
     a->req.tp_dp_replicate = (uint32_t)pc->dp_replicate;
     a->req.tp_dp_shard = s > 1 ? (uint32_t)s : 0;
@@ -245,9 +243,7 @@ static int apply_mesh(gckpt_plan_args *a)
         return GCKPT_EXIT_INPUT;
     }
     if (cp) { /* CP: FSDP2 over dp_shard x cp, HSDP across r replicas, each rank at S / C (gckpt_plan_run, core/cp.h) */
-        if (a->req.layout.nodes > 1)
-            return bad(a, "%s: context parallelism over several nodes (--nodes) is not measured (FINDINGS R-CP-11)%s",
-                       a->pc_path ? a->pc_path : "--cp", "");
+        /* several nodes: the ring and FSDP2's groups timed at their placement (FINDINGS R-CP-15) */
         gckpt_plan_request_cp(&a->req, cp, r);
         return 0;
     }
@@ -261,12 +257,8 @@ static int apply_mesh(gckpt_plan_args *a)
     }
     a->req.layout.dp_replicate = r;
     if (tp) { /* one TP rank planned as one GPU of its local model (gckpt_plan_run, core/tp.h) */
-        /* TP alone too: its collectives are timed at the profile's intra-node bandwidth (R-TP-6) */
-        if (a->req.layout.nodes > 1)
-            return bad(a, "%s over several nodes (--nodes) is not yet planned (measured on one node; the TP "
-                          "collectives are timed at the intra-node bandwidth, FINDINGS R-TP-6, R-TP-8)%s",
-                       r ? (a->pc_path ? "TP x FSDP (--parallelism-config)" : "TP x FSDP (--tp with --dp-shard)")
-                         : (a->pc_path ? "tensor parallelism (--parallelism-config)" : "tensor parallelism (--tp)"), "");
+        /* several nodes: each group's collectives at its placement's bandwidth (FINDINGS R-TP-26, R-TP-27) */
+        a->req.node_gpus = a->req.layout.nodes > 1 ? a->req.layout.gpus : 0;
         a->req.tp = tp;
         a->req.tp_dp_shard = r ? gckpt_layout_world(&a->req.layout) / tp : 0; /* TP x FSDP */
         a->req.layout = (gckpt_layout){0};

@@ -11,6 +11,7 @@
 
 #include "gckpt/core/cp.h"
 #include "gckpt/core/dtype.h"
+#include "gckpt/core/mesh.h"
 
 /* The CP x FSDP2 mesh's dp_shard size: a dp_shard_cp group's GPUs (all of them, or a replica's
  * under HSDP, R-CP-17) over C. */
@@ -59,9 +60,12 @@ bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err)
                           "R-CP-11, R-CP-17, R-CP-23..26)", q->cp, what);
         return false;
     }
-    if (!(p->dev.intra_node_bus_bytes_per_s > 0)) {
-        gckpt_seterr(err, "--cp %u on %s: the GPU profile has no intra_node_bus_bytes_per_s (nccl-tests' busbw), which "
-                          "times the ring attention's K/V exchanges", q->cp, p->dev.name);
+    gckpt_setting s0 = gckpt_plan_setting(p, 1, 1);
+    gckpt_mesh mesh = gckpt_layout_mesh(&s0.layout);
+    const char *field;
+    if (!(gckpt_mesh_group_bus(&p->dev, &mesh, GCKPT_GROUP_CP, &field) > 0)) {
+        gckpt_seterr(err, "--cp %u on %s: the GPU profile has no %s (nccl-tests' busbw), which "
+                          "times the ring attention's K/V exchanges", q->cp, p->dev.name, field);
         return false;
     }
     return true;
@@ -89,13 +93,16 @@ bool gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_resul
     free(c);
     if (!ok) return false;
     r->device_peak_bytes = gckpt_round_up(r->peak_bytes, p->dev.segment_round_bytes) + p->dev.context_bytes;
-    /* the ring's K/V and dK/dV exchanges in the CP group at the intra-node bus bandwidth, none hidden */
+    /* the ring's K/V and dK/dV exchanges in the CP group at its placement's bus bandwidth
+     * (gckpt_mesh_group_bus: inter-node when the group spans nodes), none hidden */
+    gckpt_mesh mesh = gckpt_layout_mesh(&s.layout);
+    double bus = gckpt_mesh_group_bus(&p->dev, &mesh, GCKPT_GROUP_CP, NULL);
     gckpt_cp_coll k[GCKPT_CP_MAX_COLL];
     size_t n = gckpt_cp_collectives(&p->model, &s, p->req.cp, GCKPT_CP_ALLGATHER, k);
     double t = 0;
     for (size_t j = 0; j < n; j++) /* all-gather: C - 1 pieces arrive; permute: one */
         t += (double)k[j].calls * k[j].bytes_per_call * (k[j].kind == GCKPT_CP_ALL_GATHER ? p->req.cp - 1 : 1) *
-             (double)s.grad_accum / p->dev.intra_node_bus_bytes_per_s;
+             (double)s.grad_accum / bus;
     double scale = r->step_s / (r->step_s + t);
     r->comm_s += t;
     r->step_s += t;
@@ -171,6 +178,7 @@ void gckpt_plan_cp_json(const gckpt_plan *p, cJSON *inputs)
                                           "dp_replicate, R-CP-17), plus the CP buffers of "
                                           "gckpt_cp_step_extra (FINDINGS R-CP-11); time: the busiest rank's, its "
                                           "attention gckpt_cp_attention_units times one GPU's at seq / cp (R-CP-12); "
-                                          "the ring's K/V and dK/dV exchanges at intra_node_bus_bytes_per_s, none "
-                                          "hidden");
+                                          "the ring's K/V and dK/dV exchanges at the CP group's bus bandwidth "
+                                          "(intra_node_bus_bytes_per_s, inter_node_bus_bytes_per_s where the group "
+                                          "spans nodes), none hidden");
 }

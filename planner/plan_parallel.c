@@ -3,6 +3,8 @@
  * one GPU, whose outputs stay as they were. */
 #include "gckpt/planner/plan.h"
 
+#include "gckpt/core/mesh.h"
+
 #include "gckpt/core/parallel.h"
 
 #include <string.h>
@@ -38,6 +40,28 @@ void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f)
                "global batch = micro-batch x grad-accum x %u\n",
             w, l->nodes ? l->nodes : 1, l->nodes > 1 ? "s" : "", l->gpus ? l->gpus : 1, gckpt_par_mode_of(l->mode)->title,
             w, data);
+}
+
+void gckpt_plan_groups_header(const gckpt_plan *p, FILE *f)
+{
+    gckpt_setting s = gckpt_plan_setting(p, 1, 1);
+    gckpt_mesh m = gckpt_layout_mesh(&s.layout);
+    if (!gckpt_mesh_multi_node(&m) || (!gckpt_layout_multi(&s.layout) && !p->req.tp)) return;
+    fprintf(f, "groups over %u nodes of %u GPUs (mesh dp_replicate %u x dp_shard %u x cp %u x tp %u, tp innermost):",
+            gckpt_mesh_world(&m) / m.node_gpus, m.node_gpus, m.dp_replicate, m.dp_shard, m.cp, m.tp);
+    bool first = true;
+    for (int g = GCKPT_GROUP_SHARD; g < GCKPT_NGROUP; g++) {
+        uint32_t stride, size;
+        gckpt_mesh_group_shape(&m, (gckpt_group)g, &stride, &size);
+        if (size < 2) continue;
+        const char *field;
+        double bw = gckpt_mesh_group_bus(&p->dev, &m, (gckpt_group)g, &field);
+        fprintf(f, "%s %s %u (ranks %u apart) %s at %s %.0f GB/s", first ? "" : ";",
+                g == GCKPT_GROUP_SHARD && m.cp > 1 ? "dp_shard_cp" : gckpt_coll_group_names[g], size, stride,
+                gckpt_mesh_group_inter_node(&m, (gckpt_group)g) ? "across nodes" : "inside a node", field, bw / 1e9);
+        first = false;
+    }
+    fprintf(f, " (several nodes: unverified on real hardware)\n");
 }
 
 /* The TrainingArguments lines of the mode (inside TrainingArguments(...)), as its row's trainer

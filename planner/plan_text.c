@@ -283,6 +283,7 @@ void gckpt_plan_print_header(const gckpt_plan *p, FILE *f)
     gckpt_plan_parallel_header(p, f);
     gckpt_plan_tp_header(p, f);
     gckpt_plan_cp_header(p, f);
+    gckpt_plan_groups_header(p, f);
     gckpt_plan_moe_header(p, f);
     gckpt_plan_vlm_header(p, f);
     fprintf(f, "budget %s GiB, usable %s GiB after the %.0f%% margin; steady state (step 2 onwards)\n",

@@ -127,7 +127,11 @@ void gckpt_plan_tp_args(const gckpt_plan *p, cJSON *args)
 
 void gckpt_plan_tp_launch(const gckpt_plan *p, FILE *f)
 {
-    if (p->req.tp) fprintf(f, "# launch: torchrun --nproc_per_node %u train.py\n", tp_world(p));
+    if (!p->req.tp) return;
+    if (!p->req.node_gpus) fprintf(f, "# launch: torchrun --nproc_per_node %u train.py\n", tp_world(p));
+    else /* several nodes: ranks node_rank x nproc_per_node + local_rank, a TP group's T consecutive ones */
+        fprintf(f, "# launch: torchrun --nnodes %u --nproc_per_node %u --node_rank $NODE_RANK --master_addr $MASTER_ADDR "
+                   "--master_port 29500 train.py\n", tp_world(p) / p->req.node_gpus, p->req.node_gpus);
 }
 
 void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs)
@@ -157,11 +161,14 @@ void gckpt_plan_tp_json(const gckpt_plan *p, cJSON *inputs)
     cJSON_AddNumberToObject(lm, "intermediate_size", (double)p->model.intermediate);
     cJSON_AddStringToObject(o, "time", p->req.tp_dp_shard || p->req.tp_dp_replicate
                                            ? "the rank's local model's FSDP2 step (its lm_head over the whole "
-                                             "vocabulary) plus the TP collectives at intra_node_bus_bytes_per_s, none "
-                                             "hidden (time.collective_exposed_s: both; unverified)"
+                                             "vocabulary) plus the TP collectives at the TP group's bus bandwidth "
+                                             "(intra_node_bus_bytes_per_s, inter_node_bus_bytes_per_s where a group "
+                                             "spans nodes, as FSDP2's), none hidden (time.collective_exposed_s: both; "
+                                             "unverified)"
                                            : "the rank's local model's one-GPU step (its lm_head over the whole vocabulary) "
-                                             "plus the TP collectives at intra_node_bus_bytes_per_s, none hidden "
-                                             "(time.collective_exposed_s; unverified)");
+                                             "plus the TP collectives at the TP group's bus bandwidth "
+                                             "(intra_node_bus_bytes_per_s, inter_node_bus_bytes_per_s where the group "
+                                             "spans nodes), none hidden (time.collective_exposed_s; unverified)");
 }
 
 void gckpt_plan_tp_entry_json(const gckpt_plan *p, const gckpt_entry *e, cJSON *entry)

@@ -4,6 +4,7 @@
  * predicate on the model and the run setting with a fixed sentence, or a function that
  * writes its own sentence (with figures) when it applies. Messages are malloc'd as long
  * as their text; the plan owns them (gckpt_warnings_free). */
+#include "gckpt/core/mesh.h"
 #include "gckpt/core/parallel.h"
 #include "gckpt/core/quant_layout.h"
 #include "gckpt/core/recipe.h"
@@ -86,6 +87,14 @@ static bool cp_applies(const gckpt_model *m, const gckpt_setting *s)
 {
     (void)m;
     return s->layout.cp > 1;
+}
+
+/* the run's ranks on several nodes (gckpt/core/mesh.h): TP's, CP's and FSDP2's groups placed on them */
+static bool multi_node_applies(const gckpt_model *m, const gckpt_setting *s)
+{
+    (void)m;
+    gckpt_mesh mesh = gckpt_layout_mesh(&s->layout);
+    return (s->layout.mode != GCKPT_PAR_NONE || s->layout.tp > 1) && gckpt_mesh_multi_node(&mesh);
 }
 
 static bool collectives_applies(const gckpt_model *m, const gckpt_setting *s)
@@ -212,6 +221,11 @@ static const struct {
      "scratch, output layout and time: a rank's attention is timed as C blocks of its S / C queries, R-CP-12), NCCL (the ring's overlap, what an uneven sequence does), the math backend under "
      "CP, the Trainer's loss reduction under CP, other batch sizes' input buffers, other families, TP with CP, "
      "HSDP with CP at other sizes or with LoRA / offload."},
+    {"multi_node_unverified", multi_node_applies,
+     "the ranks span several nodes: each group's collectives (TP's, CP's ring, FSDP2's over dp_shard x cp, the "
+     "replicas' all-reduce) are timed at inter_node_bus_bytes_per_s where the group spans nodes, else "
+     "intra_node_bus_bytes_per_s, with the ranks laid as torchrun numbers them (tp innermost); per-rank memory is "
+     "the one-node rule's. No multi-node run has measured it: unverified on real hardware (GPUs and network)."},
     {"collective_time_unverified", collectives_applies,
      "collective times use the GPU profile's vendor link bandwidths and each library's overlap as read in its "
      "source, unverified; NCCL's own buffers are not in the device peak."},

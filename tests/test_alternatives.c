@@ -7,13 +7,15 @@
  *   - a case where only TP fits (llama-3.1-70b on 8 GPUs at a 138 GiB budget): --tp 8 fits, the
  *     modes do not, each TP line (TP alone, x FSDP, x DDP) equals its separate plan's entry;
  *   - a model with q / k norms (qwen3): TP alone is said, TP x FSDP (refused for it) is not;
- *   - several nodes: no TP line (refused there);
+ *   - several nodes: the TP layouts with a TP group inside a node (the rest across nodes), each
+ *     line equal to its separate plan's entry on the same nodes; no TP group wider than a node;
  *   - a TP request: the modes over its GPUs and the other TP layouts, not itself;
  *   - a case where only CP fits (llama-3.1-8b on 8 H100s at 128k tokens, HF's fp32 logits over
  *     the whole sequence): --cp 8 and --cp 4 --dp-shard 2 fit, no mode or TP layout (HSDP x TP
  *     included) does, each line equal to its separate plan's entry (the CP plan's memory and time
  *     are checked against the fixtures in test_parallel_cp*);
- *   - CP refused (q / k norms, several nodes, activation offload on): no CP line;
+ *   - CP refused (q / k norms, activation offload on): no CP line; over several nodes the CP
+ *     layouts, each line equal to its separate plan's entry;
  *   - a CP request: the modes (fsdp included, with the request's offload sweep), the TP layouts
  *     and the other CP layouts, not itself;
  *   - FSDP2 with CPU offload (--fsdp-offload on) when the request has none: QLoRA llama-3.1-70b
@@ -168,12 +170,20 @@ static void test_refused_layouts_left_out(void **state)
     assert_null(strstr(text, "--dp-shard"));
     assert_null(strstr(text, "--dp-replicate"));
     free(text);
-    /* several nodes: no TP layout is planned there */
+    /* several nodes: TP layouts with a TP group inside a node (T divides its 4 GPUs), the rest across
+     * nodes, each said as its own plan on the same nodes; no TP group of 8 (it would span nodes) */
+    static const char *const nbase[] = {"--model", "llama-3.1-70b", "--gpus", "4", "--nodes", "2", "--seq", "8192",
+                                        "--every-n", "1", NULL};
     const char *nodes[] = {"--model", "llama-3.1-70b", "--gpus", "4", "--nodes", "2", "--seq", "8192", "--every-n",
                            "1", "--parallel", "ddp", NULL};
     text = alternatives(nodes);
-    assert_non_null(line_of(text, "--parallel fsdp"));
-    assert_null(strstr(text, "--tp"));
+    static const char *const tp4s2[] = {"--tp", "4", "--dp-shard", "2", NULL},
+                             *const tp2r2s2[] = {"--tp", "2", "--dp-replicate", "2", "--dp-shard", "2", NULL},
+                             *const fsdp[] = {"--parallel", "fsdp", NULL};
+    check_line(text, "--parallel fsdp", nbase, fsdp);
+    check_line(text, "--tp 4 --dp-shard 2", nbase, tp4s2);
+    check_line(text, "--tp 2 --dp-replicate 2 --dp-shard 2", nbase, tp2r2s2);
+    assert_null(line_of(text, "--tp 8"));
     free(text);
 }
 
@@ -235,7 +245,8 @@ static void test_only_cp_fits(void **state)
     free(text);
 }
 
-/* CP refused by the planner: no --cp line (q / k norms, FSDP2's CPU offload), nor over nodes. */
+/* CP refused by the planner: no --cp line (q / k norms, FSDP2's CPU offload); over nodes it is
+ * planned (the ring at its group's placement). */
 static void test_refused_cp_left_out(void **state)
 {
     (void)state;
@@ -255,7 +266,11 @@ static void test_refused_cp_left_out(void **state)
                            "fsdp", NULL};
     text = alternatives(nodes);
     assert_non_null(line_of(text, "--parallel zero3"));
-    assert_null(strstr(text, "--cp"));
+    static const char *const nbase[] = {"--model", "llama-3.1-8b", "--gpus", "4", "--nodes", "2", "--seq", "131072",
+                                        NULL};
+    static const char *const cp8[] = {"--cp", "8", NULL}, *const cp4[] = {"--cp", "4", "--dp-shard", "2", NULL};
+    check_line(text, "--cp 8", nbase, cp8);
+    check_line(text, "--cp 4 --dp-shard 2", nbase, cp4);
     free(text);
 }
 

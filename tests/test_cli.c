@@ -101,6 +101,12 @@ static void bad_inputs(void **state)
               "\"peak_tflops\":{\"fp32\":67,\"tf32\":494.7,\"bf16\":989.4,\"fp16\":989.4},\"matmul_efficiency\":0.8,"
               "\"hbm_bytes_per_s\":3.35e12,\"hbm_efficiency\":0.87,\"h2d_bytes_per_s\":5e10,\"d2h_bytes_per_s\":5e10,"
               "\"context_bytes\":0,\"workspace_bytes\":0,\"alloc_round_bytes\":512,\"segment_round_bytes\":2097152}");
+    /* one node's link, no network between nodes */
+    cli_write("gpu-nonet.json", "{\"schema\":\"gckpt.device/1\",\"name\":\"x\",\"memory_bytes\":85520809984,"
+              "\"peak_tflops\":{\"fp32\":67,\"tf32\":494.7,\"bf16\":989.4,\"fp16\":989.4},\"matmul_efficiency\":0.8,"
+              "\"hbm_bytes_per_s\":3.35e12,\"hbm_efficiency\":0.87,\"h2d_bytes_per_s\":5e10,\"d2h_bytes_per_s\":5e10,"
+              "\"context_bytes\":0,\"workspace_bytes\":0,\"alloc_round_bytes\":512,\"segment_round_bytes\":2097152,"
+              "\"intra_node_bus_bytes_per_s\":4.5e11}");
     char dirpath[300];
     snprintf(dirpath, sizeof dirpath, "%s/adir.json", cli_dir);
     mkdir(dirpath, 0755);
@@ -349,8 +355,9 @@ static void bad_inputs(void **state)
         /* TP x FSDP (FINDINGS R-TP-8): accelerate's world check, transformers' own FSDP2, what is not measured */
         {"tp x fsdp not the world", A("--gpus", "8", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "tp_size 2 x cp_size 1 x sp_size 1 = 4, not the 8 processes"},
         {"tp x fsdp under fsdp", A("--gpus", "4", "--dp-shard", "2", "--tp", "2", "--parallel", "fsdp", "-o", "out.json"), "no --parallel"},
-        {"tp x fsdp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "over several nodes"},
-        {"tp nodes", A("--gpus", "2", "--nodes", "2", "--tp", "4", "-o", "out.json"), "tensor parallelism (--tp) over several nodes"},
+        /* several nodes: a group that spans them needs the profile's inter-node bandwidth (gckpt/core/mesh.h) */
+        {"tp x fsdp nodes without network", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--tp", "2", "--gpu", "./gpu-nonet.json", "-o", "out.json"), "field 'inter_node_bus_bytes_per_s' is missing"},
+        {"tp nodes without network", A("--gpus", "2", "--nodes", "2", "--tp", "4", "--gpu", "./gpu-nonet.json", "-o", "out.json"), "--tp 4 on x: the GPU profile has no inter_node_bus_bytes_per_s"},
         {"tp x fsdp q/k norms", A("--model", "qwen3-8b", "--gpus", "4", "--dp-shard", "2", "--tp", "2", "-o", "out.json"), "without q / k norms"},
         /* LoRA / QLoRA under TP (FINDINGS R-TP-12..15): measured to fail, or not measured */
         {"tp LoRA all-linear", A("--gpus", "2", "--tp", "2", "--method", "lora", "-o", "out.json"), "--method lora with o_proj (rowwise in the tp_plan)"},
@@ -379,7 +386,7 @@ static void bad_inputs(void **state)
         {"cp x tp", A("--gpus", "4", "--cp", "2", "--tp", "2", "-o", "out.json"), "cp_size 2 with tp_size 2: transformers' TP loader builds a (pp, dp_replicate, fsdp, tp) mesh with no cp dimension that must span the world (distributed/utils.py:315), and the Trainer sets tp_size and dp_shard_size from it (trainer.py:789), so the sizes exceed the processes and accelerate refuses (parallelism_config.py:373) (FINDINGS R-CP-19)"},
         {"cp x hsdp not the world", A("--gpus", "4", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "cp_size 2 x sp_size 1 = 8, not the 4 processes"},
         {"cp pure dp", A("--gpus", "4", "--dp-replicate", "2", "--cp", "2", "-o", "out.json"), "cannot be used with pure data parallelism"},
-        {"cp nodes", A("--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--cp", "2", "-o", "out.json"), "several nodes"},
+        {"cp nodes without network", A("--gpus", "2", "--nodes", "2", "--cp", "4", "--gpu", "./gpu-nonet.json", "-o", "out.json"), "--cp 4 on x: the GPU profile has no inter_node_bus_bytes_per_s"},
         {"cp fsdp offload", A("--gpus", "2", "--cp", "2", "--fsdp-offload", "on", "-o", "out.json"), "--cp 2 with --fsdp-offload"},
         {"cp without bandwidth", A("--gpus", "2", "--cp", "2", "--gpu", "./gpu-nolink.json", "-o", "out.json"), "intra_node_bus_bytes_per_s"},
         /* with tp or cp: accelerate's own checks before the refusal (FINDINGS R-TP-1) */
@@ -389,7 +396,7 @@ static void bad_inputs(void **state)
         {"mesh file tp pure dp", A("--gpus", "4", "--parallelism-config", "./pc-ddp-tp.json", "-o", "out.json"), "cannot be used with pure data parallelism"},
         {"tp x ddp not the world", A("--gpus", "8", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "--tp 2 --dp-replicate 2 (x --dp-shard): their product is not the processes"},
         {"tp x ddp under fsdp", A("--gpus", "4", "--dp-replicate", "2", "--tp", "2", "--parallel", "fsdp", "-o", "out.json"), "no --parallel"},
-        {"tp x ddp nodes", A("--gpus", "2", "--nodes", "2", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "TP x DDP (--tp with --dp-replicate) over several nodes"},
+        {"tp x ddp nodes without network", A("--gpus", "2", "--nodes", "2", "--dp-replicate", "2", "--tp", "2", "--gpu", "./gpu-nonet.json", "-o", "out.json"), "field 'inter_node_bus_bytes_per_s' is missing"},
         {"tp x ddp q/k norms", A("--model", "qwen3-8b", "--gpus", "4", "--dp-replicate", "2", "--tp", "2", "-o", "out.json"), "--tp 2 --dp-replicate 2: TP x FSDP / DDP is measured on llama-like models without q / k norms"},
         {"mesh tp under ddp", A("--gpus", "2", "--tp", "2", "--parallel", "ddp", "-o", "out.json"), "no --parallel"},
         {"tp kv heads", A("--gpus", "16", "--tp", "16", "-o", "out.json"), "num_key_value_heads 8"},
@@ -461,6 +468,28 @@ static void good_runs(void **state)
                            "-o", "cphsdp.json"), err, sizeof err), 0);
     assert_non_null(strstr(cli_out, "ParallelismConfig(dp_replicate_size=2, dp_shard_size=2, cp_size=2)"));
     assert_non_null(strstr(cli_out, "dp_replicate 2 x dp_shard_cp 4"));
+    /* several nodes, once refused (FINDINGS R-TP-26, R-TP-27, R-CP-15): TP inside a node x FSDP across
+     * nodes, TP x DDP, TP across nodes and CP across nodes are planned, each group placed in the header
+     * and multi_node_unverified said */
+    static const struct {
+        const char *args[16], *groups;
+    } multi[] = {
+        {{"--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--tp", "2", "-o", "mn1.json"},
+         "dp_shard 2 (ranks 2 apart) across nodes at inter_node_bus_bytes_per_s 50 GB/s; tp 2 (ranks 1 apart) inside a node"},
+        {{"--gpus", "2", "--nodes", "2", "--dp-replicate", "2", "--tp", "2", "-o", "mn2.json"},
+         "dp_replicate 2 (ranks 2 apart) across nodes at inter_node_bus_bytes_per_s 50 GB/s; tp 2 (ranks 1 apart) inside a node"},
+        {{"--gpus", "2", "--nodes", "2", "--tp", "4", "-o", "mn3.json"},
+         "tp 4 (ranks 1 apart) across nodes at inter_node_bus_bytes_per_s 50 GB/s"},
+        {{"--gpus", "2", "--nodes", "2", "--dp-shard", "2", "--cp", "2", "-o", "mn4.json"},
+         "dp_shard_cp 4 (ranks 1 apart) across nodes at inter_node_bus_bytes_per_s 50 GB/s; cp 2 (ranks 1 apart) inside a node"},
+    };
+    for (size_t i = 0; i < sizeof multi / sizeof multi[0]; i++) {
+        char *argv[24] = {"--model", "llama-3.1-8b", "--seq", "4096", "--every-n", "1", "--gpu", "h100-sxm-80gb"};
+        for (int k = 0; multi[i].args[k]; k++) argv[8 + k] = (char *)multi[i].args[k];
+        if (run(argv, err, sizeof err)) fail_msg("%s: %s", multi[i].groups, err);
+        if (!strstr(cli_out, multi[i].groups)) fail_msg("no '%s' in:\n%s", multi[i].groups, cli_out);
+        assert_non_null(strstr(cli_out, "warning [multi_node_unverified]"));
+    }
     /* without gnuplot: a clear message, and the script and data are still written */
     assert_int_equal(cli_run(GCKPT_PLAN_EXE, A("--model", "gpt2", "--seq", "256", "-q", "--plot", "q.png"), "/nonexistent", err, sizeof err), 0);
     assert_non_null(strstr(cli_out, "gnuplot is not installed"));

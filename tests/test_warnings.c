@@ -197,6 +197,11 @@ static void every_model_method_mode(void **state)
     q.layout.mode = GCKPT_PAR_FSDP;
     q.layout.gpus = 8;
     if (!check_plan(&q, "llama-3.1-8b --cp 2 --dp-shard 4", &t)) fail_msg("CP x FSDP: not planned");
+    /* several nodes (multi_node_unverified): CP 4 x dp_shard 4 over 2 nodes of 8 */
+    q.cp = 4;
+    q.layout.nodes = 2;
+    if (!check_plan(&q, "llama-3.1-8b --cp 4 --dp-shard 4 --nodes 2", &t)) fail_msg("CP over 2 nodes: not planned");
+    q.layout.nodes = 1;
     /* a vision-language model (planner/plan_vlm.c): LLaVA-1.5 on one GPU, its text_config's use_cache on */
     q.cp = 0;
     q.seq = 2048;

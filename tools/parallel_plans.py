@@ -16,7 +16,9 @@ gckpt-plan's own default sweep (every every_n_layers value, offload on and off, 
     when T = W (--tp T);
   * context parallelism inside a node, C = 2, 4 and 8 dividing W: CP C x FSDP W / C (--cp C
     --dp-shard W / C), or CP alone when C = W (--cp C): FSDP2 over all W GPUs, each rank at
-    seq / C tokens (gckpt-plan refuses CP over several nodes: listed under the table).
+    seq / C tokens; on several nodes also CP W alone, its ring across the nodes.
+Over several nodes every group is timed at its placement's bandwidth (gckpt/core/mesh.h): a
+TP or CP group of at most 8 stays inside a node, FSDP2's and the replicas' groups span them.
 A RoPE model planned beyond its max_position_embeddings gets --allow-long-seq (the plan
 records it; the table says so).
 
@@ -76,6 +78,8 @@ def layouts(world):
             out.append((f"{name} {n} x FSDP {s}", n, [flag, str(n), "--dp-shard", str(s)], f"{name} {n} x FSDP"))
             if name == "TP":  # CP with replicas is refused by accelerate's rules and not measured
                 out.append((f"TP {n} x DDP {s}", n, ["--tp", str(n), "--dp-replicate", str(s)], f"TP {n} x DDP"))
+    if world > PER_NODE:  # CP across the nodes: the ring at the inter-node bandwidth
+        out.append((f"CP {world}", world, ["--cp", str(world)], f"CP {world}"))
     return out
 
 

@@ -136,6 +136,10 @@ typedef struct {
     uint32_t cp;
     uint32_t rank; /* the rank planned: 0 (a plan; under zero2 it also walks the last rank and
                     * shows the busier), others to compare their fixtures */
+    /* GPUs per node of the whole run where gpus is not that: under TP the layout's gpus x nodes
+     * are one TP rank's fsdp mesh (gckpt_tp_hsdp_layout), the run tp times it over several nodes.
+     * Only which collectives cross nodes reads it (gckpt_layout_mesh). 0: gpus (TP: one node). */
+    uint32_t node_gpus;
 } gckpt_layout;
 
 typedef struct {

@@ -59,6 +59,10 @@ typedef struct {
      * dp_replicate_size=R), T x R = the GPUs: FSDP2 over its (dp_replicate, fsdp) mesh of one shard rank
      * (gckpt_tp_hsdp_layout, FINDINGS R-TP-11). 0: none. */
     uint32_t tp_dp_replicate;
+    /* Under --tp over several nodes (--nodes M > 1): the GPUs per node (--gpus), layout being one
+     * TP rank's; it places the run's groups on nodes (gckpt_layout.node_gpus, gckpt/core/mesh.h).
+     * 0: one node. */
+    uint32_t node_gpus;
     /* --cp C (or cp_size in --parallelism-config), alone or with --dp-shard: accelerate's context
      * parallelism, FSDP2 over every GPU (dp_shard x cp), each rank at seq / C tokens (plan_cp.c,
      * gckpt/core/cp.h). seq stays the whole sequence. 0: none. */
@@ -214,6 +218,9 @@ void gckpt_plan_moe_json(const gckpt_plan *p, cJSON *inputs);
  * with one line naming the mode and the table. gckpt_plan_run asks it first. */
 bool gckpt_plan_mode_ok(const gckpt_par_mode *d, const char *name, gckpt_err *err);
 void gckpt_plan_parallel_header(const gckpt_plan *p, FILE *f);
+/* Over several nodes: each collective group's size, placement and the bus bandwidth it is timed
+ * at (gckpt/core/mesh.h); nothing on one node. */
+void gckpt_plan_groups_header(const gckpt_plan *p, FILE *f);
 void gckpt_plan_parallel_args(const gckpt_plan *p, cJSON *args);
 void gckpt_plan_print_launch(const gckpt_plan *p, FILE *f);
 /* LoRA / QLoRA on several GPUs: comment lines after the model's, what the wrapper does with the

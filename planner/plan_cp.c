@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gckpt/core/cp.h"
 #include "gckpt/core/dtype.h"
@@ -82,14 +83,30 @@ bool gckpt_plan_cp_adjust(const gckpt_plan *p, const gckpt_entry *e, gckpt_resul
     gckpt_ctx *c = malloc(sizeof *c);
     bool ok = c && gckpt_ctx_init(c, &p->model, &p->dev, p->recipe, &s, err);
     gckpt_result base = *r, one;
+    /* a rank's walk depends on its rank only through its ring calls' replayed peaks and whether it is
+     * the last (gckpt_cp_peak): a rank with an earlier rank's three is that rank's result, not walked
+     * again (a balanced CP 64 plan walks a few ranks, not 64) */
+    const bool balanced = gckpt_cp_balanced(p->req.seq, p->req.cp);
+    uint64_t (*seen)[3] = ok ? malloc(sizeof *seen * p->req.cp) : NULL;
+    uint32_t nseen = 0;
+    const bool no_mem = !c || (ok && !seen);
+    ok = ok && seen;
     for (uint32_t k = 0; ok && k < p->req.cp; k++) {
+        const uint64_t key[3] = {k + 1 == p->req.cp,
+                                 gckpt_cp_ring_peak(&p->model, &c->set, p->req.cp, k, balanced, GCKPT_CP_ALLGATHER, false),
+                                 gckpt_cp_ring_peak(&p->model, &c->set, p->req.cp, k, balanced, GCKPT_CP_ALLGATHER, true)};
+        bool dup = false;
+        for (uint32_t j = 0; j < nseen && !dup; j++) dup = !memcmp(seen[j], key, sizeof key);
+        if (dup) continue;
+        memcpy(seen[nseen++], key, sizeof key);
         one = base;
         if (!(ok = gckpt_cp_peak(c, p->req.seq, p->req.cp, k, GCKPT_CP_ALLGATHER, elem(p), elem(p), &one)))
             gckpt_seterr(err, "out of memory walking the CP step");
         else if (!k || one.peak_bytes > r->peak_bytes)
             *r = one;
     }
-    if (!c) gckpt_seterr(err, "out of memory");
+    if (no_mem) gckpt_seterr(err, "out of memory");
+    free(seen);
     free(c);
     if (!ok) return false;
     r->device_peak_bytes = gckpt_round_up(r->peak_bytes, p->dev.segment_round_bytes) + p->dev.context_bytes;

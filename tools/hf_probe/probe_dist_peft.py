@@ -25,7 +25,8 @@ Usage:
   probe_dist_peft.py --list
   probe_dist_peft.py --all                       # tests/data/hf-dist-peft
   probe_dist_peft.py --filter 'ddp-llama-*'
-  probe_dist_peft.py --filter 'hsdp-*'           # 8 cases, 16 per-rank fixtures (ranks 0 and 3)
+  probe_dist_peft.py --filter 'hsdp-*'           # 9 cases, 18 per-rank fixtures (ranks 0 and 3)
+  probe_dist_peft.py --filter '*-fp32-*'         # fp32 LoRA under FSDP2 / HSDP: 7 cases, 14 fixtures (R-DISTPEFT-24)
   probe_dist_peft.py --tp --all                  # LoRA q,v under TP 2: tests/data/hf-tp-peft (FINDINGS R-TP-12)
   probe_dist_peft.py --cp --all                  # LoRA (and full fine-tuning with activation offload) under CP x FSDP2:
                                                  # tests/data/hf-cp-peft (FINDINGS R-CP-23..)

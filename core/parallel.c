@@ -98,17 +98,18 @@ bool gckpt_layout_ipg_bucket_event(const gckpt_layout *l)
  * forward, over one dimension or accelerate's HSDP mesh (R-DISTPEFT-11); FSDP2's CPUOffloadPolicy
  * over one dimension or accelerate's HSDP mesh as read and run on the CPU (R-DISTPEFT-12, -17; its
  * plans warned parallel_offload_unverified); ZeRO offload with LoRA / QLoRA as run on the CPU
- * (R-DISTPEFT-15, -16, -18, -19); the rest is R-DISTPEFT-9's unverified list. */
+ * (R-DISTPEFT-15, -16, -18, -19); fp32 LoRA under FSDP2 / HSDP (R-DISTPEFT-24); the rest is R-DISTPEFT-9's
+ * unverified list. */
 static bool peft_ok(const gckpt_setting *s, const char *mode, gckpt_err *err)
 {
     const gckpt_peft *pf = &s->peft;
     const char *how = gckpt_method_names[pf->method];
-    /* fp32 (bf16=False) with LoRA under CP x FSDP2 over one dimension: measured by CP x FSDP2's fixtures
-     * (R-CP-23); FSDP2 alone in fp32 is not */
-    const bool fp32_ok = s->precision == GCKPT_FP32 && s->layout.mode == GCKPT_PAR_FSDP && s->layout.cp > 1 &&
-                         s->layout.dp_replicate <= 1 && pf->method == GCKPT_METHOD_LORA;
+    /* fp32 (bf16=False) with LoRA under FSDP2, over one dimension or HSDP's mesh, with or without CP: measured
+     * (R-DISTPEFT-24, R-CP-23; CP's refusal of HSDP with adapters is planner/plan_cp.c's); QLoRA in fp32 is not */
+    const bool fp32_ok = s->precision == GCKPT_FP32 && s->layout.mode == GCKPT_PAR_FSDP && pf->method == GCKPT_METHOD_LORA;
     const char *why = s->precision != GCKPT_AMP_BF16 && !fp32_ok
-                          ? "only --precision amp-bf16 (the Trainer's bf16=True) is measured"
+                          ? "only --precision amp-bf16 (the Trainer's bf16=True), or fp32 with --method lora under fsdp, "
+                            "is measured"
                       : pf->modules_to_save ? "--modules-to-save is not measured on several GPUs"
                       : s->layout.fsdp_keep_gathered ? "reshard_after_forward false is not measured with adapters"
                       : pf->method != GCKPT_METHOD_QLORA ? NULL

@@ -343,6 +343,7 @@ static void bad_inputs(void **state)
         {"a list of modes with -o", A("--gpus", "8", "--parallel", "ddp,fsdp", "-o", "out.json"), "one mode"},
         /* LoRA / QLoRA on several GPUs: what FINDINGS R-DISTPEFT did not measure */
         {"parallel LoRA fp32", A("--gpus", "2", "--parallel", "ddp", "--method", "lora", "--precision", "fp32", "-o", "out.json"), "only --precision amp-bf16"},
+        {"parallel QLoRA fp32 fsdp", A("--gpus", "2", "--parallel", "fsdp", "--method", "qlora", "--precision", "fp32", "-o", "out.json"), "or fp32 with --method lora under fsdp"},
         {"parallel LoRA modules_to_save", A("--gpus", "2", "--parallel", "zero2", "--method", "lora", "--modules-to-save", "lm_head", "-o", "out.json"), "--modules-to-save"},
         {"parallel QLoRA int8", A("--gpus", "2", "--parallel", "zero3", "--method", "qlora", "--quant", "int8", "-o", "out.json"), "--quant int8"},
         {"parallel SGD", A("--gpus", "2", "--parallel", "zero2", "--optimizer", "sgd", "-o", "out.json"), "--optimizer adamw"},
@@ -598,6 +599,13 @@ static void good_runs(void **state)
                            "2", "--method", "lora", "--fsdp-offload", "on", "-o", "hsdplora.json"), err, sizeof err), 0);
     assert_true(cli_exists("hsdplora.json"));
     assert_non_null(strstr(cli_out, "parallel_offload_unverified"));
+    /* fp32 LoRA under FSDP2 and HSDP without CP is planned (refused before: FINDINGS R-DISTPEFT-24) */
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "128", "--gpus", "2", "--parallel", "fsdp", "--method",
+                           "lora", "--precision", "fp32", "-o", "fsdpfp32.json"), err, sizeof err), 0);
+    assert_true(cli_exists("fsdpfp32.json"));
+    assert_int_equal(run(A("--model", "llama-3.2-1b", "--seq", "128", "--gpus", "4", "--dp-replicate", "2", "--dp-shard",
+                           "2", "--method", "lora", "--precision", "fp32", "-o", "hsdpfp32.json"), err, sizeof err), 0);
+    assert_true(cli_exists("hsdpfp32.json"));
     /* a tied head under zero3 / fsdp is planned (refused before) */
     assert_int_equal(run(A("--model", "gpt2", "--seq", "128", "--gpus", "2", "--parallel", "zero3", "-o", "tied.json"),
                          err, sizeof err), 0);

@@ -1,7 +1,8 @@
 /* LoRA and QLoRA per rank (core/parallel.c, core/sim_parallel.c) against the fixtures of
  * tests/data/hf-dist-peft (tools/hf_probe/probe_dist_peft.py: the HF Trainer's own DDP / FSDP2 /
  * DeepSpeed ZeRO-1/2/3 preparation of a PeftModel, memory measured per rank on PyTorch's fake
- * process group; FINDINGS R-DISTPEFT-1..8):
+ * process group; FINDINGS R-DISTPEFT-1..8; the `fp32` fixtures: LoRA under FSDP2 / HSDP with the Trainer's
+ * bf16=False, R-DISTPEFT-24, which gckpt_layout_check refused before):
  *   - every fake-group fixture: the planned persistent bytes of its rank equal the allocator's
  *     live bytes at step 2's start and end;
  *   - every fake-group fixture: step 2's planned live peak (the walk, CPU target, exact allocator)

@@ -24,7 +24,7 @@ Not seen: pinned memory, the copies' time and streams, the CPU optimizer step's 
 Steps are counted by an optimizer step hook over the whole run: probe.run_case's storage pass is
 steps 1-2, its allocator pass steps 3-4 (each pass builds its own Trainer).
 
-Usage: fsdp_offload_peft.py [--out DIR] [--filter GLOB]  (6 cases, 2 fake ranks each, ~5 min on 2 cores;
+Usage: fsdp_offload_peft.py [--out DIR] [--filter GLOB]  (7 cases, 2 fake ranks each, ~7 min on 2 cores;
 the hsdp-* ones over accelerate's 2 x 2 mesh, ranks 0 and 3)
 """
 from __future__ import annotations
@@ -56,6 +56,11 @@ def cases():
         sp["cpu_offload"] = True
         sp["name"] = sp["name"].replace("-plain-", "-plain-cpuoff-")
         out.append(sp)
+    # LoRA in fp32 (the Trainer's bf16=False, R-DISTPEFT-24): no MixedPrecisionPolicy, every shard fp32
+    sp = probe_dist_peft.make_spec("fsdp2", "llama", "all", 1, 2, bf16=False)
+    sp["cpu_offload"] = True
+    sp["name"] = sp["name"].replace("-plain-", "-plain-cpuoff-")
+    out.append(sp)
     # HSDP: accelerate's 2 x 2 mesh (R-DISTPEFT-11's cases), fake ranks 0 and 3 (R-DISTPEFT-17)
     for method, storage in (("lora", None), ("qlora", "bf16"), ("qlora", "uint8")):
         sp = probe_dist_peft.make_spec("fsdp2", "llama", "all", 1, 4, method=method, storage=storage, replicate=2)

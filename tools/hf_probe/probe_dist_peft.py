@@ -25,7 +25,8 @@ Usage:
   probe_dist_peft.py --list
   probe_dist_peft.py --all                       # tests/data/hf-dist-peft
   probe_dist_peft.py --filter 'ddp-llama-*'
-  probe_dist_peft.py --filter 'hsdp-*'           # 8 cases, 16 per-rank fixtures (ranks 0 and 3)
+  probe_dist_peft.py --filter 'hsdp-*'           # 9 cases, 18 per-rank fixtures (ranks 0 and 3)
+  probe_dist_peft.py --filter '*-fp32-*'         # fp32 LoRA under FSDP2 / HSDP: 7 cases, 14 fixtures (R-DISTPEFT-24)
   probe_dist_peft.py --tp --all                  # LoRA q,v under TP 2: tests/data/hf-tp-peft (FINDINGS R-TP-12)
   probe_dist_peft.py --cp --all                  # LoRA (and full fine-tuning with activation offload) under CP x FSDP2:
                                                  # tests/data/hf-cp-peft (FINDINGS R-CP-23..)
@@ -60,11 +61,12 @@ CKPT = [(0, False), (1, False), (2, False)]
 
 
 def make_spec(mode, family, targets, every_n, world, method="lora", load="fp32", storage=None, offload=False,
-              gloo=False, replicate=0, grad_accum=probe_dist.GRAD_ACCUM):
+              gloo=False, replicate=0, grad_accum=probe_dist.GRAD_ACCUM, bf16=True):
     """variant: lora-<targets>[-lb16] or qlora-nf4dq-s<storage>-<targets>; gloo: every rank as a
     process over gloo (real collectives and numerics; probe_dist.py's -gloo twins). replicate:
     HSDP (mode fsdp2 over accelerate's replicate x shard mesh, FINDINGS R-DIST-27), named
-    `hsdp-...-w<world>-r<R>s<S>-<variant>[-ga<n>]`."""
+    `hsdp-...-w<world>-r<R>s<S>-<variant>[-ga<n>]`. bf16: the Trainer's bf16 (False: fp32, no mixed precision,
+    `<mode>-<family>-fp32-...`)."""
     if method == "lora":
         var = f"lora-{targets}" + ("-lb16" if load == "bf16" else "")
     else:
@@ -73,8 +75,8 @@ def make_spec(mode, family, targets, every_n, world, method="lora", load="fp32",
         var = f"r{replicate}s{world // replicate}-{var}"
     if grad_accum != probe_dist.GRAD_ACCUM:
         var += f"-ga{grad_accum}"
-    sp = probe_dist.make_spec(mode, family, every_n, offload, world, variant=var, gloo=gloo, grad_accum=grad_accum,
-                              dp_replicate=replicate)
+    sp = probe_dist.make_spec(mode, family, every_n, offload, world, bf16=bf16, variant=var, gloo=gloo,
+                              grad_accum=grad_accum, dp_replicate=replicate)
     if replicate:
         sp["name"] = "hsdp" + sp["name"][len(mode):]
     sp.update(method=method, targets=targets, r=R, alpha=ALPHA, dropout=DROPOUT, load=load,
@@ -119,6 +121,12 @@ def all_cases():
     for st in ("uint8", "bf16"):
         out.append(make_spec("fsdp2", "llama", "all", 1, 4, method="qlora", storage=st, replicate=2))
     out.append(make_spec("fsdp2", "llama", "all", 1, 4, method="qlora", storage="bf16", replicate=2, grad_accum=1))
+    # fp32 LoRA (the Trainer's bf16=False: no MixedPrecisionPolicy) under FSDP2, q,v and all-linear, every_n off /
+    # 1 / 2, world 2; HSDP 2 x 2 all-linear every_n 1 (FINDINGS R-DISTPEFT-24)
+    for tg in ("all", "qv"):
+        for n, off in CKPT:
+            out.append(make_spec("fsdp2", "llama", tg, n, 2, offload=off, bf16=False))
+    out.append(make_spec("fsdp2", "llama", "all", 1, 4, replicate=2, bf16=False))
     return out
 
 

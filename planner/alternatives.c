@@ -180,26 +180,38 @@ static void tp_alternatives(const gckpt_plan_request *req, alt_out *o)
     }
 }
 
-/* Several GPUs: context parallelism over them, --cp C alone (C = the GPUs) and CP x FSDP (--cp C
- * --dp-shard S, C x S = the GPUs), for every C > 1 dividing them (across nodes too: the ring
+/* Several GPUs: context parallelism over them, --cp C alone (C = the GPUs), CP x FSDP (--cp C
+ * --dp-shard S, C x S = the GPUs) and CP x HSDP (--cp C --dp-replicate R --dp-shard S, R, S > 1),
+ * for every C > 1 dividing them (across nodes too: the ring
  * timed at its placement's bandwidth, gckpt/core/mesh.h): FSDP2 over all of them, each rank at
  * seq / C tokens. Which C, models and choices CP is planned for, gckpt_plan_run decides
  * (plan_cp.c, gckpt_plan_cp_setup): a layout it refuses is not said. */
+static void cp_layout(const gckpt_plan_request *req, uint32_t c, uint32_t rep, uint32_t s, alt_out *o)
+{
+    gckpt_plan_request r = *req;
+    if (req->tp) { /* a TP request has no layout: its T x S GPUs on its nodes */
+        r.layout = request_gpus(req);
+        r.node_gpus = 0;
+    }
+    gckpt_plan_request_cp(&r, c, rep);
+    char label[96];
+    int n = snprintf(label, sizeof label, "--cp %u", c);
+    if (rep) n += snprintf(label + n, sizeof label - (size_t)n, " --dp-replicate %u", rep);
+    if (s > 1) snprintf(label + n, sizeof label - (size_t)n, " --dp-shard %u", s);
+    o->cp |= print_alternative(&r, label, o);
+}
+
 static void cp_alternatives(const gckpt_plan_request *req, alt_out *o)
 {
     uint32_t w = request_world(req);
-    char label[96];
+    const uint32_t req_rep = req->layout.dp_replicate > 1 ? req->layout.dp_replicate : 0;
     for (uint32_t c = 2; c <= w; c++) {
-        if (w % c || req->cp == c) continue; /* the request's own: its C fixes S */
-        gckpt_plan_request r = *req;
-        if (req->tp) { /* a TP request has no layout: its T x S GPUs on its nodes */
-            r.layout = request_gpus(req);
-            r.node_gpus = 0;
-        }
-        gckpt_plan_request_cp(&r, c, 0);
-        if (c == w) snprintf(label, sizeof label, "--cp %u", c);
-        else snprintf(label, sizeof label, "--cp %u --dp-shard %u", c, w / c);
-        o->cp |= print_alternative(&r, label, o);
+        if (w % c) continue;
+        uint32_t rest = w / c;
+        if (req->cp != c || req_rep) cp_layout(req, c, 0, rest, o); /* the request's own: its C fixes S */
+        /* under HSDP (R-CP-17, R-CP-27): R x S = the rest, S > 1 (accelerate refuses R x C alone) */
+        for (uint32_t rep = 2; rep < rest; rep++)
+            if (!(rest % rep) && !(req->cp == c && req_rep == rep)) cp_layout(req, c, rep, rest / rep, o);
     }
 }
 

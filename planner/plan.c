@@ -490,11 +490,6 @@ bool gckpt_plan_run(const gckpt_plan_request *req, gckpt_plan *p, gckpt_err *err
     memset(p, 0, sizeof *p);
     p->req = *req;
     p->req.every_n = NULL;
-    /* activation offload under CP x HSDP is not measured (R-CP-17 without it, R-CP-24 without replicas): the
-     * default sweep (both) plans without it, --offload on is refused (gckpt_plan_cp_setup); here, not in the
-     * reader, so that a request re-planned without CP ("What would fit instead") keeps the user's sweep */
-    if (p->req.cp && p->req.layout.dp_replicate > 1 && p->req.offload == GCKPT_OFFLOAD_BOTH)
-        p->req.offload = GCKPT_OFFLOAD_OFF;
     p->recommended = p->smallest = p->fastest = -1;
     batch_split sp[GCKPT_MAX_MB];
     int nsplit = 0;

@@ -49,16 +49,12 @@ bool gckpt_plan_cp_setup(const gckpt_plan *p, gckpt_err *err)
                      : q->loss != GCKPT_LOSS_HF ? "--loss other than hf"
                      : q->code_base != GCKPT_CB_HF ? "--code-base fused"
                      : q->layout.offload ? "--fsdp-offload"
-                     /* each measured alone: HSDP (R-CP-17) for full fine-tuning without offload, LoRA and offload
-                      * (R-CP-23..26) without replicas */
-                     : q->layout.dp_replicate > 1 && gckpt_peft_on(&q->peft) ? "--dp-replicate with --method lora / qlora"
-                     : q->layout.dp_replicate > 1 && q->offload == GCKPT_OFFLOAD_ON ? "--dp-replicate with --offload on"
-                     : NULL;
+                     : NULL; /* with HSDP's replicas too: LoRA, QLoRA and activation offload (R-CP-27) */
     if (what) {
         gckpt_seterr(err, "--cp %u with %s: context parallelism is measured for full fine-tuning, LoRA and QLoRA "
                           "with AdamW under fp32 or bf16 (FSDP2's mixed precision), HF's loss, without FSDP's CPU "
-                          "offload, and with HSDP's replicas for full fine-tuning without activation offload (FINDINGS "
-                          "R-CP-11, R-CP-17, R-CP-23..26)", q->cp, what);
+                          "offload, with or without HSDP's replicas (FINDINGS R-CP-11, R-CP-17, "
+                          "R-CP-23..27)", q->cp, what);
         return false;
     }
     gckpt_setting s0 = gckpt_plan_setting(p, 1, 1);
@@ -147,7 +143,7 @@ void gckpt_plan_cp_header(const gckpt_plan *p, FILE *f)
                "of its %llu tokens (%s split), K/V exchanged by torch's ring attention (allgather); memory is the "
                "busiest CP rank's: FSDP2's at seq %llu plus CP's buffers (the Trainer's split inputs, per-row rotary tables, %s); time "
                "the busiest rank's: FSDP2's at that seq with its attention %s one GPU's (one SDPA call per K/V block), "
-               "the ring's exchanges none hidden; tok/s per GPU (FINDINGS R-CP-1..12, R-CP-17, R-CP-23..26)\n",
+               "the ring's exchanges none hidden; tok/s per GPU (FINDINGS R-CP-1..12, R-CP-17, R-CP-23..27)\n",
             (unsigned long long)C, cp_shard(p), mesh, gckpt_layout_world(&p->req.layout), pc, cp_shard(p),
             (unsigned long long)C,
             cp_replicas(p) > 1 ? "the dp_shard x cp ranks of each replica, HSDP across the replicas" : "all of them",

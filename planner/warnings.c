@@ -215,12 +215,13 @@ static const struct {
      "its transients replayed from torch's code where that is higher: within " GCKPT_CP_PEAK_BOUND_PCT " % of every "
      "measured rank of CPU fixtures of a tiny llama at cp 2, cp 4, cp 2 x dp_shard 2 and under HSDP cp 2 and 4 x "
      "dp_shard 2 x dp_replicate 2 and 4 (fp32 and bf16, every_n off and 1; at cp 2 also LoRA q,v and all-linear, "
-     "QLoRA, activation offload with and without LoRA) whose peak is after the ring's calls, and up to " GCKPT_CP_RING_PEAK_BOUND_PCT " % below where it is "
+     "QLoRA, activation offload with and without LoRA; at cp 2 x dp_shard 2 x dp_replicate 2 also bf16 LoRA q,v and "
+     "all-linear, QLoRA, activation offload with LoRA and with full fine-tuning in fp32 and bf16) whose peak is after the ring's calls, and up to " GCKPT_CP_RING_PEAK_BOUND_PCT " % below where it is "
      "inside one (a wide-attention llama, cp 2); torch's ring ran with the per-block CUDA SDPA kernel stood in by "
      "the CPU flash kernel. Unverified: the CUDA flash / efficient / cuDNN kernels per block (their extra outputs, "
      "scratch, output layout and time: a rank's attention is timed as C blocks of its S / C queries, R-CP-12), NCCL (the ring's overlap, what an uneven sequence does), the math backend under "
      "CP, the Trainer's loss reduction under CP, other batch sizes' input buffers, other families, TP with CP, "
-     "HSDP with CP at other sizes or with LoRA / offload."},
+     "HSDP with CP at other sizes with LoRA / offload, fp32 LoRA under HSDP with CP."},
     {"multi_node_unverified", multi_node_applies,
      "the ranks span several nodes: each group's collectives (TP's, CP's ring, FSDP2's over dp_shard x cp, the "
      "replicas' all-reduce) are timed at inter_node_bus_bytes_per_s where the group spans nodes, else "

@@ -218,11 +218,13 @@ static void test_only_cp_fits(void **state)
     print_message("%s", text);
     static const char *const cp8[] = {"--cp", "8", NULL}, *const cp4[] = {"--cp", "4", "--dp-shard", "2", NULL},
                              *const cp2[] = {"--cp", "2", "--dp-shard", "4", NULL},
+                             *const cp2h[] = {"--cp", "2", "--dp-replicate", "2", "--dp-shard", "2", NULL},
                              *const hsdp_tp[] = {"--tp", "2", "--dp-replicate", "2", "--dp-shard", "2", NULL},
                              *const tp8[] = {"--tp", "8", NULL}, *const z3[] = {"--parallel", "zero3", NULL};
     check_line(text, "--cp 8", cp_base, cp8);
     check_line(text, "--cp 4 --dp-shard 2", cp_base, cp4);
     check_line(text, "--cp 2 --dp-shard 4", cp_base, cp2);
+    check_line(text, "--cp 2 --dp-replicate 2 --dp-shard 2", cp_base, cp2h); /* CP x HSDP (R-CP-17) */
     check_line(text, "--tp 2 --dp-replicate 2 --dp-shard 2", cp_base, hsdp_tp);
     check_line(text, "--tp 8", cp_base, tp8);
     check_line(text, "--parallel zero3", cp_base, z3);

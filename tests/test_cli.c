@@ -469,6 +469,18 @@ static void good_runs(void **state)
                            "-o", "cphsdp.json"), err, sizeof err), 0);
     assert_non_null(strstr(cli_out, "ParallelismConfig(dp_replicate_size=2, dp_shard_size=2, cp_size=2)"));
     assert_non_null(strstr(cli_out, "dp_replicate 2 x dp_shard_cp 4"));
+    /* CP x HSDP with LoRA, QLoRA and activation offload (FINDINGS R-CP-27; refused before): planned, and the
+     * default sweep keeps activation offload's rows */
+    assert_int_equal(run(A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "--seq", "4096",
+                           "--method", "lora", "--lora-targets", "q_proj,v_proj", "--table", "all", "-o", "cphsdpl.json"),
+                         err, sizeof err), 0);
+    assert_non_null(strstr(cli_out, "ParallelismConfig(dp_replicate_size=2, dp_shard_size=2, cp_size=2)"));
+    assert_non_null(strstr(cli_out, " on  "));
+    assert_int_equal(run(A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "--seq", "4096",
+                           "--method", "qlora", "--offload", "on", "-o", "cphsdpq.json"), err, sizeof err), 0);
+    assert_int_equal(run(A("--gpus", "8", "--dp-replicate", "2", "--dp-shard", "2", "--cp", "2", "--seq", "4096",
+                           "--offload", "on", "-o", "cphsdpo.json"), err, sizeof err), 0);
+    assert_true(cli_exists("cphsdpo.json"));
     /* several nodes, once refused (FINDINGS R-TP-26, R-TP-27, R-CP-15): TP inside a node x FSDP across
      * nodes, TP x DDP, TP across nodes and CP across nodes are planned, each group placed in the header
      * and multi_node_unverified said */

@@ -845,6 +845,9 @@ static void check_cp_peft(const char *model, uint32_t C, uint64_t seq, uint32_t 
              (unsigned long long)grad_accum * dp, pn, how, off);
     snprintf(rep, sizeof rep, "%sl", plan);
     snprintf(rep1, sizeof rep1, "%sl", one);
+    /* amp-bf16 with adapters: FSDP2's MixedPrecisionPolicy casts them to bf16, a recipe no one process has (as
+     * sharded_peft says): every rank's peak is checked, not the numerics */
+    const bool ref = !(peft && peft->method != GCKPT_METHOD_FULL && prec == GCKPT_AMP_BF16);
     char *t = pf_plan_text_cp_peft(model, prec, every, 3, 2, grad_accum, seq, C, dp_shard, R, peft, offload);
     assert_non_null(t);
     cli_write(plan, t);
@@ -873,20 +876,20 @@ static void check_cp_peft(const char *model, uint32_t C, uint64_t seq, uint32_t 
                           &mpi_env, err, sizeof err);
     if (rc != 0) fail_msg("%s: mpirun -np %d: exit %d: %s", plan, world, rc, err);
     const cli_opts dump_env = {.env = {dump1v}};
-    rc = cli_run_opts(GCKPT_RUN_HOOKS_EXE, A("--plan", one, "--all", "--backend", "host", "--steps", st, "--warmup", "0",
+    rc = !ref ? 0 : cli_run_opts(GCKPT_RUN_HOOKS_EXE, A("--plan", one, "--all", "--backend", "host", "--steps", st, "--warmup", "0",
                                              "-q", "-o", rep1),
                       &dump_env, err, sizeof err);
     if (rc != 0) fail_msg("%s: exit %d: %s", one, rc, err);
     /* each entry appends its gradients: the last of each tensor is the last entry's (every_n 2) */
-    double gmax = grads_max_diff(dump, world, dump1);
-    print_message("%s cp %u x dp_shard %u x dp_replicate %u, seq %llu, %s (grad_accum %llu, %d steps): the gradients "
+    double gmax = ref ? grads_max_diff(dump, world, dump1) : 0;
+    if (ref) print_message("%s cp %u x dp_shard %u x dp_replicate %u, seq %llu, %s (grad_accum %llu, %d steps): the gradients "
                   "within %.3g of one process's elementwise\n", model, C, dp_shard, R ? R : 1, (unsigned long long)seq, pn,
                   (unsigned long long)grad_accum, steps, gmax);
     /* fp32: reassociation; amp-bf16: the ring merges the blocks' unrounded outputs in fp32 where one bf16 process
      * rounds its one SDPA output */
     double gt = prec == GCKPT_FP32 ? 1e-6 : 1e-3, lt = prec == GCKPT_FP32 ? 1e-6 : 1e-5;
     if (gmax > gt) fail_msg("%s: a gradient element %.3g from one process's", plan, gmax);
-    cJSON *r = load(rep), *s = load(rep1);
+    cJSON *r = load(rep), *s = ref ? load(rep1) : NULL;
     assert_int_equal(num(r, "ranks.world_size"), world);
     int n = cJSON_GetArraySize(pf_at(r, "entries"));
     assert_int_equal(n, 3);
@@ -912,6 +915,7 @@ static void check_cp_peft(const char *model, uint32_t C, uint64_t seq, uint32_t 
         if (busiest != rank0) /* the contiguous split: the last rank's ring runs every block */
             print_message("%s cp %u entry %d: the busiest rank measured %.0f, %.0f above rank 0\n", model, C, i, busiest,
                           busiest - rank0);
+        if (!ref) continue;
         snprintf(p, sizeof p, "entries[%d].numerics.loss", i);
         double loss = num(r, p), loss1 = num(s, p);
         snprintf(p, sizeof p, "entries[%d].numerics.grad_norm", i);
@@ -986,6 +990,14 @@ static void cp_hsdp(void **st)
     (void)st;
     check_cp_peft("tiny-llama", 2, 32, 2, 2, 1, 1, GCKPT_FP32, NULL, GCKPT_OFFLOAD_OFF);
     check_cp_peft("tiny-llama", 2, 32, 2, 2, 1, 1, GCKPT_AMP_BF16, NULL, GCKPT_OFFLOAD_OFF);
+    /* with LoRA all-linear (FINDINGS R-CP-28; amp-bf16: fp32 LoRA under HSDP is not planned, peft_ok), lora_dropout
+     * 0, without and with activation offload: every rank's peak its prediction (no one-process reference for
+     * FSDP2's bf16 adapters: the numerics are not compared) */
+    gckpt_peft lora;
+    gckpt_peft_default(GCKPT_METHOD_LORA, &lora);
+    lora.dropout = 0;
+    check_cp_peft("tiny-llama", 2, 32, 2, 2, 1, 1, GCKPT_AMP_BF16, &lora, GCKPT_OFFLOAD_OFF);
+    check_cp_peft("tiny-llama", 2, 32, 2, 2, 1, 1, GCKPT_AMP_BF16, &lora, GCKPT_OFFLOAD_ON);
 }
 
 /* The lines of err that gckpt-run wrote (mpirun adds its own about the exit status). */

@@ -151,12 +151,13 @@ def tp_cases():
 
 
 def cp_spec(targets, every_n, offload=False, cp=2, shard=1, bf16=True, method="lora", dropout=DROPOUT,
-            storage=None):
+            storage=None, replicate=1):
     """LoRA on CP x FSDP2 (probe_dist.cp_spec: ParallelismConfig(dp_shard_size=S, cp_size=C) with the FSDP2
     plugin, the Trainer's _prepare_context_parallel_inputs per micro-step, R-CP-5's stand-in kernel), the PeftModel
     built as for the FSDP2 cases. `cp-llama-<precision>-n<k>-<offload>-w<world>-c<C>[s<S>]-lora-<targets>`;
-    method "full": no adapters (probe_dist's own model), for CP with activation offload."""
-    sp = probe_dist.cp_spec(every_n, offload, cp, shard=shard, bf16=bf16)
+    method "full": no adapters (probe_dist's own model), for CP with activation offload. replicate R > 1: HSDP with CP
+    (probe_dist.cp_spec's ParallelismConfig(dp_replicate_size=R, ...), FINDINGS R-CP-17), `...-c<C>s<S>r<R>-...`."""
+    sp = probe_dist.cp_spec(every_n, offload, cp, shard=shard, bf16=bf16, replicate=replicate)
     if method == "full":
         return sp
     if method == "qlora":  # nf4, double quantization, bf16 compute, the given storage (make_spec's QLoRA)
@@ -184,6 +185,13 @@ def cp_cases():
     out.append(cp_spec("all", 0, dropout=0.0))
     # QLoRA (nf4 + double quantization) with bf16 and uint8 storage, every_n 1
     out += [cp_spec("all", 1, method="qlora", storage=st) for st in ("bf16", "uint8")]
+    # CP x HSDP (dp_replicate 2 x dp_shard 2 x cp 2, 8 ranks; R-CP-27): LoRA q,v and all-linear, every_n off and 1
+    # (bf16: fp32 LoRA under HSDP is refused by peft_ok); activation offload with LoRA and full fine-tuning
+    # (bf16 and fp32); QLoRA with bf16 storage
+    out += [cp_spec(tg, n, shard=2, replicate=2) for tg in ("qv", "all") for n in (0, 1)]
+    out.append(cp_spec("all", 1, offload=True, shard=2, replicate=2))
+    out += [cp_spec(None, 1, offload=True, bf16=bf16, method="full", shard=2, replicate=2) for bf16 in (True, False)]
+    out.append(cp_spec("all", 1, method="qlora", storage="bf16", shard=2, replicate=2))
     return out
 
 

@@ -160,7 +160,9 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
                           "the Trainer's adamw_torch_fused)", mode);
         return false;
     }
-    if (!(d->precisions >> s->precision & 1)) {
+    /* transformers' own fully_shard under TP also takes a bf16-loaded model as it is (R-TP-30) */
+    bool as_loaded_bf16 = s->layout.fsdp_as_loaded && s->precision == GCKPT_BF16;
+    if (!(d->precisions >> s->precision & 1) && !as_loaded_bf16) {
         gckpt_seterr(err, "--parallel %s: only --precision amp-bf16 (the Trainer's bf16=True) or fp32 are "
                           "planned per rank", mode);
         return false;
@@ -171,7 +173,7 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err)
 
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s)
 {
-    return gckpt_par_mode_of(s->layout.mode)->bf16_compute && !s->layout.fsdp_fp32 && s->precision == GCKPT_AMP_BF16
+    return gckpt_par_mode_of(s->layout.mode)->bf16_compute && !s->layout.fsdp_as_loaded && s->precision == GCKPT_AMP_BF16
                ? GCKPT_BF16 : s->precision;
 }
 
@@ -353,11 +355,21 @@ void gckpt_rows_ddp(const gckpt_params *ps, const gckpt_model *m, const gckpt_se
 
 /* FSDP2: the dtype a parameter's padded local shard is stored in: accelerate upcasts the trainable
  * ones to fp32, a frozen one keeps its loaded dtype (fp32 here, QLoRA's prepared fp32), a bf16
- * Params4bit its bf16 storage (FINDINGS R-DISTPEFT-4, -7). The row that holds it, what CPU offload
- * puts on the host and copies to the device before each all-gather (R-DISTPEFT-12) read it here. */
-static gckpt_dtype fsdp_shard_dtype(const gckpt_param *p)
+ * Params4bit its bf16 storage (FINDINGS R-DISTPEFT-4, -7); transformers' own fully_shard (TP x
+ * FSDP, fsdp_as_loaded) casts nothing: torch's FSDPParam keeps the parameter's dtype without a
+ * MixedPrecisionPolicy (FINDINGS R-TP-30). The row that holds it, its AdamW states, the unit's
+ * sharded gradient, what CPU offload puts on the host and copies to the device before each
+ * all-gather (R-DISTPEFT-12) and the simulator's buffers read it here. */
+gckpt_dtype gckpt_fsdp_shard_dtype(const gckpt_setting *s, const gckpt_param *p)
 {
-    return quantized(p) ? (gckpt_dtype)p->weight.dtype : GCKPT_DT_F32;
+    if (p && quantized(p)) return (gckpt_dtype)p->weight.dtype;
+    return s->layout.fsdp_as_loaded && s->precision == GCKPT_BF16 ? GCKPT_DT_BF16 : GCKPT_DT_F32;
+}
+
+gckpt_dtype gckpt_fsdp_wire_dtype(const gckpt_setting *s)
+{
+    if (s->layout.fsdp_as_loaded) return gckpt_fsdp_shard_dtype(s, NULL);
+    return s->precision == GCKPT_FP32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
 }
 
 /* What one unit's parameters add to a per-section figure. */
@@ -372,12 +384,13 @@ typedef enum {
  * shards. A tied head: accelerate's fsdp2_prepare_model shards [final norm, embedding, lm_head]
  * as one unit (one all-gather, one reduce-scatter, one fp32 sharded gradient), the tail unit is
  * empty (core/sim_parallel.c places that unit at the embedding's). */
-static void fsdp_unit_parts(const gckpt_params *ps, const gckpt_model *m, fsdp_unit_figure what, uint64_t part[GCKPT_NSEC])
+static void fsdp_unit_parts(const gckpt_params *ps, const gckpt_model *m, const gckpt_setting *s, fsdp_unit_figure what,
+                            uint64_t part[GCKPT_NSEC])
 {
     for (int k = 0; k < GCKPT_NSEC; k++) part[k] = 0;
     for (int i = 0; i < ps->n; i++) {
         const gckpt_param *p = &ps->p[i];
-        gckpt_dtype dt = fsdp_shard_dtype(p);
+        gckpt_dtype dt = gckpt_fsdp_shard_dtype(s, p);
         bool in = what == FSDP_PART || what == FSDP_HOST || (what == FSDP_GRAD_PART ? p->trainable : dt == GCKPT_DT_F32);
         part[p->section] += in ? p->shard.part * (what == FSDP_HOST ? gckpt_dtype_size(dt) : 1) : 0;
     }
@@ -412,16 +425,19 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
             whole_frozen_row(st, i, p, (gckpt_dtype)p->weight.dtype, round);
             continue;
         }
-        gckpt_dtype dt = fsdp_shard_dtype(p);
-        row(st, p->trainable ? "fp32 sharded parameter" : "sharded frozen parameter", GCKPT_ROW_WEIGHTS, i, dt,
-            GCKPT_SHARD_DIM0, p->copies, p->shard.part, gckpt_round_up(gckpt_dtype_size(dt) * p->shard.part, round));
+        gckpt_dtype dt = gckpt_fsdp_shard_dtype(s, p);
+        const char *what = !p->trainable          ? "sharded frozen parameter"
+                           : dt == GCKPT_DT_F32 ? "fp32 sharded parameter"
+                                                : "bf16 sharded parameter";
+        row(st, what, GCKPT_ROW_WEIGHTS, i, dt, GCKPT_SHARD_DIM0, p->copies, p->shard.part, gckpt_round_up(gckpt_dtype_size(dt) * p->shard.part, round));
         quant_stats_row(st, i, p, round);
         if (!p->trainable) continue;
         uint64_t local = gckpt_shard_local(p, shard_rank); /* HSDP: the rank's place in its shard group */
-        row(st, "exp_avg (local rows)", GCKPT_ROW_STATES, i, GCKPT_DT_F32, GCKPT_SHARD_DIM0, p->copies, local,
-            gckpt_round_up(4 * local, round));
-        row(st, "exp_avg_sq (local rows)", GCKPT_ROW_STATES, i, GCKPT_DT_F32, GCKPT_SHARD_DIM0, p->copies, local,
-            gckpt_round_up(4 * local, round));
+        /* zeros_like of the shard: its dtype */
+        row(st, "exp_avg (local rows)", GCKPT_ROW_STATES, i, dt, GCKPT_SHARD_DIM0, p->copies, local,
+            gckpt_round_up(gckpt_dtype_size(dt) * local, round));
+        row(st, "exp_avg_sq (local rows)", GCKPT_ROW_STATES, i, dt, GCKPT_SHARD_DIM0, p->copies, local,
+            gckpt_round_up(gckpt_dtype_size(dt) * local, round));
     }
     scalar_row(st, "AdamW step", trainable_tensors(ps), ADAMW_STEP);
     if (s->layout.tp > 1) /* TP x FSDP: transformers' meshes over the TP x FSDP world (R-TP-8) */
@@ -431,10 +447,11 @@ void gckpt_rows_fsdp(const gckpt_params *ps, const gckpt_model *m, const gckpt_s
     else
         scalar_row(st, "device mesh and the units' tensors", n, FSDP_UNIT_BYTES * fsdp_units(m, s));
     uint64_t part[GCKPT_NSEC];
-    fsdp_unit_parts(ps, m, FSDP_GRAD_PART, part);
+    fsdp_unit_parts(ps, m, s, FSDP_GRAD_PART, part);
+    gckpt_dtype gdt = gckpt_fsdp_shard_dtype(s, NULL);
     for (int k = GCKPT_SEC_EMBED; k <= GCKPT_SEC_HEAD; k++)
-        row(st, "fp32 sharded gradient of a unit", GCKPT_ROW_STEP_GRADS, -1, GCKPT_DT_F32, GCKPT_SHARD_DIM0,
-            k == GCKPT_SEC_BLOCK ? m->layers : 1, part[k], gckpt_round_up(4 * part[k], round));
+        row(st, gdt == GCKPT_DT_F32 ? "fp32 sharded gradient of a unit" : "bf16 sharded gradient of a unit", GCKPT_ROW_STEP_GRADS, -1, gdt, GCKPT_SHARD_DIM0,
+            k == GCKPT_SEC_BLOCK ? m->layers : 1, part[k], gckpt_round_up(gckpt_dtype_size(gdt) * part[k], round));
 }
 
 /* AdamW's step per optimizer group: torch's an fp32 tensor on the device; DeepSpeedCPUAdam's (the
@@ -672,9 +689,9 @@ static void fsdp_offload(gckpt_ctx *c, const gckpt_rank_state *st)
         if (r->param >= 0 && quantized(&ps->p[r->param])) dev_q += r->bytes;
         else dev_w += r->bytes;
     }
-    uint64_t local = fsdp_trainable_local(c);
-    c->par.host_pinned += pinned + 4 * local; /* the padded shards and the trainable ones' gradients */
-    c->par.host_pageable += 2 * 4 * local;    /* exp_avg, exp_avg_sq */
+    uint64_t local = fsdp_trainable_local(c), b = gckpt_dtype_size(gckpt_fsdp_shard_dtype(&c->set, NULL));
+    c->par.host_pinned += pinned + b * local; /* the padded shards and the trainable ones' gradients */
+    c->par.host_pageable += 2 * b * local;    /* exp_avg, exp_avg_sq */
     c->weights -= dev_w;
     c->quant_weights -= dev_q;
     c->opt_states = c->opt_temp = 0;
@@ -775,10 +792,10 @@ void gckpt_apply_zero3(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_ran
 
 void gckpt_apply_fsdp(gckpt_ctx *c, const gckpt_rank_state *st, const gckpt_rank_bytes *rb)
 {
-    fsdp_unit_parts(&c->params, c->model, FSDP_PART, c->par.unit_part);
-    fsdp_unit_parts(&c->params, c->model, FSDP_GRAD_PART, c->par.unit_grad_part);
-    fsdp_unit_parts(&c->params, c->model, FSDP_HOST, c->par.unit_host);
-    fsdp_unit_parts(&c->params, c->model, FSDP_F32_PART, c->par.unit_f32_part);
+    fsdp_unit_parts(&c->params, c->model, &c->set, FSDP_PART, c->par.unit_part);
+    fsdp_unit_parts(&c->params, c->model, &c->set, FSDP_GRAD_PART, c->par.unit_grad_part);
+    fsdp_unit_parts(&c->params, c->model, &c->set, FSDP_HOST, c->par.unit_host);
+    fsdp_unit_parts(&c->params, c->model, &c->set, FSDP_F32_PART, c->par.unit_f32_part);
     /* the unsharded parameters and gradients, all-gather and reduce-scatter buffers are the
      * schedule's events (core/sim_parallel.c); what stays allocated into the optimizer step is
      * each unit's fp32 sharded gradient (a flat buffer its parameters' .grad view) */
@@ -894,7 +911,7 @@ void gckpt_offload_fsdp(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_com
     *h2d = 0;
     for (int k = 0; k < GCKPT_NSEC; k++)
         if (c->par.unit_part[k]) *h2d += v->gather_part[k] * (double)c->par.unit_host[k] / (double)c->par.unit_part[k];
-    *d2h = 4 * (double)fsdp_trainable_local(c);
+    *d2h = (double)gckpt_dtype_size(gckpt_fsdp_shard_dtype(&c->set, NULL)) * (double)fsdp_trainable_local(c);
 }
 
 void gckpt_offload_zero12(const gckpt_ctx *c, uint64_t grad_accum, const gckpt_comm_volume *v, double *d2h, double *h2d)

@@ -979,6 +979,10 @@ bool gckpt_plan_executable(const gckpt_plan_file *pf, gckpt_err *err)
                           "not executed by gckpt-run", f);
     else if (pf->layout.tp > 1 && gckpt_peft_on(&pf->peft) && !tp_peft_executed(pf, err))
         ; /* what gckpt-plan refuses under TP (R-TP-13, -14, -16, -17): err names the rule */
+    else if (pf->layout.tp > 1 && (pf->tp_fsdp > 1 || pf->tp_replicate > 1) && pf->precision == GCKPT_BF16)
+        gckpt_seterr(err, "%s: field 'inputs.precision' = \"bf16\": gckpt-run executes TP x FSDP / DDP in fp32 and "
+                          "amp-bf16 only (its FSDP2 keeps fp32 shards; pure bf16 keeps them bf16, FINDINGS R-TP-30); "
+                          "this plan is planned, not executed", f);
     else if (pf->cp && pf->precision != GCKPT_FP32 && pf->precision != GCKPT_AMP_BF16)
         gckpt_seterr(err, "%s: field 'inputs.precision' = \"%s\": gckpt-run executes context parallelism in fp32 and "
                           "amp-bf16 only; "

@@ -165,11 +165,17 @@ static uint64_t unit_grad_part(const gckpt_wrap *w, uint64_t unit) { return w->c
  * FINDINGS R-DISTPEFT-7: no shard). */
 static bool fsdp_gathered(const gckpt_param *p) { return p->shard.part != 0; }
 
-/* The dtype gathered and reduced: FSDP2's MixedPrecisionPolicy param / reduce dtype, DeepSpeed's
- * model dtype; bf16 under the Trainer's bf16=True. */
+/* The dtype gathered and reduced: FSDP2's (gckpt_fsdp_wire_dtype: the MixedPrecisionPolicy's, or
+ * the shards' without one), DeepSpeed's model dtype (bf16 under the Trainer's bf16=True). */
 static uint8_t wire_dtype(const gckpt_ctx *c)
 {
-    return c->set.precision == GCKPT_FP32 || c->set.layout.fsdp_fp32 ? GCKPT_DT_F32 : GCKPT_DT_BF16;
+    return gckpt_fsdp_wire_dtype(&c->set);
+}
+
+/* FSDP2's sharded gradient's dtype (the shards' too): a wire dtype other than it is a cast. */
+static uint8_t shard_dtype(const gckpt_ctx *c)
+{
+    return gckpt_fsdp_shard_dtype(&c->set, NULL);
 }
 
 /* A parameter's .grad (schedule id gid) freed. */
@@ -244,10 +250,11 @@ static void all_gather(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, uint64_t 
     uint64_t f32 = c->par.unit_f32_part[section_of(w, unit)];
     bool h2d = c->set.layout.offload && dt != GCKPT_DT_F32 && f32;
     int dev = h2d ? flat(s, o, GCKPT_C_PARALLEL, GCKPT_DT_F32, f32) : -1;
-    /* fp32 on the device (no MixedPrecisionPolicy cast, no offload copy): the shards are copied
-     * straight into the output's own slice, no input buffer (_fsdp_collectives.py:
-     * _get_param_all_gather_inputs' views, all_gather_copy_in's narrow; FINDINGS R-CP-11) */
-    bool own_in = dt != GCKPT_DT_F32 || c->set.layout.offload;
+    /* the shards' dtype on the device (no MixedPrecisionPolicy cast, no offload copy: fp32, or bf16
+     * without a policy, R-TP-30): the shards are copied straight into the output's own slice, no
+     * input buffer (_fsdp_collectives.py: _get_param_all_gather_inputs' views, all_gather_copy_in's
+     * narrow; FINDINGS R-CP-11) */
+    bool own_in = dt != shard_dtype(c) || c->set.layout.offload;
     int in = own_in ? flat(s, o, GCKPT_C_PARALLEL, dt, part) : -1;
     if (dev >= 0) gckpt_sim_release(s, o, dev);
     int out = flat(s, o, GCKPT_C_PARALLEL, dt, part * n);
@@ -348,8 +355,9 @@ static void fsdp_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, u
     if (w->rs_in >= 0) gckpt_sim_release(s, o, w->rs_in);
     w->rs_in = gckpt_sim_buffer_as(s, o, -1, GCKPT_C_PARALLEL, dt, part * n, GCKPT_PE_RS_INPUT);
     free_unit_grads(w, o, unit);
-    /* fp32 reduce dtype: the output is the sharded gradient itself */
-    bool cast = dt != GCKPT_DT_F32;
+    /* the reduce dtype the sharded gradient's (fp32; bf16 without a policy, R-TP-30): the output is
+     * the sharded gradient itself */
+    bool cast = dt != shard_dtype(c);
     int out = flat(s, o, cast ? GCKPT_C_PARALLEL : GCKPT_C_GRADS, dt, part);
     if (n > 1) { /* one shard rank: the input copied to the output (_fsdp_collectives.py foreach_reduce) */
         collective(s, o, GCKPT_COLL_REDUCE_SCATTER, unit, (uint8_t)sec, dt, part, part * n * gckpt_dtype_size(dt), w->rs_in,
@@ -371,7 +379,7 @@ static void fsdp_post_backward(gckpt_wrap *w, gckpt_sim *s, gckpt_schedule *o, u
     }
     int held = hsdp ? out : -1; /* the AllReduceState's reference */
     if (cast) {
-        int g = flat(s, o, GCKPT_C_GRADS, GCKPT_DT_F32, part);
+        int g = flat(s, o, GCKPT_C_GRADS, shard_dtype(c), part);
         if (!hsdp) gckpt_sim_release(s, o, out);
         out = g;
     }

@@ -369,7 +369,7 @@ void gckpt_tp_fsdp_layout(uint32_t tp, uint32_t dp_shard, uint32_t rank, gckpt_l
 void gckpt_tp_hsdp_layout(uint32_t tp, uint32_t dp_replicate, uint32_t dp_shard, uint32_t rank, gckpt_layout *out)
 {
     *out = (gckpt_layout){.gpus = dp_replicate * dp_shard, .nodes = 1, .mode = GCKPT_PAR_FSDP,
-                          .dp_replicate = dp_replicate, .tp = tp, .tp_rank = rank % tp, .fsdp_fp32 = true,
+                          .dp_replicate = dp_replicate, .tp = tp, .tp_rank = rank % tp, .fsdp_as_loaded = true,
                           .rank = rank / tp};
 }
 

@@ -458,10 +458,10 @@ static bool tp_setup(gckpt_plan *p, gckpt_err *err)
                           "bf16 or amp-bf16 and HF's loss only (FINDINGS R-TP-10, R-TP-22)", q->tp, what);
         return false;
     }
-    if ((q->tp_dp_shard || q->tp_dp_replicate) && q->precision == GCKPT_BF16) {
-        gckpt_seterr(err, "--tp %u --%s %u --precision bf16: TP x FSDP / DDP under pure bf16 is not measured (FSDP2 "
-                          "over bf16 TP shards: FINDINGS R-TP-22); TP alone is", q->tp,
-                     q->tp_dp_shard ? "dp-shard" : "dp-replicate", q->tp_dp_shard ? q->tp_dp_shard : q->tp_dp_replicate);
+    if (q->tp_dp_shard && q->tp_dp_replicate && q->precision == GCKPT_BF16) {
+        gckpt_seterr(err, "--tp %u --dp-replicate %u --dp-shard %u --precision bf16: HSDP x TP under pure bf16 is not "
+                          "measured (TP x FSDP and TP x DDP are: FINDINGS R-TP-30)", q->tp, q->tp_dp_replicate,
+                     q->tp_dp_shard);
         return false;
     }
     if ((q->tp_dp_shard || q->tp_dp_replicate) && p->model.qk_norm) { /* ReplicatedWithGradAllReduce under FSDP2 */

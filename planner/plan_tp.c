@@ -21,12 +21,15 @@ static uint32_t tp_world(const gckpt_plan *p)
 void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
 {
     if (!p->req.tp) return;
+    /* FSDP2's collectives in the loaded dtype: no MixedPrecisionPolicy (R-TP-8, R-TP-30) */
+    gckpt_setting s0 = gckpt_plan_setting_tp(p, 1, 1, 0);
+    const char *wire = gckpt_fsdp_wire_dtype(&s0) == GCKPT_DT_BF16 ? "bf16" : "fp32";
     if (p->req.tp_dp_replicate && p->req.tp_dp_shard) {
         fprintf(f, "tensor parallelism %u x HSDP %u x %u over %u GPUs (transformers: from_pretrained(distributed_config="
                    "DistributedConfig(tp_size=%u, fsdp_size=%u, dp_replicate_size=%u)) shards by tp_plan, then fully_shard "
                    "over its (dp_replicate, fsdp) mesh): memory is the busiest TP rank's (each walked), time rank 0's, TP rank 0, which computes %llu "
                    "attention and %llu key/value heads and %llu of the MLP's %llu columns; its TP shards are sharded again "
-                   "over %u ranks, gathered and reduce-scattered in fp32 (no MixedPrecisionPolicy), every micro-step "
+                   "over %u ranks, gathered and reduce-scattered in %s (no MixedPrecisionPolicy), every micro-step "
                    "reduce-scattering into FSDP2's partial output and the last all-reducing it across the %u replicas; "
                    "every rank of a TP group sees the same batch (tok/s is per GPU: a TP group's over %u); the step time "
                    "is that local model's FSDP2 step plus the TP all-reduces' and all-gathers' bus time, none hidden "
@@ -34,7 +37,7 @@ void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
                 p->req.tp, p->req.tp_dp_replicate, p->req.tp_dp_shard, tp_world(p), p->req.tp, p->req.tp_dp_shard,
                 p->req.tp_dp_replicate, (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
                 (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate,
-                p->req.tp_dp_shard, p->req.tp_dp_replicate, p->req.tp);
+                p->req.tp_dp_shard, wire, p->req.tp_dp_replicate, p->req.tp);
         return;
     }
     if (p->req.tp_dp_replicate) {
@@ -42,14 +45,14 @@ void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
                    "DistributedConfig(tp_size=%u, dp_replicate_size=%u)) shards by tp_plan, then fully_shard over its "
                    "(dp_replicate, fsdp) mesh of one shard rank: each replica keeps its TP shard whole): memory is the "
                    "busiest TP rank's (each walked), time rank 0's, TP rank 0, which computes %llu attention and %llu key/value heads and %llu of the MLP's "
-                   "%llu columns; every micro-step reduces its gradients into FSDP2's partial output (fp32), the last "
+                   "%llu columns; every micro-step reduces its gradients into FSDP2's partial output (%s), the last "
                    "all-reduces it across the %u replicas; every rank of a TP group sees the same batch (tok/s is per "
                    "GPU: a TP group's over %u); the step time is that local model's FSDP2 step plus the TP all-reduces' "
                    "and all-gathers' bus time, none hidden (unverified)\n",
                 p->req.tp, p->req.tp_dp_replicate, tp_world(p), p->req.tp, p->req.tp_dp_replicate,
                 (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
                 (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate,
-                p->req.tp_dp_replicate, p->req.tp);
+                wire, p->req.tp_dp_replicate, p->req.tp);
         return;
     }
     if (p->req.tp_dp_shard) {
@@ -57,14 +60,14 @@ void gckpt_plan_tp_header(const gckpt_plan *p, FILE *f)
                    "DistributedConfig(tp_size=%u, fsdp_size=%u)) shards by tp_plan, then fully_shard over the fsdp "
                    "dimension): memory is the busiest TP rank's (each walked), time rank 0's, TP rank 0, which computes %llu attention and %llu "
                    "key/value heads and %llu of the MLP's %llu columns; its TP shards (the embedding and lm_head by "
-                   "vocabulary) are sharded again over %u ranks, gathered and reduce-scattered in fp32 (no "
+                   "vocabulary) are sharded again over %u ranks, gathered and reduce-scattered in %s (no "
                    "MixedPrecisionPolicy); the embedding's unsharded gradient is whole; every rank of a TP group sees "
                    "the same batch (tok/s is per GPU: a TP group's over %u); the step time is that local model's FSDP2 step plus the TP all-reduces' and "
                    "all-gathers' bus time, none hidden (unverified)\n",
                 p->req.tp, p->req.tp_dp_shard, tp_world(p), p->req.tp, p->req.tp_dp_shard,
                 (unsigned long long)p->model.heads, (unsigned long long)p->model.kv_heads,
                 (unsigned long long)p->model.intermediate, (unsigned long long)p->tp_full.intermediate,
-                p->req.tp_dp_shard, p->req.tp);
+                p->req.tp_dp_shard, wire, p->req.tp);
         return;
     }
     fprintf(f, "tensor parallelism over %u GPUs (transformers' tp_plan: from_pretrained(distributed_config="

@@ -207,7 +207,8 @@ static const struct {
      "TP x FSDP is planned as the TP rank's local model under FSDP2 over its fsdp group (TP x DDP: over one "
      "shard rank, replicated), within " GCKPT_TP_FSDP_PEAK_BOUND_PCT " % of every measured rank of CPU fixtures of a "
      "tiny llama at tp 2 x dp_shard 2, tp 2 x dp_replicate 2 and tp 2 x dp_replicate 2 x dp_shard 2 (fp32 and "
-     "amp-bf16, every_n off and 1, grad-accum 2; TP x DDP also grad-accum 1); other sizes, activation offload, the embedding gradient's copy at its "
+     "amp-bf16, every_n off and 1, grad-accum 2; TP x DDP also grad-accum 1; pure bf16 at tp 2 x dp_shard 2 and "
+     "tp 2 x dp_replicate 2, every_n off and 1); other sizes, activation offload, the embedding gradient's copy at its "
      "reduce-scatter, the overlap of the TP and FSDP collectives and CUDA are unverified."},
     {"cp_unverified", cp_applies,
      "context parallelism is planned as FSDP2 over dp_shard x cp at seq / cp plus CP's buffers (the Trainer's split "

@@ -375,8 +375,7 @@ static void bad_inputs(void **state)
         {"tp adamw-foreach", A("--gpus", "2", "--tp", "2", "--optimizer", "adamw-foreach", "-o", "out.json"), "the TP shards are DTensors, so the Trainer's adamw_torch runs the single-tensor loop"},
         {"tp x fsdp sgd", A("--gpus", "4", "--tp", "2", "--dp-shard", "2", "--optimizer", "sgd", "-o", "out.json"), "--tp 2 --optimizer sgd with --dp-shard or --dp-replicate: SGD is measured under TP alone (FINDINGS R-TP-23)"},
         {"tp amp-fp16", A("--gpus", "2", "--tp", "2", "--precision", "amp-fp16", "-o", "out.json"), "--tp 2 with --precision other than fp32, bf16 and amp-bf16"},
-        {"tp x fsdp pure bf16", A("--gpus", "4", "--tp", "2", "--dp-shard", "2", "--precision", "bf16", "-o", "out.json"), "--tp 2 --dp-shard 2 --precision bf16: TP x FSDP / DDP under pure bf16"},
-        {"tp x ddp pure bf16", A("--gpus", "4", "--tp", "2", "--dp-replicate", "2", "--precision", "bf16", "-o", "out.json"), "--tp 2 --dp-replicate 2 --precision bf16"},
+        {"hsdp x tp pure bf16", A("--gpus", "8", "--tp", "2", "--dp-replicate", "2", "--dp-shard", "2", "--precision", "bf16", "-o", "out.json"), "--tp 2 --dp-replicate 2 --dp-shard 2 --precision bf16: HSDP x TP under pure bf16 is not measured"},
         {"tp QLoRA", A("--gpus", "2", "--tp", "2", "--method", "qlora", "--lora-targets", "q_proj,v_proj", "-o", "out.json"), "the Linear4bit forward asserts (bitsandbytes nn/modules.py:498) and get_peft_model fails (peft tuners/lora/bnb.py:585) (FINDINGS R-TP-14)"},
         /* context parallelism (FINDINGS R-CP): accelerate's checks, torch's and the Trainer's refusals, what is not measured */
         {"cp not the world", A("--gpus", "4", "--cp", "2", "-o", "out.json"), "cp_size 2 x sp_size 1 = 2, not the 4 processes"},

@@ -225,6 +225,7 @@ def tp_bf16_cases():
     """Pure bf16 under TP (FINDINGS R-TP-22): T 2 and 4, every_n off and 1, offload, the gloo twin at T 2."""
     out = [tp_spec("llama", n, off, tp, pure=True) for tp in (2, 4) for n, off in CKPT[:3]]
     out.append(tp_spec("llama", 1, False, 2, gloo=True, pure=True))
+    out.extend(tp_bf16_fsdp_cases())
     return out
 
 
@@ -239,9 +240,10 @@ def tp_sgd_cases():
 
 
 def tp_bf16_fsdp_cases():
-    """TP 2 x FSDP 2 under pure bf16 (FINDINGS R-TP-24: measured, not planned, so not in tests/data/hf-tp):
-    `--set tp-bf16-fsdp --all --out DIR`."""
-    return [tp_spec("llama", 1, False, 2, shard=2, pure=True)]
+    """TP 2 x FSDP 2 and TP 2 x DDP 2 (dp_replicate) under pure bf16, every_n off and 1 (FINDINGS R-TP-24,
+    R-TP-30: FSDP2 without a MixedPrecisionPolicy keeps and sends the bf16 shards; tests/data/hf-tp)."""
+    return [tp_spec("llama", n, False, 2, pure=True, **kw) for kw in (dict(shard=2), dict(replicate=2))
+            for n in (0, 1)]
 
 
 def cp_spec(every_n, offload, cp, shard=1, bf16=True, gloo=False, replicate=1):

@@ -84,6 +84,17 @@ bool gckpt_layout_check(const gckpt_setting *s, gckpt_err *err);
  * single-process bf16 fixtures); DDP and one GPU: s->precision. */
 gckpt_precision gckpt_parallel_compute_precision(const gckpt_setting *s);
 
+/* FSDP2's dtypes, decided here for the rows (core/parallel.c) and the simulator's buffers
+ * (core/sim_parallel.c). The shard dtype: a parameter's padded local shard, its AdamW states'
+ * and its unit's sharded gradient's: fp32 (accelerate upcasts the trainable ones, FINDINGS
+ * R-DISTPEFT-4) or, without an upcast (fsdp_as_loaded: transformers' own fully_shard under TP,
+ * R-TP-8, R-TP-30), the loaded dtype. The wire dtype: what is all-gathered and reduce-scattered:
+ * the MixedPrecisionPolicy's (bf16 under the Trainer's bf16=True, else fp32), or the shard dtype
+ * without a policy; a cast (an all-gather input of its own, a reduce output cast into the sharded
+ * gradient) happens only where the two differ. p NULL: a trainable unquantized parameter's. */
+gckpt_dtype gckpt_fsdp_shard_dtype(const gckpt_setting *s, const gckpt_param *p);
+gckpt_dtype gckpt_fsdp_wire_dtype(const gckpt_setting *s);
+
 /* The recipe a run of setting s computes, into r: model m in the precision the ranks compute
  * in, with s's attention, fine-tuning method and sequence (a sliding window past it takes the
  * masked SDPA form, gckpt_recipe_build_seq). gckpt-plan, gckpt-run and the tests that compare

@@ -125,11 +125,12 @@ typedef struct {
      * TP x FSDP (transformers' DistributedConfig(tp_size, fsdp_size), FINDINGS R-TP-8): the
      * parameters are TP rank tp_rank's of tp (gckpt_tp_params_local: the embedding's and lm_head's
      * chunk(V) rows; the model given is the rank's local model, gckpt_tp_local_model), sharded by
-     * FSDP2 over the fsdp ranks (gpus x nodes); fsdp_fp32: no MixedPrecisionPolicy
-     * (fsdp_mixed_precision False): fp32 all-gathers and reduce-scatters, the Trainer's autocast
-     * computes. 0 / false: none of this. */
+     * FSDP2 over the fsdp ranks (gpus x nodes); fsdp_as_loaded: no MixedPrecisionPolicy
+     * (fsdp_mixed_precision False) and no accelerate upcast: the shards, their AdamW states, the
+     * sharded gradients, the all-gathers and reduce-scatters all in the loaded dtype (fp32; bf16
+     * under pure bf16, FINDINGS R-TP-30; gckpt_fsdp_shard_dtype). 0 / false: none of this. */
     uint32_t tp, tp_rank;
-    bool fsdp_fp32;
+    bool fsdp_as_loaded;
     /* context parallelism (accelerate's ParallelismConfig(cp_size), FINDINGS R-CP-11): the CP size
      * of a CP x FSDP2 mesh, FSDP2 over every rank (dp_shard x cp); the setting's seq is then the
      * rank's piece, S / cp. 0: none. */

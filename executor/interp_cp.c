@@ -17,7 +17,8 @@
  *   call the replayed transients (gckpt_cp_ring_peak) above what the op's own allocations hold (one
  *   allocation; the ring's K/V exchange buffers and dK / dV sums are taken from it), as
  *   core/cp_walk.c plans them (gckpt_cp_extra_before).
- * The host backend only; fp32 and amp-bf16. CP x dp_shard: FSDP2 over all the ranks, the ring in the CP
+ * Any backend with the ring_* ops (host; CUDA, unverified: no GPU when it was written); fp32 and
+ * amp-bf16. CP x dp_shard: FSDP2 over all the ranks, the ring in the CP
  * group (cp consecutive ranks: cp innermost in accelerate's mesh), each CP group's batch that of its
  * data-parallel rank (rank / cp). */
 #include "interp_parallel.h"
@@ -47,8 +48,8 @@ static unsigned elem(const gckpt_exec *x) { return x->set.precision == GCKPT_FP3
 
 bool exec_cp_prepare(gckpt_exec *x, gckpt_err *err)
 {
-    if (strcmp(x->be->name, "host")) {
-        gckpt_seterr(err, "context parallelism is executed on the host backend only (--backend host)");
+    if (!x->be->ring_pack || !x->be->scratch) {
+        gckpt_seterr(err, "context parallelism: the %s backend has no ring attention ops (--backend host)", x->be->name);
         return false;
     }
     if (x->set.precision != GCKPT_FP32 && x->set.precision != GCKPT_AMP_BF16) {
@@ -284,13 +285,28 @@ static gckpt_xstatus ring(gckpt_exec *x, gckpt_xcall *call, bool backward, const
     return GCKPT_XS_OK;
 }
 
-/* The loss's factor: the rank's mean over its n_local targets becomes its sum over n_whole / C. */
+/* The loss's factor: the rank's mean over its n_local targets becomes its sum over n_whole / C.
+ * n_local is counted on the micro-batch's labels the executor made on the host (exec_cp_data),
+ * the ones the loss's labels input was uploaded from. */
 static float loss_factor(const gckpt_exec *x, const gckpt_xcall *call)
 {
-    const gckpt_xt *lb = &call->in[1];
-    uint64_t n = 0;
-    for (uint64_t i = 0; i < lb->n; i++) n += ((const int64_t *)lb->p)[i] != -100;
+    uint64_t n = 0, T = x->set.micro_batch * x->set.seq, m = call->in[1].n < T ? call->in[1].n : T;
+    for (uint64_t i = 0; i < m; i++) n += x->labels[i] != -100;
     return (float)((double)n * x->cp->C / (double)x->cp->n_whole);
+}
+
+/* A scalar on the backend times f, in its dtype (read back, then set). */
+static gckpt_xstatus scale_scalar(gckpt_exec *x, gckpt_xt t, float f, const char *at, gckpt_err *err)
+{
+    unsigned char buf[8] = {0};
+    unsigned size = gckpt_dtype_size((gckpt_dtype)t.dt);
+    if (!size || size > sizeof buf) return exec_fail(err, "%s: context parallelism: the loss's dtype has no scalar", at);
+    gckpt_xt h = {buf, 1, t.dt, 0, 0, 0, 0, 0, 0};
+    gckpt_xstatus rc = x->be->download(x->be, buf, t.p, size);
+    gckpt_xt one = t;
+    one.n = 1;
+    if (rc == GCKPT_XS_OK) rc = x->be->set_scalar(x->be, one, ld(&h, 0) * f);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, at, err);
 }
 
 gckpt_xstatus exec_cp_run_op(gckpt_exec *x, gckpt_xcall *call, bool backward, const exec_site *w, gckpt_err *err)
@@ -298,11 +314,12 @@ gckpt_xstatus exec_cp_run_op(gckpt_exec *x, gckpt_xcall *call, bool backward, co
     const gckpt_op *op = call->op;
     if (op->prim == GCKPT_P_SDPA) return ring(x, call, backward, w, err);
     bool loss = op->prim == GCKPT_P_NLL && op->out[0] == x->r->loss;
+    gckpt_xstatus rc;
     if (loss && !call->in[1].p) return exec_fail(err, "%s: context parallelism: the loss's labels are not bound", w->at);
-    if (loss && backward) st(&call->gout, 0, ld(&call->gout, 0) * loss_factor(x, call));
-    gckpt_xstatus rc = backward ? x->be->backward(x->be, call) : x->be->forward(x->be, call);
+    if (loss && backward && (rc = scale_scalar(x, call->gout, loss_factor(x, call), w->at, err)) != GCKPT_XS_OK) return rc;
+    rc = backward ? x->be->backward(x->be, call) : x->be->forward(x->be, call);
     if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
-    if (loss && !backward) st(&call->out[0], 0, ld(&call->out[0], 0) * loss_factor(x, call));
+    if (loss && !backward) return scale_scalar(x, call->out[0], loss_factor(x, call), w->at, err);
     return GCKPT_XS_OK;
 }
 

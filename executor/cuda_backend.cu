@@ -596,6 +596,7 @@ extern "C" gckpt_backend *gckpt_cuda_backend_new(const gckpt_cuda_opts *o, gckpt
     be->attach_group = c_attach_group;
     be->collective_group = c_collective_group;
     cuda_tp_ops(be);
+    cuda_cp_ops(be);
     be->destroy = c_destroy;
     cudaDeviceProp prop;
     cudaError_t e;

@@ -226,6 +226,7 @@ gckpt_xstatus cuda_nccl_collective_group(cuda_be *b, gckpt_coll_group g, gckpt_c
                                          gckpt_xt recv);
 // cuda_tp.cu: the backend's scratch, copy2d and embed_rows (tensor parallelism's vocabulary ops)
 void cuda_tp_ops(gckpt_backend *be);
+void cuda_cp_ops(gckpt_backend *be); // cuda_cp.cu: the ring attention's block ops
 void cuda_nccl_destroy(cuda_be *b);
 gckpt_xstatus cuda_add(cuda_be *b, gckpt_xt dst, gckpt_xt a, gckpt_xt x);
 gckpt_xstatus cuda_fill(cuda_be *b, gckpt_xt t, gckpt_init how, float scale, uint64_t key);

@@ -431,7 +431,7 @@ HOST_KERNEL_BOTH(softmax, softmax)
 HOST_KERNEL_BOTH(transpose, transpose)
 HOST_KERNEL_BOTH(repeat_kv, repeat_kv)
 
-/* ---- context parallelism's ring attention (FINDINGS R-CP-6, R-EXEC-6) ------------------------ */
+/* ---- context parallelism's ring attention, block by block (FINDINGS R-CP-6, R-EXEC-6) --------- */
 
 /* This rank's K and V rows packed [b, s, kv heads, qk_dim] then [b, s, kv heads, v_dim]. */
 static void pack_kv(const gckpt_xcall *c, const bufs *b, lay lk, lay lv, float *dst)
@@ -444,114 +444,114 @@ static void pack_kv(const gckpt_xcall *c, const bufs *b, lay lk, lay lv, float *
         for (uint64_t h = 0; h < lv.nh; h++) memcpy(dst + (r * lv.nh + h) * vd, b->in[2] + r * lv.W + lv.off + h * vd, vd * 4);
 }
 
-/* count floats from the call's transients while they last (*own false), else host scratch */
-static float *ring_take(const host_ring *g, uint64_t *used, uint64_t count, bool zero, bool *own)
-{
-    uint64_t b = count * sizeof(float);
-    if (g->arena && *used + b <= g->arena_bytes) {
-        float *p = (float *)((char *)g->arena + *used);
-        *used += b;
-        *own = false;
-        if (zero) memset(p, 0, b);
-        return p;
-    }
-    *own = true;
-    return zero ? hs_calloc(count ? count : 1, sizeof(float)) : hs_malloc(b ? b : 1);
-}
-
-static void ring_drop(float *p, bool own)
-{
-    if (own) hs_free(p);
-}
-
 /* One K/V block's visible keys for query position qp: key position <= query position (the load-
  * balanced blocks of torch's ring are exactly these sets, R-CP-6). */
-static bool ring_visible(const host_ring *g, uint32_t src, uint64_t j, uint64_t qp) { return g->pos[src * g->s + j] <= qp; }
+static bool ring_visible(const gckpt_ring *g, uint32_t src, uint64_t j, uint64_t qp) { return g->pos[src * g->s + j] <= qp; }
 
-gckpt_xstatus host_sdpa_ring_fwd(const gckpt_xcall *c, const host_ring *g, gckpt_err *err)
+gckpt_xstatus host_ring_pack(const gckpt_xcall *c, float *kv, uint64_t *n, gckpt_err *err)
+{
+    lay lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
+    *n = c->b * c->s * (lk.nh * c->op->qk_dim + lv.nh * c->op->v_dim);
+    if (!kv) return GCKPT_XS_OK;
+    bufs b = {0};
+    bool ok = load_in(c, &b, 1, err) && load_in(c, &b, 2, err);
+    if (ok) pack_kv(c, &b, lk, lv, kv);
+    bufs_store_free(c, &b, false);
+    return ok ? GCKPT_XS_OK : GCKPT_XS_ERROR;
+}
+
+gckpt_xstatus host_ring_block_fwd(const gckpt_xcall *c, const gckpt_ring *g, uint32_t src, const float *kv, float *out,
+                                  float *lse, gckpt_err *err)
 {
     uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, vd = c->op->v_dim, nh = c->op->heads, od = nh * vd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
     float scale = (float)c->op->sb;
-    uint64_t kn = B * S * lk.nh * hd, n = kn + B * S * lv.nh * vd; /* one rank's cat(K, V) */
+    uint64_t kn = B * S * lk.nh * hd;
     bufs b = {0};
     gckpt_xstatus rc = GCKPT_XS_ERROR;
-    uint64_t used = 0;
-    bool own_m, own_a;
-    float *mine = ring_take(g, &used, n, false, &own_m), *all = ring_take(g, &used, n * g->cp, false, &own_a),
-          *sc = hs_malloc(sizeof *sc * S), *o = hs_malloc(sizeof *o * vd), *acc = hs_malloc(sizeof *acc * vd);
-    if (!mine || !all || !sc || !o || !acc) {
+    float *sc = hs_malloc(sizeof *sc * S);
+    if (!sc) {
         gckpt_seterr(err, "op %s: out of host memory", c->op->name);
         goto out;
     }
-    if (!load_in(c, &b, 0, err) || !load_in(c, &b, 1, err) || !load_in(c, &b, 2, err)) goto out;
-    pack_kv(c, &b, lk, lv, mine);
-    /* the allgather rotation: every rank's cat(K, V) at once */
-    if ((rc = g->all_gather(g->user, mine, all, n, err)) != GCKPT_XS_OK) goto out;
-    rc = GCKPT_XS_ERROR;
+    if (!load_in(c, &b, 0, err)) goto out;
     for (uint64_t bi = 0; bi < B; bi++)
         for (uint64_t h = 0; h < nh; h++) {
             uint64_t kh = h / (nh / lk.nh), vh = h / (nh / lv.nh);
+            const float *K = kv + bi * S * lk.nh * hd, *V = kv + kn + bi * S * lv.nh * vd;
             for (uint64_t i = 0; i < S; i++) {
                 const float *q = b.in[0] + (bi * S + i) * lq.W + lq.off + h * hd;
                 uint64_t qp = g->pos[g->rank * S + i];
-                float lse = 0;
-                bool first = true;
-                /* step t: the block of rank (r - t) mod C, merged as _SDPAMerger does in fp32 */
-                for (uint32_t t = 0; t < g->cp; t++) {
-                    uint32_t src = (g->rank + g->cp - t) % g->cp;
-                    const float *K = all + src * n + bi * S * lk.nh * hd, *V = all + src * n + kn + bi * S * lv.nh * vd;
-                    float mx = -INFINITY, sum = 0;
-                    bool any = false;
-                    for (uint64_t j = 0; j < S; j++) {
-                        if (!ring_visible(g, src, j, qp)) continue;
-                        const float *k = K + (j * lk.nh + kh) * hd;
-                        float d = 0;
-                        for (uint64_t u = 0; u < hd; u++) d += q[u] * k[u];
-                        sc[j] = d * scale;
-                        mx = fmaxf(mx, sc[j]);
-                        any = true;
-                    }
-                    if (!any) continue; /* a partial update leaves the row */
-                    for (uint64_t j = 0; j < S; j++)
-                        if (ring_visible(g, src, j, qp)) sum += sc[j] = expf(sc[j] - mx);
-                    memset(o, 0, sizeof *o * vd);
-                    for (uint64_t j = 0; j < S; j++) {
-                        if (!ring_visible(g, src, j, qp)) continue;
-                        const float *v = V + (j * lv.nh + vh) * vd;
-                        float pj = sc[j] / sum;
-                        for (uint64_t u = 0; u < vd; u++) o[u] += pj * v[u];
-                    }
-                    for (uint64_t u = 0; u < vd; u++) o[u] = rnd(c->out[0].dt, o[u]); /* the block kernel's out */
-                    float bl = mx + logf(sum);
-                    if (first) {
-                        memcpy(acc, o, sizeof *acc * vd);
-                        lse = bl;
-                        first = false;
-                        continue;
-                    }
-                    /* out - sigmoid(block_lse - lse) * (out - block_out); lse - logsigmoid(lse - block_lse) */
-                    float sg = 1.0f / (1.0f + expf(-(bl - lse)));
-                    for (uint64_t u = 0; u < vd; u++) acc[u] = acc[u] - sg * (acc[u] - o[u]);
-                    float z = lse - bl;
-                    lse = lse - (z >= 0 ? -log1pf(expf(-z)) : z - log1pf(expf(z)));
+                float *o = out + (bi * S + i) * od + h * vd, *l = lse + (bi * nh + h) * S + i;
+                float mx = -INFINITY, sum = 0;
+                bool any = false;
+                for (uint64_t j = 0; j < S; j++) {
+                    if (!ring_visible(g, src, j, qp)) continue;
+                    const float *k = K + (j * lk.nh + kh) * hd;
+                    float d = 0;
+                    for (uint64_t u = 0; u < hd; u++) d += q[u] * k[u];
+                    sc[j] = d * scale;
+                    mx = fmaxf(mx, sc[j]);
+                    any = true;
                 }
-                for (uint64_t u = 0; u < vd; u++) st(&c->out[0], (bi * S + i) * od + h * vd + u, acc[u]);
-                st(&c->out[1], (bi * nh + h) * S + i, lse);
+                if (!any) { /* a partial update leaves the row */
+                    *l = -INFINITY;
+                    continue;
+                }
+                for (uint64_t j = 0; j < S; j++)
+                    if (ring_visible(g, src, j, qp)) sum += sc[j] = expf(sc[j] - mx);
+                memset(o, 0, sizeof *o * vd);
+                for (uint64_t j = 0; j < S; j++) {
+                    if (!ring_visible(g, src, j, qp)) continue;
+                    const float *v = V + (j * lv.nh + vh) * vd;
+                    float pj = sc[j] / sum;
+                    for (uint64_t u = 0; u < vd; u++) o[u] += pj * v[u];
+                }
+                for (uint64_t u = 0; u < vd; u++) o[u] = rnd(c->out[0].dt, o[u]); /* the block kernel's out */
+                *l = mx + logf(sum);
             }
         }
     rc = GCKPT_XS_OK;
 out:
-    ring_drop(mine, own_m);
-    ring_drop(all, own_a);
     hs_free(sc);
-    hs_free(o);
-    hs_free(acc);
     bufs_store_free(c, &b, false);
     return rc;
 }
 
-gckpt_xstatus host_sdpa_ring_bwd(const gckpt_xcall *c, const host_ring *g, gckpt_err *err)
+gckpt_xstatus host_ring_merge(const gckpt_xcall *c, float *acc, float *acc_lse, const float *out, const float *lse)
+{
+    uint64_t B = c->b, S = c->s, vd = c->op->v_dim, nh = c->op->heads, od = nh * vd;
+    for (uint64_t bi = 0; bi < B; bi++)
+        for (uint64_t h = 0; h < nh; h++)
+            for (uint64_t i = 0; i < S; i++) {
+                uint64_t li = (bi * nh + h) * S + i, oi = (bi * S + i) * od + h * vd;
+                float bl = lse[li], *a = acc + oi, *al = acc_lse + li;
+                const float *o = out + oi;
+                if (bl == -INFINITY) continue;
+                if (*al == -INFINITY) {
+                    memcpy(a, o, sizeof *a * vd);
+                    *al = bl;
+                    continue;
+                }
+                /* out - sigmoid(block_lse - lse) * (out - block_out); lse - logsigmoid(lse - block_lse) */
+                float sg = 1.0f / (1.0f + expf(-(bl - *al)));
+                for (uint64_t u = 0; u < vd; u++) a[u] = a[u] - sg * (a[u] - o[u]);
+                float z = *al - bl;
+                *al = *al - (z >= 0 ? -log1pf(expf(-z)) : z - log1pf(expf(z)));
+            }
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus host_ring_store(const gckpt_xcall *c, const float *acc, const float *acc_lse)
+{
+    uint64_t no = c->b * c->s * c->op->heads * c->op->v_dim, nl = c->b * c->op->heads * c->s;
+    for (uint64_t e = 0; e < no; e++) st(&c->out[0], e, acc[e]);
+    for (uint64_t e = 0; e < nl; e++) st(&c->out[1], e, acc_lse[e]);
+    return GCKPT_XS_OK;
+}
+
+gckpt_xstatus host_ring_block_bwd(const gckpt_xcall *c, const gckpt_ring *g, uint32_t src, const float *kv, float *dq,
+                                  float *dkv, gckpt_err *err)
 {
     uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, vd = c->op->v_dim, nh = c->op->heads, qd = nh * hd, od = nh * vd;
     lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
@@ -561,84 +561,75 @@ gckpt_xstatus host_sdpa_ring_bwd(const gckpt_xcall *c, const host_ring *g, gckpt
     NEED(c, c->out[1], "saved logsumexp");
     bufs b = {0};
     gckpt_xstatus rc = GCKPT_XS_ERROR;
-    uint64_t used = 0;
-    bool own_m, own_a, own_d;
-    float *go = NULL, *mine = ring_take(g, &used, n, false, &own_m), *all = ring_take(g, &used, n * g->cp, false, &own_a),
-          *dall = ring_take(g, &used, n * g->cp, true, &own_d), *dq = hs_calloc(B * S * qd, sizeof *dq), *bq = NULL,
-          *bkv = NULL;
-    float *aq = acc_of(c, &b, 0, err), *ak = acc_of(c, &b, 1, err), *av = acc_of(c, &b, 2, err);
-    if (!mine || !all || !dall || !dq) {
+    uint64_t nq = B * S * qd;
+    float *go = NULL, *bq = hs_calloc(nq ? nq : 1, sizeof *bq), *bkv = hs_calloc(n ? n : 1, sizeof *bkv);
+    if (!bq || !bkv) {
         gckpt_seterr(err, "op %s: out of host memory", c->op->name);
         goto out;
     }
-    if ((c->gin[first_same(c, 0)].p && !aq) || (c->gin[first_same(c, 1)].p && !ak) || (c->gin[first_same(c, 2)].p && !av))
-        goto out;
-    if (!load_in(c, &b, 0, err) || !load_in(c, &b, 1, err) || !load_in(c, &b, 2, err)) goto out;
+    if (!load_in(c, &b, 0, err)) goto out;
     if (!(go = host_to_f32(&c->gout, err))) goto out;
-    pack_kv(c, &b, lk, lv, mine);
-    if ((rc = g->all_gather(g->user, mine, all, n, err)) != GCKPT_XS_OK) goto out; /* the backward's K/V again */
-    rc = GCKPT_XS_ERROR;
-    /* each block's backward with the merged out and lse: its dq, dk, dv in the compute dtype (the block
-     * kernel's outputs), added into the fp32 accumulators (dK / dV per source rank) */
-    if (!(bq = hs_malloc(sizeof *bq * B * S * qd)) || !(bkv = hs_malloc(sizeof *bkv * n))) {
-        gckpt_seterr(err, "op %s: out of host memory", c->op->name);
-        goto out;
-    }
-    for (uint32_t t = 0; t < g->cp; t++) {
-        uint32_t src = (g->rank + g->cp - t) % g->cp;
-        memset(bq, 0, sizeof *bq * B * S * qd);
-        memset(bkv, 0, sizeof *bkv * n);
-        for (uint64_t bi = 0; bi < B; bi++)
-            for (uint64_t h = 0; h < nh; h++) {
-                uint64_t kh = h / (nh / lk.nh), vh = h / (nh / lv.nh);
-                const float *K = all + src * n + bi * S * lk.nh * hd, *V = all + src * n + kn + bi * S * lv.nh * vd;
-                float *dK = bkv + bi * S * lk.nh * hd, *dV = bkv + kn + bi * S * lv.nh * vd;
-                for (uint64_t i = 0; i < S; i++) {
-                    const float *q = b.in[0] + (bi * S + i) * lq.W + lq.off + h * hd;
-                    const float *dO = go + (bi * S + i) * od + h * vd;
-                    uint64_t qp = g->pos[g->rank * S + i];
-                    float lse = ld(&c->out[1], (bi * nh + h) * S + i), Di = 0;
-                    for (uint64_t u = 0; u < vd; u++) Di += dO[u] * ld(&c->out[0], (bi * S + i) * od + h * vd + u);
-                    float *dqi = bq + (bi * S + i) * qd + h * hd;
-                    for (uint64_t j = 0; j < S; j++) {
-                        if (!ring_visible(g, src, j, qp)) continue;
-                        const float *k = K + (j * lk.nh + kh) * hd, *v = V + (j * lv.nh + vh) * vd;
-                        float sdot = 0, dp = 0;
-                        for (uint64_t u = 0; u < hd; u++) sdot += q[u] * k[u];
-                        for (uint64_t u = 0; u < vd; u++) dp += dO[u] * v[u];
-                        float pij = expf(sdot * scale - lse), ds = pij * (dp - Di) * scale;
-                        float *dv = dV + (j * lv.nh + vh) * vd, *dk = dK + (j * lk.nh + kh) * hd;
-                        for (uint64_t u = 0; u < vd; u++) dv[u] += pij * dO[u];
-                        for (uint64_t u = 0; u < hd; u++) dqi[u] += ds * k[u];
-                        for (uint64_t u = 0; u < hd; u++) dk[u] += ds * q[u];
-                    }
+    /* the block's backward with the merged out and lse: its dq, dk, dv in the compute dtype (the
+     * block kernel's outputs), added into the fp32 accumulators */
+    for (uint64_t bi = 0; bi < B; bi++)
+        for (uint64_t h = 0; h < nh; h++) {
+            uint64_t kh = h / (nh / lk.nh), vh = h / (nh / lv.nh);
+            const float *K = kv + bi * S * lk.nh * hd, *V = kv + kn + bi * S * lv.nh * vd;
+            float *dK = bkv + bi * S * lk.nh * hd, *dV = bkv + kn + bi * S * lv.nh * vd;
+            for (uint64_t i = 0; i < S; i++) {
+                const float *q = b.in[0] + (bi * S + i) * lq.W + lq.off + h * hd;
+                const float *dO = go + (bi * S + i) * od + h * vd;
+                uint64_t qp = g->pos[g->rank * S + i];
+                float lse = ld(&c->out[1], (bi * nh + h) * S + i), Di = 0;
+                for (uint64_t u = 0; u < vd; u++) Di += dO[u] * ld(&c->out[0], (bi * S + i) * od + h * vd + u);
+                float *dqi = bq + (bi * S + i) * qd + h * hd;
+                for (uint64_t j = 0; j < S; j++) {
+                    if (!ring_visible(g, src, j, qp)) continue;
+                    const float *k = K + (j * lk.nh + kh) * hd, *v = V + (j * lv.nh + vh) * vd;
+                    float sdot = 0, dp = 0;
+                    for (uint64_t u = 0; u < hd; u++) sdot += q[u] * k[u];
+                    for (uint64_t u = 0; u < vd; u++) dp += dO[u] * v[u];
+                    float pij = expf(sdot * scale - lse), ds = pij * (dp - Di) * scale;
+                    float *dv = dV + (j * lv.nh + vh) * vd, *dk = dK + (j * lk.nh + kh) * hd;
+                    for (uint64_t u = 0; u < vd; u++) dv[u] += pij * dO[u];
+                    for (uint64_t u = 0; u < hd; u++) dqi[u] += ds * k[u];
+                    for (uint64_t u = 0; u < hd; u++) dk[u] += ds * q[u];
                 }
             }
-        uint8_t cdt = c->out[0].dt;
-        for (uint64_t e = 0; e < B * S * qd; e++) dq[e] += rnd(cdt, bq[e]);
-        for (uint64_t e = 0; e < n; e++) dall[src * n + e] += rnd(cdt, bkv[e]);
-    }
-    /* dK / dV to the rank that holds K / V, summed over the ranks (fp32, as convert_to_f32) */
-    if ((rc = g->reduce_scatter(g->user, dall, mine, n, err)) != GCKPT_XS_OK) goto out;
-    for (uint64_t r = 0; r < B * S; r++) {
-        if (ak)
-            for (uint64_t h = 0; h < lk.nh; h++)
-                for (uint64_t u = 0; u < hd; u++) ak[r * lk.W + lk.off + h * hd + u] += mine[(r * lk.nh + h) * hd + u];
-        if (av)
-            for (uint64_t h = 0; h < lv.nh; h++)
-                for (uint64_t u = 0; u < vd; u++) av[r * lv.W + lv.off + h * vd + u] += mine[kn + (r * lv.nh + h) * vd + u];
-        if (aq)
-            for (uint64_t u = 0; u < qd; u++) aq[r * lq.W + lq.off + u] += dq[r * qd + u];
-    }
+        }
+    uint8_t cdt = c->out[0].dt;
+    for (uint64_t e = 0; e < nq; e++) dq[e] += rnd(cdt, bq[e]);
+    for (uint64_t e = 0; e < n; e++) dkv[e] += rnd(cdt, bkv[e]);
     rc = GCKPT_XS_OK;
 out:
     hs_free(go);
-    ring_drop(mine, own_m);
-    ring_drop(all, own_a);
-    ring_drop(dall, own_d);
-    hs_free(dq);
     hs_free(bq);
     hs_free(bkv);
-    bufs_store_free(c, &b, rc == GCKPT_XS_OK);
+    bufs_store_free(c, &b, false);
     return rc;
+}
+
+gckpt_xstatus host_ring_grad(const gckpt_xcall *c, const float *dq, const float *dkv, gckpt_err *err)
+{
+    uint64_t B = c->b, S = c->s, hd = c->op->qk_dim, vd = c->op->v_dim, qd = c->op->heads * hd;
+    lay lq = layout(c, 0, ROLE_Q), lk = layout(c, 1, ROLE_K), lv = layout(c, 2, ROLE_V);
+    uint64_t kn = B * S * lk.nh * hd;
+    bufs b = {0};
+    float *aq = acc_of(c, &b, 0, err), *ak = acc_of(c, &b, 1, err), *av = acc_of(c, &b, 2, err);
+    if ((c->gin[first_same(c, 0)].p && !aq) || (c->gin[first_same(c, 1)].p && !ak) || (c->gin[first_same(c, 2)].p && !av)) {
+        bufs_store_free(c, &b, false);
+        return GCKPT_XS_ERROR;
+    }
+    for (uint64_t r = 0; r < B * S; r++) {
+        if (ak)
+            for (uint64_t h = 0; h < lk.nh; h++)
+                for (uint64_t u = 0; u < hd; u++) ak[r * lk.W + lk.off + h * hd + u] += dkv[(r * lk.nh + h) * hd + u];
+        if (av)
+            for (uint64_t h = 0; h < lv.nh; h++)
+                for (uint64_t u = 0; u < vd; u++) av[r * lv.W + lv.off + h * vd + u] += dkv[kn + (r * lv.nh + h) * vd + u];
+        if (aq)
+            for (uint64_t u = 0; u < qd; u++) aq[r * lq.W + lq.off + u] += dq[r * qd + u];
+    }
+    bufs_store_free(c, &b, true);
+    return GCKPT_XS_OK;
 }

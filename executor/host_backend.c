@@ -325,6 +325,7 @@ gckpt_backend *gckpt_host_backend_new(uint64_t memory_limit)
     be->attach_group = h_attach_group;
     be->collective_group = h_collective_group;
     host_tp_ops(be);
+    host_cp_ops(be);
     be->destroy = h_destroy;
     return be;
 }

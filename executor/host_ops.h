@@ -34,29 +34,17 @@ HOST_KERNEL_PAIR(softmax);
 HOST_KERNEL_PAIR(transpose);
 HOST_KERNEL_PAIR(repeat_kv);
 gckpt_xstatus host_bool_mask_fwd(const gckpt_xcall *c, gckpt_err *err);
-/* Context parallelism's ring attention (interp_cp.c): SDPA of this rank's queries against every
- * rank's K / V (one all-gather of cat(K, V), the allgather rotation), block by block from rank
- * (r - t) mod C, each block's out and logsumexp merged in fp32 as torch's _SDPAMerger; the backward
- * gathers K / V again, runs each block with the merged out and lse, and sums dK / dV onto the rank
- * holding K / V (a reduce-scatter). pos: every rank's token positions [cp][s] (gckpt_cp_positions);
- * a key is visible to a query when its position is not later. */
-typedef struct {
-    uint32_t cp, rank;
-    uint64_t s;
-    const uint64_t *pos;
-    /* n floats of every rank into recv[cp * n] in rank order; send[cp * n] summed over the ranks,
-     * this rank's n into recv */
-    gckpt_xstatus (*all_gather)(void *user, const float *send, float *recv, uint64_t n, gckpt_err *err);
-    gckpt_xstatus (*reduce_scatter)(void *user, const float *send, float *recv, uint64_t n, gckpt_err *err);
-    void *user;
-    /* the call's transients (the replayed peak's bytes, interp_cp.c): the K/V exchange's buffers (this
-     * rank's cat, every rank's) and then the backward's dK / dV sums are taken from it where they fit,
-     * the rest from host scratch */
-    void *arena;
-    uint64_t arena_bytes;
-} host_ring;
-gckpt_xstatus host_sdpa_ring_fwd(const gckpt_xcall *c, const host_ring *g, gckpt_err *err);
-gckpt_xstatus host_sdpa_ring_bwd(const gckpt_xcall *c, const host_ring *g, gckpt_err *err);
+/* Context parallelism's ring attention block by block (executor.h's ring_* ops; interp_cp.c does
+ * the exchanges; host_cp.c puts them in the backend's table). */
+gckpt_xstatus host_ring_pack(const gckpt_xcall *c, float *kv, uint64_t *n, gckpt_err *err);
+gckpt_xstatus host_ring_block_fwd(const gckpt_xcall *c, const gckpt_ring *g, uint32_t src, const float *kv, float *out,
+                                  float *lse, gckpt_err *err);
+gckpt_xstatus host_ring_merge(const gckpt_xcall *c, float *acc, float *acc_lse, const float *out, const float *lse);
+gckpt_xstatus host_ring_store(const gckpt_xcall *c, const float *acc, const float *acc_lse);
+gckpt_xstatus host_ring_block_bwd(const gckpt_xcall *c, const gckpt_ring *g, uint32_t src, const float *kv, float *dq,
+                                  float *dkv, gckpt_err *err);
+gckpt_xstatus host_ring_grad(const gckpt_xcall *c, const float *dq, const float *dkv, gckpt_err *err);
+void host_cp_ops(gckpt_backend *be);
 /* mixture-of-experts primitives (host_moe.c); sort, floordiv, histc and the inverse
  * permutation make integers: no backward */
 HOST_KERNEL_PAIR(topk);

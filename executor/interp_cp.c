@@ -5,8 +5,8 @@
  *   context_parallel's load balancer splits them (gckpt_cp_positions): input_ids, the Trainer's
  *   shift_labels (made on the whole sequence: the last token of a piece keeps its true target) and
  *   position_ids (the rotary tables follow them);
- * - SDPA: host_sdpa_ring_fwd / _bwd (one all-gather of cat(K, V) per call, the per-block merge in
- *   fp32, the backward's dK / dV summed onto the rank that holds K / V);
+ * - SDPA: ring_fwd / ring_bwd below over the backend's ring_* ops (one all-gather of cat(K, V) per
+ *   call, the per-block merge in fp32, the backward's dK / dV summed onto the rank that holds K / V);
  * - the loss: the Trainer's under CP (R-EXEC-6): each rank's sum over its tokens divided by
  *   num_items_in_batch / cp and multiplied by the world size, FSDP2 averaging the gradients over the
  *   world; here the rank's mean loss rescaled to sum / (whole batch's items / C) (the 1 / grad_accum
@@ -17,11 +17,13 @@
  *   call the replayed transients (gckpt_cp_ring_peak) above what the op's own allocations hold (one
  *   allocation; the ring's K/V exchange buffers and dK / dV sums are taken from it), as
  *   core/cp_walk.c plans them (gckpt_cp_extra_before).
- * The host backend only; fp32 and amp-bf16. CP x dp_shard: FSDP2 over all the ranks, the ring in the CP
+ * Any backend with the ring_* ops (host; CUDA, unverified: no GPU when it was written); fp32 and
+ * amp-bf16. CP x dp_shard: FSDP2 over all the ranks, the ring in the CP
  * group (cp consecutive ranks: cp innermost in accelerate's mesh), each CP group's batch that of its
  * data-parallel rank (rank / cp). */
 #include "interp_parallel.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +31,6 @@
 #include "gckpt/core/schedule.h"
 #include "gckpt/core/step.h"
 #include "host_num.h"
-#include "host_ops.h"
 
 struct exec_cp {
     uint32_t C, r;
@@ -47,8 +48,8 @@ static unsigned elem(const gckpt_exec *x) { return x->set.precision == GCKPT_FP3
 
 bool exec_cp_prepare(gckpt_exec *x, gckpt_err *err)
 {
-    if (strcmp(x->be->name, "host")) {
-        gckpt_seterr(err, "context parallelism is executed on the host backend only (--backend host)");
+    if (!x->be->ring_pack || !x->be->scratch) {
+        gckpt_seterr(err, "context parallelism: the %s backend has no ring attention ops (--backend host)", x->be->name);
         return false;
     }
     if (x->set.precision != GCKPT_FP32 && x->set.precision != GCKPT_AMP_BF16) {
@@ -126,21 +127,126 @@ static gckpt_xstatus cp_coll(gckpt_exec *x, gckpt_coll op, gckpt_xt send, gckpt_
     return x->be->collective_group(x->be, GCKPT_GROUP_CP, op, GCKPT_RED_SUM, send, recv);
 }
 
-static gckpt_xstatus gather(void *u, const float *send, float *recv, uint64_t n, gckpt_err *err)
+/* The ring's float buffers: from the call's transients (the arena) while they last (*own false),
+ * else the backend's scratch; zero: set to 0. */
+typedef struct {
+    char *p;
+    uint64_t bytes, used;
+} arena;
+
+static gckpt_xstatus ring_take(gckpt_exec *x, arena *a, uint64_t count, bool zero, float **p, bool *own)
 {
-    gckpt_exec *x = u;
+    uint64_t b = count * sizeof(float);
+    gckpt_xstatus rc = GCKPT_XS_OK;
+    *own = !(a->p && a->used + b <= a->bytes);
+    if (!*own) {
+        *p = (float *)(a->p + a->used);
+        a->used += b;
+    } else if ((rc = x->be->scratch(x->be, b, (void **)p)) != GCKPT_XS_OK) {
+        *p = NULL;
+        return rc;
+    }
+    gckpt_xt t = {*p, count, GCKPT_DT_F32, 0, 0, 0, 0, 0, 0};
+    return zero && count ? x->be->init(x->be, t, GCKPT_INIT_CONST, 0.0f, 0) : rc;
+}
+
+static void ring_drop(gckpt_exec *x, float *p, bool own)
+{
+    if (p && own) x->be->scratch_free(x->be, p);
+}
+
+static gckpt_xstatus gather(gckpt_exec *x, const float *send, float *recv, uint64_t n, gckpt_err *err)
+{
     gckpt_xt s = {(void *)send, n, GCKPT_DT_F32, 0, 0, 0, 0, 0, 0}, r = {recv, n * x->cp->C, GCKPT_DT_F32, 0, 0, 0, 0, 0, 0};
     gckpt_xstatus rc = cp_coll(x, GCKPT_COLL_ALL_GATHER, s, r);
     if (rc != GCKPT_XS_OK) gckpt_seterr(err, "the ring's K/V all-gather: %s", x->be->err.msg);
     return rc;
 }
 
-static gckpt_xstatus scatter(void *u, const float *send, float *recv, uint64_t n, gckpt_err *err)
+static gckpt_xstatus scatter(gckpt_exec *x, const float *send, float *recv, uint64_t n, gckpt_err *err)
 {
-    gckpt_exec *x = u;
     gckpt_xt s = {(void *)send, n * x->cp->C, GCKPT_DT_F32, 0, 0, 0, 0, 0, 0}, r = {recv, n, GCKPT_DT_F32, 0, 0, 0, 0, 0, 0};
     gckpt_xstatus rc = cp_coll(x, GCKPT_COLL_REDUCE_SCATTER, s, r);
     if (rc != GCKPT_XS_OK) gckpt_seterr(err, "the ring's dK/dV reduction: %s", x->be->err.msg);
+    return rc;
+}
+
+#define RING_TRY(e)                                                                                \
+    do {                                                                                           \
+        if ((rc = (e)) != GCKPT_XS_OK) {                                                           \
+            exec_be_fail(x, rc, at, err);                                                          \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* SDPA over every rank's K / V: one all-gather of cat(K, V) (the allgather rotation), block by
+ * block from rank (r - t) mod C, each block's out and logsumexp merged in fp32 (torch's
+ * _SDPAMerger). The exchange buffers from the arena, the block's and the merge's from scratch. */
+static gckpt_xstatus ring_fwd(gckpt_exec *x, const gckpt_xcall *call, const gckpt_ring *g, arena *a, const char *at,
+                              gckpt_err *err)
+{
+    gckpt_backend *be = x->be;
+    const gckpt_op *op = call->op;
+    uint64_t n = 0, no = call->b * call->s * op->heads * op->v_dim, nl = call->b * op->heads * call->s;
+    float *mine = NULL, *all = NULL, *o = NULL, *l = NULL, *acc = NULL, *al = NULL;
+    bool own_m = false, own_a = false;
+    gckpt_xstatus rc;
+    RING_TRY(be->ring_pack(be, call, NULL, &n));
+    RING_TRY(ring_take(x, a, n, false, &mine, &own_m));
+    RING_TRY(ring_take(x, a, n * g->cp, false, &all, &own_a));
+    RING_TRY(be->scratch(be, (2 * no + 2 * nl) * sizeof(float), (void **)&o));
+    acc = o + no;
+    l = acc + no;
+    al = l + nl;
+    gckpt_xt tl = {al, nl, GCKPT_DT_F32, 0, 0, 0, 0, 0, 0};
+    RING_TRY(be->init(be, tl, GCKPT_INIT_CONST, -INFINITY, 0)); /* no block merged yet */
+    RING_TRY(be->ring_pack(be, call, mine, &n));
+    if ((rc = gather(x, mine, all, n, err)) != GCKPT_XS_OK) goto out;
+    for (uint32_t t = 0; t < g->cp; t++) {
+        uint32_t src = (g->rank + g->cp - t) % g->cp;
+        RING_TRY(be->ring_block_fwd(be, call, g, src, all + src * n, o, l));
+        RING_TRY(be->ring_merge(be, call, acc, al, o, l));
+    }
+    RING_TRY(be->ring_store(be, call, acc, al));
+out:
+    if (o) be->scratch_free(be, o);
+    ring_drop(x, all, own_a);
+    ring_drop(x, mine, own_m);
+    return rc;
+}
+
+/* The backward: K / V gathered again, each block's backward with the merged out and lse, dK / dV
+ * summed per source rank and reduce-scattered onto the rank that holds K / V (fp32). */
+static gckpt_xstatus ring_bwd(gckpt_exec *x, const gckpt_xcall *call, const gckpt_ring *g, arena *a, const char *at,
+                              gckpt_err *err)
+{
+    gckpt_backend *be = x->be;
+    const gckpt_op *op = call->op;
+    uint64_t n = 0, nq = call->b * call->s * op->heads * op->qk_dim;
+    float *mine = NULL, *all = NULL, *dall = NULL, *dq = NULL;
+    bool own_m = false, own_a = false, own_d = false, own_q = false;
+    gckpt_xstatus rc;
+    if (!call->out[0].p || !call->out[1].p)
+        return exec_fail(err, "%s: op %s: the saved output or logsumexp is not available (freed before use)", at, op->name);
+    RING_TRY(be->ring_pack(be, call, NULL, &n));
+    RING_TRY(ring_take(x, a, n, false, &mine, &own_m));
+    RING_TRY(ring_take(x, a, n * g->cp, false, &all, &own_a));
+    RING_TRY(ring_take(x, a, n * g->cp, true, &dall, &own_d));
+    arena none = {0};
+    RING_TRY(ring_take(x, &none, nq, true, &dq, &own_q));
+    RING_TRY(be->ring_pack(be, call, mine, &n));
+    if ((rc = gather(x, mine, all, n, err)) != GCKPT_XS_OK) goto out; /* the backward's K/V again */
+    for (uint32_t t = 0; t < g->cp; t++) {
+        uint32_t src = (g->rank + g->cp - t) % g->cp;
+        RING_TRY(be->ring_block_bwd(be, call, g, src, all + src * n, dq, dall + src * n));
+    }
+    if ((rc = scatter(x, dall, mine, n, err)) != GCKPT_XS_OK) goto out;
+    RING_TRY(be->ring_grad(be, call, dq, mine));
+out:
+    ring_drop(x, dq, own_q);
+    ring_drop(x, dall, own_d);
+    ring_drop(x, all, own_a);
+    ring_drop(x, mine, own_m);
     return rc;
 }
 
@@ -165,9 +271,9 @@ static gckpt_xstatus ring(gckpt_exec *x, gckpt_xcall *call, bool backward, const
     void *tr = NULL;
     uint64_t trb = target > ms.allocated ? target - ms.allocated : 0;
     if (trb && (rc = take(x, trb, &tr, w->at, err)) != GCKPT_XS_OK) return rc;
-    host_ring g = {.cp = c->C, .rank = c->r, .s = x->set.seq, .pos = c->pos, .all_gather = gather,
-                   .reduce_scatter = scatter, .user = x, .arena = tr, .arena_bytes = trb};
-    rc = backward ? host_sdpa_ring_bwd(call, &g, err) : host_sdpa_ring_fwd(call, &g, err);
+    gckpt_ring g = {.cp = c->C, .rank = c->r, .s = x->set.seq, .pos = c->pos};
+    arena a = {tr, trb, 0};
+    rc = backward ? ring_bwd(x, call, &g, &a, w->at, err) : ring_fwd(x, call, &g, &a, w->at, err);
     if (tr) x->be->release(x->be, GCKPT_MEM_DEVICE, tr, trb);
     if (rc != GCKPT_XS_OK) return rc;
     bool keep = !backward && c->copy_bytes &&
@@ -179,13 +285,28 @@ static gckpt_xstatus ring(gckpt_exec *x, gckpt_xcall *call, bool backward, const
     return GCKPT_XS_OK;
 }
 
-/* The loss's factor: the rank's mean over its n_local targets becomes its sum over n_whole / C. */
+/* The loss's factor: the rank's mean over its n_local targets becomes its sum over n_whole / C.
+ * n_local is counted on the micro-batch's labels the executor made on the host (exec_cp_data),
+ * the ones the loss's labels input was uploaded from. */
 static float loss_factor(const gckpt_exec *x, const gckpt_xcall *call)
 {
-    const gckpt_xt *lb = &call->in[1];
-    uint64_t n = 0;
-    for (uint64_t i = 0; i < lb->n; i++) n += ((const int64_t *)lb->p)[i] != -100;
+    uint64_t n = 0, T = x->set.micro_batch * x->set.seq, m = call->in[1].n < T ? call->in[1].n : T;
+    for (uint64_t i = 0; i < m; i++) n += x->labels[i] != -100;
     return (float)((double)n * x->cp->C / (double)x->cp->n_whole);
+}
+
+/* A scalar on the backend times f, in its dtype (read back, then set). */
+static gckpt_xstatus scale_scalar(gckpt_exec *x, gckpt_xt t, float f, const char *at, gckpt_err *err)
+{
+    unsigned char buf[8] = {0};
+    unsigned size = gckpt_dtype_size((gckpt_dtype)t.dt);
+    if (!size || size > sizeof buf) return exec_fail(err, "%s: context parallelism: the loss's dtype has no scalar", at);
+    gckpt_xt h = {buf, 1, t.dt, 0, 0, 0, 0, 0, 0};
+    gckpt_xstatus rc = x->be->download(x->be, buf, t.p, size);
+    gckpt_xt one = t;
+    one.n = 1;
+    if (rc == GCKPT_XS_OK) rc = x->be->set_scalar(x->be, one, ld(&h, 0) * f);
+    return rc == GCKPT_XS_OK ? rc : exec_be_fail(x, rc, at, err);
 }
 
 gckpt_xstatus exec_cp_run_op(gckpt_exec *x, gckpt_xcall *call, bool backward, const exec_site *w, gckpt_err *err)
@@ -193,11 +314,12 @@ gckpt_xstatus exec_cp_run_op(gckpt_exec *x, gckpt_xcall *call, bool backward, co
     const gckpt_op *op = call->op;
     if (op->prim == GCKPT_P_SDPA) return ring(x, call, backward, w, err);
     bool loss = op->prim == GCKPT_P_NLL && op->out[0] == x->r->loss;
+    gckpt_xstatus rc;
     if (loss && !call->in[1].p) return exec_fail(err, "%s: context parallelism: the loss's labels are not bound", w->at);
-    if (loss && backward) st(&call->gout, 0, ld(&call->gout, 0) * loss_factor(x, call));
-    gckpt_xstatus rc = backward ? x->be->backward(x->be, call) : x->be->forward(x->be, call);
+    if (loss && backward && (rc = scale_scalar(x, call->gout, loss_factor(x, call), w->at, err)) != GCKPT_XS_OK) return rc;
+    rc = backward ? x->be->backward(x->be, call) : x->be->forward(x->be, call);
     if (rc != GCKPT_XS_OK) return exec_be_fail(x, rc, w->at, err);
-    if (loss && !backward) st(&call->out[0], 0, ld(&call->out[0], 0) * loss_factor(x, call));
+    if (loss && !backward) return scale_scalar(x, call->out[0], loss_factor(x, call), w->at, err);
     return GCKPT_XS_OK;
 }
 

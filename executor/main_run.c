@@ -644,9 +644,9 @@ static int run_plan(const args_t *a_in, bool launched, int *argc, char ***argv)
         goto out;
     }
     if (!(be = make_backend(&a, &rc))) goto out;
-    if (pf.layout.cp > 1 && strcmp(be->name, "host")) { /* interp_cp.c's ring attention computes on host memory */
-        rc = bad("--backend %s: %s: a context-parallel plan (cp_size %u) is executed on the host backend only "
-                 "(--backend host)", be->name, pf.file, pf.layout.cp);
+    if (pf.layout.cp > 1 && !be->ring_pack) { /* interp_cp.c's ring attention runs on the backend's ring_* ops */
+        rc = bad("--backend %s: %s: a context-parallel plan (cp_size %u) needs the backend's ring attention ops, "
+                 "which it has not (--backend host)", be->name, pf.file, pf.layout.cp);
         goto out;
     }
     if (pf.vlm && (rc = vlm_runs(&pf, be)) != 0) goto out;

@@ -1001,6 +1001,116 @@ static void test_tp_backend_ops(void **state)
     be->destroy(be);
 }
 
+/* Context parallelism's ring ops (executor.h ring_*, host_cp.c): two ranks' blocks merged (positions
+ * {0, 3} and {1, 2}: the load balancer's head-tail split of 4 tokens) give each rank's rows of one
+ * block over the whole sequence, forward (out, logsumexp; rank 0's first query sees no key of rank
+ * 1's block: a left-out row) and backward (dq, and dK / dV summed over the ranks as the reduce-
+ * scatter sums them). */
+enum { RS = 4, RD = 2 };
+typedef struct {
+    gckpt_xcall c;
+    float q[RS * RD], k[RS * RD], v[RS * RD], o[RS * RD], l[RS], go[RS * RD], gq[RS * RD], gk[RS * RD], gv[RS * RD];
+} ring_call;
+
+static void ring_call_of(ring_call *rc, const gckpt_op *op, const uint64_t *pos, uint64_t s)
+{
+    memset(rc, 0, sizeof *rc);
+    for (uint64_t i = 0; i < s; i++)
+        for (int u = 0; u < RD; u++) {
+            double p = (double)pos[i] * RD + u;
+            rc->q[i * RD + u] = (float)sin(p * 0.7 + 0.1);
+            rc->k[i * RD + u] = (float)cos(p * 0.3 - 0.2);
+            rc->v[i * RD + u] = (float)sin(p * 1.3 + 0.5);
+            rc->go[i * RD + u] = (float)cos(p * 0.9 + 0.4);
+        }
+    gckpt_xcall *c = &rc->c;
+    c->op = op;
+    c->b = 1;
+    c->s = s;
+    float *in[3] = {rc->q, rc->k, rc->v}, *g[3] = {rc->gq, rc->gk, rc->gv};
+    for (int k = 0; k < 3; k++) {
+        c->in[k] = (gckpt_xt){in[k], s * RD, GCKPT_DT_F32, RD, s};
+        c->gin[k] = (gckpt_xt){g[k], s * RD, GCKPT_DT_F32, RD, s};
+    }
+    c->out[0] = (gckpt_xt){rc->o, s * RD, GCKPT_DT_F32, RD, s};
+    c->out[1] = (gckpt_xt){rc->l, s, GCKPT_DT_F32, s, 1};
+    c->gout = (gckpt_xt){rc->go, s * RD, GCKPT_DT_F32, RD, s};
+}
+
+/* one rank's forward over the blocks of all (cp blocks of n floats) */
+static void ring_fwd_rank(gckpt_backend *be, ring_call *rc, const gckpt_ring *g, const float *all, uint64_t n)
+{
+    float ob[RS * RD], lb[RS], acc[RS * RD], al[RS];
+    for (int i = 0; i < RS; i++) al[i] = -INFINITY;
+    for (uint32_t t = 0; t < g->cp; t++) {
+        uint32_t src = (g->rank + g->cp - t) % g->cp;
+        assert_int_equal(be->ring_block_fwd(be, &rc->c, g, src, all + src * n, ob, lb), GCKPT_XS_OK);
+        if (g->cp > 1 && g->rank == 0 && src == 1) assert_true(lb[0] == -INFINITY);
+        assert_int_equal(be->ring_merge(be, &rc->c, acc, al, ob, lb), GCKPT_XS_OK);
+    }
+    assert_int_equal(be->ring_store(be, &rc->c, acc, al), GCKPT_XS_OK);
+}
+
+static void test_cp_ring_ops(void **state)
+{
+    (void)state;
+    gckpt_backend *be = gckpt_host_backend_new(0);
+    assert_non_null(be);
+    gckpt_op op;
+    memset(&op, 0, sizeof op);
+    snprintf(op.name, sizeof op.name, "sdpa");
+    op.prim = GCKPT_P_SDPA;
+    op.nin = 3;
+    op.heads = op.kv_heads = 1;
+    op.qk_dim = op.v_dim = RD;
+    op.sb = 0.7;
+    for (int k = 0; k < 3; k++) op.in[k] = (int16_t)k;
+    /* one block over the whole sequence */
+    const uint64_t pw[RS] = {0, 1, 2, 3}, p2[RS] = {0, 3, 1, 2};
+    ring_call w, r[2];
+    ring_call_of(&w, &op, pw, RS);
+    gckpt_ring gw = {1, 0, RS, pw};
+    uint64_t n = 0;
+    assert_int_equal(be->ring_pack(be, &w.c, NULL, &n), GCKPT_XS_OK);
+    assert_int_equal(n, 2 * RS * RD);
+    float kvw[2 * RS * RD], dqw[RS * RD] = {0}, dkvw[2 * RS * RD] = {0};
+    assert_int_equal(be->ring_pack(be, &w.c, kvw, &n), GCKPT_XS_OK);
+    ring_fwd_rank(be, &w, &gw, kvw, n);
+    assert_int_equal(be->ring_block_bwd(be, &w.c, &gw, 0, kvw, dqw, dkvw), GCKPT_XS_OK);
+    assert_int_equal(be->ring_grad(be, &w.c, dqw, dkvw), GCKPT_XS_OK);
+    /* two ranks of 2 tokens: the all-gather and the reduce-scatter done here */
+    uint64_t n2 = 2 * 2 * RD;
+    float all[2 * 2 * 2 * RD], dall[2][2 * 2 * 2 * RD], dq[2][2 * RD], mine[2 * 2 * RD];
+    memset(dall, 0, sizeof dall);
+    memset(dq, 0, sizeof dq);
+    gckpt_ring g[2] = {{2, 0, 2, p2}, {2, 1, 2, p2}};
+    for (int k = 0; k < 2; k++) {
+        ring_call_of(&r[k], &op, p2 + 2 * k, 2);
+        assert_int_equal(be->ring_pack(be, &r[k].c, all + k * n2, &n), GCKPT_XS_OK);
+        assert_int_equal(n, n2);
+    }
+    for (int k = 0; k < 2; k++) {
+        ring_fwd_rank(be, &r[k], &g[k], all, n2);
+        for (uint32_t src = 0; src < 2; src++)
+            assert_int_equal(be->ring_block_bwd(be, &r[k].c, &g[k], src, all + src * n2, dq[k], dall[k] + src * n2), GCKPT_XS_OK);
+    }
+    for (int k = 0; k < 2; k++) {
+        for (uint64_t e = 0; e < n2; e++) mine[e] = dall[0][k * n2 + e] + dall[1][k * n2 + e];
+        assert_int_equal(be->ring_grad(be, &r[k].c, dq[k], mine), GCKPT_XS_OK);
+        for (int i = 0; i < 2; i++) {
+            uint64_t p = p2[2 * k + i];
+            assert_float_equal(r[k].l[i], w.l[p], 1e-6);
+            for (int u = 0; u < RD; u++) {
+                assert_float_equal(r[k].o[i * RD + u], w.o[p * RD + u], 1e-6);
+                assert_float_equal(r[k].gq[i * RD + u], w.gq[p * RD + u], 1e-6);
+                assert_float_equal(r[k].gk[i * RD + u], w.gk[p * RD + u], 1e-6);
+                assert_float_equal(r[k].gv[i * RD + u], w.gv[p * RD + u], 1e-6);
+            }
+        }
+    }
+    be->destroy(be);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest base[] = {
@@ -1009,7 +1119,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_optimizers), cmocka_unit_test(test_dropout_active), cmocka_unit_test(test_limit_exact),
         cmocka_unit_test(test_detects_broken_schedule), cmocka_unit_test(test_dense_matches_transformers),
         cmocka_unit_test(test_oversized_activation_fails), cmocka_unit_test(test_allocation_larger_than_elements),
-        cmocka_unit_test(test_tp_backend_ops),
+        cmocka_unit_test(test_tp_backend_ops), cmocka_unit_test(test_cp_ring_ops),
     };
     const struct CMUnitTest issue13[] = {
         cmocka_unit_test(test_olmo2),  cmocka_unit_test(test_granite), cmocka_unit_test(test_smollm3), cmocka_unit_test(test_glm4),

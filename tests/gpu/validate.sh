@@ -42,10 +42,10 @@ RUN="$BUILD/gckpt-run"
 PLAN="$BUILD/gckpt-plan"
 if [ ! -x "$RUN" ] || [ ! -x "$PLAN" ]; then die "gckpt-run or gckpt-plan missing in $BUILD"; fi
 
-# 2. the GPU tests (and the host tests they compare with); test_cuda_tp (tensor parallelism under
-#    mpirun) runs with two GPUs and MPI, and is skipped otherwise
+# 2. the GPU tests (and the host tests they compare with); test_cuda_tp and test_cuda_cp (tensor and
+#    context parallelism under mpirun) run with two GPUs and MPI, and are skipped otherwise
 say "GPU tests"
-if (cd "$BUILD" && timeout "$(tl)" ctest --output-on-failure -R 'test_cuda_backend|test_cuda_tp|test_exec_host' >"$OUT/ctest.log" 2>&1); then
+if (cd "$BUILD" && timeout "$(tl)" ctest --output-on-failure -R 'test_cuda_backend|test_cuda_tp|test_cuda_cp|test_exec_host' >"$OUT/ctest.log" 2>&1); then
     grep -E "tests passed|Skipped|Failed" "$OUT/ctest.log" | sed 's/^/    /'
     if grep -q "test_cuda_backend.*Skipped" "$OUT/ctest.log"; then die "the GPU test was skipped: no usable GPU"; fi
 else

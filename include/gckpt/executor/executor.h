@@ -118,6 +118,14 @@ typedef struct {
     char arch[32];          /* compute capability, or the CPU's logical cores */
 } gckpt_devinfo;
 
+/* Context parallelism's ring geometry (the backend's ring_* ops): cp ranks, this one's rank, s
+ * tokens per rank, pos every rank's token positions [cp][s] on the host (gckpt_cp_positions). */
+typedef struct {
+    uint32_t cp, rank;
+    uint64_t s;
+    const uint64_t *pos;
+} gckpt_ring;
+
 typedef struct gckpt_backend gckpt_backend;
 struct gckpt_backend {
     const char *name;       /* "host", "cuda" */
@@ -188,6 +196,30 @@ struct gckpt_backend {
      * backend writes zeros (a kernel cannot stop the step). */
     gckpt_xstatus (*embed_rows)(gckpt_backend *be, gckpt_xt out, gckpt_xt tab, gckpt_xt ids, uint64_t lo,
                                 uint64_t vocab);
+    /* Context parallelism's ring attention (interp_cp.c; FINDINGS R-CP-6, R-EXEC-6), one K/V
+     * block at a time; the interpreter does the exchanges (collective / collective_group) and
+     * owns every float buffer below (backend memory, fp32). cat(K, V) of one rank: its K rows
+     * [b, s, kv heads, qk_dim] then its V rows [b, s, kv heads, v_dim], n floats.
+     * ring_pack: this rank's cat(K, V) of the SDPA call into kv (kv NULL: only *n).
+     * ring_block_fwd: the call's queries against block src's cat(K, V) (keys visible when their
+     *   position, g->pos, is not later than the query's): out [b, s, heads, v_dim] rounded to the
+     *   call's dtype, lse [b, heads, s]; -inf where the row sees no key of the block.
+     * ring_merge: a block into the fp32 running (acc, acc_lse) as torch's _SDPAMerger (acc_lse
+     *   -inf: no block yet, the block is copied; a block row with lse -inf is left out).
+     * ring_store: the merged out and lse into the call's out[0], out[1].
+     * ring_block_bwd: block src's backward with the merged out / lse the call holds: its dq added
+     *   into dq [b, s, heads, qk_dim], its dK / dV into dkv (block src's cat layout), each rounded
+     *   to the call's dtype first (the block kernel's outputs).
+     * ring_grad: dq and this rank's summed cat(dK, dV) into the call's input gradients. */
+    gckpt_xstatus (*ring_pack)(gckpt_backend *be, const gckpt_xcall *c, float *kv, uint64_t *n);
+    gckpt_xstatus (*ring_block_fwd)(gckpt_backend *be, const gckpt_xcall *c, const gckpt_ring *g, uint32_t src,
+                                    const float *kv, float *out, float *lse);
+    gckpt_xstatus (*ring_merge)(gckpt_backend *be, const gckpt_xcall *c, float *acc, float *acc_lse,
+                                const float *out, const float *lse);
+    gckpt_xstatus (*ring_store)(gckpt_backend *be, const gckpt_xcall *c, const float *acc, const float *acc_lse);
+    gckpt_xstatus (*ring_block_bwd)(gckpt_backend *be, const gckpt_xcall *c, const gckpt_ring *g, uint32_t src,
+                                    const float *kv, float *dq, float *dkv);
+    gckpt_xstatus (*ring_grad)(gckpt_backend *be, const gckpt_xcall *c, const float *dq, const float *dkv);
     void (*destroy)(gckpt_backend *be);
 };
 

@@ -221,8 +221,9 @@ static const struct {
      "inside one (a wide-attention llama, cp 2); torch's ring ran with the per-block CUDA SDPA kernel stood in by "
      "the CPU flash kernel. Unverified: the CUDA flash / efficient / cuDNN kernels per block (their extra outputs, "
      "scratch, output layout and time: a rank's attention is timed as C blocks of its S / C queries, R-CP-12), NCCL (the ring's overlap, what an uneven sequence does), the math backend under "
-     "CP, the Trainer's loss reduction under CP, other batch sizes' input buffers, other families, TP with CP, "
-     "HSDP with CP at other sizes with LoRA / offload, fp32 LoRA under HSDP with CP."},
+     "CP, the Trainer's loss reduction under CP, other batch sizes' input buffers, other families, "
+     "HSDP with CP at other sizes with LoRA / offload, fp32 LoRA under HSDP with CP (TP with CP is refused: the "
+     "Trainer cannot build it, R-CP-19)."},
     {"multi_node_unverified", multi_node_applies,
      "the ranks span several nodes: each group's collectives (TP's, CP's ring, FSDP2's over dp_shard x cp, the "
      "replicas' all-reduce) are timed at inter_node_bus_bytes_per_s where the group spans nodes, else "

@@ -20,44 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_harness.h"
+#include "gpu_mpi.h"
 #include "gckpt/core/parallel.h"
-#include "plan_fixture.h"
-#include "report_fixture.h"
-
-static cJSON *schema;
-static int gpus;
-static const uint32_t every[] = {0, 1, 2};
-
-/* mpirun's environment (root allowed; a rank out of step ends the run well within the test's bound) */
-static const cli_opts mpi_env = {.env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                                         "GCKPT_COLLECTIVE_TIMEOUT=120"}};
-
-static double num(cJSON *r, const char *path)
-{
-    cJSON *v = pf_at(r, path);
-    if (!cJSON_IsNumber(v)) fail_msg("%s: not a number", path);
-    return v->valuedouble;
-}
-
-static const char *str(cJSON *r, const char *path)
-{
-    cJSON *v = pf_at(r, path);
-    if (!cJSON_IsString(v)) fail_msg("%s: not a string", path);
-    return v->valuestring;
-}
-
-static cJSON *run(int np, const char *plan, const char *backend, const char *report)
-{
-    char npv[8], err[8192], path[512];
-    snprintf(npv, sizeof npv, "%d", np);
-    int rc = cli_run_opts(GCKPT_MPIEXEC, A("-np", npv, "--oversubscribe", GCKPT_RUN_EXE, "--plan", (char *)plan, "--all", "--backend",
-                                           (char *)backend, "--steps", "2", "--warmup", "0", "-o", (char *)report),
-                          &mpi_env, err, sizeof err);
-    if (rc != 0) fail_msg("%s: mpirun -np %d gckpt-run --backend %s: exit %d: %s", plan, np, backend, rc, err);
-    cli_path(report, path, sizeof path);
-    return rf_load_or_fail(path, schema);
-}
 
 /* C x S ranks (S: --dp-shard, 0 none) of the tiny llama at sequence seq in precision prec on the GPUs,
  * against the same plan on the host backend. */

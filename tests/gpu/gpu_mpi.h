@@ -42,4 +42,33 @@ static cJSON *run(int np, const char *plan, const char *backend, const char *rep
     return rf_load_or_fail(path, schema);
 }
 
+/* The test program's main: exit 77 ("skipped") without MPI, mpirun or two GPUs, else the tests
+ * (each a CP / TP layout) in one group under the CLI harness's work folder. */
+static int gpu_mpi_main(const char *name, const struct CMUnitTest *tests, size_t n)
+{
+#ifndef GCKPT_HAVE_MPI
+    (void)tests, (void)n;
+    fprintf(stderr, "%s: this build has no MPI: skipped\n", name);
+    return 77;
+#else
+    if (access(GCKPT_MPIEXEC, X_OK) != 0) {
+        fprintf(stderr, "%s: %s not found: skipped\n", name, GCKPT_MPIEXEC);
+        return 77;
+    }
+    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+    if (gpus < 2) {
+        printf("%s: %d CUDA GPU%s, two needed: skipped\n", name, gpus, gpus == 1 ? "" : "s");
+        return 77;
+    }
+    char work[64];
+    snprintf(work, sizeof work, "gckpt-%s", name);
+    schema = rf_schema();
+    if (!schema || !cli_setup(work)) return 1;
+    int rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+    cli_teardown();
+    cJSON_Delete(schema);
+    return rc;
+#endif
+}
+
 #endif

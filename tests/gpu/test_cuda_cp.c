@@ -97,25 +97,6 @@ static void cp_fsdp(void **st)
 
 int main(void)
 {
-#ifndef GCKPT_HAVE_MPI
-    fprintf(stderr, "test_cuda_cp: this build has no MPI: skipped\n");
-    return 77;
-#else
-    if (access(GCKPT_MPIEXEC, X_OK) != 0) {
-        fprintf(stderr, "test_cuda_cp: %s not found: skipped\n", GCKPT_MPIEXEC);
-        return 77;
-    }
-    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-    if (gpus < 2) {
-        printf("test_cuda_cp: %d CUDA GPU%s, two needed: skipped\n", gpus, gpus == 1 ? "" : "s");
-        return 77;
-    }
-    schema = rf_schema();
-    if (!schema || !cli_setup("gckpt-cuda-cp")) return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(cp_alone), cmocka_unit_test(cp_fsdp)};
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    cli_teardown();
-    cJSON_Delete(schema);
-    return rc;
-#endif
+    return gpu_mpi_main("test_cuda_cp", tests, sizeof tests / sizeof tests[0]);
 }

@@ -42,6 +42,24 @@ static cJSON *run(int np, const char *plan, const char *backend, const char *rep
     return rf_load_or_fail(path, schema);
 }
 
+
+/* Entry i of the GPUs' report r against the host backend's h of the same plan: the gradient checksum
+ * hash0's (the same bits for every every_n / offload), the loss and gradient norm near the host's. */
+static void gpu_check_numerics(cJSON *r, cJSON *h, const char *plan, int i, gckpt_precision prec, const char *hash0)
+{
+    char p[96];
+    snprintf(p, sizeof p, "entries[%d].numerics.grad_checksum", i);
+    assert_string_equal(str(r, p), hash0); /* the same bits for every every_n / offload */
+    snprintf(p, sizeof p, "entries[%d].numerics.loss", i);
+    double loss = num(r, p), lh = num(h, p);
+    snprintf(p, sizeof p, "entries[%d].numerics.grad_norm", i);
+    double g = num(r, p), gh = num(h, p);
+    print_message("%s entry %d: loss %.9g (host %.9g), grad norm %.9g (host %.9g)\n", plan, i, loss, lh, g, gh);
+    double tol = prec == GCKPT_FP32 ? 1e-4 : 2e-2; /* not measured (unverified) */
+    if (fabs(loss - lh) > tol * fabs(lh) || fabs(g - gh) > tol * gh)
+        fail_msg("%s entry %d: loss %.9g / norm %.9g, the host backend's %.9g / %.9g", plan, i, loss, g, lh, gh);
+}
+
 /* The test program's main: exit 77 ("skipped") without MPI, mpirun or two GPUs, else the tests
  * (each a CP / TP layout) in one group under the CLI harness's work folder. */
 static int gpu_mpi_main(const char *name, const struct CMUnitTest *tests, size_t n)

@@ -62,16 +62,7 @@ static void check(int C, int S, uint64_t seq, gckpt_precision prec)
         snprintf(p, sizeof p, "entries[%d].memory.peak_bytes.measured", i);
         if (num(r, p) != busiest || pred != busiest)
             fail_msg("%s entry %d: the plan predicted %.0f, measured %.0f, the busiest rank %.0f", plan, i, pred, num(r, p), busiest);
-        snprintf(p, sizeof p, "entries[%d].numerics.grad_checksum", i);
-        assert_string_equal(str(r, p), hash0); /* the same bits for every every_n / offload */
-        snprintf(p, sizeof p, "entries[%d].numerics.loss", i);
-        double loss = num(r, p), lh = num(h, p);
-        snprintf(p, sizeof p, "entries[%d].numerics.grad_norm", i);
-        double g = num(r, p), gh = num(h, p);
-        print_message("%s entry %d: loss %.9g (host %.9g), grad norm %.9g (host %.9g)\n", plan, i, loss, lh, g, gh);
-        double tol = prec == GCKPT_FP32 ? 1e-4 : 2e-2; /* not measured (unverified) */
-        if (fabs(loss - lh) > tol * fabs(lh) || fabs(g - gh) > tol * gh)
-            fail_msg("%s entry %d: loss %.9g / norm %.9g, the host backend's %.9g / %.9g", plan, i, loss, g, lh, gh);
+        gpu_check_numerics(r, h, plan, i, prec, hash0);
     }
     cJSON_Delete(r);
     cJSON_Delete(h);
